@@ -62,6 +62,10 @@ class ResolvedPlan(BaseModel):
     quant_type: str = "nf4"
     quant_double: bool = False
     quant_storage: Literal["uint8", "bf16", "fp16", "fp32"] = "uint8"
+    quant_lm_head: bool = False                # the LM head is quantized too (litgpt's Fabric BitsandbytesPrecision
+                                               # replaces every nn.Linear); otherwise it stays in 16/32-bit
+    quant_keeps_input: bool = False            # bitsandbytes < 0.43.2: every 4-bit linear keeps its input for
+                                               # backward (MatMul4Bit `ctx.tensors = (A, B)`, removed in PR #1270)
     # distribution (per-rank estimate)
     strategy: Literal["none", "ddp", "deepspeed", "fsdp", "megatron"] = "none"
     zero_stage: int = 0

@@ -87,7 +87,12 @@ BEHAVIOUR: dict[str, dict] = {
     "axolotl": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": False},
     "llamafactory": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": False},
     "torchtune": {"adapter_fp32": False, "kbit_upcast": False, "keep_logits": False},
-    "litgpt": {"adapter_fp32": False, "kbit_upcast": False, "keep_logits": False},
+    # litgpt: Fabric's BitsandbytesPrecision swaps every nn.Linear for a 4-bit one, the LM head included
+    # (lightning/fabric/plugins/precision/bitsandbytes.py, `_ClassReplacementContextManager`), and its GPT keeps
+    # the LM head apart from the token embedding (litgpt/model.py; convert_hf_checkpoint copies a tied
+    # embedding into `lm_head.weight`)
+    "litgpt": {"adapter_fp32": False, "kbit_upcast": False, "keep_logits": False,
+               "quant_lm_head": True, "separate_lm_head": True},
     "ms-swift": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": False},
     "custom": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": True},
 }
@@ -98,3 +103,26 @@ def defaults_for(framework: str | None) -> tuple[str, str, dict]:
     key = framework if framework in DEFAULTS else "transformers"
     version, values = DEFAULTS[key]
     return key, version, values
+
+
+# The bitsandbytes release a framework runs with when the settings name none (absent: a current release).
+# litgpt's finetune scripts warn "LitGPT only supports bitsandbytes v0.42.0" for any other version
+# (litgpt/finetune/lora.py, 2024–2026).
+BITSANDBYTES: dict[str, str] = {"litgpt": "0.42.0"}
+
+
+def bnb_keeps_4bit_input(version: str | None) -> bool:
+    """Whether this bitsandbytes keeps the input of every 4-bit matmul for backward. Up to 0.43.1
+    `MatMul4Bit.forward` stored `ctx.tensors = (A, B)` although backward never uses A; bitsandbytes PR #1270
+    (merged 2024-07-16, released in 0.43.2) stores `(None, B)`. Unknown or unparsable versions: a current one."""
+    if not version:
+        return False
+    parts = []
+    for piece in str(version).strip().lstrip("v=").split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    if not parts:
+        return False
+    return tuple(parts + [0] * (3 - len(parts))) < (0, 43, 2)
