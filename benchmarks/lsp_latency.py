@@ -2,14 +2,18 @@
 
 Drives each server over stdio the way an editor does (VS Code's recorded client capabilities):
 initialize → initialized → didOpen → N single-character edits at typing pace (each waits for that
-edit's diagnostics) → 20 edits each followed by a code-action request → M hovers. Prints p50/p90 of change→diagnostics and of hover, the time to the
-initialize answer (from process start and from the request), and the server's RSS.
+edit's diagnostics) → 20 edits each followed by a code-action request → M hovers. Prints p50/p90 of
+change→diagnostics and of hover, the time to the initialize answer (from process start), and the server's RSS.
+
+Before that, `--starts` bare starts (spawn → initialize → shutdown) with a fresh cache folder (XDG_CACHE_HOME
+in a temporary directory): the first finds no startup cache (a first start after installing or upgrading),
+the others find the one the first wrote (every later start). The main session uses the same warm folder.
 
 yaml-language-server (npm, needs Node ≥ 22.13) runs on the Node 24 that scripts/install-editor-tools.sh
 puts in .tools/node24; the server itself is installed into .tools/yaml-language-server on first use.
 It validates the same file against the matching JSON Schema from schemas/.
 
-    python benchmarks/lsp_latency.py [--edits 200] [--hovers 50] [--file examples/...yaml] [--no-yls]
+    python benchmarks/lsp_latency.py [--edits 200] [--hovers 50] [--starts 6] [--file examples/...yaml] [--no-yls]
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -46,10 +51,11 @@ TIMEOUT_S = 30.0
 class Session:
     """One server process, driven like an editor, with time stamps of what it sends back."""
 
-    def __init__(self, name: str, command: list[str], settings: dict[str, Any]):
+    def __init__(self, name: str, command: list[str], settings: dict[str, Any], env: dict[str, str] | None = None):
         self.name = name
         self.command = command
         self.settings = settings
+        self.env = env
         self.client = LanguageClient("lsp-latency-bench", "1")
         self.published: list[tuple[float, types.PublishDiagnosticsParams]] = []
         self._waiter: tuple[Any, asyncio.Future] | None = None
@@ -85,11 +91,17 @@ class Session:
         return self.client._server.pid      # type: ignore[union-attr]
 
     async def start(self, root: Path) -> dict[str, float]:
-        t0 = time.perf_counter()
-        await self.client.start_io(*self.command)
-        await self.client.initialize_async(types.InitializeParams(
+        params = types.InitializeParams(
             capabilities=client_capabilities("visual-studio-code"), process_id=os.getpid(),
-            root_uri=root.as_uri(), workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name=root.name)]))
+            root_uri=root.as_uri(), workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name=root.name)])
+        # This client's own converter builds its (un)structure functions on first use (~20-30 ms here):
+        # done now, so the figure below is the server's time, not this Python client's.
+        converter = self.client.protocol._converter
+        converter.unstructure(params)
+        converter.structure({"jsonrpc": "2.0", "id": 0, "result": {"capabilities": {}}}, types.InitializeResponse)
+        t0 = time.perf_counter()
+        await self.client.start_io(*self.command, env=self.env)
+        await self.client.initialize_async(params)
         t2 = time.perf_counter()
         self.client.initialized(types.InitializedParams())
         self.client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=self.settings))
@@ -229,6 +241,14 @@ async def run(session: Session, path: Path, edits: int, hovers: int, versioned: 
     return out
 
 
+async def bare_start(command: list[str], env: dict[str, str], root: Path) -> float:
+    """Seconds from spawning the server to its initialize answer; then initialized, shutdown, exit."""
+    session = Session("start", command, {"vramlens": {}}, env)
+    out = await session.start(root)
+    await session.stop()
+    return out["spawn_to_initialize_s"]
+
+
 # ----------------------------------------------------------------------------------- yaml-language-server
 
 
@@ -282,6 +302,10 @@ def describe(name: str, r: dict[str, Any]) -> None:
     c, h = r["change_ms"], r["hover_ms"]
     print(f"\n{name}")
     print(f"  initialize        {r['spawn_to_initialize_s'] * 1000:7.0f} ms from process start to the answer")
+    if r.get("starts_s"):
+        cold, *warm = (round(s * 1000) for s in r["starts_s"])
+        print(f"  bare starts       first (empty startup cache) {cold} ms; then {', '.join(map(str, warm))} ms"
+              + (f" (median {statistics.median(warm):.0f} ms)" if warm else ""))
     print(f"  first diagnostics {r['open_to_diagnostics_s'] * 1000:7.1f} ms after didOpen")
     print(f"  change→diagnostics p50 {pct(c, .5):6.1f} ms   p90 {pct(c, .9):6.1f} ms   max {max(c):6.1f} ms"
           f"   ({len(c)} edits)")
@@ -301,15 +325,23 @@ def main() -> int:
     ap.add_argument("--hovers", type=int, default=50)
     ap.add_argument("--pace-ms", type=float, default=50.0,
                     help="least time between two edits, like fast typing (default 50 ms = 20 keys/s)")
+    ap.add_argument("--starts", type=int, default=6,
+                    help="bare starts timed before the session, the first with an empty startup cache (default 6)")
     ap.add_argument("--no-yls", action="store_true", help="skip yaml-language-server")
     ap.add_argument("--no-install", action="store_true", help="do not npm-install yaml-language-server")
     ap.add_argument("--json", type=Path, help="also write the raw figures here")
     args = ap.parse_args()
     path = args.file.resolve()
 
-    vramlens = Session("vramlens", [sys.executable, "-m", "vramlens", "serve", "--stdio"], {"vramlens": {}})
+    command = [sys.executable, "-m", "vramlens", "serve", "--stdio"]
+    cache_home = tempfile.TemporaryDirectory(prefix="vramlens-bench-cache-")
+    env = {**os.environ, "XDG_CACHE_HOME": cache_home.name}
+    starts = [asyncio.run(bare_start(command, env, path.parent)) for _ in range(args.starts)]
+    vramlens = Session("vramlens", command, {"vramlens": {}}, env)
     results = {"vramlens": asyncio.run(run(vramlens, path, args.edits, args.hovers, versioned=True,
                                             pace=args.pace_ms / 1000))}
+    results["vramlens"]["starts_s"] = starts
+    cache_home.cleanup()
     describe(f"vramlens serve ({path.name})", results["vramlens"])
 
     if not args.no_yls and ensure_yls(not args.no_install):
@@ -336,10 +368,14 @@ def main() -> int:
     floor = import_floor_s()
     print(f"\nfor scale: a bare `python -c 'import lsprotocol.types'` (pygls' protocol types, imported by any "
           f"pygls server) takes {floor * 1000:.0f} ms here")
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        print("note: PYTHONDONTWRITEBYTECODE is set here, so modules without a __pycache__ entry (an editable "
+              "install's) are compiled from source on every start")
     v = results["vramlens"]
+    warm = v["starts_s"][1:] + [v["spawn_to_initialize_s"]]
     checks = [("change→diagnostics p50 ≤ 20 ms", pct(v["change_ms"], .5) <= 20),
               ("change→diagnostics p90 ≤ 50 ms", pct(v["change_ms"], .9) <= 50),
-              ("initialize ≤ 0.5 s from process start", v["spawn_to_initialize_s"] <= 0.5),
+              ("initialize ≤ 0.5 s from process start (median of the warm starts)", statistics.median(warm) <= 0.5),
               ("RSS ≤ 120 MB", v["peak_rss_mib"] * 1.048576 <= 120)]
     print("\ntargets: " + "; ".join(f"{label}: {'met' if ok else 'MISSED'}" for label, ok in checks))
     if args.json:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import inspect
 import logging
 import threading
@@ -22,7 +23,7 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.uris import to_fs_path
 
 from vramlens import __version__
-from vramlens.lsp import code_actions, code_lens, completion, config, diagnostics, hover, inlay_hints
+from vramlens.lsp import code_actions, code_lens, completion, config, diagnostics, hover, inlay_hints, startup_cache
 from vramlens.lsp.commands import LIST_GPUS, RUN_PROBE, RUN_TRACE, Commands, list_gpus
 from vramlens.lsp.documents import Analyzer, Result
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("vramlens.lsp")
 
 CONFIG_TIMEOUT_S = 2.0       # how long a first analysis waits for the client's settings
+CACHE_SAVE_DELAY_S = 5.0     # the startup cache is written this long after `initialized` (off the busy start)
 PULL_DIAGNOSTICS_ID = "vramlens"
 
 
@@ -238,6 +240,7 @@ def create_server() -> VramlensServer:
     @server.feature(types.INITIALIZE)
     @_guard()
     def initialize(ls: VramlensServer, params: types.InitializeParams) -> None:
+        asyncio.get_running_loop().call_soon(_after_initialize_answer)     # runs once the answer is sent
         options = params.initialization_options
         problems: list[str] = []
         ls.settings.initialization = config.parse_settings(options, problems)
@@ -257,6 +260,10 @@ def create_server() -> VramlensServer:
     async def initialized(ls: VramlensServer, params: types.InitializedParams) -> None:
         # Started only now, after the initialize answer went out: it would compete for the GIL with it.
         threading.Thread(target=_warm_up, daemon=True, name="vramlens-warm-up").start()
+        cache = startup_cache.active()
+        if cache is not None:
+            log.info("startup cache at initialized: %s", cache.summary())
+            asyncio.get_running_loop().call_later(CACHE_SAVE_DELAY_S, cache.save_in_background)
         ready = ls.settings_ready()
         threading.Thread(target=_detect_gpu, args=(ls, asyncio.get_running_loop()), daemon=True,
                          name="vramlens-gpu-detect").start()
@@ -380,8 +387,17 @@ def create_server() -> VramlensServer:
     @_guard()
     def shutdown(ls: VramlensServer, params: Any) -> None:
         ls.shutdown_workers()
+        cache = startup_cache.active()
+        if cache is not None:
+            cache.save()        # what was generated since the last write (the first messages of each kind)
 
     return server
+
+
+def _after_initialize_answer() -> None:
+    """`serve` starts with the garbage collector off (see there); the answer is out: back on."""
+    if not gc.isenabled():
+        gc.enable()
 
 
 def _detect_gpu(ls: VramlensServer, loop: asyncio.AbstractEventLoop) -> None:
