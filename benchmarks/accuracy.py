@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
 
 from vramlens.estimate import GIB, estimate
+from vramlens.knowledge import frameworks
 from vramlens.knowledge import gpus as gpu_kb
 from vramlens.knowledge import models as model_kb
 from vramlens.knowledge import optimizers as opt_kb
@@ -27,8 +29,10 @@ from vramlens.resolved import ResolvedPlan
 ROOT = Path(__file__).resolve().parents[1]
 GROUND_TRUTH = ROOT.parent / "shared" / "calibration" / "ground-truth.jsonl"
 
-# framework -> how it runs the step (from each row's notes)
-LITGPT = {"adapter_fp32": False, "kbit_upcast": False, "loss_impl": "chunked", "keep_logits": True}
+# framework -> how it runs the step (from each row's notes; litgpt's from knowledge.frameworks)
+LITGPT = {"adapter_fp32": False, "kbit_upcast": False, "loss_impl": "chunked", "keep_logits": True,
+          "quant_lm_head": frameworks.BEHAVIOUR["litgpt"]["quant_lm_head"],
+          "separate_lm_head": frameworks.BEHAVIOUR["litgpt"]["separate_lm_head"]}
 HF_LOOP = {"adapter_fp32": True, "kbit_upcast": True, "loss_impl": "standard", "keep_logits": True}
 HF_TRAINER = {"adapter_fp32": True, "kbit_upcast": True, "loss_impl": "standard", "keep_logits": False}
 
@@ -59,6 +63,14 @@ def optimizer_of(row: dict) -> tuple[str, str]:
     if "fused" in text:
         return "adamw_torch_fused", "fused"
     return "adamw_torch", "foreach"        # torch's default on CUDA is foreach
+
+
+def bitsandbytes_of(row: dict, litgpt: bool) -> str | None:
+    """The bitsandbytes release the row ran with: named in its source, else the one its framework supports."""
+    m = re.search(r"bitsandbytes\s+v?(\d+\.\d+(?:\.\d+)?)", row.get("source", "") + " " + row.get("notes", ""))
+    if m:
+        return m.group(1)
+    return frameworks.BITSANDBYTES.get("litgpt") if litgpt else None
 
 
 def plan_from_row(row: dict) -> ResolvedPlan | None:
@@ -111,8 +123,11 @@ def plan_from_row(row: dict) -> ResolvedPlan | None:
     set_to_none = "set_to_none=false" not in notes
     ga = int(row.get("grad_accum") or (4 if "lit" in fw else 1))    # litgpt accumulates to its global batch
     attn = {"sdpa": "sdpa", "flash": "flash_attention_2", "eager": "eager"}.get(row.get("attention") or "sdpa", "sdpa")
+    arch = arch_from_row(row)
+    if behaviour.get("separate_lm_head") and arch.tied_embeddings:
+        arch = arch.model_copy(update={"tied_embeddings": False})
     return ResolvedPlan(
-        arch=arch_from_row(row), framework="custom", weight_dtype=weight, compute_dtype=compute, amp=amp,
+        arch=arch, framework="litgpt" if behaviour is LITGPT else "custom", weight_dtype=weight, compute_dtype=compute, amp=amp,
         micro_batch=int(row.get("micro_batch") or 1), grad_accum=ga, seq_len=int(row["seq_len"]),
         grad_checkpointing=bool(row.get("grad_checkpointing")), attn_impl=attn,
         # HF ≥ 4.57 without a mask uses SDPA's native GQA; litgpt expands K/V and runs causal without a mask
@@ -122,6 +137,8 @@ def plan_from_row(row: dict) -> ResolvedPlan | None:
         peft=peft, lora_r=r, lora_alpha=float((lora or {}).get("alpha") or r or 0), lora_dropout=dropout,
         lora_targets=targets, adapter_fp32=behaviour["adapter_fp32"], kbit_upcast=behaviour["kbit_upcast"],
         quant_bits=4 if quant else None, quant_double=quant == "nf4-dq",
+        quant_lm_head=bool(behaviour.get("quant_lm_head")),
+        quant_keeps_input=frameworks.bnb_keeps_4bit_input(bitsandbytes_of(row, behaviour is LITGPT)),
         strategy=strategy, zero_stage=stage, world_size=n if strategy != "none" else 1,
         gpu=gpu_match[0], gpu_count=n)
 

@@ -45,7 +45,8 @@ class AnalysisSettings:
     """How to read referenced files (the LSP passes its open buffers); None reads from disk."""
 
     def resolve_settings(self) -> Settings:
-        return Settings(gpu=self.gpu, gpu_count=self.gpu_count, headroom=self.headroom, workspace=self.workspace)
+        return Settings(gpu=self.gpu, gpu_count=self.gpu_count, headroom=self.headroom, workspace=self.workspace,
+                        framework_versions=dict(self.framework_versions))
 
 
 @dataclass

@@ -25,6 +25,7 @@ class Settings:
     gpu_count: int | None = None
     headroom: float = 0.10
     workspace: Path | None = None
+    framework_versions: dict[str, str] = field(default_factory=dict)   # package → version, e.g. bitsandbytes
 
 
 class ResolveError(ValueError):
@@ -129,6 +130,10 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
                            + (f" — did you mean `{hint}`?" if hint else ""), "model_id", hint)
     if plan.model_id is not None:
         sources["model_id"] = plan.model_id
+    if behaviour.get("separate_lm_head") and arch.tied_embeddings and arch.block != "encoder":
+        arch = arch.model_copy(update={"tied_embeddings": False})
+        assumptions.append(f"{fw_label} keeps the LM head apart from the token embedding: {arch.vocab:,} × "
+                           f"{arch.hidden} more weights than the tied checkpoint")
 
     # GPU: settings win, then the file, then a default
     gpu, count = _gpu(plan, settings, sources, assumptions)
@@ -210,6 +215,12 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         ga = max(1, plan.global_batch.value // max(1, micro * dp))
         sources["grad_accum"] = Sourced(value=ga, origin=Origin.DERIVED, note="global batch ÷ (micro batch × GPUs)")
     storage = val("quant_storage_dtype")
+    bnb_version = settings.framework_versions.get("bitsandbytes") or frameworks.BITSANDBYTES.get(fw_key)
+    keeps_input = quant_bits == 4 and frameworks.bnb_keeps_4bit_input(bnb_version)
+    if keeps_input:
+        told = "set" if settings.framework_versions.get("bitsandbytes") else f"the release {fw_label} supports"
+        assumptions.append(f"bitsandbytes {bnb_version} ({told}): every 4-bit linear keeps its input for backward "
+                           "(fixed in 0.43.2)")
 
     rp = ResolvedPlan(
         arch=arch, framework=fw_key,
@@ -231,6 +242,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         adapter_fp32=behaviour["adapter_fp32"], kbit_upcast=behaviour["kbit_upcast"],
         quant_bits=quant_bits, quant_type=str(val("quant_type") or "nf4"), quant_double=bool(val("quant_double")),
         quant_storage=storage if storage in ("bf16", "fp16", "fp32") else "uint8",
+        quant_lm_head=bool(behaviour.get("quant_lm_head")), quant_keeps_input=keeps_input,
         strategy=strategy, zero_stage=int(zero) if strategy in ("deepspeed", "fsdp") else 0, world_size=dp,
         offload_optimizer=bool(val("offload_optimizer")), offload_params=bool(val("offload_params")),
         tensor_parallel=int(tp), context_parallel=int(cp),

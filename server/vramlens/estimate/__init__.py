@@ -55,7 +55,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     base = {"weights": W, "quant_constants": quant, "adapters": adapters, "buffers": B, "optimizer_paged": paged}
     phases: dict[str, dict[str, int]] = {}
     phases["forward-backward"] = {**base, "optimizer": O, "gradients": g_resident,
-                                  "activations": acts_fb, "logits": logits}
+                                  "activations": acts_fb, "logits": logits, "temporaries": C.dequantized_head(rp)}
     if rp.grad_checkpointing:
         embed_grad = C.shapes(rp.arch).embed_params * p.trainable_dtype_bytes if rp.peft == "none" else 0
         recompute = int(1.35 * one_layer * tok)           # one block's activations + its backward temporaries

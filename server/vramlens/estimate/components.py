@@ -57,8 +57,8 @@ def params(rp: ResolvedPlan) -> Params:
                 adapter += lin.count * lin.out_features
     adapter_b = 4 if (rp.adapter_fp32 or rp.weight_dtype == "fp32") else DTYPE_BYTES[rp.compute_dtype]
 
-    linear_params = s.linear_params
-    non_linear = total - linear_params            # embeddings, lm_head, norms, routers
+    linear_params = s.linear_params + (s.lm_head_params if head_quantized(rp) else 0)
+    non_linear = total - linear_params            # embeddings, lm_head (unless quantized), norms, routers
     quantized = quant_consts = 0
     if rp.quant_bits:
         packed, consts = quantized_bytes_per_param(rp)
@@ -92,6 +92,20 @@ def params(rp: ResolvedPlan) -> Params:
     return Params(total=total, trainable=trainable, frozen_bytes=frozen_bytes, quantized_bytes=quantized,
                   quant_constants=quant_consts, trainable_bytes=trainable_bytes, trainable_dtype_bytes=tb,
                   adapter_params=adapter, largest_param_bytes=largest, layer_bytes=s.layer_params * cb)
+
+
+def head_quantized(rp: ResolvedPlan) -> bool:
+    """The LM head is a 4/8-bit linear: the plan quantizes it (litgpt) and it is not the tied embedding."""
+    return bool(rp.quant_bits and rp.quant_lm_head and shapes(rp.arch).lm_head_params)
+
+
+def dequantized_head(rp: ResolvedPlan) -> int:
+    """A quantized LM head is dequantized to the compute dtype on every call (bitsandbytes `matmul_4bit`:
+    `dequantize_4bit(B)` then a 16-bit matmul); the copy exists while the head runs, in forward and again in
+    its backward, when every saved activation and the logits are still held: V·h·2 bytes at the peak."""
+    if not head_quantized(rp):
+        return 0
+    return shapes(rp.arch).lm_head_params * DTYPE_BYTES[rp.compute_dtype if rp.compute_dtype != "fp32" else "bf16"]
 
 
 def shard_factor(rp: ResolvedPlan, what: str) -> float:
@@ -165,7 +179,9 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
       gated MLP: gate, up, act(gate) (2I each) and the product, the input of down (2I).
     GELU MLP blocks (GPT-2/BERT/T5): LayerNorm keeps its 16-bit input; fc1 output and GELU output (2I each).
     Linear inputs are kept only when the linear has a trainable weight or a LoRA adapter in the same dtype;
-    a PEFT fp32 adapter keeps its own fp32 copy of the input instead (FT §3.1: +4·in per target).
+    a PEFT fp32 adapter keeps its own fp32 copy of the input instead (FT §3.1: +4·in per target). LoRA dropout
+    keeps a dropped copy of each targeted linear's input plus a 1-byte mask (EA §3.2a). bitsandbytes < 0.43.2
+    keeps the input of every 4-bit linear as well (`quant_keeps_input`).
     """
     arch = rp.arch
     h, q, heads = arch.hidden, arch.q_dim, arch.heads
@@ -209,6 +225,9 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         (down_in, ("down", "fc2")),
     ]
     adapter_fp32 = rp.adapter_fp32 and c == 2
+    a = 4 if adapter_fp32 else c                       # bytes per element of the adapter's input
+    dropout = not full and rp.lora_dropout > 0
+    keeps_quant_input = rp.quant_bits == 4 and rp.quant_keeps_input
     targets = set(rp.lora_targets)
     all_lin = "all-linear" in targets
     linear_inputs = 0.0
@@ -218,20 +237,28 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
             linear_inputs += size
             continue
         hit = [m for m in present if all_lin or m in targets]
-        if not hit:
-            continue
-        if adapter_fp32:
-            width = size / c
-            linear_inputs += 4 * width * len(hit)      # PEFT casts the input separately in every module
+        width = size / c
+        if dropout:
+            # each adapter keeps its own dropped copy of the input + a 1-byte mask (CUDA native_dropout);
+            # the input itself (and a cast copy of it) is not kept by the adapter
+            linear_inputs += len(hit) * (a + 1) * width
+            kept_by_adapter = False
+        elif adapter_fp32:
+            linear_inputs += len(hit) * 4 * width          # PEFT casts the input separately in every module
+            kept_by_adapter = False
         else:
-            linear_inputs += size
-    if not full and adapter_fp32 and (all_lin or "o" in targets):
-        linear_inputs += 4 * q                         # o_proj's input is kept by SDPA anyway; + its fp32 copy
-    if not full and rp.lora_dropout > 0:
-        # a dropped copy of the input (+1-byte mask) per targeted module (EA §3.2a)
-        n_t = sum(1 for m in ("q", "k", "v", "o", "gate", "up", "down", "fc1", "fc2")
-                  if _has(arch, m) and (all_lin or m in targets))
-        linear_inputs += n_t * (1 + (4 if adapter_fp32 else c)) * h
+            linear_inputs += size if hit else 0            # lora_A keeps the input itself, shared by the group
+            kept_by_adapter = bool(hit)
+        if keeps_quant_input and present and not kept_by_adapter:
+            linear_inputs += size                          # the 4-bit matmul keeps the 16-bit input itself
+    # o's input is SDPA's output, which attention keeps anyway (eager's is a fresh reshape)
+    if not full and (all_lin or "o" in targets):
+        if dropout:
+            linear_inputs += (a + 1) * q
+        elif adapter_fp32:
+            linear_inputs += 4 * q
+    if keeps_quant_input and not full and rp.attn_impl == "eager":
+        linear_inputs += c * q
 
     per_layer = norm_keep + attn + mlp_internal + linear_inputs
     if fp32_residual(rp):
@@ -282,7 +309,8 @@ def logits_per_token(rp: ResolvedPlan) -> float:
 
     Standard HF loss (transformers ≥ 4.46 upcasts inside the loss): fp32 log-softmax output plus the
     NLL and log-softmax gradients = 12 bytes per logit, +2 if the 16-bit logits stay referenced (FT §2.3).
-    Chunked CE (torchtune, TRL chunked_nll): 16-bit logits + one fp32 chunk ≈ 4. Fused linear-CE
+    Chunked CE (torchtune, TRL chunked_nll): 16-bit logits + one fp32 chunk ≈ 4; litgpt (128-token chunks,
+    cross-entropy in bf16, the chunk list held through backward): 16-bit logits + their gradients = 4. Fused linear-CE
     (Liger, Cut-Cross-Entropy): no full logits ≈ 0 (a few MiB of chunk buffers).
     """
     V = rp.arch.vocab
@@ -291,7 +319,8 @@ def logits_per_token(rp: ResolvedPlan) -> float:
     if rp.loss_impl == "fused":
         return 0.0
     if rp.loss_impl == "chunked":
-        return 4.0 * V
+        # + Gemma-2's soft-capping, applied per chunk: tanh keeps its 16-bit output
+        return (4.0 + (2.0 if rp.arch.family == "gemma2" else 0.0)) * V
     per = 12.0 + (2.0 if rp.keep_logits else 0.0)
     if rp.compute_dtype == "fp32":
         per = 12.0
