@@ -201,7 +201,14 @@ class Editor:
         return await self._until(published, f"diagnostics of {uri} v{version}")
 
     async def estimate(self, uri: str) -> dict:
-        """The `vramlens/estimate` notification for the document's current version."""
+        """The `vramlens/estimate` notification for the document's current version: an estimate."""
+        sent = await self.estimate_notification(uri)
+        assert "peak" in sent, f"no estimate for {uri}: {sent.get('reason')}"
+        return sent
+
+    async def estimate_notification(self, uri: str) -> dict:
+        """The `vramlens/estimate` notification for the document's current version: the estimate, or
+        {uri, version, reason} when that version has none."""
         version = self.versions[uri]
 
         def sent():

@@ -288,6 +288,62 @@ async def test_exact_trace_with_progress_cancel_and_results_in_views(editor: Edi
     assert f"exact trace: {exact:.1f} GiB" in hover.contents.value
 
 
+SMALL_CONFIG = "model_name_or_path: gpt2\nper_device_train_batch_size: 1\nmax_seq_length: 128\nbf16: true\n"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TRACE, reason="exact trace needs torch (vramlens[trace])")
+async def test_cancel_request_stops_a_running_trace(editor: Editor, tmp_path: Path):
+    """$/cancelRequest for the executeCommand request (an editor dropping the request, not the progress
+    cancel button): answered as cancelled at once, the trace's progress ends as cancelled, and the next
+    trace still runs."""
+    uri = editor.open(OOM_EXAMPLE)           # a full 8B fine-tune: seconds of tracing, time enough to cancel
+    await editor.estimate(uri)
+    client = editor.client
+    msg_id = f"cancel-me-{id(tmp_path)}"
+    known = set(client.progress_reports)
+    run = asyncio.ensure_future(client.protocol.send_request_async(
+        types.WORKSPACE_EXECUTE_COMMAND, types.ExecuteCommandParams(command="vramlens.runTrace", arguments=[uri]),
+        msg_id=msg_id))
+
+    def running():            # the worker has the job: it reported progress
+        for token, reports in client.progress_reports.items():
+            if token not in known and any(isinstance(r, types.WorkDoneProgressReport) for r in reports):
+                return token
+        return None
+    token = await editor._until(running, "progress of the trace")
+    client.cancel_request(types.CancelParams(id=msg_id))
+    with pytest.raises(Exception, match="cancel"):
+        await asyncio.wait_for(run, 30)
+    end = await editor._until(lambda: next((r for r in client.progress_reports[token]
+                                            if isinstance(r, types.WorkDoneProgressEnd)), None), "progress end")
+    assert end.message == "cancelled"
+
+    small = tmp_path / "small.yaml"
+    small.write_text(SMALL_CONFIG)
+    small_uri = editor.open(small)
+    await editor.estimate(small_uri)
+    result = await asyncio.wait_for(client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="vramlens.runTrace", arguments=[small_uri])), 120)
+    assert result["exact_gib"] > 0
+
+
+async def test_a_version_without_an_estimate_says_so(editor: Editor):
+    """The status item shows the figure of the document's last notification: a version that has no
+    estimate (no longer parses, not a training config) sends one without figures, with the reason."""
+    uri = editor.open(OOM_EXAMPLE)
+    assert (await editor.estimate(uri))["fits"] is False
+    editor.replace_all(uri, editor.texts[uri] + "\nper_device_train_batch_size: [unclosed\n")
+    broken = await editor.estimate_notification(uri)
+    assert "peak" not in broken and "gpu" not in broken
+    assert broken["version"] == editor.versions[uri] and broken["reason"]
+    editor.replace_all(uri, OOM_EXAMPLE.read_text())
+    assert (await editor.estimate(uri))["fits"] is False          # back, with its figure
+
+    other = editor.open(EXAMPLES / "compose.yaml", "services:\n  web:\n    image: nginx\n")
+    assert (await editor.estimate_notification(other))["reason"] == "not a training config"
+
+
 async def test_unsaved_buffers_are_analysed_by_language(editor: Editor):
     """An untitled buffer has no file name: its language id decides how it is read."""
     text = (EXAMPLES / "sft_lora.py").read_text()

@@ -58,6 +58,14 @@ export class BreakdownPanel implements vscode.Disposable {
     }
   }
 
+  /** The document on display has no estimate any more: show none rather than an outdated one. */
+  clear(uri: string): void {
+    if (this.panel && this.shownUri === uri) {
+      this.current = undefined;
+      this.post(undefined);
+    }
+  }
+
   private post(estimate: Estimate | undefined): void {
     if (!this.panel) {
       return;

@@ -44,6 +44,19 @@ export function statusDetail(e: Estimate): string {
   return `Peak per GPU in ${e.phase.replace(/_/g, ' ')}: ${verdict}${exact}`;
 }
 
+/** The same notification when the document's latest version has no estimate (it does not parse, it is
+ *  not a training config, the model is unknown): whatever was shown for an earlier version goes. */
+export interface NoEstimate {
+  uri: string;
+  version: number | null;
+  reason: string;
+}
+
+export function isNoEstimate(value: unknown): value is NoEstimate {
+  const e = value as NoEstimate & { peak?: unknown };
+  return !!e && typeof e.uri === 'string' && typeof e.reason === 'string' && e.peak === undefined;
+}
+
 /** A runtime check of the notification's shape, so a malformed message cannot break the UI. */
 export function isEstimate(value: unknown): value is Estimate {
   const e = value as Estimate;

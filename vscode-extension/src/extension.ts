@@ -13,7 +13,7 @@ import {
   State,
 } from 'vscode-languageclient/node';
 import { BreakdownPanel } from './breakdown';
-import { ESTIMATE_NOTIFICATION, Estimate, isEstimate, statusDetail, statusText } from './estimate';
+import { ESTIMATE_NOTIFICATION, Estimate, isEstimate, isNoEstimate, statusDetail, statusText } from './estimate';
 import { checkPythonVersion, isSupported, MIN_PYTHON, onPythonInterpreterChanged, resolveInterpreter } from './python';
 
 /**
@@ -33,6 +33,8 @@ class Extension implements vscode.Disposable {
   private client: LanguageClient | undefined;
   private starting: Promise<void> | undefined;
   private readonly estimates = new Map<string, Estimate>();
+  /** Why a document has no estimate, from the server's last notification for it. */
+  private readonly noEstimate = new Map<string, string>();
   private readonly status: vscode.LanguageStatusItem;
   private readonly breakdown: BreakdownPanel;
   private readonly disposables: vscode.Disposable[] = [];
@@ -133,6 +135,7 @@ class Extension implements vscode.Disposable {
     const client = this.client;
     this.client = undefined;
     this.estimates.clear();
+    this.noEstimate.clear();
     if (client && client.state !== State.Stopped) {
       try {
         await client.stop(5000);
@@ -157,11 +160,19 @@ class Extension implements vscode.Disposable {
   // ---- estimates: language status item and breakdown --------------------------------------
 
   private onEstimate(params: unknown): void {
+    if (isNoEstimate(params)) {
+      this.estimates.delete(params.uri);
+      this.noEstimate.set(params.uri, params.reason);
+      this.refreshStatus();
+      this.breakdown.clear(params.uri);
+      return;
+    }
     if (!isEstimate(params)) {
       this.log.warn(`Ignoring malformed ${ESTIMATE_NOTIFICATION}: ${JSON.stringify(params)}`);
       return;
     }
     this.estimates.set(params.uri, params);
+    this.noEstimate.delete(params.uri);
     this.refreshStatus();
     this.breakdown.update(params, this.activeUri());
   }
@@ -181,7 +192,11 @@ class Extension implements vscode.Disposable {
     }
     const e = this.activeEstimate();
     if (!e) {
-      this.setStatus('vramlens', 'No training settings found in this file', vscode.LanguageStatusSeverity.Information);
+      const uri = this.activeUri();
+      const reason = uri ? this.noEstimate.get(uri) : undefined;
+      const detail = !reason || reason === 'not a training config'
+        ? 'No training settings found in this file' : `No estimate: ${reason}`;
+      this.setStatus('vramlens', detail, vscode.LanguageStatusSeverity.Information);
       this.status.command = { title: 'Show logs', command: 'vramlens.showLogs' };
       return;
     }

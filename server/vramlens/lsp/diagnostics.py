@@ -137,7 +137,21 @@ def estimate_payload(result: Result, exact_gib: float | None) -> dict | None:
     }
 
 
+def no_estimate_reason(result: Result) -> str:
+    analysis = result.analysis
+    if analysis is None:
+        return "the analysis failed (see the vramlens log)"
+    if getattr(analysis, "error", None):
+        return str(analysis.error)
+    if getattr(analysis, "plan", None) is None:
+        return "not a training config"
+    return "no estimate"
+
+
 def notify_estimate(ls: "VramlensServer", result: Result) -> None:
+    """After every analysis: the estimate, or, when this version has none, {uri, version, reason}, so that a
+    client drops the figure it showed for an earlier version (a config that no longer parses, say)."""
     payload = estimate_payload(result, ls.exact_gib(result))
-    if payload is not None:
-        ls.protocol.notify(ESTIMATE_NOTIFICATION, payload)
+    if payload is None:
+        payload = {"uri": result.uri, "version": result.version, "reason": no_estimate_reason(result)}
+    ls.protocol.notify(ESTIMATE_NOTIFICATION, payload)
