@@ -124,6 +124,14 @@ async def test_damaged_cache_file_is_ignored_and_rewritten(tmp_path: Path):
     assert compiled == 0
 
 
+async def test_cache_file_others_can_write_is_not_used(tmp_path: Path):
+    await Session(tmp_path).run()
+    [path] = _cache_files(tmp_path)
+    path.chmod(0o666)
+    _, compiled = await Session(tmp_path).run()
+    assert compiled > 500
+
+
 async def test_cache_folder_that_cannot_be_written(tmp_path: Path):
     (tmp_path / "vramlens").write_text("a file where the cache folder would go\n")
     _, compiled = await Session(tmp_path).run()

@@ -3,7 +3,7 @@
 Why: `import lsprotocol.types` defines ~570 attrs classes, and attrs writes the source of each class's
 `__init__`/`__eq__`/`__repr__`... and hands it to `compile()` (attr/_make.py, `_compile_and_eval`); pygls'
 cattrs converter does the same for every message type it structures or unstructures for the first time
-(cattrs/gen). Measured on a 2-core machine, that compiling is about 0.2 s of the ~0.35 s the import takes,
+(cattrs/gen). Measured on a 2-core machine, that compiling is about 0.2 s of the ~0.4 s the import takes,
 and it produces the same code objects on every start.
 
 What: while installed, the module-level name `compile` in those library modules points at a function that
@@ -11,10 +11,10 @@ looks the code object up by a digest of (mode, filename, source) and compiles on
 `__future__` flags of the library module it stands in for, so the code object is the one the library's own
 call would make. The code objects are kept with `marshal` in the user cache directory
 (`$XDG_CACHE_HOME/vramlens`, else `~/.cache/vramlens`), in a file named after the Python implementation and
-version and the attrs/cattrs/lsprotocol versions, headed by the interpreter's bytecode magic number: the
-same mechanism, and the same trust, as `__pycache__` for ordinary modules. Only code that the libraries
-generated in this process, from source they generated, is ever looked up, so a stale entry is simply never
-hit.
+version and the attrs/cattrs/lsprotocol versions, headed by the interpreter's bytecode magic number and a
+CRC-32 of the rest: the same mechanism as `__pycache__` for ordinary modules, read only when the file and
+its folder belong to this user and no one else can write them. Only code that the libraries generated in
+this process, from source they generated, is ever looked up, so a stale entry is simply never hit.
 
 Failure modes: a missing, unreadable or corrupt file is ignored (everything compiles, as without the cache);
 a cache directory that cannot be written is ignored too; if the library internals this relies on are not
@@ -103,6 +103,15 @@ def _future_flags(module: ModuleType) -> int:
     return flags
 
 
+def _private(path: Path) -> bool:
+    """Owned by this user and writable by no one else (a shared XDG_CACHE_HOME such as /tmp must not let
+    another user plant code here). Raises OSError when `path` is missing."""
+    if not hasattr(os, "getuid"):
+        return True
+    st = os.stat(path)
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
 class CodeCache:
     """Code objects by digest. Counts what was reused, what was compiled for the first time (`compiled`),
     and what was compiled again because a generated function's source differs from the one on file
@@ -126,6 +135,9 @@ class CodeCache:
 
     def load(self) -> None:
         try:
+            if not _private(self.path.parent) or not _private(self.path):
+                log.info("startup cache %s: not private to this user, ignored", self.path)
+                return
             data = self.path.read_bytes()
         except OSError:
             return
@@ -162,7 +174,7 @@ class CodeCache:
         try:
             payload = marshal.dumps(entries)
             data = FORMAT + importlib.util.MAGIC_NUMBER + zlib.crc32(payload).to_bytes(4, "little") + payload
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._remove_stale_temporaries()
             fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.path.parent)
             try:
