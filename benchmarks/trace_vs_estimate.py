@@ -1,10 +1,12 @@
 """The formula estimator against the exact trace, shape by shape.
 
 For a sweep of catalog models (1B–70B), sequence lengths (512–8192), micro batches (1–8) and settings
-(checkpointing, LoRA, QLoRA, 8-bit Adam, foreach/fused AdamW, AMP), builds the ResolvedPlan, estimates its
+(checkpointing, LoRA, QLoRA, 8-bit Adam, foreach/fused AdamW, AMP, litgpt's LoRA/QLoRA step), builds the
+ResolvedPlan, estimates its
 allocated peak (`estimate(rp).allocated_bytes`) and traces it under fake tensors (`vramlens.trace.engine`),
 then prints estimate ÷ trace per row and the share of rows within ±5 %. Rows outside ±5 % are listed with
-both breakdowns. Finally it times the trace of Llama-3-70B at s=4096.
+both breakdowns. The litgpt rows are also set beside the peaks litgpt published for the same runs
+(shared/calibration/ground-truth.jsonl). Finally it times the trace of Llama-3-70B at s=4096.
 
     python benchmarks/trace_vs_estimate.py [--quick] [--out benchmarks/results/trace_vs_estimate.txt]
 
@@ -14,6 +16,7 @@ is the formula's own.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -22,12 +25,14 @@ from pathlib import Path
 os.environ["VRAMLENS_CALIBRATION"] = "off"
 
 from vramlens.estimate import GIB, estimate  # noqa: E402
+from vramlens.knowledge import frameworks  # noqa: E402
 from vramlens.knowledge import gpus as gpu_kb  # noqa: E402
 from vramlens.knowledge import models as model_kb  # noqa: E402
 from vramlens.knowledge import optimizers as opt_kb  # noqa: E402
 from vramlens.resolved import ResolvedPlan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+GROUND_TRUTH = ROOT / ".." / "shared" / "calibration" / "ground-truth.jsonl"
 TOLERANCE = 0.05
 
 M1B, M3B, M8B = "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-3B", "meta-llama/Llama-3.1-8B"
@@ -35,6 +40,29 @@ M70B = "meta-llama/Meta-Llama-3-70B"
 MISTRAL, QWEN, GEMMA2, QWEN3 = "mistralai/Mistral-7B-v0.3", "Qwen/Qwen2.5-7B", "google/gemma-2-9b", "Qwen/Qwen3-8B"
 LORA = dict(peft="lora", lora_r=16, lora_alpha=16.0, lora_targets=("q", "k", "v", "o", "gate", "up", "down"))
 QLORA = dict(LORA, peft="qlora", quant_bits=4, quant_double=True)
+
+# litgpt's LoRA/QLoRA step (litgpt finetune_lora, precision bf16-true, torch.optim.AdamW): bf16 adapters, no
+# k-bit upcast, the 128-token chunked head and loss, no attention mask, the LM head apart from the embedding
+# (`make_plan` unties it); QLoRA quantizes the LM head too and runs the bitsandbytes litgpt pins (0.42.0: every
+# 4-bit matmul keeps its input). `measured` names the ground-truth row of the same run.
+LLAMA2_7B, LLAMA3_8B, GEMMA_2B, TINYLLAMA = ("meta-llama/Llama-2-7b-hf", "meta-llama/Meta-Llama-3-8B",
+                                             "google/gemma-2b", "TinyLlama/TinyLlama-1.1B")
+ALL_AND_HEAD = ("q", "k", "v", "o", "gate", "up", "down", "lm_head")
+
+
+def litgpt(r: int, targets: tuple[str, ...], dropout: float, *, quant: bool, measured: str) -> dict:
+    out = dict(framework="litgpt", loss_impl="chunked", adapter_fp32=False, kbit_upcast=False, attn_mask=False,
+               optimizer="adamw_torch", peft="lora", lora_r=r, lora_alpha=16.0, lora_targets=targets,
+               lora_dropout=dropout, measured=measured)
+    behaviour = frameworks.BEHAVIOUR["litgpt"]
+    # plan fields the resolver sets for litgpt, when this version of the plan has them
+    out.update({k: True for k in ("fused_qkv",) if k in ResolvedPlan.model_fields and behaviour.get(k)})
+    if quant:
+        out.update(peft="qlora", quant_bits=4, quant_lm_head=behaviour["quant_lm_head"],
+                   quant_keeps_input=frameworks.bnb_keeps_4bit_input(frameworks.BITSANDBYTES["litgpt"]))
+        out.update({k: True for k in ("quant_dequant_fp16",)
+                    if k in ResolvedPlan.model_fields and behaviour.get(k)})
+    return out
 
 # (label, model, seq, micro batch, settings)
 SWEEP: list[tuple[str, str, int, int, dict]] = [
@@ -74,8 +102,17 @@ SWEEP: list[tuple[str, str, int, int, dict]] = [
     ("LoRA ckpt", M70B, 4096, 1, dict(LORA, grad_checkpointing=True)),
     ("QLoRA ckpt", M70B, 2048, 1, dict(QLORA, grad_checkpointing=True)),
     ("QLoRA ckpt paged", M70B, 8192, 2, dict(QLORA, grad_checkpointing=True, optimizer="paged_adamw_8bit")),
+    ("LoRA dropout 0.05", M8B, 2048, 1, dict(LORA, lora_dropout=0.05)),
+    ("litgpt QLoRA q,v", LLAMA2_7B, 1304, 1, litgpt(8, ("q", "v"), 0.05, quant=True,
+                                                    measured="lr-llama2-7b-qlora-mb1")),
+    ("litgpt LoRA q,v", LLAMA2_7B, 1304, 1, litgpt(8, ("q", "v"), 0.05, quant=False,
+                                                   measured="lr-llama2-7b-lora-mb1")),
+    ("litgpt QLoRA q,v", LLAMA3_8B, 512, 2, litgpt(32, ("q", "v"), 0.05, quant=True, measured="lg-llama3-8b-qlora")),
+    ("litgpt LoRA all+head", GEMMA_2B, 512, 2, litgpt(8, ALL_AND_HEAD, 0.1, quant=False, measured="lg-gemma2b-lora")),
+    ("litgpt QLoRA all+head", TINYLLAMA, 512, 8, litgpt(32, ALL_AND_HEAD, 0.05, quant=True,
+                                                         measured="lg-tinyllama-qlora")),
 ]
-QUICK = {0, 2, 6, 13, 19, 22}
+QUICK = {0, 2, 6, 13, 19, 22, 41}
 
 
 def make_plan(model: str, seq: int, batch: int, settings: dict) -> ResolvedPlan:
@@ -83,6 +120,9 @@ def make_plan(model: str, seq: int, batch: int, settings: dict) -> ResolvedPlan:
     if arch is None:
         raise SystemExit(f"{model} is not in the catalog")
     settings = dict(settings)
+    settings.pop("measured", None)
+    if frameworks.BEHAVIOUR.get(settings.get("framework", ""), {}).get("separate_lm_head"):
+        arch = arch.model_copy(update={"tied_embeddings": False})
     opt = opt_kb.lookup_optimizer(settings.pop("optimizer", "adamw_torch_fused"))
     impl = settings.pop("optimizer_impl", opt.default_impl if opt.default_impl != "none" else "fused")
     gpu = gpu_kb.lookup_gpu("H100-80GB")[0]
@@ -112,7 +152,10 @@ def main() -> int:
 
     say(f"{'#':>2} {'setting':<24} {'model':<28} {'seq':>5} {'b':>2} {'trace GiB':>10} {'phase':<16} "
         f"{'estimate GiB':>12} {'phase':<16} {'est÷trace':>9} {'trace s':>7}")
-    rows, misses = [], []
+    rows, misses, measured = [], [], []
+    truth = {}
+    if GROUND_TRUTH.exists():
+        truth = {r["id"]: r for r in map(json.loads, GROUND_TRUTH.read_text().splitlines()) if r.get("measured_gib")}
     for i, (label, model, seq, batch, settings) in enumerate(SWEEP):
         if args.quick and i not in QUICK:
             continue
@@ -128,6 +171,8 @@ def main() -> int:
         if not ok:
             est_parts = {k: v for k, v in est.components.items() if k not in ("allocator", "cuda_context")}
             misses.append((i, label, model, seq, batch, raw, est, est_parts))
+        if settings.get("measured") in truth:
+            measured.append((i, truth[settings["measured"]], raw["peak_bytes"], est.allocated_bytes))
     within = sum(abs(r - 1) <= TOLERANCE for r in rows)
     say()
     say(f"within ±{TOLERANCE:.0%}: {within}/{len(rows)} = {within / len(rows):.0%} "
@@ -142,6 +187,13 @@ def main() -> int:
             say(f"            phases: " + ", ".join(f"{k} {v / GIB:.2f}" for k, v in raw["phases"].items()))
             say(f"   estimate {est.allocated_bytes / GIB:.2f} in {est.phase}: {breakdown(est_parts)}")
             say(f"            phases: " + ", ".join(f"{k} {v / GIB:.2f}" for k, v in est.phases.items()))
+    if measured:
+        say()
+        say("litgpt rows beside litgpt's published peaks (max_memory_allocated over the whole run, GiB):")
+        for i, row, traced, estimated in measured:
+            gib = row["measured_gib"]
+            say(f"#{i} {row['id']:<26} measured {gib:6.2f}   trace {traced / GIB:6.2f} ({traced / GIB / gib:.3f})   "
+                f"estimate {estimated / GIB:6.2f} ({estimated / GIB / gib:.3f})")
     if not args.quick:
         rp = make_plan(M70B, 4096, 1, {})
         t0 = time.perf_counter()

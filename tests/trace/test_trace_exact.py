@@ -28,6 +28,17 @@ CASES = {
     "fp32 master weights": dict(master_weights=True),
     "LoRA dropout, logits kept": dict(LORA, lora_dropout=0.1, keep_logits=True),
 }
+LITGPT = dict(framework="litgpt", loss_impl="chunked", adapter_fp32=False, kbit_upcast=False,
+              arch=ARCHS["llama"].model_copy(update={"tied_embeddings": False}))
+CASES.update({
+    "litgpt LoRA q,v with dropout (fused qkv, chunked bf16 loss)": dict(LITGPT, **LORA, lora_dropout=0.05) | dict(
+        lora_targets=("q", "v")),
+    "litgpt QLoRA: 4-bit LM head with LoRA, inputs kept (bitsandbytes < 0.43.2)": dict(
+        LITGPT, **LORA, quant_bits=4, quant_lm_head=True, quant_keeps_input=True) | dict(
+        lora_targets=("q", "k", "v", "o", "gate", "up", "down", "lm_head"), lora_dropout=0.1),
+    "litgpt Gemma-2 (soft-capped attention and logits)": dict(
+        LITGPT, **LORA, arch=ARCHS["gemma2"].model_copy(update={"tied_embeddings": False})),
+})
 ARCH_CASES = {name: dict(arch=arch) for name, arch in ARCHS.items() if name != "llama"}
 
 

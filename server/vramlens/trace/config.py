@@ -19,6 +19,9 @@ POST_NORM_ONLY_FAMILIES = {"olmo2", "olmo3"}
 GEMMA_FAMILIES = {"gemma", "gemma2", "gemma3", "gemma3_text"}
 # Final-logit soft-capping in the public configs (Gemma-2: final_logit_softcapping = 30.0).
 LOGIT_SOFTCAP = {"gemma2": 30.0}
+# Attention-logit soft-capping (Gemma-2: attn_logit_softcapping = 50.0). litgpt then leaves SDPA for its eager
+# path (litgpt/model.py `CausalSelfAttention.scaled_dot_product_attention`).
+ATTN_SOFTCAP = {"gemma2": 50.0}
 # Learned absolute position embeddings: family -> token-type rows beside them (as knowledge.models counts them).
 LEARNED_POSITIONS = {"gpt2": 0, "bert": 2, "roberta": 1}
 # Families whose o_proj has no bias although q/k/v have one.
@@ -44,7 +47,7 @@ class StepConfig:
     attention: str                   # "sdpa" | "eager"
     repeat_kv: bool                  # materialise full-head K/V copies (HF repeat_kv)
     mask: str                        # "none" | "bool" (SDPA with a mask) | "float" (eager additive mask)
-    loss: str                        # "standard" | "chunked" | "fused"
+    loss: str                        # "standard" | "chunked" (torchtune) | "litgpt" | "fused"
     keep_logits: bool
     # PEFT and quantization
     peft: str                        # "none" | "lora" | "dora" | "qlora"
@@ -58,6 +61,8 @@ class StepConfig:
     quant_type: str
     quant_double: bool
     quant_storage: str
+    quant_lm_head: bool              # the LM head is a 4/8-bit linear too (litgpt's Fabric BitsandbytesPrecision)
+    quant_keeps_input: bool          # bitsandbytes < 0.43.2: every 4-bit matmul keeps its input for backward
     # optimizer
     optimizer_name: str
     optimizer_family: str
@@ -80,10 +85,20 @@ class StepConfig:
     logit_softcap: float | None = None
     learned_positions: bool = False
     token_types: int = 0
+    litgpt: bool = False             # litgpt's attention: fused qkv linear, RoPE through torch.cat, no mask
+    attn_softcap: float | None = None   # litgpt's eager soft-capped attention (Gemma-2)
+    quant_from_fp16: bool = False    # 4-bit weights quantized from an fp16 copy (Lightning Fabric): dequantized to
+                                     # fp16, then cast to the compute dtype
 
     @property
     def full_finetune(self) -> bool:
         return self.peft == "none"
+
+    @property
+    def holds_logits(self) -> bool:
+        """The loop still references the logits during backward: `keep_logits`, or litgpt's loop, whose
+        `logits` list stays bound while `fabric.backward(loss)` runs (litgpt/finetune/lora.py `fit`)."""
+        return self.keep_logits or self.loss == "litgpt"
 
     def targets(self, name: str) -> bool:
         """Whether the block linear `name` (canonical) carries a LoRA adapter."""
@@ -112,7 +127,21 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         assumptions.append("fp32 master weights: the optimizer keeps an fp32 copy of each parameter, fp32 states "
                            "and fp32 gradient copies during the step (Megatron/DeepSpeed-style)")
 
-    if rp.attn_impl == "eager":
+    litgpt = rp.framework == "litgpt" and arch.block == "decoder"
+    if litgpt:
+        # litgpt/model.py: F.scaled_dot_product_attention(..., attn_mask=None, is_causal=True) in training, K/V of
+        # grouped queries expanded with repeat_interleave; an attention soft-cap takes its eager path instead
+        attention, repeat, mask = "sdpa", True, "none"
+        assumptions.append("litgpt's attention traced as litgpt computes it: one fused qkv linear (one LoRA branch "
+                           "and one dropout for the q/k/v it adapts, LoRAQKVLinear), q/k/v as views of its output, "
+                           "RoPE with an fp32 cache and torch.cat, K/V repeated with repeat_interleave, SDPA with "
+                           "is_causal and no mask" + (" (eager soft-capped scores for this family)"
+                                                      if arch.family in ATTN_SOFTCAP else ""))
+        assumptions.append("litgpt's MLP, norms and LoRALinear traced in the Hugging Face layout: they keep the same "
+                           "tensors (RMSNorm as litgpt ≥ 2024 computes it, in fp32; RoPE on the whole head)")
+        if arch.is_moe:
+            assumptions.append("litgpt's MoE block traced as the Hugging Face sparse block")
+    elif rp.attn_impl == "eager":
         attention, repeat, mask = "eager", rp.repeat_kv, ("float" if rp.attn_mask and not rp.packing else "none")
     else:
         attention = "sdpa"
@@ -124,7 +153,12 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
     if arch.block == "encoder":
         mask = "none"                                # no padding: bidirectional attention without a mask
 
-    if rp.loss_impl == "chunked":
+    loss = rp.loss_impl
+    if rp.loss_impl == "chunked" and litgpt:
+        loss = "litgpt"
+        assumptions.append("litgpt's chunked head and loss: the LM head on 128-token chunks (a list held through "
+                           "backward), cross-entropy per chunk in the logits' dtype (no fp32 upcast)")
+    elif rp.loss_impl == "chunked":
         assumptions.append("chunked cross-entropy traced as torchtune's CEWithChunkedOutputLoss (8 chunks, "
                            "fp32 upcast per chunk)")
     elif rp.loss_impl == "fused":
@@ -141,6 +175,17 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         assumptions.append("dropout off; GELU as the tanh approximation kernel")
     if quantized and rp.quant_bits == 8:
         assumptions.append("LLM.int8 without outlier decomposition (threshold 0): outliers are data-dependent")
+    quant_head = bool(quantized and rp.quant_lm_head and not arch.tied_embeddings and arch.block != "encoder")
+    if quant_head:
+        assumptions.append(f"the LM head is a {rp.quant_bits}-bit linear like the blocks' linears")
+    from_fp16 = bool(rp.quant_bits == 4 and getattr(rp, "quant_dequant_fp16", False))
+    if from_fp16 and compute != "fp16":
+        assumptions.append("4-bit weights quantized from an fp16 copy (Lightning Fabric's BitsandbytesPrecision): "
+                           f"each dequantization makes an fp16 weight, then a {compute} copy")
+    keeps_input = bool(rp.quant_bits == 4 and rp.quant_keeps_input)
+    if keeps_input:
+        assumptions.append("bitsandbytes < 0.43.2 traced: each 4-bit matmul dequantizes its weight with "
+                           "F.linear and keeps its input for backward (MatMul4Bit before bitsandbytes PR #1270)")
     if rp.peft != "none" and "embed" in rp.lora_targets:
         not_traced.append("LoRA on the embedding layer")
 
@@ -167,12 +212,13 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         upcast_non_quantized=upcast,
         micro_batch=rp.micro_batch, seq_len=rp.seq_len, grad_accum=min(max(1, rp.grad_accum), 2),
         checkpointing=rp.grad_checkpointing, attention=attention, repeat_kv=repeat, mask=mask,
-        loss=rp.loss_impl, keep_logits=rp.keep_logits,
+        loss=loss, keep_logits=rp.keep_logits,
         peft="qlora" if (rp.peft == "lora" and rp.quant_bits == 4) else rp.peft,
         lora_r=rp.lora_r, lora_alpha=rp.lora_alpha or float(rp.lora_r or 1), lora_dropout=rp.lora_dropout,
         lora_targets=rp.lora_targets, modules_to_save=rp.modules_to_save, adapter_fp32=rp.adapter_fp32,
         quant_bits=rp.quant_bits if quantized else None, quant_type=rp.quant_type, quant_double=rp.quant_double,
-        quant_storage=rp.quant_storage,
+        quant_storage=rp.quant_storage, quant_lm_head=quant_head, quant_keeps_input=keeps_input,
+        quant_from_fp16=from_fp16,
         optimizer_name=rp.optimizer.name, optimizer_family=rp.optimizer.family,
         optimizer_library=rp.optimizer.library, optimizer_states=rp.optimizer.states,
         optimizer_state_bytes=rp.optimizer.state_bytes, optimizer_paged=rp.optimizer.paged,
@@ -184,4 +230,5 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         logit_softcap=LOGIT_SOFTCAP.get(arch.family),
         learned_positions=arch.family in LEARNED_POSITIONS and bool(arch.max_position),
         token_types=LEARNED_POSITIONS.get(arch.family, 0),
+        litgpt=litgpt, attn_softcap=ATTN_SOFTCAP.get(arch.family) if litgpt else None,
     )

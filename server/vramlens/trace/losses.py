@@ -1,9 +1,14 @@
-"""The LM head and the loss, in the three ways a training loop computes them.
+"""The LM head and the loss, in the four ways a training loop computes them.
 
 - standard: Hugging Face `ForCausalLMLoss` (transformers >= 4.46): the 16-bit logits are upcast to fp32 and
   the labels are shifted by padding, not by slicing the logits.
 - chunked: torchtune's `CEWithChunkedOutputLoss`: the LM head runs on 8 chunks of the hidden states, each
   chunk's logits are upcast and passed to cross-entropy with reduction="sum".
+- litgpt: litgpt's fine-tuning loop (litgpt/finetune/lora.py `fit`, litgpt/model.py `GPT.forward`,
+  litgpt/utils.py `chunked_cross_entropy`): `model(ids, lm_head_chunk_size=128)` returns the list of
+  `lm_head(x_i)` for `x_i in x.split(128, dim=1)` (each soft-capped for Gemma-2), the loop cuts the last
+  position off the last chunk, and cross-entropy runs per chunk with reduction="none" in the logits' dtype (no
+  upcast) before `torch.cat(...).sum() / n`. The loop keeps the list referenced through backward.
 - fused: a stand-in for Liger's fused linear cross-entropy (`ops/fused_linear_cross_entropy.py`). The real
   kernel is Triton; this function allocates what it allocates: a zero `grad_input` like the hidden states,
   a zero `grad_weight` like the LM-head weight when it is trained, an fp32 per-token loss, and one chunk of
@@ -18,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 CHUNKS = 8          # torchtune's default num_output_chunks
+LITGPT_CHUNK = 128  # litgpt's finetune scripts: model(input_ids, lm_head_chunk_size=128)
 
 
 def shift_labels(labels: torch.Tensor) -> torch.Tensor:
@@ -40,6 +46,22 @@ def chunked_loss(hidden: torch.Tensor, head, labels: torch.Tensor) -> tuple[torc
         chunk = chunk.reshape(-1, chunk.size(-1))
         total = total + F.cross_entropy(chunk.float(), target, ignore_index=-100, reduction="sum")
     return total / labels.numel(), logits
+
+
+def litgpt_loss(hidden: torch.Tensor, head, labels: torch.Tensor,
+                softcap: float | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def clamp(chunk):                            # litgpt `do_softcapping`, applied as each chunk is made
+        return chunk if softcap is None else torch.tanh(chunk / softcap) * softcap
+
+    logits = [clamp(head(x_i)) for x_i in hidden.split(LITGPT_CHUNK, dim=1)]
+    logits[-1] = logits[-1][..., :-1, :]
+    targets = labels[..., 1:]
+    logit_chunks = [chunk.reshape(-1, chunk.size(-1)) for chunk in logits]
+    target_chunks = [t.reshape(-1) for t in targets.split(logits[0].size(1), dim=1)]
+    loss_chunks = [F.cross_entropy(chunk, t, ignore_index=-100, reduction="none")
+                   for chunk, t in zip(logit_chunks, target_chunks)]
+    # litgpt divides by the count of unmasked targets (a data-dependent scalar); every target counts here
+    return torch.cat(loss_chunks).sum() / max(1, targets.numel()), logits
 
 
 def _next_power_of_2(n: int) -> int:

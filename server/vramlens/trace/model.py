@@ -8,8 +8,13 @@ BERT-style encoders (post-LN, sequence-classification head) and T5-style encoder
 
 PEFT semantics follow peft's `LoraLayer.forward`: the base layer runs first, the input is cast to the adapter
 dtype in every adapted module (fp32 adapters keep their own fp32 copy of the input), and DoRA follows
-`DoraLinearLayer.forward`. 4-bit and 8-bit base weights go through bitsandbytes' functional API, which has
-fake-tensor kernels (`Params4bit` cannot wrap a fake tensor; research/fake-tensor-probe.md §3.3).
+`DoraLinearLayer.forward`. LoRA dropout runs CUDA's `native_dropout` (a 1-byte mask), not the CPU path.
+4-bit and 8-bit base weights go through bitsandbytes' functional API, which has fake-tensor kernels
+(`Params4bit` cannot wrap a fake tensor; research/fake-tensor-probe.md §3.3); with `quant_keeps_input` the
+4-bit matmul is the one bitsandbytes < 0.43.2 ran, which keeps its input for backward.
+
+litgpt's step (`cfg.litgpt`) swaps the attention for litgpt's: a fused qkv linear with litgpt's LoRAQKVLinear,
+q/k/v as views of its output, RoPE through torch.cat, repeat_interleave for grouped K/V and SDPA without a mask.
 
 Parameter counts match `vramlens.estimate.shapes` (one exception: the BERT classifier adds 2h + 2).
 """
@@ -73,11 +78,13 @@ class Quant4bitLinear(nn.Module):
                         "fp32": torch.float32}[cfg.quant_storage]
         self.bias = nn.Parameter(torch.zeros(out_f, dtype=bias_dtype), requires_grad=False) if bias else None
         self.qs = None
+        self.keeps_input = cfg.quant_keeps_input
+        self.source_dtype = torch.float16 if cfg.quant_from_fp16 else self.compute_dtype
 
     def quantize_(self, device, real: bool) -> None:
         import bitsandbytes as bnb
 
-        w = torch.empty(self.out_features, self.in_features, dtype=self.compute_dtype, device=device)
+        w = torch.empty(self.out_features, self.in_features, dtype=self.source_dtype, device=device)
         if real:
             w.normal_(0.0, 0.02)
         packed, self.qs = bnb.functional.quantize_4bit(w, blocksize=64, compress_statistics=self.double,
@@ -103,7 +110,41 @@ class Quant4bitLinear(nn.Module):
         inp_dtype = x.dtype
         x = x.to(self.compute_dtype)
         bias = None if self.bias is None else self.bias.to(self.compute_dtype)
+        if self.keeps_input:
+            return KeptInputMatMul4Bit.apply(x, self.packed, bias, self.qs).to(inp_dtype)
         return bnb.matmul_4bit(x, self.packed.t(), bias=bias, quant_state=self.qs).to(inp_dtype)
+
+
+class KeptInputMatMul4Bit(torch.autograd.Function):
+    """`MatMul4Bit` as bitsandbytes <= 0.43.1 ran it (bitsandbytes/autograd/_functions.py before PR #1270,
+    released in 0.43.2): the forward dequantizes the whole weight and calls `F.linear`, and `ctx.tensors = (A, B)`
+    keeps the input A until backward although backward never reads it; backward dequantizes the weight again for
+    grad_A. Built on `bitsandbytes.functional.dequantize_4bit`, which has fake-tensor kernels.
+
+    A is kept through `save_for_backward` (bitsandbytes used a ctx attribute): under the non-reentrant checkpoint
+    the trace uses, a recomputed block then frees it, as the Hugging Face default (reentrant) checkpoint did."""
+
+    @staticmethod
+    def forward(ctx, A, packed, bias, qs):
+        import bitsandbytes as bnb
+
+        out = F.linear(A, bnb.functional.dequantize_4bit(packed, qs).to(A.dtype), bias)
+        ctx.qs, ctx.bias_dtype = qs, None if bias is None else bias.dtype
+        if ctx.needs_input_grad[0]:
+            ctx.save_for_backward(A, packed)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        import bitsandbytes as bnb
+
+        grad_A = grad_bias = None
+        if ctx.needs_input_grad[2]:
+            grad_bias = grad_output.sum(0, dtype=ctx.bias_dtype)
+        if ctx.needs_input_grad[0]:
+            _, packed = ctx.saved_tensors
+            grad_A = torch.matmul(grad_output, bnb.functional.dequantize_4bit(packed, ctx.qs).to(grad_output.dtype))
+        return grad_A, None, grad_bias, None
 
 
 class Quant8bitLinear(nn.Module):
@@ -142,6 +183,26 @@ class Quant8bitLinear(nn.Module):
         return bnb.matmul(x, self.CB, bias=bias, state=state)
 
 
+class CudaDropout(nn.Module):
+    """`nn.Dropout` as it runs on CUDA: `F.dropout` takes the fused `native_dropout` kernel there, which keeps a
+    1-byte bool mask for backward. On the CPU device the trace runs on it would multiply by a noise tensor of the
+    input's dtype instead (ATen Dropout.cpp, `is_fused_kernel_acceptable` is CUDA/XPU-only), so this calls
+    `native_dropout` itself."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        if not self.training or self.p <= 0:
+            return x
+        return torch.native_dropout(x, self.p, True)[0]
+
+
+def make_dropout(p: float) -> nn.Module:
+    return CudaDropout(p) if p > 0 else nn.Identity()
+
+
 class LoraLinear(nn.Module):
     """peft LoRA/DoRA around a frozen base linear."""
 
@@ -152,7 +213,7 @@ class LoraLinear(nn.Module):
         self.lora_A = nn.Linear(in_f, r, bias=False, dtype=adapter_dtype)
         self.lora_B = nn.Linear(r, out_f, bias=False, dtype=adapter_dtype)
         self.scaling = cfg.lora_alpha / r
-        self.drop = nn.Dropout(cfg.lora_dropout) if cfg.lora_dropout > 0 else nn.Identity()
+        self.drop = make_dropout(cfg.lora_dropout)
         self.dora = cfg.peft == "dora"
         if self.dora:
             self.lora_magnitude = nn.Parameter(torch.ones(out_f, dtype=adapter_dtype))
@@ -189,18 +250,26 @@ class LoraLinear(nn.Module):
         return result.to(out_dtype)
 
 
+def adapter_dtype(cfg: StepConfig):
+    return torch.float32 if (cfg.adapter_fp32 or cfg.param_dtype == "fp32") else DTYPES[cfg.compute_dtype]
+
+
+def base_linear(cfg: StepConfig, name: str, in_f: int, out_f: int, bias: bool, dtype, other_dtype) -> nn.Module:
+    """A frozen-or-trained linear without adapter: quantized when the plan quantizes (every block linear, as
+    bitsandbytes does; the LM head too when `quant_lm_head`)."""
+    quantize = name != "lm_head" or cfg.quant_lm_head
+    if cfg.quant_bits == 4 and quantize:
+        return Quant4bitLinear(in_f, out_f, bias, cfg, other_dtype)
+    if cfg.quant_bits == 8 and quantize:
+        return Quant8bitLinear(in_f, out_f, bias, cfg, other_dtype)
+    return nn.Linear(in_f, out_f, bias=bias, dtype=other_dtype if name == "lm_head" else dtype)
+
+
 def make_linear(cfg: StepConfig, name: str, in_f: int, out_f: int, bias: bool, dtype, other_dtype) -> nn.Module:
-    """A block linear: quantized when the plan quantizes (every block linear, as bitsandbytes does),
-    wrapped in a LoRA/DoRA adapter when the plan targets it."""
-    if cfg.quant_bits == 4 and name != "lm_head":
-        base: nn.Module = Quant4bitLinear(in_f, out_f, bias, cfg, other_dtype)
-    elif cfg.quant_bits == 8 and name != "lm_head":
-        base = Quant8bitLinear(in_f, out_f, bias, cfg, other_dtype)
-    else:
-        base = nn.Linear(in_f, out_f, bias=bias, dtype=other_dtype if name == "lm_head" else dtype)
+    """A linear as `base_linear` builds it, wrapped in a LoRA/DoRA adapter when the plan targets it."""
+    base = base_linear(cfg, name, in_f, out_f, bias, dtype, other_dtype)
     if cfg.targets(name):
-        adapter_dtype = torch.float32 if (cfg.adapter_fp32 or cfg.param_dtype == "fp32") else DTYPES[cfg.compute_dtype]
-        return LoraLinear(base, in_f, out_f, cfg, adapter_dtype)
+        return LoraLinear(base, in_f, out_f, cfg, adapter_dtype(cfg))
     return base
 
 
@@ -224,10 +293,11 @@ class Rotary(nn.Module):
         d = self.head_dim
         self.inv_freq.copy_(1.0 / (self.theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=self.inv_freq.device) / d)))
 
-    def forward(self, x, pos):
+    def forward(self, x, pos, dtype=None):
         freqs = pos[:, :, None].float() * self.inv_freq[None, None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        dtype = dtype or x.dtype
+        return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
 class Attention(nn.Module):
@@ -277,6 +347,110 @@ class Attention(nn.Module):
                                                  enable_gqa=rep > 1 and not repeated)
         out = out.transpose(1, 2).reshape(b, s, self.heads * self.d)
         return self.o(out)
+
+
+class FusedQKV(nn.Module):
+    """litgpt's `CausalSelfAttention.qkv`: one linear for q, k and v ([q | k | v] along its output), and, when
+    LoRA adapts any of them, litgpt's `LoRAQKVLinear` (litgpt/lora.py): one dropout and one `lora_A` of
+    r × (adapted parts) rows for all of them, `lora_B` applied as a grouped conv1d, the update scattered into a
+    zero tensor of the full qkv width (`zero_pad`) unless q, k and v are all adapted."""
+
+    def __init__(self, cfg: StepConfig, dtype, other_dtype):
+        super().__init__()
+        a = cfg.arch
+        self.sizes = (a.q_dim, a.kv_dim, a.kv_dim)
+        self.mha = a.heads == a.n_kv_heads
+        self.out_features = sum(self.sizes)
+        self.base = base_linear(cfg, "qkv", a.hidden, self.out_features, a.attn_bias, dtype, other_dtype)
+        self.enabled = tuple(cfg.targets(n) for n in ("q", "k", "v"))
+        self.lora = any(self.enabled)
+        if self.lora:
+            r, n = max(cfg.lora_r, 1), sum(self.enabled)
+            self.lora_shapes = [size for size, on in zip(self.sizes, self.enabled) if on]
+            self.lora_A = nn.Parameter(torch.empty(r * n, a.hidden, dtype=adapter_dtype(cfg)))
+            self.lora_B = nn.Parameter(torch.empty(sum(self.lora_shapes), r, dtype=adapter_dtype(cfg)))
+            self.scaling = cfg.lora_alpha / r
+            self.drop = make_dropout(cfg.lora_dropout)
+
+    def _lora_index(self, device) -> torch.Tensor:
+        starts = (0, self.sizes[0], self.sizes[0] + self.sizes[1])
+        return torch.cat([torch.arange(st, st + size, device=device)
+                          for st, size, on in zip(starts, self.sizes, self.enabled) if on])
+
+    def _zero_pad(self, x):
+        if all(self.enabled):
+            return x
+        x = x.transpose(0, 1)
+        result = x.new_zeros((*x.shape[:-1], self.out_features)).view(-1, self.out_features)
+        result = result.index_copy(1, self._lora_index(x.device), x.reshape(-1, sum(self.lora_shapes)))
+        return result.view((*x.shape[:-1], self.out_features)).transpose(0, 1)
+
+    def forward(self, x):
+        pretrained = self.base(x)
+        if not self.lora:
+            return pretrained
+        after_A = F.linear(self.drop(x.to(self.lora_A.dtype)), self.lora_A)
+        a_t, w = after_A.transpose(-2, -1), self.lora_B.unsqueeze(-1)
+        n = sum(self.enabled)
+        if self.mha:
+            after_B = F.conv1d(a_t, w, groups=n)
+        else:
+            after_B = torch.cat([F.conv1d(a, b) for a, b in zip(a_t.chunk(n, dim=1), w.split(self.lora_shapes))],
+                                dim=1)
+        lora = self._zero_pad(after_B.transpose(-2, -1)) * self.scaling
+        return (pretrained + lora).to(pretrained.dtype)
+
+
+def litgpt_rope(x, cos, sin):
+    """litgpt/model.py `apply_rope` (cos/sin of shape (1, T, d), fp32: `fit` rebuilds the cache in fp32)."""
+    half = x.size(-1) // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    cos, sin = cos[:, None], sin[:, None]
+    return ((x * cos) + (rotated * sin)).to(dtype=x.dtype)
+
+
+class LitAttention(nn.Module):
+    """litgpt's `CausalSelfAttention.forward` in training (no KV cache, no mask)."""
+
+    def __init__(self, cfg: StepConfig, dtype, other_dtype):
+        super().__init__()
+        a = cfg.arch
+        self.cfg = cfg
+        self.heads, self.kv_heads, self.d = a.heads, a.n_kv_heads, a.d_head
+        self.qkv = FusedQKV(cfg, dtype, other_dtype)
+        o_bias = a.attn_bias and a.family not in QKV_BIAS_ONLY
+        self.o = make_linear(cfg, "o", a.q_dim, a.hidden, o_bias, dtype, other_dtype)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(self.d, gemma=cfg.gemma, dtype=other_dtype)
+            self.k_norm = RMSNorm(self.d, gemma=cfg.gemma, dtype=other_dtype)
+
+    def forward(self, x, rope=None, mask=None, kv_source=None):
+        c = self.cfg
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x).split(self.qkv.sizes, dim=-1)
+        q = q.view(B, T, self.heads, self.d).transpose(1, 2)
+        k = k.view(B, T, self.kv_heads, self.d).transpose(1, 2)
+        v = v.view(B, T, self.kv_heads, self.d).transpose(1, 2)
+        if c.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        cos, sin = rope
+        q = torch.cat((litgpt_rope(q, cos, sin), q[..., self.d:]), dim=-1)
+        k = torch.cat((litgpt_rope(k, cos, sin), k[..., self.d:]), dim=-1)
+        if self.kv_heads != self.heads:
+            rep = self.heads // self.kv_heads
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        scale = 1.0 / (self.d ** 0.5)
+        if c.attn_softcap is not None:
+            scores = q @ k.mT * scale
+            scores = torch.tanh(scores / c.attn_softcap) * c.attn_softcap
+            causal = torch.ones(T, T, dtype=q.dtype, device=q.device).triu(diagonal=1)
+            causal.masked_fill_(causal.bool(), torch.finfo(q.dtype).min)
+            scores = F.softmax(scores + causal, dim=-1, dtype=torch.float).to(dtype=q.dtype)
+            y = scores @ v
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, scale=scale, is_causal=True)
+        y = y.transpose(1, 2).reshape(B, T, self.heads * self.d)
+        return self.o(y)
 
 
 def _activation(cfg: StepConfig):
@@ -353,7 +527,10 @@ class Block(nn.Module):
         a = cfg.arch
         h = a.hidden
         self.cfg, self.cross, self.post_ln = cfg, cross, post_ln
-        self.attn = Attention(cfg, dtype, other_dtype, causal=causal)
+        if cfg.litgpt:
+            self.attn: nn.Module = LitAttention(cfg, dtype, other_dtype)
+        else:
+            self.attn = Attention(cfg, dtype, other_dtype, causal=causal)
         if cfg.four_norms:
             self.n1, self.n1_post = make_norm(cfg, h, other_dtype), make_norm(cfg, h, other_dtype)
             self.n2, self.n2_post = make_norm(cfg, h, other_dtype), make_norm(cfg, h, other_dtype)
@@ -500,7 +677,12 @@ class SyntheticModel(nn.Module):
             x = x + self.types(torch.zeros_like(ids))
         if self.emb_norm is not None:
             x = self.emb_norm(x)
-        rope = self.rotary(x, pos) if self.rotary is not None else None
+        if self.rotary is None:
+            rope = None
+        elif c.litgpt:                                    # litgpt: an fp32 (1, T, d) cache slice
+            rope = self.rotary(x, pos[:1], torch.float32)
+        else:
+            rope = self.rotary(x, pos)
         mask = self._mask(b, s, x.dtype, ids.device) if self.kind != "encoder" else None
 
         if self.kind == "encoder":
@@ -526,6 +708,9 @@ class SyntheticModel(nn.Module):
             return {"loss": losses.fused_loss(x, self.head_weight(), labels), "logits": None}
         if c.loss == "chunked":
             loss, chunks = losses.chunked_loss(x, self.head, labels)
+            return {"loss": loss, "logits": chunks}
+        if c.loss == "litgpt":
+            loss, chunks = losses.litgpt_loss(x, self.head, labels, c.logit_softcap)
             return {"loss": loss, "logits": chunks}
         logits = self.head(x)
         return {"loss": losses.standard_loss(logits, labels, c.logit_softcap), "logits": logits}

@@ -32,7 +32,7 @@ def forward_backward(model, batch, cfg: StepConfig, mark: Mark, device_type: str
         loss = out["loss"]
         if cfg.grad_accum > 1:
             loss = loss / cfg.grad_accum
-        logits = out["logits"] if cfg.keep_logits else None   # `out.logits` still referenced by the loop
+        logits = out["logits"] if cfg.holds_logits else None  # still referenced by the loop
         del out
         mark("bwd-loss")
         loss.backward()
