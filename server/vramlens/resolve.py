@@ -243,6 +243,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         quant_bits=quant_bits, quant_type=str(val("quant_type") or "nf4"), quant_double=bool(val("quant_double")),
         quant_storage=storage if storage in ("bf16", "fp16", "fp32") else "uint8",
         quant_lm_head=bool(behaviour.get("quant_lm_head")), quant_keeps_input=keeps_input,
+        quant_dequant_fp16=bool(behaviour.get("quant_dequant_fp16")), fused_qkv=bool(behaviour.get("fused_qkv")),
         strategy=strategy, zero_stage=int(zero) if strategy in ("deepspeed", "fsdp") else 0, world_size=dp,
         offload_optimizer=bool(val("offload_optimizer")), offload_params=bool(val("offload_params")),
         tensor_parallel=int(tp), context_parallel=int(cp),

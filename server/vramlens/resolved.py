@@ -66,6 +66,11 @@ class ResolvedPlan(BaseModel):
                                                # replaces every nn.Linear); otherwise it stays in 16/32-bit
     quant_keeps_input: bool = False            # bitsandbytes < 0.43.2: every 4-bit linear keeps its input for
                                                # backward (MatMul4Bit `ctx.tensors = (A, B)`, removed in PR #1270)
+    quant_dequant_fp16: bool = False           # 4-bit weights quantized from an fp16 copy (Lightning Fabric): each
+                                               # call dequantizes to fp16, then casts to the compute dtype
+    fused_qkv: bool = False                    # one q|k|v linear (litgpt): one LoRA adapter and dropout for all three,
+                                               # zero-padding that keeps the adapter output when only some adapt,
+                                               # and with MHA the value is a view that keeps the whole q|k|v output
     # distribution (per-rank estimate)
     strategy: Literal["none", "ddp", "deepspeed", "fsdp", "megatron"] = "none"
     zero_stage: int = 0

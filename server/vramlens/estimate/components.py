@@ -105,7 +105,10 @@ def dequantized_head(rp: ResolvedPlan) -> int:
     its backward, when every saved activation and the logits are still held: V·h·2 bytes at the peak."""
     if not head_quantized(rp):
         return 0
-    return shapes(rp.arch).lm_head_params * DTYPE_BYTES[rp.compute_dtype if rp.compute_dtype != "fp32" else "bf16"]
+    per = DTYPE_BYTES[rp.compute_dtype if rp.compute_dtype != "fp32" else "bf16"]
+    if rp.quant_dequant_fp16 and rp.compute_dtype != "fp16":
+        per += 2                      # quantized from fp16: dequantized to fp16, then cast (both alive in the cast)
+    return shapes(rp.arch).lm_head_params * per
 
 
 def shard_factor(rp: ResolvedPlan, what: str) -> float:
@@ -203,6 +206,9 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         norm_keep += (4 + norm_trains) * (q + arch.kv_dim)
 
     attn = c * q + 2 * c * kv_eff + c * q + 4 * heads
+    mha = arch.kv_dim == q
+    if rp.fused_qkv and mha:
+        attn += c * (q + arch.kv_dim)            # V is a view of the fused q|k|v output, which SDPA keeps whole
     if rp.attn_impl == "eager":
         attn += (4 + c) * heads * s              # fp32 softmax output + 16-bit probabilities (EA §1.9 vramcalc)
 
@@ -238,6 +244,8 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
             continue
         hit = [m for m in present if all_lin or m in targets]
         width = size / c
+        if rp.fused_qkv and members[0] == "q" and hit:
+            hit = ["qkv"]                                  # one adapter (one dropout) on the fused linear
         if dropout:
             # each adapter keeps its own dropped copy of the input + a 1-byte mask (CUDA native_dropout);
             # the input itself (and a cast copy of it) is not kept by the adapter
@@ -259,6 +267,10 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
             linear_inputs += 4 * q
     if keeps_quant_input and not full and rp.attn_impl == "eager":
         linear_inputs += c * q
+    if rp.fused_qkv and not full and not all_lin:
+        adapted = [d for m, d in (("q", q), ("k", arch.kv_dim), ("v", arch.kv_dim)) if m in targets]
+        if 0 < len(adapted) < 3:
+            linear_inputs += c * sum(d for d in adapted)  # zero_pad's index_copy keeps the adapter output (source)
 
     per_layer = norm_keep + attn + mlp_internal + linear_inputs
     if fp32_residual(rp):
