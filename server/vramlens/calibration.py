@@ -4,7 +4,9 @@ Every trace (`vramlens trace`, the editor's "Run exact trace") and every probe (
 line to a JSON-lines file:
 
     {"arch": <model id>, "arch_hash", "settings_hash", "settings": {…}, "source": "trace" | "probe",
-     "estimated_allocated": bytes, "measured_allocated": bytes, "gpu", "time", "vramlens", …}
+     "estimated_allocated": bytes, "measured_allocated": bytes, "gpu", "time", "vramlens", "estimator", …}
+
+("estimator" is the formulas' revision, `vramlens.estimate.REVISION`: a record made against another one is ignored.)
 
 `correction_for(resolved_plan)` returns measured ÷ estimated of the nearest record for the same architecture
 (same settings first, else the closest batch/sequence/precision/optimizer settings), bounded to [0.8, 1.25];
@@ -41,7 +43,8 @@ _CATEGORICAL = {
     "loss_impl": 1.5, "keep_logits": 0.5, "lora_targets": 1.0, "modules_to_save": 1.0, "adapter_fp32": 1.0,
     "kbit_upcast": 0.5, "packing": 0.5, "strategy": 2.0, "zero_stage": 2.0, "offload": 2.0,
     "activation_offload": 2.0, "compile": 1.0, "optimizer_in_bwd": 2.0, "tensor_parallel": 2.0,
-    "context_parallel": 2.0,
+    "context_parallel": 2.0, "framework": 1.0, "fused_qkv": 2.0, "quant_lm_head": 1.0, "quant_keeps_input": 2.0,
+    "quant_dequant_fp16": 0.5, "lora_dropout": 1.0,
 }
 _NUMERIC = {"micro_batch": 0.5, "seq_len": 0.5, "grad_accum": 0.25, "lora_r": 0.25, "world_size": 1.0}
 
@@ -84,7 +87,16 @@ def features(rp: ResolvedPlan) -> dict[str, Any]:
         "strategy": rp.strategy, "zero_stage": rp.zero_stage, "world_size": rp.world_size,
         "offload": f"{int(rp.offload_optimizer)}{int(rp.offload_params)}",
         "tensor_parallel": rp.tensor_parallel, "context_parallel": rp.context_parallel,
+        "framework": rp.framework, "fused_qkv": rp.fused_qkv, "quant_lm_head": rp.quant_lm_head,
+        "quant_keeps_input": rp.quant_keeps_input, "quant_dequant_fp16": rp.quant_dequant_fp16,
+        "lora_dropout": rp.lora_dropout > 0,
     }
+
+
+def _revision() -> int:
+    from vramlens.estimate import REVISION
+
+    return REVISION
 
 
 def _hash(obj: Any) -> str:
@@ -110,6 +122,7 @@ def record(rp: ResolvedPlan, *, source: str, estimated_allocated: int, measured_
         "settings": features(rp), "source": source, "estimated_allocated": int(estimated_allocated),
         "measured_allocated": int(measured_allocated), "gpu": gpu,
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "vramlens": __version__,
+        "estimator": _revision(),
     }
     if extra:
         rec.update({k: v for k, v in extra.items() if k not in rec})
@@ -173,10 +186,11 @@ def distance(a: dict, b: dict) -> float:
 def nearest(rp: ResolvedPlan, path: Path | None = None) -> tuple[dict, float] | None:
     """The closest record for this architecture and its distance (latest wins ties); None if none is close."""
     ah, sh, feats = arch_hash(rp), settings_hash(rp), features(rp)
+    revision = _revision()
     best: tuple[dict, float] | None = None
     for rec in records(path):
-        if rec.get("arch_hash") != ah:
-            continue
+        if rec.get("arch_hash") != ah or rec.get("estimator") != revision:
+            continue                  # another model, or a ratio to an estimate the formulas no longer give
         dist = 0.0 if rec.get("settings_hash") == sh else distance(feats, rec.get("settings") or {})
         if dist <= MAX_DISTANCE and (best is None or dist <= best[1]):
             best = (rec, dist)

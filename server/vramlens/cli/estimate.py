@@ -16,7 +16,7 @@ def add_arguments(p):
     p.add_argument("paths", nargs="+", help="config files or folders")
     p.add_argument("--gpu", help='GPU, e.g. "A100-40GB", "H100", "8xH100" (overrides the config)')
     p.add_argument("--num-gpus", type=int, help="number of GPUs (overrides the config)")
-    p.add_argument("--headroom", type=float, default=0.10, help="fraction of GPU memory to keep free (default 0.10)")
+    p.add_argument("--headroom", type=float, help="fraction of GPU memory to keep free (default 0.10)")
     p.add_argument("--format", choices=["text", "json"], default="text")
 
 
@@ -24,7 +24,7 @@ def run(args) -> int:
     from vramlens.estimate import estimate
     from vramlens.formats import parse_file
     from vramlens.report import estimate_json, render_text
-    from vramlens.resolve import ResolveError, Settings, resolve
+    from vramlens.resolve import ResolveError, resolve
 
     results, errors = [], 0
     files = list(iter_config_files(args.paths))
@@ -48,8 +48,7 @@ def run(args) -> int:
                 errors += 1
             continue
         try:
-            res = resolve(parsed.plan, Settings(gpu=args.gpu, gpu_count=args.num_gpus, headroom=args.headroom,
-                                                workspace=workspace))
+            res = resolve(parsed.plan, _settings_for(f, args, workspace))
         except ResolveError as exc:
             if parsed.plan.model_id is None and len(files) > 1:
                 continue          # a partial config (DeepSpeed/accelerate) that another file references
@@ -70,3 +69,19 @@ def run(args) -> int:
     if errors and not results and args.format == "text":
         return 2
     return 0
+
+
+def _settings_for(path: Path, args, workspace: Path):
+    """Command-line flags, then the project's `.vramlens.toml` / `[tool.vramlens]` (as `vramlens check` reads them)."""
+    from vramlens.resolve import Settings
+    from vramlens.workspace_config import find_workspace_config
+
+    project = find_workspace_config(path.resolve(), workspace)
+    values = project.values if project is not None else {}
+    try:
+        count = args.num_gpus or (int(values["gpuCount"]) if values.get("gpuCount") else None)
+    except (TypeError, ValueError):
+        count = args.num_gpus
+    headroom = args.headroom if args.headroom is not None else float(values.get("headroom", 0.10))
+    return Settings(gpu=args.gpu or values.get("gpu"), gpu_count=count, headroom=headroom, workspace=workspace,
+                    framework_versions={str(k): str(v) for k, v in (values.get("frameworkVersions") or {}).items()})

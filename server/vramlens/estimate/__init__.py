@@ -14,7 +14,11 @@ from vramlens.estimate import allocator, components as C
 from vramlens.estimate.result import COMPONENTS, GIB, Estimate
 from vramlens.resolved import ResolvedPlan
 
-__all__ = ["estimate", "allocated_peak", "Estimate", "GIB", "COMPONENTS"]
+__all__ = ["estimate", "allocated_peak", "Estimate", "GIB", "COMPONENTS", "REVISION"]
+
+# Bumped whenever a formula changes what an estimate comes to: local calibration records (trace/probe ratios to
+# the estimate of their day) made against another revision are ignored (vramlens.calibration).
+REVISION = 2
 
 
 def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]], C.Params, float]:
