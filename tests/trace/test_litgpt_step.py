@@ -1,5 +1,6 @@
-"""litgpt's LoRA/QLoRA step in the trace: the 128-token chunked head and bf16 loss held through backward, the
-4-bit LM head, bitsandbytes < 0.43.2 keeping every 4-bit matmul's input, and litgpt's fused qkv linear.
+"""litgpt's LoRA/QLoRA step in the trace: the 128-token chunked head and loss held through backward (fp32 once
+Lightning Fabric casts the outputs), the 4-bit LM head, bitsandbytes < 0.43.2 keeping every 4-bit matmul's
+input, Fabric's fp16 quantization source, and litgpt's fused qkv linear.
 Byte counts are checked against what each of those keeps, computed from the shapes (tiny models, seconds)."""
 from __future__ import annotations
 
@@ -69,24 +70,29 @@ def test_litgpt_loss_chunks_and_value():
     assert torch.allclose(chunks[0], torch.tanh(head(hidden)[:, :-1] / 30.0) * 30.0)
 
 
-@pytest.mark.parametrize("family, held", [("llama", 4), ("gemma2", 6)])
-def test_litgpt_loss_holds_its_logits_in_bf16(family, held):
-    """At the start of backward the loop still holds the bf16 logit chunks (2 bytes per logit) and each chunk's
-    bf16 log-softmax (2 bytes); Gemma-2's soft-cap adds its tanh output (2 bytes). The final norm's output,
-    read only by the frozen head, is freed."""
+@pytest.mark.parametrize("family, fabric", [("llama", True), ("gemma2", True), ("llama", False), ("gemma2", False)])
+def test_litgpt_loss_holds_its_logits_through_backward(family, fabric):
+    """At the start of backward the loop still holds the logit chunks and each chunk's log-softmax: in fp32
+    (4 + 4 bytes per logit) once Lightning Fabric has cast the model's outputs to the default dtype, in bf16
+    (2 + 2) without that cast. Gemma-2's soft-cap adds its bf16 tanh output (2). The final norm's output, read
+    only by the frozen head, is freed."""
     need("torch")
     from vramlens.trace.config import step_config
 
     vocab, seq = 4096, 300
     arch = (UNTIED if family == "llama" else ARCHS["gemma2"]).model_copy(
         update={"vocab": vocab, "tied_embeddings": False})
-    raw = trace(step_config(litgpt_plan(arch=arch, seq_len=seq)))
+    cfg = step_config(litgpt_plan(arch=arch, seq_len=seq))
+    assert cfg.fabric_fp32_outputs
+    raw = trace(dataclasses.replace(cfg, fabric_fp32_outputs=fabric))
     grown = live_after(raw, "loss") - live_after(raw, "fwd")
-    logits = B * seq * vocab
+    width = 4 if fabric else 2
+    tanh = 2 if family == "gemma2" else 0
     norm_out = B * seq * arch.hidden * 2
-    expected = (held - 2) * logits + 2 * B * (seq - 1) * vocab - norm_out   # the log-softmax skips the cut position
+    # the log-softmax skips the position cut off the last chunk
+    expected = (width + tanh) * B * seq * vocab + width * B * (seq - 1) * vocab - norm_out
     assert grown == pytest.approx(expected, rel=0.005)
-    assert (grown + norm_out) / logits == pytest.approx(held, abs=0.02)
+    assert (grown + norm_out) / (B * seq * vocab) == pytest.approx(2 * width + tanh, abs=0.03)
 
 
 def test_quantized_lm_head_shrinks_the_weights():
@@ -203,7 +209,7 @@ def test_fp16_quantization_source_adds_an_fp16_weight_per_dequantization():
     from vramlens.trace.config import step_config
 
     arch = UNTIED.model_copy(update={"hidden": 1024, "vocab": 4096, "layers": 1})
-    cfg = step_config(litgpt_plan(arch=arch, quant_bits=4, quant_lm_head=True, quant_keeps_input=True))
+    cfg = step_config(litgpt_plan(arch=arch, seq_len=64, quant_bits=4, quant_lm_head=True, quant_keeps_input=True))
     fp16 = dataclasses.replace(cfg, quant_from_fp16=True)
     rise = trace(fp16)["peak_bytes"] - trace(cfg)["peak_bytes"]
     head = arch.vocab * arch.hidden * 2

@@ -87,6 +87,7 @@ class StepConfig:
     token_types: int = 0
     litgpt: bool = False             # litgpt's attention: fused qkv linear, RoPE through torch.cat, no mask
     attn_softcap: float | None = None   # litgpt's eager soft-capped attention (Gemma-2)
+    fabric_fp32_outputs: bool = False   # Lightning Fabric casts the model's outputs to fp32 (litgpt's loop)
     quant_from_fp16: bool = False    # 4-bit weights quantized from an fp16 copy (Lightning Fabric): dequantized to
                                      # fp16, then cast to the compute dtype
 
@@ -156,8 +157,9 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
     loss = rp.loss_impl
     if rp.loss_impl == "chunked" and litgpt:
         loss = "litgpt"
-        assumptions.append("litgpt's chunked head and loss: the LM head on 128-token chunks (a list held through "
-                           "backward), cross-entropy per chunk in the logits' dtype (no fp32 upcast)")
+        assumptions.append("litgpt's chunked head and loss: the LM head on 128-token chunks, cast to fp32 by Lightning "
+                           "Fabric's output conversion (a list held through backward), cross-entropy per chunk in "
+                           "fp32")
     elif rp.loss_impl == "chunked":
         assumptions.append("chunked cross-entropy traced as torchtune's CEWithChunkedOutputLoss (8 chunks, "
                            "fp32 upcast per chunk)")
@@ -231,4 +233,5 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         learned_positions=arch.family in LEARNED_POSITIONS and bool(arch.max_position),
         token_types=LEARNED_POSITIONS.get(arch.family, 0),
         litgpt=litgpt, attn_softcap=ATTN_SOFTCAP.get(arch.family) if litgpt else None,
+        fabric_fp32_outputs=loss == "litgpt",
     )

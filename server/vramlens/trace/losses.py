@@ -7,8 +7,12 @@
 - litgpt: litgpt's fine-tuning loop (litgpt/finetune/lora.py `fit`, litgpt/model.py `GPT.forward`,
   litgpt/utils.py `chunked_cross_entropy`): `model(ids, lm_head_chunk_size=128)` returns the list of
   `lm_head(x_i)` for `x_i in x.split(128, dim=1)` (each soft-capped for Gemma-2), the loop cuts the last
-  position off the last chunk, and cross-entropy runs per chunk with reduction="none" in the logits' dtype (no
-  upcast) before `torch.cat(...).sum() / n`. The loop keeps the list referenced through backward.
+  position off the last chunk, and cross-entropy runs per chunk with reduction="none" in the logits' dtype
+  before `torch.cat(...).sum() / n`. The loop keeps the list referenced through backward. The model runs
+  inside Lightning Fabric, whose `_FabricModule.forward` hands the output to `precision.convert_output`, which
+  casts every floating tensor to `torch.get_default_dtype()` (lightning/fabric/wrappers.py; plugins/precision
+  half.py and bitsandbytes.py): the 16-bit chunks become fp32 once the whole list is made, so the held
+  chunks and the cross-entropy are fp32 (`fabric_fp32=False` keeps them in the model's dtype).
 - fused: a stand-in for Liger's fused linear cross-entropy (`ops/fused_linear_cross_entropy.py`). The real
   kernel is Triton; this function allocates what it allocates: a zero `grad_input` like the hidden states,
   a zero `grad_weight` like the LM-head weight when it is trained, an fp32 per-token loss, and one chunk of
@@ -48,12 +52,14 @@ def chunked_loss(hidden: torch.Tensor, head, labels: torch.Tensor) -> tuple[torc
     return total / labels.numel(), logits
 
 
-def litgpt_loss(hidden: torch.Tensor, head, labels: torch.Tensor,
-                softcap: float | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def litgpt_loss(hidden: torch.Tensor, head, labels: torch.Tensor, softcap: float | None = None,
+                fabric_fp32: bool = True) -> tuple[torch.Tensor, list[torch.Tensor]]:
     def clamp(chunk):                            # litgpt `do_softcapping`, applied as each chunk is made
         return chunk if softcap is None else torch.tanh(chunk / softcap) * softcap
 
     logits = [clamp(head(x_i)) for x_i in hidden.split(LITGPT_CHUNK, dim=1)]
+    if fabric_fp32:                              # Fabric's convert_output, built while the model's list is alive
+        logits = [chunk.float() for chunk in logits]
     logits[-1] = logits[-1][..., :-1, :]
     targets = labels[..., 1:]
     logit_chunks = [chunk.reshape(-1, chunk.size(-1)) for chunk in logits]

@@ -710,7 +710,7 @@ class SyntheticModel(nn.Module):
             loss, chunks = losses.chunked_loss(x, self.head, labels)
             return {"loss": loss, "logits": chunks}
         if c.loss == "litgpt":
-            loss, chunks = losses.litgpt_loss(x, self.head, labels, c.logit_softcap)
+            loss, chunks = losses.litgpt_loss(x, self.head, labels, c.logit_softcap, c.fabric_fp32_outputs)
             return {"loss": loss, "logits": chunks}
         logits = self.head(x)
         return {"loss": losses.standard_loss(logits, labels, c.logit_softcap), "logits": logits}
