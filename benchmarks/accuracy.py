@@ -34,7 +34,8 @@ LITGPT = {"adapter_fp32": False, "kbit_upcast": False, "loss_impl": "chunked", "
           "quant_lm_head": frameworks.BEHAVIOUR["litgpt"]["quant_lm_head"],
           "separate_lm_head": frameworks.BEHAVIOUR["litgpt"]["separate_lm_head"],
           "quant_dequant_fp16": frameworks.BEHAVIOUR["litgpt"]["quant_dequant_fp16"],
-          "fused_qkv": frameworks.BEHAVIOUR["litgpt"]["fused_qkv"]}
+          "fused_qkv": frameworks.BEHAVIOUR["litgpt"]["fused_qkv"],
+          "logits_fp32": frameworks.BEHAVIOUR["litgpt"]["logits_fp32"]}
 HF_LOOP = {"adapter_fp32": True, "kbit_upcast": True, "loss_impl": "standard", "keep_logits": True}
 HF_TRAINER = {"adapter_fp32": True, "kbit_upcast": True, "loss_impl": "standard", "keep_logits": False}
 
@@ -140,7 +141,7 @@ def plan_from_row(row: dict) -> ResolvedPlan | None:
         lora_targets=targets, adapter_fp32=behaviour["adapter_fp32"], kbit_upcast=behaviour["kbit_upcast"],
         quant_bits=4 if quant else None, quant_double=quant == "nf4-dq",
         quant_lm_head=bool(behaviour.get("quant_lm_head")), quant_dequant_fp16=bool(behaviour.get("quant_dequant_fp16")),
-        fused_qkv=bool(behaviour.get("fused_qkv")),
+        fused_qkv=bool(behaviour.get("fused_qkv")), logits_fp32=bool(behaviour.get("logits_fp32")),
         quant_keeps_input=frameworks.bnb_keeps_4bit_input(bitsandbytes_of(row, behaviour is LITGPT)),
         strategy=strategy, zero_stage=stage, world_size=n if strategy != "none" else 1,
         gpu=gpu_match[0], gpu_count=n)

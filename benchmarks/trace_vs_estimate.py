@@ -55,13 +55,12 @@ def litgpt(r: int, targets: tuple[str, ...], dropout: float, *, quant: bool, mea
                optimizer="adamw_torch", peft="lora", lora_r=r, lora_alpha=16.0, lora_targets=targets,
                lora_dropout=dropout, measured=measured)
     behaviour = frameworks.BEHAVIOUR["litgpt"]
-    # plan fields the resolver sets for litgpt, when this version of the plan has them
-    out.update({k: True for k in ("fused_qkv",) if k in ResolvedPlan.model_fields and behaviour.get(k)})
+    # the step fields the resolver sets for a litgpt config
+    out.update(fused_qkv=behaviour["fused_qkv"], logits_fp32=behaviour["logits_fp32"])
     if quant:
         out.update(peft="qlora", quant_bits=4, quant_lm_head=behaviour["quant_lm_head"],
+                   quant_dequant_fp16=behaviour["quant_dequant_fp16"],
                    quant_keeps_input=frameworks.bnb_keeps_4bit_input(frameworks.BITSANDBYTES["litgpt"]))
-        out.update({k: True for k in ("quant_dequant_fp16",)
-                    if k in ResolvedPlan.model_fields and behaviour.get(k)})
     return out
 
 # (label, model, seq, micro batch, settings)

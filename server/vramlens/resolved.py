@@ -42,6 +42,8 @@ class ResolvedPlan(BaseModel):
     compile: bool = False
     loss_impl: Literal["standard", "chunked", "fused"] = "standard"
     keep_logits: bool = False                  # the loop keeps `out.logits` referenced through backward
+    logits_fp32: bool = False                  # the loop receives the logits in fp32 (Lightning Fabric casts module
+                                               # outputs to the default dtype) and computes the loss on them
     # optimizer
     optimizer: OptimizerSpec
     optimizer_impl: Literal["foreach", "fused", "forloop"] = "fused"

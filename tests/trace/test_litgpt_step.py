@@ -11,7 +11,7 @@ import pytest
 from trace_plans import ARCHS, TINY_LLAMA, need, plan
 
 B, S = 2, 128                                  # trace_plans.plan's micro batch and sequence length
-LITGPT = dict(framework="litgpt", loss_impl="chunked", adapter_fp32=False, kbit_upcast=False)
+LITGPT = dict(framework="litgpt", loss_impl="chunked", adapter_fp32=False, kbit_upcast=False, logits_fp32=True)
 QV = dict(peft="lora", lora_r=8, lora_alpha=16.0, lora_targets=("q", "v"))
 UNTIED = TINY_LLAMA.model_copy(update={"tied_embeddings": False})
 

@@ -321,8 +321,8 @@ def logits_per_token(rp: ResolvedPlan) -> float:
 
     Standard HF loss (transformers ≥ 4.46 upcasts inside the loss): fp32 log-softmax output plus the
     NLL and log-softmax gradients = 12 bytes per logit, +2 if the 16-bit logits stay referenced (FT §2.3).
-    Chunked CE (torchtune, TRL chunked_nll): 16-bit logits + one fp32 chunk ≈ 4; litgpt (128-token chunks,
-    cross-entropy in bf16, the chunk list held through backward): 16-bit logits + their gradients = 4. Fused linear-CE
+    Chunked CE (torchtune, TRL chunked_nll): 16-bit logits + one fp32 chunk ≈ 4; litgpt (128-token chunks, the
+    chunk list held through backward, Fabric casting it to fp32): fp32 logits + their log-softmax = 8. Fused linear-CE
     (Liger, Cut-Cross-Entropy): no full logits ≈ 0 (a few MiB of chunk buffers).
     """
     V = rp.arch.vocab
@@ -331,8 +331,10 @@ def logits_per_token(rp: ResolvedPlan) -> float:
     if rp.loss_impl == "fused":
         return 0.0
     if rp.loss_impl == "chunked":
-        # + Gemma-2's soft-capping, applied per chunk: tanh keeps its 16-bit output
-        return (4.0 + (2.0 if rp.arch.family == "gemma2" else 0.0)) * V
+        # the held logits and their log-softmax (or gradients): 2 × 2 bytes, 2 × 4 when the loop gets fp32 logits;
+        # + Gemma-2's soft-capping, applied per chunk in 16-bit: tanh keeps its output
+        held = 8.0 if (rp.logits_fp32 or rp.compute_dtype == "fp32") else 4.0
+        return (held + (2.0 if rp.arch.family == "gemma2" else 0.0)) * V
     per = 12.0 + (2.0 if rp.keep_logits else 0.0)
     if rp.compute_dtype == "fp32":
         per = 12.0

@@ -91,9 +91,12 @@ BEHAVIOUR: dict[str, dict] = {
     # (lightning/fabric/plugins/precision/bitsandbytes.py, `_ClassReplacementContextManager`), quantizing each from
     # an fp16 copy (`weight.contiguous().to(device, dtype=torch.half)`); its GPT keeps the LM head apart from the
     # token embedding (litgpt/model.py; convert_hf_checkpoint copies a tied embedding into `lm_head.weight`) and
-    # computes q, k, v with one linear (`CausalSelfAttention.qkv`, LoRA: `LoRAQKVLinear` with `zero_pad`)
-    "litgpt": {"adapter_fp32": False, "kbit_upcast": False, "keep_logits": False,
-               "quant_lm_head": True, "separate_lm_head": True, "quant_dequant_fp16": True, "fused_qkv": True},
+    # computes q, k, v with one linear (`CausalSelfAttention.qkv`, LoRA: `LoRAQKVLinear` with `zero_pad`), runs
+    # attention without a mask (causal SDPA), and Fabric hands the (chunked) logits back cast to fp32
+    # (`_FabricModule.forward` → `precision.convert_output`: float outputs to `torch.get_default_dtype()`)
+    "litgpt": {"adapter_fp32": False, "kbit_upcast": False, "keep_logits": False, "attn_mask": False,
+               "quant_lm_head": True, "separate_lm_head": True, "quant_dequant_fp16": True, "fused_qkv": True,
+               "logits_fp32": True},
     "ms-swift": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": False},
     "custom": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": True},
 }

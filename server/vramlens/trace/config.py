@@ -180,7 +180,7 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
     quant_head = bool(quantized and rp.quant_lm_head and not arch.tied_embeddings and arch.block != "encoder")
     if quant_head:
         assumptions.append(f"the LM head is a {rp.quant_bits}-bit linear like the blocks' linears")
-    from_fp16 = bool(rp.quant_bits == 4 and getattr(rp, "quant_dequant_fp16", False))
+    from_fp16 = bool(rp.quant_bits == 4 and rp.quant_dequant_fp16)
     if from_fp16 and compute != "fp16":
         assumptions.append("4-bit weights quantized from an fp16 copy (Lightning Fabric's BitsandbytesPrecision): "
                            f"each dequantization makes an fp16 weight, then a {compute} copy")
@@ -233,5 +233,5 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         learned_positions=arch.family in LEARNED_POSITIONS and bool(arch.max_position),
         token_types=LEARNED_POSITIONS.get(arch.family, 0),
         litgpt=litgpt, attn_softcap=ATTN_SOFTCAP.get(arch.family) if litgpt else None,
-        fabric_fp32_outputs=loss == "litgpt",
+        fabric_fp32_outputs=loss == "litgpt" and rp.logits_fp32,
     )
