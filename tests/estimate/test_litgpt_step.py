@@ -43,6 +43,10 @@ def test_litgpt_qlora_keeps_4bit_inputs_with_the_bitsandbytes_it_supports():
 def test_litgpt_quantizes_the_lm_head_and_dequantizes_it_at_the_peak():
     rp = analysis(LLAMA2_QLORA.read_text(), LLAMA2_QLORA).resolution.resolved
     assert rp.framework == "litgpt" and rp.quant_lm_head and rp.quant_bits == 4
+    # Fabric hands the chunked logits back in fp32: they and their log-softmax are held, 8 bytes per logit;
+    # attention runs causal without a mask
+    assert rp.logits_fp32 and not rp.attn_mask
+    assert estimate(rp, limits=False).components["logits"] == rp.micro_batch * rp.seq_len * rp.arch.vocab * 8
     head = rp.arch.vocab * rp.arch.hidden
     with_head, without = estimate(rp, limits=False), estimate(rp.with_changes(quant_lm_head=False), limits=False)
     # litgpt keeps the non-quantized head in bf16 (no fp32 upcast); quantized it is 0.5 B + fp32 absmax per 64
