@@ -92,6 +92,17 @@ async function main() {
   try {
     const page = await browser.newPage({ viewport: { width: 1600, height: 900 } });
     page.on('pageerror', (e) => out.console.push(`pageerror: ${e.message}`));
+    // The element's box once two readings 400 ms apart agree (at most ~6 s).
+    const stableBox = async (locator) => {
+      let box = await locator.boundingBox();
+      for (let i = 0; i < 15; i++) {
+        await sleep(400);
+        const next = await locator.boundingBox();
+        if (box && next && Math.abs(next.x - box.x) < 1 && Math.abs(next.y - box.y) < 1) return next;
+        box = next;
+      }
+      return box;
+    };
     page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') out.console.push(`${m.type()}: ${m.text().slice(0, 300)}`); });
     await page.goto(process.env.URL, { timeout: 60000 });
     await page.waitForSelector('.monaco-workbench', { timeout: 60000 });
@@ -113,15 +124,21 @@ async function main() {
         await sleep(300);
         // Hover the squiggle like a user: VS Code shows the diagnostic and the server's hover.
         const hover = page.locator('.monaco-hover:not(.hidden) .monaco-hover-content, .monaco-resizable-hover .monaco-hover-content').first();
-        for (let attempt = 0; attempt < 3 && !out.hoverText; attempt++) {
-          const box = await squiggle.boundingBox();
+        // Code lenses and inlay hints arrive after the diagnostics and push lines down: hover only once the
+        // squiggle has stayed put, and hover again if the text shown is not the diagnostic's.
+        for (let attempt = 0; attempt < 5 && !(out.hoverText && out.hoverText.includes('VL001')); attempt++) {
+          const box = await stableBox(squiggle);
           await page.mouse.move(box.x + Math.min(20, box.width / 2), box.y + box.height / 2, { steps: 5 });
           try {
             await hover.waitFor({ state: 'visible', timeout: 5000 });
             await sleep(500); // let the server's hover content arrive and render
             out.hoverText = await hover.innerText();
           } catch {
+            out.hoverText = null;
+          }
+          if (!(out.hoverText && out.hoverText.includes('VL001'))) {
             await page.mouse.move(5, 5);
+            await sleep(500);
           }
         }
       } catch (e) {
