@@ -30,12 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GROUND_TRUTH = ROOT.parent / "shared" / "calibration" / "ground-truth.jsonl"
 
 # framework -> how it runs the step (from each row's notes; litgpt's from knowledge.frameworks)
-LITGPT = {"adapter_fp32": False, "kbit_upcast": False, "loss_impl": "chunked", "keep_logits": True,
-          "quant_lm_head": frameworks.BEHAVIOUR["litgpt"]["quant_lm_head"],
-          "separate_lm_head": frameworks.BEHAVIOUR["litgpt"]["separate_lm_head"],
-          "quant_dequant_fp16": frameworks.BEHAVIOUR["litgpt"]["quant_dequant_fp16"],
-          "fused_qkv": frameworks.BEHAVIOUR["litgpt"]["fused_qkv"],
-          "logits_fp32": frameworks.BEHAVIOUR["litgpt"]["logits_fp32"]}
+LITGPT = {**frameworks.BEHAVIOUR["litgpt"], "loss_impl": "chunked", "keep_logits": True}
 HF_LOOP = {"adapter_fp32": True, "kbit_upcast": True, "loss_impl": "standard", "keep_logits": True}
 HF_TRAINER = {"adapter_fp32": True, "kbit_upcast": True, "loss_impl": "standard", "keep_logits": False}
 
