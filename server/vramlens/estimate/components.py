@@ -102,7 +102,8 @@ def head_quantized(rp: ResolvedPlan) -> bool:
 def dequantized_head(rp: ResolvedPlan) -> int:
     """A quantized LM head is dequantized to the compute dtype on every call (bitsandbytes `matmul_4bit`:
     `dequantize_4bit(B)` then a 16-bit matmul); the copy exists while the head runs, in forward and again in
-    its backward, when every saved activation and the logits are still held: V·h·2 bytes at the peak."""
+    its backward, when every saved activation and the logits are still held: V·h·2 bytes at the peak, twice
+    that when the weight was quantized from fp16 (dequantized to fp16, then cast)."""
     if not head_quantized(rp):
         return 0
     per = DTYPE_BYTES[rp.compute_dtype if rp.compute_dtype != "fp32" else "bf16"]
@@ -184,7 +185,9 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
     Linear inputs are kept only when the linear has a trainable weight or a LoRA adapter in the same dtype;
     a PEFT fp32 adapter keeps its own fp32 copy of the input instead (FT §3.1: +4·in per target). LoRA dropout
     keeps a dropped copy of each targeted linear's input plus a 1-byte mask (EA §3.2a). bitsandbytes < 0.43.2
-    keeps the input of every 4-bit linear as well (`quant_keeps_input`).
+    keeps the input of every 4-bit linear as well (`quant_keeps_input`). A fused q|k|v linear (litgpt,
+    `fused_qkv`) has one adapter and one dropout, `zero_pad` keeps the adapter output when only some of q, k, v
+    adapt, and under MHA the value is a view that keeps the whole q|k|v output (benchmarks/litgpt_vs_estimate.py).
     """
     arch = rp.arch
     h, q, heads = arch.hidden, arch.q_dim, arch.heads
@@ -270,7 +273,7 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
     if rp.fused_qkv and not full and not all_lin:
         adapted = [d for m, d in (("q", q), ("k", arch.kv_dim), ("v", arch.kv_dim)) if m in targets]
         if 0 < len(adapted) < 3:
-            linear_inputs += c * sum(d for d in adapted)  # zero_pad's index_copy keeps the adapter output (source)
+            linear_inputs += c * sum(adapted)              # zero_pad's index_copy keeps the adapter output (source)
 
     per_layer = norm_keep + attn + mlp_internal + linear_inputs
     if fp32_residual(rp):
@@ -333,7 +336,7 @@ def logits_per_token(rp: ResolvedPlan) -> float:
     if rp.loss_impl == "chunked":
         # the held logits and their log-softmax (or gradients): 2 × 2 bytes, 2 × 4 when the loop gets fp32 logits;
         # + Gemma-2's soft-capping, applied per chunk in 16-bit: tanh keeps its output
-        held = 8.0 if (rp.logits_fp32 or rp.compute_dtype == "fp32") else 4.0
+        held = 8.0 if rp.logits_fp32 else 4.0
         return (held + (2.0 if rp.arch.family == "gemma2" else 0.0)) * V
     per = 12.0 + (2.0 if rp.keep_logits else 0.0)
     if rp.compute_dtype == "fp32":
