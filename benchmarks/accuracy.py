@@ -121,11 +121,9 @@ def plan_from_row(row: dict) -> ResolvedPlan | None:
     set_to_none = "set_to_none=false" not in notes
     ga = int(row.get("grad_accum") or (4 if "lit" in fw else 1))    # litgpt accumulates to its global batch
     attn = {"sdpa": "sdpa", "flash": "flash_attention_2", "eager": "eager"}.get(row.get("attention") or "sdpa", "sdpa")
-    arch = arch_from_row(row)
-    if behaviour.get("separate_lm_head") and arch.tied_embeddings:
-        arch = arch.model_copy(update={"tied_embeddings": False})
+    framework = "litgpt" if behaviour is LITGPT else "custom"
     return ResolvedPlan(
-        arch=arch, framework="litgpt" if behaviour is LITGPT else "custom", weight_dtype=weight, compute_dtype=compute, amp=amp,
+        arch=frameworks.arch_as_run(framework, arch_from_row(row)), framework=framework, weight_dtype=weight, compute_dtype=compute, amp=amp,
         micro_batch=int(row.get("micro_batch") or 1), grad_accum=ga, seq_len=int(row["seq_len"]),
         grad_checkpointing=bool(row.get("grad_checkpointing")), attn_impl=attn,
         # HF ≥ 4.57 without a mask uses SDPA's native GQA; litgpt expands K/V and runs causal without a mask
@@ -135,8 +133,7 @@ def plan_from_row(row: dict) -> ResolvedPlan | None:
         peft=peft, lora_r=r, lora_alpha=float((lora or {}).get("alpha") or r or 0), lora_dropout=dropout,
         lora_targets=targets, adapter_fp32=behaviour["adapter_fp32"], kbit_upcast=behaviour["kbit_upcast"],
         quant_bits=4 if quant else None, quant_double=quant == "nf4-dq",
-        quant_lm_head=bool(behaviour.get("quant_lm_head")), quant_dequant_fp16=bool(behaviour.get("quant_dequant_fp16")),
-        fused_qkv=bool(behaviour.get("fused_qkv")), logits_fp32=bool(behaviour.get("logits_fp32")),
+        **frameworks.step_flags(framework),
         quant_keeps_input=frameworks.bnb_keeps_4bit_input(bitsandbytes_of(row, behaviour is LITGPT)),
         strategy=strategy, zero_stage=stage, world_size=n if strategy != "none" else 1,
         gpu=gpu_match[0], gpu_count=n)

@@ -54,12 +54,9 @@ def litgpt(r: int, targets: tuple[str, ...], dropout: float, *, quant: bool, mea
     out = dict(framework="litgpt", loss_impl="chunked", adapter_fp32=False, kbit_upcast=False, attn_mask=False,
                optimizer="adamw_torch", peft="lora", lora_r=r, lora_alpha=16.0, lora_targets=targets,
                lora_dropout=dropout, measured=measured)
-    behaviour = frameworks.BEHAVIOUR["litgpt"]
-    # the step fields the resolver sets for a litgpt config
-    out.update(fused_qkv=behaviour["fused_qkv"], logits_fp32=behaviour["logits_fp32"])
+    out.update(frameworks.step_flags("litgpt"))          # the step fields the resolver sets for a litgpt config
     if quant:
-        out.update(peft="qlora", quant_bits=4, quant_lm_head=behaviour["quant_lm_head"],
-                   quant_dequant_fp16=behaviour["quant_dequant_fp16"],
+        out.update(peft="qlora", quant_bits=4,
                    quant_keeps_input=frameworks.bnb_keeps_4bit_input(frameworks.BITSANDBYTES["litgpt"]))
     return out
 
@@ -120,8 +117,7 @@ def make_plan(model: str, seq: int, batch: int, settings: dict) -> ResolvedPlan:
         raise SystemExit(f"{model} is not in the catalog")
     settings = dict(settings)
     settings.pop("measured", None)
-    if frameworks.BEHAVIOUR.get(settings.get("framework", ""), {}).get("separate_lm_head"):
-        arch = arch.model_copy(update={"tied_embeddings": False})
+    arch = frameworks.arch_as_run(settings.get("framework", ""), arch)
     opt = opt_kb.lookup_optimizer(settings.pop("optimizer", "adamw_torch_fused"))
     impl = settings.pop("optimizer_impl", opt.default_impl if opt.default_impl != "none" else "fused")
     gpu = gpu_kb.lookup_gpu("H100-80GB")[0]

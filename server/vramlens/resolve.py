@@ -130,8 +130,9 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
                            + (f" — did you mean `{hint}`?" if hint else ""), "model_id", hint)
     if plan.model_id is not None:
         sources["model_id"] = plan.model_id
-    if behaviour.get("separate_lm_head") and arch.tied_embeddings and arch.block != "encoder":
-        arch = arch.model_copy(update={"tied_embeddings": False})
+    as_run = frameworks.arch_as_run(fw_key, arch)
+    if as_run is not arch:
+        arch = as_run
         assumptions.append(f"{fw_label} keeps the LM head apart from the token embedding: {arch.vocab:,} × "
                            f"{arch.hidden} more weights than the tied checkpoint")
 
@@ -232,7 +233,6 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         repeat_kv=attn in ("eager", "sdpa"), attn_mask=not bool(val("packing")) and behaviour.get("attn_mask", True),
         compile=bool(val("compile")),
         loss_impl=val("loss_impl") or "standard", keep_logits=behaviour["keep_logits"],
-        logits_fp32=bool(behaviour.get("logits_fp32")),
         optimizer=opt, optimizer_impl=impl if impl in ("foreach", "fused", "forloop") else "fused",
         optimizer_in_bwd=bool(val("optimizer_in_bwd")),
         set_to_none=bool(val("zero_grad_set_to_none") if val("zero_grad_set_to_none") is not None else True),
@@ -244,8 +244,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         adapter_fp32=behaviour["adapter_fp32"], kbit_upcast=behaviour["kbit_upcast"],
         quant_bits=quant_bits, quant_type=str(val("quant_type") or "nf4"), quant_double=bool(val("quant_double")),
         quant_storage=storage if storage in ("bf16", "fp16", "fp32") else "uint8",
-        quant_lm_head=bool(behaviour.get("quant_lm_head")), quant_keeps_input=keeps_input,
-        quant_dequant_fp16=bool(behaviour.get("quant_dequant_fp16")), fused_qkv=bool(behaviour.get("fused_qkv")),
+        quant_keeps_input=keeps_input, **frameworks.step_flags(fw_key),
         strategy=strategy, zero_stage=int(zero) if strategy in ("deepspeed", "fsdp") else 0, world_size=dp,
         offload_optimizer=bool(val("offload_optimizer")), offload_params=bool(val("offload_params")),
         tensor_parallel=int(tp), context_parallel=int(cp),

@@ -76,26 +76,9 @@ def _files(paths: list[str]) -> list[tuple[Path, bool]]:
     return out
 
 
-def _settings_for(path: Path, args, cli_severity: dict[str, str]):
-    from vramlens.analysis import AnalysisSettings
-    from vramlens.workspace_config import find_workspace_config
-
-    cwd = Path.cwd()
-    project = find_workspace_config(path.resolve(), cwd)
-    values = project.values if project is not None else {}
-    headroom = args.headroom if args.headroom is not None else values.get("headroom", 0.10)
-    severity = {**(values.get("severity") or {}), **cli_severity}
-    try:
-        count = args.num_gpus or (int(values["gpuCount"]) if values.get("gpuCount") else None)
-    except (TypeError, ValueError):
-        count = args.num_gpus
-    return AnalysisSettings(gpu=args.gpu or values.get("gpu"), gpu_count=count, headroom=float(headroom),
-                            severity=severity, workspace=cwd,
-                            framework_versions=dict(values.get("frameworkVersions") or {}))
-
-
 def _check_file(path: Path, explicit: bool, args, cli_severity: dict[str, str]) -> FileResult:
     from vramlens.analysis import analyze
+    from vramlens.cli.project import analysis_settings
 
     result = FileResult(path, explicit)
     try:
@@ -104,7 +87,7 @@ def _check_file(path: Path, explicit: bool, args, cli_severity: dict[str, str]) 
         result.unreadable = f"cannot read: {exc}"
         result.skipped = result.unreadable
         return result
-    settings = _settings_for(path, args, cli_severity)
+    settings = analysis_settings(path, args, cli_severity)
     analysis = analyze(result.text, str(path), settings)
     result.analysis = analysis
     if analysis.plan is None:

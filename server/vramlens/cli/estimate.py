@@ -21,6 +21,7 @@ def add_arguments(p):
 
 
 def run(args) -> int:
+    from vramlens.cli.project import analysis_settings
     from vramlens.estimate import estimate
     from vramlens.formats import parse_file
     from vramlens.report import estimate_json, render_text
@@ -48,7 +49,7 @@ def run(args) -> int:
                 errors += 1
             continue
         try:
-            res = resolve(parsed.plan, _settings_for(f, args, workspace))
+            res = resolve(parsed.plan, analysis_settings(f, args).resolve_settings())
         except ResolveError as exc:
             if parsed.plan.model_id is None and len(files) > 1:
                 continue          # a partial config (DeepSpeed/accelerate) that another file references
@@ -70,18 +71,3 @@ def run(args) -> int:
         return 2
     return 0
 
-
-def _settings_for(path: Path, args, workspace: Path):
-    """Command-line flags, then the project's `.vramlens.toml` / `[tool.vramlens]` (as `vramlens check` reads them)."""
-    from vramlens.resolve import Settings
-    from vramlens.workspace_config import find_workspace_config
-
-    project = find_workspace_config(path.resolve(), workspace)
-    values = project.values if project is not None else {}
-    try:
-        count = args.num_gpus or (int(values["gpuCount"]) if values.get("gpuCount") else None)
-    except (TypeError, ValueError):
-        count = args.num_gpus
-    headroom = args.headroom if args.headroom is not None else float(values.get("headroom", 0.10))
-    return Settings(gpu=args.gpu or values.get("gpu"), gpu_count=count, headroom=headroom, workspace=workspace,
-                    framework_versions={str(k): str(v) for k, v in (values.get("frameworkVersions") or {}).items()})

@@ -109,6 +109,23 @@ def defaults_for(framework: str | None) -> tuple[str, str, dict]:
     return key, version, values
 
 
+# Plan fields (ResolvedPlan booleans of the same names) that say how a framework's step allocates.
+STEP_FLAGS = ("quant_lm_head", "quant_dequant_fp16", "fused_qkv", "logits_fp32")
+
+
+def step_flags(framework: str) -> dict[str, bool]:
+    """The STEP_FLAGS plan fields for a framework's step (all False for frameworks that set none)."""
+    behaviour = BEHAVIOUR.get(framework, {})
+    return {flag: bool(behaviour.get(flag)) for flag in STEP_FLAGS}
+
+
+def arch_as_run(framework: str, arch):
+    """The architecture as the framework builds it: litgpt keeps a separate LM head for a tied checkpoint."""
+    if BEHAVIOUR.get(framework, {}).get("separate_lm_head") and arch.tied_embeddings and arch.block != "encoder":
+        return arch.model_copy(update={"tied_embeddings": False})
+    return arch
+
+
 # The bitsandbytes release a framework runs with when the settings name none (absent: a current release).
 # litgpt's finetune scripts warn "LitGPT only supports bitsandbytes v0.42.0" for any other version
 # (litgpt/finetune/lora.py, 2024–2026).
