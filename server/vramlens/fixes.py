@@ -30,7 +30,8 @@ from typing import Any, Callable
 
 from vramlens.estimate import GIB, Estimate, estimate
 from vramlens.plan import Origin, Sourced, Span, TrainingPlan, text_lines
-from vramlens.resolve import Settings, resolve
+from vramlens.resolve import resolve
+from vramlens.settings import Settings
 from vramlens.resolved import ResolvedPlan
 
 log = logging.getLogger(__name__)
@@ -145,14 +146,13 @@ def replacement(span: Span, new_text: str, title: str, *, safe: bool = False, fi
 class Fixer:
     """Makes fixes for one analysed document. Estimates are cached per change set."""
 
-    def __init__(self, text: str, plan: TrainingPlan, rp: ResolvedPlan, base: Estimate, settings: Settings,
-                 headroom: float):
+    def __init__(self, text: str, plan: TrainingPlan, rp: ResolvedPlan, base: Estimate, settings: Settings):
         self.text = text
         self.plan = plan
         self.rp = rp
         self.base = base
         self.settings = settings
-        self.headroom = headroom
+        self.headroom = settings.headroom
         self._cache: dict[tuple, Estimate | None] = {}
         self._rendered: dict[tuple, tuple[list, str | None]] = {}
         self._render: Callable | None | bool = False    # False = not looked up yet

@@ -7,25 +7,14 @@ The result keeps provenance beside the numbers (`Resolution.sources`), so the su
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from vramlens.knowledge import frameworks
 from vramlens.knowledge.schema import GpuSpec, ModelArch, OptimizerSpec
 from vramlens.plan import Origin, Sourced, TrainingPlan
 from vramlens.resolved import ResolvedPlan
+from vramlens.settings import Settings
 
 DEFAULT_GPU = "A100-80GB"
-
-
-@dataclass
-class Settings:
-    """What the user's editor settings or command-line flags say (they win over the file)."""
-
-    gpu: str | None = None
-    gpu_count: int | None = None
-    headroom: float = 0.10
-    workspace: Path | None = None
-    framework_versions: dict[str, str] = field(default_factory=dict)   # package → version, e.g. bitsandbytes
 
 
 class ResolveError(ValueError):

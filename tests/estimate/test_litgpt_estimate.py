@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vramlens.analysis import AnalysisSettings, analyze
+from vramlens.analysis import Settings, analyze
 from vramlens.estimate import components as C
 from vramlens.estimate import estimate
 from vramlens.knowledge import frameworks, gpus, models, optimizers
@@ -18,7 +18,7 @@ LLAMA2_QLORA = CORPUS / "litgpt__finetune__llama-2-7b__qlora.yaml"
 
 
 def analysis(text: str, path: Path, **settings):
-    result = analyze(text, path, AnalysisSettings(gpu="A10G", **settings))
+    result = analyze(text, path, Settings(gpu="A10G", **settings))
     assert result.estimate is not None, result.error
     return result
 

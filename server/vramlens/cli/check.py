@@ -78,7 +78,7 @@ def _files(paths: list[str]) -> list[tuple[Path, bool]]:
 
 def _check_file(path: Path, explicit: bool, args, cli_severity: dict[str, str]) -> FileResult:
     from vramlens.analysis import analyze
-    from vramlens.cli.project import analysis_settings
+    from vramlens.cli.project import settings_for
 
     result = FileResult(path, explicit)
     try:
@@ -87,7 +87,7 @@ def _check_file(path: Path, explicit: bool, args, cli_severity: dict[str, str]) 
         result.unreadable = f"cannot read: {exc}"
         result.skipped = result.unreadable
         return result
-    settings = analysis_settings(path, args, cli_severity)
+    settings = settings_for(path, args, cli_severity)
     analysis = analyze(result.text, str(path), settings)
     result.analysis = analysis
     if analysis.plan is None:
@@ -319,7 +319,13 @@ def run(args) -> int:
     if missing:
         print(f"vramlens check: no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 2
-    results = [_check_file(path, explicit, args, cli_severity) for path, explicit in _files(args.paths)]
+    from vramlens.cli.project import report
+    from vramlens.settings import SettingsError
+
+    try:
+        results = [_check_file(path, explicit, args, cli_severity) for path, explicit in _files(args.paths)]
+    except SettingsError as exc:       # a refused flag or project-file value: nothing is checked with it
+        return report(exc)
 
     if args.format == "json":
         json.dump(_json(results), sys.stdout, indent=2)

@@ -21,11 +21,12 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from vramlens.cli.project import analysis_settings
+    from vramlens.cli.project import report, settings_for
     from vramlens.estimate import estimate
     from vramlens.formats import parse_file
     from vramlens.report import estimate_json, render_text
     from vramlens.resolve import ResolveError, resolve
+    from vramlens.settings import SettingsError
 
     results, errors = [], 0
     files = list(iter_config_files(args.paths))
@@ -49,7 +50,11 @@ def run(args) -> int:
                 errors += 1
             continue
         try:
-            res = resolve(parsed.plan, analysis_settings(f, args).resolve_settings())
+            settings = settings_for(f, args)
+        except SettingsError as exc:
+            return report(exc)
+        try:
+            res = resolve(parsed.plan, settings)
         except ResolveError as exc:
             if parsed.plan.model_id is None and len(files) > 1:
                 continue          # a partial config (DeepSpeed/accelerate) that another file references

@@ -98,7 +98,8 @@ def run(args) -> int:
         print("vramlens plan: give a config file (or --write-schemas)", file=sys.stderr)
         return 2
     from vramlens.formats import parse_document
-    from vramlens.resolve import ResolveError, Settings, resolve
+    from vramlens.resolve import ResolveError, resolve
+    from vramlens.settings import Settings
 
     workspace = Path(args.workspace).resolve() if args.workspace else Path.cwd()
     outputs = []

@@ -19,7 +19,7 @@ def add_arguments(p):
     p.add_argument("path", help="a training config (YAML/JSON, Python, shell, Markdown)")
     p.add_argument("--gpu", help='GPU, e.g. "A100-40GB", "8xH100" (overrides the config)')
     p.add_argument("--num-gpus", type=int, help="number of GPUs (overrides the config)")
-    p.add_argument("--headroom", type=float, default=0.10, help="fraction of GPU memory to keep free (default 0.10)")
+    p.add_argument("--headroom", type=float, help="fraction of GPU memory to keep free (default 0.10)")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before the trace is stopped (default 300)")
     p.add_argument("--steps", type=int, choices=[1, 2], help="trace 1 step (+ optimizer state) or 2 full steps "
@@ -28,11 +28,18 @@ def add_arguments(p):
     p.add_argument("--no-record", action="store_true", help="do not add the result to the calibration file")
 
 
-def load_plan(path: str, gpu: str | None, num_gpus: int | None, headroom: float = 0.10):
-    """Parse and resolve one config file; (plan, resolution) or an error message."""
+def load_plan(path: str, args):
+    """Parse and resolve one config file with the settings `estimate` and `check` use for it (project file,
+    framework versions, flags); (plan, resolution) or an error message."""
+    from vramlens.cli.project import settings_for
     from vramlens.formats import parse_file
-    from vramlens.resolve import ResolveError, Settings, resolve
+    from vramlens.resolve import ResolveError, resolve
+    from vramlens.settings import SettingsError
 
+    try:
+        settings = settings_for(Path(path), args)
+    except SettingsError as exc:
+        return None, "; ".join(f"{exc.source}: {p}" for p in exc.problems)
     try:
         parsed = parse_file(path, workspace=Path.cwd())
     except OSError as exc:
@@ -41,7 +48,7 @@ def load_plan(path: str, gpu: str | None, num_gpus: int | None, headroom: float 
         reason = parsed.issues[0].message if parsed.issues else "not a training config"
         return None, f"{path}: {reason}"
     try:
-        res = resolve(parsed.plan, Settings(gpu=gpu, gpu_count=num_gpus, headroom=headroom, workspace=Path.cwd()))
+        res = resolve(parsed.plan, settings)
     except ResolveError as exc:
         return None, f"{path}: {exc}"
     return (parsed.plan, res), None
@@ -55,7 +62,7 @@ def run(args) -> int:
     from vramlens.trace.client import TraceClient, TraceError
     from vramlens.trace.report import estimate_from_result, trace_extras_from_result
 
-    loaded, error = load_plan(args.path, args.gpu, args.num_gpus, args.headroom)
+    loaded, error = load_plan(args.path, args)
     if error:
         print(f"vramlens: {error}", file=sys.stderr)
         return EXIT_CONFIG

@@ -58,7 +58,7 @@ class VramlensServer(LanguageServer):
         self.settings = config.SettingsStore()
         self.analyzer = Analyzer(self, self._on_result)
         self.commands = Commands(self)
-        self.trusted = True
+        self.trusted = False          # until initializationOptions say `trusted: true`
         self.pull_diagnostics = False
         self._settings_ready: asyncio.Event | None = None
         self._exact: dict[tuple[str, str], float] = {}
@@ -127,7 +127,7 @@ class VramlensServer(LanguageServer):
         if section is None:
             return
         problems: list[str] = []
-        self.settings.editor = config.parse_settings({config.SECTION: section}, problems)
+        self.settings.editor = config.read_client_settings({config.SECTION: section}, problems)
         self._report_problems(problems)
 
     def _report_problems(self, problems: list[str]) -> None:
@@ -243,12 +243,13 @@ def create_server() -> VramlensServer:
         asyncio.get_running_loop().call_soon(_after_initialize_answer)     # runs once the answer is sent
         options = params.initialization_options
         problems: list[str] = []
-        ls.settings.initialization = config.parse_settings(options, problems)
+        ls.settings.initialization = config.read_client_settings(options, problems)
         ls._report_problems(problems)
-        if isinstance(options, dict) and options.get("trusted") is False:
-            ls.trusted = False
-        if ls.settings.initialization.debounce_ms is not None:
-            ls.analyzer.debounce_s = ls.settings.initialization.debounce_ms / 1000
+        ls.trusted = config.client_trusts(options)      # untrusted unless the client says `trusted: true`
+        if not ls.trusted:
+            log.info("workspace not trusted (initializationOptions.trusted is not true): traces and probes are off")
+        if ls.settings.initialization.get("debounce_ms") is not None:
+            ls.analyzer.debounce_s = ls.settings.initialization["debounce_ms"] / 1000
         if ls._cap("text_document.diagnostic") is not None:
             ls.pull_diagnostics = True
             server.feature(types.TEXT_DOCUMENT_DIAGNOSTIC, types.DiagnosticOptions(
@@ -297,7 +298,7 @@ def create_server() -> VramlensServer:
         settings = params.settings
         if isinstance(settings, dict) and (config.SECTION in settings or "settings" in settings):
             problems: list[str] = []
-            ls.settings.editor = config.parse_settings(settings, problems)
+            ls.settings.editor = config.read_client_settings(settings, problems)
             ls._report_problems(problems)
         elif ls.client_supports_configuration():
             await ls.pull_settings()     # VS Code sends {settings: null}: the news is "ask again"
@@ -413,7 +414,7 @@ def _detect_gpu(ls: VramlensServer, loop: asyncio.AbstractEventLoop) -> None:
         return
 
     def apply() -> None:
-        ls.settings.detected = config.UserSettings(gpu=gpu.name, gpu_count=gpu.count)
+        ls.settings.detected = {"gpu": gpu.name, "gpu_count": gpu.count}
         ls.settings.detected_note = gpu.reported
         ls.settings_changed()
 
@@ -427,13 +428,13 @@ def _warm_up() -> None:
     """Thread, started on `initialized`: import the pipeline and load the catalogs and rules
     (about a second on a busy 2-core machine) before the editor's first didOpen needs them."""
     try:
-        from vramlens.analysis import AnalysisSettings, analyze
+        from vramlens.analysis import Settings, analyze
         from vramlens.knowledge import gpus, models, optimizers
 
         gpus.all_gpus()
         models.all_models()
         optimizers.all_optimizer_names()
-        analyze(WARM_UP_CONFIG, "warm-up.yaml", AnalysisSettings(gpu="A100-80GB"))
+        analyze(WARM_UP_CONFIG, "warm-up.yaml", Settings(gpu="A100-80GB"))
         import vramlens.explain  # noqa: F401
     except Exception:
         log.warning("loading the analysis pipeline failed", exc_info=True)
