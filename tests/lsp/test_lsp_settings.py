@@ -127,3 +127,38 @@ async def test_untrusted_workspace_never_runs_traces(bare_client: LanguageClient
         with pytest.raises(Exception, match="trusted"):
             await bare_client.workspace_execute_command_async(types.ExecuteCommandParams(
                 command=command, arguments=[uri]))
+
+
+# Everything but a JSON `true` leaves the workspace untrusted: no option at all, the strings "false"/"true",
+# 0 and 1, null, and spellings nested where only a top-level or `vramlens`-section `true` counts.
+NOT_TRUSTED = {"missing": None, "empty": {}, "false": {"trusted": False}, "string false": {"trusted": "false"},
+               "string true": {"trusted": "true"}, "zero": {"trusted": 0}, "one": {"trusted": 1},
+               "null": {"trusted": None}, "nested false": {"vramlens": {"trusted": False}},
+               "nested string": {"vramlens": {"trusted": "true"}}, "in settings": {"settings": {"trusted": 1}}}
+
+
+@pytest.mark.parametrize("options", list(NOT_TRUSTED.values()), ids=list(NOT_TRUSTED))
+async def test_only_trusted_true_runs_traces_and_probes(bare_client: LanguageClient, tmp_path: Path, options):
+    (tmp_path / ".vramlens.toml").write_text("trusted = true\n")          # a repository cannot say it
+    bare_client.set_configuration({"trusted": True}, section="vramlens")   # nor its editor settings
+    editor = await start(bare_client, "visual-studio-code", tmp_path, initialization_options=options)
+    uri = editor.open(OOM_EXAMPLE)
+    await editor.diagnostics(uri)
+    for command in ("vramlens.runTrace", "vramlens.runProbe"):
+        with pytest.raises(Exception, match="only run in trusted workspaces"):
+            await bare_client.workspace_execute_command_async(types.ExecuteCommandParams(
+                command=command, arguments=[uri]))
+
+
+@pytest.mark.parametrize("options", [{"trusted": True}, {"vramlens": {"trusted": True, "gpu": "A10G"}}],
+                         ids=["top level", "in the section"])
+async def test_trusted_true_passes_the_trust_check(bare_client: LanguageClient, tmp_path: Path, options):
+    editor = await start(bare_client, "neovim", tmp_path, initialization_options=options)
+    uri = (tmp_path / "never-opened.yaml").as_uri()      # past the trust check, the command stops here: no torch
+    for command in ("vramlens.runTrace", "vramlens.runProbe"):
+        with pytest.raises(Exception) as refused:
+            await bare_client.workspace_execute_command_async(types.ExecuteCommandParams(
+                command=command, arguments=[uri]))
+        assert "trusted" not in str(refused.value)
+        assert "nothing to" in str(refused.value) or "not installed" in str(refused.value)
+    assert editor is not None
