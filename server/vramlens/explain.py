@@ -135,6 +135,12 @@ class Context:
     def component(self, name: str, est: Estimate | None = None) -> int:
         return (est or self.est).components.get(name, 0)
 
+    @property
+    def gpu_assumed(self) -> bool:
+        """No GPU named (nor detected): the figures are for `resolve.DEFAULT_GPU`."""
+        source = self.sources.get("gpu_name")
+        return source is not None and source.origin == Origin.ASSUMED
+
 
 def context(analysis: Any, path: str, exact_gib: float | None = None) -> Context | None:
     """A renderer context from an analysis result; None when it has no estimate."""
@@ -169,6 +175,10 @@ def _verdict(ctx: Context) -> str:
 def _peak_line(ctx: Context) -> str:
     line = (f"Peak {gib(ctx.est.device_bytes)} GiB of {ctx.rp.gpu.usable_gib:.1f} GiB usable on "
             f"{gpu_label(ctx.rp)} — {_verdict(ctx)}")
+    if ctx.gpu_assumed:
+        from vramlens.resolve import CHOOSE_GPU
+
+        line += f"\n\n**{ctx.rp.gpu.name} is assumed**: no GPU named — {CHOOSE_GPU}."
     if ctx.exact_gib is not None:
         line += f" · exact trace: {ctx.exact_gib:.1f} GiB"
     return line
@@ -616,6 +626,8 @@ def lens_title(ctx: Context) -> str:
     """The code lens on the model line: "peak 71.3 / 39.4 GiB on A100-40GB"."""
     e, rp = ctx.est, ctx.rp
     title = f"peak {gib(e.device_bytes)} / {rp.gpu.usable_gib:.1f} GiB on {gpu_label(rp)}"
+    if ctx.gpu_assumed:
+        title += " (assumed: no GPU named)"
     if not e.fits:
         title += " ✗ does not fit"
     elif e.tight:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from vramlens.estimate.result import COMPONENT_LABELS, COMPONENTS, GIB, Estimate
 from vramlens.plan import Origin, TrainingPlan
-from vramlens.resolve import Resolution
+from vramlens.resolve import CHOOSE_GPU, Resolution
 
 
 def _g(n: int | float) -> float:
@@ -51,9 +51,15 @@ def estimate_fields(rp, est: Estimate, model_id: str | None = None) -> dict:
 def estimate_json(path: str, plan: TrainingPlan, res: Resolution, est: Estimate) -> dict:
     out = {"file": path, "format": plan.format,
            **estimate_fields(res.resolved, est, plan.model_id.value if plan.model_id else None)}
+    out["gpu"]["assumed"] = res.gpu_assumed
     out["assumptions"] = list(res.assumptions) + out["assumptions"]
     out["sources"] = {k: describe_source(v) for k, v in res.sources.items()}
     return out
+
+
+def assumed_gpu_note(res: Resolution) -> str:
+    """What the text output adds to the GPU line when no GPU was named."""
+    return f"\n          (assumed: no GPU named — {CHOOSE_GPU})" if res.gpu_assumed else ""
 
 
 def bar(fraction: float, width: int = 28) -> str:
@@ -75,7 +81,7 @@ def render_text(path: str, plan: TrainingPlan, res: Resolution, est: Estimate) -
         f"{path}  ({plan.format})",
         f"  model   {plan.model_id.value if plan.model_id else rp.arch.id}  "
         f"{est.params_total / 1e9:.2f} B params, {est.params_trainable / 1e9:.3g} B trainable",
-        f"  GPU     {gpu}: {rp.gpu.usable_gib:.1f} GiB usable per GPU",
+        f"  GPU     {gpu}: {rp.gpu.usable_gib:.1f} GiB usable per GPU{assumed_gpu_note(res)}",
         f"  peak    {_g(est.device_bytes):.1f} GiB on the device ({_g(est.low_bytes):.1f}–{_g(est.high_bytes):.1f}) "
         f"→ {verdict}, headroom {_g(est.headroom_bytes):+.1f} GiB",
         f"          allocated {_g(est.allocated_bytes):.1f} · reserved {_g(est.reserved_bytes):.1f} · "

@@ -15,6 +15,9 @@ from vramlens.resolved import ResolvedPlan
 from vramlens.settings import Settings
 
 DEFAULT_GPU = "A100-80GB"
+# How a user names the GPU when none was named (shown wherever the assumed one is).
+CHOOSE_GPU = ("choose one with `--gpu`, the `gpu` setting (`.vramlens.toml`, `[tool.vramlens]` or the editor's "
+              "`vramlens.gpu`) or a `# vramlens: gpu=…` comment in the file")
 
 
 class ResolveError(ValueError):
@@ -31,6 +34,12 @@ class Resolution:
     resolved: ResolvedPlan
     sources: dict[str, Sourced]                  # concept → where its value came from (file, default, ...)
     assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def gpu_assumed(self) -> bool:
+        """No GPU was named (nor detected): the estimate is judged against DEFAULT_GPU."""
+        source = self.sources.get("gpu_name")
+        return source is not None and source.origin == Origin.ASSUMED
 
 
 LORA_NAME_MAP = {
@@ -314,8 +323,9 @@ def _gpu(plan: TrainingPlan, settings: Settings, sources: dict, assumptions: lis
             sources["gpu_name"] = plan.gpu_name
     if spec is None:
         spec, count = gpus.lookup_gpu(DEFAULT_GPU)[:2]
-        sources["gpu_name"] = Sourced(value=spec.name, origin=Origin.ASSUMED, note="no GPU named; set one with --gpu")
-        assumptions.append(f"no GPU named in the config or settings: assumed {spec.name}")
+        sources["gpu_name"] = Sourced(value=spec.name, origin=Origin.ASSUMED, note=f"no GPU named; {CHOOSE_GPU}")
+        assumptions.append(f"no GPU named in the config or settings (and none detected): assumed {spec.name} — "
+                           f"{CHOOSE_GPU}")
     if settings.gpu_count:
         count = settings.gpu_count
         sources["gpu_count"] = Sourced(value=count, origin=Origin.SETTING)

@@ -162,3 +162,27 @@ async def test_trusted_true_passes_the_trust_check(bare_client: LanguageClient, 
         assert "trusted" not in str(refused.value)
         assert "nothing to" in str(refused.value) or "not installed" in str(refused.value)
     assert editor is not None
+
+
+@BOTH
+async def test_an_assumed_gpu_is_said_in_the_editor(bare_client: LanguageClient, tmp_path: Path, profile: str):
+    """No GPU named, none detected (no nvidia-smi here): the estimate says the GPU is assumed, the hover on the
+    model line says which and how to choose one; naming one in the settings takes it back."""
+    config = tmp_path / "train.yaml"
+    config.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: 2\nbf16: true\n")
+    editor = await start(bare_client, profile, tmp_path)
+    uri = editor.open(config)
+    sent = await editor.estimate(uri)
+    assert sent["gpu"]["name"] == "A100-80GB" and sent["gpu"]["assumed"] is True
+    hover = await editor.hover(uri, 0, 3)
+    text = hover.contents.value if hover is not None else ""
+    assert "A100-80GB is assumed" in text and "vramlens.gpu" in text and "# vramlens: gpu=" in text
+    count = len(bare_client.estimates)
+    bare_client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"vramlens": {"gpu": "T4"}}))
+
+    def republished():
+        new = [e for e in bare_client.estimates[count:] if e["uri"] == uri]
+        return new[-1] if new else None
+    named = await editor._until(republished, "estimate after naming a GPU")
+    assert named["gpu"]["name"] == "T4" and named["gpu"]["assumed"] is False

@@ -166,9 +166,11 @@ def _estimate_line(analysis) -> str | None:
     if est is None:
         return None
     rp = analysis.resolution.resolved
+    from vramlens.report import assumed_gpu_note
+
     verdict = "fits" if est.fits else "does NOT fit"
     return (f"peak {est.device_bytes / 2**30:.1f} GiB of {est.usable_bytes / 2**30:.1f} GiB usable on "
-            f"{rp.gpu.name} — {verdict}")
+            f"{rp.gpu.name} — {verdict}{assumed_gpu_note(analysis.resolution)}")
 
 
 def _print_text(results: list[FileResult], verbose: bool) -> None:

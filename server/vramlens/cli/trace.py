@@ -108,6 +108,7 @@ def run(args) -> int:
 def render_text(out: dict, est) -> str:
     from vramlens.estimate.result import COMPONENT_LABELS, COMPONENTS, GIB
     from vramlens.report import bar
+    from vramlens.resolve import CHOOSE_GPU
 
     t = out["trace"]
     usable = est.usable_bytes
@@ -121,7 +122,8 @@ def render_text(out: dict, est) -> str:
         f"{out['file']}  ({out['format']}) — exact trace" + ("" if out["exact"] else " (partial: see 'not traced')"),
         f"  model   {out['model']['id']}  {est.params_total / 1e9:.2f} B params, "
         f"{est.params_trainable / 1e9:.3g} B trainable",
-        f"  GPU     {gpu_name}: {gpu['usable_gib']:.1f} GiB usable per GPU",
+        f"  GPU     {gpu_name}: {gpu['usable_gib']:.1f} GiB usable per GPU"
+        + (f"\n          (assumed: no GPU named — {CHOOSE_GPU})" if gpu.get("assumed") else ""),
         f"  peak    {g(est.device_bytes):.2f} GiB on the device → {verdict}, headroom {g(est.headroom_bytes):+.2f} GiB",
         f"          allocated {g(est.allocated_bytes):.2f} (traced) · reserved {g(est.reserved_bytes):.2f} · "
         f"peak in: {t['peak_at']}",

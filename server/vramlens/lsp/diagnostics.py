@@ -126,7 +126,8 @@ def estimate_payload(result: Result, exact_gib: float | None) -> dict | None:
     return {
         "uri": result.uri,
         "version": result.version,
-        "gpu": {"name": rp.gpu.name, "count": rp.gpu_count, "usable_gib": round(rp.gpu.usable_gib, 2)},
+        "gpu": {"name": rp.gpu.name, "count": rp.gpu_count, "usable_gib": round(rp.gpu.usable_gib, 2),
+                "assumed": res.gpu_assumed},
         "peak": {"allocated_gib": _g(est.allocated_bytes), "reserved_gib": _g(est.reserved_bytes),
                  "device_gib": _g(est.device_bytes)},
         "components_gib": {k: _g(v) for k, v in est.components.items()},
