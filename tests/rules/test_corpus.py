@@ -3,13 +3,12 @@ finding, related location and fix edit lies inside the document it is reported o
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import pytest
 
+from shared_data import CORPUS, need
 from vramlens.analysis import Settings, analyze
 
-CORPUS = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus"
 FILES = sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.suffix in (".yaml", ".yml", ".json", ".md", ".sh",
                                                                                ".py"))
 
@@ -28,6 +27,7 @@ def _inside(span, lines: list[str]) -> bool:
 
 
 def test_the_corpus_is_there():
+    need(CORPUS)
     assert len(FILES) > 100, CORPUS
 
 
