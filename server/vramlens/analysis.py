@@ -1,4 +1,4 @@
-"""analyze: text → parse → resolve → estimate → rules, in one call that never raises for bad input.
+"""analyze: text → parse → resolve → calibrate → estimate → rules, in one call that never raises for bad input.
 
 The LSP server (on every change) and `vramlens check` call only this and convert what it returns:
 a parse error or an unknown model or GPU is a finding (VL016 / VL017) on the document, not an exception,
@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vramlens.calibration import calibrate
 from vramlens.estimate import Estimate, estimate
 from vramlens.fixes import Fix, Fixer
 from vramlens.formats import parse_document
@@ -75,7 +76,7 @@ def _analyze(text: str, path: str, settings: Settings) -> Analysis:
     internal: list[Finding] = []
     resolution = None
     try:
-        resolution = resolve(plan, settings)
+        resolution = calibrate(resolve(plan, settings))
     except ResolveError as exc:
         ctx.resolve_error = exc
         result.error = str(exc)

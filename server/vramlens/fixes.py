@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 from vramlens.estimate import GIB, Estimate, estimate
 from vramlens.plan import Origin, Sourced, Span, TrainingPlan, text_lines
+from vramlens.calibration import calibrate
 from vramlens.resolve import resolve
 from vramlens.settings import Settings
 from vramlens.resolved import ResolvedPlan
@@ -168,7 +169,7 @@ class Fixer:
         key = self._key(changes)
         if key not in self._cache:
             try:
-                res = resolve(with_changes(self.plan, changes), self.settings)
+                res = calibrate(resolve(with_changes(self.plan, changes), self.settings))
                 self._cache[key] = estimate(res.resolved, limits=False)
             except Exception:      # a change the resolver rejects is a fix we do not offer
                 log.debug("fix %s could not be estimated", changes, exc_info=True)

@@ -250,21 +250,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         gpu=gpu, gpu_count=count, expandable_segments="expandable_segments:true" in alloc.replace(" ", "").lower(),
         headroom=settings.headroom,
     )
-    correction = _calibration(rp)
-    if correction is not None:
-        rp = rp.with_changes(correction=correction)
-    return Resolution(rp, sources, assumptions)
-
-
-def _calibration(rp: ResolvedPlan) -> float | None:
-    """The local calibration's correction for this plan, if one applies (never fails the resolution)."""
-    from vramlens import calibration
-
-    try:
-        c = calibration.correction_for(rp)
-    except (OSError, ValueError):
-        return None
-    return c if c is not None and abs(c - 1.0) > 1e-3 else None
+    return Resolution(rp, sources, assumptions)      # uncalibrated: `calibration.calibrate` is the next stage
 
 
 def _size(plan: TrainingPlan, *keys: str):

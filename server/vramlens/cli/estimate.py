@@ -22,6 +22,7 @@ def add_arguments(p):
 
 def run(args) -> int:
     from vramlens.cli.project import report, settings_for
+    from vramlens.calibration import calibrate
     from vramlens.estimate import estimate
     from vramlens.formats import parse_file
     from vramlens.report import estimate_json, render_text
@@ -54,7 +55,7 @@ def run(args) -> int:
         except SettingsError as exc:
             return report(exc)
         try:
-            res = resolve(parsed.plan, settings)
+            res = calibrate(resolve(parsed.plan, settings))
         except ResolveError as exc:
             if parsed.plan.model_id is None and len(files) > 1:
                 continue          # a partial config (DeepSpeed/accelerate) that another file references
