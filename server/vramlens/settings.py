@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
 SECTION = "vramlens"
@@ -86,25 +86,20 @@ class Settings(BaseModel):
             return v.strip() or None
         return v
 
-    @field_validator("severity", mode="before")
+    @field_validator("severity", "framework_versions", mode="before")
     @classmethod
-    def _severity(cls, v: Any) -> Any:
+    def _table(cls, v: Any, info: ValidationInfo) -> Any:
         if not isinstance(v, dict):
-            raise ValueError('expected a table like {"VL004": "off"}')
+            raise ValueError("expected a table")
+        if info.field_name == "framework_versions":
+            return {str(k): str(x) for k, x in v.items()}
         out: dict[str, str] = {}
         for rule, level in v.items():
             word = normalize_severity(level)
             if word is None:
-                raise ValueError(f"{rule}: {level!r} is not one of {', '.join(SEVERITY_LEVELS)}")
+                raise ValueError(f"{level!r} is not one of {', '.join(SEVERITY_LEVELS)}")
             out[str(rule).strip().upper()] = word
         return out
-
-    @field_validator("framework_versions", mode="before")
-    @classmethod
-    def _versions(cls, v: Any) -> Any:
-        if not isinstance(v, dict):
-            raise ValueError('expected a table like {"trl": "1.7"}')
-        return {str(k): str(x) for k, x in v.items()}
 
 
 USER_FIELDS = tuple(name for name in Settings.model_fields if name not in ("workspace", "read_file"))

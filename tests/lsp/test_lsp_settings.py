@@ -13,6 +13,18 @@ OOM_EXAMPLE = EXAMPLES / "llama3-8b-full-adamw-a100-40gb.yaml"
 BOTH = pytest.mark.parametrize("profile", ["visual-studio-code", "neovim"])
 
 
+async def push_settings(editor, uri: str, section: dict) -> dict:
+    """Push the `vramlens` section (workspace/didChangeConfiguration) and wait for the document's next estimate."""
+    client = editor.client
+    count = len(client.estimates)
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"vramlens": section}))
+
+    def republished():
+        new = [e for e in client.estimates[count:] if e["uri"] == uri]
+        return new[-1] if new else None
+    return await editor._until(republished, f"estimate after pushing {section}")
+
+
 
 @BOTH
 async def test_settings_pull_sets_the_gpu(bare_client: LanguageClient, tmp_path: Path, profile: str):
@@ -31,14 +43,7 @@ async def test_settings_push_changes_the_gpu(bare_client: LanguageClient, tmp_pa
     uri = editor.open(OOM_EXAMPLE)
     first = await editor.estimate(uri)
     assert first["gpu"]["name"] == "A100-40GB"         # the document's own directive
-    count = len(bare_client.estimates)
-    bare_client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"vramlens": {"gpu": "A100-80GB"}}))
-
-    def republished():
-        new = [e for e in bare_client.estimates[count:] if e["uri"] == uri]
-        return new[-1] if new else None
-    est = await editor._until(republished, "estimate after the settings push")
+    est = await push_settings(editor, uri, {"gpu": "A100-80GB"})
     assert est["gpu"]["name"] == "A100-80GB"
 
 
@@ -177,12 +182,5 @@ async def test_an_assumed_gpu_is_said_in_the_editor(bare_client: LanguageClient,
     hover = await editor.hover(uri, 0, 3)
     text = hover.contents.value if hover is not None else ""
     assert "A100-80GB is assumed" in text and "vramlens.gpu" in text and "# vramlens: gpu=" in text
-    count = len(bare_client.estimates)
-    bare_client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"vramlens": {"gpu": "T4"}}))
-
-    def republished():
-        new = [e for e in bare_client.estimates[count:] if e["uri"] == uri]
-        return new[-1] if new else None
-    named = await editor._until(republished, "estimate after naming a GPU")
+    named = await push_settings(editor, uri, {"gpu": "T4"})
     assert named["gpu"]["name"] == "T4" and named["gpu"]["assumed"] is False
