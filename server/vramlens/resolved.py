@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from vramlens.knowledge.schema import GpuSpec, ModelArch, OptimizerSpec
+from vramlens.settings import DEFAULT_HEADROOM
 
 # Canonical LoRA target names (HF Llama spelling without "_proj"); formats map their own names here.
 LINEAR_NAMES = ("q", "k", "v", "o", "gate", "up", "down", "fc1", "fc2", "lm_head", "embed")
@@ -86,7 +87,7 @@ class ResolvedPlan(BaseModel):
     gpu: GpuSpec
     gpu_count: int = 1
     expandable_segments: bool = False
-    headroom: float = 0.10                     # fraction of usable memory to keep free before calling a fit "tight"
+    headroom: float = DEFAULT_HEADROOM         # fraction of usable memory to keep free before calling a fit "tight"
     correction: float = 1.0                    # measured ÷ estimated allocated bytes from local traces/probes
                                                # of the same architecture (vramlens.calibration); 1 = none
 

@@ -21,10 +21,10 @@ MAX_FIX_ROUNDS = 8
 
 
 def add_arguments(p):
+    from vramlens.cli.project import add_settings_flags
+
     p.add_argument("paths", nargs="+", help="config files or folders")
-    p.add_argument("--gpu", help='GPU, e.g. "A100-40GB", "H100", "8xH100" (overrides the config)')
-    p.add_argument("--num-gpus", type=int, help="number of GPUs (overrides the config)")
-    p.add_argument("--headroom", type=float, help="fraction of GPU memory to keep free (default 0.10)")
+    add_settings_flags(p)
     p.add_argument("--format", choices=["text", "json", "sarif"], default="text")
     p.add_argument("--fix", action="store_true",
                    help='apply "make it fit" to predicted OOMs and every safe quick fix, write the files, re-check')

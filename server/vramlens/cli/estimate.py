@@ -13,10 +13,10 @@ from vramlens.cli.paths import iter_config_files
 
 
 def add_arguments(p):
+    from vramlens.cli.project import add_settings_flags
+
     p.add_argument("paths", nargs="+", help="config files or folders")
-    p.add_argument("--gpu", help='GPU, e.g. "A100-40GB", "H100", "8xH100" (overrides the config)')
-    p.add_argument("--num-gpus", type=int, help="number of GPUs (overrides the config)")
-    p.add_argument("--headroom", type=float, help="fraction of GPU memory to keep free (default 0.10)")
+    add_settings_flags(p)
     p.add_argument("--format", choices=["text", "json"], default="text")
 
 

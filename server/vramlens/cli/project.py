@@ -9,6 +9,15 @@ from pathlib import Path
 EXIT_SETTINGS = 2
 
 
+def add_settings_flags(p, gpu_help: str = 'GPU, e.g. "A100-40GB", "H100", "8xH100" (overrides the config)') -> None:
+    """The flags that set `Settings` fields (validated with every other source in `settings_for`)."""
+    from vramlens.settings import DEFAULT_HEADROOM
+
+    p.add_argument("--gpu", help=gpu_help)
+    p.add_argument("--num-gpus", type=int, help="number of GPUs (overrides the config)")
+    p.add_argument("--headroom", type=float, help=f"fraction of GPU memory to keep free (default {DEFAULT_HEADROOM:g})")
+
+
 def settings_for(path: Path, args, severity: dict[str, str] | None = None):
     """`Settings` for `path` from the project file and `args.gpu`, `args.num_gpus`, `args.headroom` (absent or
     None: not given); `severity` (rule → level from the command line) wins over the project's.

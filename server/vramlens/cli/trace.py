@@ -16,10 +16,10 @@ EXIT_CONFIG, EXIT_NO_TORCH, EXIT_FAILED = 2, 3, 4
 
 
 def add_arguments(p):
+    from vramlens.cli.project import add_settings_flags
+
     p.add_argument("path", help="a training config (YAML/JSON, Python, shell, Markdown)")
-    p.add_argument("--gpu", help='GPU, e.g. "A100-40GB", "8xH100" (overrides the config)')
-    p.add_argument("--num-gpus", type=int, help="number of GPUs (overrides the config)")
-    p.add_argument("--headroom", type=float, help="fraction of GPU memory to keep free (default 0.10)")
+    add_settings_flags(p)
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before the trace is stopped (default 300)")
     p.add_argument("--steps", type=int, choices=[1, 2], help="trace 1 step (+ optimizer state) or 2 full steps "

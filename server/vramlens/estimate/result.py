@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from vramlens.settings import DEFAULT_HEADROOM
+
 GIB = 1 << 30
 
 # Component keys, in display order. `optimizer_paged`, `allocator` and `cuda_context` are outside torch's
@@ -45,7 +47,7 @@ class Estimate(BaseModel):
     params_total: int
     params_trainable: int
     activation_bytes_per_sample: int   # saved activations + logits per extra sample, for "each +1 ≈" hovers
-    headroom_fraction: float = 0.10    # the plan's headroom setting: below this share of usable memory a fit is tight
+    headroom_fraction: float = DEFAULT_HEADROOM    # the plan's headroom setting: below this share of usable memory a fit is tight
     assumptions: tuple[str, ...] = ()
 
     def gib(self, name: str) -> float:

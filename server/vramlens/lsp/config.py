@@ -39,8 +39,9 @@ def client_trusts(options: Any) -> bool:
     """Whether initializationOptions say the workspace is trusted: only a JSON `true` does."""
     if not isinstance(options, dict):
         return False
-    for where in (options, section(options)):
-        if where.get("trusted") is True:
+    for where in (options, section(options)):      # the top level (what VS Code sends) or the vramlens section
+        values, _ = read_source({"trusted": where.get("trusted")}, "initializationOptions", exclude=())
+        if values.get("trusted") is True:           # the model's StrictBool: "true", 1 are refused
             return True
     return False
 
