@@ -4,8 +4,8 @@ Folders are walked for candidate files (.yaml .yml .json .py .sh .md); files tha
 are skipped (listed with -v). Project settings (`.vramlens.toml` or `[tool.vramlens]` in pyproject.toml)
 apply; command-line flags win over them.
 
-Exit codes: 0 no finding at error level, 1 findings at error level, 2 usage error or a named file that
-cannot be read. JSON and SARIF positions are 1-based lines and columns (SARIF endColumn is exclusive).
+Exit codes: 0 no finding at error level, 1 findings at error level, 2 usage error, a refused setting (flag or
+project file) or a named file that cannot be read. JSON and SARIF positions are 1-based lines and columns (SARIF endColumn is exclusive).
 """
 from __future__ import annotations
 
