@@ -56,7 +56,7 @@ def check(text: str, path: str, analysis) -> None:
 def test_analyze_mutated_configs(workspace: Path, doc, settings: Settings):
     name, text = doc
     path = str(workspace / name)
-    settings.workspace = workspace
+    settings = settings.model_copy(update={"workspace": workspace})      # Settings are immutable
     with hang_guard(name):
         analysis = analyze(text, path, settings)
         check(text, path, analysis)
