@@ -15,13 +15,15 @@ kebab (`gpu-count`), snake (`gpu_count`) or camelCase. Every source is validated
 the server refuses is refused by the command line too, with the same message.
 
 To add a setting: add one field with a default, a description and `allowed` (shown in error messages), then
-read it where it is used (`settings.<name>`); every source accepts it from then on.
+read it where it is used (`settings.<name>`); every source accepts it from then on (a command-line flag for it
+goes in `cli.project.add_settings_flags` and `FLAGS`; a table field also joins the `_table` validator).
+`trusted` is the exception: only the client's initializationOptions set it (`lsp.config.client_trusts`).
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
@@ -103,6 +105,8 @@ class Settings(BaseModel):
 
 
 USER_FIELDS = tuple(name for name in Settings.model_fields if name not in ("workspace", "read_file"))
+TABLES = frozenset(name for name in USER_FIELDS if get_origin(Settings.model_fields[name].annotation) is dict)
+"""Fields that are tables: merged key by key across sources, and their entries validated one by one."""
 CLIENT_ONLY = frozenset({"trusted"})           # a project file or pushed editor settings cannot grant trust
 _BY_SPELLING = {**{name: name for name in USER_FIELDS},
                 **{to_camel(name): name for name in USER_FIELDS},
@@ -159,8 +163,7 @@ def read_source(data: Any, source: str, *, exclude: Iterable[str] = CLIENT_ONLY,
             continue
         if value is None or value == "":
             continue
-        items = list(value.items()) if isinstance(value, dict) and name in ("severity", "framework_versions") \
-            else None
+        items = list(value.items()) if isinstance(value, dict) and name in TABLES else None
         try:
             if items is None:
                 values[name] = getattr(Settings.model_validate({name: value}), name)
