@@ -8,6 +8,7 @@ or through a symlink that leads out. Paths are compared after resolving `..` and
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from vramlens.knowledge.hf_cache import hub_cache_dirs
@@ -49,3 +50,25 @@ def refusal(what: str, target: str, workspace: Path | None) -> str:
     where = "the workspace" if workspace is not None else "this file's folder"
     return (f"{what} `{target}` is outside {where}; vramlens reads other files only inside {where} and the "
             f"local Hugging Face cache, so it was not read")
+
+
+def user_cache_home() -> Path:
+    """The user's cache folder for files vramlens writes and later trusts (calibration, the startup cache):
+    `$XDG_CACHE_HOME` only when it is absolute and not under the current directory (a relative value is
+    relative to wherever the server or CLI was started, usually a repository), else `~/.cache`
+    (XDG Base Directory spec: "If an implementation encounters a relative path in any of these variables it
+    should consider the path invalid and ignore it",
+    https://specifications.freedesktop.org/basedir-spec/0.8/)."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if base and os.path.isabs(base) and not under_current_folder(Path(base)):
+        return Path(base)
+    return Path.home() / ".cache"
+
+
+def under_current_folder(path: Path) -> bool:
+    """Whether `path` (symlinks resolved) is the current directory or inside it — where the server or CLI
+    was started, which in an editor or a shell is usually the repository being worked on."""
+    here, there = _real(Path.cwd()), _real(path)
+    if here is None or there is None:
+        return True
+    return there == here or here in there.parents

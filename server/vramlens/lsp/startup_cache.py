@@ -41,6 +41,8 @@ from pathlib import Path
 from types import CodeType, ModuleType
 from typing import Any, Callable
 
+from vramlens import file_access
+
 log = logging.getLogger("vramlens.lsp.startup_cache")
 
 # The library modules whose generated code goes through the cache, each with one of its functions that
@@ -57,10 +59,7 @@ MAX_ENTRIES = 20_000      # a bound on the file, far above what a session genera
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME")
-    if base and os.path.isabs(base):
-        return Path(base) / "vramlens"
-    return Path.home() / ".cache" / "vramlens"
+    return file_access.user_cache_home() / "vramlens"
 
 
 def _distribution_versions(names: tuple[str, ...]) -> str:
@@ -117,16 +116,6 @@ def _private(path: Path) -> bool:
             and not st.st_mode & 0o077)
 
 
-def _inside_current_folder(path: Path) -> bool:
-    """A cache under the folder the server was started in (usually the workspace) is never used."""
-    try:
-        here = os.path.realpath(os.getcwd())
-        there = os.path.realpath(path)
-    except OSError:
-        return True
-    return there == here or there.startswith(here.rstrip(os.sep) + os.sep)
-
-
 class CodeCache:
     """Code objects by digest. Counts what was reused, what was compiled for the first time (`compiled`),
     and what was compiled again because a generated function's source differs from the one on file
@@ -150,7 +139,7 @@ class CodeCache:
 
     def load(self) -> None:
         try:
-            if (_inside_current_folder(self.path.parent) or not _private(self.path.parent)
+            if (file_access.under_current_folder(self.path.parent) or not _private(self.path.parent)
                     or not _private(self.path)):
                 log.info("startup cache %s: not private to this user, ignored", self.path)
                 return
@@ -190,7 +179,7 @@ class CodeCache:
         try:
             payload = marshal.dumps(entries)
             data = FORMAT + importlib.util.MAGIC_NUMBER + zlib.crc32(payload).to_bytes(4, "little") + payload
-            if _inside_current_folder(self.path.parent):
+            if file_access.under_current_folder(self.path.parent):
                 raise ValueError("inside the folder the server was started in")
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._remove_stale_temporaries()
