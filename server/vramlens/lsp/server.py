@@ -265,8 +265,9 @@ def create_server() -> VramlensServer:
             log.info("startup cache at initialized: %s", cache.summary())
             asyncio.get_running_loop().call_later(CACHE_SAVE_DELAY_S, cache.save_in_background)
         ready = ls.settings_ready()
-        threading.Thread(target=_detect_gpu, args=(ls, asyncio.get_running_loop()), daemon=True,
-                         name="vramlens-gpu-detect").start()
+        if ls.trusted:      # runs a program found on PATH: never for a workspace the editor does not trust
+            threading.Thread(target=_detect_gpu, args=(ls, asyncio.get_running_loop()), daemon=True,
+                             name="vramlens-gpu-detect").start()
         if ls._cap("workspace.did_change_configuration.dynamic_registration"):
             try:
                 await ls.client_register_capability_async(types.RegistrationParams(registrations=[
@@ -405,7 +406,7 @@ def _detect_gpu(ls: VramlensServer, loop: asyncio.AbstractEventLoop) -> None:
     from vramlens.lsp.gpu_detect import detect_local_gpu
 
     try:
-        gpu = detect_local_gpu()
+        gpu = detect_local_gpu(ls.workspace_root())
     except Exception:
         log.warning("GPU detection failed", exc_info=True)
         return
