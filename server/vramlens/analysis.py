@@ -41,7 +41,7 @@ class AnalysisSettings:
     """Workspace root: referenced files and local model folders are looked up there too."""
     framework_versions: dict[str, str] = field(default_factory=dict)
     """Framework or package → version, e.g. {"trl": "1.7", "bitsandbytes": "0.45"}."""
-    read_file: Callable[[Path], str] | None = None
+    read_file: Callable[[Path], str | None] | None = None
     """How to read referenced files (the LSP passes its open buffers); None reads from disk."""
 
     def resolve_settings(self) -> Settings:

@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 
 
 def analysis_settings(settings: EffectiveSettings, workspace: Path | None,
-                      read_file: Callable[[Path], str] | None = None) -> Any:
+                      read_file: Callable[[Path], str | None] | None = None) -> Any:
     """The pipeline's `AnalysisSettings` for these effective settings."""
     from vramlens.analysis import AnalysisSettings
 
@@ -29,7 +29,7 @@ def analysis_settings(settings: EffectiveSettings, workspace: Path | None,
 
 
 def run(text: str, path: str, settings: EffectiveSettings, workspace: Path | None,
-        read_file: Callable[[Path], str] | None = None) -> Any:
+        read_file: Callable[[Path], str | None] | None = None) -> Any:
     """`analysis.analyze` for one document; None when the pipeline itself failed (a bug, logged)."""
     try:
         from vramlens.analysis import analyze

@@ -164,12 +164,13 @@ class VramlensServer(LanguageServer):
             self._workers[kind] = cls()
         return self._workers[kind]
 
-    def read_open_file(self, path: Path) -> str:
-        """Referenced files are read from the editor's buffer when open, else from disk."""
+    def read_open_file(self, path: Path) -> str | None:
+        """A referenced file's text from the editor's buffer when it is open; None otherwise (the reader
+        then reads it from disk, checking what it opened)."""
         for doc in self.workspace.text_documents.values():
             if doc.path and Path(doc.path) == path:
                 return doc.source
-        return path.read_text(encoding="utf-8")
+        return None
 
     def refresh_views(self) -> None:
         """Ask the client to re-request what depends on settings or traces."""
