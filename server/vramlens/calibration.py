@@ -18,7 +18,8 @@ uncalibrated formulas (what they record is measured ÷ that).
 None when there is no close record or calibration is off.
 
 Where: `$VRAMLENS_CALIBRATION` (a path), else `~/.cache/vramlens/calibration.jsonl` (`$XDG_CACHE_HOME` is
-honoured). Off: `VRAMLENS_CALIBRATION=off`, or `configure(enabled=False)` (the editor setting).
+honoured when absolute and outside the current directory: a repository cannot ship its own calibration).
+Off: `VRAMLENS_CALIBRATION=off`, or `configure(enabled=False)` (the editor setting).
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vramlens import __version__
+from vramlens import __version__, file_access
 from vramlens.resolved import ResolvedPlan
 
 if TYPE_CHECKING:
@@ -74,8 +75,7 @@ def calibration_path() -> Path | None:
         return Path(env).expanduser()
     if _setting["path"] is not None:
         return _setting["path"]
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "vramlens" / "calibration.jsonl"
+    return file_access.user_cache_home() / "vramlens" / "calibration.jsonl"
 
 
 def features(rp: ResolvedPlan) -> dict[str, Any]:

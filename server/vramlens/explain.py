@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from vramlens import markup
 from vramlens.estimate import estimate as _estimate
 from vramlens.estimate.result import COMPONENT_LABELS, COMPONENTS, GIB, Estimate
 from vramlens.plan import Origin, Sourced, Span, TrainingPlan
@@ -261,9 +262,9 @@ def _grad_checkpointing(ctx: Context) -> list[str]:
 
 def _optimizer(ctx: Context) -> list[str]:
     opt = ctx.rp.optimizer
-    out = [f"`{opt.name}`: optimizer state {gib(ctx.component('optimizer'))} GiB"
+    out = [f"{markup.code(opt.name)}: optimizer state {gib(ctx.component('optimizer'))} GiB"
            + (f" + step temporaries {gib(ctx.component('temporaries'))} GiB" if ctx.component('temporaries') else "")]
-    rows: list[tuple[str, Estimate | None]] = [(f"{opt.name} (now)", ctx.est)]
+    rows: list[tuple[str, Estimate | None]] = [(f"{markup.text(opt.name)} (now)", ctx.est)]
     for name in ("adamw_torch_fused", "adamw_8bit", "paged_adamw_8bit", "adafactor"):
         if name == opt.name:
             continue
@@ -311,7 +312,7 @@ def _lora_r(ctx: Context) -> list[str]:
 
 def _lora_targets(ctx: Context) -> list[str]:
     targets = ctx.rp.lora_targets
-    rows = [(f"{_show(targets)} (now)", ctx.est)]
+    rows = [(f"{markup.text(_show(targets))} (now)", ctx.est)]
     if targets != ("q", "v"):
         rows.append(("q, v", ctx.peak(lora_targets=("q", "v"))))
     if targets != ("all-linear",):
@@ -485,7 +486,7 @@ def hover_markdown(ctx: Context, concept: str) -> str:
     title = CONCEPT_TITLES.get(concept, concept.replace("_", " "))
     key = s.key if s is not None and s.key else concept
     value = _show(s.value) if s is not None else "?"
-    lines = [f"**vramlens** · {title}: `{key}` = `{value}`", ""]
+    lines = [f"**vramlens** · {title}: {markup.code(key)} = {markup.code(value)}", ""]
     body: list[str] = []
     renderer = HOVERS.get(concept)
     if renderer is not None:
@@ -506,11 +507,13 @@ def hover_markdown(ctx: Context, concept: str) -> str:
         lines.append("")
     lines.append(_peak_line(ctx))
     lines.append("")
-    lines.append(f"_{describe_origin(s, ctx.path)}_" + (f" — {s.note}" if s is not None and s.note else ""))
+    lines.append(f"_{markup.text(describe_origin(s, ctx.path))}_"
+                 + (f" — {markup.text(s.note)}" if s is not None and s.note else ""))
     effective = ctx.sources.get(concept)
     if s is not None and effective is not None and effective.origin != s.origin and effective.value != s.value:
         lines.append("")
-        lines.append(f"_overridden: `{_show(effective.value)}`, {describe_origin(effective, ctx.path)}_")
+        lines.append(f"_overridden: {markup.code(_show(effective.value))}, "
+                     f"{markup.text(describe_origin(effective, ctx.path))}_")
     return "\n".join(lines)
 
 
@@ -522,7 +525,7 @@ def budget_markdown(ctx: Context) -> str:
     usable = e.usable_bytes
     scale = max(e.device_bytes, usable, 1)
     lines = [
-        f"**vramlens** · `{name}` · {e.params_total / 1e9:.2f} B params, "
+        f"**vramlens** · {markup.code(name)} · {e.params_total / 1e9:.2f} B params, "
         f"{e.params_trainable / 1e9:.3g} B trainable · {peft} · {rp.framework}",
         "",
         _peak_line(ctx),
@@ -539,7 +542,7 @@ def budget_markdown(ctx: Context) -> str:
             continue
         lines.append(f"| {COMPONENT_LABELS[key]} | {gib(v)} | `{bar(v / scale, BAR_WIDTH) or '▏'}` |")
     lines.append(f"| **total on the device** | **{gib(e.device_bytes)}** | `{bar(e.device_bytes / scale, BAR_WIDTH)}` |")
-    lines.append(f"| {rp.gpu.name} usable | {rp.gpu.usable_gib:.1f} | `{bar(usable / scale, BAR_WIDTH)}` |")
+    lines.append(f"| {markup.text(rp.gpu.name)} usable | {rp.gpu.usable_gib:.1f} | `{bar(usable / scale, BAR_WIDTH)}` |")
     if ctx.exact_gib is not None:
         lines.append(f"| exact trace (device) | {ctx.exact_gib:.1f} | `{bar(ctx.exact_gib * GIB / scale, BAR_WIDTH)}` |")
     lines.append("")
@@ -553,17 +556,17 @@ def budget_markdown(ctx: Context) -> str:
         lines.append(f"largest micro batch that fits: **{e.max_micro_batch}**"
                      + (f" · longest sequence at micro batch {rp.micro_batch}: **{e.max_seq_len}**"
                         if e.max_seq_len else ""))
-    defaults = [f"{CONCEPT_TITLES.get(k, k)} {_show(s.value)}" for k, s in ctx.sources.items()
+    defaults = [f"{CONCEPT_TITLES.get(k, k)} {markup.text(_show(s.value))}" for k, s in ctx.sources.items()
                 if s.origin == Origin.DEFAULT and k in HOVERS]
     if defaults:
         framework = next((s.framework for s in ctx.sources.values() if s.origin == Origin.DEFAULT and s.framework), None)
         lines.append("")
-        lines.append(f"defaults{f' of {framework}' if framework else ''}: " + ", ".join(defaults))
+        lines.append(f"defaults{f' of {markup.text(framework)}' if framework else ''}: " + ", ".join(defaults))
     notes = list(ctx.assumptions) + list(e.assumptions)
     if notes:
         lines.append("")
         lines.append("assumptions:")
-        lines.extend(f"- {n}" for n in notes)
+        lines.extend(f"- {markup.text(n)}" for n in notes)
     return "\n".join(lines)
 
 

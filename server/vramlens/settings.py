@@ -78,7 +78,7 @@ class Settings(BaseModel):
     # The run's context, not a user setting: never read from a source.
     workspace: Path | None = Field(None, exclude=True, description="Workspace root: referenced files and local "
                                                                    "model folders are looked up there too.")
-    read_file: Callable[[Path], str] | None = Field(None, exclude=True, description="How to read referenced "
+    read_file: Callable[[Path], str | None] | None = Field(None, exclude=True, description="How to read referenced "
                                                     "files (the LSP passes its open buffers); None reads the disk.")
 
     @field_validator("gpu", mode="before")

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vramlens import file_access
+
 try:  # Python 3.11+
     import tomllib as _toml
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
@@ -49,7 +51,17 @@ class ProjectSettings:
     """Keys the file sets that vramlens does not know (shown as a warning, never an error)."""
 
 
+MAX_PROJECT_FILE_BYTES = 1_000_000     # a .vramlens.toml or pyproject.toml is a few KB
+
 _warned_no_toml = False
+
+
+def _folder(path: Path) -> Path:
+    """The real folder a project file was found in (the file itself may not lead out of it)."""
+    try:
+        return Path(path).absolute().parent.resolve()
+    except (OSError, RuntimeError):
+        return Path(path).absolute().parent
 _cache: dict[Path, tuple[float, ProjectSettings | None]] = {}
 
 
@@ -77,7 +89,10 @@ def read_config_file(path: Path) -> ProjectSettings | None:
     if cached is not None and cached[0] == mtime:
         return cached[1]
     try:
-        data = _toml.loads(path.read_text(encoding="utf-8"))
+        # a project file is read like a referenced config: a regular file of bounded size, and (symlinks
+        # resolved on the opened file) inside the folder it was found in — not a link to a file elsewhere
+        data = _toml.loads(file_access.read_text_checked(path, MAX_PROJECT_FILE_BYTES, roots=[_folder(path)],
+                                                         errors="strict"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:   # TOMLDecodeError is a ValueError
         log.warning("cannot read %s: %s", path, exc)
         # a broken pyproject.toml may not concern vramlens; a broken .vramlens.toml does

@@ -78,11 +78,12 @@ def _files(paths: list[str]) -> list[tuple[Path, bool]]:
 
 def _check_file(path: Path, explicit: bool, args, cli_severity: dict[str, str]) -> FileResult:
     from vramlens.analysis import analyze
+    from vramlens.cli.paths import read_config_text
     from vramlens.cli.project import settings_for
 
     result = FileResult(path, explicit)
     try:
-        result.text = path.read_text(encoding="utf-8")
+        result.text = read_config_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         result.unreadable = f"cannot read: {exc}"
         result.skipped = result.unreadable

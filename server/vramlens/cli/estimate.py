@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from vramlens.cli.paths import iter_config_files
+from vramlens.cli.paths import iter_config_files, read_config_text
 
 
 def add_arguments(p):
@@ -24,7 +24,7 @@ def run(args) -> int:
     from vramlens.cli.project import report, settings_for
     from vramlens.calibration import calibrate
     from vramlens.estimate import estimate
-    from vramlens.formats import parse_file
+    from vramlens.formats import parse_document
     from vramlens.report import estimate_json, render_text
     from vramlens.resolve import ResolveError, resolve
     from vramlens.settings import SettingsError
@@ -37,7 +37,7 @@ def run(args) -> int:
     workspace = Path.cwd()
     for f in files:
         try:
-            parsed = parse_file(f, workspace=workspace)
+            parsed = parse_document(read_config_text(f, errors="replace"), str(f), workspace=workspace)
         except OSError as exc:
             print(f"{f}: cannot read: {exc}", file=sys.stderr)
             errors += 1

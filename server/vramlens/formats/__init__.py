@@ -29,7 +29,7 @@ class ParseContext:
 
     path: str                              # the document's path (or URI path); may not exist on disk
     workspace: Path | None = None          # workspace root, for resolving references
-    read_file: Callable[[Path], str] | None = None   # how to read referenced files (the LSP passes open buffers)
+    read_file: Callable[[Path], str | None] | None = None   # how to read referenced files (the LSP passes open buffers)
     depth: int = 0                         # reference-following depth
     text: str = ""                         # the document's text (dialects read header comments)
 
@@ -94,7 +94,7 @@ class ParseResult:
 
 
 def parse_document(text: str, path: str, workspace: Path | None = None,
-                   read_file: Callable[[Path], str] | None = None) -> ParseResult:
+                   read_file: Callable[[Path], str | None] | None = None) -> ParseResult:
     """Parse one document. `plan` is None when the text is not a training config (or cannot be read)."""
     text = _encodable(text)
     ctx = ParseContext(path=path, workspace=workspace, read_file=read_file, text=text)

@@ -16,13 +16,13 @@ log = logging.getLogger(__name__)
 
 
 def analysis_settings(settings: EffectiveSettings, workspace: Path | None,
-                      read_file: Callable[[Path], str] | None = None) -> Settings:
+                      read_file: Callable[[Path], str | None] | None = None) -> Settings:
     """The document's settings with the run's context (workspace root, how to read open buffers)."""
     return settings.values.model_copy(update={"workspace": workspace, "read_file": read_file})
 
 
 def run(text: str, path: str, settings: EffectiveSettings, workspace: Path | None,
-        read_file: Callable[[Path], str] | None = None) -> Any:
+        read_file: Callable[[Path], str | None] | None = None) -> Any:
     """`analysis.analyze` for one document; None when the pipeline itself failed (a bug, logged)."""
     try:
         from vramlens.analysis import analyze

@@ -164,12 +164,13 @@ class VramlensServer(LanguageServer):
             self._workers[kind] = cls()
         return self._workers[kind]
 
-    def read_open_file(self, path: Path) -> str:
-        """Referenced files are read from the editor's buffer when open, else from disk."""
+    def read_open_file(self, path: Path) -> str | None:
+        """A referenced file's text from the editor's buffer when it is open; None otherwise (the reader
+        then reads it from disk, checking what it opened)."""
         for doc in self.workspace.text_documents.values():
             if doc.path and Path(doc.path) == path:
                 return doc.source
-        return path.read_text(encoding="utf-8")
+        return None
 
     def refresh_views(self) -> None:
         """Ask the client to re-request what depends on settings or traces."""
@@ -266,8 +267,9 @@ def create_server() -> VramlensServer:
             log.info("startup cache at initialized: %s", cache.summary())
             asyncio.get_running_loop().call_later(CACHE_SAVE_DELAY_S, cache.save_in_background)
         ready = ls.settings_ready()
-        threading.Thread(target=_detect_gpu, args=(ls, asyncio.get_running_loop()), daemon=True,
-                         name="vramlens-gpu-detect").start()
+        if ls.trusted:      # runs a program found on PATH: never for a workspace the editor does not trust
+            threading.Thread(target=_detect_gpu, args=(ls, asyncio.get_running_loop()), daemon=True,
+                             name="vramlens-gpu-detect").start()
         if ls._cap("workspace.did_change_configuration.dynamic_registration"):
             try:
                 await ls.client_register_capability_async(types.RegistrationParams(registrations=[
@@ -406,7 +408,7 @@ def _detect_gpu(ls: VramlensServer, loop: asyncio.AbstractEventLoop) -> None:
     from vramlens.lsp.gpu_detect import detect_local_gpu
 
     try:
-        gpu = detect_local_gpu()
+        gpu = detect_local_gpu(ls.workspace_root())
     except Exception:
         log.warning("GPU detection failed", exc_info=True)
         return
