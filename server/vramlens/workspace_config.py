@@ -42,6 +42,7 @@ _KEYS = {
     "headroom": ("headroom",),
     "severity": ("severity",),
     "frameworkVersions": ("framework-versions", "framework_versions", "frameworkversions"),
+    "trace": ("trace",),                     # [trace] python = "…": the interpreter `vramlens trace` runs
 }
 _SPELLING = {spelling: canonical for canonical, spellings in _KEYS.items() for spelling in spellings}
 

@@ -40,6 +40,8 @@ class UserSettings:
     """Framework -> version whose defaults apply, e.g. {"trl": "1.7"}."""
     debounce_ms: float | None = None
     """Delay before re-analysing after an edit (initializationOptions only)."""
+    trace_python: str | None = None
+    """`vramlens.trace.python`: the interpreter (the training environment) that runs `vramlens trace`."""
 
     def over(self, lower: "UserSettings") -> "UserSettings":
         """These settings, with what they leave unset taken from `lower`."""
@@ -108,6 +110,11 @@ def parse_settings(data: Any, problems: list[str] | None = None) -> UserSettings
     elif raw_sev not in (None, ""):
         problems.append("vramlens.severity: expected an object like {\"VL004\": \"off\"}")
     versions = norm.get("frameworkversions")
+    trace = norm.get("trace")
+    if isinstance(trace, dict) and "python" in trace:
+        norm["tracepython"] = trace["python"]
+    elif "trace.python" in norm:
+        norm["tracepython"] = norm["trace.python"]
     return UserSettings(
         gpu=text("gpu"),
         gpu_count=number("gpucount", int, 1, 1 << 16),
@@ -115,6 +122,7 @@ def parse_settings(data: Any, problems: list[str] | None = None) -> UserSettings
         severity=severity,
         framework_versions={str(k): str(v) for k, v in versions.items()} if isinstance(versions, dict) else {},
         debounce_ms=number("debouncems", float, 0.0, 5000.0),
+        trace_python=text("tracepython"),
     )
 
 

@@ -12,6 +12,7 @@ import functools
 import gc
 import inspect
 import logging
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -160,6 +161,15 @@ class VramlensServer(LanguageServer):
 
     def worker_client(self, kind: str, cls: Any) -> Any:
         """One long-lived worker client per kind (its subprocess keeps torch imported)."""
+        if kind == "trace":
+            # the interpreter comes from the user's settings only, never from a project file in the repository
+            python = self.settings.editor.over(self.settings.initialization).trace_python
+            current = self._workers.get(kind)
+            if current is not None and getattr(current, "python", None) != (python or sys.executable):
+                self._workers.pop(kind)
+                asyncio.ensure_future(current.close())     # the setting changed: stop the old interpreter
+            if kind not in self._workers:
+                self._workers[kind] = cls(python)
         if kind not in self._workers:
             self._workers[kind] = cls()
         return self._workers[kind]

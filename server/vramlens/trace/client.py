@@ -49,8 +49,10 @@ def _package_root() -> str:
 
 class TraceClient:
     def __init__(self, python: str | None = None, *, timeout: float = 300.0, start_timeout: float = 120.0,
-                 cache_size: int = 64, calibrate: bool = True, env: dict[str, str] | None = None):
+                 cache_size: int = 64, calibrate: bool = True, env: dict[str, str] | None = None,
+                 backend: str = "auto"):
         self.python = python or sys.executable
+        self.backend = backend                            # "auto" | "transformers" | "synthetic"
         self.timeout = timeout
         self.start_timeout = start_timeout
         self.calibrate = calibrate
@@ -238,7 +240,8 @@ class TraceClient:
         rid = f"t{next(self._ids)}"
         fut = asyncio.get_running_loop().create_future()
         self._pending[rid] = (fut, progress_cb)
-        self._write({"op": "trace", "id": rid, "plan": json.loads(rp.model_dump_json()), "steps": steps})
+        self._write({"op": "trace", "id": rid, "plan": json.loads(rp.model_dump_json()), "steps": steps,
+                     "backend": self.backend})
         waiters: set = {fut}
         cancel_task = asyncio.create_task(cancel_event.wait()) if cancel_event is not None else None
         if cancel_task is not None:

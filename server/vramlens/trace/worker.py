@@ -1,7 +1,8 @@
 """The trace worker: `python -m vramlens.trace.worker`, one JSON object per line on stdin and stdout.
 
 Requests (stdin):
-  {"op": "trace", "id": "…", "plan": <ResolvedPlan as JSON>, "steps": null | 1 | 2}
+  {"op": "trace", "id": "…", "plan": <ResolvedPlan as JSON>, "steps": null | 1 | 2,
+   "backend": "auto" | "transformers" | "synthetic"}   auto: the real libraries where they can run the step
   {"op": "cancel", "id": "…"}          stop that trace (queued or running) as soon as possible
   {"op": "ping", "id": "…"}            answered with {"type": "pong", "id": "…"}
   {"op": "shutdown"}
@@ -117,7 +118,7 @@ class _Cancelled(Exception):
 
 def run_trace(msg: dict, stop: threading.Event, ch: Channel) -> dict:
     from vramlens.resolved import ResolvedPlan
-    from vramlens.trace import engine, report
+    from vramlens.trace import report
     from vramlens.trace.config import step_config
     from vramlens.trace.tracker import TraceCancelled
 
@@ -127,11 +128,42 @@ def run_trace(msg: dict, stop: threading.Event, ch: Channel) -> dict:
     def progress(message: str, fraction: float) -> None:
         ch.send({"type": "progress", "id": rid, "message": message, "fraction": fraction})
 
+    cfg = step_config(rp)
     try:
-        raw = engine.run(step_config(rp), steps=msg.get("steps"), progress=progress, should_stop=stop.is_set)
+        raw = run_backends(cfg, msg, progress, stop)
     except TraceCancelled:
         raise _Cancelled() from None
     return report.result_json(rp, raw)
+
+
+def run_backends(cfg, msg: dict, progress, stop: threading.Event) -> dict:
+    """The real libraries where they can run this step (`trace.hf`), else the synthetic model with the reason
+    in `not_traced` (the report is then `exact: false`)."""
+    from vramlens.trace import engine, hf
+    from vramlens.trace.tracker import TraceCancelled
+
+    backend = msg.get("backend") or "auto"
+    reason = hf.unsupported(cfg) if backend in ("auto", "transformers") else "the synthetic model was requested"
+    if reason is None:
+        try:
+            raw = engine.run(cfg, steps=msg.get("steps"), progress=progress, should_stop=stop.is_set,
+                             backend="transformers")
+            raw["assumptions"] = hf.description(cfg.attn_impl) + raw["assumptions"]
+        except TraceCancelled:
+            raise
+        except Exception as exc:                        # a data-dependent op, a kernel without a CPU path, ...
+            if stop.is_set():
+                raise TraceCancelled() from None
+            reason = f"the real libraries failed on this step ({type(exc).__name__}: {str(exc)[:300]})"
+    if reason is not None:
+        if backend == "transformers":
+            raise RuntimeError(f"the transformers backend cannot trace this step: {reason}")
+        raw = engine.run(cfg, steps=msg.get("steps"), progress=progress, should_stop=stop.is_set)
+        if backend != "synthetic":
+            raw["not_traced"] = list(raw["not_traced"]) + [f"real libraries not used: {reason}"]
+        raw["fallback_reason"] = reason
+    raw["versions"] = hf.versions()
+    return raw
 
 
 if __name__ == "__main__":
