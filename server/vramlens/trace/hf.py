@@ -213,6 +213,13 @@ class HFStep(nn.Module):
         hc = hf_config(cfg)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(hc, dtype=dtype, attn_implementation=impl)
+        self.trl_fused = cfg.loss == "chunked"
+        if self.trl_fused:
+            # TRL ≥ 1.7 SFTTrainer: loss_type "nll" (formerly "chunked_nll") through `add_fused_lm_head`
+            # (trl/trainer/sft_trainer.py `__init__` and `compute_loss`), added before PEFT wraps the model
+            from trl.trainer.utils import add_fused_lm_head
+
+            add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))
         self.quantized = cfg.quant_bits == 4
         if self.quantized:
             model = replace_4bit(model, cfg)
@@ -237,6 +244,12 @@ class HFStep(nn.Module):
     def forward(self, ids, labels, mark=None, attention_mask=None):
         self._mark = mark
         try:
+            if self.trl_fused:                            # trl SFTTrainer.compute_loss, loss_type "nll"
+                out = self.model(input_ids=ids, labels=labels, attention_mask=attention_mask, use_cache=False,
+                                 fused_lm_head=True)
+                num_tokens = out.label_mask.sum()
+                loss = (-out.log_probs).sum() / torch.as_tensor(num_tokens).clamp(min=1)
+                return {"loss": loss, "logits": None}
             out = self.model(input_ids=ids, labels=labels, attention_mask=attention_mask, use_cache=False)
         finally:
             self._mark = None
