@@ -16,8 +16,8 @@ Shims (each checked fake == real on CPU tensors in tests/trace/test_hf_shims.py)
   keeps a 1-byte bool mask (`aten/src/ATen/native/cuda/Dropout.cu`). `cuda_dropout` is an autograd function
   that keeps a bool mask, as `native_dropout` on CUDA does.
 - tied embeddings: `to_empty()` gives each module a new Parameter, so `tie_weights()` is called again.
-- flash_attention_2 / flash_attention_3 have no CPU kernel: `flash_stand_in` is registered under their names in
-  `AttentionInterface` and keeps what flash-attn keeps (q, k, v, output and an fp32 logsumexp) by calling
+- flash_attention_2 / flash_attention_3 have no CPU kernel: `flash_stand_in` is registered in
+  `AttentionInterface` under a name of its own and keeps what flash-attn keeps (q, k, v, output and an fp32 logsumexp) by calling
   SDPA's CPU flash kernel with native grouped K/V.
 - bitsandbytes 4-bit: `Params4bit` cannot wrap a fake tensor; `replace_with_bnb_linear` runs on the meta model
   and `quantize_4bit_fake` keeps the packed weight as a plain Parameter carrying `.quant_state` (see there).
@@ -104,10 +104,13 @@ def hf_config(cfg: StepConfig):
     return AutoConfig.for_model(a.family, **kw)
 
 
+FLASH_STAND_IN = "vramlens_fa_stand_in"   # no "flash" in it: transformers would look for a flash kernel
+
+
 def attn_implementation(cfg: StepConfig, rp_attn: str) -> str:
     if rp_attn in ("flash_attention_2", "flash_attention_3"):
         register_flash_stand_in()
-        return rp_attn
+        return FLASH_STAND_IN
     return "eager" if rp_attn == "eager" else "sdpa"
 
 
@@ -191,10 +194,13 @@ def flash_stand_in(module, query, key, value, attention_mask, dropout=0.0, scali
 
 
 def register_flash_stand_in() -> None:
+    """Register the stand-in under its own name (transformers refuses `flash_attention_2` without flash-attn),
+    with flash attention's mask function (a 2-D padding mask or none: transformers `masking_utils`)."""
     from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flash_attention_mask
 
-    for name in ("flash_attention_2", "flash_attention_3"):
-        AttentionInterface.register(name, flash_stand_in)
+    AttentionInterface.register(FLASH_STAND_IN, flash_stand_in)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(FLASH_STAND_IN, flash_attention_mask)
 
 
 # -- the model ----------------------------------------------------------------------------------------
