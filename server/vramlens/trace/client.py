@@ -91,10 +91,15 @@ class TraceClient:
         loop = asyncio.get_running_loop()
         self._ready = loop.create_future()
         self._stderr.clear()
-        self._proc = await asyncio.create_subprocess_exec(
-            self.python, "-m", "vramlens.trace.worker", stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, limit=64 * 2**20,
-            cwd=_package_root())
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                self.python, "-m", "vramlens.trace.worker", stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, limit=64 * 2**20,
+                cwd=_package_root())
+        except OSError as exc:
+            self._ready = None
+            raise TraceError(f"cannot start the trace interpreter {self.python}: {exc.strerror or exc}",
+                             "worker-exited") from None
         self.starts += 1
         proc = self._proc
         self._tasks = [asyncio.create_task(self._read_stdout(proc)), asyncio.create_task(self._read_stderr(proc))]

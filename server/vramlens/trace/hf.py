@@ -236,14 +236,22 @@ class HFStep(nn.Module):
         self.model = model
         self.tick = lambda: None
         self._mark = None
-        head = model.get_output_embeddings()
-        head.register_forward_pre_hook(self._head_pre)
+        if self.trl_fused:       # TRL's fused head reads lm_head.weight directly: the backbone's output marks it
+            base = model.get_base_model() if hasattr(model, "get_base_model") else model
+            base.get_decoder().register_forward_hook(self._backbone_out)
+        else:
+            model.get_output_embeddings().register_forward_pre_hook(self._head_pre)
 
     def _head_pre(self, module, args):
+        self._enter_head(args[0])
+
+    def _backbone_out(self, module, args, out):
+        self._enter_head(out[0] if isinstance(out, tuple) else out.last_hidden_state)
+
+    def _enter_head(self, x) -> None:
         mark = self._mark
         if mark is not None:
             mark("loss")
-            x = args[0]
             if x.requires_grad:
                 x.register_hook(lambda g: mark("bwd"))
 
@@ -414,8 +422,17 @@ def make_batch(cfg: StepConfig, device, real: bool) -> dict[str, torch.Tensor]:
     return batch
 
 
-def description(attn: str) -> list[str]:
+def description(cfg: StepConfig) -> list[str]:
     v = versions()
     parts = [f"{k} {v[k]}" for k in ("transformers", "peft", "bitsandbytes", "trl") if v.get(k)]
-    return [f"traced on the real libraries ({', '.join(parts)}): transformers' model from the config, the model's "
-            f"own loss, {attn} attention"]
+    loss = ("TRL's fused LM head and per-token loss (SFTTrainer, loss_type nll)" if cfg.loss == "chunked"
+            else "the model's own loss")
+    attn = cfg.attn_impl
+    if attn in ("flash_attention_2", "flash_attention_3"):
+        attn = f"{attn} (CPU stand-in keeping q, k, v, output and an fp32 logsumexp, grouped K/V read natively)"
+    out = [f"traced on the real libraries ({', '.join(parts)}): transformers' model built from the config, {loss}, "
+           f"{attn} attention"]
+    if cfg.quant_bits == 4:
+        out.append("4-bit base weights: transformers' replace_with_bnb_linear, weights packed by "
+                   "bitsandbytes.functional.quantize_4bit, peft prepare_model_for_kbit_training")
+    return out

@@ -148,7 +148,8 @@ def run_backends(cfg, msg: dict, progress, stop: threading.Event) -> dict:
         try:
             raw = engine.run(cfg, steps=msg.get("steps"), progress=progress, should_stop=stop.is_set,
                              backend="transformers")
-            raw["assumptions"] = hf.description(cfg.attn_impl) + raw["assumptions"]
+            raw["assumptions"] = hf.description(cfg) + [a for a in raw["assumptions"] if not a.startswith(
+                ("chunked cross-entropy traced as torchtune", "attention `"))]
         except TraceCancelled:
             raise
         except Exception as exc:                        # a data-dependent op, a kernel without a CPU path, ...
