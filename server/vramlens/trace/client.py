@@ -67,6 +67,7 @@ class TraceClient:
         self._ids = itertools.count(1)
         self._lock: asyncio.Lock | None = None
         self.torch_version: str | None = None
+        self.versions: dict[str, str | None] = {}         # the trace interpreter's torch/transformers/peft/… versions
         self.starts = 0                                   # how many workers this client has started
 
     @staticmethod
@@ -159,6 +160,7 @@ class TraceClient:
             kind, rid = msg.get("type"), msg.get("id")
             if kind == "ready":
                 self.torch_version = msg.get("torch")
+                self.versions = msg.get("versions") or {}
                 if self._ready and not self._ready.done():
                     self._ready.set_result(True)
             elif kind == "fatal":

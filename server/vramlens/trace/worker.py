@@ -8,7 +8,7 @@ Requests (stdin):
   {"op": "shutdown"}
 Messages (stdout):
   {"type": "hello", "protocol": 1, "vramlens": "…"}                  at once
-  {"type": "ready", "torch": "…"}  or  {"type": "fatal", "kind": "torch-missing", "message": "…"}
+  {"type": "ready", "torch": "…", "versions": {"transformers": "…" | null, …}}  or  {"type": "fatal", "kind": "torch-missing", "message": "…"}
   {"type": "progress", "id", "message", "fraction"}                  fraction < 0: no estimate
   {"type": "result", "id", "result": {…}}                            see `report.result_json`
   {"type": "error", "id", "kind": "cancelled" | "invalid" | "failed", "message"}
@@ -53,7 +53,9 @@ def main() -> int:
         ch.send({"type": "fatal", "kind": "torch-missing",
                  "message": f"torch is not installed for {sys.executable} ({exc}); install `vramlens[trace]`"})
         return 3
-    ch.send({"type": "ready", "torch": torch.__version__})
+    from vramlens.trace.hf import versions             # installed distributions, read from their metadata
+
+    ch.send({"type": "ready", "torch": torch.__version__, "versions": versions()})
 
     requests: queue.Queue = queue.Queue()
     cancels: dict[str, threading.Event] = {}
