@@ -107,11 +107,32 @@ def hf_config(cfg: StepConfig):
 FLASH_STAND_IN = "vramlens_fa_stand_in"   # no "flash" in it: transformers would look for a flash kernel
 
 
+def transformers_major() -> int:
+    import transformers
+
+    return int(transformers.__version__.split(".")[0])
+
+
 def attn_implementation(cfg: StepConfig, rp_attn: str) -> str:
+    """The name the model is built with; flash attention is switched to the stand-in after construction on
+    transformers 4.x (`use_flash_stand_in_4x`)."""
     if rp_attn in ("flash_attention_2", "flash_attention_3"):
+        if transformers_major() < 5:
+            return "sdpa"
         register_flash_stand_in()
         return FLASH_STAND_IN
     return "eager" if rp_attn == "eager" else "sdpa"
+
+
+def use_flash_stand_in_4x(model) -> None:
+    """transformers 4.4x: `ALL_ATTENTION_FUNCTIONS` is a plain dict and `_update_causal_mask` passes no mask to
+    "flash_attention_2" when nothing is padded (e.g. transformers 4.48 `models/mistral/modeling_mistral.py`): the
+    stand-in takes that entry and the model's config is switched to it after construction (building with it
+    would look for the flash-attn package)."""
+    from transformers import modeling_utils
+
+    modeling_utils.ALL_ATTENTION_FUNCTIONS["flash_attention_2"] = flash_stand_in
+    model.config._attn_implementation = "flash_attention_2"
 
 
 # -- shims --------------------------------------------------------------------------------------------
@@ -123,7 +144,10 @@ def real_packed_sequence_indices(position_ids: torch.Tensor):
 
 
 def install_packed_sequence_shim() -> None:
-    from transformers import masking_utils
+    try:
+        from transformers import masking_utils
+    except ImportError:                    # transformers < 4.53: no packed-sequence detection
+        return
 
     original = masking_utils.find_packed_sequence_indices
     if getattr(original, "_vramlens", False):
@@ -217,8 +241,11 @@ class HFStep(nn.Module):
         impl = attn_implementation(cfg, attn)
         dtype = DTYPES[cfg.param_dtype]
         hc = hf_config(cfg)
+        dtype_kw = {"dtype": dtype} if transformers_major() >= 5 else {"torch_dtype": dtype}
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(hc, dtype=dtype, attn_implementation=impl)
+            model = AutoModelForCausalLM.from_config(hc, attn_implementation=impl, **dtype_kw)
+        if attn in ("flash_attention_2", "flash_attention_3") and transformers_major() < 5:
+            use_flash_stand_in_4x(model)
         self.trl_fused = cfg.loss == "chunked"
         if self.trl_fused:
             # TRL ≥ 1.7 SFTTrainer: loss_type "nll" (formerly "chunked_nll") through `add_fused_lm_head`
