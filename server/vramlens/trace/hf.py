@@ -400,17 +400,9 @@ def materialize(step: HFStep, device, real: bool) -> HFStep:
         if step.quantized:
             quantize_4bit_fake(step.model, step.cfg)
         if real:
-            for n, p in step.named_parameters():
-                if p.dtype in (torch.uint8, torch.int8) or hasattr(p, "quant_state"):
-                    continue
-                if "norm" in n and p.dim() == 1:
-                    p.fill_(0.0 if step.cfg.gemma else 1.0)
-                elif "lora_B" in n:
-                    p.zero_()
-                elif "lora_magnitude" in n:
-                    p.fill_(1.0)
-                else:
-                    p.normal_(0.0, 0.02)
+            from vramlens.trace.model import init_real_
+
+            init_real_(step.named_parameters(), step.cfg.gemma)
     dropouts_as_cuda(step.model)
     step.train()
     return step
