@@ -289,8 +289,12 @@ class TraceClient:
 def summary_line(result: dict) -> str:
     peak = result["peak"]
     verdict = "fits" if result["fits"] else "does not fit"
-    return (f"exact trace: {peak['allocated_gib']:.2f} GiB allocated, {peak['device_gib']:.2f} GiB on the device "
-            f"({verdict} {result['gpu']['name']}, peak in {result['trace']['peak_at']})")
+    t = result["trace"]
+    versions = t.get("versions") or {}
+    on = (f"transformers {versions.get('transformers')}" if t.get("backend") == "transformers"
+          else "the synthetic model")
+    return (f"exact trace ({on}): {peak['allocated_gib']:.2f} GiB allocated, {peak['device_gib']:.2f} GiB on the "
+            f"device ({verdict} {result['gpu']['name']}, peak in {t['peak_at']})")
 
 
 def _record_calibration(rp: ResolvedPlan, result: dict) -> None:
@@ -301,7 +305,9 @@ def _record_calibration(rp: ResolvedPlan, result: dict) -> None:
         est = estimate(rp.with_changes(correction=1.0), limits=False)    # record against the uncorrected model
         calibration.record(rp, source="trace", estimated_allocated=est.allocated_bytes,
                            measured_allocated=int(result["trace"]["allocated_bytes"]),
-                           extra={"torch": result["trace"].get("torch"), "exact": result.get("exact")})
+                           extra={"torch": result["trace"].get("torch"), "exact": result.get("exact"),
+                                  "backend": result["trace"].get("backend"),
+                                  "versions": result["trace"].get("versions")})
     except Exception:                                     # calibration is best effort, never a trace failure
         pass
 

@@ -99,8 +99,6 @@ def hf_config(cfg: StepConfig):
         kw.update(num_local_experts=a.num_experts, num_experts_per_tok=a.experts_per_token)
         if a.moe_intermediate:
             kw["intermediate_size"] = a.moe_intermediate
-    if cfg.lora_dropout == 0.0:
-        kw["attention_dropout"] = 0.0
     return AutoConfig.for_model(a.family, **kw)
 
 
