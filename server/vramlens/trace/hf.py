@@ -449,6 +449,10 @@ def description(cfg: StepConfig) -> list[str]:
         attn = f"{attn} (CPU stand-in keeping q, k, v, output and an fp32 logsumexp, grouped K/V read natively)"
     out = [f"traced on the real libraries ({', '.join(parts)}): transformers' model built from the config, {loss}, "
            f"{attn} attention"]
+    if cfg.loss == "chunked":
+        out.append("TRL's fused LM head runs its torch fallback on the fake CPU device (trl/kernels/chunked_logprob.py: "
+                   "Triton kernels and only the labelled positions on CUDA): its per-tile temporaries during the loss "
+                   "may differ from a GPU's")
     if cfg.quant_bits == 4:
         out.append("4-bit base weights: transformers' replace_with_bnb_linear, weights packed by "
                    "bitsandbytes.functional.quantize_4bit, peft prepare_model_for_kbit_training")
