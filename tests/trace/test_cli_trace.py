@@ -47,7 +47,10 @@ def test_trace_reports_the_real_backend_and_its_versions(tmp_path):
     need("transformers")
     import importlib.metadata as md
 
-    cfg = tiny_config(tmp_path)
+    tiny_config(tmp_path)
+    cfg = tmp_path / "axolotl.yaml"        # the model's own loss (a TRL config needs trl for TRL's loss)
+    cfg.write_text("base_model: ./tiny-model\nsequence_len: 128\nmicro_batch_size: 2\nbf16: true\n"
+                   "optimizer: adamw_torch_fused\nsample_packing: true\n")
     done = _run(tmp_path, str(cfg), "--format", "json", "--no-record")
     assert done.returncode == 0, done.stderr
     t = json.loads(done.stdout)["trace"]

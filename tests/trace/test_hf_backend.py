@@ -133,3 +133,11 @@ def test_unsupported_family_falls_back_with_a_reason():
 
     cfg = step_config(plan(arch=ARCHS["t5"]))
     assert "t5" in hf.unsupported(cfg)
+
+
+def test_trl_loss_without_trl_falls_back_with_the_reason(monkeypatch):
+    real_versions = hf.versions()
+    monkeypatch.setattr(hf, "versions", lambda: {**real_versions, "trl": None})
+    cfg = step_config(plan(loss_impl="chunked", framework="trl"))
+    assert "trl is not installed" in hf.unsupported(cfg)
+    assert hf.unsupported(step_config(plan())) is None
