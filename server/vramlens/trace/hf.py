@@ -83,7 +83,9 @@ def unsupported(cfg: StepConfig) -> str | None:
 
 
 def hf_config(cfg: StepConfig):
-    """A config.json-shaped transformers config of the plan's architecture."""
+    """The transformers config of the plan's architecture: the shapes the plan resolved from the model's
+    config.json (`ModelArch`), every other key at the family's config defaults (`AutoConfig.for_model`), so the
+    model class, its attention, norms, RoPE and soft-capping are the family's own."""
     from transformers import AutoConfig
 
     a = cfg.arch
