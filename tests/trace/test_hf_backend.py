@@ -141,3 +141,16 @@ def test_trl_loss_without_trl_falls_back_with_the_reason(monkeypatch):
     cfg = step_config(plan(loss_impl="chunked", framework="trl"))
     assert "trl is not installed" in hf.unsupported(cfg)
     assert hf.unsupported(step_config(plan())) is None
+
+
+def test_family_without_sdpa_runs_eager_and_says_so():
+    """transformers 5's Gemma-2 has no SDPA path: the model is built with eager attention, as transformers
+    chooses without an explicit implementation, and the assumptions say so."""
+    from trace_plans import ARCHS
+
+    cfg = step_config(plan(arch=ARCHS["gemma2"], attn_mask=False))
+    if hf.supports_sdpa(cfg):
+        pytest.skip("this transformers runs Gemma-2 with SDPA")
+    assert "eager" in hf.description(cfg)[0]
+    fake, real = fake_and_real(arch=ARCHS["gemma2"], attn_mask=False)
+    assert fake == real

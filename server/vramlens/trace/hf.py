@@ -113,15 +113,26 @@ def transformers_major() -> int:
     return int(transformers.__version__.split(".")[0])
 
 
+def supports_sdpa(cfg: StepConfig) -> bool:
+    """Whether the family's model class runs SDPA (transformers 5 Gemma-2 does not: `_supports_sdpa = False`
+    for its attention soft-capping). Without it, transformers' default is eager attention."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    cls = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(hf_config(cfg)), None)
+    return bool(getattr(cls, "_supports_sdpa", True))
+
+
 def attn_implementation(cfg: StepConfig, rp_attn: str) -> str:
     """The name the model is built with; flash attention is switched to the stand-in after construction on
-    transformers 4.x (`use_flash_stand_in_4x`)."""
+    transformers 4.x (`use_flash_stand_in_4x`); SDPA becomes eager where the model class has no SDPA path."""
     if rp_attn in ("flash_attention_2", "flash_attention_3"):
         if transformers_major() < 5:
             return "sdpa"
         register_flash_stand_in()
         return FLASH_STAND_IN
-    return "eager" if rp_attn == "eager" else "sdpa"
+    if rp_attn == "eager" or not supports_sdpa(cfg):
+        return "eager"
+    return "sdpa"
 
 
 def use_flash_stand_in_4x(model) -> None:
@@ -447,6 +458,8 @@ def description(cfg: StepConfig) -> list[str]:
     loss = ("TRL's fused LM head and per-token loss (SFTTrainer, loss_type nll)" if cfg.loss == "chunked"
             else "the model's own loss")
     attn = cfg.attn_impl
+    if attn not in ("eager", "flash_attention_2", "flash_attention_3") and not supports_sdpa(cfg):
+        attn = f"eager (this transformers' {cfg.arch.family} has no SDPA path; the plan said {cfg.attn_impl})"
     if attn in ("flash_attention_2", "flash_attention_3"):
         attn = f"{attn} (CPU stand-in keeping q, k, v, output and an fp32 logsumexp, grouped K/V read natively)"
     out = [f"traced on the real libraries ({', '.join(parts)}): transformers' model built from the config, {loss}, "
