@@ -75,13 +75,19 @@ class Settings(BaseModel):
                                                    "JSON boolean true trusts.",
                                 json_schema_extra={"allowed": "true or false (JSON booleans)"})
 
+    trace_python: str | None = Field(None, description="The interpreter (the training environment) that runs "
+                                                       "`vramlens trace`; the language server takes it from the "
+                                                       "user's settings only, never from a project file.",
+                                     json_schema_extra={"allowed": "a path or a command name, e.g. "
+                                                                   "~/envs/train/bin/python"})
+
     # The run's context, not a user setting: never read from a source.
     workspace: Path | None = Field(None, exclude=True, description="Workspace root: referenced files and local "
                                                                    "model folders are looked up there too.")
     read_file: Callable[[Path], str | None] | None = Field(None, exclude=True, description="How to read referenced "
                                                     "files (the LSP passes its open buffers); None reads the disk.")
 
-    @field_validator("gpu", mode="before")
+    @field_validator("gpu", "trace_python", mode="before")
     @classmethod
     def _gpu(cls, v: Any) -> Any:
         if isinstance(v, str):
@@ -110,7 +116,8 @@ TABLES = frozenset(name for name in USER_FIELDS if get_origin(Settings.model_fie
 CLIENT_ONLY = frozenset({"trusted"})           # a project file or pushed editor settings cannot grant trust
 _BY_SPELLING = {**{name: name for name in USER_FIELDS},
                 **{to_camel(name): name for name in USER_FIELDS},
-                **{name.replace("_", "-"): name for name in USER_FIELDS}}
+                **{name.replace("_", "-"): name for name in USER_FIELDS},
+                "trace.python": "trace_python"}
 
 
 class SettingsError(ValueError):
@@ -156,6 +163,8 @@ def read_source(data: Any, source: str, *, exclude: Iterable[str] = CLIENT_ONLY,
             problems.append(f"expected a table of settings, got {type(data).__name__}")
         return values, problems
     for key, value in data.items():
+        if str(key).strip() == "trace" and isinstance(value, dict):    # VS Code's `vramlens.trace.python`, or a
+            key, value = "trace.python", value.get("python")           # project file's [trace] python = "…"
         name = field_for(key)
         if name is None or name in exclude:
             if unknown is not None:

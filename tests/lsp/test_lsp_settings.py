@@ -2,6 +2,7 @@
 workspace/didChangeConfiguration (push), initializationOptions and project files."""
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,20 @@ async def test_an_assumed_gpu_is_said_in_the_editor(bare_client: LanguageClient,
     assert "A100-80GB is assumed" in text and "vramlens.gpu" in text and "# vramlens: gpu=" in text
     named = await push_settings(editor, uri, {"gpu": "T4"})
     assert named["gpu"]["name"] == "T4" and named["gpu"]["assumed"] is False
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="exact trace needs torch (vramlens[trace])")
+async def test_trace_python_setting_picks_the_interpreter_and_a_project_file_cannot(bare_client: LanguageClient,
+                                                                                  tmp_path: Path):
+    """`vramlens.trace.python` from the editor's settings runs the trace worker; the same key in a project file
+    (checked into a repository) does not choose an executable."""
+    config = tmp_path / "small.yaml"
+    config.write_text("model_name_or_path: gpt2\nper_device_train_batch_size: 1\nmax_seq_length: 128\n")
+    (tmp_path / ".vramlens.toml").write_text('[trace]\npython = "/from/the/repository/python"\n')
+    bare_client.set_configuration({"trace": {"python": "/from/the/user/settings/python"}}, section="vramlens")
+    editor = await start(bare_client, "visual-studio-code", tmp_path, initialization_options={"trusted": True})
+    uri = editor.open(config)
+    await editor.estimate(uri)
+    with pytest.raises(Exception, match="/from/the/user/settings/python"):
+        await bare_client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="vramlens.runTrace", arguments=[uri]))

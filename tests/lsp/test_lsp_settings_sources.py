@@ -94,3 +94,11 @@ def test_nvidia_smi_output_is_read_to_a_catalog_gpu():
     unknown = parse_nvidia_smi("NVIDIA Futurecard 9000, 24576 MiB\n")
     assert unknown is not None and "24" in unknown.name
     assert parse_nvidia_smi("") is None
+
+
+def test_trace_python_setting_nested_and_dotted():
+    assert parse_settings({"vramlens": {"trace": {"python": "/envs/train/bin/python"}}}).trace_python == \
+        "/envs/train/bin/python"
+    assert parse_settings({"trace.python": "/envs/a/bin/python"}).trace_python == "/envs/a/bin/python"
+    problems: list[str] = []
+    assert parse_settings({"trace": {"python": 3}}, problems).trace_python is None and problems

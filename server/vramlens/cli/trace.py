@@ -1,4 +1,5 @@
-"""Exact peak of one training step: trace a synthetic model of the config's shapes under torch fake tensors.
+"""Exact peak of one training step: run the real transformers/peft/bitsandbytes/TRL code of the config under torch
+fake tensors (the synthetic model where the real code cannot run the step: the report says why).
 
 No GPU and no weights are needed; torch runs in a worker subprocess (install `vramlens[trace]`). The
 allocated level is traced; reserved and device levels come from the estimator's allocator model.
@@ -24,7 +25,11 @@ def add_arguments(p):
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before the trace is stopped (default 300)")
     p.add_argument("--steps", type=int, choices=[1, 2], help="trace 1 step (+ optimizer state) or 2 full steps "
                                                             "(default: 1 unless gradients persist across steps)")
-    p.add_argument("--python", help="interpreter with torch to run the worker (default: this one)")
+    p.add_argument("--python", help="interpreter of the training environment to trace in (default: the project's "
+                                    "`trace.python` setting, else this one)")
+    p.add_argument("--backend", choices=["auto", "transformers", "synthetic"], default="auto",
+                   help="auto (default): the real transformers/peft/bitsandbytes/TRL code where it can run the "
+                        "step, else the synthetic model; transformers: fail instead of falling back")
     p.add_argument("--no-record", action="store_true", help="do not add the result to the calibration file")
 
 
@@ -54,6 +59,19 @@ def load_plan(path: str, args):
     return (parsed.plan, res), None
 
 
+def trace_python(args) -> str | None:
+    """`--python`, else `trace.python` of the project's `.vramlens.toml` / `[tool.vramlens]`, else None."""
+    if args.python:
+        return args.python
+    from vramlens.workspace_config import find_workspace_config
+
+    project = find_workspace_config(Path(args.path).resolve(), Path.cwd())
+    python = project.values.get("trace_python") if project is not None else None
+    if python:
+        return str((project.path.parent / python.strip()).resolve()) if "/" in python else python.strip()
+    return None
+
+
 def run(args) -> int:
     import asyncio
 
@@ -76,7 +94,8 @@ def run(args) -> int:
             sys.stderr.flush()
 
     async def go() -> dict:
-        client = TraceClient(args.python, timeout=args.timeout, calibrate=not args.no_record)
+        client = TraceClient(trace_python(args), timeout=args.timeout, calibrate=not args.no_record,
+                             backend=args.backend)
         try:
             return await client.trace(rp, progress, steps=args.steps)
         finally:
@@ -140,7 +159,12 @@ def render_text(out: dict, est) -> str:
     for row in out["timeline"]:
         micro = f".{row['micro']}" if row.get("micro", -1) >= 0 and row["phase"] in ("fwd", "loss", "bwd-loss", "bwd") else "  "
         lines.append(f"    step {row['step']}{micro}  {row['phase']:<9} {row['after_gib']:>9.2f} / {row['peak_gib']:.2f}")
-    lines.append(f"  traced {t['ops']:,} ops in {t['seconds']:.1f} s (torch {t['torch']}, {t['steps']} step(s))")
+    shown = (t.get("versions") or {}) if t.get("backend") == "transformers" else {"torch": t["torch"]}
+    versions = ", ".join(f"{k} {v}" for k, v in shown.items() if v)
+    lines.append(f"  traced {t['ops']:,} ops in {t['seconds']:.1f} s on the {t.get('backend', 'synthetic')} backend "
+                 f"({versions or 'torch ' + t['torch']}; {t['steps']} step(s))")
+    if t.get("fallback_reason"):
+        lines.append(f"  not on the real libraries: {t['fallback_reason']}")
     if out["assumptions"]:
         lines.append("  assumptions:")
         lines.extend(f"    - {a}" for a in out["assumptions"])

@@ -12,6 +12,7 @@ import functools
 import gc
 import inspect
 import logging
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -26,6 +27,7 @@ from vramlens import __version__
 from vramlens.lsp import code_actions, code_lens, completion, config, diagnostics, hover, inlay_hints, startup_cache
 from vramlens.lsp.commands import LIST_GPUS, RUN_PROBE, RUN_TRACE, Commands, list_gpus
 from vramlens.lsp.documents import Analyzer, Result
+from vramlens.settings import merge
 
 if TYPE_CHECKING:
     from vramlens import explain
@@ -160,6 +162,15 @@ class VramlensServer(LanguageServer):
 
     def worker_client(self, kind: str, cls: Any) -> Any:
         """One long-lived worker client per kind (its subprocess keeps torch imported)."""
+        if kind == "trace":
+            # the interpreter comes from the user's settings only, never from a project file in the repository
+            python = merge([self.settings.initialization, self.settings.editor]).trace_python
+            current = self._workers.get(kind)
+            if current is not None and getattr(current, "python", None) != (python or sys.executable):
+                self._workers.pop(kind)
+                asyncio.ensure_future(current.close())     # the setting changed: stop the old interpreter
+            if kind not in self._workers:
+                self._workers[kind] = cls(python)
         if kind not in self._workers:
             self._workers[kind] = cls()
         return self._workers[kind]
