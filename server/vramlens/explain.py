@@ -13,7 +13,7 @@ from typing import Any, Callable
 from vramlens.estimate import estimate as _estimate
 from vramlens.estimate.result import COMPONENT_LABELS, COMPONENTS, GIB, Estimate
 from vramlens.plan import Origin, Sourced, Span, TrainingPlan
-from vramlens.report import bar
+from vramlens.report import bar, objective_text
 from vramlens.resolved import ResolvedPlan
 
 MODEL = "model_id"
@@ -514,6 +514,8 @@ def budget_markdown(ctx: Context) -> str:
     lines = [
         f"**vramlens** · `{name}` · {e.params_total / 1e9:.2f} B params, "
         f"{e.params_trainable / 1e9:.3g} B trainable · {peft} · {rp.framework}",
+        "",
+        f"objective: **{rp.objective}** — {objective_text(rp)}",
         "",
         _peak_line(ctx),
         "",
