@@ -82,7 +82,7 @@ def set_objective(b: PlanBuilder, objective: str | None, setting: Setting | None
           override=override)
     if objective in REFERENCE_FREE:
         b.set("reference_free", True, setting, note=f"{objective.upper()} needs no reference model",
-              origin=Origin.DERIVED)
+              origin=Origin.DERIVED, override=True)
 
 
 # --- Hugging Face / TRL keys (YAML recipes, Python keyword arguments, CLI flags) ----------------------------------
@@ -122,6 +122,8 @@ def apply_hf_keys(b: PlanBuilder, settings: list[Setting]) -> None:
         if s is not None and isinstance(s.value, str) and s.value.strip():
             b.set("ref_model_id", s.value.strip(), s)
     for key in ("reward_model", "reward_model_path", "reward_model_name_or_path", "reward_pretrain"):
+        if key == "reward_model" and b.plan.framework == "llamafactory":
+            continue                    # LLaMA-Factory's reward_model is usually an adapter (apply_llamafactory)
         s = by_key.get(key)
         if s is not None and isinstance(s.value, str) and s.value.strip():
             b.set("reward_model_id", s.value.strip(), s)
@@ -144,10 +146,12 @@ def apply_hf_keys(b: PlanBuilder, settings: list[Setting]) -> None:
             b.plan.objective is not None and b.plan.objective.value in ("cpo", "dpo"):
         set_objective(b, "simpo", s, override=True)
     s = by_key.get("beta")
-    if s is not None and to_float(s.value) == 0.0 and b.plan.objective is not None and \
-            b.plan.objective.value in ONLINE:
-        # trl 1.16.0 grpo_config.py `beta`: "If 0.0 (default), the reference model is not loaded"
-        b.set("reference_free", True, s, note="KL coefficient 0: no reference model is loaded")
+    if s is not None and to_float(s.value) is not None and b.plan.reference_free is None:
+        # trl 1.16.0 grpo_config.py `beta`: "If 0.0 (default), the reference model is not loaded"; only the online
+        # objectives read this (resolve), the DPO family always has a reference unless its loss is reference-free
+        zero = to_float(s.value) == 0.0
+        b.set("reference_free", zero, s, note="KL coefficient 0: no reference model is loaded" if zero
+              else "KL coefficient above 0: the reference model is loaded")
 
 
 def guess_hf_yaml(b: PlanBuilder, keys: set[str], path: str) -> None:
@@ -182,10 +186,16 @@ def apply_llamafactory(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
     s = by_key.get("max_new_tokens")
     if s is not None and to_int(s.value):
         b.set("completion_len", to_int(s.value), s)
-    for key, concept in (("ref_model", "ref_model_id"), ("reward_model", "reward_model_id")):
-        s = by_key.get(key)
-        if s is not None and isinstance(s.value, str) and s.value.strip():
-            b.set(concept, s.value.strip(), s)
+    s = by_key.get("ref_model")
+    if s is not None and isinstance(s.value, str) and s.value.strip():
+        b.set("ref_model_id", s.value.strip(), s)
+    s = by_key.get("reward_model")
+    kind = by_key.get("reward_model_type")
+    kind_text = str(kind.value).strip().lower() if kind is not None and kind.value is not None else "lora"
+    if s is not None and isinstance(s.value, str) and s.value.strip() and kind_text == "full":
+        # finetuning_args.py `reward_model_type` defaults to "lora": the reward adapter is loaded onto the policy
+        # (no second model); "full" loads a separate reward model, "api" queries a server
+        b.set("reward_model_id", s.value.strip(), s)
     if b.plan.objective is not None and b.plan.objective.value == "ppo":
         # LLaMA-Factory PPO wraps the policy in trl's AutoModelForCausalLMWithValueHead: the value head shares the
         # policy's backbone (a scalar head), so there is no separate value model
@@ -283,6 +293,13 @@ def apply_swift(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
 def apply_openrlhf(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
     """OpenRLHF flags: `--max_len`, `--prompt_max_len`, `--generate_max_len`, `--n_samples_per_prompt`,
     `--micro_train_batch_size`, `--vllm_gpu_memory_utilization`, `--ref_offload`, `--critic_pretrain`."""
+    s = by_key.get("pretrain")
+    if s is not None and isinstance(s.value, str) and s.value.strip():
+        b.set("model_id", s.value.strip(), s)
+    s = by_key.get("zero_stage")
+    if s is not None and to_int(s.value) is not None:
+        b.set("dist_strategy", "deepspeed", s)
+        b.set("zero_stage", to_int(s.value), s)
     s = by_key.get("micro_train_batch_size")
     if s is not None:
         b.set_int("micro_batch", s, minimum=1)
