@@ -6,7 +6,7 @@ JSON contract (`vramlens estimate --format json`, also produced by `vramlens tra
    "headroom_gib", "max_micro_batch", "max_seq_len", "assumptions": [...], "objective"}
 ("objective": "sft" | "dpo" | "kto" | "orpo" | "simpo" | "cpo" | "rm" | "ppo" | "grpo" | "rloo" | "online-dpo" | "gkd" |
  "kd" | "pretrain"; the phases the objective adds: "reference-forward", "generation", "teacher-forward")
-plus "range_gib": {"low", "high"}, "params_trainable", "sources" (where each setting came from).
+plus "range_gib": {"low", "high"}, "phases_gib" (allocated GiB of each candidate phase), "params_trainable", "sources" (where each setting came from).
 """
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ def estimate_fields(rp, est: Estimate, model_id: str | None = None) -> dict:
                  "device_gib": _g(est.device_bytes)},
         "range_gib": {"low": _g(est.low_bytes), "high": _g(est.high_bytes)},
         "phase": est.phase,
+        "phases_gib": {k: _g(v) for k, v in est.phases.items()},
         "components_gib": {k: _g(v) for k, v in est.components.items()},
         "fits": est.fits,
         "headroom_gib": _g(est.headroom_bytes),
@@ -125,6 +126,8 @@ def render_text(path: str, plan: TrainingPlan, res: Resolution, est: Estimate) -
         lines.append(f"  {COMPONENT_LABELS[key]:<40} {_g(v):>7.2f} GiB  {bar(v / scale)}")
     lines.append(f"  {'GPU usable':<40} {_g(usable):>7.2f} GiB  {bar(usable / scale)}")
     lines.append("")
+    if len(est.phases) > 1:
+        lines.append("  phases (allocated): " + " · ".join(f"{p} {_g(v):.1f}" for p, v in est.phases.items()))
     if est.max_micro_batch is not None:
         lines.append(f"  largest micro batch that fits: {est.max_micro_batch}"
                      + (f" · longest sequence at this batch: {est.max_seq_len}" if est.max_seq_len else ""))
