@@ -145,3 +145,32 @@ def test_distillation_adds_the_teacher_and_its_logits():
     assert est.components["teacher_logits"] > 0 or "teacher-forward" == est.phase
     _, rp, est = run("gkd_train.py")
     assert rp.teacher.id.startswith("Qwen/Qwen2.5-14B") and est.components["teacher"] > est.components["weights"]
+
+
+def _fixes(name: str):
+    from vramlens.fixes import Fixer
+
+    path = FIXTURES / name
+    plan = parse_file(path).plan
+    settings = Settings(gpu="H100-80GB")
+    rp = resolve(plan, settings).resolved
+    base = estimate(rp, limits=False)
+    return base, {f.id: f for f in Fixer(path.read_text(), plan, rp, base, settings, 0.1).memory_fixes()}
+
+
+def test_fixes_for_a_full_dpo_run_precompute_the_reference_and_say_the_new_peak():
+    base, fixes = _fixes("trl_dpo_full.yaml")
+    fix = fixes["precompute-ref"]
+    assert fix.estimate_after.components["reference"] == 0
+    assert f"peak {fix.estimate_after.device_bytes / GIB:.1f} GiB" in fix.title
+    assert base.device_bytes - fix.estimate_after.device_bytes >= 14.96 * GIB
+    assert [e.new_text for e in fix.edits] == ["precompute_ref_log_probs: true\n"]
+
+
+def test_fixes_for_colocated_vllm_lower_its_share_or_move_it_to_a_server():
+    base, fixes = _fixes("axolotl_grpo.yaml")
+    share, server = fixes["vllm-share"], fixes["vllm-server"]
+    assert server.estimate_after.components["generation"] == 0 and "peak" in server.title
+    assert 0 < share.estimate_after.components["generation"] < base.components["generation"]
+    assert [e.new_text for e in share.edits] == ["0.17"] and [e.new_text for e in server.edits] == ["server"]
+    assert "shorter-completions" in fixes
