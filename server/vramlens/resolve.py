@@ -325,8 +325,9 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
                                                 note="max_completion_length=512")
         gen = src("generation") or "generate"
         groups = src("num_generations") or 8
-        if fw_key in ("trl", "axolotl", "transformers"):
-            gen_seqs = rp.micro_batch * max(rp.grad_accum, 1)     # completions, not prompts, in TRL's batch
+        if fw_key in ("trl", "axolotl", "transformers", "ms-swift"):
+            # completions, not prompts, in the batch of TRL's GRPOTrainer (ms-swift's and axolotl's subclass it)
+            gen_seqs = rp.micro_batch * max(rp.grad_accum, 1)
         else:
             gen_seqs = rp.micro_batch * int(groups)
         share = src("vllm_memory_share")
