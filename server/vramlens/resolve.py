@@ -316,6 +316,9 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
     if obj in ONLINE:
         prompt = src("prompt_len")
         completion = src("completion_len")
+        if prompt is None and plan.seq_len is not None and fw_key in ("torchtune", "llamafactory"):
+            # torchtune's tokenizer max_seq_len / LLaMA-Factory's cutoff_len bound the prompt of a rollout
+            prompt = int(plan.seq_len.value)
         if prompt is None:
             prompt = 512
             assumptions.append("prompt length not set: assumed 512 tokens (TRL GRPO does not truncate prompts)")
@@ -324,7 +327,8 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
             sources["completion_len"] = Sourced(value=completion, origin=Origin.DEFAULT, framework="trl 1.16",
                                                 note="max_completion_length=512")
         gen = src("generation") or "generate"
-        groups = src("num_generations") or 8
+        # samples per prompt: TRL's group size is inside its per-device batch (below); others default to one
+        groups = src("num_generations") or 1
         if fw_key in ("trl", "axolotl", "transformers", "ms-swift"):
             # completions, not prompts, in the batch of TRL's GRPOTrainer (ms-swift's and axolotl's subclass it)
             gen_seqs = rp.micro_batch * max(rp.grad_accum, 1)
