@@ -22,3 +22,15 @@ async def test_hover_on_the_model_of_a_dpo_recipe_names_the_objective_and_the_re
     text = hover.contents.value
     assert "objective: **dpo**" in text and "reference: a frozen copy" in text
     assert "reference model (frozen copy)" in text
+
+
+async def test_hover_on_axolotl_rl_compares_the_run_with_the_same_step_as_sft(editor: Editor):
+    uri = editor.open(FIXTURES / "axolotl_dpo.yaml")
+    est = await editor.estimate(uri)
+    assert est["objective"] == "dpo" and est["phase"] == "reference-forward"
+    pos = editor.position_of(uri, "rl:", 1)
+    hover = await editor.hover(uri, pos.line, pos.character)
+    assert hover is not None
+    text = hover.contents.value
+    assert "training objective: `rl` = `dpo`" in text and "the PEFT base (adapters disabled)" in text
+    assert "| the same step as SFT |" in text
