@@ -413,7 +413,7 @@ def _toggler(field: str, what: str) -> Callable[[Context], list[str]]:
 
 
 AS_SFT = {"objective": "sft", "sequences_per_example": 1, "reference": "none", "scalar_head": False,
-          "logits_tokens": None, "generation": "none", "generation_sequences": 0, "generation_len": 0,
+          "logits_tokens": None, "generation": "none", "generations_per_example": 0, "generation_len": 0,
           "vllm_memory_share": 0.0, "reward_model": False, "value_model": False, "teacher": None}
 
 

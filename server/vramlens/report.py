@@ -81,7 +81,7 @@ def objective_text(rp) -> str:
     if rp.generation != "none":
         gen = {"generate": "generate() with a KV cache", "vllm-colocate": f"vLLM colocated ({rp.vllm_memory_share:g} "
                "of the GPU)", "vllm-server": "vLLM on a separate server"}[rp.generation]
-        parts.append(f"generation: {gen}, {rp.generation_sequences} × {rp.generation_len} tokens")
+        parts.append(f"generation: {gen}, {rp.micro_batch * rp.generations_per_example} × {rp.generation_len} tokens")
     if rp.reward_model:
         parts.append("reward model")
     if rp.value_model:

@@ -331,7 +331,7 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
         groups = src("num_generations") or 1
         if fw_key in ("trl", "axolotl", "transformers", "ms-swift"):
             # completions, not prompts, in the batch of TRL's GRPOTrainer (ms-swift's and axolotl's subclass it)
-            gen_seqs = rp.micro_batch * max(rp.grad_accum, 1)
+            gen_seqs = rp.micro_batch * max(rp.grad_accum, 1)       # generation_batch_size per device
         else:
             gen_seqs = rp.micro_batch * int(groups)
         share = src("vllm_memory_share")
@@ -340,7 +340,7 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
             sources["vllm_memory_share"] = Sourced(value=share, origin=Origin.DEFAULT, framework="trl 1.16",
                                                    note="vllm_gpu_memory_utilization=0.3")
         out.update(seq_len=int(prompt) + int(completion), logits_tokens=int(completion), generation=gen,
-                   generation_sequences=int(gen_seqs), generation_len=int(prompt) + int(completion),
+                   generations_per_example=int(gen_seqs) // max(rp.micro_batch, 1), generation_len=int(prompt) + int(completion),
                    vllm_memory_share=float(share or 0.0) if gen == "vllm-colocate" else 0.0)
         if obj == "ppo":
             value = src("value_model")

@@ -92,7 +92,8 @@ class ResolvedPlan(BaseModel):
     logits_tokens: int | None = None           # tokens per sequence whose logits are computed (None: all);
                                                # online RL keeps only the completion's (TRL `logits_to_keep`)
     generation: Literal["none", "generate", "vllm-colocate", "vllm-server"] = "none"
-    generation_sequences: int = 0              # sequences generated at once on this rank
+    generations_per_example: int = 0           # sequences generated at once per micro-batch example on this rank
+                                               # (TRL: steps_per_generation; elsewhere: samples per prompt)
     generation_len: int = 0                    # prompt + completion tokens held in the KV cache per sequence
     vllm_memory_share: float = 0.0             # vLLM gpu_memory_utilization when colocated
     reward_model: bool = False                 # a frozen reward model of the policy's size is resident

@@ -124,8 +124,8 @@ def test_grpo_with_generate_has_a_generation_phase_with_the_kv_cache():
     _, rp, est = run("grpo_train.py")
     assert "generation" in est.phases
     # TRL: 4 completions per step × 4 steps per generation, each prompt (512 assumed) + 2048 completion tokens
-    assert rp.generation_sequences == 16 and rp.generation_len == 512 + 2048
-    kv = rp.generation_sequences * rp.generation_len * rp.arch.layers * 2 * rp.arch.kv_dim * 2
+    assert rp.micro_batch * rp.generations_per_example == 16 and rp.generation_len == 512 + 2048
+    kv = 16 * rp.generation_len * rp.arch.layers * 2 * rp.arch.kv_dim * 2
     assert est.phases["generation"] - est.phases["optimizer-step"] >= kv - est.components["gradients"]
 
 
@@ -174,3 +174,14 @@ def test_fixes_for_colocated_vllm_lower_its_share_or_move_it_to_a_server():
     assert 0 < share.estimate_after.components["generation"] < base.components["generation"]
     assert [e.new_text for e in share.edits] == ["0.17"] and [e.new_text for e in server.edits] == ["server"]
     assert "shorter-completions" in fixes
+
+
+def test_zero3_gathers_the_whole_policy_to_generate():
+    text = "# vramlens: gpu=H100-80GB count=8\n" + (FIXTURES / "grpo_train.py").read_text().replace(
+        "beta=0.04)", "beta=0.04, fsdp='full_shard')")
+    plan = parse_document(text, "grpo_train.py").plan
+    rp = resolve(plan, Settings()).resolved
+    est = estimate(rp, limits=False)
+    assert rp.zero_stage == 3 and rp.world_size == 8
+    full = est.params_total * 2                     # bf16 weights, gathered for generate()
+    assert est.phases["generation"] - est.components["weights"] >= full * 7 / 8

@@ -429,7 +429,8 @@ def kv_cache(rp: ResolvedPlan) -> int:
     cb = DTYPE_BYTES[rp.compute_dtype]
     per_token = arch.layers * 2 * arch.kv_dim * cb
     tp = max(rp.tensor_parallel, 1)
-    return int(rp.generation_sequences * (rp.generation_len * per_token / tp + 4 * arch.vocab))
+    sequences = rp.micro_batch * rp.generations_per_example
+    return int(sequences * (rp.generation_len * per_token / tp + 4 * arch.vocab))
 
 
 def value_model(rp: ResolvedPlan, p: Params) -> int:
