@@ -28,9 +28,13 @@ FIX_IDS = {
 }
 
 
+# where `precompute_ref_log_probs` exists: TRL's DPOConfig/KTOConfig, and axolotl, which passes it through
+PRECOMPUTE_FRAMEWORKS = ("trl", "axolotl", "transformers")
+
+
 def candidates(rp: ResolvedPlan, plan: TrainingPlan) -> list[Candidate]:
     out: list[Candidate] = []
-    if rp.reference == "copy" and rp.objective in ("dpo", "kto"):
+    if rp.reference == "copy" and rp.objective in ("dpo", "kto") and rp.framework in PRECOMPUTE_FRAMEWORKS:
         out.append(Candidate("precompute-ref", "precompute the reference log-probs", {"precompute_ref": True}, 3,
                              conflicts=("peft-reference",)))
     if rp.reference == "copy" and rp.peft != "none" and plan.ref_model_id is not None:
