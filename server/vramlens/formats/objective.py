@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
-from typing import Any
-
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_float, to_int
 from vramlens.plan import OBJECTIVES, Origin
 
@@ -352,7 +350,3 @@ def finish(b: PlanBuilder, path: str) -> None:
 
 def by_key(settings: list[Setting]) -> dict[str, Setting]:
     return {str(s.key): s for s in settings if len(getattr(s, "path", (s.key,))) <= 1}
-
-
-def value_text(v: Any) -> str:
-    return str(v).strip().lower() if v is not None else ""
