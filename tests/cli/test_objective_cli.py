@@ -37,7 +37,7 @@ def test_peft_dpo_has_no_copy_and_at_least_twice_the_sft_activations():
 
 
 def test_grpo_and_distillation_show_their_phases_in_the_breakdown():
-    for name in ("trl_grpo.yaml", "grpo_train.py", "swift_grpo.sh", "axolotl_grpo.yaml", "torchtune_ppo.yaml",
+    for name in ("trl_grpo.yaml", "grpo_train.py", "swift_grpo.sh", "axolotl_grpo.yaml", "torchtune_ppo.yaml", "torchtune_grpo.yaml",
                  "llamafactory_ppo.yaml"):
         result = cli(name)
         assert "generation" in result["phases_gib"], name

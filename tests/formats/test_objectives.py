@@ -43,6 +43,7 @@ CASES = [
     ("torchtune_lora_dpo.yaml", "dpo", "adapters-off", 2, "none"),
     ("torchtune_kd.yaml", "kd", "none", 1, "none"),
     ("torchtune_ppo.yaml", "ppo", "copy", 1, "generate"),
+    ("torchtune_grpo.yaml", "grpo", "copy", 1, "generate"),
     ("swift_dpo.sh", "dpo", "copy", 2, "none"),
     ("swift_grpo.sh", "grpo", "adapters-off", 1, "vllm-colocate"),
     ("swift_gkd.sh", "gkd", "none", 1, "none"),

@@ -232,6 +232,14 @@ def apply_torchtune(b: PlanBuilder, data: dict, get) -> None:
         set_objective(b, "simpo", loss)
     elif last == "PPOLoss":
         set_objective(b, "ppo", loss)
+    elif "GRPO" in last:
+        # torchtune recipes/dev/grpo_full_finetune_distributed.py: `torchtune.dev.rl.loss.GRPOSimpleLoss`,
+        # `grpo_samples` completions per prompt, generated with a KV cache
+        set_objective(b, "grpo", loss)
+        b.set("generation", "generate", loss, origin=Origin.DERIVED, note="torchtune GRPO generates with a KV cache")
+        s = get("grpo_samples")
+        if s is not None and to_int(s.value):
+            b.set("num_generations", to_int(s.value), s)
     kd = get("kd_loss", "_component_")
     teacher = get("teacher_model", "_component_")
     if kd is not None or teacher is not None:
