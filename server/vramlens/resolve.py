@@ -329,7 +329,12 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
         gen = src("generation") or "generate"
         # samples per prompt: TRL's group size is inside its per-device batch (below); others default to one
         groups = src("num_generations") or 1
-        if fw_key in ("trl", "axolotl", "transformers", "ms-swift"):
+        if obj == "online-dpo":
+            # trl 1.16.0 experimental/online_dpo/online_dpo_trainer.py: two completions per prompt
+            # (`prompt_ids.repeat(2, 1)`), both through the policy in one forward
+            gen_seqs = 2 * rp.micro_batch
+            out["sequences_per_example"] = 2
+        elif fw_key in ("trl", "axolotl", "transformers", "ms-swift"):
             # completions, not prompts, in the batch of TRL's GRPOTrainer (ms-swift's and axolotl's subclass it)
             gen_seqs = rp.micro_batch * max(rp.grad_accum, 1)       # generation_batch_size per device
         else:

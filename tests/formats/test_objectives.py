@@ -32,6 +32,7 @@ CASES = [
     ("orpo_train.py", "orpo", "none", 2, "none"),
     ("grpo_train.py", "grpo", "copy", 1, "generate"),
     ("gkd_train.py", "gkd", "none", 1, "none"),
+    ("online_dpo_train.py", "online-dpo", "copy", 2, "generate"),
     ("llamafactory_dpo.yaml", "dpo", "copy", 2, "none"),
     ("llamafactory_orpo.yaml", "orpo", "none", 2, "none"),
     ("llamafactory_kto.yaml", "kto", "adapters-off", 1, "none"),
