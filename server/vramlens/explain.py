@@ -14,7 +14,7 @@ from vramlens import markup
 from vramlens.estimate import estimate as _estimate
 from vramlens.estimate.result import COMPONENT_LABELS, COMPONENTS, GIB, Estimate
 from vramlens.plan import Origin, Sourced, Span, TrainingPlan
-from vramlens.report import bar
+from vramlens.report import bar, objective_text
 from vramlens.resolved import ResolvedPlan
 
 MODEL = "model_id"
@@ -423,7 +423,34 @@ def _toggler(field: str, what: str) -> Callable[[Context], list[str]]:
     return lambda ctx: _toggle(ctx, field, what)
 
 
+AS_SFT = {"objective": "sft", "sequences_per_example": 1, "reference": "none", "scalar_head": False,
+          "logits_tokens": None, "generation": "none", "generations_per_example": 0, "generation_len": 0,
+          "vllm_memory_share": 0.0, "reward_model": False, "value_model": False, "teacher": None}
+
+
+def _objective(ctx: Context) -> list[str]:
+    """What the objective adds to the step, and the same step as plain SFT."""
+    rp = ctx.rp
+    out = [objective_text(rp), f"peak phase: {ctx.est.phase}"]
+    if rp.objective in ("sft", "pretrain"):
+        return out
+    rows = [(rp.objective, ctx.est), ("the same step as SFT", ctx.peak(**AS_SFT))]
+    if rp.reference == "copy" and rp.objective in ("dpo", "kto"):
+        rows.append(("precomputed reference log-probs", ctx.peak(reference="none")))
+    if rp.generation == "vllm-colocate":
+        rows.append(("vLLM on a separate server", ctx.peak(generation="vllm-server", vllm_memory_share=0.0)))
+    return out + _compare(ctx, rows)
+
+
 HOVERS: dict[str, Callable[[Context], list[str]]] = {
+    "objective": _objective,
+    "reference_free": _objective,
+    "precompute_ref": _objective,
+    "generation": _objective,
+    "vllm_memory_share": _objective,
+    "num_generations": _objective,
+    "completion_len": _objective,
+    "teacher_model_id": _objective,
     "micro_batch": _micro_batch,
     "global_batch": _micro_batch,
     "grad_accum": _grad_accum,
@@ -475,6 +502,11 @@ CONCEPT_TITLES = {
     "fsdp_state_dict_type": "FSDP state-dict type", "alloc_conf": "PYTORCH_CUDA_ALLOC_CONF", "gpu_name": "GPU",
     "gpu_count": "GPU count", "weight_dtype": "weight dtype", "amp_dtype": "mixed precision",
     "model_id": "model",
+    "objective": "training objective", "reference_free": "reference-free loss",
+    "precompute_ref": "precomputed reference log-probs", "ref_model_id": "reference model",
+    "prompt_len": "prompt length", "completion_len": "completion length", "num_generations": "generations per prompt",
+    "generation": "generation", "vllm_memory_share": "vLLM memory share", "reward_model_id": "reward model",
+    "value_model": "value model", "teacher_model_id": "teacher model",
 }
 
 
@@ -527,6 +559,8 @@ def budget_markdown(ctx: Context) -> str:
     lines = [
         f"**vramlens** · {markup.code(name)} · {e.params_total / 1e9:.2f} B params, "
         f"{e.params_trainable / 1e9:.3g} B trainable · {peft} · {rp.framework}",
+        "",
+        f"objective: **{rp.objective}** — {objective_text(rp)}",
         "",
         _peak_line(ctx),
         "",

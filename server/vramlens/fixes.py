@@ -276,7 +276,10 @@ class Fixer:
                 changes.update({"lora_r": 16, "lora_targets": ["all-linear"]})
             out.append(Candidate("qlora", "train QLoRA (4-bit base model, LoRA r=16)", changes, 8,
                                  conflicts=("lora",)))
-        return out
+        from vramlens import fixes_objective
+
+        out.extend(fixes_objective.candidates(rp, plan))
+        return sorted(out, key=lambda c: c.rank)
 
     def _batch_steps(self, base_changes: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
         """The micro-batch/accumulation trades, one halving at a time: [(changes, label)]."""

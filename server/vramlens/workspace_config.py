@@ -95,8 +95,9 @@ def read_config_file(path: Path) -> ProjectSettings | None:
                                                          errors="strict"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:   # TOMLDecodeError is a ValueError
         log.warning("cannot read %s: %s", path, exc)
+        problem = f"not read: {exc}" if isinstance(exc, OSError) else f"not valid TOML: {exc}"
         # a broken pyproject.toml may not concern vramlens; a broken .vramlens.toml does
-        result = None if path.name == "pyproject.toml" else ProjectSettings(path, problems=(f"not valid TOML: {exc}",))
+        result = None if path.name == "pyproject.toml" else ProjectSettings(path, problems=(problem,))
     else:
         if path.name == "pyproject.toml":
             table = data.get("tool", {}).get("vramlens")

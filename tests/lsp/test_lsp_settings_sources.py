@@ -97,8 +97,8 @@ def test_nvidia_smi_output_is_read_to_a_catalog_gpu():
 
 
 def test_trace_python_setting_nested_and_dotted():
-    assert parse_settings({"vramlens": {"trace": {"python": "/envs/train/bin/python"}}}).trace_python == \
-        "/envs/train/bin/python"
-    assert parse_settings({"trace.python": "/envs/a/bin/python"}).trace_python == "/envs/a/bin/python"
+    assert read_client_settings({"vramlens": {"trace": {"python": "/envs/train/bin/python", "server": "off"}}}) == \
+        {"trace_python": "/envs/train/bin/python"}
+    assert read_client_settings({"trace.python": "/envs/a/bin/python"}) == {"trace_python": "/envs/a/bin/python"}
     problems: list[str] = []
-    assert parse_settings({"trace": {"python": 3}}, problems).trace_python is None and problems
+    assert read_client_settings({"trace": {"python": 3}}, problems) == {} and problems

@@ -57,7 +57,9 @@ def test_a_project_file_linked_outside_its_folder_is_not_read(tmp_path):
     assert gpu() == "T4"                              # a project file of its own is read
     (repo / ".vramlens.toml").unlink()
     (repo / ".vramlens.toml").symlink_to(outside / "settings.toml")
-    assert gpu() != "T4"
+    out = _cli("estimate", "train.yaml", "--format", "json", cwd=repo)
+    assert out.returncode == 2 and "T4" not in out.stdout          # not read, and the command says so
+    assert ".vramlens.toml" in out.stderr and "not read" in out.stderr, out.stderr
 
 
 def test_the_file_read_is_the_file_checked(tmp_path):

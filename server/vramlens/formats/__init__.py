@@ -169,12 +169,27 @@ def parse_yaml_text(text: str, ctx: ParseContext) -> ParseResult:
     builder.plan.issues.extend(load_issues)
     hints.apply_directive(builder, text)
     best.apply(builder, data, settings, ctx)
+    _objective(builder, best.name, data, settings, ctx)
     from vramlens.formats.references import follow_references
 
     follow_references(builder, ctx)
     _prequantized(builder)
     hints.apply_comment_hints(builder, text)
     return ParseResult(builder.plan)
+
+
+def _objective(b: PlanBuilder, dialect: str, data: dict, settings: list[Setting], ctx: ParseContext) -> None:
+    """What the run optimises, in the dialect's spelling (formats.objective)."""
+    from vramlens.formats import objective
+
+    top = objective.by_key(settings)
+    if dialect in ("llamafactory", "llamafactory-v1"):
+        objective.apply_llamafactory(b, top)
+    elif dialect in ("axolotl", "axolotl-cloud"):
+        objective.apply_axolotl(b, top, settings)
+    elif dialect == "hf":
+        objective.guess_hf_yaml(b, {str(k) for k in data}, ctx.path)
+    objective.finish(b, ctx.path)
 
 
 def _prequantized(b: PlanBuilder) -> None:

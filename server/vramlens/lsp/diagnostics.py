@@ -132,6 +132,7 @@ def estimate_payload(result: Result, exact_gib: float | None) -> dict | None:
                  "device_gib": _g(est.device_bytes)},
         "components_gib": {k: _g(v) for k, v in est.components.items()},
         "phase": est.phase,
+        "objective": est.objective,
         "fits": bool(est.fits),
         "headroom_gib": _g(est.headroom_bytes),
         "exact_gib": exact_gib,

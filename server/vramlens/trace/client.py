@@ -298,6 +298,8 @@ def summary_line(result: dict) -> str:
 
 
 def _record_calibration(rp: ResolvedPlan, result: dict) -> None:
+    if rp.objective not in ("sft", "pretrain"):
+        return                   # the trace ran a supervised step: its ratio to a DPO/RL/KD estimate means nothing
     try:
         from vramlens import calibration
         from vramlens.estimate import estimate

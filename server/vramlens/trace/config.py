@@ -200,6 +200,9 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         not_traced.append(f"{rp.strategy} across {rp.world_size} ranks (one unsharded replica traced)")
     if rp.tensor_parallel > 1 or rp.context_parallel > 1:
         not_traced.append("tensor/context parallelism")
+    if rp.objective not in ("sft", "pretrain"):
+        not_traced.append(f"the {rp.objective} objective (traced as one supervised step: no paired sequences, "
+                          "reference, generation or teacher; benchmarks/dpo_trace_vs_estimate.py traces DPO's)")
     if rp.offload_optimizer or rp.offload_params:
         not_traced.append("CPU offload of optimizer states/parameters")
     if rp.activation_offload:
