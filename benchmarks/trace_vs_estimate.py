@@ -29,7 +29,10 @@ from pathlib import Path
 
 os.environ["VRAMLENS_CALIBRATION"] = "off"
 
+from vramlens import environment  # noqa: E402
 from vramlens.estimate import GIB, estimate  # noqa: E402
+from vramlens.knowledge import versions  # noqa: E402
+from vramlens.settings import Settings  # noqa: E402
 from vramlens.knowledge import frameworks  # noqa: E402
 from vramlens.knowledge import gpus as gpu_kb  # noqa: E402
 from vramlens.knowledge import models as model_kb  # noqa: E402
@@ -211,9 +214,14 @@ def make_plan(model: str, seq: int, batch: int, settings: dict) -> ResolvedPlan:
     opt = opt_kb.lookup_optimizer(settings.pop("optimizer", "adamw_torch_fused"))
     impl = settings.pop("optimizer_impl", opt.default_impl if opt.default_impl != "none" else "fused")
     gpu = gpu_kb.lookup_gpu("H100-80GB")[0]
+    # the version-dependent choices the resolver makes, for the transformers this interpreter traces with
+    tv = environment.versions(Settings())["transformers"].version
+    attn = versions.attention_as_run(arch.family, "sdpa", tv)
+    repeat = attn == "eager" or versions.sdpa_repeats_kv(tv, settings.get("attn_mask", True))
+    shifted = settings.get("loss_impl", "standard") == "standard" and versions.loss_keeps_shifted_logits(tv)
     return ResolvedPlan(arch=arch, optimizer=opt, optimizer_impl=impl, gpu=gpu, seq_len=seq, micro_batch=batch,
                         weight_dtype=settings.pop("weight_dtype", "bf16"), compute_dtype="bf16",
-                        attn_impl="sdpa", repeat_kv=True, **settings)
+                        attn_impl=attn, repeat_kv=repeat, loss_shifted_copy=shifted, **settings)
 
 
 def breakdown(parts: dict) -> str:

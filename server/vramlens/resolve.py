@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vramlens.knowledge import frameworks
+from vramlens import environment
+from vramlens.knowledge import frameworks, versions
 from vramlens.knowledge.schema import GpuSpec, ModelArch, OptimizerSpec
 from vramlens.plan import Origin, Sourced, TrainingPlan
 from vramlens.resolved import ResolvedPlan
@@ -226,6 +227,28 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         assumptions.append(f"bitsandbytes {bnb_version} ({told}): every 4-bit linear keeps its input for backward "
                            "(fixed in 0.43.2)")
 
+    env = environment.versions(settings)
+    tv = env["transformers"].version if fw_key in frameworks.HF_MODEL_FRAMEWORKS else None
+    attn_run = attn
+    masked = not bool(val("packing")) and behaviour.get("attn_mask", True)
+    loss_shift = False
+    if fw_key in frameworks.HF_MODEL_FRAMEWORKS:
+        t_label = f"transformers {env['transformers'].version} ({env['transformers'].source})"
+        attn_run = versions.attention_as_run(arch.family, attn, tv)
+        if attn_run != attn:
+            assumptions.append(f"{t_label}: Gemma-2 has no SDPA path (`_supports_sdpa = False`): eager attention")
+        if attn_run == "sdpa" and not versions.sdpa_repeats_kv(tv, masked):
+            assumptions.append(f"{t_label}: SDPA reads grouped K/V natively without a mask (no repeat_kv)")
+        loss_shift = (val("loss_impl") or "standard") == "standard" and versions.loss_keeps_shifted_logits(tv)
+        if loss_shift:
+            assumptions.append(f"{t_label}: the loss keeps a shifted fp32 copy of the logits "
+                               "(ForCausalLMLoss before 4.49)")
+        elif (val("loss_impl") or "standard") == "standard":
+            assumptions.append(f"{t_label}: the loss shifts the labels, not the logits (no fp32 copy of them)")
+        if attn_run == "sdpa" and masked and versions.sdpa_repeats_kv(tv, False) and arch.n_kv_heads < arch.heads:
+            assumptions.append(f"{t_label}: SDPA repeats grouped K/V to every head (repeat_kv before 4.54)")
+    attn = attn_run
+
     rp = ResolvedPlan(
         arch=arch, framework=fw_key,
         weight_dtype=weight_dtype, compute_dtype=compute, amp=amp,
@@ -233,7 +256,9 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         eval_batch=int(val("eval_batch") or micro),
         grad_checkpointing=bool(val("grad_checkpointing")), activation_offload=bool(val("activation_offload")),
         attn_impl=attn if attn in ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention", "xformers") else "other",
-        repeat_kv=attn in ("eager", "sdpa"), attn_mask=not bool(val("packing")) and behaviour.get("attn_mask", True),
+        repeat_kv=attn == "eager" or (attn == "sdpa" and versions.sdpa_repeats_kv(tv, masked)),
+        loss_shifted_copy=loss_shift, versions=tuple((k, v.version, v.source) for k, v in env.items()),
+        attn_mask=not bool(val("packing")) and behaviour.get("attn_mask", True),
         compile=bool(val("compile")),
         loss_impl=val("loss_impl") or "standard", keep_logits=behaviour["keep_logits"],
         optimizer=opt, optimizer_impl=impl if impl in ("foreach", "fused", "forloop") else "fused",

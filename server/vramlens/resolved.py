@@ -45,6 +45,8 @@ class ResolvedPlan(BaseModel):
     keep_logits: bool = False                  # the loop keeps `out.logits` referenced through backward
     logits_fp32: bool = False                  # the loop receives the logits in fp32 (Lightning Fabric casts module
                                                # outputs to the default dtype) and computes the loss on them
+    loss_shifted_copy: bool = False            # transformers < 4.49: the loss makes a shifted fp32 copy of the logits
+    versions: tuple[tuple[str, str, str], ...] = ()   # (package, version, where it came from) the step assumes
     # optimizer
     optimizer: OptimizerSpec
     optimizer_impl: Literal["foreach", "fused", "forloop"] = "fused"

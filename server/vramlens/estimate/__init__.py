@@ -18,7 +18,7 @@ __all__ = ["estimate", "allocated_peak", "Estimate", "GIB", "COMPONENTS", "REVIS
 
 # Bumped whenever a formula changes what an estimate comes to: local calibration records (trace/probe ratios to
 # the estimate of their day) made against another revision are ignored (vramlens.calibration).
-REVISION = 2
+REVISION = 3
 
 
 def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]], C.Params, float]:
@@ -57,7 +57,8 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     else:
         saved = int(tok * all_layers)
     layers_saved = 0 if rp.grad_checkpointing else rp.arch.layers
-    acts_fb = saved + int(final) + amp_cache + mask + layers_saved * mask_per_layer
+    dora_w = C.dora_weight_copies(rp)
+    acts_fb = saved + int(final) + amp_cache + mask + layers_saved * (mask_per_layer + dora_w)
 
     base = {"weights": W, "quant_constants": quant, "adapters": adapters, "buffers": B, "optimizer_paged": paged,
             **_other_models(rp, p)}
@@ -93,9 +94,11 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
                                            "logits": 0, "temporaries": C.no_grad_forward(rp, logit_tok)}
     if rp.grad_checkpointing:
         embed_grad = C.shapes(rp.arch).embed_params * p.trainable_dtype_bytes if rp.peft == "none" else 0
-        recompute = int(1.35 * one_layer * tok)           # one block's activations + its backward temporaries
+        # backward of the last block: every block's checkpointed input is still held (each is freed when its
+        # block's backward ends), the last block is recomputed and its backward temporaries are live
+        recompute = int(C.backward_block_per_token(rp) * tok) + dora_w
         phases["recompute"] = {**base, "optimizer": O, "gradients": max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0),
-                               "activations": recompute + mask + mask_per_layer, "logits": 0}
+                               "activations": saved + amp_cache + recompute + mask + mask_per_layer, "logits": 0}
     if rp.arch.tied_embeddings and rp.peft == "none":
         # the shared weight's two gradients are summed out of place: two more embedding-sized tensors (FT §2.3 item 6)
         extra = 2 * C.shapes(rp.arch).embed_params * p.trainable_dtype_bytes

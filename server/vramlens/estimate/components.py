@@ -197,6 +197,7 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
     s = rp.seq_len // max(rp.context_parallel, 1)
 
     gated = arch.mlp in ("swiglu", "geglu")
+    m = mlp_bytes(rp)
     # RMSNorm upcasts: its fp32 input (4h) is kept; the normalised 16-bit value (c·h) only when the norm's
     # weight trains (full fine-tuning; FT §3.1: LoRA keeps 4h less per layer than full FT).
     norm_trains = c if full else 0
@@ -214,6 +215,10 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         attn += c * (q + arch.kv_dim)            # V is a view of the fused q|k|v output, which SDPA keeps whole
     if rp.attn_impl == "eager":
         attn += (4 + c) * heads * s              # fp32 softmax output + 16-bit probabilities (EA §1.9 vramcalc)
+        if arch.family == "gemma2":
+            # attention soft-capping before the softmax: tanh keeps its 16-bit output (transformers 5.24
+            # models/gemma2/modeling_gemma2.py eager_attention_forward: `/ softcap`, `tanh`, `* softcap`)
+            attn += c * heads * s
 
     # linear-input groups: (input width, member linears)
     if arch.is_moe:
@@ -226,15 +231,19 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         down_in = c * inter * k
     else:
         inter = arch.intermediate
-        mlp_internal = (3 if gated else 1) * c * inter
+        mlp_internal = (3 if gated else 1) * m * inter
         down_in = c * inter
     groups = [
         (c * h, ("q", "k", "v")),
         (c * h, ("gate", "up", "fc1")),
         (down_in, ("down", "fc2")),
     ]
-    adapter_fp32 = rp.adapter_fp32 and c == 2
-    a = 4 if adapter_fp32 else c                       # bytes per element of the adapter's input
+    autocast = fp32_residual(rp)
+    # PEFT casts each adapter's input to the adapter dtype in every module (`_cast_input_dtype`); under autocast
+    # lora_A then runs in 16-bit and keeps its own 16-bit cast of that input (one per module, activations are not
+    # in autocast's cache), so the bytes kept per element are c, not 4
+    adapter_fp32 = (rp.adapter_fp32 and c == 2) or autocast
+    a = c if autocast else (4 if adapter_fp32 else c)  # bytes per element of the adapter's kept input
     dropout = not full and rp.lora_dropout > 0
     keeps_quant_input = rp.quant_bits == 4 and rp.quant_keeps_input
     targets = set(rp.lora_targets)
@@ -255,7 +264,7 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
             linear_inputs += len(hit) * (a + 1) * width
             kept_by_adapter = False
         elif adapter_fp32:
-            linear_inputs += len(hit) * 4 * width          # PEFT casts the input separately in every module
+            linear_inputs += len(hit) * a * width          # PEFT casts the input separately in every module
             kept_by_adapter = False
         else:
             linear_inputs += size if hit else 0            # lora_A keeps the input itself, shared by the group
@@ -267,7 +276,7 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         if dropout:
             linear_inputs += (a + 1) * q
         elif adapter_fp32:
-            linear_inputs += 4 * q
+            linear_inputs += a * q
     if keeps_quant_input and not full and rp.attn_impl == "eager":
         linear_inputs += c * q
     if rp.fused_qkv and not full and not all_lin:
@@ -275,10 +284,11 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         if 0 < len(adapted) < 3:
             linear_inputs += c * sum(adapted)              # zero_pad's index_copy keeps the adapter output (source)
 
-    per_layer = norm_keep + attn + mlp_internal + linear_inputs
-    if fp32_residual(rp):
-        # fp32 residual stream (AMP, or fp32 embeddings/norms of a k-bit model under autocast): norm outputs
-        # and adds are fp32; measured +3h per token per layer in traces of both (trace_vs_estimate rows 4, 22)
+    per_layer = norm_keep + attn + mlp_internal + linear_inputs + dora_per_token(rp)
+    if rp.amp and c == 2:
+        # AMP over fp32 weights: norm outputs and adds are fp32; measured +3h per token per layer in traces
+        # (trace_vs_estimate rows 4, 22). A k-bit model's fp32 stream shows no such extra in the real trace
+        # (transformers 5.23 / peft 0.21.2 / bitsandbytes 0.50.2, benchmarks/results/trace_real_vs_estimate.txt)
         per_layer += 3 * h
     if arch.block == "encoder-decoder":
         enc = arch.encoder_layers or arch.layers
@@ -288,6 +298,86 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         total_layers = arch.layers * per_layer
     tp = max(rp.tensor_parallel, 1)
     return total_layers / tp, per_layer / tp
+
+
+def mlp_bytes(rp: ResolvedPlan) -> int:
+    """Bytes per element of the MLP's hidden activations. A k-bit model whose norms prepare_model_for_kbit_training
+    upcast to fp32 feeds fp32 into its 4-bit linears, and bitsandbytes returns the input's dtype
+    (bitsandbytes 0.50 `nn/modules.py` Linear4bit.forward: `matmul_4bit(...).to(inp_dtype)`): gate, up and
+    act(gate) are fp32. AMP's nn.Linear returns 16-bit under autocast."""
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    if rp.quant_bits and rp.kbit_upcast and not rp.amp and c == 2:
+        return 4
+    return c
+
+
+def _out_features(arch, name: str) -> int:
+    return {"q": arch.q_dim, "k": arch.kv_dim, "v": arch.kv_dim, "o": arch.hidden, "gate": arch.intermediate,
+            "up": arch.intermediate, "fc1": arch.intermediate, "down": arch.hidden, "fc2": arch.hidden}.get(name, 0)
+
+
+def _in_features(arch, name: str) -> int:
+    return {"o": arch.q_dim, "down": arch.intermediate, "fc2": arch.intermediate}.get(name, arch.hidden)
+
+
+def dora_targets(rp: ResolvedPlan) -> list[str]:
+    """The block linears a DoRA adapter wraps (the dense ones: MoE experts are not nn.Linear modules here)."""
+    if rp.peft != "dora":
+        return []
+    arch = rp.arch
+    names = ("q", "k", "v", "o") + (() if arch.is_moe else ("gate", "up", "down", "fc1", "fc2"))
+    all_lin = "all-linear" in rp.lora_targets
+    return [n for n in names if _has(arch, n) and (all_lin or n in rp.lora_targets)]
+
+
+def _dora_dtypes(rp: ResolvedPlan) -> tuple[int, int, bool]:
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    autocast = fp32_residual(rp)
+    a = c if autocast else (4 if (rp.adapter_fp32 and c == 2) else c)
+    return c, a, autocast
+
+
+def dora_per_token(rp: ResolvedPlan) -> float:
+    """What DoRA keeps per token beyond LoRA (peft 0.21.2 `tuners/lora/dora.py` DoraLinearLayer.forward):
+    `result_dora = (mag_norm_scale - 1) * base_result + mag_norm_scale * lora_result * scaling` — the two products
+    keep `base_result` and `lora_result` (out features each) for the magnitude's gradient. Without dropout
+    `base_result` is the base layer's output (its dtype: 16-bit, fp32 from a k-bit linear fed fp32); with dropout
+    it is recomputed as F.linear(dropout(x), weight) in the adapter's input dtype (16-bit under autocast)."""
+    names = dora_targets(rp)
+    if not names:
+        return 0.0
+    c, a, autocast = _dora_dtypes(rp)
+    base_b = a if rp.lora_dropout > 0 else (4 if mlp_bytes(rp) == 4 else c)
+    return float(sum(_out_features(rp.arch, n) * (base_b + a) for n in names))
+
+
+def dora_weight_copies(rp: ResolvedPlan) -> int:
+    """Bytes per block that DoRA keeps for backward whatever the tokens: with dropout, F.linear(dropout(x),
+    weight.to(x.dtype)) keeps the weight it multiplies by, a fresh copy when the base weight is quantized
+    (`dequantize_module_weight`), cast to another dtype, or cast by autocast (peft 0.21.2 `dora.py`)."""
+    names = dora_targets(rp)
+    if not names or rp.lora_dropout <= 0:
+        return 0
+    c, a, autocast = _dora_dtypes(rp)
+    wb = DTYPE_BYTES[rp.weight_dtype]
+    fresh = autocast or bool(rp.quant_bits) or a != wb
+    if not fresh:
+        return 0
+    b = c if autocast else a
+    return sum(_in_features(rp.arch, n) * _out_features(rp.arch, n) * b for n in names)
+
+
+def backward_block_per_token(rp: ResolvedPlan) -> float:
+    """Bytes per token of one checkpointed block at its backward peak: its recomputed activations plus the gradients
+    of the gated MLP's hidden state (the product's gradient and one for each factor, in the MLP's dtype; two for
+    an ungated MLP). Traced with the real libraries (Mistral-7B QLoRA, 16 × 4096, checkpointed): the live set at
+    the peak is exactly these, the block's incoming gradient already consumed by the down projection's backward."""
+    arch = rp.arch
+    _, one_layer = activations_per_token(rp)
+    inter = (arch.moe_intermediate or arch.intermediate) * (max(arch.experts_per_token, 1) if arch.is_moe else 1)
+    gated = arch.mlp in ("swiglu", "geglu")
+    temps = (3 if gated else 2) * mlp_bytes(rp) * inter
+    return one_layer + temps / max(rp.tensor_parallel, 1)
 
 
 def fp32_residual(rp: ResolvedPlan) -> bool:
@@ -341,6 +431,10 @@ def logits_per_token(rp: ResolvedPlan) -> float:
     per = 12.0 + (2.0 if rp.keep_logits else 0.0)
     if rp.compute_dtype == "fp32":
         per = 12.0
+    if rp.loss_shifted_copy:
+        # transformers < 4.49 ForCausalLMLoss: while the loss runs, the 16-bit logits, their fp32 upcast, the shifted
+        # contiguous fp32 copy and the fp32 log-softmax are all alive (loss/loss_utils.py of 4.48.3)
+        per = max(per, (4.0 if rp.compute_dtype == "fp32" else 6.0) + 8.0)
     if rp.arch.family == "gemma2":
         per += 2.0                    # final_logit_softcapping: tanh(logits / cap) keeps its 16-bit output
     return per * V

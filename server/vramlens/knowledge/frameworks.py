@@ -5,6 +5,8 @@ commits listed there). A value here is what the framework does when the key is a
 """
 from __future__ import annotations
 
+from vramlens.knowledge.versions import parse
+
 # framework -> (version the defaults were read at, {concept: value})
 DEFAULTS: dict[str, tuple[str, dict]] = {
     "transformers": ("transformers 5.x", {
@@ -109,6 +111,11 @@ def defaults_for(framework: str | None) -> tuple[str, str, dict]:
     return key, version, values
 
 
+# Frameworks whose step runs transformers' own model classes and loss (their version-dependent choices apply:
+# knowledge/versions.py); torchtune and litgpt build their own models.
+HF_MODEL_FRAMEWORKS = frozenset(k for k in BEHAVIOUR if k not in ("torchtune", "litgpt"))
+
+
 # Plan fields (ResolvedPlan booleans of the same names) that say how a framework's step allocates.
 STEP_FLAGS = ("quant_lm_head", "quant_dequant_fp16", "fused_qkv", "logits_fp32")
 
@@ -136,14 +143,5 @@ def bnb_keeps_4bit_input(version: str | None) -> bool:
     """Whether this bitsandbytes keeps the input of every 4-bit matmul for backward. Up to 0.43.1
     `MatMul4Bit.forward` stored `ctx.tensors = (A, B)` although backward never uses A; bitsandbytes PR #1270
     (merged 2024-07-16, released in 0.43.2) stores `(None, B)`. Unknown or unparsable versions: a current one."""
-    if not version:
-        return False
-    parts = []
-    for piece in str(version).strip().lstrip("v=").split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    if not parts:
-        return False
-    return tuple(parts + [0] * (3 - len(parts))) < (0, 43, 2)
+    v = parse(version)
+    return v is not None and v < (0, 43, 2)

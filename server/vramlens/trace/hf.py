@@ -235,7 +235,31 @@ def register_flash_stand_in() -> None:
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flash_attention_mask
 
     AttentionInterface.register(FLASH_STAND_IN, flash_stand_in)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(FLASH_STAND_IN, flash_attention_mask)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(FLASH_STAND_IN, flash_stand_in_mask(flash_attention_mask))
+
+
+def real_padding_mask(attention_mask: torch.Tensor, kv_length: int) -> torch.Tensor:
+    """What transformers' `flash_attention_mask` returns for the padded batch this backend traces (a padding
+    token in the first row, `make_batch`): the 2-D mask itself, sliced to the last `kv_length` positions. Reading
+    `attention_mask.all()` is data-dependent under fake tensors, so the answer is given without reading data."""
+    return attention_mask[:, -kv_length:]
+
+
+def flash_stand_in_mask(original):
+    """transformers' flash-attention mask function, answering for a fake mask as it does for the real padded one
+    (`real_padding_mask`); real tensors go to the original. The stand-in attention runs causal whatever the mask
+    (flash-attn's varlen path on the unpadded rows saves the same q, k, v, output and logsumexp sizes less the
+    padding)."""
+    def mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None, attention_mask=None,
+             **kwargs):
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        if isinstance(attention_mask, FakeTensor):
+            return real_padding_mask(attention_mask, kv_length)
+        kw = {} if mask_function is None else {"mask_function": mask_function}
+        return original(batch_size, q_length, kv_length, q_offset, kv_offset, attention_mask=attention_mask,
+                        **kw, **kwargs)
+    return mask
 
 
 # -- the model ----------------------------------------------------------------------------------------

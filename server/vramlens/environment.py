@@ -1,0 +1,242 @@
+"""Which library versions a training run uses, without importing any of them.
+
+In order (the first that names a package wins):
+1. the `frameworkVersions` setting (`Settings.framework_versions`);
+2. the workspace's pins, read with bounded reads from its top folder: uv.lock, poetry.lock (exact resolutions),
+   requirements*.txt, pyproject.toml (`[project]` and optional dependencies, `[tool.poetry.dependencies]`) and
+   environment.yml — only exact pins (`==`, a bare Poetry version) count;
+3. the trace interpreter's installed distributions, read from their `*.dist-info/METADATA` files (the
+   `trace.python` setting's environment; without it, this interpreter's, through `importlib.metadata`, which reads
+   the same files);
+4. else the newest release this knowledge was checked against (`knowledge.versions.NEWEST`).
+"""
+from __future__ import annotations
+
+import glob
+import importlib.metadata as md
+import os
+import re
+import shutil
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from vramlens.file_access import read_text_checked
+from vramlens.knowledge.versions import NEWEST
+
+PACKAGES = tuple(NEWEST)
+MAX_PIN_FILE = 4 * 2**20                 # a lock file of a large project is ~1–3 MB
+MAX_METADATA = 2**20
+CONDA_NAMES = {"pytorch": "torch"}       # conda-forge / pytorch channel names of the same distributions
+LOCKS = ("uv.lock", "poetry.lock")
+ENVIRONMENT_FILES = ("environment.yml", "environment.yaml")
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    version: str
+    source: str          # where it came from, for the assumptions
+
+
+def canonical(name: str) -> str:
+    """PEP 503 normalised distribution name."""
+    n = re.sub(r"[-_.]+", "-", str(name).strip().lower())
+    return CONDA_NAMES.get(n, n)
+
+
+_REQ = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*===?\s*([0-9][A-Za-z0-9.+!_-]*)\s*(?:[;#].*)?$")
+
+
+def exact_pin(requirement: str) -> tuple[str, str] | None:
+    """(name, version) of a requirement pinned with `==`/`===` (no wildcard), else None."""
+    m = _REQ.match(requirement.split(" #", 1)[0].strip())
+    if m is None or "*" in m.group(2):
+        return None
+    return canonical(m.group(1)), m.group(2)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return read_text_checked(path, MAX_PIN_FILE)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def _lock_pins(text: str) -> dict[str, str]:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return {}
+    out = {}
+    for pkg in data.get("package", []) if isinstance(data.get("package"), list) else []:
+        if isinstance(pkg, dict) and isinstance(pkg.get("name"), str) and isinstance(pkg.get("version"), str):
+            out.setdefault(canonical(pkg["name"]), pkg["version"])
+    return out
+
+
+def _requirements_pins(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        if line.lstrip().startswith(("#", "-")):
+            continue
+        pin = exact_pin(line)
+        if pin:
+            out.setdefault(*pin)
+    return out
+
+
+def _pyproject_pins(text: str) -> dict[str, str]:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return {}
+    reqs: list = []
+    project = data.get("project") if isinstance(data.get("project"), dict) else {}
+    reqs += project.get("dependencies") or []
+    for group in (project.get("optional-dependencies") or {}).values():
+        reqs += group if isinstance(group, list) else []
+    for group in (data.get("dependency-groups") or {}).values() if isinstance(data.get("dependency-groups"), dict) else []:
+        reqs += group if isinstance(group, list) else []
+    out = _requirements_pins("\n".join(r for r in reqs if isinstance(r, str)))
+    poetry = ((data.get("tool") or {}).get("poetry") or {}) if isinstance(data.get("tool"), dict) else {}
+    deps = poetry.get("dependencies") if isinstance(poetry, dict) else None
+    for name, spec in (deps or {}).items() if isinstance(deps, dict) else []:
+        version = spec.get("version") if isinstance(spec, dict) else spec
+        if isinstance(version, str) and re.fullmatch(r"=?=?\s*[0-9][0-9A-Za-z.+!_-]*", version.strip()):
+            out.setdefault(canonical(name), version.strip().lstrip("= "))
+    return out
+
+
+def _environment_pins(text: str) -> dict[str, str]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return {}
+    out: dict[str, str] = {}
+    deps = data.get("dependencies") if isinstance(data, dict) else None
+    for dep in deps if isinstance(deps, list) else []:
+        if isinstance(dep, dict):
+            pip = dep.get("pip")
+            for name, version in _requirements_pins("\n".join(str(x) for x in pip or [])).items():
+                out.setdefault(name, version)
+        elif isinstance(dep, str):
+            # conda match spec: name=version[=build] or name==version (channel prefixes dropped)
+            m = re.fullmatch(r"(?:[^:]+::)?([A-Za-z0-9._-]+)\s*==?\s*([0-9][0-9A-Za-z.+!_]*)(?:=\S+)?", dep.strip())
+            if m and "*" not in m.group(2):
+                out.setdefault(canonical(m.group(1)), m.group(2))
+    return out
+
+
+def _stamp(folder: Path) -> tuple:
+    """The pin files of a folder with their sizes and modification times (the cache key)."""
+    names = [*LOCKS, *sorted(p.name for p in folder.glob("requirements*.txt")), "pyproject.toml", *ENVIRONMENT_FILES]
+    out = []
+    for name in names:
+        try:
+            st = (folder / name).stat()
+        except OSError:
+            continue
+        out.append((name, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def workspace_pins(folder: Path | None) -> dict[str, Found]:
+    """Exact pins of the workspace's top folder, lock files first."""
+    if folder is None:
+        return {}
+    folder = Path(folder)
+    return dict(_pins(folder, _stamp(folder)))
+
+
+@lru_cache(maxsize=64)
+def _pins(folder: Path, stamp: tuple) -> tuple[tuple[str, Found], ...]:
+    out: dict[str, Found] = {}
+    for name, _, _ in stamp:
+        text = _read(folder / name)
+        if text is None:
+            continue
+        if name in LOCKS:
+            pins = _lock_pins(text)
+        elif name == "pyproject.toml":
+            pins = _pyproject_pins(text)
+        elif name in ENVIRONMENT_FILES:
+            pins = _environment_pins(text)
+        else:
+            pins = _requirements_pins(text)
+        for pkg, version in pins.items():
+            if pkg in PACKAGES and pkg not in out:
+                out[pkg] = Found(version, f"pinned in {name}")
+    return tuple(out.items())
+
+
+def site_packages(python: str) -> list[Path]:
+    """The package folders of the environment an interpreter path belongs to (a venv or a prefix), found on disk
+    from the path alone: the interpreter is not run."""
+    exe = shutil.which(python) if os.sep not in python else os.path.expanduser(python)
+    if not exe:
+        return []
+    prefix = Path(os.path.abspath(exe)).parent.parent        # …/bin/python → the environment's prefix
+    found = []
+    for pattern in ("lib/python3*/site-packages", "lib/python3*/dist-packages", "lib/python3/dist-packages",
+                    "local/lib/python3*/dist-packages", "Lib/site-packages"):
+        found += [Path(p) for p in sorted(glob.glob(str(prefix / pattern)))]
+    return found
+
+
+def _metadata_version(text: str) -> str | None:
+    for line in text.splitlines():
+        if line.startswith("Version:"):
+            return line.split(":", 1)[1].strip() or None
+        if not line.strip():
+            break                                            # headers end at the first blank line
+    return None
+
+
+def installed(python: str | None) -> dict[str, Found]:
+    """Versions installed in the trace interpreter's environment (this interpreter's when None)."""
+    out: dict[str, Found] = {}
+    if python is None:
+        for name in PACKAGES:
+            try:
+                out[name] = Found(md.version(name), "installed with vramlens")
+            except md.PackageNotFoundError:
+                continue
+        return out
+    for folder in site_packages(python):
+        for name in PACKAGES:
+            if name in out:
+                continue
+            for info in sorted(folder.glob("*.dist-info")):
+                dist = info.name[:-len(".dist-info")].rsplit("-", 1)[0]
+                if canonical(dist) != name:
+                    continue
+                try:
+                    text = read_text_checked(info / "METADATA", MAX_METADATA)
+                except (OSError, ValueError, UnicodeDecodeError):
+                    continue
+                version = _metadata_version(text)
+                if version:
+                    out[name] = Found(version, f"installed in {python}")
+                    break
+    return out
+
+
+def versions(settings) -> dict[str, Found]:
+    """Every package of `PACKAGES` with the version a run of these settings uses, and where it was found."""
+    told = {canonical(k): v for k, v in settings.framework_versions.items()}
+    pins = workspace_pins(settings.workspace)
+    have = installed(settings.trace_python)
+    out = {}
+    for name in PACKAGES:
+        if name in told:
+            out[name] = Found(told[name], "the frameworkVersions setting")
+        elif name in pins:
+            out[name] = pins[name]
+        elif name in have:
+            out[name] = have[name]
+        else:
+            out[name] = Found(NEWEST[name], "the newest release vramlens knows")
+    return out

@@ -1,0 +1,142 @@
+"""Version-aware estimates: where the versions come from (setting, workspace pins, the trace interpreter's
+metadata, newest known) and what each version changes in the estimate, with the assumption that says so."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from vramlens import environment
+from vramlens.estimate import estimate
+from vramlens.formats import parse_document
+from vramlens.knowledge import versions
+from vramlens.resolve import resolve
+from vramlens.settings import Settings
+
+CONFIG = """base_model: mistralai/Mistral-7B-v0.1
+adapter: lora
+lora_r: 16
+lora_alpha: 16
+lora_target_modules: [q_proj, k_proj, v_proj, o_proj]
+sequence_len: 4096
+micro_batch_size: 4
+bf16: true
+sdp_attention: true
+gradient_checkpointing: true
+"""
+
+
+def resolved(tmp_path: Path, text: str = CONFIG, **settings):
+    f = tmp_path / "train.yaml"
+    f.write_text(text)
+    plan = parse_document(text, str(f), workspace=tmp_path).plan
+    return resolve(plan, Settings(workspace=tmp_path, **settings))
+
+
+def fake_env(root: Path, name: str, version: str) -> Path:
+    """A venv-shaped folder with one distribution's metadata; returns its interpreter path (never run)."""
+    site = root / "lib" / "python3.11" / "site-packages" / f"{name}-{version}.dist-info"
+    site.mkdir(parents=True)
+    (site / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\nbody\n")
+    (root / "bin").mkdir()
+    python = root / "bin" / "python"
+    python.write_text("#!/bin/sh\nexit 1\n")
+    return python
+
+
+def test_version_parsing():
+    assert versions.parse("4.48.1") == (4, 48, 1)
+    assert versions.parse("==5.0") == (5, 0, 0)
+    assert versions.parse("4.57.0.dev0") == (4, 57, 0)
+    assert versions.parse("latest") is None
+    assert versions.loss_keeps_shifted_logits("4.48.3") and not versions.loss_keeps_shifted_logits("4.49.0")
+    assert versions.sdpa_repeats_kv("4.53.3", masked=False) and not versions.sdpa_repeats_kv("4.54.0", masked=False)
+    assert versions.sdpa_repeats_kv("5.0", masked=True)
+    assert versions.attention_as_run("gemma2", "sdpa", "4.57.1") == "sdpa"
+    assert versions.attention_as_run("gemma2", "sdpa", "5.0.0") == "eager"
+    assert not versions.loss_keeps_shifted_logits(None)          # unknown: the newest known
+
+
+def test_pins_from_each_kind_of_file(tmp_path):
+    (tmp_path / "requirements-train.txt").write_text("# training\ntransformers==4.48.1  # pinned\npeft>=0.13\n"
+                                                      "-r other.txt\nbitsandbytes[cuda]==0.45.0 ; sys_platform=='linux'\n")
+    (tmp_path / "pyproject.toml").write_text('[project]\nname="x"\ndependencies=["trl==0.12.1", "peft>=0.10"]\n'
+                                             '[tool.poetry.dependencies]\naccelerate = "1.2.0"\n')
+    pins = environment.workspace_pins(tmp_path)
+    assert pins["transformers"].version == "4.48.1" and "requirements-train.txt" in pins["transformers"].source
+    assert pins["bitsandbytes"].version == "0.45.0"
+    assert pins["trl"].version == "0.12.1" and pins["accelerate"].version == "1.2.0"
+    assert "peft" not in pins                                      # a range is not a pin
+
+
+def test_lock_files_win_over_requirements(tmp_path):
+    (tmp_path / "requirements.txt").write_text("transformers==4.46.0\n")
+    (tmp_path / "uv.lock").write_text('version = 1\n[[package]]\nname = "transformers"\nversion = "4.51.3"\n'
+                                      '[[package]]\nname = "torch"\nversion = "2.6.0"\n')
+    pins = environment.workspace_pins(tmp_path)
+    assert pins["transformers"] == environment.Found("4.51.3", "pinned in uv.lock")
+    (tmp_path / "uv.lock").unlink()
+    (tmp_path / "poetry.lock").write_text('[[package]]\nname = "Transformers"\nversion = "4.47.1"\n')
+    assert environment.workspace_pins(tmp_path)["transformers"].version == "4.47.1"
+
+
+def test_environment_yml_conda_and_pip(tmp_path):
+    (tmp_path / "environment.yml").write_text("name: t\ndependencies:\n  - python=3.11\n  - pytorch::pytorch=2.4.1\n"
+                                              "  - pip:\n    - transformers==4.45.2\n")
+    pins = environment.workspace_pins(tmp_path)
+    assert pins["torch"].version == "2.4.1" and pins["transformers"].version == "4.45.2"
+
+
+def test_broken_and_oversized_pin_files_are_ignored(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[project\nnot toml")
+    (tmp_path / "uv.lock").write_text("x" * (environment.MAX_PIN_FILE + 10))
+    (tmp_path / "environment.yml").write_text("dependencies: [unclosed")
+    assert environment.workspace_pins(tmp_path) == {}
+
+
+def test_trace_interpreter_metadata_is_read_not_run(tmp_path):
+    python = fake_env(tmp_path / "venv", "transformers", "4.48.1")
+    found = environment.installed(str(python))
+    assert found["transformers"] == environment.Found("4.48.1", f"installed in {python}")
+
+
+def test_order_setting_then_pins_then_interpreter_then_newest(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    python = fake_env(tmp_path / "venv", "transformers", "4.47.0")
+    s = Settings(workspace=ws, trace_python=str(python))
+    v = environment.versions(s)
+    assert v["transformers"].version == "4.47.0"
+    assert v["trl"] == environment.Found(versions.NEWEST["trl"], "the newest release vramlens knows")
+    (ws / "requirements.txt").write_text("transformers==4.50.0\n")
+    assert environment.versions(s)["transformers"].version == "4.50.0"
+    told = s.model_copy(update={"framework_versions": {"Transformers": "4.48.1"}})
+    assert environment.versions(told)["transformers"] == environment.Found("4.48.1", "the frameworkVersions setting")
+
+
+def test_transformers_448_keeps_a_shifted_fp32_copy_of_the_logits(tmp_path):
+    old = resolved(tmp_path, CONFIG.replace("sdp_attention: true", "flash_attention: true"),
+                   framework_versions={"transformers": "4.48.1"})
+    new = resolved(tmp_path, CONFIG.replace("sdp_attention: true", "flash_attention: true"),
+                   framework_versions={"transformers": "5.23.0"})
+    assert old.resolved.loss_shifted_copy and not new.resolved.loss_shifted_copy
+    assert any("4.48.1" in a and "shifted fp32 copy" in a for a in old.assumptions)
+    assert any("5.23.0" in a and "shifts the labels" in a for a in new.assumptions)
+    e_old, e_new = estimate(old.resolved, limits=False), estimate(new.resolved, limits=False)
+    # 4 × 4096 tokens × 32,000 logits × 2 more bytes while the loss runs (14 instead of 12 per logit)
+    assert e_old.allocated_bytes - e_new.allocated_bytes == 4 * 4096 * 32000 * 2
+
+
+def test_gemma2_runs_eager_in_transformers_5(tmp_path):
+    text = CONFIG.replace("mistralai/Mistral-7B-v0.1", "google/gemma-2-2b")
+    v5 = resolved(tmp_path, text, framework_versions={"transformers": "5.0.0"})
+    v4 = resolved(tmp_path, text, framework_versions={"transformers": "4.57.1"})
+    assert v5.resolved.attn_impl == "eager" and v4.resolved.attn_impl == "sdpa"
+    assert any("Gemma-2 has no SDPA path" in a for a in v5.assumptions)
+    assert estimate(v5.resolved, limits=False).allocated_bytes > estimate(v4.resolved, limits=False).allocated_bytes
+
+
+def test_server_never_imports_the_libraries_to_find_versions(tmp_path):
+    fake_env(tmp_path / "venv", "transformers", "4.48.1")
+    before = set(sys.modules)
+    environment.versions(Settings(workspace=tmp_path, trace_python=str(tmp_path / "venv" / "bin" / "python")))
+    assert not {m for m in set(sys.modules) - before if m.split(".")[0] in ("torch", "transformers", "peft")}
