@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vramlens.estimate.shapes import QK_NORM_FAMILIES, shapes, targeted
+from vramlens.knowledge import versions
 from vramlens.knowledge.models import norms_per_layer
 from vramlens.resolved import ResolvedPlan
 
@@ -51,7 +52,7 @@ def params(rp: ResolvedPlan) -> Params:
     adapter = 0
     if not full:
         # LoRA: r·(in + out) per targeted linear (DoRA adds a magnitude vector of `out`)
-        for lin in targeted(arch, rp.lora_targets):
+        for lin in targeted(arch, rp.lora_targets, experts_adaptable(rp)):
             adapter += lin.count * rp.lora_r * (lin.in_features + lin.out_features)
             if rp.peft == "dora":
                 adapter += lin.count * lin.out_features
@@ -87,7 +88,7 @@ def params(rp: ResolvedPlan) -> Params:
         trainable = adapter + saved
         tb = adapter_b
         trainable_bytes = adapter * adapter_b + saved_bytes
-        largest = max(saved_bytes, max((l.in_features * rp.lora_r * adapter_b for l in targeted(arch, rp.lora_targets)), default=0))
+        largest = max(saved_bytes, max((l.in_features * rp.lora_r * adapter_b for l in targeted(arch, rp.lora_targets, experts_adaptable(rp))), default=0))
     cb = DTYPE_BYTES[rp.compute_dtype]
     return Params(total=total, trainable=trainable, frozen_bytes=frozen_bytes, quantized_bytes=quantized,
                   quant_constants=quant_consts, trainable_bytes=trainable_bytes, trainable_dtype_bytes=tb,
@@ -211,7 +212,8 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
 
     attn = c * q + 2 * c * kv_eff + c * q + 4 * heads
     mha = arch.kv_dim == q
-    if rp.fused_qkv and mha:
+    hf_fused = rp.arch.family in HF_FUSED_FAMILIES
+    if (rp.fused_qkv or hf_fused) and mha:
         attn += c * (q + arch.kv_dim)            # V is a view of the fused q|k|v output, which SDPA keeps whole
     if rp.attn_impl == "eager":
         attn += (4 + c) * heads * s              # fp32 softmax output + 16-bit probabilities (EA §1.9 vramcalc)
@@ -225,6 +227,10 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         k = max(arch.experts_per_token, 1)
         inter = arch.moe_intermediate or arch.intermediate
         mlp_internal = k * ((6 if gated else 2) * inter + 3 * c * h) + 4 * arch.num_experts
+        if not full and not experts_adaptable(rp):
+            # frozen experts run by grouped_mm keep their gate|up output, act(gate) and the down output (scaled
+            # by the routing weights), not their gathered inputs (transformers 5.24 integrations/moe.py)
+            mlp_internal = k * (((3 if gated else 2) * inter + h) * c) + 4 * arch.num_experts
         if arch.shared_experts:
             si = (arch.shared_expert_intermediate or inter) * arch.shared_experts
             mlp_internal += (6 if gated else 2) * si
@@ -249,15 +255,20 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
     targets = set(rp.lora_targets)
     all_lin = "all-linear" in targets
     linear_inputs = 0.0
+    expert_mlp = arch.is_moe and not full and not experts_adaptable(rp)
     for size, members in groups:
         present = [m for m in members if _has(arch, m)]
+        if expert_mlp and members[0] != "q":
+            present = []                                   # no adapter reaches the routed experts
         if full:
             linear_inputs += size
             continue
         hit = [m for m in present if all_lin or m in targets]
         width = size / c
-        if rp.fused_qkv and members[0] == "q" and hit:
+        if (rp.fused_qkv or hf_fused) and members[0] == "q" and hit:
             hit = ["qkv"]                                  # one adapter (one dropout) on the fused linear
+        if hf_fused and members[0] == "gate" and hit:
+            hit = ["gate_up"]                              # Phi-3's gate_up_proj: one adapter for gate and up
         if dropout:
             # each adapter keeps its own dropped copy of the input + a 1-byte mask (CUDA native_dropout);
             # the input itself (and a cast copy of it) is not kept by the adapter
@@ -298,6 +309,25 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         total_layers = arch.layers * per_layer
     tp = max(rp.tensor_parallel, 1)
     return total_layers / tp, per_layer / tp
+
+
+# Families whose transformers modelling code computes q|k|v with one linear and gate|up with another
+# (transformers 5.24 models/phi3/modeling_phi3.py: `qkv_proj`, `gate_up_proj`, q/k/v and gate/up sliced from
+# their outputs): a LoRA target among q, k, v (or gate, up) adapts the whole fused linear, and V is a view of the
+# q|k|v output, so what attention keeps holds all of it.
+HF_FUSED_FAMILIES = {"phi3"}
+
+
+def experts_adaptable(rp: ResolvedPlan) -> bool:
+    """Whether LoRA wraps a MoE model's routed experts. transformers 5 keeps them as 3-D parameters run with
+    grouped_mm (models/mixtral/modeling_mixtral.py `MixtralExperts`, qwen2_moe/qwen3_moe likewise) that no target
+    module reaches. transformers 4.x builds each expert of nn.Linear modules: "all-linear" wraps them; the
+    canonical gate/up/down names do too except in Mixtral, whose experts name them w1/w3/w2
+    (4.57 `MixtralBlockSparseTop2MLP`)."""
+    tv = next((v for name, v, _ in rp.versions if name == "transformers"), None)
+    if versions.at_least(tv, (5, 0, 0)):
+        return False
+    return "all-linear" in rp.lora_targets or rp.arch.family != "mixtral"
 
 
 def mlp_bytes(rp: ResolvedPlan) -> int:

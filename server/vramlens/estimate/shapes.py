@@ -23,6 +23,7 @@ class Linear:
     out_features: int
     count: int         # how many of these in the whole model (layers × experts)
     bias: bool = False
+    expert: bool = False  # a routed expert's projection (MoE)
 
     @property
     def params(self) -> int:
@@ -61,14 +62,14 @@ def shapes(arch: ModelArch) -> Shapes:
         linears.extend([Linear("q", h, q, count), Linear("k", h, kv, count), Linear("v", h, kv, count),
                         Linear("o", q, h, count)])
 
-    def mlp(count: int, inter: int) -> None:
+    def mlp(count: int, inter: int, expert: bool = False) -> None:
         if count <= 0:
             return
         if gated:
-            linears.extend([Linear("gate", h, inter, count), Linear("up", h, inter, count),
-                            Linear("down", inter, h, count)])
+            linears.extend([Linear("gate", h, inter, count, expert=expert), Linear("up", h, inter, count, expert=expert),
+                            Linear("down", inter, h, count, expert=expert)])
         else:
-            linears.extend([Linear("fc1", h, inter, count), Linear("fc2", inter, h, count)])
+            linears.extend([Linear("fc1", h, inter, count, expert=expert), Linear("fc2", inter, h, count, expert=expert)])
 
     if arch.block == "encoder-decoder":
         enc = arch.encoder_layers or L
@@ -80,7 +81,7 @@ def shapes(arch: ModelArch) -> Shapes:
         mlp(dense, arch.intermediate)
         if arch.is_moe:
             inter_e = arch.moe_intermediate or arch.intermediate
-            mlp((L - dense) * arch.num_experts, inter_e)
+            mlp((L - dense) * arch.num_experts, inter_e, expert=True)
             mlp((L - dense) * arch.shared_experts, arch.shared_expert_intermediate or inter_e)
     embed = arch.vocab * h
     lm_head = 0 if (arch.tied_embeddings or arch.block == "encoder") else arch.vocab * h
@@ -93,9 +94,11 @@ def shapes(arch: ModelArch) -> Shapes:
     return Shapes(tuple(linears), embed, lm_head, other, layer)
 
 
-def targeted(arch: ModelArch, targets: tuple[str, ...]) -> list[Linear]:
-    """The linear layers a LoRA target list selects (canonical names; "all-linear" = every block linear)."""
+def targeted(arch: ModelArch, targets: tuple[str, ...], experts: bool = True) -> list[Linear]:
+    """The linear layers a LoRA target list selects (canonical names; "all-linear" = every block linear).
+    `experts=False`: routed experts are not nn.Linear modules (transformers 5 `MixtralExperts` and the like keep
+    them as 3-D parameters run with grouped_mm) and no target name reaches them."""
     s = shapes(arch)
     if "all-linear" in targets:
-        return list(s.linears)
-    return [l for l in s.linears if l.name in targets]
+        return [l for l in s.linears if experts or not l.expert]
+    return [l for l in s.linears if l.name in targets and (experts or not l.expert)]
