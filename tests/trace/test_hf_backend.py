@@ -154,3 +154,45 @@ def test_family_without_sdpa_runs_eager_and_says_so():
     assert "eager" in hf.description(cfg)[0]
     fake, real = fake_and_real(arch=ARCHS["gemma2"], attn_mask=False)
     assert fake == real
+
+
+def test_flash_stand_in_with_a_padded_batch_fake_equals_real():
+    """A padded batch under flash attention: transformers' mask function reads `attention_mask.all()`, which a fake
+    tensor cannot answer; the stand-in's mask function answers as the real padded batch does."""
+    fake, real = fake_and_real(attn_impl="flash_attention_2", attn_mask=True)
+    assert fake == real
+
+
+# Realistic shapes (fake tensors only): the estimator against the real libraries where the two used to part.
+MISTRAL = dict(id="mistral-7b-shape", family="mistral", hidden=4096, layers=32, heads=32, kv_heads=8,
+               intermediate=14336, vocab=32000)
+
+
+def estimate_and_real(**changes):
+    from vramlens.estimate import estimate
+    from vramlens.knowledge.schema import ModelArch
+
+    rp = plan(**{"arch": ModelArch(**MISTRAL), "attn_mask": False, "repeat_kv": False, **changes})
+    real = engine.run(step_config(rp), backend="transformers")
+    return estimate(rp, limits=False), real["peak_bytes"]
+
+
+def test_checkpointed_qlora_peak_is_the_last_block_backward():
+    """QLoRA with checkpointing (issue 16 B1): the peak is the backward of the last block — every block's fp32
+    checkpointed input still held, the block recomputed with its fp32 MLP activations and their gradients."""
+    pytest.importorskip("peft", reason="peft not installed (the trace extra)")
+    pytest.importorskip("bitsandbytes", reason="bitsandbytes not installed (the trace extra)")
+    from vramlens.trace import optim
+
+    optim.warm_bitsandbytes()
+    est, real = estimate_and_real(peft="qlora", quant_bits=4, quant_double=True, lora_r=16, lora_alpha=32.0,
+                                  lora_dropout=0.05, lora_targets=("q", "k", "v", "o"), grad_checkpointing=True,
+                                  micro_batch=4, seq_len=1024)
+    assert est.phase == "recompute"
+    assert abs(est.allocated_bytes / real - 1) < 0.03, (est.allocated_bytes / 2**30, real / 2**30)
+
+
+def test_dora_keeps_base_and_lora_outputs():
+    pytest.importorskip("peft", reason="peft not installed (the trace extra)")
+    est, real = estimate_and_real(**{**LORA, "peft": "dora", "lora_r": 16}, micro_batch=1, seq_len=1024)
+    assert abs(est.allocated_bytes / real - 1) < 0.03, (est.allocated_bytes / 2**30, real / 2**30)

@@ -92,13 +92,19 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         if rp.reference != "none" or rp.reward_model or rp.value_model:
             phases["reference-forward"] = {**base, "optimizer": O, "gradients": g_resident, "activations": 0,
                                            "logits": 0, "temporaries": C.no_grad_forward(rp, logit_tok)}
+    dora_norm = C.dora_weight_norm_transient(rp)
+    if dora_norm:
+        # the last adapted linear's weight-norm temporaries at the end of the forward, every activation saved
+        phases["dora-weight-norm"] = {**base, "optimizer": O, "gradients": g_resident, "activations": acts_fb,
+                                      "temporaries": dora_norm, "logits": 0}
     if rp.grad_checkpointing:
         embed_grad = C.shapes(rp.arch).embed_params * p.trainable_dtype_bytes if rp.peft == "none" else 0
         # backward of the last block: every block's checkpointed input is still held (each is freed when its
         # block's backward ends), the last block is recomputed and its backward temporaries are live
         recompute = int(C.backward_block_per_token(rp) * tok) + dora_w
         phases["recompute"] = {**base, "optimizer": O, "gradients": max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0),
-                               "activations": saved + amp_cache + recompute + mask + mask_per_layer, "logits": 0}
+                               "activations": saved + amp_cache + recompute + mask + mask_per_layer, "logits": 0,
+                               "temporaries": dora_norm}
     if rp.arch.tied_embeddings and rp.peft == "none":
         # the shared weight's two gradients are summed out of place: two more embedding-sized tensors (FT §2.3 item 6)
         extra = 2 * C.shapes(rp.arch).embed_params * p.trainable_dtype_bytes

@@ -397,6 +397,21 @@ def dora_weight_copies(rp: ResolvedPlan) -> int:
     return sum(_in_features(rp.arch, n) * _out_features(rp.arch, n) * b for n in names)
 
 
+def dora_weight_norm_transient(rp: ResolvedPlan) -> int:
+    """Bytes DoRA allocates for a moment in every adapted linear's forward to get the weight norm (peft 0.21.2
+    `dora.py`): `get_lora_weight` runs lora_B(lora_A(eye(in))) — an in × in identity and the in × out product in
+    the adapter dtype — then `get_weight_norm` adds `scaling * lora_weight` to a copy of the weight in the input's
+    dtype (weight copy, scaled product and sum beside lora_weight: 4 × in × out). The largest linear's counts."""
+    names = dora_targets(rp)
+    if not names:
+        return 0
+    c, a, autocast = _dora_dtypes(rp)
+    aw = 4 if (rp.adapter_fp32 or rp.weight_dtype == "fp32") else c
+    arch = rp.arch
+    return max(max(_in_features(arch, n) ** 2 * aw + _in_features(arch, n) * _out_features(arch, n) * aw,
+                   4 * _in_features(arch, n) * _out_features(arch, n) * a) for n in names)
+
+
 def backward_block_per_token(rp: ResolvedPlan) -> float:
     """Bytes per token of one checkpointed block at its backward peak: its recomputed activations plus the gradients
     of the gated MLP's hidden state (the product's gradient and one for each factor, in the MLP's dtype; two for
