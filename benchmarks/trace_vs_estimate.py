@@ -132,11 +132,14 @@ REAL_MODES = {
     "QLoRA": QLORA,
 }
 REAL_QUICK_MODELS = {M1B, "Qwen/Qwen2.5-0.5B", "google/gemma-3-1b-pt"}
+# `--more`: families added to the real backend later (GPT-2, GPT-NeoX, Falcon, Phi-2, Qwen3-MoE), their own table
+MORE_MODELS = ["openai-community/gpt2-large", "stabilityai/stablelm-base-alpha-3b", "tiiuae/falcon-7b",
+               "microsoft/phi-2", "Qwen/Qwen3-30B-A3B"]
 
 
-def real_grid(quick: bool) -> list[tuple[str, str, int, int, dict]]:
+def real_grid(quick: bool, more: bool = False) -> list[tuple[str, str, int, int, dict]]:
     out = []
-    for model in REAL_MODELS:
+    for model in (MORE_MODELS if more else REAL_MODELS):
         if quick and model not in REAL_QUICK_MODELS:
             continue
         for mode, settings in REAL_MODES.items():
@@ -157,18 +160,28 @@ def real_main(args) -> int:
         print(text, flush=True)
         lines.append(text)
 
-    v = hf.versions()
-    say("estimate and synthetic trace against the real-library trace (allocated peak, GiB); "
-        + ", ".join(f"{k} {x}" for k, x in v.items() if x))
+    reused = reused_traces(args.reuse) if args.reuse else None
+    if reused is not None:
+        say(f"real and synthetic traces reused from {args.reuse.name} (neither depends on the estimator); "
+            f"estimates computed now")
+        say(args.reuse.read_text().splitlines()[0])
+    else:
+        v = hf.versions()
+        say("estimate and synthetic trace against the real-library trace (allocated peak, GiB); "
+            + ", ".join(f"{k} {x}" for k, x in v.items() if x))
     say("every row: seq 2048, micro batch 2, no padding mask (causal SDPA), fused AdamW, set_to_none")
     say(f"{'#':>3} {'setting':<16} {'model':<30} {'real':>8} {'phase':<16} {'synth':>8} {'estimate':>9} "
         f"{'est÷real':>8} {'syn÷real':>8} {'real s':>6}")
     ratios, synth, skipped = [], [], []
-    for i, (label, model, seq, batch, settings) in enumerate(real_grid(args.quick)):
+    for i, (label, model, seq, batch, settings) in enumerate(real_grid(args.quick, args.more)):
         rp = make_plan(model, seq, batch, settings)
         cfg = step_config(rp)
         reason = hf.unsupported(cfg)
-        if reason is None:
+        if reused is not None:
+            real, syn = reused.get(i, (None, None))
+            if real is None:
+                reason = reason or "not traced in the reused run"
+        elif reason is None:
             try:
                 real = engine.run(cfg, backend="transformers")
             except Exception as exc:  # noqa: BLE001 - reported as a row the real backend cannot trace
@@ -177,7 +190,8 @@ def real_main(args) -> int:
             skipped.append((i, label, model, reason))
             say(f"{i:>3} {label:<16} {model.split('/')[-1]:<30} {'—':>8} not traced on the real libraries: {reason}")
             continue
-        syn = engine.run(cfg)
+        if reused is None:
+            syn = engine.run(cfg)
         est = estimate(rp, limits=False)
         r = est.allocated_bytes / real["peak_bytes"]
         q = syn["peak_bytes"] / real["peak_bytes"]
@@ -202,6 +216,20 @@ def real_main(args) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("\n".join(lines) + "\n")
     return 0
+
+
+def reused_traces(path: Path) -> dict[int, tuple[dict, dict]]:
+    """Row number → (real, synthetic) traces read back from a results table this script wrote for the same grid."""
+    import re
+
+    out = {}
+    row = re.compile(r"\s*(\d+)\s+.+?\s{2,}\S+\s+([\d.]+)\s+(\S+)\s+([\d.]+)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)")
+    for line in path.read_text().splitlines():
+        m = row.match(line)
+        if m:
+            real = {"peak_bytes": float(m.group(2)) * GIB, "phase": m.group(3), "seconds": float(m.group(5))}
+            out[int(m.group(1))] = (real, {"peak_bytes": float(m.group(4)) * GIB})
+    return out
 
 
 def make_plan(model: str, seq: int, batch: int, settings: dict) -> ResolvedPlan:
@@ -232,6 +260,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="six rows only")
     ap.add_argument("--out", type=Path, help="also write the report to this file")
+    ap.add_argument("--more", action="store_true", help="with --real: the families added later (GPT-2, GPT-NeoX, "
+                                                         "Falcon, Phi-2, Qwen3-MoE) instead of the main grid")
+    ap.add_argument("--reuse", type=Path, help="with --real: take the real and synthetic traces from a table this "
+                                                "script wrote (same grid) and only recompute the estimates")
     ap.add_argument("--real", action="store_true", help="the real-library grid: estimate and synthetic trace "
                                                         "against the transformers/peft/bitsandbytes trace")
     args = ap.parse_args()

@@ -36,11 +36,27 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # Families whose Hugging Face config takes the Llama-style keys below (model_type = family).
 DECODER_FAMILIES = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "phi3",
-                    "mixtral", "qwen3_moe"}
+                    "mixtral", "qwen3_moe", "gpt2", "gpt_neox", "falcon", "phi"}
+# MoE families whose transformers 5 experts run with grouped_mm (the eager per-expert loop is data-dependent)
+MOE_FAMILIES = {"mixtral", "qwen3_moe"}
 HF_LINEAR = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
              "down": "down_proj", "lm_head": "lm_head", "embed": "embed_tokens"}
 PHI3_LINEAR = {"q": "qkv_proj", "k": "qkv_proj", "v": "qkv_proj", "o": "o_proj", "gate": "gate_up_proj",
                "up": "gate_up_proj", "down": "down_proj", "lm_head": "lm_head", "embed": "embed_tokens"}
+# Module names of the GPT-2/NeoX/Falcon/Phi-2 families (peft matches a target against the end of a module's name):
+# transformers 5.24 models/gpt2 (Conv1D c_attn = q|k|v, c_proj twice), gpt_neox and falcon (query_key_value,
+# dense, dense_h_to_4h, dense_4h_to_h), phi (q/k/v_proj, dense, fc1, fc2).
+FAMILY_LINEAR = {
+    "phi3": PHI3_LINEAR,
+    "gpt2": {"q": "c_attn", "k": "c_attn", "v": "c_attn", "o": "attn.c_proj", "fc1": "c_fc", "fc2": "mlp.c_proj",
+             "lm_head": "lm_head", "embed": "wte"},
+    "gpt_neox": {"q": "query_key_value", "k": "query_key_value", "v": "query_key_value", "o": "attention.dense",
+                 "fc1": "dense_h_to_4h", "fc2": "dense_4h_to_h", "lm_head": "embed_out", "embed": "embed_in"},
+    "falcon": {"q": "query_key_value", "k": "query_key_value", "v": "query_key_value", "o": "self_attention.dense",
+               "fc1": "dense_h_to_4h", "fc2": "dense_4h_to_h", "lm_head": "lm_head", "embed": "word_embeddings"},
+    "phi": {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "self_attn.dense", "fc1": "fc1", "fc2": "fc2",
+            "lm_head": "lm_head", "embed": "embed_tokens"},
+}
 DISTRIBUTIONS = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "trl")
 
 
@@ -67,8 +83,8 @@ def unsupported(cfg: StepConfig) -> str | None:
                 else "8-bit base weights (LLM.int8 outlier handling is data-dependent)")
     if cfg.arch.family not in DECODER_FAMILIES or cfg.arch.block != "decoder":
         return f"architecture family `{cfg.arch.family}` has no config mapping for the real backend yet"
-    if cfg.arch.is_moe and cfg.arch.family != "mixtral":
-        return "MoE other than Mixtral"
+    if cfg.arch.is_moe and cfg.arch.family not in MOE_FAMILIES:
+        return f"MoE family `{cfg.arch.family}` (only grouped_mm experts are traced)"
     if cfg.litgpt:
         return "litgpt's model is not transformers' model"
     if cfg.loss == "litgpt" or cfg.loss == "fused":
@@ -93,14 +109,22 @@ def hf_config(cfg: StepConfig):
               num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.n_kv_heads,
               head_dim=a.d_head, tie_word_embeddings=a.tied_embeddings, use_cache=False,
               max_position_embeddings=max(a.max_position or 0, cfg.seq_len))
-    if a.family not in ("phi3",):
+    if a.family not in ("phi3", "gpt2", "gpt_neox", "falcon", "phi"):
         kw["attention_bias"] = a.attn_bias
     if a.family in ("llama", "olmo2"):
         kw["mlp_bias"] = a.mlp_bias
+    if a.family == "gpt2":
+        kw["n_inner"] = a.intermediate                 # GPT2Config's MLP width (attribute_map covers the rest)
+    if a.family == "falcon":
+        # falcon-7b: multi-query (one K/V head), parallel attention + MLP; the 40B/180B layout for grouped K/V
+        kw.update(num_kv_heads=a.n_kv_heads, multi_query=a.n_kv_heads == 1,
+                  new_decoder_architecture=a.n_kv_heads not in (1, a.heads), bias=a.attn_bias)
     if a.is_moe:
-        kw.update(num_local_experts=a.num_experts, num_experts_per_tok=a.experts_per_token)
-        if a.moe_intermediate:
+        kw.update(num_local_experts=a.num_experts, num_experts=a.num_experts, num_experts_per_tok=a.experts_per_token)
+        if a.family == "mixtral" and a.moe_intermediate:
             kw["intermediate_size"] = a.moe_intermediate
+        elif a.moe_intermediate:
+            kw["moe_intermediate_size"] = a.moe_intermediate
     return AutoConfig.for_model(a.family, **kw)
 
 
@@ -333,7 +357,7 @@ class HFStep(nn.Module):
 
 
 def linear_targets(cfg: StepConfig) -> list[str] | str:
-    names = PHI3_LINEAR if cfg.arch.family == "phi3" else HF_LINEAR
+    names = FAMILY_LINEAR.get(cfg.arch.family, HF_LINEAR)
     if "all-linear" in cfg.lora_targets:
         return "all-linear"
     return sorted({names[t] for t in cfg.lora_targets if t in names and t not in ("lm_head", "embed")})
@@ -349,7 +373,7 @@ def apply_peft(model, cfg: StepConfig):
             for p in model.parameters():
                 if p.dtype == torch.float32 and not hasattr(p, "quant_state"):
                     p.data = p.data.to(DTYPES[cfg.param_dtype])
-    names = PHI3_LINEAR if cfg.arch.family == "phi3" else HF_LINEAR
+    names = FAMILY_LINEAR.get(cfg.arch.family, HF_LINEAR)
     save = sorted({names[m] for m in cfg.modules_to_save if m in names}) or None
     lc = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                     target_modules=linear_targets(cfg), modules_to_save=save, use_dora=cfg.peft == "dora",
