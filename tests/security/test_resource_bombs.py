@@ -1,0 +1,74 @@
+"""CPU and memory bombs stay bounded: a shell variable that doubles per line, a YAML base-60 integer, thousands
+of findings, a path value of 80,000 characters, an f-string of 150,000 placeholders. Each analysis runs in a
+child process under a 1 GiB address-space limit (so a regression fails with MemoryError instead of taking the
+machine), and the user-visible bound is asserted: the capped value is unknown and said so, the diagnostic is a
+readable one. Times are printed by benchmarks/hostile_inputs.py, not asserted."""
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import hostile
+
+from vramlens.formats import shell
+
+ADDRESS_SPACE = 1 << 30
+RSS_BOUND_MIB = 50
+
+MEASURE = textwrap.dedent("""
+    import json, pathlib, resource, sys
+    sys.path.insert(0, sys.argv[1])
+    import hostile
+    from vramlens.analysis import AnalysisSettings, analyze
+    text = getattr(hostile, sys.argv[2])()
+    ws = pathlib.Path(sys.argv[4]) if len(sys.argv) > 4 else None
+    settings = AnalysisSettings(gpu="A100-80GB", workspace=ws)
+    analyze(hostile.HEADER, "warm.yaml", settings)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    a = analyze(text, str(ws / sys.argv[3]) if ws else sys.argv[3], settings)
+    fixes = sum(len(f.fixes) for f in a.findings)     # what a code-action request computes
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"growth_mib": (after - before) / 1024, "error": a.error, "fixes": fixes,
+                      "findings": [[f.rule_id, f.message[:300]] for f in a.findings]}))
+""")
+
+
+def _limit() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+
+
+def measure(name: str, path: str, workspace: Path | None = None) -> dict:
+    args = [sys.executable, "-c", MEASURE, str(Path(hostile.__file__).parent), name, path]
+    if workspace is not None:
+        args.append(str(workspace))
+    out = subprocess.run(args, capture_output=True, text=True, timeout=600, preexec_fn=_limit)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _no_internal_error(result: dict) -> None:
+    for rule, message in result["findings"]:
+        assert "internal error" not in message, message
+
+
+def test_doubling_shell_variable_is_capped_and_unknown():
+    # 20 lines: 4.7 million characters uncapped, small enough to run in this process before the cap existed
+    script, issues = shell.analyze(hostile.shell_doubling(20), "train.sh")
+    values = [script.env[f"V{i}"].value for i in range(20)]
+    known = [v for v in values if v is not None]
+    assert known and all(len(v) <= shell.MAX_VALUE_CHARS for v in known)
+    assert values[-1] is None                  # unknown, not a truncated string
+    assert any("treated as unknown" in i.message for i in issues), issues
+
+
+def test_doubling_shell_variable_script_and_readme_in_bounded_memory():
+    for name, path in (("shell_doubling", "train.sh"), ("shell_doubling_readme", "README.md")):
+        result = measure(name, path)
+        _no_internal_error(result)
+        messages = [m for _, m in result["findings"]]
+        assert any("expands to more than 131,072 characters" in m for m in messages), messages
+        assert result["growth_mib"] < RSS_BOUND_MIB, result
