@@ -72,3 +72,28 @@ def test_doubling_shell_variable_script_and_readme_in_bounded_memory():
         messages = [m for _, m in result["findings"]]
         assert any("expands to more than 131,072 characters" in m for m in messages), messages
         assert result["growth_mib"] < RSS_BOUND_MIB, result
+
+
+def test_long_path_value_is_not_walked_component_by_component(tmp_path, monkeypatch):
+    """`deepspeed: m/m/…/ds.json` and a model path of 80,000 characters: no file can have such a name (PATH_MAX),
+    so they are "not found" after a bounded number of file-system calls, not one `lstat` per component."""
+    import os
+
+    from vramlens.analysis import AnalysisSettings, analyze
+    calls = 0
+    real_lstat = os.lstat
+
+    def counting_lstat(*args, **kwargs):
+        nonlocal calls
+        calls += 1
+        return real_lstat(*args, **kwargs)
+
+    monkeypatch.setattr(os, "lstat", counting_lstat)
+    settings = AnalysisSettings(gpu="A100-80GB", workspace=tmp_path)
+    a = analyze(hostile.long_path(), str(tmp_path / "cfg.yaml"), settings)
+    vl014 = [f.message for f in a.findings if f.rule_id == "VL014"]
+    assert vl014 and "not found" in vl014[0] and "outside" not in vl014[0], vl014
+    model = "model_name_or_path: " + "m/" * 40_000 + "x\nper_device_train_batch_size: 4\n"
+    b = analyze(model, str(tmp_path / "model.yaml"), settings)
+    assert any("unknown model" in f.message for f in b.findings), [f.message[:100] for f in b.findings]
+    assert calls < 1_000, calls
