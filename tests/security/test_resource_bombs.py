@@ -97,3 +97,25 @@ def test_long_path_value_is_not_walked_component_by_component(tmp_path, monkeypa
     b = analyze(model, str(tmp_path / "model.yaml"), settings)
     assert any("unknown model" in f.message for f in b.findings), [f.message[:100] for f in b.findings]
     assert calls < 1_000, calls
+
+
+def test_thousands_of_findings_split_the_text_once(monkeypatch):
+    """4,000 repeated `optim:` keys: 4,000 duplicate-key findings, each placed in the document, while the text
+    is split into lines once per analysis (it was split twice per finding: quadratic in the file)."""
+    from vramlens.analysis import AnalysisSettings, analyze
+    from vramlens.rules import context
+    splits = 0
+    real = context.text_lines
+
+    def counting(text, *args, **kwargs):
+        nonlocal splits
+        if len(text) > 10_000:
+            splits += 1
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(context, "text_lines", counting)
+    a = analyze(hostile.repeated_keys(4_000), "cfg.yaml", AnalysisSettings(gpu="A100-80GB"))
+    dup = [f for f in a.findings if "duplicate key `optim`" in f.message]
+    assert len(dup) == 3_999                  # every `optim:` after the first
+    assert {f.span.start_line for f in dup} == set(range(4, 4_003))
+    assert splits <= 2, splits
