@@ -119,3 +119,12 @@ def test_thousands_of_findings_split_the_text_once(monkeypatch):
     assert len(dup) == 3_999                  # every `optim:` after the first
     assert {f.span.start_line for f in dup} == set(range(4, 4_003))
     assert splits <= 2, splits
+
+
+def test_base_60_integer_is_a_readable_vl016_with_no_fixes_to_compute():
+    """A 300 KB `59:59:…` integer: refused by the parser (a VL016 naming it), so diagnostics and code actions
+    (the fixes) have nothing quadratic left to do."""
+    result = measure("base60_int", "cfg.yaml")
+    assert [f[0] for f in result["findings"]] == ["VL016"], result["findings"]
+    assert "larger than any setting can use" in result["findings"][0][1]
+    assert result["fixes"] == 0 and result["growth_mib"] < RSS_BOUND_MIB, result

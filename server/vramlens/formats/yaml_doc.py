@@ -59,8 +59,22 @@ def is_json_path(file: str) -> bool:
     return file.lower().endswith((".json", ".jsonc", ".json5"))
 
 
+# The most digits an integer may have: CPython's own limit for converting between int and str
+# (sys.int_info.default_max_str_digits, 4,300; docs.python.org/3/library/stdtypes.html#int-max-str-digits).
+# Base-60 parts are checked against it before any arithmetic: `59:59:…` folds one part at a time into an
+# ever larger int, quadratic in the text (300 KB took 1.2 s per parse, 2 MB over 5 minutes).
+MAX_INT_DIGITS = 4_300
+_MAX_BASE60_PARTS = int(MAX_INT_DIGITS / 1.7781512503836436) + 1     # log10(60) = 1.778…
+
+
+class IntTooLarge(ValueError):
+    """An integer scalar longer than MAX_INT_DIGITS digits (or base-60 parts worth as many)."""
+
+
 def _yaml_int(value: str) -> int:
     """PyYAML's construct_yaml_int (YAML 1.1: 0b, 0x, leading-0 octal, base 60, underscores)."""
+    if value.count(":") >= _MAX_BASE60_PARTS:
+        raise IntTooLarge(value)
     value = value.replace("_", "")
     sign = 1
     if value[0] == "-":
@@ -77,6 +91,8 @@ def _yaml_int(value: str) -> int:
         return sign * int(value, 8)
     if ":" in value:
         return sign * _sexagesimal([int(part) for part in value.split(":")])
+    if len(value) > MAX_INT_DIGITS:
+        raise IntTooLarge(value)
     return sign * int(value)
 
 
@@ -162,6 +178,10 @@ class _Scalars:
             return self.constructor.construct_object(node, deep=True)
         except yaml.constructor.ConstructorError:
             raise _tag_error(tag, _mark_span("", ev.start_mark, ev.end_mark)) from None
+        except IntTooLarge:
+            raise YamlError(f"the integer `{v[:40]}…` ({len(v):,} characters) is larger than any setting can "
+                            f"use (over {MAX_INT_DIGITS:,} digits); vramlens does not read it",
+                            _mark_span("", ev.start_mark, ev.end_mark)) from None
         except Exception:         # an explicit tag on text that is not of its type: `!!float y`, `!!timestamp x`
             short = tag.replace("tag:yaml.org,2002:", "!!")
             raise YamlError(f"`{short} {shown(v)}` is not a valid {short} value",
