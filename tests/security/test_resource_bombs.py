@@ -128,3 +128,24 @@ def test_base_60_integer_is_a_readable_vl016_with_no_fixes_to_compute():
     assert [f[0] for f in result["findings"]] == ["VL016"], result["findings"]
     assert "larger than any setting can use" in result["findings"][0][1]
     assert result["fixes"] == 0 and result["growth_mib"] < RSS_BOUND_MIB, result
+
+
+def test_an_f_string_of_150_000_placeholders_never_reaches_ast_parse(monkeypatch):
+    """CPython 3.11 parses one f-string's placeholders in quadratic time; such a text is not parsed at all
+    (no plan, no findings), while an ordinary TrainingArguments script still is."""
+    import ast
+
+    from vramlens.analysis import AnalysisSettings, analyze
+    from vramlens.formats import python_calls
+    parsed: list[int] = []
+    real = ast.parse
+
+    def counting(text, *args, **kwargs):
+        parsed.append(len(text))
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(python_calls.ast, "parse", counting)
+    bomb = analyze(hostile.fstring_placeholders(), "train.py", AnalysisSettings(gpu="A100-80GB"))
+    assert parsed == [] and bomb.plan is None and bomb.findings == []
+    ok = analyze(hostile.fstring_placeholders(3), "train.py", AnalysisSettings(gpu="A100-80GB"))
+    assert parsed and ok.plan is not None and ok.plan.micro_batch.value == 4
