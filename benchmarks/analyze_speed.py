@@ -15,7 +15,7 @@ import statistics
 import time
 from pathlib import Path
 
-from vramlens.analysis import AnalysisSettings, analyze
+from vramlens.analysis import Settings, analyze
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_FILES = [
@@ -36,7 +36,7 @@ def percentile(values: list[float], p: float) -> float:
 
 def bench(path: Path, gpu: str | None, runs: int) -> None:
     text = path.read_text(encoding="utf-8")
-    settings = AnalysisSettings(gpu=gpu, workspace=ROOT)
+    settings = Settings(gpu=gpu, workspace=ROOT)
     first = analyze(text, str(path), settings)              # warm-up: catalogs load once per process
     totals: list[float] = []
     cpu: list[float] = []

@@ -30,12 +30,12 @@ IN_PROCESS = """
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
 import hostile
-from vramlens.analysis import AnalysisSettings, analyze
+from vramlens.analysis import Settings, analyze
 text = getattr(hostile, sys.argv[2])()
-analyze(hostile.HEADER, "warm.yaml", AnalysisSettings(gpu="A100-80GB"))
+analyze(hostile.HEADER, "warm.yaml", Settings(gpu="A100-80GB"))
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t = time.perf_counter()
-a = analyze(text, "hostile.yaml", AnalysisSettings(gpu="A100-80GB"))
+a = analyze(text, "hostile.yaml", Settings(gpu="A100-80GB"))
 dt = time.perf_counter() - t
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"s": dt, "rss_mib": (after - before) / 1024, "chars": len(text),

@@ -9,6 +9,11 @@ both breakdowns. The litgpt rows are also set beside the peaks litgpt published 
 (shared/calibration/ground-truth.jsonl). Finally it times the trace of Llama-3-70B at s=4096.
 
     python benchmarks/trace_vs_estimate.py [--quick] [--out benchmarks/results/trace_vs_estimate.txt]
+    python benchmarks/trace_vs_estimate.py --real [--quick] [--out benchmarks/results/trace_real_vs_estimate.txt]
+
+`--real` runs a grid of architectures × full/AMP/LoRA/DoRA/QLoRA × checkpointing on the real libraries
+(transformers, peft, bitsandbytes under fake tensors: `vramlens.trace.hf`) and sets the estimate and the synthetic
+trace beside each row (needs the `trace` extra).
 
 Needs torch (and bitsandbytes for the QLoRA and 8-bit rows). Calibration is switched off so the estimate
 is the formula's own.
@@ -111,6 +116,91 @@ SWEEP: list[tuple[str, str, int, int, dict]] = [
 QUICK = {0, 2, 6, 13, 19, 22, 41}
 
 
+# The real-library grid (`--real`): architectures × training mode × precision × checkpointing, traced with the
+# real transformers/peft/bitsandbytes code (`engine.run(..., backend="transformers")`) and with the synthetic model.
+REAL_MODELS = [M1B, M8B, "mistralai/Mistral-7B-v0.1", QWEN, "Qwen/Qwen2.5-0.5B", QWEN3, "Qwen/Qwen3-0.6B", GEMMA2,
+               "google/gemma-2-2b", "google/gemma-3-1b-pt", "microsoft/Phi-3-mini-4k-instruct",
+               "allenai/OLMo-2-1124-7B", "mistralai/Mixtral-8x7B-v0.1"]
+REAL_MODES = {
+    "full bf16": dict(),
+    "full AMP": dict(amp=True, weight_dtype="fp32"),
+    "LoRA": LORA,
+    "DoRA": dict(LORA, peft="dora"),
+    "QLoRA": QLORA,
+}
+REAL_QUICK_MODELS = {M1B, "Qwen/Qwen2.5-0.5B", "google/gemma-3-1b-pt"}
+
+
+def real_grid(quick: bool) -> list[tuple[str, str, int, int, dict]]:
+    out = []
+    for model in REAL_MODELS:
+        if quick and model not in REAL_QUICK_MODELS:
+            continue
+        for mode, settings in REAL_MODES.items():
+            for ckpt in (False, True):
+                out.append((mode + (" ckpt" if ckpt else ""), model, 2048, 2,
+                            dict(settings, grad_checkpointing=ckpt, attn_mask=False)))
+    return out
+
+
+def real_main(args) -> int:
+    """Estimate, synthetic trace and real-library trace of each grid row; estimate ÷ real and synthetic ÷ real."""
+    from vramlens.trace import engine, hf
+    from vramlens.trace.config import step_config
+
+    lines: list[str] = []
+
+    def say(text: str = "") -> None:
+        print(text, flush=True)
+        lines.append(text)
+
+    v = hf.versions()
+    say("estimate and synthetic trace against the real-library trace (allocated peak, GiB); "
+        + ", ".join(f"{k} {x}" for k, x in v.items() if x))
+    say("every row: seq 2048, micro batch 2, no padding mask (causal SDPA), fused AdamW, set_to_none")
+    say(f"{'#':>3} {'setting':<16} {'model':<30} {'real':>8} {'phase':<16} {'synth':>8} {'estimate':>9} "
+        f"{'est÷real':>8} {'syn÷real':>8} {'real s':>6}")
+    ratios, synth, skipped = [], [], []
+    for i, (label, model, seq, batch, settings) in enumerate(real_grid(args.quick)):
+        rp = make_plan(model, seq, batch, settings)
+        cfg = step_config(rp)
+        reason = hf.unsupported(cfg)
+        if reason is None:
+            try:
+                real = engine.run(cfg, backend="transformers")
+            except Exception as exc:  # noqa: BLE001 - reported as a row the real backend cannot trace
+                reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        if reason is not None:
+            skipped.append((i, label, model, reason))
+            say(f"{i:>3} {label:<16} {model.split('/')[-1]:<30} {'—':>8} not traced on the real libraries: {reason}")
+            continue
+        syn = engine.run(cfg)
+        est = estimate(rp, limits=False)
+        r = est.allocated_bytes / real["peak_bytes"]
+        q = syn["peak_bytes"] / real["peak_bytes"]
+        ratios.append((r, label, model))
+        synth.append(q)
+        say(f"{i:>3} {label:<16} {model.split('/')[-1]:<30} {real['peak_bytes'] / GIB:>8.2f} {real['phase']:<16} "
+            f"{syn['peak_bytes'] / GIB:>8.2f} {est.allocated_bytes / GIB:>9.2f} {r:>8.3f} {q:>8.3f} "
+            f"{real['seconds']:>6.1f}{'' if abs(r - 1) <= 0.03 else '  ← est. off by >3 %'}")
+    say()
+    if ratios:
+        rs = sorted(x[0] for x in ratios)
+        for tol in (0.03, 0.05, 0.15):
+            n = sum(abs(x - 1) <= tol for x in rs)
+            say(f"estimate within ±{tol:.0%} of the real trace: {n}/{len(rs)} = {n / len(rs):.0%}")
+        say(f"estimate ÷ real trace: median {rs[len(rs) // 2]:.3f}, from {rs[0]:.3f} to {rs[-1]:.3f}")
+        n = sum(abs(x - 1) <= 0.03 for x in synth)
+        say(f"synthetic trace within ±3 % of the real trace: {n}/{len(synth)} "
+            f"(from {min(synth):.3f} to {max(synth):.3f})")
+    if skipped:
+        say(f"rows the real backend could not trace: {len(skipped)}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("\n".join(lines) + "\n")
+    return 0
+
+
 def make_plan(model: str, seq: int, batch: int, settings: dict) -> ResolvedPlan:
     arch = model_kb.lookup_model(model)
     if arch is None:
@@ -134,7 +224,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="six rows only")
     ap.add_argument("--out", type=Path, help="also write the report to this file")
+    ap.add_argument("--real", action="store_true", help="the real-library grid: estimate and synthetic trace "
+                                                        "against the transformers/peft/bitsandbytes trace")
     args = ap.parse_args()
+    if args.real:
+        return real_main(args)
 
     from vramlens.trace import engine
     from vramlens.trace.config import step_config

@@ -1,4 +1,4 @@
-"""analyze: text → parse → resolve → estimate → rules, in one call that never raises for bad input.
+"""analyze: text → parse → resolve → calibrate → estimate → rules, in one call that never raises for bad input.
 
 The LSP server (on every change) and `vramlens check` call only this and convert what it returns:
 a parse error or an unknown model or GPU is a finding (VL016 / VL017) on the document, not an exception,
@@ -11,16 +11,17 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
+from vramlens.calibration import calibrate
 from vramlens.estimate import Estimate, estimate
 from vramlens.fixes import Fix, Fixer
 from vramlens.formats import parse_document
 from vramlens.plan import TrainingPlan
-from vramlens.resolve import Resolution, ResolveError, Settings, resolve
+from vramlens.resolve import Resolution, ResolveError, resolve
 from vramlens.rules import Finding, Related, RuleContext, run_rules
+from vramlens.settings import Settings
 
-__all__ = ["Analysis", "AnalysisSettings", "Finding", "Fix", "Related", "analyze", "too_large"]
+__all__ = ["Analysis", "Settings", "Finding", "Fix", "Related", "analyze", "too_large"]
 
 log = logging.getLogger(__name__)
 
@@ -28,30 +29,6 @@ log = logging.getLogger(__name__)
 # formats.shell.MAX_SHELL_CHARS: 2 MB, so a file just past those still gets the parser's own message). The
 # server drops such a document's text and does not analyse its edits (lsp.server).
 MAX_DOCUMENT_CHARS = 4_000_000
-
-
-@dataclass
-class AnalysisSettings:
-    """What the editor settings, the project file or the command line say."""
-
-    gpu: str | None = None
-    """GPU to check against ("A100-40GB", "8xH100"); wins over a GPU named in the document."""
-    gpu_count: int | None = None
-    """GPUs per node the run uses."""
-    headroom: float = 0.10
-    """Fraction of usable GPU memory to keep free; a fit with less is "tight" (VL002)."""
-    severity: dict[str, str] = field(default_factory=dict)
-    """Rule id (or name) → error | warning | information | hint | off."""
-    workspace: Path | None = None
-    """Workspace root: referenced files and local model folders are looked up there too."""
-    framework_versions: dict[str, str] = field(default_factory=dict)
-    """Framework or package → version, e.g. {"trl": "1.7", "bitsandbytes": "0.45"}."""
-    read_file: Callable[[Path], str] | None = None
-    """How to read referenced files (the LSP passes its open buffers); None reads from disk."""
-
-    def resolve_settings(self) -> Settings:
-        return Settings(gpu=self.gpu, gpu_count=self.gpu_count, headroom=self.headroom, workspace=self.workspace,
-                        framework_versions=dict(self.framework_versions))
 
 
 @dataclass
@@ -70,9 +47,9 @@ class Analysis:
     """Milliseconds spent in each stage: parse, resolve, estimate, rules."""
 
 
-def analyze(text: str, path: str | Path, settings: AnalysisSettings | None = None) -> Analysis:
+def analyze(text: str, path: str | Path, settings: Settings | None = None) -> Analysis:
     """Run the whole pipeline and the rules over one document. Never raises."""
-    settings = settings or AnalysisSettings()
+    settings = settings or Settings()
     path = str(path)
     if len(text) > MAX_DOCUMENT_CHARS:
         return too_large(path, len(text))
@@ -84,7 +61,7 @@ def analyze(text: str, path: str | Path, settings: AnalysisSettings | None = Non
                         error=f"internal error: {type(exc).__name__}: {exc}")
 
 
-def _analyze(text: str, path: str, settings: AnalysisSettings) -> Analysis:
+def _analyze(text: str, path: str, settings: Settings) -> Analysis:
     result = Analysis(path=path)
     t0 = time.perf_counter()
     parsed = parse_document(text, path, workspace=settings.workspace, read_file=settings.read_file)
@@ -104,10 +81,9 @@ def _analyze(text: str, path: str, settings: AnalysisSettings) -> Analysis:
     # From here on a failure (a bug) keeps what the earlier stages found: the plan still serves hovers and
     # completion, and the rules that need only the plan still run.
     internal: list[Finding] = []
-    resolve_settings = settings.resolve_settings()
     resolution = None
     try:
-        resolution = resolve(plan, resolve_settings)
+        resolution = calibrate(resolve(plan, settings))
     except ResolveError as exc:
         ctx.resolve_error = exc
         result.error = str(exc)
@@ -127,7 +103,7 @@ def _analyze(text: str, path: str, settings: AnalysisSettings) -> Analysis:
             result.error = f"internal error: {type(exc).__name__}: {exc}"
         else:
             result.estimate = ctx.estimate = est
-            ctx.fixer = Fixer(text, plan, resolution.resolved, est, resolve_settings, settings.headroom)
+            ctx.fixer = Fixer(text, plan, resolution.resolved, est, settings)
     t3 = time.perf_counter()
     result.timings_ms["estimate"] = (t3 - t2) * 1000
     result.findings = internal + run_rules(ctx, settings.severity)

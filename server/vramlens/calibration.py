@@ -8,12 +8,18 @@ line to a JSON-lines file:
 
 ("estimator" is the formulas' revision, `vramlens.estimate.REVISION`: a record made against another one is ignored.)
 
+The calibration stage, between resolve and estimate: `calibrate(resolution)` sets the plan's `correction`
+when a record applies, and the estimate then lists it among its assumptions ("calibrated: allocated memory
+scaled ×…"). `vramlens estimate`, `check` and the editor run it; `trace` and `probe` compare against the
+uncalibrated formulas (what they record is measured ÷ that).
+
 `correction_for(resolved_plan)` returns measured ÷ estimated of the nearest record for the same architecture
 (same settings first, else the closest batch/sequence/precision/optimizer settings), bounded to [0.8, 1.25];
 None when there is no close record or calibration is off.
 
 Where: `$VRAMLENS_CALIBRATION` (a path), else `~/.cache/vramlens/calibration.jsonl` (`$XDG_CACHE_HOME` is
-honoured). Off: `VRAMLENS_CALIBRATION=off`, or `configure(enabled=False)` (the editor setting).
+honoured when absolute and outside the current directory: a repository cannot ship its own calibration).
+Off: `VRAMLENS_CALIBRATION=off`, or `configure(enabled=False)` (the editor setting).
 """
 from __future__ import annotations
 
@@ -23,10 +29,13 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vramlens import __version__
+from vramlens import __version__, file_access
 from vramlens.resolved import ResolvedPlan
+
+if TYPE_CHECKING:
+    from vramlens.resolve import Resolution
 
 ENV = "VRAMLENS_CALIBRATION"
 OFF_VALUES = {"off", "0", "false", "no", "none", "disabled"}
@@ -66,8 +75,7 @@ def calibration_path() -> Path | None:
         return Path(env).expanduser()
     if _setting["path"] is not None:
         return _setting["path"]
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "vramlens" / "calibration.jsonl"
+    return file_access.user_cache_home() / "vramlens" / "calibration.jsonl"
 
 
 def features(rp: ResolvedPlan) -> dict[str, Any]:
@@ -195,6 +203,20 @@ def nearest(rp: ResolvedPlan, path: Path | None = None) -> tuple[dict, float] | 
         if dist <= MAX_DISTANCE and (best is None or dist <= best[1]):
             best = (rec, dist)
     return best
+
+
+def calibrate(res: "Resolution") -> "Resolution":
+    """The calibration stage: `res` with the local correction applied to its plan when a record applies
+    (never fails: an unreadable file means no correction)."""
+    import dataclasses
+
+    try:
+        c = correction_for(res.resolved)
+    except (OSError, ValueError):
+        return res
+    if c is None or abs(c - 1.0) <= 1e-3:
+        return res
+    return dataclasses.replace(res, resolved=res.resolved.with_changes(correction=c))
 
 
 def correction_for(rp: ResolvedPlan, path: Path | None = None) -> float | None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from vramlens import markup
 from vramlens.estimate import estimate as _estimate
 from vramlens.estimate.result import COMPONENT_LABELS, COMPONENTS, GIB, Estimate
 from vramlens.plan import Origin, Sourced, Span, TrainingPlan
-from vramlens.report import bar
+from vramlens.report import bar, objective_text
 from vramlens.resolved import ResolvedPlan
 
 MODEL = "model_id"
@@ -135,6 +136,12 @@ class Context:
     def component(self, name: str, est: Estimate | None = None) -> int:
         return (est or self.est).components.get(name, 0)
 
+    @property
+    def gpu_assumed(self) -> bool:
+        """No GPU named (nor detected): the figures are for `resolve.DEFAULT_GPU`."""
+        source = self.sources.get("gpu_name")
+        return source is not None and source.origin == Origin.ASSUMED
+
 
 def context(analysis: Any, path: str, exact_gib: float | None = None) -> Context | None:
     """A renderer context from an analysis result; None when it has no estimate."""
@@ -169,6 +176,10 @@ def _verdict(ctx: Context) -> str:
 def _peak_line(ctx: Context) -> str:
     line = (f"Peak {gib(ctx.est.device_bytes)} GiB of {ctx.rp.gpu.usable_gib:.1f} GiB usable on "
             f"{gpu_label(ctx.rp)} — {_verdict(ctx)}")
+    if ctx.gpu_assumed:
+        from vramlens.resolve import CHOOSE_GPU
+
+        line += f"\n\n**{ctx.rp.gpu.name} is assumed**: no GPU named — {CHOOSE_GPU}."
     if ctx.exact_gib is not None:
         line += f" · exact trace: {ctx.exact_gib:.1f} GiB"
     return line
@@ -251,9 +262,9 @@ def _grad_checkpointing(ctx: Context) -> list[str]:
 
 def _optimizer(ctx: Context) -> list[str]:
     opt = ctx.rp.optimizer
-    out = [f"`{opt.name}`: optimizer state {gib(ctx.component('optimizer'))} GiB"
+    out = [f"{markup.code(opt.name)}: optimizer state {gib(ctx.component('optimizer'))} GiB"
            + (f" + step temporaries {gib(ctx.component('temporaries'))} GiB" if ctx.component('temporaries') else "")]
-    rows: list[tuple[str, Estimate | None]] = [(f"{opt.name} (now)", ctx.est)]
+    rows: list[tuple[str, Estimate | None]] = [(f"{markup.text(opt.name)} (now)", ctx.est)]
     for name in ("adamw_torch_fused", "adamw_8bit", "paged_adamw_8bit", "adafactor"):
         if name == opt.name:
             continue
@@ -301,7 +312,7 @@ def _lora_r(ctx: Context) -> list[str]:
 
 def _lora_targets(ctx: Context) -> list[str]:
     targets = ctx.rp.lora_targets
-    rows = [(f"{_show(targets)} (now)", ctx.est)]
+    rows = [(f"{markup.text(_show(targets))} (now)", ctx.est)]
     if targets != ("q", "v"):
         rows.append(("q, v", ctx.peak(lora_targets=("q", "v"))))
     if targets != ("all-linear",):
@@ -412,7 +423,34 @@ def _toggler(field: str, what: str) -> Callable[[Context], list[str]]:
     return lambda ctx: _toggle(ctx, field, what)
 
 
+AS_SFT = {"objective": "sft", "sequences_per_example": 1, "reference": "none", "scalar_head": False,
+          "logits_tokens": None, "generation": "none", "generations_per_example": 0, "generation_len": 0,
+          "vllm_memory_share": 0.0, "reward_model": False, "value_model": False, "teacher": None}
+
+
+def _objective(ctx: Context) -> list[str]:
+    """What the objective adds to the step, and the same step as plain SFT."""
+    rp = ctx.rp
+    out = [objective_text(rp), f"peak phase: {ctx.est.phase}"]
+    if rp.objective in ("sft", "pretrain"):
+        return out
+    rows = [(rp.objective, ctx.est), ("the same step as SFT", ctx.peak(**AS_SFT))]
+    if rp.reference == "copy" and rp.objective in ("dpo", "kto"):
+        rows.append(("precomputed reference log-probs", ctx.peak(reference="none")))
+    if rp.generation == "vllm-colocate":
+        rows.append(("vLLM on a separate server", ctx.peak(generation="vllm-server", vllm_memory_share=0.0)))
+    return out + _compare(ctx, rows)
+
+
 HOVERS: dict[str, Callable[[Context], list[str]]] = {
+    "objective": _objective,
+    "reference_free": _objective,
+    "precompute_ref": _objective,
+    "generation": _objective,
+    "vllm_memory_share": _objective,
+    "num_generations": _objective,
+    "completion_len": _objective,
+    "teacher_model_id": _objective,
     "micro_batch": _micro_batch,
     "global_batch": _micro_batch,
     "grad_accum": _grad_accum,
@@ -464,6 +502,11 @@ CONCEPT_TITLES = {
     "fsdp_state_dict_type": "FSDP state-dict type", "alloc_conf": "PYTORCH_CUDA_ALLOC_CONF", "gpu_name": "GPU",
     "gpu_count": "GPU count", "weight_dtype": "weight dtype", "amp_dtype": "mixed precision",
     "model_id": "model",
+    "objective": "training objective", "reference_free": "reference-free loss",
+    "precompute_ref": "precomputed reference log-probs", "ref_model_id": "reference model",
+    "prompt_len": "prompt length", "completion_len": "completion length", "num_generations": "generations per prompt",
+    "generation": "generation", "vllm_memory_share": "vLLM memory share", "reward_model_id": "reward model",
+    "value_model": "value model", "teacher_model_id": "teacher model",
 }
 
 
@@ -475,7 +518,7 @@ def hover_markdown(ctx: Context, concept: str) -> str:
     title = CONCEPT_TITLES.get(concept, concept.replace("_", " "))
     key = s.key if s is not None and s.key else concept
     value = _show(s.value) if s is not None else "?"
-    lines = [f"**vramlens** · {title}: `{key}` = `{value}`", ""]
+    lines = [f"**vramlens** · {title}: {markup.code(key)} = {markup.code(value)}", ""]
     body: list[str] = []
     renderer = HOVERS.get(concept)
     if renderer is not None:
@@ -496,11 +539,13 @@ def hover_markdown(ctx: Context, concept: str) -> str:
         lines.append("")
     lines.append(_peak_line(ctx))
     lines.append("")
-    lines.append(f"_{describe_origin(s, ctx.path)}_" + (f" — {s.note}" if s is not None and s.note else ""))
+    lines.append(f"_{markup.text(describe_origin(s, ctx.path))}_"
+                 + (f" — {markup.text(s.note)}" if s is not None and s.note else ""))
     effective = ctx.sources.get(concept)
     if s is not None and effective is not None and effective.origin != s.origin and effective.value != s.value:
         lines.append("")
-        lines.append(f"_overridden: `{_show(effective.value)}`, {describe_origin(effective, ctx.path)}_")
+        lines.append(f"_overridden: {markup.code(_show(effective.value))}, "
+                     f"{markup.text(describe_origin(effective, ctx.path))}_")
     return "\n".join(lines)
 
 
@@ -512,8 +557,10 @@ def budget_markdown(ctx: Context) -> str:
     usable = e.usable_bytes
     scale = max(e.device_bytes, usable, 1)
     lines = [
-        f"**vramlens** · `{name}` · {e.params_total / 1e9:.2f} B params, "
+        f"**vramlens** · {markup.code(name)} · {e.params_total / 1e9:.2f} B params, "
         f"{e.params_trainable / 1e9:.3g} B trainable · {peft} · {rp.framework}",
+        "",
+        f"objective: **{rp.objective}** — {objective_text(rp)}",
         "",
         _peak_line(ctx),
         "",
@@ -529,7 +576,7 @@ def budget_markdown(ctx: Context) -> str:
             continue
         lines.append(f"| {COMPONENT_LABELS[key]} | {gib(v)} | `{bar(v / scale, BAR_WIDTH) or '▏'}` |")
     lines.append(f"| **total on the device** | **{gib(e.device_bytes)}** | `{bar(e.device_bytes / scale, BAR_WIDTH)}` |")
-    lines.append(f"| {rp.gpu.name} usable | {rp.gpu.usable_gib:.1f} | `{bar(usable / scale, BAR_WIDTH)}` |")
+    lines.append(f"| {markup.text(rp.gpu.name)} usable | {rp.gpu.usable_gib:.1f} | `{bar(usable / scale, BAR_WIDTH)}` |")
     if ctx.exact_gib is not None:
         lines.append(f"| exact trace (device) | {ctx.exact_gib:.1f} | `{bar(ctx.exact_gib * GIB / scale, BAR_WIDTH)}` |")
     lines.append("")
@@ -543,17 +590,17 @@ def budget_markdown(ctx: Context) -> str:
         lines.append(f"largest micro batch that fits: **{e.max_micro_batch}**"
                      + (f" · longest sequence at micro batch {rp.micro_batch}: **{e.max_seq_len}**"
                         if e.max_seq_len else ""))
-    defaults = [f"{CONCEPT_TITLES.get(k, k)} {_show(s.value)}" for k, s in ctx.sources.items()
+    defaults = [f"{CONCEPT_TITLES.get(k, k)} {markup.text(_show(s.value))}" for k, s in ctx.sources.items()
                 if s.origin == Origin.DEFAULT and k in HOVERS]
     if defaults:
         framework = next((s.framework for s in ctx.sources.values() if s.origin == Origin.DEFAULT and s.framework), None)
         lines.append("")
-        lines.append(f"defaults{f' of {framework}' if framework else ''}: " + ", ".join(defaults))
+        lines.append(f"defaults{f' of {markup.text(framework)}' if framework else ''}: " + ", ".join(defaults))
     notes = list(ctx.assumptions) + list(e.assumptions)
     if notes:
         lines.append("")
         lines.append("assumptions:")
-        lines.extend(f"- {n}" for n in notes)
+        lines.extend(f"- {markup.text(n)}" for n in notes)
     return "\n".join(lines)
 
 
@@ -616,6 +663,8 @@ def lens_title(ctx: Context) -> str:
     """The code lens on the model line: "peak 71.3 / 39.4 GiB on A100-40GB"."""
     e, rp = ctx.est, ctx.rp
     title = f"peak {gib(e.device_bytes)} / {rp.gpu.usable_gib:.1f} GiB on {gpu_label(rp)}"
+    if ctx.gpu_assumed:
+        title += " (assumed: no GPU named)"
     if not e.fits:
         title += " ✗ does not fit"
     elif e.tight:

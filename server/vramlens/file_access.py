@@ -8,6 +8,8 @@ or through a symlink that leads out. Paths are compared after resolving `..` and
 """
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 from vramlens.knowledge.hf_cache import hub_cache_dirs
@@ -55,3 +57,90 @@ def refusal(what: str, target: str, workspace: Path | None) -> str:
     where = "the workspace" if workspace is not None else "this file's folder"
     return (f"{what} `{target}` is outside {where}; vramlens reads other files only inside {where} and the "
             f"local Hugging Face cache, so it was not read")
+
+
+def user_cache_home() -> Path:
+    """The user's cache folder for files vramlens writes and later trusts (calibration, the startup cache):
+    `$XDG_CACHE_HOME` only when it is absolute and not under the current directory (a relative value is
+    relative to wherever the server or CLI was started, usually a repository), else `~/.cache`
+    (XDG Base Directory spec: "If an implementation encounters a relative path in any of these variables it
+    should consider the path invalid and ignore it",
+    https://specifications.freedesktop.org/basedir-spec/0.8/)."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if base and os.path.isabs(base) and not under_current_folder(Path(base)):
+        return Path(base)
+    return Path.home() / ".cache"
+
+
+def under_current_folder(path: Path) -> bool:
+    """Whether `path` (symlinks resolved) is the current directory or inside it — where the server or CLI
+    was started, which in an editor or a shell is usually the repository being worked on."""
+    here, there = _real(Path.cwd()), _real(path)
+    if here is None or there is None:
+        return True
+    return there == here or here in there.parents
+
+
+class NotReadable(OSError):
+    """A file refused by `read_checked`: not a regular file, too large, or not the file that was checked."""
+
+
+def read_checked(path: Path, max_bytes: int, expect: Path | None = None, roots: list[Path] | None = None) -> bytes:
+    """The bytes of `path`, read only if what was *opened* is a regular file of at most `max_bytes` and, when
+    given, is the file `expect` (a path already checked, symlinks resolved) or lies inside `roots`.
+
+    Open first, check after: the checks are on the open descriptor (fstat; its real path from
+    /proc/self/fd, or the device and inode of the checked path where /proc is missing), so a symlink
+    swapped between a workspace check and the read cannot bring another file's content in. Opened with
+    O_NONBLOCK and O_NOCTTY, so a FIFO or a terminal never blocks, and /dev/zero or /dev/stdin is refused
+    by fstat before anything is read. Raises OSError (NotReadable for a refusal)."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotReadable(f"{path}: not a regular file")
+        if st.st_size > max_bytes:
+            raise NotReadable(f"{path}: {st.st_size:,} bytes, more than the {max_bytes:,} read")
+        if expect is not None or roots is not None:
+            opened = _opened_path(fd, st, expect)
+            if opened is None:
+                raise NotReadable(f"{path}: changed while it was being read")
+            if expect is not None and opened != _real(expect):
+                raise NotReadable(f"{path}: changed while it was being read")
+            if roots is not None and not inside(opened, roots):
+                raise NotReadable(f"{path}: leads outside the folders that may be read")
+        chunks, total = [], 0
+        while total <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > max_bytes:                # grew after fstat
+            raise NotReadable(f"{path}: more than the {max_bytes:,} bytes read")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _opened_path(fd: int, st: os.stat_result, expect: Path | None) -> Path | None:
+    """The real path of the open file `fd`: /proc/self/fd/N on Linux; elsewhere `expect` when it is the
+    same device and inode."""
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        pass
+    if expect is None:
+        return None
+    try:
+        there = os.stat(expect)
+    except OSError:
+        return None
+    return _real(expect) if (there.st_dev, there.st_ino) == (st.st_dev, st.st_ino) else None
+
+
+def read_text_checked(path: Path, max_bytes: int, expect: Path | None = None,
+                      roots: list[Path] | None = None, errors: str = "replace") -> str:
+    """`read_checked`, decoded as UTF-8."""
+    return read_checked(path, max_bytes, expect, roots).decode("utf-8", errors)

@@ -30,7 +30,9 @@ from typing import Any, Callable
 
 from vramlens.estimate import GIB, Estimate, estimate
 from vramlens.plan import Origin, Sourced, Span, TrainingPlan, text_lines
-from vramlens.resolve import Settings, resolve
+from vramlens.calibration import calibrate
+from vramlens.resolve import resolve
+from vramlens.settings import Settings
 from vramlens.resolved import ResolvedPlan
 
 log = logging.getLogger(__name__)
@@ -145,14 +147,13 @@ def replacement(span: Span, new_text: str, title: str, *, safe: bool = False, fi
 class Fixer:
     """Makes fixes for one analysed document. Estimates are cached per change set."""
 
-    def __init__(self, text: str, plan: TrainingPlan, rp: ResolvedPlan, base: Estimate, settings: Settings,
-                 headroom: float):
+    def __init__(self, text: str, plan: TrainingPlan, rp: ResolvedPlan, base: Estimate, settings: Settings):
         self.text = text
         self.plan = plan
         self.rp = rp
         self.base = base
         self.settings = settings
-        self.headroom = headroom
+        self.headroom = settings.headroom
         self._cache: dict[tuple, Estimate | None] = {}
         self._rendered: dict[tuple, tuple[list, str | None]] = {}
         self._render: Callable | None | bool = False    # False = not looked up yet
@@ -168,7 +169,7 @@ class Fixer:
         key = self._key(changes)
         if key not in self._cache:
             try:
-                res = resolve(with_changes(self.plan, changes), self.settings)
+                res = calibrate(resolve(with_changes(self.plan, changes), self.settings))
                 self._cache[key] = estimate(res.resolved, limits=False)
             except Exception:      # a change the resolver rejects is a fix we do not offer
                 log.debug("fix %s could not be estimated", changes, exc_info=True)
@@ -275,7 +276,10 @@ class Fixer:
                 changes.update({"lora_r": 16, "lora_targets": ["all-linear"]})
             out.append(Candidate("qlora", "train QLoRA (4-bit base model, LoRA r=16)", changes, 8,
                                  conflicts=("lora",)))
-        return out
+        from vramlens import fixes_objective
+
+        out.extend(fixes_objective.candidates(rp, plan))
+        return sorted(out, key=lambda c: c.rank)
 
     def _batch_steps(self, base_changes: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
         """The micro-batch/accumulation trades, one halving at a time: [(changes, label)]."""

@@ -109,6 +109,12 @@ PeftMethod = Literal["none", "lora", "qlora", "dora", "galore", "freeze", "other
 DistStrategy = Literal["none", "ddp", "deepspeed", "fsdp", "megatron"]
 LossImpl = Literal["standard", "chunked", "fused"]   # fused = linear+CE fused (Liger, CCE)
 OptimizerImpl = Literal["foreach", "fused", "forloop"]
+# What the step optimises (issue 14): supervised fine-tuning, a preference loss, online RL or distillation.
+Objective = Literal["sft", "dpo", "kto", "orpo", "simpo", "cpo", "rm", "ppo", "grpo", "rloo", "online-dpo", "gkd",
+                    "kd", "pretrain"]
+OBJECTIVES: tuple[str, ...] = ("sft", "dpo", "kto", "orpo", "simpo", "cpo", "rm", "ppo", "grpo", "rloo", "online-dpo",
+                               "gkd", "kd", "pretrain")
+GenerationMode = Literal["none", "generate", "vllm-colocate", "vllm-server"]
 
 
 class Severity(str, Enum):
@@ -196,6 +202,19 @@ class TrainingPlan(BaseModel):
     alloc_conf: Sourced[str] | None = None        # PYTORCH_CUDA_ALLOC_CONF value
     gpu_name: Sourced[str] | None = None
     gpu_count: Sourced[int] | None = None
+    # objective: preference optimisation, online RL, distillation (formats.objective reads every spelling)
+    objective: Sourced[str] | None = None         # Objective
+    reference_free: Sourced[bool] | None = None   # the loss needs no reference model (ORPO, SimPO, CPO, KL coef 0)
+    precompute_ref: Sourced[bool] | None = None   # reference log-probs computed once before training
+    ref_model_id: Sourced[str] | None = None      # a reference model named apart from the policy
+    prompt_len: Sourced[int] | None = None        # max_prompt_length
+    completion_len: Sourced[int] | None = None    # max_completion_length / max_new_tokens
+    num_generations: Sourced[int] | None = None   # completions sampled per prompt (GRPO/RLOO group size)
+    generation: Sourced[str] | None = None        # GenerationMode
+    vllm_memory_share: Sourced[float] | None = None   # vLLM gpu_memory_utilization when colocated
+    reward_model_id: Sourced[str] | None = None   # a reward model held during online RL
+    value_model: Sourced[bool] | None = None      # PPO's trained value (critic) model
+    teacher_model_id: Sourced[str] | None = None  # the distillation teacher
 
     references: list[Reference] = Field(default_factory=list)
     issues: list[ParseIssue] = Field(default_factory=list)

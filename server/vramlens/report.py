@@ -3,14 +3,16 @@
 JSON contract (`vramlens estimate --format json`, also produced by `vramlens trace`):
   {"file", "format", "model": {"id", "params"}, "gpu": {"name", "count", "memory_gib", "usable_gib"},
    "peak": {"allocated_gib", "reserved_gib", "device_gib"}, "phase", "components_gib": {...}, "fits",
-   "headroom_gib", "max_micro_batch", "max_seq_len", "assumptions": [...]}
-plus "range_gib": {"low", "high"}, "params_trainable", "sources" (where each setting came from).
+   "headroom_gib", "max_micro_batch", "max_seq_len", "assumptions": [...], "objective"}
+("objective": "sft" | "dpo" | "kto" | "orpo" | "simpo" | "cpo" | "rm" | "ppo" | "grpo" | "rloo" | "online-dpo" | "gkd" |
+ "kd" | "pretrain"; the phases the objective adds: "reference-forward", "generation", "teacher-forward")
+plus "range_gib": {"low", "high"}, "phases_gib" (allocated GiB of each candidate phase), "params_trainable", "sources" (where each setting came from).
 """
 from __future__ import annotations
 
 from vramlens.estimate.result import COMPONENT_LABELS, COMPONENTS, GIB, Estimate
 from vramlens.plan import Origin, TrainingPlan
-from vramlens.resolve import Resolution
+from vramlens.resolve import CHOOSE_GPU, Resolution
 
 
 def _g(n: int | float) -> float:
@@ -32,12 +34,14 @@ def estimate_fields(rp, est: Estimate, model_id: str | None = None) -> dict:
     """The estimate contract's fields that do not depend on the file (shared with `vramlens trace`)."""
     return {
         "model": {"id": model_id or rp.arch.id, "params": est.params_total},
+        "objective": est.objective,
         "gpu": {"name": rp.gpu.name, "count": rp.gpu_count, "memory_gib": rp.gpu.memory_gib,
                 "usable_gib": rp.gpu.usable_gib},
         "peak": {"allocated_gib": _g(est.allocated_bytes), "reserved_gib": _g(est.reserved_bytes),
                  "device_gib": _g(est.device_bytes)},
         "range_gib": {"low": _g(est.low_bytes), "high": _g(est.high_bytes)},
         "phase": est.phase,
+        "phases_gib": {k: _g(v) for k, v in est.phases.items()},
         "components_gib": {k: _g(v) for k, v in est.components.items()},
         "fits": est.fits,
         "headroom_gib": _g(est.headroom_bytes),
@@ -51,9 +55,46 @@ def estimate_fields(rp, est: Estimate, model_id: str | None = None) -> dict:
 def estimate_json(path: str, plan: TrainingPlan, res: Resolution, est: Estimate) -> dict:
     out = {"file": path, "format": plan.format,
            **estimate_fields(res.resolved, est, plan.model_id.value if plan.model_id else None)}
+    out["gpu"]["assumed"] = res.gpu_assumed
     out["assumptions"] = list(res.assumptions) + out["assumptions"]
     out["sources"] = {k: describe_source(v) for k, v in res.sources.items()}
     return out
+
+
+def assumed_gpu_note(res: Resolution) -> str:
+    """What the text output adds to the GPU line when no GPU was named."""
+    return f"\n          (assumed: no GPU named — {CHOOSE_GPU})" if res.gpu_assumed else ""
+
+
+OBJECTIVE_NAMES = {
+    "sft": "supervised fine-tuning", "pretrain": "pre-training", "dpo": "DPO", "kto": "KTO", "orpo": "ORPO",
+    "simpo": "SimPO", "cpo": "CPO", "rm": "reward model", "ppo": "PPO", "grpo": "GRPO", "rloo": "RLOO",
+    "online-dpo": "online DPO", "gkd": "GKD (distillation)", "kd": "knowledge distillation",
+}
+
+
+def objective_text(rp) -> str:
+    """One line on what the step optimises and what that adds: `DPO · reference: frozen copy · chosen + rejected`."""
+    parts = [OBJECTIVE_NAMES.get(rp.objective, rp.objective)]
+    if rp.sequences_per_example == 2:
+        parts.append("chosen + rejected in one forward (2× sequences)")
+    if rp.reference == "copy":
+        parts.append("reference: a frozen copy")
+    elif rp.reference == "adapters-off":
+        parts.append("reference: the PEFT base (adapters disabled)")
+    elif rp.objective in ("dpo", "kto", "orpo", "simpo", "cpo", "ppo", "grpo", "rloo", "online-dpo"):
+        parts.append("no reference model")
+    if rp.generation != "none":
+        gen = {"generate": "generate() with a KV cache", "vllm-colocate": f"vLLM colocated ({rp.vllm_memory_share:g} "
+               "of the GPU)", "vllm-server": "vLLM on a separate server"}[rp.generation]
+        parts.append(f"generation: {gen}, {rp.micro_batch * rp.generations_per_example} × {rp.generation_len} tokens")
+    if rp.reward_model:
+        parts.append("reward model")
+    if rp.value_model:
+        parts.append("value model")
+    if rp.teacher is not None:
+        parts.append(f"teacher {rp.teacher.id}")
+    return " · ".join(parts)
 
 
 def bar(fraction: float, width: int = 28) -> str:
@@ -75,7 +116,8 @@ def render_text(path: str, plan: TrainingPlan, res: Resolution, est: Estimate) -
         f"{path}  ({plan.format})",
         f"  model   {plan.model_id.value if plan.model_id else rp.arch.id}  "
         f"{est.params_total / 1e9:.2f} B params, {est.params_trainable / 1e9:.3g} B trainable",
-        f"  GPU     {gpu}: {rp.gpu.usable_gib:.1f} GiB usable per GPU",
+        f"  trains  {objective_text(rp)}",
+        f"  GPU     {gpu}: {rp.gpu.usable_gib:.1f} GiB usable per GPU{assumed_gpu_note(res)}",
         f"  peak    {_g(est.device_bytes):.1f} GiB on the device ({_g(est.low_bytes):.1f}–{_g(est.high_bytes):.1f}) "
         f"→ {verdict}, headroom {_g(est.headroom_bytes):+.1f} GiB",
         f"          allocated {_g(est.allocated_bytes):.1f} · reserved {_g(est.reserved_bytes):.1f} · "
@@ -90,6 +132,8 @@ def render_text(path: str, plan: TrainingPlan, res: Resolution, est: Estimate) -
         lines.append(f"  {COMPONENT_LABELS[key]:<40} {_g(v):>7.2f} GiB  {bar(v / scale)}")
     lines.append(f"  {'GPU usable':<40} {_g(usable):>7.2f} GiB  {bar(usable / scale)}")
     lines.append("")
+    if len(est.phases) > 1:
+        lines.append("  phases (allocated): " + " · ".join(f"{p} {_g(v):.1f}" for p, v in est.phases.items()))
     if est.max_micro_batch is not None:
         lines.append(f"  largest micro batch that fits: {est.max_micro_batch}"
                      + (f" · longest sequence at this batch: {est.max_seq_len}" if est.max_seq_len else ""))

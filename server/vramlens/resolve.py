@@ -7,25 +7,17 @@ The result keeps provenance beside the numbers (`Resolution.sources`), so the su
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from vramlens.knowledge import frameworks
 from vramlens.knowledge.schema import GpuSpec, ModelArch, OptimizerSpec
 from vramlens.plan import Origin, Sourced, TrainingPlan
 from vramlens.resolved import ResolvedPlan
+from vramlens.settings import Settings
 
 DEFAULT_GPU = "A100-80GB"
-
-
-@dataclass
-class Settings:
-    """What the user's editor settings or command-line flags say (they win over the file)."""
-
-    gpu: str | None = None
-    gpu_count: int | None = None
-    headroom: float = 0.10
-    workspace: Path | None = None
-    framework_versions: dict[str, str] = field(default_factory=dict)   # package → version, e.g. bitsandbytes
+# How a user names the GPU when none was named (shown wherever the assumed one is).
+CHOOSE_GPU = ("choose one with `--gpu`, the `gpu` setting (`.vramlens.toml`, `[tool.vramlens]` or the editor's "
+              "`vramlens.gpu`) or a `# vramlens: gpu=…` comment in the file")
 
 
 class ResolveError(ValueError):
@@ -42,6 +34,12 @@ class Resolution:
     resolved: ResolvedPlan
     sources: dict[str, Sourced]                  # concept → where its value came from (file, default, ...)
     assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def gpu_assumed(self) -> bool:
+        """No GPU was named (nor detected): the estimate is judged against DEFAULT_GPU."""
+        source = self.sources.get("gpu_name")
+        return source is not None and source.origin == Origin.ASSUMED
 
 
 LORA_NAME_MAP = {
@@ -205,7 +203,12 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         weight_dtype, compute, amp = ("fp16" if amp_dtype == "fp16" else "bf16"), ("fp16" if amp_dtype == "fp16" else "bf16"), False
 
     seq = val("seq_len")
-    if seq is None:
+    objective = plan.objective.value if plan.objective is not None else "sft"
+    if seq is None and objective in ("dpo", "kto", "orpo", "cpo", "simpo", "rm") and fw_key in ("trl", "axolotl"):
+        seq = 1024          # trl 1.16.0 dpo_config.py (and KTO/ORPO/CPO/Reward configs): max_length=1024
+        sources["seq_len"] = Sourced(value=seq, origin=Origin.DEFAULT, framework="trl 1.16",
+                                     note="TRL's preference configs truncate to max_length=1024")
+    if seq is None and objective not in ("ppo", "grpo", "rloo", "online-dpo"):
         seq = 2048
         assumptions.append("sequence length not set: assumed 2048")
     alloc = val("alloc_conf") or ""
@@ -226,7 +229,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     rp = ResolvedPlan(
         arch=arch, framework=fw_key,
         weight_dtype=weight_dtype, compute_dtype=compute, amp=amp,
-        micro_batch=micro, grad_accum=ga, seq_len=int(seq), packing=bool(val("packing")),
+        micro_batch=micro, grad_accum=ga, seq_len=int(seq or 2048), packing=bool(val("packing")),
         eval_batch=int(val("eval_batch") or micro),
         grad_checkpointing=bool(val("grad_checkpointing")), activation_offload=bool(val("activation_offload")),
         attn_impl=attn if attn in ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention", "xformers") else "other",
@@ -252,21 +255,109 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         gpu=gpu, gpu_count=count, expandable_segments="expandable_segments:true" in alloc.replace(" ", "").lower(),
         headroom=settings.headroom,
     )
-    correction = _calibration(rp)
-    if correction is not None:
-        rp = rp.with_changes(correction=correction)
-    return Resolution(rp, sources, assumptions)
+    rp = rp.with_changes(**objective_fields(plan, rp, fw_key, settings, sources, assumptions))
+    return Resolution(rp, sources, assumptions)      # uncalibrated: `calibration.calibrate` is the next stage
 
 
-def _calibration(rp: ResolvedPlan) -> float | None:
-    """The local calibration's correction for this plan, if one applies (never fails the resolution)."""
-    from vramlens import calibration
+PAIRED = ("dpo", "orpo", "simpo", "cpo", "rm")
+ONLINE = ("ppo", "grpo", "rloo", "online-dpo")
 
-    try:
-        c = calibration.correction_for(rp)
-    except (OSError, ValueError):
+
+def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings: Settings, sources: dict,
+                     assumptions: list[str]) -> dict:
+    """What the objective changes in the step (issue 14): paired sequences, the reference model, generation,
+    reward/value models, the teacher. Semantics from trl 1.16.0 (trainer/dpo_trainer.py `_compute_loss`: chosen
+    and rejected concatenated into one batch, the reference forward under no_grad after the policy's; with a
+    PEFT model and no `ref_model` the adapters are disabled instead of loading a copy; `precompute_ref_log_probs`
+    drops the reference; grpo_config.py `beta=0.0` loads no reference, rloo_config.py `beta=0.05` does;
+    `generation_batch_size = per_device_train_batch_size × steps_per_generation`, `steps_per_generation` defaulting
+    to `gradient_accumulation_steps`; vLLM colocated with `vllm_gpu_memory_utilization=0.3`)."""
+    from vramlens.knowledge import models
+
+    obj = plan.objective.value if plan.objective is not None else "sft"
+    if plan.objective is not None:
+        sources["objective"] = plan.objective
+    else:
+        sources["objective"] = Sourced(value="sft", origin=Origin.DEFAULT, framework=fw_key,
+                                       note="no preference, RL or distillation setting: supervised fine-tuning")
+    out: dict = {"objective": obj}
+    if obj == "sft" or obj == "pretrain":
+        return out
+
+    def src(name: str):
+        s = getattr(plan, name)
+        if s is not None:
+            sources[name] = s
+            return s.value
         return None
-    return c if c is not None and abs(c - 1.0) > 1e-3 else None
+
+    if obj in PAIRED:
+        out["sequences_per_example"] = 2            # chosen + rejected in one concatenated forward
+    if obj == "rm":
+        out["scalar_head"] = True                   # AutoModelForSequenceClassification: a 1-wide score head
+    ref_free = src("reference_free")
+    if ref_free is None:
+        # TRL GRPO's KL coefficient defaults to 0.0 (no reference); RLOO's to 0.05; other frameworks keep one
+        ref_free = obj == "grpo" and fw_key in ("trl", "axolotl", "transformers")
+        if obj == "grpo" and ref_free:
+            assumptions.append("GRPO with TRL's default beta=0.0: no reference model is loaded")
+    needs_ref = obj in ("dpo", "kto", "online-dpo", "ppo", "grpo", "rloo") and not ref_free \
+        and obj not in ("orpo", "simpo", "cpo", "rm")
+    if needs_ref and src("precompute_ref") and obj not in ONLINE:
+        needs_ref = False
+    if needs_ref:
+        named = src("ref_model_id")
+        out["reference"] = "adapters-off" if rp.peft != "none" and not named else "copy"
+    if obj in ONLINE:
+        prompt = src("prompt_len")
+        completion = src("completion_len")
+        if prompt is None and plan.seq_len is not None and fw_key in ("torchtune", "llamafactory"):
+            # torchtune's tokenizer max_seq_len / LLaMA-Factory's cutoff_len bound the prompt of a rollout
+            prompt = int(plan.seq_len.value)
+        if prompt is None:
+            prompt = 512
+            assumptions.append("prompt length not set: assumed 512 tokens (TRL GRPO does not truncate prompts)")
+        if completion is None:
+            completion = 512 if fw_key in ("trl", "axolotl", "transformers", "ms-swift") else 256
+            sources["completion_len"] = Sourced(value=completion, origin=Origin.DEFAULT, framework="trl 1.16",
+                                                note="max_completion_length=512")
+        gen = src("generation") or "generate"
+        # samples per prompt: TRL's group size is inside its per-device batch (below); others default to one
+        groups = src("num_generations") or 1
+        if obj == "online-dpo":
+            # trl 1.16.0 experimental/online_dpo/online_dpo_trainer.py: two completions per prompt
+            # (`prompt_ids.repeat(2, 1)`), both through the policy in one forward
+            gen_seqs = 2 * rp.micro_batch
+            out["sequences_per_example"] = 2
+        elif fw_key in ("trl", "axolotl", "transformers", "ms-swift"):
+            # completions, not prompts, in the batch of TRL's GRPOTrainer (ms-swift's and axolotl's subclass it)
+            gen_seqs = rp.micro_batch * max(rp.grad_accum, 1)       # generation_batch_size per device
+        else:
+            gen_seqs = rp.micro_batch * int(groups)
+        share = src("vllm_memory_share")
+        if gen == "vllm-colocate" and share is None:
+            share = 0.3
+            sources["vllm_memory_share"] = Sourced(value=share, origin=Origin.DEFAULT, framework="trl 1.16",
+                                                   note="vllm_gpu_memory_utilization=0.3")
+        out.update(seq_len=int(prompt) + int(completion), logits_tokens=int(completion), generation=gen,
+                   generations_per_example=int(gen_seqs) // max(rp.micro_batch, 1), generation_len=int(prompt) + int(completion),
+                   vllm_memory_share=float(share or 0.0) if gen == "vllm-colocate" else 0.0)
+        if obj == "ppo":
+            value = src("value_model")
+            out["value_model"] = True if value is None else bool(value)
+            out["reward_model"] = fw_key != "llamafactory" or src("reward_model_id") is not None
+        elif src("reward_model_id") is not None:
+            out["reward_model"] = True
+    if obj in ("gkd", "kd"):
+        tid = src("teacher_model_id")
+        teacher = models.lookup_model(tid, settings.workspace) if tid else None
+        if teacher is None:
+            teacher = rp.arch
+            assumptions.append(f"teacher model {'`' + tid + '` unknown' if tid else 'not named'}: assumed the size "
+                               f"of the student")
+        out["teacher"] = teacher
+    return out
+
 
 
 def _size(plan: TrainingPlan, *keys: str):
@@ -325,8 +416,9 @@ def _gpu(plan: TrainingPlan, settings: Settings, sources: dict, assumptions: lis
             sources["gpu_name"] = plan.gpu_name
     if spec is None:
         spec, count = gpus.lookup_gpu(DEFAULT_GPU)[:2]
-        sources["gpu_name"] = Sourced(value=spec.name, origin=Origin.ASSUMED, note="no GPU named; set one with --gpu")
-        assumptions.append(f"no GPU named in the config or settings: assumed {spec.name}")
+        sources["gpu_name"] = Sourced(value=spec.name, origin=Origin.ASSUMED, note=f"no GPU named; {CHOOSE_GPU}")
+        assumptions.append(f"no GPU named in the config or settings (and none detected): assumed {spec.name} — "
+                           f"{CHOOSE_GPU}")
     if settings.gpu_count:
         count = settings.gpu_count
         sources["gpu_count"] = Sourced(value=count, origin=Origin.SETTING)

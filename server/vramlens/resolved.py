@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from vramlens.knowledge.schema import GpuSpec, ModelArch, OptimizerSpec
+from vramlens.settings import DEFAULT_HEADROOM
 
 # Canonical LoRA target names (HF Llama spelling without "_proj"); formats map their own names here.
 LINEAR_NAMES = ("q", "k", "v", "o", "gate", "up", "down", "fc1", "fc2", "lm_head", "embed")
@@ -82,11 +83,28 @@ class ResolvedPlan(BaseModel):
     tensor_parallel: int = 1
     context_parallel: int = 1
     fsdp_full_state_dict: bool = False
+    # objective (issue 14): preference losses, online RL, distillation
+    objective: Literal["sft", "dpo", "kto", "orpo", "simpo", "cpo", "rm", "ppo", "grpo", "rloo", "online-dpo", "gkd",
+                       "kd", "pretrain"] = "sft"
+    sequences_per_example: int = 1             # sequences through the policy per micro-batch example (2: chosen +
+                                               # rejected in one concatenated forward)
+    reference: Literal["none", "copy", "adapters-off"] = "none"   # a frozen second copy, or the PEFT base model
+    scalar_head: bool = False                  # reward/value model: a 1-wide score head instead of vocabulary logits
+    logits_tokens: int | None = None           # tokens per sequence whose logits are computed (None: all);
+                                               # online RL keeps only the completion's (TRL `logits_to_keep`)
+    generation: Literal["none", "generate", "vllm-colocate", "vllm-server"] = "none"
+    generations_per_example: int = 0           # sequences generated at once per micro-batch example on this rank
+                                               # (TRL: steps_per_generation; elsewhere: samples per prompt)
+    generation_len: int = 0                    # prompt + completion tokens held in the KV cache per sequence
+    vllm_memory_share: float = 0.0             # vLLM gpu_memory_utilization when colocated
+    reward_model: bool = False                 # a frozen reward model of the policy's size is resident
+    value_model: bool = False                  # PPO's trained value model (a policy-sized copy with a scalar head)
+    teacher: ModelArch | None = None           # the distillation teacher
     # hardware and allocator
     gpu: GpuSpec
     gpu_count: int = 1
     expandable_segments: bool = False
-    headroom: float = 0.10                     # fraction of usable memory to keep free before calling a fit "tight"
+    headroom: float = DEFAULT_HEADROOM         # fraction of usable memory to keep free before calling a fit "tight"
     correction: float = 1.0                    # measured ÷ estimated allocated bytes from local traces/probes
                                                # of the same architecture (vramlens.calibration); 1 = none
 

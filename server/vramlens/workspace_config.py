@@ -10,7 +10,8 @@ every editor and for `vramlens check` in CI::
     headroom = 0.1                       [severity]
     severity = { VL004 = "off" }         VL004 = "off"
 
-Keys may be written `gpu-count`, `gpu_count` or `gpuCount`. The file nearest to the document wins
+Keys may be written `gpu-count`, `gpu_count` or `gpuCount` (the fields of `vramlens.settings.Settings`, which
+validates them as it validates every other source). The file nearest to the document wins
 (`.vramlens.toml` before `pyproject.toml` in the same folder); the search stops at the workspace root.
 TOML is read with `tomllib` (Python 3.11+) or `tomli` when installed; without either, project files are
 skipped with one warning.
@@ -18,10 +19,11 @@ skipped with one warning.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from vramlens import file_access
 
 try:  # Python 3.11+
     import tomllib as _toml
@@ -35,46 +37,43 @@ log = logging.getLogger(__name__)
 
 FILE_NAMES = (".vramlens.toml", "pyproject.toml")
 
-# canonical (editor setting) name -> accepted spellings in a project file
-_KEYS = {
-    "gpu": ("gpu",),
-    "gpuCount": ("gpu-count", "gpu_count", "gpucount"),
-    "headroom": ("headroom",),
-    "severity": ("severity",),
-    "frameworkVersions": ("framework-versions", "framework_versions", "frameworkversions"),
-}
-_SPELLING = {spelling: canonical for canonical, spellings in _KEYS.items() for spelling in spellings}
-
-
 @dataclass(frozen=True)
-class WorkspaceConfig:
-    """Settings read from one project file."""
+class ProjectSettings:
+    """What one project file says, validated by the settings model."""
 
     path: Path
     """The file they came from."""
     values: dict[str, Any] = field(default_factory=dict)
-    """Recognised settings under their editor names (`gpu`, `gpuCount`, `headroom`, `severity`, `frameworkVersions`)."""
+    """The settings it sets (field name → value), ready to merge (`vramlens.settings.merge`)."""
+    problems: tuple[str, ...] = ()
+    """Values the model refused, one line each, naming the key and what is allowed."""
     unknown: tuple[str, ...] = ()
     """Keys the file sets that vramlens does not know (shown as a warning, never an error)."""
 
 
+MAX_PROJECT_FILE_BYTES = 1_000_000     # a .vramlens.toml or pyproject.toml is a few KB
+
 _warned_no_toml = False
-_cache: dict[Path, tuple[float, WorkspaceConfig | None]] = {}
 
 
-def _normalize(table: dict[str, Any], path: Path) -> WorkspaceConfig:
-    values: dict[str, Any] = {}
+def _folder(path: Path) -> Path:
+    """The real folder a project file was found in (the file itself may not lead out of it)."""
+    try:
+        return Path(path).absolute().parent.resolve()
+    except (OSError, RuntimeError):
+        return Path(path).absolute().parent
+_cache: dict[Path, tuple[float, ProjectSettings | None]] = {}
+
+
+def _read(table: Any, path: Path) -> ProjectSettings:
+    from vramlens.settings import read_source
+
     unknown: list[str] = []
-    for key, value in table.items():
-        canonical = _SPELLING.get(re.sub(r"\s+", "", str(key)).lower())
-        if canonical is None:
-            unknown.append(str(key))
-        else:
-            values[canonical] = value
-    return WorkspaceConfig(path, values, tuple(unknown))
+    values, problems = read_source(table, str(path), unknown=unknown)
+    return ProjectSettings(path, values, tuple(problems), tuple(unknown))
 
 
-def read_config_file(path: Path) -> WorkspaceConfig | None:
+def read_config_file(path: Path) -> ProjectSettings | None:
     """The vramlens settings in one file; None when it has none or cannot be read."""
     global _warned_no_toml
     if _toml is None:
@@ -90,21 +89,26 @@ def read_config_file(path: Path) -> WorkspaceConfig | None:
     if cached is not None and cached[0] == mtime:
         return cached[1]
     try:
-        data = _toml.loads(path.read_text(encoding="utf-8"))
+        # a project file is read like a referenced config: a regular file of bounded size, and (symlinks
+        # resolved on the opened file) inside the folder it was found in — not a link to a file elsewhere
+        data = _toml.loads(file_access.read_text_checked(path, MAX_PROJECT_FILE_BYTES, roots=[_folder(path)],
+                                                         errors="strict"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:   # TOMLDecodeError is a ValueError
         log.warning("cannot read %s: %s", path, exc)
-        result = None
+        problem = f"not read: {exc}" if isinstance(exc, OSError) else f"not valid TOML: {exc}"
+        # a broken pyproject.toml may not concern vramlens; a broken .vramlens.toml does
+        result = None if path.name == "pyproject.toml" else ProjectSettings(path, problems=(problem,))
     else:
         if path.name == "pyproject.toml":
             table = data.get("tool", {}).get("vramlens")
-            result = _normalize(table, path) if isinstance(table, dict) else None
+            result = _read(table, path) if isinstance(table, dict) else None
         else:
-            result = _normalize(data, path)
+            result = _read(data, path)
     _cache[path] = (mtime, result)
     return result
 
 
-def find_workspace_config(document: Path, root: Path | None = None) -> WorkspaceConfig | None:
+def find_workspace_config(document: Path, root: Path | None = None) -> ProjectSettings | None:
     """The project settings that apply to `document`: the nearest `.vramlens.toml` or `pyproject.toml`
     with a `[tool.vramlens]` table, looking in the document's folder and its parents up to `root`
     (inclusive; up to the filesystem root when `root` is None)."""

@@ -8,9 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from shared_data import CORPUS, need
+
 ROOT = Path(__file__).resolve().parents[2]
 OOM_EXAMPLE = ROOT / "examples" / "llama3-8b-full-adamw-a100-40gb.yaml"
-LITGPT_QLORA = ROOT / ".." / "shared" / "corpus" / "lightning" / "litgpt__finetune__llama-2-7b__qlora.yaml"
+LITGPT_QLORA = CORPUS / "lightning" / "litgpt__finetune__llama-2-7b__qlora.yaml"
 GIB = 2 ** 30
 
 
@@ -36,7 +38,7 @@ def test_8b_full_adamw_on_a100_40gb_does_not_fit(tmp_path):
 
 def test_project_settings_name_the_bitsandbytes_release(tmp_path):
     config = tmp_path / "qlora.yaml"
-    shutil.copy(LITGPT_QLORA, config)
+    shutil.copy(need(LITGPT_QLORA), config)
     default = estimate(str(config), "--gpu", "A10G", cwd=tmp_path)
     (tmp_path / ".vramlens.toml").write_text('gpu = "A10G"\n[framework-versions]\nbitsandbytes = "0.45.0"\n')
     newer = estimate(str(config), cwd=tmp_path)

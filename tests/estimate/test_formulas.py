@@ -129,7 +129,8 @@ def test_a_model_given_by_its_sizes_is_estimated(tmp_path):
     """GPT-NeoX configs name no hub id, only sizes: the estimate is built from them (Pythia-6.9B's shapes)."""
     from vramlens.estimate import estimate as run
     from vramlens.formats import parse_document
-    from vramlens.resolve import Settings, resolve
+    from vramlens.resolve import resolve
+    from vramlens.settings import Settings
 
     text = ('{"num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 2048,\n'
             ' "max_position_embeddings": 2048, "no_weight_tying": true, "norm": "layernorm",\n'

@@ -7,24 +7,24 @@ from pathlib import Path
 
 import pytest
 
-from vramlens.analysis import AnalysisSettings, analyze
+from shared_data import CORPUS, need
+from vramlens.analysis import Settings, analyze
 from vramlens.estimate import components as C
 from vramlens.estimate import estimate
 from vramlens.knowledge import frameworks, gpus, models, optimizers
 from vramlens.resolved import ResolvedPlan
 
-CORPUS = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus" / "lightning"
-LLAMA2_QLORA = CORPUS / "litgpt__finetune__llama-2-7b__qlora.yaml"
+LLAMA2_QLORA = CORPUS / "lightning" / "litgpt__finetune__llama-2-7b__qlora.yaml"
 
 
 def analysis(text: str, path: Path, **settings):
-    result = analyze(text, path, AnalysisSettings(gpu="A10G", **settings))
+    result = analyze(text, path, Settings(gpu="A10G", **settings))
     assert result.estimate is not None, result.error
     return result
 
 
 def test_litgpt_qlora_keeps_4bit_inputs_with_the_bitsandbytes_it_supports():
-    text = LLAMA2_QLORA.read_text()
+    text = need(LLAMA2_QLORA).read_text()
     old = analysis(text, LLAMA2_QLORA)
     new = analysis(text, LLAMA2_QLORA, framework_versions={"bitsandbytes": "0.45.0"})
     rp_old, rp_new = old.resolution.resolved, new.resolution.resolved
@@ -41,7 +41,7 @@ def test_litgpt_qlora_keeps_4bit_inputs_with_the_bitsandbytes_it_supports():
 
 
 def test_litgpt_quantizes_the_lm_head_and_dequantizes_it_at_the_peak():
-    rp = analysis(LLAMA2_QLORA.read_text(), LLAMA2_QLORA).resolution.resolved
+    rp = analysis(need(LLAMA2_QLORA).read_text(), LLAMA2_QLORA).resolution.resolved
     assert rp.framework == "litgpt" and rp.quant_lm_head and rp.quant_bits == 4
     # Fabric hands the chunked logits back in fp32: they and their log-softmax are held, 8 bytes per logit;
     # attention runs causal without a mask
@@ -60,7 +60,7 @@ def test_litgpt_quantizes_the_lm_head_and_dequantizes_it_at_the_peak():
 
 @pytest.mark.parametrize("model", ["google/gemma-2b", "meta-llama/Llama-3.2-1B"])
 def test_litgpt_keeps_a_separate_lm_head_for_tied_checkpoints(model):
-    text = LLAMA2_QLORA.read_text().replace("checkpoints/meta-llama/Llama-2-7b-hf", f"checkpoints/{model}")
+    text = need(LLAMA2_QLORA).read_text().replace("checkpoints/meta-llama/Llama-2-7b-hf", f"checkpoints/{model}")
     text = text.replace("quantize: bnb.nf4", "")
     result = analysis(text, LLAMA2_QLORA.with_name("lora.yaml"))
     catalog = models.lookup_model(model)

@@ -4,11 +4,9 @@ from pathlib import Path
 
 import pytest
 
-CORPUS = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus"
+from shared_data import CORPUS, need
 
 
 @pytest.fixture
 def corpus() -> Path:
-    if not CORPUS.is_dir():
-        pytest.skip("shared corpus not available")
-    return CORPUS
+    return need(CORPUS)

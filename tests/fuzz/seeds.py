@@ -14,7 +14,7 @@ from pathlib import Path
 from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO / ".." / "shared"
+from shared_data import SHARED  # noqa: E402
 SEED_DIRS = (SHARED / "corpus", REPO / "examples", REPO / "tests" / "fixtures")
 SUFFIXES = {".yaml", ".yml", ".json", ".py", ".sh", ".md"}
 MAX_SEED_CHARS = 60_000

@@ -11,14 +11,14 @@ import pytest
 
 from fuzzing import hang_guard
 
-from vramlens.analysis import AnalysisSettings, analyze
+from vramlens.analysis import Settings, analyze
 
 BASE = "model_name_or_path: meta-llama/Meta-Llama-3-8B\nbf16: true\n"
 
 
 def run(text: str, ws: Path, name: str = "train.yaml"):
     with hang_guard(name):
-        analysis = analyze(text, str(ws / name), AnalysisSettings(gpu="A100-80GB", workspace=ws))
+        analysis = analyze(text, str(ws / name), Settings(gpu="A100-80GB", workspace=ws))
         for finding in analysis.findings:
             for fix in finding.fixes:                      # each fix re-estimates; the "make it fit" search too
                 assert fix.title

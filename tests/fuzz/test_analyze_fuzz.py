@@ -12,12 +12,12 @@ from bounds import Doc, spans
 from fuzzing import count, fuzz_settings, hang_guard
 from seeds import documents
 
-from vramlens.analysis import AnalysisSettings, analyze
+from vramlens.analysis import Settings, analyze
 from vramlens.formats import parse_document
 from vramlens.formats.render import apply_edits
 
 settings_strategy = st.builds(
-    AnalysisSettings,
+    Settings,
     gpu=st.sampled_from([None, None, "A100-40GB", "8xH100", "T4", "RTX 4090", "MI300X", "no-such-gpu", ""]),
     gpu_count=st.sampled_from([None, 1, 8, 65536]),
     headroom=st.sampled_from([0.0, 0.1, 0.5, 0.9]),
@@ -53,10 +53,10 @@ def check(text: str, path: str, analysis) -> None:
 
 @fuzz_settings(3500)
 @given(doc=documents(max_mutations=3), settings=settings_strategy)
-def test_analyze_mutated_configs(workspace: Path, doc, settings: AnalysisSettings):
+def test_analyze_mutated_configs(workspace: Path, doc, settings: Settings):
     name, text = doc
     path = str(workspace / name)
-    settings.workspace = workspace
+    settings = settings.model_copy(update={"workspace": workspace})      # Settings are immutable
     with hang_guard(name):
         analysis = analyze(text, path, settings)
         check(text, path, analysis)

@@ -25,7 +25,9 @@ async def bare_client(lsp_client: LanguageClient):
 @pytest_lsp.fixture(config=SERVER, params=CLIENTS, scope="module")
 async def shared_session(lsp_client: LanguageClient, request: pytest.FixtureRequest):
     """One server per client profile for a whole test module (documents are closed after each test)."""
-    lsp_client.editor = await start(lsp_client, request.param)      # type: ignore[attr-defined]
+    # a trusted workspace, as the VS Code extension says for one (and the README's Neovim setup)
+    lsp_client.editor = await start(lsp_client, request.param,       # type: ignore[attr-defined]
+                                    initialization_options={"trusted": True})
     yield
     await lsp_client.shutdown_session()
 

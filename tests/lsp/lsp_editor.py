@@ -14,7 +14,7 @@ from pytest_lsp.client import make_test_lsp_client
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
-CORPUS = REPO / ".." / "shared" / "corpus"
+from shared_data import CORPUS  # noqa: E402  (../shared beside the repository; absent in a plain clone)
 FIXTURES = REPO / "tests" / "fixtures"
 TIMEOUT_S = 20.0
 GIB_TOLERANCE = 0.051

@@ -15,7 +15,8 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 def _documents() -> list[Path]:
     """Every example, two configs of each corpus family, every Python/shell/Markdown fixture."""
     files = sorted(p for p in EXAMPLES.iterdir() if p.is_file())
-    for family in sorted(p for p in CORPUS.iterdir() if p.is_dir()):
+    families = CORPUS.iterdir() if CORPUS.is_dir() else ()      # a plain clone has no ../shared
+    for family in sorted(p for p in families if p.is_dir()):
         files += sorted(p for p in family.iterdir() if p.suffix in (".yaml", ".yml", ".json"))[:2]
     if FIXTURES.is_dir():
         files += sorted(p for p in FIXTURES.rglob("*") if p.suffix in (".py", ".sh", ".md"))

@@ -354,3 +354,21 @@ async def test_unsaved_buffers_are_analysed_by_language(editor: Editor):
         types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
     est = await editor.estimate(uri)
     assert est["gpu"]["name"] == "T4" and est["peak"]["device_gib"] > 1
+
+
+HOSTILE_VALUE = "x` ![tracker](https://example.invalid/t.png) [click](https://example.invalid/) <img src=y> `"
+
+
+@pytest.mark.parametrize("key", ["attn_implementation", "optim", "model_name_or_path"])
+async def test_config_values_in_a_hover_stay_text(editor: Editor, key: str):
+    """A backtick in a value must not end the hover's code span: no image, link or HTML from the config
+    renders (checked with a CommonMark renderer), and the value is still shown."""
+    markdown_it = pytest.importorskip("markdown_it", reason="markdown-it-py (a dev dependency) renders the hover")
+    text = re.sub(rf"^{key}: .*$", f'{key}: "{HOSTILE_VALUE}"', OOM_EXAMPLE.read_text(), flags=re.M)
+    uri = editor.open(EXAMPLES / f"hostile-hover-{key}.yaml", text)
+    await editor.diagnostics(uri)
+    hover = await editor.hover(uri, *_pos(editor.position_of(uri, f"{key}:", 1)))
+    assert hover is not None
+    html = markdown_it.MarkdownIt("commonmark").render(hover.contents.value)
+    assert "<img" not in html and "<a " not in html, hover.contents.value
+    assert "tracker" in html

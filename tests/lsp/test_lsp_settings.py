@@ -2,6 +2,7 @@
 workspace/didChangeConfiguration (push), initializationOptions and project files."""
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,18 @@ from pytest_lsp import LanguageClient
 
 OOM_EXAMPLE = EXAMPLES / "llama3-8b-full-adamw-a100-40gb.yaml"
 BOTH = pytest.mark.parametrize("profile", ["visual-studio-code", "neovim"])
+
+
+async def push_settings(editor, uri: str, section: dict) -> dict:
+    """Push the `vramlens` section (workspace/didChangeConfiguration) and wait for the document's next estimate."""
+    client = editor.client
+    count = len(client.estimates)
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"vramlens": section}))
+
+    def republished():
+        new = [e for e in client.estimates[count:] if e["uri"] == uri]
+        return new[-1] if new else None
+    return await editor._until(republished, f"estimate after pushing {section}")
 
 
 
@@ -31,14 +44,7 @@ async def test_settings_push_changes_the_gpu(bare_client: LanguageClient, tmp_pa
     uri = editor.open(OOM_EXAMPLE)
     first = await editor.estimate(uri)
     assert first["gpu"]["name"] == "A100-40GB"         # the document's own directive
-    count = len(bare_client.estimates)
-    bare_client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"vramlens": {"gpu": "A100-80GB"}}))
-
-    def republished():
-        new = [e for e in bare_client.estimates[count:] if e["uri"] == uri]
-        return new[-1] if new else None
-    est = await editor._until(republished, "estimate after the settings push")
+    est = await push_settings(editor, uri, {"gpu": "A100-80GB"})
     assert est["gpu"]["name"] == "A100-80GB"
 
 
@@ -127,3 +133,72 @@ async def test_untrusted_workspace_never_runs_traces(bare_client: LanguageClient
         with pytest.raises(Exception, match="trusted"):
             await bare_client.workspace_execute_command_async(types.ExecuteCommandParams(
                 command=command, arguments=[uri]))
+
+
+# Everything but a JSON `true` leaves the workspace untrusted: no option at all, the strings "false"/"true",
+# 0 and 1, null, and spellings nested where only a top-level or `vramlens`-section `true` counts.
+NOT_TRUSTED = {"missing": None, "empty": {}, "false": {"trusted": False}, "string false": {"trusted": "false"},
+               "string true": {"trusted": "true"}, "zero": {"trusted": 0}, "one": {"trusted": 1},
+               "null": {"trusted": None}, "nested false": {"vramlens": {"trusted": False}},
+               "nested string": {"vramlens": {"trusted": "true"}}, "in settings": {"settings": {"trusted": 1}}}
+
+
+@pytest.mark.parametrize("options", list(NOT_TRUSTED.values()), ids=list(NOT_TRUSTED))
+async def test_only_trusted_true_runs_traces_and_probes(bare_client: LanguageClient, tmp_path: Path, options):
+    (tmp_path / ".vramlens.toml").write_text("trusted = true\n")          # a repository cannot say it
+    bare_client.set_configuration({"trusted": True}, section="vramlens")   # nor its editor settings
+    editor = await start(bare_client, "visual-studio-code", tmp_path, initialization_options=options)
+    uri = editor.open(OOM_EXAMPLE)
+    await editor.diagnostics(uri)
+    for command in ("vramlens.runTrace", "vramlens.runProbe"):
+        with pytest.raises(Exception, match="only run in trusted workspaces"):
+            await bare_client.workspace_execute_command_async(types.ExecuteCommandParams(
+                command=command, arguments=[uri]))
+
+
+@pytest.mark.parametrize("options", [{"trusted": True}, {"vramlens": {"trusted": True, "gpu": "A10G"}}],
+                         ids=["top level", "in the section"])
+async def test_trusted_true_passes_the_trust_check(bare_client: LanguageClient, tmp_path: Path, options):
+    editor = await start(bare_client, "neovim", tmp_path, initialization_options=options)
+    uri = (tmp_path / "never-opened.yaml").as_uri()      # past the trust check, the command stops here: no torch
+    for command in ("vramlens.runTrace", "vramlens.runProbe"):
+        with pytest.raises(Exception) as refused:
+            await bare_client.workspace_execute_command_async(types.ExecuteCommandParams(
+                command=command, arguments=[uri]))
+        assert "trusted" not in str(refused.value)
+        assert "nothing to" in str(refused.value) or "not installed" in str(refused.value)
+    assert editor is not None
+
+
+@BOTH
+async def test_an_assumed_gpu_is_said_in_the_editor(bare_client: LanguageClient, tmp_path: Path, profile: str):
+    """No GPU named, none detected (no nvidia-smi here): the estimate says the GPU is assumed, the hover on the
+    model line says which and how to choose one; naming one in the settings takes it back."""
+    config = tmp_path / "train.yaml"
+    config.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: 2\nbf16: true\n")
+    editor = await start(bare_client, profile, tmp_path)
+    uri = editor.open(config)
+    sent = await editor.estimate(uri)
+    assert sent["gpu"]["name"] == "A100-80GB" and sent["gpu"]["assumed"] is True
+    hover = await editor.hover(uri, 0, 3)
+    text = hover.contents.value if hover is not None else ""
+    assert "A100-80GB is assumed" in text and "vramlens.gpu" in text and "# vramlens: gpu=" in text
+    named = await push_settings(editor, uri, {"gpu": "T4"})
+    assert named["gpu"]["name"] == "T4" and named["gpu"]["assumed"] is False
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="exact trace needs torch (vramlens[trace])")
+async def test_trace_python_setting_picks_the_interpreter_and_a_project_file_cannot(bare_client: LanguageClient,
+                                                                                  tmp_path: Path):
+    """`vramlens.trace.python` from the editor's settings runs the trace worker; the same key in a project file
+    (checked into a repository) does not choose an executable."""
+    config = tmp_path / "small.yaml"
+    config.write_text("model_name_or_path: gpt2\nper_device_train_batch_size: 1\nmax_seq_length: 128\n")
+    (tmp_path / ".vramlens.toml").write_text('[trace]\npython = "/from/the/repository/python"\n')
+    bare_client.set_configuration({"trace": {"python": "/from/the/user/settings/python"}}, section="vramlens")
+    editor = await start(bare_client, "visual-studio-code", tmp_path, initialization_options={"trusted": True})
+    uri = editor.open(config)
+    await editor.estimate(uri)
+    with pytest.raises(Exception, match="/from/the/user/settings/python"):
+        await bare_client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="vramlens.runTrace", arguments=[uri]))

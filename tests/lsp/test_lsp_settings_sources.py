@@ -3,26 +3,52 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vramlens.lsp.config import SettingsStore, UserSettings, parse_settings
+import pytest
+
+from vramlens.lsp.config import SettingsStore, client_trusts, read_client_settings
 from vramlens.lsp.gpu_detect import parse_nvidia_smi
+from vramlens.settings import DEFAULT_HEADROOM, Settings, merge
 from vramlens.workspace_config import find_workspace_config
 
 
 def test_settings_accept_every_client_shape():
-    flat = parse_settings({"gpu": "A100-40GB", "gpuCount": 2, "headroom": 0.2})
-    nested = parse_settings({"vramlens": {"gpu": "A100-40GB", "gpu_count": 2, "headroom": 0.2}})
-    wrapped = parse_settings({"settings": {"vramlens": {"gpu": "A100-40GB", "gpu-count": "2", "headroom": "0.2"}}})
-    assert flat == nested == wrapped
-    assert flat.gpu == "A100-40GB" and flat.gpu_count == 2 and flat.headroom == 0.2
+    flat = read_client_settings({"gpu": "A100-40GB", "gpuCount": 2, "headroom": 0.2})
+    nested = read_client_settings({"vramlens": {"gpu": "A100-40GB", "gpu_count": 2, "headroom": 0.2}})
+    wrapped = read_client_settings({"settings": {"vramlens": {"gpu": "A100-40GB", "gpu-count": "2",
+                                                              "headroom": "0.2"}}})
+    assert flat == nested == wrapped == {"gpu": "A100-40GB", "gpu_count": 2, "headroom": 0.2}
 
 
 def test_bad_values_are_reported_and_ignored():
     problems: list[str] = []
-    s = parse_settings({"gpu": 40, "gpuCount": "many", "headroom": 3, "severity": {"VL001": "loud", "vl004": "warn"}},
-                       problems)
-    assert s.gpu is None and s.gpu_count is None and s.headroom is None
+    s = merge([read_client_settings({"gpu": 40, "gpuCount": "many", "headroom": 3,
+                                     "severity": {"VL001": "loud", "vl004": "warn"}}, problems)])
+    assert s.gpu is None and s.gpu_count is None and s.headroom == DEFAULT_HEADROOM
     assert s.severity == {"VL004": "warning"}
     assert len(problems) == 4
+    assert any("`headroom` = 3" in p and "0 to 0.9" in p for p in problems)
+
+
+def test_one_alias_table_for_every_spelling():
+    """camelCase (editors), kebab and snake (TOML) name the same field; the severity words are one table."""
+    for key in ("frameworkVersions", "framework-versions", "framework_versions"):
+        assert merge([read_client_settings({key: {"trl": "1.7"}})]).framework_versions == {"trl": "1.7"}
+    levels = merge([read_client_settings({"severity": {"vl001": "info", "VL002": "warn", "VL003": "ignore",
+                                                       "VL004": "disabled"}})]).severity
+    assert levels == {"VL001": "information", "VL002": "warning", "VL003": "off", "VL004": "off"}
+    assert Settings().headroom == DEFAULT_HEADROOM == 0.10
+
+
+@pytest.mark.parametrize("options", [None, {}, {"trusted": False}, {"trusted": "true"}, {"trusted": "false"},
+                                     {"trusted": 1}, {"trusted": 0}, {"trusted": None}, {"trusted": [True]},
+                                     {"vramlens": {"trusted": "yes"}}, {"settings": {"trusted": 1}}])
+def test_only_a_json_true_trusts(options):
+    assert client_trusts(options) is False
+
+
+def test_trusted_true_trusts_at_the_top_or_in_the_section():
+    assert client_trusts({"trusted": True})
+    assert client_trusts({"vramlens": {"trusted": True}})
 
 
 def test_project_file_wins_over_editor_and_nearest_file_wins(tmp_path: Path):
@@ -31,7 +57,7 @@ def test_project_file_wins_over_editor_and_nearest_file_wins(tmp_path: Path):
     team.mkdir()
     (team / ".vramlens.toml").write_text('gpu-count = 4\n')
     doc = team / "cfg.yaml"
-    store = SettingsStore(editor=UserSettings(gpu="H100-SXM", gpu_count=1, headroom=0.05))
+    store = SettingsStore(editor={"gpu": "H100-SXM", "gpu_count": 1, "headroom": 0.05})
     near = store.for_document(doc, tmp_path)
     assert near.values.gpu == "H100-SXM" and near.values.gpu_count == 4 and near.values.headroom == 0.05
     assert near.project_file == team / ".vramlens.toml"
@@ -48,9 +74,17 @@ def test_search_stops_at_the_workspace_root(tmp_path: Path):
     assert find_workspace_config(ws / "sub" / "cfg.yaml", None).values["gpu"] == "A10G"
 
 
-def test_broken_project_file_is_skipped(tmp_path: Path):
+def test_broken_project_file_is_reported_and_adds_no_settings(tmp_path: Path):
     (tmp_path / ".vramlens.toml").write_text('gpu = "A10G\n')
-    assert find_workspace_config(tmp_path / "cfg.yaml", tmp_path) is None
+    project = find_workspace_config(tmp_path / "cfg.yaml", tmp_path)
+    assert project.values == {} and "not valid TOML" in project.problems[0]
+    assert SettingsStore().for_document(tmp_path / "cfg.yaml", tmp_path).values.gpu is None
+
+
+def test_a_project_file_cannot_grant_trust(tmp_path: Path):
+    (tmp_path / ".vramlens.toml").write_text('trusted = true\n')
+    project = find_workspace_config(tmp_path / "cfg.yaml", tmp_path)
+    assert "trusted" not in project.values and project.unknown == ("trusted",)
 
 
 def test_nvidia_smi_output_is_read_to_a_catalog_gpu():
@@ -60,3 +94,11 @@ def test_nvidia_smi_output_is_read_to_a_catalog_gpu():
     unknown = parse_nvidia_smi("NVIDIA Futurecard 9000, 24576 MiB\n")
     assert unknown is not None and "24" in unknown.name
     assert parse_nvidia_smi("") is None
+
+
+def test_trace_python_setting_nested_and_dotted():
+    assert read_client_settings({"vramlens": {"trace": {"python": "/envs/train/bin/python", "server": "off"}}}) == \
+        {"trace_python": "/envs/train/bin/python"}
+    assert read_client_settings({"trace.python": "/envs/a/bin/python"}) == {"trace_python": "/envs/a/bin/python"}
+    problems: list[str] = []
+    assert read_client_settings({"trace": {"python": 3}}, problems) == {} and problems

@@ -132,6 +132,19 @@ async def test_cache_file_others_can_write_is_not_used(tmp_path: Path):
     assert compiled > 500
 
 
+async def test_cache_as_a_git_checkout_leaves_it_is_not_used(tmp_path: Path):
+    """0644 files in a 0755 folder, owned by this user: what cloning a repository that ships a cache gives."""
+    await Session(tmp_path).run()
+    [path] = _cache_files(tmp_path)
+    path.chmod(0o644)
+    path.parent.chmod(0o755)
+    _, compiled = await Session(tmp_path).run()
+    assert compiled > 500
+    path.chmod(0o600)
+    _, compiled = await Session(tmp_path).run()          # a 0600 file is still refused in a 0755 folder
+    assert compiled > 500
+
+
 async def test_cache_folder_that_cannot_be_written(tmp_path: Path):
     (tmp_path / "vramlens").write_text("a file where the cache folder would go\n")
     _, compiled = await Session(tmp_path).run()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vramlens.analysis import Analysis, AnalysisSettings, analyze
+from vramlens.analysis import Analysis, Settings, analyze
 
 
 class Analyser:
@@ -18,7 +18,7 @@ class Analyser:
         text = textwrap.dedent(text).lstrip("\n")
         path.write_text(text, encoding="utf-8")
         settings.setdefault("workspace", self.tmp_path)
-        return analyze(text, str(path), AnalysisSettings(**settings))
+        return analyze(text, str(path), Settings(**settings))
 
 
     # helpers the tests use through the fixture (test modules do not import each other)

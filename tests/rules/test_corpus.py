@@ -3,13 +3,12 @@ finding, related location and fix edit lies inside the document it is reported o
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import pytest
 
-from vramlens.analysis import AnalysisSettings, analyze
+from shared_data import CORPUS, need
+from vramlens.analysis import Settings, analyze
 
-CORPUS = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus"
 FILES = sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.suffix in (".yaml", ".yml", ".json", ".md", ".sh",
                                                                                ".py"))
 
@@ -28,6 +27,7 @@ def _inside(span, lines: list[str]) -> bool:
 
 
 def test_the_corpus_is_there():
+    need(CORPUS)
     assert len(FILES) > 100, CORPUS
 
 
@@ -36,7 +36,7 @@ def test_analysis_of_corpus_file(path, caplog):
     text = path.read_text(encoding="utf-8", errors="replace")
     lines = text.splitlines()
     with caplog.at_level(logging.ERROR, logger="vramlens"):
-        a = analyze(text, str(path), AnalysisSettings(workspace=CORPUS.parent, gpu="A100-40GB"))
+        a = analyze(text, str(path), Settings(workspace=CORPUS.parent, gpu="A100-40GB"))
         fixes = [fix for f in a.findings for fix in f.fixes]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
     for f in a.findings:

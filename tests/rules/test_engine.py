@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from pydantic import ValidationError
 
 from vramlens.fixes import FIX_IDS
 from vramlens.rules import all_rules, rule_by_id
@@ -67,9 +68,11 @@ def test_severity_overrides(run):
     assert "VL004" not in run.ids(a)
     info = run(base, gpu="A100-40GB", severity={"VL001": "info"})
     assert run.only(info, "VL001").severity == "information"
-    # unknown rules and words are ignored, not fatal
-    odd = run(base, gpu="A100-40GB", severity={"VL999": "off", "VL001": "loud"})
+    # unknown rules are ignored, not fatal; an unknown level is refused where the settings are read
+    odd = run(base, gpu="A100-40GB", severity={"VL999": "off"})
     assert run.only(odd, "VL001").severity == "error"
+    with pytest.raises(ValidationError, match="'loud' is not one of"):
+        run(base, gpu="A100-40GB", severity={"VL001": "loud"})
 
 
 def test_a_rule_that_breaks_becomes_a_finding(run, monkeypatch, caplog):

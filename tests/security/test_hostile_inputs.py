@@ -14,7 +14,7 @@ import pytest
 import hostile
 from lsp_wire import Server
 
-from vramlens.analysis import AnalysisSettings, analyze
+from vramlens.analysis import Settings, analyze
 
 RSS_BOUND_MIB = 50
 
@@ -22,11 +22,11 @@ MEASURE = textwrap.dedent("""
     import json, resource, sys
     sys.path.insert(0, sys.argv[1])
     import hostile
-    from vramlens.analysis import AnalysisSettings, analyze
+    from vramlens.analysis import Settings, analyze
     text = getattr(hostile, sys.argv[2])()
-    analyze(hostile.HEADER, "warm.yaml", AnalysisSettings(gpu="A100-80GB"))
+    analyze(hostile.HEADER, "warm.yaml", Settings(gpu="A100-80GB"))
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    a = analyze(text, "hostile.yaml", AnalysisSettings(gpu="A100-80GB"))
+    a = analyze(text, "hostile.yaml", Settings(gpu="A100-80GB"))
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"growth_mib": (after - before) / 1024, "error": a.error,
                       "findings": [[f.rule_id, f.message] for f in a.findings]}))
@@ -60,7 +60,7 @@ def test_hostile_yaml_is_a_readable_vl016_in_bounded_memory(name, words):
 def test_tags_that_construct_python_objects_are_refused_and_never_run(tmp_path, template):
     marker = tmp_path / "ran"
     text = hostile.HEADER + template.format(marker=marker)
-    analysis = analyze(text, str(tmp_path / "cfg.yaml"), AnalysisSettings(gpu="A100-80GB"))
+    analysis = analyze(text, str(tmp_path / "cfg.yaml"), Settings(gpu="A100-80GB"))
     vl016 = [f.message for f in analysis.findings if f.rule_id == "VL016"]
     assert vl016 and "is not read" in vl016[0] and "!!python/" in vl016[0], vl016
     assert not marker.exists()

@@ -11,7 +11,7 @@ import pytest
 
 from lsp_wire import Server
 
-from vramlens.analysis import AnalysisSettings, analyze
+from vramlens.analysis import Settings, analyze
 
 
 def bait(marker: Path) -> dict[str, str]:
@@ -76,7 +76,7 @@ def workspace(tmp_path: Path) -> tuple[Path, Path]:
 def test_the_analysis_only_reads_bait(workspace):
     ws, marker = workspace
     for name in ("train.py", "run.sh", "README.md", "cfg.yaml", "cfg2.yaml", "evil.sh", "evil_helpers.py"):
-        analyze((ws / name).read_text(), str(ws / name), AnalysisSettings(gpu="A100-80GB", workspace=ws))
+        analyze((ws / name).read_text(), str(ws / name), Settings(gpu="A100-80GB", workspace=ws))
     assert not marker.exists(), marker.read_text()
 
 

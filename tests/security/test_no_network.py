@@ -15,7 +15,7 @@ from lsp_wire import SERVE, Server
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
-CORPUS = REPO / ".." / "shared" / "corpus"
+from shared_data import CORPUS  # noqa: E402
 
 SITECUSTOMIZE = textwrap.dedent("""
     import os, socket, sys

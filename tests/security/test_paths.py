@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from vramlens.analysis import AnalysisSettings, analyze
+from vramlens.analysis import Settings, analyze
 from vramlens.formats import parse_document
 
 DS3 = json.dumps({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})
@@ -83,7 +83,7 @@ def test_local_model_folders_outside_the_workspace_are_not_read(tree, name):
     ws = tree["ws"]
     name = name.format(outside=tree["outside"])
     text = f"model_name_or_path: {name}\nper_device_train_batch_size: 2\n"
-    analysis = analyze(text, str(ws / "train.yaml"), AnalysisSettings(gpu="A100-80GB", workspace=ws))
+    analysis = analyze(text, str(ws / "train.yaml"), Settings(gpu="A100-80GB", workspace=ws))
     assert analysis.estimate is None
     vl017 = [f.message for f in analysis.findings if f.rule_id == "VL017"]
     assert vl017 and ("outside the workspace" in vl017[0] or "unknown model" in vl017[0]), vl017
@@ -94,7 +94,7 @@ def test_local_model_folders_outside_the_workspace_are_not_read(tree, name):
 def test_a_local_model_folder_inside_the_workspace_is_read(tree):
     ws = tree["ws"]
     analysis = analyze("model_name_or_path: local_model\nper_device_train_batch_size: 2\n", str(ws / "train.yaml"),
-                       AnalysisSettings(gpu="A100-80GB", workspace=ws))
+                       Settings(gpu="A100-80GB", workspace=ws))
     assert analysis.estimate is not None and analysis.resolution.resolved.arch.hidden == 512
 
 
@@ -108,7 +108,7 @@ def test_the_hugging_face_cache_is_readable(tree, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     ws = tree["ws"]
     analysis = analyze("model_name_or_path: acme/tiny\nper_device_train_batch_size: 2\n", str(ws / "train.yaml"),
-                       AnalysisSettings(gpu="A100-80GB", workspace=ws))
+                       Settings(gpu="A100-80GB", workspace=ws))
     assert analysis.estimate is not None and analysis.resolution.resolved.arch.hidden == 512
 
 
@@ -123,11 +123,11 @@ AUDIT = textwrap.dedent("""
             if os.path.realpath(path).startswith(outside):
                 opened.append((event, path))
 
-    from vramlens.analysis import AnalysisSettings, analyze
+    from vramlens.analysis import Settings, analyze
     sys.addaudithook(hook)
     ws = sys.argv[2]
     for name, text in json.loads(sys.argv[3]):
-        analyze(text, os.path.join(ws, name), AnalysisSettings(gpu="A100-80GB", workspace=__import__("pathlib").Path(ws)))
+        analyze(text, os.path.join(ws, name), Settings(gpu="A100-80GB", workspace=__import__("pathlib").Path(ws)))
     print(json.dumps(opened))
 """)
 

@@ -40,3 +40,43 @@ def test_untrusted_workspaces_refuse_traces_and_probes(tmp_path, command):
         assert not [c for c in _children(s.proc.pid) if "vramlens.trace" in c or "vramlens.probe" in c]
         assert s.request("workspace/executeCommand", {"command": "vramlens.listGpus", "arguments": []})   # still serves
         assert s.alive
+
+
+def _fake_nvidia_smi(folder: Path, marker: Path, name: str) -> None:
+    """An `nvidia-smi` that records it ran and reports an H100."""
+    folder.mkdir(parents=True, exist_ok=True)
+    exe = folder / "nvidia-smi"
+    exe.write_text(f"#!/bin/sh\necho {name} >> '{marker}'\necho 'NVIDIA H100 80GB HBM3, 81559 MiB'\n")
+    exe.chmod(0o755)
+
+
+def _ran_after_start(workspace: Path, marker: Path, trusted: bool, path: str) -> list[str]:
+    import os
+    import time
+
+    with Server(workspace=workspace, initialization_options={"trusted": trusted},
+                env={**os.environ, "PATH": path}) as s:
+        s.initialize()
+        uri = (workspace / "train.yaml").as_uri()
+        s.open(uri, CONFIG)
+        s.diagnostics(uri, 1)
+        deadline = time.monotonic() + 5                       # detection runs in a thread after `initialized`
+        while time.monotonic() < deadline and not marker.exists():
+            time.sleep(0.1)
+        time.sleep(0.5)
+        assert s.alive
+    return marker.read_text().split() if marker.exists() else []
+
+
+def test_a_repositorys_own_nvidia_smi_never_runs(tmp_path):
+    """An empty PATH entry is the current directory, where an editor starts the server: the workspace."""
+    import os
+
+    workspace, outside, marker = tmp_path / "repo", tmp_path / "driver" / "bin", tmp_path / "ran.txt"
+    _fake_nvidia_smi(workspace, marker, "workspace")
+    _fake_nvidia_smi(workspace / "bin", marker, "workspace-bin")
+    _fake_nvidia_smi(outside, marker, "driver")
+    path = os.pathsep.join(["", ".", "bin", str(workspace / "bin"), str(outside), os.environ.get("PATH", "")])
+    assert _ran_after_start(workspace, marker, trusted=True, path=path) == ["driver"]
+    marker.unlink()
+    assert _ran_after_start(workspace, marker, trusted=False, path=path) == []   # untrusted: no detection at all

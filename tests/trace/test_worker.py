@@ -96,7 +96,9 @@ async def test_language_server_entry_point_reports_percentages_and_a_summary(cli
     seen = []
     out = await client.run(plan(), progress=lambda m, p: seen.append(p))
     assert out["exact_gib"] == out["peak"]["device_gib"]
-    assert out["message"].startswith("exact trace:")
+    assert out["message"].startswith("exact trace (")
+    on = "transformers " if out["trace"]["backend"] == "transformers" else "the synthetic model"
+    assert on in out["message"]
     assert 100 in seen
 
 

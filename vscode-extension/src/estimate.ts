@@ -6,12 +6,15 @@ export const ESTIMATE_NOTIFICATION = 'vramlens/estimate';
 export interface Estimate {
   uri: string;
   version: number | null;
-  gpu: { name: string; count: number; usable_gib: number };
+  /** `assumed`: no GPU was named (nor detected), so the server judged against its default GPU. */
+  gpu: { name: string; count: number; usable_gib: number; assumed?: boolean };
   peak: { allocated_gib: number; reserved_gib: number; device_gib: number };
   /** GiB per component (weights, gradients, optimizer, activations, logits, temporaries, overhead, ...). */
   components_gib: Record<string, number>;
-  /** Phase that sets the peak, e.g. "backward" or "optimizer_step". */
+  /** Phase that sets the peak, e.g. "forward-backward", "optimizer-step", "reference-forward", "generation". */
   phase: string;
+  /** What the step optimises: "sft", "dpo", "grpo", "kd", ... (absent from servers that predate it). */
+  objective?: string;
   fits: boolean;
   headroom_gib: number;
   /** Allocator-level peak from an exact trace, null unless one was run. */
@@ -33,7 +36,8 @@ export function gpuLabel(e: Estimate): string {
 
 /** Language status text, e.g. "A100-40GB · 71.3/40 GiB" (peak on the device / usable per GPU). */
 export function statusText(e: Estimate): string {
-  return `${gpuLabel(e)} · ${gib(e.peak.device_gib)}/${gib(e.gpu.usable_gib)} GiB`;
+  const assumed = e.gpu.assumed ? ' (assumed)' : '';
+  return `${gpuLabel(e)}${assumed} · ${gib(e.peak.device_gib)}/${gib(e.gpu.usable_gib)} GiB`;
 }
 
 export function statusDetail(e: Estimate): string {
@@ -41,7 +45,11 @@ export function statusDetail(e: Estimate): string {
     ? `fits with ${gib(e.headroom_gib)} GiB to spare`
     : `does not fit: ${gib(-e.headroom_gib)} GiB over`;
   const exact = e.exact_gib !== null && e.exact_gib !== undefined ? `, exact trace ${gib(e.exact_gib)} GiB` : '';
-  return `Peak per GPU in ${e.phase.replace(/_/g, ' ')}: ${verdict}${exact}`;
+  const objective = e.objective && e.objective !== 'sft' ? ` (${e.objective.toUpperCase()})` : '';
+  const assumed = e.gpu.assumed
+    ? ` — ${e.gpu.name} assumed: no GPU named; choose one with "vramlens: Pick GPU", a .vramlens.toml or a # vramlens: gpu=… comment`
+    : '';
+  return `Peak per GPU in ${e.phase.replace(/_/g, ' ')}${objective}: ${verdict}${exact}${assumed}`;
 }
 
 /** The same notification when the document's latest version has no estimate (it does not parse, it is

@@ -4,8 +4,8 @@ Folders are walked for candidate files (.yaml .yml .json .py .sh .md); files tha
 are skipped (listed with -v). Project settings (`.vramlens.toml` or `[tool.vramlens]` in pyproject.toml)
 apply; command-line flags win over them.
 
-Exit codes: 0 no finding at error level, 1 findings at error level, 2 usage error or a named file that
-cannot be read. JSON and SARIF positions are 1-based lines and columns (SARIF endColumn is exclusive).
+Exit codes: 0 no finding at error level, 1 findings at error level, 2 usage error, a refused setting (flag or
+project file) or a named file that cannot be read. JSON and SARIF positions are 1-based lines and columns (SARIF endColumn is exclusive).
 """
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ MAX_FIX_ROUNDS = 8
 
 
 def add_arguments(p):
+    from vramlens.cli.project import add_settings_flags
+
     p.add_argument("paths", nargs="+", help="config files or folders")
-    p.add_argument("--gpu", help='GPU, e.g. "A100-40GB", "H100", "8xH100" (overrides the config)')
-    p.add_argument("--num-gpus", type=int, help="number of GPUs (overrides the config)")
-    p.add_argument("--headroom", type=float, help="fraction of GPU memory to keep free (default 0.10)")
+    add_settings_flags(p)
     p.add_argument("--format", choices=["text", "json", "sarif"], default="text")
     p.add_argument("--fix", action="store_true",
                    help='apply "make it fit" to predicted OOMs and every safe quick fix, write the files, re-check')
@@ -78,16 +78,17 @@ def _files(paths: list[str]) -> list[tuple[Path, bool]]:
 
 def _check_file(path: Path, explicit: bool, args, cli_severity: dict[str, str]) -> FileResult:
     from vramlens.analysis import analyze
-    from vramlens.cli.project import analysis_settings
+    from vramlens.cli.paths import read_config_text
+    from vramlens.cli.project import settings_for
 
     result = FileResult(path, explicit)
     try:
-        result.text = path.read_text(encoding="utf-8")
+        result.text = read_config_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         result.unreadable = f"cannot read: {exc}"
         result.skipped = result.unreadable
         return result
-    settings = analysis_settings(path, args, cli_severity)
+    settings = settings_for(path, args, cli_severity)
     analysis = analyze(result.text, str(path), settings)
     result.analysis = analysis
     if analysis.plan is None:
@@ -166,9 +167,11 @@ def _estimate_line(analysis) -> str | None:
     if est is None:
         return None
     rp = analysis.resolution.resolved
+    from vramlens.report import assumed_gpu_note
+
     verdict = "fits" if est.fits else "does NOT fit"
     return (f"peak {est.device_bytes / 2**30:.1f} GiB of {est.usable_bytes / 2**30:.1f} GiB usable on "
-            f"{rp.gpu.name} — {verdict}")
+            f"{rp.gpu.name} — {verdict}{assumed_gpu_note(analysis.resolution)}")
 
 
 def _print_text(results: list[FileResult], verbose: bool) -> None:
@@ -319,7 +322,13 @@ def run(args) -> int:
     if missing:
         print(f"vramlens check: no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 2
-    results = [_check_file(path, explicit, args, cli_severity) for path, explicit in _files(args.paths)]
+    from vramlens.cli.project import report
+    from vramlens.settings import SettingsError
+
+    try:
+        results = [_check_file(path, explicit, args, cli_severity) for path, explicit in _files(args.paths)]
+    except SettingsError as exc:       # a refused flag or project-file value: nothing is checked with it
+        return report(exc)
 
     if args.format == "json":
         json.dump(_json(results), sys.stdout, indent=2)

@@ -9,23 +9,25 @@ import json
 import sys
 from pathlib import Path
 
-from vramlens.cli.paths import iter_config_files
+from vramlens.cli.paths import iter_config_files, read_config_text
 
 
 def add_arguments(p):
+    from vramlens.cli.project import add_settings_flags
+
     p.add_argument("paths", nargs="+", help="config files or folders")
-    p.add_argument("--gpu", help='GPU, e.g. "A100-40GB", "H100", "8xH100" (overrides the config)')
-    p.add_argument("--num-gpus", type=int, help="number of GPUs (overrides the config)")
-    p.add_argument("--headroom", type=float, help="fraction of GPU memory to keep free (default 0.10)")
+    add_settings_flags(p)
     p.add_argument("--format", choices=["text", "json"], default="text")
 
 
 def run(args) -> int:
-    from vramlens.cli.project import analysis_settings
+    from vramlens.cli.project import report, settings_for
+    from vramlens.calibration import calibrate
     from vramlens.estimate import estimate
-    from vramlens.formats import parse_file
+    from vramlens.formats import parse_document
     from vramlens.report import estimate_json, render_text
     from vramlens.resolve import ResolveError, resolve
+    from vramlens.settings import SettingsError
 
     results, errors = [], 0
     files = list(iter_config_files(args.paths))
@@ -35,7 +37,7 @@ def run(args) -> int:
     workspace = Path.cwd()
     for f in files:
         try:
-            parsed = parse_file(f, workspace=workspace)
+            parsed = parse_document(read_config_text(f, errors="replace"), str(f), workspace=workspace)
         except OSError as exc:
             print(f"{f}: cannot read: {exc}", file=sys.stderr)
             errors += 1
@@ -49,7 +51,11 @@ def run(args) -> int:
                 errors += 1
             continue
         try:
-            res = resolve(parsed.plan, analysis_settings(f, args).resolve_settings())
+            settings = settings_for(f, args)
+        except SettingsError as exc:
+            return report(exc)
+        try:
+            res = calibrate(resolve(parsed.plan, settings))
         except ResolveError as exc:
             if parsed.plan.model_id is None and len(files) > 1:
                 continue          # a partial config (DeepSpeed/accelerate) that another file references

@@ -97,15 +97,17 @@ def run(args) -> int:
     if not args.paths:
         print("vramlens plan: give a config file (or --write-schemas)", file=sys.stderr)
         return 2
+    from vramlens.cli.paths import read_config_text
     from vramlens.formats import parse_document
-    from vramlens.resolve import ResolveError, Settings, resolve
+    from vramlens.resolve import ResolveError, resolve
+    from vramlens.settings import Settings
 
     workspace = Path(args.workspace).resolve() if args.workspace else Path.cwd()
     outputs = []
     status = 0
     for path in args.paths:
         try:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
+            text = read_config_text(Path(path), errors="replace")
         except OSError as exc:
             print(f"{path}: {exc.strerror or exc}", file=sys.stderr)
             status = 1

@@ -42,7 +42,7 @@ def run(args) -> int:
             print(f"vramlens: unknown GPU `{args.as_gpu}`", file=sys.stderr)
             return EXIT_CONFIG
         cap = int(found[0].usable_gib * GIB)
-    loaded, error = load_plan(args.path, args.gpu or args.as_gpu, args.num_gpus)
+    loaded, error = load_plan(args.path, _with_gpu(args, args.gpu or args.as_gpu))
     if error:
         print(f"vramlens: {error}", file=sys.stderr)
         return EXIT_CONFIG
@@ -75,6 +75,13 @@ def run(args) -> int:
     else:
         print(render_text(out))
     return code
+
+
+def _with_gpu(args, gpu: str | None):
+    """The arguments with `gpu` as the GPU flag (the estimate is compared for the --as-gpu one by default)."""
+    import argparse
+
+    return argparse.Namespace(**{**vars(args), "gpu": gpu})
 
 
 def _g(n) -> float | None:

@@ -1,25 +1,41 @@
-"""The settings a command-line run uses for one file: its flags, then the project's `.vramlens.toml` /
-`pyproject.toml [tool.vramlens]` found above the file (as the editor reads them)."""
+"""The settings a command-line run uses for one file: the project's `.vramlens.toml` / `pyproject.toml
+[tool.vramlens]` found above the file (as the editor reads them), then the flags — one model
+(`vramlens.settings.Settings`) validates both, so the command line refuses what the server refuses."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+EXIT_SETTINGS = 2
 
-def analysis_settings(path: Path, args, severity: dict[str, str] | None = None):
-    """`AnalysisSettings` for `path` from `args.gpu`, `args.num_gpus`, `args.headroom` (None: not given) and the
-    project file; `severity` (rule → level from the command line) wins over the project's."""
-    from vramlens.analysis import AnalysisSettings
+
+def add_settings_flags(p, gpu_help: str = 'GPU, e.g. "A100-40GB", "H100", "8xH100" (overrides the config)') -> None:
+    """The flags that set `Settings` fields (validated with every other source in `settings_for`)."""
+    from vramlens.settings import DEFAULT_HEADROOM
+
+    p.add_argument("--gpu", help=gpu_help)
+    p.add_argument("--num-gpus", type=int, help="number of GPUs (overrides the config)")
+    p.add_argument("--headroom", type=float, help=f"fraction of GPU memory to keep free (default {DEFAULT_HEADROOM:g})")
+
+
+def settings_for(path: Path, args, severity: dict[str, str] | None = None):
+    """`Settings` for `path` from the project file and `args.gpu`, `args.num_gpus`, `args.headroom` (absent or
+    None: not given); `severity` (rule → level from the command line) wins over the project's.
+    Raises `SettingsError` naming the file (or flag), the key and what is allowed."""
+    from vramlens.settings import SettingsError, from_flags, merge
     from vramlens.workspace_config import find_workspace_config
 
     cwd = Path.cwd()
     project = find_workspace_config(path.resolve(), cwd)
-    values = project.values if project is not None else {}
-    headroom = args.headroom if args.headroom is not None else values.get("headroom", 0.10)
-    try:
-        count = args.num_gpus or (int(values["gpuCount"]) if values.get("gpuCount") else None)
-    except (TypeError, ValueError):
-        count = args.num_gpus
-    return AnalysisSettings(gpu=args.gpu or values.get("gpu"), gpu_count=count, headroom=float(headroom),
-                            severity={**(values.get("severity") or {}), **(severity or {})}, workspace=cwd,
-                            framework_versions={str(k): str(v)
-                                                for k, v in (values.get("frameworkVersions") or {}).items()})
+    if project is not None and project.problems:
+        raise SettingsError(str(project.path), list(project.problems))
+    flags = from_flags(gpu=getattr(args, "gpu", None), gpu_count=getattr(args, "num_gpus", None),
+                       headroom=getattr(args, "headroom", None), severity=severity or None)
+    return merge([project.values if project is not None else {}, flags], workspace=cwd)
+
+
+def report(exc) -> int:
+    """Print a refused setting the way every command does; the exit code for it."""
+    for problem in exc.problems:
+        print(f"vramlens: {exc.source}: {problem}", file=sys.stderr)
+    return EXIT_SETTINGS

@@ -1,4 +1,5 @@
-"""Exact peak of one training step: trace a synthetic model of the config's shapes under torch fake tensors.
+"""Exact peak of one training step: run the real transformers/peft/bitsandbytes/TRL code of the config under torch
+fake tensors (the synthetic model where the real code cannot run the step: the report says why).
 
 No GPU and no weights are needed; torch runs in a worker subprocess (install `vramlens[trace]`). The
 allocated level is traced; reserved and device levels come from the estimator's allocator model.
@@ -16,23 +17,34 @@ EXIT_CONFIG, EXIT_NO_TORCH, EXIT_FAILED = 2, 3, 4
 
 
 def add_arguments(p):
+    from vramlens.cli.project import add_settings_flags
+
     p.add_argument("path", help="a training config (YAML/JSON, Python, shell, Markdown)")
-    p.add_argument("--gpu", help='GPU, e.g. "A100-40GB", "8xH100" (overrides the config)')
-    p.add_argument("--num-gpus", type=int, help="number of GPUs (overrides the config)")
-    p.add_argument("--headroom", type=float, default=0.10, help="fraction of GPU memory to keep free (default 0.10)")
+    add_settings_flags(p)
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before the trace is stopped (default 300)")
     p.add_argument("--steps", type=int, choices=[1, 2], help="trace 1 step (+ optimizer state) or 2 full steps "
                                                             "(default: 1 unless gradients persist across steps)")
-    p.add_argument("--python", help="interpreter with torch to run the worker (default: this one)")
+    p.add_argument("--python", help="interpreter of the training environment to trace in (default: the project's "
+                                    "`trace.python` setting, else this one)")
+    p.add_argument("--backend", choices=["auto", "transformers", "synthetic"], default="auto",
+                   help="auto (default): the real transformers/peft/bitsandbytes/TRL code where it can run the "
+                        "step, else the synthetic model; transformers: fail instead of falling back")
     p.add_argument("--no-record", action="store_true", help="do not add the result to the calibration file")
 
 
-def load_plan(path: str, gpu: str | None, num_gpus: int | None, headroom: float = 0.10):
-    """Parse and resolve one config file; (plan, resolution) or an error message."""
+def load_plan(path: str, args):
+    """Parse and resolve one config file with the settings `estimate` and `check` use for it (project file,
+    framework versions, flags); (plan, resolution) or an error message."""
+    from vramlens.cli.project import settings_for
     from vramlens.formats import parse_file
-    from vramlens.resolve import ResolveError, Settings, resolve
+    from vramlens.resolve import ResolveError, resolve
+    from vramlens.settings import SettingsError
 
+    try:
+        settings = settings_for(Path(path), args)
+    except SettingsError as exc:
+        return None, "; ".join(f"{exc.source}: {p}" for p in exc.problems)
     try:
         parsed = parse_file(path, workspace=Path.cwd())
     except OSError as exc:
@@ -41,10 +53,23 @@ def load_plan(path: str, gpu: str | None, num_gpus: int | None, headroom: float 
         reason = parsed.issues[0].message if parsed.issues else "not a training config"
         return None, f"{path}: {reason}"
     try:
-        res = resolve(parsed.plan, Settings(gpu=gpu, gpu_count=num_gpus, headroom=headroom, workspace=Path.cwd()))
+        res = resolve(parsed.plan, settings)
     except ResolveError as exc:
         return None, f"{path}: {exc}"
     return (parsed.plan, res), None
+
+
+def trace_python(args) -> str | None:
+    """`--python`, else `trace.python` of the project's `.vramlens.toml` / `[tool.vramlens]`, else None."""
+    if args.python:
+        return args.python
+    from vramlens.workspace_config import find_workspace_config
+
+    project = find_workspace_config(Path(args.path).resolve(), Path.cwd())
+    python = project.values.get("trace_python") if project is not None else None
+    if python:
+        return str((project.path.parent / python.strip()).resolve()) if "/" in python else python.strip()
+    return None
 
 
 def run(args) -> int:
@@ -55,7 +80,7 @@ def run(args) -> int:
     from vramlens.trace.client import TraceClient, TraceError
     from vramlens.trace.report import estimate_from_result, trace_extras_from_result
 
-    loaded, error = load_plan(args.path, args.gpu, args.num_gpus, args.headroom)
+    loaded, error = load_plan(args.path, args)
     if error:
         print(f"vramlens: {error}", file=sys.stderr)
         return EXIT_CONFIG
@@ -69,7 +94,8 @@ def run(args) -> int:
             sys.stderr.flush()
 
     async def go() -> dict:
-        client = TraceClient(args.python, timeout=args.timeout, calibrate=not args.no_record)
+        client = TraceClient(trace_python(args), timeout=args.timeout, calibrate=not args.no_record,
+                             backend=args.backend)
         try:
             return await client.trace(rp, progress, steps=args.steps)
         finally:
@@ -101,6 +127,7 @@ def run(args) -> int:
 def render_text(out: dict, est) -> str:
     from vramlens.estimate.result import COMPONENT_LABELS, COMPONENTS, GIB
     from vramlens.report import bar
+    from vramlens.resolve import CHOOSE_GPU
 
     t = out["trace"]
     usable = est.usable_bytes
@@ -114,7 +141,8 @@ def render_text(out: dict, est) -> str:
         f"{out['file']}  ({out['format']}) — exact trace" + ("" if out["exact"] else " (partial: see 'not traced')"),
         f"  model   {out['model']['id']}  {est.params_total / 1e9:.2f} B params, "
         f"{est.params_trainable / 1e9:.3g} B trainable",
-        f"  GPU     {gpu_name}: {gpu['usable_gib']:.1f} GiB usable per GPU",
+        f"  GPU     {gpu_name}: {gpu['usable_gib']:.1f} GiB usable per GPU"
+        + (f"\n          (assumed: no GPU named — {CHOOSE_GPU})" if gpu.get("assumed") else ""),
         f"  peak    {g(est.device_bytes):.2f} GiB on the device → {verdict}, headroom {g(est.headroom_bytes):+.2f} GiB",
         f"          allocated {g(est.allocated_bytes):.2f} (traced) · reserved {g(est.reserved_bytes):.2f} · "
         f"peak in: {t['peak_at']}",
@@ -131,7 +159,12 @@ def render_text(out: dict, est) -> str:
     for row in out["timeline"]:
         micro = f".{row['micro']}" if row.get("micro", -1) >= 0 and row["phase"] in ("fwd", "loss", "bwd-loss", "bwd") else "  "
         lines.append(f"    step {row['step']}{micro}  {row['phase']:<9} {row['after_gib']:>9.2f} / {row['peak_gib']:.2f}")
-    lines.append(f"  traced {t['ops']:,} ops in {t['seconds']:.1f} s (torch {t['torch']}, {t['steps']} step(s))")
+    shown = (t.get("versions") or {}) if t.get("backend") == "transformers" else {"torch": t["torch"]}
+    versions = ", ".join(f"{k} {v}" for k, v in shown.items() if v)
+    lines.append(f"  traced {t['ops']:,} ops in {t['seconds']:.1f} s on the {t.get('backend', 'synthetic')} backend "
+                 f"({versions or 'torch ' + t['torch']}; {t['steps']} step(s))")
+    if t.get("fallback_reason"):
+        lines.append(f"  not on the real libraries: {t['fallback_reason']}")
     if out["assumptions"]:
         lines.append("  assumptions:")
         lines.extend(f"    - {a}" for a in out["assumptions"])

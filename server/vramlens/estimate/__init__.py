@@ -24,7 +24,10 @@ REVISION = 2
 def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]], C.Params, float]:
     """Allocated bytes of each candidate phase, with the breakdown of each."""
     p = C.params(rp)
-    tok = rp.micro_batch * (rp.seq_len // max(rp.context_parallel, 1))
+    cp = max(rp.context_parallel, 1)
+    seqs = rp.micro_batch * rp.sequences_per_example      # chosen + rejected: twice the sequences (issue 14)
+    tok = seqs * (rp.seq_len // cp)
+    logit_tok = seqs * ((rp.logits_tokens or rp.seq_len) // cp)
     W = C.weights(rp, p)
     G = C.gradients(rp, p)
     O = C.optimizer_state(rp, p)
@@ -41,10 +44,10 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         adapters = int(p.trainable_bytes * C.shard_factor(rp, "weights")) if not rp.offload_params else 0
         W -= adapters
     all_layers, one_layer = C.activations_per_token(rp)
-    logits = int(tok * C.logits_per_token(rp))
+    logits = 0 if rp.scalar_head else int(logit_tok * C.logits_per_token(rp))
     final = C.final_norm_per_token(rp) * tok
     amp_cache = C.autocast_weight_cache(rp, p)
-    mask, mask_per_layer = C.attention_mask_bytes(rp)
+    mask, mask_per_layer = C.attention_mask_bytes(rp.with_changes(micro_batch=seqs) if seqs != rp.micro_batch else rp)
     g_resident = G if (rp.grad_accum > 1 or not rp.set_to_none) else 0
 
     if rp.grad_checkpointing:
@@ -56,10 +59,38 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     layers_saved = 0 if rp.grad_checkpointing else rp.arch.layers
     acts_fb = saved + int(final) + amp_cache + mask + layers_saved * mask_per_layer
 
-    base = {"weights": W, "quant_constants": quant, "adapters": adapters, "buffers": B, "optimizer_paged": paged}
+    base = {"weights": W, "quant_constants": quant, "adapters": adapters, "buffers": B, "optimizer_paged": paged,
+            **_other_models(rp, p)}
+    teacher_logits = 0
+    if rp.teacher is not None:
+        # the teacher's logits for the batch, computed under no_grad before the student's loss and held through it
+        # (torchtune knowledge_distillation_single_device.py; TRL GKD): 16-bit logits, + their fp32 log-softmax
+        # inside an unchunked loss
+        teacher_logits = int(tok * rp.teacher.vocab * (2 + (0 if rp.loss_impl in ("chunked", "fused") else 4)))
     phases: dict[str, dict[str, int]] = {}
-    phases["forward-backward"] = {**base, "optimizer": O, "gradients": g_resident,
+    phases["forward-backward"] = {**base, "optimizer": O, "gradients": g_resident, "teacher_logits": teacher_logits,
                                   "activations": acts_fb, "logits": logits, "temporaries": C.dequantized_head(rp)}
+    if rp.reference != "none" and rp.generation == "none":
+        # trl 1.16.0 dpo_trainer.py `_compute_loss`: the reference runs under no_grad after the policy's forward,
+        # while the policy's saved activations and log-probs are held
+        phases["reference-forward"] = {**phases["forward-backward"],
+                                       "temporaries": C.no_grad_forward(rp, logit_tok)}
+    if rp.teacher is not None:
+        phases["teacher-forward"] = {**base, "optimizer": O, "gradients": g_resident,
+                                     "temporaries": C.no_grad_forward(rp, tok, rp.teacher), "activations": 0,
+                                     "logits": 0}
+    if rp.generation != "none":
+        # rollout: generate() with a KV cache (vLLM's share is resident in `base`), then reference/old-policy
+        # log-probs under no_grad, all before the policy's forward-backward
+        kv = C.kv_cache(rp) if rp.generation == "generate" else 0
+        if rp.generation == "generate" and C.shard_factor(rp, "weights") < 1.0:
+            # trl 1.16.0 grpo_config.py `ds3_gather_for_generation=True`: ZeRO-3 gathers the whole policy to generate
+            kv += int(p.total * C.DTYPE_BYTES[rp.weight_dtype] * (1.0 - C.shard_factor(rp, "weights")))
+        phases["generation"] = {**base, "optimizer": O, "gradients": g_resident, "temporaries": kv,
+                                "activations": 0, "logits": 0}
+        if rp.reference != "none" or rp.reward_model or rp.value_model:
+            phases["reference-forward"] = {**base, "optimizer": O, "gradients": g_resident, "activations": 0,
+                                           "logits": 0, "temporaries": C.no_grad_forward(rp, logit_tok)}
     if rp.grad_checkpointing:
         embed_grad = C.shapes(rp.arch).embed_params * p.trainable_dtype_bytes if rp.peft == "none" else 0
         recompute = int(1.35 * one_layer * tok)           # one block's activations + its backward temporaries
@@ -80,6 +111,24 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     totals = {name: sum(parts.values()) - paged for name, parts in phases.items()}   # allocated level
     per_sample = int((saved + final + logits + mask + layers_saved * mask_per_layer) / max(rp.micro_batch, 1))
     return totals, phases, p, per_sample
+
+
+def _other_models(rp: ResolvedPlan, p: C.Params) -> dict[str, int]:
+    """Resident models besides the policy: the reference copy, reward and value models, the teacher, vLLM's pool."""
+    out = {}
+    if rp.reference == "copy":
+        out["reference"] = C.model_weights(rp, rp.arch)
+    if rp.reward_model:
+        out["reward_model"] = C.model_weights(rp, rp.arch)
+    if rp.value_model:
+        out["value_model"] = C.value_model(rp, p)
+    if rp.teacher is not None:
+        out["teacher"] = C.model_weights(rp, rp.teacher)
+    if rp.generation == "vllm-colocate":
+        # vLLM colocated in the training process pre-allocates its share of the whole GPU for its weights and
+        # KV cache (trl 1.16.0 grpo_trainer.py: LLM(gpu_memory_utilization=vllm_gpu_memory_utilization))
+        out["generation"] = int(rp.vllm_memory_share * rp.gpu.memory_gib * GIB)
+    return out
 
 
 def allocated_peak(rp: ResolvedPlan) -> int:
@@ -117,7 +166,7 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
         components=components, phase=phase, phases=totals, usable_bytes=usable, fits=fits,
         headroom_bytes=usable - device, max_micro_batch=max_b, max_seq_len=max_s,
         params_total=p.total, params_trainable=p.trainable, activation_bytes_per_sample=per_sample,
-        headroom_fraction=rp.headroom,
+        headroom_fraction=rp.headroom, objective=rp.objective,
         assumptions=tuple(assumptions))
 
 

@@ -3,12 +3,15 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from vramlens.settings import DEFAULT_HEADROOM
+
 GIB = 1 << 30
 
 # Component keys, in display order. `optimizer_paged`, `allocator` and `cuda_context` are outside torch's
 # allocated counter (the first lives in CUDA unified memory).
-COMPONENTS = ("weights", "quant_constants", "adapters", "gradients", "optimizer", "optimizer_paged", "activations",
-              "logits", "temporaries", "buffers", "allocator", "cuda_context")
+COMPONENTS = ("weights", "quant_constants", "adapters", "gradients", "optimizer", "optimizer_paged", "reference",
+              "reward_model", "value_model", "teacher", "generation", "activations", "logits", "teacher_logits",
+              "temporaries", "buffers", "allocator", "cuda_context")
 
 COMPONENT_LABELS = {
     "weights": "weights",
@@ -19,6 +22,12 @@ COMPONENT_LABELS = {
     "optimizer_paged": "optimizer state (paged, unified memory)",
     "activations": "activations",
     "logits": "logits and loss",
+    "reference": "reference model (frozen copy)",
+    "reward_model": "reward model",
+    "value_model": "value model (weights, gradients, optimizer)",
+    "teacher": "teacher model",
+    "generation": "generation (KV cache / vLLM)",
+    "teacher_logits": "teacher logits",
     "temporaries": "temporaries",
     "buffers": "communication buffers",
     "allocator": "allocator cache (reserved − allocated)",
@@ -35,7 +44,8 @@ class Estimate(BaseModel):
     low_bytes: int                # plausible range of device_bytes
     high_bytes: int
     components: dict[str, int]    # breakdown at the peak phase, summing to device_bytes
-    phase: str                    # "forward-backward", "optimizer-step", "recompute", "end-of-backward"
+    phase: str                    # "forward-backward", "optimizer-step", "recompute", "end-of-backward",
+                                  # "reference-forward", "generation", "teacher-forward"
     phases: dict[str, int]        # allocated bytes at each candidate phase
     usable_bytes: int             # GPU memory a process can use
     fits: bool
@@ -45,8 +55,9 @@ class Estimate(BaseModel):
     params_total: int
     params_trainable: int
     activation_bytes_per_sample: int   # saved activations + logits per extra sample, for "each +1 ≈" hovers
-    headroom_fraction: float = 0.10    # the plan's headroom setting: below this share of usable memory a fit is tight
+    headroom_fraction: float = DEFAULT_HEADROOM    # the plan's headroom setting: below this share of usable memory a fit is tight
     assumptions: tuple[str, ...] = ()
+    objective: str = "sft"             # what the step optimises (ResolvedPlan.objective)
 
     def gib(self, name: str) -> float:
         return getattr(self, name) / GIB

@@ -29,7 +29,7 @@ class ParseContext:
 
     path: str                              # the document's path (or URI path); may not exist on disk
     workspace: Path | None = None          # workspace root, for resolving references
-    read_file: Callable[[Path], str] | None = None   # how to read referenced files (the LSP passes open buffers)
+    read_file: Callable[[Path], str | None] | None = None   # how to read referenced files (the LSP passes open buffers)
     depth: int = 0                         # reference-following depth
     text: str = ""                         # the document's text (dialects read header comments)
 
@@ -94,7 +94,7 @@ class ParseResult:
 
 
 def parse_document(text: str, path: str, workspace: Path | None = None,
-                   read_file: Callable[[Path], str] | None = None) -> ParseResult:
+                   read_file: Callable[[Path], str | None] | None = None) -> ParseResult:
     """Parse one document. `plan` is None when the text is not a training config (or cannot be read)."""
     text = _encodable(text)
     ctx = ParseContext(path=path, workspace=workspace, read_file=read_file, text=text)
@@ -169,12 +169,27 @@ def parse_yaml_text(text: str, ctx: ParseContext) -> ParseResult:
     builder.plan.issues.extend(load_issues)
     hints.apply_directive(builder, text)
     best.apply(builder, data, settings, ctx)
+    _objective(builder, best.name, data, settings, ctx)
     from vramlens.formats.references import follow_references
 
     follow_references(builder, ctx)
     _prequantized(builder)
     hints.apply_comment_hints(builder, text)
     return ParseResult(builder.plan)
+
+
+def _objective(b: PlanBuilder, dialect: str, data: dict, settings: list[Setting], ctx: ParseContext) -> None:
+    """What the run optimises, in the dialect's spelling (formats.objective)."""
+    from vramlens.formats import objective
+
+    top = objective.by_key(settings)
+    if dialect in ("llamafactory", "llamafactory-v1"):
+        objective.apply_llamafactory(b, top)
+    elif dialect in ("axolotl", "axolotl-cloud"):
+        objective.apply_axolotl(b, top, settings)
+    elif dialect == "hf":
+        objective.guess_hf_yaml(b, {str(k) for k in data}, ctx.path)
+    objective.finish(b, ctx.path)
 
 
 def _prequantized(b: PlanBuilder) -> None:

@@ -34,6 +34,8 @@ TRL_KEYS = frozenset({
     "dataset_mixture", "model_init_kwargs", "beta", "max_prompt_length", "num_generations",
     "activation_offloading", "loss_type", "completion_only_loss", "assistant_only_loss", "use_dora",
     "use_rslora", "packing_strategy", "dataset_num_proc", "max_completion_length", "use_vllm", "env",
+    "precompute_ref_log_probs", "vllm_mode", "vllm_gpu_memory_utilization", "teacher_model_name_or_path",
+    "reward_funcs", "ref_model_init_kwargs", "rpo_alpha", "dpo_beta", "dpo_loss_type",
 })
 MODEL_KEYS = ("model_name_or_path", "model_name", "model_id", "base_model", "pretrained_model_name_or_path")
 
@@ -454,6 +456,9 @@ def apply(builder: PlanBuilder, settings: list[Setting], nested: dict[str, list[
             dict_handler(builder, s, nested)
         elif s.key in TRAINING_ARGUMENT_KEYS or s.key in TRL_KEYS:
             builder.remember(s)
+    from vramlens.formats import objective
+
+    objective.apply_hf_keys(builder, top)
 
 
 def looks_like_trl(keys: set[str]) -> bool:

@@ -577,6 +577,12 @@ def _call(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope) -> None:
         return
     full = ev.dotted(func) or last
     # A script with two configs (or two models) describes two runs: only the first of each kind is read.
+    if last in CONFIG_CLASSES or last in TRL_TRAINERS:
+        from vramlens.formats import objective
+
+        obj = objective.from_class(last)
+        if obj is not None and r.b.plan.objective is None:
+            objective.set_objective(r.b, obj, r.node_setting(last, call.func, last), note=f"TRL `{last}`")
     if last in CONFIG_CLASSES or (last == "ModelConfig" and full.startswith("trl")):
         r.signals.add("hf" if last in HF_CONFIGS else "trl")
         if r.first("model-config" if last == "ModelConfig" else "config"):

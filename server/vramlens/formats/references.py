@@ -92,20 +92,17 @@ def locate_torchtune_config(name: str, doc_path: str, workspace: Path | None) ->
 
 
 def _read(path: Path, ctx) -> str | None:
-    try:
-        if path.stat().st_size > MAX_REFERENCED_BYTES:
-            return None              # checked first: `read_file` may read the whole file from disk
-    except OSError:
-        return None
+    """The editor's buffer of `path` when it is open, else the file on disk — only if the file opened is
+    `path` itself (the resolved path the workspace check passed), regular and within MAX_REFERENCED_BYTES."""
     if ctx.read_file is not None:
         try:
             text = ctx.read_file(path)
         except (OSError, ValueError):     # ValueError: not UTF-8
             text = None
         if text is not None:
-            return text
+            return text if len(text) <= MAX_REFERENCED_BYTES else None
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        return file_access.read_text_checked(path, MAX_REFERENCED_BYTES, expect=path)
     except OSError:
         return None
 

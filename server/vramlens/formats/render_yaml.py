@@ -574,6 +574,27 @@ def _hf_handlers(trl: bool) -> dict[str, Handler]:
         _note("LoRA target modules are set in the training script"),
         "amp_dtype": amp,
         "weight_dtype": dtype if trl else _note("the weights' dtype is set where the model is loaded"),
+        **objective_handlers(),
+    }
+
+
+def objective_handlers(prefix: tuple = ()) -> dict[str, Handler]:
+    """TRL's keys for the objective fixes (fixes_objective), top-level or under axolotl's `trl:`."""
+    def generation(doc: _Doc, value: Any, changes: dict) -> None:
+        if value == "vllm-server":
+            doc.set(prefix + ("vllm_mode",), "server", after=(prefix + ("use_vllm",)) if prefix else ("use_vllm",))
+            doc.notes.append("start the server with `trl vllm-serve --model …` on GPUs the training does not use")
+
+    def ref_model(doc: _Doc, value: Any, changes: dict) -> None:
+        doc.notes.append("remove the reference model setting: PEFT disables the adapters for the reference")
+
+    return {
+        "precompute_ref": _simple(("precompute_ref_log_probs",), after=("beta", "rl_beta", "rl")),
+        "vllm_memory_share": _simple((prefix + ("vllm_gpu_memory_utilization",),), after=("use_vllm",)),
+        "generation": generation,
+        "num_generations": _simple((prefix + ("num_generations",),)),
+        "completion_len": _simple((prefix + ("max_completion_length",),)),
+        "ref_model_id": ref_model,
     }
 
 
@@ -680,6 +701,7 @@ def _axolotl_handlers() -> dict[str, Handler]:
         "lora_dropout": _simple(("lora_dropout",), after=("lora_alpha",)),
         "lora_targets": targets,
         "amp_dtype": amp,
+        **objective_handlers(("trl",)),
     }
 
 

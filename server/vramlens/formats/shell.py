@@ -1042,6 +1042,10 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
     else:
         for s in settings:
             _apply_flag(b, tool, s)
+    from vramlens.formats import objective
+
+    objective.apply_launch(b, tool, launch.subcommand, launch.script.text if launch.script else None,
+                           [s for s in settings if not s.unresolved])
 
     if framework is None:
         keys = {s.path[0] for s in settings}

@@ -238,6 +238,9 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
         if s is not None:
             b.remember(s)
     _recipe_from_header(b, ctx, get)
+    from vramlens.formats import objective
+
+    objective.apply_torchtune(b, data, get)
 
 
 def _model(b: PlanBuilder, comp: Setting | None, get, model_key: str) -> None:

@@ -176,15 +176,23 @@ def local_config_problem(name: str, workspace: Path | None = None) -> str | None
 
 def arch_from_config_file(path: Path, model_id: str | None = None) -> ModelArch | None:
     """Read a `config.json` (json only, size-bounded) and map it; None if unreadable or not a model config."""
+    from vramlens import file_access
+
     try:
-        if path.stat().st_size > _MAX_CONFIG_BYTES:
-            return None
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = json.loads(file_access.read_checked(path, _MAX_CONFIG_BYTES, expect=_resolved(path)))
     except (OSError, ValueError):
         return None
     if not isinstance(config, dict):
         return None
     return arch_from_hf_config(config, model_id or str(path.parent), source=f"config.json at {path}")
+
+
+def _resolved(path: Path) -> Path:
+    """`path` with symlinks resolved: the file the caller checked, which must be the file then opened."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return path
 
 
 def _first(config: Mapping[str, Any], *keys: str) -> Any:

@@ -2,14 +2,22 @@
 
 Used only as a default when neither the project nor the editor names a GPU. Never required: no
 `nvidia-smi`, a slow driver or an unknown card all give None. Runs in a thread so start-up never waits.
+
+Only an `nvidia-smi` found through an absolute `PATH` entry, outside the folder the server was started in and
+outside the workspace, is run: an empty or relative `PATH` entry means the current directory, which in an
+editor is usually the repository, and a repository's own `nvidia-smi` must not run because it was opened.
+The server skips detection altogether in untrusted workspaces.
 """
 from __future__ import annotations
 
 import logging
-import shutil
+import os
 import subprocess
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
+
+from vramlens import file_access
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +56,25 @@ def parse_nvidia_smi(output: str) -> LocalGpu | None:
     return LocalGpu(match[0].name if match else name, count, f"{name}, {memory}")
 
 
-def detect_local_gpu() -> LocalGpu | None:
-    exe = shutil.which("nvidia-smi")
+def find_nvidia_smi(workspace: Path | None = None) -> str | None:
+    """The absolute, symlink-resolved path of the first executable `nvidia-smi` on `PATH` that lies outside
+    the current directory and `workspace`; empty and relative `PATH` entries are skipped."""
+    roots = [r for r in (workspace,) if r is not None]
+    real_roots = [Path(os.path.realpath(r)) for r in roots]
+    for entry in os.environ.get("PATH", "").split(os.pathsep):
+        if not entry or not os.path.isabs(entry):
+            continue
+        candidate = os.path.realpath(os.path.join(entry, "nvidia-smi"))
+        if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
+            continue
+        if file_access.under_current_folder(Path(candidate)) or file_access.inside(Path(candidate), real_roots):
+            continue
+        return candidate
+    return None
+
+
+def detect_local_gpu(workspace: Path | None = None) -> LocalGpu | None:
+    exe = find_nvidia_smi(workspace)
     if exe is None:
         return None
     try:

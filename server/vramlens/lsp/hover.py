@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
+from vramlens import markup
 from vramlens.lsp.convert import Lines
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ def hover(ls: "VramlensServer", params: types.HoverParams) -> types.Hover | None
         error = getattr(result.analysis, "error", None)
         if not error:
             return None
-        value = f"**vramlens** · no estimate: {error}"
+        value = f"**vramlens** · no estimate: {markup.text(error)}"
     else:
         value = explain.hover_markdown(ctx, concept)
     sourced = getattr(plan, concept, None)

@@ -10,26 +10,19 @@ from pathlib import Path
 from typing import Any, Callable
 
 from vramlens.lsp.config import EffectiveSettings
+from vramlens.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
 def analysis_settings(settings: EffectiveSettings, workspace: Path | None,
-                      read_file: Callable[[Path], str] | None = None) -> Any:
-    """The pipeline's `AnalysisSettings` for these effective settings."""
-    from vramlens.analysis import AnalysisSettings
-
-    values = settings.values
-    kwargs: dict[str, Any] = {"gpu": values.gpu, "gpu_count": values.gpu_count, "workspace": workspace,
-                              "severity": dict(values.severity), "framework_versions": dict(values.framework_versions),
-                              "read_file": read_file}
-    if values.headroom is not None:
-        kwargs["headroom"] = values.headroom
-    return AnalysisSettings(**kwargs)
+                      read_file: Callable[[Path], str | None] | None = None) -> Settings:
+    """The document's settings with the run's context (workspace root, how to read open buffers)."""
+    return settings.values.model_copy(update={"workspace": workspace, "read_file": read_file})
 
 
 def run(text: str, path: str, settings: EffectiveSettings, workspace: Path | None,
-        read_file: Callable[[Path], str] | None = None) -> Any:
+        read_file: Callable[[Path], str | None] | None = None) -> Any:
     """`analysis.analyze` for one document; None when the pipeline itself failed (a bug, logged)."""
     try:
         from vramlens.analysis import analyze

@@ -12,6 +12,7 @@ import functools
 import gc
 import inspect
 import logging
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -28,6 +29,7 @@ from vramlens.lsp import code_actions, code_lens, completion, config, diagnostic
 from vramlens.lsp.commands import LIST_GPUS, RUN_PROBE, RUN_TRACE, Commands, list_gpus
 from vramlens.lsp import pipeline
 from vramlens.lsp.documents import Analyzer, Result
+from vramlens.settings import merge
 
 if TYPE_CHECKING:
     from vramlens import explain
@@ -125,7 +127,7 @@ class VramlensServer(LanguageServer):
         self.settings = config.SettingsStore()
         self.analyzer = Analyzer(self, self._on_result)
         self.commands = Commands(self)
-        self.trusted = True
+        self.trusted = False          # until initializationOptions say `trusted: true`
         self.pull_diagnostics = False
         self._settings_ready: asyncio.Event | None = None
         self._exact: dict[tuple[str, str], float] = {}
@@ -195,7 +197,7 @@ class VramlensServer(LanguageServer):
         if section is None:
             return
         problems: list[str] = []
-        self.settings.editor = config.parse_settings({config.SECTION: section}, problems)
+        self.settings.editor = config.read_client_settings({config.SECTION: section}, problems)
         self._report_problems(problems)
 
     def _report_problems(self, problems: list[str]) -> None:
@@ -228,16 +230,26 @@ class VramlensServer(LanguageServer):
 
     def worker_client(self, kind: str, cls: Any) -> Any:
         """One long-lived worker client per kind (its subprocess keeps torch imported)."""
+        if kind == "trace":
+            # the interpreter comes from the user's settings only, never from a project file in the repository
+            python = merge([self.settings.initialization, self.settings.editor]).trace_python
+            current = self._workers.get(kind)
+            if current is not None and getattr(current, "python", None) != (python or sys.executable):
+                self._workers.pop(kind)
+                asyncio.ensure_future(current.close())     # the setting changed: stop the old interpreter
+            if kind not in self._workers:
+                self._workers[kind] = cls(python)
         if kind not in self._workers:
             self._workers[kind] = cls()
         return self._workers[kind]
 
-    def read_open_file(self, path: Path) -> str:
-        """Referenced files are read from the editor's buffer when open, else from disk."""
+    def read_open_file(self, path: Path) -> str | None:
+        """A referenced file's text from the editor's buffer when it is open; None otherwise (the reader
+        then reads it from disk, checking what it opened)."""
         for doc in self.workspace.text_documents.values():
             if doc.path and Path(doc.path) == path and doc.uri not in self.oversized:
                 return doc.source
-        return path.read_text(encoding="utf-8")
+        return None
 
     def refresh_views(self) -> None:
         """Ask the client to re-request what depends on settings or traces."""
@@ -311,12 +323,13 @@ def create_server() -> VramlensServer:
         asyncio.get_running_loop().call_soon(_after_initialize_answer)     # runs once the answer is sent
         options = params.initialization_options
         problems: list[str] = []
-        ls.settings.initialization = config.parse_settings(options, problems)
+        ls.settings.initialization = config.read_client_settings(options, problems)
         ls._report_problems(problems)
-        if isinstance(options, dict) and options.get("trusted") is False:
-            ls.trusted = False
-        if ls.settings.initialization.debounce_ms is not None:
-            ls.analyzer.debounce_s = ls.settings.initialization.debounce_ms / 1000
+        ls.trusted = config.client_trusts(options)      # untrusted unless the client says `trusted: true`
+        if not ls.trusted:
+            log.info("workspace not trusted (initializationOptions.trusted is not true): traces and probes are off")
+        if ls.settings.initialization.get("debounce_ms") is not None:
+            ls.analyzer.debounce_s = ls.settings.initialization["debounce_ms"] / 1000
         if ls._cap("text_document.diagnostic") is not None:
             ls.pull_diagnostics = True
             server.feature(types.TEXT_DOCUMENT_DIAGNOSTIC, types.DiagnosticOptions(
@@ -333,8 +346,9 @@ def create_server() -> VramlensServer:
             log.info("startup cache at initialized: %s", cache.summary())
             asyncio.get_running_loop().call_later(CACHE_SAVE_DELAY_S, cache.save_in_background)
         ready = ls.settings_ready()
-        threading.Thread(target=_detect_gpu, args=(ls, asyncio.get_running_loop()), daemon=True,
-                         name="vramlens-gpu-detect").start()
+        if ls.trusted:      # runs a program found on PATH: never for a workspace the editor does not trust
+            threading.Thread(target=_detect_gpu, args=(ls, asyncio.get_running_loop()), daemon=True,
+                             name="vramlens-gpu-detect").start()
         if ls._cap("workspace.did_change_configuration.dynamic_registration"):
             try:
                 await ls.client_register_capability_async(types.RegistrationParams(registrations=[
@@ -365,7 +379,7 @@ def create_server() -> VramlensServer:
         settings = params.settings
         if isinstance(settings, dict) and (config.SECTION in settings or "settings" in settings):
             problems: list[str] = []
-            ls.settings.editor = config.parse_settings(settings, problems)
+            ls.settings.editor = config.read_client_settings(settings, problems)
             ls._report_problems(problems)
         elif ls.client_supports_configuration():
             await ls.pull_settings()     # VS Code sends {settings: null}: the news is "ask again"
@@ -473,7 +487,7 @@ def _detect_gpu(ls: VramlensServer, loop: asyncio.AbstractEventLoop) -> None:
     from vramlens.lsp.gpu_detect import detect_local_gpu
 
     try:
-        gpu = detect_local_gpu()
+        gpu = detect_local_gpu(ls.workspace_root())
     except Exception:
         log.warning("GPU detection failed", exc_info=True)
         return
@@ -481,7 +495,7 @@ def _detect_gpu(ls: VramlensServer, loop: asyncio.AbstractEventLoop) -> None:
         return
 
     def apply() -> None:
-        ls.settings.detected = config.UserSettings(gpu=gpu.name, gpu_count=gpu.count)
+        ls.settings.detected = {"gpu": gpu.name, "gpu_count": gpu.count}
         ls.settings.detected_note = gpu.reported
         ls.settings_changed()
 
@@ -495,13 +509,13 @@ def _warm_up() -> None:
     """Thread, started on `initialized`: import the pipeline and load the catalogs and rules
     (about a second on a busy 2-core machine) before the editor's first didOpen needs them."""
     try:
-        from vramlens.analysis import AnalysisSettings, analyze
+        from vramlens.analysis import Settings, analyze
         from vramlens.knowledge import gpus, models, optimizers
 
         gpus.all_gpus()
         models.all_models()
         optimizers.all_optimizer_names()
-        analyze(WARM_UP_CONFIG, "warm-up.yaml", AnalysisSettings(gpu="A100-80GB"))
+        analyze(WARM_UP_CONFIG, "warm-up.yaml", Settings(gpu="A100-80GB"))
         import vramlens.explain  # noqa: F401
     except Exception:
         log.warning("loading the analysis pipeline failed", exc_info=True)

@@ -32,6 +32,7 @@ import importlib.util
 import logging
 import marshal
 import os
+import stat
 import sys
 import threading
 import time
@@ -39,6 +40,8 @@ import zlib
 from pathlib import Path
 from types import CodeType, ModuleType
 from typing import Any, Callable
+
+from vramlens import file_access
 
 log = logging.getLogger("vramlens.lsp.startup_cache")
 
@@ -56,10 +59,7 @@ MAX_ENTRIES = 20_000      # a bound on the file, far above what a session genera
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME")
-    if base and os.path.isabs(base):
-        return Path(base) / "vramlens"
-    return Path.home() / ".cache" / "vramlens"
+    return file_access.user_cache_home() / "vramlens"
 
 
 def _distribution_versions(names: tuple[str, ...]) -> str:
@@ -104,12 +104,16 @@ def _future_flags(module: ModuleType) -> int:
 
 
 def _private(path: Path) -> bool:
-    """Owned by this user and writable by no one else (a shared XDG_CACHE_HOME such as /tmp must not let
-    another user plant code here). Raises OSError when `path` is missing."""
+    """Owned by this user, not a symlink, and with no access at all for group or others: a 0700 folder and
+    a 0600 file, which is what `save` creates (mkdir 0700, mkstemp 0600). A git checkout gives 0644 files in
+    0755 folders, so a cache file shipped in a repository (with XDG_CACHE_HOME pointed into it) is never
+    loaded; neither is one another user could have planted in a shared folder. Raises OSError when `path`
+    is missing."""
     if not hasattr(os, "getuid"):
         return True
-    st = os.stat(path)
-    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+    st = os.lstat(path)
+    return (st.st_uid == os.getuid() and not stat.S_ISLNK(st.st_mode)
+            and not st.st_mode & 0o077)
 
 
 class CodeCache:
@@ -135,7 +139,8 @@ class CodeCache:
 
     def load(self) -> None:
         try:
-            if not _private(self.path.parent) or not _private(self.path):
+            if (file_access.under_current_folder(self.path.parent) or not _private(self.path.parent)
+                    or not _private(self.path)):
                 log.info("startup cache %s: not private to this user, ignored", self.path)
                 return
             data = self.path.read_bytes()
@@ -174,6 +179,8 @@ class CodeCache:
         try:
             payload = marshal.dumps(entries)
             data = FORMAT + importlib.util.MAGIC_NUMBER + zlib.crc32(payload).to_bytes(4, "little") + payload
+            if file_access.under_current_folder(self.path.parent):
+                raise ValueError("inside the folder the server was started in")
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._remove_stale_temporaries()
             fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.path.parent)

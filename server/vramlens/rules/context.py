@@ -10,6 +10,7 @@ from vramlens.estimate import GIB
 from vramlens.estimate.result import COMPONENT_LABELS
 from vramlens.plan import ParseIssue, Sourced, Span, TrainingPlan, iter_text_lines, text_lines
 from vramlens.rules.model import Finding, Related, Rule
+from vramlens.settings import DEFAULT_HEADROOM
 
 if TYPE_CHECKING:
     from vramlens.estimate import Estimate
@@ -55,7 +56,7 @@ class RuleContext:
     """Why resolving failed, when it did."""
     estimate: "Estimate | None" = None
     """The peak-memory estimate; None when there is no resolution."""
-    headroom: float = 0.10
+    headroom: float = DEFAULT_HEADROOM
     """Fraction of usable memory to keep free."""
     framework_versions: dict[str, str] = field(default_factory=dict)
     """Versions the user declared, e.g. {"bitsandbytes": "0.45"} (an installed package, for VL008)."""

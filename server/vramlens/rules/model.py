@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
 from vramlens.plan import Span
+from vramlens.settings import normalize_severity  # noqa: F401 (re-exported for rule code)
 
 if TYPE_CHECKING:
     from vramlens.fixes import Fix
@@ -18,19 +19,8 @@ if TYPE_CHECKING:
 Severity = Literal["error", "warning", "information", "hint"]
 SEVERITIES: tuple[str, ...] = ("error", "warning", "information", "hint")
 SEVERITY_RANK = {name: i for i, name in enumerate(SEVERITIES)}   # lower is more severe
-# Other spellings accepted in settings and on the command line.
-SEVERITY_WORDS = {"info": "information", "warn": "warning", "none": "off", "ignore": "off", "disable": "off",
-                  "disabled": "off"}
-
 # What a rule needs before its check can run; the engine skips it when the input is missing.
 Needs = Literal["text", "plan", "resolution", "estimate"]
-
-
-def normalize_severity(word: str) -> str | None:
-    """"error" | "warning" | "information" | "hint" | "off" for a user's spelling; None if not a severity."""
-    w = str(word).strip().lower()
-    w = SEVERITY_WORDS.get(w, w)
-    return w if w in SEVERITIES or w == "off" else None
 
 
 @dataclass

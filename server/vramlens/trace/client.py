@@ -49,8 +49,10 @@ def _package_root() -> str:
 
 class TraceClient:
     def __init__(self, python: str | None = None, *, timeout: float = 300.0, start_timeout: float = 120.0,
-                 cache_size: int = 64, calibrate: bool = True, env: dict[str, str] | None = None):
+                 cache_size: int = 64, calibrate: bool = True, env: dict[str, str] | None = None,
+                 backend: str = "auto"):
         self.python = python or sys.executable
+        self.backend = backend                            # "auto" | "transformers" | "synthetic"
         self.timeout = timeout
         self.start_timeout = start_timeout
         self.calibrate = calibrate
@@ -65,6 +67,7 @@ class TraceClient:
         self._ids = itertools.count(1)
         self._lock: asyncio.Lock | None = None
         self.torch_version: str | None = None
+        self.versions: dict[str, str | None] = {}         # the trace interpreter's torch/transformers/peft/… versions
         self.starts = 0                                   # how many workers this client has started
 
     @staticmethod
@@ -89,10 +92,15 @@ class TraceClient:
         loop = asyncio.get_running_loop()
         self._ready = loop.create_future()
         self._stderr.clear()
-        self._proc = await asyncio.create_subprocess_exec(
-            self.python, "-m", "vramlens.trace.worker", stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, limit=64 * 2**20,
-            cwd=_package_root())
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                self.python, "-m", "vramlens.trace.worker", stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, limit=64 * 2**20,
+                cwd=_package_root())
+        except OSError as exc:
+            self._ready = None
+            raise TraceError(f"cannot start the trace interpreter {self.python}: {exc.strerror or exc}",
+                             "worker-exited") from None
         self.starts += 1
         proc = self._proc
         self._tasks = [asyncio.create_task(self._read_stdout(proc)), asyncio.create_task(self._read_stderr(proc))]
@@ -152,6 +160,7 @@ class TraceClient:
             kind, rid = msg.get("type"), msg.get("id")
             if kind == "ready":
                 self.torch_version = msg.get("torch")
+                self.versions = msg.get("versions") or {}
                 if self._ready and not self._ready.done():
                     self._ready.set_result(True)
             elif kind == "fatal":
@@ -238,7 +247,8 @@ class TraceClient:
         rid = f"t{next(self._ids)}"
         fut = asyncio.get_running_loop().create_future()
         self._pending[rid] = (fut, progress_cb)
-        self._write({"op": "trace", "id": rid, "plan": json.loads(rp.model_dump_json()), "steps": steps})
+        self._write({"op": "trace", "id": rid, "plan": json.loads(rp.model_dump_json()), "steps": steps,
+                     "backend": self.backend})
         waiters: set = {fut}
         cancel_task = asyncio.create_task(cancel_event.wait()) if cancel_event is not None else None
         if cancel_task is not None:
@@ -279,11 +289,17 @@ class TraceClient:
 def summary_line(result: dict) -> str:
     peak = result["peak"]
     verdict = "fits" if result["fits"] else "does not fit"
-    return (f"exact trace: {peak['allocated_gib']:.2f} GiB allocated, {peak['device_gib']:.2f} GiB on the device "
-            f"({verdict} {result['gpu']['name']}, peak in {result['trace']['peak_at']})")
+    t = result["trace"]
+    versions = t.get("versions") or {}
+    on = (f"transformers {versions.get('transformers')}" if t.get("backend") == "transformers"
+          else "the synthetic model")
+    return (f"exact trace ({on}): {peak['allocated_gib']:.2f} GiB allocated, {peak['device_gib']:.2f} GiB on the "
+            f"device ({verdict} {result['gpu']['name']}, peak in {t['peak_at']})")
 
 
 def _record_calibration(rp: ResolvedPlan, result: dict) -> None:
+    if rp.objective not in ("sft", "pretrain"):
+        return                   # the trace ran a supervised step: its ratio to a DPO/RL/KD estimate means nothing
     try:
         from vramlens import calibration
         from vramlens.estimate import estimate
@@ -291,7 +307,9 @@ def _record_calibration(rp: ResolvedPlan, result: dict) -> None:
         est = estimate(rp.with_changes(correction=1.0), limits=False)    # record against the uncorrected model
         calibration.record(rp, source="trace", estimated_allocated=est.allocated_bytes,
                            measured_allocated=int(result["trace"]["allocated_bytes"]),
-                           extra={"torch": result["trace"].get("torch"), "exact": result.get("exact")})
+                           extra={"torch": result["trace"].get("torch"), "exact": result.get("exact"),
+                                  "backend": result["trace"].get("backend"),
+                                  "versions": result["trace"].get("versions")})
     except Exception:                                     # calibration is best effort, never a trace failure
         pass
 

@@ -87,6 +87,8 @@ class StepConfig:
     token_types: int = 0
     litgpt: bool = False             # litgpt's attention: fused qkv linear, RoPE through torch.cat, no mask
     attn_softcap: float | None = None   # litgpt's eager soft-capped attention (Gemma-2)
+    attn_impl: str = "sdpa"          # the plan's attention implementation (the real backend runs it by name)
+    padded: bool = False             # a padding mask reaches attention (padded batches, no packing)
     fabric_fp32_outputs: bool = False   # Lightning Fabric casts the model's outputs to fp32 (litgpt's loop)
     quant_from_fp16: bool = False    # 4-bit weights quantized from an fp16 copy (Lightning Fabric): dequantized to
                                      # fp16, then cast to the compute dtype
@@ -198,6 +200,9 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         not_traced.append(f"{rp.strategy} across {rp.world_size} ranks (one unsharded replica traced)")
     if rp.tensor_parallel > 1 or rp.context_parallel > 1:
         not_traced.append("tensor/context parallelism")
+    if rp.objective not in ("sft", "pretrain"):
+        not_traced.append(f"the {rp.objective} objective (traced as one supervised step: no paired sequences, "
+                          "reference, generation or teacher; benchmarks/dpo_trace_vs_estimate.py traces DPO's)")
     if rp.offload_optimizer or rp.offload_params:
         not_traced.append("CPU offload of optimizer states/parameters")
     if rp.activation_offload:
@@ -234,4 +239,5 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         token_types=LEARNED_POSITIONS.get(arch.family, 0),
         litgpt=litgpt, attn_softcap=ATTN_SOFTCAP.get(arch.family) if litgpt else None,
         fabric_fp32_outputs=loss == "litgpt" and rp.logits_fp32,
+        attn_impl=rp.attn_impl, padded=bool(rp.attn_mask and not rp.packing and arch.block != "encoder"),
     )

@@ -48,8 +48,13 @@ def steps_needed(cfg: StepConfig) -> int:
 
 
 def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progress: Progress | None = None,
-        should_stop: Callable[[], bool] | None = None) -> dict:
-    """Trace (or, with real=True, execute on CPU) the plan's training step; returns raw byte counts."""
+        should_stop: Callable[[], bool] | None = None, backend: str = "synthetic") -> dict:
+    """Trace (or, with real=True, execute on CPU) the plan's training step; returns raw byte counts.
+    backend "transformers": the real libraries (`trace.hf`); "synthetic": the plain-torch model (`trace.model`)."""
+    if backend == "transformers":
+        from vramlens.trace import hf as B
+    else:
+        B = M
     t0 = time.perf_counter()
     steps = steps or steps_needed(cfg)
     say = progress or (lambda msg, frac: None)
@@ -74,19 +79,19 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
         fake = FakeTensorMode(allow_non_fake_inputs=True)       # meta parameters enter as non-fake inputs
 
     say("building the model", 0.02)
-    model = M.build_meta(cfg)
+    model = B.build_meta(cfg)
     check()
     model.tick = check
     with fake, tr:
         tr.set_phase("build")
-        model = M.materialize(model, "cpu", real)
+        model = B.materialize(model, "cpu", real)
         peft = cfg.peft != "none"
         for p in model.parameters():
             tr.label([p], "adapters" if (peft and p.requires_grad) else "weights")
         tr.label(list(model.buffers()), "weights")
-        tr.label(M.quant_constants(model), "quant_constants")
+        tr.label(B.quant_constants(model), "quant_constants")
         trainable = [p for p in model.parameters() if p.requires_grad]
-        batch = M.make_batch(cfg, "cpu")
+        batch = B.make_batch(cfg, "cpu", real) if backend == "transformers" else M.make_batch(cfg, "cpu")
     optimizer = O.make_optimizer(cfg, trainable) if O.uses_bitsandbytes(cfg) else None   # outside the fake mode
 
     timeline: list[dict] = []
@@ -124,7 +129,7 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
         elif phase == "bwd-loss":
             say(f"step {state['step']}: backward", 0.45)
 
-    n_params = M.param_count(model)
+    n_params = B.param_count(model)
     n_trainable = sum(p.numel() for p in trainable)
     with fake, tr:
         if optimizer is None:
@@ -170,6 +175,7 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
         "ops": tr.n_ops,
         "seconds": round(time.perf_counter() - t0, 2),
         "real": real,
+        "backend": backend,
         "torch": torch.__version__,
         "bitsandbytes": _bnb_version() if uses_bnb else None,
         "paged_bytes": tr.outside_bytes,

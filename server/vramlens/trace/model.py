@@ -736,17 +736,25 @@ def materialize(model: SyntheticModel, device, real: bool) -> SyntheticModel:
             elif isinstance(m, Rotary):
                 m.init_()
         if real:
-            for n, p in model.named_parameters():
-                if "norm" in n and p.dim() == 1:
-                    p.fill_(0.0 if model.cfg.gemma else 1.0)
-                elif "lora_B" in n:
-                    p.zero_()
-                elif "lora_magnitude" in n:
-                    p.fill_(1.0)
-                else:
-                    p.normal_(0.0, 0.02)
+            init_real_(model.named_parameters(), model.cfg.gemma)
     model.train()
     return model
+
+
+def init_real_(named_parameters, gemma: bool) -> None:
+    """Small values for a real-tensor check: norms 1 (Gemma's (1 + w): 0), LoRA B 0, DoRA magnitudes 1, else
+    N(0, 0.02). Packed quantized weights are left as they are."""
+    for n, p in named_parameters:
+        if p.dtype in (torch.uint8, torch.int8) or hasattr(p, "quant_state"):
+            continue
+        if "norm" in n and p.dim() == 1:
+            p.fill_(0.0 if gemma else 1.0)
+        elif "lora_B" in n:
+            p.zero_()
+        elif "lora_magnitude" in n:
+            p.fill_(1.0)
+        else:
+            p.normal_(0.0, 0.02)
 
 
 def param_count(model: SyntheticModel) -> int:

@@ -59,6 +59,9 @@ def trace_extras(raw: dict) -> dict:
             "persistent_bytes": raw["persistent"], "steps": raw["steps"], "ops": raw["ops"],
             "seconds": raw["seconds"], "torch": raw["torch"], "bitsandbytes": raw.get("bitsandbytes"),
             "not_traced": raw.get("not_traced", []),
+            "backend": raw.get("backend", "synthetic"),
+            "versions": raw.get("versions", {"torch": raw["torch"]}),
+            "fallback_reason": raw.get("fallback_reason"),
         },
     }
 

@@ -28,7 +28,8 @@ def forward_backward(model, batch, cfg: StepConfig, mark: Mark, device_type: str
     for _ in range(cfg.grad_accum):
         mark("fwd")
         with autocast(cfg, device_type):
-            out = model(batch["ids"], batch["labels"], mark=mark)
+            extra = {"attention_mask": batch["attention_mask"]} if "attention_mask" in batch else {}
+            out = model(batch["ids"], batch["labels"], mark=mark, **extra)
         loss = out["loss"]
         if cfg.grad_accum > 1:
             loss = loss / cfg.grad_accum

@@ -1,13 +1,14 @@
 """The trace worker: `python -m vramlens.trace.worker`, one JSON object per line on stdin and stdout.
 
 Requests (stdin):
-  {"op": "trace", "id": "…", "plan": <ResolvedPlan as JSON>, "steps": null | 1 | 2}
+  {"op": "trace", "id": "…", "plan": <ResolvedPlan as JSON>, "steps": null | 1 | 2,
+   "backend": "auto" | "transformers" | "synthetic"}   auto: the real libraries where they can run the step
   {"op": "cancel", "id": "…"}          stop that trace (queued or running) as soon as possible
   {"op": "ping", "id": "…"}            answered with {"type": "pong", "id": "…"}
   {"op": "shutdown"}
 Messages (stdout):
   {"type": "hello", "protocol": 1, "vramlens": "…"}                  at once
-  {"type": "ready", "torch": "…"}  or  {"type": "fatal", "kind": "torch-missing", "message": "…"}
+  {"type": "ready", "torch": "…", "versions": {"transformers": "…" | null, …}}  or  {"type": "fatal", "kind": "torch-missing", "message": "…"}
   {"type": "progress", "id", "message", "fraction"}                  fraction < 0: no estimate
   {"type": "result", "id", "result": {…}}                            see `report.result_json`
   {"type": "error", "id", "kind": "cancelled" | "invalid" | "failed", "message"}
@@ -52,7 +53,9 @@ def main() -> int:
         ch.send({"type": "fatal", "kind": "torch-missing",
                  "message": f"torch is not installed for {sys.executable} ({exc}); install `vramlens[trace]`"})
         return 3
-    ch.send({"type": "ready", "torch": torch.__version__})
+    from vramlens.trace.hf import versions             # installed distributions, read from their metadata
+
+    ch.send({"type": "ready", "torch": torch.__version__, "versions": versions()})
 
     requests: queue.Queue = queue.Queue()
     cancels: dict[str, threading.Event] = {}
@@ -117,7 +120,7 @@ class _Cancelled(Exception):
 
 def run_trace(msg: dict, stop: threading.Event, ch: Channel) -> dict:
     from vramlens.resolved import ResolvedPlan
-    from vramlens.trace import engine, report
+    from vramlens.trace import report
     from vramlens.trace.config import step_config
     from vramlens.trace.tracker import TraceCancelled
 
@@ -127,11 +130,43 @@ def run_trace(msg: dict, stop: threading.Event, ch: Channel) -> dict:
     def progress(message: str, fraction: float) -> None:
         ch.send({"type": "progress", "id": rid, "message": message, "fraction": fraction})
 
+    cfg = step_config(rp)
     try:
-        raw = engine.run(step_config(rp), steps=msg.get("steps"), progress=progress, should_stop=stop.is_set)
+        raw = run_backends(cfg, msg, progress, stop)
     except TraceCancelled:
         raise _Cancelled() from None
     return report.result_json(rp, raw)
+
+
+def run_backends(cfg, msg: dict, progress, stop: threading.Event) -> dict:
+    """The real libraries where they can run this step (`trace.hf`), else the synthetic model with the reason
+    in `not_traced` (the report is then `exact: false`)."""
+    from vramlens.trace import engine, hf
+    from vramlens.trace.tracker import TraceCancelled
+
+    backend = msg.get("backend") or "auto"
+    reason = hf.unsupported(cfg) if backend in ("auto", "transformers") else "the synthetic model was requested"
+    if reason is None:
+        try:
+            raw = engine.run(cfg, steps=msg.get("steps"), progress=progress, should_stop=stop.is_set,
+                             backend="transformers")
+            raw["assumptions"] = hf.description(cfg) + [a for a in raw["assumptions"] if not a.startswith(
+                ("chunked cross-entropy traced as torchtune", "attention `"))]
+        except TraceCancelled:
+            raise
+        except Exception as exc:                        # a data-dependent op, a kernel without a CPU path, ...
+            if stop.is_set():
+                raise TraceCancelled() from None
+            reason = f"the real libraries failed on this step ({type(exc).__name__}: {str(exc)[:300]})"
+    if reason is not None:
+        if backend == "transformers":
+            raise RuntimeError(f"the transformers backend cannot trace this step: {reason}")
+        raw = engine.run(cfg, steps=msg.get("steps"), progress=progress, should_stop=stop.is_set)
+        if backend != "synthetic":
+            raw["not_traced"] = list(raw["not_traced"]) + [f"real libraries not used: {reason}"]
+        raw["fallback_reason"] = reason
+    raw["versions"] = hf.versions()
+    return raw
 
 
 if __name__ == "__main__":

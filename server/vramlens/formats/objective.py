@@ -1,0 +1,360 @@
+"""The training objective of a config — SFT, a preference loss, online RL or distillation — in every framework's
+spelling, and the settings only those objectives have (reference model, prompt/completion lengths, generation).
+
+Spellings read (issue 14):
+  TRL         config/trainer classes (`DPOConfig`, `GRPOTrainer`, …), `trl dpo|grpo|… --config`, and in YAML recipes
+              (TRL scripts pick the config class by script, so a YAML file says it by its keys or its file name:
+              alignment-handbook `recipes/<model>/dpo/config_full.yaml`, open-instruct `dpo_beta`/`dpo_loss_type`).
+              Keys and defaults from trl 1.16.0 `trainer/dpo_config.py`, `trainer/grpo_config.py`, `rloo_config.py`,
+              `distillation_config.py`.
+  LLaMA-Factory `stage: pt|sft|rm|ppo|dpo|kto` and `pref_loss: sigmoid|hinge|ipo|kto_pair|orpo|simpo`
+              (src/llamafactory/hparams/finetuning_args.py), `ref_model`, `reward_model`, `max_new_tokens`.
+  axolotl     `rl: dpo|ipo|kto|orpo|simpo|grpo` (src/axolotl/utils/schemas/enums.py `RLType`), `rl_beta`,
+              `trl: {num_generations, max_completion_length, use_vllm, vllm_mode, …}`.
+  torchtune   DPO/PPO/KD recipes by component: `torchtune.rlhf.loss.DPOLoss`/`RSOLoss`/`SimPOLoss`, PPO's
+              `ref_policy_checkpointer`/`value_checkpointer`/`reward_and_value_model`, KD's `teacher_model`/`kd_loss`.
+  ms-swift    `swift rlhf --rlhf_type dpo|orpo|simpo|kto|cpo|rm|ppo|grpo|gkd`, `--ref_model`, `--teacher_model`.
+  OpenRLHF    `python -m openrlhf.cli.train_dpo|train_kto|train_rm|train_ppo|train_ppo_ray|train_kd|train_sft`.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_float, to_int
+from vramlens.plan import OBJECTIVES, Origin
+
+# TRL config and trainer classes (trl 1.16.0 `trl/__init__.py` and `trl/experimental/*`).
+TRL_CLASSES = {
+    "SFT": "sft", "DPO": "dpo", "KTO": "kto", "BCO": "kto", "ORPO": "orpo", "CPO": "cpo", "Reward": "rm",
+    "PRM": "rm", "PPO": "ppo", "GRPO": "grpo", "RLOO": "rloo", "OnlineDPO": "online-dpo", "XPO": "online-dpo",
+    "NashMD": "online-dpo", "GKD": "gkd", "Distillation": "gkd",
+}
+_CLASS = re.compile(r"^(?P<name>[A-Za-z]+?)(?:Config|Trainer)$")
+
+# One word (a subcommand, `stage`, `rl`, `rlhf_type`, a module or file name part) → objective.
+WORDS = {
+    "sft": "sft", "pt": "pretrain", "pretrain": "pretrain", "pretraining": "pretrain",
+    "dpo": "dpo", "ipo": "dpo", "rpo": "dpo", "kto": "kto", "kto_pair": "dpo", "bco": "kto", "orpo": "orpo",
+    "simpo": "simpo", "cpo": "cpo", "rm": "rm", "reward": "rm", "reward_modeling": "rm", "prm": "rm",
+    "ppo": "ppo", "ppo_ray": "ppo", "grpo": "grpo", "gspo": "grpo", "dapo": "grpo", "rloo": "rloo",
+    "online_dpo": "online-dpo", "online-dpo": "online-dpo", "xpo": "online-dpo", "nash_md": "online-dpo",
+    "gkd": "gkd", "kd": "kd", "distill": "kd", "distillation": "kd", "knowledge_distillation": "kd",
+}
+# Losses that need no reference model: ORPO/SimPO/CPO by construction (TRL `CPOConfig.loss_type="simpo"`,
+# LLaMA-Factory `pref_loss: orpo|simpo`, open-instruct `dpo_loss_type: simpo|dpo_norm`).
+REFERENCE_FREE = {"orpo", "simpo", "cpo"}
+ONLINE = {"ppo", "grpo", "rloo", "online-dpo"}
+PAIRED = {"dpo", "orpo", "simpo", "cpo", "rm"}
+DISTILL = {"gkd", "kd"}
+
+
+def word(text: str) -> str | None:
+    """The objective a single word names, if any."""
+    return WORDS.get(str(text).strip().lower().replace("-", "_")) or WORDS.get(str(text).strip().lower())
+
+
+def from_class(name: str) -> str | None:
+    """`DPOConfig` / `GRPOTrainer` → the objective; None for other classes (TrainingArguments, Trainer)."""
+    m = _CLASS.match(name)
+    return TRL_CLASSES.get(m.group("name")) if m else None
+
+
+def from_path(path: str) -> str | None:
+    """A recipe's objective from its file name or folder (alignment-handbook `recipes/zephyr-7b-beta/dpo/
+    config_full.yaml`, TRL `examples/scripts/dpo.py`, torchtune `8B_lora_dpo.yaml`, OpenRLHF `train_dpo_llama.sh`)."""
+    parts = PurePosixPath(str(path).replace("\\", "/")).parts[-3:]
+    found = None
+    for part in parts:
+        for w in re.split(r"[^A-Za-z0-9]+|_", PurePosixPath(part).stem.lower()):
+            hit = WORDS.get(w)
+            if hit and hit not in ("sft", "pretrain") and w not in ("rm", "pt", "reward", "distill"):
+                found = hit
+    return found
+
+
+def set_objective(b: PlanBuilder, objective: str | None, setting: Setting | None = None, *, note: str | None = None,
+                  origin: Origin = Origin.FILE, override: bool = False) -> None:
+    if objective not in OBJECTIVES:
+        return
+    b.set("objective", objective, setting, note=note, origin=origin if setting is not None else Origin.DERIVED,
+          override=override)
+    if objective in REFERENCE_FREE:
+        b.set("reference_free", True, setting, note=f"{objective.upper()} needs no reference model",
+              origin=Origin.DERIVED, override=True)
+
+
+# --- Hugging Face / TRL keys (YAML recipes, Python keyword arguments, CLI flags) ----------------------------------
+
+def _generation(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
+    use = by_key.get("use_vllm")
+    if use is not None and to_bool(use.value):
+        mode = by_key.get("vllm_mode")
+        m = str(mode.value).strip().lower() if mode is not None and mode.value is not None else "colocate"
+        # trl 1.16.0 grpo_config.py: vllm_mode default "colocate" (server before 0.23)
+        b.set("generation", "vllm-server" if m == "server" else "vllm-colocate", mode or use,
+              note=None if mode is not None else "TRL's default vllm_mode is `colocate`")
+    elif use is not None:
+        b.set("generation", "generate", use)
+    share = by_key.get("vllm_gpu_memory_utilization")
+    if share is not None and to_float(share.value) is not None:
+        b.set("vllm_memory_share", float(to_float(share.value)), share)
+
+
+def apply_hf_keys(b: PlanBuilder, settings: list[Setting]) -> None:
+    """TRL's objective-specific keys (DPOConfig, GRPOConfig, GKDConfig, …), wherever they were written."""
+    by_key = {str(s.key): s for s in settings if s.value is not None and len(getattr(s, "path", (s.key,))) <= 1}
+    for key in ("max_prompt_length",):
+        if key in by_key and to_int(by_key[key].value):
+            b.set("prompt_len", to_int(by_key[key].value), by_key[key])
+    for key in ("max_completion_length", "max_new_tokens", "generate_max_len", "max_generated_tokens"):
+        if key in by_key and to_int(by_key[key].value):
+            b.set("completion_len", to_int(by_key[key].value), by_key[key])
+    for key in ("num_generations", "n_samples_per_prompt", "rloo_k"):
+        if key in by_key and to_int(by_key[key].value):
+            b.set("num_generations", to_int(by_key[key].value), by_key[key])
+    s = by_key.get("precompute_ref_log_probs")
+    if s is not None and to_bool(s.value) is not None:
+        b.set("precompute_ref", bool(to_bool(s.value)), s)
+    for key in ("ref_model", "ref_model_name_or_path", "ref_pretrain"):
+        s = by_key.get(key)
+        if s is not None and isinstance(s.value, str) and s.value.strip():
+            b.set("ref_model_id", s.value.strip(), s)
+    for key in ("reward_model", "reward_model_path", "reward_model_name_or_path", "reward_pretrain"):
+        if key == "reward_model" and b.plan.framework == "llamafactory":
+            continue                    # LLaMA-Factory's reward_model is usually an adapter (apply_llamafactory)
+        s = by_key.get(key)
+        if s is not None and isinstance(s.value, str) and s.value.strip():
+            b.set("reward_model_id", s.value.strip(), s)
+    for key in ("teacher_model", "teacher_model_name_or_path", "teacher_model_id"):
+        s = by_key.get(key)
+        if s is not None and isinstance(s.value, str) and s.value.strip():
+            b.set("teacher_model_id", s.value.strip(), s)
+            set_objective(b, "gkd" if b.plan.framework == "trl" else "kd", s,
+                          note="a teacher model is named: distillation")
+    _generation(b, by_key)
+    # open-instruct dpo_tune_cache.py: `dpo_loss_type: dpo|dpo_norm|simpo|wpo`, `dpo_beta`
+    s = by_key.get("dpo_loss_type")
+    if s is not None and isinstance(s.value, str):
+        lt = s.value.strip().lower()
+        set_objective(b, "simpo" if lt in ("simpo", "dpo_norm") else "dpo", s)
+    elif "dpo_beta" in by_key:
+        set_objective(b, "dpo", by_key["dpo_beta"])
+    s = by_key.get("loss_type")
+    if s is not None and isinstance(s.value, str) and s.value.strip().lower() == "simpo" and \
+            b.plan.objective is not None and b.plan.objective.value in ("cpo", "dpo"):
+        set_objective(b, "simpo", s, override=True)
+    s = by_key.get("beta")
+    if s is not None and to_float(s.value) is not None and b.plan.reference_free is None:
+        # trl 1.16.0 grpo_config.py `beta`: "If 0.0 (default), the reference model is not loaded"; only the online
+        # objectives read this (resolve), the DPO family always has a reference unless its loss is reference-free
+        zero = to_float(s.value) == 0.0
+        b.set("reference_free", zero, s, note="KL coefficient 0: no reference model is loaded" if zero
+              else "KL coefficient above 0: the reference model is loaded")
+
+
+def guess_hf_yaml(b: PlanBuilder, keys: set[str], path: str) -> None:
+    """A TRL YAML recipe does not name its config class (the script does): its keys or its path say it."""
+    if b.plan.objective is not None:
+        return
+    if keys & {"num_generations", "use_vllm", "vllm_mode", "reward_funcs", "reward_model_name_or_path"}:
+        by_path = from_path(path)
+        return set_objective(b, by_path if by_path in ONLINE else "grpo", note="GRPO-only keys (num_generations, "
+                             "use_vllm, reward_funcs)" if by_path not in ONLINE else f"the recipe's path names {by_path}")
+    hit = from_path(path)
+    if hit is not None:
+        return set_objective(b, hit, note=f"the recipe's path ({PurePosixPath(path).name}) names {hit.upper()}")
+    if keys & {"precompute_ref_log_probs", "max_prompt_length", "rpo_alpha", "ref_model_init_kwargs"} and "beta" in keys:
+        return set_objective(b, "dpo", note="DPOConfig keys (beta, max_prompt_length, precompute_ref_log_probs)")
+
+
+# --- LLaMA-Factory ------------------------------------------------------------------------------------------------
+
+def apply_llamafactory(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
+    stage = by_key.get("stage")
+    if stage is not None and isinstance(stage.value, str):
+        obj = {"pt": "pretrain", "sft": "sft", "rm": "rm", "ppo": "ppo", "dpo": "dpo", "kto": "kto"}.get(
+            stage.value.strip().lower())
+        if obj == "dpo":
+            loss = by_key.get("pref_loss")
+            lt = str(loss.value).strip().lower() if loss is not None and loss.value is not None else "sigmoid"
+            # LLaMA-Factory src/llamafactory/train/dpo/trainer.py: orpo and simpo compute no reference log-probs
+            if lt in ("orpo", "simpo"):
+                set_objective(b, lt, loss)
+        set_objective(b, obj, stage)
+    s = by_key.get("max_new_tokens")
+    if s is not None and to_int(s.value):
+        b.set("completion_len", to_int(s.value), s)
+    s = by_key.get("ref_model")
+    if s is not None and isinstance(s.value, str) and s.value.strip():
+        b.set("ref_model_id", s.value.strip(), s)
+    s = by_key.get("reward_model")
+    kind = by_key.get("reward_model_type")
+    kind_text = str(kind.value).strip().lower() if kind is not None and kind.value is not None else "lora"
+    if s is not None and isinstance(s.value, str) and s.value.strip() and kind_text == "full":
+        # finetuning_args.py `reward_model_type` defaults to "lora": the reward adapter is loaded onto the policy
+        # (no second model); "full" loads a separate reward model, "api" queries a server
+        b.set("reward_model_id", s.value.strip(), s)
+    if b.plan.objective is not None and b.plan.objective.value == "ppo":
+        # LLaMA-Factory PPO wraps the policy in trl's AutoModelForCausalLMWithValueHead: the value head shares the
+        # policy's backbone (a scalar head), so there is no separate value model
+        b.set("value_model", False, stage, origin=Origin.DERIVED, note="value head on the policy's backbone")
+        b.set("generation", "generate", stage, origin=Origin.DERIVED, note="LLaMA-Factory PPO samples with generate()")
+
+
+# --- axolotl ------------------------------------------------------------------------------------------------------
+
+def apply_axolotl(b: PlanBuilder, by_key: dict[str, Setting], nested: list[Setting]) -> None:
+    rl = by_key.get("rl")
+    if rl is not None and isinstance(rl.value, str) and rl.value.strip():
+        set_objective(b, word(rl.value), rl)
+    s = by_key.get("precompute_ref_log_probs")
+    if s is not None and to_bool(s.value) is not None:
+        b.set("precompute_ref", bool(to_bool(s.value)), s)
+    trl = [e for e in nested if len(e.path) == 2 and e.path[0] == "trl"]
+    if trl:
+        kids = []
+        for e in trl:
+            c = Setting(str(e.path[1]), (str(e.path[1]),), e.value, e.span)
+            c.value_span = e.value_span
+            kids.append(c)
+        apply_hf_keys(b, kids)
+
+
+# --- torchtune ----------------------------------------------------------------------------------------------------
+
+def apply_torchtune(b: PlanBuilder, data: dict, get) -> None:
+    loss = get("loss", "_component_")
+    name = str(loss.value) if loss is not None and isinstance(loss.value, str) else ""
+    last = name.rsplit(".", 1)[-1]
+    if last in ("DPOLoss", "RSOLoss", "IPOLoss"):
+        set_objective(b, "dpo", loss)
+    elif last == "SimPOLoss":
+        set_objective(b, "simpo", loss)
+    elif last == "PPOLoss":
+        set_objective(b, "ppo", loss)
+    elif "GRPO" in last:
+        # torchtune recipes/dev/grpo_full_finetune_distributed.py: `torchtune.dev.rl.loss.GRPOSimpleLoss`,
+        # `grpo_samples` completions per prompt, generated with a KV cache
+        set_objective(b, "grpo", loss)
+        b.set("generation", "generate", loss, origin=Origin.DERIVED, note="torchtune GRPO generates with a KV cache")
+        s = get("grpo_samples")
+        if s is not None and to_int(s.value):
+            b.set("num_generations", to_int(s.value), s)
+    kd = get("kd_loss", "_component_")
+    teacher = get("teacher_model", "_component_")
+    if kd is not None or teacher is not None:
+        set_objective(b, "kd", kd or teacher)
+    if teacher is not None and isinstance(teacher.value, str):
+        from vramlens.formats.torchtune import model_id_for_builder
+
+        tid, _ = model_id_for_builder(teacher.value)
+        b.set("teacher_model_id", tid or teacher.value, teacher,
+              note=f"torchtune builder `{teacher.value.rsplit('.', 1)[-1]}`")
+    if any(k in data for k in ("ref_policy_checkpointer", "value_checkpointer", "reward_and_value_model")):
+        s = get("ref_policy_checkpointer", "_component_") or get("value_checkpointer", "_component_")
+        set_objective(b, "ppo", s, note="PPO recipe: reference policy, value and reward models")
+        # torchtune recipes/ppo_full_finetune_single_device.py: one reward-and-value model builder, loaded twice
+        # (the value model trains, the reward model is frozen)
+        b.set("value_model", True, s, origin=Origin.DERIVED)
+        b.set("generation", "generate", s, origin=Origin.DERIVED, note="torchtune PPO generates with a KV cache")
+    for key in ("max_generated_tokens",):
+        s = get(key)
+        if s is not None and to_int(s.value):
+            b.set("completion_len", to_int(s.value), s)
+    if b.plan.objective is None and "ref_checkpointer" in data:
+        set_objective(b, "dpo", get("ref_checkpointer", "_component_"))
+
+
+# --- command lines: trl, swift, OpenRLHF modules --------------------------------------------------------------------
+
+OPENRLHF_MODULES = {"train_sft": "sft", "train_dpo": "dpo", "train_kto": "kto", "train_rm": "rm", "train_prm": "rm",
+                    "train_ppo": "ppo", "train_ppo_ray": "ppo", "train_kd": "kd"}
+
+
+def from_launch(tool: str, subcommand: str | None, script: str | None) -> str | None:
+    """The objective a launch command names by itself (`trl dpo`, `python -m openrlhf.cli.train_dpo`, `tune run
+    lora_dpo_single_device`, `tune run knowledge_distillation_single_device`, a `dpo.py` script)."""
+    if tool == "trl" and subcommand:
+        return word(subcommand)
+    if script:
+        mod = script.rsplit(".", 1)[-1] if "/" not in script else PurePosixPath(script).stem
+        if mod in OPENRLHF_MODULES:
+            return OPENRLHF_MODULES[mod]
+        if tool == "torchtune":
+            low = script.lower()
+            for key, obj in (("knowledge_distillation", "kd"), ("dpo", "dpo"), ("ppo", "ppo"), ("grpo", "grpo")):
+                if key in low:
+                    return obj
+            return None
+        return from_path(script)
+    return None
+
+
+def apply_swift(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
+    s = by_key.get("rlhf_type")
+    if s is not None and isinstance(s.value, str):
+        set_objective(b, word(s.value), s)
+
+
+def apply_openrlhf(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
+    """OpenRLHF flags: `--max_len`, `--prompt_max_len`, `--generate_max_len`, `--n_samples_per_prompt`,
+    `--micro_train_batch_size`, `--vllm_gpu_memory_utilization`, `--ref_offload`, `--critic_pretrain`."""
+    s = by_key.get("pretrain")
+    if s is not None and isinstance(s.value, str) and s.value.strip():
+        b.set("model_id", s.value.strip(), s)
+    s = by_key.get("zero_stage")
+    if s is not None and to_int(s.value) is not None:
+        b.set("dist_strategy", "deepspeed", s)
+        b.set("zero_stage", to_int(s.value), s)
+    s = by_key.get("micro_train_batch_size")
+    if s is not None:
+        b.set_int("micro_batch", s, minimum=1)
+    for key in ("max_len",):
+        s = by_key.get(key)
+        if s is not None:
+            b.set_int("seq_len", s, minimum=1)
+    s = by_key.get("prompt_max_len")
+    if s is not None and to_int(s.value):
+        b.set("prompt_len", to_int(s.value), s)
+    s = by_key.get("vllm_num_engines")
+    if s is not None and to_int(s.value):
+        colocated = by_key.get("colocate_all_models")
+        b.set("generation", "vllm-colocate" if colocated is not None and to_bool(colocated.value) is not False
+              else "vllm-server", s)
+    s = by_key.get("critic_pretrain")
+    if s is not None:
+        b.set("value_model", True, s)
+
+
+def apply_launch(b: PlanBuilder, tool: str, subcommand: str | None, script: str | None,
+                 flags: list[Setting]) -> None:
+    """A training command: the objective its program/subcommand/module names, then its flags."""
+    by_flag = {str(s.path[0]): s for s in flags if s.path}
+    obj = from_launch(tool, subcommand, script)
+    if obj is not None:
+        what = f"`{tool} {subcommand}`" if tool == "trl" else f"`{script}`"
+        set_objective(b, obj, note=f"the command runs {what}", origin=Origin.DERIVED)
+    if tool == "swift":
+        apply_swift(b, by_flag)
+    if script and "openrlhf" in script:
+        apply_openrlhf(b, by_flag)
+    if tool not in ("axolotl", "llamafactory", "torchtune"):
+        kids = []
+        for s in flags:
+            c = Setting(str(s.path[0]), (str(s.path[0]),), s.value, s.span, s.value_span)
+            kids.append(c)
+        apply_hf_keys(b, kids)
+    finish(b, script or "")
+
+
+def finish(b: PlanBuilder, path: str) -> None:
+    """After a format read its keys: objective-specific settings that imply an objective."""
+    plan = b.plan
+    if plan.objective is not None:
+        return
+    if plan.teacher_model_id is not None:
+        set_objective(b, "kd", note="a teacher model is named")
+
+
+def by_key(settings: list[Setting]) -> dict[str, Setting]:
+    return {str(s.key): s for s in settings if len(getattr(s, "path", (s.key,))) <= 1}

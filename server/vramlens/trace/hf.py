@@ -1,0 +1,474 @@
+"""The real-library backend: one training step of `transformers`' own model, real `peft` adapters and
+bitsandbytes 4-bit layers, the model's own loss and torch's optimizers, under fake tensors.
+
+The model is built with `AutoModelForCausalLM.from_config` on the `meta` device from a `config.json`-shaped
+configuration of the plan's architecture, then moved with `to_empty()` into the fake mode (the engine does
+that). It has the same interface as `model.SyntheticModel` for the engine: `model(ids, labels, mark=...)`
+returns {"loss", "logits"}, `mark("loss")` fires when the LM head starts and `mark("bwd")` when backward
+leaves it.
+
+Shims (each checked fake == real on CPU tensors in tests/trace/test_hf_shims.py):
+- packed-sequence detection: transformers' `masking_utils.find_packed_sequence_indices` treats any fake tensor
+  as "tracing" and returns a packed-sequence mask (transformers 5.x `masking_utils.py`), which makes the
+  attention mask explicit. For the batch traced here (position ids 0..s-1 in every row) a real tensor gives
+  `None`; `real_packed_sequence_indices` answers that without reading data.
+- dropout: `F.dropout` on CPU keeps a mask in the input's dtype (aten `native_dropout`'s CPU kernel), CUDA
+  keeps a 1-byte bool mask (`aten/src/ATen/native/cuda/Dropout.cu`). `cuda_dropout` is an autograd function
+  that keeps a bool mask, as `native_dropout` on CUDA does.
+- tied embeddings: `to_empty()` gives each module a new Parameter, so `tie_weights()` is called again.
+- flash_attention_2 / flash_attention_3 have no CPU kernel: `flash_stand_in` is registered in
+  `AttentionInterface` under a name of its own and keeps what flash-attn keeps (q, k, v, output and an fp32 logsumexp) by calling
+  SDPA's CPU flash kernel with native grouped K/V.
+- bitsandbytes 4-bit: `Params4bit` cannot wrap a fake tensor; `replace_with_bnb_linear` runs on the meta model
+  and `quantize_4bit_fake` keeps the packed weight as a plain Parameter carrying `.quant_state` (see there).
+"""
+from __future__ import annotations
+
+import importlib.metadata as md
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vramlens.trace.config import StepConfig
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+# Families whose Hugging Face config takes the Llama-style keys below (model_type = family).
+DECODER_FAMILIES = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "phi3",
+                    "mixtral", "qwen3_moe"}
+HF_LINEAR = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
+             "down": "down_proj", "lm_head": "lm_head", "embed": "embed_tokens"}
+PHI3_LINEAR = {"q": "qkv_proj", "k": "qkv_proj", "v": "qkv_proj", "o": "o_proj", "gate": "gate_up_proj",
+               "up": "gate_up_proj", "down": "down_proj", "lm_head": "lm_head", "embed": "embed_tokens"}
+DISTRIBUTIONS = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "trl")
+
+
+def versions() -> dict[str, str | None]:
+    """Installed versions in this interpreter, from the distributions' metadata (nothing imported)."""
+    out: dict[str, str | None] = {}
+    for name in DISTRIBUTIONS:
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def unsupported(cfg: StepConfig) -> str | None:
+    """Why this step cannot run on the real libraries here (None: it can)."""
+    v = versions()
+    if v["transformers"] is None:
+        return "transformers is not installed in the trace interpreter"
+    if cfg.peft in ("lora", "dora", "qlora") and v["peft"] is None:
+        return "peft is not installed in the trace interpreter"
+    if cfg.quant_bits is not None and (cfg.quant_bits != 4 or v["bitsandbytes"] is None):
+        return ("bitsandbytes is not installed in the trace interpreter" if v["bitsandbytes"] is None
+                else "8-bit base weights (LLM.int8 outlier handling is data-dependent)")
+    if cfg.arch.family not in DECODER_FAMILIES or cfg.arch.block != "decoder":
+        return f"architecture family `{cfg.arch.family}` has no config mapping for the real backend yet"
+    if cfg.arch.is_moe and cfg.arch.family != "mixtral":
+        return "MoE other than Mixtral"
+    if cfg.litgpt:
+        return "litgpt's model is not transformers' model"
+    if cfg.loss == "litgpt" or cfg.loss == "fused":
+        return f"loss `{cfg.loss}` has no importable implementation here"
+    if cfg.loss == "chunked" and v["trl"] is None:
+        return "TRL's chunked loss: trl is not installed in the trace interpreter"
+    if cfg.quant_keeps_input or cfg.quant_from_fp16 or cfg.quant_lm_head:
+        return "bitsandbytes/Lightning variant without a real implementation here"
+    if cfg.master_weights:
+        return "fp32 master weights (DeepSpeed/Megatron optimizer) are not in transformers"
+    return None
+
+
+def hf_config(cfg: StepConfig):
+    """The transformers config of the plan's architecture: the shapes the plan resolved from the model's
+    config.json (`ModelArch`), every other key at the family's config defaults (`AutoConfig.for_model`), so the
+    model class, its attention, norms, RoPE and soft-capping are the family's own."""
+    from transformers import AutoConfig
+
+    a = cfg.arch
+    kw = dict(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.intermediate,
+              num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.n_kv_heads,
+              head_dim=a.d_head, tie_word_embeddings=a.tied_embeddings, use_cache=False,
+              max_position_embeddings=max(a.max_position or 0, cfg.seq_len))
+    if a.family not in ("phi3",):
+        kw["attention_bias"] = a.attn_bias
+    if a.family in ("llama", "olmo2"):
+        kw["mlp_bias"] = a.mlp_bias
+    if a.is_moe:
+        kw.update(num_local_experts=a.num_experts, num_experts_per_tok=a.experts_per_token)
+        if a.moe_intermediate:
+            kw["intermediate_size"] = a.moe_intermediate
+    return AutoConfig.for_model(a.family, **kw)
+
+
+FLASH_STAND_IN = "vramlens_fa_stand_in"   # no "flash" in it: transformers would look for a flash kernel
+
+
+def transformers_major() -> int:
+    import transformers
+
+    return int(transformers.__version__.split(".")[0])
+
+
+def supports_sdpa(cfg: StepConfig) -> bool:
+    """Whether the family's model class runs SDPA (transformers 5 Gemma-2 does not: `_supports_sdpa = False`
+    for its attention soft-capping). Without it, transformers' default is eager attention."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    cls = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(hf_config(cfg)), None)
+    return bool(getattr(cls, "_supports_sdpa", True))
+
+
+def attn_implementation(cfg: StepConfig, rp_attn: str) -> str:
+    """The name the model is built with; flash attention is switched to the stand-in after construction on
+    transformers 4.x (`use_flash_stand_in_4x`); SDPA becomes eager where the model class has no SDPA path."""
+    if rp_attn in ("flash_attention_2", "flash_attention_3"):
+        if transformers_major() < 5:
+            return "sdpa"
+        register_flash_stand_in()
+        return FLASH_STAND_IN
+    if rp_attn == "eager" or not supports_sdpa(cfg):
+        return "eager"
+    return "sdpa"
+
+
+def use_flash_stand_in_4x(model) -> None:
+    """transformers 4.4x: `ALL_ATTENTION_FUNCTIONS` is a plain dict and `_update_causal_mask` passes no mask to
+    "flash_attention_2" when nothing is padded (e.g. transformers 4.48 `models/mistral/modeling_mistral.py`): the
+    stand-in takes that entry and the model's config is switched to it after construction (building with it
+    would look for the flash-attn package)."""
+    from transformers import modeling_utils
+
+    modeling_utils.ALL_ATTENTION_FUNCTIONS["flash_attention_2"] = flash_stand_in
+    model.config._attn_implementation = "flash_attention_2"
+
+
+# -- shims --------------------------------------------------------------------------------------------
+
+def real_packed_sequence_indices(position_ids: torch.Tensor):
+    """What `find_packed_sequence_indices` returns for a real tensor of position ids 0..s-1 in every row
+    (the batch this backend traces): None, i.e. no packed sequences."""
+    return None
+
+
+def install_packed_sequence_shim() -> None:
+    try:
+        from transformers import masking_utils
+    except ImportError:                    # transformers < 4.53: no packed-sequence detection
+        return
+
+    original = masking_utils.find_packed_sequence_indices
+    if getattr(original, "_vramlens", False):
+        return
+
+    def find_packed_sequence_indices(position_ids):
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        if isinstance(position_ids, FakeTensor):
+            return real_packed_sequence_indices(position_ids)
+        return original(position_ids)
+
+    find_packed_sequence_indices._vramlens = True
+    masking_utils.find_packed_sequence_indices = find_packed_sequence_indices
+
+
+class CudaDropout(torch.autograd.Function):
+    """`native_dropout` as on CUDA: the output plus a 1-byte bool mask saved for backward."""
+
+    @staticmethod
+    def forward(ctx, x, p: float):
+        mask = torch.empty(x.shape, dtype=torch.bool, device=x.device).bernoulli_(1.0 - p)
+        ctx.save_for_backward(mask)
+        ctx.scale = 1.0 / (1.0 - p)
+        return x * mask * ctx.scale
+
+    @staticmethod
+    def backward(ctx, g):
+        (mask,) = ctx.saved_tensors
+        return g * mask * ctx.scale, None
+
+
+def cuda_dropout(x, p: float = 0.5, training: bool = True, inplace: bool = False):
+    if not training or p == 0.0:
+        return x
+    return CudaDropout.apply(x, p)
+
+
+class _DropoutAsCuda(nn.Module):
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        return cuda_dropout(x, self.p, self.training)
+
+
+def dropouts_as_cuda(model: nn.Module) -> int:
+    """Replace every `nn.Dropout` with p > 0 by the CUDA-sized dropout; returns how many."""
+    n = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Dropout and child.p > 0:
+                setattr(parent, name, _DropoutAsCuda(child.p))
+                n += 1
+    return n
+
+
+def flash_stand_in(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
+                   **kwargs):
+    """flash_attention_2 on CPU: SDPA's flash kernel (saves q, k, v, output and an fp32 logsumexp, like
+    flash-attn's `_flash_attn_forward`), causal, grouped K/V read natively; output in (b, s, h, d)."""
+    causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    rep = query.shape[1] // key.shape[1]
+    out = F.scaled_dot_product_attention(query, key, value, dropout_p=dropout, scale=scaling, is_causal=causal,
+                                         enable_gqa=rep > 1)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register_flash_stand_in() -> None:
+    """Register the stand-in under its own name (transformers refuses `flash_attention_2` without flash-attn),
+    with flash attention's mask function (a 2-D padding mask or none: transformers `masking_utils`)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flash_attention_mask
+
+    AttentionInterface.register(FLASH_STAND_IN, flash_stand_in)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(FLASH_STAND_IN, flash_attention_mask)
+
+
+# -- the model ----------------------------------------------------------------------------------------
+
+class HFStep(nn.Module):
+    """transformers' causal LM (peft-wrapped when the plan has adapters), called like `SyntheticModel`."""
+
+    def __init__(self, cfg: StepConfig, attn: str):
+        super().__init__()
+        from transformers import AutoModelForCausalLM
+
+        self.cfg = cfg
+        install_packed_sequence_shim()
+        impl = attn_implementation(cfg, attn)
+        dtype = DTYPES[cfg.param_dtype]
+        hc = hf_config(cfg)
+        dtype_kw = {"dtype": dtype} if transformers_major() >= 5 else {"torch_dtype": dtype}
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(hc, attn_implementation=impl, **dtype_kw)
+        if attn in ("flash_attention_2", "flash_attention_3") and transformers_major() < 5:
+            use_flash_stand_in_4x(model)
+        self.trl_fused = cfg.loss == "chunked"
+        if self.trl_fused:
+            # TRL ≥ 1.7 SFTTrainer: loss_type "nll" (formerly "chunked_nll") through `add_fused_lm_head`
+            # (trl/trainer/sft_trainer.py `__init__` and `compute_loss`), added before PEFT wraps the model
+            from trl.trainer.utils import add_fused_lm_head
+
+            add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))
+        self.quantized = cfg.quant_bits == 4
+        if self.quantized:
+            model = replace_4bit(model, cfg)
+        if cfg.checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if cfg.peft != "none":
+            model = apply_peft(model, cfg)
+        self.model = model
+        self.tick = lambda: None
+        self._mark = None
+        if self.trl_fused:       # TRL's fused head reads lm_head.weight directly: the backbone's output marks it
+            base = model.get_base_model() if hasattr(model, "get_base_model") else model
+            base.get_decoder().register_forward_hook(self._backbone_out)
+        else:
+            model.get_output_embeddings().register_forward_pre_hook(self._head_pre)
+
+    def _head_pre(self, module, args):
+        self._enter_head(args[0])
+
+    def _backbone_out(self, module, args, out):
+        self._enter_head(out[0] if isinstance(out, tuple) else out.last_hidden_state)
+
+    def _enter_head(self, x) -> None:
+        mark = self._mark
+        if mark is not None:
+            mark("loss")
+            if x.requires_grad:
+                x.register_hook(lambda g: mark("bwd"))
+
+    def forward(self, ids, labels, mark=None, attention_mask=None):
+        self._mark = mark
+        try:
+            if self.trl_fused:                            # trl SFTTrainer.compute_loss, loss_type "nll"
+                out = self.model(input_ids=ids, labels=labels, attention_mask=attention_mask, use_cache=False,
+                                 fused_lm_head=True)
+                num_tokens = out.label_mask.sum()
+                loss = (-out.log_probs).sum() / torch.as_tensor(num_tokens).clamp(min=1)
+                return {"loss": loss, "logits": None}
+            out = self.model(input_ids=ids, labels=labels, attention_mask=attention_mask, use_cache=False)
+        finally:
+            self._mark = None
+        return {"loss": out.loss, "logits": out.logits}
+
+
+def linear_targets(cfg: StepConfig) -> list[str] | str:
+    names = PHI3_LINEAR if cfg.arch.family == "phi3" else HF_LINEAR
+    if "all-linear" in cfg.lora_targets:
+        return "all-linear"
+    return sorted({names[t] for t in cfg.lora_targets if t in names and t not in ("lm_head", "embed")})
+
+
+def apply_peft(model, cfg: StepConfig):
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    if cfg.quant_bits == 4:
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.checkpointing,
+                                                gradient_checkpointing_kwargs={"use_reentrant": False})
+        if not cfg.upcast_non_quantized:
+            for p in model.parameters():
+                if p.dtype == torch.float32 and not hasattr(p, "quant_state"):
+                    p.data = p.data.to(DTYPES[cfg.param_dtype])
+    names = PHI3_LINEAR if cfg.arch.family == "phi3" else HF_LINEAR
+    save = sorted({names[m] for m in cfg.modules_to_save if m in names}) or None
+    lc = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                    target_modules=linear_targets(cfg), modules_to_save=save, use_dora=cfg.peft == "dora",
+                    task_type="CAUSAL_LM")
+    return get_peft_model(model, lc, autocast_adapter_dtype=cfg.adapter_fp32)
+
+
+# -- bitsandbytes 4-bit ---------------------------------------------------------------------------------
+
+def replace_4bit(model, cfg: StepConfig):
+    """transformers' own `replace_with_bnb_linear` on the meta model: its `Linear4bit` modules."""
+    from transformers import BitsAndBytesConfig
+    from transformers.integrations.bitsandbytes import replace_with_bnb_linear
+
+    qc = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=cfg.quant_type,
+                            bnb_4bit_use_double_quant=cfg.quant_double,
+                            bnb_4bit_compute_dtype=DTYPES[cfg.compute_dtype],
+                            bnb_4bit_quant_storage=DTYPES.get(cfg.quant_storage, torch.uint8))
+    skip = ["lm_head"]
+    model = replace_with_bnb_linear(model, modules_to_not_convert=skip, quantization_config=qc)
+    model.is_loaded_in_4bit = True
+    model.hf_quantizer = None
+    return model
+
+
+def quantize_4bit_fake(model, cfg: StepConfig) -> None:
+    """Quantize every `bnb.nn.Linear4bit` in place (fake or real): `bitsandbytes.functional.quantize_4bit`
+    has a fake kernel; the packed weight stays a plain frozen Parameter carrying `.quant_state`, which is what
+    `bnb.matmul_4bit` and peft's `Linear4bit` read (`Params4bit` cannot wrap a fake tensor)."""
+    import bitsandbytes as bnb
+    import bitsandbytes.functional as BF
+
+    storage = DTYPES.get(cfg.quant_storage, torch.uint8)
+    for m in model.modules():
+        if isinstance(m, bnb.nn.Linear4bit):
+            w = torch.empty(m.out_features, m.in_features, dtype=DTYPES[cfg.compute_dtype], device="cpu")
+            packed, state = BF.quantize_4bit(w, blocksize=64, compress_statistics=cfg.quant_double,
+                                             quant_type=cfg.quant_type, quant_storage=storage)
+            p = nn.Parameter(packed, requires_grad=False)
+            p.quant_state = state
+            p.bnb_quantized = True
+            p.quant_type = cfg.quant_type
+            p.compress_statistics = cfg.quant_double
+            p.blocksize = 64
+            p.module = m
+            m._parameters["weight"] = p
+            m.quant_state = state
+
+
+def quant_constants(model) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+    for p in model.parameters():
+        st = getattr(p, "quant_state", None)
+        if st is None:
+            continue
+        out += [st.absmax, getattr(st, "code", None)]
+        if getattr(st, "state2", None) is not None:
+            out += [st.state2.absmax, st.state2.code, getattr(st, "offset", None)]
+    return [t for t in out if isinstance(t, torch.Tensor)]
+
+
+# -- construction for the engine --------------------------------------------------------------------------
+
+def build_meta(cfg: StepConfig) -> HFStep:
+    return HFStep(cfg, cfg.attn_impl)
+
+
+def materialize(step: HFStep, device, real: bool) -> HFStep:
+    """Allocate every parameter on `device` (fake or real), re-tie the embeddings, quantize 4-bit linears,
+    make dropout keep a CUDA-sized mask. Real tensors get small random values."""
+    # rotary inverse frequencies are computed at construction; keep them across to_empty()
+    bufs = {n: b.detach().clone() for n, b in step.named_buffers() if b is not None and b.device.type != "meta"}
+    step = step.to_empty(device=device)
+    inner = step.model.get_base_model() if hasattr(step.model, "get_base_model") else step.model
+    if step.cfg.arch.tied_embeddings:
+        inner.tie_weights()
+    with torch.no_grad():
+        for n, b in step.named_buffers():
+            if n in bufs:
+                b.copy_(bufs[n])
+            elif "inv_freq" in n:
+                _init_rope(step, n, b)
+        if step.quantized:
+            quantize_4bit_fake(step.model, step.cfg)
+        if real:
+            from vramlens.trace.model import init_real_
+
+            init_real_(step.named_parameters(), step.cfg.gemma)
+    dropouts_as_cuda(step.model)
+    step.train()
+    return step
+
+
+def _init_rope(step: nn.Module, name: str, buf: torch.Tensor) -> None:
+    rot = step.get_submodule(name.rsplit(".", 1)[0])
+    fn = getattr(rot, "rope_init_fn", None)
+    if fn is not None:
+        inv, _ = fn(rot.config, buf.device)
+        buf.copy_(inv.to(buf.dtype))
+    else:
+        buf.fill_(1.0)
+
+
+def param_count(step: HFStep) -> int:
+    total = 0
+    for n, p in step.model.named_parameters():
+        if "lora_" in n or "original_module" in n:
+            continue
+        st = getattr(p, "quant_state", None)
+        total += int(torch.Size(st.shape).numel()) if st is not None else p.numel()
+    return total
+
+
+def make_batch(cfg: StepConfig, device, real: bool) -> dict[str, torch.Tensor]:
+    """Token ids as labels; with `padded`, an attention mask whose first row ends in one padding token (a real
+    padded batch: transformers then keeps the mask, as it does for any fake mask)."""
+    ids = torch.randint(0, cfg.arch.vocab, (cfg.micro_batch, cfg.seq_len), device=device)
+    batch = {"ids": ids, "labels": ids}
+    if cfg.padded:
+        mask = torch.ones((cfg.micro_batch, cfg.seq_len), dtype=torch.long, device=device)
+        if real:
+            mask[0, -1] = 0
+        batch["attention_mask"] = mask
+    return batch
+
+
+def description(cfg: StepConfig) -> list[str]:
+    v = versions()
+    parts = [f"{k} {v[k]}" for k in ("transformers", "peft", "bitsandbytes", "trl") if v.get(k)]
+    loss = ("TRL's fused LM head and per-token loss (SFTTrainer, loss_type nll)" if cfg.loss == "chunked"
+            else "the model's own loss")
+    attn = cfg.attn_impl
+    if attn not in ("eager", "flash_attention_2", "flash_attention_3") and not supports_sdpa(cfg):
+        attn = f"eager (this transformers' {cfg.arch.family} has no SDPA path; the plan said {cfg.attn_impl})"
+    if attn in ("flash_attention_2", "flash_attention_3"):
+        attn = f"{attn} (CPU stand-in keeping q, k, v, output and an fp32 logsumexp, grouped K/V read natively)"
+    out = [f"traced on the real libraries ({', '.join(parts)}): transformers' model built from the config, {loss}, "
+           f"{attn} attention"]
+    if cfg.loss == "chunked":
+        out.append("TRL's fused LM head runs its torch fallback on the fake CPU device (trl/kernels/chunked_logprob.py: "
+                   "Triton kernels and only the labelled positions on CUDA): its per-tile temporaries during the loss "
+                   "may differ from a GPU's")
+    if cfg.quant_bits == 4:
+        out.append("4-bit base weights: transformers' replace_with_bnb_linear, weights packed by "
+                   "bitsandbytes.functional.quantize_4bit, peft prepare_model_for_kbit_training")
+    return out

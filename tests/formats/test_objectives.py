@@ -1,0 +1,189 @@
+"""Preference, RL and distillation configs read as what they are, in every framework's spelling (issue 14)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vramlens.estimate import GIB, estimate
+from vramlens.formats import parse_document, parse_file
+from vramlens.resolve import Settings, resolve
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "objectives"
+
+
+def run(name: str, gpu: str = "H100-80GB"):
+    plan = parse_file(FIXTURES / name).plan
+    assert plan is not None, name
+    res = resolve(plan, Settings(gpu=gpu))
+    return plan, res.resolved, estimate(res.resolved, limits=False)
+
+
+# (fixture, objective, reference, sequences per example, generation)
+CASES = [
+    ("trl_dpo_full.yaml", "dpo", "copy", 2, "none"),
+    ("trl_dpo_peft.yaml", "dpo", "adapters-off", 2, "none"),
+    ("trl_dpo_precompute.yaml", "dpo", "none", 2, "none"),
+    ("trl_sft_peft.yaml", "sft", "none", 1, "none"),
+    ("handbook/dpo/config_full.yaml", "dpo", "copy", 2, "none"),
+    ("open_instruct_dpo.yaml", "simpo", "none", 2, "none"),
+    ("trl_grpo.yaml", "grpo", "none", 1, "vllm-colocate"),
+    ("dpo_train.py", "dpo", "copy", 2, "none"),
+    ("orpo_train.py", "orpo", "none", 2, "none"),
+    ("grpo_train.py", "grpo", "copy", 1, "generate"),
+    ("gkd_train.py", "gkd", "none", 1, "none"),
+    ("online_dpo_train.py", "online-dpo", "copy", 2, "generate"),
+    ("llamafactory_dpo.yaml", "dpo", "copy", 2, "none"),
+    ("llamafactory_orpo.yaml", "orpo", "none", 2, "none"),
+    ("llamafactory_kto.yaml", "kto", "adapters-off", 1, "none"),
+    ("llamafactory_rm.yaml", "rm", "none", 2, "none"),
+    ("llamafactory_ppo.yaml", "ppo", "adapters-off", 1, "generate"),
+    ("axolotl_dpo.yaml", "dpo", "adapters-off", 2, "none"),
+    ("axolotl_orpo.yaml", "orpo", "none", 2, "none"),
+    ("axolotl_grpo.yaml", "grpo", "copy", 1, "vllm-colocate"),
+    ("torchtune_lora_dpo.yaml", "dpo", "adapters-off", 2, "none"),
+    ("torchtune_kd.yaml", "kd", "none", 1, "none"),
+    ("torchtune_ppo.yaml", "ppo", "copy", 1, "generate"),
+    ("torchtune_grpo.yaml", "grpo", "copy", 1, "generate"),
+    ("swift_dpo.sh", "dpo", "copy", 2, "none"),
+    ("swift_grpo.sh", "grpo", "adapters-off", 1, "vllm-colocate"),
+    ("swift_gkd.sh", "gkd", "none", 1, "none"),
+    ("trl_cli_grpo.sh", "grpo", "none", 1, "vllm-server"),
+    ("openrlhf_dpo.sh", "dpo", "copy", 2, "none"),
+]
+
+
+@pytest.mark.parametrize("name,objective,reference,sequences,generation", CASES, ids=[c[0] for c in CASES])
+def test_each_spelling_is_read_as_its_objective(name, objective, reference, sequences, generation):
+    plan, rp, est = run(name)
+    if objective == "sft":
+        assert plan.objective is None                 # nothing says otherwise: supervised fine-tuning
+    else:
+        assert plan.objective is not None and plan.objective.value == objective
+    assert est.objective == objective
+    assert rp.reference == reference
+    assert rp.sequences_per_example == sequences
+    assert rp.generation == generation
+    # a frozen copy is its own component, the PEFT base and reference-free losses add none
+    assert (est.components["reference"] > 0) == (reference == "copy")
+
+
+def test_the_objective_points_at_the_text_that_says_it():
+    plan = parse_file(FIXTURES / "llamafactory_orpo.yaml").plan
+    assert plan.objective.key == "pref_loss" and plan.objective.span.start_line == 5
+    plan = parse_file(FIXTURES / "axolotl_dpo.yaml").plan
+    assert plan.objective.key == "rl" and plan.objective.span.start_line == 1
+
+
+def test_full_dpo_counts_the_frozen_reference_as_bf16_weights():
+    _, rp, est = run("trl_dpo_full.yaml")
+    # Llama-3.1-8B: 8,030,261,248 parameters × 2 bytes = 14.96 GiB, unsharded on one GPU
+    assert round(est.components["reference"] / GIB, 2) == 14.96
+    assert est.components["reference"] == est.components["weights"]
+    assert "reference-forward" in est.phases
+
+
+def test_peft_dpo_has_no_second_copy_and_twice_the_activations_of_sft():
+    _, _, dpo = run("trl_dpo_peft.yaml")
+    _, _, sft = run("trl_sft_peft.yaml")
+    assert dpo.components["reference"] == 0 and dpo.components["weights"] == sft.components["weights"]
+    dpo_fb = dpo.phases["forward-backward"]
+    assert dpo_fb > sft.phases["forward-backward"]
+    for part in ("activations", "logits"):
+        assert dpo.components[part] >= 1.8 * sft.components[part], part
+
+
+def test_precomputed_reference_log_probs_drop_the_copy():
+    _, _, with_ref = run("trl_dpo_full.yaml")
+    _, _, pre = run("trl_dpo_precompute.yaml")
+    assert pre.components["reference"] == 0 and "reference-forward" not in pre.phases
+    assert pre.allocated_bytes < with_ref.allocated_bytes
+
+
+def test_zero3_shards_the_reference_like_the_policy():
+    text = (FIXTURES / "openrlhf_dpo.sh").read_text().replace("deepspeed --module", "deepspeed --num_gpus 8 --module")
+    plan = parse_document(text, "train_dpo.sh").plan
+    rp = resolve(plan, Settings(gpu="H100-80GB")).resolved
+    est = estimate(rp, limits=False)
+    assert rp.zero_stage == 3 and rp.world_size == 8
+    assert est.components["reference"] == pytest.approx(14.96 * GIB / 8, rel=0.01)
+
+
+def test_reward_model_has_a_scalar_head_and_no_vocabulary_logits():
+    _, rp, est = run("llamafactory_rm.yaml")
+    assert rp.scalar_head and est.components["logits"] == 0
+
+
+def test_grpo_colocated_vllm_holds_its_share_of_the_gpu():
+    _, rp, est = run("trl_grpo.yaml")
+    assert rp.vllm_memory_share == 0.3
+    assert est.components["generation"] == int(0.3 * rp.gpu.memory_gib * GIB)
+    # the policy update sees prompt + completion, and logits only for the completion
+    assert rp.seq_len == 512 + 1024 and rp.logits_tokens == 1024
+
+
+def test_grpo_with_generate_has_a_generation_phase_with_the_kv_cache():
+    _, rp, est = run("grpo_train.py")
+    assert "generation" in est.phases
+    # TRL: 4 completions per step × 4 steps per generation, each prompt (512 assumed) + 2048 completion tokens
+    assert rp.micro_batch * rp.generations_per_example == 16 and rp.generation_len == 512 + 2048
+    kv = 16 * rp.generation_len * rp.arch.layers * 2 * rp.arch.kv_dim * 2
+    assert est.phases["generation"] - est.phases["optimizer-step"] >= kv - est.components["gradients"]
+
+
+def test_ppo_holds_reference_reward_and_a_trained_value_model():
+    _, rp, est = run("torchtune_ppo.yaml")
+    assert rp.reward_model and rp.value_model and rp.generation_len == 512 + 128
+    parts = est.components
+    assert parts["reference"] == parts["reward_model"] > 0
+    assert parts["value_model"] > 3 * parts["reward_model"]          # weights + gradients + AdamW states
+    assert {"generation", "reference-forward"} <= set(est.phases)
+
+
+def test_distillation_adds_the_teacher_and_its_logits():
+    _, rp, est = run("torchtune_kd.yaml")
+    assert rp.teacher is not None and rp.teacher.id.endswith("Llama-3.1-8B")
+    assert round(est.components["teacher"] / GIB, 2) == 14.96
+    assert est.components["teacher_logits"] > 0 or "teacher-forward" == est.phase
+    _, rp, est = run("gkd_train.py")
+    assert rp.teacher.id.startswith("Qwen/Qwen2.5-14B") and est.components["teacher"] > est.components["weights"]
+
+
+def _fixes(name: str):
+    from vramlens.fixes import Fixer
+
+    path = FIXTURES / name
+    plan = parse_file(path).plan
+    settings = Settings(gpu="H100-80GB")
+    rp = resolve(plan, settings).resolved
+    base = estimate(rp, limits=False)
+    return base, {f.id: f for f in Fixer(path.read_text(), plan, rp, base, settings.model_copy(update={"headroom": 0.1})).memory_fixes()}
+
+
+def test_fixes_for_a_full_dpo_run_precompute_the_reference_and_say_the_new_peak():
+    base, fixes = _fixes("trl_dpo_full.yaml")
+    fix = fixes["precompute-ref"]
+    assert fix.estimate_after.components["reference"] == 0
+    assert f"peak {fix.estimate_after.device_bytes / GIB:.1f} GiB" in fix.title
+    assert base.device_bytes - fix.estimate_after.device_bytes >= 14.96 * GIB
+    assert [e.new_text for e in fix.edits] == ["precompute_ref_log_probs: true\n"]
+
+
+def test_fixes_for_colocated_vllm_lower_its_share_or_move_it_to_a_server():
+    base, fixes = _fixes("axolotl_grpo.yaml")
+    share, server = fixes["vllm-share"], fixes["vllm-server"]
+    assert server.estimate_after.components["generation"] == 0 and "peak" in server.title
+    assert 0 < share.estimate_after.components["generation"] < base.components["generation"]
+    assert [e.new_text for e in share.edits] == ["0.17"] and [e.new_text for e in server.edits] == ["server"]
+    assert "shorter-completions" in fixes
+
+
+def test_zero3_gathers_the_whole_policy_to_generate():
+    text = "# vramlens: gpu=H100-80GB count=8\n" + (FIXTURES / "grpo_train.py").read_text().replace(
+        "beta=0.04)", "beta=0.04, fsdp='full_shard')")
+    plan = parse_document(text, "grpo_train.py").plan
+    rp = resolve(plan, Settings()).resolved
+    est = estimate(rp, limits=False)
+    assert rp.zero_stage == 3 and rp.world_size == 8
+    full = est.params_total * 2                     # bf16 weights, gathered for generate()
+    assert est.phases["generation"] - est.components["weights"] >= full * 7 / 8
