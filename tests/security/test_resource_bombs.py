@@ -23,10 +23,11 @@ MEASURE = textwrap.dedent("""
     import json, pathlib, resource, sys
     sys.path.insert(0, sys.argv[1])
     import hostile
-    from vramlens.analysis import AnalysisSettings, analyze
+    from vramlens.analysis import analyze
+    from vramlens.settings import Settings
     text = getattr(hostile, sys.argv[2])()
     ws = pathlib.Path(sys.argv[4]) if len(sys.argv) > 4 else None
-    settings = AnalysisSettings(gpu="A100-80GB", workspace=ws)
+    settings = Settings(gpu="A100-80GB", workspace=ws)
     analyze(hostile.HEADER, "warm.yaml", settings)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     a = analyze(text, str(ws / sys.argv[3]) if ws else sys.argv[3], settings)
@@ -79,7 +80,8 @@ def test_long_path_value_is_not_walked_component_by_component(tmp_path, monkeypa
     so they are "not found" after a bounded number of file-system calls, not one `lstat` per component."""
     import os
 
-    from vramlens.analysis import AnalysisSettings, analyze
+    from vramlens.analysis import analyze
+    from vramlens.settings import Settings
     calls = 0
     real_lstat = os.lstat
 
@@ -89,7 +91,7 @@ def test_long_path_value_is_not_walked_component_by_component(tmp_path, monkeypa
         return real_lstat(*args, **kwargs)
 
     monkeypatch.setattr(os, "lstat", counting_lstat)
-    settings = AnalysisSettings(gpu="A100-80GB", workspace=tmp_path)
+    settings = Settings(gpu="A100-80GB", workspace=tmp_path)
     a = analyze(hostile.long_path(), str(tmp_path / "cfg.yaml"), settings)
     vl014 = [f.message for f in a.findings if f.rule_id == "VL014"]
     assert vl014 and "not found" in vl014[0] and "outside" not in vl014[0], vl014
@@ -102,7 +104,8 @@ def test_long_path_value_is_not_walked_component_by_component(tmp_path, monkeypa
 def test_thousands_of_findings_split_the_text_once(monkeypatch):
     """4,000 repeated `optim:` keys: 4,000 duplicate-key findings, each placed in the document, while the text
     is split into lines once per analysis (it was split twice per finding: quadratic in the file)."""
-    from vramlens.analysis import AnalysisSettings, analyze
+    from vramlens.analysis import analyze
+    from vramlens.settings import Settings
     from vramlens.rules import context
     splits = 0
     real = context.text_lines
@@ -114,7 +117,7 @@ def test_thousands_of_findings_split_the_text_once(monkeypatch):
         return real(text, *args, **kwargs)
 
     monkeypatch.setattr(context, "text_lines", counting)
-    a = analyze(hostile.repeated_keys(4_000), "cfg.yaml", AnalysisSettings(gpu="A100-80GB"))
+    a = analyze(hostile.repeated_keys(4_000), "cfg.yaml", Settings(gpu="A100-80GB"))
     dup = [f for f in a.findings if "duplicate key `optim`" in f.message]
     assert len(dup) == 3_999                  # every `optim:` after the first
     assert {f.span.start_line for f in dup} == set(range(4, 4_003))
@@ -135,7 +138,8 @@ def test_an_f_string_of_150_000_placeholders_never_reaches_ast_parse(monkeypatch
     (no plan, no findings), while an ordinary TrainingArguments script still is."""
     import ast
 
-    from vramlens.analysis import AnalysisSettings, analyze
+    from vramlens.analysis import analyze
+    from vramlens.settings import Settings
     from vramlens.formats import python_calls
     parsed: list[int] = []
     real = ast.parse
@@ -145,7 +149,7 @@ def test_an_f_string_of_150_000_placeholders_never_reaches_ast_parse(monkeypatch
         return real(text, *args, **kwargs)
 
     monkeypatch.setattr(python_calls.ast, "parse", counting)
-    bomb = analyze(hostile.fstring_placeholders(), "train.py", AnalysisSettings(gpu="A100-80GB"))
+    bomb = analyze(hostile.fstring_placeholders(), "train.py", Settings(gpu="A100-80GB"))
     assert parsed == [] and bomb.plan is None and bomb.findings == []
-    ok = analyze(hostile.fstring_placeholders(3), "train.py", AnalysisSettings(gpu="A100-80GB"))
+    ok = analyze(hostile.fstring_placeholders(3), "train.py", Settings(gpu="A100-80GB"))
     assert parsed and ok.plan is not None and ok.plan.micro_batch.value == 4
