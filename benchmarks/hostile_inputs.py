@@ -148,7 +148,7 @@ def bomb(name: str, arg: int, path: str, pythonpath: str | None) -> str:
 
 
 def export(rev: str, into: str) -> str:
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "server"], capture_output=True, check=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "server", "rules", "schemas"], capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", into], input=archive.stdout, check=True)
     return str(Path(into) / "server")
 
