@@ -103,11 +103,12 @@ BOMB = """
 import json, pathlib, resource, sys, time
 sys.path.insert(0, sys.argv[1])
 import hostile
+import vramlens.analysis
 from vramlens.analysis import analyze
-try:                                            # this tree: one settings model
+if hasattr(vramlens.analysis, "AnalysisSettings"):     # the revision before the bounds
+    Settings = vramlens.analysis.AnalysisSettings
+else:                                                 # this tree: one settings model
     from vramlens.settings import Settings
-except ImportError:                             # the revision before the bounds
-    from vramlens.analysis import AnalysisSettings as Settings
 ws = pathlib.Path(sys.argv[5])
 settings = Settings(gpu="A100-80GB", workspace=ws)
 text = getattr(hostile, sys.argv[2])(int(sys.argv[3]))
