@@ -29,6 +29,7 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_YAML_BYTES = 2_000_000      # larger files are not training configs
 MAX_YAML_NODES = 200_000        # bounds huge documents, and what aliases expand to ("billion laughs")
 MAX_YAML_DEPTH = 100            # nesting; real configs nest a handful of levels
+MAX_DUPLICATE_REPORTS = 1_000   # duplicate keys reported one by one; past that, one line says how many more
 
 _STR = "tag:yaml.org,2002:str"
 _NULL = "tag:yaml.org,2002:null"
@@ -359,6 +360,8 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
     stack: list[_Frame] = []
     anchors: dict[str, tuple] = {}     # name -> (value, path, settings inside, start_ev, end_mark)
     dropped: list[tuple[int, int]] = []
+    duplicates = 0
+    last_duplicate = None
     budget = MAX_YAML_NODES
     sizes: dict[int, int] = {}          # id(anchor record) -> its size (aliases share data; a consumer expands it)
     documents = 0
@@ -367,7 +370,7 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
 
     def deliver(value, start_ev, end_mark, anchor_record, size: int = 1) -> None:
         """A node is complete: hand it to its parent (as a key, a value or a sequence item)."""
-        nonlocal root, have_root
+        nonlocal root, have_root, duplicates, last_duplicate
         if not stack:
             root, have_root = value, True
             return
@@ -429,7 +432,10 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
             try:
                 if key in parent.entries:
                     dropped.append(parent.entries[key])
-                    if issues is not None:
+                    duplicates += 1
+                    if issues is not None and duplicates > MAX_DUPLICATE_REPORTS:
+                        last_duplicate = s.key_span
+                    elif issues is not None:
                         issues.append(ParseIssue(
                             message=f"duplicate key `{key}`: YAML keeps the last value", severity=Severity.WARNING,
                             span=s.key_span))
@@ -518,6 +524,11 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
                                 _mark_span(file, ev.start_mark, ev.end_mark))
         elif cls is StreamEndEvent:
             break
+    if last_duplicate is not None:
+        issues.append(ParseIssue(
+            message=f"{duplicates - MAX_DUPLICATE_REPORTS:,} more duplicate keys after the first "
+                    f"{MAX_DUPLICATE_REPORTS:,} (YAML keeps the last value of each); the last one is here",
+            severity=Severity.WARNING, span=last_duplicate))
     if dropped:
         drop = set()
         for a, b in dropped:
