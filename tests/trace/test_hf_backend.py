@@ -196,3 +196,28 @@ def test_dora_keeps_base_and_lora_outputs():
     pytest.importorskip("peft", reason="peft not installed (the trace extra)")
     est, real = estimate_and_real(**{**LORA, "peft": "dora", "lora_r": 16}, micro_batch=1, seq_len=1024)
     assert abs(est.allocated_bytes / real - 1) < 0.03, (est.allocated_bytes / 2**30, real / 2**30)
+
+
+def test_sdpa_attention_dropout_keeps_what_cuda_keeps():
+    """GPT-2 trains with attention dropout 0.1: CPU SDPA would take the math kernel and keep the probabilities; the
+    shim keeps what CUDA's flash/efficient kernels keep, the same under fake and real tensors."""
+    from trace_plans import ARCHS
+    from transformers.integrations import sdpa_attention
+
+    cfg = step_config(plan(arch=ARCHS["gpt2"], attn_mask=False, seq_len=256))
+    assert hf.unsupported(cfg) is None
+    fake = engine.run(cfg, backend="transformers")
+    real = engine.run(cfg, backend="transformers", real=True)
+    assert fake["peak_bytes"] == real["peak_bytes"]
+    from transformers import AttentionInterface
+
+    shim = AttentionInterface._global_mapping["sdpa"]
+    AttentionInterface._global_mapping["sdpa"] = sdpa_attention.sdpa_attention_forward     # CPU's math kernel
+    try:
+        hf_install = hf.install_sdpa_dropout_as_cuda
+        hf.install_sdpa_dropout_as_cuda = lambda: None
+        math = engine.run(cfg, backend="transformers")
+    finally:
+        hf.install_sdpa_dropout_as_cuda = hf_install
+        AttentionInterface._global_mapping["sdpa"] = shim
+    assert math["peak_bytes"] > fake["peak_bytes"]       # the probabilities and masks the shim leaves out

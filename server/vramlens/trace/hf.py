@@ -252,6 +252,27 @@ def flash_stand_in(module, query, key, value, attention_mask, dropout=0.0, scali
     return out.transpose(1, 2).contiguous(), None
 
 
+def install_sdpa_dropout_as_cuda() -> None:
+    """SDPA with attention dropout (GPT-2's `attn_pdrop` 0.1) on CPU takes the math kernel, which materialises the
+    attention probabilities and a dropout mask per layer; on CUDA the flash and memory-efficient kernels apply the
+    dropout inside and save only q, k, v, the output, the logsumexp and an RNG seed/offset
+    (aten `_scaled_dot_product_flash_attention` / `_efficient_attention` with `dropout_p`). The wrapper registered for
+    "sdpa" in the trace worker calls transformers' SDPA with dropout 0 when the model asks for dropout: the same
+    saved tensors as CUDA's kernels (the values differ, which the byte count does not read)."""
+    from transformers import AttentionInterface
+    from transformers.integrations import sdpa_attention
+
+    original = sdpa_attention.sdpa_attention_forward
+    if getattr(AttentionInterface._global_mapping.get("sdpa"), "_vramlens", False):
+        return
+
+    def sdpa_as_cuda(module, query, key, value, attention_mask, dropout=0.0, **kwargs):
+        return original(module, query, key, value, attention_mask, dropout=0.0, **kwargs)
+
+    sdpa_as_cuda._vramlens = True
+    AttentionInterface.register("sdpa", sdpa_as_cuda)
+
+
 def register_flash_stand_in() -> None:
     """Register the stand-in under its own name (transformers refuses `flash_attention_2` without flash-attn),
     with flash attention's mask function (a 2-D padding mask or none: transformers `masking_utils`)."""
@@ -297,6 +318,7 @@ class HFStep(nn.Module):
 
         self.cfg = cfg
         install_packed_sequence_shim()
+        install_sdpa_dropout_as_cuda()
         impl = attn_implementation(cfg, attn)
         dtype = DTYPES[cfg.param_dtype]
         hc = hf_config(cfg)
