@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from vramlens.estimate.shapes import QK_NORM_FAMILIES, shapes, targeted
 from vramlens.knowledge import versions
+from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
 from vramlens.knowledge.models import norms_per_layer
 from vramlens.resolved import ResolvedPlan
 
@@ -212,7 +213,7 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
 
     attn = c * q + 2 * c * kv_eff + c * q + 4 * heads
     mha = arch.kv_dim == q
-    hf_fused = rp.arch.family in HF_FUSED_FAMILIES
+    hf_fused = rp.arch.family in HF_FUSED_FAMILIES and rp.framework in HF_MODEL_FRAMEWORKS
     if (rp.fused_qkv or hf_fused) and mha:
         attn += c * (q + arch.kv_dim)            # V is a view of the fused q|k|v output, which SDPA keeps whole
     if rp.attn_impl == "eager":
