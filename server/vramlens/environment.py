@@ -63,11 +63,15 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _lock_pins(text: str) -> dict[str, str]:
+def _toml(text: str) -> dict:
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError:
         return {}
+
+
+def _lock_pins(text: str) -> dict[str, str]:
+    data = _toml(text)
     out = {}
     for pkg in data.get("package", []) if isinstance(data.get("package"), list) else []:
         if isinstance(pkg, dict) and isinstance(pkg.get("name"), str) and isinstance(pkg.get("version"), str):
@@ -87,10 +91,7 @@ def _requirements_pins(text: str) -> dict[str, str]:
 
 
 def _pyproject_pins(text: str) -> dict[str, str]:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
-        return {}
+    data = _toml(text)
     reqs: list = []
     project = data.get("project") if isinstance(data.get("project"), dict) else {}
     reqs += project.get("dependencies") or []
