@@ -220,10 +220,13 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         ga = max(1, plan.global_batch.value // max(1, micro * dp))
         sources["grad_accum"] = Sourced(value=ga, origin=Origin.DERIVED, note="global batch ÷ (micro batch × GPUs)")
     storage = val("quant_storage_dtype")
-    bnb_version = settings.framework_versions.get("bitsandbytes") or frameworks.BITSANDBYTES.get(fw_key)
+    bnb_pinned = environment.workspace_pins(settings.workspace).get("bitsandbytes")
+    bnb_version = (settings.framework_versions.get("bitsandbytes") or (bnb_pinned.version if bnb_pinned else None)
+                   or frameworks.BITSANDBYTES.get(fw_key))
     keeps_input = quant_bits == 4 and frameworks.bnb_keeps_4bit_input(bnb_version)
     if keeps_input:
-        told = "set" if settings.framework_versions.get("bitsandbytes") else f"the release {fw_label} supports"
+        told = ("set" if settings.framework_versions.get("bitsandbytes") else bnb_pinned.source if bnb_pinned
+                else f"the release {fw_label} supports")
         assumptions.append(f"bitsandbytes {bnb_version} ({told}): every 4-bit linear keeps its input for backward "
                            "(fixed in 0.43.2)")
 
