@@ -239,6 +239,9 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
     else:
         inter = arch.intermediate
         mlp_internal = (3 if gated else 1) * m * inter
+        if arch.family in GELU_TANH_FAMILIES and not gated and rp.framework in HF_MODEL_FRAMEWORKS:
+            # gelu_new written out in torch ops keeps x, tanh(...), 0.5·x and 1 + tanh(...): three more than GELU
+            mlp_internal += 3 * m * inter
         down_in = c * inter
     groups = [
         (c * h, ("q", "k", "v")),
@@ -297,6 +300,8 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
             linear_inputs += c * sum(adapted)              # zero_pad's index_copy keeps the adapter output (source)
 
     per_layer = norm_keep + attn + mlp_internal + linear_inputs + dora_per_token(rp)
+    # residual dropouts the family's config enables by default, each keeping a 1-byte mask (CUDA native_dropout)
+    per_layer += (RESIDUAL_DROPOUTS.get(arch.family, 0) * h) if rp.framework in HF_MODEL_FRAMEWORKS else 0
     if rp.amp and c == 2:
         # AMP over fp32 weights: norm outputs and adds are fp32; measured +3h per token per layer in traces
         # (trace_vs_estimate rows 4, 22). A k-bit model's fp32 stream shows no such extra in the real trace
@@ -310,6 +315,14 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         total_layers = arch.layers * per_layer
     tp = max(rp.tensor_parallel, 1)
     return total_layers / tp, per_layer / tp
+
+
+# Families whose default activation is transformers' NewGELUActivation ("gelu_new": `0.5 * x * (1 + tanh(√(2/π) ·
+# (x + 0.044715 · x³)))` in separate torch ops, transformers 5.24 activations.py; GPT2Config.activation_function and
+# PhiConfig.hidden_act default to it).
+GELU_TANH_FAMILIES = {"gpt2", "phi"}
+# Residual dropouts per block on by default (GPT2Config resid_pdrop = 0.1: after attention and after the MLP).
+RESIDUAL_DROPOUTS = {"gpt2": 2}
 
 
 # Families whose transformers modelling code computes q|k|v with one linear and gate|up with another
