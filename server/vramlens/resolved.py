@@ -60,6 +60,14 @@ class ResolvedPlan(BaseModel):
     modules_to_save: tuple[str, ...] = ()      # canonical names ("lm_head", "embed")
     adapter_fp32: bool = True                  # PEFT autocast_adapter_dtype=True keeps adapters in fp32
     kbit_upcast: bool = True                   # prepare_model_for_kbit_training upcasts non-quantized params to fp32
+    # partial full fine-tuning (peft "none" with only some weights trainable: freeze tuning, LLaMA-Pro, LISA)
+    trained_layers: int | None = None          # decoder layers whose weights train; None = every layer
+    trained_modules: tuple[str, ...] = ()      # inside them: "attn" and/or "mlp"; () = the whole layer
+    trained_extra: tuple[str, ...] = ()        # outside the layers, with trained_layers set: "embed", "lm_head"
+    trainable_fp32: bool = False               # trainable weights kept in fp32 while frozen ones stay 16-bit
+    # GaLore / APOLLO: optimizer states of the targeted matrices are rank-r projections
+    low_rank: int = 0                          # projection rank (0: the optimizer keeps full states)
+    low_rank_targets: tuple[str, ...] = ()     # canonical linear names, or ("all-linear",)
     # quantization of the base linears
     quant_bits: int | None = None              # 4 or 8
     quant_type: str = "nf4"

@@ -43,6 +43,10 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
         "zero_grad_set_to_none": True, "peft_method": "lora",
         "lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "lora_targets": ["all-linear"],
         "quant_double": True,
+        # src/llamafactory/model/adapter.py (01d87b82) `init_adapter`: trainable params upcast to fp32 unless
+        # pure_bf16 / use_badam (or ZeRO-3/FSDP without quantization); hparams/finetuning_args.py:
+        # freeze_trainable_layers=2 (the last two), freeze_trainable_modules="all"
+        "trainable_fp32": True, "trained_layers": 2,
     }),
     "torchtune": ("torchtune 2026-04", {
         "micro_batch": 1, "grad_accum": 1, "optimizer": "torch.optim.AdamW",
