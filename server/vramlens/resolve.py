@@ -199,7 +199,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         low_rank = int(val("optimizer_rank") or (16 if fw_key == "llamafactory" else 128))
         low_rank_targets, _ = normalize_targets(list(val("optimizer_targets") or ["all-linear"]), arch)
         low_rank_targets = low_rank_targets or ("all-linear",)
-    if fw_key in ("transformers", "trl", "axolotl", "llamafactory") and opt.name == "adamw_torch" and plan.optimizer_impl is None:
+    if fw_key in ("transformers", "trl", "axolotl", "llamafactory", "unsloth") and opt.name == "adamw_torch" and plan.optimizer_impl is None:
         impl = "foreach"
 
     # distribution
@@ -290,6 +290,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         offload_optimizer=bool(val("offload_optimizer")), offload_params=bool(val("offload_params")),
         tensor_parallel=int(tp), context_parallel=int(cp),
         fsdp_full_state_dict=str(val("fsdp_state_dict_type") or "").upper().startswith("FULL"),
+        scalar_head=str(val("task_head") or "causal-lm") != "causal-lm",
         gpu=gpu, gpu_count=count, expandable_segments="expandable_segments:true" in alloc.replace(" ", "").lower(),
         headroom=settings.headroom,
     )
@@ -305,6 +306,7 @@ def _partial_training(plan: TrainingPlan, peft: str, val, sources: dict, assumpt
         return out
     layers = val("trained_layers")
     if layers is None:
+        assumptions.append("which layers train is not known: estimated as a full fine-tune")
         return out
     modules = [str(m).strip().lower() for m in (val("trained_modules") or [])]
     canon: list[str] = []
@@ -371,7 +373,7 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
     ref_free = src("reference_free")
     if ref_free is None:
         # TRL GRPO's KL coefficient defaults to 0.0 (no reference); RLOO's to 0.05; other frameworks keep one
-        ref_free = obj == "grpo" and fw_key in ("trl", "axolotl", "transformers")
+        ref_free = obj == "grpo" and fw_key in ("trl", "axolotl", "transformers", "unsloth")
         if obj == "grpo" and ref_free:
             assumptions.append("GRPO with TRL's default beta=0.0: no reference model is loaded")
     needs_ref = obj in ("dpo", "kto", "online-dpo", "ppo", "grpo", "rloo") and not ref_free \
@@ -391,7 +393,7 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
             prompt = 512
             assumptions.append("prompt length not set: assumed 512 tokens (TRL GRPO does not truncate prompts)")
         if completion is None:
-            completion = 512 if fw_key in ("trl", "axolotl", "transformers", "ms-swift") else 256
+            completion = 512 if fw_key in ("trl", "axolotl", "transformers", "ms-swift", "unsloth") else 256
             sources["completion_len"] = Sourced(value=completion, origin=Origin.DEFAULT, framework="trl 1.16",
                                                 note="max_completion_length=512")
         gen = src("generation") or "generate"
@@ -402,7 +404,7 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
             # (`prompt_ids.repeat(2, 1)`), both through the policy in one forward
             gen_seqs = 2 * rp.micro_batch
             out["sequences_per_example"] = 2
-        elif fw_key in ("trl", "axolotl", "transformers", "ms-swift"):
+        elif fw_key in ("trl", "axolotl", "transformers", "ms-swift", "unsloth"):
             # completions, not prompts, in the batch of TRL's GRPOTrainer (ms-swift's and axolotl's subclass it)
             gen_seqs = rp.micro_batch * max(rp.grad_accum, 1)       # generation_batch_size per device
         else:

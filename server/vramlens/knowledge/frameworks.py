@@ -75,6 +75,20 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
         "lora_r": 8, "lora_alpha": 32, "lora_dropout": 0.05, "lora_targets": ["all-linear"],
         "quant_double": True,
     }),
+    # unsloth (unslothai/unsloth 0050c73e unsloth/models/loader.py): FastLanguageModel/FastModel.from_pretrained
+    # max_seq_length=2048, load_in_4bit=True, use_gradient_checkpointing="unsloth" (checkpointed hidden states offloaded
+    # to the CPU: unsloth/models/_utils.py `Unsloth_Offloaded_Gradient_Checkpointer`), return_logits=False (the loss is
+    # computed from the hidden states in chunks, the full logits never exist); get_peft_model r=16, lora_alpha=16,
+    # lora_dropout=0 on q,k,v,o,gate,up,down; the trainer is TRL's SFTTrainer
+    "unsloth": ("unsloth 2026 (FastLanguageModel)", {
+        "micro_batch": 8, "grad_accum": 1, "eval_batch": 8, "optimizer": "adamw_torch_fused",
+        "grad_checkpointing": True, "activation_offload": True,
+        "amp_dtype": "bf16", "weight_dtype": "auto", "attn_impl": "sdpa", "compile": False,
+        "loss_impl": "fused", "packing": False, "seq_len": 2048, "zero_grad_set_to_none": True,
+        "lora_r": 16, "lora_alpha": 16, "lora_dropout": 0.0,
+        "lora_targets": ["q", "k", "v", "o", "gate", "up", "down"],
+        "quant_double": True, "quant_type": "nf4",
+    }),
     "custom": ("plain PyTorch loop", {
         "micro_batch": 1, "grad_accum": 1, "optimizer": "torch.optim.AdamW",
         "grad_checkpointing": False, "amp_dtype": "none", "weight_dtype": "bf16",
@@ -102,6 +116,10 @@ BEHAVIOUR: dict[str, dict] = {
                "quant_lm_head": True, "separate_lm_head": True, "quant_dequant_fp16": True, "fused_qkv": True,
                "logits_fp32": True},
     "ms-swift": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": False},
+    # unsloth's own prepare_model_for_kbit_training (unsloth/models/_utils.py) casts only the LoRA weights to fp32 and
+    # leaves the embedding, norms and LM head in the 16-bit load dtype; its attention runs causal kernels without a
+    # materialised 4-D mask (unsloth/models/llama.py `LlamaAttention_fast_forward`)
+    "unsloth": {"adapter_fp32": True, "kbit_upcast": False, "keep_logits": False, "attn_mask": False},
     "custom": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": True},
 }
 
