@@ -89,6 +89,18 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
         "lora_targets": ["q", "k", "v", "o", "gate", "up", "down"],
         "quant_double": True, "quant_type": "nf4",
     }),
+    # open-instruct finetune.py / dpo_tune*.py (allenai/open-instruct 00f6b60c FlatArguments; the precision and
+    # ZeRO stage of the documented `accelerate launch --mixed_precision bf16 --use_deepspeed
+    # --deepspeed_config_file configs/ds_configs/stage3_no_offloading_accelerate.conf`, docs/tulu3.md)
+    "open-instruct": ("open-instruct 2025 (finetune.py)", {
+        "micro_batch": 8, "grad_accum": 1, "optimizer": "adamw_torch_fused",
+        "grad_checkpointing": False, "amp_dtype": "bf16", "weight_dtype": "bf16",   # torch_dtype=torch.bfloat16
+        "attn_impl": "flash_attention_2", "compile": False, "loss_impl": "standard", "packing": False,
+        "seq_len": 2048, "zero_grad_set_to_none": True,
+        "dist_strategy": "deepspeed", "zero_stage": 3,
+        "lora_r": 64, "lora_alpha": 16, "lora_dropout": 0.1,
+        "lora_targets": ["q", "k", "v", "o", "gate", "up", "down"],
+    }),
     "custom": ("plain PyTorch loop", {
         "micro_batch": 1, "grad_accum": 1, "optimizer": "torch.optim.AdamW",
         "grad_checkpointing": False, "amp_dtype": "none", "weight_dtype": "bf16",
@@ -120,6 +132,8 @@ BEHAVIOUR: dict[str, dict] = {
     # leaves the embedding, norms and LM head in the 16-bit load dtype; its attention runs causal kernels without a
     # materialised 4-D mask (unsloth/models/llama.py `LlamaAttention_fast_forward`)
     "unsloth": {"adapter_fp32": True, "kbit_upcast": False, "keep_logits": False, "attn_mask": False},
+    # open-instruct's accelerate loop holds `outputs` (the logits) until the next step
+    "open-instruct": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": True},
     "custom": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": True},
 }
 
