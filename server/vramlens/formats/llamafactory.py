@@ -131,9 +131,10 @@ def _pure_bf16(b: PlanBuilder, s: Setting) -> None:
 
 
 def _freeze_list(concept: str):
-    """`freeze_trainable_modules` / `freeze_extra_modules`: comma-separated module names."""
+    """`freeze_trainable_modules` / `freeze_extra_modules`: comma-separated module names ("all": every module)."""
     def handler(b: PlanBuilder, s: Setting) -> None:
-        names = hf._targets(s.value)
+        raw = s.value if isinstance(s.value, list) else str(s.value or "").split(",")
+        names = [str(n).strip() for n in raw if str(n).strip()]
         if names:
             b.set(concept, names, s)
     return handler
@@ -149,8 +150,8 @@ def _freeze_layers(b: PlanBuilder, s: Setting) -> None:
 
 def _llama_pro(b: PlanBuilder, s: Setting) -> None:
     if to_bool(s.value):
-        b.set("peft_method", "freeze", s, override=b.plan.peft_method is None or b.plan.peft_method.value == "freeze",
-              note="LLaMA-Pro trains only the expanded blocks (`freeze_trainable_layers` of them)")
+        b.set("peft_method", "freeze", s, note="LLaMA-Pro trains only the expanded blocks (`freeze_trainable_layers` "
+              "of them)")
     else:
         b.remember(s)
 

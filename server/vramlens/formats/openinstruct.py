@@ -36,7 +36,8 @@ OPEN_INSTRUCT_KEYS = frozenset({
     "dataset_mix_dir", "wandb_entity", "push_to_hub", "try_auto_save_to_beaker", "gs_bucket_path",
     "dpo_label_smoothing", "concatenated_forward", "packing", "timeout", "num_train_epochs",
 })
-STRONG = frozenset({"use_flash_attn", "dataset_mixer", "dataset_mixer_list", "with_tracking", "reduce_loss",
+# (`dataset_mixer` is alignment-handbook's too: not a marker on its own)
+STRONG = frozenset({"use_flash_attn", "dataset_mixer_list", "with_tracking", "reduce_loss", "dpo_beta",
                     "dpo_loss_type", "use_qlora", "try_launch_beaker_eval_jobs", "use_slow_tokenizer",
                     "dataset_transform_fn", "fused_optimizer", "oe_eval_tasks"})
 LORA_TARGETS = ["q", "k", "v", "o", "gate", "up", "down"]
@@ -46,8 +47,10 @@ FRAMEWORK = "open-instruct"
 def detect(data: Any, keys: set[str]) -> float:
     strong = len(keys & STRONG)
     hits = len(keys & OPEN_INSTRUCT_KEYS)
-    if strong >= 2 or (strong >= 1 and hits >= 3):
-        return 1.0
+    if strong >= 2:
+        return 1.0                             # no other framework's arguments have two of these
+    if strong >= 1 and hits >= 3 and not keys & (hf.TRL_KEYS - OPEN_INSTRUCT_KEYS):
+        return 0.95
     return 0.0
 
 
