@@ -79,6 +79,9 @@ class ResolvedPlan(BaseModel):
                                                # backward (MatMul4Bit `ctx.tensors = (A, B)`, removed in PR #1270)
     quant_dequant_fp16: bool = False           # 4-bit weights quantized from an fp16 copy (Lightning Fabric): each
                                                # call dequantizes to fp16, then casts to the compute dtype
+    fused_lora: bool = False                   # unsloth's LoRA autograd kernels (fast_lora.py): LoRA_QKV and LoRA_MLP keep
+                                               # their 16-bit input once, LoRA_MLP also the gate and up outputs (h is
+                                               # recomputed in backward), no fp32 adapter-input copies; dropout 0 only
     fused_qkv: bool = False                    # one q|k|v linear (litgpt): one LoRA adapter and dropout for all three,
                                                # zero-padding that keeps the adapter output when only some adapt,
                                                # and with MHA the value is a view that keeps the whole q|k|v output

@@ -339,6 +339,13 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         if 0 < len(adapted) < 3:
             linear_inputs += c * sum(adapted)              # zero_pad's index_copy keeps the adapter output (source)
 
+    if rp.fused_lora and not full and not dropout and gated and not arch.is_moe:
+        # unsloth/kernels/fast_lora.py: LoRA_QKV saves X, LoRA_MLP saves X, e = X·G and g = X·U (h = f(e)·g and the
+        # down projection's input are recomputed in backward), LoRA_W (o) saves its input, SDPA's output; the fp32
+        # LoRA weights are cast to the activations' dtype inside the kernels, so no fp32 input copies exist
+        mlp_internal = 2 * c * inter
+        linear_inputs = c * h * sum(1 for members in (("q", "k", "v"), ("gate", "up"))
+                                    if any(all_lin or m in targets for m in members))
     per_layer = norm_keep + attn + mlp_internal + linear_inputs
     if fp32_residual(rp):
         # fp32 residual stream (AMP, or fp32 embeddings/norms of a k-bit model under autocast): norm outputs

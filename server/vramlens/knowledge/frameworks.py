@@ -130,8 +130,10 @@ BEHAVIOUR: dict[str, dict] = {
     "ms-swift": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": False},
     # unsloth's own prepare_model_for_kbit_training (unsloth/models/_utils.py) casts only the LoRA weights to fp32 and
     # leaves the embedding, norms and LM head in the 16-bit load dtype; its attention runs causal kernels without a
-    # materialised 4-D mask (unsloth/models/llama.py `LlamaAttention_fast_forward`)
-    "unsloth": {"adapter_fp32": True, "kbit_upcast": False, "keep_logits": False, "attn_mask": False},
+    # materialised 4-D mask (unsloth/models/llama.py `LlamaAttention_fast_forward`); its LoRA kernels
+    # (unsloth/kernels/fast_lora.py `LoRA_MLP`, `LoRA_QKV`, `LoRA_W`) keep only the 16-bit inputs and the gate/up outputs
+    "unsloth": {"adapter_fp32": True, "kbit_upcast": False, "keep_logits": False, "attn_mask": False,
+                "fused_lora": True},
     # open-instruct's accelerate loop holds `outputs` (the logits) until the next step
     "open-instruct": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": True},
     "custom": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": True},
@@ -146,7 +148,7 @@ def defaults_for(framework: str | None) -> tuple[str, str, dict]:
 
 
 # Plan fields (ResolvedPlan booleans of the same names) that say how a framework's step allocates.
-STEP_FLAGS = ("quant_lm_head", "quant_dequant_fp16", "fused_qkv", "logits_fp32")
+STEP_FLAGS = ("quant_lm_head", "quant_dequant_fp16", "fused_qkv", "logits_fp32", "fused_lora")
 
 
 def step_flags(framework: str) -> dict[str, bool]:
