@@ -185,6 +185,10 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
             targets = ("q", "v")
     modules_to_save, _ = normalize_targets(list(val("modules_to_save") or []), arch)
 
+    head = str(val("task_head") or "causal-lm")
+    if head != "causal-lm":
+        assumptions.append(f"{head} head: no LM head and no vocabulary logits (a hidden × labels output layer)")
+
     # optimizer
     opt_text = val("optimizer") or "adamw_torch"
     opt = optimizers.lookup_optimizer(str(opt_text))
@@ -290,7 +294,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         offload_optimizer=bool(val("offload_optimizer")), offload_params=bool(val("offload_params")),
         tensor_parallel=int(tp), context_parallel=int(cp),
         fsdp_full_state_dict=str(val("fsdp_state_dict_type") or "").upper().startswith("FULL"),
-        scalar_head=str(val("task_head") or "causal-lm") != "causal-lm",
+        scalar_head=head != "causal-lm",
         gpu=gpu, gpu_count=count, expandable_segments="expandable_segments:true" in alloc.replace(" ", "").lower(),
         headroom=settings.headroom,
     )

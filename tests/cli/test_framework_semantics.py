@@ -117,6 +117,15 @@ def test_llama_pro_trains_the_expanded_blocks():
     assert pro["params_trainable"] == pytest.approx(4 * freeze["params_trainable"], rel=0.01)   # 8 blocks, not 2
 
 
+def test_badam_layer_mode_trains_one_block_in_16_bit():
+    badam, full = cli("llamafactory_badam.yaml"), cli("llamafactory_full_sft.yaml")
+    n = full["model"]["params"]
+    layer = (n - 2 * 32000 * 4096) / 32
+    assert badam["params_trainable"] == pytest.approx(layer, rel=0.02)
+    assert parts(badam)["weights"] == pytest.approx(gib(n, 2), abs=0.02)        # no fp32 upcast with BAdam
+    assert parts(badam)["gradients"] == pytest.approx(gib(layer, 2), rel=0.05)
+
+
 def test_lisa_trains_its_active_layers_with_embedding_and_head():
     axolotl, lmflow = cli("axolotl_lisa.yaml"), cli("lmflow_lisa.sh")
     n = axolotl["model"]["params"]

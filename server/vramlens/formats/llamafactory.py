@@ -241,6 +241,14 @@ def _derive(b: PlanBuilder, data: dict, keys: set[str], top: list[Setting]) -> N
     if plan.optimizer is not None and plan.optimizer.value == "badam":
         b.set("trainable_fp32", False, by_key.get("use_badam"), override=True,
               note="BAdam keeps the trainable weights in 16-bit (no fp32 upcast)")
+        if str(data.get("badam_mode", "layer")).strip().lower() == "layer":
+            # BAdam (arXiv:2404.02827) through LLaMA-Factory train/trainer_utils.py `_create_badam_optimizer`:
+            # BlockOptimizer over one decoder layer at a time (embedding and LM head not in any block), gradients and
+            # Adam states only for the active block
+            b.set("peft_method", "freeze", by_key.get("use_badam"), override=True, origin=Origin.DERIVED,
+                  note="BAdam (layer mode) trains one block at a time")
+            b.set("trained_layers", 1, by_key.get("use_badam"), origin=Origin.DERIVED,
+                  note="BAdam's active block: one decoder layer")
     # lora_alpha: None → 2 × lora_rank
     if plan.lora_alpha is None and plan.lora_r is not None:
         b.set("lora_alpha", float(2 * plan.lora_r.value), origin=Origin.DERIVED, framework="llamafactory",
