@@ -6,6 +6,7 @@ The result keeps provenance beside the numbers (`Resolution.sources`), so the su
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from vramlens.knowledge import frameworks
@@ -201,7 +202,17 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         # transformers trainer.py (GaLore/APOLLO optim_args): rank 128 unless `optim_args` says `rank=`;
         # LLaMA-Factory hparams/finetuning_args.py: galore_rank 16 / apollo_rank 16, galore_target "all"
         low_rank = int(val("optimizer_rank") or (16 if fw_key == "llamafactory" else 128))
-        low_rank_targets, _ = normalize_targets(list(val("optimizer_targets") or ["all-linear"]), arch)
+        # transformers `optim_target_modules` names modules or patterns ("attn", "mlp", r".*.attn.*")
+        named = []
+        for name in val("optimizer_targets") or ["all-linear"]:
+            words = set(re.split(r"[^a-z_]+", str(name).lower()))
+            if words & {"attn", "self_attn", "attention", "self_attention"}:
+                named += ["q_proj", "k_proj", "v_proj", "o_proj"]
+            elif words & {"mlp", "feed_forward", "ffn"}:
+                named.append("mlp")
+            else:
+                named.append(str(name))
+        low_rank_targets, _ = normalize_targets(named, arch)
         low_rank_targets = low_rank_targets or ("all-linear",)
     if fw_key in ("transformers", "trl", "axolotl", "llamafactory", "unsloth") and opt.name == "adamw_torch" and plan.optimizer_impl is None:
         impl = "foreach"

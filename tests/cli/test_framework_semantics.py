@@ -145,6 +145,14 @@ def test_galore_keeps_rank_r_optimizer_states():
     assert parts(global_step)["gradients"] == pytest.approx(parts(global_step)["weights"], rel=0.01)
 
 
+def test_transformers_galore_reads_its_targets_and_rank_from_the_training_arguments():
+    galore, adamw = cli("trl_galore_sft.yaml"), cli("trl_adamw_sft.yaml")
+    assert galore["sources"]["optimizer_rank"].startswith("optim_args")
+    assert parts(galore)["weights"] == parts(adamw)["weights"]
+    assert parts(galore)["optimizer"] < 0.1 * parts(adamw)["optimizer"]
+    assert parts(galore)["gradients"] == parts(adamw)["gradients"]               # full gradients, projected states
+
+
 # --- 5. unsloth ------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["unsloth_llama31_8b_t4.py", "unsloth_gemma2_9b_t4.py", "unsloth_qwen3_14b_t4.py"])
