@@ -187,3 +187,10 @@ def test_regression_and_sequence_classification_drop_the_lm_head():
     assert parts(seq)["logits"] == 0 and parts(causal)["logits"] > 1
     # Qwen2.5-7B keeps an untied LM head (152,064 × 3,584) that the classifier replaces
     assert causal["model"]["params"] - seq["model"]["params"] == pytest.approx(152064 * 3584, rel=0.01)
+
+
+def test_axolotl_reward_model_trains_pairs_with_a_score_head():
+    result = cli("axolotl_reward_model.yaml")
+    assert result["objective"] == "rm"
+    assert parts(result)["logits"] == 0
+    assert any("sequence-classification head" in a for a in result["assumptions"])

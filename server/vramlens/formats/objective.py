@@ -212,6 +212,14 @@ def apply_axolotl(b: PlanBuilder, by_key: dict[str, Setting], nested: list[Setti
     s = by_key.get("precompute_ref_log_probs")
     if s is not None and to_bool(s.value) is not None:
         b.set("precompute_ref", bool(to_bool(s.value)), s)
+    # axolotl reward modelling (docs/reward_modelling.qmd): `reward_model: true` trains TRL's RewardTrainer on chosen /
+    # rejected pairs with a sequence-classification head; `process_reward_model: true` TRL's PRMTrainer
+    for key in ("reward_model", "process_reward_model"):
+        s = by_key.get(key)
+        if s is not None and to_bool(s.value):
+            set_objective(b, "rm", s)
+            b.set("task_head", "token-classification" if key == "process_reward_model" else "sequence-classification",
+                  s, origin=Origin.DERIVED)
     trl = [e for e in nested if len(e.path) == 2 and e.path[0] == "trl"]
     if trl:
         kids = []
