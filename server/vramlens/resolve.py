@@ -117,15 +117,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         assumptions.append(f"model given by its sizes: {arch.layers} layers, hidden {arch.hidden}, "
                            f"{arch.heads} heads{vocab_note}")
     else:
-        arch = models.lookup_model(plan.model_id.value, settings.workspace)
-        if arch is None and (problem := models.local_config_problem(plan.model_id.value, settings.workspace)):
-            raise ResolveError(problem, "model_id")
-    if arch is None:
-        hints = models.suggest_model(plan.model_id.value)
-        hint = hints[0] if hints else None
-        raise ResolveError(f"unknown model `{plan.model_id.value}`: not in the catalog, not a local folder with "
-                           f"config.json, not in the local Hugging Face cache"
-                           + (f" — did you mean `{hint}`?" if hint else ""), "model_id", hint)
+        arch = _model(plan.model_id.value, settings, assumptions)
     if plan.model_id is not None:
         sources["model_id"] = plan.model_id
     as_run = frameworks.arch_as_run(fw_key, arch)
@@ -255,6 +247,11 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         gpu=gpu, gpu_count=count, expandable_segments="expandable_segments:true" in alloc.replace(" ", "").lower(),
         headroom=settings.headroom,
     )
+    if arch.vision_params:
+        rp = rp.with_changes(vision_frozen=peft != "none" or fw_key in frameworks.FREEZES_VISION)
+        assumptions.append(f"vision tower: {arch.vision_params / 1e9:.2f} B parameters, "
+                           + ("frozen" if rp.vision_frozen else "trained") + f"; one image of {arch.image_patches:,} "
+                           f"patches per sequence")
     rp = rp.with_changes(**objective_fields(plan, rp, fw_key, settings, sources, assumptions))
     return Resolution(rp, sources, assumptions)      # uncalibrated: `calibration.calibrate` is the next stage
 
@@ -350,7 +347,8 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
             out["reward_model"] = True
     if obj in ("gkd", "kd"):
         tid = src("teacher_model_id")
-        teacher = models.lookup_model(tid, settings.workspace) if tid else None
+        teacher = models.find_model(tid, settings.workspace, hub_lookup(settings),
+                                    settings.any_model_folder).arch if tid else None
         if teacher is None:
             teacher = rp.arch
             assumptions.append(f"teacher model {'`' + tid + '` unknown' if tid else 'not named'}: assumed the size "
@@ -358,6 +356,44 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
         out["teacher"] = teacher
     return out
 
+
+
+def hub_lookup(settings: Settings):
+    """How this run asks the Hub for a config.json: None when the `model_lookup` setting turns it off."""
+    from vramlens.knowledge import hub
+
+    if not settings.model_lookup:
+        return None
+    return settings.hub_lookup or hub.fetch_config
+
+
+def _model(name: str, settings: Settings, assumptions: list[str]) -> ModelArch:
+    """The named model's architecture (`models.find_model`), or a ResolveError saying why there is none."""
+    from vramlens.knowledge import models
+
+    found = models.find_model(name, settings.workspace, hub_lookup(settings), settings.any_model_folder)
+    if found.arch is not None:
+        if found.where in ("local folder", "hub cache", "hub"):
+            assumptions.append(f"model shapes from `{name}`'s config.json ({found.where})")
+        if found.arch.approximate:
+            assumptions.append(f"approximate: `{found.arch.family}` has no dedicated model in vramlens; estimated "
+                               f"generically from its config's sizes ({found.arch.approximate})")
+        return found.arch
+    if problem := models.local_config_problem(name, settings.workspace, settings.any_model_folder):
+        raise ResolveError(problem, "model_id")
+    if found.pending:
+        raise ResolveError(f"looking up `{name}` on the Hugging Face Hub (its config.json only)…", "model_id")
+    hints = models.suggest_model(name)
+    hint = hints[0] if hints else None
+    if not settings.model_lookup:
+        hub_text = "not looked up on the Hugging Face Hub (the `model_lookup` setting or --offline is off)"
+    elif found.problem:
+        hub_text = found.problem
+    else:
+        hub_text = "not a Hugging Face Hub id"
+    raise ResolveError(f"unknown model `{name}`: not in the catalog, not a local folder with config.json, not in "
+                       f"the local Hugging Face cache; {hub_text}"
+                       + (f" — did you mean `{hint}`?" if hint else ""), "model_id", hint)
 
 
 def _size(plan: TrainingPlan, *keys: str):
