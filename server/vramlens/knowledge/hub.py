@@ -66,6 +66,8 @@ def is_repo_id(name: str) -> bool:
 def fetch_config(repo_id: str) -> HubAnswer:
     """`config.json` of `repo_id` from the Hub (blocking; at most once per process per repository)."""
     repo_id = repo_id.strip()
+    if (why := offline_reason()) is not None:
+        return HubAnswer(problem=f"not looked up on the Hugging Face Hub: {why}")
     with _LOCK:
         known = _ANSWERS.get(repo_id)
     if known is not None:
@@ -77,8 +79,6 @@ def fetch_config(repo_id: str) -> HubAnswer:
 
 
 def _download(repo_id: str) -> HubAnswer:
-    if (why := offline_reason()) is not None:
-        return HubAnswer(problem=f"not looked up on the Hugging Face Hub: {why}")
     try:
         from huggingface_hub import hf_hub_download
         from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, HfHubHTTPError,
@@ -136,6 +136,8 @@ class BackgroundLookups:
 
     def __call__(self, repo_id: str) -> HubAnswer:
         repo_id = repo_id.strip()
+        if offline_reason() is not None:
+            return fetch_config(repo_id)           # answers at once, without a thread
         with _LOCK:
             known = _ANSWERS.get(repo_id)
         if known is not None:

@@ -171,7 +171,7 @@ class Analyzer:
         settings = self.server.effective_settings(path if doc.uri.startswith("file:") else None)
         start = time.perf_counter()
         analysis = pipeline.run(doc.source, path, settings, self.server.workspace_root(),
-                                self.server.read_open_file)
+                                self.server.read_open_file, self.server.hub_lookups())
         elapsed = (time.perf_counter() - start) * 1000
         return Result(doc.uri, doc.version, self.generation, path, analysis, settings, elapsed, plan_digest(analysis))
 
