@@ -127,7 +127,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
                            f"{arch.hidden} more weights than the tied checkpoint")
 
     # GPU: settings win, then the file, then a default
-    gpu, count = _gpu(plan, settings, sources, assumptions)
+    gpu, count, count_given = _gpu(plan, settings, sources, assumptions)
 
     # precision
     amp_dtype = val("amp_dtype") or "none"
@@ -181,7 +181,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     # distribution
     strategy = val("dist_strategy") or "none"
     zero = val("zero_stage") or 0
-    world = val("world_size") or count
+    world, count = _world(plan, settings, count, count_given, sources)
     tp = val("tensor_parallel") or 1
     cp = val("context_parallel") or 1
     dp = max(1, int(world) // max(1, int(tp) * int(cp)))
@@ -455,11 +455,43 @@ def _gpu(plan: TrainingPlan, settings: Settings, sources: dict, assumptions: lis
         sources["gpu_name"] = Sourced(value=spec.name, origin=Origin.ASSUMED, note=f"no GPU named; {CHOOSE_GPU}")
         assumptions.append(f"no GPU named in the config or settings (and none detected): assumed {spec.name} — "
                            f"{CHOOSE_GPU}")
+    if sources["gpu_name"].origin == Origin.ASSUMED or not count or count <= 1:
+        given = None                                   # a GPU name without a count ("A100", not "8xA100")
+    else:
+        given = "setting" if sources["gpu_name"].origin == Origin.SETTING else "file"
     if settings.gpu_count:
         count = settings.gpu_count
+        given = "setting"
         sources["gpu_count"] = Sourced(value=count, origin=Origin.SETTING)
-    elif plan.gpu_count is not None:
+    elif plan.gpu_count is not None and given != "setting":
         count = plan.gpu_count.value
+        given = "file"
         sources["gpu_count"] = plan.gpu_count
     count = max(1, int(count or 1))
-    return spec, count
+    return spec, count, given
+
+
+def _world(plan: TrainingPlan, settings: Settings, count: int, count_given: str | None,
+           sources: dict) -> tuple[int, int]:
+    """(processes in the run, GPUs per node). The settings' count (`--num-gpus`, `gpu = "8xH100"`) wins over
+    what the file's launcher says, keeping its number of machines; a process count from the file (accelerate
+    `num_processes`, `torchrun --nproc_per_node`, `deepspeed --num_gpus`, `CUDA_VISIBLE_DEVICES`) with no GPU
+    count of its own is taken as that many GPUs on one machine."""
+    world_file = plan.world_size.value if plan.world_size is not None else None
+    if count_given == "setting":
+        nodes = 1
+        if world_file and plan.gpu_count is not None and plan.gpu_count.value:
+            nodes = max(1, int(world_file) // int(plan.gpu_count.value))
+        world = count * nodes
+        if world_file and world != world_file:
+            sources["world_size"] = Sourced(value=world, origin=Origin.SETTING,
+                                            note=f"{count} GPUs per node from the settings × {nodes} node(s)")
+        return world, count
+    if world_file:
+        sources["world_size"] = plan.world_size
+        if count_given is None:
+            count = int(world_file)
+            sources["gpu_count"] = Sourced(value=count, origin=Origin.DERIVED,
+                                           note="the launcher's process count, on one machine")
+        return int(world_file), count
+    return count, count
