@@ -918,10 +918,8 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
         found = classify(args, prefix, cmd)
         if found is None:
             continue
-        if found.script is not None and found.tool in ("python", "torchrun", "accelerate", "deepspeed"):
-            module = found.args[found.script_args_start - 2].text == "-m" if found.script_args_start >= 2 else False
-            what = (purpose.module_purpose(found.script.text) if module
-                    else purpose.script_purpose(found.script.text))
+        if found.script is not None:
+            what = purpose.module_purpose(found.script.text) or purpose.script_purpose(found.script.text)
             if what is not None:
                 other = other or (what, idx.span(cmd.start, cmd.end))
                 continue
