@@ -19,7 +19,7 @@ def test_wheel_contains_and_loads_the_rule_set(tmp_path):
     (wheel,) = tmp_path.glob("vramlens-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     rule_files = sorted(p.name for p in (ROOT / "rules").glob("vl*.py"))
-    assert len(rule_files) == 17
+    assert len(rule_files) == 18
     for name in rule_files:
         assert f"vramlens_rules/{name}" in names
     assert "vramlens/rules/engine.py" in names and "vramlens/analysis.py" in names
