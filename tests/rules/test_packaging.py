@@ -31,4 +31,4 @@ def test_wheel_contains_and_loads_the_rule_set(tmp_path):
              "print(vramlens_rules.__file__); print(len(r.all_rules()))")
     out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": str(site)}, cwd=tmp_path,
                          capture_output=True, text=True, timeout=120, check=True).stdout.split()
-    assert out[0].startswith(str(site)) and out[1] == "17"
+    assert out[0].startswith(str(site)) and out[1] == "18"
