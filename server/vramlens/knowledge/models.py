@@ -326,6 +326,9 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
     num_experts = _first(config, "num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts") or 0
     shared_intermediate = config.get("shared_expert_intermediate_size")
     shared_experts = config.get("n_shared_experts") or (1 if shared_intermediate else 0)
+    if model_type.startswith("llama4") and num_experts:
+        # transformers modeling_llama4.py `Llama4TextMoe`: every MoE layer has one shared expert of the experts' width
+        shared_experts, shared_intermediate = 1, intermediate
     tied = config.get("tie_word_embeddings")
     shapes = (intermediate, head_dim, kv_heads, num_experts, shared_intermediate, shared_experts, kv_lora_rank,
               encoder_layers, config.get("moe_intermediate_size"), config.get("first_k_dense_replace"),
@@ -357,7 +360,7 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
             moe_intermediate=config.get("moe_intermediate_size") or (intermediate if num_experts else None),
             shared_experts=shared_experts,
             shared_expert_intermediate=shared_intermediate,
-            dense_layers=config.get("first_k_dense_replace") or 0,
+            dense_layers=_dense_layers(config, layers, num_experts),
             kv_lora_rank=kv_lora_rank,
             max_position=_first(config, "max_position_embeddings", "n_positions", "n_ctx", "max_seq_len"),
             stored_dtype=_dtype(config),
@@ -367,6 +370,17 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
         )
     except ValidationError:      # a field of the wrong type (text where a number goes)
         return None
+
+
+def _dense_layers(config: Mapping[str, Any], layers: int, num_experts: int) -> int:
+    """Layers with a dense MLP in an MoE model: DeepSeek's leading `first_k_dense_replace`, or every layer but
+    one in `period` (Jamba `expert_layer_period`, Llama-4 `interleave_moe_layer_step`, Qwen2-MoE
+    `decoder_sparse_step`) — only their number matters for the weights."""
+    first = config.get("first_k_dense_replace") or 0
+    period = _first(config, "expert_layer_period", "interleave_moe_layer_step", "decoder_sparse_step")
+    if num_experts and _dim(period) and period > 1:
+        return layers - layers // period
+    return first if _dim(first) and first <= layers else 0
 
 
 # model_type values the mapping above knows the structure of (attention + MLP blocks as transformers builds
@@ -413,7 +427,8 @@ def _vision_tower(vision: Mapping[str, Any], lm_hidden: int) -> dict:
     patch = _first(vision, "patch_size") or 14
     channels = vision.get("in_channels") or vision.get("num_channels") or 3
     temporal = vision.get("temporal_patch_size") or 1
-    merge = vision.get("spatial_merge_size") or (2 if vision.get("downsample_ratio") else 1)
+    merge = vision.get("spatial_merge_size") or (2 if vision.get("downsample_ratio") or vision.get("pixel_shuffle_ratio")
+                                                 else 1)
     if not all(_dim(v) and v for v in (patch, channels, temporal, merge)):
         return {}
     block = 4 * d * d + 4 * d + (3 if gated else 2) * d * inter + inter + d + 4 * d   # + 2 LayerNorms
