@@ -467,6 +467,9 @@ def _gpu(plan: TrainingPlan, settings: Settings, sources: dict, assumptions: lis
         count = plan.gpu_count.value
         given = "file"
         sources["gpu_count"] = plan.gpu_count
+    elif given is None and settings.machine_gpu_count and plan.world_size is None:
+        count = settings.machine_gpu_count
+        sources["gpu_count"] = Sourced(value=count, origin=Origin.SETTING, note="GPUs on this machine (nvidia-smi)")
     count = max(1, int(count or 1))
     return spec, count, given
 

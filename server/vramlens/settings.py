@@ -94,6 +94,9 @@ class Settings(BaseModel):
     hub_lookup: Callable[[str], Any] | None = Field(None, exclude=True, description="How to ask the Hub for a "
                                                     "model's config.json (`knowledge.hub`): the language server "
                                                     "passes a background lookup; None asks and waits.")
+    machine_gpu_count: int | None = Field(None, exclude=True, description="GPUs found on this machine "
+                                          "(nvidia-smi): the count when neither the settings nor the file give "
+                                          "one; a launcher's process count wins over it.")
     any_model_folder: bool = Field(False, exclude=True, description="Whether a model folder given by an absolute "
                                                        "path outside the workspace may be read (its config.json "
                                                        "only): the command line and trusted workspaces.")
@@ -121,7 +124,7 @@ class Settings(BaseModel):
         return out
 
 
-CONTEXT_FIELDS = ("workspace", "read_file", "hub_lookup", "any_model_folder")
+CONTEXT_FIELDS = ("workspace", "read_file", "hub_lookup", "any_model_folder", "machine_gpu_count")
 USER_FIELDS = tuple(name for name in Settings.model_fields if name not in CONTEXT_FIELDS)
 TABLES = frozenset(name for name in USER_FIELDS if get_origin(Settings.model_fields[name].annotation) is dict)
 """Fields that are tables: merged key by key across sources, and their entries validated one by one."""
