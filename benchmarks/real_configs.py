@@ -3,7 +3,8 @@
 Walks every config it can find — the shared corpus (`../shared/corpus`, when present), the test fixtures
 (`tests/fixtures`) and `examples/` — through the same pipeline as `vramlens check` (`analysis.analyze`), twice:
 with the Hub lookup off (models from the catalog, local folders and the local Hugging Face cache), and with a
-Hub on loopback (`tests/fake_hub.py`, serving the `config.json` files under `tests/fixtures/hub`; the real
+Hub on loopback (`tests/fake_hub.py`, serving the `config.json` / `adapter_config.json` files under
+`tests/fixtures/hub`; the real
 network is never used) into an empty temporary cache. For each format it counts files, files recognised as
 configs, files estimated (offline / with the Hub), predicted out-of-memory findings (VL001), files recognised as
 not being a training run (inference, generation, merge, export, evaluation, quantization: VL018), and why the
@@ -80,8 +81,9 @@ def with_fake_hub(fn):
     sys.path.insert(0, str(ROOT / "tests"))
     from fake_hub import FakeHub
 
-    repos = {str(p.parent.relative_to(HUB_CONFIGS)): json.loads(p.read_text(encoding="utf-8"))
-             for p in HUB_CONFIGS.glob("*/*/config.json")}
+    repos = {str(d.relative_to(HUB_CONFIGS)): {"files": {f.name: json.loads(f.read_text(encoding="utf-8"))
+                                                         for f in d.glob("*.json")}}
+             for d in HUB_CONFIGS.glob("*/*") if d.is_dir()}
     hub = FakeHub(repos)
     saved = dict(os.environ)
     try:
@@ -121,7 +123,7 @@ def run(files: list[tuple[Path, Path]], listing: bool) -> str:
     cols = ("files", "recognised", "estimated offline", "estimated +Hub", "VL001", "not training")
     names = ["../shared/corpus" if s == SOURCES[0] else str(s.relative_to(ROOT)) for s in SOURCES if s.exists()]
     out = [f"{len(files)} files from {', '.join(names)}",
-           f"offline: Hub lookup off; +Hub: a Hub on loopback serving {served} config.json files (tests/fixtures/hub)",
+           f"offline: Hub lookup off; +Hub: a Hub on loopback serving {served} model repositories (tests/fixtures/hub)",
            "", f"{'format':<18}" + "".join(f"{c:>19}" for c in cols) + "   why no estimate (+Hub)"]
     for fmt in sorted(rows, key=lambda f: (f.startswith("other"), -rows[f]["files"], f)):
         row = rows[fmt]

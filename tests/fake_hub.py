@@ -1,7 +1,8 @@
 """A Hugging Face Hub on loopback for tests: serves `config.json` files (and 401 / 403 / 404 answers) the way
 the Hub's `resolve` endpoint does, so `huggingface_hub.hf_hub_download` talks to it through `HF_ENDPOINT`.
 
-`FakeHub.repos` maps a repo id to a config dict, or to an HTTP status for the refusals:
+`FakeHub.repos` maps a repo id to a config dict (served as config.json), to `{"files": {name: dict}}` (e.g. a
+PEFT adapter's adapter_config.json), or to an HTTP status for the refusals:
 401 with `X-Error-Code: RepoNotFound` (the Hub's answer for a private repository without a token), 403 with
 `X-Error-Code: GatedRepo` (a gated repository the token has no access to), 404 `RepoNotFound`.
 `FakeHub.requests` records every path asked for (tests check that nothing else was fetched).
@@ -46,9 +47,10 @@ class FakeHub:
                     return self._error(entry, code)
                 if entry is None:
                     return self._error(404, "RepoNotFound")
-                if filename != "config.json":
+                files = entry["files"] if "files" in entry else {"config.json": entry}
+                if filename not in files:
                     return self._error(404, "EntryNotFound")
-                data = json.dumps(entry).encode()
+                data = json.dumps(files[filename]).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))

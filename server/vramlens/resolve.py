@@ -375,6 +375,8 @@ def _model(name: str, settings: Settings, assumptions: list[str]) -> ModelArch:
     if found.arch is not None:
         if found.where in ("local folder", "hub cache", "hub"):
             assumptions.append(f"model shapes from `{name}`'s config.json ({found.where})")
+        elif found.where.startswith("the base model"):
+            assumptions.append(f"model shapes of `{found.arch.id}`, {found.where}")
         if found.arch.approximate:
             assumptions.append(f"approximate: `{found.arch.family}` has no dedicated model in vramlens; estimated "
                                f"generically from its config's sizes ({found.arch.approximate})")

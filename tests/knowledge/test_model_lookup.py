@@ -136,3 +136,26 @@ def test_absolute_model_folder_outside_the_workspace(tmp_path):
     config = write(workspace, "sft.yaml", str(folder))
     out = run_estimate(config, {"HF_HUB_OFFLINE": "1"})
     assert out.returncode == 0, out.stderr
+
+
+def test_a_peft_adapter_is_estimated_as_its_base_model(tmp_path):
+    """A repository (or folder) holding a PEFT adapter has no config.json: its adapter_config.json names the base
+    model, whose shapes are used (alignment-handbook/zephyr-7b-sft-qlora adapts mistralai/Mistral-7B-v0.1)."""
+    adapter = {"files": {"adapter_config.json": {"peft_type": "LORA", "r": 16,
+                                                 "base_model_name_or_path": "mistralai/Mistral-7B-v0.1"}}}
+    hub = FakeHub({"alignment-handbook/zephyr-7b-sft-qlora": adapter})
+    try:
+        out = run_estimate(write(tmp_path, "dpo.yaml", "alignment-handbook/zephyr-7b-sft-qlora"), hub.env(tmp_path))
+    finally:
+        hub.close()
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    result = result[0] if isinstance(result, list) else result
+    assert abs(result["model"]["params"] - 7.24e9) < 0.01e9
+    assert any("the base model of the adapter `alignment-handbook/zephyr-7b-sft-qlora`" in a
+               for a in result["assumptions"])
+    folder = tmp_path / "saves" / "lora"
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text(json.dumps(adapter["files"]["adapter_config.json"]), encoding="utf-8")
+    found = models.find_model("saves/lora", tmp_path)
+    assert found.arch is not None and found.arch.id == "mistralai/Mistral-7B-v0.1"

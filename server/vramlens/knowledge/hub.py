@@ -40,6 +40,8 @@ class HubAnswer:
     problem: str | None = None
     pending: bool = False
     """The lookup is still running (in the language server): the answer comes later."""
+    base_model: str | None = None
+    """The repository is a PEFT adapter (no config.json, an adapter_config.json): the model it adapts."""
 
 
 PENDING = HubAnswer(pending=True)
@@ -97,7 +99,7 @@ def _download(repo_id: str) -> HubAnswer:
             return HubAnswer(problem=_access_problem(repo_id, gated=False))
         return HubAnswer(problem=f"`{repo_id}` is not a model on the Hugging Face Hub")
     except EntryNotFoundError:
-        return HubAnswer(problem=f"`{repo_id}` on the Hugging Face Hub has no config.json")
+        return _adapter(repo_id, endpoint)
     except HfHubHTTPError as exc:
         status = getattr(getattr(exc, "response", None), "status_code", None)
         if status in (401, 403):
@@ -107,6 +109,35 @@ def _download(repo_id: str) -> HubAnswer:
         log.info("Hub lookup of %s failed: %s", repo_id, exc)
         return HubAnswer(problem=f"the Hugging Face Hub could not be reached ({type(exc).__name__})")
     return HubAnswer(config=Path(path))
+
+
+def _adapter(repo_id: str, endpoint: str | None) -> HubAnswer:
+    """A repository without config.json: a PEFT adapter names its base model in adapter_config.json
+    (`base_model_name_or_path`, peft/config.py `PeftConfigMixin`)."""
+    from huggingface_hub import hf_hub_download
+
+    missing = HubAnswer(problem=f"`{repo_id}` on the Hugging Face Hub has no config.json")
+    try:
+        path = hf_hub_download(repo_id, "adapter_config.json", cache_dir=default_hub_cache(), endpoint=endpoint,
+                               etag_timeout=TIMEOUT_S)
+    except Exception:
+        return missing
+    base = adapter_base(Path(path))
+    return HubAnswer(base_model=base) if base else missing
+
+
+def adapter_base(path: Path) -> str | None:
+    """`base_model_name_or_path` of an adapter_config.json (json only, size-bounded), or None."""
+    import json
+
+    from vramlens import file_access
+
+    try:
+        data = json.loads(file_access.read_checked(path, 1 << 20))
+    except (OSError, ValueError):
+        return None
+    base = data.get("base_model_name_or_path") if isinstance(data, dict) else None
+    return base.strip() if isinstance(base, str) and base.strip() and len(base) < 512 else None
 
 
 def _access_problem(repo_id: str, gated: bool) -> str:

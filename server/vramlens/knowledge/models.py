@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from vramlens import file_access
 from vramlens.knowledge.data import index_spellings, load
 from vramlens.knowledge.hf_cache import cached_config_path
-from vramlens.knowledge.hub import HubAnswer, HubLookup
+from vramlens.knowledge.hub import HubAnswer, HubLookup, adapter_base
 from vramlens.knowledge.hub import is_repo_id as hub_is_repo_id
 from vramlens.knowledge.schema import ModelArch
 
@@ -142,7 +142,7 @@ class ModelFound:
 
 
 def find_model(name_or_path: str, workspace: Path | None = None, hub: HubLookup | None = None,
-               any_folder: bool = False) -> ModelFound:
+               any_folder: bool = False, _adapter_of: str | None = None) -> ModelFound:
     """The model's architecture from, in order: the catalog (exact id, alias or torchtune builder), a local
     folder, the local Hugging Face cache, the Hub (`hub`: a lookup that may answer PENDING; None: not asked),
     then a close catalog name. `any_folder` lets an absolute folder outside the workspace be read (the command
@@ -153,10 +153,21 @@ def find_model(name_or_path: str, workspace: Path | None = None, hub: HubLookup 
     if model := _catalog_exact(name):
         return ModelFound(model)
     if config := _local_config(name, workspace, any_folder):
+        if config.name == "adapter_config.json":
+            base = adapter_base(config)
+            if base and _adapter_of is None:
+                found = find_model(base, workspace, hub, any_folder, _adapter_of=name)
+                return ModelFound(found.arch, f"the base model of the adapter `{name}`, from the {found.where}",
+                                  found.problem, found.pending)
+            return ModelFound()
         return ModelFound(arch_from_config_file(config, name), "local folder")
     if config := cached_config_path(name):
         return ModelFound(arch_from_config_file(config, name), "hub cache")
     answer = hub(name) if hub is not None and hub_is_repo_id(name) else None
+    if answer is not None and answer.base_model and _adapter_of is None:
+        base = find_model(answer.base_model, workspace, hub, any_folder, _adapter_of=name)
+        where = f"the base model of the adapter `{name}`, from the {base.where}"
+        return ModelFound(base.arch, where, base.problem, base.pending)
     if answer is not None and answer.config is not None:
         if (arch := arch_from_config_file(answer.config, name)) is not None:
             return ModelFound(arch, "hub")
@@ -183,9 +194,10 @@ def _local_config(name: str, workspace: Path | None, any_folder: bool = False) -
         if not anywhere and not file_access.inside(path, roots):
             continue
         try:
-            if path.is_dir() and (path / "config.json").is_file():
-                config = path / "config.json"
-                return config if anywhere or file_access.inside(config, roots) else None
+            for file in ("config.json", "adapter_config.json"):     # a PEFT adapter folder names its base model
+                if path.is_dir() and (path / file).is_file():
+                    config = path / file
+                    return config if anywhere or file_access.inside(config, roots) else None
             if path.is_file() and path.suffix == ".json" and (not anywhere or path.name == "config.json"):
                 return path
         except (OSError, ValueError):
@@ -203,6 +215,9 @@ def local_config_problem(name: str, workspace: Path | None = None, any_folder: b
     if path_like and not any(file_access.inside(p, roots) or (any_folder and p.is_absolute()) for p in candidates):
         return file_access.refusal("model folder", n, workspace)
     config = _local_config(n, workspace, any_folder)
+    if config is not None and config.name == "adapter_config.json":
+        base = adapter_base(config)
+        return None if base else f"`{config}` names no base model (`base_model_name_or_path`)"
     if config is not None and arch_from_config_file(config, n) is None:
         return (f"`{config}` is not a model config vramlens can use: hidden_size, num_attention_heads, "
                 f"num_hidden_layers and vocab_size (and any other shape) must be whole numbers from 1 to {MAX_DIM:,}")
