@@ -248,7 +248,12 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         headroom=settings.headroom,
     )
     if arch.vision_params:
-        rp = rp.with_changes(vision_frozen=peft != "none" or fw_key in frameworks.FREEZES_VISION)
+        frozen = peft != "none" or fw_key in frameworks.FREEZES_VISION
+        told = plan.extra.get("freeze_vision_tower") or plan.extra.get("freeze_vit")   # LLaMA-Factory / ms-swift
+        if told is not None and peft == "none" and str(told.value).strip().lower() in ("false", "0", "no"):
+            frozen = False
+            sources["vision_frozen"] = told
+        rp = rp.with_changes(vision_frozen=frozen)
         assumptions.append(f"vision tower: {arch.vision_params / 1e9:.2f} B parameters, "
                            + ("frozen" if rp.vision_frozen else "trained") + f"; one image of {arch.image_patches:,} "
                            f"patches per sequence")

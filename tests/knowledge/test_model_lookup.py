@@ -107,6 +107,10 @@ def test_a_vision_language_model_counts_its_vision_tower(hub, tmp_path):
     # Qwen2-VL-7B: 7.62 B in the language model + 0.68 B in the vision tower and merger
     assert counts["lf.yaml"][:2] == (8.29, 7.62)
     assert "vision tower: 0.68 B parameters, frozen" in counts["lf.yaml"][2]
+    lf.write_text(lf.read_text(encoding="utf-8") + "freeze_vision_tower: false\n", encoding="utf-8")
+    text = subprocess.run([sys.executable, "-m", "vramlens", "estimate", str(lf)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **hub.env(tmp_path), "HF_HUB_OFFLINE": "1"})
+    assert "8.29 B params, 8.29 B trainable" in text.stdout, text.stdout + text.stderr
     assert counts["trl.yaml"][:2] == (8.29, 8.29)
     assert "vision tower: 0.68 B parameters, trained" in counts["trl.yaml"][2]
 
