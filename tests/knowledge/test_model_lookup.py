@@ -163,3 +163,16 @@ def test_a_peft_adapter_is_estimated_as_its_base_model(tmp_path):
     (folder / "adapter_config.json").write_text(json.dumps(adapter["files"]["adapter_config.json"]), encoding="utf-8")
     found = models.find_model("saves/lora", tmp_path)
     assert found.arch is not None and found.arch.id == "mistralai/Mistral-7B-v0.1"
+
+
+def test_an_unreachable_hub_is_said_so(tmp_path):
+    import socket
+
+    with socket.socket() as s:            # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HUB_CACHE": str(tmp_path / "cache"),
+           "HF_HOME": str(tmp_path / "hf")}
+    out = run_estimate(write(tmp_path, "sft.yaml", "alignment-handbook/zephyr-7b-sft-full"), env)
+    assert out.returncode == 2
+    assert "the Hugging Face Hub could not be reached" in out.stderr and "Retrying" not in out.stderr

@@ -6,7 +6,8 @@ It honours what huggingface_hub honours: `HF_ENDPOINT` (a mirror or a local serv
 stored by `huggingface-cli login` (gated and private repositories). It never runs when `HF_HUB_OFFLINE` (or
 `TRANSFORMERS_OFFLINE`) is set, nor when the `model_lookup` setting / `--offline` flag turns it off.
 
-Each repository is asked at most once per process: answers, failures included, are kept in `_ANSWERS`
+Each repository is asked at most once per process: answers, refusals included, are kept in `_ANSWERS` (a
+failure to reach the Hub for RETRY_S only)
 (huggingface_hub docs, "Download files from the Hub": https://huggingface.co/docs/huggingface_hub/guides/download;
 errors: https://huggingface.co/docs/huggingface_hub/package_reference/utilities#huggingface_hub.errors).
 """
@@ -16,6 +17,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from vramlens.knowledge.hf_cache import default_hub_cache
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 10.0
+CONNECT_S = 3.0
 # huggingface_hub's repo-id rule (utils/_validators.py `REPO_ID_REGEX`): `namespace/name`, word characters,
 # `-`, `_` and `.`, no `--` or `..`, at most 96 characters.
 _REPO_ID = re.compile(r"^[\w\-.]{1,96}/[\w\-.]{1,96}$")
@@ -42,12 +45,15 @@ class HubAnswer:
     """The lookup is still running (in the language server): the answer comes later."""
     base_model: str | None = None
     """The repository is a PEFT adapter (no config.json, an adapter_config.json): the model it adapts."""
+    transient: bool = False
+    """The Hub could not be reached: worth asking again later."""
 
 
 PENDING = HubAnswer(pending=True)
 HubLookup = Callable[[str], HubAnswer]
 
-_ANSWERS: dict[str, HubAnswer] = {}
+RETRY_S = 300.0          # a failure to reach the Hub is asked again after this long (an answer is kept for good)
+_ANSWERS: dict[str, tuple[HubAnswer, float | None]] = {}    # repo id → (answer, when it expires; None: never)
 _LOCK = threading.Lock()
 
 
@@ -70,27 +76,42 @@ def fetch_config(repo_id: str) -> HubAnswer:
     repo_id = repo_id.strip()
     if (why := offline_reason()) is not None:
         return HubAnswer(problem=f"not looked up on the Hugging Face Hub: {why}")
-    with _LOCK:
-        known = _ANSWERS.get(repo_id)
+    known = _known(repo_id)
     if known is not None:
         return known
     answer = _download(repo_id)
     with _LOCK:
-        _ANSWERS[repo_id] = answer
+        _ANSWERS[repo_id] = (answer, time.monotonic() + RETRY_S if answer.transient else None)
     return answer
+
+
+def _known(repo_id: str) -> HubAnswer | None:
+    """The answer kept for `repo_id`; a failure to reach the Hub is kept for RETRY_S only."""
+    with _LOCK:
+        kept = _ANSWERS.get(repo_id)
+    if kept is None:
+        return None
+    answer, expires = kept
+    return answer if expires is None or time.monotonic() < expires else None
 
 
 def _download(repo_id: str) -> HubAnswer:
     try:
         from huggingface_hub import hf_hub_download
         from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, HfHubHTTPError,
-                                            RepositoryNotFoundError)
+                                            LocalEntryNotFoundError, RepositoryNotFoundError)
+        from huggingface_hub.utils import logging as hf_logging
     except ImportError:
         return HubAnswer(problem="not looked up on the Hugging Face Hub: huggingface_hub is not installed")
+    hf_logging.set_verbosity_error()       # its retry warnings would go to the CLI's stderr / the server's log
     endpoint = os.environ.get("HF_ENDPOINT") or None     # read now: huggingface_hub reads it once, at import
+    if (why := _unreachable(endpoint or "https://huggingface.co")) is not None:
+        return HubAnswer(problem=f"the Hugging Face Hub could not be reached ({why})", transient=True)
     try:
         path = hf_hub_download(repo_id, "config.json", cache_dir=default_hub_cache(), endpoint=endpoint,
                                etag_timeout=TIMEOUT_S)
+    except LocalEntryNotFoundError as exc:      # the connection failed (after huggingface_hub's retries)
+        return HubAnswer(problem=f"the Hugging Face Hub could not be reached ({type(exc).__name__})", transient=True)
     except GatedRepoError:
         return HubAnswer(problem=_access_problem(repo_id, gated=True))
     except RepositoryNotFoundError as exc:
@@ -107,8 +128,29 @@ def _download(repo_id: str) -> HubAnswer:
         return HubAnswer(problem=f"the Hugging Face Hub answered HTTP {status} for `{repo_id}`")
     except Exception as exc:        # no connection, a timeout, a proxy refusing: say so, never fail the analysis
         log.info("Hub lookup of %s failed: %s", repo_id, exc)
-        return HubAnswer(problem=f"the Hugging Face Hub could not be reached ({type(exc).__name__})")
+        return HubAnswer(problem=f"the Hugging Face Hub could not be reached ({type(exc).__name__})", transient=True)
     return HubAnswer(config=Path(path))
+
+
+def _unreachable(endpoint: str) -> str | None:
+    """Why a TCP connection to the endpoint cannot be opened (within CONNECT_S), or None. huggingface_hub retries
+    a failed connection five times with backoff (about 25 s per file); a machine without a network is told at
+    once instead. Skipped behind a proxy (the connection goes through it)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
+                                       "all_proxy")):
+        return None
+    url = urlsplit(endpoint)
+    if not url.hostname:
+        return "no host in HF_ENDPOINT"
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname, port), timeout=CONNECT_S):
+            return None
+    except OSError as exc:
+        return f"{url.hostname}:{port}: {exc.strerror or type(exc).__name__}"
 
 
 def _adapter(repo_id: str, endpoint: str | None) -> HubAnswer:
@@ -169,8 +211,7 @@ class BackgroundLookups:
         repo_id = repo_id.strip()
         if offline_reason() is not None:
             return fetch_config(repo_id)           # answers at once, without a thread
-        with _LOCK:
-            known = _ANSWERS.get(repo_id)
+        known = _known(repo_id)
         if known is not None:
             return known
         with self._lock:
