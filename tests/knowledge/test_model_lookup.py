@@ -184,7 +184,8 @@ def test_huggingface_hub_is_imported_only_for_a_lookup(hub, tmp_path):
               "from vramlens.analysis import analyze\n"
               "analyze('model_name_or_path: Qwen/Qwen2.5-0.5B\\nper_device_train_batch_size: 1\\n', 'a.yaml')\n"
               "print('after a catalog model:', 'huggingface_hub' in sys.modules)\n"
-              "a = analyze('model_name_or_path: alignment-handbook/zephyr-7b-sft-full\\nper_device_train_batch_size: 1\\n', 'b.yaml')\n"
+              "a = analyze('model_name_or_path: alignment-handbook/zephyr-7b-sft-full\\n'\n"
+              "            'per_device_train_batch_size: 1\\n', 'b.yaml')\n"
               "print('after a lookup:', 'huggingface_hub' in sys.modules, a.estimate is not None)\n")
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
     out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
