@@ -241,7 +241,8 @@ def _derive(b: PlanBuilder, data: dict, keys: set[str], top: list[Setting]) -> N
     if plan.optimizer is not None and plan.optimizer.value == "badam":
         b.set("trainable_fp32", False, by_key.get("use_badam"), override=True,
               note="BAdam keeps the trainable weights in 16-bit (no fp32 upcast)")
-        if str(data.get("badam_mode", "layer")).strip().lower() == "layer":
+        full = plan.peft_method is None or plan.peft_method.value == "none"
+        if full and str(data.get("badam_mode", "layer")).strip().lower() == "layer":
             # BAdam (arXiv:2404.02827) through LLaMA-Factory train/trainer_utils.py `_create_badam_optimizer`:
             # BlockOptimizer over one decoder layer at a time (embedding and LM head not in any block), gradients and
             # Adam states only for the active block
