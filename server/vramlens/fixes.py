@@ -33,6 +33,7 @@ from vramlens.plan import Origin, Sourced, Span, TrainingPlan, text_lines
 from vramlens.calibration import calibrate
 from vramlens.resolve import resolve
 from vramlens.settings import Settings
+from vramlens.report import speed_change
 from vramlens.resolved import ResolvedPlan
 
 log = logging.getLogger(__name__)
@@ -191,6 +192,11 @@ class Fixer:
             return f"tight on {gpu}, {est.headroom_bytes / est.usable_bytes:.0%} free"
         return f"still {gib(-est.headroom_bytes)} over {gpu}"
 
+    def outcome(self, est: Estimate) -> str:
+        """What a change comes to, for its title: "peak 24.0 GiB (fits A100-40GB), −24 % tokens/s"."""
+        speed = speed_change(self.base, est)
+        return f"peak {gib(est.device_bytes)} ({self.status(est)})" + (f", {speed}" if speed else "")
+
     # -- rendering ---------------------------------------------------------------------------------
 
     def render(self, changes: dict[str, Any]) -> tuple[list, str | None]:
@@ -225,7 +231,7 @@ class Fixer:
         est = self.evaluate(changes) if estimate_title else None
         title = label[:1].upper() + label[1:]
         if est is not None:
-            title += f" → peak {gib(est.device_bytes)} ({self.status(est)})"
+            title += f" → {self.outcome(est)}"
         edits, note = self.render(changes)
         return Fix(title=title, changes=dict(changes), estimate_after=est, edits=edits, note=note, id=fix_id,
                    safe=safe, preferred=preferred)
@@ -357,7 +363,7 @@ class Fixer:
             result = self._subset_fits(subset)
             if result:
                 changes, labels, est = result
-                title = "Make it fit: " + " + ".join(labels) + f" → peak {gib(est.device_bytes)} ({self.status(est)})"
+                title = "Make it fit: " + " + ".join(labels) + f" → {self.outcome(est)}"
                 edits, note = self.render(changes)
                 return Fix(title=title, changes=changes, estimate_after=est, edits=edits, note=note,
                            id="make-it-fit", preferred=True, safe=all(c.safe for c in subset))
