@@ -92,3 +92,37 @@ def test_gpus_lists_the_gpus_the_run_fits_fastest_first(tmp_path):
     assert names.index("H100-SXM") < names.index("A100-80GB")
     text = _cli("gpus", str(cfg), cwd=tmp_path)
     assert "tokens/s per GPU" in text.stdout and "H100-SXM" in text.stdout
+
+
+def _fixes(tmp_path: Path, text: str, gpu: str):
+    from vramlens.analysis import analyze
+    from vramlens.settings import Settings
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(text)
+    a = analyze(text, str(cfg), Settings(gpu=gpu))
+    oom = next(f for f in a.findings if f.rule_id == "VL001")
+    return oom.fixes
+
+
+def test_make_it_fit_keeps_a_full_fine_tune_full_and_picks_the_fastest_plan(tmp_path):
+    """A full 1B fine-tune that fits a 24 GB card with checkpointing, 8-bit Adam or a smaller micro-batch: the
+    plan stays a full fine-tune, and no single memory fix that fits runs faster than it."""
+    fixes = _fixes(tmp_path, CONFIG.format(mb=8, ckpt="false"), "RTX 4090")
+    fit = next(f for f in fixes if f.id == "make-it-fit")
+    assert "LoRA" not in fit.title and "changes what is trained" not in fit.title
+    assert "peft_method" not in fit.changes and "quant_bits" not in fit.changes
+    assert fit.estimate_after.fits
+    speed = fit.estimate_after.throughput.tokens_per_s
+    for other in fixes:
+        after = other.estimate_after
+        if other.id != "make-it-fit" and after is not None and "peft_method" not in other.changes \
+                and after.device_bytes <= after.usable_bytes * (1 - after.headroom_fraction):
+            assert other.estimate_after.throughput.tokens_per_s <= speed * 1.0001, other.title
+
+
+def test_make_it_fit_says_so_when_only_changing_what_is_trained_fits(tmp_path):
+    """An 8B full fine-tune cannot fit 40 GB as a full fine-tune: the plan that fits trains adapters, and says so."""
+    text = CONFIG.format(mb=1, ckpt="false").replace("Llama-3.2-1B", "Meta-Llama-3-8B")
+    fit = next(f for f in _fixes(tmp_path, text, "A100-40GB") if f.id == "make-it-fit")
+    assert fit.title.startswith("Make it fit (changes what is trained):") and "LoRA" in fit.title
