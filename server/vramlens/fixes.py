@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from vramlens.estimate import GIB, Estimate, estimate
-from vramlens.plan import Origin, Sourced, Span, TrainingPlan, text_lines
+from vramlens.plan import Origin, Sourced, Span, TrainingPlan
 from vramlens.calibration import calibrate
 from vramlens.resolve import resolve
 from vramlens.settings import Settings
@@ -110,32 +110,6 @@ def with_changes(plan: TrainingPlan, changes: dict[str, Any]) -> TrainingPlan:
                                   key=old.key if old else None, span=old.span if old else None,
                                   value_span=old.value_span if old else None)
     return plan.model_copy(update=update)
-
-
-def apply_edits(text: str, edits: list) -> str:
-    """Apply text edits (0-based line/col spans, end exclusive) to `text`; raises ValueError on overlap."""
-    if not edits:
-        return text
-    lines = text_lines(text, keepends=True)
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line))
-
-    def offset(line: int, col: int) -> int:
-        if line >= len(lines):
-            return len(text)
-        content = lines[line].rstrip("\r\n")
-        return starts[line] + min(col, len(content))
-
-    ranges = sorted(((offset(e.span.start_line, e.span.start_col), offset(e.span.end_line, e.span.end_col), e.new_text)
-                     for e in edits), key=lambda r: (r[0], r[1]))
-    for (s1, e1, _), (s2, _, _) in zip(ranges, ranges[1:]):
-        if s2 < e1:
-            raise ValueError("overlapping edits")
-    out = text
-    for start, end, new in reversed(ranges):
-        out = out[:start] + new + out[end:]
-    return out
 
 
 def replacement(span: Span, new_text: str, title: str, *, safe: bool = False, fix_id: str = "replace-value") -> Fix:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from vramlens.fixes import apply_edits, replacement
+from vramlens.fixes import replacement
+from vramlens.text import apply_edits
 from vramlens.plan import Span
 
 FULL_FT = """
