@@ -289,7 +289,8 @@ def _sarif(results: list[FileResult]) -> dict:
                     by_file.setdefault(Path(e.span.file) if e.span.file else r.path, []).append(e)
                 if not by_file:
                     continue
-                fixes.append({"description": {"text": fix.title}, "artifactChanges": [
+                fixes.append({"description": {"text": fix.title},
+                              "properties": {"applicability": fix.applicability}, "artifactChanges": [
                     {"artifactLocation": _artifact(file, root),
                      "replacements": [{"deletedRegion": _region(e.span), "insertedContent": {"text": e.new_text}}
                                       for e in edits]}
