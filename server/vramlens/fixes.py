@@ -43,6 +43,7 @@ from vramlens.calibration import calibrate
 from vramlens.resolve import resolve
 from vramlens.settings import Settings
 from vramlens.resolved import ResolvedPlan
+from vramlens.text import line_ending, with_line_ending
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +229,10 @@ class Fixer:
             return [], "vramlens could not write this change into the file"
         if result is None:
             return [], f"a {self.plan.format} config cannot express this change"
-        return list(result.edits), result.note
+        eol = line_ending(self.text)       # lines a fix adds to a CRLF file are CRLF too
+        own = ("", self.plan.source_file)
+        return [TextEdit(span=e.span, new_text=with_line_ending(e.new_text, eol)) if e.span.file in own else e
+                for e in result.edits], result.note
 
     def make(self, fix_id: str, label: str, changes: dict[str, Any], *, safe: bool = False,
              preferred: bool = False, estimate_title: bool = True) -> Fix:
