@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -112,15 +113,17 @@ OOM_QLORA = ("# QLoRA on Mistral-7B with TRL\nmodel_name_or_path: mistralai/Mist
              "bf16: true\nper_device_train_batch_size: 16\nmax_length: 4096\noutput_dir: out\n")
 
 
-def test_crlf_files_stay_crlf_and_keep_their_mode(tmp_path):
+@pytest.mark.parametrize("eol", ["\r\n", "\r"], ids=["crlf", "cr"])
+def test_crlf_files_stay_crlf_and_keep_their_mode(tmp_path, eol):
     config = tmp_path / "qlora.yaml"
-    config.write_bytes(OOM_QLORA.replace("\n", "\r\n").encode())
+    config.write_bytes(OOM_QLORA.replace("\n", eol).encode())
     os.chmod(config, 0o640)
     r = check("qlora.yaml", "--gpu", "T4", "--fix", cwd=tmp_path)
-    assert "fixed: Make it fit" in r.stdout, r.stdout
-    data = config.read_bytes()
-    assert b"per_device_train_batch_size: 2\r\n" in data
-    assert data.count(b"\n") == data.count(b"\r\n"), data        # every line break, old and new, is CRLF
+    assert "fixed: Make it fit" in r.stdout, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    data = config.read_bytes().decode()
+    assert f"per_device_train_batch_size: 2{eol}" in data
+    assert len(re.findall(r"\r\n|\r|\n", data)) == data.count(eol), data   # every line break, old and new, is eol
     assert os.stat(config).st_mode & 0o777 == 0o640
     assert not [p for p in tmp_path.iterdir() if p.name != "qlora.yaml"]   # no temporary file left behind
 
