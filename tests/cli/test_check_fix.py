@@ -82,7 +82,7 @@ def test_a_fix_for_the_deepspeed_json_goes_into_the_json_not_the_yaml(tmp_path):
 
     r = check("train.yaml", "--gpu", "L4", "--fix", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert f"wrote {ds.resolve()}" in r.stdout
+    assert f"wrote {ds.resolve()}" in r.stdout and "fixed 2 file(s)" in r.stdout, r.stdout
     after = config.read_text(encoding="utf-8")
     # the YAML keeps every line it had (the allocator setting is the only addition)
     assert after.startswith(TRL_WITH_DS), after

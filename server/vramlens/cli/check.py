@@ -146,7 +146,7 @@ def _summary(results: list[FileResult]) -> dict:
             counts[f.severity] = counts.get(f.severity, 0) + 1
     checked = sum(1 for r in results if r.skipped is None)
     return {"files_checked": checked, "files_skipped": len(results) - checked, **counts,
-            "files_fixed": sum(1 for r in results if r.applied)}
+            "files_fixed": len({p for r in results for p in r.written})}    # a config and the JSON it names: 2
 
 
 def _estimate_line(analysis) -> str | None:
