@@ -206,7 +206,7 @@ class Editor:
     async def code_actions(self, uri: str, diagnostics: list[types.Diagnostic],
                            only: list[str] | None = None, rng: types.Range | None = None) -> list[types.CodeAction]:
         if rng is None:
-            end = len(self.texts[uri].splitlines()) + 1
+            end = len(LineIndex(self.texts[uri]))
             rng = types.Range(start=types.Position(0, 0), end=types.Position(end, 0))
         actions = await self.client.text_document_code_action_async(types.CodeActionParams(
             text_document=types.TextDocumentIdentifier(uri=uri), range=rng,
