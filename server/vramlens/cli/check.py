@@ -94,6 +94,7 @@ def _check_file(path: Path, explicit: bool, root: Path, args, cli_severity: dict
     from vramlens.cli.fix import stat_before_read
     from vramlens.cli.paths import read_config_text
     from vramlens.cli.project import settings_for
+    from vramlens.formats import looks_like_training_config
 
     result = FileResult(path, explicit, root=root)
     st = stat_before_read(path)
@@ -107,8 +108,9 @@ def _check_file(path: Path, explicit: bool, root: Path, args, cli_severity: dict
     analysis = analyze(result.text, str(path), settings)
     result.analysis = analysis
     if analysis.plan is None:
-        if analysis.findings and explicit:
-            result.unreadable = analysis.findings[0].message
+        unreadable = [f for f in analysis.findings if f.rule_id == "VL016"]
+        if unreadable and (explicit or looks_like_training_config(result.text)):
+            result.unreadable = unreadable[0].message
         else:
             result.skipped = "not a training config" + (f" ({analysis.error})" if analysis.error else "")
         return result
