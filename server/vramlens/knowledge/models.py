@@ -312,8 +312,10 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
         # (transformers modeling_mamba.py `MambaMixer`); the generic layer (4·h² attention + 3·h·I gated MLP) gets
         # the MLP width that gives it as many weights
         intermediate = max(1, int((3 * expand - 4) * hidden / 3))
-    elif not _dim(intermediate) or not intermediate:
+    elif intermediate is None:
         intermediate = 4 * hidden
+    if not _dim(intermediate) or intermediate <= 0:
+        return None                                      # present but not a width ("big", -1, 1.5)
 
     feed_forward = str(config.get("feed_forward_proj", "")).lower()
     if feed_forward:

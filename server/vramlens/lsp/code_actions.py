@@ -133,14 +133,13 @@ def _action(ls: "VramlensServer", builder: EditBuilder, fix: Any, kind: str,
 
 
 def make_it_fit_fix(result: Result) -> Any | None:
-    """The analysis' combined fix for a predicted OOM or a tight fit (`Fix.id == "make-it-fit"`)."""
-    for finding in getattr(result.analysis, "findings", None) or []:
-        if getattr(finding, "rule_id", None) not in MAKE_IT_FIT_RULES:
-            continue
-        for fix in getattr(finding, "fixes", None) or []:
-            if getattr(fix, "id", None) == "make-it-fit":
-                return fix
-    return None
+    """The analysis' combined fix for a predicted OOM or a tight fit, as a source action: the safe one when there is
+    one (`make-it-fit`, or `make-it-fit-safe` beside an unsafe fastest plan), else the unsafe one."""
+    found = [fix for finding in getattr(result.analysis, "findings", None) or []
+             if getattr(finding, "rule_id", None) in MAKE_IT_FIT_RULES
+             for fix in getattr(finding, "fixes", None) or []
+             if getattr(fix, "id", None) in ("make-it-fit", "make-it-fit-safe")]
+    return next((fix for fix in found if fix.safe), found[0] if found else None)
 
 
 def code_actions(ls: "VramlensServer", params: types.CodeActionParams) -> list[types.CodeAction]:
