@@ -15,6 +15,14 @@ from pathlib import Path
 from vramlens.knowledge.hf_cache import hub_cache_dirs
 
 
+def expand_user(name: str | Path) -> Path:
+    """`~/x` and `~user/x` expanded; a name whose user does not exist (`~0`) stays as written."""
+    try:
+        return Path(name).expanduser()
+    except RuntimeError:        # pathlib: "Could not determine home directory."
+        return Path(name)
+
+
 def _real(path: Path) -> Path | None:
     try:
         return path.expanduser().resolve()

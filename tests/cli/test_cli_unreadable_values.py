@@ -62,3 +62,12 @@ def test_directive_values_are_bounded_like_the_settings(tmp_path: Path):
     out = text(check("train.yaml", cwd=tmp_path))
     assert "`count=1000000000` in the vramlens directive should be a whole number from 1 to 65536" in out
     assert "`headroom` is not read from a vramlens directive" in out
+
+
+def test_a_home_folder_of_a_user_that_does_not_exist(tmp_path: Path):
+    """`~0` names the home of user "0": pathlib raises RuntimeError for it (found by the long fuzz profile)."""
+    (tmp_path / "run.sh").write_text("deepspeed --num_gpus 8 train.py --deepspeed ~0 --model_name_or_path gpt2 "
+                                     "--per_device_train_batch_size 4\n")
+    (tmp_path / "train.yaml").write_text("model_name_or_path: ~nosuchuser0/model\nper_device_train_batch_size: 8\n")
+    out = text(check("run.sh", "train.yaml", cwd=tmp_path))
+    assert "2 config(s) checked" in out

@@ -135,10 +135,7 @@ def lookup_model(name_or_path: str, workspace: Path | None = None) -> ModelArch 
 
 
 def _local_candidates(name: str, workspace: Path | None) -> list[Path]:
-    try:
-        raw = Path(name.strip()).expanduser()
-    except RuntimeError:          # `~user` of an unknown user
-        raw = Path(name.strip())
+    raw = file_access.expand_user(name.strip())
     return [raw] if raw.is_absolute() or workspace is None else [workspace / raw, raw]
 
 
