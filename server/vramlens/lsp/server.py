@@ -67,6 +67,7 @@ class VramlensServer(LanguageServer):
         self._settings_ready: asyncio.Event | None = None
         self._exact: dict[tuple[str, str], float] = {}
         self._workers: dict[str, Any] = {}
+        self.warm_up: threading.Thread | None = None     # started at `initialized`
 
     # ---- transport -----------------------------------------------------------------------------
     # pygls' own read loop (pygls 2.1 io_.run_async) trusts every Content-Length: these run `framing.serve`
@@ -87,7 +88,14 @@ class VramlensServer(LanguageServer):
             pass
         finally:
             self.shutdown()
+            self.join_warm_up()
         return 0 if self.protocol.shutdown_received else 1
+
+    def join_warm_up(self, timeout: float = 10.0) -> None:
+        """Let the warm-up thread finish before the interpreter ends: a daemon thread still inside pydantic-core's
+        Rust code when finalization stops it aborts the process ("FATAL: exception not rethrown", exit -6)."""
+        if self.warm_up is not None:
+            self.warm_up.join(timeout)
 
     def start_tcp(self, host: str, port: int) -> None:
         """Serve one client at a time over TCP (`vramlens serve --tcp`), with the same framing as stdio."""
@@ -315,7 +323,8 @@ def create_server() -> VramlensServer:
     @_guard()
     async def initialized(ls: VramlensServer, params: types.InitializedParams) -> None:
         # Started only now, after the initialize answer went out: it would compete for the GIL with it.
-        threading.Thread(target=_warm_up, daemon=True, name="vramlens-warm-up").start()
+        ls.warm_up = threading.Thread(target=_warm_up, daemon=True, name="vramlens-warm-up")
+        ls.warm_up.start()
         cache = startup_cache.active()
         if cache is not None:
             log.info("startup cache at initialized: %s", cache.summary())
