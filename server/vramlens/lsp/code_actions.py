@@ -53,7 +53,7 @@ def _finding_for(result: Result, diag: types.Diagnostic) -> Any | None:
     found = list(getattr(result.analysis, "findings", None) or [])
     data = diag.data if isinstance(diag.data, dict) else {}
     index = data.get("index")
-    if data.get("version") == result.version and isinstance(index, int) and 0 <= index < len(found):
+    if data.get("version") == result.version and data.get("edit") == result.edit and isinstance(index, int) and 0 <= index < len(found):
         if getattr(found[index], "rule_id", None) == diag.code:
             return found[index]
     same_rule = [f for f in found if getattr(f, "rule_id", None) == diag.code]
