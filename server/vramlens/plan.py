@@ -165,6 +165,8 @@ class TrainingPlan(BaseModel):
     trained_layers: Sourced[int] | None = None    # decoder layers whose own weights train (the rest frozen)
     trained_modules: Sourced[list[str]] | None = None  # inside those layers: "attn", "mlp" (absent: all)
     trained_extra: Sourced[list[str]] | None = None    # outside the layers: "embed", "lm_head" (absent: none)
+    trained_where: Sourced[str] | None = None     # which layers: "last", "first", "spread" (LLaMA-Pro), "rotating"
+                                                  # (LISA, BAdam: a different window in turn); absent: "last"
     trainable_fp32: Sourced[bool] | None = None   # trainable weights upcast to fp32 over 16-bit frozen ones
     optimizer_rank: Sourced[int] | None = None    # GaLore/APOLLO projection rank
     optimizer_targets: Sourced[list[str]] | None = None   # the matrices with projected states

@@ -318,7 +318,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
 def _partial_training(plan: TrainingPlan, peft: str, val, sources: dict, assumptions: list[str]) -> dict:
     """Which weights a partial full fine-tune trains (freeze tuning, LLaMA-Pro, LISA): `trained_layers` of the
     decoder layers, `trained_modules` inside them and `trained_extra` outside them (components.trained_params)."""
-    out = {"trained_layers": None, "trained_modules": (), "trained_extra": ()}
+    out = {"trained_layers": None, "trained_modules": (), "trained_extra": (), "trained_where": "last"}
     if peft != "freeze" and plan.trained_layers is None:
         return out
     layers = val("trained_layers")
@@ -342,8 +342,10 @@ def _partial_training(plan: TrainingPlan, peft: str, val, sources: dict, assumpt
             extra.append("embed")
         elif low in ("lm_head", "output", "head"):
             extra.append("lm_head")
+    where = str(val("trained_where") or "last")
     out.update(trained_layers=abs(int(layers)), trained_modules=tuple(dict.fromkeys(canon)),
-               trained_extra=tuple(dict.fromkeys(extra)))
+               trained_extra=tuple(dict.fromkeys(extra)),
+               trained_where=where if where in ("last", "first", "spread", "rotating") else "last")
     assumptions.append(f"partial fine-tuning: {abs(int(layers))} layer(s) train"
                        + (f" ({', '.join(out['trained_modules'])})" if out["trained_modules"] else "")
                        + (f" with {', '.join(out['trained_extra'])}" if out["trained_extra"] else "")

@@ -64,6 +64,7 @@ class ResolvedPlan(BaseModel):
     trained_layers: int | None = None          # decoder layers whose weights train; None = every layer
     trained_modules: tuple[str, ...] = ()      # inside them: "attn" and/or "mlp"; () = the whole layer
     trained_extra: tuple[str, ...] = ()        # outside the layers, with trained_layers set: "embed", "lm_head"
+    trained_where: str = "last"                # which layers train: "last", "first", "spread" (LLaMA-Pro), "rotating"
     trainable_fp32: bool = False               # trainable weights kept in fp32 while frozen ones stay 16-bit
     # GaLore / APOLLO: optimizer states of the targeted matrices are rank-r projections
     low_rank: int = 0                          # projection rank (0: the optimizer keeps full states)

@@ -120,7 +120,7 @@ def trained_params(rp: ResolvedPlan) -> tuple[int, int]:
     biggest_linear = max((l.in_features * l.out_features for l in s.linears), default=0)
     if rp.trained_layers is None:
         return total, max(s.embed_params, head, biggest_linear)
-    layers = max(rp.arch.layers + (rp.arch.encoder_layers or 0 if rp.arch.block == "encoder-decoder" else 0), 1)
+    layers = counted_layers(rp)
     n = max(0, min(int(rp.trained_layers), layers))
     if rp.trained_modules:
         names = set()
@@ -141,6 +141,54 @@ def trained_params(rp: ResolvedPlan) -> tuple[int, int]:
         trainable += head
         largest = max(largest, head)
     return min(trainable, total), (largest if n or trainable else 0)
+
+
+def counted_layers(rp: ResolvedPlan) -> int:
+    """The layers `trained_layers` counts (as in `trained_params`): the decoder's, and an encoder-decoder's both."""
+    return max(rp.arch.layers + (rp.arch.encoder_layers or 0 if rp.arch.block == "encoder-decoder" else 0), 1)
+
+
+def backward_layers(rp: ResolvedPlan) -> float:
+    """How many layers the backward pass runs through (on average over the run). Autograd stops below the lowest
+    layer with a trainable weight when nothing beneath it trains (LLaMA-Factory 01d87b82
+    src/llamafactory/model/model_utils/checkpointing.py `get_custom_gradient_checkpointing_func`: "Only applies
+    gradient checkpointing to trainable layers", so frozen blocks are neither recomputed nor back-propagated).
+    Where the trained layers sit (`trained_where`): the last n → n layers; the first n → all of them; LLaMA-Pro's
+    expanded blocks (every L/n-th, the lowest at L/n − 1) → L − L/n + 1; a window that moves (BAdam's one block
+    in turn, LISA's n sampled layers: the lowest of n uniform draws sits at (L − n)/(n + 1) on average) →
+    L − (L − n)/(n + 1). A trained embedding (LISA) or vision tower needs every layer's backward."""
+    layers = counted_layers(rp)
+    if rp.peft != "none" or rp.trained_layers is None or "embed" in rp.trained_extra \
+            or (rp.arch.vision_params and not rp.vision_frozen):
+        return float(layers)
+    n = max(0, min(int(rp.trained_layers), layers))
+    if n == 0:
+        return 0.0
+    where = rp.trained_where
+    if where == "first":
+        return float(layers)
+    if where == "spread":
+        return float(layers - layers // n + 1)
+    if where == "rotating":
+        return layers - (layers - n) / (n + 1)
+    return float(n)
+
+
+def weight_grad_share(rp: ResolvedPlan, linear: str) -> float:
+    """Share of a block linear's instances whose weight trains (its weight-gradient GEMM runs): all of them in a
+    full fine-tune, none under PEFT (the adapters have their own), `trained_layers` of the layers when only those
+    (and, with `trained_modules`, only their attention or MLP linears) train."""
+    if rp.peft != "none":
+        return 0.0
+    if rp.trained_layers is None:
+        return 1.0
+    if rp.trained_modules:
+        names = (ATTN_LINEARS if "attn" in rp.trained_modules else ()) \
+            + (("gate", "up", "down", "fc1", "fc2") if "mlp" in rp.trained_modules else ())
+        if linear not in names:
+            return 0.0
+    layers = counted_layers(rp)
+    return max(0, min(int(rp.trained_layers), layers)) / layers
 
 
 def head_quantized(rp: ResolvedPlan) -> bool:

@@ -451,6 +451,7 @@ def _lisa_layers(b: PlanBuilder, s: Setting) -> None:
         return b.remember(s)
     b.set("peft_method", "freeze", s, note=f"LISA: {n} randomly chosen layer(s) train at a time")
     b.set("trained_layers", n, s)
+    b.set("trained_where", "rotating", s, origin=Origin.DERIVED, note="LISA samples new layers every interval")
     b.set("trained_extra", ["embed", "lm_head"], s, origin=Origin.DERIVED,
           note="LISA keeps the embedding and the LM head trainable")
 

@@ -146,6 +146,7 @@ def _freeze_layers(b: PlanBuilder, s: Setting) -> None:
         return b.unknown(s, "number of trainable layers", suggestion=None, hint="a positive (last n) or negative "
                          "(first n) whole number")
     b.set("trained_layers", abs(v), s, note=f"the {'last' if v > 0 else 'first'} {abs(v)} layer(s) train")
+    b.set("trained_where", "last" if v > 0 else "first", s)
 
 
 def _llama_pro(b: PlanBuilder, s: Setting) -> None:
@@ -250,6 +251,13 @@ def _derive(b: PlanBuilder, data: dict, keys: set[str], top: list[Setting]) -> N
                   note="BAdam (layer mode) trains one block at a time")
             b.set("trained_layers", 1, by_key.get("use_badam"), origin=Origin.DERIVED,
                   note="BAdam's active block: one decoder layer")
+            b.set("trained_where", "rotating", by_key.get("use_badam"), override=True, origin=Origin.DERIVED,
+                  note="BAdam switches the active block in turn (`badam_switch_mode`)")
+    if to_bool(data.get("use_llama_pro")) and (plan.peft_method is None or plan.peft_method.value == "freeze"):
+        # LLaMA-Factory 01d87b82 src/llamafactory/model/adapter.py `_setup_freeze_tuning`: with use_llama_pro the
+        # trained layers are every `num_layers // freeze_trainable_layers`-th one (the expanded blocks)
+        b.set("trained_where", "spread", by_key.get("use_llama_pro"), override=True, origin=Origin.DERIVED,
+              note="LLaMA-Pro trains the expanded blocks, spread evenly through the model")
     # lora_alpha: None → 2 × lora_rank
     if plan.lora_alpha is None and plan.lora_r is not None:
         b.set("lora_alpha", float(2 * plan.lora_r.value), origin=Origin.DERIVED, framework="llamafactory",
