@@ -349,7 +349,8 @@ def _partial_training(plan: TrainingPlan, peft: str, val, sources: dict, assumpt
     assumptions.append(f"partial fine-tuning: {abs(int(layers))} layer(s) train"
                        + (f" ({', '.join(out['trained_modules'])})" if out["trained_modules"] else "")
                        + (f" with {', '.join(out['trained_extra'])}" if out["trained_extra"] else "")
-                       + "; gradients and optimizer states only for those, activations as for a full fine-tune")
+                       + "; gradients and optimizer states only for those, activations only for the layers the "
+                       "backward runs through (from the lowest trained one up)")
     return out
 
 

@@ -111,6 +111,21 @@ def test_freeze_tuning_trains_the_last_two_layers_only():
     assert any("2 layer(s) train" in a for a in freeze["assumptions"])
 
 
+def test_frozen_layers_below_the_trained_ones_save_no_activations(tmp_path):
+    # without checkpointing every layer in the autograd graph keeps its activations; freezing all but the last two
+    # leaves 30 of Llama-2-7B's 32 layers outside the graph, freezing all but the first two leaves none outside it
+    base = (FIXTURES / "llamafactory_freeze_sft.yaml").read_text() + "disable_gradient_checkpointing: true\n"
+    results = {}
+    for n in (2, -2):
+        cfg = tmp_path / f"freeze{n}.yaml"
+        cfg.write_text(base + f"freeze_trainable_layers: {n}\n")
+        results[n] = cli(str(cfg))
+    last, first = parts(results[2])["activations"], parts(results[-2])["activations"]
+    assert first > 4                                      # GiB: 4 × 1024 tokens through 32 layers
+    assert first * 2 / 32 <= last < first * 0.08        # two layers' worth, and the final norm
+    assert results[2]["params_trainable"] == results[-2]["params_trainable"]
+
+
 def test_llama_pro_trains_the_expanded_blocks():
     pro = cli("llamafactory_llama_pro.yaml")
     freeze = cli("llamafactory_freeze_sft.yaml")

@@ -148,8 +148,9 @@ def counted_layers(rp: ResolvedPlan) -> int:
     return max(rp.arch.layers + (rp.arch.encoder_layers or 0 if rp.arch.block == "encoder-decoder" else 0), 1)
 
 
-def backward_layers(rp: ResolvedPlan) -> float:
-    """How many layers the backward pass runs through (on average over the run). Autograd stops below the lowest
+def backward_layers(rp: ResolvedPlan, worst: bool = False) -> float:
+    """How many layers the backward pass runs through: on average over the run, or with `worst` at the step that
+    reaches deepest (what the activations' peak follows: nothing below it is saved). Autograd stops below the lowest
     layer with a trainable weight when nothing beneath it trains (LLaMA-Factory 01d87b82
     src/llamafactory/model/model_utils/checkpointing.py `get_custom_gradient_checkpointing_func`: "Only applies
     gradient checkpointing to trainable layers", so frozen blocks are neither recomputed nor back-propagated).
@@ -170,7 +171,7 @@ def backward_layers(rp: ResolvedPlan) -> float:
     if where == "spread":
         return float(layers - layers // n + 1)
     if where == "rotating":
-        return layers - (layers - n) / (n + 1)
+        return float(layers) if worst else layers - (layers - n) / (n + 1)
     return float(n)
 
 
