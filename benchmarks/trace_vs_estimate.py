@@ -164,7 +164,8 @@ def real_main(args) -> int:
     if reused is not None:
         say(f"real and synthetic traces reused from {args.reuse.name} (neither depends on the estimator); "
             f"estimates computed now")
-        say(args.reuse.read_text().splitlines()[0])
+        # the versions line of the run that traced them (a reused table repeats it below its own first line)
+        say(next(line for line in args.reuse.read_text().splitlines() if line.startswith("estimate and synthetic")))
     else:
         v = hf.versions()
         say("estimate and synthetic trace against the real-library trace (allocated peak, GiB); "
@@ -180,7 +181,7 @@ def real_main(args) -> int:
         if reused is not None:
             real, syn = reused.get(i, (None, None))
             if real is None:
-                reason = reason or "not traced in the reused run"
+                reason = reason or (syn if isinstance(syn, str) else "not traced in the reused run")
         elif reason is None:
             try:
                 real = engine.run(cfg, backend="transformers")
@@ -218,17 +219,21 @@ def real_main(args) -> int:
     return 0
 
 
-def reused_traces(path: Path) -> dict[int, tuple[dict, dict]]:
-    """Row number → (real, synthetic) traces read back from a results table this script wrote for the same grid."""
+def reused_traces(path: Path) -> dict[int, tuple[dict | None, dict | str]]:
+    """Row number → (real, synthetic) traces read back from a results table this script wrote for the same grid;
+    (None, reason) for a row that run could not trace."""
     import re
 
     out = {}
+    untraced = re.compile(r"\s*(\d+)\s.*not traced on the real libraries: (.+)$")
     row = re.compile(r"\s*(\d+)\s+.+?\s{2,}\S+\s+([\d.]+)\s+(\S+)\s+([\d.]+)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)")
     for line in path.read_text().splitlines():
         m = row.match(line)
         if m:
             real = {"peak_bytes": float(m.group(2)) * GIB, "phase": m.group(3), "seconds": float(m.group(5))}
             out[int(m.group(1))] = (real, {"peak_bytes": float(m.group(4)) * GIB})
+        elif (skip := untraced.match(line)) is not None:
+            out[int(skip.group(1))] = (None, skip.group(2))        # the reason that run gave
     return out
 
 
@@ -243,9 +248,11 @@ def make_plan(model: str, seq: int, batch: int, settings: dict) -> ResolvedPlan:
     impl = settings.pop("optimizer_impl", opt.default_impl if opt.default_impl != "none" else "fused")
     gpu = gpu_kb.lookup_gpu("H100-80GB")[0]
     # the version-dependent choices the resolver makes, for the transformers this interpreter traces with
-    tv = environment.versions(Settings())["transformers"].version
+    # (litgpt builds its own model and expands grouped K/V itself: no transformers choice applies, as in resolve)
+    hf = settings.get("framework", "transformers") in frameworks.HF_MODEL_FRAMEWORKS
+    tv = environment.versions(Settings())["transformers"].version if hf else None
     attn = versions.attention_as_run(arch.family, "sdpa", tv)
-    repeat = attn == "eager" or versions.sdpa_repeats_kv(tv, settings.get("attn_mask", True))
+    repeat = attn == "eager" or not hf or versions.sdpa_repeats_kv(tv, settings.get("attn_mask", True))
     shifted = settings.get("loss_impl", "standard") == "standard" and versions.loss_keeps_shifted_logits(tv)
     return ResolvedPlan(arch=arch, optimizer=opt, optimizer_impl=impl, gpu=gpu, seq_len=seq, micro_batch=batch,
                         weight_dtype=settings.pop("weight_dtype", "bf16"), compute_dtype="bf16",

@@ -6,6 +6,7 @@ The result keeps provenance beside the numbers (`Resolution.sources`), so the su
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from vramlens import environment
@@ -118,15 +119,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         assumptions.append(f"model given by its sizes: {arch.layers} layers, hidden {arch.hidden}, "
                            f"{arch.heads} heads{vocab_note}")
     else:
-        arch = models.lookup_model(plan.model_id.value, settings.workspace)
-        if arch is None and (problem := models.local_config_problem(plan.model_id.value, settings.workspace)):
-            raise ResolveError(problem, "model_id")
-    if arch is None:
-        hints = models.suggest_model(plan.model_id.value)
-        hint = hints[0] if hints else None
-        raise ResolveError(f"unknown model `{plan.model_id.value}`: not in the catalog, not a local folder with "
-                           f"config.json, not in the local Hugging Face cache"
-                           + (f" — did you mean `{hint}`?" if hint else ""), "model_id", hint)
+        arch = _model(plan.model_id.value, settings, assumptions)
     if plan.model_id is not None:
         sources["model_id"] = plan.model_id
     as_run = frameworks.arch_as_run(fw_key, arch)
@@ -136,7 +129,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
                            f"{arch.hidden} more weights than the tied checkpoint")
 
     # GPU: settings win, then the file, then a default
-    gpu, count = _gpu(plan, settings, sources, assumptions)
+    gpu, count, count_given = _gpu(plan, settings, sources, assumptions)
 
     # precision
     amp_dtype = val("amp_dtype") or "none"
@@ -149,6 +142,12 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         weight_dtype = "bf16"
     if amp_dtype in ("bf16", "fp16") and plan.framework in ("axolotl",) and plan.weight_dtype is None:
         weight_dtype = amp_dtype                     # axolotl loads the model in the training dtype
+    if fw_key == "ms-swift" and plan.amp_dtype is None:
+        # ms-swift 4.x swift/llm/argument/base_args/model_args.py `_init_mixed_precision`: bf16 weights → `bf16=True`,
+        # fp16/fp32 weights → `fp16=True` (autocast over the loaded dtype; DeepSpeed keeps fp32 master weights)
+        amp_dtype = "bf16" if weight_dtype == "bf16" else "fp16"
+        sources["amp_dtype"] = Sourced(value=amp_dtype, origin=Origin.DERIVED, framework=fw_label,
+                                       note=f"ms-swift turns torch_dtype {weight_dtype} into `{amp_dtype}: true`")
     if amp_dtype == "bf16" and not gpu.bf16:
         assumptions.append(f"{gpu.name} has no bf16: the run would fail or fall back; estimated as fp16")
     amp = weight_dtype == "fp32" and amp_dtype in ("bf16", "fp16", "fp8")
@@ -164,6 +163,9 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         assumptions.append("quantized base weights train only through adapters: assumed LoRA")
     if quant_bits == 4 and peft == "lora":
         peft = "qlora"
+    partial = _partial_training(plan, peft, val, sources, assumptions)
+    if peft == "freeze":
+        peft = "none"
     if peft not in ("none", "lora", "qlora", "dora"):
         assumptions.append(f"PEFT method `{peft}` estimated as full fine-tuning")
         peft = "none"
@@ -177,6 +179,10 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
             targets = ("q", "v")
     modules_to_save, _ = normalize_targets(list(val("modules_to_save") or []), arch)
 
+    head = str(val("task_head") or "causal-lm")
+    if head != "causal-lm":
+        assumptions.append(f"{head} head: no LM head and no vocabulary logits (a hidden × labels output layer)")
+
     # optimizer
     opt_text = val("optimizer") or "adamw_torch"
     opt = optimizers.lookup_optimizer(str(opt_text))
@@ -184,13 +190,30 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         opt = optimizers.lookup_optimizer("adamw_torch")
         assumptions.append(f"unknown optimizer `{opt_text}`: estimated as AdamW")
     impl = val("optimizer_impl") or (opt.default_impl if opt.default_impl != "none" else "fused")
-    if fw_key in ("transformers", "trl", "axolotl", "llamafactory") and opt.name == "adamw_torch" and plan.optimizer_impl is None:
+    low_rank, low_rank_targets = 0, ()
+    if opt.low_rank:
+        # transformers trainer.py (GaLore/APOLLO optim_args): rank 128 unless `optim_args` says `rank=`;
+        # LLaMA-Factory hparams/finetuning_args.py: galore_rank 16 / apollo_rank 16, galore_target "all"
+        low_rank = int(val("optimizer_rank") or (16 if fw_key == "llamafactory" else 128))
+        # transformers `optim_target_modules` names modules or patterns ("attn", "mlp", r".*.attn.*")
+        named = []
+        for name in val("optimizer_targets") or ["all-linear"]:
+            words = set(re.split(r"[^a-z_]+", str(name).lower()))
+            if words & {"attn", "self_attn", "attention", "self_attention"}:
+                named += ["q_proj", "k_proj", "v_proj", "o_proj"]
+            elif words & {"mlp", "feed_forward", "ffn"}:
+                named.append("mlp")
+            else:
+                named.append(str(name))
+        low_rank_targets, _ = normalize_targets(named, arch)
+        low_rank_targets = low_rank_targets or ("all-linear",)
+    if fw_key in ("transformers", "trl", "axolotl", "llamafactory", "unsloth") and opt.name == "adamw_torch" and plan.optimizer_impl is None:
         impl = "foreach"
 
     # distribution
     strategy = val("dist_strategy") or "none"
     zero = val("zero_stage") or 0
-    world = val("world_size") or count
+    world, count = _world(plan, settings, count, count_given, sources)
     tp = val("tensor_parallel") or 1
     cp = val("context_parallel") or 1
     dp = max(1, int(world) // max(1, int(tp) * int(cp)))
@@ -199,6 +222,27 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     if strategy in ("deepspeed", "fsdp") and int(zero or 0) > 0 and dp == 1:
         assumptions.append(f"{'ZeRO' if strategy == 'deepspeed' else 'FSDP'} sharding with one GPU shards nothing: "
                            "set the GPU count (launcher flag, `# vramlens: gpu=... count=N`, or --num-gpus)")
+    adapter_fp32 = behaviour["adapter_fp32"]
+    trainable_fp32 = False
+    upcast = val("trainable_fp32")
+    if upcast and strategy == "megatron":
+        upcast = False                               # LLaMA-Factory's Megatron workflow (mcore_adapter) casts itself
+    if upcast and not quant_bits and ((strategy == "deepspeed" and int(zero or 0) >= 3) or strategy == "fsdp"):
+        # LLaMA-Factory 01d87b82 src/llamafactory/model/adapter.py `init_adapter`: "ZeRO3 / FSDP detected, remaining
+        # trainable params in float32" — no upcast; the sharding engine keeps the fp32 copy
+        upcast = False
+    if upcast is not None and fw_key == "llamafactory":
+        adapter_fp32 = bool(upcast)                  # pure_bf16 (or ZeRO-3/FSDP without quantization): 16-bit adapters
+    if upcast and peft == "none":
+        if partial["trained_layers"] is None:
+            weight_dtype = "fp32"                    # every weight trains: fp32 weights under autocast
+            amp = amp_dtype in ("bf16", "fp16", "fp8")
+            compute = ("fp16" if amp_dtype == "fp16" else "bf16") if amp else "fp32"
+        elif weight_dtype != "fp32":
+            trainable_fp32 = True                    # the trained layers in fp32, the frozen rest as loaded
+        assumptions.append(f"{fw_label} upcasts the trainable weights to fp32 (no `pure_bf16`): "
+                           f"{'fp32 weights' if partial['trained_layers'] is None else 'fp32 trained layers'}"
+                           f"{', bf16 autocast' if amp_dtype == 'bf16' else ''}")
     master = strategy == "deepspeed" and amp_dtype in ("bf16", "fp16") and peft == "none"
     if master:
         weight_dtype, compute, amp = ("fp16" if amp_dtype == "fp16" else "bf16"), ("fp16" if amp_dtype == "fp16" else "bf16"), False
@@ -251,6 +295,10 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         if attn_run == "sdpa" and masked and versions.sdpa_repeats_kv(tv, False) and arch.n_kv_heads < arch.heads:
             assumptions.append(f"{t_label}: SDPA repeats grouped K/V to every head (repeat_kv before 4.54)")
     attn = attn_run
+    # torchtune and litgpt expand grouped K/V to every head before SDPA whatever the version (torchtune
+    # modules/attention.py `k.unsqueeze(2).expand(...).flatten(1, 2)`; litgpt model.py CausalSelfAttention:
+    # `k.expand(...)` then `reshape`, which copies)
+    own_attention = fw_key not in frameworks.HF_MODEL_FRAMEWORKS
 
     rp = ResolvedPlan(
         arch=arch, framework=fw_key,
@@ -259,7 +307,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         eval_batch=int(val("eval_batch") or micro),
         grad_checkpointing=bool(val("grad_checkpointing")), activation_offload=bool(val("activation_offload")),
         attn_impl=attn if attn in ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention", "xformers") else "other",
-        repeat_kv=attn == "eager" or (attn == "sdpa" and versions.sdpa_repeats_kv(tv, masked)),
+        repeat_kv=attn == "eager" or (attn == "sdpa" and (own_attention or versions.sdpa_repeats_kv(tv, masked))),
         loss_shifted_copy=loss_shift, versions=tuple((k, v.version, v.source) for k, v in env.items()),
         attn_mask=not bool(val("packing")) and behaviour.get("attn_mask", True),
         compile=bool(val("compile")),
@@ -272,7 +320,8 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         lora_alpha=float(val("lora_alpha") or 16) if peft != "none" else 0.0,
         lora_dropout=float(val("lora_dropout") or 0.0) if peft != "none" else 0.0,
         lora_targets=targets, modules_to_save=modules_to_save,
-        adapter_fp32=behaviour["adapter_fp32"], kbit_upcast=behaviour["kbit_upcast"],
+        adapter_fp32=adapter_fp32, kbit_upcast=behaviour["kbit_upcast"],
+        trainable_fp32=trainable_fp32, low_rank=low_rank, low_rank_targets=low_rank_targets, **partial,
         quant_bits=quant_bits, quant_type=str(val("quant_type") or "nf4"), quant_double=bool(val("quant_double")),
         quant_storage=storage if storage in ("bf16", "fp16", "fp32") else "uint8",
         quant_keeps_input=keeps_input, **frameworks.step_flags(fw_key),
@@ -280,11 +329,61 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         offload_optimizer=bool(val("offload_optimizer")), offload_params=bool(val("offload_params")),
         tensor_parallel=int(tp), context_parallel=int(cp),
         fsdp_full_state_dict=str(val("fsdp_state_dict_type") or "").upper().startswith("FULL"),
+        scalar_head=head != "causal-lm",
         gpu=gpu, gpu_count=count, expandable_segments="expandable_segments:true" in alloc.replace(" ", "").lower(),
         headroom=settings.headroom,
     )
+    if arch.vision_params:
+        frozen = peft != "none" or fw_key in frameworks.FREEZES_VISION
+        told = plan.extra.get("freeze_vision_tower") or plan.extra.get("freeze_vit")   # LLaMA-Factory / ms-swift
+        if told is not None and peft == "none" and str(told.value).strip().lower() in ("false", "0", "no"):
+            frozen = False
+            sources["vision_frozen"] = told
+        rp = rp.with_changes(vision_frozen=frozen)
+        assumptions.append(f"vision tower: {arch.vision_params / 1e9:.2f} B parameters, "
+                           + ("frozen" if rp.vision_frozen else "trained") + f"; one image of {arch.image_patches:,} "
+                           f"patches per sequence")
     rp = rp.with_changes(**objective_fields(plan, rp, fw_key, settings, sources, assumptions))
     return Resolution(rp, sources, assumptions)      # uncalibrated: `calibration.calibrate` is the next stage
+
+
+def _partial_training(plan: TrainingPlan, peft: str, val, sources: dict, assumptions: list[str]) -> dict:
+    """Which weights a partial full fine-tune trains (freeze tuning, LLaMA-Pro, LISA): `trained_layers` of the
+    decoder layers, `trained_modules` inside them and `trained_extra` outside them (components.trained_params)."""
+    out = {"trained_layers": None, "trained_modules": (), "trained_extra": (), "trained_where": "last"}
+    if peft != "freeze" and plan.trained_layers is None:
+        return out
+    layers = val("trained_layers")
+    if layers is None:
+        assumptions.append("which layers train is not known: estimated as a full fine-tune")
+        return out
+    modules = [str(m).strip().lower() for m in (val("trained_modules") or [])]
+    canon: list[str] = []
+    for m in modules:
+        if m in ("all", ""):
+            canon = []
+            break
+        if m in ("self_attn", "attn", "attention", "self_attention"):
+            canon.append("attn")
+        elif m in ("mlp", "feed_forward", "ffn", "block_sparse_moe"):
+            canon.append("mlp")
+    extra = []
+    for m in val("trained_extra") or []:
+        low = str(m).strip().lower()
+        if low in ("embed_tokens", "wte", "embed", "tok_embeddings", "word_embeddings"):
+            extra.append("embed")
+        elif low in ("lm_head", "output", "head"):
+            extra.append("lm_head")
+    where = str(val("trained_where") or "last")
+    out.update(trained_layers=abs(int(layers)), trained_modules=tuple(dict.fromkeys(canon)),
+               trained_extra=tuple(dict.fromkeys(extra)),
+               trained_where=where if where in ("last", "first", "spread", "rotating") else "last")
+    assumptions.append(f"partial fine-tuning: {abs(int(layers))} layer(s) train"
+                       + (f" ({', '.join(out['trained_modules'])})" if out["trained_modules"] else "")
+                       + (f" with {', '.join(out['trained_extra'])}" if out["trained_extra"] else "")
+                       + "; gradients and optimizer states only for those, activations only for the layers the "
+                       "backward runs through (from the lowest trained one up)")
+    return out
 
 
 PAIRED = ("dpo", "orpo", "simpo", "cpo", "rm")
@@ -326,7 +425,7 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
     ref_free = src("reference_free")
     if ref_free is None:
         # TRL GRPO's KL coefficient defaults to 0.0 (no reference); RLOO's to 0.05; other frameworks keep one
-        ref_free = obj == "grpo" and fw_key in ("trl", "axolotl", "transformers")
+        ref_free = obj == "grpo" and fw_key in ("trl", "axolotl", "transformers", "unsloth")
         if obj == "grpo" and ref_free:
             assumptions.append("GRPO with TRL's default beta=0.0: no reference model is loaded")
     needs_ref = obj in ("dpo", "kto", "online-dpo", "ppo", "grpo", "rloo") and not ref_free \
@@ -346,7 +445,7 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
             prompt = 512
             assumptions.append("prompt length not set: assumed 512 tokens (TRL GRPO does not truncate prompts)")
         if completion is None:
-            completion = 512 if fw_key in ("trl", "axolotl", "transformers", "ms-swift") else 256
+            completion = 512 if fw_key in ("trl", "axolotl", "transformers", "ms-swift", "unsloth") else 256
             sources["completion_len"] = Sourced(value=completion, origin=Origin.DEFAULT, framework="trl 1.16",
                                                 note="max_completion_length=512")
         gen = src("generation") or "generate"
@@ -357,7 +456,7 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
             # (`prompt_ids.repeat(2, 1)`), both through the policy in one forward
             gen_seqs = 2 * rp.micro_batch
             out["sequences_per_example"] = 2
-        elif fw_key in ("trl", "axolotl", "transformers", "ms-swift"):
+        elif fw_key in ("trl", "axolotl", "transformers", "ms-swift", "unsloth"):
             # completions, not prompts, in the batch of TRL's GRPOTrainer (ms-swift's and axolotl's subclass it)
             gen_seqs = rp.micro_batch * max(rp.grad_accum, 1)       # generation_batch_size per device
         else:
@@ -378,7 +477,8 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
             out["reward_model"] = True
     if obj in ("gkd", "kd"):
         tid = src("teacher_model_id")
-        teacher = models.lookup_model(tid, settings.workspace) if tid else None
+        teacher = models.find_model(tid, settings.workspace, hub_lookup(settings),
+                                    settings.any_model_folder).arch if tid else None
         if teacher is None:
             teacher = rp.arch
             assumptions.append(f"teacher model {'`' + tid + '` unknown' if tid else 'not named'}: assumed the size "
@@ -386,6 +486,47 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
         out["teacher"] = teacher
     return out
 
+
+
+def hub_lookup(settings: Settings):
+    """How this run asks the Hub for a config.json: None when the `model_lookup` setting turns it off."""
+    from vramlens.knowledge import hub
+
+    if not settings.model_lookup:
+        return None
+    return settings.hub_lookup or hub.fetch_config
+
+
+def _model(name: str, settings: Settings, assumptions: list[str]) -> ModelArch:
+    """The named model's architecture (`models.find_model`), or a ResolveError saying why there is none."""
+    from vramlens.knowledge import models
+
+    found = models.find_model(name, settings.workspace, hub_lookup(settings), settings.any_model_folder)
+    if found.arch is not None:
+        if found.where in ("local folder", "hub cache", "hub"):
+            assumptions.append(f"model shapes from `{name}`'s config.json ({found.where})")
+        elif found.where.startswith("the base model"):
+            assumptions.append(f"model shapes of `{found.arch.id}`, {found.where}")
+        if found.arch.approximate:
+            assumptions.append(f"approximate: `{found.arch.family}` has no dedicated model in vramlens; estimated "
+                               f"generically from its config's sizes ({found.arch.approximate})")
+        return found.arch
+    if problem := models.local_config_problem(name, settings.workspace, settings.any_model_folder):
+        raise ResolveError(problem, "model_id")
+    if found.pending:
+        raise ResolveError(f"looking up `{name}` on the Hugging Face Hub (its config.json only)…", "model_id")
+    hints = models.suggest_model(name)
+    hint = hints[0] if hints else None
+    if not settings.model_lookup:
+        hub_text = ("not looked up on the Hugging Face Hub (the `model_lookup` setting or --offline turns it off, "
+                    "and the editor asks the Hub only in a trusted workspace)")
+    elif found.problem:
+        hub_text = found.problem
+    else:
+        hub_text = "not a Hugging Face Hub id"
+    raise ResolveError(f"unknown model `{name}`: not in the catalog, not a local folder with config.json, not in "
+                       f"the local Hugging Face cache; {hub_text}"
+                       + (f" — did you mean `{hint}`?" if hint else ""), "model_id", hint)
 
 
 def _size(plan: TrainingPlan, *keys: str):
@@ -447,11 +588,46 @@ def _gpu(plan: TrainingPlan, settings: Settings, sources: dict, assumptions: lis
         sources["gpu_name"] = Sourced(value=spec.name, origin=Origin.ASSUMED, note=f"no GPU named; {CHOOSE_GPU}")
         assumptions.append(f"no GPU named in the config or settings (and none detected): assumed {spec.name} — "
                            f"{CHOOSE_GPU}")
+    if sources["gpu_name"].origin == Origin.ASSUMED or not count or count <= 1:
+        given = None                                   # a GPU name without a count ("A100", not "8xA100")
+    else:
+        given = "setting" if sources["gpu_name"].origin == Origin.SETTING else "file"
     if settings.gpu_count:
         count = settings.gpu_count
+        given = "setting"
         sources["gpu_count"] = Sourced(value=count, origin=Origin.SETTING)
-    elif plan.gpu_count is not None:
+    elif plan.gpu_count is not None and given != "setting":
         count = plan.gpu_count.value
+        given = "file"
         sources["gpu_count"] = plan.gpu_count
+    elif given is None and settings.machine_gpu_count and plan.world_size is None:
+        count = settings.machine_gpu_count
+        sources["gpu_count"] = Sourced(value=count, origin=Origin.SETTING, note="GPUs on this machine (nvidia-smi)")
     count = max(1, int(count or 1))
-    return spec, count
+    return spec, count, given
+
+
+def _world(plan: TrainingPlan, settings: Settings, count: int, count_given: str | None,
+           sources: dict) -> tuple[int, int]:
+    """(processes in the run, GPUs per node). The settings' count (`--num-gpus`, `gpu = "8xH100"`) wins over
+    what the file's launcher says, keeping its number of machines; a process count from the file (accelerate
+    `num_processes`, `torchrun --nproc_per_node`, `deepspeed --num_gpus`, `CUDA_VISIBLE_DEVICES`) with no GPU
+    count of its own is taken as that many GPUs on one machine."""
+    world_file = plan.world_size.value if plan.world_size is not None else None
+    if count_given == "setting":
+        nodes = 1
+        if world_file and plan.gpu_count is not None and plan.gpu_count.value:
+            nodes = max(1, int(world_file) // int(plan.gpu_count.value))
+        world = count * nodes
+        if world_file and world != world_file:
+            sources["world_size"] = Sourced(value=world, origin=Origin.SETTING,
+                                            note=f"{count} GPUs per node from the settings × {nodes} node(s)")
+        return world, count
+    if world_file:
+        sources["world_size"] = plan.world_size
+        if count_given is None:
+            count = int(world_file)
+            sources["gpu_count"] = Sourced(value=count, origin=Origin.DERIVED,
+                                           note="the launcher's process count, on one machine")
+        return int(world_file), count
+    return count, count

@@ -6,7 +6,7 @@ Sources (lowest priority first) — each gives some fields; later ones win, dict
   2. the client's `initializationOptions` (`{"vramlens": {...}}`, `{"settings": {"vramlens": {...}}}` or flat)
   3. the editor's `vramlens` section (`workspace/configuration`, `workspace/didChangeConfiguration`)
   4. the project file nearest to the document: `.vramlens.toml` or `pyproject.toml [tool.vramlens]`
-  5. command-line flags (`--gpu`, `--num-gpus`, `--headroom`, `--severity`)
+  5. command-line flags (`--gpu`, `--num-gpus`, `--headroom`, `--severity`, `--offline`)
 
 A GPU named in the document itself (`# vramlens: gpu=...`) is read by the parsers and loses to all of these.
 
@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 from pydantic.alias_generators import to_camel
 
 SECTION = "vramlens"
+MAX_GPU_COUNT = 1 << 16        # GPUs per node; also the bound of the in-file `# vramlens: count=` directive
 DEFAULT_HEADROOM = 0.10
 SEVERITY_LEVELS = ("error", "warning", "information", "hint", "off")
 # The one table of other spellings of a severity (settings, project files, `--severity`).
@@ -52,8 +53,8 @@ class Settings(BaseModel):
     gpu: str | None = Field(None, description='GPU to check against, e.g. "A100-40GB" or "8xH100"; wins over '
                                               "a GPU named in the document.",
                             json_schema_extra={"allowed": 'a GPU name such as "A100-40GB", "H100" or "8xH100"'})
-    gpu_count: int | None = Field(None, ge=1, le=1 << 16, description="GPUs per node the run uses.",
-                                  json_schema_extra={"allowed": "a whole number from 1 to 65536"})
+    gpu_count: int | None = Field(None, ge=1, le=MAX_GPU_COUNT, description="GPUs per node the run uses.",
+                                  json_schema_extra={"allowed": f"a whole number from 1 to {MAX_GPU_COUNT}"})
     headroom: float = Field(DEFAULT_HEADROOM, ge=0.0, le=0.9,
                             description="Fraction of usable GPU memory to keep free; a fit with less is tight "
                                         "(VL002).",
@@ -75,6 +76,11 @@ class Settings(BaseModel):
                                                    "JSON boolean true trusts.",
                                 json_schema_extra={"allowed": "true or false (JSON booleans)"})
 
+    model_lookup: StrictBool = Field(True, description="Whether a model that is not in the catalog, a local "
+                                                      "folder or the local Hugging Face cache is looked up on the "
+                                                      "Hub (its config.json only; off when HF_HUB_OFFLINE=1).",
+                                     json_schema_extra={"allowed": "true or false"})
+
     trace_python: str | None = Field(None, description="The interpreter (the training environment) that runs "
                                                        "`vramlens trace`; the language server takes it from the "
                                                        "user's settings only, never from a project file.",
@@ -86,6 +92,15 @@ class Settings(BaseModel):
                                                                    "model folders are looked up there too.")
     read_file: Callable[[Path], str | None] | None = Field(None, exclude=True, description="How to read referenced "
                                                     "files (the LSP passes its open buffers); None reads the disk.")
+    hub_lookup: Callable[[str], Any] | None = Field(None, exclude=True, description="How to ask the Hub for a "
+                                                    "model's config.json (`knowledge.hub`): the language server "
+                                                    "passes a background lookup; None asks and waits.")
+    machine_gpu_count: int | None = Field(None, exclude=True, description="GPUs found on this machine "
+                                          "(nvidia-smi): the count when neither the settings nor the file give "
+                                          "one; a launcher's process count wins over it.")
+    any_model_folder: bool = Field(False, exclude=True, description="Whether a model folder given by an absolute "
+                                                       "path outside the workspace may be read (its config.json "
+                                                       "only): the command line and trusted workspaces.")
 
     @field_validator("gpu", "trace_python", mode="before")
     @classmethod
@@ -110,7 +125,8 @@ class Settings(BaseModel):
         return out
 
 
-USER_FIELDS = tuple(name for name in Settings.model_fields if name not in ("workspace", "read_file"))
+CONTEXT_FIELDS = ("workspace", "read_file", "hub_lookup", "any_model_folder", "machine_gpu_count")
+USER_FIELDS = tuple(name for name in Settings.model_fields if name not in CONTEXT_FIELDS)
 TABLES = frozenset(name for name in USER_FIELDS if get_origin(Settings.model_fields[name].annotation) is dict)
 """Fields that are tables: merged key by key across sources, and their entries validated one by one."""
 CLIENT_ONLY = frozenset({"trusted"})           # a project file or pushed editor settings cannot grant trust
@@ -211,7 +227,8 @@ def merge(layers: Iterable[dict[str, Any]], **context: Any) -> Settings:
     return Settings.model_validate({**merged, **context})
 
 
-FLAGS = {"gpu": "--gpu", "gpu_count": "--num-gpus", "headroom": "--headroom", "severity": "--severity"}
+FLAGS = {"gpu": "--gpu", "gpu_count": "--num-gpus", "headroom": "--headroom", "severity": "--severity",
+         "model_lookup": "--offline"}
 
 
 def from_flags(**flags: Any) -> dict[str, Any]:

@@ -140,3 +140,17 @@ def test_server_never_imports_the_libraries_to_find_versions(tmp_path):
     before = set(sys.modules)
     environment.versions(Settings(workspace=tmp_path, trace_python=str(tmp_path / "venv" / "bin" / "python")))
     assert not {m for m in set(sys.modules) - before if m.split(".")[0] in ("torch", "transformers", "peft")}
+
+
+def test_litgpt_and_torchtune_expand_grouped_kv_whatever_transformers_is(tmp_path):
+    """Frameworks that build their own attention repeat grouped K/V before SDPA; transformers' native-GQA
+    versions do not change that (only transformers' own models read K/V grouped)."""
+    litgpt = ("checkpoint_dir: checkpoints/meta-llama/Meta-Llama-3.1-8B\nprecision: bf16-true\nlora_r: 8\n"
+              "lora_alpha: 16\nlora_query: true\nlora_value: true\n"
+              "train:\n  micro_batch_size: 2\n  max_seq_length: 2048\n")
+    for version in ("4.48.1", "5.23.0"):
+        r = resolved(tmp_path, litgpt, framework_versions={"transformers": version})
+        assert r.resolved.framework == "litgpt" and r.resolved.repeat_kv, (version, r.resolved.framework)
+    hf = resolved(tmp_path, CONFIG.replace("micro_batch_size: 4", "micro_batch_size: 4\nsample_packing: true"),
+                  framework_versions={"transformers": "5.23.0"})
+    assert not hf.resolved.repeat_kv                     # transformers 5 without a mask: grouped K/V natively

@@ -13,15 +13,15 @@ under the command line, which wins as it does in the real tools.
 """
 from __future__ import annotations
 
-import bisect
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Callable
 
-from vramlens.formats import hf
+from vramlens.formats import hf, purpose
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
-from vramlens.plan import LINE_BREAK, Origin, ParseIssue, Reference, Severity, Span, TrainingPlan
+from vramlens.plan import Origin, ParseIssue, Reference, Severity, Sourced, Span, TrainingPlan
+from vramlens.text import LineIndex
 
 MAX_SHELL_CHARS = 2_000_000
 MAX_ARGS = 2_000          # arguments of the training command read; real launch lines have well under 100
@@ -56,33 +56,6 @@ def _via(name: str) -> Callable[[PlanBuilder, Setting], None]:
 
 
 # --- positions -----------------------------------------------------------------------------------
-
-class LineIndex:
-    """Character offset ↔ (line, column) for one text (columns count characters). `first_line` is the
-    line number of the text's first line in its file (a Markdown code block starts mid-file)."""
-
-    def __init__(self, text: str, file: str, first_line: int = 0):
-        self.file = file
-        self.first = first_line
-        # lines break at \n, \r\n and a lone \r, as editors count them (plan.text_lines)
-        self.starts = [0]
-        self.starts.extend(m.end() for m in LINE_BREAK.finditer(text))
-
-    def pos(self, offset: int) -> tuple[int, int]:
-        line = bisect.bisect_right(self.starts, offset) - 1
-        return line + self.first, offset - self.starts[line]
-
-    def span(self, start: int, end: int) -> Span:
-        a, b = self.pos(start)
-        c, d = self.pos(end)
-        return Span(file=self.file, start_line=a, start_col=b, end_line=c, end_col=d)
-
-    def line_start(self, line: int) -> int:
-        return self.starts[line - self.first]
-
-    def offset(self, line: int, col: int) -> int:
-        return self.starts[line - self.first] + col
-
 
 # --- tokenizer -----------------------------------------------------------------------------------
 # shlex.split() would unquote words correctly but reports no offsets, and it knows nothing of `$VAR`,
@@ -832,6 +805,7 @@ class ShellScript:
     commands: list[Command]
     launch: Launch | None
     env: dict[str, Var]                   # variables at the launch command
+    purpose: tuple[str, Span] | None = None   # no launch, but a command that does something else (formats.purpose)
     flag_args: list[tuple[str, Arg, list[Arg]]] = field(default_factory=list)   # the script's own flags
 
 
@@ -880,6 +854,7 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
     launch: Launch | None = None          # a launcher or training CLI: the first one wins
     weak: tuple[Launch, dict] | None = None   # a plain `python script.py --flags`: used when there is no launcher
     candidates: set[int] = set()
+    other: tuple[str, Span] | None = None      # the first command that runs something other than training
     prev: Command | None = None
     for cmd in commands:
         if (prev is not None and prev.ended_by_comment and id(prev) in candidates
@@ -931,6 +906,11 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
                 env.pop(raw_text(text, w), None)
             continue
         prog = (head or "").rsplit("/", 1)[-1]
+        if other is None and prog in purpose.COMMAND_HEADS:
+            what = purpose.command_purpose([ex.parts(w.parts, env, (w.start, w.end)) or "" for w in rest[:8]])
+            if what is not None:
+                other = (what, idx.span(cmd.start, cmd.end))
+                continue
         if prog not in _HEADS and not (_PYTHON.fullmatch(prog) and _may_train(text, rest)):
             continue                                # not a launch: its words need no expansion
         merged = dict(env)
@@ -939,6 +919,11 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
         found = classify(args, prefix, cmd)
         if found is None:
             continue
+        if found.script is not None:
+            what = purpose.module_purpose(found.script.text) or purpose.script_purpose(found.script.text)
+            if what is not None:
+                other = other or (what, idx.span(cmd.start, cmd.end))
+                continue
         candidates.add(id(cmd))
         if found.tool != "python":
             launch, env = found, merged
@@ -953,7 +938,7 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
                     f"expansions to more than {MAX_EXPANDED_CHARS:,} in all); its value is treated as unknown "
                     f"({len(ex.capped):,} such value{'s' if len(ex.capped) != 1 else ''})",
             span=idx.span(start, end), severity=Severity.WARNING))
-    script = ShellScript(text, idx, commands, launch, env)
+    script = ShellScript(text, idx, commands, launch, env, purpose=other if launch is None else None)
     return script, issues
 
 
@@ -994,6 +979,11 @@ def parse_script(text: str, ctx, fmt: str = "shell", path: str | None = None) ->
         return None
     path = path or ctx.path
     script, issues = analyze(text, path)
+    if script.launch is None and script.purpose is not None:
+        b = PlanBuilder(path, fmt, None)
+        what, where = script.purpose
+        b.plan.purpose = Sourced(value=what, origin=Origin.FILE, span=where)
+        return b.plan
     if script.launch is None:
         return None
     b = PlanBuilder(path, fmt, None)
@@ -1009,6 +999,11 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
     tool = launch.tool
     framework = {"llamafactory": "llamafactory", "torchtune": "torchtune", "axolotl": "axolotl", "trl": "trl",
                  "swift": "ms-swift"}.get(tool)
+    from vramlens.formats import openinstruct
+
+    oi_kind = openinstruct.script_kind(launch.script.text if launch.script else None)
+    if oi_kind is not None:
+        framework = openinstruct.FRAMEWORK
     config_refs: list[tuple[str, Arg, str]] = []     # (kind, arg, target)
 
     _launcher_settings(r, launch, script.env, config_refs)
@@ -1041,7 +1036,8 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
         _apply_dialect(b, framework, settings + [_override_setting(r, k, a, eq) for k, a, eq in overrides], ctx, tool)
     else:
         for s in settings:
-            _apply_flag(b, tool, s)
+            if oi_kind is None or not openinstruct.apply_flag(b, s):
+                _apply_flag(b, tool, s)
     from vramlens.formats import objective
 
     objective.apply_launch(b, tool, launch.subcommand, launch.script.text if launch.script else None,
@@ -1056,6 +1052,8 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
 
     _gpu_count(r, launch, script.env)
     _env_settings(r, launch, script.env)
+    if oi_kind is not None:
+        openinstruct.apply_launch(b, oi_kind, settings)
 
     from vramlens.formats.references import follow_references
 

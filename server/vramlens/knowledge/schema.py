@@ -39,6 +39,13 @@ class ModelArch(BaseModel):
     stored_dtype: str = "bf16"                # dtype of the published checkpoint (transformers v5 "auto")
     params_b: float | None = None             # published total parameter count, billions (cross-check)
     source: str = ""                          # where the numbers come from
+    approximate: str = ""                     # non-empty: no dedicated model for this family; what was generic
+    # Vision-language models: the vision tower (+ projector) beside the language model above
+    vision_params: int = 0                    # vision encoder + multimodal projector parameters
+    vision_hidden: int = 0
+    vision_layers: int = 0
+    vision_intermediate: int = 0
+    image_patches: int = 0                    # patches of one image through the vision encoder
 
     @property
     def n_kv_heads(self) -> int:
@@ -75,6 +82,17 @@ class GpuSpec(BaseModel):
     fp8: bool = False
     compute_capability: str | None = None     # "8.0"
     source: str = ""
+    # Speed (issue: tokens per second). Dense tensor-core throughput in TFLOPS (no 2:4 sparsity; fp16/bf16 with
+    # fp32 accumulation, which is what training runs: GeForce cards run it at half their fp16-accumulate rate);
+    # fp32 is the plain CUDA-core rate. None: the card has no such unit (bf16 before Ampere).
+    tflops_bf16: float | None = None
+    tflops_fp16: float | None = None
+    tflops_fp32: float | None = None
+    tops_int8: float | None = None
+    memory_gbs: float | None = None           # device memory bandwidth, GB/s (10^9 B/s)
+    link_gbs: float | None = None             # GPU-to-GPU bandwidth, GB/s both directions together (NVLink, or the
+                                              # PCIe slot when the card has no NVLink in common servers)
+    speed_source: str = ""
 
 
 class OptimizerSpec(BaseModel):
