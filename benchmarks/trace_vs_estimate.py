@@ -132,9 +132,10 @@ REAL_MODES = {
     "QLoRA": QLORA,
 }
 REAL_QUICK_MODELS = {M1B, "Qwen/Qwen2.5-0.5B", "google/gemma-3-1b-pt"}
-# `--more`: families added to the real backend later (GPT-2, GPT-NeoX, Falcon, Phi-2, Qwen3-MoE), their own table
+# `--more`: families added to the real backend later (GPT-2, GPT-NeoX, Falcon, Phi-2, Qwen3-MoE, GPT-BigCode),
+# their own table
 MORE_MODELS = ["openai-community/gpt2-large", "stabilityai/stablelm-base-alpha-3b", "tiiuae/falcon-7b",
-               "microsoft/phi-2", "Qwen/Qwen3-30B-A3B"]
+               "microsoft/phi-2", "Qwen/Qwen3-30B-A3B", "bigcode/starcoderbase-1b"]
 
 
 def real_grid(quick: bool, more: bool = False) -> list[tuple[str, str, int, int, dict]]:
@@ -175,6 +176,8 @@ def real_main(args) -> int:
         f"{'est÷real':>8} {'syn÷real':>8} {'real s':>6}")
     ratios, synth, skipped = [], [], []
     for i, (label, model, seq, batch, settings) in enumerate(real_grid(args.quick, args.more)):
+        if args.only and args.only.lower() not in model.lower():
+            continue                                   # rows keep their grid numbers
         rp = make_plan(model, seq, batch, settings)
         cfg = step_config(rp)
         reason = hf.unsupported(cfg)
@@ -271,6 +274,7 @@ def main() -> int:
                                                          "Falcon, Phi-2, Qwen3-MoE) instead of the main grid")
     ap.add_argument("--reuse", type=Path, help="with --real: take the real and synthetic traces from a table this "
                                                 "script wrote (same grid) and only recompute the estimates")
+    ap.add_argument("--only", help="with --real: only the rows whose model id contains this text")
     ap.add_argument("--real", action="store_true", help="the real-library grid: estimate and synthetic trace "
                                                         "against the transformers/peft/bitsandbytes trace")
     args = ap.parse_args()

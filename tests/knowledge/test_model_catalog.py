@@ -135,6 +135,19 @@ def test_local_t5_and_gpt2_keys(tmp_path: Path) -> None:
     assert param_count(model) == param_count(lookup_model("gpt2"))
 
 
+
+def test_gpt_bigcode_is_multi_query_unless_told_otherwise() -> None:
+    """StarCoder's config.json (bigcode/starcoder): one K/V head, so 15.5 B parameters, not the 18.4 B of the same
+    shapes with full-head K/V (the fused c_attn is h × (h + 2·head_dim))."""
+    starcoder = {"model_type": "gpt_bigcode", "n_embd": 6144, "n_head": 48, "n_inner": 24576, "n_layer": 40,
+                 "n_positions": 8192, "vocab_size": 49152, "activation_function": "gelu_pytorch_tanh",
+                 "multi_query": True}
+    model = arch_from_hf_config(starcoder, "bigcode/starcoder")
+    assert (model.n_kv_heads, model.kv_dim, model.mlp, model.norm) == (1, 128, "gelu", "layernorm")
+    assert 15.4e9 < param_count(model) < 15.6e9
+    assert arch_from_hf_config({k: v for k, v in starcoder.items() if k != "multi_query"}, "x").n_kv_heads == 1
+    assert arch_from_hf_config({**starcoder, "multi_query": False}, "x").n_kv_heads == 48
+
 def test_local_deepseek_and_moe_configs_map_expert_keys() -> None:
     config = {"model_type": "deepseek_v2", "hidden_size": 2048, "intermediate_size": 10944, "num_hidden_layers": 27,
               "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 102400, "kv_lora_rank": 512,

@@ -221,3 +221,37 @@ def test_sdpa_attention_dropout_keeps_what_cuda_keeps():
         hf.install_sdpa_dropout_as_cuda = hf_install
         AttentionInterface._global_mapping["sdpa"] = shim
     assert math["peak_bytes"] > fake["peak_bytes"]       # the probabilities and masks the shim leaves out
+
+
+@pytest.mark.parametrize("peft", [{}, LORA], ids=["full", "lora"])
+def test_gpt_bigcode_multi_query_fake_equals_real(peft):
+    """StarCoder's family: one K/V head sliced out of the fused c_attn, attention and residual dropout 0.1."""
+    if peft:
+        pytest.importorskip("peft", reason="peft not installed (the trace extra)")
+    from trace_plans import ARCHS
+
+    cfg = step_config(plan(arch=ARCHS["gpt_bigcode"], attn_mask=False, seq_len=128,
+                           **{**peft, "lora_targets": ("q", "k", "v", "o", "fc1", "fc2")} if peft else {}))
+    assert hf.unsupported(cfg) is None
+    fake = engine.run(cfg, backend="transformers")
+    real = engine.run(cfg, backend="transformers", real=True)
+    assert fake["backend"] == "transformers"
+    assert fake["peak_bytes"] == real["peak_bytes"] > 0
+    assert fake["params_total"] == real["params_total"]
+
+
+@pytest.mark.parametrize("peft", [{}, LORA], ids=["full", "lora"])
+def test_gpt_bigcode_estimate_follows_the_real_step(peft):
+    """StarCoder-1B-shaped step on the real modelling code: one K/V head (not 16), GPT-BigCode's two residual
+    dropout masks per block, and under LoRA one adapter on the fused c_attn."""
+    if peft:
+        pytest.importorskip("peft", reason="peft not installed (the trace extra)")
+    from vramlens.estimate import estimate
+    from vramlens.knowledge.models import lookup_model
+
+    rp = plan(arch=lookup_model("bigcode/starcoderbase-1b"), attn_mask=False, repeat_kv=False, micro_batch=1,
+              seq_len=1024, **peft)
+    real = engine.run(step_config(rp), backend="transformers")
+    est = estimate(rp, limits=False)
+    assert abs(est.allocated_bytes / real["peak_bytes"] - 1) < 0.03, (est.allocated_bytes / 2**30,
+                                                                       real["peak_bytes"] / 2**30)

@@ -334,6 +334,7 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
     attn = c * q + 2 * c * kv_eff + c * q + 4 * heads
     mha = arch.kv_dim == q
     hf_fused = rp.arch.family in HF_FUSED_FAMILIES and rp.framework in HF_MODEL_FRAMEWORKS
+    hf_c_attn = rp.arch.family in HF_C_ATTN_FAMILIES and rp.framework in HF_MODEL_FRAMEWORKS
     if (rp.fused_qkv or hf_fused) and mha:
         attn += c * (q + arch.kv_dim)            # V is a view of the fused q|k|v output, which SDPA keeps whole
     if rp.attn_impl == "eager":
@@ -389,7 +390,7 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
             continue
         hit = [m for m in present if all_lin or m in targets]
         width = size / c
-        if (rp.fused_qkv or hf_fused) and members[0] == "q" and hit:
+        if (rp.fused_qkv or hf_fused or hf_c_attn) and members[0] == "q" and hit:
             hit = ["qkv"]                                  # one adapter (one dropout) on the fused linear
         if hf_fused and members[0] == "gate" and hit:
             hit = ["gate_up"]                              # Phi-3's gate_up_proj: one adapter for gate and up
@@ -448,8 +449,9 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
 # (x + 0.044715 · x³)))` in separate torch ops, transformers 5.24 activations.py; GPT2Config.activation_function and
 # PhiConfig.hidden_act default to it).
 GELU_TANH_FAMILIES = {"gpt2", "phi"}
-# Residual dropouts per block on by default (GPT2Config resid_pdrop = 0.1: after attention and after the MLP).
-RESIDUAL_DROPOUTS = {"gpt2": 2}
+# Residual dropouts per block on by default (GPT2Config and GPTBigCodeConfig resid_pdrop = 0.1: after attention and
+# after the MLP).
+RESIDUAL_DROPOUTS = {"gpt2": 2, "gpt_bigcode": 2}
 
 
 # Families whose transformers modelling code computes q|k|v with one linear and gate|up with another
@@ -457,6 +459,10 @@ RESIDUAL_DROPOUTS = {"gpt2": 2}
 # their outputs): a LoRA target among q, k, v (or gate, up) adapts the whole fused linear, and V is a view of the
 # q|k|v output, so what attention keeps holds all of it.
 HF_FUSED_FAMILIES = {"phi3"}
+# Families whose q|k|v come from one `c_attn` linear with no rotary embedding (transformers 5.24 models/gpt2 Conv1D
+# `c_attn`, models/gpt_bigcode nn.Linear `c_attn`, h → h + 2·kv): one LoRA adapter (one cast or dropout of the
+# input) for q, k and v; q, k and v stay views of its output, which attention keeps anyway.
+HF_C_ATTN_FAMILIES = {"gpt2", "gpt_bigcode"}
 
 
 def experts_adaptable(rp: ResolvedPlan) -> bool:

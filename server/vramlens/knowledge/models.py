@@ -57,7 +57,9 @@ _RELU = frozenset({"opt"})
 _LAYERNORM = _UNGATED_GELU | _RELU | frozenset({"olmo", "stablelm", "cohere"})
 _BIASED = _UNGATED_GELU | _RELU
 _QKV_BIAS_ONLY = frozenset({"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"})   # q/k/v biases, no o_proj bias
-_LEARNED_POSITIONS = {"gpt2": 0, "bert": 2, "roberta": 1}   # family -> token-type rows next to the positions
+# family -> token-type rows next to the learned positions (GPT-BigCode keeps GPT-2's `wpe`: transformers 5.24
+# models/gpt_bigcode/modeling_gpt_bigcode.py GPTBigCodeModel)
+LEARNED_POSITIONS = {"gpt2": 0, "gpt_bigcode": 0, "bert": 2, "roberta": 1}
 # Norms per decoder layer when not 2: phi / falcon-7b feed attention and MLP from one LayerNorm (parallel block);
 # Gemma-2/3 add post-attention and post-MLP norms.
 _NORMS_PER_LAYER = {"phi": 1, "falcon": 1, "gemma2": 4, "gemma3_text": 4}
@@ -351,6 +353,11 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
         kv_heads = heads
     if model_type == "falcon" and config.get("multi_query") and not kv_heads:
         kv_heads = 1
+    if model_type == "gpt_bigcode" and config.get("multi_query", True) and not kv_heads:
+        # GPT-BigCode (StarCoder, SantaCoder) is multi-query unless told otherwise: one K/V head, c_attn is
+        # h × (h + 2·head_dim) (transformers 5.24 models/gpt_bigcode/configuration_gpt_bigcode.py `multi_query =
+        # True`, `num_key_value_heads = 1 if self.multi_query`; modeling_gpt_bigcode.py GPTBigCodeAttention)
+        kv_heads = 1
 
     num_experts = _first(config, "num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts") or 0
     shared_intermediate = config.get("shared_expert_intermediate_size")
@@ -537,8 +544,8 @@ def param_count(arch: ModelArch) -> int:
     norm = h if arch.norm == "rmsnorm" else 2 * h
     gated = arch.mlp in ("swiglu", "geglu")
     embeddings = arch.vocab * h
-    if arch.family in _LEARNED_POSITIONS and arch.max_position:
-        embeddings += (arch.max_position + _LEARNED_POSITIONS[arch.family]) * h
+    if arch.family in LEARNED_POSITIONS and arch.max_position:
+        embeddings += (arch.max_position + LEARNED_POSITIONS[arch.family]) * h
     n_norms = norms_per_layer(arch)
     dense_layers = arch.dense_layers if arch.is_moe else arch.layers
     moe_layers = arch.layers - dense_layers

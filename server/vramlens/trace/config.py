@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vramlens.estimate.shapes import QK_NORM_FAMILIES
-from vramlens.knowledge.models import norms_per_layer
+from vramlens.knowledge.models import LEARNED_POSITIONS, norms_per_layer
 from vramlens.knowledge.schema import ModelArch
 from vramlens.resolved import ResolvedPlan
 
@@ -22,8 +22,6 @@ LOGIT_SOFTCAP = {"gemma2": 30.0}
 # Attention-logit soft-capping (Gemma-2: attn_logit_softcapping = 50.0). litgpt then leaves SDPA for its eager
 # path (litgpt/model.py `CausalSelfAttention.scaled_dot_product_attention`).
 ATTN_SOFTCAP = {"gemma2": 50.0}
-# Learned absolute position embeddings: family -> token-type rows beside them (as knowledge.models counts them).
-LEARNED_POSITIONS = {"gpt2": 0, "bert": 2, "roberta": 1}
 # Families whose o_proj has no bias although q/k/v have one.
 QKV_BIAS_ONLY = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
 

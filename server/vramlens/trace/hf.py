@@ -36,7 +36,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # Families whose Hugging Face config takes the Llama-style keys below (model_type = family).
 DECODER_FAMILIES = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "phi3",
-                    "mixtral", "qwen3_moe", "gpt2", "gpt_neox", "falcon", "phi"}
+                    "mixtral", "qwen3_moe", "gpt2", "gpt_neox", "falcon", "phi", "gpt_bigcode"}
 # MoE families whose transformers 5 experts run with grouped_mm (the eager per-expert loop is data-dependent)
 MOE_FAMILIES = {"mixtral", "qwen3_moe"}
 HF_LINEAR = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
@@ -56,6 +56,9 @@ FAMILY_LINEAR = {
                "fc1": "dense_h_to_4h", "fc2": "dense_4h_to_h", "lm_head": "lm_head", "embed": "word_embeddings"},
     "phi": {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "self_attn.dense", "fc1": "fc1", "fc2": "fc2",
             "lm_head": "lm_head", "embed": "embed_tokens"},
+    # models/gpt_bigcode: nn.Linear c_attn = q|k|v (one K/V head under multi-query), c_proj twice, c_fc
+    "gpt_bigcode": {"q": "c_attn", "k": "c_attn", "v": "c_attn", "o": "attn.c_proj", "fc1": "c_fc",
+                    "fc2": "mlp.c_proj", "lm_head": "lm_head", "embed": "wte"},
 }
 DISTRIBUTIONS = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "trl")
 
@@ -109,12 +112,14 @@ def hf_config(cfg: StepConfig):
               num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.n_kv_heads,
               head_dim=a.d_head, tie_word_embeddings=a.tied_embeddings, use_cache=False,
               max_position_embeddings=max(a.max_position or 0, cfg.seq_len))
-    if a.family not in ("phi3", "gpt2", "gpt_neox", "falcon", "phi"):
+    if a.family not in ("phi3", "gpt2", "gpt_neox", "falcon", "phi", "gpt_bigcode"):
         kw["attention_bias"] = a.attn_bias
     if a.family in ("llama", "olmo2"):
         kw["mlp_bias"] = a.mlp_bias
-    if a.family == "gpt2":
+    if a.family in ("gpt2", "gpt_bigcode"):
         kw["n_inner"] = a.intermediate                 # GPT2Config's MLP width (attribute_map covers the rest)
+    if a.family == "gpt_bigcode":
+        kw["multi_query"] = a.n_kv_heads == 1          # GPTBigCodeConfig: one K/V head or all of them
     if a.family == "falcon":
         # falcon-7b: multi-query (one K/V head), parallel attention + MLP; the 40B/180B layout for grouped K/V
         kw.update(num_kv_heads=a.n_kv_heads, multi_query=a.n_kv_heads == 1,
