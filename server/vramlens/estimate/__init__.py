@@ -1,7 +1,7 @@
 """estimate: ResolvedPlan → Estimate. Pure arithmetic, no torch, well under a millisecond.
 
 Peak = persistent memory + the largest of the step's transient phases, never a sum of everything
-(DESIGN.md "Estimator model"; research/fake-tensor-probe.md §2.3):
+(docs/memory-model.md):
   forward-backward  W + O [+ G when gradients persist] + saved activations + final norm + logits/loss
   recompute         W + O + G (all but the embedding's) + one block recomputed (checkpointing only)
   end-of-backward   W + O + G + a second embedding gradient (tied embeddings accumulate out of place)
@@ -19,7 +19,7 @@ __all__ = ["estimate", "allocated_peak", "Estimate", "GIB", "COMPONENTS", "REVIS
 
 # Bumped whenever a formula changes what an estimate comes to: local calibration records (trace/probe ratios to
 # the estimate of their day) made against another revision are ignored (vramlens.calibration).
-REVISION = 2
+REVISION = 3
 
 
 def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]], C.Params, float]:
@@ -35,7 +35,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     paged = 0
     if rp.optimizer.paged:
         # bitsandbytes paged states are cudaMallocManaged buffers: on the device, outside torch's allocator
-        # (not in max_memory_allocated); the device level counts them (research/fake-tensor-probe.md §3.3)
+        # (not in max_memory_allocated); the device level counts them (`get_paged`, bitsandbytes/functional.py)
         paged, O = O, 0
     T = C.optimizer_temporaries(rp, p)
     B = C.zero_buffers(rp, p)
@@ -51,13 +51,16 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     mask, mask_per_layer = C.attention_mask_bytes(rp.with_changes(micro_batch=seqs) if seqs != rp.micro_batch else rp)
     g_resident = G if (rp.grad_accum > 1 or not rp.set_to_none) else 0
 
+    # frozen layers below the lowest trained one are outside the autograd graph: they save nothing (and, under
+    # checkpointing, keep no block input) — components.backward_layers
+    held = min(C.backward_layers(rp, worst=True) / C.counted_layers(rp), 1.0)
     if rp.grad_checkpointing:
-        saved = 0 if rp.activation_offload else int(tok * C.checkpoint_per_token(rp))
+        saved = 0 if rp.activation_offload else int(tok * C.checkpoint_per_token(rp) * held)
     elif rp.activation_offload:
         saved = int(tok * one_layer * 2)                  # offloaded activations stream through ~2 layers
     else:
-        saved = int(tok * all_layers)
-    layers_saved = 0 if rp.grad_checkpointing else rp.arch.layers
+        saved = int(tok * all_layers * held)
+    layers_saved = 0 if rp.grad_checkpointing else round(rp.arch.layers * held)
     acts_fb = saved + int(final) + amp_cache + mask + layers_saved * mask_per_layer + C.vision_activations(rp, seqs)
 
     base = {"weights": W, "quant_constants": quant, "adapters": adapters, "buffers": B, "optimizer_paged": paged,
@@ -98,7 +101,8 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         phases["recompute"] = {**base, "optimizer": O, "gradients": max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0),
                                "activations": recompute + mask + mask_per_layer, "logits": 0}
     if rp.arch.tied_embeddings and rp.peft == "none":
-        # the shared weight's two gradients are summed out of place: two more embedding-sized tensors (FT §2.3 item 6)
+        # the shared weight's two gradients are summed out of place: two more embedding-sized tensors
+        # (docs/memory-model.md, "Tied embeddings")
         extra = 2 * C.shapes(rp.arch).embed_params * p.trainable_dtype_bytes
         phases["end-of-backward"] = {**base, "optimizer": O, "gradients": G, "temporaries": int(extra), "activations": 0,
                                      "logits": 0}

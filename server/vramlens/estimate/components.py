@@ -1,8 +1,8 @@
 """One function per memory component of a training step, each with its formula and its source.
 
-All results are bytes on one GPU (one rank). Sources: research/fake-tensor-probe.md (FT = its
-traced measurements of HF-style modelling code), research/estimator-anchors.md (EA), DeepSpeed's
-`estimate_zero*_model_states_mem_needs` (DS).
+All results are bytes on one GPU (one rank). Sources: the upstream code and papers named at each
+function, and traces of HF-style modelling code made with `vramlens.trace` (docs/memory-model.md says how,
+and lists the figures); DeepSpeed's `estimate_zero*_model_states_mem_needs` (DS).
 """
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ class Params:
 
 def quantized_bytes_per_param(rp: ResolvedPlan) -> tuple[float, float]:
     """(packed bytes, constants bytes) per quantized parameter. bitsandbytes NF4/FP4: 4 bits, blocksize 64,
-    absmax fp32 per block, or with double quantization uint8 absmax + fp32 per 256 blocks (FT §3.2);
+    absmax fp32 per block, or with double quantization uint8 absmax + fp32 per 256 blocks (QLoRA, arXiv:2305.14314 §2;
+    `quantize_4bit` in bitsandbytes/functional.py);
     LLM.int8: 1 byte + fp32 row scale (negligible)."""
     if rp.quant_bits == 4:
         consts = (1 / 64 + 4 / (64 * 256)) if rp.quant_double else 4 / 64
@@ -46,7 +47,9 @@ def params(rp: ResolvedPlan) -> Params:
     s = shapes(arch)
     wb = DTYPE_BYTES[rp.weight_dtype]
     full = rp.peft == "none"
-    total = s.total
+    # a task head (sequence/token classification, regression, reward score) replaces the LM head: h × labels
+    # weights instead of V × h (transformers `*ForSequenceClassification.score`, `*ForTokenClassification.classifier`)
+    total = s.total - (s.lm_head_params if rp.scalar_head else 0)
 
     adapter = 0
     if not full:
@@ -64,7 +67,8 @@ def params(rp: ResolvedPlan) -> Params:
         packed, consts = quantized_bytes_per_param(rp)
         quantized = int(linear_params * packed)
         quant_consts = int(linear_params * consts)
-        # QLoRA: non-quantized parts are upcast to fp32 by prepare_model_for_kbit_training (EA §3.1)
+        # QLoRA: non-quantized parts are upcast to fp32 by prepare_model_for_kbit_training
+        # (peft src/peft/utils/other.py)
         other_b = 4 if rp.kbit_upcast else wb
         frozen_bytes = non_linear * other_b
     else:
@@ -79,10 +83,11 @@ def params(rp: ResolvedPlan) -> Params:
             saved_bytes += n * (4 if rp.adapter_fp32 else wb)
 
     if full:
-        trainable = total
-        tb = wb
-        trainable_bytes = total * wb
-        largest = max(s.embed_params, s.lm_head_params, max((l.in_features * l.out_features for l in s.linears), default=0)) * wb
+        trainable, largest_params = trained_params(rp)
+        tb = 4 if rp.trainable_fp32 else wb
+        trainable_bytes = trainable * tb
+        frozen_bytes = (total - trainable) * wb
+        largest = largest_params * tb
     else:
         trainable = adapter + saved
         tb = adapter_b
@@ -99,6 +104,94 @@ def params(rp: ResolvedPlan) -> Params:
     return Params(total=total, trainable=trainable, frozen_bytes=frozen_bytes, quantized_bytes=quantized,
                   quant_constants=quant_consts, trainable_bytes=trainable_bytes, trainable_dtype_bytes=tb,
                   adapter_params=adapter, largest_param_bytes=largest, layer_bytes=s.layer_params * cb)
+
+
+ATTN_LINEARS = ("q", "k", "v", "o")
+
+
+def trained_params(rp: ResolvedPlan) -> tuple[int, int]:
+    """(trainable parameters, the largest trainable tensor's parameters) of a full-precision run: every weight, or
+    with `trained_layers` set only those layers (their `trained_modules`: attention and/or MLP linears, else the whole
+    layer with its norms) plus the `trained_extra` embedding / LM head. Freeze tuning and LLaMA-Pro
+    (LLaMA-Factory 01d87b82 src/llamafactory/model/adapter.py `_setup_freeze_tuning`: `freeze_trainable_layers`
+    layers, `freeze_trainable_modules`, `freeze_extra_modules`) and LISA (LMFlow / axolotl: `lisa_activated_layers`
+    / `lisa_n_layers` layers at a time, the embedding and LM head outside `model.layers` stay trainable)."""
+    s = shapes(rp.arch)
+    head = 0 if rp.scalar_head else s.lm_head_params
+    total = s.total - (s.lm_head_params - head)
+    biggest_linear = max((l.in_features * l.out_features for l in s.linears), default=0)
+    if rp.trained_layers is None:
+        return total, max(s.embed_params, head, biggest_linear)
+    layers = counted_layers(rp)
+    n = max(0, min(int(rp.trained_layers), layers))
+    if rp.trained_modules:
+        names = set()
+        if "attn" in rp.trained_modules:
+            names.update(ATTN_LINEARS)
+        if "mlp" in rp.trained_modules:
+            names.update(("gate", "up", "down", "fc1", "fc2"))
+        per_layer = sum(l.params for l in s.linears if l.name in names) / layers
+        largest = max((l.in_features * l.out_features for l in s.linears if l.name in names), default=0)
+    else:
+        per_layer = (s.linear_params + s.other_params) / layers   # linears, norms and biases of one layer
+        largest = biggest_linear
+    trainable = int(n * per_layer)
+    if "embed" in rp.trained_extra:
+        trainable += s.embed_params
+        largest = max(largest, s.embed_params)
+    if "lm_head" in rp.trained_extra and head:
+        trainable += head
+        largest = max(largest, head)
+    return min(trainable, total), (largest if n or trainable else 0)
+
+
+def counted_layers(rp: ResolvedPlan) -> int:
+    """The layers `trained_layers` counts (as in `trained_params`): the decoder's, and an encoder-decoder's both."""
+    return max(rp.arch.layers + (rp.arch.encoder_layers or 0 if rp.arch.block == "encoder-decoder" else 0), 1)
+
+
+def backward_layers(rp: ResolvedPlan, worst: bool = False) -> float:
+    """How many layers the backward pass runs through: on average over the run, or with `worst` at the step that
+    reaches deepest (what the activations' peak follows: nothing below it is saved). Autograd stops below the lowest
+    layer with a trainable weight when nothing beneath it trains (LLaMA-Factory 01d87b82
+    src/llamafactory/model/model_utils/checkpointing.py `get_custom_gradient_checkpointing_func`: "Only applies
+    gradient checkpointing to trainable layers", so frozen blocks are neither recomputed nor back-propagated).
+    Where the trained layers sit (`trained_where`): the last n → n layers; the first n → all of them; LLaMA-Pro's
+    expanded blocks (every L/n-th, the lowest at L/n − 1) → L − L/n + 1; a window that moves (BAdam's one block
+    in turn, LISA's n sampled layers: the lowest of n uniform draws sits at (L − n)/(n + 1) on average) →
+    L − (L − n)/(n + 1). A trained embedding (LISA) or vision tower needs every layer's backward."""
+    layers = counted_layers(rp)
+    if rp.peft != "none" or rp.trained_layers is None or "embed" in rp.trained_extra \
+            or (rp.arch.vision_params and not rp.vision_frozen):
+        return float(layers)
+    n = max(0, min(int(rp.trained_layers), layers))
+    if n == 0:
+        return 0.0
+    where = rp.trained_where
+    if where == "first":
+        return float(layers)
+    if where == "spread":
+        return float(layers - layers // n + 1)
+    if where == "rotating":
+        return float(layers) if worst else layers - (layers - n) / (n + 1)
+    return float(n)
+
+
+def weight_grad_share(rp: ResolvedPlan, linear: str) -> float:
+    """Share of a block linear's instances whose weight trains (its weight-gradient GEMM runs): all of them in a
+    full fine-tune, none under PEFT (the adapters have their own), `trained_layers` of the layers when only those
+    (and, with `trained_modules`, only their attention or MLP linears) train."""
+    if rp.peft != "none":
+        return 0.0
+    if rp.trained_layers is None:
+        return 1.0
+    if rp.trained_modules:
+        names = (ATTN_LINEARS if "attn" in rp.trained_modules else ()) \
+            + (("gate", "up", "down", "fc1", "fc2") if "mlp" in rp.trained_modules else ())
+        if linear not in names:
+            return 0.0
+    layers = counted_layers(rp)
+    return max(0, min(int(rp.trained_layers), layers)) / layers
 
 
 def head_quantized(rp: ResolvedPlan) -> bool:
@@ -137,7 +230,7 @@ def weights(rp: ResolvedPlan, p: Params) -> int:
 
 
 def gradients(rp: ResolvedPlan, p: Params) -> int:
-    """One gradient per trainable parameter in the parameter's dtype (FT §2.3); sharded from ZeRO-2."""
+    """One gradient per trainable parameter in the parameter's dtype (docs/memory-model.md); sharded from ZeRO-2."""
     if rp.optimizer_in_bwd or rp.optimizer.layerwise:
         return 0                              # the step runs per parameter inside backward
     if rp.strategy == "deepspeed" and rp.offload_optimizer:
@@ -146,8 +239,9 @@ def gradients(rp: ResolvedPlan, p: Params) -> int:
 
 
 def optimizer_state(rp: ResolvedPlan, p: Params) -> int:
-    """Optimizer state per trainable parameter (knowledge/optimizers: states × bytes, None = param dtype;
-    EA §3.1). DeepSpeed mixed precision keeps fp32 master weights + fp32 states (DS: 12 B/param)."""
+    """Optimizer state per trainable parameter (knowledge/optimizers: states × bytes, None = param dtype:
+    `_init_group` in torch/optim/adam.py). DeepSpeed mixed precision keeps fp32 master weights + fp32 states
+    (DS: 12 B/param; ZeRO, arXiv:1910.02054 §3.1)."""
     if rp.offload_optimizer:
         return 0
     opt = rp.optimizer
@@ -155,23 +249,46 @@ def optimizer_state(rp: ResolvedPlan, p: Params) -> int:
     per_param = opt.states * state_b
     if rp.master_weights:
         per_param = 4 + opt.states * (opt.state_bytes if opt.state_bytes is not None else 4)
-    if opt.low_rank:
-        per_param *= 0.25                     # GaLore/APOLLO: rank-r projections of the states (rank 1/4 of dims)
     if opt.paged:
         pass                                  # same size; lives in CUDA unified memory outside the allocator
+    if opt.low_rank and rp.peft == "none":
+        return int(low_rank_state(rp, p, per_param, state_b) * shard_factor(rp, "optimizer"))
     return int(p.trainable * per_param * shard_factor(rp, "optimizer"))
+
+
+def low_rank_state(rp: ResolvedPlan, p: Params, per_param: float, state_b: float) -> float:
+    """GaLore (Zhao et al. 2024, arXiv:2403.03507 §4; galore_torch/galore_projector.py `GaLoreProjector.project`):
+    the gradient of a targeted m×n matrix is projected onto rank r on its shorter side, so the optimizer's states
+    hold r·max(m, n) elements each, plus the projection matrix r·min(m, n); every other trainable parameter
+    (embeddings, norms, LM head, untargeted linears) keeps full states. APOLLO's states are projected the same way
+    (arXiv:2412.05270). Targets default to every linear of the blocks (LLaMA-Factory `galore_target: all`)."""
+    if rp.low_rank <= 0:
+        return p.trainable * per_param * 0.25     # rank unknown: a quarter of the full states
+    r = rp.low_rank
+    projected = full_covered = 0
+    targets = rp.low_rank_targets or ("all-linear",)
+    for lin in targeted(rp.arch, targets):
+        if rp.trained_layers is not None:
+            continue                               # partial runs: keep the conservative full-state count below
+        long_side, short_side = max(lin.in_features, lin.out_features), min(lin.in_features, lin.out_features)
+        rank = min(r, short_side)
+        projected += lin.count * (rp.optimizer.states * rank * long_side * state_b + rank * short_side * state_b)
+        full_covered += lin.count * lin.in_features * lin.out_features
+    return projected + max(p.trainable - full_covered, 0) * per_param
 
 
 def optimizer_temporaries(rp: ResolvedPlan, p: Params) -> int:
     """Transient memory inside `optimizer.step()`: foreach AdamW makes one state-sized temporary
-    (`_foreach_sqrt(exp_avg_sq)`, FT §1.5: 8B pure bf16 foreach 74.79 GiB = W+G+O+14.96); fused ≈ 0;
+    (`_foreach_sqrt(exp_avg_sq)` in torch/optim/adam.py; traced 8B pure bf16 foreach 74.79 GiB = W+G+O+14.96,
+    docs/memory-model.md); fused ≈ 0;
     for-loop ≈ 2 × the largest parameter; 8-bit and offloaded optimizers work in place."""
     opt = rp.optimizer
     if rp.offload_optimizer or opt.library in ("bitsandbytes", "torchao") or opt.family in ("lomo",):
         return 0
     if rp.optimizer_impl == "fused":
         return 0
-    if rp.optimizer_impl == "forloop":
+    if rp.optimizer_impl == "forloop" or opt.low_rank:
+        # galore_torch's optimizers step one parameter at a time (project, update, project back): a for-loop step
         return 2 * p.largest_param_bytes
     state_b = opt.state_bytes if opt.state_bytes is not None else p.trainable_dtype_bytes
     if opt.states == 0:
@@ -182,7 +299,7 @@ def optimizer_temporaries(rp: ResolvedPlan, p: Params) -> int:
 def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
     """Saved activations per token: (all layers without checkpointing, one layer), in bytes.
 
-    HF Llama-style block in 16-bit with SDPA/flash (FT §2.3, traced):
+    HF Llama-style block in 16-bit with SDPA/flash (traced; docs/memory-model.md, "Activations"):
       norms: each RMSNorm keeps its fp32 input (4h) and the normalised 16-bit value (2h); its weighted
              output (2h) is the input of the following linears;
       attention: q after RoPE (2q), K and V (2·kv_eff each, kv_eff = q with repeat_kv), SDPA output (2q),
@@ -190,8 +307,10 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
       gated MLP: gate, up, act(gate) (2I each) and the product, the input of down (2I).
     GELU MLP blocks (GPT-2/BERT/T5): LayerNorm keeps its 16-bit input; fc1 output and GELU output (2I each).
     Linear inputs are kept only when the linear has a trainable weight or a LoRA adapter in the same dtype;
-    a PEFT fp32 adapter keeps its own fp32 copy of the input instead (FT §3.1: +4·in per target). LoRA dropout
-    keeps a dropped copy of each targeted linear's input plus a 1-byte mask (EA §3.2a). bitsandbytes < 0.43.2
+    a PEFT fp32 adapter keeps its own fp32 copy of the input instead (`_cast_input_dtype` in
+    peft src/peft/tuners/lora/layer.py: +4·in per target). LoRA dropout
+    keeps a dropped copy of each targeted linear's input plus a 1-byte mask (`lora_dropout`
+    in the same `forward`). bitsandbytes < 0.43.2
     keeps the input of every 4-bit linear as well (`quant_keeps_input`). A fused q|k|v linear (litgpt,
     `fused_qkv`) has one adapter and one dropout, `zero_pad` keeps the adapter output when only some of q, k, v
     adapt, and under MHA the value is a view that keeps the whole q|k|v output (benchmarks/litgpt_vs_estimate.py).
@@ -205,7 +324,7 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
 
     gated = arch.mlp in ("swiglu", "geglu")
     # RMSNorm upcasts: its fp32 input (4h) is kept; the normalised 16-bit value (c·h) only when the norm's
-    # weight trains (full fine-tuning; FT §3.1: LoRA keeps 4h less per layer than full FT).
+    # weight trains (full fine-tuning; traced: LoRA keeps 4h less per layer than full FT, docs/memory-model.md).
     norm_trains = c if full else 0
     if arch.norm == "rmsnorm":
         n_norms = norms_per_layer(arch)
@@ -220,7 +339,8 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
     if rp.fused_qkv and mha:
         attn += c * (q + arch.kv_dim)            # V is a view of the fused q|k|v output, which SDPA keeps whole
     if rp.attn_impl == "eager":
-        attn += (4 + c) * heads * s              # fp32 softmax output + 16-bit probabilities (EA §1.9 vramcalc)
+        # fp32 softmax output + 16-bit probabilities (`eager_attention_forward`, transformers modeling_llama.py)
+        attn += (4 + c) * heads * s
 
     # linear-input groups: (input width, member linears)
     if arch.is_moe:
@@ -282,6 +402,13 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         if 0 < len(adapted) < 3:
             linear_inputs += c * sum(adapted)              # zero_pad's index_copy keeps the adapter output (source)
 
+    if rp.fused_lora and not full and not dropout and gated and not arch.is_moe:
+        # unsloth/kernels/fast_lora.py: LoRA_QKV saves X, LoRA_MLP saves X, e = X·G and g = X·U (h = f(e)·g and the
+        # down projection's input are recomputed in backward), LoRA_W (o) saves its input, SDPA's output; the fp32
+        # LoRA weights are cast to the activations' dtype inside the kernels, so no fp32 input copies exist
+        mlp_internal = 2 * c * inter
+        linear_inputs = c * h * sum(1 for members in (("q", "k", "v"), ("gate", "up"))
+                                    if any(all_lin or m in targets for m in members))
     per_layer = norm_keep + attn + mlp_internal + linear_inputs
     if fp32_residual(rp):
         # fp32 residual stream (AMP, or fp32 embeddings/norms of a k-bit model under autocast): norm outputs
@@ -335,7 +462,7 @@ def checkpoint_per_token(rp: ResolvedPlan) -> float:
 
 
 def final_norm_per_token(rp: ResolvedPlan) -> float:
-    """The final norm before the LM head (FT §2.3: 8sbh)."""
+    """The final norm before the LM head (one RMSNorm: 8sbh; docs/memory-model.md)."""
     return 8 * rp.arch.hidden if rp.arch.block != "encoder" else 0
 
 
@@ -343,7 +470,8 @@ def logits_per_token(rp: ResolvedPlan) -> float:
     """Bytes per token held by the LM head and the loss at the start of backward.
 
     Standard HF loss (transformers ≥ 4.46 upcasts inside the loss): fp32 log-softmax output plus the
-    NLL and log-softmax gradients = 12 bytes per logit, +2 if the 16-bit logits stay referenced (FT §2.3).
+    NLL and log-softmax gradients = 12 bytes per logit, +2 if the 16-bit logits stay referenced
+    (`ForCausalLMLoss`, src/transformers/loss/loss_utils.py; traced, docs/memory-model.md).
     Chunked CE (torchtune, TRL chunked_nll): 16-bit logits + one fp32 chunk ≈ 4; litgpt (128-token chunks, the
     chunk list held through backward, Fabric casting it to fp32): fp32 logits + their log-softmax = 8. Fused linear-CE
     (Liger, Cut-Cross-Entropy): no full logits ≈ 0 (a few MiB of chunk buffers).
@@ -386,7 +514,7 @@ def attention_mask_bytes(rp: ResolvedPlan) -> tuple[int, int]:
 def autocast_weight_cache(rp: ResolvedPlan, p: Params) -> int:
     """16-bit copies of fp32 weights that autocast makes in forward and backward keeps.
 
-    AMP over fp32 weights: every linear weight (FT §1.5: ~15 GiB of the 30.5 GiB AMP activations of an 8B
+    AMP over fp32 weights: every linear weight (traced: ~15 GiB of the 30.5 GiB AMP activations of an 8B
     model); inside checkpointed blocks the copies are rebuilt during recompute, but the LM head is outside them.
     A k-bit model under autocast: only the LM head is an fp32 nn.Linear (the quantized linears dequantize
     themselves) — its 16-bit copy (V·h·2 bytes) is kept by the frozen head's backward (trace rows 22–35)."""
@@ -402,9 +530,12 @@ def autocast_weight_cache(rp: ResolvedPlan, p: Params) -> int:
 def zero_buffers(rp: ResolvedPlan, p: Params) -> int:
     """Communication buffers and the unsharded working set.
 
-    FSDP FULL_SHARD / ZeRO-3 gather one block (plus one prefetched) in the compute dtype (EA §3.1);
+    FSDP FULL_SHARD / ZeRO-3 gather one block (plus one prefetched) in the compute dtype
+    (PyTorch FSDP docs, `backward_prefetch`);
     DeepSpeed reduce/all-gather buckets default to 5e8 elements; HF "auto" sets reduce_bucket_size to h²
-    and stage3_prefetch_bucket_size to 0.9·h² (EA §3.1). DDP keeps a 25 MiB bucket view of gradients."""
+    and stage3_prefetch_bucket_size to 0.9·h²
+    (`trainer_config_finalize` in src/transformers/integrations/deepspeed.py). DDP keeps a 25 MiB bucket view of
+    gradients (`bucket_cap_mb`)."""
     if rp.world_size <= 1 and not rp.offload_params:
         return 0
     h2 = rp.arch.hidden ** 2

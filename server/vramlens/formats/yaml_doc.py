@@ -292,6 +292,9 @@ def load_yaml(text: str, file: str = "", issues: list[ParseIssue] | None = None)
         if mark is not None:
             line, col = remap.pos(mark.line, mark.column) if remap else (mark.line, mark.column)
             span = _error_span(text, file, line, col)
+        if "nesting depth" in str(exc.problem):    # PyYAML >= 6.0.4's own cap, met before ours
+            raise YamlError(f"YAML nested more than {MAX_YAML_DEPTH} levels deep: not a training config",
+                            span) from None
         raise YamlError(f"YAML syntax error: {exc.problem or exc}", span) from None
     except yaml.reader.ReaderError as exc:
         line, col = LineIndex(text).pos(exc.position)
