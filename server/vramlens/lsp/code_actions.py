@@ -16,9 +16,9 @@ from pygls.uris import from_fs_path
 from pygls.workspace import TextDocument
 
 from vramlens.lsp.convert import SOURCE, Lines, workspace_edit
-from vramlens.lsp.documents import Result
 
 if TYPE_CHECKING:
+    from vramlens.lsp.documents import Result
     from vramlens.lsp.server import VramlensServer
 
 log = logging.getLogger(__name__)

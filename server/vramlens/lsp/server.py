@@ -24,18 +24,20 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.uris import to_fs_path
 
 from vramlens import __version__
-from vramlens.lsp import code_actions, code_lens, completion, config, diagnostics, hover, inlay_hints, startup_cache
+# Imported before the `initialize` answer: only what registering the features needs. The analysis pipeline,
+# the settings model (pydantic) and the modules that use them are imported on first use, after the answer
+# (`config`, `diagnostics`, `documents`, `vramlens.settings`; `_warm_up` loads them in the background).
+from vramlens.lsp import code_actions, code_lens, completion, hover, inlay_hints
 from vramlens.lsp.commands import LIST_GPUS, RUN_PROBE, RUN_TRACE, Commands, list_gpus
-from vramlens.lsp.documents import Analyzer, Result
-from vramlens.settings import merge
 
 if TYPE_CHECKING:
     from vramlens import explain
+    from vramlens.lsp import config
+    from vramlens.lsp.documents import Analyzer, Result
 
 log = logging.getLogger("vramlens.lsp")
 
 CONFIG_TIMEOUT_S = 2.0       # how long a first analysis waits for the client's settings
-CACHE_SAVE_DELAY_S = 5.0     # the startup cache is written this long after `initialized` (off the busy start)
 PULL_DIAGNOSTICS_ID = "vramlens"
 
 
@@ -57,14 +59,25 @@ class VramlensServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__("vramlens", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
                          protocol_cls=AnsweringProtocol)
-        self.settings = config.SettingsStore()
-        self.analyzer = Analyzer(self, self._on_result)
         self.commands = Commands(self)
         self.trusted = False          # until initializationOptions say `trusted: true`
         self.pull_diagnostics = False
         self._settings_ready: asyncio.Event | None = None
         self._exact: dict[tuple[str, str], float] = {}
         self._workers: dict[str, Any] = {}
+        self._initialization_options: Any = None     # read on `initialized`, after the answer
+
+    @functools.cached_property
+    def settings(self) -> "config.SettingsStore":
+        from vramlens.lsp import config
+
+        return config.SettingsStore()
+
+    @functools.cached_property
+    def analyzer(self) -> "Analyzer":
+        from vramlens.lsp.documents import Analyzer
+
+        return Analyzer(self, self._on_result)
 
     # ---- client capabilities -------------------------------------------------------------------
 
@@ -118,6 +131,8 @@ class VramlensServer(LanguageServer):
         """Ask the client for the `vramlens` section (workspace/configuration)."""
         if not self.client_supports_configuration():
             return
+        from vramlens.lsp import config
+
         root = self.workspace.root_uri
         try:
             answer = await asyncio.wait_for(self.workspace_configuration_async(types.ConfigurationParams(
@@ -139,6 +154,8 @@ class VramlensServer(LanguageServer):
     # ---- results -------------------------------------------------------------------------------
 
     def _on_result(self, result: Result) -> None:
+        from vramlens.lsp import diagnostics
+
         if not self.pull_diagnostics:
             diagnostics.publish(self, result)
         diagnostics.notify_estimate(self, result)
@@ -164,6 +181,8 @@ class VramlensServer(LanguageServer):
         """One long-lived worker client per kind (its subprocess keeps torch imported)."""
         if kind == "trace":
             # the interpreter comes from the user's settings only, never from a project file in the repository
+            from vramlens.settings import merge
+
             python = merge([self.settings.initialization, self.settings.editor]).trace_python
             current = self._workers.get(kind)
             if current is not None and getattr(current, "python", None) != (python or sys.executable):
@@ -253,7 +272,21 @@ def create_server() -> VramlensServer:
     @_guard()
     def initialize(ls: VramlensServer, params: types.InitializeParams) -> None:
         asyncio.get_running_loop().call_soon(_after_initialize_answer)     # runs once the answer is sent
-        options = params.initialization_options
+        ls._initialization_options = params.initialization_options      # read on `initialized`
+        if ls._cap("text_document.diagnostic") is not None:
+            ls.pull_diagnostics = True
+            server.feature(types.TEXT_DOCUMENT_DIAGNOSTIC, types.DiagnosticOptions(
+                identifier=PULL_DIAGNOSTICS_ID, inter_file_dependencies=True, workspace_diagnostics=False,
+            ))(_guard(lambda: types.RelatedFullDocumentDiagnosticReport(items=[]))(_pull_diagnostics))
+
+    @server.feature(types.INITIALIZED)
+    @_guard()
+    async def initialized(ls: VramlensServer, params: types.InitializedParams) -> None:
+        from vramlens.lsp import config
+
+        # initializationOptions are read here, not in `initialize`: reading them needs the settings model
+        # (pydantic), whose import would delay the answer; no document arrives before `initialized`.
+        options = ls._initialization_options
         problems: list[str] = []
         ls.settings.initialization = config.read_client_settings(options, problems)
         ls._report_problems(problems)
@@ -262,21 +295,8 @@ def create_server() -> VramlensServer:
             log.info("workspace not trusted (initializationOptions.trusted is not true): traces and probes are off")
         if ls.settings.initialization.get("debounce_ms") is not None:
             ls.analyzer.debounce_s = ls.settings.initialization["debounce_ms"] / 1000
-        if ls._cap("text_document.diagnostic") is not None:
-            ls.pull_diagnostics = True
-            server.feature(types.TEXT_DOCUMENT_DIAGNOSTIC, types.DiagnosticOptions(
-                identifier=PULL_DIAGNOSTICS_ID, inter_file_dependencies=True, workspace_diagnostics=False,
-            ))(_guard(lambda: types.RelatedFullDocumentDiagnosticReport(items=[]))(diagnostics.pull))
-
-    @server.feature(types.INITIALIZED)
-    @_guard()
-    async def initialized(ls: VramlensServer, params: types.InitializedParams) -> None:
         # Started only now, after the initialize answer went out: it would compete for the GIL with it.
         threading.Thread(target=_warm_up, daemon=True, name="vramlens-warm-up").start()
-        cache = startup_cache.active()
-        if cache is not None:
-            log.info("startup cache at initialized: %s", cache.summary())
-            asyncio.get_running_loop().call_later(CACHE_SAVE_DELAY_S, cache.save_in_background)
         ready = ls.settings_ready()
         if ls.trusted:      # runs a program found on PATH: never for a workspace the editor does not trust
             threading.Thread(target=_detect_gpu, args=(ls, asyncio.get_running_loop()), daemon=True,
@@ -308,6 +328,8 @@ def create_server() -> VramlensServer:
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     @_guard()
     async def did_change_configuration(ls: VramlensServer, params: types.DidChangeConfigurationParams) -> None:
+        from vramlens.lsp import config
+
         settings = params.settings
         if isinstance(settings, dict) and (config.SECTION in settings or "settings" in settings):
             problems: list[str] = []
@@ -356,6 +378,8 @@ def create_server() -> VramlensServer:
     def did_close(ls: VramlensServer, params: types.DidCloseTextDocumentParams) -> None:
         ls.analyzer.forget(params.text_document.uri)
         if not ls.pull_diagnostics:
+            from vramlens.lsp import diagnostics
+
             diagnostics.clear(ls, params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
@@ -401,11 +425,14 @@ def create_server() -> VramlensServer:
     @_guard()
     def shutdown(ls: VramlensServer, params: Any) -> None:
         ls.shutdown_workers()
-        cache = startup_cache.active()
-        if cache is not None:
-            cache.save()        # what was generated since the last write (the first messages of each kind)
 
     return server
+
+
+async def _pull_diagnostics(ls: VramlensServer, params: types.DocumentDiagnosticParams) -> Any:
+    from vramlens.lsp import diagnostics
+
+    return await diagnostics.pull(ls, params)
 
 
 def _after_initialize_answer() -> None:
@@ -442,6 +469,7 @@ def _warm_up() -> None:
     (about a second on a busy 2-core machine) before the editor's first didOpen needs them."""
     try:
         from vramlens.analysis import Settings, analyze
+        from vramlens.lsp import config, diagnostics, documents  # noqa: F401
         from vramlens.knowledge import gpus, models, optimizers
 
         gpus.all_gpus()

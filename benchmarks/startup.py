@@ -1,0 +1,68 @@
+"""Time to the `initialize` answer of `vramlens serve`, next to yaml-language-server started in the same run.
+
+Each round spawns one vramlens server and one yaml-language-server (interleaved, so both see the same load on
+the machine), sends `initialize` with VS Code's recorded client capabilities, stops the clock at the answer,
+then sends initialized, shutdown and exit. Prints each server's times, min / median / max, the machine's load
+average at the start and end, and, for scale, the time a bare `python -c "import lsprotocol.types"` takes
+(the import any pygls server pays).
+
+    python benchmarks/startup.py [--rounds 10] [--no-yls]
+
+The figures depend on the machine and on what else runs on it: compare the two servers of one run, not runs
+on different days. yaml-language-server comes from .tools (see benchmarks/lsp_latency.py).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lsp_latency import NODE, YLS_MAIN, YLS_VERSION, bare_start, ensure_yls, import_floor_s  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def summary(times: list[float]) -> str:
+    ms = [t * 1000 for t in times]
+    return (f"min {min(ms):5.0f} ms   median {statistics.median(ms):5.0f} ms   max {max(ms):5.0f} ms   "
+            f"({', '.join(f'{m:.0f}' for m in ms)})")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--no-yls", action="store_true", help="skip yaml-language-server")
+    args = ap.parse_args()
+
+    root = REPO / "examples"
+    vramlens_cmd = [sys.executable, "-m", "vramlens", "serve", "--stdio"]
+    yls = not args.no_yls and ensure_yls(install=False)
+    yls_cmd = [str(NODE), str(YLS_MAIN), "--stdio"]
+    with tempfile.TemporaryDirectory(prefix="vramlens-bench-cache-") as cache_home:
+        env = {**os.environ, "XDG_CACHE_HOME": cache_home}      # nothing from the user's cache
+        load_before = os.getloadavg()
+        times: dict[str, list[float]] = {"vramlens": [], "yaml-language-server": []}
+        for _ in range(args.rounds):
+            times["vramlens"].append(asyncio.run(bare_start(vramlens_cmd, env, root)))
+            if yls:
+                times["yaml-language-server"].append(asyncio.run(bare_start(yls_cmd, env, root)))
+        load_after = os.getloadavg()
+
+    print(f"spawn → initialize answer, {args.rounds} rounds on {os.cpu_count()} cores "
+          f"(load average {load_before[0]:.1f} at the start, {load_after[0]:.1f} at the end)")
+    print(f"  vramlens serve              {summary(times['vramlens'])}")
+    if yls:
+        print(f"  yaml-language-server {YLS_VERSION}  {summary(times['yaml-language-server'])}")
+        ratio = statistics.median(times["vramlens"]) / statistics.median(times["yaml-language-server"])
+        print(f"  ratio of the medians vramlens / yaml-language-server: {ratio:.2f}")
+    print(f"for scale: `python -c 'import lsprotocol.types'` takes {import_floor_s() * 1000:.0f} ms (best of 3)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
