@@ -6,7 +6,11 @@ then sends initialized, shutdown and exit. Prints each server's times, min / med
 average at the start and end, and, for scale, the time a bare `python -c "import lsprotocol.types"` takes
 (the import any pygls server pays).
 
-    python benchmarks/startup.py [--rounds 10] [--no-yls]
+    python benchmarks/startup.py [--rounds 10] [--no-yls] [--baseline DIR]
+
+`--baseline DIR` also times the server of another checkout of vramlens (its `server/` folder put first on
+PYTHONPATH, same interpreter), in the same rounds: a before/after comparison under the same load, e.g.
+`git archive <commit> server | tar -x -C /tmp/base` and `--baseline /tmp/base`.
 
 The figures depend on the machine and on what else runs on it: compare the two servers of one run, not runs
 on different days. yaml-language-server comes from .tools (see benchmarks/lsp_latency.py).
@@ -37,6 +41,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--no-yls", action="store_true", help="skip yaml-language-server")
+    ap.add_argument("--baseline", type=Path, help="another checkout whose server is timed in the same rounds")
     args = ap.parse_args()
 
     root = REPO / "examples"
@@ -46,9 +51,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="vramlens-bench-cache-") as cache_home:
         env = {**os.environ, "XDG_CACHE_HOME": cache_home}      # nothing from the user's cache
         load_before = os.getloadavg()
-        times: dict[str, list[float]] = {"vramlens": [], "yaml-language-server": []}
+        times: dict[str, list[float]] = {"vramlens": [], "yaml-language-server": [], "baseline": []}
+        baseline_env = None
+        if args.baseline is not None:
+            baseline_env = {**env, "PYTHONPATH": str(args.baseline.resolve() / "server")}
         for _ in range(args.rounds):
             times["vramlens"].append(asyncio.run(bare_start(vramlens_cmd, env, root)))
+            if baseline_env is not None:
+                times["baseline"].append(asyncio.run(bare_start(vramlens_cmd, baseline_env, root)))
             if yls:
                 times["yaml-language-server"].append(asyncio.run(bare_start(yls_cmd, env, root)))
         load_after = os.getloadavg()
@@ -56,6 +66,9 @@ def main() -> int:
     print(f"spawn → initialize answer, {args.rounds} rounds on {os.cpu_count()} cores "
           f"(load average {load_before[0]:.1f} at the start, {load_after[0]:.1f} at the end)")
     print(f"  vramlens serve              {summary(times['vramlens'])}")
+    if times["baseline"]:
+        print(f"  baseline ({args.baseline})  {summary(times['baseline'])}")
+        print("    (the baseline's first round may be its first start: a startup cache it keeps is empty then)")
     if yls:
         print(f"  yaml-language-server {YLS_VERSION}  {summary(times['yaml-language-server'])}")
         ratio = statistics.median(times["vramlens"]) / statistics.median(times["yaml-language-server"])
