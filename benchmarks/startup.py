@@ -26,9 +26,25 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lsp_latency import NODE, YLS_MAIN, YLS_VERSION, bare_start, ensure_yls, import_floor_s  # noqa: E402
+from lsp_latency import NODE, YLS_MAIN, YLS_VERSION, Session, ensure_yls, import_floor_s  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (/proc/PID/stat, fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def start_once(command: list[str], env: dict[str, str], root: Path) -> tuple[float, float]:
+    """(wall seconds from spawn to the initialize answer, CPU seconds the server used until then)."""
+    session = Session("start", command, {"vramlens": {}}, env)
+    out = await session.start(root)
+    cpu = cpu_seconds(session.pid)
+    await session.stop()
+    return out["spawn_to_initialize_s"], cpu
 
 
 def summary(times: list[float]) -> str:
@@ -52,25 +68,36 @@ def main() -> int:
         env = {**os.environ, "XDG_CACHE_HOME": cache_home}      # nothing from the user's cache
         load_before = os.getloadavg()
         times: dict[str, list[float]] = {"vramlens": [], "yaml-language-server": [], "baseline": []}
+        cpu: dict[str, list[float]] = {"vramlens": [], "yaml-language-server": [], "baseline": []}
         baseline_env = None
         if args.baseline is not None:
             baseline_env = {**env, "PYTHONPATH": str(args.baseline.resolve() / "server")}
+        runs = [("vramlens", vramlens_cmd, env)]
+        if baseline_env is not None:
+            runs.append(("baseline", vramlens_cmd, baseline_env))
+        if yls:
+            runs.append(("yaml-language-server", yls_cmd, env))
         for _ in range(args.rounds):
-            times["vramlens"].append(asyncio.run(bare_start(vramlens_cmd, env, root)))
-            if baseline_env is not None:
-                times["baseline"].append(asyncio.run(bare_start(vramlens_cmd, baseline_env, root)))
-            if yls:
-                times["yaml-language-server"].append(asyncio.run(bare_start(yls_cmd, env, root)))
+            for name, command, run_env in runs:
+                wall, used = asyncio.run(start_once(command, run_env, root))
+                times[name].append(wall)
+                cpu[name].append(used)
         load_after = os.getloadavg()
 
+    print("wall time = spawn → initialize answer; CPU = user+system seconds the server used until the answer "
+          "(less sensitive to other load on the machine)")
     print(f"spawn → initialize answer, {args.rounds} rounds on {os.cpu_count()} cores "
           f"(load average {load_before[0]:.1f} at the start, {load_after[0]:.1f} at the end)")
-    print(f"  vramlens serve              {summary(times['vramlens'])}")
+    names = [("vramlens", "vramlens serve")]
     if times["baseline"]:
-        print(f"  baseline ({args.baseline})  {summary(times['baseline'])}")
-        print("    (the baseline's first round may be its first start: a startup cache it keeps is empty then)")
+        names.append(("baseline", f"baseline {args.baseline}"))
     if yls:
-        print(f"  yaml-language-server {YLS_VERSION}  {summary(times['yaml-language-server'])}")
+        names.append(("yaml-language-server", f"yaml-language-server {YLS_VERSION}"))
+    for key, label in names:
+        print(f"  {label}\n    wall  {summary(times[key])}\n    CPU   {summary(cpu[key])}")
+    if times["baseline"]:
+        print("  (the baseline's first round is its first start: a startup cache it keeps is empty then)")
+    if yls:
         ratio = statistics.median(times["vramlens"]) / statistics.median(times["yaml-language-server"])
         print(f"  ratio of the medians vramlens / yaml-language-server: {ratio:.2f}")
     print(f"for scale: `python -c 'import lsprotocol.types'` takes {import_floor_s() * 1000:.0f} ms (best of 3)")
