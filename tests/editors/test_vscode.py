@@ -221,6 +221,11 @@ def test_oom_diagnostic_hover_and_fix_in_vscode(tmp_path: Path, oom_example: Oom
     assert f"peak {float(peak.group(1)):g}/" in page["statusBar"] and oom_example.gpu in page["statusBar"], (
         page["statusBar"], error["message"])
 
+    # The output channel is not filled with pygls' notes on cancels of requests already answered.
+    channel = ARTIFACTS / "vscode-oom-vramlens.log"
+    assert channel.is_file(), "no vramlens output channel log"
+    assert "Cancel notification for unknown message id" not in channel.read_text(errors="replace")
+
     # The breakdown chart rendered the estimate the server sent (a bar segment per component).
     assert page["breakdown"] and page["breakdown"]["segments"] >= 2, (page.get("breakdown"), page["console"])
     assert oom_example.gpu in page["breakdown"]["title"], page["breakdown"]
