@@ -16,7 +16,7 @@ from vramlens.estimate.result import COMPONENT_LABELS, COMPONENTS, GIB, Estimate
 from vramlens.plan import Origin, Sourced, Span, TrainingPlan
 from vramlens.provenance import CONCEPT_TITLES, applied_defaults, by_source, default_phrase
 from vramlens.provenance import show_value as _show
-from vramlens.report import bar, objective_text
+from vramlens.report import bar, objective_text, speed_text
 from vramlens.resolve import no_bf16_note, shown_compute_dtype
 from vramlens.resolved import ResolvedPlan
 
@@ -551,6 +551,8 @@ def budget_markdown(ctx: Context) -> str:
         "",
         f"range {gib(e.low_bytes)}–{gib(e.high_bytes)} GiB · allocated {gib(e.allocated_bytes)} · "
         f"reserved {gib(e.reserved_bytes)} · device {gib(e.device_bytes)} GiB · peak phase: **{e.phase}**",
+        "",
+        f"speed: {markup.text(speed_text(e))}",
         "",
         "| component | GiB | |",
         "|---|---:|---|",
