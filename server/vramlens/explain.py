@@ -31,6 +31,12 @@ def gib(n: float) -> str:
     return f"{n / GIB:.1f}"
 
 
+def table_gib(n: float) -> str:
+    """Bytes for the GiB column of the breakdown table: one decimal, two below 0.1 GiB (LoRA adapters read 0.03 as
+    in the CLI's table, not 0.0)."""
+    return gib(n) if n >= 0.1 * GIB else f"{n / GIB:.2f}"
+
+
 def figures(ctx: "Context", *components: str) -> str:
     """Memory components by the names of the breakdown table (`COMPONENT_LABELS`), zero ones left out:
     "activations 34.5 GiB · logits and loss 7.8 GiB". Every short label uses this, so an inlay hint, a hover
@@ -495,6 +501,7 @@ HOVERS: dict[str, Callable[[Context], list[str]]] = {
     "gpu_count": _sharding,
 }
 
+
 def hover_markdown(ctx: Context, concept: str) -> str:
     """The hover for one concept: what it is set to, what it costs now, the alternatives, the provenance."""
     if concept in BUDGET_CONCEPTS:
@@ -561,7 +568,7 @@ def budget_markdown(ctx: Context) -> str:
         v = e.components.get(key, 0)
         if v <= 0:
             continue
-        lines.append(f"| {COMPONENT_LABELS[key]} | {gib(v)} | `{bar(v / scale, BAR_WIDTH) or '▏'}` |")
+        lines.append(f"| {COMPONENT_LABELS[key]} | {table_gib(v)} | `{bar(v / scale, BAR_WIDTH) or '▏'}` |")
     lines.append(f"| **total on the device** | **{gib(e.device_bytes)}** | `{bar(e.device_bytes / scale, BAR_WIDTH)}` |")
     lines.append(f"| {markup.text(rp.gpu.name)} usable | {rp.gpu.usable_gib:.1f} | `{bar(usable / scale, BAR_WIDTH)}` |")
     if ctx.exact_gib is not None:

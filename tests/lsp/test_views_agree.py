@@ -157,3 +157,28 @@ async def test_hover_lists_the_same_defaults_and_the_same_bf16_note(editor: Edit
     bf16_hover = unescape(await hover_text(editor, uri, "bf16:"))
     assert note in bf16_hover, (note, bf16_hover)
     assert "compute dtype: fp16" in bf16_hover and "compute dtype: bf16" not in bf16_hover
+
+
+@IN_MODULE_LOOP
+@pytest.mark.parametrize("path", [QLORA, FULL], ids=["qlora-mistral-7b-t4", "full-bf16-llama3-8b"])
+async def test_the_budget_hover_shows_the_cli_speed_and_breakdown(editor: Editor, path):
+    data = json.loads(cli(path, "json"))
+    text = cli(path)
+    speed = next(line.split("speed", 1)[1].strip() for line in text.splitlines() if line.startswith("  speed "))
+    tokens = float(re.search(r"≈ ([\d,]+) tokens/s per GPU", speed).group(1).replace(",", ""))
+    assert abs(tokens - data["throughput"]["tokens_per_s"]) <= 1, (speed, data["throughput"])
+    step_s = float(re.search(r"([\d.]+) s per optimizer step", speed).group(1))
+    assert abs(step_s - data["throughput"]["step_s"]) <= 0.0051, (speed, data["throughput"])
+
+    uri = editor.open(path)
+    await editor.estimate(uri)
+    budget = unescape(await hover_text(editor, uri, "model_name_or_path"))
+    assert f"speed: {speed}\n" in budget, (speed, budget)
+    rows = {}
+    for line in budget.splitlines():
+        m = re.match(r"\| ([^|*]+?) \| (\d+(?:\.\d+)?) \|", line)
+        if m and m.group(1) in LABEL_TO_KEY:
+            rows[LABEL_TO_KEY[m.group(1)]] = float(m.group(2))
+    assert rows.keys() == {k for k, v in data["components_gib"].items() if v > 0}, (rows, budget)
+    for key, gib in rows.items():
+        assert_same(key, gib, data["components_gib"][key], "budget hover")

@@ -24,8 +24,6 @@ from pygls.uris import from_fs_path
 from pygls.workspace import TextDocument
 
 from vramlens import file_access
-from vramlens.fixes import change_key
-from vramlens.formats.references import MAX_REFERENCED_BYTES
 from vramlens.lsp.convert import SOURCE, Lines, workspace_edit
 
 if TYPE_CHECKING:
@@ -53,7 +51,7 @@ def _finding_for(result: Result, diag: types.Diagnostic) -> Any | None:
     found = list(getattr(result.analysis, "findings", None) or [])
     data = diag.data if isinstance(diag.data, dict) else {}
     index = data.get("index")
-    if data.get("version") == result.version and isinstance(index, int) and 0 <= index < len(found):
+    if data.get("version") == result.version and data.get("edit") == result.edit and isinstance(index, int) and 0 <= index < len(found):
         if getattr(found[index], "rule_id", None) == diag.code:
             return found[index]
     same_rule = [f for f in found if getattr(f, "rule_id", None) == diag.code]
@@ -94,6 +92,8 @@ class EditBuilder:
         if uri not in self._lines:
             other = self.ls.workspace.text_documents.get(uri)
             if other is None:
+                from vramlens.formats.references import MAX_REFERENCED_BYTES     # loaded with the analysis
+
                 try:     # the file the analysis read (it passed the workspace check there), read the same way
                     text = file_access.read_text_checked(Path(file), MAX_REFERENCED_BYTES, expect=Path(file),
                                                          errors="strict")
@@ -133,14 +133,13 @@ def _action(ls: "VramlensServer", builder: EditBuilder, fix: Any, kind: str,
 
 
 def make_it_fit_fix(result: Result) -> Any | None:
-    """The analysis' combined fix for a predicted OOM or a tight fit (`Fix.id == "make-it-fit"`)."""
-    for finding in getattr(result.analysis, "findings", None) or []:
-        if getattr(finding, "rule_id", None) not in MAKE_IT_FIT_RULES:
-            continue
-        for fix in getattr(finding, "fixes", None) or []:
-            if getattr(fix, "id", None) == "make-it-fit":
-                return fix
-    return None
+    """The analysis' combined fix for a predicted OOM or a tight fit, as a source action: the safe one when there is
+    one (`make-it-fit`, or `make-it-fit-safe` beside an unsafe fastest plan), else the unsafe one."""
+    found = [fix for finding in getattr(result.analysis, "findings", None) or []
+             if getattr(finding, "rule_id", None) in MAKE_IT_FIT_RULES
+             for fix in getattr(finding, "fixes", None) or []
+             if getattr(fix, "id", None) in ("make-it-fit", "make-it-fit-safe")]
+    return next((fix for fix in found if fix.safe), found[0] if found else None)
 
 
 def code_actions(ls: "VramlensServer", params: types.CodeActionParams) -> list[types.CodeAction]:
@@ -149,6 +148,8 @@ def code_actions(ls: "VramlensServer", params: types.CodeActionParams) -> list[t
     doc = ls.workspace.text_documents.get(uri)
     if result is None or doc is None or result.analysis is None:
         return []
+    from vramlens.fixes import change_key      # with the analysis, after the initialize answer (it imports pydantic)
+
     only = params.context.only
     builder = EditBuilder(ls, doc, result)
     actions: list[types.CodeAction] = []

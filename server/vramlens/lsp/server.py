@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from lsprotocol import types
 from pygls.exceptions import FeatureRequestError, JsonRpcException
+from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 from pygls.uris import to_fs_path
 
@@ -29,8 +29,9 @@ from vramlens import __version__
 # Imported before the `initialize` answer: only what registering the features needs. The analysis pipeline,
 # the settings model (pydantic) and the modules that use them are imported on first use, after the answer
 # (`config`, `diagnostics`, `documents`, `vramlens.settings`; `_warm_up` loads them in the background).
-from vramlens.lsp import code_actions, code_lens, completion, hover, inlay_hints
+from vramlens.lsp import code_actions, code_lens, completion, framing, hover, inlay_hints
 from vramlens.lsp.commands import LIST_GPUS, RUN_PROBE, RUN_TRACE, Commands, list_gpus
+from vramlens.lsp.lifecycle import LifecycleProtocol
 
 if TYPE_CHECKING:
     from vramlens import explain
@@ -49,7 +50,7 @@ def _max_document_chars() -> int:
     return pipeline.max_document_chars()
 
 
-class AnsweringProtocol(LanguageServerProtocol):
+class AnsweringProtocol(LifecycleProtocol):
     """pygls drops a request whose params do not fit its method's types: it logs the error and sends nothing,
     and the client waits for an answer forever. Here such a request is answered with the error."""
 
@@ -141,6 +142,55 @@ class VramlensServer(LanguageServer):
         self._initialization_options: Any = None     # read on `initialized`, after the answer
         self._hub: Any = None
         self.oversized: dict[str, int] = {}       # uri → size of an open document too large to read
+        self.warm_up: threading.Thread | None = None     # started at `initialized`
+
+    # ---- transport -----------------------------------------------------------------------------
+    # pygls' own read loop (pygls 2.1 io_.run_async) trusts every Content-Length: these run `framing.serve`
+    # instead, with pygls' writer and protocol as they are.
+
+    def start_io(self, stdin: Any = None, stdout: Any = None) -> int:
+        """Serve over stdio until `exit` or end of input; returns the exit code (0 after `shutdown`, else 1)."""
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        messages = framing.Messages(self.protocol, self.protocol.answer_error)
+        self._stop_event = threading.Event()
+        try:
+            asyncio.run(framing.serve(framing.stdin_chunks(stdin or sys.stdin.buffer), messages, self._stop_event))
+        except SystemExit as exc:        # `exit`: pygls' handler chose the code
+            return exc.code if isinstance(exc.code, int) else 1
+        except BrokenPipeError:
+            log.error("the connection to the client is lost; stopping")
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.shutdown()
+            self.join_warm_up()
+        return 0 if self.protocol.shutdown_received else 1
+
+    def join_warm_up(self, timeout: float = 10.0) -> None:
+        """Let the warm-up thread finish before the interpreter ends: a daemon thread still inside pydantic-core's
+        Rust code when finalization stops it aborts the process ("FATAL: exception not rethrown", exit -6)."""
+        if self.warm_up is not None:
+            self.warm_up.join(timeout)
+
+    def start_tcp(self, host: str, port: int) -> None:
+        """Serve one client at a time over TCP (`vramlens serve --tcp`), with the same framing as stdio."""
+        self._stop_event = stop = threading.Event()
+
+        async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.protocol.set_writer(writer)      # type: ignore[arg-type]
+            messages = framing.Messages(self.protocol, self.protocol.answer_error)
+            await framing.serve(lambda: reader.read(framing.CHUNK_BYTES), messages, stop)
+            self.shutdown()
+
+        async def listen() -> None:
+            self._server = await asyncio.start_server(connection, host, port)
+            async with self._server:
+                await self._server.serve_forever()
+
+        try:
+            asyncio.run(listen())
+        except asyncio.CancelledError:
+            pass
 
     @functools.cached_property
     def settings(self) -> "config.SettingsStore":
@@ -388,7 +438,8 @@ def create_server() -> VramlensServer:
         if ls.settings.initialization.get("debounce_ms") is not None:
             ls.analyzer.debounce_s = ls.settings.initialization["debounce_ms"] / 1000
         # Started only now, after the initialize answer went out: it would compete for the GIL with it.
-        threading.Thread(target=_warm_up, daemon=True, name="vramlens-warm-up").start()
+        ls.warm_up = threading.Thread(target=_warm_up, daemon=True, name="vramlens-warm-up")
+        ls.warm_up.start()
         ready = ls.settings_ready()
         if ls.trusted:      # runs a program found on PATH: never for a workspace the editor does not trust
             threading.Thread(target=_detect_gpu, args=(ls, asyncio.get_running_loop()), daemon=True,
@@ -441,7 +492,7 @@ def create_server() -> VramlensServer:
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     @_guard()
     def did_open(ls: VramlensServer, params: types.DidOpenTextDocumentParams) -> None:
-        ls.analyzer.schedule(params.text_document.uri, 0)
+        ls.analyzer.opened(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     @_guard()
