@@ -6,8 +6,8 @@ edit's diagnostics) → 20 edits each followed by a code-action request → M ho
 change→diagnostics and of hover, the time to the initialize answer (from process start), and the server's RSS.
 
 Before that, `--starts` bare starts (spawn → initialize → shutdown) with a fresh cache folder (XDG_CACHE_HOME
-in a temporary directory): the first finds no startup cache (a first start after installing or upgrading),
-the others find the one the first wrote (every later start). The main session uses the same warm folder.
+in a temporary directory); the first start also pays for compiling modules without a __pycache__ entry.
+`benchmarks/startup.py` compares starts alone, with CPU time, against yaml-language-server or another checkout.
 
 yaml-language-server (npm, needs Node ≥ 22.13) runs on the Node 24 that scripts/install-editor-tools.sh
 puts in .tools/node24; the server itself is installed into .tools/yaml-language-server on first use.
@@ -304,7 +304,7 @@ def describe(name: str, r: dict[str, Any]) -> None:
     print(f"  initialize        {r['spawn_to_initialize_s'] * 1000:7.0f} ms from process start to the answer")
     if r.get("starts_s"):
         cold, *warm = (round(s * 1000) for s in r["starts_s"])
-        print(f"  bare starts       first (empty startup cache) {cold} ms; then {', '.join(map(str, warm))} ms"
+        print(f"  bare starts       first {cold} ms; then {', '.join(map(str, warm))} ms"
               + (f" (median {statistics.median(warm):.0f} ms)" if warm else ""))
     print(f"  first diagnostics {r['open_to_diagnostics_s'] * 1000:7.1f} ms after didOpen")
     print(f"  change→diagnostics p50 {pct(c, .5):6.1f} ms   p90 {pct(c, .9):6.1f} ms   max {max(c):6.1f} ms"
@@ -326,7 +326,7 @@ def main() -> int:
     ap.add_argument("--pace-ms", type=float, default=50.0,
                     help="least time between two edits, like fast typing (default 50 ms = 20 keys/s)")
     ap.add_argument("--starts", type=int, default=6,
-                    help="bare starts timed before the session, the first with an empty startup cache (default 6)")
+                    help="bare starts timed before the session (default 6)")
     ap.add_argument("--no-yls", action="store_true", help="skip yaml-language-server")
     ap.add_argument("--no-install", action="store_true", help="do not npm-install yaml-language-server")
     ap.add_argument("--json", type=Path, help="also write the raw figures here")
@@ -375,7 +375,7 @@ def main() -> int:
     warm = v["starts_s"][1:] + [v["spawn_to_initialize_s"]]
     checks = [("change→diagnostics p50 ≤ 20 ms", pct(v["change_ms"], .5) <= 20),
               ("change→diagnostics p90 ≤ 50 ms", pct(v["change_ms"], .9) <= 50),
-              ("initialize ≤ 0.5 s from process start (median of the warm starts)", statistics.median(warm) <= 0.5),
+              ("initialize ≤ 0.5 s from process start (median of the starts after the first)", statistics.median(warm) <= 0.5),
               ("RSS ≤ 120 MB", v["peak_rss_mib"] * 1.048576 <= 120)]
     print("\ntargets: " + "; ".join(f"{label}: {'met' if ok else 'MISSED'}" for label, ok in checks))
     if args.json:

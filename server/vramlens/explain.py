@@ -14,7 +14,10 @@ from vramlens import markup
 from vramlens.estimate import estimate as _estimate
 from vramlens.estimate.result import COMPONENT_LABELS, COMPONENTS, GIB, Estimate
 from vramlens.plan import Origin, Sourced, Span, TrainingPlan
+from vramlens.provenance import CONCEPT_TITLES, applied_defaults, by_source, default_phrase
+from vramlens.provenance import show_value as _show
 from vramlens.report import bar, objective_text, speed_text
+from vramlens.resolve import no_bf16_note, shown_compute_dtype
 from vramlens.resolved import ResolvedPlan
 
 MODEL = "model_id"
@@ -26,6 +29,24 @@ BAR_WIDTH = 20          # characters of the bars in the budget table
 def gib(n: float) -> str:
     """Bytes as GiB with one decimal: 71.25 GiB -> "71.3"."""
     return f"{n / GIB:.1f}"
+
+
+def table_gib(n: float) -> str:
+    """Bytes for the GiB column of the breakdown table: one decimal, two below 0.1 GiB (LoRA adapters read 0.03 as
+    in the CLI's table, not 0.0)."""
+    return gib(n) if n >= 0.1 * GIB else f"{n / GIB:.2f}"
+
+
+def figures(ctx: "Context", *components: str) -> str:
+    """Memory components by the names of the breakdown table (`COMPONENT_LABELS`), zero ones left out:
+    "activations 34.5 GiB · logits and loss 7.8 GiB". Every short label uses this, so an inlay hint, a hover
+    and the diagnostic's breakdown name and round the same figure the same way."""
+    return " · ".join(f"{COMPONENT_LABELS[k]} {amount(ctx.component(k))}" for k in components if ctx.component(k) > 0)
+
+
+def amount(n: float) -> str:
+    """Bytes for a label: GiB with one decimal, MiB below 0.1 GiB (LoRA adapters: "26 MiB", not "0.0 GiB")."""
+    return f"{n / GIB:.1f} GiB" if n >= 0.1 * GIB else f"{n / 2**20:.0f} MiB"
 
 
 def signed_gib(n: float) -> str:
@@ -47,20 +68,12 @@ def describe_origin(s: Sourced | None, this_file: str | None = None) -> str:
             return f"set in {s.span.file.rsplit('/', 1)[-1]}, line {s.span.start_line + 1}"
         return f"set on line {s.span.start_line + 1}"
     if s.origin == Origin.DEFAULT:
-        return f"default of {s.framework}" if s.framework else "framework default"
+        return default_phrase(s)
     if s.origin == Origin.SETTING:
         return "from your vramlens settings"
     if s.origin == Origin.DERIVED:
         return f"derived: {s.note}" if s.note else "derived from other settings"
     return f"assumed: {s.note}" if s.note else "assumed"
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return ", ".join(str(v) for v in value) or "none"
-    return str(value)
 
 
 # --------------------------------------------------------------------------- finding the concept
@@ -202,9 +215,8 @@ def _compare(ctx: Context, rows: list[tuple[str, Estimate | None]], component: s
 
 def _micro_batch(ctx: Context) -> list[str]:
     b = ctx.rp.micro_batch
-    acts = ctx.component("activations") + ctx.component("logits")
     step = ctx.delta(micro_batch=b + 1)
-    out = [f"activations and logits: {gib(acts)} GiB at {b} sample{'s' if b != 1 else ''} per GPU"
+    out = [f"{figures(ctx, 'activations', 'logits')} at {b} sample{'s' if b != 1 else ''} per GPU"
            + (f"; each +1 ≈ {signed_gib(step)} GiB" if step is not None else "")]
     m = ctx.est.max_micro_batch
     if m is None:
@@ -287,17 +299,23 @@ def _dtype(ctx: Context) -> list[str]:
     for d in ("fp32", "bf16", "fp16"):
         est = ctx.peak(weight_dtype=d, compute_dtype=d if d != "fp32" or not ctx.rp.amp else ctx.rp.compute_dtype)
         rows.append((f"{d}{' (now)' if d == ctx.rp.weight_dtype else ''}", est))
-    out = [f"weights stored in {ctx.rp.weight_dtype}, computed in {ctx.rp.compute_dtype}"
+    out = [f"weights stored in {ctx.rp.weight_dtype}, computed in {_compute(ctx)}"
            + (" (autocast over fp32 weights)" if ctx.rp.amp else "")]
-    return out + _compare(ctx, rows, "weights")
+    return out + _bf16_note(ctx) + _compare(ctx, rows, "weights")
 
 
 def _amp_dtype(ctx: Context) -> list[str]:
-    out = [f"compute dtype: {ctx.rp.compute_dtype}; weights in {ctx.rp.weight_dtype}"
+    out = [f"compute dtype: {_compute(ctx)}; weights in {ctx.rp.weight_dtype}"
            + (" — autocast keeps 16-bit copies of the weights for backward" if ctx.rp.amp else "")]
-    if ctx.rp.compute_dtype == "bf16" and not ctx.rp.gpu.bf16:
-        out.append(f"{ctx.rp.gpu.name} has no bf16 support")
-    return out
+    return out + _bf16_note(ctx)
+
+
+def _compute(ctx: Context) -> str:
+    return shown_compute_dtype(ctx.rp.compute_dtype, ctx.rp.gpu.bf16)
+
+
+def _bf16_note(ctx: Context) -> list[str]:
+    return [no_bf16_note(ctx.rp.gpu.name)] if ctx.rp.compute_dtype == "bf16" and not ctx.rp.gpu.bf16 else []
 
 
 def _lora_r(ctx: Context) -> list[str]:
@@ -339,8 +357,7 @@ def _peft(ctx: Context) -> list[str]:
 
 
 def _quant(ctx: Context) -> list[str]:
-    base = ctx.component("weights") + ctx.component("quant_constants")
-    out = [f"base weights {gib(base)} GiB (quantization constants {gib(ctx.component('quant_constants'))} GiB)"]
+    out = [figures(ctx, "weights", "quant_constants")]
     rows = [(f"{ctx.rp.quant_bits or 16}-bit (now)", ctx.est)]
     for bits in (4, 8, None):
         if bits != ctx.rp.quant_bits:
@@ -484,36 +501,6 @@ HOVERS: dict[str, Callable[[Context], list[str]]] = {
     "gpu_count": _sharding,
 }
 
-CONCEPT_TITLES = {
-    "micro_batch": "micro batch per GPU", "global_batch": "global batch", "grad_accum": "gradient accumulation",
-    "seq_len": "sequence length", "packing": "sample packing", "eval_batch": "evaluation batch",
-    "grad_checkpointing": "gradient checkpointing", "ckpt_reentrant": "reentrant checkpointing",
-    "activation_offload": "activation offloading", "attn_impl": "attention implementation",
-    "compile": "torch.compile", "loss_impl": "loss implementation", "optimizer": "optimizer",
-    "optimizer_impl": "optimizer implementation", "optimizer_in_bwd": "optimizer in backward",
-    "zero_grad_set_to_none": "zero_grad(set_to_none)", "peft_method": "PEFT method", "lora_r": "LoRA rank",
-    "lora_alpha": "LoRA alpha", "lora_dropout": "LoRA dropout", "lora_targets": "LoRA target modules",
-    "modules_to_save": "fully trained modules", "quant_bits": "weight quantization", "quant_type": "quantization type",
-    "quant_double": "double quantization", "quant_storage_dtype": "quantized storage dtype",
-    "quant_compute_dtype": "quantized compute dtype", "dist_strategy": "distribution strategy",
-    "zero_stage": "ZeRO / FSDP sharding stage", "offload_optimizer": "optimizer offload",
-    "offload_params": "parameter offload", "world_size": "data-parallel ranks", "tensor_parallel": "tensor parallel",
-    "context_parallel": "context parallel", "pipeline_parallel": "pipeline parallel",
-    "fsdp_state_dict_type": "FSDP state-dict type", "alloc_conf": "PYTORCH_CUDA_ALLOC_CONF", "gpu_name": "GPU",
-    "gpu_count": "GPU count", "weight_dtype": "weight dtype", "amp_dtype": "mixed precision",
-    "model_id": "model",
-    "objective": "training objective", "reference_free": "reference-free loss",
-    "precompute_ref": "precomputed reference log-probs", "ref_model_id": "reference model",
-    "prompt_len": "prompt length", "completion_len": "completion length", "num_generations": "generations per prompt",
-    "generation": "generation", "vllm_memory_share": "vLLM memory share", "reward_model_id": "reward model",
-    "value_model": "value model", "teacher_model_id": "teacher model",
-    "trained_layers": "trained layers", "trained_modules": "trained modules in those layers",
-    "trained_extra": "trained modules outside the layers", "trained_where": "which layers train",
-    "trainable_fp32": "fp32 upcast of trainable weights",
-    "optimizer_rank": "optimizer projection rank", "optimizer_targets": "matrices with projected optimizer states",
-    "task_head": "model head",
-}
-
 
 def hover_markdown(ctx: Context, concept: str) -> str:
     """The hover for one concept: what it is set to, what it costs now, the alternatives, the provenance."""
@@ -581,7 +568,7 @@ def budget_markdown(ctx: Context) -> str:
         v = e.components.get(key, 0)
         if v <= 0:
             continue
-        lines.append(f"| {COMPONENT_LABELS[key]} | {gib(v)} | `{bar(v / scale, BAR_WIDTH) or '▏'}` |")
+        lines.append(f"| {COMPONENT_LABELS[key]} | {table_gib(v)} | `{bar(v / scale, BAR_WIDTH) or '▏'}` |")
     lines.append(f"| **total on the device** | **{gib(e.device_bytes)}** | `{bar(e.device_bytes / scale, BAR_WIDTH)}` |")
     lines.append(f"| {markup.text(rp.gpu.name)} usable | {rp.gpu.usable_gib:.1f} | `{bar(usable / scale, BAR_WIDTH)}` |")
     if ctx.exact_gib is not None:
@@ -597,12 +584,10 @@ def budget_markdown(ctx: Context) -> str:
         lines.append(f"largest micro batch that fits: **{e.max_micro_batch}**"
                      + (f" · longest sequence at micro batch {rp.micro_batch}: **{e.max_seq_len}**"
                         if e.max_seq_len else ""))
-    defaults = [f"{CONCEPT_TITLES.get(k, k)} {markup.text(_show(s.value))}" for k, s in ctx.sources.items()
-                if s.origin == Origin.DEFAULT and k in HOVERS]
-    if defaults:
-        framework = next((s.framework for s in ctx.sources.values() if s.origin == Origin.DEFAULT and s.framework), None)
+    for source, group in by_source(applied_defaults(ctx.sources)):
         lines.append("")
-        lines.append(f"defaults{f' of {markup.text(framework)}' if framework else ''}: " + ", ".join(defaults))
+        lines.append(f"{markup.text(source.replace('default of', 'defaults of', 1))}: "
+                     + ", ".join(f"{markup.text(d.title)} {markup.code(d.value)}" for d in group))
     notes = list(ctx.assumptions) + list(e.assumptions)
     if notes:
         lines.append("")
@@ -615,16 +600,16 @@ def budget_markdown(ctx: Context) -> str:
 
 
 def _inlay(ctx: Context, concept: str) -> str | None:
-    rp, c = ctx.rp, ctx.component
+    rp = ctx.rp
     if concept == MODEL:
-        return f"weights {gib(c('weights') + c('quant_constants'))} GiB · peak {gib(ctx.est.device_bytes)} GiB"
+        return f"{figures(ctx, 'weights', 'quant_constants')} · peak {gib(ctx.est.device_bytes)} GiB"
     if concept in ("micro_batch", "global_batch"):
-        return f"activations {gib(c('activations') + c('logits'))} GiB"
+        return figures(ctx, "activations", "logits")
     if concept == "seq_len":
         d = ctx.delta(seq_len=rp.seq_len + 1024)
         return f"{signed_gib(d)} GiB per +1k tokens" if d is not None else None
     if concept == "optimizer":
-        return f"optimizer state {gib(c('optimizer'))} GiB"
+        return figures(ctx, "optimizer")
     if concept == "grad_checkpointing":
         other = ctx.peak(grad_checkpointing=not rp.grad_checkpointing)
         if other is None:
@@ -632,17 +617,17 @@ def _inlay(ctx: Context, concept: str) -> str | None:
         d = other.device_bytes - ctx.est.device_bytes
         return f"saves {gib(d)} GiB" if rp.grad_checkpointing else f"on would save {gib(-d)} GiB"
     if concept == "weight_dtype":
-        return f"weights {gib(c('weights'))} GiB"
+        return figures(ctx, "weights")
     if concept in ("quant_bits", "quant_type"):
-        return f"base weights {gib(c('weights') + c('quant_constants'))} GiB"
+        return figures(ctx, "weights", "quant_constants")
     if concept in ("lora_r", "lora_targets", "peft_method"):
-        return f"adapters {gib(c('adapters'))} GiB"
+        return figures(ctx, "adapters")
     if concept == "loss_impl":
-        return f"logits {gib(c('logits'))} GiB"
+        return figures(ctx, "logits")
     if concept == "alloc_conf":
-        return f"allocator cache {gib(c('allocator'))} GiB"
+        return figures(ctx, "allocator")
     if concept == "attn_impl":
-        return f"activations {gib(c('activations'))} GiB"
+        return figures(ctx, "activations")
     if concept == "gpu_name":
         return f"{rp.gpu.usable_gib:.1f} GiB usable"
     return None
@@ -660,7 +645,8 @@ def inlay_labels(ctx: Context) -> list[tuple[Span, str]]:
             continue
         line = span.end_line
         if line in by_line:
-            by_line[line][1].append(label)
+            if label not in by_line[line][1]:      # two settings of one line (load_in_4bit: bits and type)
+                by_line[line][1].append(label)
         else:
             by_line[line] = (span, [label])
     return [(span, " · ".join(labels)) for span, labels in by_line.values()]

@@ -68,7 +68,7 @@ def refusal(what: str, target: str, workspace: Path | None) -> str:
 
 
 def user_cache_home() -> Path:
-    """The user's cache folder for files vramlens writes and later trusts (calibration, the startup cache):
+    """The user's cache folder for files vramlens writes and later trusts (calibration):
     `$XDG_CACHE_HOME` only when it is absolute and not under the current directory (a relative value is
     relative to wherever the server or CLI was started, usually a repository), else `~/.cache`
     (XDG Base Directory spec: "If an implementation encounters a relative path in any of these variables it

@@ -8,12 +8,14 @@ JSON contract (`vramlens estimate --format json`, also produced by `vramlens tra
  "kd" | "pretrain"; the phases the objective adds: "reference-forward", "generation", "teacher-forward")
 "throughput": {"tokens_per_s", "run_tokens_per_s", "step_s", "mfu", "bound", "parts_s"} or null when the GPU's
  speed is not known (vramlens.estimate.throughput).
-plus "range_gib": {"low", "high"}, "phases_gib" (allocated GiB of each candidate phase), "params_trainable", "sources" (where each setting came from).
+plus "range_gib": {"low", "high"}, "phases_gib" (allocated GiB of each candidate phase), "params_trainable", "sources" (each setting's value and where it came
+from: {"<setting>": {"value", "from"}}, e.g. {"value": true, "from": "default of TRL 1.x (SFTConfig/ModelConfig)"}).
 """
 from __future__ import annotations
 
 from vramlens.estimate.result import COMPONENT_LABELS, COMPONENTS, GIB, Estimate
 from vramlens.plan import Origin, TrainingPlan
+from vramlens.provenance import applied_defaults, by_source, default_phrase, json_value
 from vramlens.resolve import CHOOSE_GPU, Resolution
 
 
@@ -28,7 +30,7 @@ def describe_source(s) -> str:
             where = f"{s.span.file}:{s.span.start_line + 1}"
         return f"{s.key or 'file'} ({where})"
     if s.origin == Origin.DEFAULT:
-        return f"default of {s.framework}"
+        return default_phrase(s)
     return s.origin.value + (f": {s.note}" if s.note else "")
 
 
@@ -60,7 +62,7 @@ def estimate_json(path: str, plan: TrainingPlan, res: Resolution, est: Estimate)
            **estimate_fields(res.resolved, est, plan.model_id.value if plan.model_id else None)}
     out["gpu"]["assumed"] = res.gpu_assumed
     out["assumptions"] = list(res.assumptions) + out["assumptions"]
-    out["sources"] = {k: describe_source(v) for k, v in res.sources.items()}
+    out["sources"] = {k: {"value": json_value(v.value), "from": describe_source(v)} for k, v in res.sources.items()}
     return out
 
 
@@ -163,6 +165,9 @@ def render_text(path: str, plan: TrainingPlan, res: Resolution, est: Estimate) -
                      + (f" · longest sequence at this batch: {est.max_seq_len}" if est.max_seq_len else ""))
     else:
         lines.append("  even a micro batch of 1 does not fit at this sequence length")
+    for source, group in by_source(applied_defaults(res.sources)):      # what the file does not set
+        lines.append(f"  {source.replace('default of', 'defaults of', 1)}, applied:")
+        lines.extend(f"    - {d.title}: {d.value}" for d in group)
     notes = list(res.assumptions) + list(est.assumptions)
     if notes:
         lines.append("  assumptions:")

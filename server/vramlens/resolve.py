@@ -22,6 +22,17 @@ CHOOSE_GPU = ("choose one with `--gpu`, the `gpu` setting (`.vramlens.toml`, `[t
               "`vramlens.gpu`) or a `# vramlens: gpu=…` comment in the file")
 
 
+def no_bf16_note(gpu_name: str) -> str:
+    """What every view says when bf16 is asked for on a GPU without it (the CLI's assumptions, the hover)."""
+    return (f"{gpu_name} has no bf16: the run would fail or fall back to fp16; estimated as fp16 "
+            "(2 bytes per value, as bf16)")
+
+
+def shown_compute_dtype(compute_dtype: str, gpu_bf16: bool) -> str:
+    """The compute dtype the estimate stands for: bf16 on a GPU without it is estimated as fp16."""
+    return "fp16" if compute_dtype == "bf16" and not gpu_bf16 else compute_dtype
+
+
 class ResolveError(ValueError):
     """The plan cannot be estimated (e.g. unknown model); `concept` names the culprit."""
 
@@ -149,7 +160,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         sources["amp_dtype"] = Sourced(value=amp_dtype, origin=Origin.DERIVED, framework=fw_label,
                                        note=f"ms-swift turns torch_dtype {weight_dtype} into `{amp_dtype}: true`")
     if amp_dtype == "bf16" and not gpu.bf16:
-        assumptions.append(f"{gpu.name} has no bf16: the run would fail or fall back; estimated as fp16")
+        assumptions.append(no_bf16_note(gpu.name))
     amp = weight_dtype == "fp32" and amp_dtype in ("bf16", "fp16", "fp8")
     compute = weight_dtype if not amp else ("fp16" if amp_dtype == "fp16" else "bf16")
     if compute == "fp16" and amp_dtype == "bf16":

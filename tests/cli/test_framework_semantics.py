@@ -65,7 +65,7 @@ def test_swift_bfloat16_under_zero3_is_amp_with_fp32_master_weights():
     z3, ddp = cli("swift_full_zero3.sh"), cli("swift_full_ddp.sh")
     n, ranks = z3["model"]["params"], z3["gpu"]["count"]
     assert ranks == 8
-    assert z3["sources"]["amp_dtype"].startswith("derived")
+    assert z3["sources"]["amp_dtype"]["from"].startswith("derived")
     assert parts(z3)["weights"] == pytest.approx(gib(n, 2, 8), abs=0.02)
     assert parts(z3)["optimizer"] == pytest.approx(gib(n, 12, 8), abs=0.05)
     # without DeepSpeed the same flags train bf16 weights with bf16 AdamW states (HF Trainer, no master copy)
@@ -88,7 +88,7 @@ def test_open_instruct_yaml_is_read_with_open_instructs_defaults():
 def test_open_instruct_qlora_uses_its_paged_bitsandbytes_adamw():
     result = cli("open_instruct_qlora.yaml")
     assert result["format"] == "open-instruct"
-    assert result["sources"]["optimizer"].startswith("derived")
+    assert result["sources"]["optimizer"]["from"].startswith("derived")
     assert parts(result)["optimizer_paged"] > 0 and parts(result)["quant_constants"] > 0
 
 
@@ -162,7 +162,7 @@ def test_galore_keeps_rank_r_optimizer_states():
 
 def test_transformers_galore_reads_its_targets_and_rank_from_the_training_arguments():
     galore, adamw = cli("trl_galore_sft.yaml"), cli("trl_adamw_sft.yaml")
-    assert galore["sources"]["optimizer_rank"].startswith("optim_args")
+    assert galore["sources"]["optimizer_rank"]["from"].startswith("optim_args")
     assert parts(galore)["weights"] == parts(adamw)["weights"]
     assert parts(galore)["optimizer"] < 0.1 * parts(adamw)["optimizer"]
     assert parts(galore)["gradients"] == parts(adamw)["gradients"]               # full gradients, projected states
@@ -182,7 +182,7 @@ def test_unsloth_colab_notebooks_fit_on_a_t4(name):
 def test_unsloth_loads_4bit_by_default_and_offloads_checkpoints():
     default, explicit = cli("unsloth_default_4bit.py", gpu="T4"), cli("unsloth_llama31_8b_t4.py", gpu="T4")
     assert default["peak"] == explicit["peak"]
-    assert default["sources"]["quant_bits"].startswith("default")
+    assert default["sources"]["quant_bits"]["from"].startswith("default")
     plain = cli("unsloth_plain_checkpointing.py", gpu="T4")
     assert plain["phases_gib"]["forward-backward"] > explicit["phases_gib"]["forward-backward"]
 

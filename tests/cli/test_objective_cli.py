@@ -24,7 +24,7 @@ def test_full_dpo_recipe_reports_dpo_and_its_frozen_reference():
     assert result["components_gib"]["reference"] == 14.96
     assert result["components_gib"]["weights"] == 14.96
     assert "reference-forward" in result["phases_gib"]
-    assert result["sources"]["objective"].startswith("derived")      # from the DPOConfig keys of the recipe
+    assert result["sources"]["objective"]["from"].startswith("derived")      # from the DPOConfig keys of the recipe
 
 
 def test_peft_dpo_has_no_copy_and_at_least_twice_the_sft_activations():

@@ -181,6 +181,15 @@ async function main() {
       } catch (e) {
         out.console.push(`no squiggle: ${e.message}`);
       }
+      // The peak in the status bar itself (not only in the language status popup).
+      const peakItem = page.locator('.part.statusbar .statusbar-item', { hasText: /peak .*GiB/ }).first();
+      try {
+        await peakItem.waitFor({ state: 'visible', timeout: 15000 });
+        out.statusBar = (await peakItem.innerText()).trim();
+      } catch {
+        out.statusBar = null;
+        out.statusBarItems = await page.locator('.part.statusbar .statusbar-item').allInnerTexts();
+      }
       for (let i = 0; i < 50; i++) {
         out.breakdown = await readBreakdown(page);
         if (out.breakdown.segments > 0) break;

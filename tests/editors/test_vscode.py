@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -213,6 +214,18 @@ def test_oom_diagnostic_hover_and_fix_in_vscode(tmp_path: Path, oom_example: Oom
     assert "GiB" in result["hovers"]["model"], result["hovers"]
     assert page["squiggle"], f"no error squiggle on the page: {page}"
     assert page["hoverText"] and ("VL001" in page["hoverText"] or error["message"][:40] in page["hoverText"]), page
+
+    # The status bar itself shows the peak and the GPU, the same figures as the diagnostic.
+    peak = re.search(r"peak (\d+(?:\.\d+)?) GiB", error["message"])
+    assert peak, error["message"]
+    assert page["statusBar"], f"no vramlens peak in the status bar; items: {page.get('statusBarItems')}"
+    assert f"peak {float(peak.group(1)):g}/" in page["statusBar"] and oom_example.gpu in page["statusBar"], (
+        page["statusBar"], error["message"])
+
+    # The output channel is not filled with pygls' notes on cancels of requests already answered.
+    channel = ARTIFACTS / "vscode-oom-vramlens.log"
+    assert channel.is_file(), "no vramlens output channel log"
+    assert "Cancel notification for unknown message id" not in channel.read_text(errors="replace")
 
     # The breakdown chart rendered the estimate the server sent (a bar segment per component).
     assert page["breakdown"] and page["breakdown"]["segments"] >= 2, (page.get("breakdown"), page["console"])

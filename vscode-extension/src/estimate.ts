@@ -40,6 +40,12 @@ export function statusText(e: Estimate): string {
   return `${gpuLabel(e)}${assumed} · ${gib(e.peak.device_gib)}/${gib(e.gpu.usable_gib)} GiB`;
 }
 
+/** Status bar text, e.g. "peak 71.3/39.4 GiB A100-40GB" (the same figures as the language status item). */
+export function statusBarText(e: Estimate): string {
+  const assumed = e.gpu.assumed ? ' (assumed)' : '';
+  return `peak ${gib(e.peak.device_gib)}/${gib(e.gpu.usable_gib)} GiB ${gpuLabel(e)}${assumed}`;
+}
+
 export function statusDetail(e: Estimate): string {
   const verdict = e.fits
     ? `fits with ${gib(e.headroom_gib)} GiB to spare`

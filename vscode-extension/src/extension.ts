@@ -1,5 +1,5 @@
 // vramlens for VS Code: starts the bundled Python language server (`python -m vramlens serve`)
-// and adds what LSP alone does not give: a language status item with the predicted peak,
+// and adds what LSP alone does not give: the predicted peak in the status bar and a language status item,
 // a GPU picker, a breakdown chart, exact-trace / live-probe commands with progress and cancel.
 import * as path from 'path';
 import * as vscode from 'vscode';
@@ -14,7 +14,9 @@ import {
 } from 'vscode-languageclient/node';
 import { BreakdownPanel } from './breakdown';
 import { GpuEntry, gpuItems } from './gpus';
-import { ESTIMATE_NOTIFICATION, Estimate, isEstimate, isNoEstimate, statusDetail, statusText } from './estimate';
+import {
+  ESTIMATE_NOTIFICATION, Estimate, isEstimate, isNoEstimate, statusBarText, statusDetail, statusText,
+} from './estimate';
 import { checkPythonVersion, isSupported, MIN_PYTHON, onPythonInterpreterChanged, resolveInterpreter } from './python';
 
 /**
@@ -37,6 +39,8 @@ class Extension implements vscode.Disposable {
   /** Why a document has no estimate, from the server's last notification for it. */
   private readonly noEstimate = new Map<string, string>();
   private readonly status: vscode.LanguageStatusItem;
+  /** The peak of the active document in the status bar itself (the language status item sits in the `{}` popup). */
+  private readonly peakItem: vscode.StatusBarItem;
   private readonly breakdown: BreakdownPanel;
   private readonly disposables: vscode.Disposable[] = [];
 
@@ -45,8 +49,11 @@ class Extension implements vscode.Disposable {
     this.status.name = 'vramlens';
     this.status.text = 'vramlens';
     this.status.command = { title: 'Show logs', command: 'vramlens.showLogs' };
+    this.peakItem = vscode.window.createStatusBarItem('vramlens.peak', vscode.StatusBarAlignment.Right, 100);
+    this.peakItem.name = 'vramlens peak';
+    this.peakItem.command = 'vramlens.showBreakdown';
     this.breakdown = new BreakdownPanel(context.extensionUri);
-    this.disposables.push(this.status, this.breakdown);
+    this.disposables.push(this.status, this.peakItem, this.breakdown);
   }
 
   // ---- server lifecycle ---------------------------------------------------------------------
@@ -137,6 +144,7 @@ class Extension implements vscode.Disposable {
     this.client = undefined;
     this.estimates.clear();
     this.noEstimate.clear();
+    this.peakItem.hide();
     if (client && client.state !== State.Stopped) {
       try {
         await client.stop(5000);
@@ -199,6 +207,7 @@ class Extension implements vscode.Disposable {
         ? 'No training settings found in this file' : `No estimate: ${reason}`;
       this.setStatus('vramlens', detail, vscode.LanguageStatusSeverity.Information);
       this.status.command = { title: 'Show logs', command: 'vramlens.showLogs' };
+      this.peakItem.hide();
       return;
     }
     this.setStatus(
@@ -207,6 +216,10 @@ class Extension implements vscode.Disposable {
       e.fits ? vscode.LanguageStatusSeverity.Information : vscode.LanguageStatusSeverity.Error,
     );
     this.status.command = { title: 'Breakdown', command: 'vramlens.showBreakdown' };
+    this.peakItem.text = `${e.fits ? '$(check)' : '$(error)'} ${statusBarText(e)}`;
+    this.peakItem.tooltip = `vramlens: ${statusDetail(e)} (click for the breakdown)`;
+    this.peakItem.backgroundColor = e.fits ? undefined : new vscode.ThemeColor('statusBarItem.errorBackground');
+    this.peakItem.show();
   }
 
   private setStatus(text: string, detail: string, severity: vscode.LanguageStatusSeverity, busy = false): void {

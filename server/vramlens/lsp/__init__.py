@@ -24,9 +24,6 @@ def serve(*, tcp: bool = False, host: str = "127.0.0.1", port: int = 2087, log_l
     # (measured). It is switched back on once the answer is sent (server.py).
     gc.disable()
 
-    from vramlens.lsp import startup_cache
-
-    startup_cache.install()      # before anything imports lsprotocol.types
     from vramlens.lsp import logs
 
     server = create_server()

@@ -24,12 +24,10 @@ from pygls.uris import from_fs_path
 from pygls.workspace import TextDocument
 
 from vramlens import file_access
-from vramlens.fixes import change_key
-from vramlens.formats.references import MAX_REFERENCED_BYTES
 from vramlens.lsp.convert import SOURCE, Lines, workspace_edit
-from vramlens.lsp.documents import Result
 
 if TYPE_CHECKING:
+    from vramlens.lsp.documents import Result
     from vramlens.lsp.server import VramlensServer
 
 log = logging.getLogger(__name__)
@@ -94,6 +92,8 @@ class EditBuilder:
         if uri not in self._lines:
             other = self.ls.workspace.text_documents.get(uri)
             if other is None:
+                from vramlens.formats.references import MAX_REFERENCED_BYTES     # loaded with the analysis
+
                 try:     # the file the analysis read (it passed the workspace check there), read the same way
                     text = file_access.read_text_checked(Path(file), MAX_REFERENCED_BYTES, expect=Path(file),
                                                          errors="strict")
@@ -148,6 +148,8 @@ def code_actions(ls: "VramlensServer", params: types.CodeActionParams) -> list[t
     doc = ls.workspace.text_documents.get(uri)
     if result is None or doc is None or result.analysis is None:
         return []
+    from vramlens.fixes import change_key      # with the analysis, after the initialize answer (it imports pydantic)
+
     only = params.context.only
     builder = EditBuilder(ls, doc, result)
     actions: list[types.CodeAction] = []

@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcRequestCancelled
 
-from vramlens.lsp.diagnostics import notify_estimate
-
 if TYPE_CHECKING:
     from vramlens.lsp.server import VramlensServer
 
@@ -148,6 +146,8 @@ class Commands:
         if kind == "trace" and isinstance(exact, (int, float)) and result.plan_key:
             self.ls.remember_exact(uri, result.plan_key, float(exact))
             result.extra.pop("explain", None)
+            from vramlens.lsp.diagnostics import notify_estimate
+
             notify_estimate(self.ls, result)
             self.ls.refresh_views()
         return summary

@@ -42,6 +42,23 @@ class ClientLogHandler(logging.Handler):
             self._local.busy = False
 
 
+class AnsweredCancelFilter(logging.Filter):
+    """Drops pygls' warning for a `$/cancelRequest` whose request was already answered.
+
+    Editors cancel requests they no longer need (VS Code cancels hovers, code actions and inlay hints as the
+    cursor moves), and the answer is often out before the cancel arrives; LSP says such a cancel is to be
+    ignored. pygls logs each one at WARNING (pygls/protocol/json_rpc.py, `_handle_cancel_notification`), which
+    filled the output channel. Only that one message is dropped; every other record of the logger passes."""
+
+    MESSAGE = "Cancel notification for unknown message id"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith(self.MESSAGE))
+
+
+PYGLS_RPC_LOGGER = "pygls.protocol.json_rpc"
+
+
 def configure(server: "VramlensServer | None", level: int = logging.WARNING) -> None:
     """stderr for everything at `level` and above (pygls logs each message at INFO: kept out)."""
     root = logging.getLogger()
@@ -51,6 +68,9 @@ def configure(server: "VramlensServer | None", level: int = logging.WARNING) -> 
     stderr.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(stderr)
     root.setLevel(level)
+    rpc = logging.getLogger(PYGLS_RPC_LOGGER)
+    if not any(isinstance(f, AnsweredCancelFilter) for f in rpc.filters):
+        rpc.addFilter(AnsweredCancelFilter())
     if server is not None:
         client = ClientLogHandler(server, max(level, logging.WARNING))
         client.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))

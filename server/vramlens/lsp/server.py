@@ -26,22 +26,28 @@ from pygls.protocol.language_server import lsp_method
 from pygls.uris import to_fs_path
 
 from vramlens import __version__
-from vramlens.lsp import code_actions, code_lens, completion, config, diagnostics, framing, hover, inlay_hints, \
-    startup_cache
+# Imported before the `initialize` answer: only what registering the features needs. The analysis pipeline,
+# the settings model (pydantic) and the modules that use them are imported on first use, after the answer
+# (`config`, `diagnostics`, `documents`, `vramlens.settings`; `_warm_up` loads them in the background).
+from vramlens.lsp import code_actions, code_lens, completion, framing, hover, inlay_hints
 from vramlens.lsp.commands import LIST_GPUS, RUN_PROBE, RUN_TRACE, Commands, list_gpus
-from vramlens.lsp import pipeline
-from vramlens.lsp.documents import Analyzer, Result
 from vramlens.lsp.lifecycle import LifecycleProtocol
-from vramlens.settings import merge
 
 if TYPE_CHECKING:
     from vramlens import explain
+    from vramlens.lsp import config
+    from vramlens.lsp.documents import Analyzer, Result
 
 log = logging.getLogger("vramlens.lsp")
 
 CONFIG_TIMEOUT_S = 2.0       # how long a first analysis waits for the client's settings
-CACHE_SAVE_DELAY_S = 5.0     # the startup cache is written this long after `initialized` (off the busy start)
 PULL_DIAGNOSTICS_ID = "vramlens"
+
+
+def _max_document_chars() -> int:
+    from vramlens.lsp import pipeline       # after the initialize answer: documents arrive only then
+
+    return pipeline.max_document_chars()
 
 
 class AnsweringProtocol(LifecycleProtocol):
@@ -84,7 +90,7 @@ class AnsweringProtocol(LifecycleProtocol):
         item = params.text_document
         oversized: dict[str, int] = self._server.oversized
         oversized.pop(item.uri, None)
-        if len(item.text) > pipeline.max_document_chars():
+        if len(item.text) > _max_document_chars():
             oversized[item.uri] = len(item.text)
             item = types.TextDocumentItem(uri=item.uri, language_id=item.language_id, version=item.version,
                                           text="")
@@ -101,7 +107,7 @@ class AnsweringProtocol(LifecycleProtocol):
         if uri in oversized:
             whole = [i for i, c in enumerate(changes) if isinstance(c, types.TextDocumentContentChangeWholeDocument)]
             doc = self.workspace.text_documents.get(uri)
-            if not whole or len(changes[whole[-1]].text) > pipeline.max_document_chars():
+            if not whole or len(changes[whole[-1]].text) > _max_document_chars():
                 if doc is not None:
                     doc.version = params.text_document.version   # nothing else: it stays unread
                 return
@@ -110,7 +116,7 @@ class AnsweringProtocol(LifecycleProtocol):
         for change in changes:
             self.workspace.update_text_document(params.text_document, change)
         doc = self.workspace.text_documents.get(uri)
-        if doc is not None and len(doc.source) > pipeline.max_document_chars():
+        if doc is not None and len(doc.source) > _max_document_chars():
             oversized[uri] = len(doc.source)
             self.workspace.put_text_document(types.TextDocumentItem(
                 uri=uri, language_id=doc.language_id or "", version=doc.version or 0, text=""))
@@ -127,14 +133,13 @@ class VramlensServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__("vramlens", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
                          protocol_cls=AnsweringProtocol)
-        self.settings = config.SettingsStore()
-        self.analyzer = Analyzer(self, self._on_result)
         self.commands = Commands(self)
         self.trusted = False          # until initializationOptions say `trusted: true`
         self.pull_diagnostics = False
         self._settings_ready: asyncio.Event | None = None
         self._exact: dict[tuple[str, str], float] = {}
         self._workers: dict[str, Any] = {}
+        self._initialization_options: Any = None     # read on `initialized`, after the answer
         self._hub: Any = None
         self.oversized: dict[str, int] = {}       # uri → size of an open document too large to read
         self.warm_up: threading.Thread | None = None     # started at `initialized`
@@ -186,6 +191,18 @@ class VramlensServer(LanguageServer):
             asyncio.run(listen())
         except asyncio.CancelledError:
             pass
+
+    @functools.cached_property
+    def settings(self) -> "config.SettingsStore":
+        from vramlens.lsp import config
+
+        return config.SettingsStore()
+
+    @functools.cached_property
+    def analyzer(self) -> "Analyzer":
+        from vramlens.lsp.documents import Analyzer
+
+        return Analyzer(self, self._on_result)
 
     # ---- client capabilities -------------------------------------------------------------------
 
@@ -244,6 +261,8 @@ class VramlensServer(LanguageServer):
         """Ask the client for the `vramlens` section (workspace/configuration)."""
         if not self.client_supports_configuration():
             return
+        from vramlens.lsp import config
+
         root = self.workspace.root_uri
         try:
             answer = await asyncio.wait_for(self.workspace_configuration_async(types.ConfigurationParams(
@@ -265,6 +284,8 @@ class VramlensServer(LanguageServer):
     # ---- results -------------------------------------------------------------------------------
 
     def _on_result(self, result: Result) -> None:
+        from vramlens.lsp import diagnostics
+
         if not self.pull_diagnostics:
             diagnostics.publish(self, result)
         diagnostics.notify_estimate(self, result)
@@ -290,6 +311,8 @@ class VramlensServer(LanguageServer):
         """One long-lived worker client per kind (its subprocess keeps torch imported)."""
         if kind == "trace":
             # the interpreter comes from the user's settings only, never from a project file in the repository
+            from vramlens.settings import merge
+
             python = merge([self.settings.initialization, self.settings.editor]).trace_python
             current = self._workers.get(kind)
             if current is not None and getattr(current, "python", None) != (python or sys.executable):
@@ -391,7 +414,21 @@ def create_server() -> VramlensServer:
     @_guard()
     def initialize(ls: VramlensServer, params: types.InitializeParams) -> None:
         asyncio.get_running_loop().call_soon(_after_initialize_answer)     # runs once the answer is sent
-        options = params.initialization_options
+        ls._initialization_options = params.initialization_options      # read on `initialized`
+        if ls._cap("text_document.diagnostic") is not None:
+            ls.pull_diagnostics = True
+            server.feature(types.TEXT_DOCUMENT_DIAGNOSTIC, types.DiagnosticOptions(
+                identifier=PULL_DIAGNOSTICS_ID, inter_file_dependencies=True, workspace_diagnostics=False,
+            ))(_guard(lambda: types.RelatedFullDocumentDiagnosticReport(items=[]))(_pull_diagnostics))
+
+    @server.feature(types.INITIALIZED)
+    @_guard()
+    async def initialized(ls: VramlensServer, params: types.InitializedParams) -> None:
+        from vramlens.lsp import config
+
+        # initializationOptions are read here, not in `initialize`: reading them needs the settings model
+        # (pydantic), whose import would delay the answer; no document arrives before `initialized`.
+        options = ls._initialization_options
         problems: list[str] = []
         ls.settings.initialization = config.read_client_settings(options, problems)
         ls._report_problems(problems)
@@ -400,22 +437,9 @@ def create_server() -> VramlensServer:
             log.info("workspace not trusted (initializationOptions.trusted is not true): traces and probes are off")
         if ls.settings.initialization.get("debounce_ms") is not None:
             ls.analyzer.debounce_s = ls.settings.initialization["debounce_ms"] / 1000
-        if ls._cap("text_document.diagnostic") is not None:
-            ls.pull_diagnostics = True
-            server.feature(types.TEXT_DOCUMENT_DIAGNOSTIC, types.DiagnosticOptions(
-                identifier=PULL_DIAGNOSTICS_ID, inter_file_dependencies=True, workspace_diagnostics=False,
-            ))(_guard(lambda: types.RelatedFullDocumentDiagnosticReport(items=[]))(diagnostics.pull))
-
-    @server.feature(types.INITIALIZED)
-    @_guard()
-    async def initialized(ls: VramlensServer, params: types.InitializedParams) -> None:
         # Started only now, after the initialize answer went out: it would compete for the GIL with it.
         ls.warm_up = threading.Thread(target=_warm_up, daemon=True, name="vramlens-warm-up")
         ls.warm_up.start()
-        cache = startup_cache.active()
-        if cache is not None:
-            log.info("startup cache at initialized: %s", cache.summary())
-            asyncio.get_running_loop().call_later(CACHE_SAVE_DELAY_S, cache.save_in_background)
         ready = ls.settings_ready()
         if ls.trusted:      # runs a program found on PATH: never for a workspace the editor does not trust
             threading.Thread(target=_detect_gpu, args=(ls, asyncio.get_running_loop()), daemon=True,
@@ -447,6 +471,8 @@ def create_server() -> VramlensServer:
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     @_guard()
     async def did_change_configuration(ls: VramlensServer, params: types.DidChangeConfigurationParams) -> None:
+        from vramlens.lsp import config
+
         settings = params.settings
         if isinstance(settings, dict) and (config.SECTION in settings or "settings" in settings):
             problems: list[str] = []
@@ -495,6 +521,8 @@ def create_server() -> VramlensServer:
     def did_close(ls: VramlensServer, params: types.DidCloseTextDocumentParams) -> None:
         ls.analyzer.forget(params.text_document.uri)
         if not ls.pull_diagnostics:
+            from vramlens.lsp import diagnostics
+
             diagnostics.clear(ls, params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
@@ -540,11 +568,14 @@ def create_server() -> VramlensServer:
     @_guard()
     def shutdown(ls: VramlensServer, params: Any) -> None:
         ls.shutdown_workers()
-        cache = startup_cache.active()
-        if cache is not None:
-            cache.save()        # what was generated since the last write (the first messages of each kind)
 
     return server
+
+
+async def _pull_diagnostics(ls: VramlensServer, params: types.DocumentDiagnosticParams) -> Any:
+    from vramlens.lsp import diagnostics
+
+    return await diagnostics.pull(ls, params)
 
 
 def _after_initialize_answer() -> None:
@@ -581,6 +612,7 @@ def _warm_up() -> None:
     (about a second on a busy 2-core machine) before the editor's first didOpen needs them."""
     try:
         from vramlens.analysis import Settings, analyze
+        from vramlens.lsp import config, diagnostics, documents  # noqa: F401
         from vramlens.knowledge import gpus, models, optimizers
 
         gpus.all_gpus()
