@@ -16,6 +16,7 @@ from vramlens.calibration import calibrate
 from vramlens.estimate import Estimate, estimate
 from vramlens.fixes import Fix, Fixer
 from vramlens.formats import parse_document
+from vramlens.formats.notebook import document_text
 from vramlens.plan import TrainingPlan
 from vramlens.resolve import Resolution, ResolveError, resolve
 from vramlens.rules import Finding, Related, RuleContext, run_rules
@@ -47,6 +48,7 @@ def analyze(text: str, path: str | Path, settings: Settings | None = None) -> An
     settings = settings or Settings()
     path = str(path)
     try:
+        text = document_text(text, path)      # a notebook's JSON → its cell text, which every span points into
         return _analyze(text, path, settings)
     except Exception as exc:      # a bug, not bad input: report it on the document and keep the server alive
         log.exception("analysis of %s failed", path)

@@ -1,11 +1,13 @@
 """Check training configs for predicted out-of-memory and other memory problems (for CI and pre-commit).
 
-Folders are walked for candidate files (.yaml .yml .json .py .sh .md); files that are not training configs
+Folders are walked for candidate files (.yaml .yml .json .py .sh .md .ipynb); files that are not training configs
 are skipped (listed with -v). Project settings (`.vramlens.toml` or `[tool.vramlens]` in pyproject.toml)
 apply; command-line flags win over them.
 
 Exit codes: 0 no finding at error level, 1 findings at error level, 2 usage error, a refused setting (flag or
 project file) or a named file that cannot be read. JSON and SARIF positions are 1-based lines and columns (SARIF endColumn is exclusive).
+In a notebook (.ipynb) a position is in a code cell: text `path:cell N:line:col`, JSON `"cell": N` with lines
+counted in that cell, SARIF the same lines with `properties.notebookCell`; `--fix` does not write notebooks.
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ class FileResult:
     skipped: str | None = None           # why it was not checked
     unreadable: str | None = None        # why it could not be read (exit 2 when explicit)
     applied: list[str] = field(default_factory=list)   # titles of fixes written by --fix
+    cells: object | None = None          # a notebook's code cells (formats.notebook.CellText); spans point into them
 
     @property
     def findings(self) -> list:
@@ -80,6 +83,7 @@ def _check_file(path: Path, explicit: bool, args, cli_severity: dict[str, str]) 
     from vramlens.analysis import analyze
     from vramlens.cli.paths import read_config_text
     from vramlens.cli.project import settings_for
+    from vramlens.formats import notebook
 
     result = FileResult(path, explicit)
     try:
@@ -89,6 +93,9 @@ def _check_file(path: Path, explicit: bool, args, cli_severity: dict[str, str]) 
         result.skipped = result.unreadable
         return result
     settings = settings_for(path, args, cli_severity)
+    if notebook.is_notebook(str(path)):
+        result.text = notebook.document_text(result.text, str(path))
+        result.cells = notebook.CellText.parse(result.text)
     analysis = analyze(result.text, str(path), settings)
     result.analysis = analysis
     if analysis.plan is None:
@@ -98,7 +105,7 @@ def _check_file(path: Path, explicit: bool, args, cli_severity: dict[str, str]) 
             result.skipped = "not a training config" + (f" ({analysis.error})" if analysis.error else "")
         return result
     _drop_no_model_notice(analysis)
-    if args.fix:
+    if args.fix and result.cells is None:
         _fix(result, settings)
     return result
 
@@ -187,7 +194,9 @@ def _print_text(results: list[FileResult], verbose: bool) -> None:
         for title in r.applied:
             print(f"  fixed: {title}", file=out)
         for f in r.findings:
-            print(f"{r.path}:{f.span.start_line + 1}:{f.span.start_col + 1}: {f.severity} {f.rule_id} "
+            cell, span = _cell_span(r, f.span)
+            where = f"cell {cell + 1}:" if cell is not None else ""
+            print(f"{r.path}:{where}{span.start_line + 1}:{span.start_col + 1}: {f.severity} {f.rule_id} "
                   f"[{f.name}] {f.message}", file=out)
             if f.severity == "error" or verbose:
                 for fix in f.fixes:
@@ -197,6 +206,16 @@ def _print_text(results: list[FileResult], verbose: bool) -> None:
     print(f"{s['files_checked']} config(s) checked, {s['files_skipped']} skipped: {s['error']} error(s), "
           f"{s['warning']} warning(s), {s['information'] + s['hint']} note(s)"
           + (f"; fixed {s['files_fixed']} file(s)" if s["files_fixed"] else ""), file=out)
+
+
+def _cell_span(r: FileResult, span):
+    """(cell index or None, the span in that cell) for a span of this file."""
+    if r.cells is None or span.file not in ("", str(r.path)):
+        return None, span
+    from vramlens.formats.notebook import cell_span
+
+    index, span = cell_span(r.cells, span)
+    return r.cells.numbers[index] - 1 if r.cells.numbers else index, span
 
 
 def _pos(line: int, col: int) -> dict:
@@ -226,7 +245,7 @@ def _json(results: list[FileResult]) -> dict:
                 "error": a.error,
                 "findings": [{
                     "rule": f.rule_id, "name": f.name, "severity": f.severity, "message": f.message,
-                    "start": _pos(f.span.start_line, f.span.start_col), "end": _pos(f.span.end_line, f.span.end_col),
+                    **_json_position(r, f.span),
                     "related": [{"file": rel.span.file, "start": _pos(rel.span.start_line, rel.span.start_col),
                                  "message": rel.message} for rel in f.related],
                     "fixes": [_fix_json(x) for x in f.fixes],
@@ -235,6 +254,13 @@ def _json(results: list[FileResult]) -> dict:
             })
         files.append(entry)
     return {"version": 1, "files": files, "summary": _summary(results)}
+
+
+def _json_position(r: FileResult, span) -> dict:
+    cell, span = _cell_span(r, span)
+    out = {"cell": cell + 1} if cell is not None else {}
+    out.update(start=_pos(span.start_line, span.start_col), end=_pos(span.end_line, span.end_col))
+    return out
 
 
 def _region(span) -> dict:
@@ -277,8 +303,11 @@ def _sarif(results: list[FileResult]) -> dict:
     out_results = []
     for r in results:
         for f in r.findings:
+            cell, span = _cell_span(r, f.span)
             res = {"ruleId": f.rule_id, "ruleIndex": index[f.rule_id], "level": SARIF_LEVEL[f.severity],
-                   "message": {"text": f.message}, "locations": [_location(r.path, f.span, root)]}
+                   "message": {"text": f.message}, "locations": [_location(r.path, span, root)]}
+            if cell is not None:
+                res["properties"] = {"notebookCell": cell + 1}
             related = []
             for i, rel in enumerate(f.related, start=1):
                 loc = _location(Path(rel.span.file) if rel.span.file else r.path, rel.span, root)
@@ -286,7 +315,7 @@ def _sarif(results: list[FileResult]) -> dict:
             if related:
                 res["relatedLocations"] = related
             fixes = []
-            for fix in f.fixes:
+            for fix in (f.fixes if r.cells is None else ()):
                 by_file: dict[Path, list] = {}
                 for e in fix.edits:          # an edit may target a referenced file (a DeepSpeed JSON)
                     by_file.setdefault(Path(e.span.file) if e.span.file else r.path, []).append(e)

@@ -1,0 +1,239 @@
+"""Jupyter notebooks (.ipynb): code cells read as Python, `!cmd` lines and `%%bash` cells as shell.
+
+A notebook is analysed as one text, its *cell text*: every code cell's source after a marker line
+`# %% [cell N]` (N is the cell's place in the notebook from 1, markdown cells counted, as editors number
+them; the percent format jupytext and VS Code use), in notebook order. The CLI builds it from the .ipynb JSON (nbformat 4, `cells[].source`; nbformat 3,
+`worksheets[0].cells[].input`), the language server from the cells the editor syncs (LSP 3.17
+notebook documents); both give the same text, so the same answer. Spans point into the cell text;
+`CellText.locate` maps a line back to (cell, line in the cell), since each cell line is kept whole.
+
+The cell text is read through two views of the same length, line for line:
+- the Python view blanks what IPython, not Python, reads: `!cmd` and `%magic` lines (with their `\\`
+  continuations), `x = !cmd`, `%%` cell magics other than `%%capture`/`%%time`/`%%timeit` (whose body is
+  Python), and a cell that still does not parse (an unfinished cell cannot hide the rest);
+- the shell view keeps only `!cmd` lines (the `!` becomes a space) and the bodies of `%%bash`, `%%sh`,
+  `%%shell` (Colab) and `%%script bash|sh` cells.
+The Python view is read first (`formats.python_calls`: a `SFTTrainer(...)` in a cell); when it holds no
+training call, the shell view (`formats.shell`: `!accelerate launch train.py --flags`).
+IPython's `{var}`/`$var` expansion inside `!` lines is not done: such a value is unknown.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass, field
+
+from vramlens.plan import Span, TrainingPlan
+
+MAX_NOTEBOOK_CHARS = 20_000_000       # outputs (images) make notebooks large; the code itself is small
+MARKER = "# %% [cell {n}]"
+_MARKER = re.compile(r"# %% \[cell (\d+)\]\Z")
+_SHELL_CELL = re.compile(r"%%(?:bash|sh|shell|script[ \t]+(?:bash|sh))\b")
+_PY_CELL_MAGICS = ("%%capture", "%%time", "%%timeit")
+_LINE_MAGIC = re.compile(r"[ \t]*(?:[!%]|[A-Za-z_][A-Za-z0-9_]*[ \t]*=[ \t]*[!%](?!=))")
+_SHELL_LINE = re.compile(r"([ \t]*)!(?!=)")
+SHELL_LANGUAGES = frozenset({"shellscript", "bash", "sh", "shell"})
+
+
+@dataclass
+class CellText:
+    """The code cells of a notebook as one text."""
+
+    text: str
+    starts: list[int] = field(default_factory=list)     # line of each cell's first source line (after its marker)
+    numbers: list[int] = field(default_factory=list)    # each code cell's place in the notebook (from 1)
+    languages: list[str] = field(default_factory=list)  # each cell's language ("python" unless the editor says)
+
+    @classmethod
+    def join(cls, sources: list[str], numbers: list[int] | None = None,
+             languages: list[str] | None = None) -> "CellText":
+        numbers = list(numbers or range(1, len(sources) + 1))
+        lines: list[str] = []
+        starts: list[int] = []
+        for n, src in zip(numbers, sources):
+            lines.append(MARKER.format(n=n))
+            starts.append(len(lines))
+            lines.extend(_split(src))
+        return cls("\n".join(lines), starts, numbers, list(languages or ["python"] * len(sources)))
+
+    @classmethod
+    def parse(cls, text: str) -> "CellText":
+        """Recover the cells from a cell text (markers with increasing numbers)."""
+        starts, numbers = [], []
+        for i, line in enumerate(text.split("\n")):
+            m = _MARKER.match(line)
+            if m and int(m.group(1)) > (numbers[-1] if numbers else 0):
+                starts.append(i + 1)
+                numbers.append(int(m.group(1)))
+        return cls(text, starts, numbers, ["python"] * len(starts))
+
+    def locate(self, line: int) -> tuple[int, int]:
+        """A cell-text line → (cell index from 0, line in that cell); a marker line counts as its cell's line 0."""
+        cell = 0
+        for i, start in enumerate(self.starts):
+            if start - 1 <= line:
+                cell = i
+            else:
+                break
+        if not self.starts:
+            return 0, line
+        return cell, max(0, line - self.starts[cell])
+
+    def cell_lines(self, index: int) -> tuple[int, int]:
+        """The cell-text lines [start, end) of one cell's source."""
+        start = self.starts[index]
+        end = self.starts[index + 1] - 1 if index + 1 < len(self.starts) else len(self.text.split("\n"))
+        return start, end
+
+
+def _split(src: str) -> list[str]:
+    """A cell's lines as editors count them (a final line break adds no line)."""
+    src = src.replace("\r\n", "\n").replace("\r", "\n")
+    return src.split("\n")
+
+
+def is_notebook(path: str) -> bool:
+    return path.lower().endswith(".ipynb")
+
+
+def from_json(text: str) -> CellText | None:
+    """The cell text of an .ipynb file; None when it is not a notebook in a language vramlens reads."""
+    if len(text) > MAX_NOTEBOOK_CHARS:
+        return None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+    lang = (meta.get("language_info") or {}).get("name") if isinstance(meta.get("language_info"), dict) else None
+    kernel = (meta.get("kernelspec") or {}).get("language") if isinstance(meta.get("kernelspec"), dict) else None
+    if (lang or kernel or "python").lower() != "python":
+        return None                                 # an R or Julia notebook
+    cells = data.get("cells")
+    key = "source"
+    if cells is None and isinstance(data.get("worksheets"), list) and data["worksheets"]:
+        ws = data["worksheets"][0]
+        cells, key = (ws.get("cells") if isinstance(ws, dict) else None), "input"
+    if not isinstance(cells, list):
+        return None
+    sources, numbers = [], []
+    for number, cell in enumerate(cells, 1):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        src = cell.get(key, "")
+        if isinstance(src, list):
+            src = "".join(s for s in src if isinstance(s, str))
+        if not isinstance(src, str):
+            continue
+        sources.append(src)
+        numbers.append(number)
+    return CellText.join(sources, numbers)
+
+
+def document_text(text: str, path: str) -> str:
+    """The text an .ipynb document is analysed as: its cell text (JSON is converted, a cell text kept)."""
+    if not is_notebook(path) or not text.lstrip().startswith("{"):
+        return text
+    cells = from_json(text)
+    return cells.text if cells is not None else ""
+
+
+def views(cells: CellText) -> tuple[str, str]:
+    """(Python view, shell view) of a cell text: same lines, each kept in the view that reads it, blank in the other."""
+    lines = cells.text.split("\n")
+    py = [""] * len(lines)
+    sh = [""] * len(lines)
+    for index, start in enumerate(cells.starts):
+        _, end = cells.cell_lines(index)
+        body = lines[start:end]
+        first = body[0].strip() if body else ""
+        language = cells.languages[index] if index < len(cells.languages) else "python"
+        if language in SHELL_LANGUAGES or _SHELL_CELL.match(first):
+            skip = 0 if language in SHELL_LANGUAGES else 1
+            for k in range(start + skip, end):
+                sh[k] = lines[k]
+            continue
+        if first.startswith("%%") and not first.startswith(_PY_CELL_MAGICS):
+            continue                                  # %%writefile, %%html, …: not code vramlens reads
+        cont_shell = cont_magic = False
+        for k in range(start, end):
+            line = lines[k]
+            if k == start and first.startswith("%%"):
+                continue
+            if cont_shell or cont_magic or _LINE_MAGIC.match(line):
+                m = _SHELL_LINE.match(line)
+                if cont_shell or m:
+                    sh[k] = line if cont_shell else m.group(1) + " " + line[m.end():]
+                    cont_shell = line.rstrip().endswith("\\")
+                else:
+                    cont_magic = line.rstrip().endswith("\\")
+                continue
+            py[k] = line
+        src = "\n".join(py[k] for k in range(start, end))
+        try:
+            ast.parse(src)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            for k in range(start, end):
+                py[k] = ""
+    return "\n".join(py), "\n".join(sh)
+
+
+def parse_notebook(text: str, ctx) -> TrainingPlan | None:
+    """`formats.TEXT_PARSERS` entry for .ipynb files (the .ipynb JSON or its cell text)."""
+    from vramlens.formats import python_calls, shell
+
+    text = document_text(text, ctx.path)
+    if not text:
+        return None
+    cells = CellText.parse(text)
+    py, sh = views(cells)
+    plan = python_calls.parse_python(py, ctx)
+    view = "python"
+    if plan is None:
+        plan = shell.parse_script(sh, ctx, fmt="shell")
+        view = "shell"
+    if plan is None:
+        return None
+    plan.format = "notebook"
+    plan.extra["notebook_view"] = _view_marker(view)
+    return plan
+
+
+def _view_marker(view: str):
+    from vramlens.plan import Origin, Sourced
+
+    return Sourced(value=view, origin=Origin.DERIVED, note="the notebook's cells read as " + view)
+
+
+def view_of(plan: TrainingPlan) -> str:
+    s = plan.extra.get("notebook_view")
+    return s.value if s is not None else "python"
+
+
+def render(text: str, plan: TrainingPlan, changes: dict):
+    """Edits for a notebook: made in the view the plan came from, whose lines are the cell text's own."""
+    from vramlens.formats import render_code
+
+    py, sh = views(CellText.parse(text))
+    as_view = plan.model_copy(update={"format": view_of(plan)})
+    if as_view.format == "python":
+        return render_code.render_python(py, as_view, changes)
+    return render_code.render_shell(sh, as_view, changes)
+
+
+def cell_span(cells: CellText, span: Span) -> tuple[int, Span]:
+    """A span in the cell text → (cell index, the span in that cell's own lines; clipped to the cell)."""
+    cell, line = cells.locate(span.start_line)
+    start, end = cells.cell_lines(cell) if cells.starts else (0, span.end_line + 1)
+    start_col = span.start_col if span.start_line >= start else 0
+    if span.end_line < end:
+        end_line, end_col = span.end_line - start, span.end_col
+    else:
+        end_line, end_col = max(0, end - 1 - start), 10 ** 6
+    if span.start_line < start:
+        end_line, end_col = 0, 0
+    return cell, span.model_copy(update={"start_line": line, "start_col": start_col, "end_line": max(end_line, line),
+                                         "end_col": end_col})
