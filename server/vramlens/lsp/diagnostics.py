@@ -10,6 +10,7 @@ from pygls.uris import from_fs_path
 from pygls.workspace import TextDocument
 
 from vramlens.lsp.convert import SOURCE, Lines, related_information, severity
+from vramlens.lsp import notebooks
 from vramlens.lsp.documents import Result
 
 if TYPE_CHECKING:
@@ -87,9 +88,11 @@ def to_diagnostics(result: Result, doc: TextDocument) -> list[types.Diagnostic]:
 
 
 def publish(ls: "VramlensServer", result: Result) -> None:
-    doc = ls.workspace.text_documents.get(result.uri)
+    doc = ls.document(result.uri)
     if doc is None or doc.version != result.version:
         return                      # a newer version is on its way; never show stale positions
+    if ls.workspace.get_notebook_document(notebook_uri=result.uri) is not None:
+        return notebooks.publish(ls, result.uri, doc.source, to_diagnostics(result, doc))
     ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
         uri=result.uri, version=result.version, diagnostics=to_diagnostics(result, doc)))
 
@@ -101,14 +104,20 @@ def clear(ls: "VramlensServer", uri: str) -> None:
 async def pull(ls: "VramlensServer", params: types.DocumentDiagnosticParams) -> types.DocumentDiagnosticReport:
     uri = params.text_document.uri
     await ls.wait_for_settings()
-    result = ls.analyzer.current(uri)
-    doc = ls.workspace.text_documents.get(uri)
+    nb = ls.workspace.get_notebook_document(cell_uri=uri)
+    analysed = nb.uri if nb is not None else uri          # a cell's findings come from its notebook's analysis
+    result = ls.analyzer.current(analysed)
+    doc = ls.document(analysed)
     if result is None or doc is None:
         return types.RelatedFullDocumentDiagnosticReport(items=[])
-    result_id = f"{result.version}:{result.generation}"
+    cell = ls.workspace.get_text_document(uri) if nb is not None else None
+    result_id = f"{result.version}:{result.generation}" + (f":{cell.version}" if cell is not None else "")
     if params.previous_result_id == result_id:
         return types.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
-    return types.RelatedFullDocumentDiagnosticReport(items=to_diagnostics(result, doc), result_id=result_id)
+    items = to_diagnostics(result, doc)
+    if nb is not None:
+        items = notebooks.split(ls, nb.uri, doc.source, items).get(uri, [])
+    return types.RelatedFullDocumentDiagnosticReport(items=items, result_id=result_id)
 
 
 def _g(n: float) -> float:

@@ -142,7 +142,7 @@ class Analyzer:
 
     def cached(self, uri: str) -> Result | None:
         """The result for the document's current version and settings, if already computed."""
-        doc = self.server.workspace.text_documents.get(uri)
+        doc = self.server.document(uri)
         result = self.results.get(uri)
         if doc is None or result is None:
             return None
@@ -155,7 +155,7 @@ class Analyzer:
         result = self.cached(uri)
         if result is not None:
             return result
-        doc = self.server.workspace.text_documents.get(uri)
+        doc = self.server.document(uri)
         if doc is None:
             return None
         result = self._analyse(doc)
@@ -225,7 +225,7 @@ class Analyzer:
     def invalidate_all(self) -> None:
         """Settings changed: every result is stale; re-analyse every open document."""
         self.generation += 1
-        for uri in list(self.server.workspace.text_documents):
+        for uri in self.server.analysed_uris():
             self.schedule(uri, 0)
 
     def forget(self, uri: str) -> None:

@@ -24,7 +24,8 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.uris import to_fs_path
 
 from vramlens import __version__
-from vramlens.lsp import code_actions, code_lens, completion, config, diagnostics, hover, inlay_hints, startup_cache
+from vramlens.lsp import (code_actions, code_lens, completion, config, diagnostics, hover, inlay_hints, notebooks,
+                          startup_cache)
 from vramlens.lsp.commands import LIST_GPUS, RUN_PROBE, RUN_TRACE, Commands, list_gpus
 from vramlens.lsp.documents import Analyzer, Result
 from vramlens.settings import merge
@@ -56,7 +57,7 @@ class AnsweringProtocol(LanguageServerProtocol):
 class VramlensServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__("vramlens", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
-                         protocol_cls=AnsweringProtocol)
+                         notebook_document_sync=notebooks.SYNC_OPTIONS, protocol_cls=AnsweringProtocol)
         self.settings = config.SettingsStore()
         self.analyzer = Analyzer(self, self._on_result)
         self.commands = Commands(self)
@@ -65,6 +66,7 @@ class VramlensServer(LanguageServer):
         self._settings_ready: asyncio.Event | None = None
         self._exact: dict[tuple[str, str], float] = {}
         self._workers: dict[str, Any] = {}
+        self.notebook_states: dict[str, notebooks.NotebookState] = {}
 
     # ---- client capabilities -------------------------------------------------------------------
 
@@ -84,6 +86,21 @@ class VramlensServer(LanguageServer):
 
     def client_supports_configuration(self) -> bool:
         return bool(self._cap("workspace.configuration"))
+
+    # ---- documents -----------------------------------------------------------------------------
+
+    def document(self, uri: str) -> Any:
+        """What is analysed under `uri`: an open text document, or an open notebook as one text (its cells
+        joined); None for a notebook cell (analysed with its notebook) or a closed document."""
+        doc = self.workspace.text_documents.get(uri)
+        if doc is not None:
+            return None if notebooks.is_cell(self, uri) else doc
+        return notebooks.document(self, uri)
+
+    def analysed_uris(self) -> list[str]:
+        """Every open document and notebook that gets an analysis."""
+        return ([uri for uri in self.workspace.text_documents if not notebooks.is_cell(self, uri)]
+                + list(self.workspace.notebook_documents))
 
     # ---- settings ------------------------------------------------------------------------------
 
@@ -357,6 +374,22 @@ def create_server() -> VramlensServer:
         ls.analyzer.forget(params.text_document.uri)
         if not ls.pull_diagnostics:
             diagnostics.clear(ls, params.text_document.uri)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+    @_guard()
+    def did_open_notebook(ls: VramlensServer, params: types.DidOpenNotebookDocumentParams) -> None:
+        ls.analyzer.schedule(params.notebook_document.uri, 0)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    @_guard()
+    def did_change_notebook(ls: VramlensServer, params: types.DidChangeNotebookDocumentParams) -> None:
+        ls.analyzer.changed(params.notebook_document.uri)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
+    @_guard()
+    def did_close_notebook(ls: VramlensServer, params: types.DidCloseNotebookDocumentParams) -> None:
+        ls.analyzer.forget(params.notebook_document.uri)
+        notebooks.clear(ls, params)
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
     @_guard()

@@ -1,0 +1,149 @@
+"""Notebooks in the editor (LSP 3.17 notebook document sync): one analysis per notebook, findings on the cells.
+
+The client syncs a notebook (`notebookDocument/didOpen|didChange|didClose`) with its code cells as text
+documents (pygls keeps both in the workspace). The notebook is analysed as one document, its cell text
+(`formats.notebook.CellText`, the same text `vramlens check` builds from the .ipynb file, so both give the
+same answer) under the notebook's URI; diagnostics are then split by cell and published on each cell's URI,
+with lines counted in that cell. A cell is never analysed on its own.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from urllib.parse import unquote
+
+from lsprotocol import types
+from pygls.workspace import TextDocument
+
+from vramlens.formats.notebook import CellText
+
+if TYPE_CHECKING:
+    from vramlens.lsp.server import VramlensServer
+
+# Jupyter notebooks (VS Code's and other clients' type name), Python cells: the cells the server reads.
+SYNC_OPTIONS = types.NotebookDocumentSyncOptions(notebook_selector=[
+    types.NotebookDocumentFilterWithNotebook(notebook="jupyter-notebook",
+                                             cells=[types.NotebookCellLanguage(language="python")]),
+    types.NotebookDocumentFilterWithNotebook(notebook=types.NotebookDocumentFilterNotebookType(
+        notebook_type="jupyter-notebook", pattern="**/*.ipynb"),
+        cells=[types.NotebookCellLanguage(language="python")]),
+])
+
+
+@dataclass
+class NotebookState:
+    """What the server remembers of one open notebook between analyses."""
+
+    key: tuple = ()
+    """(notebook version, each cell's URI and version) the revision was counted for."""
+    revision: int = 0
+    """Bumped on every change of the notebook or a cell's text: the version its analyses carry."""
+    published: set[str] = field(default_factory=set)
+    """Cell URIs diagnostics were last published on (cleared when a cell goes away)."""
+
+
+def is_cell(ls: "VramlensServer", uri: str) -> bool:
+    """Is this text document a cell of an open notebook?"""
+    return ls.workspace.get_notebook_document(cell_uri=uri) is not None
+
+
+def code_cells(ls: "VramlensServer", nb: types.NotebookDocument) -> list[tuple[int, str, TextDocument]]:
+    """(place in the notebook from 1, cell URI, its text document) for each code cell the client synced."""
+    out = []
+    for number, cell in enumerate(nb.cells, 1):
+        if cell.kind != types.NotebookCellKind.Code:
+            continue
+        doc = ls.workspace.text_documents.get(unquote(cell.document))     # pygls keys documents by unquoted URI
+        if doc is not None:
+            out.append((number, cell.document, doc))
+    return out
+
+
+def _join(cells: list[tuple[int, str, TextDocument]]) -> CellText:
+    return CellText.join([doc.source for _, _, doc in cells], [n for n, _, _ in cells],
+                         [doc.language_id or "python" for _, _, doc in cells])
+
+
+def state(ls: "VramlensServer", uri: str) -> NotebookState:
+    return ls.notebook_states.setdefault(uri, NotebookState())
+
+
+def document(ls: "VramlensServer", uri: str) -> TextDocument | None:
+    """The notebook as one text document (its cell text) under the notebook's URI; None if not open."""
+    nb = ls.workspace.get_notebook_document(notebook_uri=uri)
+    if nb is None:
+        return None
+    cells = code_cells(ls, nb)
+    st = state(ls, uri)
+    key = (nb.version, tuple((cell_uri, doc.version) for _, cell_uri, doc in cells))
+    if key != st.key:
+        st.key, st.revision = key, st.revision + 1
+    return TextDocument(uri, source=_join(cells).text, version=st.revision, language_id="python",
+                        position_codec=ls.workspace.position_codec)
+
+
+def split(ls: "VramlensServer", notebook_uri: str, text: str,
+          diagnostics: list[types.Diagnostic]) -> dict[str, list[types.Diagnostic]]:
+    """The notebook's diagnostics (cell-text positions) per cell URI (positions in the cell); every code
+    cell has an entry, empty when nothing is on it."""
+    nb = ls.workspace.get_notebook_document(notebook_uri=notebook_uri)
+    if nb is None:
+        return {}
+    cells = code_cells(ls, nb)
+    ct = CellText.parse(text)
+    uris = [cell_uri for _, cell_uri, _ in cells]
+    out: dict[str, list[types.Diagnostic]] = {u: [] for u in uris}
+    if len(uris) != len(ct.starts):
+        return out                          # the cells changed since this text was built: publish nothing stale
+    for d in diagnostics:
+        index, rng = _cell_range(ct, d.range)
+        related = None
+        if d.related_information:
+            related = []
+            for info in d.related_information:
+                loc = info.location
+                if loc.uri == notebook_uri:
+                    i, r = _cell_range(ct, loc.range)
+                    loc = types.Location(uri=uris[i], range=r)
+                related.append(types.DiagnosticRelatedInformation(location=loc, message=info.message))
+        data = dict(d.data) if isinstance(d.data, dict) else d.data
+        if isinstance(data, dict):
+            data["uri"] = uris[index]
+            data["notebook"] = notebook_uri
+        out[uris[index]].append(types.Diagnostic(
+            range=rng, severity=d.severity, code=d.code, code_description=d.code_description, source=d.source,
+            message=d.message, related_information=related, data=data, tags=d.tags))
+    return out
+
+
+def _cell_range(ct: CellText, rng: types.Range) -> tuple[int, types.Range]:
+    """A cell-text range → (cell index, the range in that cell, clipped to it)."""
+    index, line = ct.locate(rng.start.line)
+    start, end = ct.cell_lines(index) if ct.starts else (0, rng.end.line + 1)
+    if rng.start.line < start:              # on the marker line: the cell's start
+        return index, types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=0))
+    start_pos = types.Position(line=line, character=rng.start.character)
+    if rng.end.line < end:
+        end_pos = types.Position(line=rng.end.line - start, character=rng.end.character)
+    else:                                   # runs past the cell: to the start of its last line
+        end_pos = types.Position(line=max(line, end - 1 - start), character=0)
+    return index, types.Range(start=start_pos, end=end_pos)
+
+
+def publish(ls: "VramlensServer", notebook_uri: str, text: str, diagnostics: list[types.Diagnostic]) -> None:
+    st = state(ls, notebook_uri)
+    per_cell = split(ls, notebook_uri, text, diagnostics)
+    for uri in st.published - set(per_cell):
+        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+    for uri, items in per_cell.items():
+        doc = ls.workspace.text_documents.get(unquote(uri))
+        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
+            uri=uri, version=doc.version if doc is not None else None, diagnostics=items))
+    st.published = set(per_cell)
+
+
+def clear(ls: "VramlensServer", params: types.DidCloseNotebookDocumentParams) -> None:
+    st = ls.notebook_states.pop(params.notebook_document.uri, None)
+    uris = {c.uri for c in params.cell_text_documents} | (st.published if st is not None else set())
+    for uri in uris:
+        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
