@@ -502,9 +502,10 @@ class _Reader:
         self.b.issue(f"`{s.key}` is only known when the script runs{why}; it is not read, so the framework "
                      f"default is shown", s, severity=Severity.INFO)
 
-    def splat(self, kw: ast.keyword, call_name: str) -> None:
-        self.b.issue(f"settings passed to `{call_name}` through `**{self.cols.source(kw.value, 40)}` are not read",
-                     span=self.cols.span(kw.value), severity=Severity.INFO)
+    def splat(self, kw: ast.keyword, call_name: str, why: str = "") -> None:
+        self.b.issue(f"settings passed to `{call_name}` through `**{self.cols.source(kw.value, 40)}` are only known "
+                     f"when the script runs{' (' + why + ')' if why else ''}; they are not read, so the framework "
+                     f"defaults are shown for whatever they set", span=self.cols.span(kw.value), severity=Severity.INFO)
 
 
 def _kw(call: ast.Call, name: str) -> ast.keyword | None:
@@ -680,21 +681,96 @@ def _apply(r: _Reader, s: Setting, name: str | None = None) -> None:
 
 
 def _kwargs(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name: str, keys=None, rename=None):
-    """Each keyword argument as a Setting (unknown ones reported), optionally only `keys`."""
-    for kw in call.keywords:
-        if kw.arg is None:
-            r.splat(kw, name)
+    """Each keyword argument as a Setting (unknown ones reported), optionally only `keys`; `**{...}`,
+    `**dict(...)` and `**name` of such a literal are read entry by entry (a later keyword wins, as in the call)."""
+    for arg, s in _keyword_settings(r, ev, call, scope, name):
+        if keys is not None and arg not in keys:
             continue
-        if keys is not None and kw.arg not in keys:
-            continue
-        v = ev.value(kw.value, scope)
-        s = r.kw_setting(kw, v)
-        target = rename.get(kw.arg, kw.arg) if rename else kw.arg
-        if _is_unknown(v):
+        target = rename.get(arg, arg) if rename else arg
+        if s.unresolved:
             if is_hf_key(target):
-                r.unknown(s, v)
+                r.unknown(s, s.value)
             continue
         yield s, target
+
+
+def _keyword_settings(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name: str) -> list:
+    """(keyword, Setting) for every keyword the call receives, splats expanded; an unknown value's Setting is
+    `unresolved` with the `_Unknown` as its value. When one keyword comes twice (a splat, then an explicit
+    one) the later wins."""
+    out: dict[str, Setting] = {}
+    for kw in call.keywords:
+        if kw.arg is not None:
+            v = ev.value(kw.value, scope)
+            out.pop(kw.arg, None)
+            out[kw.arg] = r.kw_setting(kw, v)
+            continue
+        entries = _splat_entries(r, ev, kw.value, scope)
+        if isinstance(entries, _Unknown):
+            r.splat(kw, name, entries.why)
+            continue
+        for key, setting in entries:
+            out.pop(key, None)
+            out[key] = setting
+    return list(out.items())
+
+
+_MUTATORS = ("update", "setdefault", "pop", "clear", "popitem")
+
+
+def _splat_entries(r: _Reader, ev: _Evaluator, node: ast.expr, scope: _Scope, depth: int = 0):
+    """The entries of a `**` argument written as a dict literal or `dict(key=value, …)` (directly or through a
+    name bound once to one): [(key, Setting)], or `_Unknown` saying why not."""
+    if depth > 5:
+        return _Unknown("nested too deep")
+    t = type(node)
+    if t is ast.Name:
+        found = scope.lookup(node.id)
+        if found is None:
+            return _Unknown(f"`{node.id}` is not assigned in this file")
+        where, exprs = found
+        if len(exprs) != 1 or exprs[0] is None:
+            return _Unknown(f"`{node.id}` is set at run time or more than once")
+        if _mutated(r.cols.lines, node.id):
+            return _Unknown(f"`{node.id}` is changed after it is built")
+        inner = _splat_entries(r, ev, exprs[0], where, depth + 1)
+        if isinstance(inner, _Unknown) and not inner.why:
+            return _Unknown(f"`{node.id}` = {r.cols.source(exprs[0], 40)}")
+        return inner
+    out: list = []
+    if t is ast.Dict:
+        for k, v in zip(node.keys, node.values):
+            if k is None:                                  # `{**other, ...}`
+                inner = _splat_entries(r, ev, v, scope, depth + 1)
+                if isinstance(inner, _Unknown):
+                    return inner
+                out.extend(inner)
+                continue
+            key = ev.value(k, scope)
+            if not isinstance(key, str):
+                return _Unknown(f"a key of `{r.cols.source(node, 40)}` is only known at run time")
+            value = ev.value(v, scope)
+            out.append((key, Setting(key=key, path=(key,), value=value, span=r.cols.span(k, v),
+                                     value_span=r.cols.span(v), key_span=r.cols.span(k),
+                                     unresolved=_is_unknown(value))))
+        return out
+    if t is ast.Call and type(node.func) is ast.Name and node.func.id == "dict" and not node.args:
+        for kw in node.keywords:
+            if kw.arg is None:
+                inner = _splat_entries(r, ev, kw.value, scope, depth + 1)
+                if isinstance(inner, _Unknown):
+                    return inner
+                out.extend(inner)
+                continue
+            out.append((kw.arg, r.kw_setting(kw, ev.value(kw.value, scope))))
+        return out
+    return _Unknown("")
+
+
+def _mutated(lines: list[str], name: str) -> bool:
+    """Is the dict bound to `name` changed in place anywhere (`name[...] = `, `name.update(...)`, `name |= `)?"""
+    pattern = re.compile(rf"\b{re.escape(name)}\s*(?:\[[^\]]*\]\s*=(?!=)|\.(?:{'|'.join(_MUTATORS)})\s*\(|\|=)")
+    return any(pattern.search(line) for line in lines if name in line)
 
 
 def _hf_kwargs(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name: str) -> None:
