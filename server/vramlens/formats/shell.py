@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Callable
 
-from vramlens.formats import hf
+from vramlens.formats import hf, launchers
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
 from vramlens.plan import LINE_BREAK, Origin, ParseIssue, Reference, Severity, Span, TrainingPlan
 
@@ -476,6 +476,7 @@ class Launch:
     script_args_start: int = 0                  # index in `args` where the script's own arguments begin
     script_args_end: int | None = None          # index where they end (axolotl `--`), None = end
     subcommand: str | None = None
+    launcher: str | None = None                 # torchrun/accelerate/deepspeed/python when `tool` is the program it runs
 
 
 def _strip_wrappers(args: list[Arg]) -> list[Arg]:
@@ -623,6 +624,11 @@ def _python_launch(args: list[Arg], env_prefix, cmd) -> Launch | None:
 
 
 def _retarget_module(launch: Launch, module: str) -> Launch:
+    found = launchers.program(module, module=True)
+    if found is not None:
+        launch.launcher = launch.tool
+        launch.tool, launch.subcommand = found
+        return launch
     if module.startswith("axolotl.cli"):
         launch.tool = "axolotl"
     elif module.startswith("llamafactory"):
@@ -637,6 +643,11 @@ def _retarget_module(launch: Launch, module: str) -> Launch:
 
 
 def _retarget_script(launch: Launch) -> Launch:
+    found = launchers.program(launch.script.text, module=False) if launch.script else None
+    if found is not None:
+        launch.launcher = launch.tool
+        launch.tool, launch.subcommand = found
+        return launch
     name = PurePosixPath(launch.script.text).name if launch.script else ""
     if name in ("train_bash.py",) or "llamafactory" in launch.script.text:
         launch.tool = "llamafactory" if launch.tool == "python" else launch.tool
@@ -756,6 +767,7 @@ EXTRA_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     "disable_gradient_checkpointing": _disable_gc,
     "enable_liger_kernel": _via("use_liger_kernel"),
     "sequence_parallel_size": _seq_parallel,
+    **launchers.PEFT_EXAMPLE_HANDLERS,
 }
 def _swift_attn(b: PlanBuilder, s: Setting) -> None:
     v = str(s.value).strip().lower()
@@ -774,7 +786,9 @@ _BOOL_KEYS = frozenset({"bf16", "fp16", "tf32", "gradient_checkpointing", "packi
                         "activation_offloading", "remove_unused_columns", "use_flash_attention_2", "use_flash_attn",
                         "q_lora", "lora_enable", "double_quant", "use_bnb_nested_quant", "do_train", "do_eval",
                         "disable_gradient_checkpointing", "enable_liger_kernel", "bnb_4bit_use_double_quant",
-                        "group_by_length", "auto_find_batch_size", "dataloader_pin_memory", "use_liger"})
+                        "group_by_length", "auto_find_batch_size", "dataloader_pin_memory", "use_liger",
+                        "use_peft_lora", "use_4bit_quantization", "use_8bit_quantization", "use_nested_quant",
+                        "use_reentrant"})
 
 
 def handler_for(tool: str, name: str):
@@ -783,6 +797,8 @@ def handler_for(tool: str, name: str):
         return SWIFT_HANDLERS[n]
     if tool == "trl" and n in TRL_CLI_HANDLERS:
         return TRL_CLI_HANDLERS[n]
+    if tool == "openrlhf" and n in launchers.OPENRLHF_HANDLERS:
+        return launchers.OPENRLHF_HANDLERS[n]
     if is_hf_key(n):
         return _via(n)
     return EXTRA_HANDLERS.get(n)
@@ -973,7 +989,7 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
     r = _Reader(script, b)
     tool = launch.tool
     framework = {"llamafactory": "llamafactory", "torchtune": "torchtune", "axolotl": "axolotl", "trl": "trl",
-                 "swift": "ms-swift"}.get(tool)
+                 "swift": "ms-swift", "openrlhf": "openrlhf"}.get(tool)
     config_refs: list[tuple[str, Arg, str]] = []     # (kind, arg, target)
 
     _launcher_settings(r, launch, script.env, config_refs)
@@ -1007,6 +1023,10 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
     else:
         for s in settings:
             _apply_flag(b, tool, s)
+        if tool == "openrlhf":
+            launchers.openrlhf_defaults(b)
+        elif any(s.path[0] in launchers.PEFT_EXAMPLE_FLAGS for s in settings):
+            launchers.peft_example_defaults(b)
     from vramlens.formats import objective
 
     objective.apply_launch(b, tool, launch.subcommand, launch.script.text if launch.script else None,
@@ -1202,7 +1222,7 @@ def _launcher_settings(r: _Reader, launch: Launch, env: dict[str, Var], config_r
         if s is None or s.unresolved:
             continue
         if name in ("config_file", "config") and isinstance(s.value, str):
-            config_refs.append(("accelerate" if launch.tool == "accelerate" else "config",
+            config_refs.append(("accelerate" if (launch.launcher or launch.tool) == "accelerate" else "config",
                                 vals[0] if vals else flag, s.value))
         elif name == "deepspeed_config_file" and isinstance(s.value, str):
             b.set("dist_strategy", "deepspeed", s)
@@ -1252,7 +1272,7 @@ def _gpu_count(r: _Reader, launch: Launch, env: dict[str, Var]) -> None:
                 nproc = (n, s)
             else:
                 nproc = (n, s)
-    if nproc is not None and launch.tool == "accelerate" and nnodes and nnodes > 1:
+    if nproc is not None and (launch.launcher or launch.tool) == "accelerate" and nnodes and nnodes > 1:
         total, s = nproc
         b.set("world_size", total, s, note="accelerate `--num_processes` counts processes on all machines")
         b.set("gpu_count", max(1, total // nnodes), s, note=f"{total} processes on {nnodes} machines")
@@ -1281,7 +1301,7 @@ def _gpu_count(r: _Reader, launch: Launch, env: dict[str, Var]) -> None:
     n, s = nproc
     b.set("gpu_count", n, s)
     if s.key == "CUDA_VISIBLE_DEVICES":
-        if launch.tool == "swift" and n > 1:
+        if launch.tool == "swift" and launch.launcher is None and n > 1:
             b.set("world_size", 1, s, note="ms-swift without NPROC_PER_NODE runs one process over the visible GPUs")
     elif nnodes and nnodes > 1:
         b.set("world_size", n * nnodes, s, note=f"{n} GPUs per node × {nnodes} nodes", origin=Origin.DERIVED)
