@@ -41,6 +41,8 @@ class Analysis:
     """Why there is no estimate (parse error, unknown model or GPU, internal error); None when there is one."""
     timings_ms: dict[str, float] = field(default_factory=dict)
     """Milliseconds spent in each stage: parse, resolve, estimate, rules."""
+    documents: list["Analysis"] = field(default_factory=list)
+    """A multi-document YAML file: each document's own analysis (the fields above are the first estimated one's)."""
 
 
 def analyze(text: str, path: str | Path, settings: Settings | None = None) -> Analysis:
@@ -49,6 +51,9 @@ def analyze(text: str, path: str | Path, settings: Settings | None = None) -> An
     path = str(path)
     try:
         text = document_text(text, path)      # a notebook's JSON → its cell text, which every span points into
+        views = yaml_documents(text, path)
+        if views is not None:
+            return _analyze_documents(views, path, settings)
         return _analyze(text, path, settings)
     except Exception as exc:      # a bug, not bad input: report it on the document and keep the server alive
         log.exception("analysis of %s failed", path)
@@ -104,6 +109,37 @@ def _analyze(text: str, path: str, settings: Settings) -> Analysis:
     result.findings = internal + run_rules(ctx, settings.severity)
     result.timings_ms["rules"] = (time.perf_counter() - t3) * 1000
     return result
+
+
+def yaml_documents(text: str, path: str) -> list[str] | None:
+    """A YAML file of several `---` documents: one view per document (formats.yaml_doc.document_views)."""
+    from vramlens.formats import NOT_YAML_SUFFIXES, TEXT_PARSERS
+
+    suffix = Path(path).suffix.lower()
+    if suffix in TEXT_PARSERS or suffix in NOT_YAML_SUFFIXES or suffix == ".json":
+        return None
+    from vramlens.formats.yaml_doc import document_views
+
+    return document_views(text)
+
+
+def _analyze_documents(views: list[str], path: str, settings: Settings) -> Analysis:
+    """Each document of a multi-document YAML file analysed alone; findings stay on their document's lines.
+    The analysis shown for the file (plan, estimate) is the first document's that has an estimate."""
+    results = [_analyze(view, path, settings) for view in views]
+    primary = next((r for r in results if r.estimate is not None), None) \
+        or next((r for r in results if r.plan is not None), results[0])
+    out = Analysis(path=path, plan=primary.plan, resolution=primary.resolution, estimate=primary.estimate,
+                   error=primary.error, timings_ms=dict(primary.timings_ms))
+    seen = set()
+    for r in results:
+        for f in r.findings:
+            key = (f.rule_id, f.span.start_line, f.span.start_col, f.message)
+            if key not in seen:               # a file-wide finding (a directive's) comes once, not per document
+                seen.add(key)
+                out.findings.append(f)
+    out.documents = results
+    return out
 
 
 def _internal_error(text: str, path: str, exc: Exception) -> Finding:
