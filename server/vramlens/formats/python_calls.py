@@ -523,7 +523,12 @@ def parse_python(text: str, ctx) -> TrainingPlan | None:
         tree = ast.parse(text, filename=ctx.path)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    return read_tree(tree, text, ctx)
+    plan = read_tree(tree, text, ctx)
+    if plan is not None:
+        from vramlens.formats import usage
+
+        plan = usage.from_docstring(plan, text, tree, ctx) or plan
+    return plan
 
 
 def _hot_lines(tree: ast.Module, text: str) -> list[int]:
