@@ -100,3 +100,19 @@ def test_peft_example_is_no_longer_a_full_fp32_fine_tune():
     text = (FIXTURES / "peft_sft_qlora.sh").read_text()
     est = analyze(text, str(FIXTURES / "peft_sft_qlora.sh"), Settings(gpu="A100-80GB")).estimate
     assert est.fits and est.device_bytes < 30 * 2**30          # was estimated as a 7B full fp32 fine-tune (>100 GiB)
+
+
+def test_openrlhf_here_document_command_template():
+    """OpenRLHF's own scripts: `read -r -d '' training_commands <<EOF … EOF` then `deepspeed --module $training_commands`."""
+    text, plan = plan_of("openrlhf_heredoc.sh")
+    assert plan.framework == "openrlhf" and plan.objective.value == "sft"
+    assert plan.model_id.value == "meta-llama/Meta-Llama-3-8B"
+    assert plan.micro_batch.value == 2 and at(text, plan.micro_batch.span) == "--micro_train_batch_size 2"
+    assert plan.seq_len.value == 2048 and plan.zero_stage.value == 2 and plan.attn_impl.value == "flash_attention_2"
+    assert plan.amp_dtype.value == "bf16" and plan.grad_checkpointing.value is True
+
+
+def test_a_quoted_heredoc_variable_is_not_a_command_line():
+    text = "read -r -d '' CMD <<EOF\n--micro_train_batch_size 4\nEOF\necho \"$CMD\"\n"
+    _, plan = plan_of("openrlhf_heredoc.sh", text)
+    assert plan is None

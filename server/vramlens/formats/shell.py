@@ -144,19 +144,20 @@ class Command:
     start: int
     end: int
     ended_by_comment: bool = False      # a `#` comment ended it right after a `\` continuation
+    heredocs: list = field(default_factory=list)    # (start, end) of each here-document body it reads
 
 
 class _Scanner:
-    def __init__(self, text: str):
+    def __init__(self, text: str, end: int | None = None):
         self.text = text
-        self.n = len(text)
+        self.n = len(text) if end is None else end
         self.commands: list[Command] = []
         self.comments: list[tuple[int, int]] = []
 
-    def run(self) -> list[Command]:
+    def run(self, start: int = 0) -> list[Command]:
         text, n = self.text, self.n
         token, boring = _TOKEN.match, _BORING.match
-        i = 0
+        i = start
         words: list[Word] = []
         heredocs: list[tuple[str, bool]] = []
         skip_next_word = False     # redirect target
@@ -174,7 +175,10 @@ class _Scanner:
                 words = []
                 i = m.end()
                 if heredocs:
+                    body = i
                     i = self._skip_heredocs(i, heredocs)
+                    if self.commands and len(heredocs) == 1:
+                        self.commands[-1].heredocs.append((body, self._body_end(body, i)))
                     heredocs = []
                 b = boring(text, i)
                 while b is not None:                        # whole lines that cannot matter
@@ -227,6 +231,13 @@ class _Scanner:
     def _end(self, words: list[Word], at: int, by_comment: bool) -> None:
         if words:
             self.commands.append(Command(words, words[0].start, words[-1].end, by_comment))
+
+    def _body_end(self, body: int, after: int) -> int:
+        """The end of a here-document body: the start of its delimiter line (or the end of the text)."""
+        if after >= self.n:
+            return self.n
+        j = self.text.rfind("\n", body, max(body, after - 1))
+        return body if j < 0 else j + 1
 
     def _skip_heredocs(self, i: int, heredocs: list[tuple[str, bool]]) -> int:
         text = self.text
@@ -374,6 +385,12 @@ def tokenize(text: str) -> tuple[list[Command], list[tuple[int, int]]]:
     return sc.run(), sc.comments
 
 
+def words_in(text: str, start: int, end: int) -> list[Word]:
+    """The words of text[start:end] (a here-document body, a quoted string's inside), as unquoted `$VAR`
+    word-splits them: every command's words in order, at their offsets in `text`."""
+    return [w for cmd in _Scanner(text, end).run(start) for w in cmd.words]
+
+
 # --- expansion -----------------------------------------------------------------------------------
 
 @dataclass(slots=True)
@@ -383,6 +400,7 @@ class Var:
     value_range: tuple[int, int] | None = None
     stmt_range: tuple[int, int] | None = None   # the whole statement (`export X=v`)
     exported: bool = False
+    words_range: tuple[int, int] | None = None  # text whose words `$X` stands for (a heredoc read into X)
 
 
 def expand_parts(parts: list, env: dict[str, Var]) -> str | None:
@@ -918,12 +936,20 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
             for w in rest[1:]:
                 env.pop(raw_text(text, w), None)
             continue
+        if head == "read" and k == 0 and cmd.heredocs:
+            names = [raw_text(text, w) for w in rest[1:] if not raw_text(text, w).startswith("-")
+                     and raw_text(text, w) not in ("''", '""')]
+            if names and _NAME.fullmatch(names[-1]):
+                a, b_ = cmd.heredocs[0]
+                env[names[-1]] = Var(expand_parts(_heredoc_parts(text, a, b_), env), rest[-1], (a, b_),
+                                     (cmd.start, cmd.end), False, words_range=(a, b_))
+            continue
         prog = (head or "").rsplit("/", 1)[-1]
         if prog not in _HEADS and not (_PYTHON.fullmatch(prog) and _may_train(text, rest)):
             continue                                # not a launch: its words need no expansion
         merged = dict(env)
         merged.update(prefix)
-        args = [Arg(w, expand_parts(w.parts, merged)) for w in rest]
+        args = _args(text, rest, merged)
         found = classify(args, prefix, cmd)
         if found is None:
             continue
@@ -936,6 +962,27 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
         launch, env = weak
     script = ShellScript(text, idx, commands, launch, env)
     return script, issues
+
+
+def _args(text: str, words: list[Word], env: dict[str, Var]) -> list[Arg]:
+    """The command's words expanded; an unquoted `$X` that holds a list of words (a here-document read into X,
+    OpenRLHF's `read -r -d '' training_commands <<EOF … EOF; deepspeed --module $training_commands`) becomes
+    those words, each with its own range in the here-document."""
+    out: list[Arg] = []
+    for w in words:
+        parts = w.parts
+        if len(parts) == 1 and parts[0][0] == VAR and not parts[0][2]:
+            var = env.get(parts[0][1])
+            if var is not None and var.words_range is not None:
+                out.extend(Arg(x, expand_parts(x.parts, env)) for x in words_in(text, *var.words_range))
+                continue
+        out.append(Arg(w, expand_parts(parts, env)))
+    return out
+
+
+def _heredoc_parts(text: str, a: int, b: int) -> list:
+    """A here-document body as one literal (its `\\`-newlines joined), for the variable's plain value."""
+    return [(LIT, text[a:b].replace("\\\n", " "), a, True)]
 
 
 def _may_train(text: str, words: list[Word]) -> bool:
