@@ -142,6 +142,16 @@ async def test_unsloth_colab_notebook_edit_and_close(editor: Editor):
         assert any(d.range.start.line == bf16_line for d in unknown), [plain(d.range) for d in unknown]
         before = await nb.estimate()
 
+        # hovering the model name in its cell explains the notebook's budget
+        model_cell = next(i for i, (_, _, text) in enumerate(nb.cells) if "from_pretrained(" in text)
+        text = nb.cells[model_cell][2]
+        line = text.split("\n").index(next(x for x in text.split("\n") if "model_name = " in x))
+        col = text.split("\n")[line].index("model_name")
+        found = await editor.client.text_document_hover_async(types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=nb.cells[model_cell][1]), position=types.Position(line, col)))
+        assert found is not None and "GiB" in found.contents.value
+        assert found.range is None or found.range.start.line == line
+
         nb.edit_cell(config_cell, "per_device_train_batch_size = 2", "per_device_train_batch_size = 16")
         after = await nb.diagnostics()
         est = await editor._until(lambda: next(

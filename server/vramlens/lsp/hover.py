@@ -18,7 +18,7 @@ def hover(ls: "VramlensServer", params: types.HoverParams) -> types.Hover | None
 
     uri = params.text_document.uri
     result = ls.analyzer.current(uri)
-    doc = ls.workspace.text_documents.get(uri)
+    doc = ls.document(uri)
     plan = getattr(result.analysis, "plan", None) if result is not None else None
     if result is None or doc is None or plan is None:
         return None

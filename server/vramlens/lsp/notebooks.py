@@ -147,3 +147,23 @@ def clear(ls: "VramlensServer", params: types.DidCloseNotebookDocumentParams) ->
     uris = {c.uri for c in params.cell_text_documents} | (st.published if st is not None else set())
     for uri in uris:
         ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+
+
+def cell_hover(ls: "VramlensServer", params: types.HoverParams, hover) -> types.Hover | None:
+    """A hover in a cell: asked of the notebook's analysis at the cell-text position, its range put back in the cell."""
+    nb = ls.workspace.get_notebook_document(cell_uri=params.text_document.uri)
+    if nb is None:
+        return None
+    cells = code_cells(ls, nb)
+    index = next((i for i, (_, uri, _) in enumerate(cells) if unquote(uri) == unquote(params.text_document.uri)), None)
+    if index is None:
+        return None
+    ct = _join(cells)
+    start = ct.starts[index]
+    found = hover(ls, types.HoverParams(text_document=types.TextDocumentIdentifier(uri=nb.uri),
+                                        position=types.Position(line=params.position.line + start,
+                                                                character=params.position.character)))
+    if found is None or found.range is None:
+        return found
+    i, rng = _cell_range(ct, found.range)
+    return types.Hover(contents=found.contents, range=rng if i == index else None)

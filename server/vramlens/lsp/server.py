@@ -394,6 +394,8 @@ def create_server() -> VramlensServer:
     @server.feature(types.TEXT_DOCUMENT_HOVER)
     @_guard()
     def on_hover(ls: VramlensServer, params: types.HoverParams) -> types.Hover | None:
+        if notebooks.is_cell(ls, params.text_document.uri):
+            return notebooks.cell_hover(ls, params, hover.hover)
         return hover.hover(ls, params)
 
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
