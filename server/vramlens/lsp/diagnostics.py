@@ -105,19 +105,18 @@ async def pull(ls: "VramlensServer", params: types.DocumentDiagnosticParams) -> 
     uri = params.text_document.uri
     await ls.wait_for_settings()
     nb = ls.workspace.get_notebook_document(cell_uri=uri)
-    analysed = nb.uri if nb is not None else uri          # a cell's findings come from its notebook's analysis
-    result = ls.analyzer.current(analysed)
-    doc = ls.document(analysed)
+    if nb is not None:
+        # a cell's findings are pushed (see VramlensServer._on_result); pulling them too would show them twice
+        ls.analyzer.current(nb.uri)
+        return types.RelatedFullDocumentDiagnosticReport(items=[])
+    result = ls.analyzer.current(uri)
+    doc = ls.document(uri)
     if result is None or doc is None:
         return types.RelatedFullDocumentDiagnosticReport(items=[])
-    cell = ls.workspace.get_text_document(uri) if nb is not None else None
-    result_id = f"{result.version}:{result.generation}" + (f":{cell.version}" if cell is not None else "")
+    result_id = f"{result.version}:{result.generation}"
     if params.previous_result_id == result_id:
         return types.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
-    items = to_diagnostics(result, doc)
-    if nb is not None:
-        items = notebooks.split(ls, nb.uri, doc.source, items).get(uri, [])
-    return types.RelatedFullDocumentDiagnosticReport(items=items, result_id=result_id)
+    return types.RelatedFullDocumentDiagnosticReport(items=to_diagnostics(result, doc), result_id=result_id)
 
 
 def _g(n: float) -> float:

@@ -156,7 +156,9 @@ class VramlensServer(LanguageServer):
     # ---- results -------------------------------------------------------------------------------
 
     def _on_result(self, result: Result) -> None:
-        if not self.pull_diagnostics:
+        # a notebook's cells always get pushed diagnostics: vscode-languageclient 9 pulls only for documents
+        # shown in text tabs, never for notebook cells
+        if not self.pull_diagnostics or self.workspace.get_notebook_document(notebook_uri=result.uri) is not None:
             diagnostics.publish(self, result)
         diagnostics.notify_estimate(self, result)
 
