@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from lsp_editor import FIXTURES, TIMEOUT_S, Editor, plain
+from lsp_editor import FIXTURES, TIMEOUT_S, Editor, edits_of, plain
 from lsprotocol import types
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -153,6 +153,16 @@ async def test_unsloth_colab_notebook_edit_and_close(editor: Editor):
         assert found is not None and "GiB" in found.contents.value
         assert found.range is None or found.range.start.line == line
 
+        # quick fixes in a cell edit that cell (the notebook's own text), at the cell's lines
+        actions = await editor.client.text_document_code_action_async(types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=types.Range(start=types.Position(0, 0), end=types.Position(30, 0)),
+            context=types.CodeActionContext(diagnostics=per_cell[uri])))
+        assert actions is not None
+        edits = [e for a in actions if isinstance(a, types.CodeAction) and a.edit is not None
+                 for e in edits_of(a.edit).items()]
+        assert all(cell_uri in nb.code_cell_uris() for cell_uri, _ in edits), edits
+
         nb.edit_cell(config_cell, "per_device_train_batch_size = 2", "per_device_train_batch_size = 16")
         after = await nb.diagnostics()
         est = await editor._until(lambda: next(
@@ -169,3 +179,26 @@ async def test_unsloth_colab_notebook_edit_and_close(editor: Editor):
             last[p.uri] = p.diagnostics
         return True if all(not last.get(u, []) for u in nb.code_cell_uris()) else None
     await editor._until(cleared, "cleared cell diagnostics")
+
+
+async def test_quick_fix_in_a_notebook_cell_edits_that_cell(editor: Editor):
+    path = FIXTURES / "notebooks" / "bang_command.ipynb"
+    nb = Notebook(editor, path)
+    nb.open()
+    try:
+        per_cell = await nb.diagnostics()
+        uri, diags = next((u, ds) for u, ds in per_cell.items() if any(d.code == "VL001" for d in ds))
+        oom = next(d for d in diags if d.code == "VL001")
+        actions = await editor.client.text_document_code_action_async(types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), range=oom.range,
+            context=types.CodeActionContext(diagnostics=[oom])))
+        fixes = [a for a in actions or [] if isinstance(a, types.CodeAction) and a.edit is not None]
+        halve = next(a for a in fixes if "micro-batch" in a.title)
+        cell_text = next(text for _, u, text in nb.cells if u == uri)
+        changed = edits_of(halve.edit)
+        assert list(changed) == [uri]
+        for e in changed[uri]:
+            line = cell_text.split("\n")[e.range.start.line]
+            assert line[e.range.start.character:e.range.end.character] in ("64", "1"), (line, e)
+    finally:
+        nb.close()

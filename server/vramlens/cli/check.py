@@ -46,6 +46,7 @@ class FileResult:
     unreadable: str | None = None        # why it could not be read (exit 2 when explicit)
     applied: list[str] = field(default_factory=list)   # titles of fixes written by --fix
     cells: object | None = None          # a notebook's code cells (formats.notebook.CellText); spans point into them
+    not_fixed: str | None = None         # why --fix left the file as it is
 
     @property
     def findings(self) -> list:
@@ -107,6 +108,8 @@ def _check_file(path: Path, explicit: bool, args, cli_severity: dict[str, str]) 
     _drop_no_model_notice(analysis)
     if args.fix and result.cells is None:
         _fix(result, settings)
+    elif args.fix and any(fix.edits for f in analysis.findings for fix in f.fixes):
+        result.not_fixed = "--fix does not write notebooks: make the change the fix names in its cell"
     return result
 
 
@@ -193,6 +196,8 @@ def _print_text(results: list[FileResult], verbose: bool) -> None:
             print(f"{r.path}: {line or 'no estimate'}", file=out)
         for title in r.applied:
             print(f"  fixed: {title}", file=out)
+        if r.not_fixed:
+            print(f"  not fixed: {r.not_fixed}", file=out)
         for f in r.findings:
             cell, span = _cell_span(r, f.span)
             where = f"cell {cell + 1}:" if cell is not None else ""

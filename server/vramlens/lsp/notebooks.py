@@ -149,21 +149,68 @@ def clear(ls: "VramlensServer", params: types.DidCloseNotebookDocumentParams) ->
         ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
 
-def cell_hover(ls: "VramlensServer", params: types.HoverParams, hover) -> types.Hover | None:
-    """A hover in a cell: asked of the notebook's analysis at the cell-text position, its range put back in the cell."""
-    nb = ls.workspace.get_notebook_document(cell_uri=params.text_document.uri)
+def _cell_of(ls: "VramlensServer", cell_uri: str):
+    """(notebook, its code cells, their cell text, this cell's index) for a cell URI; None if not in an open notebook."""
+    nb = ls.workspace.get_notebook_document(cell_uri=cell_uri)
     if nb is None:
         return None
     cells = code_cells(ls, nb)
-    index = next((i for i, (_, uri, _) in enumerate(cells) if unquote(uri) == unquote(params.text_document.uri)), None)
+    index = next((i for i, (_, uri, _) in enumerate(cells) if unquote(uri) == unquote(cell_uri)), None)
     if index is None:
         return None
-    ct = _join(cells)
+    return nb, cells, _join(cells), index
+
+
+def _shift(rng: types.Range, lines: int) -> types.Range:
+    return types.Range(start=types.Position(line=rng.start.line + lines, character=rng.start.character),
+                       end=types.Position(line=rng.end.line + lines, character=rng.end.character))
+
+
+def cell_hover(ls: "VramlensServer", params: types.HoverParams, hover) -> types.Hover | None:
+    """A hover in a cell: asked of the notebook's analysis at the cell-text position, its range put back in the cell."""
+    found = _cell_of(ls, params.text_document.uri)
+    if found is None:
+        return None
+    nb, cells, ct, index = found
     start = ct.starts[index]
-    found = hover(ls, types.HoverParams(text_document=types.TextDocumentIdentifier(uri=nb.uri),
-                                        position=types.Position(line=params.position.line + start,
-                                                                character=params.position.character)))
-    if found is None or found.range is None:
-        return found
-    i, rng = _cell_range(ct, found.range)
-    return types.Hover(contents=found.contents, range=rng if i == index else None)
+    answer = hover(ls, types.HoverParams(text_document=types.TextDocumentIdentifier(uri=nb.uri),
+                                         position=types.Position(line=params.position.line + start,
+                                                                 character=params.position.character)))
+    if answer is None or answer.range is None:
+        return answer
+    i, rng = _cell_range(ct, answer.range)
+    return types.Hover(contents=answer.contents, range=rng if i == index else None)
+
+
+def cell_code_actions(ls: "VramlensServer", params: types.CodeActionParams, code_actions) -> list[types.CodeAction]:
+    """Quick fixes in a cell: computed on the notebook's analysis, their edits split onto the cells they change."""
+    from vramlens.lsp.convert import workspace_edit
+
+    found = _cell_of(ls, params.text_document.uri)
+    if found is None:
+        return []
+    nb, cells, ct, index = found
+    start = ct.starts[index]
+    shifted = [types.Diagnostic(range=_shift(d.range, start), message=d.message, severity=d.severity, code=d.code,
+                                source=d.source, data=d.data) for d in params.context.diagnostics]
+    actions = code_actions(ls, types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=nb.uri), range=_shift(params.range, start),
+        context=types.CodeActionContext(diagnostics=shifted, only=params.context.only)))
+    uris = [uri for _, uri, _ in cells]
+    versions = {uri: doc.version for _, uri, doc in cells}
+    out = []
+    for action in actions:
+        if action.edit is not None:
+            by_cell: dict[str, list[types.TextEdit]] = {}
+            edits = list((action.edit.changes or {}).get(nb.uri, []))
+            for change in action.edit.document_changes or ():
+                if isinstance(change, types.TextDocumentEdit) and unquote(change.text_document.uri) == unquote(nb.uri):
+                    edits.extend(change.edits)
+            for e in edits:
+                i, rng = _cell_range(ct, e.range)
+                by_cell.setdefault(uris[i], []).append(types.TextEdit(range=rng, new_text=e.new_text))
+            action.edit = workspace_edit(by_cell, versions, ls.client_supports_document_changes())
+        if action.diagnostics:
+            action.diagnostics = list(params.context.diagnostics)
+        out.append(action)
+    return out

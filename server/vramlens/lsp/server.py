@@ -404,6 +404,8 @@ def create_server() -> VramlensServer:
         code_action_kinds=[types.CodeActionKind.QuickFix, code_actions.MAKE_IT_FIT]))
     @_guard(list)
     def on_code_action(ls: VramlensServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+        if notebooks.is_cell(ls, params.text_document.uri):
+            return notebooks.cell_code_actions(ls, params, code_actions.code_actions)
         return code_actions.code_actions(ls, params)
 
     @server.feature(types.TEXT_DOCUMENT_INLAY_HINT)
