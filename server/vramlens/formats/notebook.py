@@ -9,8 +9,9 @@ notebook documents); both give the same text, so the same answer. Spans point in
 
 The cell text is read through two views of the same length, line for line:
 - the Python view blanks what IPython, not Python, reads: `!cmd` and `%magic` lines (with their `\\`
-  continuations), `x = !cmd`, `%%` cell magics other than `%%capture`/`%%time`/`%%timeit` (whose body is
-  Python), and a cell that still does not parse (an unfinished cell cannot hide the rest);
+  continuations), `x = !cmd`, `%%` cell magics other than `%%capture`/`%%time`/`%%timeit` and
+  `%%writefile x.py` (whose body is Python: the script a later `!python x.py` runs), and a cell that still does
+  not parse (an unfinished cell cannot hide the rest);
 - the shell view keeps only `!cmd` lines (the `!` becomes a space) and the bodies of `%%bash`, `%%sh`,
   `%%shell` (Colab) and `%%script bash|sh` cells.
 The Python view is read first (`formats.python_calls`: a `SFTTrainer(...)` in a cell); when it holds no
@@ -31,6 +32,7 @@ MARKER = "# %% [cell {n}]"
 _MARKER = re.compile(r"# %% \[cell (\d+)\]\Z")
 _SHELL_CELL = re.compile(r"%%(?:bash|sh|shell|script[ \t]+(?:bash|sh))\b")
 _PY_CELL_MAGICS = ("%%capture", "%%time", "%%timeit")
+_WRITE_PY = re.compile(r"%%(?:writefile|file)(?:[ \t]+-a)?[ \t]+(\S+\.py)[ \t]*$")
 _LINE_MAGIC = re.compile(r"[ \t]*(?:[!%]|[A-Za-z_][A-Za-z0-9_]*[ \t]*=[ \t]*[!%](?!=))")
 _SHELL_LINE = re.compile(r"([ \t]*)!(?!=)")
 SHELL_LANGUAGES = frozenset({"shellscript", "bash", "sh", "shell"})
@@ -156,8 +158,8 @@ def views(cells: CellText) -> tuple[str, str]:
             for k in range(start + skip, end):
                 sh[k] = lines[k]
             continue
-        if first.startswith("%%") and not first.startswith(_PY_CELL_MAGICS):
-            continue                                  # %%writefile, %%html, …: not code vramlens reads
+        if first.startswith("%%") and not first.startswith(_PY_CELL_MAGICS) and not _WRITE_PY.match(first):
+            continue                                  # %%html, %%writefile x.yaml, …: not code vramlens reads
         cont_shell = cont_magic = False
         for k in range(start, end):
             line = lines[k]
@@ -192,6 +194,8 @@ def parse_notebook(text: str, ctx) -> TrainingPlan | None:
     py, sh = views(cells)
     plan = python_calls.parse_python(py, ctx)
     view = "python"
+    if plan is not None and plan.model_id is None:
+        plan = _with_command_line(plan, cells, sh, ctx)
     if plan is None:
         plan = shell.parse_script(sh, ctx, fmt="shell")
         view = "shell"
@@ -200,6 +204,27 @@ def parse_notebook(text: str, ctx) -> TrainingPlan | None:
     plan.format = "notebook"
     plan.extra["notebook_view"] = _view_marker(view)
     return plan
+
+
+def _with_command_line(plan: TrainingPlan, cells: CellText, sh: str, ctx) -> TrainingPlan:
+    """A script written by `%%writefile x.py` and run by a `!python x.py --flags` line: the flags are its command
+    line (formats.usage does the same for a script's docstring)."""
+    from vramlens.formats import shell, usage
+
+    lines = cells.text.split("\n")
+    written = {m.group(1).rsplit("/", 1)[-1] for start in cells.starts if start < len(lines)
+               for m in [_WRITE_PY.match(lines[start].strip())] if m}
+    if not written:
+        return plan
+    script, issues = shell.analyze(sh, ctx.path)
+    launch = script.launch
+    name = launch.script.text.rsplit("/", 1)[-1] if launch is not None and launch.script is not None else None
+    if name not in written:
+        return plan
+    line = script.index.pos(launch.command.start)[0]
+    cell, _ = cells.locate(line)
+    return usage._merge(plan, script, issues, ctx, f"the command line is the `{name}` command in cell "
+                                                   f"{cells.numbers[cell] if cells.numbers else cell + 1}")
 
 
 def _view_marker(view: str):

@@ -1,0 +1,84 @@
+"""Jupyter notebooks: code cells as Python, `!` lines and `%%bash` cells as shell, every position in its cell."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from vramlens.analysis import Settings, analyze
+from vramlens.formats import parse_document
+from vramlens.formats.notebook import CellText, cell_span, from_json, views
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "notebooks"
+
+
+def notebook(*cells: tuple[str, str], language: str = "python") -> str:
+    return json.dumps({"cells": [{"cell_type": kind, "metadata": {}, "source": src.splitlines(keepends=True)}
+                                 for kind, src in cells],
+                       "metadata": {"language_info": {"name": language}}, "nbformat": 4, "nbformat_minor": 5})
+
+
+def load(name: str):
+    path = FIXTURES / name
+    text = path.read_text(encoding="utf-8")
+    plan = parse_document(text, str(path)).plan
+    return from_json(text), plan
+
+
+def test_colab_unsloth_notebook_reads_the_trainer_cell():
+    cells, plan = load("unsloth_llama3_1_8b_colab.ipynb")
+    assert plan.format == "notebook" and plan.framework == "trl"
+    assert plan.model_id.value == "unsloth/Meta-Llama-3.1-8B"
+    assert plan.micro_batch.value == 2 and plan.grad_accum.value == 4 and plan.optimizer.value == "adamw_8bit"
+    assert plan.quant_bits.value == 4 and plan.lora_r.value == 16 and plan.seq_len.value == 2048
+    cell, span = cell_span(cells, plan.micro_batch.span)
+    assert cells.numbers[cell] == 6                              # markdown cells count, as the notebook shows them
+    assert span.start_line == 12 and span.start_col == 8         # `per_device_train_batch_size = 2` in that cell
+
+
+def test_shell_lines_and_bash_cells():
+    _, plan = load("bash_cell_accelerate.ipynb")
+    assert plan.format == "notebook" and plan.model_id.value == "Qwen/Qwen2.5-7B"
+    assert plan.micro_batch.value == 8 and plan.seq_len.value == 4096 and plan.gpu_count.value == 1
+    _, plan = load("bang_command.ipynb")
+    assert plan.model_id.value == "Qwen/Qwen2-0.5B" and plan.micro_batch.value == 64
+
+
+def test_views_keep_lines_and_blank_what_python_cannot_read():
+    cells = CellText.join(["%pip install trl\nx = 1\n!nvidia-smi\nfiles = !ls\ny = 2", "%%bash\ntorchrun t.py", "def f(:"])
+    py, sh = views(cells)
+    assert len(py.split("\n")) == len(sh.split("\n")) == len(cells.text.split("\n"))
+    assert "x = 1" in py and "y = 2" in py and "pip" not in py and "ls" not in py and "torchrun" not in py
+    assert "def f" not in py                                     # a cell that does not parse is passed over
+    assert " nvidia-smi" in sh and "torchrun t.py" in sh and "%%bash" not in sh
+    assert CellText.parse(cells.text).starts == cells.starts
+
+
+def test_other_languages_and_broken_json_are_not_configs():
+    r = notebook(("code", "library(ggplot2)"), language="R")
+    assert parse_document(r, "x.ipynb").plan is None
+    assert parse_document("{not json", "x.ipynb").plan is None
+    assert parse_document(notebook(("markdown", "# hi")), "x.ipynb").plan is None
+
+
+def test_a_script_written_by_writefile_takes_the_command_line_that_runs_it():
+    cells, plan = load("writefile_then_launch.ipynb")
+    assert plan.model_id.value == "Qwen/Qwen2.5-3B" and plan.micro_batch.value == 4 and plan.gpu_count.value == 2
+    assert any("cell 3" in n for n in plan.read_notes)
+
+
+def test_nbformat_3_worksheets():
+    text = json.dumps({"worksheets": [{"cells": [{"cell_type": "code", "input": [
+        "from transformers import TrainingArguments\n",
+        "args = TrainingArguments(output_dir='o', per_device_train_batch_size=3)\n"]}]}],
+        "metadata": {}, "nbformat": 3})
+    plan = parse_document(text, "old.ipynb").plan
+    assert plan is not None and plan.micro_batch.value == 3
+
+
+def test_check_reports_positions_in_cells(tmp_path: Path):
+    path = FIXTURES / "unsloth_llama3_1_8b_colab.ipynb"
+    a = analyze(path.read_text(encoding="utf-8"), str(path), Settings(gpu="T4"))
+    cells = CellText.parse(from_json(path.read_text(encoding="utf-8")).text)
+    oom = next(f for f in a.findings if f.rule_id == "VL001")
+    cell, span = cell_span(cells, oom.span)
+    assert cells.numbers[cell] == 3 and span.start_line == 7     # the model line of the from_pretrained cell
