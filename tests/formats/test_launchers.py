@@ -116,3 +116,16 @@ def test_a_quoted_heredoc_variable_is_not_a_command_line():
     text = "read -r -d '' CMD <<EOF\n--micro_train_batch_size 4\nEOF\necho \"$CMD\"\n"
     _, plan = plan_of("openrlhf_heredoc.sh", text)
     assert plan is None
+
+
+def test_openrlhf_ppo_through_ray_job_submit():
+    text, plan = plan_of("openrlhf_ppo_ray.sh")
+    assert plan.framework == "openrlhf" and plan.objective.value == "ppo"
+    assert plan.model_id.value == "OpenRLHF/Llama-3-8b-sft-mixture"
+    assert plan.micro_batch.value == 8 and plan.zero_stage.value == 3
+    assert plan.prompt_len.value == 1024 and plan.completion_len.value == 1024
+    assert plan.gpu_count.value == 2 and at(text, plan.gpu_count.span) == "--actor_num_gpus_per_node 2"
+    one_line = "ray job submit --address=http://127.0.0.1:8265 -- python3 -m openrlhf.cli.train_ppo_ray " \
+               "--pretrain meta-llama/Meta-Llama-3-8B --micro_train_batch_size 4\n"
+    _, plan = plan_of("openrlhf_ppo_ray.sh", one_line)
+    assert plan.framework == "openrlhf" and plan.micro_batch.value == 4

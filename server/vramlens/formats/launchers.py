@@ -3,7 +3,8 @@ through a launcher, and PEFT's SFT example script. `formats.shell` recognises th
 flag to the handlers here; what the program does when a flag is absent is applied afterwards, with its source.
 
 OpenRLHF (`python -m openrlhf.cli.train_sft|train_dpo|train_rm|train_kto|train_ppo_ray|…`, `deepspeed --module
-openrlhf.cli.…`, `torchrun … openrlhf/cli/train_sft.py`): flags and defaults from openrlhf/cli/train_sft.py
+openrlhf.cli.…`, `torchrun … openrlhf/cli/train_sft.py`, `ray job submit … -- python3 -m openrlhf.cli.train_ppo_ray`,
+where `--actor_num_gpus_per_node` is the actor's own GPU group): flags and defaults from openrlhf/cli/train_sft.py
 (OpenRLHF commit f2afba47: `--micro_train_batch_size` 8, `--train_batch_size` 128 global, `--max_len` 2048,
 `--zero_stage` 2, `--bf16`, `--flash_attn`, `--gradient_checkpointing`, `--adam_offload`, `--lora_rank` 0,
 `--lora_alpha` 16, `--lora_dropout` 0, `--target_modules` all-linear, `--load_in_4bit`, `--packing_samples`,
@@ -130,6 +131,14 @@ def _packing(b: PlanBuilder, s: Setting) -> None:
         b.set("packing", True, s)
 
 
+def _actor_gpus(b: PlanBuilder, s: Setting) -> None:
+    n = to_int(s.value)
+    if n is not None and n >= 1:
+        note = "OpenRLHF (Ray): the actor trains on its own group of GPUs; the estimate is for one of them"
+        b.set("gpu_count", n, s, note=note)
+        b.set("world_size", n, s, note=note)
+
+
 def _via(name: str) -> Callable[[PlanBuilder, Setting], None]:
     return lambda b, s: hf.HANDLERS[name](b, s)
 
@@ -143,6 +152,7 @@ OPENRLHF_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     "lora_rank": _lora_rank, "lora_alpha": _via("lora_alpha"), "lora_dropout": _via("lora_dropout"),
     "target_modules": _via("lora_target_modules"), "load_in_4bit": _load_in_4bit,
     "packing_samples": _packing, "ring_attn_size": _ring, "use_liger_kernel": _via("use_liger_kernel"),
+    "actor_num_gpus_per_node": _actor_gpus,
 }
 
 

@@ -102,7 +102,7 @@ _TOKEN = re.compile(
 # program that may start training: nothing on it can matter, so it is skipped without tokenizing.
 _BORING = re.compile(
     r"(?![ \t]*(?:[A-Za-z_][A-Za-z0-9_]*\+?=|\S*(?:torchrun|accelerate|deepspeed|llamafactory-cli|lmf|tune|axolotl|"
-    r"trl|swift|python[0-9.]*|uv|poetry|pipenv|pdm|hatch|env|nohup|time|exec|command|builtin|if|then|else|elif|do|"
+    r"trl|swift|ray|python[0-9.]*|uv|poetry|pipenv|pdm|hatch|env|nohup|time|exec|command|builtin|if|then|else|elif|do|"
     r"while|until|export|declare|typeset|local|readonly|unset|[{}!])(?:[ \t]|$)))"
     r"[ \t]*(?=[^\s#$-])(?:(?=([^\n;&|()'\"\\`<]+))\1|'[^'\n]*'|\"[^\"\n\\`]*\")*\n", re.M)
 _PLAIN = re.compile(r"[^\s'\"\\;&|<>()`$]+")
@@ -466,7 +466,7 @@ _PYTHON = re.compile(r"python(?:\d+(?:\.\d+)?)?")
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".jsonc")
 # first words of a command that may start training (programs and the wrappers in front of them)
 _HEADS = frozenset({"torchrun", "accelerate", "deepspeed", "llamafactory-cli", "lmf", "tune", "axolotl", "trl",
-                    "swift", "uv", "poetry", "pipenv", "pdm", "hatch", "env"}) | _RESERVED
+                    "swift", "uv", "poetry", "pipenv", "pdm", "hatch", "env", "ray"}) | _RESERVED
 
 
 @dataclass(slots=True)
@@ -508,6 +508,13 @@ def _strip_wrappers(args: list[Arg]) -> list[Arg]:
             i += 2
         elif t == "env":
             i += 1
+        elif t == "ray" and i + 2 < len(args) and args[i + 1].text == "job" and args[i + 2].text == "submit":
+            # `ray job submit --address … --runtime-env-json '…' -- python3 -m openrlhf.cli.train_ppo_ray …`
+            # (OpenRLHF's PPO scripts): the entrypoint follows `--`
+            k = next((k for k in range(i + 3, len(args)) if args[k].text == "--"), None)
+            if k is None:
+                break
+            i = k + 1
         else:
             break
     return args[i:]
