@@ -143,7 +143,9 @@ class _Scalars:
                 return _JSON_WORDS[v]
             m = _JSON_NUMBER.match(v)
             if m:
-                return float(v) if (m.group(1) or m.group(2)) else int(v)
+                if m.group(1) or m.group(2) or len(v) > 4000:     # int() refuses more than 4300 digits
+                    return float(v)
+                return int(v)
         tag = self.tag_of(ev)
         if tag == _STR:
             return v
