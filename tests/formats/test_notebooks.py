@@ -82,3 +82,15 @@ def test_check_reports_positions_in_cells(tmp_path: Path):
     oom = next(f for f in a.findings if f.rule_id == "VL001")
     cell, span = cell_span(cells, oom.span)
     assert cells.numbers[cell] == 3 and span.start_line == 7     # the model line of the from_pretrained cell
+
+
+def test_a_cell_whose_own_language_is_shell_is_read_as_shell():
+    text = json.dumps({"cells": [
+        {"cell_type": "code", "metadata": {"vscode": {"languageId": "shellscript"}},
+         "source": ["torchrun --nproc_per_node 2 train.py \\\n", "  --model_name_or_path Qwen/Qwen2.5-0.5B \\\n",
+                    "  --per_device_train_batch_size 16\n"]}],
+        "metadata": {"language_info": {"name": "python"}}, "nbformat": 4, "nbformat_minor": 5})
+    cells = from_json(text)
+    assert cells.languages == ["shellscript"] and CellText.parse(cells.text).languages == ["shellscript"]
+    plan = parse_document(text, "x.ipynb").plan
+    assert plan.micro_batch.value == 16 and plan.gpu_count.value == 2

@@ -1,7 +1,7 @@
 """Jupyter notebooks (.ipynb): code cells read as Python, `!cmd` lines and `%%bash` cells as shell.
 
 A notebook is analysed as one text, its *cell text*: every code cell's source after a marker line
-`# %% [cell N]` (N is the cell's place in the notebook from 1, markdown cells counted, as editors number
+`# %% [cell N]` (`# %% [cell N] shell` for a cell whose own language is shell, as VS Code records it) (N is the cell's place in the notebook from 1, markdown cells counted, as editors number
 them; the percent format jupytext and VS Code use), in notebook order. The CLI builds it from the .ipynb JSON (nbformat 4, `cells[].source`; nbformat 3,
 `worksheets[0].cells[].input`), the language server from the cells the editor syncs (LSP 3.17
 notebook documents); both give the same text, so the same answer. Spans point into the cell text;
@@ -29,7 +29,8 @@ from vramlens.plan import Span, TrainingPlan
 
 MAX_NOTEBOOK_CHARS = 20_000_000       # outputs (images) make notebooks large; the code itself is small
 MARKER = "# %% [cell {n}]"
-_MARKER = re.compile(r"# %% \[cell (\d+)\]\Z")
+SHELL_MARKER = "# %% [cell {n}] shell"
+_MARKER = re.compile(r"# %% \[cell (\d+)\]( shell)?\Z")
 _SHELL_CELL = re.compile(r"%%(?:bash|sh|shell|script[ \t]+(?:bash|sh))\b")
 _PY_CELL_MAGICS = ("%%capture", "%%time", "%%timeit")
 _WRITE_PY = re.compile(r"%%(?:writefile|file)(?:[ \t]+-a)?[ \t]+(\S+\.py)[ \t]*$")
@@ -53,22 +54,24 @@ class CellText:
         numbers = list(numbers or range(1, len(sources) + 1))
         lines: list[str] = []
         starts: list[int] = []
-        for n, src in zip(numbers, sources):
-            lines.append(MARKER.format(n=n))
+        languages = list(languages or ["python"] * len(sources))
+        for n, src, language in zip(numbers, sources, languages):
+            lines.append((SHELL_MARKER if language in SHELL_LANGUAGES else MARKER).format(n=n))
             starts.append(len(lines))
             lines.extend(_split(src))
-        return cls("\n".join(lines), starts, numbers, list(languages or ["python"] * len(sources)))
+        return cls("\n".join(lines), starts, numbers, languages)
 
     @classmethod
     def parse(cls, text: str) -> "CellText":
         """Recover the cells from a cell text (markers with increasing numbers)."""
-        starts, numbers = [], []
+        starts, numbers, languages = [], [], []
         for i, line in enumerate(text.split("\n")):
             m = _MARKER.match(line)
             if m and int(m.group(1)) > (numbers[-1] if numbers else 0):
                 starts.append(i + 1)
                 numbers.append(int(m.group(1)))
-        return cls(text, starts, numbers, ["python"] * len(starts))
+                languages.append("shellscript" if m.group(2) else "python")
+        return cls(text, starts, numbers, languages)
 
     def locate(self, line: int) -> tuple[int, int]:
         """A cell-text line → (cell index from 0, line in that cell); a marker line counts as its cell's line 0."""
@@ -121,18 +124,23 @@ def from_json(text: str) -> CellText | None:
         cells, key = (ws.get("cells") if isinstance(ws, dict) else None), "input"
     if not isinstance(cells, list):
         return None
-    sources, numbers = [], []
+    sources, numbers, languages = [], [], []
     for number, cell in enumerate(cells, 1):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
+        cell_meta = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
+        vscode_meta = cell_meta.get("vscode") if isinstance(cell_meta.get("vscode"), dict) else {}
+        language = vscode_meta.get("languageId")    # VS Code keeps a cell's own language there
+        languages.append(language if isinstance(language, str) else "python")
         src = cell.get(key, "")
         if isinstance(src, list):
             src = "".join(s for s in src if isinstance(s, str))
         if not isinstance(src, str):
+            languages.pop()
             continue
         sources.append(src)
         numbers.append(number)
-    return CellText.join(sources, numbers)
+    return CellText.join(sources, numbers, languages)
 
 
 def document_text(text: str, path: str) -> str:

@@ -20,13 +20,13 @@ from vramlens.formats.notebook import CellText
 if TYPE_CHECKING:
     from vramlens.lsp.server import VramlensServer
 
-# Jupyter notebooks (VS Code's and other clients' type name), Python cells: the cells the server reads.
+# Jupyter notebooks (VS Code's and other clients' type name); Python cells and cells whose own language is shell
+# (a `%%bash` cell switched to Shell): the cells the server reads, as `formats.notebook` reads the .ipynb file.
+CELL_LANGUAGES = [types.NotebookCellLanguage(language=lang) for lang in ("python", "shellscript", "bash")]
 SYNC_OPTIONS = types.NotebookDocumentSyncOptions(notebook_selector=[
-    types.NotebookDocumentFilterWithNotebook(notebook="jupyter-notebook",
-                                             cells=[types.NotebookCellLanguage(language="python")]),
+    types.NotebookDocumentFilterWithNotebook(notebook="jupyter-notebook", cells=CELL_LANGUAGES),
     types.NotebookDocumentFilterWithNotebook(notebook=types.NotebookDocumentFilterNotebookType(
-        notebook_type="jupyter-notebook", pattern="**/*.ipynb"),
-        cells=[types.NotebookCellLanguage(language="python")]),
+        notebook_type="jupyter-notebook", pattern="**/*.ipynb"), cells=CELL_LANGUAGES),
 ])
 
 
