@@ -62,3 +62,18 @@ def test_a_readme_elsewhere_or_for_another_script_is_not_used(tmp_path: Path):
     other = tmp_path / "other.py"
     other.write_text((FIXTURES / "readme_next" / "train_dpo.py").read_text())
     assert parse_document(other.read_text(), str(other), workspace=tmp_path).plan.model_id is None
+
+
+def test_a_config_the_example_names_but_the_workspace_lacks_is_not_an_error(tmp_path: Path):
+    script = tmp_path / "examples" / "scripts" / "dpo.py"
+    script.parent.mkdir(parents=True)
+    script.write_text('"""\naccelerate launch --config_file examples/accelerate_configs/deepspeed_zero3.yaml '
+                      'examples/scripts/dpo.py \\\n    --model_name_or_path Qwen/Qwen2-0.5B-Instruct \\\n'
+                      '    --per_device_train_batch_size 2\n"""\n'
+                      "from trl import DPOConfig, DPOTrainer, ModelConfig, TrlParser\n"
+                      "args, model_args = TrlParser((DPOConfig, ModelConfig)).parse_args_and_config()\n"
+                      "DPOTrainer(model=model_args.model_name_or_path, args=args).train()\n")
+    a = analyze(script.read_text(), str(script), Settings(workspace=tmp_path))
+    assert a.estimate is not None and a.plan.model_id.value == "Qwen/Qwen2-0.5B-Instruct"
+    assert not any(f.severity == "error" for f in a.findings), [(f.rule_id, f.message) for f in a.findings]
+    assert any("deepspeed_zero3.yaml" in f.message and "read without it" in f.message for f in a.findings)
