@@ -202,3 +202,4 @@ async def test_quick_fix_in_a_notebook_cell_edits_that_cell(editor: Editor):
             assert line[e.range.start.character:e.range.end.character] in ("64", "1"), (line, e)
     finally:
         nb.close()
+
