@@ -7,7 +7,9 @@ apply; command-line flags win over them.
 Exit codes: 0 no finding at error level, 1 findings at error level, 2 usage error, a refused setting (flag or
 project file) or a named file that cannot be read. JSON and SARIF positions are 1-based lines and columns (SARIF endColumn is exclusive).
 In a notebook (.ipynb) a position is in a code cell: text `path:cell N:line:col`, JSON `"cell": N` with lines
-counted in that cell, SARIF the same lines with `properties.notebookCell`; `--fix` does not write notebooks.
+counted in that cell; SARIF regions are positions in the .ipynb file itself (one source line per JSON line, as
+Jupyter writes it; else the cell's lines), with `properties.notebookCell`/`cellLine`/`cellColumn`; `--fix` does
+not write notebooks.
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ class FileResult:
     applied: list[str] = field(default_factory=list)   # titles of fixes written by --fix
     cells: object | None = None          # a notebook's code cells (formats.notebook.CellText); spans point into them
     not_fixed: str | None = None         # why --fix left the file as it is
+    file_position: object | None = None  # a notebook: (cell-text line, col) -> (line, col) in the .ipynb file, if known
 
     @property
     def findings(self) -> list:
@@ -95,8 +98,10 @@ def _check_file(path: Path, explicit: bool, args, cli_severity: dict[str, str]) 
         return result
     settings = settings_for(path, args, cli_severity)
     if notebook.is_notebook(str(path)):
-        result.text = notebook.document_text(result.text, str(path))
+        file_text = result.text
+        result.text = notebook.document_text(file_text, str(path))
         result.cells = notebook.CellText.parse(result.text)
+        result.file_position = notebook.json_positions(file_text, result.cells)
     analysis = analyze(result.text, str(path), settings)
     result.analysis = analysis
     if analysis.plan is None:
@@ -261,6 +266,19 @@ def _json(results: list[FileResult]) -> dict:
     return {"version": 1, "files": files, "summary": _summary(results)}
 
 
+def _file_span(r: FileResult, span, cell_span):
+    """Where a notebook finding sits in the .ipynb file (SARIF regions are file positions); the cell's own lines
+    when the file's layout is not one source line per JSON line."""
+    if r.file_position is None or span.file not in ("", str(r.path)):
+        return cell_span
+    start = r.file_position(span.start_line, span.start_col)
+    end = r.file_position(span.end_line, span.end_col) if span.end_line == span.start_line else None
+    if start is None:
+        return cell_span
+    end = end or (start[0], start[1])
+    return span.model_copy(update={"start_line": start[0], "start_col": start[1], "end_line": end[0], "end_col": end[1]})
+
+
 def _json_position(r: FileResult, span) -> dict:
     cell, span = _cell_span(r, span)
     out = {"cell": cell + 1} if cell is not None else {}
@@ -310,9 +328,10 @@ def _sarif(results: list[FileResult]) -> dict:
         for f in r.findings:
             cell, span = _cell_span(r, f.span)
             res = {"ruleId": f.rule_id, "ruleIndex": index[f.rule_id], "level": SARIF_LEVEL[f.severity],
-                   "message": {"text": f.message}, "locations": [_location(r.path, span, root)]}
+                   "message": {"text": f.message}, "locations": [_location(r.path, _file_span(r, f.span, span), root)]}
             if cell is not None:
-                res["properties"] = {"notebookCell": cell + 1}
+                res["properties"] = {"notebookCell": cell + 1, "cellLine": span.start_line + 1,
+                                     "cellColumn": span.start_col + 1}
             related = []
             for i, rel in enumerate(f.related, start=1):
                 loc = _location(Path(rel.span.file) if rel.span.file else r.path, rel.span, root)

@@ -270,3 +270,56 @@ def cell_span(cells: CellText, span: Span) -> tuple[int, Span]:
         end_line, end_col = 0, 0
     return cell, span.model_copy(update={"start_line": line, "start_col": start_col, "end_line": max(end_line, line),
                                          "end_col": end_col})
+
+
+_CELL_TYPE = re.compile(r'\s*"cell_type":\s*"(\w+)"')
+_SOURCE_LIST = re.compile(r'\s*"source":\s*\[\s*$')
+_SOURCE_LINE = re.compile(r'(\s*)("(?:[^"\\]|\\.)*")\s*,?\s*$')
+
+
+def json_positions(json_text: str, cells: CellText):
+    """Where each cell-text line sits in the .ipynb file itself, when the file keeps one source line per JSON line
+    (as Jupyter, VS Code and Colab write it): a function (line, col) → (file line, file col), or None when the
+    file is laid out otherwise. SARIF points into the file, which code-scanning shows as it is."""
+    file_lines = json_text.split("\n")
+    text_lines = cells.text.split("\n")
+    where: dict[int, tuple[int, int]] = {}           # cell-text line -> (file line, column of the string's start)
+    kind, code_index, i = None, -1, 0
+    while i < len(file_lines):
+        m = _CELL_TYPE.match(file_lines[i])
+        if m:
+            kind = m.group(1)
+        elif _SOURCE_LIST.match(file_lines[i]):
+            if kind == "code":
+                code_index += 1
+                if code_index >= len(cells.starts):
+                    return None
+                start, end = cells.cell_lines(code_index)
+                k = start
+                i += 1
+                while i < len(file_lines) and not file_lines[i].strip().startswith("]"):
+                    sm = _SOURCE_LINE.match(file_lines[i])
+                    if sm is None or k >= end:
+                        return None
+                    try:
+                        piece = json.loads(sm.group(2))
+                    except ValueError:
+                        return None
+                    if piece.rstrip("\n") != text_lines[k]:
+                        return None
+                    where[k] = (i, len(sm.group(1)) + 1)
+                    k += 1
+                    i += 1
+            kind = None
+        i += 1
+    if code_index + 1 != len(cells.starts):
+        return None
+
+    def position(line: int, col: int) -> tuple[int, int] | None:
+        if line not in where:
+            return None
+        file_line, start = where[line]
+        prefix = text_lines[line][:col]
+        return file_line, start + len(json.dumps(prefix, ensure_ascii=False)) - 2
+
+    return position
