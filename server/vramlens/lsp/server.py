@@ -100,7 +100,7 @@ class VramlensServer(LanguageServer):
     def analysed_uris(self) -> list[str]:
         """Every open document and notebook that gets an analysis."""
         return ([uri for uri in self.workspace.text_documents if not notebooks.is_cell(self, uri)]
-                + list(self.workspace.notebook_documents))
+                + [nb.uri for nb in self.workspace.notebook_documents.values()])   # the client's spelling of the URI
 
     # ---- settings ------------------------------------------------------------------------------
 
