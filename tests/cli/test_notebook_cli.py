@@ -36,12 +36,31 @@ def test_check_sarif_regions_are_positions_in_the_ipynb_file():
     assert oom["properties"] == {"notebookCell": 3, "cellLine": 8, "cellColumn": 5}
 
 
-def test_fix_does_not_write_notebooks(tmp_path: Path):
+def test_fix_rewrites_only_the_changed_cell_lines(tmp_path: Path):
     path = tmp_path / "bang.ipynb"
     shutil.copy(FIXTURES / "bang_command.ipynb", path)
+    before = path.read_text(encoding="utf-8").split("\n")
+    out = vramlens("check", str(path), "--gpu", "T4", "--fix")
+    assert "fixed: Make it fit" in out.stdout, out.stdout
+    after = path.read_text(encoding="utf-8").split("\n")
+    added = [line for line in after if line not in before]
+    assert [line for line in before if line not in after] == \
+        ['    "    --per_device_train_batch_size 64 --gradient_accumulation_steps 1 \\\\\\n",']
+    assert '    "    --per_device_train_batch_size 2 --gradient_accumulation_steps 32 \\\\\\n",' in added
+    # the allocator setting becomes `%env` (each `!` runs its own shell: an `export` would be lost)
+    assert '    "%env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\\n",' in added and len(added) == 2
+    json.loads("\n".join(after))                                      # still a notebook
+    again = vramlens("check", str(path), "--gpu", "T4")
+    assert "error VL001" not in again.stdout
+
+
+def test_fix_leaves_a_notebook_whose_layout_it_cannot_keep(tmp_path: Path):
+    path = tmp_path / "odd.ipynb"
+    data = json.loads((FIXTURES / "bang_command.ipynb").read_text(encoding="utf-8"))
+    path.write_text(json.dumps(data, indent=3).replace("\n", "\r\n"), encoding="utf-8")
     before = path.read_bytes()
     out = vramlens("check", str(path), "--gpu", "T4", "--fix")
-    assert "not fixed: --fix does not write notebooks" in out.stdout
+    assert "not fixed: the notebook's JSON layout could not be kept" in out.stdout
     assert path.read_bytes() == before
 
 

@@ -94,3 +94,11 @@ def test_a_cell_whose_own_language_is_shell_is_read_as_shell():
     assert cells.languages == ["shellscript"] and CellText.parse(cells.text).languages == ["shellscript"]
     plan = parse_document(text, "x.ipynb").plan
     assert plan.micro_batch.value == 16 and plan.gpu_count.value == 2
+
+
+def test_env_magic_sets_the_allocator_and_visible_gpus():
+    text = notebook(("code", "%env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n%env CUDA_VISIBLE_DEVICES 0,1\n"
+                             "!torchrun --nproc_per_node 2 train.py --model_name_or_path Qwen/Qwen2.5-0.5B "
+                             "--per_device_train_batch_size 4"))
+    plan = parse_document(text, "x.ipynb").plan
+    assert plan.alloc_conf.value == "expandable_segments:True" and plan.alloc_conf.value_span.start_col == 29

@@ -8,8 +8,8 @@ Exit codes: 0 no finding at error level, 1 findings at error level, 2 usage erro
 project file) or a named file that cannot be read. JSON and SARIF positions are 1-based lines and columns (SARIF endColumn is exclusive).
 In a notebook (.ipynb) a position is in a code cell: text `path:cell N:line:col`, JSON `"cell": N` with lines
 counted in that cell; SARIF regions are positions in the .ipynb file itself (one source line per JSON line, as
-Jupyter writes it; else the cell's lines), with `properties.notebookCell`/`cellLine`/`cellColumn`; `--fix` does
-not write notebooks.
+Jupyter writes it; else the cell's lines), with `properties.notebookCell`/`cellLine`/`cellColumn`. `--fix` rewrites
+a notebook's cell sources only when its JSON layout is reproduced exactly (else it says so and writes nothing).
 """
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ class FileResult:
     cells: object | None = None          # a notebook's code cells (formats.notebook.CellText); spans point into them
     not_fixed: str | None = None         # why --fix left the file as it is
     file_position: object | None = None  # a notebook: (cell-text line, col) -> (line, col) in the .ipynb file, if known
+    file_text: str | None = None         # a notebook: the .ipynb file's own text (`text` is its cells)
 
     @property
     def findings(self) -> list:
@@ -98,7 +99,7 @@ def _check_file(path: Path, explicit: bool, args, cli_severity: dict[str, str]) 
         return result
     settings = settings_for(path, args, cli_severity)
     if notebook.is_notebook(str(path)):
-        file_text = result.text
+        file_text = result.file_text = result.text
         result.text = notebook.document_text(file_text, str(path))
         result.cells = notebook.CellText.parse(result.text)
         result.file_position = notebook.json_positions(file_text, result.cells)
@@ -111,10 +112,8 @@ def _check_file(path: Path, explicit: bool, args, cli_severity: dict[str, str]) 
             result.skipped = "not a training config" + (f" ({analysis.error})" if analysis.error else "")
         return result
     _drop_no_model_notice(analysis)
-    if args.fix and result.cells is None:
+    if args.fix:
         _fix(result, settings)
-    elif args.fix and any(fix.edits for f in analysis.findings for fix in f.fixes):
-        result.not_fixed = "--fix does not write notebooks: make the change the fix names in its cell"
     return result
 
 
@@ -160,7 +159,20 @@ def _fix(result: FileResult, settings) -> None:
         text, analysis = new_text, new_analysis
         result.applied.append(fix.title)
     if result.applied:
-        result.path.write_text(text, encoding="utf-8")
+        if result.cells is not None:
+            from vramlens.formats import notebook
+
+            written = notebook.write_cells(result.file_text, text)
+            if written is None:           # the file's JSON layout cannot be reproduced: never rewrite it otherwise
+                result.not_fixed = ("the notebook's JSON layout could not be kept, so it is not written; make "
+                                    "these changes in its cells: " + "; ".join(result.applied))
+                result.applied = []
+                return
+            result.path.write_text(written, encoding="utf-8")
+            result.cells = notebook.CellText.parse(text)
+            result.file_position = notebook.json_positions(written, result.cells)
+        else:
+            result.path.write_text(text, encoding="utf-8")
         result.text, result.analysis = text, analysis
         _drop_no_model_notice(analysis)
 

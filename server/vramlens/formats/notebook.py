@@ -37,6 +37,10 @@ _WRITE_PY = re.compile(r"%%(?:writefile|file)(?:[ \t]+-a)?[ \t]+(\S+\.py)[ \t]*$
 _LINE_MAGIC = re.compile(r"[ \t]*(?:[!%]|[A-Za-z_][A-Za-z0-9_]*[ \t]*=[ \t]*[!%](?!=))")
 _SHELL_LINE = re.compile(r"([ \t]*)!(?!=)")
 SHELL_LANGUAGES = frozenset({"shellscript", "bash", "sh", "shell"})
+# `%env NAME=value` / `%env NAME value`: IPython sets os.environ, which the kernel's training and every later
+# `!` command see
+_ENV_MAGIC = re.compile(r"([ \t]*)%env[ \t]+([A-Za-z_][A-Za-z0-9_]*)(?:[ \t]*=[ \t]*|[ \t]+)(\S(?:.*\S)?)[ \t]*$")
+_EXPORT = re.compile(r"([ \t]*)export[ \t]+([A-Za-z_][A-Za-z0-9_]*=.*)$")
 
 
 @dataclass
@@ -209,9 +213,37 @@ def parse_notebook(text: str, ctx) -> TrainingPlan | None:
         view = "shell"
     if plan is None:
         return None
+    _env_magics(plan, cells)
     plan.format = "notebook"
     plan.extra["notebook_view"] = _view_marker(view)
     return plan
+
+
+def _env_magics(plan: TrainingPlan, cells: CellText) -> None:
+    """`%env PYTORCH_CUDA_ALLOC_CONF=…` and `%env CUDA_VISIBLE_DEVICES=…` lines of Python cells."""
+    from vramlens.formats.settings import PlanBuilder, Setting
+    from vramlens.formats.shell import ALLOC_VARS
+
+    lines = cells.text.split("\n")
+    b = PlanBuilder.wrap(plan)
+    for index, start in enumerate(cells.starts):
+        if cells.languages[index] in SHELL_LANGUAGES:
+            continue
+        _, end = cells.cell_lines(index)
+        for k in range(start, end):
+            m = _ENV_MAGIC.match(lines[k])
+            if m is None:
+                continue
+            name, value = m.group(2), m.group(3).strip("'\"")
+            span = Span(file=plan.source_file, start_line=k, start_col=len(m.group(1)), end_line=k, end_col=m.end(3))
+            vspan = Span(file=plan.source_file, start_line=k, start_col=m.start(3), end_line=k, end_col=m.end(3))
+            s = Setting(key=name, path=(name,), value=value, span=span, value_span=vspan)
+            if name in ALLOC_VARS:
+                b.set("alloc_conf", value, s, override=True)     # the kernel's environment: what the run sees
+            elif name == "CUDA_VISIBLE_DEVICES":
+                n = len([x for x in value.replace(" ", "").split(",") if x])
+                if n:
+                    b.set("gpu_count", n, s)
 
 
 def _with_command_line(plan: TrainingPlan, cells: CellText, sh: str, ctx) -> TrainingPlan:
@@ -250,11 +282,36 @@ def render(text: str, plan: TrainingPlan, changes: dict):
     """Edits for a notebook: made in the view the plan came from, whose lines are the cell text's own."""
     from vramlens.formats import render_code
 
-    py, sh = views(CellText.parse(text))
+    cells = CellText.parse(text)
+    py, sh = views(cells)
     as_view = plan.model_copy(update={"format": view_of(plan)})
+    local = plan.alloc_conf
+    if "alloc_conf" in changes and local is not None and local.value_span is not None and \
+            _ENV_MAGIC.match(text.split("\n")[local.value_span.start_line]):
+        from vramlens.formats.render import RenderResult, TextEdit
+
+        rest = {k: v for k, v in changes.items() if k != "alloc_conf"}     # an `%env` line: its value is replaced
+        result = render(text, plan, rest) if rest else RenderResult([])
+        if result is not None:
+            result.edits.append(TextEdit(local.value_span, str(changes["alloc_conf"])))
+        return result
     if as_view.format == "python":
         return render_code.render_python(py, as_view, changes)
-    return render_code.render_shell(sh, as_view, changes)
+    result = render_code.render_shell(sh, as_view, changes)
+    if result is not None:
+        for edit in result.edits:
+            cell, _ = cells.locate(edit.span.start_line)
+            if cells.starts and cells.languages[cell] not in SHELL_LANGUAGES and not \
+                    _SHELL_CELL.match(text.split("\n")[cells.starts[cell]].strip()):
+                # a new `export X=v` line in a cell of `!` commands: each `!` runs its own shell, so the variable
+                # is set for the kernel and every later command instead
+                # (indented as the `!` line it goes before, whose `!` the shell view shows as a space)
+                here = text.split("\n")[edit.span.start_line] if edit.span.start_line < len(text.split("\n")) else ""
+                bang = _SHELL_LINE.match(here)
+                indent = bang.group(1) if bang else ""
+                edit.new_text = "\n".join(_EXPORT.sub(lambda m: f"{indent}%env {m.group(2)}", line)
+                                           for line in edit.new_text.split("\n"))
+    return result
 
 
 def cell_span(cells: CellText, span: Span) -> tuple[int, Span]:
@@ -323,3 +380,46 @@ def json_positions(json_text: str, cells: CellText):
         return file_line, start + len(json.dumps(prefix, ensure_ascii=False)) - 2
 
     return position
+
+
+def write_cells(json_text: str, new_cell_text: str) -> str | None:
+    """The .ipynb file with its code cells' sources replaced by those of `new_cell_text` (an edited cell text), in
+    the file's own layout; None when that layout cannot be reproduced exactly (then nothing is written): the file
+    is re-serialised unchanged first, and only when that gives back the very same text are the new sources put in."""
+    try:
+        data = json.loads(json_text)
+    except (ValueError, RecursionError):
+        return None
+    layout = _layout(json_text, data)
+    if layout is None or not isinstance(data.get("cells"), list):
+        return None
+    new = CellText.parse(new_cell_text)
+    code = [c for c in data["cells"] if isinstance(c, dict) and c.get("cell_type") == "code"]
+    if len(code) != len(new.starts):
+        return None
+    lines = new_cell_text.split("\n")
+    for index, cell in enumerate(code):
+        start, end = new.cell_lines(index)
+        src = lines[start:end]
+        joined = "\n".join(src)
+        cell["source"] = joined if isinstance(cell.get("source"), str) else \
+            [line + "\n" for line in src[:-1]] + ([src[-1]] if src and src[-1] else [])
+    return _dump(data, layout)
+
+
+def _layout(text: str, data) -> tuple | None:
+    """(indent, sort_keys, ensure_ascii, trailing newline) that reproduce `text` from `data`, if any does."""
+    for indent in (1, 2, 0, 4, None):
+        for sort_keys in (True, False):
+            for ensure_ascii in (False, True):
+                layout = (indent, sort_keys, ensure_ascii, text.endswith("\n"))
+                if _dump(data, layout) == text:
+                    return layout
+    return None
+
+
+def _dump(data, layout: tuple) -> str:
+    indent, sort_keys, ensure_ascii, newline = layout
+    out = json.dumps(data, indent=indent, sort_keys=sort_keys, ensure_ascii=ensure_ascii,
+                     separators=(",", ": ") if indent is not None else None)
+    return out + ("\n" if newline else "")
