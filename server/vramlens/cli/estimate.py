@@ -55,8 +55,8 @@ def run(args) -> int:
             if parsed.issues:
                 print(f"{label}: {parsed.issues[0].message}", file=sys.stderr)
                 errors += 1
-            elif len(documents) == 1:
-                print(f"{label}: not a training config", file=sys.stderr)
+            elif len(files) == 1 and label == documents[-1][1] and not results:
+                print(f"{f}: not a training config", file=sys.stderr)     # (after its last document)
                 errors += 1
             continue
         try:
