@@ -203,3 +203,15 @@ async def test_quick_fix_in_a_notebook_cell_edits_that_cell(editor: Editor):
     finally:
         nb.close()
 
+
+
+async def test_a_notebook_opened_as_json_text_gets_findings_at_file_positions_and_no_edits(editor: Editor):
+    path = FIXTURES / "notebooks" / "bang_command.ipynb"
+    text = path.read_text(encoding="utf-8")
+    uri = editor.open(path, language_id="json")
+    diagnostics = await editor.diagnostics(uri)
+    oom = next(d for d in diagnostics if d.code == "VL001")
+    line = text.split("\n")[oom.range.start.line]
+    assert "--per_device_train_batch_size 64" in line or "trl/scripts/sft.py" in line, line
+    actions = await editor.code_actions(uri, [oom])
+    assert not [a for a in actions if a.edit is not None]          # cell-text edits never land on the JSON

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from pygls.workspace import TextDocument
 
-from vramlens.lsp import pipeline
+from vramlens.lsp import notebooks, pipeline
 
 if TYPE_CHECKING:
     from vramlens.lsp.server import VramlensServer
@@ -172,6 +172,8 @@ class Analyzer:
         start = time.perf_counter()
         analysis = pipeline.run(doc.source, path, settings, self.server.workspace_root(),
                                 self.server.read_open_file)
+        if notebooks.is_notebook_file(path, doc.source):      # an .ipynb opened as JSON text
+            analysis = notebooks.as_file_positions(analysis, doc.source)
         elapsed = (time.perf_counter() - start) * 1000
         return Result(doc.uri, doc.version, self.generation, path, analysis, settings, elapsed, plan_digest(analysis))
 

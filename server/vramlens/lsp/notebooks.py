@@ -214,3 +214,38 @@ def cell_code_actions(ls: "VramlensServer", params: types.CodeActionParams, code
             action.diagnostics = list(params.context.diagnostics)
         out.append(action)
     return out
+
+
+def is_notebook_file(path: str, text: str) -> bool:
+    """An .ipynb file opened as a plain (JSON) text document, not through notebook sync."""
+    from vramlens.formats.notebook import is_notebook
+
+    return is_notebook(path) and text.lstrip().startswith("{")
+
+
+def as_file_positions(analysis, json_text: str):
+    """The analysis of an .ipynb opened as JSON text: its findings moved to where their cell lines sit in the file
+    (or to the file's start when the layout is not one source line per JSON line), without fixes (their edits are
+    cell-text edits) and without the plan (hovers, lenses and hints would point into the cells' text)."""
+    import dataclasses
+
+    from vramlens.formats.notebook import document_text, json_positions
+
+    if analysis is None:
+        return None
+    cells = CellText.parse(document_text(json_text, analysis.path))
+    position = json_positions(json_text, cells)
+
+    def moved(span):
+        start = position(span.start_line, span.start_col) if position and span is not None else None
+        if start is None:
+            return span.model_copy(update={"start_line": 0, "start_col": 0, "end_line": 0, "end_col": 0})
+        end = position(span.end_line, span.end_col) if span.end_line == span.start_line else None
+        end = end or start
+        return span.model_copy(update={"start_line": start[0], "start_col": start[1], "end_line": end[0],
+                                       "end_col": end[1]})
+
+    findings = [dataclasses.replace(f, span=moved(f.span), fix_source=None,
+                                    related=[dataclasses.replace(r, span=moved(r.span)) for r in f.related])
+                for f in analysis.findings]
+    return dataclasses.replace(analysis, plan=None, findings=findings)
