@@ -386,8 +386,8 @@ def tokenize(text: str) -> tuple[list[Command], list[tuple[int, int]]]:
 
 
 def words_in(text: str, start: int, end: int) -> list[Word]:
-    """The words of text[start:end] (a here-document body, a quoted string's inside), as unquoted `$VAR`
-    word-splits them: every command's words in order, at their offsets in `text`."""
+    """The words of text[start:end] (a here-document body) as an unquoted `$VAR` word-splits them: every
+    command's words in order, at their offsets in `text`."""
     return [w for cmd in _Scanner(text, end).run(start) for w in cmd.words]
 
 
@@ -943,7 +943,7 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
             for w in rest[1:]:
                 env.pop(raw_text(text, w), None)
             continue
-        if head == "read" and k == 0 and cmd.heredocs:
+        if head == "read" and cmd.heredocs:             # `[IFS=] read -r -d '' VAR <<EOF … EOF`
             names = [raw_text(text, w) for w in rest[1:] if not raw_text(text, w).startswith("-")
                      and raw_text(text, w) not in ("''", '""')]
             if names and _NAME.fullmatch(names[-1]):
