@@ -416,6 +416,8 @@ class Expander:
     def __init__(self) -> None:
         self.spent = 0
         self.capped: list[tuple[int, int]] = []      # ranges of the words whose value went over a limit
+        self.heredoc_words: dict[tuple[int, int], list] = {}   # here-document range → its words (tokenized once)
+        self.spliced = 0                             # here-document words spliced into commands so far
 
     def parts(self, parts: list, env: dict[str, Var], where: tuple[int, int] | None = None) -> str | None:
         out: list[str] = []
@@ -1016,10 +1018,27 @@ def _args(text: str, words: list[Word], env: dict[str, Var], ex: "Expander") -> 
         if len(parts) == 1 and parts[0][0] == VAR and not parts[0][2]:
             var = env.get(parts[0][1])
             if var is not None and var.words_range is not None:
-                out.extend(Arg(x, ex.parts(x.parts, env, (x.start, x.end))) for x in words_in(text, *var.words_range))
-                continue
+                spliced = _spliced_words(text, var.words_range, ex)
+                if spliced is not None:
+                    out.extend(Arg(x, ex.parts(x.parts, env, (x.start, x.end))) for x in spliced)
+                    continue
         out.append(Arg(w, ex.parts(parts, env, (w.start, w.end))))
     return out
+
+
+MAX_SPLICED_WORDS = 100_000     # words of here-documents spliced into commands per script (real ones: a few dozen)
+
+
+def _spliced_words(text: str, where: tuple[int, int], ex: "Expander") -> list[Word] | None:
+    """The words of a here-document, tokenized once per script; None (unknown) past MAX_WORDS words in it or
+    MAX_SPLICED_WORDS spliced in all, so a script that expands a large one on every line stays linear."""
+    words = ex.heredoc_words.get(where)
+    if words is None:
+        words = ex.heredoc_words[where] = words_in(text, *where)[:MAX_WORDS + 1]
+    if len(words) > MAX_WORDS or ex.spliced + len(words) > MAX_SPLICED_WORDS:
+        return None
+    ex.spliced += len(words)
+    return words
 
 
 def _heredoc_parts(text: str, a: int, b: int) -> list:
