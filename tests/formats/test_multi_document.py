@@ -43,3 +43,17 @@ def test_estimate_cli_prints_one_estimate_per_document():
     data = json.loads(out.stdout)
     assert [d["file"].rsplit(" ", 2)[-2:] for d in data] == [["(document", "1)"], ["(document", "2)"]]
     assert [d["model"]["id"] for d in data] == ["Qwen/Qwen2.5-0.5B", "meta-llama/Llama-3.1-8B"]
+
+
+def test_check_prints_an_estimate_per_document():
+    out = subprocess.run([sys.executable, "-m", "vramlens", "check", str(FIXTURES / "two_runs.yaml")],
+                         capture_output=True, text=True, timeout=120)
+    assert "two_runs.yaml (document 1): peak" in out.stdout and "two_runs.yaml (document 2): peak" in out.stdout
+    assert out.returncode == 1                                   # the second document does not fit
+
+
+def test_check_json_lists_each_document_estimate():
+    out = subprocess.run([sys.executable, "-m", "vramlens", "check", str(FIXTURES / "two_runs.yaml"), "--format",
+                          "json"], capture_output=True, text=True, timeout=120)
+    entry = json.loads(out.stdout)["files"][0]
+    assert [d["model"]["id"] for d in entry["documents"]] == ["Qwen/Qwen2.5-0.5B", "meta-llama/Llama-3.1-8B"]

@@ -208,9 +208,15 @@ def _print_text(results: list[FileResult], verbose: bool) -> None:
             if verbose or (r.unreadable and r.explicit):
                 print(f"{r.path}: skipped: {r.skipped}", file=out)
             continue
-        line = _estimate_line(r.analysis)
-        if line or r.findings or verbose:
-            print(f"{r.path}: {line or 'no estimate'}", file=out)
+        documents = [d for d in getattr(r.analysis, "documents", None) or () if d.estimate is not None]
+        if len(documents) > 1:                       # a multi-document YAML file: one estimate per run
+            for n, d in enumerate(r.analysis.documents, 1):
+                if d.estimate is not None:
+                    print(f"{r.path} (document {n}): {_estimate_line(d)}", file=out)
+        else:
+            line = _estimate_line(r.analysis)
+            if line or r.findings or verbose:
+                print(f"{r.path}: {line or 'no estimate'}", file=out)
         for title in r.applied:
             print(f"  fixed: {title}", file=out)
         if r.not_fixed:
@@ -274,6 +280,9 @@ def _json(results: list[FileResult]) -> dict:
                 } for f in r.findings],
                 "fixed": r.applied,
             })
+            if len(a.documents) > 1:                  # a multi-document YAML file: each document's estimate
+                entry["documents"] = [estimate_json(str(r.path), d.plan, d.resolution, d.estimate)
+                                      if d.estimate is not None else None for d in a.documents]
         files.append(entry)
     return {"version": 1, "files": files, "summary": _summary(results)}
 
