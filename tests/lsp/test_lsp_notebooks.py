@@ -153,6 +153,23 @@ async def test_unsloth_colab_notebook_edit_and_close(editor: Editor):
         assert found is not None and "GiB" in found.contents.value
         assert found.range is None or found.range.start.line == line
 
+        # the code lens sits on the model line of that cell; inlay hints stay within their cells
+        lenses = await editor.client.text_document_code_lens_async(types.CodeLensParams(
+            text_document=types.TextDocumentIdentifier(uri=nb.cells[model_cell][1])))
+        assert [lens.range.start.line for lens in lenses] == [line]
+        assert "GiB" in lenses[0].command.title
+        shown = 0
+        for _, cell_uri, cell_text in nb.cells:
+            if cell_uri not in nb.code_cell_uris():
+                continue
+            n = len(cell_text.split("\n"))
+            hints = await editor.client.text_document_inlay_hint_async(types.InlayHintParams(
+                text_document=types.TextDocumentIdentifier(uri=cell_uri),
+                range=types.Range(start=types.Position(0, 0), end=types.Position(n, 0))))
+            assert all(0 <= h.position.line < n for h in hints or [])
+            shown += len(hints or [])
+        assert shown > 0
+
         # quick fixes in a cell edit that cell (the notebook's own text), at the cell's lines
         actions = await editor.client.text_document_code_action_async(types.CodeActionParams(
             text_document=types.TextDocumentIdentifier(uri=uri),

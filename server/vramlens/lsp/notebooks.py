@@ -249,3 +249,37 @@ def as_file_positions(analysis, json_text: str):
                                     related=[dataclasses.replace(r, span=moved(r.span)) for r in f.related])
                 for f in analysis.findings]
     return dataclasses.replace(analysis, plan=None, findings=findings)
+
+
+def cell_inlay_hints(ls: "VramlensServer", params: types.InlayHintParams, inlay_hints) -> list[types.InlayHint]:
+    """Inlay hints in a cell: the notebook's hints that fall on this cell's lines, at the cell's positions."""
+    found = _cell_of(ls, params.text_document.uri)
+    if found is None:
+        return []
+    nb, cells, ct, index = found
+    start, end = ct.cell_lines(index)
+    hints = inlay_hints(ls, types.InlayHintParams(text_document=types.TextDocumentIdentifier(uri=nb.uri),
+                                                  range=_shift(params.range, start)))
+    out = []
+    for hint in hints:
+        if start <= hint.position.line < end:
+            hint.position = types.Position(line=hint.position.line - start, character=hint.position.character)
+            out.append(hint)
+    return out
+
+
+def cell_code_lens(ls: "VramlensServer", params: types.CodeLensParams, code_lens) -> list[types.CodeLens]:
+    """The code lens on the model line, in the cell that names the model."""
+    found = _cell_of(ls, params.text_document.uri)
+    if found is None:
+        return []
+    nb, cells, ct, index = found
+    out = []
+    for lens in code_lens(ls, types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=nb.uri))):
+        i, rng = _cell_range(ct, lens.range)
+        if i == index and rng.start.line >= 0:
+            lens.range = rng
+            if lens.command is not None and lens.command.arguments:
+                lens.command.arguments = [nb.uri]          # a trace runs for the notebook
+            out.append(lens)
+    return out

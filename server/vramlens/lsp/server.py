@@ -479,11 +479,15 @@ def create_server() -> VramlensServer:
     @server.feature(types.TEXT_DOCUMENT_INLAY_HINT)
     @_guard(list)
     def on_inlay_hint(ls: VramlensServer, params: types.InlayHintParams) -> list[types.InlayHint]:
+        if notebooks.is_cell(ls, params.text_document.uri):
+            return notebooks.cell_inlay_hints(ls, params, inlay_hints.inlay_hints)
         return inlay_hints.inlay_hints(ls, params)
 
     @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
     @_guard(list)
     def on_code_lens(ls: VramlensServer, params: types.CodeLensParams) -> list[types.CodeLens]:
+        if notebooks.is_cell(ls, params.text_document.uri):
+            return notebooks.cell_code_lens(ls, params, code_lens.code_lens)
         return code_lens.code_lens(ls, params)
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION,
