@@ -217,6 +217,9 @@ class TrainingPlan(BaseModel):
     teacher_model_id: Sourced[str] | None = None  # the distillation teacher
 
     references: list[Reference] = Field(default_factory=list)
+    purpose: Sourced[str] | None = None
+    """Set when the file launches something other than training (inference, merge, export, ...): what it is,
+    where it says so. Such a plan is not estimated (`formats.purpose`)."""
     issues: list[ParseIssue] = Field(default_factory=list)
     # settings the parser recognised but vramlens does not model (key -> span), for hovers
     extra: dict[str, Sourced[Any]] = Field(default_factory=dict)

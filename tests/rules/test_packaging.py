@@ -19,7 +19,7 @@ def test_wheel_contains_and_loads_the_rule_set(tmp_path):
     (wheel,) = tmp_path.glob("vramlens-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     rule_files = sorted(p.name for p in (ROOT / "rules").glob("vl*.py"))
-    assert len(rule_files) == 17
+    assert len(rule_files) == 18
     for name in rule_files:
         assert f"vramlens_rules/{name}" in names
     assert "vramlens/rules/engine.py" in names and "vramlens/analysis.py" in names
@@ -31,4 +31,4 @@ def test_wheel_contains_and_loads_the_rule_set(tmp_path):
              "print(vramlens_rules.__file__); print(len(r.all_rules()))")
     out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": str(site)}, cwd=tmp_path,
                          capture_output=True, text=True, timeout=120, check=True).stdout.split()
-    assert out[0].startswith(str(site)) and out[1] == "17"
+    assert out[0].startswith(str(site)) and out[1] == "18"

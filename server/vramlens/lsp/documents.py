@@ -177,7 +177,7 @@ class Analyzer:
             analysis = pipeline.too_large(path, size)
         else:
             analysis = pipeline.run(doc.source, path, settings, self.server.workspace_root(),
-                                    self.server.read_open_file)
+                                    self.server.read_open_file, self.server.hub_lookups())
             if notebooks.is_notebook_file(path, doc.source):      # an .ipynb opened as JSON text
                 analysis = notebooks.as_file_positions(analysis, doc.source)
         elapsed = (time.perf_counter() - start) * 1000

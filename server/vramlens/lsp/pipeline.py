@@ -16,13 +16,18 @@ log = logging.getLogger(__name__)
 
 
 def analysis_settings(settings: EffectiveSettings, workspace: Path | None,
-                      read_file: Callable[[Path], str | None] | None = None) -> Settings:
-    """The document's settings with the run's context (workspace root, how to read open buffers)."""
-    return settings.values.model_copy(update={"workspace": workspace, "read_file": read_file})
+                      read_file: Callable[[Path], str | None] | None = None,
+                      hub_lookup: Callable[[str], Any] | None = None) -> Settings:
+    """The document's settings with the run's context (workspace root, how to read open buffers, how to ask the
+    Hub without waiting); a model folder outside the workspace is read only in a trusted workspace."""
+    return settings.values.model_copy(update={"workspace": workspace, "read_file": read_file,
+                                              "hub_lookup": hub_lookup,
+                                              "any_model_folder": settings.values.trusted})
 
 
 def run(text: str, path: str, settings: EffectiveSettings, workspace: Path | None,
-        read_file: Callable[[Path], str | None] | None = None) -> Any:
+        read_file: Callable[[Path], str | None] | None = None,
+        hub_lookup: Callable[[str], Any] | None = None) -> Any:
     """`analysis.analyze` for one document; None when the pipeline itself failed (a bug, logged)."""
     try:
         from vramlens.analysis import analyze
@@ -32,7 +37,7 @@ def run(text: str, path: str, settings: EffectiveSettings, workspace: Path | Non
     if workspace is None and Path(path).is_absolute():
         workspace = Path(path).parent       # no workspace folder: the document's folder bounds what is read
     try:
-        return analyze(text, path, analysis_settings(settings, workspace, read_file))
+        return analyze(text, path, analysis_settings(settings, workspace, read_file, hub_lookup))
     except Exception:
         log.exception("analysis of %s failed", path)
         return None
