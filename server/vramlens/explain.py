@@ -14,7 +14,7 @@ from vramlens import markup
 from vramlens.estimate import estimate as _estimate
 from vramlens.estimate.result import COMPONENT_LABELS, COMPONENTS, GIB, Estimate
 from vramlens.plan import Origin, Sourced, Span, TrainingPlan
-from vramlens.report import bar, objective_text
+from vramlens.report import bar, objective_text, speed_text
 from vramlens.resolved import ResolvedPlan
 
 MODEL = "model_id"
@@ -507,6 +507,11 @@ CONCEPT_TITLES = {
     "prompt_len": "prompt length", "completion_len": "completion length", "num_generations": "generations per prompt",
     "generation": "generation", "vllm_memory_share": "vLLM memory share", "reward_model_id": "reward model",
     "value_model": "value model", "teacher_model_id": "teacher model",
+    "trained_layers": "trained layers", "trained_modules": "trained modules in those layers",
+    "trained_extra": "trained modules outside the layers", "trained_where": "which layers train",
+    "trainable_fp32": "fp32 upcast of trainable weights",
+    "optimizer_rank": "optimizer projection rank", "optimizer_targets": "matrices with projected optimizer states",
+    "task_head": "model head",
 }
 
 
@@ -566,6 +571,8 @@ def budget_markdown(ctx: Context) -> str:
         "",
         f"range {gib(e.low_bytes)}–{gib(e.high_bytes)} GiB · allocated {gib(e.allocated_bytes)} · "
         f"reserved {gib(e.reserved_bytes)} · device {gib(e.device_bytes)} GiB · peak phase: **{e.phase}**",
+        "",
+        f"speed: {markup.text(speed_text(e))}",
         "",
         "| component | GiB | |",
         "|---|---:|---|",

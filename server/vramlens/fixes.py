@@ -5,9 +5,11 @@ of the `TrainingPlan`, resolved and estimated again (without the max-batch searc
 it buys — "Enable gradient checkpointing → peak 38.2 GiB (fits A100-40GB)" — and rendered back to text in
 the document's own format by `formats.render.render_change`.
 
-"Make it fit" searches combinations of the memory-saving changes and picks the cheapest one whose estimate
-fits with the configured headroom. Cheapest means: keep the training semantics first. The changes, cheapest
-first, and why they sit where they do:
+"Make it fit" searches combinations of the memory-saving changes. Of those that fit with the configured
+headroom and keep what is trained (changes 1–6 below), it picks the one predicted to run fastest (tokens per
+second, vramlens.estimate.throughput): checkpointing alone may fit but cost 25 % of the speed where 8-bit Adam and
+a fused loss fit at full speed. Only when none of those fits does it change what is trained (7–8), taking the
+cheapest such combination and saying so in its title. The changes, cheapest first, and why they sit where they do:
 
   1. expandable_segments      allocator setting only: same math, same speed, less fragmentation
   2. fused / chunked loss     a different kernel for the same loss (Liger fused linear-CE, chunked CE)
@@ -19,8 +21,17 @@ first, and why they sit where they do:
   7. LoRA                     trains adapters instead of the full model: a different fine-tune
   8. QLoRA                    LoRA over a 4-bit base model: the most invasive
 
-Each change has cost 2^(rank-1), so one change outranks every combination of the cheaper ones; the search
-walks the subsets in increasing cost and returns the first that fits.
+Each change has cost 2^(rank-1), so one change outranks every combination of the cheaper ones; the search for a
+plan that changes what is trained walks the subsets in increasing cost and returns the first that fits.
+
+Every fix is `safe` or `unsafe`, as ruff's fix levels (https://docs.astral.sh/ruff/linter/#fix-safety): a safe fix
+keeps what is trained and the results (in exact arithmetic) and needs nothing new installed — the allocator setting,
+chunked or torchtune's linear cross-entropy, fused AdamW, gradient checkpointing, a smaller micro-batch with more
+accumulation (the same global batch; `transformers` ≥ 4.46 normalises the loss over the accumulated tokens,
+https://github.com/huggingface/transformers/pull/34191); an unsafe one changes what or how it trains — 8-bit
+optimizer states, LoRA/QLoRA instead of the full model, fp16 instead of bf16, shorter sequences or completions,
+fewer generations — or needs another package (Liger). `check --fix` applies the safe ones, `--unsafe-fixes` both; "make
+it fit" is safe when all of its changes are.
 """
 from __future__ import annotations
 
@@ -29,11 +40,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from vramlens.estimate import GIB, Estimate, estimate
-from vramlens.plan import Origin, Sourced, Span, TrainingPlan, text_lines
+from vramlens.plan import Origin, Sourced, Span, TrainingPlan
 from vramlens.calibration import calibrate
 from vramlens.resolve import resolve
 from vramlens.settings import Settings
+from vramlens.report import speed_change
 from vramlens.resolved import ResolvedPlan
+from vramlens.text import line_ending, with_line_ending
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +65,10 @@ NAMED_OPTIMIZER_FRAMEWORKS = ("transformers", "trl", "axolotl", "llamafactory")
 
 # Fix ids, what they do (rule files list the ids they offer).
 FIX_IDS = {
-    "make-it-fit": "the cheapest combination of the memory fixes below that fits with the headroom",
+    "make-it-fit": "the fastest combination of the memory fixes below that fits with the headroom and keeps what "
+                   "is trained (else the cheapest that trains adapters instead)",
+    "make-it-fit-safe": "the fastest combination of safe fixes only that fits, when the fastest plan needs an "
+                        "unsafe one (what `check --fix` applies without --unsafe-fixes)",
     "expandable-segments": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
     "fused-loss": "fused linear cross-entropy (Liger) or chunked cross-entropy",
     "fused-adamw": "fused AdamW instead of foreach",
@@ -81,6 +97,11 @@ class Fix:
     safe: bool = False                            # keeps the training's results: `check --fix` applies it
 
     @property
+    def applicability(self) -> str:
+        """"safe" (`check --fix` applies it) or "unsafe" (only with `--unsafe-fixes`)."""
+        return "safe" if self.safe else "unsafe"
+
+    @property
     def fits(self) -> bool | None:
         return None if self.estimate_after is None else self.estimate_after.fits
 
@@ -95,6 +116,7 @@ class Candidate:
     rank: int                                     # 1 = cheapest (see the module docstring)
     safe: bool = False
     conflicts: tuple[str, ...] = ()               # ids it cannot be combined with
+    changes_training: bool = False                # trains something else (adapters instead of the full model)
 
 
 def gib(n: float) -> str:
@@ -112,29 +134,26 @@ def with_changes(plan: TrainingPlan, changes: dict[str, Any]) -> TrainingPlan:
     return plan.model_copy(update=update)
 
 
-def apply_edits(text: str, edits: list) -> str:
-    """Apply text edits (0-based line/col spans, end exclusive) to `text`; raises ValueError on overlap."""
-    if not edits:
-        return text
-    lines = text_lines(text, keepends=True)
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line))
+def change_key(fix: Fix) -> tuple:
+    """What a fix changes: its text edits (file, range, new text), or its plan changes when it has no edits. Two
+    fixes with the same key are one change, whatever their titles."""
+    if fix.edits:
+        return tuple(sorted((e.span.file, e.span.start_line, e.span.start_col, e.span.end_line, e.span.end_col,
+                             e.new_text) for e in fix.edits))
+    return ("changes",) + tuple(sorted((k, repr(v)) for k, v in fix.changes.items()))
 
-    def offset(line: int, col: int) -> int:
-        if line >= len(lines):
-            return len(text)
-        content = lines[line].rstrip("\r\n")
-        return starts[line] + min(col, len(content))
 
-    ranges = sorted(((offset(e.span.start_line, e.span.start_col), offset(e.span.end_line, e.span.end_col), e.new_text)
-                     for e in edits), key=lambda r: (r[0], r[1]))
-    for (s1, e1, _), (s2, _, _) in zip(ranges, ranges[1:]):
-        if s2 < e1:
-            raise ValueError("overlapping edits")
-    out = text
-    for start, end, new in reversed(ranges):
-        out = out[:start] + new + out[end:]
+def distinct(fixes: list[Fix | None]) -> list[Fix]:
+    """The fixes without repeats of the same change (the first one, e.g. "make it fit", stays)."""
+    seen: set[tuple] = set()
+    out = []
+    for fix in fixes:
+        if fix is None:
+            continue
+        key = change_key(fix)
+        if key not in seen:
+            seen.add(key)
+            out.append(fix)
     return out
 
 
@@ -191,6 +210,11 @@ class Fixer:
             return f"tight on {gpu}, {est.headroom_bytes / est.usable_bytes:.0%} free"
         return f"still {gib(-est.headroom_bytes)} over {gpu}"
 
+    def outcome(self, est: Estimate) -> str:
+        """What a change comes to, for its title: "peak 24.0 GiB (fits A100-40GB), −24 % tokens/s"."""
+        speed = speed_change(self.base, est)
+        return f"peak {gib(est.device_bytes)} ({self.status(est)})" + (f", {speed}" if speed else "")
+
     # -- rendering ---------------------------------------------------------------------------------
 
     def render(self, changes: dict[str, Any]) -> tuple[list, str | None]:
@@ -217,7 +241,10 @@ class Fixer:
             return [], "vramlens could not write this change into the file"
         if result is None:
             return [], f"a {self.plan.format} config cannot express this change"
-        return list(result.edits), result.note
+        eol = line_ending(self.text)       # lines a fix adds to a CRLF file are CRLF too
+        own = ("", self.plan.source_file)
+        return [TextEdit(span=e.span, new_text=with_line_ending(e.new_text, eol)) if e.span.file in own else e
+                for e in result.edits], result.note
 
     def make(self, fix_id: str, label: str, changes: dict[str, Any], *, safe: bool = False,
              preferred: bool = False, estimate_title: bool = True) -> Fix:
@@ -225,7 +252,7 @@ class Fixer:
         est = self.evaluate(changes) if estimate_title else None
         title = label[:1].upper() + label[1:]
         if est is not None:
-            title += f" → peak {gib(est.device_bytes)} ({self.status(est)})"
+            title += f" → {self.outcome(est)}"
         edits, note = self.render(changes)
         return Fix(title=title, changes=dict(changes), estimate_after=est, edits=edits, note=note, id=fix_id,
                    safe=safe, preferred=preferred)
@@ -244,51 +271,57 @@ class Fixer:
             out.append(Candidate("expandable-segments", "add PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
                                  {"alloc_conf": with_expandable_segments(conf)}, 1, safe=True))
         if rp.arch.block != "encoder" and rp.loss_impl != "fused":
-            if fw in LIGER_FRAMEWORKS:
+            if fw in LIGER_FRAMEWORKS:      # unsafe: needs the liger-kernel package
                 out.append(Candidate("fused-loss", "use Liger's fused linear cross-entropy", {"loss_impl": "fused"}, 2))
             elif fw == "torchtune":
-                out.append(Candidate("fused-loss", "use the linear cross-entropy loss", {"loss_impl": "fused"}, 2))
+                out.append(Candidate("fused-loss", "use the linear cross-entropy loss", {"loss_impl": "fused"}, 2,
+                                     safe=True))
             elif rp.loss_impl == "standard":
-                out.append(Candidate("fused-loss", "use a chunked cross-entropy loss", {"loss_impl": "chunked"}, 2))
+                out.append(Candidate("fused-loss", "use a chunked cross-entropy loss", {"loss_impl": "chunked"}, 2,
+                                     safe=True))
         opt = rp.optimizer
         if opt.library == "torch" and opt.family in ("adamw", "adam") and rp.optimizer_impl == "foreach" \
                 and not rp.offload_optimizer:
             changes = {"optimizer": "adamw_torch_fused"} if fw in NAMED_OPTIMIZER_FRAMEWORKS and opt.family == "adamw" \
                 else {"optimizer_impl": "fused"}
-            out.append(Candidate("fused-adamw", "use fused AdamW instead of foreach", changes, 3,
+            out.append(Candidate("fused-adamw", "use fused AdamW instead of foreach", changes, 3, safe=True,
                                  conflicts=("8bit-adam",)))
         if not rp.grad_checkpointing:
-            out.append(Candidate("grad-checkpointing", "enable gradient checkpointing", {"grad_checkpointing": True}, 4))
+            out.append(Candidate("grad-checkpointing", "enable gradient checkpointing", {"grad_checkpointing": True}, 4,
+                                 safe=True))
         state_bytes = opt.state_bytes if opt.state_bytes is not None else 2
         if opt.family in ("adamw", "adam") and state_bytes > 1.5 and not rp.offload_optimizer and rp.peft == "none":
             name = "paged_adamw_8bit" if opt.paged else "adamw_bnb_8bit"
             out.append(Candidate("8bit-adam", f"use 8-bit AdamW ({name})", {"optimizer": name}, 5,
                                  conflicts=("fused-adamw",)))
         if rp.micro_batch > 1:
-            out.append(Candidate("smaller-micro-batch", "halve the micro-batch", {}, 6))
+            out.append(Candidate("smaller-micro-batch", "lower the micro-batch", {}, 6, safe=True))
         if rp.peft == "none" and not rp.quant_bits:
             out.append(Candidate("lora", "train LoRA adapters (r=16, all linear layers)",
                                  {"peft_method": "lora", "lora_r": 16, "lora_targets": ["all-linear"]}, 7,
-                                 conflicts=("qlora",)))
+                                 conflicts=("qlora",), changes_training=True))
         if not rp.quant_bits and rp.peft in ("none", "lora", "dora"):
             changes: dict[str, Any] = {"peft_method": "qlora", "quant_bits": 4}
             if rp.peft == "none":
                 changes.update({"lora_r": 16, "lora_targets": ["all-linear"]})
             out.append(Candidate("qlora", "train QLoRA (4-bit base model, LoRA r=16)", changes, 8,
-                                 conflicts=("lora",)))
+                                 conflicts=("lora",), changes_training=True))
         from vramlens import fixes_objective
 
         out.extend(fixes_objective.candidates(rp, plan))
         return sorted(out, key=lambda c: c.rank)
 
     def _batch_steps(self, base_changes: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
-        """The micro-batch/accumulation trades, one halving at a time: [(changes, label)]."""
-        mb, ga = self.rp.micro_batch, self.rp.grad_accum
+        """The micro-batch/accumulation trades, one halving at a time: [(changes, label)]; the label says the
+        change from the current values ("lower the micro-batch from 16 to 2 and raise accumulation from 1 to 8")."""
+        mb0, ga0 = self.rp.micro_batch, self.rp.grad_accum
+        mb, ga = mb0, ga0
         out = []
         while mb > 1:
             mb, ga = mb // 2, ga * 2
             out.append(({**base_changes, "micro_batch": mb, "grad_accum": ga},
-                        f"micro-batch {mb} × accumulation {ga}"))
+                        f"lower the micro-batch from {mb0} to {mb} and raise gradient accumulation from {ga0} to {ga}"
+                        f" (same global batch)"))
         return out
 
     def _fit_with_batch(self, base_changes: dict[str, Any]) -> tuple[dict[str, Any], str, Estimate | None]:
@@ -310,7 +343,7 @@ class Fixer:
                 changes, label, est = self._fit_with_batch({})
                 if est is None or est.device_bytes > floor:
                     continue
-                out.append(self.make(c.id, f"halve the micro-batch and double accumulation: {label}", changes))
+                out.append(self.make(c.id, label, changes, safe=c.safe))
                 continue
             est = self.evaluate(c.changes)
             if est is None or est.device_bytes > floor:
@@ -319,18 +352,64 @@ class Fixer:
         return out
 
     def make_it_fit(self) -> Fix | None:
-        """The cheapest combination of memory changes that fits with the headroom; None when none does.
+        """The fastest combination of memory changes that fits with the headroom and keeps what is trained (the
+        same model trained the same way, the same global batch and sequence length); when none does, the cheapest
+        combination that fits by changing what is trained (LoRA/QLoRA instead of the full model), titled so.
+        None when nothing fits.
 
         Changes this document's format cannot express are left out of the first search, so its answer can
         be applied; when only they would make it fit, the answer comes without edits and says so."""
         everything = self.candidates()
         writable = [c for c in everything if self._writable(c)]
-        fix = self._search(writable)
+        fix = self._fastest([c for c in writable if not c.changes_training]) or self._search(writable)
         if fix is None and len(writable) < len(everything):
-            fix = self._search(everything)
+            fix = self._fastest([c for c in everything if not c.changes_training]) or self._search(everything)
             if fix is not None and not fix.note:
                 fix.note = "some of these changes cannot be written into this file: make them where the run is configured"
         return fix
+
+    def make_it_fit_safe(self) -> Fix | None:
+        """When the fastest plan that fits needs an unsafe fix (8-bit Adam, a fused loss from another package), the
+        fastest plan of safe fixes only that fits, for `check --fix` and fix-on-save; None otherwise."""
+        fastest = self.make_it_fit()
+        if fastest is None or fastest.safe:
+            return None
+        safe = [c for c in self.candidates() if c.safe and not c.changes_training and self._writable(c)]
+        fix = self._fastest(safe)
+        if fix is None:
+            return None
+        fix.id = "make-it-fit-safe"
+        fix.title = fix.title.replace("Make it fit: ", "Make it fit with safe fixes only: ", 1)
+        fix.preferred = False
+        return fix
+
+    def _fastest(self, cands: list[Candidate]) -> Fix | None:
+        """Of every combination of `cands` that fits, the one predicted to run fastest (ties: the cheaper)."""
+        best: tuple[float, int, list[Candidate], tuple] | None = None
+        n = len(cands)
+        for mask in range(1, 1 << n):
+            subset = [cands[i] for i in range(n) if mask >> i & 1]
+            ids = {c.id for c in subset}
+            if any(set(c.conflicts) & ids for c in subset):
+                continue
+            result = self._subset_fits(subset)
+            if not result:
+                continue
+            speed = result[2].throughput.tokens_per_s if result[2].throughput is not None else 0.0
+            if best is None or speed > best[0] * 1.0001:
+                best = (speed, mask, subset, result)
+        if best is None:
+            return None
+        _, _, subset, (changes, labels, est) = best
+        return self._fit_fix(subset, changes, labels, est)
+
+    def _fit_fix(self, subset: list[Candidate], changes: dict[str, Any], labels: list[str], est: Estimate) -> Fix:
+        changed = [c.label for c in subset if c.changes_training]
+        head = "Make it fit" + (" (changes what is trained)" if changed else "")
+        edits, note = self.render(changes)
+        return Fix(title=f"{head}: " + " + ".join(labels) + f" → {self.outcome(est)}", changes=changes,
+                   estimate_after=est, edits=edits, note=note, id="make-it-fit", preferred=not changed,
+                   safe=all(c.safe for c in subset))
 
     def _writable(self, c: Candidate) -> bool:
         changes = c.changes or {"micro_batch": max(1, self.rp.micro_batch // 2), "grad_accum": self.rp.grad_accum * 2}
@@ -356,11 +435,7 @@ class Fixer:
                 continue
             result = self._subset_fits(subset)
             if result:
-                changes, labels, est = result
-                title = "Make it fit: " + " + ".join(labels) + f" → peak {gib(est.device_bytes)} ({self.status(est)})"
-                edits, note = self.render(changes)
-                return Fix(title=title, changes=changes, estimate_after=est, edits=edits, note=note,
-                           id="make-it-fit", preferred=True, safe=all(c.safe for c in subset))
+                return self._fit_fix(subset, *result)
         return None
 
     def _subset_fits(self, subset: list[Candidate]) -> tuple[dict[str, Any], list[str], Estimate] | None:

@@ -10,7 +10,6 @@ line as Python sees them. The LSP layer converts to the client's position encodi
 """
 from __future__ import annotations
 
-import re
 from enum import Enum
 from typing import Any, Generic, Literal, TypeVar
 
@@ -27,29 +26,8 @@ class Origin(str, Enum):
     ASSUMED = "assumed"    # vramlens had to assume it; always listed in the estimate's assumptions
 
 
-_ODD_BREAKS = re.compile("[\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
-_BREAK = LINE_BREAK = re.compile(r"\r\n|\r|\n")
-
-
-def text_lines(text: str, keepends: bool = False) -> list[str]:
-    """The lines spans count: `text.splitlines(keepends)`, but breaking only at \\n, \\r\\n and \\r as editors and
-    LSP do (`str.splitlines` also breaks at \\v, \\f, \\x1c-\\x1e, \\x85, U+2028 and U+2029)."""
-    if not _ODD_BREAKS.search(text):
-        return text.splitlines(keepends)
-    lines = _LINE.findall(text)
-    return lines if keepends else [line.rstrip("\r\n") for line in lines]
-
-
-def iter_text_lines(text: str):
-    """`text_lines(text)` one line at a time (a 10 MB file need not become half a million strings to find its
-    first line)."""
-    start = 0
-    for m in _BREAK.finditer(text):
-        yield text[start:m.start()]
-        start = m.end()
-    if start < len(text):
-        yield text[start:]
+# Lines and line breaks are decided in one place (`vramlens.text`); parsers import them from here too.
+from vramlens.text import LINE_BREAK, iter_text_lines, text_lines  # noqa: E402,F401
 
 
 class Span(BaseModel):
@@ -114,6 +92,7 @@ Objective = Literal["sft", "dpo", "kto", "orpo", "simpo", "cpo", "rm", "ppo", "g
                     "kd", "pretrain"]
 OBJECTIVES: tuple[str, ...] = ("sft", "dpo", "kto", "orpo", "simpo", "cpo", "rm", "ppo", "grpo", "rloo", "online-dpo",
                                "gkd", "kd", "pretrain")
+TaskHead = Literal["causal-lm", "sequence-classification", "token-classification", "regression"]
 GenerationMode = Literal["none", "generate", "vllm-colocate", "vllm-server"]
 
 
@@ -182,6 +161,17 @@ class TrainingPlan(BaseModel):
     lora_dropout: Sourced[float] | None = None
     lora_targets: Sourced[list[str]] | None = None    # module names, or ["all-linear"]
     modules_to_save: Sourced[list[str]] | None = None
+    # partial full fine-tuning (freeze tuning, LLaMA-Pro, LISA) and low-rank optimizer states (GaLore)
+    trained_layers: Sourced[int] | None = None    # decoder layers whose own weights train (the rest frozen)
+    trained_modules: Sourced[list[str]] | None = None  # inside those layers: "attn", "mlp" (absent: all)
+    trained_extra: Sourced[list[str]] | None = None    # outside the layers: "embed", "lm_head" (absent: none)
+    trained_where: Sourced[str] | None = None     # which layers: "last", "first", "spread" (LLaMA-Pro), "rotating"
+                                                  # (LISA, BAdam: a different window in turn); absent: "last"
+    trainable_fp32: Sourced[bool] | None = None   # trainable weights upcast to fp32 over 16-bit frozen ones
+    optimizer_rank: Sourced[int] | None = None    # GaLore/APOLLO projection rank
+    optimizer_targets: Sourced[list[str]] | None = None   # the matrices with projected states
+    # the model's head: "causal-lm" (vocabulary logits), or a small task head with no vocabulary logits
+    task_head: Sourced[str] | None = None         # TaskHead
     # quantization
     quant_bits: Sourced[int] | None = None        # 4 or 8 (None: not quantized)
     quant_type: Sourced[str] | None = None        # "nf4", "fp4", "int8", "gptq", ...

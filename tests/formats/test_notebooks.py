@@ -26,7 +26,7 @@ def load(name: str):
 
 def test_colab_unsloth_notebook_reads_the_trainer_cell():
     cells, plan = load("unsloth_llama3_1_8b_colab.ipynb")
-    assert plan.format == "notebook" and plan.framework == "trl"
+    assert plan.format == "notebook" and plan.framework == "unsloth"
     assert plan.model_id.value == "unsloth/Meta-Llama-3.1-8B"
     assert plan.micro_batch.value == 2 and plan.grad_accum.value == 4 and plan.optimizer.value == "adamw_8bit"
     assert plan.quant_bits.value == 4 and plan.lora_r.value == 16 and plan.seq_len.value == 2048
@@ -75,13 +75,15 @@ def test_nbformat_3_worksheets():
     assert plan is not None and plan.micro_batch.value == 3
 
 
-def test_check_reports_positions_in_cells(tmp_path: Path):
+def test_check_reports_positions_in_cells():
     path = FIXTURES / "unsloth_llama3_1_8b_colab.ipynb"
-    a = analyze(path.read_text(encoding="utf-8"), str(path), Settings(gpu="T4"))
-    cells = CellText.parse(from_json(path.read_text(encoding="utf-8")).text)
+    text = path.read_text(encoding="utf-8").replace("per_device_train_batch_size = 2,",
+                                                    "per_device_train_batch_size = 32,")
+    a = analyze(text, str(path), Settings(gpu="T4"))
+    cells = CellText.parse(from_json(text).text)
     oom = next(f for f in a.findings if f.rule_id == "VL001")
     cell, span = cell_span(cells, oom.span)
-    assert cells.numbers[cell] == 3 and span.start_line == 7     # the model line of the from_pretrained cell
+    assert cells.numbers[cell] == 6 and (span.start_line, span.start_col) == (12, 8)    # the micro-batch line
 
 
 def test_a_cell_whose_own_language_is_shell_is_read_as_shell():
@@ -102,3 +104,45 @@ def test_env_magic_sets_the_allocator_and_visible_gpus():
                              "--per_device_train_batch_size 4"))
     plan = parse_document(text, "x.ipynb").plan
     assert plan.alloc_conf.value == "expandable_segments:True" and plan.alloc_conf.value_span.start_col == 29
+
+
+def _fixed(text: str, gpu: str, rule: str, title_start: str) -> tuple[str, str]:
+    """Apply the fix of `rule` whose title starts with `title_start` to a notebook's cell text:
+    (cell text before, after)."""
+    from vramlens.text import apply_edits
+
+    a = analyze(text, "x.ipynb", Settings(gpu=gpu))
+    finding = next(f for f in a.findings if f.rule_id == rule)
+    fix = next(x for x in finding.fixes if x.title.startswith(title_start))
+    before = from_json(text).text
+    return before, apply_edits(before, fix.edits)
+
+
+def _changed_lines(before: str, after: str) -> list[str]:
+    old = before.split("\n")
+    return [line for line in after.split("\n") if line not in old]
+
+
+ENV_SHELL = ("%env PYTORCH_CUDA_ALLOC_CONF={conf}\n"
+             "!torchrun --nproc_per_node 1 trl/scripts/sft.py --model_name_or_path Qwen/Qwen2.5-7B \\\n"
+             "    --per_device_train_batch_size 16 --max_length 4096 --bf16 --use_peft --lora_r 16\n")
+ENV_PYTHON = ("%env PYTORCH_CUDA_ALLOC_CONF={conf}\nfrom trl import SFTConfig, SFTTrainer\n",
+              "args = SFTConfig(per_device_train_batch_size=16, max_length=4096, bf16=True)\n"
+              "trainer = SFTTrainer(model='Qwen/Qwen2.5-7B', args=args, train_dataset=ds)\n")
+
+
+def test_fixes_of_the_allocator_edit_the_value_of_its_env_line():
+    # shell view (`!torchrun` lines): a misspelt option is corrected where it is written
+    before, after = _fixed(notebook(("code", ENV_SHELL.format(conf="expandable_segmets:True"))), "A10G", "VL013",
+                           "Replace with `expandable_segments`")
+    assert _changed_lines(before, after) == ["%env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"]
+    assert len(after.split("\n")) == len(before.split("\n"))
+    # adding expandable segments keeps the options already set, on the same `%env` line (no export, no os.environ)
+    for text in (notebook(("code", ENV_SHELL.format(conf="garbage_collection_threshold:0.6"))),
+                 notebook(*(("code", src.format(conf="garbage_collection_threshold:0.6")) for src in ENV_PYTHON))):
+        before, after = _fixed(text, "A10G", "VL004", "Add PYTORCH_CUDA_ALLOC_CONF")
+        assert _changed_lines(before, after) == \
+            ["%env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,garbage_collection_threshold:0.6"], after
+        assert len(after.split("\n")) == len(before.split("\n"))
+        plan = parse_document(after, "x.ipynb").plan
+        assert plan.alloc_conf.value == "expandable_segments:True,garbage_collection_threshold:0.6"

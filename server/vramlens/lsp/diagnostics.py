@@ -82,14 +82,14 @@ def to_diagnostics(result: Result, doc: TextDocument) -> list[types.Diagnostic]:
             source=SOURCE,
             message=str(getattr(finding, "message", "")),
             related_information=related or None,
-            data={"uri": doc.uri, "version": result.version, "index": index, "rule": rule_id},
+            data={"uri": doc.uri, "version": result.version, "edit": result.edit, "index": index, "rule": rule_id},
         ))
     return out
 
 
 def publish(ls: "VramlensServer", result: Result) -> None:
     doc = ls.document(result.uri)
-    if doc is None or doc.version != result.version:
+    if doc is None or not ls.analyzer.is_current(result):
         return                      # a newer version is on its way; never show stale positions
     if ls.workspace.get_notebook_document(notebook_uri=result.uri) is not None:
         return notebooks.publish(ls, result.uri, doc.source, to_diagnostics(result, doc))
@@ -113,7 +113,7 @@ async def pull(ls: "VramlensServer", params: types.DocumentDiagnosticParams) -> 
     doc = ls.document(uri)
     if result is None or doc is None:
         return types.RelatedFullDocumentDiagnosticReport(items=[])
-    result_id = f"{result.version}:{result.generation}"
+    result_id = f"{result.version}:{result.edit}:{result.generation}"
     if params.previous_result_id == result_id:
         return types.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
     return types.RelatedFullDocumentDiagnosticReport(items=to_diagnostics(result, doc), result_id=result_id)

@@ -11,10 +11,7 @@ import asyncio
 import collections
 import hashlib
 import logging
-import re
 import time
-from array import array
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -22,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from pygls.workspace import TextDocument
 
 from vramlens.lsp import notebooks, pipeline
+from vramlens.text import LineIndex, LinesWithBreaks
 
 if TYPE_CHECKING:
     from vramlens.lsp.server import VramlensServer
@@ -65,43 +63,16 @@ class Result:
     """A digest of the resolved plan: trace results stay valid while it is unchanged."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Per-result memo for features (e.g. the explain context)."""
+    edit: int = 0
+    """How many opens and changes of the document the server had seen (`Analyzer.edits`)."""
 
 
-class LineIndex(Sequence[str]):
-    """A document's lines, each with its line break, sliced out of the text on demand.
-
-    Replaces pygls' `TextDocument.lines` (`tuple(source.splitlines(True))`) for two reasons: `str.splitlines` also
-    breaks at \\v, \\f, \\x1c-\\x1e, \\x85, U+2028 and U+2029 while editors (and LSP) break only at \\n, \\r\\n and \\r
-    — after a form feed every position was off by a line and incremental edits landed in the wrong place — and a
-    10 MB file became half a million string objects (~40 MB) each time a position was converted."""
-
-    __slots__ = ("source", "starts")
-    _BREAK = re.compile(r"\r\n|\r|\n")
-
-    def __init__(self, source: str):
-        self.source = source
-        starts = array("q", [0])
-        starts.extend(m.end() for m in self._BREAK.finditer(source))
-        if starts[-1] == len(source):
-            starts.pop()                       # text ending in a line break has no empty last line
-        self.starts = starts
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        n = len(self.starts)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(i)
-        return self.source[self.starts[i]:self.starts[i + 1] if i + 1 < n else len(self.source)]
-
-
-def _lsp_lines(doc: TextDocument) -> LineIndex:
-    return LineIndex(doc.source)
+def _lsp_lines(doc: TextDocument) -> LinesWithBreaks:
+    """Replaces pygls' `TextDocument.lines` (`tuple(source.splitlines(True))`) for two reasons: `str.splitlines`
+    also breaks at \\v, \\f, \\x1c-\\x1e, \\x85, U+2028 and U+2029 while editors (and LSP) break only at \\n,
+    \\r\\n and \\r — after a form feed every position was off by a line and incremental edits landed in the wrong
+    place — and a 10 MB file became half a million string objects (~40 MB) each time a position was converted."""
+    return LineIndex(doc.source).with_breaks()
 
 
 TextDocument.lines = property(_lsp_lines)      # type: ignore[assignment]
@@ -134,6 +105,9 @@ class Analyzer:
         self.results: dict[str, Result] = {}
         self.pending: dict[str, asyncio.Task] = {}
         self.generation = 0
+        # uri → opens and changes seen. A client may reuse a version number (a didChange whose version is not
+        # newer, a second didOpen at version 1): the version alone would keep the old text's result current.
+        self.edits: dict[str, int] = {}
         self.debounce_s = DEBOUNCE_S
         self._last_change: float | None = None      # of any document
         self._recent: collections.deque[float] = collections.deque(maxlen=FLOOD_EDITS)
@@ -148,9 +122,15 @@ class Analyzer:
             return None
         if uri in self.server.oversized and result.extra.get("too_large"):
             return result           # unread: its edits change nothing that was analysed
-        if result.version != doc.version or result.generation != self.generation:
+        if result.version != doc.version or result.edit != self.edits.get(uri, 0) \
+                or result.generation != self.generation:
             return None
         return result
+
+    def is_current(self, result: Result) -> bool:
+        """The result is of the document's text as it is now (same version, no edit since)."""
+        doc = self.server.document(result.uri)
+        return doc is not None and doc.version == result.version and result.edit == self.edits.get(result.uri, 0)
 
     def current(self, uri: str) -> Result | None:
         """The result for the document as it is now, analysing it if needed (None if not open)."""
@@ -182,14 +162,20 @@ class Analyzer:
                 analysis = notebooks.as_file_positions(analysis, doc.source)
         elapsed = (time.perf_counter() - start) * 1000
         return Result(doc.uri, doc.version, self.generation, path, analysis, settings, elapsed, plan_digest(analysis),
-                      extra={"too_large": True} if size is not None else {})
+                      extra={"too_large": True} if size is not None else {}, edit=self.edits.get(doc.uri, 0))
 
     # ---- scheduling ----------------------------------------------------------------------------
+
+    def opened(self, uri: str) -> None:
+        """didOpen arrived (a document opened again may come back with the version it had)."""
+        self.edits[uri] = self.edits.get(uri, 0) + 1
+        self.schedule(uri, 0)
 
     def changed(self, uri: str) -> None:
         """An edit arrived. A lone keystroke is analysed at once; an edit that follows the previous one
         within `BURST_S` (pasting, multi-cursor, undo runs, key repeat) waits `debounce_s` so the burst
         costs one analysis."""
+        self.edits[uri] = self.edits.get(uri, 0) + 1
         now = time.monotonic()
         last, self._last_change = self._last_change, now
         self._recent.append(now)
@@ -242,3 +228,4 @@ class Analyzer:
         if task is not None:
             task.cancel()
         self.results.pop(uri, None)
+        self.edits.pop(uri, None)
