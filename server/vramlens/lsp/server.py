@@ -518,7 +518,7 @@ def create_server() -> VramlensServer:
     @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
     @_guard()
     def did_open_notebook(ls: VramlensServer, params: types.DidOpenNotebookDocumentParams) -> None:
-        ls.analyzer.schedule(params.notebook_document.uri, 0)
+        ls.analyzer.opened(params.notebook_document.uri)     # reopened with the version it had: analysed again
 
     @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
     @_guard()
