@@ -129,3 +129,34 @@ def test_openrlhf_ppo_through_ray_job_submit():
                "--pretrain meta-llama/Meta-Llama-3-8B --micro_train_batch_size 4\n"
     _, plan = plan_of("openrlhf_ppo_ray.sh", one_line)
     assert plan.framework == "openrlhf" and plan.micro_batch.value == 4
+
+
+SWIFT_COMMAND = ("swift sft --model Qwen/Qwen2.5-7B-Instruct --train_type lora --lora_rank 16 "
+                 "--per_device_train_batch_size 4 --gradient_accumulation_steps 4 --torch_dtype bfloat16 "
+                 "--max_length 4096 --gradient_checkpointing true\n")
+
+
+def test_ms_swift_python_api_reads_as_its_command_line():
+    text, plan = plan_of("swift_python_api.py")
+    assert plan.format == "python" and plan.framework == "ms-swift"
+    assert plan.model_id.value == "Qwen/Qwen2.5-7B-Instruct" and plan.peft_method.value == "lora"
+    assert plan.lora_r.value == 16 and at(text, plan.lora_r.value_span) == "LORA_RANK"     # a module variable
+    assert at(text, plan.micro_batch.value_span) == "4" and plan.seq_len.value == 4096    # `**common` entries
+    settings = Settings(gpu="A100-80GB")
+    a = analyze(text, str(FIXTURES / "swift_python_api.py"), settings)
+    b = analyze(SWIFT_COMMAND, str(FIXTURES / "swift.sh"), settings)
+    assert a.estimate.device_bytes == b.estimate.device_bytes > 0           # the same run, the same answer
+
+
+def test_ms_swift_rlhf_is_dpo_unless_it_says_otherwise():
+    text = ("from swift.llm import RLHFArguments, rlhf_main\n"
+            "rlhf_main(RLHFArguments(model='Qwen/Qwen2.5-7B-Instruct', train_type='lora'{extra}))\n")
+    _, plan = plan_of("x.py", text.format(extra=""))
+    assert plan.framework == "ms-swift" and plan.objective.value == "dpo"
+    _, plan = plan_of("x.py", text.format(extra=", rlhf_type='kto'"))
+    assert plan.objective.value == "kto"
+    _, plan = plan_of("x.sh", "swift rlhf --model Qwen/Qwen2.5-7B-Instruct --train_type lora\n")
+    assert plan.objective.value == "dpo"
+    # a class of the same name from elsewhere is not ms-swift's
+    _, plan = plan_of("x.py", "from mylib import TrainArguments\nTrainArguments(model='Qwen/Qwen2.5-7B')\n")
+    assert plan is None or plan.framework != "ms-swift"

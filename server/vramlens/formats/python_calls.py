@@ -43,6 +43,11 @@ TRL_TRAINERS = frozenset({"SFTTrainer", "DPOTrainer", "GRPOTrainer", "ORPOTraine
                           "RewardTrainer", "PPOTrainer", "RLOOTrainer", "GKDTrainer", "OnlineDPOTrainer",
                           "PRMTrainer", "BCOTrainer", "XPOTrainer", "NashMDTrainer", "UnslothTrainer"})
 CONFIG_CLASSES = HF_CONFIGS | TRL_CONFIGS
+# ms-swift's Python API (ms-swift 3.x/4.x swift/llm/__init__.py, docs "Pre-training and Fine-tuning" → Python):
+# `sft_main(TrainArguments(...))`, `pt_main(PretrainArguments(...))`, `rlhf_main(RLHFArguments(...))` take the
+# same arguments as `swift sft|pt|rlhf` (swift/llm/argument/train_args.py, rlhf_args.py); the subcommand each is
+SWIFT_ARGUMENTS = {"TrainArguments": "sft", "SftArguments": "sft", "PretrainArguments": "pt",
+                   "RLHFArguments": "rlhf"}
 OPTIMIZER_MODULES = ("torch.optim.", "bitsandbytes.optim.", "bnb.optim.", "torchao.optim.",
                      "torchao.prototype.low_bit_optim.", "transformers.optimization.", "apex.optimizers.",
                      "schedulefree.", "galore_torch.", "lion_pytorch.")
@@ -54,7 +59,7 @@ LORA_KEYS = {"r": "lora_r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dr
              "use_dora": "use_dora"}
 MODEL_LOAD_KEYS = ("torch_dtype", "dtype", "attn_implementation", "load_in_4bit", "load_in_8bit",
                    "use_flash_attention_2", "max_seq_length", "num_labels", "problem_type")
-_TRIGGER = re.compile(r"TrainingArguments|Config\s*\(|Trainer\s*\(|from_pretrained|backward|optim|"
+_TRIGGER = re.compile(r"TrainingArguments|(?:Train|Sft|Pretrain|RLHF)Arguments\s*\(|Config\s*\(|Trainer\s*\(|from_pretrained|backward|optim|"
                       r"gradient_checkpointing_enable|prepare_model_for_kbit_training|get_peft_model")
 
 
@@ -478,6 +483,7 @@ class _Reader:
         self.loader_batches: list[Setting] = []
         self.seen: set[str] = set()           # kinds of call already read
         self.autocasts: list[Setting] = []
+        self.swift: tuple[str, list[Setting]] | None = None   # ms-swift: (subcommand, its arguments' settings)
 
     def first(self, kind: str) -> bool:
         """True the first time a call of this kind is met."""
@@ -557,7 +563,9 @@ def read_tree(tree: ast.Module, text: str, ctx) -> TrainingPlan | None:
     if not r.signals:
         return None
     b = r.b
-    if "unsloth" in r.signals:
+    if r.swift is not None:
+        _swift(r, ctx)
+    elif "unsloth" in r.signals:
         b.plan.framework = "unsloth"            # FastLanguageModel/FastModel: unsloth's own step under TRL's trainer
     elif "trl" in r.signals:
         b.plan.framework = "trl"
@@ -591,6 +599,11 @@ def _call(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope) -> None:
         obj = objective.from_class(last)
         if obj is not None and r.b.plan.objective is None:
             objective.set_objective(r.b, obj, r.node_setting(last, call.func, last), note=f"TRL `{last}`")
+    if last in SWIFT_ARGUMENTS and full.split(".", 1)[0] == "swift":
+        r.signals.add("swift")
+        if r.first("config"):
+            r.swift = (SWIFT_ARGUMENTS[last], [s for _, s in _keyword_settings(r, ev, call, scope, last)])
+        return
     if last in CONFIG_CLASSES or (last == "ModelConfig" and full.startswith("trl")):
         r.signals.add("hf" if last in HF_CONFIGS else "trl")
         if r.first("model-config" if last == "ModelConfig" else "config"):
@@ -681,6 +694,16 @@ def _call(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope) -> None:
             d = hf.normalize_dtype(v) if isinstance(v, str) and v.startswith("torch.") else None
             if d in ("bf16", "fp16", "fp32"):
                 r.b.set("weight_dtype", d, r.node_setting("to", call, v, arg))
+
+
+def _swift(r: _Reader, ctx) -> None:
+    """ms-swift's `TrainArguments(...)` & co.: read as the `swift <subcommand>` command line with those flags."""
+    from vramlens.formats import objective, shell
+
+    subcommand, settings = r.swift
+    shell.apply_dialect(r.b, "ms-swift", settings, ctx, "swift")
+    objective.apply_launch(r.b, "swift", subcommand, None, [s for s in settings if not s.unresolved])
+    r.b.plan.framework = "ms-swift"
 
 
 def _is_load(node: ast.expr) -> bool:

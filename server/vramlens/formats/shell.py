@@ -1122,7 +1122,7 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
     if tool in ("axolotl", "llamafactory", "torchtune"):
         for s in settings:
             s.key = s.path[-1]          # the YAML spelling, which the dialect reads
-        _apply_dialect(b, framework, settings + [_override_setting(r, k, a, eq) for k, a, eq in overrides], ctx, tool)
+        apply_dialect(b, framework, settings + [_override_setting(r, k, a, eq) for k, a, eq in overrides], ctx, tool)
     else:
         for s in settings:
             if oi_kind is None or not openinstruct.apply_flag(b, s):
@@ -1293,7 +1293,7 @@ def _yaml_value(v: str) -> Any:
     return v
 
 
-def _apply_dialect(b: PlanBuilder, name: str | None, settings: list[Setting], ctx, tool: str) -> None:
+def apply_dialect(b: PlanBuilder, name: str | None, settings: list[Setting], ctx, tool: str) -> None:
     """Command-line overrides of a YAML-configured tool go through that tool's YAML dialect."""
     from vramlens import formats
 
