@@ -1,9 +1,10 @@
 """Value vocabularies the formats accept, for "unknown value — did you mean" checks (VL015).
 
-Sources: research/config-vocabulary.md §2.4 (attention), §3.1 (transformers `OptimizerNames` at
-commit 00349ae8), §3.2 (axolotl custom optimizers), §4.4 (LLaMA-Factory), §4.7 (accelerate), §4.8
-(litgpt). The knowledge base (`knowledge.optimizers`) is asked first when it is installed; these
-lists are what the config formats themselves accept.
+Sources (commits and files in docs/config-sources.md): transformers `OptimizerNames` in
+`src/transformers/training_args.py` at 00349ae8, axolotl `CustomSupportedOptimizers` in
+`src/axolotl/utils/schemas/enums.py`, LLaMA-Factory `src/llamafactory/hparams/`, accelerate
+`src/accelerate/utils/dataclasses.py`, litgpt `litgpt/args.py`; attention spellings from each of them.
+The knowledge base (`knowledge.optimizers`) is asked first when it is installed; these lists are what the config formats themselves accept.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ AXOLOTL_OPTIMIZERS = HF_OPTIMIZERS + (
     "dion", "sinkgd", "flash_adamw", "flash_adam", "flash_sgd", "flash_sgdw", "flash_lion", "q_galore_adamw8bit",
 )
 
-# torchtune / litgpt name optimizers by class path; these are the common ones (config-vocabulary §3.4).
+# torchtune / litgpt name optimizers by class path; these are the common ones (torchtune
+# `recipes/configs/`, litgpt `config_hub/`).
 CLASS_OPTIMIZERS = (
     "torch.optim.AdamW", "torch.optim.Adam", "torch.optim.SGD", "bitsandbytes.optim.PagedAdamW",
     "bitsandbytes.optim.PagedAdamW8bit", "bitsandbytes.optim.PagedAdamW32bit", "bitsandbytes.optim.AdamW8bit",
