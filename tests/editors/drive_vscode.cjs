@@ -3,7 +3,8 @@
 // hovers the error squiggle and takes the screenshot, lets the probe apply the fix, and prints
 // what the page showed as one JSON line.
 // MODE=no-python instead checks the error notification shown when the server cannot start; MODE=notebook waits
-// for the probe to read a notebook's cell diagnostics and checks a squiggle shows in a cell.
+// for the probe to read a notebook's cell diagnostics and checks a squiggle shows in a cell; MODE=gpus reads
+// the "vramlens: Pick GPU" list for the open config and picks its first entry.
 // Environment: PLAYWRIGHT_CORE (module path), CHROMIUM, URL, MODE, PROBE_OUT, PROBE_GO, SCREENSHOT, TIMEOUT_MS.
 const fs = require('fs');
 const { chromium } = require(process.env.PLAYWRIGHT_CORE);
@@ -82,6 +83,37 @@ async function checkErrorNotification(page, out) {
   }
 }
 
+// "vramlens: Pick GPU" is open: read its entries (label, description, detail as the list renders them),
+// read them again filtered by "does not fit", then clear the filter and take the first entry with Enter.
+async function pickFromGpuList(page, out, deadline) {
+  out.probePhase = await waitForPhase(['picker', 'done'], deadline);
+  const widget = page.locator('.quick-input-widget');
+  const rows = widget.locator('.quick-input-list .monaco-list-row');
+  const read = async () => rows.evaluateAll((els) => els.map((e) => ({
+    text: e.innerText.replace(/\s+/g, ' ').trim(),
+    aria: e.getAttribute('aria-label'),
+  })));
+  try {
+    await rows.first().waitFor({ state: 'visible', timeout: 30000 });
+    await sleep(300);
+    out.pickerTitle = await widget.locator('.quick-input-title').innerText();
+    out.pickerRows = await read();
+    await page.screenshot({ path: process.env.SCREENSHOT });
+    out.screenshot = process.env.SCREENSHOT;
+    const input = widget.locator('.quick-input-box input');
+    await input.fill('does not fit');
+    await sleep(500);
+    out.pickerRowsNotFitting = await read();
+    await input.fill('');
+    await sleep(500);
+    out.pickerRowsAgain = await read();
+    await page.keyboard.press('Enter');
+  } catch (e) {
+    out.console.push(`picker: ${e.message}`);
+  }
+  out.probePhase = await waitForPhase(['done'], deadline);
+}
+
 async function main() {
   const deadline = Date.now() + timeoutMs;
   const out = { workbench: false, squiggle: false, hoverText: null, screenshot: null, console: [] };
@@ -128,6 +160,11 @@ async function main() {
       out.cellSquiggles = await page.locator('.notebook-editor .monaco-editor .squiggly-error').count();
       await page.screenshot({ path: process.env.SCREENSHOT });
       out.screenshot = process.env.SCREENSHOT;
+      return;
+    }
+
+    if (process.env.MODE === 'gpus') {
+      await pickFromGpuList(page, out, deadline);
       return;
     }
 

@@ -11,6 +11,7 @@
 //    clear -> out (phase "done")
 // Mode "no-python" (the server cannot start): open `file`, wait, report the (absent) diagnostics.
 // Mode "notebook": open `file` as a Jupyter notebook, report the diagnostics of each cell.
+// Mode "gpus": open `file`, wait for diagnostics, run "vramlens: Pick GPU" (see pickGpu).
 const fs = require('fs');
 const vscode = require('vscode');
 
@@ -55,7 +56,7 @@ async function runNotebook(config, result) {
   const vramlens = vscode.extensions.getExtension('vramlens.vramlens');
   result.extensionFound = !!vramlens;
   const notebook = await vscode.workspace.openNotebookDocument(uri);
-  await vscode.window.showNotebookDocument(notebook);
+  const notebookEditor = await vscode.window.showNotebookDocument(notebook);
   result.notebookType = notebook.notebookType;
   const cells = notebook.getCells();
   result.cellLanguages = cells.map((c) => c.document.languageId);
@@ -68,6 +69,12 @@ async function runNotebook(config, result) {
   // Show the first cell with an error, its first error under the cursor, for the screenshot.
   const withError = cells.find((c) => ours(c).some((d) => d.severity === vscode.DiagnosticSeverity.Error));
   if (withError) {
+    // A cell far down the notebook has no editor until the notebook editor scrolls to it
+    // ("Could NOT open editor for vscode-notebook-cell:…"): reveal the cell first.
+    const range = new vscode.NotebookRange(withError.index, withError.index + 1);
+    notebookEditor.selections = [range];
+    notebookEditor.revealRange(range, vscode.NotebookEditorRevealType.InCenter);
+    await sleep(500);
     const editor = await vscode.window.showTextDocument(withError.document);
     const first = ours(withError).find((d) => d.severity === vscode.DiagnosticSeverity.Error);
     editor.selection = new vscode.Selection(first.range.start, first.range.start);
@@ -103,6 +110,10 @@ async function run(config, result, write) {
   result.extensionActive = !!(vramlens && vramlens.isActive);
   result.diagnosticsAfterMs = Date.now() - result.startedAt;
   result.diagnostics = (diagnostics || []).map(plainDiagnostic);
+  if (config.mode === 'gpus') {
+    await pickGpu(config, result, write, uri, errors, timeoutMs);
+    return;
+  }
   const first = errors()[0] || (diagnostics || [])[0];
 
   // Hovers: on the first error's start, and on every line the test asked about.
@@ -152,6 +163,21 @@ async function run(config, result, write) {
     result.diagnosticsAfterFix = ours().map(plainDiagnostic);
     result.textAfterFix = doc.getText();
   }
+  result.phase = 'done';
+}
+
+// Mode "gpus": run "vramlens: Pick GPU" for the open config; the page reads the list and picks the first
+// entry (Enter); then report the vramlens.gpu setting and the diagnostics under the picked GPU.
+async function pickGpu(config, result, write, uri, errors, timeoutMs) {
+  // The server's own ranking for this document (the client registers the server's commands).
+  result.listGpus = await vscode.commands.executeCommand('vramlens.listGpus', uri.toString());
+  const picking = vscode.commands.executeCommand('vramlens.pickGpu');
+  result.phase = 'picker';
+  write();
+  await picking;
+  result.gpuSetting = vscode.workspace.getConfiguration('vramlens', uri).get('gpu');
+  result.errorsClearedAfterPick = !!(await waitFor(() => errors().length === 0, 20000));
+  result.diagnosticsAfterPick = vscode.languages.getDiagnostics(uri).filter((d) => d.source === 'vramlens').map(plainDiagnostic);
   result.phase = 'done';
 }
 
