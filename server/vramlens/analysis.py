@@ -16,6 +16,7 @@ from vramlens.calibration import calibrate
 from vramlens.estimate import Estimate, estimate
 from vramlens.fixes import Fix, Fixer
 from vramlens.formats import parse_document
+from vramlens.formats.notebook import document_text, is_notebook
 from vramlens.plan import TrainingPlan
 from vramlens.resolve import Resolution, ResolveError, resolve
 from vramlens.rules import Finding, Related, RuleContext, run_rules
@@ -45,15 +46,24 @@ class Analysis:
     """Why there is no estimate (parse error, unknown model or GPU, internal error); None when there is one."""
     timings_ms: dict[str, float] = field(default_factory=dict)
     """Milliseconds spent in each stage: parse, resolve, estimate, rules."""
+    documents: list["Analysis"] = field(default_factory=list)
+    """A multi-document YAML file: each document's own analysis (the fields above are the first estimated one's)."""
 
 
 def analyze(text: str, path: str | Path, settings: Settings | None = None) -> Analysis:
     """Run the whole pipeline and the rules over one document. Never raises."""
     settings = settings or Settings()
     path = str(path)
+    if is_notebook(path):
+        # a notebook's JSON (its outputs can weigh megabytes; formats.notebook bounds it) → its cell text, which
+        # every span points into; the document bound below is then the code's
+        text = document_text(text, path)
     if len(text) > MAX_DOCUMENT_CHARS:
         return too_large(path, len(text))
     try:
+        views = yaml_documents(text, path)
+        if views is not None:
+            return _analyze_documents(views, path, settings)
         return _analyze(text, path, settings)
     except Exception as exc:      # a bug, not bad input: report it on the document and keep the server alive
         log.exception("analysis of %s failed", path)
@@ -109,6 +119,37 @@ def _analyze(text: str, path: str, settings: Settings) -> Analysis:
     result.findings = internal + run_rules(ctx, settings.severity)
     result.timings_ms["rules"] = (time.perf_counter() - t3) * 1000
     return result
+
+
+def yaml_documents(text: str, path: str) -> list[str] | None:
+    """A YAML file of several `---` documents: one view per document (formats.yaml_doc.document_views)."""
+    from vramlens.formats import NOT_YAML_SUFFIXES, TEXT_PARSERS
+
+    suffix = Path(path).suffix.lower()
+    if suffix in TEXT_PARSERS or suffix in NOT_YAML_SUFFIXES or suffix == ".json":
+        return None
+    from vramlens.formats.yaml_doc import document_views
+
+    return document_views(text)
+
+
+def _analyze_documents(views: list[str], path: str, settings: Settings) -> Analysis:
+    """Each document of a multi-document YAML file analysed alone; findings stay on their document's lines.
+    The analysis shown for the file (plan, estimate) is the first document's that has an estimate."""
+    results = [_analyze(view, path, settings) for view in views]
+    primary = next((r for r in results if r.estimate is not None), None) \
+        or next((r for r in results if r.plan is not None), results[0])
+    out = Analysis(path=path, plan=primary.plan, resolution=primary.resolution, estimate=primary.estimate,
+                   error=primary.error, timings_ms=dict(primary.timings_ms))
+    seen = set()
+    for r in results:
+        for f in r.findings:
+            key = (f.rule_id, f.span.start_line, f.span.start_col, f.message)
+            if key not in seen:               # a file-wide finding (a directive's) comes once, not per document
+                seen.add(key)
+                out.findings.append(f)
+    out.documents = results
+    return out
 
 
 def too_large(path: str | Path, size: int) -> Analysis:

@@ -213,6 +213,9 @@ class TrainingPlan(BaseModel):
     issues: list[ParseIssue] = Field(default_factory=list)
     # settings the parser recognised but vramlens does not model (key -> span), for hovers
     extra: dict[str, Sourced[Any]] = Field(default_factory=dict)
+    # what the reader took from elsewhere than the settings themselves (e.g. the command line from a usage
+    # example in the docstring); listed with the estimate's assumptions
+    read_notes: list[str] = Field(default_factory=list)
 
     def settings(self) -> dict[str, Sourced]:
         """The concept fields that are set, by concept name."""
@@ -226,5 +229,6 @@ class TrainingPlan(BaseModel):
 
 PLAN_CONCEPTS: tuple[str, ...] = tuple(
     name for name, f in TrainingPlan.model_fields.items()
-    if name not in {"source_file", "format", "framework", "model_span_hint", "references", "issues", "extra"}
+    if name not in {"source_file", "format", "framework", "model_span_hint", "references", "issues", "extra",
+                    "read_notes"}
 )

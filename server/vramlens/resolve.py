@@ -115,7 +115,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     fw_key, fw_label, defaults = frameworks.defaults_for(plan.framework)
     behaviour = frameworks.BEHAVIOUR[fw_key]
     sources: dict[str, Sourced] = {}
-    assumptions: list[str] = []
+    assumptions: list[str] = list(plan.read_notes)
 
     def val(concept: str):
         return _value(plan, concept, defaults, fw_label, sources)

@@ -2,7 +2,8 @@
 // playwright-core, no browser download), waits for the probe extension to reach its "ready" phase,
 // hovers the error squiggle and takes the screenshot, lets the probe apply the fix, and prints
 // what the page showed as one JSON line.
-// MODE=no-python instead checks the error notification shown when the server cannot start; MODE=gpus reads
+// MODE=no-python instead checks the error notification shown when the server cannot start; MODE=notebook waits
+// for the probe to read a notebook's cell diagnostics and checks a squiggle shows in a cell; MODE=gpus reads
 // the "vramlens: Pick GPU" list for the open config and picks its first entry.
 // Environment: PLAYWRIGHT_CORE (module path), CHROMIUM, URL, MODE, PROBE_OUT, PROBE_GO, SCREENSHOT, TIMEOUT_MS.
 const fs = require('fs');
@@ -144,6 +145,21 @@ async function main() {
       await checkErrorNotification(page, out);
       out.probePhase = await waitForPhase(['done'], deadline);
       await page.screenshot({ path: process.env.SCREENSHOT });
+      return;
+    }
+
+    if (process.env.MODE === 'notebook') {
+      out.probePhase = await waitForPhase(['done'], deadline);
+      const squiggle = page.locator('.notebook-editor .monaco-editor .squiggly-error').first();
+      try {
+        await squiggle.waitFor({ state: 'visible', timeout: 15000 });
+        out.squiggle = true;
+      } catch (e) {
+        out.console.push(`no squiggle in a notebook cell: ${e.message}`);
+      }
+      out.cellSquiggles = await page.locator('.notebook-editor .monaco-editor .squiggly-error').count();
+      await page.screenshot({ path: process.env.SCREENSHOT });
+      out.screenshot = process.env.SCREENSHOT;
       return;
     }
 

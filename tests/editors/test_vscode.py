@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import sys
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ SCREENSHOT = ARTIFACTS / "vscode-oom.png"
 # A quick fix whose title promises a fitting run, e.g. "... → peak 38.2 GiB (fits A100-40GB)",
 # or else the "vramlens: Make it fit" source action.
 FIX_PATTERN = r"\(fits |Make it fit"
+NOTEBOOK = HERE.parent / "fixtures" / "notebooks" / "unsloth_llama3_1_8b_colab.ipynb"
 
 
 def free_port() -> int:
@@ -263,6 +265,30 @@ def test_missing_python_is_reported_with_show_logs(tmp_path: Path, oom_example: 
     assert result["diagnostics"] == [], "diagnostics without a server?"
 
 
+def test_notebook_cells_get_their_squiggles_in_vscode(tmp_path: Path, code_server: CodeServer) -> None:
+    """A Colab-style notebook (run too large for its T4): VS Code syncs it as a notebook, the errors land on their cells at the lines
+    `vramlens check` reports for the .ipynb file, and the page shows the squiggle in the cell."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    notebook = workspace / NOTEBOOK.name
+    # the published notebook fits a T4; with a micro-batch of 32 instead of 2 it does not (a VL001 in its cell)
+    text = NOTEBOOK.read_text(encoding="utf-8")
+    assert text.count("per_device_train_batch_size = 2,") == 1
+    notebook.write_text(text.replace("per_device_train_batch_size = 2,", "per_device_train_batch_size = 32,"),
+                        encoding="utf-8")
+    page, result = code_server.run(notebook, settings={"vramlens.gpu": "T4"}, probe={}, mode="notebook",
+                                   screenshot=ARTIFACTS / "vscode-notebook.png")
+    assert result["extensionFound"] and result["extensionActive"], "vramlens extension did not activate"
+    assert result["notebookType"] == "jupyter-notebook" and "python" in result["cellLanguages"], result
+    seen = {(d["code"], c["index"] + 1, d["line"] + 1, d["character"] + 1)
+            for c in result["cellDiagnostics"] for d in c["diagnostics"]}
+    check = subprocess.run([sys.executable, "-m", "vramlens", "check", str(notebook), "--gpu", "T4", "--format", "json"],
+                           capture_output=True, text=True, timeout=120)
+    findings = json.loads(check.stdout)["files"][0]["findings"]
+    expected = {(f["rule"], f["cell"], f["start"]["line"], f["start"]["column"]) for f in findings}
+    assert any(code == "VL001" for code, *_ in expected), expected
+    assert seen == expected
+    assert page["squiggle"], f"no error squiggle in a notebook cell: {page}"
 def test_gpu_picker_ranks_gpus_for_the_open_config(tmp_path: Path, oom_example: OomExample,
                                                    code_server: CodeServer) -> None:
     """"vramlens: Pick GPU" on a config that does not fit its GPU: every entry shows the run's peak / usable GiB

@@ -148,7 +148,28 @@ def test_splats_and_attributes_of_unknown_objects_record_nothing():
     assert plan.grad_accum.value == 4 and plan.grad_checkpointing.value is True
     messages = [i.message for i in plan.issues if i.severity == Severity.INFO]
     assert any("args.batch_size" in m for m in messages)
-    assert any("**default_args" in m for m in messages)
+    assert not any("**default_args" in m for m in messages)       # a dict literal: read entry by entry
+
+
+def test_dict_splats_and_module_variables_are_read_where_they_are_written():
+    text, plan = load("splat_dict.py")
+    assert plan.framework == "trl" and plan.model_id.value == "Qwen/Qwen2.5-1.5B"
+    assert plan.micro_batch.value == 4 and at(text, plan.micro_batch.value_span) == "batch"
+    assert at(text, plan.micro_batch.span) == "per_device_train_batch_size=batch"
+    assert plan.grad_accum.value == 8 and plan.seq_len.value == 4096
+    assert plan.grad_checkpointing.value is True and at(text, plan.grad_checkpointing.span) == '"gradient_checkpointing": True'
+    assert plan.amp_dtype.value == "bf16" and plan.optimizer.value == "adamw_torch_fused"
+    assert plan.weight_dtype.value == "bf16" and plan.attn_impl.value == "sdpa"
+    assert not [i for i in plan.issues if "**" in i.message]
+
+
+def test_splats_only_known_at_run_time_say_so():
+    text, plan = load("splat_unknown.py")
+    assert plan.grad_checkpointing.value is True
+    assert plan.micro_batch is None                            # `extra` is changed after it is built: not trusted
+    messages = [i.message for i in plan.issues]
+    assert any("**extra" in m and "changed after it is built" in m for m in messages)
+    assert any("**cfg" in m and "yaml.safe_load(f)" in m for m in messages)
 
 
 def test_code_execution_bait_is_only_read():

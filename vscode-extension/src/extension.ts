@@ -21,13 +21,19 @@ import { checkPythonVersion, isSupported, MIN_PYTHON, onPythonInterpreterChanged
 
 /**
  * Languages the server analyses: training configs, Python training scripts, launch scripts, and
- * launch commands in Markdown code blocks (READMEs).
+ * launch commands in Markdown code blocks (READMEs); and the Python cells of Jupyter notebooks, which
+ * the client syncs as notebooks (the server announces `notebookDocumentSync`) and which get their
+ * diagnostics on each cell.
  */
 const LANGUAGES = ['yaml', 'json', 'python', 'shellscript', 'markdown'];
-const DOCUMENT_SELECTOR = LANGUAGES.flatMap((language) => [
-  { scheme: 'file', language },
-  { scheme: 'untitled', language },
-]);
+const NOTEBOOK_CELL_SCHEME = 'vscode-notebook-cell';
+const DOCUMENT_SELECTOR = [
+  ...LANGUAGES.flatMap((language) => [
+    { scheme: 'file', language },
+    { scheme: 'untitled', language },
+  ]),
+  { scheme: NOTEBOOK_CELL_SCHEME, language: 'python' },
+];
 
 /** Settings whose change needs a new server process (the rest reach it via didChangeConfiguration). */
 const RESTART_SETTINGS = ['vramlens.interpreter'];
@@ -186,8 +192,16 @@ class Extension implements vscode.Disposable {
     this.breakdown.update(params, this.activeUri());
   }
 
+  /** The active document's URI; for a notebook cell, its notebook's (a notebook is estimated as a whole). */
   private activeUri(): string | undefined {
-    return vscode.window.activeTextEditor?.document.uri.toString();
+    const document = vscode.window.activeTextEditor?.document;
+    if (document?.uri.scheme === NOTEBOOK_CELL_SCHEME) {
+      const notebook = vscode.workspace.notebookDocuments.find(
+        (nb) => nb.getCells().some((cell) => cell.document === document),
+      );
+      return notebook?.uri.toString();
+    }
+    return document?.uri.toString();
   }
 
   private activeEstimate(): Estimate | undefined {

@@ -1,6 +1,6 @@
 """Check training configs for predicted out-of-memory and other memory problems (for CI and pre-commit).
 
-Folders are walked for candidate files (.yaml .yml .json .py .sh .md); files that are not training configs
+Folders are walked for candidate files (.yaml .yml .json .py .sh .md .ipynb); files that are not training configs
 are skipped (listed with -v). Project settings (`.vramlens.toml` or `[tool.vramlens]` in pyproject.toml)
 apply; command-line flags win over them.
 
@@ -10,6 +10,10 @@ and `vramlens.cli.fix` say which and how files are written).
 
 Exit codes: 0 no finding at error level, 1 findings at error level, 2 usage error, a refused setting (flag or
 project file) or a named file that cannot be read. JSON and SARIF positions are 1-based lines and columns (SARIF endColumn is exclusive).
+In a notebook (.ipynb) a position is in a code cell: text `path:cell N:line:col`, JSON `"cell": N` with lines
+counted in that cell; SARIF regions are positions in the .ipynb file itself (one source line per JSON line, as
+Jupyter writes it; else the cell's lines), with `properties.notebookCell`/`cellLine`/`cellColumn`. `--fix` rewrites
+a notebook's cell sources only when its JSON layout is reproduced exactly (else it says so and writes nothing).
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 SEVERITY_ORDER = ("error", "warning", "information", "hint")
@@ -52,6 +57,9 @@ class FileResult:
     unreadable: str | None = None        # why it could not be read (exit 2 when explicit)
     root: Path | None = None             # the checked folder: the folder named, or a named file's folder
     applied: list[str] = field(default_factory=list)   # titles of fixes written by --fix
+    cells: object | None = None          # a notebook's code cells (formats.notebook.CellText); spans point into them
+    file_position: object | None = None  # a notebook: (cell-text line, col) -> (line, col) in the .ipynb file, if known
+    file_text: str | None = None         # a notebook: the .ipynb file's own text (`text` is its cells)
     not_applied: list[str] = field(default_factory=list)   # "<title>: <why>" for fixes --fix left out
     written: list[Path] = field(default_factory=list)      # real paths --fix wrote (the config, a file it names)
 
@@ -94,7 +102,7 @@ def _check_file(path: Path, explicit: bool, root: Path, args, cli_severity: dict
     from vramlens.cli.fix import stat_before_read
     from vramlens.cli.paths import read_config_text
     from vramlens.cli.project import settings_for
-    from vramlens.formats import looks_like_training_config
+    from vramlens.formats import looks_like_training_config, notebook
 
     result = FileResult(path, explicit, root=root)
     st = stat_before_read(path)
@@ -105,6 +113,11 @@ def _check_file(path: Path, explicit: bool, root: Path, args, cli_severity: dict
         result.skipped = result.unreadable
         return result
     settings = settings_for(path, args, cli_severity)
+    if notebook.is_notebook(str(path)):
+        file_text = result.file_text = result.text
+        result.text = notebook.document_text(file_text, str(path))
+        result.cells = notebook.CellText.parse(result.text)
+        result.file_position = notebook.json_positions(file_text, result.cells)
     analysis = analyze(result.text, str(path), settings)
     result.analysis = analysis
     if analysis.plan is None:
@@ -129,14 +142,22 @@ def _drop_no_model_notice(analysis) -> None:
 
 def _fix(result: FileResult, settings, st, unsafe: bool) -> None:
     from vramlens.cli.fix import ReadFile, fix_file, real
+    from vramlens.formats import notebook as nb
 
-    outcome = fix_file(result.path, ReadFile(real(result.path), result.text, st), result.analysis, settings,
-                       result.root or result.path.parent, unsafe)
+    notebook = result.cells is not None
+    outcome = fix_file(result.path, ReadFile(real(result.path), result.file_text if notebook else result.text, st),
+                       result.analysis, settings, result.root or result.path.parent, unsafe,
+                       analysed_text=result.text if notebook else None,
+                       encode=partial(nb.write_cells, result.file_text) if notebook else None)
     result.applied, result.not_applied = outcome.applied, outcome.not_applied
     result.written = outcome.written
     if outcome.analysis is not None:
         result.text, result.analysis = outcome.text or result.text, outcome.analysis
         _drop_no_model_notice(result.analysis)
+        if notebook and outcome.file_text is not None:     # positions in the rewritten .ipynb file
+            result.file_text = outcome.file_text
+            result.cells = nb.CellText.parse(result.text)
+            result.file_position = nb.json_positions(outcome.file_text, result.cells)
 
 
 # -- output ----------------------------------------------------------------------------------------
@@ -170,9 +191,15 @@ def _print_text(results: list[FileResult], verbose: bool) -> None:
             if verbose or (r.unreadable and r.explicit):
                 print(f"{r.path}: skipped: {r.skipped}", file=out)
             continue
-        line = _estimate_line(r.analysis)
-        if line or r.findings or verbose:
-            print(f"{r.path}: {line or 'no estimate'}", file=out)
+        documents = [d for d in getattr(r.analysis, "documents", None) or () if d.estimate is not None]
+        if len(documents) > 1:                       # a multi-document YAML file: one estimate per run
+            for n, d in enumerate(r.analysis.documents, 1):
+                if d.estimate is not None:
+                    print(f"{r.path} (document {n}): {_estimate_line(d)}", file=out)
+        else:
+            line = _estimate_line(r.analysis)
+            if line or r.findings or verbose:
+                print(f"{r.path}: {line or 'no estimate'}", file=out)
         for title in r.applied:
             print(f"  fixed: {title}", file=out)
         for written in r.written:
@@ -181,7 +208,9 @@ def _print_text(results: list[FileResult], verbose: bool) -> None:
         for why in r.not_applied:
             print(f"  {why}", file=out)
         for f in r.findings:
-            print(f"{r.path}:{f.span.start_line + 1}:{f.span.start_col + 1}: {f.severity} {f.rule_id} "
+            cell, span = _cell_span(r, f.span)
+            where = f"cell {cell + 1}:" if cell is not None else ""
+            print(f"{r.path}:{where}{span.start_line + 1}:{span.start_col + 1}: {f.severity} {f.rule_id} "
                   f"[{f.name}] {f.message}", file=out)
             if f.severity == "error" or verbose:
                 for fix in f.fixes:
@@ -192,6 +221,16 @@ def _print_text(results: list[FileResult], verbose: bool) -> None:
     print(f"{s['files_checked']} config(s) checked, {s['files_skipped']} skipped: {s['error']} error(s), "
           f"{s['warning']} warning(s), {s['information'] + s['hint']} note(s)"
           + (f"; fixed {s['files_fixed']} file(s)" if s["files_fixed"] else ""), file=out)
+
+
+def _cell_span(r: FileResult, span):
+    """(cell index or None, the span in that cell) for a span of this file."""
+    if r.cells is None or span.file not in ("", str(r.path)):
+        return None, span
+    from vramlens.formats.notebook import cell_span
+
+    index, span = cell_span(r.cells, span)
+    return r.cells.numbers[index] - 1 if r.cells.numbers else index, span
 
 
 def _pos(line: int, col: int) -> dict:
@@ -224,7 +263,7 @@ def _json(results: list[FileResult]) -> dict:
                 "error": a.error,
                 "findings": [{
                     "rule": f.rule_id, "name": f.name, "severity": f.severity, "message": f.message,
-                    "start": _pos(f.span.start_line, f.span.start_col), "end": _pos(f.span.end_line, f.span.end_col),
+                    **_json_position(r, f.span),
                     "related": [{"file": rel.span.file, "start": _pos(rel.span.start_line, rel.span.start_col),
                                  "message": rel.message} for rel in f.related],
                     "fixes": [_fix_json(x, str(r.path)) for x in f.fixes],
@@ -232,8 +271,31 @@ def _json(results: list[FileResult]) -> dict:
                 "fixed": r.applied,
                 "not_applied": r.not_applied,
             })
+            if len(a.documents) > 1:                  # a multi-document YAML file: each document's estimate
+                entry["documents"] = [estimate_json(str(r.path), d.plan, d.resolution, d.estimate)
+                                      if d.estimate is not None else None for d in a.documents]
         files.append(entry)
     return {"version": 1, "files": files, "summary": _summary(results)}
+
+
+def _file_span(r: FileResult, span, cell_span):
+    """Where a notebook finding sits in the .ipynb file (SARIF regions are file positions); the cell's own lines
+    when the file's layout is not one source line per JSON line."""
+    if r.file_position is None or span.file not in ("", str(r.path)):
+        return cell_span
+    start = r.file_position(span.start_line, span.start_col)
+    end = r.file_position(span.end_line, span.end_col) if span.end_line == span.start_line else None
+    if start is None:
+        return cell_span
+    end = end or (start[0], start[1])
+    return span.model_copy(update={"start_line": start[0], "start_col": start[1], "end_line": end[0], "end_col": end[1]})
+
+
+def _json_position(r: FileResult, span) -> dict:
+    cell, span = _cell_span(r, span)
+    out = {"cell": cell + 1} if cell is not None else {}
+    out.update(start=_pos(span.start_line, span.start_col), end=_pos(span.end_line, span.end_col))
+    return out
 
 
 def _region(span) -> dict:
@@ -276,8 +338,12 @@ def _sarif(results: list[FileResult]) -> dict:
     out_results = []
     for r in results:
         for f in r.findings:
+            cell, span = _cell_span(r, f.span)
             res = {"ruleId": f.rule_id, "ruleIndex": index[f.rule_id], "level": SARIF_LEVEL[f.severity],
-                   "message": {"text": f.message}, "locations": [_location(r.path, f.span, root)]}
+                   "message": {"text": f.message}, "locations": [_location(r.path, _file_span(r, f.span, span), root)]}
+            if cell is not None:
+                res["properties"] = {"notebookCell": cell + 1, "cellLine": span.start_line + 1,
+                                     "cellColumn": span.start_col + 1}
             related = []
             for i, rel in enumerate(f.related, start=1):
                 loc = _location(Path(rel.span.file) if rel.span.file else r.path, rel.span, root)
@@ -285,7 +351,7 @@ def _sarif(results: list[FileResult]) -> dict:
             if related:
                 res["relatedLocations"] = related
             fixes = []
-            for fix in f.fixes:
+            for fix in (f.fixes if r.cells is None else ()):
                 by_file: dict[Path, list] = {}
                 for e in fix.edits:          # an edit may target a referenced file (a DeepSpeed JSON)
                     by_file.setdefault(Path(e.span.file) if e.span.file else r.path, []).append(e)

@@ -24,6 +24,7 @@ def run(args) -> int:
     from vramlens.cli.project import report, settings_for
     from vramlens.calibration import calibrate
     from vramlens.estimate import estimate
+    from vramlens.analysis import yaml_documents
     from vramlens.formats import parse_document
     from vramlens.report import estimate_json, render_text
     from vramlens.resolve import ResolveError, resolve
@@ -35,19 +36,27 @@ def run(args) -> int:
         print("vramlens: no files found", file=sys.stderr)
         return 2
     workspace = Path.cwd()
+    documents = []                  # (file, label, text): a multi-document YAML file gives one per document
     for f in files:
         try:
-            parsed = parse_document(read_config_text(f, errors="replace"), str(f), workspace=workspace)
+            text = read_config_text(f, errors="replace")
         except OSError as exc:
             print(f"{f}: cannot read: {exc}", file=sys.stderr)
             errors += 1
             continue
+        views = yaml_documents(text, str(f))
+        if views is None:
+            documents.append((f, str(f), text))
+        else:
+            documents.extend((f, f"{f} (document {n})", view) for n, view in enumerate(views, 1))
+    for f, label, text in documents:
+        parsed = parse_document(text, str(f), workspace=workspace)
         if parsed.plan is None:
             if parsed.issues:
-                print(f"{f}: {parsed.issues[0].message}", file=sys.stderr)
+                print(f"{label}: {parsed.issues[0].message}", file=sys.stderr)
                 errors += 1
-            elif len(files) == 1:
-                print(f"{f}: not a training config", file=sys.stderr)
+            elif len(files) == 1 and label == documents[-1][1] and not results:
+                print(f"{f}: not a training config", file=sys.stderr)     # (after its last document)
                 errors += 1
             continue
         try:
@@ -57,19 +66,19 @@ def run(args) -> int:
         try:
             res = calibrate(resolve(parsed.plan, settings))
         except ResolveError as exc:
-            if parsed.plan.model_id is None and len(files) > 1:
+            if parsed.plan.model_id is None and len(documents) > 1:
                 continue          # a partial config (DeepSpeed/accelerate) that another file references
-            print(f"{f}: {exc}", file=sys.stderr)
+            print(f"{label}: {exc}", file=sys.stderr)
             errors += 1
             continue
         est = estimate(res.resolved)
         if args.format == "json":
-            results.append(estimate_json(str(f), parsed.plan, res, est))
+            results.append(estimate_json(label, parsed.plan, res, est))
         else:
-            print(render_text(str(f), parsed.plan, res, est))
+            print(render_text(label, parsed.plan, res, est))
             print()
     if args.format == "json":
-        json.dump(results[0] if len(results) == 1 and len(files) == 1 else results, sys.stdout, indent=2)
+        json.dump(results[0] if len(results) == 1 and len(documents) == 1 else results, sys.stdout, indent=2)
         print()
     if not results and args.format == "json" and errors:
         return 2

@@ -47,7 +47,8 @@ class FixOutcome:
     not_applied: list[str] = field(default_factory=list)     # "<title>: <why>"
     written: list[Path] = field(default_factory=list)        # real paths written
     not_written: list[str] = field(default_factory=list)     # "<path>: <why>"
-    text: str | None = None                                  # the config's new text, when it was written
+    text: str | None = None                                  # the config's new (analysed) text, when it was written
+    file_text: str | None = None                             # the config file's new text, when it was written
     analysis: object | None = None                           # its analysis with every written change
 
 
@@ -141,14 +142,20 @@ def _parses(analysis) -> bool:
     return analysis.plan is not None and not any(f.rule_id == "VL016" for f in analysis.findings)
 
 
-def fix_file(path: Path, config: ReadFile, analysis, settings, root: Path, unsafe: bool) -> FixOutcome:
-    """Apply fixes to the config at `path` (read as `config`) and the files its fixes edit; write what changed."""
+def fix_file(path: Path, config: ReadFile, analysis, settings, root: Path, unsafe: bool, *,
+             analysed_text: str | None = None, encode=None) -> FixOutcome:
+    """Apply fixes to the config at `path` (read as `config`) and the files its fixes edit; write what changed.
+
+    A config analysed as other text than the file's own (a notebook: its cells' text, see
+    `vramlens.formats.notebook`) passes that text as `analysed_text` and `encode(new analysed text)`, which gives
+    the file's new text, or None when it cannot (then nothing is written and the output says why)."""
     from vramlens.analysis import analyze
 
     out = FixOutcome()
     own = {"", str(path)}
     files: dict[Path, ReadFile] = {config.path: config}
-    texts: dict[Path, str] = {config.path: config.text}
+    texts: dict[Path, str] = {config.path: config.text if analysed_text is None else analysed_text}
+    originals = dict(texts)
 
     def settings_with(overlay: dict[Path, str]):
         return settings.model_copy(update={"read_file": lambda p: overlay.get(real(Path(p)))})
@@ -195,9 +202,19 @@ def fix_file(path: Path, config: ReadFile, analysis, settings, root: Path, unsaf
         texts, analysis = candidate, new_analysis
         out.applied.append(fix.title)
 
-    changed = [t for t, text in texts.items() if text != files[t].text]
+    for target, file in files.items():
+        originals.setdefault(target, file.text)
+    changed = [t for t, text in texts.items() if text != originals[t]]
     if not changed:
         return out
+    on_disk = dict(texts)
+    if encode is not None and config.path in changed:
+        on_disk[config.path] = encode(texts[config.path])
+        if on_disk[config.path] is None:
+            out.not_applied.extend(f"{title}: not written: {path.name}'s JSON layout could not be kept, so it is "
+                                   f"left as it is; make this change in its cell" for title in out.applied)
+            out.applied = []
+            return out
     # Check every file first and write none when one cannot be written: a fix half-written (the config edited,
     # its DeepSpeed JSON not) would be worse than none.
     for target in changed:
@@ -210,15 +227,16 @@ def fix_file(path: Path, config: ReadFile, analysis, settings, root: Path, unsaf
         return out
     for target in changed:
         try:
-            write_if_unchanged(files[target], texts[target], root)
+            write_if_unchanged(files[target], on_disk[target], root)
         except OSError as exc:
             out.not_written.append(str(exc))
             continue
         out.written.append(target)
     if out.not_written:                      # what is on disk now is what the report is about
-        texts = {t: (texts[t] if t in out.written else files[t].text) for t in texts}
+        texts = {t: (texts[t] if t in out.written else originals[t]) for t in texts}
         analysis = analyze(texts[config.path], str(path), settings_with(texts))
     out.text = texts[config.path]
+    out.file_text = on_disk[config.path] if config.path in out.written else None
     out.analysis = analysis
     return out
 

@@ -244,8 +244,9 @@ def span_of_file_start(path: str) -> Span:
 
 
 # Python, shell and Markdown readers (imported last: they call parse_document for referenced configs).
-from vramlens.formats import markdown, python_calls, shell  # noqa: E402
+from vramlens.formats import markdown, notebook, python_calls, shell  # noqa: E402
 
 TEXT_PARSERS[".py"] = python_calls.parse_python
 TEXT_PARSERS[".sh"] = TEXT_PARSERS[".bash"] = shell.parse_shell
 TEXT_PARSERS[".md"] = markdown.parse_markdown
+TEXT_PARSERS[".ipynb"] = notebook.parse_notebook

@@ -300,10 +300,13 @@ def from_launch(tool: str, subcommand: str | None, script: str | None) -> str | 
     return None
 
 
-def apply_swift(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
+def apply_swift(b: PlanBuilder, by_key: dict[str, Setting], subcommand: str | None = None) -> None:
     s = by_key.get("rlhf_type")
     if s is not None and isinstance(s.value, str):
         set_objective(b, word(s.value), s)
+    elif subcommand == "rlhf":
+        # ms-swift swift/llm/argument/rlhf_args.py RLHFArguments: `rlhf_type ... = 'dpo'`
+        set_objective(b, "dpo", note="ms-swift's default rlhf_type for `swift rlhf`", origin=Origin.DEFAULT)
 
 
 def apply_openrlhf(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
@@ -345,7 +348,7 @@ def apply_launch(b: PlanBuilder, tool: str, subcommand: str | None, script: str 
         what = f"`{tool} {subcommand}`" if tool == "trl" else f"`{script}`"
         set_objective(b, obj, note=f"the command runs {what}", origin=Origin.DERIVED)
     if tool == "swift":
-        apply_swift(b, by_flag)
+        apply_swift(b, by_flag, subcommand)
     if script and "openrlhf" in script:
         apply_openrlhf(b, by_flag)
     if tool not in ("axolotl", "llamafactory", "torchtune"):

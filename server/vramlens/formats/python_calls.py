@@ -44,6 +44,11 @@ TRL_TRAINERS = frozenset({"SFTTrainer", "DPOTrainer", "GRPOTrainer", "ORPOTraine
                           "RewardTrainer", "PPOTrainer", "RLOOTrainer", "GKDTrainer", "OnlineDPOTrainer",
                           "PRMTrainer", "BCOTrainer", "XPOTrainer", "NashMDTrainer", "UnslothTrainer"})
 CONFIG_CLASSES = HF_CONFIGS | TRL_CONFIGS
+# ms-swift's Python API (ms-swift 3.x/4.x swift/llm/__init__.py, docs "Pre-training and Fine-tuning" → Python):
+# `sft_main(TrainArguments(...))`, `pt_main(PretrainArguments(...))`, `rlhf_main(RLHFArguments(...))` take the
+# same arguments as `swift sft|pt|rlhf` (swift/llm/argument/train_args.py, rlhf_args.py); the subcommand each is
+SWIFT_ARGUMENTS = {"TrainArguments": "sft", "SftArguments": "sft", "PretrainArguments": "pt",
+                   "RLHFArguments": "rlhf"}
 OPTIMIZER_MODULES = ("torch.optim.", "bitsandbytes.optim.", "bnb.optim.", "torchao.optim.",
                      "torchao.prototype.low_bit_optim.", "transformers.optimization.", "apex.optimizers.",
                      "schedulefree.", "galore_torch.", "lion_pytorch.")
@@ -55,7 +60,7 @@ LORA_KEYS = {"r": "lora_r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dr
              "use_dora": "use_dora"}
 MODEL_LOAD_KEYS = ("torch_dtype", "dtype", "attn_implementation", "load_in_4bit", "load_in_8bit",
                    "use_flash_attention_2", "max_seq_length", "num_labels", "problem_type")
-_TRIGGER = re.compile(r"TrainingArguments|Config\s*\(|Trainer\s*\(|from_pretrained|backward|optim|"
+_TRIGGER = re.compile(r"TrainingArguments|(?:Train|Sft|Pretrain|RLHF)Arguments\s*\(|Config\s*\(|Trainer\s*\(|from_pretrained|backward|optim|"
                       r"gradient_checkpointing_enable|prepare_model_for_kbit_training|get_peft_model")
 
 
@@ -479,6 +484,7 @@ class _Reader:
         self.loader_batches: list[Setting] = []
         self.seen: set[str] = set()           # kinds of call already read
         self.autocasts: list[Setting] = []
+        self.swift: tuple[str, list[Setting]] | None = None   # ms-swift: (subcommand, its arguments' settings)
 
     def first(self, kind: str) -> bool:
         """True the first time a call of this kind is met."""
@@ -507,9 +513,10 @@ class _Reader:
         self.b.issue(f"`{s.key}` is only known when the script runs{why}; it is not read, so the framework "
                      f"default is shown", s, severity=Severity.INFO)
 
-    def splat(self, kw: ast.keyword, call_name: str) -> None:
-        self.b.issue(f"settings passed to `{call_name}` through `**{self.cols.source(kw.value, 40)}` are not read",
-                     span=self.cols.span(kw.value), severity=Severity.INFO)
+    def splat(self, kw: ast.keyword, call_name: str, why: str = "") -> None:
+        self.b.issue(f"settings passed to `{call_name}` through `**{self.cols.source(kw.value, 40)}` are only known "
+                     f"when the script runs{' (' + why + ')' if why else ''}; they are not read, so the framework "
+                     f"defaults are shown for whatever they set", span=self.cols.span(kw.value), severity=Severity.INFO)
 
 
 def _kw(call: ast.Call, name: str) -> ast.keyword | None:
@@ -527,7 +534,12 @@ def parse_python(text: str, ctx) -> TrainingPlan | None:
         tree = ast.parse(text, filename=ctx.path)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    return read_tree(tree, text, ctx)
+    plan = read_tree(tree, text, ctx)
+    if plan is not None:
+        from vramlens.formats import usage
+
+        plan = usage.from_docstring(plan, text, tree, ctx) or plan
+    return plan
 
 
 def _hot_lines(tree: ast.Module, text: str) -> list[int]:
@@ -552,7 +564,9 @@ def read_tree(tree: ast.Module, text: str, ctx) -> TrainingPlan | None:
     if not r.signals:
         return None
     b = r.b
-    if "unsloth" in r.signals:
+    if r.swift is not None:
+        _swift(r, ctx)
+    elif "unsloth" in r.signals:
         b.plan.framework = "unsloth"            # FastLanguageModel/FastModel: unsloth's own step under TRL's trainer
     elif "trl" in r.signals:
         b.plan.framework = "trl"
@@ -586,6 +600,11 @@ def _call(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope) -> None:
         obj = objective.from_class(last)
         if obj is not None and r.b.plan.objective is None:
             objective.set_objective(r.b, obj, r.node_setting(last, call.func, last), note=f"TRL `{last}`")
+    if last in SWIFT_ARGUMENTS and full.split(".", 1)[0] == "swift":
+        r.signals.add("swift")
+        if r.first("config"):
+            r.swift = (SWIFT_ARGUMENTS[last], [s for _, s in _keyword_settings(r, ev, call, scope, last)])
+        return
     if last in CONFIG_CLASSES or (last == "ModelConfig" and full.startswith("trl")):
         r.signals.add("hf" if last in HF_CONFIGS else "trl")
         if r.first("model-config" if last == "ModelConfig" else "config"):
@@ -678,6 +697,16 @@ def _call(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope) -> None:
                 r.b.set("weight_dtype", d, r.node_setting("to", call, v, arg))
 
 
+def _swift(r: _Reader, ctx) -> None:
+    """ms-swift's `TrainArguments(...)` & co.: read as the `swift <subcommand>` command line with those flags."""
+    from vramlens.formats import objective, shell
+
+    subcommand, settings = r.swift
+    shell.apply_dialect(r.b, "ms-swift", settings, ctx, "swift")
+    objective.apply_launch(r.b, "swift", subcommand, None, [s for s in settings if not s.unresolved])
+    r.b.plan.framework = "ms-swift"
+
+
 def _is_load(node: ast.expr) -> bool:
     """`X.from_pretrained(...)` (as in `X.from_pretrained(...).to(torch.bfloat16)`)."""
     return type(node) is ast.Call and type(node.func) is ast.Attribute and node.func.attr == "from_pretrained"
@@ -690,21 +719,96 @@ def _apply(r: _Reader, s: Setting, name: str | None = None) -> None:
 
 
 def _kwargs(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name: str, keys=None, rename=None):
-    """Each keyword argument as a Setting (unknown ones reported), optionally only `keys`."""
-    for kw in call.keywords:
-        if kw.arg is None:
-            r.splat(kw, name)
+    """Each keyword argument as a Setting (unknown ones reported), optionally only `keys`; `**{...}`,
+    `**dict(...)` and `**name` of such a literal are read entry by entry (a later keyword wins, as in the call)."""
+    for arg, s in _keyword_settings(r, ev, call, scope, name):
+        if keys is not None and arg not in keys:
             continue
-        if keys is not None and kw.arg not in keys:
-            continue
-        v = ev.value(kw.value, scope)
-        s = r.kw_setting(kw, v)
-        target = rename.get(kw.arg, kw.arg) if rename else kw.arg
-        if _is_unknown(v):
+        target = rename.get(arg, arg) if rename else arg
+        if s.unresolved:
             if is_hf_key(target):
-                r.unknown(s, v)
+                r.unknown(s, s.value)
             continue
         yield s, target
+
+
+def _keyword_settings(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name: str) -> list:
+    """(keyword, Setting) for every keyword the call receives, splats expanded; an unknown value's Setting is
+    `unresolved` with the `_Unknown` as its value. When one keyword comes twice (a splat, then an explicit
+    one) the later wins."""
+    out: dict[str, Setting] = {}
+    for kw in call.keywords:
+        if kw.arg is not None:
+            v = ev.value(kw.value, scope)
+            out.pop(kw.arg, None)
+            out[kw.arg] = r.kw_setting(kw, v)
+            continue
+        entries = _splat_entries(r, ev, kw.value, scope)
+        if isinstance(entries, _Unknown):
+            r.splat(kw, name, entries.why)
+            continue
+        for key, setting in entries:
+            out.pop(key, None)
+            out[key] = setting
+    return list(out.items())
+
+
+_MUTATORS = ("update", "setdefault", "pop", "clear", "popitem")
+
+
+def _splat_entries(r: _Reader, ev: _Evaluator, node: ast.expr, scope: _Scope, depth: int = 0):
+    """The entries of a `**` argument written as a dict literal or `dict(key=value, …)` (directly or through a
+    name bound once to one): [(key, Setting)], or `_Unknown` saying why not."""
+    if depth > 5:
+        return _Unknown("nested too deep")
+    t = type(node)
+    if t is ast.Name:
+        found = scope.lookup(node.id)
+        if found is None:
+            return _Unknown(f"`{node.id}` is not assigned in this file")
+        where, exprs = found
+        if len(exprs) != 1 or exprs[0] is None:
+            return _Unknown(f"`{node.id}` is set at run time or more than once")
+        if _mutated(r.cols.lines, node.id):
+            return _Unknown(f"`{node.id}` is changed after it is built")
+        inner = _splat_entries(r, ev, exprs[0], where, depth + 1)
+        if isinstance(inner, _Unknown) and not inner.why:
+            return _Unknown(f"`{node.id}` = {r.cols.source(exprs[0], 40)}")
+        return inner
+    out: list = []
+    if t is ast.Dict:
+        for k, v in zip(node.keys, node.values):
+            if k is None:                                  # `{**other, ...}`
+                inner = _splat_entries(r, ev, v, scope, depth + 1)
+                if isinstance(inner, _Unknown):
+                    return inner
+                out.extend(inner)
+                continue
+            key = ev.value(k, scope)
+            if not isinstance(key, str):
+                return _Unknown(f"a key of `{r.cols.source(node, 40)}` is only known at run time")
+            value = ev.value(v, scope)
+            out.append((key, Setting(key=key, path=(key,), value=value, span=r.cols.span(k, v),
+                                     value_span=r.cols.span(v), key_span=r.cols.span(k),
+                                     unresolved=_is_unknown(value))))
+        return out
+    if t is ast.Call and type(node.func) is ast.Name and node.func.id == "dict" and not node.args:
+        for kw in node.keywords:
+            if kw.arg is None:
+                inner = _splat_entries(r, ev, kw.value, scope, depth + 1)
+                if isinstance(inner, _Unknown):
+                    return inner
+                out.extend(inner)
+                continue
+            out.append((kw.arg, r.kw_setting(kw, ev.value(kw.value, scope))))
+        return out
+    return _Unknown("")
+
+
+def _mutated(lines: list[str], name: str) -> bool:
+    """Is the dict bound to `name` changed in place anywhere (`name[...] = `, `name.update(...)`, `name |= `)?"""
+    pattern = re.compile(rf"\b{re.escape(name)}\s*(?:\[[^\]]*\]\s*=(?!=)|\.(?:{'|'.join(_MUTATORS)})\s*\(|\|=)")
+    return any(pattern.search(line) for line in lines if name in line)
 
 
 def _hf_kwargs(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name: str) -> None:

@@ -35,7 +35,7 @@ Renderer = Callable[[str, TrainingPlan, dict[str, Any]], "RenderResult | None"]
 
 # plan.format -> writer; render_yaml registers the YAML/JSON formats on import
 RENDERERS: dict[str, Renderer] = {}
-CODE_FORMATS = ("python", "shell", "markdown")
+CODE_FORMATS = ("python", "shell", "markdown", "notebook")
 
 
 def render_change(text: str, plan: TrainingPlan, changes: dict[str, Any]) -> RenderResult | None:

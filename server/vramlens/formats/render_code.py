@@ -48,6 +48,10 @@ def render_change_code(text: str, plan: TrainingPlan, changes: dict[str, Any]) -
         return render_shell(text, plan, changes)
     if plan.format == "markdown":
         return render_markdown(text, plan, changes)
+    if plan.format == "notebook":
+        from vramlens.formats import notebook
+
+        return notebook.render(text, plan, changes)
     return None
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Callable
 
-from vramlens.formats import hf, purpose
+from vramlens.formats import hf, launchers, purpose
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
 from vramlens.plan import Origin, ParseIssue, Reference, Severity, Sourced, Span, TrainingPlan
 from vramlens.text import LineIndex
@@ -82,7 +82,7 @@ _TOKEN = re.compile(
 # program that may start training: nothing on it can matter, so it is skipped without tokenizing.
 _BORING = re.compile(
     r"(?![ \t]*(?:[A-Za-z_][A-Za-z0-9_]*\+?=|\S*(?:torchrun|accelerate|deepspeed|llamafactory-cli|lmf|tune|axolotl|"
-    r"trl|swift|python[0-9.]*|uv|poetry|pipenv|pdm|hatch|env|nohup|time|exec|command|builtin|if|then|else|elif|do|"
+    r"trl|swift|ray|python[0-9.]*|uv|poetry|pipenv|pdm|hatch|env|nohup|time|exec|command|builtin|if|then|else|elif|do|"
     r"while|until|export|declare|typeset|local|readonly|unset|[{}!])(?:[ \t]|$)))"
     r"[ \t]*(?=[^\s#$-])(?:(?=([^\n;&|()'\"\\`<]+))\1|'[^'\n]*'|\"[^\"\n\\`]*\")*\n", re.M)
 _PLAIN = re.compile(r"[^\s'\"\\;&|<>()`$]+")
@@ -124,19 +124,20 @@ class Command:
     start: int
     end: int
     ended_by_comment: bool = False      # a `#` comment ended it right after a `\` continuation
+    heredocs: list = field(default_factory=list)    # (start, end) of each here-document body it reads
 
 
 class _Scanner:
-    def __init__(self, text: str):
+    def __init__(self, text: str, end: int | None = None):
         self.text = text
-        self.n = len(text)
+        self.n = len(text) if end is None else end
         self.commands: list[Command] = []
         self.comments: list[tuple[int, int]] = []
 
-    def run(self) -> list[Command]:
+    def run(self, start: int = 0) -> list[Command]:
         text, n = self.text, self.n
         token, boring = _TOKEN.match, _BORING.match
-        i = 0
+        i = start
         words: list[Word] = []
         heredocs: list[tuple[str, bool]] = []
         skip_next_word = False     # redirect target
@@ -154,7 +155,10 @@ class _Scanner:
                 words = []
                 i = m.end()
                 if heredocs:
+                    body = i
                     i = self._skip_heredocs(i, heredocs)
+                    if self.commands and len(heredocs) == 1:
+                        self.commands[-1].heredocs.append((body, self._body_end(body, i)))
                     heredocs = []
                 b = boring(text, i)
                 while b is not None:                        # whole lines that cannot matter
@@ -207,6 +211,13 @@ class _Scanner:
     def _end(self, words: list[Word], at: int, by_comment: bool) -> None:
         if words:
             self.commands.append(Command(words, words[0].start, words[-1].end, by_comment))
+
+    def _body_end(self, body: int, after: int) -> int:
+        """The end of a here-document body: the start of its delimiter line (or the end of the text)."""
+        if after >= self.n:
+            return self.n
+        j = self.text.rfind("\n", body, max(body, after - 1))
+        return body if j < 0 else j + 1
 
     def _skip_heredocs(self, i: int, heredocs: list[tuple[str, bool]]) -> int:
         text = self.text
@@ -354,6 +365,12 @@ def tokenize(text: str) -> tuple[list[Command], list[tuple[int, int]]]:
     return sc.run(), sc.comments
 
 
+def words_in(text: str, start: int, end: int) -> list[Word]:
+    """The words of text[start:end] (a here-document body) as an unquoted `$VAR` word-splits them: every
+    command's words in order, at their offsets in `text`."""
+    return [w for cmd in _Scanner(text, end).run(start) for w in cmd.words]
+
+
 # --- expansion -----------------------------------------------------------------------------------
 
 @dataclass(slots=True)
@@ -363,6 +380,7 @@ class Var:
     value_range: tuple[int, int] | None = None
     stmt_range: tuple[int, int] | None = None   # the whole statement (`export X=v`)
     exported: bool = False
+    words_range: tuple[int, int] | None = None  # text whose words `$X` stands for (a heredoc read into X)
 
 
 class Expander:
@@ -372,6 +390,8 @@ class Expander:
     def __init__(self) -> None:
         self.spent = 0
         self.capped: list[tuple[int, int]] = []      # ranges of the words whose value went over a limit
+        self.heredoc_words: dict[tuple[int, int], list] = {}   # here-document range → its words (tokenized once)
+        self.spliced = 0                             # here-document words spliced into commands so far
 
     def parts(self, parts: list, env: dict[str, Var], where: tuple[int, int] | None = None) -> str | None:
         out: list[str] = []
@@ -449,7 +469,7 @@ _PYTHON = re.compile(r"python(?:\d+(?:\.\d+)?)?")
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".jsonc")
 # first words of a command that may start training (programs and the wrappers in front of them)
 _HEADS = frozenset({"torchrun", "accelerate", "deepspeed", "llamafactory-cli", "lmf", "tune", "axolotl", "trl",
-                    "swift", "uv", "poetry", "pipenv", "pdm", "hatch", "env"}) | _RESERVED
+                    "swift", "uv", "poetry", "pipenv", "pdm", "hatch", "env", "ray"}) | _RESERVED
 
 
 @dataclass(slots=True)
@@ -477,6 +497,7 @@ class Launch:
     script_args_start: int = 0                  # index in `args` where the script's own arguments begin
     script_args_end: int | None = None          # index where they end (axolotl `--`), None = end
     subcommand: str | None = None
+    launcher: str | None = None                 # torchrun/accelerate/deepspeed/python when `tool` is the program it runs
 
 
 def _strip_wrappers(args: list[Arg]) -> list[Arg]:
@@ -490,6 +511,13 @@ def _strip_wrappers(args: list[Arg]) -> list[Arg]:
             i += 2
         elif t == "env":
             i += 1
+        elif t == "ray" and i + 2 < len(args) and args[i + 1].text == "job" and args[i + 2].text == "submit":
+            # `ray job submit --address … --runtime-env-json '…' -- python3 -m openrlhf.cli.train_ppo_ray …`
+            # (OpenRLHF's PPO scripts): the entrypoint follows `--`
+            k = next((k for k in range(i + 3, len(args)) if args[k].text == "--"), None)
+            if k is None:
+                break
+            i = k + 1
         else:
             break
     return args[i:]
@@ -624,6 +652,11 @@ def _python_launch(args: list[Arg], env_prefix, cmd) -> Launch | None:
 
 
 def _retarget_module(launch: Launch, module: str) -> Launch:
+    found = launchers.program(module, module=True)
+    if found is not None:
+        launch.launcher = launch.tool
+        launch.tool, launch.subcommand = found
+        return launch
     if module.startswith("axolotl.cli"):
         launch.tool = "axolotl"
     elif module.startswith("llamafactory"):
@@ -638,6 +671,11 @@ def _retarget_module(launch: Launch, module: str) -> Launch:
 
 
 def _retarget_script(launch: Launch) -> Launch:
+    found = launchers.program(launch.script.text, module=False) if launch.script else None
+    if found is not None:
+        launch.launcher = launch.tool
+        launch.tool, launch.subcommand = found
+        return launch
     name = PurePosixPath(launch.script.text).name if launch.script else ""
     if name in ("train_bash.py",) or "llamafactory" in launch.script.text:
         launch.tool = "llamafactory" if launch.tool == "python" else launch.tool
@@ -758,6 +796,7 @@ EXTRA_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     "disable_gradient_checkpointing": _disable_gc,
     "enable_liger_kernel": _via("use_liger_kernel"),
     "sequence_parallel_size": _seq_parallel,
+    **launchers.PEFT_EXAMPLE_HANDLERS,
 }
 def _swift_attn(b: PlanBuilder, s: Setting) -> None:
     v = str(s.value).strip().lower()
@@ -776,7 +815,9 @@ _BOOL_KEYS = frozenset({"bf16", "fp16", "tf32", "gradient_checkpointing", "packi
                         "activation_offloading", "remove_unused_columns", "use_flash_attention_2", "use_flash_attn",
                         "q_lora", "lora_enable", "double_quant", "use_bnb_nested_quant", "do_train", "do_eval",
                         "disable_gradient_checkpointing", "enable_liger_kernel", "bnb_4bit_use_double_quant",
-                        "group_by_length", "auto_find_batch_size", "dataloader_pin_memory", "use_liger"})
+                        "group_by_length", "auto_find_batch_size", "dataloader_pin_memory", "use_liger",
+                        "use_peft_lora", "use_4bit_quantization", "use_8bit_quantization", "use_nested_quant",
+                        "use_reentrant"})
 
 
 def handler_for(tool: str, name: str):
@@ -785,6 +826,8 @@ def handler_for(tool: str, name: str):
         return SWIFT_HANDLERS[n]
     if tool == "trl" and n in TRL_CLI_HANDLERS:
         return TRL_CLI_HANDLERS[n]
+    if tool == "openrlhf" and n in launchers.OPENRLHF_HANDLERS:
+        return launchers.OPENRLHF_HANDLERS[n]
     if is_hf_key(n):
         return _via(n)
     return EXTRA_HANDLERS.get(n)
@@ -912,6 +955,14 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
             for w in rest[1:]:
                 env.pop(raw_text(text, w), None)
             continue
+        if head == "read" and cmd.heredocs:             # `[IFS=] read -r -d '' VAR <<EOF … EOF`
+            names = [raw_text(text, w) for w in rest[1:] if not raw_text(text, w).startswith("-")
+                     and raw_text(text, w) not in ("''", '""')]
+            if names and _NAME.fullmatch(names[-1]):
+                a, b_ = cmd.heredocs[0]
+                env[names[-1]] = Var(ex.parts(_heredoc_parts(text, a, b_), env, (a, b_)), rest[-1], (a, b_),
+                                     (cmd.start, cmd.end), False, words_range=(a, b_))
+            continue
         prog = (head or "").rsplit("/", 1)[-1]
         if other is None and prog in purpose.COMMAND_HEADS:
             what = purpose.command_purpose([ex.parts(w.parts, env, (w.start, w.end)) or "" for w in rest[:8]])
@@ -922,7 +973,7 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
             continue                                # not a launch: its words need no expansion
         merged = dict(env)
         merged.update(prefix)
-        args = [Arg(w, ex.parts(w.parts, merged, (w.start, w.end))) for w in rest]
+        args = _args(text, rest, merged, ex)
         found = classify(args, prefix, cmd)
         if found is None:
             continue
@@ -947,6 +998,44 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
             span=idx.span(start, end), severity=Severity.WARNING))
     script = ShellScript(text, idx, commands, launch, env, purpose=other if launch is None else None)
     return script, issues
+
+
+def _args(text: str, words: list[Word], env: dict[str, Var], ex: "Expander") -> list[Arg]:
+    """The command's words expanded; an unquoted `$X` that holds a list of words (a here-document read into X,
+    OpenRLHF's `read -r -d '' training_commands <<EOF … EOF; deepspeed --module $training_commands`) becomes
+    those words, each with its own range in the here-document."""
+    out: list[Arg] = []
+    for w in words:
+        parts = w.parts
+        if len(parts) == 1 and parts[0][0] == VAR and not parts[0][2]:
+            var = env.get(parts[0][1])
+            if var is not None and var.words_range is not None:
+                spliced = _spliced_words(text, var.words_range, ex)
+                if spliced is not None:
+                    out.extend(Arg(x, ex.parts(x.parts, env, (x.start, x.end))) for x in spliced)
+                    continue
+        out.append(Arg(w, ex.parts(parts, env, (w.start, w.end))))
+    return out
+
+
+MAX_SPLICED_WORDS = 100_000     # words of here-documents spliced into commands per script (real ones: a few dozen)
+
+
+def _spliced_words(text: str, where: tuple[int, int], ex: "Expander") -> list[Word] | None:
+    """The words of a here-document, tokenized once per script; None (unknown) past MAX_WORDS words in it or
+    MAX_SPLICED_WORDS spliced in all, so a script that expands a large one on every line stays linear."""
+    words = ex.heredoc_words.get(where)
+    if words is None:
+        words = ex.heredoc_words[where] = words_in(text, *where)[:MAX_WORDS + 1]
+    if len(words) > MAX_WORDS or ex.spliced + len(words) > MAX_SPLICED_WORDS:
+        return None
+    ex.spliced += len(words)
+    return words
+
+
+def _heredoc_parts(text: str, a: int, b: int) -> list:
+    """A here-document body as one literal (its `\\`-newlines joined), for the variable's plain value."""
+    return [(LIT, text[a:b].replace("\\\n", " "), a, True)]
 
 
 def _may_train(text: str, words: list[Word]) -> bool:
@@ -1005,7 +1094,7 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
     r = _Reader(script, b)
     tool = launch.tool
     framework = {"llamafactory": "llamafactory", "torchtune": "torchtune", "axolotl": "axolotl", "trl": "trl",
-                 "swift": "ms-swift"}.get(tool)
+                 "swift": "ms-swift", "openrlhf": "openrlhf"}.get(tool)
     from vramlens.formats import openinstruct
 
     oi_kind = openinstruct.script_kind(launch.script.text if launch.script else None)
@@ -1040,11 +1129,15 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
     if tool in ("axolotl", "llamafactory", "torchtune"):
         for s in settings:
             s.key = s.path[-1]          # the YAML spelling, which the dialect reads
-        _apply_dialect(b, framework, settings + [_override_setting(r, k, a, eq) for k, a, eq in overrides], ctx, tool)
+        apply_dialect(b, framework, settings + [_override_setting(r, k, a, eq) for k, a, eq in overrides], ctx, tool)
     else:
         for s in settings:
             if oi_kind is None or not openinstruct.apply_flag(b, s):
                 _apply_flag(b, tool, s)
+        if tool == "openrlhf":
+            launchers.openrlhf_defaults(b)
+        elif any(s.path[0] in launchers.PEFT_EXAMPLE_FLAGS for s in settings):
+            launchers.peft_example_defaults(b)
     from vramlens.formats import objective
 
     objective.apply_launch(b, tool, launch.subcommand, launch.script.text if launch.script else None,
@@ -1207,7 +1300,7 @@ def _yaml_value(v: str) -> Any:
     return v
 
 
-def _apply_dialect(b: PlanBuilder, name: str | None, settings: list[Setting], ctx, tool: str) -> None:
+def apply_dialect(b: PlanBuilder, name: str | None, settings: list[Setting], ctx, tool: str) -> None:
     """Command-line overrides of a YAML-configured tool go through that tool's YAML dialect."""
     from vramlens import formats
 
@@ -1242,7 +1335,7 @@ def _launcher_settings(r: _Reader, launch: Launch, env: dict[str, Var], config_r
         if s is None or s.unresolved:
             continue
         if name in ("config_file", "config") and isinstance(s.value, str):
-            config_refs.append(("accelerate" if launch.tool == "accelerate" else "config",
+            config_refs.append(("accelerate" if (launch.launcher or launch.tool) == "accelerate" else "config",
                                 vals[0] if vals else flag, s.value))
         elif name == "deepspeed_config_file" and isinstance(s.value, str):
             b.set("dist_strategy", "deepspeed", s)
@@ -1292,7 +1385,7 @@ def _gpu_count(r: _Reader, launch: Launch, env: dict[str, Var]) -> None:
                 nproc = (n, s)
             else:
                 nproc = (n, s)
-    if nproc is not None and launch.tool == "accelerate" and nnodes and nnodes > 1:
+    if nproc is not None and (launch.launcher or launch.tool) == "accelerate" and nnodes and nnodes > 1:
         total, s = nproc
         b.set("world_size", total, s, note="accelerate `--num_processes` counts processes on all machines")
         b.set("gpu_count", max(1, total // nnodes), s, note=f"{total} processes on {nnodes} machines")
@@ -1321,7 +1414,7 @@ def _gpu_count(r: _Reader, launch: Launch, env: dict[str, Var]) -> None:
     n, s = nproc
     b.set("gpu_count", n, s)
     if s.key == "CUDA_VISIBLE_DEVICES":
-        if launch.tool == "swift" and n > 1:
+        if launch.tool == "swift" and launch.launcher is None and n > 1:
             b.set("world_size", 1, s, note="ms-swift without NPROC_PER_NODE runs one process over the visible GPUs")
     elif nnodes and nnodes > 1:
         b.set("world_size", n * nnodes, s, note=f"{n} GPUs per node × {nnodes} nodes", origin=Origin.DERIVED)

@@ -559,3 +559,38 @@ def _child_path(stack: list[_Frame]) -> tuple:
     if f.is_map:
         return f.path if f.key is _NOKEY else f.path + (f.key,)
     return f.path + (len(f.data),)
+
+
+# --- several documents in one file (`---`) -------------------------------------------------------
+
+_DOC_MARKER = re.compile(r"(?:---|\.\.\.)(?:[ \t]|$)")
+
+
+def document_views(text: str) -> list[str] | None:
+    """A YAML stream of several documents as one text per document, each the whole file with every other
+    document's lines blank (full-line comments kept: directives such as `# vramlens: gpu=…` and suppressions
+    apply to the file), so each document is read alone at its own line numbers. None for a single document.
+    A column-0 `---` or `...` always ends a document (block scalars are indented, flow scalars rarely span one)."""
+    if "\n---" not in text and "\n..." not in text:
+        return None
+    lines = text.split("\n")
+    docs: list[list[int]] = [[]]
+    for i, line in enumerate(lines):
+        if _DOC_MARKER.match(line):
+            docs.append([])
+            continue
+        docs[-1].append(i)
+    docs = [d for d in docs if any(_content(lines[i]) for i in d)]
+    if len(docs) < 2:
+        return None
+    views = []
+    for doc in docs:
+        keep = {i for i in doc if not lines[i].startswith("%")}
+        views.append("\n".join(line if i in keep or line.lstrip().startswith("#") else ""
+                               for i, line in enumerate(lines)))
+    return views
+
+
+def _content(line: str) -> bool:
+    s = line.strip()
+    return bool(s) and not s.startswith("#") and not s.startswith("%")

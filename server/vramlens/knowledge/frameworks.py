@@ -77,6 +77,16 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
         "lora_r": 8, "lora_alpha": 32, "lora_dropout": 0.05, "lora_targets": ["all-linear"],
         "quant_double": True,
     }),
+    # openrlhf/cli/train_sft.py (OpenRLHF f2afba47) and openrlhf/models/actor.py (01b8a23d): without `--bf16` the
+    # model loads in the checkpoint's dtype and DeepSpeed runs in fp32; without `--flash_attn`, eager attention;
+    # DeepSpeed's FusedAdam (fp32 states)
+    "openrlhf": ("OpenRLHF 0.5–0.8 (train_sft.py)", {
+        "micro_batch": 8, "grad_accum": 1, "optimizer": "adamw_torch_fused",
+        "grad_checkpointing": False, "amp_dtype": "none", "weight_dtype": "auto",
+        "attn_impl": "eager", "compile": False, "loss_impl": "standard", "packing": False,
+        "seq_len": 2048, "zero_grad_set_to_none": True,
+        "lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "lora_targets": ["all-linear"],
+    }),
     # unsloth (unslothai/unsloth 0050c73e unsloth/models/loader.py): FastLanguageModel/FastModel.from_pretrained
     # max_seq_length=2048, load_in_4bit=True, use_gradient_checkpointing="unsloth" (checkpointed hidden states offloaded
     # to the CPU: unsloth/models/_utils.py `Unsloth_Offloaded_Gradient_Checkpointer`), return_logits=False (the loss is
@@ -130,6 +140,8 @@ BEHAVIOUR: dict[str, dict] = {
                "quant_lm_head": True, "separate_lm_head": True, "quant_dequant_fp16": True, "fused_qkv": True,
                "logits_fp32": True},
     "ms-swift": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": False},
+    # OpenRLHF never calls prepare_model_for_kbit_training; under 4-bit it casts the LoRA layers to bf16 (actor.py)
+    "openrlhf": {"adapter_fp32": True, "kbit_upcast": False, "keep_logits": False},
     # unsloth's own prepare_model_for_kbit_training (unsloth/models/_utils.py) casts only the LoRA weights to fp32 and
     # leaves the embedding, norms and LM head in the 16-bit load dtype; its attention runs causal kernels without a
     # materialised 4-D mask (unsloth/models/llama.py `LlamaAttention_fast_forward`); its LoRA kernels

@@ -145,7 +145,7 @@ def make_it_fit_fix(result: Result) -> Any | None:
 def code_actions(ls: "VramlensServer", params: types.CodeActionParams) -> list[types.CodeAction]:
     uri = params.text_document.uri
     result = ls.analyzer.current(uri)
-    doc = ls.workspace.text_documents.get(uri)
+    doc = ls.document(uri)
     if result is None or doc is None or result.analysis is None:
         return []
     from vramlens.fixes import change_key      # with the analysis, after the initialize answer (it imports pydantic)

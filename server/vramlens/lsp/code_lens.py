@@ -19,7 +19,7 @@ def code_lens(ls: "VramlensServer", params: types.CodeLensParams) -> list[types.
 
     uri = params.text_document.uri
     result = ls.analyzer.current(uri)
-    doc = ls.workspace.text_documents.get(uri)
+    doc = ls.document(uri)
     plan = getattr(result.analysis, "plan", None) if result is not None else None
     if plan is None or doc is None:
         return []

@@ -113,6 +113,9 @@ class Commands:
             uri = uri[0]
         if not isinstance(uri, str):
             raise CommandError(f"vramlens: {title} needs the URI of an open document")
+        notebook = self.ls.workspace.get_notebook_document(cell_uri=uri)
+        if notebook is not None:
+            uri = notebook.uri                          # a notebook cell: the notebook is the run
         if not self.ls.trusted:
             raise CommandError(f"vramlens: {title}s only run in trusted workspaces")
         cls = self._client(kind)

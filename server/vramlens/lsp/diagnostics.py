@@ -10,6 +10,7 @@ from pygls.uris import from_fs_path
 from pygls.workspace import TextDocument
 
 from vramlens.lsp.convert import SOURCE, Lines, related_information, severity
+from vramlens.lsp import notebooks
 from vramlens.lsp.documents import Result
 
 if TYPE_CHECKING:
@@ -87,9 +88,11 @@ def to_diagnostics(result: Result, doc: TextDocument) -> list[types.Diagnostic]:
 
 
 def publish(ls: "VramlensServer", result: Result) -> None:
-    doc = ls.workspace.text_documents.get(result.uri)
+    doc = ls.document(result.uri)
     if doc is None or not ls.analyzer.is_current(result):
         return                      # a newer version is on its way; never show stale positions
+    if ls.workspace.get_notebook_document(notebook_uri=result.uri) is not None:
+        return notebooks.publish(ls, result.uri, doc.source, to_diagnostics(result, doc))
     ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
         uri=result.uri, version=result.version, diagnostics=to_diagnostics(result, doc)))
 
@@ -101,8 +104,13 @@ def clear(ls: "VramlensServer", uri: str) -> None:
 async def pull(ls: "VramlensServer", params: types.DocumentDiagnosticParams) -> types.DocumentDiagnosticReport:
     uri = params.text_document.uri
     await ls.wait_for_settings()
+    nb = ls.workspace.get_notebook_document(cell_uri=uri)
+    if nb is not None:
+        # a cell's findings are pushed (see VramlensServer._on_result); pulling them too would show them twice
+        ls.analyzer.current(nb.uri)
+        return types.RelatedFullDocumentDiagnosticReport(items=[])
     result = ls.analyzer.current(uri)
-    doc = ls.workspace.text_documents.get(uri)
+    doc = ls.document(uri)
     if result is None or doc is None:
         return types.RelatedFullDocumentDiagnosticReport(items=[])
     result_id = f"{result.version}:{result.edit}:{result.generation}"

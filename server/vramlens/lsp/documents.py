@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from pygls.workspace import TextDocument
 
-from vramlens.lsp import pipeline
+from vramlens.lsp import notebooks, pipeline
 from vramlens.text import LineIndex, LinesWithBreaks
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ class Analyzer:
 
     def cached(self, uri: str) -> Result | None:
         """The result for the document's current version and settings, if already computed."""
-        doc = self.server.workspace.text_documents.get(uri)
+        doc = self.server.document(uri)
         result = self.results.get(uri)
         if doc is None or result is None:
             return None
@@ -129,7 +129,7 @@ class Analyzer:
 
     def is_current(self, result: Result) -> bool:
         """The result is of the document's text as it is now (same version, no edit since)."""
-        doc = self.server.workspace.text_documents.get(result.uri)
+        doc = self.server.document(result.uri)
         return doc is not None and doc.version == result.version and result.edit == self.edits.get(result.uri, 0)
 
     def current(self, uri: str) -> Result | None:
@@ -137,7 +137,7 @@ class Analyzer:
         result = self.cached(uri)
         if result is not None:
             return result
-        doc = self.server.workspace.text_documents.get(uri)
+        doc = self.server.document(uri)
         if doc is None:
             return None
         result = self._analyse(doc)
@@ -158,6 +158,8 @@ class Analyzer:
         else:
             analysis = pipeline.run(doc.source, path, settings, self.server.workspace_root(),
                                     self.server.read_open_file, self.server.hub_lookups())
+            if notebooks.is_notebook_file(path, doc.source):      # an .ipynb opened as JSON text
+                analysis = notebooks.as_file_positions(analysis, doc.source)
         elapsed = (time.perf_counter() - start) * 1000
         return Result(doc.uri, doc.version, self.generation, path, analysis, settings, elapsed, plan_digest(analysis),
                       extra={"too_large": True} if size is not None else {}, edit=self.edits.get(doc.uri, 0))
@@ -218,7 +220,7 @@ class Analyzer:
     def invalidate_all(self) -> None:
         """Settings changed: every result is stale; re-analyse every open document."""
         self.generation += 1
-        for uri in list(self.server.workspace.text_documents):
+        for uri in self.server.analysed_uris():
             self.schedule(uri, 0)
 
     def forget(self, uri: str) -> None:

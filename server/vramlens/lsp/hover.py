@@ -18,16 +18,26 @@ def hover(ls: "VramlensServer", params: types.HoverParams) -> types.Hover | None
 
     uri = params.text_document.uri
     result = ls.analyzer.current(uri)
-    doc = ls.workspace.text_documents.get(uri)
+    doc = ls.document(uri)
     plan = getattr(result.analysis, "plan", None) if result is not None else None
     if result is None or doc is None or plan is None:
         return None
     lines = Lines(doc)
     line, col = lines.server_position(params.position)
     concept = explain.concept_at(plan, result.path, line, col)
+    ctx = None
+    if concept is None:
+        # a multi-document YAML file: the document under the cursor explains itself
+        for sub in getattr(result.analysis, "documents", None) or ():
+            if sub is not result.analysis and sub.plan is not None and sub.plan is not plan:
+                concept = explain.concept_at(sub.plan, result.path, line, col)
+                if concept is not None:
+                    plan = sub.plan
+                    ctx = result.extra.setdefault(f"explain:{id(sub)}", explain.context(sub, result.path, None))
+                    break
     if concept is None:
         return None
-    ctx = ls.explain_context(result)
+    ctx = ctx or ls.explain_context(result)
     if ctx is None:
         error = getattr(result.analysis, "error", None)
         if not error:

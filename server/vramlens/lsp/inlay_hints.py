@@ -16,7 +16,7 @@ def inlay_hints(ls: "VramlensServer", params: types.InlayHintParams) -> list[typ
 
     uri = params.text_document.uri
     result = ls.analyzer.current(uri)
-    doc = ls.workspace.text_documents.get(uri)
+    doc = ls.document(uri)
     ctx = ls.explain_context(result) if result is not None else None
     if ctx is None or doc is None:
         return []

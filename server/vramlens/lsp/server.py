@@ -29,7 +29,7 @@ from vramlens import __version__
 # Imported before the `initialize` answer: only what registering the features needs. The analysis pipeline,
 # the settings model (pydantic) and the modules that use them are imported on first use, after the answer
 # (`config`, `diagnostics`, `documents`, `vramlens.settings`; `_warm_up` loads them in the background).
-from vramlens.lsp import code_actions, code_lens, completion, framing, hover, inlay_hints
+from vramlens.lsp import code_actions, code_lens, completion, framing, hover, inlay_hints, notebooks
 from vramlens.lsp.commands import LIST_GPUS, RUN_PROBE, RUN_TRACE, Commands, list_gpus
 from vramlens.lsp.lifecycle import LifecycleProtocol
 
@@ -132,7 +132,7 @@ class AnsweringProtocol(LifecycleProtocol):
 class VramlensServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__("vramlens", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
-                         protocol_cls=AnsweringProtocol)
+                         notebook_document_sync=notebooks.SYNC_OPTIONS, protocol_cls=AnsweringProtocol)
         self.commands = Commands(self)
         self.trusted = False          # until initializationOptions say `trusted: true`
         self.pull_diagnostics = False
@@ -140,6 +140,7 @@ class VramlensServer(LanguageServer):
         self._exact: dict[tuple[str, str], float] = {}
         self._workers: dict[str, Any] = {}
         self._initialization_options: Any = None     # read on `initialized`, after the answer
+        self.notebook_states: dict[str, notebooks.NotebookState] = {}
         self._hub: Any = None
         self.oversized: dict[str, int] = {}       # uri → size of an open document too large to read
         self.warm_up: threading.Thread | None = None     # started at `initialized`
@@ -223,6 +224,21 @@ class VramlensServer(LanguageServer):
     def client_supports_configuration(self) -> bool:
         return bool(self._cap("workspace.configuration"))
 
+    # ---- documents -----------------------------------------------------------------------------
+
+    def document(self, uri: str) -> Any:
+        """What is analysed under `uri`: an open text document, or an open notebook as one text (its cells
+        joined); None for a notebook cell (analysed with its notebook) or a closed document."""
+        doc = self.workspace.text_documents.get(uri)
+        if doc is not None:
+            return None if notebooks.is_cell(self, uri) else doc
+        return notebooks.document(self, uri)
+
+    def analysed_uris(self) -> list[str]:
+        """Every open document and notebook that gets an analysis."""
+        return ([uri for uri in self.workspace.text_documents if not notebooks.is_cell(self, uri)]
+                + [nb.uri for nb in self.workspace.notebook_documents.values()])   # the client's spelling of the URI
+
     # ---- settings ------------------------------------------------------------------------------
 
     def workspace_root(self) -> Path | None:
@@ -286,7 +302,9 @@ class VramlensServer(LanguageServer):
     def _on_result(self, result: Result) -> None:
         from vramlens.lsp import diagnostics
 
-        if not self.pull_diagnostics:
+        # a notebook's cells always get pushed diagnostics: vscode-languageclient 9 pulls only for documents
+        # shown in text tabs, never for notebook cells
+        if not self.pull_diagnostics or self.workspace.get_notebook_document(notebook_uri=result.uri) is not None:
             diagnostics.publish(self, result)
         diagnostics.notify_estimate(self, result)
 
@@ -525,25 +543,49 @@ def create_server() -> VramlensServer:
 
             diagnostics.clear(ls, params.text_document.uri)
 
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+    @_guard()
+    def did_open_notebook(ls: VramlensServer, params: types.DidOpenNotebookDocumentParams) -> None:
+        ls.analyzer.opened(params.notebook_document.uri)     # reopened with the version it had: analysed again
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    @_guard()
+    def did_change_notebook(ls: VramlensServer, params: types.DidChangeNotebookDocumentParams) -> None:
+        ls.analyzer.changed(params.notebook_document.uri)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
+    @_guard()
+    def did_close_notebook(ls: VramlensServer, params: types.DidCloseNotebookDocumentParams) -> None:
+        ls.analyzer.forget(params.notebook_document.uri)
+        notebooks.clear(ls, params)
+
     @server.feature(types.TEXT_DOCUMENT_HOVER)
     @_guard()
     def on_hover(ls: VramlensServer, params: types.HoverParams) -> types.Hover | None:
+        if notebooks.is_cell(ls, params.text_document.uri):
+            return notebooks.cell_hover(ls, params, hover.hover)
         return hover.hover(ls, params)
 
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
         code_action_kinds=[types.CodeActionKind.QuickFix, code_actions.MAKE_IT_FIT, code_actions.MAKE_IT_FIT_UNSAFE]))
     @_guard(list)
     def on_code_action(ls: VramlensServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+        if notebooks.is_cell(ls, params.text_document.uri):
+            return notebooks.cell_code_actions(ls, params, code_actions.code_actions)
         return code_actions.code_actions(ls, params)
 
     @server.feature(types.TEXT_DOCUMENT_INLAY_HINT)
     @_guard(list)
     def on_inlay_hint(ls: VramlensServer, params: types.InlayHintParams) -> list[types.InlayHint]:
+        if notebooks.is_cell(ls, params.text_document.uri):
+            return notebooks.cell_inlay_hints(ls, params, inlay_hints.inlay_hints)
         return inlay_hints.inlay_hints(ls, params)
 
     @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
     @_guard(list)
     def on_code_lens(ls: VramlensServer, params: types.CodeLensParams) -> list[types.CodeLens]:
+        if notebooks.is_cell(ls, params.text_document.uri):
+            return notebooks.cell_code_lens(ls, params, code_lens.code_lens)
         return code_lens.code_lens(ls, params)
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION,

@@ -10,6 +10,7 @@
 // 3. apply the first code action whose title matches `fixPattern`, save, wait for the error to
 //    clear -> out (phase "done")
 // Mode "no-python" (the server cannot start): open `file`, wait, report the (absent) diagnostics.
+// Mode "notebook": open `file` as a Jupyter notebook, report the diagnostics of each cell.
 // Mode "gpus": open `file`, wait for diagnostics, run "vramlens: Pick GPU" (see pickGpu).
 const fs = require('fs');
 const vscode = require('vscode');
@@ -48,7 +49,44 @@ function plainAction(a) {
   return { title: a.title, kind: a.kind && a.kind.value, isPreferred: !!a.isPreferred, hasEdit: !!a.edit, command: a.command && a.command.command };
 }
 
+// Mode "notebook": open `file` (.ipynb) as a notebook and report each code cell's vramlens diagnostics.
+async function runNotebook(config, result) {
+  const uri = vscode.Uri.file(config.file);
+  const timeoutMs = config.timeoutMs || 60000;
+  const vramlens = vscode.extensions.getExtension('vramlens.vramlens');
+  result.extensionFound = !!vramlens;
+  const notebook = await vscode.workspace.openNotebookDocument(uri);
+  const notebookEditor = await vscode.window.showNotebookDocument(notebook);
+  result.notebookType = notebook.notebookType;
+  const cells = notebook.getCells();
+  result.cellLanguages = cells.map((c) => c.document.languageId);
+  const ours = (cell) => vscode.languages.getDiagnostics(cell.document.uri).filter((d) => d.source === 'vramlens');
+  const any = () => cells.some((c) => ours(c).length > 0);
+  await waitFor(any, timeoutMs);
+  await sleep(1000); // the rest of the cells' diagnostics arrive together; let them land
+  result.extensionActive = !!(vramlens && vramlens.isActive);
+  result.cellDiagnostics = cells.map((c, index) => ({ index, diagnostics: ours(c).map(plainDiagnostic) }));
+  // Show the first cell with an error, its first error under the cursor, for the screenshot.
+  const withError = cells.find((c) => ours(c).some((d) => d.severity === vscode.DiagnosticSeverity.Error));
+  if (withError) {
+    // A cell far down the notebook has no editor until the notebook editor scrolls to it
+    // ("Could NOT open editor for vscode-notebook-cell:…"): reveal the cell first.
+    const range = new vscode.NotebookRange(withError.index, withError.index + 1);
+    notebookEditor.selections = [range];
+    notebookEditor.revealRange(range, vscode.NotebookEditorRevealType.InCenter);
+    await sleep(500);
+    const editor = await vscode.window.showTextDocument(withError.document);
+    const first = ours(withError).find((d) => d.severity === vscode.DiagnosticSeverity.Error);
+    editor.selection = new vscode.Selection(first.range.start, first.range.start);
+    editor.revealRange(first.range, vscode.TextEditorRevealType.InCenter);
+  }
+  result.phase = 'done';
+}
+
 async function run(config, result, write) {
+  if (config.mode === 'notebook') {
+    return runNotebook(config, result);
+  }
   const uri = vscode.Uri.file(config.file);
   const timeoutMs = config.timeoutMs || 60000;
   const vramlens = vscode.extensions.getExtension('vramlens.vramlens');

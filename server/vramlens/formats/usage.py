@@ -1,0 +1,179 @@
+"""Usage commands for a script whose settings come from its command line (TRL's `examples/scripts/*.py`,
+`HfArgumentParser`/`TrlParser`/argparse scripts): the command in the module docstring, else in a README next
+to the script, is read as the script's command line.
+
+Only lines that start a command (`python …`, `accelerate launch …`, `torchrun …`, `deepspeed …`, `trl …`,
+`VAR=value …`, optionally after a `$ ` prompt) and their `\\` continuations are read, by `formats.shell`, at
+their own lines of the file, so a value keeps its range and an apostrophe in the prose cannot swallow the rest.
+The first command that runs this script (same file name) wins; the assumptions say where the values came
+from and how many other examples there were. Values the script sets in code win over the command line.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path, PurePosixPath
+
+from vramlens.plan import Reference, Severity, Span, TrainingPlan
+
+_PARSERS = re.compile(r"\b(?:HfArgumentParser|TrlParser|ArgumentParser|parse_args|parse_args_into_dataclasses|"
+                      r"parse_args_and_config|fire\.Fire|tyro\.cli|jsonargparse|CLI\()")
+_START = re.compile(r"[ \t]*(?:\$[ \t]+)?(?=(?:[A-Z_][A-Z0-9_]*=\S*[ \t]+)*"
+                    r"(?:python[0-9.]*|accelerate|torchrun|deepspeed|trl|uv|CUDA_VISIBLE_DEVICES=))")
+_PARSER_CALL = re.compile(r"\b(?:HfArgumentParser|TrlParser|ArgumentParser)\s*\(|\.parse_args\w*\s*\(")
+MAX_README_CHARS = 500_000
+
+
+def wants_command_line(plan: TrainingPlan, text: str) -> bool:
+    """The script trains but takes its model from the command line: it parses arguments and names no model."""
+    return plan.model_id is None and bool(_PARSERS.search(text))
+
+
+def command_view(lines: list[str], first: int, last: int) -> str:
+    """The command lines among lines[first:last] (with their continuations), every other line blank."""
+    out = [""] * len(lines)
+    cont = False
+    for i in range(first, min(last, len(lines))):
+        line = lines[i]
+        m = _START.match(line)
+        if cont or m:
+            if m and not cont:
+                prompt = line[:m.end()]
+                line = " " * len(prompt) + line[m.end():]
+            out[i] = line
+            cont = line.rstrip().endswith("\\")
+    return "\n".join(out)
+
+
+def _docstring_range(tree: ast.Module) -> tuple[int, int] | None:
+    """0-based [first, last) lines of the module docstring's text."""
+    if not tree.body:
+        return None
+    node = tree.body[0]
+    if type(node) is ast.Expr and type(node.value) is ast.Constant and isinstance(node.value.value, str):
+        return node.lineno - 1, node.end_lineno
+    return None
+
+
+def _runs_this_script(script_arg: str | None, name: str) -> bool:
+    return bool(script_arg) and PurePosixPath(script_arg.strip("'\"")).name == name
+
+
+def _first_command(view: str, path: str, script_name: str):
+    """The first training command of a view that runs the script, and how many commands there are."""
+    from vramlens.formats import shell
+
+    # shell.analyze keeps the first launch; further examples are found by blanking the ones before
+    found, count = None, 0
+    remaining = view.split("\n")
+    while True:
+        script, issues = shell.analyze("\n".join(remaining), path)
+        launch = script.launch
+        if launch is None:
+            break
+        count += 1
+        if found is None and _runs_this_script(launch.script.text if launch.script else None, script_name):
+            found = (script, issues)
+        start, _ = script.index.pos(launch.command.start)
+        end, _ = script.index.pos(launch.command.end)
+        for i in range(start, min(end + 1, len(remaining))):
+            remaining[i] = ""
+        if count > 20:
+            break
+    return (found, count) if found is not None else None
+
+
+def from_docstring(plan: TrainingPlan, text: str, tree: ast.Module, ctx) -> TrainingPlan | None:
+    """The script's plan with the command line of its docstring's usage example (or its README's) merged
+    under it; None when there is none to read."""
+    if not wants_command_line(plan, text):
+        return None
+    where = _docstring_range(tree)
+    name = Path(ctx.path).name
+    if where is not None:
+        lines = text.split("\n")
+        view = command_view(lines, *where)
+        if view.strip():
+            got = _first_command(view, ctx.path, name)
+            if got is not None:
+                (script, issues), count = got
+                line = script.index.pos(script.launch.command.start)[0] + 1
+                more = f"; {count - 1} other example(s) there" if count > 1 else ""
+                return _merge(plan, script, issues, ctx,
+                              f"the command line is the usage example in the module docstring (line {line}){more}")
+    return from_readme(plan, text, ctx, name)
+
+
+def from_readme(plan: TrainingPlan, text: str, ctx, name: str) -> TrainingPlan | None:
+    """The first command in a README next to the script that runs it."""
+    from vramlens.formats import markdown, references
+
+    folder = Path(ctx.path).parent
+    for readme in ("README.md", "readme.md", "README.MD"):
+        candidate = folder / readme
+        found, _refused = references.find(str(candidate.name), ctx.path, ctx.workspace)
+        if found is None or found.parent.resolve() != folder.resolve():
+            continue                        # only a README beside the script, not the workspace's
+        body = references._read(found, ctx)
+        if not body or len(body) > MAX_README_CHARS:
+            continue
+        lines = body.split("\n")
+        for block in markdown.shell_blocks(lines):
+            view = markdown.block_view(lines, block)
+            head = "\n" * block.first_line
+            view = command_view((head + view).split("\n"), block.first_line, block.end_line)
+            got = _first_command(view, str(found), name)
+            if got is not None:
+                (script, issues), count = got
+                line = script.index.pos(script.launch.command.start)[0] + 1
+                merged = _merge(plan, script, issues, ctx,
+                                f"the command line is the usage example in {found.name} next to the script "
+                                f"(line {line})")
+                # findings about README values are shown on the line where the script parses its arguments
+                here = _parser_span(text, ctx.path)
+                merged.references.append(Reference(kind="usage", target=found.name, resolved_path=str(found),
+                                                   span=here))
+                if merged.model_span_hint is None or merged.model_span_hint.file != ctx.path:
+                    merged.model_span_hint = here
+                return merged
+        break
+    return None
+
+
+_UNKNOWN = re.compile(r"`(\w+)` is only known when the script runs \((?:[\w.]*\.)?(\w+)\)")
+
+
+def _answered(message: str, flags: set[str]) -> bool:
+    """An "only known at run time" note about a value the command line gives (`model_args.model_name_or_path`)."""
+    m = _UNKNOWN.match(message)
+    return m is not None and (m.group(1) in flags or m.group(2) in flags)
+
+
+def _parser_span(text: str, path: str) -> Span:
+    """The line where the script parses its command line (the first parser call)."""
+    for i, line in enumerate(text.split("\n")):
+        m = _PARSER_CALL.search(line)
+        if m:
+            return Span(file=path, start_line=i, start_col=m.start(), end_line=i, end_col=len(line.rstrip()))
+    return Span(file=path, start_line=0, start_col=0, end_line=0, end_col=0)
+
+
+def _merge(plan: TrainingPlan, script, issues, ctx, note: str) -> TrainingPlan:
+    from vramlens.formats import shell
+    from vramlens.formats.settings import PlanBuilder
+
+    b = PlanBuilder(script.index.file, "shell", None)
+    b.plan.issues.extend(issues)
+    shell.build_plan(b, script, ctx)
+    cli = b.plan
+    for issue in cli.issues:
+        if issue.code == "VL014":     # a file the example names is not here: the example is not this run's launcher
+            issue.message = (f"{issue.message}; the usage example is read without it, so what it sets (ZeRO stage, "
+                             f"process count) is not in the estimate")
+            issue.code, issue.severity = None, Severity.INFO
+    # an argument the command line gives is no longer "only known when the script runs"
+    flags = {shell._norm(n) for n, _, _ in script.flag_args}
+    plan.issues = [i for i in plan.issues if not _answered(i.message, flags)]
+    shell.merge_under(plan, cli, take_framework=plan.framework in (None, "transformers", "custom"))
+    plan.read_notes.append(note)
+    return plan
