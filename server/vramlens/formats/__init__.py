@@ -18,7 +18,7 @@ from vramlens.formats import (accelerate, axolotl, custom, deepspeed, hf, hints,
                               torchtune)
 from vramlens.formats.settings import PlanBuilder, Setting
 from vramlens.formats.yaml_doc import YamlError, load_yaml
-from vramlens.plan import ParseIssue, Severity, Span, TrainingPlan
+from vramlens.plan import IssueKind, ParseIssue, Severity, Span, TrainingPlan
 
 MIN_SCORE = 0.5
 
@@ -157,7 +157,7 @@ def parse_yaml_text(text: str, ctx: ParseContext) -> ParseResult:
     try:
         data, settings = load_yaml(text, ctx.path, load_issues)
     except YamlError as exc:
-        return ParseResult(None, [ParseIssue(message=str(exc), span=exc.span, severity=Severity.ERROR, code="VL016")])
+        return ParseResult(None, [ParseIssue(kind=IssueKind.UNREADABLE, message=str(exc), span=exc.span, severity=Severity.ERROR)])
     if not isinstance(data, dict):
         return ParseResult(None)
     if not ctx.text:

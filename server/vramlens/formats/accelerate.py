@@ -12,7 +12,7 @@ from typing import Any
 
 from vramlens.formats import hf
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool
-from vramlens.plan import Severity
+from vramlens.plan import IssueKind, Severity
 
 ACCELERATE_KEYS = frozenset({
     "distributed_type", "num_processes", "mixed_precision", "compute_environment", "machine_rank", "num_machines",
@@ -38,8 +38,8 @@ def detect(data: Any, keys: set[str]) -> float:
 
 
 def _quote_warning(b: PlanBuilder, s: Setting, word: str) -> None:
-    b.issue(f"unquoted `{word}` is read by YAML as the boolean false; write `{s.key}: '{word}'`", s,
-            severity=Severity.WARNING, code="VL015", suggestion=f"'{word}'")
+    b.issue(IssueKind.INVALID_VALUE, f"unquoted `{word}` is read by YAML as the boolean false; write `{s.key}: '{word}'`", s,
+            severity=Severity.WARNING, suggestion=f"'{word}'")
 
 
 def _enum(b: PlanBuilder, s: Setting, concept: str, table: dict, label: str, word: str, off: str) -> None:
@@ -72,7 +72,7 @@ def _deepspeed_entry(b: PlanBuilder, e: Setting) -> None:
     if k == "zero_stage":
         stage = b.set_int("zero_stage", e)
         if stage is not None and not 0 <= stage <= 3:
-            b.issue(f"ZeRO stage must be 0, 1, 2 or 3, got {stage}", e)
+            b.issue(IssueKind.INVALID_VALUE, f"ZeRO stage must be 0, 1, 2 or 3, got {stage}", e)
         b.set("dist_strategy", "deepspeed", e)
     elif k in ("offload_optimizer_device", "offload_param_device"):
         w = str(v).strip().lower()
@@ -128,7 +128,7 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
         elif k == "downcast_bf16" and s.value is False and isinstance(data, dict):
             pass       # `no` / false both mean "do not downcast"
         elif k == "use_cpu" and to_bool(s.value):
-            b.issue("`use_cpu: true`: training runs on the CPU, not the GPU", s, severity=Severity.INFO)
+            b.issue(IssueKind.ASSUMED, "`use_cpu: true`: training runs on the CPU, not the GPU", s, severity=Severity.INFO)
         elif k == "deepspeed_config":
             for e in hf.kids(s, nested):
                 _deepspeed_entry(b, e)

@@ -11,6 +11,7 @@ in shared/corpus/SOURCES.md (ms-swift zero0–zero3 from swift/config/*.json at 
 from __future__ import annotations
 
 from vramlens.formats.settings import PlanBuilder, Setting, is_auto, to_bool, to_int
+from vramlens.plan import IssueKind
 
 DEEPSPEED_KEYS = frozenset({
     "zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size", "gradient_accumulation_steps",
@@ -69,7 +70,7 @@ def _apply_one(b: PlanBuilder, path: tuple, s: Setting, note: str | None = None)
     if path == ("zero_optimization", "stage"):
         stage = to_int(v)
         if stage is None or not 0 <= stage <= 3:
-            return b.issue(f"ZeRO stage must be 0, 1, 2 or 3, got {v!r}", s)
+            return b.issue(IssueKind.INVALID_VALUE, f"ZeRO stage must be 0, 1, 2 or 3, got {v!r}", s)
         b.set("dist_strategy", "deepspeed", s, note=note)
         b.set("zero_stage", stage, s, note=note)
     elif path in (("zero_optimization", "offload_optimizer", "device"), ("zero_optimization", "cpu_offload")):

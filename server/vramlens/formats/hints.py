@@ -16,7 +16,7 @@ import re
 import shlex
 
 from vramlens.formats.settings import PlanBuilder, to_int
-from vramlens.plan import Origin, Severity, Sourced, Span, text_lines
+from vramlens.plan import IssueKind, Origin, Severity, Sourced, Span, text_lines
 
 _DIRECTIVE = re.compile(r"(?:#|//|<!--)\s*vramlens\s*:\s*(?P<body>.*?)\s*(?:-->)?\s*$", re.IGNORECASE)
 
@@ -103,8 +103,8 @@ def apply_directive(b: PlanBuilder, text: str) -> bool:
                     hint = hints[0] if hints else None
                 except Exception:  # noqa: BLE001
                     pass
-                b.issue(f"unknown GPU `{gpu}` in the vramlens directive" + (f" — did you mean `{hint}`?" if hint else ""),
-                        span=span, code="VL015", suggestion=hint)
+                b.issue(IssueKind.UNKNOWN_VALUE, f"unknown GPU `{gpu}` in the vramlens directive" + (f" — did you mean `{hint}`?" if hint else ""),
+                        span=span, suggestion=hint)
             else:
                 name, n, note = hit
                 b.plan.gpu_name = Sourced(value=name, origin=Origin.FILE, key="vramlens: gpu", span=span,
@@ -116,13 +116,13 @@ def apply_directive(b: PlanBuilder, text: str) -> bool:
         if count:
             n = to_int(count)
             if n is None or n < 1:
-                b.issue(f"`count={count}` in the vramlens directive should be a whole number ≥ 1", span=span)
+                b.issue(IssueKind.INVALID_VALUE, f"`count={count}` in the vramlens directive should be a whole number ≥ 1", span=span)
             else:
                 b.plan.gpu_count = Sourced(value=n, origin=Origin.FILE, key="vramlens: count", span=span,
                                            value_span=span)
                 found = True
         if not gpu and not count:
-            b.issue("a vramlens directive needs `gpu=<name>` and/or `count=<n>`", span=span,
+            b.issue(IssueKind.INVALID_VALUE, "a vramlens directive needs `gpu=<name>` and/or `count=<n>`", span=span,
                     severity=Severity.INFO)
     return found
 

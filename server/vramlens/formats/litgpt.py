@@ -13,7 +13,7 @@ from typing import Any
 
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
 from vramlens.formats.vocab import CLASS_OPTIMIZERS, check_optimizer
-from vramlens.plan import Origin
+from vramlens.plan import IssueKind, Origin
 
 LITGPT_KEYS = frozenset({"precision", "quantize", "devices", "num_nodes", "checkpoint_dir", "out_dir", "train", "eval",
                          "logger_name", "lora_query", "lora_key", "lora_value", "lora_projection", "lora_mlp",
@@ -89,8 +89,8 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
             b.set("quant_double", double, s)
             if b.plan.amp_dtype is not None and b.plan.amp_dtype.value != "none" and b.plan.weight_dtype is not None \
                     and b.plan.weight_dtype.value == "fp32":
-                b.issue(f"`quantize: {w}` with a `*-mixed` precision: litgpt refuses this combination; use `bf16-true`",
-                        s, code="VL015", suggestion="bf16-true")
+                b.issue(IssueKind.CONFLICTING_SETTINGS, f"`quantize: {w}` with a `*-mixed` precision: litgpt refuses this combination; use `bf16-true`",
+                        s, suggestion="bf16-true")
     for key, concept in ((("train", "micro_batch_size"), "micro_batch"), (("train", "global_batch_size"), "global_batch"),
                          (("train", "max_seq_length"), "seq_len")):
         s = by_path.get(key)

@@ -14,7 +14,7 @@ from typing import Any
 
 from vramlens.formats.settings import PlanBuilder, Setting, Unknown, to_bool
 from vramlens.formats.vocab import CLASS_OPTIMIZERS, check_optimizer
-from vramlens.plan import Origin, Severity, Sourced, Span, text_lines
+from vramlens.plan import IssueKind, Origin, Severity, Sourced, Span, text_lines
 
 # builder family (module name) -> (Hugging Face organisation, repo name template)
 # {size} is the builder's size token with "_" → "." and upper-case "B" (e.g. 1_5b → 1.5B)
@@ -187,7 +187,7 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
     if s is not None:
         if s.value is None:
             b.remember(s, value="null")
-            b.issue("`tokenizer.max_seq_len: null`: samples are not truncated, so the sequence length is that of "
+            b.issue(IssueKind.ASSUMED, "`tokenizer.max_seq_len: null`: samples are not truncated, so the sequence length is that of "
                     "the longest sample in a batch — vramlens assumes a length; set `max_seq_len` to bound memory",
                     s, severity=Severity.INFO)
         else:
@@ -296,7 +296,7 @@ def _optimizer(b: PlanBuilder, get) -> None:
     if fused is not None and to_bool(fused.value):
         b.set("optimizer_impl", "fused", fused)
         if not cls.startswith("torch.optim."):
-            b.issue(f"`fused: True` is an argument of torch.optim optimizers; `{cls}` does not accept it", fused)
+            b.issue(IssueKind.CONFLICTING_SETTINGS, f"`fused: True` is an argument of torch.optim optimizers; `{cls}` does not accept it", fused)
     elif foreach is not None and to_bool(foreach.value) is not None:
         b.set("optimizer_impl", "foreach" if to_bool(foreach.value) else "forloop", foreach)
     cpu = get("optimizer", "offload_gradients")

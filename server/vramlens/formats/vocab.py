@@ -8,6 +8,7 @@ lists are what the config formats themselves accept.
 from __future__ import annotations
 
 from vramlens.formats.settings import PlanBuilder, Setting, closest
+from vramlens.plan import IssueKind
 
 HF_OPTIMIZERS = (
     "adamw_torch", "adamw_torch_fused", "adamw_torch_xla", "adamw_torch_npu_fused", "adamw_apex_fused",
@@ -62,8 +63,8 @@ def check_optimizer(b: PlanBuilder, s: Setting, choices=HF_OPTIMIZERS) -> None:
     if name in choices:
         return
     if name in HF_OPTIMIZERS_REMOVED:
-        b.issue(f"optimizer `{name}` was removed from transformers (the default before v4.32); "
-                f"current versions reject it — use `adamw_torch`", s, code="VL015", suggestion="adamw_torch")
+        b.issue(IssueKind.UNKNOWN_VALUE, f"optimizer `{name}` was removed from transformers (the default before v4.32); "
+                f"current versions reject it — use `adamw_torch`", s, suggestion="adamw_torch")
         return
     if choices is CLASS_OPTIMIZERS:
         # any importable class works; only a near miss of a known one is worth a warning

@@ -22,7 +22,7 @@ from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
 from vramlens.formats.settings import Setting, shown
-from vramlens.plan import ParseIssue, Severity, Span
+from vramlens.plan import IssueKind, ParseIssue, Severity, Span
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -411,6 +411,7 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
                     dropped.append(parent.entries[key])
                     if issues is not None:
                         issues.append(ParseIssue(
+                            kind=IssueKind.DUPLICATE_KEY,
                             message=f"duplicate key `{key}`: YAML keeps the last value", severity=Severity.WARNING,
                             span=s.key_span))
                 parent.entries[key] = (parent.setting_index, len(settings))

@@ -19,17 +19,16 @@ log = logging.getLogger(__name__)
 
 ESTIMATE_NOTIFICATION = "vramlens/estimate"
 GIB = 1 << 30
-_RULE_DOCS = Path(__file__).resolve().parents[3] / "rules"
 
 
 def _rule_doc(rule_id: str) -> types.CodeDescription | None:
-    """A link to the rule's page when the rule documentation is on disk (source checkouts)."""
-    try:
-        for page in _RULE_DOCS.glob(f"{rule_id}*.md"):
-            return types.CodeDescription(href=from_fs_path(str(page)))
-    except OSError:
-        pass
-    return None
+    """A link to the rule's page (installed with the rule set)."""
+    # imported here, not at the top: the server answers `initialize` before the analysis pipeline loads
+    from vramlens.rules import rule_by_id
+    from vramlens.rules.docs import page_uri
+
+    rule = rule_by_id(rule_id)
+    return types.CodeDescription(href=page_uri(rule)) if rule is not None else None
 
 
 def findings(result: Result) -> list[Any]:
