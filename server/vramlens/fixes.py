@@ -26,24 +26,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from vramlens.estimate import GIB, Estimate, estimate
 from vramlens.plan import Origin, Sourced, Span, TrainingPlan, text_lines
 from vramlens.calibration import calibrate
+from vramlens.formats.render import TextEdit, render_change
 from vramlens.resolve import resolve
 from vramlens.settings import Settings
 from vramlens.resolved import ResolvedPlan
 
 log = logging.getLogger(__name__)
 
-try:  # the renderer is its own module in formats; code against its contract when it is absent
-    from vramlens.formats.render import TextEdit
-except ImportError:  # pragma: no cover - only while formats.render does not exist
-    @dataclass
-    class TextEdit:  # type: ignore[no-redef]
-        span: Span
-        new_text: str
 
 # Frameworks whose configs can switch on Liger's fused linear cross-entropy.
 LIGER_FRAMEWORKS = ("transformers", "trl", "axolotl", "llamafactory")
@@ -156,7 +150,6 @@ class Fixer:
         self.headroom = settings.headroom
         self._cache: dict[tuple, Estimate | None] = {}
         self._rendered: dict[tuple, tuple[list, str | None]] = {}
-        self._render: Callable | None | bool = False    # False = not looked up yet
 
     # -- estimates ---------------------------------------------------------------------------------
 
@@ -202,16 +195,8 @@ class Fixer:
         return list(edits), note
 
     def _render_now(self, changes: dict[str, Any]) -> tuple[list, str | None]:
-        if self._render is False:
-            try:
-                from vramlens.formats.render import render_change
-                self._render = render_change
-            except ImportError:
-                self._render = None
-        if self._render is None:
-            return [], "this file format cannot be edited automatically yet"
         try:
-            result = self._render(self.text, self.plan, changes)
+            result = render_change(self.text, self.plan, changes)
         except Exception:
             log.exception("rendering %s failed", changes)
             return [], "vramlens could not write this change into the file"
@@ -334,7 +319,7 @@ class Fixer:
 
     def _writable(self, c: Candidate) -> bool:
         changes = c.changes or {"micro_batch": max(1, self.rp.micro_batch // 2), "grad_accum": self.rp.grad_accum * 2}
-        return bool(self.render(changes)[0]) or self._render is None
+        return bool(self.render(changes)[0])
 
     def _search(self, cands: list[Candidate]) -> Fix | None:
         """Subsets in binary-counting order over the cheapest-first list: subset cost = Σ 2^position, so the

@@ -16,6 +16,7 @@ import re
 import shlex
 
 from vramlens.formats.settings import PlanBuilder, to_int
+from vramlens.knowledge import gpus
 from vramlens.plan import IssueKind, Origin, Severity, Sourced, Span, text_lines
 
 _DIRECTIVE = re.compile(r"(?:#|//|<!--)\s*vramlens\s*:\s*(?P<body>.*?)\s*(?:-->)?\s*$", re.IGNORECASE)
@@ -37,19 +38,8 @@ _NUM_GPUS = re.compile(r"--num[-_]gpus[=\s]+(?P<n>\d{1,4})|--num_processes[=\s]+
 
 def _lookup(text: str):
     """(canonical name, count, note) for a GPU string, via the knowledge base; None if unknown."""
-    try:
-        from vramlens.knowledge import gpus
-    except ImportError:
-        return None
-    detail = getattr(gpus, "lookup_gpu_detail", None)
-    try:
-        if detail is not None:
-            m = detail(text)
-            return (m.spec.name, m.count, m.note) if m else None
-        found = gpus.lookup_gpu(text)
-    except Exception:  # noqa: BLE001 - a knowledge-base problem must not break parsing
-        return None
-    return (found[0].name, found[1], None) if found else None
+    m = gpus.lookup_gpu_detail(text)
+    return (m.spec.name, m.count, m.note) if m else None
 
 
 def _span(file: str, line: int, start: int, end: int) -> Span:
@@ -95,16 +85,9 @@ def apply_directive(b: PlanBuilder, text: str) -> bool:
         if gpu:
             hit = _lookup(gpu)
             if hit is None:
-                hint = None
-                try:
-                    from vramlens.knowledge import gpus
-
-                    hints = gpus.suggest_gpu(gpu)
-                    hint = hints[0] if hints else None
-                except Exception:  # noqa: BLE001
-                    pass
-                b.issue(IssueKind.UNKNOWN_VALUE, f"unknown GPU `{gpu}` in the vramlens directive" + (f" — did you mean `{hint}`?" if hint else ""),
-                        span=span, suggestion=hint)
+                hint = next(iter(gpus.suggest_gpu(gpu)), None)
+                b.issue(IssueKind.UNKNOWN_VALUE, f"unknown GPU `{gpu}` in the vramlens directive"
+                        + (f" — did you mean `{hint}`?" if hint else ""), span=span, suggestion=hint)
             else:
                 name, n, note = hit
                 b.plan.gpu_name = Sourced(value=name, origin=Origin.FILE, key="vramlens: gpu", span=span,

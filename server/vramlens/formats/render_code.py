@@ -19,24 +19,11 @@ from __future__ import annotations
 import ast
 import re
 import shlex
-from dataclasses import dataclass
 from typing import Any
 
 from vramlens.formats import markdown, python_calls, shell
+from vramlens.formats.render import RenderResult, TextEdit
 from vramlens.plan import Sourced, Span, TrainingPlan
-
-try:
-    from vramlens.formats.render import RenderResult, TextEdit
-except ImportError:      # the dispatcher module is not there (or is importing this one)
-    @dataclass
-    class TextEdit:  # type: ignore[no-redef]
-        span: Span
-        new_text: str
-
-    @dataclass
-    class RenderResult:  # type: ignore[no-redef]
-        edits: list
-        note: str | None = None
 
 
 def render_change_code(text: str, plan: TrainingPlan, changes: dict[str, Any]) -> RenderResult | None:

@@ -8,6 +8,7 @@ lists are what the config formats themselves accept.
 from __future__ import annotations
 
 from vramlens.formats.settings import PlanBuilder, Setting, closest
+from vramlens.knowledge import optimizers
 from vramlens.plan import IssueKind
 
 HF_OPTIMIZERS = (
@@ -43,17 +44,9 @@ AXOLOTL_ATTENTION = HF_ATTENTION + ("xformers", "sage", "fp8")
 
 
 def suggest_optimizer(name: str, choices=HF_OPTIMIZERS) -> str | None:
-    try:
-        from vramlens.knowledge import optimizers
-
-        suggest = getattr(optimizers, "suggest_optimizer", None)
-        hint = suggest(name) if suggest is not None else None
-        if isinstance(hint, (list, tuple)):
-            hint = hint[0] if hint else None
-        if hint and (not choices or hint in choices):
-            return str(hint)
-    except Exception:  # noqa: BLE001
-        pass
+    hint = next(iter(optimizers.suggest_optimizer(name)), None)
+    if hint and (not choices or hint in choices):
+        return hint
     return closest(name, choices)
 
 

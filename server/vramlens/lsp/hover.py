@@ -19,7 +19,7 @@ def hover(ls: "VramlensServer", params: types.HoverParams) -> types.Hover | None
     uri = params.text_document.uri
     result = ls.analyzer.current(uri)
     doc = ls.workspace.text_documents.get(uri)
-    plan = getattr(result.analysis, "plan", None) if result is not None else None
+    plan = result.plan if result is not None else None
     if result is None or doc is None or plan is None:
         return None
     lines = Lines(doc)
@@ -29,7 +29,7 @@ def hover(ls: "VramlensServer", params: types.HoverParams) -> types.Hover | None
         return None
     ctx = ls.explain_context(result)
     if ctx is None:
-        error = getattr(result.analysis, "error", None)
+        error = result.error
         if not error:
             return None
         value = f"**vramlens** · no estimate: {markup.text(error)}"

@@ -345,7 +345,7 @@ def create_server() -> VramlensServer:
         # Another open config may reference this file (a DeepSpeed JSON): re-analyse those too.
         saved = to_fs_path(uri)
         for other, result in list(ls.analyzer.results.items()):
-            plan = getattr(result.analysis, "plan", None)
+            plan = result.plan
             if other == uri or (plan is not None and saved and any(
                     r.resolved_path and Path(r.resolved_path) == Path(saved) for r in plan.references)):
                 ls.analyzer.results.pop(other, None)

@@ -29,8 +29,9 @@ _NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 def _package() -> ModuleType:
     try:
         return importlib.import_module(PACKAGE)
-    except ImportError:
-        pass
+    except ModuleNotFoundError as exc:
+        if exc.name != PACKAGE:
+            raise                           # the rule set is there but imports something missing: a bug
     folder = Path(__file__).resolve().parents[3] / "rules"      # server/vramlens/rules -> repo root
     init = folder / "__init__.py"
     if not init.is_file():
