@@ -32,6 +32,7 @@ from vramlens.estimate import GIB, Estimate, estimate
 from vramlens.plan import Origin, Sourced, Span, TrainingPlan, text_lines
 from vramlens.calibration import calibrate
 from vramlens.formats.render import TextEdit, render_change
+from vramlens.knowledge import optimizers
 from vramlens.resolve import resolve
 from vramlens.settings import Settings
 from vramlens.resolved import ResolvedPlan
@@ -245,8 +246,10 @@ class Fixer:
         if not rp.grad_checkpointing:
             out.append(Candidate("grad-checkpointing", "enable gradient checkpointing", {"grad_checkpointing": True}, 4))
         state_bytes = opt.state_bytes if opt.state_bytes is not None else 2
-        if opt.family in ("adamw", "adam") and state_bytes > 1.5 and not rp.offload_optimizer and rp.peft == "none":
-            name = "paged_adamw_8bit" if opt.paged else "adamw_bnb_8bit"
+        eight_bit = optimizers.eight_bit_variant("adamw", opt.paged)
+        if opt.family in ("adamw", "adam") and state_bytes > 1.5 and not rp.offload_optimizer and rp.peft == "none" \
+                and eight_bit is not None:
+            name = eight_bit.name
             out.append(Candidate("8bit-adam", f"use 8-bit AdamW ({name})", {"optimizer": name}, 5,
                                  conflicts=("fused-adamw",)))
         if rp.micro_batch > 1:

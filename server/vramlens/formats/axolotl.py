@@ -11,7 +11,7 @@ from typing import Any
 
 from vramlens.formats import hf
 from vramlens.formats.settings import PlanBuilder, Setting, is_auto, to_bool
-from vramlens.formats.vocab import AXOLOTL_ATTENTION, AXOLOTL_OPTIMIZERS, check_optimizer
+from vramlens.formats.vocab import AXOLOTL_ATTENTION, check_optimizer
 from vramlens.plan import IssueKind, Severity
 
 AXOLOTL_KEYS = frozenset({
@@ -88,7 +88,7 @@ def _adapter(b: PlanBuilder, s: Setting) -> None:
 
 def _optimizer(b: PlanBuilder, s: Setting) -> None:
     if isinstance(s.value, str) and s.value.strip():
-        check_optimizer(b, s, AXOLOTL_OPTIMIZERS)
+        check_optimizer(b, s, "axolotl")
         b.set("optimizer", s.value.strip(), s)
 
 

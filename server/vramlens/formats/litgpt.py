@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
-from vramlens.formats.vocab import CLASS_OPTIMIZERS, check_optimizer
+from vramlens.formats.vocab import check_optimizer
 from vramlens.plan import IssueKind, Origin
 
 LITGPT_KEYS = frozenset({"precision", "quantize", "devices", "num_nodes", "checkpoint_dir", "out_dir", "train", "eval",
@@ -133,7 +133,7 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
             name = cls.strip()
             if "." not in name:
                 name = f"torch.optim.{name}"
-            check_optimizer(b, where, CLASS_OPTIMIZERS)
+            check_optimizer(b, where, "class")
             b.set("optimizer", name, where)
     # full fine-tuning on several devices: FSDP + activation checkpointing per block
     if b.plan.peft_method is None and b.plan.world_size is not None and b.plan.world_size.value > 1:

@@ -23,6 +23,7 @@ import yaml
 from vramlens.formats.render import RENDERERS, RenderResult, TextEdit
 from vramlens.formats.settings import Setting
 from vramlens.formats.yaml_doc import is_json_path, load_yaml
+from vramlens.knowledge import optimizers
 from vramlens.plan import Sourced, Span, TrainingPlan
 
 ALLOC_NOTE = ("set `PYTORCH_CUDA_ALLOC_CONF={value}` where the training is launched "
@@ -415,15 +416,6 @@ def _targets_text(value) -> Any:
     if isinstance(value, (list, tuple)) and [str(v) for v in value] == ["all-linear"]:
         return "all-linear"
     return list(value) if isinstance(value, (list, tuple)) else value
-
-
-HF_OPT_TO_CLASS = {
-    "paged_adamw_8bit": "bitsandbytes.optim.PagedAdamW8bit", "paged_adamw_32bit": "bitsandbytes.optim.PagedAdamW",
-    "adamw_bnb_8bit": "bitsandbytes.optim.AdamW8bit", "adamw_8bit": "bitsandbytes.optim.AdamW8bit",
-    "adamw_torch": "torch.optim.AdamW", "adamw_torch_fused": "torch.optim.AdamW",
-    "adamw_torch_8bit": "torchao.optim.AdamW8bit", "adamw_torch_4bit": "torchao.optim.AdamW4bit",
-    "paged_lion_8bit": "bitsandbytes.optim.PagedLion8bit",
-}
 
 
 def _render(handlers: dict[str, Handler], order: tuple = ()) -> Callable:
@@ -828,7 +820,7 @@ def _torchtune_handlers() -> dict[str, Handler]:
     from vramlens.formats.torchtune import _BUILDER
 
     def optimizer(doc: _Doc, value: Any, changes: dict) -> None:
-        cls = HF_OPT_TO_CLASS.get(str(value), str(value))
+        cls = optimizers.class_path(str(value)) or str(value)
         if "." not in cls:
             doc.notes.append(f"optimizer `{value}` has no torchtune class")
             return
@@ -1061,7 +1053,7 @@ def _litgpt_handlers() -> dict[str, Handler]:
             doc.set((key,), on, after=("lora_dropout", "lora_alpha", "lora_r"))
 
     def optimizer(doc: _Doc, value: Any, changes: dict) -> None:
-        cls = HF_OPT_TO_CLASS.get(str(value), str(value))
+        cls = optimizers.class_path(str(value)) or str(value)
         if ("optimizer", "class_path") in doc.by_path:
             doc.set(("optimizer", "class_path"), cls)
         else:

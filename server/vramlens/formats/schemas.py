@@ -16,7 +16,8 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from vramlens.formats.vocab import AXOLOTL_ATTENTION, AXOLOTL_OPTIMIZERS, HF_ATTENTION, HF_OPTIMIZERS
+from vramlens.formats.vocab import AXOLOTL_ATTENTION, HF_ATTENTION
+from vramlens.knowledge import optimizers
 
 SCHEMA_DIR = Path(__file__).resolve().parents[3] / "schemas"
 Num = Union[int, float, str]     # YAML 1.1 reads `2e-5` as text; the frameworks convert it
@@ -53,7 +54,7 @@ class HFArguments(_Open):
     optim: Optional[str] = F(
         "Optimizer (default adamw_torch_fused). AdamW keeps 8 bytes of state per fp32 parameter; 8-bit variants "
         "(adamw_bnb_8bit, paged_adamw_8bit) about 2; paged ones can spill to CPU memory.",
-        json_schema_extra={"examples": list(HF_OPTIMIZERS)})
+        json_schema_extra={"examples": list(optimizers.hf_names())})
     torch_compile: Optional[bool] = F("torch.compile the model (default false): usually less activation memory, "
                                       "with a compile-time peak.")
     use_liger_kernel: Optional[bool] = F("Liger kernels incl. fused linear cross-entropy: no full "
@@ -124,7 +125,7 @@ class AxolotlConfig(_Open):
         json_schema_extra={"examples": list(AXOLOTL_ATTENTION)})
     flash_attention: Optional[bool] = F("Legacy switch for flash_attention_2 (use `attn_implementation`).")
     optimizer: Optional[str] = F("Optimizer (default adamw_torch_fused): 8-bit ones keep ~2 bytes of state per "
-                                 "parameter instead of ~8.", json_schema_extra={"examples": list(AXOLOTL_OPTIMIZERS)})
+                                 "parameter instead of ~8.", json_schema_extra={"examples": list(optimizers.axolotl_names())})
     adapter: Optional[Literal["lora", "qlora"]] = F("Train adapters instead of the full model (qlora: 4-bit base).")
     lora_r: Optional[int] = F("LoRA rank: adapter size grows linearly.", ge=1)
     lora_alpha: Optional[Num] = F("LoRA scaling. No memory effect.")
@@ -179,7 +180,7 @@ class LlamaFactoryConfig(_Open):
     use_galore: Optional[bool] = F("GaLore: low-rank optimizer states.")
     use_badam: Optional[bool] = F("BAdam: optimizer states for one block of layers at a time.")
     optim: Optional[str] = F("HF optimizer name (8-bit ones keep ~2 bytes of state per parameter).",
-                             json_schema_extra={"examples": list(HF_OPTIMIZERS)})
+                             json_schema_extra={"examples": list(optimizers.hf_names())})
 
 
 class LlamaFactoryV1Config(_Open):

@@ -13,7 +13,8 @@ import re
 from typing import Any
 
 from vramlens.formats.settings import PlanBuilder, Setting, Unknown, to_bool
-from vramlens.formats.vocab import CLASS_OPTIMIZERS, check_optimizer
+from vramlens.formats.vocab import check_optimizer
+from vramlens.knowledge import optimizers
 from vramlens.plan import IssueKind, Origin, Severity, Sourced, Span, text_lines
 
 # builder family (module name) -> (Hugging Face organisation, repo name template)
@@ -51,13 +52,6 @@ _BUILDER = re.compile(r"^torchtune\.models\.(?P<family>[a-z0-9_]+)\.(?P<prefix>l
 # torchtune LoRA module names → the names vramlens' target normalisation understands
 LORA_MODULES = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "output_proj": "o_proj"}
 
-OPTIMIZER_CLASSES = {
-    "torch.optim.AdamW": "adamw_torch", "torch.optim.Adam": "adamw_torch",
-    "bitsandbytes.optim.PagedAdamW": "paged_adamw_32bit", "bitsandbytes.optim.PagedAdamW32bit": "paged_adamw_32bit",
-    "bitsandbytes.optim.PagedAdamW8bit": "paged_adamw_8bit", "bitsandbytes.optim.AdamW8bit": "adamw_bnb_8bit",
-    "torchao.prototype.low_bit_optim.AdamW8bit": "adamw_torch_8bit", "torchao.optim.AdamW8bit": "adamw_torch_8bit",
-    "torchao.prototype.low_bit_optim.AdamW4bit": "adamw_torch_4bit", "torchao.optim.AdamW4bit": "adamw_torch_4bit",
-}
 CHUNKED_LOSSES = {"torchtune.modules.loss.CEWithChunkedOutputLoss"}
 FUSED_LOSSES = {"torchtune.modules.loss.LinearCrossEntropyLoss"}
 DTYPES = {"bf16": "bf16", "fp32": "fp32", "fp16": "fp16", "fp64": "fp32"}
@@ -289,8 +283,9 @@ def _optimizer(b: PlanBuilder, get) -> None:
     if s is None or not isinstance(s.value, str):
         return
     cls = s.value.strip()
-    check_optimizer(b, s, CLASS_OPTIMIZERS)
-    b.set("optimizer", cls, s, note=(f"≈ `{OPTIMIZER_CLASSES[cls]}`" if cls in OPTIMIZER_CLASSES else None))
+    check_optimizer(b, s, "class")
+    spec = optimizers.lookup_optimizer(cls)
+    b.set("optimizer", cls, s, note=f"≈ `{spec.name}`" if spec is not None else None)
     fused = get("optimizer", "fused")
     foreach = get("optimizer", "foreach")
     if fused is not None and to_bool(fused.value):

@@ -216,7 +216,7 @@ class RuleContext:
     def optimizer_label(self) -> str:
         opt = self.rp.optimizer
         label = _OPTIMIZER_FAMILY_LABELS.get(opt.family, opt.name)
-        if opt.state_bytes is not None and opt.state_bytes < 1.5:
+        if opt.eight_bit:
             label = f"8-bit {label}"
         return ("paged " + label) if opt.paged else label
 
