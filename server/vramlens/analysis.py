@@ -21,9 +21,14 @@ from vramlens.resolve import Resolution, ResolveError, resolve
 from vramlens.rules import Finding, Related, RuleContext, run_rules
 from vramlens.settings import Settings
 
-__all__ = ["Analysis", "Settings", "Finding", "Fix", "Related", "analyze"]
+__all__ = ["Analysis", "Settings", "Finding", "Fix", "Related", "analyze", "too_large"]
 
 log = logging.getLogger(__name__)
+
+# Larger documents are not read at all (twice the largest parser's own bound, formats.yaml_doc.MAX_YAML_BYTES and
+# formats.shell.MAX_SHELL_CHARS: 2 MB, so a file just past those still gets the parser's own message). The
+# server drops such a document's text and does not analyse its edits (lsp.server).
+MAX_DOCUMENT_CHARS = 4_000_000
 
 
 @dataclass
@@ -46,6 +51,8 @@ def analyze(text: str, path: str | Path, settings: Settings | None = None) -> An
     """Run the whole pipeline and the rules over one document. Never raises."""
     settings = settings or Settings()
     path = str(path)
+    if len(text) > MAX_DOCUMENT_CHARS:
+        return too_large(path, len(text))
     try:
         return _analyze(text, path, settings)
     except Exception as exc:      # a bug, not bad input: report it on the document and keep the server alive
@@ -102,6 +109,16 @@ def _analyze(text: str, path: str, settings: Settings) -> Analysis:
     result.findings = internal + run_rules(ctx, settings.severity)
     result.timings_ms["rules"] = (time.perf_counter() - t3) * 1000
     return result
+
+
+def too_large(path: str | Path, size: int) -> Analysis:
+    """The analysis of a document past MAX_DOCUMENT_CHARS: one VL016 saying so, nothing read."""
+    path = str(path)
+    message = (f"file is too large to analyse ({size / 1e6:.1f} MB; vramlens reads documents up to "
+               f"{MAX_DOCUMENT_CHARS / 1e6:g} MB), so it is not read and its edits are not analysed")
+    finding = Finding(rule_id="VL016", severity="error", name="unreadable-config",
+                      span=RuleContext(text="", path=path).first_line(), message=message)
+    return Analysis(path=path, findings=[finding], error=message)
 
 
 def _internal_error(text: str, path: str, exc: Exception) -> Finding:

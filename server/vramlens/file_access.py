@@ -14,8 +14,14 @@ from pathlib import Path
 
 from vramlens.knowledge.hf_cache import hub_cache_dirs
 
+# Linux PATH_MAX (include/uapi/linux/limits.h): no longer path names a file open() can reach (ENAMETOOLONG).
+# Checked before resolving, which costs a system call per component (`m/` × 40,000 took seconds).
+MAX_PATH_CHARS = 4096
+
 
 def _real(path: Path) -> Path | None:
+    if len(str(path)) > MAX_PATH_CHARS:
+        return None
     try:
         return path.expanduser().resolve()
     except (OSError, RuntimeError, ValueError):   # a symlink loop, a NUL byte in the name
@@ -43,7 +49,7 @@ def allowed_roots(workspace: Path | None, document: str | None = None) -> list[P
 def inside(path: Path, roots: list[Path]) -> bool:
     """Whether `path`, with `..` and symlinks resolved, lies in one of `roots`."""
     real = _real(path)
-    return real is not None and any(real == root or root in real.parents for root in roots)
+    return real is not None and any(real.is_relative_to(root) for root in roots)
 
 
 def refusal(what: str, target: str, workspace: Path | None) -> str:

@@ -123,3 +123,12 @@ def test_alias_expansion_is_bounded():
         lines.append(f"{chr(97 + i)}: &{chr(97 + i)} " + "{" + ", ".join(f"k{j}: *{chr(96 + i)}" for j in range(10)) + "}")
     with pytest.raises(YamlError, match="aliases"):   # a "billion laughs" document stops at a budget
         load_yaml("\n".join(lines) + "\n", "c.yaml")
+
+
+def test_base_60_integers_are_read_up_to_a_size_then_refused_before_any_arithmetic():
+    data, _ = load_yaml("a: 1:30\nb: -2:00:00\nc: 190:20:30.15\n", "c.yaml")
+    assert data == yaml.safe_load("a: 1:30\nb: -2:00:00\nc: 190:20:30.15\n") == {"a": 90, "b": -7200, "c": 685230.15}
+    for huge in ("1" + ":59" * 100_000, "9" * 5_000):
+        with pytest.raises(YamlError, match="larger than any setting can use") as err:
+            load_yaml(f"model: x\nmax_steps: {huge}\n", "c.yaml")
+        assert err.value.span is not None and err.value.span.start_line == 1

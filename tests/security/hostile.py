@@ -34,3 +34,44 @@ PYTHON_TAGS = [
     "optim: !!python/name:os.system\n",
     "x: !!python/object/apply:subprocess.check_call [['touch', '{marker}']]\n",
 ]
+
+
+# --- CPU and memory bombs: small or moderate texts whose naive handling is exponential or quadratic -----------
+
+LAUNCH = "torchrun --nproc_per_node 8 train.py --model_name_or_path meta-llama/Meta-Llama-3-8B --bf16 True"
+
+
+def shell_doubling(lines: int = 63) -> str:
+    """`V1="$V0 $V0"`, `V2="$V1 $V1"`, …: each line doubles the value (63 lines: 2^63 characters if expanded),
+    used by the launch command that follows."""
+    out = ["V0=" + "a" * 8]
+    out += [f'V{i}="$V{i - 1} $V{i - 1}"' for i in range(1, lines)]
+    out.append(f"{LAUNCH} --output_dir $V{lines - 1} --per_device_train_batch_size 4")
+    return "\n".join(out) + "\n"
+
+
+def shell_doubling_readme(lines: int = 63) -> str:
+    """The same doubling inside a ```bash block of a README."""
+    return "# Training\n\nRun:\n\n```bash\n" + shell_doubling(lines) + "```\n"
+
+
+def base60_int(chars: int = 300_000) -> str:
+    """A YAML 1.1 base-60 ("sexagesimal") integer `59:59:59:…` of `chars` characters."""
+    return HEADER + "max_steps: 1" + ":59" * (chars // 3) + "\n"
+
+
+def repeated_keys(n: int = 4_000) -> str:
+    """`optim:` repeated n times: one duplicate-key finding each."""
+    return HEADER + "".join(f"optim: adamw_torch_{i}\n" for i in range(n))
+
+
+def long_path(repeats: int = 40_000) -> str:
+    """A referenced-file path `m/m/m/…/ds.json` of 2 × `repeats` characters."""
+    return HEADER + "deepspeed: " + "m/" * repeats + "ds.json\n"
+
+
+def fstring_placeholders(n: int = 150_000) -> str:
+    """A Python `TrainingArguments(...)` call with a 450 KB f-string of n placeholders."""
+    return ('from transformers import TrainingArguments\n'
+            'args = TrainingArguments(output_dir="out", per_device_train_batch_size=4, bf16=True,\n'
+            '                         run_name=f"' + "{x}" * n + '")\n')

@@ -29,6 +29,10 @@ from vramlens.plan import IssueKind, Severity, Span, TrainingPlan
 
 # Larger files are not training scripts; the bound also bounds ast.parse (densest code: ~200 MB, ~1 s at 500 KB).
 MAX_PYTHON_CHARS = 500_000
+# CPython 3.11 parses the placeholders of one f-string in time quadratic in their number (150,000 `{x}` in a
+# 450 KB f-string: over a minute inside ast.parse; 3.12's PEP 701 parser is linear). Training scripts have
+# a few hundred braces; a text with more is not parsed.
+MAX_PYTHON_BRACES = 20_000
 
 HF_CONFIGS = frozenset({"TrainingArguments", "Seq2SeqTrainingArguments", "UnslothTrainingArguments"})
 TRL_CONFIGS = frozenset({"SFTConfig", "DPOConfig", "GRPOConfig", "ORPOConfig", "KTOConfig", "CPOConfig",
@@ -516,7 +520,7 @@ def _kw(call: ast.Call, name: str) -> ast.keyword | None:
 
 def parse_python(text: str, ctx) -> TrainingPlan | None:
     """`formats.TEXT_PARSERS` entry for .py files."""
-    if len(text) > MAX_PYTHON_CHARS or not _TRIGGER.search(text):
+    if len(text) > MAX_PYTHON_CHARS or text.count("{") > MAX_PYTHON_BRACES or not _TRIGGER.search(text):
         return None
     try:
         tree = ast.parse(text, filename=ctx.path)

@@ -45,6 +45,8 @@ def find(target: str, doc_path: str, workspace: Path | None) -> tuple[Path | Non
     roots = file_access.allowed_roots(workspace, doc_path)
     refused = False
     for c in candidates(target, doc_path, workspace):
+        if len(str(c)) > file_access.MAX_PATH_CHARS:
+            continue                 # no file has such a name: not found (not "outside the workspace")
         if not file_access.inside(c, roots):
             refused = True
             continue

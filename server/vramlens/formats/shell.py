@@ -26,6 +26,12 @@ from vramlens.plan import LINE_BREAK, IssueKind, Origin, ParseIssue, Reference, 
 MAX_SHELL_CHARS = 2_000_000
 MAX_ARGS = 2_000          # arguments of the training command read; real launch lines have well under 100
 MAX_WORDS = 2 * MAX_ARGS + 100
+# Variable expansion: `V1="$V0 $V0"`, `V2="$V1 $V1"`, … doubles a value per line, so 60 lines of a script
+# would expand to exabytes. A value longer than Linux's limit on one argument or environment string
+# (MAX_ARG_STRLEN, 32 pages = 131,072 bytes: include/uapi/linux/binfmts.h) could not reach the training
+# program anyway; past it, or once a script has expanded MAX_EXPANDED_CHARS in all, a value is unknown.
+MAX_VALUE_CHARS = 131_072
+MAX_EXPANDED_CHARS = 4 * MAX_SHELL_CHARS
 
 
 def apply_hf_key(b: PlanBuilder, name: str, s: Setting) -> bool:
@@ -385,54 +391,75 @@ class Var:
     exported: bool = False
 
 
-def expand_parts(parts: list, env: dict[str, Var]) -> str | None:
-    out: list[str] = []
-    for p in parts:
-        kind = p[0]
-        if kind == LIT:
-            out.append(p[1])
-        elif kind == VAR:
-            v = _expand_var(p, env)
-            if v is None:
+class Expander:
+    """Expands words against the script's variables within a budget: a value longer than MAX_VALUE_CHARS,
+    or any value once MAX_EXPANDED_CHARS have been produced in all, is unknown (None), never truncated."""
+
+    def __init__(self) -> None:
+        self.spent = 0
+        self.capped: list[tuple[int, int]] = []      # ranges of the words whose value went over a limit
+
+    def parts(self, parts: list, env: dict[str, Var], where: tuple[int, int] | None = None) -> str | None:
+        out: list[str] = []
+        size = 0
+        for p in parts:
+            kind = p[0]
+            if kind == LIT:
+                v = p[1]
+            elif kind == VAR:
+                v = self._var(p, env)
+                if v is None:
+                    return None
+            else:
+                return None
+            size += len(v)
+            if size > MAX_VALUE_CHARS or self.spent + size > MAX_EXPANDED_CHARS:
+                if where is not None:
+                    self.capped.append(where)
                 return None
             out.append(v)
-        else:
+        self.spent += size
+        return "".join(out)
+
+    def _var(self, p: tuple, env: dict[str, Var]) -> str | None:
+        _, name, op, arg, _raw = p
+        var = env.get(name)
+        if var is not None and var.value is not None:
+            if op == ":+" or op == "+":
+                return self._default(arg, env)
+            return var.value
+        if var is not None and var.value is None:
             return None
-    return "".join(out)
-
-
-def _expand_var(p: tuple, env: dict[str, Var]) -> str | None:
-    _, name, op, arg, _raw = p
-    var = env.get(name)
-    if var is not None and var.value is not None:
-        if op == ":+" or op == "+":
-            return _expand_default(arg, env)
-        return var.value
-    if var is not None and var.value is None:
+        if op in (":-", "-", ":=", "="):
+            return self._default(arg, env)
         return None
-    if op in (":-", "-", ":=", "="):
-        return _expand_default(arg, env)
-    return None
+
+    def _default(self, arg: str, env: dict[str, Var]) -> str | None:
+        if "$(" in arg or "`" in arg:
+            return None
+        out: list[str] = []
+        size = 0
+        pos = 0
+        arg = arg.strip("'\"")
+        for m in _SIMPLE_REF.finditer(arg):
+            var = env.get(m.group(1) or m.group(2))
+            if var is None or var.value is None:
+                return None
+            out += (arg[pos:m.start()], var.value)
+            size += m.start() - pos + len(var.value)
+            if size > MAX_VALUE_CHARS:
+                return None
+            pos = m.end()
+        out.append(arg[pos:])
+        return "".join(out)
+
+
+def expand_parts(parts: list, env: dict[str, Var]) -> str | None:
+    """A word's value with a fresh budget (for a single word; a script's analysis shares one Expander)."""
+    return Expander().parts(parts, env)
 
 
 _SIMPLE_REF = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
-
-
-def _expand_default(arg: str, env: dict[str, Var]) -> str | None:
-    if "$(" in arg or "`" in arg:
-        return None
-    unknown = False
-
-    def sub(m: re.Match) -> str:
-        nonlocal unknown
-        var = env.get(m.group(1) or m.group(2))
-        if var is None or var.value is None:
-            unknown = True
-            return ""
-        return var.value
-
-    out = _SIMPLE_REF.sub(sub, arg.strip("'\""))
-    return None if unknown else out
 
 
 def raw_text(text: str, w: Word) -> str:
@@ -822,7 +849,7 @@ class _Reader:
         return self.idx.span(w.start, w.end)
 
 
-def _assignment(w: Word, env: dict[str, Var]) -> tuple[str, str | None, tuple[int, int]] | None:
+def _assignment(w: Word, env: dict[str, Var], ex: Expander) -> tuple[str, str | None, tuple[int, int]] | None:
     """`NAME=value` word → (name, expanded value, value range)."""
     head = w.plain_prefix()
     m = _ASSIGN.match(head)
@@ -832,7 +859,7 @@ def _assignment(w: Word, env: dict[str, Var]) -> tuple[str, str | None, tuple[in
     first = w.parts[0]
     cut = m.end()
     rest = [(LIT, first[1][cut:], first[2] + cut, False)] + w.parts[1:]
-    value = expand_parts(rest, env)
+    value = ex.parts(rest, env, (w.start, w.end))
     return name, value, (first[2] + cut, w.end)
 
 
@@ -848,6 +875,7 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
     idx = LineIndex(text, path, first_line)
     commands, _comments = tokenize(text)
     env: dict[str, Var] = {}
+    ex = Expander()
     issues: list[ParseIssue] = []
     launch: Launch | None = None          # a launcher or training CLI: the first one wins
     weak: tuple[Launch, dict] | None = None   # a plain `python script.py --flags`: used when there is no launcher
@@ -868,7 +896,7 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
         prefix: dict[str, Var] = {}
         k = 0
         while k < len(words):
-            a = _assignment(words[k], env)
+            a = _assignment(words[k], env, ex)
             if a is None:
                 break
             name, value, vr = a
@@ -881,7 +909,7 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
                 var.exported = bool(old and old.exported)
                 env[name] = var
             continue
-        head = expand_parts(rest[0].parts, env)
+        head = ex.parts(rest[0].parts, env, (rest[0].start, rest[0].end))
         if head in ("export", "declare", "typeset", "local", "readonly") and k == 0:
             exporting = head == "export"
             for w in rest[1:]:
@@ -889,7 +917,7 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
                 if t.startswith("-"):
                     exporting = exporting or "x" in t
                     continue
-                a = _assignment(w, env)
+                a = _assignment(w, env, ex)
                 if a is not None:
                     name, value, vr = a
                     env[name] = Var(value, w, vr, (cmd.start, w.end), exporting)
@@ -908,7 +936,7 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
             continue                                # not a launch: its words need no expansion
         merged = dict(env)
         merged.update(prefix)
-        args = [Arg(w, expand_parts(w.parts, merged)) for w in rest]
+        args = [Arg(w, ex.parts(w.parts, merged, (w.start, w.end))) for w in rest]
         found = classify(args, prefix, cmd)
         if found is None:
             continue
@@ -919,6 +947,13 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
             weak = (found, merged)
     if launch is None and weak is not None:
         launch, env = weak
+    if ex.capped:
+        start, end = ex.capped[0]
+        issues.append(ParseIssue(
+            message=f"a variable here expands to more than {MAX_VALUE_CHARS:,} characters (or the script's "
+                    f"expansions to more than {MAX_EXPANDED_CHARS:,} in all); its value is treated as unknown "
+                    f"({len(ex.capped):,} such value{'s' if len(ex.capped) != 1 else ''})",
+            span=idx.span(start, end), severity=Severity.WARNING))
     script = ShellScript(text, idx, commands, launch, env)
     return script, issues
 

@@ -29,6 +29,7 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_YAML_BYTES = 2_000_000      # larger files are not training configs
 MAX_YAML_NODES = 200_000        # bounds huge documents, and what aliases expand to ("billion laughs")
 MAX_YAML_DEPTH = 100            # nesting; real configs nest a handful of levels
+MAX_DUPLICATE_REPORTS = 1_000   # duplicate keys reported one by one; past that, one line says how many more
 
 _STR = "tag:yaml.org,2002:str"
 _NULL = "tag:yaml.org,2002:null"
@@ -59,8 +60,22 @@ def is_json_path(file: str) -> bool:
     return file.lower().endswith((".json", ".jsonc", ".json5"))
 
 
+# The most digits an integer may have: CPython's own limit for converting between int and str
+# (sys.int_info.default_max_str_digits, 4,300; docs.python.org/3/library/stdtypes.html#int-max-str-digits).
+# Base-60 parts are checked against it before any arithmetic: `59:59:…` folds one part at a time into an
+# ever larger int, quadratic in the text (300 KB took 1.2 s per parse, 2 MB over 5 minutes).
+MAX_INT_DIGITS = 4_300
+_MAX_BASE60_PARTS = int(MAX_INT_DIGITS / 1.7781512503836436) + 1     # log10(60) = 1.778…
+
+
+class IntTooLarge(ValueError):
+    """An integer scalar longer than MAX_INT_DIGITS digits (or base-60 parts worth as many)."""
+
+
 def _yaml_int(value: str) -> int:
     """PyYAML's construct_yaml_int (YAML 1.1: 0b, 0x, leading-0 octal, base 60, underscores)."""
+    if value.count(":") >= _MAX_BASE60_PARTS:
+        raise IntTooLarge(value)
     value = value.replace("_", "")
     sign = 1
     if value[0] == "-":
@@ -77,6 +92,8 @@ def _yaml_int(value: str) -> int:
         return sign * int(value, 8)
     if ":" in value:
         return sign * _sexagesimal([int(part) for part in value.split(":")])
+    if len(value) > MAX_INT_DIGITS:
+        raise IntTooLarge(value)
     return sign * int(value)
 
 
@@ -162,6 +179,10 @@ class _Scalars:
             return self.constructor.construct_object(node, deep=True)
         except yaml.constructor.ConstructorError:
             raise _tag_error(tag, _mark_span("", ev.start_mark, ev.end_mark)) from None
+        except IntTooLarge:
+            raise YamlError(f"the integer `{v[:40]}…` ({len(v):,} characters) is larger than any setting can "
+                            f"use (over {MAX_INT_DIGITS:,} digits); vramlens does not read it",
+                            _mark_span("", ev.start_mark, ev.end_mark)) from None
         except Exception:         # an explicit tag on text that is not of its type: `!!float y`, `!!timestamp x`
             short = tag.replace("tag:yaml.org,2002:", "!!")
             raise YamlError(f"`{short} {shown(v)}` is not a valid {short} value",
@@ -339,6 +360,8 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
     stack: list[_Frame] = []
     anchors: dict[str, tuple] = {}     # name -> (value, path, settings inside, start_ev, end_mark)
     dropped: list[tuple[int, int]] = []
+    duplicates = 0
+    last_duplicate = None
     budget = MAX_YAML_NODES
     sizes: dict[int, int] = {}          # id(anchor record) -> its size (aliases share data; a consumer expands it)
     documents = 0
@@ -347,7 +370,7 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
 
     def deliver(value, start_ev, end_mark, anchor_record, size: int = 1) -> None:
         """A node is complete: hand it to its parent (as a key, a value or a sequence item)."""
-        nonlocal root, have_root
+        nonlocal root, have_root, duplicates, last_duplicate
         if not stack:
             root, have_root = value, True
             return
@@ -409,7 +432,10 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
             try:
                 if key in parent.entries:
                     dropped.append(parent.entries[key])
-                    if issues is not None:
+                    duplicates += 1
+                    if issues is not None and duplicates > MAX_DUPLICATE_REPORTS:
+                        last_duplicate = s.key_span
+                    elif issues is not None:
                         issues.append(ParseIssue(
                             kind=IssueKind.DUPLICATE_KEY,
                             message=f"duplicate key `{key}`: YAML keeps the last value", severity=Severity.WARNING,
@@ -499,6 +525,11 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
                                 _mark_span(file, ev.start_mark, ev.end_mark))
         elif cls is StreamEndEvent:
             break
+    if last_duplicate is not None:
+        issues.append(ParseIssue(
+            message=f"{duplicates - MAX_DUPLICATE_REPORTS:,} more duplicate keys after the first "
+                    f"{MAX_DUPLICATE_REPORTS:,} (YAML keeps the last value of each); the last one is here",
+            severity=Severity.WARNING, span=last_duplicate))
     if dropped:
         drop = set()
         for a, b in dropped:

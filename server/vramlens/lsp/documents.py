@@ -159,6 +159,8 @@ class Analyzer:
         result = self.results.get(uri)
         if doc is None or result is None:
             return None
+        if uri in self.server.oversized and result.extra.get("too_large"):
+            return result           # unread: its edits change nothing that was analysed
         if result.version != doc.version or result.generation != self.generation:
             return None
         return result
@@ -183,10 +185,15 @@ class Analyzer:
         path = document_path(doc)
         settings = self.server.effective_settings(path if doc.uri.startswith("file:") else None)
         start = time.perf_counter()
-        analysis = pipeline.run(doc.source, path, settings, self.server.workspace_root(),
-                                self.server.read_open_file)
+        size = self.server.oversized.get(doc.uri)
+        if size is not None:
+            analysis = pipeline.too_large(path, size)
+        else:
+            analysis = pipeline.run(doc.source, path, settings, self.server.workspace_root(),
+                                    self.server.read_open_file)
         elapsed = (time.perf_counter() - start) * 1000
-        return Result(doc.uri, doc.version, self.generation, path, analysis, settings, elapsed, plan_digest(analysis))
+        return Result(doc.uri, doc.version, self.generation, path, analysis, settings, elapsed, plan_digest(analysis),
+                      extra={"too_large": True} if size is not None else {})
 
     # ---- scheduling ----------------------------------------------------------------------------
 

@@ -37,3 +37,17 @@ def run(text: str, path: str, settings: EffectiveSettings, workspace: Path | Non
     except Exception:
         log.exception("analysis of %s failed", path)
         return None
+
+
+def max_document_chars() -> int:
+    """`analysis.MAX_DOCUMENT_CHARS` (imported when first needed: the server starts without the pipeline)."""
+    from vramlens.analysis import MAX_DOCUMENT_CHARS
+
+    return MAX_DOCUMENT_CHARS
+
+
+def too_large(path: str, size: int) -> Any:
+    """The analysis of an open document whose text was too large to keep (`analysis.too_large`)."""
+    from vramlens.analysis import too_large as make
+
+    return make(path, size)

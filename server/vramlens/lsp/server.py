@@ -21,11 +21,13 @@ from lsprotocol import types
 from pygls.exceptions import FeatureRequestError, JsonRpcException
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
 from pygls.uris import to_fs_path
 
 from vramlens import __version__
 from vramlens.lsp import code_actions, code_lens, completion, config, diagnostics, hover, inlay_hints, startup_cache
 from vramlens.lsp.commands import LIST_GPUS, RUN_PROBE, RUN_TRACE, Commands, list_gpus
+from vramlens.lsp import pipeline
 from vramlens.lsp.documents import Analyzer, Result
 from vramlens.settings import merge
 
@@ -52,6 +54,71 @@ class AnsweringProtocol(LanguageServerProtocol):
                     code=exc.code, message=f"{exc.message} for {data['method']}"))
             raise
 
+    def handle_message(self, message: Any) -> None:
+        """pygls 2 files every handler it runs under `_request_futures` (notifications under a fresh uuid,
+        and each step of its generator features such as didOpen/didChange/didClose), but removes only a
+        request's entry, when it sends the answer (pygls 2.0 protocol/json_rpc.py `_execute_handler`,
+        `_handle_notification`, `_send_handler_result`): every edit left a finished future behind (an
+        edit storm grew the server by 1.2-1.7 KB per keystroke). Finished entries are dropped here after
+        each message; a request still running keeps its entry, so `$/cancelRequest` and shutdown still
+        find it."""
+        super().handle_message(message)
+        futures = self._request_futures
+        for msg_id, future in list(futures.items()):
+            if future.done() and futures.get(msg_id) is future:
+                futures.pop(msg_id, None)
+
+
+    # ---- documents past analysis.MAX_DOCUMENT_CHARS --------------------------------------------
+    # pygls applies an incremental change by re-splitting the whole text and copying it line by line
+    # (pygls 2.0 workspace/text_document.py `_apply_incremental_change`): a 50 MB document cost ~4.5 s per
+    # keystroke. Such a document is kept open with no text; its one VL016 is published when it is opened
+    # (or grows past the limit) and its incremental edits are not applied nor analysed. A whole-document
+    # change that brings it back under the limit makes it a normal document again.
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams):
+        item = params.text_document
+        oversized: dict[str, int] = self._server.oversized
+        oversized.pop(item.uri, None)
+        if len(item.text) > pipeline.max_document_chars():
+            oversized[item.uri] = len(item.text)
+            item = types.TextDocumentItem(uri=item.uri, language_id=item.language_id, version=item.version,
+                                          text="")
+            params = types.DidOpenTextDocumentParams(text_document=item)
+        self.workspace.put_text_document(item)
+        if (user_handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_OPEN)) is not None:
+            yield user_handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
+        uri = params.text_document.uri
+        oversized: dict[str, int] = self._server.oversized
+        changes = list(params.content_changes)
+        if uri in oversized:
+            whole = [i for i, c in enumerate(changes) if isinstance(c, types.TextDocumentContentChangeWholeDocument)]
+            doc = self.workspace.text_documents.get(uri)
+            if not whole or len(changes[whole[-1]].text) > pipeline.max_document_chars():
+                if doc is not None:
+                    doc.version = params.text_document.version   # nothing else: it stays unread
+                return
+            del oversized[uri]
+            changes = changes[whole[-1]:]
+        for change in changes:
+            self.workspace.update_text_document(params.text_document, change)
+        doc = self.workspace.text_documents.get(uri)
+        if doc is not None and len(doc.source) > pipeline.max_document_chars():
+            oversized[uri] = len(doc.source)
+            self.workspace.put_text_document(types.TextDocumentItem(
+                uri=uri, language_id=doc.language_id or "", version=doc.version or 0, text=""))
+        if (user_handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
+            yield user_handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams):
+        self._server.oversized.pop(params.text_document.uri, None)
+        yield from super().lsp_text_document__did_close(params)
+
 
 class VramlensServer(LanguageServer):
     def __init__(self) -> None:
@@ -65,6 +132,7 @@ class VramlensServer(LanguageServer):
         self._settings_ready: asyncio.Event | None = None
         self._exact: dict[tuple[str, str], float] = {}
         self._workers: dict[str, Any] = {}
+        self.oversized: dict[str, int] = {}       # uri → size of an open document too large to read
 
     # ---- client capabilities -------------------------------------------------------------------
 
@@ -179,7 +247,7 @@ class VramlensServer(LanguageServer):
         """A referenced file's text from the editor's buffer when it is open; None otherwise (the reader
         then reads it from disk, checking what it opened)."""
         for doc in self.workspace.text_documents.values():
-            if doc.path and Path(doc.path) == path:
+            if doc.path and Path(doc.path) == path and doc.uri not in self.oversized:
                 return doc.source
         return None
 
