@@ -950,6 +950,7 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
     if ex.capped:
         start, end = ex.capped[0]
         issues.append(ParseIssue(
+            kind=IssueKind.NOT_READ,
             message=f"a variable here expands to more than {MAX_VALUE_CHARS:,} characters (or the script's "
                     f"expansions to more than {MAX_EXPANDED_CHARS:,} in all); its value is treated as unknown "
                     f"({len(ex.capped):,} such value{'s' if len(ex.capped) != 1 else ''})",

@@ -527,6 +527,7 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
             break
     if last_duplicate is not None:
         issues.append(ParseIssue(
+            kind=IssueKind.DUPLICATE_KEY,
             message=f"{duplicates - MAX_DUPLICATE_REPORTS:,} more duplicate keys after the first "
                     f"{MAX_DUPLICATE_REPORTS:,} (YAML keeps the last value of each); the last one is here",
             severity=Severity.WARNING, span=last_duplicate))

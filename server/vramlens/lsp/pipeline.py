@@ -46,7 +46,7 @@ def max_document_chars() -> int:
     return MAX_DOCUMENT_CHARS
 
 
-def too_large(path: str, size: int) -> Any:
+def too_large(path: str, size: int) -> "Analysis":
     """The analysis of an open document whose text was too large to keep (`analysis.too_large`)."""
     from vramlens.analysis import too_large as make
 
