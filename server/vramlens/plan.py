@@ -133,10 +133,10 @@ class IssueKind(str, Enum):
     PRECISION_CONFLICT = "precision-conflict"  # fp16 and bf16 both on (VL006)
     UNKNOWN_VALUE = "unknown-value"           # a name the framework does not know, e.g. an optimizer (VL015)
     INVALID_VALUE = "invalid-value"           # a value of the wrong type or out of range (VL015)
-    DUPLICATE_KEY = "duplicate-key"           # a key written twice in one mapping (VL018)
-    CONFLICTING_SETTINGS = "conflicting-settings"  # settings the framework refuses together (VL019)
-    NOT_READ = "not-read"                     # a setting that neither vramlens nor the run reads (VL020)
-    ASSUMED = "assumed"                       # the file leaves a value open that the estimate depends on (VL021)
+    DUPLICATE_KEY = "duplicate-key"           # a key written twice in one mapping (VL019)
+    CONFLICTING_SETTINGS = "conflicting-settings"  # settings the framework refuses together (VL020)
+    NOT_READ = "not-read"                     # a setting that neither vramlens nor the run reads (VL021)
+    ASSUMED = "assumed"                       # the file leaves a value open that the estimate depends on (VL022)
 
 
 class ParseIssue(BaseModel):

@@ -2,7 +2,7 @@ from vramlens.plan import IssueKind
 from vramlens.rules import Rule
 
 RULE = Rule(
-    id="VL018",
+    id="VL019",
     name="duplicate-key",
     title="Key written twice",
     severity="warning",

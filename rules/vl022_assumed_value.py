@@ -2,7 +2,7 @@ from vramlens.plan import IssueKind
 from vramlens.rules import Rule
 
 RULE = Rule(
-    id="VL021",
+    id="VL022",
     name="assumed-value",
     title="Value left open by the config",
     severity="information",

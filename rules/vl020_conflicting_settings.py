@@ -2,7 +2,7 @@ from vramlens.plan import IssueKind
 from vramlens.rules import Rule
 
 RULE = Rule(
-    id="VL019",
+    id="VL020",
     name="conflicting-settings",
     title="Settings the framework refuses together",
     severity="warning",

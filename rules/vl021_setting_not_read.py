@@ -2,7 +2,7 @@ from vramlens.plan import IssueKind
 from vramlens.rules import Rule
 
 RULE = Rule(
-    id="VL020",
+    id="VL021",
     name="setting-not-read",
     title="Setting not read",
     severity="information",
@@ -24,7 +24,7 @@ Example:
 
     torchrun train.py --per_device_train_batch_size $BATCH   # $BATCH is set by the caller
 
-Fix: write the value into the file, or add `# vramlens: ignore[VL020]` when the default shown is the
+Fix: write the value into the file, or add `# vramlens: ignore[VL021]` when the default shown is the
 one you want to judge the config by; rename an old key to its current name; move a comment off the
 command's continuation lines.
 """,
