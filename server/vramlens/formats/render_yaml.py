@@ -995,12 +995,16 @@ def _accelerate_handlers() -> dict[str, Handler]:
 # --- DeepSpeed JSON ------------------------------------------------------------------------------------
 
 def _deepspeed_handlers() -> dict[str, Handler]:
-    def offload(key: str) -> Handler:
+    from vramlens.formats.deepspeed import key_for
+
+    def offload(concept: str) -> Handler:
+        section, key, device = key_for(concept).path          # zero_optimization.offload_*.device
+
         def handler(doc: _Doc, value: Any, changes: dict) -> None:
-            if ("zero_optimization", key) in doc.by_path and isinstance(doc.value(("zero_optimization", key)), dict):
-                doc.set(("zero_optimization", key, "device"), "cpu" if value else "none")
+            if (section, key) in doc.by_path and isinstance(doc.value((section, key)), dict):
+                doc.set((section, key, device), "cpu" if value else "none")
             else:
-                doc.set(("zero_optimization", key), {"device": "cpu" if value else "none", "pin_memory": True},
+                doc.set((section, key), {device: "cpu" if value else "none", "pin_memory": True},
                         after=("stage",))
         return handler
 
@@ -1011,13 +1015,16 @@ def _deepspeed_handlers() -> dict[str, Handler]:
             if doc.value((other, "enabled")) is True:
                 doc.set((other, "enabled"), False)
 
+    def whole(concept: str, after: str) -> Handler:
+        return _simple((key_for(concept).path,), after=(key_for(after).path[-1],))
+
     return {
-        "micro_batch": _simple(("train_micro_batch_size_per_gpu",), after=("gradient_accumulation_steps",)),
-        "grad_accum": _simple(("gradient_accumulation_steps",), after=("train_micro_batch_size_per_gpu",)),
-        "global_batch": _simple(("train_batch_size",), after=("train_micro_batch_size_per_gpu",)),
-        "zero_stage": _simple((("zero_optimization", "stage"),)),
+        "micro_batch": whole("micro_batch", after="grad_accum"),
+        "grad_accum": whole("grad_accum", after="micro_batch"),
+        "global_batch": whole("global_batch", after="micro_batch"),
+        "zero_stage": _simple((key_for("zero_stage").path,)),
         "offload_optimizer": offload("offload_optimizer"),
-        "offload_params": offload("offload_param"),
+        "offload_params": offload("offload_params"),
         "amp_dtype": amp,
         "alloc_conf": _note(ALLOC_NOTE),
     }

@@ -14,8 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from vramlens.formats import deepspeed
 from vramlens.formats.vocab import AXOLOTL_ATTENTION, HF_ATTENTION
 from vramlens.knowledge import optimizers
 
@@ -241,17 +242,21 @@ class AccelerateConfig(_Open):
 
 # --- DeepSpeed ---------------------------------------------------------------------------------------
 
-class DeepSpeedConfig(_Open):
+class _DeepSpeedBase(_Open):
     model_config = ConfigDict(extra="allow", title="DeepSpeed config")
-    zero_optimization: Optional[dict] = F(
-        "`stage` 1 shards optimizer states, 2 also gradients, 3 also weights; `offload_optimizer.device`/"
-        "`offload_param.device` cpu|nvme move them off the GPU; bucket sizes set temporary buffers.")
-    train_micro_batch_size_per_gpu: Optional[Union[int, Literal["auto"]]] = F("Samples per GPU per step.")
-    gradient_accumulation_steps: Optional[Union[int, Literal["auto"]]] = F("Micro-batches per step.")
-    train_batch_size: Optional[Union[int, Literal["auto"]]] = F("micro × accumulation × GPUs.")
-    bf16: Optional[dict] = F("`enabled`: bf16 weights with fp32 master weights in the optimizer (12 bytes/param).")
-    fp16: Optional[dict] = F("`enabled`: fp16 training with loss scaling and fp32 master weights.")
-    optimizer: Optional[dict] = F("DeepSpeed's own optimizer (`type`), replacing the trainer's.")
+
+
+def _deepspeed_field(name: str) -> tuple[Any, Any]:
+    """A top-level DeepSpeed key from the parser's key table: a whole number (or "auto") or a section."""
+    key = deepspeed.BY_PATH.get((name,))
+    kind = Optional[Union[int, Literal["auto"]]] if key is not None and key.read is deepspeed.read_whole \
+        else Optional[dict]
+    return kind, F(deepspeed.SECTIONS[name])
+
+
+# The top-level keys and their descriptions come from the DeepSpeed parser's key table (formats.deepspeed).
+DeepSpeedConfig = create_model("DeepSpeedConfig", __base__=_DeepSpeedBase,
+                               **{name: _deepspeed_field(name) for name in deepspeed.SECTIONS})
 
 
 # --- litgpt ---------------------------------------------------------------------------------------
