@@ -16,7 +16,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from vramlens.formats import deepspeed
+from vramlens.formats import accelerate, deepspeed
 from vramlens.formats.vocab import AXOLOTL_ATTENTION, HF_ATTENTION
 from vramlens.knowledge import optimizers
 
@@ -226,11 +226,11 @@ class TorchtuneConfig(_Open):
 
 class AccelerateConfig(_Open):
     model_config = ConfigDict(extra="allow", title="accelerate config")
-    distributed_type: Optional[Literal["NO", "MULTI_GPU", "FSDP", "DEEPSPEED", "MEGATRON_LM", "MULTI_CPU", "XLA",
-                                       "MULTI_NPU", "MULTI_XPU"]] = F(
+    # the values the parser reads (formats.accelerate), not a second list
+    distributed_type: Optional[Literal[tuple(accelerate.DISTRIBUTED_TYPES)]] = F(  # type: ignore[valid-type]
         "How the GPUs cooperate; quote NO (`'NO'`): unquoted it is the boolean false.")
     num_processes: Optional[int] = F("Processes (GPUs) on all machines: the divisor for ZeRO/FSDP sharding.", ge=1)
-    mixed_precision: Optional[Literal["no", "fp16", "bf16", "fp8"]] = F(
+    mixed_precision: Optional[Literal[tuple(accelerate.MIXED_PRECISION)]] = F(  # type: ignore[valid-type]
         "Autocast precision; quote 'no' (unquoted it is false).")
     deepspeed_config: Optional[dict] = F("zero_stage (0–3), offload_optimizer_device / offload_param_device "
                                          "(none|cpu|nvme), or deepspeed_config_file.")
