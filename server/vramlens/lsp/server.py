@@ -507,15 +507,16 @@ WARM_UP_CONFIG = "model_name_or_path: gpt2\nper_device_train_batch_size: 1\nopti
 
 def _warm_up() -> None:
     """Thread, started on `initialized`: import the pipeline and load the catalogs and rules
-    (about a second on a busy 2-core machine) before the editor's first didOpen needs them."""
-    try:
-        from vramlens.analysis import Settings, analyze
-        from vramlens.knowledge import gpus, models, optimizers
+    (about a second on a busy 2-core machine) before the editor's first didOpen needs them. A module that does
+    not import fails here for all to see; only the catalogs' and the warm-up analysis' failures are logged."""
+    import vramlens.explain  # noqa: F401
+    from vramlens.analysis import Settings, analyze
+    from vramlens.knowledge import gpus, models, optimizers
 
+    try:
         gpus.all_gpus()
         models.all_models()
         optimizers.all_optimizer_names()
         analyze(WARM_UP_CONFIG, "warm-up.yaml", Settings(gpu="A100-80GB"))
-        import vramlens.explain  # noqa: F401
     except Exception:
-        log.warning("loading the analysis pipeline failed", exc_info=True)
+        log.warning("warming up the analysis pipeline failed", exc_info=True)
