@@ -56,3 +56,12 @@ def test_accelerate_enums_are_the_values_the_parser_reads():
     props = schema_for("accelerate")["properties"]
     assert props["distributed_type"]["anyOf"][0]["enum"] == list(accelerate.DISTRIBUTED_TYPES)
     assert props["mixed_precision"]["anyOf"][0]["enum"] == list(accelerate.MIXED_PRECISION)
+
+
+def test_litgpt_enums_are_the_values_the_parser_reads():
+    from vramlens.formats import litgpt
+    from vramlens.formats.schemas import schema_for
+
+    props = schema_for("litgpt")["properties"]
+    assert props["precision"]["anyOf"][0]["enum"] == list(litgpt.PRECISION)
+    assert props["quantize"]["anyOf"][0]["enum"] == list(litgpt.QUANTIZE)

@@ -16,7 +16,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from vramlens.formats import accelerate, deepspeed
+from vramlens.formats import accelerate, deepspeed, litgpt
 from vramlens.formats.vocab import AXOLOTL_ATTENTION, HF_ATTENTION
 from vramlens.knowledge import optimizers
 
@@ -264,9 +264,10 @@ DeepSpeedConfig = create_model("DeepSpeedConfig", __base__=_DeepSpeedBase,
 class LitgptConfig(_Open):
     model_config = ConfigDict(extra="allow", title="litgpt config")
     checkpoint_dir: Optional[str] = F("checkpoints/<org>/<model>: the model.")
-    precision: Optional[Literal["bf16-true", "bf16-mixed", "16-true", "16-mixed", "32-true"]] = F(
+    # the values the parser reads (formats.litgpt), not a second list
+    precision: Optional[Literal[tuple(litgpt.PRECISION)]] = F(  # type: ignore[valid-type]
         "`*-true`: weights in that dtype; `*-mixed`: fp32 weights + autocast (4 bytes/param + copies).")
-    quantize: Optional[Literal["bnb.nf4", "bnb.nf4-dq", "bnb.fp4", "bnb.fp4-dq", "bnb.int8-training"]] = F(
+    quantize: Optional[Literal[tuple(litgpt.QUANTIZE)]] = F(  # type: ignore[valid-type]
         "Quantized base weights (needs a `*-true` precision).")
     devices: Optional[Union[int, Literal["auto"]]] = F("GPUs; full fine-tuning on >1 uses FSDP + checkpointing.")
     num_nodes: Optional[int] = F("Machines.", ge=1)
