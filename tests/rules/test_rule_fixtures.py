@@ -20,10 +20,7 @@ from vramlens.rules import all_rules
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 RULE_IDS = [rule.id for rule in all_rules()]
-# Rules whose fix no format's renderer can write yet: the fix is offered with a note instead of edits.
-NO_WRITER = {"VL011": "no renderer writes `fsdp_state_dict_type` (HF/TRL `fsdp_config`, axolotl, accelerate)"}
-WITH_FIX = [pytest.param(rule.id, marks=pytest.mark.xfail(reason=NO_WRITER[rule.id], strict=True))
-            if rule.id in NO_WRITER else rule.id for rule in all_rules() if rule.fixes]
+WITH_FIX = [rule.id for rule in all_rules() if rule.fixes]
 
 
 def _config(rule_id: str, stem: str) -> Path | None:

@@ -555,6 +555,8 @@ def _hf_handlers(trl: bool) -> dict[str, Handler]:
                                        ("fsdp_config", "fsdp_activation_checkpointing"), "gradient_checkpointing"),
                                       after=("gradient_accumulation_steps",)),
         "optimizer": _simple(("optim",), after=("learning_rate", "lr_scheduler_type")),
+        # transformers strips `fsdp_` from fsdp_config keys: both spellings mean the same (formats.hf.fsdp_config_entry)
+        "fsdp_state_dict_type": _simple((("fsdp_config", "state_dict_type"), ("fsdp_config", "fsdp_state_dict_type"))),
         "optimizer_impl": opt_impl,
         "compile": _simple(("torch_compile",), after=("gradient_checkpointing",)),
         "seq_len": seq,
@@ -988,6 +990,7 @@ def _accelerate_handlers() -> dict[str, Handler]:
         "offload_params": offload("params"),
         "grad_checkpointing": gc,
         "grad_accum": grad_accum,
+        "fsdp_state_dict_type": _simple((("fsdp_config", "fsdp_state_dict_type"),)),
         "alloc_conf": _note(ALLOC_NOTE),
     }
 
