@@ -11,17 +11,19 @@ RULE = Rule(
     fixes=("replace-value",),
     why="""
 Reports a config for which vramlens cannot estimate memory because it does not know the model or the
-GPU: the model is not in the built-in catalog, not a local folder with a `config.json`, and not in the
-local Hugging Face cache; or the GPU name (from the settings or the config) is not in the GPU catalog.
-vramlens never downloads anything, so a model it has never seen stays unknown.
+GPU: the model is not in the built-in catalog, not a local folder with a `config.json`, not in the local
+Hugging Face cache, and its `config.json` could not be fetched from the Hub (lookup turned off with
+`model_lookup = false` / `--offline` / `HF_HUB_OFFLINE=1`, a gated or private repository without a token that
+has access, no connection); or the GPU name (from the settings or the config) is not in the GPU catalog.
+While the editor is still asking the Hub, this says so, and the estimate follows when the answer arrives.
 
 This is information, not a problem with the config: the run itself may be fine.
 
-Example: `model_name_or_path: my-org/private-model-13b` on a machine that has never downloaded it.
+Example: `model_name_or_path: my-org/private-model-13b` with no Hugging Face token that can read it.
 
-Fix: point the config at a local copy of the model (a folder with `config.json`), download the model's
-`config.json` into the Hugging Face cache, or pick a GPU from the list (`vramlens.listGpus` in the
-editor). When a close name exists, a quick fix replaces it.
+Fix: log in (`huggingface-cli login`) or set HF_TOKEN for a gated or private model, point the config at a
+local copy of the model (a folder with `config.json`), or pick a GPU from the list (`vramlens.listGpus` in
+the editor). When a close name exists, a quick fix replaces it.
 """,
 )
 

@@ -129,6 +129,7 @@ class IssueKind(str, Enum):
     how it is reported."""
 
     UNREADABLE = "unreadable"                 # a syntax error, a document too large or too deep (VL016)
+    NOT_TRAINING = "not-training"             # an inference, evaluation, merge or export file: no estimate (VL018)
     REFERENCE = "reference"                   # a referenced file missing or unreadable (VL014)
     PRECISION_CONFLICT = "precision-conflict"  # fp16 and bf16 both on (VL006)
     UNKNOWN_VALUE = "unknown-value"           # a name the framework does not know, e.g. an optimizer (VL015)
@@ -233,6 +234,9 @@ class TrainingPlan(BaseModel):
     teacher_model_id: Sourced[str] | None = None  # the distillation teacher
 
     references: list[Reference] = Field(default_factory=list)
+    purpose: Sourced[str] | None = None
+    """Set when the file launches something other than training (inference, merge, export, ...): what it is,
+    where it says so. Such a plan is not estimated (`formats.purpose`)."""
     issues: list[ParseIssue] = Field(default_factory=list)
     # settings the parser recognised but vramlens does not model (key -> span), for hovers
     extra: dict[str, Sourced[Any]] = Field(default_factory=dict)

@@ -117,15 +117,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         assumptions.append(f"model given by its sizes: {arch.layers} layers, hidden {arch.hidden}, "
                            f"{arch.heads} heads{vocab_note}")
     else:
-        arch = models.lookup_model(plan.model_id.value, settings.workspace)
-        if arch is None and (problem := models.local_config_problem(plan.model_id.value, settings.workspace)):
-            raise ResolveError(problem, "model_id")
-    if arch is None:
-        hints = models.suggest_model(plan.model_id.value)
-        hint = hints[0] if hints else None
-        raise ResolveError(f"unknown model `{plan.model_id.value}`: not in the catalog, not a local folder with "
-                           f"config.json, not in the local Hugging Face cache"
-                           + (f" — did you mean `{hint}`?" if hint else ""), "model_id", hint)
+        arch = _model(plan.model_id.value, settings, assumptions)
     if plan.model_id is not None:
         sources["model_id"] = plan.model_id
     as_run = frameworks.arch_as_run(fw_key, arch)
@@ -135,7 +127,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
                            f"{arch.hidden} more weights than the tied checkpoint")
 
     # GPU: settings win, then the file, then a default
-    gpu, count = _gpu(plan, settings, sources, assumptions)
+    gpu, count, count_given = _gpu(plan, settings, sources, assumptions)
 
     # precision
     amp_dtype = val("amp_dtype") or "none"
@@ -189,7 +181,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     # distribution
     strategy = val("dist_strategy") or "none"
     zero = val("zero_stage") or 0
-    world = val("world_size") or count
+    world, count = _world(plan, settings, count, count_given, sources)
     tp = val("tensor_parallel") or 1
     cp = val("context_parallel") or 1
     dp = max(1, int(world) // max(1, int(tp) * int(cp)))
@@ -255,6 +247,16 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         gpu=gpu, gpu_count=count, expandable_segments="expandable_segments:true" in alloc.replace(" ", "").lower(),
         headroom=settings.headroom,
     )
+    if arch.vision_params:
+        frozen = peft != "none" or fw_key in frameworks.FREEZES_VISION
+        told = plan.extra.get("freeze_vision_tower") or plan.extra.get("freeze_vit")   # LLaMA-Factory / ms-swift
+        if told is not None and peft == "none" and str(told.value).strip().lower() in ("false", "0", "no"):
+            frozen = False
+            sources["vision_frozen"] = told
+        rp = rp.with_changes(vision_frozen=frozen)
+        assumptions.append(f"vision tower: {arch.vision_params / 1e9:.2f} B parameters, "
+                           + ("frozen" if rp.vision_frozen else "trained") + f"; one image of {arch.image_patches:,} "
+                           f"patches per sequence")
     rp = rp.with_changes(**objective_fields(plan, rp, fw_key, settings, sources, assumptions))
     return Resolution(rp, sources, assumptions)      # uncalibrated: `calibration.calibrate` is the next stage
 
@@ -350,7 +352,8 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
             out["reward_model"] = True
     if obj in ("gkd", "kd"):
         tid = src("teacher_model_id")
-        teacher = models.lookup_model(tid, settings.workspace) if tid else None
+        teacher = models.find_model(tid, settings.workspace, hub_lookup(settings),
+                                    settings.any_model_folder).arch if tid else None
         if teacher is None:
             teacher = rp.arch
             assumptions.append(f"teacher model {'`' + tid + '` unknown' if tid else 'not named'}: assumed the size "
@@ -358,6 +361,46 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
         out["teacher"] = teacher
     return out
 
+
+
+def hub_lookup(settings: Settings):
+    """How this run asks the Hub for a config.json: None when the `model_lookup` setting turns it off."""
+    from vramlens.knowledge import hub
+
+    if not settings.model_lookup:
+        return None
+    return settings.hub_lookup or hub.fetch_config
+
+
+def _model(name: str, settings: Settings, assumptions: list[str]) -> ModelArch:
+    """The named model's architecture (`models.find_model`), or a ResolveError saying why there is none."""
+    from vramlens.knowledge import models
+
+    found = models.find_model(name, settings.workspace, hub_lookup(settings), settings.any_model_folder)
+    if found.arch is not None:
+        if found.where in ("local folder", "hub cache", "hub"):
+            assumptions.append(f"model shapes from `{name}`'s config.json ({found.where})")
+        elif found.where.startswith("the base model"):
+            assumptions.append(f"model shapes of `{found.arch.id}`, {found.where}")
+        if found.arch.approximate:
+            assumptions.append(f"approximate: `{found.arch.family}` has no dedicated model in vramlens; estimated "
+                               f"generically from its config's sizes ({found.arch.approximate})")
+        return found.arch
+    if problem := models.local_config_problem(name, settings.workspace, settings.any_model_folder):
+        raise ResolveError(problem, "model_id")
+    if found.pending:
+        raise ResolveError(f"looking up `{name}` on the Hugging Face Hub (its config.json only)…", "model_id")
+    hints = models.suggest_model(name)
+    hint = hints[0] if hints else None
+    if not settings.model_lookup:
+        hub_text = "not looked up on the Hugging Face Hub (the `model_lookup` setting or --offline is off)"
+    elif found.problem:
+        hub_text = found.problem
+    else:
+        hub_text = "not a Hugging Face Hub id"
+    raise ResolveError(f"unknown model `{name}`: not in the catalog, not a local folder with config.json, not in "
+                       f"the local Hugging Face cache; {hub_text}"
+                       + (f" — did you mean `{hint}`?" if hint else ""), "model_id", hint)
 
 
 def _size(plan: TrainingPlan, *keys: str):
@@ -419,11 +462,46 @@ def _gpu(plan: TrainingPlan, settings: Settings, sources: dict, assumptions: lis
         sources["gpu_name"] = Sourced(value=spec.name, origin=Origin.ASSUMED, note=f"no GPU named; {CHOOSE_GPU}")
         assumptions.append(f"no GPU named in the config or settings (and none detected): assumed {spec.name} — "
                            f"{CHOOSE_GPU}")
+    if sources["gpu_name"].origin == Origin.ASSUMED or not count or count <= 1:
+        given = None                                   # a GPU name without a count ("A100", not "8xA100")
+    else:
+        given = "setting" if sources["gpu_name"].origin == Origin.SETTING else "file"
     if settings.gpu_count:
         count = settings.gpu_count
+        given = "setting"
         sources["gpu_count"] = Sourced(value=count, origin=Origin.SETTING)
-    elif plan.gpu_count is not None:
+    elif plan.gpu_count is not None and given != "setting":
         count = plan.gpu_count.value
+        given = "file"
         sources["gpu_count"] = plan.gpu_count
+    elif given is None and settings.machine_gpu_count and plan.world_size is None:
+        count = settings.machine_gpu_count
+        sources["gpu_count"] = Sourced(value=count, origin=Origin.SETTING, note="GPUs on this machine (nvidia-smi)")
     count = max(1, int(count or 1))
-    return spec, count
+    return spec, count, given
+
+
+def _world(plan: TrainingPlan, settings: Settings, count: int, count_given: str | None,
+           sources: dict) -> tuple[int, int]:
+    """(processes in the run, GPUs per node). The settings' count (`--num-gpus`, `gpu = "8xH100"`) wins over
+    what the file's launcher says, keeping its number of machines; a process count from the file (accelerate
+    `num_processes`, `torchrun --nproc_per_node`, `deepspeed --num_gpus`, `CUDA_VISIBLE_DEVICES`) with no GPU
+    count of its own is taken as that many GPUs on one machine."""
+    world_file = plan.world_size.value if plan.world_size is not None else None
+    if count_given == "setting":
+        nodes = 1
+        if world_file and plan.gpu_count is not None and plan.gpu_count.value:
+            nodes = max(1, int(world_file) // int(plan.gpu_count.value))
+        world = count * nodes
+        if world_file and world != world_file:
+            sources["world_size"] = Sourced(value=world, origin=Origin.SETTING,
+                                            note=f"{count} GPUs per node from the settings × {nodes} node(s)")
+        return world, count
+    if world_file:
+        sources["world_size"] = plan.world_size
+        if count_given is None:
+            count = int(world_file)
+            sources["gpu_count"] = Sourced(value=count, origin=Origin.DERIVED,
+                                           note="the launcher's process count, on one machine")
+        return int(world_file), count
+    return count, count

@@ -89,6 +89,8 @@ class ResolvedPlan(BaseModel):
     sequences_per_example: int = 1             # sequences through the policy per micro-batch example (2: chosen +
                                                # rejected in one concatenated forward)
     reference: Literal["none", "copy", "adapters-off"] = "none"   # a frozen second copy, or the PEFT base model
+    vision_frozen: bool = True                 # a VLM's vision tower gets no gradients (adapters only, or the
+                                               # framework freezes it by default)
     scalar_head: bool = False                  # reward/value model: a 1-wide score head instead of vocabulary logits
     logits_tokens: int | None = None           # tokens per sequence whose logits are computed (None: all);
                                                # online RL keeps only the completion's (TRL `logits_to_keep`)

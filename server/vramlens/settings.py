@@ -6,7 +6,7 @@ Sources (lowest priority first) — each gives some fields; later ones win, dict
   2. the client's `initializationOptions` (`{"vramlens": {...}}`, `{"settings": {"vramlens": {...}}}` or flat)
   3. the editor's `vramlens` section (`workspace/configuration`, `workspace/didChangeConfiguration`)
   4. the project file nearest to the document: `.vramlens.toml` or `pyproject.toml [tool.vramlens]`
-  5. command-line flags (`--gpu`, `--num-gpus`, `--headroom`, `--severity`)
+  5. command-line flags (`--gpu`, `--num-gpus`, `--headroom`, `--severity`, `--offline`)
 
 A GPU named in the document itself (`# vramlens: gpu=...`) is read by the parsers and loses to all of these.
 
@@ -75,6 +75,11 @@ class Settings(BaseModel):
                                                    "JSON boolean true trusts.",
                                 json_schema_extra={"allowed": "true or false (JSON booleans)"})
 
+    model_lookup: StrictBool = Field(True, description="Whether a model that is not in the catalog, a local "
+                                                      "folder or the local Hugging Face cache is looked up on the "
+                                                      "Hub (its config.json only; off when HF_HUB_OFFLINE=1).",
+                                     json_schema_extra={"allowed": "true or false"})
+
     trace_python: str | None = Field(None, description="The interpreter (the training environment) that runs "
                                                        "`vramlens trace`; the language server takes it from the "
                                                        "user's settings only, never from a project file.",
@@ -86,6 +91,15 @@ class Settings(BaseModel):
                                                                    "model folders are looked up there too.")
     read_file: Callable[[Path], str | None] | None = Field(None, exclude=True, description="How to read referenced "
                                                     "files (the LSP passes its open buffers); None reads the disk.")
+    hub_lookup: Callable[[str], Any] | None = Field(None, exclude=True, description="How to ask the Hub for a "
+                                                    "model's config.json (`knowledge.hub`): the language server "
+                                                    "passes a background lookup; None asks and waits.")
+    machine_gpu_count: int | None = Field(None, exclude=True, description="GPUs found on this machine "
+                                          "(nvidia-smi): the count when neither the settings nor the file give "
+                                          "one; a launcher's process count wins over it.")
+    any_model_folder: bool = Field(False, exclude=True, description="Whether a model folder given by an absolute "
+                                                       "path outside the workspace may be read (its config.json "
+                                                       "only): the command line and trusted workspaces.")
 
     @field_validator("gpu", "trace_python", mode="before")
     @classmethod
@@ -110,7 +124,8 @@ class Settings(BaseModel):
         return out
 
 
-USER_FIELDS = tuple(name for name in Settings.model_fields if name not in ("workspace", "read_file"))
+CONTEXT_FIELDS = ("workspace", "read_file", "hub_lookup", "any_model_folder", "machine_gpu_count")
+USER_FIELDS = tuple(name for name in Settings.model_fields if name not in CONTEXT_FIELDS)
 TABLES = frozenset(name for name in USER_FIELDS if get_origin(Settings.model_fields[name].annotation) is dict)
 """Fields that are tables: merged key by key across sources, and their entries validated one by one."""
 CLIENT_ONLY = frozenset({"trusted"})           # a project file or pushed editor settings cannot grant trust
@@ -211,7 +226,8 @@ def merge(layers: Iterable[dict[str, Any]], **context: Any) -> Settings:
     return Settings.model_validate({**merged, **context})
 
 
-FLAGS = {"gpu": "--gpu", "gpu_count": "--num-gpus", "headroom": "--headroom", "severity": "--severity"}
+FLAGS = {"gpu": "--gpu", "gpu_count": "--num-gpus", "headroom": "--headroom", "severity": "--severity",
+         "model_lookup": "--offline"}
 
 
 def from_flags(**flags: Any) -> dict[str, Any]:

@@ -43,3 +43,14 @@ async def test_every_format_gets_diagnostics_and_an_estimate(editor: Editor, pat
         est = estimates[-1]
         assert est["fits"] == ("VL001" not in codes)
         assert abs(sum(est["components_gib"].values()) - est["peak"]["device_gib"]) < 0.1
+
+
+async def test_a_merge_config_gets_a_note_and_no_estimate(editor: Editor):
+    """A LLaMA-Factory merge/export config names a model and looks like a config, but trains nothing: an
+    information note (VL018), no estimate, never a predicted out-of-memory error."""
+    uri = editor.open(FIXTURES / "not_training" / "llamafactory_merge_lora.yaml")
+    diagnostics = await editor.diagnostics(uri)
+    assert [(d.code, d.severity) for d in diagnostics] == [("VL018", types.DiagnosticSeverity.Information)]
+    assert "not a training run" in diagnostics[0].message
+    sent = await editor.estimate_notification(uri)
+    assert "peak" not in sent

@@ -102,3 +102,26 @@ def test_trace_python_setting_nested_and_dotted():
     assert read_client_settings({"trace.python": "/envs/a/bin/python"}) == {"trace_python": "/envs/a/bin/python"}
     problems: list[str] = []
     assert read_client_settings({"trace": {"python": 3}}, problems) == {} and problems
+
+
+def test_the_local_gpu_count_does_not_override_a_launchers_process_count(tmp_path):
+    """nvidia-smi found one GPU on this machine: a config launched on 8 processes is still estimated on 8, and a
+    config without a launcher on the GPUs found here."""
+    from vramlens.analysis import analyze
+
+
+    (tmp_path / "zero3.yaml").write_text("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n"
+                                         "mixed_precision: bf16\nnum_machines: 1\nnum_processes: 8\n", encoding="utf-8")
+    launch = tmp_path / "run.sh"
+    launch.write_text("accelerate launch --config_file zero3.yaml train.py --model_name_or_path "
+                      "meta-llama/Llama-3.1-8B --per_device_train_batch_size 1\n", encoding="utf-8")
+    plain = tmp_path / "sft.yaml"
+    plain.write_text("model_name_or_path: meta-llama/Llama-3.1-8B\nper_device_train_batch_size: 1\n", encoding="utf-8")
+    store = SettingsStore(detected={"gpu": "A100-80GB", "gpu_count": 1})
+    for path, gpus in ((launch, 8), (plain, 1)):
+        settings = store.for_document(path, tmp_path).values.model_copy(update={"workspace": tmp_path})
+        a = analyze(path.read_text(encoding="utf-8"), str(path), settings)
+        assert a.resolution.resolved.gpu_count == gpus
+    store = SettingsStore(detected={"gpu": "H100", "gpu_count": 4})
+    settings = store.for_document(plain, tmp_path).values.model_copy(update={"workspace": tmp_path})
+    assert analyze(plain.read_text(encoding="utf-8"), str(plain), settings).resolution.resolved.gpu_count == 4

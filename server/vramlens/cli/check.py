@@ -80,6 +80,7 @@ def _check_file(path: Path, explicit: bool, args, cli_severity: dict[str, str]) 
     from vramlens.analysis import analyze
     from vramlens.cli.paths import read_config_text
     from vramlens.cli.project import settings_for
+    from vramlens.formats import looks_like_training_config
 
     result = FileResult(path, explicit)
     try:
@@ -92,8 +93,9 @@ def _check_file(path: Path, explicit: bool, args, cli_severity: dict[str, str]) 
     analysis = analyze(result.text, str(path), settings)
     result.analysis = analysis
     if analysis.plan is None:
-        if analysis.findings and explicit:
-            result.unreadable = analysis.findings[0].message
+        unreadable = [f for f in analysis.findings if f.rule_id == "VL016"]
+        if unreadable and (explicit or looks_like_training_config(result.text)):
+            result.unreadable = unreadable[0].message
         else:
             result.skipped = "not a training config" + (f" ({analysis.error})" if analysis.error else "")
         return result

@@ -16,6 +16,8 @@ def add_settings_flags(p, gpu_help: str = 'GPU, e.g. "A100-40GB", "H100", "8xH10
     p.add_argument("--gpu", help=gpu_help)
     p.add_argument("--num-gpus", type=int, help="number of GPUs (overrides the config)")
     p.add_argument("--headroom", type=float, help=f"fraction of GPU memory to keep free (default {DEFAULT_HEADROOM:g})")
+    p.add_argument("--offline", action="store_true", default=None,
+                   help="never look a model up on the Hugging Face Hub (also off when HF_HUB_OFFLINE=1)")
 
 
 def settings_for(path: Path, args, severity: dict[str, str] | None = None):
@@ -30,8 +32,10 @@ def settings_for(path: Path, args, severity: dict[str, str] | None = None):
     if project is not None and project.problems:
         raise SettingsError(str(project.path), list(project.problems))
     flags = from_flags(gpu=getattr(args, "gpu", None), gpu_count=getattr(args, "num_gpus", None),
-                       headroom=getattr(args, "headroom", None), severity=severity or None)
-    return merge([project.values if project is not None else {}, flags], workspace=cwd)
+                       headroom=getattr(args, "headroom", None), severity=severity or None,
+                       model_lookup=False if getattr(args, "offline", None) else None)
+    # the command line reads a model folder named by an absolute path wherever it is (its config.json only)
+    return merge([project.values if project is not None else {}, flags], workspace=cwd, any_model_folder=True)
 
 
 def report(exc) -> int:

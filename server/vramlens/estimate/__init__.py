@@ -57,7 +57,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     else:
         saved = int(tok * all_layers)
     layers_saved = 0 if rp.grad_checkpointing else rp.arch.layers
-    acts_fb = saved + int(final) + amp_cache + mask + layers_saved * mask_per_layer
+    acts_fb = saved + int(final) + amp_cache + mask + layers_saved * mask_per_layer + C.vision_activations(rp, seqs)
 
     base = {"weights": W, "quant_constants": quant, "adapters": adapters, "buffers": B, "optimizer_paged": paged,
             **_other_models(rp, p)}

@@ -88,6 +88,13 @@ def params(rp: ResolvedPlan) -> Params:
         tb = adapter_b
         trainable_bytes = adapter * adapter_b + saved_bytes
         largest = max(saved_bytes, max((l.in_features * rp.lora_r * adapter_b for l in targeted(arch, rp.lora_targets)), default=0))
+    if arch.vision_params:          # a VLM's vision tower + projector, beside the language model
+        total += arch.vision_params
+        if rp.vision_frozen:
+            frozen_bytes += arch.vision_params * wb
+        else:
+            trainable += arch.vision_params
+            trainable_bytes += arch.vision_params * tb
     cb = DTYPE_BYTES[rp.compute_dtype]
     return Params(total=total, trainable=trainable, frozen_bytes=frozen_bytes, quantized_bytes=quantized,
                   quant_constants=quant_consts, trainable_bytes=trainable_bytes, trainable_dtype_bytes=tb,
@@ -288,6 +295,19 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         total_layers = arch.layers * per_layer
     tp = max(rp.tensor_parallel, 1)
     return total_layers / tp, per_layer / tp
+
+
+def vision_activations(rp: ResolvedPlan, images: int) -> int:
+    """Saved activations of a trained vision tower for `images` images: per ViT block and patch, Korthikanti et
+    al. 2022 (arXiv:2205.05198 §4.1) 34·d bytes for a 4·d MLP in 16 bits, with the MLP's share scaled to its width
+    (2·(9·d + 2·I) + d); one block's input when checkpointed. A frozen tower under inputs that need no gradient
+    saves nothing for backward."""
+    arch = rp.arch
+    if not arch.vision_params or rp.vision_frozen:
+        return 0
+    d, inter, patches = arch.vision_hidden, arch.vision_intermediate, arch.image_patches
+    per_layer = 2 * d if rp.grad_checkpointing else 2 * (9 * d + 2 * inter) + d
+    return images * patches * arch.vision_layers * per_layer
 
 
 def fp32_residual(rp: ResolvedPlan) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from vramlens.formats import (accelerate, axolotl, custom, deepspeed, hf, hints, litgpt, llamafactory, neox,
-                              torchtune)
+                              purpose, torchtune)
 from vramlens.formats.settings import PlanBuilder, Setting
 from vramlens.formats.yaml_doc import YamlError, load_yaml
 from vramlens.plan import IssueKind, ParseIssue, Severity, Span, TrainingPlan
@@ -106,6 +106,8 @@ def parse_document(text: str, path: str, workspace: Path | None = None,
             return ParseResult(None)
     if parser is not None:
         plan = parser(text, ctx)
+        if plan is not None and plan.purpose is not None:
+            return not_training(plan.purpose.value, ctx.path, plan.purpose.span)
         if plan is not None:
             hints.apply_hints(PlanBuilder.wrap(plan), text)
         return ParseResult(plan)
@@ -152,6 +154,17 @@ def best_dialect(data: Any, keys: set[str]) -> YamlDialect | None:
     return best if best is not None and best_score >= MIN_SCORE else None
 
 
+_TOP_KEY = re.compile(r"^([A-Za-z_][\w.-]*)[ \t]*:", re.MULTILINE)
+
+
+def looks_like_training_config(text: str) -> bool:
+    """Whether YAML text that does not load reads like a training config: its top-level keys (found line by line,
+    without loading) are enough for one of the dialects. `vramlens check` reports such a file (VL016) instead of
+    passing over it as "not a config"."""
+    keys = {m[1] for m in _TOP_KEY.finditer(text[:1 << 16])}
+    return bool(keys) and best_dialect(dict.fromkeys(keys), keys) is not None
+
+
 def parse_yaml_text(text: str, ctx: ParseContext) -> ParseResult:
     load_issues: list[ParseIssue] = []
     try:
@@ -162,7 +175,10 @@ def parse_yaml_text(text: str, ctx: ParseContext) -> ParseResult:
         return ParseResult(None)
     if not ctx.text:
         ctx.text = text
-    best = best_dialect(data, {str(k) for k in data})
+    keys = {str(k) for k in data}
+    best = best_dialect(data, keys)
+    if (what := purpose.config_purpose(best.name if best else None, keys, data)) is not None:
+        return not_training(what, ctx.path)
     if best is None:
         return ParseResult(None)
     builder = PlanBuilder(ctx.path, best.name, best.framework)
@@ -207,6 +223,13 @@ def _prequantized(b: PlanBuilder) -> None:
     note = f"`{where.value}` is a pre-quantized ({method}) checkpoint"
     b.plan.quant_bits = where.model_copy(update={"value": bits, "origin": Origin.DERIVED, "note": note})
     b.plan.quant_type = where.model_copy(update={"value": method, "origin": Origin.DERIVED, "note": note})
+
+
+def not_training(what: str, path: str, span: Span | None = None) -> ParseResult:
+    """No plan for a file that is not a training run (`formats.purpose`), with the note saying what it is."""
+    return ParseResult(None, [ParseIssue(kind=IssueKind.NOT_TRAINING,
+                                         message=f"{what}: not a training run, so no memory estimate",
+                                         span=span or span_of_file_start(path), severity=Severity.INFO)])
 
 
 def parse_file(path: str | Path, workspace: Path | None = None) -> ParseResult:

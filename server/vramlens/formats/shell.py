@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Callable
 
-from vramlens.formats import hf
+from vramlens.formats import hf, purpose
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
-from vramlens.plan import LINE_BREAK, IssueKind, Origin, ParseIssue, Reference, Severity, Span, TrainingPlan
+from vramlens.plan import LINE_BREAK, IssueKind, Origin, ParseIssue, Reference, Severity, Sourced, Span, TrainingPlan
 
 MAX_SHELL_CHARS = 2_000_000
 MAX_ARGS = 2_000          # arguments of the training command read; real launch lines have well under 100
@@ -832,6 +832,7 @@ class ShellScript:
     commands: list[Command]
     launch: Launch | None
     env: dict[str, Var]                   # variables at the launch command
+    purpose: tuple[str, Span] | None = None   # no launch, but a command that does something else (formats.purpose)
     flag_args: list[tuple[str, Arg, list[Arg]]] = field(default_factory=list)   # the script's own flags
 
 
@@ -880,6 +881,7 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
     launch: Launch | None = None          # a launcher or training CLI: the first one wins
     weak: tuple[Launch, dict] | None = None   # a plain `python script.py --flags`: used when there is no launcher
     candidates: set[int] = set()
+    other: tuple[str, Span] | None = None      # the first command that runs something other than training
     prev: Command | None = None
     for cmd in commands:
         if (prev is not None and prev.ended_by_comment and id(prev) in candidates
@@ -932,6 +934,11 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
                 env.pop(raw_text(text, w), None)
             continue
         prog = (head or "").rsplit("/", 1)[-1]
+        if other is None and prog in purpose.COMMAND_HEADS:
+            what = purpose.command_purpose([ex.parts(w.parts, env, (w.start, w.end)) or "" for w in rest[:8]])
+            if what is not None:
+                other = (what, idx.span(cmd.start, cmd.end))
+                continue
         if prog not in _HEADS and not (_PYTHON.fullmatch(prog) and _may_train(text, rest)):
             continue                                # not a launch: its words need no expansion
         merged = dict(env)
@@ -940,6 +947,11 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
         found = classify(args, prefix, cmd)
         if found is None:
             continue
+        if found.script is not None:
+            what = purpose.module_purpose(found.script.text) or purpose.script_purpose(found.script.text)
+            if what is not None:
+                other = other or (what, idx.span(cmd.start, cmd.end))
+                continue
         candidates.add(id(cmd))
         if found.tool != "python":
             launch, env = found, merged
@@ -955,7 +967,7 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
                     f"expansions to more than {MAX_EXPANDED_CHARS:,} in all); its value is treated as unknown "
                     f"({len(ex.capped):,} such value{'s' if len(ex.capped) != 1 else ''})",
             span=idx.span(start, end), severity=Severity.WARNING))
-    script = ShellScript(text, idx, commands, launch, env)
+    script = ShellScript(text, idx, commands, launch, env, purpose=other if launch is None else None)
     return script, issues
 
 
@@ -996,6 +1008,11 @@ def parse_script(text: str, ctx, fmt: str = "shell", path: str | None = None) ->
         return None
     path = path or ctx.path
     script, issues = analyze(text, path)
+    if script.launch is None and script.purpose is not None:
+        b = PlanBuilder(path, fmt, None)
+        what, where = script.purpose
+        b.plan.purpose = Sourced(value=what, origin=Origin.FILE, span=where)
+        return b.plan
     if script.launch is None:
         return None
     b = PlanBuilder(path, fmt, None)

@@ -109,6 +109,13 @@ def defaults_for(framework: str | None) -> tuple[str, str, dict]:
     return key, version, values
 
 
+# Frameworks that freeze a vision-language model's vision tower unless told otherwise: LLaMA-Factory
+# (hparams/model_args.py `freeze_vision_tower: bool = True`), ms-swift (`freeze_vit: bool = True`, swift/llm/
+# argument/tuner_args.py), torchtune (llama3_2_vision configs `encoder_trainable: False`). transformers / TRL /
+# axolotl train every parameter in a full fine-tune.
+FREEZES_VISION = frozenset({"llamafactory", "ms-swift", "torchtune"})
+
+
 # Plan fields (ResolvedPlan booleans of the same names) that say how a framework's step allocates.
 STEP_FLAGS = ("quant_lm_head", "quant_dequant_fp16", "fused_qkv", "logits_fp32")
 

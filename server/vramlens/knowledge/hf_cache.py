@@ -11,8 +11,7 @@ import os
 from pathlib import Path
 
 
-def hub_cache_dirs() -> list[Path]:
-    """Candidate hub cache directories that exist, most specific first."""
+def _candidates() -> list[Path]:
     env = os.environ
     candidates: list[Path] = []
     for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
@@ -23,8 +22,18 @@ def hub_cache_dirs() -> list[Path]:
     if env.get("XDG_CACHE_HOME"):
         candidates.append(Path(env["XDG_CACHE_HOME"]).expanduser() / "huggingface" / "hub")
     candidates.append(Path.home() / ".cache" / "huggingface" / "hub")
+    return candidates
+
+
+def default_hub_cache() -> Path:
+    """Where a download goes: the first candidate, as huggingface_hub chooses it (existing or not)."""
+    return _candidates()[0]
+
+
+def hub_cache_dirs() -> list[Path]:
+    """Candidate hub cache directories that exist, most specific first."""
     seen: list[Path] = []
-    for path in candidates:
+    for path in _candidates():
         if path not in seen and path.is_dir():
             seen.append(path)
     return seen

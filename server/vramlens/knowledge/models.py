@@ -18,6 +18,7 @@ import functools
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,8 @@ from pydantic import ValidationError
 from vramlens import file_access
 from vramlens.knowledge.data import index_spellings, load
 from vramlens.knowledge.hf_cache import cached_config_path
+from vramlens.knowledge.hub import HubAnswer, HubLookup, adapter_base
+from vramlens.knowledge.hub import is_repo_id as hub_is_repo_id
 from vramlens.knowledge.schema import ModelArch
 
 _MAX_CONFIG_BYTES = 4 * 1024 * 1024   # config.json files are a few KB; refuse anything absurd
@@ -122,16 +125,58 @@ def suggest_model(name: str, limit: int = 3) -> list[str]:
 
 
 def lookup_model(name_or_path: str, workspace: Path | None = None) -> ModelArch | None:
-    """Architecture for a hub id, alias, torchtune builder, local model folder or cached hub model; None if unknown."""
+    """Architecture for a hub id, alias, torchtune builder, local model folder or cached hub model; None if
+    unknown. Never reaches the network (`find_model` with a Hub lookup does)."""
+    return find_model(name_or_path, workspace).arch
+
+
+@dataclass(frozen=True)
+class ModelFound:
+    """What `find_model` learned: the architecture, or why there is none (and whether an answer is coming)."""
+
+    arch: ModelArch | None = None
+    where: str = "catalog"
+    """catalog | local folder | hub cache | hub | catalog (close name)"""
+    problem: str | None = None
+    pending: bool = False
+
+
+def find_model(name_or_path: str, workspace: Path | None = None, hub: HubLookup | None = None,
+               any_folder: bool = False, _adapter_of: str | None = None) -> ModelFound:
+    """The model's architecture from, in order: the catalog (exact id, alias or torchtune builder), a local
+    folder, the local Hugging Face cache, the Hub (`hub`: a lookup that may answer PENDING; None: not asked),
+    then a close catalog name. `any_folder` lets an absolute folder outside the workspace be read (the command
+    line and trusted workspaces)."""
     if not name_or_path or not name_or_path.strip():
-        return None
-    if model := _catalog_exact(name_or_path):
-        return model
-    if config := _local_config(name_or_path, workspace):
-        return arch_from_config_file(config, name_or_path.strip())
-    if config := cached_config_path(name_or_path):
-        return arch_from_config_file(config, name_or_path.strip())
-    return _catalog_loose(name_or_path)
+        return ModelFound()
+    name = name_or_path.strip()
+    if model := _catalog_exact(name):
+        return ModelFound(model)
+    if config := _local_config(name, workspace, any_folder):
+        if config.name == "adapter_config.json":
+            base = adapter_base(config)
+            if base and _adapter_of is None:
+                found = find_model(base, workspace, hub, any_folder, _adapter_of=name)
+                return ModelFound(found.arch, f"the base model of the adapter `{name}`, from the {found.where}",
+                                  found.problem, found.pending)
+            return ModelFound()
+        return ModelFound(arch_from_config_file(config, name), "local folder")
+    if config := cached_config_path(name):
+        return ModelFound(arch_from_config_file(config, name), "hub cache")
+    answer = hub(name) if hub is not None and hub_is_repo_id(name) else None
+    if answer is not None and answer.base_model and _adapter_of is None:
+        base = find_model(answer.base_model, workspace, hub, any_folder, _adapter_of=name)
+        where = f"the base model of the adapter `{name}`, from the {base.where}"
+        return ModelFound(base.arch, where, base.problem, base.pending)
+    if answer is not None and answer.config is not None:
+        if (arch := arch_from_config_file(answer.config, name)) is not None:
+            return ModelFound(arch, "hub")
+        answer = HubAnswer(problem=f"`{name}`'s config.json on the Hub is not a model config vramlens can use")
+    if model := _catalog_loose(name):
+        return ModelFound(model, "catalog (close name)")
+    if answer is None:
+        return ModelFound()
+    return ModelFound(problem=answer.problem, pending=answer.pending)
 
 
 def _local_candidates(name: str, workspace: Path | None) -> list[Path]:
@@ -142,32 +187,37 @@ def _local_candidates(name: str, workspace: Path | None) -> list[Path]:
     return [raw] if raw.is_absolute() or workspace is None else [workspace / raw, raw]
 
 
-def _local_config(name: str, workspace: Path | None) -> Path | None:
+def _local_config(name: str, workspace: Path | None, any_folder: bool = False) -> Path | None:
     roots = file_access.allowed_roots(workspace)
     for path in _local_candidates(name, workspace):
-        if not file_access.inside(path, roots):
+        anywhere = any_folder and path.is_absolute()
+        if not anywhere and not file_access.inside(path, roots):
             continue
         try:
-            if path.is_dir() and (path / "config.json").is_file():
-                config = path / "config.json"
-                return config if file_access.inside(config, roots) else None
-            if path.is_file() and path.suffix == ".json":
+            for file in ("config.json", "adapter_config.json"):     # a PEFT adapter folder names its base model
+                if path.is_dir() and (path / file).is_file():
+                    config = path / file
+                    return config if anywhere or file_access.inside(config, roots) else None
+            if path.is_file() and path.suffix == ".json" and (not anywhere or path.name == "config.json"):
                 return path
         except (OSError, ValueError):
             continue
     return None
 
 
-def local_config_problem(name: str, workspace: Path | None = None) -> str | None:
+def local_config_problem(name: str, workspace: Path | None = None, any_folder: bool = False) -> str | None:
     """Why a model named by a local path has no architecture: the path leads outside what vramlens reads, or
     its config.json is not a usable model config. None when the name is not such a path."""
     n = name.strip()
     candidates = _local_candidates(n, workspace)
     path_like = n.startswith(("/", "~", ".")) or ".." in Path(n).parts
     roots = file_access.allowed_roots(workspace)
-    if path_like and not any(file_access.inside(p, roots) for p in candidates):
+    if path_like and not any(file_access.inside(p, roots) or (any_folder and p.is_absolute()) for p in candidates):
         return file_access.refusal("model folder", n, workspace)
-    config = _local_config(n, workspace)
+    config = _local_config(n, workspace, any_folder)
+    if config is not None and config.name == "adapter_config.json":
+        base = adapter_base(config)
+        return None if base else f"`{config}` names no base model (`base_model_name_or_path`)"
     if config is not None and arch_from_config_file(config, n) is None:
         return (f"`{config}` is not a model config vramlens can use: hidden_size, num_attention_heads, "
                 f"num_hidden_layers and vocab_size (and any other shape) must be whole numbers from 1 to {MAX_DIM:,}")
@@ -176,8 +226,6 @@ def local_config_problem(name: str, workspace: Path | None = None) -> str | None
 
 def arch_from_config_file(path: Path, model_id: str | None = None) -> ModelArch | None:
     """Read a `config.json` (json only, size-bounded) and map it; None if unreadable or not a model config."""
-    from vramlens import file_access
-
     try:
         config = json.loads(file_access.read_checked(path, _MAX_CONFIG_BYTES, expect=_resolved(path)))
     except (OSError, ValueError):
@@ -225,16 +273,26 @@ def _dim(v: Any) -> bool:
 
 
 def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = "config.json") -> ModelArch | None:
-    """Map a transformers `config.json` dict (incl. nested `text_config`, T5 and GPT-2 keys) to a ModelArch."""
+    """Map a transformers `config.json` dict (incl. nested `text_config`, T5 and GPT-2 keys) to a ModelArch.
+
+    Vision-language models: the language model from `text_config` (`llm_config` in InternVL's own configs), the
+    vision tower and projector from `vision_config` (`vision_tower`). A `model_type` with no dedicated mapping here
+    is read generically from its sizes (hidden, layers, heads, kv heads, intermediate, vocab, experts, state
+    sizes) and marked `approximate`."""
     outer_type = str(config.get("model_type", "")).lower()
-    text = config.get("text_config")
+    vision = config.get("vision_config")
+    text = config.get("text_config") or config.get("llm_config")
     if isinstance(text, dict) and _first(config, "hidden_size", "n_embd", "d_model") is None:
-        config = {**config, **text}   # multimodal (Gemma-3, Llava, ...): the language model's shapes
+        config = {**config, **text}   # multimodal (Gemma-3, Llava, Qwen3-VL, Mllama, InternVL): the LM's shapes
     model_type = str(config.get("model_type") or outer_type).lower()
 
-    hidden = _first(config, "hidden_size", "n_embd", "d_model", "dim")
+    hidden = _first(config, "hidden_size", "n_embd", "d_model", "dim", "d_embed")
     heads = _first(config, "num_attention_heads", "n_head", "num_heads", "encoder_attention_heads", "n_heads")
     vocab = _first(config, "vocab_size", "padded_vocab_size")
+    approximate = _generic_notes(config, model_type)
+    if heads is None and approximate and _dim(hidden) and hidden:
+        heads = max(1, hidden // _GENERIC_HEAD_DIM)      # attention-free (Mamba, RWKV): heads only size the estimate
+        approximate += "; no attention heads in the config: sized as heads of 128"
     if model_type in _ENCODER_DECODERS:
         block = "encoder-decoder"
         encoder_layers = _first(config, "num_layers", "encoder_layers")
@@ -246,7 +304,16 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
     if not all(_dim(v) and v > 0 for v in (hidden, heads, vocab, layers)):
         return None
     intermediate = _first(config, "intermediate_size", "n_inner", "d_ff", "ffn_dim", "encoder_ffn_dim",
-                          "ffn_hidden_size") or 4 * hidden
+                          "ffn_hidden_size", "block_ff_dim")
+    expand = config.get("expand")
+    if (not _dim(intermediate) or not intermediate) and isinstance(expand, (int, float)) and 0 < expand < 64 \
+            and _first(config, "num_attention_heads", "n_head", "num_heads") is None:
+        # attention-free Mamba: a layer is in_proj (h → 2·expand·h) + out_proj (expand·h → h) = 3·expand·h²
+        # (transformers modeling_mamba.py `MambaMixer`); the generic layer (4·h² attention + 3·h·I gated MLP) gets
+        # the MLP width that gives it as many weights
+        intermediate = max(1, int((3 * expand - 4) * hidden / 3))
+    elif not _dim(intermediate) or not intermediate:
+        intermediate = 4 * hidden
 
     feed_forward = str(config.get("feed_forward_proj", "")).lower()
     if feed_forward:
@@ -274,6 +341,9 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
     num_experts = _first(config, "num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts") or 0
     shared_intermediate = config.get("shared_expert_intermediate_size")
     shared_experts = config.get("n_shared_experts") or (1 if shared_intermediate else 0)
+    if model_type.startswith("llama4") and num_experts:
+        # transformers modeling_llama4.py `Llama4TextMoe`: every MoE layer has one shared expert of the experts' width
+        shared_experts, shared_intermediate = 1, intermediate
     tied = config.get("tie_word_embeddings")
     shapes = (intermediate, head_dim, kv_heads, num_experts, shared_intermediate, shared_experts, kv_lora_rank,
               encoder_layers, config.get("moe_intermediate_size"), config.get("first_k_dense_replace"),
@@ -305,14 +375,91 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
             moe_intermediate=config.get("moe_intermediate_size") or (intermediate if num_experts else None),
             shared_experts=shared_experts,
             shared_expert_intermediate=shared_intermediate,
-            dense_layers=config.get("first_k_dense_replace") or 0,
+            dense_layers=_dense_layers(config, layers, num_experts),
             kv_lora_rank=kv_lora_rank,
             max_position=_first(config, "max_position_embeddings", "n_positions", "n_ctx", "max_seq_len"),
             stored_dtype=_dtype(config),
             source=source,
+            approximate=approximate,
+            **(_vision_tower(vision, hidden) if isinstance(vision, dict) else {}),
         )
     except ValidationError:      # a field of the wrong type (text where a number goes)
         return None
+
+
+def _dense_layers(config: Mapping[str, Any], layers: int, num_experts: int) -> int:
+    """Layers with a dense MLP in an MoE model: DeepSeek's leading `first_k_dense_replace`, or every layer but
+    one in `period` (Jamba `expert_layer_period`, Llama-4 `interleave_moe_layer_step`, Qwen2-MoE
+    `decoder_sparse_step`) — only their number matters for the weights."""
+    first = config.get("first_k_dense_replace") or 0
+    period = _first(config, "expert_layer_period", "interleave_moe_layer_step", "decoder_sparse_step")
+    if num_experts and _dim(period) and period > 1:
+        return layers - layers // period
+    return first if _dim(first) and first <= layers else 0
+
+
+# model_type values the mapping above knows the structure of (attention + MLP blocks as transformers builds
+# them); anything else is estimated from its sizes alone and marked approximate.
+_DEDICATED = (_ENCODERS | _ENCODER_DECODERS | _GEGLU | _UNGATED_GELU | _RELU | _LAYERNORM | _QKV_BIAS_ONLY
+              | frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen3_vl", "qwen3_vl_text",
+                           "qwen2_5_vl_text", "qwen2_vl_text", "phi3", "deepseek_v2", "deepseek_v3", "gpt_oss",
+                           "olmo2", "olmo3", "gemma3", "llava", "mllama", "mllama_text_model", "internvl",
+                           "internvl_chat", "granite", "smollm3", "mistral3", "llama4", "llama4_text"}))
+_GENERIC_HEAD_DIM = 128
+# Keys that say a layer is not attention + MLP: recurrent / state-space mixers (Mamba, Jamba, Falcon-H1,
+# Nemotron-H, Qwen3-Next's linear attention, LFM2's short convolutions).
+_STATE_KEYS = ("state_size", "ssm_state_size", "mamba_d_state", "d_state", "linear_num_value_heads",
+               "mamba_n_heads", "conv_L_cache", "layer_types", "hybrid_override_pattern", "attn_layer_period")
+
+
+def _generic_notes(config: Mapping[str, Any], model_type: str) -> str:
+    """"" for a model_type with a dedicated mapping; else what the generic reading assumed."""
+    if model_type in _DEDICATED:
+        return ""
+    notes = [f"every layer sized as attention + {'an MoE' if _first(config, 'num_local_experts', 'n_routed_experts', 'num_experts') else 'a gated'} MLP"]
+    if any(config.get(k) is not None for k in _STATE_KEYS):
+        notes.append("state-space / recurrent layers counted as attention layers of the same width")
+    return "; ".join(notes)
+
+
+def _vision_tower(vision: Mapping[str, Any], lm_hidden: int) -> dict:
+    """Vision encoder + projector sizes from a VLM's `vision_config` (ViT blocks: q, k, v, o + a 2-matrix MLP,
+    with biases; patch embedding; projector to the LM width). Sources: transformers 4.57 modeling_qwen2_vl.py
+    (`PatchEmbed`, `PatchMerger`), modeling_qwen2_5_vl.py, modeling_mllama.py (`num_global_layers`, tiles),
+    modeling_llava.py (`LlavaMultiModalProjector`: two linears), modeling_internvl.py (pixel shuffle, 0.5)."""
+    d = _first(vision, "embed_dim", "hidden_size", "width", "vision_hidden_size")
+    if vision.get("embed_dim") and vision.get("hidden_size") and vision.get("depth"):
+        d = vision["embed_dim"]            # Qwen2-VL: hidden_size is the merger's output (the LM width)
+    layers = _first(vision, "depth", "num_hidden_layers", "num_layers", "layers")
+    if not (_dim(d) and _dim(layers) and d and layers):
+        return {}
+    layers += vision.get("num_global_layers") or 0                 # Mllama: a second, global encoder
+    inter = _first(vision, "intermediate_size")
+    ratio = vision.get("mlp_ratio")
+    if not _dim(inter) or not inter:
+        inter = int(d * ratio) if isinstance(ratio, (int, float)) and 0 < ratio < 64 else 4 * d
+    gated = str(vision.get("hidden_act", "")).lower() == "silu"    # Qwen2.5-VL's SwiGLU vision MLP
+    patch = _first(vision, "patch_size") or 14
+    channels = vision.get("in_channels") or vision.get("num_channels") or 3
+    temporal = vision.get("temporal_patch_size") or 1
+    merge = vision.get("spatial_merge_size") or (2 if vision.get("downsample_ratio") or vision.get("pixel_shuffle_ratio")
+                                                 else 1)
+    if not all(_dim(v) and v for v in (patch, channels, temporal, merge)):
+        return {}
+    block = 4 * d * d + 4 * d + (3 if gated else 2) * d * inter + inter + d + 4 * d   # + 2 LayerNorms
+    embed = channels * temporal * patch * patch * d
+    merged = d * merge * merge
+    out = _first(vision, "out_hidden_size") or lm_hidden
+    projector = merged * merged + merged * out if merge > 1 else d * out + out * out
+    image = _first(vision, "image_size")
+    if isinstance(image, list):
+        image = image[0] if image and _dim(image[0]) else None
+    if _dim(image) and image:
+        patches = (image // patch) ** 2 * (vision.get("max_num_tiles") or 1)
+    else:   # dynamic resolution (Qwen-VL): LLaMA-Factory's default image_max_pixels = 768 × 768
+        patches = (768 * 768) // (patch * patch)
+    return {"vision_params": layers * block + embed + projector, "vision_hidden": d, "vision_layers": layers,
+            "vision_intermediate": inter, "image_patches": patches}
 
 
 # ----------------------------------------------------------------------------------------------- parameters

@@ -39,6 +39,13 @@ class ModelArch(BaseModel):
     stored_dtype: str = "bf16"                # dtype of the published checkpoint (transformers v5 "auto")
     params_b: float | None = None             # published total parameter count, billions (cross-check)
     source: str = ""                          # where the numbers come from
+    approximate: str = ""                     # non-empty: no dedicated model for this family; what was generic
+    # Vision-language models: the vision tower (+ projector) beside the language model above
+    vision_params: int = 0                    # vision encoder + multimodal projector parameters
+    vision_hidden: int = 0
+    vision_layers: int = 0
+    vision_intermediate: int = 0
+    image_patches: int = 0                    # patches of one image through the vision encoder
 
     @property
     def n_kv_heads(self) -> int:

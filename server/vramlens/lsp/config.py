@@ -72,7 +72,9 @@ class SettingsStore:
                 project = find_workspace_config(path, root)
             except OSError:
                 project = None
-        layers = [("nvidia-smi" + (f" ({self.detected_note})" if self.detected_note else ""), self.detected),
+        # the local GPU count is a default: a launcher's process count in the file wins over it (resolve._world)
+        detected = {k: v for k, v in self.detected.items() if k != "gpu_count"}
+        layers = [("nvidia-smi" + (f" ({self.detected_note})" if self.detected_note else ""), detected),
                   ("initialization options", self.initialization),
                   ("editor settings", self.editor)]
         if project is not None:
@@ -83,7 +85,8 @@ class SettingsStore:
         for name, layer in layers:
             if layer.get("gpu") is not None:
                 origin = name
-        return EffectiveSettings(merge(values for _, values in layers), origin,
+        return EffectiveSettings(merge((values for _, values in layers),
+                                       machine_gpu_count=self.detected.get("gpu_count")), origin,
                                  project.path if project else None)
 
     def with_editor(self, editor: dict[str, Any]) -> "SettingsStore":

@@ -190,7 +190,7 @@ class Analyzer:
             analysis = pipeline.too_large(path, size)
         else:
             analysis = pipeline.run(doc.source, path, settings, self.server.workspace_root(),
-                                    self.server.read_open_file)
+                                    self.server.read_open_file, self.server.hub_lookups())
         elapsed = (time.perf_counter() - start) * 1000
         return Result(doc.uri, doc.version, self.generation, path, analysis, settings, elapsed, plan_digest(analysis),
                       extra={"too_large": True} if size is not None else {})

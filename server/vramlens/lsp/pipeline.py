@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from vramlens.lsp.config import EffectiveSettings
 from vramlens.settings import Settings
@@ -19,13 +19,18 @@ log = logging.getLogger(__name__)
 
 
 def analysis_settings(settings: EffectiveSettings, workspace: Path | None,
-                      read_file: Callable[[Path], str | None] | None = None) -> Settings:
-    """The document's settings with the run's context (workspace root, how to read open buffers)."""
-    return settings.values.model_copy(update={"workspace": workspace, "read_file": read_file})
+                      read_file: Callable[[Path], str | None] | None = None,
+                      hub_lookup: Callable[[str], Any] | None = None) -> Settings:
+    """The document's settings with the run's context (workspace root, how to read open buffers, how to ask the
+    Hub without waiting); a model folder outside the workspace is read only in a trusted workspace."""
+    return settings.values.model_copy(update={"workspace": workspace, "read_file": read_file,
+                                              "hub_lookup": hub_lookup,
+                                              "any_model_folder": settings.values.trusted})
 
 
 def run(text: str, path: str, settings: EffectiveSettings, workspace: Path | None,
-        read_file: Callable[[Path], str | None] | None = None) -> "Analysis | None":
+        read_file: Callable[[Path], str | None] | None = None,
+        hub_lookup: Callable[[str], Any] | None = None) -> "Analysis | None":
     """`analysis.analyze` for one document; None when the pipeline itself failed (a bug, logged)."""
     # Imported on first use, not with this module: the server answers `initialize` before the pipeline loads.
     from vramlens.analysis import analyze
@@ -33,7 +38,7 @@ def run(text: str, path: str, settings: EffectiveSettings, workspace: Path | Non
     if workspace is None and Path(path).is_absolute():
         workspace = Path(path).parent       # no workspace folder: the document's folder bounds what is read
     try:
-        return analyze(text, path, analysis_settings(settings, workspace, read_file))
+        return analyze(text, path, analysis_settings(settings, workspace, read_file, hub_lookup))
     except Exception:
         log.exception("analysis of %s failed", path)
         return None

@@ -132,6 +132,7 @@ class VramlensServer(LanguageServer):
         self._settings_ready: asyncio.Event | None = None
         self._exact: dict[tuple[str, str], float] = {}
         self._workers: dict[str, Any] = {}
+        self._hub: Any = None
         self.oversized: dict[str, int] = {}       # uri → size of an open document too large to read
 
     # ---- client capabilities -------------------------------------------------------------------
@@ -251,6 +252,16 @@ class VramlensServer(LanguageServer):
                 return doc.source
         return None
 
+    def hub_lookups(self) -> Any:
+        """Hub lookups of unknown models, run in worker threads (`knowledge.hub.BackgroundLookups`): an analysis
+        never waits for the network; when an answer arrives every open document is analysed again."""
+        if self._hub is None:
+            from vramlens.knowledge.hub import BackgroundLookups
+
+            loop = asyncio.get_running_loop()
+            self._hub = BackgroundLookups(lambda _repo: loop.call_soon_threadsafe(self.settings_changed))
+        return self._hub
+
     def refresh_views(self) -> None:
         """Ask the client to re-request what depends on settings or traces."""
         if self.pull_diagnostics and self._cap("workspace.diagnostics.refresh_support"):
@@ -280,6 +291,8 @@ class VramlensServer(LanguageServer):
                 except Exception:
                     log.warning("closing a worker failed", exc_info=True)
         self._workers.clear()
+        if self._hub is not None:
+            self._hub.shutdown()
 
 
 # ---------------------------------------------------------------------------------- safety net

@@ -1,0 +1,109 @@
+"""Files that configure or launch something other than training: inference, generation, evaluation, merging,
+export and quantization. They name a model and often a batch size, but no training step runs, so they get no
+estimate and no out-of-memory finding — only a note saying what they are (VL018).
+
+Recognised from the frameworks' own vocabularies:
+- torchtune recipes without an optimizer or a loss: `generate` (`prompt`, `max_new_tokens`), `eleuther_eval`
+  (`tasks`), `quantize` (`quantizer`) — torchtune recipes/configs/generation.yaml, eleuther_evaluation.yaml,
+  quantization.yaml (v0.6);
+- LLaMA-Factory: `export_dir` (examples/merge_lora/*.yaml, `llamafactory-cli export`, incl.
+  `export_quantization_bit`), `infer_backend` (examples/inference/*.yaml), `task` + `n_shot` (`llamafactory-cli
+  eval`), `do_predict` without `do_train`; the helper scripts `scripts/llama_pro.py`, `scripts/pissa_init.py`,
+  `scripts/loftq_init.py` (examples/extras/llama_pro/expand.sh, examples/extras/pissa/init.sh);
+- mergekit configs (`merge_method`), and command lines of `llamafactory-cli export|chat|eval|webchat|webui|api`,
+  `tune run generate|eleuther_eval|quantize`, `axolotl inference|merge-lora|quantize|evaluate`, `swift infer|
+  export|eval|deploy|merge-lora|app`, `trl chat`, `vllm serve`, `lm_eval`, `mergekit-yaml`.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+
+# --- YAML / JSON configs -------------------------------------------------------------------------------------
+
+
+def config_purpose(dialect: str | None, keys: set[str], data: dict) -> str | None:
+    """What a config that is not a training run is for ("a LLaMA-Factory merge/export config"), or None."""
+    if "merge_method" in keys and ({"models", "slices", "base_model"} & keys):
+        return "a mergekit merge config"
+    if dialect == "torchtune" and not ({"optimizer", "loss", "optimizer_in_bwd"} & keys):
+        if {"prompt", "max_new_tokens"} & keys:
+            return "a torchtune generation config"
+        if "tasks" in keys:
+            return "a torchtune evaluation config (eleuther_eval)"
+        if "quantizer" in keys:
+            return "a torchtune quantization config"
+    if (dialect in ("llamafactory", "llamafactory-v1", "hf") or "template" in keys) and not _true(data.get("do_train")):
+        if "export_dir" in keys:
+            what = "quantization export" if "export_quantization_bit" in keys else "merge/export"
+            return f"a LLaMA-Factory {what} config (`llamafactory-cli export`)"
+        if "infer_backend" in keys:
+            return "a LLaMA-Factory inference config (`llamafactory-cli chat`)"
+        if "task" in keys and "n_shot" in keys:
+            return "a LLaMA-Factory evaluation config (`llamafactory-cli eval`)"
+        if _true(data.get("do_predict")) and "stage" in keys:
+            return "a LLaMA-Factory prediction config (do_predict without do_train)"
+    return None
+
+
+def _true(value) -> bool:
+    return value is True or str(value).strip().lower() in ("true", "1", "yes")
+
+
+# --- command lines -------------------------------------------------------------------------------------------
+
+# program → subcommands that do not train (any subcommand for the programs mapped to None)
+_COMMANDS: dict[str, frozenset[str] | None] = {
+    "llamafactory-cli": frozenset({"export", "chat", "eval", "webchat", "webui", "api", "env", "version"}),
+    "lmf": frozenset({"export", "chat", "eval", "webchat", "webui", "api", "env", "version"}),
+    "tune": frozenset({"download", "cp", "ls", "validate", "cat"}),
+    "axolotl": frozenset({"inference", "merge-lora", "merge_lora", "merge-sharded-fsdp-weights", "quantize",
+                          "evaluate", "preprocess", "fetch", "lm-eval", "vllm-serve", "delinearize-llama4"}),
+    "swift": frozenset({"infer", "export", "eval", "deploy", "merge-lora", "app", "web-ui", "sample"}),
+    "trl": frozenset({"chat", "env", "vllm-serve", "vllm_serve"}),
+    "vllm": None, "lm_eval": None, "lm-eval": None, "mergekit-yaml": None, "mergekit-moe": None,
+    "huggingface-cli": None, "hf": None, "sglang": None, "text-generation-launcher": None,
+}
+COMMAND_HEADS = frozenset(_COMMANDS)
+_TUNE_RECIPES = re.compile(r"^(?:dev/)?(?:generate\w*|eleuther_eval\w*|quantize\w*|generation\w*|eval\w*)$")
+_MODULES = re.compile(r"^(?:vllm\.|sglang\.|lm_eval|mergekit|axolotl\.cli\.(?:inference|merge|quantize|evaluate|"
+                      r"preprocess)|swift\.cli\.(?:infer|export|eval|deploy|merge)|llamafactory\.(?:chat|eval|api))")
+# a script whose file name says it does not train (and nothing in it says train / finetune / sft)
+_SCRIPT = re.compile(r"(?:^|[_\-./])(?:infer|inference|generate|generation|chat|eval|evaluate|evaluation|merge|"
+                     r"merge_lora|export|convert|quantize|quantization|serve|server|api_demo|cli_demo|web_demo|"
+                     r"llama_pro|pissa_init|loftq_init|predict|benchmark_inference|vllm_infer)(?:[_\-.]|$)", re.I)
+_TRAINS = re.compile(r"train|finetune|fine_tune|sft|dpo|ppo|grpo|pretrain|rlhf|kto|orpo", re.I)
+
+
+def command_purpose(words: list[str]) -> str | None:
+    """What a command line that does not train does (`llamafactory-cli export ...` → "`llamafactory-cli
+    export`"), or None when it may train (or is not a known command)."""
+    if not words:
+        return None
+    prog = words[0].rsplit("/", 1)[-1]
+    sub = words[1] if len(words) > 1 else ""
+    if prog in _COMMANDS:
+        subs = _COMMANDS[prog]
+        if subs is None or sub in subs:
+            return f"`{prog}{' ' + sub if sub and subs is not None else ''}`"
+        if prog == "tune" and sub == "run":
+            recipe = next((w for w in words[2:] if not w.startswith("-") and not w.isdigit()), "")
+            if _TUNE_RECIPES.match(recipe):
+                return f"`tune run {recipe}`"
+        return None
+    return None
+
+
+def module_purpose(module: str) -> str | None:
+    """`python -m <module>` that does not train (vLLM, lm-eval, mergekit, axolotl's inference/merge CLIs)."""
+    return f"`python -m {module}`" if _MODULES.match(module) else None
+
+
+def script_purpose(script: str) -> str | None:
+    """A script run by python/torchrun/accelerate/deepspeed whose name says what it does instead of training
+    (`scripts/llama_pro.py`, `vllm_infer.py`, `merge_lora.py`)."""
+    name = PurePosixPath(script).name
+    stem = name.rsplit(".", 1)[0]
+    if not name or _TRAINS.search(stem):
+        return None
+    return f"the script `{name}`" if _SCRIPT.search(stem) else None
