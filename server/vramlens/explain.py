@@ -15,7 +15,7 @@ from vramlens.estimate import estimate as _estimate
 from vramlens.estimate.result import COMPONENT_LABELS, COMPONENTS, GIB, Estimate
 from vramlens.knowledge import gpus, optimizers
 from vramlens.plan import Origin, Sourced, Span, TrainingPlan
-from vramlens.report import bar, objective_text
+from vramlens.report import bar, objective_text, speed_text
 from vramlens.resolved import ResolvedPlan
 
 if TYPE_CHECKING:
@@ -558,6 +558,8 @@ def budget_markdown(ctx: Context) -> str:
         "",
         f"range {gib(e.low_bytes)}–{gib(e.high_bytes)} GiB · allocated {gib(e.allocated_bytes)} · "
         f"reserved {gib(e.reserved_bytes)} · device {gib(e.device_bytes)} GiB · peak phase: **{e.phase}**",
+        "",
+        f"speed: {markup.text(speed_text(e))}",
         "",
         "| component | GiB | |",
         "|---|---:|---|",

@@ -6,6 +6,8 @@ JSON contract (`vramlens estimate --format json`, also produced by `vramlens tra
    "headroom_gib", "max_micro_batch", "max_seq_len", "assumptions": [...], "objective"}
 ("objective": "sft" | "dpo" | "kto" | "orpo" | "simpo" | "cpo" | "rm" | "ppo" | "grpo" | "rloo" | "online-dpo" | "gkd" |
  "kd" | "pretrain"; the phases the objective adds: "reference-forward", "generation", "teacher-forward")
+"throughput": {"tokens_per_s", "run_tokens_per_s", "step_s", "mfu", "bound", "parts_s"} or null when the GPU's
+ speed is not known (vramlens.estimate.throughput).
 plus "range_gib": {"low", "high"}, "phases_gib" (allocated GiB of each candidate phase), "params_trainable", "sources" (where each setting came from).
 """
 from __future__ import annotations
@@ -49,6 +51,7 @@ def estimate_fields(rp, est: Estimate, model_id: str | None = None) -> dict:
         "max_seq_len": est.max_seq_len,
         "params_trainable": est.params_trainable,
         "assumptions": list(est.assumptions),
+        "throughput": est.throughput.as_json() if est.throughput is not None else None,
     }
 
 
@@ -97,6 +100,26 @@ def objective_text(rp) -> str:
     return " · ".join(parts)
 
 
+def speed_text(est: Estimate) -> str:
+    """One line on how fast the step runs: `≈ 2,410 tokens/s per GPU · 3.40 s per step · MFU 41 % · compute-bound`."""
+    t = est.throughput
+    if t is None:
+        return "speed not known for this GPU"
+    run = f" ({t.run_tokens_per_s:,.0f} for the run)" if t.run_tokens_per_s > t.tokens_per_s * 1.001 else ""
+    return (f"≈ {t.tokens_per_s:,.0f} tokens/s per GPU{run} · {t.step_s:.2f} s per optimizer step · "
+            f"MFU {t.mfu:.0%} · {t.bound}-bound")
+
+
+def speed_change(before: Estimate, after: Estimate) -> str | None:
+    """How a change moves the tokens per second: "+18 % tokens/s", "−24 % tokens/s"; None when not known."""
+    if before.throughput is None or after.throughput is None or before.throughput.tokens_per_s <= 0:
+        return None
+    change = after.throughput.tokens_per_s / before.throughput.tokens_per_s - 1
+    if abs(change) < 0.005:
+        return "same speed"
+    return f"{'+' if change > 0 else '−'}{abs(change):.0%} tokens/s"
+
+
 def bar(fraction: float, width: int = 28) -> str:
     """A horizontal bar with eighth-block resolution."""
     fraction = max(0.0, min(1.0, fraction))
@@ -122,6 +145,7 @@ def render_text(path: str, plan: TrainingPlan, res: Resolution, est: Estimate) -
         f"→ {verdict}, headroom {_g(est.headroom_bytes):+.1f} GiB",
         f"          allocated {_g(est.allocated_bytes):.1f} · reserved {_g(est.reserved_bytes):.1f} · "
         f"peak phase: {est.phase}",
+        f"  speed   {speed_text(est)}",
         "",
     ]
     scale = max(est.device_bytes, usable)

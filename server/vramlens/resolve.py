@@ -393,7 +393,8 @@ def _model(name: str, settings: Settings, assumptions: list[str]) -> ModelArch:
     hints = models.suggest_model(name)
     hint = hints[0] if hints else None
     if not settings.model_lookup:
-        hub_text = "not looked up on the Hugging Face Hub (the `model_lookup` setting or --offline is off)"
+        hub_text = ("not looked up on the Hugging Face Hub (the `model_lookup` setting or --offline turns it off, "
+                    "and the editor asks the Hub only in a trusted workspace)")
     elif found.problem:
         hub_text = found.problem
     else:

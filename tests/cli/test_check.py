@@ -57,7 +57,7 @@ def test_a_predicted_oom_fails_with_its_line_and_fixes(tmp_path):
     r = check("oom.yaml", "--gpu", "A100-40GB", cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "oom.yaml:7:1: error VL001 [predicted-oom] Predicted peak" in r.stdout   # line 7 is `optim:`
-    assert "fix: Make it fit:" in r.stdout
+    assert "fix: Make it fit" in r.stdout
 
 
 def test_severity_off_and_overrides(tmp_path):

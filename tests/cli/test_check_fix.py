@@ -29,7 +29,7 @@ def test_fix_makes_the_oom_example_pass(tmp_path):
 
     fixed = check(config.name, "--gpu", "A100-40GB", "--fix", cwd=tmp_path)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
-    assert "fixed: Make it fit:" in fixed.stdout
+    assert "fixed: Make it fit" in fixed.stdout
     after = config.read_text(encoding="utf-8")
     assert after != before
     # comments and untouched settings survive

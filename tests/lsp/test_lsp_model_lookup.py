@@ -22,9 +22,11 @@ SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "vramlens", "s
                             client_factory=make_client, server_env=ENV)
 
 
-@pytest_lsp.fixture(config=SERVER)
-async def session(lsp_client: LanguageClient):
-    lsp_client.editor = await start(lsp_client, "visual-studio-code")     # type: ignore[attr-defined]
+@pytest_lsp.fixture(config=SERVER, params=[True, False], ids=["trusted", "untrusted"])
+async def session(lsp_client: LanguageClient, request):
+    lsp_client.editor = await start(lsp_client, "visual-studio-code",      # type: ignore[attr-defined]
+                                    initialization_options={"trusted": request.param})
+    lsp_client.trusted = request.param                                     # type: ignore[attr-defined]
     yield
     await lsp_client.shutdown_session()
 
@@ -34,7 +36,9 @@ def editor(session: LanguageClient) -> Editor:
     return session.editor                                                  # type: ignore[attr-defined]
 
 
-async def test_the_estimate_arrives_when_the_hub_answers(editor: Editor, tmp_path):
+async def test_the_estimate_arrives_when_the_hub_answers(editor: Editor, session: LanguageClient, tmp_path):
+    if not session.trusted:                                                # type: ignore[attr-defined]
+        pytest.skip("an untrusted workspace does not ask the Hub: test_an_untrusted_workspace_never_asks_the_hub")
     text = ("model_name_or_path: alignment-handbook/zephyr-7b-sft-full\nper_device_train_batch_size: 1\n"
             "bf16: true\ngradient_checkpointing: true\n")
     uri = editor.open(tmp_path / "sft.yaml", text)
@@ -54,7 +58,20 @@ async def test_the_estimate_arrives_when_the_hub_answers(editor: Editor, tmp_pat
     assert sum(1 for r in HUB.requests if "zephyr" in r[1] and r[0] == "HEAD") == 1
 
 
-async def test_a_gated_model_names_what_is_missing(editor: Editor, tmp_path):
+async def test_an_untrusted_workspace_never_asks_the_hub(editor: Editor, session: LanguageClient, tmp_path):
+    """A repository the editor does not trust cannot make it reach the network by naming a model."""
+    if session.trusted:                                                    # type: ignore[attr-defined]
+        pytest.skip("trusted: the Hub is asked (test_the_estimate_arrives_when_the_hub_answers)")
+    uri = editor.open(tmp_path / "sft.yaml", "model_name_or_path: untrusted-org/never-asked-7b\n"
+                                             "per_device_train_batch_size: 1\n")
+    diagnostics = await editor.diagnostics(uri)
+    assert any("trusted workspace" in d.message for d in diagnostics), [d.message for d in diagnostics]
+    assert not [r for r in HUB.requests if "never-asked" in r[1]]
+
+
+async def test_a_gated_model_names_what_is_missing(editor: Editor, session: LanguageClient, tmp_path):
+    if not session.trusted:                                                # type: ignore[attr-defined]
+        pytest.skip("an untrusted workspace does not ask the Hub")
     uri = editor.open(tmp_path / "gated.yaml", "model_name_or_path: meta-llama/gated-70b\n"
                                                "per_device_train_batch_size: 1\n")
 

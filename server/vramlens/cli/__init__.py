@@ -13,6 +13,7 @@ SUBCOMMANDS: dict[str, str] = {
     "serve": "serve",
     "trace": "trace",
     "probe": "probe",
+    "gpus": "gpus",
 }
 
 

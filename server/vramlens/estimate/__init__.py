@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from vramlens.estimate import allocator, components as C
 from vramlens.estimate.result import COMPONENTS, GIB, Estimate
+from vramlens.estimate.throughput import throughput
 from vramlens.resolved import ResolvedPlan
 
 __all__ = ["estimate", "allocated_peak", "Estimate", "GIB", "COMPONENTS", "REVISION"]
@@ -166,7 +167,7 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
         components=components, phase=phase, phases=totals, usable_bytes=usable, fits=fits,
         headroom_bytes=usable - device, max_micro_batch=max_b, max_seq_len=max_s,
         params_total=p.total, params_trainable=p.trainable, activation_bytes_per_sample=per_sample,
-        headroom_fraction=rp.headroom, objective=rp.objective,
+        headroom_fraction=rp.headroom, objective=rp.objective, throughput=throughput(rp),
         assumptions=tuple(assumptions))
 
 

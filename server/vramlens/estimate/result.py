@@ -35,6 +35,24 @@ COMPONENT_LABELS = {
 }
 
 
+class Throughput(BaseModel):
+    """How fast the step runs (vramlens.estimate.throughput)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tokens_per_s: float           # per GPU: tokens of the micro-batches (every sequence through the policy)
+    run_tokens_per_s: float       # the whole run: per GPU × data-parallel ranks
+    step_s: float                 # one optimizer step: grad_accum micro-steps, the optimizer, unhidden communication
+    mfu: float                    # model FLOPs (forward + backward, no recompute) ÷ (time × dense peak)
+    bound: str                    # what limits the step: compute, memory, communication, overhead, generation, offload
+    parts_s: dict[str, float]     # seconds per optimizer step by part
+
+    def as_json(self) -> dict:
+        return {"tokens_per_s": round(self.tokens_per_s, 1), "run_tokens_per_s": round(self.run_tokens_per_s, 1),
+                "step_s": round(self.step_s, 4), "mfu": round(self.mfu, 4), "bound": self.bound,
+                "parts_s": {k: round(v, 4) for k, v in self.parts_s.items()}}
+
+
 class Estimate(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -58,6 +76,7 @@ class Estimate(BaseModel):
     headroom_fraction: float = DEFAULT_HEADROOM    # the plan's headroom setting: below this share of usable memory a fit is tight
     assumptions: tuple[str, ...] = ()
     objective: str = "sft"             # what the step optimises (ResolvedPlan.objective)
+    throughput: Throughput | None = None   # speed of the step; None when the GPU's speed is not known
 
     def gib(self, name: str) -> float:
         return getattr(self, name) / GIB

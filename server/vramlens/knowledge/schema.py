@@ -82,6 +82,17 @@ class GpuSpec(BaseModel):
     fp8: bool = False
     compute_capability: str | None = None     # "8.0"
     source: str = ""
+    # Speed (issue: tokens per second). Dense tensor-core throughput in TFLOPS (no 2:4 sparsity; fp16/bf16 with
+    # fp32 accumulation, which is what training runs: GeForce cards run it at half their fp16-accumulate rate);
+    # fp32 is the plain CUDA-core rate. None: the card has no such unit (bf16 before Ampere).
+    tflops_bf16: float | None = None
+    tflops_fp16: float | None = None
+    tflops_fp32: float | None = None
+    tops_int8: float | None = None
+    memory_gbs: float | None = None           # device memory bandwidth, GB/s (10^9 B/s)
+    link_gbs: float | None = None             # GPU-to-GPU bandwidth, GB/s both directions together (NVLink, or the
+                                              # PCIe slot when the card has no NVLink in common servers)
+    speed_source: str = ""
 
 
 class OptimizerSpec(BaseModel):

@@ -22,10 +22,13 @@ def analysis_settings(settings: EffectiveSettings, workspace: Path | None,
                       read_file: Callable[[Path], str | None] | None = None,
                       hub_lookup: Callable[[str], Any] | None = None) -> Settings:
     """The document's settings with the run's context (workspace root, how to read open buffers, how to ask the
-    Hub without waiting); a model folder outside the workspace is read only in a trusted workspace."""
+    Hub without waiting); a model folder outside the workspace is read, and the Hub asked for a model a file
+    names, only in a trusted workspace (an untrusted repository cannot make the editor reach the network)."""
+    trusted = settings.values.trusted
     return settings.values.model_copy(update={"workspace": workspace, "read_file": read_file,
                                               "hub_lookup": hub_lookup,
-                                              "any_model_folder": settings.values.trusted})
+                                              "model_lookup": settings.values.model_lookup and trusted,
+                                              "any_model_folder": trusted})
 
 
 def run(text: str, path: str, settings: EffectiveSettings, workspace: Path | None,

@@ -8,6 +8,7 @@ is logged and the client gets an empty answer, never a dead server.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import gc
 import inspect
@@ -161,8 +162,13 @@ class VramlensServer(LanguageServer):
         return Path(root) if root else None
 
     def effective_settings(self, path: str | None) -> config.EffectiveSettings:
-        """Settings for a file on disk (project files near it count), or for an unsaved buffer (None)."""
-        return self.settings.for_document(Path(path) if path else None, self.workspace_root())
+        """Settings for a file on disk (project files near it count), or for an unsaved buffer (None), with the
+        workspace's trust as the client gave it at initialize (no settings source can set it)."""
+        effective = self.settings.for_document(Path(path) if path else None, self.workspace_root())
+        if effective.values.trusted != self.trusted:
+            effective = dataclasses.replace(effective, values=effective.values.model_copy(
+                update={"trusted": self.trusted}))
+        return effective
 
     def settings_ready(self) -> asyncio.Event:
         if self._settings_ready is None:

@@ -1,0 +1,333 @@
+"""How long one training step takes: tokens per second, step time, model FLOPs utilisation.
+
+A roofline model, operation by operation, on one GPU. Each operation takes the longer of its arithmetic at the
+GPU's dense tensor-core rate and its memory traffic at the GPU's bandwidth, each at the share of the peak that
+well-formed kernels reach:
+
+  linears       every nn.Linear of the blocks and the LM head: forward (2·T·in·out FLOPs; reads its input and
+                weight, writes its output), the input-gradient GEMM in backward (always: earlier layers need it),
+                the weight-gradient GEMM (only for weights that train), and the forward again for recomputed
+                blocks under gradient checkpointing. Small micro-batches read the whole weight for few tokens and
+                are bandwidth-bound: this is where a larger micro-batch gains speed. MoE: each routed expert sees
+                its share (top-k / experts) of the tokens.
+  LoRA          the adapters' own small GEMMs, their dropout, and (QLoRA) dequantising each 4-bit weight to the
+                compute dtype every time it is used (forward, input gradient, recompute).
+  attention     QKᵀ and AV: 4·T·s·d FLOPs per layer forward, halved for causal masks by kernels that skip masked
+                blocks (FlashAttention/SDPA); backward ≈ 2.5× forward (FlashAttention recomputes the scores).
+                Eager attention also writes and reads the s×s score matrices.
+  elementwise   norms, residual adds, the MLP activation, rotary embeddings: a fixed number of reads and writes of
+                the hidden state per layer, memory-bound; the loss reads and writes the vocabulary-wide logits.
+  optimizer     once per optimizer step: every trainable parameter's weight, gradient and state read and written
+                (memory-bound); on the CPU over PCIe when offloaded.
+  collectives   data parallelism moves gradients (DDP all-reduce, ZeRO/FSDP reduce-scatter) and, when sharded,
+                parameters (all-gather) over the GPU link; they overlap with compute, so a step takes the longer of
+                the two plus the last bucket that cannot overlap.
+  overhead      eager PyTorch launches one kernel per operation from Python: a step cannot be shorter than its
+                launches (small models at small batches are launch-bound).
+
+Efficiencies (shares of the datasheet peak):
+  MATMUL_EFFICIENCY 0.70  large bf16/fp16 GEMMs through cuBLAS reach 70–80 % of the dense peak (NVIDIA, "Matrix
+                          Multiplication Background User's Guide", docs.nvidia.com/deeplearning/performance);
+                          the lower end, as a training step's GEMMs are not all large and square.
+  attention         FlashAttention-2 (what SDPA and flash_attention_2 run) reaches 50–73 % of the peak on Ampere
+                    and Ada forward, less backward (Dao, "FlashAttention-2", arXiv:2307.08691, §4.1), but only about
+                    35 % on Hopper, whose tensor cores it does not program (Shah et al., "FlashAttention-3",
+                    arXiv:2407.08608, §1): 0.50 before Hopper, 0.35 from Hopper on, 0.60 with FlashAttention-3.
+  MEMORY_EFFICIENCY 0.80  streaming kernels reach ~80 % of the memory bandwidth.
+  LINK_EFFICIENCY   0.70  NCCL bus bandwidth reaches ~70 % of the per-direction link rate.
+Between nodes each GPU has one network port: 400 Gb/s on Hopper-class nodes (DGX H100 datasheet: 8× ConnectX-7),
+200 Gb/s before (DGX A100 datasheet: 8× ConnectX-6).
+These are general properties of the hardware and libraries, not fitted to any measured run; the figures this
+model gives are checked against published tokens/s tables by benchmarks/throughput.py.
+"""
+from __future__ import annotations
+
+from vramlens.estimate import components as C
+from vramlens.estimate.result import Throughput
+from vramlens.estimate.shapes import shapes, targeted
+from vramlens.resolved import ResolvedPlan
+
+MATMUL_EFFICIENCY = 0.70
+MEMORY_EFFICIENCY = 0.80
+LINK_EFFICIENCY = 0.70
+CPU_OP_SECONDS = 8e-6            # one eager PyTorch op: dispatch and kernel launch from Python
+PCIE_OFFLOAD_GBS = 25.0          # host↔device copies over PCIe Gen4 x16 in practice
+CPU_ADAM_GBS = 40.0              # DeepSpeed CPUAdam streams states through host memory at about this rate
+
+# memory-bound reads and writes of the hidden state per token per layer, forward, in units of `hidden` elements:
+# 2 norms (read + write), 2 residual adds (2 reads + write), the gated MLP's activation (in units of the MLP width,
+# below), rotary embeddings on q and k (in units of their widths, below)
+ELEMENTWISE_HIDDEN = 2 * 2 + 2 * 3
+OPS_PER_LAYER = 40               # eager ops per block forward (norms, projections, rotary, attention, MLP, adds)
+OPS_PER_ADAPTER = 5              # dropout, A, B, scale, add
+
+
+class _Clock:
+    """Seconds by part, each operation at the slower of its arithmetic and its memory traffic."""
+
+    def __init__(self, peak_flops: float, bandwidth: float):
+        self.peak = peak_flops
+        self.bw = bandwidth
+        self.parts: dict[str, float] = {}
+        self.compute_bound = 0.0
+        self.memory_bound = 0.0
+
+    def op(self, part: str, flops: float, bytes_: float, efficiency: float = MATMUL_EFFICIENCY,
+           times: float = 1.0) -> None:
+        t_c = flops / (self.peak * efficiency)
+        t_m = bytes_ / (self.bw * MEMORY_EFFICIENCY)
+        t = max(t_c, t_m) * times
+        self.parts[part] = self.parts.get(part, 0.0) + t
+        if t_c >= t_m:
+            self.compute_bound += t
+        else:
+            self.memory_bound += t
+
+    def add(self, part: str, seconds: float) -> None:
+        self.parts[part] = self.parts.get(part, 0.0) + seconds
+
+
+def _peak(rp: ResolvedPlan) -> float | None:
+    g = rp.gpu
+    rate = {"bf16": g.tflops_bf16, "fp16": g.tflops_fp16, "fp32": g.tflops_fp32}[rp.compute_dtype]
+    if rate is None and rp.compute_dtype == "bf16":
+        rate = g.tflops_fp32                # no bf16 unit: emulated at best at the fp32 rate
+    return rate * 1e12 if rate else None
+
+
+def _hopper_or_newer(rp: ResolvedPlan) -> bool:
+    cc = rp.gpu.compute_capability or ""
+    try:
+        return float(cc) >= 9.0
+    except ValueError:
+        return False
+
+
+def attention_efficiency(rp: ResolvedPlan) -> float:
+    """Share of the tensor-core peak the attention kernels reach (module docstring)."""
+    if rp.attn_impl == "flash_attention_3":
+        return 0.60
+    return 0.35 if _hopper_or_newer(rp) else 0.50
+
+
+def network_gbs(rp: ResolvedPlan) -> float:
+    """One GPU's share of the network between nodes, GB/s one direction."""
+    return 50.0 if _hopper_or_newer(rp) else 25.0
+
+
+def _linears(rp: ResolvedPlan) -> list[tuple[str, int, int, float, float, bool]]:
+    """(name, in, out, instances, tokens share, trains) for every linear a token passes through, LM head
+    included. A routed expert's instances see top-k/experts of the tokens."""
+    arch = rp.arch
+    s = shapes(arch)
+    full = rp.peft == "none"
+    out: list[tuple[str, int, int, float, float, bool]] = []
+    routed = (arch.layers - arch.dense_layers) * arch.num_experts if arch.is_moe else 0
+    for lin in s.linears:
+        share = 1.0
+        if arch.is_moe and lin.name in ("gate", "up", "down", "fc1", "fc2") and lin.count == routed:
+            share = arch.experts_per_token / arch.num_experts
+        out.append((lin.name, lin.in_features, lin.out_features, lin.count, share, full))
+    if not rp.scalar_head and arch.block != "encoder":
+        head_trains = full or "lm_head" in rp.modules_to_save
+        out.append(("lm_head", arch.hidden, arch.vocab, 1, 1.0, head_trains))
+    elif rp.scalar_head:
+        out.append(("score", arch.hidden, 1, 1, 1.0, True))
+    return out
+
+
+def throughput(rp: ResolvedPlan) -> Throughput | None:
+    """Time of one optimizer step of this plan on its GPU; None when the GPU's speed is not in the catalog."""
+    peak = _peak(rp)
+    if peak is None or not rp.gpu.memory_gbs:
+        return None
+    clock = _Clock(peak, rp.gpu.memory_gbs * 1e9)
+    arch = rp.arch
+    cb = C.DTYPE_BYTES[rp.compute_dtype]
+    cp = max(rp.context_parallel, 1)
+    tp = max(rp.tensor_parallel, 1)
+    seq = max(rp.seq_len // cp, 1)
+    seqs = rp.micro_batch * rp.sequences_per_example
+    T = seqs * seq                                   # tokens of one micro-step on this GPU
+    accum = max(rp.grad_accum, 1)
+    ckpt = rp.grad_checkpointing
+    forwards = 2 if ckpt else 1                      # recomputed blocks run their forward twice
+
+    # -- linears: forward, input gradient, weight gradient, recompute -------------------------------------
+    model_flops = 0.0                                # forward + backward without recompute, per micro-step
+    n_ops = 0
+    for name, fin, fout, count, share, trains in _linears(rp):
+        fout_tp = fout / tp if name != "lm_head" else fout
+        tokens = T * share
+        flops = 2 * tokens * fin * fout_tp
+        bytes_ = cb * (tokens * fin + fin * fout_tp + tokens * fout_tp)
+        passes = (forwards if name not in ("lm_head", "score") else 1) + 1 + (1 if trains else 0)
+        clock.op("matmuls", flops, bytes_, times=count * passes)
+        model_flops += flops * count * (2 + (1 if trains else 0))
+    layers_total = arch.layers + (arch.encoder_layers or 0)
+    n_ops += layers_total * OPS_PER_LAYER * (forwards + 2)
+
+    # -- LoRA adapters, dropout, 4-bit dequantisation ------------------------------------------------------
+    if rp.peft != "none":
+        ab = 4 if rp.adapter_fp32 else cb
+        for lin in targeted(arch, rp.lora_targets):
+            r = max(rp.lora_r, 1)
+            flops = 2 * T * r * (lin.in_features + lin.out_features)
+            bytes_ = ab * (T * (lin.in_features + lin.out_features + 2 * r))
+            clock.op("adapters", flops, bytes_, times=lin.count * (forwards + 2))
+            model_flops += 3 * flops * lin.count
+            if rp.lora_dropout > 0:                  # dropout of the adapter's input: read, write, mask
+                clock.op("adapters", 0, T * lin.in_features * (2 * cb + 1), times=lin.count * forwards)
+            if rp.peft == "dora":                    # DoRA: the weight norm of W + BA over every output row
+                clock.op("adapters", 2 * lin.in_features * lin.out_features,
+                         3 * cb * lin.in_features * lin.out_features, times=lin.count * (forwards + 1))
+            n_ops += lin.count * OPS_PER_ADAPTER * (forwards + 2)
+        if rp.quant_bits:
+            packed, consts = C.quantized_bytes_per_param(rp)
+            quant_params = sum(lin.params for lin in shapes(arch).linears)
+            # each use reads the packed weight and its constants and writes the dequantised copy
+            clock.op("dequantize", 0, quant_params * (packed + consts + cb), times=forwards + 1)
+
+    # -- attention -----------------------------------------------------------------------------------------
+    d_attn = arch.heads * arch.d_head / tp
+    causal = arch.block == "decoder"
+    flash = rp.attn_impl in ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention", "xformers")
+    attn_fwd = 4 * T * seq * d_attn * (0.5 if causal and flash else 1.0)
+    attn_io = cb * T * (2 * d_attn + 2 * arch.n_kv_heads * arch.d_head / tp)      # q, out, k, v
+    if not flash:                                    # eager: the s×s scores written, soft-maxed, read
+        attn_io += seqs * (arch.heads / tp) * seq * seq * (4 * cb + 4)
+    clock.op("attention", attn_fwd, attn_io, attention_efficiency(rp), times=layers_total * (forwards + 2.5))
+    model_flops += attn_fwd * layers_total * 3
+
+    # -- elementwise and the loss ----------------------------------------------------------------------------
+    inter = arch.moe_intermediate or arch.intermediate
+    width = ELEMENTWISE_HIDDEN * arch.hidden + 3 * inter * (arch.experts_per_token or 1) \
+        + 2 * (arch.q_dim + arch.kv_dim)
+    clock.op("elementwise", 0, T * width * cb, times=layers_total * (forwards + 2))
+    if not rp.scalar_head and arch.block != "encoder":
+        logit_tokens = seqs * ((rp.logits_tokens or rp.seq_len) // cp)
+        # logits written, read into the fp32 softmax, the gradient written and read back into the head GEMM;
+        # a fused loss never writes them whole
+        per_token = arch.vocab * (4 if rp.loss_impl == "fused" else 2 * cb + 3 * 4)
+        clock.op("loss", 0, logit_tokens * per_token)
+
+    # -- per micro-step → per optimizer step ---------------------------------------------------------------
+    micro_s = sum(clock.parts.values())
+    launch_s = n_ops * CPU_OP_SECONDS * (0.25 if rp.compile else 1.0)
+    overhead = max(launch_s - micro_s, 0.0)          # the GPU waits for Python only when it is faster
+    compute_s = (micro_s + overhead) * accum
+    parts = {k: v * accum for k, v in clock.parts.items()}
+    if overhead:
+        parts["launch overhead"] = overhead * accum
+
+    # objective: the reference model's and the teacher's forwards, generation (issue 14)
+    extra = _objective_seconds(rp, clock, T, model_flops) * accum
+    if extra:
+        parts.update({k: v * accum for k, v in clock.parts.items() if k.startswith("objective:")})
+        compute_s += extra
+
+    # -- optimizer step ------------------------------------------------------------------------------------
+    p = C.params(rp)
+    opt_s, where = _optimizer_seconds(rp, p)
+    parts["optimizer"] = opt_s
+    if rp.grad_accum > 1:                            # gradients accumulated: read + written per extra micro-step
+        parts["gradient accumulation"] = (accum - 1) * 2 * p.trainable_bytes * C.shard_factor(rp, "gradients") \
+            / (clock.bw * MEMORY_EFFICIENCY)
+
+    # -- collectives ---------------------------------------------------------------------------------------
+    comm_s, tail_s = _communication_seconds(rp, p)
+    exposed = max(comm_s - compute_s, 0.0) + tail_s
+    if comm_s:
+        parts["communication (exposed)"] = exposed
+
+    step_s = compute_s + opt_s + parts.get("gradient accumulation", 0.0) + exposed
+    tokens = T * accum
+    per_gpu = tokens / step_s
+    dp = max(rp.world_size, 1) if rp.strategy != "none" else 1
+    mfu = model_flops * accum / (step_s * peak)
+    candidates = {"compute": clock.compute_bound * accum, "memory": clock.memory_bound * accum + opt_s,
+                  "communication": exposed, "overhead": overhead * accum,
+                  "generation": parts.get("objective: generation", 0.0)}
+    if where == "cpu":
+        candidates["offload"] = opt_s
+        candidates["memory"] -= opt_s
+    bound = max(candidates, key=candidates.get)
+    return Throughput(tokens_per_s=per_gpu, run_tokens_per_s=per_gpu * dp, step_s=step_s, mfu=mfu, bound=bound,
+                      parts_s=parts)
+
+
+def _objective_seconds(rp: ResolvedPlan, clock: _Clock, T: int, policy_flops: float) -> float:
+    """Extra seconds per micro-step for what the objective adds beside the policy's step."""
+    extra = 0.0
+    fwd_flops = policy_flops / 3                     # one forward of the policy (policy_flops ≈ fwd + 2 × bwd)
+    weights = C.model_weights(rp, rp.arch)
+
+    def forward_of(flops: float, weight_bytes: float, label: str) -> None:
+        nonlocal extra
+        t = max(flops / (clock.peak * MATMUL_EFFICIENCY), weight_bytes / (clock.bw * MEMORY_EFFICIENCY))
+        clock.add(label, t)
+        extra += t
+
+    if rp.reference != "none":
+        forward_of(fwd_flops, weights, "objective: reference forward")
+    if rp.reward_model:
+        forward_of(fwd_flops, weights, "objective: reward model")
+    if rp.value_model:                               # trained: forward and backward like the policy
+        forward_of(3 * fwd_flops, 3 * weights, "objective: value model")
+    if rp.teacher is not None:
+        ratio = C.model_weights(rp, rp.teacher) / max(weights, 1)
+        forward_of(fwd_flops * ratio, C.model_weights(rp, rp.teacher), "objective: teacher forward")
+    if rp.generation in ("generate", "vllm-colocate") and rp.generations_per_example:
+        # decoding is bandwidth-bound: every new token reads the weights once for the whole batch, plus the
+        # KV cache; vLLM's kernels and scheduling do it at about the roofline, HF generate() far below it
+        new_tokens = rp.logits_tokens or rp.generation_len // 2          # the completion
+        kv = C.kv_cache(rp)
+        per_token_s = (weights + kv / 2) / (clock.bw * MEMORY_EFFICIENCY)
+        efficiency = 1.0 if rp.generation == "vllm-colocate" else 0.3
+        t = new_tokens * per_token_s / efficiency / max(rp.grad_accum, 1)   # one generation per optimizer step
+        clock.add("objective: generation", t)
+        extra += t
+    return extra
+
+
+def _optimizer_seconds(rp: ResolvedPlan, p: C.Params) -> tuple[float, str]:
+    """The optimizer step's seconds, and where it runs ("gpu" or "cpu")."""
+    opt = rp.optimizer
+    shard = C.shard_factor(rp, "optimizer")
+    n = p.trainable * shard
+    wb = p.trainable_dtype_bytes
+    state_b = opt.state_bytes if opt.state_bytes is not None else wb
+    per_param = 2 * wb + wb + 2 * opt.states * state_b   # weight read + written, gradient read, states read + written
+    if rp.master_weights:
+        per_param += 2 * 4 + 2 * 4                       # fp32 master read + written, fp32 gradient
+    if rp.offload_optimizer:
+        # gradients down and weights up over PCIe, the update in host memory (DeepSpeed CPUAdam)
+        return n * 2 * wb / (PCIE_OFFLOAD_GBS * 1e9) + n * per_param / (CPU_ADAM_GBS * 1e9), "cpu"
+    if opt.states == 0 and opt.family == "lomo":
+        return 0.0, "gpu"
+    return n * per_param / (rp.gpu.memory_gbs * 1e9 * MEMORY_EFFICIENCY), "gpu"
+
+
+def _communication_seconds(rp: ResolvedPlan, p: C.Params) -> tuple[float, float]:
+    """(collective seconds per optimizer step, the part that cannot overlap with compute)."""
+    world = max(rp.world_size, 1)
+    if rp.strategy == "none" or world == 1:
+        return 0.0, 0.0
+    link = rp.gpu.link_gbs or 32.0
+    per_direction = link / 2
+    if world > max(rp.gpu_count, 1):
+        per_direction = min(per_direction, network_gbs(rp))
+    bw = per_direction * 1e9 * LINK_EFFICIENCY
+    ring = (world - 1) / world
+    accum = max(rp.grad_accum, 1)
+    grads = p.trainable * (4 if rp.master_weights else p.trainable_dtype_bytes)
+    if rp.strategy == "ddp" or (rp.strategy == "deepspeed" and rp.zero_stage == 0):
+        moved = 2 * ring * grads                              # all-reduce once per optimizer step
+    elif rp.strategy == "deepspeed" and rp.zero_stage in (1, 2):
+        moved = ring * grads * accum + ring * p.trainable * p.trainable_dtype_bytes   # reduce-scatter, all-gather
+    else:                                                      # ZeRO-3 / FSDP full shard: parameters gathered
+        weights = p.total * C.DTYPE_BYTES[rp.compute_dtype]    # forward and backward, gradients reduce-scattered
+        moved = accum * (2 * ring * weights + ring * grads)
+    total = moved / bw
+    layers = max(rp.arch.layers, 1)
+    return total, total / layers / accum
