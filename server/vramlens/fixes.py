@@ -23,6 +23,15 @@ cheapest such combination and saying so in its title. The changes, cheapest firs
 
 Each change has cost 2^(rank-1), so one change outranks every combination of the cheaper ones; the search for a
 plan that changes what is trained walks the subsets in increasing cost and returns the first that fits.
+
+Every fix is `safe` or `unsafe`, as ruff's fix levels (https://docs.astral.sh/ruff/linter/#fix-safety): a safe fix
+keeps what is trained and the results (in exact arithmetic) and needs nothing new installed — the allocator setting,
+chunked or torchtune's linear cross-entropy, fused AdamW, gradient checkpointing, a smaller micro-batch with more
+accumulation (the same global batch; `transformers` ≥ 4.46 normalises the loss over the accumulated tokens,
+https://github.com/huggingface/transformers/pull/34191); an unsafe one changes what or how it trains — 8-bit
+optimizer states, LoRA/QLoRA instead of the full model, fp16 instead of bf16, shorter sequences or completions,
+fewer generations — or needs another package (Liger). `check --fix` applies the safe ones, `--unsafe-fixes` both; "make
+it fit" is safe when all of its changes are.
 """
 from __future__ import annotations
 
@@ -31,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vramlens.estimate import GIB, Estimate, estimate
-from vramlens.plan import Origin, Sourced, Span, TrainingPlan, text_lines
+from vramlens.plan import Origin, Sourced, Span, TrainingPlan
 from vramlens.calibration import calibrate
 from vramlens.formats.render import TextEdit, render_change
 from vramlens.knowledge import optimizers
@@ -39,6 +48,7 @@ from vramlens.resolve import resolve
 from vramlens.settings import Settings
 from vramlens.report import speed_change
 from vramlens.resolved import ResolvedPlan
+from vramlens.text import line_ending, with_line_ending
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +89,11 @@ class Fix:
     safe: bool = False                            # keeps the training's results: `check --fix` applies it
 
     @property
+    def applicability(self) -> str:
+        """"safe" (`check --fix` applies it) or "unsafe" (only with `--unsafe-fixes`)."""
+        return "safe" if self.safe else "unsafe"
+
+    @property
     def fits(self) -> bool | None:
         return None if self.estimate_after is None else self.estimate_after.fits
 
@@ -111,29 +126,26 @@ def with_changes(plan: TrainingPlan, changes: dict[str, Any]) -> TrainingPlan:
     return plan.model_copy(update=update)
 
 
-def apply_edits(text: str, edits: list) -> str:
-    """Apply text edits (0-based line/col spans, end exclusive) to `text`; raises ValueError on overlap."""
-    if not edits:
-        return text
-    lines = text_lines(text, keepends=True)
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line))
+def change_key(fix: Fix) -> tuple:
+    """What a fix changes: its text edits (file, range, new text), or its plan changes when it has no edits. Two
+    fixes with the same key are one change, whatever their titles."""
+    if fix.edits:
+        return tuple(sorted((e.span.file, e.span.start_line, e.span.start_col, e.span.end_line, e.span.end_col,
+                             e.new_text) for e in fix.edits))
+    return ("changes",) + tuple(sorted((k, repr(v)) for k, v in fix.changes.items()))
 
-    def offset(line: int, col: int) -> int:
-        if line >= len(lines):
-            return len(text)
-        content = lines[line].rstrip("\r\n")
-        return starts[line] + min(col, len(content))
 
-    ranges = sorted(((offset(e.span.start_line, e.span.start_col), offset(e.span.end_line, e.span.end_col), e.new_text)
-                     for e in edits), key=lambda r: (r[0], r[1]))
-    for (s1, e1, _), (s2, _, _) in zip(ranges, ranges[1:]):
-        if s2 < e1:
-            raise ValueError("overlapping edits")
-    out = text
-    for start, end, new in reversed(ranges):
-        out = out[:start] + new + out[end:]
+def distinct(fixes: list[Fix | None]) -> list[Fix]:
+    """The fixes without repeats of the same change (the first one, e.g. "make it fit", stays)."""
+    seen: set[tuple] = set()
+    out = []
+    for fix in fixes:
+        if fix is None:
+            continue
+        key = change_key(fix)
+        if key not in seen:
+            seen.add(key)
+            out.append(fix)
     return out
 
 
@@ -212,7 +224,10 @@ class Fixer:
             return [], "vramlens could not write this change into the file"
         if result is None:
             return [], f"a {self.plan.format} config cannot express this change"
-        return list(result.edits), result.note
+        eol = line_ending(self.text)       # lines a fix adds to a CRLF file are CRLF too
+        own = ("", self.plan.source_file)
+        return [TextEdit(span=e.span, new_text=with_line_ending(e.new_text, eol)) if e.span.file in own else e
+                for e in result.edits], result.note
 
     def make(self, fix_id: str, label: str, changes: dict[str, Any], *, safe: bool = False,
              preferred: bool = False, estimate_title: bool = True) -> Fix:
@@ -239,21 +254,24 @@ class Fixer:
             out.append(Candidate("expandable-segments", "add PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
                                  {"alloc_conf": with_expandable_segments(conf)}, 1, safe=True))
         if rp.arch.block != "encoder" and rp.loss_impl != "fused":
-            if fw in LIGER_FRAMEWORKS:
+            if fw in LIGER_FRAMEWORKS:      # unsafe: needs the liger-kernel package
                 out.append(Candidate("fused-loss", "use Liger's fused linear cross-entropy", {"loss_impl": "fused"}, 2))
             elif fw == "torchtune":
-                out.append(Candidate("fused-loss", "use the linear cross-entropy loss", {"loss_impl": "fused"}, 2))
+                out.append(Candidate("fused-loss", "use the linear cross-entropy loss", {"loss_impl": "fused"}, 2,
+                                     safe=True))
             elif rp.loss_impl == "standard":
-                out.append(Candidate("fused-loss", "use a chunked cross-entropy loss", {"loss_impl": "chunked"}, 2))
+                out.append(Candidate("fused-loss", "use a chunked cross-entropy loss", {"loss_impl": "chunked"}, 2,
+                                     safe=True))
         opt = rp.optimizer
         if opt.library == "torch" and opt.family in ("adamw", "adam") and rp.optimizer_impl == "foreach" \
                 and not rp.offload_optimizer:
             changes = {"optimizer": "adamw_torch_fused"} if fw in NAMED_OPTIMIZER_FRAMEWORKS and opt.family == "adamw" \
                 else {"optimizer_impl": "fused"}
-            out.append(Candidate("fused-adamw", "use fused AdamW instead of foreach", changes, 3,
+            out.append(Candidate("fused-adamw", "use fused AdamW instead of foreach", changes, 3, safe=True,
                                  conflicts=("8bit-adam",)))
         if not rp.grad_checkpointing:
-            out.append(Candidate("grad-checkpointing", "enable gradient checkpointing", {"grad_checkpointing": True}, 4))
+            out.append(Candidate("grad-checkpointing", "enable gradient checkpointing", {"grad_checkpointing": True}, 4,
+                                 safe=True))
         state_bytes = opt.state_bytes if opt.state_bytes is not None else 2
         eight_bit = optimizers.eight_bit_variant("adamw", opt.paged)
         if opt.family in ("adamw", "adam") and state_bytes > 1.5 and not rp.offload_optimizer and rp.peft == "none" \
@@ -262,7 +280,7 @@ class Fixer:
             out.append(Candidate("8bit-adam", f"use 8-bit AdamW ({name})", {"optimizer": name}, 5,
                                  conflicts=("fused-adamw",)))
         if rp.micro_batch > 1:
-            out.append(Candidate("smaller-micro-batch", "halve the micro-batch", {}, 6))
+            out.append(Candidate("smaller-micro-batch", "lower the micro-batch", {}, 6, safe=True))
         if rp.peft == "none" and not rp.quant_bits:
             out.append(Candidate("lora", "train LoRA adapters (r=16, all linear layers)",
                                  {"peft_method": "lora", "lora_r": 16, "lora_targets": ["all-linear"]}, 7,
@@ -279,13 +297,16 @@ class Fixer:
         return sorted(out, key=lambda c: c.rank)
 
     def _batch_steps(self, base_changes: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
-        """The micro-batch/accumulation trades, one halving at a time: [(changes, label)]."""
-        mb, ga = self.rp.micro_batch, self.rp.grad_accum
+        """The micro-batch/accumulation trades, one halving at a time: [(changes, label)]; the label says the
+        change from the current values ("lower the micro-batch from 16 to 2 and raise accumulation from 1 to 8")."""
+        mb0, ga0 = self.rp.micro_batch, self.rp.grad_accum
+        mb, ga = mb0, ga0
         out = []
         while mb > 1:
             mb, ga = mb // 2, ga * 2
             out.append(({**base_changes, "micro_batch": mb, "grad_accum": ga},
-                        f"micro-batch {mb} × accumulation {ga}"))
+                        f"lower the micro-batch from {mb0} to {mb} and raise gradient accumulation from {ga0} to {ga}"
+                        f" (same global batch)"))
         return out
 
     def _fit_with_batch(self, base_changes: dict[str, Any]) -> tuple[dict[str, Any], str, Estimate | None]:
@@ -307,7 +328,7 @@ class Fixer:
                 changes, label, est = self._fit_with_batch({})
                 if est is None or est.device_bytes > floor:
                     continue
-                out.append(self.make(c.id, f"halve the micro-batch and double accumulation: {label}", changes))
+                out.append(self.make(c.id, label, changes, safe=c.safe))
                 continue
             est = self.evaluate(c.changes)
             if est is None or est.device_bytes > floor:

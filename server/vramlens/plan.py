@@ -10,7 +10,6 @@ line as Python sees them. The LSP layer converts to the client's position encodi
 """
 from __future__ import annotations
 
-import re
 from enum import Enum
 from typing import Any, Generic, Literal, TypeVar
 
@@ -27,29 +26,8 @@ class Origin(str, Enum):
     ASSUMED = "assumed"    # vramlens had to assume it; always listed in the estimate's assumptions
 
 
-_ODD_BREAKS = re.compile("[\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
-_BREAK = LINE_BREAK = re.compile(r"\r\n|\r|\n")
-
-
-def text_lines(text: str, keepends: bool = False) -> list[str]:
-    """The lines spans count: `text.splitlines(keepends)`, but breaking only at \\n, \\r\\n and \\r as editors and
-    LSP do (`str.splitlines` also breaks at \\v, \\f, \\x1c-\\x1e, \\x85, U+2028 and U+2029)."""
-    if not _ODD_BREAKS.search(text):
-        return text.splitlines(keepends)
-    lines = _LINE.findall(text)
-    return lines if keepends else [line.rstrip("\r\n") for line in lines]
-
-
-def iter_text_lines(text: str):
-    """`text_lines(text)` one line at a time (a 10 MB file need not become half a million strings to find its
-    first line)."""
-    start = 0
-    for m in _BREAK.finditer(text):
-        yield text[start:m.start()]
-        start = m.end()
-    if start < len(text):
-        yield text[start:]
+# Lines and line breaks are decided in one place (`vramlens.text`); parsers import them from here too.
+from vramlens.text import LINE_BREAK, iter_text_lines, text_lines  # noqa: E402,F401
 
 
 class Span(BaseModel):

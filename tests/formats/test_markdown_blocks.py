@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from vramlens.formats import parse_document
-from vramlens.formats.render import apply_edits, render_change
+from vramlens.formats.render import render_change
+from vramlens.text import apply_edits
 
 from test_python_calls import at, pos  # noqa: E402  (same helpers)
 

@@ -5,7 +5,8 @@ import difflib
 from pathlib import Path
 
 from vramlens.formats import parse_document
-from vramlens.formats.render import apply_edits, render_change
+from vramlens.formats.render import render_change
+from vramlens.text import apply_edits
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "python"
 

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from vramlens.formats import parse_document
-from vramlens.formats.render import apply_edits, render_change
+from vramlens.formats.render import render_change
+from vramlens.text import apply_edits
 
 FILE = "/ws/cfg.yaml"
 

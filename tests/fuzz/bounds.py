@@ -6,21 +6,21 @@ line (column = line length) and, when the text ends with a line break, at column
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Iterator
 
 from pydantic import BaseModel
 
-_BREAK = re.compile(r"\r\n|\r|\n")
+from vramlens.text import LINE_BREAK, code_units
+from vramlens.text import apply_lsp_edits as _apply
 
 
 def lsp_lines(text: str) -> list[str]:
     """The lines an LSP client sees (line breaks: \\n, \\r\\n, \\r), without their breaks."""
-    return _BREAK.split(text)
+    return LINE_BREAK.split(text)
 
 
 def utf16_len(s: str) -> int:
-    return len(s.encode("utf-16-le", "surrogatepass")) // 2
+    return code_units(s)
 
 
 class Doc:
@@ -95,33 +95,8 @@ def spans(obj: Any, _depth: int = 0) -> Iterator[Any]:
 
 
 def apply_lsp_edits(text: str, edits: list[dict]) -> str:
-    """Apply LSP TextEdits (UTF-16 ranges) the way an editor does; raises ValueError on overlap or a range
-    outside the document."""
-    doc = Doc(text)
-    starts = [0]
-    for m in _BREAK.finditer(text):
-        starts.append(m.end())
-
-    def offset(pos: dict) -> int:
-        line, ch = pos["line"], pos["character"]
-        if (p := doc.position_problem(line, ch, utf16=True)) is not None:
-            raise ValueError(p)
-        units, i, s = 0, 0, doc.lines[line]
-        while units < ch:
-            units += 2 if ord(s[i]) > 0xFFFF else 1
-            i += 1
-        if units != ch:
-            raise ValueError(f"position {line}:{ch} splits a surrogate pair")
-        return starts[line] + i
-
-    spans_ = sorted(((offset(e["range"]["start"]), offset(e["range"]["end"]), e["newText"]) for e in edits),
-                    key=lambda t: t[:2])
-    out, pos = [], 0
-    for a, b, new in spans_:
-        if a < pos or b < a:
-            raise ValueError(f"overlapping or reversed edit at offset {a}")
-        out.append(text[pos:a])
-        out.append(new)
-        pos = b
-    out.append(text[pos:])
-    return "".join(out)
+    """Apply LSP TextEdits (UTF-16 ranges) the way an editor does; raises ValueError on overlap, a range
+    outside the document or a position inside a surrogate pair."""
+    return _apply(text, [((e["range"]["start"]["line"], e["range"]["start"]["character"]),
+                          (e["range"]["end"]["line"], e["range"]["end"]["character"]), e["newText"]) for e in edits],
+                  strict=True)

@@ -251,14 +251,11 @@ class Server:
 
 def _position(text: str, offset: int) -> dict:
     """LSP position (UTF-16) of a code-point offset."""
-    from bounds import _BREAK, utf16_len
+    from vramlens.text import LineIndex
 
-    line, start = 0, 0
-    for m in _BREAK.finditer(text, 0, offset):
-        if m.end() > offset:
-            break
-        line, start = line + 1, m.end()
-    return {"line": line, "character": utf16_len(text[start:offset])}
+    idx = LineIndex(text)
+    line, units = idx.position(*idx.pos(offset))
+    return {"line": line, "character": units}
 
 
 def minimal_change(old: str, new: str) -> dict:

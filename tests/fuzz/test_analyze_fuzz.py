@@ -14,7 +14,7 @@ from seeds import documents
 
 from vramlens.analysis import Settings, analyze
 from vramlens.formats import parse_document
-from vramlens.formats.render import apply_edits
+from vramlens.text import apply_edits
 
 settings_strategy = st.builds(
     Settings,

@@ -12,6 +12,8 @@ from lsprotocol import types
 from pytest_lsp import LanguageClient, client_capabilities
 from pytest_lsp.client import make_test_lsp_client
 
+from vramlens.text import LineIndex, apply_lsp_edits
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 from shared_data import CORPUS  # noqa: E402  (../shared beside the repository; absent in a plain clone)
@@ -56,42 +58,19 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _units(text: str, encoding: str) -> int:
-    if encoding == "utf-8":
-        return len(text.encode("utf-8"))
-    if encoding == "utf-32":
-        return len(text)
-    return len(text.encode("utf-16-le")) // 2
-
-
 def offset_at(text: str, pos: types.Position, encoding: str) -> int:
-    """String offset of an LSP position in `text` (positions count code units of `encoding`)."""
-    lines = text.splitlines(keepends=True)
-    offset = sum(len(line) for line in lines[:pos.line])
-    if pos.line >= len(lines):
-        return len(text)
-    line = lines[pos.line].rstrip("\r\n")
-    units = 0
-    for i, ch in enumerate(line):
-        if units >= pos.character:
-            return offset + i
-        units += _units(ch, encoding)
-    return offset + len(line)
+    """String offset of an LSP position in `text` (positions count code units of `encoding`), clamped as editors do."""
+    return LineIndex(text).offset_at(pos.line, pos.character, encoding)
 
 
 def position_at(text: str, offset: int, encoding: str) -> types.Position:
-    before = text[:offset]
-    line = before.count("\n")
-    col_text = before[before.rfind("\n") + 1:]
-    return types.Position(line=line, character=_units(col_text, encoding))
+    line, col = LineIndex(text).pos(offset)
+    return types.Position(line=line, character=LineIndex(text).position(line, col, encoding)[1])
 
 
 def apply_text_edits(text: str, edits: list[types.TextEdit], encoding: str) -> str:
-    spans = sorted(((offset_at(text, e.range.start, encoding), offset_at(text, e.range.end, encoding), e.new_text)
-                    for e in edits), reverse=True)
-    for start, end, new in spans:
-        text = text[:start] + new + text[end:]
-    return text
+    return apply_lsp_edits(text, [((e.range.start.line, e.range.start.character),
+                                   (e.range.end.line, e.range.end.character), e.new_text) for e in edits], encoding)
 
 
 def edits_of(edit: types.WorkspaceEdit) -> dict[str, list[types.TextEdit]]:
@@ -227,7 +206,7 @@ class Editor:
     async def code_actions(self, uri: str, diagnostics: list[types.Diagnostic],
                            only: list[str] | None = None, rng: types.Range | None = None) -> list[types.CodeAction]:
         if rng is None:
-            end = len(self.texts[uri].splitlines()) + 1
+            end = len(LineIndex(self.texts[uri]))
             rng = types.Range(start=types.Position(0, 0), end=types.Position(end, 0))
         actions = await self.client.text_document_code_action_async(types.CodeActionParams(
             text_document=types.TextDocumentIdentifier(uri=uri), range=rng,

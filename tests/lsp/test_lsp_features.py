@@ -41,7 +41,8 @@ async def test_make_it_fit_produces_a_config_that_fits(editor: Editor):
     uri = editor.open(OOM_EXAMPLE)
     diagnostics = await editor.diagnostics(uri)
     actions = await editor.code_actions(uri, diagnostics, only=["source"])
-    make_it_fit = [a for a in actions if a.kind == "source.fixAll.vramlens"]
+    # its "make it fit" trains LoRA instead of the full model: an unsafe fix, so not a fix-all action
+    make_it_fit = [a for a in actions if a.kind in ("source.fixAll.vramlens", "source.vramlens.makeItFit")]
     assert len(make_it_fit) == 1, [a.title for a in actions]
     action = make_it_fit[0]
     assert action.edit is not None, action.disabled

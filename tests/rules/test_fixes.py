@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from vramlens.fixes import apply_edits, replacement
+from vramlens.fixes import replacement
+from vramlens.text import apply_edits
 from vramlens.plan import Span
 
 FULL_FT = """
@@ -89,3 +90,19 @@ def test_fixes_render_into_the_document(run):
     again = run(fixed, gpu="A100-40GB")
     assert again.plan is not None and again.estimate.fits
     assert "VL001" not in run.ids(again)
+
+
+def test_lines_a_fix_adds_to_a_crlf_file_are_crlf(tmp_path):
+    """A Python script saved with CRLF: the import and keyword lines the fixes add keep its line breaks, in the
+    editor's code actions as in `check --fix`."""
+    from pathlib import Path
+
+    from vramlens.analysis import Settings, analyze
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "sft_lora.py"
+    text = example.read_text(encoding="utf-8").replace("\n", "\r\n")
+    a = analyze(text, str(tmp_path / "sft_lora.py"), Settings(gpu="T4"))
+    added = [e.new_text for f in a.findings for fix in f.fixes for e in fix.edits if "\n" in e.new_text]
+    assert added, [fix.title for f in a.findings for fix in f.fixes]
+    for new_text in added:
+        assert new_text.count("\n") == new_text.count("\r\n"), new_text

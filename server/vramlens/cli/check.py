@@ -4,12 +4,17 @@ Folders are walked for candidate files (.yaml .yml .json .py .sh .md); files tha
 are skipped (listed with -v). Project settings (`.vramlens.toml` or `[tool.vramlens]` in pyproject.toml)
 apply; command-line flags win over them.
 
+`--fix` applies the safe fixes and writes each edit into the file it names (a fix for the DeepSpeed JSON a config
+names goes into that JSON); `--unsafe-fixes` adds the fixes that change what or how it trains (`vramlens.fixes`
+and `vramlens.cli.fix` say which and how files are written).
+
 Exit codes: 0 no finding at error level, 1 findings at error level, 2 usage error, a refused setting (flag or
 project file) or a named file that cannot be read. JSON and SARIF positions are 1-based lines and columns (SARIF endColumn is exclusive).
 """
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +22,6 @@ from pathlib import Path
 SEVERITY_ORDER = ("error", "warning", "information", "hint")
 SARIF_LEVEL = {"error": "error", "warning": "warning", "information": "note", "hint": "note"}
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-MAX_FIX_ROUNDS = 8
 
 
 def add_arguments(p):
@@ -27,7 +31,11 @@ def add_arguments(p):
     add_settings_flags(p)
     p.add_argument("--format", choices=["text", "json", "sarif"], default="text")
     p.add_argument("--fix", action="store_true",
-                   help='apply "make it fit" to predicted OOMs and every safe quick fix, write the files, re-check')
+                   help="apply the safe fixes (\"make it fit\" for a predicted OOM first) to the files they edit, "
+                        "write them, re-check")
+    p.add_argument("--unsafe-fixes", action="store_true",
+                   help="with --fix, also apply the unsafe fixes: those that change what or how it trains (fp16 "
+                        "instead of bf16, LoRA/QLoRA instead of the full model, 8-bit optimizer states, ...)")
     p.add_argument("--severity", action="append", default=[], metavar="RULE=LEVEL",
                    help="set a rule's severity: error, warning, information, hint or off "
                         "(e.g. --severity VL004=off; repeatable, comma-separated)")
@@ -42,7 +50,10 @@ class FileResult:
     text: str = ""
     skipped: str | None = None           # why it was not checked
     unreadable: str | None = None        # why it could not be read (exit 2 when explicit)
+    root: Path | None = None             # the checked folder: the folder named, or a named file's folder
     applied: list[str] = field(default_factory=list)   # titles of fixes written by --fix
+    not_applied: list[str] = field(default_factory=list)   # "<title>: <why>" for fixes --fix left out
+    written: list[Path] = field(default_factory=list)      # real paths --fix wrote (the config, a file it names)
 
     @property
     def findings(self) -> list:
@@ -63,26 +74,30 @@ def _parse_severity(values: list[str]) -> dict[str, str]:
     return out
 
 
-def _files(paths: list[str]) -> list[tuple[Path, bool]]:
+def _files(paths: list[str]) -> list[tuple[Path, bool, Path]]:
+    """(file, named on the command line, the checked folder it belongs to)."""
     from vramlens.cli.paths import iter_config_files
 
-    out: list[tuple[Path, bool]] = []
+    out: list[tuple[Path, bool, Path]] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            out.extend((f, False) for f in iter_config_files([p]))
+            out.extend((f, False, p) for f in iter_config_files([p]))
         else:
-            out.append((p, True))
+            out.append((p, True, p.parent))
     return out
 
 
-def _check_file(path: Path, explicit: bool, args, cli_severity: dict[str, str]) -> FileResult:
+def _check_file(path: Path, explicit: bool, root: Path, args, cli_severity: dict[str, str],
+                fix: bool = True) -> FileResult:
     from vramlens.analysis import analyze
+    from vramlens.cli.fix import stat_before_read
     from vramlens.cli.paths import read_config_text
     from vramlens.cli.project import settings_for
     from vramlens.formats import looks_like_training_config
 
-    result = FileResult(path, explicit)
+    result = FileResult(path, explicit, root=root)
+    st = stat_before_read(path)
     try:
         result.text = read_config_text(path)
     except (OSError, UnicodeDecodeError) as exc:
@@ -100,8 +115,8 @@ def _check_file(path: Path, explicit: bool, args, cli_severity: dict[str, str]) 
             result.skipped = "not a training config" + (f" ({analysis.error})" if analysis.error else "")
         return result
     _drop_no_model_notice(analysis)
-    if args.fix:
-        _fix(result, settings)
+    if args.fix and fix and st is not None:
+        _fix(result, settings, st, args.unsafe_fixes)
     return result
 
 
@@ -112,44 +127,16 @@ def _drop_no_model_notice(analysis) -> None:
         analysis.findings = [f for f in analysis.findings if f.rule_id != "VL017"]
 
 
-def _choose_fix(analysis, tried: set[str]):
-    """The next fix --fix applies: "make it fit" for a predicted OOM, else a safe quick fix."""
-    for finding in analysis.findings:
-        if finding.rule_id == "VL001":
-            for fix in finding.fixes:
-                if fix.id == "make-it-fit" and fix.edits and fix.title not in tried:
-                    return fix
-    for finding in analysis.findings:
-        for fix in finding.fixes:
-            if fix.safe and fix.edits and fix.title not in tried:
-                return fix
-    return None
+def _fix(result: FileResult, settings, st, unsafe: bool) -> None:
+    from vramlens.cli.fix import ReadFile, fix_file, real
 
-
-def _fix(result: FileResult, settings) -> None:
-    from vramlens.analysis import analyze
-    from vramlens.fixes import apply_edits
-
-    text, analysis = result.text, result.analysis
-    tried: set[str] = set()
-    for _ in range(MAX_FIX_ROUNDS):
-        fix = _choose_fix(analysis, tried)
-        if fix is None:
-            break
-        tried.add(fix.title)
-        try:
-            new_text = apply_edits(text, fix.edits)
-        except ValueError:
-            continue
-        new_analysis = analyze(new_text, str(result.path), settings)
-        if new_analysis.plan is None or any(f.rule_id == "VL016" for f in new_analysis.findings):
-            continue                     # never write a file the parser can no longer read
-        text, analysis = new_text, new_analysis
-        result.applied.append(fix.title)
-    if result.applied:
-        result.path.write_text(text, encoding="utf-8")
-        result.text, result.analysis = text, analysis
-        _drop_no_model_notice(analysis)
+    outcome = fix_file(result.path, ReadFile(real(result.path), result.text, st), result.analysis, settings,
+                       result.root or result.path.parent, unsafe)
+    result.applied, result.not_applied = outcome.applied, outcome.not_applied
+    result.written = outcome.written
+    if outcome.analysis is not None:
+        result.text, result.analysis = outcome.text or result.text, outcome.analysis
+        _drop_no_model_notice(result.analysis)
 
 
 # -- output ----------------------------------------------------------------------------------------
@@ -161,7 +148,7 @@ def _summary(results: list[FileResult]) -> dict:
             counts[f.severity] = counts.get(f.severity, 0) + 1
     checked = sum(1 for r in results if r.skipped is None)
     return {"files_checked": checked, "files_skipped": len(results) - checked, **counts,
-            "files_fixed": sum(1 for r in results if r.applied)}
+            "files_fixed": len({p for r in results for p in r.written})}    # a config and the JSON it names: 2
 
 
 def _estimate_line(analysis) -> str | None:
@@ -188,12 +175,18 @@ def _print_text(results: list[FileResult], verbose: bool) -> None:
             print(f"{r.path}: {line or 'no estimate'}", file=out)
         for title in r.applied:
             print(f"  fixed: {title}", file=out)
+        for written in r.written:
+            if written != Path(os.path.realpath(r.path)):
+                print(f"  wrote {written} (a file this config names)", file=out)
+        for why in r.not_applied:
+            print(f"  {why}", file=out)
         for f in r.findings:
             print(f"{r.path}:{f.span.start_line + 1}:{f.span.start_col + 1}: {f.severity} {f.rule_id} "
                   f"[{f.name}] {f.message}", file=out)
             if f.severity == "error" or verbose:
                 for fix in f.fixes:
-                    mark = " (applies with --fix)" if fix.edits and (fix.safe or fix.id == "make-it-fit") else ""
+                    mark = ("" if not fix.edits else " (safe: applies with --fix)" if fix.safe
+                            else " (unsafe: applies with --fix --unsafe-fixes)")
                     print(f"    fix: {fix.title}{mark}", file=out)
     s = _summary(results)
     print(f"{s['files_checked']} config(s) checked, {s['files_skipped']} skipped: {s['error']} error(s), "
@@ -205,12 +198,15 @@ def _pos(line: int, col: int) -> dict:
     return {"line": line + 1, "column": col + 1}
 
 
-def _fix_json(fix) -> dict:
+def _fix_json(fix, path: str) -> dict:
+    """A fix; an edit for another file than the config (a DeepSpeed JSON it names) says which in `file`."""
     est = fix.estimate_after
     return {"id": fix.id, "title": fix.title, "changes": fix.changes, "safe": fix.safe,
+            "applicability": fix.applicability,
             "peak_gib": round(est.device_bytes / 2**30, 2) if est is not None else None,
             "fits": fix.fits, "edits": [{"start": _pos(e.span.start_line, e.span.start_col),
-                                         "end": _pos(e.span.end_line, e.span.end_col), "new_text": e.new_text}
+                                         "end": _pos(e.span.end_line, e.span.end_col), "new_text": e.new_text,
+                                         **({"file": e.span.file} if e.span.file not in ("", path) else {})}
                                         for e in fix.edits], "note": fix.note}
 
 
@@ -231,9 +227,10 @@ def _json(results: list[FileResult]) -> dict:
                     "start": _pos(f.span.start_line, f.span.start_col), "end": _pos(f.span.end_line, f.span.end_col),
                     "related": [{"file": rel.span.file, "start": _pos(rel.span.start_line, rel.span.start_col),
                                  "message": rel.message} for rel in f.related],
-                    "fixes": [_fix_json(x) for x in f.fixes],
+                    "fixes": [_fix_json(x, str(r.path)) for x in f.fixes],
                 } for f in r.findings],
                 "fixed": r.applied,
+                "not_applied": r.not_applied,
             })
         files.append(entry)
     return {"version": 1, "files": files, "summary": _summary(results)}
@@ -296,7 +293,8 @@ def _sarif(results: list[FileResult]) -> dict:
                     by_file.setdefault(Path(e.span.file) if e.span.file else r.path, []).append(e)
                 if not by_file:
                     continue
-                fixes.append({"description": {"text": fix.title}, "artifactChanges": [
+                fixes.append({"description": {"text": fix.title},
+                              "properties": {"applicability": fix.applicability}, "artifactChanges": [
                     {"artifactLocation": _artifact(file, root),
                      "replacements": [{"deletedRegion": _region(e.span), "insertedContent": {"text": e.new_text}}
                                       for e in edits]}
@@ -330,7 +328,15 @@ def run(args) -> int:
     from vramlens.settings import SettingsError
 
     try:
-        results = [_check_file(path, explicit, args, cli_severity) for path, explicit in _files(args.paths)]
+        results = []
+        for path, explicit, root in _files(args.paths):
+            results.append(_check_file(path, explicit, root, args, cli_severity))
+        written = {p for r in results for p in r.written}
+        for i, r in enumerate(results):      # a file another file's fix wrote (its DeepSpeed JSON) is checked again
+            if r.skipped is None and not r.written and Path(os.path.realpath(r.path)) in written:
+                again = _check_file(r.path, r.explicit, r.root or r.path.parent, args, cli_severity, fix=False)
+                again.applied, again.not_applied = r.applied, r.not_applied
+                results[i] = again
     except SettingsError as exc:       # a refused flag or project-file value: nothing is checked with it
         return report(exc)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from vramlens.plan import Span, TrainingPlan
+from vramlens.text import apply_edits  # noqa: F401  (edits are applied by vramlens.text; callers find it here too)
 
 
 @dataclass
@@ -51,30 +52,3 @@ def render_change(text: str, plan: TrainingPlan, changes: dict[str, Any]) -> Ren
     if writer is None:
         return None
     return writer(text, plan, changes)
-
-
-def apply_edits(text: str, edits: list[TextEdit], file: str | None = None) -> str:
-    """The text after the edits that belong to `file` (all edits when None); edits must not overlap."""
-    starts = [0]
-    i = text.find("\n")
-    while i >= 0:
-        starts.append(i + 1)
-        i = text.find("\n", i + 1)
-
-    def offset(line: int, col: int) -> int:
-        if line >= len(starts):
-            return len(text)
-        return min(starts[line] + col, len(text))
-
-    chosen = [e for e in edits if file is None or e.span.file == file]
-    spans = sorted(((offset(e.span.start_line, e.span.start_col), offset(e.span.end_line, e.span.end_col), i, e)
-                    for i, e in enumerate(chosen)), key=lambda t: (t[0], t[2]))
-    out, pos = [], 0
-    for a, b, _, e in spans:
-        if a < pos:
-            raise ValueError(f"overlapping edits at line {e.span.start_line + 1}")
-        out.append(text[pos:a])
-        out.append(e.new_text)
-        pos = b
-    out.append(text[pos:])
-    return "".join(out)

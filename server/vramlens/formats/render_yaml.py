@@ -26,6 +26,7 @@ from vramlens.formats.settings import Setting
 from vramlens.formats.yaml_doc import is_json_path, load_yaml
 from vramlens.knowledge import optimizers
 from vramlens.plan import Sourced, Span, TrainingPlan
+from vramlens.text import LINE_BREAK, LineIndex, line_ending
 
 ALLOC_NOTE = ("set `PYTORCH_CUDA_ALLOC_CONF={value}` where the training is launched "
               "(e.g. `export PYTORCH_CUDA_ALLOC_CONF={value}` in the launch script): {fmt} configs have no "
@@ -47,8 +48,9 @@ class _Doc:
         self.plan = plan
         self.file = plan.source_file
         self.json = is_json_path(self.file)
-        self.lines = text.split("\n")
-        self.eol = "\r\n" if "\r\n" in text else "\n"
+        self.index = LineIndex(text)      # lines as spans count them: \n, \r\n and a lone \r end a line
+        self.lines = LINE_BREAK.split(text)
+        self.eol = line_ending(text)
         self.by_path: dict[tuple, Setting] = {}
         for s in _settings(text, self.file):
             self.by_path[s.path] = s
@@ -95,12 +97,8 @@ class _Doc:
     def slice(self, span: Span | None) -> str:
         if span is None:
             return ""
-        if span.start_line == span.end_line:
-            return self.lines[span.start_line][span.start_col:span.end_col]
-        parts = [self.lines[span.start_line][span.start_col:]]
-        parts += self.lines[span.start_line + 1:span.end_line]
-        parts.append(self.lines[span.end_line][:span.end_col])
-        return "\n".join(parts)
+        return self.text[self.index.offset(span.start_line, span.start_col):
+                         self.index.offset(span.end_line, span.end_col)]
 
     def scalar(self, value: Any, old: str = "") -> str:
         """A value in this document's spelling (keeping the old value's quotes for strings)."""
@@ -260,7 +258,7 @@ class _Doc:
                     self.notes.append(f"add `{key}` to the document")
                     return
                 text = self.text
-                prefix = "" if (not text or text.endswith("\n")) else self.eol
+                prefix = "" if (not text or text.endswith(("\n", "\r"))) else self.eol
                 last = len(self.lines) - 1
                 self.insert(last, len(self.lines[last]), prefix + self._entry_text(key, value, 0, False, False) + self.eol)
                 return

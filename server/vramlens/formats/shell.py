@@ -13,7 +13,6 @@ under the command line, which wins as it does in the real tools.
 """
 from __future__ import annotations
 
-import bisect
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -21,7 +20,8 @@ from typing import Any, Callable
 
 from vramlens.formats import hf, purpose
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
-from vramlens.plan import LINE_BREAK, IssueKind, Origin, ParseIssue, Reference, Severity, Sourced, Span, TrainingPlan
+from vramlens.plan import IssueKind, Origin, ParseIssue, Reference, Severity, Sourced, Span, TrainingPlan
+from vramlens.text import LineIndex
 
 MAX_SHELL_CHARS = 2_000_000
 MAX_ARGS = 2_000          # arguments of the training command read; real launch lines have well under 100
@@ -56,33 +56,6 @@ def _via(name: str) -> Callable[[PlanBuilder, Setting], None]:
 
 
 # --- positions -----------------------------------------------------------------------------------
-
-class LineIndex:
-    """Character offset ↔ (line, column) for one text (columns count characters). `first_line` is the
-    line number of the text's first line in its file (a Markdown code block starts mid-file)."""
-
-    def __init__(self, text: str, file: str, first_line: int = 0):
-        self.file = file
-        self.first = first_line
-        # lines break at \n, \r\n and a lone \r, as editors count them (plan.text_lines)
-        self.starts = [0]
-        self.starts.extend(m.end() for m in LINE_BREAK.finditer(text))
-
-    def pos(self, offset: int) -> tuple[int, int]:
-        line = bisect.bisect_right(self.starts, offset) - 1
-        return line + self.first, offset - self.starts[line]
-
-    def span(self, start: int, end: int) -> Span:
-        a, b = self.pos(start)
-        c, d = self.pos(end)
-        return Span(file=self.file, start_line=a, start_col=b, end_line=c, end_col=d)
-
-    def line_start(self, line: int) -> int:
-        return self.starts[line - self.first]
-
-    def offset(self, line: int, col: int) -> int:
-        return self.starts[line - self.first] + col
-
 
 # --- tokenizer -----------------------------------------------------------------------------------
 # shlex.split() would unquote words correctly but reports no offsets, and it knows nothing of `$VAR`,

@@ -13,7 +13,6 @@ Duplicate keys keep the last value, as PyYAML does, and are reported.
 """
 from __future__ import annotations
 
-import bisect
 import re
 from typing import Any
 
@@ -23,6 +22,7 @@ from yaml.resolver import Resolver
 
 from vramlens.formats.settings import Setting, shown
 from vramlens.plan import IssueKind, ParseIssue, Severity, Span
+from vramlens.text import LineIndex
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -43,7 +43,6 @@ _BOOL_VALUES = SafeConstructor.bool_values
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?\Z")
 _JSON_WORDS = {"true": True, "false": False, "null": None}
 _TAG_CACHE: dict[str, str] = {}      # plain scalar text -> resolved tag (the rules never change)
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")                       # editors' (LSP's) line breaks
 _YAML_BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")           # libyaml's
 _YAML_ONLY_BREAK = re.compile("[\x85\u2028\u2029]")
 
@@ -287,8 +286,7 @@ def load_yaml(text: str, file: str = "", issues: list[ParseIssue] | None = None)
             span = _error_span(text, file, line, col)
         raise YamlError(f"YAML syntax error: {exc.problem or exc}", span) from None
     except yaml.reader.ReaderError as exc:
-        breaks = list(_LINE_BREAK.finditer(text, 0, exc.position))
-        line, col = len(breaks), exc.position - (breaks[-1].end() if breaks else 0)
+        line, col = LineIndex(text).pos(exc.position)
         raise YamlError(f"not a text file: it contains the control character U+{exc.character:04X} "
                         f"(line {line + 1}, column {col + 1})", _error_span(text, file, line, col)) from None
     except yaml.YAMLError as exc:
@@ -314,10 +312,10 @@ def load_yaml(text: str, file: str = "", issues: list[ParseIssue] | None = None)
 def _error_span(text: str, file: str, line: int, col: int) -> Span:
     """One character at (line, col), moved inside the text: libyaml reports errors at the end of the
     stream on the line after the last one."""
-    lines = _LINE_BREAK.split(text)
-    if line >= len(lines):
-        line, col = len(lines) - 1, len(lines[-1])
-    length = len(lines[line])
+    idx = LineIndex(text)
+    if line >= len(idx):
+        line, col = len(idx) - 1, len(idx.line(len(idx) - 1))
+    length = len(idx.line(line))
     col = min(col, length)
     return Span(file=file, start_line=line, start_col=col, end_line=line, end_col=min(col + 1, length))
 
@@ -328,14 +326,12 @@ class _EditorLines:
 
     def __init__(self, text: str):
         self.yaml_starts = [0] + [m.end() for m in _YAML_BREAK.finditer(text)]
-        self.starts = [0] + [m.end() for m in _LINE_BREAK.finditer(text)]
+        self.editor = LineIndex(text)
 
     def pos(self, line: int, col: int) -> tuple[int, int]:
         if line >= len(self.yaml_starts):
-            return len(self.starts), 0          # past the end (`_error_span` moves it back)
-        i = self.yaml_starts[line] + col
-        lsp_line = bisect.bisect_right(self.starts, i) - 1
-        return lsp_line, i - self.starts[lsp_line]
+            return len(self.editor), 0          # past the end (`_error_span` moves it back)
+        return self.editor.pos(self.yaml_starts[line] + col)
 
     def span(self, span: Span) -> Span:
         sl, sc = self.pos(span.start_line, span.start_col)

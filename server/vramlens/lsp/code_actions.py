@@ -1,9 +1,17 @@
 """Code actions: the quick fixes of each vramlens diagnostic, and the "Make it fit" source action.
 
 A fix is a plan change the analysis has already re-estimated and rendered into text edits in the
-document's own format (`Fix.edits`); here those edits become a WorkspaceEdit. Fixes that cannot be
+document's own format (`Fix.edits`); here those edits become a WorkspaceEdit, each edit under the URI of
+the file its span names (a DeepSpeed JSON the config references is edited as that file). Fixes that cannot be
 written into this file (`Fix.note` says where instead) are offered disabled, with the note as reason,
 when the client can show disabled actions.
+
+One action per distinct change (`vramlens.fixes.change_key`): a fix offered by two diagnostics (the allocator
+setting of VL001 and VL004) is one action carrying both; the "Make it fit" source action is not repeated when its
+change is already a quick fix in the list. Each action carries its applicability, as ruff's
+(https://docs.astral.sh/ruff/linter/#fix-safety): `data.applicability` is "safe" or "unsafe", and an unsafe fix's
+title ends in "(unsafe fix)". Only a safe "Make it fit" is a `source.fixAll` action (editors may run those on save);
+an unsafe one is `source.vramlens.makeItFit`.
 """
 from __future__ import annotations
 
@@ -15,6 +23,9 @@ from lsprotocol import types
 from pygls.uris import from_fs_path
 from pygls.workspace import TextDocument
 
+from vramlens import file_access
+from vramlens.fixes import change_key
+from vramlens.formats.references import MAX_REFERENCED_BYTES
 from vramlens.lsp.convert import SOURCE, Lines, workspace_edit
 from vramlens.lsp.documents import Result
 
@@ -27,6 +38,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAKE_IT_FIT = "source.fixAll.vramlens"
+MAKE_IT_FIT_UNSAFE = "source.vramlens.makeItFit"
+UNSAFE_SUFFIX = " (unsafe fix)"
 MAKE_IT_FIT_TITLE = "vramlens: Make it fit"
 MAKE_IT_FIT_RULES = ("VL001", "VL002")   # predicted OOM, tight fit
 GIB = 1 << 30
@@ -54,11 +67,14 @@ def _finding_for(result: Result, diag: types.Diagnostic) -> "Finding | None":
 
 
 def fix_title(fix: "Fix") -> str:
-    """The fix's title, with the new predicted peak when the title does not say it already."""
+    """The fix's title, with the new predicted peak when the title does not say it already, and "(unsafe fix)"
+    when it changes what or how the run trains."""
     title = fix.title or "vramlens fix"
     after = fix.estimate_after
     if after is not None and "GiB" not in title:
         title += f" → peak {after.device_bytes / GIB:.1f} GiB"
+    if not fix.safe:
+        title += UNSAFE_SUFFIX
     return title
 
 
@@ -76,9 +92,10 @@ class EditBuilder:
         if uri not in self._lines:
             other = self.ls.workspace.text_documents.get(uri)
             if other is None:
-                try:
-                    text = Path(file).read_text(encoding="utf-8")
-                except OSError:
+                try:     # the file the analysis read (it passed the workspace check there), read the same way
+                    text = file_access.read_text_checked(Path(file), MAX_REFERENCED_BYTES, expect=Path(file),
+                                                         errors="strict")
+                except (OSError, UnicodeDecodeError):
                     return uri, None
                 other = TextDocument(uri, text, position_codec=self.doc.position_codec)
             self._lines[uri] = Lines(other)
@@ -101,15 +118,16 @@ def _action(ls: "VramlensServer", builder: EditBuilder, fix: "Fix", kind: str,
     edits = list(fix.edits)
     title = fix_title(fix)
     built = builder.build(edits) if edits else None
+    data = {"applicability": fix.applicability, "fix": fix.id or None}
     if not built:
         note = fix.note
         if note and ls.client_supports_disabled_actions():
-            return types.CodeAction(title=title, kind=kind, diagnostics=diagnostics,
+            return types.CodeAction(title=title, kind=kind, diagnostics=diagnostics, data=data,
                                     disabled=types.CodeActionDisabled(reason=str(note)))
         return None
     by_uri, versions = built
     return types.CodeAction(title=title, kind=kind, diagnostics=diagnostics, is_preferred=preferred or None,
-                            edit=workspace_edit(by_uri, versions, ls.client_supports_document_changes()))
+                            data=data, edit=workspace_edit(by_uri, versions, ls.client_supports_document_changes()))
 
 
 def make_it_fit_fix(result: Result) -> "Fix | None":
@@ -132,6 +150,7 @@ def code_actions(ls: "VramlensServer", params: types.CodeActionParams) -> list[t
     only = params.context.only
     builder = EditBuilder(ls, doc, result)
     actions: list[types.CodeAction] = []
+    by_change: dict[tuple, types.CodeAction] = {}
     if _kind_allowed(types.CodeActionKind.QuickFix, only):
         for diag in params.context.diagnostics:
             if diag.source != SOURCE:
@@ -140,17 +159,23 @@ def code_actions(ls: "VramlensServer", params: types.CodeActionParams) -> list[t
             if finding is None:
                 continue
             for i, fix in enumerate(finding.fixes):
+                key = change_key(fix)
+                if key in by_change:         # the same change offered by another diagnostic: one action
+                    same = by_change[key]
+                    same.diagnostics = [*(same.diagnostics or []), diag]
+                    continue
                 action = _action(ls, builder, fix, types.CodeActionKind.QuickFix, [diag], preferred=i == 0)
                 if action is not None:
+                    by_change[key] = action
                     actions.append(action)
-    if _kind_allowed(MAKE_IT_FIT, only):
-        fix = make_it_fit_fix(result)
-        if fix is not None:
-            action = _action(ls, builder, fix, MAKE_IT_FIT, None, preferred=False)
-            if action is not None:
-                if action.title.lower().startswith("make it fit"):
-                    action.title = "vramlens: " + action.title
-                else:
-                    action.title = f"{MAKE_IT_FIT_TITLE}: {action.title}"
-                actions.append(action)
+    fix = make_it_fit_fix(result)
+    kind = (MAKE_IT_FIT if fix.safe else MAKE_IT_FIT_UNSAFE) if fix is not None else MAKE_IT_FIT
+    if fix is not None and change_key(fix) not in by_change and _kind_allowed(kind, only):
+        action = _action(ls, builder, fix, kind, None, preferred=False)
+        if action is not None:
+            if action.title.lower().startswith("make it fit"):
+                action.title = "vramlens: " + action.title
+            else:
+                action.title = f"{MAKE_IT_FIT_TITLE}: {action.title}"
+            actions.append(action)
     return actions

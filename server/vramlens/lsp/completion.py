@@ -147,9 +147,9 @@ def completion(ls: "VramlensServer", params: types.CompletionParams) -> types.Co
         return None
     lines = Lines(doc)
     line, col = lines.server_position(params.position)
-    if line >= len(lines.lines):
+    if line >= len(lines.index):
         return None
-    before = lines.lines[line].rstrip("\r\n")[:col]
+    before = lines.line(line)[:col]
 
     def replace(n: int) -> types.Range:
         return types.Range(start=lines.position(line, col - n), end=lines.position(line, col))   # clamped to the line

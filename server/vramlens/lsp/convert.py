@@ -6,11 +6,13 @@ encoding (UTF-16 unless it offered UTF-8/32). pygls' position codec converts, li
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from lsprotocol import types
 from pygls.uris import from_fs_path
 from pygls.workspace import TextDocument
+
+from vramlens.text import UTF16, LineIndex
 
 if TYPE_CHECKING:
     from vramlens.plan import Span
@@ -29,19 +31,17 @@ _SEVERITY = {
 
 
 class Lines:
-    """A document's lines, split once (pygls re-splits the whole text on every `.lines`)."""
+    """A document's lines for position conversions (`vramlens.text.LineIndex` in the client's encoding)."""
 
     def __init__(self, doc: TextDocument):
         self.doc = doc
-        self.lines: Sequence[str] = doc.lines
-        self.codec = doc.position_codec
+        self.index = LineIndex(doc.source)
+        encoding = doc.position_codec.encoding
+        self.encoding = str(getattr(encoding, "value", encoding) or UTF16)
 
     def position(self, line: int, col: int) -> types.Position:
-        if line >= len(self.lines):
-            return types.Position(line=max(len(self.lines), 0), character=0)
-        text = self.lines[line].rstrip("\r\n")
-        col = max(0, min(col, len(text)))
-        return types.Position(line=line, character=self.codec.client_num_units(text[:col]))
+        line, units = self.index.position(line, col, self.encoding)
+        return types.Position(line=line, character=units)
 
     def range(self, span: Span | None) -> types.Range:
         if span is None:
@@ -50,14 +50,15 @@ class Lines:
                            end=self.position(span.end_line, span.end_col))
 
     def end_of_line(self, line: int) -> types.Position:
-        if line >= len(self.lines):
-            return self.position(line, 0)
-        return self.position(line, len(self.lines[line].rstrip("\r\n")))
+        return self.position(line, len(self.index.line(line)))
+
+    def line(self, line: int) -> str:
+        """The text of a line, without its break ("" past the end)."""
+        return self.index.line(line)
 
     def server_position(self, pos: types.Position) -> tuple[int, int]:
         """A client position as (line, code-point column)."""
-        p = self.codec.position_from_client_units(self.lines, types.Position(line=pos.line, character=pos.character))
-        return p.line, p.character
+        return pos.line, self.index.column(pos.line, pos.character, self.encoding)
 
 
 def severity(finding_severity: str, rule_id: str, overrides: dict[str, str]) -> types.DiagnosticSeverity | None:

@@ -11,10 +11,7 @@ import asyncio
 import collections
 import hashlib
 import logging
-import re
 import time
-from array import array
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -22,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from pygls.workspace import TextDocument
 
 from vramlens.lsp import pipeline
+from vramlens.text import LineIndex, LinesWithBreaks
 
 if TYPE_CHECKING:
     from vramlens.analysis import Analysis
@@ -84,41 +82,12 @@ class Result:
         return self.analysis.error if self.analysis is not None else None
 
 
-class LineIndex(Sequence[str]):
-    """A document's lines, each with its line break, sliced out of the text on demand.
-
-    Replaces pygls' `TextDocument.lines` (`tuple(source.splitlines(True))`) for two reasons: `str.splitlines` also
-    breaks at \\v, \\f, \\x1c-\\x1e, \\x85, U+2028 and U+2029 while editors (and LSP) break only at \\n, \\r\\n and \\r
-    — after a form feed every position was off by a line and incremental edits landed in the wrong place — and a
-    10 MB file became half a million string objects (~40 MB) each time a position was converted."""
-
-    __slots__ = ("source", "starts")
-    _BREAK = re.compile(r"\r\n|\r|\n")
-
-    def __init__(self, source: str):
-        self.source = source
-        starts = array("q", [0])
-        starts.extend(m.end() for m in self._BREAK.finditer(source))
-        if starts[-1] == len(source):
-            starts.pop()                       # text ending in a line break has no empty last line
-        self.starts = starts
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        n = len(self.starts)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(i)
-        return self.source[self.starts[i]:self.starts[i + 1] if i + 1 < n else len(self.source)]
-
-
-def _lsp_lines(doc: TextDocument) -> LineIndex:
-    return LineIndex(doc.source)
+def _lsp_lines(doc: TextDocument) -> LinesWithBreaks:
+    """Replaces pygls' `TextDocument.lines` (`tuple(source.splitlines(True))`) for two reasons: `str.splitlines`
+    also breaks at \\v, \\f, \\x1c-\\x1e, \\x85, U+2028 and U+2029 while editors (and LSP) break only at \\n,
+    \\r\\n and \\r — after a form feed every position was off by a line and incremental edits landed in the wrong
+    place — and a 10 MB file became half a million string objects (~40 MB) each time a position was converted."""
+    return LineIndex(doc.source).with_breaks()
 
 
 TextDocument.lines = property(_lsp_lines)      # type: ignore[assignment]

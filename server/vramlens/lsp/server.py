@@ -451,7 +451,7 @@ def create_server() -> VramlensServer:
         return hover.hover(ls, params)
 
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
-        code_action_kinds=[types.CodeActionKind.QuickFix, code_actions.MAKE_IT_FIT]))
+        code_action_kinds=[types.CodeActionKind.QuickFix, code_actions.MAKE_IT_FIT, code_actions.MAKE_IT_FIT_UNSAFE]))
     @_guard(list)
     def on_code_action(ls: VramlensServer, params: types.CodeActionParams) -> list[types.CodeAction]:
         return code_actions.code_actions(ls, params)

@@ -252,8 +252,11 @@ class RuleContext:
         return [Related(self.component_span(k), f"{self.component_label(k)}: {self.gib(v)}") for v, k in parts]
 
     def memory_fixes(self) -> Callable[[], list["Fix"]] | None:
-        """A lazy list of fixes that lower the peak: "make it fit" first, then each change on its own."""
+        """A lazy list of fixes that lower the peak: "make it fit" first, then each other change on its own (a change
+        that is what "make it fit" does is not offered twice)."""
         fixer = self.fixer
         if fixer is None:
             return None
-        return lambda: [f for f in (fixer.make_it_fit(), *fixer.memory_fixes()) if f is not None]
+        from vramlens.fixes import distinct
+
+        return lambda: distinct([fixer.make_it_fit(), *fixer.memory_fixes()])
