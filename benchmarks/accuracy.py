@@ -33,6 +33,8 @@ GROUND_TRUTH = ROOT.parent / "shared" / "calibration" / "ground-truth.jsonl"
 LITGPT = {**frameworks.BEHAVIOUR["litgpt"], "loss_impl": "chunked", "keep_logits": True}
 HF_LOOP = {"adapter_fp32": True, "kbit_upcast": True, "loss_impl": "standard", "keep_logits": True}
 HF_TRAINER = {"adapter_fp32": True, "kbit_upcast": True, "loss_impl": "standard", "keep_logits": False}
+# unsloth's step (knowledge.frameworks): its chunked fused loss, offloaded ("unsloth") checkpointing, its LoRA kernels
+UNSLOTH = {**frameworks.BEHAVIOUR["unsloth"], "loss_impl": "fused"}
 
 
 def arch_from_row(row: dict) -> ModelArch:
@@ -75,7 +77,7 @@ def plan_from_row(row: dict) -> ResolvedPlan | None:
     if not row.get("arch") or not row.get("seq_len"):
         return None
     fw = (row.get("framework") or "").lower()
-    behaviour = LITGPT if "lit" in fw else HF_LOOP if "loop" in fw else HF_TRAINER
+    behaviour = LITGPT if "lit" in fw else HF_LOOP if "loop" in fw else UNSLOTH if fw == "unsloth" else HF_TRAINER
     precision = row.get("precision") or "bf16-pure"
     quant = row.get("quant")
     amp = precision.endswith("amp") and not quant
@@ -121,11 +123,12 @@ def plan_from_row(row: dict) -> ResolvedPlan | None:
     set_to_none = "set_to_none=false" not in notes
     ga = int(row.get("grad_accum") or (4 if "lit" in fw else 1))    # litgpt accumulates to its global batch
     attn = {"sdpa": "sdpa", "flash": "flash_attention_2", "eager": "eager"}.get(row.get("attention") or "sdpa", "sdpa")
-    framework = "litgpt" if behaviour is LITGPT else "custom"
+    framework = "litgpt" if behaviour is LITGPT else "unsloth" if behaviour is UNSLOTH else "custom"
     return ResolvedPlan(
         arch=frameworks.arch_as_run(framework, arch_from_row(row)), framework=framework, weight_dtype=weight, compute_dtype=compute, amp=amp,
         micro_batch=int(row.get("micro_batch") or 1), grad_accum=ga, seq_len=int(row["seq_len"]),
         grad_checkpointing=bool(row.get("grad_checkpointing")), attn_impl=attn,
+        activation_offload=behaviour is UNSLOTH and bool(row.get("grad_checkpointing")),
         # HF ≥ 4.57 without a mask uses SDPA's native GQA; litgpt expands K/V and runs causal without a mask
         repeat_kv=attn == "eager" or "lit" in fw, attn_mask=behaviour is HF_TRAINER,
         loss_impl=behaviour["loss_impl"], keep_logits=behaviour["keep_logits"],

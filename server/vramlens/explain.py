@@ -499,6 +499,11 @@ CONCEPT_TITLES = {
     "prompt_len": "prompt length", "completion_len": "completion length", "num_generations": "generations per prompt",
     "generation": "generation", "vllm_memory_share": "vLLM memory share", "reward_model_id": "reward model",
     "value_model": "value model", "teacher_model_id": "teacher model",
+    "trained_layers": "trained layers", "trained_modules": "trained modules in those layers",
+    "trained_extra": "trained modules outside the layers", "trained_where": "which layers train",
+    "trainable_fp32": "fp32 upcast of trainable weights",
+    "optimizer_rank": "optimizer projection rank", "optimizer_targets": "matrices with projected optimizer states",
+    "task_head": "model head",
 }
 
 

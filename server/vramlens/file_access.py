@@ -19,6 +19,14 @@ from vramlens.knowledge.hf_cache import hub_cache_dirs
 MAX_PATH_CHARS = 4096
 
 
+def expand_user(name: str | Path) -> Path:
+    """`~/x` and `~user/x` expanded; a name whose user does not exist (`~0`) stays as written."""
+    try:
+        return Path(name).expanduser()
+    except RuntimeError:        # pathlib: "Could not determine home directory."
+        return Path(name)
+
+
 def _real(path: Path) -> Path | None:
     if len(str(path)) > MAX_PATH_CHARS:
         return None

@@ -60,7 +60,10 @@ NAMED_OPTIMIZER_FRAMEWORKS = ("transformers", "trl", "axolotl", "llamafactory")
 
 # Fix ids, what they do (rule files list the ids they offer).
 FIX_IDS = {
-    "make-it-fit": "the cheapest combination of the memory fixes below that fits with the headroom",
+    "make-it-fit": "the fastest combination of the memory fixes below that fits with the headroom and keeps what "
+                   "is trained (else the cheapest that trains adapters instead)",
+    "make-it-fit-safe": "the fastest combination of safe fixes only that fits, when the fastest plan needs an "
+                        "unsafe one (what `check --fix` applies without --unsafe-fixes)",
     "expandable-segments": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
     "fused-loss": "fused linear cross-entropy (Liger) or chunked cross-entropy",
     "fused-adamw": "fused AdamW instead of foreach",
@@ -351,6 +354,21 @@ class Fixer:
             fix = self._fastest([c for c in everything if not c.changes_training]) or self._search(everything)
             if fix is not None and not fix.note:
                 fix.note = "some of these changes cannot be written into this file: make them where the run is configured"
+        return fix
+
+    def make_it_fit_safe(self) -> Fix | None:
+        """When the fastest plan that fits needs an unsafe fix (8-bit Adam, a fused loss from another package), the
+        fastest plan of safe fixes only that fits, for `check --fix` and fix-on-save; None otherwise."""
+        fastest = self.make_it_fit()
+        if fastest is None or fastest.safe:
+            return None
+        safe = [c for c in self.candidates() if c.safe and not c.changes_training and self._writable(c)]
+        fix = self._fastest(safe)
+        if fix is None:
+            return None
+        fix.id = "make-it-fit-safe"
+        fix.title = fix.title.replace("Make it fit: ", "Make it fit with safe fixes only: ", 1)
+        fix.preferred = False
         return fix
 
     def _fastest(self, cands: list[Candidate]) -> Fix | None:

@@ -92,6 +92,7 @@ Objective = Literal["sft", "dpo", "kto", "orpo", "simpo", "cpo", "rm", "ppo", "g
                     "kd", "pretrain"]
 OBJECTIVES: tuple[str, ...] = ("sft", "dpo", "kto", "orpo", "simpo", "cpo", "rm", "ppo", "grpo", "rloo", "online-dpo",
                                "gkd", "kd", "pretrain")
+TaskHead = Literal["causal-lm", "sequence-classification", "token-classification", "regression"]
 GenerationMode = Literal["none", "generate", "vllm-colocate", "vllm-server"]
 
 
@@ -177,6 +178,17 @@ class TrainingPlan(BaseModel):
     lora_dropout: Sourced[float] | None = None
     lora_targets: Sourced[list[str]] | None = None    # module names, or ["all-linear"]
     modules_to_save: Sourced[list[str]] | None = None
+    # partial full fine-tuning (freeze tuning, LLaMA-Pro, LISA) and low-rank optimizer states (GaLore)
+    trained_layers: Sourced[int] | None = None    # decoder layers whose own weights train (the rest frozen)
+    trained_modules: Sourced[list[str]] | None = None  # inside those layers: "attn", "mlp" (absent: all)
+    trained_extra: Sourced[list[str]] | None = None    # outside the layers: "embed", "lm_head" (absent: none)
+    trained_where: Sourced[str] | None = None     # which layers: "last", "first", "spread" (LLaMA-Pro), "rotating"
+                                                  # (LISA, BAdam: a different window in turn); absent: "last"
+    trainable_fp32: Sourced[bool] | None = None   # trainable weights upcast to fp32 over 16-bit frozen ones
+    optimizer_rank: Sourced[int] | None = None    # GaLore/APOLLO projection rank
+    optimizer_targets: Sourced[list[str]] | None = None   # the matrices with projected states
+    # the model's head: "causal-lm" (vocabulary logits), or a small task head with no vocabulary logits
+    task_head: Sourced[str] | None = None         # TaskHead
     # quantization
     quant_bits: Sourced[int] | None = None        # 4 or 8 (None: not quantized)
     quant_type: Sourced[str] | None = None        # "nf4", "fp4", "int8", "gptq", ...

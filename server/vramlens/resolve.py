@@ -6,6 +6,7 @@ The result keeps provenance beside the numbers (`Resolution.sources`), so the su
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from vramlens.knowledge import frameworks
@@ -140,6 +141,12 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         weight_dtype = "bf16"
     if amp_dtype in ("bf16", "fp16") and plan.framework in ("axolotl",) and plan.weight_dtype is None:
         weight_dtype = amp_dtype                     # axolotl loads the model in the training dtype
+    if fw_key == "ms-swift" and plan.amp_dtype is None:
+        # ms-swift 4.x swift/llm/argument/base_args/model_args.py `_init_mixed_precision`: bf16 weights → `bf16=True`,
+        # fp16/fp32 weights → `fp16=True` (autocast over the loaded dtype; DeepSpeed keeps fp32 master weights)
+        amp_dtype = "bf16" if weight_dtype == "bf16" else "fp16"
+        sources["amp_dtype"] = Sourced(value=amp_dtype, origin=Origin.DERIVED, framework=fw_label,
+                                       note=f"ms-swift turns torch_dtype {weight_dtype} into `{amp_dtype}: true`")
     if amp_dtype == "bf16" and not gpu.bf16:
         assumptions.append(f"{gpu.name} has no bf16: the run would fail or fall back; estimated as fp16")
     amp = weight_dtype == "fp32" and amp_dtype in ("bf16", "fp16", "fp8")
@@ -155,6 +162,9 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         assumptions.append("quantized base weights train only through adapters: assumed LoRA")
     if quant_bits == 4 and peft == "lora":
         peft = "qlora"
+    partial = _partial_training(plan, peft, val, sources, assumptions)
+    if peft == "freeze":
+        peft = "none"
     if peft not in ("none", "lora", "qlora", "dora"):
         assumptions.append(f"PEFT method `{peft}` estimated as full fine-tuning")
         peft = "none"
@@ -168,6 +178,10 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
             targets = ("q", "v")
     modules_to_save, _ = normalize_targets(list(val("modules_to_save") or []), arch)
 
+    head = str(val("task_head") or "causal-lm")
+    if head != "causal-lm":
+        assumptions.append(f"{head} head: no LM head and no vocabulary logits (a hidden × labels output layer)")
+
     # optimizer
     opt_text = val("optimizer") or "adamw_torch"
     opt = optimizers.lookup_optimizer(str(opt_text))
@@ -175,7 +189,24 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         opt = optimizers.lookup_optimizer("adamw_torch")
         assumptions.append(f"unknown optimizer `{opt_text}`: estimated as AdamW")
     impl = val("optimizer_impl") or (opt.default_impl if opt.default_impl != "none" else "fused")
-    if fw_key in ("transformers", "trl", "axolotl", "llamafactory") and opt.name == "adamw_torch" and plan.optimizer_impl is None:
+    low_rank, low_rank_targets = 0, ()
+    if opt.low_rank:
+        # transformers trainer.py (GaLore/APOLLO optim_args): rank 128 unless `optim_args` says `rank=`;
+        # LLaMA-Factory hparams/finetuning_args.py: galore_rank 16 / apollo_rank 16, galore_target "all"
+        low_rank = int(val("optimizer_rank") or (16 if fw_key == "llamafactory" else 128))
+        # transformers `optim_target_modules` names modules or patterns ("attn", "mlp", r".*.attn.*")
+        named = []
+        for name in val("optimizer_targets") or ["all-linear"]:
+            words = set(re.split(r"[^a-z_]+", str(name).lower()))
+            if words & {"attn", "self_attn", "attention", "self_attention"}:
+                named += ["q_proj", "k_proj", "v_proj", "o_proj"]
+            elif words & {"mlp", "feed_forward", "ffn"}:
+                named.append("mlp")
+            else:
+                named.append(str(name))
+        low_rank_targets, _ = normalize_targets(named, arch)
+        low_rank_targets = low_rank_targets or ("all-linear",)
+    if fw_key in ("transformers", "trl", "axolotl", "llamafactory", "unsloth") and opt.name == "adamw_torch" and plan.optimizer_impl is None:
         impl = "foreach"
 
     # distribution
@@ -190,6 +221,27 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     if strategy in ("deepspeed", "fsdp") and int(zero or 0) > 0 and dp == 1:
         assumptions.append(f"{'ZeRO' if strategy == 'deepspeed' else 'FSDP'} sharding with one GPU shards nothing: "
                            "set the GPU count (launcher flag, `# vramlens: gpu=... count=N`, or --num-gpus)")
+    adapter_fp32 = behaviour["adapter_fp32"]
+    trainable_fp32 = False
+    upcast = val("trainable_fp32")
+    if upcast and strategy == "megatron":
+        upcast = False                               # LLaMA-Factory's Megatron workflow (mcore_adapter) casts itself
+    if upcast and not quant_bits and ((strategy == "deepspeed" and int(zero or 0) >= 3) or strategy == "fsdp"):
+        # LLaMA-Factory 01d87b82 src/llamafactory/model/adapter.py `init_adapter`: "ZeRO3 / FSDP detected, remaining
+        # trainable params in float32" — no upcast; the sharding engine keeps the fp32 copy
+        upcast = False
+    if upcast is not None and fw_key == "llamafactory":
+        adapter_fp32 = bool(upcast)                  # pure_bf16 (or ZeRO-3/FSDP without quantization): 16-bit adapters
+    if upcast and peft == "none":
+        if partial["trained_layers"] is None:
+            weight_dtype = "fp32"                    # every weight trains: fp32 weights under autocast
+            amp = amp_dtype in ("bf16", "fp16", "fp8")
+            compute = ("fp16" if amp_dtype == "fp16" else "bf16") if amp else "fp32"
+        elif weight_dtype != "fp32":
+            trainable_fp32 = True                    # the trained layers in fp32, the frozen rest as loaded
+        assumptions.append(f"{fw_label} upcasts the trainable weights to fp32 (no `pure_bf16`): "
+                           f"{'fp32 weights' if partial['trained_layers'] is None else 'fp32 trained layers'}"
+                           f"{', bf16 autocast' if amp_dtype == 'bf16' else ''}")
     master = strategy == "deepspeed" and amp_dtype in ("bf16", "fp16") and peft == "none"
     if master:
         weight_dtype, compute, amp = ("fp16" if amp_dtype == "fp16" else "bf16"), ("fp16" if amp_dtype == "fp16" else "bf16"), False
@@ -236,7 +288,8 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         lora_alpha=float(val("lora_alpha") or 16) if peft != "none" else 0.0,
         lora_dropout=float(val("lora_dropout") or 0.0) if peft != "none" else 0.0,
         lora_targets=targets, modules_to_save=modules_to_save,
-        adapter_fp32=behaviour["adapter_fp32"], kbit_upcast=behaviour["kbit_upcast"],
+        adapter_fp32=adapter_fp32, kbit_upcast=behaviour["kbit_upcast"],
+        trainable_fp32=trainable_fp32, low_rank=low_rank, low_rank_targets=low_rank_targets, **partial,
         quant_bits=quant_bits, quant_type=str(val("quant_type") or "nf4"), quant_double=bool(val("quant_double")),
         quant_storage=storage if storage in ("bf16", "fp16", "fp32") else "uint8",
         quant_keeps_input=keeps_input, **frameworks.step_flags(fw_key),
@@ -244,6 +297,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         offload_optimizer=bool(val("offload_optimizer")), offload_params=bool(val("offload_params")),
         tensor_parallel=int(tp), context_parallel=int(cp),
         fsdp_full_state_dict=str(val("fsdp_state_dict_type") or "").upper().startswith("FULL"),
+        scalar_head=head != "causal-lm",
         gpu=gpu, gpu_count=count, expandable_segments="expandable_segments:true" in alloc.replace(" ", "").lower(),
         headroom=settings.headroom,
     )
@@ -259,6 +313,45 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
                            f"patches per sequence")
     rp = rp.with_changes(**objective_fields(plan, rp, fw_key, settings, sources, assumptions))
     return Resolution(rp, sources, assumptions)      # uncalibrated: `calibration.calibrate` is the next stage
+
+
+def _partial_training(plan: TrainingPlan, peft: str, val, sources: dict, assumptions: list[str]) -> dict:
+    """Which weights a partial full fine-tune trains (freeze tuning, LLaMA-Pro, LISA): `trained_layers` of the
+    decoder layers, `trained_modules` inside them and `trained_extra` outside them (components.trained_params)."""
+    out = {"trained_layers": None, "trained_modules": (), "trained_extra": (), "trained_where": "last"}
+    if peft != "freeze" and plan.trained_layers is None:
+        return out
+    layers = val("trained_layers")
+    if layers is None:
+        assumptions.append("which layers train is not known: estimated as a full fine-tune")
+        return out
+    modules = [str(m).strip().lower() for m in (val("trained_modules") or [])]
+    canon: list[str] = []
+    for m in modules:
+        if m in ("all", ""):
+            canon = []
+            break
+        if m in ("self_attn", "attn", "attention", "self_attention"):
+            canon.append("attn")
+        elif m in ("mlp", "feed_forward", "ffn", "block_sparse_moe"):
+            canon.append("mlp")
+    extra = []
+    for m in val("trained_extra") or []:
+        low = str(m).strip().lower()
+        if low in ("embed_tokens", "wte", "embed", "tok_embeddings", "word_embeddings"):
+            extra.append("embed")
+        elif low in ("lm_head", "output", "head"):
+            extra.append("lm_head")
+    where = str(val("trained_where") or "last")
+    out.update(trained_layers=abs(int(layers)), trained_modules=tuple(dict.fromkeys(canon)),
+               trained_extra=tuple(dict.fromkeys(extra)),
+               trained_where=where if where in ("last", "first", "spread", "rotating") else "last")
+    assumptions.append(f"partial fine-tuning: {abs(int(layers))} layer(s) train"
+                       + (f" ({', '.join(out['trained_modules'])})" if out["trained_modules"] else "")
+                       + (f" with {', '.join(out['trained_extra'])}" if out["trained_extra"] else "")
+                       + "; gradients and optimizer states only for those, activations only for the layers the "
+                       "backward runs through (from the lowest trained one up)")
+    return out
 
 
 PAIRED = ("dpo", "orpo", "simpo", "cpo", "rm")
@@ -300,7 +393,7 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
     ref_free = src("reference_free")
     if ref_free is None:
         # TRL GRPO's KL coefficient defaults to 0.0 (no reference); RLOO's to 0.05; other frameworks keep one
-        ref_free = obj == "grpo" and fw_key in ("trl", "axolotl", "transformers")
+        ref_free = obj == "grpo" and fw_key in ("trl", "axolotl", "transformers", "unsloth")
         if obj == "grpo" and ref_free:
             assumptions.append("GRPO with TRL's default beta=0.0: no reference model is loaded")
     needs_ref = obj in ("dpo", "kto", "online-dpo", "ppo", "grpo", "rloo") and not ref_free \
@@ -320,7 +413,7 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
             prompt = 512
             assumptions.append("prompt length not set: assumed 512 tokens (TRL GRPO does not truncate prompts)")
         if completion is None:
-            completion = 512 if fw_key in ("trl", "axolotl", "transformers", "ms-swift") else 256
+            completion = 512 if fw_key in ("trl", "axolotl", "transformers", "ms-swift", "unsloth") else 256
             sources["completion_len"] = Sourced(value=completion, origin=Origin.DEFAULT, framework="trl 1.16",
                                                 note="max_completion_length=512")
         gen = src("generation") or "generate"
@@ -331,7 +424,7 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
             # (`prompt_ids.repeat(2, 1)`), both through the policy in one forward
             gen_seqs = 2 * rp.micro_batch
             out["sequences_per_example"] = 2
-        elif fw_key in ("trl", "axolotl", "transformers", "ms-swift"):
+        elif fw_key in ("trl", "axolotl", "transformers", "ms-swift", "unsloth"):
             # completions, not prompts, in the batch of TRL's GRPOTrainer (ms-swift's and axolotl's subclass it)
             gen_seqs = rp.micro_batch * max(rp.grad_accum, 1)       # generation_batch_size per device
         else:

@@ -60,6 +60,15 @@ class ResolvedPlan(BaseModel):
     modules_to_save: tuple[str, ...] = ()      # canonical names ("lm_head", "embed")
     adapter_fp32: bool = True                  # PEFT autocast_adapter_dtype=True keeps adapters in fp32
     kbit_upcast: bool = True                   # prepare_model_for_kbit_training upcasts non-quantized params to fp32
+    # partial full fine-tuning (peft "none" with only some weights trainable: freeze tuning, LLaMA-Pro, LISA)
+    trained_layers: int | None = None          # decoder layers whose weights train; None = every layer
+    trained_modules: tuple[str, ...] = ()      # inside them: "attn" and/or "mlp"; () = the whole layer
+    trained_extra: tuple[str, ...] = ()        # outside the layers, with trained_layers set: "embed", "lm_head"
+    trained_where: str = "last"                # which layers train: "last", "first", "spread" (LLaMA-Pro), "rotating"
+    trainable_fp32: bool = False               # trainable weights kept in fp32 while frozen ones stay 16-bit
+    # GaLore / APOLLO: optimizer states of the targeted matrices are rank-r projections
+    low_rank: int = 0                          # projection rank (0: the optimizer keeps full states)
+    low_rank_targets: tuple[str, ...] = ()     # canonical linear names, or ("all-linear",)
     # quantization of the base linears
     quant_bits: int | None = None              # 4 or 8
     quant_type: str = "nf4"
@@ -71,6 +80,9 @@ class ResolvedPlan(BaseModel):
                                                # backward (MatMul4Bit `ctx.tensors = (A, B)`, removed in PR #1270)
     quant_dequant_fp16: bool = False           # 4-bit weights quantized from an fp16 copy (Lightning Fabric): each
                                                # call dequantizes to fp16, then casts to the compute dtype
+    fused_lora: bool = False                   # unsloth's LoRA autograd kernels (fast_lora.py): LoRA_QKV and LoRA_MLP keep
+                                               # their 16-bit input once, LoRA_MLP also the gate and up outputs (h is
+                                               # recomputed in backward), no fp32 adapter-input copies; dropout 0 only
     fused_qkv: bool = False                    # one q|k|v linear (litgpt): one LoRA adapter and dropout for all three,
                                                # zero-padding that keeps the adapter output when only some adapt,
                                                # and with MHA the value is a view that keeps the whole q|k|v output

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 from pydantic.alias_generators import to_camel
 
 SECTION = "vramlens"
+MAX_GPU_COUNT = 1 << 16        # GPUs per node; also the bound of the in-file `# vramlens: count=` directive
 DEFAULT_HEADROOM = 0.10
 SEVERITY_LEVELS = ("error", "warning", "information", "hint", "off")
 # The one table of other spellings of a severity (settings, project files, `--severity`).
@@ -52,8 +53,8 @@ class Settings(BaseModel):
     gpu: str | None = Field(None, description='GPU to check against, e.g. "A100-40GB" or "8xH100"; wins over '
                                               "a GPU named in the document.",
                             json_schema_extra={"allowed": 'a GPU name such as "A100-40GB", "H100" or "8xH100"'})
-    gpu_count: int | None = Field(None, ge=1, le=1 << 16, description="GPUs per node the run uses.",
-                                  json_schema_extra={"allowed": "a whole number from 1 to 65536"})
+    gpu_count: int | None = Field(None, ge=1, le=MAX_GPU_COUNT, description="GPUs per node the run uses.",
+                                  json_schema_extra={"allowed": f"a whole number from 1 to {MAX_GPU_COUNT}"})
     headroom: float = Field(DEFAULT_HEADROOM, ge=0.0, le=0.9,
                             description="Fraction of usable GPU memory to keep free; a fit with less is tight "
                                         "(VL002).",

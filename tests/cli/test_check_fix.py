@@ -78,7 +78,7 @@ def test_a_fix_for_the_deepspeed_json_goes_into_the_json_not_the_yaml(tmp_path):
     ds.write_text(DS_JSON, encoding="utf-8")
     plan = json.loads(check("train.yaml", "--gpu", "L4", "--format", "json", cwd=tmp_path).stdout)
     fit = next(x for f in plan["files"][0]["findings"] if f["rule"] == "VL001" for x in f["fixes"]
-               if x["id"] == "make-it-fit")
+               if x["id"] in ("make-it-fit", "make-it-fit-safe") and x["applicability"] == "safe")
     assert {e.get("file") for e in fit["edits"]} == {str(ds.resolve())}, fit   # JSON output names the file
 
     r = check("train.yaml", "--gpu", "L4", "--fix", cwd=tmp_path)
@@ -191,7 +191,9 @@ def test_safe_and_unsafe_fixes_on_the_qlora_mistral_config(tmp_path):
     levels = {x["title"].split(" → ")[0]: x["applicability"] for f in report["files"][0]["findings"]
               for x in f["fixes"]}
     assert levels["Load the weights in fp16"] == "unsafe" and levels["Use fp16 mixed precision"] == "unsafe"
-    assert any(t.startswith("Make it fit: lower the micro-batch") and a == "safe" for t, a in levels.items()), levels
+    # the fastest plan adds Liger's fused loss (another package: unsafe); the safe plan beside it is the trade alone
+    assert any(t.startswith("Make it fit with safe fixes only: lower the micro-batch") and a == "safe"
+               for t, a in levels.items()), levels
 
     safe = check("qlora.yaml", "--gpu", "T4", "--fix", cwd=tmp_path)
     assert safe.returncode == 1 and "fixed: Make it fit" in safe.stdout

@@ -26,7 +26,7 @@ CASES = [
     ("trl_dpo_precompute.yaml", "dpo", "none", 2, "none"),
     ("trl_sft_peft.yaml", "sft", "none", 1, "none"),
     ("handbook/dpo/config_full.yaml", "dpo", "copy", 2, "none"),
-    ("open_instruct_dpo.yaml", "simpo", "none", 2, "none"),
+    ("open_instruct_dpo.yaml", "dpo", "copy", 2, "none"),        # dpo_norm: length-normalised, with a reference
     ("trl_grpo.yaml", "grpo", "none", 1, "vllm-colocate"),
     ("dpo_train.py", "dpo", "copy", 2, "none"),
     ("orpo_train.py", "orpo", "none", 2, "none"),

@@ -119,6 +119,15 @@ class Server:
             except (BrokenPipeError, OSError) as exc:
                 raise ServerError(f"server is gone: {exc}; stderr: {self.stderr_tail()}") from None
 
+    def write_bytes(self, data: bytes) -> None:
+        """Raw bytes on the server's stdin (frames no editor would send)."""
+        with self._write_lock:
+            try:
+                self.proc.stdin.write(data)
+                self.proc.stdin.flush()
+            except (BrokenPipeError, OSError) as exc:
+                raise ServerError(f"server is gone: {exc}; stderr: {self.stderr_tail()}") from None
+
     def _read(self) -> None:
         out = self.proc.stdout
         while True:

@@ -40,9 +40,7 @@ def still_serves(s: Server) -> None:
 
 
 def _raw(s: Server, body: bytes) -> None:
-    with s._write_lock:
-        s.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        s.proc.stdin.flush()
+    s.write_bytes(b"Content-Length: %d\r\n\r\n" % len(body) + body)
 
 
 def test_broken_frames_and_unknown_methods(server: Server):

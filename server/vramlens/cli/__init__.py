@@ -39,6 +39,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # A config's text can hold what the terminal's encoding cannot (a lone surrogate from a Python `'\ud800'`
+    # literal): shown as an escape, never a UnicodeEncodeError that stops the report halfway.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command if command in SUBCOMMANDS else None)
     args = parser.parse_args(argv)

@@ -128,7 +128,7 @@ def choose_fix(analysis, tried: set[str], unsafe: bool):
     for finding in findings:
         if finding.rule_id == "VL001":
             for fix in finding.fixes:
-                if fix.id == "make-it-fit" and allowed(fix):
+                if fix.id in ("make-it-fit", "make-it-fit-safe") and allowed(fix):
                     return fix
     for finding in sorted(findings, key=lambda f: f.severity != "error"):
         for fix in finding.fixes:

@@ -14,5 +14,4 @@ def add_arguments(p):
 def run(args) -> int:
     from vramlens.lsp import serve
 
-    serve(tcp=args.tcp, host=args.host, port=args.port, log_level=args.log_level)
-    return 0
+    return serve(tcp=args.tcp, host=args.host, port=args.port, log_level=args.log_level)

@@ -19,7 +19,7 @@ __all__ = ["estimate", "allocated_peak", "Estimate", "GIB", "COMPONENTS", "REVIS
 
 # Bumped whenever a formula changes what an estimate comes to: local calibration records (trace/probe ratios to
 # the estimate of their day) made against another revision are ignored (vramlens.calibration).
-REVISION = 2
+REVISION = 3
 
 
 def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]], C.Params, float]:
@@ -51,13 +51,16 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     mask, mask_per_layer = C.attention_mask_bytes(rp.with_changes(micro_batch=seqs) if seqs != rp.micro_batch else rp)
     g_resident = G if (rp.grad_accum > 1 or not rp.set_to_none) else 0
 
+    # frozen layers below the lowest trained one are outside the autograd graph: they save nothing (and, under
+    # checkpointing, keep no block input) — components.backward_layers
+    held = min(C.backward_layers(rp, worst=True) / C.counted_layers(rp), 1.0)
     if rp.grad_checkpointing:
-        saved = 0 if rp.activation_offload else int(tok * C.checkpoint_per_token(rp))
+        saved = 0 if rp.activation_offload else int(tok * C.checkpoint_per_token(rp) * held)
     elif rp.activation_offload:
         saved = int(tok * one_layer * 2)                  # offloaded activations stream through ~2 layers
     else:
-        saved = int(tok * all_layers)
-    layers_saved = 0 if rp.grad_checkpointing else rp.arch.layers
+        saved = int(tok * all_layers * held)
+    layers_saved = 0 if rp.grad_checkpointing else round(rp.arch.layers * held)
     acts_fb = saved + int(final) + amp_cache + mask + layers_saved * mask_per_layer + C.vision_activations(rp, seqs)
 
     base = {"weights": W, "quant_constants": quant, "adapters": adapters, "buffers": B, "optimizer_paged": paged,

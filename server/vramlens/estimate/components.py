@@ -46,7 +46,9 @@ def params(rp: ResolvedPlan) -> Params:
     s = shapes(arch)
     wb = DTYPE_BYTES[rp.weight_dtype]
     full = rp.peft == "none"
-    total = s.total
+    # a task head (sequence/token classification, regression, reward score) replaces the LM head: h × labels
+    # weights instead of V × h (transformers `*ForSequenceClassification.score`, `*ForTokenClassification.classifier`)
+    total = s.total - (s.lm_head_params if rp.scalar_head else 0)
 
     adapter = 0
     if not full:
@@ -79,10 +81,11 @@ def params(rp: ResolvedPlan) -> Params:
             saved_bytes += n * (4 if rp.adapter_fp32 else wb)
 
     if full:
-        trainable = total
-        tb = wb
-        trainable_bytes = total * wb
-        largest = max(s.embed_params, s.lm_head_params, max((l.in_features * l.out_features for l in s.linears), default=0)) * wb
+        trainable, largest_params = trained_params(rp)
+        tb = 4 if rp.trainable_fp32 else wb
+        trainable_bytes = trainable * tb
+        frozen_bytes = (total - trainable) * wb
+        largest = largest_params * tb
     else:
         trainable = adapter + saved
         tb = adapter_b
@@ -99,6 +102,94 @@ def params(rp: ResolvedPlan) -> Params:
     return Params(total=total, trainable=trainable, frozen_bytes=frozen_bytes, quantized_bytes=quantized,
                   quant_constants=quant_consts, trainable_bytes=trainable_bytes, trainable_dtype_bytes=tb,
                   adapter_params=adapter, largest_param_bytes=largest, layer_bytes=s.layer_params * cb)
+
+
+ATTN_LINEARS = ("q", "k", "v", "o")
+
+
+def trained_params(rp: ResolvedPlan) -> tuple[int, int]:
+    """(trainable parameters, the largest trainable tensor's parameters) of a full-precision run: every weight, or
+    with `trained_layers` set only those layers (their `trained_modules`: attention and/or MLP linears, else the whole
+    layer with its norms) plus the `trained_extra` embedding / LM head. Freeze tuning and LLaMA-Pro
+    (LLaMA-Factory 01d87b82 src/llamafactory/model/adapter.py `_setup_freeze_tuning`: `freeze_trainable_layers`
+    layers, `freeze_trainable_modules`, `freeze_extra_modules`) and LISA (LMFlow / axolotl: `lisa_activated_layers`
+    / `lisa_n_layers` layers at a time, the embedding and LM head outside `model.layers` stay trainable)."""
+    s = shapes(rp.arch)
+    head = 0 if rp.scalar_head else s.lm_head_params
+    total = s.total - (s.lm_head_params - head)
+    biggest_linear = max((l.in_features * l.out_features for l in s.linears), default=0)
+    if rp.trained_layers is None:
+        return total, max(s.embed_params, head, biggest_linear)
+    layers = counted_layers(rp)
+    n = max(0, min(int(rp.trained_layers), layers))
+    if rp.trained_modules:
+        names = set()
+        if "attn" in rp.trained_modules:
+            names.update(ATTN_LINEARS)
+        if "mlp" in rp.trained_modules:
+            names.update(("gate", "up", "down", "fc1", "fc2"))
+        per_layer = sum(l.params for l in s.linears if l.name in names) / layers
+        largest = max((l.in_features * l.out_features for l in s.linears if l.name in names), default=0)
+    else:
+        per_layer = (s.linear_params + s.other_params) / layers   # linears, norms and biases of one layer
+        largest = biggest_linear
+    trainable = int(n * per_layer)
+    if "embed" in rp.trained_extra:
+        trainable += s.embed_params
+        largest = max(largest, s.embed_params)
+    if "lm_head" in rp.trained_extra and head:
+        trainable += head
+        largest = max(largest, head)
+    return min(trainable, total), (largest if n or trainable else 0)
+
+
+def counted_layers(rp: ResolvedPlan) -> int:
+    """The layers `trained_layers` counts (as in `trained_params`): the decoder's, and an encoder-decoder's both."""
+    return max(rp.arch.layers + (rp.arch.encoder_layers or 0 if rp.arch.block == "encoder-decoder" else 0), 1)
+
+
+def backward_layers(rp: ResolvedPlan, worst: bool = False) -> float:
+    """How many layers the backward pass runs through: on average over the run, or with `worst` at the step that
+    reaches deepest (what the activations' peak follows: nothing below it is saved). Autograd stops below the lowest
+    layer with a trainable weight when nothing beneath it trains (LLaMA-Factory 01d87b82
+    src/llamafactory/model/model_utils/checkpointing.py `get_custom_gradient_checkpointing_func`: "Only applies
+    gradient checkpointing to trainable layers", so frozen blocks are neither recomputed nor back-propagated).
+    Where the trained layers sit (`trained_where`): the last n → n layers; the first n → all of them; LLaMA-Pro's
+    expanded blocks (every L/n-th, the lowest at L/n − 1) → L − L/n + 1; a window that moves (BAdam's one block
+    in turn, LISA's n sampled layers: the lowest of n uniform draws sits at (L − n)/(n + 1) on average) →
+    L − (L − n)/(n + 1). A trained embedding (LISA) or vision tower needs every layer's backward."""
+    layers = counted_layers(rp)
+    if rp.peft != "none" or rp.trained_layers is None or "embed" in rp.trained_extra \
+            or (rp.arch.vision_params and not rp.vision_frozen):
+        return float(layers)
+    n = max(0, min(int(rp.trained_layers), layers))
+    if n == 0:
+        return 0.0
+    where = rp.trained_where
+    if where == "first":
+        return float(layers)
+    if where == "spread":
+        return float(layers - layers // n + 1)
+    if where == "rotating":
+        return float(layers) if worst else layers - (layers - n) / (n + 1)
+    return float(n)
+
+
+def weight_grad_share(rp: ResolvedPlan, linear: str) -> float:
+    """Share of a block linear's instances whose weight trains (its weight-gradient GEMM runs): all of them in a
+    full fine-tune, none under PEFT (the adapters have their own), `trained_layers` of the layers when only those
+    (and, with `trained_modules`, only their attention or MLP linears) train."""
+    if rp.peft != "none":
+        return 0.0
+    if rp.trained_layers is None:
+        return 1.0
+    if rp.trained_modules:
+        names = (ATTN_LINEARS if "attn" in rp.trained_modules else ()) \
+            + (("gate", "up", "down", "fc1", "fc2") if "mlp" in rp.trained_modules else ())
+        if linear not in names:
+            return 0.0
+    layers = counted_layers(rp)
+    return max(0, min(int(rp.trained_layers), layers)) / layers
 
 
 def head_quantized(rp: ResolvedPlan) -> bool:
@@ -155,11 +246,32 @@ def optimizer_state(rp: ResolvedPlan, p: Params) -> int:
     per_param = opt.states * state_b
     if rp.master_weights:
         per_param = 4 + opt.states * (opt.state_bytes if opt.state_bytes is not None else 4)
-    if opt.low_rank:
-        per_param *= 0.25                     # GaLore/APOLLO: rank-r projections of the states (rank 1/4 of dims)
     if opt.paged:
         pass                                  # same size; lives in CUDA unified memory outside the allocator
+    if opt.low_rank and rp.peft == "none":
+        return int(low_rank_state(rp, p, per_param, state_b) * shard_factor(rp, "optimizer"))
     return int(p.trainable * per_param * shard_factor(rp, "optimizer"))
+
+
+def low_rank_state(rp: ResolvedPlan, p: Params, per_param: float, state_b: float) -> float:
+    """GaLore (Zhao et al. 2024, arXiv:2403.03507 §4; galore_torch/galore_projector.py `GaLoreProjector.project`):
+    the gradient of a targeted m×n matrix is projected onto rank r on its shorter side, so the optimizer's states
+    hold r·max(m, n) elements each, plus the projection matrix r·min(m, n); every other trainable parameter
+    (embeddings, norms, LM head, untargeted linears) keeps full states. APOLLO's states are projected the same way
+    (arXiv:2412.05270). Targets default to every linear of the blocks (LLaMA-Factory `galore_target: all`)."""
+    if rp.low_rank <= 0:
+        return p.trainable * per_param * 0.25     # rank unknown: a quarter of the full states
+    r = rp.low_rank
+    projected = full_covered = 0
+    targets = rp.low_rank_targets or ("all-linear",)
+    for lin in targeted(rp.arch, targets):
+        if rp.trained_layers is not None:
+            continue                               # partial runs: keep the conservative full-state count below
+        long_side, short_side = max(lin.in_features, lin.out_features), min(lin.in_features, lin.out_features)
+        rank = min(r, short_side)
+        projected += lin.count * (rp.optimizer.states * rank * long_side * state_b + rank * short_side * state_b)
+        full_covered += lin.count * lin.in_features * lin.out_features
+    return projected + max(p.trainable - full_covered, 0) * per_param
 
 
 def optimizer_temporaries(rp: ResolvedPlan, p: Params) -> int:
@@ -171,7 +283,8 @@ def optimizer_temporaries(rp: ResolvedPlan, p: Params) -> int:
         return 0
     if rp.optimizer_impl == "fused":
         return 0
-    if rp.optimizer_impl == "forloop":
+    if rp.optimizer_impl == "forloop" or opt.low_rank:
+        # galore_torch's optimizers step one parameter at a time (project, update, project back): a for-loop step
         return 2 * p.largest_param_bytes
     state_b = opt.state_bytes if opt.state_bytes is not None else p.trainable_dtype_bytes
     if opt.states == 0:
@@ -282,6 +395,13 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         if 0 < len(adapted) < 3:
             linear_inputs += c * sum(adapted)              # zero_pad's index_copy keeps the adapter output (source)
 
+    if rp.fused_lora and not full and not dropout and gated and not arch.is_moe:
+        # unsloth/kernels/fast_lora.py: LoRA_QKV saves X, LoRA_MLP saves X, e = X·G and g = X·U (h = f(e)·g and the
+        # down projection's input are recomputed in backward), LoRA_W (o) saves its input, SDPA's output; the fp32
+        # LoRA weights are cast to the activations' dtype inside the kernels, so no fp32 input copies exist
+        mlp_internal = 2 * c * inter
+        linear_inputs = c * h * sum(1 for members in (("q", "k", "v"), ("gate", "up"))
+                                    if any(all_lin or m in targets for m in members))
     per_layer = norm_keep + attn + mlp_internal + linear_inputs
     if fp32_residual(rp):
         # fp32 residual stream (AMP, or fp32 embeddings/norms of a k-bit model under autocast): norm outputs

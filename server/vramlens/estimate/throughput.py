@@ -7,7 +7,9 @@ well-formed kernels reach:
   linears       every nn.Linear of the blocks and the LM head: forward (2·T·in·out FLOPs; reads its input and
                 weight, writes its output), the input-gradient GEMM in backward (always: earlier layers need it),
                 the weight-gradient GEMM (only for weights that train), and the forward again for recomputed
-                blocks under gradient checkpointing. Small micro-batches read the whole weight for few tokens and
+                blocks under gradient checkpointing. Partial fine-tuning (freeze tuning, LLaMA-Pro, LISA, BAdam)
+                runs weight gradients only for its trained layers, and backward and recompute only down to the
+                lowest of them (components.backward_layers). Small micro-batches read the whole weight for few tokens and
                 are bandwidth-bound: this is where a larger micro-batch gains speed. MoE: each routed expert sees
                 its share (top-k / experts) of the tokens.
   LoRA          the adapters' own small GEMMs, their dropout, and (QLoRA) dequantising each 4-bit weight to the
@@ -16,9 +18,11 @@ well-formed kernels reach:
                 blocks (FlashAttention/SDPA); backward ≈ 2.5× forward (FlashAttention recomputes the scores).
                 Eager attention also writes and reads the s×s score matrices.
   elementwise   norms, residual adds, the MLP activation, rotary embeddings: a fixed number of reads and writes of
-                the hidden state per layer, memory-bound; the loss reads and writes the vocabulary-wide logits.
+                the hidden state per layer, memory-bound; the loss reads and writes the vocabulary-wide logits
+                (a task head — classification, reward, regression — is a hidden × labels linear with none).
   optimizer     once per optimizer step: every trainable parameter's weight, gradient and state read and written
-                (memory-bound); on the CPU over PCIe when offloaded.
+                (memory-bound); on the CPU over PCIe when offloaded. GaLore/APOLLO: states on the rank-r side only, plus
+                the projections (and GaLore's periodic SVD) of every targeted matrix (`_low_rank_seconds`).
   collectives   data parallelism moves gradients (DDP all-reduce, ZeRO/FSDP reduce-scatter) and, when sharded,
                 parameters (all-gather) over the GPU link; they overlap with compute, so a step takes the longer of
                 the two plus the last bucket that cannot overlap.
@@ -115,24 +119,27 @@ def network_gbs(rp: ResolvedPlan) -> float:
     return 50.0 if _hopper_or_newer(rp) else 25.0
 
 
-def _linears(rp: ResolvedPlan) -> list[tuple[str, int, int, float, float, bool]]:
-    """(name, in, out, instances, tokens share, trains) for every linear a token passes through, LM head
-    included. A routed expert's instances see top-k/experts of the tokens."""
+def _linears(rp: ResolvedPlan) -> list[tuple[str, int, int, float, float, float]]:
+    """(name, in, out, instances, tokens share, share of the instances whose weight trains) for every linear a
+    token passes through, LM head included. A routed expert's instances see top-k/experts of the tokens. Partial
+    full fine-tuning (freeze tuning, LLaMA-Pro, LISA, BAdam) trains only some layers' weights
+    (components.weight_grad_share); its LM head trains when `trained_extra` names it."""
     arch = rp.arch
     s = shapes(arch)
     full = rp.peft == "none"
-    out: list[tuple[str, int, int, float, float, bool]] = []
+    out: list[tuple[str, int, int, float, float, float]] = []
     routed = (arch.layers - arch.dense_layers) * arch.num_experts if arch.is_moe else 0
     for lin in s.linears:
         share = 1.0
         if arch.is_moe and lin.name in ("gate", "up", "down", "fc1", "fc2") and lin.count == routed:
             share = arch.experts_per_token / arch.num_experts
-        out.append((lin.name, lin.in_features, lin.out_features, lin.count, share, full))
+        out.append((lin.name, lin.in_features, lin.out_features, lin.count, share, C.weight_grad_share(rp, lin.name)))
     if not rp.scalar_head and arch.block != "encoder":
-        head_trains = full or "lm_head" in rp.modules_to_save
-        out.append(("lm_head", arch.hidden, arch.vocab, 1, 1.0, head_trains))
+        head_trains = (full and (rp.trained_layers is None or "lm_head" in rp.trained_extra)) \
+            or "lm_head" in rp.modules_to_save
+        out.append(("lm_head", arch.hidden, arch.vocab, 1, 1.0, 1.0 if head_trains else 0.0))
     elif rp.scalar_head:
-        out.append(("score", arch.hidden, 1, 1, 1.0, True))
+        out.append(("score", arch.hidden, 1, 1, 1.0, 1.0))
     return out
 
 
@@ -152,6 +159,10 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
     accum = max(rp.grad_accum, 1)
     ckpt = rp.grad_checkpointing
     forwards = 2 if ckpt else 1                      # recomputed blocks run their forward twice
+    layers_total = arch.layers + (arch.encoder_layers or 0)
+    # backward (and the recompute before it) runs only down to the lowest layer that trains
+    back = min(C.backward_layers(rp) / C.counted_layers(rp), 1.0)
+    block_passes = 1 + (forwards - 1) * back + back  # forward, recompute, input gradient (weight gradient below)
 
     # -- linears: forward, input gradient, weight gradient, recompute -------------------------------------
     model_flops = 0.0                                # forward + backward without recompute, per micro-step
@@ -161,11 +172,15 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
         tokens = T * share
         flops = 2 * tokens * fin * fout_tp
         bytes_ = cb * (tokens * fin + fin * fout_tp + tokens * fout_tp)
-        passes = (forwards if name not in ("lm_head", "score") else 1) + 1 + (1 if trains else 0)
+        if name in ("lm_head", "score"):
+            grad_in = 1.0 if back > 0 else 0.0           # the head's input gradient feeds the trained layers
+            passes = 1 + grad_in + trains
+            model_flops += flops * count * (1 + grad_in + trains)
+        else:
+            passes = block_passes + trains
+            model_flops += flops * count * (1 + back + trains)
         clock.op("matmuls", flops, bytes_, times=count * passes)
-        model_flops += flops * count * (2 + (1 if trains else 0))
-    layers_total = arch.layers + (arch.encoder_layers or 0)
-    n_ops += layers_total * OPS_PER_LAYER * (forwards + 2)
+    n_ops += int(layers_total * OPS_PER_LAYER * (1 + back * (forwards + 1)))
 
     # -- LoRA adapters, dropout, 4-bit dequantisation ------------------------------------------------------
     if rp.peft != "none":
@@ -196,14 +211,15 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
     attn_io = cb * T * (2 * d_attn + 2 * arch.n_kv_heads * arch.d_head / tp)      # q, out, k, v
     if not flash:                                    # eager: the s×s scores written, soft-maxed, read
         attn_io += seqs * (arch.heads / tp) * seq * seq * (4 * cb + 4)
-    clock.op("attention", attn_fwd, attn_io, attention_efficiency(rp), times=layers_total * (forwards + 2.5))
-    model_flops += attn_fwd * layers_total * 3
+    clock.op("attention", attn_fwd, attn_io, attention_efficiency(rp),
+             times=layers_total * (1 + back * (forwards - 1 + 2.5)))
+    model_flops += attn_fwd * layers_total * (1 + 2 * back)
 
     # -- elementwise and the loss ----------------------------------------------------------------------------
     inter = arch.moe_intermediate or arch.intermediate
     width = ELEMENTWISE_HIDDEN * arch.hidden + 3 * inter * (arch.experts_per_token or 1) \
         + 2 * (arch.q_dim + arch.kv_dim)
-    clock.op("elementwise", 0, T * width * cb, times=layers_total * (forwards + 2))
+    clock.op("elementwise", 0, T * width * cb, times=layers_total * (1 + back * (forwards + 1)))
     if not rp.scalar_head and arch.block != "encoder":
         logit_tokens = seqs * ((rp.logits_tokens or rp.seq_len) // cp)
         # logits written, read into the fp32 softmax, the gradient written and read back into the head GEMM;
@@ -230,6 +246,10 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
     p = C.params(rp)
     opt_s, where = _optimizer_seconds(rp, p)
     parts["optimizer"] = opt_s
+    projection_s = _low_rank_seconds(rp, p)
+    if projection_s:
+        parts["low-rank projection"] = projection_s
+        opt_s += projection_s
     if rp.grad_accum > 1:                            # gradients accumulated: read + written per extra micro-step
         parts["gradient accumulation"] = (accum - 1) * 2 * p.trainable_bytes * C.shard_factor(rp, "gradients") \
             / (clock.bw * MEMORY_EFFICIENCY)
@@ -305,7 +325,73 @@ def _optimizer_seconds(rp: ResolvedPlan, p: C.Params) -> tuple[float, str]:
         return n * 2 * wb / (PCIE_OFFLOAD_GBS * 1e9) + n * per_param / (CPU_ADAM_GBS * 1e9), "cpu"
     if opt.states == 0 and opt.family == "lomo":
         return 0.0, "gpu"
-    return n * per_param / (rp.gpu.memory_gbs * 1e9 * MEMORY_EFFICIENCY), "gpu"
+    traffic = n * per_param
+    projected = _projected(rp)
+    if projected:
+        # the projected matrices: weight read + written and the projected-back update read (`p.add_(norm_grad)`),
+        # the states only on their rank-r side (the projections themselves: `_low_rank_seconds`)
+        covered = sum(elems for elems, _, _, _ in projected) * shard
+        states = sum(state_elems for _, state_elems, _, _ in projected) * shard
+        traffic -= covered * (per_param - 3 * wb)
+        traffic += states * 2 * state_b
+    return traffic / (rp.gpu.memory_gbs * 1e9 * MEMORY_EFFICIENCY), "gpu"
+
+
+# galore_torch galore_projector.py `GaLoreProjector(update_proj_gap=200)`; transformers' GaLore `optim_args`
+# (update_proj_gap=200) and LLaMA-Factory `galore_update_interval: 200` keep that default
+PROJECTION_UPDATE_GAP = 200
+
+
+def _projected(rp: ResolvedPlan) -> list[tuple[float, float, int, int]]:
+    """GaLore/APOLLO (full fine-tuning with a known rank): for each targeted matrix kind, (trained elements, state
+    elements per state on the rank-r side, long side, short side), instances included."""
+    if not (rp.optimizer.low_rank and rp.peft == "none" and rp.low_rank > 0):
+        return []
+    out = []
+    for lin in targeted(rp.arch, rp.low_rank_targets or ("all-linear",)):
+        n = lin.count * C.weight_grad_share(rp, lin.name)
+        if not n:
+            continue
+        long_side, short_side = max(lin.in_features, lin.out_features), min(lin.in_features, lin.out_features)
+        r = min(rp.low_rank, short_side)
+        out.append((n * lin.in_features * lin.out_features, n * r * long_side, long_side, short_side))
+    return out
+
+
+def _low_rank_seconds(rp: ResolvedPlan, p: C.Params) -> float:
+    """Per optimizer step, what GaLore/APOLLO add to the update of each targeted m×n matrix (long side M, short
+    side S, rank r): GaLore projects the gradient onto rank r and the update back (two 2·r·M·S-FLOP GEMMs, the
+    first reading the full gradient, the second writing the full update, in the gradient's dtype; Zhao et al., arXiv:2403.03507, Algorithm 2), and
+    every `update_proj_gap` steps takes `torch.linalg.svd(grad.float(), full_matrices=False)` for a new projection
+    (galore_torch galore_projector.py `get_orthogonal_matrix`): Golub & Van Loan's R-SVD count for Σ, U₁, V,
+    6·M·S² + 20·S³ FLOPs (Matrix Computations, 4th ed., §8.6.3, Fig. 8.6.1) at the fp32 CUDA-core rate, and the
+    matrix-vector half of its bidiagonalisation reads the trailing S×S fp32 matrix twice per column (≈ 8/3·S³
+    bytes) — a lower bound, as cuSOLVER's SVD rarely reaches the GEMM rate. APOLLO projects once with a random
+    matrix it regenerates cheaply and scales the gradient channel-wise (Zhu et al., arXiv:2412.05270, Algorithm 1):
+    one GEMM and no SVD."""
+    projected = _projected(rp)
+    if not projected or rp.offload_optimizer:
+        return 0.0
+    g = rp.gpu
+    bw = g.memory_gbs * 1e9 * MEMORY_EFFICIENCY
+    gb = p.trainable_dtype_bytes
+    rate = (g.tflops_bf16 if gb == 2 else g.tflops_fp32) or g.tflops_fp32 or 0.0
+    fp32 = (g.tflops_fp32 or 0.0) * 1e12 * MATMUL_EFFICIENCY
+    gemms = 1 if rp.optimizer.family == "apollo" else 2
+    shard = C.shard_factor(rp, "optimizer")
+    seconds = 0.0
+    for elems, _, long_side, short_side in projected:
+        elems *= shard
+        r = min(rp.low_rank, short_side)
+        flops = 2 * r * elems * gemms
+        t = max(flops / (rate * 1e12 * MATMUL_EFFICIENCY) if rate else 0.0, 2 * elems * gb / bw)
+        if rp.optimizer.family == "galore" and fp32:
+            matrices = elems / (long_side * short_side)
+            svd_flops = 6 * long_side * short_side ** 2 + 20 * short_side ** 3
+            svd_bytes = 8 / 3 * short_side ** 3 + 2 * 4 * long_side * short_side
+            t += matrices * max(svd_flops / fp32, svd_bytes / bw) / PROJECTION_UPDATE_GAP
+        seconds += t
+    return seconds
 
 
 def _communication_seconds(rp: ResolvedPlan, p: C.Params) -> tuple[float, float]:

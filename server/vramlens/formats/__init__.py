@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from vramlens.formats import (accelerate, axolotl, custom, deepspeed, hf, hints, litgpt, llamafactory, neox,
-                              purpose, torchtune)
+                              openinstruct, purpose, torchtune)
 from vramlens.formats.settings import PlanBuilder, Setting
 from vramlens.formats.yaml_doc import YamlError, load_yaml
 from vramlens.plan import IssueKind, ParseIssue, Severity, Span, TrainingPlan
@@ -75,6 +75,7 @@ YAML_DIALECTS: list[YamlDialect] = [
     YamlDialect("axolotl-cloud", "axolotl", axolotl.detect_cloud, axolotl.apply_cloud),
     YamlDialect("litgpt", "litgpt", litgpt.detect, litgpt.apply),
     YamlDialect("deepspeed", "deepspeed", lambda d, k: deepspeed.detect_score(k), _ds_apply),
+    YamlDialect("open-instruct", "open-instruct", openinstruct.detect, openinstruct.apply),
     YamlDialect("hf", "transformers", _hf_detect, _hf_apply),
     YamlDialect("custom", "custom", custom.detect, custom.apply),
 ]

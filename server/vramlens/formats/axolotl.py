@@ -180,6 +180,15 @@ def _unfrozen(b: PlanBuilder, s: Setting) -> None:
         b.set("peft_method", "freeze", s, note="only the parameters matching `unfrozen_parameters` train")
 
 
+def _model_class(b: PlanBuilder, s: Setting) -> None:
+    """`type_of_model: AutoModelForSequenceClassification` (axolotl loads the model with this class)."""
+    head = hf.task_head_of_class(str(s.value or "").strip())
+    if head is not None:
+        b.set("task_head", head, s)
+    else:
+        b.remember(s)
+
+
 def _int(concept: str, minimum: int = 1):
     return lambda b, s: b.set_int(concept, s, minimum=minimum)
 
@@ -217,6 +226,8 @@ HANDLERS = {
     "sequence_parallel_degree": _int("context_parallel"),
     "plugins": _plugins, "liger_fused_linear_cross_entropy": _liger_flce, "cut_cross_entropy": _liger_flce,
     "chunked_cross_entropy": _chunked_ce, "unfrozen_parameters": _unfrozen,
+    "lisa_n_layers": hf._lisa_layers, "num_labels": hf._num_labels,
+    "type_of_model": _model_class, "model_type": _model_class,
     "gpu": _gpu, "gpu_count": _int("gpu_count"),
     "fp8": lambda b, s: b.set("amp_dtype", "fp8", s, note="torchao float8 training") if to_bool(s.value) else None,
 }

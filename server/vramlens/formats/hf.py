@@ -14,7 +14,7 @@ from typing import Callable
 
 from vramlens.formats.settings import PlanBuilder, Setting, is_auto, to_bool, to_int
 from vramlens.formats.vocab import HF_ATTENTION, check_optimizer
-from vramlens.plan import IssueKind, Severity
+from vramlens.plan import IssueKind, Origin, Severity
 
 # Keys that only TrainingArguments (or its TRL subclasses) define; used to recognise the dialect.
 TRAINING_ARGUMENT_KEYS = frozenset({
@@ -391,7 +391,75 @@ def _compile_mode(b: PlanBuilder, s: Setting) -> None:
         b.set("compile", True, s, note=f"`{s.key}` set → torch.compile is on")
 
 
+# The model's head (transformers AutoModelFor*; PEFT `TaskType`; ms-swift `--task_type`): a task head has no vocabulary
+# logits. ms-swift 4.x swift/llm/argument/base_args/model_args.py `task_type`: causal_lm | seq_cls | embedding |
+# reranker | generative_reranker; PEFT 0.x peft/utils/peft_types.py `TaskType`: SEQ_CLS, TOKEN_CLS, CAUSAL_LM, …
+TASK_TYPES = {"seq_cls": "sequence-classification", "sequence_classification": "sequence-classification",
+              "token_cls": "token-classification", "token_classification": "token-classification",
+              "causal_lm": "causal-lm", "reranker": "sequence-classification", "regression": "regression"}
+
+
+def task_head_of_class(name: str) -> str | None:
+    """`AutoModelForSequenceClassification` / `LlamaForTokenClassification` → the task head (None: another class)."""
+    if name.endswith("ForSequenceClassification"):
+        return "sequence-classification"
+    if name.endswith("ForTokenClassification"):
+        return "token-classification"
+    return None
+
+
+def _task_type(b: PlanBuilder, s: Setting) -> None:
+    if not isinstance(s.value, str) or not s.value.strip():
+        return
+    head = TASK_TYPES.get(s.value.strip().lower())
+    if head is None:
+        return b.remember(s)
+    b.set("task_head", head, s)
+
+
+def _problem_type(b: PlanBuilder, s: Setting) -> None:
+    if isinstance(s.value, str) and s.value.strip().lower() == "regression":
+        b.set("task_head", "regression", s, override=True, note="`problem_type: regression`: one scalar output")
+    else:
+        b.remember(s)
+
+
+def _num_labels(b: PlanBuilder, s: Setting) -> None:
+    n = to_int(s.value)
+    if n is not None and n >= 1 and b.plan.task_head is None:
+        b.set("task_head", "sequence-classification", s, note=f"`num_labels: {n}`: a {n}-wide classification head")
+    b.remember(s)
+
+
+def _optim_args(b: PlanBuilder, s: Setting) -> None:
+    """transformers `optim_args` ("rank=64, update_proj_gap=200, scale=0.25"): the GaLore/APOLLO rank."""
+    b.remember(s)
+    if not isinstance(s.value, str):
+        return
+    for part in s.value.replace(";", ",").split(","):
+        key, _, value = part.partition("=")
+        if key.strip().lower() == "rank" and to_int(value.strip()):
+            b.set("optimizer_rank", to_int(value.strip()), s)
+
+
+def _lisa_layers(b: PlanBuilder, s: Setting) -> None:
+    """LISA (arXiv:2403.17919): `lisa_activated_layers` (LMFlow finetuner args) / `lisa_n_layers` (axolotl) decoder
+    layers train at a time; the embedding and LM head stay trainable (LMFlow `DynamicLayerActivationCallback` and
+    axolotl's LISA callback freeze only `model.layers`)."""
+    n = to_int(s.value)
+    if n is None or n < 1:
+        return b.remember(s)
+    b.set("peft_method", "freeze", s, note=f"LISA: {n} randomly chosen layer(s) train at a time")
+    b.set("trained_layers", n, s)
+    b.set("trained_where", "rotating", s, origin=Origin.DERIVED, note="LISA samples new layers every interval")
+    b.set("trained_extra", ["embed", "lm_head"], s, origin=Origin.DERIVED,
+          note="LISA keeps the embedding and the LM head trainable")
+
+
 HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
+    "task_type": _task_type, "lora_task_type": _task_type, "num_labels": _num_labels, "problem_type": _problem_type,
+    "optim_target_modules": _targets_handler("optimizer_targets"), "optim_args": _optim_args,
+    "lisa_activated_layers": _lisa_layers, "lisa_n_layers": _lisa_layers,
     **{k: _model for k in MODEL_KEYS},
     "torch_dtype": _dtype, "dtype": _dtype,
     "bf16": _amp("bf16"), "fp16": _amp("fp16"),

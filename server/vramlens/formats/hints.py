@@ -18,7 +18,9 @@ import shlex
 from vramlens.formats.settings import PlanBuilder, to_int
 from vramlens.knowledge import gpus
 from vramlens.plan import IssueKind, Origin, Severity, Sourced, Span, text_lines
+from vramlens.settings import MAX_GPU_COUNT
 
+_DIRECTIVE_KEYS = {"gpu", "count", "gpus", "gpu_count"}
 _DIRECTIVE = re.compile(r"(?:#|//|<!--)\s*vramlens\s*:\s*(?P<body>.*?)\s*(?:-->)?\s*$", re.IGNORECASE)
 
 _GPU_MODEL = (r"(?:(?:NVIDIA|Tesla|GeForce|AMD\s+Instinct)\s+)?"
@@ -96,10 +98,15 @@ def apply_directive(b: PlanBuilder, text: str) -> bool:
                     b.plan.gpu_count = Sourced(value=n, origin=Origin.FILE, key="vramlens: gpu", span=span,
                                                value_span=span)
                 found = True
+        unknown = sorted(set(fields) - _DIRECTIVE_KEYS)
+        if unknown:
+            b.issue(IssueKind.NOT_READ, f"`{unknown[0]}` is not read from a vramlens directive: it reads `gpu=<name>` "
+                    f"and `count=<n>` (other settings go in `.vramlens.toml` or the editor's settings)", span=span)
         if count:
             n = to_int(count)
-            if n is None or n < 1:
-                b.issue(IssueKind.INVALID_VALUE, f"`count={count}` in the vramlens directive should be a whole number ≥ 1", span=span)
+            if n is None or not 1 <= n <= MAX_GPU_COUNT:
+                b.issue(IssueKind.INVALID_VALUE, f"`count={count}` in the vramlens directive should be a whole number from 1 to "
+                        f"{MAX_GPU_COUNT}", span=span)
             else:
                 b.plan.gpu_count = Sourced(value=n, origin=Origin.FILE, key="vramlens: count", span=span,
                                            value_span=span)

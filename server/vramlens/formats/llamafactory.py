@@ -124,6 +124,37 @@ def _pure_bf16(b: PlanBuilder, s: Setting) -> None:
     if to_bool(s.value):
         b.set("weight_dtype", "bf16", s, note="`pure_bf16`: bf16 weights and optimizer states, no autocast")
         b.set("amp_dtype", "none", s, override=True)
+        b.set("trainable_fp32", False, s, override=True,
+              note="`pure_bf16`: trainable weights stay in bf16 (no fp32 upcast)")
+    else:
+        b.remember(s)
+
+
+def _freeze_list(concept: str):
+    """`freeze_trainable_modules` / `freeze_extra_modules`: comma-separated module names ("all": every module)."""
+    def handler(b: PlanBuilder, s: Setting) -> None:
+        raw = s.value if isinstance(s.value, list) else str(s.value or "").split(",")
+        names = [str(n).strip() for n in raw if str(n).strip()]
+        if names:
+            b.set(concept, names, s)
+    return handler
+
+
+def _freeze_layers(b: PlanBuilder, s: Setting) -> None:
+    v = to_int(s.value)
+    if v is None or v == 0:
+        return b.unknown(s, "number of trainable layers", suggestion=None, hint="a positive (last n) or negative "
+                         "(first n) whole number")
+    b.set("trained_layers", abs(v), s, note=f"the {'last' if v > 0 else 'first'} {abs(v)} layer(s) train")
+    b.set("trained_where", "last" if v > 0 else "first", s)
+
+
+def _llama_pro(b: PlanBuilder, s: Setting) -> None:
+    if to_bool(s.value):
+        b.set("peft_method", "freeze", s, note="LLaMA-Pro trains only the expanded blocks (`freeze_trainable_layers` "
+              "of them)")
+    else:
+        b.remember(s)
 
 
 def _optimizer_switch(name: str):
@@ -165,6 +196,12 @@ HANDLERS = {
     "quantization_bit": _quant_bit, "quantization_method": _quant_method, "quantization_type": _quant_type,
     "double_quantization": lambda b, s: b.set_bool("quant_double", s),
     "pure_bf16": _pure_bf16, "enable_liger_kernel": _liger,
+    "freeze_trainable_layers": _freeze_layers, "freeze_trainable_modules": _freeze_list("trained_modules"),
+    "freeze_extra_modules": _freeze_list("trained_extra"), "use_llama_pro": _llama_pro,
+    "galore_rank": lambda b, s: b.set_int("optimizer_rank", s, minimum=1),
+    "apollo_rank": lambda b, s: b.set_int("optimizer_rank", s, minimum=1),
+    "galore_target": hf._targets_handler("optimizer_targets"),
+    "apollo_target": hf._targets_handler("optimizer_targets"),
     "recompute_granularity": _recompute,
     "use_distributed_optimizer": lambda b, s: b.set(
         "zero_stage", 1, s, note="Megatron distributed optimizer shards optimizer states (≈ ZeRO-1)") if to_bool(s.value) else None,
@@ -172,7 +209,8 @@ HANDLERS = {
     **{k: _megatron(v) for k, v in MEGATRON_KEYS.items()},
 }
 REMEMBER = {"stage", "template", "use_unsloth", "use_unsloth_gc", "shift_attn", "use_rslora", "pissa_init",
-            "galore_layerwise", "apollo_layerwise", "galore_rank", "badam_mode", "ref_model",
+            "galore_layerwise", "apollo_layerwise", "badam_mode", "ref_model", "upcast_layernorm",
+            "upcast_lmhead_output",
             "expert_model_parallel_size", "sequence_parallel", "freeze_vision_tower"}
 
 
@@ -201,6 +239,25 @@ def _derive(b: PlanBuilder, data: dict, keys: set[str], top: list[Setting]) -> N
     if plan.optimizer is not None and plan.optimizer.value == "apollo_adamw" and to_bool(data.get("apollo_layerwise")):
         b.set("optimizer", "apollo_adamw_layerwise", by_key.get("use_apollo"), override=True,
               note="`use_apollo` + `apollo_layerwise`")
+    if plan.optimizer is not None and plan.optimizer.value == "badam":
+        b.set("trainable_fp32", False, by_key.get("use_badam"), override=True,
+              note="BAdam keeps the trainable weights in 16-bit (no fp32 upcast)")
+        full = plan.peft_method is None or plan.peft_method.value == "none"
+        if full and str(data.get("badam_mode", "layer")).strip().lower() == "layer":
+            # BAdam (arXiv:2404.02827) through LLaMA-Factory train/trainer_utils.py `_create_badam_optimizer`:
+            # BlockOptimizer over one decoder layer at a time (embedding and LM head not in any block), gradients and
+            # Adam states only for the active block
+            b.set("peft_method", "freeze", by_key.get("use_badam"), override=True, origin=Origin.DERIVED,
+                  note="BAdam (layer mode) trains one block at a time")
+            b.set("trained_layers", 1, by_key.get("use_badam"), origin=Origin.DERIVED,
+                  note="BAdam's active block: one decoder layer")
+            b.set("trained_where", "rotating", by_key.get("use_badam"), override=True, origin=Origin.DERIVED,
+                  note="BAdam switches the active block in turn (`badam_switch_mode`)")
+    if to_bool(data.get("use_llama_pro")) and (plan.peft_method is None or plan.peft_method.value == "freeze"):
+        # LLaMA-Factory 01d87b82 src/llamafactory/model/adapter.py `_setup_freeze_tuning`: with use_llama_pro the
+        # trained layers are every `num_layers // freeze_trainable_layers`-th one (the expanded blocks)
+        b.set("trained_where", "spread", by_key.get("use_llama_pro"), override=True, origin=Origin.DERIVED,
+              note="LLaMA-Pro trains the expanded blocks, spread evenly through the model")
     # lora_alpha: None → 2 × lora_rank
     if plan.lora_alpha is None and plan.lora_r is not None:
         b.set("lora_alpha", float(2 * plan.lora_r.value), origin=Origin.DERIVED, framework="llamafactory",

@@ -41,7 +41,7 @@ WORDS = {
     "gkd": "gkd", "kd": "kd", "distill": "kd", "distillation": "kd", "knowledge_distillation": "kd",
 }
 # Losses that need no reference model: ORPO/SimPO/CPO by construction (TRL `CPOConfig.loss_type="simpo"`,
-# LLaMA-Factory `pref_loss: orpo|simpo`, open-instruct `dpo_loss_type: simpo|dpo_norm`).
+# LLaMA-Factory `pref_loss: orpo|simpo`, open-instruct `dpo_loss_type: simpo`).
 REFERENCE_FREE = {"orpo", "simpo", "cpo"}
 ONLINE = {"ppo", "grpo", "rloo", "online-dpo"}
 PAIRED = {"dpo", "orpo", "simpo", "cpo", "rm"}
@@ -136,7 +136,9 @@ def apply_hf_keys(b: PlanBuilder, settings: list[Setting]) -> None:
     s = by_key.get("dpo_loss_type")
     if s is not None and isinstance(s.value, str):
         lt = s.value.strip().lower()
-        set_objective(b, "simpo" if lt in ("simpo", "dpo_norm") else "dpo", s)
+        # dpo_tune.py: "dpo" and "dpo_norm" (length-normalised) both compare against reference log-probs; only
+        # "simpo" is reference-free
+        set_objective(b, "simpo" if lt == "simpo" else "dpo", s)
     elif "dpo_beta" in by_key:
         set_objective(b, "dpo", by_key["dpo_beta"])
     s = by_key.get("loss_type")
@@ -210,6 +212,14 @@ def apply_axolotl(b: PlanBuilder, by_key: dict[str, Setting], nested: list[Setti
     s = by_key.get("precompute_ref_log_probs")
     if s is not None and to_bool(s.value) is not None:
         b.set("precompute_ref", bool(to_bool(s.value)), s)
+    # axolotl reward modelling (docs/reward_modelling.qmd): `reward_model: true` trains TRL's RewardTrainer on chosen /
+    # rejected pairs with a sequence-classification head; `process_reward_model: true` TRL's PRMTrainer
+    for key in ("reward_model", "process_reward_model"):
+        s = by_key.get(key)
+        if s is not None and to_bool(s.value):
+            set_objective(b, "rm", s)
+            b.set("task_head", "token-classification" if key == "process_reward_model" else "sequence-classification",
+                  s, origin=Origin.DERIVED)
     trl = [e for e in nested if len(e.path) == 2 and e.path[0] == "trl"]
     if trl:
         kids = []

@@ -25,7 +25,7 @@ from typing import Any
 from vramlens.formats import hf
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool
 from vramlens.formats.shell import apply_hf_key, is_hf_key
-from vramlens.plan import IssueKind, Severity, Span, TrainingPlan
+from vramlens.plan import IssueKind, Origin, Severity, Span, TrainingPlan
 
 # Larger files are not training scripts; the bound also bounds ast.parse (densest code: ~200 MB, ~1 s at 500 KB).
 MAX_PYTHON_CHARS = 500_000
@@ -53,7 +53,7 @@ LORA_KEYS = {"r": "lora_r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dr
              "target_modules": "lora_target_modules", "modules_to_save": "lora_modules_to_save",
              "use_dora": "use_dora"}
 MODEL_LOAD_KEYS = ("torch_dtype", "dtype", "attn_implementation", "load_in_4bit", "load_in_8bit",
-                   "use_flash_attention_2", "max_seq_length")
+                   "use_flash_attention_2", "max_seq_length", "num_labels", "problem_type")
 _TRIGGER = re.compile(r"TrainingArguments|Config\s*\(|Trainer\s*\(|from_pretrained|backward|optim|"
                       r"gradient_checkpointing_enable|prepare_model_for_kbit_training|get_peft_model")
 
@@ -551,7 +551,9 @@ def read_tree(tree: ast.Module, text: str, ctx) -> TrainingPlan | None:
     if not r.signals:
         return None
     b = r.b
-    if "trl" in r.signals:
+    if "unsloth" in r.signals:
+        b.plan.framework = "unsloth"            # FastLanguageModel/FastModel: unsloth's own step under TRL's trainer
+    elif "trl" in r.signals:
         b.plan.framework = "trl"
     elif "hf" in r.signals:
         b.plan.framework = "transformers"
@@ -596,6 +598,9 @@ def _call(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope) -> None:
     if last == "from_pretrained":
         if "model" not in r.seen:
             _from_pretrained(r, ev, call, scope, full)
+            if _is_unsloth(full):
+                r.signals.add("unsloth")
+                _unsloth_load(r, ev, call, scope)
         return
     if last == "BitsAndBytesConfig":
         if r.first("bnb"):
@@ -722,6 +727,9 @@ def _from_pretrained(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, 
     if any(x in owner for x in _NOT_MODELS) or not re.search(r"Model|For[A-Z]|LM", owner):
         return
     r.seen.add("model")
+    head = hf.task_head_of_class(owner)
+    if head is not None:
+        r.b.set("task_head", head, r.node_setting(owner, call.func, owner), note=f"`{owner}`: no vocabulary logits")
     node = call.args[0] if call.args else None
     key = None
     if node is None:
@@ -754,14 +762,62 @@ def _bnb(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope) -> None:
         _apply(r, s)
 
 
+UNSLOTH_LOADERS = ("FastLanguageModel", "FastModel", "FastVisionModel", "FastTextModel")
+
+
+def _is_unsloth(full: str) -> bool:
+    return any(part in UNSLOTH_LOADERS for part in full.split("."))
+
+
+def _unsloth_load(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope) -> None:
+    """unsloth `FastLanguageModel.from_pretrained` / `FastModel.from_pretrained` (unslothai/unsloth 0050c73e
+    unsloth/models/loader.py): load_in_4bit=True unless `load_in_8bit`, `load_in_16bit` or `full_finetuning` says
+    otherwise (`full_finetuning=True` trains every weight, no adapters)."""
+    values = {}
+    for kw in call.keywords:
+        if kw.arg in ("load_in_4bit", "load_in_8bit", "load_in_16bit", "full_finetuning"):
+            v = ev.value(kw.value, scope)
+            values[kw.arg] = (to_bool(v) if not _is_unknown(v) else None, kw)
+    full_ft = values.get("full_finetuning", (None, None))
+    if full_ft[0]:
+        r.b.set("peft_method", "none", r.kw_setting(full_ft[1], True), override=True,
+                note="unsloth `full_finetuning=True`: every weight trains")
+    off = any(values.get(k, (None, None))[0] for k in ("load_in_8bit", "load_in_16bit", "full_finetuning"))
+    four = values.get("load_in_4bit", (None, None))[0]
+    if four is None and not off and r.b.plan.quant_bits is None:
+        r.b.set("quant_bits", 4, r.node_setting("from_pretrained", call.func, True), origin=Origin.DEFAULT,
+                framework="unsloth", note="unsloth loads in 4 bits unless told otherwise (load_in_4bit=True)")
+        r.b.set("quant_type", "nf4", origin=Origin.DEFAULT, framework="unsloth")
+    kw = _kw(call, "use_gradient_checkpointing")
+    if kw is not None:
+        _unsloth_checkpointing(r, r.kw_setting(kw, ev.value(kw.value, scope)))
+
+
+def _unsloth_checkpointing(r: _Reader, s: Setting) -> None:
+    """`use_gradient_checkpointing`: "unsloth" checkpoints and offloads the checkpointed hidden states to the CPU
+    (unsloth/models/_utils.py `Unsloth_Offloaded_Gradient_Checkpointer`); True is plain checkpointing."""
+    if _is_unknown(s.value):
+        return
+    on = s.value == "unsloth" or to_bool(s.value)
+    if on is None:
+        return
+    r.b.set("grad_checkpointing", bool(on), s, override=True)
+    r.b.set("activation_offload", s.value == "unsloth", s, override=True,
+            note="unsloth offloads the checkpointed hidden states to the CPU" if s.value == "unsloth" else None)
+
+
 def _lora(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name: str) -> None:
     r.b.set("peft_method", "lora", r.node_setting(name, call.func, True))
+    kw = _kw(call, "task_type")
+    if kw is not None:                                  # TaskType.SEQ_CLS or "SEQ_CLS"
+        node = kw.value
+        v = node.attr if type(node) is ast.Attribute else ev.value(node, scope)
+        if isinstance(v, str):
+            apply_hf_key(r.b, "task_type", r.kw_setting(kw, v))
     for s, target in _kwargs(r, ev, call, scope, name, keys=set(LORA_KEYS) | {"use_gradient_checkpointing"},
                              rename=LORA_KEYS):
         if target == "use_gradient_checkpointing":      # unsloth get_peft_model: True or "unsloth"
-            on = s.value == "unsloth" or to_bool(s.value)
-            if on is not None:
-                r.b.set("grad_checkpointing", bool(on), s)
+            _unsloth_checkpointing(r, s)
             continue
         _apply(r, s, target)
 

@@ -30,7 +30,7 @@ REMOTE = ("http://", "https://", "s3://", "gs://", "hf://")
 
 
 def candidates(target: str, doc_path: str, workspace: Path | None) -> list[Path]:
-    t = Path(target).expanduser()
+    t = file_access.expand_user(target)
     if t.is_absolute():
         return [t]
     out = [Path(doc_path).parent / t]

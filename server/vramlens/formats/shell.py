@@ -1001,6 +1001,11 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
     tool = launch.tool
     framework = {"llamafactory": "llamafactory", "torchtune": "torchtune", "axolotl": "axolotl", "trl": "trl",
                  "swift": "ms-swift"}.get(tool)
+    from vramlens.formats import openinstruct
+
+    oi_kind = openinstruct.script_kind(launch.script.text if launch.script else None)
+    if oi_kind is not None:
+        framework = openinstruct.FRAMEWORK
     config_refs: list[tuple[str, Arg, str]] = []     # (kind, arg, target)
 
     _launcher_settings(r, launch, script.env, config_refs)
@@ -1033,7 +1038,8 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
         _apply_dialect(b, framework, settings + [_override_setting(r, k, a, eq) for k, a, eq in overrides], ctx, tool)
     else:
         for s in settings:
-            _apply_flag(b, tool, s)
+            if oi_kind is None or not openinstruct.apply_flag(b, s):
+                _apply_flag(b, tool, s)
     from vramlens.formats import objective
 
     objective.apply_launch(b, tool, launch.subcommand, launch.script.text if launch.script else None,
@@ -1048,6 +1054,8 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
 
     _gpu_count(r, launch, script.env)
     _env_settings(r, launch, script.env)
+    if oi_kind is not None:
+        openinstruct.apply_launch(b, oi_kind, settings)
 
     from vramlens.formats.references import follow_references
 

@@ -14,6 +14,7 @@ Duplicate keys keep the last value, as PyYAML does, and are reported.
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
 import yaml
@@ -159,7 +160,14 @@ class _Scalars:
                 return _JSON_WORDS[v]
             m = _JSON_NUMBER.match(v)
             if m:
-                return float(v) if (m.group(1) or m.group(2)) else int(v)
+                if m.group(1) or m.group(2):
+                    return float(v)
+                try:
+                    return int(v)
+                except ValueError:      # past CPython's int/str conversion limit (sys.get_int_max_str_digits())
+                    raise YamlError(f"the integer `{v[:20]}…` has {len(v.lstrip('-')):,} digits, more than vramlens "
+                                    f"reads ({sys.get_int_max_str_digits():,}); no setting needs a number that "
+                                    f"large", _mark_span("", ev.start_mark, ev.end_mark)) from None
         tag = self.tag_of(ev)
         if tag == _STR:
             return v
@@ -284,6 +292,9 @@ def load_yaml(text: str, file: str = "", issues: list[ParseIssue] | None = None)
         if mark is not None:
             line, col = remap.pos(mark.line, mark.column) if remap else (mark.line, mark.column)
             span = _error_span(text, file, line, col)
+        if "nesting depth" in str(exc.problem):    # PyYAML >= 6.0.4's own cap, met before ours
+            raise YamlError(f"YAML nested more than {MAX_YAML_DEPTH} levels deep: not a training config",
+                            span) from None
         raise YamlError(f"YAML syntax error: {exc.problem or exc}", span) from None
     except yaml.reader.ReaderError as exc:
         line, col = LineIndex(text).pos(exc.position)

@@ -43,6 +43,10 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
         "zero_grad_set_to_none": True, "peft_method": "lora",
         "lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "lora_targets": ["all-linear"],
         "quant_double": True,
+        # src/llamafactory/model/adapter.py (01d87b82) `init_adapter`: trainable params upcast to fp32 unless
+        # pure_bf16 / use_badam (or ZeRO-3/FSDP without quantization); hparams/finetuning_args.py:
+        # freeze_trainable_layers=2 (the last two), freeze_trainable_modules="all"
+        "trainable_fp32": True, "trained_layers": 2,
     }),
     "torchtune": ("torchtune 2026-04", {
         "micro_batch": 1, "grad_accum": 1, "optimizer": "torch.optim.AdamW",
@@ -71,6 +75,32 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
         "lora_r": 8, "lora_alpha": 32, "lora_dropout": 0.05, "lora_targets": ["all-linear"],
         "quant_double": True,
     }),
+    # unsloth (unslothai/unsloth 0050c73e unsloth/models/loader.py): FastLanguageModel/FastModel.from_pretrained
+    # max_seq_length=2048, load_in_4bit=True, use_gradient_checkpointing="unsloth" (checkpointed hidden states offloaded
+    # to the CPU: unsloth/models/_utils.py `Unsloth_Offloaded_Gradient_Checkpointer`), return_logits=False (the loss is
+    # computed from the hidden states in chunks, the full logits never exist); get_peft_model r=16, lora_alpha=16,
+    # lora_dropout=0 on q,k,v,o,gate,up,down; the trainer is TRL's SFTTrainer
+    "unsloth": ("unsloth 2026 (FastLanguageModel)", {
+        "micro_batch": 8, "grad_accum": 1, "eval_batch": 8, "optimizer": "adamw_torch_fused",
+        "grad_checkpointing": True, "activation_offload": True,
+        "amp_dtype": "bf16", "weight_dtype": "auto", "attn_impl": "sdpa", "compile": False,
+        "loss_impl": "fused", "packing": False, "seq_len": 2048, "zero_grad_set_to_none": True,
+        "lora_r": 16, "lora_alpha": 16, "lora_dropout": 0.0,
+        "lora_targets": ["q", "k", "v", "o", "gate", "up", "down"],
+        "quant_double": True, "quant_type": "nf4",
+    }),
+    # open-instruct finetune.py / dpo_tune*.py (allenai/open-instruct 00f6b60c FlatArguments; the precision and
+    # ZeRO stage of the documented `accelerate launch --mixed_precision bf16 --use_deepspeed
+    # --deepspeed_config_file configs/ds_configs/stage3_no_offloading_accelerate.conf`, docs/tulu3.md)
+    "open-instruct": ("open-instruct 2025 (finetune.py)", {
+        "micro_batch": 8, "grad_accum": 1, "optimizer": "adamw_torch_fused",
+        "grad_checkpointing": False, "amp_dtype": "bf16", "weight_dtype": "bf16",   # torch_dtype=torch.bfloat16
+        "attn_impl": "flash_attention_2", "compile": False, "loss_impl": "standard", "packing": False,
+        "seq_len": 2048, "zero_grad_set_to_none": True,
+        "dist_strategy": "deepspeed", "zero_stage": 3,
+        "lora_r": 64, "lora_alpha": 16, "lora_dropout": 0.1,
+        "lora_targets": ["q", "k", "v", "o", "gate", "up", "down"],
+    }),
     "custom": ("plain PyTorch loop", {
         "micro_batch": 1, "grad_accum": 1, "optimizer": "torch.optim.AdamW",
         "grad_checkpointing": False, "amp_dtype": "none", "weight_dtype": "bf16",
@@ -98,6 +128,14 @@ BEHAVIOUR: dict[str, dict] = {
                "quant_lm_head": True, "separate_lm_head": True, "quant_dequant_fp16": True, "fused_qkv": True,
                "logits_fp32": True},
     "ms-swift": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": False},
+    # unsloth's own prepare_model_for_kbit_training (unsloth/models/_utils.py) casts only the LoRA weights to fp32 and
+    # leaves the embedding, norms and LM head in the 16-bit load dtype; its attention runs causal kernels without a
+    # materialised 4-D mask (unsloth/models/llama.py `LlamaAttention_fast_forward`); its LoRA kernels
+    # (unsloth/kernels/fast_lora.py `LoRA_MLP`, `LoRA_QKV`, `LoRA_W`) keep only the 16-bit inputs and the gate/up outputs
+    "unsloth": {"adapter_fp32": True, "kbit_upcast": False, "keep_logits": False, "attn_mask": False,
+                "fused_lora": True},
+    # open-instruct's accelerate loop holds `outputs` (the logits) until the next step
+    "open-instruct": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": True},
     "custom": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": True},
 }
 
@@ -117,7 +155,7 @@ FREEZES_VISION = frozenset({"llamafactory", "ms-swift", "torchtune"})
 
 
 # Plan fields (ResolvedPlan booleans of the same names) that say how a framework's step allocates.
-STEP_FLAGS = ("quant_lm_head", "quant_dequant_fp16", "fused_qkv", "logits_fp32")
+STEP_FLAGS = ("quant_lm_head", "quant_dequant_fp16", "fused_qkv", "logits_fp32", "fused_lora")
 
 
 def step_flags(framework: str) -> dict[str, bool]:

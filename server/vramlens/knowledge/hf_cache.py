@@ -39,11 +39,19 @@ def hub_cache_dirs() -> list[Path]:
     return seen
 
 
+# The Hub refuses a repository name over 96 characters (huggingface_hub utils/_validators.py `validate_repo_id`,
+# REPO_ID_REGEX), so no cache holds one; looking one up would only build a folder name past NAME_MAX (ENAMETOOLONG).
+MAX_REPO_NAME_CHARS = 96
+
+
 def _repo_dir(cache: Path, repo_id: str) -> Path | None:
     folder = "models--" + repo_id.replace("/", "--")
     exact = cache / folder
-    if exact.is_dir():
-        return exact
+    try:
+        if exact.is_dir():
+            return exact
+    except OSError:             # a name the file system cannot hold (ENAMETOOLONG) is in no cache
+        return None
     wanted = folder.lower()   # hub ids are case-insensitive; the cache keeps the spelling first used
     try:
         for entry in os.scandir(cache):
@@ -72,7 +80,8 @@ def _snapshot_config(repo: Path) -> Path | None:
 def cached_config_path(repo_id: str) -> Path | None:
     """Path of `config.json` for hub id `org/name` in the local cache, or None (never downloads)."""
     repo_id = repo_id.strip().strip("/")
-    if repo_id.count("/") != 1 or any(part in ("", ".", "..") for part in repo_id.split("/")):
+    if repo_id.count("/") != 1 or any(part in ("", ".", "..") for part in repo_id.split("/")) \
+            or len(repo_id.split("/")[1]) > MAX_REPO_NAME_CHARS:
         return None
     for cache in hub_cache_dirs():
         if (repo := _repo_dir(cache, repo_id)) and (config := _snapshot_config(repo)):

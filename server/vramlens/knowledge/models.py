@@ -180,10 +180,7 @@ def find_model(name_or_path: str, workspace: Path | None = None, hub: HubLookup 
 
 
 def _local_candidates(name: str, workspace: Path | None) -> list[Path]:
-    try:
-        raw = Path(name.strip()).expanduser()
-    except RuntimeError:          # `~user` of an unknown user
-        raw = Path(name.strip())
+    raw = file_access.expand_user(name.strip())
     return [raw] if raw.is_absolute() or workspace is None else [workspace / raw, raw]
 
 
@@ -219,18 +216,33 @@ def local_config_problem(name: str, workspace: Path | None = None, any_folder: b
         base = adapter_base(config)
         return None if base else f"`{config}` names no base model (`base_model_name_or_path`)"
     if config is not None and arch_from_config_file(config, n) is None:
+        unreadable = read_config_file(config)
+        if isinstance(unreadable, str):
+            return f"`{config}` is not a model config vramlens can use: {unreadable}"
         return (f"`{config}` is not a model config vramlens can use: hidden_size, num_attention_heads, "
                 f"num_hidden_layers and vocab_size (and any other shape) must be whole numbers from 1 to {MAX_DIM:,}")
     return None
 
 
-def arch_from_config_file(path: Path, model_id: str | None = None) -> ModelArch | None:
-    """Read a `config.json` (json only, size-bounded) and map it; None if unreadable or not a model config."""
+def read_config_file(path: Path) -> dict | str:
+    """A `config.json`'s object (json only, size-bounded), or why it could not be read."""
+    from vramlens import file_access
+
     try:
         config = json.loads(file_access.read_checked(path, _MAX_CONFIG_BYTES, expect=_resolved(path)))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(config, dict):
+    except OSError as exc:
+        return f"it could not be read ({exc.strerror or exc})"
+    except RecursionError:      # json recurses once per nested array or object
+        return "it is nested too deeply to be a model config"
+    except ValueError as exc:
+        return f"it is not JSON ({str(exc)[:120]})"
+    return config if isinstance(config, dict) else "it is not a JSON object"
+
+
+def arch_from_config_file(path: Path, model_id: str | None = None) -> ModelArch | None:
+    """Read a `config.json` (json only, size-bounded) and map it; None if unreadable or not a model config."""
+    config = read_config_file(path)
+    if isinstance(config, str):
         return None
     return arch_from_hf_config(config, model_id or str(path.parent), source=f"config.json at {path}")
 
@@ -312,8 +324,10 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
         # (transformers modeling_mamba.py `MambaMixer`); the generic layer (4·h² attention + 3·h·I gated MLP) gets
         # the MLP width that gives it as many weights
         intermediate = max(1, int((3 * expand - 4) * hidden / 3))
-    elif not _dim(intermediate) or not intermediate:
+    elif intermediate is None:
         intermediate = 4 * hidden
+    if not _dim(intermediate) or intermediate <= 0:
+        return None                                      # present but not a width ("big", -1, 1.5)
 
     feed_forward = str(config.get("feed_forward_proj", "")).lower()
     if feed_forward:

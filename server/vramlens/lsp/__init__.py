@@ -14,8 +14,8 @@ def create_server() -> "VramlensServer":
     return create()
 
 
-def serve(*, tcp: bool = False, host: str = "127.0.0.1", port: int = 2087, log_level: str = "WARNING") -> None:
-    """Run the server until the client says exit."""
+def serve(*, tcp: bool = False, host: str = "127.0.0.1", port: int = 2087, log_level: str = "WARNING") -> int:
+    """Run the server until the client says exit; returns the exit code (0 after `shutdown`, else 1)."""
     import gc
     import logging
 
@@ -33,5 +33,5 @@ def serve(*, tcp: bool = False, host: str = "127.0.0.1", port: int = 2087, log_l
     logs.configure(server, getattr(logging, log_level.upper(), logging.WARNING))
     if tcp:
         server.start_tcp(host, port)
-    else:
-        server.start_io()
+        return 0
+    return server.start_io()

@@ -56,7 +56,7 @@ def _finding_for(result: Result, diag: types.Diagnostic) -> "Finding | None":
     found = list(result.analysis.findings) if result.analysis is not None else []
     data = diag.data if isinstance(diag.data, dict) else {}
     index = data.get("index")
-    if data.get("version") == result.version and isinstance(index, int) and 0 <= index < len(found):
+    if data.get("version") == result.version and data.get("edit") == result.edit and isinstance(index, int) and 0 <= index < len(found):
         if found[index].rule_id == diag.code:
             return found[index]
     same_rule = [f for f in found if f.rule_id == diag.code]
@@ -131,14 +131,13 @@ def _action(ls: "VramlensServer", builder: EditBuilder, fix: "Fix", kind: str,
 
 
 def make_it_fit_fix(result: Result) -> "Fix | None":
-    """The analysis' combined fix for a predicted OOM or a tight fit (`Fix.id == "make-it-fit"`)."""
-    for finding in result.analysis.findings if result.analysis is not None else []:
-        if finding.rule_id not in MAKE_IT_FIT_RULES:
-            continue
-        for fix in finding.fixes:
-            if fix.id == "make-it-fit":
-                return fix
-    return None
+    """The analysis' combined fix for a predicted OOM or a tight fit, as a source action: the safe one when there is
+    one (`make-it-fit`, or `make-it-fit-safe` beside an unsafe fastest plan), else the unsafe one."""
+    found = [fix for finding in (result.analysis.findings if result.analysis is not None else [])
+             if finding.rule_id in MAKE_IT_FIT_RULES
+             for fix in finding.fixes
+             if fix.id in ("make-it-fit", "make-it-fit-safe")]
+    return next((fix for fix in found if fix.safe), found[0] if found else None)
 
 
 def code_actions(ls: "VramlensServer", params: types.CodeActionParams) -> list[types.CodeAction]:

@@ -82,14 +82,14 @@ def to_diagnostics(result: Result, doc: TextDocument) -> list[types.Diagnostic]:
             source=SOURCE,
             message=finding.message,
             related_information=related or None,
-            data={"uri": doc.uri, "version": result.version, "index": index, "rule": rule_id},
+            data={"uri": doc.uri, "version": result.version, "edit": result.edit, "index": index, "rule": rule_id},
         ))
     return out
 
 
 def publish(ls: "VramlensServer", result: Result) -> None:
     doc = ls.workspace.text_documents.get(result.uri)
-    if doc is None or doc.version != result.version:
+    if doc is None or not ls.analyzer.is_current(result):
         return                      # a newer version is on its way; never show stale positions
     ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
         uri=result.uri, version=result.version, diagnostics=to_diagnostics(result, doc)))
@@ -106,7 +106,7 @@ async def pull(ls: "VramlensServer", params: types.DocumentDiagnosticParams) -> 
     doc = ls.workspace.text_documents.get(uri)
     if result is None or doc is None:
         return types.RelatedFullDocumentDiagnosticReport(items=[])
-    result_id = f"{result.version}:{result.generation}"
+    result_id = f"{result.version}:{result.edit}:{result.generation}"
     if params.previous_result_id == result_id:
         return types.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
     return types.RelatedFullDocumentDiagnosticReport(items=to_diagnostics(result, doc), result_id=result_id)

@@ -67,6 +67,8 @@ class Result:
     """A digest of the resolved plan: trace results stay valid while it is unchanged."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Per-result memo for features (e.g. the explain context)."""
+    edit: int = 0
+    """How many opens and changes of the document the server had seen (`Analyzer.edits`)."""
 
     @property
     def plan(self) -> "TrainingPlan | None":
@@ -116,6 +118,9 @@ class Analyzer:
         self.results: dict[str, Result] = {}
         self.pending: dict[str, asyncio.Task] = {}
         self.generation = 0
+        # uri → opens and changes seen. A client may reuse a version number (a didChange whose version is not
+        # newer, a second didOpen at version 1): the version alone would keep the old text's result current.
+        self.edits: dict[str, int] = {}
         self.debounce_s = DEBOUNCE_S
         self._last_change: float | None = None      # of any document
         self._recent: collections.deque[float] = collections.deque(maxlen=FLOOD_EDITS)
@@ -130,9 +135,15 @@ class Analyzer:
             return None
         if uri in self.server.oversized and result.extra.get("too_large"):
             return result           # unread: its edits change nothing that was analysed
-        if result.version != doc.version or result.generation != self.generation:
+        if result.version != doc.version or result.edit != self.edits.get(uri, 0) \
+                or result.generation != self.generation:
             return None
         return result
+
+    def is_current(self, result: Result) -> bool:
+        """The result is of the document's text as it is now (same version, no edit since)."""
+        doc = self.server.workspace.text_documents.get(result.uri)
+        return doc is not None and doc.version == result.version and result.edit == self.edits.get(result.uri, 0)
 
     def current(self, uri: str) -> Result | None:
         """The result for the document as it is now, analysing it if needed (None if not open)."""
@@ -162,14 +173,20 @@ class Analyzer:
                                     self.server.read_open_file, self.server.hub_lookups())
         elapsed = (time.perf_counter() - start) * 1000
         return Result(doc.uri, doc.version, self.generation, path, analysis, settings, elapsed, plan_digest(analysis),
-                      extra={"too_large": True} if size is not None else {})
+                      extra={"too_large": True} if size is not None else {}, edit=self.edits.get(doc.uri, 0))
 
     # ---- scheduling ----------------------------------------------------------------------------
+
+    def opened(self, uri: str) -> None:
+        """didOpen arrived (a document opened again may come back with the version it had)."""
+        self.edits[uri] = self.edits.get(uri, 0) + 1
+        self.schedule(uri, 0)
 
     def changed(self, uri: str) -> None:
         """An edit arrived. A lone keystroke is analysed at once; an edit that follows the previous one
         within `BURST_S` (pasting, multi-cursor, undo runs, key repeat) waits `debounce_s` so the burst
         costs one analysis."""
+        self.edits[uri] = self.edits.get(uri, 0) + 1
         now = time.monotonic()
         last, self._last_change = self._last_change, now
         self._recent.append(now)
@@ -222,3 +239,4 @@ class Analyzer:
         if task is not None:
             task.cancel()
         self.results.pop(uri, None)
+        self.edits.pop(uri, None)

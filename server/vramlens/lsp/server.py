@@ -20,16 +20,18 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from lsprotocol import types
 from pygls.exceptions import FeatureRequestError, JsonRpcException
+from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 from pygls.uris import to_fs_path
 
 from vramlens import __version__
-from vramlens.lsp import code_actions, code_lens, completion, config, diagnostics, hover, inlay_hints, startup_cache
+from vramlens.lsp import code_actions, code_lens, completion, config, diagnostics, framing, hover, inlay_hints, \
+    startup_cache
 from vramlens.lsp.commands import LIST_GPUS, RUN_PROBE, RUN_TRACE, Commands, list_gpus
 from vramlens.lsp import pipeline
 from vramlens.lsp.documents import Analyzer, Result
+from vramlens.lsp.lifecycle import LifecycleProtocol
 from vramlens.settings import merge
 
 if TYPE_CHECKING:
@@ -42,7 +44,7 @@ CACHE_SAVE_DELAY_S = 5.0     # the startup cache is written this long after `ini
 PULL_DIAGNOSTICS_ID = "vramlens"
 
 
-class AnsweringProtocol(LanguageServerProtocol):
+class AnsweringProtocol(LifecycleProtocol):
     """pygls drops a request whose params do not fit its method's types: it logs the error and sends nothing,
     and the client waits for an answer forever. Here such a request is answered with the error."""
 
@@ -135,6 +137,55 @@ class VramlensServer(LanguageServer):
         self._workers: dict[str, Any] = {}
         self._hub: Any = None
         self.oversized: dict[str, int] = {}       # uri → size of an open document too large to read
+        self.warm_up: threading.Thread | None = None     # started at `initialized`
+
+    # ---- transport -----------------------------------------------------------------------------
+    # pygls' own read loop (pygls 2.1 io_.run_async) trusts every Content-Length: these run `framing.serve`
+    # instead, with pygls' writer and protocol as they are.
+
+    def start_io(self, stdin: Any = None, stdout: Any = None) -> int:
+        """Serve over stdio until `exit` or end of input; returns the exit code (0 after `shutdown`, else 1)."""
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        messages = framing.Messages(self.protocol, self.protocol.answer_error)
+        self._stop_event = threading.Event()
+        try:
+            asyncio.run(framing.serve(framing.stdin_chunks(stdin or sys.stdin.buffer), messages, self._stop_event))
+        except SystemExit as exc:        # `exit`: pygls' handler chose the code
+            return exc.code if isinstance(exc.code, int) else 1
+        except BrokenPipeError:
+            log.error("the connection to the client is lost; stopping")
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.shutdown()
+            self.join_warm_up()
+        return 0 if self.protocol.shutdown_received else 1
+
+    def join_warm_up(self, timeout: float = 10.0) -> None:
+        """Let the warm-up thread finish before the interpreter ends: a daemon thread still inside pydantic-core's
+        Rust code when finalization stops it aborts the process ("FATAL: exception not rethrown", exit -6)."""
+        if self.warm_up is not None:
+            self.warm_up.join(timeout)
+
+    def start_tcp(self, host: str, port: int) -> None:
+        """Serve one client at a time over TCP (`vramlens serve --tcp`), with the same framing as stdio."""
+        self._stop_event = stop = threading.Event()
+
+        async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.protocol.set_writer(writer)      # type: ignore[arg-type]
+            messages = framing.Messages(self.protocol, self.protocol.answer_error)
+            await framing.serve(lambda: reader.read(framing.CHUNK_BYTES), messages, stop)
+            self.shutdown()
+
+        async def listen() -> None:
+            self._server = await asyncio.start_server(connection, host, port)
+            async with self._server:
+                await self._server.serve_forever()
+
+        try:
+            asyncio.run(listen())
+        except asyncio.CancelledError:
+            pass
 
     # ---- client capabilities -------------------------------------------------------------------
 
@@ -359,7 +410,8 @@ def create_server() -> VramlensServer:
     @_guard()
     async def initialized(ls: VramlensServer, params: types.InitializedParams) -> None:
         # Started only now, after the initialize answer went out: it would compete for the GIL with it.
-        threading.Thread(target=_warm_up, daemon=True, name="vramlens-warm-up").start()
+        ls.warm_up = threading.Thread(target=_warm_up, daemon=True, name="vramlens-warm-up")
+        ls.warm_up.start()
         cache = startup_cache.active()
         if cache is not None:
             log.info("startup cache at initialized: %s", cache.summary())
@@ -414,7 +466,7 @@ def create_server() -> VramlensServer:
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     @_guard()
     def did_open(ls: VramlensServer, params: types.DidOpenTextDocumentParams) -> None:
-        ls.analyzer.schedule(params.text_document.uri, 0)
+        ls.analyzer.opened(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     @_guard()

@@ -259,4 +259,4 @@ class RuleContext:
             return None
         from vramlens.fixes import distinct
 
-        return lambda: distinct([fixer.make_it_fit(), *fixer.memory_fixes()])
+        return lambda: distinct([fixer.make_it_fit(), fixer.make_it_fit_safe(), *fixer.memory_fixes()])
