@@ -36,6 +36,7 @@ from vramlens.settings import merge
 
 if TYPE_CHECKING:
     from vramlens import explain
+    from vramlens.knowledge.hub import BackgroundLookups
 
 log = logging.getLogger("vramlens.lsp")
 
@@ -135,7 +136,7 @@ class VramlensServer(LanguageServer):
         self._settings_ready: asyncio.Event | None = None
         self._exact: dict[tuple[str, str], float] = {}
         self._workers: dict[str, Any] = {}
-        self._hub: Any = None
+        self._hub: BackgroundLookups | None = None
         self.oversized: dict[str, int] = {}       # uri → size of an open document too large to read
         self.warm_up: threading.Thread | None = None     # started at `initialized`
 
@@ -309,7 +310,7 @@ class VramlensServer(LanguageServer):
                 return doc.source
         return None
 
-    def hub_lookups(self) -> Any:
+    def hub_lookups(self) -> BackgroundLookups:
         """Hub lookups of unknown models, run in worker threads (`knowledge.hub.BackgroundLookups`): an analysis
         never waits for the network; when an answer arrives every open document is analysed again."""
         if self._hub is None:
