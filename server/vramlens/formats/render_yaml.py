@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import yaml
 
+from vramlens.formats import deepspeed
 from vramlens.formats.render import RENDERERS, RenderResult, TextEdit
 from vramlens.formats.settings import Setting
 from vramlens.formats.yaml_doc import is_json_path, load_yaml
@@ -454,8 +455,9 @@ def _mark_done(doc: _Doc, *concepts: str) -> None:
 
 
 # concepts that live in the DeepSpeed file when the document itself does not set them
-_DS_KEYS = {"zero_stage": "zero_optimization.stage", "offload_optimizer": "zero_optimization.offload_optimizer.device",
-            "offload_params": "zero_optimization.offload_param.device"}
+# (where, from the DeepSpeed key table)
+_DS_KEYS = {concept: ".".join(deepspeed.key_for(concept).path)
+            for concept in ("zero_stage", "offload_optimizer", "offload_params")}
 _DS_CONCEPTS = set(_DS_KEYS)
 
 
@@ -996,7 +998,7 @@ def _accelerate_handlers() -> dict[str, Handler]:
 # --- DeepSpeed JSON ------------------------------------------------------------------------------------
 
 def _deepspeed_handlers() -> dict[str, Handler]:
-    from vramlens.formats.deepspeed import key_for
+    key_for = deepspeed.key_for
 
     def offload(concept: str) -> Handler:
         section, key, device = key_for(concept).path          # zero_optimization.offload_*.device
