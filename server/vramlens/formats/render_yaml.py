@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import yaml
 
-from vramlens.formats import deepspeed
+from vramlens.formats import accelerate, deepspeed
 from vramlens.formats.render import RENDERERS, RenderResult, TextEdit
 from vramlens.formats.settings import Setting
 from vramlens.formats.yaml_doc import is_json_path, load_yaml
@@ -945,7 +945,7 @@ def _accelerate_handlers() -> dict[str, Handler]:
             if ("deepspeed_config", "deepspeed_config_file") in doc.by_path:
                 doc.notes.append("the ZeRO stage is in the DeepSpeed file named by `deepspeed_config_file`")
                 return
-            doc.set(("deepspeed_config", "zero_stage"), value)
+            doc.set(accelerate.key_for("zero_stage").path, value)
         elif kind(doc) == "FSDP":
             if ("fsdp_config", "fsdp_reshard_after_forward") in doc.by_path or doc.value(("fsdp_config", "fsdp_version")) == 2:
                 doc.set(("fsdp_config", "fsdp_reshard_after_forward"), value >= 3)
@@ -955,14 +955,13 @@ def _accelerate_handlers() -> dict[str, Handler]:
         else:
             doc.notes.append("sharding needs `distributed_type: DEEPSPEED` or `FSDP`")
 
-    def offload(which: str) -> Handler:
+    def offload(concept: str) -> Handler:
         def handler(doc: _Doc, value: Any, changes: dict) -> None:
             if kind(doc) == "FSDP":
                 doc.set(("fsdp_config", "fsdp_offload_params"), bool(value))
                 _mark_done(doc, "offload_optimizer", "offload_params")
             elif kind(doc) == "DEEPSPEED":
-                key = "offload_optimizer_device" if which == "optimizer" else "offload_param_device"
-                doc.set(("deepspeed_config", key), "cpu" if value else "none")
+                doc.set(accelerate.key_for(concept).path, "cpu" if value else "none")
             else:
                 doc.notes.append("CPU offload needs DeepSpeed or FSDP")
         return handler
@@ -974,20 +973,22 @@ def _accelerate_handlers() -> dict[str, Handler]:
             doc.notes.append("gradient checkpointing is a training setting: set it in the training config")
 
     def amp(doc: _Doc, value: Any, changes: dict) -> None:
-        doc.set(("mixed_precision",), {"none": "no"}.get(value, value), after=("machine_rank", "main_training_function"))
+        doc.set(accelerate.key_for("amp_dtype").path, {"none": "no"}.get(value, value),
+                after=("machine_rank", "main_training_function"))
 
     def grad_accum(doc: _Doc, value: Any, changes: dict) -> None:
-        if ("deepspeed_config", "gradient_accumulation_steps") in doc.by_path:
-            doc.set(("deepspeed_config", "gradient_accumulation_steps"), value)
+        path = accelerate.key_for("grad_accum").path
+        if path in doc.by_path:
+            doc.set(path, value)
         else:
             doc.notes.append("gradient accumulation is a training setting: set it in the training config")
 
     return {
-        "world_size": _simple(("num_processes",), after=("num_machines",)),
+        "world_size": _simple((accelerate.key_for("world_size").path,), after=("num_machines",)),
         "amp_dtype": amp,
         "zero_stage": zero,
-        "offload_optimizer": offload("optimizer"),
-        "offload_params": offload("params"),
+        "offload_optimizer": offload("offload_optimizer"),
+        "offload_params": offload("offload_params"),
         "grad_checkpointing": gc,
         "grad_accum": grad_accum,
         "fsdp_state_dict_type": _simple((("fsdp_config", "fsdp_state_dict_type"),)),

@@ -226,18 +226,15 @@ class TorchtuneConfig(_Open):
 
 class AccelerateConfig(_Open):
     model_config = ConfigDict(extra="allow", title="accelerate config")
-    # the values the parser reads (formats.accelerate), not a second list
+    # the keys, their descriptions and the values the parser reads (formats.accelerate), not a second list
     distributed_type: Optional[Literal[tuple(accelerate.DISTRIBUTED_TYPES)]] = F(  # type: ignore[valid-type]
-        "How the GPUs cooperate; quote NO (`'NO'`): unquoted it is the boolean false.")
-    num_processes: Optional[int] = F("Processes (GPUs) on all machines: the divisor for ZeRO/FSDP sharding.", ge=1)
+        accelerate.key_for("dist_strategy").description)
+    num_processes: Optional[int] = F(accelerate.key_for("world_size").description, ge=1)
     mixed_precision: Optional[Literal[tuple(accelerate.MIXED_PRECISION)]] = F(  # type: ignore[valid-type]
-        "Autocast precision; quote 'no' (unquoted it is false).")
-    deepspeed_config: Optional[dict] = F("zero_stage (0–3), offload_optimizer_device / offload_param_device "
-                                         "(none|cpu|nvme), or deepspeed_config_file.")
-    fsdp_config: Optional[dict] = F("fsdp_sharding_strategy / fsdp_reshard_after_forward, fsdp_offload_params, "
-                                    "fsdp_activation_checkpointing, fsdp_state_dict_type.")
-    parallelism_config: Optional[dict] = F("tp/cp/sp/dp sizes: tensor and sequence parallelism divide weights "
-                                           "and activations.")
+        accelerate.key_for("amp_dtype").description)
+    deepspeed_config: Optional[dict] = F(accelerate.SECTIONS["deepspeed_config"])
+    fsdp_config: Optional[dict] = F(accelerate.SECTIONS["fsdp_config"])
+    parallelism_config: Optional[dict] = F(accelerate.SECTIONS["parallelism_config"])
 
 
 # --- DeepSpeed ---------------------------------------------------------------------------------------

@@ -1,0 +1,59 @@
+"""The accelerate key table (formats.accelerate.KEYS) is the one place its keys are spelled: a fix writes each
+concept where the parser reads it, and the JSON Schema describes the keys from it."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from vramlens.formats import accelerate, parse_document
+from vramlens.formats.render import apply_edits, render_change
+from vramlens.formats.schemas import schema_for
+
+CONFIG = """compute_environment: LOCAL_MACHINE
+distributed_type: DEEPSPEED
+deepspeed_config:
+  gradient_accumulation_steps: 1
+  offload_optimizer_device: none
+  offload_param_device: none
+  zero_stage: 2
+machine_rank: 0
+main_training_function: main
+mixed_precision: fp16
+num_machines: 1
+num_processes: 2
+"""
+CHANGES = [("world_size", 8), ("amp_dtype", "bf16"), ("zero_stage", 3), ("offload_optimizer", True),
+           ("offload_params", True), ("grad_accum", 4)]
+
+
+@pytest.mark.parametrize("concept, value", CHANGES)
+def test_a_fix_writes_each_concept_where_the_parser_reads_it(tmp_path, concept, value):
+    path = str(tmp_path / "accelerate_config.yaml")
+    plan = parse_document(CONFIG, path).plan
+    assert plan is not None and plan.format == "accelerate"
+    assert getattr(plan, concept).value != value
+    result = render_change(CONFIG, plan, {concept: value})
+    text = apply_edits(CONFIG, result.edits, path)
+    node = yaml.safe_load(text)
+    for part in accelerate.key_for(concept).path:
+        node = node[part]
+    assert node == ("cpu" if value is True else value), text
+    again = parse_document(text, path).plan
+    assert getattr(again, concept).value == value, text
+
+
+def test_every_read_key_is_in_the_table_once():
+    paths = [key.path for key in accelerate.KEYS]
+    assert len(paths) == len(set(paths))
+    for key in accelerate.KEYS:
+        assert key.path[0] in accelerate.ACCELERATE_KEYS, key.path
+
+
+def test_the_schema_describes_the_keys_from_the_table():
+    properties = schema_for("accelerate")["properties"]
+    for concept in ("dist_strategy", "world_size", "amp_dtype"):
+        key = accelerate.key_for(concept)
+        assert properties[key.path[0]]["description"] == key.description
+    for section, text in accelerate.SECTIONS.items():
+        assert properties[section]["description"] == text
+    assert "DEEPSPEED" in str(properties["distributed_type"])
