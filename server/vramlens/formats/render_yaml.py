@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import yaml
 
-from vramlens.formats import accelerate, deepspeed
+from vramlens.formats import accelerate, deepspeed, litgpt
 from vramlens.formats.render import RENDERERS, RenderResult, TextEdit
 from vramlens.formats.settings import Setting
 from vramlens.formats.yaml_doc import is_json_path, load_yaml
@@ -1037,23 +1037,24 @@ def _deepspeed_handlers() -> dict[str, Handler]:
 # --- litgpt ----------------------------------------------------------------------------------------
 
 def _litgpt_handlers() -> dict[str, Handler]:
-    from vramlens.formats.litgpt import LORA_SWITCHES
+    LORA_SWITCHES, key_for = litgpt.LORA_SWITCHES, litgpt.key_for
+    quantize, precision = key_for("quant_bits").path, key_for("weight_dtype").path
 
     def quant(doc: _Doc, value: Any, changes: dict) -> None:
         word = {4: "bnb.nf4", 8: "bnb.int8-training"}.get(value)
         if word is None:
             doc.notes.append(f"litgpt cannot load {value}-bit weights")
             return
-        doc.set(("quantize",), word, after=("precision",))
-        prec = str(doc.value(("precision",)) or "")
+        doc.set(quantize, word, after=precision)
+        prec = str(doc.value(precision) or "")
         if prec.endswith("-mixed"):
-            doc.set(("precision",), prec.replace("-mixed", "-true"))
+            doc.set(precision, prec.replace("-mixed", "-true"))
 
     def peft(doc: _Doc, value: Any, changes: dict) -> None:
         _mark_done(doc, "quant_bits")
         if value in ("lora", "qlora"):
-            if ("lora_r",) not in doc.by_path:
-                doc.set(("lora_r",), changes.get("lora_r", 16), after=("num_nodes", "devices"))
+            if key_for("lora_r").path not in doc.by_path:
+                doc.set(key_for("lora_r").path, changes.get("lora_r", 16), after=("num_nodes", "devices"))
             if value == "qlora" or changes.get("quant_bits") == 4:
                 quant(doc, 4, changes)
             doc.notes.append("run it with `litgpt finetune_lora`")
@@ -1078,22 +1079,22 @@ def _litgpt_handlers() -> dict[str, Handler]:
             doc.set(("optimizer",), cls, after=("seed",))
 
     def grad_accum(doc: _Doc, value: Any, changes: dict) -> None:
-        micro = changes.get("micro_batch") or doc.value(("train", "micro_batch_size")) or 4
+        micro = changes.get("micro_batch") or doc.value(key_for("micro_batch").path) or 4
         world = doc.plan.world_size.value if doc.plan.world_size is not None else 1
-        doc.set(("train", "global_batch_size"), int(micro) * int(value) * int(world), after=("log_interval",))
+        doc.set(key_for("global_batch").path, int(micro) * int(value) * int(world), after=("log_interval",))
 
     def micro(doc: _Doc, value: Any, changes: dict) -> None:
-        doc.set(("train", "micro_batch_size"), value, after=("global_batch_size",))
+        doc.set(key_for("micro_batch").path, value, after=(key_for("global_batch").path[-1],))
 
     return {
         "micro_batch": micro,
         "grad_accum": grad_accum,
-        "seq_len": _simple((("train", "max_seq_length"),)),
+        "seq_len": _simple((key_for("seq_len").path,)),
         "quant_bits": quant,
         "peft_method": peft,
-        "lora_r": _simple(("lora_r",), after=("num_nodes",)),
-        "lora_alpha": _simple(("lora_alpha",), after=("lora_r",)),
-        "lora_dropout": _simple(("lora_dropout",), after=("lora_alpha",)),
+        "lora_r": _simple((key_for("lora_r").path,), after=("num_nodes",)),
+        "lora_alpha": _simple((key_for("lora_alpha").path,), after=("lora_r",)),
+        "lora_dropout": _simple((key_for("lora_dropout").path,), after=("lora_alpha",)),
         "lora_targets": targets,
         "optimizer": optimizer,
         "grad_checkpointing": _note("litgpt decides activation checkpointing itself (on with FSDP)"),

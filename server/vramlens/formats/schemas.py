@@ -258,25 +258,24 @@ DeepSpeedConfig = create_model("DeepSpeedConfig", __base__=_DeepSpeedBase,
 
 # --- litgpt ---------------------------------------------------------------------------------------
 
-class LitgptConfig(_Open):
+class _LitgptBase(_Open):
     model_config = ConfigDict(extra="allow", title="litgpt config")
-    checkpoint_dir: Optional[str] = F("checkpoints/<org>/<model>: the model.")
-    # the values the parser reads (formats.litgpt), not a second list
-    precision: Optional[Literal[tuple(litgpt.PRECISION)]] = F(  # type: ignore[valid-type]
-        "`*-true`: weights in that dtype; `*-mixed`: fp32 weights + autocast (4 bytes/param + copies).")
-    quantize: Optional[Literal[tuple(litgpt.QUANTIZE)]] = F(  # type: ignore[valid-type]
-        "Quantized base weights (needs a `*-true` precision).")
-    devices: Optional[Union[int, Literal["auto"]]] = F("GPUs; full fine-tuning on >1 uses FSDP + checkpointing.")
-    num_nodes: Optional[int] = F("Machines.", ge=1)
-    train: Optional[dict] = F("`micro_batch_size` (default 4), `global_batch_size` (default 64; accumulation "
-                              "derived), `max_seq_length`.")
-    lora_r: Optional[int] = F("LoRA rank (default 8).", ge=1)
-    lora_query: Optional[bool] = F("Adapter on the query projection.")
-    lora_key: Optional[bool] = F("Adapter on the key projection.")
-    lora_value: Optional[bool] = F("Adapter on the value projection.")
-    lora_projection: Optional[bool] = F("Adapter on the attention output projection.")
-    lora_mlp: Optional[bool] = F("Adapters on the MLP.")
-    lora_head: Optional[bool] = F("Adapter on the output head.")
+
+
+def _litgpt_field(key: litgpt.Key) -> tuple[Any, Any]:
+    """A top-level litgpt key from the parser's key table, typed by its kind."""
+    if key.kind == "choice":
+        return Optional[Literal[key.choices]], F(key.description)  # type: ignore[valid-type]
+    if key.kind == "whole":
+        return Optional[int], F(key.description, ge=1)
+    kind = {"number": float, "bool": bool, "text": str, "section": dict,
+            "devices": Union[int, Literal["auto"]]}[key.kind]
+    return Optional[kind], F(key.description)
+
+
+# The top-level keys, their types and descriptions come from the litgpt parser's key table (formats.litgpt).
+LitgptConfig = create_model("LitgptConfig", __base__=_LitgptBase,
+                            **{key.path[0]: _litgpt_field(key) for key in litgpt.KEYS if len(key.path) == 1})
 
 
 # --- GPT-NeoX ---------------------------------------------------------------------------------------
