@@ -76,7 +76,7 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
             elif kinds:
                 b.set("attn_impl", "other", s)
         elif k in ARCH_KEYS:
-            b.plan.extra[f"arch.{k}"] = b.plan.extra.get(f"arch.{k}") or _sourced(s)
+            b.shape(k, s)
         elif k in ("partition_activations", "zero_optimization", "finetune", "load"):
             b.remember(s)
     # the DeepSpeed blocks (zero_optimization, fp16/bf16, optimizer) are DeepSpeed's own schema
@@ -89,9 +89,3 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
     if b.plan.model_id is None and "arch.num_layers" in b.plan.extra:
         b.plan.model_span_hint = b.plan.extra["arch.num_layers"].span
 
-
-def _sourced(s: Setting):
-    from vramlens.plan import Sourced
-
-    return Sourced(value=s.value if isinstance(s.value, (str, int, float, bool)) else repr(s.value), key=s.key,
-                   span=s.span, value_span=s.value_span)

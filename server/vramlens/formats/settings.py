@@ -274,6 +274,15 @@ class PlanBuilder:
             value=v if isinstance(v, (str, int, float, bool, type(None))) else repr(v),
             key=setting.key, span=setting.span, value_span=setting.value_span)
 
+    def shape(self, name: str, setting: Setting, *, override: bool = False) -> None:
+        """Keep a model-shape value the file states (`plan.extra["arch.<name>"]`, which the model resolver reads when
+        no model id is named); the first one kept wins unless `override`."""
+        key = f"arch.{name}"
+        if override or not self.plan.extra.get(key):
+            v = setting.value
+            self.plan.extra[key] = Sourced(value=v if isinstance(v, (str, int, float, bool)) else repr(v),
+                                           key=setting.key, span=setting.span, value_span=setting.value_span)
+
     def issue(self, kind: IssueKind, message: str, setting: Setting | None = None, *,
               severity: Severity = Severity.WARNING, suggestion: str | None = None, span: Span | None = None) -> None:
         self.plan.issues.append(ParseIssue(
