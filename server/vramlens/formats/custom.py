@@ -85,4 +85,3 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
             hf._attn(b, s)
         elif k in ("bf16", "fp16") and to_bool(s.value) is not None:
             hf.HANDLERS[k](b, s)
-

@@ -88,4 +88,3 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
         b.set("dist_strategy", "deepspeed", origin=Origin.DERIVED, note="GPT-NeoX trains through DeepSpeed")
     if b.plan.model_id is None and "arch.num_layers" in b.plan.extra:
         b.plan.model_span_hint = b.plan.extra["arch.num_layers"].span
-
