@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import yaml
 
-from vramlens.formats import accelerate, deepspeed, litgpt
+from vramlens.formats import accelerate, deepspeed, litgpt, neox
 from vramlens.formats.render import RENDERERS, RenderResult, TextEdit
 from vramlens.formats.settings import Setting
 from vramlens.formats.yaml_doc import is_json_path, load_yaml
@@ -1114,23 +1114,27 @@ def _neox_handlers() -> dict[str, Handler]:
         hyphens = sum(1 for p in doc.by_path if len(p) == 1 and "-" in str(p[0]))
         return (hy,) if hyphens > len(doc.by_path) / 4 else (name,)
 
-    def simple(name: str, after: str) -> Handler:
+    def simple(concept: str, after: str) -> Handler:
+        """Write the concept's key (from the key table) after the key of `after` (a concept, or a shape key)."""
+        name = neox.key_for(concept).path[0]
+        after_name = after if after in neox.BY_NAME else neox.key_for(after).path[0]
+
         def handler(doc: _Doc, value: Any, changes: dict) -> None:
-            doc.set(key(doc, name), value, after=(key(doc, after)[0],))
+            doc.set(key(doc, name), value, after=(key(doc, after_name)[0],))
         return handler
 
     def optimizer(doc: _Doc, value: Any, changes: dict) -> None:
         if "8bit" in str(value):
-            doc.set(key(doc, "use_bnb_optimizer"), True, after=(key(doc, "optimizer")[0],))
+            doc.set(key(doc, neox.key_for("optimizer").path[0]), True, after=(key(doc, "optimizer")[0],))
         else:
             doc.notes.append(f"GPT-NeoX optimizer `{value}`: set `optimizer.type`")
 
     return {
-        "micro_batch": simple("train_micro_batch_size_per_gpu", "gradient_accumulation_steps"),
-        "grad_accum": simple("gradient_accumulation_steps", "train_micro_batch_size_per_gpu"),
-        "grad_checkpointing": simple("checkpoint_activations", "train_micro_batch_size_per_gpu"),
-        "seq_len": simple("seq_length", "num_attention_heads"),
-        "zero_stage": _simple((("zero_optimization", "stage"),)),
+        "micro_batch": simple("micro_batch", after="grad_accum"),
+        "grad_accum": simple("grad_accum", after="micro_batch"),
+        "grad_checkpointing": simple("grad_checkpointing", after="micro_batch"),
+        "seq_len": simple("seq_len", after="num_attention_heads"),
+        "zero_stage": _simple((deepspeed.key_for("zero_stage").path,)),
         "optimizer": optimizer,
         "alloc_conf": _note(ALLOC_NOTE),
     }

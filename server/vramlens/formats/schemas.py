@@ -16,7 +16,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from vramlens.formats import accelerate, deepspeed, litgpt
+from vramlens.formats import accelerate, deepspeed, litgpt, neox
 from vramlens.formats.vocab import AXOLOTL_ATTENTION, HF_ATTENTION
 from vramlens.knowledge import optimizers
 
@@ -280,19 +280,22 @@ LitgptConfig = create_model("LitgptConfig", __base__=_LitgptBase,
 
 # --- GPT-NeoX ---------------------------------------------------------------------------------------
 
-class NeoxConfig(_Open):
+class _NeoxBase(_Open):
     model_config = ConfigDict(extra="allow", title="GPT-NeoX config")
-    train_micro_batch_size_per_gpu: Optional[int] = F("Samples per GPU per step.", ge=1)
-    gradient_accumulation_steps: Optional[int] = F("Micro-batches per step.", ge=1)
-    seq_length: Optional[int] = F("Tokens per sample (always full).", ge=1)
-    checkpoint_activations: Optional[bool] = F("Recompute activations in backward.")
-    partition_activations: Optional[bool] = F("Split checkpointed activations across model-parallel ranks.")
-    model_parallel_size: Optional[int] = F("Tensor parallelism.", ge=1)
-    pipe_parallel_size: Optional[int] = F("Pipeline stages.", ge=0)
-    zero_optimization: Optional[dict] = F("DeepSpeed ZeRO (`stage`).")
-    num_layers: Optional[int] = F("Transformer layers.", ge=1)
-    hidden_size: Optional[int] = F("Hidden size.", ge=1)
-    use_bnb_optimizer: Optional[bool] = F("bitsandbytes 8-bit Adam: ~2 bytes of state per parameter.")
+
+
+def _neox_field(key: neox.Key) -> tuple[Any, Any]:
+    """A GPT-NeoX key from the parser's key table, typed by its kind."""
+    kind = key.shape_kind or key.kind
+    if kind == "choice":
+        return Optional[Literal[key.choices]], F(key.description)  # type: ignore[valid-type]
+    if kind in ("whole", "count"):
+        return Optional[int], F(key.description, ge=1 if kind == "whole" else 0)
+    return Optional[{"bool": bool, "text": str, "list": list, "section": dict}[kind]], F(key.description)
+
+
+# The keys, their types and descriptions come from the GPT-NeoX parser's key table (formats.neox).
+NeoxConfig = create_model("NeoxConfig", __base__=_NeoxBase, **{key.path[0]: _neox_field(key) for key in neox.KEYS})
 
 
 FORMATS: dict[str, type[BaseModel]] = {
