@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from vramlens.rules import Finding
 
 SOURCE = "vramlens"
-RULES_URL = "https://github.com/vramlens/vramlens/blob/main/rules/{rule}.md"
 
 _SEVERITY = {
     "error": types.DiagnosticSeverity.Error,
