@@ -3,10 +3,8 @@ concept where the parser reads it, and the JSON Schema describes the keys from i
 from __future__ import annotations
 
 import pytest
-import yaml
-
-from vramlens.formats import accelerate, parse_document
-from vramlens.formats.render import apply_edits, render_change
+from key_tables import value_a_fix_writes
+from vramlens.formats import accelerate
 from vramlens.formats.schemas import schema_for
 
 CONFIG = """compute_environment: LOCAL_MACHINE
@@ -28,18 +26,9 @@ CHANGES = [("world_size", 8), ("amp_dtype", "bf16"), ("zero_stage", 3), ("offloa
 
 @pytest.mark.parametrize("concept, value", CHANGES)
 def test_a_fix_writes_each_concept_where_the_parser_reads_it(tmp_path, concept, value):
-    path = str(tmp_path / "accelerate_config.yaml")
-    plan = parse_document(CONFIG, path).plan
-    assert plan is not None and plan.format == "accelerate"
-    assert getattr(plan, concept).value != value
-    result = render_change(CONFIG, plan, {concept: value})
-    text = apply_edits(CONFIG, result.edits, path)
-    node = yaml.safe_load(text)
-    for part in accelerate.key_for(concept).path:
-        node = node[part]
-    assert node == ("cpu" if value is True else value), text
-    again = parse_document(text, path).plan
-    assert getattr(again, concept).value == value, text
+    written = value_a_fix_writes(CONFIG, str(tmp_path / "accelerate_config.yaml"), "accelerate", concept, value,
+                                 accelerate.key_for(concept).path)
+    assert written == ("cpu" if value is True else value)
 
 
 def test_every_read_key_is_in_the_table_once():

@@ -2,12 +2,9 @@
 concept where the parser reads it, and the JSON Schema lists the table's top-level keys."""
 from __future__ import annotations
 
-import json
-
 import pytest
-
-from vramlens.formats import deepspeed, parse_document
-from vramlens.formats.render import apply_edits, render_change
+from key_tables import value_a_fix_writes
+from vramlens.formats import deepspeed
 from vramlens.formats.schemas import schema_for
 
 DS = '{\n  "train_micro_batch_size_per_gpu": 2,\n  "zero_optimization": {"stage": 1}\n}\n'
@@ -17,18 +14,9 @@ CHANGES = [("micro_batch", 4), ("grad_accum", 8), ("global_batch", 64), ("zero_s
 
 @pytest.mark.parametrize("concept, value", CHANGES)
 def test_a_fix_writes_each_concept_where_the_parser_reads_it(tmp_path, concept, value):
-    path = str(tmp_path / "ds_config.json")
-    plan = parse_document(DS, path).plan
-    assert plan is not None and plan.format == "deepspeed"
-    result = render_change(DS, plan, {concept: value})
-    text = apply_edits(DS, result.edits, path)
-    node = json.loads(text)
-    for part in deepspeed.key_for(concept).path[:-1]:
-        node = node[part]
-    written = node[deepspeed.key_for(concept).path[-1]]
-    assert written == ("cpu" if value is True else value), text
-    again = parse_document(text, path).plan
-    assert getattr(again, concept).value == value, text
+    written = value_a_fix_writes(DS, str(tmp_path / "ds_config.json"), "deepspeed", concept, value,
+                                 deepspeed.key_for(concept).path)
+    assert written == ("cpu" if value is True else value)
 
 
 def test_the_schema_lists_the_tables_top_level_keys():

@@ -3,10 +3,8 @@ where the parser reads it, and the JSON Schema is generated from the table."""
 from __future__ import annotations
 
 import pytest
-import yaml
-
-from vramlens.formats import litgpt, parse_document
-from vramlens.formats.render import apply_edits, render_change
+from key_tables import value_a_fix_writes
+from vramlens.formats import litgpt
 from vramlens.formats.schemas import schema_for
 
 CONFIG = """checkpoint_dir: checkpoints/meta-llama/Llama-2-7b-hf
@@ -37,19 +35,8 @@ CHANGES = [("micro_batch", 2, 2), ("seq_len", 1024, 1024), ("lora_r", 32, 32), (
 
 @pytest.mark.parametrize("concept, value, written", CHANGES)
 def test_a_fix_writes_each_concept_where_the_parser_reads_it(tmp_path, concept, value, written):
-    path = str(tmp_path / "lora.yaml")
-    plan = parse_document(CONFIG, path).plan
-    assert plan is not None and plan.format == "litgpt"
-    before = getattr(plan, concept)
-    assert before is None or before.value != value
-    result = render_change(CONFIG, plan, {concept: value})
-    text = apply_edits(CONFIG, result.edits, path)
-    node = yaml.safe_load(text)
-    for part in litgpt.key_for(concept).path:
-        node = node[part]
-    assert node == written, text
-    again = parse_document(text, path).plan
-    assert getattr(again, concept).value == value, text
+    assert value_a_fix_writes(CONFIG, str(tmp_path / "lora.yaml"), "litgpt", concept, value,
+                              litgpt.key_for(concept).path) == written
 
 
 def test_the_schema_is_the_tables_top_level_keys():

@@ -3,10 +3,8 @@ where the parser reads it (in the file's `-` or `_` spelling), and the JSON Sche
 from __future__ import annotations
 
 import pytest
-import yaml
-
+from key_tables import value_a_fix_writes
 from vramlens.formats import deepspeed, neox, parse_document
-from vramlens.formats.render import apply_edits, render_change
 from vramlens.formats.schemas import schema_for
 
 NEOX = """{
@@ -30,28 +28,12 @@ HYPHENS = NEOX.replace("_", "-").replace('"zero-optimization"', '"zero_optimizat
 CHANGES = [("micro_batch", 2), ("grad_accum", 8), ("grad_checkpointing", True), ("seq_len", 1024), ("zero_stage", 3)]
 
 
-def _path(concept: str) -> tuple[str, ...]:
-    return deepspeed.key_for(concept).path if concept == "zero_stage" else neox.key_for(concept).path
-
-
 @pytest.mark.parametrize("text, sep", [(NEOX, "_"), (HYPHENS, "-")], ids=["underscores", "hyphens"])
 @pytest.mark.parametrize("concept, value", CHANGES)
 def test_a_fix_writes_each_concept_where_the_parser_reads_it(tmp_path, text, sep, concept, value):
-    path = str(tmp_path / "neox.yml")
-    plan = parse_document(text, path).plan
-    assert plan is not None and plan.format == "gpt-neox", plan and plan.format
-    assert getattr(plan, concept).value != value
-    result = render_change(text, plan, {concept: value})
-    written_text = apply_edits(text, result.edits, path)
-    node = yaml.safe_load(written_text)
-    keys = _path(concept)
-    top = keys[0] if concept == "zero_stage" else keys[0].replace("_", sep)
-    node = node[top]
-    for part in keys[1:]:
-        node = node[part]
-    assert node == value, written_text
-    again = parse_document(written_text, path).plan
-    assert getattr(again, concept).value == value, written_text
+    keys = deepspeed.key_for(concept).path if concept == "zero_stage" else \
+        tuple(k.replace("_", sep) for k in neox.key_for(concept).path)
+    assert value_a_fix_writes(text, str(tmp_path / "neox.yml"), "gpt-neox", concept, value, keys) == value
 
 
 def test_the_schema_is_the_table():
