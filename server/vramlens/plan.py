@@ -139,7 +139,7 @@ class Reference(BaseModel):
 
 
 class TrainingPlan(BaseModel):
-    """Every memory-relevant concept of config-vocabulary.md §1, as read from one document."""
+    """Every memory-relevant concept a training config can set, as read from one document."""
 
     model_config = ConfigDict(validate_assignment=False)
 

@@ -1,5 +1,5 @@
 """The estimator against hand-checked cases: traced peaks of HF-style modelling code
-(research/fake-tensor-probe.md §1.2, §1.5, §2.1, §3.1; GiB = 2^30 bytes)."""
+(the Llama-3-8B table and the per-term sources in docs/memory-model.md; GiB = 2^30 bytes)."""
 import pytest
 
 from vramlens.estimate import GIB, estimate
@@ -16,7 +16,7 @@ ALL7 = ("q", "k", "v", "o", "gate", "up", "down")
 
 
 def plan(arch=LLAMA3_8B, **kw) -> ResolvedPlan:
-    # the research traces ran HF's repeat_kv + SDPA with is_causal=True, i.e. without a padding mask
+    # the traces of docs/memory-model.md ran HF's repeat_kv + SDPA with is_causal=True, i.e. without a padding mask
     base = dict(arch=arch, optimizer=ADAMW, gpu=H100, seq_len=2048, micro_batch=1, optimizer_impl="fused",
                 weight_dtype="bf16", compute_dtype="bf16", attn_mask=False)
     base.update(kw)

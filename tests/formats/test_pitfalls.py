@@ -1,4 +1,4 @@
-"""The parsing pitfalls of config-vocabulary.md §8, each handled on purpose."""
+"""The parsing pitfalls of docs/config-sources.md ("Parsing pitfalls"), each handled on purpose."""
 from __future__ import annotations
 
 from vramlens.formats import parse_document

@@ -1,4 +1,5 @@
-"""The YAML/JSON loader: the same data as the frameworks' loaders, exact spans, and the §8 pitfalls."""
+"""The YAML/JSON loader: the same data as the frameworks' loaders, exact spans, and the YAML pitfalls of
+docs/config-sources.md."""
 from __future__ import annotations
 
 import datetime

@@ -5,7 +5,8 @@ import pytest
 
 from vramlens.knowledge.gpus import all_gpus, gpu_by_name, lookup_gpu, lookup_gpu_detail, suggest_gpu
 
-# Every GPU string listed in shared/research/config-vocabulary.md §6, with the card it must resolve to and the count.
+# GPU strings as the projects' configs, READMEs and nvidia-smi write them (docs/config-sources.md, "GPU names"),
+# with the card each must resolve to and the count.
 VOCABULARY_STRINGS = [
     ("A100", "A100-40GB", 1), ("T4", "T4", 1), ("H100", "H100-SXM", 1), ("1xA10G", "A10G", 1),
     ("1 x A100", "A100-40GB", 1), ("B200", "B200", 1), ("2 x A100", "A100-40GB", 2), ("L40S", "L40S", 1),

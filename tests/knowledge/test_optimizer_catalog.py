@@ -18,7 +18,7 @@ from vramlens.knowledge.optimizers import (
     suggest_optimizer,
 )
 
-# transformers `OptimizerNames`, complete (config-vocabulary §3.1).
+# transformers `OptimizerNames`, complete (src/transformers/training_args.py at 00349ae8).
 HF_OPTIMIZER_NAMES = [
     "adamw_torch", "adamw_torch_fused", "adamw_torch_xla", "adamw_torch_npu_fused", "adamw_apex_fused", "adafactor",
     "adamw_anyprecision", "adamw_torch_4bit", "adamw_torch_8bit", "ademamix", "sgd", "adagrad", "adamw_bnb_8bit",
@@ -29,7 +29,8 @@ HF_OPTIMIZER_NAMES = [
     "grokadamw", "schedule_free_radam", "schedule_free_adamw", "schedule_free_sgd", "apollo_adamw",
     "apollo_adamw_layerwise", "stable_adamw",
 ]
-# axolotl CustomSupportedOptimizers (§3.2), LLaMA-Factory switches (§3.3), legacy and other frameworks' names.
+# axolotl CustomSupportedOptimizers (src/axolotl/utils/schemas/enums.py), LLaMA-Factory switches
+# (src/llamafactory/hparams/finetuning_args.py), legacy and other frameworks' names.
 OTHER_SPELLINGS = [
     "optimi_adamw", "ao_adamw_4bit", "ao_adamw_8bit", "ao_adamw_fp8", "adopt_adamw", "came_pytorch", "muon", "dion",
     "sinkgd", "flash_adamw", "flash_adam", "flash_sgd", "flash_sgdw", "flash_lion", "q_galore_adamw8bit",
@@ -50,7 +51,7 @@ def test_framework_specific_names_are_known(name: str) -> None:
 
 
 @pytest.mark.parametrize(("spelling", "canonical"), [
-    # torchtune `_component_` class paths (§3.4)
+    # torchtune `_component_` class paths (torchtune recipes/configs/)
     ("torch.optim.AdamW", "adamw_torch"),
     ("bitsandbytes.optim.PagedAdamW8bit", "paged_adamw_8bit"),
     ("bitsandbytes.optim.PagedAdamW", "paged_adamw_32bit"),

@@ -1,6 +1,6 @@
 """The trace is exact at the allocator level: tracing a step under fake tensors gives byte for byte the peak
 (and every phase's after/peak level) of running the same model and step on real CPU tensors with the same
-tracker (research/fake-tensor-probe.md §1.4a)."""
+tracker (docs/memory-model.md, "How the traced figures were measured")."""
 from __future__ import annotations
 
 import pytest
@@ -70,7 +70,7 @@ def test_fake_trace_equals_real_cpu_execution(changes):
                                      CASES["grad accumulation 2"]],
                          ids=["fused", "foreach", "qlora", "adamw8bit", "grad-accum"])
 def test_one_step_shortcut_equals_two_steps(changes):
-    """Step 0 + the optimizer state it created gives the steady-state peak of step 1 (§1.2)."""
+    """Step 0 + the optimizer state it created gives the steady-state peak of step 1 (docs/memory-model.md)."""
     _needs(changes)
     from vramlens.trace import engine
     from vramlens.trace.config import step_config

@@ -1,7 +1,7 @@
 """estimate: ResolvedPlan → Estimate. Pure arithmetic, no torch, well under a millisecond.
 
 Peak = persistent memory + the largest of the step's transient phases, never a sum of everything
-(DESIGN.md "Estimator model"; research/fake-tensor-probe.md §2.3):
+(docs/memory-model.md):
   forward-backward  W + O [+ G when gradients persist] + saved activations + final norm + logits/loss
   recompute         W + O + G (all but the embedding's) + one block recomputed (checkpointing only)
   end-of-backward   W + O + G + a second embedding gradient (tied embeddings accumulate out of place)
@@ -35,7 +35,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     paged = 0
     if rp.optimizer.paged:
         # bitsandbytes paged states are cudaMallocManaged buffers: on the device, outside torch's allocator
-        # (not in max_memory_allocated); the device level counts them (research/fake-tensor-probe.md §3.3)
+        # (not in max_memory_allocated); the device level counts them (`get_paged`, bitsandbytes/functional.py)
         paged, O = O, 0
     T = C.optimizer_temporaries(rp, p)
     B = C.zero_buffers(rp, p)
@@ -101,7 +101,8 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         phases["recompute"] = {**base, "optimizer": O, "gradients": max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0),
                                "activations": recompute + mask + mask_per_layer, "logits": 0}
     if rp.arch.tied_embeddings and rp.peft == "none":
-        # the shared weight's two gradients are summed out of place: two more embedding-sized tensors (FT §2.3 item 6)
+        # the shared weight's two gradients are summed out of place: two more embedding-sized tensors
+        # (docs/memory-model.md, "Tied embeddings")
         extra = 2 * C.shapes(rp.arch).embed_params * p.trainable_dtype_bytes
         phases["end-of-backward"] = {**base, "optimizer": O, "gradients": G, "temporaries": int(extra), "activations": 0,
                                      "logits": 0}

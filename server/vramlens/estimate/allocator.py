@@ -2,10 +2,12 @@
 
 - reserved: PyTorch's caching allocator keeps freed blocks; transient tensors of changing sizes leave
   partly used segments. Measured nvidia-smi ÷ allocated on A100s is 1.06–1.90, median ≈ 1.27, largest for
-  FSDP and QLoRA (research/estimator-anchors.md §3.3). We model the slack as a fraction of the transient
+  FSDP and QLoRA (fms-acceleration `scripts/benchmarks/refs/a100_80gb.csv`; docs/memory-model.md).
+  We model the slack as a fraction of the transient
   (activation/logit/temporary) bytes plus a small share of the rest; expandable_segments removes most of it.
-- device: + CUDA context and library workspaces, outside torch's counters: ~0.3–1.0 GB (EA §3.3; HF doc
-  1343 MB on V100/CUDA 11.2; vramcalc ~0.75 GB on A6000/CUDA 13); NCCL adds ~0.5–1 GB per rank.
+- device: + CUDA context and library workspaces, outside torch's counters: ~0.3–1.0 GB (transformers
+  docs/source/en/model_memory_anatomy.md: 1343 MB on V100/CUDA 11.2; vramcalc 0.1.2 README: ~0.75 GB on
+  A6000); NCCL adds ~0.5–1 GB per rank.
 """
 from __future__ import annotations
 

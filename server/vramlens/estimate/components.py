@@ -1,8 +1,8 @@
 """One function per memory component of a training step, each with its formula and its source.
 
-All results are bytes on one GPU (one rank). Sources: research/fake-tensor-probe.md (FT = its
-traced measurements of HF-style modelling code), research/estimator-anchors.md (EA), DeepSpeed's
-`estimate_zero*_model_states_mem_needs` (DS).
+All results are bytes on one GPU (one rank). Sources: the upstream code and papers named at each
+function, and traces of HF-style modelling code made with `vramlens.trace` (docs/memory-model.md says how,
+and lists the figures); DeepSpeed's `estimate_zero*_model_states_mem_needs` (DS).
 """
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ class Params:
 
 def quantized_bytes_per_param(rp: ResolvedPlan) -> tuple[float, float]:
     """(packed bytes, constants bytes) per quantized parameter. bitsandbytes NF4/FP4: 4 bits, blocksize 64,
-    absmax fp32 per block, or with double quantization uint8 absmax + fp32 per 256 blocks (FT §3.2);
+    absmax fp32 per block, or with double quantization uint8 absmax + fp32 per 256 blocks (QLoRA, arXiv:2305.14314 §2;
+    `quantize_4bit` in bitsandbytes/functional.py);
     LLM.int8: 1 byte + fp32 row scale (negligible)."""
     if rp.quant_bits == 4:
         consts = (1 / 64 + 4 / (64 * 256)) if rp.quant_double else 4 / 64
@@ -66,7 +67,8 @@ def params(rp: ResolvedPlan) -> Params:
         packed, consts = quantized_bytes_per_param(rp)
         quantized = int(linear_params * packed)
         quant_consts = int(linear_params * consts)
-        # QLoRA: non-quantized parts are upcast to fp32 by prepare_model_for_kbit_training (EA §3.1)
+        # QLoRA: non-quantized parts are upcast to fp32 by prepare_model_for_kbit_training
+        # (peft src/peft/utils/other.py)
         other_b = 4 if rp.kbit_upcast else wb
         frozen_bytes = non_linear * other_b
     else:
@@ -228,7 +230,7 @@ def weights(rp: ResolvedPlan, p: Params) -> int:
 
 
 def gradients(rp: ResolvedPlan, p: Params) -> int:
-    """One gradient per trainable parameter in the parameter's dtype (FT §2.3); sharded from ZeRO-2."""
+    """One gradient per trainable parameter in the parameter's dtype (docs/memory-model.md); sharded from ZeRO-2."""
     if rp.optimizer_in_bwd or rp.optimizer.layerwise:
         return 0                              # the step runs per parameter inside backward
     if rp.strategy == "deepspeed" and rp.offload_optimizer:
@@ -237,8 +239,9 @@ def gradients(rp: ResolvedPlan, p: Params) -> int:
 
 
 def optimizer_state(rp: ResolvedPlan, p: Params) -> int:
-    """Optimizer state per trainable parameter (knowledge/optimizers: states × bytes, None = param dtype;
-    EA §3.1). DeepSpeed mixed precision keeps fp32 master weights + fp32 states (DS: 12 B/param)."""
+    """Optimizer state per trainable parameter (knowledge/optimizers: states × bytes, None = param dtype:
+    `_init_group` in torch/optim/adam.py). DeepSpeed mixed precision keeps fp32 master weights + fp32 states
+    (DS: 12 B/param; ZeRO, arXiv:1910.02054 §3.1)."""
     if rp.offload_optimizer:
         return 0
     opt = rp.optimizer
@@ -276,7 +279,8 @@ def low_rank_state(rp: ResolvedPlan, p: Params, per_param: float, state_b: float
 
 def optimizer_temporaries(rp: ResolvedPlan, p: Params) -> int:
     """Transient memory inside `optimizer.step()`: foreach AdamW makes one state-sized temporary
-    (`_foreach_sqrt(exp_avg_sq)`, FT §1.5: 8B pure bf16 foreach 74.79 GiB = W+G+O+14.96); fused ≈ 0;
+    (`_foreach_sqrt(exp_avg_sq)` in torch/optim/adam.py; traced 8B pure bf16 foreach 74.79 GiB = W+G+O+14.96,
+    docs/memory-model.md); fused ≈ 0;
     for-loop ≈ 2 × the largest parameter; 8-bit and offloaded optimizers work in place."""
     opt = rp.optimizer
     if rp.offload_optimizer or opt.library in ("bitsandbytes", "torchao") or opt.family in ("lomo",):
@@ -295,7 +299,7 @@ def optimizer_temporaries(rp: ResolvedPlan, p: Params) -> int:
 def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
     """Saved activations per token: (all layers without checkpointing, one layer), in bytes.
 
-    HF Llama-style block in 16-bit with SDPA/flash (FT §2.3, traced):
+    HF Llama-style block in 16-bit with SDPA/flash (traced; docs/memory-model.md, "Activations"):
       norms: each RMSNorm keeps its fp32 input (4h) and the normalised 16-bit value (2h); its weighted
              output (2h) is the input of the following linears;
       attention: q after RoPE (2q), K and V (2·kv_eff each, kv_eff = q with repeat_kv), SDPA output (2q),
@@ -303,8 +307,10 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
       gated MLP: gate, up, act(gate) (2I each) and the product, the input of down (2I).
     GELU MLP blocks (GPT-2/BERT/T5): LayerNorm keeps its 16-bit input; fc1 output and GELU output (2I each).
     Linear inputs are kept only when the linear has a trainable weight or a LoRA adapter in the same dtype;
-    a PEFT fp32 adapter keeps its own fp32 copy of the input instead (FT §3.1: +4·in per target). LoRA dropout
-    keeps a dropped copy of each targeted linear's input plus a 1-byte mask (EA §3.2a). bitsandbytes < 0.43.2
+    a PEFT fp32 adapter keeps its own fp32 copy of the input instead (`_cast_input_dtype` in
+    peft src/peft/tuners/lora/layer.py: +4·in per target). LoRA dropout
+    keeps a dropped copy of each targeted linear's input plus a 1-byte mask (`lora_dropout`
+    in the same `forward`). bitsandbytes < 0.43.2
     keeps the input of every 4-bit linear as well (`quant_keeps_input`). A fused q|k|v linear (litgpt,
     `fused_qkv`) has one adapter and one dropout, `zero_pad` keeps the adapter output when only some of q, k, v
     adapt, and under MHA the value is a view that keeps the whole q|k|v output (benchmarks/litgpt_vs_estimate.py).
@@ -318,7 +324,7 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
 
     gated = arch.mlp in ("swiglu", "geglu")
     # RMSNorm upcasts: its fp32 input (4h) is kept; the normalised 16-bit value (c·h) only when the norm's
-    # weight trains (full fine-tuning; FT §3.1: LoRA keeps 4h less per layer than full FT).
+    # weight trains (full fine-tuning; traced: LoRA keeps 4h less per layer than full FT, docs/memory-model.md).
     norm_trains = c if full else 0
     if arch.norm == "rmsnorm":
         n_norms = norms_per_layer(arch)
@@ -333,7 +339,8 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
     if rp.fused_qkv and mha:
         attn += c * (q + arch.kv_dim)            # V is a view of the fused q|k|v output, which SDPA keeps whole
     if rp.attn_impl == "eager":
-        attn += (4 + c) * heads * s              # fp32 softmax output + 16-bit probabilities (EA §1.9 vramcalc)
+        # fp32 softmax output + 16-bit probabilities (`eager_attention_forward`, transformers modeling_llama.py)
+        attn += (4 + c) * heads * s
 
     # linear-input groups: (input width, member linears)
     if arch.is_moe:
@@ -455,7 +462,7 @@ def checkpoint_per_token(rp: ResolvedPlan) -> float:
 
 
 def final_norm_per_token(rp: ResolvedPlan) -> float:
-    """The final norm before the LM head (FT §2.3: 8sbh)."""
+    """The final norm before the LM head (one RMSNorm: 8sbh; docs/memory-model.md)."""
     return 8 * rp.arch.hidden if rp.arch.block != "encoder" else 0
 
 
@@ -463,7 +470,8 @@ def logits_per_token(rp: ResolvedPlan) -> float:
     """Bytes per token held by the LM head and the loss at the start of backward.
 
     Standard HF loss (transformers ≥ 4.46 upcasts inside the loss): fp32 log-softmax output plus the
-    NLL and log-softmax gradients = 12 bytes per logit, +2 if the 16-bit logits stay referenced (FT §2.3).
+    NLL and log-softmax gradients = 12 bytes per logit, +2 if the 16-bit logits stay referenced
+    (`ForCausalLMLoss`, src/transformers/loss/loss_utils.py; traced, docs/memory-model.md).
     Chunked CE (torchtune, TRL chunked_nll): 16-bit logits + one fp32 chunk ≈ 4; litgpt (128-token chunks, the
     chunk list held through backward, Fabric casting it to fp32): fp32 logits + their log-softmax = 8. Fused linear-CE
     (Liger, Cut-Cross-Entropy): no full logits ≈ 0 (a few MiB of chunk buffers).
@@ -506,7 +514,7 @@ def attention_mask_bytes(rp: ResolvedPlan) -> tuple[int, int]:
 def autocast_weight_cache(rp: ResolvedPlan, p: Params) -> int:
     """16-bit copies of fp32 weights that autocast makes in forward and backward keeps.
 
-    AMP over fp32 weights: every linear weight (FT §1.5: ~15 GiB of the 30.5 GiB AMP activations of an 8B
+    AMP over fp32 weights: every linear weight (traced: ~15 GiB of the 30.5 GiB AMP activations of an 8B
     model); inside checkpointed blocks the copies are rebuilt during recompute, but the LM head is outside them.
     A k-bit model under autocast: only the LM head is an fp32 nn.Linear (the quantized linears dequantize
     themselves) — its 16-bit copy (V·h·2 bytes) is kept by the frozen head's backward (trace rows 22–35)."""
@@ -522,9 +530,12 @@ def autocast_weight_cache(rp: ResolvedPlan, p: Params) -> int:
 def zero_buffers(rp: ResolvedPlan, p: Params) -> int:
     """Communication buffers and the unsharded working set.
 
-    FSDP FULL_SHARD / ZeRO-3 gather one block (plus one prefetched) in the compute dtype (EA §3.1);
+    FSDP FULL_SHARD / ZeRO-3 gather one block (plus one prefetched) in the compute dtype
+    (PyTorch FSDP docs, `backward_prefetch`);
     DeepSpeed reduce/all-gather buckets default to 5e8 elements; HF "auto" sets reduce_bucket_size to h²
-    and stage3_prefetch_bucket_size to 0.9·h² (EA §3.1). DDP keeps a 25 MiB bucket view of gradients."""
+    and stage3_prefetch_bucket_size to 0.9·h²
+    (`trainer_config_finalize` in src/transformers/integrations/deepspeed.py). DDP keeps a 25 MiB bucket view of
+    gradients (`bucket_cap_mb`)."""
     if rp.world_size <= 1 and not rp.offload_params:
         return 0
     h2 = rp.arch.hidden ** 2

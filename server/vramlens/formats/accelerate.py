@@ -1,7 +1,7 @@
 """accelerate config files (`accelerate launch --config_file x.yaml`), YAML or JSON.
 
-They say how many processes run, with which precision and which sharding (config-vocabulary.md
-§2.5, §4.7; accelerate at 16cb6eb8): `distributed_type`, `num_processes` (all nodes), `mixed_precision`,
+They say how many processes run, with which precision and which sharding (`src/accelerate/utils/dataclasses.py`
+at accelerate 16cb6eb8; docs/config-sources.md): `distributed_type`, `num_processes` (all nodes), `mixed_precision`,
 `deepspeed_config` (inline keys or `deepspeed_config_file`), `fsdp_config`, `parallelism_config`.
 They name no model: a plan from one is merged into the training config it launches.
 YAML 1.1 turns an unquoted `NO`/`no` into false, which accelerate then misreads; that is reported.

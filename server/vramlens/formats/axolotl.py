@@ -1,6 +1,6 @@
 """axolotl YAML (`axolotl train config.yml`), including legacy keys, and axolotl cloud configs.
 
-Defaults and meanings: config-vocabulary.md §2, §4.3 (axolotl schemas at 067b021c). axolotl reads
+Defaults and meanings: `src/axolotl/utils/schemas/` at axolotl 067b021c (docs/config-sources.md). axolotl reads
 the file with `yaml.safe_load`, so YAML 1.1 applies (`2e-5` is a string its schema converts).
 Legacy spellings still accepted (with a deprecation warning by axolotl) are read too: boolean
 attention flags, `fsdp: [full_shard, ...]` with `fsdp_`-prefixed `fsdp_config`, `base_model_config`.

@@ -5,8 +5,8 @@ an inline `deepspeed: {...}` mapping. `"auto"` values defer to the training argu
 
 Packaged presets that configs name without shipping the file (ms-swift `--deepspeed zero3_offload`,
 axolotl `deepspeed_configs/zero2.json`, LLaMA-Factory `examples/deepspeed/ds_z3_config.json`) are
-known here by their memory-relevant contents, read from the projects' files at the commits listed
-in shared/corpus/SOURCES.md (ms-swift zero0–zero3 from swift/config/*.json at c2bd8ac5/39e3366d).
+known here by their memory-relevant contents, read from the projects' files (ms-swift zero0–zero3 from
+swift/config/*.json at c2bd8ac5/39e3366d; axolotl and LLaMA-Factory at the commits in docs/config-sources.md).
 """
 from __future__ import annotations
 

@@ -4,8 +4,9 @@ A directive is a comment in any format, e.g. `# vramlens: gpu=A100-40GB count=2`
 `<!-- -->` comments; `gpu="RTX 4090"`, `gpus=`, `gpu_count=` accepted). It is the file's own
 statement of its hardware and wins over everything else in the file.
 
-Without a directive, comments are read for what authors write about their hardware (§6 and §9 of
-config-vocabulary.md): "This config has been tested on an A100 80GB", "on 1x A100", "8xA100
+Without a directive, comments are read for what authors write about their hardware (the
+projects' example configs and READMEs, docs/config-sources.md, "GPU names"):
+"This config has been tested on an A100 80GB", "on 1x A100", "8xA100
 machine", "up to 8k will work on a single H100", "GPU memory: 8 * 78GB" (a measured use: 8 GPUs), and
 launch lines in comments (`tune run --nproc_per_node 8 ...`, `torchrun --nproc_per_node=4`). These
 only fill what the config leaves unset.

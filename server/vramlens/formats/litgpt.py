@@ -1,6 +1,7 @@
 """litgpt config_hub YAML (`litgpt finetune_lora --config x.yaml`, `litgpt pretrain --config ...`).
 
-jsonargparse style (config-vocabulary.md §4.8; litgpt at 26857050): `precision` says both the
+jsonargparse style (`litgpt/args.py`, `litgpt/finetune/*.py` at litgpt 26857050;
+docs/config-sources.md): `precision` says both the
 weight dtype and autocast (`bf16-true` = bf16 weights, `bf16-mixed` = fp32 weights + bf16 autocast),
 `quantize: bnb.nf4` etc., `train.micro_batch_size` / `train.global_batch_size` (accumulation is
 derived), LoRA switched on per projection by booleans. With more than one device a full

@@ -1,7 +1,7 @@
 """LLaMA-Factory YAML (`llamafactory-cli train cfg.yaml`): the classic schema and the "v1" schema.
 
 Classic = HF `Seq2SeqTrainingArguments` keys + LLaMA-Factory's model/data/finetuning arguments
-(config-vocabulary.md §2, §4.4; LLaMA-Factory at ff6d4d12). LLaMA-Factory loads the file with
+(`src/llamafactory/hparams/` at LLaMA-Factory ff6d4d12; docs/config-sources.md). LLaMA-Factory loads the file with
 OmegaConf, which follows YAML 1.1 like PyYAML for the values that matter here. Memory-relevant
 defaults that surprise: LoRA unless `finetuning_type` says otherwise, gradient checkpointing ON
 unless `disable_gradient_checkpointing: true`, `lora_alpha` = 2 × rank, `cutoff_len` 2048 (1024

@@ -2,7 +2,8 @@
 
 Keys may be written with `-` or `_` (NeoX normalises them); the model is described by its shape
 (`num_layers`, `hidden_size`, ...) rather than a hub id, and one run merges several files
-(config-vocabulary.md §4.9, §8.10). The shape is kept in `plan.extra` under `arch.*`.
+(`megatron/neox_arguments/neox_args.py`, `configs/*.yml` of EleutherAI/gpt-neox; docs/config-sources.md).
+The shape is kept in `plan.extra` under `arch.*`.
 """
 from __future__ import annotations
 

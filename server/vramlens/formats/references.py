@@ -1,6 +1,6 @@
 """Follow references from one config to another and merge what they say into the plan.
 
-Kinds (config-vocabulary.md §8.4): `deepspeed` (a DeepSpeed JSON: HF/axolotl/LLaMA-Factory
+Kinds (docs/config-sources.md, "File references"): `deepspeed` (a DeepSpeed JSON: HF/axolotl/LLaMA-Factory
 `deepspeed:`, accelerate `deepspeed_config_file`, LLaMA-Factory v1 `dist_config.config_file`, or a
 packaged preset name such as ms-swift's `zero3_offload`), `accelerate` (an accelerate config, from
 a launch line's `--config_file`), `torchtune-config` (a torchtune config by packaged name such as

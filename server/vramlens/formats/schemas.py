@@ -5,7 +5,7 @@
 One schema per `plan.format` (`schemas/<format>.schema.json`), used by editors for completion and
 hover, and by the language server for value completion. They describe only the keys that change
 GPU memory, say how in each description, and allow every other key (`additionalProperties: true`):
-they document, they do not police. Defaults and meanings: research/config-vocabulary.md §2–§4.
+they document, they do not police. Defaults and meanings: each project's source at the commits in docs/config-sources.md.
 """
 from __future__ import annotations
 

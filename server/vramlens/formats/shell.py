@@ -736,7 +736,8 @@ def _swift_deepspeed(b: PlanBuilder, s: Setting) -> None:
     apply_hf_key(b, "deepspeed", s)
 
 
-# Flag names beyond the HF/TRL table: ms-swift, LLaMA-Factory, FastChat/LLaVA, qlora.py (config-vocabulary.md §2, §4.6).
+# Flag names beyond the HF/TRL table: ms-swift (`swift/arguments/`), LLaMA-Factory (`src/llamafactory/hparams/`),
+# FastChat/LLaVA (`fastchat/train/train.py`), qlora.py (artidoro/qlora); commits in docs/config-sources.md.
 EXTRA_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     "lora_rank": _via("lora_r"),
     "lora_target": _via("lora_target_modules"),

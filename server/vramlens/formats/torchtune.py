@@ -1,7 +1,7 @@
 """torchtune recipe configs (`tune run <recipe> --config <file or packaged name>`).
 
 `_component_` names a builder or class, its sibling keys are the keyword arguments
-(config-vocabulary.md §2, §3.4, §4.5; torchtune at bd2a0fc7). The model size and whether it is
+(`recipes/*.py` and `torchtune/config/` at torchtune bd2a0fc7; docs/config-sources.md). The model size and whether it is
 LoRA/QLoRA live in the builder name: `torchtune.models.llama3_1.qlora_llama3_1_8b` is Llama 3.1 8B
 with an NF4 base and LoRA adapters. OmegaConf `${key}` interpolations are resolved within the file
 (`${eval:...}` and anything unresolvable stays unknown). The GPU count is not in the file: it comes

@@ -1,9 +1,11 @@
 """Value vocabularies the formats accept, for "unknown value — did you mean" checks (VL015).
 
-Sources: research/config-vocabulary.md §2.4 (attention), §3.1 (transformers `OptimizerNames` at
-commit 00349ae8), §3.2 (axolotl custom optimizers), §4.4 (LLaMA-Factory), §4.7 (accelerate), §4.8
-(litgpt). Optimizer names come from the knowledge base's catalog (`knowledge.optimizers`), which
-records which names each format accepts.
+Sources (commits and files in docs/config-sources.md): transformers `OptimizerNames` in
+`src/transformers/training_args.py` at 00349ae8, axolotl `CustomSupportedOptimizers` in
+`src/axolotl/utils/schemas/enums.py`, LLaMA-Factory `src/llamafactory/hparams/`, accelerate
+`src/accelerate/utils/dataclasses.py`, litgpt `litgpt/args.py`; attention spellings from each of them.
+Optimizer names come from the knowledge base's catalog (`knowledge.optimizers`), which records which names each
+format accepts.
 """
 from __future__ import annotations
 

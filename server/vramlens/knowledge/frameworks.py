@@ -1,7 +1,7 @@
 """Framework defaults for the settings a config leaves out, with the version they belong to.
 
-Sources: research/config-vocabulary.md §2–§4 and §7 (defaults read from each project's source at the
-commits listed there). A value here is what the framework does when the key is absent.
+Sources: defaults read from each project's source at the commits in docs/config-sources.md (its "Version drift"
+table lists the changes between versions). A value here is what the framework does when the key is absent.
 """
 from __future__ import annotations
 

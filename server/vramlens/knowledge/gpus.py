@@ -1,6 +1,7 @@
 """GPU lookup: turn the GPU strings found in configs, launch scripts and comments into a `GpuSpec` and a count.
 
-Accepted shapes (config-vocabulary §6): "A100-40GB", "NVIDIA A100-SXM4-40GB", "a100 40gb", "8xH100", "8x H100",
+Accepted shapes (as the projects' configs write them; docs/config-sources.md, "GPU names"):
+"A100-40GB", "NVIDIA A100-SXM4-40GB", "a100 40gb", "8xH100", "8x H100",
 "2 x A100", "4 * A100", "A100 * 4", "1xA10G", "Tesla T4", "NVIDIA GeForce RTX 4090", "rtx 6000 ada",
 "NVIDIA H100 80GB HBM3", and ms-swift's "80GiB * 4" (only a memory size: a generic GPU of that size).
 

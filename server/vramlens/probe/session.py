@@ -4,7 +4,7 @@ The model, the optimizer and the step are the trace's (`vramlens.trace.model/opt
 tensors. The memory meter is the GPU's caching-allocator statistics (`CudaMeter`) in the probe, or the
 trace's live-bytes tracker on CPU tensors (`TrackerMeter`), which is how the step logic is tested without a
 GPU. Step 0 allocates the optimizer state lazily, so peaks are reported per step and the steady state is
-the maximum over steps ≥ 1 (research/fake-tensor-probe.md §5.1).
+the maximum over steps ≥ 1 (state created in `_init_group`, `torch/optim/adam.py`).
 """
 from __future__ import annotations
 

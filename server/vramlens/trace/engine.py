@@ -2,10 +2,12 @@
 
 Fake mode (the trace): the model is built on `meta`, moved with `to_empty()` into a `FakeTensorMode` on the
 fake "cpu" device (fake "cuda" aborts in a CPU build of torch and fake "meta" picks SDPA's math kernel:
-research/fake-tensor-probe.md §1.1), and the step runs without allocating memory.
-Real mode (the check): the same code on real CPU tensors. Both give byte-identical peaks (§1.4a).
+docs/memory-model.md, "How the traced figures were measured"), and the step runs without allocating memory.
+Real mode (the check): the same code on real CPU tensors. Both give byte-identical peaks
+(tests/trace/test_trace_exact.py).
 
-One step is enough (§1.2, verified there): the steady-state peak is
+One step is enough (optimizer state is created lazily in the first `step()`, `_init_group` in
+`torch/optim/adam.py`; docs/memory-model.md): the steady-state peak is
 max(step-0 forward/backward peak + the optimizer state step 0 created, step-0 optimizer-step peak).
 Gradients that persist into the next forward (`zero_grad(set_to_none=False)`) need two steps.
 """

@@ -10,7 +10,8 @@ PEFT semantics follow peft's `LoraLayer.forward`: the base layer runs first, the
 dtype in every adapted module (fp32 adapters keep their own fp32 copy of the input), and DoRA follows
 `DoraLinearLayer.forward`. LoRA dropout runs CUDA's `native_dropout` (a 1-byte mask), not the CPU path.
 4-bit and 8-bit base weights go through bitsandbytes' functional API, which has fake-tensor kernels
-(`Params4bit` cannot wrap a fake tensor; research/fake-tensor-probe.md §3.3); with `quant_keeps_input` the
+(`Params4bit` in `bitsandbytes/nn/modules.py` cannot wrap a fake tensor; docs/memory-model.md); with
+`quant_keeps_input` the
 4-bit matmul is the one bitsandbytes < 0.43.2 ran, which keeps its input for backward.
 
 litgpt's step (`cfg.litgpt`) swaps the attention for litgpt's: a fused qkv linear with litgpt's LoRAQKVLinear,

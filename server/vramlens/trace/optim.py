@@ -2,7 +2,8 @@
 
 - torch optimizers (AdamW, Adam, SGD, RMSprop, Adagrad) with the plan's implementation passed explicitly:
   under fake tensors torch would otherwise pick the for-loop path, because it looks at the tensor type
-  (research/fake-tensor-probe.md §1.1). foreach AdamW makes one state-sized temporary, fused none.
+  (`_default_to_fused_or_foreach` in `torch/optim/optimizer.py`). foreach AdamW makes one state-sized
+  temporary, fused none.
 - bitsandbytes optimizers (8-bit, paged, 32-bit) are the real classes. They must be constructed outside the
   fake mode (`create_dynamic_map` calls `.tolist()`), after one real call warms bnb's quantile-map cache.
   On a CPU device paged optimizers fall back to ordinary tensors; on a GPU their states live in CUDA
@@ -36,7 +37,8 @@ def uses_bitsandbytes(cfg: StepConfig) -> bool:
 
 
 def warm_bitsandbytes() -> None:
-    """One real call fills bnb's module-level quantile-map cache (research §3.3, workaround 1)."""
+    """One real call fills bnb's module-level quantile-map cache (`create_dynamic_map` in
+    `bitsandbytes/functional.py` calls `.tolist()`, which fake tensors refuse; docs/memory-model.md)."""
     import bitsandbytes as bnb
 
     bnb.functional.quantize_blockwise(torch.randn(256))

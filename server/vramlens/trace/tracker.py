@@ -1,5 +1,6 @@
 """Live storage bytes of every tensor an op produces, counted like the CUDA caching allocator counts
-`memory_allocated`: each storage rounded up to 512 B (research/fake-tensor-probe.md, appendix B).
+`memory_allocated`: each storage rounded up to 512 B (`kMinBlockSize = 512` in
+`c10/cuda/CUDACachingAllocator.cpp`; docs/memory-model.md).
 
 `LiveBytes` is a TorchDispatchMode. It sees every op's outputs, registers each new storage with a weakref
 finalizer and keeps the current and peak byte counts, the phase each storage was allocated in, a
