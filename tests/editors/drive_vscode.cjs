@@ -2,7 +2,8 @@
 // playwright-core, no browser download), waits for the probe extension to reach its "ready" phase,
 // hovers the error squiggle and takes the screenshot, lets the probe apply the fix, and prints
 // what the page showed as one JSON line.
-// MODE=no-python instead checks the error notification shown when the server cannot start.
+// MODE=no-python instead checks the error notification shown when the server cannot start; MODE=gpus reads
+// the "vramlens: Pick GPU" list for the open config and picks its first entry.
 // Environment: PLAYWRIGHT_CORE (module path), CHROMIUM, URL, MODE, PROBE_OUT, PROBE_GO, SCREENSHOT, TIMEOUT_MS.
 const fs = require('fs');
 const { chromium } = require(process.env.PLAYWRIGHT_CORE);
@@ -81,6 +82,37 @@ async function checkErrorNotification(page, out) {
   }
 }
 
+// "vramlens: Pick GPU" is open: read its entries (label, description, detail as the list renders them),
+// read them again filtered by "does not fit", then clear the filter and take the first entry with Enter.
+async function pickFromGpuList(page, out, deadline) {
+  out.probePhase = await waitForPhase(['picker', 'done'], deadline);
+  const widget = page.locator('.quick-input-widget');
+  const rows = widget.locator('.quick-input-list .monaco-list-row');
+  const read = async () => rows.evaluateAll((els) => els.map((e) => ({
+    text: e.innerText.replace(/\s+/g, ' ').trim(),
+    aria: e.getAttribute('aria-label'),
+  })));
+  try {
+    await rows.first().waitFor({ state: 'visible', timeout: 30000 });
+    await sleep(300);
+    out.pickerTitle = await widget.locator('.quick-input-title').innerText();
+    out.pickerRows = await read();
+    await page.screenshot({ path: process.env.SCREENSHOT });
+    out.screenshot = process.env.SCREENSHOT;
+    const input = widget.locator('.quick-input-box input');
+    await input.fill('does not fit');
+    await sleep(500);
+    out.pickerRowsNotFitting = await read();
+    await input.fill('');
+    await sleep(500);
+    out.pickerRowsAgain = await read();
+    await page.keyboard.press('Enter');
+  } catch (e) {
+    out.console.push(`picker: ${e.message}`);
+  }
+  out.probePhase = await waitForPhase(['done'], deadline);
+}
+
 async function main() {
   const deadline = Date.now() + timeoutMs;
   const out = { workbench: false, squiggle: false, hoverText: null, screenshot: null, console: [] };
@@ -112,6 +144,11 @@ async function main() {
       await checkErrorNotification(page, out);
       out.probePhase = await waitForPhase(['done'], deadline);
       await page.screenshot({ path: process.env.SCREENSHOT });
+      return;
+    }
+
+    if (process.env.MODE === 'gpus') {
+      await pickFromGpuList(page, out, deadline);
       return;
     }
 

@@ -1,7 +1,8 @@
 -- Headless Neovim 0.7 check for tests/editors/test_neovim.py: the plain built-in LSP client
 -- (vim.lsp.start_client, as in the README's setup snippet) attached to `vramlens serve`.
 -- Reads its job from $VRAMLENS_NVIM_CONFIG (JSON: file, out, cmd, settings, hover_line, fix_pattern),
--- writes what the client saw to `out` as JSON and quits.
+-- writes what the client saw (diagnostics, hover, the GPUs ranked for the buffer, code actions) to `out`
+-- as JSON and quits.
 local config = vim.fn.json_decode(vim.fn.readfile(os.getenv('VRAMLENS_NVIM_CONFIG')))
 local out = { estimates = {} }
 
@@ -51,6 +52,11 @@ local ok, err = pcall(function()
   out.estimate_before_fix = out.estimates[#out.estimates] or vim.NIL
 
   local uri = vim.uri_from_bufnr(bufnr)
+  -- Which GPU? The README's way to ask: every catalog GPU with this buffer's peak and tokens/s.
+  local gpus = vim.lsp.buf_request_sync(bufnr, 'workspace/executeCommand',
+    { command = 'vramlens.listGpus', arguments = { uri } }, 15000)
+  out.gpus = gpus and gpus[client_id] and gpus[client_id].result or vim.NIL
+
   local function hover(line)
     local text = vim.api.nvim_buf_get_lines(bufnr, line, line + 1, false)[1] or ''
     local params = { textDocument = { uri = uri }, position = { line = line, character = #text:match('^%s*') } }

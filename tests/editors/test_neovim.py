@@ -77,3 +77,17 @@ def test_oom_diagnostic_hover_and_fix_in_neovim(tmp_path: Path, oom_example: Oom
     assert result["cleared_after_fix"], f"VL001 still there after {result['applied']!r}: {result['diagnostics_after_fix']}"
     assert result["estimates"][-1]["fits"] is True, result["estimates"][-1]
     assert result["stopped"], "the server did not shut down when the client stopped"
+
+
+def test_gpu_ranking_command_in_neovim(tmp_path: Path, oom_example: OomExample) -> None:
+    """`vramlens.listGpus` with the buffer's URI (the README's Neovim snippet) gives the figures of `vramlens gpus`."""
+    result = run_neovim(tmp_path, oom_example)
+    gpus = result["gpus"]
+    assert isinstance(gpus, list) and gpus, gpus
+    cli = subprocess.run([sys.executable, "-m", "vramlens", "gpus", oom_example.name, "--all", "--format", "json"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    expected = json.loads(cli.stdout)["gpus"]
+    assert [{k: g[k] for k in expected[0]} for g in gpus] == expected
+    fitting = [g for g in gpus if g["fits"]]
+    assert fitting and gpus[:len(fitting)] == fitting and oom_example.gpu not in {g["name"] for g in fitting}

@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -247,3 +248,47 @@ def test_missing_python_is_reported_with_show_logs(tmp_path: Path, oom_example: 
     # "Show logs" opens the vramlens output channel with the same explanation.
     assert page["outputShown"], page
     assert result["diagnostics"] == [], "diagnostics without a server?"
+
+
+def test_gpu_picker_ranks_gpus_for_the_open_config(tmp_path: Path, oom_example: OomExample,
+                                                   code_server: CodeServer) -> None:
+    """"vramlens: Pick GPU" on a config that does not fit its GPU: every entry shows the run's peak / usable GiB
+    and tokens/s (the figures of `vramlens gpus`), fitting GPUs first and fastest first, the rest marked as not
+    fitting; taking the first sets vramlens.gpu to the fastest GPU that fits and the OOM error goes away."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    config_file = workspace / oom_example.name
+    shutil.copy(oom_example.path, config_file)
+
+    page, result = code_server.run(config_file, settings={"vramlens.gpu": oom_example.gpu}, probe={},
+                                   mode="gpus", screenshot=ARTIFACTS / "vscode-gpu-picker.png")
+    assert result["extensionActive"], "vramlens extension did not activate"
+    assert any(d["code"] == "VL001" for d in result["diagnostics"]), result["diagnostics"]
+
+    # The server's ranking for the document: the rows `vramlens gpus --all` prints, in the same order.
+    cli = subprocess.run([sys.executable, "-m", "vramlens", "gpus", config_file.name, "--all", "--format", "json"],
+                         cwd=workspace, capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    expected = json.loads(cli.stdout)["gpus"]
+    ranked = result["listGpus"]
+    assert [{k: g[k] for k in expected[0]} for g in ranked] == expected
+    fitting = [g for g in ranked if g["fits"]]
+    assert fitting and len(fitting) < len(ranked)
+
+    # What the picker showed: the fastest fitting GPU first, with its peak / usable GiB and tokens/s.
+    rows = page["pickerRows"]
+    assert rows, f"no picker entries on the page: {page['console']}"
+    assert config_file.name in page["pickerTitle"], page["pickerTitle"]
+    first = fitting[0]
+    assert first["name"] in rows[0]["text"], rows[0]
+    assert f"{first['peak_gib']:.1f} / {first['usable_gib']:.1f} GiB" in rows[0]["text"], rows[0]
+    assert f"{round(first['tokens_per_s']):,} tokens/s" in rows[0]["text"], rows[0]
+    assert "fits this run" in rows[0]["text"], rows[0]               # the section separator
+    not_fitting = [g for g in ranked if not g["fits"]]
+    shown = page["pickerRowsNotFitting"]
+    assert shown and all("does not fit" in r["text"] for r in shown), shown
+    assert any(not_fitting[0]["name"] in r["text"] for r in shown), (not_fitting[0], shown)
+
+    # Taking the first entry sets the GPU, and the run fits there.
+    assert result["gpuSetting"] == first["name"], result.get("gpuSetting")
+    assert result["errorsClearedAfterPick"], result["diagnosticsAfterPick"]

@@ -117,7 +117,7 @@ def test_padded_batches_and_qlora_match_trace(kw, traced):
 
 
 def test_paged_optimizer_state_is_on_the_device_but_not_allocated():
-    paged = OptimizerSpec(name="paged_adamw_8bit", states=2, state_bytes=1.002, paged=True, library="bitsandbytes")
+    paged = OptimizerSpec(name="paged_adamw_8bit", states=2, state_bytes=1.016, paged=True, library="bitsandbytes")
     est = estimate(plan(optimizer=paged, seq_len=1024), limits=False)
     assert est.components["optimizer"] == 0
     assert est.components["optimizer_paged"] > 14 * GIB          # ~2 bytes per parameter, in unified memory

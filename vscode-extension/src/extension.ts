@@ -13,6 +13,7 @@ import {
   State,
 } from 'vscode-languageclient/node';
 import { BreakdownPanel } from './breakdown';
+import { GpuEntry, gpuItems } from './gpus';
 import { ESTIMATE_NOTIFICATION, Estimate, isEstimate, isNoEstimate, statusDetail, statusText } from './estimate';
 import { checkPythonVersion, isSupported, MIN_PYTHON, onPythonInterpreterChanged, resolveInterpreter } from './python';
 
@@ -244,34 +245,43 @@ class Extension implements vscode.Disposable {
     return client.sendRequest(ExecuteCommandRequest.type, { command, arguments: args }, token) as Promise<T>;
   }
 
+  /** Pick the GPU to check against; for the active config, each GPU shows that run's peak and tokens/s. */
   async pickGpu(): Promise<void> {
-    let gpus: { name: string; memory_gib: number }[];
+    const resource = vscode.window.activeTextEditor?.document.uri;
+    // The server ranks the GPUs for the active document when it is an open config with an estimate.
+    const document = resource ? [resource.toString()] : [];
+    let gpus: GpuEntry[];
     try {
-      gpus = await this.executeServerCommand('vramlens.listGpus', []);
+      gpus = await vscode.window.withProgress(
+        { location: vscode.ProgressLocation.Window, title: 'vramlens: ranking GPUs' },
+        () => this.executeServerCommand<GpuEntry[]>('vramlens.listGpus', document),
+      );
     } catch (e) {
       void vscode.window.showErrorMessage(`vramlens: could not list GPUs: ${(e as Error).message}`);
       return;
     }
-    const resource = vscode.window.activeTextEditor?.document.uri;
     const config = vscode.workspace.getConfiguration('vramlens', resource);
     const current = config.get<string>('gpu');
-    const items = gpus.map((g) => ({
-      label: g.name,
-      description: `${g.memory_gib} GiB${g.name === current ? ' · current' : ''}`,
-      picked: g.name === current,
-    }));
+    const items = gpuItems(gpus, current);
+    const ranked = items.some((i) => i.kind === vscode.QuickPickItemKind.Separator);
     const choice = await vscode.window.showQuickPick(items, {
-      title: 'vramlens: GPU to check configs against',
+      title: ranked
+        ? `vramlens: GPU to check ${path.basename(resource!.fsPath)} against (fastest first)`
+        : 'vramlens: GPU to check configs against',
       placeHolder: current ? `Current: ${current}` : 'Pick a GPU',
       matchOnDescription: true,
+      matchOnDetail: true,
     });
-    if (!choice) {
+    if (!choice?.gpu) {
       return;
     }
     const target = vscode.workspace.workspaceFolders?.length
       ? vscode.ConfigurationTarget.Workspace
       : vscode.ConfigurationTarget.Global;
-    await config.update('gpu', choice.label, target);
+    await config.update('gpu', choice.gpu, target);
+    if (choice.count !== undefined) {
+      await config.update('gpuCount', choice.count, target);
+    }
   }
 
   /** Run the server's exact trace or live probe for the active document, with progress and cancel. */

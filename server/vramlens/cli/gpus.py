@@ -1,8 +1,8 @@
 """Which GPU? Every catalog GPU (and GPU count, for sharded runs) the run fits on, fastest first.
 
-Each row is the config's own step on that GPU: its peak against the GPU's usable memory and its predicted
-tokens per second per GPU and for the run. Runs that shard (ZeRO/FSDP) are tried on 1, 2, 4 and 8 GPUs of each
-kind; others on the count they name.
+Each row is the config's own step on that GPU (vramlens.estimate.gpu_choices, which the editor's GPU picker
+shows too): its peak against the GPU's usable memory and its predicted tokens per second per GPU and for the
+run. Runs that shard (ZeRO/FSDP) are tried on 1, 2, 4 and 8 GPUs of each kind; others on the count they name.
 
 Exit codes: 0 a table was printed (even when no GPU fits), 2 the file could not be estimated.
 """
@@ -14,8 +14,6 @@ from pathlib import Path
 
 from vramlens.cli.paths import read_config_text
 
-COUNTS = (1, 2, 4, 8)
-
 
 def add_arguments(p):
     from vramlens.cli.project import add_settings_flags
@@ -26,36 +24,10 @@ def add_arguments(p):
     p.add_argument("--format", choices=["text", "json"], default="text")
 
 
-def rows(rp) -> list[dict]:
-    """The run on every catalog GPU with a known speed (and every count, when it shards)."""
-    from vramlens.estimate import estimate
-    from vramlens.knowledge.gpus import all_gpus
-
-    sharded = rp.strategy in ("deepspeed", "fsdp") and (rp.zero_stage >= 1 or rp.strategy == "fsdp")
-    counts = COUNTS if sharded else (max(rp.world_size, rp.gpu_count, 1),)
-    out = []
-    for gpu in all_gpus():
-        if gpu.memory_gbs is None:
-            continue
-        for n in counts:
-            changes = {"gpu": gpu, "gpu_count": n}
-            if sharded or rp.strategy != "none":
-                changes["world_size"] = n
-            est = estimate(rp.with_changes(**changes))
-            t = est.throughput
-            if t is None:
-                continue
-            out.append({"gpu": gpu.name, "count": n, "peak_gib": round(est.device_bytes / 2**30, 2),
-                        "usable_gib": gpu.usable_gib, "fits": est.fits, "tight": est.tight,
-                        "tokens_per_s": round(t.tokens_per_s, 1), "run_tokens_per_s": round(t.run_tokens_per_s, 1),
-                        "step_s": round(t.step_s, 4), "mfu": round(t.mfu, 4), "bound": t.bound})
-    out.sort(key=lambda r: (not r["fits"], -r["run_tokens_per_s"], r["count"]))
-    return out
-
-
 def run(args) -> int:
     from vramlens.calibration import calibrate
     from vramlens.cli.project import report, settings_for
+    from vramlens.estimate.gpu_choices import gpu_choices
     from vramlens.formats import parse_document
     from vramlens.resolve import ResolveError, resolve
     from vramlens.settings import SettingsError
@@ -78,7 +50,7 @@ def run(args) -> int:
     except ResolveError as exc:
         print(f"{path}: {exc}", file=sys.stderr)
         return 2
-    table = rows(rp)
+    table = gpu_choices(rp)
     shown = table if args.all else [r for r in table if r["fits"]]
     if args.format == "json":
         json.dump({"file": str(path), "gpus": shown}, sys.stdout, indent=2)

@@ -42,11 +42,30 @@ class CommandCancelled(JsonRpcRequestCancelled):
     asyncio.CancelledError, which pygls' executeCommand dispatch would never answer."""
 
 
-def list_gpus() -> list[dict[str, Any]]:
+def list_gpus(ls: "VramlensServer | None" = None, uri: Any = None) -> list[dict[str, Any]]:
+    """`vramlens.listGpus [uri]`: the GPU catalog; with the URI of an open config, that run on every GPU.
+
+    Without a URI (or for a document with no estimate): one entry per catalog GPU, in catalog order,
+    `{"name", "memory_gib", "usable_gib", "bf16", "vendor"}`. With one: one entry per GPU and count in the
+    order `vramlens gpus` prints them (fitting choices fastest first, then the rest), each also carrying
+    `"gpu", "count", "peak_gib", "fits", "tight", "tokens_per_s", "run_tokens_per_s", "step_s", "mfu", "bound"`
+    for that document, computed by vramlens.estimate.gpu_choices (the same rows as `vramlens gpus --all`).
+    """
     from vramlens.knowledge import gpus
 
-    return [{"name": g.name, "memory_gib": g.memory_gib, "usable_gib": g.usable_gib, "bf16": g.bf16,
-             "vendor": g.vendor} for g in gpus.all_gpus()]
+    catalog = {g.name: {"name": g.name, "memory_gib": g.memory_gib, "usable_gib": g.usable_gib, "bf16": g.bf16,
+                        "vendor": g.vendor} for g in gpus.all_gpus()}
+    if isinstance(uri, list):
+        uri = uri[0] if uri else None
+    if isinstance(uri, dict):
+        uri = uri.get("uri")
+    result = ls.analyzer.current(uri) if ls is not None and isinstance(uri, str) else None
+    res = getattr(result.analysis, "resolution", None) if result is not None else None
+    if res is None or getattr(result.analysis, "estimate", None) is None:
+        return list(catalog.values())
+    from vramlens.estimate.gpu_choices import gpu_choices
+
+    return [{**catalog[row["gpu"]], **row} for row in gpu_choices(res.resolved)]
 
 
 class Commands:

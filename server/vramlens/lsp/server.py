@@ -527,7 +527,7 @@ def create_server() -> VramlensServer:
 
     @server.command(LIST_GPUS)
     def cmd_list_gpus(ls: VramlensServer, *args: Any) -> list[dict]:
-        return list_gpus()
+        return list_gpus(ls, args[0] if args else None)
 
     @server.command(RUN_TRACE)
     async def cmd_run_trace(ls: VramlensServer, *args: Any) -> dict:

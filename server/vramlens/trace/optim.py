@@ -84,7 +84,7 @@ def _bnb(cfg: StepConfig, params):
 
 
 def low_bit(state_bytes: float | None) -> bool:
-    """Quantized states: the catalog gives bytes per parameter including block constants (8-bit ≈ 1.002,
+    """Quantized states: the catalog gives bytes per parameter including block constants (8-bit ≈ 1.016,
     4-bit ≈ 0.53)."""
     return state_bytes is not None and state_bytes < 2
 

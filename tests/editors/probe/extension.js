@@ -10,6 +10,7 @@
 // 3. apply the first code action whose title matches `fixPattern`, save, wait for the error to
 //    clear -> out (phase "done")
 // Mode "no-python" (the server cannot start): open `file`, wait, report the (absent) diagnostics.
+// Mode "gpus": open `file`, wait for diagnostics, run "vramlens: Pick GPU" (see pickGpu).
 const fs = require('fs');
 const vscode = require('vscode');
 
@@ -71,6 +72,10 @@ async function run(config, result, write) {
   result.extensionActive = !!(vramlens && vramlens.isActive);
   result.diagnosticsAfterMs = Date.now() - result.startedAt;
   result.diagnostics = (diagnostics || []).map(plainDiagnostic);
+  if (config.mode === 'gpus') {
+    await pickGpu(config, result, write, uri, errors, timeoutMs);
+    return;
+  }
   const first = errors()[0] || (diagnostics || [])[0];
 
   // Hovers: on the first error's start, and on every line the test asked about.
@@ -120,6 +125,21 @@ async function run(config, result, write) {
     result.diagnosticsAfterFix = ours().map(plainDiagnostic);
     result.textAfterFix = doc.getText();
   }
+  result.phase = 'done';
+}
+
+// Mode "gpus": run "vramlens: Pick GPU" for the open config; the page reads the list and picks the first
+// entry (Enter); then report the vramlens.gpu setting and the diagnostics under the picked GPU.
+async function pickGpu(config, result, write, uri, errors, timeoutMs) {
+  // The server's own ranking for this document (the client registers the server's commands).
+  result.listGpus = await vscode.commands.executeCommand('vramlens.listGpus', uri.toString());
+  const picking = vscode.commands.executeCommand('vramlens.pickGpu');
+  result.phase = 'picker';
+  write();
+  await picking;
+  result.gpuSetting = vscode.workspace.getConfiguration('vramlens', uri).get('gpu');
+  result.errorsClearedAfterPick = !!(await waitFor(() => errors().length === 0, 20000));
+  result.diagnosticsAfterPick = vscode.languages.getDiagnostics(uri).filter((d) => d.source === 'vramlens').map(plainDiagnostic);
   result.phase = 'done';
 }
 
