@@ -5,7 +5,7 @@ from pathlib import Path
 
 from vramlens.formats import parse_document
 from vramlens.formats.render import render_change
-from vramlens.text import apply_edits
+from vramlens.text import apply_edits, with_line_ending
 
 from test_python_calls import at, pos  # noqa: E402  (same helpers)
 
@@ -66,3 +66,28 @@ def test_new_flag_in_an_indented_block_keeps_its_indentation():
     assert "       --per_device_train_batch_size 4 \\\n       --gradient_checkpointing True\n   ```" in new
     _, again = load("README_bash.md", new)
     assert again.grad_checkpointing.value is True
+
+
+def test_a_lone_carriage_return_breaks_a_line_as_in_the_editor():
+    """A `\\r` on its own is a line break for the editor (and LSP); the block's spans count it too (found by the
+    long fuzz profile: the batch size was placed a line too high)."""
+    text = ("\rSetup:\n\n   ```shell\n   accelerate launch --num_processes 2 train_sft.py \\\n"
+            "       --model_name_or_path google/gemma-2-2b \\\n       --per_device_train_batch_size 4\n   ```\n")
+    plan = parse_document(text, "README.md").plan
+    assert at(text, plan.micro_batch.span) == "--per_device_train_batch_size 4"
+
+
+def test_edits_in_a_markdown_file_whose_lines_end_in_a_lone_carriage_return():
+    """The same edits as in the `\\n` file, line for line: a new flag keeps the console block's `> ` prompt (the
+    prompt was looked up on a line counted with `\\n` only, so the flag came out without it)."""
+    plain, plan = load("README_console.md")
+    changes = {"micro_batch": 4, "alloc_conf": "expandable_segments:True", "loss_impl": "fused"}
+    expected = apply_edits(plain, render_change(plain, plan, changes).edits)
+    text = plain.replace("\n", "\r")
+    _, plan = load("README_console.md", text)
+    assert plan.micro_batch.value == 8 and at(text, plan.micro_batch.span) == "--per_device_train_batch_size 8"
+    edits = render_change(text, plan, changes).edits
+    new = apply_edits(text, [type(e)(span=e.span, new_text=with_line_ending(e.new_text, "\r")) for e in edits])
+    assert "\n" not in new
+    assert new.replace("\r", "\n") == expected
+    assert ">     --use_liger_kernel True" in new.split("\r")

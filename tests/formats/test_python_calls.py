@@ -8,6 +8,7 @@ import pytest
 from vramlens.formats import parse_document
 from vramlens.plan import Severity, Span
 from vramlens.plan import IssueKind
+from vramlens.text import LineIndex
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "python"
 
@@ -19,14 +20,10 @@ def load(name: str):
 
 
 def at(text: str, span: Span) -> str:
-    """The text a span covers (columns are characters)."""
-    lines = text.split("\n")
-    if span.start_line == span.end_line:
-        return lines[span.start_line][span.start_col:span.end_col]
-    out = [lines[span.start_line][span.start_col:]]
-    out += lines[span.start_line + 1:span.end_line]
-    out.append(lines[span.end_line][:span.end_col])
-    return "\n".join(out)
+    """The text a span covers, its lines counted as the editor counts them (a lone \\r breaks a line too);
+    columns are characters."""
+    idx = LineIndex(text)
+    return text[idx.offset(span.start_line, span.start_col):idx.offset(span.end_line, span.end_col)]
 
 
 def pos(span: Span) -> tuple[int, int, int, int]:
@@ -178,6 +175,19 @@ def test_columns_count_characters_not_utf8_bytes():
     assert pos(plan.seq_len.span) == (5, 34, 5, 49)
     assert at(text, plan.grad_accum.span) == "gradient_accumulation_steps=7"
     assert at(text, plan.seq_len.span) == "max_length=8192"
+
+
+def test_lines_that_end_in_a_lone_carriage_return_are_lines_as_python_and_the_editor_count_them():
+    """Python reads a lone \\r as a line break, and so does the editor: the script is read with the same values
+    and ranges as its \\n copy (it was not recognised at all, and non-ASCII columns came from the wrong line)."""
+    plain, expected = load("unicode_columns.py")
+    text = plain.replace("\n", "\r")
+    plan = parse_document(text, str(FIXTURES / "unicode_columns.py")).plan
+    assert plan is not None
+    for concept in ("micro_batch", "grad_accum", "seq_len"):
+        got, want = getattr(plan, concept), getattr(expected, concept)
+        assert got.value == want.value and pos(got.span) == pos(want.span) and pos(got.value_span) == pos(want.value_span)
+    assert at(text, plan.grad_accum.span) == "gradient_accumulation_steps=7"
 
 
 def test_environ_update_and_from_os_import():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from vramlens.formats import parse_document
 from vramlens.formats.render import render_change
-from vramlens.text import apply_edits
+from vramlens.text import apply_edits, with_line_ending
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "python"
 
@@ -135,3 +135,17 @@ def test_unicode_lines_are_edited_at_character_columns_and_added_after_the_last_
     assert diff(old, new)[1] == ['cfg = SFTConfig(output_dir="ausgabe/größe", per_device_train_batch_size=5,',
                                  '                run_name="模型", gradient_accumulation_steps=9,',
                                  '                logging_dir="🚀🚀", max_length=8192, packing=True)']
+
+
+def test_a_script_whose_lines_end_in_a_lone_carriage_return_gets_the_same_edits():
+    """Added arguments in a `\\r` file follow the same lines as in its `\\n` copy (Python and the editor both break
+    lines at a lone `\\r`)."""
+    changes = {"optimizer": "adamw_bnb_8bit", "loss_impl": "fused", "micro_batch": 2}
+    for name in ("dpo_config.py", "sft_trl_qlora.py", "unicode_columns.py"):
+        _, expected, _, _ = render(name, changes)
+        plain = (FIXTURES / name).read_text(encoding="utf-8")
+        text = plain.replace("\n", "\r")
+        plan = parse_document(text, str(FIXTURES / name)).plan
+        edits = render_change(text, plan, changes).edits
+        new = apply_edits(text, [type(e)(span=e.span, new_text=with_line_ending(e.new_text, "\r")) for e in edits])
+        assert new.replace("\r", "\n") == expected, name

@@ -264,3 +264,17 @@ def test_a_lone_carriage_return_breaks_the_line_as_editors_count_it(tmp_path):
     span = plan.model_id.value_span
     assert span.start_line == 1
     assert lines[1][span.start_col:span.end_col] == "Qwen/Qwen2.5-14B"
+
+
+@pytest.mark.parametrize("name", ["torchrun_hf.sh", "trl_sft.sh", "env_continuation.sh", "axolotl_train.sh",
+                                  "deepspeed_include.sh", "nohup_heredoc.sh", "comment_breaks.sh"])
+def test_a_script_saved_with_lone_carriage_returns_reads_as_its_newline_copy(name):
+    """Every line ends in a lone `\\r`: the script is read line by line as the editor shows it, as a CRLF script is
+    (a `\\` before a lone `\\r` was an escaped character, so `--flag 4 \\` read as a list ['4', '\\r'] and the
+    flags after it as extra arguments)."""
+    plain, expected = load(name)
+    text = plain.replace("\n", "\r")
+    plan = parse_document(text, str(FIXTURES / name), workspace=FIXTURES).plan
+    want = {k: (v.value, v.span, v.value_span) for k, v in expected.settings().items()}
+    assert {k: (v.value, v.span, v.value_span) for k, v in plan.settings().items()} == want
+    assert [(i.message, i.span) for i in plan.issues] == [(i.message, i.span) for i in expected.issues]

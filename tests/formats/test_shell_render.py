@@ -5,7 +5,7 @@ from pathlib import Path
 
 from vramlens.formats import parse_document
 from vramlens.formats.render import render_change
-from vramlens.text import apply_edits
+from vramlens.text import apply_edits, with_line_ending
 
 from test_python_render import diff  # noqa: E402  (same helper)
 
@@ -117,3 +117,14 @@ def test_deepspeed_values_are_a_note():
     plan = parse_document(text, str(FIXTURES / "deepspeed_include.sh"), workspace=FIXTURES).plan
     result = render_change(text, plan, {"zero_stage": 2})
     assert result.edits == [] and result.note
+
+
+def test_a_script_saved_with_lone_carriage_returns_gets_the_edits_of_its_newline_copy():
+    changes = {"micro_batch": 2, "loss_impl": "fused", "alloc_conf": "expandable_segments:True"}
+    for name in ("torchrun_hf.sh", "trl_sft.sh", "qlora_trailing_eof.sh"):
+        _, expected, _, _ = render(name, changes)
+        text = (FIXTURES / name).read_text(encoding="utf-8").replace("\n", "\r")
+        plan = parse_document(text, str(FIXTURES / name), workspace=FIXTURES).plan
+        edits = render_change(text, plan, changes).edits
+        new = apply_edits(text, [type(e)(span=e.span, new_text=with_line_ending(e.new_text, "\r")) for e in edits])
+        assert "\n" not in new and new.replace("\r", "\n") == expected, name

@@ -133,3 +133,16 @@ def test_base_60_integers_are_read_up_to_a_size_then_refused_before_any_arithmet
         with pytest.raises(YamlError, match="larger than any setting can use") as err:
             load_yaml(f"model: x\nmax_steps: {huge}\n", "c.yaml")
         assert err.value.span is not None and err.value.span.start_line == 1
+
+
+def test_mappings_used_as_keys_get_short_names_however_deep():
+    """`{{{…}}}`: each mapping is the key of the one around it. Its name was `str()` of the mapping, which quotes
+    the inner key's name again at every level (the backslashes double), so 24 levels made an 8 MB key and the 50
+    levels of a mutated config.json never finished (found by the long fuzz profile)."""
+    for depth in (24, 99):
+        data, _ = load_yaml("{" * depth + "}" * depth + "\n", "config.json")
+        while isinstance(data, dict) and data:
+            (key, data), = data.items()
+            assert isinstance(key, str) and len(key) < 1_000
+    data, _ = load_yaml("? [a, b]\n: 1\n? {x: 1}\n: 2\n", "c.yaml")
+    assert data == {"['a', 'b']": 1, "{'x': 1}": 2}

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from vramlens.formats import shell
 from vramlens.formats.settings import PlanBuilder
 from vramlens.plan import TrainingPlan
+from vramlens.text import text_lines
 
 SHELL_INFOS = frozenset({"bash", "sh", "shell", "console", "zsh", "shell-session", "shellsession", "sh-session",
                          "bash-session", "terminal", "shellscript"})
@@ -85,7 +86,7 @@ def block_view(lines: list[str], block: Block) -> str:
 
 def training_block(text: str, path: str) -> tuple[Block, str, shell.ShellScript, list] | None:
     """The first block with a training command: (block, its view, the analysed script, issues)."""
-    lines = text.split("\n")
+    lines = text_lines(text)       # the lines spans count (a lone \r breaks a line, as in the editor)
     for block in shell_blocks(lines):
         view = block_view(lines, block)
         script, issues = shell.analyze(view, path, first_line=block.first_line)

@@ -26,6 +26,7 @@ from vramlens.formats import hf
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool
 from vramlens.formats.shell import apply_hf_key, is_hf_key
 from vramlens.plan import IssueKind, Origin, Severity, Span, TrainingPlan
+from vramlens.text import iter_text_lines, text_lines
 
 # Larger files are not training scripts; the bound also bounds ast.parse (densest code: ~200 MB, ~1 s at 500 KB).
 MAX_PYTHON_CHARS = 500_000
@@ -86,7 +87,7 @@ class _Cols:
     """ast positions (1-based lines, UTF-8 byte columns) → Span (0-based lines, character columns)."""
 
     def __init__(self, text: str, file: str):
-        self.lines = text.split("\n")
+        self.lines = text_lines(text)       # as ast counts them: a lone \r ends a line too
         self.file = file
         self._cache: dict[int, bytes] = {}
 
@@ -535,7 +536,7 @@ def _hot_lines(tree: ast.Module, text: str) -> list[int]:
              and (st.module + ".").startswith(OPTIMIZER_MODULES) for al in st.names]
     pattern = _HOT if not names else re.compile(_HOT.pattern + "|" + "|".join(re.escape(n) for n in names))
     search = pattern.search
-    return [n for n, line in enumerate(text.split("\n"), 1) if search(line)]
+    return [n for n, line in enumerate(iter_text_lines(text), 1) if search(line)]
 
 
 def read_tree(tree: ast.Module, text: str, ctx) -> TrainingPlan | None:

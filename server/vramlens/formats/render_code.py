@@ -25,6 +25,7 @@ from vramlens.formats import markdown, python_calls, shell
 from vramlens.formats.render import RenderResult, TextEdit
 from vramlens.knowledge import optimizers
 from vramlens.plan import Sourced, Span, TrainingPlan
+from vramlens.text import text_lines
 
 
 def render_change_code(text: str, plan: TrainingPlan, changes: dict[str, Any]) -> RenderResult | None:
@@ -78,7 +79,7 @@ class _PyDoc:
         self.col = python_calls._Collector()
         self.col.run(self.tree)
         self.col.calls.sort(key=lambda cs: (cs[0].lineno, cs[0].col_offset))
-        self.lines = text.split("\n")
+        self.lines = text_lines(text)       # as ast counts them: a lone \r ends a line too
         self.quote = "'" if text.count("'") > 2 * text.count('"') else '"'
         self.inserts: dict[tuple[int, int], list[str]] = {}     # (line, col) -> texts, in order
         self.edits: list[TextEdit] = []
@@ -703,7 +704,7 @@ def _sh_alloc(doc: _ShDoc, value: str) -> None:
     start = doc.launch.command.start
     line, _ = doc.idx.pos(start)
     line_start = doc.idx.line_start(line)
-    line_text = doc.text[line_start:doc.text.find("\n", line_start) if "\n" in doc.text[line_start:] else len(doc.text)]
+    line_text = doc.idx.line(line)
     indent = line_text[:len(line_text) - len(line_text.lstrip())]
     prompt = ""
     if doc.console:
@@ -720,20 +721,18 @@ def _append_flags(doc: _ShDoc) -> None:
     end = word.end
     first_line, _ = idx.pos(doc.launch.command.start)
     last_line, _ = idx.pos(word.start)
-    eol = text.find("\n", end)
-    eol = len(text) if eol < 0 else eol
-    rest = text[end:eol]
+    line_start = idx.line_start(last_line)
+    line_text = idx.line(last_line)              # the lines spans count: a lone \r ends one too
+    rest = line_text[end - line_start:]
     if last_line == first_line:
         doc.edits.append(TextEdit(doc.span(end), "".join(f" {f}" for f in doc.appended)))
         return
-    line_start = idx.line_start(last_line)
-    line_text = text[line_start:eol]
     indent = line_text[:len(line_text) - len(line_text.lstrip())]
-    original_lines = doc.original.split("\n")
+    original_lines = text_lines(doc.original)
     if last_line < len(original_lines):                               # keeps a console block's `> ` prompt
         indent = original_lines[last_line][:len(indent)]
     if rest.rstrip().endswith("\\"):            # trailing `\` on the last line: keep it on every new line
-        at = end + len(rest.rstrip("\r"))
+        at = end + len(rest)
         doc.edits.append(TextEdit(doc.span(at), "".join(f"\n{indent}{f} \\" for f in doc.appended)))
     else:
         doc.edits.append(TextEdit(doc.span(end), "".join(f" \\\n{indent}{f}" for f in doc.appended)))

@@ -32,6 +32,7 @@ MAX_WORDS = 2 * MAX_ARGS + 100
 # program anyway; past it, or once a script has expanded MAX_EXPANDED_CHARS in all, a value is unknown.
 MAX_VALUE_CHARS = 131_072
 MAX_EXPANDED_CHARS = 4 * MAX_SHELL_CHARS
+_LONE_CR = re.compile(r"\r(?!\n)")
 
 
 def apply_hf_key(b: PlanBuilder, name: str, s: Setting) -> bool:
@@ -847,6 +848,11 @@ def _cvd_count(value: str | None) -> int | None:
 
 def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, list[ParseIssue]]:
     """Tokenize a script, run its variable assignments in order and find the training launch."""
+    if "\r" in text:
+        # A lone \r ends a line for the editor and for LSP positions (vramlens.text), so it ends one here too,
+        # as \r\n does: bash reads neither as a line break, but a script saved with either is read as it is
+        # shown. One character for one: every offset and span stays the same.
+        text = _LONE_CR.sub("\n", text)
     idx = LineIndex(text, path, first_line)
     commands, _comments = tokenize(text)
     env: dict[str, Var] = {}

@@ -14,6 +14,7 @@ Duplicate keys keep the last value, as PyYAML does, and are reported.
 from __future__ import annotations
 
 import re
+import reprlib
 import sys
 from typing import Any
 
@@ -30,6 +31,12 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_YAML_BYTES = 2_000_000      # larger files are not training configs
 MAX_YAML_NODES = 200_000        # bounds huge documents, and what aliases expand to ("billion laughs")
 MAX_YAML_DEPTH = 100            # nesting; real configs nest a handful of levels
+# A mapping or sequence used as a key (`? [a, b]: x`, or `{{…}: 1}` in flow text) is named by a short repr:
+# `str()` of nested ones quotes the inner key's text again at each level (its backslashes double), so 50
+# nested `{` took exponential time and memory. reprlib (Python standard library) bounds depth, items and
+# string lengths.
+_KEY_REPR = reprlib.Repr()
+_KEY_REPR.maxlevel, _KEY_REPR.maxstring, _KEY_REPR.maxother = 3, 60, 60
 MAX_DUPLICATE_REPORTS = 1_000   # duplicate keys reported one by one; past that, one line says how many more
 
 _STR = "tag:yaml.org,2002:str"
@@ -396,7 +403,7 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
             return
         if parent.key is _NOKEY:                               # this node is a key
             if isinstance(value, (list, dict)):
-                value = str(value)
+                value = _KEY_REPR.repr(value)
             parent.key = value
             parent.key_ev = start_ev
             parent.key_is_merge = (isinstance(start_ev, ScalarEvent) and value == "<<" and not start_ev.style
