@@ -1,3 +1,4 @@
+from vramlens.plan import IssueKind
 from vramlens.rules import Rule
 
 RULE = Rule(
@@ -7,6 +8,7 @@ RULE = Rule(
     severity="error",
     message="{detail}",
     needs="text",
+    owns=(IssueKind.PRECISION_CONFLICT,),
     fixes=(),
     why="""
 Reports a config that switches on both fp16 and bf16 mixed precision.
@@ -27,5 +29,5 @@ Fix: keep one of them: bf16 on Ampere or newer GPUs, fp16 on older ones.
 
 @RULE.check
 def check(ctx):
-    # The parsers know both keys and report the conflict as a parse issue carrying this rule's id.
+    # The parsers know both keys and report the conflict as a parse issue of the kind this rule owns.
     return ctx.issue_findings(RULE)

@@ -1,3 +1,4 @@
+from vramlens.plan import IssueKind
 from vramlens.rules import Rule
 
 RULE = Rule(
@@ -7,6 +8,7 @@ RULE = Rule(
     severity="error",
     message="{detail}",
     needs="text",
+    owns=(IssueKind.REFERENCE,),
     fixes=(),
     why="""
 Reports a file the config points at that cannot be found or read: a DeepSpeed JSON (`deepspeed:
@@ -28,5 +30,5 @@ Fix: correct the path, or add the file.
 
 @RULE.check
 def check(ctx):
-    # Reference following (formats.references) reports these as parse issues carrying this rule's id.
+    # Reference following (formats.references) reports these as parse issues of the kind this rule owns.
     return ctx.issue_findings(RULE)

@@ -1,5 +1,5 @@
-from vramlens.fixes import replacement
-from vramlens.rules import Rule, all_rules
+from vramlens.plan import IssueKind
+from vramlens.rules import Rule
 
 RULE = Rule(
     id="VL015",
@@ -9,6 +9,7 @@ RULE = Rule(
     message="{detail}",
     needs="text",
     fixes=("replace-value",),
+    owns=(IssueKind.UNKNOWN_VALUE, IssueKind.INVALID_VALUE),
     why="""
 Reports a setting whose value vramlens does not recognise or cannot use, as the config's parser found
 it: an optimizer name that is not in the catalog, a dtype or attention implementation that does not
@@ -24,32 +25,8 @@ Fix: use one of the accepted values; the quick fix applies the suggestion.
 """,
 )
 
-CODE = "VL015"
-
-
-def _owned_elsewhere(code: str | None) -> bool:
-    return code is not None and code != CODE and any(r.id == code for r in all_rules())
-
-
-def _quoted(ctx, span, text: str) -> str:
-    """`text` with the quotes that the value at `span` is written with."""
-    written = ctx.text_at(span) or ""
-    if text[:1] in "'\"":
-        return text
-    if len(written) >= 2 and written[0] == written[-1] and written[0] in "'\"":
-        return f"{written[0]}{text}{written[0]}"
-    return text
-
 
 @RULE.check
 def check(ctx):
-    for issue in ctx.parse_issues:
-        if _owned_elsewhere(issue.code):
-            continue
-        span = ctx.clamp(issue.span)
-        fixes = None
-        if issue.suggestion and issue.span is not None and ctx.text_at(issue.span) is not None:
-            fixes = [replacement(issue.span, _quoted(ctx, issue.span, issue.suggestion),
-                                 f"Replace with `{issue.suggestion}`")]
-        yield ctx.finding(RULE, RULE.format(detail=issue.message), span, fixes=fixes)
-
+    # Parsers report these as parse issues of the kinds this rule owns, with the suggestion when one is close.
+    return ctx.issue_findings(RULE)

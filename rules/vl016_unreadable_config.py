@@ -1,3 +1,4 @@
+from vramlens.plan import IssueKind
 from vramlens.rules import Rule
 
 RULE = Rule(
@@ -7,6 +8,7 @@ RULE = Rule(
     severity="error",
     message="{detail}",
     needs="text",
+    owns=(IssueKind.UNREADABLE,),
     fixes=(),
     why="""
 Reports a config file that cannot be read at all: a YAML or JSON syntax error, a document too large or
@@ -24,5 +26,5 @@ Fix: correct the syntax at the reported position.
 
 @RULE.check
 def check(ctx):
-    # The YAML/JSON loader reports these as parse issues carrying this rule's id.
+    # The YAML/JSON loader reports these as parse issues of the kind this rule owns.
     return ctx.issue_findings(RULE)

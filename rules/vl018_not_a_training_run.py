@@ -1,3 +1,4 @@
+from vramlens.plan import IssueKind
 from vramlens.rules import Rule
 
 RULE = Rule(
@@ -7,6 +8,7 @@ RULE = Rule(
     severity="information",
     message="{detail}",
     needs="text",
+    owns=(IssueKind.NOT_TRAINING,),
     fixes=(),
     why="""
 Reports a config or script that names a model but does not train it: an inference, generation or chat
@@ -27,5 +29,5 @@ torchtune, `do_train`/`stage` in LLaMA-Factory) or its script's name says otherw
 
 @RULE.check
 def check(ctx):
-    # The parsers report these as parse issues carrying this rule's id (formats.purpose).
+    # The parsers report these as parse issues of the kind this rule owns (formats.purpose).
     return ctx.issue_findings(RULE)

@@ -8,17 +8,21 @@ figure shown comes from the same model as the diagnostic.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from vramlens import markup
 from vramlens.estimate import estimate as _estimate
 from vramlens.estimate.result import COMPONENT_LABELS, COMPONENTS, GIB, Estimate
+from vramlens.knowledge import gpus, optimizers
 from vramlens.plan import Origin, Sourced, Span, TrainingPlan
 from vramlens.provenance import CONCEPT_TITLES, applied_defaults, by_source, default_phrase
 from vramlens.provenance import show_value as _show
 from vramlens.report import bar, objective_text, speed_text
 from vramlens.resolve import no_bf16_note, shown_compute_dtype
 from vramlens.resolved import ResolvedPlan
+
+if TYPE_CHECKING:
+    from vramlens.analysis import Analysis
 
 MODEL = "model_id"
 # Concepts whose hover is the whole budget.
@@ -156,22 +160,12 @@ class Context:
         return source is not None and source.origin == Origin.ASSUMED
 
 
-def context(analysis: Any, path: str, exact_gib: float | None = None) -> Context | None:
+def context(analysis: "Analysis", path: str, exact_gib: float | None = None) -> Context | None:
     """A renderer context from an analysis result; None when it has no estimate."""
-    res = getattr(analysis, "resolution", None)
-    est = getattr(analysis, "estimate", None)
-    plan = getattr(analysis, "plan", None)
+    res, est, plan = analysis.resolution, analysis.estimate, analysis.plan
     if res is None or est is None or plan is None:
         return None
     return Context(plan, dict(res.sources), list(res.assumptions), res.resolved, est, path, exact_gib)
-
-
-def _lookup_optimizer(name: str):
-    try:
-        from vramlens.knowledge import optimizers
-    except ImportError:
-        return None
-    return optimizers.lookup_optimizer(name)
 
 
 # --------------------------------------------------------------------------- hover texts per concept
@@ -280,7 +274,7 @@ def _optimizer(ctx: Context) -> list[str]:
     for name in ("adamw_torch_fused", "adamw_8bit", "paged_adamw_8bit", "adafactor"):
         if name == opt.name:
             continue
-        spec = _lookup_optimizer(name)
+        spec = optimizers.lookup_optimizer(name)
         if spec is not None:
             rows.append((name, ctx.peak(optimizer=spec, optimizer_impl="fused" if spec.default_impl == "fused" else
                                         ctx.rp.optimizer_impl)))
@@ -417,8 +411,6 @@ def _sharding(ctx: Context) -> list[str]:
 
 
 def _gpus(ctx: Context) -> list[str]:
-    from vramlens.knowledge import gpus
-
     rp = ctx.rp
     out = [f"{rp.gpu.name}: {rp.gpu.memory_gib:g} GiB, {rp.gpu.usable_gib:.1f} GiB usable"
            + ("" if rp.gpu.bf16 else ", no bf16")]

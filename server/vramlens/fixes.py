@@ -37,11 +37,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from vramlens.estimate import GIB, Estimate, estimate
 from vramlens.plan import Origin, Sourced, Span, TrainingPlan
 from vramlens.calibration import calibrate
+from vramlens.formats.render import TextEdit, render_change
+from vramlens.knowledge import optimizers
 from vramlens.resolve import resolve
 from vramlens.settings import Settings
 from vramlens.report import speed_change
@@ -50,13 +52,6 @@ from vramlens.text import line_ending, with_line_ending
 
 log = logging.getLogger(__name__)
 
-try:  # the renderer is its own module in formats; code against its contract when it is absent
-    from vramlens.formats.render import TextEdit
-except ImportError:  # pragma: no cover - only while formats.render does not exist
-    @dataclass
-    class TextEdit:  # type: ignore[no-redef]
-        span: Span
-        new_text: str
 
 # Frameworks whose configs can switch on Liger's fused linear cross-entropy.
 LIGER_FRAMEWORKS = ("transformers", "trl", "axolotl", "llamafactory")
@@ -175,7 +170,6 @@ class Fixer:
         self.headroom = settings.headroom
         self._cache: dict[tuple, Estimate | None] = {}
         self._rendered: dict[tuple, tuple[list, str | None]] = {}
-        self._render: Callable | None | bool = False    # False = not looked up yet
 
     # -- estimates ---------------------------------------------------------------------------------
 
@@ -226,16 +220,8 @@ class Fixer:
         return list(edits), note
 
     def _render_now(self, changes: dict[str, Any]) -> tuple[list, str | None]:
-        if self._render is False:
-            try:
-                from vramlens.formats.render import render_change
-                self._render = render_change
-            except ImportError:
-                self._render = None
-        if self._render is None:
-            return [], "this file format cannot be edited automatically yet"
         try:
-            result = self._render(self.text, self.plan, changes)
+            result = render_change(self.text, self.plan, changes)
         except Exception:
             log.exception("rendering %s failed", changes)
             return [], "vramlens could not write this change into the file"
@@ -290,8 +276,10 @@ class Fixer:
             out.append(Candidate("grad-checkpointing", "enable gradient checkpointing", {"grad_checkpointing": True}, 4,
                                  safe=True))
         state_bytes = opt.state_bytes if opt.state_bytes is not None else 2
-        if opt.family in ("adamw", "adam") and state_bytes > 1.5 and not rp.offload_optimizer and rp.peft == "none":
-            name = "paged_adamw_8bit" if opt.paged else "adamw_bnb_8bit"
+        eight_bit = optimizers.eight_bit_variant("adamw", opt.paged)
+        if opt.family in ("adamw", "adam") and state_bytes > 1.5 and not rp.offload_optimizer and rp.peft == "none" \
+                and eight_bit is not None:
+            name = eight_bit.name
             out.append(Candidate("8bit-adam", f"use 8-bit AdamW ({name})", {"optimizer": name}, 5,
                                  conflicts=("fused-adamw",)))
         if rp.micro_batch > 1:
@@ -413,7 +401,7 @@ class Fixer:
 
     def _writable(self, c: Candidate) -> bool:
         changes = c.changes or {"micro_batch": max(1, self.rp.micro_batch // 2), "grad_accum": self.rp.grad_accum * 2}
-        return bool(self.render(changes)[0]) or self._render is None
+        return bool(self.render(changes)[0])
 
     def _search(self, cands: list[Candidate]) -> Fix | None:
         """Subsets in binary-counting order over the cheapest-first list: subset cost = Σ 2^position, so the

@@ -102,13 +102,30 @@ class Severity(str, Enum):
     INFO = "info"
 
 
+class IssueKind(str, Enum):
+    """What a parse issue is. Each kind is owned by exactly one rule (`Rule.owns`, checked when the rule
+    set loads), which turns the issues of its kinds into findings: parsers say what they found, rules say
+    how it is reported."""
+
+    UNREADABLE = "unreadable"                 # a syntax error, a document too large or too deep (VL016)
+    NOT_TRAINING = "not-training"             # an inference, evaluation, merge or export file: no estimate (VL018)
+    REFERENCE = "reference"                   # a referenced file missing or unreadable (VL014)
+    PRECISION_CONFLICT = "precision-conflict"  # fp16 and bf16 both on (VL006)
+    UNKNOWN_VALUE = "unknown-value"           # a name the framework does not know, e.g. an optimizer (VL015)
+    INVALID_VALUE = "invalid-value"           # a value of the wrong type or out of range (VL015)
+    DUPLICATE_KEY = "duplicate-key"           # a key written twice in one mapping (VL019)
+    CONFLICTING_SETTINGS = "conflicting-settings"  # settings the framework refuses together (VL020)
+    NOT_READ = "not-read"                     # a setting that neither vramlens nor the run reads (VL021)
+    ASSUMED = "assumed"                       # the file leaves a value open that the estimate depends on (VL022)
+
+
 class ParseIssue(BaseModel):
     """Something the parser wants the user to know (a missing referenced file, an unknown value)."""
 
     message: str
+    kind: IssueKind
     span: Span | None = None
     severity: Severity = Severity.WARNING
-    code: str | None = None           # a rule id when a rule owns the issue, e.g. "VL020"
     suggestion: str | None = None     # "did you mean" replacement text, if any
 
 

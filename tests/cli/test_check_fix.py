@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from vramlens.formats import parse_document
+from vramlens.plan import IssueKind
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama3-8b-full-adamw-a100-40gb.yaml"
 
@@ -48,7 +49,7 @@ def test_fix_makes_the_oom_example_pass(tmp_path):
     again = check(config.name, "--gpu", "A100-40GB", cwd=tmp_path)
     assert again.returncode == 0, again.stdout
     parsed = parse_document(after, str(config))
-    assert parsed.plan is not None and not [i for i in parsed.issues if i.code == "VL016"]
+    assert parsed.plan is not None and not [i for i in parsed.issues if i.kind == IssueKind.UNREADABLE]
 
 
 def test_fix_leaves_a_config_that_already_passes_alone(tmp_path):

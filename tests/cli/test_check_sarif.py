@@ -11,6 +11,8 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 import jsonschema
 
@@ -47,6 +49,10 @@ def test_sarif_is_valid_and_complete(tmp_path):
     run = log["runs"][0]
     rules = run["tool"]["driver"]["rules"]
     assert [r["id"] for r in rules] == [r.id for r in all_rules()]
+    for descriptor in rules:                 # each rule links to its documentation page, which exists
+        page = Path(url2pathname(urlparse(descriptor["helpUri"]).path))
+        assert descriptor["helpUri"].startswith("file://") and page.is_file(), descriptor["helpUri"]
+        assert page.read_text(encoding="utf-8").startswith(f"# {descriptor['id']} `{descriptor['name']}`")
     vl001 = rules[0]
     assert vl001["name"] == "predicted-oom" and vl001["defaultConfiguration"]["level"] == "error"
     assert "out of memory" in vl001["shortDescription"]["text"].lower()

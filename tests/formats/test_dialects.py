@@ -6,6 +6,7 @@ import pytest
 from vramlens.formats import parse_document
 from vramlens.formats.torchtune import interpolate, model_id_for_builder
 from vramlens.formats.settings import Unknown
+from vramlens.plan import IssueKind
 
 
 def parse(text: str, path: str = "/ws/cfg.yaml"):
@@ -60,7 +61,7 @@ def test_axolotl():
     assert p.lora_targets.value == ["all-linear"] and p.lora_r.value == 32
     assert p.loss_impl.value == "fused"
     # empty `deepspeed:` / `fsdp:` mean "not used", not an error
-    assert p.dist_strategy is None and not [i for i in p.issues if i.code in ("VL014", "VL015")]
+    assert p.dist_strategy is None and not [i for i in p.issues if i.kind in (IssueKind.REFERENCE, IssueKind.UNKNOWN_VALUE, IssueKind.INVALID_VALUE)]
 
 
 def test_axolotl_legacy_keys():
@@ -134,7 +135,7 @@ def test_llamafactory_classic():
     assert (p.seq_len.value, p.micro_batch.value, p.grad_accum.value) == (1024, 1, 8)
     # the referenced DeepSpeed file is not in this workspace: LLaMA-Factory's packaged contents are used
     assert (p.dist_strategy.value, p.zero_stage.value) == ("deepspeed", 3)
-    assert any(i.code == "VL014" and i.severity.value == "warning" for i in p.issues)
+    assert any(i.kind == IssueKind.REFERENCE and i.severity.value == "warning" for i in p.issues)
     # gradient checkpointing is LLaMA-Factory's default; the file does not say it
     assert p.grad_checkpointing is None
 

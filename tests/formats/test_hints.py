@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from vramlens.formats import parse_document
+from vramlens.plan import IssueKind
 
 AXO = "base_model: m/x\nmicro_batch_size: 1\nsequence_len: 512\nnum_epochs: 1\n"
 
@@ -35,7 +36,7 @@ def test_directive_in_json_comments_and_in_other_formats():
 def test_unknown_gpu_in_a_directive_is_reported():
     p = plan_of("# vramlens: gpu=A1000000\n" + AXO)
     assert p.gpu_name is None
-    assert any(i.code == "VL015" and "unknown GPU" in i.message for i in p.issues)
+    assert any(i.kind == IssueKind.UNKNOWN_VALUE and "unknown GPU" in i.message for i in p.issues)
 
 
 def test_header_comments_name_the_gpu():

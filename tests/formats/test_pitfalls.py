@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from vramlens.formats import parse_document
+from vramlens.plan import IssueKind
 
 BASE = "base_model: meta-llama/Llama-3.2-1B\nsequence_len: 2048\nnum_epochs: 1\n"   # an axolotl config
 
@@ -12,8 +13,8 @@ def parse(text: str, path: str = "/ws/cfg.yaml"):
     return result.plan
 
 
-def issues(plan, code=None):
-    return [i for i in plan.issues if code is None or i.code == code]
+def issues(plan, kind=None):
+    return [i for i in plan.issues if kind is None or i.kind == kind]
 
 
 def test_scientific_notation_without_a_dot_is_text_in_yaml_but_still_a_number():
@@ -29,7 +30,7 @@ def test_yaml_1_1_booleans():
     # an unquoted NO/no in an accelerate config becomes false: read as meant, and told
     p = parse("distributed_type: NO\nmixed_precision: no\nnum_processes: 1\n")
     assert (p.dist_strategy.value, p.amp_dtype.value) == ("none", "none")
-    quoted = [i for i in issues(p, "VL015") if "read by YAML as the boolean false" in i.message]
+    quoted = [i for i in issues(p, IssueKind.INVALID_VALUE) if "read by YAML as the boolean false" in i.message]
     assert {i.suggestion for i in quoted} == {"'NO'", "'no'"}
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from vramlens.formats import parse_document
 from vramlens.plan import Severity, Span
+from vramlens.plan import IssueKind
 from vramlens.text import LineIndex
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "python"
@@ -68,7 +69,7 @@ def test_training_arguments_one_per_line_with_dict_and_missing_deepspeed_file():
     assert plan.compile.value is False
     assert plan.weight_dtype.value == "bf16" and at(text, plan.weight_dtype.value_span) == '"bfloat16"'
     assert plan.dist_strategy.value == "deepspeed"
-    missing = [i for i in plan.issues if i.code == "VL014"]
+    missing = [i for i in plan.issues if i.kind == IssueKind.REFERENCE]
     assert len(missing) == 1 and missing[0].severity == Severity.ERROR
     assert at(text, missing[0].span) == '"configs/ds_zero3_missing.json"'
 

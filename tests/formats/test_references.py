@@ -6,6 +6,7 @@ from pathlib import Path
 
 from vramlens.formats import parse_document
 from vramlens.formats.references import locate_torchtune_config
+from vramlens.plan import IssueKind
 
 DS = '{\n  "zero_optimization": {\n    "stage": 3,\n    "offload_param": {"device": "cpu"}\n  },\n' \
      '  "train_micro_batch_size_per_gpu": 4\n}\n'
@@ -21,7 +22,7 @@ def test_deepspeed_file_next_to_the_config(tmp_path: Path):
     assert p.zero_stage.span.file == str((tmp_path / "ds.json").resolve()) and p.zero_stage.span.start_line == 2
     assert p.micro_batch.value == 2 and p.micro_batch.span.file == str(cfg)       # the config's own value wins
     assert p.references[0].resolved_path == str((tmp_path / "ds.json").resolve())
-    assert not [i for i in p.issues if i.code == "VL014"]
+    assert not [i for i in p.issues if i.kind == IssueKind.REFERENCE]
 
 
 def test_deepspeed_path_resolved_against_the_workspace_root(tmp_path: Path):
@@ -38,7 +39,7 @@ def test_deepspeed_path_resolved_against_the_workspace_root(tmp_path: Path):
 def test_missing_reference_is_vl014_on_the_path(tmp_path: Path):
     text = AXO + "micro_batch_size: 2\ndeepspeed: configs/my_zero.json\n"
     p = parse_document(text, str(tmp_path / "cfg.yaml"), workspace=tmp_path).plan
-    issue = next(i for i in p.issues if i.code == "VL014")
+    issue = next(i for i in p.issues if i.kind == IssueKind.REFERENCE)
     assert issue.severity.value == "error" and "configs/my_zero.json" in issue.message
     assert (issue.span.start_line, issue.span.start_col) == (4, 11)
     assert p.dist_strategy.value == "deepspeed" and p.zero_stage is None
@@ -49,12 +50,12 @@ def test_known_packaged_presets(tmp_path: Path):
     p = parse_document(AXO + "micro_batch_size: 1\ndeepspeed: deepspeed_configs/zero2.json\n",
                        str(tmp_path / "cfg.yaml")).plan
     assert (p.zero_stage.value, p.offload_optimizer.value) == (2, True)
-    assert any(i.code == "VL014" and i.severity.value == "warning" for i in p.issues)
+    assert any(i.kind == IssueKind.REFERENCE and i.severity.value == "warning" for i in p.issues)
     # an ms-swift preset name is not a path: no issue
     p = parse_document("model_name_or_path: m/x\nper_device_train_batch_size: 1\ndeepspeed: zero3_offload\n",
                        str(tmp_path / "cfg.yaml")).plan
     assert (p.zero_stage.value, p.offload_optimizer.value, p.offload_params.value) == (3, True, True)
-    assert "ms-swift" in p.zero_stage.note and not [i for i in p.issues if i.code == "VL014"]
+    assert "ms-swift" in p.zero_stage.note and not [i for i in p.issues if i.kind == IssueKind.REFERENCE]
 
 
 def test_accelerate_deepspeed_config_file(tmp_path: Path):
@@ -76,13 +77,13 @@ def test_open_buffers_win_over_the_disk(tmp_path: Path):
 def test_broken_referenced_file(tmp_path: Path):
     (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 3,}')
     p = parse_document(AXO + "micro_batch_size: 1\ndeepspeed: ds.json\n", str(tmp_path / "cfg.yaml")).plan
-    assert any(i.code == "VL014" and "cannot read" in i.message for i in p.issues)
+    assert any(i.kind == IssueKind.REFERENCE and "cannot read" in i.message for i in p.issues)
 
 
 def test_remote_references_are_not_fetched(tmp_path: Path):
     p = parse_document(AXO + "micro_batch_size: 1\ndeepspeed: https://example.com/ds.json\n",
                        str(tmp_path / "cfg.yaml")).plan
-    assert any(i.code == "VL014" and "remote" in i.message for i in p.issues)
+    assert any(i.kind == IssueKind.NOT_READ and "remote" in i.message for i in p.issues)
 
 
 def test_torchtune_packaged_config_names(tmp_path: Path):

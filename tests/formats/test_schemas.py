@@ -47,3 +47,21 @@ def test_every_corpus_config_validates_against_its_formats_schema(corpus):
         assert not errors, (path.name, [e.message for e in errors[:3]])
         checked += 1
     assert checked >= 150
+
+
+def test_accelerate_enums_are_the_values_the_parser_reads():
+    from vramlens.formats import accelerate
+    from vramlens.formats.schemas import schema_for
+
+    props = schema_for("accelerate")["properties"]
+    assert props["distributed_type"]["anyOf"][0]["enum"] == list(accelerate.DISTRIBUTED_TYPES)
+    assert props["mixed_precision"]["anyOf"][0]["enum"] == list(accelerate.MIXED_PRECISION)
+
+
+def test_litgpt_enums_are_the_values_the_parser_reads():
+    from vramlens.formats import litgpt
+    from vramlens.formats.schemas import schema_for
+
+    props = schema_for("litgpt")["properties"]
+    assert props["precision"]["anyOf"][0]["enum"] == list(litgpt.PRECISION)
+    assert props["quantize"]["anyOf"][0]["enum"] == list(litgpt.QUANTIZE)

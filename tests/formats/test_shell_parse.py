@@ -7,7 +7,7 @@ import pytest
 
 from vramlens.formats import parse_document
 from vramlens.formats.shell import tokenize
-from vramlens.plan import Severity
+from vramlens.plan import IssueKind, Severity
 
 from test_python_calls import at, pos  # noqa: E402  (same helpers)
 
@@ -126,7 +126,7 @@ def test_deepspeed_include_and_a_followed_deepspeed_json():
 def test_missing_deepspeed_json_is_vl014_on_the_value():
     text, plan = load("deepspeed_missing.sh")
     assert plan.gpu_count.value == 8
-    issue = next(i for i in plan.issues if i.code == "VL014")
+    issue = next(i for i in plan.issues if i.kind == IssueKind.REFERENCE)
     assert issue.severity == Severity.ERROR and at(text, issue.span) == "configs/does_not_exist.json"
 
 
@@ -164,7 +164,7 @@ def test_torchtune_packaged_config_name_is_noted_not_an_error():
     assert plan.framework == "torchtune"
     assert (plan.micro_batch.value, plan.grad_accum.value, plan.grad_checkpointing.value) == (4, 8, True)
     assert plan.gpu_count.value == 2
-    assert not [i for i in plan.issues if i.code == "VL014"]
+    assert not [i for i in plan.issues if i.kind == IssueKind.REFERENCE]
     assert any("packaged" in i.message for i in plan.issues)
 
 
@@ -208,7 +208,7 @@ def test_missing_config_file_on_the_command_line_is_vl014(tmp_path):
     script = tmp_path / "run.sh"
     script.write_text("llamafactory-cli train examples/missing.yaml\n")
     plan = parse_document(script.read_text(), str(script), workspace=tmp_path).plan
-    issue = next(i for i in plan.issues if i.code == "VL014")
+    issue = next(i for i in plan.issues if i.kind == IssueKind.REFERENCE)
     assert issue.severity == Severity.ERROR and pos(issue.span) == (0, 23, 0, 44)
 
 

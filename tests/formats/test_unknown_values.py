@@ -4,12 +4,13 @@ from __future__ import annotations
 import pytest
 
 from vramlens.formats import parse_document
+from vramlens.plan import IssueKind
 
 
 def vl015(text: str, path: str = "/ws/cfg.yaml"):
     plan = parse_document(text, path).plan
     assert plan is not None
-    found = [i for i in plan.issues if i.code == "VL015"]
+    found = [i for i in plan.issues if i.kind == IssueKind.UNKNOWN_VALUE]
     return plan, found
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from vramlens.formats import parse_document
+from vramlens.plan import IssueKind
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "corpus_plans.jsonl"
 sys.path.insert(0, str(GOLDEN.parent))
@@ -79,7 +80,7 @@ def test_other_yaml_files_are_not_training_configs(text):
 def test_a_broken_config_is_reported_not_raised():
     result = parse_document("micro_batch_size: [1\nsequence_len: 2048\n", "/ws/cfg.yaml")
     assert result.plan is None
-    assert result.issues[0].code == "VL016" and result.issues[0].span.start_line == 1
+    assert result.issues[0].kind == IssueKind.UNREADABLE and result.issues[0].span.start_line == 1
 
 
 def test_unknown_file_types_that_are_not_yaml_are_declined():

@@ -1,11 +1,18 @@
 """Optimizer catalog: every spelling used by the supported frameworks resolves to a state-memory model."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from vramlens.knowledge.optimizers import (
     all_optimizer_names,
     all_optimizers,
+    axolotl_names,
+    class_path,
+    eight_bit_variant,
+    hf_names,
     lookup_optimizer,
     optimizer_by_name,
     suggest_optimizer,
@@ -108,3 +115,41 @@ def test_catalog_names_are_unique_and_sourced() -> None:
     names = all_optimizer_names()
     assert len(names) == len(set(names)) == len(all_optimizers())
     assert all(spec.source for spec in all_optimizers())
+
+
+# The catalog is the one table of optimizer names: what each format accepts, what the fixes write, and the
+# JSON Schemas' suggestions all come from it.
+
+def test_the_catalog_says_which_names_transformers_accepts_exactly():
+    assert sorted(hf_names()) == sorted(HF_OPTIMIZER_NAMES)
+    assert set(hf_names()) < set(axolotl_names())
+    for name in axolotl_names():
+        assert lookup_optimizer(name) is not None, name
+
+
+def test_every_class_path_a_fix_writes_reads_back_as_the_same_state_model():
+    for name in hf_names():
+        cls = class_path(name)
+        if cls is None:
+            continue
+        spec, back = lookup_optimizer(name), lookup_optimizer(cls)
+        assert back is not None, (name, cls)
+        assert (back.states, back.state_bytes, back.paged, back.library) == \
+               (spec.states, spec.state_bytes, spec.paged, spec.library), (name, cls, back.name)
+    assert class_path("paged_adamw_8bit") == "bitsandbytes.optim.PagedAdamW8bit"
+    assert class_path("adamw_8bit") == "bitsandbytes.optim.AdamW8bit"
+    assert class_path("adamw_torch_fused") == "torch.optim.AdamW"       # written with `fused: True`
+
+
+def test_the_8bit_fix_names_a_catalog_optimizer_transformers_accepts():
+    plain, paged = eight_bit_variant("adamw", False), eight_bit_variant("adamw", True)
+    assert plain.name == "adamw_bnb_8bit" and paged.name == "paged_adamw_8bit"
+    assert plain.eight_bit and paged.paged and {plain.name, paged.name} <= set(hf_names())
+
+
+def test_the_json_schemas_suggest_the_catalog_names():
+    root = Path(__file__).resolve().parents[2] / "schemas"
+    hf = json.loads((root / "hf.schema.json").read_text(encoding="utf-8"))
+    axolotl = json.loads((root / "axolotl.schema.json").read_text(encoding="utf-8"))
+    assert hf["properties"]["optim"]["examples"] == list(hf_names())
+    assert axolotl["properties"]["optimizer"]["examples"] == list(axolotl_names())

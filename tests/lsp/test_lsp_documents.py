@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 import pytest
 from lsp_editor import CORPUS, EXAMPLES, FIXTURES, Editor
@@ -31,6 +33,9 @@ async def test_every_format_gets_diagnostics_and_an_estimate(editor: Editor, pat
     uri = editor.open(path)
     diagnostics = await editor.diagnostics(uri)
     assert all(d.source == "vramlens" and re.fullmatch(r"VL\d{3}", str(d.code)) for d in diagnostics)
+    for d in diagnostics:                    # the rule's page, which the editor opens from the code
+        page = Path(url2pathname(urlparse(d.code_description.href).path))
+        assert page.is_file() and page.name == f"{d.code}.md", d.code_description.href
     assert not any("internal error" in d.message for d in diagnostics), [d.message for d in diagnostics]
     codes = {d.code for d in diagnostics}
     estimates = [e for e in editor.client.estimates if e["uri"] == uri and "peak" in e]

@@ -14,6 +14,7 @@ import pytest
 
 from vramlens.analysis import Settings, analyze
 from vramlens.formats import parse_document
+from vramlens.plan import IssueKind
 
 DS3 = json.dumps({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})
 TINY_QWEN = {"model_type": "qwen2", "hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 6,
@@ -41,7 +42,7 @@ def tree(tmp_path: Path) -> dict[str, Path]:
 
 
 def _vl014(plan) -> list[str]:
-    return [i.message for i in plan.issues if i.code == "VL014"]
+    return [i.message for i in plan.issues if i.kind == IssueKind.REFERENCE]
 
 
 @pytest.mark.parametrize("target", ["../outside/ds.json", "../../outside/ds.json", "{outside}/ds.json", "ds_link.json",

@@ -323,6 +323,7 @@ def _location(path: Path, span, root: Path) -> dict:
 def _sarif(results: list[FileResult]) -> dict:
     from vramlens import __version__
     from vramlens.rules import all_rules
+    from vramlens.rules.docs import page_uri
 
     root = Path.cwd().resolve()
     rules = list(all_rules())
@@ -332,6 +333,7 @@ def _sarif(results: list[FileResult]) -> dict:
         "shortDescription": {"text": r.title},
         "fullDescription": {"text": r.why.strip()},
         "help": {"text": r.why.strip()},
+        "helpUri": page_uri(r),
         "defaultConfiguration": {"level": SARIF_LEVEL[r.severity]},
         "properties": {"fixes": list(r.fixes)},
     } for r in rules]

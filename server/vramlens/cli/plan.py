@@ -10,6 +10,8 @@ import json
 import sys
 from pathlib import Path
 
+from vramlens.rules.registry import owner_of
+
 
 def add_arguments(p) -> None:
     p.add_argument("paths", nargs="*", help="config files")
@@ -37,13 +39,18 @@ def _source(v, doc: str) -> str:
     return v.origin.value + (f" [{v.framework}]" if v.framework else "")
 
 
+def _issue_json(issue) -> dict:
+    """A parse issue with the id of the rule that reports it."""
+    return {**issue.model_dump(mode="json", exclude_none=True), "rule": owner_of(issue.kind).id}
+
+
 def _plan_json(path: str, result, resolution) -> dict:
     plan = result.plan
     out: dict = {"file": path, "format": plan.format if plan else None,
                  "framework": plan.framework if plan else None,
                  "training_config": plan is not None}
     if plan is None:
-        out["issues"] = [i.model_dump(mode="json") for i in result.issues]
+        out["issues"] = [_issue_json(i) for i in result.issues]
         return out
     out["settings"] = {k: v.model_dump(mode="json", exclude_none=True) for k, v in plan.settings().items()}
     if resolution is not None:
@@ -51,7 +58,7 @@ def _plan_json(path: str, result, resolution) -> dict:
                            for k, v in resolution.sources.items() if k not in out["settings"]}
         out["assumptions"] = list(resolution.assumptions)
     out["references"] = [r.model_dump(mode="json", exclude_none=True) for r in plan.references]
-    out["issues"] = [i.model_dump(mode="json", exclude_none=True) for i in plan.issues]
+    out["issues"] = [_issue_json(i) for i in plan.issues]
     out["extra"] = {k: v.model_dump(mode="json", exclude_none=True) for k, v in plan.extra.items()}
     return out
 
@@ -75,8 +82,7 @@ def _print_text(path: str, result, resolution, error: str | None) -> None:
     for r in plan.references:
         print(f"  → {r.kind} {r.target}: {r.resolved_path or 'not found'}")
     for i in plan.issues:
-        code = f"{i.code} " if i.code else ""
-        print(f"  ! {i.severity.value} {code}{_span_text(i.span)}: {i.message}"
+        print(f"  ! {i.severity.value} {owner_of(i.kind).id} {_span_text(i.span)}: {i.message}"
               + (f" (suggestion: {i.suggestion})" if i.suggestion else ""))
     if resolution is not None:
         for a in resolution.assumptions:

@@ -18,7 +18,7 @@ from vramlens.formats import (accelerate, axolotl, custom, deepspeed, hf, hints,
                               openinstruct, purpose, torchtune)
 from vramlens.formats.settings import PlanBuilder, Setting
 from vramlens.formats.yaml_doc import YamlError, load_yaml
-from vramlens.plan import ParseIssue, Severity, Span, TrainingPlan
+from vramlens.plan import IssueKind, ParseIssue, Severity, Span, TrainingPlan
 
 MIN_SCORE = 0.5
 
@@ -171,7 +171,7 @@ def parse_yaml_text(text: str, ctx: ParseContext) -> ParseResult:
     try:
         data, settings = load_yaml(text, ctx.path, load_issues)
     except YamlError as exc:
-        return ParseResult(None, [ParseIssue(message=str(exc), span=exc.span, severity=Severity.ERROR, code="VL016")])
+        return ParseResult(None, [ParseIssue(kind=IssueKind.UNREADABLE, message=str(exc), span=exc.span, severity=Severity.ERROR)])
     if not isinstance(data, dict):
         return ParseResult(None)
     if not ctx.text:
@@ -228,9 +228,9 @@ def _prequantized(b: PlanBuilder) -> None:
 
 def not_training(what: str, path: str, span: Span | None = None) -> ParseResult:
     """No plan for a file that is not a training run (`formats.purpose`), with the note saying what it is."""
-    return ParseResult(None, [ParseIssue(message=f"{what}: not a training run, so no memory estimate",
-                                         span=span or span_of_file_start(path), severity=Severity.INFO,
-                                         code="VL018")])
+    return ParseResult(None, [ParseIssue(kind=IssueKind.NOT_TRAINING,
+                                         message=f"{what}: not a training run, so no memory estimate",
+                                         span=span or span_of_file_start(path), severity=Severity.INFO)])
 
 
 def parse_file(path: str | Path, workspace: Path | None = None) -> ParseResult:

@@ -8,11 +8,12 @@ YAML 1.1 turns an unquoted `NO`/`no` into false, which accelerate then misreads;
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from vramlens.formats import hf
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool
-from vramlens.plan import Severity
+from vramlens.plan import IssueKind, Severity
 
 ACCELERATE_KEYS = frozenset({
     "distributed_type", "num_processes", "mixed_precision", "compute_environment", "machine_rank", "num_machines",
@@ -26,6 +27,7 @@ DISTRIBUTED_TYPES = {"NO": "none", "MULTI_GPU": "ddp", "FSDP": "fsdp", "DEEPSPEE
                      "MULTI_MLU": "ddp", "MULTI_MUSA": "ddp", "MULTI_SDAA": "ddp", "MULTI_HPU": "ddp", "XLA": "none",
                      "TP": "ddp"}
 MIXED_PRECISION = {"no": "none", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 
 
 def detect(data: Any, keys: set[str]) -> float:
@@ -38,8 +40,8 @@ def detect(data: Any, keys: set[str]) -> float:
 
 
 def _quote_warning(b: PlanBuilder, s: Setting, word: str) -> None:
-    b.issue(f"unquoted `{word}` is read by YAML as the boolean false; write `{s.key}: '{word}'`", s,
-            severity=Severity.WARNING, code="VL015", suggestion=f"'{word}'")
+    b.issue(IssueKind.INVALID_VALUE, f"unquoted `{word}` is read by YAML as the boolean false; write `{s.key}: '{word}'`", s,
+            severity=Severity.WARNING, suggestion=f"'{word}'")
 
 
 def _enum(b: PlanBuilder, s: Setting, concept: str, table: dict, label: str, word: str, off: str) -> None:
@@ -65,28 +67,79 @@ def _mixed_precision(b: PlanBuilder, s: Setting) -> None:
     _enum(b, s, "amp_dtype", MIXED_PRECISION, "mixed precision", "no", "none")
 
 
-def _deepspeed_entry(b: PlanBuilder, e: Setting) -> None:
-    k, v = e.key, e.value
-    if v is None:
-        return
-    if k == "zero_stage":
-        stage = b.set_int("zero_stage", e)
-        if stage is not None and not 0 <= stage <= 3:
-            b.issue(f"ZeRO stage must be 0, 1, 2 or 3, got {stage}", e)
+def _zero_stage(b: PlanBuilder, e: Setting) -> None:
+    stage = b.set_int("zero_stage", e)
+    if stage is not None and not 0 <= stage <= 3:
+        b.issue(IssueKind.INVALID_VALUE, f"ZeRO stage must be 0, 1, 2 or 3, got {stage}", e)
+    b.set("dist_strategy", "deepspeed", e)
+
+
+def _offload_device(concept: str) -> Callable[[PlanBuilder, Setting], None]:
+    def read(b: PlanBuilder, e: Setting) -> None:
+        w = str(e.value).strip().lower()
+        if w not in OFFLOAD_DEVICES:
+            return b.unknown(e, "offload device", OFFLOAD_DEVICES)
+        b.set(concept, w != "none", e)
+    return read
+
+
+def _deepspeed_file(b: PlanBuilder, e: Setting) -> None:
+    if isinstance(e.value, str) and e.value.strip():
         b.set("dist_strategy", "deepspeed", e)
-    elif k in ("offload_optimizer_device", "offload_param_device"):
-        w = str(v).strip().lower()
-        if w not in ("none", "cpu", "nvme"):
-            return b.unknown(e, "offload device", ("none", "cpu", "nvme"))
-        b.set("offload_optimizer" if k == "offload_optimizer_device" else "offload_params", w != "none", e)
-    elif k == "gradient_accumulation_steps":
-        b.set_int("grad_accum", e, minimum=1)
-    elif k == "deepspeed_config_file":
-        if isinstance(v, str) and v.strip():
-            b.set("dist_strategy", "deepspeed", e)
-            b.reference("deepspeed", v.strip(), e)
-    elif k in ("zero3_init_flag", "zero3_save_16bit_model", "gradient_clipping", "deepspeed_multinode_launcher"):
-        b.remember(e)
+        b.reference("deepspeed", e.value.strip(), e)
+
+
+@dataclass(frozen=True)
+class Key:
+    """One accelerate key vramlens reads: where it is written, the plan concept it carries, how its value is read,
+    and what it means (the JSON Schema's description). The parser dispatches on this table, the fixes' writer
+    (`formats.render_yaml`) writes each concept at its `path`, the JSON Schema describes the keys from it."""
+
+    path: tuple[str, ...]
+    concept: str | None
+    read: Callable[[PlanBuilder, Setting], None]
+    description: str = ""
+
+
+# accelerate config reference: https://huggingface.co/docs/accelerate/package_reference/cli#accelerate-launch and
+# accelerate/commands/config/config_args.py (ClusterConfig, at 16cb6eb8).
+KEYS: tuple[Key, ...] = (
+    Key(("distributed_type",), "dist_strategy", _distributed_type,
+        "How the GPUs cooperate; quote NO (`'NO'`): unquoted it is the boolean false."),
+    Key(("num_processes",), "world_size",
+        lambda b, s: b.set_int("world_size", s, minimum=1, note="accelerate `num_processes`: processes on all machines"),
+        "Processes (GPUs) on all machines: the divisor for ZeRO/FSDP sharding."),
+    Key(("mixed_precision",), "amp_dtype", _mixed_precision,
+        "Autocast precision; quote 'no' (unquoted it is false)."),
+    Key(("deepspeed_config", "zero_stage"), "zero_stage", _zero_stage),
+    Key(("deepspeed_config", "offload_optimizer_device"), "offload_optimizer", _offload_device("offload_optimizer")),
+    Key(("deepspeed_config", "offload_param_device"), "offload_params", _offload_device("offload_params")),
+    Key(("deepspeed_config", "gradient_accumulation_steps"), "grad_accum",
+        lambda b, e: b.set_int("grad_accum", e, minimum=1)),
+    Key(("deepspeed_config", "deepspeed_config_file"), None, _deepspeed_file),
+    *(Key(("deepspeed_config", k), None, lambda b, e: b.remember(e))
+      for k in ("zero3_init_flag", "zero3_save_16bit_model", "gradient_clipping", "deepspeed_multinode_launcher")),
+)
+BY_PATH: dict[tuple[str, ...], Key] = {k.path: k for k in KEYS}
+# What the sections hold (the JSON Schema's descriptions); their entries are read by the functions below.
+SECTIONS: dict[str, str] = {
+    "deepspeed_config": "zero_stage (0–3), offload_optimizer_device / offload_param_device (none|cpu|nvme), "
+                        "or deepspeed_config_file.",
+    "fsdp_config": "fsdp_sharding_strategy / fsdp_reshard_after_forward, fsdp_offload_params, "
+                   "fsdp_activation_checkpointing, fsdp_state_dict_type.",
+    "parallelism_config": "tp/cp/sp/dp sizes: tensor and sequence parallelism divide weights and activations.",
+}
+
+
+def key_for(concept: str) -> Key:
+    """The key a fix writes a concept at (the first in the table that carries it)."""
+    return next(k for k in KEYS if k.concept == concept)
+
+
+def _deepspeed_entry(b: PlanBuilder, e: Setting) -> None:
+    key = BY_PATH.get(("deepspeed_config", str(e.key)))
+    if key is not None and e.value is not None:
+        key.read(b, e)
 
 
 def _parallelism_entry(b: PlanBuilder, e: Setting) -> None:
@@ -119,16 +172,13 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
         if len(s.path) != 1:
             continue
         k = s.key
-        if k == "distributed_type":
-            _distributed_type(b, s)
-        elif k == "mixed_precision":
-            _mixed_precision(b, s)
-        elif k == "num_processes":
-            b.set_int("world_size", s, minimum=1, note="accelerate `num_processes`: processes on all machines")
+        key = BY_PATH.get((str(k),))
+        if key is not None:
+            key.read(b, s)
         elif k == "downcast_bf16" and s.value is False and isinstance(data, dict):
             pass       # `no` / false both mean "do not downcast"
         elif k == "use_cpu" and to_bool(s.value):
-            b.issue("`use_cpu: true`: training runs on the CPU, not the GPU", s, severity=Severity.INFO)
+            b.issue(IssueKind.ASSUMED, "`use_cpu: true`: training runs on the CPU, not the GPU", s, severity=Severity.INFO)
         elif k == "deepspeed_config":
             for e in hf.kids(s, nested):
                 _deepspeed_entry(b, e)

@@ -11,8 +11,8 @@ from typing import Any
 
 from vramlens.formats import hf
 from vramlens.formats.settings import PlanBuilder, Setting, is_auto, to_bool
-from vramlens.formats.vocab import AXOLOTL_ATTENTION, AXOLOTL_OPTIMIZERS, check_optimizer
-from vramlens.plan import Severity
+from vramlens.formats.vocab import AXOLOTL_ATTENTION, check_optimizer
+from vramlens.plan import IssueKind, Severity
 
 AXOLOTL_KEYS = frozenset({
     "base_model", "micro_batch_size", "sequence_len", "sample_packing", "num_epochs", "lora_target_linear",
@@ -88,7 +88,7 @@ def _adapter(b: PlanBuilder, s: Setting) -> None:
 
 def _optimizer(b: PlanBuilder, s: Setting) -> None:
     if isinstance(s.value, str) and s.value.strip():
-        check_optimizer(b, s, AXOLOTL_OPTIMIZERS)
+        check_optimizer(b, s, "axolotl")
         b.set("optimizer", s.value.strip(), s)
 
 
@@ -259,12 +259,12 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
     _legacy_attention(b, top)
     if b.plan.peft_method is None and b.plan.quant_bits is not None:
         # load_in_4bit without `adapter` — axolotl refuses to train quantized weights in full
-        b.issue("`load_in_4bit`/`load_in_8bit` without `adapter: lora|qlora`: quantized weights cannot be "
+        b.issue(IssueKind.CONFLICTING_SETTINGS, "`load_in_4bit`/`load_in_8bit` without `adapter: lora|qlora`: quantized weights cannot be "
                 "fully fine-tuned", severity=Severity.WARNING)
     if b.plan.peft_method is not None and b.plan.peft_method.value == "lora" and b.plan.quant_bits is not None \
             and b.plan.quant_bits.value == 4 and b.plan.quant_bits.key == "load_in_4bit":
-        b.issue("`adapter: lora` with `load_in_4bit: true`: axolotl expects `adapter: qlora` for 4-bit",
-                span=b.plan.peft_method.value_span, severity=Severity.INFO, code="VL015", suggestion="qlora")
+        b.issue(IssueKind.CONFLICTING_SETTINGS, "`adapter: lora` with `load_in_4bit: true`: axolotl expects `adapter: qlora` for 4-bit",
+                span=b.plan.peft_method.value_span, severity=Severity.INFO, suggestion="qlora")
 
 
 def _legacy_attention(b: PlanBuilder, top: list[Setting]) -> None:
@@ -278,7 +278,7 @@ def _legacy_attention(b: PlanBuilder, top: list[Setting]) -> None:
     key, impl = on[0]
     s = flags[key]
     if b.plan.attn_impl is not None and b.plan.attn_impl.key == "attn_implementation":
-        b.issue(f"`{key}: true` together with `attn_implementation`: axolotl refuses both; remove `{key}`", s,
+        b.issue(IssueKind.CONFLICTING_SETTINGS, f"`{key}: true` together with `attn_implementation`: axolotl refuses both; remove `{key}`", s,
                 severity=Severity.ERROR)
         return
     b.set("attn_impl", impl, s, note=f"legacy flag `{key}` (axolotl maps it to `attn_implementation: {impl}`)")

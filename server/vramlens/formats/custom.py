@@ -80,15 +80,8 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
             b.set("peft_method", "lora", s)
             b.set_int("lora_r", s, minimum=1)
         elif k in ("n_layer", "n_head", "n_embd", "num_layers", "hidden_size", "num_attention_heads"):
-            b.plan.extra[f"arch.{k}"] = _sourced(s)
+            b.shape(k, s, override=True)
         elif k in ("attn_implementation", "attention"):
             hf._attn(b, s)
         elif k in ("bf16", "fp16") and to_bool(s.value) is not None:
             hf.HANDLERS[k](b, s)
-
-
-def _sourced(s: Setting):
-    from vramlens.plan import Sourced
-
-    return Sourced(value=s.value if isinstance(s.value, (str, int, float, bool)) else repr(s.value), key=s.key,
-                   span=s.span, value_span=s.value_span)

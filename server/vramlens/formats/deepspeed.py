@@ -10,7 +10,11 @@ swift/config/*.json at c2bd8ac5/39e3366d; axolotl and LLaMA-Factory at the commi
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 from vramlens.formats.settings import PlanBuilder, Setting, is_auto, to_bool, to_int
+from vramlens.plan import IssueKind
 
 DEEPSPEED_KEYS = frozenset({
     "zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size", "gradient_accumulation_steps",
@@ -62,46 +66,102 @@ def _device_on(v) -> bool | None:
     return to_bool(v)
 
 
+# -- how each key's value is read --------------------------------------------------------------------
+Reader = Callable[[PlanBuilder, "Key", Setting, "str | None"], None]
+
+
+def read_whole(b: PlanBuilder, key: "Key", s: Setting, note: str | None) -> None:
+    if not is_auto(s.value):                    # "auto": the training arguments decide
+        b.set_int(key.concept, s, minimum=1, note=note)
+
+
+def _stage(b: PlanBuilder, key: "Key", s: Setting, note: str | None) -> None:
+    stage = to_int(s.value)
+    if stage is None or not 0 <= stage <= 3:
+        return b.issue(IssueKind.INVALID_VALUE, f"ZeRO stage must be 0, 1, 2 or 3, got {s.value!r}", s)
+    b.set("dist_strategy", "deepspeed", s, note=note)
+    b.set(key.concept, stage, s, note=note)
+
+
+def _device(b: PlanBuilder, key: "Key", s: Setting, note: str | None) -> None:
+    on = _device_on(s.value)
+    if on is not None:
+        b.set(key.concept, on, s, note=note)
+
+
+def _precision(b: PlanBuilder, key: "Key", s: Setting, note: str | None) -> None:
+    if not is_auto(s.value) and to_bool(s.value):
+        b.set(key.concept, key.path[0], s, note=note)
+
+
+def _optimizer_type(b: PlanBuilder, key: "Key", s: Setting, note: str | None) -> None:
+    if isinstance(s.value, str):
+        b.set(key.concept, s.value, s, note=note or "DeepSpeed's own optimizer replaces the trainer's `optim`")
+
+
+def _kept(b: PlanBuilder, key: "Key", s: Setting, note: str | None) -> None:
+    b.remember(s)
+
+
+@dataclass(frozen=True)
+class Key:
+    """One DeepSpeed key: where it is written, the plan concept it carries, how its value is read. The parser
+    dispatches on this table, the fixes' writer (`formats.render_yaml`) writes each concept at its `path`, and the
+    JSON Schema (`formats.schemas`) describes the top-level sections from it."""
+
+    path: tuple[str, ...]
+    concept: str | None                  # None: a key kept for hovers only
+    read: Reader = read_whole
+    spellings: tuple[tuple[str, ...], ...] = ()   # other paths read the same way (older DeepSpeed, GPT-NeoX)
+
+
+# DeepSpeed config reference: https://www.deepspeed.ai/docs/config-json/ (batch, fp16/bf16, optimizer, ZeRO).
+KEYS: tuple[Key, ...] = (
+    Key(("train_micro_batch_size_per_gpu",), "micro_batch"),
+    Key(("gradient_accumulation_steps",), "grad_accum"),
+    Key(("train_batch_size",), "global_batch"),
+    Key(("sequence_parallel_size",), "context_parallel"),
+    Key(("zero_optimization", "stage"), "zero_stage", _stage),
+    Key(("zero_optimization", "offload_optimizer", "device"), "offload_optimizer", _device,
+        spellings=(("zero_optimization", "cpu_offload"),)),
+    Key(("zero_optimization", "offload_param", "device"), "offload_params", _device,
+        spellings=(("zero_optimization", "cpu_offload_params"),)),
+    Key(("bf16", "enabled"), "amp_dtype", _precision, spellings=(("bf16", "bf16"),)),      # GPT-NeoX: bf16.bf16
+    Key(("fp16", "enabled"), "amp_dtype", _precision, spellings=(("fp16", "fp16"),)),
+    Key(("optimizer", "type"), "optimizer", _optimizer_type),
+    *(Key(path, None, _kept) for path in (
+        ("activation_checkpointing", "partition_activations"), ("activation_checkpointing", "cpu_checkpointing"),
+        ("zero_optimization", "stage3_max_live_parameters"), ("zero_optimization", "overlap_comm"),
+        ("zero_optimization", "reduce_bucket_size"), ("zero_optimization", "allgather_bucket_size"),
+        ("zero_optimization", "sub_group_size"), ("zero_optimization", "stage3_prefetch_bucket_size"))),
+)
+BY_PATH: dict[tuple[str, ...], Key] = {p: k for k in KEYS for p in (k.path, *k.spellings)}
+# What the top-level sections hold (the JSON Schema's descriptions).
+SECTIONS: dict[str, str] = {
+    "zero_optimization": "`stage` 1 shards optimizer states, 2 also gradients, 3 also weights; `offload_optimizer.device`/"
+                         "`offload_param.device` cpu|nvme move them off the GPU; bucket sizes set temporary buffers.",
+    "train_micro_batch_size_per_gpu": "Samples per GPU per step.",
+    "gradient_accumulation_steps": "Micro-batches per step.",
+    "train_batch_size": "micro × accumulation × GPUs.",
+    "bf16": "`enabled`: bf16 weights with fp32 master weights in the optimizer (12 bytes/param).",
+    "fp16": "`enabled`: fp16 training with loss scaling and fp32 master weights.",
+    "optimizer": "DeepSpeed's own optimizer (`type`), replacing the trainer's.",
+    "sequence_parallel_size": "GPUs one sequence is split across (DeepSpeed-Ulysses): activations per GPU shrink "
+                              "with it.",
+    "activation_checkpointing": "`partition_activations` / `cpu_checkpointing`: where checkpointed activations are "
+                                "kept (models that use DeepSpeed's checkpointing API).",
+}
+
+
+def key_for(concept: str) -> Key:
+    """The key a fix writes a concept at (the first in the table that carries it)."""
+    return next(k for k in KEYS if k.concept == concept)
+
+
 def _apply_one(b: PlanBuilder, path: tuple, s: Setting, note: str | None = None) -> None:
-    v = s.value
-    if v is None:
-        return
-    if path == ("zero_optimization", "stage"):
-        stage = to_int(v)
-        if stage is None or not 0 <= stage <= 3:
-            return b.issue(f"ZeRO stage must be 0, 1, 2 or 3, got {v!r}", s)
-        b.set("dist_strategy", "deepspeed", s, note=note)
-        b.set("zero_stage", stage, s, note=note)
-    elif path in (("zero_optimization", "offload_optimizer", "device"), ("zero_optimization", "cpu_offload")):
-        on = _device_on(v)
-        if on is not None:
-            b.set("offload_optimizer", on, s, note=note)
-    elif path in (("zero_optimization", "offload_param", "device"), ("zero_optimization", "cpu_offload_params")):
-        on = _device_on(v)
-        if on is not None:
-            b.set("offload_params", on, s, note=note)
-    elif path in (("bf16", "enabled"), ("fp16", "enabled")):
-        if is_auto(v):
-            return
-        if to_bool(v):
-            b.set("amp_dtype", path[0], s, note=note)
-    elif path in (("fp16", "fp16"), ("bf16", "bf16")) and to_bool(v):      # GPT-NeoX spelling
-        b.set("amp_dtype", path[0], s, note=note)
-    elif path == ("train_micro_batch_size_per_gpu",) and not is_auto(v):
-        b.set_int("micro_batch", s, minimum=1, note=note)
-    elif path == ("gradient_accumulation_steps",) and not is_auto(v):
-        b.set_int("grad_accum", s, minimum=1, note=note)
-    elif path == ("train_batch_size",) and not is_auto(v):
-        b.set_int("global_batch", s, minimum=1, note=note)
-    elif path == ("optimizer", "type") and isinstance(v, str):
-        b.set("optimizer", v, s, note=note or "DeepSpeed's own optimizer replaces the trainer's `optim`")
-    elif path == ("sequence_parallel_size",) and not is_auto(v):
-        b.set_int("context_parallel", s, minimum=1, note=note)
-    elif path in (("activation_checkpointing", "partition_activations"), ("activation_checkpointing", "cpu_checkpointing"),
-                  ("zero_optimization", "stage3_max_live_parameters"), ("zero_optimization", "overlap_comm"),
-                  ("zero_optimization", "reduce_bucket_size"), ("zero_optimization", "allgather_bucket_size"),
-                  ("zero_optimization", "sub_group_size"), ("zero_optimization", "stage3_prefetch_bucket_size")):
-        b.remember(s)
+    key = BY_PATH.get(path)
+    if key is not None and s.value is not None:
+        key.read(b, key, s, note)
 
 
 # name -> (where the contents come from, memory-relevant contents)

@@ -14,7 +14,7 @@ from typing import Callable
 
 from vramlens.formats.settings import PlanBuilder, Setting, is_auto, to_bool, to_int
 from vramlens.formats.vocab import HF_ATTENTION, check_optimizer
-from vramlens.plan import Origin, Severity
+from vramlens.plan import IssueKind, Origin, Severity
 
 # Keys that only TrainingArguments (or its TRL subclasses) define; used to recognise the dialect.
 TRAINING_ARGUMENT_KEYS = frozenset({
@@ -159,11 +159,11 @@ def _amp(dtype: str) -> Callable[[PlanBuilder, Setting], None]:
                 return b.set("amp_dtype", dtype, s, note=f"`{s.key}: auto` → {dtype} where the GPU supports it")
             if str(s.value).strip().lower() == "full":      # axolotl: bf16 also for eval
                 return b.set("amp_dtype", dtype, s, note=f"`{s.key}: full` → {dtype}, also in evaluation")
-            return b.issue(f"`{s.key}` should be true or false, got {s.value!r}", s)
+            return b.issue(IssueKind.INVALID_VALUE, f"`{s.key}` should be true or false, got {s.value!r}", s)
         if v:
             if b.plan.amp_dtype is not None and b.plan.amp_dtype.value not in ("none", dtype):
-                b.issue(f"both `{b.plan.amp_dtype.key}` and `{s.key}` are on: a run fails with both fp16 and bf16",
-                        s, severity=Severity.ERROR, code="VL006")
+                b.issue(IssueKind.PRECISION_CONFLICT, f"both `{b.plan.amp_dtype.key}` and `{s.key}` are on: a run fails with both fp16 and bf16",
+                        s, severity=Severity.ERROR)
             b.set("amp_dtype", dtype, s, override=b.plan.amp_dtype is not None and b.plan.amp_dtype.value == "none")
         elif b.plan.amp_dtype is None:
             b.set("amp_dtype", "none", s)
@@ -199,7 +199,7 @@ def _use_peft(b: PlanBuilder, s: Setting) -> None:
         return
     v = to_bool(s.value)
     if v is None:
-        return b.issue(f"`{s.key}` should be true or false, got {s.value!r}", s)
+        return b.issue(IssueKind.INVALID_VALUE, f"`{s.key}` should be true or false, got {s.value!r}", s)
     b.set("peft_method", "lora" if v else "none", s)
 
 
@@ -511,7 +511,7 @@ def apply(builder: PlanBuilder, settings: list[Setting], nested: dict[str, list[
     for s in top:
         new = RENAMED.get(s.key)
         if new is not None and new in present:
-            builder.issue(f"`{s.key}` is the old name of `{new}`; current versions read `{new}` and ignore "
+            builder.issue(IssueKind.NOT_READ, f"`{s.key}` is the old name of `{new}`; current versions read `{new}` and ignore "
                           f"(or reject) `{s.key}`", s, severity=Severity.INFO)
             builder.remember(s)
             continue
@@ -558,7 +558,7 @@ def drift_notes(b: PlanBuilder, keys: set[str]) -> None:
     if b.plan.loss_impl is None:
         unset.append("the loss (full-logits cross-entropy before TRL 1.7, chunked since)")
     if unset:
-        b.issue(f"`{old[0]}` dates this config to an older TRL; it leaves these to the TRL default, which changed: "
+        b.issue(IssueKind.ASSUMED, f"`{old[0]}` dates this config to an older TRL; it leaves these to the TRL default, which changed: "
                 + "; ".join(unset) + ". vramlens estimates with the TRL 1.x defaults",
                 severity=Severity.INFO)
 

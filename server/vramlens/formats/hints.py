@@ -17,7 +17,8 @@ import re
 import shlex
 
 from vramlens.formats.settings import PlanBuilder, to_int
-from vramlens.plan import Origin, Severity, Sourced, Span, text_lines
+from vramlens.knowledge import gpus
+from vramlens.plan import IssueKind, Origin, Severity, Sourced, Span, text_lines
 from vramlens.settings import MAX_GPU_COUNT
 
 _DIRECTIVE_KEYS = {"gpu", "count", "gpus", "gpu_count"}
@@ -40,19 +41,8 @@ _NUM_GPUS = re.compile(r"--num[-_]gpus[=\s]+(?P<n>\d{1,4})|--num_processes[=\s]+
 
 def _lookup(text: str):
     """(canonical name, count, note) for a GPU string, via the knowledge base; None if unknown."""
-    try:
-        from vramlens.knowledge import gpus
-    except ImportError:
-        return None
-    detail = getattr(gpus, "lookup_gpu_detail", None)
-    try:
-        if detail is not None:
-            m = detail(text)
-            return (m.spec.name, m.count, m.note) if m else None
-        found = gpus.lookup_gpu(text)
-    except Exception:  # noqa: BLE001 - a knowledge-base problem must not break parsing
-        return None
-    return (found[0].name, found[1], None) if found else None
+    m = gpus.lookup_gpu_detail(text)
+    return (m.spec.name, m.count, m.note) if m else None
 
 
 def _span(file: str, line: int, start: int, end: int) -> Span:
@@ -98,16 +88,9 @@ def apply_directive(b: PlanBuilder, text: str) -> bool:
         if gpu:
             hit = _lookup(gpu)
             if hit is None:
-                hint = None
-                try:
-                    from vramlens.knowledge import gpus
-
-                    hints = gpus.suggest_gpu(gpu)
-                    hint = hints[0] if hints else None
-                except Exception:  # noqa: BLE001
-                    pass
-                b.issue(f"unknown GPU `{gpu}` in the vramlens directive" + (f" — did you mean `{hint}`?" if hint else ""),
-                        span=span, code="VL015", suggestion=hint)
+                hint = next(iter(gpus.suggest_gpu(gpu)), None)
+                b.issue(IssueKind.UNKNOWN_VALUE, f"unknown GPU `{gpu}` in the vramlens directive"
+                        + (f" — did you mean `{hint}`?" if hint else ""), span=span, suggestion=hint)
             else:
                 name, n, note = hit
                 b.plan.gpu_name = Sourced(value=name, origin=Origin.FILE, key="vramlens: gpu", span=span,
@@ -118,19 +101,19 @@ def apply_directive(b: PlanBuilder, text: str) -> bool:
                 found = True
         unknown = sorted(set(fields) - _DIRECTIVE_KEYS)
         if unknown:
-            b.issue(f"`{unknown[0]}` is not read from a vramlens directive: it reads `gpu=<name>` and `count=<n>` "
-                    f"(other settings go in `.vramlens.toml` or the editor's settings)", span=span, code="VL015")
+            b.issue(IssueKind.NOT_READ, f"`{unknown[0]}` is not read from a vramlens directive: it reads `gpu=<name>` "
+                    f"and `count=<n>` (other settings go in `.vramlens.toml` or the editor's settings)", span=span)
         if count:
             n = to_int(count)
             if n is None or not 1 <= n <= MAX_GPU_COUNT:
-                b.issue(f"`count={count}` in the vramlens directive should be a whole number from 1 to "
-                        f"{MAX_GPU_COUNT}", span=span, code="VL015")
+                b.issue(IssueKind.INVALID_VALUE, f"`count={count}` in the vramlens directive should be a whole number from 1 to "
+                        f"{MAX_GPU_COUNT}", span=span)
             else:
                 b.plan.gpu_count = Sourced(value=n, origin=Origin.FILE, key="vramlens: count", span=span,
                                            value_span=span)
                 found = True
         if not gpu and not count:
-            b.issue("a vramlens directive needs `gpu=<name>` and/or `count=<n>`", span=span,
+            b.issue(IssueKind.INVALID_VALUE, "a vramlens directive needs `gpu=<name>` and/or `count=<n>`", span=span,
                     severity=Severity.INFO)
     return found
 

@@ -32,7 +32,7 @@ from typing import Callable
 
 from vramlens.formats import hf
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
-from vramlens.plan import Origin, Severity
+from vramlens.plan import IssueKind, Origin, Severity
 
 OPENRLHF_CLI = "openrlhf/cli/train_sft.py (OpenRLHF f2afba47)"
 OPENRLHF_ACTOR = "openrlhf/models/actor.py (OpenRLHF 01b8a23d)"
@@ -74,7 +74,7 @@ def _param_dtype(b: PlanBuilder, s: Setting) -> None:
 def _zero_stage(b: PlanBuilder, s: Setting) -> None:
     stage = to_int(s.value)
     if stage is None or not 0 <= stage <= 3:
-        return b.issue(f"`{s.key}` should be 0, 1, 2 or 3, got {s.value!r}", s)
+        return b.issue(IssueKind.INVALID_VALUE, f"`{s.key}` should be 0, 1, 2 or 3, got {s.value!r}", s)
     b.set("dist_strategy", "deepspeed", s)
     b.set("zero_stage", stage, s)
 
@@ -88,7 +88,7 @@ def _adam_offload(b: PlanBuilder, s: Setting) -> None:
 def _lora_rank(b: PlanBuilder, s: Setting) -> None:
     r = to_int(s.value)
     if r is None:
-        return b.issue(f"`{s.key}` should be a whole number, got {s.value!r}", s)
+        return b.issue(IssueKind.INVALID_VALUE, f"`{s.key}` should be a whole number, got {s.value!r}", s)
     if r > 0:
         b.set("peft_method", "lora", s)
         b.set("lora_r", r, s)
@@ -168,7 +168,7 @@ def openrlhf_defaults(b: PlanBuilder) -> None:
         b.set("lora_targets", ["all-linear"], origin=Origin.DEFAULT, framework="openrlhf",
               note=f"`--target_modules` all-linear ({OPENRLHF_CLI})")
     if plan.quant_bits is not None and plan.peft_method is None:
-        b.issue("`--load_in_4bit` without `--lora_rank`: OpenRLHF trains a 4-bit model only through LoRA adapters",
+        b.issue(IssueKind.CONFLICTING_SETTINGS, "`--load_in_4bit` without `--lora_rank`: OpenRLHF trains a 4-bit model only through LoRA adapters",
                 severity=Severity.INFO)
 
 

@@ -10,11 +10,12 @@ fine-tune runs FSDP with activation checkpointing per block — litgpt decides t
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
-from vramlens.formats.vocab import CLASS_OPTIMIZERS, check_optimizer
-from vramlens.plan import Origin
+from vramlens.formats.vocab import check_optimizer
+from vramlens.plan import IssueKind, Origin
 
 LITGPT_KEYS = frozenset({"precision", "quantize", "devices", "num_nodes", "checkpoint_dir", "out_dir", "train", "eval",
                          "logger_name", "lora_query", "lora_key", "lora_value", "lora_projection", "lora_mlp",
@@ -32,9 +33,57 @@ QUANTIZE = {"bnb.nf4": (4, "nf4", False), "bnb.nf4-dq": (4, "nf4", True), "bnb.f
 LORA_SWITCHES = {"lora_query": ["q_proj"], "lora_key": ["k_proj"], "lora_value": ["v_proj"],
                  "lora_projection": ["o_proj"], "lora_mlp": ["gate_proj", "up_proj", "down_proj"],
                  "lora_head": ["lm_head"]}
+_SWITCH_WORDS = {"lora_query": "the query projection", "lora_key": "the key projection",
+                 "lora_value": "the value projection", "lora_projection": "the attention output projection",
+                 "lora_mlp": "the MLP", "lora_head": "the output head"}
 # litgpt model names (config names) → Hugging Face ids, for the pretraining configs
 MODEL_NAMES = {"tiny-llama-1.1b": "TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T", "micro-llama-300M": "keeeeenw/MicroLlama",
                "pythia-14m": "EleutherAI/pythia-14m", "pythia-160m": "EleutherAI/pythia-160m"}
+
+
+@dataclass(frozen=True)
+class Key:
+    """One litgpt key vramlens reads: where it is written, the plan concept it carries, the kind of value
+    ("whole" ≥ 1, "number", "bool", "text", "choice" of `choices`, "devices", "section") and what it means. The
+    parser reads the plain values from this table, the fixes' writer (`formats.render_yaml`) writes each concept at
+    its `path`, and the JSON Schema (`formats.schemas`) is generated from it."""
+
+    path: tuple[str, ...]
+    concept: str | None
+    kind: str
+    description: str
+    choices: tuple[str, ...] = ()
+
+
+# litgpt config_hub YAML (litgpt/args.py TrainArgs, litgpt/finetune/lora.py setup(), at 26857050).
+KEYS: tuple[Key, ...] = (
+    Key(("checkpoint_dir",), "model_id", "text", "checkpoints/<org>/<model>: the model."),
+    Key(("precision",), "weight_dtype", "choice",
+        "`*-true`: weights in that dtype; `*-mixed`: fp32 weights + autocast (4 bytes/param + copies).",
+        tuple(PRECISION)),
+    Key(("quantize",), "quant_bits", "choice", "Quantized base weights (needs a `*-true` precision).",
+        tuple(QUANTIZE)),
+    Key(("devices",), "world_size", "devices", "GPUs; full fine-tuning on >1 uses FSDP + checkpointing."),
+    Key(("num_nodes",), None, "whole", "Machines."),
+    Key(("train",), None, "section", "`micro_batch_size` (default 4), `global_batch_size` (default 64; accumulation "
+                                     "derived), `max_seq_length`."),
+    Key(("train", "micro_batch_size"), "micro_batch", "whole", "Samples per device per step (default 4)."),
+    Key(("train", "global_batch_size"), "global_batch", "whole",
+        "Samples per optimizer step on all devices (default 64): accumulation is derived from it."),
+    Key(("train", "max_seq_length"), "seq_len", "whole", "Longest sequence trained on."),
+    Key(("lora_r",), "lora_r", "whole", "LoRA rank (default 8)."),
+    Key(("lora_alpha",), "lora_alpha", "number", "LoRA scaling numerator."),
+    Key(("lora_dropout",), "lora_dropout", "number", "Dropout on the adapters' input."),
+    *(Key((switch,), "lora_targets", "bool", f"Adapter{'s' if len(modules) > 1 else ''} on {_SWITCH_WORDS[switch]} "
+                                              f"({', '.join(modules)}).")
+      for switch, modules in LORA_SWITCHES.items()),
+)
+BY_PATH: dict[tuple[str, ...], Key] = {k.path: k for k in KEYS}
+
+
+def key_for(concept: str) -> Key:
+    """The key a fix writes a concept at (the first in the table that carries it)."""
+    return next(k for k in KEYS if k.concept == concept)
 
 
 def detect(data: Any, keys: set[str]) -> float:
@@ -90,13 +139,11 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
             b.set("quant_double", double, s)
             if b.plan.amp_dtype is not None and b.plan.amp_dtype.value != "none" and b.plan.weight_dtype is not None \
                     and b.plan.weight_dtype.value == "fp32":
-                b.issue(f"`quantize: {w}` with a `*-mixed` precision: litgpt refuses this combination; use `bf16-true`",
-                        s, code="VL015", suggestion="bf16-true")
-    for key, concept in ((("train", "micro_batch_size"), "micro_batch"), (("train", "global_batch_size"), "global_batch"),
-                         (("train", "max_seq_length"), "seq_len")):
-        s = by_path.get(key)
-        if s is not None:
-            b.set_int(concept, s, minimum=1)
+                b.issue(IssueKind.CONFLICTING_SETTINGS, f"`quantize: {w}` with a `*-mixed` precision: litgpt refuses this combination; use `bf16-true`",
+                        s, suggestion="bf16-true")
+    for key in KEYS:
+        if key.path[0] == "train" and key.kind == "whole" and key.concept is not None and key.path in by_path:
+            b.set_int(key.concept, by_path[key.path], minimum=1)
     devices = by_path.get(("devices",))
     nodes = by_path.get(("num_nodes",))
     n_dev = to_int(devices.value) if devices is not None else None
@@ -134,7 +181,7 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
             name = cls.strip()
             if "." not in name:
                 name = f"torch.optim.{name}"
-            check_optimizer(b, where, CLASS_OPTIMIZERS)
+            check_optimizer(b, where, "class")
             b.set("optimizer", name, where)
     # full fine-tuning on several devices: FSDP + activation checkpointing per block
     if b.plan.peft_method is None and b.plan.world_size is not None and b.plan.world_size.value > 1:

@@ -14,7 +14,7 @@ from typing import Any
 
 from vramlens.formats import hf
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
-from vramlens.plan import Origin, Severity
+from vramlens.plan import IssueKind, Origin, Severity
 
 LF_KEYS = frozenset({
     "stage", "finetuning_type", "cutoff_len", "template", "lora_target", "lora_rank", "quantization_bit",
@@ -270,7 +270,7 @@ def _derive(b: PlanBuilder, data: dict, keys: set[str], top: list[Setting]) -> N
         b.set("quant_type", "nf4" if plan.quant_bits.value == 4 else "int8", origin=Origin.DERIVED,
               framework="llamafactory", note="bitsandbytes is LLaMA-Factory's default quantization method")
     if "cutoff_len" not in keys:
-        b.issue("no `cutoff_len`: LLaMA-Factory's default is 2048 since 2024-11 (1024 before); "
+        b.issue(IssueKind.ASSUMED, "no `cutoff_len`: LLaMA-Factory's default is 2048 since 2024-11 (1024 before); "
                 "vramlens uses 2048", severity=Severity.INFO)
 
 

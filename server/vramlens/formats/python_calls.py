@@ -25,7 +25,7 @@ from typing import Any
 from vramlens.formats import hf
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool
 from vramlens.formats.shell import apply_hf_key, is_hf_key
-from vramlens.plan import Origin, Severity, Span, TrainingPlan
+from vramlens.plan import IssueKind, Origin, Severity, Span, TrainingPlan
 from vramlens.text import iter_text_lines, text_lines
 
 # Larger files are not training scripts; the bound also bounds ast.parse (densest code: ~200 MB, ~1 s at 500 KB).
@@ -510,11 +510,11 @@ class _Reader:
 
     def unknown(self, s: Setting, v: _Unknown) -> None:
         why = f" ({v.why})" if v.why else ""
-        self.b.issue(f"`{s.key}` is only known when the script runs{why}; it is not read, so the framework "
+        self.b.issue(IssueKind.NOT_READ, f"`{s.key}` is only known when the script runs{why}; it is not read, so the framework "
                      f"default is shown", s, severity=Severity.INFO)
 
     def splat(self, kw: ast.keyword, call_name: str, why: str = "") -> None:
-        self.b.issue(f"settings passed to `{call_name}` through `**{self.cols.source(kw.value, 40)}` are only known "
+        self.b.issue(IssueKind.NOT_READ, f"settings passed to `{call_name}` through `**{self.cols.source(kw.value, 40)}` are only known "
                      f"when the script runs{' (' + why + ')' if why else ''}; they are not read, so the framework "
                      f"defaults are shown for whatever they set", span=self.cols.span(kw.value), severity=Severity.INFO)
 

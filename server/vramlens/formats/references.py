@@ -22,7 +22,7 @@ from pathlib import Path
 
 from vramlens import file_access
 from vramlens.formats.settings import PlanBuilder, Setting
-from vramlens.plan import Severity
+from vramlens.plan import IssueKind, Severity
 
 MAX_DEPTH = 4
 MAX_REFERENCED_BYTES = 1_000_000
@@ -132,8 +132,8 @@ def _follow(builder: PlanBuilder, ctx, ref, seen: set[str]) -> None:
     depth = ctx.depth + (0 if where == ctx.path else 1)
     target = ref.target.strip()
     if target.startswith(REMOTE):
-        builder.issue(f"{label} `{target}` is remote: vramlens does not download it; its settings are not included",
-                      span=ref.span, severity=Severity.INFO, code="VL014")
+        builder.issue(IssueKind.NOT_READ, f"{label} `{target}` is remote: vramlens does not download it; its settings are not included",
+                      span=ref.span, severity=Severity.INFO)
         return
     refused = False
     if ref.kind == "torchtune-config":
@@ -149,14 +149,13 @@ def _follow(builder: PlanBuilder, ctx, ref, seen: set[str]) -> None:
             source, contents = known
             is_name = "/" not in target and not target.endswith(".json")
             if not is_name:
-                builder.issue(f"{missing}; estimated with the contents of {source}", span=ref.span,
-                              severity=Severity.WARNING, code="VL014")
+                builder.issue(IssueKind.REFERENCE, f"{missing}; estimated with the contents of {source}", span=ref.span,
+                              severity=Severity.WARNING)
             anchor = Setting(key=target, path=("deepspeed",), value=contents, span=ref.span, value_span=ref.span)
             deepspeed.apply_dict(builder, contents, anchor, note=f"from {source}")
             ref.resolved_path = f"preset:{target}"
             return
-        builder.issue(missing, span=ref.span, severity=Severity.WARNING if refused else Severity.ERROR,
-                      code="VL014")
+        builder.issue(IssueKind.REFERENCE, missing, span=ref.span, severity=Severity.WARNING if refused else Severity.ERROR)
         return
     ref.resolved_path = str(found)
     if str(found) in seen or depth >= MAX_DEPTH:
@@ -164,18 +163,19 @@ def _follow(builder: PlanBuilder, ctx, ref, seen: set[str]) -> None:
     seen.add(str(found))
     text = _read(found, ctx)
     if text is None:
-        builder.issue(f"cannot read {label} `{target}`", span=ref.span, severity=Severity.ERROR, code="VL014")
+        builder.issue(IssueKind.REFERENCE, f"cannot read {label} `{target}`", span=ref.span, severity=Severity.ERROR)
         return
     from vramlens.formats.yaml_doc import YamlError, load_yaml
 
     try:
         data, settings = load_yaml(text, str(found))
     except YamlError as exc:
-        builder.issue(f"cannot read {label} `{target}`: {exc}", span=ref.span, severity=Severity.ERROR, code="VL014")
+        builder.issue(IssueKind.REFERENCE, f"cannot read {label} `{target}`: {exc}", span=ref.span,
+                      severity=Severity.ERROR)
         return
     if not isinstance(data, dict):
-        builder.issue(f"{label} `{target}` is not a mapping of settings", span=ref.span, severity=Severity.ERROR,
-                      code="VL014")
+        builder.issue(IssueKind.REFERENCE, f"{label} `{target}` is not a mapping of settings", span=ref.span,
+                      severity=Severity.ERROR)
         return
     if ref.kind == "deepspeed":
         deepspeed.apply(builder, settings)
@@ -199,8 +199,8 @@ def _merge_dialect(builder: PlanBuilder, ctx, ref, found: Path, text: str, data:
     if dialect is None or dialect.detect(data, keys) < formats.MIN_SCORE:
         dialect = formats.best_dialect(data, keys)
     if dialect is None:
-        builder.issue(f"`{ref.target}` is not a training config vramlens recognises", span=ref.span,
-                      severity=Severity.WARNING, code="VL014")
+        builder.issue(IssueKind.REFERENCE, f"`{ref.target}` is not a training config vramlens recognises", span=ref.span,
+                      severity=Severity.WARNING)
         return
     sub = PlanBuilder(str(found), dialect.name, dialect.framework)
     dialect.apply(sub, data, settings, sub_ctx)
@@ -213,7 +213,7 @@ def _merge_dialect(builder: PlanBuilder, ctx, ref, found: Path, text: str, data:
         if ref2 not in builder.plan.references:
             builder.plan.references.append(ref2)
     for issue in sub.plan.issues:
-        if issue.code == "VL014" or issue.severity == Severity.ERROR:
+        if issue.kind == IssueKind.REFERENCE or issue.severity == Severity.ERROR:
             builder.plan.issues.append(issue)
     if ref.kind == "torchtune-config" and builder.plan.format in ("unknown", "shell", "python"):
         builder.plan.framework = builder.plan.framework or "torchtune"

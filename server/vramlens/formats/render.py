@@ -43,10 +43,8 @@ def render_change(text: str, plan: TrainingPlan, changes: dict[str, Any]) -> Ren
     if not changes:
         return RenderResult([])
     if plan.format in CODE_FORMATS:
-        try:
-            from vramlens.formats.render_code import render_change_code
-        except ImportError:
-            return None
+        from vramlens.formats.render_code import render_change_code  # imports this module: not at the top
+
         return render_change_code(text, plan, changes)
     from vramlens.formats import render_yaml  # noqa: F401  (registers the YAML/JSON writers)
 

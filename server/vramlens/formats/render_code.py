@@ -19,25 +19,13 @@ from __future__ import annotations
 import ast
 import re
 import shlex
-from dataclasses import dataclass
 from typing import Any
 
 from vramlens.formats import markdown, python_calls, shell
+from vramlens.formats.render import RenderResult, TextEdit
+from vramlens.knowledge import optimizers
 from vramlens.plan import Sourced, Span, TrainingPlan
 from vramlens.text import text_lines
-
-try:
-    from vramlens.formats.render import RenderResult, TextEdit
-except ImportError:      # the dispatcher module is not there (or is importing this one)
-    @dataclass
-    class TextEdit:  # type: ignore[no-redef]
-        span: Span
-        new_text: str
-
-    @dataclass
-    class RenderResult:  # type: ignore[no-redef]
-        edits: list
-        note: str | None = None
 
 
 def render_change_code(text: str, plan: TrainingPlan, changes: dict[str, Any]) -> RenderResult | None:
@@ -478,10 +466,6 @@ TOOL_FLAGS = {
 # concepts whose value is written as it is (no change of key or meaning)
 SH_DIRECT = frozenset({"micro_batch", "grad_accum", "eval_batch", "grad_checkpointing", "optimizer", "packing",
                        "compile", "activation_offload", "seq_len", "attn_impl"})
-TORCHTUNE_OPTIMIZERS = {"adamw_bnb_8bit": "bitsandbytes.optim.AdamW8bit",
-                        "paged_adamw_8bit": "bitsandbytes.optim.PagedAdamW8bit",
-                        "paged_adamw_32bit": "bitsandbytes.optim.PagedAdamW",
-                        "adamw_torch": "torch.optim.AdamW", "adamw_torch_fused": "torch.optim.AdamW"}
 
 
 def _sh_word(value: Any) -> str:
@@ -529,7 +513,7 @@ def _sh_value(key: str, concept: str, value: Any, tool: str) -> str:
             return "True" if value == "qlora" else "False"
         return "lora" if value in ("lora", "qlora") else str(value)
     if concept == "optimizer" and tool == "torchtune":
-        return TORCHTUNE_OPTIMIZERS.get(value, value)
+        return optimizers.class_path(value) or value
     if isinstance(value, bool):
         if n in shell.EXTRA_HANDLERS or tool in ("llamafactory", "swift", "axolotl"):
             return "true" if value else "false"
@@ -615,7 +599,7 @@ def _sh_change(doc: _ShDoc, concept: str, value: Any) -> None:
     if concept == "grad_checkpointing" and tool == "llamafactory":
         return _put_flag(doc, "disable_gradient_checkpointing", "false" if value else "true")
     if concept == "optimizer" and tool == "torchtune":
-        return _put_flag(doc, "optimizer._component_", TORCHTUNE_OPTIMIZERS.get(value, value))
+        return _put_flag(doc, "optimizer._component_", optimizers.class_path(value) or value)
     flags = TOOL_FLAGS.get(tool, HF_FLAGS)
     name = flags.get(concept)
     if name is None:

@@ -21,9 +21,11 @@ from typing import Any, Callable
 
 import yaml
 
+from vramlens.formats import accelerate, deepspeed, litgpt, neox
 from vramlens.formats.render import RENDERERS, RenderResult, TextEdit
 from vramlens.formats.settings import Setting
 from vramlens.formats.yaml_doc import is_json_path, load_yaml
+from vramlens.knowledge import optimizers
 from vramlens.plan import Sourced, Span, TrainingPlan
 from vramlens.text import LINE_BREAK, LineIndex, line_ending
 
@@ -422,15 +424,6 @@ def _targets_text(value) -> Any:
     return list(value) if isinstance(value, (list, tuple)) else value
 
 
-HF_OPT_TO_CLASS = {
-    "paged_adamw_8bit": "bitsandbytes.optim.PagedAdamW8bit", "paged_adamw_32bit": "bitsandbytes.optim.PagedAdamW",
-    "adamw_bnb_8bit": "bitsandbytes.optim.AdamW8bit", "adamw_8bit": "bitsandbytes.optim.AdamW8bit",
-    "adamw_torch": "torch.optim.AdamW", "adamw_torch_fused": "torch.optim.AdamW",
-    "adamw_torch_8bit": "torchao.optim.AdamW8bit", "adamw_torch_4bit": "torchao.optim.AdamW4bit",
-    "paged_lion_8bit": "bitsandbytes.optim.PagedLion8bit",
-}
-
-
 def _render(handlers: dict[str, Handler], order: tuple = ()) -> Callable:
     def writer(text: str, plan: TrainingPlan, changes: dict[str, Any]) -> RenderResult:
         doc = _Doc(text, plan)
@@ -462,8 +455,9 @@ def _mark_done(doc: _Doc, *concepts: str) -> None:
 
 
 # concepts that live in the DeepSpeed file when the document itself does not set them
-_DS_KEYS = {"zero_stage": "zero_optimization.stage", "offload_optimizer": "zero_optimization.offload_optimizer.device",
-            "offload_params": "zero_optimization.offload_param.device"}
+# (where, from the DeepSpeed key table)
+_DS_KEYS = {concept: ".".join(deepspeed.key_for(concept).path)
+            for concept in ("zero_stage", "offload_optimizer", "offload_params")}
 _DS_CONCEPTS = set(_DS_KEYS)
 
 
@@ -561,6 +555,8 @@ def _hf_handlers(trl: bool) -> dict[str, Handler]:
                                        ("fsdp_config", "fsdp_activation_checkpointing"), "gradient_checkpointing"),
                                       after=("gradient_accumulation_steps",)),
         "optimizer": _simple(("optim",), after=("learning_rate", "lr_scheduler_type")),
+        # transformers strips `fsdp_` from fsdp_config keys: both spellings mean the same (formats.hf.fsdp_config_entry)
+        "fsdp_state_dict_type": _simple((("fsdp_config", "state_dict_type"), ("fsdp_config", "fsdp_state_dict_type"))),
         "optimizer_impl": opt_impl,
         "compile": _simple(("torch_compile",), after=("gradient_checkpointing",)),
         "seq_len": seq,
@@ -833,7 +829,7 @@ def _torchtune_handlers() -> dict[str, Handler]:
     from vramlens.formats.torchtune import _BUILDER
 
     def optimizer(doc: _Doc, value: Any, changes: dict) -> None:
-        cls = HF_OPT_TO_CLASS.get(str(value), str(value))
+        cls = optimizers.class_path(str(value)) or str(value)
         if "." not in cls:
             doc.notes.append(f"optimizer `{value}` has no torchtune class")
             return
@@ -949,7 +945,7 @@ def _accelerate_handlers() -> dict[str, Handler]:
             if ("deepspeed_config", "deepspeed_config_file") in doc.by_path:
                 doc.notes.append("the ZeRO stage is in the DeepSpeed file named by `deepspeed_config_file`")
                 return
-            doc.set(("deepspeed_config", "zero_stage"), value)
+            doc.set(accelerate.key_for("zero_stage").path, value)
         elif kind(doc) == "FSDP":
             if ("fsdp_config", "fsdp_reshard_after_forward") in doc.by_path or doc.value(("fsdp_config", "fsdp_version")) == 2:
                 doc.set(("fsdp_config", "fsdp_reshard_after_forward"), value >= 3)
@@ -959,14 +955,13 @@ def _accelerate_handlers() -> dict[str, Handler]:
         else:
             doc.notes.append("sharding needs `distributed_type: DEEPSPEED` or `FSDP`")
 
-    def offload(which: str) -> Handler:
+    def offload(concept: str) -> Handler:
         def handler(doc: _Doc, value: Any, changes: dict) -> None:
             if kind(doc) == "FSDP":
                 doc.set(("fsdp_config", "fsdp_offload_params"), bool(value))
                 _mark_done(doc, "offload_optimizer", "offload_params")
             elif kind(doc) == "DEEPSPEED":
-                key = "offload_optimizer_device" if which == "optimizer" else "offload_param_device"
-                doc.set(("deepspeed_config", key), "cpu" if value else "none")
+                doc.set(accelerate.key_for(concept).path, "cpu" if value else "none")
             else:
                 doc.notes.append("CPU offload needs DeepSpeed or FSDP")
         return handler
@@ -978,22 +973,25 @@ def _accelerate_handlers() -> dict[str, Handler]:
             doc.notes.append("gradient checkpointing is a training setting: set it in the training config")
 
     def amp(doc: _Doc, value: Any, changes: dict) -> None:
-        doc.set(("mixed_precision",), {"none": "no"}.get(value, value), after=("machine_rank", "main_training_function"))
+        doc.set(accelerate.key_for("amp_dtype").path, {"none": "no"}.get(value, value),
+                after=("machine_rank", "main_training_function"))
 
     def grad_accum(doc: _Doc, value: Any, changes: dict) -> None:
-        if ("deepspeed_config", "gradient_accumulation_steps") in doc.by_path:
-            doc.set(("deepspeed_config", "gradient_accumulation_steps"), value)
+        path = accelerate.key_for("grad_accum").path
+        if path in doc.by_path:
+            doc.set(path, value)
         else:
             doc.notes.append("gradient accumulation is a training setting: set it in the training config")
 
     return {
-        "world_size": _simple(("num_processes",), after=("num_machines",)),
+        "world_size": _simple((accelerate.key_for("world_size").path,), after=("num_machines",)),
         "amp_dtype": amp,
         "zero_stage": zero,
-        "offload_optimizer": offload("optimizer"),
-        "offload_params": offload("params"),
+        "offload_optimizer": offload("offload_optimizer"),
+        "offload_params": offload("offload_params"),
         "grad_checkpointing": gc,
         "grad_accum": grad_accum,
+        "fsdp_state_dict_type": _simple((("fsdp_config", "fsdp_state_dict_type"),)),
         "alloc_conf": _note(ALLOC_NOTE),
     }
 
@@ -1001,12 +999,16 @@ def _accelerate_handlers() -> dict[str, Handler]:
 # --- DeepSpeed JSON ------------------------------------------------------------------------------------
 
 def _deepspeed_handlers() -> dict[str, Handler]:
-    def offload(key: str) -> Handler:
+    key_for = deepspeed.key_for
+
+    def offload(concept: str) -> Handler:
+        section, key, device = key_for(concept).path          # zero_optimization.offload_*.device
+
         def handler(doc: _Doc, value: Any, changes: dict) -> None:
-            if ("zero_optimization", key) in doc.by_path and isinstance(doc.value(("zero_optimization", key)), dict):
-                doc.set(("zero_optimization", key, "device"), "cpu" if value else "none")
+            if (section, key) in doc.by_path and isinstance(doc.value((section, key)), dict):
+                doc.set((section, key, device), "cpu" if value else "none")
             else:
-                doc.set(("zero_optimization", key), {"device": "cpu" if value else "none", "pin_memory": True},
+                doc.set((section, key), {device: "cpu" if value else "none", "pin_memory": True},
                         after=("stage",))
         return handler
 
@@ -1017,13 +1019,16 @@ def _deepspeed_handlers() -> dict[str, Handler]:
             if doc.value((other, "enabled")) is True:
                 doc.set((other, "enabled"), False)
 
+    def whole(concept: str, after: str) -> Handler:
+        return _simple((key_for(concept).path,), after=(key_for(after).path[-1],))
+
     return {
-        "micro_batch": _simple(("train_micro_batch_size_per_gpu",), after=("gradient_accumulation_steps",)),
-        "grad_accum": _simple(("gradient_accumulation_steps",), after=("train_micro_batch_size_per_gpu",)),
-        "global_batch": _simple(("train_batch_size",), after=("train_micro_batch_size_per_gpu",)),
-        "zero_stage": _simple((("zero_optimization", "stage"),)),
+        "micro_batch": whole("micro_batch", after="grad_accum"),
+        "grad_accum": whole("grad_accum", after="micro_batch"),
+        "global_batch": whole("global_batch", after="micro_batch"),
+        "zero_stage": _simple((key_for("zero_stage").path,)),
         "offload_optimizer": offload("offload_optimizer"),
-        "offload_params": offload("offload_param"),
+        "offload_params": offload("offload_params"),
         "amp_dtype": amp,
         "alloc_conf": _note(ALLOC_NOTE),
     }
@@ -1032,23 +1037,24 @@ def _deepspeed_handlers() -> dict[str, Handler]:
 # --- litgpt ----------------------------------------------------------------------------------------
 
 def _litgpt_handlers() -> dict[str, Handler]:
-    from vramlens.formats.litgpt import LORA_SWITCHES
+    LORA_SWITCHES, key_for = litgpt.LORA_SWITCHES, litgpt.key_for
+    quantize, precision = key_for("quant_bits").path, key_for("weight_dtype").path
 
     def quant(doc: _Doc, value: Any, changes: dict) -> None:
         word = {4: "bnb.nf4", 8: "bnb.int8-training"}.get(value)
         if word is None:
             doc.notes.append(f"litgpt cannot load {value}-bit weights")
             return
-        doc.set(("quantize",), word, after=("precision",))
-        prec = str(doc.value(("precision",)) or "")
+        doc.set(quantize, word, after=precision)
+        prec = str(doc.value(precision) or "")
         if prec.endswith("-mixed"):
-            doc.set(("precision",), prec.replace("-mixed", "-true"))
+            doc.set(precision, prec.replace("-mixed", "-true"))
 
     def peft(doc: _Doc, value: Any, changes: dict) -> None:
         _mark_done(doc, "quant_bits")
         if value in ("lora", "qlora"):
-            if ("lora_r",) not in doc.by_path:
-                doc.set(("lora_r",), changes.get("lora_r", 16), after=("num_nodes", "devices"))
+            if key_for("lora_r").path not in doc.by_path:
+                doc.set(key_for("lora_r").path, changes.get("lora_r", 16), after=("num_nodes", "devices"))
             if value == "qlora" or changes.get("quant_bits") == 4:
                 quant(doc, 4, changes)
             doc.notes.append("run it with `litgpt finetune_lora`")
@@ -1066,29 +1072,29 @@ def _litgpt_handlers() -> dict[str, Handler]:
             doc.set((key,), on, after=("lora_dropout", "lora_alpha", "lora_r"))
 
     def optimizer(doc: _Doc, value: Any, changes: dict) -> None:
-        cls = HF_OPT_TO_CLASS.get(str(value), str(value))
+        cls = optimizers.class_path(str(value)) or str(value)
         if ("optimizer", "class_path") in doc.by_path:
             doc.set(("optimizer", "class_path"), cls)
         else:
             doc.set(("optimizer",), cls, after=("seed",))
 
     def grad_accum(doc: _Doc, value: Any, changes: dict) -> None:
-        micro = changes.get("micro_batch") or doc.value(("train", "micro_batch_size")) or 4
+        micro = changes.get("micro_batch") or doc.value(key_for("micro_batch").path) or 4
         world = doc.plan.world_size.value if doc.plan.world_size is not None else 1
-        doc.set(("train", "global_batch_size"), int(micro) * int(value) * int(world), after=("log_interval",))
+        doc.set(key_for("global_batch").path, int(micro) * int(value) * int(world), after=("log_interval",))
 
     def micro(doc: _Doc, value: Any, changes: dict) -> None:
-        doc.set(("train", "micro_batch_size"), value, after=("global_batch_size",))
+        doc.set(key_for("micro_batch").path, value, after=(key_for("global_batch").path[-1],))
 
     return {
         "micro_batch": micro,
         "grad_accum": grad_accum,
-        "seq_len": _simple((("train", "max_seq_length"),)),
+        "seq_len": _simple((key_for("seq_len").path,)),
         "quant_bits": quant,
         "peft_method": peft,
-        "lora_r": _simple(("lora_r",), after=("num_nodes",)),
-        "lora_alpha": _simple(("lora_alpha",), after=("lora_r",)),
-        "lora_dropout": _simple(("lora_dropout",), after=("lora_alpha",)),
+        "lora_r": _simple((key_for("lora_r").path,), after=("num_nodes",)),
+        "lora_alpha": _simple((key_for("lora_alpha").path,), after=("lora_r",)),
+        "lora_dropout": _simple((key_for("lora_dropout").path,), after=("lora_alpha",)),
         "lora_targets": targets,
         "optimizer": optimizer,
         "grad_checkpointing": _note("litgpt decides activation checkpointing itself (on with FSDP)"),
@@ -1108,23 +1114,27 @@ def _neox_handlers() -> dict[str, Handler]:
         hyphens = sum(1 for p in doc.by_path if len(p) == 1 and "-" in str(p[0]))
         return (hy,) if hyphens > len(doc.by_path) / 4 else (name,)
 
-    def simple(name: str, after: str) -> Handler:
+    def simple(concept: str, after: str) -> Handler:
+        """Write the concept's key (from the key table) after the key of `after` (a concept, or a shape key)."""
+        name = neox.key_for(concept).path[0]
+        after_name = after if after in neox.BY_NAME else neox.key_for(after).path[0]
+
         def handler(doc: _Doc, value: Any, changes: dict) -> None:
-            doc.set(key(doc, name), value, after=(key(doc, after)[0],))
+            doc.set(key(doc, name), value, after=(key(doc, after_name)[0],))
         return handler
 
     def optimizer(doc: _Doc, value: Any, changes: dict) -> None:
         if "8bit" in str(value):
-            doc.set(key(doc, "use_bnb_optimizer"), True, after=(key(doc, "optimizer")[0],))
+            doc.set(key(doc, neox.key_for("optimizer").path[0]), True, after=(key(doc, "optimizer")[0],))
         else:
             doc.notes.append(f"GPT-NeoX optimizer `{value}`: set `optimizer.type`")
 
     return {
-        "micro_batch": simple("train_micro_batch_size_per_gpu", "gradient_accumulation_steps"),
-        "grad_accum": simple("gradient_accumulation_steps", "train_micro_batch_size_per_gpu"),
-        "grad_checkpointing": simple("checkpoint_activations", "train_micro_batch_size_per_gpu"),
-        "seq_len": simple("seq_length", "num_attention_heads"),
-        "zero_stage": _simple((("zero_optimization", "stage"),)),
+        "micro_batch": simple("micro_batch", after="grad_accum"),
+        "grad_accum": simple("grad_accum", after="micro_batch"),
+        "grad_checkpointing": simple("grad_checkpointing", after="micro_batch"),
+        "seq_len": simple("seq_len", after="num_attention_heads"),
+        "zero_stage": _simple((deepspeed.key_for("zero_stage").path,)),
         "optimizer": optimizer,
         "alloc_conf": _note(ALLOC_NOTE),
     }

@@ -14,9 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from vramlens.formats.vocab import AXOLOTL_ATTENTION, AXOLOTL_OPTIMIZERS, HF_ATTENTION, HF_OPTIMIZERS
+from vramlens.formats import accelerate, deepspeed, litgpt, neox
+from vramlens.formats.vocab import AXOLOTL_ATTENTION, HF_ATTENTION
+from vramlens.knowledge import optimizers
 
 SCHEMA_DIR = Path(__file__).resolve().parents[3] / "schemas"
 Num = Union[int, float, str]     # YAML 1.1 reads `2e-5` as text; the frameworks convert it
@@ -53,7 +55,7 @@ class HFArguments(_Open):
     optim: Optional[str] = F(
         "Optimizer (default adamw_torch_fused). AdamW keeps 8 bytes of state per fp32 parameter; 8-bit variants "
         "(adamw_bnb_8bit, paged_adamw_8bit) about 2; paged ones can spill to CPU memory.",
-        json_schema_extra={"examples": list(HF_OPTIMIZERS)})
+        json_schema_extra={"examples": list(optimizers.hf_names())})
     torch_compile: Optional[bool] = F("torch.compile the model (default false): usually less activation memory, "
                                       "with a compile-time peak.")
     use_liger_kernel: Optional[bool] = F("Liger kernels incl. fused linear cross-entropy: no full "
@@ -124,7 +126,7 @@ class AxolotlConfig(_Open):
         json_schema_extra={"examples": list(AXOLOTL_ATTENTION)})
     flash_attention: Optional[bool] = F("Legacy switch for flash_attention_2 (use `attn_implementation`).")
     optimizer: Optional[str] = F("Optimizer (default adamw_torch_fused): 8-bit ones keep ~2 bytes of state per "
-                                 "parameter instead of ~8.", json_schema_extra={"examples": list(AXOLOTL_OPTIMIZERS)})
+                                 "parameter instead of ~8.", json_schema_extra={"examples": list(optimizers.axolotl_names())})
     adapter: Optional[Literal["lora", "qlora"]] = F("Train adapters instead of the full model (qlora: 4-bit base).")
     lora_r: Optional[int] = F("LoRA rank: adapter size grows linearly.", ge=1)
     lora_alpha: Optional[Num] = F("LoRA scaling. No memory effect.")
@@ -179,7 +181,7 @@ class LlamaFactoryConfig(_Open):
     use_galore: Optional[bool] = F("GaLore: low-rank optimizer states.")
     use_badam: Optional[bool] = F("BAdam: optimizer states for one block of layers at a time.")
     optim: Optional[str] = F("HF optimizer name (8-bit ones keep ~2 bytes of state per parameter).",
-                             json_schema_extra={"examples": list(HF_OPTIMIZERS)})
+                             json_schema_extra={"examples": list(optimizers.hf_names())})
 
 
 class LlamaFactoryV1Config(_Open):
@@ -224,72 +226,76 @@ class TorchtuneConfig(_Open):
 
 class AccelerateConfig(_Open):
     model_config = ConfigDict(extra="allow", title="accelerate config")
-    distributed_type: Optional[Literal["NO", "MULTI_GPU", "FSDP", "DEEPSPEED", "MEGATRON_LM", "MULTI_CPU", "XLA",
-                                       "MULTI_NPU", "MULTI_XPU"]] = F(
-        "How the GPUs cooperate; quote NO (`'NO'`): unquoted it is the boolean false.")
-    num_processes: Optional[int] = F("Processes (GPUs) on all machines: the divisor for ZeRO/FSDP sharding.", ge=1)
-    mixed_precision: Optional[Literal["no", "fp16", "bf16", "fp8"]] = F(
-        "Autocast precision; quote 'no' (unquoted it is false).")
-    deepspeed_config: Optional[dict] = F("zero_stage (0–3), offload_optimizer_device / offload_param_device "
-                                         "(none|cpu|nvme), or deepspeed_config_file.")
-    fsdp_config: Optional[dict] = F("fsdp_sharding_strategy / fsdp_reshard_after_forward, fsdp_offload_params, "
-                                    "fsdp_activation_checkpointing, fsdp_state_dict_type.")
-    parallelism_config: Optional[dict] = F("tp/cp/sp/dp sizes: tensor and sequence parallelism divide weights "
-                                           "and activations.")
+    # the keys, their descriptions and the values the parser reads (formats.accelerate), not a second list
+    distributed_type: Optional[Literal[tuple(accelerate.DISTRIBUTED_TYPES)]] = F(  # type: ignore[valid-type]
+        accelerate.key_for("dist_strategy").description)
+    num_processes: Optional[int] = F(accelerate.key_for("world_size").description, ge=1)
+    mixed_precision: Optional[Literal[tuple(accelerate.MIXED_PRECISION)]] = F(  # type: ignore[valid-type]
+        accelerate.key_for("amp_dtype").description)
+    deepspeed_config: Optional[dict] = F(accelerate.SECTIONS["deepspeed_config"])
+    fsdp_config: Optional[dict] = F(accelerate.SECTIONS["fsdp_config"])
+    parallelism_config: Optional[dict] = F(accelerate.SECTIONS["parallelism_config"])
 
 
 # --- DeepSpeed ---------------------------------------------------------------------------------------
 
-class DeepSpeedConfig(_Open):
+class _DeepSpeedBase(_Open):
     model_config = ConfigDict(extra="allow", title="DeepSpeed config")
-    zero_optimization: Optional[dict] = F(
-        "`stage` 1 shards optimizer states, 2 also gradients, 3 also weights; `offload_optimizer.device`/"
-        "`offload_param.device` cpu|nvme move them off the GPU; bucket sizes set temporary buffers.")
-    train_micro_batch_size_per_gpu: Optional[Union[int, Literal["auto"]]] = F("Samples per GPU per step.")
-    gradient_accumulation_steps: Optional[Union[int, Literal["auto"]]] = F("Micro-batches per step.")
-    train_batch_size: Optional[Union[int, Literal["auto"]]] = F("micro × accumulation × GPUs.")
-    bf16: Optional[dict] = F("`enabled`: bf16 weights with fp32 master weights in the optimizer (12 bytes/param).")
-    fp16: Optional[dict] = F("`enabled`: fp16 training with loss scaling and fp32 master weights.")
-    optimizer: Optional[dict] = F("DeepSpeed's own optimizer (`type`), replacing the trainer's.")
+
+
+def _deepspeed_field(name: str) -> tuple[Any, Any]:
+    """A top-level DeepSpeed key from the parser's key table: a whole number (or "auto") or a section."""
+    key = deepspeed.BY_PATH.get((name,))
+    kind = Optional[Union[int, Literal["auto"]]] if key is not None and key.read is deepspeed.read_whole \
+        else Optional[dict]
+    return kind, F(deepspeed.SECTIONS[name])
+
+
+# The top-level keys and their descriptions come from the DeepSpeed parser's key table (formats.deepspeed).
+DeepSpeedConfig = create_model("DeepSpeedConfig", __base__=_DeepSpeedBase,
+                               **{name: _deepspeed_field(name) for name in deepspeed.SECTIONS})
 
 
 # --- litgpt ---------------------------------------------------------------------------------------
 
-class LitgptConfig(_Open):
+class _LitgptBase(_Open):
     model_config = ConfigDict(extra="allow", title="litgpt config")
-    checkpoint_dir: Optional[str] = F("checkpoints/<org>/<model>: the model.")
-    precision: Optional[Literal["bf16-true", "bf16-mixed", "16-true", "16-mixed", "32-true"]] = F(
-        "`*-true`: weights in that dtype; `*-mixed`: fp32 weights + autocast (4 bytes/param + copies).")
-    quantize: Optional[Literal["bnb.nf4", "bnb.nf4-dq", "bnb.fp4", "bnb.fp4-dq", "bnb.int8-training"]] = F(
-        "Quantized base weights (needs a `*-true` precision).")
-    devices: Optional[Union[int, Literal["auto"]]] = F("GPUs; full fine-tuning on >1 uses FSDP + checkpointing.")
-    num_nodes: Optional[int] = F("Machines.", ge=1)
-    train: Optional[dict] = F("`micro_batch_size` (default 4), `global_batch_size` (default 64; accumulation "
-                              "derived), `max_seq_length`.")
-    lora_r: Optional[int] = F("LoRA rank (default 8).", ge=1)
-    lora_query: Optional[bool] = F("Adapter on the query projection.")
-    lora_key: Optional[bool] = F("Adapter on the key projection.")
-    lora_value: Optional[bool] = F("Adapter on the value projection.")
-    lora_projection: Optional[bool] = F("Adapter on the attention output projection.")
-    lora_mlp: Optional[bool] = F("Adapters on the MLP.")
-    lora_head: Optional[bool] = F("Adapter on the output head.")
+
+
+def _litgpt_field(key: litgpt.Key) -> tuple[Any, Any]:
+    """A top-level litgpt key from the parser's key table, typed by its kind."""
+    if key.kind == "choice":
+        return Optional[Literal[key.choices]], F(key.description)  # type: ignore[valid-type]
+    if key.kind == "whole":
+        return Optional[int], F(key.description, ge=1)
+    kind = {"number": float, "bool": bool, "text": str, "section": dict,
+            "devices": Union[int, Literal["auto"]]}[key.kind]
+    return Optional[kind], F(key.description)
+
+
+# The top-level keys, their types and descriptions come from the litgpt parser's key table (formats.litgpt).
+LitgptConfig = create_model("LitgptConfig", __base__=_LitgptBase,
+                            **{key.path[0]: _litgpt_field(key) for key in litgpt.KEYS if len(key.path) == 1})
 
 
 # --- GPT-NeoX ---------------------------------------------------------------------------------------
 
-class NeoxConfig(_Open):
+class _NeoxBase(_Open):
     model_config = ConfigDict(extra="allow", title="GPT-NeoX config")
-    train_micro_batch_size_per_gpu: Optional[int] = F("Samples per GPU per step.", ge=1)
-    gradient_accumulation_steps: Optional[int] = F("Micro-batches per step.", ge=1)
-    seq_length: Optional[int] = F("Tokens per sample (always full).", ge=1)
-    checkpoint_activations: Optional[bool] = F("Recompute activations in backward.")
-    partition_activations: Optional[bool] = F("Split checkpointed activations across model-parallel ranks.")
-    model_parallel_size: Optional[int] = F("Tensor parallelism.", ge=1)
-    pipe_parallel_size: Optional[int] = F("Pipeline stages.", ge=0)
-    zero_optimization: Optional[dict] = F("DeepSpeed ZeRO (`stage`).")
-    num_layers: Optional[int] = F("Transformer layers.", ge=1)
-    hidden_size: Optional[int] = F("Hidden size.", ge=1)
-    use_bnb_optimizer: Optional[bool] = F("bitsandbytes 8-bit Adam: ~2 bytes of state per parameter.")
+
+
+def _neox_field(key: neox.Key) -> tuple[Any, Any]:
+    """A GPT-NeoX key from the parser's key table, typed by its kind."""
+    kind = key.shape_kind or key.kind
+    if kind == "choice":
+        return Optional[Literal[key.choices]], F(key.description)  # type: ignore[valid-type]
+    if kind in ("whole", "count"):
+        return Optional[int], F(key.description, ge=1 if kind == "whole" else 0)
+    return Optional[{"bool": bool, "text": str, "list": list, "section": dict}[kind]], F(key.description)
+
+
+# The keys, their types and descriptions come from the GPT-NeoX parser's key table (formats.neox).
+NeoxConfig = create_model("NeoxConfig", __base__=_NeoxBase, **{key.path[0]: _neox_field(key) for key in neox.KEYS})
 
 
 FORMATS: dict[str, type[BaseModel]] = {

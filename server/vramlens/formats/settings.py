@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any
 
-from vramlens.plan import Origin, ParseIssue, Reference, Severity, Sourced, Span, TrainingPlan
+from vramlens.plan import IssueKind, Origin, ParseIssue, Reference, Severity, Sourced, Span, TrainingPlan
 
 
 class Setting:
@@ -218,13 +218,13 @@ class PlanBuilder:
             if is_auto(setting.value):
                 self.remember(setting)
                 return None
-            self.issue(f"`{setting.key}` should be a whole number, got {shown(setting.value)}", setting)
+            self.issue(IssueKind.INVALID_VALUE, f"`{setting.key}` should be a whole number, got {shown(setting.value)}", setting)
             return None
         if v < minimum:
-            self.issue(f"`{setting.key}` must be at least {minimum}, got {shown(v)}", setting)
+            self.issue(IssueKind.INVALID_VALUE, f"`{setting.key}` must be at least {minimum}, got {shown(v)}", setting)
             return None
         if v > MAX_COUNT:
-            self.issue(f"`{setting.key}` is {shown(v)}, more than vramlens can estimate (at most {MAX_COUNT:,}); "
+            self.issue(IssueKind.INVALID_VALUE, f"`{setting.key}` is {shown(v)}, more than vramlens can estimate (at most {MAX_COUNT:,}); "
                        f"the value is ignored", setting)
             return None
         if isinstance(setting.value, str):
@@ -241,7 +241,7 @@ class PlanBuilder:
             if is_auto(setting.value):
                 self.remember(setting)
                 return None
-            self.issue(f"`{setting.key}` should be true or false, got {shown(setting.value)}", setting)
+            self.issue(IssueKind.INVALID_VALUE, f"`{setting.key}` should be true or false, got {shown(setting.value)}", setting)
             return None
         self.set(concept, (not v) if invert else v, setting, note=note, override=override)
         return v
@@ -251,7 +251,7 @@ class PlanBuilder:
             return None
         v = to_float(setting.value)
         if v is None:
-            self.issue(f"`{setting.key}` should be a number, got {shown(setting.value)}", setting)
+            self.issue(IssueKind.INVALID_VALUE, f"`{setting.key}` should be a number, got {shown(setting.value)}", setting)
             return None
         self.set(concept, v, setting, note=note, override=override)
         return v
@@ -274,15 +274,25 @@ class PlanBuilder:
             value=v if isinstance(v, (str, int, float, bool, type(None))) else repr(v),
             key=setting.key, span=setting.span, value_span=setting.value_span)
 
-    def issue(self, message: str, setting: Setting | None = None, *, severity: Severity = Severity.WARNING,
-              code: str | None = None, suggestion: str | None = None, span: Span | None = None) -> None:
+    def shape(self, name: str, setting: Setting, *, override: bool = False) -> None:
+        """Keep a model-shape value the file states (`plan.extra["arch.<name>"]`, which the model resolver reads when
+        no model id is named); the first one kept wins unless `override`."""
+        key = f"arch.{name}"
+        if override or not self.plan.extra.get(key):
+            v = setting.value
+            self.plan.extra[key] = Sourced(value=v if isinstance(v, (str, int, float, bool)) else repr(v),
+                                           key=setting.key, span=setting.span, value_span=setting.value_span)
+
+    def issue(self, kind: IssueKind, message: str, setting: Setting | None = None, *,
+              severity: Severity = Severity.WARNING, suggestion: str | None = None, span: Span | None = None) -> None:
         self.plan.issues.append(ParseIssue(
-            message=message, span=span or (setting.value_span if setting else None) or (setting.span if setting else None),
-            severity=severity, code=code, suggestion=suggestion))
+            kind=kind, message=message,
+            span=span or (setting.value_span if setting else None) or (setting.span if setting else None),
+            severity=severity, suggestion=suggestion))
 
     def unknown(self, setting: Setting, what: str, choices=(), *, suggestion: str | None = None,
                 hint: str | None = None) -> None:
-        """An unknown value: a VL015 warning with the closest valid spelling when there is one."""
+        """An unknown value (VL015) with the closest valid spelling when there is one."""
         if suggestion is None and choices:
             suggestion = closest(str(setting.value), choices)
         msg = f"unknown {what} `{setting.value}` for `{setting.key}`"
@@ -290,4 +300,4 @@ class PlanBuilder:
             msg += f" — did you mean `{suggestion}`?"
         elif hint:
             msg += f" ({hint})"
-        self.issue(msg, setting, code="VL015", suggestion=suggestion)
+        self.issue(IssueKind.UNKNOWN_VALUE, msg, setting, suggestion=suggestion)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from vramlens.formats import hf, launchers, purpose
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
-from vramlens.plan import Origin, ParseIssue, Reference, Severity, Sourced, Span, TrainingPlan
+from vramlens.plan import IssueKind, Origin, ParseIssue, Reference, Severity, Sourced, Span, TrainingPlan
 from vramlens.text import LineIndex
 
 MAX_SHELL_CHARS = 2_000_000
@@ -690,7 +690,7 @@ def _peft_method(b: PlanBuilder, s: Setting) -> None:
               "longlora": "lora", "adalora": "other", "galore": "galore", "oft": "other", "boft": "other",
               "adapter": "other", "llamapro": "other", "vera": "other", "ia3": "other", "lisa": "other"}.get(v)
     if method is None:
-        return b.issue(f"unknown tuner type {s.value!r} for `{s.key}`", s)
+        return b.issue(IssueKind.UNKNOWN_VALUE, f"unknown tuner type {s.value!r} for `{s.key}`", s)
     b.set("peft_method", method, s)
     if method == "qlora":
         b.set("quant_bits", 4, s)
@@ -702,7 +702,7 @@ def _quant_bits(b: PlanBuilder, s: Setting) -> None:
         return b.remember(s)
     bits = to_int(v)
     if bits is None or bits not in (1, 2, 3, 4, 8, 16, 32):
-        return b.issue(f"`{s.key}` should be 2, 3, 4 or 8, got {s.value!r}", s)
+        return b.issue(IssueKind.INVALID_VALUE, f"`{s.key}` should be 2, 3, 4 or 8, got {s.value!r}", s)
     if bits in (16, 32):
         return
     b.set("quant_bits", bits, s)
@@ -910,6 +910,7 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
         if (prev is not None and prev.ended_by_comment and id(prev) in candidates
                 and cmd.words and raw_text(text, cmd.words[0]).startswith("-")):
             issues.append(ParseIssue(
+                kind=IssueKind.NOT_READ,
                 message="a `#` comment ends the command above: bash runs these flags as a separate command "
                         "and the training run never sees them",
                 span=idx.span(cmd.start, cmd.end), severity=Severity.WARNING))
@@ -992,6 +993,7 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
     if ex.capped:
         start, end = ex.capped[0]
         issues.append(ParseIssue(
+            kind=IssueKind.NOT_READ,
             message=f"a variable here expands to more than {MAX_VALUE_CHARS:,} characters (or the script's "
                     f"expansions to more than {MAX_EXPANDED_CHARS:,} in all); its value is treated as unknown "
                     f"({len(ex.capped):,} such value{'s' if len(ex.capped) != 1 else ''})",
@@ -1107,7 +1109,7 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
     sa = collect_args(script)
     flags, overrides = sa.flags, sa.overrides
     if sa.truncated:
-        b.issue(f"the training command has more than {MAX_ARGS:,} arguments; only the first {MAX_ARGS:,} are read",
+        b.issue(IssueKind.NOT_READ, f"the training command has more than {MAX_ARGS:,} arguments; only the first {MAX_ARGS:,} are read",
                 severity=Severity.INFO)
     config_refs.extend(("config", a, a.text) for a in sa.positional_configs)
     script.flag_args = flags
@@ -1254,7 +1256,7 @@ def _flag_setting(r: _Reader, name: str, flag: Arg, vals: list[Arg]) -> Setting 
 
 
 def _unknown_issue(b: PlanBuilder, s: Setting, what: str = "") -> None:
-    b.issue(f"`{s.key}` is set from a value only known when the script runs"
+    b.issue(IssueKind.NOT_READ, f"`{s.key}` is set from a value only known when the script runs"
             f"{' (' + what + ')' if what else ''}; it is not read, so the framework default is shown",
             s, severity=Severity.INFO)
 
@@ -1458,17 +1460,17 @@ def _follow_config(b: PlanBuilder, r: _Reader, kind: str, arg: Arg, target: str,
     looks_like_file = target.lower().endswith(CONFIG_SUFFIXES)
     found, refused = references.find(target, ctx.path, ctx.workspace)
     if found is None and refused:
-        b.issue(file_access.refusal("config file", target, ctx.workspace), span=span, severity=Severity.WARNING,
-                code="VL014")
+        b.issue(IssueKind.REFERENCE, file_access.refusal("config file", target, ctx.workspace), span=span,
+                severity=Severity.WARNING)
         return
     if found is None:
         if kind == "torchtune-config" and not looks_like_file:
-            b.issue(f"`{target}` names a config packaged with torchtune; it is not read here, so only the "
+            b.issue(IssueKind.NOT_READ, f"`{target}` names a config packaged with torchtune; it is not read here, so only the "
                     "command-line values count", span=span, severity=Severity.INFO)
             return
-        b.issue(f"config file `{target}` not found (looked next to this file"
+        b.issue(IssueKind.REFERENCE, f"config file `{target}` not found (looked next to this file"
                 f"{' and in the workspace root' if ctx.workspace else ''})",
-                span=span, severity=Severity.ERROR, code="VL014")
+                span=span, severity=Severity.ERROR)
         return
     ref.resolved_path = str(found)
     if getattr(ctx, "depth", 0) >= references.MAX_DEPTH:
@@ -1478,12 +1480,12 @@ def _follow_config(b: PlanBuilder, r: _Reader, kind: str, arg: Arg, target: str,
         return
     result = formats.parse_document(text, str(found), workspace=ctx.workspace, read_file=ctx.read_file)
     for issue in result.issues:
-        b.plan.issues.append(ParseIssue(message=f"in `{target}`: {issue.message}", span=span,
-                                        severity=issue.severity, code=issue.code or "VL014"))
+        b.plan.issues.append(ParseIssue(kind=issue.kind, message=f"in `{target}`: {issue.message}", span=span,
+                                        severity=issue.severity))
     sub = result.plan
     if sub is None:
         if not result.issues:
-            b.issue(f"`{target}` is not a training config vramlens can read", span=span, severity=Severity.INFO)
+            b.issue(IssueKind.REFERENCE, f"`{target}` is not a training config vramlens can read", span=span, severity=Severity.INFO)
         return
     merge_under(b.plan, sub, take_framework=kind in ("config", "torchtune-config"))
 

@@ -13,8 +13,9 @@ import re
 from typing import Any
 
 from vramlens.formats.settings import PlanBuilder, Setting, Unknown, to_bool
-from vramlens.formats.vocab import CLASS_OPTIMIZERS, check_optimizer
-from vramlens.plan import Origin, Severity, Sourced, Span, text_lines
+from vramlens.formats.vocab import check_optimizer
+from vramlens.knowledge import optimizers
+from vramlens.plan import IssueKind, Origin, Severity, Sourced, Span, text_lines
 
 # builder family (module name) -> (Hugging Face organisation, repo name template)
 # {size} is the builder's size token with "_" → "." and upper-case "B" (e.g. 1_5b → 1.5B)
@@ -51,13 +52,6 @@ _BUILDER = re.compile(r"^torchtune\.models\.(?P<family>[a-z0-9_]+)\.(?P<prefix>l
 # torchtune LoRA module names → the names vramlens' target normalisation understands
 LORA_MODULES = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "output_proj": "o_proj"}
 
-OPTIMIZER_CLASSES = {
-    "torch.optim.AdamW": "adamw_torch", "torch.optim.Adam": "adamw_torch",
-    "bitsandbytes.optim.PagedAdamW": "paged_adamw_32bit", "bitsandbytes.optim.PagedAdamW32bit": "paged_adamw_32bit",
-    "bitsandbytes.optim.PagedAdamW8bit": "paged_adamw_8bit", "bitsandbytes.optim.AdamW8bit": "adamw_bnb_8bit",
-    "torchao.prototype.low_bit_optim.AdamW8bit": "adamw_torch_8bit", "torchao.optim.AdamW8bit": "adamw_torch_8bit",
-    "torchao.prototype.low_bit_optim.AdamW4bit": "adamw_torch_4bit", "torchao.optim.AdamW4bit": "adamw_torch_4bit",
-}
 CHUNKED_LOSSES = {"torchtune.modules.loss.CEWithChunkedOutputLoss"}
 FUSED_LOSSES = {"torchtune.modules.loss.LinearCrossEntropyLoss"}
 DTYPES = {"bf16": "bf16", "fp32": "fp32", "fp16": "fp16", "fp64": "fp32"}
@@ -187,7 +181,7 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
     if s is not None:
         if s.value is None:
             b.remember(s, value="null")
-            b.issue("`tokenizer.max_seq_len: null`: samples are not truncated, so the sequence length is that of "
+            b.issue(IssueKind.ASSUMED, "`tokenizer.max_seq_len: null`: samples are not truncated, so the sequence length is that of "
                     "the longest sample in a batch — vramlens assumes a length; set `max_seq_len` to bound memory",
                     s, severity=Severity.INFO)
         else:
@@ -289,14 +283,15 @@ def _optimizer(b: PlanBuilder, get) -> None:
     if s is None or not isinstance(s.value, str):
         return
     cls = s.value.strip()
-    check_optimizer(b, s, CLASS_OPTIMIZERS)
-    b.set("optimizer", cls, s, note=(f"≈ `{OPTIMIZER_CLASSES[cls]}`" if cls in OPTIMIZER_CLASSES else None))
+    check_optimizer(b, s, "class")
+    spec = optimizers.lookup_optimizer(cls)
+    b.set("optimizer", cls, s, note=f"≈ `{spec.name}`" if spec is not None else None)
     fused = get("optimizer", "fused")
     foreach = get("optimizer", "foreach")
     if fused is not None and to_bool(fused.value):
         b.set("optimizer_impl", "fused", fused)
         if not cls.startswith("torch.optim."):
-            b.issue(f"`fused: True` is an argument of torch.optim optimizers; `{cls}` does not accept it", fused)
+            b.issue(IssueKind.CONFLICTING_SETTINGS, f"`fused: True` is an argument of torch.optim optimizers; `{cls}` does not accept it", fused)
     elif foreach is not None and to_bool(foreach.value) is not None:
         b.set("optimizer_impl", "foreach" if to_bool(foreach.value) else "forloop", foreach)
     cpu = get("optimizer", "offload_gradients")

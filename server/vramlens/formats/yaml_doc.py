@@ -23,7 +23,7 @@ from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
 from vramlens.formats.settings import Setting, shown
-from vramlens.plan import ParseIssue, Severity, Span
+from vramlens.plan import IssueKind, ParseIssue, Severity, Span
 from vramlens.text import LineIndex
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -451,6 +451,7 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
                         last_duplicate = s.key_span
                     elif issues is not None:
                         issues.append(ParseIssue(
+                            kind=IssueKind.DUPLICATE_KEY,
                             message=f"duplicate key `{key}`: YAML keeps the last value", severity=Severity.WARNING,
                             span=s.key_span))
                 parent.entries[key] = (parent.setting_index, len(settings))
@@ -540,6 +541,7 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
             break
     if last_duplicate is not None:
         issues.append(ParseIssue(
+            kind=IssueKind.DUPLICATE_KEY,
             message=f"{duplicates - MAX_DUPLICATE_REPORTS:,} more duplicate keys after the first "
                     f"{MAX_DUPLICATE_REPORTS:,} (YAML keeps the last value of each); the last one is here",
             severity=Severity.WARNING, span=last_duplicate))

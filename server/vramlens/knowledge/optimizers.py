@@ -55,6 +55,47 @@ def all_optimizers() -> tuple[OptimizerSpec, ...]:
     return tuple(_index()[1].values())
 
 
+@functools.cache
+def hf_names() -> tuple[str, ...]:
+    """The values transformers' `TrainingArguments(optim=...)` accepts (TRL, LLaMA-Factory and axolotl too)."""
+    return tuple(n for spec in all_optimizers() for n in spec.hf_names)
+
+
+@functools.cache
+def axolotl_names() -> tuple[str, ...]:
+    """The values axolotl's `optimizer` accepts: transformers' and its own."""
+    return hf_names() + tuple(n for spec in all_optimizers() for n in spec.axolotl_names)
+
+
+@functools.cache
+def class_paths() -> tuple[str, ...]:
+    """Every class path a torchtune `_component_` or litgpt `class_path` is known to name."""
+    return tuple(c for spec in all_optimizers() for c in spec.class_paths)
+
+
+def class_path(name: str) -> str | None:
+    """The class a torchtune/litgpt config names for an optimizer (its first class path). A torch optimizer whose
+    name means the fused implementation (`adamw_torch_fused`) is its family's torch class, written with
+    `fused: True`."""
+    spec = lookup_optimizer(name)
+    if spec is None:
+        return None
+    if spec.class_paths:
+        return spec.class_paths[0]
+    if spec.library == "torch" and spec.default_impl == "fused":
+        base = next((s for s in all_optimizers() if s.library == "torch" and s.family == spec.family and s.class_paths
+                     and s.default_impl == "foreach"), None)
+        return base.class_paths[0] if base is not None else None
+    return None
+
+
+def eight_bit_variant(family: str, paged: bool) -> OptimizerSpec | None:
+    """The bitsandbytes 8-bit optimizer of a family that transformers can name, paged or not
+    ("adamw", False -> adamw_bnb_8bit)."""
+    return next((s for s in all_optimizers() if s.library == "bitsandbytes" and s.family == family
+                 and s.eight_bit and s.paged == paged and s.hf_names), None)
+
+
 def suggest_optimizer(text: str, limit: int = 3) -> list[str]:
     """Canonical names closest to an unknown spelling: "adamw_8bit_bnb" -> ["adamw_bnb_8bit", ...]."""
     by_spelling, _ = _index()

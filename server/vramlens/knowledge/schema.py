@@ -101,7 +101,12 @@ class OptimizerSpec(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     name: str                                 # canonical name (the HF `OptimizerNames` value where one exists)
-    aliases: tuple[str, ...] = ()             # every other spelling: axolotl, LLaMA-Factory, torchtune, DeepSpeed, bnb classes
+    aliases: tuple[str, ...] = ()             # every other spelling: LLaMA-Factory, DeepSpeed, bare class names, ...
+    # Where each spelling is written (optimizers.yaml): not part of what the estimate models, so not serialised
+    # with a resolved plan.
+    hf_names: tuple[str, ...] = Field((), exclude=True)       # TrainingArguments `optim` values
+    axolotl_names: tuple[str, ...] = Field((), exclude=True)  # values only axolotl's `optimizer` accepts
+    class_paths: tuple[str, ...] = Field((), exclude=True)    # torchtune/litgpt class paths, the written one first
     family: Literal["adamw", "adam", "sgd", "lion", "adafactor", "rmsprop", "adagrad", "ademamix", "galore",
                     "apollo", "lomo", "other"] = "adamw"
     # State size: `states` tensors per trainable param, each `state_bytes` bytes; None = the param dtype
@@ -114,3 +119,13 @@ class OptimizerSpec(BaseModel):
     default_impl: Literal["foreach", "fused", "forloop", "none"] = "foreach"
     library: Literal["torch", "bitsandbytes", "torchao", "deepspeed", "transformers", "apex", "other"] = "torch"
     source: str = ""
+
+    @property
+    def eight_bit(self) -> bool:
+        """States quantized to 8 bits (or fewer) per element, block scales aside."""
+        return self.state_bytes is not None and self.state_bytes < 1.5
+
+    @property
+    def spellings(self) -> tuple[str, ...]:
+        """Every spelling besides the name, wherever it is written."""
+        return (*self.hf_names, *self.axolotl_names, *self.class_paths, *self.aliases)

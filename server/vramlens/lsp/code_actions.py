@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from lsprotocol import types
 from pygls.uris import from_fs_path
@@ -28,7 +28,10 @@ from vramlens.lsp.convert import SOURCE, Lines, workspace_edit
 
 if TYPE_CHECKING:
     from vramlens.lsp.documents import Result
+    from vramlens.fixes import Fix
+    from vramlens.formats.render import TextEdit
     from vramlens.lsp.server import VramlensServer
+    from vramlens.rules import Finding
 
 log = logging.getLogger(__name__)
 
@@ -46,36 +49,31 @@ def _kind_allowed(kind: str, only: Iterable[str] | None) -> bool:
     return any(kind == o or kind.startswith(o + ".") for o in only)
 
 
-def _finding_for(result: Result, diag: types.Diagnostic) -> Any | None:
+def _finding_for(result: Result, diag: types.Diagnostic) -> "Finding | None":
     """The finding behind a diagnostic the client sent back."""
-    found = list(getattr(result.analysis, "findings", None) or [])
+    found = list(result.analysis.findings) if result.analysis is not None else []
     data = diag.data if isinstance(diag.data, dict) else {}
     index = data.get("index")
     if data.get("version") == result.version and data.get("edit") == result.edit and isinstance(index, int) and 0 <= index < len(found):
-        if getattr(found[index], "rule_id", None) == diag.code:
+        if found[index].rule_id == diag.code:
             return found[index]
-    same_rule = [f for f in found if getattr(f, "rule_id", None) == diag.code]
+    same_rule = [f for f in found if f.rule_id == diag.code]
     for f in same_rule:
-        span = getattr(f, "span", None)
-        if span is not None and span.start_line == diag.range.start.line:
+        if f.span.start_line == diag.range.start.line:
             return f
     return same_rule[0] if len(same_rule) == 1 else None
 
 
-def fix_title(fix: Any) -> str:
+def fix_title(fix: "Fix") -> str:
     """The fix's title, with the new predicted peak when the title does not say it already, and "(unsafe fix)"
     when it changes what or how the run trains."""
-    title = str(getattr(fix, "title", "") or "vramlens fix")
-    after = getattr(fix, "estimate_after", None)
+    title = fix.title or "vramlens fix"
+    after = fix.estimate_after
     if after is not None and "GiB" not in title:
         title += f" → peak {after.device_bytes / GIB:.1f} GiB"
-    if not getattr(fix, "safe", False):
+    if not fix.safe:
         title += UNSAFE_SUFFIX
     return title
-
-
-def _applicability(fix: Any) -> str:
-    return "safe" if getattr(fix, "safe", False) else "unsafe"
 
 
 class EditBuilder:
@@ -103,7 +101,7 @@ class EditBuilder:
             self._lines[uri] = Lines(other)
         return uri, self._lines[uri]
 
-    def build(self, edits: Iterable[Any]) -> tuple[dict[str, list[types.TextEdit]], dict[str, int | None]] | None:
+    def build(self, edits: Iterable["TextEdit"]) -> tuple[dict[str, list[types.TextEdit]], dict[str, int | None]] | None:
         by_uri: dict[str, list[types.TextEdit]] = {}
         for edit in edits:
             uri, lines = self._target(edit.span.file)
@@ -115,14 +113,14 @@ class EditBuilder:
         return by_uri, versions
 
 
-def _action(ls: "VramlensServer", builder: EditBuilder, fix: Any, kind: str,
+def _action(ls: "VramlensServer", builder: EditBuilder, fix: "Fix", kind: str,
             diagnostics: list[types.Diagnostic] | None, preferred: bool) -> types.CodeAction | None:
-    edits = list(getattr(fix, "edits", None) or [])
+    edits = list(fix.edits)
     title = fix_title(fix)
     built = builder.build(edits) if edits else None
-    data = {"applicability": _applicability(fix), "fix": getattr(fix, "id", "") or None}
+    data = {"applicability": fix.applicability, "fix": fix.id or None}
     if not built:
-        note = getattr(fix, "note", None)
+        note = fix.note
         if note and ls.client_supports_disabled_actions():
             return types.CodeAction(title=title, kind=kind, diagnostics=diagnostics, data=data,
                                     disabled=types.CodeActionDisabled(reason=str(note)))
@@ -132,13 +130,13 @@ def _action(ls: "VramlensServer", builder: EditBuilder, fix: Any, kind: str,
                             data=data, edit=workspace_edit(by_uri, versions, ls.client_supports_document_changes()))
 
 
-def make_it_fit_fix(result: Result) -> Any | None:
+def make_it_fit_fix(result: Result) -> "Fix | None":
     """The analysis' combined fix for a predicted OOM or a tight fit, as a source action: the safe one when there is
     one (`make-it-fit`, or `make-it-fit-safe` beside an unsafe fastest plan), else the unsafe one."""
-    found = [fix for finding in getattr(result.analysis, "findings", None) or []
-             if getattr(finding, "rule_id", None) in MAKE_IT_FIT_RULES
-             for fix in getattr(finding, "fixes", None) or []
-             if getattr(fix, "id", None) in ("make-it-fit", "make-it-fit-safe")]
+    found = [fix for finding in (result.analysis.findings if result.analysis is not None else [])
+             if finding.rule_id in MAKE_IT_FIT_RULES
+             for fix in finding.fixes
+             if fix.id in ("make-it-fit", "make-it-fit-safe")]
     return next((fix for fix in found if fix.safe), found[0] if found else None)
 
 
@@ -161,7 +159,7 @@ def code_actions(ls: "VramlensServer", params: types.CodeActionParams) -> list[t
             finding = _finding_for(result, diag)
             if finding is None:
                 continue
-            for i, fix in enumerate(getattr(finding, "fixes", None) or []):
+            for i, fix in enumerate(finding.fixes):
                 key = change_key(fix)
                 if key in by_change:         # the same change offered by another diagnostic: one action
                     same = by_change[key]
@@ -172,7 +170,7 @@ def code_actions(ls: "VramlensServer", params: types.CodeActionParams) -> list[t
                     by_change[key] = action
                     actions.append(action)
     fix = make_it_fit_fix(result)
-    kind = (MAKE_IT_FIT if getattr(fix, "safe", False) else MAKE_IT_FIT_UNSAFE) if fix is not None else MAKE_IT_FIT
+    kind = (MAKE_IT_FIT if fix.safe else MAKE_IT_FIT_UNSAFE) if fix is not None else MAKE_IT_FIT
     if fix is not None and change_key(fix) not in by_change and _kind_allowed(kind, only):
         action = _action(ls, builder, fix, kind, None, preferred=False)
         if action is not None:

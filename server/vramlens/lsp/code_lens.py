@@ -20,7 +20,7 @@ def code_lens(ls: "VramlensServer", params: types.CodeLensParams) -> list[types.
     uri = params.text_document.uri
     result = ls.analyzer.current(uri)
     doc = ls.document(uri)
-    plan = getattr(result.analysis, "plan", None) if result is not None else None
+    plan = result.plan if result is not None else None
     if plan is None or doc is None:
         return []
     span = explain.model_span(plan, result.path)
@@ -30,7 +30,7 @@ def code_lens(ls: "VramlensServer", params: types.CodeLensParams) -> list[types.
     if ctx is not None:
         title = "vramlens: " + explain.lens_title(ctx)
     else:
-        error = getattr(result.analysis, "error", None)
+        error = result.error
         title = f"vramlens: no estimate — {error}" if error else "vramlens: no estimate"
     if ctx is not None and ls.commands.trace_available():
         suffix = "" if ctx.exact_gib is not None else " · run exact trace"

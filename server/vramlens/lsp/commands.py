@@ -8,8 +8,6 @@ saying so.
 from __future__ import annotations
 
 import asyncio
-import importlib
-import importlib.util
 import itertools
 import logging
 from typing import TYPE_CHECKING, Any
@@ -19,6 +17,8 @@ from pygls.exceptions import JsonRpcException, JsonRpcRequestCancelled
 
 if TYPE_CHECKING:
     from vramlens.lsp.server import VramlensServer
+    from vramlens.probe.client import ProbeClient
+    from vramlens.trace.client import TraceClient
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +66,6 @@ def list_gpus(ls: "VramlensServer | None" = None, uri: Any = None) -> list[dict[
     return [{**catalog[row["gpu"]], **row} for row in gpu_choices(res.resolved)]
 
 
-def _module_available(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
-
-
 class Commands:
     """The long-running commands of one server, and the exact results they produced."""
 
@@ -85,25 +78,14 @@ class Commands:
     def trace_available(self) -> bool:
         return self._client("trace") is not None
 
-    def _client(self, kind: str) -> Any | None:
-        """The trace/probe client class, when that support is installed."""
-        module_name = f"vramlens.{kind}.client"
-        if not _module_available(module_name):
-            return None
-        try:
-            module = importlib.import_module(module_name)
-        except Exception:
-            log.warning("vramlens.%s is installed but cannot be imported", kind, exc_info=True)
-            return None
-        cls = getattr(module, "TraceClient" if kind == "trace" else "ProbeClient", None)
-        available = getattr(cls, "available", None)
-        if cls is not None and callable(available):
-            try:
-                if not available():
-                    return None
-            except Exception:
-                return None
-        return cls
+    def _client(self, kind: str) -> "type[TraceClient] | type[ProbeClient] | None":
+        """The trace/probe client class, when this interpreter has what it runs (torch, checked without
+        importing it). Imported on first use: the server starts without them."""
+        if kind == "trace":
+            from vramlens.trace.client import TraceClient as cls
+        else:
+            from vramlens.probe.client import ProbeClient as cls
+        return cls if cls.available() else None
 
     # ---- running -------------------------------------------------------------------------------
 
@@ -123,9 +105,9 @@ class Commands:
             raise CommandError(f"vramlens: {kind} support not installed — install `vramlens[{kind}]` "
                                f"(PyTorch) into the Python that runs the server")
         result = self.ls.analyzer.current(uri)
-        res = getattr(result.analysis, "resolution", None) if result is not None else None
+        res = result.resolution if result is not None else None
         if res is None:
-            reason = getattr(result.analysis, "error", None) if result is not None else "the document is not open"
+            reason = result.error if result is not None else "the document is not open"
             raise CommandError(f"vramlens: nothing to {kind}: {reason or 'not a training config'}")
         request = self._request_future()
         token = f"vramlens-{kind}-{next(self._tokens)}"
@@ -172,8 +154,7 @@ class Commands:
 
         cancel_future = self.ls.work_done_progress.tokens.get(token) if token else None
         client = self.ls.worker_client(kind, cls)
-        run = getattr(client, "run", None) or getattr(client, kind)
-        task = asyncio.ensure_future(run(rp, progress=report))
+        task = asyncio.ensure_future(client.run(rp, progress=report))
         # Either future completing (it is cancelled) stops the run. Watched by callback, never wrapped:
         # cancelling a wrapper would cancel the request itself.
         loop = asyncio.get_running_loop()

@@ -176,7 +176,7 @@ def completion(ls: "VramlensServer", params: types.CompletionParams) -> types.Co
         return None              # inside an ordinary comment
 
     result = ls.analyzer.cached(uri) or ls.analyzer.results.get(uri)
-    plan = getattr(result.analysis, "plan", None) if result is not None else None
+    plan = result.plan if result is not None else None
     fmt = plan.format if plan is not None else ""
     suffix = Path(doc.path or "").suffix.lower()
 

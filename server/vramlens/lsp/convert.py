@@ -6,7 +6,7 @@ encoding (UTF-16 unless it offered UTF-8/32). pygls' position codec converts, li
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lsprotocol import types
 from pygls.uris import from_fs_path
@@ -16,9 +16,9 @@ from vramlens.text import UTF16, LineIndex
 
 if TYPE_CHECKING:
     from vramlens.plan import Span
+    from vramlens.rules import Finding
 
 SOURCE = "vramlens"
-RULES_URL = "https://github.com/vramlens/vramlens/blob/main/rules/{rule}.md"
 
 _SEVERITY = {
     "error": types.DiagnosticSeverity.Error,
@@ -60,12 +60,12 @@ class Lines:
         return pos.line, self.index.column(pos.line, pos.character, self.encoding)
 
 
-def severity(finding_severity: Any, rule_id: str, overrides: dict[str, str]) -> types.DiagnosticSeverity | None:
+def severity(finding_severity: str, rule_id: str, overrides: dict[str, str]) -> types.DiagnosticSeverity | None:
     """The LSP severity for a finding after the user's per-rule overrides; None = rule switched off."""
     override = overrides.get(rule_id)
     if override == "off":
         return None
-    word = override or str(getattr(finding_severity, "value", finding_severity) or "warning").lower()
+    word = override or finding_severity
     return _SEVERITY.get(word, types.DiagnosticSeverity.Warning)
 
 
@@ -76,22 +76,15 @@ def span_uri(span: Span | None, doc: TextDocument) -> str:
     return from_fs_path(str(Path(span.file))) or doc.uri
 
 
-def related_information(finding: Any, lines: Lines, doc: TextDocument,
+def related_information(finding: "Finding", lines: Lines, doc: TextDocument,
                         diag_range: types.Range) -> list[types.DiagnosticRelatedInformation]:
-    """`Finding.related` as related information: (span, message) pairs, objects with .span/.message, or
-    plain strings (attached to the diagnostic's own range)."""
+    """`Finding.related` as related information."""
     out = []
-    for item in getattr(finding, "related", None) or ():
-        if isinstance(item, str):
-            span, message = None, item
-        elif isinstance(item, (tuple, list)) and len(item) == 2:
-            a, b = item
-            span, message = (a, b) if isinstance(b, str) else (b, a)
-        else:
-            span, message = getattr(item, "span", None), getattr(item, "message", None) or str(item)
+    for item in finding.related:
+        span, message = item.span, item.message
         uri = span_uri(span, doc)
-        if span is None or uri != doc.uri:
-            rng = diag_range if span is None else types.Range(
+        if uri != doc.uri:
+            rng = types.Range(
                 start=types.Position(line=span.start_line, character=span.start_col),
                 end=types.Position(line=span.end_line, character=span.end_col))
         else:

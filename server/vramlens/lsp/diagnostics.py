@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lsprotocol import types
 from pygls.uris import from_fs_path
@@ -15,35 +15,36 @@ from vramlens.lsp.documents import Result
 
 if TYPE_CHECKING:
     from vramlens.lsp.server import VramlensServer
+    from vramlens.plan import Span
+    from vramlens.rules import Finding
 
 log = logging.getLogger(__name__)
 
 ESTIMATE_NOTIFICATION = "vramlens/estimate"
 GIB = 1 << 30
-_RULE_DOCS = Path(__file__).resolve().parents[3] / "rules"
 
 
 def _rule_doc(rule_id: str) -> types.CodeDescription | None:
-    """A link to the rule's page when the rule documentation is on disk (source checkouts)."""
-    try:
-        for page in _RULE_DOCS.glob(f"{rule_id}*.md"):
-            return types.CodeDescription(href=from_fs_path(str(page)))
-    except OSError:
-        pass
-    return None
+    """A link to the rule's page (installed with the rule set)."""
+    # imported here, not at the top: the server answers `initialize` before the analysis pipeline loads
+    from vramlens.rules import rule_by_id
+    from vramlens.rules.docs import page_uri
+
+    rule = rule_by_id(rule_id)
+    return types.CodeDescription(href=page_uri(rule)) if rule is not None else None
 
 
-def findings(result: Result) -> list[Any]:
-    return list(getattr(result.analysis, "findings", None) or [])
+def findings(result: Result) -> list["Finding"]:
+    return list(result.analysis.findings) if result.analysis is not None else []
 
 
-def _anchor(finding: Any, result: Result) -> Any:
+def _anchor(finding: "Finding", result: Result) -> "Span | None":
     """The span to show a finding at in this document: its own, or where the document refers to the
     other file it points into (a DeepSpeed JSON), or the model line."""
-    span = getattr(finding, "span", None)
-    if span is None or span.file in ("", result.path):
+    span = finding.span
+    if span.file in ("", result.path):
         return span
-    plan = getattr(result.analysis, "plan", None)
+    plan = result.analysis.plan if result.analysis is not None else None
     if plan is not None:
         for ref in plan.references:
             if ref.span is not None and ref.resolved_path and Path(ref.resolved_path).name == Path(span.file).name:
@@ -61,14 +62,14 @@ def to_diagnostics(result: Result, doc: TextDocument) -> list[types.Diagnostic]:
     lines = Lines(doc)
     out: list[types.Diagnostic] = []
     for index, finding in enumerate(findings(result)):
-        rule_id = str(getattr(finding, "rule_id", "") or "")
-        level = severity(getattr(finding, "severity", "warning"), rule_id, overrides)
+        rule_id = finding.rule_id
+        level = severity(finding.severity, rule_id, overrides)
         if level is None:
             continue
         rng = lines.range(_anchor(finding, result))
         related = related_information(finding, lines, doc, rng)
-        span = getattr(finding, "span", None)
-        if span is not None and span.file not in ("", result.path):
+        span = finding.span
+        if span.file not in ("", result.path):
             related.insert(0, types.DiagnosticRelatedInformation(
                 location=types.Location(uri=from_fs_path(span.file) or doc.uri, range=types.Range(
                     start=types.Position(line=span.start_line, character=span.start_col),
@@ -77,10 +78,10 @@ def to_diagnostics(result: Result, doc: TextDocument) -> list[types.Diagnostic]:
         out.append(types.Diagnostic(
             range=rng,
             severity=level,
-            code=rule_id or None,
-            code_description=_rule_doc(rule_id) if rule_id else None,
+            code=rule_id,
+            code_description=_rule_doc(rule_id),
             source=SOURCE,
-            message=str(getattr(finding, "message", "")),
+            message=finding.message,
             related_information=related or None,
             data={"uri": doc.uri, "version": result.version, "edit": result.edit, "index": index, "rule": rule_id},
         ))
@@ -126,10 +127,9 @@ def _g(n: float) -> float:
 def estimate_payload(result: Result, exact_gib: float | None) -> dict | None:
     """The `vramlens/estimate` notification (interfaces.md); None when there is no estimate."""
     analysis = result.analysis
-    est = getattr(analysis, "estimate", None)
-    res = getattr(analysis, "resolution", None)
-    if est is None or res is None:
+    if analysis is None or analysis.estimate is None or analysis.resolution is None:
         return None
+    est, res = analysis.estimate, analysis.resolution
     rp = res.resolved
     return {
         "uri": result.uri,
@@ -151,9 +151,9 @@ def no_estimate_reason(result: Result) -> str:
     analysis = result.analysis
     if analysis is None:
         return "the analysis failed (see the vramlens log)"
-    if getattr(analysis, "error", None):
-        return str(analysis.error)
-    if getattr(analysis, "plan", None) is None:
+    if analysis.error:
+        return analysis.error
+    if analysis.plan is None:
         return "not a training config"
     return "no estimate"
 

@@ -22,7 +22,11 @@ from vramlens.lsp import notebooks, pipeline
 from vramlens.text import LineIndex, LinesWithBreaks
 
 if TYPE_CHECKING:
+    from vramlens.analysis import Analysis
+    from vramlens.lsp.config import EffectiveSettings
     from vramlens.lsp.server import VramlensServer
+    from vramlens.plan import TrainingPlan
+    from vramlens.resolve import Resolution
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +57,10 @@ class Result:
     """The settings generation it was analysed with (bumped on every settings change)."""
     path: str
     """The path the parsers saw (spans carry it)."""
-    analysis: Any
-    """`vramlens.analysis.Analysis`, or None when analysis itself failed unexpectedly."""
-    settings: Any
-    """The effective settings it was analysed with (`lsp.config.EffectiveSettings`)."""
+    analysis: "Analysis | None"
+    """The analysis, or None when analysis itself failed unexpectedly."""
+    settings: "EffectiveSettings | None"
+    """The effective settings it was analysed with."""
     elapsed_ms: float = 0.0
     """Wall time of the analysis."""
     plan_key: str | None = None
@@ -65,6 +69,19 @@ class Result:
     """Per-result memo for features (e.g. the explain context)."""
     edit: int = 0
     """How many opens and changes of the document the server had seen (`Analyzer.edits`)."""
+
+    @property
+    def plan(self) -> "TrainingPlan | None":
+        return self.analysis.plan if self.analysis is not None else None
+
+    @property
+    def resolution(self) -> "Resolution | None":
+        return self.analysis.resolution if self.analysis is not None else None
+
+    @property
+    def error(self) -> str | None:
+        """Why there is no estimate, when the analysis says."""
+        return self.analysis.error if self.analysis is not None else None
 
 
 def _lsp_lines(doc: TextDocument) -> LinesWithBreaks:
@@ -86,14 +103,10 @@ def document_path(doc: TextDocument) -> str:
     return path
 
 
-def plan_digest(analysis: Any) -> str | None:
-    res = getattr(analysis, "resolution", None)
-    if res is None:
+def plan_digest(analysis: "Analysis | None") -> str | None:
+    if analysis is None or analysis.resolution is None:
         return None
-    try:
-        return hashlib.sha1(res.resolved.model_dump_json().encode()).hexdigest()
-    except Exception:
-        return None
+    return hashlib.sha1(analysis.resolution.resolved.model_dump_json().encode()).hexdigest()
 
 
 class Analyzer:

@@ -19,7 +19,7 @@ def hover(ls: "VramlensServer", params: types.HoverParams) -> types.Hover | None
     uri = params.text_document.uri
     result = ls.analyzer.current(uri)
     doc = ls.document(uri)
-    plan = getattr(result.analysis, "plan", None) if result is not None else None
+    plan = result.plan if result is not None else None
     if result is None or doc is None or plan is None:
         return None
     lines = Lines(doc)
@@ -39,7 +39,7 @@ def hover(ls: "VramlensServer", params: types.HoverParams) -> types.Hover | None
         return None
     ctx = ctx or ls.explain_context(result)
     if ctx is None:
-        error = getattr(result.analysis, "error", None)
+        error = result.error
         if not error:
             return None
         value = f"**vramlens** · no estimate: {markup.text(error)}"

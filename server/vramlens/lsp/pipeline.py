@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from vramlens.lsp.config import EffectiveSettings
 from vramlens.settings import Settings
+
+if TYPE_CHECKING:
+    from vramlens.analysis import Analysis
 
 log = logging.getLogger(__name__)
 
@@ -30,13 +33,11 @@ def analysis_settings(settings: EffectiveSettings, workspace: Path | None,
 
 def run(text: str, path: str, settings: EffectiveSettings, workspace: Path | None,
         read_file: Callable[[Path], str | None] | None = None,
-        hub_lookup: Callable[[str], Any] | None = None) -> Any:
+        hub_lookup: Callable[[str], Any] | None = None) -> "Analysis | None":
     """`analysis.analyze` for one document; None when the pipeline itself failed (a bug, logged)."""
-    try:
-        from vramlens.analysis import analyze
-    except ImportError:
-        log.warning("vramlens.analysis is not available: no diagnostics")
-        return None
+    # Imported on first use, not with this module: the server answers `initialize` before the pipeline loads.
+    from vramlens.analysis import analyze
+
     if workspace is None and Path(path).is_absolute():
         workspace = Path(path).parent       # no workspace folder: the document's folder bounds what is read
     try:
@@ -53,7 +54,7 @@ def max_document_chars() -> int:
     return MAX_DOCUMENT_CHARS
 
 
-def too_large(path: str, size: int) -> Any:
+def too_large(path: str, size: int) -> "Analysis":
     """The analysis of an open document whose text was too large to keep (`analysis.too_large`)."""
     from vramlens.analysis import too_large as make
 

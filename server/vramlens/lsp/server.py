@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from vramlens import explain
     from vramlens.lsp import config
     from vramlens.lsp.documents import Analyzer, Result
+    from vramlens.knowledge.hub import BackgroundLookups
 
 log = logging.getLogger("vramlens.lsp")
 
@@ -141,7 +142,7 @@ class VramlensServer(LanguageServer):
         self._workers: dict[str, Any] = {}
         self._initialization_options: Any = None     # read on `initialized`, after the answer
         self.notebook_states: dict[str, notebooks.NotebookState] = {}
-        self._hub: Any = None
+        self._hub: BackgroundLookups | None = None
         self.oversized: dict[str, int] = {}       # uri → size of an open document too large to read
         self.warm_up: threading.Thread | None = None     # started at `initialized`
 
@@ -350,7 +351,7 @@ class VramlensServer(LanguageServer):
                 return doc.source
         return None
 
-    def hub_lookups(self) -> Any:
+    def hub_lookups(self) -> BackgroundLookups:
         """Hub lookups of unknown models, run in worker threads (`knowledge.hub.BackgroundLookups`): an analysis
         never waits for the network; when an answer arrives every open document is analysed again."""
         if self._hub is None:
@@ -528,7 +529,7 @@ def create_server() -> VramlensServer:
         # Another open config may reference this file (a DeepSpeed JSON): re-analyse those too.
         saved = to_fs_path(uri)
         for other, result in list(ls.analyzer.results.items()):
-            plan = getattr(result.analysis, "plan", None)
+            plan = result.plan
             if other == uri or (plan is not None and saved and any(
                     r.resolved_path and Path(r.resolved_path) == Path(saved) for r in plan.references)):
                 ls.analyzer.results.pop(other, None)
@@ -651,16 +652,17 @@ WARM_UP_CONFIG = "model_name_or_path: gpt2\nper_device_train_batch_size: 1\nopti
 
 def _warm_up() -> None:
     """Thread, started on `initialized`: import the pipeline and load the catalogs and rules
-    (about a second on a busy 2-core machine) before the editor's first didOpen needs them."""
-    try:
-        from vramlens.analysis import Settings, analyze
-        from vramlens.lsp import config, diagnostics, documents  # noqa: F401
-        from vramlens.knowledge import gpus, models, optimizers
+    (about a second on a busy 2-core machine) before the editor's first didOpen needs them. A module that does
+    not import fails here for all to see; only the catalogs' and the warm-up analysis' failures are logged."""
+    import vramlens.explain  # noqa: F401
+    from vramlens.analysis import Settings, analyze
+    from vramlens.lsp import config, diagnostics, documents  # noqa: F401
+    from vramlens.knowledge import gpus, models, optimizers
 
+    try:
         gpus.all_gpus()
         models.all_models()
         optimizers.all_optimizer_names()
         analyze(WARM_UP_CONFIG, "warm-up.yaml", Settings(gpu="A100-80GB"))
-        import vramlens.explain  # noqa: F401
     except Exception:
-        log.warning("loading the analysis pipeline failed", exc_info=True)
+        log.warning("warming up the analysis pipeline failed", exc_info=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -16,8 +17,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from vramlens import calibration
+from vramlens.estimate import estimate
 from vramlens.resolved import ResolvedPlan
 
+log = logging.getLogger(__name__)
 GIB = 1 << 30
 
 
@@ -84,16 +88,13 @@ def record_calibration(rp: ResolvedPlan, res: dict) -> None:
     if res.get("status") != "ok" or not res.get("max_allocated"):
         return
     try:
-        from vramlens import calibration
-        from vramlens.estimate import estimate
-
         est = estimate(rp.with_changes(correction=1.0), limits=False)    # record against the uncorrected model
         calibration.record(rp, source="probe", estimated_allocated=est.allocated_bytes,
                            measured_allocated=int(res["max_allocated"]), gpu=res.get("gpu"),
                            extra={"measured_reserved": res.get("max_reserved"),
                                   "measured_device": res.get("device_used"), "torch": res.get("torch")})
-    except Exception:
-        pass
+    except Exception:                                     # calibration is best effort, never a probe failure
+        log.warning("recording the probe in the calibration file failed", exc_info=True)
 
 
 class ProbeClient:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from vramlens.estimate import GIB
 from vramlens.estimate.result import COMPONENT_LABELS
+from vramlens.fixes import replacement
 from vramlens.plan import ParseIssue, Sourced, Span, TrainingPlan, iter_text_lines, text_lines
 from vramlens.rules.model import Finding, Related, Rule
 from vramlens.settings import DEFAULT_HEADROOM
@@ -196,9 +197,25 @@ class RuleContext:
                        related=list(related), name=rule.name, data=dict(data or {}), fix_source=fixes)
 
     def issue_findings(self, rule: Rule) -> list[Finding]:
-        """The parse issues a parser reported under this rule's id, as findings of the rule."""
-        return [self.finding(rule, rule.format(detail=issue.message), issue.span)
-                for issue in self.parse_issues if issue.code == rule.id]
+        """The parse issues of the kinds this rule owns, as findings of the rule; an issue that names a
+        replacement carries it as a fix."""
+        return [self.finding(rule, rule.format(detail=issue.message), issue.span, fixes=self._suggested(issue))
+                for issue in self.parse_issues if issue.kind in rule.owns]
+
+    def _suggested(self, issue: ParseIssue) -> list["Fix"] | None:
+        if not issue.suggestion or issue.span is None or self.text_at(issue.span) is None:
+            return None
+        return [replacement(issue.span, self._quoted_like(issue.span, issue.suggestion),
+                            f"Replace with `{issue.suggestion}`")]
+
+    def _quoted_like(self, span: Span, text: str) -> str:
+        """`text` with the quotes that the value at `span` is written with."""
+        written = self.text_at(span) or ""
+        if text[:1] in "'\"":
+            return text
+        if len(written) >= 2 and written[0] == written[-1] and written[0] in "'\"":
+            return f"{written[0]}{text}{written[0]}"
+        return text
 
     def related(self, message: str, *concepts: str) -> Related:
         return Related(span=self.where(*concepts), message=message)
@@ -208,7 +225,7 @@ class RuleContext:
     def optimizer_label(self) -> str:
         opt = self.rp.optimizer
         label = _OPTIMIZER_FAMILY_LABELS.get(opt.family, opt.name)
-        if opt.state_bytes is not None and opt.state_bytes < 1.5:
+        if opt.eight_bit:
             label = f"8-bit {label}"
         return ("paged " + label) if opt.paged else label
 

@@ -9,7 +9,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
-from vramlens.plan import Span
+from vramlens.plan import IssueKind, Span
 from vramlens.settings import normalize_severity  # noqa: F401 (re-exported for rule code)
 
 if TYPE_CHECKING:
@@ -71,6 +71,7 @@ class Rule:
     why: str                     # documentation: what it does, why it matters, an example, the fix
     fixes: tuple[str, ...] = ()  # ids of the fixes it offers (see vramlens.fixes.FIX_IDS)
     needs: Needs = "plan"
+    owns: tuple[IssueKind, ...] = ()   # the parse-issue kinds this rule reports (each kind has one owner)
     _check: Callable[["RuleContext"], Iterable[Finding] | None] | None = field(default=None, repr=False)
 
     def check(self, fn: Callable[["RuleContext"], Iterable[Finding] | None]):

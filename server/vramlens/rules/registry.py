@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from vramlens.plan import IssueKind
 from vramlens.rules.model import SEVERITIES, Rule
 
 log = logging.getLogger(__name__)
@@ -28,8 +29,9 @@ _NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 def _package() -> ModuleType:
     try:
         return importlib.import_module(PACKAGE)
-    except ImportError:
-        pass
+    except ModuleNotFoundError as exc:
+        if exc.name != PACKAGE:
+            raise                           # the rule set is there but imports something missing: a bug
     folder = Path(__file__).resolve().parents[3] / "rules"      # server/vramlens/rules -> repo root
     init = folder / "__init__.py"
     if not init.is_file():
@@ -39,6 +41,11 @@ def _package() -> ModuleType:
     sys.modules[PACKAGE] = module
     spec.loader.exec_module(module)
     return module
+
+
+def rules_package_dir() -> Path:
+    """The folder the rule modules are loaded from."""
+    return Path(_package().__path__[0])
 
 
 @functools.cache
@@ -59,6 +66,13 @@ def all_rules() -> tuple[Rule, ...]:
     names = [r.name for r in rules]
     if len(set(ids)) != len(ids) or len(set(names)) != len(names):
         raise ValueError("duplicate rule ids or names in the rule set")
+    owners: dict[IssueKind, list[str]] = {kind: [] for kind in IssueKind}
+    for rule in rules:
+        for kind in rule.owns:
+            owners[kind].append(rule.id)
+    wrong = {kind.value: found for kind, found in owners.items() if len(found) != 1}
+    if wrong:
+        raise ValueError(f"every parse-issue kind needs exactly one rule that owns it: {wrong}")
     return tuple(sorted(rules, key=lambda r: r.id))
 
 
@@ -71,6 +85,11 @@ def _validate(rule: Rule, module: str) -> None:
         raise ValueError(f"{module}: a rule needs a title, a message and its documentation")
     if rule._check is None:
         raise ValueError(f"{module}: {rule.id} has no check")
+
+
+def owner_of(kind: IssueKind) -> Rule:
+    """The rule that reports parse issues of this kind."""
+    return next(rule for rule in all_rules() if kind in rule.owns)
 
 
 def rule_by_id(code: str) -> Rule | None:

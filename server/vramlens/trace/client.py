@@ -18,15 +18,18 @@ import copy
 import hashlib
 import itertools
 import json
+import logging
 import os
 import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from vramlens import __version__
+from vramlens import __version__, calibration
+from vramlens.estimate import estimate
 from vramlens.resolved import ResolvedPlan
 
+log = logging.getLogger(__name__)
 ProgressCallback = Callable[[str, float], Any]
 CANCEL_GRACE_S = 5.0
 
@@ -301,9 +304,6 @@ def _record_calibration(rp: ResolvedPlan, result: dict) -> None:
     if rp.objective not in ("sft", "pretrain"):
         return                   # the trace ran a supervised step: its ratio to a DPO/RL/KD estimate means nothing
     try:
-        from vramlens import calibration
-        from vramlens.estimate import estimate
-
         est = estimate(rp.with_changes(correction=1.0), limits=False)    # record against the uncorrected model
         calibration.record(rp, source="trace", estimated_allocated=est.allocated_bytes,
                            measured_allocated=int(result["trace"]["allocated_bytes"]),
@@ -311,7 +311,7 @@ def _record_calibration(rp: ResolvedPlan, result: dict) -> None:
                                   "backend": result["trace"].get("backend"),
                                   "versions": result["trace"].get("versions")})
     except Exception:                                     # calibration is best effort, never a trace failure
-        pass
+        log.warning("recording the trace in the calibration file failed", exc_info=True)
 
 
 class SyncTraceClient:

@@ -17,6 +17,7 @@ CORPUS = HERE.parents[2] / ".." / "shared" / "corpus"
 
 def record(path: Path) -> dict:
     from vramlens.formats import parse_document
+    from vramlens.rules.registry import owner_of
 
     text = path.read_text(encoding="utf-8", errors="replace")
     result = parse_document(text, str(path))
@@ -36,7 +37,7 @@ def record(path: Path) -> dict:
     return {
         "file": rel, "format": plan.format, "framework": plan.framework, "settings": settings,
         "references": [{"kind": r.kind, "target": r.target, "found": r.resolved_path is not None} for r in plan.references],
-        "issues": sorted({f"{i.code or '-'}:{i.severity.value}" for i in plan.issues}),
+        "issues": sorted({f"{owner_of(i.kind).id}:{i.severity.value}" for i in plan.issues}),
     }
 
 

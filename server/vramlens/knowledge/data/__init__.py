@@ -30,7 +30,7 @@ def index_spellings(
     """Map `key(spelling)` -> record for each record's name and aliases; a spelling shared by two records is an error."""
     index: dict[K, T] = {}
     for record in records:
-        for spelling in (name(record), *getattr(record, "aliases", ())):
+        for spelling in (name(record), *getattr(record, "spellings", getattr(record, "aliases", ()))):
             k = key(spelling)
             if index.setdefault(k, record) is not record:
                 raise ValueError(f"{file}: {spelling!r} names both {name(index[k])!r} and {name(record)!r}")
