@@ -37,7 +37,7 @@ def test_check_text_names_the_cell(tmp_path: Path):
     out = vramlens("check", str(tmp_path), "--gpu", "T4")
     assert out.returncode == 1, out.stderr
     assert f"{tmp_path / COLAB}:cell 6:13:9: error VL001" in out.stdout      # the folder walk found the notebook
-    assert f"{tmp_path / COLAB}:cell 6:19:16: warning VL015" in out.stdout
+    assert f"{tmp_path / COLAB}:cell 6:19:16: information VL021" in out.stdout
 
 
 def test_check_sarif_regions_are_positions_in_the_ipynb_file(tmp_path: Path):

@@ -14,7 +14,7 @@ import ast
 import re
 from pathlib import Path, PurePosixPath
 
-from vramlens.plan import Reference, Severity, Span, TrainingPlan
+from vramlens.plan import IssueKind, Reference, Severity, Span, TrainingPlan
 
 _PARSERS = re.compile(r"\b(?:HfArgumentParser|TrlParser|ArgumentParser|parse_args|parse_args_into_dataclasses|"
                       r"parse_args_and_config|fire\.Fire|tyro\.cli|jsonargparse|CLI\()")
@@ -167,10 +167,10 @@ def _merge(plan: TrainingPlan, script, issues, ctx, note: str) -> TrainingPlan:
     shell.build_plan(b, script, ctx)
     cli = b.plan
     for issue in cli.issues:
-        if issue.code == "VL014":     # a file the example names is not here: the example is not this run's launcher
+        if issue.kind is IssueKind.REFERENCE:   # a file the example names is not here: not this run's launcher
             issue.message = (f"{issue.message}; the usage example is read without it, so what it sets (ZeRO stage, "
                              f"process count) is not in the estimate")
-            issue.code, issue.severity = None, Severity.INFO
+            issue.kind, issue.severity = IssueKind.NOT_READ, Severity.INFO
     # an argument the command line gives is no longer "only known when the script runs"
     flags = {shell._norm(n) for n, _, _ in script.flag_args}
     plan.issues = [i for i in plan.issues if not _answered(i.message, flags)]
