@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from vramlens.estimate import GIB, Estimate, estimate
 from vramlens.plan import Origin, Sourced, Span, TrainingPlan
@@ -374,15 +374,7 @@ class Fixer:
     def _fastest(self, cands: list[Candidate]) -> Fix | None:
         """Of every combination of `cands` that fits, the one predicted to run fastest (ties: the cheaper)."""
         best: tuple[float, int, list[Candidate], tuple] | None = None
-        n = len(cands)
-        for mask in range(1, 1 << n):
-            subset = [cands[i] for i in range(n) if mask >> i & 1]
-            ids = {c.id for c in subset}
-            if any(set(c.conflicts) & ids for c in subset):
-                continue
-            result = self._subset_fits(subset)
-            if not result:
-                continue
+        for mask, subset, result in self._fitting_subsets(cands):
             speed = result[2].throughput.tokens_per_s if result[2].throughput is not None else 0.0
             if best is None or speed > best[0] * 1.0001:
                 best = (speed, mask, subset, result)
@@ -406,8 +398,7 @@ class Fixer:
     def _search(self, cands: list[Candidate]) -> Fix | None:
         """Subsets in binary-counting order over the cheapest-first list: subset cost = Σ 2^position, so the
         first subset that fits is the cheapest by the ranking of the module docstring."""
-        n = len(cands)
-        if n == 0:
+        if not cands:
             return None
         # Quick exit: does even every change at once fit (of two conflicting changes, the stronger one)?
         everything: list[Candidate] = []
@@ -416,6 +407,13 @@ class Fixer:
                 everything.append(c)
         if not self._subset_fits(everything):
             return None
+        first = next(self._fitting_subsets(cands), None)
+        return self._fit_fix(first[1], *first[2]) if first else None
+
+    def _fitting_subsets(self, cands: list[Candidate]) -> Iterator[tuple[int, list[Candidate], tuple]]:
+        """Every combination of `cands` without two conflicting changes that fits, in binary-counting order
+        (bit i of the mask is `cands[i]`), with what `_subset_fits` found for it."""
+        n = len(cands)
         for mask in range(1, 1 << n):
             subset = [cands[i] for i in range(n) if mask >> i & 1]
             ids = {c.id for c in subset}
@@ -423,8 +421,7 @@ class Fixer:
                 continue
             result = self._subset_fits(subset)
             if result:
-                return self._fit_fix(subset, *result)
-        return None
+                yield mask, subset, result
 
     def _subset_fits(self, subset: list[Candidate]) -> tuple[dict[str, Any], list[str], Estimate] | None:
         changes: dict[str, Any] = {}

@@ -96,7 +96,10 @@ async def test_every_view_shows_the_same_figures(editor: Editor, path):
 
     labels = await inlay_labels(editor, uri)
     batch_line = editor.position_of(uri, "per_device_train_batch_size").line
-    assert [k for k, _ in component_figures(labels[batch_line])] == ["activations", "logits"], labels[batch_line]
+    # the batch line names what the micro-batch scales, each apart; the chunked loss of the QLoRA run holds no logits
+    # at its peak (the recompute of a checkpointed block), so that line shows activations alone
+    per_batch = [k for k in ("activations", "logits") if components[k] > 0]
+    assert [k for k, _ in component_figures(labels[batch_line])] == per_batch, labels[batch_line]
     seen = 0
     for line, label in labels.items():
         parts = label.split(" · ")
@@ -108,7 +111,7 @@ async def test_every_view_shows_the_same_figures(editor: Editor, path):
 
     batch_hover = unescape(await hover_text(editor, uri, "per_device_train_batch_size"))
     figures = dict(component_figures(batch_hover.split("\n")[2]))
-    assert set(figures) == {"activations", "logits"}, batch_hover
+    assert set(figures) == set(per_batch), batch_hover
     for key, gib in figures.items():
         assert_same(key, gib, components[key], "hover on the batch line")
 
