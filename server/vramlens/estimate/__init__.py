@@ -37,6 +37,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # bitsandbytes paged states are cudaMallocManaged buffers: on the device, outside torch's allocator
         # (not in max_memory_allocated); the device level counts them (`get_paged`, bitsandbytes/functional.py)
         paged, O = O, 0
+    paged += C.value_model_paged_state(rp)
     T = C.optimizer_temporaries(rp, p)
     B = C.zero_buffers(rp, p)
     quant = p.quant_constants
@@ -154,7 +155,17 @@ def allocated_peak(rp: ResolvedPlan) -> int:
 def device_peak(rp: ResolvedPlan) -> int:
     totals, phases, _, _ = _phases(rp)
     name = max(totals, key=totals.get)
-    return allocator.device_bytes(rp, totals[name], phases[name]) + phases[name]["optimizer_paged"]
+    return _on_device(rp, allocator.device_bytes(rp, totals[name], phases[name]), phases[name]["optimizer_paged"])
+
+
+def _on_device(rp: ResolvedPlan, resident: int, paged: int) -> int:
+    """The device level: what torch's allocator holds plus the CUDA context (`resident`), and the paged optimizer
+    states as far as they fit beside it. Paged states are unified memory that the driver moves to host memory when
+    the GPU is full (bitsandbytes `get_paged`/`prefetch_tensor`, bitsandbytes/functional.py; Dettmers et al. 2023,
+    "QLoRA", §3 "Paged Optimizers", arXiv:2305.14314): the part that does not fit is paged out each step, which is
+    slow but not an out-of-memory error."""
+    usable = int(rp.gpu.usable_gib * GIB)
+    return resident + max(0, min(paged, usable - resident))
 
 
 def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
@@ -164,7 +175,9 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
     parts = dict(phases[phase])
     reserved = allocator.reserved_bytes(rp, allocated, parts)
     context = allocator.context_bytes(rp)
-    device = reserved + context + parts["optimizer_paged"]
+    device = _on_device(rp, reserved + context, parts["optimizer_paged"])
+    paged_out = parts["optimizer_paged"] - (device - reserved - context)
+    parts["optimizer_paged"] -= paged_out            # the breakdown adds up to what is on the device
     parts["allocator"] = reserved - allocated
     parts["cuda_context"] = context
     components = {k: int(parts.get(k, 0)) for k in COMPONENTS}
@@ -176,6 +189,9 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
         max_b = max_micro_batch(rp, usable)
         max_s = max_seq_len(rp, usable)
     assumptions = allocator.assumptions(rp)
+    if paged_out > 0:
+        assumptions.append(f"paged optimizer states: {paged_out / GIB:.1f} GiB of them do not fit beside the rest and "
+                           f"page out to host memory, moving over PCIe every step (slow, not an out-of-memory error)")
     if C.compiled_block(rp):
         assumptions.append("torch.compile: activations as AOTAutograd's partitioner keeps them (norms, activation "
                            "functions and casts recomputed in backward; the loss compiled with the model)")

@@ -791,12 +791,27 @@ def kv_cache(rp: ResolvedPlan) -> int:
 
 def value_model(rp: ResolvedPlan, p: Params) -> int:
     """PPO's value model: a policy-sized backbone with a scalar head that trains like the policy (its weights,
-    gradients and optimizer state; torchtune ppo_full_finetune_single_device.py, TRL PPOTrainer)."""
+    gradients and optimizer state; torchtune ppo_full_finetune_single_device.py, TRL PPOTrainer). The policy's
+    optimizer settings apply to it: torchtune builds one optimizer over both models' parameters and, with
+    `optimizer_in_bwd`, registers the per-parameter step on both (`_setup_optimizer`, recipes/
+    ppo_full_finetune_single_device.py at 010eab0), so no gradient stays resident; paged states are outside the
+    allocator (`value_model_paged_state`)."""
     w = model_weights(rp, rp.arch)
     if rp.peft != "none":
         return w + int(p.trainable_bytes * 3)          # adapters, their gradients, states in the same order
+    n = shapes(rp.arch).total
+    grads = 0.0 if rp.optimizer_in_bwd else DTYPE_BYTES[rp.weight_dtype] * shard_factor(rp, "gradients")
+    return w + int(n * grads) + (0 if rp.optimizer.paged else _value_state(rp, n))
+
+
+def value_model_paged_state(rp: ResolvedPlan) -> int:
+    """The value model's optimizer states when the optimizer is a paged one (unified memory, like the policy's)."""
+    if not rp.value_model or rp.peft != "none" or not rp.optimizer.paged:
+        return 0
+    return _value_state(rp, shapes(rp.arch).total)
+
+
+def _value_state(rp: ResolvedPlan, n: int) -> int:
     opt = rp.optimizer
     state_b = opt.state_bytes if opt.state_bytes is not None else DTYPE_BYTES[rp.weight_dtype]
-    n = shapes(rp.arch).total
-    return w + int(n * (DTYPE_BYTES[rp.weight_dtype] * shard_factor(rp, "gradients")
-                        + opt.states * state_b * shard_factor(rp, "optimizer")))
+    return int(n * opt.states * state_b * shard_factor(rp, "optimizer"))
