@@ -110,6 +110,7 @@ def plan_from_row(row: dict) -> ResolvedPlan:
         peft=peft, lora_r=int(lora.get("r") or 0), lora_alpha=float(lora.get("alpha") or 0),
         lora_dropout=float(lora.get("dropout") or 0.0), lora_targets=targets,
         adapter_fp32=bool(row.get("adapter_fp32", True)), kbit_upcast=bool(row.get("kbit_upcast", True)),
+        kbit_embeddings_16bit=bool(row.get("kbit_embeddings_16bit")),
         quant_bits=quant.get("bits"), quant_type=quant.get("type", "nf4"), quant_double=bool(quant.get("double")),
         quant_storage=quant.get("storage", "uint8"),
         quant_keeps_input=bool(quant) and frameworks.bnb_keeps_4bit_input(pins.get("bitsandbytes")),

@@ -73,6 +73,11 @@ def params(rp: ResolvedPlan) -> Params:
         # (peft src/peft/utils/other.py)
         other_b = 4 if rp.kbit_upcast else wb
         frozen_bytes = non_linear * other_b
+        if rp.kbit_upcast and rp.kbit_embeddings_16bit:
+            # TRL's peft_module_casting_to_bf16 (trl 0.11.4 trl/trainer/utils.py, called by SFTTrainer when bf16 and
+            # 4-bit) returns embed_tokens and lm_head to bf16 after the upcast; norms and routers stay fp32
+            head16 = s.embed_params + (0 if head_quantized(rp) or rp.scalar_head else s.lm_head_params)
+            frozen_bytes = head16 * 2 + (non_linear - head16) * 4
     else:
         frozen_bytes = total * wb if not full else 0
 
@@ -693,8 +698,23 @@ def autocast_weight_cache(rp: ResolvedPlan, p: Params) -> int:
     if rp.amp:
         return int((0 if rp.grad_checkpointing else s.linear_params * 2) + head)
     if fp32_residual(rp):
-        return int(head)
+        # a head TRL cast back to bf16 (kbit_embeddings_16bit) needs no 16-bit copy
+        return 0 if rp.kbit_embeddings_16bit else int(head)
     return 0
+
+
+def gathered_layer_bytes(rp: ResolvedPlan, p: Params) -> int:
+    """Bytes of one block's parameters as FSDP / ZeRO-3 gather them. A 4-bit model keeps its quantized weights
+    packed in the storage dtype (`bnb_4bit_quant_storage`), and the gather moves that storage as it is: the
+    packed payload and its constants, not a 16-bit copy (bitsandbytes docs/source/fsdp_qlora.md, "Quantized data
+    storage"; the weights are dequantized one linear at a time inside `Linear4bit.forward`)."""
+    if not rp.quant_bits:
+        return p.layer_bytes
+    s = shapes(rp.arch)
+    norms = norms_per_layer(rp.arch) * rp.arch.hidden
+    packed, consts = quantized_bytes_per_param(rp)
+    cb = DTYPE_BYTES[rp.compute_dtype]
+    return int((s.layer_params - norms) * (packed + consts) + norms * cb)
 
 
 def zero_buffers(rp: ResolvedPlan, p: Params) -> int:
@@ -709,13 +729,14 @@ def zero_buffers(rp: ResolvedPlan, p: Params) -> int:
     if rp.world_size <= 1 and not rp.offload_params:
         return 0
     h2 = rp.arch.hidden ** 2
+    layer_bytes = gathered_layer_bytes(rp, p)
     if rp.strategy == "fsdp":
-        out = 2 * p.layer_bytes if rp.zero_stage >= 3 or rp.offload_params else 0
+        out = 2 * layer_bytes if rp.zero_stage >= 3 or rp.offload_params else 0
         return out + 2 * 25 * 2**20
     if rp.strategy == "deepspeed":
         out = 2 * h2 * 2                                   # reduce bucket (auto = h²), 16-bit, double-buffered
         if rp.zero_stage >= 3 or rp.offload_params:
-            out += 2 * p.layer_bytes + int(0.9 * h2) * 2
+            out += 2 * layer_bytes + int(0.9 * h2) * 2
         return out
     if rp.strategy in ("ddp", "none") and rp.world_size > 1:
         return 25 * 2**20 * 2
