@@ -120,3 +120,19 @@ def test_trl_bf16_cast_keeps_embeddings_16bit_and_the_residual_fp32():
 def test_headline_sources_have_rows_that_count(key):
     counted = [r for r in rows() if r["source"] == key and r["reliability"] != "low" and r["measure"] != "oom"]
     assert len(counted) >= 5
+
+
+def test_bert_keeps_its_dropout_masks_in_eager_attention():
+    bert = models.lookup_model("bert-large-uncased")
+    plain = bert.model_copy(update={"family": "electra-like", "id": "no-default-dropouts"})
+    common = dict(framework="transformers", weight_dtype="fp32", compute_dtype="fp32", micro_batch=4, seq_len=512,
+                  attn_impl="eager", attn_mask=False, scalar_head=True,
+                  optimizer=optimizers.lookup_optimizer("adamw_hf"), gpu=gpus.lookup_gpu("V100-16GB")[0])
+    with_masks = C.activations_per_token(ResolvedPlan(arch=bert, **common))[1]
+    without = C.activations_per_token(ResolvedPlan(arch=plain, **common))[1]
+    # per token and layer: a 1-byte mask per attention score (heads × seq) and one per hidden unit after the
+    # attention output and after the MLP (CUDA native_dropout keeps bool masks)
+    assert with_masks - without == bert.heads * 512 + 2 * bert.hidden
+    sdpa = dict(common, attn_impl="sdpa")
+    assert (C.activations_per_token(ResolvedPlan(arch=bert, **sdpa))[1]
+            - C.activations_per_token(ResolvedPlan(arch=plain, **sdpa))[1]) == 2 * bert.hidden

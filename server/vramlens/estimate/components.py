@@ -355,6 +355,10 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
             # attention soft-capping before the softmax: tanh keeps its 16-bit output (transformers 5.24
             # models/gemma2/modeling_gemma2.py eager_attention_forward: `/ softcap`, `tanh`, `* softcap`)
             attn += c * heads * s
+        if arch.family in ATTENTION_DROPOUTS and rp.framework in HF_MODEL_FRAMEWORKS:
+            # dropout on the probabilities keeps its 1-byte mask (CUDA native_dropout); its output is what the
+            # probability-times-V matmul keeps, counted above (SDPA drops inside the kernel and keeps no mask)
+            attn += heads * s
 
     # linear-input groups: (input width, member linears)
     if arch.is_moe:
@@ -463,7 +467,11 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
 GELU_TANH_FAMILIES = {"gpt2", "phi"}
 # Residual dropouts per block on by default (GPT2Config and GPTBigCodeConfig resid_pdrop = 0.1: after attention and
 # after the MLP).
-RESIDUAL_DROPOUTS = {"gpt2": 2, "gpt_bigcode": 2}
+RESIDUAL_DROPOUTS = {"gpt2": 2, "gpt_bigcode": 2, "bert": 2, "roberta": 2}
+# BertConfig and RobertaConfig also drop attention probabilities by default (hidden_dropout_prob and
+# attention_probs_dropout_prob = 0.1, transformers models/bert/configuration_bert.py, models/roberta/
+# configuration_roberta.py; BertSelfOutput and BertOutput drop after their dense layers).
+ATTENTION_DROPOUTS = {"bert", "roberta"}
 
 
 # Families whose transformers modelling code computes q|k|v with one linear and gate|up with another
