@@ -136,3 +136,17 @@ def test_bert_keeps_its_dropout_masks_in_eager_attention():
     sdpa = dict(common, attn_impl="sdpa")
     assert (C.activations_per_token(ResolvedPlan(arch=bert, **sdpa))[1]
             - C.activations_per_token(ResolvedPlan(arch=plain, **sdpa))[1]) == 2 * bert.hidden
+
+
+def test_fsdp_keeps_the_root_unit_gathered_through_forward_and_backward():
+    from vramlens.estimate import _phases
+
+    sharded = plan(peft="lora", quant_bits=None, strategy="fsdp", zero_stage=3, world_size=2, gpu_count=2)
+    s = C.shapes(sharded.arch)
+    root = C.fsdp_root_unsharded(sharded)
+    assert root == (s.embed_params + s.lm_head_params) * 2                 # bf16 embeddings + LM head
+    assert C.fsdp_root_unsharded(sharded.with_changes(zero_stage=2)) == 0   # SHARD_GRAD_OP never shards them
+    _, phases, _, _ = _phases(sharded)
+    # held while the activations are, gone by the optimizer step
+    assert phases["forward-backward"]["buffers"] - phases["optimizer-step"]["buffers"] == root
+    assert phases["recompute"]["buffers"] == phases["forward-backward"]["buffers"]

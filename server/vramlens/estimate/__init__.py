@@ -74,8 +74,11 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # inside an unchunked loss
         teacher_logits = int(tok * rp.teacher.vocab * (2 + (0 if rp.loss_impl in ("chunked", "fused") else 4)))
     phases: dict[str, dict[str, int]] = {}
-    phases["forward-backward"] = {**base, "optimizer": O, "gradients": g_resident, "teacher_logits": teacher_logits,
-                                  "activations": acts_fb, "logits": logits, "temporaries": C.dequantized_head(rp)}
+    # FSDP keeps the root unit (embeddings, final norm, LM head) gathered from the forward through the backward
+    root = C.fsdp_root_unsharded(rp)
+    phases["forward-backward"] = {**base, "buffers": B + root, "optimizer": O, "gradients": g_resident,
+                                  "teacher_logits": teacher_logits, "activations": acts_fb, "logits": logits,
+                                  "temporaries": C.dequantized_head(rp)}
     if rp.reference != "none" and rp.generation == "none":
         # trl 1.16.0 dpo_trainer.py `_compute_loss`: the reference runs under no_grad after the policy's forward,
         # while the policy's saved activations and log-probs are held
@@ -107,7 +110,8 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # backward of the last block: every block's checkpointed input is still held (each is freed when its
         # block's backward ends), the last block is recomputed and its backward temporaries are live
         recompute = int(C.backward_block_per_token(rp) * tok) + dora_w
-        phases["recompute"] = {**base, "optimizer": O, "gradients": max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0),
+        phases["recompute"] = {**base, "buffers": B + root, "optimizer": O,
+                               "gradients": max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0),
                                "activations": saved + amp_cache + recompute + mask + mask_per_layer, "logits": 0,
                                "temporaries": dora_norm}
     if rp.arch.tied_embeddings and rp.peft == "none":

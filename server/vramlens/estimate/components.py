@@ -725,6 +725,21 @@ def gathered_layer_bytes(rp: ResolvedPlan, p: Params) -> int:
     return int((s.layer_params - norms) * (packed + consts) + norms * cb)
 
 
+def fsdp_root_unsharded(rp: ResolvedPlan) -> int:
+    """The root FSDP unit's parameters, unsharded from the forward through the backward. FULL_SHARD frees every
+    other unit after its forward but not the root's ("Do not free the root's parameters in the post-forward for
+    `FULL_SHARD` with the intention that they are immediately used for backward computation", torch 2.4
+    torch/distributed/fsdp/_runtime_utils.py `_post_forward_reshard`; FSDP2 likewise: "For the root, do not reshard
+    after forward", torch 2.13 distributed/fsdp/_fully_shard/_fsdp_state.py `_lazy_init`). With transformer-layer
+    auto-wrap the root holds the token embeddings, the final
+    norm and the LM head; the gathered copy is in the parameter dtype (the mixed-precision param_dtype under AMP)."""
+    if rp.strategy != "fsdp" or rp.zero_stage < 3 or rp.world_size <= 1:
+        return 0
+    s = shapes(rp.arch)
+    root = s.embed_params + (0 if rp.scalar_head else s.lm_head_params)
+    return int(root * DTYPE_BYTES[rp.compute_dtype if rp.amp else rp.weight_dtype])
+
+
 def zero_buffers(rp: ResolvedPlan, p: Params) -> int:
     """Communication buffers and the unsharded working set.
 
