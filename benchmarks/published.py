@@ -19,6 +19,7 @@ import statistics
 import sys
 from pathlib import Path
 
+import accuracy  # noqa: E402  (benchmarks/accuracy.py: the same summary line)
 from vramlens.estimate import GIB, estimate
 from vramlens.knowledge import frameworks, versions
 from vramlens.knowledge import gpus as gpu_kb
@@ -130,13 +131,7 @@ def compared_bytes(row: dict, est) -> int:
 
 
 def summarize(name: str, errors: list[float]) -> str:
-    if not errors:
-        return f"{name:<22} n=  0"
-    abs_e = [abs(e) for e in errors]
-    within = lambda t: sum(e <= t for e in abs_e) / len(abs_e) * 100   # noqa: E731
-    return (f"{name:<22} n={len(errors):>3}  median |err| {statistics.median(abs_e) * 100:5.1f}%  "
-            f"within ±5% {within(0.05):5.1f}%  ±10% {within(0.10):5.1f}%  ±15% {within(0.15):5.1f}%  "
-            f"mean err {statistics.mean(errors) * 100:+5.1f}%")
+    return accuracy.summarize(name, errors, width=22, bands=(0.05, 0.10, 0.15))
 
 
 def main(argv=None) -> int:
