@@ -347,7 +347,7 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         norm_keep = norms_per_layer(arch) * c * h
     if arch.family in QK_NORM_FAMILIES:
         if compiled:
-            norm_keep += c * (q + arch.kv_dim) + 4 * (heads + arch.kv_heads)
+            norm_keep += c * (q + arch.kv_dim) + 4 * (heads + arch.n_kv_heads)
         else:
             norm_keep += (4 + norm_trains) * (q + arch.kv_dim)
 
