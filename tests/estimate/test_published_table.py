@@ -150,3 +150,17 @@ def test_fsdp_keeps_the_root_unit_gathered_through_forward_and_backward():
     # held while the activations are, gone by the optimizer step
     assert phases["forward-backward"]["buffers"] - phases["optimizer-step"]["buffers"] == root
     assert phases["recompute"]["buffers"] == phases["forward-backward"]["buffers"]
+
+
+def test_checkpointed_backward_trades_checkpoints_for_gradients_block_by_block():
+    from vramlens.estimate import _phases
+
+    full = plan(peft="none", quant_bits=None, lora_r=0, lora_alpha=0, lora_targets=(), micro_batch=8, seq_len=4096)
+    s = C.shapes(full.arch)
+    _, fresh, p, _ = _phases(full)                                      # set_to_none, no accumulation
+    _, kept, _, _ = _phases(full.with_changes(set_to_none=False))       # gradients resident all along
+    per_block_ckpt = int(8 * 4096 * C.checkpoint_per_token(full)) // full.arch.layers
+    # the first block's backward: every gradient but the embedding's, one checkpoint left
+    assert fresh["recompute"]["gradients"] == C.gradients(full, p) - s.embed_params * 2
+    assert fresh["recompute"]["activations"] - kept["recompute"]["activations"] == per_block_ckpt - per_block_ckpt * full.arch.layers
+    assert sum(fresh["recompute"].values()) < sum(kept["recompute"].values())

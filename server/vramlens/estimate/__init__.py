@@ -110,9 +110,25 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # backward of the last block: every block's checkpointed input is still held (each is freed when its
         # block's backward ends), the last block is recomputed and its backward temporaries are live
         recompute = int(C.backward_block_per_token(rp) * tok) + dora_w
-        phases["recompute"] = {**base, "buffers": B + root, "optimizer": O,
-                               "gradients": max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0),
-                               "activations": saved + amp_cache + recompute + mask + mask_per_layer, "logits": 0,
+        grads, held_ckpt = max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0), saved
+        if (rp.peft == "none" and not g_resident and rp.trained_layers is None and rp.arch.block == "decoder"
+                and rp.arch.layers > 1):
+            # gradients freed by zero_grad(set_to_none=True) come back block by block while the checkpoints go:
+            # the last block's backward holds every checkpoint but only the LM head's and its own gradients, the
+            # first block's holds every gradient but the embedding's and one checkpoint. The live set is linear in
+            # the block reached, so the larger end is the peak (torch.utils.checkpoint frees a block's saved input
+            # when its backward ends; AccumulateGrad creates each gradient when its parameter's backward runs).
+            s = C.shapes(rp.arch)
+            share = C.shard_factor(rp, "gradients") * p.trainable_dtype_bytes
+            head = (s.embed_params if rp.arch.tied_embeddings else s.lm_head_params) * share
+            top = int(head + s.layer_params * share) + saved
+            bottom = grads + saved // rp.arch.layers
+            if top >= bottom:
+                grads, held_ckpt = int(head + s.layer_params * share), saved
+            else:
+                held_ckpt = saved // rp.arch.layers
+        phases["recompute"] = {**base, "buffers": B + root, "optimizer": O, "gradients": grads,
+                               "activations": held_ckpt + amp_cache + recompute + mask + mask_per_layer, "logits": 0,
                                "temporaries": dora_norm}
     if rp.arch.tied_embeddings and rp.peft == "none":
         # the shared weight's two gradients are summed out of place: two more embedding-sized tensors
