@@ -3,7 +3,9 @@
 Peak = persistent memory + the largest of the step's transient phases, never a sum of everything
 (docs/memory-model.md):
   forward-backward  W + O [+ G when gradients persist] + saved activations + final norm + logits/loss
-  recompute         W + O + G (all but the embedding's) + one block recomputed (checkpointing only)
+  recompute         W + O + G (all but the embedding's) + checkpoints + one block recomputed (checkpointing
+                    only; gradients freed each step: the larger of every checkpoint with the head's gradients
+                    and every gradient with one checkpoint)
   end-of-backward   W + O + G + a second embedding gradient (tied embeddings accumulate out of place)
   optimizer-step    W + G + O + step temporaries (foreach)
 Then the allocator (reserved) and the CUDA context (device) on top.
@@ -19,7 +21,7 @@ __all__ = ["estimate", "allocated_peak", "Estimate", "GIB", "COMPONENTS", "REVIS
 
 # Bumped whenever a formula changes what an estimate comes to: local calibration records (trace/probe ratios to
 # the estimate of their day) made against another revision are ignored (vramlens.calibration).
-REVISION = 3
+REVISION = 4
 
 
 def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]], C.Params, float]:
