@@ -25,6 +25,7 @@ from vramlens.knowledge import frameworks, versions
 from vramlens.knowledge import gpus as gpu_kb
 from vramlens.knowledge import models as model_kb
 from vramlens.knowledge import optimizers as opt_kb
+from vramlens.knowledge.schema import ModelArch
 from vramlens.resolved import ResolvedPlan
 
 ROWS = Path(__file__).resolve().parent / "data" / "published_rows.jsonl"
@@ -56,6 +57,12 @@ SOURCES: dict[str, dict[str, str]] = {
         "version": "2024-05-10",
         "measured": "'20.2 peak memory allocated (and similar for reserved)' (torchtune memory stats: bytes / 1e9)",
     },
+    "ms-swift-benchmark": {
+        "title": "modelscope/swift docs, LLM Benchmark (max length × model, LoRA, one A100)",
+        "url": "https://github.com/modelscope/swift/blob/main/docs/source_en/LLM/Benchmark.md",
+        "version": "Dec 2023 (torch 2.1.1, flash_attn 2.3.4, bitsandbytes 0.41.3.post2, as the page states)",
+        "measured": "'GPU Memory (GiB)': torch.cuda.max_memory_reserved / 1024**3 (swift trainer `get_max_cuda_memory`)",
+    },
     "peft-method-comparison": {
         "title": "huggingface/peft method_comparison/MetaMathQA results (Llama-3.2-3B on an L40S)",
         "url": "https://github.com/huggingface/peft/tree/main/method_comparison/MetaMathQA/results",
@@ -75,6 +82,8 @@ def plan_from_row(row: dict) -> ResolvedPlan:
     """The ResolvedPlan of the run the row describes: its stated settings (defaults already filled in the row, each
     named in its note), with the version-dependent choices of the transformers/bitsandbytes it ran with."""
     arch = model_kb.lookup_model(row["model"])
+    if arch is None and row.get("arch"):
+        arch = ModelArch(**row["arch"])          # a model outside the catalog: the row gives its config.json shapes
     if arch is None:
         raise ValueError(f"{row['id']}: model {row['model']} is not in the catalog")
     gpu = gpu_kb.lookup_gpu(row["gpu"])
