@@ -101,6 +101,11 @@ CASES = [
 ]
 
 
+def _needs(lora: bool) -> None:
+    for module in ("torch", "transformers") + (("peft",) if lora else ()):
+        need(module)
+
+
 def _estimated(compiled: bool, extra: dict) -> float:
     rp = plan(compile=compiled, repeat_kv=False, attn_mask=False, seq_len=SEQ, micro_batch=BATCH, **extra)
     return C.activations_per_token(rp)[1]
@@ -108,10 +113,7 @@ def _estimated(compiled: bool, extra: dict) -> float:
 
 @pytest.mark.parametrize("lora, dtype_name, extra", CASES)
 def test_the_compiled_block_keeps_what_the_partitioner_keeps(lora, dtype_name, extra):
-    need("torch")
-    need("transformers")
-    if lora:
-        need("peft")
+    _needs(lora)
     measured = _compiled_bytes_per_token(lora, dtype_name)
     estimated = _estimated(True, extra)
     assert estimated == pytest.approx(measured, rel=0.03), (estimated, measured)
@@ -119,10 +121,7 @@ def test_the_compiled_block_keeps_what_the_partitioner_keeps(lora, dtype_name, e
 
 @pytest.mark.parametrize("lora, dtype_name, extra", CASES)
 def test_compile_keeps_less_than_eager_by_what_it_recomputes(lora, dtype_name, extra):
-    need("torch")
-    need("transformers")
-    if lora:
-        need("peft")
+    _needs(lora)
     eager, compiled = _eager_bytes_per_token(lora, dtype_name), _compiled_bytes_per_token(lora, dtype_name)
     assert _estimated(False, extra) == pytest.approx(eager, rel=0.03)
     assert compiled < 0.8 * eager

@@ -114,8 +114,8 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # block's backward ends), the last block is recomputed and its backward temporaries are live
         recompute = int(C.backward_block_per_token(rp) * tok) + dora_w
         grads, held_ckpt = max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0), saved
-        if (rp.peft == "none" and not g_resident and rp.trained_layers is None and rp.arch.block == "decoder"
-                and rp.arch.layers > 1):
+        if (G and rp.peft == "none" and not g_resident and rp.trained_layers is None and rp.arch.block == "decoder"
+                and rp.arch.layers > 1):      # (G == 0: the optimizer steps each gradient away in backward)
             # gradients freed by zero_grad(set_to_none=True) come back block by block while the checkpoints go:
             # the last block's backward holds every checkpoint but only the LM head's and its own gradients, the
             # first block's holds every gradient but the embedding's and one checkpoint. The live set is linear in
