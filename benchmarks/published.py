@@ -199,7 +199,7 @@ def main(argv=None) -> int:
     if head:
         med = statistics.median(head) * 100
         w15 = sum(e <= 0.15 for e in head) / len(head) * 100
-        print(f"\nissue 12 target: median |err| ≤ 5% → {med:.1f}%; ≥ 90% within ±15% → {w15:.1f}%"
+        print(f"\ntarget: median |err| ≤ 5% → {med:.1f}%; ≥ 90% within ±15% → {w15:.1f}%"
               f" ({len(head)} rows from {len({r['source'] for r in rows if r['reliability'] != 'low' and r['measure'] != 'oom'})} sources)")
     return 0
 

@@ -1,4 +1,4 @@
-"""Memory fixes that only preference, RL and distillation runs have (issue 14), as `fixes.Candidate`s.
+"""Memory fixes that only preference, RL and distillation runs have, as `fixes.Candidate`s.
 
   precompute-ref        DPO/KTO: reference log-probs computed once before training, so no reference model is
                         held (trl 1.16.0 dpo_config.py `precompute_ref_log_probs`; axolotl the same key)

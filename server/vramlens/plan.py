@@ -87,7 +87,7 @@ PeftMethod = Literal["none", "lora", "qlora", "dora", "galore", "freeze", "other
 DistStrategy = Literal["none", "ddp", "deepspeed", "fsdp", "megatron"]
 LossImpl = Literal["standard", "chunked", "fused"]   # fused = linear+CE fused (Liger, CCE)
 OptimizerImpl = Literal["foreach", "fused", "forloop"]
-# What the step optimises (issue 14): supervised fine-tuning, a preference loss, online RL or distillation.
+# What the step optimises: supervised fine-tuning, a preference loss, online RL or distillation.
 Objective = Literal["sft", "dpo", "kto", "orpo", "simpo", "cpo", "rm", "ppo", "grpo", "rloo", "online-dpo", "gkd",
                     "kd", "pretrain"]
 OBJECTIVES: tuple[str, ...] = ("sft", "dpo", "kto", "orpo", "simpo", "cpo", "rm", "ppo", "grpo", "rloo", "online-dpo",

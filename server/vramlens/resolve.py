@@ -403,7 +403,7 @@ ONLINE = ("ppo", "grpo", "rloo", "online-dpo")
 
 def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings: Settings, sources: dict,
                      assumptions: list[str]) -> dict:
-    """What the objective changes in the step (issue 14): paired sequences, the reference model, generation,
+    """What the objective changes in the step: paired sequences, the reference model, generation,
     reward/value models, the teacher. Semantics from trl 1.16.0 (trainer/dpo_trainer.py `_compute_loss`: chosen
     and rejected concatenated into one batch, the reference forward under no_grad after the policy's; with a
     PEFT model and no `ref_model` the adapters are disabled instead of loading a copy; `precompute_ref_log_probs`

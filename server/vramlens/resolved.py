@@ -100,7 +100,7 @@ class ResolvedPlan(BaseModel):
     tensor_parallel: int = 1
     context_parallel: int = 1
     fsdp_full_state_dict: bool = False
-    # objective (issue 14): preference losses, online RL, distillation
+    # objective: preference losses, online RL, distillation
     objective: Literal["sft", "dpo", "kto", "orpo", "simpo", "cpo", "rm", "ppo", "grpo", "rloo", "online-dpo", "gkd",
                        "kd", "pretrain"] = "sft"
     sequences_per_example: int = 1             # sequences through the policy per micro-batch example (2: chosen +

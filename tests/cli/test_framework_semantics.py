@@ -1,4 +1,4 @@
-"""`vramlens estimate` reads each framework's own training semantics (issue 13.2, issue 12): LLaMA-Factory's fp32
+"""`vramlens estimate` reads each framework's own training semantics: LLaMA-Factory's fp32
 upcast of trainable weights, ms-swift's AMP from `torch_dtype`, open-instruct's defaults, freeze tuning, LLaMA-Pro,
 LISA and GaLore, unsloth's step and task heads — run as a user runs it (a subprocess on fixture configs written in
 the style of each project)."""

@@ -66,7 +66,7 @@ def test_the_table_runs_on_a_couple_of_rows(tmp_path):
     assert re.search(r"[+-]\d+\.\d%", row_line)                      # estimate vs published, error in %
     assert any(line.startswith(oom["id"]) and (" ok " in line or "MISS" in line) for line in lines)
     assert "OOM runs predicted as not fitting: " in out.stdout
-    assert "median |err|" in out.stdout and "issue 12 target" in out.stdout
+    assert "median |err|" in out.stdout and "target:" in out.stdout
     assert sources()[measured["source"]]["url"] in out.stdout        # the source list names where the row is from
 
 

@@ -1,4 +1,4 @@
-"""Preference, RL and distillation configs read as what they are, in every framework's spelling (issue 14)."""
+"""Preference, RL and distillation configs read as what they are, in every framework's spelling."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,5 @@
 """Code actions in a real session, as VS Code and Neovim ask for them: one action per distinct change, each title
-saying what it does, each action saying whether it is a safe or an unsafe fix (issue 16 B4, B6)."""
+saying what it does, each action saying whether it is a safe or an unsafe fix."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,7 @@ from lsp_editor import Editor, edits_of
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-# The new user's config of issue 16 part B: QLoRA Mistral-7B, batch 16 × 4096, bf16, on a T4.
+# A new user's config: QLoRA Mistral-7B, batch 16 × 4096, bf16, on a T4.
 QLORA_T4 = """# vramlens: gpu=T4
 model_name_or_path: mistralai/Mistral-7B-v0.1
 torch_dtype: bfloat16

@@ -1,4 +1,4 @@
-"""The objective in the editor: the hovers and the estimate notification (issue 14)."""
+"""The objective in the editor: the hovers and the estimate notification."""
 from __future__ import annotations
 
 from pathlib import Path

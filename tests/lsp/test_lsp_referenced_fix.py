@@ -1,5 +1,5 @@
 """A fix for a file the document names (a TRL YAML's `deepspeed: ds.json`) edits that file's URI in the
-workspace edit, not the document (issue 11.1, in the editor)."""
+workspace edit, not the document (in the editor)."""
 from __future__ import annotations
 
 import json

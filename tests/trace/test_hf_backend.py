@@ -178,7 +178,7 @@ def estimate_and_real(**changes):
 
 
 def test_checkpointed_qlora_peak_is_the_last_block_backward():
-    """QLoRA with checkpointing (issue 16 B1): the peak is the backward of the last block — every block's fp32
+    """QLoRA with checkpointing: the peak is the backward of the last block — every block's fp32
     checkpointed input still held, the block recomputed with its fp32 MLP activations and their gradients."""
     pytest.importorskip("peft", reason="peft not installed (the trace extra)")
     pytest.importorskip("bitsandbytes", reason="bitsandbytes not installed (the trace extra)")

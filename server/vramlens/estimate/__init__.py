@@ -28,7 +28,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     """Allocated bytes of each candidate phase, with the breakdown of each."""
     p = C.params(rp)
     cp = max(rp.context_parallel, 1)
-    seqs = rp.micro_batch * rp.sequences_per_example      # chosen + rejected: twice the sequences (issue 14)
+    seqs = rp.micro_batch * rp.sequences_per_example      # chosen + rejected: twice the sequences
     tok = seqs * (rp.seq_len // cp)
     logit_tok = seqs * ((rp.logits_tokens or rp.seq_len) // cp)
     W = C.weights(rp, p)

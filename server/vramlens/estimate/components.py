@@ -801,7 +801,7 @@ def zero_buffers(rp: ResolvedPlan, p: Params) -> int:
     return 0
 
 
-# --- objectives beyond SFT (issue 14) -----------------------------------------------------------------------------
+# --- objectives beyond SFT ---------------------------------------------------------------------------------------
 
 def model_weights(rp: ResolvedPlan, arch) -> int:
     """A frozen, non-quantized copy of a model in the weight dtype on this rank: a DPO/KTO reference, a reward model,

@@ -236,7 +236,7 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
     if overhead:
         parts["launch overhead"] = overhead * accum
 
-    # objective: the reference model's and the teacher's forwards, generation (issue 14)
+    # objective: the reference model's and the teacher's forwards, generation
     extra = _objective_seconds(rp, clock, T, model_flops) * accum
     if extra:
         parts.update({k: v * accum for k, v in clock.parts.items() if k.startswith("objective:")})

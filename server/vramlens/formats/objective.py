@@ -1,7 +1,7 @@
 """The training objective of a config — SFT, a preference loss, online RL or distillation — in every framework's
 spelling, and the settings only those objectives have (reference model, prompt/completion lengths, generation).
 
-Spellings read (issue 14):
+Spellings read:
   TRL         config/trainer classes (`DPOConfig`, `GRPOTrainer`, …), `trl dpo|grpo|… --config`, and in YAML recipes
               (TRL scripts pick the config class by script, so a YAML file says it by its keys or its file name:
               alignment-handbook `recipes/<model>/dpo/config_full.yaml`, open-instruct `dpo_beta`/`dpo_loss_type`).

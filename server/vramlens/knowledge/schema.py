@@ -82,7 +82,7 @@ class GpuSpec(BaseModel):
     fp8: bool = False
     compute_capability: str | None = None     # "8.0"
     source: str = ""
-    # Speed (issue: tokens per second). Dense tensor-core throughput in TFLOPS (no 2:4 sparsity; fp16/bf16 with
+    # Speed (tokens per second). Dense tensor-core throughput in TFLOPS (no 2:4 sparsity; fp16/bf16 with
     # fp32 accumulation, which is what training runs: GeForce cards run it at half their fp16-accumulate rate);
     # fp32 is the plain CUDA-core rate. None: the card has no such unit (bf16 before Ampere).
     tflops_bf16: float | None = None
