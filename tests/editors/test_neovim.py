@@ -72,6 +72,7 @@ def test_oom_diagnostic_hover_and_fix_in_neovim(tmp_path: Path, oom_example: Oom
 
     titles = [a["title"] for a in result["code_actions"]]
     assert any("→ peak" in t and "GiB" in t for t in titles), titles
+    assert len(set(titles)) == len(titles), f"an action offered twice: {titles}"
     assert result.get("applied"), f"no action matching {FIX_PATTERN!r} among {titles}"
     assert result["text_changed"], f"{result['applied']!r} did not change the buffer"
     assert result["cleared_after_fix"], f"VL001 still there after {result['applied']!r}: {result['diagnostics_after_fix']}"

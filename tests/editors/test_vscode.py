@@ -236,6 +236,7 @@ def test_oom_diagnostic_hover_and_fix_in_vscode(tmp_path: Path, oom_example: Oom
     # Quick fixes carry the new predicted peak in their titles; applying one fixes the file.
     titles = [a["title"] for a in result["quickFixes"]]
     assert any("→ peak" in t and "GiB" in t for t in titles), titles
+    assert len(set(titles)) == len(titles), f"an action offered twice: {titles}"
     assert result["applied"], f"no fix matching {FIX_PATTERN!r} among {titles + [a['title'] for a in result['sourceActions']]}"
     assert result["saved"]
     assert config_file.read_text() != original, "applying the fix did not change the file"
