@@ -149,3 +149,21 @@ def test_a_script_whose_lines_end_in_a_lone_carriage_return_gets_the_same_edits(
         edits = render_change(text, plan, changes).edits
         new = apply_edits(text, [type(e)(span=e.span, new_text=with_line_ending(e.new_text, "\r")) for e in edits])
         assert new.replace("\r", "\n") == expected, name
+
+
+def test_an_import_added_after_a_last_line_without_a_line_break_ends_that_line_first():
+    # the file's last line is its last import, with no line break after it: the added import must not be placed
+    # on a line past the end of the file (found by the long fuzz profile)
+    text = ('trainer = OnlineDPOTrainer(model="Qwen/Qwen2.5-1.5B-Instruct", args=args)\n'
+            'args = OnlineDPOConfig(output_dir="out", per_device_train_batch_size=4, bf16=True)\n'
+            "from trl.experimental.online_dpo import OnlineDPOConfig, OnlineDPOTrainer")
+    path = FIXTURES / "online_dpo_no_final_newline.py"
+    plan = parse_document(text, str(path)).plan
+    result = render_change(text, plan, {"peft_method": "lora", "lora_r": 16, "lora_alpha": 32,
+                                        "lora_targets": ["all-linear"]})
+    last = len(text.split("\n")) - 1
+    assert all(e.span.start_line <= last and e.span.end_line <= last for e in result.edits), result.edits
+    new = apply_edits(text, result.edits)
+    assert new.endswith("from trl.experimental.online_dpo import OnlineDPOConfig, OnlineDPOTrainer\n"
+                        "from peft import LoraConfig\n"), new
+    assert parse_document(new, str(path)).plan.peft_method.value == "lora"

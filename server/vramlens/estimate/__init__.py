@@ -176,6 +176,9 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
         max_b = max_micro_batch(rp, usable)
         max_s = max_seq_len(rp, usable)
     assumptions = allocator.assumptions(rp)
+    if C.compiled_block(rp):
+        assumptions.append("torch.compile: activations as AOTAutograd's partitioner keeps them (norms, activation "
+                           "functions and casts recomputed in backward; the loss compiled with the model)")
     return Estimate(
         allocated_bytes=allocated, reserved_bytes=reserved, device_bytes=device, low_bytes=low, high_bytes=high,
         components=components, phase=phase, phases=totals, usable_bytes=usable, fits=fits,

@@ -326,16 +326,25 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
 
     gated = arch.mlp in ("swiglu", "geglu")
     m = mlp_bytes(rp)
+    compiled = compiled_block(rp)
     # RMSNorm upcasts: its fp32 input (4h) is kept; the normalised 16-bit value (c·h) only when the norm's
     # weight trains (full fine-tuning; traced: LoRA keeps 4h less per layer than full FT, docs/memory-model.md).
     norm_trains = c if full else 0
-    if arch.norm == "rmsnorm":
+    if compiled:
+        # the partitioner keeps each norm's 16-bit input and its fp32 1/rms (LayerNorm: mean and 1/std) and
+        # recomputes the upcast and the normalised value in backward
+        stats = 4 if arch.norm == "rmsnorm" else 8
+        norm_keep = norms_per_layer(arch) * (c * h + stats)
+    elif arch.norm == "rmsnorm":
         n_norms = norms_per_layer(arch)
         norm_keep = n_norms * ((4 + norm_trains) if c == 2 else 8) * h
     else:
         norm_keep = norms_per_layer(arch) * c * h
     if arch.family in QK_NORM_FAMILIES:
-        norm_keep += (4 + norm_trains) * (q + arch.kv_dim)
+        if compiled:
+            norm_keep += c * (q + arch.kv_dim) + 4 * (heads + arch.kv_heads)
+        else:
+            norm_keep += (4 + norm_trains) * (q + arch.kv_dim)
 
     attn = c * q + 2 * c * kv_eff + c * q + 4 * heads
     mha = arch.kv_dim == q
@@ -366,8 +375,10 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         down_in = c * inter * k
     else:
         inter = arch.intermediate
-        mlp_internal = (3 if gated else 1) * m * inter
-        if arch.family in GELU_TANH_FAMILIES and not gated and rp.framework in HF_MODEL_FRAMEWORKS:
+        # gate, up and act(gate); compiled, act(gate) is recomputed from the gate output
+        mlp_internal = (3 if gated and not compiled else 2 if gated else 1) * m * inter
+        if (arch.family in GELU_TANH_FAMILIES and not gated and rp.framework in HF_MODEL_FRAMEWORKS
+                and not compiled):
             # gelu_new written out in torch ops keeps x, tanh(...), 0.5·x and 1 + tanh(...): three more than GELU
             mlp_internal += 3 * m * inter
         down_in = c * inter
@@ -407,7 +418,8 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
             linear_inputs += len(hit) * (a + 1) * width
             kept_by_adapter = False
         elif adapter_fp32:
-            linear_inputs += len(hit) * a * width          # PEFT casts the input separately in every module
+            # PEFT casts the input separately in every module; compiled, the identical casts are computed once
+            linear_inputs += (min(len(hit), 1) if compiled else len(hit)) * a * width
             kept_by_adapter = False
         else:
             linear_inputs += size if hit else 0            # lora_A keeps the input itself, shared by the group
@@ -437,7 +449,7 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
     per_layer = norm_keep + attn + mlp_internal + linear_inputs + dora_per_token(rp)
     # residual dropouts the family's config enables by default, each keeping a 1-byte mask (CUDA native_dropout)
     per_layer += (RESIDUAL_DROPOUTS.get(arch.family, 0) * h) if rp.framework in HF_MODEL_FRAMEWORKS else 0
-    if rp.amp and c == 2:
+    if rp.amp and c == 2 and not compiled:
         # AMP over fp32 weights: norm outputs and adds are fp32; measured +3h per token per layer in traces
         # (trace_vs_estimate rows 4, 22). A k-bit model's fp32 stream shows no such extra in the real trace
         # (transformers 5.23 / peft 0.21.2 / bitsandbytes 0.50.2, benchmarks/results/trace_real_vs_estimate.txt)
@@ -450,6 +462,17 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         total_layers = arch.layers * per_layer
     tp = max(rp.tensor_parallel, 1)
     return total_layers / tp, per_layer / tp
+
+
+def compiled_block(rp: ResolvedPlan) -> bool:
+    """The blocks run under torch.compile: AOTAutograd's min-cut partitioner (`min_cut_rematerialization_partition`
+    in torch/_functorch/partitioners.py, the partitioner inductor uses) decides what the forward keeps. It never
+    recomputes matmuls or attention, so their outputs that backward needs stay; pointwise work between them (norm
+    upcasts and normalisation, activation functions, casts) is recomputed from those and from each block's input,
+    and identical casts of one tensor are computed once. Checked against the partitioner on transformers' Llama
+    layer (tests/trace/test_compile_partitioner.py). unsloth's LoRA kernels are autograd functions of their own and
+    keep what they save either way."""
+    return rp.compile and not unsloth_kernels(rp)
 
 
 # Families whose default activation is transformers' NewGELUActivation ("gelu_new": `0.5 * x * (1 + tanh(√(2/π) ·
@@ -628,8 +651,13 @@ def checkpoint_per_token(rp: ResolvedPlan) -> float:
 
 
 def final_norm_per_token(rp: ResolvedPlan) -> float:
-    """The final norm before the LM head (one RMSNorm: 8sbh; docs/memory-model.md)."""
-    return 8 * rp.arch.hidden if rp.arch.block != "encoder" else 0
+    """The final norm before the LM head (one RMSNorm: 8sbh; docs/memory-model.md). Compiled, its 16-bit input and
+    fp32 1/rms (`compiled_block`)."""
+    if rp.arch.block == "encoder":
+        return 0
+    if compiled_block(rp):
+        return (2 if rp.compute_dtype != "fp32" else 4) * rp.arch.hidden + 4
+    return 8 * rp.arch.hidden
 
 
 def logits_per_token(rp: ResolvedPlan) -> float:
@@ -652,6 +680,13 @@ def logits_per_token(rp: ResolvedPlan) -> float:
         # + Gemma-2's soft-capping, applied per chunk in 16-bit: tanh keeps its output
         held = 8.0 if rp.logits_fp32 else 4.0
         return (held + (2.0 if rp.arch.family == "gemma2" else 0.0)) * V
+    if compiled_block(rp):
+        # the loss compiled with the model (transformers computes it inside the model's forward): the partitioner
+        # keeps the fp32 log-softmax (4 bytes per logit, tests/trace/test_compile_partitioner.py) and backward writes
+        # the logits' gradient in one fused kernel (2, or 4 in fp32), with no fp32 gradients in between
+        if rp.compute_dtype == "fp32":
+            return 8.0 * V
+        return (6.0 + (2.0 if rp.keep_logits else 0.0)) * V
     per = 12.0 + (2.0 if rp.keep_logits else 0.0)
     if rp.compute_dtype == "fp32":
         per = 12.0

@@ -116,7 +116,11 @@ class _PyDoc:
 
     def finish(self) -> list[TextEdit]:
         for at, texts in self.inserts.items():
-            self.edits.append(TextEdit(self.span(at), "".join(texts)))
+            new = "".join(texts)
+            if at[0] >= len(self.lines) and self.lines and not self.text.endswith(("\n", "\r")):
+                # a line after the last one of a file without a final line break: end that line first
+                at, new = (len(self.lines) - 1, len(self.lines[-1])), "\n" + new
+            self.edits.append(TextEdit(self.span(at), new))
         self.edits.sort(key=lambda e: (e.span.start_line, e.span.start_col))
         return self.edits
 
