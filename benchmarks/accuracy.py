@@ -166,14 +166,15 @@ def accelerate_x4(row: dict) -> float:
     return 4 * per * row["params_b"] * 1e9
 
 
-def summarize(name: str, errors: list[float]) -> str:
+def summarize(name: str, errors: list[float], width: int = 28, bands: tuple[float, ...] = (0.10, 0.15, 0.20)) -> str:
+    """One summary line: median |error|, the share within each ± band, the mean signed error."""
     if not errors:
-        return f"{name:<28} n=0"
+        return f"{name:<{width}} n=0"
     abs_e = [abs(e) for e in errors]
     within = lambda t: sum(e <= t for e in abs_e) / len(abs_e)
-    return (f"{name:<28} n={len(errors):>3}  median |err| {statistics.median(abs_e) * 100:5.1f}%  "
-            f"within ±10% {within(0.10) * 100:5.1f}%  ±15% {within(0.15) * 100:5.1f}%  ±20% {within(0.20) * 100:5.1f}%  "
-            f"mean err {statistics.mean(errors) * 100:+5.1f}%")
+    shares = "  ".join(f"{'within ' if i == 0 else ''}±{b * 100:.0f}% {within(b) * 100:5.1f}%" for i, b in enumerate(bands))
+    return (f"{name:<{width}} n={len(errors):>3}  median |err| {statistics.median(abs_e) * 100:5.1f}%  "
+            f"{shares}  mean err {statistics.mean(errors) * 100:+5.1f}%")
 
 
 def main(argv=None) -> int:

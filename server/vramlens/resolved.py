@@ -62,6 +62,9 @@ class ResolvedPlan(BaseModel):
     modules_to_save: tuple[str, ...] = ()      # canonical names ("lm_head", "embed")
     adapter_fp32: bool = True                  # PEFT autocast_adapter_dtype=True keeps adapters in fp32
     kbit_upcast: bool = True                   # prepare_model_for_kbit_training upcasts non-quantized params to fp32
+    kbit_embeddings_16bit: bool = False        # after that upcast, TRL's SFTTrainer (bf16, before 1.0) casts the embeddings
+                                               # and LM head back to bf16 (trl/trainer/utils.py `peft_module_casting_to_bf16`);
+                                               # the norms stay fp32, so the residual stream stays fp32
     # partial full fine-tuning (peft "none" with only some weights trainable: freeze tuning, LLaMA-Pro, LISA)
     trained_layers: int | None = None          # decoder layers whose weights train; None = every layer
     trained_modules: tuple[str, ...] = ()      # inside them: "attn" and/or "mlp"; () = the whole layer

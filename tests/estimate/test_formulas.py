@@ -125,6 +125,38 @@ def test_paged_optimizer_state_is_on_the_device_but_not_allocated():
     assert est.device_bytes > est.reserved_bytes + est.components["optimizer_paged"] - 1
 
 
+def test_paged_states_that_do_not_fit_page_out_instead_of_running_out_of_memory():
+    """Paged (unified-memory) optimizer states beyond what fits beside the rest move to host memory: the device
+    holds what fits, the run is judged on what torch allocates, and the assumptions say how much pages out."""
+    paged32 = OptimizerSpec(name="paged_adamw_32bit", states=2, state_bytes=4, paged=True, library="bitsandbytes")
+    small = GpuSpec(name="A100-40GB", memory_gib=39.4, usable_gib=39.4, bf16=True)
+    est = estimate(plan(optimizer=paged32, gpu=small, grad_checkpointing=True, seq_len=1024), limits=False)
+    resident = est.reserved_bytes + est.components["cuda_context"]
+    states = 2 * 4 * est.params_trainable                         # fp32 exp_avg and exp_avg_sq
+    assert resident < est.usable_bytes < resident + states         # everything at once would not fit
+    assert est.fits and est.device_bytes == est.usable_bytes
+    assert est.components["optimizer_paged"] == est.device_bytes - resident
+    out = (states - est.components["optimizer_paged"]) / GIB
+    assert any(f"{out:.1f} GiB of them do not fit" in a for a in est.assumptions), est.assumptions
+    # on a GPU with room for them the states stay on the device whole
+    roomy = estimate(plan(optimizer=paged32, grad_checkpointing=True, seq_len=1024,
+                          gpu=GpuSpec(name="B200", memory_gib=178, usable_gib=178, bf16=True)), limits=False)
+    assert roomy.components["optimizer_paged"] == pytest.approx(states, rel=0.01)
+    assert not any("page out" in a for a in roomy.assumptions)
+
+
+def test_ppo_value_model_steps_in_backward_and_pages_its_states_like_the_policy():
+    paged32 = OptimizerSpec(name="paged_adamw_32bit", states=2, state_bytes=4, paged=True, library="bitsandbytes")
+    kw = dict(objective="ppo", value_model=True, reward_model=True, reference="copy", optimizer=paged32,
+              grad_checkpointing=True, seq_len=512)
+    weights = 2 * estimate(plan(**kw), limits=False).params_total
+    in_bwd = estimate(plan(optimizer_in_bwd=True, **kw), limits=False)
+    after = estimate(plan(**kw), limits=False)
+    assert in_bwd.components["value_model"] == pytest.approx(weights, rel=0.01)      # weights only: no gradients
+    assert after.components["value_model"] == pytest.approx(2 * weights, rel=0.01)   # + bf16 gradients
+    assert in_bwd.components["gradients"] == 0
+
+
 def test_a_model_given_by_its_sizes_is_estimated(tmp_path):
     """GPT-NeoX configs name no hub id, only sizes: the estimate is built from them (Pythia-6.9B's shapes)."""
     from vramlens.estimate import estimate as run

@@ -140,6 +140,14 @@ def test_ppo_holds_reference_reward_and_a_trained_value_model():
     assert {"generation", "reference-forward"} <= set(est.phases)
 
 
+def test_torchtune_ppo_runs_eagerly_whatever_compile_says(tmp_path):
+    # the recipe reads `compile` but its torch.compile calls are commented out: estimated as eager
+    text = (FIXTURES / "torchtune_ppo.yaml").read_text(encoding="utf-8") + "\ncompile: True\n"
+    plan = parse_document(text, str(tmp_path / "ppo.yaml")).plan
+    assert plan.objective.value == "ppo" and plan.compile.value is False
+    assert "commented out" in plan.compile.note
+
+
 def test_distillation_adds_the_teacher_and_its_logits():
     _, rp, est = run("torchtune_kd.yaml")
     assert rp.teacher is not None and rp.teacher.id.endswith("Llama-3.1-8B")

@@ -3,7 +3,9 @@
 Peak = persistent memory + the largest of the step's transient phases, never a sum of everything
 (docs/memory-model.md):
   forward-backward  W + O [+ G when gradients persist] + saved activations + final norm + logits/loss
-  recompute         W + O + G (all but the embedding's) + one block recomputed (checkpointing only)
+  recompute         W + O + G (all but the embedding's) + checkpoints + one block recomputed (checkpointing
+                    only; gradients freed each step: the larger of every checkpoint with the head's gradients
+                    and every gradient with one checkpoint)
   end-of-backward   W + O + G + a second embedding gradient (tied embeddings accumulate out of place)
   optimizer-step    W + G + O + step temporaries (foreach)
 Then the allocator (reserved) and the CUDA context (device) on top.
@@ -19,7 +21,7 @@ __all__ = ["estimate", "allocated_peak", "Estimate", "GIB", "COMPONENTS", "REVIS
 
 # Bumped whenever a formula changes what an estimate comes to: local calibration records (trace/probe ratios to
 # the estimate of their day) made against another revision are ignored (vramlens.calibration).
-REVISION = 3
+REVISION = 4
 
 
 def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]], C.Params, float]:
@@ -37,6 +39,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # bitsandbytes paged states are cudaMallocManaged buffers: on the device, outside torch's allocator
         # (not in max_memory_allocated); the device level counts them (`get_paged`, bitsandbytes/functional.py)
         paged, O = O, 0
+    paged += C.value_model_paged_state(rp)
     T = C.optimizer_temporaries(rp, p)
     B = C.zero_buffers(rp, p)
     quant = p.quant_constants
@@ -74,8 +77,11 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # inside an unchunked loss
         teacher_logits = int(tok * rp.teacher.vocab * (2 + (0 if rp.loss_impl in ("chunked", "fused") else 4)))
     phases: dict[str, dict[str, int]] = {}
-    phases["forward-backward"] = {**base, "optimizer": O, "gradients": g_resident, "teacher_logits": teacher_logits,
-                                  "activations": acts_fb, "logits": logits, "temporaries": C.dequantized_head(rp)}
+    # FSDP keeps the root unit (embeddings, final norm, LM head) gathered from the forward through the backward
+    root = C.fsdp_root_unsharded(rp)
+    phases["forward-backward"] = {**base, "buffers": B + root, "optimizer": O, "gradients": g_resident,
+                                  "teacher_logits": teacher_logits, "activations": acts_fb, "logits": logits,
+                                  "temporaries": C.dequantized_head(rp)}
     if rp.reference != "none" and rp.generation == "none":
         # trl 1.16.0 dpo_trainer.py `_compute_loss`: the reference runs under no_grad after the policy's forward,
         # while the policy's saved activations and log-probs are held
@@ -107,8 +113,25 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # backward of the last block: every block's checkpointed input is still held (each is freed when its
         # block's backward ends), the last block is recomputed and its backward temporaries are live
         recompute = int(C.backward_block_per_token(rp) * tok) + dora_w
-        phases["recompute"] = {**base, "optimizer": O, "gradients": max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0),
-                               "activations": saved + amp_cache + recompute + mask + mask_per_layer, "logits": 0,
+        grads, held_ckpt = max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0), saved
+        if (rp.peft == "none" and not g_resident and rp.trained_layers is None and rp.arch.block == "decoder"
+                and rp.arch.layers > 1):
+            # gradients freed by zero_grad(set_to_none=True) come back block by block while the checkpoints go:
+            # the last block's backward holds every checkpoint but only the LM head's and its own gradients, the
+            # first block's holds every gradient but the embedding's and one checkpoint. The live set is linear in
+            # the block reached, so the larger end is the peak (torch.utils.checkpoint frees a block's saved input
+            # when its backward ends; AccumulateGrad creates each gradient when its parameter's backward runs).
+            s = C.shapes(rp.arch)
+            share = C.shard_factor(rp, "gradients") * p.trainable_dtype_bytes
+            head = (s.embed_params if rp.arch.tied_embeddings else s.lm_head_params) * share
+            top = int(head + s.layer_params * share) + saved
+            bottom = grads + saved // rp.arch.layers
+            if top >= bottom:
+                grads, held_ckpt = int(head + s.layer_params * share), saved
+            else:
+                held_ckpt = saved // rp.arch.layers
+        phases["recompute"] = {**base, "buffers": B + root, "optimizer": O, "gradients": grads,
+                               "activations": held_ckpt + amp_cache + recompute + mask + mask_per_layer, "logits": 0,
                                "temporaries": dora_norm}
     if rp.arch.tied_embeddings and rp.peft == "none":
         # the shared weight's two gradients are summed out of place: two more embedding-sized tensors
@@ -154,7 +177,17 @@ def allocated_peak(rp: ResolvedPlan) -> int:
 def device_peak(rp: ResolvedPlan) -> int:
     totals, phases, _, _ = _phases(rp)
     name = max(totals, key=totals.get)
-    return allocator.device_bytes(rp, totals[name], phases[name]) + phases[name]["optimizer_paged"]
+    return _on_device(rp, allocator.device_bytes(rp, totals[name], phases[name]), phases[name]["optimizer_paged"])
+
+
+def _on_device(rp: ResolvedPlan, resident: int, paged: int) -> int:
+    """The device level: what torch's allocator holds plus the CUDA context (`resident`), and the paged optimizer
+    states as far as they fit beside it. Paged states are unified memory that the driver moves to host memory when
+    the GPU is full (bitsandbytes `get_paged`/`prefetch_tensor`, bitsandbytes/functional.py; Dettmers et al. 2023,
+    "QLoRA", §3 "Paged Optimizers", arXiv:2305.14314): the part that does not fit is paged out each step, which is
+    slow but not an out-of-memory error."""
+    usable = int(rp.gpu.usable_gib * GIB)
+    return resident + max(0, min(paged, usable - resident))
 
 
 def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
@@ -164,7 +197,9 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
     parts = dict(phases[phase])
     reserved = allocator.reserved_bytes(rp, allocated, parts)
     context = allocator.context_bytes(rp)
-    device = reserved + context + parts["optimizer_paged"]
+    device = _on_device(rp, reserved + context, parts["optimizer_paged"])
+    paged_out = parts["optimizer_paged"] - (device - reserved - context)
+    parts["optimizer_paged"] -= paged_out            # the breakdown adds up to what is on the device
     parts["allocator"] = reserved - allocated
     parts["cuda_context"] = context
     components = {k: int(parts.get(k, 0)) for k in COMPONENTS}
@@ -176,6 +211,9 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
         max_b = max_micro_batch(rp, usable)
         max_s = max_seq_len(rp, usable)
     assumptions = allocator.assumptions(rp)
+    if paged_out > 0:
+        assumptions.append(f"paged optimizer states: {paged_out / GIB:.1f} GiB of them do not fit beside the rest and "
+                           f"page out to host memory, moving over PCIe every step (slow, not an out-of-memory error)")
     if C.compiled_block(rp):
         assumptions.append("torch.compile: activations as AOTAutograd's partitioner keeps them (norms, activation "
                            "functions and casts recomputed in backward; the loss compiled with the model)")

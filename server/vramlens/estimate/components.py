@@ -73,6 +73,11 @@ def params(rp: ResolvedPlan) -> Params:
         # (peft src/peft/utils/other.py)
         other_b = 4 if rp.kbit_upcast else wb
         frozen_bytes = non_linear * other_b
+        if rp.kbit_upcast and rp.kbit_embeddings_16bit:
+            # TRL's peft_module_casting_to_bf16 (trl 0.11.4 trl/trainer/utils.py, called by SFTTrainer when bf16 and
+            # 4-bit) returns embed_tokens and lm_head to bf16 after the upcast; norms and routers stay fp32
+            head16 = s.embed_params + (0 if head_quantized(rp) or rp.scalar_head else s.lm_head_params)
+            frozen_bytes = head16 * 2 + (non_linear - head16) * 4
     else:
         frozen_bytes = total * wb if not full else 0
 
@@ -342,7 +347,7 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         norm_keep = norms_per_layer(arch) * c * h
     if arch.family in QK_NORM_FAMILIES:
         if compiled:
-            norm_keep += c * (q + arch.kv_dim) + 4 * (heads + arch.kv_heads)
+            norm_keep += c * (q + arch.kv_dim) + 4 * (heads + arch.n_kv_heads)
         else:
             norm_keep += (4 + norm_trains) * (q + arch.kv_dim)
 
@@ -359,6 +364,10 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
             # attention soft-capping before the softmax: tanh keeps its 16-bit output (transformers 5.24
             # models/gemma2/modeling_gemma2.py eager_attention_forward: `/ softcap`, `tanh`, `* softcap`)
             attn += c * heads * s
+        if arch.family in ATTENTION_DROPOUTS and rp.framework in HF_MODEL_FRAMEWORKS:
+            # dropout on the probabilities keeps its 1-byte mask (CUDA native_dropout); its output is what the
+            # probability-times-V matmul keeps, counted above (SDPA drops inside the kernel and keeps no mask)
+            attn += heads * s
 
     # linear-input groups: (input width, member linears)
     if arch.is_moe:
@@ -481,7 +490,11 @@ def compiled_block(rp: ResolvedPlan) -> bool:
 GELU_TANH_FAMILIES = {"gpt2", "phi"}
 # Residual dropouts per block on by default (GPT2Config and GPTBigCodeConfig resid_pdrop = 0.1: after attention and
 # after the MLP).
-RESIDUAL_DROPOUTS = {"gpt2": 2, "gpt_bigcode": 2}
+RESIDUAL_DROPOUTS = {"gpt2": 2, "gpt_bigcode": 2, "bert": 2, "roberta": 2}
+# BertConfig and RobertaConfig also drop attention probabilities by default (hidden_dropout_prob and
+# attention_probs_dropout_prob = 0.1, transformers models/bert/configuration_bert.py, models/roberta/
+# configuration_roberta.py; BertSelfOutput and BertOutput drop after their dense layers).
+ATTENTION_DROPOUTS = {"bert", "roberta"}
 
 
 # Families whose transformers modelling code computes q|k|v with one linear and gate|up with another
@@ -728,8 +741,38 @@ def autocast_weight_cache(rp: ResolvedPlan, p: Params) -> int:
     if rp.amp:
         return int((0 if rp.grad_checkpointing else s.linear_params * 2) + head)
     if fp32_residual(rp):
-        return int(head)
+        # a head TRL cast back to bf16 (kbit_embeddings_16bit) needs no 16-bit copy
+        return 0 if rp.kbit_embeddings_16bit else int(head)
     return 0
+
+
+def gathered_layer_bytes(rp: ResolvedPlan, p: Params) -> int:
+    """Bytes of one block's parameters as FSDP / ZeRO-3 gather them. A 4-bit model keeps its quantized weights
+    packed in the storage dtype (`bnb_4bit_quant_storage`), and the gather moves that storage as it is: the
+    packed payload and its constants, not a 16-bit copy (bitsandbytes docs/source/fsdp_qlora.md, "Quantized data
+    storage"; the weights are dequantized one linear at a time inside `Linear4bit.forward`)."""
+    if not rp.quant_bits:
+        return p.layer_bytes
+    s = shapes(rp.arch)
+    norms = norms_per_layer(rp.arch) * rp.arch.hidden
+    packed, consts = quantized_bytes_per_param(rp)
+    cb = DTYPE_BYTES[rp.compute_dtype]
+    return int((s.layer_params - norms) * (packed + consts) + norms * cb)
+
+
+def fsdp_root_unsharded(rp: ResolvedPlan) -> int:
+    """The root FSDP unit's parameters, unsharded from the forward through the backward. FULL_SHARD frees every
+    other unit after its forward but not the root's ("Do not free the root's parameters in the post-forward for
+    `FULL_SHARD` with the intention that they are immediately used for backward computation", torch 2.4
+    torch/distributed/fsdp/_runtime_utils.py `_post_forward_reshard`; FSDP2 likewise: "For the root, do not reshard
+    after forward", torch 2.13 distributed/fsdp/_fully_shard/_fsdp_state.py `_lazy_init`). With transformer-layer
+    auto-wrap the root holds the token embeddings, the final
+    norm and the LM head; the gathered copy is in the parameter dtype (the mixed-precision param_dtype under AMP)."""
+    if rp.strategy != "fsdp" or rp.zero_stage < 3 or rp.world_size <= 1:
+        return 0
+    s = shapes(rp.arch)
+    root = s.embed_params + (0 if rp.scalar_head else s.lm_head_params)
+    return int(root * DTYPE_BYTES[rp.compute_dtype if rp.amp else rp.weight_dtype])
 
 
 def zero_buffers(rp: ResolvedPlan, p: Params) -> int:
@@ -744,13 +787,14 @@ def zero_buffers(rp: ResolvedPlan, p: Params) -> int:
     if rp.world_size <= 1 and not rp.offload_params:
         return 0
     h2 = rp.arch.hidden ** 2
+    layer_bytes = gathered_layer_bytes(rp, p)
     if rp.strategy == "fsdp":
-        out = 2 * p.layer_bytes if rp.zero_stage >= 3 or rp.offload_params else 0
+        out = 2 * layer_bytes if rp.zero_stage >= 3 or rp.offload_params else 0
         return out + 2 * 25 * 2**20
     if rp.strategy == "deepspeed":
         out = 2 * h2 * 2                                   # reduce bucket (auto = h²), 16-bit, double-buffered
         if rp.zero_stage >= 3 or rp.offload_params:
-            out += 2 * p.layer_bytes + int(0.9 * h2) * 2
+            out += 2 * layer_bytes + int(0.9 * h2) * 2
         return out
     if rp.strategy in ("ddp", "none") and rp.world_size > 1:
         return 25 * 2**20 * 2
@@ -791,12 +835,27 @@ def kv_cache(rp: ResolvedPlan) -> int:
 
 def value_model(rp: ResolvedPlan, p: Params) -> int:
     """PPO's value model: a policy-sized backbone with a scalar head that trains like the policy (its weights,
-    gradients and optimizer state; torchtune ppo_full_finetune_single_device.py, TRL PPOTrainer)."""
+    gradients and optimizer state; torchtune ppo_full_finetune_single_device.py, TRL PPOTrainer). The policy's
+    optimizer settings apply to it: torchtune builds one optimizer over both models' parameters and, with
+    `optimizer_in_bwd`, registers the per-parameter step on both (`_setup_optimizer`, recipes/
+    ppo_full_finetune_single_device.py at 010eab0), so no gradient stays resident; paged states are outside the
+    allocator (`value_model_paged_state`)."""
     w = model_weights(rp, rp.arch)
     if rp.peft != "none":
         return w + int(p.trainable_bytes * 3)          # adapters, their gradients, states in the same order
+    n = shapes(rp.arch).total
+    grads = 0.0 if rp.optimizer_in_bwd else DTYPE_BYTES[rp.weight_dtype] * shard_factor(rp, "gradients")
+    return w + int(n * grads) + (0 if rp.optimizer.paged else _value_state(rp, n))
+
+
+def value_model_paged_state(rp: ResolvedPlan) -> int:
+    """The value model's optimizer states when the optimizer is a paged one (unified memory, like the policy's)."""
+    if not rp.value_model or rp.peft != "none" or not rp.optimizer.paged:
+        return 0
+    return _value_state(rp, shapes(rp.arch).total)
+
+
+def _value_state(rp: ResolvedPlan, n: int) -> int:
     opt = rp.optimizer
     state_b = opt.state_bytes if opt.state_bytes is not None else DTYPE_BYTES[rp.weight_dtype]
-    n = shapes(rp.arch).total
-    return w + int(n * (DTYPE_BYTES[rp.weight_dtype] * shard_factor(rp, "gradients")
-                        + opt.states * state_b * shard_factor(rp, "optimizer")))
+    return int(n * opt.states * state_b * shard_factor(rp, "optimizer"))

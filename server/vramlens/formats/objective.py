@@ -267,6 +267,12 @@ def apply_torchtune(b: PlanBuilder, data: dict, get) -> None:
         # (the value model trains, the reward model is frozen)
         b.set("value_model", True, s, origin=Origin.DERIVED)
         b.set("generation", "generate", s, origin=Origin.DERIVED, note="torchtune PPO generates with a KV cache")
+        c = get("compile")
+        if c is not None and b.plan.compile is not None and b.plan.compile.value:
+            # the recipe reads `compile` but its torch.compile calls are commented out (`_setup_model`,
+            # recipes/ppo_full_finetune_single_device.py at 010eab0): the models run eagerly
+            b.set("compile", False, c, origin=Origin.DERIVED, override=True,
+                  note="torchtune's PPO recipe compiles nothing (its torch.compile calls are commented out)")
     for key in ("max_generated_tokens",):
         s = get(key)
         if s is not None and to_int(s.value):
