@@ -97,6 +97,24 @@ def test_anchors_and_merge_keys():
     assert sum(1 for p in paths if p == ("run", "sequence_len")) == 1
 
 
+def test_an_alias_is_placed_where_it_is_written_not_at_its_anchor():
+    """No corpus file uses anchors, so a loader that puts an alias at its anchor's text (what a composed node
+    tree gives: the alias node is the anchored node) would pass every corpus comparison and still point
+    diagnostics and fixes at the wrong line."""
+    text = ("base: &b\n  micro_batch_size: 2\nlr: &lr 2.0e-5\nrun:\n  sequence_len: 4096\n  <<: *b\n"
+            "other_lr: *lr\nsizes: [*lr, 3]\n")
+    got = entries(text)
+    assert cut(text, got[("other_lr",)].value_span) == "*lr"
+    assert got[("other_lr",)].value == 2.0e-5
+    run = got[("run",)]                       # a block mapping that ends with an alias ends at the alias
+    assert (run.value_span.start_line, run.value_span.end_line, run.value_span.end_col) == (4, 5, 8)
+    assert got[("run", "micro_batch_size")].value == 2
+    assert cut(text, got[("run", "micro_batch_size")].key_span) == "micro_batch_size"   # the anchor's entry
+    assert got[("run", "micro_batch_size")].key_span.start_line == 1
+    key_alias = entries("a: &k key\n*k : 2\n")[("key",)]
+    assert (key_alias.key_span.start_line, key_alias.key_span.start_col, key_alias.key_span.end_col) == (1, 0, 2)
+
+
 def test_duplicate_keys_keep_the_last_value_and_are_reported():
     issues = []
     data, settings = load_yaml("micro_batch_size: 1\nmicro_batch_size: 8\n", "c.yaml", issues)
