@@ -164,3 +164,12 @@ def test_mappings_used_as_keys_get_short_names_however_deep():
             assert isinstance(key, str) and len(key) < 1_000
     data, _ = load_yaml("? [a, b]\n: 1\n? {x: 1}\n: 2\n", "c.yaml")
     assert data == {"['a', 'b']": 1, "{'x': 1}": 2}
+
+
+@pytest.mark.parametrize("text", [
+    "a: &a {k: 1}\nb: &b {k: 2}\nc:\n  <<: *a\n  <<: *b\n",                       # a later `<<` key wins
+    "a: &a {k: 1, j: 1}\nb: &b {k: 2, m: 2}\nc:\n  <<: [*a, *b]\n  j: 3\n",       # the earlier alias of a list
+])
+def test_merge_keys_resolve_as_pyyaml_resolves_them(text):
+    data, _ = load_yaml(text, "merge.yaml")
+    assert data == yaml.safe_load(text)

@@ -281,7 +281,7 @@ class _Frame:
         self.first = first            # index of the first Setting emitted inside this node
         self.last_end = None          # end mark of the last child (block collections end there)
         self.entries = None           # key -> (first, end) Setting index range, for duplicates
-        self.merges = None            # `<<:` sources: list of (mapping, anchor record)
+        self.merges = None            # `<<:` sources, one list of (mapping, anchor record) per `<<` key
         self.item_sources = None      # for a sequence under `<<:`: anchor records of its aliases
         self.start_ev = start_ev
         self.no_replay = False        # a sequence of `<<:` sources: its aliases are merged, not repeated
@@ -447,7 +447,7 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
                                 _mark_span(file, vs, end_mark))
             if parent.merges is None:
                 parent.merges = []
-            parent.merges.extend(sources)
+            parent.merges.append(sources)
         else:
             data = parent.data
             if parent.entries is None:
@@ -511,8 +511,10 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
         elif cls is MappingEndEvent or cls is SequenceEndEvent:
             f = stack.pop()
             if f.merges:
+                # as PyYAML's SafeConstructor.flatten_mapping builds it: the mapping's own keys win, then a later
+                # `<<` key's sources over an earlier one's, and within one `<<: [*a, *b]` the earlier alias
                 own = set(f.data)
-                for source, record in f.merges:
+                for source, record in (pair for group in reversed(f.merges) for pair in group):
                     for k, v in source.items():
                         if k in own:
                             continue
