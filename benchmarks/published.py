@@ -127,7 +127,8 @@ def plan_from_row(row: dict) -> ResolvedPlan:
         **frameworks.step_flags(framework),
         scalar_head=bool(row.get("scalar_head")),
         strategy=strategy, zero_stage=int(row.get("zero_stage") or 0), world_size=n if strategy != "none" else 1,
-        gpu=gpu[0], gpu_count=n)
+        gpu=gpu[0], gpu_count=n,
+        versions=tuple((package, version, "as published") for package, version in pins.items()))
 
 
 def compared_bytes(row: dict, est) -> int:

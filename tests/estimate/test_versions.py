@@ -154,3 +154,15 @@ def test_litgpt_and_torchtune_expand_grouped_kv_whatever_transformers_is(tmp_pat
     hf = resolved(tmp_path, CONFIG.replace("micro_batch_size: 4", "micro_batch_size: 4\nsample_packing: true"),
                   framework_versions={"transformers": "5.23.0"})
     assert not hf.resolved.repeat_kv                     # transformers 5 without a mask: grouped K/V natively
+
+
+def test_torch_before_113_loads_every_cuda_kernel_with_the_context(tmp_path):
+    """torch 1.13 made CUDA module loading lazy; an older torch's context holds every kernel (1343 MiB measured)."""
+    old = estimate(resolved(tmp_path, framework_versions={"torch": "1.12.1"}).resolved, limits=False)
+    new = estimate(resolved(tmp_path, framework_versions={"torch": "2.5.1"}).resolved, limits=False)
+    unknown = estimate(resolved(tmp_path).resolved, limits=False)
+    assert old.allocated_bytes == new.allocated_bytes == unknown.allocated_bytes     # only the device level moves
+    assert old.device_bytes - new.device_bytes == (1343 - 600) << 20
+    assert new.device_bytes == unknown.device_bytes
+    assert any("torch 1.12.1 (the frameworkVersions setting)" in a and "CUDA context 1.3 GiB" in a for a in old.assumptions)
+    assert not any("CUDA kernels load" in a for a in new.assumptions + unknown.assumptions)

@@ -10,6 +10,9 @@ Each choice read from the transformers releases' own source (the wheels on PyPI)
   `use_gqa_in_sdpa` passes grouped K/V natively (`enable_gqa`) when no mask is given (torch ≥ 2.5).
 - `models/gemma2/modeling_gemma2.py`: `_supports_sdpa = True` up to 4.57.x, `False` in 5.x ("sdpa does not
   support softcapping"): the model runs eager attention.
+And one from torch: from 1.13 `torch.cuda` sets `CUDA_MODULE_LOADING=LAZY` unless the user set it (pytorch/pytorch
+PR #86509, "[1.13] Sets CUDA_MODULE_LOADING to LAZY when not set by the user"); before, every kernel of torch's
+CUDA libraries is loaded when the context is created, which makes the context itself much larger.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ NEWEST = {"transformers": "5.24.0", "peft": "0.21.2", "trl": "1.16.0", "bitsandb
 SHIFTED_LOGITS_UNTIL = (4, 49, 0)      # ForCausalLMLoss keeps a shifted fp32 copy below this
 NATIVE_GQA_FROM = (4, 54, 0)           # SDPA without a mask reads grouped K/V natively from this
 GEMMA2_EAGER_FROM = (5, 0, 0)          # Gemma-2 has no SDPA path from this
+LAZY_CUDA_MODULES_FROM = (1, 13, 0)    # torch loads CUDA kernels lazily from this
 
 
 def parse(version: str | None) -> tuple[int, int, int] | None:
@@ -55,6 +59,11 @@ def loss_keeps_shifted_logits(transformers: str | None) -> bool:
 def sdpa_repeats_kv(transformers: str | None, masked: bool) -> bool:
     """Whether transformers' SDPA path materialises full-head K/V for grouped-query attention."""
     return masked or not at_least(transformers, NATIVE_GQA_FROM)
+
+
+def cuda_modules_load_eagerly(torch: str | None) -> bool:
+    """Whether torch loads every CUDA kernel when it creates the context (before 1.13; unknown counts as newest)."""
+    return not at_least(torch, LAZY_CUDA_MODULES_FROM, "torch")
 
 
 def attention_as_run(family: str, requested: str, transformers: str | None) -> str:
