@@ -228,7 +228,7 @@ def merge(layers: Iterable[dict[str, Any]], **context: Any) -> Settings:
 
 
 FLAGS = {"gpu": "--gpu", "gpu_count": "--num-gpus", "headroom": "--headroom", "severity": "--severity",
-         "model_lookup": "--offline"}
+         "model_lookup": "--offline", "trace_python": "--python"}
 
 
 def from_flags(**flags: Any) -> dict[str, Any]:

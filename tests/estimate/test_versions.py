@@ -166,3 +166,22 @@ def test_torch_before_113_loads_every_cuda_kernel_with_the_context(tmp_path):
     assert new.device_bytes == unknown.device_bytes
     assert any("torch 1.12.1 (the frameworkVersions setting)" in a and "CUDA context 1.3 GiB" in a for a in old.assumptions)
     assert not any("CUDA kernels load" in a for a in new.assumptions + unknown.assumptions)
+
+
+def test_trace_python_flag_gives_the_estimate_that_interpreters_versions(tmp_path, monkeypatch):
+    """`vramlens trace --python X`: the estimate beside the trace assumes the versions installed in X."""
+    import argparse
+
+    from vramlens.cli.project import settings_for
+
+    python = fake_env(tmp_path / "venv", "transformers", "4.48.1")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "train.yaml").write_text(CONFIG.replace("sdp_attention: true", "flash_attention: true"))
+    monkeypatch.chdir(ws)
+    settings = settings_for(ws / "train.yaml", argparse.Namespace(python=str(python)))
+    assert settings.trace_python == str(python)
+    text = (ws / "train.yaml").read_text()
+    res = resolve(parse_document(text, str(ws / "train.yaml"), workspace=ws).plan, settings)
+    assert res.resolved.loss_shifted_copy
+    assert any(f"transformers 4.48.1 (installed in {python})" in a for a in res.assumptions)

@@ -21,8 +21,8 @@ def add_settings_flags(p, gpu_help: str = 'GPU, e.g. "A100-40GB", "H100", "8xH10
 
 
 def settings_for(path: Path, args, severity: dict[str, str] | None = None):
-    """`Settings` for `path` from the project file and `args.gpu`, `args.num_gpus`, `args.headroom` (absent or
-    None: not given); `severity` (rule → level from the command line) wins over the project's.
+    """`Settings` for `path` from the project file and `args.gpu`, `args.num_gpus`, `args.headroom`, `args.python`
+    (absent or None: not given); `severity` (rule → level from the command line) wins over the project's.
     Raises `SettingsError` naming the file (or flag), the key and what is allowed."""
     from vramlens.settings import SettingsError, from_flags, merge
     from vramlens.workspace_config import find_workspace_config
@@ -33,7 +33,9 @@ def settings_for(path: Path, args, severity: dict[str, str] | None = None):
         raise SettingsError(str(project.path), list(project.problems))
     flags = from_flags(gpu=getattr(args, "gpu", None), gpu_count=getattr(args, "num_gpus", None),
                        headroom=getattr(args, "headroom", None), severity=severity or None,
-                       model_lookup=False if getattr(args, "offline", None) else None)
+                       model_lookup=False if getattr(args, "offline", None) else None,
+                       # the interpreter `trace`/`probe` run in: its installed versions are the run's
+                       trace_python=getattr(args, "python", None))
     # the command line reads a model folder named by an absolute path wherever it is (its config.json only)
     return merge([project.values if project is not None else {}, flags], workspace=cwd, any_model_folder=True)
 
