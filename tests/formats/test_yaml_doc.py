@@ -166,10 +166,18 @@ def test_mappings_used_as_keys_get_short_names_however_deep():
     assert data == {"['a', 'b']": 1, "{'x': 1}": 2}
 
 
-@pytest.mark.parametrize("text", [
-    "a: &a {k: 1}\nb: &b {k: 2}\nc:\n  <<: *a\n  <<: *b\n",                       # a later `<<` key wins
-    "a: &a {k: 1, j: 1}\nb: &b {k: 2, m: 2}\nc:\n  <<: [*a, *b]\n  j: 3\n",       # the earlier alias of a list
+@pytest.mark.parametrize("text, merged", [
+    # a later `<<` key wins over an earlier one (PyYAML 6.0.3's SafeConstructor.flatten_mapping)
+    ("a: &a {lr: 1}\nb: &b {lr: 2}\nc:\n  <<: *a\n  <<: *b\n", {"lr": 2}),
+    # within one `<<: [*a, *b]` the earlier mapping wins and the mapping's own keys win over both
+    # (https://yaml.org/type/merge.html; PyYAML 6.0.3)
+    ("a: &a {lr: 1, wd: 1}\nb: &b {lr: 2, bs: 2}\nc:\n  <<: [*a, *b]\n  wd: 3\n", {"lr": 1, "bs": 2, "wd": 3}),
 ])
-def test_merge_keys_resolve_as_pyyaml_resolves_them(text):
+def test_merge_keys_resolve_as_the_merge_spec_says(text, merged):
+    """PyYAML 6.0.4 merges by the identity of the key strings (one-character keys are one object in CPython,
+    longer ones are not), so its result for these documents depends on the keys' length; vramlens follows the
+    merge-key spec, as PyYAML did up to 6.0.3."""
     data, _ = load_yaml(text, "merge.yaml")
-    assert data == yaml.safe_load(text)
+    assert data["c"] == merged
+    if yaml.__version__ in ("5.4.1", "6.0", "6.0.1", "6.0.2", "6.0.3"):
+        assert data == yaml.safe_load(text)

@@ -511,8 +511,10 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
         elif cls is MappingEndEvent or cls is SequenceEndEvent:
             f = stack.pop()
             if f.merges:
-                # as PyYAML's SafeConstructor.flatten_mapping builds it: the mapping's own keys win, then a later
-                # `<<` key's sources over an earlier one's, and within one `<<: [*a, *b]` the earlier alias
+                # as https://yaml.org/type/merge.html and PyYAML up to 6.0.3 (SafeConstructor.flatten_mapping)
+                # build it: the mapping's own keys win, then a later `<<` key's sources over an earlier one's, and
+                # within one `<<: [*a, *b]` the earlier alias (PyYAML 6.0.4 dedupes merged keys by the identity
+                # of their strings, so its answer depends on their length)
                 own = set(f.data)
                 for source, record in (pair for group in reversed(f.merges) for pair in group):
                     for k, v in source.items():
