@@ -332,9 +332,20 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
     gated = arch.mlp in ("swiglu", "geglu")
     m = mlp_bytes(rp)
     compiled = compiled_block(rp)
+    # AMP over fp32 weights (autocast, not compiled): the residual stream, the norms and their weights are fp32;
+    # only the autocast ops (matmuls, SDPA) run in 16-bit, each casting its own fp32 input (`amp_fp32_stream`)
+    amp = rp.amp and c == 2 and not compiled
     # RMSNorm upcasts: its fp32 input (4h) is kept; the normalised 16-bit value (c·h) only when the norm's
     # weight trains (full fine-tuning; traced: LoRA keeps 4h less per layer than full FT, docs/memory-model.md).
-    norm_trains = c if full else 0
+    # Under AMP the input is already fp32 and the normalised value stays fp32 (`hidden_states.to(input_dtype)` is
+    # a no-op, transformers 5.24 models/llama/modeling_llama.py LlamaRMSNorm): the weight's gradient keeps 4h.
+    # Families whose norm multiplies by the weight in fp32 keep the fp32 normalised value in any dtype
+    # (`FP32_NORM_WEIGHT_FAMILIES`).
+    fp32_norm_weight = arch.family in FP32_NORM_WEIGHT_FAMILIES
+    norm_trains = (4 if amp or fp32_norm_weight else c) if full else 0
+    # q/k norms read the 16-bit q and k projections even under AMP: their normalised value is 16-bit unless the
+    # family multiplies by the weight in fp32
+    qk_norm_trains = (4 if fp32_norm_weight else c) if full else 0
     if compiled:
         # the partitioner keeps each norm's 16-bit input and its fp32 1/rms (LayerNorm: mean and 1/std) and
         # recomputes the upcast and the normalised value in backward
@@ -344,12 +355,13 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         n_norms = norms_per_layer(arch)
         norm_keep = n_norms * ((4 + norm_trains) if c == 2 else 8) * h
     else:
-        norm_keep = norms_per_layer(arch) * c * h
+        # LayerNorm keeps its input: the fp32 residual stream under AMP (layer_norm is an fp32 autocast op)
+        norm_keep = norms_per_layer(arch) * (4 if amp else c) * h
     if arch.family in QK_NORM_FAMILIES:
         if compiled:
             norm_keep += c * (q + arch.kv_dim) + 4 * (heads + arch.n_kv_heads)
         else:
-            norm_keep += (4 + norm_trains) * (q + arch.kv_dim)
+            norm_keep += (4 + qk_norm_trains) * (q + arch.kv_dim)
 
     attn = c * q + 2 * c * kv_eff + c * q + 4 * heads
     mha = arch.kv_dim == q
@@ -413,7 +425,7 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         if expert_mlp and members[0] != "q":
             present = []                                   # no adapter reaches the routed experts
         if full:
-            linear_inputs += size
+            linear_inputs += size * (amp_input_casts(rp, members[0], present) if amp else 1)
             continue
         hit = [m for m in present if all_lin or m in targets]
         width = size / c
@@ -458,11 +470,6 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
     per_layer = norm_keep + attn + mlp_internal + linear_inputs + dora_per_token(rp)
     # residual dropouts the family's config enables by default, each keeping a 1-byte mask (CUDA native_dropout)
     per_layer += (RESIDUAL_DROPOUTS.get(arch.family, 0) * h) if rp.framework in HF_MODEL_FRAMEWORKS else 0
-    if rp.amp and c == 2 and not compiled:
-        # AMP over fp32 weights: norm outputs and adds are fp32; measured +3h per token per layer in traces
-        # (trace_vs_estimate rows 4, 22). A k-bit model's fp32 stream shows no such extra in the real trace
-        # (transformers 5.23 / peft 0.21.2 / bitsandbytes 0.50.2, benchmarks/results/trace_real_vs_estimate.txt)
-        per_layer += 3 * h
     if arch.block == "encoder-decoder":
         enc = arch.encoder_layers or arch.layers
         cross = c * q + 2 * c * kv_eff + c * q + 4 * heads + (4 + c) * h
@@ -471,6 +478,35 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         total_layers = arch.layers * per_layer
     tp = max(rp.tensor_parallel, 1)
     return total_layers / tp, per_layer / tp
+
+
+# Families whose RMSNorm multiplies the normalised value by its weight in fp32 and casts afterwards (transformers
+# 5.24 models/gemma/modeling_gemma.py, gemma2, gemma3 `output * (1.0 + self.weight.float())` then
+# `output.type_as(x)`; models/olmo2/modeling_olmo2.py, olmo3, gpt_oss `(self.weight * hidden_states).to(input_dtype)`; qwen3_next and vaultgemma as Gemma;
+# Llama instead casts first: `self.weight * hidden_states.to(input_dtype)`): a trained norm weight's gradient
+# keeps the fp32 normalised value (4 bytes per element, not the 16-bit 2).
+FP32_NORM_WEIGHT_FAMILIES = {"gemma", "gemma2", "gemma3", "gemma3_text", "olmo2", "olmo3", "gpt_oss", "qwen3_next",
+                             "vaultgemma"}
+
+# Families whose transformers modelling code computes q|k|v with one linear (besides HF_FUSED_FAMILIES and
+# HF_C_ATTN_FAMILIES): transformers 5.24 models/falcon/modeling_falcon.py and models/gpt_neox/modeling_gpt_neox.py
+# `query_key_value`.
+HF_ONE_QKV_LINEAR = {"falcon", "gpt_neox"}
+
+
+def amp_input_casts(rp: ResolvedPlan, group: str, present: list[str]) -> int:
+    """16-bit copies kept of one fp32 input under AMP: autocast casts an activation for each linear that reads it
+    (only leaf weights go into autocast's cache: `cached_cast` in aten/src/ATen/autocast_mode.cpp, torch 2.13,
+    caches `arg.requires_grad() && arg.is_leaf()` tensors), and each matmul keeps its cast for the weight's
+    gradient. q, k and v read the attention norm's fp32 output (three copies), gate and up the MLP norm's (two);
+    a fused q|k|v or gate|up linear reads it once; down reads the 16-bit act(gate)·up product, no cast."""
+    if group == "down" or rp.arch.is_moe and group != "q":
+        return 1
+    fused = rp.fused_qkv or (rp.framework in HF_MODEL_FRAMEWORKS and rp.arch.family in
+                             HF_FUSED_FAMILIES | HF_C_ATTN_FAMILIES | HF_ONE_QKV_LINEAR)
+    if group == "q" and fused or group == "gate" and rp.arch.family in HF_FUSED_FAMILIES:
+        return 1
+    return max(len(present), 1)
 
 
 def compiled_block(rp: ResolvedPlan) -> bool:
