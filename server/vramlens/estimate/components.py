@@ -782,6 +782,35 @@ def autocast_weight_cache(rp: ResolvedPlan, p: Params) -> int:
     return 0
 
 
+def autocast_forward_cache(rp: ResolvedPlan) -> int:
+    """16-bit copies of the checkpointed blocks' fp32 linear weights that autocast's cache holds until the forward
+    ends. Autocast caches every cast of a leaf weight that requires grad (`cached_cast`, aten/src/ATen/
+    autocast_mode.cpp, torch 2.13) and clears the cache only when the outermost autocast context exits
+    (`torch.clear_autocast_cache()` in `autocast.__exit__`, torch/amp/autocast_mode.py). The Trainer's autocast
+    wraps the model's forward, and transformers computes the loss inside it (`ForCausalLMLoss`), so the copies are
+    alive through the LM head and the loss even though checkpointed blocks save none of them for backward.
+    Frozen weights (a PEFT base model, layers `trained_layers` leaves out) are cast afresh at each use and not
+    cached; trainable adapters are, but they are small."""
+    if not (rp.amp and rp.grad_checkpointing and rp.compute_dtype != "fp32") or compiled_block(rp):
+        return 0
+    trained = sum(lin.params * weight_grad_share(rp, lin.name) for lin in shapes(rp.arch).linears)
+    return int(trained * DTYPE_BYTES[rp.compute_dtype])
+
+
+def loss_forward_per_token(rp: ResolvedPlan) -> float:
+    """Bytes per token the LM head and the standard loss hold while the loss's forward runs: the 16-bit logits,
+    their fp32 upcast and the fp32 log-softmax (transformers 5.24 loss/loss_utils.py ForCausalLMLoss:
+    `logits = logits.float()`, then `cross_entropy`), + the shifted fp32 copy before 4.49 and Gemma-2's
+    soft-capping output. Other losses: what they hold at the start of backward (`logits_per_token`)."""
+    if rp.arch.block == "encoder" or rp.loss_impl != "standard" or compiled_block(rp):
+        return logits_per_token(rp)
+    c = DTYPE_BYTES[rp.compute_dtype]
+    per = c + 4.0 + (4.0 if c != 4 else 0.0) + (4.0 if rp.loss_shifted_copy else 0.0)
+    if rp.arch.family == "gemma2":
+        per += c                      # final_logit_softcapping: tanh(logits / cap) keeps its output
+    return per * rp.arch.vocab
+
+
 def gathered_layer_bytes(rp: ResolvedPlan, p: Params) -> int:
     """Bytes of one block's parameters as FSDP / ZeRO-3 gather them. A 4-bit model keeps its quantized weights
     packed in the storage dtype (`bnb_4bit_quant_storage`), and the gather moves that storage as it is: the
