@@ -1,7 +1,7 @@
 """The estimate against the real-library trace (transformers/peft under fake tensors, `vramlens.trace.hf`) where
 the estimate follows how a family's modelling code or autocast allocates: AMP's per-linear casts, norms that apply
 their weight in fp32, autocast's weight cache alive through the loss. Shapes are small (two blocks) but
-activation-heavy, so each effect is several percent of the peak; the estimate without it missed these rows by 5–9 %.
+activation-heavy, so each effect is several percent of the peak; the estimate without it missed these rows by 4–9 %.
 Skips with a reason where torch or transformers are not installed (CI installs the trace extra)."""
 from __future__ import annotations
 

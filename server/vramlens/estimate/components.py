@@ -500,7 +500,8 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
 
 # Families whose RMSNorm multiplies the normalised value by its weight in fp32 and casts afterwards (transformers
 # 5.24 models/gemma/modeling_gemma.py, gemma2, gemma3 `output * (1.0 + self.weight.float())` then
-# `output.type_as(x)`; models/olmo2/modeling_olmo2.py, olmo3, gpt_oss `(self.weight * hidden_states).to(input_dtype)`; qwen3_next and vaultgemma as Gemma;
+# `output.type_as(x)`; models/olmo2/modeling_olmo2.py, olmo3, gpt_oss `(self.weight * hidden_states).to(input_dtype)`;
+# qwen3_next and vaultgemma as Gemma;
 # Llama instead casts first: `self.weight * hidden_states.to(input_dtype)`): a trained norm weight's gradient
 # keeps the fp32 normalised value (4 bytes per element, not the 16-bit 2).
 FP32_NORM_WEIGHT_FAMILIES = {"gemma", "gemma2", "gemma3", "gemma3_text", "olmo2", "olmo3", "gpt_oss", "qwen3_next",
