@@ -368,6 +368,7 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
     mha = arch.kv_dim == q
     hf_fused = rp.arch.family in HF_FUSED_FAMILIES and rp.framework in HF_MODEL_FRAMEWORKS
     hf_c_attn = rp.arch.family in HF_C_ATTN_FAMILIES and rp.framework in HF_MODEL_FRAMEWORKS
+    hf_one_qkv = rp.arch.family in HF_ONE_QKV_LINEAR and rp.framework in HF_MODEL_FRAMEWORKS
     # a k-bit model's linears return fp32 (their input's dtype, `mlp_bytes`): autocast then hands SDPA 16-bit copies
     # of q, k and v (scaled_dot_product_attention is an autocast op), and no view of the fused output reaches it
     qkv_fp32 = m == 4 and c == 2
@@ -437,7 +438,7 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
             continue
         hit = [m for m in present if all_lin or m in targets]
         width = size / c
-        if (rp.fused_qkv or hf_fused or hf_c_attn) and members[0] == "q" and hit:
+        if (rp.fused_qkv or hf_fused or hf_c_attn or hf_one_qkv) and members[0] == "q" and hit:
             hit = ["qkv"]                                  # one adapter (one dropout) on the fused linear
         if hf_fused and members[0] == "gate" and hit:
             hit = ["gate_up"]                              # Phi-3's gate_up_proj: one adapter for gate and up
