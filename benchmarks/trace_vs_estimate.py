@@ -161,24 +161,33 @@ def real_main(args) -> int:
         print(text, flush=True)
         lines.append(text)
 
-    reused = reused_traces(args.reuse) if args.reuse else None
+    reused, reused_rows = reused_traces(args.reuse) if args.reuse else (None, {})
     if reused is not None:
         say(f"real and synthetic traces reused from {args.reuse.name} (neither depends on the estimator); "
             f"estimates computed now")
-        # the versions line of the run that traced them (a reused table repeats it below its own first line)
-        say(next(line for line in args.reuse.read_text().splitlines() if line.startswith("estimate and synthetic")))
+        # the versions line of the run that traced them (a reused table repeats it below its own first line);
+        # the estimates take their version-dependent choices from it, not from this interpreter
+        line = next(line for line in args.reuse.read_text().splitlines() if line.startswith(VERSIONS_LINE))
+        say(line)
+        traced_with = versions_stated(line)
     else:
-        v = hf.versions()
-        say("estimate and synthetic trace against the real-library trace (allocated peak, GiB); "
-            + ", ".join(f"{k} {x}" for k, x in v.items() if x))
+        traced_with = {k: x for k, x in hf.versions().items() if x}
+        say(VERSIONS_LINE + "; " + ", ".join(f"{k} {x}" for k, x in traced_with.items()))
     say("every row: seq 2048, micro batch 2, no padding mask (causal SDPA), fused AdamW, set_to_none")
     say(f"{'#':>3} {'setting':<16} {'model':<30} {'real':>8} {'phase':<16} {'synth':>8} {'estimate':>9} "
         f"{'est÷real':>8} {'syn÷real':>8} {'real s':>6}")
+    grid = real_grid(args.quick, args.more)
+    for i, stated in reused_rows.items():           # the reused table's rows must be this grid's
+        here = (grid[i][0], grid[i][1].split("/")[-1]) if i < len(grid) else None
+        if stated != here:
+            raise SystemExit(f"row {i} of {args.reuse.name} is {' / '.join(stated)}, this grid's is "
+                             f"{' / '.join(here) if here else 'missing'}: reuse it with the grid that wrote it "
+                             f"(--quick, --more)")
     ratios, synth, skipped = [], [], []
-    for i, (label, model, seq, batch, settings) in enumerate(real_grid(args.quick, args.more)):
+    for i, (label, model, seq, batch, settings) in enumerate(grid):
         if args.only and args.only.lower() not in model.lower():
             continue                                   # rows keep their grid numbers
-        rp = make_plan(model, seq, batch, settings)
+        rp = make_plan(model, seq, batch, settings, traced_with)
         cfg = step_config(rp)
         reason = hf.unsupported(cfg)
         if reused is not None:
@@ -222,14 +231,16 @@ def real_main(args) -> int:
     return 0
 
 
-def reused_traces(path: Path) -> dict[int, tuple[dict | None, dict | str]]:
+def reused_traces(path: Path) -> tuple[dict[int, tuple[dict | None, dict | str]], dict[int, tuple[str, str]]]:
     """Row number → (real, synthetic) traces read back from a results table this script wrote for the same grid;
-    (None, reason) for a row that run could not trace."""
+    (None, reason) for a row that run could not trace. Also row number → (setting, model) as the table names
+    them, to check the grid is the same."""
     import re
 
-    out = {}
+    out, names = {}, {}
     untraced = re.compile(r"\s*(\d+)\s.*not traced on the real libraries: (.+)$")
     row = re.compile(r"\s*(\d+)\s+.+?\s{2,}\S+\s+([\d.]+)\s+(\S+)\s+([\d.]+)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)")
+    name = re.compile(r"\s*(\d+) (.{16}) (\S+)")
     for line in path.read_text().splitlines():
         m = row.match(line)
         if m:
@@ -237,10 +248,26 @@ def reused_traces(path: Path) -> dict[int, tuple[dict | None, dict | str]]:
             out[int(m.group(1))] = (real, {"peak_bytes": float(m.group(4)) * GIB})
         elif (skip := untraced.match(line)) is not None:
             out[int(skip.group(1))] = (None, skip.group(2))        # the reason that run gave
-    return out
+        else:
+            continue
+        n = name.match(line)
+        names[int(n.group(1))] = (n.group(2).strip(), n.group(3))
+    return out, names
 
 
-def make_plan(model: str, seq: int, batch: int, settings: dict) -> ResolvedPlan:
+VERSIONS_LINE = "estimate and synthetic trace against the real-library trace (allocated peak, GiB)"
+
+
+def versions_stated(line: str) -> dict[str, str]:
+    """Package → version from a table's versions line ("...; torch 2.13.0+cpu, transformers 4.48.1, ...")."""
+    listed = line.split("; ", 1)[1] if "; " in line else ""
+    return dict(part.strip().split(" ", 1) for part in listed.split(",") if " " in part.strip())
+
+
+def make_plan(model: str, seq: int, batch: int, settings: dict,
+              traced_with: dict[str, str] | None = None) -> ResolvedPlan:
+    """The plan of one row. `traced_with` (package → version) names the libraries the row's real trace ran on;
+    without it, the versions a run of this interpreter would use."""
     arch = model_kb.lookup_model(model)
     if arch is None:
         raise SystemExit(f"{model} is not in the catalog")
@@ -253,13 +280,16 @@ def make_plan(model: str, seq: int, batch: int, settings: dict) -> ResolvedPlan:
     # the version-dependent choices the resolver makes, for the transformers this interpreter traces with
     # (litgpt builds its own model and expands grouped K/V itself: no transformers choice applies, as in resolve)
     hf = settings.get("framework", "transformers") in frameworks.HF_MODEL_FRAMEWORKS
-    tv = environment.versions(Settings())["transformers"].version if hf else None
+    if traced_with is None:
+        traced_with = {k: found.version for k, found in environment.versions(Settings()).items()}
+    tv = traced_with.get("transformers") if hf else None
     attn = versions.attention_as_run(arch.family, "sdpa", tv)
     repeat = attn == "eager" or not hf or versions.sdpa_repeats_kv(tv, settings.get("attn_mask", True))
     shifted = settings.get("loss_impl", "standard") == "standard" and versions.loss_keeps_shifted_logits(tv)
     return ResolvedPlan(arch=arch, optimizer=opt, optimizer_impl=impl, gpu=gpu, seq_len=seq, micro_batch=batch,
                         weight_dtype=settings.pop("weight_dtype", "bf16"), compute_dtype="bf16",
-                        attn_impl=attn, repeat_kv=repeat, loss_shifted_copy=shifted, **settings)
+                        attn_impl=attn, repeat_kv=repeat, loss_shifted_copy=shifted,
+                        versions=tuple((k, x, "the trace's interpreter") for k, x in traced_with.items()), **settings)
 
 
 def breakdown(parts: dict) -> str:

@@ -177,19 +177,28 @@ def estimate_and_real(**changes):
     return estimate(rp, limits=False), real["peak_bytes"]
 
 
-def test_checkpointed_qlora_peak_is_the_last_block_backward():
-    """QLoRA with checkpointing: the peak is the backward of the last block — every block's fp32
-    checkpointed input still held, the block recomputed with its fp32 MLP activations and their gradients."""
+def test_checkpointed_qlora_last_block_backward():
+    """QLoRA with checkpointing: the backward of the last block holds every block's fp32 checkpointed input and
+    the block recomputed with its fp32 MLP activations and their gradients (not the LM head's 16-bit weight copy,
+    freed by the head's backward, nor the other blocks' adapter gradients, not made yet); at these shapes the start
+    of backward through the loss is a little higher, and both agree with the trace."""
     pytest.importorskip("peft", reason="peft not installed (the trace extra)")
     pytest.importorskip("bitsandbytes", reason="bitsandbytes not installed (the trace extra)")
+    from vramlens.estimate import estimate
+    from vramlens.knowledge.schema import ModelArch
     from vramlens.trace import optim
 
     optim.warm_bitsandbytes()
-    est, real = estimate_and_real(peft="qlora", quant_bits=4, quant_double=True, lora_r=16, lora_alpha=32.0,
-                                  lora_dropout=0.05, lora_targets=("q", "k", "v", "o"), grad_checkpointing=True,
-                                  micro_batch=4, seq_len=1024)
-    assert est.phase == "recompute"
-    assert abs(est.allocated_bytes / real - 1) < 0.03, (est.allocated_bytes / 2**30, real / 2**30)
+    rp = plan(arch=ModelArch(**MISTRAL), attn_mask=False, repeat_kv=False, peft="qlora", quant_bits=4,
+              quant_double=True, lora_r=16, lora_alpha=32.0, lora_dropout=0.05, lora_targets=("q", "k", "v", "o"),
+              grad_checkpointing=True, micro_batch=4, seq_len=1024)
+    est = estimate(rp, limits=False)
+    raw = engine.run(step_config(rp), backend="transformers")
+    opt = raw["persistent"].get("optimizer", 0)                     # one traced step: the state it creates
+    block = next(t["peak_bytes"] for t in raw["timeline"] if t["phase"] == "bwd") + opt
+    assert abs(est.phases["recompute"] / block - 1) < 0.03, (est.phases["recompute"] / 2**30, block / 2**30)
+    assert (est.phase == "recompute") == (raw["peak_at"] == "backward")
+    assert abs(est.allocated_bytes / raw["peak_bytes"] - 1) < 0.03
 
 
 def test_dora_keeps_base_and_lora_outputs():

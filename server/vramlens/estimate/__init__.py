@@ -3,6 +3,8 @@
 Peak = persistent memory + the largest of the step's transient phases, never a sum of everything
 (docs/memory-model.md):
   forward-backward  W + O [+ G when gradients persist] + saved activations + final norm + logits/loss
+  loss-forward      the same at the loss's forward, while autocast's cache holds every block's 16-bit weight
+                    copies (AMP with checkpointing only)
   recompute         W + O + G (all but the embedding's) + checkpoints + one block recomputed (checkpointing
                     only; gradients freed each step: the larger of every checkpoint with the head's gradients
                     and every gradient with one checkpoint)
@@ -21,7 +23,7 @@ __all__ = ["estimate", "allocated_peak", "Estimate", "GIB", "COMPONENTS", "REVIS
 
 # Bumped whenever a formula changes what an estimate comes to: local calibration records (trace/probe ratios to
 # the estimate of their day) made against another revision are ignored (vramlens.calibration).
-REVISION = 4
+REVISION = 5
 
 
 def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]], C.Params, float]:
@@ -82,6 +84,12 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     phases["forward-backward"] = {**base, "buffers": B + root, "optimizer": O, "gradients": g_resident,
                                   "teacher_logits": teacher_logits, "activations": acts_fb, "logits": logits,
                                   "temporaries": C.dequantized_head(rp)}
+    fwd_cache = C.autocast_forward_cache(rp)
+    if fwd_cache and not rp.scalar_head:
+        # the end of the forward under AMP with checkpointing: autocast's cache still holds every block's 16-bit
+        # weight copies while the loss runs inside the model's forward (components.autocast_forward_cache)
+        phases["loss-forward"] = {**phases["forward-backward"], "activations": acts_fb + fwd_cache,
+                                  "logits": int(logit_tok * C.loss_forward_per_token(rp))}
     if rp.reference != "none" and rp.generation == "none":
         # trl 1.16.0 dpo_trainer.py `_compute_loss`: the reference runs under no_grad after the policy's forward,
         # while the policy's saved activations and log-probs are held
@@ -130,9 +138,19 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
                 grads, held_ckpt = int(head + s.layer_params * share), saved
             else:
                 held_ckpt = saved // rp.arch.layers
+        elif (G and rp.peft != "none" and not g_resident and not rp.modules_to_save and rp.arch.block == "decoder"
+              and rp.arch.layers > 1):
+            # the same under PEFT: the last block's backward holds every checkpoint and its own adapters' gradients
+            # (traced, Mistral-7B QLoRA: 1 MiB of 156 at the peak), the first block's every adapter gradient
+            if saved + G // rp.arch.layers >= G + saved // rp.arch.layers:
+                grads = G // rp.arch.layers
+            else:
+                held_ckpt = saved // rp.arch.layers
+        # the LM head's backward has run before any block's: the 16-bit head copy it kept is gone; under AMP the
+        # block being recomputed holds its own weights' 16-bit copies (components.recompute_weight_copies)
         phases["recompute"] = {**base, "buffers": B + root, "optimizer": O, "gradients": grads,
-                               "activations": held_ckpt + amp_cache + recompute + mask + mask_per_layer, "logits": 0,
-                               "temporaries": dora_norm}
+                               "activations": held_ckpt + C.recompute_weight_copies(rp) + recompute + mask
+                               + mask_per_layer, "logits": 0, "temporaries": dora_norm}
     if rp.arch.tied_embeddings and rp.peft == "none":
         # the shared weight's two gradients are summed out of place: two more embedding-sized tensors
         # (docs/memory-model.md, "Tied embeddings")

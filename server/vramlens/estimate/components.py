@@ -303,8 +303,9 @@ def optimizer_temporaries(rp: ResolvedPlan, p: Params) -> int:
     return int(p.trainable * state_b * shard_factor(rp, "optimizer"))
 
 
-def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
-    """Saved activations per token: (all layers without checkpointing, one layer), in bytes.
+def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[float, float]:
+    """Saved activations per token: (all layers without checkpointing, one layer), in bytes. `kept`, when given,
+    receives "down_input": what one layer keeps of the down projection's input (for `backward_block_per_token`).
 
     HF Llama-style block in 16-bit with SDPA/flash (traced; docs/memory-model.md, "Activations"):
       norms: each RMSNorm keeps its fp32 input (4h) and the normalised 16-bit value (2h); its weighted
@@ -332,9 +333,20 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
     gated = arch.mlp in ("swiglu", "geglu")
     m = mlp_bytes(rp)
     compiled = compiled_block(rp)
+    # AMP over fp32 weights (autocast, not compiled): the residual stream, the norms and their weights are fp32;
+    # only the autocast ops (matmuls, SDPA) run in 16-bit, each casting its own fp32 input (`amp_fp32_stream`)
+    amp = rp.amp and c == 2 and not compiled
     # RMSNorm upcasts: its fp32 input (4h) is kept; the normalised 16-bit value (c·h) only when the norm's
     # weight trains (full fine-tuning; traced: LoRA keeps 4h less per layer than full FT, docs/memory-model.md).
-    norm_trains = c if full else 0
+    # Under AMP the input is already fp32 and the normalised value stays fp32 (`hidden_states.to(input_dtype)` is
+    # a no-op, transformers 5.24 models/llama/modeling_llama.py LlamaRMSNorm): the weight's gradient keeps 4h.
+    # Families whose norm multiplies by the weight in fp32 keep the fp32 normalised value in any dtype
+    # (`FP32_NORM_WEIGHT_FAMILIES`).
+    fp32_norm_weight = arch.family in FP32_NORM_WEIGHT_FAMILIES
+    norm_trains = (4 if amp or fp32_norm_weight else c) if full else 0
+    # q/k norms read the 16-bit q and k projections even under AMP: their normalised value is 16-bit unless the
+    # family multiplies by the weight in fp32
+    qk_norm_trains = (4 if fp32_norm_weight else c) if full else 0
     if compiled:
         # the partitioner keeps each norm's 16-bit input and its fp32 1/rms (LayerNorm: mean and 1/std) and
         # recomputes the upcast and the normalised value in backward
@@ -344,18 +356,23 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         n_norms = norms_per_layer(arch)
         norm_keep = n_norms * ((4 + norm_trains) if c == 2 else 8) * h
     else:
-        norm_keep = norms_per_layer(arch) * c * h
+        # LayerNorm keeps its input: the fp32 residual stream under AMP (layer_norm is an fp32 autocast op)
+        norm_keep = norms_per_layer(arch) * (4 if amp else c) * h
     if arch.family in QK_NORM_FAMILIES:
         if compiled:
             norm_keep += c * (q + arch.kv_dim) + 4 * (heads + arch.n_kv_heads)
         else:
-            norm_keep += (4 + norm_trains) * (q + arch.kv_dim)
+            norm_keep += (4 + qk_norm_trains) * (q + arch.kv_dim)
 
     attn = c * q + 2 * c * kv_eff + c * q + 4 * heads
     mha = arch.kv_dim == q
     hf_fused = rp.arch.family in HF_FUSED_FAMILIES and rp.framework in HF_MODEL_FRAMEWORKS
     hf_c_attn = rp.arch.family in HF_C_ATTN_FAMILIES and rp.framework in HF_MODEL_FRAMEWORKS
-    if (rp.fused_qkv or hf_fused) and mha:
+    hf_one_qkv = rp.arch.family in HF_ONE_QKV_LINEAR and rp.framework in HF_MODEL_FRAMEWORKS
+    # a k-bit model's linears return fp32 (their input's dtype, `mlp_bytes`): autocast then hands SDPA 16-bit copies
+    # of q, k and v (scaled_dot_product_attention is an autocast op), and no view of the fused output reaches it
+    qkv_fp32 = m == 4 and c == 2
+    if (rp.fused_qkv or hf_fused) and mha and not qkv_fp32:
         attn += c * (q + arch.kv_dim)            # V is a view of the fused q|k|v output, which SDPA keeps whole
     if rp.attn_impl == "eager":
         # fp32 softmax output + 16-bit probabilities (`eager_attention_forward`, transformers modeling_llama.py)
@@ -408,16 +425,20 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
     all_lin = "all-linear" in targets
     linear_inputs = 0.0
     expert_mlp = arch.is_moe and not full and not experts_adaptable(rp)
+    down_input = down_copy = 0.0
     for size, members in groups:
+        before = linear_inputs
         present = [m for m in members if _has(arch, m)]
         if expert_mlp and members[0] != "q":
             present = []                                   # no adapter reaches the routed experts
         if full:
-            linear_inputs += size
+            linear_inputs += size * (amp_input_casts(rp, members[0], present) if amp else 1)
+            if members[0] == "down":
+                down_input = linear_inputs - before
             continue
         hit = [m for m in present if all_lin or m in targets]
         width = size / c
-        if (rp.fused_qkv or hf_fused or hf_c_attn) and members[0] == "q" and hit:
+        if (rp.fused_qkv or hf_fused or hf_c_attn or hf_one_qkv) and members[0] == "q" and hit:
             hit = ["qkv"]                                  # one adapter (one dropout) on the fused linear
         if hf_fused and members[0] == "gate" and hit:
             hit = ["gate_up"]                              # Phi-3's gate_up_proj: one adapter for gate and up
@@ -426,15 +447,21 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
             # the input itself (and a cast copy of it) is not kept by the adapter
             linear_inputs += len(hit) * (a + 1) * width
             kept_by_adapter = False
+            adapter_copy = a * width if hit else 0.0
         elif adapter_fp32:
             # PEFT casts the input separately in every module; compiled, the identical casts are computed once
             linear_inputs += (min(len(hit), 1) if compiled else len(hit)) * a * width
             kept_by_adapter = False
+            adapter_copy = a * width if hit else 0.0
         else:
             linear_inputs += size if hit else 0            # lora_A keeps the input itself, shared by the group
             kept_by_adapter = bool(hit)
+            adapter_copy = 0.0
         if keeps_quant_input and present and not kept_by_adapter:
             linear_inputs += size                          # the 4-bit matmul keeps the 16-bit input itself
+        if members[0] == "down":
+            down_input = linear_inputs - before
+            down_copy = adapter_copy
     # o's input is SDPA's output, which attention keeps anyway (eager's is a fresh reshape)
     if not full and (all_lin or "o" in targets):
         if dropout:
@@ -455,14 +482,10 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         mlp_internal = 2 * c * inter
         linear_inputs = c * h * sum(1 for members in (("q", "k", "v"), ("gate", "up"))
                                     if any(all_lin or m in targets for m in members))
+        down_input = down_copy = 0.0
     per_layer = norm_keep + attn + mlp_internal + linear_inputs + dora_per_token(rp)
     # residual dropouts the family's config enables by default, each keeping a 1-byte mask (CUDA native_dropout)
     per_layer += (RESIDUAL_DROPOUTS.get(arch.family, 0) * h) if rp.framework in HF_MODEL_FRAMEWORKS else 0
-    if rp.amp and c == 2 and not compiled:
-        # AMP over fp32 weights: norm outputs and adds are fp32; measured +3h per token per layer in traces
-        # (trace_vs_estimate rows 4, 22). A k-bit model's fp32 stream shows no such extra in the real trace
-        # (transformers 5.23 / peft 0.21.2 / bitsandbytes 0.50.2, benchmarks/results/trace_real_vs_estimate.txt)
-        per_layer += 3 * h
     if arch.block == "encoder-decoder":
         enc = arch.encoder_layers or arch.layers
         cross = c * q + 2 * c * kv_eff + c * q + 4 * heads + (4 + c) * h
@@ -470,7 +493,40 @@ def activations_per_token(rp: ResolvedPlan) -> tuple[float, float]:
     else:
         total_layers = arch.layers * per_layer
     tp = max(rp.tensor_parallel, 1)
+    if kept is not None:
+        kept["down_input"] = down_input / tp
+        kept["down_adapter_copy"] = down_copy / tp
     return total_layers / tp, per_layer / tp
+
+
+# Families whose RMSNorm multiplies the normalised value by its weight in fp32 and casts afterwards (transformers
+# 5.24 models/gemma/modeling_gemma.py, gemma2, gemma3 `output * (1.0 + self.weight.float())` then
+# `output.type_as(x)`; models/olmo2/modeling_olmo2.py, olmo3, gpt_oss `(self.weight * hidden_states).to(input_dtype)`;
+# qwen3_next and vaultgemma as Gemma;
+# Llama instead casts first: `self.weight * hidden_states.to(input_dtype)`): a trained norm weight's gradient
+# keeps the fp32 normalised value (4 bytes per element, not the 16-bit 2).
+FP32_NORM_WEIGHT_FAMILIES = {"gemma", "gemma2", "gemma3", "gemma3_text", "olmo2", "olmo3", "gpt_oss", "qwen3_next",
+                             "vaultgemma"}
+
+# Families whose transformers modelling code computes q|k|v with one linear (besides HF_FUSED_FAMILIES and
+# HF_C_ATTN_FAMILIES): transformers 5.24 models/falcon/modeling_falcon.py and models/gpt_neox/modeling_gpt_neox.py
+# `query_key_value`.
+HF_ONE_QKV_LINEAR = {"falcon", "gpt_neox"}
+
+
+def amp_input_casts(rp: ResolvedPlan, group: str, present: list[str]) -> int:
+    """16-bit copies kept of one fp32 input under AMP: autocast casts an activation for each linear that reads it
+    (only leaf weights go into autocast's cache: `cached_cast` in aten/src/ATen/autocast_mode.cpp, torch 2.13,
+    caches `arg.requires_grad() && arg.is_leaf()` tensors), and each matmul keeps its cast for the weight's
+    gradient. q, k and v read the attention norm's fp32 output (three copies), gate and up the MLP norm's (two);
+    a fused q|k|v or gate|up linear reads it once; down reads the 16-bit act(gate)·up product, no cast."""
+    if group == "down" or rp.arch.is_moe and group != "q":
+        return 1
+    fused = rp.fused_qkv or (rp.framework in HF_MODEL_FRAMEWORKS and rp.arch.family in
+                             HF_FUSED_FAMILIES | HF_C_ATTN_FAMILIES | HF_ONE_QKV_LINEAR)
+    if group == "q" and fused or group == "gate" and rp.arch.family in HF_FUSED_FAMILIES:
+        return 1
+    return max(len(present), 1)
 
 
 def compiled_block(rp: ResolvedPlan) -> bool:
@@ -591,32 +647,54 @@ def dora_weight_norm_transient(rp: ResolvedPlan) -> int:
     """Bytes DoRA allocates for a moment in every adapted linear's forward to get the weight norm (peft 0.21.2
     `dora.py`): `get_lora_weight` runs lora_B(lora_A(eye(in))) — an in × in identity and the in × out product in
     the adapter dtype — then `get_weight_norm` adds `scaling * lora_weight` to a copy of the weight in the input's
-    dtype (weight copy, scaled product and sum beside lora_weight: 4 × in × out). The largest linear's counts."""
+    dtype (weight copy when the dtype differs or the weight is dequantized, scaled product and sum: 2–3 × in × out).
+    The identity stays alive meanwhile: lora_A saved it for its weight's gradient, and lora_weight's graph holds
+    that node until the forward drops lora_weight (traced with the real libraries, Mistral-7B DoRA checkpointed:
+    the down projection's 14336² fp32 identity is live at the recompute peak beside the weight-sized tensors).
+    The largest linear's counts."""
     names = dora_targets(rp)
     if not names:
         return 0
     c, a, autocast = _dora_dtypes(rp)
     aw = 4 if (rp.adapter_fp32 or rp.weight_dtype == "fp32") else c
+    copies = 3 if (rp.quant_bits or a != DTYPE_BYTES[rp.weight_dtype]) else 2
     arch = rp.arch
-    return max(max(_in_features(arch, n) ** 2 * aw + _in_features(arch, n) * _out_features(arch, n) * aw,
-                   4 * _in_features(arch, n) * _out_features(arch, n) * a) for n in names)
+    return max(_in_features(arch, n) ** 2 * aw + _in_features(arch, n) * _out_features(arch, n) * (aw + copies * a)
+               for n in names)
 
 
 def backward_block_per_token(rp: ResolvedPlan) -> float:
     """Bytes per token of one checkpointed block at its backward peak: its recomputed activations plus the gradients
     of the gated MLP's hidden state (the product's gradient and one for each factor, in the MLP's dtype; two for
-    an ungated MLP). Traced with the real libraries (Mistral-7B QLoRA, 16 × 4096, checkpointed): the live set at
-    the peak is exactly these, the block's incoming gradient already consumed by the down projection's backward."""
+    an ungated MLP). Traced with the real libraries (Mistral-7B QLoRA, checkpointed): the live set at the peak is
+    these, the block's incoming gradient already consumed by the down projection's backward — which has also
+    freed what the down projection kept of its input (autograd frees a node's saved tensors when it runs; seen in
+    the real trace at 2 × 2048: the adapter's 16-bit cast of the product is gone at the peak). An adapter that
+    keeps its own copy of the product in another dtype (fp32 adapters outside autocast) peaks inside the down
+    projection's backward instead: its input copy is still held while the product's gradient is made in the copy's
+    dtype, cast back and added to the base layer's (traced at small shapes, tests/trace/
+    test_real_library_estimate.py). Under DoRA the block peaks earlier, while the down projection's weight norm is
+    recomputed (its `eye`-sized temporaries, `dora_weight_norm_transient`) with the product still alive."""
     arch = rp.arch
-    _, one_layer = activations_per_token(rp)
+    kept: dict = {}
+    _, one_layer = activations_per_token(rp, kept)
+    tp = max(rp.tensor_parallel, 1)
     inter = (arch.moe_intermediate or arch.intermediate) * (max(arch.experts_per_token, 1) if arch.is_moe else 1)
     gated = arch.mlp in ("swiglu", "geglu")
-    temps = (3 if gated else 2) * mlp_bytes(rp) * inter
+    m = mlp_bytes(rp)
+    temps = (3 if gated else 2) * m * inter
     if unsloth_kernels(rp):
         # unsloth/kernels/fast_lora.py LoRA_MLP.backward: DW = dY·Wᵀ is the one new MLP-wide tensor; the SwiGLU
         # backward kernel (kernels/swiglu.py `swiglu_DWf_DW_dfg_kernel`) writes h, df and de over DW, e and g
         temps = (2 if rp.compute_dtype != "fp32" else 4) * inter
-    return one_layer + temps / max(rp.tensor_parallel, 1)
+    if rp.peft == "dora" or unsloth_kernels(rp):
+        return one_layer + temps / tp
+    after_down = one_layer - kept["down_input"] + temps / tp
+    copy = kept["down_adapter_copy"]
+    # inside the down projection's backward: the product's gradient from the base layer (m·I), and from an adapter
+    # with its own copy, that copy's gradient and its cast back to the product's dtype
+    at_down = one_layer + (m * inter + (copy + m * inter if copy else 0.0)) / tp
+    return max(after_down, at_down)
 
 
 def unsloth_kernels(rp: ResolvedPlan) -> bool:
@@ -744,6 +822,43 @@ def autocast_weight_cache(rp: ResolvedPlan, p: Params) -> int:
         # a head TRL cast back to bf16 (kbit_embeddings_16bit) needs no 16-bit copy
         return 0 if rp.kbit_embeddings_16bit else int(head)
     return 0
+
+
+def autocast_forward_cache(rp: ResolvedPlan) -> int:
+    """16-bit copies of the checkpointed blocks' fp32 linear weights that autocast's cache holds until the forward
+    ends. Autocast caches every cast of a leaf weight that requires grad (`cached_cast`, aten/src/ATen/
+    autocast_mode.cpp, torch 2.13) and clears the cache only when the outermost autocast context exits
+    (`torch.clear_autocast_cache()` in `autocast.__exit__`, torch/amp/autocast_mode.py). The Trainer's autocast
+    wraps the model's forward, and transformers computes the loss inside it (`ForCausalLMLoss`), so the copies are
+    alive through the LM head and the loss even though checkpointed blocks save none of them for backward.
+    Frozen weights (a PEFT base model, layers `trained_layers` leaves out) are cast afresh at each use and not
+    cached; trainable adapters are, but they are small."""
+    if not (rp.amp and rp.grad_checkpointing and rp.compute_dtype != "fp32") or compiled_block(rp):
+        return 0
+    trained = sum(lin.params * weight_grad_share(rp, lin.name) for lin in shapes(rp.arch).linears)
+    return int(trained * DTYPE_BYTES[rp.compute_dtype])
+
+
+def recompute_weight_copies(rp: ResolvedPlan) -> int:
+    """The 16-bit copies of one block's trainable weights while that block is recomputed and back-propagated under
+    AMP: torch.utils.checkpoint re-enters autocast for the recompute (torch 2.13 torch/utils/checkpoint.py
+    `_checkpoint_without_reentrant_generator`: `device_autocast_ctx`, with the cache setting of the forward), and
+    the block's matmuls keep their casts for its backward."""
+    return autocast_forward_cache(rp) // max(rp.arch.layers, 1)
+
+
+def loss_forward_per_token(rp: ResolvedPlan) -> float:
+    """Bytes per token the LM head and the standard loss hold while the loss's forward runs: the 16-bit logits,
+    their fp32 upcast and the fp32 log-softmax (transformers 5.24 loss/loss_utils.py ForCausalLMLoss:
+    `logits = logits.float()`, then `cross_entropy`), + the shifted fp32 copy before 4.49 and Gemma-2's
+    soft-capping output. Other losses: what they hold at the start of backward (`logits_per_token`)."""
+    if rp.arch.block == "encoder" or rp.loss_impl != "standard" or compiled_block(rp):
+        return logits_per_token(rp)
+    c = DTYPE_BYTES[rp.compute_dtype]
+    per = c + 4.0 + (4.0 if c != 4 else 0.0) + (4.0 if rp.loss_shifted_copy else 0.0)
+    if rp.arch.family == "gemma2":
+        per += c                      # final_logit_softcapping: tanh(logits / cap) keeps its output
+    return per * rp.arch.vocab
 
 
 def gathered_layer_bytes(rp: ResolvedPlan, p: Params) -> int:

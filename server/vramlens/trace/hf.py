@@ -124,6 +124,9 @@ def hf_config(cfg: StepConfig):
         # falcon-7b: multi-query (one K/V head), parallel attention + MLP; the 40B/180B layout for grouped K/V
         kw.update(num_kv_heads=a.n_kv_heads, multi_query=a.n_kv_heads == 1,
                   new_decoder_architecture=a.n_kv_heads not in (1, a.heads), bias=a.attn_bias)
+        # FalconConfig.head_dim is a read-only property (hidden_size // num_attention_heads, transformers 5.24
+        # models/falcon/configuration_falcon.py): setting it raises
+        kw.pop("head_dim")
     if a.is_moe:
         kw.update(num_local_experts=a.num_experts, num_experts=a.num_experts, num_experts_per_tok=a.experts_per_token)
         if a.family == "mixtral" and a.moe_intermediate:
