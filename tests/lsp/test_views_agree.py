@@ -182,6 +182,8 @@ async def test_the_budget_hover_shows_the_cli_speed_and_breakdown(editor: Editor
         m = re.match(r"\| ([^|*]+?) \| (\d+(?:\.\d+)?) \|", line)
         if m and m.group(1) in LABEL_TO_KEY:
             rows[LABEL_TO_KEY[m.group(1)]] = float(m.group(2))
-    assert rows.keys() == {k for k, v in data["components_gib"].items() if v > 0}, (rows, budget)
+    # a component under 0.005 GiB (the last block's adapter gradients under checkpointing) shows as 0.00 in both
+    assert {k for k, v in rows.items() if v > 0} == {k for k, v in data["components_gib"].items() if v > 0}, (
+        rows, budget)
     for key, gib in rows.items():
         assert_same(key, gib, data["components_gib"][key], "budget hover")
