@@ -129,3 +129,7 @@ class ResolvedPlan(BaseModel):
 
     def with_changes(self, **changes) -> "ResolvedPlan":
         return self.model_copy(update=changes)
+
+    def version_of(self, package: str) -> tuple[str, str] | None:
+        """(version, where it came from) of `package` as the step assumes it; None when the plan names none."""
+        return next(((v, src) for name, v, src in self.versions if name == package), None)

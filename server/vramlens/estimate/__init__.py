@@ -122,28 +122,25 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # block's backward ends), the last block is recomputed and its backward temporaries are live
         recompute = int(C.backward_block_per_token(rp) * tok) + dora_w
         grads, held_ckpt = max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0), saved
-        if (G and rp.peft == "none" and not g_resident and rp.trained_layers is None and rp.arch.block == "decoder"
-                and rp.arch.layers > 1):      # (G == 0: the optimizer steps each gradient away in backward)
-            # gradients freed by zero_grad(set_to_none=True) come back block by block while the checkpoints go:
-            # the last block's backward holds every checkpoint but only the LM head's and its own gradients, the
-            # first block's holds every gradient but the embedding's and one checkpoint. The live set is linear in
-            # the block reached, so the larger end is the peak (torch.utils.checkpoint frees a block's saved input
-            # when its backward ends; AccumulateGrad creates each gradient when its parameter's backward runs).
-            s = C.shapes(rp.arch)
-            share = C.shard_factor(rp, "gradients") * p.trainable_dtype_bytes
-            head = (s.embed_params if rp.arch.tied_embeddings else s.lm_head_params) * share
-            top = int(head + s.layer_params * share) + saved
-            bottom = grads + saved // rp.arch.layers
-            if top >= bottom:
-                grads, held_ckpt = int(head + s.layer_params * share), saved
-            else:
-                held_ckpt = saved // rp.arch.layers
-        elif (G and rp.peft != "none" and not g_resident and not rp.modules_to_save and rp.arch.block == "decoder"
-              and rp.arch.layers > 1):
-            # the same under PEFT: the last block's backward holds every checkpoint and its own adapters' gradients
-            # (traced, Mistral-7B QLoRA: 1 MiB of 156 at the peak), the first block's every adapter gradient
-            if saved + G // rp.arch.layers >= G + saved // rp.arch.layers:
-                grads = G // rp.arch.layers
+        # gradients freed by zero_grad(set_to_none=True) come back block by block while the checkpoints go: the last
+        # block's backward holds every checkpoint but only the gradients made so far, the first block's holds every
+        # gradient but one checkpoint. The live set is linear in the block reached, so the larger end is the peak
+        # (torch.utils.checkpoint frees a block's saved input when its backward ends; AccumulateGrad creates each
+        # gradient when its parameter's backward runs). G == 0: the optimizer steps each gradient away in backward.
+        top_grads = None
+        if G and not g_resident and rp.arch.block == "decoder" and rp.arch.layers > 1:
+            if rp.peft == "none" and rp.trained_layers is None:
+                # full fine-tuning: the LM head's gradient and the last block's
+                s = C.shapes(rp.arch)
+                share = C.shard_factor(rp, "gradients") * p.trainable_dtype_bytes
+                head = (s.embed_params if rp.arch.tied_embeddings else s.lm_head_params) * share
+                top_grads = int(head + s.layer_params * share)
+            elif rp.peft != "none" and not rp.modules_to_save:
+                # PEFT: the last block's adapters' gradients only (traced, Mistral-7B QLoRA: 1 MiB of 156 at the peak)
+                top_grads = G // rp.arch.layers
+        if top_grads is not None:
+            if top_grads + saved >= grads + saved // rp.arch.layers:
+                grads = top_grads
             else:
                 held_ckpt = saved // rp.arch.layers
         # the LM head's backward has run before any block's: the 16-bit head copy it kept is gone; under AMP the

@@ -34,13 +34,15 @@ def reserved_bytes(rp: ResolvedPlan, allocated: int, parts: dict[str, int]) -> i
     return int(allocated + slack + 64 * MIB)
 
 
-def torch_version(rp: ResolvedPlan) -> str | None:
-    return next((v for name, v, _ in rp.versions if name == "torch"), None)
+def _eager_torch(rp: ResolvedPlan) -> tuple[str, str] | None:
+    """(version, source) of the run's torch when it loads every CUDA kernel with the context (before 1.13)."""
+    torch = rp.version_of("torch")
+    return torch if torch and versions.cuda_modules_load_eagerly(torch[0]) else None
 
 
 def cuda_context_bytes(rp: ResolvedPlan) -> int:
     """The CUDA context with the handles of one process, by how the torch in use loads its kernels."""
-    return EAGER_CONTEXT_BYTES if versions.cuda_modules_load_eagerly(torch_version(rp)) else CONTEXT_BYTES
+    return EAGER_CONTEXT_BYTES if _eager_torch(rp) else CONTEXT_BYTES
 
 
 def context_bytes(rp: ResolvedPlan) -> int:
@@ -62,9 +64,8 @@ def device_range(rp: ResolvedPlan, allocated: int, device: int) -> tuple[int, in
 
 def assumptions(rp: ResolvedPlan) -> list[str]:
     out = []
-    if versions.cuda_modules_load_eagerly(torch_version(rp)):
-        source = next(src for name, _, src in rp.versions if name == "torch")
-        out.append(f"torch {torch_version(rp)} ({source}): CUDA kernels load with the context (lazy loading is "
+    if torch := _eager_torch(rp):
+        out.append(f"torch {torch[0]} ({torch[1]}): CUDA kernels load with the context (lazy loading is "
                    f"torch's default from 1.13) — CUDA context {EAGER_CONTEXT_BYTES / (1 << 30):.1f} GiB")
     if not rp.expandable_segments:
         out.append("allocator: default caching allocator (no expandable_segments) — fragmentation slack included")

@@ -570,8 +570,8 @@ def experts_adaptable(rp: ResolvedPlan) -> bool:
     module reaches. transformers 4.x builds each expert of nn.Linear modules: "all-linear" wraps them; the
     canonical gate/up/down names do too except in Mixtral, whose experts name them w1/w3/w2
     (4.57 `MixtralBlockSparseTop2MLP`)."""
-    tv = next((v for name, v, _ in rp.versions if name == "transformers"), None)
-    if versions.at_least(tv, (5, 0, 0)):
+    tv = rp.version_of("transformers")
+    if versions.at_least(tv[0] if tv else None, (5, 0, 0)):
         return False
     return "all-linear" in rp.lora_targets or rp.arch.family != "mixtral"
 
