@@ -132,22 +132,33 @@ REAL_MODES = {
     "QLoRA": QLORA,
 }
 REAL_QUICK_MODELS = {M1B, "Qwen/Qwen2.5-0.5B", "google/gemma-3-1b-pt"}
-# `--more`: families added to the real backend later (GPT-2, GPT-NeoX, Falcon, Phi-2, Qwen3-MoE, GPT-BigCode),
-# their own table
-MORE_MODELS = ["openai-community/gpt2-large", "stabilityai/stablelm-base-alpha-3b", "tiiuae/falcon-7b",
-               "microsoft/phi-2", "Qwen/Qwen3-30B-A3B", "bigcode/starcoderbase-1b"]
+# the named grids (`--grid NAME`, each its own results table, `trace_real_<name>_vs_estimate.txt` except the main one):
+# "main" the first families; "more" the families added next (GPT-2, GPT-NeoX, Falcon, Phi-2, Qwen3-MoE, GPT-BigCode)
+GRIDS: dict[str, list[str]] = {
+    "main": REAL_MODELS,
+    "more": ["openai-community/gpt2-large", "stabilityai/stablelm-base-alpha-3b", "tiiuae/falcon-7b",
+             "microsoft/phi-2", "Qwen/Qwen3-30B-A3B", "bigcode/starcoderbase-1b"],
+}
+# a grid's own training modes where it does not run all of REAL_MODES
+GRID_MODES: dict[str, dict[str, dict]] = {}
 
 
-def real_grid(quick: bool, more: bool = False) -> list[tuple[str, str, int, int, dict]]:
+def real_grid(quick: bool, grid: str = "main") -> list[tuple[str, str, int, int, dict]]:
     out = []
-    for model in (MORE_MODELS if more else REAL_MODELS):
+    for model in GRIDS[grid]:
         if quick and model not in REAL_QUICK_MODELS:
             continue
-        for mode, settings in REAL_MODES.items():
+        for mode, settings in GRID_MODES.get(grid, REAL_MODES).items():
             for ckpt in (False, True):
                 out.append((mode + (" ckpt" if ckpt else ""), model, 2048, 2,
                             dict(settings, grad_checkpointing=ckpt, attn_mask=False)))
     return out
+
+
+def results_table(grid: str) -> Path:
+    """The results table a grid's run writes."""
+    return ROOT / "benchmarks" / "results" / ("trace_real_vs_estimate.txt" if grid == "main"
+                                              else f"trace_real_{grid}_vs_estimate.txt")
 
 
 def real_main(args) -> int:
@@ -176,13 +187,13 @@ def real_main(args) -> int:
     say("every row: seq 2048, micro batch 2, no padding mask (causal SDPA), fused AdamW, set_to_none")
     say(f"{'#':>3} {'setting':<16} {'model':<30} {'real':>8} {'phase':<16} {'synth':>8} {'estimate':>9} "
         f"{'est÷real':>8} {'syn÷real':>8} {'real s':>6}")
-    grid = real_grid(args.quick, args.more)
+    grid = real_grid(args.quick, args.grid)
     for i, stated in reused_rows.items():           # the reused table's rows must be this grid's
         here = (grid[i][0], grid[i][1].split("/")[-1]) if i < len(grid) else None
         if stated != here:
             raise SystemExit(f"row {i} of {args.reuse.name} is {' / '.join(stated)}, this grid's is "
                              f"{' / '.join(here) if here else 'missing'}: reuse it with the grid that wrote it "
-                             f"(--quick, --more)")
+                             f"(--quick, --grid)")
     ratios, synth, skipped = [], [], []
     for i, (label, model, seq, batch, settings) in enumerate(grid):
         if args.only and args.only.lower() not in model.lower():
@@ -229,6 +240,32 @@ def real_main(args) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("\n".join(lines) + "\n")
     return 0
+
+
+def summary() -> list[str]:
+    """Every real-library results table in benchmarks/results, row counts within ±3/5/15 % and the models and
+    architecture families they cover, per table and over all of them."""
+    import re
+
+    family = {m.split("/")[-1]: model_kb.lookup_model(m).family for models in GRIDS.values() for m in models}
+    ratio = re.compile(r"\s*\d+ .{16} (\S+)\s.*\s([\d.]+)\s+[\d.]+\s+[\d.]+(?:\s|$)")
+    lines, every, models = [], [], set()
+    for path in sorted((ROOT / "benchmarks" / "results").glob("trace_real_*vs_estimate*.txt")):
+        rs = []
+        for line in path.read_text().splitlines():
+            m = ratio.match(line)
+            if m and "not traced" not in line:
+                rs.append(float(m.group(2)))
+                models.add(m.group(1))
+        every += rs
+        n3 = sum(abs(r - 1) <= 0.03 + 5e-4 for r in rs)     # the tables print three decimals
+        lines.append(f"{path.name:<52} {n3:>4}/{len(rs):<4} within ±3 %")
+    fams = {family.get(m, m) for m in models}
+    for tol in (0.03, 0.05, 0.15):
+        n = sum(abs(r - 1) <= tol + 5e-4 for r in every)
+        lines.append(f"all tables: {n}/{len(every)} = {n / max(len(every), 1):.1%} within ±{tol:.0%}")
+    lines.append(f"{len(models)} models of {len(fams)} architecture families: {', '.join(sorted(fams))}")
+    return lines
 
 
 def reused_traces(path: Path) -> tuple[dict[int, tuple[dict | None, dict | str]], dict[int, tuple[str, str]]]:
@@ -300,14 +337,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="six rows only")
     ap.add_argument("--out", type=Path, help="also write the report to this file")
-    ap.add_argument("--more", action="store_true", help="with --real: the families added later (GPT-2, GPT-NeoX, "
-                                                         "Falcon, Phi-2, Qwen3-MoE) instead of the main grid")
+    ap.add_argument("--grid", default="main", choices=sorted(GRIDS),
+                    help="with --real: which grid of families (default: main)")
     ap.add_argument("--reuse", type=Path, help="with --real: take the real and synthetic traces from a table this "
                                                 "script wrote (same grid) and only recompute the estimates")
     ap.add_argument("--only", help="with --real: only the rows whose model id contains this text")
     ap.add_argument("--real", action="store_true", help="the real-library grid: estimate and synthetic trace "
                                                         "against the transformers/peft/bitsandbytes trace")
+    ap.add_argument("--summary", action="store_true", help="the real-library tables in benchmarks/results, summed")
     args = ap.parse_args()
+    if args.summary:
+        print("\n".join(summary()))
+        return 0
     if args.real:
         return real_main(args)
 
