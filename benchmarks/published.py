@@ -92,10 +92,10 @@ def plan_from_row(row: dict) -> ResolvedPlan:
     pins = row.get("versions") or {}
     framework = row.get("framework_key", "transformers")
     hf_model = framework in frameworks.HF_MODEL_FRAMEWORKS
-    tv = pins.get("transformers")
-    attn = row.get("attention", "sdpa")
     masked = bool(row.get("attn_mask", not row.get("packing")))
     loss = row.get("loss", "standard")
+    run = versions.as_run(arch.family, row.get("attention", "sdpa"), pins.get("transformers"), hf_model=hf_model,
+                          masked=masked, loss_impl=loss)
     lora = row.get("lora") or {}
     quant = row.get("quant") or {}
     peft = "none"
@@ -109,11 +109,9 @@ def plan_from_row(row: dict) -> ResolvedPlan:
         compute_dtype=row.get("compute_dtype", "bf16"), amp=bool(row.get("amp")),
         micro_batch=int(row["micro_batch"]), grad_accum=int(row.get("grad_accum") or 1), seq_len=int(row["seq_len"]),
         packing=bool(row.get("packing")), grad_checkpointing=bool(row.get("grad_checkpointing")),
-        activation_offload=bool(row.get("activation_offload")), attn_impl=attn, compile=bool(row.get("compile")),
-        # transformers' own attention: eager repeats grouped K/V, SDPA did before 4.54 (and with a padding mask)
-        repeat_kv=attn == "eager" or (attn == "sdpa" and (not hf_model or versions.sdpa_repeats_kv(tv, masked))),
+        activation_offload=bool(row.get("activation_offload")), attn_impl=run.attention,
+        compile=bool(row.get("compile")), repeat_kv=run.repeat_kv, loss_shifted_copy=run.loss_shifted_copy,
         attn_mask=masked, loss_impl=loss, keep_logits=bool(row.get("keep_logits")),
-        loss_shifted_copy=hf_model and loss == "standard" and versions.loss_keeps_shifted_logits(tv),
         optimizer=opt_kb.lookup_optimizer(row.get("optimizer", "adamw_torch")),
         optimizer_impl=row.get("optimizer_impl", "foreach"), optimizer_in_bwd=bool(row.get("optimizer_in_bwd")),
         set_to_none=bool(row.get("set_to_none", True)),

@@ -319,13 +319,11 @@ def make_plan(model: str, seq: int, batch: int, settings: dict,
     hf = settings.get("framework", "transformers") in frameworks.HF_MODEL_FRAMEWORKS
     if traced_with is None:
         traced_with = {k: found.version for k, found in environment.versions(Settings()).items()}
-    tv = traced_with.get("transformers") if hf else None
-    attn = versions.attention_as_run(arch.family, "sdpa", tv)
-    repeat = attn == "eager" or not hf or versions.sdpa_repeats_kv(tv, settings.get("attn_mask", True))
-    shifted = settings.get("loss_impl", "standard") == "standard" and versions.loss_keeps_shifted_logits(tv)
+    run = versions.as_run(arch.family, "sdpa", traced_with.get("transformers"), hf_model=hf,
+                          masked=settings.get("attn_mask", True), loss_impl=settings.get("loss_impl", "standard"))
     return ResolvedPlan(arch=arch, optimizer=opt, optimizer_impl=impl, gpu=gpu, seq_len=seq, micro_batch=batch,
                         weight_dtype=settings.pop("weight_dtype", "bf16"), compute_dtype="bf16",
-                        attn_impl=attn, repeat_kv=repeat, loss_shifted_copy=shifted,
+                        attn_impl=run.attention, repeat_kv=run.repeat_kv, loss_shifted_copy=run.loss_shifted_copy,
                         versions=tuple((k, x, "the trace's interpreter") for k, x in traced_with.items()), **settings)
 
 

@@ -287,29 +287,24 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
 
     env = environment.versions(settings)
     tv = env["transformers"].version if fw_key in frameworks.HF_MODEL_FRAMEWORKS else None
-    attn_run = attn
     masked = not bool(val("packing")) and behaviour.get("attn_mask", True)
-    loss_shift = False
-    if fw_key in frameworks.HF_MODEL_FRAMEWORKS:
+    hf_model = fw_key in frameworks.HF_MODEL_FRAMEWORKS
+    loss_impl = val("loss_impl") or "standard"
+    run = versions.as_run(arch.family, attn, tv, hf_model=hf_model, masked=masked, loss_impl=loss_impl)
+    if hf_model:
         t_label = f"transformers {env['transformers'].version} ({env['transformers'].source})"
-        attn_run = versions.attention_as_run(arch.family, attn, tv)
-        if attn_run != attn:
+        if run.attention != attn:
             assumptions.append(f"{t_label}: Gemma-2 has no SDPA path (`_supports_sdpa = False`): eager attention")
-        if attn_run == "sdpa" and not versions.sdpa_repeats_kv(tv, masked):
+        if run.attention == "sdpa" and not versions.sdpa_repeats_kv(tv, masked):
             assumptions.append(f"{t_label}: SDPA reads grouped K/V natively without a mask (no repeat_kv)")
-        loss_shift = (val("loss_impl") or "standard") == "standard" and versions.loss_keeps_shifted_logits(tv)
-        if loss_shift:
+        if run.loss_shifted_copy:
             assumptions.append(f"{t_label}: the loss keeps a shifted fp32 copy of the logits "
                                "(ForCausalLMLoss before 4.49)")
-        elif (val("loss_impl") or "standard") == "standard":
+        elif loss_impl == "standard":
             assumptions.append(f"{t_label}: the loss shifts the labels, not the logits (no fp32 copy of them)")
-        if attn_run == "sdpa" and masked and versions.sdpa_repeats_kv(tv, False) and arch.n_kv_heads < arch.heads:
+        if run.attention == "sdpa" and masked and versions.sdpa_repeats_kv(tv, False) and arch.n_kv_heads < arch.heads:
             assumptions.append(f"{t_label}: SDPA repeats grouped K/V to every head (repeat_kv before 4.54)")
-    attn = attn_run
-    # torchtune and litgpt expand grouped K/V to every head before SDPA whatever the version (torchtune
-    # modules/attention.py `k.unsqueeze(2).expand(...).flatten(1, 2)`; litgpt model.py CausalSelfAttention:
-    # `k.expand(...)` then `reshape`, which copies)
-    own_attention = fw_key not in frameworks.HF_MODEL_FRAMEWORKS
+    attn = run.attention
 
     rp = ResolvedPlan(
         arch=arch, framework=fw_key,
@@ -318,8 +313,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         eval_batch=int(val("eval_batch") or micro),
         grad_checkpointing=bool(val("grad_checkpointing")), activation_offload=bool(val("activation_offload")),
         attn_impl=attn if attn in ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention", "xformers") else "other",
-        repeat_kv=attn == "eager" or (attn == "sdpa" and (own_attention or versions.sdpa_repeats_kv(tv, masked))),
-        loss_shifted_copy=loss_shift, versions=tuple((k, v.version, v.source) for k, v in env.items()),
+        repeat_kv=run.repeat_kv, loss_shifted_copy=run.loss_shifted_copy, versions=tuple((k, v.version, v.source) for k, v in env.items()),
         attn_mask=not bool(val("packing")) and behaviour.get("attn_mask", True),
         compile=bool(val("compile")),
         loss_impl=val("loss_impl") or "standard", keep_logits=behaviour["keep_logits"],

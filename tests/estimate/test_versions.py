@@ -56,6 +56,21 @@ def test_version_parsing():
     assert not versions.loss_keeps_shifted_logits(None)          # unknown: the newest known
 
 
+def test_attention_and_loss_as_run_by_version_and_framework():
+    """One answer for the resolver and the benchmarks: what attention runs, whether grouped K/V is expanded to every
+    head and whether the loss copies the logits, from the family, the transformers version and who models it."""
+    run = versions.as_run("llama", "sdpa", "4.48.1", hf_model=True, masked=False)
+    assert run == ("sdpa", True, True)                      # repeat_kv before 4.54, shifted logits before 4.49
+    assert versions.as_run("llama", "sdpa", "5.24.0", hf_model=True, masked=False) == ("sdpa", False, False)
+    assert versions.as_run("llama", "sdpa", "5.24.0", hf_model=True, masked=True).repeat_kv   # a padding mask
+    assert versions.as_run("llama", "sdpa", "4.48.1", hf_model=True, masked=False,
+                           loss_impl="chunked").loss_shifted_copy is False
+    assert versions.as_run("gemma2", "sdpa", "5.0.0", hf_model=True, masked=False) == ("eager", True, False)
+    # torchtune / litgpt expand grouped K/V themselves whatever transformers says; flash attention reads them as is
+    assert versions.as_run("gemma2", "sdpa", "5.0.0", hf_model=False, masked=False) == ("sdpa", True, False)
+    assert versions.as_run("llama", "flash_attention_2", None, hf_model=False, masked=True).repeat_kv is False
+
+
 def test_pins_from_each_kind_of_file(tmp_path):
     (tmp_path / "requirements-train.txt").write_text("# training\ntransformers==4.48.1  # pinned\npeft>=0.13\n"
                                                       "-r other.txt\nbitsandbytes[cuda]==0.45.0 ; sys_platform=='linux'\n")

@@ -16,6 +16,8 @@ CUDA libraries is loaded when the context is created, which makes the context it
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 # The newest releases this knowledge was checked against: what an unpinned environment is assumed to run.
 NEWEST = {"transformers": "5.24.0", "peft": "0.21.2", "trl": "1.16.0", "bitsandbytes": "0.50.2",
           "accelerate": "1.15.0", "torch": "2.13.0"}
@@ -71,3 +73,24 @@ def attention_as_run(family: str, requested: str, transformers: str | None) -> s
     if family == "gemma2" and requested == "sdpa" and at_least(transformers, GEMMA2_EAGER_FROM):
         return "eager"
     return requested
+
+
+class AttentionAndLoss(NamedTuple):
+    """The version-dependent choices of a step's attention and loss (`as_run`)."""
+    attention: str           # the attention the model runs
+    repeat_kv: bool          # full-head K/V materialised for grouped-query attention
+    loss_shifted_copy: bool  # the loss keeps a shifted fp32 copy of the logits
+
+
+def as_run(family: str, requested: str, transformers: str | None, *, hf_model: bool, masked: bool,
+           loss_impl: str = "standard") -> AttentionAndLoss:
+    """What a step of `family` runs for the attention `requested`, under `transformers` (None: the newest known).
+    `hf_model`: transformers' own modelling code runs the model (not torchtune's or litgpt's, which expand grouped
+    K/V to every head before SDPA whatever the version: torchtune modules/attention.py
+    `k.unsqueeze(2).expand(...).flatten(1, 2)`, litgpt model.py `k.expand(...)` then `reshape`, which copies).
+    `masked`: the batch carries a padding mask. Eager attention always repeats grouped K/V."""
+    if not hf_model:
+        return AttentionAndLoss(requested, requested in ("eager", "sdpa"), False)
+    attention = attention_as_run(family, requested, transformers)
+    repeat = attention == "eager" or (attention == "sdpa" and sdpa_repeats_kv(transformers, masked))
+    return AttentionAndLoss(attention, repeat, loss_impl == "standard" and loss_keeps_shifted_logits(transformers))
