@@ -306,6 +306,20 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
             assumptions.append(f"{t_label}: SDPA repeats grouped K/V to every head (repeat_kv before 4.54)")
     attn = run.attention
 
+    kbit_upcast, kbit_embeddings_16bit = behaviour["kbit_upcast"], False
+    if fw_key == "trl" and quant_bits and peft != "none" and objective == "sft":
+        sharded = strategy == "fsdp" or (strategy == "deepspeed" and int(zero or 0) >= 3)
+        prep = versions.trl_sft_kbit(env["trl"].version, bf16=compute == "bf16", sharded=sharded)
+        kbit_upcast, kbit_embeddings_16bit, adapter_fp32 = prep
+        trl_label = f"TRL {env['trl'].version} ({env['trl'].source}) SFTTrainer"
+        if prep.upcast:
+            assumptions.append(f"{trl_label}: prepare_model_for_kbit_training puts every weight that is not {quant_bits}-bit "
+                               f"in fp32{', then the embeddings and LM head back in bf16' if prep.embeddings_16bit else ''}")
+        elif not sharded:
+            assumptions.append(f"{trl_label}: no k-bit preparation (from 0.26); the adapters train in bf16")
+        else:
+            assumptions.append(f"{trl_label}: sharded k-bit model: no k-bit preparation, 16-bit adapters")
+
     rp = ResolvedPlan(
         arch=arch, framework=fw_key,
         weight_dtype=weight_dtype, compute_dtype=compute, amp=amp,
@@ -325,7 +339,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         lora_alpha=float(val("lora_alpha") or 16) if peft != "none" else 0.0,
         lora_dropout=float(val("lora_dropout") or 0.0) if peft != "none" else 0.0,
         lora_targets=targets, modules_to_save=modules_to_save,
-        adapter_fp32=adapter_fp32, kbit_upcast=behaviour["kbit_upcast"],
+        adapter_fp32=adapter_fp32, kbit_upcast=kbit_upcast, kbit_embeddings_16bit=kbit_embeddings_16bit,
         trainable_fp32=trainable_fp32, low_rank=low_rank, low_rank_targets=low_rank_targets, **partial,
         quant_bits=quant_bits, quant_type=str(val("quant_type") or "nf4"), quant_double=bool(val("quant_double")),
         quant_storage=storage if storage in ("bf16", "fp16", "fp32") else "uint8",

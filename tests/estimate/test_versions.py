@@ -25,8 +25,8 @@ gradient_checkpointing: true
 """
 
 
-def resolved(tmp_path: Path, text: str = CONFIG, **settings):
-    f = tmp_path / "train.yaml"
+def resolved(tmp_path: Path, text: str = CONFIG, name: str = "train.yaml", **settings):
+    f = tmp_path / name
     f.write_text(text)
     plan = parse_document(text, str(f), workspace=tmp_path).plan
     return resolve(plan, Settings(workspace=tmp_path, **settings))
@@ -148,6 +148,31 @@ def test_gemma2_runs_eager_in_transformers_5(tmp_path):
     assert v5.resolved.attn_impl == "eager" and v4.resolved.attn_impl == "sdpa"
     assert any("Gemma-2 has no SDPA path" in a for a in v5.assumptions)
     assert estimate(v5.resolved, limits=False).allocated_bytes > estimate(v4.resolved, limits=False).allocated_bytes
+
+
+TRL_QLORA = """from transformers import BitsAndBytesConfig
+from peft import LoraConfig
+from trl import SFTConfig, SFTTrainer
+
+bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype="bfloat16")
+args = SFTConfig(output_dir="out", per_device_train_batch_size=4, max_length=2048, bf16=True,
+                 gradient_checkpointing=True, model_init_kwargs={"quantization_config": bnb, "dtype": "bfloat16"})
+trainer = SFTTrainer(model="meta-llama/Llama-3.1-8B", args=args, peft_config=LoraConfig(r=16, target_modules="all-linear"))
+"""
+
+
+def test_trl_prepares_a_kbit_model_by_its_version(tmp_path):
+    """TRL's SFTTrainer up to 0.25 upcasts a 4-bit model's other weights to fp32 and casts the embeddings and LM head
+    back to bf16, with fp32 adapters; from 0.26 it does neither and trains bf16 adapters."""
+    old = resolved(tmp_path, TRL_QLORA, framework_versions={"trl": "0.25.1"}, name="train.py")
+    new = resolved(tmp_path, TRL_QLORA, framework_versions={"trl": "0.26.0"}, name="train.py")
+    assert (old.resolved.kbit_upcast, old.resolved.kbit_embeddings_16bit, old.resolved.adapter_fp32) == (True, True, True)
+    assert (new.resolved.kbit_upcast, new.resolved.kbit_embeddings_16bit, new.resolved.adapter_fp32) == (False, False, False)
+    assert any("TRL 0.25.1" in a and "back in bf16" in a for a in old.assumptions)
+    assert any("TRL 0.26.0" in a and "adapters train in bf16" in a for a in new.assumptions)
+    e_old, e_new = estimate(old.resolved, limits=False), estimate(new.resolved, limits=False)
+    assert e_old.components["weights"] > e_new.components["weights"]          # fp32 norms
+    assert e_old.components["adapters"] == 2 * e_new.components["adapters"]
 
 
 def test_server_never_imports_the_libraries_to_find_versions(tmp_path):

@@ -146,3 +146,17 @@ def test_gpt_neox_qkv_is_one_linear_with_one_adapter():
     8–11 %)."""
     need("peft")
     assert ratio(arch=NEOX, **LORA) == pytest.approx(1.0, abs=0.035)
+
+
+def test_trl_puts_the_embeddings_of_a_kbit_model_back_in_16bit():
+    """TRL's SFTTrainer before 0.26 upcasts a k-bit model's other weights to fp32 (peft's
+    prepare_model_for_kbit_training) and then, with bf16, casts the embeddings and LM head back: the real step
+    holds 2 bytes per embedding weight, not 4, and the estimate follows it."""
+    need("bitsandbytes")
+    arch = TINY_LLAMA.model_copy(update=dict(MID, id="mid-llama-vocab", kv_heads=4, vocab=32000))
+    base = dict(arch=arch, seq_len=256, attn_mask=False, repeat_kv=False, **QLORA)
+    upcast, cast_back = plan(**base), plan(**base, kbit_embeddings_16bit=True)
+    traced_upcast, traced_back = traced(upcast)["peak_bytes"], traced(cast_back)["peak_bytes"]
+    embedding_bytes = 2 * 32000 * 512 * 2            # embedding and LM head, 2 bytes saved per weight
+    assert traced_upcast - traced_back >= 0.9 * embedding_bytes
+    assert estimate(cast_back, limits=False).allocated_bytes / traced_back == pytest.approx(1.0, abs=0.015)

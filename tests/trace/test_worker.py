@@ -5,7 +5,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -40,10 +39,8 @@ async def test_trace_reports_the_estimate_contract_with_progress_and_a_cache(cli
     assert first["phase"] in ("forward-backward", "optimizer-step")
     assert any("forward" in m for m, _ in progress) and any(f == 1.0 for _, f in progress)
 
-    t0 = time.perf_counter()
     again = await client.trace(rp)
-    assert time.perf_counter() - t0 < 0.5          # no worker round trip
-    assert again["cached"] is True
+    assert again["cached"] is True                 # answered from the cache, no worker round trip
     assert again["trace"]["allocated_bytes"] == first["trace"]["allocated_bytes"]
     assert client.starts == 1
 
@@ -70,12 +67,10 @@ async def test_cancel_stops_the_trace_and_the_worker_keeps_serving(client, durin
         cancel.set()
 
     helper = asyncio.create_task(cancel_when_running())
-    t0 = time.perf_counter()
     with pytest.raises(TraceError) as info:
         await client.trace(plan(arch=BIG, seq_len=4096), on_progress, cancel)
     await helper
-    assert info.value.kind == "cancelled"
-    assert time.perf_counter() - t0 < 60
+    assert info.value.kind == "cancelled"                # stopped mid-trace, not run to its end
     assert client.running, "\n".join(client._stderr)
     result = await client.trace(plan())
     assert result["peak"]["allocated_gib"] > 0 and client.starts == 1

@@ -10,6 +10,13 @@ Each choice read from the transformers releases' own source (the wheels on PyPI)
   `use_gqa_in_sdpa` passes grouped K/V natively (`enable_gqa`) when no mask is given (torch ≥ 2.5).
 - `models/gemma2/modeling_gemma2.py`: `_supports_sdpa = True` up to 4.57.x, `False` in 5.x ("sdpa does not
   support softcapping"): the model runs eager attention.
+From TRL's SFTTrainer (the k-bit model preparation), read from the wheels on PyPI:
+- up to 0.25.x `trl/models/utils.py` `prepare_peft_model`: a 4-/8-bit model that is not sharded (FSDP/ZeRO-3 leave its
+  4-bit weights on the CPU or meta device) goes through peft's `prepare_model_for_kbit_training` (every weight that
+  is not k-bit to fp32), and with `bf16` `peft_module_casting_to_bf16` puts the embeddings and the LM head back in
+  bf16 (norms stay fp32); a sharded one gets `get_peft_model(..., autocast_adapter_dtype=False)`: 16-bit adapters.
+- from 0.26.0 `trl/trainer/sft_trainer.py` `__init__` (huggingface/trl PR #4577 "Clean up model preparation"): no
+  k-bit preparation; on a quantized model every trainable parameter but DoRA's magnitude vector goes to bf16.
 And one from torch: from 1.13 `torch.cuda` sets `CUDA_MODULE_LOADING=LAZY` unless the user set it (pytorch/pytorch
 PR #86509, "[1.13] Sets CUDA_MODULE_LOADING to LAZY when not set by the user"); before, every kernel of torch's
 CUDA libraries is loaded when the context is created, which makes the context itself much larger.
@@ -25,7 +32,8 @@ NEWEST = {"transformers": "5.24.0", "peft": "0.21.2", "trl": "1.16.0", "bitsandb
 SHIFTED_LOGITS_UNTIL = (4, 49, 0)      # ForCausalLMLoss keeps a shifted fp32 copy below this
 NATIVE_GQA_FROM = (4, 54, 0)           # SDPA without a mask reads grouped K/V natively from this
 GEMMA2_EAGER_FROM = (5, 0, 0)          # Gemma-2 has no SDPA path from this
-LAZY_CUDA_MODULES_FROM = (1, 13, 0)    # torch loads CUDA kernels lazily from this
+LAZY_CUDA_MODULES_FROM = (1, 13, 0)
+TRL_BF16_KBIT_ADAPTERS_FROM = (0, 26, 0)  # SFTTrainer: no k-bit preparation, bf16 adapters on k-bit models from this    # torch loads CUDA kernels lazily from this
 
 
 def parse(version: str | None) -> tuple[int, int, int] | None:
@@ -94,3 +102,20 @@ def as_run(family: str, requested: str, transformers: str | None, *, hf_model: b
     attention = attention_as_run(family, requested, transformers)
     repeat = attention == "eager" or (attention == "sdpa" and sdpa_repeats_kv(transformers, masked))
     return AttentionAndLoss(attention, repeat, loss_impl == "standard" and loss_keeps_shifted_logits(transformers))
+
+
+class KbitPreparation(NamedTuple):
+    """How a trainer prepares a k-bit model for adapters (`trl_sft_kbit`)."""
+    upcast: bool             # every weight that is not k-bit goes to fp32
+    embeddings_16bit: bool   # ... then the embeddings and LM head back to 16-bit
+    adapter_fp32: bool       # the adapters train in fp32
+
+
+def trl_sft_kbit(trl: str | None, *, bf16: bool, sharded: bool) -> KbitPreparation:
+    """TRL SFTTrainer's preparation of a 4-/8-bit model under `trl` (None: the newest known); `sharded`: FSDP or
+    ZeRO-3 hold the k-bit weights."""
+    if at_least(trl, TRL_BF16_KBIT_ADAPTERS_FROM, "trl"):
+        return KbitPreparation(upcast=False, embeddings_16bit=False, adapter_fp32=False)
+    if sharded:
+        return KbitPreparation(upcast=False, embeddings_16bit=False, adapter_fp32=False)
+    return KbitPreparation(upcast=True, embeddings_16bit=bf16, adapter_fp32=True)

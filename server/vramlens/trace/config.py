@@ -87,6 +87,7 @@ class StepConfig:
     attn_softcap: float | None = None   # litgpt's eager soft-capped attention (Gemma-2)
     attn_impl: str = "sdpa"          # the plan's attention implementation (the real backend runs it by name)
     padded: bool = False             # a padding mask reaches attention (padded batches, no packing)
+    embeddings_16bit: bool = False   # after that upcast the embeddings and LM head go back to 16-bit (TRL < 0.26)
     fabric_fp32_outputs: bool = False   # Lightning Fabric casts the model's outputs to fp32 (litgpt's loop)
     quant_from_fp16: bool = False    # 4-bit weights quantized from an fp16 copy (Lightning Fabric): dequantized to
                                      # fp16, then cast to the compute dtype
@@ -238,4 +239,5 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         litgpt=litgpt, attn_softcap=ATTN_SOFTCAP.get(arch.family) if litgpt else None,
         fabric_fp32_outputs=loss == "litgpt" and rp.logits_fp32,
         attn_impl=rp.attn_impl, padded=bool(rp.attn_mask and not rp.packing and arch.block != "encoder"),
+        embeddings_16bit=upcast and rp.kbit_embeddings_16bit,
     )

@@ -408,7 +408,23 @@ def apply_peft(model, cfg: StepConfig):
     lc = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                     target_modules=linear_targets(cfg), modules_to_save=save, use_dora=cfg.peft == "dora",
                     task_type="CAUSAL_LM")
-    return get_peft_model(model, lc, autocast_adapter_dtype=cfg.adapter_fp32)
+    model = get_peft_model(model, lc, autocast_adapter_dtype=cfg.adapter_fp32)
+    if cfg.embeddings_16bit:
+        embeddings_back_to_16bit(model, DTYPES[cfg.param_dtype])
+    return model
+
+
+def embeddings_back_to_16bit(model, dtype) -> None:
+    """TRL's SFTTrainer before 0.26 with `bf16` on an unsharded k-bit model (trl 0.25.1 trl/models/utils.py
+    `peft_module_casting_to_bf16`, called after `get_peft_model`): modules named like a norm go to fp32, and the
+    embeddings and LM head (`lm_head`, `embed_tokens`, `wte`, `wpe`) whose weight is fp32 back to bf16."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.LayerNorm) or "norm" in name:
+            module.to(torch.float32)
+        elif any(x in name for x in ("lm_head", "embed_tokens", "wte", "wpe")):
+            weight = getattr(module, "weight", None)
+            if isinstance(weight, torch.Tensor) and weight.dtype == torch.float32:
+                module.to(dtype)
 
 
 # -- bitsandbytes 4-bit ---------------------------------------------------------------------------------

@@ -573,15 +573,16 @@ class SyntheticModel(nn.Module):
         self.cfg = cfg
         dtype = DTYPES[cfg.param_dtype]
         other = torch.float32 if cfg.upcast_non_quantized else dtype
+        emb = dtype if cfg.embeddings_16bit else other       # TRL's cast of the embeddings and LM head back
         h = a.hidden
         self.kind = a.block
-        self.embed = nn.Embedding(a.vocab, h, dtype=other)
+        self.embed = nn.Embedding(a.vocab, h, dtype=emb)
         self.pos = self.types = self.emb_norm = self.pooler = None
         self.rotary = None
         if cfg.learned_positions:
-            self.pos = nn.Embedding(a.max_position, h, dtype=other)
+            self.pos = nn.Embedding(a.max_position, h, dtype=emb)
             if cfg.token_types:
-                self.types = nn.Embedding(cfg.token_types, h, dtype=other)
+                self.types = nn.Embedding(cfg.token_types, h, dtype=emb)
         elif a.block == "decoder":
             self.rotary = Rotary(a.d_head)
         if a.block == "encoder":
@@ -600,7 +601,7 @@ class SyntheticModel(nn.Module):
         if a.block != "encoder":
             self.norm = make_norm(cfg, h, other)
             self.lm_head = None if a.tied_embeddings else make_linear(cfg, "lm_head", h, a.vocab, a.family == "phi",
-                                                                      dtype, other)
+                                                                      dtype, emb)
         self.saved_copies = nn.ModuleDict()               # peft modules_to_save: the frozen originals
 
     # PEFT: trainable adapters (and modules_to_save copies), everything else frozen
