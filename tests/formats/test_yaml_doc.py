@@ -172,6 +172,9 @@ def test_mappings_used_as_keys_get_short_names_however_deep():
     # within one `<<: [*a, *b]` the earlier mapping wins and the mapping's own keys win over both
     # (https://yaml.org/type/merge.html; PyYAML 6.0.3)
     ("a: &a {lr: 1, wd: 1}\nb: &b {lr: 2, bs: 2}\nc:\n  <<: [*a, *b]\n  wd: 3\n", {"lr": 1, "bs": 2, "wd": 3}),
+    # a source written in place, alone or beside aliases
+    ("c:\n  <<: {lr: 1, wd: 1}\n  wd: 3\n", {"lr": 1, "wd": 3}),
+    ("a: &a {lr: 1}\nc:\n  <<: [*a, {bs: 4, lr: 9}]\n", {"lr": 1, "bs": 4}),
 ])
 def test_merge_keys_resolve_as_the_merge_spec_says(text, merged):
     """PyYAML 6.0.4 merges by the identity of the key strings (one-character keys are one object in CPython,
@@ -181,3 +184,13 @@ def test_merge_keys_resolve_as_the_merge_spec_says(text, merged):
     assert data["c"] == merged
     if yaml.__version__ in ("5.4.1", "6.0", "6.0.1", "6.0.2", "6.0.3"):
         assert data == yaml.safe_load(text)
+
+
+def test_an_inline_merge_source_places_its_keys_where_they_are_written():
+    text = "run:\n  <<:\n    micro_batch_size: 2\n    sequence_len: 1024\n  sequence_len: 4096\n"
+    data, settings = load_yaml(text, "c.yaml")
+    assert data == yaml.safe_load(text) == {"run": {"micro_batch_size": 2, "sequence_len": 4096}}
+    by_path = {s.path: s for s in settings}
+    assert ("run", "<<") not in by_path and ("run", "<<", "micro_batch_size") not in by_path
+    assert by_path[("run", "micro_batch_size")].value == 2 and by_path[("run", "micro_batch_size")].key_span.start_line == 2
+    assert [s.value for s in settings if s.path == ("run", "sequence_len")] == [4096]

@@ -436,7 +436,8 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
         s._coords = (file, kc[1], kc[2], kc[3], kc[4], vl, vc, el, ec)
         s.value = value
         if parent.key_is_merge:
-            dropped.append((parent.setting_index, parent.setting_index + 1))
+            # the `<<` entry and what an inline source wrote under it: its keys are placed by the merge below
+            dropped.append((parent.setting_index, len(settings)))
             sources = []
             if isinstance(value, dict) and anchor_record is not None:
                 sources.append((value, anchor_record))
@@ -533,6 +534,9 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
                 sizes[id(record)] = f.size
             elif f.item_sources is not None and len(f.item_sources) == len(f.data):
                 record = (_ITEMS, f.item_sources)
+            elif f.is_map and (f.no_replay or (stack and stack[-1].no_replay)):
+                # an inline merge source (`<<: {lr: 1}` or an item of `<<: [...]`): merged as an anchored one is
+                record = (f.data, f.path, settings[f.first:], f.start_ev, end_mark)
             deliver(f.data, f.start_ev, end_mark, record, f.size)
         elif cls is AliasEvent:
             record = anchors.get(ev.anchor)
