@@ -277,7 +277,9 @@ class CudaDropout(torch.autograd.Function):
         mask = torch.empty(x.shape, dtype=torch.bool, device=x.device).bernoulli_(1.0 - p)
         ctx.save_for_backward(mask)
         ctx.scale = 1.0 / (1.0 - p)
-        return x * mask * ctx.scale
+        # one output tensor, scaled in place: CUDA's fused kernel writes the output and the mask and allocates
+        # nothing else (`x * mask * scale` would hold an output-sized temporary beside them)
+        return (x * mask).mul_(ctx.scale)
 
     @staticmethod
     def backward(ctx, g):
@@ -343,6 +345,34 @@ def install_sdpa_dropout_as_cuda() -> None:
     AttentionInterface.register("sdpa", sdpa_as_cuda)
 
 
+_AUTOCAST_LIB = []
+
+
+def install_autocast_softmax_as_cuda() -> None:
+    """CUDA's autocast runs `softmax` in fp32 (the "ops that can autocast to float32" list, `fp32_set_opt_dtype`:
+    a 16-bit input without an explicit dtype gets dtype=float32, aten/src/ATen/autocast_mode.cpp, torch 2.13); CPU's
+    autocast leaves it in the input's dtype. Attention that takes its softmax without an upcast (BERT's eager path,
+    DeBERTa-v2's disentangled attention) then keeps an fp32 softmax output on CUDA under AMP and a 16-bit one in a
+    CPU trace. This registers CUDA's policy for `aten::softmax.int` under the AutocastCPU key (outside autocast
+    nothing changes)."""
+    if _AUTOCAST_LIB:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+
+    def softmax_as_cuda_autocast(x, dim, dtype=None):
+        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)):
+            if dtype is None and x.dtype in (torch.float16, torch.bfloat16):
+                dtype = torch.float32
+            return torch.ops.aten.softmax.int(x, dim, dtype)
+
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")               # CPU autocast's own fallthrough for softmax is replaced
+        lib.impl("softmax.int", softmax_as_cuda_autocast, "AutocastCPU")
+    _AUTOCAST_LIB.append(lib)
+
+
 def register_flash_stand_in() -> None:
     """Register the stand-in under its own name (transformers refuses `flash_attention_2` without flash-attn),
     with flash attention's mask function (a 2-D padding mask or none: transformers `masking_utils`)."""
@@ -387,6 +417,7 @@ class HFStep(nn.Module):
         self.cfg = cfg
         install_packed_sequence_shim()
         install_sdpa_dropout_as_cuda()
+        install_autocast_softmax_as_cuda()
         impl = attn_implementation(cfg, attn)
         dtype = DTYPES[cfg.param_dtype]
         hc = hf_config(cfg)
