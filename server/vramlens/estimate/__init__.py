@@ -84,6 +84,11 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     phases["forward-backward"] = {**base, "buffers": B + root, "optimizer": O, "gradients": g_resident,
                                   "teacher_logits": teacher_logits, "activations": acts_fb, "logits": logits,
                                   "temporaries": C.dequantized_head(rp)}
+    forward_extra = C.disentangled_forward_per_token(rp)
+    if forward_extra > 0:
+        # the last block's attention in the forward, every earlier block's activations saved
+        # (components.disentangled_forward_per_token)
+        phases["forward"] = {**phases["forward-backward"], "activations": acts_fb + int(forward_extra * tok)}
     fwd_cache = C.autocast_forward_cache(rp)
     if fwd_cache and not rp.scalar_head:
         # the end of the forward under AMP with checkpointing: autocast's cache still holds every block's 16-bit
@@ -156,6 +161,13 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # (docs/memory-model.md, "Tied embeddings"). An encoder's classification head has no output embedding to
         # tie (transformers 5.24 models/bert/modeling_bert.py BertForSequenceClassification: pooler + classifier)
         extra = 2 * C.shapes(rp.arch).embed_params * p.trainable_dtype_bytes
+        phases["end-of-backward"] = {**base, "optimizer": O, "gradients": G, "temporaries": int(extra), "activations": 0,
+                                     "logits": 0}
+    elif rp.arch.block == "encoder" and rp.peft == "none" and g_resident:
+        # the embedding's backward is the last: into a gradient that already exists (accumulation, or zero_grad
+        # without set_to_none) AccumulateGrad adds the new embedding-sized gradient in place, both alive meanwhile
+        # (torch/csrc/autograd/functions/accumulate_grad.h `accumulateGrad`: `variable_grad += new_grad`)
+        extra = C.shapes(rp.arch).embed_params * p.trainable_dtype_bytes
         phases["end-of-backward"] = {**base, "optimizer": O, "gradients": G, "temporaries": int(extra), "activations": 0,
                                      "logits": 0}
     phases["optimizer-step"] = {**base, "optimizer": O, "gradients": G, "temporaries": T, "activations": 0, "logits": 0}
