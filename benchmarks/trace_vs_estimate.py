@@ -141,16 +141,35 @@ GRIDS: dict[str, list[str]] = {
 }
 # a grid's own training modes where it does not run all of REAL_MODES
 GRID_MODES: dict[str, dict[str, dict]] = {}
+# a grid's own (seq, micro batch) where it is not (2048, 2)
+GRID_SHAPES: dict[str, tuple[int, int]] = {}
+
+# "encoders": BERT, RoBERTa and DeBERTa-v3 fine-tuned for sequence classification (transformers'
+# `*ForSequenceClassification`, the head a `block: encoder` plan estimates: `scalar_head`), at their 512 positions.
+# The modes are REAL_MODES with the LoRA targets every block linear of an encoder has (q, k, v, o and the two MLP
+# linears, fc1/fc2: an encoder's MLP is not gated, so the decoders' gate/up/down name nothing in it). No QLoRA:
+# from_pretrained in 4 bits quantizes the classifier as well, and peft's sequence-classification task copies that
+# 4-bit module into its trained copy (modules_to_save), which the trace cannot build (`hf.unsupported`).
+ENCODER_LORA = dict(LORA, lora_targets=("q", "k", "v", "o", "fc1", "fc2"))
+GRIDS["encoders"] = ["google-bert/bert-large-uncased", "FacebookAI/roberta-large", "microsoft/deberta-v3-base"]
+GRID_MODES["encoders"] = {
+    "full bf16": dict(scalar_head=True),
+    "full AMP": dict(amp=True, weight_dtype="fp32", scalar_head=True),
+    "LoRA": dict(ENCODER_LORA, scalar_head=True),
+    "DoRA": dict(ENCODER_LORA, peft="dora", scalar_head=True),
+}
+GRID_SHAPES["encoders"] = (512, 8)
 
 
 def real_grid(quick: bool, grid: str = "main") -> list[tuple[str, str, int, int, dict]]:
     out = []
+    seq, batch = GRID_SHAPES.get(grid, (2048, 2))
     for model in GRIDS[grid]:
         if quick and model not in REAL_QUICK_MODELS:
             continue
         for mode, settings in GRID_MODES.get(grid, REAL_MODES).items():
             for ckpt in (False, True):
-                out.append((mode + (" ckpt" if ckpt else ""), model, 2048, 2,
+                out.append((mode + (" ckpt" if ckpt else ""), model, seq, batch,
                             dict(settings, grad_checkpointing=ckpt, attn_mask=False)))
     return out
 
@@ -184,7 +203,10 @@ def real_main(args) -> int:
     else:
         traced_with = {k: x for k, x in hf.versions().items() if x}
         say(VERSIONS_LINE + "; " + ", ".join(f"{k} {x}" for k, x in traced_with.items()))
-    say("every row: seq 2048, micro batch 2, no padding mask (causal SDPA), fused AdamW, set_to_none")
+    seq, batch = GRID_SHAPES.get(args.grid, (2048, 2))
+    say(f"every row: seq {seq}, micro batch {batch}, no padding mask "
+        f"({'bidirectional, sequence classification' if args.grid == 'encoders' else 'causal SDPA'}), "
+        f"fused AdamW, set_to_none")
     say(f"{'#':>3} {'setting':<16} {'model':<30} {'real':>8} {'phase':<16} {'synth':>8} {'estimate':>9} "
         f"{'est÷real':>8} {'syn÷real':>8} {'real s':>6}")
     grid = real_grid(args.quick, args.grid)

@@ -7,6 +7,8 @@ import pytest
 
 from trace_plans import LORA, plan
 
+from vramlens.knowledge.schema import ModelArch
+
 pytest.importorskip("torch", reason="torch not installed (the trace extra)")
 pytest.importorskip("transformers", reason="transformers not installed (the trace extra)")
 
@@ -264,3 +266,77 @@ def test_gpt_bigcode_estimate_follows_the_real_step(peft):
     est = estimate(rp, limits=False)
     assert abs(est.allocated_bytes / real["peak_bytes"] - 1) < 0.03, (est.allocated_bytes / 2**30,
                                                                        real["peak_bytes"] / 2**30)
+
+
+DEBERTA = ModelArch(id="tiny-deberta-v3", family="deberta-v2", block="encoder", mlp="gelu", norm="layernorm",
+                    hidden=64, layers=2, heads=4, intermediate=128, vocab=500, tied_embeddings=True, attn_bias=True,
+                    mlp_bias=True, max_position=512)
+ROBERTA = ModelArch(id="tiny-roberta", family="roberta", block="encoder", mlp="gelu", norm="layernorm", hidden=64,
+                    layers=2, heads=4, intermediate=128, vocab=500, tied_embeddings=True, attn_bias=True,
+                    mlp_bias=True, max_position=130)
+ENCODER_LORA = dict(LORA, lora_targets=("q", "k", "v", "o", "fc1", "fc2"))
+
+
+@pytest.mark.parametrize("arch", ["bert", "roberta", "deberta"])
+@pytest.mark.parametrize("changes", [{}, dict(amp=True, weight_dtype="fp32"), dict(ENCODER_LORA, grad_checkpointing=True)],
+                         ids=["full", "amp", "lora-ckpt"])
+def test_encoder_classification_fake_equals_real(arch, changes):
+    """BERT, RoBERTa and DeBERTa-v3 as `*ForSequenceClassification` with integer labels: the fake step allocates
+    what the real CPU step allocates, in full, under autocast and with LoRA adapters on every block linear."""
+    from trace_plans import ARCHS
+
+    a = {"bert": ARCHS["bert"], "roberta": ROBERTA, "deberta": DEBERTA}[arch]
+    fake, real = fake_and_real(arch=a, attn_mask=False, scalar_head=True, **changes)
+    assert fake == real > 0
+
+
+def test_encoder_lora_targets_each_block_linear_once():
+    """BERT's attention output and MLP output are both `output.dense`: the targets are module paths, so o and fc2
+    are adapted once each and nothing outside the blocks is."""
+    from trace_plans import ARCHS
+
+    cfg = step_config(plan(arch=ARCHS["bert"], scalar_head=True, **ENCODER_LORA))
+    step = hf.build_meta(cfg)
+    adapted = sorted(n.split(".lora_A")[0].split("layer.0.")[-1] for n, _ in step.model.named_parameters()
+                     if ".lora_A." in n and "layer.0." in n)
+    assert adapted == ["attention.output.dense", "attention.self.key", "attention.self.query",
+                       "attention.self.value", "intermediate.dense", "output.dense"]
+    assert any("classifier" in n and p.requires_grad for n, p in step.model.named_parameters())   # SEQ_CLS
+
+
+def test_deberta_runs_its_own_attention():
+    """DeBERTa-v2 has no SDPA path in transformers: its disentangled attention is built and described as eager."""
+    cfg = step_config(plan(arch=DEBERTA, scalar_head=True))
+    assert not hf.supports_sdpa(cfg)
+    assert "eager" in hf.description(cfg)[0]
+
+
+def test_autocast_softmax_runs_in_fp32_as_on_cuda():
+    """CUDA's autocast gives a 16-bit softmax input dtype=float32 (its fp32 list); CPU's would keep bf16. With the
+    policy registered, the softmax under CPU autocast returns and keeps fp32, equal to the fp32 softmax of the
+    16-bit scores; an explicit dtype and code outside autocast are untouched."""
+    hf.install_autocast_softmax_as_cuda()
+    x = torch.randn(4, 8, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        scores = x @ x.t()
+        p = torch.nn.functional.softmax(scores, dim=-1)
+        kept = torch.softmax(scores, -1, dtype=torch.bfloat16)
+    assert scores.dtype == torch.bfloat16 and p.dtype == torch.float32 and kept.dtype == torch.bfloat16
+    assert torch.equal(p, torch.softmax(scores.float(), -1))
+    assert p.grad_fn._saved_result.dtype == torch.float32               # what the softmax keeps for backward
+    p.sum().backward()
+    assert x.grad is not None
+    assert torch.softmax(scores.detach(), -1).dtype == torch.bfloat16
+
+
+def test_dropout_allocates_only_its_output_and_mask():
+    """CUDA's native_dropout writes the output and a bool mask in one kernel: the stand-in allocates those two
+    and no output-sized temporary."""
+    from vramlens.trace.tracker import LiveBytes, alloc_size
+
+    x = torch.randn(256, 256, dtype=torch.bfloat16, requires_grad=True)
+    with LiveBytes() as tr:
+        tr.reset_peak()
+        y = hf.cuda_dropout(x, 0.1)
+    assert tr.peak == alloc_size(x.numel() * 2) + alloc_size(x.numel())
+    assert y.dtype == x.dtype

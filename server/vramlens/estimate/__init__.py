@@ -84,6 +84,11 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     phases["forward-backward"] = {**base, "buffers": B + root, "optimizer": O, "gradients": g_resident,
                                   "teacher_logits": teacher_logits, "activations": acts_fb, "logits": logits,
                                   "temporaries": C.dequantized_head(rp)}
+    forward_extra = C.disentangled_forward_per_token(rp)
+    if forward_extra > 0:
+        # the last block's attention in the forward, every earlier block's activations saved
+        # (components.disentangled_forward_per_token)
+        phases["forward"] = {**phases["forward-backward"], "activations": acts_fb + int(forward_extra * tok)}
     fwd_cache = C.autocast_forward_cache(rp)
     if fwd_cache and not rp.scalar_head:
         # the end of the forward under AMP with checkpointing: autocast's cache still holds every block's 16-bit
@@ -128,12 +133,15 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # (torch.utils.checkpoint frees a block's saved input when its backward ends; AccumulateGrad creates each
         # gradient when its parameter's backward runs). G == 0: the optimizer steps each gradient away in backward.
         top_grads = None
-        if G and not g_resident and rp.arch.block == "decoder" and rp.arch.layers > 1:
+        if G and not g_resident and rp.arch.block in ("decoder", "encoder") and rp.arch.layers > 1:
             if rp.peft == "none" and rp.trained_layers is None:
-                # full fine-tuning: the LM head's gradient and the last block's
+                # full fine-tuning: the LM head's gradient and the last block's (an encoder's classification head
+                # is a pooler and a hidden × labels classifier: no vocabulary-sized gradient above the blocks)
                 s = C.shapes(rp.arch)
                 share = C.shard_factor(rp, "gradients") * p.trainable_dtype_bytes
                 head = (s.embed_params if rp.arch.tied_embeddings else s.lm_head_params) * share
+                if rp.arch.block == "encoder":
+                    head = 0
                 top_grads = int(head + s.layer_params * share)
             elif rp.peft != "none" and not rp.modules_to_save:
                 # PEFT: the last block's adapters' gradients only (traced, Mistral-7B QLoRA: 1 MiB of 156 at the peak)
@@ -148,10 +156,18 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         phases["recompute"] = {**base, "buffers": B + root, "optimizer": O, "gradients": grads,
                                "activations": held_ckpt + C.recompute_weight_copies(rp) + recompute + mask
                                + mask_per_layer, "logits": 0, "temporaries": dora_norm}
-    if rp.arch.tied_embeddings and rp.peft == "none":
+    if rp.arch.tied_embeddings and rp.peft == "none" and rp.arch.block != "encoder":
         # the shared weight's two gradients are summed out of place: two more embedding-sized tensors
-        # (docs/memory-model.md, "Tied embeddings")
+        # (docs/memory-model.md, "Tied embeddings"). An encoder's classification head has no output embedding to
+        # tie (transformers 5.24 models/bert/modeling_bert.py BertForSequenceClassification: pooler + classifier)
         extra = 2 * C.shapes(rp.arch).embed_params * p.trainable_dtype_bytes
+        phases["end-of-backward"] = {**base, "optimizer": O, "gradients": G, "temporaries": int(extra), "activations": 0,
+                                     "logits": 0}
+    elif rp.arch.block == "encoder" and rp.peft == "none" and g_resident:
+        # the embedding's backward is the last: into a gradient that already exists (accumulation, or zero_grad
+        # without set_to_none) AccumulateGrad adds the new embedding-sized gradient in place, both alive meanwhile
+        # (torch/csrc/autograd/functions/accumulate_grad.h `accumulateGrad`: `variable_grad += new_grad`)
+        extra = C.shapes(rp.arch).embed_params * p.trainable_dtype_bytes
         phases["end-of-backward"] = {**base, "optimizer": O, "gradients": G, "temporaries": int(extra), "activations": 0,
                                      "logits": 0}
     phases["optimizer-step"] = {**base, "optimizer": O, "gradients": G, "temporaries": T, "activations": 0, "logits": 0}

@@ -375,8 +375,11 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
     if (rp.fused_qkv or hf_fused) and mha and not qkv_fp32:
         attn += c * (q + arch.kv_dim)            # V is a view of the fused q|k|v output, which SDPA keeps whole
     if rp.attn_impl == "eager":
-        # fp32 softmax output + 16-bit probabilities (`eager_attention_forward`, transformers modeling_llama.py)
-        attn += (4 + c) * heads * s
+        # fp32 softmax output + 16-bit probabilities (`eager_attention_forward`, transformers modeling_llama.py).
+        # BERT/RoBERTa/DeBERTa-v2 take the softmax in the scores' own dtype and drop the probabilities: the softmax
+        # output (c; fp32 under autocast, where softmax is an fp32 op) and the dropped copy the matmul keeps (c)
+        upcast = arch.family not in SOFTMAX_IN_INPUT_DTYPE or amp
+        attn += ((4 if upcast else c) + c) * heads * s
         if arch.family == "gemma2":
             # attention soft-capping before the softmax: tanh keeps its 16-bit output (transformers 5.24
             # models/gemma2/modeling_gemma2.py eager_attention_forward: `/ softcap`, `tanh`, `* softcap`)
@@ -426,8 +429,11 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
     linear_inputs = 0.0
     expert_mlp = arch.is_moe and not full and not experts_adaptable(rp)
     down_input = down_copy = 0.0
+    qkv_in = 0.0
     for size, members in groups:
         before = linear_inputs
+        if members[0] == "gate":
+            qkv_in = before                                # what the q/k/v group keeps (the groups run in order)
         present = [m for m in members if _has(arch, m)]
         if expert_mlp and members[0] != "q":
             present = []                                   # no adapter reaches the routed experts
@@ -483,6 +489,8 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         linear_inputs = c * h * sum(1 for members in (("q", "k", "v"), ("gate", "up"))
                                     if any(all_lin or m in targets for m in members))
         down_input = down_copy = 0.0
+    if arch.family in DISENTANGLED_ATTENTION and rp.framework in HF_MODEL_FRAMEWORKS:
+        attn += disentangled_per_token(rp, c, amp)
     per_layer = norm_keep + attn + mlp_internal + linear_inputs + dora_per_token(rp)
     # residual dropouts the family's config enables by default, each keeping a 1-byte mask (CUDA native_dropout)
     per_layer += (RESIDUAL_DROPOUTS.get(arch.family, 0) * h) if rp.framework in HF_MODEL_FRAMEWORKS else 0
@@ -495,6 +503,7 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
     tp = max(rp.tensor_parallel, 1)
     if kept is not None:
         kept["down_input"] = down_input / tp
+        kept["through_attention"] = (qkv_in + attn) / tp       # what a block keeps up to its attention's output
         kept["down_adapter_copy"] = down_copy / tp
     return total_layers / tp, per_layer / tp
 
@@ -546,11 +555,89 @@ def compiled_block(rp: ResolvedPlan) -> bool:
 GELU_TANH_FAMILIES = {"gpt2", "phi"}
 # Residual dropouts per block on by default (GPT2Config and GPTBigCodeConfig resid_pdrop = 0.1: after attention and
 # after the MLP).
-RESIDUAL_DROPOUTS = {"gpt2": 2, "gpt_bigcode": 2, "bert": 2, "roberta": 2}
+RESIDUAL_DROPOUTS = {"gpt2": 2, "gpt_bigcode": 2, "bert": 2, "roberta": 2, "deberta-v2": 2}
 # BertConfig and RobertaConfig also drop attention probabilities by default (hidden_dropout_prob and
 # attention_probs_dropout_prob = 0.1, transformers models/bert/configuration_bert.py, models/roberta/
 # configuration_roberta.py; BertSelfOutput and BertOutput drop after their dense layers).
-ATTENTION_DROPOUTS = {"bert", "roberta"}
+ATTENTION_DROPOUTS = {"bert", "roberta", "deberta-v2"}
+# Families whose eager attention takes the softmax in the scores' dtype, with no fp32 upcast (transformers 5.24
+# models/bert/modeling_bert.py `eager_attention_forward`: `nn.functional.softmax(attn_weights, dim=-1)`; roberta the
+# same; models/deberta_v2/modeling_deberta_v2.py DisentangledSelfAttention.forward).
+SOFTMAX_IN_INPUT_DTYPE = {"bert", "roberta", "deberta-v2"}
+# DeBERTa-v2/v3 disentangled attention (transformers 5.24 models/deberta_v2/modeling_deberta_v2.py, run eager: the
+# class has no SDPA path): family -> relative-position buckets of the catalog's configs (microsoft/deberta-v3-*
+# config.json `position_buckets` 256, so 2 × 256 relative embeddings are attended).
+DISENTANGLED_ATTENTION = {"deberta-v2": 256}
+
+
+def disentangled_forward_per_token(rp: ResolvedPlan) -> float:
+    """Bytes per token the forward holds at its peak beyond every block's saved activations (no checkpointing), for
+    DeBERTa-v2 (transformers 5.24 models/deberta_v2/modeling_deberta_v2.py). The peak is in the last block's
+    attention, with the rest of that block (output projection, norms, MLP) not made yet, at one of two points:
+      - in `disentangled_attention_bias`, at `score += p2c_att / scale`: the content scores, the gathered c2p scores
+        and the bias so far, the gathered p2c scores and their scaled copy are alive (5 × c·heads·s; the
+        probabilities, their mask and the attention output not made yet);
+      - at the probabilities' matmul: `DisentangledSelfAttention.forward` still holds the masked scores and the
+        relative bias `rel_att` in its locals (2 × c·heads·s; under autocast also the fp32 dropped probabilities
+        before their 16-bit cast, 4·heads·s) and the boolean mask (s).
+    Through the whole forward the encoder holds its fp32 (b, 1, s, s) attention mask (`get_attention_mask` of the
+    all-ones mask `DebertaV2Model.forward` makes) and the int64 relative positions (s² for the batch).
+    `DebertaV2Model.forward` asks its encoder for every layer's output (`output_hidden_states=True`) and holds the
+    list until it returns: under autocast each is an fp32 LayerNorm output no 16-bit linear keeps (4h per layer),
+    under PEFT one the frozen linears do not keep (c·h per layer)."""
+    arch = rp.arch
+    if arch.family not in DISENTANGLED_ATTENTION or rp.grad_checkpointing or rp.framework not in HF_MODEL_FRAMEWORKS:
+        return 0.0
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    amp = rp.amp and c == 2 and not compiled_block(rp)
+    _, one_layer = activations_per_token(rp)
+    outputs = arch.layers * (4 * arch.hidden if amp else c * arch.hidden if rp.peft != "none" else 0)
+    return disentangled_attention_peak(rp) - one_layer + outputs
+
+
+def disentangled_attention_peak(rp: ResolvedPlan) -> float:
+    """Bytes per token a DeBERTa-v2 block holds at its attention's peak while it runs forward (in the forward, or
+    recomputed under checkpointing): what it keeps through its attention, the larger of the two transient sets
+    (`disentangled_forward_per_token`), and the encoder's fp32 attention mask and int64 relative positions (a
+    checkpointed block's inputs, held by the checkpoint through backward)."""
+    arch = rp.arch
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    amp = rp.amp and c == 2 and not compiled_block(rp)
+    s = rp.seq_len // max(rp.context_parallel, 1)
+    heads = arch.heads
+    kept: dict = {}
+    activations_per_token(rp, kept)
+    through = kept["through_attention"]
+    probabilities = ((4 if amp else c) + c + 1) * heads * s + s      # softmax output, dropped copy, masks
+    at_bias = through - probabilities - c * arch.q_dim + 5 * c * heads * s
+    at_matmul = through + (2 * c + (4 if amp else 0)) * heads * s
+    masks = 4 * s + 8 * s / max(rp.micro_batch, 1)
+    return max(at_bias, at_matmul) + masks
+
+
+def disentangled_per_token(rp: ResolvedPlan, c: int, amp: bool) -> float:
+    """What DeBERTa-v2's `DisentangledSelfAttention` keeps per token beyond a BERT block's eager attention, in bytes
+    (transformers 5.24 models/deberta_v2/modeling_deberta_v2.py, share_att_key and pos_att_type c2p|p2c as in the
+    DeBERTa-v3 configs):
+      - the key both as itself (the p2c product's input) and scaled (`key_layer.transpose(-1, -2) / scale`, the q·kᵀ
+        product's input): one more key-sized copy, c·h;
+      - the c2p and p2c scores against the 2·buckets relative positions, before `torch.gather` picks the s × s
+        entries: gather keeps its source for backward (torch 2.13 tools/autograd/derivatives.yaml `gather`:
+        `gather_backward(grad, self, dim, index, sparse_grad)`), 2 × c·heads·2·buckets;
+      - the relative-position keys and queries (`query_proj`/`key_proj` of the relative embeddings, repeated over
+        the batch for `torch.bmm`), 2 × c·h·2·buckets per sequence: ÷ s per token;
+      - the inverted boolean mask `masked_fill` keeps, b·s² bytes: s per token.
+    Per layer, not per token: the two int64 gather indices (s² each, clamped relative positions shared by the
+    batch) and the dropped relative embeddings `pos_dropout` makes (1-byte mask + the copy the projections read:
+    c, or under autocast one 16-bit cast per projection of the fp32 LayerNorm output), spread over the tokens."""
+    arch = rp.arch
+    h, heads = arch.hidden, arch.heads
+    s = rp.seq_len // max(rp.context_parallel, 1)
+    span2 = 2 * DISENTANGLED_ATTENTION[arch.family]
+    tokens = max(rp.micro_batch * s, 1)
+    per_token = c * arch.kv_dim + 2 * c * heads * span2 + 2 * c * h * span2 / s + s
+    per_layer = 2 * 8 * s * s + (1 + (2 * c if amp else c)) * span2 * h
+    return per_token + per_layer / tokens
 
 
 # Families whose transformers modelling code computes q|k|v with one linear and gate|up with another
@@ -687,9 +774,12 @@ def backward_block_per_token(rp: ResolvedPlan) -> float:
         # unsloth/kernels/fast_lora.py LoRA_MLP.backward: DW = dY·Wᵀ is the one new MLP-wide tensor; the SwiGLU
         # backward kernel (kernels/swiglu.py `swiglu_DWf_DW_dfg_kernel`) writes h, df and de over DW, e and g
         temps = (2 if rp.compute_dtype != "fp32" else 4) * inter
+    # DeBERTa-v2: the recomputed block's attention holds its score-sized temporaries (`disentangled_attention_peak`)
+    recomputed = (disentangled_attention_peak(rp) / tp if arch.family in DISENTANGLED_ATTENTION
+                  and rp.framework in HF_MODEL_FRAMEWORKS else 0.0)
     if rp.peft == "dora" or unsloth_kernels(rp):
-        return one_layer + temps / tp
-    after_down = one_layer - kept["down_input"] + temps / tp
+        return max(one_layer + temps / tp, recomputed)
+    after_down = max(one_layer - kept["down_input"] + temps / tp, recomputed)
     copy = kept["down_adapter_copy"]
     # inside the down projection's backward: the product's gradient from the base layer (m·I), and from an adapter
     # with its own copy, that copy's gradient and its cast back to the product's dtype

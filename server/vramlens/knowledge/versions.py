@@ -32,8 +32,9 @@ NEWEST = {"transformers": "5.24.0", "peft": "0.21.2", "trl": "1.16.0", "bitsandb
 SHIFTED_LOGITS_UNTIL = (4, 49, 0)      # ForCausalLMLoss keeps a shifted fp32 copy below this
 NATIVE_GQA_FROM = (4, 54, 0)           # SDPA without a mask reads grouped K/V natively from this
 GEMMA2_EAGER_FROM = (5, 0, 0)          # Gemma-2 has no SDPA path from this
-LAZY_CUDA_MODULES_FROM = (1, 13, 0)
-TRL_BF16_KBIT_ADAPTERS_FROM = (0, 26, 0)  # SFTTrainer: no k-bit preparation, bf16 adapters on k-bit models from this    # torch loads CUDA kernels lazily from this
+LAZY_CUDA_MODULES_FROM = (1, 13, 0)    # torch loads CUDA kernels lazily from this
+TRL_BF16_KBIT_ADAPTERS_FROM = (0, 26, 0)  # SFTTrainer: no k-bit preparation, bf16 adapters on k-bit models from this
+OWN_EAGER_ATTENTION = {"deberta-v2", "deberta"}   # attention written out in the modelling code, whatever is asked
 
 
 def parse(version: str | None) -> tuple[int, int, int] | None:
@@ -77,7 +78,11 @@ def cuda_modules_load_eagerly(torch: str | None) -> bool:
 
 
 def attention_as_run(family: str, requested: str, transformers: str | None) -> str:
-    """The attention the model runs: Gemma-2 in transformers 5 has no SDPA path (eager instead)."""
+    """The attention the model runs: Gemma-2 in transformers 5 has no SDPA path (eager instead); DeBERTa-v2's
+    disentangled attention is its own code in every version (models/deberta_v2/modeling_deberta_v2.py: no
+    attention interface, `_supports_sdpa` left False)."""
+    if family in OWN_EAGER_ATTENTION:
+        return "eager"
     if family == "gemma2" and requested == "sdpa" and at_least(transformers, GEMMA2_EAGER_FROM):
         return "eager"
     return requested

@@ -37,6 +37,30 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # Families whose Hugging Face config takes the Llama-style keys below (model_type = family).
 DECODER_FAMILIES = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "phi3",
                     "mixtral", "qwen3_moe", "gpt2", "gpt_neox", "falcon", "phi", "gpt_bigcode"}
+# Encoder families built as transformers' `AutoModelForSequenceClassification` (the head a `block: encoder` plan
+# estimates: no vocabulary logits, a hidden × labels classifier; `task_head` sequence-classification).
+ENCODER_FAMILIES = {"bert", "roberta", "deberta-v2"}
+# config.json keys of the encoder families beyond the shapes `ModelArch` holds. type_vocab_size: BERT 2, RoBERTa 1
+# (hf bert-base-uncased / roberta-base config.json); DeBERTa-v3 (hf microsoft/deberta-v3-base config.json):
+# relative attention over 256 log buckets with shared keys, content→position and position→content terms, a
+# LayerNorm on the relative embeddings, no absolute positions, no token types, a GELU context pooler.
+ENCODER_CONFIG = {
+    "bert": {"type_vocab_size": 2},
+    "roberta": {"type_vocab_size": 1},
+    "deberta-v2": {"type_vocab_size": 0, "relative_attention": True, "position_buckets": 256,
+                   "max_relative_positions": -1, "share_att_key": True, "pos_att_type": ["p2c", "c2p"],
+                   "norm_rel_ebd": "layer_norm", "position_biased_input": False, "pooler_hidden_size": None,
+                   "pooler_dropout": 0, "pooler_hidden_act": "gelu", "layer_norm_eps": 1e-7},
+}
+# Module names of the encoder blocks' linears (a full-name regex each: BERT/RoBERTa's attention output and MLP
+# output are both `output.dense`, which a name suffix cannot tell apart): transformers 5.24 models/bert/
+# modeling_bert.py (BertSelfAttention query/key/value, BertSelfOutput, BertIntermediate, BertOutput), roberta the
+# same, deberta_v2 (DisentangledSelfAttention query_proj/key_proj/value_proj).
+ENCODER_LINEAR = {
+    "q": r"attention\.self\.(query|query_proj)", "k": r"attention\.self\.(key|key_proj)",
+    "v": r"attention\.self\.(value|value_proj)", "o": r"attention\.output\.dense",
+    "fc1": r"intermediate\.dense", "fc2": r"layer\.\d+\.output\.dense",
+}
 # MoE families whose transformers 5 experts run with grouped_mm (the eager per-expert loop is data-dependent)
 MOE_FAMILIES = {"mixtral", "qwen3_moe"}
 HF_LINEAR = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
@@ -84,8 +108,14 @@ def unsupported(cfg: StepConfig) -> str | None:
     if cfg.quant_bits is not None and (cfg.quant_bits != 4 or v["bitsandbytes"] is None):
         return ("bitsandbytes is not installed in the trace interpreter" if v["bitsandbytes"] is None
                 else "8-bit base weights (LLM.int8 outlier handling is data-dependent)")
-    if cfg.arch.family not in DECODER_FAMILIES or cfg.arch.block != "decoder":
+    if not (cfg.arch.family in DECODER_FAMILIES and cfg.arch.block == "decoder"
+            or cfg.arch.family in ENCODER_FAMILIES and cfg.arch.block == "encoder"):
         return f"architecture family `{cfg.arch.family}` has no config mapping for the real backend yet"
+    if cfg.quant_bits is not None and cfg.arch.block == "encoder":
+        # from_pretrained quantizes a *ForSequenceClassification's classifier too (transformers 5.24
+        # quantizers/base.py `get_keys_to_not_convert` names `classifier.bias`, which matches no module), and peft's
+        # SEQ_CLS task deep-copies it into modules_to_save: a Params4bit copy, which cannot be made of a meta tensor
+        return "4-bit encoders (peft copies the quantized classifier into modules_to_save)"
     if cfg.arch.is_moe and cfg.arch.family not in MOE_FAMILIES:
         return f"MoE family `{cfg.arch.family}` (only grouped_mm experts are traced)"
     if cfg.litgpt:
@@ -108,6 +138,8 @@ def hf_config(cfg: StepConfig):
     from transformers import AutoConfig
 
     a = cfg.arch
+    if is_encoder(cfg):
+        return encoder_config(cfg)
     kw = dict(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.intermediate,
               num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.n_kv_heads,
               head_dim=a.d_head, tie_word_embeddings=a.tied_embeddings, use_cache=False,
@@ -136,6 +168,33 @@ def hf_config(cfg: StepConfig):
     return AutoConfig.for_model(a.family, **kw)
 
 
+def is_encoder(cfg: StepConfig) -> bool:
+    return cfg.arch.block == "encoder"
+
+
+def encoder_config(cfg: StepConfig):
+    """An encoder's transformers config: the shapes of `ModelArch`, the family's keys (`ENCODER_CONFIG`), two labels
+    and single-label classification (what `*ForSequenceClassification` infers from integer labels on its first call;
+    stated up front, DeBERTa's inference selects the labelled rows with a data-dependent `nonzero`)."""
+    from transformers import AutoConfig
+
+    a = cfg.arch
+    kw = dict(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.intermediate,
+              num_hidden_layers=a.layers, num_attention_heads=a.heads,
+              max_position_embeddings=max(a.max_position or 0, cfg.seq_len), num_labels=2,
+              problem_type="single_label_classification")
+    kw.update(ENCODER_CONFIG[a.family])
+    if "pooler_hidden_size" in kw:
+        kw["pooler_hidden_size"] = a.hidden
+    return AutoConfig.for_model(a.family, **kw)
+
+
+def model_class(cfg: StepConfig):
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    return AutoModelForSequenceClassification if is_encoder(cfg) else AutoModelForCausalLM
+
+
 FLASH_STAND_IN = "vramlens_fa_stand_in"   # no "flash" in it: transformers would look for a flash kernel
 
 
@@ -147,10 +206,13 @@ def transformers_major() -> int:
 
 def supports_sdpa(cfg: StepConfig) -> bool:
     """Whether the family's model class runs SDPA (transformers 5 Gemma-2 does not: `_supports_sdpa = False`
-    for its attention soft-capping). Without it, transformers' default is eager attention."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+    for its attention soft-capping; DeBERTa-v2's disentangled attention is its own code and the class leaves
+    `_supports_sdpa` at PreTrainedModel's False). Without it, transformers' default is eager attention."""
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING,
+                                                        MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING)
 
-    cls = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(hf_config(cfg)), None)
+    mapping = MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING if is_encoder(cfg) else MODEL_FOR_CAUSAL_LM_MAPPING
+    cls = mapping.get(type(hf_config(cfg)), None)
     return bool(getattr(cls, "_supports_sdpa", True))
 
 
@@ -215,7 +277,9 @@ class CudaDropout(torch.autograd.Function):
         mask = torch.empty(x.shape, dtype=torch.bool, device=x.device).bernoulli_(1.0 - p)
         ctx.save_for_backward(mask)
         ctx.scale = 1.0 / (1.0 - p)
-        return x * mask * ctx.scale
+        # one output tensor, scaled in place: CUDA's fused kernel writes the output and the mask and allocates
+        # nothing else (`x * mask * scale` would hold an output-sized temporary beside them)
+        return (x * mask).mul_(ctx.scale)
 
     @staticmethod
     def backward(ctx, g):
@@ -281,6 +345,34 @@ def install_sdpa_dropout_as_cuda() -> None:
     AttentionInterface.register("sdpa", sdpa_as_cuda)
 
 
+_AUTOCAST_LIB = []
+
+
+def install_autocast_softmax_as_cuda() -> None:
+    """CUDA's autocast runs `softmax` in fp32 (the "ops that can autocast to float32" list, `fp32_set_opt_dtype`:
+    a 16-bit input without an explicit dtype gets dtype=float32, aten/src/ATen/autocast_mode.cpp, torch 2.13); CPU's
+    autocast leaves it in the input's dtype. Attention that takes its softmax without an upcast (BERT's eager path,
+    DeBERTa-v2's disentangled attention) then keeps an fp32 softmax output on CUDA under AMP and a 16-bit one in a
+    CPU trace. This registers CUDA's policy for `aten::softmax.int` under the AutocastCPU key (outside autocast
+    nothing changes)."""
+    if _AUTOCAST_LIB:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+
+    def softmax_as_cuda_autocast(x, dim, dtype=None):
+        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)):
+            if dtype is None and x.dtype in (torch.float16, torch.bfloat16):
+                dtype = torch.float32
+            return torch.ops.aten.softmax.int(x, dim, dtype)
+
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")               # CPU autocast's own fallthrough for softmax is replaced
+        lib.impl("softmax.int", softmax_as_cuda_autocast, "AutocastCPU")
+    _AUTOCAST_LIB.append(lib)
+
+
 def register_flash_stand_in() -> None:
     """Register the stand-in under its own name (transformers refuses `flash_attention_2` without flash-attn),
     with flash attention's mask function (a 2-D padding mask or none: transformers `masking_utils`)."""
@@ -322,17 +414,16 @@ class HFStep(nn.Module):
 
     def __init__(self, cfg: StepConfig, attn: str):
         super().__init__()
-        from transformers import AutoModelForCausalLM
-
         self.cfg = cfg
         install_packed_sequence_shim()
         install_sdpa_dropout_as_cuda()
+        install_autocast_softmax_as_cuda()
         impl = attn_implementation(cfg, attn)
         dtype = DTYPES[cfg.param_dtype]
         hc = hf_config(cfg)
         dtype_kw = {"dtype": dtype} if transformers_major() >= 5 else {"torch_dtype": dtype}
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(hc, attn_implementation=impl, **dtype_kw)
+            model = model_class(cfg).from_config(hc, attn_implementation=impl, **dtype_kw)
         if attn in ("flash_attention_2", "flash_attention_3") and transformers_major() < 5:
             use_flash_stand_in_4x(model)
         self.trl_fused = cfg.loss == "chunked"
@@ -352,9 +443,12 @@ class HFStep(nn.Module):
         self.model = model
         self.tick = lambda: None
         self._mark = None
-        if self.trl_fused:       # TRL's fused head reads lm_head.weight directly: the backbone's output marks it
+        if self.trl_fused or is_encoder(cfg):
+            # TRL's fused head reads lm_head.weight directly, an encoder's head is pooler + classifier: the
+            # backbone's output marks where the head starts
             base = model.get_base_model() if hasattr(model, "get_base_model") else model
-            base.get_decoder().register_forward_hook(self._backbone_out)
+            body = getattr(base, base.base_model_prefix).encoder if is_encoder(cfg) else base.get_decoder()
+            body.register_forward_hook(self._backbone_out)
         else:
             model.get_output_embeddings().register_forward_pre_hook(self._head_pre)
 
@@ -380,7 +474,8 @@ class HFStep(nn.Module):
                 num_tokens = out.label_mask.sum()
                 loss = (-out.log_probs).sum() / torch.as_tensor(num_tokens).clamp(min=1)
                 return {"loss": loss, "logits": None}
-            out = self.model(input_ids=ids, labels=labels, attention_mask=attention_mask, use_cache=False)
+            cache = {} if is_encoder(self.cfg) else {"use_cache": False}
+            out = self.model(input_ids=ids, labels=labels, attention_mask=attention_mask, **cache)
         finally:
             self._mark = None
         return {"loss": out.loss, "logits": out.logits}
@@ -390,6 +485,9 @@ def linear_targets(cfg: StepConfig) -> list[str] | str:
     names = FAMILY_LINEAR.get(cfg.arch.family, HF_LINEAR)
     if "all-linear" in cfg.lora_targets:
         return "all-linear"
+    if is_encoder(cfg):               # one full-match regex over module names (peft: a str target is re.fullmatch-ed)
+        picked = [ENCODER_LINEAR[t] for t in cfg.lora_targets if t in ENCODER_LINEAR]
+        return r".*\.(" + "|".join(f"(?:{p})" for p in picked) + ")"
     return sorted({names[t] for t in cfg.lora_targets if t in names and t not in ("lm_head", "embed")})
 
 
@@ -405,9 +503,11 @@ def apply_peft(model, cfg: StepConfig):
                     p.data = p.data.to(DTYPES[cfg.param_dtype])
     names = FAMILY_LINEAR.get(cfg.arch.family, HF_LINEAR)
     save = sorted({names[m] for m in cfg.modules_to_save if m in names}) or None
+    # an encoder's sequence classification: task "SEQ_CLS" (peft's PeftModelForSequenceClassification trains the
+    # `classifier` / `score` head in full beside the adapters, peft 0.21 peft_model.py)
     lc = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                     target_modules=linear_targets(cfg), modules_to_save=save, use_dora=cfg.peft == "dora",
-                    task_type="CAUSAL_LM")
+                    task_type="SEQ_CLS" if is_encoder(cfg) else "CAUSAL_LM")
     model = get_peft_model(model, lc, autocast_adapter_dtype=cfg.adapter_fp32)
     if cfg.embeddings_16bit:
         embeddings_back_to_16bit(model, DTYPES[cfg.param_dtype])
@@ -502,6 +602,10 @@ def materialize(step: HFStep, device, real: bool) -> HFStep:
                 b.copy_(bufs[n])
             elif "inv_freq" in n:
                 _init_rope(step, n, b)
+            elif n.endswith("position_ids"):               # encoders' absolute position ids (0..max-1)
+                b.copy_(torch.arange(b.shape[-1], device=b.device).expand_as(b))
+            elif n.endswith("token_type_ids"):
+                b.zero_()
         if step.quantized:
             quantize_4bit_fake(step.model, step.cfg)
         if real:
@@ -538,6 +642,8 @@ def make_batch(cfg: StepConfig, device, real: bool) -> dict[str, torch.Tensor]:
     padded batch: transformers then keeps the mask, as it does for any fake mask)."""
     ids = torch.randint(0, cfg.arch.vocab, (cfg.micro_batch, cfg.seq_len), device=device)
     batch = {"ids": ids, "labels": ids}
+    if is_encoder(cfg):              # one class label per sequence (two labels: `encoder_config`)
+        batch["labels"] = torch.randint(0, 2, (cfg.micro_batch,), device=device)
     if cfg.padded:
         mask = torch.ones((cfg.micro_batch, cfg.seq_len), dtype=torch.long, device=device)
         if real:
