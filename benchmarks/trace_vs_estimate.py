@@ -139,18 +139,27 @@ GRIDS: dict[str, list[str]] = {
     "more": ["openai-community/gpt2-large", "stabilityai/stablelm-base-alpha-3b", "tiiuae/falcon-7b",
              "microsoft/phi-2", "Qwen/Qwen3-30B-A3B", "bigcode/starcoderbase-1b"],
 }
+GRIDS["t5"] = ["google-t5/t5-base", "google/flan-t5-large"]   # encoder-decoders: T5 v1.0 (relu, tied), Flan-T5
 # a grid's own training modes where it does not run all of REAL_MODES
-GRID_MODES: dict[str, dict[str, dict]] = {}
+GRID_MODES: dict[str, dict[str, dict]] = {
+    # T5's adapters on every linear of its blocks: q, k, v, o and wi_0, wi_1, wo (gated-gelu) or wi, wo (relu)
+    "t5": {**REAL_MODES, **{name: dict(settings, lora_targets=LORA["lora_targets"] + ("fc1", "fc2"))
+                            for name, settings in REAL_MODES.items() if settings.get("peft")}},
+}
+# a grid's own (sequence length, micro batch) where 2048 × 2 does not fit its models: T5's 512-token inputs (the
+# published configs' n_positions) with a target as long (the estimator's encoder-decoder assumption)
+GRID_SHAPES: dict[str, tuple[int, int]] = {"t5": (512, 8)}
 
 
 def real_grid(quick: bool, grid: str = "main") -> list[tuple[str, str, int, int, dict]]:
     out = []
+    seq, batch = GRID_SHAPES.get(grid, (2048, 2))
     for model in GRIDS[grid]:
         if quick and model not in REAL_QUICK_MODELS:
             continue
         for mode, settings in GRID_MODES.get(grid, REAL_MODES).items():
             for ckpt in (False, True):
-                out.append((mode + (" ckpt" if ckpt else ""), model, 2048, 2,
+                out.append((mode + (" ckpt" if ckpt else ""), model, seq, batch,
                             dict(settings, grad_checkpointing=ckpt, attn_mask=False)))
     return out
 
@@ -184,7 +193,9 @@ def real_main(args) -> int:
     else:
         traced_with = {k: x for k, x in hf.versions().items() if x}
         say(VERSIONS_LINE + "; " + ", ".join(f"{k} {x}" for k, x in traced_with.items()))
-    say("every row: seq 2048, micro batch 2, no padding mask (causal SDPA), fused AdamW, set_to_none")
+    seq, batch = GRID_SHAPES.get(args.grid, (2048, 2))
+    say(f"every row: seq {seq}, micro batch {batch}, no padding mask (causal SDPA), fused AdamW, set_to_none"
+        + (" (encoder-decoder: target as long as the input)" if args.grid == "t5" else ""))
     say(f"{'#':>3} {'setting':<16} {'model':<30} {'real':>8} {'phase':<16} {'synth':>8} {'estimate':>9} "
         f"{'est÷real':>8} {'syn÷real':>8} {'real s':>6}")
     grid = real_grid(args.quick, args.grid)

@@ -264,3 +264,32 @@ def test_gpt_bigcode_estimate_follows_the_real_step(peft):
     est = estimate(rp, limits=False)
     assert abs(est.allocated_bytes / real["peak_bytes"] - 1) < 0.03, (est.allocated_bytes / 2**30,
                                                                        real["peak_bytes"] / 2**30)
+
+
+@pytest.mark.parametrize("changes", [{}, dict(amp=True, weight_dtype="fp32")], ids=["bf16", "amp"])
+def test_t5_fake_equals_real(changes):
+    """T5 (tiny, gated-gelu, untied head): the relative position bias as SDPA's additive mask with a gradient
+    (`BiasGradAsCuda`), gelu_new's fp32 pow and the fp32 log-softmax under autocast (`NewGeluAsCuda`,
+    `CudaAutocastPolicy`): the same bytes under fake and real tensors."""
+    from trace_plans import ARCHS
+
+    cfg = step_config(plan(arch=ARCHS["t5"], attn_mask=False, seq_len=64, **changes))
+    assert hf.unsupported(cfg) is None, hf.unsupported(cfg)
+    fake = engine.run(cfg, backend="transformers")
+    real = engine.run(cfg, backend="transformers", real=True)
+    assert fake["peak_bytes"] == real["peak_bytes"] > 0
+    assert fake["params_total"] == real["params_total"]
+
+
+def test_t5_position_bias_sdpa_keeps_what_cuda_keeps():
+    """With a bias that requires grad, CPU SDPA takes the math kernel (attention probabilities kept per layer); the
+    shim keeps what CUDA's memory-efficient kernel keeps, much less."""
+    import torch.nn.functional as F
+
+    q = torch.randn(2, 4, 64, 32, requires_grad=True)
+    bias = torch.randn(1, 4, 64, 64, requires_grad=True)
+    with hf.BiasGradAsCuda():
+        out = F.scaled_dot_product_attention(q, q, q, attn_mask=bias)
+    assert out.grad_fn.name().startswith("EfficientAttentionWithBiasBackward")
+    out.sum().backward()
+    assert bias.grad.shape == bias.shape and q.grad.shape == q.shape
