@@ -160,7 +160,8 @@ T5_MID = ModelArch(id="mid-t5", family="t5", block="encoder-decoder", mlp="geglu
     LORA,
     dict(LORA, grad_checkpointing=True),
     QLORA,                                     # `wo` stays unquantized (fp32 after the k-bit upcast)
-], ids=["full", "amp", "lora", "lora-ckpt", "qlora"])
+    dict(attn_mask=True),                      # a padded batch: the encoder's and cross-attentions' biases per row
+], ids=["full", "amp", "lora", "lora-ckpt", "qlora", "padded"])
 def test_t5_encoder_decoder_follows_the_real_step(changes):
     """T5ForConditionalGeneration on the real modelling code: the relative position bias SDPA keeps per
     self-attention, dropout masks after every sublayer and inside the MLP, the encoder output the cross-attentions
@@ -168,5 +169,5 @@ def test_t5_encoder_decoder_follows_the_real_step(changes):
     need("peft")
     if changes.get("quant_bits"):
         need("bitsandbytes")
-    rp = plan(arch=T5_MID, seq_len=512, micro_batch=2, attn_mask=False, repeat_kv=False, **changes)
+    rp = plan(**{**dict(arch=T5_MID, seq_len=512, micro_batch=2, attn_mask=False, repeat_kv=False), **changes})
     assert estimate(rp, limits=False).allocated_bytes / traced(rp)["peak_bytes"] == pytest.approx(1.0, abs=0.03)

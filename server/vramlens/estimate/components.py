@@ -788,18 +788,27 @@ def t5_bias_bytes(rp: ResolvedPlan) -> int:
     `create_position_bias_mask` makes a contiguous copy per self-attention call, causal-masked with `torch.where` in
     the decoder, which SDPA keeps as its additive mask (CUDA's memory-efficient kernel saves `attn_bias`); the
     cross-attention's bias is one zeros tensor in the query's dtype). A trained bias embedding keeps its bucket
-    indices (int64, per stack) and the decoder's `where` its causal condition. Checkpointed, the blocks keep none of
-    these: the two stacks' bias tensors (weight dtype, fp32 when upcast) and the zeros stay referenced instead."""
+    indices (int64, per stack) and the decoder's `where` its causal condition. A padded batch's mask is merged into
+    the bias with `torch.where` (boolean (batch, 1, q, k) masks from `create_bidirectional_mask`, kept once each):
+    the encoder's self-attentions and every cross-attention then keep a (batch, heads, q, k) bias each. Checkpointed,
+    the blocks keep none of these: the two stacks' bias tensors (weight dtype, fp32 when upcast), the zeros and the
+    boolean masks stay referenced instead."""
     if not hf_t5(rp):
         return 0
     arch = rp.arch
     s2 = rp.seq_len ** 2
     c = 2 if rp.compute_dtype != "fp32" else 4
     enc = arch.encoder_layers or arch.layers
+    b = rp.micro_batch * rp.sequences_per_example
+    padded = rp.attn_mask and not rp.packing
+    masks = 2 * b * s2 if padded else 0
     if rp.grad_checkpointing:
         pb = 4 if fp32_residual(rp) or rp.weight_dtype == "fp32" else c
-        return 2 * arch.heads * s2 * pb + arch.heads * s2 * c
-    out = (enc + arch.layers + 1) * arch.heads * s2 * c
+        return 2 * arch.heads * s2 * pb + arch.heads * s2 * c + masks
+    if padded:
+        out = (enc * b + arch.layers + arch.layers * b) * arch.heads * s2 * c + masks
+    else:
+        out = (enc + arch.layers + 1) * arch.heads * s2 * c
     if rp.peft == "none":
         out += 2 * 8 * s2 + arch.layers * s2
     return out

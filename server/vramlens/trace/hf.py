@@ -101,6 +101,10 @@ def unsupported(cfg: StepConfig) -> str | None:
         return "litgpt's model is not transformers' model"
     if cfg.loss == "litgpt" or cfg.loss == "fused":
         return f"loss `{cfg.loss}` has no importable implementation here"
+    if cfg.loss == "chunked" and cfg.arch.family in SEQ2SEQ_FAMILIES:
+        # trl 1.16 trainer/utils.py `add_fused_lm_head`: the patched forward calls the backbone with the input ids
+        # alone and shifts the labels by one (a causal LM's loss); T5's decoder gets no input ids that way
+        return f"TRL's fused LM head (loss_type nll) is for causal LMs, not `{cfg.arch.family}`'s encoder-decoder"
     if cfg.loss == "chunked" and v["trl"] is None:
         return "TRL's chunked loss: trl is not installed in the trace interpreter"
     if cfg.quant_keeps_input or cfg.quant_from_fp16 or cfg.quant_lm_head:
