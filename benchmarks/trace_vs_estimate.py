@@ -139,10 +139,16 @@ GRIDS: dict[str, list[str]] = {
     "more": ["openai-community/gpt2-large", "stabilityai/stablelm-base-alpha-3b", "tiiuae/falcon-7b",
              "microsoft/phi-2", "Qwen/Qwen3-30B-A3B", "bigcode/starcoderbase-1b"],
 }
+GRIDS["t5"] = ["google-t5/t5-base", "google/flan-t5-large"]   # encoder-decoders: T5 v1.0 (relu, tied), Flan-T5
 # a grid's own training modes where it does not run all of REAL_MODES
-GRID_MODES: dict[str, dict[str, dict]] = {}
-# a grid's own (seq, micro batch) where it is not (2048, 2)
-GRID_SHAPES: dict[str, tuple[int, int]] = {}
+GRID_MODES: dict[str, dict[str, dict]] = {
+    # T5's adapters on every linear of its blocks: q, k, v, o and wi_0, wi_1, wo (gated-gelu) or wi, wo (relu)
+    "t5": {**REAL_MODES, **{name: dict(settings, lora_targets=LORA["lora_targets"] + ("fc1", "fc2"))
+                            for name, settings in REAL_MODES.items() if settings.get("peft")}},
+}
+# a grid's own (seq, micro batch) where 2048 × 2 does not fit its models: T5's 512-token inputs (the published
+# configs' n_positions) with a target as long (the estimator's encoder-decoder assumption)
+GRID_SHAPES: dict[str, tuple[int, int]] = {"t5": (512, 8)}
 
 # "encoders": BERT, RoBERTa and DeBERTa-v3 fine-tuned for sequence classification (transformers'
 # `*ForSequenceClassification`, the head a `block: encoder` plan estimates: `scalar_head`), at their 512 positions.
@@ -204,9 +210,9 @@ def real_main(args) -> int:
         traced_with = {k: x for k, x in hf.versions().items() if x}
         say(VERSIONS_LINE + "; " + ", ".join(f"{k} {x}" for k, x in traced_with.items()))
     seq, batch = GRID_SHAPES.get(args.grid, (2048, 2))
-    say(f"every row: seq {seq}, micro batch {batch}, no padding mask "
-        f"({'bidirectional, sequence classification' if args.grid == 'encoders' else 'causal SDPA'}), "
-        f"fused AdamW, set_to_none")
+    kind = {"encoders": "bidirectional, sequence classification",
+            "t5": "encoder-decoder, target as long as the input"}.get(args.grid, "causal SDPA")
+    say(f"every row: seq {seq}, micro batch {batch}, no padding mask ({kind}), fused AdamW, set_to_none")
     say(f"{'#':>3} {'setting':<16} {'model':<30} {'real':>8} {'phase':<16} {'synth':>8} {'estimate':>9} "
         f"{'est÷real':>8} {'syn÷real':>8} {'real s':>6}")
     grid = real_grid(args.quick, args.grid)

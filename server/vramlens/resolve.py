@@ -63,7 +63,8 @@ LORA_NAME_MAP = {
     "gate_proj": ("gate",), "up_proj": ("up",), "down_proj": ("down",), "gate_up_proj": ("gate", "up"),
     "w1": ("gate",), "w3": ("up",), "w2": ("down",), "fc_1": ("gate",), "fc_2": ("up",),
     "c_fc": ("fc1",), "fc1": ("fc1",), "fc2": ("fc2",), "fc_in": ("fc1",), "fc_out": ("fc2",),
-    "dense_h_to_4h": ("fc1",), "dense_4h_to_h": ("fc2",), "wi": ("fc1",), "wo": ("fc2",),
+    "dense_h_to_4h": ("fc1",), "dense_4h_to_h": ("fc2",), "wi": ("fc1",), "wo": ("down",),
+    "wi_0": ("gate",), "wi_1": ("up",),                    # T5 v1.1 / Flan-T5 gated-gelu; `wo` is fc2 when ungated
     "mlp": ("gate", "up", "down", "fc1", "fc2"),
     "q": ("q",), "k": ("k",), "v": ("v",), "o": ("o",), "gate": ("gate",), "up": ("up",), "down": ("down",),
     "lm_head": ("lm_head",), "output": ("lm_head",), "head": ("lm_head",),

@@ -172,3 +172,14 @@ def test_a_model_given_by_its_sizes_is_estimated(tmp_path):
     est = run(res.resolved, limits=False)
     assert est.params_total == pytest.approx(6.86e9, rel=0.01)
     assert any("sizes" in a for a in res.assumptions)
+
+
+def test_t5_module_names_map_to_their_mlp_linears():
+    """T5's `wo` is the MLP's down projection in gated-gelu blocks (Flan-T5: wi_0, wi_1 → wo) and its second linear
+    in relu ones (T5 v1.0: wi → wo); a LoRA on them adapts those linears, not nothing."""
+    from vramlens.knowledge.models import lookup_model
+    from vramlens.resolve import normalize_targets
+
+    flan, t5 = lookup_model("google/flan-t5-base"), lookup_model("t5-base")
+    assert normalize_targets(["q", "v", "wi_0", "wi_1", "wo"], flan) == (("q", "v", "gate", "up", "down"), [])
+    assert normalize_targets(["q", "v", "wi", "wo"], t5) == (("q", "v", "fc1", "fc2"), [])

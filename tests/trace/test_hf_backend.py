@@ -133,8 +133,9 @@ def test_versions_come_from_distribution_metadata():
 def test_unsupported_family_falls_back_with_a_reason():
     from trace_plans import ARCHS
 
-    cfg = step_config(plan(arch=ARCHS["t5"]))
-    assert "t5" in hf.unsupported(cfg)
+    cfg = step_config(plan(arch=ARCHS["bert"]))
+    assert "bert" in hf.unsupported(cfg)
+    assert hf.unsupported(step_config(plan(arch=ARCHS["t5"]))) is None      # T5ForConditionalGeneration is built
 
 
 def test_trl_loss_without_trl_falls_back_with_the_reason(monkeypatch):
@@ -340,3 +341,32 @@ def test_dropout_allocates_only_its_output_and_mask():
         y = hf.cuda_dropout(x, 0.1)
     assert tr.peak == alloc_size(x.numel() * 2) + alloc_size(x.numel())
     assert y.dtype == x.dtype
+
+
+@pytest.mark.parametrize("changes", [{}, dict(amp=True, weight_dtype="fp32")], ids=["bf16", "amp"])
+def test_t5_fake_equals_real(changes):
+    """T5 (tiny, gated-gelu, untied head): the relative position bias as SDPA's additive mask with a gradient
+    (`BiasGradAsCuda`), gelu_new's fp32 pow and the fp32 log-softmax under autocast (`NewGeluAsCuda`,
+    `CudaAutocastPolicy`): the same bytes under fake and real tensors."""
+    from trace_plans import ARCHS
+
+    cfg = step_config(plan(arch=ARCHS["t5"], attn_mask=False, seq_len=64, **changes))
+    assert hf.unsupported(cfg) is None, hf.unsupported(cfg)
+    fake = engine.run(cfg, backend="transformers")
+    real = engine.run(cfg, backend="transformers", real=True)
+    assert fake["peak_bytes"] == real["peak_bytes"] > 0
+    assert fake["params_total"] == real["params_total"]
+
+
+def test_t5_position_bias_sdpa_keeps_what_cuda_keeps():
+    """With a bias that requires grad, CPU SDPA takes the math kernel (attention probabilities kept per layer); the
+    shim keeps what CUDA's memory-efficient kernel keeps, much less."""
+    import torch.nn.functional as F
+
+    q = torch.randn(2, 4, 64, 32, requires_grad=True)
+    bias = torch.randn(1, 4, 64, 64, requires_grad=True)
+    with hf.BiasGradAsCuda():
+        out = F.scaled_dot_product_attention(q, q, q, attn_mask=bias)
+    assert out.grad_fn.name().startswith("EfficientAttentionWithBiasBackward")
+    out.sum().backward()
+    assert bias.grad.shape == bias.shape and q.grad.shape == q.shape

@@ -205,3 +205,28 @@ def test_checkpointed_encoder_has_no_tied_head_gradient(changes):
     r, phase = encoder_ratio(BERT, grad_checkpointing=True, **changes)
     assert phase != "end-of-backward"
     assert r == pytest.approx(1.0, abs=0.02)
+
+
+# T5 v1.1 / Flan-T5's block (gated-gelu, untied head), two encoder and two decoder layers; a vocabulary large enough
+# that the loss is the peak, as in the published models
+T5_MID = ModelArch(id="mid-t5", family="t5", block="encoder-decoder", mlp="geglu", hidden=512, layers=2,
+                   encoder_layers=2, heads=8, head_dim=64, intermediate=1024, vocab=16000)
+
+
+@pytest.mark.parametrize("changes", [
+    {},                                        # 16-bit: T5LayerNorm keeps its 16-bit input, gelu_new its pieces
+    AMP,                                       # CUDA autocast: gelu_new's pow and the log-softmax in fp32
+    LORA,
+    dict(LORA, grad_checkpointing=True),
+    QLORA,                                     # `wo` stays unquantized (fp32 after the k-bit upcast)
+    dict(attn_mask=True),                      # a padded batch: the encoder's and cross-attentions' biases per row
+], ids=["full", "amp", "lora", "lora-ckpt", "qlora", "padded"])
+def test_t5_encoder_decoder_follows_the_real_step(changes):
+    """T5ForConditionalGeneration on the real modelling code: the relative position bias SDPA keeps per
+    self-attention, dropout masks after every sublayer and inside the MLP, the encoder output the cross-attentions
+    read, and T5's own loss on the LM head's output (3 × 2 bytes per logit in 16-bit, not ForCausalLMLoss's 14)."""
+    need("peft")
+    if changes.get("quant_bits"):
+        need("bitsandbytes")
+    rp = plan(**{**dict(arch=T5_MID, seq_len=512, micro_batch=2, attn_mask=False, repeat_kv=False), **changes})
+    assert estimate(rp, limits=False).allocated_bytes / traced(rp)["peak_bytes"] == pytest.approx(1.0, abs=0.03)

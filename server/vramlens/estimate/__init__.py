@@ -67,8 +67,9 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         saved = int(tok * all_layers * held)
     layers_saved = 0 if rp.grad_checkpointing else round(rp.arch.layers * held)
     dora_w = C.dora_weight_copies(rp)
+    t5_bias = C.t5_bias_bytes(rp)           # T5's relative position bias: per step, not per token
     acts_fb = saved + int(final) + amp_cache + mask + layers_saved * (mask_per_layer + dora_w) \
-        + C.vision_activations(rp, seqs)
+        + C.vision_activations(rp, seqs) + t5_bias
 
     base = {"weights": W, "quant_constants": quant, "adapters": adapters, "buffers": B, "optimizer_paged": paged,
             **_other_models(rp, p)}
@@ -133,7 +134,9 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # (torch.utils.checkpoint frees a block's saved input when its backward ends; AccumulateGrad creates each
         # gradient when its parameter's backward runs). G == 0: the optimizer steps each gradient away in backward.
         top_grads = None
-        if G and not g_resident and rp.arch.block in ("decoder", "encoder") and rp.arch.layers > 1:
+        # an encoder-decoder's backward runs the decoder's blocks, then the encoder's: the same two ends
+        n_layers = C.counted_layers(rp)
+        if G and not g_resident and rp.arch.block in ("decoder", "encoder", "encoder-decoder") and n_layers > 1:
             if rp.peft == "none" and rp.trained_layers is None:
                 # full fine-tuning: the LM head's gradient and the last block's (an encoder's classification head
                 # is a pooler and a hidden × labels classifier: no vocabulary-sized gradient above the blocks)
@@ -145,17 +148,17 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
                 top_grads = int(head + s.layer_params * share)
             elif rp.peft != "none" and not rp.modules_to_save:
                 # PEFT: the last block's adapters' gradients only (traced, Mistral-7B QLoRA: 1 MiB of 156 at the peak)
-                top_grads = G // rp.arch.layers
+                top_grads = G // n_layers
         if top_grads is not None:
-            if top_grads + saved >= grads + saved // rp.arch.layers:
+            if top_grads + saved >= grads + saved // n_layers:
                 grads = top_grads
             else:
-                held_ckpt = saved // rp.arch.layers
+                held_ckpt = saved // n_layers
         # the LM head's backward has run before any block's: the 16-bit head copy it kept is gone; under AMP the
         # block being recomputed holds its own weights' 16-bit copies (components.recompute_weight_copies)
         phases["recompute"] = {**base, "buffers": B + root, "optimizer": O, "gradients": grads,
                                "activations": held_ckpt + C.recompute_weight_copies(rp) + recompute + mask
-                               + mask_per_layer, "logits": 0, "temporaries": dora_norm}
+                               + mask_per_layer + t5_bias, "logits": 0, "temporaries": dora_norm}
     if rp.arch.tied_embeddings and rp.peft == "none" and rp.arch.block != "encoder":
         # the shared weight's two gradients are summed out of place: two more embedding-sized tensors
         # (docs/memory-model.md, "Tied embeddings"). An encoder's classification head has no output embedding to

@@ -62,7 +62,7 @@ def params(rp: ResolvedPlan) -> Params:
                 adapter += lin.count * lin.out_features
     adapter_b = 4 if (rp.adapter_fp32 or rp.weight_dtype == "fp32") else DTYPE_BYTES[rp.compute_dtype]
 
-    linear_params = s.linear_params + (s.lm_head_params if head_quantized(rp) else 0)
+    linear_params = s.linear_params + (s.lm_head_params if head_quantized(rp) else 0) - keep_in_fp32_params(rp)
     non_linear = total - linear_params            # embeddings, lm_head (unless quantized), norms, routers
     quantized = quant_consts = 0
     if rp.quant_bits:
@@ -430,6 +430,7 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
     expert_mlp = arch.is_moe and not full and not experts_adaptable(rp)
     down_input = down_copy = 0.0
     qkv_in = 0.0
+    group_inputs: dict[str, float] = {}
     for size, members in groups:
         before = linear_inputs
         if members[0] == "gate":
@@ -468,12 +469,15 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         if members[0] == "down":
             down_input = linear_inputs - before
             down_copy = adapter_copy
+        group_inputs[members[0]] = linear_inputs - before
     # o's input is SDPA's output, which attention keeps anyway (eager's is a fresh reshape)
+    o_extra = 0.0
     if not full and (all_lin or "o" in targets):
         if dropout:
-            linear_inputs += (a + 1) * q
+            o_extra = (a + 1) * q
         elif adapter_fp32:
-            linear_inputs += a * q
+            o_extra = a * q
+    linear_inputs += o_extra
     if keeps_quant_input and not full and rp.attn_impl == "eager":
         linear_inputs += c * q
     if rp.fused_qkv and not full and not all_lin:
@@ -494,7 +498,18 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
     per_layer = norm_keep + attn + mlp_internal + linear_inputs + dora_per_token(rp)
     # residual dropouts the family's config enables by default, each keeping a 1-byte mask (CUDA native_dropout)
     per_layer += (RESIDUAL_DROPOUTS.get(arch.family, 0) * h) if rp.framework in HF_MODEL_FRAMEWORKS else 0
-    if arch.block == "encoder-decoder":
+    if arch.block == "encoder-decoder" and hf_t5(rp):
+        enc = arch.encoder_layers or arch.layers
+        one_norm = norm_keep / max(norms_per_layer(arch), 1)
+        enc_layer = per_layer + t5_block_extras(rp, norms=2)
+        # the decoder's cross-attention sublayer: its norm, attention over the encoder's output, the q/k/v linears'
+        # inputs as the self-attention's keep them (k and v read the encoder's output: `t5_global_per_token` counts
+        # it once where they share it), o's, DoRA's on q, k, v, o, and the residual dropout's mask
+        cross = (one_norm + attn + group_inputs.get("q", 0.0) + o_extra + dora_per_token(rp, ATTN_LINEARS) + h
+                 + t5_block_extras(rp, norms=1, mlp=False))
+        per_layer = enc_layer + cross                          # the decoder's block, the largest one
+        total_layers = enc * enc_layer + arch.layers * per_layer
+    elif arch.block == "encoder-decoder":
         enc = arch.encoder_layers or arch.layers
         cross = c * q + 2 * c * kv_eff + c * q + 4 * heads + (4 + c) * h
         total_layers = enc * per_layer + arch.layers * (per_layer + cross)
@@ -555,7 +570,7 @@ def compiled_block(rp: ResolvedPlan) -> bool:
 GELU_TANH_FAMILIES = {"gpt2", "phi"}
 # Residual dropouts per block on by default (GPT2Config and GPTBigCodeConfig resid_pdrop = 0.1: after attention and
 # after the MLP).
-RESIDUAL_DROPOUTS = {"gpt2": 2, "gpt_bigcode": 2, "bert": 2, "roberta": 2, "deberta-v2": 2}
+RESIDUAL_DROPOUTS = {"gpt2": 2, "gpt_bigcode": 2, "bert": 2, "roberta": 2, "deberta-v2": 2, "t5": 2}
 # BertConfig and RobertaConfig also drop attention probabilities by default (hidden_dropout_prob and
 # attention_probs_dropout_prob = 0.1, transformers models/bert/configuration_bert.py, models/roberta/
 # configuration_roberta.py; BertSelfOutput and BertOutput drop after their dense layers).
@@ -700,13 +715,13 @@ def _dora_dtypes(rp: ResolvedPlan) -> tuple[int, int, bool]:
     return c, a, autocast
 
 
-def dora_per_token(rp: ResolvedPlan) -> float:
+def dora_per_token(rp: ResolvedPlan, only: tuple[str, ...] | None = None) -> float:
     """What DoRA keeps per token beyond LoRA (peft 0.21.2 `tuners/lora/dora.py` DoraLinearLayer.forward):
     `result_dora = (mag_norm_scale - 1) * base_result + mag_norm_scale * lora_result * scaling` — the two products
     keep `base_result` and `lora_result` (out features each) for the magnitude's gradient. Without dropout
     `base_result` is the base layer's output (its dtype: 16-bit, fp32 from a k-bit linear fed fp32); with dropout
     it is recomputed as F.linear(dropout(x), weight) in the adapter's input dtype (16-bit under autocast)."""
-    names = dora_targets(rp)
+    names = [n for n in dora_targets(rp) if only is None or n in only]
     if not names:
         return 0.0
     c, a, autocast = _dora_dtypes(rp)
@@ -807,6 +822,98 @@ def vision_activations(rp: ResolvedPlan, images: int) -> int:
     return images * patches * arch.vision_layers * per_layer
 
 
+def hf_t5(rp: ResolvedPlan) -> bool:
+    """The step runs transformers' T5 (T5ForConditionalGeneration, transformers 5.24 models/t5/modeling_t5.py)."""
+    return rp.arch.family == "t5" and rp.arch.block == "encoder-decoder" and rp.framework in HF_MODEL_FRAMEWORKS
+
+
+def t5_block_extras(rp: ResolvedPlan, norms: int, mlp: bool = True) -> float:
+    """Bytes per token a T5 block keeps beyond the Llama-style count (transformers 5.24 models/t5/modeling_t5.py):
+    - T5LayerNorm computes `hidden_states * torch.rsqrt(variance)` from its 16-bit input (the fp32 upcast only feeds
+      the variance), so the input is kept too (c·h per norm) unless the residual stream is fp32 already;
+    - T5LayerFF's dropout (config `dropout_rate` 0.1) between the activation and `wo`: a 1-byte mask of d_ff;
+    - gated-gelu (T5 v1.1, Flan-T5) is gelu_new written out in torch ops (activations.py NewGELUActivation): 0.5·x,
+      tanh(…) and 1 + tanh(…) are kept besides x and the activation. Under AMP CUDA's autocast runs its `pow` in fp32
+      (autocast_mode.h `AT_FORALL_FP32`), so x's fp32 cast, tanh, 1 + tanh and the activation are fp32 (4·d_ff each,
+      replacing 16-bit x and the activation) beside the 16-bit 0.5·x.
+    The residual dropouts' masks are `RESIDUAL_DROPOUTS` (two per encoder block; the cross-attention adds one)."""
+    arch = rp.arch
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    out = float(norms * c * arch.hidden) if c == 2 and not fp32_residual(rp) else 0.0
+    if mlp:
+        inter = arch.intermediate
+        out += inter
+        if arch.mlp in ("geglu", "swiglu"):
+            m = mlp_bytes(rp)
+            out += ((16 - m) if rp.amp and m == 2 else 3 * m) * inter
+    return out
+
+
+def t5_global_per_token(rp: ResolvedPlan) -> float:
+    """What T5 keeps per token outside its blocks (transformers 5.24 models/t5/modeling_t5.py T5Stack): each stack's
+    embedding dropout (a 1-byte mask; its output is the first norm's input, counted there) and final
+    T5LayerNorm + dropout: the norm's fp32 upcast, its 16-bit input (16-bit residual), its normalised value when its
+    weight trains, the dropout's mask, and the dropout's output where a linear keeps it — the encoder's, read by
+    every cross-attention's k and v (once, where their weights train or 16-bit adapters keep it; fp32 or autocast
+    adapters keep casts of their own, counted in the blocks), the decoder's, the LM head's input when the head
+    trains."""
+    arch = rp.arch
+    h = arch.hidden
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    full = rp.peft == "none"
+    sixteen = c == 2 and not fp32_residual(rp)
+    trains = (4 if rp.amp else c) if full else 0
+    per_norm = 4 * h + (c * h if sixteen else 0) + trains * h + h
+    targets = set(rp.lora_targets)
+    kv_adapted = "all-linear" in targets or bool(targets & {"k", "v"})
+    shared = not full and not rp.adapter_fp32 and not fp32_residual(rp) and rp.lora_dropout <= 0 and kv_adapted
+    enc_out = c * h if (full and not rp.amp) or shared else 0
+    head_in = c * h if full or "lm_head" in rp.modules_to_save else 0
+    return 2 * h + 2 * per_norm + enc_out + head_in
+
+
+def t5_bias_bytes(rp: ResolvedPlan) -> int:
+    """Bytes of T5's relative position bias the step keeps, whatever the batch (transformers 5.24: the first block of
+    each stack computes `position_bias` (1, heads, q, k) and every block reuses it; integrations/sdpa_attention.py
+    `create_position_bias_mask` makes a contiguous copy per self-attention call, causal-masked with `torch.where` in
+    the decoder, which SDPA keeps as its additive mask (CUDA's memory-efficient kernel saves `attn_bias`); the
+    cross-attention's bias is one zeros tensor in the query's dtype). A trained bias embedding keeps its bucket
+    indices (int64, per stack) and the decoder's `where` its causal condition. A padded batch's mask is merged into
+    the bias with `torch.where` (boolean (batch, 1, q, k) masks from `create_bidirectional_mask`, kept once each):
+    the encoder's self-attentions and every cross-attention then keep a (batch, heads, q, k) bias each. Checkpointed,
+    the blocks keep none of these: the two stacks' bias tensors (weight dtype, fp32 when upcast), the zeros and the
+    boolean masks stay referenced instead."""
+    if not hf_t5(rp):
+        return 0
+    arch = rp.arch
+    s2 = rp.seq_len ** 2
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    enc = arch.encoder_layers or arch.layers
+    b = rp.micro_batch * rp.sequences_per_example
+    padded = rp.attn_mask and not rp.packing
+    masks = 2 * b * s2 if padded else 0
+    if rp.grad_checkpointing:
+        pb = 4 if fp32_residual(rp) or rp.weight_dtype == "fp32" else c
+        return 2 * arch.heads * s2 * pb + arch.heads * s2 * c + masks
+    if padded:
+        out = (enc * b + arch.layers + arch.layers * b) * arch.heads * s2 * c + masks
+    else:
+        out = (enc + arch.layers + 1) * arch.heads * s2 * c
+    if rp.peft == "none":
+        out += 2 * 8 * s2 + arch.layers * s2
+    return out
+
+
+def keep_in_fp32_params(rp: ResolvedPlan) -> int:
+    """Parameters of linears a quantized model keeps unquantized: transformers' bitsandbytes quantizer leaves the
+    model's `_keep_in_fp32_modules` out (quantizers/base.py `get_modules_to_not_convert`, transformers 5.24): T5's
+    `wo` (T5PreTrainedModel `_keep_in_fp32_modules = ["wo"]`), which prepare_model_for_kbit_training then upcasts
+    with the other unquantized weights."""
+    if not rp.quant_bits or not hf_t5(rp):
+        return 0
+    return sum(lin.params for lin in shapes(rp.arch).linears if lin.name in ("down", "fc2"))
+
+
 def fp32_residual(rp: ResolvedPlan) -> bool:
     """Whether the residual stream between blocks is fp32 while the matmuls run in 16-bit: AMP over fp32
     weights, or a k-bit model whose embeddings and norms prepare_model_for_kbit_training upcast to fp32."""
@@ -836,6 +943,8 @@ def final_norm_per_token(rp: ResolvedPlan) -> float:
     fp32 1/rms (`compiled_block`)."""
     if rp.arch.block == "encoder":
         return 0
+    if hf_t5(rp):
+        return t5_global_per_token(rp)
     if compiled_block(rp):
         return (2 if rp.compute_dtype != "fp32" else 4) * rp.arch.hidden + 4
     return 8 * rp.arch.hidden
@@ -861,6 +970,8 @@ def logits_per_token(rp: ResolvedPlan) -> float:
         # + Gemma-2's soft-capping, applied per chunk in 16-bit: tanh keeps its output
         held = 8.0 if rp.logits_fp32 else 4.0
         return (held + (2.0 if rp.arch.family == "gemma2" else 0.0)) * V
+    if hf_t5(rp) and rp.loss_impl == "standard" and not compiled_block(rp):
+        return t5_loss_per_token(rp, backward=True)
     if compiled_block(rp):
         # the loss compiled with the model (transformers computes it inside the model's forward): the partitioner
         # keeps the fp32 log-softmax (4 bytes per logit, tests/trace/test_compile_partitioner.py) and backward writes
@@ -878,6 +989,22 @@ def logits_per_token(rp: ResolvedPlan) -> float:
     if rp.arch.family == "gemma2":
         per += 2.0                    # final_logit_softcapping: tanh(logits / cap) keeps its 16-bit output
     return per * V
+
+
+def t5_loss_per_token(rp: ResolvedPlan, backward: bool) -> float:
+    """T5ForConditionalGeneration's loss, `CrossEntropyLoss()(lm_logits.view(-1, V), labels.view(-1))` on the LM
+    head's output as it is (transformers 5.24 models/t5/modeling_t5.py; no fp32 upcast as in ForCausalLMLoss): the
+    log-softmax output, then in backward the NLL's gradient and the logits' gradient, 3 × 2 bytes per logit in
+    16-bit. Under autocast (AMP, or a k-bit model's fp32 head) CUDA runs the log-softmax with an fp32 output
+    (autocast_mode.h `AT_FORALL_FP32_SET_OPT_DTYPE`) and its backward writes the 16-bit gradient directly
+    (`half_to_float`): 4 + 4 + 2. In the forward: the logits and the log-softmax output. + the logits when the loop
+    keeps them."""
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    lsm = 4 if c == 2 and (rp.amp or fp32_residual(rp)) else c
+    per = (2 * lsm + c) if backward else (c + lsm)
+    if backward and rp.keep_logits:
+        per += c
+    return per * rp.arch.vocab
 
 
 def attention_mask_bytes(rp: ResolvedPlan) -> tuple[int, int]:
@@ -944,6 +1071,8 @@ def loss_forward_per_token(rp: ResolvedPlan) -> float:
     soft-capping output. Other losses: what they hold at the start of backward (`logits_per_token`)."""
     if rp.arch.block == "encoder" or rp.loss_impl != "standard" or compiled_block(rp):
         return logits_per_token(rp)
+    if hf_t5(rp):
+        return t5_loss_per_token(rp, backward=False)
     c = DTYPE_BYTES[rp.compute_dtype]
     per = c + 4.0 + (4.0 if c != 4 else 0.0) + (4.0 if rp.loss_shifted_copy else 0.0)
     if rp.arch.family == "gemma2":

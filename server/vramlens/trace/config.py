@@ -173,7 +173,8 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
     if arch.kv_lora_rank:
         assumptions.append("multi-head latent attention traced as GQA with the same head counts")
     if arch.block == "encoder-decoder":
-        assumptions.append("T5 relative position bias not modelled; decoder length = encoder length")
+        assumptions.append("decoder (target) length = encoder (input) length; the synthetic model leaves out T5's "
+                           "relative position bias and dropout (transformers' T5 keeps both)")
     if arch.norm == "layernorm" or arch.mlp in ("gelu", "relu"):
         assumptions.append("dropout off; GELU as the tanh approximation kernel")
     if quantized and rp.quant_bits == 8:

@@ -25,6 +25,7 @@ Shims (each checked fake == real on CPU tensors in tests/trace/test_hf_shims.py)
 from __future__ import annotations
 
 import importlib.metadata as md
+import math
 
 import torch
 import torch.nn.functional as F
@@ -61,6 +62,9 @@ ENCODER_LINEAR = {
     "v": r"attention\.self\.(value|value_proj)", "o": r"attention\.output\.dense",
     "fc1": r"intermediate\.dense", "fc2": r"layer\.\d+\.output\.dense",
 }
+# Encoder-decoder families built as transformers' sequence-to-sequence LM (`AutoModelForSeq2SeqLM`): T5 and Flan-T5
+# (transformers 5.24 models/t5/modeling_t5.py T5ForConditionalGeneration)
+SEQ2SEQ_FAMILIES = {"t5"}
 # MoE families whose transformers 5 experts run with grouped_mm (the eager per-expert loop is data-dependent)
 MOE_FAMILIES = {"mixtral", "qwen3_moe"}
 HF_LINEAR = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
@@ -80,6 +84,10 @@ FAMILY_LINEAR = {
                "fc1": "dense_h_to_4h", "fc2": "dense_4h_to_h", "lm_head": "lm_head", "embed": "word_embeddings"},
     "phi": {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "self_attn.dense", "fc1": "fc1", "fc2": "fc2",
             "lm_head": "lm_head", "embed": "embed_tokens"},
+    # models/t5: T5Attention q, k, v, o (self-attention and the decoder's cross-attention alike), T5DenseActDense
+    # wi → wo (relu) or T5DenseGatedActDense wi_0 (gelu_new) · wi_1 → wo (gated-gelu), the embedding `shared`
+    "t5": {"q": "q", "k": "k", "v": "v", "o": "o", "gate": "wi_0", "up": "wi_1", "down": "wo", "fc1": "wi",
+           "fc2": "wo", "lm_head": "lm_head", "embed": "shared"},
     # models/gpt_bigcode: nn.Linear c_attn = q|k|v (one K/V head under multi-query), c_proj twice, c_fc
     "gpt_bigcode": {"q": "c_attn", "k": "c_attn", "v": "c_attn", "o": "attn.c_proj", "fc1": "c_fc",
                     "fc2": "mlp.c_proj", "lm_head": "lm_head", "embed": "wte"},
@@ -109,7 +117,8 @@ def unsupported(cfg: StepConfig) -> str | None:
         return ("bitsandbytes is not installed in the trace interpreter" if v["bitsandbytes"] is None
                 else "8-bit base weights (LLM.int8 outlier handling is data-dependent)")
     if not (cfg.arch.family in DECODER_FAMILIES and cfg.arch.block == "decoder"
-            or cfg.arch.family in ENCODER_FAMILIES and cfg.arch.block == "encoder"):
+            or cfg.arch.family in ENCODER_FAMILIES and cfg.arch.block == "encoder"
+            or cfg.arch.family in SEQ2SEQ_FAMILIES and cfg.arch.block == "encoder-decoder"):
         return f"architecture family `{cfg.arch.family}` has no config mapping for the real backend yet"
     if cfg.quant_bits is not None and cfg.arch.block == "encoder":
         # from_pretrained quantizes a *ForSequenceClassification's classifier too (transformers 5.24
@@ -122,6 +131,10 @@ def unsupported(cfg: StepConfig) -> str | None:
         return "litgpt's model is not transformers' model"
     if cfg.loss == "litgpt" or cfg.loss == "fused":
         return f"loss `{cfg.loss}` has no importable implementation here"
+    if cfg.loss == "chunked" and cfg.arch.family in SEQ2SEQ_FAMILIES:
+        # trl 1.16 trainer/utils.py `add_fused_lm_head`: the patched forward calls the backbone with the input ids
+        # alone and shifts the labels by one (a causal LM's loss); T5's decoder gets no input ids that way
+        return f"TRL's fused LM head (loss_type nll) is for causal LMs, not `{cfg.arch.family}`'s encoder-decoder"
     if cfg.loss == "chunked" and v["trl"] is None:
         return "TRL's chunked loss: trl is not installed in the trace interpreter"
     if cfg.quant_keeps_input or cfg.quant_from_fp16 or cfg.quant_lm_head:
@@ -140,6 +153,8 @@ def hf_config(cfg: StepConfig):
     a = cfg.arch
     if is_encoder(cfg):
         return encoder_config(cfg)
+    if a.family in SEQ2SEQ_FAMILIES:
+        return t5_config(cfg)
     kw = dict(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.intermediate,
               num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.n_kv_heads,
               head_dim=a.d_head, tie_word_embeddings=a.tied_embeddings, use_cache=False,
@@ -189,10 +204,52 @@ def encoder_config(cfg: StepConfig):
     return AutoConfig.for_model(a.family, **kw)
 
 
-def model_class(cfg: StepConfig):
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+def t5_config(cfg: StepConfig):
+    """T5Config of the plan's architecture (transformers 5.24 models/t5/configuration_t5.py): d_model, d_ff, d_kv,
+    num_heads, num_layers (the encoder's) and num_decoder_layers, feed_forward_proj "relu" (T5 v1.0) or "gated-gelu"
+    (T5 v1.1, Flan-T5: gelu_new). `tie_word_embeddings` as in the model's config.json: T5Config keeps it only as
+    `scale_decoder_outputs` and always ties encoder and decoder embeddings to `shared`; whether the LM head shares
+    it too is decided when the weights load (`untie_t5_head`). Dropout stays at the config's default 0.1, as in the
+    published configs, as is `decoder_start_token_id` 0 (the pad token), which `_shift_right` reads."""
+    from transformers import AutoConfig
 
-    return AutoModelForSequenceClassification if is_encoder(cfg) else AutoModelForCausalLM
+    a = cfg.arch
+    gated = a.mlp in ("geglu", "swiglu")
+    return AutoConfig.for_model(a.family, vocab_size=a.vocab, d_model=a.hidden, d_ff=a.intermediate, d_kv=a.d_head,
+                                num_heads=a.heads, num_layers=a.encoder_layers or a.layers,
+                                num_decoder_layers=a.layers, feed_forward_proj="gated-gelu" if gated else "relu",
+                                tie_word_embeddings=a.tied_embeddings, decoder_start_token_id=0, use_cache=False)
+
+
+def untie_t5_head(model) -> None:
+    """T5 v1.1 / Flan-T5 checkpoints hold `lm_head.weight` beside `shared.weight` with other values, and
+    `from_pretrained` then does not tie them (transformers 5.24 modeling_utils.py `PreTrainedModel.tie_weights`:
+    "both are present in the checkpoints with different values, so we will NOT tie them", dropping the pair from
+    `all_tied_weights_keys`); T5Config itself always asks for the tie. The model built from the config gets the
+    head of its own the loaded model has."""
+    model.all_tied_weights_keys.pop("lm_head.weight", None)
+    w = model.lm_head.weight
+    model.lm_head.weight = nn.Parameter(torch.empty(w.shape, dtype=w.dtype, device=w.device))
+
+
+def model_mapping(cfg: StepConfig):
+    """transformers' auto mapping of the family's model class: sequence classification for an encoder, a
+    sequence-to-sequence LM for an encoder-decoder, else a causal LM."""
+    from transformers.models.auto import modeling_auto as auto
+
+    if is_encoder(cfg):
+        return auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING
+    if cfg.arch.family in SEQ2SEQ_FAMILIES:
+        return auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING
+    return auto.MODEL_FOR_CAUSAL_LM_MAPPING
+
+
+def model_class(cfg: StepConfig):
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
+
+    if is_encoder(cfg):
+        return AutoModelForSequenceClassification
+    return AutoModelForSeq2SeqLM if cfg.arch.family in SEQ2SEQ_FAMILIES else AutoModelForCausalLM
 
 
 FLASH_STAND_IN = "vramlens_fa_stand_in"   # no "flash" in it: transformers would look for a flash kernel
@@ -208,11 +265,7 @@ def supports_sdpa(cfg: StepConfig) -> bool:
     """Whether the family's model class runs SDPA (transformers 5 Gemma-2 does not: `_supports_sdpa = False`
     for its attention soft-capping; DeBERTa-v2's disentangled attention is its own code and the class leaves
     `_supports_sdpa` at PreTrainedModel's False). Without it, transformers' default is eager attention."""
-    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING,
-                                                        MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING)
-
-    mapping = MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING if is_encoder(cfg) else MODEL_FOR_CAUSAL_LM_MAPPING
-    cls = mapping.get(type(hf_config(cfg)), None)
+    cls = model_mapping(cfg).get(type(hf_config(cfg)), None)
     return bool(getattr(cls, "_supports_sdpa", True))
 
 
@@ -313,6 +366,31 @@ def dropouts_as_cuda(model: nn.Module) -> int:
     return n
 
 
+class NewGeluAsCuda(nn.Module):
+    """transformers' NewGELUActivation (`0.5 * x * (1 + tanh(√(2/π) · (x + 0.044715 · pow(x, 3))))`, transformers
+    5.24 activations.py) under CUDA's autocast, which runs `pow` in fp32 (torch 2.13 aten/src/ATen/autocast_mode.h
+    `AT_FORALL_FP32`: `pow`); CPU autocast leaves it in 16-bit. The cube, and what follows from it, is fp32 under
+    autocast on CPU as on CUDA; outside autocast the module is upstream's."""
+
+    def forward(self, x):
+        cube_in = x.float() if torch.is_autocast_enabled(x.device.type) and x.dtype in (torch.bfloat16,
+                                                                                       torch.float16) else x
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(cube_in, 3.0))))
+
+
+def activations_as_cuda(model: nn.Module) -> int:
+    """Replace every NewGELUActivation by `NewGeluAsCuda`; returns how many."""
+    from transformers.activations import NewGELUActivation
+
+    n = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is NewGELUActivation:
+                setattr(parent, name, NewGeluAsCuda())
+                n += 1
+    return n
+
+
 def flash_stand_in(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
                    **kwargs):
     """flash_attention_2 on CPU: SDPA's flash kernel (saves q, k, v, output and an fp32 logsumexp, like
@@ -339,7 +417,8 @@ def install_sdpa_dropout_as_cuda() -> None:
         return
 
     def sdpa_as_cuda(module, query, key, value, attention_mask, dropout=0.0, **kwargs):
-        return original(module, query, key, value, attention_mask, dropout=0.0, **kwargs)
+        with BiasGradAsCuda():
+            return original(module, query, key, value, attention_mask, dropout=0.0, **kwargs)
 
     sdpa_as_cuda._vramlens = True
     AttentionInterface.register("sdpa", sdpa_as_cuda)
@@ -371,6 +450,59 @@ def install_autocast_softmax_as_cuda() -> None:
         warnings.simplefilter("ignore")               # CPU autocast's own fallthrough for softmax is replaced
         lib.impl("softmax.int", softmax_as_cuda_autocast, "AutocastCPU")
     _AUTOCAST_LIB.append(lib)
+
+
+class EfficientAttentionWithBias(torch.autograd.Function):
+    """SDPA with an additive mask that requires grad, as CUDA's memory-efficient kernel runs it: saves q, k, v, the
+    (broadcast) bias, the output and an fp32 logsumexp (aten `_scaled_dot_product_efficient_attention`, its
+    derivative in tools/autograd/derivatives.yaml); its backward allocates the bias gradient at the expanded
+    (batch, heads, q, k) shape (aten/src/ATen/native/transformers/cuda/attention_backward.cu
+    `_efficient_attention_backward`: `grad_bias = at::empty(sz, bias->options())`), which the expand's backward then
+    sums to the bias's own shape. On CPU it runs SDPA's flash kernel with the bias (which saves the same tensors); the
+    bias gradient's values are zeros, which the byte count does not read."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, bias, scale, is_causal):
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, is_causal, attn_mask=bias, scale=scale)
+        ctx.save_for_backward(q, k, v, bias, out, lse)
+        ctx.scale, ctx.is_causal = scale, is_causal
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        q, k, v, bias, out, lse = ctx.saved_tensors
+        gq, gk, gv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            g.contiguous(), q, k, v, out, lse, 0.0, ctx.is_causal, attn_mask=bias, scale=ctx.scale)
+        gb = None
+        if ctx.needs_input_grad[3]:
+            full = torch.zeros((q.shape[0], q.shape[1], q.shape[2], k.shape[2]), dtype=bias.dtype, device=bias.device)
+            gb = full.sum_to_size(bias.shape)
+        return gq, gk, gv, gb, None, None
+
+
+class BiasGradAsCuda(torch.overrides.TorchFunctionMode):
+    """Routes `scaled_dot_product_attention` with a floating-point mask that requires grad (T5's relative position
+    bias, transformers 5.24 integrations/sdpa_attention.py `create_position_bias_mask`) to
+    `EfficientAttentionWithBias`: on CPU such a call takes the math kernel, which keeps the attention probabilities;
+    CUDA's flash kernel takes no mask and the memory-efficient one, which takes a bias and returns its gradient
+    (torch 2.13 aten/src/ATen/native/transformers/cuda/sdp_utils.cpp `can_use_mem_efficient_attention`), runs it.
+    Under autocast the arguments are cast as autocast casts SDPA's (a lower-precision op). Dropout is applied inside
+    CUDA's kernel (`sdpa_as_cuda` passes 0)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            q, k, v = args[:3]
+            mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
+            if (isinstance(mask, torch.Tensor) and mask.is_floating_point() and mask.requires_grad
+                    and torch.is_grad_enabled() and not kwargs.get("enable_gqa", False)):
+                if torch.is_autocast_enabled(q.device.type):
+                    dt = torch.get_autocast_dtype(q.device.type)
+                    q, k, v, mask = (t.to(dt) for t in (q, k, v, mask))
+                return EfficientAttentionWithBias.apply(q, k, v, mask.to(q.dtype), kwargs.get("scale"),
+                                                        bool(kwargs.get("is_causal", False)))
+        return func(*args, **kwargs)
 
 
 def register_flash_stand_in() -> None:
@@ -415,6 +547,7 @@ class HFStep(nn.Module):
     def __init__(self, cfg: StepConfig, attn: str):
         super().__init__()
         self.cfg = cfg
+        seq2seq = cfg.arch.family in SEQ2SEQ_FAMILIES
         install_packed_sequence_shim()
         install_sdpa_dropout_as_cuda()
         install_autocast_softmax_as_cuda()
@@ -424,6 +557,8 @@ class HFStep(nn.Module):
         dtype_kw = {"dtype": dtype} if transformers_major() >= 5 else {"torch_dtype": dtype}
         with torch.device("meta"):
             model = model_class(cfg).from_config(hc, attn_implementation=impl, **dtype_kw)
+            if seq2seq and not cfg.arch.tied_embeddings:
+                untie_t5_head(model)
         if attn in ("flash_attention_2", "flash_attention_3") and transformers_major() < 5:
             use_flash_stand_in_4x(model)
         self.trl_fused = cfg.loss == "chunked"
@@ -488,7 +623,11 @@ def linear_targets(cfg: StepConfig) -> list[str] | str:
     if is_encoder(cfg):               # one full-match regex over module names (peft: a str target is re.fullmatch-ed)
         picked = [ENCODER_LINEAR[t] for t in cfg.lora_targets if t in ENCODER_LINEAR]
         return r".*\.(" + "|".join(f"(?:{p})" for p in picked) + ")"
-    return sorted({names[t] for t in cfg.lora_targets if t in names and t not in ("lm_head", "embed")})
+    # canonical MLP names exist in gated (gate, up, down) or ungated (fc1, fc2) blocks only: T5's `wo` is `down` in
+    # gated-gelu blocks and `fc2` in relu ones
+    absent = ("fc1", "fc2") if cfg.arch.mlp in ("swiglu", "geglu") else ("gate", "up", "down")
+    return sorted({names[t] for t in cfg.lora_targets
+                   if t in names and t not in ("lm_head", "embed") and t not in absent})
 
 
 def apply_peft(model, cfg: StepConfig):
@@ -507,7 +646,7 @@ def apply_peft(model, cfg: StepConfig):
     # `classifier` / `score` head in full beside the adapters, peft 0.21 peft_model.py)
     lc = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                     target_modules=linear_targets(cfg), modules_to_save=save, use_dora=cfg.peft == "dora",
-                    task_type="SEQ_CLS" if is_encoder(cfg) else "CAUSAL_LM")
+                    task_type=peft_task(cfg))
     model = get_peft_model(model, lc, autocast_adapter_dtype=cfg.adapter_fp32)
     if cfg.embeddings_16bit:
         embeddings_back_to_16bit(model, DTYPES[cfg.param_dtype])
@@ -527,6 +666,12 @@ def embeddings_back_to_16bit(model, dtype) -> None:
                 module.to(dtype)
 
 
+def peft_task(cfg: StepConfig) -> str:
+    if is_encoder(cfg):
+        return "SEQ_CLS"
+    return "SEQ_2_SEQ_LM" if cfg.arch.family in SEQ2SEQ_FAMILIES else "CAUSAL_LM"
+
+
 # -- bitsandbytes 4-bit ---------------------------------------------------------------------------------
 
 def replace_4bit(model, cfg: StepConfig):
@@ -538,7 +683,10 @@ def replace_4bit(model, cfg: StepConfig):
                             bnb_4bit_use_double_quant=cfg.quant_double,
                             bnb_4bit_compute_dtype=DTYPES[cfg.compute_dtype],
                             bnb_4bit_quant_storage=DTYPES.get(cfg.quant_storage, torch.uint8))
-    skip = ["lm_head"]
+    # the quantizer leaves the model's `_keep_in_fp32_modules` unquantized too (transformers 5.24
+    # quantizers/quantizer_bnb_4bit.py `_process_model_before_weight_loading` → base.py `get_modules_to_not_convert`):
+    # T5's `wo` (models/t5/modeling_t5.py T5PreTrainedModel)
+    skip = ["lm_head"] + sorted(getattr(model, "_keep_in_fp32_modules", None) or [])
     model = replace_with_bnb_linear(model, modules_to_not_convert=skip, quantization_config=qc)
     model.is_loaded_in_4bit = True
     model.hf_quantizer = None
@@ -594,7 +742,9 @@ def materialize(step: HFStep, device, real: bool) -> HFStep:
     bufs = {n: b.detach().clone() for n, b in step.named_buffers() if b is not None and b.device.type != "meta"}
     step = step.to_empty(device=device)
     inner = step.model.get_base_model() if hasattr(step.model, "get_base_model") else step.model
-    if step.cfg.arch.tied_embeddings:
+    if step.cfg.arch.family in SEQ2SEQ_FAMILIES:
+        inner.tie_weights(recompute_mapping=False)      # the ties the built model keeps (`untie_t5_head`)
+    elif step.cfg.arch.tied_embeddings:
         inner.tie_weights()
     with torch.no_grad():
         for n, b in step.named_buffers():
@@ -613,6 +763,7 @@ def materialize(step: HFStep, device, real: bool) -> HFStep:
 
             init_real_(step.named_parameters(), step.cfg.gemma)
     dropouts_as_cuda(step.model)
+    activations_as_cuda(step.model)
     step.train()
     return step
 
