@@ -133,9 +133,10 @@ def test_versions_come_from_distribution_metadata():
 def test_unsupported_family_falls_back_with_a_reason():
     from trace_plans import ARCHS
 
-    cfg = step_config(plan(arch=ARCHS["bert"]))
-    assert "bert" in hf.unsupported(cfg)
+    other = ARCHS["llama"].model_copy(update=dict(id="tiny-deepseek", family="deepseek_v3"))
+    assert "deepseek_v3" in hf.unsupported(step_config(plan(arch=other)))
     assert hf.unsupported(step_config(plan(arch=ARCHS["t5"]))) is None      # T5ForConditionalGeneration is built
+    assert hf.unsupported(step_config(plan(arch=ARCHS["bert"], scalar_head=True))) is None   # *ForSequenceClassification
 
 
 def test_trl_loss_without_trl_falls_back_with_the_reason(monkeypatch):
