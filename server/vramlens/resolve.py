@@ -293,7 +293,10 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     if fw_key in frameworks.HF_MODEL_FRAMEWORKS:
         t_label = f"transformers {env['transformers'].version} ({env['transformers'].source})"
         attn_run = versions.attention_as_run(arch.family, attn, tv)
-        if attn_run != attn:
+        if attn_run != attn and arch.family in versions.OWN_EAGER_ATTENTION:
+            assumptions.append(f"{t_label}: {arch.family} writes its attention out (ALiBi bias, fp32 softmax): "
+                               f"eager attention whatever attn_implementation says")
+        elif attn_run != attn:
             assumptions.append(f"{t_label}: Gemma-2 has no SDPA path (`_supports_sdpa = False`): eager attention")
         if attn_run == "sdpa" and not versions.sdpa_repeats_kv(tv, masked):
             assumptions.append(f"{t_label}: SDPA reads grouped K/V natively without a mask (no repeat_kv)")

@@ -570,9 +570,9 @@ FP32_NORM_WEIGHT_FAMILIES = {"gemma", "gemma2", "gemma3", "gemma3_text", "olmo2"
                              "vaultgemma"}
 
 # Families whose transformers modelling code computes q|k|v with one linear (besides HF_FUSED_FAMILIES and
-# HF_C_ATTN_FAMILIES): transformers 5.24 models/falcon/modeling_falcon.py and models/gpt_neox/modeling_gpt_neox.py
-# `query_key_value`.
-HF_ONE_QKV_LINEAR = {"falcon", "gpt_neox"}
+# HF_C_ATTN_FAMILIES): transformers 5.24 models/falcon/modeling_falcon.py, models/gpt_neox/modeling_gpt_neox.py and
+# models/bloom/modeling_bloom.py `query_key_value`.
+HF_ONE_QKV_LINEAR = {"falcon", "gpt_neox", "bloom"}
 
 
 def amp_input_casts(rp: ResolvedPlan, group: str, present: list[str]) -> int:

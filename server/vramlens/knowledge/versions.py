@@ -23,6 +23,7 @@ NEWEST = {"transformers": "5.24.0", "peft": "0.21.2", "trl": "1.16.0", "bitsandb
 SHIFTED_LOGITS_UNTIL = (4, 49, 0)      # ForCausalLMLoss keeps a shifted fp32 copy below this
 NATIVE_GQA_FROM = (4, 54, 0)           # SDPA without a mask reads grouped K/V natively from this
 GEMMA2_EAGER_FROM = (5, 0, 0)          # Gemma-2 has no SDPA path from this
+OWN_EAGER_ATTENTION = {"bloom"}        # families whose modelling code writes attention out (no attention interface)
 LAZY_CUDA_MODULES_FROM = (1, 13, 0)    # torch loads CUDA kernels lazily from this
 
 
@@ -67,7 +68,11 @@ def cuda_modules_load_eagerly(torch: str | None) -> bool:
 
 
 def attention_as_run(family: str, requested: str, transformers: str | None) -> str:
-    """The attention the model runs: Gemma-2 in transformers 5 has no SDPA path (eager instead)."""
+    """The attention the model runs: Gemma-2 in transformers 5 has no SDPA path (eager instead); BLOOM computes its
+    ALiBi attention itself whatever is requested (transformers 5.24 models/bloom/modeling_bloom.py
+    `BloomAttention.forward`: `alibi.baddbmm`, an fp32 softmax cast back, `torch.bmm`), as eager attention does."""
+    if family in OWN_EAGER_ATTENTION:
+        return "eager"
     if family == "gemma2" and requested == "sdpa" and at_least(transformers, GEMMA2_EAGER_FROM):
         return "eager"
     return requested
