@@ -128,6 +128,10 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # backward of the last block: every block's checkpointed input is still held (each is freed when its
         # block's backward ends), the last block is recomputed and its backward temporaries are live
         recompute = int(C.backward_block_per_token(rp) * tok) + dora_w
+        block_temps = dora_norm
+        in_attention = int(C.math_attention_block_per_token(rp) * tok) + dora_w
+        if in_attention > recompute + dora_norm:     # the block peaks in its math-kernel attention's backward
+            recompute, block_temps = in_attention, 0
         grads, held_ckpt = max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0), saved
         # gradients freed by zero_grad(set_to_none=True) come back block by block while the checkpoints go: the last
         # block's backward holds every checkpoint but only the gradients made so far, the first block's holds every
@@ -154,7 +158,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # block being recomputed holds its own weights' 16-bit copies (components.recompute_weight_copies)
         phases["recompute"] = {**base, "buffers": B + root, "optimizer": O, "gradients": grads,
                                "activations": held_ckpt + C.recompute_weight_copies(rp) + recompute + mask
-                               + mask_per_layer, "logits": 0, "temporaries": dora_norm}
+                               + mask_per_layer, "logits": 0, "temporaries": block_temps}
     if rp.arch.tied_embeddings and rp.peft == "none":
         # the shared weight's two gradients are summed out of place: two more embedding-sized tensors
         # (docs/memory-model.md, "Tied embeddings")

@@ -748,17 +748,25 @@ def backward_block_per_token(rp: ResolvedPlan) -> float:
         # unsloth/kernels/fast_lora.py LoRA_MLP.backward: DW = dY·Wᵀ is the one new MLP-wide tensor; the SwiGLU
         # backward kernel (kernels/swiglu.py `swiglu_DWf_DW_dfg_kernel`) writes h, df and de over DW, e and g
         temps = (2 if rp.compute_dtype != "fp32" else 4) * inter
-    # attention on SDPA's math kernel: its backward's two fp32 probability-sized temporaries beside the block, whose
-    # MLP has run its backward and freed what it kept
-    at_attention = one_layer - kept["mlp"] + sdpa_math_backward_per_token(rp)
     if rp.peft == "dora" or unsloth_kernels(rp):
-        return max(one_layer + temps / tp, at_attention)
+        return one_layer + temps / tp
     after_down = one_layer - kept["down_input"] + temps / tp
     copy = kept["down_adapter_copy"]
     # inside the down projection's backward: the product's gradient from the base layer (m·I), and from an adapter
     # with its own copy, that copy's gradient and its cast back to the product's dtype
     at_down = one_layer + (m * inter + (copy + m * inter if copy else 0.0)) / tp
-    return max(after_down, at_down, at_attention)
+    return max(after_down, at_down)
+
+
+def math_attention_block_per_token(rp: ResolvedPlan) -> float:
+    """Bytes per token of one checkpointed block inside its attention's backward on SDPA's math kernel (0 when the
+    attention runs a fused kernel): the recomputed block less what its MLP kept (the MLP's backward ran first and
+    freed it), plus the backward's two fp32 probability-sized temporaries (`sdpa_math_backward_per_token`)."""
+    if not sdpa_math(rp):
+        return 0.0
+    kept: dict = {}
+    _, one_layer = activations_per_token(rp, kept)
+    return one_layer - kept["mlp"] + sdpa_math_backward_per_token(rp)
 
 
 def unsloth_kernels(rp: ResolvedPlan) -> bool:
