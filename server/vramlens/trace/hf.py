@@ -304,8 +304,8 @@ def cuda_sdpa_backend(query, key, value, attn_mask=None, dropout_p: float = 0.0,
       the GPU), and equal query and K/V head counts unless `enable_gqa` is set (`check_batch_size_and_num_heads_dense`;
       with it, only flash reads grouped K/V: the `F.scaled_dot_product_attention` docstring, "GQA ... works only for
       Flash_attention and math kernel on CUDA tensor");
-    - flash: no mask (`check_for_attn_mask`), fp16/bf16, head dim at most 256 and a multiple of 8, causal only with
-      equal query and key lengths;
+    - flash: no mask (`check_for_attn_mask`), fp16/bf16, equal head dims of at most 256 (padded to a multiple of 8
+      inside), causal only with equal query and key lengths;
     - memory-efficient: fp16/bf16/fp32, q and k head dims equal and a multiple of 8 (4 in fp32), a mask that
       broadcasts to (b, h, s_q, s_k);
     - dropout is no obstacle on CUDA (both fused kernels drop inside), unlike on the CPU, whose flash kernel takes
@@ -322,7 +322,7 @@ def cuda_sdpa_backend(query, key, value, attn_mask=None, dropout_p: float = 0.0,
     gqa = enable_gqa and hk == hv and hq % hk == 0
     d = q.shape[-1]
     if (attn_mask is None and (same_heads or gqa) and q.dtype in (torch.float16, torch.bfloat16)
-            and d == k.shape[-1] == v.shape[-1] and d <= 256 and d % 8 == 0
+            and d == k.shape[-1] == v.shape[-1] and d <= 256
             and not (is_causal and q.shape[-2] != k.shape[-2])):
         return "flash"
     align = 4 if q.dtype == torch.float32 else 8
