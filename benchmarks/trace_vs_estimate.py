@@ -133,11 +133,14 @@ REAL_MODES = {
 }
 REAL_QUICK_MODELS = {M1B, "Qwen/Qwen2.5-0.5B", "google/gemma-3-1b-pt"}
 # the named grids (`--grid NAME`, each its own results table, `trace_real_<name>_vs_estimate.txt` except the main one):
-# "main" the first families; "more" the families added next (GPT-2, GPT-NeoX, Falcon, Phi-2, Qwen3-MoE, GPT-BigCode)
+# "main" the first families; "more" the families added next (GPT-2, GPT-NeoX, Falcon, Phi-2, Qwen3-MoE, GPT-BigCode);
+# "alibi" BLOOM
 GRIDS: dict[str, list[str]] = {
     "main": REAL_MODELS,
     "more": ["openai-community/gpt2-large", "stabilityai/stablelm-base-alpha-3b", "tiiuae/falcon-7b",
              "microsoft/phi-2", "Qwen/Qwen3-30B-A3B", "bigcode/starcoderbase-1b"],
+    # ALiBi positions, attention written out in the modelling code (BLOOM's `alibi.baddbmm` and fp32 softmax)
+    "alibi": ["bigscience/bloom-560m", "bigscience/bloom-1b7"],
 }
 GRIDS["t5"] = ["google-t5/t5-base", "google/flan-t5-large"]   # encoder-decoders: T5 v1.0 (relu, tied), Flan-T5
 # a grid's own training modes where it does not run all of REAL_MODES

@@ -225,3 +225,12 @@ def test_trace_python_flag_gives_the_estimate_that_interpreters_versions(tmp_pat
     res = resolve(parse_document(text, str(ws / "train.yaml"), workspace=ws).plan, settings)
     assert res.resolved.loss_shifted_copy
     assert any(f"transformers 4.48.1 (installed in {python})" in a for a in res.assumptions)
+
+
+def test_bloom_runs_its_own_eager_attention(tmp_path):
+    """BLOOM computes its ALiBi attention itself (baddbmm, fp32 softmax, bmm) whatever attn_implementation says: the
+    estimate counts eager attention's s×s probabilities, and says why."""
+    text = CONFIG.replace("mistralai/Mistral-7B-v0.1", "bigscience/bloom-560m")
+    r = resolved(tmp_path, text, framework_versions={"transformers": "5.24.0"})
+    assert r.resolved.attn_impl == "eager"
+    assert any("bloom writes its attention out" in a for a in r.assumptions)

@@ -215,3 +215,14 @@ def test_every_calibration_model_is_in_the_catalog_with_the_same_shapes() -> Non
         assert {f: shapes[f] for f in fields if f in shapes} == {f: getattr(model, f) for f in fields if f in shapes}
         if shapes.get("kv_heads"):
             assert model.n_kv_heads == shapes["kv_heads"], case["model"]
+
+
+def test_bloom_config_json_reads_n_embed_and_the_embedding_layernorm() -> None:
+    """bigscience/bloom-560m's config.json names its width `n_embed` (BloomConfig pops it into hidden_size) and has no
+    MLP width (4 × hidden); the word-embedding LayerNorm is one more norm: 559,214,592 parameters as the catalog."""
+    bloom = {"model_type": "bloom", "n_embed": 1024, "n_layer": 24, "num_attention_heads": 16, "vocab_size": 250880,
+             "seq_length": 2048}
+    model = arch_from_hf_config(bloom, "bigscience/bloom-560m")
+    assert (model.hidden, model.layers, model.heads, model.intermediate) == (1024, 24, 16, 4096)
+    assert model.norm == "layernorm" and model.mlp == "gelu" and model.attn_bias and model.mlp_bias
+    assert param_count(model) == 559_214_592

@@ -28,6 +28,7 @@ REVISION = 5
 
 def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]], C.Params, float]:
     """Allocated bytes of each candidate phase, with the breakdown of each."""
+    rp = C.as_loaded(rp)
     p = C.params(rp)
     cp = max(rp.context_parallel, 1)
     seqs = rp.micro_batch * rp.sequences_per_example      # chosen + rejected: twice the sequences
@@ -117,6 +118,12 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         if rp.reference != "none" or rp.reward_model or rp.value_model:
             phases["reference-forward"] = {**base, "optimizer": O, "gradients": g_resident, "activations": 0,
                                            "logits": 0, "temporaries": C.no_grad_forward(rp, logit_tok)}
+    attn_back = C.sdpa_math_backward_per_token(rp)
+    if attn_back and not rp.grad_checkpointing:
+        # the last block's attention backward on the math kernel: its two fp32 probability-sized temporaries,
+        # after the loss has freed the logits (C.sdpa_math_backward_per_token)
+        phases["attention-backward"] = {**phases["forward-backward"], "logits": 0,
+                                        "temporaries": int(attn_back * tok)}
     dora_norm = C.dora_weight_norm_transient(rp)
     if dora_norm:
         # the last adapted linear's weight-norm temporaries at the end of the forward, every activation saved
@@ -127,6 +134,10 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # backward of the last block: every block's checkpointed input is still held (each is freed when its
         # block's backward ends), the last block is recomputed and its backward temporaries are live
         recompute = int(C.backward_block_per_token(rp) * tok) + dora_w
+        block_temps = dora_norm
+        in_attention = int(C.math_attention_block_per_token(rp) * tok) + dora_w
+        if in_attention > recompute + dora_norm:     # the block peaks in its math-kernel attention's backward
+            recompute, block_temps = in_attention, 0
         grads, held_ckpt = max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0), saved
         # gradients freed by zero_grad(set_to_none=True) come back block by block while the checkpoints go: the last
         # block's backward holds every checkpoint but only the gradients made so far, the first block's holds every
@@ -158,7 +169,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # block being recomputed holds its own weights' 16-bit copies (components.recompute_weight_copies)
         phases["recompute"] = {**base, "buffers": B + root, "optimizer": O, "gradients": grads,
                                "activations": held_ckpt + C.recompute_weight_copies(rp) + recompute + mask
-                               + mask_per_layer + t5_bias, "logits": 0, "temporaries": dora_norm}
+                               + mask_per_layer + t5_bias, "logits": 0, "temporaries": block_temps}
     if rp.arch.tied_embeddings and rp.peft == "none" and rp.arch.block != "encoder":
         # the shared weight's two gradients are summed out of place: two more embedding-sized tensors
         # (docs/memory-model.md, "Tied embeddings"). An encoder's classification head has no output embedding to
@@ -226,10 +237,11 @@ def _on_device(rp: ResolvedPlan, resident: int, paged: int) -> int:
 
 def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
     totals, phases, p, per_sample = _phases(rp)
+    loaded = C.as_loaded(rp)
     phase = max(totals, key=totals.get)
     allocated = totals[phase]
     parts = dict(phases[phase])
-    reserved = allocator.reserved_bytes(rp, allocated, parts)
+    reserved = allocator.reserved_bytes(loaded, allocated, parts)
     context = allocator.context_bytes(rp)
     device = _on_device(rp, reserved + context, parts["optimizer_paged"])
     paged_out = parts["optimizer_paged"] - (device - reserved - context)
@@ -238,13 +250,17 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
     parts["cuda_context"] = context
     components = {k: int(parts.get(k, 0)) for k in COMPONENTS}
     usable = int(rp.gpu.usable_gib * GIB)
-    low, high = allocator.device_range(rp, allocated, device)
+    low, high = allocator.device_range(loaded, allocated, device)
     fits = device <= usable
     max_b = max_s = None
     if limits:
         max_b = max_micro_batch(rp, usable)
         max_s = max_seq_len(rp, usable)
-    assumptions = allocator.assumptions(rp)
+    assumptions = allocator.assumptions(loaded)
+    if loaded is not rp:
+        assumptions.append(f"transformers 5 quantizes only plain nn.Linear modules: {rp.arch.family}'s own linear "
+                           f"class stays unquantized and prepare_model_for_kbit_training trains it as LoRA over "
+                           f"{'fp32' if rp.kbit_upcast else '16-bit'} weights")
     if paged_out > 0:
         assumptions.append(f"paged optimizer states: {paged_out / GIB:.1f} GiB of them do not fit beside the rest and "
                            f"page out to host memory, moving over PCIe every step (slow, not an out-of-memory error)")

@@ -388,6 +388,12 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
             # dropout on the probabilities keeps its 1-byte mask (CUDA native_dropout); its output is what the
             # probability-times-V matmul keeps, counted above (SDPA drops inside the kernel and keeps no mask)
             attn += heads * s
+    elif sdpa_math(rp):
+        # SDPA's math kernel (no fused kernel takes the call, `sdpa_math`): q, K and V upcast to fp32 (intermediates
+        # in fp32 unless torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp), K and V broadcast over the query
+        # heads by `matmul` (a copy each), the fp32 probabilities; the 16-bit output as with the fused kernels
+        # (torch aten/src/ATen/native/transformers/attention.cpp `_scaled_dot_product_attention_math`)
+        attn = 4 * q + 2 * 4 * q + 4 * heads * s + c * q
 
     # linear-input groups: (input width, member linears)
     if arch.is_moe:
@@ -428,11 +434,12 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
     all_lin = "all-linear" in targets
     linear_inputs = 0.0
     expert_mlp = arch.is_moe and not full and not experts_adaptable(rp)
-    down_input = down_copy = 0.0
+    down_input = down_copy = mlp_inputs = 0.0
     qkv_in = 0.0
     group_inputs: dict[str, float] = {}
     for size, members in groups:
         before = linear_inputs
+        mlp_group = members[0] != "q"
         if members[0] == "gate":
             qkv_in = before                                # what the q/k/v group keeps (the groups run in order)
         present = [m for m in members if _has(arch, m)]
@@ -442,6 +449,8 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
             linear_inputs += size * (amp_input_casts(rp, members[0], present) if amp else 1)
             if members[0] == "down":
                 down_input = linear_inputs - before
+            if mlp_group:
+                mlp_inputs += linear_inputs - before
             continue
         hit = [m for m in present if all_lin or m in targets]
         width = size / c
@@ -470,6 +479,8 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
             down_input = linear_inputs - before
             down_copy = adapter_copy
         group_inputs[members[0]] = linear_inputs - before
+        if mlp_group:
+            mlp_inputs += linear_inputs - before
     # o's input is SDPA's output, which attention keeps anyway (eager's is a fresh reshape)
     o_extra = 0.0
     if not full and (all_lin or "o" in targets):
@@ -520,8 +531,58 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         kept["down_input"] = down_input / tp
         kept["through_attention"] = (qkv_in + attn) / tp       # what a block keeps up to its attention's output
         kept["down_adapter_copy"] = down_copy / tp
+        kept["mlp"] = (mlp_internal + mlp_inputs + dora_per_token(rp, MLP_LINEARS)) / tp
     return total_layers / tp, per_layer / tp
 
+
+def sdpa_math(rp: ResolvedPlan) -> bool:
+    """Whether the model's SDPA call runs torch's math kernel on CUDA. Falcon calls
+    `torch.nn.functional.scaled_dot_product_attention` itself (transformers 5.24 models/falcon/modeling_falcon.py
+    `FalconAttention.forward`), with the always-built causal mask and, under multi-query attention (falcon-7b:
+    one K/V head, `new_decoder_architecture` off), K and V of one head and no `enable_gqa`. Every fused kernel then
+    declines: flash takes no mask (`check_for_attn_mask`), and flash, memory-efficient and cuDNN all require equal
+    query and K/V head counts unless `enable_gqa` is set (`check_batch_size_and_num_heads_dense`, torch 2.13
+    include/ATen/native/transformers/sdp_utils_cpp.h), so `select_sdp_backend` falls back to math (torch
+    aten/src/ATen/native/transformers/cuda/sdp_utils.cpp). The 40B/180B layout broadcasts K/V to every head first
+    and keeps a fused kernel."""
+    a = rp.arch
+    return (rp.attn_impl == "sdpa" and rp.framework in HF_MODEL_FRAMEWORKS and a.family in DIRECT_SDPA_FAMILIES
+            and a.n_kv_heads == 1 < a.heads)
+
+
+def sdpa_math_backward_per_token(rp: ResolvedPlan) -> float:
+    """Bytes per token live at the backward of one attention on the math kernel besides its saved tensors: the
+    gradient of the fp32 probabilities and the softmax backward's output (two query-heads × s fp32 matrices)."""
+    if not sdpa_math(rp):
+        return 0.0
+    return 2 * 4 * rp.arch.heads * (rp.seq_len // max(rp.context_parallel, 1)) / max(rp.tensor_parallel, 1)
+
+
+def as_loaded(rp: ResolvedPlan) -> ResolvedPlan:
+    """The plan as transformers loads it. From transformers 5, `replace_with_bnb_linear` swaps only modules whose type
+    is exactly `nn.Linear` (or GPT-2's Conv1D) for bitsandbytes layers (transformers 5.24
+    integrations/bitsandbytes.py: `isinstance(module, Conv1D) or type(module) is nn.Linear`; 4.x tested
+    `isinstance(module, nn.Linear)`): Falcon's `FalconLinear(nn.Linear)` stays 16-bit, no weight is 4-bit, and
+    peft's `prepare_model_for_kbit_training` then casts every 16-bit parameter to fp32 (peft src/peft/utils/other.py),
+    so the model trains as LoRA over fp32 weights, its activations fp32 from the fp32 embedding on."""
+    tv = rp.version_of("transformers")
+    if not (rp.quant_bits == 4 and rp.framework in HF_MODEL_FRAMEWORKS and rp.arch.family in OWN_LINEAR_FAMILIES
+            and versions.at_least(tv[0] if tv else None, (5, 0, 0))):
+        return rp
+    changes: dict = {"quant_bits": None, "peft": "lora" if rp.peft == "qlora" else rp.peft}
+    if rp.kbit_upcast:
+        changes.update(weight_dtype="fp32", compute_dtype="fp32", amp=False)
+    return rp.with_changes(**changes)
+
+
+# Families whose linears are an `nn.Linear` subclass of their own (transformers 5.24 models/falcon/modeling_falcon.py
+# `class FalconLinear(nn.Linear)`), which transformers 5's bitsandbytes integration does not quantize (`as_loaded`)
+OWN_LINEAR_FAMILIES = {"falcon"}
+
+# Families whose transformers modelling code calls SDPA directly with K/V of fewer heads and no `enable_gqa`
+# (`sdpa_math`); grep of transformers 5.24 models/ for `scaled_dot_product_attention(`: of the causal LMs only Falcon
+DIRECT_SDPA_FAMILIES = {"falcon"}
+MLP_LINEARS = ("gate", "up", "down", "fc1", "fc2")
 
 # Families whose RMSNorm multiplies the normalised value by its weight in fp32 and casts afterwards (transformers
 # 5.24 models/gemma/modeling_gemma.py, gemma2, gemma3 `output * (1.0 + self.weight.float())` then
@@ -533,9 +594,9 @@ FP32_NORM_WEIGHT_FAMILIES = {"gemma", "gemma2", "gemma3", "gemma3_text", "olmo2"
                              "vaultgemma"}
 
 # Families whose transformers modelling code computes q|k|v with one linear (besides HF_FUSED_FAMILIES and
-# HF_C_ATTN_FAMILIES): transformers 5.24 models/falcon/modeling_falcon.py and models/gpt_neox/modeling_gpt_neox.py
-# `query_key_value`.
-HF_ONE_QKV_LINEAR = {"falcon", "gpt_neox"}
+# HF_C_ATTN_FAMILIES): transformers 5.24 models/falcon/modeling_falcon.py, models/gpt_neox/modeling_gpt_neox.py and
+# models/bloom/modeling_bloom.py `query_key_value`.
+HF_ONE_QKV_LINEAR = {"falcon", "gpt_neox", "bloom"}
 
 
 def amp_input_casts(rp: ResolvedPlan, group: str, present: list[str]) -> int:
@@ -800,6 +861,17 @@ def backward_block_per_token(rp: ResolvedPlan) -> float:
     # with its own copy, that copy's gradient and its cast back to the product's dtype
     at_down = one_layer + (m * inter + (copy + m * inter if copy else 0.0)) / tp
     return max(after_down, at_down)
+
+
+def math_attention_block_per_token(rp: ResolvedPlan) -> float:
+    """Bytes per token of one checkpointed block inside its attention's backward on SDPA's math kernel (0 when the
+    attention runs a fused kernel): the recomputed block less what its MLP kept (the MLP's backward ran first and
+    freed it), plus the backward's two fp32 probability-sized temporaries (`sdpa_math_backward_per_token`)."""
+    if not sdpa_math(rp):
+        return 0.0
+    kept: dict = {}
+    _, one_layer = activations_per_token(rp, kept)
+    return one_layer - kept["mlp"] + sdpa_math_backward_per_token(rp)
 
 
 def unsloth_kernels(rp: ResolvedPlan) -> bool:

@@ -60,6 +60,9 @@ _QKV_BIAS_ONLY = frozenset({"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"})   #
 # family -> token-type rows next to the learned positions (GPT-BigCode keeps GPT-2's `wpe`: transformers 5.24
 # models/gpt_bigcode/modeling_gpt_bigcode.py GPTBigCodeModel)
 LEARNED_POSITIONS = {"gpt2": 0, "gpt_bigcode": 0, "bert": 2, "roberta": 1}
+# Decoders with a LayerNorm right after the token embedding besides the final one (transformers 5.24
+# models/bloom/modeling_bloom.py `word_embeddings_layernorm`)
+EMBEDDING_NORM = frozenset({"bloom"})
 # Norms per decoder layer when not 2: phi / falcon-7b feed attention and MLP from one LayerNorm (parallel block);
 # Gemma-2/3 add post-attention and post-MLP norms.
 _NORMS_PER_LAYER = {"phi": 1, "falcon": 1, "gemma2": 4, "gemma3_text": 4}
@@ -296,11 +299,11 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
     outer_type = str(config.get("model_type", "")).lower()
     vision = config.get("vision_config")
     text = config.get("text_config") or config.get("llm_config")
-    if isinstance(text, dict) and _first(config, "hidden_size", "n_embd", "d_model") is None:
+    if isinstance(text, dict) and _first(config, "hidden_size", "n_embd", "n_embed", "d_model") is None:
         config = {**config, **text}   # multimodal (Gemma-3, Llava, Qwen3-VL, Mllama, InternVL): the LM's shapes
     model_type = str(config.get("model_type") or outer_type).lower()
 
-    hidden = _first(config, "hidden_size", "n_embd", "d_model", "dim", "d_embed")
+    hidden = _first(config, "hidden_size", "n_embd", "n_embed", "d_model", "dim", "d_embed")
     heads = _first(config, "num_attention_heads", "n_head", "num_heads", "encoder_attention_heads", "n_heads")
     vocab = _first(config, "vocab_size", "padded_vocab_size")
     approximate = _generic_notes(config, model_type)
@@ -555,6 +558,7 @@ def param_count(arch: ModelArch) -> int:
         + dense_layers * _linear_mlp(h, arch.intermediate, gated, arch.mlp_bias)
         + moe_layers * (_moe(arch) if arch.is_moe else 0)
         + norm                                                  # final norm (embedding LayerNorm for encoders)
+        + (norm if arch.family in EMBEDDING_NORM else 0)
     )
     if arch.block == "encoder" and arch.family in ("bert",):
         total += h * h + h                                      # BERT pooler

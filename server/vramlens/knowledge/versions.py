@@ -34,7 +34,8 @@ NATIVE_GQA_FROM = (4, 54, 0)           # SDPA without a mask reads grouped K/V n
 GEMMA2_EAGER_FROM = (5, 0, 0)          # Gemma-2 has no SDPA path from this
 LAZY_CUDA_MODULES_FROM = (1, 13, 0)    # torch loads CUDA kernels lazily from this
 TRL_BF16_KBIT_ADAPTERS_FROM = (0, 26, 0)  # SFTTrainer: no k-bit preparation, bf16 adapters on k-bit models from this
-OWN_EAGER_ATTENTION = {"deberta-v2", "deberta"}   # attention written out in the modelling code, whatever is asked
+# families whose modelling code writes attention out (no attention interface), whatever is asked
+OWN_EAGER_ATTENTION = {"bloom", "deberta-v2", "deberta"}
 
 
 def parse(version: str | None) -> tuple[int, int, int] | None:
@@ -78,9 +79,11 @@ def cuda_modules_load_eagerly(torch: str | None) -> bool:
 
 
 def attention_as_run(family: str, requested: str, transformers: str | None) -> str:
-    """The attention the model runs: Gemma-2 in transformers 5 has no SDPA path (eager instead); DeBERTa-v2's
-    disentangled attention is its own code in every version (models/deberta_v2/modeling_deberta_v2.py: no
-    attention interface, `_supports_sdpa` left False)."""
+    """The attention the model runs: Gemma-2 in transformers 5 has no SDPA path (eager instead); BLOOM computes its
+    ALiBi attention itself whatever is requested (transformers 5.24 models/bloom/modeling_bloom.py
+    `BloomAttention.forward`: `alibi.baddbmm`, an fp32 softmax cast back, `torch.bmm`), as eager attention does;
+    DeBERTa-v2's disentangled attention is its own code in every version (models/deberta_v2/modeling_deberta_v2.py:
+    no attention interface, `_supports_sdpa` left False)."""
     if family in OWN_EAGER_ATTENTION:
         return "eager"
     if family == "gemma2" and requested == "sdpa" and at_least(transformers, GEMMA2_EAGER_FROM):

@@ -19,6 +19,10 @@ Shims (each checked fake == real on CPU tensors in tests/trace/test_hf_shims.py)
 - flash_attention_2 / flash_attention_3 have no CPU kernel: `flash_stand_in` is registered in
   `AttentionInterface` under a name of its own and keeps what flash-attn keeps (q, k, v, output and an fp32 logsumexp) by calling
   SDPA's CPU flash kernel with native grouped K/V.
+- SDPA called directly by the modelling code (Falcon), outside `AttentionInterface`: the CPU's kernel
+  choice can differ from CUDA's (dropout sends the CPU to math, CUDA's fused kernels drop inside);
+  `sdpa_as_cuda_kernel` runs the kernel CUDA's dispatcher would pick (`cuda_sdpa_backend`). Falcon-7B's call
+  (multi-query K/V without `enable_gqa`, an explicit mask) takes math on both.
 - bitsandbytes 4-bit: `Params4bit` cannot wrap a fake tensor; `replace_with_bnb_linear` runs on the meta model
   and `quantize_4bit_fake` keeps the packed weight as a plain Parameter carrying `.quant_state` (see there).
 """
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import math
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +42,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # Families whose Hugging Face config takes the Llama-style keys below (model_type = family).
 DECODER_FAMILIES = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "phi3",
-                    "mixtral", "qwen3_moe", "gpt2", "gpt_neox", "falcon", "phi", "gpt_bigcode"}
+                    "mixtral", "qwen3_moe", "gpt2", "gpt_neox", "falcon", "phi", "gpt_bigcode", "bloom"}
 # Encoder families built as transformers' `AutoModelForSequenceClassification` (the head a `block: encoder` plan
 # estimates: no vocabulary logits, a hidden × labels classifier; `task_head` sequence-classification).
 ENCODER_FAMILIES = {"bert", "roberta", "deberta-v2"}
@@ -71,7 +76,7 @@ HF_LINEAR = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate":
              "down": "down_proj", "lm_head": "lm_head", "embed": "embed_tokens"}
 PHI3_LINEAR = {"q": "qkv_proj", "k": "qkv_proj", "v": "qkv_proj", "o": "o_proj", "gate": "gate_up_proj",
                "up": "gate_up_proj", "down": "down_proj", "lm_head": "lm_head", "embed": "embed_tokens"}
-# Module names of the GPT-2/NeoX/Falcon/Phi-2 families (peft matches a target against the end of a module's name):
+# Module names of the GPT-2/NeoX/Falcon/Phi-2/BLOOM families (peft matches a target against the end of a module's name):
 # transformers 5.24 models/gpt2 (Conv1D c_attn = q|k|v, c_proj twice), gpt_neox and falcon (query_key_value,
 # dense, dense_h_to_4h, dense_4h_to_h), phi (q/k/v_proj, dense, fc1, fc2).
 FAMILY_LINEAR = {
@@ -88,6 +93,9 @@ FAMILY_LINEAR = {
     # wi → wo (relu) or T5DenseGatedActDense wi_0 (gelu_new) · wi_1 → wo (gated-gelu), the embedding `shared`
     "t5": {"q": "q", "k": "k", "v": "v", "o": "o", "gate": "wi_0", "up": "wi_1", "down": "wo", "fc1": "wi",
            "fc2": "wo", "lm_head": "lm_head", "embed": "shared"},
+    # models/bloom: query_key_value (q|k|v interleaved per head), self_attention.dense, dense_h_to_4h, dense_4h_to_h
+    "bloom": {"q": "query_key_value", "k": "query_key_value", "v": "query_key_value", "o": "self_attention.dense",
+              "fc1": "dense_h_to_4h", "fc2": "dense_4h_to_h", "lm_head": "lm_head", "embed": "word_embeddings"},
     # models/gpt_bigcode: nn.Linear c_attn = q|k|v (one K/V head under multi-query), c_proj twice, c_fc
     "gpt_bigcode": {"q": "c_attn", "k": "c_attn", "v": "c_attn", "o": "attn.c_proj", "fc1": "c_fc",
                     "fc2": "mlp.c_proj", "lm_head": "lm_head", "embed": "wte"},
@@ -159,7 +167,7 @@ def hf_config(cfg: StepConfig):
               num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.n_kv_heads,
               head_dim=a.d_head, tie_word_embeddings=a.tied_embeddings, use_cache=False,
               max_position_embeddings=max(a.max_position or 0, cfg.seq_len))
-    if a.family not in ("phi3", "gpt2", "gpt_neox", "falcon", "phi", "gpt_bigcode"):
+    if a.family not in ("phi3", "gpt2", "gpt_neox", "falcon", "phi", "gpt_bigcode", "bloom"):
         kw["attention_bias"] = a.attn_bias
     if a.family in ("llama", "olmo2"):
         kw["mlp_bias"] = a.mlp_bias
@@ -174,6 +182,11 @@ def hf_config(cfg: StepConfig):
         # FalconConfig.head_dim is a read-only property (hidden_size // num_attention_heads, transformers 5.24
         # models/falcon/configuration_falcon.py): setting it raises
         kw.pop("head_dim")
+    if a.family == "bloom":
+        # BloomConfig (transformers 5.24 models/bloom/configuration_bloom.py): n_layer / n_head through its
+        # attribute_map, no intermediate_size (the MLP is 4 × hidden), no head_dim or K/V head count, ALiBi positions
+        for key in ("intermediate_size", "num_key_value_heads", "head_dim", "max_position_embeddings"):
+            kw.pop(key)
     if a.is_moe:
         kw.update(num_local_experts=a.num_experts, num_experts=a.num_experts, num_experts_per_tok=a.experts_per_token)
         if a.family == "mixtral" and a.moe_intermediate:
@@ -492,7 +505,7 @@ class BiasGradAsCuda(torch.overrides.TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is F.scaled_dot_product_attention:
+        if func is F.scaled_dot_product_attention or func is getattr(F.scaled_dot_product_attention, "original", None):
             q, k, v = args[:3]
             mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
             if (isinstance(mask, torch.Tensor) and mask.is_floating_point() and mask.requires_grad
@@ -503,6 +516,86 @@ class BiasGradAsCuda(torch.overrides.TorchFunctionMode):
                 return EfficientAttentionWithBias.apply(q, k, v, mask.to(q.dtype), kwargs.get("scale"),
                                                         bool(kwargs.get("is_causal", False)))
         return func(*args, **kwargs)
+
+
+def cuda_sdpa_backend(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
+                      enable_gqa: bool = False) -> str:
+    """The kernel torch's CUDA dispatcher picks for a dense `scaled_dot_product_attention` call on an sm80+ GPU with
+    every backend enabled (torch 2.13: `select_sdp_backend`, aten/src/ATen/native/transformers/cuda/sdp_utils.cpp,
+    its checks in include/ATen/native/transformers/sdp_utils_cpp.h): "flash", "efficient" or "math". Only the
+    checks that shapes, dtypes, masks and dropout decide are modelled (not the GPU's own limits).
+    - every fused kernel: 4-D q, k, v, equal batch sizes, non-empty sequences, last-dim stride 1 (the mask's too on
+      the GPU), and equal query and K/V head counts unless `enable_gqa` is set (`check_batch_size_and_num_heads_dense`;
+      with it, only flash reads grouped K/V: the `F.scaled_dot_product_attention` docstring, "GQA ... works only for
+      Flash_attention and math kernel on CUDA tensor");
+    - flash: no mask (`check_for_attn_mask`), fp16/bf16, equal head dims of at most 256 (padded to a multiple of 8
+      inside), causal only with equal query and key lengths;
+    - memory-efficient: fp16/bf16/fp32, q and k head dims equal and a multiple of 8 (4 in fp32), a mask that
+      broadcasts to (b, h, s_q, s_k);
+    - dropout is no obstacle on CUDA (both fused kernels drop inside), unlike on the CPU, whose flash kernel takes
+      no dropout."""
+    q, k, v = query, key, value
+    if not (q.dim() == k.dim() == v.dim() == 4) or not (q.shape[0] == k.shape[0] == v.shape[0]):
+        return "math"
+    if 0 in (q.shape[-2], k.shape[-2]) or q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
+        return "math"
+    if attn_mask is not None and attn_mask.stride(-1) != 1:
+        return "math"
+    hq, hk, hv = q.shape[-3], k.shape[-3], v.shape[-3]
+    same_heads = hq == hk == hv
+    gqa = enable_gqa and hk == hv and hq % hk == 0
+    d = q.shape[-1]
+    if (attn_mask is None and (same_heads or gqa) and q.dtype in (torch.float16, torch.bfloat16)
+            and d == k.shape[-1] == v.shape[-1] and d <= 256
+            and not (is_causal and q.shape[-2] != k.shape[-2])):
+        return "flash"
+    align = 4 if q.dtype == torch.float32 else 8
+    mask_ok = attn_mask is None or attn_mask.dim() == 2 or (
+        attn_mask.dim() == 4 and attn_mask.shape[0] in (1, q.shape[0]) and attn_mask.shape[1] in (1, hq))
+    if (same_heads and q.dtype in (torch.float16, torch.bfloat16, torch.float32) and d == k.shape[-1]
+            and d % align == 0 and v.shape[-1] % align == 0 and mask_ok):
+        return "efficient"
+    return "math"
+
+
+# Callers whose SDPA calls pass through `sdpa_as_cuda_kernel` unchanged: transformers' `AttentionInterface` SDPA
+# (integrations/sdpa_attention.py, shimmed by `install_sdpa_dropout_as_cuda`) and this module's flash stand-in. Their
+# one remaining CPU/CUDA difference is left as the real-library tables were traced: fp32 q/k/v with grouped K/V
+# (`enable_gqa`, e.g. QLoRA without autocast) take the CPU's flash kernel, while CUDA's flash takes only 16-bit and
+# its memory-efficient kernel no grouped K/V (torch 2.13), so CUDA would run math.
+INTERFACE_CALLERS = ("transformers.integrations.", "vramlens.")
+
+
+def sdpa_as_cuda_kernel(original):
+    """`F.scaled_dot_product_attention` as the CUDA dispatcher would run it, for models that call it themselves
+    (Falcon: transformers 5.24 models/falcon/modeling_falcon.py; calls from `INTERFACE_CALLERS` pass through): where
+    CUDA takes the math kernel (`cuda_sdpa_backend`), the call runs under `sdpa_kernel(MATH)`, the same composite
+    kernel on CPU; where CUDA takes a fused kernel, it runs with dropout 0 so that the CPU takes its flash kernel
+    (which keeps q, k, v, the output and the logsumexp, as CUDA's flash and memory-efficient kernels do, less
+    their RNG seed and offset) instead of falling back to math for the dropout. Where the CPU and CUDA agree the
+    call is unchanged."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        kw = dict(attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+        if sys._getframe(1).f_globals.get("__name__", "").startswith(INTERFACE_CALLERS):
+            return original(query, key, value, dropout_p=dropout_p, **kw)
+        if cuda_sdpa_backend(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa) == "math":
+            with sdpa_kernel([SDPBackend.MATH]):
+                return original(query, key, value, dropout_p=dropout_p, **kw)
+        return original(query, key, value, dropout_p=0.0, **kw)
+
+    sdpa._vramlens = True
+    sdpa.original = original
+    return sdpa
+
+
+def install_sdpa_as_cuda_kernel() -> None:
+    """Route `torch.nn.functional.scaled_dot_product_attention` through `sdpa_as_cuda_kernel` (the modelling code
+    looks the function up on the module at each call)."""
+    if getattr(F.scaled_dot_product_attention, "_vramlens", False):
+        return
+    F.scaled_dot_product_attention = sdpa_as_cuda_kernel(F.scaled_dot_product_attention)
 
 
 def register_flash_stand_in() -> None:
@@ -551,6 +644,7 @@ class HFStep(nn.Module):
         install_packed_sequence_shim()
         install_sdpa_dropout_as_cuda()
         install_autocast_softmax_as_cuda()
+        install_sdpa_as_cuda_kernel()
         impl = attn_implementation(cfg, attn)
         dtype = DTYPES[cfg.param_dtype]
         hc = hf_config(cfg)
