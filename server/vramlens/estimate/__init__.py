@@ -66,8 +66,11 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     else:
         saved = int(tok * all_layers * held)
     layers_saved = 0 if rp.grad_checkpointing else round(rp.arch.layers * held)
-    dora_w = C.dora_weight_copies(rp)
-    acts_fb = saved + int(final) + amp_cache + mask + layers_saved * (mask_per_layer + dora_w) \
+    # per-block weight-sized tensors kept for backward: DoRA's weight copies, adapted experts' W + BA
+    block_w = C.dora_weight_copies(rp)
+    expert_w = C.expert_weight_copies(rp)
+    moe_saved = 0 if rp.grad_checkpointing else round((rp.arch.layers - rp.arch.dense_layers) * held)
+    acts_fb = saved + int(final) + amp_cache + mask + layers_saved * (mask_per_layer + block_w) + moe_saved * expert_w \
         + C.vision_activations(rp, seqs)
 
     base = {"weights": W, "quant_constants": quant, "adapters": adapters, "buffers": B, "optimizer_paged": paged,
@@ -120,7 +123,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         embed_grad = C.shapes(rp.arch).embed_params * p.trainable_dtype_bytes if rp.peft == "none" else 0
         # backward of the last block: every block's checkpointed input is still held (each is freed when its
         # block's backward ends), the last block is recomputed and its backward temporaries are live
-        recompute = int(C.backward_block_per_token(rp) * tok) + dora_w
+        recompute = int(C.backward_block_per_token(rp) * tok) + block_w + expert_w + C.expert_weight_grad(rp)
         grads, held_ckpt = max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0), saved
         # gradients freed by zero_grad(set_to_none=True) come back block by block while the checkpoints go: the last
         # block's backward holds every checkpoint but only the gradients made so far, the first block's holds every
