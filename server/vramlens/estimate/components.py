@@ -55,8 +55,22 @@ def params(rp: ResolvedPlan) -> Params:
 
     adapter = 0
     if not full:
-        # LoRA: r·(in + out) per targeted linear (DoRA adds a magnitude vector of `out`)
+        # LoRA: r·(in + out) per targeted linear (DoRA adds a magnitude vector of `out`); where the modelling code
+        # computes q|k|v (Phi-3: also gate|up) with one linear, the targets among them are one adapter over it
+        fused = hf_fused_groups(rp)
+        done: set[str] = set()
         for lin in targeted(arch, rp.lora_targets, experts_adaptable(rp)):
+            group = next((g for g in fused if lin.name in g), None)
+            if group is not None:
+                if group in done:
+                    continue
+                done.add(group)
+                members = [l for l in shapes(arch).linears if l.name in group and l.count == lin.count]
+                out_f = sum(l.out_features for l in members)
+                adapter += lin.count * rp.lora_r * (lin.in_features + out_f)
+                if rp.peft == "dora":
+                    adapter += lin.count * out_f
+                continue
             adapter += lin.count * rp.lora_r * (lin.in_features + lin.out_features)
             if rp.peft == "dora":
                 adapter += lin.count * lin.out_features
@@ -242,7 +256,18 @@ def weights(rp: ResolvedPlan, p: Params) -> int:
     gone to the CPU with parameter offload (the working set is counted in `buffers`)."""
     if rp.offload_params:
         return 0
-    return int((p.frozen_bytes + p.quantized_bytes + p.trainable_bytes) * shard_factor(rp, "weights"))
+    return int((p.frozen_bytes + p.quantized_bytes + p.trainable_bytes) * shard_factor(rp, "weights")) \
+        + model_buffers(rp)
+
+
+def model_buffers(rp: ResolvedPlan) -> int:
+    """Buffers the modelling code registers beside the weights, on every rank: GPT-BigCode's causal mask, a
+    max_positions × max_positions bool tensor (transformers 5.24 models/gpt_bigcode/modeling_gpt_bigcode.py
+    GPTBigCodeModel `self.bias = nn.Buffer(torch.tril(torch.ones((max_positions, max_positions),
+    dtype=torch.bool)), persistent=False)`; 64 MiB at StarCoder's 8192 positions)."""
+    if rp.arch.family == "gpt_bigcode" and rp.framework in HF_MODEL_FRAMEWORKS and rp.arch.max_position:
+        return rp.arch.max_position ** 2
+    return 0
 
 
 def gradients(rp: ResolvedPlan, p: Params) -> int:
@@ -365,8 +390,15 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         n_norms = norms_per_layer(arch)
         norm_keep = n_norms * ((4 + norm_trains) if c == 2 else 8) * h
     else:
-        # LayerNorm keeps its input: the fp32 residual stream under AMP (layer_norm is an fp32 autocast op)
-        norm_keep = norms_per_layer(arch) * (4 if amp else c) * h
+        # LayerNorm keeps its input: the fp32 residual stream under AMP (layer_norm is an fp32 autocast op) and in a
+        # k-bit model whose stream prepare_model_for_kbit_training made fp32 (each norm reads its own fp32 tensor,
+        # except where a parallel block feeds both of its norms the same one: `SHARED_NORM_INPUT`)
+        if amp:
+            norm_keep = norms_per_layer(arch) * 4 * h
+        elif fp32_residual(rp):
+            norm_keep = (1 if arch.family in SHARED_NORM_INPUT else norms_per_layer(arch)) * 4 * h
+        else:
+            norm_keep = norms_per_layer(arch) * c * h
     if arch.family in QK_NORM_FAMILIES:
         if compiled:
             norm_keep += c * (q + arch.kv_dim) + 4 * (heads + arch.n_kv_heads)
@@ -529,6 +561,11 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
 FP32_NORM_WEIGHT_FAMILIES = {"gemma", "gemma2", "gemma3", "gemma3_text", "olmo2", "olmo3", "gpt_oss", "qwen3_next",
                              "vaultgemma"}
 
+# Families whose block feeds its two norms the same input (transformers 5.24 models/gpt_neox/modeling_gpt_neox.py
+# GPTNeoXLayer.forward with `use_parallel_residual`: `self.input_layernorm(hidden_states)` and
+# `self.post_attention_layernorm(hidden_states)`): one copy of it is kept for both.
+SHARED_NORM_INPUT = {"gpt_neox"}
+
 # Families whose transformers modelling code computes q|k|v with one linear (besides HF_FUSED_FAMILIES and
 # HF_C_ATTN_FAMILIES): transformers 5.24 models/falcon/modeling_falcon.py and models/gpt_neox/modeling_gpt_neox.py
 # `query_key_value`.
@@ -583,6 +620,21 @@ HF_FUSED_FAMILIES = {"phi3"}
 # `c_attn`, models/gpt_bigcode nn.Linear `c_attn`, h → h + 2·kv): one LoRA adapter (one cast or dropout of the
 # input) for q, k and v; q, k and v stay views of its output, which attention keeps anyway.
 HF_C_ATTN_FAMILIES = {"gpt2", "gpt_bigcode"}
+
+
+def hf_fused_groups(rp: ResolvedPlan) -> tuple[tuple[str, ...], ...]:
+    """Canonical linears transformers' modelling code computes with one nn.Linear (or Conv1D) in this family: q|k|v
+    (`HF_C_ATTN_FAMILIES`, `HF_ONE_QKV_LINEAR`, `HF_FUSED_FAMILIES`) and Phi-3's gate|up; a LoRA target among them
+    adapts the whole fused linear (one lora_A of in × r, one lora_B of r × the fused width)."""
+    if rp.framework not in HF_MODEL_FRAMEWORKS:
+        return ()
+    family = rp.arch.family
+    out: tuple[tuple[str, ...], ...] = ()
+    if family in HF_C_ATTN_FAMILIES | HF_ONE_QKV_LINEAR | HF_FUSED_FAMILIES:
+        out += (("q", "k", "v"),)
+    if family in HF_FUSED_FAMILIES:
+        out += (("gate", "up"),)
+    return out
 
 
 def experts_adaptable(rp: ResolvedPlan) -> bool:
