@@ -861,6 +861,12 @@ def backward_block_per_token(rp: ResolvedPlan) -> float:
     gated = arch.mlp in ("swiglu", "geglu")
     m = mlp_bytes(rp)
     temps = (3 if gated else 2) * m * inter
+    if fused_experts(rp):
+        # a grouped_mm MoE block's backward starts with token-expert-pair-sized gradients (k·h each, the experts'
+        # dtype): the per-token sum's gradient expanded into a copy, and the un-permute's backward (`index`'s
+        # backward: zeros, then index_put), before any expert's backward runs (transformers 5.24 integrations/moe.py
+        # `grouped_mm_experts_forward`: `weighted_out[inv_perm]`, `.view(num_tokens, num_top_k, hidden_dim).sum(1)`)
+        temps = max(temps, 3 * max(arch.experts_per_token, 1) * arch.hidden * expert_bytes(rp))
     if unsloth_kernels(rp):
         # unsloth/kernels/fast_lora.py LoRA_MLP.backward: DW = dY·Wᵀ is the one new MLP-wide tensor; the SwiGLU
         # backward kernel (kernels/swiglu.py `swiglu_DWf_DW_dfg_kernel`) writes h, df and de over DW, e and g
