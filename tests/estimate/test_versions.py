@@ -222,3 +222,23 @@ bf16: true
                     framework_versions={"transformers": "5.24.0", "peft": "0.21.2"}).resolved
     experts = sum(lin.params for lin in C.shapes(kbit.arch).linears if lin.expert)
     assert kbit.quant_bits == 4 and C.params(kbit).frozen_bytes >= 4 * experts
+
+
+def test_dora_on_moe_experts_is_refused_by_peft(tmp_path):
+    """peft's ParamWrapper raises for use_dora and lora_dropout: the estimate says the run stops in get_peft_model."""
+    text = """base_model: Qwen/Qwen3-30B-A3B
+adapter: lora
+peft_use_dora: true
+lora_r: 16
+lora_alpha: 16
+lora_target_modules: [q_proj, v_proj, gate_proj, up_proj, down_proj]
+sequence_len: 2048
+micro_batch_size: 1
+bf16: true
+"""
+    rp = resolved(tmp_path, text, framework_versions={"transformers": "5.24.0", "peft": "0.21.2"}).resolved
+    assert rp.peft == "dora"
+    notes = estimate(rp, limits=False).assumptions
+    assert any("use_dora" in a and "ValueError" in a for a in notes)
+    old = resolved(tmp_path, text, framework_versions={"transformers": "4.57.1", "peft": "0.21.2"}).resolved
+    assert not any("ValueError" in a for a in estimate(old, limits=False).assumptions)

@@ -723,6 +723,29 @@ def expert_parameters(rp: ResolvedPlan) -> list[ExpertParam]:
     return out
 
 
+def expert_adapter_notes(rp: ResolvedPlan) -> list[str]:
+    """What the estimate says about LoRA on fused expert parameters: that it trains every expert, and that peft's
+    `lora.ParamWrapper` refuses DoRA and LoRA dropout (peft 0.21.2 tuners/lora/layer.py `ParamWrapper.__init__`:
+    `ValueError` "lora.ParamWrapper does not work with use_dora=True" / "with lora_dropout != 0"), so such a run
+    stops in `get_peft_model`."""
+    params = [e for e in expert_parameters(rp) if e.name != "router"]
+    if not params:
+        return []
+    tv, pv = rp.version_of("transformers"), rp.version_of("peft")
+    with_versions = f"peft {pv[0] if pv else versions.NEWEST['peft']} on transformers " \
+                    f"{tv[0] if tv else versions.NEWEST['transformers']}"
+    names = " and ".join(f"{e.name}_proj" for e in params)
+    out = [f"LoRA on the routed experts: {with_versions} adapts the fused {names} parameters of every expert "
+           f"(rank {rp.lora_r} per expert{', gate_up at ' + str(2 * rp.lora_r) if any(e.name == 'gate_up' for e in params) else ''}), "
+           f"and each block keeps its adapted expert weights for backward"]
+    refused = [what for what, on in (("use_dora", rp.peft == "dora"), ("lora_dropout", rp.lora_dropout > 0)) if on]
+    if refused:
+        out.append(f"{' and '.join(refused)} on the routed experts: {with_versions} wraps them in lora.ParamWrapper, "
+                   f"which raises ValueError for {' and '.join(refused)} — the run stops in get_peft_model; target "
+                   f"only the attention, or set {'use_dora: false' if rp.peft == 'dora' else 'lora_dropout: 0'}")
+    return out
+
+
 def expert_weight_copies(rp: ResolvedPlan) -> int:
     """Bytes per MoE block that adapted expert parameters keep for backward (peft 0.21.2 tuners/lora/layer.py
     `ParamWrapper._activate_lora`): the parametrization makes W' = W + scaling·BA, a new tensor of the whole expert
