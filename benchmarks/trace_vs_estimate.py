@@ -227,7 +227,7 @@ def real_main(args) -> int:
                              f"(--quick, --grid)")
     ratios, synth, skipped = [], [], []
     for i, (label, model, seq, batch, settings) in enumerate(grid):
-        if args.only and args.only.lower() not in model.lower():
+        if args.only and args.only.lower() not in model.lower() or args.rows and i not in args.rows:
             continue                                   # rows keep their grid numbers
         rp = make_plan(model, seq, batch, settings, traced_with)
         cfg = step_config(rp)
@@ -371,6 +371,8 @@ def main() -> int:
     ap.add_argument("--reuse", type=Path, help="with --real: take the real and synthetic traces from a table this "
                                                 "script wrote (same grid) and only recompute the estimates")
     ap.add_argument("--only", help="with --real: only the rows whose model id contains this text")
+    ap.add_argument("--rows", type=lambda text: {int(x) for x in text.split(",")},
+                    help="with --real: only these row numbers of the grid (comma-separated)")
     ap.add_argument("--real", action="store_true", help="the real-library grid: estimate and synthetic trace "
                                                         "against the transformers/peft/bitsandbytes trace")
     ap.add_argument("--summary", action="store_true", help="the real-library tables in benchmarks/results, summed")

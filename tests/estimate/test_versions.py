@@ -234,3 +234,60 @@ def test_bloom_runs_its_own_eager_attention(tmp_path):
     r = resolved(tmp_path, text, framework_versions={"transformers": "5.24.0"})
     assert r.resolved.attn_impl == "eager"
     assert any("bloom writes its attention out" in a for a in r.assumptions)
+
+
+def test_moe_expert_lora_by_version():
+    """transformers 4.x: each expert is nn.Linear modules; transformers 5 with peft ≥ 0.19: the fused expert
+    parameters for the families peft converts; otherwise no target reaches the experts."""
+    assert versions.moe_expert_lora("qwen3_moe", "4.57.1", "0.17.0") == "modules"
+    assert versions.moe_expert_lora("qwen3_moe", "5.0.0", "0.18.1") is None
+    assert versions.moe_expert_lora("qwen3_moe", "5.0.0", "0.19.0") == "parameters"
+    assert versions.moe_expert_lora("mixtral", "5.24.0", "0.21.2") == "parameters"
+    assert versions.moe_expert_lora("gpt_oss", "5.24.0", "0.21.2") is None
+    assert versions.moe_expert_lora("qwen3_moe", None, None) == "parameters"     # unknown: the newest known
+    assert versions.peft_folds_expert_factors("0.21.0") and not versions.peft_folds_expert_factors("0.20.0")
+
+
+def test_qwen3_moe_lora_adapts_the_experts_from_peft_019(tmp_path):
+    """Qwen3-30B-A3B with LoRA on gate/up/down: on peft 0.18 the experts stay frozen (13 M adapter parameters, the
+    attention's); from peft 0.19 every expert trains (≈ 1 G parameters) and each block keeps its adapted expert
+    stacks, so the estimate grows by tens of GiB; a k-bit model keeps its experts unquantized."""
+    text = """base_model: Qwen/Qwen3-30B-A3B
+adapter: lora
+lora_r: 16
+lora_alpha: 16
+lora_target_modules: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]
+sequence_len: 2048
+micro_batch_size: 2
+bf16: true
+"""
+    from vramlens.estimate import components as C
+
+    old = resolved(tmp_path, text, framework_versions={"transformers": "5.24.0", "peft": "0.18.1"}).resolved
+    new = resolved(tmp_path, text, framework_versions={"transformers": "5.24.0", "peft": "0.21.2"}).resolved
+    assert C.params(old).adapter_params < 20e6 < 900e6 < C.params(new).adapter_params
+    assert estimate(new, limits=False).allocated_bytes - estimate(old, limits=False).allocated_bytes > 40 * 2**30
+    kbit = resolved(tmp_path, text.replace("adapter: lora", "adapter: qlora\nload_in_4bit: true"),
+                    framework_versions={"transformers": "5.24.0", "peft": "0.21.2"}).resolved
+    experts = sum(lin.params for lin in C.shapes(kbit.arch).linears if lin.expert)
+    assert kbit.quant_bits == 4 and C.params(kbit).frozen_bytes >= 4 * experts
+
+
+def test_dora_on_moe_experts_is_refused_by_peft(tmp_path):
+    """peft's ParamWrapper raises for use_dora and lora_dropout: the estimate says the run stops in get_peft_model."""
+    text = """base_model: Qwen/Qwen3-30B-A3B
+adapter: lora
+peft_use_dora: true
+lora_r: 16
+lora_alpha: 16
+lora_target_modules: [q_proj, v_proj, gate_proj, up_proj, down_proj]
+sequence_len: 2048
+micro_batch_size: 1
+bf16: true
+"""
+    rp = resolved(tmp_path, text, framework_versions={"transformers": "5.24.0", "peft": "0.21.2"}).resolved
+    assert rp.peft == "dora"
+    notes = estimate(rp, limits=False).assumptions
+    assert any("use_dora" in a and "ValueError" in a for a in notes)
+    old = resolved(tmp_path, text, framework_versions={"transformers": "4.57.1", "peft": "0.21.2"}).resolved
+    assert not any("ValueError" in a for a in estimate(old, limits=False).assumptions)

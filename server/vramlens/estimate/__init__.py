@@ -67,9 +67,12 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     else:
         saved = int(tok * all_layers * held)
     layers_saved = 0 if rp.grad_checkpointing else round(rp.arch.layers * held)
+    # per-block weight-sized tensors kept for backward: DoRA's weight copies, adapted experts' W + BA
     dora_w = C.dora_weight_copies(rp)
+    expert_w = C.expert_weight_copies(rp)
+    moe_saved = 0 if rp.grad_checkpointing else round((rp.arch.layers - rp.arch.dense_layers) * held)
     t5_bias = C.t5_bias_bytes(rp)           # T5's relative position bias: per step, not per token
-    acts_fb = saved + int(final) + amp_cache + mask + layers_saved * (mask_per_layer + dora_w) \
+    acts_fb = saved + int(final) + amp_cache + mask + layers_saved * (mask_per_layer + dora_w) + moe_saved * expert_w \
         + C.vision_activations(rp, seqs) + t5_bias
 
     base = {"weights": W, "quant_constants": quant, "adapters": adapters, "buffers": B, "optimizer_paged": paged,
@@ -133,8 +136,9 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         embed_grad = C.shapes(rp.arch).embed_params * p.trainable_dtype_bytes if rp.peft == "none" else 0
         # backward of the last block: every block's checkpointed input is still held (each is freed when its
         # block's backward ends), the last block is recomputed and its backward temporaries are live
-        recompute = int(C.backward_block_per_token(rp) * tok) + dora_w
+        recompute = int(C.backward_block_per_token(rp) * tok) + dora_w + expert_w + C.expert_weight_grad(rp)
         block_temps = dora_norm
+        # the attention's backward runs after the block's MLP (and its experts) has finished its own
         in_attention = int(C.math_attention_block_per_token(rp) * tok) + dora_w
         if in_attention > recompute + dora_norm:     # the block peaks in its math-kernel attention's backward
             recompute, block_temps = in_attention, 0
@@ -264,6 +268,7 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
     if paged_out > 0:
         assumptions.append(f"paged optimizer states: {paged_out / GIB:.1f} GiB of them do not fit beside the rest and "
                            f"page out to host memory, moving over PCIe every step (slow, not an out-of-memory error)")
+    assumptions += C.expert_adapter_notes(rp)
     if C.compiled_block(rp):
         assumptions.append("torch.compile: activations as AOTAutograd's partitioner keeps them (norms, activation "
                            "functions and casts recomputed in backward; the loss compiled with the model)")

@@ -55,14 +55,35 @@ def params(rp: ResolvedPlan) -> Params:
 
     adapter = 0
     if not full:
-        # LoRA: r·(in + out) per targeted linear (DoRA adds a magnitude vector of `out`)
+        # LoRA: r·(in + out) per targeted linear (DoRA adds a magnitude vector of `out`); where the modelling code
+        # computes q|k|v (Phi-3: also gate|up) with one linear, the targets among them are one adapter over it
+        fused = hf_fused_groups(rp)
+        done: set[str] = set()
         for lin in targeted(arch, rp.lora_targets, experts_adaptable(rp)):
+            group = next((g for g in fused if lin.name in g), None)
+            if group is not None:
+                if group in done:
+                    continue
+                done.add(group)
+                members = [l for l in shapes(arch).linears if l.name in group and l.count == lin.count]
+                out_f = sum(l.out_features for l in members)
+                adapter += lin.count * rp.lora_r * (lin.in_features + out_f)
+                if rp.peft == "dora":
+                    adapter += lin.count * out_f
+                continue
             adapter += lin.count * rp.lora_r * (lin.in_features + lin.out_features)
             if rp.peft == "dora":
                 adapter += lin.count * lin.out_features
+        # routed experts' fused parameters peft adapts on transformers 5 (`expert_parameters`)
+        adapter += sum(e.adapter_params for e in expert_parameters(rp))
     adapter_b = 4 if (rp.adapter_fp32 or rp.weight_dtype == "fp32") else DTYPE_BYTES[rp.compute_dtype]
 
     linear_params = s.linear_params + (s.lm_head_params if head_quantized(rp) else 0) - keep_in_fp32_params(rp)
+    if rp.quant_bits and fused_experts(rp):
+        # transformers 5 quantizes nn.Linear modules only (5.24 integrations/bitsandbytes.py
+        # `replace_with_bnb_linear`, quantizers/quantizer_bnb_4bit.py `param_needs_quantization`): the 3-D routed
+        # experts stay in the weight dtype, and prepare_model_for_kbit_training upcasts them to fp32 with the rest
+        linear_params -= sum(l.params for l in s.linears if l.expert)
     non_linear = total - linear_params            # embeddings, lm_head (unless quantized), norms, routers
     quantized = quant_consts = 0
     if rp.quant_bits:
@@ -99,7 +120,9 @@ def params(rp: ResolvedPlan) -> Params:
         trainable = adapter + saved
         tb = adapter_b
         trainable_bytes = adapter * adapter_b + saved_bytes
-        largest = max(saved_bytes, max((l.in_features * rp.lora_r * adapter_b for l in targeted(arch, rp.lora_targets, experts_adaptable(rp))), default=0))
+        largest = max(saved_bytes, max((l.in_features * rp.lora_r * adapter_b for l in targeted(arch, rp.lora_targets, experts_adaptable(rp))), default=0),
+                      max((max(e.in_features, e.out_features) * e.rank * e.experts * adapter_b
+                           for e in expert_parameters(rp)), default=0))
     if arch.vision_params:          # a VLM's vision tower + projector, beside the language model
         total += arch.vision_params
         if rp.vision_frozen:
@@ -233,7 +256,18 @@ def weights(rp: ResolvedPlan, p: Params) -> int:
     gone to the CPU with parameter offload (the working set is counted in `buffers`)."""
     if rp.offload_params:
         return 0
-    return int((p.frozen_bytes + p.quantized_bytes + p.trainable_bytes) * shard_factor(rp, "weights"))
+    return int((p.frozen_bytes + p.quantized_bytes + p.trainable_bytes) * shard_factor(rp, "weights")) \
+        + model_buffers(rp)
+
+
+def model_buffers(rp: ResolvedPlan) -> int:
+    """Buffers the modelling code registers beside the weights, on every rank: GPT-BigCode's causal mask, a
+    max_positions × max_positions bool tensor (transformers 5.24 models/gpt_bigcode/modeling_gpt_bigcode.py
+    GPTBigCodeModel `self.bias = nn.Buffer(torch.tril(torch.ones((max_positions, max_positions),
+    dtype=torch.bool)), persistent=False)`; 64 MiB at StarCoder's 8192 positions)."""
+    if rp.arch.family == "gpt_bigcode" and rp.framework in HF_MODEL_FRAMEWORKS and rp.arch.max_position:
+        return rp.arch.max_position ** 2
+    return 0
 
 
 def gradients(rp: ResolvedPlan, p: Params) -> int:
@@ -356,8 +390,15 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         n_norms = norms_per_layer(arch)
         norm_keep = n_norms * ((4 + norm_trains) if c == 2 else 8) * h
     else:
-        # LayerNorm keeps its input: the fp32 residual stream under AMP (layer_norm is an fp32 autocast op)
-        norm_keep = norms_per_layer(arch) * (4 if amp else c) * h
+        # LayerNorm keeps its input: the fp32 residual stream under AMP (layer_norm is an fp32 autocast op) and in a
+        # k-bit model whose stream prepare_model_for_kbit_training made fp32 (each norm reads its own fp32 tensor,
+        # except where a parallel block feeds both of its norms the same one: `SHARED_NORM_INPUT`)
+        if amp:
+            norm_keep = norms_per_layer(arch) * 4 * h
+        elif fp32_residual(rp):
+            norm_keep = (1 if arch.family in SHARED_NORM_INPUT else norms_per_layer(arch)) * 4 * h
+        else:
+            norm_keep = norms_per_layer(arch) * c * h
     if arch.family in QK_NORM_FAMILIES:
         if compiled:
             norm_keep += c * (q + arch.kv_dim) + 4 * (heads + arch.n_kv_heads)
@@ -396,14 +437,25 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         attn = 4 * q + 2 * 4 * q + 4 * heads * s + c * q
 
     # linear-input groups: (input width, member linears)
+    expert_down_in = 0.0
     if arch.is_moe:
         k = max(arch.experts_per_token, 1)
         inter = arch.moe_intermediate or arch.intermediate
         mlp_internal = k * ((6 if gated else 2) * inter + 3 * c * h) + 4 * arch.num_experts
+        eb = expert_bytes(rp)
         if not full and not experts_adaptable(rp):
             # frozen experts run by grouped_mm keep their gate|up output, act(gate) and the down output (scaled
-            # by the routing weights), not their gathered inputs (transformers 5.24 integrations/moe.py)
-            mlp_internal = k * (((3 if gated else 2) * inter + h) * c) + 4 * arch.num_experts
+            # by the routing weights), not their gathered inputs (transformers 5.24 integrations/moe.py), in the
+            # experts' dtype (`expert_bytes`)
+            mlp_internal = k * (((3 if gated else 2) * inter + h) * eb) + 4 * arch.num_experts
+        adapted = {e.name for e in expert_parameters(rp)}
+        # an adapted expert parameter's W' needs a gradient, so its grouped_mm also keeps its input: the gathered
+        # tokens for gate|up, the act(gate)·up product for down (torch derivatives.yaml `_grouped_mm`)
+        if "gate_up" in adapted:
+            mlp_internal += k * h * eb
+        if "down" in adapted:
+            mlp_internal += k * inter * eb
+            expert_down_in = k * inter * eb
         if arch.shared_experts:
             si = (arch.shared_expert_intermediate or inter) * arch.shared_experts
             mlp_internal += (6 if gated else 2) * si
@@ -481,6 +533,7 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         group_inputs[members[0]] = linear_inputs - before
         if mlp_group:
             mlp_inputs += linear_inputs - before
+    down_input += expert_down_in
     # o's input is SDPA's output, which attention keeps anyway (eager's is a fresh reshape)
     o_extra = 0.0
     if not full and (all_lin or "o" in targets):
@@ -592,6 +645,11 @@ MLP_LINEARS = ("gate", "up", "down", "fc1", "fc2")
 # keeps the fp32 normalised value (4 bytes per element, not the 16-bit 2).
 FP32_NORM_WEIGHT_FAMILIES = {"gemma", "gemma2", "gemma3", "gemma3_text", "olmo2", "olmo3", "gpt_oss", "qwen3_next",
                              "vaultgemma"}
+
+# Families whose block feeds its two norms the same input (transformers 5.24 models/gpt_neox/modeling_gpt_neox.py
+# GPTNeoXLayer.forward with `use_parallel_residual`: `self.input_layernorm(hidden_states)` and
+# `self.post_attention_layernorm(hidden_states)`): one copy of it is kept for both.
+SHARED_NORM_INPUT = {"gpt_neox"}
 
 # Families whose transformers modelling code computes q|k|v with one linear (besides HF_FUSED_FAMILIES and
 # HF_C_ATTN_FAMILIES): transformers 5.24 models/falcon/modeling_falcon.py, models/gpt_neox/modeling_gpt_neox.py and
@@ -727,16 +785,159 @@ HF_FUSED_FAMILIES = {"phi3"}
 HF_C_ATTN_FAMILIES = {"gpt2", "gpt_bigcode"}
 
 
+def hf_fused_groups(rp: ResolvedPlan) -> tuple[tuple[str, ...], ...]:
+    """Canonical linears transformers' modelling code computes with one nn.Linear (or Conv1D) in this family: q|k|v
+    (`HF_C_ATTN_FAMILIES`, `HF_ONE_QKV_LINEAR`, `HF_FUSED_FAMILIES`) and Phi-3's gate|up; a LoRA target among them
+    adapts the whole fused linear (one lora_A of in × r, one lora_B of r × the fused width)."""
+    if rp.framework not in HF_MODEL_FRAMEWORKS:
+        return ()
+    family = rp.arch.family
+    out: tuple[tuple[str, ...], ...] = ()
+    if family in HF_C_ATTN_FAMILIES | HF_ONE_QKV_LINEAR | HF_FUSED_FAMILIES:
+        out += (("q", "k", "v"),)
+    if family in HF_FUSED_FAMILIES:
+        out += (("gate", "up"),)
+    return out
+
+
 def experts_adaptable(rp: ResolvedPlan) -> bool:
-    """Whether LoRA wraps a MoE model's routed experts. transformers 5 keeps them as 3-D parameters run with
-    grouped_mm (models/mixtral/modeling_mixtral.py `MixtralExperts`, qwen2_moe/qwen3_moe likewise) that no target
-    module reaches. transformers 4.x builds each expert of nn.Linear modules: "all-linear" wraps them; the
-    canonical gate/up/down names do too except in Mixtral, whose experts name them w1/w3/w2
-    (4.57 `MixtralBlockSparseTop2MLP`)."""
-    tv = rp.version_of("transformers")
-    if versions.at_least(tv[0] if tv else None, (5, 0, 0)):
+    """Whether LoRA wraps a MoE model's routed experts as nn.Linear modules (transformers 4.x builds each expert of
+    them: "all-linear" wraps them; the canonical gate/up/down names do too except in Mixtral, whose experts name them
+    w1/w3/w2, 4.57 `MixtralBlockSparseTop2MLP`). transformers 5 keeps them as 3-D parameters run with grouped_mm
+    (models/mixtral/modeling_mixtral.py `MixtralExperts`, qwen3_moe likewise) that no target module reaches; peft
+    may adapt those parameters instead (`expert_parameters`)."""
+    if not rp.arch.is_moe or _expert_lora(rp) != "modules":
         return False
     return "all-linear" in rp.lora_targets or rp.arch.family != "mixtral"
+
+
+def fused_experts(rp: ResolvedPlan) -> bool:
+    """A MoE model whose routed experts are 3-D parameters run with grouped_mm (transformers ≥ 5 modelling code)."""
+    if not rp.arch.is_moe or rp.framework not in HF_MODEL_FRAMEWORKS:
+        return False
+    tv = rp.version_of("transformers")
+    return versions.at_least(tv[0] if tv else None, versions.FUSED_EXPERTS_FROM)
+
+
+def expert_bytes(rp: ResolvedPlan) -> int:
+    """Bytes per element of fused routed experts' weights and of what they compute. grouped_mm is no autocast op, and
+    transformers casts its input to the weight's dtype (5.24 integrations/moe.py `_grouped_mm`), so the experts
+    compute in their weights' dtype: fp32 under AMP, and in a k-bit model, whose experts bitsandbytes leaves
+    unquantized, fp32 once prepare_model_for_kbit_training has upcast them (peft 0.21.2 utils/other.py: every
+    16-bit parameter that is not `Params4bit`)."""
+    c = DTYPE_BYTES[rp.compute_dtype]
+    if not fused_experts(rp):
+        return c
+    if rp.weight_dtype == "fp32" or rp.quant_bits and rp.kbit_upcast:
+        return 4
+    return DTYPE_BYTES[rp.weight_dtype]
+
+
+def _expert_lora(rp: ResolvedPlan) -> str | None:
+    tv, pv = rp.version_of("transformers"), rp.version_of("peft")
+    return versions.moe_expert_lora(rp.arch.family, tv[0] if tv else None, pv[0] if pv else None)
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertParam:
+    """A routed-expert parameter peft adapts with a `lora.ParamWrapper`: `experts` stacked in × out matrices, rank
+    `rank` per expert, in each of `layers` blocks."""
+
+    name: str
+    experts: int
+    in_features: int
+    out_features: int
+    rank: int
+    layers: int
+
+    @property
+    def adapter_params(self) -> int:
+        return self.layers * self.experts * self.rank * (self.in_features + self.out_features)
+
+    @property
+    def weight_params(self) -> int:
+        """One block's stacked weight (what the adapted copy W + BA has, per forward)."""
+        return self.experts * self.in_features * self.out_features
+
+
+def expert_parameters(rp: ResolvedPlan) -> list[ExpertParam]:
+    """The routed-expert parameters LoRA adapts on transformers 5 with peft ≥ 0.19 (knowledge/versions.py
+    `moe_expert_lora`): `gate_up_proj` when both gate and up are targeted (rank and alpha doubled: peft 0.21.2
+    utils/transformers_weight_conversion.py `_convert_peft_config_moe`; one of the two alone makes peft raise),
+    `down_proj` when down is, and under "all-linear" the router's weight (one h × E matrix). Mixtral's experts answer
+    to w1/w3/w2, which the canonical names do not tell apart from gate_proj/up_proj/down_proj: only "all-linear"
+    reaches them here."""
+    arch = rp.arch
+    if rp.peft == "none" or not arch.is_moe or _expert_lora(rp) != "parameters" or arch.mlp not in ("swiglu", "geglu"):
+        return []
+    targets = set(rp.lora_targets)
+    all_lin = "all-linear" in targets
+    by_name = versions.MOE_CONVERSION_PATTERN[arch.family] == "qwen2_moe"
+    h, E, r = arch.hidden, arch.num_experts, rp.lora_r
+    inter = arch.moe_intermediate or arch.intermediate
+    moe_layers = arch.layers - arch.dense_layers
+    out: list[ExpertParam] = []
+    if all_lin or by_name and {"gate", "up"} <= targets:
+        out.append(ExpertParam("gate_up", E, h, 2 * inter, 2 * r, moe_layers))
+    if all_lin or by_name and "down" in targets:
+        out.append(ExpertParam("down", E, inter, h, r, moe_layers))
+    if all_lin:
+        out.append(ExpertParam("router", 1, h, E, r, moe_layers))
+    return out
+
+
+def expert_adapter_notes(rp: ResolvedPlan) -> list[str]:
+    """What the estimate says about LoRA on fused expert parameters: that it trains every expert, and that peft's
+    `lora.ParamWrapper` refuses DoRA and LoRA dropout (peft 0.21.2 tuners/lora/layer.py `ParamWrapper.__init__`:
+    `ValueError` "lora.ParamWrapper does not work with use_dora=True" / "with lora_dropout != 0"), so such a run
+    stops in `get_peft_model`."""
+    params = [e for e in expert_parameters(rp) if e.name != "router"]
+    if not params:
+        return []
+    tv, pv = rp.version_of("transformers"), rp.version_of("peft")
+    with_versions = f"peft {pv[0] if pv else versions.NEWEST['peft']} on transformers " \
+                    f"{tv[0] if tv else versions.NEWEST['transformers']}"
+    names = " and ".join(f"{e.name}_proj" for e in params)
+    out = [f"LoRA on the routed experts: {with_versions} adapts the fused {names} parameters of every expert "
+           f"(rank {rp.lora_r} per expert{', gate_up at ' + str(2 * rp.lora_r) if any(e.name == 'gate_up' for e in params) else ''}), "
+           f"and each block keeps its adapted expert weights for backward"]
+    refused = [what for what, on in (("use_dora", rp.peft == "dora"), ("lora_dropout", rp.lora_dropout > 0)) if on]
+    if refused:
+        out.append(f"{' and '.join(refused)} on the routed experts: {with_versions} wraps them in lora.ParamWrapper, "
+                   f"which raises ValueError for {' and '.join(refused)} — the run stops in get_peft_model; target "
+                   f"only the attention, or set {'use_dora: false' if rp.peft == 'dora' else 'lora_dropout: 0'}")
+    return out
+
+
+def expert_weight_copies(rp: ResolvedPlan) -> int:
+    """Bytes per MoE block that adapted expert parameters keep for backward (peft 0.21.2 tuners/lora/layer.py
+    `ParamWrapper._activate_lora`): the parametrization makes W' = W + scaling·BA, a new tensor of the whole expert
+    stack in the weight's dtype, and grouped_mm saves it for the input's gradient (transformers 5.24
+    integrations/moe.py `grouped_mm_experts_forward`). From peft 0.21 W' comes from one `baddbmm(W, lhs, rhs)` over
+    the factors cast to the weight's dtype, which baddbmm saves for their gradients; 0.19–0.20 compute the delta
+    from the fp32 factors themselves (`get_delta_weight`). The router's adapted weight is h × E: left out."""
+    wb = expert_bytes(rp)
+    pv = rp.version_of("peft")
+    factors = versions.peft_folds_expert_factors(pv[0] if pv else None)
+    out = 0
+    for e in expert_parameters(rp):
+        if e.name == "router":
+            continue
+        out += e.weight_params * wb
+        if factors:
+            out += e.experts * e.rank * (e.in_features + e.out_features) * wb
+    return out
+
+
+def expert_weight_grad(rp: ResolvedPlan) -> int:
+    """Bytes the backward of one MoE block with adapted expert parameters makes beyond what it keeps: grouped_mm's
+    weight gradient is a whole expert stack (torch derivatives.yaml `_grouped_mm`: mat2's gradient is
+    `_grouped_mm(self.t(), grad)`), made while W' is still saved; the down projection's runs first with both
+    stacks alive, the gate|up one's after the down stack is freed."""
+    wb = expert_bytes(rp)
+    stacks = {e.name: e.weight_params * wb for e in expert_parameters(rp) if e.name != "router"}
+    gu, down = stacks.get("gate_up", 0), stacks.get("down", 0)
+    return max(down, gu - down)
 
 
 def mlp_bytes(rp: ResolvedPlan) -> int:
@@ -846,6 +1047,12 @@ def backward_block_per_token(rp: ResolvedPlan) -> float:
     gated = arch.mlp in ("swiglu", "geglu")
     m = mlp_bytes(rp)
     temps = (3 if gated else 2) * m * inter
+    if fused_experts(rp):
+        # a grouped_mm MoE block's backward starts with token-expert-pair-sized gradients (k·h each, the experts'
+        # dtype): the per-token sum's gradient expanded into a copy, and the un-permute's backward (`index`'s
+        # backward: zeros, then index_put), before any expert's backward runs (transformers 5.24 integrations/moe.py
+        # `grouped_mm_experts_forward`: `weighted_out[inv_perm]`, `.view(num_tokens, num_top_k, hidden_dim).sum(1)`)
+        temps = max(temps, 3 * max(arch.experts_per_token, 1) * arch.hidden * expert_bytes(rp))
     if unsloth_kernels(rp):
         # unsloth/kernels/fast_lora.py LoRA_MLP.backward: DW = dY·Wᵀ is the one new MLP-wide tensor; the SwiGLU
         # backward kernel (kernels/swiglu.py `swiglu_DWf_DW_dfg_kernel`) writes h, df and de over DW, e and g

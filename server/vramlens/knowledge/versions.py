@@ -20,6 +20,21 @@ From TRL's SFTTrainer (the k-bit model preparation), read from the wheels on PyP
 And one from torch: from 1.13 `torch.cuda` sets `CUDA_MODULE_LOADING=LAZY` unless the user set it (pytorch/pytorch
 PR #86509, "[1.13] Sets CUDA_MODULE_LOADING to LAZY when not set by the user"); before, every kernel of torch's
 CUDA libraries is loaded when the context is created, which makes the context itself much larger.
+And the LoRA of a Mixture-of-Experts model's routed experts, from peft's and transformers' own source:
+- transformers 5 stores a MoE block's routed experts as 3-D parameters (`gate_up_proj` E × 2I × h, `down_proj`
+  E × h × I) run with grouped_mm (5.24 models/qwen3_moe/modeling_qwen3_moe.py, integrations/moe.py); 4.x builds
+  each expert of nn.Linear modules, which target names reach like any linear.
+- peft from 0.19.0 on transformers 5 (`is_transformers_ge_v5` in tuners/tuners_utils.py `inject_adapter`) rewrites
+  a LoRA config for families whose checkpoint conversion follows Qwen2-MoE or Mixtral
+  (utils/transformers_weight_conversion.py `_convert_peft_config_moe`; the families: transformers 5.24
+  conversion_mapping.py `_MODEL_TO_CONVERSION_PATTERN`): the v4 expert targets `gate_proj` + `up_proj` (Mixtral `w1`
+  + `w3`) become `target_parameters` on `gate_up_proj` with rank and alpha doubled, `down_proj` (`w2`) on
+  `down_proj`, and "all-linear" adds the router `gate.weight` too. Each becomes a `lora.ParamWrapper`
+  (tuners/lora/layer.py): rank r per expert (lora_A in × r·E, lora_B r·E × out), no dropout, no DoRA (its
+  constructor raises ValueError for either). peft 0.17–0.18 leave the 3-D experts alone.
+- peft from 0.21.0 folds a single adapter into the experts' weight with one `baddbmm(W, lhs, rhs)` over the
+  factors cast to the weight's dtype (`_LoraFactorsProxy`); 0.19–0.20 add the delta, materialised from the fp32
+  factors with an einsum, to W (`_LoraParameterProxy`).
 """
 from __future__ import annotations
 
@@ -36,6 +51,19 @@ LAZY_CUDA_MODULES_FROM = (1, 13, 0)    # torch loads CUDA kernels lazily from th
 TRL_BF16_KBIT_ADAPTERS_FROM = (0, 26, 0)  # SFTTrainer: no k-bit preparation, bf16 adapters on k-bit models from this
 # families whose modelling code writes attention out (no attention interface), whatever is asked
 OWN_EAGER_ATTENTION = {"bloom", "deberta-v2", "deberta"}
+FUSED_EXPERTS_FROM = (5, 0, 0)         # transformers keeps routed experts as 3-D parameters from this
+PEFT_EXPERT_PARAMETERS_FROM = (0, 19, 0)  # peft adapts those parameters for the v4 expert targets from this
+PEFT_EXPERT_FACTORS_FROM = (0, 21, 0)  # peft folds the expert delta from its factors (baddbmm) from this
+
+# transformers 5.24 conversion_mapping.py `_MODEL_TO_CONVERSION_PATTERN` (families in the catalog or close to it),
+# with peft 0.21.2's own "mixtral" entry: the pattern peft's `_MOE_TARGET_MODULE_MAPPING` rewrites targets by
+# (Qwen2-MoE itself names the pattern but is no key of the mapping, so peft leaves its config alone)
+MOE_CONVERSION_PATTERN = {
+    "mixtral": "mixtral", "minimax": "mixtral", "minimax_m2": "mixtral",
+    "qwen3_moe": "qwen2_moe", "qwen3_next": "qwen2_moe", "olmoe": "qwen2_moe",
+    "deepseek_v2": "qwen2_moe", "deepseek_v3": "qwen2_moe", "glm4_moe": "qwen2_moe", "ernie4_5_moe": "qwen2_moe",
+    "hunyuan_v1_moe": "qwen2_moe", "dots1": "qwen2_moe", "flex_olmo": "qwen2_moe",
+}
 
 
 def parse(version: str | None) -> tuple[int, int, int] | None:
@@ -127,3 +155,19 @@ def trl_sft_kbit(trl: str | None, *, bf16: bool, sharded: bool) -> KbitPreparati
     if sharded:
         return KbitPreparation(upcast=False, embeddings_16bit=False, adapter_fp32=False)
     return KbitPreparation(upcast=True, embeddings_16bit=bf16, adapter_fp32=True)
+
+
+def moe_expert_lora(family: str, transformers: str | None, peft: str | None) -> str | None:
+    """How LoRA target names reach a MoE model's routed experts: "modules" (transformers 4.x: each expert's
+    nn.Linear modules), "parameters" (transformers 5 with peft ≥ 0.19 for a family peft converts: a
+    `lora.ParamWrapper` on the fused expert parameters), None (transformers 5 otherwise: no target reaches them)."""
+    if not at_least(transformers, FUSED_EXPERTS_FROM):
+        return "modules"
+    if family in MOE_CONVERSION_PATTERN and at_least(peft, PEFT_EXPERT_PARAMETERS_FROM, "peft"):
+        return "parameters"
+    return None
+
+
+def peft_folds_expert_factors(peft: str | None) -> bool:
+    """Whether peft applies an expert adapter with one baddbmm over its factors (≥ 0.21.0), not an einsum delta."""
+    return at_least(peft, PEFT_EXPERT_FACTORS_FROM, "peft")

@@ -23,6 +23,13 @@ Shims (each checked fake == real on CPU tensors in tests/trace/test_hf_shims.py)
   choice can differ from CUDA's (dropout sends the CPU to math, CUDA's fused kernels drop inside);
   `sdpa_as_cuda_kernel` runs the kernel CUDA's dispatcher would pick (`cuda_sdpa_backend`). Falcon-7B's call
   (multi-query K/V without `enable_gqa`, an explicit mask) takes math on both.
+- grouped_mm in fp32/fp16 (a MoE model's experts under AMP, whose weights stay fp32: grouped_mm is no autocast op,
+  and transformers casts the input to the weight's dtype, 5.24 integrations/moe.py `_grouped_mm`): CUDA runs it
+  (torch aten/src/ATen/native/cuda/GroupedBlas.cpp `_grouped_mm_cuda`: the CUTLASS kernel for bf16, else
+  `_grouped_mm_fallback`, one mm per group into the output, in the inputs' dtype), but torch 2.13's meta function
+  (`_meta_registrations.py` `_meta_grouped_mm_common`) accepts bf16 only. `install_grouped_mm_as_cuda` gives the
+  fake mode the output CUDA's fallback returns for other dtypes (`_create_grouped_mm_output_tensor`, the meta
+  function's own).
 - bitsandbytes 4-bit: `Params4bit` cannot wrap a fake tensor; `replace_with_bnb_linear` runs on the meta model
   and `quantize_4bit_fake` keeps the packed weight as a plain Parameter carrying `.quant_state` (see there).
 """
@@ -598,6 +605,34 @@ def install_sdpa_as_cuda_kernel() -> None:
     F.scaled_dot_product_attention = sdpa_as_cuda_kernel(F.scaled_dot_product_attention)
 
 
+_GROUPED_MM_LIB = None
+
+
+def install_grouped_mm_as_cuda() -> None:
+    """The fake (meta) kernel of `aten::_grouped_mm` for non-bf16 inputs as CUDA computes them (module docstring);
+    bf16 inputs keep torch's own meta function."""
+    global _GROUPED_MM_LIB
+    if _GROUPED_MM_LIB is not None or not hasattr(torch.ops.aten, "_grouped_mm"):
+        return
+    import torch._meta_registrations as meta_registrations
+
+    original = getattr(meta_registrations, "meta_grouped_mm", None)
+    make_output = getattr(meta_registrations, "_create_grouped_mm_output_tensor", None)
+    if original is None or make_output is None:
+        return
+
+    def grouped_mm_meta(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+        if mat_a.dtype == torch.bfloat16 and mat_b.dtype == torch.bfloat16:
+            return original(mat_a, mat_b, offs=offs, bias=bias, out_dtype=out_dtype)
+        torch._check(mat_a.dtype == mat_b.dtype,
+                     lambda: f"grouped_mm inputs differ in dtype: {mat_a.dtype} and {mat_b.dtype}")
+        return make_output(mat_a, mat_b, offs, out_dtype)
+
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("_grouped_mm", grouped_mm_meta, "Meta", allow_override=True)
+    _GROUPED_MM_LIB = lib
+
+
 def register_flash_stand_in() -> None:
     """Register the stand-in under its own name (transformers refuses `flash_attention_2` without flash-attn),
     with flash attention's mask function (a 2-D padding mask or none: transformers `masking_utils`)."""
@@ -645,6 +680,8 @@ class HFStep(nn.Module):
         install_sdpa_dropout_as_cuda()
         install_autocast_softmax_as_cuda()
         install_sdpa_as_cuda_kernel()
+        if cfg.arch.is_moe:
+            install_grouped_mm_as_cuda()
         impl = attn_implementation(cfg, attn)
         dtype = DTYPES[cfg.param_dtype]
         hc = hf_config(cfg)

@@ -1,0 +1,79 @@
+"""A Mixture-of-Experts step on transformers 5 with the real libraries at small shapes: the routed experts are 3-D
+parameters run with grouped_mm. Under AMP and in a k-bit model they compute in fp32, which CUDA runs (and the trace
+now does, fake == real); LoRA on gate/up/down reaches them through peft's `lora.ParamWrapper`, and the estimate
+follows what that keeps. Skips with a reason where torch/transformers/peft/bitsandbytes are missing (CI installs
+the trace extra)."""
+from __future__ import annotations
+
+import pytest
+
+from trace_plans import LORA, need, plan
+
+from vramlens.estimate import components as C
+from vramlens.estimate import estimate
+from vramlens.knowledge.schema import ModelArch
+
+pytest.importorskip("torch", reason="torch not installed (the trace extra)")
+need("transformers")
+
+from vramlens.trace import engine, hf  # noqa: E402
+from vramlens.trace.config import step_config  # noqa: E402
+
+# Qwen3-30B-A3B's block, narrowed: 32 experts of width 128, 4 per token
+MOE = ModelArch(id="mid-qwen3-moe", family="qwen3_moe", hidden=256, layers=2, heads=4, kv_heads=2, head_dim=64,
+                intermediate=512, moe_intermediate=128, num_experts=32, experts_per_token=4, vocab=1000)
+AMP = dict(amp=True, weight_dtype="fp32")
+QLORA = dict(LORA, peft="qlora", quant_bits=4, quant_double=True)
+
+
+def moe_plan(seq_len: int = 256, **changes):
+    return plan(arch=MOE, seq_len=seq_len, attn_mask=False, repeat_kv=False, **changes)
+
+
+@pytest.mark.parametrize("changes", [AMP, LORA, QLORA], ids=["amp", "lora", "qlora"])
+def test_moe_step_fake_equals_real(changes):
+    """fp32 grouped_mm (AMP's fp32 experts, a k-bit model's upcast ones) and LoRA's W + BA per expert stack: the
+    fake step allocates what the same step on real CPU tensors does."""
+    if changes.get("peft"):
+        need("peft")
+    if changes.get("quant_bits"):
+        need("bitsandbytes")
+    cfg = step_config(moe_plan(**changes))
+    assert hf.unsupported(cfg) is None
+    fake = engine.run(cfg, backend="transformers")
+    real = engine.run(cfg, backend="transformers", real=True)
+    assert fake["peak_bytes"] == real["peak_bytes"] > 0
+
+
+def test_lora_on_gate_up_down_trains_every_expert():
+    """peft turns the gate/up/down targets into adapters on the fused expert parameters: rank r per expert on
+    down_proj, 2r on gate_up_proj. The estimate counts the parameters peft creates."""
+    need("peft")
+    rp = moe_plan(**LORA)
+    traced = engine.run(step_config(rp), backend="transformers")
+    assert C.params(rp).adapter_params == traced["params_trainable"]
+    attention_only = C.params(rp.with_changes(lora_targets=("q", "k", "v", "o"))).adapter_params
+    assert traced["params_trainable"] > 10 * attention_only
+
+
+@pytest.mark.parametrize("changes", [LORA, dict(LORA, grad_checkpointing=True)], ids=["lora", "lora-ckpt"])
+def test_moe_lora_estimate_follows_the_real_step(changes):
+    """Each MoE block keeps its adapted expert stacks W + BA and grouped_mm's inputs; a checkpointed block's backward
+    starts with token-expert-pair-sized gradients. Leaving the experts frozen put these rows 24–29 % low."""
+    need("peft")
+    rp = moe_plan(seq_len=1024, **changes)
+    ratio = estimate(rp, limits=False).allocated_bytes / engine.run(step_config(rp), backend="transformers")["peak_bytes"]
+    assert ratio == pytest.approx(1.0, abs=0.03)
+
+
+def test_kbit_moe_keeps_its_experts_unquantized_in_fp32():
+    """bitsandbytes quantizes nn.Linear modules only: the 3-D experts stay, upcast to fp32 by
+    prepare_model_for_kbit_training — the weights the estimate counts are the traced ones."""
+    need("peft")
+    need("bitsandbytes")
+    rp = moe_plan(**QLORA)
+    traced = engine.run(step_config(rp), backend="transformers")
+    est = estimate(rp, limits=False)
+    assert est.allocated_bytes / traced["peak_bytes"] == pytest.approx(1.0, abs=0.04)
+    experts = sum(lin.params for lin in C.shapes(MOE).linears if lin.expert)
+    assert C.params(rp).frozen_bytes >= experts * 4
