@@ -89,7 +89,8 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # the end of the forward under AMP with checkpointing: autocast's cache still holds every block's 16-bit
         # weight copies while the loss runs inside the model's forward (components.autocast_forward_cache)
         phases["loss-forward"] = {**phases["forward-backward"], "activations": acts_fb + fwd_cache,
-                                  "logits": C.head_loss_bytes(rp, logit_tok) if C.trl_fused_head(rp)
+                                  "logits": C.head_loss_bytes(rp, logit_tok, backward=False)
+                                  if C.trl_fused_head(rp)
                                   else int(logit_tok * C.loss_forward_per_token(rp))}
     if rp.reference != "none" and rp.generation == "none":
         # trl 1.16.0 dpo_trainer.py `_compute_loss`: the reference runs under no_grad after the policy's forward,

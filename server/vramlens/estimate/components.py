@@ -869,16 +869,16 @@ def logits_per_token(rp: ResolvedPlan) -> float:
 def trl_fused_head(rp: ResolvedPlan) -> bool:
     """TRL's chunked `nll` loss: SFTTrainer (trl ≥ 1.7, `loss_type` "nll", formerly "chunked_nll", the default) adds
     a fused LM head to the model (trl 1.16 trl/trainer/utils.py `add_fused_lm_head`) that never materialises the
-    logits (`head_loss_bytes`)."""
-    return (rp.loss_impl == "chunked" and rp.framework == "trl" and rp.arch.block != "encoder"
-            and not rp.scalar_head)
+    logits (`head_loss_bytes`). SFTTrainer's alone: the preference and RL trainers compute their own losses."""
+    return (rp.loss_impl == "chunked" and rp.framework == "trl" and rp.objective == "sft"
+            and rp.arch.block != "encoder" and not rp.scalar_head)
 
 
 # trl 1.16 trl/kernels/chunked_logprob.py TOKEN_CHUNK_SIZE; trl/trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE
 TRL_TOKEN_TILE, TRL_VOCAB_TILE = 4096, 32768
 
 
-def head_loss_bytes(rp: ResolvedPlan, tokens: int) -> int:
+def head_loss_bytes(rp: ResolvedPlan, tokens: int, backward: bool = True) -> int:
     """Bytes the LM head and the loss hold at the start of backward for `tokens` scored positions:
     `logits_per_token` per token, or under TRL's fused head (`trl_fused_head`) what its backward holds
     (trl 1.16 trl/kernels/chunked_logprob.py `ChunkedLogProbFunction`): one [4096 tokens × 32768 vocabulary] tile
@@ -887,7 +887,8 @@ def head_loss_bytes(rp: ResolvedPlan, tokens: int) -> int:
     when the head trains, for the head weight's gradient, each cast to its tensor's dtype on return (a second copy
     while the fp32 one is alive; none when the tensor is fp32), and per-token fp32 log Z, entropy and log-probs.
     A chunk of hidden states and the head's weight tile are cast to the compute dtype when they are in fp32 under
-    autocast."""
+    autocast. With `backward` False, what its forward holds: the tile, the casts, the saved hidden states and the
+    per-token statistics, no gradient accumulators."""
     if not trl_fused_head(rp):
         return int(tokens * logits_per_token(rp))
     arch = rp.arch
@@ -901,6 +902,8 @@ def head_loss_bytes(rp: ResolvedPlan, tokens: int) -> int:
         out += tile_tokens * h * c                            # hidden_chunk.to(compute_dtype)
     if hw != c:
         out += min(V, TRL_VOCAB_TILE) * h * c                 # weight[start:end].to(compute_dtype)
+    if not backward:
+        return int(out + tokens * (hb * h + 7 * 4))          # running max, sums, target logit, log Z, entropy
     out += tokens * (hb * h + 4 * h + (hb * h if hb != 4 else 0) + 3 * 4)
     head_trains = (rp.peft == "none" and (rp.trained_layers is None or "lm_head" in rp.trained_extra
                                           or (arch.tied_embeddings and "embed" in rp.trained_extra))) \
