@@ -37,6 +37,7 @@ from vramlens.knowledge import frameworks  # noqa: E402
 from vramlens.knowledge import gpus as gpu_kb  # noqa: E402
 from vramlens.knowledge import models as model_kb  # noqa: E402
 from vramlens.knowledge import optimizers as opt_kb  # noqa: E402
+from vramlens.knowledge import peft_methods  # noqa: E402
 from vramlens.resolved import ResolvedPlan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,6 +169,17 @@ GRID_MODES["encoders"] = {
     "DoRA": dict(ENCODER_LORA, peft="dora", scalar_head=True),
 }
 GRID_SHAPES["encoders"] = (512, 8)
+
+GRIDS["variants"] = [M1B, "Qwen/Qwen2.5-0.5B", "google/gemma-3-1b-pt", "Qwen/Qwen3-0.6B"]
+# peft's IA3 and VeRA on the family's default targets (`make_plan`), pure fp32 (fp32 weights, no autocast), and TRL's
+# chunked `nll` loss (SFTTrainer's fused LM head) under LoRA and full fine-tuning
+GRID_MODES["variants"] = {
+    "IA3": dict(peft="ia3"),
+    "VeRA": dict(peft="vera", lora_r=256),
+    "full fp32": dict(weight_dtype="fp32", compute_dtype="fp32"),
+    "LoRA nll": dict(LORA, loss_impl="chunked", framework="trl"),
+    "full nll": dict(loss_impl="chunked", framework="trl"),
+}
 
 
 def real_grid(quick: bool, grid: str = "main") -> list[tuple[str, str, int, int, dict]]:
@@ -342,6 +354,10 @@ def make_plan(model: str, seq: int, batch: int, settings: dict,
     settings = dict(settings)
     settings.pop("measured", None)
     arch = frameworks.arch_as_run(settings.get("framework", ""), arch)
+    if settings.get("peft") in ("ia3", "vera") and "lora_targets" not in settings:
+        # peft's default targets for the family, as the resolver takes them
+        targets, feedforward = peft_methods.default_targets(settings["peft"], arch.family)
+        settings.update(lora_targets=targets, feedforward_targets=feedforward)
     opt = opt_kb.lookup_optimizer(settings.pop("optimizer", "adamw_torch_fused"))
     impl = settings.pop("optimizer_impl", opt.default_impl if opt.default_impl != "none" else "fused")
     gpu = gpu_kb.lookup_gpu("H100-80GB")[0]
@@ -353,7 +369,8 @@ def make_plan(model: str, seq: int, batch: int, settings: dict,
     run = versions.as_run(arch.family, "sdpa", traced_with.get("transformers"), hf_model=hf,
                           masked=settings.get("attn_mask", True), loss_impl=settings.get("loss_impl", "standard"))
     return ResolvedPlan(arch=arch, optimizer=opt, optimizer_impl=impl, gpu=gpu, seq_len=seq, micro_batch=batch,
-                        weight_dtype=settings.pop("weight_dtype", "bf16"), compute_dtype="bf16",
+                        weight_dtype=settings.pop("weight_dtype", "bf16"),
+                        compute_dtype=settings.pop("compute_dtype", "bf16"),
                         attn_impl=run.attention, repeat_kv=run.repeat_kv, loss_shifted_copy=run.loss_shifted_copy,
                         versions=tuple((k, x, "the trace's interpreter") for k, x in traced_with.items()), **settings)
 

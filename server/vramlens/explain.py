@@ -17,7 +17,7 @@ from vramlens.knowledge import gpus, optimizers
 from vramlens.plan import Origin, Sourced, Span, TrainingPlan
 from vramlens.provenance import CONCEPT_TITLES, applied_defaults, by_source, default_phrase
 from vramlens.provenance import show_value as _show
-from vramlens.report import bar, objective_text, speed_text
+from vramlens.report import bar, method_text, objective_text, speed_text
 from vramlens.resolve import no_bf16_note, shown_compute_dtype
 from vramlens.resolved import ResolvedPlan
 
@@ -537,7 +537,7 @@ def budget_markdown(ctx: Context) -> str:
     """The whole budget: a table with a bar per component, the peak phase, the limits, the assumptions."""
     e, rp = ctx.est, ctx.rp
     name = ctx.plan.model_id.value if ctx.plan.model_id else rp.arch.id
-    peft = {"none": "full fine-tune", "lora": "LoRA", "qlora": "QLoRA", "dora": "DoRA"}.get(rp.peft, rp.peft)
+    peft = method_text(rp)
     usable = e.usable_bytes
     scale = max(e.device_bytes, usable, 1)
     lines = [

@@ -83,7 +83,7 @@ Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "nf4", "fp4"]
 AmpDtype = Literal["bf16", "fp16", "fp8", "none"]
 AttnImpl = Literal["eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention",
                    "xformers", "other"]
-PeftMethod = Literal["none", "lora", "qlora", "dora", "galore", "freeze", "other"]
+PeftMethod = Literal["none", "lora", "qlora", "dora", "ia3", "vera", "galore", "freeze", "other"]
 DistStrategy = Literal["none", "ddp", "deepspeed", "fsdp", "megatron"]
 LossImpl = Literal["standard", "chunked", "fused"]   # fused = linear+CE fused (Liger, CCE)
 OptimizerImpl = Literal["foreach", "fused", "forloop"]
@@ -177,6 +177,7 @@ class TrainingPlan(BaseModel):
     lora_alpha: Sourced[float] | None = None
     lora_dropout: Sourced[float] | None = None
     lora_targets: Sourced[list[str]] | None = None    # module names, or ["all-linear"]
+    feedforward_targets: Sourced[list[str]] | None = None  # IA3 `feedforward_modules`: targets whose input is scaled
     modules_to_save: Sourced[list[str]] | None = None
     # partial full fine-tuning (freeze tuning, LLaMA-Pro, LISA) and low-rank optimizer states (GaLore)
     trained_layers: Sourced[int] | None = None    # decoder layers whose own weights train (the rest frozen)

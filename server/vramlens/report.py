@@ -78,6 +78,16 @@ OBJECTIVE_NAMES = {
 }
 
 
+METHOD_NAMES = {"none": "full fine-tune", "lora": "LoRA", "qlora": "QLoRA", "dora": "DoRA", "ia3": "IA3",
+                "vera": "VeRA"}
+
+
+def method_text(rp) -> str:
+    """How the weights train: full fine-tune or the adapter method (VeRA with its rank)."""
+    name = METHOD_NAMES.get(rp.peft, rp.peft)
+    return f"{name} r={rp.lora_r}" if rp.peft == "vera" else name
+
+
 def objective_text(rp) -> str:
     """One line on what the step optimises and what that adds: `DPO · reference: frozen copy · chosen + rejected`."""
     parts = [OBJECTIVE_NAMES.get(rp.objective, rp.objective)]
@@ -140,7 +150,7 @@ def render_text(path: str, plan: TrainingPlan, res: Resolution, est: Estimate) -
     lines = [
         f"{path}  ({plan.format})",
         f"  model   {plan.model_id.value if plan.model_id else rp.arch.id}  "
-        f"{est.params_total / 1e9:.2f} B params, {est.params_trainable / 1e9:.3g} B trainable",
+        f"{est.params_total / 1e9:.2f} B params, {est.params_trainable / 1e9:.3g} B trainable · {method_text(rp)}",
         f"  trains  {objective_text(rp)}",
         f"  GPU     {gpu}: {rp.gpu.usable_gib:.1f} GiB usable per GPU{assumed_gpu_note(res)}",
         f"  peak    {_g(est.device_bytes):.1f} GiB on the device ({_g(est.low_bytes):.1f}–{_g(est.high_bytes):.1f}) "

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from vramlens import environment
-from vramlens.knowledge import frameworks, versions
+from vramlens.knowledge import frameworks, peft_methods, versions
 from vramlens.knowledge.schema import GpuSpec, ModelArch, OptimizerSpec
 from vramlens.plan import Origin, Sourced, TrainingPlan
 from vramlens.resolved import ResolvedPlan
@@ -70,6 +70,45 @@ LORA_NAME_MAP = {
     "lm_head": ("lm_head",), "output": ("lm_head",), "head": ("lm_head",),
     "embed_tokens": ("embed",), "wte": ("embed",), "tok_embeddings": ("embed",), "embed": ("embed",),
 }
+
+
+def _vector_adapter_targets(plan: TrainingPlan, peft: str, arch: ModelArch,
+                            assumptions: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(targets, IA3 feedforward targets) of an IA3 or VeRA adapter: the config's, else peft's defaults for the
+    family (knowledge/peft_methods.py: peft 0.21.2 utils/constants.py), never the frameworks' LoRA defaults. IA3's
+    feedforward modules default to the family's among the targets (peft `_prepare_adapter_config`)."""
+    defaults = peft_methods.default_targets(peft, arch.family)
+    name = "IA3" if peft == "ia3" else "VeRA"
+    targets: tuple[str, ...] = ()
+    if plan.lora_targets is not None:
+        targets, unknown = normalize_targets(list(plan.lora_targets.value), arch)
+        if unknown:
+            assumptions.append(f"{name} targets not recognised and ignored: {', '.join(unknown)}")
+    if not targets:
+        if defaults is None:
+            assumptions.append(f"peft has no default {name} targets for `{arch.family}` (it asks for "
+                               f"target_modules): assumed q and v")
+            targets = ("q", "v")
+        else:
+            targets = defaults[0]
+    feedforward: tuple[str, ...] = ()
+    if peft == "ia3":
+        if plan.feedforward_targets is not None:
+            feedforward, _ = normalize_targets(list(plan.feedforward_targets.value), arch)
+        elif defaults is not None:
+            feedforward = defaults[1]
+        feedforward = tuple(t for t in feedforward if t in targets or "all-linear" in targets)
+    return targets, feedforward
+
+
+def _adapter_rank(plan: TrainingPlan, peft: str, val) -> int:
+    """LoRA/DoRA rank (the framework's default when unset); VeRA's rank of its shared projections, peft's 256
+    (VeraConfig.r, ms-swift `vera_rank`) unless the config sets it; 0 without a rank."""
+    if peft == "vera":
+        return int(plan.lora_r.value) if plan.lora_r is not None and plan.lora_r.value else peft_methods.VERA_DEFAULT_R
+    if peft in ("none", "ia3"):
+        return 0
+    return int(val("lora_r") or 8)
 
 
 def normalize_targets(names: list[str], arch: ModelArch) -> tuple[tuple[str, ...], list[str]]:
@@ -178,11 +217,14 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     partial = _partial_training(plan, peft, val, sources, assumptions)
     if peft == "freeze":
         peft = "none"
-    if peft not in ("none", "lora", "qlora", "dora"):
+    if peft not in ("none", "lora", "qlora", "dora", "ia3", "vera"):
         assumptions.append(f"PEFT method `{peft}` estimated as full fine-tuning")
         peft = "none"
     targets: tuple[str, ...] = ()
-    if peft != "none":
+    feedforward: tuple[str, ...] = ()
+    if peft in ("ia3", "vera"):
+        targets, feedforward = _vector_adapter_targets(plan, peft, arch, assumptions)
+    elif peft != "none":
         raw = val("lora_targets") or ["q", "v"]
         targets, unknown = normalize_targets(list(raw), arch)
         if unknown:
@@ -339,10 +381,11 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         optimizer_in_bwd=bool(val("optimizer_in_bwd")),
         set_to_none=bool(val("zero_grad_set_to_none") if val("zero_grad_set_to_none") is not None else True),
         master_weights=master,
-        peft=peft, lora_r=int(val("lora_r") or 8) if peft != "none" else 0,
-        lora_alpha=float(val("lora_alpha") or 16) if peft != "none" else 0.0,
-        lora_dropout=float(val("lora_dropout") or 0.0) if peft != "none" else 0.0,
-        lora_targets=targets, modules_to_save=modules_to_save,
+        peft=peft, lora_r=_adapter_rank(plan, peft, val),
+        lora_alpha=float(val("lora_alpha") or 16) if peft not in ("none", "ia3", "vera") else 0.0,
+        lora_dropout=(float(val("lora_dropout") or 0.0) if peft not in ("none", "ia3", "vera")
+                      else float(plan.lora_dropout.value or 0.0) if peft == "vera" and plan.lora_dropout else 0.0),
+        lora_targets=targets, feedforward_targets=feedforward, modules_to_save=modules_to_save,
         adapter_fp32=adapter_fp32, kbit_upcast=kbit_upcast, kbit_embeddings_16bit=kbit_embeddings_16bit,
         trainable_fp32=trainable_fp32, low_rank=low_rank, low_rank_targets=low_rank_targets, **partial,
         quant_bits=quant_bits, quant_type=str(val("quant_type") or "nf4"), quant_double=bool(val("quant_double")),

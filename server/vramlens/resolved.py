@@ -54,11 +54,13 @@ class ResolvedPlan(BaseModel):
     set_to_none: bool = True
     master_weights: bool = False               # DeepSpeed/Megatron-style fp32 master copy in the optimizer
     # PEFT
-    peft: Literal["none", "lora", "qlora", "dora"] = "none"
-    lora_r: int = 0
+    peft: Literal["none", "lora", "qlora", "dora", "ia3", "vera"] = "none"
+    lora_r: int = 0                            # LoRA/DoRA rank; VeRA's rank of the shared projections
     lora_alpha: float = 0.0
     lora_dropout: float = 0.0
-    lora_targets: tuple[str, ...] = ()         # canonical names from LINEAR_NAMES
+    lora_targets: tuple[str, ...] = ()         # canonical names from LINEAR_NAMES (the adapted linears of any method)
+    feedforward_targets: tuple[str, ...] = ()  # IA3: the targets whose input is scaled (peft `feedforward_modules`);
+                                               # the other IA3 targets scale their output
     modules_to_save: tuple[str, ...] = ()      # canonical names ("lm_head", "embed")
     adapter_fp32: bool = True                  # PEFT autocast_adapter_dtype=True keeps adapters in fp32
     kbit_upcast: bool = True                   # prepare_model_for_kbit_training upcasts non-quantized params to fp32

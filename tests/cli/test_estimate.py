@@ -59,3 +59,25 @@ class _approx:
 
     def __repr__(self) -> str:
         return f"≈{self.value:.4g}"
+
+
+def test_an_ia3_script_is_estimated_as_ia3_and_says_so(tmp_path):
+    """peft's IA3Config: the text report names the method and the JSON counts peft's vectors (k and v outputs,
+    down's input per layer), not a LoRA's or a full fine-tune's parameters."""
+    script = tmp_path / "train_ia3.py"
+    script.write_text(
+        "import torch\n"
+        "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "from peft import IA3Config, get_peft_model\n"
+        "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B', torch_dtype=torch.bfloat16)\n"
+        "model = get_peft_model(model, IA3Config(task_type='CAUSAL_LM'))\n"
+        "args = TrainingArguments(output_dir='out', per_device_train_batch_size=2, bf16=True)\n"
+        "Trainer(model=model, args=args).train()\n")
+    result = estimate(str(script), cwd=tmp_path)
+    result = result[0] if isinstance(result, list) else result
+    assert result["sources"]["peft_method"]["value"] == "ia3"
+    assert result["params_trainable"] == 16 * (512 + 512 + 8192)
+    env = {**os.environ, "VRAMLENS_CALIBRATION": "off"}
+    text = subprocess.run([sys.executable, "-m", "vramlens", "estimate", str(script)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, env=env).stdout
+    assert "B trainable · IA3" in text

@@ -61,7 +61,7 @@ def test_fix_rewrites_only_the_changed_cell_lines(tmp_path: Path):
     added = [line for line in after if line not in before]
     assert [line for line in before if line not in after] == \
         ['    "    --per_device_train_batch_size 64 --gradient_accumulation_steps 1 \\\\\\n",']
-    assert '    "    --per_device_train_batch_size 2 --gradient_accumulation_steps 32 \\\\\\n",' in added
+    assert '    "    --per_device_train_batch_size 8 --gradient_accumulation_steps 8 \\\\\\n",' in added
     # the allocator setting becomes `%env` (each `!` runs its own shell: an `export` would be lost)
     assert '    "%env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\\n",' in added and len(added) == 2
     json.loads("\n".join(after))                                      # still a notebook

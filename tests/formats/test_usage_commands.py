@@ -30,9 +30,10 @@ def test_docstring_usage_example_is_the_command_line():
 def test_the_assumptions_say_where_the_values_came_from_and_fixes_edit_the_example():
     path = FIXTURES / "sft.py"
     text = path.read_text(encoding="utf-8")
-    a = analyze(text, str(path), Settings(gpu="T4"))
+    # a 10 GB GPU: TRL's fused `nll` head lets this full fine-tune of Qwen2-0.5B fit a T4
+    a = analyze(text, str(path), Settings(gpu="RTX 3080"))
     assert any("usage example in the module docstring" in x for x in a.resolution.assumptions)
-    fit = next(x for f in a.findings if f.rule_id == "VL001" for x in f.fixes if x.id == "make-it-fit")
+    fit = next(x for f in a.findings if f.rule_id == "VL001" for x in f.fixes if x.id == "smaller-micro-batch")
     lines = text.split("\n")
     assert fit.edits and all("--" in lines[e.span.start_line] for e in fit.edits)     # the example's flags
 

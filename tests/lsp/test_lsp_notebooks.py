@@ -198,8 +198,12 @@ async def test_unsloth_colab_notebook_edit_and_close(editor: Editor):
     await editor._until(cleared, "cleared cell diagnostics")
 
 
-async def test_quick_fix_in_a_notebook_cell_edits_that_cell(editor: Editor):
-    path = FIXTURES / "notebooks" / "bang_command.ipynb"
+async def test_quick_fix_in_a_notebook_cell_edits_that_cell(editor: Editor, tmp_path: Path):
+    # at 8192 tokens the notebook's full fine-tune does not fit the assumed A100-80GB (at 2048 TRL's fused `nll`
+    # head keeps it at 33 GiB)
+    path = tmp_path / "bang_command.ipynb"
+    path.write_text((FIXTURES / "notebooks" / "bang_command.ipynb").read_text(encoding="utf-8")
+                    .replace("--max_length 2048", "--max_length 8192"), encoding="utf-8")
     nb = Notebook(editor, path)
     nb.open()
     try:
@@ -210,7 +214,7 @@ async def test_quick_fix_in_a_notebook_cell_edits_that_cell(editor: Editor):
             text_document=types.TextDocumentIdentifier(uri=uri), range=oom.range,
             context=types.CodeActionContext(diagnostics=[oom])))
         fixes = [a for a in actions or [] if isinstance(a, types.CodeAction) and a.edit is not None]
-        halve = next(a for a in fixes if "micro-batch" in a.title)
+        halve = next(a for a in fixes if a.title.startswith("Make it fit with safe fixes only: lower the micro-batch"))
         cell_text = next(text for _, u, text in nb.cells if u == uri)
         changed = edits_of(halve.edit)
         assert list(changed) == [uri]
@@ -222,8 +226,11 @@ async def test_quick_fix_in_a_notebook_cell_edits_that_cell(editor: Editor):
 
 
 
-async def test_a_notebook_opened_as_json_text_gets_findings_at_file_positions_and_no_edits(editor: Editor):
-    path = FIXTURES / "notebooks" / "bang_command.ipynb"
+async def test_a_notebook_opened_as_json_text_gets_findings_at_file_positions_and_no_edits(editor: Editor,
+                                                                                           tmp_path: Path):
+    path = tmp_path / "bang_command.ipynb"           # out of memory on the assumed GPU at 8192 tokens
+    path.write_text((FIXTURES / "notebooks" / "bang_command.ipynb").read_text(encoding="utf-8")
+                    .replace("--max_length 2048", "--max_length 8192"), encoding="utf-8")
     text = path.read_text(encoding="utf-8")
     uri = editor.open(path, language_id="json")
     diagnostics = await editor.diagnostics(uri)

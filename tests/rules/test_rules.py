@@ -90,7 +90,7 @@ bf16: true
 per_device_train_batch_size: {mb}
 gradient_accumulation_steps: {ga}
 gradient_checkpointing: true
-max_length: 1024
+max_length: 4096
 output_dir: out
 """
 

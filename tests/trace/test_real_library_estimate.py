@@ -230,3 +230,50 @@ def test_t5_encoder_decoder_follows_the_real_step(changes):
         need("bitsandbytes")
     rp = plan(**{**dict(arch=T5_MID, seq_len=512, micro_batch=2, attn_mask=False, repeat_kv=False), **changes})
     assert estimate(rp, limits=False).allocated_bytes / traced(rp)["peak_bytes"] == pytest.approx(1.0, abs=0.03)
+
+
+# peft's IA3 and VeRA (peft 0.21.2 tuners/ia3/layer.py, tuners/vera/layer.py): what each adapted linear keeps
+IA3 = dict(peft="ia3", lora_targets=("k", "v", "down"), feedforward_targets=("down",))
+VERA = dict(peft="vera", lora_r=64, lora_targets=("q", "v"))
+
+
+@pytest.mark.parametrize("changes", [IA3, dict(IA3, adapter_fp32=False), VERA, dict(VERA, adapter_fp32=False)],
+                         ids=["ia3", "ia3-16bit", "vera", "vera-16bit"])
+def test_vector_adapters_keep_what_their_products_need(changes):
+    """IA3 keeps each scaled output (k, v) and the down projection's input cast to the vector's dtype; VeRA keeps
+    the r-wide x·Aᵀ and the out-wide B projection per adapted linear; the frozen base linears keep nothing (the LoRA
+    formula, which keeps each adapter's input, put these 4–6 % high at full size). Twelve layers: the first block,
+    whose input needs no gradient under PEFT, keeps less than the others (the same for LoRA, not modelled)."""
+    need("peft")
+    deep = mid(TINY_LLAMA, 4).model_copy(update=dict(layers=12))
+    assert ratio(arch=deep, **changes) == pytest.approx(1.0, abs=0.015)
+
+
+def test_vector_adapter_parameters_and_vera_projections():
+    """IA3 trains one vector per target (input-wide for the feedforward module); VeRA two (r and out wide) and
+    holds the shared r × in and out × r projections frozen."""
+    need("peft")
+    arch = mid(TINY_LLAMA, 4)
+    for changes in (IA3, VERA):
+        rp = plan(arch=arch, seq_len=256, attn_mask=False, repeat_kv=False, **changes)
+        raw = traced(rp)
+        assert estimate(rp, limits=False).params_trainable == raw["params_trainable"]
+
+
+# TRL's fused LM head (loss_type "nll"): no logits, one tile, fp32 gradient accumulators
+NLL = dict(loss_impl="chunked", framework="trl")
+
+
+@pytest.mark.parametrize("changes", [NLL, dict(NLL, **LORA), dict(NLL, grad_checkpointing=True)],
+                         ids=["full", "lora", "full-ckpt"])
+def test_trl_fused_head_holds_a_tile_and_fp32_gradients(changes):
+    """trl 1.16 ChunkedLogProbFunction: the backward holds one [tokens × 32768] tile, the saved hidden states, the
+    fp32 hidden-state gradient and, when the head trains, the fp32 head-weight gradient with its cast."""
+    need("trl")
+    arch = TINY_LLAMA.model_copy(update=dict(id="tiny-llama-vocab", vocab=40000, tied_embeddings=True))
+    assert ratio(arch=arch, **changes) == pytest.approx(1.0, abs=0.02)
+
+
+def test_pure_fp32_full_fine_tune():
+    """fp32 weights and activations with no autocast: every saved tensor 4 bytes an element."""
+    assert ratio(arch=mid(TINY_LLAMA, 4), weight_dtype="fp32", compute_dtype="fp32") == pytest.approx(1.0, abs=0.015)

@@ -51,7 +51,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         adapters = int(p.trainable_bytes * C.shard_factor(rp, "weights")) if not rp.offload_params else 0
         W -= adapters
     all_layers, one_layer = C.activations_per_token(rp)
-    logits = 0 if rp.scalar_head else int(logit_tok * C.logits_per_token(rp))
+    logits = 0 if rp.scalar_head else C.head_loss_bytes(rp, logit_tok)
     final = C.final_norm_per_token(rp) * tok
     amp_cache = C.autocast_weight_cache(rp, p)
     mask, mask_per_layer = C.attention_mask_bytes(rp.with_changes(micro_batch=seqs) if seqs != rp.micro_batch else rp)
@@ -99,7 +99,9 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # the end of the forward under AMP with checkpointing: autocast's cache still holds every block's 16-bit
         # weight copies while the loss runs inside the model's forward (components.autocast_forward_cache)
         phases["loss-forward"] = {**phases["forward-backward"], "activations": acts_fb + fwd_cache,
-                                  "logits": int(logit_tok * C.loss_forward_per_token(rp))}
+                                  "logits": C.head_loss_bytes(rp, logit_tok, backward=False)
+                                  if C.trl_fused_head(rp)
+                                  else int(logit_tok * C.loss_forward_per_token(rp))}
     if rp.reference != "none" and rp.generation == "none":
         # trl 1.16.0 dpo_trainer.py `_compute_loss`: the reference runs under no_grad after the policy's forward,
         # while the policy's saved activations and log-probs are held

@@ -54,7 +54,9 @@ def params(rp: ResolvedPlan) -> Params:
     total = s.total - (s.lm_head_params if rp.scalar_head else 0)
 
     adapter = 0
-    if not full:
+    if rp.peft in VECTOR_METHODS:
+        adapter = vector_adapter_params(rp)
+    elif not full:
         # LoRA: r·(in + out) per targeted linear (DoRA adds a magnitude vector of `out`); where the modelling code
         # computes q|k|v (Phi-3: also gate|up) with one linear, the targets among them are one adapter over it
         fused = hf_fused_groups(rp)
@@ -123,6 +125,12 @@ def params(rp: ResolvedPlan) -> Params:
         largest = max(saved_bytes, max((l.in_features * rp.lora_r * adapter_b for l in targeted(arch, rp.lora_targets, experts_adaptable(rp))), default=0),
                       max((max(e.in_features, e.out_features) * e.rank * e.experts * adapter_b
                            for e in expert_parameters(rp)), default=0))
+        if rp.peft in VECTOR_METHODS:
+            largest = max(saved_bytes, max((max(l.in_features, l.out_features) * adapter_b
+                                            for l in targeted(arch, rp.lora_targets, experts_adaptable(rp))), default=0))
+            # VeRA's shared random projections: frozen buffers in the adapters' dtype (peft's cast_adapter_dtype
+            # upcasts BufferDict entries with the adapter weights)
+            frozen_bytes += vera_projection_params(rp) * adapter_b
     if arch.vision_params:          # a VLM's vision tower + projector, beside the language model
         total += arch.vision_params
         if rp.vision_frozen:
@@ -559,6 +567,9 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         down_input = down_copy = 0.0
     if arch.family in DISENTANGLED_ATTENTION and rp.framework in HF_MODEL_FRAMEWORKS:
         attn += disentangled_per_token(rp, c, amp)
+    if rp.peft in VECTOR_METHODS:
+        # IA3 / VeRA: the frozen base linears keep nothing; each adapter keeps what its own products need
+        linear_inputs, down_input, down_copy = vector_adapter_per_token(rp)
     per_layer = norm_keep + attn + mlp_internal + linear_inputs + dora_per_token(rp)
     # residual dropouts the family's config enables by default, each keeping a 1-byte mask (CUDA native_dropout)
     per_layer += (RESIDUAL_DROPOUTS.get(arch.family, 0) * h) if rp.framework in HF_MODEL_FRAMEWORKS else 0
@@ -960,6 +971,71 @@ def _in_features(arch, name: str) -> int:
     return {"o": arch.q_dim, "down": arch.intermediate, "fc2": arch.intermediate}.get(name, arch.hidden)
 
 
+# Adapter methods that train vectors, not low-rank matrices (peft IA3, VeRA).
+VECTOR_METHODS = ("ia3", "vera")
+
+
+def _vector_targets(rp: ResolvedPlan):
+    return [l for l in targeted(rp.arch, rp.lora_targets, experts_adaptable(rp)) if l.name not in ("lm_head", "embed")]
+
+
+def vector_adapter_params(rp: ResolvedPlan) -> int:
+    """Trainable parameters of IA3 and VeRA. IA3 (peft 0.21.2 `tuners/ia3/layer.py` IA3Layer.update_layer): one
+    vector per targeted linear, of its input width for a feedforward module (`feedforward_modules`), else of its
+    output width. VeRA (peft 0.21.2 `tuners/vera/layer.py` VeraLayer.update_layer): `vera_lambda_d` (r) and
+    `vera_lambda_b` (out features) per targeted linear."""
+    out = 0
+    for lin in _vector_targets(rp):
+        if rp.peft == "ia3":
+            out += lin.count * (lin.in_features if lin.name in rp.feedforward_targets else lin.out_features)
+        else:
+            out += lin.count * (rp.lora_r + lin.out_features)
+    return out
+
+
+def vera_projection_params(rp: ResolvedPlan) -> int:
+    """VeRA's frozen random projections, shared by every adapted linear: `vera_A` (r × the largest input width) and
+    `vera_B` (the largest output width × r) (peft 0.21.2 `tuners/vera/model.py` `_find_dim`, `_init_vera_A_vera_B`);
+    each layer slices them."""
+    if rp.peft != "vera":
+        return 0
+    lins = _vector_targets(rp)
+    if not lins:
+        return 0
+    return rp.lora_r * (max(l.in_features for l in lins) + max(l.out_features for l in lins))
+
+
+def vector_adapter_per_token(rp: ResolvedPlan) -> tuple[float, float, float]:
+    """(bytes kept per token and layer, of them the down projection's input, the adapter's own copy of it) under
+    IA3 or VeRA. The base linears are frozen, so they keep nothing of their input; the adapters' products keep the
+    operand the vector's gradient needs.
+    IA3 (peft 0.21.2 `tuners/ia3/layer.py` Linear.forward): a feedforward module computes
+    `(x.to(ia3_l.dtype) * ia3_l)` before the base layer, so the product keeps the input cast to the vector's dtype
+    (fp32 under peft's default `autocast_adapter_dtype`); any other computes `base_layer(x) * ia3_l`, keeping the
+    base output (the activations' dtype).
+    VeRA (peft 0.21.2 `tuners/vera/layer.py` Linear.forward): `lambda_b * F.linear(lambda_d * F.linear(x, A), B)`
+    with x cast to the vectors' dtype and A, B frozen: lambda_d's product keeps x·Aᵀ (r wide) and lambda_b's keeps
+    the B projection (out wide), in the vectors' dtype, or 16-bit under autocast (F.linear returns it); the casts of
+    x feed only frozen matmuls and are not kept. Dropout keeps its 1-byte mask."""
+    arch = rp.arch
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    av = 4 if (rp.adapter_fp32 or rp.weight_dtype == "fp32" or c == 4) else c
+    layers = max(arch.layers, 1)
+    total = down = 0.0
+    for lin in _vector_targets(rp):
+        per = lin.count / layers
+        if rp.peft == "ia3":
+            kept = av * lin.in_features if lin.name in rp.feedforward_targets else c * lin.out_features
+        else:
+            width = c if rp.amp and c == 2 else av
+            kept = width * (rp.lora_r + lin.out_features) + (lin.in_features if rp.lora_dropout > 0 else 0)
+        total += per * kept
+        if lin.name in ("down", "fc2") and rp.peft == "ia3" and lin.name in rp.feedforward_targets:
+            down += per * kept
+    copy = down if (rp.peft == "ia3" and av != c) else 0.0
+    return total, down, copy
+
+
 def dora_targets(rp: ResolvedPlan) -> list[str]:
     """The block linears a DoRA adapter wraps (the dense ones: MoE experts are not nn.Linear modules here)."""
     if rp.peft != "dora":
@@ -1286,6 +1362,53 @@ def t5_loss_per_token(rp: ResolvedPlan, backward: bool) -> float:
     return per * rp.arch.vocab
 
 
+def trl_fused_head(rp: ResolvedPlan) -> bool:
+    """TRL's chunked `nll` loss: SFTTrainer (trl ≥ 1.7, `loss_type` "nll", formerly "chunked_nll", the default) adds
+    a fused LM head to the model (trl 1.16 trl/trainer/utils.py `add_fused_lm_head`) that never materialises the
+    logits (`head_loss_bytes`). SFTTrainer's alone: the preference and RL trainers compute their own losses."""
+    return (rp.loss_impl == "chunked" and rp.framework == "trl" and rp.objective == "sft"
+            and rp.arch.block != "encoder" and not rp.scalar_head)
+
+
+# trl 1.16 trl/kernels/chunked_logprob.py TOKEN_CHUNK_SIZE; trl/trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE
+TRL_TOKEN_TILE, TRL_VOCAB_TILE = 4096, 32768
+
+
+def head_loss_bytes(rp: ResolvedPlan, tokens: int, backward: bool = True) -> int:
+    """Bytes the LM head and the loss hold at the start of backward for `tokens` scored positions:
+    `logits_per_token` per token, or under TRL's fused head (`trl_fused_head`) what its backward holds
+    (trl 1.16 trl/kernels/chunked_logprob.py `ChunkedLogProbFunction`): one [4096 tokens × 32768 vocabulary] tile
+    in the compute dtype (`mm_buf`, reused for every tile; the CUDA kernels fold it in place), the hidden states it
+    saved (a contiguous copy of the shifted backbone output), fp32 accumulators for the hidden states' gradient and,
+    when the head trains, for the head weight's gradient, each cast to its tensor's dtype on return (a second copy
+    while the fp32 one is alive; none when the tensor is fp32), and per-token fp32 log Z, entropy and log-probs.
+    A chunk of hidden states and the head's weight tile are cast to the compute dtype when they are in fp32 under
+    autocast. With `backward` False, what its forward holds: the tile, the casts, the saved hidden states and the
+    per-token statistics, no gradient accumulators."""
+    if not trl_fused_head(rp):
+        return int(tokens * logits_per_token(rp))
+    arch = rp.arch
+    h, V = arch.hidden, arch.vocab
+    c = DTYPE_BYTES[rp.compute_dtype]
+    hb = 4 if (fp32_residual(rp) or c == 4) else c            # the backbone output's dtype
+    hw = 4 if (rp.amp or rp.weight_dtype == "fp32") else DTYPE_BYTES[rp.weight_dtype]   # the head weight's dtype
+    tile_tokens = min(tokens, TRL_TOKEN_TILE)
+    out = tile_tokens * min(V, TRL_VOCAB_TILE) * c
+    if hb != c:
+        out += tile_tokens * h * c                            # hidden_chunk.to(compute_dtype)
+    if hw != c:
+        out += min(V, TRL_VOCAB_TILE) * h * c                 # weight[start:end].to(compute_dtype)
+    if not backward:
+        return int(out + tokens * (hb * h + 7 * 4))          # running max, sums, target logit, log Z, entropy
+    out += tokens * (hb * h + 4 * h + (hb * h if hb != 4 else 0) + 3 * 4)
+    head_trains = (rp.peft == "none" and (rp.trained_layers is None or "lm_head" in rp.trained_extra
+                                          or (arch.tied_embeddings and "embed" in rp.trained_extra))) \
+        or "lm_head" in rp.modules_to_save
+    if head_trains:
+        out += V * h * (4 + (hw if hw != 4 else 0))
+    return int(out)
+
+
 def attention_mask_bytes(rp: ResolvedPlan) -> tuple[int, int]:
     """(once per step, saved per layer) bytes of the padding/causal mask.
 
@@ -1349,7 +1472,7 @@ def loss_forward_per_token(rp: ResolvedPlan) -> float:
     `logits = logits.float()`, then `cross_entropy`), + the shifted fp32 copy before 4.49 and Gemma-2's
     soft-capping output. Other losses: what they hold at the start of backward (`logits_per_token`)."""
     if rp.arch.block == "encoder" or rp.loss_impl != "standard" or compiled_block(rp):
-        return logits_per_token(rp)
+        return logits_per_token(rp)     # (TRL's fused head: `head_loss_bytes`, at the phase's call)
     if hf_t5(rp):
         return t5_loss_per_token(rp, backward=False)
     c = DTYPE_BYTES[rp.compute_dtype]

@@ -478,6 +478,10 @@ HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     "use_peft": _use_peft, "use_dora": _dora,
     "lora_r": _int("lora_r", 1), "lora_alpha": _float("lora_alpha"), "lora_dropout": _float("lora_dropout"),
     "lora_target_modules": _targets_handler("lora_targets"),
+    # peft IA3Config `feedforward_modules` and VeraConfig `r`/`vera_dropout` (ms-swift: `ia3_feedforward_modules`,
+    # `vera_rank`, `vera_dropout`, swift/llm/argument/tuner_args.py)
+    "ia3_feedforward_modules": _targets_handler("feedforward_targets"),
+    "vera_rank": _int("lora_r", 1), "vera_dropout": _float("lora_dropout"),
     "lora_modules_to_save": _targets_handler("modules_to_save"),
     "load_in_4bit": _load_in(4), "load_in_8bit": _load_in(8),
     "bnb_4bit_quant_type": _quant_type, "use_bnb_nested_quant": _bool("quant_double"),

@@ -58,6 +58,13 @@ ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLO
 LORA_KEYS = {"r": "lora_r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout",
              "target_modules": "lora_target_modules", "modules_to_save": "lora_modules_to_save",
              "use_dora": "use_dora"}
+# peft configs of vector adapters: class → (peft method, keyword → HF key)
+VECTOR_ADAPTER_CONFIGS = {
+    "IA3Config": ("ia3", {"target_modules": "lora_target_modules", "feedforward_modules": "ia3_feedforward_modules",
+                          "modules_to_save": "lora_modules_to_save"}),
+    "VeraConfig": ("vera", {"r": "vera_rank", "target_modules": "lora_target_modules", "vera_dropout": "vera_dropout",
+                            "modules_to_save": "lora_modules_to_save"}),
+}
 MODEL_LOAD_KEYS = ("torch_dtype", "dtype", "attn_implementation", "load_in_4bit", "load_in_8bit",
                    "use_flash_attention_2", "max_seq_length", "num_labels", "problem_type")
 _TRIGGER = re.compile(r"TrainingArguments|(?:Train|Sft|Pretrain|RLHF)Arguments\s*\(|Config\s*\(|Trainer\s*\(|from_pretrained|backward|optim|"
@@ -631,6 +638,11 @@ def _call(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope) -> None:
         if r.first("lora"):
             _lora(r, ev, call, scope, last)
         return
+    if last in VECTOR_ADAPTER_CONFIGS:
+        r.signals.add("peft")
+        if r.first("lora"):
+            _vector_adapter(r, ev, call, scope, last)
+        return
     if last == "get_peft_model":
         r.signals.add("peft")
         return
@@ -924,6 +936,15 @@ def _lora(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name: str) 
         if target == "use_gradient_checkpointing":      # unsloth get_peft_model: True or "unsloth"
             _unsloth_checkpointing(r, s)
             continue
+        _apply(r, s, target)
+
+
+def _vector_adapter(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name: str) -> None:
+    """peft's `IA3Config(target_modules=..., feedforward_modules=...)` and `VeraConfig(r=..., target_modules=...,
+    vera_dropout=...)` (peft 0.21.2 tuners/ia3/config.py, tuners/vera/config.py)."""
+    method, keys = VECTOR_ADAPTER_CONFIGS[name]
+    r.b.set("peft_method", method, r.node_setting(name, call.func, True))
+    for s, target in _kwargs(r, ev, call, scope, name, keys=set(keys), rename=keys):
         _apply(r, s, target)
 
 

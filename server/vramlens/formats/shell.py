@@ -688,7 +688,7 @@ def _peft_method(b: PlanBuilder, s: Setting) -> None:
     v = str(s.value).strip().lower() if s.value is not None else ""
     method = {"lora": "lora", "qlora": "qlora", "dora": "dora", "full": "none", "freeze": "freeze",
               "longlora": "lora", "adalora": "other", "galore": "galore", "oft": "other", "boft": "other",
-              "adapter": "other", "llamapro": "other", "vera": "other", "ia3": "other", "lisa": "other"}.get(v)
+              "adapter": "other", "llamapro": "other", "vera": "vera", "ia3": "ia3", "lisa": "other"}.get(v)
     if method is None:
         return b.issue(IssueKind.UNKNOWN_VALUE, f"unknown tuner type {s.value!r} for `{s.key}`", s)
     b.set("peft_method", method, s)

@@ -48,7 +48,7 @@ class StepConfig:
     loss: str                        # "standard" | "chunked" (torchtune) | "litgpt" | "fused"
     keep_logits: bool
     # PEFT and quantization
-    peft: str                        # "none" | "lora" | "dora" | "qlora"
+    peft: str                        # "none" | "lora" | "dora" | "qlora" | "ia3" | "vera"
     lora_r: int
     lora_alpha: float
     lora_dropout: float
@@ -73,6 +73,7 @@ class StepConfig:
     set_to_none: bool
     # notes
     assumptions: tuple[str, ...] = ()
+    feedforward_targets: tuple[str, ...] = ()   # IA3: targets whose input is scaled
     not_traced: tuple[str, ...] = ()
     # architecture details derived from the family
     qk_norm: bool = False
@@ -190,6 +191,9 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
     if keeps_input:
         assumptions.append("bitsandbytes < 0.43.2 traced: each 4-bit matmul dequantizes its weight with "
                            "F.linear and keeps its input for backward (MatMul4Bit before bitsandbytes PR #1270)")
+    if rp.peft in ("ia3", "vera"):
+        not_traced.append(f"{rp.peft.upper() if rp.peft == 'ia3' else 'VeRA'} adapters in the synthetic model (the "
+                          "real-library backend runs peft's own)")
     if rp.peft != "none" and "embed" in rp.lora_targets:
         not_traced.append("LoRA on the embedding layer")
 
@@ -223,6 +227,7 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         peft="qlora" if (rp.peft == "lora" and rp.quant_bits == 4) else rp.peft,
         lora_r=rp.lora_r, lora_alpha=rp.lora_alpha or float(rp.lora_r or 1), lora_dropout=rp.lora_dropout,
         lora_targets=rp.lora_targets, modules_to_save=rp.modules_to_save, adapter_fp32=rp.adapter_fp32,
+        feedforward_targets=rp.feedforward_targets,
         quant_bits=rp.quant_bits if quantized else None, quant_type=rp.quant_type, quant_double=rp.quant_double,
         quant_storage=rp.quant_storage, quant_lm_head=quant_head, quant_keeps_input=keeps_input,
         quant_from_fp16=from_fp16,

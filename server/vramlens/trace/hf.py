@@ -126,7 +126,7 @@ def unsupported(cfg: StepConfig) -> str | None:
     v = versions()
     if v["transformers"] is None:
         return "transformers is not installed in the trace interpreter"
-    if cfg.peft in ("lora", "dora", "qlora") and v["peft"] is None:
+    if cfg.peft in ("lora", "dora", "qlora", "ia3", "vera") and v["peft"] is None:
         return "peft is not installed in the trace interpreter"
     if cfg.quant_bits is not None and (cfg.quant_bits != 4 or v["bitsandbytes"] is None):
         return ("bitsandbytes is not installed in the trace interpreter" if v["bitsandbytes"] is None
@@ -633,6 +633,40 @@ def install_grouped_mm_as_cuda() -> None:
     _GROUPED_MM_LIB = lib
 
 
+def install_trl_tiles_as_cuda() -> None:
+    """TRL's fused LM head (trl 1.16 `trl/kernels/chunked_logprob.py` `ChunkedLogProbFunction`) folds each
+    [4096 tokens × 32768 vocabulary] tile of logits with Triton kernels on CUDA (`_forward_kernel`,
+    `_backward_kernel`: per-token statistics in registers, the gradient written over the tile in place) and
+    accumulates the fp32 gradients with `torch.addmm(..., out_dtype=torch.float32, out=acc)`. Without Triton (the
+    CPU the trace runs on) it folds the whole tile in torch ops — `tile.float()`, exp, the softmax and its gradient,
+    each a tile-sized fp32 temporary — and casts both factors to fp32 before `addmm_`. The stand-ins below allocate
+    what the CUDA path allocates (nothing tile-sized beyond the tile itself; values differ, which the byte count does
+    not read). The tile buffer, the saved hidden states, log Z and entropy, and the fp32 gradient accumulators are
+    TRL's own."""
+    from trl.kernels import chunked_logprob as K
+
+    if getattr(K._forward_tile, "_vramlens", False):
+        return
+
+    def forward_tile(tile, tile_stride, targets, running_max, *args, **kwargs):
+        running_max.copy_(torch.maximum(running_max, tile.amax(-1).float()))
+
+    def backward_tile(tile, tile_stride, targets, log_z, *args, **kwargs):
+        tile.sub_(log_z.unsqueeze(-1).to(tile.dtype))
+
+    original_addmm = K._addmm_fp32
+
+    def addmm_fp32(acc, a, b):
+        if a.dtype in (torch.float16, torch.bfloat16):      # CUDA: addmm with out_dtype=float32 into acc
+            acc.add_((a[:1, :1].float() @ b[:1, :1].float()).sum())
+            return
+        original_addmm(acc, a, b)
+
+    for f in (forward_tile, backward_tile, addmm_fp32):
+        f._vramlens = True
+    K._forward_tile, K._backward_tile, K._addmm_fp32 = forward_tile, backward_tile, addmm_fp32
+
+
 def register_flash_stand_in() -> None:
     """Register the stand-in under its own name (transformers refuses `flash_attention_2` without flash-attn),
     with flash attention's mask function (a 2-D padding mask or none: transformers `masking_utils`)."""
@@ -698,6 +732,7 @@ class HFStep(nn.Module):
             # (trl/trainer/sft_trainer.py `__init__` and `compute_loss`), added before PEFT wraps the model
             from trl.trainer.utils import add_fused_lm_head
 
+            install_trl_tiles_as_cuda()
             add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))
         self.quantized = cfg.quant_bits == 4
         if self.quantized:
@@ -762,7 +797,7 @@ def linear_targets(cfg: StepConfig) -> list[str] | str:
 
 
 def apply_peft(model, cfg: StepConfig):
-    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+    from peft import IA3Config, LoraConfig, VeraConfig, get_peft_model, prepare_model_for_kbit_training
 
     if cfg.quant_bits == 4:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.checkpointing,
@@ -773,8 +808,19 @@ def apply_peft(model, cfg: StepConfig):
                     p.data = p.data.to(DTYPES[cfg.param_dtype])
     names = FAMILY_LINEAR.get(cfg.arch.family, HF_LINEAR)
     save = sorted({names[m] for m in cfg.modules_to_save if m in names}) or None
-    # an encoder's sequence classification: task "SEQ_CLS" (peft's PeftModelForSequenceClassification trains the
-    # `classifier` / `score` head in full beside the adapters, peft 0.21 peft_model.py)
+    if cfg.peft == "ia3":
+        # peft 0.21.2 tuners/ia3: a learned vector scales each target's output, or its input for feedforward modules
+        names_ff = sorted({names[t] for t in cfg.feedforward_targets if t in names})
+        targets = linear_targets(cfg)
+        ic = IA3Config(target_modules=targets, feedforward_modules=names_ff, modules_to_save=save,
+                       task_type=peft_task(cfg))
+        return get_peft_model(model, ic, autocast_adapter_dtype=cfg.adapter_fp32)
+    if cfg.peft == "vera":
+        # peft 0.21.2 tuners/vera: frozen shared projections vera_A (r × largest in) and vera_B (largest out × r),
+        # trainable vectors lambda_d (r) and lambda_b (out) per adapted linear
+        vc = VeraConfig(r=cfg.lora_r, target_modules=linear_targets(cfg), vera_dropout=cfg.lora_dropout,
+                        modules_to_save=save, task_type=peft_task(cfg))
+        return get_peft_model(model, vc, autocast_adapter_dtype=cfg.adapter_fp32)
     lc = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                     target_modules=linear_targets(cfg), modules_to_save=save, use_dora=cfg.peft == "dora",
                     task_type=peft_task(cfg))
@@ -798,6 +844,9 @@ def embeddings_back_to_16bit(model, dtype) -> None:
 
 
 def peft_task(cfg: StepConfig) -> str:
+    """peft's task type: an encoder's sequence classification is "SEQ_CLS" (peft's
+    PeftModelForSequenceClassification trains the `classifier` / `score` head in full beside the adapters, peft 0.21
+    peft_model.py), T5 "SEQ_2_SEQ_LM", else "CAUSAL_LM"."""
     if is_encoder(cfg):
         return "SEQ_CLS"
     return "SEQ_2_SEQ_LM" if cfg.arch.family in SEQ2SEQ_FAMILIES else "CAUSAL_LM"
@@ -912,7 +961,7 @@ def _init_rope(step: nn.Module, name: str, buf: torch.Tensor) -> None:
 def param_count(step: HFStep) -> int:
     total = 0
     for n, p in step.model.named_parameters():
-        if "lora_" in n or "original_module" in n:
+        if any(k in n for k in ("lora_", "ia3_l", "vera_lambda", "original_module")):
             continue
         st = getattr(p, "quant_state", None)
         total += int(torch.Size(st.shape).numel()) if st is not None else p.numel()
@@ -947,9 +996,9 @@ def description(cfg: StepConfig) -> list[str]:
     out = [f"traced on the real libraries ({', '.join(parts)}): transformers' model built from the config, {loss}, "
            f"{attn} attention"]
     if cfg.loss == "chunked":
-        out.append("TRL's fused LM head runs its torch fallback on the fake CPU device (trl/kernels/chunked_logprob.py: "
-                   "Triton kernels and only the labelled positions on CUDA): its per-tile temporaries during the loss "
-                   "may differ from a GPU's")
+        out.append("TRL's fused LM head with its tile folds and fp32 accumulation allocating what the CUDA kernels "
+                   "allocate (trl/kernels/chunked_logprob.py: Triton folds in registers, addmm with out_dtype); "
+                   "every position scored, as CUDA does when every label is valid")
     if cfg.quant_bits == 4:
         out.append("4-bit base weights: transformers' replace_with_bnb_linear, weights packed by "
                    "bitsandbytes.functional.quantize_4bit, peft prepare_model_for_kbit_training")
