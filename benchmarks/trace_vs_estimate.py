@@ -170,6 +170,9 @@ GRID_MODES["encoders"] = {
 }
 GRID_SHAPES["encoders"] = (512, 8)
 
+# the language tower of a vision-language model: Gemma-3-4B-it's text decoder (its config.json `text_config`) built as
+# transformers' Gemma3ForCausalLM and trained on text-only batches; its SigLIP vision tower is not built
+GRIDS["vlm_tower"] = ["google/gemma-3-4b-pt"]
 GRIDS["variants"] = [M1B, "Qwen/Qwen2.5-0.5B", "google/gemma-3-1b-pt", "Qwen/Qwen3-0.6B"]
 # peft's IA3 and VeRA on the family's default targets (`make_plan`), pure fp32 (fp32 weights, no autocast), and TRL's
 # chunked `nll` loss (SFTTrainer's fused LM head) under LoRA and full fine-tuning
