@@ -26,6 +26,8 @@ from typing import Callable
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from vramlens.knowledge.models import EMBEDDING_NORM
 from torch.utils.checkpoint import checkpoint
 
 from vramlens.trace import losses
@@ -597,6 +599,8 @@ class SyntheticModel(nn.Module):
             self.enc_norm = make_norm(cfg, h, other)
             self.blocks = nn.ModuleList(Block(cfg, i, dtype, other, cross=True) for i in range(a.layers))
         else:
+            if a.family in EMBEDDING_NORM:                 # BLOOM's `word_embeddings_layernorm`
+                self.emb_norm = make_norm(cfg, h, other)
             self.blocks = nn.ModuleList(Block(cfg, i, dtype, other) for i in range(a.layers))
         if a.block != "encoder":
             self.norm = make_norm(cfg, h, other)
