@@ -291,3 +291,36 @@ bf16: true
     assert any("use_dora" in a and "ValueError" in a for a in notes)
     old = resolved(tmp_path, text, framework_versions={"transformers": "4.57.1", "peft": "0.21.2"}).resolved
     assert not any("ValueError" in a for a in estimate(old, limits=False).assumptions)
+
+
+def test_dora_before_peft_014_recomputes_the_base_product_and_keeps_a_weight_cast(tmp_path):
+    """peft 0.13's DoRA recomputes x @ W.to(x.dtype) instead of taking the base layer's output (0.14.0 passes
+    `base_result`): with fp32 adapters each adapted linear keeps an fp32 copy of its weight and an fp32 product in
+    place of the 16-bit base output. Llama-3.2-1B, all seven linears, 2 × 2048 tokens, no checkpointing:
+    per block 60,817,408 weight elements × 4 bytes + 4096 tokens × 23,552 output features × 2 more bytes —
+    16 blocks, 6.5 GiB more on peft 0.13.2 (the real-library trace: 34.44 GiB on 0.13.2)."""
+    text = """base_model: meta-llama/Llama-3.2-1B
+adapter: lora
+peft_use_dora: true
+lora_r: 16
+lora_alpha: 32
+lora_dropout: 0.0
+lora_target_linear: true
+sequence_len: 2048
+micro_batch_size: 2
+bf16: true
+sdp_attention: true
+"""
+    old = resolved(tmp_path, text, framework_versions={"transformers": "4.57.1", "peft": "0.13.2"})
+    new = resolved(tmp_path, text, framework_versions={"transformers": "4.57.1", "peft": "0.14.0"})
+    assert old.resolved.adapter_fp32 and old.resolved.peft == "dora"
+    e_old, e_new = estimate(old.resolved, limits=False), estimate(new.resolved, limits=False)
+    per_block = 60_817_408 * 4 + 4096 * 23_552 * 2
+    assert e_old.components["activations"] - e_new.components["activations"] == 16 * per_block
+    assert any("peft 0.13.2" in a and "x @ W" in a for a in e_old.assumptions)
+    assert not any("x @ W" in a for a in e_new.assumptions)
+    # with dropout every peft recomputes the product from the dropped input: the versions agree
+    drop = {v: estimate(resolved(tmp_path, text.replace("lora_dropout: 0.0", "lora_dropout: 0.05"),
+                                 framework_versions={"transformers": "4.57.1", "peft": v}).resolved, limits=False)
+            for v in ("0.13.2", "0.21.2")}
+    assert drop["0.13.2"].allocated_bytes == drop["0.21.2"].allocated_bytes

@@ -135,6 +135,21 @@ def test_checkpointed_dora_recomputes_the_weight_norm_beside_the_identity():
     assert recompute_ratio(**dict(LORA, peft="dora")) == pytest.approx(1.0, abs=0.015)
 
 
+def test_dora_keeps_what_the_installed_peft_keeps():
+    """What DoRA adds to LoRA, estimated for the installed peft and traced with it: from 0.14 the base layer's
+    output is reused; peft 0.13 (traced in an environment with transformers 4.48.1 / peft 0.13.2) recomputes x @ W
+    in fp32 and keeps an fp32 cast of each adapted weight — 1.5 × what 0.21.2 adds at this shape."""
+    from importlib.metadata import version
+
+    arch = mid(TINY_LLAMA, 2)
+    pins = (("peft", version("peft"), "installed"), ("transformers", version("transformers"), "installed"))
+    est, real = {}, {}
+    for peft in ("lora", "dora"):
+        rp = plan(arch=arch, seq_len=1024, attn_mask=False, repeat_kv=False, versions=pins, **dict(LORA, peft=peft))
+        est[peft], real[peft] = estimate(rp, limits=False).allocated_bytes, traced(rp)["peak_bytes"]
+    assert (est["dora"] - est["lora"]) / (real["dora"] - real["lora"]) == pytest.approx(1.0, abs=0.02)
+
+
 # StableLM-alpha-3B's block (GPT-NeoX), two layers
 NEOX = ModelArch(id="mid-neox", family="gpt_neox", mlp="gelu", norm="layernorm", hidden=4096, layers=2, heads=32,
                  intermediate=16384, vocab=50688, attn_bias=True, mlp_bias=True)

@@ -271,6 +271,7 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
         assumptions.append(f"paged optimizer states: {paged_out / GIB:.1f} GiB of them do not fit beside the rest and "
                            f"page out to host memory, moving over PCIe every step (slow, not an out-of-memory error)")
     assumptions += C.expert_adapter_notes(rp)
+    assumptions += C.dora_version_notes(rp)
     if C.compiled_block(rp):
         assumptions.append("torch.compile: activations as AOTAutograd's partitioner keeps them (norms, activation "
                            "functions and casts recomputed in backward; the loss compiled with the model)")

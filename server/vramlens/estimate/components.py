@@ -1053,26 +1053,51 @@ def _dora_dtypes(rp: ResolvedPlan) -> tuple[int, int, bool]:
     return c, a, autocast
 
 
+def dora_recomputes_base(rp: ResolvedPlan) -> bool:
+    """Whether DoRA computes its own F.linear(x, weight.to(x.dtype)) in the adapter's input dtype rather than reuse
+    the base layer's output: with dropout (any peft: the dropped input differs from the base layer's), and always
+    before peft 0.14.0, whose `Linear.forward` never passes `base_result` (peft 0.13.2 `tuners/lora/layer.py`,
+    `tuners/lora/dora.py`; `knowledge/versions.peft_dora_reuses_base_result`)."""
+    if rp.lora_dropout > 0:
+        return True
+    pv = rp.version_of("peft")
+    return not versions.peft_dora_reuses_base_result(pv[0] if pv else None)
+
+
+def dora_version_notes(rp: ResolvedPlan) -> list[str]:
+    """What the plan's peft version changes in DoRA's kept tensors (empty when nothing does)."""
+    if not dora_targets(rp) or rp.lora_dropout > 0 or not dora_recomputes_base(rp):
+        return []
+    pv = rp.version_of("peft")
+    copies = dora_weight_copies(rp)
+    kept = f"; each block also keeps a {copies / 2**20:,.0f} MiB cast of its adapted weights" if copies else ""
+    return [f"DoRA on peft {pv[0] if pv else versions.NEWEST['peft']}: every adapted linear recomputes x @ W in the "
+            f"adapter's dtype instead of reusing the base layer's output (peft reuses it from 0.14.0) and keeps that "
+            f"product for backward{kept}"]
+
+
 def dora_per_token(rp: ResolvedPlan, only: tuple[str, ...] | None = None) -> float:
     """What DoRA keeps per token beyond LoRA (peft 0.21.2 `tuners/lora/dora.py` DoraLinearLayer.forward):
     `result_dora = (mag_norm_scale - 1) * base_result + mag_norm_scale * lora_result * scaling` — the two products
     keep `base_result` and `lora_result` (out features each) for the magnitude's gradient. Without dropout
-    `base_result` is the base layer's output (its dtype: 16-bit, fp32 from a k-bit linear fed fp32); with dropout
-    it is recomputed as F.linear(dropout(x), weight) in the adapter's input dtype (16-bit under autocast)."""
+    `base_result` is the base layer's output (its dtype: 16-bit, fp32 from a k-bit linear fed fp32); with dropout,
+    and with any peft before 0.14 (`dora_recomputes_base`), it is recomputed as F.linear(dropout(x), weight) in
+    the adapter's input dtype (16-bit under autocast)."""
     names = [n for n in dora_targets(rp) if only is None or n in only]
     if not names:
         return 0.0
     c, a, autocast = _dora_dtypes(rp)
-    base_b = a if rp.lora_dropout > 0 else (4 if mlp_bytes(rp) == 4 else c)
+    base_b = a if dora_recomputes_base(rp) else (4 if mlp_bytes(rp) == 4 else c)
     return float(sum(_out_features(rp.arch, n) * (base_b + a) for n in names))
 
 
 def dora_weight_copies(rp: ResolvedPlan) -> int:
-    """Bytes per block that DoRA keeps for backward whatever the tokens: with dropout, F.linear(dropout(x),
-    weight.to(x.dtype)) keeps the weight it multiplies by, a fresh copy when the base weight is quantized
-    (`dequantize_module_weight`), cast to another dtype, or cast by autocast (peft 0.21.2 `dora.py`)."""
+    """Bytes per block that DoRA keeps for backward whatever the tokens: with dropout (and with any peft before
+    0.14, `dora_recomputes_base`), F.linear(dropout(x), weight.to(x.dtype)) keeps the weight it multiplies by, a
+    fresh copy when the base weight is quantized (`dequantize_module_weight`), cast to another dtype, or cast by
+    autocast (peft 0.21.2 `dora.py`; the same line in peft 0.13.2)."""
     names = dora_targets(rp)
-    if not names or rp.lora_dropout <= 0:
+    if not names or not dora_recomputes_base(rp):
         return 0
     c, a, autocast = _dora_dtypes(rp)
     wb = DTYPE_BYTES[rp.weight_dtype]

@@ -54,6 +54,10 @@ OWN_EAGER_ATTENTION = {"bloom", "deberta-v2", "deberta"}
 FUSED_EXPERTS_FROM = (5, 0, 0)         # transformers keeps routed experts as 3-D parameters from this
 PEFT_EXPERT_PARAMETERS_FROM = (0, 19, 0)  # peft adapts those parameters for the v4 expert targets from this
 PEFT_EXPERT_FACTORS_FROM = (0, 21, 0)  # peft folds the expert delta from its factors (baddbmm) from this
+# DoRA reuses the base layer's output (`base_result`) when the adapter has no dropout from this; before it,
+# `DoraLinearLayer.forward` always recomputes F.linear(x, weight.to(x.dtype)) (peft 0.13.2 tuners/lora/dora.py;
+# peft 0.14.0 tuners/lora/layer.py `Linear.forward` passes `base_result=result` when dropout is nn.Identity)
+PEFT_DORA_BASE_RESULT_FROM = (0, 14, 0)
 
 # transformers 5.24 conversion_mapping.py `_MODEL_TO_CONVERSION_PATTERN` (families in the catalog or close to it),
 # with peft 0.21.2's own "mixtral" entry: the pattern peft's `_MOE_TARGET_MODULE_MAPPING` rewrites targets by
@@ -166,6 +170,11 @@ def moe_expert_lora(family: str, transformers: str | None, peft: str | None) -> 
     if family in MOE_CONVERSION_PATTERN and at_least(peft, PEFT_EXPERT_PARAMETERS_FROM, "peft"):
         return "parameters"
     return None
+
+
+def peft_dora_reuses_base_result(peft: str | None) -> bool:
+    """Whether DoRA without dropout takes the base layer's output instead of recomputing x @ W (peft ≥ 0.14.0)."""
+    return at_least(peft, PEFT_DORA_BASE_RESULT_FROM, "peft")
 
 
 def peft_folds_expert_factors(peft: str | None) -> bool:

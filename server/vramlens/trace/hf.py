@@ -428,8 +428,13 @@ def install_sdpa_dropout_as_cuda() -> None:
     dropout inside and save only q, k, v, the output, the logsumexp and an RNG seed/offset
     (aten `_scaled_dot_product_flash_attention` / `_efficient_attention` with `dropout_p`). The wrapper registered for
     "sdpa" in the trace worker calls transformers' SDPA with dropout 0 when the model asks for dropout: the same
-    saved tensors as CUDA's kernels (the values differ, which the byte count does not read)."""
-    from transformers import AttentionInterface
+    saved tensors as CUDA's kernels (the values differ, which the byte count does not read). transformers before
+    4.50 has no `AttentionInterface` to register it with: nothing is installed there (the families traced on those
+    releases run SDPA without attention dropout)."""
+    try:
+        from transformers import AttentionInterface
+    except ImportError:
+        return
     from transformers.integrations import sdpa_attention
 
     original = sdpa_attention.sdpa_attention_forward
