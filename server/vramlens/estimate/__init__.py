@@ -126,8 +126,10 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     attn_back = C.sdpa_math_backward_per_token(rp)
     if attn_back and not rp.grad_checkpointing:
         # the last block's attention backward on the math kernel: its two fp32 probability-sized temporaries,
-        # after the loss has freed the logits (C.sdpa_math_backward_per_token)
+        # after the loss has freed the logits (C.sdpa_math_backward_per_token) and, in an adapter model, the head,
+        # the final norm and the last block's MLP what they saved (C.attention_backward_freed)
         phases["attention-backward"] = {**phases["forward-backward"], "logits": 0,
+                                        "activations": acts_fb - C.attention_backward_freed(rp, tok),
                                         "temporaries": int(attn_back * tok)}
     dora_norm = C.dora_weight_norm_transient(rp)
     if dora_norm:

@@ -440,7 +440,8 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
     elif sdpa_math(rp):
         # SDPA's math kernel (no fused kernel takes the call, `sdpa_math`): q, K and V upcast to fp32 (intermediates
         # in fp32 unless torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp), K and V broadcast over the query
-        # heads by `matmul` (a copy each), the fp32 probabilities; the 16-bit output as with the fused kernels
+        # heads by `matmul` (a copy each), the fp32 probabilities, and the 16-bit output, which the kernel itself
+        # does not keep: o's matmul keeps it for its weight's gradient (below: not when o is frozen)
         # (torch aten/src/ATen/native/transformers/attention.cpp `_scaled_dot_product_attention_math`)
         attn = 4 * q + 2 * 4 * q + 4 * heads * s + c * q
 
@@ -550,6 +551,13 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         elif adapter_fp32:
             o_extra = a * q
     linear_inputs += o_extra
+    o_keeps_output = (all_lin or "o" in targets) and o_extra == 0 or keeps_quant_input
+    if sdpa_math(rp) and not full and not o_keeps_output:
+        # the math kernel keeps q, K, V and the probabilities, not its output (fused kernels keep it for their own
+        # backward): a frozen o keeps nothing (a 4-bit one of bitsandbytes < 0.43.2 keeps its input), and o's
+        # adapter keeps its own cast of the output (`o_extra`), so SDPA's 16-bit output is freed (traced: Falcon-7B's
+        # LoRA/QLoRA blocks keep 2·h bytes a token less)
+        attn -= c * q
     if keeps_quant_input and not full and rp.attn_impl == "eager":
         linear_inputs += c * q
     if rp.fused_qkv and not full and not all_lin:
@@ -590,12 +598,18 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         total_layers = enc * per_layer + arch.layers * (per_layer + cross)
     else:
         total_layers = arch.layers * per_layer
+        if first_block_input_frozen(rp) and amp:
+            # the first block's norm reads the frozen embeddings' output: it keeps no fp32 input
+            total_layers -= (2 if arch.family in SHARED_NORM_INPUT else 1) * 4 * h
     tp = max(rp.tensor_parallel, 1)
     if kept is not None:
         kept["down_input"] = down_input / tp
         kept["through_attention"] = (qkv_in + attn) / tp       # what a block keeps up to its attention's output
         kept["down_adapter_copy"] = down_copy / tp
         kept["mlp"] = (mlp_internal + mlp_inputs + dora_per_token(rp, MLP_LINEARS)) / tp
+        # what a block keeps past its attention's output (o's adapter input, the MLP, a second norm): freed by the
+        # block's backward before its attention's own backward runs
+        kept["after_attention"] = max(per_layer - qkv_in - attn - norm_keep / max(norms_per_layer(arch), 1), 0) / tp
     return total_layers / tp, per_layer / tp
 
 
@@ -622,20 +636,51 @@ def sdpa_math_backward_per_token(rp: ResolvedPlan) -> float:
     return 2 * 4 * rp.arch.heads * (rp.seq_len // max(rp.context_parallel, 1)) / max(rp.tensor_parallel, 1)
 
 
+def attention_backward_freed(rp: ResolvedPlan, tokens: int) -> int:
+    """Bytes the forward-backward set no longer holds when the last block's math-kernel attention runs its backward
+    in an adapter model. Autograd runs the nodes created last first: the loss, the LM head (its 16-bit copy under
+    autocast), the final norm, then the last block's o projection and MLP (created after the attention in the
+    forward, in a sequential block and in Falcon's parallel one, whose `mlp_output += attention_output` adds the
+    attention output after the MLP ran; transformers 5.24 models/falcon/modeling_falcon.py FalconDecoderLayer), and
+    each node frees what it saved once it ran. Under AMP the frozen o and MLP weights' 16-bit casts, which their
+    matmuls kept for the input gradient, go with them. The base weights are frozen, so this backward creates no
+    weight-sized gradient in their place (full fine-tuning creates the head's and the MLP's gradients there: not
+    counted)."""
+    if rp.peft == "none" or not sdpa_math(rp) or rp.grad_checkpointing:
+        return 0
+    kept: dict = {}
+    activations_per_token(rp, kept)
+    freed = (kept["after_attention"] + final_norm_per_token(rp)) * tokens
+    s = shapes(rp.arch)
+    if rp.amp:
+        after = [lin for lin in s.linears if lin.name in ("o",) + MLP_LINEARS and not lin.expert]
+        freed += sum(lin.params for lin in after) * 2 / max(rp.arch.layers, 1)
+    if rp.amp or fp32_residual(rp) and not rp.kbit_embeddings_16bit:
+        freed += (s.lm_head_params or s.embed_params) * 2           # the head's copy (`autocast_weight_cache`)
+    return int(freed)
+
+
 def as_loaded(rp: ResolvedPlan) -> ResolvedPlan:
     """The plan as transformers loads it. From transformers 5, `replace_with_bnb_linear` swaps only modules whose type
     is exactly `nn.Linear` (or GPT-2's Conv1D) for bitsandbytes layers (transformers 5.24
     integrations/bitsandbytes.py: `isinstance(module, Conv1D) or type(module) is nn.Linear`; 4.x tested
     `isinstance(module, nn.Linear)`): Falcon's `FalconLinear(nn.Linear)` stays 16-bit, no weight is 4-bit, and
-    peft's `prepare_model_for_kbit_training` then casts every 16-bit parameter to fp32 (peft src/peft/utils/other.py),
-    so the model trains as LoRA over fp32 weights, its activations fp32 from the fp32 embedding on."""
+    peft's `prepare_model_for_kbit_training` then casts every 16-bit parameter to fp32 (peft 0.21.2
+    src/peft/utils/other.py), so the model trains as LoRA over fp32 weights. The Trainer's 16-bit autocast still
+    runs the step (bf16/fp16 training arguments: transformers 5.24 trainer.py hands `mixed_precision` to accelerate,
+    whose `prepare_model` wraps the model's forward in `get_mixed_precision_context_manager`, accelerate 1.15
+    accelerator.py): `FalconLinear.forward`'s `input @ self.weight.T` is an autocast
+    matmul, so each linear casts its fp32 input and its frozen fp32 weight to 16 bits and returns 16 bits, while the
+    LayerNorm output and the residual stream stay fp32 (layer_norm runs in fp32 under autocast, and `dropout_add`
+    adds the 16-bit attention + MLP sum to the fp32 residual): the step is LoRA under AMP, not a pure fp32 step."""
     tv = rp.version_of("transformers")
     if not (rp.quant_bits == 4 and rp.framework in HF_MODEL_FRAMEWORKS and rp.arch.family in OWN_LINEAR_FAMILIES
             and versions.at_least(tv[0] if tv else None, (5, 0, 0))):
         return rp
     changes: dict = {"quant_bits": None, "peft": "lora" if rp.peft == "qlora" else rp.peft}
     if rp.kbit_upcast:
-        changes.update(weight_dtype="fp32", compute_dtype="fp32", amp=False)
+        # 16-bit compute: autocast over the upcast weights (AMP); fp32 compute: a plain fp32 step
+        changes.update(weight_dtype="fp32", amp=rp.compute_dtype != "fp32")
     return rp.with_changes(**changes)
 
 
@@ -1451,6 +1496,26 @@ def attention_mask_bytes(rp: ResolvedPlan) -> tuple[int, int]:
     return bss, 2 * bss
 
 
+def parallel_block(arch) -> bool:
+    """Attention and MLP read the same normalised input (one shared norm: phi, falcon-7b; or two norms of the same
+    input: `SHARED_NORM_INPUT`)."""
+    return norms_per_layer(arch) == 1 or arch.family in SHARED_NORM_INPUT
+
+
+def first_block_input_frozen(rp: ResolvedPlan) -> bool:
+    """Whether the first block's input needs no gradient under AMP over fp32 weights: an adapter model whose
+    embeddings are frozen and not checkpointed (transformers' `enable_input_require_grads` is called for
+    checkpointing only: the Trainer's `gradient_checkpointing_enable` and peft 0.21.2 utils/other.py
+    `prepare_model_for_kbit_training` under `use_gradient_checkpointing`). Autograd saves nothing for an op none of
+    whose inputs needs a gradient: the first norm keeps no input, and a frozen linear reading its output keeps no
+    16-bit cast of its weight (`mm` saves the weight only for the input's gradient, torch 2.13
+    tools/autograd/derivatives.yaml). The adapters' own matmuls keep their inputs as in every block."""
+    if rp.peft == "none" or rp.grad_checkpointing or not rp.amp or rp.compute_dtype == "fp32":
+        return False
+    trained = set(rp.modules_to_save) | set(rp.lora_targets) | set(rp.trained_extra)
+    return "embed" not in trained and rp.arch.block == "decoder"
+
+
 def autocast_weight_cache(rp: ResolvedPlan, p: Params) -> int:
     """16-bit copies of fp32 weights that autocast makes in forward and backward keeps.
 
@@ -1461,7 +1526,13 @@ def autocast_weight_cache(rp: ResolvedPlan, p: Params) -> int:
     s = shapes(rp.arch)
     head = (s.lm_head_params or s.embed_params) * 2 if rp.arch.block != "encoder" else 0
     if rp.amp:
-        return int((0 if rp.grad_checkpointing else s.linear_params * 2) + head)
+        blocks = 0 if rp.grad_checkpointing else s.linear_params * 2
+        if first_block_input_frozen(rp):
+            # the first block's linears that read its norm's output keep no copy (`first_block_input_frozen`)
+            reads_norm = ("q", "k", "v") + (("gate", "up", "fc1") if parallel_block(rp.arch) else ())
+            blocks -= sum(lin.params for lin in s.linears if lin.name in reads_norm and not lin.expert) * 2 \
+                // max(rp.arch.layers, 1)
+        return int(blocks + head)
     if fp32_residual(rp):
         # a head TRL cast back to bf16 (kbit_embeddings_16bit) needs no 16-bit copy
         return 0 if rp.kbit_embeddings_16bit else int(head)
