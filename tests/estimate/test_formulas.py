@@ -183,3 +183,20 @@ def test_t5_module_names_map_to_their_mlp_linears():
     flan, t5 = lookup_model("google/flan-t5-base"), lookup_model("t5-base")
     assert normalize_targets(["q", "v", "wi_0", "wi_1", "wo"], flan) == (("q", "v", "gate", "up", "down"), [])
     assert normalize_targets(["q", "v", "wi", "wo"], t5) == (("q", "v", "fc1", "fc2"), [])
+
+
+def test_every_catalog_family_estimates_degenerate_shapes():
+    """A config being typed can hold `max_length: 0` or a micro batch of 1 token: every family's formulas (DeBERTa's
+    relative positions, T5's biases, MoE routing, …) answer with bounded numbers instead of raising."""
+    from vramlens.knowledge import gpus, models, optimizers
+
+    one_per_family = {}
+    for arch in models.all_models():
+        one_per_family.setdefault((arch.family, arch.block), arch)
+    gpu = gpus.lookup_gpu("A100-80GB")[0]
+    for arch in one_per_family.values():
+        for seq, ckpt in ((0, False), (0, True), (1, False)):
+            rp = ResolvedPlan(arch=arch, optimizer=optimizers.lookup_optimizer("adamw_torch"), gpu=gpu, seq_len=seq,
+                              micro_batch=1, grad_checkpointing=ckpt, scalar_head=arch.block == "encoder")
+            est = estimate(rp)
+            assert 0 < est.allocated_bytes < 2 ** 50, (arch.id, seq, ckpt)

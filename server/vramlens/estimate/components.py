@@ -822,7 +822,7 @@ def disentangled_per_token(rp: ResolvedPlan, c: int, amp: bool) -> float:
     c, or under autocast one 16-bit cast per projection of the fp32 LayerNorm output), spread over the tokens."""
     arch = rp.arch
     h, heads = arch.hidden, arch.heads
-    s = rp.seq_len // max(rp.context_parallel, 1)
+    s = max(rp.seq_len // max(rp.context_parallel, 1), 1)
     span2 = 2 * DISENTANGLED_ATTENTION[arch.family]
     tokens = max(rp.micro_batch * s, 1)
     per_token = c * arch.kv_dim + 2 * c * heads * span2 + 2 * c * h * span2 / s + s
