@@ -154,9 +154,7 @@ class KbitPreparation(NamedTuple):
 def trl_sft_kbit(trl: str | None, *, bf16: bool, sharded: bool) -> KbitPreparation:
     """TRL SFTTrainer's preparation of a 4-/8-bit model under `trl` (None: the newest known); `sharded`: FSDP or
     ZeRO-3 hold the k-bit weights."""
-    if at_least(trl, TRL_BF16_KBIT_ADAPTERS_FROM, "trl"):
-        return KbitPreparation(upcast=False, embeddings_16bit=False, adapter_fp32=False)
-    if sharded:
+    if sharded or at_least(trl, TRL_BF16_KBIT_ADAPTERS_FROM, "trl"):
         return KbitPreparation(upcast=False, embeddings_16bit=False, adapter_fp32=False)
     return KbitPreparation(upcast=True, embeddings_16bit=bf16, adapter_fp32=True)
 

@@ -146,7 +146,7 @@ def unsupported(cfg: StepConfig) -> str | None:
         return "litgpt's model is not transformers' model"
     if cfg.loss == "litgpt" or cfg.loss == "fused":
         return f"loss `{cfg.loss}` has no importable implementation here"
-    if cfg.loss == "chunked" and cfg.arch.family in SEQ2SEQ_FAMILIES:
+    if cfg.loss == "chunked" and is_seq2seq(cfg):
         # trl 1.16 trainer/utils.py `add_fused_lm_head`: the patched forward calls the backbone with the input ids
         # alone and shifts the labels by one (a causal LM's loss); T5's decoder gets no input ids that way
         return f"TRL's fused LM head (loss_type nll) is for causal LMs, not `{cfg.arch.family}`'s encoder-decoder"
@@ -168,7 +168,7 @@ def hf_config(cfg: StepConfig):
     a = cfg.arch
     if is_encoder(cfg):
         return encoder_config(cfg)
-    if a.family in SEQ2SEQ_FAMILIES:
+    if is_seq2seq(cfg):
         return t5_config(cfg)
     kw = dict(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.intermediate,
               num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.n_kv_heads,
@@ -205,6 +205,10 @@ def hf_config(cfg: StepConfig):
 
 def is_encoder(cfg: StepConfig) -> bool:
     return cfg.arch.block == "encoder"
+
+
+def is_seq2seq(cfg: StepConfig) -> bool:
+    return cfg.arch.family in SEQ2SEQ_FAMILIES
 
 
 def encoder_config(cfg: StepConfig):
@@ -252,24 +256,35 @@ def untie_t5_head(model) -> None:
     model.lm_head.weight = nn.Parameter(torch.empty(w.shape, dtype=w.dtype, device=w.device))
 
 
-def model_mapping(cfg: StepConfig):
-    """transformers' auto mapping of the family's model class: sequence classification for an encoder, a
-    sequence-to-sequence LM for an encoder-decoder, else a causal LM."""
-    from transformers.models.auto import modeling_auto as auto
+# What transformers builds for each kind of model: its auto class, that class's model mapping, and peft's task type
+# (an encoder's sequence classification is "SEQ_CLS": peft's PeftModelForSequenceClassification trains the
+# `classifier` / `score` head in full beside the adapters, peft 0.21 peft_model.py)
+MODEL_KINDS = {
+    "classifier": ("AutoModelForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING", "SEQ_CLS"),
+    "seq2seq": ("AutoModelForSeq2SeqLM", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING", "SEQ_2_SEQ_LM"),
+    "causal": ("AutoModelForCausalLM", "MODEL_FOR_CAUSAL_LM_MAPPING", "CAUSAL_LM"),
+}
 
-    if is_encoder(cfg):
-        return auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING
-    if cfg.arch.family in SEQ2SEQ_FAMILIES:
-        return auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING
-    return auto.MODEL_FOR_CAUSAL_LM_MAPPING
+
+def model_kind(cfg: StepConfig) -> str:
+    return "classifier" if is_encoder(cfg) else "seq2seq" if is_seq2seq(cfg) else "causal"
+
+
+def model_mapping(cfg: StepConfig):
+    """transformers' auto mapping of the family's model class (`MODEL_KINDS`)."""
+    from transformers.models.auto import modeling_auto
+
+    return getattr(modeling_auto, MODEL_KINDS[model_kind(cfg)][1])
 
 
 def model_class(cfg: StepConfig):
-    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
+    import transformers
 
-    if is_encoder(cfg):
-        return AutoModelForSequenceClassification
-    return AutoModelForSeq2SeqLM if cfg.arch.family in SEQ2SEQ_FAMILIES else AutoModelForCausalLM
+    return getattr(transformers, MODEL_KINDS[model_kind(cfg)][0])
+
+
+def peft_task(cfg: StepConfig) -> str:
+    return MODEL_KINDS[model_kind(cfg)][2]
 
 
 FLASH_STAND_IN = "vramlens_fa_stand_in"   # no "flash" in it: transformers would look for a flash kernel
@@ -714,7 +729,7 @@ class HFStep(nn.Module):
     def __init__(self, cfg: StepConfig, attn: str):
         super().__init__()
         self.cfg = cfg
-        seq2seq = cfg.arch.family in SEQ2SEQ_FAMILIES
+        seq2seq = is_seq2seq(cfg)
         install_packed_sequence_shim()
         install_sdpa_dropout_as_cuda()
         install_autocast_softmax_as_cuda()
@@ -848,13 +863,6 @@ def embeddings_back_to_16bit(model, dtype) -> None:
                 module.to(dtype)
 
 
-def peft_task(cfg: StepConfig) -> str:
-    """peft's task type: an encoder's sequence classification is "SEQ_CLS" (peft's
-    PeftModelForSequenceClassification trains the `classifier` / `score` head in full beside the adapters, peft 0.21
-    peft_model.py), T5 "SEQ_2_SEQ_LM", else "CAUSAL_LM"."""
-    if is_encoder(cfg):
-        return "SEQ_CLS"
-    return "SEQ_2_SEQ_LM" if cfg.arch.family in SEQ2SEQ_FAMILIES else "CAUSAL_LM"
 
 
 # -- bitsandbytes 4-bit ---------------------------------------------------------------------------------
@@ -927,7 +935,7 @@ def materialize(step: HFStep, device, real: bool) -> HFStep:
     bufs = {n: b.detach().clone() for n, b in step.named_buffers() if b is not None and b.device.type != "meta"}
     step = step.to_empty(device=device)
     inner = step.model.get_base_model() if hasattr(step.model, "get_base_model") else step.model
-    if step.cfg.arch.family in SEQ2SEQ_FAMILIES:
+    if is_seq2seq(step.cfg):
         inner.tie_weights(recompute_mapping=False)      # the ties the built model keeps (`untie_t5_head`)
     elif step.cfg.arch.tied_embeddings:
         inner.tie_weights()
