@@ -47,7 +47,7 @@ def test_packed_sequence_shim_fake_equals_real():
     with FakeTensorMode():
         fake_ids = torch.arange(16)[None].expand(2, 16)
         assert hf.real_packed_sequence_indices(fake_ids) is None
-        assert getattr(masking_utils.find_packed_sequence_indices, "_vramlens", False)
+        assert masking_utils.find_packed_sequence_indices.__module__ == hf.__name__       # the shim answers
         assert masking_utils.find_packed_sequence_indices(fake_ids) is None
 
 

@@ -35,9 +35,11 @@ Shims (each checked fake == real on CPU tensors in tests/trace/test_hf_shims.py)
 """
 from __future__ import annotations
 
+import functools
 import importlib.metadata as md
 import math
 import sys
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -330,12 +332,28 @@ def use_flash_stand_in_4x(model) -> None:
 
 # -- shims --------------------------------------------------------------------------------------------
 
+# The `install_*` shims below patch a library for the whole process, and every model build calls them.
+# `once_per_process` runs each the first time and keeps what it returns: the `torch.library.Library` holding a
+# kernel registration (torch 2.13 torch/library.py: a finalizer deregisters its kernels when it is collected).
+_INSTALLED: dict[str, object] = {}
+
+
+def once_per_process(install: Callable[[], object]) -> Callable[[], None]:
+    @functools.wraps(install)
+    def once() -> None:
+        if install.__name__ not in _INSTALLED:
+            _INSTALLED[install.__name__] = install()
+
+    return once
+
+
 def real_packed_sequence_indices(position_ids: torch.Tensor):
     """What `find_packed_sequence_indices` returns for a real tensor of position ids 0..s-1 in every row
     (the batch this backend traces): None, i.e. no packed sequences."""
     return None
 
 
+@once_per_process
 def install_packed_sequence_shim() -> None:
     try:
         from transformers import masking_utils
@@ -343,8 +361,6 @@ def install_packed_sequence_shim() -> None:
         return
 
     original = masking_utils.find_packed_sequence_indices
-    if getattr(original, "_vramlens", False):
-        return
 
     def find_packed_sequence_indices(position_ids):
         from torch._subclasses.fake_tensor import FakeTensor
@@ -353,7 +369,6 @@ def install_packed_sequence_shim() -> None:
             return real_packed_sequence_indices(position_ids)
         return original(position_ids)
 
-    find_packed_sequence_indices._vramlens = True
     masking_utils.find_packed_sequence_indices = find_packed_sequence_indices
 
 
@@ -437,6 +452,7 @@ def flash_stand_in(module, query, key, value, attention_mask, dropout=0.0, scali
     return out.transpose(1, 2).contiguous(), None
 
 
+@once_per_process
 def install_sdpa_dropout_as_cuda() -> None:
     """SDPA with attention dropout (GPT-2's `attn_pdrop` 0.1) on CPU takes the math kernel, which materialises the
     attention probabilities and a dropout mask per layer; on CUDA the flash and memory-efficient kernels apply the
@@ -453,29 +469,22 @@ def install_sdpa_dropout_as_cuda() -> None:
     from transformers.integrations import sdpa_attention
 
     original = sdpa_attention.sdpa_attention_forward
-    if getattr(AttentionInterface._global_mapping.get("sdpa"), "_vramlens", False):
-        return
 
     def sdpa_as_cuda(module, query, key, value, attention_mask, dropout=0.0, **kwargs):
         with BiasGradAsCuda():
             return original(module, query, key, value, attention_mask, dropout=0.0, **kwargs)
 
-    sdpa_as_cuda._vramlens = True
     AttentionInterface.register("sdpa", sdpa_as_cuda)
 
 
-_AUTOCAST_LIB = []
-
-
-def install_autocast_softmax_as_cuda() -> None:
+@once_per_process
+def install_autocast_softmax_as_cuda() -> torch.library.Library:
     """CUDA's autocast runs `softmax` in fp32 (the "ops that can autocast to float32" list, `fp32_set_opt_dtype`:
     a 16-bit input without an explicit dtype gets dtype=float32, aten/src/ATen/autocast_mode.cpp, torch 2.13); CPU's
     autocast leaves it in the input's dtype. Attention that takes its softmax without an upcast (BERT's eager path,
     DeBERTa-v2's disentangled attention) then keeps an fp32 softmax output on CUDA under AMP and a 16-bit one in a
     CPU trace. This registers CUDA's policy for `aten::softmax.int` under the AutocastCPU key (outside autocast
     nothing changes)."""
-    if _AUTOCAST_LIB:
-        return
     lib = torch.library.Library("aten", "IMPL")
 
     def softmax_as_cuda_autocast(x, dim, dtype=None):
@@ -489,7 +498,7 @@ def install_autocast_softmax_as_cuda() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")               # CPU autocast's own fallthrough for softmax is replaced
         lib.impl("softmax.int", softmax_as_cuda_autocast, "AutocastCPU")
-    _AUTOCAST_LIB.append(lib)
+    return lib
 
 
 class EfficientAttentionWithBias(torch.autograd.Function):
@@ -612,34 +621,29 @@ def sdpa_as_cuda_kernel(original):
                 return original(query, key, value, dropout_p=dropout_p, **kw)
         return original(query, key, value, dropout_p=0.0, **kw)
 
-    sdpa._vramlens = True
     sdpa.original = original
     return sdpa
 
 
+@once_per_process
 def install_sdpa_as_cuda_kernel() -> None:
     """Route `torch.nn.functional.scaled_dot_product_attention` through `sdpa_as_cuda_kernel` (the modelling code
     looks the function up on the module at each call)."""
-    if getattr(F.scaled_dot_product_attention, "_vramlens", False):
-        return
     F.scaled_dot_product_attention = sdpa_as_cuda_kernel(F.scaled_dot_product_attention)
 
 
-_GROUPED_MM_LIB = None
-
-
-def install_grouped_mm_as_cuda() -> None:
+@once_per_process
+def install_grouped_mm_as_cuda() -> torch.library.Library | None:
     """The fake (meta) kernel of `aten::_grouped_mm` for non-bf16 inputs as CUDA computes them (module docstring);
     bf16 inputs keep torch's own meta function."""
-    global _GROUPED_MM_LIB
-    if _GROUPED_MM_LIB is not None or not hasattr(torch.ops.aten, "_grouped_mm"):
-        return
+    if not hasattr(torch.ops.aten, "_grouped_mm"):
+        return None
     import torch._meta_registrations as meta_registrations
 
     original = getattr(meta_registrations, "meta_grouped_mm", None)
     make_output = getattr(meta_registrations, "_create_grouped_mm_output_tensor", None)
     if original is None or make_output is None:
-        return
+        return None
 
     def grouped_mm_meta(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
         if mat_a.dtype == torch.bfloat16 and mat_b.dtype == torch.bfloat16:
@@ -650,9 +654,10 @@ def install_grouped_mm_as_cuda() -> None:
 
     lib = torch.library.Library("aten", "IMPL")
     lib.impl("_grouped_mm", grouped_mm_meta, "Meta", allow_override=True)
-    _GROUPED_MM_LIB = lib
+    return lib
 
 
+@once_per_process
 def install_trl_tiles_as_cuda() -> None:
     """TRL's fused LM head (trl 1.16 `trl/kernels/chunked_logprob.py` `ChunkedLogProbFunction`) folds each
     [4096 tokens × 32768 vocabulary] tile of logits with Triton kernels on CUDA (`_forward_kernel`,
@@ -664,9 +669,6 @@ def install_trl_tiles_as_cuda() -> None:
     not read). The tile buffer, the saved hidden states, log Z and entropy, and the fp32 gradient accumulators are
     TRL's own."""
     from trl.kernels import chunked_logprob as K
-
-    if getattr(K._forward_tile, "_vramlens", False):
-        return
 
     def forward_tile(tile, tile_stride, targets, running_max, *args, **kwargs):
         running_max.copy_(torch.maximum(running_max, tile.amax(-1).float()))
@@ -682,8 +684,6 @@ def install_trl_tiles_as_cuda() -> None:
             return
         original_addmm(acc, a, b)
 
-    for f in (forward_tile, backward_tile, addmm_fp32):
-        f._vramlens = True
     K._forward_tile, K._backward_tile, K._addmm_fp32 = forward_tile, backward_tile, addmm_fp32
 
 
