@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -88,15 +89,15 @@ def test_timeout_kills_the_probe_process_group(tmp_path):
     child started (a stand-in interpreter that starts a detached sleeper, then sleeps itself)."""
     from vramlens.probe.client import run_probe, summary_line
 
-    fake = tmp_path / "python"
-    fake.write_text(f"#!/bin/sh\necho $$ > {tmp_path}/child.pid\n"
-                    f"sleep 120 </dev/null >/dev/null 2>&1 &\necho $! > {tmp_path}/grandchild.pid\n"
+    fake, child, grandchild = tmp_path / "python", tmp_path / "child.pid", tmp_path / "grandchild.pid"
+    fake.write_text(f"#!/bin/sh\necho $$ > {shlex.quote(str(child))}\n"
+                    f"sleep 120 </dev/null >/dev/null 2>&1 &\necho $! > {shlex.quote(str(grandchild))}\n"
                     "exec sleep 120\n")
     fake.chmod(0o755)
     res = run_probe(plan(), steps=2, timeout=2.0, python=str(fake))
     assert res["status"] == "timeout" and res["timeout_s"] == 2.0
     assert "(timeout)" in summary_line(res)
-    pids = {name: int((tmp_path / f"{name}.pid").read_text()) for name in ("child", "grandchild")}
+    pids = {"child": int(child.read_text()), "grandchild": int(grandchild.read_text())}
     for _ in range(100):                                      # SIGKILL is delivered, not awaited, by killpg
         if all(_gone(pid) for pid in pids.values()):
             break
