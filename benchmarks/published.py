@@ -104,6 +104,12 @@ def plan_from_row(row: dict) -> ResolvedPlan:
     targets = tuple(t for t in lora.get("targets", ()) if t in LINEAR)
     n = int(row.get("n_gpus") or 1)
     strategy = row.get("strategy") or ("ddp" if n > 1 else "none")
+    keeps_block_grads = (strategy == "fsdp" and bool(row.get("grad_checkpointing"))
+                         and framework in frameworks.HF_TRAINER_FRAMEWORKS
+                         and versions.fsdp1_keeps_block_grads(arch.family, pins.get("transformers"),
+                                                              fsdp_version=int(row.get("fsdp_version") or 1),
+                                                              reentrant=bool(row.get("ckpt_reentrant", True)),
+                                                              lora=peft in ("lora", "qlora", "dora")))
     return ResolvedPlan(
         arch=arch, framework=framework, weight_dtype=row.get("weight_dtype", "bf16"),
         compute_dtype=row.get("compute_dtype", "bf16"), amp=bool(row.get("amp")),
@@ -125,6 +131,7 @@ def plan_from_row(row: dict) -> ResolvedPlan:
         **frameworks.step_flags(framework),
         scalar_head=bool(row.get("scalar_head")),
         strategy=strategy, zero_stage=int(row.get("zero_stage") or 0), world_size=n if strategy != "none" else 1,
+        fsdp_keeps_block_grads=keeps_block_grads,
         gpu=gpu[0], gpu_count=n,
         versions=tuple((package, version, "as published") for package, version in pins.items()))
 

@@ -206,6 +206,7 @@ class TrainingPlan(BaseModel):
     context_parallel: Sourced[int] | None = None
     pipeline_parallel: Sourced[int] | None = None
     fsdp_state_dict_type: Sourced[str] | None = None
+    fsdp_version: Sourced[int] | None = None      # 1 (FlatParameter units) or 2 (`fully_shard`)
     # environment and hardware
     alloc_conf: Sourced[str] | None = None        # PYTORCH_CUDA_ALLOC_CONF value
     gpu_name: Sourced[str] | None = None

@@ -351,6 +351,11 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         if run.attention == "sdpa" and masked and versions.sdpa_repeats_kv(tv, False) and arch.n_kv_heads < arch.heads:
             assumptions.append(f"{t_label}: SDPA repeats grouped K/V to every head (repeat_kv before 4.54)")
     attn = run.attention
+    keeps_block_grads = _fsdp_keeps_block_grads(plan, val, arch.family, fw_key, strategy, peft, tv)
+    if keeps_block_grads:
+        assumptions.append(f"transformers {env['transformers'].version} ({env['transformers'].source}) checkpoints "
+                           "each layer around its FSDP unit (reentrant): FSDP1 keeps every layer's checkpointed input "
+                           "and its gradient until the backward ends")
 
     kbit_upcast, kbit_embeddings_16bit = behaviour["kbit_upcast"], False
     if fw_key == "trl" and quant_bits and peft != "none" and objective == "sft":
@@ -395,6 +400,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         offload_optimizer=bool(val("offload_optimizer")), offload_params=bool(val("offload_params")),
         tensor_parallel=int(tp), context_parallel=int(cp),
         fsdp_full_state_dict=str(val("fsdp_state_dict_type") or "").upper().startswith("FULL"),
+        fsdp_keeps_block_grads=keeps_block_grads,
         scalar_head=head != "causal-lm",
         gpu=gpu, gpu_count=count, expandable_segments="expandable_segments:true" in alloc.replace(" ", "").lower(),
         headroom=settings.headroom,
@@ -411,6 +417,17 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
                            f"patches per sequence")
     rp = rp.with_changes(**objective_fields(plan, rp, fw_key, settings, sources, assumptions))
     return Resolution(rp, sources, assumptions)      # uncalibrated: `calibration.calibrate` is the next stage
+
+
+def _fsdp_keeps_block_grads(plan: TrainingPlan, val, family: str, fw_key: str, strategy: str, peft: str,
+                            transformers: str | None) -> bool:
+    """FSDP1 + the Trainer's reentrant checkpointing around each unit + LoRA (knowledge/versions.py)."""
+    if strategy != "fsdp" or not val("grad_checkpointing") or fw_key not in frameworks.HF_TRAINER_FRAMEWORKS:
+        return False
+    reentrant = val("ckpt_reentrant")
+    return versions.fsdp1_keeps_block_grads(
+        family, transformers, fsdp_version=int(val("fsdp_version") or 1),
+        reentrant=True if reentrant is None else bool(reentrant), lora=peft in ("lora", "qlora", "dora"))
 
 
 def _partial_training(plan: TrainingPlan, peft: str, val, sources: dict, assumptions: list[str]) -> dict:

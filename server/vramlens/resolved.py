@@ -102,6 +102,9 @@ class ResolvedPlan(BaseModel):
     tensor_parallel: int = 1
     context_parallel: int = 1
     fsdp_full_state_dict: bool = False
+    fsdp_keeps_block_grads: bool = False       # FSDP1 keeps every block's checkpointed input and its gradient to the end
+                                               # of backward (frozen layer units under a reentrant checkpoint around
+                                               # the unit: knowledge/versions.py `fsdp1_keeps_block_grads`)
     # objective: preference losses, online RL, distillation
     objective: Literal["sft", "dpo", "kto", "orpo", "simpo", "cpo", "rm", "ppo", "grpo", "rloo", "online-dpo", "gkd",
                        "kd", "pretrain"] = "sft"

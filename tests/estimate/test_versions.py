@@ -324,3 +324,41 @@ sdp_attention: true
                                  framework_versions={"transformers": "4.57.1", "peft": v}).resolved, limits=False)
             for v in ("0.13.2", "0.21.2")}
     assert drop["0.13.2"].allocated_bytes == drop["0.21.2"].allocated_bytes
+
+
+FSDP_LORA = CONFIG + """fsdp:
+  - full_shard
+  - auto_wrap
+fsdp_config:
+  fsdp_transformer_layer_cls_to_wrap: MistralDecoderLayer
+"""
+
+
+def test_fsdp1_with_transformers_4x_checkpointing_keeps_every_block_input_gradient(tmp_path):
+    """transformers before 4.52 checkpoints each layer around its FSDP unit (reentrant): FSDP1 keeps every layer's
+    checkpointed input and its gradient until the backward ends. Not in 4.52+ (the layer checkpoints inside its
+    unit), not with FSDP2, not with a non-reentrant checkpoint, not for a full fine-tune (no frozen units)."""
+    def est(text, **versions_):
+        r = resolved(tmp_path, text, framework_versions={"transformers": "4.45.2", **versions_})
+        return r, estimate(r.resolved, limits=False)
+
+    old, old_est = est(FSDP_LORA)
+    new, new_est = est(FSDP_LORA, transformers="4.52.1")
+    assert old.resolved.fsdp_keeps_block_grads and not new.resolved.fsdp_keeps_block_grads
+    assert any("transformers 4.45.2 (the frameworkVersions setting) checkpoints each layer around its FSDP unit" in a
+               for a in old.assumptions)
+    # Mistral-7B, 4 × 4096 tokens: 30 more bf16 block inputs of 4096 × 4096 × 4 × 2 bytes = 3.75 GiB, and at the
+    # first block's backward every adapter's fp32 gradient (52 MB), not only the last block's
+    grown = old_est.phases["recompute"] - estimate(old.resolved.with_changes(fsdp_keeps_block_grads=False),
+                                                   limits=False).phases["recompute"]
+    assert 0 < grown - 30 * 4 * 4096 * 4096 * 2 < 64 * 2**20
+    assert old_est.allocated_bytes > new_est.allocated_bytes
+    for text in (FSDP_LORA + "  fsdp_version: 2\n",
+                 FSDP_LORA + "gradient_checkpointing_kwargs:\n  use_reentrant: false\n",
+                 FSDP_LORA.replace("adapter: lora\n", "")):
+        r, _ = est(text)
+        assert not r.resolved.fsdp_keeps_block_grads, text
+    # FSDP's own activation checkpointing is non-reentrant inside each unit
+    own = FSDP_LORA.replace("gradient_checkpointing: true\n", "") + "  fsdp_activation_checkpointing: true\n"
+    r, _ = est(own)
+    assert r.resolved.grad_checkpointing and not r.resolved.fsdp_keeps_block_grads

@@ -168,7 +168,10 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             elif rp.peft != "none" and not rp.modules_to_save:
                 # PEFT: the last block's adapters' gradients only (traced, Mistral-7B QLoRA: 1 MiB of 156 at the peak)
                 top_grads = G // n_layers
-        if top_grads is not None:
+        kept = C.fsdp_kept_block_grads(rp, saved)
+        if kept:
+            pass                     # the first block's backward is the peak: every checkpoint and every gradient
+        elif top_grads is not None:
             if top_grads + saved >= grads + saved // n_layers:
                 grads = top_grads
             else:
@@ -176,7 +179,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # the LM head's backward has run before any block's: the 16-bit head copy it kept is gone; under AMP the
         # block being recomputed holds its own weights' 16-bit copies (components.recompute_weight_copies)
         phases["recompute"] = {**base, "buffers": B + root, "optimizer": O, "gradients": grads,
-                               "activations": held_ckpt + C.recompute_weight_copies(rp) + recompute + mask
+                               "activations": held_ckpt + kept + C.recompute_weight_copies(rp) + recompute + mask
                                + mask_per_layer + t5_bias, "logits": 0, "temporaries": block_temps}
     if rp.arch.tied_embeddings and rp.peft == "none" and rp.arch.block != "encoder":
         # the shared weight's two gradients are summed out of place: two more embedding-sized tensors

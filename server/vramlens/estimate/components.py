@@ -875,6 +875,14 @@ def fused_experts(rp: ResolvedPlan) -> bool:
     return versions.at_least(tv[0] if tv else None, versions.FUSED_EXPERTS_FROM)
 
 
+def expert_loop(rp: ResolvedPlan) -> bool:
+    """A MoE model whose routed experts are modules run one after another: transformers 4.x (4.45.2 models/mixtral/
+    modeling_mixtral.py `MixtralSparseMoeBlock.forward`: for each expert, its tokens through its MLP, `index_add_`
+    into the output) and litgpt (model.py `LLaMAMoE.forward`). Autograd runs the later expert's nodes first (higher
+    sequence numbers), so each expert's backward finishes before the previous one's starts."""
+    return rp.arch.is_moe and not fused_experts(rp) and rp.framework != "torchtune"
+
+
 def expert_bytes(rp: ResolvedPlan) -> int:
     """Bytes per element of fused routed experts' weights and of what they compute. grouped_mm is no autocast op, and
     transformers casts its input to the weight's dtype (5.24 integrations/moe.py `_grouped_mm`), so the experts
@@ -1192,7 +1200,10 @@ def backward_block_per_token(rp: ResolvedPlan) -> float:
     inter = (arch.moe_intermediate or arch.intermediate) * (max(arch.experts_per_token, 1) if arch.is_moe else 1)
     gated = arch.mlp in ("swiglu", "geglu")
     m = mlp_bytes(rp)
-    temps = (3 if gated else 2) * m * inter
+    # routed experts run one after another (`expert_loop`): the MLP's backward temporaries are one expert's, for its
+    # share of the token-expert pairs (1/E of them with balanced routing)
+    share = 1 / arch.num_experts if expert_loop(rp) else 1.0
+    temps = (3 if gated else 2) * m * inter * share
     if fused_experts(rp):
         # a grouped_mm MoE block's backward starts with token-expert-pair-sized gradients (k·h each, the experts'
         # dtype): the per-token sum's gradient expanded into a copy, and the un-permute's backward (`index`'s
@@ -1212,7 +1223,7 @@ def backward_block_per_token(rp: ResolvedPlan) -> float:
     copy = kept["down_adapter_copy"]
     # inside the down projection's backward: the product's gradient from the base layer (m·I), and from an adapter
     # with its own copy, that copy's gradient and its cast back to the product's dtype
-    at_down = one_layer + (m * inter + (copy + m * inter if copy else 0.0)) / tp
+    at_down = one_layer + (m * inter + (copy + m * inter if copy else 0.0)) * share / tp
     return max(after_down, at_down)
 
 
@@ -1361,6 +1372,18 @@ def checkpoint_per_token(rp: ResolvedPlan) -> float:
     layers = rp.arch.layers + (rp.arch.encoder_layers if rp.arch.block == "encoder-decoder" else 0)
     width = 4 if (fp32_residual(rp) or rp.compute_dtype == "fp32") else 2
     return layers * width * rp.arch.hidden
+
+
+def fsdp_kept_block_grads(rp: ResolvedPlan, saved: int) -> int:
+    """Bytes FSDP1 keeps beyond the checkpoints when it holds every block's checkpointed input and that input's
+    gradient until the backward ends (`rp.fsdp_keeps_block_grads`; knowledge/versions.py `fsdp1_keeps_block_grads`).
+    At the first block's backward all L checkpoints are held with L − 1 input gradients, one of which is the gradient
+    flowing in that any backward holds: L − 2 block-input-sized tensors more (measured on CPU: FSDP1 over LoRA layers
+    under transformers 4.45.2 with reentrant checkpointing, 4 and 8 layers)."""
+    if not (rp.fsdp_keeps_block_grads and rp.grad_checkpointing and saved):
+        return 0
+    n = counted_layers(rp)
+    return int(saved * max(n - 2, 0) / n)
 
 
 def final_norm_per_token(rp: ResolvedPlan) -> float:

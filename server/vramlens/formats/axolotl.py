@@ -172,7 +172,10 @@ def _fsdp_version(b: PlanBuilder, s: Setting) -> None:
     if s.value is None:
         return
     b.set("dist_strategy", "fsdp", s)
-    b.remember(s)
+    if str(s.value).strip() in ("1", "2"):
+        b.set("fsdp_version", int(str(s.value).strip()), s)
+    else:
+        b.remember(s)
 
 
 def _unfrozen(b: PlanBuilder, s: Setting) -> None:

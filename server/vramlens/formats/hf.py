@@ -309,6 +309,10 @@ def fsdp_config_entry(b: PlanBuilder, e: Setting) -> bool:
         return True
     if key == "activation_checkpointing":
         b.set_bool("grad_checkpointing", e)
+        if to_bool(v):
+            # accelerate applies it with torch's non-reentrant wrapper inside each unit (accelerator.py
+            # `prepare_model`: `checkpoint_wrapper(..., checkpoint_impl=CheckpointImpl.NO_REENTRANT)`)
+            b.set("ckpt_reentrant", False, e, note="FSDP's activation checkpointing is non-reentrant")
         return True
     if key == "sharding_strategy":
         stage = FSDP_STRATEGIES.get(str(v).strip().upper())
@@ -329,7 +333,10 @@ def fsdp_config_entry(b: PlanBuilder, e: Setting) -> bool:
         return True
     if key == "version":
         b.set("dist_strategy", "fsdp", e)
-        b.remember(e)
+        if str(v).strip() in ("1", "2"):
+            b.set("fsdp_version", int(str(v).strip()), e)
+        else:
+            b.remember(e)
         return True
     return False
 

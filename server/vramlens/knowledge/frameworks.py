@@ -165,6 +165,11 @@ def defaults_for(framework: str | None) -> tuple[str, str, dict]:
 # knowledge/versions.py); torchtune and litgpt build their own models.
 HF_MODEL_FRAMEWORKS = frozenset(k for k in BEHAVIOUR if k not in ("torchtune", "litgpt"))
 
+# Frameworks whose step is transformers' Trainer (or a subclass): under FSDP it wraps a LoRA model's adapter linears
+# in units of their own (transformers trainer.py `_fsdp_qlora_plugin_updates`: peft `fsdp_auto_wrap_policy`) and
+# enables the model's gradient checkpointing itself (`use_reentrant=True` unless the kwargs say otherwise)
+HF_TRAINER_FRAMEWORKS = frozenset({"transformers", "trl", "axolotl", "llamafactory", "ms-swift"})
+
 
 # Frameworks that freeze a vision-language model's vision tower unless told otherwise: LLaMA-Factory
 # (hparams/model_args.py `freeze_vision_tower: bool = True`), ms-swift (`freeze_vit: bool = True`, swift/llm/

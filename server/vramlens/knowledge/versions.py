@@ -17,6 +17,21 @@ From TRL's SFTTrainer (the k-bit model preparation), read from the wheels on PyP
   bf16 (norms stay fp32); a sharded one gets `get_peft_model(..., autocast_adapter_dtype=False)`: 16-bit adapters.
 - from 0.26.0 `trl/trainer/sft_trainer.py` `__init__` (huggingface/trl PR #4577 "Clean up model preparation"): no
   k-bit preparation; on a quantized model every trainable parameter but DoRA's magnitude vector goes to bf16.
+Where transformers' gradient checkpointing wraps a decoder layer, and what FSDP then keeps:
+- up to 4.51.x the model's loop checkpoints each layer from outside, `self._gradient_checkpointing_func(
+  decoder_layer.__call__, ...)` (4.45.2 models/llama/modeling_llama.py `LlamaModel.forward`), with
+  `use_reentrant=True` unless told otherwise (modeling_utils.py `gradient_checkpointing_enable`); from 4.52.0 (the
+  families in `CKPT_IN_LAYER_EARLY_FAMILIES`) and 4.53.0 (every other one, huggingface/transformers PR #38913) the
+  layer is a `GradientCheckpointingLayer` (modeling_layers.py) that checkpoints inside its own `__call__`.
+- torch FSDP1 (torch 2.13 distributed/fsdp/_runtime_utils.py `_register_post_backward_reshard_only_hook`;
+  (the same registration in the earlier 2.x sources) gives a unit whose flat parameter needs no gradient (a LoRA model's layer: the HF Trainer wraps each adapter
+  linear in a unit of its own, `_fsdp_qlora_plugin_updates` with peft's `fsdp_auto_wrap_policy`) a multi-grad hook
+  on the unit's inputs when it runs with gradients on. Under a reentrant checkpoint around the unit that happens in
+  the recompute, on the checkpoint's detached input leaf; the hook (autograd/graph.py `register_multi_grad_hook`
+  keeps the leaf's AccumulateGrad node, and so the leaf with its `.grad`) lives on the flat parameter until
+  `_finalize_params` at the end of backward. Each block's checkpointed input and its input gradient then stay
+  until the backward ends (measured on CPU with FSDP1: L − 2 more hidden-sized tensors than without FSDP at the
+  first block's backward; none under transformers 5, whose checkpoint runs inside the unit).
 And one from torch: from 1.13 `torch.cuda` sets `CUDA_MODULE_LOADING=LAZY` unless the user set it (pytorch/pytorch
 PR #86509, "[1.13] Sets CUDA_MODULE_LOADING to LAZY when not set by the user"); before, every kernel of torch's
 CUDA libraries is loaded when the context is created, which makes the context itself much larger.
@@ -49,6 +64,11 @@ NATIVE_GQA_FROM = (4, 54, 0)           # SDPA without a mask reads grouped K/V n
 GEMMA2_EAGER_FROM = (5, 0, 0)          # Gemma-2 has no SDPA path from this
 LAZY_CUDA_MODULES_FROM = (1, 13, 0)    # torch loads CUDA kernels lazily from this
 TRL_BF16_KBIT_ADAPTERS_FROM = (0, 26, 0)  # SFTTrainer: no k-bit preparation, bf16 adapters on k-bit models from this
+CKPT_IN_LAYER_FROM = (4, 53, 0)        # every decoder layer checkpoints inside its own __call__ from this
+CKPT_IN_LAYER_EARLY = (4, 52, 0)       # ... these families from this (the 4.52.1 wheel's GradientCheckpointingLayer users)
+CKPT_IN_LAYER_EARLY_FAMILIES = {"llama", "mistral", "qwen2", "qwen3", "phi3", "olmo", "olmo2", "gemma", "cohere",
+                                "cohere2", "granite", "granitemoe", "glm", "glm4", "starcoder2", "helium",
+                                "deepseek_v3", "diffllama", "bitnet"}
 # families whose modelling code writes attention out (no attention interface), whatever is asked
 OWN_EAGER_ATTENTION = {"bloom", "deberta-v2", "deberta"}
 FUSED_EXPERTS_FROM = (5, 0, 0)         # transformers keeps routed experts as 3-D parameters from this
@@ -168,6 +188,20 @@ def moe_expert_lora(family: str, transformers: str | None, peft: str | None) -> 
     if family in MOE_CONVERSION_PATTERN and at_least(peft, PEFT_EXPERT_PARAMETERS_FROM, "peft"):
         return "parameters"
     return None
+
+
+def checkpoint_wraps_layer_call(family: str, transformers: str | None) -> bool:
+    """Whether transformers checkpoints a decoder layer from the model's loop, around whatever wraps the layer
+    (before `GradientCheckpointingLayer`), rather than inside the layer's own call."""
+    floor = CKPT_IN_LAYER_EARLY if family in CKPT_IN_LAYER_EARLY_FAMILIES else CKPT_IN_LAYER_FROM
+    return not at_least(transformers, floor)
+
+
+def fsdp1_keeps_block_grads(family: str, transformers: str | None, *, fsdp_version: int, reentrant: bool,
+                            lora: bool) -> bool:
+    """Whether FSDP1 keeps every block's checkpointed input and its gradient until the end of backward: LoRA layers
+    (frozen layer units) under a reentrant checkpoint that transformers puts around the FSDP unit (module docstring)."""
+    return fsdp_version == 1 and reentrant and lora and checkpoint_wraps_layer_call(family, transformers)
 
 
 def peft_dora_reuses_base_result(peft: str | None) -> bool:
