@@ -450,7 +450,9 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
     if arch.is_moe:
         k = max(arch.experts_per_token, 1)
         inter = arch.moe_intermediate or arch.intermediate
-        mlp_internal = k * ((6 if gated else 2) * inter + 3 * c * h) + 4 * arch.num_experts
+        # each expert's gate, up and act(gate) (an ungated one's act input) in the MLP's dtype (`mlp_bytes`: fp32
+        # out of 4-bit linears fed fp32), and h-sized pieces around it
+        mlp_internal = k * ((3 if gated else 1) * m * inter + 3 * c * h) + 4 * arch.num_experts
         eb = expert_bytes(rp)
         if not full and not experts_adaptable(rp):
             # frozen experts run by grouped_mm keep their gate|up output, act(gate) and the down output (scaled
@@ -888,10 +890,10 @@ def expert_bytes(rp: ResolvedPlan) -> int:
     transformers casts its input to the weight's dtype (5.24 integrations/moe.py `_grouped_mm`), so the experts
     compute in their weights' dtype: fp32 under AMP, and in a k-bit model, whose experts bitsandbytes leaves
     unquantized, fp32 once prepare_model_for_kbit_training has upcast them (peft 0.21.2 utils/other.py: every
-    16-bit parameter that is not `Params4bit`)."""
-    c = DTYPE_BYTES[rp.compute_dtype]
+    16-bit parameter that is not `Params4bit`). Experts built of nn.Linear modules (`expert_loop`) return what any
+    MLP linear returns (`mlp_bytes`: fp32 out of a 4-bit linear fed the fp32 residual)."""
     if not fused_experts(rp):
-        return c
+        return mlp_bytes(rp)
     if rp.weight_dtype == "fp32" or rp.quant_bits and rp.kbit_upcast:
         return 4
     return DTYPE_BYTES[rp.weight_dtype]
