@@ -160,3 +160,20 @@ def test_ms_swift_rlhf_is_dpo_unless_it_says_otherwise():
     # a class of the same name from elsewhere is not ms-swift's
     _, plan = plan_of("x.py", "from mylib import TrainArguments\nTrainArguments(model='Qwen/Qwen2.5-7B')\n")
     assert plan is None or plan.framework != "ms-swift"
+
+
+def test_run_clm_block_size_means_full_unpadded_blocks(tmp_path):
+    """transformers' run_clm.py cuts the concatenated texts into `block_size` blocks: the estimate takes them as
+    packed (no padding mask), from the YAML of its arguments and from its command line alike."""
+    yaml_text = "model_name_or_path: meta-llama/Llama-3.2-1B\nblock_size: 2048\nper_device_train_batch_size: 4\n"
+    shell = ("python run_clm.py --model_name_or_path meta-llama/Llama-3.2-1B --block_size 2048 "
+             "--per_device_train_batch_size 4 --do_train\n")
+    for name, text in (("args.yaml", yaml_text), ("train.sh", shell)):
+        f = tmp_path / name
+        f.write_text(text)
+        plan = parse_document(text, str(f)).plan
+        assert plan.seq_len.value == 2048, name
+        assert plan.packing.value is True and plan.packing.origin == Origin.DERIVED, name
+        assert "no padding" in plan.packing.note, name
+        r = analyze(text, str(f), Settings(workspace=tmp_path, gpu="A100-80GB"))
+        assert r.estimate is not None and not r.resolution.resolved.attn_mask, name

@@ -174,6 +174,14 @@ def _seq(b: PlanBuilder, s: Setting) -> None:
     b.set_int("seq_len", s, minimum=1)
 
 
+def _block_size(b: PlanBuilder, s: Setting) -> None:
+    """`block_size` (transformers examples/pytorch/language-modeling/run_clm.py): `group_texts` concatenates the
+    tokenized dataset and cuts it into blocks of this length, so every sequence is full and none is padded."""
+    if b.set_int("seq_len", s, minimum=1) is not None:
+        b.set("packing", True, s, origin=Origin.DERIVED,
+              note="run_clm.py's group_texts cuts the concatenated texts into full blocks: no padding")
+
+
 def _attn(b: PlanBuilder, s: Setting) -> None:
     if s.value is None:
         return
@@ -474,7 +482,7 @@ HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     "per_gpu_train_batch_size": _int("micro_batch", 1),
     "per_device_eval_batch_size": _int("eval_batch", 1),
     "gradient_accumulation_steps": _int("grad_accum", 1),
-    "max_seq_length": _seq, "max_length": _seq, "block_size": _seq, "model_max_length": _seq,
+    "max_seq_length": _seq, "max_length": _seq, "block_size": _block_size, "model_max_length": _seq,
     "max_seq_len": _seq, "seq_length": _seq,
     "packing": _bool("packing"), "padding_free": _bool("packing"),
     "gradient_checkpointing": _bool("grad_checkpointing"),
