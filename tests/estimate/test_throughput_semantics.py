@@ -105,3 +105,21 @@ def test_a_classification_head_has_no_vocabulary_logits_to_compute(tmp_path):
     # Qwen2.5-7B's 152k × 3584 LM head is about a tenth of the model's linear FLOPs: gone with the head
     assert cls["parts_s"]["matmuls"] < 0.95 * lm["parts_s"]["matmuls"]
     assert cls["tokens_per_s"] > lm["tokens_per_s"]
+
+
+def test_dora_recomputing_x_times_w_is_slower_before_peft_014_and_with_dropout(tmp_path):
+    """DoRA computes its own x @ W in every adapted linear before peft 0.14 and whenever its input is dropped out
+    (peft 0.13.2 tuners/lora/dora.py; 0.14.0 passes the base layer's output when dropout is off)."""
+    dora = LLAMAFACTORY.format(extra="finetuning_type: lora\nuse_dora: true\nlora_target: all\nlora_dropout: {d}\n")
+
+    def speed(dropout: float, peft: str) -> float:
+        folder = tmp_path / f"{dropout}-{peft}"
+        folder.mkdir()
+        (folder / "requirements.txt").write_text(f"peft=={peft}\n")
+        path = folder / "train.yaml"
+        path.write_text(dora.replace("{d}", str(dropout)))
+        return _throughput(path, folder)["tokens_per_s"]
+
+    reuses = speed(0.0, "0.14.0")
+    assert speed(0.0, "0.13.2") < 0.9 * reuses
+    assert speed(0.05, "0.14.0") < 0.9 * reuses

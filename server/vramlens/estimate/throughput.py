@@ -196,6 +196,12 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
             if rp.peft == "dora":                    # DoRA: the weight norm of W + BA over every output row
                 clock.op("adapters", 2 * lin.in_features * lin.out_features,
                          3 * cb * lin.in_features * lin.out_features, times=lin.count * (forwards + 1))
+            if rp.peft == "dora" and C.dora_recomputes_base(rp):
+                # DoRA computing its own x @ W (with dropout, or before peft 0.14): one more base-sized matmul per
+                # adapted linear in each forward, and one for its input gradient
+                clock.op("adapters", 2 * T * lin.in_features * lin.out_features,
+                         ab * T * (lin.in_features + lin.out_features) + cb * lin.in_features * lin.out_features,
+                         times=lin.count * (forwards + back))
             n_ops += lin.count * OPS_PER_ADAPTER * (forwards + 2)
         if rp.quant_bits:
             packed, consts = C.quantized_bytes_per_param(rp)
