@@ -171,8 +171,10 @@ GRID_MODES["encoders"] = {
 GRID_SHAPES["encoders"] = (512, 8)
 
 # the language tower of a vision-language model: Gemma-3-4B-it's text decoder (its config.json `text_config`) built as
-# transformers' Gemma3ForCausalLM and trained on text-only batches; its SigLIP vision tower is not built
+# transformers' Gemma3ForCausalLM and trained on text-only batches; its SigLIP vision tower is not built (the plan's
+# architecture is the catalog's with the vision fields cleared: `language_tower`)
 GRIDS["vlm_tower"] = ["google/gemma-3-4b-pt"]
+GRID_MODES["vlm_tower"] = {name: dict(settings, language_tower=True) for name, settings in REAL_MODES.items()}
 GRIDS["variants"] = [M1B, "Qwen/Qwen2.5-0.5B", "google/gemma-3-1b-pt", "Qwen/Qwen3-0.6B"]
 # peft's IA3 and VeRA on the family's default targets (`make_plan`), pure fp32 (fp32 weights, no autocast), and TRL's
 # chunked `nll` loss (SFTTrainer's fused LM head) under LoRA and full fine-tuning
@@ -356,6 +358,8 @@ def make_plan(model: str, seq: int, batch: int, settings: dict,
         raise SystemExit(f"{model} is not in the catalog")
     settings = dict(settings)
     settings.pop("measured", None)
+    if settings.pop("language_tower", False):
+        arch = language_tower(arch)
     arch = frameworks.arch_as_run(settings.get("framework", ""), arch)
     if settings.get("peft") in ("ia3", "vera") and "lora_targets" not in settings:
         # peft's default targets for the family, as the resolver takes them
@@ -376,6 +380,12 @@ def make_plan(model: str, seq: int, batch: int, settings: dict,
                         compute_dtype=settings.pop("compute_dtype", "bf16"),
                         attn_impl=run.attention, repeat_kv=run.repeat_kv, loss_shifted_copy=run.loss_shifted_copy,
                         versions=tuple((k, x, "the trace's interpreter") for k, x in traced_with.items()), **settings)
+
+
+def language_tower(arch):
+    """A vision-language model's language model alone (what `AutoModelForCausalLM` builds from its `text_config`)."""
+    return arch.model_copy(update={k: type(v)() for k, v in arch.model_dump().items()
+                                   if k.startswith(("vision_", "image_"))})
 
 
 def breakdown(parts: dict) -> str:
