@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from vramlens import environment
 from vramlens.knowledge import frameworks, peft_methods, versions
@@ -411,12 +412,62 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         if told is not None and peft == "none" and str(told.value).strip().lower() in ("false", "0", "no"):
             frozen = False
             sources["vision_frozen"] = told
-        rp = rp.with_changes(vision_frozen=frozen)
+        images, why, said = images_per_sequence(plan, arch, fw_key)
+        if said is not None:
+            sources["images_per_sequence"] = said
+        rp = rp.with_changes(vision_frozen=frozen, images_per_sequence=images)
+        if images and arch.family == "gemma3_text" and not masked and run.attention == "sdpa":
+            # Gemma-3's image batches carry token_type_ids, from which the model builds explicit masks for every layer
+            # (estimate/components.py `image_block_mask`): grouped K/V as under a padding mask
+            rp = rp.with_changes(repeat_kv=versions.as_run(arch.family, attn, tv, hf_model=hf_model, masked=True,
+                                                           loss_impl=loss_impl).repeat_kv)
+        if images:
+            batches = f"one image of {arch.image_patches:,} patches per sequence ({why})"
+        else:
+            batches = (f"text-only batches ({why}): the tower runs on no image, so its weights get no gradient or "
+                       f"optimizer state and it saves no activations")
         assumptions.append(f"vision tower: {arch.vision_params / 1e9:.2f} B parameters, "
-                           + ("frozen" if rp.vision_frozen else "trained") + f"; one image of {arch.image_patches:,} "
-                           f"patches per sequence")
+                           + ("frozen" if rp.vision_frozen else "trained") + f"; {batches}")
     rp = rp.with_changes(**objective_fields(plan, rp, fw_key, settings, sources, assumptions))
     return Resolution(rp, sources, assumptions)      # uncalibrated: `calibration.calibrate` is the next stage
+
+
+# Vision-language families whose model is also what a text fine-tune loads: transformers 5.24
+# models/auto/modeling_auto.py maps `gemma3` in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES to Gemma3ForConditionalGeneration, so
+# AutoModelForCausalLM (TRL's SFTTrainer, axolotl, run_clm) builds the vision tower of a Gemma-3 4B/12B/27B checkpoint
+# and trains it on text. The other VLMs in the catalog (Qwen-VL, LLaVA) have no causal-LM mapping: they are loaded as
+# image-text-to-text models, for image data.
+TEXT_PATH_VLM_FAMILIES = frozenset({"gemma3_text"})
+# LLaMA-Factory templates of multimodal models (src/llamafactory/data/template.py: templates registered with an
+# `mm_plugin`), ms-swift's and axolotl's keys that only a multimodal run sets
+MLLM_TEMPLATES = frozenset({"qwen2_vl", "qwen3_vl", "qwen3_vl_nothink", "llava", "llava_next", "llava_next_video",
+                            "mllama", "gemma3", "gemma3n", "paligemma", "pixtral", "minicpm_v", "intern_vl",
+                            "glm4v", "kimi_vl", "mistral_small", "video_llava", "qwen2_omni", "llama4"})
+IMAGE_KEYS = ("image_max_pixels", "image_min_pixels", "image_resolution", "processor_type", "image_size",
+              "image_resize_algorithm", "max_pixels", "min_pixels")
+
+
+def images_per_sequence(plan: TrainingPlan, arch, fw_key: str) -> tuple[int, str, Any]:
+    """Images per sequence in a VLM's batches (0 or 1), why, and the setting that says so (or None). One image where
+    the config shows image data: LLaMA-Factory's image resolution keys or a multimodal template (`template:
+    qwen2_vl`), axolotl's `processor_type` / `image_size`, ms-swift's `max_pixels`, TRL's VLM recipe
+    (`dataset_kwargs: {skip_prepare_dataset: true}`, the collator of its vision scripts); none where a Gemma-3
+    checkpoint is fine-tuned through the text path (AutoModelForCausalLM on a text dataset); one for the VLMs loaded
+    only as image-text-to-text models."""
+    for key in IMAGE_KEYS:
+        said = plan.extra.get(key)
+        if said is not None and said.value not in (None, "", False):
+            return 1, f"`{key}` sets up the image processor", said
+    said = plan.extra.get("template")
+    if said is not None and str(said.value).strip().lower() in MLLM_TEMPLATES:
+        return 1, f"the multimodal template `{said.value}`", said
+    said = plan.extra.get("dataset_kwargs")
+    if said is not None and "skip_prepare_dataset" in str(said.value) and "True" in str(said.value).title():
+        return 1, "`skip_prepare_dataset`: the vision collator builds the batches", said
+    if arch.family in TEXT_PATH_VLM_FAMILIES:
+        return 0, ("a Gemma-3 multimodal checkpoint fine-tuned as a causal LM with nothing in the config pointing "
+                   "at image data"), None
+    return 1, f"a {arch.family} vision-language model is trained on image data", None
 
 
 def _fsdp_keeps_block_grads(plan: TrainingPlan, val, family: str, fw_key: str, strategy: str, peft: str,
