@@ -415,6 +415,15 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         images, why, said = images_per_sequence(plan, arch, fw_key)
         if said is not None:
             sources["images_per_sequence"] = said
+        budget = plan.extra.get("image_max_pixels") or plan.extra.get("max_pixels")
+        pixels = _whole(budget.value) if budget is not None else None
+        if images and pixels and arch.family in DYNAMIC_RESOLUTION and arch.vision_patch:
+            # Qwen-VL resizes each image to at most this many pixels (LLaMA-Factory `image_max_pixels`, ms-swift
+            # `max_pixels`): patches of vision_patch², 2 × 2 of them merged into one token
+            patches = max(1, pixels // arch.vision_patch ** 2)
+            rp = rp.with_changes(arch=arch.model_copy(update={"image_patches": patches, "image_tokens": patches // 4}))
+            arch = rp.arch
+            sources["image_patches"] = budget
         rp = rp.with_changes(vision_frozen=frozen, images_per_sequence=images)
         if images and arch.family == "gemma3_text" and not masked and run.attention == "sdpa":
             # Gemma-3's image batches carry token_type_ids, from which the model builds explicit masks for every layer
@@ -438,6 +447,22 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
 # and trains it on text. The other VLMs in the catalog (Qwen-VL, LLaVA) have no causal-LM mapping: they are loaded as
 # image-text-to-text models, for image data.
 TEXT_PATH_VLM_FAMILIES = frozenset({"gemma3_text"})
+# VLMs whose image processor resizes to a pixel budget instead of a fixed size (Qwen2-VL, Qwen2.5-VL, Qwen3-VL:
+# transformers 5.24 models/qwen2_vl/image_processing_qwen2_vl.py `smart_resize`, `max_pixels`)
+DYNAMIC_RESOLUTION = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl_text"})
+
+
+def _whole(value) -> int | None:
+    """A positive whole number written as one (262144, "262144", "512*512"), else None."""
+    text = str(value).replace("_", "").strip()
+    try:
+        parts = [int(p) for p in text.split("*")] if text else []
+    except ValueError:
+        return None
+    out = 1
+    for p in parts:
+        out *= p
+    return out if parts and 0 < out < 2**40 else None
 # LLaMA-Factory templates of multimodal models (src/llamafactory/data/template.py: templates registered with an
 # `mm_plugin`), ms-swift's and axolotl's keys that only a multimodal run sets
 MLLM_TEMPLATES = frozenset({"qwen2_vl", "qwen3_vl", "qwen3_vl_nothink", "llava", "llava_next", "llava_next_video",
