@@ -464,10 +464,11 @@ def _whole(value) -> int | None:
         out *= p
     return out if parts and 0 < out < 2**40 else None
 # LLaMA-Factory templates of multimodal models (src/llamafactory/data/template.py: templates registered with an
-# `mm_plugin`), ms-swift's and axolotl's keys that only a multimodal run sets
+# `mm_plugin`) that only vision-language checkpoints use; `gemma3`, `llama4` and `mistral_small` also format those
+# families' text fine-tunes, so they say nothing about images
 MLLM_TEMPLATES = frozenset({"qwen2_vl", "qwen3_vl", "qwen3_vl_nothink", "llava", "llava_next", "llava_next_video",
-                            "mllama", "gemma3", "gemma3n", "paligemma", "pixtral", "minicpm_v", "intern_vl",
-                            "glm4v", "kimi_vl", "mistral_small", "video_llava", "qwen2_omni", "llama4"})
+                            "mllama", "paligemma", "pixtral", "minicpm_v", "intern_vl", "glm4v", "kimi_vl",
+                            "video_llava", "qwen2_omni"})
 IMAGE_KEYS = ("image_max_pixels", "image_min_pixels", "image_resolution", "processor_type", "image_size",
               "image_resize_algorithm", "max_pixels", "min_pixels")
 

@@ -414,3 +414,30 @@ def test_gemma3_vision_language_model_is_built_whole():
     step = hf.build_meta(step_config(plan(arch=arch, seq_len=32, images_per_sequence=1)))
     assert type(step.model).__name__ == "Gemma3ForConditionalGeneration"
     assert hf.param_count(step) == models.param_count(arch) + arch.vision_params + 2 * 2 * 16   # + q/k norms
+
+
+def _catalog_configs():
+    from vramlens.knowledge.data import load
+
+    return [e for e in load("models.yaml")["models"] if "config" in e]
+
+
+@pytest.mark.parametrize("entry", _catalog_configs(), ids=lambda e: e["id"])
+def test_catalog_vision_language_totals_equal_the_model_class(entry):
+    """Each catalog VLM (config.json held in models.yaml) has the parameters transformers' class built from that
+    config has: the language model's count (`param_count`, which leaves out per-head q/k norm weights) plus the
+    vision tower and projector."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from vramlens.estimate.shapes import QK_NORM_FAMILIES
+    from vramlens.knowledge import models
+
+    config = dict(entry["config"])
+    model_type = config.pop("model_type")
+    config.pop("architectures", None)
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(AutoConfig.for_model(model_type, **config))
+    built = sum(p.numel() for p in model.parameters())
+    arch = models.lookup_model(entry["id"])
+    qk = arch.layers * 2 * arch.d_head if arch.family in QK_NORM_FAMILIES else 0
+    assert models.param_count(arch) + arch.vision_params + qk == built
