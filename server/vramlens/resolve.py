@@ -477,7 +477,7 @@ def images_per_sequence(plan: TrainingPlan, arch, fw_key: str) -> tuple[int, str
     """Images per sequence in a VLM's batches (0 or 1), why, and the setting that says so (or None). One image where
     the config shows image data: LLaMA-Factory's image resolution keys or a multimodal template (`template:
     qwen2_vl`), axolotl's `processor_type` / `image_size`, ms-swift's `max_pixels`, TRL's VLM recipe
-    (`dataset_kwargs: {skip_prepare_dataset: true}`, the collator of its vision scripts); none where a Gemma-3
+    (`dataset_kwargs: {skip_prepare_dataset: true}`, AutoModelForImageTextToText in its vision scripts); none where a Gemma-3
     checkpoint is fine-tuned through the text path (AutoModelForCausalLM on a text dataset); one for the VLMs loaded
     only as image-text-to-text models."""
     for key in IMAGE_KEYS:
@@ -487,6 +487,10 @@ def images_per_sequence(plan: TrainingPlan, arch, fw_key: str) -> tuple[int, str
     said = plan.extra.get("template")
     if said is not None and str(said.value).strip().lower() in MLLM_TEMPLATES:
         return 1, f"the multimodal template `{said.value}`", said
+    said = plan.extra.get("model_class")
+    if said is not None and str(said.value) in ("AutoModelForImageTextToText", "AutoModelForVision2Seq",
+                                                "FastVisionModel"):
+        return 1, f"the model is loaded with `{said.value}` for image-text data", said
     said = plan.extra.get("dataset_kwargs")
     if said is not None and "skip_prepare_dataset" in str(said.value) and "True" in str(said.value).title():
         return 1, "`skip_prepare_dataset`: the vision collator builds the batches", said

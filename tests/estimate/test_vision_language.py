@@ -110,3 +110,21 @@ def test_image_settings_of_each_framework_say_images(tmp_path):
     assert res.sources["images_per_sequence"].key == "processor_type"
     trl = TRL_GEMMA3_TEXT + "dataset_kwargs:\n  skip_prepare_dataset: true\n"
     assert resolved(tmp_path, trl, "vlm.yaml").resolved.images_per_sequence == 1
+
+
+def test_a_trl_vision_script_loading_an_image_text_model_runs_images(tmp_path):
+    script = """from transformers import AutoModelForImageTextToText, AutoProcessor
+from trl import SFTConfig, SFTTrainer
+
+model = AutoModelForImageTextToText.from_pretrained("google/gemma-3-4b-it")
+processor = AutoProcessor.from_pretrained("google/gemma-3-4b-it")
+args = SFTConfig(output_dir="out", per_device_train_batch_size=1, bf16=True, max_length=2048)
+trainer = SFTTrainer(model=model, args=args, processing_class=processor, train_dataset=None)
+trainer.train()
+"""
+    res = resolved(tmp_path, script, "sft_vlm.py")
+    assert res.resolved.arch.vision_params
+    assert res.resolved.images_per_sequence == 1
+    assert res.sources["images_per_sequence"].value == "AutoModelForImageTextToText"
+    text = script.replace("AutoModelForImageTextToText", "AutoModelForCausalLM")
+    assert resolved(tmp_path, text, "sft.py").resolved.images_per_sequence == 0
