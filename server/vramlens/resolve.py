@@ -412,7 +412,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         if told is not None and peft == "none" and str(told.value).strip().lower() in ("false", "0", "no"):
             frozen = False
             sources["vision_frozen"] = told
-        images, why, said = images_per_sequence(plan, arch, fw_key)
+        images, why, said = images_per_sequence(plan, arch)
         if said is not None:
             sources["images_per_sequence"] = said
         budget = plan.extra.get("image_max_pixels") or plan.extra.get("max_pixels")
@@ -463,6 +463,8 @@ def _whole(value) -> int | None:
     for p in parts:
         out *= p
     return out if parts and 0 < out < 2**40 else None
+
+
 # LLaMA-Factory templates of multimodal models (src/llamafactory/data/template.py: templates registered with an
 # `mm_plugin`) that only vision-language checkpoints use; `gemma3`, `llama4` and `mistral_small` also format those
 # families' text fine-tunes, so they say nothing about images
@@ -471,15 +473,17 @@ MLLM_TEMPLATES = frozenset({"qwen2_vl", "qwen3_vl", "qwen3_vl_nothink", "llava",
                             "video_llava", "qwen2_omni"})
 IMAGE_KEYS = ("image_max_pixels", "image_min_pixels", "image_resolution", "processor_type", "image_size",
               "image_resize_algorithm", "max_pixels", "min_pixels")
+IMAGE_TEXT_LOADERS = ("AutoModelForImageTextToText", "AutoModelForVision2Seq", "FastVisionModel")
+_SKIP_PREPARE = re.compile(r"skip_prepare_dataset['\"]?\s*[:=]\s*(?:True|true|1)\b")
 
 
-def images_per_sequence(plan: TrainingPlan, arch, fw_key: str) -> tuple[int, str, Any]:
+def images_per_sequence(plan: TrainingPlan, arch: ModelArch) -> tuple[int, str, Any]:
     """Images per sequence in a VLM's batches (0 or 1), why, and the setting that says so (or None). One image where
     the config shows image data: LLaMA-Factory's image resolution keys or a multimodal template (`template:
     qwen2_vl`), axolotl's `processor_type` / `image_size`, ms-swift's `max_pixels`, TRL's VLM recipe
-    (`dataset_kwargs: {skip_prepare_dataset: true}`, AutoModelForImageTextToText in its vision scripts); none where a Gemma-3
-    checkpoint is fine-tuned through the text path (AutoModelForCausalLM on a text dataset); one for the VLMs loaded
-    only as image-text-to-text models."""
+    (`dataset_kwargs: {skip_prepare_dataset: true}`, AutoModelForImageTextToText in its vision scripts); none where a
+    Gemma-3 checkpoint is fine-tuned through the text path (AutoModelForCausalLM on a text dataset); one for the VLMs
+    loaded only as image-text-to-text models."""
     for key in IMAGE_KEYS:
         said = plan.extra.get(key)
         if said is not None and said.value not in (None, "", False):
@@ -488,11 +492,10 @@ def images_per_sequence(plan: TrainingPlan, arch, fw_key: str) -> tuple[int, str
     if said is not None and str(said.value).strip().lower() in MLLM_TEMPLATES:
         return 1, f"the multimodal template `{said.value}`", said
     said = plan.extra.get("model_class")
-    if said is not None and str(said.value) in ("AutoModelForImageTextToText", "AutoModelForVision2Seq",
-                                                "FastVisionModel"):
+    if said is not None and str(said.value) in IMAGE_TEXT_LOADERS:
         return 1, f"the model is loaded with `{said.value}` for image-text data", said
     said = plan.extra.get("dataset_kwargs")
-    if said is not None and "skip_prepare_dataset" in str(said.value) and "True" in str(said.value).title():
+    if said is not None and _SKIP_PREPARE.search(str(said.value)):
         return 1, "`skip_prepare_dataset`: the vision collator builds the batches", said
     if arch.family in TEXT_PATH_VLM_FAMILIES:
         return 0, ("a Gemma-3 multimodal checkpoint fine-tuned as a causal LM with nothing in the config pointing "

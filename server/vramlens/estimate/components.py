@@ -1334,7 +1334,8 @@ def image_block_mask(rp: ResolvedPlan) -> bool:
 def vision_activations(rp: ResolvedPlan, seqs: int) -> int:
     """What the vision tower keeps for backward over the micro batch's images (`images_per_sequence` per sequence;
     nothing on text-only batches), traced on transformers 5.24 Gemma-3's SigLIP tower (models/siglip/
-    modeling_siglip.py `SiglipEncoderLayer`: LayerNorm → q, k, v → SDPA → out_proj, LayerNorm → fc1 → GELU → fc2),
+    modeling_siglip.py `SiglipEncoderLayer`: LayerNorm → q, k, v → SDPA → out_proj, LayerNorm → fc1 → GELU →
+    fc2),
     per block and patch, in the compute dtype unless said:
     - always, once anything in the tower trains: both LayerNorms' inputs, q, k, v and the SDPA output (whose
       storage out_proj reads: flash attention writes it (b, s, h, d)), its fp32 logsumexp (4 B per head), fc1's
