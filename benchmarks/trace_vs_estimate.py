@@ -171,8 +171,22 @@ GRID_MODES["encoders"] = {
 GRID_SHAPES["encoders"] = (512, 8)
 
 # the language tower of a vision-language model: Gemma-3-4B-it's text decoder (its config.json `text_config`) built as
-# transformers' Gemma3ForCausalLM and trained on text-only batches; its SigLIP vision tower is not built
+# transformers' Gemma3ForCausalLM and trained on text-only batches; its SigLIP vision tower is not built (the plan's
+# architecture is the catalog's with the vision fields cleared: `language_tower`)
 GRIDS["vlm_tower"] = ["google/gemma-3-4b-pt"]
+GRID_MODES["vlm_tower"] = {name: dict(settings, language_tower=True) for name, settings in REAL_MODES.items()}
+# the whole vision-language model: Gemma-3-4B as AutoModelForCausalLM builds it (Gemma3ForConditionalGeneration,
+# SigLIP tower + projector), on text-only batches ("txt": a text fine-tune) and on batches with one 896 × 896 image
+# per sequence ("img": 256 image tokens among the 2048, pixel_values and token_type_ids as Gemma3Processor gives
+# them). Full fine-tunes train the tower (TRL / transformers' Trainer); LoRA on the blocks' q, k, v, o, gate, up,
+# down (peft also matches the tower's q_proj/k_proj/v_proj) and, "LoRA*", on every linear (peft's all-linear: the
+# tower's too)
+GRIDS["vlm"] = ["google/gemma-3-4b-pt"]
+GRID_MODES["vlm"] = {
+    f"{mode} {batch}": dict(settings, images_per_sequence=int(batch == "img"), vision_frozen=mode != "full")
+    for mode, settings in (("full", {}), ("LoRA", LORA), ("LoRA*", dict(LORA, lora_targets=("all-linear",))),
+                           ("QLoRA", QLORA))
+    for batch in ("txt", "img")}
 GRIDS["variants"] = [M1B, "Qwen/Qwen2.5-0.5B", "google/gemma-3-1b-pt", "Qwen/Qwen3-0.6B"]
 # peft's IA3 and VeRA on the family's default targets (`make_plan`), pure fp32 (fp32 weights, no autocast), and TRL's
 # chunked `nll` loss (SFTTrainer's fused LM head) under LoRA and full fine-tuning
@@ -356,6 +370,8 @@ def make_plan(model: str, seq: int, batch: int, settings: dict,
         raise SystemExit(f"{model} is not in the catalog")
     settings = dict(settings)
     settings.pop("measured", None)
+    if settings.pop("language_tower", False):
+        arch = language_tower(arch)
     arch = frameworks.arch_as_run(settings.get("framework", ""), arch)
     if settings.get("peft") in ("ia3", "vera") and "lora_targets" not in settings:
         # peft's default targets for the family, as the resolver takes them
@@ -369,13 +385,22 @@ def make_plan(model: str, seq: int, batch: int, settings: dict,
     hf = settings.get("framework", "transformers") in frameworks.HF_MODEL_FRAMEWORKS
     if traced_with is None:
         traced_with = {k: found.version for k, found in environment.versions(Settings()).items()}
+    # Gemma-3's batches with images carry token_type_ids: explicit masks reach every layer (components.image_block_mask)
+    image_mask = bool(settings.get("images_per_sequence")) and arch.family == "gemma3_text" and bool(arch.vision_params)
     run = versions.as_run(arch.family, "sdpa", traced_with.get("transformers"), hf_model=hf,
-                          masked=settings.get("attn_mask", True), loss_impl=settings.get("loss_impl", "standard"))
+                          masked=settings.get("attn_mask", True) or image_mask,
+                          loss_impl=settings.get("loss_impl", "standard"))
     return ResolvedPlan(arch=arch, optimizer=opt, optimizer_impl=impl, gpu=gpu, seq_len=seq, micro_batch=batch,
                         weight_dtype=settings.pop("weight_dtype", "bf16"),
                         compute_dtype=settings.pop("compute_dtype", "bf16"),
                         attn_impl=run.attention, repeat_kv=run.repeat_kv, loss_shifted_copy=run.loss_shifted_copy,
                         versions=tuple((k, x, "the trace's interpreter") for k, x in traced_with.items()), **settings)
+
+
+def language_tower(arch):
+    """A vision-language model's language model alone (what `AutoModelForCausalLM` builds from its `text_config`)."""
+    return arch.model_copy(update={k: type(v)() for k, v in arch.model_dump().items()
+                                   if k.startswith(("vision_", "image_"))})
 
 
 def breakdown(parts: dict) -> str:

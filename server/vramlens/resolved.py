@@ -113,6 +113,7 @@ class ResolvedPlan(BaseModel):
     reference: Literal["none", "copy", "adapters-off"] = "none"   # a frozen second copy, or the PEFT base model
     vision_frozen: bool = True                 # a VLM's vision tower gets no gradients (adapters only, or the
                                                # framework freezes it by default)
+    images_per_sequence: int = 0               # images through a VLM's vision tower per sequence (0: text-only batches)
     scalar_head: bool = False                  # reward/value model: a 1-wide score head instead of vocabulary logits
     logits_tokens: int | None = None           # tokens per sequence whose logits are computed (None: all);
                                                # online RL keeps only the completion's (TRL `logits_to_keep`)

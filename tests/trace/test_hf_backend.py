@@ -371,3 +371,73 @@ def test_t5_position_bias_sdpa_keeps_what_cuda_keeps():
     assert out.grad_fn.name().startswith("EfficientAttentionWithBiasBackward")
     out.sum().backward()
     assert bias.grad.shape == bias.shape and q.grad.shape == q.shape
+
+
+# Gemma-3 as AutoModelForCausalLM builds it (Gemma3ForConditionalGeneration: SigLIP tower + projector), at tiny shapes
+TINY_GEMMA3_VLM = {"model_type": "gemma3", "mm_tokens_per_image": 4,
+                   "text_config": {"model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 128,
+                                   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                   "head_dim": 16, "vocab_size": 512},
+                   "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64,
+                                     "num_hidden_layers": 2, "num_attention_heads": 2, "patch_size": 4,
+                                     "image_size": 32, "vision_use_head": False}}
+
+
+@pytest.mark.parametrize(("images", "changes"), [
+    (1, {}),
+    (1, dict(LORA, lora_targets=("all-linear",))),
+    (0, dict(grad_checkpointing=True)),
+], ids=["full-image", "lora-all-linear-image", "full-ckpt-text"])
+def test_gemma3_vision_language_model_fake_equals_real(images, changes):
+    """The whole VLM with image batches (pixel_values, image soft tokens in input_ids, token_type_ids as
+    Gemma3Processor gives them) and text-only ones: the image-count check switched off for fake tensors
+    (`image_checks_off`) changes nothing the real step allocates."""
+    from vramlens.knowledge import models
+
+    if changes.get("peft"):
+        pytest.importorskip("peft", reason="peft not installed (the trace extra)")
+    arch = models.arch_from_hf_config(TINY_GEMMA3_VLM, "tiny-gemma3")
+    assert arch.vision_params and arch.image_tokens == 4
+    fake, real = fake_and_real(arch=arch, seq_len=32, attn_mask=False, images_per_sequence=images,
+                               vision_frozen=bool(changes.get("peft")), **changes)
+    assert fake == real
+    if images:
+        text, _ = fake_and_real(arch=arch, seq_len=32, attn_mask=False, images_per_sequence=0,
+                                vision_frozen=bool(changes.get("peft")), **changes)
+        assert fake > text
+
+
+def test_gemma3_vision_language_model_is_built_whole():
+    from vramlens.knowledge import models
+
+    arch = models.arch_from_hf_config(TINY_GEMMA3_VLM, "tiny-gemma3")
+    step = hf.build_meta(step_config(plan(arch=arch, seq_len=32, images_per_sequence=1)))
+    assert type(step.model).__name__ == "Gemma3ForConditionalGeneration"
+    assert hf.param_count(step) == models.param_count(arch) + arch.vision_params + 2 * 2 * 16   # + q/k norms
+
+
+def _catalog_configs():
+    from vramlens.knowledge.data import load
+
+    return [e for e in load("models.yaml")["models"] if "config" in e]
+
+
+@pytest.mark.parametrize("entry", _catalog_configs(), ids=lambda e: e["id"])
+def test_catalog_vision_language_totals_equal_the_model_class(entry):
+    """Each catalog VLM (config.json held in models.yaml) has the parameters transformers' class built from that
+    config has: the language model's count (`param_count`, which leaves out per-head q/k norm weights) plus the
+    vision tower and projector."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from vramlens.estimate.shapes import QK_NORM_FAMILIES
+    from vramlens.knowledge import models
+
+    config = dict(entry["config"])
+    model_type = config.pop("model_type")
+    config.pop("architectures", None)
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(AutoConfig.for_model(model_type, **config))
+    built = sum(p.numel() for p in model.parameters())
+    arch = models.lookup_model(entry["id"])
+    qk = arch.layers * 2 * arch.d_head if arch.family in QK_NORM_FAMILIES else 0
+    assert models.param_count(arch) + arch.vision_params + qk == built

@@ -13,7 +13,7 @@ from functools import lru_cache
 from vramlens.knowledge.schema import ModelArch
 
 # Families whose attention has per-head RMSNorms on q and k (Qwen3, Gemma-3, OLMo-2).
-QK_NORM_FAMILIES = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "olmo2", "olmo3"}
+QK_NORM_FAMILIES = {"qwen3", "qwen3_moe", "qwen3_vl_text", "gemma3", "gemma3_text", "olmo2", "olmo3"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -238,7 +238,8 @@ REMEMBER = {"tf32", "pad_to_sequence_len", "eval_sample_packing", "rl", "tiled_m
             "dp_replicate_size", "model_quantization_config", "experimental_skip_move_to_device", "lora_mlp_kernel",
             "lora_qkv_kernel", "lora_o_kernel", "liger_rms_norm", "liger_glu_activation", "liger_rope",
             "liger_layer_norm", "low_cpu_mem_usage", "gpu_memory_limit", "max_memory", "device_map",
-            "num_epochs", "is_llama_derived_model", "node_count", "use_kernels", "sample_packing_eff_est"}
+            "num_epochs", "is_llama_derived_model", "node_count", "use_kernels", "sample_packing_eff_est",
+            "processor_type", "image_size", "image_resize_algorithm"}
 
 
 def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:

@@ -35,7 +35,7 @@ TRL_KEYS = frozenset({
     "activation_offloading", "loss_type", "completion_only_loss", "assistant_only_loss", "use_dora",
     "use_rslora", "packing_strategy", "dataset_num_proc", "max_completion_length", "use_vllm", "env",
     "precompute_ref_log_probs", "vllm_mode", "vllm_gpu_memory_utilization", "teacher_model_name_or_path",
-    "reward_funcs", "ref_model_init_kwargs", "rpo_alpha", "dpo_beta", "dpo_loss_type",
+    "reward_funcs", "ref_model_init_kwargs", "rpo_alpha", "dpo_beta", "dpo_loss_type", "dataset_kwargs",
 })
 MODEL_KEYS = ("model_name_or_path", "model_name", "model_id", "base_model", "pretrained_model_name_or_path")
 

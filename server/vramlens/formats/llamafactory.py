@@ -211,7 +211,8 @@ HANDLERS = {
 REMEMBER = {"stage", "template", "use_unsloth", "use_unsloth_gc", "shift_attn", "use_rslora", "pissa_init",
             "galore_layerwise", "apollo_layerwise", "badam_mode", "ref_model", "upcast_layernorm",
             "upcast_lmhead_output",
-            "expert_model_parallel_size", "sequence_parallel", "freeze_vision_tower"}
+            "expert_model_parallel_size", "sequence_parallel", "freeze_vision_tower", "image_max_pixels",
+            "image_min_pixels", "image_resolution"}
 
 
 def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:

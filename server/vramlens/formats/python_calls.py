@@ -844,6 +844,11 @@ def _from_pretrained(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, 
     if any(x in owner for x in _NOT_MODELS) or not re.search(r"Model|For[A-Z]|LM", owner):
         return
     r.seen.add("model")
+    if owner in IMAGE_TEXT_LOADERS:
+        # the loader of TRL's vision-language scripts (trl examples/scripts/sft_vlm.py: AutoModelForImageTextToText
+        # with an AutoProcessor): kept for the resolver's images-per-sequence (`resolve.images_per_sequence`)
+        r.b.remember(Setting(key="model_class", path=("model_class",), value=owner,
+                             span=r.cols.span(call.func), value_span=r.cols.span(call.func)))
     head = hf.task_head_of_class(owner)
     if head is not None:
         r.b.set("task_head", head, r.node_setting(owner, call.func, owner), note=f"`{owner}`: no vocabulary logits")
@@ -880,6 +885,9 @@ def _bnb(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope) -> None:
 
 
 UNSLOTH_LOADERS = ("FastLanguageModel", "FastModel", "FastVisionModel", "FastTextModel")
+# Loaders that build a vision-language model for image-text data (transformers 5.24 models/auto/modeling_auto.py
+# AutoModelForImageTextToText, its older name AutoModelForVision2Seq; unsloth's FastVisionModel)
+IMAGE_TEXT_LOADERS = frozenset({"AutoModelForImageTextToText", "AutoModelForVision2Seq", "FastVisionModel"})
 
 
 def _is_unsloth(full: str) -> bool:

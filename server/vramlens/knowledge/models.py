@@ -72,6 +72,13 @@ _NORMS_PER_LAYER = {"phi": 1, "falcon": 1, "gemma2": 4, "gemma3_text": 4}
 
 
 def _arch(entry: Mapping[str, Any]) -> ModelArch:
+    """A catalog entry: its shapes written out, or (`config`) the model's config.json read as a local one is."""
+    if "config" in entry:
+        arch = arch_from_hf_config(entry["config"], entry["id"], source=entry.get("source", ""))
+        if arch is None:
+            raise ValueError(f"models.yaml: the config of {entry['id']} does not map to an architecture")
+        extra = {k: v for k, v in entry.items() if k not in ("config", "id")}
+        return arch.model_copy(update={**extra, "aliases": tuple(entry.get("aliases", ()))})
     return ModelArch(**{**entry, "aliases": tuple(entry.get("aliases", ()))})
 
 
@@ -405,7 +412,7 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
             stored_dtype=_dtype(config),
             source=source,
             approximate=approximate,
-            **(_vision_tower(vision, hidden) if isinstance(vision, dict) else {}),
+            **(_vision_tower(vision, hidden, outer_type, config) if isinstance(vision, dict) else {}),
         )
     except ValidationError:      # a field of the wrong type (text where a number goes)
         return None
@@ -446,11 +453,20 @@ def _generic_notes(config: Mapping[str, Any], model_type: str) -> str:
     return "; ".join(notes)
 
 
-def _vision_tower(vision: Mapping[str, Any], lm_hidden: int) -> dict:
-    """Vision encoder + projector sizes from a VLM's `vision_config` (ViT blocks: q, k, v, o + a 2-matrix MLP,
-    with biases; patch embedding; projector to the LM width). Sources: transformers 4.57 modeling_qwen2_vl.py
-    (`PatchEmbed`, `PatchMerger`), modeling_qwen2_5_vl.py, modeling_mllama.py (`num_global_layers`, tiles),
-    modeling_llava.py (`LlavaMultiModalProjector`: two linears), modeling_internvl.py (pixel shuffle, 0.5)."""
+def _vision_tower(vision: Mapping[str, Any], lm_hidden: int, outer_type: str = "",
+                  config: Mapping[str, Any] | None = None) -> dict:
+    """Vision encoder + projector sizes from a VLM's `vision_config`, as transformers 5.24 builds them (ViT blocks:
+    q, k, v, o + an MLP, with biases; patch embedding; projector to the LM width):
+    - SigLIP / CLIP (models/siglip/modeling_siglip.py, models/clip/modeling_clip.py): Conv2d patch embedding (SigLIP
+      with a bias), learned position embeddings (CLIP: one more for its class token, and `pre_layrnorm`), LayerNorm
+      blocks, a final `post_layernorm`; Gemma-3's projector (models/gemma3/modeling_gemma3.py
+      `Gemma3MultiModalProjector`) is an RMSNorm and one vision × text matrix after a 4 × 4 average pool,
+      LLaVA's (models/llava/modeling_llava.py `LlavaMultiModalProjector`) two biased linears;
+    - Qwen2-VL (models/qwen2_vl: LayerNorm blocks, ungated MLP, `PatchMerger` LayerNorm + two biased linears over
+      2 × 2 merged patches), Qwen2.5-VL (models/qwen2_5_vl: RMSNorm blocks, gated SiLU MLP with biases, an RMSNorm
+      merger), Qwen3-VL (models/qwen3_vl: a biased Conv3d, learned positions `num_position_embeddings`, one merger
+      and one more per `deepstack_visual_indexes` entry, those normalising after the 2 × 2 shuffle);
+    - Mllama (`num_global_layers`, tiles), InternVL (pixel shuffle 0.5) from the generic ViT block."""
     d = _first(vision, "embed_dim", "hidden_size", "width", "vision_hidden_size")
     if vision.get("embed_dim") and vision.get("hidden_size") and vision.get("depth"):
         d = vision["embed_dim"]            # Qwen2-VL: hidden_size is the merger's output (the LM width)
@@ -462,28 +478,56 @@ def _vision_tower(vision: Mapping[str, Any], lm_hidden: int) -> dict:
     ratio = vision.get("mlp_ratio")
     if not _dim(inter) or not inter:
         inter = int(d * ratio) if isinstance(ratio, (int, float)) and 0 < ratio < 64 else 4 * d
+    vtype = str(vision.get("model_type", "")).lower()
     gated = str(vision.get("hidden_act", "")).lower() == "silu"    # Qwen2.5-VL's SwiGLU vision MLP
     patch = _first(vision, "patch_size") or 14
-    channels = vision.get("in_channels") or vision.get("num_channels") or 3
+    channels = vision.get("in_channels") or vision.get("in_chans") or vision.get("num_channels") or 3
     temporal = vision.get("temporal_patch_size") or 1
     merge = vision.get("spatial_merge_size") or (2 if vision.get("downsample_ratio") or vision.get("pixel_shuffle_ratio")
                                                  else 1)
-    if not all(_dim(v) and v for v in (patch, channels, temporal, merge)):
+    heads = _first(vision, "num_heads", "num_attention_heads") or 0
+    if not all(_dim(v) and v for v in (patch, channels, temporal, merge)) or not _dim(heads):
         return {}
-    block = 4 * d * d + 4 * d + (3 if gated else 2) * d * inter + inter + d + 4 * d   # + 2 LayerNorms
-    embed = channels * temporal * patch * patch * d
-    merged = d * merge * merge
-    out = _first(vision, "out_hidden_size") or lm_hidden
-    projector = merged * merged + merged * out if merge > 1 else d * out + out * out
     image = _first(vision, "image_size")
     if isinstance(image, list):
         image = image[0] if image and _dim(image[0]) else None
     if _dim(image) and image:
-        patches = (image // patch) ** 2 * (vision.get("max_num_tiles") or 1)
+        grid = (image // patch) ** 2
+        patches = grid * (vision.get("max_num_tiles") or 1)
     else:   # dynamic resolution (Qwen-VL): LLaMA-Factory's default image_max_pixels = 768 × 768
+        grid = 0
         patches = (768 * 768) // (patch * patch)
-    return {"vision_params": layers * block + embed + projector, "vision_hidden": d, "vision_layers": layers,
-            "vision_intermediate": inter, "image_patches": patches}
+    rms = outer_type == "qwen2_5_vl" or vtype == "qwen2_5_vl"       # Qwen2.5-VL: RMSNorm, no biases in the norms
+    norm = d if rms else 2 * d
+    mlp = (3 * d * inter + 2 * inter + d) if gated else (2 * d * inter + inter + d)
+    block = 4 * d * d + 4 * d + mlp + 2 * norm
+    embed = channels * temporal * patch * patch * d
+    merged = d * merge * merge
+    out = _first(vision, "out_hidden_size") or lm_hidden
+    extra = 0
+    if outer_type == "gemma3" or vtype.startswith("siglip"):
+        embed += d + grid * d                                       # conv bias, learned positions
+        extra += 2 * d                                              # post_layernorm
+        projector = d * out + d if outer_type == "gemma3" else d * out + out * out
+    elif vtype.startswith("clip"):
+        embed += d + (grid + 1) * d                                 # class token, positions (+1 for it)
+        extra += 4 * d                                              # pre_layrnorm, post_layernorm
+        projector = d * out + out + out * out + out                 # LLaVA: linear_1, linear_2 with biases
+    elif outer_type.startswith(("qwen2_vl", "qwen2_5_vl", "qwen3_vl")) and merge > 1:
+        projector = norm + merged * merged + merged + merged * out + out
+        if outer_type.startswith("qwen3_vl"):
+            embed += d + (_first(vision, "num_position_embeddings") or 0) * d
+            deepstack = vision.get("deepstack_visual_indexes") or []
+            n = len(deepstack) if isinstance(deepstack, list) else 0
+            projector += n * (2 * merged + merged * merged + merged + merged * out + out)
+    else:
+        projector = merged * merged + merged * out if merge > 1 else d * out + out * out
+    tokens = config.get("mm_tokens_per_image") if config else None
+    if not (_dim(tokens) and tokens):
+        tokens = patches // (merge * merge)
+    return {"vision_params": layers * block + embed + extra + projector, "vision_hidden": d, "vision_layers": layers,
+            "vision_intermediate": inter, "image_patches": patches, "vision_heads": heads, "vision_patch": patch,
+            "image_tokens": tokens, "vision_gated": gated}
 
 
 # ----------------------------------------------------------------------------------------------- parameters

@@ -46,6 +46,10 @@ class ModelArch(BaseModel):
     vision_layers: int = 0
     vision_intermediate: int = 0
     image_patches: int = 0                    # patches of one image through the vision encoder
+    vision_heads: int = 0
+    vision_patch: int = 0                     # patch side, pixels
+    vision_gated: bool = False                # gated (SwiGLU) vision MLP: Qwen2.5-VL
+    image_tokens: int = 0                     # positions one image takes in the language model's sequence
 
     @property
     def n_kv_heads(self) -> int:

@@ -92,6 +92,7 @@ class StepConfig:
     fabric_fp32_outputs: bool = False   # Lightning Fabric casts the model's outputs to fp32 (litgpt's loop)
     quant_from_fp16: bool = False    # 4-bit weights quantized from an fp16 copy (Lightning Fabric): dequantized to
                                      # fp16, then cast to the compute dtype
+    images: int = 0                  # images per sequence through a VLM's vision tower (real backend: Gemma-3)
 
     @property
     def full_finetune(self) -> bool:
@@ -246,4 +247,5 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         fabric_fp32_outputs=loss == "litgpt" and rp.logits_fp32,
         attn_impl=rp.attn_impl, padded=bool(rp.attn_mask and not rp.packing and arch.block != "encoder"),
         embeddings_16bit=upcast and rp.kbit_embeddings_16bit,
+        images=rp.images_per_sequence if arch.vision_params else 0,
     )

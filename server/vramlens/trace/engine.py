@@ -184,7 +184,10 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
         "assumptions": list(cfg.assumptions) + ([
             f"paged optimizer states ({tr.outside_bytes / 2**30:.2f} GiB) are CUDA unified memory outside the "
             "caching allocator: not in the allocated peak"] if tr.outside_bytes else []),
-        "not_traced": list(cfg.not_traced),
+        "not_traced": list(cfg.not_traced) + (
+            ["a vision-language model's vision tower and projector (the synthetic model is its language model; the "
+             "real-library backend builds Gemma-3's whole)"] if backend != "transformers" and cfg.arch.vision_params
+            else []),
     }
 
 

@@ -35,9 +35,11 @@ Shims (each checked fake == real on CPU tensors in tests/trace/test_hf_shims.py)
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata as md
 import math
+import os
 import sys
 from typing import Callable
 
@@ -202,7 +204,44 @@ def hf_config(cfg: StepConfig):
             kw["intermediate_size"] = a.moe_intermediate
         elif a.moe_intermediate:
             kw["moe_intermediate_size"] = a.moe_intermediate
+    if is_vlm(cfg):
+        return vlm_config(cfg, kw)
     return AutoConfig.for_model(a.family, **kw)
+
+
+# Vision-language models the real backend builds whole: Gemma-3 4B/12B/27B, whose config AutoModelForCausalLM maps to
+# Gemma3ForConditionalGeneration (transformers 5.24 models/auto/modeling_auto.py), SigLIP tower + projector included
+VLM_FAMILIES = {"gemma3_text": "gemma3"}
+
+
+def is_vlm(cfg: StepConfig) -> bool:
+    return bool(cfg.arch.vision_params) and cfg.arch.family in VLM_FAMILIES
+
+
+def image_side(cfg: StepConfig) -> int:
+    """The image's side in pixels (square images of `image_patches` patches)."""
+    return math.isqrt(cfg.arch.image_patches) * cfg.arch.vision_patch
+
+
+def image_token_id(cfg: StepConfig) -> int:
+    """Gemma-3's image soft token (config.json `image_token_index` 262144, inside the 262 208-row vocabulary);
+    the vocabulary's last id for smaller vocabularies."""
+    return 262144 if cfg.arch.vocab > 262144 else cfg.arch.vocab - 1
+
+
+def vlm_config(cfg: StepConfig, text: dict):
+    """Gemma3Config (transformers 5.24 models/gemma3/configuration_gemma3.py) of the plan's architecture: the language
+    model's keys as `text_config`, the SigLIP tower (models/siglip/configuration_siglip.py, no pooling head) as
+    `vision_config`, `mm_tokens_per_image` tokens per image after the projector's average pool."""
+    from transformers import AutoConfig
+
+    a = cfg.arch
+    vision = dict(model_type="siglip_vision_model", hidden_size=a.vision_hidden, intermediate_size=a.vision_intermediate,
+                  num_hidden_layers=a.vision_layers, num_attention_heads=a.vision_heads, patch_size=a.vision_patch,
+                  image_size=image_side(cfg), vision_use_head=False)
+    return AutoConfig.for_model(VLM_FAMILIES[a.family], text_config=dict(model_type=a.family, **text),
+                                vision_config=vision, mm_tokens_per_image=a.image_tokens,
+                                image_token_index=image_token_id(cfg), tie_word_embeddings=a.tied_embeddings)
 
 
 def is_encoder(cfg: StepConfig) -> bool:
@@ -786,7 +825,7 @@ class HFStep(nn.Module):
             if x.requires_grad:
                 x.register_hook(lambda g: mark("bwd"))
 
-    def forward(self, ids, labels, mark=None, attention_mask=None):
+    def forward(self, ids, labels, mark=None, attention_mask=None, **images):
         self._mark = mark
         try:
             if self.trl_fused:                            # trl SFTTrainer.compute_loss, loss_type "nll"
@@ -796,7 +835,8 @@ class HFStep(nn.Module):
                 loss = (-out.log_probs).sum() / torch.as_tensor(num_tokens).clamp(min=1)
                 return {"loss": loss, "logits": None}
             cache = {} if is_encoder(self.cfg) else {"use_cache": False}
-            out = self.model(input_ids=ids, labels=labels, attention_mask=attention_mask, **cache)
+            with image_checks_off(images):
+                out = self.model(input_ids=ids, labels=labels, attention_mask=attention_mask, **cache, **images)
         finally:
             self._mark = None
         return {"loss": out.loss, "logits": out.logits}
@@ -993,7 +1033,46 @@ def make_batch(cfg: StepConfig, device, real: bool) -> dict[str, torch.Tensor]:
         if real:
             mask[0, -1] = 0
         batch["attention_mask"] = mask
+    if cfg.images and is_vlm(cfg):
+        batch.update(image_batch(cfg, ids, device))
     return batch
+
+
+def image_batch(cfg: StepConfig, ids: torch.Tensor, device) -> dict[str, torch.Tensor]:
+    """One image per sequence as Gemma3Processor (transformers 5.24 models/gemma3/processing_gemma3.py) hands it to the
+    model: `pixel_values` of the image processor's size (896 × 896, float32: Gemma3ImageProcessor's output dtype),
+    `mm_tokens_per_image` image soft tokens in `input_ids` after <start_of_image>, `token_type_ids` 1 on them (the
+    bidirectional block over the image the model builds its masks from). Labels are the ids with the image tokens
+    set to -100, as TRL's DataCollatorForVisionLanguageModeling does; text ids stay below the image token."""
+    n, tokens, side = cfg.micro_batch * cfg.images, cfg.arch.image_tokens, image_side(cfg)
+    image = image_token_id(cfg)
+    ids.remainder_(image)                                    # text ids never collide with the image token
+    ids[:, 2:2 + tokens] = image                             # <bos> <start_of_image> then the soft tokens
+    types = torch.zeros_like(ids)
+    types[:, 2:2 + tokens] = 1
+    labels = ids.masked_fill(types.bool(), -100)
+    pixels = torch.rand((n, 3, side, side), dtype=torch.float32, device=device)
+    return {"labels": labels, "pixel_values": pixels, "token_type_ids": types}
+
+
+@contextlib.contextmanager
+def image_checks_off(images: dict):
+    """Gemma3Model.get_placeholder_mask checks the image token count against the image features with
+    `torch_compilable_check` (transformers 5.24 utils/import_utils.py), which reads a tensor's value: a fake tensor
+    has none. The batch places exactly `mm_tokens_per_image` tokens per image (`image_batch`); the check is switched
+    off with transformers' own TRANSFORMERS_DISABLE_TORCH_CHECK while the model runs (it allocates a scalar)."""
+    if not images:
+        yield
+        return
+    before = os.environ.get("TRANSFORMERS_DISABLE_TORCH_CHECK")
+    os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TRANSFORMERS_DISABLE_TORCH_CHECK", None)
+        else:
+            os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = before
 
 
 def description(cfg: StepConfig) -> list[str]:

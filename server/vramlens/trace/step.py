@@ -86,7 +86,7 @@ def forward_backward(model, batch, cfg: StepConfig, mark: Mark, device_type: str
     for _ in range(cfg.grad_accum):
         mark("fwd")
         with cuda_autocast_policy(cfg, device_type), autocast(cfg, device_type):
-            extra = {"attention_mask": batch["attention_mask"]} if "attention_mask" in batch else {}
+            extra = {k: batch[k] for k in ("attention_mask", "pixel_values", "token_type_ids") if k in batch}
             out = model(batch["ids"], batch["labels"], mark=mark, **extra)
         loss = out["loss"]
         if cfg.grad_accum > 1:
