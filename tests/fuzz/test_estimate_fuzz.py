@@ -86,6 +86,7 @@ def plans(draw) -> ResolvedPlan:
         offload_optimizer=draw(st.booleans()), offload_params=draw(st.booleans()),
         tensor_parallel=draw(st.one_of(st.integers(1, 8), counts)),
         context_parallel=draw(st.one_of(st.integers(1, 8), counts)), fsdp_full_state_dict=draw(st.booleans()),
+        fsdp_keeps_block_grads=draw(st.booleans()), images_per_sequence=draw(st.sampled_from([0, 1, 2, 64])),
         gpu_count=draw(st.integers(1, 1024)), expandable_segments=draw(st.booleans()),
         headroom=draw(st.floats(0, 0.9)))
     return ResolvedPlan(**fields)
