@@ -555,6 +555,7 @@ def _hf_handlers(trl: bool) -> dict[str, Handler]:
                                        ("fsdp_config", "fsdp_activation_checkpointing"), "gradient_checkpointing"),
                                       after=("gradient_accumulation_steps",)),
         "optimizer": _simple(("optim",), after=("learning_rate", "lr_scheduler_type")),
+        "ckpt_reentrant": _simple((("gradient_checkpointing_kwargs", "use_reentrant"),), after=("gradient_checkpointing",)),
         # transformers strips `fsdp_` from fsdp_config keys: both spellings mean the same (formats.hf.fsdp_config_entry)
         "fsdp_state_dict_type": _simple((("fsdp_config", "state_dict_type"), ("fsdp_config", "fsdp_state_dict_type"))),
         "optimizer_impl": opt_impl,
@@ -686,6 +687,7 @@ def _axolotl_handlers() -> dict[str, Handler]:
         "grad_accum": _simple(("gradient_accumulation_steps",), after=("micro_batch_size",)),
         "eval_batch": _simple(("eval_batch_size",), after=("micro_batch_size",)),
         "grad_checkpointing": gc,
+        "ckpt_reentrant": _simple((("gradient_checkpointing_kwargs", "use_reentrant"),), after=("gradient_checkpointing",)),
         "activation_offload": _simple(("activation_offloading",), after=("gradient_checkpointing",)),
         "optimizer": _simple(("optimizer",), after=("num_epochs", "micro_batch_size")),
         "optimizer_impl": opt_impl,
@@ -771,6 +773,7 @@ def _llamafactory_handlers() -> dict[str, Handler]:
         "grad_accum": _simple(("gradient_accumulation_steps",), after=("per_device_train_batch_size",)),
         "eval_batch": _simple(("per_device_eval_batch_size",), after=("per_device_train_batch_size",)),
         "grad_checkpointing": gc,
+        "ckpt_reentrant": _simple(("use_reentrant_gc",), after=("gradient_accumulation_steps",)),
         "optimizer": optimizer,
         "optimizer_impl": _note("LLaMA-Factory chooses the optimizer implementation through `optim` only"),
         "seq_len": _simple(("cutoff_len",), after=("template", "dataset")),
