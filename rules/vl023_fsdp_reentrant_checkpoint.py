@@ -10,7 +10,7 @@ RULE = Rule(
             "checkpointed input and its gradient until the backward ends: +{cost} at the peak ({peak} → "
             "{peak_after} with use_reentrant: false)",
     needs="estimate",
-    fixes=("set-value",),
+    fixes=("non-reentrant-checkpointing",),
     why="""
 Reports LoRA/QLoRA training under FSDP (version 1) where transformers' own gradient checkpointing is
 reentrant and wraps each layer from the outside, and says what that costs.
@@ -51,6 +51,6 @@ def check(ctx):
                           peak=ctx.gib(est.device_bytes), peak_after=ctx.gib(after.device_bytes))
     fixer = ctx.fixer
     yield ctx.finding(RULE, message, ctx.where("grad_checkpointing", "ckpt_reentrant", "dist_strategy"),
-                      fixes=lambda: [fixer.make("set-value", "use non-reentrant gradient checkpointing",
+                      fixes=lambda: [fixer.make("non-reentrant-checkpointing", "use non-reentrant gradient checkpointing",
                                                 {"ckpt_reentrant": False}, safe=True)],
                       data={"cost_gib": cost / 2**30})

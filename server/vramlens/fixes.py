@@ -12,6 +12,8 @@ a fused loss fit at full speed. Only when none of those fits does it change what
 cheapest such combination and saying so in its title. The changes, cheapest first, and why they sit where they do:
 
   1. expandable_segments      allocator setting only: same math, same speed, less fragmentation
+     non-reentrant checkpoint  (FSDP1 under transformers' reentrant checkpointing of LoRA layers) the same
+                              recompute without FSDP holding every layer's input gradient: same math, same speed
   2. fused / chunked loss     a different kernel for the same loss (Liger fused linear-CE, chunked CE)
   3. fused AdamW              the same update in one kernel instead of foreach (no step temporaries)
   4. gradient checkpointing   same results, ~30 % more compute for the recomputed forward
@@ -68,6 +70,8 @@ FIX_IDS = {
     "fused-loss": "fused linear cross-entropy (Liger) or chunked cross-entropy",
     "fused-adamw": "fused AdamW instead of foreach",
     "grad-checkpointing": "enable gradient checkpointing",
+    "non-reentrant-checkpointing": "gradient checkpointing with use_reentrant=False (FSDP1 then keeps no layer's "
+                                   "input gradient to the end of the backward)",
     "8bit-adam": "8-bit AdamW states (bitsandbytes adamw_bnb_8bit / paged_adamw_8bit)",
     "smaller-micro-batch": "halve the micro-batch and double gradient accumulation until it fits",
     "lora": "train LoRA adapters instead of the full model",
@@ -256,6 +260,9 @@ class Fixer:
             conf = plan.alloc_conf.value if plan.alloc_conf is not None else None
             out.append(Candidate("expandable-segments", "add PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
                                  {"alloc_conf": with_expandable_segments(conf)}, 1, safe=True))
+        if rp.fsdp_keeps_block_grads:
+            out.append(Candidate("non-reentrant-checkpointing", "use non-reentrant gradient checkpointing",
+                                 {"ckpt_reentrant": False}, 1, safe=True))
         if rp.arch.block != "encoder" and rp.loss_impl != "fused":
             if fw in LIGER_FRAMEWORKS:      # unsafe: needs the liger-kernel package
                 out.append(Candidate("fused-loss", "use Liger's fused linear cross-entropy", {"loss_impl": "fused"}, 2))
