@@ -415,12 +415,8 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         images, why, said = images_per_sequence(plan, arch)
         if said is not None:
             sources["images_per_sequence"] = said
-        budget = plan.extra.get("image_max_pixels") or plan.extra.get("max_pixels")
-        pixels = _whole(budget.value) if budget is not None else None
-        if images and pixels and arch.family in DYNAMIC_RESOLUTION and arch.vision_patch:
-            # Qwen-VL resizes each image to at most this many pixels (LLaMA-Factory `image_max_pixels`, ms-swift
-            # `max_pixels`): patches of vision_patch², 2 × 2 of them merged into one token
-            patches = max(1, pixels // arch.vision_patch ** 2)
+        budget, patches = _image_budget(plan, arch, fw_key)
+        if images and patches and arch.family in DYNAMIC_RESOLUTION:
             rp = rp.with_changes(arch=arch.model_copy(update={"image_patches": patches, "image_tokens": patches // 4}))
             arch = rp.arch
             sources["image_patches"] = budget
@@ -452,6 +448,25 @@ TEXT_PATH_VLM_FAMILIES = frozenset({"gemma3_text"})
 DYNAMIC_RESOLUTION = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl_text"})
 
 
+def _image_budget(plan: TrainingPlan, arch: ModelArch, fw_key: str) -> tuple[Any, int | None]:
+    """The setting that caps a Qwen-VL image and the patches it allows, or (None, None). Qwen-VL resizes each image to
+    at most a pixel budget (LLaMA-Factory `image_max_pixels`; ms-swift `--max_pixels`, which rescales before the
+    processor, and `MAX_PIXELS` in the environment) cut into patches of vision_patch², 2 × 2 of them merged into one
+    token; ms-swift's `IMAGE_MAX_TOKEN_NUM` caps those tokens (qwen-vl-utils 0.0.14 vision_process.py: max_pixels =
+    IMAGE_MAX_TOKEN_NUM × (patch × merge)²). Where several are set, the tightest holds."""
+    if not arch.vision_patch:
+        return None, None
+    pixel_keys = ("image_max_pixels", "max_pixels") + (("MAX_PIXELS",) if fw_key == "ms-swift" else ())
+    token_keys = ("IMAGE_MAX_TOKEN_NUM",) if fw_key == "ms-swift" else ()
+    caps = []
+    for key in pixel_keys + token_keys:
+        said = plan.extra.get(key)
+        n = _whole(said.value) if said is not None else None
+        if n:
+            caps.append((4 * n if key in token_keys else max(1, n // arch.vision_patch ** 2), said))
+    return min(caps, key=lambda c: c[0])[::-1] if caps else (None, None)
+
+
 def _whole(value) -> int | None:
     """A positive whole number written as one (262144, "262144", "512*512"), else None."""
     text = str(value).replace("_", "").strip()
@@ -472,7 +487,7 @@ MLLM_TEMPLATES = frozenset({"qwen2_vl", "qwen3_vl", "qwen3_vl_nothink", "llava",
                             "mllama", "paligemma", "pixtral", "minicpm_v", "intern_vl", "glm4v", "kimi_vl",
                             "video_llava", "qwen2_omni"})
 IMAGE_KEYS = ("image_max_pixels", "image_min_pixels", "image_resolution", "processor_type", "image_size",
-              "image_resize_algorithm", "max_pixels", "min_pixels")
+              "image_resize_algorithm", "max_pixels", "min_pixels", "MAX_PIXELS", "IMAGE_MAX_TOKEN_NUM")
 IMAGE_TEXT_LOADERS = ("AutoModelForImageTextToText", "AutoModelForVision2Seq", "FastVisionModel")
 _SKIP_PREPARE = re.compile(r"skip_prepare_dataset['\"]?\s*[:=]\s*(?:True|true|1)\b")
 
@@ -480,7 +495,8 @@ _SKIP_PREPARE = re.compile(r"skip_prepare_dataset['\"]?\s*[:=]\s*(?:True|true|1)
 def images_per_sequence(plan: TrainingPlan, arch: ModelArch) -> tuple[int, str, Any]:
     """Images per sequence in a VLM's batches (0 or 1), why, and the setting that says so (or None). One image where
     the config shows image data: LLaMA-Factory's image resolution keys or a multimodal template (`template:
-    qwen2_vl`), axolotl's `processor_type` / `image_size`, ms-swift's `max_pixels`, TRL's VLM recipe
+    qwen2_vl`), axolotl's `processor_type` / `image_size`, ms-swift's `max_pixels` (flag or environment) and
+    `IMAGE_MAX_TOKEN_NUM`, TRL's VLM recipe
     (`dataset_kwargs: {skip_prepare_dataset: true}`, AutoModelForImageTextToText in its vision scripts); none where a
     Gemma-3 checkpoint is fine-tuned through the text path (AutoModelForCausalLM on a text dataset); one for the VLMs
     loaded only as image-text-to-text models."""

@@ -128,3 +128,64 @@ trainer.train()
     assert res.sources["images_per_sequence"].value == "AutoModelForImageTextToText"
     text = script.replace("AutoModelForImageTextToText", "AutoModelForCausalLM")
     assert resolved(tmp_path, text, "sft.py").resolved.images_per_sequence == 0
+
+
+SWIFT_QWEN_VL = """CUDA_VISIBLE_DEVICES=0 \\
+{env}swift sft \\
+    --model Qwen/Qwen2.5-VL-7B-Instruct \\
+    --dataset AI-ModelScope/LaTeX_OCR \\
+    --train_type {train_type} \\
+    --torch_dtype bfloat16 \\
+    --per_device_train_batch_size 1 \\
+    --freeze_vit {freeze_vit} \\
+    --max_length 2048{flags}
+"""
+
+
+def swift(env: str = "", flags: str = "", train_type: str = "lora", freeze_vit: str = "true") -> str:
+    return SWIFT_QWEN_VL.format(env=env, flags=flags, train_type=train_type, freeze_vit=freeze_vit)
+
+
+def test_ms_swift_image_budget_from_the_environment_or_the_flag(tmp_path):
+    """ms-swift caps a Qwen-VL image by `MAX_PIXELS` in the environment, `--max_pixels`, or `IMAGE_MAX_TOKEN_NUM`
+    (merged tokens: 4 patches each); the tightest cap sizes the image."""
+    default = resolved(tmp_path, swift(), "a.sh").resolved.arch.image_patches
+    res = resolved(tmp_path, swift(env="MAX_PIXELS=1003520 \\\n"), "b.sh")
+    assert res.resolved.arch.image_patches == 1003520 // 14**2 == 5120 != default
+    assert res.sources["image_patches"].key == "MAX_PIXELS"
+    res = resolved(tmp_path, swift(flags=" \\\n    --max_pixels 401408"), "c.sh")
+    assert res.resolved.arch.image_patches == 2048 and res.sources["image_patches"].key == "max_pixels"
+    both = resolved(tmp_path, swift(env="MAX_PIXELS=200704 \\\n", flags=" \\\n    --max_pixels 401408"), "d.sh")
+    assert both.resolved.arch.image_patches == 1024
+    tokens = resolved(tmp_path, "export IMAGE_MAX_TOKEN_NUM=1024\n" + swift(), "e.sh")
+    assert tokens.resolved.arch.image_patches == 4096
+    # a variable that is neither exported nor a prefix of the command does not reach ms-swift
+    assert resolved(tmp_path, "MAX_PIXELS=200704\n" + swift(), "f.sh").resolved.arch.image_patches == default
+    # other programs do not read MAX_PIXELS
+    other = LLAMAFACTORY_QWEN_VL.replace("image_max_pixels: 262144\n", "")
+    f = tmp_path / "g.sh"
+    script = f"MAX_PIXELS=200704 llamafactory-cli train {tmp_path / 'lf.yaml'}\n"
+    (tmp_path / "lf.yaml").write_text(other)
+    assert resolved(tmp_path, script, f.name).resolved.arch.image_patches == default
+
+
+def test_ms_swift_python_api_reads_the_image_budget_from_os_environ(tmp_path):
+    script = """import os
+os.environ["MAX_PIXELS"] = "200704"
+from swift.llm import TrainArguments, sft_main
+sft_main(TrainArguments(model="Qwen/Qwen2.5-VL-7B-Instruct", train_type="lora", torch_dtype="bfloat16",
+                        max_length=2048, freeze_vit=True{extra}))
+"""
+    assert resolved(tmp_path, script.format(extra=""), "a.py").resolved.arch.image_patches == 1024
+    assert resolved(tmp_path, script.format(extra=", max_pixels=100352"), "b.py").resolved.arch.image_patches == 512
+
+
+def test_a_bigger_image_budget_costs_memory_when_the_tower_trains(tmp_path):
+    """`--freeze_vit false` in a full fine-tune trains the tower: its activations grow with the image. Checkpointed
+    (ms-swift's default), each of the tower's 32 blocks keeps its 1280-wide bf16 input: 4096 patches more are
+    4096 × 32 × 1280 × 2 bytes = 0.31 GiB more."""
+    small = resolved(tmp_path, swift(env="MAX_PIXELS=200704 \\\n", train_type="full", freeze_vit="false"), "a.sh")
+    big = resolved(tmp_path, swift(env="MAX_PIXELS=1003520 \\\n", train_type="full", freeze_vit="false"), "b.sh")
+    assert not small.resolved.vision_frozen and small.sources["vision_frozen"].key == "freeze_vit"
+    gap = estimate(big.resolved, limits=False).allocated_bytes - estimate(small.resolved, limits=False).allocated_bytes
+    assert 4096 * 32 * 1280 * 2 <= gap < 1.5 * 4096 * 32 * 1280 * 2

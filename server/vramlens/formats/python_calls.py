@@ -24,7 +24,7 @@ from typing import Any
 
 from vramlens.formats import hf
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool
-from vramlens.formats.shell import apply_hf_key, is_hf_key
+from vramlens.formats.shell import SWIFT_ENV_VARS, apply_hf_key, is_hf_key
 from vramlens.plan import IssueKind, Origin, Severity, Span, TrainingPlan
 from vramlens.text import iter_text_lines, text_lines
 
@@ -989,6 +989,8 @@ def _env_value(r: _Reader, name: str, value: Any, s: Setting) -> None:
             return r.unknown(s, value)
         if isinstance(value, str):
             r.b.set("alloc_conf", value, s)
+    elif name in SWIFT_ENV_VARS and not _is_unknown(value):
+        r.b.remember(s)                 # read by the resolver for ms-swift runs only
     elif name == "CUDA_VISIBLE_DEVICES" and isinstance(value, str):
         n = len([x for x in value.replace(" ", "").split(",") if x])
         if n:

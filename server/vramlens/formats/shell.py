@@ -805,8 +805,11 @@ def _swift_attn(b: PlanBuilder, s: Setting) -> None:
     apply_hf_key(b, "attn_implementation", s)
 
 
+# ms-swift's image budget and tower freezing (swift/llm/argument/base_args/template_args.py `max_pixels`,
+# tuner_args.py `freeze_vit`): kept for the resolver, which sizes and freezes a VLM's vision tower from them
+SWIFT_REMEMBERED = ("max_pixels", "freeze_vit")
 SWIFT_HANDLERS = {"model": _model_flag, "deepspeed": _swift_deepspeed, "model_type": _model_flag,
-                  "attn_impl": _swift_attn}
+                  "attn_impl": _swift_attn, **{k: PlanBuilder.remember for k in SWIFT_REMEMBERED}}
 TRL_CLI_HANDLERS = {"model": _model_flag}
 
 # Boolean flags (for `--no_X` negation and bare `--X`).
@@ -1435,8 +1438,19 @@ def _var_setting(r: _Reader, name: str, var: Var) -> Setting:
 ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_NPU_ALLOC_CONF")
 
 
+# ms-swift reads its image budget from the environment too (swift/utils/env.py `get_env_args`: the upper-cased argument
+# name; `MAX_PIXELS=1003520 swift sft …` in its README): `MAX_PIXELS`, and `IMAGE_MAX_TOKEN_NUM` (image tokens after the
+# 2 × 2 merge) for the processors of qwen-vl-utils ≥ 0.0.14. Kept under these names; the resolver takes the tightest cap.
+SWIFT_ENV_VARS = ("MAX_PIXELS", "IMAGE_MAX_TOKEN_NUM")
+
+
 def _env_settings(r: _Reader, launch: Launch, env: dict[str, Var]) -> None:
     b = r.b
+    for name in SWIFT_ENV_VARS if launch.tool == "swift" else ():
+        var = env.get(name)
+        if var is not None and var.word is not None and var.value is not None and (
+                var.exported or name in launch.env_prefix):
+            b.remember(_var_setting(r, name, var))
     for name in ALLOC_VARS:
         var = env.get(name)
         if var is None or var.word is None or not (var.exported or name in launch.env_prefix):
