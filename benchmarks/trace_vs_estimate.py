@@ -197,6 +197,23 @@ GRID_MODES["variants"] = {
     "LoRA nll": dict(LORA, loss_impl="chunked", framework="trl"),
     "full nll": dict(loss_impl="chunked", framework="trl"),
 }
+# torchtune's own model, adapters and loss (`vramlens.trace.torchtune_backend`: the family's component builder with
+# the plan's shapes, its single-device recipes' step): pure bf16 (or fp32) as torchtune trains, no padding mask (its
+# collate passes none), torch.nn.CrossEntropyLoss or CEWithChunkedOutputLoss, LoRA on torchtune's default q/v and on
+# every block linear (lora_attn_modules q, k, v, output_proj + apply_lora_to_mlp), DoRA
+GRIDS["torchtune"] = [M1B, "Qwen/Qwen2.5-0.5B", M8B, "mistralai/Mistral-7B-v0.1"]
+TORCHTUNE = dict(framework="torchtune", adapter_fp32=False, kbit_upcast=False)
+TORCHTUNE_LORA = dict(TORCHTUNE, **{k: v for k, v in LORA.items()}, loss_impl="chunked")
+GRID_MODES["torchtune"] = {
+    "full CE": TORCHTUNE,
+    "full chunk": dict(TORCHTUNE, loss_impl="chunked"),
+    "fp32 chunk": dict(TORCHTUNE, loss_impl="chunked", weight_dtype="fp32", compute_dtype="fp32"),
+    "LoRA q,v": dict(TORCHTUNE_LORA, lora_targets=("q", "v")),
+    "LoRA all": TORCHTUNE_LORA,
+    "DoRA all": dict(TORCHTUNE_LORA, peft="dora"),
+}
+# the backend a grid traces on (default: transformers)
+GRID_BACKENDS = {"torchtune": "torchtune"}
 
 
 def real_grid(quick: bool, grid: str = "main") -> list[tuple[str, str, int, int, dict]]:
@@ -220,9 +237,11 @@ def results_table(grid: str) -> Path:
 
 def real_main(args) -> int:
     """Estimate, synthetic trace and real-library trace of each grid row; estimate ÷ real and synthetic ÷ real."""
-    from vramlens.trace import engine, hf
+    from vramlens.trace import engine, hf, torchtune_backend
     from vramlens.trace.config import step_config
 
+    backend = GRID_BACKENDS.get(args.grid, "transformers")
+    real_code = torchtune_backend if backend == "torchtune" else hf
     lines: list[str] = []
 
     def say(text: str = "") -> None:
@@ -260,14 +279,14 @@ def real_main(args) -> int:
             continue                                   # rows keep their grid numbers
         rp = make_plan(model, seq, batch, settings, traced_with)
         cfg = step_config(rp)
-        reason = hf.unsupported(cfg)
+        reason = real_code.unsupported(cfg)
         if reused is not None:
             real, syn = reused.get(i, (None, None))
             if real is None:
                 reason = reason or (syn if isinstance(syn, str) else "not traced in the reused run")
         elif reason is None:
             try:
-                real = engine.run(cfg, backend="transformers")
+                real = engine.run(cfg, backend=backend)
             except Exception as exc:  # noqa: BLE001 - reported as a row the real backend cannot trace
                 reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
         if reason is not None:
@@ -373,6 +392,10 @@ def make_plan(model: str, seq: int, batch: int, settings: dict,
     if settings.pop("language_tower", False):
         arch = language_tower(arch)
     arch = frameworks.arch_as_run(settings.get("framework", ""), arch)
+    if settings.get("framework") == "torchtune" and "rope_caches" not in settings:
+        # the builder the backend uses: Llama 3.2's for llama (one shared RoPE), the family's own otherwise
+        settings["rope_caches"] = frameworks.torchtune_rope_caches(None, arch.family, settings.get("peft", "none"),
+                                                                   arch.layers)
     if settings.get("peft") in ("ia3", "vera") and "lora_targets" not in settings:
         # peft's default targets for the family, as the resolver takes them
         targets, feedforward = peft_methods.default_targets(settings["peft"], arch.family)

@@ -382,6 +382,9 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         repeat_kv=run.repeat_kv, loss_shifted_copy=run.loss_shifted_copy, versions=tuple((k, v.version, v.source) for k, v in env.items()),
         attn_mask=not bool(val("packing")) and behaviour.get("attn_mask", True),
         compile=bool(val("compile")),
+        rope_caches=frameworks.torchtune_rope_caches(_extra_value(plan, "torchtune_builder"), arch.family, peft,
+                                                     arch.layers)
+        if fw_key == "torchtune" else 1,
         loss_impl=val("loss_impl") or "standard", keep_logits=behaviour["keep_logits"],
         optimizer=opt, optimizer_impl=impl if impl in ("foreach", "fused", "forloop") else "fused",
         optimizer_in_bwd=bool(val("optimizer_in_bwd")),
@@ -465,6 +468,11 @@ def _image_budget(plan: TrainingPlan, arch: ModelArch, fw_key: str) -> tuple[Any
         if n:
             caps.append((4 * n if key in token_keys else max(1, n // arch.vision_patch ** 2), said))
     return min(caps, key=lambda c: c[0])[::-1] if caps else (None, None)
+
+
+def _extra_value(plan: TrainingPlan, key: str) -> Any:
+    said = plan.extra.get(key)
+    return None if said is None else said.value
 
 
 def _whole(value) -> int | None:

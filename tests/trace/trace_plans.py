@@ -56,7 +56,7 @@ def need(module: str) -> None:
     if importlib.util.find_spec(module) is None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"{module} is not installed, but CI installs the trace extra")
-        pytest.skip(f"{module} not installed")
+        pytest.skip(f"{module} not installed", allow_module_level=True)
 
 
 def tiny_config(tmp_path: Path) -> Path:

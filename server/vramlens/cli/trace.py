@@ -27,9 +27,10 @@ def add_arguments(p):
                                                             "(default: 1 unless gradients persist across steps)")
     p.add_argument("--python", help="interpreter of the training environment to trace in (default: the project's "
                                     "`trace.python` setting, else this one)")
-    p.add_argument("--backend", choices=["auto", "transformers", "synthetic"], default="auto",
-                   help="auto (default): the real transformers/peft/bitsandbytes/TRL code where it can run the "
-                        "step, else the synthetic model; transformers: fail instead of falling back")
+    p.add_argument("--backend", choices=["auto", "transformers", "torchtune", "synthetic"], default="auto",
+                   help="auto (default): the real code where it can run the step (torchtune's own model and loss "
+                        "for a torchtune config, else transformers/peft/bitsandbytes/TRL), else the synthetic "
+                        "model; transformers or torchtune: that backend only, failing instead of falling back")
     p.add_argument("--no-record", action="store_true", help="do not add the result to the calibration file")
 
 
@@ -159,7 +160,7 @@ def render_text(out: dict, est) -> str:
     for row in out["timeline"]:
         micro = f".{row['micro']}" if row.get("micro", -1) >= 0 and row["phase"] in ("fwd", "loss", "bwd-loss", "bwd") else "  "
         lines.append(f"    step {row['step']}{micro}  {row['phase']:<9} {row['after_gib']:>9.2f} / {row['peak_gib']:.2f}")
-    shown = (t.get("versions") or {}) if t.get("backend") == "transformers" else {"torch": t["torch"]}
+    shown = (t.get("versions") or {}) if t.get("backend") in ("transformers", "torchtune") else {"torch": t["torch"]}
     versions = ", ".join(f"{k} {v}" for k, v in shown.items() if v)
     lines.append(f"  traced {t['ops']:,} ops in {t['seconds']:.1f} s on the {t.get('backend', 'synthetic')} backend "
                  f"({versions or 'torch ' + t['torch']}; {t['steps']} step(s))")

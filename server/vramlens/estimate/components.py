@@ -293,7 +293,23 @@ def model_buffers(rp: ResolvedPlan) -> int:
     dtype=torch.bool)), persistent=False)`; 64 MiB at StarCoder's 8192 positions)."""
     if rp.arch.family == "gpt_bigcode" and rp.framework in HF_MODEL_FRAMEWORKS and rp.arch.max_position:
         return rp.arch.max_position ** 2
+    if rp.framework == "torchtune" and rp.arch.block == "decoder" and rp.arch.max_position:
+        return rp.rope_caches * torchtune_rope_cache_bytes(rp.arch)
     return 0
+
+
+# torchtune 0.6.1 RoPE modules whose cache holds cos and sin over the whole head dimension (models/qwen2
+# `Qwen2RotaryPositionalEmbeddings`, models/phi3 `Phi3RotaryPositionalEmbeddings`: [max_seq_len, 2 × head_dim]); the
+# others (modules/position_embeddings.py `RotaryPositionalEmbeddings`, llama3_1 `Llama3ScaledRoPE`) over half of it,
+# [max_seq_len, head_dim / 2, 2]
+TORCHTUNE_FULL_WIDTH_ROPE = frozenset({"qwen2", "phi3"})
+
+
+def torchtune_rope_cache_bytes(arch) -> int:
+    """One torchtune RoPE module's fp32 cache (and its fp32 frequencies) for the model's max_position."""
+    head_dim = arch.head_dim or arch.hidden // arch.heads
+    width = 2 * head_dim if arch.family in TORCHTUNE_FULL_WIDTH_ROPE else head_dim
+    return 4 * (arch.max_position * width + head_dim // 2)
 
 
 def gradients(rp: ResolvedPlan, p: Params) -> int:
@@ -402,7 +418,7 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
     # a no-op, transformers 5.24 models/llama/modeling_llama.py LlamaRMSNorm): the weight's gradient keeps 4h.
     # Families whose norm multiplies by the weight in fp32 keep the fp32 normalised value in any dtype
     # (`FP32_NORM_WEIGHT_FAMILIES`).
-    fp32_norm_weight = arch.family in FP32_NORM_WEIGHT_FAMILIES
+    fp32_norm_weight = fp32_norm_weights(rp)
     norm_trains = (4 if amp or fp32_norm_weight else c) if full else 0
     # q/k norms read the 16-bit q and k projections even under AMP: their normalised value is 16-bit unless the
     # family multiplies by the weight in fp32
@@ -721,6 +737,16 @@ MLP_LINEARS = ("gate", "up", "down", "fc1", "fc2")
 # keeps the fp32 normalised value (4 bytes per element, not the 16-bit 2).
 FP32_NORM_WEIGHT_FAMILIES = {"gemma", "gemma2", "gemma3", "gemma3_text", "olmo2", "olmo3", "gpt_oss", "qwen3_next",
                              "vaultgemma"}
+
+
+def fp32_norm_weights(rp: ResolvedPlan) -> bool:
+    """Whether the model's RMSNorm applies its weight in fp32 (`FP32_NORM_WEIGHT_FAMILIES`). torchtune's own
+    `RMSNorm` does for every family: `F.rms_norm(x.float(), ..., weight=self.scale).to(x.dtype)` (torchtune 0.6.1
+    modules/rms_norm.py), and an fp32 input with a 16-bit weight cannot take torch's fused kernel on any device
+    (torch 2.13 aten/src/ATen/native/layer_norm.cpp `rms_norm_symint`: "Mismatch dtype between input and weight ...
+    Cannot dispatch to fused implementation"), so the composite runs and keeps the fp32 normalised value for the
+    weight's gradient."""
+    return rp.arch.family in FP32_NORM_WEIGHT_FAMILIES or (rp.framework == "torchtune" and rp.arch.norm == "rmsnorm")
 
 # Families whose block feeds its two norms the same input (transformers 5.24 models/gpt_neox/modeling_gpt_neox.py
 # GPTNeoXLayer.forward with `use_parallel_residual`: `self.input_layernorm(hidden_states)` and
@@ -1556,6 +1582,8 @@ def logits_per_token(rp: ResolvedPlan) -> float:
         return 0.0
     if rp.loss_impl == "fused":
         return 0.0
+    if eager_chunked_ce(rp):
+        return chunked_ce_per_logit(rp) * V
     if rp.loss_impl == "chunked":
         # the held logits and their log-softmax (or gradients): 2 × 2 bytes, 2 × 4 when the loop gets fp32 logits;
         # + Gemma-2's soft-capping, applied per chunk in 16-bit: tanh keeps its output
@@ -1580,6 +1608,48 @@ def logits_per_token(rp: ResolvedPlan) -> float:
     if rp.arch.family == "gemma2":
         per += 2.0                    # final_logit_softcapping: tanh(logits / cap) keeps its 16-bit output
     return per * V
+
+
+# torchtune 0.6.1 modules/loss/ce_chunked_output_loss.py `CEWithChunkedOutputLoss(num_output_chunks=8)`, the value
+# every torchtune config keeps
+TORCHTUNE_CE_CHUNKS = 8
+
+
+def eager_chunked_ce(rp: ResolvedPlan) -> bool:
+    """torchtune's CEWithChunkedOutputLoss run eagerly: its recipes compile `compute_cross_entropy` only with
+    `compile: True` (torchtune 0.6.1 training/_compile.py `compile_loss`)."""
+    return rp.loss_impl == "chunked" and rp.framework == "torchtune" and not rp.compile
+
+
+def chunked_ce_per_logit(rp: ResolvedPlan) -> float:
+    """Bytes per logit torchtune's chunked loss holds at its peak (traced on torchtune 0.6.1 under fake tensors,
+    benchmarks/results/trace_real_torchtune_vs_estimate.txt). The model returns its logits as 8 chunks in the
+    compute dtype; `compute_cross_entropy` runs `F.cross_entropy(chunk.float(), ...)` per chunk, whose log-softmax
+    keeps its fp32 output for backward. While the loss runs: every chunk's logits (c), every chunk's fp32
+    log-softmax (4) and the fp32 upcast of the chunk in flight (4 ÷ 8; none when the logits are fp32, `.float()`
+    returning them as they are). Backward runs every chunk's loss before the output projection's: the first one
+    (the last chunk) holds the log-softmax outputs (4) and that chunk's two fp32 gradients (8 ÷ 8); the recipe has
+    dropped the logits by then (`del logits` in `_loss_step`). The larger of the two."""
+    c = DTYPE_BYTES[rp.compute_dtype]
+    forward = c + 4.0 + (4.0 if c != 4 else 0.0) / TORCHTUNE_CE_CHUNKS
+    backward = 4.0 + 8.0 / TORCHTUNE_CE_CHUNKS
+    return max(forward, backward) + (2.0 if rp.arch.family == "gemma2" else 0.0)
+
+
+def chunked_head_backward_bytes(rp: ResolvedPlan, tokens: int) -> int:
+    """What the LM head's backward holds after torchtune's chunked loss has run its backward (every chunk's loss runs
+    first: torch's autograd takes the ready node created last, and the head's per-chunk matmuls were created before
+    the loss): the logits' gradients in the compute dtype, less the chunks already through the head, and, when the
+    head trains, three head-weight-sized tensors while each chunk's weight gradient is accumulated into the sum of
+    the chunks before it (traced on real CPU tensors and under fake tensors alike: c × (N − 2) ÷ N bytes per logit
+    + 3 × the head weight's gradient, tests/trace/test_torchtune_backend.py)."""
+    arch = rp.arch
+    c = DTYPE_BYTES[rp.compute_dtype]
+    n = TORCHTUNE_CE_CHUNKS
+    out = tokens * arch.vocab * c * (n - 2) / n
+    if head_trains(rp):
+        out += 3 * arch.vocab * arch.hidden * DTYPE_BYTES[rp.weight_dtype]
+    return int(out)
 
 
 def t5_loss_per_token(rp: ResolvedPlan, backward: bool) -> float:
@@ -1621,6 +1691,8 @@ def head_loss_bytes(rp: ResolvedPlan, tokens: int, backward: bool = True) -> int
     A chunk of hidden states and the head's weight tile are cast to the compute dtype when they are in fp32 under
     autocast. With `backward` False, what its forward holds: the tile, the casts, the saved hidden states and the
     per-token statistics, no gradient accumulators."""
+    if eager_chunked_ce(rp):
+        return max(int(tokens * logits_per_token(rp)), chunked_head_backward_bytes(rp, tokens))
     if not trl_fused_head(rp):
         return int(tokens * logits_per_token(rp))
     arch = rp.arch
@@ -1637,12 +1709,17 @@ def head_loss_bytes(rp: ResolvedPlan, tokens: int, backward: bool = True) -> int
     if not backward:
         return int(out + tokens * (hb * h + 7 * 4))          # running max, sums, target logit, log Z, entropy
     out += tokens * (hb * h + 4 * h + (hb * h if hb != 4 else 0) + 3 * 4)
-    head_trains = (rp.peft == "none" and (rp.trained_layers is None or "lm_head" in rp.trained_extra
-                                          or (arch.tied_embeddings and "embed" in rp.trained_extra))) \
-        or "lm_head" in rp.modules_to_save
-    if head_trains:
+    if head_trains(rp):
         out += V * h * (4 + (hw if hw != 4 else 0))
     return int(out)
+
+
+def head_trains(rp: ResolvedPlan) -> bool:
+    """Whether the LM head's weight gets a gradient."""
+    arch = rp.arch
+    return (rp.peft == "none" and (rp.trained_layers is None or "lm_head" in rp.trained_extra
+                                   or (arch.tied_embeddings and "embed" in rp.trained_extra))) \
+        or "lm_head" in rp.modules_to_save
 
 
 def attention_mask_bytes(rp: ResolvedPlan) -> tuple[int, int]:

@@ -247,6 +247,10 @@ def _model(b: PlanBuilder, comp: Setting | None, get, model_key: str) -> None:
     else:
         b.set("model_id", model_id, comp, note=f"torchtune builder `{name}` → {model_id}")
     b.plan.model_span_hint = comp.value_span
+    m = _BUILDER.match(comp.value.strip())
+    if m:           # the builder's package (llama3_1, qwen2_5, ...): its RoPE layout (resolve.torchtune_rope_caches)
+        b.remember(Setting(key=comp.key, path=("torchtune_builder",), value=m.group("family"), span=comp.span,
+                           value_span=comp.value_span))
     if peft == "qlora":
         b.set("peft_method", "qlora", comp, note="`qlora_` builder: NF4 base weights + LoRA")
         b.set("quant_bits", 4, comp)

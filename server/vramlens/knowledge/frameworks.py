@@ -128,7 +128,9 @@ BEHAVIOUR: dict[str, dict] = {
     "trl": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": False},
     "axolotl": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": False},
     "llamafactory": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": False},
-    "torchtune": {"adapter_fp32": False, "kbit_upcast": False, "keep_logits": False},
+    # torchtune's collate passes no attention mask (torchtune 0.6.1 data/_collate.py `padded_collate_sft` returns
+    # tokens and labels; padded positions are ignored through the labels), so SDPA runs causal without one
+    "torchtune": {"adapter_fp32": False, "kbit_upcast": False, "keep_logits": False, "attn_mask": False},
     # litgpt: Fabric's BitsandbytesPrecision swaps every nn.Linear for a 4-bit one, the LM head included
     # (lightning/fabric/plugins/precision/bitsandbytes.py, `_ClassReplacementContextManager`), quantizing each from
     # an fp16 copy (`weight.contiguous().to(device, dtype=torch.half)`); its GPT keeps the LM head apart from the
@@ -207,3 +209,21 @@ def bnb_keeps_4bit_input(version: str | None) -> bool:
     (merged 2024-07-16, released in 0.43.2) stores `(None, B)`. Unknown or unparsable versions: a current one."""
     v = parse(version)
     return v is not None and v < (0, 43, 2)
+
+
+# torchtune's LoRA/QLoRA/DoRA component builders build each layer's attention with its own RoPE module (torchtune 0.6.1
+# models/llama2, llama3, mistral, qwen2, gemma, gemma2, phi3 `_component_builders.py`: `lora_*_self_attention` creates
+# the positional embeddings it is given none of), except Llama 3.1/3.2/3.3's, which create one and pass it to every
+# layer (models/llama3_1 and llama3_2 `lora_llama3_1` / `lora_llama3_2`; llama3_3 uses llama3_1's). Full-weight
+# builders share one in every family. Each RoPE module holds an fp32 cache of every position up to the builder's
+# max_seq_len (modules/position_embeddings.py `build_rope_cache`).
+TORCHTUNE_SHARED_ROPE_LORA = frozenset({"llama3_1", "llama3_2", "llama3_3"})
+
+
+def torchtune_rope_caches(builder_package: str | None, family: str, peft: str, layers: int) -> int:
+    """RoPE caches a torchtune model allocates, from its builder's package (`torchtune.models.<package>.…`; None:
+    not named: Llama 3.2's for the llama family, the family's own otherwise) and adapter method."""
+    if peft not in ("lora", "qlora", "dora"):
+        return 1
+    package = builder_package or ("llama3_2" if family == "llama" else family)
+    return 1 if package in TORCHTUNE_SHARED_ROPE_LORA else max(layers, 1)

@@ -55,7 +55,7 @@ class TraceClient:
                  cache_size: int = 64, calibrate: bool = True, env: dict[str, str] | None = None,
                  backend: str = "auto"):
         self.python = python or sys.executable
-        self.backend = backend                            # "auto" | "transformers" | "synthetic"
+        self.backend = backend                            # "auto" | "transformers" | "torchtune" | "synthetic"
         self.timeout = timeout
         self.start_timeout = start_timeout
         self.calibrate = calibrate
@@ -294,8 +294,8 @@ def summary_line(result: dict) -> str:
     verdict = "fits" if result["fits"] else "does not fit"
     t = result["trace"]
     versions = t.get("versions") or {}
-    on = (f"transformers {versions.get('transformers')}" if t.get("backend") == "transformers"
-          else "the synthetic model")
+    backend = t.get("backend")
+    on = (f"{backend} {versions.get(backend)}" if backend in ("transformers", "torchtune") else "the synthetic model")
     return (f"exact trace ({on}): {peak['allocated_gib']:.2f} GiB allocated, {peak['device_gib']:.2f} GiB on the "
             f"device ({verdict} {result['gpu']['name']}, peak in {t['peak_at']})")
 

@@ -93,6 +93,8 @@ class StepConfig:
     quant_from_fp16: bool = False    # 4-bit weights quantized from an fp16 copy (Lightning Fabric): dequantized to
                                      # fp16, then cast to the compute dtype
     images: int = 0                  # images per sequence through a VLM's vision tower (real backend: Gemma-3)
+    framework: str = ""              # the plan's framework (torchtune configs run on torchtune's own model)
+    rope_caches: int = 1             # torchtune: RoPE modules (one per layer in most of its LoRA builders)
 
     @property
     def full_finetune(self) -> bool:
@@ -248,4 +250,5 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         attn_impl=rp.attn_impl, padded=bool(rp.attn_mask and not rp.packing and arch.block != "encoder"),
         embeddings_16bit=upcast and rp.kbit_embeddings_16bit,
         images=rp.images_per_sequence if arch.vision_params else 0,
+        framework=rp.framework or "", rope_caches=rp.rope_caches,
     )

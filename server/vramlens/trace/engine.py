@@ -52,9 +52,12 @@ def steps_needed(cfg: StepConfig) -> int:
 def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progress: Progress | None = None,
         should_stop: Callable[[], bool] | None = None, backend: str = "synthetic") -> dict:
     """Trace (or, with real=True, execute on CPU) the plan's training step; returns raw byte counts.
-    backend "transformers": the real libraries (`trace.hf`); "synthetic": the plain-torch model (`trace.model`)."""
+    backend "transformers": the real Hugging Face libraries (`trace.hf`); "torchtune": torchtune's own model and loss
+    (`trace.torchtune_backend`); "synthetic": the plain-torch model (`trace.model`)."""
     if backend == "transformers":
         from vramlens.trace import hf as B
+    elif backend == "torchtune":
+        from vramlens.trace import torchtune_backend as B
     else:
         B = M
     t0 = time.perf_counter()
@@ -93,7 +96,7 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
         tr.label(list(model.buffers()), "weights")
         tr.label(B.quant_constants(model), "quant_constants")
         trainable = [p for p in model.parameters() if p.requires_grad]
-        batch = B.make_batch(cfg, "cpu", real) if backend == "transformers" else M.make_batch(cfg, "cpu")
+        batch = M.make_batch(cfg, "cpu") if B is M else B.make_batch(cfg, "cpu", real)
     optimizer = O.make_optimizer(cfg, trainable) if O.uses_bitsandbytes(cfg) else None   # outside the fake mode
 
     timeline: list[dict] = []
@@ -186,7 +189,7 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
             "caching allocator: not in the allocated peak"] if tr.outside_bytes else []),
         "not_traced": list(cfg.not_traced) + (
             ["a vision-language model's vision tower and projector (the synthetic model is its language model; the "
-             "real-library backend builds Gemma-3's whole)"] if backend != "transformers" and cfg.arch.vision_params
+             "real-library backend builds Gemma-3's whole)"] if backend == "synthetic" and cfg.arch.vision_params
             else []),
     }
 

@@ -111,7 +111,7 @@ FAMILY_LINEAR = {
     "gpt_bigcode": {"q": "c_attn", "k": "c_attn", "v": "c_attn", "o": "attn.c_proj", "fc1": "c_fc",
                     "fc2": "mlp.c_proj", "lm_head": "lm_head", "embed": "wte"},
 }
-DISTRIBUTIONS = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "trl")
+DISTRIBUTIONS = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "trl", "torchtune")
 
 
 def versions() -> dict[str, str | None]:

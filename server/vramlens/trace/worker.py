@@ -2,7 +2,8 @@
 
 Requests (stdin):
   {"op": "trace", "id": "…", "plan": <ResolvedPlan as JSON>, "steps": null | 1 | 2,
-   "backend": "auto" | "transformers" | "synthetic"}   auto: the real libraries where they can run the step
+   "backend": "auto" | "transformers" | "torchtune" | "synthetic"}   auto: the real libraries where they can run
+                                                                     the step
   {"op": "cancel", "id": "…"}          stop that trace (queued or running) as soon as possible
   {"op": "ping", "id": "…"}            answered with {"type": "pong", "id": "…"}
   {"op": "shutdown"}
@@ -138,30 +139,55 @@ def run_trace(msg: dict, stop: threading.Event, ch: Channel) -> dict:
     return report.result_json(rp, raw)
 
 
+def real_backends(cfg) -> list[tuple[str, object]]:
+    """The real-library backends that could run this step, in the order they are tried: torchtune's own model and
+    loss for a torchtune config, then the Hugging Face libraries, except where a torchtune config's chunked loss
+    would become TRL's fused head there (a different loss: the synthetic model runs torchtune's)."""
+    from vramlens.trace import hf, torchtune_backend
+
+    out: list[tuple[str, object]] = []
+    if cfg.framework == "torchtune":
+        out.append(("torchtune", torchtune_backend))
+    if not (cfg.framework == "torchtune" and cfg.loss == "chunked"):
+        out.append(("transformers", hf))
+    return out
+
+
 def run_backends(cfg, msg: dict, progress, stop: threading.Event) -> dict:
-    """The real libraries where they can run this step (`trace.hf`), else the synthetic model with the reason
-    in `not_traced` (the report is then `exact: false`)."""
+    """The first real-library backend that can run this step (`real_backends`), else the synthetic model with the
+    reasons in `not_traced` (the report is then `exact: false`). `backend` names one backend to use without
+    falling back ("transformers", "torchtune", "synthetic"); "auto" tries them in order."""
     from vramlens.trace import engine, hf
     from vramlens.trace.tracker import TraceCancelled
 
     backend = msg.get("backend") or "auto"
-    reason = hf.unsupported(cfg) if backend in ("auto", "transformers") else "the synthetic model was requested"
-    if reason is None:
-        try:
-            raw = engine.run(cfg, steps=msg.get("steps"), progress=progress, should_stop=stop.is_set,
-                             backend="transformers")
-            raw["assumptions"] = hf.description(cfg) + [a for a in raw["assumptions"] if not a.startswith(
-                ("chunked cross-entropy traced as torchtune", "attention `"))]
-        except TraceCancelled:
-            raise
-        except Exception as exc:                        # a data-dependent op, a kernel without a CPU path, ...
-            if stop.is_set():
-                raise TraceCancelled() from None
-            reason = f"the real libraries failed on this step ({type(exc).__name__}: {str(exc)[:300]})"
-    if reason is not None:
-        if backend == "transformers":
-            raise RuntimeError(f"the transformers backend cannot trace this step: {reason}")
+    candidates = [(name, B) for name, B in real_backends(cfg) if backend in ("auto", name)]
+    if backend not in ("auto", "synthetic") and not candidates:
+        raise RuntimeError(f"the {backend} backend does not run this plan's step (framework {cfg.framework!r}, "
+                           f"loss {cfg.loss!r})")
+    reasons = ["the synthetic model was requested"] if backend == "synthetic" else []
+    raw = None
+    for name, B in candidates:
+        reason = B.unsupported(cfg)
+        if reason is None:
+            try:
+                raw = engine.run(cfg, steps=msg.get("steps"), progress=progress, should_stop=stop.is_set,
+                                 backend=name)
+                raw["assumptions"] = B.description(cfg) + [a for a in raw["assumptions"] if not a.startswith(
+                    ("chunked cross-entropy traced as torchtune", "attention `"))]
+                break
+            except TraceCancelled:
+                raise
+            except Exception as exc:                    # a data-dependent op, a kernel without a CPU path, ...
+                if stop.is_set():
+                    raise TraceCancelled() from None
+                reason = f"the real libraries failed on this step ({type(exc).__name__}: {str(exc)[:300]})"
+        reasons.append(f"{name}: {reason}" if len(candidates) > 1 else reason)
+    if raw is None:
+        if backend not in ("auto", "synthetic"):
+            raise RuntimeError(f"the {backend} backend cannot trace this step: {'; '.join(reasons)}")
         raw = engine.run(cfg, steps=msg.get("steps"), progress=progress, should_stop=stop.is_set)
+        reason = "; ".join(reasons)
         if backend != "synthetic":
             raw["not_traced"] = list(raw["not_traced"]) + [f"real libraries not used: {reason}"]
         raw["fallback_reason"] = reason
