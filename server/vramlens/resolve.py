@@ -174,6 +174,9 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         arch = _model(plan.model_id.value, settings, assumptions)
     if plan.model_id is not None:
         sources["model_id"] = plan.model_id
+    positions = _extra_value(plan, "torchtune_max_seq_len")
+    if fw_key == "torchtune" and isinstance(positions, int) and arch.max_position != positions:
+        arch = arch.model_copy(update={"max_position": positions})     # the builder's RoPE positions
     as_run = frameworks.arch_as_run(fw_key, arch)
     if as_run is not arch:
         arch = as_run

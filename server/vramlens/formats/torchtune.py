@@ -59,6 +59,15 @@ DTYPES = {"bf16": "bf16", "fp32": "fp32", "fp16": "fp16", "fp64": "fp32"}
 _RUN = re.compile(r"tune\s+run\s+(?P<args>.*)")
 
 
+def builder_max_seq_len(package: str, name: str) -> int | None:
+    """The positions a torchtune builder gives its RoPE caches where they differ from the checkpoint config the
+    catalog holds for the model: Qwen2.5's instruct builders and its 0.5B and 3B 32,768, its base builders 131,072
+    (torchtune 0.6.1 models/qwen2_5/_model_builders.py `max_seq_len`)."""
+    if package == "qwen2_5":
+        return 131072 if name.endswith("_base") else 32768
+    return None
+
+
 def model_id_for_builder(component: str) -> tuple[str | None, str | None]:
     """(Hugging Face model id, "lora"/"qlora"/None) for a torchtune model builder path."""
     m = _BUILDER.match(component.strip())
@@ -251,6 +260,10 @@ def _model(b: PlanBuilder, comp: Setting | None, get, model_key: str) -> None:
     if m:           # the builder's package (llama3_1, qwen2_5, ...): its RoPE layout (resolve.torchtune_rope_caches)
         b.remember(Setting(key=comp.key, path=("torchtune_builder",), value=m.group("family"), span=comp.span,
                            value_span=comp.value_span))
+        positions = builder_max_seq_len(m.group("family"), m.group("name"))
+        if positions:
+            b.remember(Setting(key=comp.key, path=("torchtune_max_seq_len",), value=positions, span=comp.span,
+                               value_span=comp.value_span))
     if peft == "qlora":
         b.set("peft_method", "qlora", comp, note="`qlora_` builder: NF4 base weights + LoRA")
         b.set("quant_bits", 4, comp)
