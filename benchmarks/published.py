@@ -132,6 +132,8 @@ def plan_from_row(row: dict) -> ResolvedPlan:
         scalar_head=bool(row.get("scalar_head")),
         strategy=strategy, zero_stage=int(row.get("zero_stage") or 0), world_size=n if strategy != "none" else 1,
         fsdp_keeps_block_grads=keeps_block_grads,
+        rope_caches=frameworks.torchtune_rope_caches(row.get("torchtune_builder"), arch.family, peft, arch.layers)
+        if framework == "torchtune" else 1,
         gpu=gpu[0], gpu_count=n,
         versions=tuple((package, version, "as published") for package, version in pins.items()))
 
