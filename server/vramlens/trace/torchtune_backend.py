@@ -9,7 +9,8 @@ modules/attention.py), its RMSNorm, its RoPE cache (one module shared by every l
 `full_finetune_single_device.py` (torchtune 0.6.1): the model is built under `training.set_default_dtype(dtype)` (every
 weight and adapter in the config's `dtype`: torchtune has no mixed precision), adapters alone are trainable
 (`set_trainable_params(model, get_adapter_params(model))`), activation checkpointing wraps each
-`TransformerSelfAttentionLayer` (`training.set_activation_checkpointing`, non-reentrant), the chunked loss is
+`TransformerSelfAttentionLayer` (`training.set_activation_checkpointing`: torch's `apply_activation_checkpointing` with
+a `ModuleWrapPolicy` of that class, non-reentrant `checkpoint_wrapper`s), the chunked loss is
 `CEWithChunkedOutputLoss` with `model.set_num_output_chunks(...)`, and `_loss_step` shifts the labels with
 `torch.hstack((labels[..., 1:], ignore_labels_cache))`.
 
@@ -17,11 +18,16 @@ Shims (each checked fake == real on CPU tensors in tests/trace/test_torchtune_ba
 - RoPE: the recipes call `rope_init()` after building on `meta`; Llama-3.1's scaled RoPE (`Llama3ScaledRoPE.
   apply_scaling`) compares frequencies in Python, which a fake tensor cannot answer. The cache is computed on real
   CPU tensors and copied into fake buffers of the same shape and dtype (what the recipe allocates).
+- `torchtune.training` is not imported: torchtune 0.6.1's imports names torchao 0.16 removed
+  (`quantization.int4_weight_only`), while the peft this extra pairs with refuses a torchao older than 0.16. The two
+  functions of it the recipes call here are reproduced as they are written: `set_default_dtype` (torch's default dtype
+  for the duration, torchtune 0.6.1 training/precision.py) and `set_activation_checkpointing` (training/memory.py).
 - SDPA and dropout as on CUDA: `hf.install_sdpa_as_cuda_kernel` (torchtune calls SDPA itself) and
   `hf.dropouts_as_cuda` (LoRA dropout keeps a 1-byte mask, as CUDA's `native_dropout` does).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata as md
 
@@ -95,10 +101,27 @@ def builder(cfg: StepConfig) -> tuple[str, str, str]:
     return BUILDERS[cfg.arch.family]
 
 
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype):
+    """torchtune 0.6.1 training/precision.py `set_default_dtype`."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+def set_activation_checkpointing(model: nn.Module, classes: set) -> None:
+    """torchtune 0.6.1 training/memory.py `set_activation_checkpointing` with a set of module classes."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    apply_activation_checkpointing(model, auto_wrap_policy=ModuleWrapPolicy(classes))
+
+
 def build_model(cfg: StepConfig) -> nn.Module:
     """torchtune's TransformerDecoder of the plan's shapes (LoRA/DoRA when the plan has adapters), on `meta`."""
-    from torchtune import training
-
     a = cfg.arch
     module, base, lora = builder(cfg)
     builders = importlib.import_module(module)
@@ -106,7 +129,7 @@ def build_model(cfg: StepConfig) -> nn.Module:
               intermediate_dim=a.intermediate, max_seq_len=a.max_position or cfg.seq_len)
     if base in TIES:
         kw["tie_word_embeddings"] = a.tied_embeddings
-    with training.set_default_dtype(DTYPES[cfg.param_dtype]), torch.device("meta"):
+    with default_dtype(DTYPES[cfg.param_dtype]), torch.device("meta"):
         if cfg.peft == "none":
             return getattr(builders, base)(**kw)
         attn, mlp, output = _targets(cfg)
@@ -121,7 +144,7 @@ class TuneStep(nn.Module):
 
     def __init__(self, cfg: StepConfig):
         super().__init__()
-        from torchtune import modules, training
+        from torchtune import modules
         from torchtune.modules.loss import CEWithChunkedOutputLoss
         from torchtune.modules.peft import get_adapter_params, set_trainable_params
 
@@ -131,7 +154,7 @@ class TuneStep(nn.Module):
         if cfg.peft != "none":
             set_trainable_params(model, get_adapter_params(model))
         if cfg.checkpointing:
-            training.set_activation_checkpointing(model, auto_wrap_policy={modules.TransformerSelfAttentionLayer})
+            set_activation_checkpointing(model, {modules.TransformerSelfAttentionLayer})
         if cfg.loss == "chunked":
             self.loss_fn = CEWithChunkedOutputLoss(num_output_chunks=CHUNKS, ignore_index=IGNORE_INDEX)
             model.set_num_output_chunks(CHUNKS)
