@@ -92,4 +92,17 @@ def test_torchtune_packaged_config_names(tmp_path: Path):
     (conf / "8B_full.yaml").write_text("batch_size: 2\n")
     assert locate_torchtune_config("llama3_1/8B_full", str(tmp_path / "run.sh"), tmp_path) == \
         (conf / "8B_full.yaml").resolve()
-    assert locate_torchtune_config("llama3_1/70B_full", str(tmp_path / "run.sh"), tmp_path) is None
+    assert locate_torchtune_config("llama3_1/no_such_config", str(tmp_path / "run.sh"), tmp_path) is None
+
+
+def test_torchtune_packaged_configs_come_from_the_installed_torchtune(tmp_path: Path):
+    """With torchtune installed (the trace extra), a packaged name resolves to the config torchtune ships."""
+    import importlib.util
+
+    import pytest
+
+    spec = importlib.util.find_spec("recipes")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("torchtune's packaged configs are not installed")
+    found = locate_torchtune_config("llama3_1/8B_lora_single_device", str(tmp_path / "run.sh"), tmp_path)
+    assert found is not None and found.parts[-3:] == ("configs", "llama3_1", "8B_lora_single_device.yaml")
