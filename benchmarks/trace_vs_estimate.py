@@ -200,7 +200,7 @@ GRID_MODES["variants"] = {
 # torchtune's own model, adapters and loss (`vramlens.trace.torchtune_backend`: the family's component builder with
 # the plan's shapes, its single-device recipes' step): pure bf16 (or fp32) as torchtune trains, no padding mask (its
 # collate passes none), torch.nn.CrossEntropyLoss or CEWithChunkedOutputLoss, LoRA on torchtune's default q/v and on
-# every block linear (lora_attn_modules q, k, v, output_proj + apply_lora_to_mlp), DoRA
+# every block linear (lora_attn_modules q, k, v, output_proj + apply_lora_to_mlp), DoRA, QLoRA (torchao NF4 base weights)
 GRIDS["torchtune"] = [M1B, "Qwen/Qwen2.5-0.5B", M8B, "mistralai/Mistral-7B-v0.1"]
 TORCHTUNE = dict(framework="torchtune", adapter_fp32=False, kbit_upcast=False)
 TORCHTUNE_LORA = dict(TORCHTUNE, **{k: v for k, v in LORA.items()}, loss_impl="chunked")
@@ -211,6 +211,7 @@ GRID_MODES["torchtune"] = {
     "LoRA q,v": dict(TORCHTUNE_LORA, lora_targets=("q", "v")),
     "LoRA all": TORCHTUNE_LORA,
     "DoRA all": dict(TORCHTUNE_LORA, peft="dora"),
+    "QLoRA all": dict(TORCHTUNE_LORA, peft="qlora", quant_bits=4, quant_double=True),
 }
 # the backend a grid traces on (default: transformers)
 GRID_BACKENDS = {"torchtune": "torchtune"}

@@ -42,11 +42,39 @@ def fake_and_real(**changes) -> tuple[dict, dict]:
     dict(LORA, peft="dora", grad_checkpointing=True),
     dict(LORA, lora_dropout=0.1),
     dict(LORA, arch=TINY_QWEN2, rope_caches=2),
-], ids=["full CE", "full chunked", "ckpt", "fp32", "LoRA", "DoRA ckpt", "LoRA dropout", "Qwen2 LoRA"])
+    dict(LORA, peft="qlora", quant_bits=4, loss_impl="chunked"),
+    dict(LORA, peft="qlora", quant_bits=4, grad_checkpointing=True, lora_targets=("q", "v")),
+], ids=["full CE", "full chunked", "ckpt", "fp32", "LoRA", "DoRA ckpt", "LoRA dropout", "Qwen2 LoRA", "QLoRA",
+        "QLoRA q,v ckpt"])
 def test_torchtune_step_fake_equals_real(changes):
     fake, real = fake_and_real(**changes)
     assert fake["peak_bytes"] == real["peak_bytes"] > 0
     assert fake["params_total"] == real["params_total"]
+
+
+def test_an_nf4_weight_counts_its_packed_data_and_constants_not_its_wrapper():
+    """torchao's NF4Tensor is a wrapper subclass: its nominal 16-bit storage is never allocated (on CUDA either); the
+    tracker counts the tensors it holds (packed 4-bit data, int8 scalers and their factors) and the dequantization's
+    temporaries (14 bytes per weight at the peak, 2 kept)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torchao.dtypes.nf4tensor import to_nf4
+
+    from vramlens.estimate.components import NF4_DEQUANT_PEAK_BYTES
+    from vramlens.trace.tracker import LiveBytes
+
+    n = 1024 * 512
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        tr = LiveBytes()
+        with tr:
+            weight = torch.nn.Parameter(to_nf4(torch.empty(1024, 512, dtype=torch.bfloat16)), requires_grad=False)
+            held = tr.cur
+            base = tr.cur
+            tr.reset_peak()
+            dequantized = weight.to(torch.bfloat16)
+            assert tr.cur - base == 2 * n
+            assert round((tr.peak - base) / n) == NF4_DEQUANT_PEAK_BYTES
+    assert n // 2 < held < n                  # 4 bits per weight + the double-quantized scalers: not 2 bytes
+    del dequantized
 
 
 def test_rope_caches_are_built_on_real_tensors_and_copied():
@@ -88,11 +116,16 @@ def test_a_torchtune_config_is_traced_on_torchtune(tmp_path):
     assert raw["backend"] == "torchtune" and "fallback_reason" not in raw
     assert raw["versions"]["torchtune"] == tt.version()
     assert any("traced on torchtune" in a for a in raw["assumptions"])
-    # 4-bit base weights cannot be faked (torchao's NF4Tensor): the synthetic model, with the reason
+    # QLoRA: torchao's NF4 base weights, as torchtune's QLoRA builders hold them
     cfg = step_config(plan(**TUNE, **{**LORA, "peft": "qlora"}, arch=TINY_LLAMA_POS, loss_impl="chunked",
                            quant_bits=4))
     raw = worker.run_backends(cfg, {"backend": "auto"}, lambda *a: None, threading.Event())
-    assert raw["backend"] == "synthetic" and "NF4Tensor" in raw["fallback_reason"]
+    assert raw["backend"] == "torchtune" and raw["components"]["quant_constants"] > 0
+    # torchtune has no IA3: the synthetic model, with the reason
+    cfg = step_config(plan(**TUNE, peft="ia3", lora_targets=("k", "v", "down"), feedforward_targets=("down",),
+                           arch=TINY_LLAMA_POS, loss_impl="chunked"))
+    raw = worker.run_backends(cfg, {"backend": "auto"}, lambda *a: None, threading.Event())
+    assert raw["backend"] == "synthetic" and "no `ia3` adapter" in raw["fallback_reason"]
     with pytest.raises(RuntimeError, match="torchtune backend cannot trace"):
         worker.run_backends(cfg, {"backend": "torchtune"}, lambda *a: None, threading.Event())
 
@@ -102,11 +135,14 @@ def test_a_torchtune_config_is_traced_on_torchtune(tmp_path):
     ("meta-llama/Llama-3.2-1B", dict(loss_impl="chunked", weight_dtype="fp32", compute_dtype="fp32")),
     ("Qwen/Qwen2.5-0.5B", dict(LORA, loss_impl="chunked", grad_checkpointing=True)),
     ("Qwen/Qwen2.5-0.5B", dict()),
-], ids=["full chunked", "fp32 chunked", "Qwen2.5 LoRA ckpt", "Qwen2.5 full CE"])
+    ("Qwen/Qwen2.5-0.5B", dict(LORA, peft="qlora", quant_bits=4, quant_double=True, loss_impl="chunked",
+                               grad_checkpointing=True)),
+], ids=["full chunked", "fp32 chunked", "Qwen2.5 LoRA ckpt", "Qwen2.5 full CE", "Qwen2.5 QLoRA ckpt"])
 def test_the_estimate_agrees_with_torchtunes_own_step(model, changes):
     """The formula against torchtune's step at 2 × 512 tokens: within 3 % (benchmarks/trace_vs_estimate.py
     --grid torchtune runs the larger sweep). Covers the chunked loss's peak (forward, or the head's backward in
-    fp32), torchtune's fp32 norm weights and the per-layer RoPE caches of Qwen2's LoRA builder."""
+    fp32), torchtune's fp32 norm weights, the per-layer RoPE caches of Qwen2's LoRA builder and torchao's NF4
+    dequantization in a checkpointed QLoRA block."""
     from vramlens.estimate import estimate
     from vramlens.knowledge import models
 

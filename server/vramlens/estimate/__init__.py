@@ -88,7 +88,9 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     root = C.fsdp_root_unsharded(rp)
     phases["forward-backward"] = {**base, "buffers": B + root, "optimizer": O, "gradients": g_resident,
                                   "teacher_logits": teacher_logits, "activations": acts_fb, "logits": logits,
-                                  "temporaries": C.dequantized_head(rp)}
+                                  # a torchtune QLoRA linear's NF4 dequantization runs in the forward and backward of
+                                  # the blocks, while the logits do not exist
+                                  "temporaries": C.dequantized_head(rp) + max(0, C.nf4_dequant_transient(rp) - logits)}
     forward_extra = C.disentangled_forward_per_token(rp)
     if forward_extra > 0:
         # the last block's attention in the forward, every earlier block's activations saved
@@ -180,7 +182,8 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # block being recomputed holds its own weights' 16-bit copies (components.recompute_weight_copies)
         phases["recompute"] = {**base, "buffers": B + root, "optimizer": O, "gradients": grads,
                                "activations": held_ckpt + kept + C.recompute_weight_copies(rp) + recompute + mask
-                               + mask_per_layer + t5_bias, "logits": 0, "temporaries": block_temps}
+                               + mask_per_layer + t5_bias, "logits": 0,
+                               "temporaries": max(block_temps, C.nf4_dequant_transient(rp))}
     if rp.arch.tied_embeddings and rp.peft == "none" and rp.arch.block != "encoder":
         # the shared weight's two gradients are summed out of place: two more embedding-sized tensors
         # (docs/memory-model.md, "Tied embeddings"). An encoder's classification head has no output embedding to

@@ -255,6 +255,23 @@ def head_quantized(rp: ResolvedPlan) -> bool:
     return bool(rp.quant_bits and rp.quant_lm_head and shapes(rp.arch).lm_head_params)
 
 
+# torchao 0.15–0.17 dtypes/nf4tensor.py `NF4Tensor.get_original_weight`, which `linear_nf4` runs for every forward and
+# backward of a torchtune QLoRA linear (`LinearNF4`: `weight.to(input.dtype)`): both 4-bit halves unpacked to int64
+# (8 bytes per weight together), looked up to 16-bit, scaled and stacked, all alive until it returns: 14 bytes per
+# weight at its peak, 2 kept (the 16-bit weight). Traced under fake tensors (tests/trace/test_torchtune_backend.py).
+NF4_DEQUANT_PEAK_BYTES = 14
+
+
+def nf4_dequant_transient(rp: ResolvedPlan) -> int:
+    """The peak of torchao's eager NF4 dequantization of the largest block linear in a torchtune QLoRA step (0 for
+    other steps, or when torchtune compiles the model)."""
+    if not (rp.framework == "torchtune" and rp.quant_bits == 4) or rp.compile:
+        return 0
+    s = shapes(rp.arch)
+    largest = max((l.in_features * l.out_features for l in s.linears), default=0)
+    return int(NF4_DEQUANT_PEAK_BYTES * largest / max(rp.tensor_parallel, 1))
+
+
 def dequantized_head(rp: ResolvedPlan) -> int:
     """A quantized LM head is dequantized to the compute dtype on every call (bitsandbytes `matmul_4bit`:
     `dequantize_4bit(B)` then a 16-bit matmul); the copy exists while the head runs, in forward and again in

@@ -22,6 +22,10 @@ Shims (each checked fake == real on CPU tensors in tests/trace/test_torchtune_ba
   (`quantization.int4_weight_only`), while the peft this extra pairs with refuses a torchao older than 0.16. The two
   functions of it the recipes call here are reproduced as they are written: `set_default_dtype` (torch's default dtype
   for the duration, torchtune 0.6.1 training/precision.py) and `set_activation_checkpointing` (training/memory.py).
+- QLoRA: the QLoRA builders quantize at construction, which `meta` cannot run; the model is built unquantized and its
+  block linears' weights are converted with torchao's `to_nf4` once they exist (`quantize_base`), as the builders
+  hold them. torchao's NF4Tensor is a wrapper subclass: the tracker counts the tensors it holds, not its nominal
+  16-bit storage (tracker.py).
 - SDPA and dropout as on CUDA: `hf.install_sdpa_as_cuda_kernel` (torchtune calls SDPA itself) and
   `hf.dropouts_as_cuda` (LoRA dropout keeps a 1-byte mask, as CUDA's `native_dropout` does).
 """
@@ -38,9 +42,9 @@ from vramlens.trace.config import StepConfig
 from vramlens.trace.hf import dropouts_as_cuda, install_sdpa_as_cuda_kernel
 from vramlens.trace.model import DTYPES, init_real_
 
-# Component builders of torchtune 0.6.1 by architecture family (torchtune/models/*/_component_builders.py) and the
-# keyword arguments each takes beyond the shared ones. Llama 3.1/3.2/3.3 use `llama3_2`'s (Llama-3.1 scaled RoPE,
-# tied or untied head); Qwen2 and Qwen2.5 `qwen2`'s.
+# Component builders of torchtune 0.6.1 by architecture family (torchtune/models/*/_component_builders.py: module,
+# full-weight builder, LoRA builder). Llama 3.1/3.2/3.3 use `llama3_2`'s (Llama-3.1 scaled RoPE, tied or untied head);
+# Qwen2 and Qwen2.5 `qwen2`'s.
 BUILDERS = {
     "llama": ("torchtune.models.llama3_2._component_builders", "llama3_2", "lora_llama3_2"),
     "mistral": ("torchtune.models.mistral._component_builders", "mistral", "lora_mistral"),
@@ -72,9 +76,9 @@ def unsupported(cfg: StepConfig) -> str | None:
         return f"architecture family `{cfg.arch.family}` has no torchtune component builder mapped here"
     if cfg.arch.head_dim and cfg.arch.head_dim * cfg.arch.heads != cfg.arch.hidden:
         return "a head dimension other than hidden ÷ heads (torchtune's builders of these families derive it)"
-    if cfg.quant_bits is not None:
-        return "4-bit base weights (torchao's NF4Tensor has no fake-tensor support)"
-    if cfg.peft not in ("none", "lora", "dora"):
+    if cfg.quant_bits is not None and (cfg.quant_bits != 4 or cfg.param_dtype != "bf16"):
+        return "k-bit base weights other than torchtune's NF4 over bf16 (QLoRA builders)"
+    if cfg.peft not in ("none", "lora", "dora", "qlora"):
         return f"torchtune has no `{cfg.peft}` adapter"
     if cfg.peft != "none" and {"embed"} & set(cfg.lora_targets):
         return "LoRA on the embeddings (torchtune has no such adapter)"
@@ -211,9 +215,36 @@ def materialize(step: TuneStep, device, real: bool) -> TuneStep:
     if real:
         with torch.no_grad():
             init_real_(step.named_parameters(), False)
+    if step.cfg.quant_bits == 4:
+        quantize_base(step.model, device)
     dropouts_as_cuda(step.model)
     step.train()
     return step
+
+
+def quantize_base(model: nn.Module, device) -> None:
+    """The QLoRA builders' base weights (torchtune 0.6.1 models/*/_component_builders.py with `quantize_base=True`):
+    every linear of the transformer layers in torchao's NF4 — an adapted one as `LoRALinear(quantize_base=True)` holds
+    it (`to_nf4` of its weight, run through `linear_nf4`), an untargeted one as `FrozenNF4Linear`; the output projection
+    stays as it is ("quantize_base is not applied to final output_proj currently"). Built unquantized on `meta` (where
+    `to_nf4` cannot run), quantized here on the fake (or real) device: `to_nf4` and `linear_nf4` have no data-dependent
+    step."""
+    from torchao.dtypes.nf4tensor import to_nf4
+    from torchtune.modules.low_precision import FrozenNF4Linear
+    from torchtune.modules.peft import DoRALinear, LoRALinear
+
+    for layer in model.layers:
+        for parent in list(layer.modules()):
+            if isinstance(parent, (LoRALinear, DoRALinear)):
+                with torch.no_grad():
+                    parent.weight = nn.Parameter(to_nf4(parent.weight.detach()), requires_grad=False)
+                parent._quantize_base = True
+                continue
+            for name, child in list(parent.named_children()):
+                if type(child) is nn.Linear and not (isinstance(parent, (LoRALinear, DoRALinear))):
+                    frozen = FrozenNF4Linear(child.in_features, child.out_features, bias=False, device=device,
+                                             dtype=child.weight.dtype)
+                    setattr(parent, name, frozen)
 
 
 def param_count(step: TuneStep) -> int:
@@ -222,7 +253,15 @@ def param_count(step: TuneStep) -> int:
 
 
 def quant_constants(step: TuneStep) -> list[torch.Tensor]:
-    return []
+    """The NF4 weights' scalers, quantization factors and lookup table (all but the packed 4-bit data)."""
+    from torchao.dtypes.nf4tensor import NF4Tensor
+
+    out = []
+    for p in step.model.parameters():
+        if isinstance(p, NF4Tensor) or isinstance(getattr(p, "data", None), NF4Tensor):
+            t = p if isinstance(p, NF4Tensor) else p.data
+            out += [getattr(t, n) for n in t.__tensor_flatten__()[0] if n != "quantized_data"]
+    return out
 
 
 def make_batch(cfg: StepConfig, device, real: bool) -> dict[str, torch.Tensor]:

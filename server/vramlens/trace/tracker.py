@@ -13,7 +13,7 @@ import weakref
 from typing import Callable
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
@@ -69,6 +69,12 @@ class LiveBytes(TorchDispatchMode):
     def track(self, t) -> None:
         if not isinstance(t, torch.Tensor) or t.device.type == "meta":
             return
+        if is_traceable_wrapper_subclass(t):
+            # a wrapper subclass (torchao's NF4Tensor) owns no memory: its nominal storage has the wrapped shape's
+            # size but no allocation behind it (`_make_wrapper_subclass`); the tensors it holds are what is allocated
+            for name in t.__tensor_flatten__()[0]:
+                self.track(getattr(t, name))
+            return
         st = t.untyped_storage()
         if st in self.recs:
             return
@@ -92,7 +98,10 @@ class LiveBytes(TorchDispatchMode):
 
     def label(self, tensors, cat: str, *, only_unlabelled: bool = False) -> None:
         for t in tensors:
-            if isinstance(t, torch.Tensor):
+            if isinstance(t, torch.Tensor) and is_traceable_wrapper_subclass(t):
+                self.label([getattr(t, name) for name in t.__tensor_flatten__()[0]], cat,
+                           only_unlabelled=only_unlabelled)
+            elif isinstance(t, torch.Tensor):
                 rec = self.recs.get(t.untyped_storage())
                 if rec is not None and not (only_unlabelled and rec.cat):
                     rec.cat = cat
