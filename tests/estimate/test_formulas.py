@@ -66,6 +66,27 @@ def test_weights_grads_and_adamw_state_follow_the_precision_arithmetic():
     assert amp.components["optimizer"] == 8 * p
 
 
+def test_tensor_parallelism_splits_the_weights_and_their_states_before_fsdp_shards_them():
+    """TP over 8 ranks holds an eighth of every weight, gradient and optimizer state; FSDP over 2 data-parallel ranks
+    halves that again (torchtune's 70B multi-node config: TP 8 × FSDP 2 over 16 GPUs)."""
+    from vramlens.estimate import components as C
+
+    def parts(rp):
+        ps = C.params(rp)
+        return C.weights(rp, ps), C.gradients(rp, ps), C.optimizer_state(rp, ps)
+
+    p = 8_030_261_248
+    one = parts(plan())
+    tp = parts(plan(tensor_parallel=8))
+    both = parts(plan(tensor_parallel=8, strategy="fsdp", zero_stage=3, world_size=2, gpu_count=16))
+    assert one == (2 * p, 2 * p, 4 * p)
+    assert tp == tuple(x // 8 for x in one)
+    assert both == tuple(x // 16 for x in one)
+    # and the peak follows (the activations and logits are not all split: it is not a sixteenth)
+    assert estimate(plan(tensor_parallel=8, strategy="fsdp", zero_stage=3, world_size=2, gpu_count=16),
+                    limits=False).allocated_bytes < estimate(plan(), limits=False).allocated_bytes / 4
+
+
 def test_phase_is_the_maximum_not_the_sum():
     est = estimate(plan(), limits=False)
     assert est.phase == "forward-backward"

@@ -218,6 +218,23 @@ def test_torchtune():
     assert p.gpu_count.value == 2 and p.gpu_name.value == "A100-80GB"
 
 
+def test_torchtune_multinode_header_described_in_words():
+    """torchtune's multi-node configs describe the launch instead of showing a `tune run` line (llama3_3
+    70B_full_multinode.yaml): the distributed recipe file and "N nodes w/ M devices" give FSDP over N × M GPUs."""
+    header = ("# Config for multi-node full finetuning in full_finetune_distributed.py\n"
+              "# using a Llama3.3 70B Instruct model\n#\n"
+              "# To launch on 2 nodes w/ 8 devices on a SLURM cluster, run the following command:\n"
+              "#   sbatch full_finetune_multinode.slurm\n#\n")
+    body = TT.split("\n\n", 1)[1]
+    text = header + "\n" + body
+    p = parse(text)
+    assert (p.dist_strategy.value, p.zero_stage.value) == ("fsdp", 3)
+    assert p.gpu_count.value == 16 and at(text, p.gpu_count) == "2 nodes w/ 8 devices"
+    # a single-device recipe named in words shards nothing and counts no GPUs
+    p = parse(header.replace("full_finetune_distributed.py", "full_finetune_single_device.py") + "\n" + body)
+    assert p.dist_strategy is None and p.gpu_count is None
+
+
 @pytest.mark.parametrize("builder,model,peft", [
     ("torchtune.models.llama3_1.lora_llama3_1_8b", "meta-llama/Llama-3.1-8B", "lora"),
     ("torchtune.models.llama3_1.qlora_llama3_1_405b", "meta-llama/Llama-3.1-405B", "qlora"),

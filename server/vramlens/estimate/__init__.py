@@ -117,9 +117,9 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # rollout: generate() with a KV cache (vLLM's share is resident in `base`), then reference/old-policy
         # log-probs under no_grad, all before the policy's forward-backward
         kv = C.kv_cache(rp) if rp.generation == "generate" else 0
-        if rp.generation == "generate" and C.shard_factor(rp, "weights") < 1.0:
+        if rp.generation == "generate" and C.zero_shard_factor(rp, "weights") < 1.0:
             # trl 1.16.0 grpo_config.py `ds3_gather_for_generation=True`: ZeRO-3 gathers the whole policy to generate
-            kv += int(p.total * C.DTYPE_BYTES[rp.weight_dtype] * (1.0 - C.shard_factor(rp, "weights")))
+            kv += int(p.total * C.DTYPE_BYTES[rp.weight_dtype] * (1.0 - C.zero_shard_factor(rp, "weights")))
         phases["generation"] = {**base, "optimizer": O, "gradients": g_resident, "temporaries": kv,
                                 "activations": 0, "logits": 0}
         if rp.reference != "none" or rp.reward_model or rp.value_model:

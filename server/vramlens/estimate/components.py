@@ -286,7 +286,16 @@ def dequantized_head(rp: ResolvedPlan) -> int:
 
 
 def shard_factor(rp: ResolvedPlan, what: str) -> float:
-    """Fraction of `what` ("weights", "gradients", "optimizer") kept on this rank under ZeRO/FSDP."""
+    """Fraction of `what` ("weights", "gradients", "optimizer") kept on this rank: tensor parallelism splits the
+    weights over its ranks (and with them their gradients and optimizer state: Megatron-LM's column- and row-parallel
+    linears and vocabulary-parallel embedding; torch's `parallelize_module` with a model's plan, e.g. torchtune 0.6.1
+    models/llama3/_parallelism.py `base_llama_tp_plan`, embeddings and output included; the norms it leaves whole
+    are not counted apart), then ZeRO/FSDP shard what each rank holds over the data-parallel ranks."""
+    return zero_shard_factor(rp, what) / max(rp.tensor_parallel, 1)
+
+
+def zero_shard_factor(rp: ResolvedPlan, what: str) -> float:
+    """Fraction of `what` kept on this rank by ZeRO/FSDP over the data-parallel ranks (`world_size`)."""
     if rp.strategy not in ("deepspeed", "fsdp") or rp.world_size <= 1:
         return 1.0
     stage = rp.zero_stage
@@ -1844,7 +1853,7 @@ def gathered_layer_bytes(rp: ResolvedPlan, p: Params) -> int:
     packed payload and its constants, not a 16-bit copy (bitsandbytes docs/source/fsdp_qlora.md, "Quantized data
     storage"; the weights are dequantized one linear at a time inside `Linear4bit.forward`)."""
     if not rp.quant_bits:
-        return p.layer_bytes
+        return int(p.layer_bytes / max(rp.tensor_parallel, 1))
     s = shapes(rp.arch)
     norms = norms_per_layer(rp.arch) * rp.arch.hidden
     packed, consts = quantized_bytes_per_param(rp)

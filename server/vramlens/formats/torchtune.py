@@ -57,6 +57,11 @@ FUSED_LOSSES = {"torchtune.modules.loss.LinearCrossEntropyLoss"}
 DTYPES = {"bf16": "bf16", "fp32": "fp32", "fp16": "fp16", "fp64": "fp32"}
 
 _RUN = re.compile(r"tune\s+run\s+(?P<args>.*)")
+# the headers of torchtune's multi-node configs describe the launch in words instead of a `tune run` line (torchtune
+# recipes/configs/llama3_3/70B_full_multinode.yaml: "full finetuning in full_finetune_distributed.py", "To launch on
+# 2 nodes w/ 8 devices on a SLURM cluster")
+_RECIPE_FILE = re.compile(r"\b(?P<recipe>[a-z0-9_]+_distributed)\.py\b")
+_NODES = re.compile(r"\b(?P<nodes>\d+)\s+nodes?\s+(?:w/|with)\s+(?P<devices>\d+)\s+(?:devices|gpus)\b", re.I)
 
 
 def builder_max_seq_len(package: str, name: str) -> int | None:
@@ -333,6 +338,7 @@ def _recipe_from_header(b: PlanBuilder, ctx, get) -> None:
         if m:
             last = (i, line, m)
     if last is None:
+        _launch_in_words(b, text, get)
         return
     i, line, m = last
     args = m.group("args").split()
@@ -347,12 +353,40 @@ def _recipe_from_header(b: PlanBuilder, ctx, get) -> None:
             value=nproc * nnodes, origin=Origin.ASSUMED, key="comment", span=sp, value_span=sp,
             note=f"from the launch line in the header: `{m.group(0).strip()[:120]}`")
     if "distributed" in recipe:
-        reshard = get("fsdp_reshard_after_forward")
-        stage = 2 if reshard is not None and to_bool(reshard.value) is False else 3
-        b.set("dist_strategy", "fsdp", origin=Origin.DERIVED, framework="torchtune",
-              note=f"recipe `{recipe}` (from the header comment) shards with FSDP2")
-        b.set("zero_stage", stage, origin=Origin.DERIVED, framework="torchtune",
-              note="fsdp_reshard_after_forward " + ("on" if stage == 3 else "off"))
+        _fsdp(b, recipe, get)
+
+
+def _fsdp(b: PlanBuilder, recipe: str, get) -> None:
+    reshard = get("fsdp_reshard_after_forward")
+    stage = 2 if reshard is not None and to_bool(reshard.value) is False else 3
+    b.set("dist_strategy", "fsdp", origin=Origin.DERIVED, framework="torchtune",
+          note=f"recipe `{recipe}` (from the header comment) shards with FSDP2")
+    b.set("zero_stage", stage, origin=Origin.DERIVED, framework="torchtune",
+          note="fsdp_reshard_after_forward " + ("on" if stage == 3 else "off"))
+
+
+def _launch_in_words(b: PlanBuilder, text: str, get) -> None:
+    """A header without a `tune run` line that names a distributed recipe file and the nodes × devices it runs on."""
+    recipe, devices = None, None
+    for i, line in enumerate(text_lines(text)[:80]):
+        stripped = line.lstrip()
+        if stripped and not stripped.startswith("#"):
+            break
+        recipe = recipe or _RECIPE_FILE.search(line)
+        if devices is None:
+            n = _NODES.search(line)
+            if n:
+                col = line.index(n.group(0))
+                devices = (n, Span(file=b.plan.source_file, start_line=i, start_col=col, end_line=i,
+                                   end_col=col + len(n.group(0))))
+    if recipe is None:
+        return
+    _fsdp(b, recipe.group("recipe"), get)
+    if devices is not None and b.plan.gpu_count is None:
+        n, sp = devices
+        b.plan.gpu_count = Sourced(value=int(n.group("nodes")) * int(n.group("devices")), origin=Origin.ASSUMED,
+                                   key="comment", span=sp, value_span=sp,
+                                   note=f"from the header comment: \"{n.group(0)}\"")
 
 
 def _flag(args: list[str], *names: str) -> int | None:
