@@ -51,6 +51,6 @@ def check(ctx):
                           peak=ctx.gib(est.device_bytes), peak_after=ctx.gib(after.device_bytes))
     fixer = ctx.fixer
     yield ctx.finding(RULE, message, ctx.where("grad_checkpointing", "ckpt_reentrant", "dist_strategy"),
-                      fixes=lambda: [fixer.make("non-reentrant-checkpointing", "use non-reentrant gradient checkpointing",
-                                                {"ckpt_reentrant": False}, safe=True)],
+                      fixes=lambda: [fixer.make(c.id, c.label, c.changes, safe=True)
+                                     for c in fixer.candidates() if c.id == "non-reentrant-checkpointing"],
                       data={"cost_gib": cost / 2**30})

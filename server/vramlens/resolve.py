@@ -470,7 +470,10 @@ def _image_budget(plan: TrainingPlan, arch: ModelArch, fw_key: str) -> tuple[Any
         n = _whole(said.value) if said is not None else None
         if n:
             caps.append((4 * n if key in token_keys else max(1, n // arch.vision_patch ** 2), said))
-    return min(caps, key=lambda c: c[0])[::-1] if caps else (None, None)
+    if not caps:
+        return None, None
+    patches, said = min(caps, key=lambda c: c[0])
+    return said, patches
 
 
 def _extra_value(plan: TrainingPlan, key: str) -> Any:

@@ -160,7 +160,9 @@ def render_text(out: dict, est) -> str:
     for row in out["timeline"]:
         micro = f".{row['micro']}" if row.get("micro", -1) >= 0 and row["phase"] in ("fwd", "loss", "bwd-loss", "bwd") else "  "
         lines.append(f"    step {row['step']}{micro}  {row['phase']:<9} {row['after_gib']:>9.2f} / {row['peak_gib']:.2f}")
-    shown = (t.get("versions") or {}) if t.get("backend") in ("transformers", "torchtune") else {"torch": t["torch"]}
+    from vramlens.trace.report import REAL_BACKENDS
+
+    shown = (t.get("versions") or {}) if t.get("backend") in REAL_BACKENDS else {"torch": t["torch"]}
     versions = ", ".join(f"{k} {v}" for k, v in shown.items() if v)
     lines.append(f"  traced {t['ops']:,} ops in {t['seconds']:.1f} s on the {t.get('backend', 'synthetic')} backend "
                  f"({versions or 'torch ' + t['torch']}; {t['steps']} step(s))")

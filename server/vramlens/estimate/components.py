@@ -175,7 +175,7 @@ def trained_params(rp: ResolvedPlan) -> tuple[int, int]:
     s = shapes(rp.arch)
     head = 0 if rp.scalar_head else s.lm_head_params
     total = s.total - (s.lm_head_params - head)
-    biggest_linear = max((l.in_features * l.out_features for l in s.linears), default=0)
+    biggest_linear = s.largest_linear
     if rp.trained_layers is None:
         return total, max(s.embed_params, head, biggest_linear)
     layers = counted_layers(rp)
@@ -267,9 +267,7 @@ def nf4_dequant_transient(rp: ResolvedPlan) -> int:
     other steps, or when torchtune compiles the model)."""
     if not (rp.framework == "torchtune" and rp.quant_bits == 4) or rp.compile:
         return 0
-    s = shapes(rp.arch)
-    largest = max((l.in_features * l.out_features for l in s.linears), default=0)
-    return int(NF4_DEQUANT_PEAK_BYTES * largest / max(rp.tensor_parallel, 1))
+    return int(NF4_DEQUANT_PEAK_BYTES * shapes(rp.arch).largest_linear / max(rp.tensor_parallel, 1))
 
 
 def dequantized_head(rp: ResolvedPlan) -> int:

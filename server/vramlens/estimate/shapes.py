@@ -43,6 +43,11 @@ class Shapes:
         return sum(l.params for l in self.linears)
 
     @property
+    def largest_linear(self) -> int:
+        """Weights of the largest block linear (0 without linears)."""
+        return max((l.in_features * l.out_features for l in self.linears), default=0)
+
+    @property
     def total(self) -> int:
         return self.linear_params + self.embed_params + self.lm_head_params + self.other_params
 

@@ -328,17 +328,14 @@ def _recipe_from_header(b: PlanBuilder, ctx, get) -> None:
 
     Headers may show several commands (e.g. fine-tune the teacher first); the last one is the launch
     of this config."""
-    text = getattr(ctx, "text", None) or ""
+    header = _header_lines(getattr(ctx, "text", None) or "")
     last = None
-    for i, line in enumerate(text_lines(text)[:80]):
-        stripped = line.lstrip()
-        if stripped and not stripped.startswith("#"):
-            break
+    for i, line in header:
         m = _RUN.search(line)
         if m:
             last = (i, line, m)
     if last is None:
-        _launch_in_words(b, text, get)
+        _launch_in_words(b, header, get)
         return
     i, line, m = last
     args = m.group("args").split()
@@ -365,13 +362,21 @@ def _fsdp(b: PlanBuilder, recipe: str, get) -> None:
           note="fsdp_reshard_after_forward " + ("on" if stage == 3 else "off"))
 
 
-def _launch_in_words(b: PlanBuilder, text: str, get) -> None:
-    """A header without a `tune run` line that names a distributed recipe file and the nodes × devices it runs on."""
-    recipe, devices = None, None
+def _header_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, line) of the comment block a config starts with (blank lines included; at most 80 lines)."""
+    out = []
     for i, line in enumerate(text_lines(text)[:80]):
         stripped = line.lstrip()
         if stripped and not stripped.startswith("#"):
             break
+        out.append((i, line))
+    return out
+
+
+def _launch_in_words(b: PlanBuilder, header: list[tuple[int, str]], get) -> None:
+    """A header without a `tune run` line that names a distributed recipe file and the nodes × devices it runs on."""
+    recipe, devices = None, None
+    for i, line in header:
         recipe = recipe or _RECIPE_FILE.search(line)
         if devices is None:
             n = _NODES.search(line)

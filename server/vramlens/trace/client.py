@@ -294,8 +294,10 @@ def summary_line(result: dict) -> str:
     verdict = "fits" if result["fits"] else "does not fit"
     t = result["trace"]
     versions = t.get("versions") or {}
+    from vramlens.trace.report import REAL_BACKENDS
+
     backend = t.get("backend")
-    on = (f"{backend} {versions.get(backend)}" if backend in ("transformers", "torchtune") else "the synthetic model")
+    on = f"{backend} {versions.get(backend)}" if backend in REAL_BACKENDS else "the synthetic model"
     return (f"exact trace ({on}): {peak['allocated_gib']:.2f} GiB allocated, {peak['device_gib']:.2f} GiB on the "
             f"device ({verdict} {result['gpu']['name']}, peak in {t['peak_at']})")
 

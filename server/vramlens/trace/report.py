@@ -42,6 +42,10 @@ def to_estimate(rp: ResolvedPlan, raw: dict) -> Estimate:
         activation_bytes_per_sample=int(acts / max(rp.micro_batch, 1)), assumptions=tuple(assumptions))
 
 
+# backends that run the real libraries' code (trace.worker `real_backends`); their versions are the trace's to show
+REAL_BACKENDS = ("transformers", "torchtune")
+
+
 def timeline_json(raw: dict) -> list[dict]:
     return [{"step": t["step"], "micro": t.get("micro"), "phase": t["phase"], "after_gib": _g(t["after_bytes"]),
              "peak_gib": _g(t["peak_bytes"]), "after_bytes": t["after_bytes"], "peak_bytes": t["peak_bytes"]}

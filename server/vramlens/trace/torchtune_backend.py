@@ -256,12 +256,10 @@ def quant_constants(step: TuneStep) -> list[torch.Tensor]:
     """The NF4 weights' scalers, quantization factors and lookup table (all but the packed 4-bit data)."""
     from torchao.dtypes.nf4tensor import NF4Tensor
 
-    out = []
-    for p in step.model.parameters():
-        if isinstance(p, NF4Tensor) or isinstance(getattr(p, "data", None), NF4Tensor):
-            t = p if isinstance(p, NF4Tensor) else p.data
-            out += [getattr(t, n) for n in t.__tensor_flatten__()[0] if n != "quantized_data"]
-    return out
+    from vramlens.trace.tracker import inner_tensors
+
+    return [t for p in step.model.parameters() if isinstance(p, NF4Tensor)       # a Parameter of one is one
+            for t in inner_tensors(p) if t is not p.quantized_data]
 
 
 def make_batch(cfg: StepConfig, device, real: bool) -> dict[str, torch.Tensor]:

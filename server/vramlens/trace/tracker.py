@@ -25,6 +25,11 @@ def alloc_size(nbytes: int) -> int:
     return ((nbytes + 511) // 512) * 512
 
 
+def inner_tensors(t: torch.Tensor) -> list[torch.Tensor]:
+    """The tensors a traceable wrapper subclass (torchao's NF4Tensor) holds (`__tensor_flatten__`)."""
+    return [getattr(t, name) for name in t.__tensor_flatten__()[0]]
+
+
 class TraceCancelled(Exception):
     """Raised at a safe point (a phase boundary, a block boundary) when the caller asked to stop."""
 
@@ -72,8 +77,8 @@ class LiveBytes(TorchDispatchMode):
         if is_traceable_wrapper_subclass(t):
             # a wrapper subclass (torchao's NF4Tensor) owns no memory: its nominal storage has the wrapped shape's
             # size but no allocation behind it (`_make_wrapper_subclass`); the tensors it holds are what is allocated
-            for name in t.__tensor_flatten__()[0]:
-                self.track(getattr(t, name))
+            for inner in inner_tensors(t):
+                self.track(inner)
             return
         st = t.untyped_storage()
         if st in self.recs:
@@ -99,8 +104,7 @@ class LiveBytes(TorchDispatchMode):
     def label(self, tensors, cat: str, *, only_unlabelled: bool = False) -> None:
         for t in tensors:
             if isinstance(t, torch.Tensor) and is_traceable_wrapper_subclass(t):
-                self.label([getattr(t, name) for name in t.__tensor_flatten__()[0]], cat,
-                           only_unlabelled=only_unlabelled)
+                self.label(inner_tensors(t), cat, only_unlabelled=only_unlabelled)
             elif isinstance(t, torch.Tensor):
                 rec = self.recs.get(t.untyped_storage())
                 if rec is not None and not (only_unlabelled and rec.cat):
