@@ -17,7 +17,7 @@ from vramlens.estimate import Estimate, estimate
 from vramlens.fixes import Fix, Fixer
 from vramlens.formats import parse_document
 from vramlens.formats.notebook import document_text, is_notebook
-from vramlens.plan import TrainingPlan
+from vramlens.plan import IssueKind, ParseIssue, Severity, TrainingPlan
 from vramlens.resolve import Resolution, ResolveError, resolve
 from vramlens.rules import Finding, Related, RuleContext, run_rules
 from vramlens.settings import Settings
@@ -61,9 +61,9 @@ def analyze(text: str, path: str | Path, settings: Settings | None = None) -> An
     if len(text) > MAX_DOCUMENT_CHARS:
         return too_large(path, len(text))
     try:
-        views = yaml_documents(text, path)
-        if views is not None:
-            return _analyze_documents(views, path, settings)
+        documents = _split_documents(text, path)
+        if documents is not None:
+            return _analyze_documents(documents, text, path, settings)
         return _analyze(text, path, settings)
     except Exception as exc:      # a bug, not bad input: report it on the document and keep the server alive
         log.exception("analysis of %s failed", path)
@@ -122,21 +122,28 @@ def _analyze(text: str, path: str, settings: Settings) -> Analysis:
 
 
 def yaml_documents(text: str, path: str) -> list[str] | None:
-    """A YAML file of several `---` documents: one view per document (formats.yaml_doc.document_views)."""
+    """A YAML file of several `---` documents: one view per document analysed (formats.yaml_doc.split_documents,
+    within its budgets)."""
+    documents = _split_documents(text, path)
+    return documents.views if documents is not None else None
+
+
+def _split_documents(text: str, path: str):
     from vramlens.formats import NOT_YAML_SUFFIXES, TEXT_PARSERS
 
     suffix = Path(path).suffix.lower()
     if suffix in TEXT_PARSERS or suffix in NOT_YAML_SUFFIXES or suffix == ".json":
         return None
-    from vramlens.formats.yaml_doc import document_views
+    from vramlens.formats.yaml_doc import split_documents
 
-    return document_views(text)
+    return split_documents(text)
 
 
-def _analyze_documents(views: list[str], path: str, settings: Settings) -> Analysis:
+def _analyze_documents(documents, text: str, path: str, settings: Settings) -> Analysis:
     """Each document of a multi-document YAML file analysed alone; findings stay on their document's lines.
-    The analysis shown for the file (plan, estimate) is the first document's that has an estimate."""
-    results = [_analyze(view, path, settings) for view in views]
+    The analysis shown for the file (plan, estimate) is the first document's that has an estimate. Documents past
+    the budgets of formats.yaml_doc are not analysed: a VL021 at the first of them says how many and why."""
+    results = [_analyze(view, path, settings) for view in documents.views]
     primary = next((r for r in results if r.estimate is not None), None) \
         or next((r for r in results if r.plan is not None), results[0])
     out = Analysis(path=path, plan=primary.plan, resolution=primary.resolution, estimate=primary.estimate,
@@ -148,6 +155,13 @@ def _analyze_documents(views: list[str], path: str, settings: Settings) -> Analy
             if key not in seen:               # a file-wide finding (a directive's) comes once, not per document
                 seen.add(key)
                 out.findings.append(f)
+    if documents.skipped:
+        issue = ParseIssue(kind=IssueKind.NOT_READ, message=documents.skipped_message(), severity=Severity.INFO,
+                           span=documents.skipped_span.model_copy(update={"file": path}))
+        # through the rules, over the whole text, so the user's severity setting and suppressions apply
+        ctx = RuleContext(text=text, path=path, parse_issues=[issue])
+        out.findings += [f for f in run_rules(ctx, settings.severity)
+                         if f.rule_id == "VL021" and f.span.start_line == issue.span.start_line]
     out.documents = results
     return out
 

@@ -1,17 +1,21 @@
-"""Local calibration: what traces and live probes measured, kept so later estimates for the same model improve.
+"""Local calibration: what exact traces and live probes measured, kept so later estimates for the same model improve.
 
-Every trace (`vramlens trace`, the editor's "Run exact trace") and every probe (`vramlens probe`) appends one
-line to a JSON-lines file:
+Every exact trace (`vramlens trace`, the editor's "Run exact trace": the whole step ran on the real libraries at the
+trace interpreter's versions) and every probe (`vramlens probe`) appends one line to a JSON-lines file:
 
     {"arch": <model id>, "arch_hash", "settings_hash", "settings": {…}, "source": "trace" | "probe",
-     "estimated_allocated": bytes, "measured_allocated": bytes, "gpu", "time", "vramlens", "estimator", …}
+     "estimated_allocated": bytes, "measured_allocated": bytes, "gpu", "time", "vramlens", "estimator", "exact", …}
 
 ("estimator" is the formulas' revision, `vramlens.estimate.REVISION`: a record made against another one is ignored.)
+A trace that was not exact — the synthetic stand-in, another objective than the config's, parts not traced — is
+never recorded, and such a line written by an older vramlens is ignored (`applies`).
 
 The calibration stage, between resolve and estimate: `calibrate(resolution)` sets the plan's `correction`
-when a record applies, and the estimate then lists it among its assumptions ("calibrated: allocated memory
-scaled ×…"). `vramlens estimate`, `check` and the editor run it; `trace` and `probe` compare against the
-uncalibrated formulas (what they record is measured ÷ that).
+and `calibration` (factor, source, date, key) when a record applies; the estimate carries that
+(`Estimate.calibration`) and every view names it in its headline (`vramlens.report.calibration_line`).
+`vramlens estimate`, `check` and the editor run it; `trace` and `probe` compare against the
+uncalibrated formulas (what they record is measured ÷ that). `vramlens calibration list|clear` shows and removes
+records (`listing`, `clear`).
 
 `correction_for(resolved_plan)` returns measured ÷ estimated of the nearest record for the same architecture
 (same settings first, else the closest batch/sequence/precision/optimizer settings), bounded to [0.8, 1.25];
@@ -32,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vramlens import __version__, file_access
-from vramlens.resolved import ResolvedPlan
+from vramlens.resolved import Calibration, ResolvedPlan
 
 if TYPE_CHECKING:
     from vramlens.resolve import Resolution
@@ -121,9 +125,13 @@ def settings_hash(rp: ResolvedPlan) -> str:
 
 def record(rp: ResolvedPlan, *, source: str, estimated_allocated: int, measured_allocated: int,
            gpu: str | None = None, extra: dict | None = None, path: Path | None = None) -> dict | None:
-    """Append one measurement; returns the record (None when calibration is off)."""
+    """Append one measurement; returns the record (None when calibration is off, or for a trace whose `extra`
+    does not say `"exact": True`: only a step that ran whole on the real libraries measures what the formulas
+    estimate)."""
     target = path or calibration_path()
     if target is None or estimated_allocated <= 0 or measured_allocated <= 0:
+        return None
+    if source == "trace" and (extra or {}).get("exact") is not True:
         return None
     rec = {
         "arch": rp.arch.id, "arch_hash": arch_hash(rp), "settings_hash": settings_hash(rp),
@@ -175,6 +183,36 @@ def _read_records(target: Path) -> list[dict]:
     return out
 
 
+def applies(rec: dict) -> bool:
+    """Whether a record may scale an estimate: a probe, or an exact trace, made against today's formulas."""
+    if rec.get("estimator") != _revision():
+        return False
+    return rec.get("source") == "probe" or (rec.get("source") == "trace" and rec.get("exact") is True)
+
+
+def why_not(rec: dict) -> str | None:
+    """Why a record does not apply (None when it does), in words for `vramlens calibration list`."""
+    if rec.get("estimator") != _revision():
+        return "made against other formulas"
+    if rec.get("source") == "trace" and rec.get("exact") is not True:
+        return "not an exact trace"
+    if rec.get("source") not in ("trace", "probe"):
+        return f"unknown source {rec.get('source')!r}"
+    return None
+
+
+def record_key(rec: dict) -> str:
+    """The key `vramlens calibration list` shows and `clear` takes: the hash of the settings (one model's
+    records with these settings)."""
+    return str(rec.get("settings_hash") or "")[:12]
+
+
+def factor(rec: dict) -> float:
+    """measured ÷ estimated allocated bytes of one record, bounded to RATIO_BOUNDS."""
+    lo, hi = RATIO_BOUNDS
+    return min(hi, max(lo, rec["measured_allocated"] / rec["estimated_allocated"]))
+
+
 def distance(a: dict, b: dict) -> float:
     """How different two settings dicts are: weighted count of differing settings plus the log2 ratio of
     sizes (a doubled micro batch adds 0.5)."""
@@ -194,11 +232,10 @@ def distance(a: dict, b: dict) -> float:
 def nearest(rp: ResolvedPlan, path: Path | None = None) -> tuple[dict, float] | None:
     """The closest record for this architecture and its distance (latest wins ties); None if none is close."""
     ah, sh, feats = arch_hash(rp), settings_hash(rp), features(rp)
-    revision = _revision()
     best: tuple[dict, float] | None = None
     for rec in records(path):
-        if rec.get("arch_hash") != ah or rec.get("estimator") != revision:
-            continue                  # another model, or a ratio to an estimate the formulas no longer give
+        if rec.get("arch_hash") != ah or not applies(rec):
+            continue                  # another model, an inexact trace, or a ratio to other formulas
         dist = 0.0 if rec.get("settings_hash") == sh else distance(feats, rec.get("settings") or {})
         if dist <= MAX_DISTANCE and (best is None or dist <= best[1]):
             best = (rec, dist)
@@ -211,22 +248,71 @@ def calibrate(res: "Resolution") -> "Resolution":
     import dataclasses
 
     try:
-        c = correction_for(res.resolved)
+        applied = applied_for(res.resolved)
     except (OSError, ValueError):
         return res
-    if c is None or abs(c - 1.0) <= 1e-3:
+    if applied is None or abs(applied.factor - 1.0) <= 1e-3:
         return res
-    return dataclasses.replace(res, resolved=res.resolved.with_changes(correction=c))
+    return dataclasses.replace(res, resolved=res.resolved.with_changes(correction=applied.factor,
+                                                                       calibration=applied))
 
 
-def correction_for(rp: ResolvedPlan, path: Path | None = None) -> float | None:
-    """measured ÷ estimated allocated bytes of the nearest matching record, bounded to [0.8, 1.25]."""
+def applied_for(rp: ResolvedPlan, path: Path | None = None) -> Calibration | None:
+    """The calibration the nearest matching record gives this plan: its bounded factor, source, date and key."""
     if path is None and calibration_path() is None:
         return None
     found = nearest(rp, path)
     if found is None:
         return None
     rec = found[0]
-    ratio = rec["measured_allocated"] / rec["estimated_allocated"]
-    lo, hi = RATIO_BOUNDS
-    return min(hi, max(lo, ratio))
+    return Calibration(factor=factor(rec), source=str(rec.get("source")), recorded=rec.get("time"),
+                       key=record_key(rec))
+
+
+def correction_for(rp: ResolvedPlan, path: Path | None = None) -> float | None:
+    """measured ÷ estimated allocated bytes of the nearest matching record, bounded to [0.8, 1.25]."""
+    applied = applied_for(rp, path)
+    return None if applied is None else applied.factor
+
+
+def listing(path: Path | None = None) -> list[dict]:
+    """Every record in the file, oldest first, as `vramlens calibration list` shows them: model, key, factor,
+    source, date and why it does not apply (None when it does)."""
+    return [{"model": rec.get("arch"), "key": record_key(rec), "factor": round(factor(rec), 4),
+             "ratio": round(rec["measured_allocated"] / rec["estimated_allocated"], 4), "source": rec.get("source"),
+             "recorded": rec.get("time"), "ignored": why_not(rec)} for rec in records(path)]
+
+
+def clear(*, keys: tuple[str, ...] = (), model: str | None = None, path: Path | None = None) -> int:
+    """Remove the records whose key starts with one of `keys` or whose model is `model`; with neither, every
+    record. Returns how many were removed. The file is rewritten whole (a temporary file renamed over it)."""
+    target = path or calibration_path()
+    if target is None:
+        return 0
+    try:
+        with open(target, encoding="utf-8", errors="replace") as fh:
+            lines = fh.readlines()
+    except FileNotFoundError:
+        return 0
+
+    def selected(line: str) -> bool:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            return not keys and model is None          # a damaged line goes only with everything
+        if not isinstance(rec, dict):
+            return not keys and model is None
+        if not keys and model is None:
+            return True
+        key = record_key(rec)
+        return (model is not None and rec.get("arch") == model) or any(key and key.startswith(k) for k in keys)
+
+    kept = [line for line in lines if line.strip() and not selected(line)]
+    removed = sum(1 for line in lines if line.strip()) - len(kept)
+    if removed:
+        tmp = target.with_name(target.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.writelines(kept)
+        os.replace(tmp, target)
+        _cache.pop(target, None)
+    return removed

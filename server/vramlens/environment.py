@@ -4,7 +4,10 @@ In order (the first that names a package wins):
 1. the `frameworkVersions` setting (`Settings.framework_versions`);
 2. the workspace's pins, read with bounded reads from its top folder: uv.lock, poetry.lock (exact resolutions),
    requirements*.txt, pyproject.toml (`[project]` and optional dependencies, `[tool.poetry.dependencies]`) and
-   environment.yml — only exact pins (`==`, a bare Poetry version) count;
+   environment.yml — only exact pins (`==`, a bare Poetry version) count. A pin file is read only when it is a
+   regular file inside that folder (symlinks resolved on the opened file: `vramlens.file_access`), TOML within
+   `vramlens.toml_reading`'s bounds; entries of the wrong type are skipped, and a file that cannot be read
+   gives no pins (a warning says why);
 3. the trace interpreter's installed distributions, read from their `*.dist-info/METADATA` files (the
    `trace.python` setting's environment; without it, this interpreter's, through `importlib.metadata`, which reads
    the same files);
@@ -14,16 +17,19 @@ from __future__ import annotations
 
 import glob
 import importlib.metadata as md
+import logging
 import os
 import re
 import shutil
-import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from vramlens import toml_reading
 from vramlens.file_access import read_text_checked
 from vramlens.knowledge.versions import NEWEST
+
+log = logging.getLogger(__name__)
 
 PACKAGES = tuple(NEWEST)
 MAX_PIN_FILE = 4 * 2**20                 # a lock file of a large project is ~1–3 MB
@@ -45,7 +51,9 @@ def canonical(name: str) -> str:
     return CONDA_NAMES.get(n, n)
 
 
-_REQ = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*===?\s*([0-9][A-Za-z0-9.+!_-]*)\s*(?:[;#].*)?$")
+# Adjacent parts match disjoint characters (one `\s*` around the extras), so a long line is matched in linear time.
+_REQ = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\]\s*)?"
+                  r"===?\s*([0-9][A-Za-z0-9.+!_-]*)\s*(?:[;#].*)?$")
 
 
 def exact_pin(requirement: str) -> tuple[str, str] | None:
@@ -56,24 +64,39 @@ def exact_pin(requirement: str) -> tuple[str, str] | None:
     return canonical(m.group(1)), m.group(2)
 
 
-def _read(path: Path) -> str | None:
+def _read(path: Path, roots: list[Path]) -> str | None:
     try:
-        return read_text_checked(path, MAX_PIN_FILE)
-    except (OSError, ValueError, UnicodeDecodeError):
+        return read_text_checked(path, MAX_PIN_FILE, roots=roots)
+    except (OSError, ValueError) as exc:       # ValueError: a NUL byte in the name
+        log.warning("pins in %s ignored: not read: %s", path, exc)
         return None
 
 
-def _toml(text: str) -> dict:
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
+def _toml(text: str, where: str) -> dict:
+    read = toml_reading.loads(text)
+    if read.data is None:
+        log.warning("pins in %s ignored: %s", where, read.problem)
         return {}
+    return read.data
 
 
-def _lock_pins(text: str) -> dict[str, str]:
-    data = _toml(text)
+def _table(data: dict, key: str) -> dict:
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _strings(value) -> list[str]:
+    """The strings of a list (anything else in it, or anything but a list: none)."""
+    return [v for v in _list(value) if isinstance(v, str)]
+
+
+def _lock_pins(text: str, where: str = "a lock file") -> dict[str, str]:
     out = {}
-    for pkg in data.get("package", []) if isinstance(data.get("package"), list) else []:
+    for pkg in _list(_toml(text, where).get("package")):
         if isinstance(pkg, dict) and isinstance(pkg.get("name"), str) and isinstance(pkg.get("version"), str):
             out.setdefault(canonical(pkg["name"]), pkg["version"])
     return out
@@ -90,19 +113,14 @@ def _requirements_pins(text: str) -> dict[str, str]:
     return out
 
 
-def _pyproject_pins(text: str) -> dict[str, str]:
-    data = _toml(text)
-    reqs: list = []
-    project = data.get("project") if isinstance(data.get("project"), dict) else {}
-    reqs += project.get("dependencies") or []
-    for group in (project.get("optional-dependencies") or {}).values():
-        reqs += group if isinstance(group, list) else []
-    for group in (data.get("dependency-groups") or {}).values() if isinstance(data.get("dependency-groups"), dict) else []:
-        reqs += group if isinstance(group, list) else []
-    out = _requirements_pins("\n".join(r for r in reqs if isinstance(r, str)))
-    poetry = ((data.get("tool") or {}).get("poetry") or {}) if isinstance(data.get("tool"), dict) else {}
-    deps = poetry.get("dependencies") if isinstance(poetry, dict) else None
-    for name, spec in (deps or {}).items() if isinstance(deps, dict) else []:
+def _pyproject_pins(text: str, where: str = "pyproject.toml") -> dict[str, str]:
+    data = _toml(text, where)
+    project = _table(data, "project")
+    reqs = _strings(project.get("dependencies"))
+    for group in [*_table(project, "optional-dependencies").values(), *_table(data, "dependency-groups").values()]:
+        reqs += _strings(group)           # a PEP 735 `{include-group = …}` entry is not a requirement
+    out = _requirements_pins("\n".join(reqs))
+    for name, spec in _table(_table(_table(data, "tool"), "poetry"), "dependencies").items():
         version = spec.get("version") if isinstance(spec, dict) else spec
         if isinstance(version, str) and re.fullmatch(r"=?=?\s*[0-9][0-9A-Za-z.+!_-]*", version.strip()):
             out.setdefault(canonical(name), version.strip().lstrip("= "))
@@ -110,18 +128,18 @@ def _pyproject_pins(text: str) -> dict[str, str]:
 
 
 def _environment_pins(text: str) -> dict[str, str]:
-    import yaml
+    from vramlens.formats.yaml_doc import YamlError, load_value
 
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
+        data = load_value(text)          # bounded: an alias bomb under `- pip:` stops at the loader's budget
+    except YamlError as exc:
+        log.warning("pins in environment.yml ignored: %s", exc)
         return {}
     out: dict[str, str] = {}
     deps = data.get("dependencies") if isinstance(data, dict) else None
     for dep in deps if isinstance(deps, list) else []:
         if isinstance(dep, dict):
-            pip = dep.get("pip")
-            for name, version in _requirements_pins("\n".join(str(x) for x in pip or [])).items():
+            for name, version in _requirements_pins("\n".join(_strings(dep.get("pip")))).items():
                 out.setdefault(name, version)
         elif isinstance(dep, str):
             # conda match spec: name=version[=build] or name==version (channel prefixes dropped)
@@ -155,14 +173,18 @@ def workspace_pins(folder: Path | None) -> dict[str, Found]:
 @lru_cache(maxsize=64)
 def _pins(folder: Path, stamp: tuple) -> tuple[tuple[str, Found], ...]:
     out: dict[str, Found] = {}
+    try:
+        roots = [folder.resolve()]       # a pin file (or a link) leading out of the folder is not read
+    except (OSError, RuntimeError):
+        return ()
     for name, _, _ in stamp:
-        text = _read(folder / name)
+        text = _read(folder / name, roots)
         if text is None:
             continue
         if name in LOCKS:
-            pins = _lock_pins(text)
+            pins = _lock_pins(text, str(folder / name))
         elif name == "pyproject.toml":
-            pins = _pyproject_pins(text)
+            pins = _pyproject_pins(text, str(folder / name))
         elif name in ENVIRONMENT_FILES:
             pins = _environment_pins(text)
         else:

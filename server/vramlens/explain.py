@@ -14,11 +14,12 @@ from vramlens import markup
 from vramlens.estimate import estimate as _estimate
 from vramlens.estimate.result import COMPONENT_LABELS, COMPONENTS, GIB, Estimate
 from vramlens.knowledge import gpus, optimizers
+from vramlens.knowledge.gpus import usable_text
 from vramlens.plan import Origin, Sourced, Span, TrainingPlan
 from vramlens.provenance import CONCEPT_TITLES, applied_defaults, by_source, default_phrase
 from vramlens.provenance import show_value as _show
-from vramlens.report import bar, method_text, objective_text, speed_text
-from vramlens.resolve import no_bf16_note, shown_compute_dtype
+from vramlens.report import bar, calibration_line, method_text, objective_text, speed_text
+from vramlens.resolve import gpu_assumption, no_bf16_note, shown_compute_dtype
 from vramlens.resolved import ResolvedPlan
 
 if TYPE_CHECKING:
@@ -155,7 +156,8 @@ class Context:
 
     @property
     def gpu_assumed(self) -> bool:
-        """No GPU named (nor detected): the figures are for `resolve.DEFAULT_GPU`."""
+        """No GPU named (nor detected): the figures are for `resolve.DEFAULT_GPU` or a GPU a comment mentions
+        (`resolve.gpu_assumption` says which)."""
         source = self.sources.get("gpu_name")
         return source is not None and source.origin == Origin.ASSUMED
 
@@ -181,14 +183,14 @@ def _verdict(ctx: Context) -> str:
 
 
 def _peak_line(ctx: Context) -> str:
-    line = (f"Peak {gib(ctx.est.device_bytes)} GiB of {ctx.rp.gpu.usable_gib:.1f} GiB usable on "
+    line = (f"Peak {gib(ctx.est.device_bytes)} GiB of {usable_text(ctx.rp.gpu.usable_gib)} GiB usable on "
             f"{gpu_label(ctx.rp)} — {_verdict(ctx)}")
     if ctx.gpu_assumed:
-        from vramlens.resolve import CHOOSE_GPU
-
-        line += f"\n\n**{ctx.rp.gpu.name} is assumed**: no GPU named — {CHOOSE_GPU}."
+        line += f"\n\n**{ctx.rp.gpu.name} is assumed**: {gpu_assumption(ctx.sources, escape=markup.text)}."
     if ctx.exact_gib is not None:
         line += f" · exact trace: {ctx.exact_gib:.1f} GiB"
+    if (calibrated := calibration_line(ctx.est)) is not None:
+        line += f"\n\n{markup.text(calibrated)}"
     return line
 
 
@@ -412,7 +414,7 @@ def _sharding(ctx: Context) -> list[str]:
 
 def _gpus(ctx: Context) -> list[str]:
     rp = ctx.rp
-    out = [f"{rp.gpu.name}: {rp.gpu.memory_gib:g} GiB, {rp.gpu.usable_gib:.1f} GiB usable"
+    out = [f"{rp.gpu.name}: {rp.gpu.memory_gib:g} GiB, {usable_text(rp.gpu.usable_gib)} GiB usable"
            + ("" if rp.gpu.bf16 else ", no bf16")]
     fitting = sorted((g for g in gpus.all_gpus() if g.usable_gib * GIB >= ctx.est.device_bytes),
                      key=lambda g: g.usable_gib)
@@ -562,7 +564,7 @@ def budget_markdown(ctx: Context) -> str:
             continue
         lines.append(f"| {COMPONENT_LABELS[key]} | {table_gib(v)} | `{bar(v / scale, BAR_WIDTH) or '▏'}` |")
     lines.append(f"| **total on the device** | **{gib(e.device_bytes)}** | `{bar(e.device_bytes / scale, BAR_WIDTH)}` |")
-    lines.append(f"| {markup.text(rp.gpu.name)} usable | {rp.gpu.usable_gib:.1f} | `{bar(usable / scale, BAR_WIDTH)}` |")
+    lines.append(f"| {markup.text(rp.gpu.name)} usable | {usable_text(rp.gpu.usable_gib)} | `{bar(usable / scale, BAR_WIDTH)}` |")
     if ctx.exact_gib is not None:
         lines.append(f"| exact trace (device) | {ctx.exact_gib:.1f} | `{bar(ctx.exact_gib * GIB / scale, BAR_WIDTH)}` |")
     lines.append("")
@@ -621,7 +623,7 @@ def _inlay(ctx: Context, concept: str) -> str | None:
     if concept == "attn_impl":
         return figures(ctx, "activations")
     if concept == "gpu_name":
-        return f"{rp.gpu.usable_gib:.1f} GiB usable"
+        return f"{usable_text(rp.gpu.usable_gib)} GiB usable"
     return None
 
 
@@ -647,13 +649,15 @@ def inlay_labels(ctx: Context) -> list[tuple[Span, str]]:
 def lens_title(ctx: Context) -> str:
     """The code lens on the model line: "peak 71.3 / 39.4 GiB on A100-40GB"."""
     e, rp = ctx.est, ctx.rp
-    title = f"peak {gib(e.device_bytes)} / {rp.gpu.usable_gib:.1f} GiB on {gpu_label(rp)}"
+    title = f"peak {gib(e.device_bytes)} / {usable_text(rp.gpu.usable_gib)} GiB on {gpu_label(rp)}"
     if ctx.gpu_assumed:
-        title += " (assumed: no GPU named)"
+        title += f" ({gpu_assumption(ctx.sources, short=True)})"
     if not e.fits:
         title += " ✗ does not fit"
     elif e.tight:
         title += " ⚠ tight"
     if ctx.exact_gib is not None:
         title += f" · exact: {ctx.exact_gib:.1f} GiB"
+    if e.calibration is not None:
+        title += f" · calibrated ×{e.calibration.factor:.2f} ({e.calibration.source})"
     return title

@@ -5,6 +5,11 @@ In a repository opened in an editor those names were written by whoever wrote th
 are followed only into the workspace (without a workspace: the document's folder, or the current
 directory) and the local Hugging Face cache — never into `../../etc/passwd`, an absolute path elsewhere,
 or through a symlink that leads out. Paths are compared after resolving `..` and symlinks.
+
+A check on a path holds only until the path changes: a folder on the way can be swapped for a link out between
+the check and the open. So a file is found with `resolved_inside` (the path as the check saw it) and read with
+`read_checked(..., roots=...)`, which checks the file it actually opened; a swap then costs the read, never
+brings another file's content in.
 """
 from __future__ import annotations
 
@@ -50,14 +55,33 @@ def base_folder(workspace: Path | None, document: str | None = None) -> Path:
 
 def allowed_roots(workspace: Path | None, document: str | None = None) -> list[Path]:
     """Folders whose files may be read: `base_folder` and the Hugging Face caches, symlinks resolved."""
-    roots = [base_folder(workspace, document), *hub_cache_dirs()]
-    return [r for r in (_real(p) for p in roots) if r is not None]
+    return [r for r in (_real(p) for p in (base_folder(workspace, document),)) if r is not None] + cache_roots()
+
+
+def cache_roots() -> list[Path]:
+    """The Hugging Face hub caches that exist, symlinks resolved."""
+    return [r for r in (_real(p) for p in hub_cache_dirs()) if r is not None]
 
 
 def inside(path: Path, roots: list[Path]) -> bool:
     """Whether `path`, with `..` and symlinks resolved, lies in one of `roots`."""
+    return resolved_inside(path, roots) is not None
+
+
+def resolved_inside(path: Path, roots: list[Path] | None) -> Path | None:
+    """`path` with `..` and symlinks resolved, if that lies in one of `roots` (any resolvable path when `roots`
+    is None); else None. What it returns is where the file was when checked: read it with
+    `read_checked(..., roots=roots)`, which checks the file it opens, not this path again."""
     real = _real(path)
-    return real is not None and any(real.is_relative_to(root) for root in roots)
+    if real is None or (roots is not None and not _within(real, roots)):
+        return None
+    return real
+
+
+def _within(real: Path, roots: list[Path]) -> bool:
+    """Whether the already-resolved `real` lies in one of `roots` (resolved too: never resolved again here, so a
+    link swapped in after the check cannot change the answer)."""
+    return any(real.is_relative_to(root) for root in roots)
 
 
 def refusal(what: str, target: str, workspace: Path | None) -> str:
@@ -95,11 +119,13 @@ class NotReadable(OSError):
 
 def read_checked(path: Path, max_bytes: int, expect: Path | None = None, roots: list[Path] | None = None) -> bytes:
     """The bytes of `path`, read only if what was *opened* is a regular file of at most `max_bytes` and, when
-    given, is the file `expect` (a path already checked, symlinks resolved) or lies inside `roots`.
+    given, is the file `expect` (a path already checked, symlinks resolved: compared as it is, not resolved
+    again) and lies inside `roots`.
 
     Open first, check after: the checks are on the open descriptor (fstat; its real path from
-    /proc/self/fd, or the device and inode of the checked path where /proc is missing), so a symlink
-    swapped between a workspace check and the read cannot bring another file's content in. Opened with
+    /proc/self/fd on Linux, F_GETPATH on macOS, else the device and inode of `expect`), so a symlink — the file's
+    own or a folder's on the way — swapped between a workspace check and the read cannot bring another file's
+    content in. Opened with
     O_NONBLOCK and O_NOCTTY, so a FIFO or a terminal never blocks, and /dev/zero or /dev/stdin is refused
     by fstat before anything is read. Raises OSError (NotReadable for a refusal)."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -114,9 +140,9 @@ def read_checked(path: Path, max_bytes: int, expect: Path | None = None, roots: 
             opened = _opened_path(fd, st, expect)
             if opened is None:
                 raise NotReadable(f"{path}: changed while it was being read")
-            if expect is not None and opened != _real(expect):
+            if expect is not None and opened != Path(os.path.abspath(expect)):
                 raise NotReadable(f"{path}: changed while it was being read")
-            if roots is not None and not inside(opened, roots):
+            if roots is not None and not _within(opened, [r for r in map(_real, roots) if r is not None]):
                 raise NotReadable(f"{path}: leads outside the folders that may be read")
         chunks, total = [], 0
         while total <= max_bytes:
@@ -133,11 +159,18 @@ def read_checked(path: Path, max_bytes: int, expect: Path | None = None, roots: 
 
 
 def _opened_path(fd: int, st: os.stat_result, expect: Path | None) -> Path | None:
-    """The real path of the open file `fd`: /proc/self/fd/N on Linux; elsewhere `expect` when it is the
-    same device and inode."""
+    """The real path of the open file `fd`: /proc/self/fd/N on Linux (proc(5)); F_GETPATH on macOS (fcntl(2));
+    elsewhere `expect` when it is the same device and inode."""
     try:
         return Path(os.readlink(f"/proc/self/fd/{fd}"))
     except OSError:
+        pass
+    try:
+        import fcntl
+
+        if hasattr(fcntl, "F_GETPATH"):        # macOS; MAXPATHLEN is 1024 (sys/param.h)
+            return Path(os.fsdecode(fcntl.fcntl(fd, fcntl.F_GETPATH, bytes(1024)).split(b"\0", 1)[0]))
+    except (ImportError, OSError):
         pass
     if expect is None:
         return None

@@ -24,7 +24,13 @@ cheapest such combination and saying so in its title. The changes, cheapest firs
   8. QLoRA                    LoRA over a 4-bit base model: the most invasive
 
 Each change has cost 2^(rank-1), so one change outranks every combination of the cheaper ones; the search for a
-plan that changes what is trained walks the subsets in increasing cost and returns the first that fits.
+plan that changes what is trained walks the subsets in increasing cost and returns the first that fits. A change
+that does not lower the peak of the plan it is part of (a fused loss when the peak is the optimizer step) is left
+out of it: it would add a dependency or cost speed for nothing.
+
+LoRA and QLoRA instead of a full fine-tune keep the learning rate as written, and their titles say that it usually
+needs to be about 10× higher (LLaMA-Factory's examples: train_full/llama3_full_sft.yaml 1.0e-5 against
+train_lora/llama3_lora_sft.yaml 1.0e-4; axolotl's examples/llama-3: fft-8b.yaml 2e-5 against lora-8b.yml 0.0002).
 
 Every fix is `safe` or `unsafe`, as ruff's fix levels (https://docs.astral.sh/ruff/linter/#fix-safety): a safe fix
 keeps what is trained and the results (in exact arithmetic) and needs nothing new installed — the allocator setting,
@@ -79,6 +85,8 @@ FIX_IDS = {
     "replace-value": "replace a value with the suggested spelling",
     "set-value": "set one setting to the suggested value",
 }
+# The memory changes offered one by one (`Fixer.memory_fixes`; fixes_objective adds its own ids).
+MEMORY_FIX_IDS = frozenset(FIX_IDS) - {"make-it-fit", "make-it-fit-safe", "replace-value", "set-value"}
 
 
 @dataclass
@@ -116,6 +124,14 @@ class Candidate:
     safe: bool = False
     conflicts: tuple[str, ...] = ()               # ids it cannot be combined with
     changes_training: bool = False                # trains something else (adapters instead of the full model)
+    advice: str | None = None                     # what else usually changes with it (ends its fix's title)
+
+
+# A full fine-tune's learning rate is typically ~10× too low for LoRA (see the module docstring for the sources).
+LORA_LEARNING_RATE = ("the learning rate is left as it is: LoRA usually trains at about 10× a full fine-tune's "
+                      "(e.g. 2e-4 instead of 2e-5)")
+# A change "lowers the peak" of a plan when leaving it out raises the peak by at least this share.
+MINIMUM_SAVING = 0.01
 
 
 def gib(n: float) -> str:
@@ -237,12 +253,14 @@ class Fixer:
                 for e in result.edits], result.note
 
     def make(self, fix_id: str, label: str, changes: dict[str, Any], *, safe: bool = False,
-             preferred: bool = False, estimate_title: bool = True) -> Fix:
-        """A fix for `changes`, titled with its new peak when `estimate_title`."""
+             preferred: bool = False, estimate_title: bool = True, advice: str | None = None) -> Fix:
+        """A fix for `changes`, titled with its new peak when `estimate_title` (and `advice` after it)."""
         est = self.evaluate(changes) if estimate_title else None
         title = label[:1].upper() + label[1:]
         if est is not None:
             title += f" → {self.outcome(est)}"
+        if advice:
+            title += f"; {advice}"
         edits, note = self.render(changes)
         return Fix(title=title, changes=dict(changes), estimate_after=est, edits=edits, note=note, id=fix_id,
                    safe=safe, preferred=preferred)
@@ -291,16 +309,18 @@ class Fixer:
                                  conflicts=("fused-adamw",)))
         if rp.micro_batch > 1:
             out.append(Candidate("smaller-micro-batch", "lower the micro-batch", {}, 6, safe=True))
-        if rp.peft == "none" and not rp.quant_bits:
+        full = rp.peft == "none"        # adapters instead of every weight: the learning rate usually changes too
+        if full and not rp.quant_bits:
             out.append(Candidate("lora", "train LoRA adapters (r=16, all linear layers)",
                                  {"peft_method": "lora", "lora_r": 16, "lora_targets": ["all-linear"]}, 7,
-                                 conflicts=("qlora",), changes_training=True))
+                                 conflicts=("qlora",), changes_training=True, advice=LORA_LEARNING_RATE))
         if not rp.quant_bits and rp.peft in ("none", "lora", "dora"):
             changes: dict[str, Any] = {"peft_method": "qlora", "quant_bits": 4}
-            if rp.peft == "none":
+            if full:
                 changes.update({"lora_r": 16, "lora_targets": ["all-linear"]})
             out.append(Candidate("qlora", "train QLoRA (4-bit base model, LoRA r=16)", changes, 8,
-                                 conflicts=("lora",), changes_training=True))
+                                 conflicts=("lora",), changes_training=True,
+                                 advice=LORA_LEARNING_RATE if full else None))
         from vramlens import fixes_objective
 
         out.extend(fixes_objective.candidates(rp, plan))
@@ -343,7 +363,7 @@ class Fixer:
             est = self.evaluate(c.changes)
             if est is None or est.device_bytes > floor:
                 continue
-            out.append(self.make(c.id, c.label, c.changes, safe=c.safe))
+            out.append(self.make(c.id, c.label, c.changes, safe=c.safe, advice=c.advice))
         return out
 
     def make_it_fit(self) -> Fix | None:
@@ -387,16 +407,31 @@ class Fixer:
                 best = (speed, mask, subset, result)
         if best is None:
             return None
-        _, _, subset, (changes, labels, est) = best
-        return self._fit_fix(subset, changes, labels, est)
+        _, _, subset, result = best
+        return self._fit_fix(*self._without_idle(subset, result))
+
+    def _without_idle(self, subset: list[Candidate],
+                      result: tuple) -> tuple[list[Candidate], dict, list[str], Estimate]:
+        """The plan without the changes that do not lower its peak (each left out in turn while the plan still
+        fits and its peak rises by less than MINIMUM_SAVING): a fused loss adds a package, a smaller micro-batch
+        costs speed, and neither buys anything when the peak is the optimizer step."""
+        for c in list(subset):
+            if len(subset) == 1:
+                break
+            trial = [x for x in subset if x is not c]
+            fewer = self._subset_fits(trial)
+            if fewer and fewer[2].device_bytes < result[2].device_bytes * (1 + MINIMUM_SAVING):
+                subset, result = trial, fewer
+        return (subset, *result)
 
     def _fit_fix(self, subset: list[Candidate], changes: dict[str, Any], labels: list[str], est: Estimate) -> Fix:
         changed = [c.label for c in subset if c.changes_training]
         head = "Make it fit" + (" (changes what is trained)" if changed else "")
+        advice = "; ".join(dict.fromkeys(c.advice for c in subset if c.advice))
         edits, note = self.render(changes)
-        return Fix(title=f"{head}: " + " + ".join(labels) + f" → {self.outcome(est)}", changes=changes,
-                   estimate_after=est, edits=edits, note=note, id="make-it-fit", preferred=not changed,
-                   safe=all(c.safe for c in subset))
+        title = f"{head}: " + " + ".join(labels) + f" → {self.outcome(est)}" + (f"; {advice}" if advice else "")
+        return Fix(title=title, changes=changes, estimate_after=est, edits=edits, note=note, id="make-it-fit",
+                   preferred=not changed, safe=all(c.safe for c in subset))
 
     def _writable(self, c: Candidate) -> bool:
         changes = c.changes or {"micro_batch": max(1, self.rp.micro_batch // 2), "grad_accum": self.rp.grad_accum * 2}

@@ -6,6 +6,8 @@ JSON contract (`vramlens estimate --format json`, also produced by `vramlens tra
    "headroom_gib", "max_micro_batch", "max_seq_len", "assumptions": [...], "objective"}
 ("objective": "sft" | "dpo" | "kto" | "orpo" | "simpo" | "cpo" | "rm" | "ppo" | "grpo" | "rloo" | "online-dpo" | "gkd" |
  "kd" | "pretrain"; the phases the objective adds: "reference-forward", "generation", "teacher-forward")
+"calibration": {"factor", "source", "recorded", "key"} or null: the local exact trace or probe that scaled the
+ estimate (vramlens.calibration; `vramlens calibration list` shows it by "key").
 "throughput": {"tokens_per_s", "run_tokens_per_s", "step_s", "mfu", "bound", "parts_s"} or null when the GPU's
  speed is not known (vramlens.estimate.throughput).
 plus "range_gib": {"low", "high"}, "phases_gib" (allocated GiB of each candidate phase), "params_trainable", "sources" (each setting's value and where it came
@@ -14,6 +16,7 @@ from: {"<setting>": {"value", "from"}}, e.g. {"value": true, "from": "default of
 from __future__ import annotations
 
 from vramlens.estimate.result import COMPONENT_LABELS, COMPONENTS, GIB, Estimate
+from vramlens.knowledge.gpus import usable_text
 from vramlens.plan import Origin, TrainingPlan
 from vramlens.provenance import applied_defaults, by_source, default_phrase, json_value
 from vramlens.resolve import CHOOSE_GPU, Resolution
@@ -54,13 +57,26 @@ def estimate_fields(rp, est: Estimate, model_id: str | None = None) -> dict:
         "params_trainable": est.params_trainable,
         "assumptions": list(est.assumptions),
         "throughput": est.throughput.as_json() if est.throughput is not None else None,
+        "calibration": est.calibration.model_dump() if est.calibration is not None else None,
     }
+
+
+def calibration_line(est: Estimate) -> str | None:
+    """What every view puts under its peak when a local measurement scaled the estimate; None when none did."""
+    c = est.calibration
+    if c is None:
+        return None
+    source = {"trace": "an exact trace", "probe": "a probe"}.get(c.source, c.source)
+    when = f" of {c.recorded[:10]}" if c.recorded else ""
+    return (f"calibrated ×{c.factor:.3f} by {source}{when} on this machine (key {c.key}: `vramlens calibration "
+            "list`, `clear`)")
 
 
 def estimate_json(path: str, plan: TrainingPlan, res: Resolution, est: Estimate) -> dict:
     out = {"file": path, "format": plan.format,
            **estimate_fields(res.resolved, est, plan.model_id.value if plan.model_id else None)}
     out["gpu"]["assumed"] = res.gpu_assumed
+    out["gpu"]["assumption"] = res.gpu_assumption
     out["assumptions"] = list(res.assumptions) + out["assumptions"]
     out["sources"] = {k: {"value": json_value(v.value), "from": describe_source(v)} for k, v in res.sources.items()}
     return out
@@ -68,7 +84,7 @@ def estimate_json(path: str, plan: TrainingPlan, res: Resolution, est: Estimate)
 
 def assumed_gpu_note(res: Resolution) -> str:
     """What the text output adds to the GPU line when no GPU was named."""
-    return f"\n          (assumed: no GPU named — {CHOOSE_GPU})" if res.gpu_assumed else ""
+    return f"\n          (assumed: {res.gpu_assumption})" if res.gpu_assumed else ""
 
 
 OBJECTIVE_NAMES = {
@@ -152,14 +168,15 @@ def render_text(path: str, plan: TrainingPlan, res: Resolution, est: Estimate) -
         f"  model   {plan.model_id.value if plan.model_id else rp.arch.id}  "
         f"{est.params_total / 1e9:.2f} B params, {est.params_trainable / 1e9:.3g} B trainable · {method_text(rp)}",
         f"  trains  {objective_text(rp)}",
-        f"  GPU     {gpu}: {rp.gpu.usable_gib:.1f} GiB usable per GPU{assumed_gpu_note(res)}",
+        f"  GPU     {gpu}: {usable_text(rp.gpu.usable_gib)} GiB usable per GPU{assumed_gpu_note(res)}",
         f"  peak    {_g(est.device_bytes):.1f} GiB on the device ({_g(est.low_bytes):.1f}–{_g(est.high_bytes):.1f}) "
         f"→ {verdict}, headroom {_g(est.headroom_bytes):+.1f} GiB",
         f"          allocated {_g(est.allocated_bytes):.1f} · reserved {_g(est.reserved_bytes):.1f} · "
         f"peak phase: {est.phase}",
-        f"  speed   {speed_text(est)}",
-        "",
     ]
+    if (calibrated := calibration_line(est)) is not None:
+        lines.append(f"          {calibrated}")
+    lines += [f"  speed   {speed_text(est)}", ""]
     scale = max(est.device_bytes, usable)
     for key in COMPONENTS:
         v = est.components.get(key, 0)

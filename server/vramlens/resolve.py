@@ -18,20 +18,29 @@ from vramlens.resolved import ResolvedPlan
 from vramlens.settings import Settings
 
 DEFAULT_GPU = "A100-80GB"
+# The sequence length assumed when neither the file nor its framework gives one (a plain Trainer script tokenizes
+# its data itself): a common training length, never more than the model's positions.
+ASSUMED_SEQ_LEN = 2048
 # How a user names the GPU when none was named (shown wherever the assumed one is).
 CHOOSE_GPU = ("choose one with `--gpu`, the `gpu` setting (`.vramlens.toml`, `[tool.vramlens]` or the editor's "
               "`vramlens.gpu`) or a `# vramlens: gpu=…` comment in the file")
 
 
 def no_bf16_note(gpu_name: str) -> str:
-    """What every view says when bf16 is asked for on a GPU without it (the CLI's assumptions, the hover)."""
-    return (f"{gpu_name} has no bf16: the run would fail or fall back to fp16; estimated as fp16 "
-            "(2 bytes per value, as bf16)")
+    """What every view says when bf16 is asked for on a GPU without it (the CLI's assumptions, the hover).
+
+    PyTorch 2.3 and later count emulated bf16 as supported: `torch.cuda.is_bf16_supported()` tries to create a bf16
+    tensor when the compute capability is below 8.0 (torch/cuda/__init__.py, pytorch/pytorch#115924), so
+    transformers' `bf16=True` check passes (training_args.py `is_torch_bf16_gpu_available`, transformers 5.x) and
+    the run computes bf16 in fp32 arithmetic without tensor cores. The memory is that of bf16 (2 bytes per value);
+    the speed is estimated at the GPU's fp32 rate (estimate/throughput.py `compute_rate_dtype`)."""
+    return (f"{gpu_name} has no bf16: PyTorch emulates it (fp32 arithmetic, no tensor cores) and older versions "
+            "refuse it; estimated as bf16 at the fp32 rate — fp16 runs at the fp16 tensor-core rate")
 
 
 def shown_compute_dtype(compute_dtype: str, gpu_bf16: bool) -> str:
-    """The compute dtype the estimate stands for: bf16 on a GPU without it is estimated as fp16."""
-    return "fp16" if compute_dtype == "bf16" and not gpu_bf16 else compute_dtype
+    """The compute dtype as the run has it: bf16 on a GPU without bf16 units is emulated."""
+    return "bf16 (emulated)" if compute_dtype == "bf16" and not gpu_bf16 else compute_dtype
 
 
 class ResolveError(ValueError):
@@ -51,9 +60,35 @@ class Resolution:
 
     @property
     def gpu_assumed(self) -> bool:
-        """No GPU was named (nor detected): the estimate is judged against DEFAULT_GPU."""
+        """No setting, config key, `# vramlens: gpu=…` directive or detection named the GPU: it is DEFAULT_GPU or
+        one a comment mentions, an assumption every view names as such (`gpu_assumption`)."""
         source = self.sources.get("gpu_name")
         return source is not None and source.origin == Origin.ASSUMED
+
+    @property
+    def gpu_assumption(self) -> str | None:
+        """Why the GPU is assumed, in the words every view uses; None when it was named."""
+        return gpu_assumption(self.sources)
+
+
+def gpu_assumption(sources: dict[str, Sourced], short: bool = False, escape=str) -> str | None:
+    """Why the GPU of a resolution (its `sources`) is assumed, in the words every view uses — in a few words with
+    `short` (a code lens title); None when a setting, a config key, a directive or detection named it. `escape`
+    is applied to the words quoted from the file (Markdown views escape them)."""
+    source = sources.get("gpu_name")
+    if source is None or source.origin != Origin.ASSUMED:
+        return None
+    if source.key == "comment":
+        return "assumed from a comment" if short else \
+            f"{escape(comment_gpu_phrase(source))}, which is not a setting — {CHOOSE_GPU}"
+    return "assumed: no GPU named" if short else f"no GPU named — {CHOOSE_GPU}"
+
+
+def comment_gpu_phrase(source: Sourced) -> str:
+    """"taken from the comment `tested on an A100 80GB` (line 3)" for a GPU read from a comment."""
+    line = f" (line {source.span.start_line + 1})" if source.span is not None else ""
+    note = source.note or "from a comment"
+    return f"taken {note}{line}"
 
 
 LORA_NAME_MAP = {
@@ -153,7 +188,8 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     from vramlens.knowledge import gpus, models, optimizers
 
     settings = settings or Settings()
-    fw_key, fw_label, defaults = frameworks.defaults_for(plan.framework)
+    fw_key, fw_label, defaults = frameworks.defaults_for(
+        plan.framework, plan.objective.value if plan.objective is not None else None)
     behaviour = frameworks.BEHAVIOUR[fw_key]
     sources: dict[str, Sourced] = {}
     assumptions: list[str] = list(plan.read_notes)
@@ -312,8 +348,15 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         sources["seq_len"] = Sourced(value=seq, origin=Origin.DEFAULT, framework="trl 1.16",
                                      note="TRL's preference configs truncate to max_length=1024")
     if seq is None and objective not in ("ppo", "grpo", "rloo", "online-dpo"):
-        seq = 2048
-        assumptions.append("sequence length not set: assumed 2048")
+        seq = ASSUMED_SEQ_LEN
+        why = f"{fw_label} has no sequence-length setting (the script's tokenization decides)" \
+            if "seq_len" not in defaults else "sequence length not set"
+        taken = f"{seq} tokens"
+        if arch.max_position and arch.max_position < seq:
+            seq = arch.max_position
+            taken = f"the model's max_position_embeddings, {seq} tokens"
+        sources["seq_len"] = Sourced(value=seq, origin=Origin.ASSUMED, note=f"{why}; {taken}")
+        assumptions.append(f"{why}: assumed {taken}")
     alloc = val("alloc_conf") or ""
     attn = val("attn_impl") or "sdpa"
     micro = int(val("micro_batch") or 1)
@@ -321,7 +364,10 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     if plan.global_batch is not None and plan.grad_accum is None:
         ga = max(1, plan.global_batch.value // max(1, micro * dp))
         sources["grad_accum"] = Sourced(value=ga, origin=Origin.DERIVED, note="global batch ÷ (micro batch × GPUs)")
-    storage = val("quant_storage_dtype")
+    # the quantization settings (and their framework defaults: axolotl's and LLaMA-Factory's double quantization)
+    # only for a quantized model: a 16-bit run has none to list
+    qval = val if quant_bits else (lambda concept: None)
+    storage = qval("quant_storage_dtype")
     bnb_pinned = environment.workspace_pins(settings.workspace).get("bitsandbytes")
     bnb_version = (settings.framework_versions.get("bitsandbytes") or (bnb_pinned.version if bnb_pinned else None)
                    or frameworks.BITSANDBYTES.get(fw_key))
@@ -400,7 +446,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         lora_targets=targets, feedforward_targets=feedforward, modules_to_save=modules_to_save,
         adapter_fp32=adapter_fp32, kbit_upcast=kbit_upcast, kbit_embeddings_16bit=kbit_embeddings_16bit,
         trainable_fp32=trainable_fp32, low_rank=low_rank, low_rank_targets=low_rank_targets, **partial,
-        quant_bits=quant_bits, quant_type=str(val("quant_type") or "nf4"), quant_double=bool(val("quant_double")),
+        quant_bits=quant_bits, quant_type=str(qval("quant_type") or "nf4"), quant_double=bool(qval("quant_double")),
         quant_storage=storage if storage in ("bf16", "fp16", "fp32") else "uint8",
         quant_keeps_input=keeps_input, **frameworks.step_flags(fw_key),
         strategy=strategy, zero_stage=int(zero) if strategy in ("deepspeed", "fsdp") else 0, world_size=dp,
@@ -780,6 +826,9 @@ def _gpu(plan: TrainingPlan, settings: Settings, sources: dict, assumptions: lis
         if found is not None:
             spec, count = found[0], found[1]
             sources["gpu_name"] = plan.gpu_name
+            if plan.gpu_name.origin == Origin.ASSUMED and plan.gpu_name.key == "comment":
+                assumptions.append(f"GPU {spec.name} {comment_gpu_phrase(plan.gpu_name)}: a comment is not a "
+                                   f"setting — {CHOOSE_GPU}")
     if spec is None:
         spec, count = gpus.lookup_gpu(DEFAULT_GPU)[:2]
         sources["gpu_name"] = Sourced(value=spec.name, origin=Origin.ASSUMED, note=f"no GPU named; {CHOOSE_GPU}")

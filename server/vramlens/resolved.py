@@ -17,6 +17,16 @@ from vramlens.settings import DEFAULT_HEADROOM
 LINEAR_NAMES = ("q", "k", "v", "o", "gate", "up", "down", "fc1", "fc2", "lm_head", "embed")
 
 
+class Calibration(BaseModel):
+    """The local measurement behind a plan's `correction` (vramlens.calibration), for every view to name."""
+    model_config = ConfigDict(frozen=True)
+
+    factor: float                              # measured ÷ estimated allocated bytes, bounded
+    source: str                                # "trace" (an exact one) or "probe"
+    recorded: str | None = None                # when it was measured (ISO 8601)
+    key: str | None = None                     # the record's key in `vramlens calibration list`
+
+
 class ResolvedPlan(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -134,6 +144,7 @@ class ResolvedPlan(BaseModel):
     headroom: float = DEFAULT_HEADROOM         # fraction of usable memory to keep free before calling a fit "tight"
     correction: float = 1.0                    # measured ÷ estimated allocated bytes from local traces/probes
                                                # of the same architecture (vramlens.calibration); 1 = none
+    calibration: Calibration | None = None     # the record `correction` came from
 
     def with_changes(self, **changes) -> "ResolvedPlan":
         return self.model_copy(update=changes)

@@ -130,6 +130,12 @@ USER_FIELDS = tuple(name for name in Settings.model_fields if name not in CONTEX
 TABLES = frozenset(name for name in USER_FIELDS if get_origin(Settings.model_fields[name].annotation) is dict)
 """Fields that are tables: merged key by key across sources, and their entries validated one by one."""
 CLIENT_ONLY = frozenset({"trusted"})           # a project file or pushed editor settings cannot grant trust
+NOT_FROM_PROJECT = frozenset({"trace_python"})  # a repository's project file cannot choose the program that runs
+
+
+def user_chosen(project_values: dict[str, Any]) -> dict[str, Any]:
+    """A project file's settings without those only the user may choose (`NOT_FROM_PROJECT`)."""
+    return {k: v for k, v in project_values.items() if k not in NOT_FROM_PROJECT}
 _BY_SPELLING = {**{name: name for name in USER_FIELDS},
                 **{to_camel(name): name for name in USER_FIELDS},
                 **{name.replace("_", "-"): name for name in USER_FIELDS},

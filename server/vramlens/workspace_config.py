@@ -13,8 +13,8 @@ every editor and for `vramlens check` in CI::
 Keys may be written `gpu-count`, `gpu_count` or `gpuCount` (the fields of `vramlens.settings.Settings`, which
 validates them as it validates every other source). The file nearest to the document wins
 (`.vramlens.toml` before `pyproject.toml` in the same folder); the search stops at the workspace root.
-TOML is read with `tomllib` (Python 3.11+) or `tomli` when installed; without either, project files are
-skipped with one warning.
+TOML is read with `tomllib` (Python 3.11+) or `tomli` when installed, within the bounds of
+`vramlens.toml_reading` (size, nesting); without either, project files are skipped with one warning.
 """
 from __future__ import annotations
 
@@ -23,15 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vramlens import file_access
-
-try:  # Python 3.11+
-    import tomllib as _toml
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    try:
-        import tomli as _toml  # type: ignore[no-redef]
-    except ModuleNotFoundError:
-        _toml = None
+from vramlens import toml_reading
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +68,7 @@ def _read(table: Any, path: Path) -> ProjectSettings:
 def read_config_file(path: Path) -> ProjectSettings | None:
     """The vramlens settings in one file; None when it has none or cannot be read."""
     global _warned_no_toml
-    if _toml is None:
+    if not toml_reading.AVAILABLE:
         if not _warned_no_toml:
             log.warning("project settings in %s ignored: reading TOML needs Python 3.11+ or the `tomli` package", path)
             _warned_no_toml = True
@@ -88,19 +80,18 @@ def read_config_file(path: Path) -> ProjectSettings | None:
     cached = _cache.get(path)
     if cached is not None and cached[0] == mtime:
         return cached[1]
-    try:
-        # a project file is read like a referenced config: a regular file of bounded size, and (symlinks
-        # resolved on the opened file) inside the folder it was found in — not a link to a file elsewhere
-        data = _toml.loads(file_access.read_text_checked(path, MAX_PROJECT_FILE_BYTES, roots=[_folder(path)],
-                                                         errors="strict"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:   # TOMLDecodeError is a ValueError
-        log.warning("cannot read %s: %s", path, exc)
-        problem = f"not read: {exc}" if isinstance(exc, OSError) else f"not valid TOML: {exc}"
+    # a project file is read like a referenced config: a regular file of bounded size, and (symlinks resolved on
+    # the opened file) inside the folder it was found in — not a link to a file elsewhere; nested within bounds
+    read = toml_reading.read(path, MAX_PROJECT_FILE_BYTES, roots=[_folder(path)])
+    data = read.data
+    if data is None:
+        log.warning("project settings in %s ignored: %s", path, read.problem)
         # a broken pyproject.toml may not concern vramlens; a broken .vramlens.toml does
-        result = None if path.name == "pyproject.toml" else ProjectSettings(path, problems=(problem,))
+        result = None if path.name == "pyproject.toml" else ProjectSettings(path, problems=(read.problem,))
     else:
         if path.name == "pyproject.toml":
-            table = data.get("tool", {}).get("vramlens")
+            tool = data.get("tool")
+            table = tool.get("vramlens") if isinstance(tool, dict) else None
             result = _read(table, path) if isinstance(table, dict) else None
         else:
             result = _read(data, path)

@@ -4,7 +4,8 @@
 // what the page showed as one JSON line.
 // MODE=no-python instead checks the error notification shown when the server cannot start; MODE=notebook waits
 // for the probe to read a notebook's cell diagnostics and checks a squiggle shows in a cell; MODE=gpus reads
-// the "vramlens: Pick GPU" list for the open config and picks its first entry.
+// the "vramlens: Pick GPU" list for the open config and picks its first entry; MODE=python reads the peak status
+// bar item's tooltip.
 // Environment: PLAYWRIGHT_CORE (module path), CHROMIUM, URL, MODE, PROBE_OUT, PROBE_GO, SCREENSHOT, TIMEOUT_MS.
 const fs = require('fs');
 const { chromium } = require(process.env.PLAYWRIGHT_CORE);
@@ -80,6 +81,36 @@ async function checkErrorNotification(page, out) {
     out.outputShown = true;
   } catch {
     out.outputShown = false;
+  }
+}
+
+// The peak in the status bar: its text, and the tooltip a user sees on hovering it (which names the
+// interpreter that runs the server).
+async function readPeakTooltip(page, out) {
+  const peakItem = page.locator('.part.statusbar .statusbar-item', { hasText: /peak .*GiB/ }).first();
+  try {
+    await peakItem.waitFor({ state: 'visible', timeout: 30000 });
+  } catch {
+    out.statusBar = null;
+    out.statusBarItems = await page.locator('.part.statusbar .statusbar-item').allInnerTexts();
+    return;
+  }
+  out.statusBar = (await peakItem.innerText()).trim();
+  const hover = page.locator('.workbench-hover, .monaco-hover:not(.hidden)').first();
+  for (let attempt = 0; attempt < 5 && !(out.statusTooltip && out.statusTooltip.includes('Python')); attempt++) {
+    const box = await peakItem.boundingBox();
+    await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2, { steps: 5 });
+    try {
+      await hover.waitFor({ state: 'visible', timeout: 5000 });
+      await sleep(300);
+      out.statusTooltip = (await hover.innerText()).trim();
+    } catch {
+      out.statusTooltip = null;
+    }
+    if (!(out.statusTooltip && out.statusTooltip.includes('Python'))) {
+      await page.mouse.move(5, 5);
+      await sleep(500);
+    }
   }
 }
 
@@ -165,6 +196,16 @@ async function main() {
 
     if (process.env.MODE === 'gpus') {
       await pickFromGpuList(page, out, deadline);
+      return;
+    }
+
+    if (process.env.MODE === 'python') {
+      out.probePhase = await waitForPhase(['ready', 'done'], deadline);
+      await readPeakTooltip(page, out);
+      await page.screenshot({ path: process.env.SCREENSHOT });
+      out.screenshot = process.env.SCREENSHOT;
+      fs.writeFileSync(process.env.PROBE_GO, 'go');
+      out.probePhase = await waitForPhase(['done'], deadline);
       return;
     }
 

@@ -1,6 +1,7 @@
 -- Headless Neovim 0.7 check for tests/editors/test_neovim.py: the plain built-in LSP client
 -- (vim.lsp.start_client, as in the README's setup snippet) attached to `vramlens serve`.
--- Reads its job from $VRAMLENS_NVIM_CONFIG (JSON: file, out, cmd, settings, hover_line, fix_pattern),
+-- Reads its job from $VRAMLENS_NVIM_CONFIG (JSON: file, out, cmd, settings, hover_line, fix_pattern,
+-- diagnostic_config),
 -- writes what the client saw (diagnostics, hover, the GPUs ranked for the buffer, code actions) to `out`
 -- as JSON and quits.
 local config = vim.fn.json_decode(vim.fn.readfile(os.getenv('VRAMLENS_NVIM_CONFIG')))
@@ -25,6 +26,8 @@ local function has_code(bufnr, code)
 end
 
 local ok, err = pcall(function()
+  -- the diagnostic settings of the README's snippet (the test passes its `vim.diagnostic.config(...)` line)
+  if config.diagnostic_config then assert(loadstring(config.diagnostic_config))() end
   vim.cmd('filetype on')
   vim.cmd('edit ' .. vim.fn.fnameescape(config.file))
   local bufnr = vim.api.nvim_get_current_buf()
@@ -69,6 +72,13 @@ local ok, err = pcall(function()
   local error_line
   for _, d in ipairs(vim.diagnostic.get(bufnr)) do
     if d.code == 'VL001' then error_line = d.lnum break end
+  end
+  -- the signs on the error's line, in the order Neovim shows them (the first one is in the sign column)
+  out.signs_on_error_line = {}
+  for _, placed in ipairs(vim.fn.sign_getplaced(bufnr, { group = '*', lnum = (error_line or 0) + 1 })) do
+    for _, sign in ipairs(placed.signs) do
+      table.insert(out.signs_on_error_line, { name = sign.name, priority = sign.priority })
+    end
   end
   local line_diags = vim.lsp.diagnostic.get_line_diagnostics(bufnr, error_line or 0)
   local function code_actions(only)

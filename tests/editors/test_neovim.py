@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,17 @@ pytestmark = pytest.mark.editor
 
 HERE = Path(__file__).resolve().parent
 FIX_PATTERN = r"(fits \|Make it fit"  # Vim regex: a fix that promises a fitting run
+README = HERE.parents[1] / "README.md"
+
+
+def readme_diagnostic_config() -> str:
+    """The `vim.diagnostic.config(...)` line of the README's Neovim setup snippet."""
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("### Neovim"):]
+    section = section[:section.index("\n## ", 1) if "\n## " in section else len(section)]
+    found = re.findall(r"^vim\.diagnostic\.config\(.*\)$", section, flags=re.MULTILINE)
+    assert found, "the README's Neovim snippet does not set vim.diagnostic.config"
+    return found[0]
 
 
 def run_neovim(tmp_path: Path, example: OomExample) -> dict:
@@ -36,6 +48,7 @@ def run_neovim(tmp_path: Path, example: OomExample) -> dict:
         "settings": {"vramlens": {"gpu": example.gpu, "gpuCount": 1, "headroom": 0.1}},
         "hover_line": example.model_line(),
         "fix_pattern": FIX_PATTERN,
+        "diagnostic_config": readme_diagnostic_config(),
     }))
     t0 = time.monotonic()
     proc = subprocess.run(
@@ -62,6 +75,10 @@ def test_oom_diagnostic_hover_and_fix_in_neovim(tmp_path: Path, oom_example: Oom
     assert error["severity"] == 1 and error["source"] == "vramlens"  # 1 = vim.diagnostic.severity.ERROR
     assert oom_example.gpu in error["message"], "settings pushed in on_init did not reach the server"
     assert error["lnum"] == oom_example.dominant_line(), error
+    # with the README's settings the sign column shows the error, not a warning on the same line (VL004 there)
+    signs = result["signs_on_error_line"]
+    assert any(d["code"] != "VL001" and d["lnum"] == error["lnum"] for d in result["diagnostics"]), result["diagnostics"]
+    assert signs and signs[0]["name"] == "DiagnosticSignError", signs
 
     assert isinstance(result["hover_model"], str) and "GiB" in result["hover_model"], result["hover_model"]
 

@@ -8,6 +8,7 @@ webview and takes the screenshot tests/artifacts/vscode-oom.png.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -18,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import sys
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,6 +40,8 @@ SCREENSHOT = ARTIFACTS / "vscode-oom.png"
 # or else the "vramlens: Make it fit" source action.
 FIX_PATTERN = r"\(fits |Make it fit"
 NOTEBOOK = HERE.parent / "fixtures" / "notebooks" / "unsloth_llama3_1_8b_colab.ipynb"
+# QLoRA with axolotl's `paged_adamw_8bit`: VL008 says whether bitsandbytes is installed where the server runs.
+EIGHT_BIT_EXAMPLE = HERE.parents[1] / "examples" / "llama3-8b-qlora-a10g.yaml"
 
 
 def free_port() -> int:
@@ -100,6 +102,11 @@ USER_SETTINGS = {
     "workbench.secondarySideBar.defaultVisibility": "hidden",
     "editor.hover.delay": 200,
     "vramlens.trace.server": "messages",
+    # The server runs in the interpreter running these tests, the one whose `python -m vramlens` they compare the
+    # editor with: both see the same installed packages (bitsandbytes, framework versions), in a virtual
+    # environment too. (By default the extension would take `python3` from PATH, which an unactivated venv
+    # is not on.)
+    "vramlens.interpreter": [sys.executable],
 }
 
 
@@ -254,7 +261,7 @@ def test_missing_python_is_reported_with_show_logs(tmp_path: Path, oom_example: 
     shutil.copy(oom_example.path, config_file)
     missing = tmp_path / "no-such-python" / "python3"
 
-    page, result = code_server.run(config_file, settings={"vramlens.interpreter": str(missing)},
+    page, result = code_server.run(config_file, settings={"vramlens.interpreter": [str(missing)]},
                                    probe={}, mode="no-python", screenshot=ARTIFACTS / "vscode-no-python.png")
 
     toast = page["notification"]
@@ -332,3 +339,55 @@ def test_gpu_picker_ranks_gpus_for_the_open_config(tmp_path: Path, oom_example: 
     # Taking the first entry sets the GPU, and the run fits there.
     assert result["gpuSetting"] == first["name"], result.get("gpuSetting")
     assert result["errorsClearedAfterPick"], result["diagnosticsAfterPick"]
+
+
+def _training_env(root: Path) -> Path:
+    """A virtual environment whose packages differ from this interpreter's in bitsandbytes (installed here:
+    none there; missing here: a stub there), and nothing else; its python."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
+    python = root / "bin" / "python"
+    if importlib.util.find_spec("bitsandbytes") is None:
+        site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                                   capture_output=True, text=True, check=True).stdout.strip())
+        (site / "bitsandbytes").mkdir(parents=True)
+        (site / "bitsandbytes" / "__init__.py").write_text("")
+    return python
+
+
+def _check(python: Path | str, config: Path, **env: str) -> set[tuple[str, int]]:
+    """(rule, 0-based line) of what `python -m vramlens check` reports for `config`."""
+    proc = subprocess.run([str(python), "-m", "vramlens", "check", config.name, "--format", "json"], cwd=config.parent,
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr
+    return {(f["rule"], f["start"]["line"] - 1) for f in json.loads(proc.stdout)["files"][0]["findings"]}
+
+
+def test_the_server_runs_in_the_interpreter_of_the_setting(tmp_path: Path, code_server: CodeServer) -> None:
+    """With `vramlens.interpreter` naming a training environment, the server runs there: the editor shows what
+    `vramlens check` run by that interpreter reports (here: whether `paged_adamw_8bit` finds bitsandbytes), not what
+    the default interpreter would; the status bar item's tooltip names that interpreter and where it came from."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    config_file = workspace / EIGHT_BIT_EXAMPLE.name
+    shutil.copy(EIGHT_BIT_EXAMPLE, config_file)
+    python = _training_env(tmp_path / "train-env")
+
+    page, result = code_server.run(config_file, settings={"vramlens.interpreter": [str(python)]}, probe={},
+                                   mode="python", screenshot=ARTIFACTS / "vscode-interpreter.png")
+    assert result["extensionActive"], "vramlens extension did not activate"
+    seen = {(d["code"], d["line"]) for d in result["diagnostics"]}
+
+    # the same findings as the CLI in that environment, with the server the extension installed
+    libs = next((tmp_path / "extensions").glob("vramlens.vramlens-*/bundled/libs"))
+    there = _check(python, config_file, PYTHONPATH=str(libs))
+    here = _check(sys.executable, config_file)
+    assert {rule for rule, _ in there ^ here} == {"VL008"}, (there, here)
+    assert seen == there, (seen, there, here)
+
+    # the status bar item says which interpreter runs the server, and why that one
+    tooltip = page["statusTooltip"]
+    assert tooltip, f"no tooltip on the peak status bar item {page.get('statusBar')!r}: {page['console']}"
+    assert f"at {python} (from the vramlens.interpreter setting)" in tooltip, tooltip
+    assert "exact traces: the same" in tooltip, tooltip
+    log = (ARTIFACTS / "vscode-python-vramlens.log").read_text(errors="replace")
+    assert f"Starting server: {python} -m vramlens serve" in log, log[-3000:]

@@ -47,6 +47,16 @@ def seeds() -> tuple[Seed, ...]:
             Seed("tiny.py", "from trl import SFTConfig\nSFTConfig(per_device_train_batch_size=4, bf16=True)\n"),
             Seed("tiny.sh", "torchrun --nproc_per_node 8 train.py --model_name_or_path gpt2 --bf16\n"),
             Seed("empty.yaml", "")]
+    # the routes where YAML or JSON is read from a value, and a stream of more documents than are analysed
+    out += [Seed("overrides.sh", "llamafactory-cli train cfg.yaml model_name_or_path=meta-llama/Meta-Llama-3-8B "
+                                 "lora_target='[&t q_proj, *t, v_proj]' deepspeed='{zero_optimization: {stage: 3}}' "
+                                 "per_device_train_batch_size=2\n"),
+            Seed("tune.sh", "tune run lora_finetune_single_device --config llama3_1/8B_lora_single_device "
+                            "model.lora_attn_modules='[q_proj, v_proj]' batch_size=4 optimizer.lr=2e-5\n"),
+            Seed("json_args.sh", "torchrun --nproc_per_node 8 train.py --model_name_or_path gpt2 --fsdp full_shard "
+                                 "--fsdp_config '{\"fsdp_offload_params\": true, \"min_num_params\": [1, [2]]}'\n"),
+            Seed("sweep.yaml", "".join(f"---\nmodel_name_or_path: gpt2\nper_device_train_batch_size: {i + 1}\n"
+                                       for i in range(12)))]
     return tuple(out)
 
 
@@ -141,3 +151,71 @@ def edit_script(text: str, mutations) -> list[str]:
         text = _apply(text, *m)
         out.append(text)
     return out
+
+
+# --- generated routes: YAML values on a command line, JSON arguments, files of many documents -----------------------
+
+def alias_chain(levels: int, name: str = "a", leaf: str = "[q_proj, k_proj]") -> str:
+    """`[&a0 leaf, &a1 [*a0, *a0], …]`: each anchor doubles the one before (2^levels values when expanded)."""
+    items = [f"&{name}0 {leaf}"] + [f"&{name}{i} [*{name}{i - 1}, *{name}{i - 1}]" for i in range(1, levels)]
+    return "[" + ", ".join(items) + "]"
+
+
+def nested(depth: int, brackets: tuple[str, str]) -> str:
+    return brackets[0] * depth + "1" + brackets[1] * depth
+
+
+# Values as a command line gives them to a YAML or JSON reader: odd scalars, alias chains short and explosive (other
+# anchor names, other leaves), nestings from a few levels to thousands (YAML and JSON brackets), plain lists.
+yaml_values = st.one_of(
+    st.sampled_from(ODD_VALUES),
+    st.builds(alias_chain, st.integers(1, 45), st.sampled_from(["a", "x9", "long_anchor-name"]),
+              st.sampled_from(["[q_proj, k_proj]", "x", "{a: 1}", '"s"'])),
+    st.builds(nested, st.integers(1, 3_000), st.sampled_from([("[", "]"), ('{"a": ', "}"), ("{a: ", "}")])),
+    st.lists(st.sampled_from(["q_proj", "v_proj", "1", "null", "&t q", "*t", "[a]", "{b: 2}", "'x'"]),
+             max_size=6).map(lambda items: "[" + ", ".join(items) + "]"),
+)
+_OVERRIDE_LAUNCHES = [
+    ("llamafactory-cli train cfg.yaml", ["lora_target", "deepspeed", "per_device_train_batch_size", "additional_target",
+                                         "model_name_or_path", "quantization_bit"]),
+    ("tune run lora_finetune_single_device --config llama3_1/8B_lora_single_device",
+     ["model.lora_attn_modules", "batch_size", "optimizer", "dataset", "~model.apply_lora_to_mlp"]),
+]
+_JSON_FLAGS = ["--fsdp_config", "--deepspeed", "--model_init_kwargs", "--gradient_checkpointing_kwargs"]
+
+
+def _quoted(value: str, quote: str) -> str:
+    if quote == "\\":                                   # unquoted, the shell's special characters escaped
+        return "".join("\\" + c if c in " &;|<>()'\"$`\\*?" else c for c in value)
+    return quote + value + quote
+
+
+@st.composite
+def override_commands(draw) -> tuple[str, str]:
+    """(file name, script): a LLaMA-Factory or torchtune launch with `key=value` overrides, or a transformers launch
+    with JSON arguments, each value drawn from `yaml_values` and quoted or escaped as a shell user would."""
+    quote = st.sampled_from(["'", '"', "\\"])
+    if draw(st.booleans()):
+        launch, keys = draw(st.sampled_from(_OVERRIDE_LAUNCHES))
+        pairs = draw(st.lists(st.tuples(st.sampled_from(keys), yaml_values, quote), min_size=1, max_size=4))
+        words = [f"{key}={_quoted(value, q)}" for key, value, q in pairs]
+    else:
+        launch = "torchrun --nproc_per_node 8 train.py --model_name_or_path gpt2 --per_device_train_batch_size 2"
+        pairs = draw(st.lists(st.tuples(st.sampled_from(_JSON_FLAGS), yaml_values, quote), min_size=1, max_size=3))
+        words = [f"{flag} {_quoted(value, q)}" for flag, value, q in pairs]
+    return "train.sh", launch + " " + " ".join(words) + "\n"
+
+
+@functools.cache
+def _small_yaml_seeds() -> tuple[Seed, ...]:
+    return tuple(s for s in seeds() if s.name.endswith((".yaml", ".yml")) and len(s.text) < 4_000)
+
+
+@st.composite
+def multi_documents(draw, max_documents: int = 40) -> tuple[str, str]:
+    """(file name, text): a YAML stream of 2..max_documents real configs between `---` markers (with a comment or a
+    `...` end at times), sometimes past the number of documents vramlens analyses, then 0..2 mutations."""
+    docs = draw(st.lists(st.sampled_from(_small_yaml_seeds()), min_size=2, max_size=max_documents))
+    marker = draw(st.sampled_from(["---\n", "--- # run\n", "...\n---\n", "---\n# vramlens: gpu=H100-80GB\n"]))
+    text = "".join(marker + d.text.rstrip("\n") + "\n" for d in docs)
+    return "runs.yaml", mutate(text, draw(st.lists(mutation, max_size=2)))

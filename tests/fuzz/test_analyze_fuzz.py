@@ -1,7 +1,9 @@
-"""The whole pipeline and the rules (`analysis.analyze`) on broken real configs: no internal error, every
-finding inside the document, and every offered fix applies as text."""
+"""The whole pipeline and the rules (`analysis.analyze`) on broken real configs, and on configs beside broken pin
+files and project settings: no internal error, every finding inside the document, and every offered fix applies
+as text."""
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,11 +12,14 @@ from hypothesis import strategies as st
 
 from bounds import Doc, spans
 from fuzzing import count, fuzz_settings, hang_guard
+from project_files import project_files
 from seeds import documents
 
 from vramlens.analysis import Settings, analyze
 from vramlens.formats import parse_document
+from vramlens.settings import merge
 from vramlens.text import apply_edits
+from vramlens.workspace_config import find_workspace_config
 
 settings_strategy = st.builds(
     Settings,
@@ -61,3 +66,21 @@ def test_analyze_mutated_configs(workspace: Path, doc, settings: Settings):
         analysis = analyze(text, path, settings)
         check(text, path, analysis)
     count("analyze")
+
+
+@fuzz_settings(400)
+@given(files=project_files(), doc=documents(max_mutations=1))
+def test_analyze_beside_broken_pin_and_project_files(files, doc):
+    """Pin files and project settings of any shape (wrong types, nesting thousands of levels deep, random text)
+    beside a config: read as the editor and the command line read them, then the config analysed."""
+    name, text = doc
+    with tempfile.TemporaryDirectory() as folder, hang_guard(name):
+        ws = Path(folder)             # a new folder each time: nothing read before is cached for it
+        for file, content in files:
+            (ws / file).write_bytes(content.encode("utf-8", "surrogatepass"))
+        path = str(ws / name)
+        project = find_workspace_config(Path(path), ws)
+        settings = merge([project.values if project is not None else {}], workspace=ws)
+        analysis = analyze(text, path, settings)
+        check(text, path, analysis)
+    count("analyze beside pin and project files")

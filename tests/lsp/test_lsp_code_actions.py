@@ -53,9 +53,10 @@ async def test_one_action_per_distinct_change_with_a_title_that_says_it(editor: 
     titles = [a.title for a in actions]
     assert len(set(map(_change, enabled))) == len(enabled), titles
     assert len(set(titles)) == len(titles), titles
-    # the fastest plan (with an unsafe fix) and the fastest of safe fixes only
+    # the fastest plan is the micro-batch trade alone, a safe fix: Liger's fused loss (another package) would lower
+    # this peak by nothing, so it is not part of it
     fits = [a for a in actions if "Make it fit" in a.title]
-    assert sorted(a.data["applicability"] for a in fits) == ["safe", "unsafe"], titles
+    assert [a.data["applicability"] for a in fits] == ["safe"] and "Liger" not in fits[0].title, titles
     assert sum("PYTORCH_CUDA_ALLOC_CONF" in t for t in titles) == 1, titles
     assert not any(t.startswith("Halve") for t in titles), titles
 
@@ -78,11 +79,10 @@ async def test_each_action_says_whether_it_is_a_safe_or_an_unsafe_fix(editor: Ed
         assert isinstance(a.data, dict) and a.data.get("applicability") in ("safe", "unsafe"), (a.title, a.data)
         assert a.title.endswith("(unsafe fix)") == (a.data["applicability"] == "unsafe"), a.title
     by_title = {re.sub(r" → .*", "", a.title): a for a in actions}
-    assert by_title["Use fp16 mixed precision"].data["applicability"] == "unsafe"
-    assert by_title["Load the weights in fp16"].data["applicability"] == "unsafe"
+    # one fix switches every bf16 setting of the file (weights and AMP) to fp16
+    assert by_title["Use fp16 throughout: fp16 mixed precision, fp16 weights"].data["applicability"] == "unsafe"
     fits = [a for a in actions if "Make it fit" in a.title]
-    assert [a.data["applicability"] for a in fits] == ["unsafe", "safe"], [a.title for a in fits]
-    assert fits[1].title.startswith("Make it fit with safe fixes only:"), fits[1].title
+    assert [a.data["applicability"] for a in fits] == ["safe"], [a.title for a in fits]     # the trade alone
     # only a safe "make it fit" is a fix-all source action (which editors may apply on save)
     unsafe_fix_all = [a for a in actions if a.kind == "source.fixAll.vramlens" and a.data["applicability"] != "safe"]
     assert not unsafe_fix_all

@@ -59,6 +59,18 @@ class Notebook:
                     document=types.VersionedTextDocumentIdentifier(uri=uri, version=self.cell_versions[uri]),
                     changes=[types.TextDocumentContentChangePartial(range=rng, text=new)])]))))
 
+    def delete_cell(self, index: int) -> None:
+        """Remove a cell (a structure change; its text document closes)."""
+        _, uri, _ = self.cells.pop(index)
+        self.cell_versions.pop(uri)
+        self.version += 1
+        self.editor.client.notebook_document_did_change(types.DidChangeNotebookDocumentParams(
+            notebook_document=types.VersionedNotebookDocumentIdentifier(version=self.version, uri=self.uri),
+            change=types.NotebookDocumentChangeEvent(cells=types.NotebookDocumentCellChanges(
+                structure=types.NotebookDocumentCellChangeStructure(
+                    array=types.NotebookCellArrayChange(start=index, delete_count=1, cells=[]),
+                    did_close=[types.TextDocumentIdentifier(uri=uri)])))))
+
     def close(self) -> None:
         self.editor.client.notebook_document_did_close(types.DidCloseNotebookDocumentParams(
             notebook_document=types.NotebookDocumentIdentifier(uri=self.uri),
@@ -67,26 +79,30 @@ class Notebook:
     def code_cell_uris(self) -> list[str]:
         return [uri for kind, uri, _ in self.cells if kind == "code"]
 
+    async def settle(self) -> None:
+        """Wait until the notebook as it is now has been analysed and its cells' diagnostics published: a request
+        on a cell analyses the notebook's current text first (publishing what changed) and answers after that."""
+        await self.editor.client.text_document_code_lens_async(types.CodeLensParams(
+            text_document=types.TextDocumentIdentifier(uri=self.code_cell_uris()[0])))
+
+    def shown(self) -> dict[str, list[types.Diagnostic]]:
+        """What the editor shows on each code cell: the last list published for it (none yet: nothing)."""
+        last: dict[str, list[types.Diagnostic]] = {}
+        for p in self.editor.client.published:
+            last[p.uri] = list(p.diagnostics)
+        return {uri: last.get(uri, []) for uri in self.code_cell_uris()}
+
     async def diagnostics(self) -> dict[str, list[types.Diagnostic]]:
-        """Each code cell's diagnostics for its current version. Cells' diagnostics are pushed whether or not the
-        client pulls (vscode-languageclient pulls only for text tabs); a pull for a cell answers nothing, so an
+        """Each code cell's diagnostics for the notebook as it is now. Cells' diagnostics are pushed whether or not
+        the client pulls (vscode-languageclient pulls only for text tabs); a pull for a cell answers nothing, so an
         editor that does both shows each finding once."""
-        client = self.editor.client
-        out = {}
-        for uri in self.code_cell_uris():
-            if self.editor.pulls:
-                report = await client.text_document_diagnostic_async(types.DocumentDiagnosticParams(
+        if self.editor.pulls:
+            for uri in self.code_cell_uris():
+                report = await self.editor.client.text_document_diagnostic_async(types.DocumentDiagnosticParams(
                     text_document=types.TextDocumentIdentifier(uri=uri)))
                 assert list(report.items) == []
-            version = self.cell_versions[uri]
-
-            def published(uri=uri, version=version):
-                for p in reversed(client.published):
-                    if p.uri == uri and p.version == version:
-                        return list(p.diagnostics)
-                return None
-            out[uri] = await self.editor._until(published, f"diagnostics of {uri} v{version}")
-        return out
+        await self.settle()
+        return self.shown()
 
     async def estimate(self) -> dict:
         """The latest `vramlens/estimate` for the notebook (sent after each analysis)."""
@@ -239,3 +255,105 @@ async def test_a_notebook_opened_as_json_text_gets_findings_at_file_positions_an
     assert "--per_device_train_batch_size 64" in line or "trl/scripts/sft.py" in line, line
     actions = await editor.code_actions(uri, [oom])
     assert not [a for a in actions if a.edit is not None]          # cell-text edits never land on the JSON
+
+
+def _many_cells_notebook(path: Path, fillers: int) -> Path:
+    """The Colab notebook with `fillers` small code cells (and a markdown cell every tenth) after its own cells."""
+    data = json.loads((FIXTURES / "notebooks" / "unsloth_llama3_1_8b_colab.ipynb").read_text(encoding="utf-8"))
+    for i in range(fillers):
+        data["cells"].append({"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+                              "source": f"step_{i} = {i}\nprint(step_{i})"})
+        if i % 10 == 0:
+            data["cells"].append({"cell_type": "markdown", "metadata": {}, "source": f"Part {i // 10}"})
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("fillers", [60, 300])
+async def test_notebook_edits_publish_only_the_cells_whose_diagnostics_changed(editor: Editor, tmp_path: Path,
+                                                                              fillers: int):
+    """Each analysis of a notebook publishes the cells whose diagnostics changed (an empty list once for a cell that
+    lost its diagnostics), never one notification per code cell: over edits that change nothing, change a cell's
+    findings, clear them, bring others back and remove cells, the count does not grow with the notebook, and what
+    the editor shows at the end is what `vramlens check` reports for the notebook as saved."""
+    nb = Notebook(editor, _many_cells_notebook(tmp_path / "many_cells.ipynb", fillers))
+    config = next(i for i, (_, _, text) in enumerate(nb.cells) if "SFTConfig(" in text)
+    config_uri = nb.cells[config][1]
+    fillers_at = [i for i, (kind, _, text) in enumerate(nb.cells) if kind == "code" and text.startswith("step_")]
+    assert len(nb.code_cell_uris()) > fillers
+    cells = {uri for _, uri, _ in nb.cells}
+
+    def ours(since: int) -> list[types.PublishDiagnosticsParams]:
+        """This notebook's publications since the `since`-th (a document an earlier test closed may still clear)."""
+        return [p for p in editor.client.published[since:] if p.uri in cells]
+
+    async def step(change) -> list[types.PublishDiagnosticsParams]:
+        """Make the change, wait for its analysis; the publications it caused."""
+        before = len(editor.client.published)
+        change()
+        await nb.settle()
+        return ours(before)
+
+    def codes(diagnostics) -> list[str]:
+        return sorted(str(d.code) for d in diagnostics)
+
+    nb.open()
+    try:
+        opened = await step(lambda: None)
+        assert [p.uri for p in opened] == [config_uri]           # the one cell with findings; no empty lists
+        assert codes(opened[0].diagnostics) == ["VL021", "VL021"]
+
+        # edits that change no finding (filler cells, a comment in the config cell) publish nothing
+        for n, i in enumerate(fillers_at[:3] + fillers_at[-2:]):
+            assert await step(lambda i=i, n=n: nb.edit_cell(i, "print(", f"print({n} + ")) == []
+        assert await step(lambda: nb.edit_cell(config, "seed = 3407,", "seed = 3407,  # fixed")) == []
+
+        # one finding goes: only that cell, with what is left
+        sent = await step(lambda: nb.edit_cell(config, "bf16 = is_bfloat16_supported()", "bf16 = False"))
+        assert [(p.uri, codes(p.diagnostics)) for p in sent] == [(config_uri, ["VL021"])]
+        # the last one goes: one empty list for that cell, and none after that
+        sent = await step(lambda: nb.edit_cell(config, "fp16 = not is_bfloat16_supported()", "fp16 = True"))
+        assert [(p.uri, list(p.diagnostics)) for p in sent] == [(config_uri, [])]
+        assert await step(lambda: nb.edit_cell(fillers_at[5], "print(", "print(-")) == []
+
+        # findings come back (out of memory on the T4 the notebook names): that cell again, once per analysis
+        sent = await step(lambda: nb.edit_cell(config, "per_device_train_batch_size = 2,",
+                                               "per_device_train_batch_size = 64,"))
+        assert [p.uri for p in sent] == [config_uri] and "VL001" in codes(sent[0].diagnostics)
+
+        # removing cells, one before the config cell, shifts no cell-relative position: nothing to publish
+        filler_uri = nb.cells[fillers_at[-1]][1]
+        assert await step(lambda: nb.delete_cell(fillers_at[-1])) == []
+        assert filler_uri not in nb.code_cell_uris()
+        assert await step(lambda: nb.delete_cell(0)) == []       # a markdown cell: the cells' numbers change
+
+        # the cell's diagnostics from an earlier analysis still get their fixes (the micro-batch in that cell)
+        oom = next(d for d in nb.shown()[config_uri] if d.code == "VL001")
+        actions = await editor.client.text_document_code_action_async(types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=config_uri), range=oom.range,
+            context=types.CodeActionContext(diagnostics=[oom])))
+        edits = [edits_of(a.edit) for a in actions or [] if isinstance(a, types.CodeAction) and a.edit is not None]
+        assert all(set(e) <= cells for e in edits) and any(config_uri in e for e in edits), edits
+
+        total = len(ours(0))
+        assert total <= 4, total                                 # open, −1, −all, +VL001 (the old way: ~15 × cells)
+
+        # what the editor shows is the notebook's current analysis, as `vramlens check` reports the saved file
+        saved = tmp_path / "saved.ipynb"
+        data = json.loads((tmp_path / "many_cells.ipynb").read_text(encoding="utf-8"))
+        data["cells"] = [{"cell_type": kind, "metadata": {}, "source": text,
+                          **({"execution_count": None, "outputs": []} if kind == "code" else {})}
+                         for kind, _, text in nb.cells]
+        saved.write_text(json.dumps(data), encoding="utf-8")
+        number = {uri: i + 1 for i, (_, uri, _) in enumerate(nb.cells)}
+        seen = {(d.code, number[uri], d.range.start.line + 1, d.range.start.character + 1)
+                for uri, ds in nb.shown().items() for d in ds}
+        expected = {(f["rule"], f["cell"], f["start"]["line"], f["start"]["column"])
+                    for f in _cli("check", saved)["files"][0]["findings"]}
+        assert "VL001" in {rule for rule, *_ in expected} and seen == expected
+        before_close = len(editor.client.published)
+    finally:
+        nb.close()
+    # closing clears the cells that show something, and only those (any request answers after the close is handled)
+    await editor.client.workspace_execute_command_async(types.ExecuteCommandParams(command="vramlens.listGpus"))
+    assert [(p.uri, list(p.diagnostics)) for p in ours(before_close)] == [(config_uri, [])]

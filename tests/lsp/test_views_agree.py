@@ -159,7 +159,7 @@ async def test_hover_lists_the_same_defaults_and_the_same_bf16_note(editor: Edit
     note = next(line.strip()[2:] for line in text.splitlines() if "has no bf16" in line)
     bf16_hover = unescape(await hover_text(editor, uri, "bf16:"))
     assert note in bf16_hover, (note, bf16_hover)
-    assert "compute dtype: fp16" in bf16_hover and "compute dtype: bf16" not in bf16_hover
+    assert "compute dtype: bf16 (emulated)" in bf16_hover and "compute dtype: fp16" not in bf16_hover
 
 
 @IN_MODULE_LOOP

@@ -10,6 +10,8 @@ from vramlens.knowledge.schema import ModelArch
 
 from trace_plans import plan
 
+EXACT = {"exact": True}       # only exact traces are recorded (a stand-in's ratio would scale every later estimate)
+
 
 @pytest.fixture
 def cal(tmp_path, monkeypatch):
@@ -29,15 +31,15 @@ def test_same_settings_give_the_measured_ratio(cal):
 
 
 def test_ratio_is_bounded(cal):
-    calibration.record(plan(), source="trace", estimated_allocated=100, measured_allocated=400)
+    calibration.record(plan(), source="trace", extra=EXACT, estimated_allocated=100, measured_allocated=400)
     assert calibration.correction_for(plan()) == 1.25
-    calibration.record(plan(seq_len=256), source="trace", estimated_allocated=100, measured_allocated=10)
+    calibration.record(plan(seq_len=256), source="trace", extra=EXACT, estimated_allocated=100, measured_allocated=10)
     assert calibration.correction_for(plan(seq_len=256)) == 0.8
 
 
 def test_nearest_record_of_the_same_architecture_wins(cal):
-    calibration.record(plan(micro_batch=1), source="trace", estimated_allocated=100, measured_allocated=105)
-    calibration.record(plan(micro_batch=8, grad_checkpointing=True), source="trace", estimated_allocated=100,
+    calibration.record(plan(micro_batch=1), source="trace", extra=EXACT, estimated_allocated=100, measured_allocated=105)
+    calibration.record(plan(micro_batch=8, grad_checkpointing=True), source="trace", extra=EXACT, estimated_allocated=100,
                        measured_allocated=120)
     assert calibration.correction_for(plan(micro_batch=2)) == pytest.approx(1.05)
     assert calibration.correction_for(plan(micro_batch=8, grad_checkpointing=True, seq_len=256)) == pytest.approx(1.20)
@@ -49,10 +51,10 @@ def test_nearest_record_of_the_same_architecture_wins(cal):
 
 
 def test_off_switch_and_setting(cal, monkeypatch):
-    calibration.record(plan(), source="trace", estimated_allocated=100, measured_allocated=110)
+    calibration.record(plan(), source="trace", extra=EXACT, estimated_allocated=100, measured_allocated=110)
     monkeypatch.setenv("VRAMLENS_CALIBRATION", "off")
     assert calibration.correction_for(plan()) is None
-    assert calibration.record(plan(), source="trace", estimated_allocated=1, measured_allocated=1) is None
+    assert calibration.record(plan(), source="trace", extra=EXACT, estimated_allocated=1, measured_allocated=1) is None
     monkeypatch.setenv("VRAMLENS_CALIBRATION", str(cal))
     calibration.configure(enabled=False)
     assert calibration.correction_for(plan()) is None
@@ -64,7 +66,7 @@ def test_default_location_and_damaged_lines(tmp_path, monkeypatch):
     monkeypatch.delenv("VRAMLENS_CALIBRATION", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert calibration.calibration_path() == tmp_path / "vramlens" / "calibration.jsonl"
-    calibration.record(plan(), source="trace", estimated_allocated=100, measured_allocated=90)
+    calibration.record(plan(), source="trace", extra=EXACT, estimated_allocated=100, measured_allocated=90)
     with open(calibration.calibration_path(), "a") as fh:
         fh.write("{not json\n")
     assert calibration.correction_for(plan()) == pytest.approx(0.90)
@@ -103,7 +105,7 @@ def test_the_cli_shows_the_calibration_it_applied(cal, tmp_path):
     config = tmp_path / "train.yaml"
     config.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: 2\nbf16: true\n")
     res = resolve(parse_file(config, workspace=tmp_path).plan, Settings(gpu="A10G", workspace=tmp_path))
-    calibration.record(res.resolved, source="trace", estimated_allocated=100, measured_allocated=120)
+    calibration.record(res.resolved, source="trace", extra=EXACT, estimated_allocated=100, measured_allocated=120)
 
     def run(path: str) -> dict:
         out = subprocess.run([sys.executable, "-m", "vramlens", "estimate", "train.yaml", "--gpu", "A10G",

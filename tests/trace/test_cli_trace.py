@@ -83,12 +83,3 @@ def test_trace_falls_back_to_the_synthetic_model_and_says_why(tmp_path):
     forced = _run(tmp_path, str(cfg), "--format", "json", "--no-record", "--backend", "transformers")
     assert forced.returncode == 4 and "cannot trace this step" in forced.stderr
 
-
-def test_trace_python_setting_of_the_project_picks_the_interpreter(tmp_path):
-    cfg = tiny_config(tmp_path)
-    (tmp_path / ".vramlens.toml").write_text('[trace]\npython = "/nonexistent/python3"\n')
-    done = _run(tmp_path, str(cfg), "--no-record")
-    assert done.returncode == 4
-    assert "/nonexistent/python3" in done.stderr
-    flag = _run(tmp_path, str(cfg), "--no-record", "--python", "/other/missing/python")
-    assert flag.returncode == 4 and "/other/missing/python" in flag.stderr

@@ -14,7 +14,7 @@ RAW = {
     "persistent": {"weights": 15 * GIB, "optimizer": 30 * GIB},
     "timeline": [{"step": 0, "micro": 0, "phase": "fwd", "after_bytes": 40 * GIB, "peak_bytes": 41 * GIB}],
     "steps": 1, "params_total": 8_000_000_000, "params_trainable": 8_000_000_000, "ops": 26000, "seconds": 3.1,
-    "torch": "2.13.0+cpu", "assumptions": [], "not_traced": [],
+    "torch": "2.13.0+cpu", "assumptions": [], "not_traced": [], "backend": "transformers",
 }
 
 

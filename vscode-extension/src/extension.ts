@@ -17,7 +17,8 @@ import { GpuEntry, gpuItems } from './gpus';
 import {
   ESTIMATE_NOTIFICATION, Estimate, isEstimate, isNoEstimate, statusBarText, statusDetail, statusText,
 } from './estimate';
-import { checkPythonVersion, isSupported, MIN_PYTHON, onPythonInterpreterChanged, resolveInterpreter } from './python';
+import { describeSource, Interpreter } from './interpreter';
+import { checkInterpreter, chooseInterpreter, isSupported, MIN_PYTHON, onPythonInterpreterChanged, PythonCheck } from './python';
 
 /**
  * Languages the server analyses: training configs, Python training scripts, launch scripts, and
@@ -38,6 +39,21 @@ const DOCUMENT_SELECTOR = [
 /** Settings whose change needs a new server process (the rest reach it via didChangeConfiguration). */
 const RESTART_SETTINGS = ['vramlens.interpreter'];
 
+const HOW_TO_CHOOSE = 'Select your training environment\'s interpreter in the Python extension, or set '
+  + '"vramlens.interpreter" to it, e.g. ["/path/to/venv/bin/python"].';
+
+/** The server's environment: the bundled server and its dependencies first on sys.path. The interpreter's own
+ *  site-packages, the user's included, stay visible after them: the server looks up installed packages
+ *  (bitsandbytes, the frameworks' versions) where `python -m vramlens` run by that interpreter finds them. */
+function serverEnvironment(bundled: string): NodeJS.ProcessEnv {
+  return {
+    ...process.env,
+    PYTHONPATH: path.join(bundled, 'libs'),
+    PYTHONSAFEPATH: '1',
+    PYTHONUNBUFFERED: '1',
+  };
+}
+
 class Extension implements vscode.Disposable {
   private client: LanguageClient | undefined;
   private starting: Promise<void> | undefined;
@@ -45,6 +61,10 @@ class Extension implements vscode.Disposable {
   /** Why a document has no estimate, from the server's last notification for it. */
   private readonly noEstimate = new Map<string, string>();
   private readonly status: vscode.LanguageStatusItem;
+  /** Which Python runs the server (and the exact traces), in the same `{}` popup. */
+  private readonly pythonStatus: vscode.LanguageStatusItem;
+  /** The interpreter the running server was started with, and what it said about itself. */
+  private python: { check: PythonCheck; interpreter: Interpreter } | undefined;
   /** The peak of the active document in the status bar itself (the language status item sits in the `{}` popup). */
   private readonly peakItem: vscode.StatusBarItem;
   private readonly breakdown: BreakdownPanel;
@@ -55,11 +75,15 @@ class Extension implements vscode.Disposable {
     this.status.name = 'vramlens';
     this.status.text = 'vramlens';
     this.status.command = { title: 'Show logs', command: 'vramlens.showLogs' };
+    this.pythonStatus = vscode.languages.createLanguageStatusItem('vramlens.python', DOCUMENT_SELECTOR);
+    this.pythonStatus.name = 'vramlens Python';
+    this.pythonStatus.text = 'vramlens: Python';
+    this.pythonStatus.command = { title: 'Change', command: 'workbench.action.openSettings', arguments: ['vramlens.interpreter'] };
     this.peakItem = vscode.window.createStatusBarItem('vramlens.peak', vscode.StatusBarAlignment.Right, 100);
     this.peakItem.name = 'vramlens peak';
     this.peakItem.command = 'vramlens.showBreakdown';
     this.breakdown = new BreakdownPanel(context.extensionUri);
-    this.disposables.push(this.status, this.peakItem, this.breakdown);
+    this.disposables.push(this.status, this.pythonStatus, this.peakItem, this.breakdown);
   }
 
   // ---- server lifecycle ---------------------------------------------------------------------
@@ -82,41 +106,50 @@ class Extension implements vscode.Disposable {
 
     const resource = vscode.window.activeTextEditor?.document.uri ?? vscode.workspace.workspaceFolders?.[0]?.uri;
     const bundled = this.context.asAbsolutePath('bundled');
-    const interpreter = await resolveInterpreter(resource, this.log);
-    let version;
+    const env = serverEnvironment(bundled);
+    const { interpreter, notes } = await chooseInterpreter(resource);
+    for (const note of notes) {
+      this.log.info(`Interpreter: ${note}`);
+    }
+    const named = `"${interpreter.command.join(' ')}" (from ${describeSource(interpreter.source)})`;
+    let python: PythonCheck;
     try {
-      version = await checkPythonVersion(interpreter, bundled);
+      python = await checkInterpreter(interpreter, bundled, env);
     } catch (e) {
       return this.fail(
-        `vramlens needs Python ${MIN_PYTHON.join('.')} or newer, but ${(e as Error).message}. `
-        + 'Install Python or set "vramlens.interpreter".',
+        `vramlens needs Python ${MIN_PYTHON.join('.')} or newer, but ${(e as Error).message} `
+        + `(from ${describeSource(interpreter.source)}). ${HOW_TO_CHOOSE}`,
+        interpreter,
       );
     }
-    if (!isSupported(version)) {
+    const version = `${python.major}.${python.minor}.${python.micro}`;
+    if (!isSupported(python)) {
       return this.fail(
-        `vramlens needs Python ${MIN_PYTHON.join('.')} or newer; ${version.executable} is `
-        + `${version.major}.${version.minor}.${version.micro}. Set "vramlens.interpreter" to a newer Python.`,
+        `vramlens needs Python ${MIN_PYTHON.join('.')} or newer; ${python.executable} (${named}) is ${version}. `
+        + HOW_TO_CHOOSE,
+        interpreter,
       );
     }
-    this.log.info(`Python ${version.major}.${version.minor}.${version.micro} at ${version.executable} (${interpreter.source})`);
+    if (python.importError) {
+      return this.fail(
+        `vramlens cannot run its bundled server with Python ${version} at ${python.executable} (${named}): `
+        + `${python.importError}. The extension bundles the server for CPython 3.10 to 3.14 on linux-x64. `
+        + HOW_TO_CHOOSE,
+        interpreter,
+      );
+    }
+    this.python = { check: python, interpreter };
+    this.log.info(`Server: Python ${version} at ${python.executable} (from ${describeSource(interpreter.source)})`);
+    this.showPython();
 
     const [command, ...prefixArgs] = interpreter.command;
     const args = [...prefixArgs, '-m', 'vramlens', 'serve', '--stdio'];
     const serverOptions: ServerOptions = {
       command,
       args,
-      options: {
-        // Never start in the workspace folder: `python -m` puts the working directory on
-        // sys.path, and a workspace must not be able to shadow the server's modules.
-        cwd: bundled,
-        env: {
-          ...process.env,
-          PYTHONPATH: path.join(bundled, 'libs'),
-          PYTHONSAFEPATH: '1',
-          PYTHONNOUSERSITE: '1',
-          PYTHONUNBUFFERED: '1',
-        },
-      },
+      // Never start in the workspace folder: `python -m` puts the working directory on sys.path, and a
+      // workspace must not be able to shadow the server's modules.
+      options: { cwd: bundled, env },
     };
     const clientOptions: LanguageClientOptions = {
       documentSelector: DOCUMENT_SELECTOR,
@@ -160,8 +193,39 @@ class Extension implements vscode.Disposable {
     }
   }
 
-  private fail(message: string): void {
+  /** Which Python runs the server and the exact traces, e.g. ["Python 3.12.3 at /home/me/venv/bin/python (from
+   *  the Python extension's selected interpreter)", "exact traces: the same"]. The server runs the traces with its
+   *  own interpreter unless `vramlens.trace.python` names another (server: lsp/server.py, worker_client). */
+  private pythonLines(): string[] {
+    if (!this.python) {
+      return [];
+    }
+    const { check, interpreter } = this.python;
+    const traces = String(vscode.workspace.getConfiguration('vramlens').get<unknown>('trace.python') ?? '').trim();
+    return [
+      `Python ${check.major}.${check.minor}.${check.micro} at ${check.executable} (from ${describeSource(interpreter.source)})`,
+      `exact traces: ${traces ? `${traces} (vramlens.trace.python)` : 'the same'}`,
+    ];
+  }
+
+  /** The interpreter in the `{}` popup; refreshed when `vramlens.trace.python` changes. */
+  showPython(): void {
+    if (!this.python) {
+      return;
+    }
+    const { check } = this.python;
+    this.pythonStatus.text = `Python ${check.major}.${check.minor}.${check.micro}`;
+    this.pythonStatus.detail = this.pythonLines().join('; ');
+    this.pythonStatus.severity = vscode.LanguageStatusSeverity.Information;
+    this.refreshStatus();
+  }
+
+  private fail(message: string, interpreter?: Interpreter): void {
     this.log.error(message);
+    this.python = undefined;
+    this.pythonStatus.text = 'vramlens: no Python';
+    this.pythonStatus.detail = interpreter ? `"${interpreter.command.join(' ')}" (${describeSource(interpreter.source)})` : '';
+    this.pythonStatus.severity = vscode.LanguageStatusSeverity.Error;
     this.setStatus('vramlens: not running', message, vscode.LanguageStatusSeverity.Error);
     void vscode.window.showErrorMessage(message, 'Show logs', 'Open settings').then((choice) => {
       if (choice === 'Show logs') {
@@ -231,7 +295,8 @@ class Extension implements vscode.Disposable {
     );
     this.status.command = { title: 'Breakdown', command: 'vramlens.showBreakdown' };
     this.peakItem.text = `${e.fits ? '$(check)' : '$(error)'} ${statusBarText(e)}`;
-    this.peakItem.tooltip = `vramlens: ${statusDetail(e)} (click for the breakdown)`;
+    this.peakItem.tooltip = `vramlens: ${statusDetail(e)} (click for the breakdown)`
+      + this.pythonLines().map((line) => `\n${line}`).join('');
     this.peakItem.backgroundColor = e.fits ? undefined : new vscode.ThemeColor('statusBarItem.errorBackground');
     this.peakItem.show();
   }
@@ -389,13 +454,16 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.workspace.onDidChangeConfiguration((e) => {
       if (RESTART_SETTINGS.some((s) => e.affectsConfiguration(s))) {
         void ext.restart();
+      } else if (e.affectsConfiguration('vramlens.trace.python')) {
+        ext.showPython();
       }
     }),
   );
   await ext.restart();
   // Resolving the interpreter activated the Python extension (when installed): follow its choice.
   const pythonChanged = onPythonInterpreterChanged(() => {
-    if (!vscode.workspace.getConfiguration('vramlens').get<string>('interpreter')) {
+    const setting = vscode.workspace.getConfiguration('vramlens').get<unknown>('interpreter');
+    if (!setting || (Array.isArray(setting) && setting.length === 0)) {
       void ext.restart();
     }
   });

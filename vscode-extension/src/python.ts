@@ -1,42 +1,33 @@
-// Which Python runs the vramlens server, and is it new enough.
-//
-// Order: the `vramlens.interpreter` setting, then the interpreter selected in the Python
-// extension (only if it is installed: it is optional, code-server and VSCodium users often
-// lack it), then `python3` from PATH. In an untrusted workspace both the setting and the
-// Python extension's choice may point into the workspace (e.g. `.venv/bin/python`), so only
-// the PATH default is used there.
+// The Python that runs the vramlens server: chosen by ./interpreter.ts from VS Code's settings, workspace trust
+// and the Python extension, then started once to check that it can run the bundled server.
 import { execFile } from 'child_process';
+import * as fs from 'fs';
+import * as os from 'os';
 import * as vscode from 'vscode';
+import { Interpreter, Resolution, resolveInterpreter } from './interpreter';
 
 export const MIN_PYTHON: [number, number] = [3, 10];
 
-export interface Interpreter {
-  /** Executable followed by any extra arguments, e.g. ["/usr/bin/python3"] or ["py", "-3.11"]. */
-  command: string[];
-  /** Where the choice came from, for the logs. */
-  source: 'setting' | 'python extension' | 'default';
-}
-
-export interface PythonVersion {
+export interface PythonCheck {
   major: number;
   minor: number;
   micro: number;
+  /** sys.executable: the interpreter itself, also when the command was a launcher (`py -3.12`, `conda run`). */
   executable: string;
+  /** Why the bundled server cannot be imported by this interpreter; undefined when it can. */
+  importError?: string;
 }
 
-/** The subset of the Python extension's API (ms-python.python) used here. */
+/** The subset of the Python extension's API (ms-python.python, `@vscode/python-extension`) used here. */
 interface PythonExtensionApi {
   environments?: {
     getActiveEnvironmentPath(resource?: vscode.Uri): { path: string } | undefined;
     resolveEnvironment(env: { path: string } | string): Promise<{ executable?: { uri?: vscode.Uri } } | undefined>;
+    onDidChangeActiveEnvironmentPath?: vscode.Event<unknown>;
   };
   settings?: {
     getExecutionDetails(resource?: vscode.Uri): { execCommand?: string[] };
   };
-}
-
-function defaultPython(): string[] {
-  return [process.platform === 'win32' ? 'python' : 'python3'];
 }
 
 async function fromPythonExtension(resource?: vscode.Uri): Promise<string[] | undefined> {
@@ -59,44 +50,52 @@ async function fromPythonExtension(resource?: vscode.Uri): Promise<string[] | un
   return cmd && cmd.length > 0 ? cmd : undefined;
 }
 
-/** Subscribe to interpreter changes in the Python extension, if it is installed. */
+/** Subscribe to interpreter changes in the Python extension, if it is installed and active. */
 export function onPythonInterpreterChanged(listener: () => void): vscode.Disposable | undefined {
-  const ext = vscode.extensions.getExtension<PythonExtensionApi & {
-    environments?: { onDidChangeActiveEnvironmentPath?: vscode.Event<unknown> };
-  }>('ms-python.python');
+  const ext = vscode.extensions.getExtension<PythonExtensionApi>('ms-python.python');
   const event = ext?.isActive ? ext.exports?.environments?.onDidChangeActiveEnvironmentPath : undefined;
   return event ? event(listener) : undefined;
 }
 
-export async function resolveInterpreter(
-  resource: vscode.Uri | undefined,
-  log: vscode.LogOutputChannel,
-): Promise<Interpreter> {
-  if (!vscode.workspace.isTrusted) {
-    log.info('Untrusted workspace: ignoring vramlens.interpreter and the Python extension');
-  } else {
-    const configured = vscode.workspace.getConfiguration('vramlens', resource).get<string>('interpreter', '').trim();
-    if (configured) {
-      return { command: [configured], source: 'setting' };
-    }
-    try {
-      const fromExt = await fromPythonExtension(resource);
-      if (fromExt) {
-        return { command: fromExt, source: 'python extension' };
-      }
-    } catch (e) {
-      log.warn(`Could not ask the Python extension for its interpreter: ${e}`);
-    }
-  }
-  return { command: defaultPython(), source: 'default' };
+/** The interpreter for a document (or the workspace), in the order of ./interpreter.ts. */
+export function chooseInterpreter(resource: vscode.Uri | undefined): Promise<Resolution> {
+  const trusted = vscode.workspace.isTrusted;
+  const config = vscode.workspace.getConfiguration('vramlens', resource);
+  // Untrusted: the user's own value only, never one a workspace's .vscode/settings.json wrote (VS Code also
+  // ignores workspace values of the restricted setting then: package.json, capabilities.untrustedWorkspaces).
+  const setting = trusted ? config.get<unknown>('interpreter') : config.inspect<unknown>('interpreter')?.globalValue;
+  const folder = (resource && vscode.workspace.getWorkspaceFolder(resource)) ?? vscode.workspace.workspaceFolders?.[0];
+  return resolveInterpreter({
+    trusted,
+    setting,
+    pythonExtension: () => fromPythonExtension(resource),
+    workspaceFolder: folder?.uri.scheme === 'file' ? folder.uri.fsPath : undefined,
+    exists: (file) => fs.existsSync(file),
+    platform: process.platform,
+    env: process.env,
+    home: os.homedir(),
+  });
 }
 
-/** Run the interpreter once to read its version; throws with a readable message on failure. */
-export function checkPythonVersion(interpreter: Interpreter, cwd: string): Promise<PythonVersion> {
+// Run with the server's own environment: its version, its executable, and whether it imports the bundled
+// server (the compiled pydantic_core must exist for its version). Python 2 and old 3.x must be able to parse
+// it, to say their version.
+const CHECK_SCRIPT = [
+  'import sys, json',
+  'out = {"version": list(sys.version_info[:3]), "executable": sys.executable}',
+  'if sys.version_info >= (3, 10):',
+  '    try:',
+  '        import vramlens, pydantic_core, yaml, pygls',
+  '    except Exception as e:',
+  '        out["importError"] = "%s: %s" % (type(e).__name__, e)',
+  'print(json.dumps(out))',
+].join('\n');
+
+/** Start the interpreter once; throws with a readable reason when it does not run at all. */
+export function checkInterpreter(interpreter: Interpreter, cwd: string, env: NodeJS.ProcessEnv): Promise<PythonCheck> {
   const [exe, ...args] = interpreter.command;
-  const script = 'import sys, json; print(json.dumps([*sys.version_info[:3], sys.executable]))';
   return new Promise((resolve, reject) => {
-    execFile(exe, [...args, '-I', '-c', script], { cwd, timeout: 15000 }, (error, stdout, stderr) => {
+    execFile(exe, [...args, '-c', CHECK_SCRIPT], { cwd, env, timeout: 30000 }, (error, stdout, stderr) => {
       if (error) {
         const reason = (error as NodeJS.ErrnoException).code === 'ENOENT'
           ? `"${exe}" was not found`
@@ -105,15 +104,18 @@ export function checkPythonVersion(interpreter: Interpreter, cwd: string): Promi
         return;
       }
       try {
-        const [major, minor, micro, executable] = JSON.parse(stdout.trim()) as [number, number, number, string];
-        resolve({ major, minor, micro, executable });
+        const out = JSON.parse(stdout.trim().split('\n').pop() ?? '') as {
+          version: [number, number, number]; executable: string; importError?: string;
+        };
+        const [major, minor, micro] = out.version;
+        resolve({ major, minor, micro, executable: out.executable, importError: out.importError });
       } catch {
-        reject(new Error(`"${interpreter.command.join(' ')}" printed an unexpected version: ${stdout.trim()}`));
+        reject(new Error(`"${interpreter.command.join(' ')}" printed an unexpected answer: ${stdout.trim().slice(0, 300)}`));
       }
     });
   });
 }
 
-export function isSupported(v: PythonVersion): boolean {
+export function isSupported(v: PythonCheck): boolean {
   return v.major > MIN_PYTHON[0] || (v.major === MIN_PYTHON[0] && v.minor >= MIN_PYTHON[1]);
 }

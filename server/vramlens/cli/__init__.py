@@ -14,6 +14,7 @@ SUBCOMMANDS: dict[str, str] = {
     "trace": "trace",
     "probe": "probe",
     "gpus": "gpus",
+    "calibration": "calibration",
 }
 
 

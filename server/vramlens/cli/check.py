@@ -9,7 +9,8 @@ names goes into that JSON); `--unsafe-fixes` adds the fixes that change what or 
 and `vramlens.cli.fix` say which and how files are written).
 
 Exit codes: 0 no finding at error level, 1 findings at error level, 2 usage error, a refused setting (flag or
-project file) or a named file that cannot be read. JSON and SARIF positions are 1-based lines and columns (SARIF endColumn is exclusive).
+project file), a named file that cannot be read, or a file --fix could not write (nothing of its fixes is
+written). JSON and SARIF positions are 1-based lines and columns (SARIF endColumn is exclusive).
 In a notebook (.ipynb) a position is in a code cell: text `path:cell N:line:col`, JSON `"cell": N` with lines
 counted in that cell; SARIF regions are positions in the .ipynb file itself (one source line per JSON line, as
 Jupyter writes it; else the cell's lines), with `properties.notebookCell`/`cellLine`/`cellColumn`. `--fix` rewrites
@@ -62,6 +63,7 @@ class FileResult:
     file_text: str | None = None         # a notebook: the .ipynb file's own text (`text` is its cells)
     not_applied: list[str] = field(default_factory=list)   # "<title>: <why>" for fixes --fix left out
     written: list[Path] = field(default_factory=list)      # real paths --fix wrote (the config, a file it names)
+    write_failed: list[tuple[str, str]] = field(default_factory=list)   # (file, why) --fix could not write: exit 2
 
     @property
     def findings(self) -> list:
@@ -150,7 +152,7 @@ def _fix(result: FileResult, settings, st, unsafe: bool) -> None:
                        analysed_text=result.text if notebook else None,
                        encode=partial(nb.write_cells, result.file_text) if notebook else None)
     result.applied, result.not_applied = outcome.applied, outcome.not_applied
-    result.written = outcome.written
+    result.written, result.write_failed = outcome.written, outcome.failed
     if outcome.analysis is not None:
         result.text, result.analysis = outcome.text or result.text, outcome.analysis
         _drop_no_model_notice(result.analysis)
@@ -207,6 +209,8 @@ def _print_text(results: list[FileResult], verbose: bool) -> None:
                 print(f"  wrote {written} (a file this config names)", file=out)
         for why in r.not_applied:
             print(f"  {why}", file=out)
+        for _file, why in r.write_failed:
+            print(f"  not written: {why}; every file is left as it was", file=out)
         for f in r.findings:
             cell, span = _cell_span(r, f.span)
             where = f"cell {cell + 1}:" if cell is not None else ""
@@ -214,13 +218,18 @@ def _print_text(results: list[FileResult], verbose: bool) -> None:
                   f"[{f.name}] {f.message}", file=out)
             if f.severity == "error" or verbose:
                 for fix in f.fixes:
-                    mark = ("" if not fix.edits else " (safe: applies with --fix)" if fix.safe
-                            else " (unsafe: applies with --fix --unsafe-fixes)")
-                    print(f"    fix: {fix.title}{mark}", file=out)
+                    print(f"    fix: {fix.title}{_fix_mark(fix)}", file=out)
     s = _summary(results)
     print(f"{s['files_checked']} config(s) checked, {s['files_skipped']} skipped: {s['error']} error(s), "
           f"{s['warning']} warning(s), {s['information'] + s['hint']} note(s)"
           + (f"; fixed {s['files_fixed']} file(s)" if s["files_fixed"] else ""), file=out)
+
+
+def _fix_mark(fix) -> str:
+    """Whether --fix applies a fix; for one it cannot write, its level and where to make it instead."""
+    if fix.edits:
+        return " (safe: applies with --fix)" if fix.safe else " (unsafe: applies with --fix --unsafe-fixes)"
+    return f" ({fix.applicability}; --fix cannot write it here: {fix.note or 'make it by hand'})"
 
 
 def _cell_span(r: FileResult, span):
@@ -270,6 +279,7 @@ def _json(results: list[FileResult]) -> dict:
                 } for f in r.findings],
                 "fixed": r.applied,
                 "not_applied": r.not_applied,
+                "not_written": [{"file": file, "reason": why} for file, why in r.write_failed],
             })
             if len(a.documents) > 1:                  # a multi-document YAML file: each document's estimate
                 entry["documents"] = [estimate_json(str(r.path), d.plan, d.resolution, d.estimate)
@@ -423,5 +433,11 @@ def run(args) -> int:
         for r in results:
             if r.unreadable and r.explicit and args.format != "text":
                 print(f"{r.path}: {r.unreadable}", file=sys.stderr)
+        return 2
+    if any(r.write_failed for r in results):       # --fix could not write a file: nothing of that fix was written
+        if args.format != "text":
+            for r in results:
+                for _file, why in r.write_failed:
+                    print(f"{r.path}: not written: {why}", file=sys.stderr)
         return 2
     return 1 if any(f.severity == "error" for r in results for f in r.findings) else 0

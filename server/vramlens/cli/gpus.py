@@ -29,6 +29,7 @@ def run(args) -> int:
     from vramlens.cli.project import report, settings_for
     from vramlens.estimate.gpu_choices import gpu_choices
     from vramlens.formats import parse_document
+    from vramlens.knowledge.gpus import usable_text
     from vramlens.resolve import ResolveError, resolve
     from vramlens.settings import SettingsError
 
@@ -52,11 +53,13 @@ def run(args) -> int:
         return 2
     table = gpu_choices(rp)
     shown = table if args.all else [r for r in table if r["fits"]]
+    # the model as the file names it (an "-Instruct" id resolves to its base model's catalog entry)
+    model = parsed.plan.model_id.value if parsed.plan.model_id is not None else rp.arch.id
     if args.format == "json":
-        json.dump({"file": str(path), "gpus": shown}, sys.stdout, indent=2)
+        json.dump({"file": str(path), "model": model, "gpus": shown}, sys.stdout, indent=2)
         print()
         return 0
-    print(f"{path}: {rp.arch.id}, micro-batch {rp.micro_batch} × {rp.seq_len} tokens: fits "
+    print(f"{path}: {model}, micro-batch {rp.micro_batch} × {rp.seq_len} tokens: fits "
           f"{sum(r['fits'] for r in table)} of {len(table)} GPU choices (fastest first)")
     if not shown:
         print("  no GPU in the catalog fits this run as configured (try `vramlens check --fix`, or --all)")
@@ -65,7 +68,7 @@ def run(args) -> int:
           f"{'step s':>7}  {'MFU':>4}  bound")
     for r in shown:
         mark = "" if r["fits"] else "  (does not fit)"
-        print(f"  {r['gpu']:<18} {r['count']:>2}  {r['peak_gib']:>8.1f} / {r['usable_gib']:<7.1f}  "
+        print(f"  {r['gpu']:<18} {r['count']:>2}  {r['peak_gib']:>8.1f} / {usable_text(r['usable_gib']):<7}  "
               f"{r['tokens_per_s']:>16,.0f}  {r['run_tokens_per_s']:>12,.0f}  {r['step_s']:>7.2f}  "
               f"{r['mfu']:>4.0%}  {r['bound']}{mark}")
     return 0

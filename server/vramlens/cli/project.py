@@ -3,10 +3,12 @@
 (`vramlens.settings.Settings`) validates both, so the command line refuses what the server refuses."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 EXIT_SETTINGS = 2
+TRACE_PYTHON_ENV = "VRAMLENS_TRACE_PYTHON"   # the user's trace interpreter when --python is not given
 
 
 def add_settings_flags(p, gpu_help: str = 'GPU, e.g. "A100-40GB", "H100", "8xH100" (overrides the config)') -> None:
@@ -24,7 +26,7 @@ def settings_for(path: Path, args, severity: dict[str, str] | None = None):
     """`Settings` for `path` from the project file and `args.gpu`, `args.num_gpus`, `args.headroom`, `args.python`
     (absent or None: not given); `severity` (rule → level from the command line) wins over the project's.
     Raises `SettingsError` naming the file (or flag), the key and what is allowed."""
-    from vramlens.settings import SettingsError, from_flags, merge
+    from vramlens.settings import SettingsError, from_flags, merge, user_chosen
     from vramlens.workspace_config import find_workspace_config
 
     cwd = Path.cwd()
@@ -35,9 +37,16 @@ def settings_for(path: Path, args, severity: dict[str, str] | None = None):
                        headroom=getattr(args, "headroom", None), severity=severity or None,
                        model_lookup=False if getattr(args, "offline", None) else None,
                        # the interpreter `trace`/`probe` run in: its installed versions are the run's
-                       trace_python=getattr(args, "python", None))
+                       trace_python=chosen_python(args))
     # the command line reads a model folder named by an absolute path wherever it is (its config.json only)
-    return merge([project.values if project is not None else {}, flags], workspace=cwd, any_model_folder=True)
+    return merge([user_chosen(project.values) if project is not None else {}, flags], workspace=cwd,
+                 any_model_folder=True)
+
+
+def chosen_python(args) -> str | None:
+    """The trace interpreter the user chose: `--python`, else `$VRAMLENS_TRACE_PYTHON`; None: the one running
+    vramlens. Never a project file's: that would let a repository choose the program that runs."""
+    return getattr(args, "python", None) or os.environ.get(TRACE_PYTHON_ENV, "").strip() or None
 
 
 def report(exc) -> int:

@@ -4,6 +4,14 @@ fake tensors (the synthetic model where the real code cannot run the step: the r
 No GPU and no weights are needed; torch runs in a worker subprocess (install `vramlens[trace]`). The
 allocated level is traced; reserved and device levels come from the estimator's allocator model.
 
+The worker runs in the interpreter the user chose: `--python`, else `$VRAMLENS_TRACE_PYTHON`, else the one running
+vramlens — never one named by a file in the repository (`[trace] python` in `.vramlens.toml` or
+`[tool.vramlens.trace]` is ignored, with a notice): that would run the repository's program.
+
+The first lines say what the trace was: an exact trace (the whole step on the real libraries at the versions the
+plan assumes), or what was not traced. A config whose objective is not a supervised step (DPO, KTO, GRPO, …) is
+traced as one SFT step: the trace then gives no fit verdict and the estimate's verdict is shown.
+
 Exit codes: 0 traced, 2 the config could not be read or resolved, 3 torch is not installed,
 4 the trace failed or timed out.
 """
@@ -12,6 +20,8 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+
+from vramlens.cli.project import TRACE_PYTHON_ENV, chosen_python
 
 EXIT_CONFIG, EXIT_NO_TORCH, EXIT_FAILED = 2, 3, 4
 
@@ -25,8 +35,8 @@ def add_arguments(p):
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before the trace is stopped (default 300)")
     p.add_argument("--steps", type=int, choices=[1, 2], help="trace 1 step (+ optimizer state) or 2 full steps "
                                                             "(default: 1 unless gradients persist across steps)")
-    p.add_argument("--python", help="interpreter of the training environment to trace in (default: the project's "
-                                    "`trace.python` setting, else this one)")
+    p.add_argument("--python", help=f"interpreter of the training environment to trace in (default: "
+                                    f"${TRACE_PYTHON_ENV}, else this one; never one a repository's file names)")
     p.add_argument("--backend", choices=["auto", "transformers", "torchtune", "synthetic"], default="auto",
                    help="auto (default): the real code where it can run the step (torchtune's own model and loss "
                         "for a torchtune config, else transformers/peft/bitsandbytes/TRL), else the synthetic "
@@ -61,21 +71,22 @@ def load_plan(path: str, args):
 
 
 def trace_python(args) -> str | None:
-    """`--python`, else `trace.python` of the project's `.vramlens.toml` / `[tool.vramlens]`, else None."""
-    if args.python:
-        return args.python
+    """The interpreter the user chose: `--python`, else `$VRAMLENS_TRACE_PYTHON`, else None (this one). A
+    repository's project file cannot choose it — whoever wrote the repository would choose the program that runs —
+    so one that names it gets a notice that it was ignored."""
     from vramlens.workspace_config import find_workspace_config
 
     project = find_workspace_config(Path(args.path).resolve(), Path.cwd())
-    python = project.values.get("trace_python") if project is not None else None
-    if python:
-        return str((project.path.parent / python.strip()).resolve()) if "/" in python else python.strip()
-    return None
+    if project is not None and project.values.get("trace_python"):
+        print(f"vramlens: `trace.python` in {project.path} ignored: a repository's files never choose the trace "
+              f"interpreter; choose it with --python PATH or {TRACE_PYTHON_ENV}", file=sys.stderr)
+    return chosen_python(args)
 
 
 def run(args) -> int:
     import asyncio
 
+    from vramlens.calibration import calibrate
     from vramlens.estimate import estimate
     from vramlens.report import estimate_json
     from vramlens.trace.client import TraceClient, TraceError
@@ -117,34 +128,65 @@ def run(args) -> int:
     out = estimate_json(args.path, plan, res, est)
     out.update(trace_extras_from_result(result))
     out["trace"]["formula_allocated_gib"] = round(formula.allocated_bytes / 2**30, 2)
+    verdict = None
+    if not out["trace"]["objective_traced"]:
+        # the traced step is a stand-in of another objective: the verdict is the estimate's, as `estimate` gives it
+        verdict = estimate(calibrate(res).resolved, limits=False)
+        out["fits"] = verdict.fits
+        out["estimate"] = {"device_gib": round(verdict.device_bytes / 2**30, 2), "fits": verdict.fits,
+                           "headroom_gib": round(verdict.headroom_bytes / 2**30, 2),
+                           "calibration": verdict.calibration.model_dump() if verdict.calibration else None}
+    out["verdict_from"] = "trace" if verdict is None else "estimate"
     if args.format == "json":
         json.dump(out, sys.stdout, indent=2)
         print()
     else:
-        print(render_text(out, est))
+        print(render_text(out, est, verdict))
     return 0
 
 
-def render_text(out: dict, est) -> str:
+def _verdict(est) -> str:
+    if not est.fits:
+        return "OUT OF MEMORY"
+    return "fits, but tight" if est.tight else "fits"
+
+
+def render_text(out: dict, est, verdict_est=None) -> str:
+    """The trace as text: its first lines say what it was and what it did not trace; `verdict_est` (the estimate of
+    the config's own objective, when the trace ran a stand-in step) gives the fit verdict instead of the trace."""
     from vramlens.estimate.result import COMPONENT_LABELS, COMPONENTS, GIB
     from vramlens.report import bar
+    from vramlens.knowledge.gpus import usable_text
     from vramlens.resolve import CHOOSE_GPU
+
+    from vramlens.report import OBJECTIVE_NAMES, calibration_line
 
     t = out["trace"]
     usable = est.usable_bytes
-    verdict = "fits" if est.fits else "OUT OF MEMORY"
-    if est.fits and est.tight:
-        verdict = "fits, but tight"
     gpu = out["gpu"]
     gpu_name = f"{gpu['count']}× {gpu['name']}" if gpu["count"] > 1 else gpu["name"]
     g = lambda n: n / GIB  # noqa: E731
-    lines = [
-        f"{out['file']}  ({out['format']}) — exact trace" + ("" if out["exact"] else " (partial: see 'not traced')"),
+    lines = [f"{out['file']}  ({out['format']}) — {t['title']}"]
+    lines += [f"  not traced: {x}" for x in t["also_not_traced"]]
+    lines += [
         f"  model   {out['model']['id']}  {est.params_total / 1e9:.2f} B params, "
         f"{est.params_trainable / 1e9:.3g} B trainable",
-        f"  GPU     {gpu_name}: {gpu['usable_gib']:.1f} GiB usable per GPU"
-        + (f"\n          (assumed: no GPU named — {CHOOSE_GPU})" if gpu.get("assumed") else ""),
-        f"  peak    {g(est.device_bytes):.2f} GiB on the device → {verdict}, headroom {g(est.headroom_bytes):+.2f} GiB",
+        f"  GPU     {gpu_name}: {usable_text(gpu['usable_gib'])} GiB usable per GPU"
+        + (f"\n          (assumed: {gpu.get('assumption') or 'no GPU named — ' + CHOOSE_GPU})"
+           if gpu.get("assumed") else ""),
+    ]
+    if verdict_est is None:
+        lines.append(f"  peak    {g(est.device_bytes):.2f} GiB on the device → {_verdict(est)}, "
+                     f"headroom {g(est.headroom_bytes):+.2f} GiB")
+    else:
+        objective = OBJECTIVE_NAMES.get(out["objective"], out["objective"])
+        lines += [f"  peak    {g(est.device_bytes):.2f} GiB on the device for the SFT step alone — no fit verdict "
+                  f"from it",
+                  f"  estimate {g(verdict_est.device_bytes):.2f} GiB on the device for the {objective} step "
+                  f"→ {_verdict(verdict_est)}, headroom {g(verdict_est.headroom_bytes):+.2f} GiB (vramlens estimate)"]
+        if (calibrated := calibration_line(verdict_est)) is not None:
+            lines.append(f"          {calibrated}")
+    lines += [
         f"          allocated {g(est.allocated_bytes):.2f} (traced) · reserved {g(est.reserved_bytes):.2f} · "
         f"peak in: {t['peak_at']}",
         f"          formula estimate of the allocated level: {t['formula_allocated_gib']:.2f} GiB",
@@ -166,8 +208,6 @@ def render_text(out: dict, est) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in shown.items() if v)
     lines.append(f"  traced {t['ops']:,} ops in {t['seconds']:.1f} s on the {t.get('backend', 'synthetic')} backend "
                  f"({versions or 'torch ' + t['torch']}; {t['steps']} step(s))")
-    if t.get("fallback_reason"):
-        lines.append(f"  not on the real libraries: {t['fallback_reason']}")
     if out["assumptions"]:
         lines.append("  assumptions:")
         lines.extend(f"    - {a}" for a in out["assumptions"])

@@ -17,6 +17,7 @@ from __future__ import annotations
 from vramlens.estimate import allocator, components as C
 from vramlens.estimate.result import COMPONENTS, GIB, Estimate
 from vramlens.estimate.throughput import throughput
+from vramlens.knowledge.gpus import usable_bytes
 from vramlens.resolved import ResolvedPlan
 
 __all__ = ["estimate", "allocated_peak", "Estimate", "GIB", "COMPONENTS", "REVISION"]
@@ -245,7 +246,7 @@ def _on_device(rp: ResolvedPlan, resident: int, paged: int) -> int:
     the GPU is full (bitsandbytes `get_paged`/`prefetch_tensor`, bitsandbytes/functional.py; Dettmers et al. 2023,
     "QLoRA", §3 "Paged Optimizers", arXiv:2305.14314): the part that does not fit is paged out each step, which is
     slow but not an out-of-memory error."""
-    usable = int(rp.gpu.usable_gib * GIB)
+    usable = usable_bytes(rp.gpu)
     return resident + max(0, min(paged, usable - resident))
 
 
@@ -263,7 +264,7 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
     parts["allocator"] = reserved - allocated
     parts["cuda_context"] = context
     components = {k: int(parts.get(k, 0)) for k in COMPONENTS}
-    usable = int(rp.gpu.usable_gib * GIB)
+    usable = usable_bytes(rp.gpu)
     low, high = allocator.device_range(loaded, allocated, device)
     fits = device <= usable
     max_b = max_s = None
@@ -289,7 +290,7 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
         headroom_bytes=usable - device, max_micro_batch=max_b, max_seq_len=max_s,
         params_total=p.total, params_trainable=p.trainable, activation_bytes_per_sample=per_sample,
         headroom_fraction=rp.headroom, objective=rp.objective, throughput=throughput(rp),
-        assumptions=tuple(assumptions))
+        calibration=rp.calibration if rp.correction != 1.0 else None, assumptions=tuple(assumptions))
 
 
 def _largest(fits, lo: int, hi: int) -> int | None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from vramlens.resolved import Calibration
 from vramlens.settings import DEFAULT_HEADROOM
 
 GIB = 1 << 30
@@ -78,6 +79,7 @@ class Estimate(BaseModel):
     assumptions: tuple[str, ...] = ()
     objective: str = "sft"             # what the step optimises (ResolvedPlan.objective)
     throughput: Throughput | None = None   # speed of the step; None when the GPU's speed is not known
+    calibration: Calibration | None = None  # the local trace/probe that scaled this estimate; None: the formulas alone
 
     def gib(self, name: str) -> float:
         return getattr(self, name) / GIB

@@ -91,11 +91,18 @@ class _Clock:
         self.parts[part] = self.parts.get(part, 0.0) + seconds
 
 
+def compute_rate_dtype(compute_dtype: str, gpu) -> str:
+    """Whose datasheet rate the run's matmuls reach: the compute dtype's own, except bf16 on a GPU without bf16
+    units, which PyTorch (2.3+) accepts and emulates in fp32 arithmetic — at best the fp32 rate
+    (vramlens.resolve.no_bf16_note says so wherever the estimate is shown)."""
+    if compute_dtype == "bf16" and (not gpu.bf16 or gpu.tflops_bf16 is None):
+        return "fp32"
+    return compute_dtype
+
+
 def _peak(rp: ResolvedPlan) -> float | None:
     g = rp.gpu
-    rate = {"bf16": g.tflops_bf16, "fp16": g.tflops_fp16, "fp32": g.tflops_fp32}[rp.compute_dtype]
-    if rate is None and rp.compute_dtype == "bf16":
-        rate = g.tflops_fp32                # no bf16 unit: emulated at best at the fp32 rate
+    rate = {"bf16": g.tflops_bf16, "fp16": g.tflops_fp16, "fp32": g.tflops_fp32}[compute_rate_dtype(rp.compute_dtype, g)]
     return rate * 1e12 if rate else None
 
 

@@ -8,7 +8,6 @@ their nested entries when the reader produced them (YAML: exact spans), else fro
 """
 from __future__ import annotations
 
-import json
 import re
 from typing import Callable
 
@@ -107,29 +106,40 @@ def _targets(value) -> list[str] | None:
             return ["all-linear"]
         return parts
     if isinstance(value, (list, tuple)):
-        return [str(v).strip() for v in value if str(v).strip()]
+        # module names only: PEFT's `target_modules` is a name or a list of names (peft 0.21.2 `LoraConfig`), so a
+        # nested list or mapping is not one (and is never turned into text: an alias can make it huge)
+        names = (str(v).strip() for v in value if isinstance(v, (str, int, float)))
+        return [n for n in names if n]
     return None
 
 
-def _as_dict(value) -> dict | None:
-    """Dict-valued arguments also come as JSON text (`--fsdp_config '{"...": ...}'`)."""
+def _as_dict(value, b: PlanBuilder | None = None, s: Setting | None = None) -> dict | None:
+    """Dict-valued arguments also come as JSON text (`--fsdp_config '{"...": ...}'`), which transformers reads
+    with `json.loads` (transformers 5.24 `TrainingArguments.__post_init__`, `_VALID_DICT_FIELDS`). Read with the
+    bounded loader (`formats.yaml_doc.load_value`); text it does not read is not read here either, and with a
+    builder a VL015 on the setting says why."""
     if isinstance(value, dict):
         return value
     if isinstance(value, str) and value.strip().startswith("{"):
+        from vramlens.formats.yaml_doc import YamlError, load_value
+
         try:
-            d = json.loads(value)
-        except ValueError:
+            d = load_value(value, json=True)
+        except YamlError as exc:
+            if b is not None and s is not None:
+                b.issue(IssueKind.INVALID_VALUE, f"`{s.key}` is not read: {exc}", s)
             return None
         return d if isinstance(d, dict) else None
     return None
 
 
-def kids(s: Setting, nested: dict[str, list[Setting]] | None) -> list[Setting]:
+def kids(s: Setting, nested: dict[str, list[Setting]] | None, b: PlanBuilder | None = None) -> list[Setting]:
     """The entries of a dict-valued setting: real nested entries when the reader made them, else
-    entries synthesized from the dict (pointing at the whole argument)."""
+    entries synthesized from the dict (pointing at the whole argument). With a builder, JSON text that is not
+    read gets a VL015 (`_as_dict`)."""
     if nested is not None and s.key in nested and isinstance(s.value, dict):
         return nested[s.key]
-    d = _as_dict(s.value)
+    d = _as_dict(s.value, b, s)
     return [s.child(k, v) for k, v in d.items()] if d else []
 
 
@@ -264,7 +274,7 @@ def _deepspeed(b: PlanBuilder, s: Setting, nested=None) -> None:
     if s.value in (None, "", False):
         return
     b.set("dist_strategy", "deepspeed", s)
-    d = _as_dict(s.value)
+    d = _as_dict(s.value, b, s)
     if d is not None:
         from vramlens.formats import deepspeed
 
@@ -350,13 +360,13 @@ def fsdp_config_entry(b: PlanBuilder, e: Setting) -> bool:
 
 
 def _fsdp_config(b: PlanBuilder, s: Setting, nested=None) -> None:
-    for e in kids(s, nested):
+    for e in kids(s, nested, b):
         if not fsdp_config_entry(b, e) and nested is not None:
             b.remember(e)
 
 
 def _ckpt_kwargs(b: PlanBuilder, s: Setting, nested=None) -> None:
-    for e in kids(s, nested):
+    for e in kids(s, nested, b):
         if e.key == "use_reentrant":
             b.set_bool("ckpt_reentrant", e)
 
@@ -374,7 +384,7 @@ def _loss_type(b: PlanBuilder, s: Setting) -> None:
 
 
 def _model_init_kwargs(b: PlanBuilder, s: Setting, nested=None) -> None:
-    for e in kids(s, nested):
+    for e in kids(s, nested, b):
         if e.key in ("dtype", "torch_dtype"):
             _dtype(b, e)
         elif e.key == "attn_implementation":
@@ -384,7 +394,7 @@ def _model_init_kwargs(b: PlanBuilder, s: Setting, nested=None) -> None:
 
 
 def _env(b: PlanBuilder, s: Setting, nested=None) -> None:
-    for e in kids(s, nested):
+    for e in kids(s, nested, b):
         if str(e.key) in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF") and e.value is not None:
             b.set("alloc_conf", str(e.value), e)
 

@@ -27,10 +27,12 @@ _DIRECTIVE = re.compile(r"(?:#|//|<!--)\s*vramlens\s*:\s*(?P<body>.*?)\s*(?:-->)
 _GPU_MODEL = (r"(?:(?:NVIDIA|Tesla|GeForce|AMD\s+Instinct)\s+)?"
               r"(?:GB200|GH200|[ABHL]\d{2,3}[A-Z]?|A\d{4}|T4|V100|L4|L40S?|MI\d{3}X?|"
               r"RTX\s*(?:A?\d{4}|PRO\s*\d{4})(?:\s*Ti)?(?:\s*Ada)?|RTX\s*6000(?:\s*Ada)?)")
-_GPU_TAIL = r"(?:[\s-]*(?:SXM\d?|PCIe|NVL))?(?:[\s-]*\d{2,3}\s*G(?:i)?B)?"
+_GPU_TAIL = r"(?:[\s-]*(?:SXM\d?|PCIe|NVL))?(?:[\s-]*\d{2,3}\s*G(?:i)?B)?(?:[\s-]*(?:SXM\d?|PCIe|NVL))?"
+# A GPU named in prose: not a piece of a file name, path or identifier (`mistral-qlora-t4.yaml`, `configs/h100/`,
+# `run_a100.sh`), where letters and digits run on across `-`, `_`, `.` or `/`.
 _GPU_PHRASE = re.compile(
-    r"(?<![\w.])(?:(?P<count>\d{1,4})\s*[x×*]\s*|(?P<single>single|one|a|an)\s+)?"
-    r"(?P<gpu>" + _GPU_MODEL + _GPU_TAIL + r")(?![\w])"
+    r"(?<![\w./\\-])(?:(?P<count>\d{1,4})\s*[x×*]\s*|(?P<single>single|one|a|an)\s+)?"
+    r"(?P<gpu>" + _GPU_MODEL + _GPU_TAIL + r")(?![\w]|[-./\\][\w-])"
     r"(?:\s*[x×*]\s*(?P<count2>\d{1,4})(?!\d))?",
     re.IGNORECASE)
 _MEASURED = re.compile(r"GPU\s+memory\s*[:=]\s*(?P<n>\d{1,4})\s*[x×*]\s*(?P<mem>\d+(?:\.\d+)?)\s*G(?:i)?B", re.IGNORECASE)

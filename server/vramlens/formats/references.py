@@ -40,19 +40,22 @@ def candidates(target: str, doc_path: str, workspace: Path | None) -> list[Path]
 
 
 def find(target: str, doc_path: str, workspace: Path | None) -> tuple[Path | None, bool]:
-    """(the file, resolved; whether a candidate was skipped because it lies outside what may be read).
-    Candidates outside are skipped before they are looked at, so nothing tells whether they exist."""
+    """(the file, as the workspace check resolved it; whether a candidate was skipped because it lies outside what
+    may be read). Candidates outside are skipped before they are looked at, so nothing tells whether they exist.
+    The path is where the file was when it was checked — a folder on the way may be swapped for a link since —
+    so it is read with `_read`, which checks the file it opens against the same folders."""
     roots = file_access.allowed_roots(workspace, doc_path)
     refused = False
     for c in candidates(target, doc_path, workspace):
         if len(str(c)) > file_access.MAX_PATH_CHARS:
             continue                 # no file has such a name: not found (not "outside the workspace")
-        if not file_access.inside(c, roots):
+        real = file_access.resolved_inside(c, roots)
+        if real is None:
             refused = True
             continue
         try:
-            if c.is_file():
-                return c.resolve(), False
+            if real.is_file():
+                return real, False
         except (OSError, ValueError):
             continue
     return None, refused
@@ -72,28 +75,36 @@ def locate_torchtune_config(name: str, doc_path: str, workspace: Path | None) ->
     if workspace is not None:
         roots += [Path(workspace) / "recipes" / "configs", Path(workspace)]
     roots.append(Path(doc_path).parent)
-    try:
-        spec = importlib.util.find_spec("recipes")     # torchtune installs its configs as `recipes/configs`
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None and spec.submodule_search_locations:
-        roots += [Path(p) / "configs" for p in spec.submodule_search_locations]
-    allowed = file_access.allowed_roots(workspace, doc_path)
-    for root in roots:
-        p = root / rel
-        if not file_access.inside(p, allowed) and not file_access.inside(p, [root.resolve()]):
+    packaged = _packaged_configs()
+    allowed = file_access.allowed_roots(workspace, doc_path) + packaged
+    for root in roots + packaged:
+        real = file_access.resolved_inside(root / rel, allowed)
+        if real is None:
             continue                 # `../` out of the workspace or out of torchtune's packaged configs
         try:
-            if p.is_file():
-                return p.resolve()
+            if real.is_file():
+                return real
         except (OSError, ValueError):
             continue
     return None
 
 
-def _read(path: Path, ctx) -> str | None:
-    """The editor's buffer of `path` when it is open, else the file on disk — only if the file opened is
-    `path` itself (the resolved path the workspace check passed), regular and within MAX_REFERENCED_BYTES."""
+def _packaged_configs() -> list[Path]:
+    """The folders of configs torchtune installs (as the package `recipes`, `recipes/configs`), resolved."""
+    try:
+        spec = importlib.util.find_spec("recipes")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return [r for r in (file_access.resolved_inside(Path(p) / "configs", None)
+                        for p in spec.submodule_search_locations) if r is not None]
+
+
+def _read(path: Path, ctx, doc_path: str | None = None) -> str | None:
+    """The editor's buffer of `path` (as `find` returned it) when it is open, else the file on disk — only if the
+    file opened lies where `find` looks for the references of `doc_path` (default: the document's) or among
+    torchtune's packaged configs, is regular and within MAX_REFERENCED_BYTES."""
     if ctx.read_file is not None:
         try:
             text = ctx.read_file(path)
@@ -101,8 +112,9 @@ def _read(path: Path, ctx) -> str | None:
             text = None
         if text is not None:
             return text if len(text) <= MAX_REFERENCED_BYTES else None
+    roots = file_access.allowed_roots(ctx.workspace, doc_path or ctx.path) + _packaged_configs()
     try:
-        return file_access.read_text_checked(path, MAX_REFERENCED_BYTES, expect=path)
+        return file_access.read_text_checked(path, MAX_REFERENCED_BYTES, roots=roots)
     except OSError:
         return None
 
@@ -161,7 +173,7 @@ def _follow(builder: PlanBuilder, ctx, ref, seen: set[str]) -> None:
     if str(found) in seen or depth >= MAX_DEPTH:
         return
     seen.add(str(found))
-    text = _read(found, ctx)
+    text = _read(found, ctx, where)
     if text is None:
         builder.issue(IssueKind.REFERENCE, f"cannot read {label} `{target}`", span=ref.span, severity=Severity.ERROR)
         return

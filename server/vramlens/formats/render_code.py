@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 import re
 import shlex
-from typing import Any
+from typing import Any, Iterator
 
 from vramlens.formats import markdown, python_calls, shell
 from vramlens.formats.render import RenderResult, TextEdit
@@ -87,6 +87,7 @@ class _PyDoc:
         self.quote = "'" if text.count("'") > 2 * text.count('"') else '"'
         self.inserts: dict[tuple[int, int], list[str]] = {}     # (line, col) -> texts, in order
         self.edits: list[TextEdit] = []
+        self.overrides: dict[int, tuple[ast.keyword, dict[str, str]]] = {}   # `**name` -> keys set over it
 
     def dotted(self, node) -> str:
         ev = python_calls._Evaluator(self.col, self.cols)
@@ -114,7 +115,47 @@ class _PyDoc:
     def insert(self, at: tuple[int, int], new: str) -> None:
         self.inserts.setdefault(at, []).append(new)
 
+    def dicts(self) -> Iterator[tuple[str, ast.expr]]:
+        """(name, dict) for each module-level `name = dict(...)` / `name = {...}`."""
+        for st in self.tree.body:
+            target = st.targets[0] if type(st) is ast.Assign and len(st.targets) == 1 else \
+                st.target if type(st) is ast.AnnAssign else None
+            if type(target) is ast.Name and _is_dict(st.value):
+                yield target.id, st.value
+
+    def shared_dict(self, span: Span) -> tuple[str, int] | None:
+        """(name, places that use it) when `span` lies in a dict bound to a name (`common = dict(...)` or
+        `common = {...}`) that more than one place uses, e.g. two `SFTConfig(**common)` calls."""
+        at = (span.start_line, span.start_col)
+        for name, value in self.dicts():
+            node = self.cols.span(value)
+            if (node.start_line, node.start_col) <= at < (node.end_line, node.end_col):
+                uses = sum(1 for n in ast.walk(self.tree)
+                           if type(n) is ast.Name and n.id == name and type(n.ctx) is ast.Load)
+                return (name, uses) if uses > 1 else None
+        return None
+
+    def splat_entry(self, call: ast.Call, key: str) -> ast.expr | None:
+        """The value node of `key` when `call` receives it through `**name` of a dict written in this file."""
+        bound = dict(self.dicts())
+        for kw in call.keywords:
+            node = bound.get(kw.value.id) if kw.arg is None and type(kw.value) is ast.Name else None
+            if type(node) is ast.Dict:
+                found = next((v for k, v in zip(node.keys, node.values)
+                              if type(k) is ast.Constant and k.value == key), None)
+            elif node is not None:
+                found = next((k.value for k in node.keywords if k.arg == key), None)
+            else:
+                found = None
+            if found is not None:
+                return found
+        return None
+
     def finish(self) -> list[TextEdit]:
+        for kw, entries in self.overrides.values():
+            name = kw.value.id
+            items = "".join(f", {_py_literal(k, self.quote)}: {v}" for k, v in entries.items())
+            self.edits.append(TextEdit(self.cols.span(kw), f"**{{**{name}{items}}}"))
         for at, texts in self.inserts.items():
             new = "".join(texts)
             if at[0] >= len(self.lines) and self.lines and not self.text.endswith(("\n", "\r")):
@@ -123,6 +164,35 @@ class _PyDoc:
             self.edits.append(TextEdit(self.span(at), new))
         self.edits.sort(key=lambda e: (e.span.start_line, e.span.start_col))
         return self.edits
+
+
+def _is_dict(node: ast.AST | None) -> bool:
+    return type(node) is ast.Dict or (type(node) is ast.Call and type(node.func) is ast.Name
+                                      and node.func.id == "dict" and not node.args)
+
+
+def _edit_value(doc: _PyDoc, call: ast.Call | None, key: str, span: Span, new_text: str) -> None:
+    """Replace the value of `key` at `span`. A value in a dict that more than one place uses (`common` splatted
+    into two configs) is not changed there, where it would change the other run too: it is set over the dict in
+    `call`, the one this run reads, `**common` → `**{**common, "key": value}` (in a dict display a later key
+    wins: Python language reference, 6.2.7 "Dictionary displays"; an explicit `key=` beside `**common` would
+    raise "got multiple values for keyword argument")."""
+    shared = doc.shared_dict(span)
+    if shared is None:
+        doc.edits.append(TextEdit(span, new_text))
+        return
+    name, uses = shared
+    kw = next((k for k in (call.keywords if call is not None else ())
+               if k.arg is None and type(k.value) is ast.Name and k.value.id == name), None)
+    if kw is None or not key.isidentifier():
+        raise _Cannot(f"`{key}` is set in `{name}` (line {span.start_line + 1}), which {uses} places use: "
+                      f"changing it there would change them all, so set `{key}` by hand for this run")
+    doc.overrides.setdefault(id(kw), (kw, {}))[1][key] = new_text
+
+
+def _edit_local(doc: _PyDoc, config: ast.Call | None, local: Sourced, new_text: str) -> None:
+    """Replace a value the plan read from this file (see `_edit_value`)."""
+    _edit_value(doc, config, local.key or "", local.value_span, new_text)
 
 
 def _kw_of(call: ast.Call, name: str) -> ast.keyword | None:
@@ -144,6 +214,9 @@ def _set_kwarg(doc: _PyDoc, call: ast.Call, key: str, value: Any, pending: dict)
     if kw is not None:
         doc.replace(kw.value, _py_literal(value, _quote_of(doc, kw.value)))
         return
+    node = doc.splat_entry(call, key)
+    if node is not None:       # `key` comes from `**name`: a `key=` beside it would be given twice
+        return _edit_value(doc, call, key, doc.cols.span(node), _py_literal(value, _quote_of(doc, node)))
     pending.setdefault(id(call), (call, []))[1].append(f"{key}={_py_literal(value, doc.quote)}")
 
 
@@ -264,10 +337,16 @@ def _py_change(doc: _PyDoc, plan: TrainingPlan, concept: str, value: Any, pendin
     if concept == "optimizer" and local is not None and local.key and "." in local.key:
         raise _Cannot(f"the optimizer is constructed in code (`{local.key}` on line {local.span.start_line + 1}): "
                       f"replace it with the `{value}` optimizer there")
+    if concept == "quant_compute_dtype":
+        if not _edit_dtype_in_place(doc, local, value):
+            raise _Cannot("set `bnb_4bit_compute_dtype` where the `BitsAndBytesConfig` is built")
+        return
+    if concept == "weight_dtype" and _edit_dtype_in_place(doc, local, value):
+        return                              # e.g. `model_init_kwargs={"dtype": "bfloat16"}` of a TRL config
     if concept in HF_KWARGS:
         if local is not None and local.value_span is not None and (config is None or local.key == HF_KWARGS[concept]
                                                                     or local.key == "use_gradient_checkpointing"):
-            return doc.edits.append(TextEdit(local.value_span, _py_literal(value, doc.quote)))
+            return _edit_local(doc, config, local, _py_literal(value, doc.quote))
         if config is None:
             if concept == "grad_checkpointing" and value is True:
                 return _py_enable_gc(doc, plan)
@@ -298,24 +377,39 @@ def _py_change(doc: _PyDoc, plan: TrainingPlan, concept: str, value: Any, pendin
     if concept == "amp_dtype":
         if config is None:
             raise _Cannot("a plain training loop sets precision with torch.autocast")
+        def given(key: str) -> bool:        # written in the call, or brought in by `**name`
+            return _kw_of(config, key) is not None or doc.splat_entry(config, key) is not None
+
         if value in ("bf16", "fp16"):
             other = "fp16" if value == "bf16" else "bf16"
-            if _kw_of(config, other):
+            if given(other):
                 _set_kwarg(doc, config, other, False, pending)
             return _set_kwarg(doc, config, value, True, pending)
         for k in ("bf16", "fp16"):
-            if _kw_of(config, k):
+            if given(k):
                 _set_kwarg(doc, config, k, False, pending)
         return
     if concept == "seq_len":
         if local is not None and local.value_span is not None:
-            return doc.edits.append(TextEdit(local.value_span, _py_literal(value)))
+            return _edit_local(doc, config, local, _py_literal(value))
         name = doc.dotted(config.func).rsplit(".", 1)[-1] if config is not None else ""
         if name in python_calls.TRL_CONFIGS:
             return _set_kwarg(doc, config, "max_length", value, pending)
         raise _Cannot("the sequence length is set where the data is tokenized in this script")
     raise _Cannot(f"a Python script cannot set `{concept}` directly: set it on the launch command or in the "
                   f"DeepSpeed/accelerate config")
+
+
+def _edit_dtype_in_place(doc: _PyDoc, local, value: str) -> bool:
+    """Rewrites a dtype the file gives on one line (`torch.bfloat16`, `"bfloat16"`) where it is written."""
+    if local is None or local.value_span is None or local.value_span.start_line != local.value_span.end_line:
+        return False
+    vs = local.value_span
+    old = doc.lines[vs.start_line][vs.start_col:vs.end_col]
+    word = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(value, value)
+    quote = old[0] if old[:1] in ("'", '"') else doc.quote
+    doc.edits.append(TextEdit(vs, f"torch.{word}" if old.startswith("torch.") else _py_literal(word, quote)))
+    return True
 
 
 def _py_enable_gc(doc: _PyDoc, plan: TrainingPlan) -> None:

@@ -19,12 +19,10 @@ import json
 import re
 from typing import Any, Callable
 
-import yaml
-
 from vramlens.formats import accelerate, deepspeed, litgpt, neox
 from vramlens.formats.render import RENDERERS, RenderResult, TextEdit
 from vramlens.formats.settings import Setting
-from vramlens.formats.yaml_doc import is_json_path, load_yaml
+from vramlens.formats.yaml_doc import YamlError, is_json_path, load_value, load_yaml
 from vramlens.knowledge import optimizers
 from vramlens.plan import Sourced, Span, TrainingPlan
 from vramlens.text import LINE_BREAK, LineIndex, line_ending
@@ -41,6 +39,32 @@ def _settings(text: str, file: str) -> tuple[Setting, ...]:
     return tuple(load_yaml(text, file)[1])
 
 
+@functools.lru_cache(maxsize=2)
+def _sharing(text: str, file: str, json_doc: bool) -> tuple[dict[tuple[int, int], tuple], list[tuple]]:
+    """(key position → the path written there, [(start, end, name, line) of each anchored value (`&b`) that an
+    alias (`*b`) uses]) for `_Doc`: an entry an alias or a `<<:` merge repeats under another path keeps the key
+    position of the anchored entry it repeats (formats.yaml_doc), so the first path seen at a key position is where
+    the entry is written. Once per text, as `_settings`."""
+    written_at: dict[tuple[int, int], tuple] = {}
+    settings = _settings(text, file)
+    for s in settings:
+        if s.key_span is not None:
+            written_at.setdefault((s.key_span.start_line, s.key_span.start_col), s.path)
+    if json_doc or "&" not in text or "*" not in text:
+        return written_at, []
+    aliased = {m[1] for m in _ALIAS.finditer(text)}
+    index = LineIndex(text)
+    anchors = []
+    for s in settings:
+        vs = s.value_span
+        if vs is None or s.key_span is None or written_at[(s.key_span.start_line, s.key_span.start_col)] != s.path:
+            continue
+        m = _ANCHOR.match(text, index.offset(vs.start_line, vs.start_col))
+        if m is not None and m[1] in aliased:
+            anchors.append(((vs.start_line, vs.start_col), (vs.end_line, vs.end_col), m[1], vs.start_line + 1))
+    return written_at, anchors
+
+
 class _Doc:
     """One YAML/JSON document being edited: its entries by path, its style, the pending edits."""
 
@@ -55,7 +79,9 @@ class _Doc:
         self.by_path: dict[tuple, Setting] = {}
         for s in _settings(text, self.file):
             self.by_path[s.path] = s
-        stripped = re.sub(r"(?m)^\s*#.*$", "", text).lstrip()
+        # `[ \t]*`, not `\s*`: `\s` also matches line breaks, so each of n blank lines started a scan over the
+        # rest of them (quadratic: a document of a multi-document file is read with the other documents' lines blank)
+        stripped = re.sub(r"(?m)^[ \t]*#.*$", "", text).lstrip()
         self.flow_root = stripped.startswith("{")
         self.edits: list[TextEdit] = []
         self.inserts: dict[tuple[int, int], list[str]] = {}
@@ -68,6 +94,12 @@ class _Doc:
         self.handles: dict[tuple, TextEdit] = {}
         self.new_blocks: dict[tuple, tuple[dict, tuple]] = {}   # missing parent -> (entries, after)
         self.added: dict[tuple, tuple] = {}   # path added here -> (line, col, separator, indent, flow, quoted keys)
+        # Changing an entry inside an anchored node that an alias uses changes every user of it, so such a change is
+        # written as an override in the mapping being fixed (own keys win over merged ones:
+        # https://yaml.org/type/merge.html), or refused with the reason (`_sharing`, `_shared`).
+        self.written_at, self.shared_nodes = _sharing(text, self.file, self.json)
+        self.alias_overrides: dict[tuple, dict] = {}   # mapping written as an alias -> entries it overrides
+        self.refused: list[str] = []         # why a change was not written (a shared definition)
 
     # --- style -------------------------------------------------------------------------------------
 
@@ -130,6 +162,49 @@ class _Doc:
             return "'" + text.replace("'", "''") + "'"
         return json.dumps(text)
 
+    # --- anchors and aliases ------------------------------------------------------------------------
+
+    def _anchor_at(self, line: int, col: int) -> tuple | None:
+        """The innermost aliased anchored value whose text holds (line, col)."""
+        inside = [a for a in self.shared_nodes if a[0] <= (line, col) < a[1]]
+        return max(inside, key=lambda a: a[0]) if inside else None
+
+    def _own(self, s: Setting) -> bool:
+        """Is `s` written at its own path (not repeated there by an alias or a merge)?"""
+        return s.key_span is None or self.written_at.get((s.key_span.start_line, s.key_span.start_col)) == s.path
+
+    def _local_mapping(self, parent: tuple) -> bool:
+        """Can entries be added to the mapping at `parent` without changing another path's settings?"""
+        if not parent:
+            return True
+        p = self.by_path.get(parent)
+        if p is None:
+            return parent[:-1] == () or self._local_mapping(parent[:-1])
+        if p.value_span is None or not self._own(p):
+            return False
+        return self._anchor_at(p.value_span.start_line, p.value_span.start_col) is None
+
+    def _shared(self, s: Setting) -> str | None:
+        """None when `s` may be changed where it is written; `_OVERRIDE` when it comes from an anchored node
+        through an alias or merge and its own mapping can override it; else why it is not changed."""
+        vs = s.value_span or s.key_span
+        anchor = self._anchor_at(vs.start_line, vs.start_col) if vs is not None else None
+        if anchor is None:
+            return None
+        if not self._own(s) and self._local_mapping(s.path[:-1]):
+            return _OVERRIDE
+        key = ".".join(map(str, s.path))
+        return (f"`{key}` is set in the YAML anchor `&{anchor[2]}` (line {anchor[3]}), which `*{anchor[2]}` also "
+                f"uses: changing it there would change every user of that anchor, so set `{key}` by hand where "
+                f"it applies")
+
+    def _refuse_parent(self, parent: tuple) -> None:
+        p = self.by_path.get(parent)
+        anchor = self._anchor_at(p.value_span.start_line, p.value_span.start_col) if p and p.value_span else None
+        where = f"the YAML anchor `&{anchor[2]}` (line {anchor[3]})" if anchor else "a mapping an alias repeats"
+        self.refused.append(f"`{'.'.join(map(str, parent))}` is {where}, which an alias also uses: an entry "
+                            f"added there would change every user of it")
+
     # --- reading -----------------------------------------------------------------------------------
 
     def get(self, path: tuple) -> Setting | None:
@@ -177,7 +252,13 @@ class _Doc:
         self.pending[path] = value
         s = self.by_path.get(path)
         if s is not None:
-            self._replace_value(s, value, path)
+            shared = self._shared(s)
+            if shared is None:
+                self._replace_value(s, value, path)
+            elif shared is _OVERRIDE:
+                self._add(path, value, after)
+            else:
+                self.refused.append(shared)
             return
         self._add(path, value, after)
 
@@ -225,6 +306,13 @@ class _Doc:
 
     def _add(self, path: tuple, value: Any, after: tuple) -> None:
         parent, key = path[:-1], path[-1]
+        if not self._local_mapping(parent):
+            self._refuse_parent(parent)
+            return
+        if parent in self.by_path and self.slice(self.by_path[parent].value_span).startswith("*"):
+            # `train: *b`: becomes `train: {<<: *b, key: value}` (written once, in `result`)
+            self.alias_overrides.setdefault(parent, {})[key] = value
+            return
         if parent and (parent not in self.by_path or self.by_path[parent].value is None):
             # a missing parent mapping: collect its entries and write the block once, at the end
             top = parent
@@ -236,7 +324,7 @@ class _Doc:
                 node = node.setdefault(k, {})
             node[key] = value
             return
-        siblings = self.children(parent)
+        siblings = [s for s in self.children(parent) if self._own(s)]      # not the entries a merge repeats
         anchor = None
         for a in after:
             a_path = a if isinstance(a, tuple) else parent + (a,)
@@ -247,7 +335,7 @@ class _Doc:
                 self.insert(line, col, text + (self.eol if col == 0 and not flow else ""))
                 self.added[path] = self.added[a_path]
                 return
-            if a_path in self.by_path and a_path[:-1] == parent:
+            if a_path in self.by_path and a_path[:-1] == parent and self._own(self.by_path[a_path]):
                 anchor = self.by_path[a_path]
                 break
         if anchor is None and siblings:
@@ -266,6 +354,8 @@ class _Doc:
             p = self.by_path[parent]
             if p.value is None or p.value == {}:
                 self._replace_value(p, {key: value}, parent)
+                return
+            if self._add_beside_merge(p, key, value):
                 return
             self.notes.append(f"add `{key}` under `{'.'.join(map(str, parent))}`")
             return
@@ -293,6 +383,12 @@ class _Doc:
         s = self.by_path.get(path)
         if s is None:
             return True
+        shared = self._shared(s)
+        if shared is not None:               # an entry of a shared anchor, or one a merge brings in
+            self.refused.append(shared if shared is not _OVERRIDE else
+                                f"`{'.'.join(map(str, path))}` comes from a YAML anchor that an alias also uses: "
+                                f"it cannot be removed for this section alone")
+            return True
         ks = s.key_span
         if self.lines[ks.start_line][:ks.start_col].strip():
             return False
@@ -314,6 +410,12 @@ class _Doc:
     def replace_entry(self, path: tuple, key: str, value: Any) -> None:
         """Replace a whole `old_key: value` entry with `key: value` (renamed keys)."""
         s = self.by_path[path]
+        shared = self._shared(s)
+        if shared is not None:
+            self.refused.append(shared if shared is not _OVERRIDE else
+                                f"`{'.'.join(map(str, path))}` comes from a YAML anchor that an alias also uses: "
+                                f"rename it to `{key}` by hand")
+            return
         self.replace(s.span, self._entry_text(key, value, s.key_span.start_col, self.json, False))
 
     def append_item(self, path: tuple, item: Any, after: tuple = ()) -> None:
@@ -329,6 +431,13 @@ class _Doc:
             self.notes.append(f"add `{item}` to `{'.'.join(map(str, path))}`")
             return
         if item in s.value:
+            return
+        shared = self._shared(s)
+        if shared is _OVERRIDE:             # the list comes from an anchor: this section gets its own copy
+            self._add(path, [*s.value, item], after)
+            return
+        if shared is not None:
+            self.refused.append(shared)
             return
         old = self.slice(s.value_span)
         if old.lstrip().startswith("["):
@@ -357,6 +466,24 @@ class _Doc:
         self.edits.append(TextEdit(vs, text))
         return True
 
+    def _add_beside_merge(self, p: Setting, key: Any, value: Any) -> bool:
+        """Add `key: value` to the mapping `p` whose only entries come from a `<<:` merge: next to the `<<` key
+        (before it: own keys win over merged ones wherever they stand)."""
+        vs = p.value_span
+        text = self.slice(vs)
+        if text.lstrip().startswith("{"):
+            brace = self.index.offset(vs.start_line, vs.start_col) + text.index("{") + 1
+            line, col = self.index.pos(brace)
+            self.insert(line, col, self._entry_text(key, value, 0, True, False) + ", ")
+            return True
+        for line in range(vs.start_line, vs.end_line + 1):
+            stripped = self.lines[line].lstrip()
+            if stripped.startswith("<<"):
+                indent = len(self.lines[line]) - len(stripped)
+                self.insert(line, 0, " " * indent + self._entry_text(key, value, indent, False, False) + self.eol)
+                return True
+        return False
+
     def result(self) -> RenderResult:
         blocks, self.new_blocks = self.new_blocks, {}
         for top, (entries, after) in blocks.items():
@@ -364,11 +491,22 @@ class _Doc:
                 self._replace_value(self.by_path[top], entries, top)
             else:
                 self._add(top, entries, after)
+        for parent, entries in self.alias_overrides.items():
+            p = self.by_path[parent]
+            items = ", ".join(self._entry_text(k, v, 0, True, False) for k, v in entries.items())
+            self.replace(p.value_span, "{<<: " + self.slice(p.value_span) + ", " + items + "}")
+        if self.refused:           # a change only half written would be worse than none
+            return RenderResult([], "; ".join(dict.fromkeys(self.refused + self.notes)))
         for (line, col), texts in self.inserts.items():
             self.edits.append(TextEdit(self._span(line, col), "".join(texts)))
         self.edits.sort(key=lambda e: (e.span.file, e.span.start_line, e.span.start_col))
         note = "; ".join(dict.fromkeys(self.notes)) if self.notes else None
         return RenderResult(self.edits, note)
+
+
+_OVERRIDE = "set it in its own mapping"    # `_Doc._shared`: written over the merged entry (compared with `is`)
+_ANCHOR = re.compile(r"&([^\s,\[\]{}]+)")
+_ALIAS = re.compile(r"(?:^|[\s\[{,:-])\*([^\s,\[\]{}]+)", re.M)
 
 
 def _plain_ok(text: str) -> bool:
@@ -377,8 +515,8 @@ def _plain_ok(text: str) -> bool:
     if text[0] in "!&*[]{},#|>@`\"'%-?:" or ": " in text or " #" in text or text.endswith(":"):
         return False
     try:
-        return yaml.safe_load(f"k: {text}") == {"k": text}
-    except yaml.YAMLError:
+        return load_value(f"k: {text}") == {"k": text}
+    except YamlError:
         return False
 
 
@@ -603,7 +741,7 @@ def objective_handlers(prefix: tuple = ()) -> dict[str, Handler]:
 # --- axolotl -------------------------------------------------------------------------------------
 
 def _axolotl_handlers() -> dict[str, Handler]:
-    from vramlens.formats.axolotl import CCE_PLUGIN, LEGACY_ATTENTION, LIGER_PLUGIN
+    from vramlens.formats.axolotl import LEGACY_ATTENTION, LIGER_PLUGIN
 
     def peft(doc: _Doc, value: Any, changes: dict) -> None:
         _mark_done(doc, "quant_bits")
@@ -650,12 +788,12 @@ def _axolotl_handlers() -> dict[str, Handler]:
         doc.set(("attn_implementation",), value, after=("gradient_checkpointing_kwargs", "gradient_checkpointing"))
 
     def loss(doc: _Doc, value: Any, changes: dict) -> None:
-        plugins = doc.value(("plugins",)) or []
         if value == "fused":
-            if LIGER_PLUGIN in plugins:
-                doc.set(("liger_fused_linear_cross_entropy",), True, after=("liger_glu_activation", "plugins"))
-            else:
-                doc.append_item(("plugins",), CCE_PLUGIN, after=("base_model", "tokenizer_type"))
+            # Liger's fused linear cross-entropy, what the fix's title names: axolotl's Liger plugin and its switch
+            # (axolotl src/axolotl/integrations/liger/README.md "Usage", args.py `LigerArgs`); the Cut Cross Entropy
+            # plugin is another package (apple/ml-cross-entropy)
+            doc.append_item(("plugins",), LIGER_PLUGIN, after=("base_model", "tokenizer_type"))
+            doc.set(("liger_fused_linear_cross_entropy",), True, after=("liger_glu_activation", "plugins"))
         elif value == "chunked":
             doc.set(("chunked_cross_entropy",), True, after=("sequence_len",))
         else:
@@ -1153,7 +1291,7 @@ def _custom_writer(text: str, plan: TrainingPlan, changes: dict[str, Any]) -> Re
         if current is not None and current.value_span is not None and current.value_span.file == plan.source_file:
             s = next((x for x in doc.by_path.values() if x.value_span == current.value_span), None)
             if s is not None:
-                doc._replace_value(s, value, s.path)
+                doc.set(s.path, value)
                 continue
         if concept == "alloc_conf":
             doc.notes.append(ALLOC_NOTE.format(value=value, fmt="custom"))

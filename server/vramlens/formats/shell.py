@@ -1134,7 +1134,8 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
     if tool in ("axolotl", "llamafactory", "torchtune"):
         for s in settings:
             s.key = s.path[-1]          # the YAML spelling, which the dialect reads
-        apply_dialect(b, framework, settings + [_override_setting(r, k, a, eq) for k, a, eq in overrides], ctx, tool)
+        read = (_override_setting(r, k, a, eq) for k, a, eq in overrides)
+        apply_dialect(b, framework, settings + [s for s in read if s is not None], ctx, tool)
     else:
         for s in settings:
             if oi_kind is None or not openinstruct.apply_flag(b, s):
@@ -1282,26 +1283,36 @@ def _apply_flag(b: PlanBuilder, tool: str, s: Setting) -> None:
     handler(b, s)
 
 
-def _override_setting(r: _Reader, key: str, a: Arg, eq: int) -> Setting:
+def _override_setting(r: _Reader, key: str, a: Arg, eq: int) -> Setting | None:
+    """A `key=value` override; None when its value is YAML vramlens does not read (a VL015 says why)."""
+    from vramlens.formats.yaml_doc import YamlError
+
     w = a.word
     value = a.text.split("=", 1)[1] if a.value is not None else None
+    value_span = r.sp(w.start + eq + 1, w.end)
     if isinstance(value, str):
-        value = _yaml_value(value)
+        try:
+            value = _yaml_value(value)
+        except YamlError as exc:
+            r.b.issue(IssueKind.INVALID_VALUE, f"`{key}` is not read: {exc}", span=value_span)
+            return None
     path = tuple(_norm(p) for p in key.lstrip("~").split("."))
     return Setting(key=key.split(".")[-1], path=path, value=value, span=r.wsp(w),
-                   value_span=r.sp(w.start + eq + 1, w.end), key_span=r.sp(w.start, w.start + eq),
+                   value_span=value_span, key_span=r.sp(w.start, w.start + eq),
                    unresolved=a.value is None)
 
 
 def _yaml_value(v: str) -> Any:
+    """An override's value as the tool reads it: LLaMA-Factory (`read_args`, `OmegaConf.from_cli`) and torchtune
+    (`_merge_yaml_and_cli_args`, `OmegaConf.from_dotlist`) hand `key=value` words to OmegaConf, which loads each
+    value with its PyYAML SafeLoader subclass (omegaconf 2.4.0, `BaseContainer.merge_with_dotlist`), so a list or
+    mapping is YAML flow text, aliases included. Read here with the bounded loader
+    (`formats.yaml_doc.load_value`): raises YamlError when the value is not YAML or is over its bounds."""
     s = v.strip()
     if s[:1] in ("[", "{") or s.lower() in ("null", "~"):
-        import yaml
+        from vramlens.formats.yaml_doc import load_value
 
-        try:
-            return yaml.safe_load(s)
-        except yaml.YAMLError:
-            return v
+        return load_value(s)
     return v
 
 

@@ -294,14 +294,33 @@ def load_yaml(text: str, file: str = "", issues: list[ParseIssue] | None = None)
     if len(text) > MAX_YAML_BYTES:
         raise YamlError(f"file is too large to be a training config ({len(text) / 1e6:.1f} MB; vramlens reads "
                         f"YAML/JSON files up to {MAX_YAML_BYTES / 1e6:g} MB)")
-    json_mode = is_json_path(file)
+    return _load(text, file, is_json_path(file), issues, "file")
+
+
+def load_value(text: str, json: bool = False) -> Any:
+    """One YAML value given as text — a `key=value` override on a command line (`lora_target='[q_proj,v_proj]'`),
+    a conda `environment.yml` — or, with `json=True`, one JSON value (`--fsdp_config '{"min_num_params": 1}'`),
+    read as `yaml.safe_load` (or `json.loads`) would read it and with the bounds of a whole config: at most
+    MAX_YAML_BYTES of text, MAX_YAML_NODES values with every alias counted as what it stands for, MAX_YAML_DEPTH
+    levels of nesting. Raises YamlError, whose message says which bound was passed, for text over a bound or
+    text that is not YAML (JSON). Every YAML or JSON value vramlens reads from a user's files goes through here
+    or `load_yaml`: PyYAML's own loaders expand aliases without a bound and recurse once per nesting level,
+    as does `json.loads`."""
+    if len(text) > MAX_YAML_BYTES:
+        raise YamlError(f"the value is too large to be a setting ({len(text) / 1e6:.1f} MB; vramlens reads "
+                        f"YAML/JSON values up to {MAX_YAML_BYTES / 1e6:g} MB)")
+    return _load(text, "", json, None, "value")[0]
+
+
+def _load(text: str, file: str, json_mode: bool, issues: list[ParseIssue] | None,
+          what: str) -> tuple[Any, list[Setting]]:
     if json_mode:
         text = prepare_json(text)
     remap = _EditorLines(text) if _YAML_ONLY_BREAK.search(text) else None
     first_issue = len(issues) if issues is not None else 0
     loader = _Loader(text)
     try:
-        data, settings = _compose(loader, file, _Scalars(json_mode), issues)
+        data, settings = _compose(loader, file, _Scalars(json_mode), issues, what)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         span = None
@@ -309,8 +328,7 @@ def load_yaml(text: str, file: str = "", issues: list[ParseIssue] | None = None)
             line, col = remap.pos(mark.line, mark.column) if remap else (mark.line, mark.column)
             span = _error_span(text, file, line, col)
         if "nesting depth" in str(exc.problem):    # PyYAML >= 6.0.4's own cap, met before ours
-            raise YamlError(f"YAML nested more than {MAX_YAML_DEPTH} levels deep: not a training config",
-                            span) from None
+            raise YamlError(_too_deep(what), span) from None
         raise YamlError(f"YAML syntax error: {exc.problem or exc}", span) from None
     except yaml.reader.ReaderError as exc:
         line, col = LineIndex(text).pos(exc.position)
@@ -334,6 +352,12 @@ def load_yaml(text: str, file: str = "", issues: list[ParseIssue] | None = None)
                 if issues[k].span is not None:
                     issues[k] = issues[k].model_copy(update={"span": remap.span(issues[k].span)})
     return data, settings
+
+
+def _too_deep(what: str) -> str:
+    if what == "file":
+        return f"YAML nested more than {MAX_YAML_DEPTH} levels deep: not a training config"
+    return f"the value nests more than {MAX_YAML_DEPTH} levels deep"
 
 
 def _error_span(text: str, file: str, line: int, col: int) -> Span:
@@ -373,7 +397,7 @@ class _EditorLines:
         s._span = s._value_span = s._key_span = None
 
 
-def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Setting]]:
+def _compose(loader, file: str, scalars: _Scalars, issues, what: str) -> tuple[Any, list[Setting]]:
     get_event = loader.get_event
     ScalarEvent, AliasEvent = yaml.ScalarEvent, yaml.AliasEvent
     MappingStartEvent, SequenceStartEvent = yaml.MappingStartEvent, yaml.SequenceStartEvent
@@ -388,6 +412,7 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
     budget = MAX_YAML_NODES
     sizes: dict[int, int] = {}          # id(anchor record) -> its size (aliases share data; a consumer expands it)
     documents = 0
+    not_read = "; the file is not read" if what == "file" else ""    # a value's reader names the setting
     root: Any = None
     have_root = False
 
@@ -401,7 +426,7 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
         parent.size += size
         if parent.size > MAX_YAML_NODES:
             raise YamlError(f"YAML aliases expand to more than {MAX_YAML_NODES:,} values (an alias bomb, "
-                            f"\"billion laughs\"?); the file is not read", _mark_span(file, start_ev.start_mark, end_mark))
+                            f"\"billion laughs\"?){not_read}", _mark_span(file, start_ev.start_mark, end_mark))
         parent.last_end = end_mark
         if not parent.is_map:
             parent.data.append(value)
@@ -478,7 +503,7 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
         n = len(apath)
         budget -= len(inner)
         if budget < 0:
-            raise YamlError(f"YAML aliases repeat more than {MAX_YAML_NODES:,} settings; the file is not read")
+            raise YamlError(f"YAML aliases repeat more than {MAX_YAML_NODES:,} settings{not_read}")
         for s in inner:
             c = Setting.at(s.key, path + s.path[n:], s.value, s._coords)
             settings.append(c)
@@ -487,7 +512,8 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
         ev = get_event()
         budget -= 1
         if budget < 0:
-            raise YamlError(f"YAML document has more than {MAX_YAML_NODES:,} nodes: too large to be a training config")
+            raise YamlError(f"YAML document has more than {MAX_YAML_NODES:,} nodes: too large to be a training config"
+                            if what == "file" else f"the value holds more than {MAX_YAML_NODES:,} values")
         cls = ev.__class__
         if cls is ScalarEvent:
             value = scalars.value(ev)
@@ -501,8 +527,7 @@ def _compose(loader, file: str, scalars: _Scalars, issues) -> tuple[Any, list[Se
             if ev.tag is not None and ev.tag not in _COLLECTION_TAGS:
                 raise _tag_error(ev.tag, _mark_span(file, ev.start_mark, ev.end_mark))
             if len(stack) >= MAX_YAML_DEPTH:
-                raise YamlError(f"YAML nested more than {MAX_YAML_DEPTH} levels deep: not a training config",
-                                _mark_span(file, ev.start_mark, ev.end_mark))
+                raise YamlError(_too_deep(what), _mark_span(file, ev.start_mark, ev.end_mark))
             path = _child_path(stack)
             f = _Frame(cls is MappingStartEvent, {} if cls is MappingStartEvent else [], path, ev.anchor,
                        len(settings), ev)
@@ -584,12 +609,43 @@ def _child_path(stack: list[_Frame]) -> tuple:
 
 _DOC_MARKER = re.compile(r"(?:---|\.\.\.)(?:[ \t]|$)")
 
+# Each document of a file is analysed alone — parsed, resolved, estimated, checked, and each fix estimated again —
+# so a file costs one analysis per document (measured on 2 shared cores: 0.25 s each with the fixes `check` lists;
+# a file of 150 documents took `check` 92 s and `check --fix` 212 s). The configs vramlens reads have one document
+# (every YAML file of the shared corpus of 143 framework configs) or a few (a Kubernetes Job around a config, two
+# runs in one file: at most 2 among the test fixtures); 10 leaves room for those and holds a file of thousands of
+# `---` to 10 analyses. Past it the rest of the file is not analysed, and a VL021 at the first document left out
+# says so.
+MAX_YAML_DOCUMENTS = 10
+# Every document is read at its own line numbers, as a view of the whole file with the other documents' lines blank
+# and its full-line comments kept, so each costs its own text plus the file's comments and line breaks. All views
+# together are held to what one document may be (twice MAX_YAML_BYTES, as analysis.MAX_DOCUMENT_CHARS): a file of
+# many lines or comments is not read once per document. The first document is always read (alone it is bounded
+# like any file).
+MAX_DOCUMENTS_CHARS = 2 * MAX_YAML_BYTES
 
-def document_views(text: str) -> list[str] | None:
+
+class Documents:
+    """The documents of a multi-document YAML stream within the budgets above."""
+
+    def __init__(self, views: list[str], skipped: int = 0, skipped_span: Span | None = None, why: str = ""):
+        self.views = views                  # one per document analysed, in file order
+        self.skipped = skipped              # documents after them, not analysed
+        self.skipped_span = skipped_span    # the first line of the first one left out
+        self.why = why                      # which budget they are past
+
+    def skipped_message(self) -> str:
+        first = len(self.views) + 1
+        which = f"document {first}" if self.skipped == 1 else f"documents {first}–{first + self.skipped - 1:,}"
+        return f"{which} of this file {'is' if self.skipped == 1 else 'are'} not analysed: {self.why}"
+
+
+def split_documents(text: str) -> Documents | None:
     """A YAML stream of several documents as one text per document, each the whole file with every other
     document's lines blank (full-line comments kept: directives such as `# vramlens: gpu=…` and suppressions
     apply to the file), so each document is read alone at its own line numbers. None for a single document.
-    A column-0 `---` or `...` always ends a document (block scalars are indented, flow scalars rarely span one)."""
+    A column-0 `---` or `...` always ends a document (block scalars are indented, flow scalars rarely span one).
+    At most MAX_YAML_DOCUMENTS views, MAX_DOCUMENTS_CHARS of text in all, are built; the rest are counted."""
     if "\n---" not in text and "\n..." not in text:
         return None
     lines = text.split("\n")
@@ -602,12 +658,33 @@ def document_views(text: str) -> list[str] | None:
     docs = [d for d in docs if any(_content(lines[i]) for i in d)]
     if len(docs) < 2:
         return None
-    views = []
-    for doc in docs:
-        keep = {i for i in doc if not lines[i].startswith("%")}
-        views.append("\n".join(line if i in keep or line.lstrip().startswith("#") else ""
-                               for i, line in enumerate(lines)))
-    return views
+    comment = [line.lstrip().startswith("#") for line in lines]
+    out = Documents([])
+    size = 0
+    for n, doc in enumerate(docs):
+        if n == MAX_YAML_DOCUMENTS:
+            out.why = f"vramlens analyses the first {MAX_YAML_DOCUMENTS} documents of a file"
+        else:
+            keep = {i for i in doc if not lines[i].startswith("%")}
+            view = "\n".join(line if i in keep or comment[i] else "" for i, line in enumerate(lines))
+            size += len(view)
+            if n == 0 or size <= MAX_DOCUMENTS_CHARS:
+                out.views.append(view)
+                continue
+            out.why = (f"each document is read with the file's {len(lines):,} lines and its comments, and vramlens "
+                       f"reads up to {MAX_DOCUMENTS_CHARS / 1e6:g} MB of text for all of a file's documents")
+        first = next(i for i in doc if _content(lines[i]))
+        out.skipped = len(docs) - n
+        out.skipped_span = Span(file="", start_line=first, start_col=0, end_line=first,
+                                end_col=len(lines[first].rstrip()))
+        break
+    return out
+
+
+def document_views(text: str) -> list[str] | None:
+    """The views of `split_documents` (the documents within its budgets); None for a single document."""
+    docs = split_documents(text)
+    return docs.views if docs is not None else None
 
 
 def _content(line: str) -> bool:

@@ -13,11 +13,13 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
         "micro_batch": 8, "grad_accum": 1, "eval_batch": 8,
         "optimizer": "adamw_torch_fused",           # adamw_torch_fused when torch >= 2.8
         "grad_checkpointing": False, "amp_dtype": "none", "weight_dtype": "auto",   # v5 loads the stored dtype
+        # no "seq_len": Trainer/TrainingArguments have no sequence length (the script's tokenization decides;
+        # resolve assumes one and says so)
         "attn_impl": "sdpa", "compile": False, "loss_impl": "standard", "packing": False,
-        "seq_len": 2048, "zero_grad_set_to_none": True,
+        "zero_grad_set_to_none": True,
         "lora_r": 8, "lora_alpha": 8, "lora_dropout": 0.0, "lora_targets": ["q", "v"],
     }),
-    "trl": ("TRL 1.x (SFTConfig/ModelConfig)", {
+    "trl": ("TRL 1.x", {                             # defaults_for names the objective's config class
         "micro_batch": 8, "grad_accum": 1, "eval_batch": 8, "optimizer": "adamw_torch_fused",
         "grad_checkpointing": True,                 # since TRL 0.22
         "amp_dtype": "bf16",                        # bf16 unless fp16, since TRL 0.19
@@ -117,7 +119,7 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
         "micro_batch": 1, "grad_accum": 1, "optimizer": "torch.optim.AdamW",
         "grad_checkpointing": False, "amp_dtype": "none", "weight_dtype": "bf16",
         "attn_impl": "sdpa", "compile": False, "loss_impl": "standard", "packing": False,
-        "seq_len": 2048, "zero_grad_set_to_none": True,
+        "zero_grad_set_to_none": True,                # no "seq_len": the loop's data decides (as transformers)
         "lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "lora_targets": ["q", "v"],
     }),
 }
@@ -156,10 +158,22 @@ BEHAVIOUR: dict[str, dict] = {
 }
 
 
-def defaults_for(framework: str | None) -> tuple[str, str, dict]:
-    """(framework key, version label, defaults) — unknown frameworks get the transformers defaults."""
+# TRL's config class of each objective (trl 1.16: trl/trainer/*_config.py; ORPO, CPO, PPO, online DPO and GKD in
+# trl/experimental/): the label of the defaults applied names the objective's own class
+TRL_CONFIG_CLASSES = {
+    "sft": "SFTConfig", "pretrain": "SFTConfig", "dpo": "DPOConfig", "kto": "KTOConfig", "orpo": "ORPOConfig",
+    "cpo": "CPOConfig", "simpo": "CPOConfig", "rm": "RewardConfig", "ppo": "PPOConfig", "grpo": "GRPOConfig",
+    "rloo": "RLOOConfig", "online-dpo": "OnlineDPOConfig", "gkd": "GKDConfig", "kd": "GKDConfig",
+}
+
+
+def defaults_for(framework: str | None, objective: str | None = None) -> tuple[str, str, dict]:
+    """(framework key, version label, defaults) — unknown frameworks get the transformers defaults. TRL's label
+    names the objective's config class ("TRL 1.x (DPOConfig/ModelConfig)")."""
     key = framework if framework in DEFAULTS else "transformers"
     version, values = DEFAULTS[key]
+    if key == "trl":
+        version = f"TRL 1.x ({TRL_CONFIG_CLASSES.get(objective or 'sft', 'SFTConfig')}/ModelConfig)"
     return key, version, values
 
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import difflib
 import functools
+import math
 import re
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 
 from vramlens.knowledge.data import index_spellings, load
 from vramlens.knowledge.schema import GpuSpec
@@ -167,3 +169,19 @@ def suggest_gpu(text: str, limit: int = 3) -> list[str]:
     spellings = _index().spellings
     close = difflib.get_close_matches(name.lower(), list(spellings), n=limit * 4, cutoff=0.5)
     return list(dict.fromkeys(spellings[c] for c in close))[:limit]
+
+
+# One source and one rounding for a GPU's usable memory in every view. The catalog gives it in GiB with two
+# decimals (79.15); the estimate compares bytes against it. `usable_bytes` rounds the figure up to a whole byte, so
+# that bytes shown in GiB (a peak's verdict, `vramlens check`) read as the figure does, and `usable_text` shows it
+# with one decimal rounding a tie up (79.15 → "79.2", as the bytes read): a float's own rounding would show 79.15 as
+# 79.2 but 94.85 as 94.8, its binary value lying just above or below.
+
+def usable_bytes(spec: GpuSpec) -> int:
+    """The GPU's usable memory in bytes (the catalog's GiB figure, rounded up to a byte)."""
+    return math.ceil(spec.usable_gib * (1 << 30))
+
+
+def usable_text(gib: float) -> str:
+    """A usable-memory figure in GiB with one decimal, a tie rounded up ("79.2" for 79.15 and for its bytes)."""
+    return str(Decimal(f"{gib:.6f}").quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))

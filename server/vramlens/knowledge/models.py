@@ -27,11 +27,10 @@ from pydantic import ValidationError
 from vramlens import file_access
 from vramlens.knowledge.data import index_spellings, load
 from vramlens.knowledge.hf_cache import cached_config_path
-from vramlens.knowledge.hub import HubAnswer, HubLookup, adapter_base
+from vramlens.knowledge.hub import MAX_CONFIG_BYTES, HubAnswer, HubLookup, adapter_base
 from vramlens.knowledge.hub import is_repo_id as hub_is_repo_id
 from vramlens.knowledge.schema import ModelArch
 
-_MAX_CONFIG_BYTES = 4 * 1024 * 1024   # config.json files are a few KB; refuse anything absurd
 MAX_DIM = 2**31 - 1                   # no real shape comes near; bounds every product of shapes well inside a float
 
 # DeepSeek MLA: qk_rope_head_dim is 64 in every DeepSeek-V2/V2-Lite/V3 config (transformers DeepseekV3Config).
@@ -164,24 +163,25 @@ def find_model(name_or_path: str, workspace: Path | None = None, hub: HubLookup 
     name = name_or_path.strip()
     if model := _catalog_exact(name):
         return ModelFound(model)
-    if config := _local_config(name, workspace, any_folder):
+    if local := _local_config(name, workspace, any_folder):
+        config, roots = local
         if config.name == "adapter_config.json":
-            base = adapter_base(config)
+            base = adapter_base(config, roots)
             if base and _adapter_of is None:
                 found = find_model(base, workspace, hub, any_folder, _adapter_of=name)
                 return ModelFound(found.arch, f"the base model of the adapter `{name}`, from the {found.where}",
                                   found.problem, found.pending)
             return ModelFound()
-        return ModelFound(arch_from_config_file(config, name), "local folder")
+        return ModelFound(arch_from_config_file(config, name, roots), "local folder")
     if config := cached_config_path(name):
-        return ModelFound(arch_from_config_file(config, name), "hub cache")
+        return ModelFound(arch_from_config_file(config, name, file_access.cache_roots()), "hub cache")
     answer = hub(name) if hub is not None and hub_is_repo_id(name) else None
     if answer is not None and answer.base_model and _adapter_of is None:
         base = find_model(answer.base_model, workspace, hub, any_folder, _adapter_of=name)
         where = f"the base model of the adapter `{name}`, from the {base.where}"
         return ModelFound(base.arch, where, base.problem, base.pending)
     if answer is not None and answer.config is not None:
-        if (arch := arch_from_config_file(answer.config, name)) is not None:
+        if (arch := arch_from_config_file(answer.config, name, file_access.cache_roots())) is not None:
             return ModelFound(arch, "hub")
         answer = HubAnswer(problem=f"`{name}`'s config.json on the Hub is not a model config vramlens can use")
     if model := _catalog_loose(name):
@@ -196,19 +196,24 @@ def _local_candidates(name: str, workspace: Path | None) -> list[Path]:
     return [raw] if raw.is_absolute() or workspace is None else [workspace / raw, raw]
 
 
-def _local_config(name: str, workspace: Path | None, any_folder: bool = False) -> Path | None:
+def _local_config(name: str, workspace: Path | None, any_folder: bool = False) -> tuple[Path, list[Path] | None] | None:
+    """A local model folder's config.json (or a PEFT adapter's adapter_config.json), or a .json file named
+    directly, as the workspace check resolved it, with the folders it must be read inside (None: anywhere — an
+    absolute folder from the command line or a trusted workspace). A folder on the way may be swapped for a link
+    since the check, so the file is read with these roots (`read_config_file`), which checks the file opened."""
     roots = file_access.allowed_roots(workspace)
     for path in _local_candidates(name, workspace):
-        anywhere = any_folder and path.is_absolute()
-        if not anywhere and not file_access.inside(path, roots):
+        allowed = None if any_folder and path.is_absolute() else roots
+        if allowed is not None and not file_access.inside(path, allowed):
             continue
         try:
             for file in ("config.json", "adapter_config.json"):     # a PEFT adapter folder names its base model
                 if path.is_dir() and (path / file).is_file():
-                    config = path / file
-                    return config if anywhere or file_access.inside(config, roots) else None
-            if path.is_file() and path.suffix == ".json" and (not anywhere or path.name == "config.json"):
-                return path
+                    config = file_access.resolved_inside(path / file, allowed)
+                    return (config, allowed) if config is not None else None
+            if path.is_file() and path.suffix == ".json" and (allowed is not None or path.name == "config.json"):
+                config = file_access.resolved_inside(path, allowed)
+                return (config, allowed) if config is not None else None
         except (OSError, ValueError):
             continue
     return None
@@ -223,12 +228,15 @@ def local_config_problem(name: str, workspace: Path | None = None, any_folder: b
     roots = file_access.allowed_roots(workspace)
     if path_like and not any(file_access.inside(p, roots) or (any_folder and p.is_absolute()) for p in candidates):
         return file_access.refusal("model folder", n, workspace)
-    config = _local_config(n, workspace, any_folder)
-    if config is not None and config.name == "adapter_config.json":
-        base = adapter_base(config)
+    local = _local_config(n, workspace, any_folder)
+    if local is None:
+        return None
+    config, roots = local
+    if config.name == "adapter_config.json":
+        base = adapter_base(config, roots)
         return None if base else f"`{config}` names no base model (`base_model_name_or_path`)"
-    if config is not None and arch_from_config_file(config, n) is None:
-        unreadable = read_config_file(config)
+    if arch_from_config_file(config, n, roots) is None:
+        unreadable = read_config_file(config, roots)
         if isinstance(unreadable, str):
             return f"`{config}` is not a model config vramlens can use: {unreadable}"
         return (f"`{config}` is not a model config vramlens can use: hidden_size, num_attention_heads, "
@@ -236,12 +244,11 @@ def local_config_problem(name: str, workspace: Path | None = None, any_folder: b
     return None
 
 
-def read_config_file(path: Path) -> dict | str:
-    """A `config.json`'s object (json only, size-bounded), or why it could not be read."""
-    from vramlens import file_access
-
+def read_config_file(path: Path, roots: list[Path] | None = None) -> dict | str:
+    """A `config.json`'s object (json only, size-bounded), or why it could not be read. With `roots`, only if the
+    file opened lies in one of them (`file_access.read_checked`)."""
     try:
-        config = json.loads(file_access.read_checked(path, _MAX_CONFIG_BYTES, expect=_resolved(path)))
+        config = json.loads(file_access.read_checked(path, MAX_CONFIG_BYTES, roots=roots))
     except OSError as exc:
         return f"it could not be read ({exc.strerror or exc})"
     except RecursionError:      # json recurses once per nested array or object
@@ -251,20 +258,13 @@ def read_config_file(path: Path) -> dict | str:
     return config if isinstance(config, dict) else "it is not a JSON object"
 
 
-def arch_from_config_file(path: Path, model_id: str | None = None) -> ModelArch | None:
-    """Read a `config.json` (json only, size-bounded) and map it; None if unreadable or not a model config."""
-    config = read_config_file(path)
+def arch_from_config_file(path: Path, model_id: str | None = None, roots: list[Path] | None = None) -> ModelArch | None:
+    """Read a `config.json` (json only, size-bounded; inside `roots` when given) and map it; None if unreadable or
+    not a model config."""
+    config = read_config_file(path, roots)
     if isinstance(config, str):
         return None
     return arch_from_hf_config(config, model_id or str(path.parent), source=f"config.json at {path}")
-
-
-def _resolved(path: Path) -> Path:
-    """`path` with symlinks resolved: the file the caller checked, which must be the file then opened."""
-    try:
-        return path.resolve()
-    except (OSError, RuntimeError):
-        return path
 
 
 def _first(config: Mapping[str, Any], *keys: str) -> Any:

@@ -133,11 +133,16 @@ def _action(ls: "VramlensServer", builder: EditBuilder, fix: "Fix", kind: str,
 def make_it_fit_fix(result: Result) -> "Fix | None":
     """The analysis' combined fix for a predicted OOM or a tight fit, as a source action: the safe one when there is
     one (`make-it-fit`, or `make-it-fit-safe` beside an unsafe fastest plan), else the unsafe one."""
-    found = [fix for finding in (result.analysis.findings if result.analysis is not None else [])
+    found = (fix for finding in (result.analysis.findings if result.analysis is not None else [])
              if finding.rule_id in MAKE_IT_FIT_RULES
              for fix in finding.fixes
-             if fix.id in ("make-it-fit", "make-it-fit-safe")]
-    return next((fix for fix in found if fix.safe), found[0] if found else None)
+             if fix.id in ("make-it-fit", "make-it-fit-safe"))
+    first = None
+    for fix in found:           # fixes are computed as they are reached (each costs estimates): stop at a safe one
+        if fix.safe:
+            return fix
+        first = first or fix
+    return first
 
 
 def code_actions(ls: "VramlensServer", params: types.CodeActionParams) -> list[types.CodeAction]:

@@ -46,7 +46,7 @@ DTYPE_KEYS = {"torch_dtype", "dtype", "bnb_4bit_compute_dtype", "bnb_4bit_quant_
 def _gpus() -> list[tuple[str, str]]:
     from vramlens.knowledge import gpus
 
-    return [(g.name, f"{g.memory_gib:g} GiB, {g.usable_gib:.1f} usable") for g in gpus.all_gpus()]
+    return [(g.name, f"{g.memory_gib:g} GiB, {gpus.usable_text(g.usable_gib)} usable") for g in gpus.all_gpus()]
 
 
 def _optimizers() -> list[tuple[str, str]]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from vramlens.settings import SECTION, Settings, merge, read_source, section
+from vramlens.settings import SECTION, Settings, merge, read_source, section, user_chosen
 from vramlens.workspace_config import find_workspace_config
 
 __all__ = ["SECTION", "EffectiveSettings", "SettingsStore", "client_trusts", "read_client_settings"]
@@ -78,7 +78,8 @@ class SettingsStore:
                   ("initialization options", self.initialization),
                   ("editor settings", self.editor)]
         if project is not None:
-            layers.append((project.path.name, project.values))
+            layers.append((project.path.name, user_chosen(project.values)))     # the trace interpreter: not
+                                                                                # a repository's to choose
             for p in project.problems:
                 log.warning("%s: %s", project.path, p)
         origin = None

@@ -5,6 +5,10 @@ documents (pygls keeps both in the workspace). The notebook is analysed as one d
 (`formats.notebook.CellText`, the same text `vramlens check` builds from the .ipynb file, so both give the
 same answer) under the notebook's URI; diagnostics are then split by cell and published on each cell's URI,
 with lines counted in that cell. A cell is never analysed on its own.
+
+Each analysis publishes only the cells whose diagnostics changed since their last publish (an empty list once
+for a cell whose diagnostics went away): a notebook of many cells edited in one of them costs a notification per
+changed cell, not one per cell.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
+import attrs
 from lsprotocol import types
 from pygls.workspace import TextDocument
 
@@ -37,8 +42,8 @@ class NotebookState:
     """(notebook version, each cell's URI and version) the revision was counted for."""
     revision: int = 0
     """Bumped on every change of the notebook or a cell's text: the version its analyses carry."""
-    published: set[str] = field(default_factory=set)
-    """Cell URIs diagnostics were last published on (cleared when a cell goes away)."""
+    published: dict[str, list[types.Diagnostic]] = field(default_factory=dict)
+    """Cell URI → the non-empty diagnostics last published on it (`_shown`); a cell not in it shows none."""
 
 
 def is_cell(ls: "VramlensServer", uri: str) -> bool:
@@ -84,20 +89,20 @@ def document(ls: "VramlensServer", uri: str) -> TextDocument | None:
 
 
 def split(ls: "VramlensServer", notebook_uri: str, text: str,
-          diagnostics: list[types.Diagnostic]) -> dict[str, list[types.Diagnostic]]:
+          diagnostics: list[types.Diagnostic]) -> dict[str, list[types.Diagnostic]] | None:
     """The notebook's diagnostics (cell-text positions) per cell URI (positions in the cell); every code
-    cell has an entry, empty when nothing is on it."""
+    cell has an entry, empty when nothing is on it. None when the cells changed since `text` was built."""
     from vramlens.formats.notebook import CellText
 
     nb = ls.workspace.get_notebook_document(notebook_uri=notebook_uri)
     if nb is None:
-        return {}
+        return None
     cells = code_cells(ls, nb)
     ct = CellText.parse(text)
     uris = [cell_uri for _, cell_uri, _ in cells]
-    out: dict[str, list[types.Diagnostic]] = {u: [] for u in uris}
     if len(uris) != len(ct.starts):
-        return out                          # the cells changed since this text was built: publish nothing stale
+        return None                         # the cells changed since this text was built: publish nothing stale
+    out: dict[str, list[types.Diagnostic]] = {u: [] for u in uris}
     for d in diagnostics:
         index, rng = _cell_range(ct, d.range)
         related = None
@@ -133,22 +138,49 @@ def _cell_range(ct: CellText, rng: types.Range) -> tuple[int, types.Range]:
     return index, types.Range(start=start_pos, end=end_pos)
 
 
+# Keys of a diagnostic's `data` that name the analysis it came from (`diagnostics.to_diagnostics`), not what it
+# says: they change on every analysis, so they do not make a cell's diagnostics "changed". A code action asked
+# with an older analysis' data finds its finding by rule and line instead (`code_actions._finding_for`).
+ANALYSIS_KEYS = ("version", "edit", "index")
+
+
+def _shown(diagnostics: list[types.Diagnostic]) -> list[types.Diagnostic]:
+    """The diagnostics as the editor shows them: without the analysis' identity in `data`."""
+    out = []
+    for d in diagnostics:
+        if isinstance(d.data, dict) and any(k in d.data for k in ANALYSIS_KEYS):
+            d = attrs.evolve(d, data={k: v for k, v in d.data.items() if k not in ANALYSIS_KEYS})
+        out.append(d)
+    return out
+
+
 def publish(ls: "VramlensServer", notebook_uri: str, text: str, diagnostics: list[types.Diagnostic]) -> None:
+    """Publish the cells whose diagnostics differ from their last publish: new or changed ones, and an empty list
+    for a cell that had some and has none now (or left the notebook)."""
     st = state(ls, notebook_uri)
     per_cell = split(ls, notebook_uri, text, diagnostics)
-    for uri in st.published - set(per_cell):
+    if per_cell is None:
+        return                              # a newer analysis of the new cells follows
+    for uri in [u for u in st.published if u not in per_cell]:
         ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+        del st.published[uri]
     for uri, items in per_cell.items():
+        shown = _shown(items)
+        if shown == st.published.get(uri, []):
+            continue
         doc = ls.workspace.text_documents.get(unquote(uri))
         ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
             uri=uri, version=doc.version if doc is not None else None, diagnostics=items))
-    st.published = set(per_cell)
+        if shown:
+            st.published[uri] = shown
+        else:
+            st.published.pop(uri, None)
 
 
 def clear(ls: "VramlensServer", params: types.DidCloseNotebookDocumentParams) -> None:
+    """The notebook closed: an empty list for each cell that shows diagnostics."""
     st = ls.notebook_states.pop(params.notebook_document.uri, None)
-    uris = {c.uri for c in params.cell_text_documents} | (st.published if st is not None else set())
-    for uri in uris:
+    for uri in st.published if st is not None else ():
         ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
 

@@ -235,14 +235,16 @@ class TraceClient:
 
     async def run(self, resolved_plan: ResolvedPlan, progress: Callable[[str, int | None], Any] | None = None) -> dict:
         """The language server's entry point: `trace` with percentage progress and a one-line summary.
-        Adds "exact_gib" (device level, comparable with the estimate's device peak) and "message"."""
+        Adds "traced_gib" (device level, comparable with the estimate's device peak), "exact_gib" (the same, only
+        for an exact trace; else None) and "message"."""
         def on_progress(message: str, fraction: float) -> None:
             if progress is not None:
                 progress(message, int(fraction * 100) if fraction >= 0 else None)
 
         result = await self.trace(resolved_plan, on_progress)
         peak = result["peak"]
-        result["exact_gib"] = peak["device_gib"]
+        result["traced_gib"] = peak["device_gib"]
+        result["exact_gib"] = peak["device_gib"] if result["exact"] else None
         result["message"] = summary_line(result)
         return result
 
@@ -290,21 +292,24 @@ class TraceClient:
 
 
 def summary_line(result: dict) -> str:
+    """One line: what the trace was (its title), the traced peak and — when the trace ran the config's own
+    objective — whether it fits."""
     peak = result["peak"]
-    verdict = "fits" if result["fits"] else "does not fit"
     t = result["trace"]
-    versions = t.get("versions") or {}
-    from vramlens.trace.report import REAL_BACKENDS
-
-    backend = t.get("backend")
-    on = f"{backend} {versions.get(backend)}" if backend in REAL_BACKENDS else "the synthetic model"
-    return (f"exact trace ({on}): {peak['allocated_gib']:.2f} GiB allocated, {peak['device_gib']:.2f} GiB on the "
-            f"device ({verdict} {result['gpu']['name']}, peak in {t['peak_at']})")
+    if result["fits"] is None:
+        verdict = "no fit verdict from a stand-in step"
+    else:
+        verdict = f"{'fits' if result['fits'] else 'does not fit'} {result['gpu']['name']}"
+    return (f"{t['title']}: {peak['allocated_gib']:.2f} GiB allocated, {peak['device_gib']:.2f} GiB on the "
+            f"device ({verdict}, peak in {t['peak_at']})")
 
 
 def _record_calibration(rp: ResolvedPlan, result: dict) -> None:
-    if rp.objective not in ("sft", "pretrain"):
-        return                   # the trace ran a supervised step: its ratio to a DPO/RL/KD estimate means nothing
+    """Add an exact trace to the calibration file: only a step that ran whole on the real libraries, with the
+    config's own objective, measures what the formulas estimate (a stand-in's ratio would scale every later
+    estimate of the model by the stand-in's error)."""
+    if result.get("exact") is not True:
+        return
     try:
         est = estimate(rp.with_changes(correction=1.0), limits=False)    # record against the uncorrected model
         calibration.record(rp, source="trace", estimated_allocated=est.allocated_bytes,

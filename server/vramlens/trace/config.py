@@ -115,6 +115,37 @@ class StepConfig:
         return name in self.lora_targets
 
 
+STAND_IN_OBJECTIVES = ("sft", "pretrain")        # what the traced step computes: next-token cross-entropy
+
+
+def objective_not_traced(rp: ResolvedPlan) -> str | None:
+    """What the traced step (one supervised step) leaves out of the plan's objective, in words; None when the
+    objective is the one traced. benchmarks/dpo_trace_vs_estimate.py traces DPO's own step."""
+    if rp.objective in STAND_IN_OBJECTIVES:
+        return None
+    from vramlens.report import OBJECTIVE_NAMES
+
+    parts = []
+    if rp.sequences_per_example == 2:
+        parts.append("chosen/rejected pair")
+    if rp.reference == "copy":
+        parts.append("reference model")
+    elif rp.reference == "adapters-off":
+        parts.append("reference forward (the PEFT base, adapters disabled)")
+    if rp.generation != "none":
+        parts.append("generation")
+    if rp.reward_model:
+        parts.append("reward model")
+    if rp.value_model:
+        parts.append("value model")
+    if rp.teacher is not None:
+        parts.append("teacher model")
+    parts = parts or ["loss"]
+    what = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    name = OBJECTIVE_NAMES.get(rp.objective, rp.objective)
+    return f"SFT step only — the {name} objective's {what} {'was' if len(parts) == 1 else 'were'} not traced"
+
+
 def step_config(rp: ResolvedPlan) -> StepConfig:
     arch = rp.arch
     assumptions: list[str] = []
@@ -207,9 +238,8 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         not_traced.append(f"{rp.strategy} across {rp.world_size} ranks (one unsharded replica traced)")
     if rp.tensor_parallel > 1 or rp.context_parallel > 1:
         not_traced.append("tensor/context parallelism")
-    if rp.objective not in ("sft", "pretrain"):
-        not_traced.append(f"the {rp.objective} objective (traced as one supervised step: no paired sequences, "
-                          "reference, generation or teacher; benchmarks/dpo_trace_vs_estimate.py traces DPO's)")
+    if (gap := objective_not_traced(rp)) is not None:
+        not_traced.append(gap)
     if rp.offload_optimizer or rp.offload_params:
         not_traced.append("CPU offload of optimizer states/parameters")
     if rp.activation_offload:

@@ -138,7 +138,7 @@ def unsupported(cfg: StepConfig) -> str | None:
     if not (cfg.arch.family in DECODER_FAMILIES and cfg.arch.block == "decoder"
             or cfg.arch.family in ENCODER_FAMILIES and cfg.arch.block == "encoder"
             or cfg.arch.family in SEQ2SEQ_FAMILIES and cfg.arch.block == "encoder-decoder"):
-        return f"architecture family `{cfg.arch.family}` has no config mapping for the real backend yet"
+        return f"architecture `{cfg.arch.family}` has no real-library mapping"
     if cfg.quant_bits is not None and cfg.arch.block == "encoder":
         # from_pretrained quantizes a *ForSequenceClassification's classifier too (transformers 5.24
         # quantizers/base.py `get_keys_to_not_convert` names `classifier.bias`, which matches no module), and peft's

@@ -155,9 +155,9 @@ def real_backends(cfg) -> list[tuple[str, object]]:
 
 def run_backends(cfg, msg: dict, progress, stop: threading.Event) -> dict:
     """The first real-library backend that can run this step (`real_backends`), else the synthetic model with the
-    reasons in `not_traced` (the report is then `exact: false`). `backend` names one backend to use without
-    falling back ("transformers", "torchtune", "synthetic"); "auto" tries them in order."""
-    from vramlens.trace import engine, hf
+    reason in `not_traced` (the report is then `exact: false`, forced or not). `backend` names one backend to use
+    without falling back ("transformers", "torchtune", "synthetic"); "auto" tries them in order."""
+    from vramlens.trace import engine, hf, report
     from vramlens.trace.tracker import TraceCancelled
 
     backend = msg.get("backend") or "auto"
@@ -188,8 +188,7 @@ def run_backends(cfg, msg: dict, progress, stop: threading.Event) -> dict:
             raise RuntimeError(f"the {backend} backend cannot trace this step: {'; '.join(reasons)}")
         raw = engine.run(cfg, steps=msg.get("steps"), progress=progress, should_stop=stop.is_set)
         reason = "; ".join(reasons)
-        if backend != "synthetic":
-            raw["not_traced"] = list(raw["not_traced"]) + [f"real libraries not used: {reason}"]
+        raw["not_traced"] = list(raw["not_traced"]) + [f"{report.SYNTHETIC_PREFIX}{reason}"]
         raw["fallback_reason"] = reason
     raw["versions"] = hf.versions()
     return raw

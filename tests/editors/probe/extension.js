@@ -12,6 +12,7 @@
 // Mode "no-python" (the server cannot start): open `file`, wait, report the (absent) diagnostics.
 // Mode "notebook": open `file` as a Jupyter notebook, report the diagnostics of each cell.
 // Mode "gpus": open `file`, wait for diagnostics, run "vramlens: Pick GPU" (see pickGpu).
+// Mode "python": open `file`, wait for diagnostics, report them, wait for `go` while the page reads the status bar.
 const fs = require('fs');
 const vscode = require('vscode');
 
@@ -112,6 +113,14 @@ async function run(config, result, write) {
   result.diagnostics = (diagnostics || []).map(plainDiagnostic);
   if (config.mode === 'gpus') {
     await pickGpu(config, result, write, uri, errors, timeoutMs);
+    return;
+  }
+  if (config.mode === 'python') {
+    // The page reads the status bar item (its tooltip names the server's interpreter) meanwhile.
+    result.phase = 'ready';
+    write();
+    await waitFor(() => fs.existsSync(config.go), timeoutMs);
+    result.phase = 'done';
     return;
   }
   const first = errors()[0] || (diagnostics || [])[0];

@@ -6,22 +6,18 @@ from collections.abc import Callable, Iterable
 from importlib import resources
 from typing import Any, TypeVar
 
-import yaml
-
-try:  # the libyaml-backed loader is ~10x faster when PyYAML was built with it
-    _Loader: type = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover - depends on the PyYAML build
-    _Loader = yaml.SafeLoader
-
 T = TypeVar("T")
 K = TypeVar("K")
 
 
 @functools.cache
 def load(name: str) -> Any:
-    """Parse `knowledge/data/<name>` (shipped with the package) once per process."""
+    """Parse `knowledge/data/<name>` (shipped with the package) once per process, with the one YAML loader
+    vramlens uses for every file (safe scalars only, bounded; formats.yaml_doc)."""
+    from vramlens.formats.yaml_doc import load_yaml
+
     text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
+    return load_yaml(text, name)[0]
 
 
 def index_spellings(
