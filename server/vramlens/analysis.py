@@ -11,6 +11,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vramlens.calibration import calibrate
 from vramlens.estimate import Estimate, estimate
@@ -21,6 +22,9 @@ from vramlens.plan import IssueKind, ParseIssue, Severity, TrainingPlan
 from vramlens.resolve import Resolution, ResolveError, resolve
 from vramlens.rules import Finding, Related, RuleContext, run_rules
 from vramlens.settings import Settings
+
+if TYPE_CHECKING:
+    from vramlens.formats.yaml_doc import Documents
 
 __all__ = ["Analysis", "Settings", "Finding", "Fix", "Related", "analyze", "too_large"]
 
@@ -128,7 +132,8 @@ def yaml_documents(text: str, path: str) -> list[str] | None:
     return documents.views if documents is not None else None
 
 
-def _split_documents(text: str, path: str):
+def _split_documents(text: str, path: str) -> Documents | None:
+    """The documents of a YAML file of several, within the budgets; None for other files and single documents."""
     from vramlens.formats import NOT_YAML_SUFFIXES, TEXT_PARSERS
 
     suffix = Path(path).suffix.lower()
@@ -139,7 +144,7 @@ def _split_documents(text: str, path: str):
     return split_documents(text)
 
 
-def _analyze_documents(documents, text: str, path: str, settings: Settings) -> Analysis:
+def _analyze_documents(documents: Documents, text: str, path: str, settings: Settings) -> Analysis:
     """Each document of a multi-document YAML file analysed alone; findings stay on their document's lines.
     The analysis shown for the file (plan, estimate) is the first document's that has an estimate. Documents past
     the budgets of formats.yaml_doc are not analysed: a VL021 at the first of them says how many and why."""

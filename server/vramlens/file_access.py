@@ -55,7 +55,8 @@ def base_folder(workspace: Path | None, document: str | None = None) -> Path:
 
 def allowed_roots(workspace: Path | None, document: str | None = None) -> list[Path]:
     """Folders whose files may be read: `base_folder` and the Hugging Face caches, symlinks resolved."""
-    return [r for r in (_real(p) for p in (base_folder(workspace, document),)) if r is not None] + cache_roots()
+    base = _real(base_folder(workspace, document))
+    return ([base] if base is not None else []) + cache_roots()
 
 
 def cache_roots() -> list[Path]:

@@ -84,3 +84,45 @@ def test_the_file_read_is_the_file_checked(tmp_path):
     big.write_bytes(b" " * 2000)
     with pytest.raises(file_access.NotReadable):
         file_access.read_text_checked(big, 1000)
+
+
+def _swap_to_outside(folder: Path, outside: Path) -> None:
+    """`folder` (a real folder) becomes a link to `outside`, as a repository could make it between two steps."""
+    folder.rename(folder.with_name("was-" + folder.name))
+    folder.symlink_to(outside, target_is_directory=True)
+
+
+@pytest.mark.parametrize("how", ["find then read", "expect", "model folder"])
+def test_a_folder_swapped_for_a_link_after_the_check_is_not_read_through(tmp_path, how):
+    """The check passed on `ws/sub/…` while `sub` was a folder; `sub` then became a link out. What was
+    opened is outside, so nothing is read — whichever way the file was found (a reference, a model folder) or
+    checked (the resolved path, `expect`)."""
+    from types import SimpleNamespace
+
+    from vramlens.formats import references
+    from vramlens.knowledge import models
+
+    ws, outside = tmp_path / "ws", tmp_path / "secret"
+    for folder, body in ((ws / "sub", '{"gradient_accumulation_steps": 3}'), (outside, '{"secret": 1}')):
+        folder.mkdir(parents=True)
+        (folder / "ds.json").write_text(body)
+        (folder / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64,
+                                                        "num_attention_heads": 4, "num_hidden_layers": 2,
+                                                        "intermediate_size": 128, "vocab_size": 1000,
+                                                        "secret": folder == outside}))
+    doc = str(ws / "train.yaml")
+    if how == "find then read":
+        found, refused = references.find("sub/ds.json", doc, ws)
+        assert found is not None and not refused
+        _swap_to_outside(ws / "sub", outside)
+        assert references._read(found, SimpleNamespace(read_file=None, workspace=ws, path=doc)) is None
+    elif how == "expect":
+        checked = (ws / "sub" / "ds.json").resolve()
+        _swap_to_outside(ws / "sub", outside)
+        with pytest.raises(file_access.NotReadable):
+            file_access.read_text_checked(checked, 1000, expect=checked)
+    else:
+        config, roots = models._local_config("sub", ws)
+        _swap_to_outside(ws / "sub", outside)
+        assert models.read_config_file(config, roots) == \
+            f"it could not be read ({config}: leads outside the folders that may be read)"

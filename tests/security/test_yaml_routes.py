@@ -48,7 +48,7 @@ def alias_chain(levels: int = 40, name: str = "a", leaf: str = "[q_proj,k_proj]"
 
 
 def alias_chain_mapping(levels: int = 40, name: str = "m") -> str:
-    """The same doubling written with flow mappings: `{&m0 {x: 1}, …}` as `{k0: &m0 {x: 1}, k1: &m1 {a: *m0, …}}`."""
+    """The same doubling written with flow mappings: `{k0: &m0 {x: 1}, k1: &m1 {a: *m0, b: *m0}, …}`."""
     items = [f"k0: &{name}0 {{x: 1}}"] + [f"k{i}: &{name}{i} {{a: *{name}{i - 1}, b: *{name}{i - 1}}}"
                                          for i in range(1, levels)]
     return "{" + ", ".join(items) + "}"
@@ -219,6 +219,8 @@ JSON_BOMBS = [
                  "--model_init_kwargs='{}'\n", "model_init_kwargs", deep(30_000)),
     ("train.py", "from transformers import TrainingArguments\nargs = TrainingArguments(output_dir='o', "
                  "per_device_train_batch_size=2, fsdp='full_shard', fsdp_config='{}')\n", "fsdp_config", deep(20_000)),
+    ("accelerate.yaml", "distributed_type: FSDP\nnum_processes: 8\nfsdp_config: '{}'\n", "fsdp_config",  # a string
+     deep(5_000)),
 ]
 
 
@@ -229,7 +231,8 @@ def test_deeply_nested_json_arguments_are_a_vl015_not_an_internal_error(tmp_path
         no_internal_error(result)
         vl015 = [m for m in messages(result, "VL015") if m.startswith(f"`{key}` is not read")]
         assert vl015 and f"nests more than {MAX_YAML_DEPTH} levels" in vl015[0], (name, key, result["findings"])
-        assert result["micro_batch"] == 2, result
+        if name != "accelerate.yaml":
+            assert result["micro_batch"] == 2, result                            # the rest is still read
 
 
 def test_a_json_argument_within_the_bounds_is_read():
@@ -338,13 +341,13 @@ def test_check_fix_on_a_thousand_documents_finishes_and_says_what_it_left_out(tm
 
 # --- blank lines (each document's view is mostly blank lines) ---------------------------------------------------------
 
-@pytest.mark.parametrize("blank", ["\n", " \n", "    \n", "\r\n"], ids=["lf", "space", "indent", "crlf"])
-def test_fixes_of_a_config_with_many_blank_lines_are_computed_in_linear_time(blank: str):
+def test_fixes_of_a_config_with_many_blank_lines_are_computed_in_linear_time(tmp_path: Path):
     """The YAML writer looked for comment lines with `^\\s*#`, and `\\s` also matches line breaks: each of n blank
-    lines started a scan over the rest of them (30,000 blank lines: 20 s of CPU for the fixes, 1.6 s now; 100,000 about
-    four minutes)."""
-    text = HEADER.replace("4", "16") + blank * 100_000 + "gradient_checkpointing: false\n"
-    with hang_guard("blank lines", seconds=60):
-        a = analyze(text, "cfg.yaml", Settings(gpu="A100-40GB"))
-        fixes = [fix for f in a.findings for fix in f.fixes]
-    assert fixes and all(e.span.start_line >= 0 for fix in fixes for e in fix.edits)
+    lines started a scan over the rest of them (30,000 blank lines: 20 s of CPU for the fixes, 1.6 s now; 100,000
+    about ten minutes, past the hang guard). The analysis catches what a fix raises, so the guard is the child's."""
+    blanks = ["\n", " \n", "    \n", "\r\n"]
+    config = HEADER.replace("4", "16") + "{}gradient_checkpointing: false\n"
+    cases = [{"name": "cfg.yaml", "text": config.format(blank * 100_000)} for blank in blanks]
+    for blank, result in zip(blanks, analyse_in_child(cases, tmp_path)):
+        no_internal_error(result)
+        assert result["fixes"] > 0 and result["growth_mib"] < RSS_BOUND_MIB, (blank, result)

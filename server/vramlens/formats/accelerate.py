@@ -180,22 +180,22 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
         elif k == "use_cpu" and to_bool(s.value):
             b.issue(IssueKind.ASSUMED, "`use_cpu: true`: training runs on the CPU, not the GPU", s, severity=Severity.INFO)
         elif k == "deepspeed_config":
-            for e in hf.kids(s, nested):
+            for e in hf.kids(s, nested, b):
                 _deepspeed_entry(b, e)
         elif k == "fsdp_config":
             if strategy not in ("", "FSDP"):
                 b.remember(s)
                 continue
-            for e in hf.kids(s, nested):
+            for e in hf.kids(s, nested, b):
                 if not hf.fsdp_config_entry(b, e):
                     b.remember(e)
             if strategy == "FSDP" and b.plan.zero_stage is None:
                 b.set("zero_stage", 3, s, note="FSDP without a sharding strategy → FULL_SHARD")
         elif k == "parallelism_config":
-            for e in hf.kids(s, nested):
+            for e in hf.kids(s, nested, b):
                 _parallelism_entry(b, e)
         elif k == "megatron_lm_config":
-            for e in hf.kids(s, nested):
+            for e in hf.kids(s, nested, b):
                 _megatron_entry(b, e)
         elif k in ("dynamo_backend",) and s.value not in (None, False) and str(s.value).strip().upper() != "NO":
             b.set("compile", True, s, note=f"dynamo backend `{s.value}`")
