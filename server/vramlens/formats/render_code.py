@@ -406,10 +406,23 @@ def _edit_dtype_in_place(doc: _PyDoc, local, value: str) -> bool:
         return False
     vs = local.value_span
     old = doc.lines[vs.start_line][vs.start_col:vs.end_col]
+    if not _DTYPE_LITERAL.fullmatch(old):
+        # the setting's value is a dict holding the dtype (`model_init_kwargs={"dtype": "bfloat16"}`): rewrite the
+        # dtype entry inside it, nothing else
+        inner = list(_DTYPE_ENTRY.finditer(old))
+        if len(inner) != 1:
+            return False
+        start = vs.start_col + inner[0].start(2)
+        vs = vs.model_copy(update={"start_col": start, "end_col": start + len(inner[0].group(2))})
+        old = inner[0].group(2)
     word = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(value, value)
     quote = old[0] if old[:1] in ("'", '"') else doc.quote
     doc.edits.append(TextEdit(vs, f"torch.{word}" if old.startswith("torch.") else _py_literal(word, quote)))
     return True
+
+
+_DTYPE_LITERAL = re.compile(r"""torch\.\w+|(["'])\w+\1""")
+_DTYPE_ENTRY = re.compile(r"""(["']?(?:torch_)?dtype["']?\s*[:=]\s*)(torch\.\w+|(["'])\w+\3)""")
 
 
 def _py_enable_gc(doc: _PyDoc, plan: TrainingPlan) -> None:
