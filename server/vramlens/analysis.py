@@ -65,7 +65,7 @@ def analyze(text: str, path: str | Path, settings: Settings | None = None) -> An
     if len(text) > MAX_DOCUMENT_CHARS:
         return too_large(path, len(text))
     try:
-        documents = _split_documents(text, path)
+        documents = split_yaml_documents(text, path)
         if documents is not None:
             return _analyze_documents(documents, text, path, settings)
         return _analyze(text, path, settings)
@@ -125,14 +125,7 @@ def _analyze(text: str, path: str, settings: Settings) -> Analysis:
     return result
 
 
-def yaml_documents(text: str, path: str) -> list[str] | None:
-    """A YAML file of several `---` documents: one view per document analysed (formats.yaml_doc.split_documents,
-    within its budgets)."""
-    documents = _split_documents(text, path)
-    return documents.views if documents is not None else None
-
-
-def _split_documents(text: str, path: str) -> Documents | None:
+def split_yaml_documents(text: str, path: str) -> Documents | None:
     """The documents of a YAML file of several, within the budgets; None for other files and single documents."""
     from vramlens.formats import NOT_YAML_SUFFIXES, TEXT_PARSERS
 

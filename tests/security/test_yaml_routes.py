@@ -351,3 +351,18 @@ def test_fixes_of_a_config_with_many_blank_lines_are_computed_in_linear_time(tmp
     for blank, result in zip(blanks, analyse_in_child(cases, tmp_path)):
         no_internal_error(result)
         assert result["fixes"] > 0 and result["growth_mib"] < RSS_BOUND_MIB, (blank, result)
+
+
+def test_estimate_says_which_documents_of_a_long_file_it_left_out(tmp_path: Path):
+    """`vramlens estimate` prints an estimate per analysed document and one line naming those past the budget."""
+    doc = "model_name_or_path: meta-llama/Llama-3.2-1B\nper_device_train_batch_size: 2\nbf16: true\n"
+    path = tmp_path / "sweep.yaml"
+    for total in (MAX_YAML_DOCUMENTS + 1, MAX_YAML_DOCUMENTS + 7):
+        path.write_text("\n---\n".join([doc] * total), encoding="utf-8")
+        run = subprocess.run([sys.executable, "-m", "vramlens", "estimate", str(path), "--gpu", "A100-80GB",
+                              "--format", "json"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr
+        assert len(json.loads(run.stdout)) == MAX_YAML_DOCUMENTS
+        first = MAX_YAML_DOCUMENTS + 1
+        which = f"document {first} of" if total == first else f"documents {first}–{total} of"
+        assert which in run.stderr and "not analysed" in run.stderr, run.stderr

@@ -24,7 +24,7 @@ def run(args) -> int:
     from vramlens.cli.project import report, settings_for
     from vramlens.calibration import calibrate
     from vramlens.estimate import estimate
-    from vramlens.analysis import yaml_documents
+    from vramlens.analysis import split_yaml_documents
     from vramlens.formats import parse_document
     from vramlens.report import estimate_json, render_text
     from vramlens.resolve import ResolveError, resolve
@@ -44,11 +44,13 @@ def run(args) -> int:
             print(f"{f}: cannot read: {exc}", file=sys.stderr)
             errors += 1
             continue
-        views = yaml_documents(text, str(f))
-        if views is None:
+        split = split_yaml_documents(text, str(f))
+        if split is None:
             documents.append((f, str(f), text))
         else:
-            documents.extend((f, f"{f} (document {n})", view) for n, view in enumerate(views, 1))
+            documents.extend((f, f"{f} (document {n})", view) for n, view in enumerate(split.views, 1))
+            if split.skipped:
+                print(f"{f}: {split.skipped_message()}", file=sys.stderr)
     for f, label, text in documents:
         parsed = parse_document(text, str(f), workspace=workspace)
         if parsed.plan is None:
