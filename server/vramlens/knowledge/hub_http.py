@@ -126,7 +126,9 @@ def _watched(connection_class: type, deadline: Deadline) -> type:
     return Watched
 
 
-class _Http(urllib.request.HTTPHandler):
+class _UnderDeadline:
+    """Mixed into urllib's HTTP and HTTPS handlers: every connection they open is watched by the deadline."""
+
     def __init__(self, deadline: Deadline):
         super().__init__()
         self._deadline = deadline
@@ -135,13 +137,12 @@ class _Http(urllib.request.HTTPHandler):
         return super().do_open(_watched(http_class, self._deadline), req, **kwargs)
 
 
-class _Https(urllib.request.HTTPSHandler):
-    def __init__(self, deadline: Deadline):
-        super().__init__()
-        self._deadline = deadline
+class _Http(_UnderDeadline, urllib.request.HTTPHandler):
+    pass
 
-    def do_open(self, http_class, req, **kwargs):
-        return super().do_open(_watched(http_class, self._deadline), req, **kwargs)
+
+class _Https(_UnderDeadline, urllib.request.HTTPSHandler):
+    pass
 
 
 class _Redirects(urllib.request.HTTPRedirectHandler):
