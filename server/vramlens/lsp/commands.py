@@ -8,6 +8,7 @@ saying so.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import logging
 from typing import TYPE_CHECKING, Any
@@ -187,9 +188,16 @@ class Commands:
         window = self.ls.client_capabilities.window
         if window is None or not window.work_done_progress:
             return False
+        # The token's cancel future is registered before the create request goes out: a client may send
+        # the cancel right after its answer, and pygls' create_async registers only once it has resumed
+        # (a cancel in between was dropped as "unknown token").
+        progress = self.ls.work_done_progress
+        progress.tokens.setdefault(token, concurrent.futures.Future())
         try:
-            await self.ls.work_done_progress.create_async(token)
+            await self.ls.protocol.send_request_async(
+                types.WINDOW_WORK_DONE_PROGRESS_CREATE, types.WorkDoneProgressCreateParams(token=token))
         except Exception:
+            progress.tokens.pop(token, None)
             return False
         self.ls.work_done_progress.begin(token, types.WorkDoneProgressBegin(title=title, cancellable=True))
         return True
@@ -197,3 +205,4 @@ class Commands:
     def _end_progress(self, token: str, started: bool, message: str) -> None:
         if started:
             self.ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
+            self.ls.work_done_progress.tokens.pop(token, None)      # pygls keeps every token otherwise
