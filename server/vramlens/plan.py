@@ -138,6 +138,19 @@ class Reference(BaseModel):
     span: Span | None = None
 
 
+class Unmodelled(BaseModel):
+    """A setting the reader recognised that changes memory or speed but that the estimate does not model.
+    Named in every view ("not modelled: --use_galore (GaLore) — estimated as full AdamW")."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str                          # as written, e.g. "use_galore", "--tuner_type"
+    value: str | None = None          # the value as written (text), when it has one
+    what: str                         # what it is, e.g. "GaLore (gradient low-rank projection)"
+    consequence: str                  # how the estimate treats it, e.g. "estimated as full AdamW"
+    span: Span | None = None
+
+
 class TrainingPlan(BaseModel):
     """Every memory-relevant concept a training config can set, as read from one document."""
 
@@ -235,6 +248,8 @@ class TrainingPlan(BaseModel):
     # what the reader took from elsewhere than the settings themselves (e.g. the command line from a usage
     # example in the docstring); listed with the estimate's assumptions
     read_notes: list[str] = Field(default_factory=list)
+    # settings read that change memory or speed and are not modelled (`PlanBuilder.unmodelled`)
+    unmodelled: list[Unmodelled] = Field(default_factory=list)
 
     def settings(self) -> dict[str, Sourced]:
         """The concept fields that are set, by concept name."""
@@ -249,5 +264,5 @@ class TrainingPlan(BaseModel):
 PLAN_CONCEPTS: tuple[str, ...] = tuple(
     name for name, f in TrainingPlan.model_fields.items()
     if name not in {"source_file", "format", "framework", "model_span_hint", "references", "issues", "extra",
-                    "read_notes"}
+                    "read_notes", "unmodelled"}
 )

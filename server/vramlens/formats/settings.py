@@ -12,7 +12,8 @@ import math
 import re
 from typing import Any
 
-from vramlens.plan import IssueKind, Origin, ParseIssue, Reference, Severity, Sourced, Span, TrainingPlan
+from vramlens.plan import (IssueKind, Origin, ParseIssue, Reference, Severity, Sourced, Span, TrainingPlan,
+                          Unmodelled)
 
 
 class Setting:
@@ -273,6 +274,16 @@ class PlanBuilder:
         self.plan.extra[".".join(str(p) for p in setting.path)] = Sourced(
             value=v if isinstance(v, (str, int, float, bool, type(None))) else repr(v),
             key=setting.key, span=setting.span, value_span=setting.value_span)
+
+    def unmodelled(self, setting: Setting | None, what: str, consequence: str, *, key: str | None = None) -> None:
+        """Record a setting that changes memory or speed and that the estimate does not model; every view names it.
+        Recorded once per key."""
+        name = key or (setting.key if setting is not None else what)
+        if any(u.key == name for u in self.plan.unmodelled):
+            return
+        value = None if setting is None or setting.value is None else str(setting.value)[:200]
+        self.plan.unmodelled.append(Unmodelled(key=name, value=value, what=what, consequence=consequence,
+                                               span=setting.span if setting is not None else None))
 
     def shape(self, name: str, setting: Setting, *, override: bool = False) -> None:
         """Keep a model-shape value the file states (`plan.extra["arch.<name>"]`, which the model resolver reads when
