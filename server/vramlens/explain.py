@@ -18,7 +18,7 @@ from vramlens.knowledge.gpus import usable_text
 from vramlens.plan import Origin, Sourced, Span, TrainingPlan
 from vramlens.provenance import CONCEPT_TITLES, applied_defaults, by_source, default_phrase
 from vramlens.provenance import show_value as _show
-from vramlens.report import bar, calibration_line, method_text, objective_text, speed_text
+from vramlens.report import bar, calibration_line, method_text, objective_text, peak_mark, speed_text
 from vramlens.resolve import gpu_assumption, no_bf16_note, shown_compute_dtype
 from vramlens.resolved import ResolvedPlan
 
@@ -183,7 +183,7 @@ def _verdict(ctx: Context) -> str:
 
 
 def _peak_line(ctx: Context) -> str:
-    line = (f"Peak {gib(ctx.est.device_bytes)} GiB of {usable_text(ctx.rp.gpu.usable_gib)} GiB usable on "
+    line = (f"Peak {peak_mark(ctx.est)}{gib(ctx.est.device_bytes)} GiB of {usable_text(ctx.rp.gpu.usable_gib)} GiB usable on "
             f"{gpu_label(ctx.rp)} — {_verdict(ctx)}")
     if ctx.gpu_assumed:
         line += f"\n\n**{ctx.rp.gpu.name} is assumed**: {gpu_assumption(ctx.sources, escape=markup.text)}."
@@ -191,6 +191,8 @@ def _peak_line(ctx: Context) -> str:
         line += f" · exact trace: {ctx.exact_gib:.1f} GiB"
     if (calibrated := calibration_line(ctx.est)) is not None:
         line += f"\n\n{markup.text(calibrated)}"
+    if ctx.est.is_approximate:
+        line += "\n\n**approximate**:\n" + "\n".join(f"- {markup.text(r)}" for r in ctx.est.approximate)
     return line
 
 
@@ -649,7 +651,9 @@ def inlay_labels(ctx: Context) -> list[tuple[Span, str]]:
 def lens_title(ctx: Context) -> str:
     """The code lens on the model line: "peak 71.3 / 39.4 GiB on A100-40GB"."""
     e, rp = ctx.est, ctx.rp
-    title = f"peak {gib(e.device_bytes)} / {usable_text(rp.gpu.usable_gib)} GiB on {gpu_label(rp)}"
+    title = f"peak {peak_mark(e)}{gib(e.device_bytes)} / {usable_text(rp.gpu.usable_gib)} GiB on {gpu_label(rp)}"
+    if e.is_approximate:
+        title += f" (approximate: {len(e.approximate)} reason{'s' if len(e.approximate) > 1 else ''}, see the hover)"
     if ctx.gpu_assumed:
         title += f" ({gpu_assumption(ctx.sources, short=True)})"
     if not e.fits:

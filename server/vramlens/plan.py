@@ -218,6 +218,13 @@ class TrainingPlan(BaseModel):
     tensor_parallel: Sourced[int] | None = None
     context_parallel: Sourced[int] | None = None
     pipeline_parallel: Sourced[int] | None = None
+    virtual_pipeline: Sourced[int] | None = None  # model chunks per pipeline stage (interleaved schedule)
+    expert_parallel: Sourced[int] | None = None
+    expert_tensor_parallel: Sourced[int] | None = None
+    sequence_parallel: Sourced[bool] | None = None    # Megatron sequence parallelism (with tensor parallelism)
+    distributed_optimizer: Sourced[bool] | None = None    # Megatron's distributed optimizer
+    recompute_method: Sourced[str] | None = None  # Megatron full recompute: "uniform" or "block"
+    recompute_layers: Sourced[int] | None = None  # Megatron `--recompute-num-layers`
     fsdp_state_dict_type: Sourced[str] | None = None
     fsdp_version: Sourced[int] | None = None      # 1 (FlatParameter units) or 2 (`fully_shard`)
     # environment and hardware

@@ -10,6 +10,9 @@ JSON contract (`vramlens estimate --format json`, also produced by `vramlens tra
  estimate (vramlens.calibration; `vramlens calibration list` shows it by "key").
 "throughput": {"tokens_per_s", "run_tokens_per_s", "step_s", "mfu", "bound", "parts_s"} or null when the GPU's
  speed is not known (vramlens.estimate.throughput).
+"unmodelled": [{"key", "value", "what", "consequence", "line"}]: settings read that change memory or speed and that the
+ estimate does not model ("line" 1-based, null when not known); "approximate": true when the figure rests on an
+ approximation, "approximate_reasons": every reason (each unmodelled setting among them).
 plus "range_gib": {"low", "high"}, "phases_gib" (allocated GiB of each candidate phase), "params_trainable", "sources" (each setting's value and where it came
 from: {"<setting>": {"value", "from"}}, e.g. {"value": true, "from": "default of TRL 1.x (SFTConfig/ModelConfig)"}).
 """
@@ -58,7 +61,24 @@ def estimate_fields(rp, est: Estimate, model_id: str | None = None) -> dict:
         "assumptions": list(est.assumptions),
         "throughput": est.throughput.as_json() if est.throughput is not None else None,
         "calibration": est.calibration.model_dump() if est.calibration is not None else None,
+        "unmodelled": [{"key": u.key, "value": u.value, "what": u.what, "consequence": u.consequence,
+                        "line": u.span.start_line + 1 if u.span is not None else None} for u in est.unmodelled],
+        "approximate": est.is_approximate,
+        "approximate_reasons": list(est.approximate),
     }
+
+
+def approximate_line(est: Estimate) -> str | None:
+    """What every view puts beside its peak when the figure is approximate: "approximate: <reason>; <reason>";
+    None when it is not."""
+    if not est.is_approximate:
+        return None
+    return "approximate: " + "; ".join(est.approximate)
+
+
+def peak_mark(est: Estimate) -> str:
+    """"≈ " before a peak that is approximate, nothing before one that is not."""
+    return "≈ " if est.is_approximate else ""
 
 
 def calibration_line(est: Estimate) -> str | None:
@@ -169,13 +189,16 @@ def render_text(path: str, plan: TrainingPlan, res: Resolution, est: Estimate) -
         f"{est.params_total / 1e9:.2f} B params, {est.params_trainable / 1e9:.3g} B trainable · {method_text(rp)}",
         f"  trains  {objective_text(rp)}",
         f"  GPU     {gpu}: {usable_text(rp.gpu.usable_gib)} GiB usable per GPU{assumed_gpu_note(res)}",
-        f"  peak    {_g(est.device_bytes):.1f} GiB on the device ({_g(est.low_bytes):.1f}–{_g(est.high_bytes):.1f}) "
+        f"  peak    {peak_mark(est)}{_g(est.device_bytes):.1f} GiB on the device ({_g(est.low_bytes):.1f}–{_g(est.high_bytes):.1f}) "
         f"→ {verdict}, headroom {_g(est.headroom_bytes):+.1f} GiB",
         f"          allocated {_g(est.allocated_bytes):.1f} · reserved {_g(est.reserved_bytes):.1f} · "
         f"peak phase: {est.phase}",
     ]
     if (calibrated := calibration_line(est)) is not None:
         lines.append(f"          {calibrated}")
+    if est.is_approximate:
+        lines.append("          approximate:")
+        lines.extend(f"            - {reason}" for reason in est.approximate)
     lines += [f"  speed   {speed_text(est)}", ""]
     scale = max(est.device_bytes, usable)
     for key in COMPONENTS:

@@ -14,7 +14,7 @@ from vramlens import environment
 from vramlens.knowledge import frameworks, peft_methods, versions
 from vramlens.knowledge.schema import GpuSpec, ModelArch, OptimizerSpec
 from vramlens.plan import Origin, Sourced, TrainingPlan
-from vramlens.resolved import ResolvedPlan
+from vramlens.resolved import ResolvedPlan, unmodelled_text
 from vramlens.settings import Settings
 
 DEFAULT_GPU = "A100-80GB"
@@ -50,6 +50,31 @@ class ResolveError(ValueError):
         super().__init__(message)
         self.concept = concept
         self.suggestion = suggestion
+
+
+class Approximate(str):
+    """An assumption that makes the figure approximate (a value guessed, or a setting estimated as something it is
+    not): listed with the other assumptions, and collected into `ResolvedPlan.approximate`, which every view shows.
+    An assumed GPU is not one of them: the figure is exact for the GPU it names, and every view says it is assumed."""
+
+
+def approximate_reasons(plan: TrainingPlan, assumptions: list[str]) -> tuple[str, ...]:
+    """Why the estimate is approximate: each setting read and not modelled, then each `Approximate` assumption."""
+    reasons = [unmodelled_text(u) for u in plan.unmodelled]
+    reasons += [str(a) for a in assumptions if isinstance(a, Approximate)]
+    return tuple(dict.fromkeys(reasons))
+
+
+# Pre-quantized checkpoints whose layers are not bitsandbytes': the weights and constants are counted as stored
+# (estimate/components.py `quantized_bytes_per_param`), the rest of the step as a bitsandbytes 4-bit layer's.
+PREQUANTIZED_NOTES = {
+    "gptq": "pre-quantized GPTQ checkpoint: packed weights and group constants counted as stored; its kernels' "
+            "activations and workspace estimated as bitsandbytes 4-bit's",
+    "awq": "pre-quantized AWQ checkpoint: packed weights and group constants counted as stored; its kernels' "
+           "activations and workspace estimated as bitsandbytes 4-bit's",
+    "aqlm": "pre-quantized AQLM checkpoint (2-bit codebooks): its weights estimated at 8 bits per parameter, its "
+            "kernels as bitsandbytes'",
+}
 
 
 @dataclass
@@ -119,11 +144,11 @@ def _vector_adapter_targets(plan: TrainingPlan, peft: str, arch: ModelArch,
     if plan.lora_targets is not None:
         targets, unknown = normalize_targets(list(plan.lora_targets.value), arch)
         if unknown:
-            assumptions.append(f"{name} targets not recognised and ignored: {', '.join(unknown)}")
+            assumptions.append(Approximate(f"{name} targets not recognised and ignored: {', '.join(unknown)}"))
     if not targets:
         if defaults is None:
-            assumptions.append(f"peft has no default {name} targets for `{arch.family}` (it asks for "
-                               f"target_modules): assumed q and v")
+            assumptions.append(Approximate(f"peft has no default {name} targets for `{arch.family}` (it asks for "
+                                           f"target_modules): assumed q and v"))
             targets = ("q", "v")
         else:
             targets = defaults[0]
@@ -201,11 +226,11 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     if plan.model_id is None:
         arch = arch_from_sizes(plan)
         if arch is None:
-            raise ResolveError("the config does not name a model", "model_id")
+            raise ResolveError(no_model_message(plan), "model_id")
         vocab_note = "" if _size(plan, "vocab_size", "padded_vocab_size") else \
             f"; vocabulary assumed {arch.vocab:,} (GPT-2's, padded as GPT-NeoX pads it)"
-        assumptions.append(f"model given by its sizes: {arch.layers} layers, hidden {arch.hidden}, "
-                           f"{arch.heads} heads{vocab_note}")
+        note = f"model given by its sizes: {arch.layers} layers, hidden {arch.hidden}, {arch.heads} heads{vocab_note}"
+        assumptions.append(Approximate(note) if vocab_note else note)
     else:
         arch = _model(plan.model_id.value, settings, assumptions)
     if plan.model_id is not None:
@@ -251,14 +276,14 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     peft = val("peft_method") or "none"
     if quant_bits and peft in ("none", "freeze", "other"):
         peft = "lora"
-        assumptions.append("quantized base weights train only through adapters: assumed LoRA")
+        assumptions.append(Approximate("quantized base weights train only through adapters: assumed LoRA"))
     if quant_bits == 4 and peft == "lora":
         peft = "qlora"
     partial = _partial_training(plan, peft, val, sources, assumptions)
     if peft == "freeze":
         peft = "none"
     if peft not in ("none", "lora", "qlora", "dora", "ia3", "vera"):
-        assumptions.append(f"PEFT method `{peft}` estimated as full fine-tuning")
+        assumptions.append(Approximate(f"PEFT method `{peft}` estimated as full fine-tuning"))
         peft = "none"
     targets: tuple[str, ...] = ()
     feedforward: tuple[str, ...] = ()
@@ -268,7 +293,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         raw = val("lora_targets") or ["q", "v"]
         targets, unknown = normalize_targets(list(raw), arch)
         if unknown:
-            assumptions.append(f"LoRA targets not recognised and ignored: {', '.join(unknown)}")
+            assumptions.append(Approximate(f"LoRA targets not recognised and ignored: {', '.join(unknown)}"))
         if not targets:
             targets = ("q", "v")
     modules_to_save, _ = normalize_targets(list(val("modules_to_save") or []), arch)
@@ -282,7 +307,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     opt = optimizers.lookup_optimizer(str(opt_text))
     if opt is None:
         opt = optimizers.lookup_optimizer("adamw_torch")
-        assumptions.append(f"unknown optimizer `{opt_text}`: estimated as AdamW")
+        assumptions.append(Approximate(f"unknown optimizer `{opt_text}`: estimated as AdamW"))
     impl = val("optimizer_impl") or (opt.default_impl if opt.default_impl != "none" else "fused")
     low_rank, low_rank_targets = 0, ()
     if opt.low_rank:
@@ -310,7 +335,8 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     world, count = _world(plan, settings, count, count_given, sources)
     tp = val("tensor_parallel") or 1
     cp = val("context_parallel") or 1
-    dp = max(1, int(world) // max(1, int(tp) * int(cp)))
+    pp = val("pipeline_parallel") or 1
+    dp = max(1, int(world) // max(1, int(tp) * int(cp) * int(pp)))
     if strategy == "none" and dp > 1:
         strategy = "ddp"
     if strategy in ("deepspeed", "fsdp") and int(zero or 0) > 0 and dp == 1:
@@ -356,7 +382,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
             seq = arch.max_position
             taken = f"the model's max_position_embeddings, {seq} tokens"
         sources["seq_len"] = Sourced(value=seq, origin=Origin.ASSUMED, note=f"{why}; {taken}")
-        assumptions.append(f"{why}: assumed {taken}")
+        assumptions.append(Approximate(f"{why}: assumed {taken}"))
     alloc = val("alloc_conf") or ""
     attn = val("attn_impl") or "sdpa"
     micro = int(val("micro_batch") or 1)
@@ -451,7 +477,8 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         quant_keeps_input=keeps_input, **frameworks.step_flags(fw_key),
         strategy=strategy, zero_stage=int(zero) if strategy in ("deepspeed", "fsdp") else 0, world_size=dp,
         offload_optimizer=bool(val("offload_optimizer")), offload_params=bool(val("offload_params")),
-        tensor_parallel=int(tp), context_parallel=int(cp),
+        tensor_parallel=int(tp), context_parallel=int(cp), pipeline_parallel=int(pp),
+        **_megatron_layout(val),
         fsdp_full_state_dict=str(val("fsdp_state_dict_type") or "").upper().startswith("FULL"),
         fsdp_keeps_block_grads=keeps_block_grads,
         scalar_head=head != "causal-lm",
@@ -485,7 +512,10 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
                        f"optimizer state and it saves no activations")
         assumptions.append(f"vision tower: {arch.vision_params / 1e9:.2f} B parameters, "
                            + ("frozen" if rp.vision_frozen else "trained") + f"; {batches}")
+    if quant_bits and rp.quant_type in PREQUANTIZED_NOTES:
+        assumptions.append(Approximate(PREQUANTIZED_NOTES[rp.quant_type]))
     rp = rp.with_changes(**objective_fields(plan, rp, fw_key, settings, sources, assumptions))
+    rp = rp.with_changes(unmodelled=tuple(plan.unmodelled), approximate=approximate_reasons(plan, assumptions))
     return Resolution(rp, sources, assumptions)      # uncalibrated: `calibration.calibrate` is the next stage
 
 
@@ -579,6 +609,19 @@ def images_per_sequence(plan: TrainingPlan, arch: ModelArch) -> tuple[int, str, 
     return 1, f"a {arch.family} vision-language model is trained on image data", None
 
 
+def _megatron_layout(val) -> dict:
+    """The Megatron-core layout settings of the plan, as ResolvedPlan fields (their defaults when unset)."""
+    out = {"virtual_pipeline": int(val("virtual_pipeline") or 1), "expert_parallel": int(val("expert_parallel") or 1),
+           "sequence_parallel": bool(val("sequence_parallel")),
+           "distributed_optimizer": bool(val("distributed_optimizer")),
+           "recompute_layers": int(val("recompute_layers") or 1)}
+    if val("expert_tensor_parallel"):
+        out["expert_tensor_parallel"] = int(val("expert_tensor_parallel"))
+    if val("recompute_method") in ("uniform", "block"):
+        out["recompute_method"] = val("recompute_method")
+    return out
+
+
 def _fsdp_keeps_block_grads(plan: TrainingPlan, val, family: str, fw_key: str, strategy: str, peft: str,
                             transformers: str | None) -> bool:
     """FSDP1 + the Trainer's reentrant checkpointing around each unit + LoRA (knowledge/versions.py)."""
@@ -598,7 +641,7 @@ def _partial_training(plan: TrainingPlan, peft: str, val, sources: dict, assumpt
         return out
     layers = val("trained_layers")
     if layers is None:
-        assumptions.append("which layers train is not known: estimated as a full fine-tune")
+        assumptions.append(Approximate("which layers train is not known: estimated as a full fine-tune"))
         return out
     modules = [str(m).strip().lower() for m in (val("trained_modules") or [])]
     canon: list[str] = []
@@ -686,7 +729,8 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
             prompt = int(plan.seq_len.value)
         if prompt is None:
             prompt = 512
-            assumptions.append("prompt length not set: assumed 512 tokens (TRL GRPO does not truncate prompts)")
+            assumptions.append(Approximate("prompt length not set: assumed 512 tokens (TRL GRPO does not truncate "
+                                           "prompts)"))
         if completion is None:
             completion = 512 if fw_key in ("trl", "axolotl", "transformers", "ms-swift", "unsloth") else 256
             sources["completion_len"] = Sourced(value=completion, origin=Origin.DEFAULT, framework="trl 1.16",
@@ -715,7 +759,7 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
         if obj == "ppo":
             value = src("value_model")
             out["value_model"] = True if value is None else bool(value)
-            out["reward_model"] = fw_key != "llamafactory" or src("reward_model_id") is not None
+            out["reward_model"] = fw_key not in frameworks.REWARD_MODEL_WHEN_NAMED or src("reward_model_id") is not None
         elif src("reward_model_id") is not None:
             out["reward_model"] = True
     if obj in ("gkd", "kd"):
@@ -724,8 +768,8 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
                                     settings.any_model_folder).arch if tid else None
         if teacher is None:
             teacher = rp.arch
-            assumptions.append(f"teacher model {'`' + tid + '` unknown' if tid else 'not named'}: assumed the size "
-                               f"of the student")
+            assumptions.append(Approximate(f"teacher model {'`' + tid + '` unknown' if tid else 'not named'}: "
+                                           f"assumed the size of the student"))
         out["teacher"] = teacher
     return out
 
@@ -751,11 +795,13 @@ def _model(name: str, settings: Settings, assumptions: list[str]) -> ModelArch:
         elif found.where.startswith("the base model"):
             assumptions.append(f"model shapes of `{found.arch.id}`, {found.where}")
         if found.arch.approximate:
-            assumptions.append(f"approximate: `{found.arch.family}` has no dedicated model in vramlens; estimated "
-                               f"generically from its config's sizes ({found.arch.approximate})")
+            assumptions.append(Approximate(f"approximate: `{found.arch.family}` has no dedicated model in vramlens; "
+                                           f"estimated generically from its config's sizes ({found.arch.approximate})"))
         return found.arch
     if problem := models.local_config_problem(name, settings.workspace, settings.any_model_folder):
         raise ResolveError(problem, "model_id")
+    if (missing := _missing_path(name, settings)) is not None:
+        raise ResolveError(f"model `{name}`: a local path, and {missing} does not exist", "model_id")
     if found.pending:
         raise ResolveError(f"looking up `{name}` on the Hugging Face Hub (its config.json only)…", "model_id")
     hints = models.suggest_model(name)
@@ -770,6 +816,37 @@ def _model(name: str, settings: Settings, assumptions: list[str]) -> ModelArch:
     raise ResolveError(f"unknown model `{name}`: not in the catalog, not a local folder with config.json, not in "
                        f"the local Hugging Face cache; {hub_text}"
                        + (f" — did you mean `{hint}`?" if hint else ""), "model_id", hint)
+
+
+def _missing_path(name: str, settings: Settings) -> str | None:
+    """The folder a path-like model name (`./models/x`, `/data/x`, `~/x`) points at when it does not exist."""
+    from pathlib import Path
+
+    n = name.strip()
+    if not n.startswith(("/", "~", "./", "../")):
+        return None
+    path = Path(n).expanduser()
+    if not path.is_absolute() and settings.workspace is not None:
+        path = Path(settings.workspace) / path
+    return None if path.exists() else f"`{path}`"
+
+
+_QUOTED_KEY = re.compile(r"`([^`]+)`")
+NO_MODEL = "the config does not name a model"      # and gives no value for one: a partial config (DeepSpeed JSON)
+
+
+def no_model_message(plan: TrainingPlan) -> str:
+    """Why a plan has no model, naming the value the file gave for one when it gave one that could not be used
+    (a `$MODEL` only known when the script runs, a value of the wrong type): the reader's own words for it."""
+    for issue in plan.issues:
+        m = _QUOTED_KEY.match(issue.message)
+        key = m.group(1).lower().lstrip("-") if m else ""
+        names_model = "model" in key.replace("model_max_length", "") or key.endswith("from_pretrained")
+        if names_model and not key.startswith(("ref", "reward", "teacher")):
+            line = f" (line {issue.span.start_line + 1})" if issue.span is not None else ""
+            why = issue.message.split("; it is not read")[0]
+            return f"the config does not name a model vramlens can use: {why}{line}"
+    return NO_MODEL
 
 
 def _size(plan: TrainingPlan, *keys: str):

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from vramlens.knowledge.schema import GpuSpec, ModelArch, OptimizerSpec
+from vramlens.plan import Unmodelled
 from vramlens.settings import DEFAULT_HEADROOM
 
 # Canonical LoRA target names (HF Llama spelling without "_proj"); formats map their own names here.
@@ -25,6 +26,17 @@ class Calibration(BaseModel):
     source: str                                # "trace" (an exact one) or "probe"
     recorded: str | None = None                # when it was measured (ISO 8601)
     key: str | None = None                     # the record's key in `vramlens calibration list`
+
+
+_PLAIN_ON = ("true", "1", "yes", "on")
+
+
+def unmodelled_text(u: Unmodelled) -> str:
+    """How every view names a setting the estimate does not model: "not modelled: --use_galore (GaLore) — estimated
+    as full AdamW"; the value is shown unless it merely switches the setting on (`optim=galore_adamw`)."""
+    value = u.value.strip() if u.value is not None else ""
+    shown = u.key if not value or value.lower() in _PLAIN_ON else f"{u.key}={value}"
+    return f"not modelled: {shown} ({u.what}) — {u.consequence}"
 
 
 class ResolvedPlan(BaseModel):
@@ -113,6 +125,15 @@ class ResolvedPlan(BaseModel):
     offload_params: bool = False
     tensor_parallel: int = 1
     context_parallel: int = 1
+    # Megatron-core layouts (components.megatron_step); pipeline_parallel also splits the weights of other engines
+    pipeline_parallel: int = 1                 # pipeline stages, each holding its share of the layers
+    virtual_pipeline: int = 1                  # model chunks per stage (interleaved 1F1B when > 1)
+    expert_parallel: int = 1                   # ranks the routed experts are divided over
+    expert_tensor_parallel: int | None = None  # tensor parallelism inside each expert (None: tensor_parallel)
+    sequence_parallel: bool = False            # norm/dropout activations split over the tensor-parallel ranks
+    distributed_optimizer: bool = False        # fp32 main weights and optimizer states sharded over data parallel
+    recompute_method: Literal["uniform", "block"] = "uniform"   # Megatron full recompute (grad_checkpointing)
+    recompute_layers: int = 1                  # uniform: layers per checkpointed group; block: layers recomputed
     fsdp_full_state_dict: bool = False
     fsdp_keeps_block_grads: bool = False       # FSDP1 keeps every block's checkpointed input and its gradient to the end
                                                # of backward (frozen layer units under a reentrant checkpoint around
@@ -145,6 +166,10 @@ class ResolvedPlan(BaseModel):
     correction: float = 1.0                    # measured ÷ estimated allocated bytes from local traces/probes
                                                # of the same architecture (vramlens.calibration); 1 = none
     calibration: Calibration | None = None     # the record `correction` came from
+    # honesty: settings read that the estimate does not model, and every reason the figure is approximate (each
+    # unmodelled setting among them); every view shows these, none derives them again
+    unmodelled: tuple[Unmodelled, ...] = ()
+    approximate: tuple[str, ...] = ()
 
     def with_changes(self, **changes) -> "ResolvedPlan":
         return self.model_copy(update=changes)

@@ -27,6 +27,7 @@ CONTRACT = {
     "VL011": "warning", "VL012": "warning", "VL013": "error", "VL014": "error", "VL015": "warning",
     "VL016": "error", "VL017": "information", "VL018": "information", "VL019": "warning", "VL020": "warning",
     "VL021": "information", "VL022": "information", "VL023": "information",
+    "VL024": "warning",
 }
 
 

@@ -138,7 +138,9 @@ def _check_file(path: Path, explicit: bool, root: Path, args, cli_severity: dict
 def _drop_no_model_notice(analysis) -> None:
     """A partial config (a DeepSpeed JSON, an accelerate file) names no model: it is checked through the
     configs that use it, and only problems in its own text are reported."""
-    if analysis.plan is not None and analysis.plan.model_id is None:
+    from vramlens.resolve import NO_MODEL
+
+    if analysis.plan is not None and analysis.plan.model_id is None and analysis.error in (None, NO_MODEL):
         analysis.findings = [f for f in analysis.findings if f.rule_id != "VL017"]
 
 
@@ -170,8 +172,18 @@ def _summary(results: list[FileResult]) -> dict:
         for f in r.findings:
             counts[f.severity] = counts.get(f.severity, 0) + 1
     checked = sum(1 for r in results if r.skipped is None)
-    return {"files_checked": checked, "files_skipped": len(results) - checked, **counts,
+    approximate = sum(1 for r in results if r.skipped is None and any(
+        d.estimate is not None and d.estimate.is_approximate for d in _estimated(r.analysis)))
+    return {"files_checked": checked, "files_skipped": len(results) - checked, **counts, "approximate": approximate,
             "files_fixed": len({p for r in results for p in r.written})}    # a config and the JSON it names: 2
+
+
+def _estimated(analysis) -> list:
+    """The analyses with an estimate: each document of a multi-document file, or the file's own."""
+    if analysis is None:
+        return []
+    documents = getattr(analysis, "documents", None) or ()
+    return [d for d in documents if d.estimate is not None] if len(documents) > 1 else [analysis]
 
 
 def _estimate_line(analysis) -> str | None:
@@ -179,11 +191,13 @@ def _estimate_line(analysis) -> str | None:
     if est is None:
         return None
     rp = analysis.resolution.resolved
-    from vramlens.report import assumed_gpu_note
+    from vramlens.report import approximate_line, assumed_gpu_note, peak_mark
 
     verdict = "fits" if est.fits else "does NOT fit"
-    return (f"peak {est.device_bytes / 2**30:.1f} GiB of {est.usable_bytes / 2**30:.1f} GiB usable on "
-            f"{rp.gpu.name} — {verdict}{assumed_gpu_note(analysis.resolution)}")
+    approximate = approximate_line(est)
+    return (f"peak {peak_mark(est)}{est.device_bytes / 2**30:.1f} GiB of {est.usable_bytes / 2**30:.1f} GiB usable on "
+            f"{rp.gpu.name} — {verdict}{assumed_gpu_note(analysis.resolution)}"
+            + (f"\n  {approximate}" if approximate else ""))
 
 
 def _print_text(results: list[FileResult], verbose: bool) -> None:
@@ -222,6 +236,7 @@ def _print_text(results: list[FileResult], verbose: bool) -> None:
     s = _summary(results)
     print(f"{s['files_checked']} config(s) checked, {s['files_skipped']} skipped: {s['error']} error(s), "
           f"{s['warning']} warning(s), {s['information'] + s['hint']} note(s)"
+          + (f"; {s['approximate']} estimate(s) approximate" if s["approximate"] else "")
           + (f"; fixed {s['files_fixed']} file(s)" if s["files_fixed"] else ""), file=out)
 
 

@@ -31,6 +31,8 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     """Allocated bytes of each candidate phase, with the breakdown of each."""
     rp = C.as_loaded(rp)
     p = C.params(rp)
+    if rp.strategy == "megatron":
+        return _megatron_phases(rp, p)
     cp = max(rp.context_parallel, 1)
     seqs = rp.micro_batch * rp.sequences_per_example      # chosen + rejected: twice the sequences
     tok = seqs * (rp.seq_len // cp)
@@ -211,6 +213,21 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     return totals, phases, p, per_sample
 
 
+def _megatron_phases(rp: ResolvedPlan, p: C.Params):
+    """Megatron-core runs its own model, schedule and optimizer: the busiest pipeline rank by its formulas
+    (components.megatron_step)."""
+    phases = {name: {"quant_constants": 0, "adapters": 0, "buffers": 0, "optimizer_paged": 0, **parts}
+              for name, parts in C.megatron_step(rp).items()}
+    if rp.correction != 1.0:
+        for parts in phases.values():
+            for k in parts:
+                parts[k] = int(parts[k] * rp.correction)
+    totals = {name: sum(parts.values()) for name, parts in phases.items()}
+    fb = phases["forward-backward"]
+    per_sample = int((fb["activations"] + fb["logits"]) / max(rp.micro_batch, 1))
+    return totals, phases, p, per_sample
+
+
 def _other_models(rp: ResolvedPlan, p: C.Params) -> dict[str, int]:
     """Resident models besides the policy: the reference copy, reward and value models, the teacher, vLLM's pool."""
     out = {}
@@ -290,7 +307,8 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
         headroom_bytes=usable - device, max_micro_batch=max_b, max_seq_len=max_s,
         params_total=p.total, params_trainable=p.trainable, activation_bytes_per_sample=per_sample,
         headroom_fraction=rp.headroom, objective=rp.objective, throughput=throughput(rp),
-        calibration=rp.calibration if rp.correction != 1.0 else None, assumptions=tuple(assumptions))
+        calibration=rp.calibration if rp.correction != 1.0 else None, assumptions=tuple(assumptions),
+        unmodelled=rp.unmodelled, approximate=rp.approximate)
 
 
 def _largest(fits, lo: int, hi: int) -> int | None:

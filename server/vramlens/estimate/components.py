@@ -38,11 +38,22 @@ def quantized_bytes_per_param(rp: ResolvedPlan) -> tuple[float, float]:
     """(packed bytes, constants bytes) per quantized parameter. bitsandbytes NF4/FP4: 4 bits, blocksize 64,
     absmax fp32 per block, or with double quantization uint8 absmax + fp32 per 256 blocks (QLoRA, arXiv:2305.14314 §2;
     `quantize_4bit` in bitsandbytes/functional.py);
-    LLM.int8: 1 byte + fp32 row scale (negligible)."""
+    LLM.int8: 1 byte + fp32 row scale (negligible).
+    Pre-quantized GPTQ/AWQ checkpoints as stored: 4-bit weights packed into int32, and per group of GPTQ_GROUP input
+    rows of each output column an fp16 scale and a 4-bit zero point packed into int32 — AutoAWQ 0.2
+    awq/modules/linear/gemm.py `WQLinear_GEMM` (qweight, qzeros, scales), AutoGPTQ 0.7
+    auto_gptq/nn_modules/qlinear/qlinear_cuda.py `QuantLinear` (the same, plus an int32 `g_idx` per input row,
+    4 / out_features bytes per parameter: left out)."""
+    if rp.quant_bits == 4 and rp.quant_type in ("gptq", "awq"):
+        return 0.5, (2 + 0.5) / GPTQ_GROUP
     if rp.quant_bits == 4:
         consts = (1 / 64 + 4 / (64 * 256)) if rp.quant_double else 4 / 64
         return 0.5, consts
     return 1.0, 0.0
+
+
+# AutoGPTQ `BaseQuantizeConfig.group_size` and AutoAWQ `q_group_size` default: 128 (the published checkpoints' usual)
+GPTQ_GROUP = 128
 
 
 def params(rp: ResolvedPlan) -> Params:
@@ -288,8 +299,9 @@ def shard_factor(rp: ResolvedPlan, what: str) -> float:
     weights over its ranks (and with them their gradients and optimizer state: Megatron-LM's column- and row-parallel
     linears and vocabulary-parallel embedding; torch's `parallelize_module` with a model's plan, e.g. torchtune 0.6.1
     models/llama3/_parallelism.py `base_llama_tp_plan`, embeddings and output included; the norms it leaves whole
-    are not counted apart), then ZeRO/FSDP shard what each rank holds over the data-parallel ranks."""
-    return zero_shard_factor(rp, what) / max(rp.tensor_parallel, 1)
+    are not counted apart), then ZeRO/FSDP shard what each rank holds over the data-parallel ranks. A pipeline rank
+    holds its stage's share (`pipeline_stage_share`)."""
+    return zero_shard_factor(rp, what) * pipeline_stage_share(rp) / max(rp.tensor_parallel, 1)
 
 
 def zero_shard_factor(rp: ResolvedPlan, what: str) -> float:
@@ -1958,3 +1970,218 @@ def _value_state(rp: ResolvedPlan, n: int) -> int:
     opt = rp.optimizer
     state_b = opt.state_bytes if opt.state_bytes is not None else DTYPE_BYTES[rp.weight_dtype]
     return int(n * opt.states * state_b * shard_factor(rp, "optimizer"))
+
+
+# --- parallel layouts: pipeline stages, expert parallelism, Megatron-core ---------------------------------------
+# Megatron-LM 00caa53a megatron/training/theoretical_memory_usage.py (`compute_weight_and_optimizer_memory`,
+# `compute_activation_memory`, `compute_activation_memory_without_sp`) and Korthikanti et al. 2022, "Reducing
+# Activation Recomputation in Large Transformer Models" (arXiv:2205.05198, Table 2 and §4-5), generalised to grouped
+# K/V, gated MLPs and routed experts; tests/estimate/test_megatron_layouts.py re-implements that file and checks the
+# two agree on the layouts it covers.
+
+MEGATRON_EMBED_INPUT_BYTES = 8    # int64 token ids of a micro-batch held by the first stage (theoretical_memory_usage)
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """One pipeline rank: what it holds of the model and how many micro-batches' activations are in flight."""
+
+    name: str                  # "first", "last" or "only"
+    dense_params: int          # non-expert parameters on this rank, before tensor parallelism
+    expert_params: int         # routed-expert parameters on this rank, before expert parallelism
+    layers: int                # decoder layers on this rank
+    in_flight: float           # micro-batches whose activations it holds at once (1F1B / interleaved)
+    embedding: bool
+    head: bool
+
+
+def stage_layers(rp: ResolvedPlan) -> int:
+    """Decoder layers on one pipeline rank: an even split (Megatron-core requires layers divisible by PP unless the
+    first/last stage are sized apart, `--decoder-first-pipeline-num-layers`)."""
+    return math.ceil(rp.arch.layers / max(rp.pipeline_parallel, 1))
+
+
+def in_flight_microbatches(rp: ResolvedPlan, rank: int) -> float:
+    """Micro-batches whose activations pipeline rank `rank` holds at its peak. 1F1B (megatron/core/pipeline_parallel/
+    schedules.py `forward_backward_pipelining_without_interleaving`: `num_warmup_microbatches = pp - rank - 1`, then one
+    more forward before the first backward): min(M, pp − rank). Interleaved with V chunks per rank
+    (`forward_backward_pipelining_with_interleaving`: `(pp - rank - 1) * 2 + (V - 1) * pp` warm-up chunk forwards + 1),
+    each chunk 1/V of the rank's layers; for rank 0 that is pp·(1 + (pp − 1)/(pp·V)), theoretical_memory_usage's
+    `interleaved_schedule_memory_penalty`. M = micro-batches per step (gradient accumulation)."""
+    pp = max(rp.pipeline_parallel, 1)
+    m = max(rp.grad_accum, 1)
+    if pp == 1:
+        return 1.0
+    v = max(rp.virtual_pipeline, 1)
+    if v == 1:
+        return float(min(m, pp - rank))
+    chunks = min(m * v, (pp - rank - 1) * 2 + (v - 1) * pp + 1)
+    return chunks / v
+
+
+def stages(rp: ResolvedPlan) -> list[Stage]:
+    """The first and the last pipeline rank (the middle ones hold less than the first: the same layers, fewer
+    micro-batches in flight, no embedding). The first holds the word embeddings, the last the output layer and the
+    final norm; with tied embeddings the last keeps its own copy of the embedding for the output layer
+    (megatron/core/models/common/language_module/language_module.py `setup_embeddings_and_output_layer`)."""
+    s = shapes(rp.arch)
+    arch = rp.arch
+    expert_total = sum(l.params for l in s.linears if l.expert)
+    per_layer_dense = (s.total - s.embed_params - s.lm_head_params - expert_total) / max(arch.layers, 1)
+    per_layer_expert = expert_total / max(arch.layers - arch.dense_layers, 1) if expert_total else 0
+    pp = max(rp.pipeline_parallel, 1)
+    n = stage_layers(rp)
+    scalar = rp.scalar_head
+    head = 0 if scalar else s.embed_params if arch.tied_embeddings else s.lm_head_params
+    moe_first = min(max(n - arch.dense_layers, 0), n) if expert_total else 0
+    moe_last = min(n, arch.layers - arch.dense_layers) if expert_total else 0
+    first = Stage("only" if pp == 1 else "first", int(n * per_layer_dense + s.embed_params
+                                                        + (s.lm_head_params if pp == 1 and not scalar else 0)),
+                  int(moe_first * per_layer_expert), n, in_flight_microbatches(rp, 0), True, pp == 1)
+    if pp == 1:
+        return [first]
+    last = Stage("last", int(n * per_layer_dense + head), int(moe_last * per_layer_expert), n,
+                 in_flight_microbatches(rp, pp - 1), False, True)
+    return [first, last]
+
+
+def pipeline_stage_share(rp: ResolvedPlan) -> float:
+    """The busiest pipeline rank's share of the model's parameters (1 without pipeline parallelism)."""
+    if rp.pipeline_parallel <= 1:
+        return 1.0
+    total = max(shapes(rp.arch).total, 1)
+    return min(max(st.dense_params + st.expert_params for st in stages(rp)) / total, 1.0)
+
+
+def expert_tp(rp: ResolvedPlan) -> int:
+    return max(rp.expert_tensor_parallel or rp.tensor_parallel, 1)
+
+
+def megatron_dp(rp: ResolvedPlan) -> tuple[int, int]:
+    """(ranks the dense weights' optimizer state is sharded over, ranks the experts' is): the distributed optimizer
+    shards over the data-parallel group with context parallelism folded in (megatron/core/parallel_state.py
+    `get_data_parallel_group(with_context_parallel=True)`) and the experts' over the expert data-parallel group,
+    world ÷ (expert TP × EP × PP) (`get_expert_data_parallel_group`)."""
+    dp = max(rp.world_size, 1) * max(rp.context_parallel, 1)
+    world = dp * max(rp.tensor_parallel, 1) * max(rp.pipeline_parallel, 1)
+    edp = max(world // (expert_tp(rp) * max(rp.expert_parallel, 1) * max(rp.pipeline_parallel, 1)), 1)
+    return dp, edp
+
+
+def megatron_state_bytes(rp: ResolvedPlan, st: Stage) -> tuple[int, int, int]:
+    """(weights, gradients, optimizer state) of a pipeline rank under Megatron-core. 16-bit weights with fp32 gradient
+    buffers (Megatron-LM megatron/training/arguments.py: bf16 turns on `accumulate_allreduce_grads_in_fp32`; the
+    buffers of megatron/core/distributed/param_and_grad_buffer.py stay allocated through the step) and an fp32 main
+    copy + Adam's two fp32 states in the optimizer: 18 bytes per parameter, or 6 + 12/DP with the distributed
+    optimizer (theoretical_memory_usage `num_bytes_per_parameter`). fp32 training keeps no main copy. Adapters
+    (LoRA through Megatron-SWIFT) train alone over frozen 16-bit weights."""
+    tp = max(rp.tensor_parallel, 1)
+    dense = st.dense_params / tp
+    experts = st.expert_params / (expert_tp(rp) * max(rp.expert_parallel, 1))
+    wb = DTYPE_BYTES[rp.weight_dtype]
+    weights = (dense + experts) * wb
+    opt = rp.optimizer
+    per_state = 4 * opt.states + (4 if wb < 4 else 0)          # fp32 states (+ the fp32 main weights)
+    dp, edp = megatron_dp(rp) if rp.distributed_optimizer else (1, 1)
+    if rp.peft != "none":
+        share = (dense + experts) / max(shapes(rp.arch).total, 1)
+        trained = params(rp).trainable * share
+        weights += trained * (4 if rp.adapter_fp32 else wb)
+        return int(weights), int(trained * 4), int(trained * per_state / dp)
+    grads = (dense + experts) * 4
+    return int(weights), int(grads), int(dense * per_state / dp + experts * per_state / edp)
+
+
+def megatron_layer_per_token(rp: ResolvedPlan, moe: bool) -> tuple[float, float]:
+    """Bytes one layer saves per token of a micro-batch, as (split over the tensor-parallel ranks, replicated over them
+    unless sequence parallelism splits it too). Korthikanti et al. Table 2 counts a GPT layer as
+    sbh(10 + 24/t) without sequence parallelism and 34·sbh/t with it: the two norms' inputs (4h), the QKV and MLP
+    inputs (2h each) and the two 1-byte dropout masks (2h) are replicated; Q, K, V and the attention output (8h),
+    the MLP's first projection output and its activation (16h at ffn = 4h) are split (theoretical_memory_usage:
+    `18 + 4 * ffn / h` with SP). Grouped K/V and a gated MLP (twice as wide a first projection) are counted at their
+    widths; attention scores are not stored (Megatron-core's fused/flash attention keeps only its output and
+    softmax statistics). A routed-expert layer keeps, per token and chosen expert, the permuted input and the
+    unpermuted output (2h each) with the experts' first projection and activation, and the router's fp32 logits."""
+    arch = rp.arch
+    h = arch.hidden
+    replicated = 4 * h + 2 * h + 2 * h + 2 * h
+    attention = 2 * arch.q_dim + 2 * arch.kv_dim + 2 * arch.kv_dim + 2 * arch.q_dim
+    gated = arch.mlp in ("swiglu", "geglu")
+
+    def inner(width: int) -> float:
+        return (6 if gated else 4) * width
+
+    if not moe:
+        return attention + inner(arch.intermediate), replicated
+    f = arch.moe_intermediate or arch.intermediate
+    k = max(arch.experts_per_token, 1)
+    per_expert = k * (2 * h + inner(f) / expert_tp(rp) * max(rp.tensor_parallel, 1) + 2 * h)
+    shared = arch.shared_experts * inner(arch.shared_expert_intermediate or f)
+    return attention + shared + per_expert, replicated + 4 * arch.num_experts
+
+
+def megatron_activations(rp: ResolvedPlan, st: Stage) -> tuple[int, int]:
+    """(activations held, MoE all-to-all buffers) on a pipeline rank at its peak: every micro-batch in flight keeps
+    the saved activations of the rank's layers (full recompute: their checkpointed inputs, plus one group recomputed
+    in the backward), the first rank also its embedding's input ids and dropout mask. Tokens per micro-batch are
+    divided by context parallelism."""
+    tp = max(rp.tensor_parallel, 1)
+    sp = tp if rp.sequence_parallel else 1
+    h = rp.arch.hidden
+    tokens = rp.micro_batch * rp.sequences_per_example * (rp.seq_len // max(rp.context_parallel, 1))
+    moe_layers = min(st.layers, max(rp.arch.layers - rp.arch.dense_layers, 0)) if rp.arch.num_experts else 0
+    split_d, repl_d = megatron_layer_per_token(rp, moe=False)
+    split_m, repl_m = megatron_layer_per_token(rp, moe=True) if moe_layers else (0.0, 0.0)
+    dense_layer = split_d / tp + repl_d / sp
+    moe_layer = split_m / tp + repl_m / sp
+    full = (st.layers - moe_layers) * dense_layer + moe_layers * moe_layer
+    biggest = max(dense_layer, moe_layer)
+    if rp.grad_checkpointing:
+        ckpt = 2 * h / sp                             # a recomputed layer keeps only its input (Korthikanti: 2sbh)
+        n = max(min(rp.recompute_layers, st.layers), 1)
+        if rp.recompute_method == "block":
+            # the first n layers of each chunk recomputed, the rest keep everything (transformer_block.py `_checkpointed_forward`)
+            per_mb = n * ckpt + full * (st.layers - n) / max(st.layers, 1)
+            working = biggest
+        else:
+            per_mb = math.ceil(st.layers / n) * ckpt
+            working = n * biggest                         # one group of n layers recomputed for one micro-batch
+    else:
+        per_mb, working = full, 0.0
+    if st.embedding:
+        per_mb += (MEGATRON_EMBED_INPUT_BYTES + h) / sp
+    a2a = 0
+    if moe_layers:
+        # the token dispatcher's all-to-all: a micro-batch's chosen-expert tokens sent and received for one layer
+        # (megatron/core/transformer/moe/token_dispatcher.py `MoEAlltoAllTokenDispatcher`)
+        a2a = int(2 * max(rp.arch.experts_per_token, 1) * 2 * h * tokens / tp)
+    return int(tokens * (per_mb * st.in_flight + working)), a2a
+
+
+def megatron_head_per_token(rp: ResolvedPlan) -> float:
+    """The output layer and the loss on the last rank: the final norm's and the output projection's inputs and the
+    fp32 logits, 4sbh/t·(1 + V/h) (Korthikanti et al. §4.4; theoretical_memory_usage with PP = 1)."""
+    if rp.scalar_head:
+        return 0.0
+    tp = max(rp.tensor_parallel, 1)
+    sp = tp if rp.sequence_parallel else 1
+    return 4 * rp.arch.hidden / sp + 4 * rp.arch.vocab / tp
+
+
+def megatron_step(rp: ResolvedPlan) -> dict[str, dict[str, int]]:
+    """The phases of one Megatron-core step on its busiest pipeline rank, by component. Gradient buffers and
+    optimizer state are resident through the step, so the forward-backward is the peak; the optimizer step (fused
+    Adam, in place) adds nothing."""
+    best: dict[str, dict[str, int]] | None = None
+    for st in stages(rp):
+        w, g, o = megatron_state_bytes(rp, st)
+        acts, a2a = megatron_activations(rp, st)
+        tokens = rp.micro_batch * rp.sequences_per_example * (rp.seq_len // max(rp.context_parallel, 1))
+        logits = int(tokens * megatron_head_per_token(rp)) if st.head else 0
+        fb = {"weights": w, "gradients": g, "optimizer": o, "activations": acts, "logits": logits,
+              "temporaries": a2a}
+        if best is None or sum(fb.values()) > sum(best["forward-backward"].values()):
+            best = {"forward-backward": fb,
+                    "optimizer-step": {"weights": w, "gradients": g, "optimizer": o, "activations": 0, "logits": 0,
+                                       "temporaries": 0}}
+    return best

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from vramlens.plan import Unmodelled
 from vramlens.resolved import Calibration
 from vramlens.settings import DEFAULT_HEADROOM
 
@@ -80,9 +81,15 @@ class Estimate(BaseModel):
     objective: str = "sft"             # what the step optimises (ResolvedPlan.objective)
     throughput: Throughput | None = None   # speed of the step; None when the GPU's speed is not known
     calibration: Calibration | None = None  # the local trace/probe that scaled this estimate; None: the formulas alone
+    unmodelled: tuple[Unmodelled, ...] = ()  # settings read that the estimate does not model (ResolvedPlan.unmodelled)
+    approximate: tuple[str, ...] = ()       # why the figure is approximate (ResolvedPlan.approximate and the trace's)
 
     def gib(self, name: str) -> float:
         return getattr(self, name) / GIB
+
+    @property
+    def is_approximate(self) -> bool:
+        return bool(self.approximate)
 
     @property
     def tight(self) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from vramlens.formats import (accelerate, axolotl, custom, deepspeed, hf, hints, litgpt, llamafactory, neox,
-                              openinstruct, purpose, torchtune)
+                              nemo_automodel, openinstruct, purpose, torchtune, verl)
 from vramlens.formats.settings import PlanBuilder, Setting
 from vramlens.formats.yaml_doc import YamlError, load_yaml
 from vramlens.plan import IssueKind, ParseIssue, Severity, Span, TrainingPlan
@@ -67,7 +67,9 @@ def _ds_apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx: ParseCont
 # Registered YAML/JSON dialects, most specific first (ties go to the earlier entry).
 YAML_DIALECTS: list[YamlDialect] = [
     YamlDialect("torchtune", "torchtune", torchtune.detect, torchtune.apply),
+    YamlDialect("verl", "verl", verl.detect, verl.apply),
     YamlDialect("gpt-neox", "custom", neox.detect, neox.apply),
+    YamlDialect("nemo-automodel", "transformers", nemo_automodel.detect, nemo_automodel.apply),
     YamlDialect("accelerate", "transformers", accelerate.detect, accelerate.apply),
     YamlDialect("llamafactory", "llamafactory", llamafactory.detect, llamafactory.apply),
     YamlDialect("llamafactory-v1", "llamafactory", llamafactory.detect_v1, llamafactory.apply_v1),
@@ -244,9 +246,10 @@ def span_of_file_start(path: str) -> Span:
 
 
 # Python, shell and Markdown readers (imported last: they call parse_document for referenced configs).
-from vramlens.formats import markdown, notebook, python_calls, shell  # noqa: E402
+from vramlens.formats import markdown, notebook, python_calls, shell, torchtitan  # noqa: E402
 
 TEXT_PARSERS[".py"] = python_calls.parse_python
 TEXT_PARSERS[".sh"] = TEXT_PARSERS[".bash"] = shell.parse_shell
 TEXT_PARSERS[".md"] = markdown.parse_markdown
 TEXT_PARSERS[".ipynb"] = notebook.parse_notebook
+TEXT_PARSERS[".toml"] = torchtitan.parse_toml

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from vramlens.formats import hf
-from vramlens.formats.settings import PlanBuilder, Setting, to_bool
+from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
 from vramlens.plan import IssueKind, Severity
 
 ACCELERATE_KEYS = frozenset({
@@ -153,6 +153,11 @@ def _parallelism_entry(b: PlanBuilder, e: Setting) -> None:
                       note="sequence parallelism splits the sequence like context parallelism" if k == "sp_size" else None)
     elif k in ("dp_shard_size", "dp_replicate_size", "sp_backend", "sp_attn_implementation"):
         b.remember(e)
+        if k == "dp_shard_size" and (to_int(e.value) or 0) > 1:
+            # accelerate ParallelismConfig: FSDP shards over dp_shard_size ranks and replicates over
+            # dp_replicate_size groups (HSDP), so each rank keeps world ÷ dp_shard_size more than full sharding
+            b.unmodelled(e, "HSDP (sharding within groups of dp_shard_size ranks)",
+                         "estimated as sharded over every process")
 
 
 def _megatron_entry(b: PlanBuilder, e: Setting) -> None:

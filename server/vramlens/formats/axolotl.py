@@ -242,6 +242,21 @@ REMEMBER = {"tf32", "pad_to_sequence_len", "eval_sample_packing", "rl", "tiled_m
             "processor_type", "image_size", "image_resize_algorithm"}
 
 
+# Switches axolotl reads that change activation memory or speed and that the estimate has no formula for
+# (axolotl/utils/schemas/config.py, axolotl 0.12): key → (what it is, how the estimate treats it).
+NOT_MODELLED = {
+    "tiled_mlp": ("TiledMLP, the MLP run over sequence tiles", "estimated with the whole sequence through the MLP"),
+    "lora_mlp_kernel": ("axolotl's fused LoRA MLP kernel", "estimated as PEFT's LoRA layers"),
+    "lora_qkv_kernel": ("axolotl's fused LoRA QKV kernel", "estimated as PEFT's LoRA layers"),
+    "lora_o_kernel": ("axolotl's fused LoRA output kernel", "estimated as PEFT's LoRA layers"),
+    "liger_rms_norm": ("Liger's RMSNorm kernel", "estimated as transformers' RMSNorm"),
+    "liger_glu_activation": ("Liger's SwiGLU kernel", "estimated as transformers' MLP"),
+    "liger_rope": ("Liger's RoPE kernel", "estimated as transformers' rotary embedding"),
+    "liger_layer_norm": ("Liger's LayerNorm kernel", "estimated as PyTorch's LayerNorm"),
+    "use_kernels": ("kernels from the Hugging Face kernels hub", "estimated with transformers' own layers"),
+}
+
+
 def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
     top = [s for s in settings if len(s.path) == 1]
     nested = hf.nested_index(settings)
@@ -260,6 +275,8 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
             hf._ckpt_kwargs(b, s, nested)
         elif s.key in REMEMBER:
             b.remember(s)
+        if s.key in NOT_MODELLED and to_bool(s.value):
+            b.unmodelled(s, *NOT_MODELLED[s.key])
     _legacy_attention(b, top)
     if b.plan.peft_method is None and b.plan.quant_bits is not None:
         # load_in_4bit without `adapter` — axolotl refuses to train quantized weights in full

@@ -103,6 +103,21 @@ def _kept(b: PlanBuilder, key: "Key", s: Setting, note: str | None) -> None:
     b.remember(s)
 
 
+def _not_modelled(what: str, consequence: str, when=lambda v: to_bool(v) is True) -> "Reader":
+    """A key the estimate has no formula for: kept for hovers and, when `when` holds for its value, named as not
+    modelled in every view."""
+    def read(b: PlanBuilder, key: "Key", s: Setting, note: str | None) -> None:
+        b.remember(s)
+        if when(s.value):
+            b.unmodelled(s, what, consequence, key=".".join(key.path))
+    return read
+
+
+def _explicit_size(v) -> bool:
+    """A bucket or parameter count written as a number (not "auto", which transformers sizes from the model)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+
+
 @dataclass(frozen=True)
 class Key:
     """One DeepSpeed key: where it is written, the plan concept it carries, how its value is read. The parser
@@ -131,9 +146,25 @@ KEYS: tuple[Key, ...] = (
     Key(("optimizer", "type"), "optimizer", _optimizer_type),
     *(Key(path, None, _kept) for path in (
         ("activation_checkpointing", "partition_activations"), ("activation_checkpointing", "cpu_checkpointing"),
-        ("zero_optimization", "stage3_max_live_parameters"), ("zero_optimization", "overlap_comm"),
-        ("zero_optimization", "reduce_bucket_size"), ("zero_optimization", "allgather_bucket_size"),
-        ("zero_optimization", "sub_group_size"), ("zero_optimization", "stage3_prefetch_bucket_size"))),
+        ("zero_optimization", "overlap_comm"), ("zero_optimization", "sub_group_size"))),
+    # explicit sizes of ZeRO's communication buffers: the estimate sizes them as transformers' "auto" does
+    # (components.zero_buffers); DeepSpeed's own default is 5e8 elements (deepspeed/runtime/zero/config.py)
+    *(Key(("zero_optimization", name), None,
+          _not_modelled(f"ZeRO {what} of an explicit size", "estimated at the size transformers gives `auto`",
+                        _explicit_size))
+      for name, what in (("reduce_bucket_size", "reduce bucket"), ("allgather_bucket_size", "all-gather bucket"),
+                         ("stage3_prefetch_bucket_size", "stage-3 prefetch bucket"),
+                         ("stage3_max_live_parameters", "stage-3 live-parameter limit"))),
+    # ZeRO++ (https://www.deepspeed.ai/tutorials/zeropp/): quantized weight/gradient communication and a secondary
+    # weight partition per node (hpZ), which keeps more of the weights on each GPU
+    Key(("zero_optimization", "zero_quantized_weights"), None,
+        _not_modelled("ZeRO++ quantized weight communication", "estimated as plain ZeRO")),
+    Key(("zero_optimization", "zero_quantized_gradients"), None,
+        _not_modelled("ZeRO++ quantized gradient communication", "estimated as plain ZeRO")),
+    Key(("zero_optimization", "zero_hpz_partition_size"), None,
+        _not_modelled("ZeRO++ hierarchical weight partition, a secondary copy per node",
+                      "estimated as plain ZeRO-3 with no secondary partition",
+                      lambda v: _explicit_size(v) and v > 1)),
 )
 BY_PATH: dict[tuple[str, ...], Key] = {p: k for k in KEYS for p in (k.path, *k.spellings)}
 # What the top-level sections hold (the JSON Schema's descriptions).

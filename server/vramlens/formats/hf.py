@@ -374,6 +374,10 @@ def _ckpt_kwargs(b: PlanBuilder, s: Setting, nested=None) -> None:
 def _liger(b: PlanBuilder, s: Setting) -> None:
     if to_bool(s.value):
         b.set("loss_impl", "fused", s, note="Liger fused linear cross-entropy")
+        # transformers trainer.py (`use_liger_kernel`): `_apply_liger_kernel_to_instance` also swaps RMSNorm, RoPE
+        # and SwiGLU for Liger's kernels (liger_kernel/transformers/monkey_patch.py), which save other activations
+        b.unmodelled(s, "Liger's RMSNorm, RoPE and SwiGLU kernels",
+                     "estimated with its fused linear cross-entropy only, the other layers as transformers' own")
 
 
 def _loss_type(b: PlanBuilder, s: Setting) -> None:

@@ -39,7 +39,9 @@ OPENRLHF_ACTOR = "openrlhf/models/actor.py (OpenRLHF 01b8a23d)"
 PEFT_EXAMPLE = "PEFT examples/sft/utils.py (93288afb)"
 
 _OPENRLHF_MODULE = re.compile(r"openrlhf[./]cli[./](\w+)")
-_SWIFT_SCRIPT = re.compile(r"(?:^|/)swift/cli/(sft|pt|rlhf)\.py$")
+# ms-swift 1.x/2.x's example entry points examples/pytorch/llm/llm_sft.py and llm_dpo.py (v1.7.3: `from swift.llm import
+# sft_main; sft_main()`), run as `python llm_sft.py --model_type …` from its example scripts
+_SWIFT_SCRIPT = re.compile(r"(?:^|/)(?:swift/cli/(sft|pt|rlhf)|llm_(sft|dpo))\.py$")
 _SWIFT_MODULE = re.compile(r"swift\.cli\.(sft|pt|rlhf)$")
 
 
@@ -50,7 +52,8 @@ def program(script: str, module: bool) -> tuple[str, str] | None:
         return "openrlhf", m.group(1)
     m = (_SWIFT_MODULE if module else _SWIFT_SCRIPT).search(script)
     if m:
-        return "swift", m.group(1)
+        sub = m.group(1) or m.group(m.re.groups)
+        return "swift", "rlhf" if sub == "dpo" else sub
     return None
 
 
@@ -143,6 +146,74 @@ def _via(name: str) -> Callable[[PlanBuilder, Setting], None]:
     return lambda b, s: hf.HANDLERS[name](b, s)
 
 
+# OpenRLHF from v0.10.2 (commit ed62d0e2 "dotted config hierarchy", in every release since) spells its flags in
+# dotted sections; `openrlhf/utils/config.py` `hierarchize` turns them into nested namespaces. The flags that matter to
+# memory, as the v0.11.0 parsers define them (openrlhf/cli/train_sft.py, train_dpo.py, train_rm.py, train_ppo_ray.py
+# at 3c3be623), each with the flat flag it replaced (the example scripts' rename in ed62d0e2), so both spellings go
+# through the same handlers.
+OPENRLHF_DOTTED: dict[str, str] = {
+    "model.model_name_or_path": "pretrain", "actor.model_name_or_path": "pretrain",
+    "reward.model_name_or_path": "reward_pretrain", "critic.model_name_or_path": "critic_pretrain",
+    "train.micro_batch_size": "micro_train_batch_size", "train.batch_size": "train_batch_size",
+    "rollout.micro_batch_size": "micro_rollout_batch_size", "rollout.batch_size": "rollout_batch_size",
+    "rollout.n_samples_per_prompt": "n_samples_per_prompt", "rollout.max_new_tokens": "max_new_tokens",
+    "data.max_len": "max_len",
+    "ds.zero_stage": "zero_stage", "ds.param_dtype": "param_dtype", "ds.attn_implementation": "attn_implementation",
+    "ds.adam_offload": "adam_offload", "ds.load_in_4bit": "load_in_4bit", "ds.packing_samples": "packing_samples",
+    "ds.ring_attn_size": "ring_attn_size", "ds.use_liger_kernel": "use_liger_kernel",
+    "ds.tensor_parallel_size": "ds_tensor_parallel_size", "ds.deepcompile": "deepcompile", "ds.zpg": "zpg",
+    "ds.grad_accum_dtype": "grad_accum_dtype",
+    "ds.lora.rank": "lora_rank", "ds.lora.alpha": "lora_alpha", "ds.lora.dropout": "lora_dropout",
+    "ds.lora.target_modules": "target_modules",
+    "model.gradient_checkpointing_enable": "gradient_checkpointing",
+    "actor.gradient_checkpointing_enable": "gradient_checkpointing",
+    "model.gradient_checkpointing_reentrant": "gradient_checkpointing_use_reentrant",
+    "actor.gradient_checkpointing_reentrant": "gradient_checkpointing_use_reentrant",
+    "actor.num_gpus_per_node": "actor_num_gpus_per_node",
+    "vllm.num_engines": "vllm_num_engines", "vllm.gpu_memory_utilization": "vllm_gpu_memory_utilization",
+    "vllm.enable_sleep": "vllm_enable_sleep", "ds.enable_sleep": "deepspeed_enable_sleep",
+    "train.colocate_all": "colocate_all_models", "train.colocate_actor_ref": "colocate_actor_ref",
+    "train.colocate_critic_reward": "colocate_critic_reward", "ref.offload": "ref_offload",
+    "train.dynamic_batch_enable": "use_dynamic_batch", "train.max_tokens_per_gpu": "train_max_tokens_per_gpu",
+}
+
+
+def openrlhf_flag(name: str) -> str:
+    """The flat flag name an OpenRLHF flag stands for (dotted flags of v0.10.2+ → the flags they replaced)."""
+    return OPENRLHF_DOTTED.get(name, name)
+
+
+def _reentrant_gc(b: PlanBuilder, s: Setting) -> None:
+    if to_bool(s.value):
+        b.set("ckpt_reentrant", True, s)
+
+
+def _optim(b: PlanBuilder, s: Setting) -> None:
+    # v0.10.2+ `--optim adam|muon` (train_sft.py): DeepSpeed's Muon keeps one momentum buffer for the 2-D weights
+    v = str(s.value).strip().lower()
+    if v == "muon":
+        b.set("optimizer", "muon", s)
+    elif v != "adam":
+        b.unknown(s, "optimizer", ("adam", "muon"))
+
+
+def _ds_tensor_parallel(b: PlanBuilder, s: Setting) -> None:
+    n = to_int(s.value)
+    if n is not None and n > 1:
+        b.unmodelled(s, "DeepSpeed AutoTP tensor parallelism", "estimated without tensor parallelism (each GPU holds "
+                     "whole layers)")
+
+
+def _not_default(what: str, consequence: str, default=False) -> Callable[[PlanBuilder, Setting], None]:
+    """A flag that changes memory or speed in a way the estimate does not model, recorded when it is not at its
+    default."""
+    def handler(b: PlanBuilder, s: Setting) -> None:
+        v = to_bool(s.value) if isinstance(default, bool) else to_int(s.value)
+        if v is not None and v != default:
+            b.unmodelled(s, what, consequence)
+    return handler
+
+
 OPENRLHF_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     "pretrain": _via("model_name_or_path"),
     "micro_train_batch_size": _micro, "train_batch_size": _global, "max_len": _seq,
@@ -153,20 +224,70 @@ OPENRLHF_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     "target_modules": _via("lora_target_modules"), "load_in_4bit": _load_in_4bit,
     "packing_samples": _packing, "ring_attn_size": _ring, "use_liger_kernel": _via("use_liger_kernel"),
     "actor_num_gpus_per_node": _actor_gpus,
+    "gradient_checkpointing_use_reentrant": _reentrant_gc, "optim": _optim,
+    "ds_tensor_parallel_size": _ds_tensor_parallel,
+    "deepcompile": _not_default("DeepSpeed DeepCompile", "estimated as eager DeepSpeed"),
+    "zpg": _not_default("ZeRO++ hierarchical partitioning (`zpg`)", "estimated with plain ZeRO partitions", 1),
+    "grad_accum_dtype": lambda b, s: b.unmodelled(s, "DeepSpeed gradient accumulation dtype",
+                                                  "estimated with the default accumulation dtype")
+    if s.value not in (None, True, "") else None,
+    "use_dynamic_batch": _not_default("dynamic batching by tokens (`max_tokens_per_gpu`)",
+                                      "estimated at micro-batch × max length"),
+    "vllm_enable_sleep": _not_default("vLLM sleep mode (its weights and KV cache released while the actor trains)",
+                                      "estimated with vLLM's share held during the training step"),
 }
 
 
-def openrlhf_defaults(b: PlanBuilder) -> None:
-    """What OpenRLHF's training entry points do when a flag is absent (beyond knowledge.frameworks' table)."""
+OPENRLHF_DOTTED_CLI = "openrlhf/cli/train_sft.py (OpenRLHF v0.11.0, 3c3be623)"
+OPENRLHF_PARAM_DTYPE_CLI = "openrlhf/cli/train_sft.py (OpenRLHF v0.9.2–v0.10.1, 33f9d72f)"
+
+
+def openrlhf_release(written: set[str]) -> str | None:
+    """Which generation of OpenRLHF's command line the flags as written belong to: "dotted" (v0.10.2+),
+    "param_dtype" (v0.9.2–v0.10.1: `--param_dtype`, default bf16, and `--attn_implementation`, default
+    flash_attention_2, replaced `--bf16` and `--flash_attn`), or None (the older `--bf16`/`--flash_attn` CLI, or no
+    flag that tells)."""
+    if any("." in n for n in written):
+        return "dotted"
+    if "param_dtype" in written:
+        return "param_dtype"
+    return None
+
+
+def openrlhf_defaults(b: PlanBuilder, written: set[str] = frozenset(), module: str | None = None) -> None:
+    """What OpenRLHF's training entry points do when a flag is absent (beyond knowledge.frameworks' table), for the
+    release its flags (`written`, as spelled) belong to and the entry point (`train_sft`, `train_ppo_ray`, …)."""
     plan = b.plan
+    release = openrlhf_release(written)
+    if release is not None:
+        # `--ds.param_dtype`/`--param_dtype` default "bf16": the model loads in it and DeepSpeed runs bf16
+        # (openrlhf/models/actor.py `torch_dtype = convert_to_torch_dtype(param_dtype)`, utils/deepspeed/
+        # deepspeed_utils.py `"bf16": {"enabled": param_dtype == "bf16"}`); attention default flash_attention_2
+        src = OPENRLHF_DOTTED_CLI if release == "dotted" else OPENRLHF_PARAM_DTYPE_CLI
+        flag = "--ds." if release == "dotted" else "--"
+        for concept, value, what in (("amp_dtype", "bf16", f"`{flag}param_dtype` bf16"),
+                                     ("weight_dtype", "bf16", f"`{flag}param_dtype` bf16: the model loads in bf16"),
+                                     ("attn_impl", "flash_attention_2", f"`{flag}attn_implementation` flash_attention_2")):
+            if getattr(plan, concept) is None:
+                b.set(concept, value, origin=Origin.DEFAULT, framework="openrlhf", note=f"{what} ({src})")
     if plan.dist_strategy is None:
         b.set("dist_strategy", "deepspeed", origin=Origin.DEFAULT, framework="openrlhf",
               note=f"OpenRLHF trains through DeepSpeed ({OPENRLHF_CLI})")
+    objective = {"train_rm": "rm", "train_prm": "rm", "train_ppo": "ppo", "train_ppo_ray": "ppo"}.get(module or "")
+    if plan.micro_batch is None and objective is not None:
+        # `--micro_train_batch_size` / `--train.micro_batch_size`: 1 in train_rm.py (v0.8.0 to v0.11.0); in
+        # train_ppo_ray.py 4 up to v0.9.2, 1 in v0.10.1 and the dotted CLI (v0.11.0)
+        micro = 4 if objective == "ppo" and release != "dotted" else 1
+        b.set("micro_batch", micro, origin=Origin.DEFAULT, framework="openrlhf",
+              note=f"OpenRLHF's {'train_rm.py' if objective == 'rm' else 'train_ppo_ray.py'} default micro-batch "
+                   f"{micro}{' (1 from v0.10)' if micro == 4 else ''}")
+    cli, zero, targets = ((OPENRLHF_DOTTED_CLI, "--ds.zero_stage", "--ds.lora.target_modules") if release == "dotted"
+                          else (OPENRLHF_CLI, "--zero_stage", "--target_modules"))
     if plan.zero_stage is None:
-        b.set("zero_stage", 2, origin=Origin.DEFAULT, framework="openrlhf", note=f"`--zero_stage` 2 ({OPENRLHF_CLI})")
+        b.set("zero_stage", 2, origin=Origin.DEFAULT, framework="openrlhf", note=f"`{zero}` 2 ({cli})")
     if plan.peft_method is not None and plan.peft_method.value == "lora" and plan.lora_targets is None:
         b.set("lora_targets", ["all-linear"], origin=Origin.DEFAULT, framework="openrlhf",
-              note=f"`--target_modules` all-linear ({OPENRLHF_CLI})")
+              note=f"`{targets}` all-linear ({cli})")
     if plan.quant_bits is not None and plan.peft_method is None:
         b.issue(IssueKind.CONFLICTING_SETTINGS, "`--load_in_4bit` without `--lora_rank`: OpenRLHF trains a 4-bit model only through LoRA adapters",
                 severity=Severity.INFO)
@@ -224,3 +345,149 @@ def peft_example_defaults(b: PlanBuilder) -> None:
     else:
         default("weight_dtype", "fp32", "the model is loaded with torch_dtype float32 unless 4-bit")
     default("attn_impl", "eager", "eager attention unless `--use_flash_attn`")
+
+
+# --- ms-swift: the 1.x/2.x command line and the memory-saving methods of every release -----------------------------
+# ms-swift 1.x (swift/llm/utils/argument.py at v1.7.3, bbcd13a9): `--model_type qwen-7b-chat` (a registered type),
+# `--model_id_or_path`, `--sft_type lora|full|longlora|qalora|adalora|ia3|llamapro` (default lora), `--batch_size`
+# (per device, default 1), `--lora_target_modules` (default ['DEFAULT']: the type's registered targets; `ALL`: every
+# linear layer; `EMBEDDING`: the embedding too; `_prepare_target_modules`), `--quantization_bit 0|4|8` (0: none),
+# `--max_length` 2048. ms-swift 3.x renamed them `--model`, `--train_type` (4.x `--tuner_type`),
+# `--per_device_train_batch_size`, `--target_modules` (default all-linear).
+SWIFT_1X = "swift/llm/utils/argument.py (ms-swift v1.7.3)"
+SWIFT_REGISTRY = "swift/llm/utils/model.py (ms-swift v1.7.3; hf_model_id from v2.6.1)"
+SWIFT_TRAINER_ARGS = "swift/trainers/arguments.py (ms-swift v4.5.2, 1613a0d4)"
+SWIFT_TUNER_ARGS = "swift/arguments/tuner_args.py (ms-swift v4.5.2, 1613a0d4)"
+SWIFT_LEGACY_FLAGS = frozenset({"sft_type", "model_id_or_path", "batch_size", "lora_target_modules"})
+
+
+def swift_model_type(b: PlanBuilder, s: Setting) -> None:
+    """`--model_type`: in 1.x/2.x the model itself (a registered type); in 3.x/4.x an architecture beside `--model`."""
+    from vramlens.knowledge.frameworks import swift_model_type as registered
+
+    entry = registered(s.value) if isinstance(s.value, str) else None
+    model = entry and (entry["hf_model_id"] or entry["model_id"])
+    if not model:
+        return b.remember(s)
+    b.set("model_id", model, s, note=f"ms-swift model_type `{s.value}` is `{model}` ({SWIFT_REGISTRY})")
+
+
+def swift_model_path(b: PlanBuilder, s: Setting) -> None:
+    """`--model_id_or_path` (1.x/2.x) or `--model` names the weights (`--model_type` then only picks the loader). A
+    ModelScope id that ms-swift registers (1.x downloads from ModelScope unless `--use_hf`) is read as the Hub id the
+    registry gives it."""
+    from vramlens.knowledge.frameworks import swift_hub_id
+
+    if isinstance(s.value, str) and s.value.strip():
+        model = s.value.strip()
+        hub = swift_hub_id(model)
+        note = f"ModelScope `{model}` is `{hub}` on the Hugging Face Hub ({SWIFT_REGISTRY})" if hub else None
+        b.set("model_id", hub or model, s, override=True, note=note)
+
+
+def swift_batch_size(b: PlanBuilder, s: Setting) -> None:
+    b.set_int("micro_batch", s, minimum=1, note="ms-swift 1.x `--batch_size` is per device")
+
+
+def _swift_galore(b: PlanBuilder, s: Setting) -> None:
+    if to_bool(s.value):
+        b.set("optimizer", "galore_adamw", s, override=True, note="`--use_galore` replaces the trainer's optimizer "
+              f"with GaLore AdamW ({SWIFT_TRAINER_ARGS})")
+
+
+def _swift_count(b: PlanBuilder, s: Setting) -> None:
+    """A layer count read after every flag (`swift_finish`): checked here, kept for then."""
+    n = to_int(s.value)
+    if n is None or n < 0:
+        return b.issue(IssueKind.INVALID_VALUE, f"`{s.key}` should be a whole number, got {s.value!r}", s)
+    b.remember(s)
+
+
+SWIFT_METHOD_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
+    "model_id_or_path": swift_model_path, "model_type": swift_model_type, "batch_size": swift_batch_size,
+    "use_galore": _swift_galore, "lora_dropout_p": lambda b, s: hf.HANDLERS["lora_dropout"](b, s),
+    "galore_rank": lambda b, s: b.set_int("optimizer_rank", s, minimum=1),
+    "galore_target_modules": hf._targets_handler("optimizer_targets"),
+    "lisa_activated_layers": _swift_count, "llamapro_num_new_blocks": _swift_count,
+    **{k: PlanBuilder.remember for k in ("galore_optim_per_parameter", "galore_quantization", "galore_proj_quant",
+                                         "galore_with_embedding", "lisa_step_interval", "lora_target_modules")},
+}
+
+
+def swift_finish(b: PlanBuilder, settings: list[Setting]) -> None:
+    """After every flag: what depends on several of them (the type's registered targets, GaLore per parameter,
+    LISA, LLaMA-Pro), and the 1.x defaults where its flags are spelled the 1.x way."""
+    from vramlens.knowledge.frameworks import swift_model_entry, swift_model_type as registered
+
+    plan = b.plan
+    by_key = {s.path[0]: s for s in settings if s.path and not s.unresolved}
+    mt = by_key.get("model_type")
+    entry = registered(mt.value) if mt is not None and isinstance(mt.value, str) else None
+    legacy = bool(SWIFT_LEGACY_FLAGS & set(by_key)) or entry is not None
+    path = by_key.get("model_id_or_path")
+    if entry is None and path is not None:
+        entry = swift_model_entry(str(path.value).strip())      # 1.x infers the type from the model id
+    if plan.model_id is None and mt is not None and entry is None:
+        b.issue(IssueKind.NOT_READ, f"`{mt.key} {mt.value}` is not a model type of ms-swift 1.x/2.x's registry "
+                f"({SWIFT_REGISTRY}), and no `--model` names the weights", mt)
+
+    lora = plan.peft_method is None or plan.peft_method.value in ("lora", "qlora", "dora")
+    targets = by_key.get("lora_target_modules")
+    words = hf._targets(targets.value) if targets is not None else (["DEFAULT"] if legacy else None)
+    if lora and words is not None and plan.lora_targets is None:
+        upper = [w.upper() for w in words]
+        names = [w for w in words if w.upper() not in ("DEFAULT", "AUTO", "ALL", "EMBEDDING", "ALL-LINEAR")]
+        note = None
+        if "ALL" in upper or "ALL-LINEAR" in upper:
+            names = ["all-linear"]
+            note = "`ALL`: every linear layer"
+        elif "DEFAULT" in upper or "AUTO" in upper:
+            if entry is not None and entry["lora_targets"]:
+                names = list(dict.fromkeys(entry["lora_targets"] + names))
+                note = f"`DEFAULT`: the model type's registered targets ({SWIFT_REGISTRY})"
+            elif not names:
+                names = ["all-linear"] if not legacy else []
+        if names:
+            origin = Origin.FILE if targets is not None else Origin.DEFAULT
+            if targets is None:
+                b.set("lora_targets", names, origin=origin, framework="ms-swift",
+                      note=f"`--lora_target_modules` default DEFAULT{': ' + note if note else ''} ({SWIFT_1X})")
+            else:
+                b.set("lora_targets", names, targets, note=note)
+        if "EMBEDDING" in upper:
+            b.unmodelled(targets, "LoRA on the embedding (`EMBEDDING`)", "estimated without an embedding adapter",
+                         key=f"{targets.key} EMBEDDING")
+
+    galore = plan.optimizer is not None and plan.optimizer.value == "galore_adamw"
+    if galore and to_bool(getattr(by_key.get("galore_optim_per_parameter"), "value", None)):
+        b.set("optimizer", "galore_adamw_layerwise", by_key["galore_optim_per_parameter"], override=True,
+              note="`--use_galore` + `--galore_optim_per_parameter`: one optimizer per parameter")
+    for key, what in (("galore_quantization", "Q-GaLore (quantized weights and projections)"),
+                      ("galore_proj_quant", "GaLore with quantized projection matrices")):
+        s = by_key.get(key)
+        if galore and s is not None and to_bool(s.value):
+            b.unmodelled(s, what, "estimated as GaLore with 16-bit weights and projections")
+
+    s = by_key.get("lisa_activated_layers")
+    n = to_int(s.value) if s is not None else None
+    if n:
+        # swift/callbacks/lisa.py (v4.5.2): every `lisa_step_interval` steps all decoder layers are frozen and
+        # `lisa_activated_layers` of them, drawn at random, train; the embedding and LM head keep training
+        # (LISACallback freezes only the ModuleList's layers, swift/trainers/arguments.py `lisa_activated_layers`)
+        b.set("peft_method", "freeze", s, override=True, note="LISA trains a few sampled layers at a time")
+        b.set("trained_extra", ["embed", "lm_head"], s, override=True, note="LISA freezes only the decoder layers")
+        b.set("trained_layers", n, s, override=True, note=f"LISA: {n} active layer(s) ({SWIFT_TRAINER_ARGS})")
+        b.set("trained_where", "rotating", s, override=True, note="LISA samples other layers every "
+              "`lisa_step_interval` steps")
+    method = next((by_key[k] for k in ("tuner_type", "train_type", "sft_type") if k in by_key), None)
+    if method is not None and str(method.value).strip().lower() == "llamapro":
+        # ms-swift (swift/tuners/llamapro.py): copies `llamapro_num_new_blocks` (default 4, tuner_args.py) decoder
+        # blocks into the model, spread over `llamapro_num_groups` groups, and trains only those
+        blocks = by_key.get("llamapro_num_new_blocks")
+        count = to_int(blocks.value) if blocks is not None else 4
+        b.set("peft_method", "freeze", method, override=True, note="LLaMA-Pro trains only its new blocks")
+        b.set("trained_layers", count, blocks or method, override=True,
+              note=f"{count} new block(s){'' if blocks else ' (`llamapro_num_new_blocks` default 4, ' + SWIFT_TUNER_ARGS + ')'}")
+        b.set("trained_where", "spread", method, override=True, note="LLaMA-Pro's new blocks are spread through the model")
+        b.unmodelled(method, f"LLaMA-Pro adds {count} decoder blocks to the model",
+                     "estimated at the model's original depth (the new blocks' weights and activations are left out)")

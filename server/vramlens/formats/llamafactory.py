@@ -34,8 +34,17 @@ QUANT_METHODS = ("bnb", "hqq", "eetq", "gptq", "awq", "aqlm", "quanto", "mxfp4",
 # LLaMA-Factory optimizer switches → an optimizer name the knowledge base understands
 OPTIMIZER_SWITCHES = {"use_galore": "galore_adamw", "use_apollo": "apollo_adamw", "use_badam": "badam",
                       "use_adam_mini": "adam_mini", "use_muon": "muon"}
-MEGATRON_KEYS = {"tensor_model_parallel_size": "tensor_parallel", "pipeline_model_parallel_size": "pipeline_parallel",
-                 "context_parallel_size": "context_parallel"}
+# mcore_adapter's Megatron arguments (LLaMA-Factory examples/megatron/*.yaml) → plan concepts: (concept, kind)
+MEGATRON_KEYS = {"tensor_model_parallel_size": ("tensor_parallel", "int"),
+                 "pipeline_model_parallel_size": ("pipeline_parallel", "int"),
+                 "virtual_pipeline_model_parallel_size": ("virtual_pipeline", "int"),
+                 "context_parallel_size": ("context_parallel", "int"),
+                 "expert_model_parallel_size": ("expert_parallel", "int"),
+                 "expert_tensor_parallel_size": ("expert_tensor_parallel", "int"),
+                 "sequence_parallel": ("sequence_parallel", "bool"),
+                 "use_distributed_optimizer": ("distributed_optimizer", "bool"),
+                 "recompute_method": ("recompute_method", "choice"),
+                 "recompute_num_layers": ("recompute_layers", "int")}
 
 
 def detect(data: Any, keys: set[str]) -> float:
@@ -169,16 +178,30 @@ def _liger(b: PlanBuilder, s: Setting) -> None:
         b.set("loss_impl", "fused", s, note="Liger kernels incl. fused linear cross-entropy")
 
 
-def _megatron(concept: str):
+def _megatron(concept: str, kind: str):
     def handler(b: PlanBuilder, s: Setting) -> None:
+        if s.value is None:
+            return
         b.set("dist_strategy", "megatron", s)
-        b.set_int(concept, s, minimum=1)
+        if kind == "int":
+            b.set_int(concept, s, minimum=1)
+        elif kind == "bool":
+            b.set_bool(concept, s)
+        elif str(s.value).strip().lower() in ("uniform", "block"):
+            b.set(concept, str(s.value).strip().lower(), s)
+        else:
+            b.unknown(s, "recompute method", ("uniform", "block"))
     return handler
 
 
 def _recompute(b: PlanBuilder, s: Setting) -> None:
-    if isinstance(s.value, str) and s.value.strip().lower() in ("full", "selective"):
-        b.set("grad_checkpointing", True, s, note=f"Megatron recompute_granularity `{s.value}`")
+    """Megatron `recompute_granularity`: `full` checkpoints whole layers; `selective` recomputes only the core
+    attention, whose score matrices Megatron-core's fused attention does not store anyway (no layer checkpoints)."""
+    w = str(s.value).strip().lower() if s.value is not None else ""
+    if w not in ("full", "selective"):
+        return b.unknown(s, "recompute granularity", ("full", "selective")) if w else None
+    b.set("dist_strategy", "megatron", s)
+    b.set("grad_checkpointing", w == "full", s, override=True, note=f"Megatron recompute_granularity `{w}`")
 
 
 HANDLERS = {
@@ -203,15 +226,13 @@ HANDLERS = {
     "galore_target": hf._targets_handler("optimizer_targets"),
     "apollo_target": hf._targets_handler("optimizer_targets"),
     "recompute_granularity": _recompute,
-    "use_distributed_optimizer": lambda b, s: b.set(
-        "zero_stage", 1, s, note="Megatron distributed optimizer shards optimizer states (≈ ZeRO-1)") if to_bool(s.value) else None,
     **{k: _optimizer_switch(v) for k, v in OPTIMIZER_SWITCHES.items()},
-    **{k: _megatron(v) for k, v in MEGATRON_KEYS.items()},
+    **{k: _megatron(*v) for k, v in MEGATRON_KEYS.items()},
 }
 REMEMBER = {"stage", "template", "use_unsloth", "use_unsloth_gc", "shift_attn", "use_rslora", "pissa_init",
             "galore_layerwise", "apollo_layerwise", "badam_mode", "ref_model", "upcast_layernorm",
             "upcast_lmhead_output",
-            "expert_model_parallel_size", "sequence_parallel", "freeze_vision_tower", "image_max_pixels",
+            "freeze_vision_tower", "image_max_pixels",
             "image_min_pixels", "image_resolution"}
 
 
@@ -259,6 +280,7 @@ def _derive(b: PlanBuilder, data: dict, keys: set[str], top: list[Setting]) -> N
         # trained layers are every `num_layers // freeze_trainable_layers`-th one (the expanded blocks)
         b.set("trained_where", "spread", by_key.get("use_llama_pro"), override=True, origin=Origin.DERIVED,
               note="LLaMA-Pro trains the expanded blocks, spread evenly through the model")
+    _unsloth(b, data, by_key)
     # lora_alpha: None → 2 × lora_rank
     if plan.lora_alpha is None and plan.lora_r is not None:
         b.set("lora_alpha", float(2 * plan.lora_r.value), origin=Origin.DERIVED, framework="llamafactory",
@@ -273,6 +295,28 @@ def _derive(b: PlanBuilder, data: dict, keys: set[str], top: list[Setting]) -> N
     if "cutoff_len" not in keys:
         b.issue(IssueKind.ASSUMED, "no `cutoff_len`: LLaMA-Factory's default is 2048 since 2024-11 (1024 before); "
                 "vramlens uses 2048", severity=Severity.INFO)
+
+
+def _unsloth(b: PlanBuilder, data: dict, by_key: dict[str, Setting]) -> None:
+    """`use_unsloth`: the model is loaded and wrapped by unsloth's FastLanguageModel with
+    `use_gradient_checkpointing="unsloth"` whatever `disable_gradient_checkpointing` says (LLaMA-Factory ff6d4d12
+    src/llamafactory/model/model_utils/unsloth.py `_get_unsloth_kwargs`, `get_unsloth_peft_model`): every decoder
+    layer is checkpointed and its saved input offloaded to the CPU (unslothai/unsloth 0050c73e
+    unsloth/models/_utils.py `Unsloth_Offloaded_Gradient_Checkpointer`). `use_unsloth_gc` uses that checkpoint
+    function for LLaMA-Factory's own checkpointing (model/model_utils/checkpointing.py `_gradient_checkpointing_enable`
+    with `use_unsloth_gc`). unsloth's fused LoRA, attention and loss kernels are not modelled here."""
+    plan = b.plan
+    use, gc = by_key.get("use_unsloth"), by_key.get("use_unsloth_gc")
+    if use is not None and to_bool(use.value):
+        note = "unsloth checkpoints every layer (`use_gradient_checkpointing=\"unsloth\"`)"
+        b.set("grad_checkpointing", True, use, override=True, note=note)
+        b.set("activation_offload", True, use, override=True,
+              note="unsloth's offloaded gradient checkpointing keeps each layer's input on the CPU")
+        b.unmodelled(use, "unsloth's fused LoRA, attention and cross-entropy kernels",
+                     "estimated with transformers' kernels (the offloaded checkpointing is modelled)")
+    elif gc is not None and to_bool(gc.value) and (plan.grad_checkpointing is None or plan.grad_checkpointing.value):
+        b.set("activation_offload", True, gc, override=True,
+              note="unsloth's offloaded checkpoint function keeps each layer's input on the CPU")
 
 
 # --- v1 schema -----------------------------------------------------------------------------------

@@ -67,7 +67,9 @@ _COMMANDS: dict[str, frozenset[str] | None] = {
 COMMAND_HEADS = frozenset(_COMMANDS)
 _TUNE_RECIPES = re.compile(r"^(?:dev/)?(?:generate\w*|eleuther_eval\w*|quantize\w*|generation\w*|eval\w*)$")
 _MODULES = re.compile(r"^(?:vllm\.|sglang\.|lm_eval|mergekit|axolotl\.cli\.(?:inference|merge|quantize|evaluate|"
-                      r"preprocess)|swift\.cli\.(?:infer|export|eval|deploy|merge)|llamafactory\.(?:chat|eval|api))")
+                      r"preprocess)|swift\.cli\.(?:infer|export|eval|deploy|merge)|llamafactory\.(?:chat|eval|api)|"
+                      # verl's generation and evaluation entry points (verl/trainer/main_generation.py, main_eval.py)
+                      r"verl\.trainer\.main_(?:generation|eval))")
 # a script whose file name says it does not train (and nothing in it says train / finetune / sft)
 _SCRIPT = re.compile(r"(?:^|[_\-./])(?:infer|inference|generate|generation|chat|eval|evaluate|evaluation|merge|"
                      r"merge_lora|export|convert|quantize|quantization|serve|server|api_demo|cli_demo|web_demo|"

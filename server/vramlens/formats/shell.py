@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Callable
 
-from vramlens.formats import hf, launchers, purpose
+from vramlens.formats import hf, launchers, megatron, purpose, verl
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
 from vramlens.plan import IssueKind, Origin, ParseIssue, Reference, Severity, Sourced, Span, TrainingPlan
 from vramlens.text import LineIndex
@@ -469,7 +469,7 @@ _PYTHON = re.compile(r"python(?:\d+(?:\.\d+)?)?")
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".jsonc")
 # first words of a command that may start training (programs and the wrappers in front of them)
 _HEADS = frozenset({"torchrun", "accelerate", "deepspeed", "llamafactory-cli", "lmf", "tune", "axolotl", "trl",
-                    "swift", "uv", "poetry", "pipenv", "pdm", "hatch", "env", "ray"}) | _RESERVED
+                    "swift", "megatron", "uv", "poetry", "pipenv", "pdm", "hatch", "env", "ray"}) | _RESERVED
 
 
 @dataclass(slots=True)
@@ -610,6 +610,8 @@ def classify(args: list[Arg], env_prefix: dict[str, Var], cmd: Command) -> Launc
         return Launch("trl", cmd, args, env_prefix, subcommand=sub, script_args_start=2)
     if prog == "swift" and sub in ("sft", "pt", "rlhf"):
         return Launch("swift", cmd, args, env_prefix, subcommand=sub, script_args_start=2)
+    if megatron.is_program(prog, sub, None):
+        return Launch("megatron", cmd, args, env_prefix, subcommand=sub, script_args_start=2)
     return None
 
 
@@ -665,6 +667,8 @@ def _retarget_module(launch: Launch, module: str) -> Launch:
         launch.tool = "trl"
     elif module.startswith("swift"):
         launch.tool = "swift"
+    elif verl.is_trainer_module(module):
+        launch.tool = "verl"
     else:
         launch.subcommand = launch.subcommand or launch.tool
     return launch
@@ -675,6 +679,9 @@ def _retarget_script(launch: Launch) -> Launch:
     if found is not None:
         launch.launcher = launch.tool
         launch.tool, launch.subcommand = found
+        return launch
+    if launch.script and megatron.is_program("", "", launch.script.text):
+        launch.launcher, launch.tool = launch.tool, "megatron"
         return launch
     name = PurePosixPath(launch.script.text).name if launch.script else ""
     if name in ("train_bash.py",) or "llamafactory" in launch.script.text:
@@ -756,8 +763,11 @@ def _mixed_precision(b: PlanBuilder, s: Setting) -> None:
         b.set("amp_dtype", "none", s)
 
 
+# ms-swift 1.x/2.x spell two of them `default-zero2` / `default-zero3` (swift/llm/utils/argument.py v1.7.3: its
+# ds_config/zero2.json and zero3.json)
 _SWIFT_DS = {"zero0": (0, False, False), "zero1": (1, False, False), "zero2": (2, False, False),
-             "zero3": (3, False, False), "zero2_offload": (2, True, False), "zero3_offload": (3, True, True)}
+             "zero3": (3, False, False), "zero2_offload": (2, True, False), "zero3_offload": (3, True, True),
+             "default-zero2": (2, False, False), "default-zero3": (3, False, False)}
 
 
 def _swift_deepspeed(b: PlanBuilder, s: Setting) -> None:
@@ -808,8 +818,15 @@ def _swift_attn(b: PlanBuilder, s: Setting) -> None:
 # ms-swift's image budget and tower freezing (swift/llm/argument/base_args/template_args.py `max_pixels`,
 # tuner_args.py `freeze_vit`): kept for the resolver, which sizes and freezes a VLM's vision tower from them
 SWIFT_REMEMBERED = ("max_pixels", "freeze_vit")
-SWIFT_HANDLERS = {"model": _model_flag, "deepspeed": _swift_deepspeed, "model_type": _model_flag,
-                  "attn_impl": _swift_attn, **{k: PlanBuilder.remember for k in SWIFT_REMEMBERED}}
+def _swift_quant_bit(b: PlanBuilder, s: Setting) -> None:
+    # ms-swift 1.x/2.x `quantization_bit: Literal[0, 4, 8] = 0` (swift/llm/utils/argument.py v1.7.3): 0 = none
+    if to_int(s.value) != 0:
+        _quant_bits(b, s)
+
+
+SWIFT_HANDLERS = {"model": launchers.swift_model_path, "deepspeed": _swift_deepspeed, "attn_impl": _swift_attn,
+                  "quantization_bit": _swift_quant_bit, "quant_bits": _swift_quant_bit,
+                  **launchers.SWIFT_METHOD_HANDLERS, **{k: PlanBuilder.remember for k in SWIFT_REMEMBERED}}
 TRL_CLI_HANDLERS = {"model": _model_flag}
 
 # Boolean flags (for `--no_X` negation and bare `--X`).
@@ -831,6 +848,8 @@ def handler_for(tool: str, name: str):
         return TRL_CLI_HANDLERS[n]
     if tool == "openrlhf" and n in launchers.OPENRLHF_HANDLERS:
         return launchers.OPENRLHF_HANDLERS[n]
+    if tool == "megatron":
+        return megatron.handler(n)
     if is_hf_key(n):
         return _via(n)
     return EXTRA_HANDLERS.get(n)
@@ -1080,6 +1099,10 @@ def parse_script(text: str, ctx, fmt: str = "shell", path: str | None = None) ->
         return None
     path = path or ctx.path
     script, issues = analyze(text, path)
+    from vramlens.formats import torchtitan
+    if (titan := torchtitan.from_script(script, ctx, path)) is not None:     # a torchtitan launch: its TOML job config
+        titan.issues.extend(issues)
+        return titan
     if script.launch is None and script.purpose is not None:
         b = PlanBuilder(path, fmt, None)
         what, where = script.purpose
@@ -1098,6 +1121,8 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
     launch = script.launch
     r = _Reader(script, b)
     tool = launch.tool
+    if tool == "verl":                                  # hydra `key=value` overrides (formats.verl)
+        return verl.apply_launch(b, r, script, ctx)
     framework = {"llamafactory": "llamafactory", "torchtune": "torchtune", "axolotl": "axolotl", "trl": "trl",
                  "swift": "ms-swift", "openrlhf": "openrlhf"}.get(tool)
     from vramlens.formats import openinstruct
@@ -1123,6 +1148,8 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
         if s is None:
             continue
         n = _norm(name)
+        if tool == "openrlhf":                          # OpenRLHF's dotted flags → the flags they replaced
+            s.path = (launchers.openrlhf_flag(n),)
         if n in ("config", "config_file", "config_path") and isinstance(s.value, str):
             if tool == "torchtune":
                 config_refs.append(("torchtune-config", vals[0] if vals else flag, s.value))
@@ -1140,8 +1167,14 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
         for s in settings:
             if oi_kind is None or not openinstruct.apply_flag(b, s):
                 _apply_flag(b, tool, s)
+        if oi_kind is None:                             # a workspace script read by its own argument definitions
+            from vramlens.formats import script_arguments
+
+            script_arguments.apply(b, launch, settings, ctx)
         if tool == "openrlhf":
-            launchers.openrlhf_defaults(b)
+            launchers.openrlhf_defaults(b, {_norm(name) for name, _, _ in flags}, launch.subcommand)
+        elif tool == "swift":
+            launchers.swift_finish(b, settings)
         elif any(s.path[0] in launchers.PEFT_EXAMPLE_FLAGS for s in settings):
             launchers.peft_example_defaults(b)
     from vramlens.formats import objective

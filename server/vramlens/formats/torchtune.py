@@ -14,7 +14,7 @@ from typing import Any
 
 from vramlens.formats.settings import PlanBuilder, Setting, Unknown, to_bool
 from vramlens.formats.vocab import check_optimizer
-from vramlens.knowledge import optimizers
+from vramlens.knowledge import frameworks, optimizers
 from vramlens.plan import IssueKind, Origin, Severity, Sourced, Span, text_lines
 
 # builder family (module name) -> (Hugging Face organisation, repo name template)
@@ -200,6 +200,8 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
                     s, severity=Severity.INFO)
         else:
             b.set_int("seq_len", s, minimum=1)
+    if b.plan.seq_len is None and (s is None or s.value is not None):
+        _dataset_seq_len(b, get, ctx)
     s = get("dataset", "packed")
     if s is not None:
         b.set_bool("packing", s)
@@ -249,6 +251,40 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
     from vramlens.formats import objective
 
     objective.apply_torchtune(b, data, get)
+
+
+def torchtune_version(get, ctx) -> tuple[str, str] | None:
+    """(version, where it was found): the workspace's exact torchtune pin, else the release a config's own component
+    paths belong to (`torchtune.utils.FullModelHFCheckpointer`, `torchtune.utils.metric_logging.…`: 0.1–0.2; 0.3.0
+    moved them to `torchtune.training.`)."""
+    from vramlens.environment import workspace_pins
+
+    pin = workspace_pins(getattr(ctx, "workspace", None)).get("torchtune")
+    if pin is not None:
+        return pin.version, pin.source
+    for key in ("checkpointer", "metric_logger", "profiler"):
+        s = get(key, "_component_")
+        if s is not None and isinstance(s.value, str) and s.value.startswith("torchtune.utils."):
+            return "0.2.1", f"`{s.value}` (a torchtune 0.1–0.2 path)"
+    return None
+
+
+def _dataset_seq_len(b: PlanBuilder, get, ctx) -> None:
+    """Without the tokenizer's `max_seq_len`: the dataset's own (torchtune ≤ 0.2 truncates in the dataset builder),
+    given or the builder's default at that release."""
+    s = get("dataset", "max_seq_len")
+    if s is not None and s.value is not None:
+        b.set_int("seq_len", s, minimum=1)
+        return
+    comp = get("dataset", "_component_")
+    found = torchtune_version(get, ctx)
+    if comp is None or not isinstance(comp.value, str) or found is None:
+        return
+    n = frameworks.torchtune_dataset_seq_len(comp.value, found[0])
+    if n:
+        b.set("seq_len", n, comp, origin=Origin.DEFAULT, framework="torchtune",
+              note=f"`{comp.value}` truncates to `max_seq_len` {n} by default in torchtune {found[0]} (from "
+                   f"{found[1]}; {frameworks.TORCHTUNE_02_LABEL})")
 
 
 def _model(b: PlanBuilder, comp: Setting | None, get, model_key: str) -> None:

@@ -115,6 +115,16 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
         "lora_r": 64, "lora_alpha": 16, "lora_dropout": 0.1,
         "lora_targets": ["q", "k", "v", "o", "gate", "up", "down"],
     }),
+    # verl's PPO trainer (volcengine/verl verl/workers/fsdp_workers.py, v0.4.1 and v0.7.0): the actor in fp32 under FSDP
+    # mixed precision bf16, FlashAttention-2, torch.optim.AdamW, FULL_SHARD over every GPU; the per-key defaults of
+    # each release are read from frameworks/schemas/verl/ by formats/verl.py, these only fill what it leaves open
+    "verl": ("verl (ppo_trainer.yaml)", {
+        "micro_batch": 1, "grad_accum": 1, "eval_batch": 1, "optimizer": "torch.optim.AdamW",
+        "grad_checkpointing": True, "amp_dtype": "bf16", "weight_dtype": "fp32",
+        "attn_impl": "flash_attention_2", "compile": False, "loss_impl": "standard", "packing": False,
+        "zero_grad_set_to_none": True, "dist_strategy": "fsdp", "zero_stage": 3,
+        "lora_r": 0, "lora_alpha": 16, "lora_dropout": 0.0, "lora_targets": ["all-linear"],
+    }),
     "custom": ("plain PyTorch loop", {
         "micro_batch": 1, "grad_accum": 1, "optimizer": "torch.optim.AdamW",
         "grad_checkpointing": False, "amp_dtype": "none", "weight_dtype": "bf16",
@@ -155,7 +165,12 @@ BEHAVIOUR: dict[str, dict] = {
     # open-instruct's accelerate loop holds `outputs` (the logits) until the next step
     "open-instruct": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": True},
     "custom": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": True},
+    "verl": {"adapter_fp32": True, "kbit_upcast": False, "keep_logits": False},
 }
+
+# Frameworks whose PPO holds a reward model only when one is named: LLaMA-Factory's default reward is an adapter on
+# the policy (`reward_model_type: lora`); verl's is a function unless `reward_model.enable` (ppo_trainer.yaml)
+REWARD_MODEL_WHEN_NAMED = frozenset({"llamafactory", "verl"})
 
 
 # TRL's config class of each objective (trl 1.16: trl/trainer/*_config.py; ORPO, CPO, PPO, online DPO and GKD in
@@ -241,3 +256,67 @@ def torchtune_rope_caches(builder_package: str | None, family: str, peft: str, l
         return 1
     package = builder_package or ("llama3_2" if family == "llama" else family)
     return 1 if package in TORCHTUNE_SHARED_ROPE_LORA else max(layers, 1)
+
+
+# ms-swift 1.x/2.x name a model by `--model_type` (`qwen-7b-chat`): the registry in swift/llm/utils/model.py, dumped
+# with its ModelScope id, the `hf_model_id` 2.x adds and the default LoRA targets (`--lora_target_modules DEFAULT`)
+# by scripts/dump_swift_model_types.py (ms-swift v1.7.3 bbcd13a9 and v2.6.1 ab38bff0) into data/ms_swift_model_types.json
+_SWIFT_MODEL_TYPES: dict | None = None
+
+
+def swift_model_type(name: str) -> dict | None:
+    """{"model_id", "hf_model_id", "lora_targets", "tag"} of an ms-swift 1.x/2.x `--model_type`, or None."""
+    global _SWIFT_MODEL_TYPES
+    if _SWIFT_MODEL_TYPES is None:
+        import json
+        from pathlib import Path
+
+        path = Path(__file__).with_name("data") / "ms_swift_model_types.json"
+        types = json.loads(path.read_text(encoding="utf-8"))["types"]
+        _SWIFT_MODEL_TYPES = {k.lower(): v for k, v in types.items()}     # ms-swift compares them as written
+    return _SWIFT_MODEL_TYPES.get(name.strip().lower()) if isinstance(name, str) else None
+
+
+_SWIFT_BY_MODEL_ID: dict[str, dict] | None = None
+
+
+def swift_model_entry(model_id: str) -> dict | None:
+    """The registry entry whose ModelScope or Hub id is `model_id` (ms-swift 1.x infers `--model_type` from
+    `--model_id_or_path` this way), the first registered when several share it."""
+    global _SWIFT_BY_MODEL_ID
+    if _SWIFT_BY_MODEL_ID is None:
+        swift_model_type("")
+        _SWIFT_BY_MODEL_ID = {}
+        for entry in _SWIFT_MODEL_TYPES.values():
+            for key in (entry.get("model_id"), entry.get("hf_model_id")):
+                if key:
+                    _SWIFT_BY_MODEL_ID.setdefault(key, entry)
+    return _SWIFT_BY_MODEL_ID.get(model_id) if isinstance(model_id, str) else None
+
+
+def swift_hub_id(modelscope_id: str) -> str | None:
+    """The Hugging Face id ms-swift's registry pairs with a ModelScope id (`qwen/Qwen-7B-Chat` → `Qwen/Qwen-7B-Chat`),
+    or None when it registers none or it is the same."""
+    entry = swift_model_entry(modelscope_id)
+    hub = entry.get("hf_model_id") if entry is not None and entry.get("model_id") == modelscope_id else None
+    return hub if hub != modelscope_id else None
+
+
+# torchtune up to 0.2.x truncates in the dataset builder, whose `max_seq_len` defaults differ by builder (torchtune
+# v0.1.1 02847ec4 and v0.2.1 83557aa9 torchtune/datasets/_alpaca.py `alpaca_dataset(max_seq_len=512)` and
+# `alpaca_cleaned_dataset = partial(alpaca_dataset, …)`, _slimorca.py 1024, _stack_exchanged_paired.py 1024; grammar
+# and samsum build an InstructDataset with `max_seq_len=None`: no truncation). From 0.3.0 the length is the
+# tokenizer's `max_seq_len` and these components moved from `torchtune.utils.` to `torchtune.training.`
+# (v0.3.0 651a7300 recipes/configs: `torchtune.training.FullModelHFCheckpointer`).
+TORCHTUNE_02_DATASET_SEQ_LEN = {"alpaca_dataset": 512, "alpaca_cleaned_dataset": 512, "slimorca_dataset": 1024,
+                                "stack_exchanged_paired_dataset": 1024}
+TORCHTUNE_02_LABEL = "torchtune 0.1–0.2 (v0.1.1 02847ec4, v0.2.1 83557aa9)"
+
+
+def torchtune_dataset_seq_len(component: str, version: str | None) -> int | None:
+    """The sequence length a torchtune ≤ 0.2 dataset builder truncates to by default (None: not one of them, or a
+    later torchtune)."""
+    v = parse(version)
+    if v is None or v >= (0, 3, 0):
+        return None
+    return TORCHTUNE_02_DATASET_SEQ_LEN.get(component.rsplit(".", 1)[-1])

@@ -99,6 +99,11 @@ def _index() -> _Index:
     return _Index(by_key, defaults, by_name, spellings)
 
 
+def _variant_with_memory(index: _Index, model: str, memory: float) -> GpuSpec | None:
+    """The catalog card of this model with the stated memory (any form), or None."""
+    return next((spec for key, spec in index.by_key.items() if key[0] == model and spec.memory_gib == memory), None)
+
+
 def _count_readings(text: str) -> list[tuple[str, int]]:
     """Ways to read `text` as (GPU name, count): "3090 x 2" is tried as 3090 x "2" and as "3090" x 2."""
     readings = []
@@ -136,9 +141,16 @@ def _resolve(name: str, count: int) -> GpuMatch | None:
             return None
         return GpuMatch(_generic(memory), count,
                         f"'{name.strip()}' names only a memory size: assumed a bf16-capable GPU of {memory:g} GiB")
-    for key in ((model, memory, form), (model, memory, ""), (model, None, form)):
+    for key in ((model, memory, form), (model, memory, "")):
         if spec := index.by_key.get(key):
             return GpuMatch(spec, count)
+    if memory is not None and (sized := _variant_with_memory(index, model, memory)) is not None:
+        # the memory a name states picks the variant ("H100 SXM 96GB" is the 96 GB card, not the 80 GB SXM default)
+        note = None if not form else f"no {name.strip()!r} is known; used {sized.name}, the {model.upper()} " \
+                                     f"with {memory:g} GB"
+        return GpuMatch(sized, count, note)
+    if (spec := index.by_key.get((model, None, form))) and (memory is None or memory == spec.memory_gib):
+        return GpuMatch(spec, count)
     if model in index.defaults:
         spec, note = index.defaults[model]
         if memory is not None and memory != spec.memory_gib:

@@ -46,7 +46,16 @@ def to_estimate(rp: ResolvedPlan, raw: dict) -> Estimate:
         phases={k: int(v) for k, v in raw["phases"].items()}, usable_bytes=usable, fits=device <= usable,
         headroom_bytes=usable - device, max_micro_batch=None, max_seq_len=None,
         params_total=int(raw["params_total"]), params_trainable=int(raw["params_trainable"]),
-        activation_bytes_per_sample=int(acts / max(rp.micro_batch, 1)), assumptions=tuple(assumptions))
+        activation_bytes_per_sample=int(acts / max(rp.micro_batch, 1)), assumptions=tuple(assumptions),
+        unmodelled=rp.unmodelled, approximate=rp.approximate + _stand_in(raw))
+
+
+def _stand_in(raw: dict) -> tuple[str, ...]:
+    """The approximate reason of a step that did not run on the real libraries (the synthetic stand-in)."""
+    if raw.get("backend", "synthetic") in REAL_BACKENDS:
+        return ()
+    return (f"trace ran the synthetic stand-in, not the real libraries: "
+            f"{raw.get('fallback_reason') or 'the synthetic model'}",)
 
 
 # backends that run the real libraries' code (trace.worker `real_backends`); their versions are the trace's to show

@@ -1,0 +1,380 @@
+"""Dump each training framework's argument definitions, at chosen versions, into versioned data files.
+
+    python scripts/dump_framework_schemas.py [--wheels DIR] [FRAMEWORK[==VERSION] ...]
+
+For each (framework, version) of `TARGETS`, the package is fetched with `pip download --no-deps` (a wheel, else the
+sdist) into a temporary folder (or taken from --wheels), read as an archive, and its argument-defining files are read
+with `vramlens.frameworks.argdefs` (Python `ast`; nothing from the package is imported or run) and, for YAML recipe
+configs, with vramlens' bounded YAML loader. The result is written to
+`server/vramlens/frameworks/schemas/<framework>/<version>.json`:
+
+    {"framework", "version", "source": [{"file", "sha256"}], "extends": [...], "arguments": [{"name", "aliases",
+     "type", "default", "default_text", "choices", "owner", "file", "line"}, ...]}
+
+sorted by (name, owner), one argument a line, so that a rerun gives the same bytes and a new version diffs cleanly.
+`extends` names argument classes the framework inherits from another package (TRL's configs extend transformers'
+`TrainingArguments`), whose arguments are in that package's schema. Help texts are dropped.
+
+`schemas/index.json` lists every framework's dumped versions (including those written by other dump scripts, e.g.
+verl's by `scripts/dump_verl_defaults.py`) and, for a framework that cannot be dumped this way, why not.
+"""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import hashlib
+import io
+import json
+import math
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "server"))
+
+from vramlens.formats.yaml_doc import load_yaml  # noqa: E402
+from vramlens.frameworks import argdefs  # noqa: E402
+from vramlens.frameworks.schemas import version_key  # noqa: E402
+
+OUT = ROOT / "server" / "vramlens" / "frameworks" / "schemas"
+
+
+@dataclass(frozen=True)
+class Part:
+    """Which files of a package define arguments, and how to read them.
+
+    `how`: "classes" flattens the dataclass/pydantic classes named in `roots` (bases and nested classes resolved
+    over every file the part matches); "argparse" takes each file's `add_argument` calls; "reads" takes each file's
+    `cfg.get("key", default)` reads; "yaml" takes every leaf key of each YAML file as a dotted name."""
+
+    files: tuple[str, ...]          # fnmatch patterns over the archive's paths (any leading folder is ignored)
+    how: str
+    roots: tuple[str, ...] = ()     # "classes": the argument classes a command line parses into
+    exclude: tuple[str, ...] = ()
+    receivers: tuple[str, ...] = ()  # "reads": attribute spellings of the config object read as `cfg`
+
+
+@dataclass(frozen=True)
+class Target:
+    framework: str                  # folder name under schemas/
+    package: str                    # PyPI name
+    versions: dict[str, tuple[Part, ...]]
+    extends: tuple[str, ...] = ()
+    note: str = ""
+
+
+HF_ROOTS = ("TrainingArguments", "Seq2SeqTrainingArguments")
+TRL_FILES = ("trl/trainer/*_config.py",)
+TRL_ROOTS = ("SFTConfig", "DPOConfig", "GRPOConfig", "KTOConfig", "RewardConfig", "ORPOConfig", "CPOConfig",
+             "RLOOConfig", "PPOConfig", "OnlineDPOConfig", "GKDConfig", "BCOConfig", "DistillationConfig",
+             "ModelConfig")
+LF_ROOTS = ("ModelArguments", "DataArguments", "FinetuningArguments", "GeneratingArguments", "TrainingArguments",
+            "RayArguments")
+SWIFT_ROOTS = ("SftArguments", "DPOArguments", "RLHFArguments", "TrainArguments", "PretrainArguments",
+               "SFTArguments")
+SWIFT_1 = (Part(("swift/llm/utils/argument.py", "swift/trainers/arguments.py"), "classes", SWIFT_ROOTS),)
+SWIFT_3 = (Part(("swift/llm/argument/*.py", "swift/llm/argument/base_args/*.py", "swift/trainers/arguments.py"),
+                "classes", SWIFT_ROOTS),)
+SWIFT_4 = (Part(("swift/arguments/*.py", "swift/arguments/base_args/*.py", "swift/trainers/arguments.py"),
+                "classes", SWIFT_ROOTS),)
+TUNE = (Part(("recipes/*.py", "recipes/dev/*.py"), "reads"), Part(("recipes/configs/*.yaml",
+                                                                    "recipes/configs/*/*.yaml",
+                                                                    "recipes/configs/*/*/*.yaml"), "yaml"))
+ORLHF = (Part(("openrlhf/cli/train_*.py",), "argparse"),)
+AXOLOTL_OLD = (Part(("*/axolotl/utils/config/models/input/v0_4_1/__init__.py",), "classes", ("AxolotlInputConfig",)),)
+AXOLOTL_NEW = (Part(("axolotl/utils/schemas/*.py",), "classes", ("AxolotlInputConfig",)),)
+
+TARGETS: tuple[Target, ...] = (
+    Target("transformers", "transformers", {
+        v: (Part(("transformers/training_args.py", "transformers/training_args_seq2seq.py"), "classes", HF_ROOTS),)
+        for v in ("4.46.3", "4.57.6", "5.24.0")}),
+    Target("trl", "trl", {v: (Part(TRL_FILES, "classes", TRL_ROOTS),) for v in ("0.12.2", "0.14.0", "1.16.0")},
+           extends=("transformers TrainingArguments",)),
+    Target("axolotl", "axolotl", {"0.6.0": AXOLOTL_OLD, "0.19.0": AXOLOTL_NEW}),
+    Target("llamafactory", "llamafactory", {
+        v: (Part(("llamafactory/hparams/*.py",), "classes", LF_ROOTS),) for v in ("0.8.3", "0.9.5")},
+        extends=("transformers Seq2SeqTrainingArguments",)),
+    Target("ms-swift", "ms-swift", {"1.7.3": SWIFT_1, "2.6.1": SWIFT_1, "3.12.6": SWIFT_3, "4.6.0": SWIFT_4},
+           extends=("transformers Seq2SeqTrainingArguments",)),
+    Target("torchtune", "torchtune", {"0.1.1": TUNE, "0.6.1": TUNE}),
+    Target("torchtitan", "torchtitan", {
+        "0.1.0": (Part(("torchtitan/config_manager.py",), "argparse"),
+                  Part(("torchtitan/config_manager.py",), "classes", ("JobConfig",))),
+        "0.2.2": (Part(("torchtitan/config/job_config.py",), "classes", ("JobConfig",)),),
+    }),
+    # OpenRLHF's dotted command line (`--model.model_name_or_path`, `--train.micro_batch_size`) first ships in
+    # 0.10.2 (openrlhf/cli/train_sft.py); 0.10.1 still reads `--pretrain`, `--micro_train_batch_size`.
+    Target("openrlhf", "openrlhf", {v: ORLHF for v in ("0.9.10", "0.10.1", "0.10.2", "0.11.2")}),
+    Target("nemo-automodel", "nemo_automodel", {
+        v: (Part(("nemo_automodel/recipes/*.py", "nemo_automodel/recipes/*/*.py"), "reads",
+                 receivers=("self.cfg",)),)
+        for v in ("0.1.0", "0.7.0")}),
+)
+
+# Frameworks whose arguments come from elsewhere or cannot be dumped by this script, and why.
+NOT_HERE: dict[str, str] = {
+    "verl": "dumped by scripts/dump_verl_defaults.py from its hydra YAML trainer configs (the dataclass configs of "
+            "newer versions are instantiated from that YAML)",
+}
+
+
+def _archive(package: str, version: str, wheels: Path) -> Path:
+    stem = package.replace("-", "_").lower()
+    def found() -> list[Path]:
+        return sorted(p for p in wheels.iterdir() if p.name.lower().replace("-", "_").startswith(f"{stem}_{version}")
+                      or p.name.lower().replace("-", "_").startswith(f"{stem}-{version}"))
+    if not found():
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-build-isolation",
+                        f"{package}=={version}", "-d", str(wheels)], check=True, capture_output=True, timeout=600)
+    files = found()
+    if not files:
+        raise RuntimeError(f"{package} {version}: pip download gave no file")
+    return next((f for f in files if f.suffix == ".whl"), files[0])
+
+
+def _members(archive: Path) -> dict[str, bytes]:
+    """The archive's .py and .yaml files by path, with an sdist's top folder (`pkg-1.0/`) and `src/` removed and a
+    wheel's `.data/purelib/` prefix removed."""
+    out: dict[str, bytes] = {}
+    if archive.suffix == ".whl":
+        with zipfile.ZipFile(archive) as z:
+            items = [(n, lambda n=n: z.read(n)) for n in z.namelist()]
+            return _normalise(items, out)
+    with tarfile.open(archive) as t:
+        items = [(m.name, lambda m=m: t.extractfile(m).read()) for m in t.getmembers() if m.isfile()]
+        return _normalise(items, out)
+
+
+def _normalise(items, out: dict[str, bytes]) -> dict[str, bytes]:
+    for name, read in items:
+        if not name.endswith((".py", ".yaml", ".yml")):
+            continue
+        path = name
+        if ".data/purelib/" in path:
+            path = path.split(".data/purelib/", 1)[1]
+        elif "/src/" in path:
+            path = path.split("/src/", 1)[1]
+        out[path] = read()
+    return out
+
+
+def _matching(members: dict[str, bytes], part: Part) -> list[str]:
+    return sorted(p for p in members
+                  if any(fnmatch.fnmatchcase(p, pat) or fnmatch.fnmatchcase("x/" + p, pat) for pat in part.files)
+                  and not any(fnmatch.fnmatchcase(p, pat) for pat in part.exclude))
+
+
+def _json_value(value):
+    """A default as JSON can hold it (tuples and sets as lists); None when it cannot be."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (tuple, list)):
+        return [_json_value(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((_json_value(v) for v in value), key=repr)
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return None
+
+
+def _stem(file: str) -> str:
+    return file.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+
+
+def _record(a: argdefs.ArgDef, file: str, owner: str | None = None) -> dict:
+    default = _json_value(a.default)
+    text = a.default_text
+    if default is None and a.default is not None and text is None:
+        text = repr(a.default)[:200]
+    return {"name": a.name, "aliases": sorted(a.aliases), "type": a.type, "default": default,
+            "default_text": text[:200] if text else None,
+            "choices": _json_value(list(a.choices)) if a.choices else None,
+            "owner": owner or a.owner, "file": file, "line": a.line}
+
+
+def _yaml_leaves(text: str, name: str, file: str) -> list[dict]:
+    _, settings = load_yaml(text, file)
+    out = []
+    for s in settings:
+        if isinstance(s.value, (dict, list)) and s.value:
+            continue
+        line = s.key_span.start_line + 1 if s.key_span else 0
+        value = _json_value(s.value)
+        out.append({"name": ".".join(str(p) for p in s.path), "aliases": [], "type": _type_of(value),
+                    "default": value, "default_text": None, "choices": None, "owner": name, "file": file,
+                    "line": line})
+    return out
+
+
+def _type_of(value) -> str | None:
+    for t, name in ((bool, "bool"), (int, "int"), (float, "float"), (str, "str"), (list, "list"), (dict, "dict")):
+        if isinstance(value, t):
+            return name
+    return None
+
+
+def dump_part(members: dict[str, bytes], part: Part) -> tuple[list[dict], list[str]]:
+    """The argument records of one part, and notes on what could not be read."""
+    files = _matching(members, part)
+    notes: list[str] = []
+    if not files:
+        return [], [f"no file matches {', '.join(part.files)}"]
+    records: list[dict] = []
+    if part.how == "yaml":
+        for f in files:
+            owner = f.split("configs/", 1)[-1].rsplit(".", 1)[0]
+            try:
+                records += _yaml_leaves(members[f].decode("utf-8"), owner, f)
+            except Exception as e:   # a config the bounded loader refuses is named, the rest still dumped
+                notes.append(f"{f}: {type(e).__name__}: {e}")
+        return records, notes
+    modules: dict[str, argdefs.ModuleArgs] = {}
+    for f in files:
+        text = members[f].decode("utf-8")
+        for receiver in part.receivers:     # same length, so lines stay where they were
+            text = text.replace(receiver + ".", "cfg." + " " * (len(receiver) - 3))
+        try:
+            modules[f] = argdefs.read_module(text, f)
+        except argdefs.SourceRefused as e:
+            notes.append(str(e))
+    # an argparse parser or a config read belongs to its script: the owner is the script's name
+    if part.how == "argparse":
+        for f, m in modules.items():
+            records += [_record(a, f, owner=_stem(f)) for a in m.parsers]
+    elif part.how == "reads":
+        for f, m in modules.items():
+            records += [_record(a, f, owner=_stem(f)) for a in m.config_reads]
+    else:
+        classes: dict[str, argdefs.ClassArgs] = {}
+        where: dict[str, str] = {}
+        for f, m in modules.items():
+            for name, c in m.classes.items():
+                if name not in classes or c.kind != "plain":
+                    classes[name] = c
+                    where[name] = f
+        roots = [r for r in part.roots if r in classes]
+        if not roots:
+            notes.append(f"none of the classes {', '.join(part.roots)} found")
+        for r in roots:
+            records += [_record(a, where.get(a.owner, "")) for a in argdefs.flatten(classes, r)]
+    return records, notes
+
+
+def _config_keys(leaves: list[dict], configs: dict[str, dict]) -> list[dict]:
+    """A recipe's shipped configs: each key once as an argument (owner "configs"; its default when every config
+    that sets it agrees), and each config's own values in `configs` (config name -> {key: value})."""
+    by_name: dict[str, list[dict]] = {}
+    for r in leaves:
+        configs.setdefault(r["owner"], {})[r["name"]] = r["default"]
+        by_name.setdefault(r["name"], []).append(r)
+    out = []
+    for name, rs in by_name.items():
+        values = {json.dumps(r["default"], sort_keys=True) for r in rs}
+        types = {r["type"] for r in rs} - {None}
+        same = len(values) == 1
+        out.append({"name": name, "aliases": [], "type": types.pop() if len(types) == 1 else None,
+                    "default": rs[0]["default"] if same else None,
+                    "default_text": None if same else f"set by {len(rs)} configs, to {len(values)} values",
+                    "choices": None, "owner": "configs", "file": rs[0]["file"], "line": rs[0]["line"]})
+    return out
+
+
+def dump(target: Target, version: str, wheels: Path) -> tuple[dict, list[str]]:
+    archive = _archive(target.package, version, wheels)
+    members = _members(archive)
+    records: list[dict] = []
+    notes: list[str] = []
+    configs: dict[str, dict] = {}
+    for part in target.versions[version]:
+        got, why = dump_part(members, part)
+        notes += why
+        if part.how == "yaml":
+            records += _config_keys(got, configs)
+        else:
+            records += got
+    unique = {(r["name"], r["owner"]): r for r in records}
+    args = [unique[k] for k in sorted(unique)]
+    data = {"framework": target.framework, "version": version,
+            "source": [{"file": archive.name, "sha256": hashlib.sha256(archive.read_bytes()).hexdigest()}],
+            "extends": list(target.extends), "arguments": args}
+    if configs:
+        data["configs"] = {k: configs[k] for k in sorted(configs)}
+    if notes:
+        data["notes"] = notes
+    return data, notes
+
+
+def write(data: dict) -> Path:
+    path = OUT / data["framework"] / f"{data['version']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    head = {k: v for k, v in data.items() if k not in ("arguments", "configs")}
+    lines = [json.dumps(a, sort_keys=True, ensure_ascii=False, allow_nan=False) for a in data["arguments"]]
+    text = json.dumps(head, sort_keys=True, ensure_ascii=False)[:-1] + ', "arguments": [\n' + ",\n".join(lines) + "\n]"
+    if data.get("configs"):
+        text += ', "configs": {\n' + ",\n".join(
+            f"{json.dumps(k)}: {json.dumps(v, sort_keys=True, ensure_ascii=False, allow_nan=False)}"
+            for k, v in data["configs"].items()) + "\n}"
+    text += "}\n"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def write_index(not_dumped: dict[str, str]) -> Path:
+    """schemas/index.json: every framework folder's versions, and the frameworks not dumped with the reason."""
+    frameworks = {}
+    for d in sorted(p for p in OUT.iterdir() if p.is_dir()):
+        versions = sorted((p.stem for p in d.glob("*.json")), key=version_key)
+        if versions:
+            frameworks[d.name] = {"versions": versions}
+            if d.name in NOT_HERE:
+                frameworks[d.name]["dumped_by"] = NOT_HERE[d.name]
+    index = {"frameworks": frameworks, "not_dumped": dict(sorted(not_dumped.items()))}
+    path = OUT / "index.json"
+    path.write_text(json.dumps(index, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("only", nargs="*", help="FRAMEWORK or FRAMEWORK==VERSION (default: all of TARGETS)")
+    ap.add_argument("--wheels", type=Path, help="a folder of already downloaded packages (default: a temp dir)")
+    args = ap.parse_args(argv)
+    wanted = [w.partition("==") for w in args.only]
+    not_dumped: dict[str, str] = {}
+    old = OUT / "index.json"
+    if old.exists():
+        not_dumped = json.loads(old.read_text(encoding="utf-8")).get("not_dumped", {})
+    for fw, why in NOT_HERE.items():
+        print(f"{fw}: {why}")
+    with tempfile.TemporaryDirectory() as tmp:
+        wheels = args.wheels or Path(tmp)
+        wheels.mkdir(parents=True, exist_ok=True)
+        for target in TARGETS:
+            for version in target.versions:
+                if wanted and not any(w == target.framework and (not v or v == version) for w, _, v in wanted):
+                    continue
+                try:
+                    data, notes = dump(target, version, wheels)
+                except (RuntimeError, subprocess.SubprocessError, OSError) as e:
+                    print(f"{target.framework} {version}: not dumped: {e}")
+                    not_dumped[f"{target.framework} {version}"] = str(e)[:200]
+                    continue
+                not_dumped.pop(f"{target.framework} {version}", None)
+                path = write(data)
+                print(f"{target.framework} {version}: {len(data['arguments'])} arguments -> "
+                      f"{path.relative_to(ROOT)}" + "".join(f"\n    note: {n}" for n in notes))
+                if not data["arguments"]:
+                    not_dumped[f"{target.framework} {version}"] = "; ".join(notes) or "no argument definitions found"
+    print(f"index: {write_index(not_dumped).relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,508 @@
+"""Write server/vramlens/knowledge/data/inventories.json: for every model_type of the installed transformers, the
+parameters its own classes build, as formulas of the config's fields, and the kind of every layer.
+
+    python3 scripts/dump_model_inventories.py [model_type ...]
+
+Each model is built from a tiny config on the `meta` device (no memory, no weights, no remote code:
+`AutoModelForCausalLM.from_config` / `AutoModel.from_config` of transformers' own classes). Every parameter name
+is collapsed to a pattern (`model.layers.{i}.self_attn.q_proj.weight`); every dimension of its shape, and how many
+times the pattern occurs, are measured again with each size field of the config doubled, one at a time, which
+gives each quantity as a product of fields (`hidden_size * num_key_value_heads / num_attention_heads`) or a sum of
+such products (a Mamba-2 `in_proj`: 2·intermediate + 2·groups·state + heads). A last build with every field scaled
+at once checks the formulas; a quantity that does not follow them is recorded as not scalable.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import math
+import re
+import sys
+import warnings
+from fractions import Fraction
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parents[1] / "server" / "vramlens" / "knowledge" / "data" / "inventories.json"
+
+# Tiny sizes for the base build (by field name, in any sub-config); every other field keeps its default.
+TINY = {
+    "hidden_size": 64, "d_model": 64, "n_embd": 64, "n_embed": 64, "dim": 64, "embed_dim": 64, "word_embed_proj_dim": 64,
+    "intermediate_size": 160, "ffn_dim": 160, "d_ff": 160, "n_inner": 160, "encoder_ffn_dim": 160,
+    "decoder_ffn_dim": 160, "ffn_hidden_size": 160,
+    "moe_intermediate_size": 48, "shared_expert_intermediate_size": 80, "expert_intermediate_size": 48,
+    "num_attention_heads": 4, "n_head": 4, "num_heads": 4, "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "d_kv": 16,
+    "vocab_size": 256, "num_experts": 6, "num_local_experts": 6, "n_routed_experts": 6, "moe_num_experts": 6,
+    "num_experts_per_tok": 2, "max_position_embeddings": 128, "n_positions": 128,
+    # distinct sizes, so that no two terms of a sum are equal by chance (MLA, gated DeltaNet)
+    "qk_nope_head_dim": 24, "v_head_dim": 20, "qk_rope_head_dim": 8, "kv_lora_rank": 32, "q_lora_rank": 48,
+    "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 12, "linear_value_head_dim": 10,
+}
+# Fields that never size a tensor: token ids, probabilities, scales, seeds.
+_NOT_SIZES = re.compile(r"(token_id|_id$|_ids$|eps|epsilon|theta|dropout|initializer|_range|scale|seed|"
+                        r"multiplier|factor|temperature|alpha|beta|limit|^use_|_p$|coef|std|_min$|_max$|floor|"
+                        r"cutoff|threshold|chunk_size_feed_forward|logits_to_keep|transformers_version)",
+                        re.IGNORECASE)
+_FLOAT_SIZES = re.compile(r"(^|_)(expand|mlp_ratio|ratio)$")
+# Per model_type: values that make the tiny build consistent or show every kind of layer the model has.
+OVERRIDES = {
+    "lfm2": {"layer_types": ["conv", "conv", "full_attention"] * 2 + ["conv", "full_attention"]},
+    "lfm2_moe": {"layer_types": ["conv", "conv", "full_attention"] * 2 + ["conv", "full_attention"]},
+    "mamba2": {"num_heads": 8},
+}
+_SIZE_NAME = re.compile(r"hidden|heads|dim|size|expand|experts|state|groups|vocab|layers|embd|d_model|rank")
+_PERTURBED = re.compile(_SIZE_NAME.pattern + r"|period|offset|interval|step|kernel|conv|position|replace|^n_|^num_|"
+                        r"_num_|tok|width|window|bucket|channels|patch|image|length|merge|ctx|inner|ff|cache")
+MAX_LAYERS = 8                          # base layer count (layer lists are cut to it)
+LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_decoder_layers", "decoder_layers",
+                "encoder_layers")
+
+
+def _warnings_off() -> None:
+    import transformers
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+
+
+def model_classes():
+    from transformers.models.auto import modeling_auto as ma
+    return [ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+            ma.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES, ma.MODEL_MAPPING_NAMES]
+
+
+def class_for(model_type: str) -> str | None:
+    for mapping in model_classes():
+        if model_type in mapping:
+            name = mapping[model_type]
+            return name if isinstance(name, str) else name[0]
+    return None
+
+
+def _fields(d: dict, prefix: str = "") -> dict[str, float]:
+    """Numeric fields that may size a tensor, by dotted path (one level of sub-configs)."""
+    out = {}
+    for k, v in d.items():
+        if not isinstance(k, str):
+            continue
+        if isinstance(v, dict) and not prefix and k not in ("rope_scaling", "rope_parameters", "quantization_config"):
+            out.update(_fields(v, f"{k}."))
+        elif isinstance(v, bool) or _NOT_SIZES.search(k):
+            continue
+        elif isinstance(v, int) and v >= 1 and _PERTURBED.search(k):
+            out[prefix + k] = v
+        elif isinstance(v, float) and _FLOAT_SIZES.search(k) and v > 0:
+            out[prefix + k] = v
+    return out
+
+
+def _get(d: dict, path: str):
+    for part in path.split("."):
+        d = d[part]
+    return d
+
+
+def _set(d: dict, path: str, value) -> dict:
+    d = json.loads(json.dumps(d))
+    node = d
+    parts = path.split(".")
+    for part in parts[:-1]:
+        node = node[part]
+    old = node[parts[-1]]
+    node[parts[-1]] = value
+    if parts[-1] in LAYER_FIELDS and isinstance(old, int):
+        for k, v in list(node.items()):   # layer lists follow the layer count
+            if isinstance(v, list) and len(v) == old and old:
+                node[k] = (v * (value // old + 1))[:value]
+    return d
+
+
+def tiny(d: dict) -> dict:
+    d = json.loads(json.dumps(d, default=str))
+    for node in [d, *(v for v in d.values() if isinstance(v, dict))]:
+        for k, v in list(node.items()):
+            if k in TINY and isinstance(v, int) and not isinstance(v, bool):
+                node[k] = TINY[k]
+            if k in LAYER_FIELDS and isinstance(v, int) and not isinstance(v, bool) and v > MAX_LAYERS:
+                node[k] = MAX_LAYERS
+                for k2, v2 in list(node.items()):
+                    if isinstance(v2, list) and len(v2) == v:
+                        node[k2] = v2[:MAX_LAYERS]
+                for k2 in ("full_attn_idxs", "mlp_only_layers"):
+                    if isinstance(node.get(k2), list):
+                        node[k2] = [i for i in node[k2] if isinstance(i, int) and i < MAX_LAYERS]
+    return d
+
+
+def build(config_cls, d: dict):
+    import torch
+    import transformers
+    cfg = config_cls.from_dict(d)
+    cls = getattr(transformers, class_for(cfg.model_type))
+    with torch.device("meta"):
+        return cfg, cls._from_config(cfg)
+
+
+_INDEX = re.compile(r"\.(\d+)(?=\.)")
+_KINDS = (  # module class name -> parameter kind, first match from the parameter's own module upwards
+    (re.compile(r"Mamba2|Mamba|SSM|Ssm|S4"), "state-space"),
+    (re.compile(r"DeltaNet|LinearAttention|Linear_?Attn|Rwkv|RWKV|Recurrent|Lightning"), "linear-attention"),
+    (re.compile(r"ShortConv"), "short-conv"),
+    (re.compile(r"Experts"), "moe-experts"),
+    (re.compile(r"Router|Gate$|TopK"), "moe-router"),
+    (re.compile(r"Attention|Attn"), "attention"),
+    (re.compile(r"MoE|Moe|Sparse"), "moe-experts"),
+    (re.compile(r"MLP|FeedForward|FFN|Mlp|Ffn|DenseActDense|DenseGatedActDense|Intermediate|Output$"), "mlp"),
+    (re.compile(r"Embedding"), "embedding"),
+    (re.compile(r"Norm"), "norm"),
+)
+
+
+def _layers_of(model):
+    """(prefix, ModuleList) of the largest stack of blocks."""
+    import torch
+    best = None
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.ModuleList) and len(mod) and not re.search(r"expert", name, re.IGNORECASE):
+            if best is None or len(mod) > len(best[1]) or (len(mod) == len(best[1]) and len(name) < len(best[0])):
+                best = (name, mod)
+    return best
+
+
+def measure(model, cfg) -> tuple[dict, dict]:
+    """(quantities, index sets): dims and occurrence counts of every pattern, layers of every kind."""
+    modules = dict(model.named_modules())
+    q: dict = {}
+    where: dict = collections.defaultdict(set)
+    kinds_of: dict[str, str] = {}
+    stack = _layers_of(model)
+    prefix = stack[0] + "." if stack else None
+    layer_kinds: dict[int, set] = collections.defaultdict(set)
+    for name, p in model.named_parameters():
+        pattern = _INDEX.sub(".{i}", name)
+        key = ("n", pattern)
+        q[key] = q.get(key, 0) + 1
+        for axis, size in enumerate(p.shape):
+            dk = ("d", pattern, axis)
+            if q.setdefault(dk, size) != size:
+                q[dk] = None                              # differs between occurrences
+        q.setdefault(("rank", pattern), p.dim())
+        if q[("rank", pattern)] != p.dim():
+            q[("rank", pattern)] = None
+        kind = kinds_of.get(pattern) or _kind(name, modules)
+        kinds_of[pattern] = kind
+        if prefix and name.startswith(prefix):
+            i = int(name[len(prefix):].split(".")[0])
+            where[pattern].add(i)
+            if kind in ("attention", "state-space", "linear-attention", "short-conv", "moe-experts", "mlp"):
+                layer_kinds[i].add(_layer_kind(kind, p, i, cfg))
+    for kinds in layer_kinds.values():
+        if "moe fused" in kinds:
+            kinds.discard("moe per-expert")
+        if kinds & {"moe fused", "moe per-expert"}:
+            kinds.discard("dense mlp")            # shared experts are MLPs inside the MoE block
+    for i in range(len(stack[1]) if stack else 0):
+        for k in layer_kinds[i] or {"other"}:
+            q[("k", k)] = q.get(("k", k), 0) + 1
+            where[("k", k)].add(i)
+    return q, {"kinds": kinds_of, "where": where, "layers": len(stack[1]) if stack else 0,
+               "stack": stack[0] if stack else None}
+
+
+def _kind(name: str, modules: dict) -> str:
+    parts = name.split(".")[:-1]
+    own = type(modules[".".join(parts)]).__name__
+    if parts and parts[-1] in ("lm_head", "embed_out", "output_projection"):
+        return "lm-head"
+    if own.endswith(("Embedding", "Embeddings")):
+        return "embedding"
+    if "Norm" in own:
+        return "norm"
+    for n in range(len(parts), -1, -1):
+        mod = modules.get(".".join(parts[:n]))
+        if mod is None or type(mod).__module__.startswith("torch."):
+            continue                     # a plain torch layer: its owner says what it is for
+        for pattern, kind in _KINDS:
+            if pattern.search(type(mod).__name__):
+                return kind
+        if "A_log" in mod._parameters:   # a selective-scan mixer under another name (Falcon-H1's FalconH1Mixer)
+            return "state-space"
+    return "other"
+
+
+def _layer_kind(kind: str, p, i: int, cfg) -> str:
+    if kind == "attention":
+        types = getattr(cfg, "layer_types", None) or getattr(getattr(cfg, "text_config", None), "layer_types", None)
+        if isinstance(types, list) and i < len(types) and "sliding" in str(types[i]):
+            return "sliding attention"
+        return "attention"
+    if kind == "moe-experts":
+        return "moe fused" if p.dim() == 3 else "moe per-expert"
+    if kind == "mlp":
+        return "dense mlp"
+    return kind.replace("-", " ")
+
+
+def infer(q0, qs: dict[str, float | None], base: dict[str, float]) -> list | None:
+    """A quantity as a sum of terms [coefficient, {field: exponent}] from its base value and its value with each
+    field doubled (None: that build failed or the quantity vanished)."""
+    if q0 is None:
+        return None
+    changed = {f: v for f, v in qs.items() if v is not None and v != q0}
+    if not changed:
+        return [[q0, {}]]
+    if q0 and all(v and math.log2(v / q0).is_integer() and abs(math.log2(v / q0)) <= 2 for v in changed.values()):
+        exps = {f: int(math.log2(v / q0)) for f, v in changed.items()}
+        coef = Fraction(q0)
+        for f, e in exps.items():
+            coef /= Fraction(base[f]).limit_denominator(1000) ** e
+        return [[_num(coef), exps]]
+    # a sum of products: fields every term holds (the quantity doubles with them) are common factors; the other
+    # fields, grouped by the change they make, are one term each (Mamba-2 in_proj 2·I + 2·G·N + H; MLA's kv_b_proj
+    # heads · (qk_nope + v))
+    common = [f for f, v in changed.items() if v == 2 * q0]
+    factor = Fraction(1)
+    for f in common:
+        factor *= Fraction(base[f]).limit_denominator(1000)
+    groups: dict[float, list[str]] = collections.defaultdict(list)
+    for f, v in changed.items():
+        if f not in common:
+            groups[v - q0].append(f)
+    terms, rest = [], Fraction(q0)
+    for delta, fs in groups.items():
+        coef = Fraction(delta) / factor
+        for f in fs:
+            coef /= Fraction(base[f]).limit_denominator(1000)
+        terms.append([_num(coef), {f: 1 for f in (*common, *fs)}])
+        rest -= Fraction(delta)
+    if rest:
+        terms.append([_num(rest / factor), {f: 1 for f in common}])
+    return terms
+
+
+def _num(x: Fraction):
+    return int(x) if x.denominator == 1 else [x.numerator, x.denominator]
+
+
+def evaluate(terms: list, fields: dict) -> float:
+    total = 0.0
+    for coef, exps in terms:
+        c = coef[0] / coef[1] if isinstance(coef, list) else coef
+        for f, e in exps.items():
+            c *= fields[f] ** e
+        total += c
+    return total
+
+
+def inventory(model_type: str) -> dict:
+    import torch
+    from transformers import AutoConfig
+    base_cfg = AutoConfig.for_model(model_type)
+    config_cls = type(base_cfg)
+    defaults = base_cfg.to_dict()
+    d0 = {**tiny(defaults), **OVERRIDES.get(model_type, {})}
+    cfg0, model0 = build(config_cls, d0)
+    d0 = cfg0.to_dict()
+    q0, info = measure(model0, cfg0)
+    fields = _fields(d0)
+    sizes = {int(v) for k, v in q0.items() if k[0] in ("d", "n", "k") and v}
+    # a field that sizes something divides (or is a multiple of) some size of the base build; the others are not
+    # varied (the check build below would show one that was missed)
+    fields = {f: v for f, v in fields.items()
+              if not float(v).is_integer() or v == 1 or any(s % v == 0 or v % s == 0 for s in sizes)}
+    builds: dict[str, dict] = {}
+    fixed = []
+    for f, v in fields.items():
+        try:
+            builds[f] = measure(*reversed(build(config_cls, _set(d0, f, v * 2))))[0]
+        except Exception:                         # an inconsistent config: the field is taken as fixed
+            if _SIZE_NAME.search(f):
+                fixed.append(f)
+    formulas = {}
+    for key, v0 in q0.items():
+        if key[0] == "rank":
+            continue
+        formulas[key] = infer(v0, {f: b.get(key) for f, b in builds.items()}, fields)
+    used = sorted({f for t in formulas.values() if t for _, e in t for f in e})
+    # check: every used field scaled at once (alternately × 2 and × 4)
+    d_check, scaled = d0, dict(fields)
+    for n, f in enumerate(used):
+        m = 2 if n % 2 else 4
+        d_try = _set(d_check, f, fields[f] * m)
+        try:
+            config_cls.from_dict(d_try)
+        except Exception:
+            continue
+        d_check, scaled[f] = d_try, fields[f] * m
+    checked = True
+    try:
+        cfg_c, model_c = build(config_cls, d_check)
+        qc, _ = measure(model_c, cfg_c)
+    except Exception:
+        qc, checked = {}, False
+    derived = _derived(config_cls, d0, used, fields, defaults)
+    params, kinds = [], {}
+    tied = _tied(model0)
+    for key, terms in formulas.items():
+        ok = terms is not None and checked and key in qc and qc[key] is not None and \
+            abs(evaluate(terms, scaled) - qc[key]) < 0.5
+        if key[0] == "k":
+            kinds[key[1]] = {"n": terms if ok else None, **_where(info["where"][key], cfg0, info["layers"])}
+    for pattern in {k[1] for k in q0 if k[0] == "n"}:
+        rank = q0[("rank", pattern)]
+        count = formulas[("n", pattern)]
+        dims = [formulas.get(("d", pattern, a)) for a in range(rank or 0)]
+        ok = all(t is not None for t in [count, *dims]) and checked and all(
+            key in qc and qc[key] is not None and abs(evaluate(t, scaled) - qc[key]) < 0.5
+            for key, t in [(("n", pattern), count), *((("d", pattern, a), t) for a, t in enumerate(dims))])
+        numel0 = q0[("n", pattern)] * math.prod(q0.get(("d", pattern, a)) or 0 for a in range(rank or 0))
+        entry = {"p": pattern, "kind": info["kinds"][pattern], "n": count, "shape": dims, "numel0": numel0}
+        if not ok:
+            entry["exact"] = False
+        entry.update(_where(info["where"].get(pattern, set()), cfg0, info["layers"], q0[("n", pattern)]))
+        params.append(entry)
+    params.sort(key=lambda e: e["p"])
+    return {
+        "class": type(model0).__name__,
+        "config_class": config_cls.__name__,
+        "fields": {f: [fields[f], _default(defaults, f)] for f in sorted({*used, *fixed})},
+        "fixed": fixed,
+        "derived": derived,
+        "params": params,
+        "layer_kinds": kinds,
+        "layers": info["layers"],
+        "stack": info["stack"],
+        "tied": tied,
+        "tie_default": bool(_tie(defaults)),
+        "dtype": str(defaults.get("dtype") or defaults.get("torch_dtype") or ""),
+        "total0": sum(p.numel() for p in model0.parameters()),
+    }
+
+
+def _derived(config_cls, d0: dict, used: list[str], fields: dict, defaults: dict) -> dict:
+    """Fields the config class computes from others when config.json leaves them out (Mamba's intermediate_size =
+    expand · hidden_size): the formula, for a config.json that does not write them."""
+    out = {}
+    for f in used:
+        if "." in f:
+            continue
+        bare = {k: v for k, v in d0.items() if k != f}
+        try:
+            v0 = getattr(config_cls.from_dict(bare), f, None)
+        except Exception:
+            continue
+        if not _number(v0) or v0 == _default(defaults, f):
+            continue
+        values = {}
+        for g, gv in fields.items():
+            if g == f or "." in g or g not in bare:
+                continue
+            try:
+                values[g] = getattr(config_cls.from_dict(_set(bare, g, gv * 2)), f, None)
+            except Exception:
+                continue
+        terms = infer(v0, {g: v if _number(v) else None for g, v in values.items()}, fields)
+        if terms is not None:
+            out[f] = terms
+    return out
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _default(d: dict, path: str):
+    try:
+        v = _get(d, path)
+    except (KeyError, TypeError):
+        return None
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _tie(d: dict):
+    if "tie_word_embeddings" in d:
+        return d["tie_word_embeddings"]
+    for v in d.values():
+        if isinstance(v, dict) and "tie_word_embeddings" in v:
+            return v["tie_word_embeddings"]
+    return None
+
+
+def _tied(model) -> dict | None:
+    """The output embedding's and input embedding's patterns, and whether the build ties them."""
+    try:
+        out, inp = model.get_output_embeddings(), model.get_input_embeddings()
+    except Exception:
+        return None
+    if out is None or inp is None or getattr(out, "weight", None) is None:
+        return None
+    out_name = next((f"{n}.weight" for n, m in model.named_modules(remove_duplicate=False) if m is out), "")
+    in_name = next((f"{n}.weight" for n, m in model.named_modules(remove_duplicate=False) if m is inp), "")
+    return {"out": _INDEX.sub(".{i}", out_name or ""), "in": _INDEX.sub(".{i}", in_name or ""),
+            "is_tied": out.weight is inp.weight}
+
+
+def _where(indices: set, cfg, layers: int, n: int | None = None) -> dict:
+    """Which layers a pattern sits in, when the config says it: a list of layer types (`layer_types`), a list of
+    layer indices (`full_attn_idxs`, `mlp_only_layers`), a period and offset (Jamba's `attn_layer_period` /
+    `attn_layer_offset`) or the first k layers (`first_k_dense_replace`)."""
+    if not indices or not layers or len(indices) == layers:
+        return {}
+    per = (n // len(indices)) if n else 1
+    every = set(range(layers))
+    for owner, prefix in ((cfg, ""), (getattr(cfg, "text_config", None), "text_config.")):
+        if owner is None:
+            continue
+        attrs = {k: v for k, v in vars(owner).items() if not isinstance(v, bool)}
+        for field, values in attrs.items():
+            if isinstance(values, list) and len(values) == layers and all(isinstance(v, str) for v in values):
+                chosen = {values[i] for i in indices}
+                if {i for i, v in enumerate(values) if v in chosen} == indices:
+                    return {"where": [prefix + field, sorted(chosen)], "per": per}
+            if isinstance(values, list) and values and all(isinstance(v, int) for v in values):
+                if set(values) & every == indices:
+                    return {"where_in": prefix + field, "per": per}
+                if every - set(values) == indices:
+                    return {"where_not_in": prefix + field, "per": per}
+            if isinstance(values, int) and field.endswith("period"):
+                offset = attrs.get(field[: -len("period")] + "offset", 0)
+                if isinstance(offset, int) and values and {i for i in every if i % values == offset} == indices:
+                    return {"where_every": [prefix + field, prefix + field[: -len("period")] + "offset"], "per": per}
+            if isinstance(values, int) and 0 < values < layers:
+                if set(range(values)) == indices:
+                    return {"where_below": prefix + field, "per": per}
+                if set(range(values, layers)) == indices:
+                    return {"where_from": prefix + field, "per": per}
+    return {}
+
+
+def main() -> int:
+    import torch
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    _warnings_off()
+    ap = argparse.ArgumentParser()
+    ap.add_argument("types", nargs="*", help="model_types to (re)build; default: every one not yet recorded")
+    ap.add_argument("--again", action="store_true", help="rebuild every model_type")
+    args = ap.parse_args()
+    existing = json.loads(OUT.read_text()) if OUT.exists() else {"models": {}, "skipped": {}}
+    existing["transformers"] = transformers.__version__
+    existing["torch"] = torch.__version__.split("+")[0]
+    types = args.types or [t for t in CONFIG_MAPPING_NAMES if class_for(t)
+                           and (args.again or (t not in existing["models"] and t not in existing["skipped"]))]
+    for t in types:
+        try:
+            existing["models"][t] = inventory(t)
+            existing["skipped"].pop(t, None)
+        except Exception as e:                 # the default config does not build: nothing to record
+            if len(types) == 1:
+                raise
+            existing["skipped"][t] = f"{type(e).__name__}: {str(e)[:160]}"
+            existing["models"].pop(t, None)
+        print(t, "ok" if t in existing["models"] else existing["skipped"][t], file=sys.stderr, flush=True)
+        OUT.write_text(json.dumps(existing, separators=(",", ":"), sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

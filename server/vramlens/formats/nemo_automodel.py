@@ -1,0 +1,194 @@
+"""NeMo AutoModel recipe YAML (`automodel examples/llm_finetune/…/x.yaml --nproc-per-node 8`).
+
+Sections as NVIDIA-NeMo/Automodel's recipes read them (nemo_automodel/recipes/llm/train_ft.py; the examples under
+examples/llm_finetune/ at v0.1.0 and v0.5.0): `model` is a `_target_` (`NeMoAutoModelForCausalLM.from_pretrained`)
+with `pretrained_model_name_or_path` and `torch_dtype` (default "auto": the checkpoint's dtype),
+`step_scheduler` the global and local (per-GPU) batch, `distributed` FSDP2Manager's `dp_size`/`dp_replicate_size`/
+`tp_size`/`cp_size`/`pp_size`/`ep_size`, `sequence_parallel` and `activation_checkpointing`
+(nemo_automodel/components/distributed/fsdp2.py at v0.1.0, distributed/config.py at v0.5.0: FSDP2 with
+MixedPrecisionPolicy(param_dtype=bfloat16)), `peft` LoRA's `dim`/`alpha`/`dropout`/`target_modules`/
+`match_all_linear`, `quantization` bitsandbytes' `load_in_4bit`…, `optimizer` a `torch.optim` class, `loss_fn`.
+`_target_` values are read as text only; nothing is imported.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
+from vramlens.plan import IssueKind, Origin
+
+LABEL = "NeMo AutoModel"
+SECTIONS = frozenset({"step_scheduler", "dist_env", "model", "distributed", "peft", "loss_fn", "packed_sequence",
+                      "dataloader", "validation_dataset", "validation_dataloader", "recipe", "rng", "quantization",
+                      "checkpoint", "lr_scheduler", "optimizer", "dataset"})
+DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16", "fp16": "fp16", "float16": "fp16",
+          "torch.float16": "fp16", "fp32": "fp32", "float32": "fp32", "torch.float32": "fp32", "auto": "auto"}
+LOSSES = {"MaskedCrossEntropy": "standard", "TEParallelCrossEntropy": "standard",
+          "FusedLinearCrossEntropy": "fused", "ChunkedCrossEntropy": "chunked"}
+# the run's header comment: "automodel examples/…/x.yaml --nproc-per-node 8"
+_RUN_LINE = re.compile(r"^#.*\bautomodel\b.*--nproc[-_]per[-_]node[ =](\d+)", re.MULTILINE)
+
+
+def _target(value: Any) -> str:
+    return value.get("_target_", "") if isinstance(value, dict) and isinstance(value.get("_target_"), str) else ""
+
+
+def detect(data: Any, keys: set[str]) -> float:
+    if "nemo_automodel" in _target(data.get("model")) or "nemo_automodel" in _target(data.get("distributed")):
+        return 1.0
+    if {"step_scheduler", "distributed"} <= keys and len(keys & SECTIONS) >= 4:
+        return 0.9
+    return 0.0
+
+
+def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
+    by = {tuple(str(p) for p in s.path): s for s in settings}
+
+    def get(*path: str) -> Setting | None:
+        s = by.get(path)
+        return s if s is not None and s.value is not None else None
+
+    _model(b, get)
+    if (s := get("step_scheduler", "local_batch_size")) is not None:
+        b.set_int("micro_batch", s, minimum=1)
+    if (s := get("step_scheduler", "global_batch_size")) is not None:
+        b.set_int("global_batch", s, minimum=1)
+    _sequence(b, get)
+    _distributed(b, data, get, ctx)
+    _peft(b, data, get)
+    _quantization(b, get)
+    if (s := get("optimizer", "_target_")) is not None and isinstance(s.value, str):
+        b.set("optimizer", s.value.strip(), s)
+    if (s := get("loss_fn", "_target_")) is not None and isinstance(s.value, str):
+        impl = LOSSES.get(s.value.rsplit(".", 1)[-1])
+        if impl is not None:
+            b.set("loss_impl", impl, s)
+    if (s := get("compile", "enabled")) is not None:
+        b.set_bool("compile", s)
+
+
+def _model(b: PlanBuilder, get) -> None:
+    s = get("model", "pretrained_model_name_or_path")
+    if s is not None and isinstance(s.value, str) and s.value.strip():
+        b.set("model_id", s.value.strip(), s)
+    s = get("model", "torch_dtype")
+    if s is not None:
+        dtype = DTYPES.get(str(s.value).strip().lower())
+        if dtype is None:
+            b.unknown(s, "torch_dtype", ("bfloat16", "float32", "auto"))
+        else:
+            b.set("weight_dtype", dtype, s)
+    else:
+        b.set("weight_dtype", "auto", origin=Origin.DEFAULT, framework=LABEL,
+              note="from_pretrained(torch_dtype='auto'): the checkpoint's dtype")
+    if (s := get("model", "attn_implementation")) is not None and isinstance(s.value, str):
+        b.set("attn_impl", s.value.strip(), s)
+
+
+def _sequence(b: PlanBuilder, get) -> None:
+    packed = get("packed_sequence", "packed_sequence_size")
+    if packed is not None and (to_int(packed.value) or 0) > 0:
+        b.set_int("seq_len", packed, minimum=1)
+        b.set("packing", True, packed, note="packed_sequence_size > 0: samples packed to this length")
+        return
+    for path in (("dataset", "seq_length"), ("dataset", "max_length"), ("dataset", "seq_len")):
+        if (s := get(*path)) is not None:
+            b.set_int("seq_len", s, minimum=1)
+            return
+
+
+def _size(get, key: str) -> tuple[int | None, Setting | None]:
+    s = get("distributed", key)
+    if s is None or str(s.value).strip().lower() in ("none", "null", ""):
+        return None, s
+    n = to_int(s.value)
+    return (n if n is not None and n >= 1 else None), s
+
+
+def _distributed(b: PlanBuilder, data: Any, get, ctx) -> None:
+    section = data.get("distributed")
+    if not isinstance(section, dict):
+        return
+    target = _target(section).rsplit(".", 1)[-1]
+    strategy = str(section.get("strategy") or "").strip().lower()
+    where = get("distributed", "_target_") or get("distributed", "strategy")
+    if target == "DDPManager" or strategy == "ddp":
+        b.set("dist_strategy", "ddp", where)
+    else:                                           # FSDP2Manager / strategy fsdp2 (and MegatronFSDP's sharding)
+        b.set("dist_strategy", "fsdp", where, note="NeMo AutoModel shards with FSDP2")
+        b.set("zero_stage", 3, where, origin=Origin.DERIVED, note="FSDP2 shards parameters, gradients and states")
+        b.set("fsdp_version", 2, where, origin=Origin.DERIVED)
+        if target == "MegatronFSDPManager" or strategy == "megatron_fsdp":
+            b.unmodelled(where, "Megatron-FSDP (its own buffers and bucketing)", "estimated as FSDP2")
+    dp, dp_s = _size(get, "dp_size")
+    tp, tp_s = _size(get, "tp_size")
+    cp, cp_s = _size(get, "cp_size")
+    pp, pp_s = _size(get, "pp_size")
+    rep, rep_s = _size(get, "dp_replicate_size")
+    if tp and tp > 1:
+        b.set("tensor_parallel", tp, tp_s)
+    if cp and cp > 1:
+        b.set("context_parallel", cp, cp_s)
+    if pp and pp > 1:
+        b.set("pipeline_parallel", pp, pp_s)
+        b.unmodelled(pp_s, f"pipeline parallel ({pp} stages)", "estimated as if every GPU held every layer")
+    if rep and rep > 1:
+        b.unmodelled(rep_s, "HSDP: parameters sharded within groups of dp_size ÷ dp_replicate_size and replicated "
+                            "across dp_replicate_size", "estimated as sharded over every data-parallel GPU")
+    ep, ep_s = _size(get, "ep_size")
+    if ep and ep > 1:
+        b.unmodelled(ep_s, "expert parallel", "estimated as if every GPU held every expert")
+    if dp:
+        b.set("world_size", dp * (tp or 1) * (cp or 1) * (pp or 1), dp_s, origin=Origin.DERIVED,
+              note=f"dp_size {dp} × tp {tp or 1} × cp {cp or 1} × pp {pp or 1}")
+    elif (m := _RUN_LINE.search(getattr(ctx, "text", "") or "")) is not None and 1 <= int(m[1]) <= 65536:
+        b.set("world_size", int(m[1]), origin=Origin.DERIVED,
+              note=f"dp_size none: every GPU of the run in the header (`--nproc-per-node {m[1]}`)")
+    if (s := get("distributed", "sequence_parallel")) is not None and to_bool(s.value):
+        b.remember(s)
+    s = get("distributed", "activation_checkpointing")
+    if s is not None:
+        if str(s.value).strip().lower() == "selective":
+            b.set("grad_checkpointing", False, s)
+            b.unmodelled(s, "selective activation checkpointing", "estimated without activation checkpointing")
+        else:
+            b.set_bool("grad_checkpointing", s)
+
+
+def _peft(b: PlanBuilder, data: Any, get) -> None:
+    section = data.get("peft")
+    if not isinstance(section, dict):
+        return
+    anchor = get("peft", "_target_") or get("peft", "dim")
+    quant = data.get("quantization")
+    four_bit = isinstance(quant, dict) and to_bool(quant.get("load_in_4bit"))
+    b.set("peft_method", "qlora" if four_bit else "lora", anchor, note="NeMo AutoModel's LoRA (PeftConfig)")
+    if (s := get("peft", "dim")) is not None:
+        b.set_int("lora_r", s, minimum=1)
+    if (s := get("peft", "alpha")) is not None:
+        b.set_float("lora_alpha", s)
+    if (s := get("peft", "dropout")) is not None:
+        b.set_float("lora_dropout", s)
+    if (s := get("peft", "match_all_linear")) is not None and to_bool(s.value):
+        b.set("lora_targets", ["all-linear"], s)
+    elif (s := get("peft", "target_modules")) is not None:
+        names = s.value if isinstance(s.value, list) else [s.value]
+        # glob patterns (`*_proj`, `*.q_proj`): the module names they end with
+        targets = [str(n).strip().lstrip("*").lstrip(".").lstrip("_") for n in names]
+        targets = ["all-linear" if t in ("proj", "") else t for t in targets]
+        b.set("lora_targets", targets, s, note=f"patterns {names}")
+
+
+def _quantization(b: PlanBuilder, get) -> None:
+    if (s := get("quantization", "load_in_4bit")) is not None and to_bool(s.value):
+        b.set("quant_bits", 4, s)
+        if (t := get("quantization", "bnb_4bit_quant_type")) is not None:
+            b.set("quant_type", str(t.value).strip().lower(), t)
+        if (t := get("quantization", "bnb_4bit_use_double_quant")) is not None:
+            b.set_bool("quant_double", t)
+        if (t := get("quantization", "bnb_4bit_quant_storage")) is not None:
+            b.set("quant_storage_dtype", DTYPES.get(str(t.value).strip().lower(), "uint8"), t)
+    elif (s := get("quantization", "load_in_8bit")) is not None and to_bool(s.value):
+        b.set("quant_bits", 8, s)
+        b.set("quant_type", "int8", s)

@@ -1,0 +1,243 @@
+"""A launch line that runs a Python script of the workspace (`python finetune.py --use_lora`, `torchrun … train.py`,
+`deepspeed train.py`, `accelerate launch train.py`) is read by that script's own argument definitions.
+
+The script is read with `ast` (`frameworks.argdefs`: its `@dataclass`/`HfArgumentParser` classes and its
+`argparse` arguments), never run, and only inside the workspace (`formats.references.find`, bounded like any
+other Python file). Then:
+
+- each flag of the line that the launch reader does not know already (`shell.is_known_key`) and that the script
+  defines is mapped by name and type to a plan concept (`frameworks.concepts.match`, or a method switch such as
+  `--use_lora`, `--q_lora`) and applied through the same handler as the flag that usually sets that concept;
+- each argument the line does not give and whose default the script states is applied the same way when it
+  changes memory (the script's `model_max_length`, its `lora_target_modules` list, its default model), with the
+  note "finetune.py default, line 57" — adapter settings only when the run trains an adapter;
+- a script argument that looks like it changes memory or speed and maps to nothing is recorded as not modelled.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from vramlens.formats.settings import PlanBuilder, Setting, to_bool
+from vramlens.frameworks import argdefs, concepts
+from vramlens.plan import Span
+from vramlens.text import text_lines
+
+# As `formats.python_calls` (MAX_PYTHON_CHARS): larger files are not training scripts.
+MAX_SCRIPT_CHARS = 500_000
+MAX_DEFAULTS = 2_000            # arguments of one script looked at; real ones define a few dozen to a few hundred
+LAUNCHERS = frozenset({"python", "torchrun", "deepspeed", "accelerate"})
+ADAPTER_METHODS = frozenset({"lora", "qlora", "dora", "vera", "ia3", "other"})
+ADAPTER_CONCEPTS = frozenset({"lora_r", "lora_alpha", "lora_dropout", "lora_targets", "modules_to_save",
+                              "feedforward_targets"})
+QUANT_CONCEPTS = frozenset({"quant_type", "quant_double", "quant_storage_dtype", "quant_compute_dtype"})
+# Names of arguments that change memory or speed (an unmapped one is reported as not modelled); names of
+# bookkeeping arguments (paths, logging, evaluation, saving) never are.
+_MEMORY_WORDS = re.compile(
+    r"galore|apollo|badam|lisa|offload|quant|4bit|8bit|int4|int8|fp8|nf4|bits?(?:_|$)|checkpointing|flash|xformers|"
+    r"sdpa|zero|fsdp|deepspeed|compile|liger|unsloth|packing|precision|dtype|batch_size|seq_len|max_len|"
+    r"sequence_len|context_len|block_size|rank|lora|peft|adapter|freeze|trainable|parallel|gpus?(?:_|$)|fused|"
+    r"recompute|shard|vllm|num_generations")
+_BOOKKEEPING = re.compile(r"path|dir|file|name|log|save|eval|seed|print|report|wandb|hub|push|token|url|port|"
+                          r"output|cache|resume|steps|epoch|lr|learning_rate|warmup|weight_decay|beta|eps|"
+                          r"scheduler|worker|verbose|debug|dropout|alpha")
+
+
+def apply(b: PlanBuilder, launch, settings: list[Setting], ctx) -> None:
+    """Read the launched script's argument definitions into the plan (see the module docstring). Nothing happens
+    when the launch does not run a `.py` file of the workspace, or when that file cannot be read or parsed."""
+    if launch.tool not in LAUNCHERS or launch.script is None or launch.script.value is None:
+        return
+    target = launch.script.value
+    if not target.endswith(".py"):
+        return
+    found = _read_module(target, ctx)
+    if found is None:
+        return
+    path, source, module = found
+    args = _arguments(module)
+    if not args:
+        return
+    label = PurePosixPath(target).name
+    index = _index(args)
+    given: set[str] = set()
+    from vramlens.formats import shell
+
+    for s in settings:
+        hit = index.get(concepts.normalize(s.path[0]))
+        if hit is None:
+            continue
+        arg, negated = hit
+        given.add(arg.name)
+        if shell.is_known_key(s.path[0]) or s.unresolved:
+            continue                        # read by the launch reader already (or its value is unknown)
+        value = s.value
+        if negated:
+            flag = to_bool(value)
+            value = (not flag) if flag is not None else value
+        _apply_arg(b, arg, Setting(key=s.key, path=(arg.name,), value=value, span=s.span, value_span=s.value_span,
+                                   key_span=s.key_span), label, note=None)
+    _apply_defaults(b, [a for a in args if a.name not in given], path, text_lines(source), label)
+
+
+def _read_module(target: str, ctx) -> tuple[str, str, argdefs.ModuleArgs] | None:
+    from vramlens.formats import references
+
+    if not ctx.path:
+        return None
+    found, _refused = references.find(target, ctx.path, ctx.workspace)
+    if found is None:
+        return None
+    text = references._read(found, ctx)
+    if text is None or len(text) > MAX_SCRIPT_CHARS:
+        return None
+    try:
+        return str(found), text, argdefs.read_module(text, str(found))
+    except argdefs.SourceRefused:
+        return None
+
+
+def _arguments(module: argdefs.ModuleArgs) -> list[argdefs.ArgDef]:
+    out = []
+    for arg in argdefs.iter_arguments(module):
+        out.append(arg)
+        if len(out) >= MAX_DEFAULTS:
+            break
+    return out
+
+
+def _index(args: list[argdefs.ArgDef]) -> dict[str, tuple[argdefs.ArgDef, bool]]:
+    """Every spelling a command line may use → (the argument, whether the spelling negates it: `--no-x`). The
+    dataclass fields as HfArgumentParser adds them: `--name`, `--name-with-dashes`, and `--no_name` for a bool
+    field that defaults to True (transformers `hf_argparser.py`, `_parse_dataclass_field`)."""
+    index: dict[str, tuple[argdefs.ArgDef, bool]] = {}
+    for a in args:
+        for spelling in (a.name, *a.aliases):
+            n = concepts.normalize(spelling)
+            negated = n.startswith("no_") and not concepts.normalize(a.name).startswith("no_")
+            index.setdefault(n, (a, negated))
+        if a.type == "bool" and a.default is True:
+            index.setdefault("no_" + concepts.normalize(a.name), (a, True))
+    return index
+
+
+def _type_hint(arg: argdefs.ArgDef) -> str | None:
+    return arg.annotation or arg.type
+
+
+def _apply_arg(b: PlanBuilder, arg: argdefs.ArgDef, s: Setting, label: str, note: str | None) -> None:
+    """Apply one script argument's value: through the launch reader's handler for its own name when it has one,
+    else through the handler of the concept it maps to; record it as not modelled when it maps to nothing and
+    looks like it changes memory or speed."""
+    from vramlens.formats import shell
+
+    handler = shell.handler_for("python", arg.name)
+    switch = concepts.switch(arg.name)
+    concept = concepts.match(arg.name, _type_hint(arg))
+    before = _snapshot(b)
+    if handler is not None:
+        handler(b, s)
+    elif switch is not None and concept is not None:
+        if to_bool(s.value):
+            name, value = switch
+            _apply_concept(b, concepts.CONCEPTS[name], Setting(key=s.key, path=s.path, value=value, span=s.span,
+                                                               value_span=s.value_span, key_span=s.key_span))
+    elif concept is not None:
+        _apply_concept(b, concept, s)
+    elif _looks_memory_relevant(arg) and (arg.type != "bool" or to_bool(s.value)):
+        b.unmodelled(s, f"--{arg.name} ({label} argument)", "not taken into account by the estimate",
+                     key=arg.name)
+        return
+    if note:
+        _annotate(b, before, s, note)
+
+
+def _apply_concept(b: PlanBuilder, concept: concepts.Concept, s: Setting) -> None:
+    """Set `concept` from `s` through the handler of the first spelling the launch reader knows for it, else by
+    the concept's type."""
+    from vramlens.formats import shell
+
+    key = _handled_spelling(concept.name)
+    if key is not None:
+        shell.handler_for("python", key)(b, Setting(key=s.key, path=(key,), value=s.value, span=s.span,
+                                                    value_span=s.value_span, key_span=s.key_span))
+    elif concept.type == "int":
+        b.set_int(concept.name, s)
+    elif concept.type == "float":
+        b.set_float(concept.name, s)
+    elif concept.type == "bool":
+        b.set_bool(concept.name, s)
+    elif s.value is not None:
+        b.set(concept.name, s.value, s)
+
+
+_SPELLINGS: dict[str, str | None] = {}
+
+
+def _handled_spelling(concept: str) -> str | None:
+    """The first spelling of `concept` that the launch reader has a handler for (and that means that concept)."""
+    if concept not in _SPELLINGS:
+        from vramlens.formats import shell
+
+        _SPELLINGS[concept] = next(
+            (sp for sp in concepts.CONCEPTS[concept].spellings if "." not in sp
+             and shell.handler_for("python", sp) is not None
+             and getattr(concepts.match(sp), "name", None) == concept), None)
+    return _SPELLINGS[concept]
+
+
+def _looks_memory_relevant(arg: argdefs.ArgDef) -> bool:
+    n = concepts.normalize(arg.name)
+    return bool(_MEMORY_WORDS.search(n)) and not _BOOKKEEPING.search(n)
+
+
+def _apply_defaults(b: PlanBuilder, args: list[argdefs.ArgDef], path: str, lines: list[str], label: str) -> None:
+    """The script's own defaults of the arguments the line does not give: memory-relevant ones only, adapter and
+    quantization details only when the run trains an adapter or quantizes, and never over a value the line set."""
+    later = []
+    for arg in args:
+        if arg.default is None or arg.default_text is not None:
+            continue
+        concept = concepts.match(arg.name, _type_hint(arg))
+        if concept is None:
+            if _looks_memory_relevant(arg) and arg.type == "bool" and arg.default is True:
+                _apply_arg(b, arg, _default_setting(arg, path, lines), label, note=None)
+            continue
+        if not concept.memory and concepts.switch(arg.name) is None:
+            continue
+        if concept.name in ADAPTER_CONCEPTS or concept.name in QUANT_CONCEPTS:
+            later.append((arg, concept))
+            continue
+        _apply_arg(b, arg, _default_setting(arg, path, lines), label, _note(label, arg))
+    adapter = b.plan.peft_method is not None and b.plan.peft_method.value in ADAPTER_METHODS
+    quantized = b.plan.quant_bits is not None
+    for arg, concept in later:
+        if (adapter if concept.name in ADAPTER_CONCEPTS else quantized):
+            _apply_arg(b, arg, _default_setting(arg, path, lines), label, _note(label, arg))
+
+
+def _note(label: str, arg: argdefs.ArgDef) -> str:
+    return f"{label} default, line {arg.line}"
+
+
+def _default_setting(arg: argdefs.ArgDef, path: str, lines: list[str]) -> Setting:
+    """A Setting for a default, placed on the line of the script that defines it."""
+    line = max(arg.line - 1, 0)
+    end = len(lines[line]) if line < len(lines) else 0
+    span = Span(file=path, start_line=line, start_col=0, end_line=line, end_col=end)
+    return Setting(key=arg.name, path=(arg.name,), value=arg.default, span=span, value_span=span, key_span=span)
+
+
+def _snapshot(b: PlanBuilder) -> dict[str, Any]:
+    from vramlens.plan import PLAN_CONCEPTS
+
+    return {name: getattr(b.plan, name) for name in PLAN_CONCEPTS}
+
+
+def _annotate(b: PlanBuilder, before: dict[str, Any], s: Setting, note: str) -> None:
+    """Give the values `s` just set the note that says where they come from."""
+    for name, old in before.items():
+        new = getattr(b.plan, name)
+        if new is not None and new is not old and new.note is None:
+            setattr(b.plan, name, new.model_copy(update={"note": note}))

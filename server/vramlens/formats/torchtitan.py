@@ -1,0 +1,610 @@
+"""torchtitan TOML job configs (`--job.config_file x.toml`) and the command lines that launch them.
+
+The job config is torchtitan's `JobConfig` written as TOML tables: `[model] name/flavor`, `[training]`,
+`[parallelism]`, `[activation_checkpoint]`, `[optimizer]`, `[compile]`, float8 under `[float8]` or
+`[quantize.linear.float8]` (torchtitan/config_manager.py at v0.1.0, torchtitan/config/job_config.py at v0.2.x;
+before v0.1 the parallel degrees sat in `[training]` and `[experimental]`, and the batch was `batch_size`).
+Recent torchtitan main names a Python config instead (`--module llama3 --config llama3_8b`); that form is not read.
+The model's shapes come from torchtitan's own flavor tables (knowledge/data/torchtitan_flavors.json, dumped by
+scripts/dump_torchtitan_flavors.py). Command-line overrides `--section.key value` win over the file, as
+torchtitan's ConfigManager applies them.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vramlens import toml_reading
+from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_float, to_int
+from vramlens.plan import IssueKind, Origin, Severity, Span, TrainingPlan
+from vramlens.text import LineIndex
+
+FRAMEWORK_LABEL = "torchtitan 0.1–0.2 (JobConfig)"
+# The tables that make a TOML file a torchtitan job config (JobConfig's sections)
+TABLES = frozenset({"job", "model", "training", "parallelism", "activation_checkpoint", "optimizer", "float8",
+                    "experimental", "compile", "quantize", "lr_scheduler", "checkpoint", "metrics", "profiling"})
+NOT_JOB_CONFIGS = frozenset({"pyproject.toml", ".vramlens.toml", "uv.lock", "poetry.lock", "cargo.toml"})
+
+# Flavors whose shapes are those of a published checkpoint (tests/formats/test_torchtitan.py checks each against the
+# catalog): estimated as that model, so its family's layer kinds apply.
+SAME_SHAPES = {
+    ("llama3", "8B"): "meta-llama/Llama-3.1-8B", ("llama3", "8B_flex"): "meta-llama/Llama-3.1-8B",
+    ("llama3", "8B_varlen"): "meta-llama/Llama-3.1-8B",
+    ("llama3", "70B"): "meta-llama/Llama-3.1-70B", ("llama3", "405B"): "meta-llama/Llama-3.1-405B",
+    ("qwen3", "0.6B"): "Qwen/Qwen3-0.6B", ("qwen3", "1.7B"): "Qwen/Qwen3-1.7B", ("qwen3", "4B"): "Qwen/Qwen3-4B",
+    ("qwen3", "8B"): "Qwen/Qwen3-8B", ("qwen3", "14B"): "Qwen/Qwen3-14B", ("qwen3", "32B"): "Qwen/Qwen3-32B",
+    ("qwen3", "30B-A3B"): "Qwen/Qwen3-30B-A3B", ("deepseek_v3", "671B"): "deepseek-ai/DeepSeek-V3",
+}
+LLAMA3_TOKENIZER_VOCAB = 128256      # the Llama 3 tokenizer's size (`vocab_size = -1`: set from the tokenizer)
+
+
+def is_job_config(data: Any) -> bool:
+    """A parsed TOML document is a torchtitan job config: a `[model]` table naming a model or flavor and one more
+    JobConfig table."""
+    if not isinstance(data, dict):
+        return False
+    model = data.get("model")
+    named = isinstance(model, dict) and ("flavor" in model or "name" in model)
+    return named and len(TABLES & {k for k, v in data.items() if isinstance(v, dict)}) >= 2
+
+
+def parse_toml(text: str, ctx) -> TrainingPlan | None:
+    """`formats.TEXT_PARSERS` entry for `.toml`: a plan for a torchtitan job config, None for any other TOML."""
+    if Path(ctx.path).name.lower() in NOT_JOB_CONFIGS:
+        return None
+    settings = toml_settings(text, ctx.path)
+    if settings is None:
+        return None
+    b = PlanBuilder(ctx.path, "torchtitan", "custom")
+    apply(b, settings, [], None)
+    return b.plan
+
+
+def toml_settings(text: str, path: str) -> list[Setting] | None:
+    """The job config's values as Settings (path = table parts + key), with the spans where each is written;
+    None when the text is not a torchtitan job config."""
+    parsed = toml_reading.loads(text)
+    if not is_job_config(parsed.data):
+        return None
+    spans = _spans(text, path)
+    out: list[Setting] = []
+    stack: list[tuple[tuple[str, ...], dict]] = [((), parsed.data)]
+    while stack:
+        prefix, table = stack.pop()
+        for key, value in table.items():
+            where = prefix + (str(key),)
+            if isinstance(value, dict):
+                stack.append((where, value))
+                continue
+            span, value_span, key_span = spans.get(where, (None, None, None))
+            out.append(Setting(str(key), where, value, span=span, value_span=value_span, key_span=key_span))
+    return out
+
+
+_HEADER = re.compile(r"[ \t]*\[([^\[\]#]+)\][ \t]*(?:#.*)?")
+_ENTRY = re.compile(r"[ \t]*([A-Za-z0-9_\-\"' .]+?)[ \t]*=[ \t]*")
+
+
+def _parts(key: str) -> tuple[str, ...]:
+    return tuple(p.strip().strip("\"'") for p in key.split("."))
+
+
+def _spans(text: str, path: str) -> dict[tuple[str, ...], tuple[Span, Span, Span]]:
+    """(entry, value, key) spans of the one-line `key = value` entries, by table parts + key. Lines only: a value
+    spread over several lines gets the span of its first line."""
+    idx = LineIndex(text, path)
+    out: dict[tuple[str, ...], tuple[Span, Span, Span]] = {}
+    table: tuple[str, ...] = ()
+    for n, line in enumerate(text.splitlines()):
+        if m := _HEADER.fullmatch(line):
+            table = _parts(m[1])
+            continue
+        m = _ENTRY.match(line)
+        if not m or line.lstrip().startswith("#"):
+            continue
+        start = idx.starts[n] if n < len(idx.starts) else 0
+        value = _value_end(line, m.end())
+        key_span = idx.span(start + m.start(1), start + m.end(1))
+        value_span = idx.span(start + m.end(), start + value)
+        out[table + _parts(m[1])] = (idx.span(start + m.start(1), start + value), value_span, key_span)
+    return out
+
+
+def _value_end(line: str, start: int) -> int:
+    """Where a one-line TOML value ends: after its closing quote, or before a comment."""
+    if line[start:start + 1] in ("'", '"'):
+        q = line[start]
+        i = start + 1
+        while i < len(line) and line[i] != q:
+            i += 2 if line[i] == "\\" and q == '"' else 1
+        return min(i + 1, len(line))
+    hash_at = line.find("#", start)
+    return len(line[:hash_at].rstrip()) if hash_at >= 0 else len(line.rstrip())
+
+
+# ------------------------------------------------------------------------------------------------ the plan
+
+# Where each value is written, newest spelling first (v0.2.x, v0.1.0, before v0.1).
+WHERE = {
+    "name": (("model", "name"),),
+    "flavor": (("model", "flavor"),),
+    "converters": (("model", "converters"),),
+    "local_batch": (("training", "local_batch_size"), ("training", "batch_size")),
+    "global_batch": (("training", "global_batch_size"),),
+    "seq_len": (("training", "seq_len"),),
+    "compile": (("compile", "enable"), ("training", "compile")),
+    "compile_components": (("compile", "components"),),
+    "param_dtype": (("training", "mixed_precision_param"),),
+    "cpu_offload": (("training", "enable_cpu_offload"),),
+    "dp_replicate": (("parallelism", "data_parallel_replicate_degree"), ("training", "data_parallel_replicate_degree")),
+    "dp_shard": (("parallelism", "data_parallel_shard_degree"), ("training", "data_parallel_shard_degree")),
+    "tp": (("parallelism", "tensor_parallel_degree"), ("training", "tensor_parallel_degree")),
+    "pp": (("parallelism", "pipeline_parallel_degree"), ("experimental", "pipeline_parallel_degree")),
+    "pp_schedule": (("parallelism", "pipeline_parallel_schedule"), ("experimental", "pipeline_parallel_schedule")),
+    "cp": (("parallelism", "context_parallel_degree"), ("experimental", "context_parallel_degree")),
+    "ep": (("parallelism", "expert_parallel_degree"),),
+    "ac_mode": (("activation_checkpoint", "mode"),),
+    "ac_option": (("activation_checkpoint", "selective_ac_option"),),
+    "float8_old": (("float8", "enable_float8_linear"),),
+    "optimizer": (("optimizer", "name"),),
+    "optimizer_impl": (("optimizer", "implementation"),),
+}
+# JobConfig defaults (v0.1.0 config_manager.py = v0.2.2 config/job_config.py for these)
+DEFAULTS = {"local_batch": 8, "seq_len": 2048, "compile": False, "param_dtype": "bfloat16", "dp_replicate": 1,
+            "dp_shard": -1, "tp": 1, "pp": 1, "cp": 1, "ac_mode": "selective", "ac_option": "2",
+            "optimizer": "AdamW", "optimizer_impl": "fused", "name": "llama3", "flavor": "debugmodel"}
+OPTIMIZERS = {"adamw": "torch.optim.AdamW", "adam": "torch.optim.Adam"}
+OPTIMIZER_IMPL = {"fused": "fused", "foreach": "foreach", "for-loop": "forloop"}
+
+
+@dataclass
+class _Values:
+    by_path: dict[tuple[str, ...], Setting]
+
+    def get(self, what: str) -> Setting | None:
+        return next((self.by_path[p] for p in WHERE[what] if p in self.by_path), None)
+
+    def value(self, what: str):
+        s = self.get(what)
+        return s.value if s is not None else DEFAULTS.get(what)
+
+
+def apply(b: PlanBuilder, settings: list[Setting], overrides: list[Setting], world: tuple[int, Setting | None] | None,
+          world_note: str | None = None) -> None:
+    """Fill the plan from the job config's settings, with command-line overrides over them and the run's process
+    count when the launch gives one."""
+    by_path = {s.path: s for s in settings}
+    by_path.update({s.path: s for s in overrides})
+    v = _Values(by_path)
+    b.plan.format, b.plan.framework = "torchtitan", "custom"
+    _model(b, v)
+    _batch(b, v)
+    _precision(b, v)
+    _parallel(b, v, world, world_note)
+    _checkpointing(b, v)
+    _optimizer(b, v)
+    _float8(b, v)
+    for what in ("name", "flavor"):
+        if (s := v.get(what)) is not None:
+            b.remember(s)
+    b.set("attn_impl", "flex_attention" if _flex(v) else "sdpa", origin=Origin.DEFAULT, framework=FRAMEWORK_LABEL,
+          note="torchtitan's attention: SDPA (flex attention in the *_flex flavors)")
+    b.set("packing", True, origin=Origin.DEFAULT, framework=FRAMEWORK_LABEL,
+          note="torchtitan's text datasets fill every sample to seq_len")
+    b.set("objective", "pretrain", origin=Origin.DEFAULT, framework=FRAMEWORK_LABEL,
+          note="torchtitan pre-trains: next-token loss on every token")
+
+
+def _default(b: PlanBuilder, concept: str, value, note: str | None = None) -> None:
+    b.set(concept, value, origin=Origin.DEFAULT, framework=FRAMEWORK_LABEL, note=note)
+
+
+def _flavors() -> dict:
+    from vramlens.knowledge.data import load
+
+    return load("torchtitan_flavors.json")["versions"]
+
+
+def flavor_args(name: str, flavor: str) -> tuple[dict, str] | None:
+    """(the flavor's model args, `tag commit`) from the newest dumped torchtitan version that has it."""
+    for tag, version in reversed(list(_flavors().items())):
+        table = version["models"].get(name, {}).get("flavors", {})
+        if flavor in table:
+            return table[flavor], f"{tag} ({version['commit'][:10]})"
+    return None
+
+
+def ffn_hidden(args: dict) -> int:
+    """The SwiGLU width torchtitan builds: an explicit `hidden_dim` (qwen3), else from dim, multiple_of and
+    ffn_dim_multiplier (torchtitan/models/llama3/model/model.py `FeedForward.__init__` at v0.1.0 and v0.2.2:
+    hidden = int(2 * 4 * dim / 3), times ffn_dim_multiplier, rounded up to a multiple of multiple_of)."""
+    if args.get("hidden_dim"):
+        return int(args["hidden_dim"])
+    hidden = int(2 * (4 * args["dim"]) / 3)
+    if args.get("ffn_dim_multiplier") is not None:
+        hidden = int(args["ffn_dim_multiplier"] * hidden)
+    multiple = int(args.get("multiple_of") or 256)
+    return multiple * ((hidden + multiple - 1) // multiple)
+
+
+def _model(b: PlanBuilder, v: _Values) -> None:
+    name_s, flavor_s = v.get("name"), v.get("flavor")
+    name, flavor = str(v.value("name")), str(v.value("flavor"))
+    where = flavor_s or name_s
+    label = f"torchtitan {name} `{flavor}`"
+    if (name, flavor) in SAME_SHAPES:
+        mid = SAME_SHAPES[(name, flavor)]
+        if where is not None:
+            b.set("model_id", mid, where, note=f"{label}: the shapes of {mid}")
+        else:
+            _default(b, "model_id", mid, f"{label} (JobConfig's default model): the shapes of {mid}")
+        return
+    found = flavor_args(name, flavor)
+    if found is None:
+        known = sorted({f for version in _flavors().values() for f in version["models"].get(name, {}).get("flavors", {})})
+        what = f"flavor `{flavor}` of torchtitan model `{name}`" if known else f"torchtitan model `{name}`"
+        hint = f" (known: {', '.join(known)})" if known else ""
+        b.issue(IssueKind.UNKNOWN_VALUE, f"unknown {what}{hint}: its shapes are not known, so no estimate",
+                where, suggestion=None)
+        return
+    args, version = found
+    if args.get("moe_enabled"):
+        b.issue(IssueKind.UNKNOWN_VALUE, f"{label} is a mixture-of-experts flavor vramlens has no shapes for; "
+                                         f"no estimate", where)
+        return
+    dim, layers, heads = args.get("dim"), args.get("n_layers"), args.get("n_heads")
+    if not all(isinstance(x, int) and x > 0 for x in (dim, layers, heads)):
+        b.issue(IssueKind.UNKNOWN_VALUE, f"{label} has no dense decoder shapes vramlens can use; no estimate", where)
+        return
+    vocab = args.get("vocab_size")
+    if not isinstance(vocab, int) or vocab <= 0:
+        vocab = LLAMA3_TOKENIZER_VOCAB
+        b.plan.read_notes.append(f"{label}: vocabulary from the tokenizer, assumed the Llama 3 tokenizer's "
+                                 f"{vocab:,}")
+    sizes = {"n_layer": layers, "n_embd": dim, "n_head": heads, "num_kv_heads": args.get("n_kv_heads") or heads,
+             "intermediate_size": ffn_hidden(args), "vocab_size": vocab, "activation": "swiglu", "norm": "rmsnorm",
+             "no_weight_tying": not args.get("enable_weight_tying", False)}
+    anchor = where or Setting("flavor", ("model", "flavor"), flavor)
+    for key, value in sizes.items():
+        b.shape(key, Setting(anchor.key, anchor.path, value, span=anchor.span, value_span=anchor.value_span))
+    b.plan.model_span_hint = anchor.span
+    b.plan.read_notes.append(f"{label}: shapes from torchtitan {version} torchtitan/models/{name}/__init__.py")
+
+
+def _flex(v: _Values) -> bool:
+    found = flavor_args(str(v.value("name")), str(v.value("flavor")))
+    args = found[0] if found else {}
+    return bool(args.get("use_flex_attn")) or args.get("attn_type") == "flex"
+
+
+def _batch(b: PlanBuilder, v: _Values) -> None:
+    if (s := v.get("local_batch")) is not None:
+        b.set_int("micro_batch", s, minimum=1)
+    else:
+        _default(b, "micro_batch", DEFAULTS["local_batch"])
+    if (s := v.get("seq_len")) is not None:
+        b.set_int("seq_len", s, minimum=1)
+    else:
+        _default(b, "seq_len", DEFAULTS["seq_len"])
+    if (s := v.get("global_batch")) is not None and (to_int(s.value) or -1) > 0:
+        b.set_int("global_batch", s, minimum=1)
+    if (s := v.get("compile")) is not None:
+        on = to_bool(s.value)
+        parts = v.value("compile_components")
+        if on and isinstance(parts, list) and "model" not in parts:
+            on = False                                  # only the loss compiled: the model runs eagerly
+        if on is not None:
+            b.set("compile", on, s)
+    else:
+        _default(b, "compile", False)
+    if (s := v.get("cpu_offload")) is not None and to_bool(s.value):
+        # FSDP2 CPUOffloadPolicy: sharded parameters, gradients and optimizer states live on the CPU
+        b.set("offload_params", True, s, note="FSDP2 CPU offload")
+        b.set("offload_optimizer", True, s, note="FSDP2 CPU offload")
+
+
+def _precision(b: PlanBuilder, v: _Values) -> None:
+    """torchtitan keeps fp32 parameters and runs FSDP2 with MixedPrecisionPolicy(param_dtype=mixed_precision_param,
+    reduce_dtype=float32) (torchtitan/models/llama3/infra/parallelize.py `apply_fsdp`, v0.1.0 and v0.2.2)."""
+    s = v.get("param_dtype")
+    text = str(v.value("param_dtype")).strip().lower()
+    amp = {"bfloat16": "bf16", "float32": "none", "float16": "fp16"}.get(text)
+    if amp is None and s is not None:
+        b.unknown(s, "mixed precision dtype", ("bfloat16", "float32"))
+        return
+    _default(b, "weight_dtype", "fp32", "torchtitan keeps fp32 parameters (sharded by FSDP2)")
+    if s is not None:
+        b.set("amp_dtype", amp, s, note="FSDP2 mixed precision: parameters gathered and computed in this dtype")
+    else:
+        _default(b, "amp_dtype", amp, "mixed_precision_param = bfloat16")
+
+
+def _degree(b: PlanBuilder, v: _Values, what: str, minimum: int = 1) -> tuple[int, Setting | None]:
+    s = v.get(what)
+    n = to_int(s.value) if s is not None else DEFAULTS[what]
+    if n is None or (n < minimum and not (what == "dp_shard" and n == -1)):
+        b.issue(IssueKind.INVALID_VALUE, f"`{s.key}` should be a whole number of at least {minimum}"
+                + (" (or -1)" if what == "dp_shard" else "") + f", got {s.value!r}", s)
+        return DEFAULTS[what], None
+    return n, s
+
+
+def _parallel(b: PlanBuilder, v: _Values, world: tuple[int, Setting | None] | None, world_note: str | None) -> None:
+    rep, rep_s = _degree(b, v, "dp_replicate")
+    shard, shard_s = _degree(b, v, "dp_shard")
+    tp, tp_s = _degree(b, v, "tp")
+    pp, pp_s = _degree(b, v, "pp")
+    cp, cp_s = _degree(b, v, "cp")
+    others = rep * tp * pp * cp
+    if world is not None:
+        n, ws = world
+        b.set("world_size", n, ws, origin=Origin.FILE if ws is not None else Origin.DEFAULT, note=world_note,
+              framework=None if ws is not None else FRAMEWORK_LABEL)
+        if shard == -1:
+            shard = max(1, n // others)
+        elif shard * others != n:
+            b.issue(IssueKind.CONFLICTING_SETTINGS, f"the parallel degrees multiply to {shard * others}, but the run "
+                    f"has {n} GPUs: torchtitan refuses this (ParallelDims checks their product)", shard_s or ws)
+    elif shard > 0:
+        b.set("world_size", shard * others, shard_s, origin=Origin.DERIVED,
+              note=f"data_parallel_shard {shard} × replicate {rep} × TP {tp} × PP {pp} × CP {cp}")
+    elif others > 1:
+        b.set("world_size", others, origin=Origin.DERIVED,
+              note=f"data_parallel_shard_degree -1 and no GPU count: at least replicate {rep} × TP {tp} × PP {pp} × "
+                   f"CP {cp} GPUs")
+    if shard == -1 or shard > 1:
+        b.set("dist_strategy", "fsdp", shard_s, note="torchtitan shards with FSDP2 (`fully_shard`)")
+        b.set("zero_stage", 3, shard_s, origin=Origin.DERIVED, note="FSDP2 shards parameters, gradients and states")
+        b.set("fsdp_version", 2, shard_s, origin=Origin.DERIVED, note="torchtitan uses FSDP2")
+        if rep > 1:
+            b.unmodelled(rep_s, "HSDP: parameters sharded within groups of data_parallel_shard_degree and replicated "
+                                "across data_parallel_replicate_degree",
+                         "estimated as sharded over every data-parallel GPU (less memory than the run)")
+    elif rep > 1:
+        b.set("dist_strategy", "ddp", rep_s, note="data_parallel_replicate_degree > 1 with no sharding: DDP")
+    else:
+        b.set("dist_strategy", "none", shard_s, origin=Origin.DERIVED if shard_s is None else Origin.FILE)
+    if tp > 1:
+        b.set("tensor_parallel", tp, tp_s)
+    if cp > 1:
+        b.set("context_parallel", cp, cp_s)
+    if pp > 1:
+        b.set("pipeline_parallel", pp, pp_s)
+        schedule = v.get("pp_schedule")
+        b.unmodelled(pp_s, f"pipeline parallel ({pp} stages, schedule {v.value('pp_schedule') or '1F1B'})",
+                     "estimated as if every GPU held every layer")
+        if schedule is not None:
+            b.remember(schedule)
+    if (s := v.get("ep")) is not None and (to_int(s.value) or 1) > 1:
+        b.unmodelled(s, "expert parallel", "estimated as if every GPU held every expert")
+
+
+def _checkpointing(b: PlanBuilder, v: _Values) -> None:
+    """torchtitan/models/llama3/infra/parallelize.py `apply_ac` (v0.1.0; torchtitan/distributed/
+    activation_checkpoint.py at v0.2.2): `full` wraps every block in checkpoint_wrapper; `selective` with
+    selective_ac_option "op" saves the outputs of the ops in its save list (matmuls — every second one
+    recomputed —, attention, reductions) and recomputes the rest; an integer N checkpoints every N-th block."""
+    s = v.get("ac_mode")
+    mode = str(v.value("ac_mode")).strip().lower()
+    if mode not in ("none", "full", "selective", "memory_budget"):
+        if s is not None:
+            b.unknown(s, "activation checkpointing mode", ("none", "selective", "full"))
+        return
+    if mode == "none":
+        return b.set("grad_checkpointing", False, s, origin=Origin.FILE if s else Origin.DEFAULT)
+    if mode == "full":
+        return b.set("grad_checkpointing", True, s)
+    option_s = v.get("ac_option")
+    option = str(v.value("ac_option")).strip().lower()
+    where = option_s or s
+    if mode == "memory_budget":
+        b.set("grad_checkpointing", False, s)
+        return b.unmodelled(s, "activation checkpointing to a memory budget (torch.compile's min-cut)",
+                            "estimated without activation checkpointing (more memory than the run)",
+                            key="activation_checkpoint.mode")
+    every = to_int(option) if option != "op" else None
+    if every == 1:
+        return b.set("grad_checkpointing", True, where, note="selective_ac_option 1: every block checkpointed")
+    b.set("grad_checkpointing", False, where,
+          origin=Origin.FILE if where is not None else Origin.DEFAULT, framework=None if where else FRAMEWORK_LABEL)
+    if option == "op":
+        what = "selective activation checkpointing by op (matmul and attention outputs saved, the rest recomputed)"
+    elif every is not None and every > 1:
+        what = f"selective activation checkpointing of every {every}th block"
+    else:
+        return b.unknown(option_s, "selective_ac_option", ("op", "2")) if option_s is not None else None
+    b.unmodelled(where, what, "estimated without activation checkpointing (more memory than the run)",
+                 key="activation_checkpoint.selective_ac_option")
+
+
+def _optimizer(b: PlanBuilder, v: _Values) -> None:
+    s = v.get("optimizer")
+    name = str(v.value("optimizer")).strip()
+    full = OPTIMIZERS.get(name.lower())
+    if full is None:
+        if s is not None:
+            b.unknown(s, "torchtitan optimizer", ("AdamW", "Adam"))
+        return
+    if s is not None:
+        b.set("optimizer", full, s)
+    else:
+        _default(b, "optimizer", full)
+    impl_s = v.get("optimizer_impl")
+    impl = OPTIMIZER_IMPL.get(str(v.value("optimizer_impl")).strip().lower())
+    if impl is not None:
+        b.set("optimizer_impl", impl, impl_s, origin=Origin.FILE if impl_s else Origin.DEFAULT,
+              framework=None if impl_s else FRAMEWORK_LABEL)
+    elif impl_s is not None:
+        b.unknown(impl_s, "optimizer implementation", tuple(OPTIMIZER_IMPL))
+
+
+def _float8(b: PlanBuilder, v: _Values) -> None:
+    converters = v.get("converters")
+    names = converters.value if converters is not None and isinstance(converters.value, list) else []
+    names = [str(n) for n in names]
+    old = v.get("float8_old")
+    on = [n for n in names if n in ("float8", "quantize.linear.float8", "mx", "quantize.linear.mx",
+                                    "quantize.grouped_mm.float8", "quantize.grouped_mm.mx")]
+    if on:
+        b.unmodelled(converters, f"low-precision linears ({', '.join(on)}: torchao casts inputs and weights to fp8 "
+                                 "with their scales)", "estimated with bf16 linears", key="model.converters")
+    elif old is not None and to_bool(old.value):
+        b.unmodelled(old, "float8 linears (torchao Float8Linear)", "estimated with bf16 linears")
+
+
+# ------------------------------------------------------------------------------------------------ launch lines
+
+def override_settings(words: list[tuple[str, Span | None]]) -> tuple[list[Setting], str | None, Span | None]:
+    """`--section.key value` / `--section.key=value` words of a torchtitan command line → Settings (path = the
+    dotted parts), plus the `--job.config_file` value and its span."""
+    out: list[Setting] = []
+    config, config_span = None, None
+    i = 0
+    while i < len(words):
+        text, span = words[i]
+        i += 1
+        if not text.startswith("--") or "." not in text.split("=", 1)[0]:
+            continue
+        name, eq, value = text[2:].partition("=")
+        value_span = span
+        if not eq:
+            if i < len(words) and not words[i][0].startswith("--"):
+                value, value_span = words[i]
+                i += 1
+            else:
+                value = "true"                          # a bare boolean flag (`--compile.enable`)
+        path = tuple(p.replace("-", "_") for p in name.split("."))
+        if path == ("job", "config_file"):
+            config, config_span = value, value_span
+            continue
+        entry = span if span is None or value_span is None else span.model_copy(
+            update={"end_line": value_span.end_line, "end_col": value_span.end_col})
+        out.append(Setting(path[-1], path, _typed(value), span=entry, value_span=value_span, key_span=span))
+    return out, config, config_span
+
+
+def _typed(text: str) -> Any:
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    n = to_int(text)
+    if n is not None and re.fullmatch(r"-?\d+", text.strip()):
+        return n
+    f = to_float(text)
+    if f is not None:
+        return f
+    if text.startswith("[") or "," in text:
+        return [p.strip().strip("'\"") for p in text.strip("[]").split(",") if p.strip()]
+    return text
+
+
+def from_launch(b: PlanBuilder, words: list[tuple[str, Span | None]], config_file: tuple[str, Span | None] | None,
+                world: tuple[int, Any] | None, world_note: str | None, ctx) -> bool:
+    """A torchtitan launch: read the job config it names (found as the shell reader finds config files) with the
+    command line's overrides over it. False when the command names no job config."""
+    from vramlens.formats import references
+    from vramlens.plan import Reference
+
+    overrides, config, config_span = override_settings(words)
+    if config is None and config_file is not None:
+        config, config_span = config_file
+    if config is None:
+        return False
+    ref = Reference(kind="config", target=config, span=config_span)
+    b.plan.references.append(ref)
+    settings: list[Setting] = []
+    found, refused = references.find(config, ctx.path, ctx.workspace)
+    text = references._read(found, ctx) if found is not None else None
+    if found is not None:
+        ref.resolved_path = str(found)
+    if text is None:
+        why = "lies outside the folders vramlens reads" if refused else "was not found (looked next to this " \
+              "file and in the workspace root)"
+        b.issue(IssueKind.REFERENCE, f"torchtitan job config `{config}` {why}: only the command line's values "
+                f"count", span=config_span, severity=Severity.WARNING)
+    else:
+        settings = toml_settings(text, str(found)) or []
+        if not settings:
+            b.issue(IssueKind.REFERENCE, f"`{config}` is not a torchtitan job config", span=config_span,
+                    severity=Severity.WARNING)
+    apply(b, settings, overrides, world, world_note)
+    return True
+
+
+_RUN_SCRIPT = re.compile(r"run_\w*train\w*\.sh")
+_TRAIN_MODULES = ("torchtitan.train", "torchtitan/train.py", "train.py")
+
+
+def from_script(script, ctx, path: str) -> TrainingPlan | None:
+    """The plan of a shell script that launches torchtitan, or None: `torchrun … -m torchtitan.train
+    --job.config_file x.toml --training.steps 10 …`, or torchtitan's launch script with its variables
+    (`NGPU=8 CONFIG_FILE=./x.toml ./run_train.sh --training.seq_len 4096`; run_train.sh at v0.1.0–v0.2.2 runs
+    `torchrun --nproc_per_node=${NGPU:-8} … -m torchtitan.train --job.config_file ${CONFIG_FILE} "$@"`)."""
+    from vramlens.formats import shell
+
+    idx = script.index
+    launch = script.launch
+    if launch is not None and launch.script is not None and launch.script.text.endswith(_TRAIN_MODULES):
+        words = [(a.text, idx.span(a.word.start, a.word.end)) for a in launch.args[launch.script_args_start:]]
+        if launch.script.text.endswith("/train.py") or launch.script.text == "train.py":
+            if not any(t.split("=", 1)[0] == "--job.config_file" for t, _ in words):
+                return None                             # some other project's train.py
+        world = _torchrun_world(launch, idx)
+        b = PlanBuilder(path, "torchtitan", "custom")
+        return b.plan if from_launch(b, words, None, world, "torchrun's process count", ctx) else None
+    for cmd in script.commands:
+        texts = [shell.expand_parts(w.parts, script.env) for w in cmd.words]
+        k = 0
+        prefix: dict[str, tuple[str, Span]] = {}
+        while k < len(texts) and texts[k] is not None and re.match(r"[A-Za-z_]\w*=", texts[k]):
+            name, _, value = texts[k].partition("=")
+            prefix[name] = (value, idx.span(cmd.words[k].start, cmd.words[k].end))
+            k += 1
+        if k >= len(texts) or texts[k] is None or not _RUN_SCRIPT.fullmatch(texts[k].rsplit("/", 1)[-1]):
+            continue
+        def var(name: str) -> tuple[str, Span | None] | None:
+            if name in prefix:
+                return prefix[name]
+            known = script.env.get(name)
+            if known is not None and known.value is not None and known.exported:
+                return known.value, idx.span(*known.stmt_range) if known.stmt_range else None
+            return None
+        words = [(t or "", idx.span(w.start, w.end)) for t, w in zip(texts[k + 1:], cmd.words[k + 1:])]
+        ngpu = var("NGPU")
+        b = PlanBuilder(path, "torchtitan", "custom")
+        world, note = None, None
+        if ngpu is not None and to_int(ngpu[0]):
+            s = Setting("NGPU", ("NGPU",), to_int(ngpu[0]), span=ngpu[1], value_span=ngpu[1])
+            world, note = (to_int(ngpu[0]), s), "NGPU: torchrun --nproc_per_node"
+        else:
+            world, note = (8, None), f"`{texts[k]}` runs `NGPU:-8` processes"
+        config = var("CONFIG_FILE")
+        if config is None:
+            b.issue(IssueKind.NOT_READ, f"`{texts[k]}` is given no CONFIG_FILE: torchtitan's script then trains its "
+                    "debug model (./torchtitan/models/llama3/train_configs/debug_model.toml)", severity=Severity.INFO,
+                    span=idx.span(cmd.start, cmd.end))
+            config = ("./torchtitan/models/llama3/train_configs/debug_model.toml", idx.span(cmd.start, cmd.end))
+        if from_launch(b, words, config, world, note, ctx):
+            return b.plan
+    return None
+
+
+def _torchrun_world(launch, idx: LineIndex) -> tuple[int, Setting] | None:
+    """torchrun's `--nproc_per_node` × `--nnodes` (a number; `--nnodes 1:4` ranges are read as their low end)."""
+    nproc = nodes = None
+    where = None
+    for name, flag, vals in launch.launcher_flags:
+        text = vals[0].text if vals else ""
+        text = text.split("=", 1)[1] if "=" in text else text
+        if name == "nproc_per_node":
+            nproc = to_int(text)
+            word = (vals[0] if vals else flag).word
+            where = Setting("nproc_per_node", ("nproc_per_node",), nproc, span=idx.span(flag.word.start, word.end),
+                            value_span=idx.span(word.start, word.end))
+        elif name == "nnodes":
+            nodes = to_int(text.split(":", 1)[0])
+    if not nproc or where is None:
+        return None
+    return nproc * (nodes or 1), where

@@ -1,0 +1,501 @@
+"""verl (volcengine/verl) PPO-family runs: `python3 -m verl.trainer.main_ppo key=value …` and its YAML configs.
+
+verl configures its trainer with hydra: the launch line's `key=value` overrides (also `+key=value`, `key=[a,b]`,
+quoted values) are merged over `verl/trainer/config/ppo_trainer.yaml` (`--config-name=ppo_megatron_trainer` for the
+Megatron workers). The defaults of each release are dumped from verl's own wheel by `scripts/dump_verl_defaults.py`
+into `frameworks/schemas/verl/<version>.json`; the newest one applies unless the workspace pins verl.
+
+What the run does, as read from verl's workers (verl/workers/fsdp_workers.py at v0.4.1 and v0.7.0):
+- the actor is loaded in fp32 (`torch_dtype = torch.float32 if self._is_actor else torch.bfloat16`, or
+  `fsdp_config.model_dtype`) with FSDP mixed precision `param_dtype` bf16, FlashAttention-2
+  (`attn_implementation="flash_attention_2"`), non-reentrant checkpointing (`use_reentrant: False`) and
+  `torch.optim.AdamW`; FSDP shards over every GPU of the run (`fsdp_size: -1`);
+- the per-GPU micro-batch is `ppo_micro_batch_size_per_gpu`, or the older global `ppo_micro_batch_size` divided
+  by `world_size // ulysses_sequence_parallel_size`; the mini-batch `ppo_mini_batch_size × rollout.n` is divided the
+  same way, so gradient accumulation is mini ÷ micro;
+- the critic (a value model) is built when `algorithm.adv_estimator` is `gae`, the reference policy when
+  `actor.use_kl_loss` or `algorithm.use_kl_in_reward` (verl/trainer/main_ppo.py `need_reference_policy`, v0.4.1
+  `use_reference_policy`); with LoRA the reference is the actor with its adapters off;
+- the rollout engine (vLLM or SGLang) lives in the same process as the actor (the hybrid engine) and takes
+  `gpu_memory_utilization` of each GPU (SGLang's `mem_fraction_static` is set from the same key).
+"""
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from vramlens.formats.settings import PlanBuilder, Setting, shown, to_bool, to_float, to_int
+from vramlens.plan import IssueKind, Origin, Severity
+
+SCHEMAS = Path(__file__).resolve().parents[1] / "frameworks" / "schemas" / "verl"
+FRAMEWORK = "verl"
+WORKERS = "verl/workers/fsdp_workers.py"
+
+# `python -m` modules that run verl's PPO trainer: verl's own, and the recipes built on it (verl's recipe/dapo/
+# main_dapo.py, recipe/prime/main_prime.py, ... take the same config tree)
+_TRAINER_MODULE = re.compile(r"^(?:verl\.trainer\.main_ppo|recipe\.\w+\.main_\w+)$")
+_INTERPOLATION = re.compile(r"^\$\{(?:oc\.select:)?([^,}]+)(?:,([^}]*))?\}$")
+_MAX_INTERPOLATION_DEPTH = 8
+
+ADV_OBJECTIVE = {"gae": "ppo", "rloo": "rloo"}      # every other estimator (grpo, reinforce_plus_plus, remax, ...)
+                                                    # needs no critic: the group of rollout.n samples is the baseline
+CONFIG_NAMES = ("ppo_trainer", "ppo_megatron_trainer")
+
+
+def is_trainer_module(module: str) -> bool:
+    return bool(_TRAINER_MODULE.match(module or ""))
+
+
+def _version_key(version: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.]", version.replace("post", "")) if p)
+
+
+@lru_cache(maxsize=1)
+def versions() -> tuple[str, ...]:
+    """The dumped verl versions, oldest first."""
+    return tuple(sorted((p.stem for p in SCHEMAS.glob("*.json")), key=_version_key))
+
+
+@lru_cache(maxsize=16)
+def defaults(version: str, config: str = "ppo_trainer") -> dict[str, Any]:
+    """{dotted key: default} of one trainer config at one version (an interpolation as its `${…}` text)."""
+    data = json.loads((SCHEMAS / f"{version}.json").read_text(encoding="utf-8"))
+    out = {}
+    for a in data["arguments"]:
+        if a["owner"] == config:
+            out[a["name"]] = a["default_text"] if a["default_text"] is not None else a["default"]
+    return out
+
+
+def pick_version(pinned: str | None) -> str:
+    """The newest dump at or below a pinned version; the newest one when nothing is pinned."""
+    known = versions()
+    if pinned:
+        below = [v for v in known if _version_key(v) <= _version_key(pinned)]
+        if below:
+            return below[-1]
+    return known[-1]
+
+
+class Config:
+    """The launch's overrides over one version's defaults, with OmegaConf interpolations resolved."""
+
+    def __init__(self, given: dict[str, Setting], version: str, config: str):
+        self.given = given
+        self.version = version
+        self.config = config
+        self.label = f"verl {version} ({config}.yaml)"
+        self.defaults = defaults(version, config)
+
+    def known(self, key: str) -> bool:
+        return key in self.given or key in self.defaults
+
+    def get(self, key: str, depth: int = 0) -> Setting | None:
+        """The setting in force for `key`: the file's, else a default (a Setting without a span)."""
+        s = self.given.get(key)
+        if s is not None:
+            return s
+        if key not in self.defaults:
+            return None
+        value = self.defaults[key]
+        m = _INTERPOLATION.match(value) if isinstance(value, str) else None
+        if m and depth < _MAX_INTERPOLATION_DEPTH:
+            target = m.group(1).strip()
+            if target.startswith("."):              # relative to the key's own section
+                target = key.rsplit(".", 1)[0] + target
+            found = self.get(target, depth + 1)
+            if found is not None:
+                return found
+            value = _scalar(m.group(2)) if m.group(2) is not None else None
+        return Setting(key=key, path=(key,), value=None if value == "???" else value)
+
+    def is_default(self, s: Setting) -> bool:
+        return s.span is None and self.given.get(s.key) is not s
+
+    def value(self, key: str) -> Any:
+        s = self.get(key)
+        return None if s is None else s.value
+
+
+def _scalar(text: str) -> Any:
+    t = text.strip().strip("'\"")
+    if t.lower() in ("null", "none", ""):
+        return None
+    for conv in (to_int, to_float):
+        v = conv(t)
+        if v is not None:
+            return v
+    return to_bool(t) if to_bool(t) is not None and t.lower() in ("true", "false") else t
+
+
+class _Reader:
+    def __init__(self, b: PlanBuilder, cfg: Config):
+        self.b = b
+        self.cfg = cfg
+
+    def put(self, concept: str, value: Any, s: Setting | None, note: str | None = None, *,
+            derived: bool = False) -> None:
+        """Set a concept from a setting of the file, or from verl's default (its key kept, origin DEFAULT)."""
+        if s is not None and self.cfg.is_default(s):
+            origin = Origin.DERIVED if derived else Origin.DEFAULT
+            self.b.set(concept, value, s, note=note, origin=origin, framework=self.cfg.label)
+        else:
+            self.b.set(concept, value, s, note=note, origin=Origin.DERIVED if derived else Origin.FILE)
+
+    def int(self, key: str, minimum: int = 0) -> tuple[int | None, Setting | None]:
+        s = self.cfg.get(key)
+        if s is None or s.value is None:
+            return None, s
+        v = to_int(s.value)
+        if v is None or v < minimum:
+            if not self.cfg.is_default(s):
+                self.b.issue(IssueKind.INVALID_VALUE, f"`{s.key}` should be a whole number of at least {minimum}, "
+                             f"got {shown(s.value)}", s)
+            return None, s
+        return v, s
+
+    def bool(self, key: str) -> tuple[bool | None, Setting | None]:
+        s = self.cfg.get(key)
+        if s is None or s.value is None:
+            return None, s
+        v = to_bool(s.value)
+        if v is None and not self.cfg.is_default(s):
+            self.b.issue(IssueKind.INVALID_VALUE, f"`{s.key}` should be true or false, got {shown(s.value)}", s)
+        return v, s
+
+    def text(self, key: str) -> tuple[str | None, Setting | None]:
+        s = self.cfg.get(key)
+        if s is None or s.value is None or isinstance(s.value, (dict, list)):
+            return None, s
+        return str(s.value).strip(), s
+
+
+def read(b: PlanBuilder, given: dict[str, Setting], *, version: str | None = None, config: str | None = None) -> None:
+    """Fill the plan from verl settings (`given`: dotted key → Setting as written) over verl's defaults."""
+    config = config if config in CONFIG_NAMES else "ppo_trainer"
+    cfg = Config(given, version or pick_version(None), config)
+    r = _Reader(b, cfg)
+    b.plan.framework = FRAMEWORK
+    megatron = config == "ppo_megatron_trainer" or cfg.value("actor_rollout_ref.actor.strategy") == "megatron"
+    _model(r, megatron)
+    world = _gpus(r)
+    _objective(r)
+    _batch(r, world)
+    _distribution(r, megatron)
+    _rollout(r)
+    _not_modelled(r)
+
+
+A = "actor_rollout_ref."
+
+
+def _model(r: _Reader, megatron: bool) -> None:
+    b, cfg = r.b, r.cfg
+    path, s = r.text(A + "model.path")
+    if path and not cfg.is_default(s):
+        b.set("model_id", path, s)
+    elif path:
+        b.issue(IssueKind.ASSUMED, f"`{A}model.path` is not set: verl's default `{path}` is a placeholder, so the model "
+                "is unknown", severity=Severity.INFO)
+    on, s = r.bool(A + "model.enable_gradient_checkpointing")
+    if on is not None:
+        r.put("grad_checkpointing", on, s)
+    b.set("ckpt_reentrant", False, note=f"verl enables checkpointing with use_reentrant=False ({WORKERS})",
+          origin=Origin.DEFAULT, framework=cfg.label)
+    on, s = r.bool(A + "model.enable_activation_offload")
+    if on is not None:
+        r.put("activation_offload", on, s)
+    dtype, s = r.text(A + "actor.fsdp_config.model_dtype")
+    norm = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16",
+            "float16": "fp16"}
+    if dtype is not None and dtype.lower() in norm:
+        r.put("weight_dtype", norm[dtype.lower()], s)
+    elif not megatron:
+        b.set("weight_dtype", "fp32", note=f"verl loads the actor in fp32 ({WORKERS}: `torch.float32 if "
+              "self._is_actor`)", origin=Origin.DEFAULT, framework=cfg.label)
+    param, s = r.text(A + "actor.fsdp_config.mixed_precision.param_dtype")
+    if param is not None and param.lower() in norm:
+        r.put("amp_dtype", norm[param.lower()], s)
+    else:
+        b.set("amp_dtype", "bf16", note=f"FSDP mixed precision param_dtype bf16 ({WORKERS})", origin=Origin.DEFAULT,
+              framework=cfg.label)
+    if not megatron and b.plan.weight_dtype is not None and b.plan.weight_dtype.value == "fp32":
+        b.unmodelled(None, "FSDP mixed precision (the forward runs on the bf16 parameters FSDP gathers per unit, so "
+                     "autocast caches no weight copies)", "estimated as fp32 weights under autocast, its cached bf16 "
+                     "weight copies included", key=A + "actor.fsdp_config.mixed_precision")
+    b.set("attn_impl", "flash_attention_2", note=f"verl loads the model with attn_implementation=flash_attention_2 "
+          f"({WORKERS})", origin=Origin.DEFAULT, framework=cfg.label)
+    b.set("optimizer", "torch.optim.AdamW", note=f"verl builds torch.optim.AdamW ({WORKERS})",
+          origin=Origin.DEFAULT, framework=cfg.label)
+    on, s = r.bool(A + "model.use_remove_padding")
+    if on:
+        r.put("packing", True, s, note="padding removed: the micro-batch's sequences run unpadded through "
+              "FlashAttention's varlen kernel, as packed sequences do")
+    rank, s = r.int(A + "model.lora_rank")
+    if rank:
+        r.put("peft_method", "lora", s, note=f"lora_rank {rank} > 0: PEFT LoRA on the actor")
+        r.put("lora_r", rank, s)
+        alpha = r.cfg.get(A + "model.lora_alpha")
+        if alpha is not None and to_float(alpha.value) is not None:
+            r.put("lora_alpha", to_float(alpha.value), alpha)
+        targets = r.cfg.get(A + "model.target_modules")
+        if targets is not None and targets.value is not None:
+            value = targets.value
+            names = [str(x) for x in value] if isinstance(value, list) else \
+                [p.strip() for p in str(value).strip("[]").split(",") if p.strip()]
+            r.put("lora_targets", names, targets)
+
+
+def _gpus(r: _Reader) -> int:
+    per_node, s = r.int("trainer.n_gpus_per_node", 1)
+    nodes, ns = r.int("trainer.nnodes", 1)
+    per_node = per_node or 1
+    r.put("gpu_count", per_node, s)
+    world = per_node * (nodes or 1)
+    if (nodes or 1) > 1:
+        r.b.set("world_size", world, ns, origin=Origin.DERIVED, note=f"{per_node} GPUs per node × {nodes} nodes")
+    else:
+        r.put("world_size", world, s)
+    return world
+
+
+def _objective(r: _Reader) -> None:
+    from vramlens.formats.objective import set_objective
+
+    b, cfg = r.b, r.cfg
+    adv, s = r.text("algorithm.adv_estimator")
+    adv = (adv or "gae").lower()
+    obj = ADV_OBJECTIVE.get(adv, "grpo")
+    note = None if adv in ADV_OBJECTIVE else f"adv_estimator `{adv}`: group-relative advantages, no critic"
+    set_objective(b, obj, s, note=note, origin=Origin.DEFAULT if s is None or cfg.is_default(s) else Origin.FILE)
+    r.put("value_model", obj == "ppo", s, derived=True,
+          note="GAE trains a critic (value model)" if obj == "ppo" else "no critic without GAE")
+    if obj == "ppo":
+        critic, cs = r.text("critic.model.path")
+        actor = cfg.value(A + "model.path")
+        if critic and not cfg.is_default(cs) and critic != actor:
+            b.unmodelled(cs, f"a critic of another model (`{critic}`)", "sized as the actor", key="critic.model.path")
+    kl_loss, ks = r.bool(A + "actor.use_kl_loss")
+    kl_reward, rs = r.bool("algorithm.use_kl_in_reward")
+    if kl_reward is None:                          # before `use_kl_in_reward`, the KL penalty was always in reward
+        kl_reward, rs = (obj == "ppo"), None
+    needs_ref = bool(kl_loss) or bool(kl_reward)
+    why = ks if kl_loss else rs if kl_reward else (ks or rs)
+    r.put("reference_free", not needs_ref, why, derived=True,
+          note="a KL term (use_kl_loss or use_kl_in_reward) needs the reference policy" if needs_ref
+          else "no KL term (use_kl_loss and use_kl_in_reward off): no reference policy")
+    rm, ms = r.bool("reward_model.enable")
+    if rm:
+        path, ps = r.text("reward_model.model.path")
+        if path:
+            r.put("reward_model_id", path, ps)
+    prompt, s = r.int("data.max_prompt_length", 1)
+    if prompt:
+        r.put("prompt_len", prompt, s)
+    response, s = r.int("data.max_response_length", 1)
+    if response:
+        r.put("completion_len", response, s)
+
+
+def _batch(r: _Reader, world: int) -> None:
+    b, cfg = r.b, r.cfg
+    sp, _ = r.int(A + "actor.ulysses_sequence_parallel_size", 1)
+    sp = sp or 1
+    dp = max(1, world // sp)
+    n = to_int(cfg.value(A + "rollout.n")) or 1
+    seq = (to_int(cfg.value("data.max_prompt_length")) or 0) + (to_int(cfg.value("data.max_response_length")) or 0)
+    dynamic, ds = r.bool(A + "actor.use_dynamic_bsz")
+    micro: int | None = None
+    if dynamic:
+        tokens, ts = r.int(A + "actor.ppo_max_token_len_per_gpu", 1)
+        if tokens and seq:
+            micro = max(1, tokens // seq)
+            r.put("micro_batch", micro, ts, derived=True,
+                  note=f"use_dynamic_bsz: micro-batches filled up to ppo_max_token_len_per_gpu={tokens:,} tokens, "
+                       f"{micro} sequence(s) of {seq:,} (max prompt + response)")
+    if micro is None:
+        per_gpu, s = r.int(A + "actor.ppo_micro_batch_size_per_gpu", 1)
+        if per_gpu:
+            micro = per_gpu
+            r.put("micro_batch", micro, s)
+        else:
+            total, s = r.int(A + "actor.ppo_micro_batch_size", 1)
+            if total:
+                micro = max(1, total // dp)
+                b.set("micro_batch", micro, s, origin=Origin.DERIVED,
+                      note=f"ppo_micro_batch_size {total} ÷ {dp} data-parallel ranks ({WORKERS})")
+    if micro is None:
+        micro = 1
+        b.set("micro_batch", 1, origin=Origin.ASSUMED, note="assumed 1")
+        b.issue(IssueKind.ASSUMED, f"verl needs `{A}actor.ppo_micro_batch_size_per_gpu` (or use_dynamic_bsz): "
+                "none is set, so a micro-batch of 1 sequence is assumed", severity=Severity.INFO)
+    mini, ms = r.int(A + "actor.ppo_mini_batch_size", 1)
+    if mini and not dynamic:
+        per_rank = mini * n // dp
+        b.set("grad_accum", max(1, per_rank // micro), ms, origin=Origin.DERIVED,
+              note=f"ppo_mini_batch_size {mini} × rollout.n {n} ÷ {dp} ranks = {per_rank} sequences per update "
+                   f"on each GPU, in micro-batches of {micro}")
+    if sp > 1:
+        _, s = r.int(A + "actor.ulysses_sequence_parallel_size", 1)
+        b.unmodelled(s, f"Ulysses sequence parallelism over {sp} GPUs",
+                     "each GPU is estimated with whole sequences (an upper bound on activations); FSDP still shards "
+                     "over every GPU", key=A + "actor.ulysses_sequence_parallel_size")
+
+
+def _distribution(r: _Reader, megatron: bool) -> None:
+    b, cfg = r.b, r.cfg
+    strategy, s = r.text(A + "actor.strategy")
+    if megatron:
+        r.put("dist_strategy", "megatron", s)
+        for key, concept in (("tensor_model_parallel_size", "tensor_parallel"),
+                             ("pipeline_model_parallel_size", "pipeline_parallel"),
+                             ("context_parallel_size", "context_parallel")):
+            v, ps = r.int(A + "actor.megatron." + key, 1)
+            if v:
+                r.put(concept, v, ps)
+        section = A + "actor.megatron."
+    else:
+        r.put("dist_strategy", "fsdp", s)
+        r.put("zero_stage", 3, s, derived=True, note="FSDP FULL_SHARD over every GPU of the run")
+        r.put("fsdp_version", 2 if (strategy or "").lower() == "fsdp2" else 1, s, derived=True)
+        section = A + "actor.fsdp_config."
+        size, fs = r.int(section + "fsdp_size")
+        if size and size > 0:
+            b.unmodelled(fs, f"hybrid sharding (FSDP groups of {size} GPUs)", "sharded over every GPU of the run",
+                         key=section + "fsdp_size")
+    on, s = r.bool(section + "param_offload")
+    if on is not None:
+        r.put("offload_params", on, s)
+    on, s = r.bool(section + "optimizer_offload")
+    if on is not None:
+        r.put("offload_optimizer", on, s)
+
+
+def _rollout(r: _Reader) -> None:
+    b, cfg = r.b, r.cfg
+    name, s = r.text(A + "rollout.name")
+    if name is None:
+        b.issue(IssueKind.ASSUMED, f"`{A}rollout.name` is not set (verl requires it): vLLM assumed",
+                severity=Severity.INFO)
+        name = "vllm"
+    name = name.lower()
+    if name in ("vllm", "sglang"):
+        engine = "vLLM" if name == "vllm" else "SGLang (mem_fraction_static)"
+        r.put("generation", "vllm-colocate", s,
+              note=f"{engine} in the actor's process (verl's hybrid engine), holding its share of each GPU")
+        share, ss = r.cfg.get(A + "rollout.gpu_memory_utilization"), None
+        v = to_float(share.value) if share is not None else None
+        if v is not None and 0 < v <= 1:
+            r.put("vllm_memory_share", v, share)
+        elif share is not None and not cfg.is_default(share):
+            b.issue(IssueKind.INVALID_VALUE, f"`{share.key}` should be a fraction of the GPU between 0 and 1, got "
+                    f"{shown(share.value)}", share)
+        free, fs = r.bool(A + "rollout.free_cache_engine")
+        if free:
+            b.unmodelled(fs, "the rollout engine's memory released during the actor update (free_cache_engine)",
+                         "its gpu_memory_utilization share is counted through the whole step",
+                         key=A + "rollout.free_cache_engine")
+    elif name in ("hf", "naive"):
+        r.put("generation", "generate", s, note="transformers generate() in the actor's process")
+    else:
+        b.unmodelled(s, f"rollout engine `{name}`", "estimated without its memory", key=A + "rollout.name")
+    n, ns = r.int(A + "rollout.n", 1)
+    if n:
+        r.put("num_generations", n, ns)
+
+
+def _not_modelled(r: _Reader) -> None:
+    b, cfg = r.b, r.cfg
+    on, s = r.bool(A + "ref.fsdp_config.param_offload")
+    if on and b.plan.reference_free is not None and not b.plan.reference_free.value:
+        b.unmodelled(s, "the reference policy's weights offloaded to the CPU between its forwards",
+                     "counted as resident on the GPU", key=A + "ref.fsdp_config.param_offload")
+    for key, what in (("model.use_liger", "Liger kernels"),
+                      ("model.use_fused_kernels", "verl's fused log-prob/entropy kernels"),
+                      ("actor.entropy_from_logits_with_chunking", "entropy computed from the logits in chunks"),
+                      ("actor.entropy_checkpointing", "entropy recomputed in the backward")):
+        on, s = r.bool(A + key)
+        if on:
+            b.unmodelled(s, what, "estimated without them", key=A + key)
+    if b.plan.value_model is not None and b.plan.value_model.value:
+        for key in ("critic.model.fsdp_config.param_offload", "critic.model.fsdp_config.optimizer_offload"):
+            on, s = r.bool(key)
+            actor = b.plan.offload_params if key.endswith("param_offload") else b.plan.offload_optimizer
+            if on is not None and actor is not None and on != actor.value:
+                b.unmodelled(s, f"the critic's {key.rsplit('.', 1)[-1]} set apart from the actor's",
+                             "the critic estimated with the actor's offload settings", key=key)
+
+
+# --- the two ways in ------------------------------------------------------------------------------------------
+
+def detect(data: Any, keys: set[str]) -> float:
+    """A verl trainer config: its top-level `actor_rollout_ref` section (ppo_trainer.yaml and configs copied from it)."""
+    if "actor_rollout_ref" in keys and isinstance(data.get("actor_rollout_ref"), dict):
+        return 1.0
+    return 0.0
+
+
+def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
+    """The YAML dialect: every leaf entry of the file is an override of verl's defaults."""
+    given = {}
+    for s in settings:
+        if isinstance(s.value, dict) or not all(isinstance(p, str) for p in s.path):
+            continue
+        key = ".".join(s.path)
+        s.key = key
+        given[key] = s
+    config = "ppo_megatron_trainer" if _names_megatron(data.get("defaults")) else "ppo_trainer"
+    read(b, given, version=_pinned(ctx), config=config)
+
+
+def _names_megatron(defaults_list: Any) -> bool:
+    return isinstance(defaults_list, list) and any("megatron" in str(d) for d in defaults_list)
+
+
+def _pinned(ctx) -> str | None:
+    workspace = getattr(ctx, "workspace", None)
+    if workspace is None:
+        return None
+    from vramlens import environment
+
+    found = environment.workspace_pins(workspace).get("verl")
+    return pick_version(found.version) if found is not None and found.version else None
+
+
+def apply_launch(b: PlanBuilder, reader, script, ctx) -> None:
+    """`python3 -m verl.trainer.main_ppo key=value …` (`formats.shell` hands the recognised launch here): hydra's
+    `key=value`, `+key=value` and `++key=value` overrides, `--config-name` (hydra's `-cn`)."""
+    from vramlens.formats import shell
+
+    launch = script.launch
+    given: dict[str, Setting] = {}
+    config = "ppo_trainer"
+    args = launch.args[launch.script_args_start:launch.script_args_end]
+    for i, a in enumerate(args[:shell.MAX_ARGS]):
+        t = a.text
+        if t.startswith(("--config-name", "--config_name", "-cn")):
+            value = t.split("=", 1)[1] if "=" in t else (args[i + 1].text if i + 1 < len(args) else "")
+            config = Path(value.strip("'\"")).stem or config
+            continue
+        if t.startswith("-") or "=" not in t:
+            continue
+        key = t.split("=", 1)[0].lstrip("+")
+        if not key or key.startswith("~") or not re.fullmatch(r"[\w.]+", key):
+            continue
+        eq = shell.raw_text(script.text, a.word).find("=")
+        s = shell._override_setting(reader, key, a, eq)
+        if s is None:
+            continue
+        s.key = key
+        if s.unresolved:
+            b.issue(IssueKind.NOT_READ, f"`{key}` is set from a value only known when the script runs; verl's "
+                    "default is shown", s, severity=Severity.INFO)
+            continue
+        given[key] = s
+    if len(args) > shell.MAX_ARGS:
+        b.issue(IssueKind.NOT_READ, f"the training command has more than {shell.MAX_ARGS:,} arguments; only the "
+                f"first {shell.MAX_ARGS:,} are read", severity=Severity.INFO)
+    read(b, given, version=_pinned(ctx), config=config)

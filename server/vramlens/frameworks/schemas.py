@@ -1,0 +1,120 @@
+"""The frameworks' argument schemas, as dumped from their own code by `scripts/dump_framework_schemas.py`.
+
+`schemas/<framework>/<version>.json` holds every argument a framework defines at that version (name, aliases,
+type, default, choices, where it is defined); `schemas/index.json` lists the versions dumped and the frameworks
+that could not be. A config pinned to (or run with) a version is read against the newest dump at or below it.
+"""
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+DIR = Path(__file__).resolve().parent / "schemas"
+
+
+def version_key(version: str) -> tuple:
+    """A sort key for version strings (PEP 440 order for the forms packages use): "0.10.2" > "0.9.10",
+    "3.0.0" > "3.0.0rc1", "2.6.1.post1" > "2.6.1", "1.0" == "1.0.0"."""
+    out: list[tuple] = []
+    for part in re.split(r"[.\-+]", version.strip().lstrip("vV")):
+        m = re.match(r"(\d*)(.*)", part)
+        number, suffix = m.group(1), m.group(2)
+        after = 1 if suffix.startswith("post") else -1      # a post-release after, a pre-release/dev before
+        if number and suffix:
+            out += [(int(number), 0, ""), (0, after, suffix)]
+        elif number:
+            out.append((int(number), 0, ""))
+        else:
+            out.append((0, after, suffix))
+    out += [(0, 0, "")] * (8 - len(out))
+    return tuple(out)
+
+
+@lru_cache(maxsize=None)
+def frameworks() -> tuple[str, ...]:
+    """The frameworks with at least one dumped schema."""
+    if not DIR.is_dir():
+        return ()
+    return tuple(sorted(d.name for d in DIR.iterdir() if d.is_dir() and any(d.glob("*.json"))))
+
+
+@lru_cache(maxsize=None)
+def versions(framework: str) -> tuple[str, ...]:
+    """The dumped versions of a framework, oldest first."""
+    if framework not in frameworks():
+        return ()
+    return tuple(sorted((p.stem for p in (DIR / framework).glob("*.json")), key=version_key))
+
+
+def pick_version(framework: str, version: str | None = None) -> str | None:
+    """The dumped version that describes `version`: the newest at or below it; the newest of all when `version`
+    is None; the oldest dump when `version` is older than every dump (the nearest description there is)."""
+    have = versions(framework)
+    if not have:
+        return None
+    if version is None:
+        return have[-1]
+    want = version_key(version)
+    below = [v for v in have if version_key(v) <= want]
+    return below[-1] if below else have[0]
+
+
+@lru_cache(maxsize=64)
+def _load(framework: str, version: str) -> dict[str, Any]:
+    return json.loads((DIR / framework / f"{version}.json").read_text(encoding="utf-8"))
+
+
+def schema(framework: str, version: str | None = None) -> dict[str, Any] | None:
+    """The dump of `framework` for `version` (see `pick_version`), or None for a framework never dumped."""
+    v = pick_version(framework, version)
+    return _load(framework, v) if v is not None else None
+
+
+def _normal(name: str) -> str:
+    return name.strip().lstrip("-").replace("-", "_")
+
+
+@lru_cache(maxsize=64)
+def _by_name(framework: str, version: str) -> dict[str, tuple[dict, ...]]:
+    """Arguments by name and by alias (dashes read as underscores), in the dump's order."""
+    out: dict[str, list[dict]] = {}
+    for a in _load(framework, version)["arguments"]:
+        for n in {_normal(a["name"]), *(_normal(x) for x in a.get("aliases") or ())}:
+            out.setdefault(n, []).append(a)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def arguments(framework: str, name: str, version: str | None = None) -> tuple[dict, ...]:
+    """Every definition of argument `name` (or an alias of it; `--a-b` is `a_b`) at that version: one per class or
+    script that defines it (TRL's SFTConfig and DPOConfig, OpenRLHF's train_sft and train_dpo)."""
+    v = pick_version(framework, version)
+    if v is None:
+        return ()
+    return _by_name(framework, v).get(_normal(name), ())
+
+
+def argument(framework: str, name: str, version: str | None = None, owner: str | None = None) -> dict | None:
+    """The definition of argument `name` at that version (by `owner`, the class or script, when given; else the
+    first), or None when the framework does not define it there."""
+    found = arguments(framework, name, version)
+    if owner is not None:
+        found = tuple(a for a in found if a.get("owner") == owner)
+    return found[0] if found else None
+
+
+def default(framework: str, name: str, version: str | None = None, owner: str | None = None) -> Any:
+    """An argument's literal default at that version (None when it has none, or it is not a literal)."""
+    a = argument(framework, name, version, owner)
+    return a.get("default") if a is not None else None
+
+
+@lru_cache(maxsize=None)
+def index() -> dict[str, Any]:
+    """schemas/index.json: dumped versions per framework, and the frameworks not dumped with the reason."""
+    path = DIR / "index.json"
+    if not path.is_file():
+        return {"frameworks": {}, "not_dumped": {}}
+    return json.loads(path.read_text(encoding="utf-8"))

@@ -1,0 +1,177 @@
+"""Parameter counts by construction: the bundled inventories of what transformers' own classes build, scaled by a
+`config.json`'s sizes.
+
+`knowledge/data/inventories.json` is written by `scripts/dump_model_inventories.py` from tiny meta-device builds of
+every model_type of one transformers version (recorded in the file). Each parameter pattern carries its shape and
+its number of occurrences as formulas of config fields (sums of products), or the rule that says which layers hold
+it (a `layer_types` list, a list of layer indices, a period and offset, the first k layers). Nothing here imports
+torch or transformers; the data is plain JSON.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+_LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_decoder_layers", "decoder_layers")
+# Layer kinds whose activations the estimator does not model yet (it sizes them as attention layers).
+NOT_ATTENTION = ("state space", "linear attention", "short conv")
+
+
+@dataclass(frozen=True)
+class Built:
+    """What transformers would build from a config: parameters (total and by kind) and layers by kind."""
+
+    total: int
+    by_kind: tuple[tuple[str, int], ...]
+    layer_kinds: tuple[tuple[str, int], ...]
+    approximate: str          # "" when every quantity followed its formula; else what did not
+    source: str
+
+
+@functools.cache
+def _data() -> dict:
+    text = resources.files("vramlens.knowledge.data").joinpath("inventories.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def version() -> str:
+    return str(_data().get("transformers", ""))
+
+
+def known(model_type: str) -> bool:
+    return model_type in _data()["models"]
+
+
+def _lookup(config: Mapping[str, Any], path: str) -> Any:
+    node: Any = config
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= 2**31
+
+
+def _eval(terms: list, values: Mapping[str, float]) -> float:
+    total = 0.0
+    for coef, exps in terms:
+        c = coef[0] / coef[1] if isinstance(coef, list) else coef
+        for field, e in exps.items():
+            c *= values[field] ** e
+        total += c
+    return total
+
+
+def build(config: Mapping[str, Any], model_type: str) -> Built | None:
+    """The parameters transformers' `model_type` classes build from `config` (a config.json dict), from the bundled
+    inventory; None when the model_type has none."""
+    inv = _data()["models"].get(model_type)
+    if inv is None:
+        return None
+    notes: list[str] = []
+    values: dict[str, float] = {}
+    for field, (tiny, default) in inv["fields"].items():
+        v = _lookup(config, field)
+        if not _number(v):
+            v = default if _number(default) else tiny
+        values[field] = v
+    fixed = [f for f in inv.get("fixed", ()) if values.get(f) != inv["fields"][f][0]]
+    if fixed:
+        notes.append(f"{', '.join(fixed)} could not be varied in the reference build")
+
+    def layers_for(field: str) -> int | None:
+        prefix = field.rsplit(".", 1)[0] + "." if "." in field else ""
+        for name in _LAYER_FIELDS:
+            v = _lookup(config, prefix + name)
+            if _number(v):
+                return int(v)
+            if prefix + name in values:
+                return int(values[prefix + name])
+        return None
+
+    def count(entry: Mapping[str, Any]) -> float | None:
+        per = entry.get("per", 1)
+        if "where" in entry:
+            field, chosen = entry["where"]
+            listed = _lookup(config, field)
+            if isinstance(listed, list):
+                return per * sum(1 for v in listed if v in chosen)
+        rule = next((k for k in ("where_in", "where_not_in", "where_every", "where_below", "where_from")
+                     if k in entry), None)
+        if rule:
+            field = entry[rule][0] if rule == "where_every" else entry[rule]
+            n = layers_for(field)
+            if n is not None:
+                got = _rule_layers(rule, entry[rule], config, values, n)
+                if got is not None:
+                    return per * got
+        return None if entry["n"] is None else _eval(entry["n"], values)
+
+    by_kind: dict[str, int] = {}
+    shapes: dict[str, int] = {}
+    for entry in inv["params"]:
+        n = count(entry)
+        dims = [None if d is None else _eval(d, values) for d in entry["shape"]]
+        if n is None or any(d is None for d in dims) or entry.get("exact") is False:
+            notes.append(f"{entry['p']} not scaled exactly")
+        if n is None or any(d is None for d in dims):
+            continue
+        numel = round(n) * math.prod(round(d) for d in dims)
+        shapes[entry["p"]] = numel
+        by_kind[entry["kind"]] = by_kind.get(entry["kind"], 0) + numel
+    tied = inv.get("tied")
+    if tied:
+        tie = _lookup(config, "tie_word_embeddings")
+        if not isinstance(tie, bool):
+            tie = _lookup(config, "text_config.tie_word_embeddings")
+        tie = inv["tie_default"] if not isinstance(tie, bool) else tie
+        if tie and not tied["is_tied"] and tied["out"] in shapes:
+            by_kind["lm-head"] = by_kind.get("lm-head", 0) - shapes[tied["out"]]
+        elif not tie and tied["is_tied"] and tied["in"] in shapes:
+            by_kind["lm-head"] = by_kind.get("lm-head", 0) + shapes[tied["in"]]
+    layer_kinds = {}
+    for kind, entry in inv["layer_kinds"].items():
+        n = count(entry)
+        if n is None:
+            notes.append(f"{kind} layers not counted exactly")
+        elif round(n) > 0:
+            layer_kinds[kind] = round(n)
+    return Built(
+        total=sum(by_kind.values()),
+        by_kind=tuple(sorted((k, v) for k, v in by_kind.items() if v)),
+        layer_kinds=tuple(sorted(layer_kinds.items())),
+        approximate="; ".join(dict.fromkeys(notes)),
+        source=f"transformers {version()} {inv['class']} (meta build, scaled)",
+    )
+
+
+def _rule_layers(rule: str, arg: Any, config: Mapping[str, Any], values: Mapping[str, float], n: int) -> int | None:
+    """How many of the n layers a layer rule selects, from the config's own fields."""
+    def field(name: str) -> Any:
+        v = _lookup(config, name)
+        return v if v is not None else values.get(name)
+
+    if rule in ("where_in", "where_not_in"):
+        listed = _lookup(config, arg)
+        if not isinstance(listed, list):
+            return None
+        inside = len({i for i in listed if isinstance(i, int) and 0 <= i < n})
+        return inside if rule == "where_in" else n - inside
+    if rule == "where_every":
+        period, offset = field(arg[0]), field(arg[1]) or 0
+        if not (isinstance(period, int) and period > 0 and isinstance(offset, int)):
+            return None
+        return sum(1 for i in range(n) if i % period == offset)
+    k = field(arg)
+    if not isinstance(k, int):
+        return None
+    k = max(0, min(k, n))
+    return k if rule == "where_below" else n - k
