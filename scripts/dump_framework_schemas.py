@@ -106,14 +106,17 @@ TARGETS: tuple[Target, ...] = (
         "0.1.0": (Part(("torchtitan/config_manager.py",), "argparse"),
                   Part(("torchtitan/config_manager.py",), "classes", ("JobConfig",))),
         "0.2.2": (Part(("torchtitan/config/job_config.py",), "classes", ("JobConfig",)),),
-    }),
+    }, note="0.3.0 composes its configuration from `Configurable` classes spread over its modules "
+            "(torchtitan/config/configs.py holds only some sections); 0.2.2 is the newest dumped"),
     # OpenRLHF's dotted command line (`--model.model_name_or_path`, `--train.micro_batch_size`) first ships in
     # 0.10.2 (openrlhf/cli/train_sft.py); 0.10.1 still reads `--pretrain`, `--micro_train_batch_size`.
     Target("openrlhf", "openrlhf", {v: ORLHF for v in ("0.9.10", "0.10.1", "0.10.2", "0.11.2")}),
     Target("nemo-automodel", "nemo_automodel", {
         v: (Part(("nemo_automodel/recipes/*.py", "nemo_automodel/recipes/*/*.py"), "reads",
                  receivers=("self.cfg",)),)
-        for v in ("0.1.0", "0.7.0")}),
+        for v in ("0.1.0", "0.7.0")},
+        note="only the recipes' reads of their config (`cfg.get(\"step_scheduler.local_batch_size\", 1)`) are dumped: "
+             "NeMo AutoModel has no argument classes, and its example YAML recipes are not shipped in the wheel"),
 )
 
 # Frameworks whose arguments come from elsewhere or cannot be dumped by this script, and why.
@@ -335,6 +338,9 @@ def write_index(not_dumped: dict[str, str]) -> Path:
             frameworks[d.name] = {"versions": versions}
             if d.name in NOT_HERE:
                 frameworks[d.name]["dumped_by"] = NOT_HERE[d.name]
+            note = next((t.note for t in TARGETS if t.framework == d.name and t.note), None)
+            if note:
+                frameworks[d.name]["note"] = note
     index = {"frameworks": frameworks, "not_dumped": dict(sorted(not_dumped.items()))}
     path = OUT / "index.json"
     path.write_text(json.dumps(index, indent=1, sort_keys=True) + "\n", encoding="utf-8")

@@ -59,10 +59,16 @@ LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_d
                 "encoder_layers")
 
 
-def _warnings_off() -> None:
+def _quiet_and_quick() -> None:
+    """No warnings, and no weight initialisation: on the meta device it computes nothing, and it is most of the
+    time a build takes."""
+    import torch
     import transformers
     warnings.filterwarnings("ignore")
     transformers.logging.set_verbosity_error()
+    for name in ("uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_",
+                 "xavier_normal_", "zeros_", "ones_", "constant_", "orthogonal_"):
+        setattr(torch.nn.init, name, lambda tensor, *args, **kwargs: tensor)
 
 
 def model_classes():
@@ -117,12 +123,14 @@ def _set(d: dict, path: str, value) -> dict:
     return d
 
 
-def tiny(d: dict) -> dict:
+def tiny(d: dict, widths: bool = True) -> dict:
+    """The config with few layers and (`widths`) small sizes; token ids stay inside the vocabulary."""
     d = json.loads(json.dumps(d, default=str))
     for node in [d, *(v for v in d.values() if isinstance(v, dict))]:
+        ids = [v for k, v in node.items() if k.endswith("token_id") and isinstance(v, int) and not isinstance(v, bool)]
         for k, v in list(node.items()):
-            if k in TINY and isinstance(v, int) and not isinstance(v, bool):
-                node[k] = TINY[k]
+            if widths and k in TINY and isinstance(v, int) and not isinstance(v, bool):
+                node[k] = max(TINY[k], max(ids, default=0) + 1) if k == "vocab_size" else TINY[k]
             if k in LAYER_FIELDS and isinstance(v, int) and not isinstance(v, bool) and v > MAX_LAYERS:
                 node[k] = MAX_LAYERS
                 for k2, v2 in list(node.items()):
@@ -300,8 +308,12 @@ def inventory(model_type: str) -> dict:
     base_cfg = AutoConfig.for_model(model_type)
     config_cls = type(base_cfg)
     defaults = base_cfg.to_dict()
-    d0 = {**tiny(defaults), **OVERRIDES.get(model_type, {})}
-    cfg0, model0 = build(config_cls, d0)
+    try:
+        d0 = {**tiny(defaults), **OVERRIDES.get(model_type, {})}
+        cfg0, model0 = build(config_cls, d0)
+    except Exception:       # sizes that must agree (Mamba heads × head dim = expand × hidden): only fewer layers
+        d0 = {**tiny(defaults, widths=False), **OVERRIDES.get(model_type, {})}
+        cfg0, model0 = build(config_cls, d0)
     d0 = cfg0.to_dict()
     q0, info = measure(model0, cfg0)
     fields = _fields(d0)
@@ -365,7 +377,8 @@ def inventory(model_type: str) -> dict:
     return {
         "class": type(model0).__name__,
         "config_class": config_cls.__name__,
-        "fields": {f: [fields[f], _default(defaults, f)] for f in sorted({*used, *fixed})},
+        "fields": {f: [fields[f], _default(defaults, f)]
+                   for f in sorted({*used, *fixed, *(g for t in derived.values() for _, e in t for g in e)})},
         "fixed": fixed,
         "derived": derived,
         "params": params,
@@ -480,16 +493,17 @@ def main() -> int:
     import torch
     import transformers
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-    _warnings_off()
+    _quiet_and_quick()
     ap = argparse.ArgumentParser()
     ap.add_argument("types", nargs="*", help="model_types to (re)build; default: every one not yet recorded")
     ap.add_argument("--again", action="store_true", help="rebuild every model_type")
+    ap.add_argument("--skipped", action="store_true", help="try the model_types skipped before again")
     args = ap.parse_args()
     existing = json.loads(OUT.read_text()) if OUT.exists() else {"models": {}, "skipped": {}}
     existing["transformers"] = transformers.__version__
     existing["torch"] = torch.__version__.split("+")[0]
-    types = args.types or [t for t in CONFIG_MAPPING_NAMES if class_for(t)
-                           and (args.again or (t not in existing["models"] and t not in existing["skipped"]))]
+    types = args.types or [t for t in CONFIG_MAPPING_NAMES if class_for(t) and (
+        args.again or t not in existing["models"] and (args.skipped or t not in existing["skipped"]))]
     for t in types:
         try:
             existing["models"][t] = inventory(t)

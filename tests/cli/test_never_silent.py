@@ -176,7 +176,7 @@ def test_a_trace_on_the_synthetic_stand_in_is_approximate(backend, fallback, app
 @pytest.mark.parametrize("name,text,found", [
     ("run.sh", "torchrun train.py \\\n  --model_name_or_path $MODEL \\\n  --per_device_train_batch_size 4 "
                "--output_dir out\n", ("`model_name_or_path`", "only known when the script runs", "(line 2)")),
-    ("run2.sh", "accelerate launch train.py --bf16 --model_name_or_path=\"$(cat model.txt)\" --output_dir o\n",
+    ("run2.sh", "accelerate launch train.py --model_name_or_path \"$(cat model.txt)\" --bf16 --output_dir o\n",
      ("`model_name_or_path`", "only known when the script runs", "(line 1)")),
     ("train.py", "import sys\nfrom transformers import AutoModelForCausalLM, TrainingArguments, Trainer\n"
                  "model = AutoModelForCausalLM.from_pretrained(sys.argv[1])\n"

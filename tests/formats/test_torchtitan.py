@@ -17,7 +17,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "torchtitan"
 
 def estimate(path: Path, *extra: str) -> dict:
     out = subprocess.run([sys.executable, "-m", "vramlens", "estimate", "--format", "json", "--offline", *extra,
-                          str(path)], capture_output=True, text=True, timeout=180)
+                          path.name], capture_output=True, text=True, timeout=180, cwd=path.parent)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     return data[0] if isinstance(data, list) else data
@@ -174,10 +174,11 @@ def test_torchtitan_own_run_script():
 
 
 def test_missing_job_config_is_named(tmp_path):
+    """A job config that cannot be read is named, and no default model is assumed in its place."""
     script = tmp_path / "launch.sh"
     script.write_text("torchrun --nproc_per_node 8 -m torchtitan.train --job.config_file ./nowhere.toml\n")
     plan = parse_document(script.read_text(), str(script), workspace=tmp_path).plan
-    assert plan is not None and plan.format == "torchtitan"
+    assert plan is not None and plan.format == "torchtitan" and plan.model_id is None and not plan.extra
     assert any("nowhere.toml" in i.message and "not found" in i.message for i in plan.issues)
 
 

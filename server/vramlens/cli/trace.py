@@ -189,6 +189,12 @@ def render_text(out: dict, est, verdict_est=None) -> str:
     lines += [
         f"          allocated {g(est.allocated_bytes):.2f} (traced) · reserved {g(est.reserved_bytes):.2f} · "
         f"peak in: {t['peak_at']}",
+    ]
+    if (replay := t.get("allocator_replay")) is not None:
+        lines.append(f"          reserved (allocator replay) {g(replay['reserved_bytes']):.2f} GiB, "
+                     f"{replay['segments']} segments, {g(replay['fragmentation_bytes']):.2f} GiB unused at its peak "
+                     f"({replay['settings']} allocator settings)" + (f" — {replay['note']}" if replay["note"] else ""))
+    lines += [
         f"          formula estimate of the allocated level: {t['formula_allocated_gib']:.2f} GiB",
         "",
     ]

@@ -174,12 +174,14 @@ class _Values:
 def apply(b: PlanBuilder, settings: list[Setting], overrides: list[Setting], world: tuple[int, Setting | None] | None,
           world_note: str | None = None) -> None:
     """Fill the plan from the job config's settings, with command-line overrides over them and the run's process
-    count when the launch gives one."""
+    count when the launch gives one. With no job config read (`settings` empty), JobConfig's default model is not
+    assumed: the plan names a model only when the command line does."""
     by_path = {s.path: s for s in settings}
     by_path.update({s.path: s for s in overrides})
     v = _Values(by_path)
     b.plan.format, b.plan.framework = "torchtitan", "custom"
-    _model(b, v)
+    if settings or v.get("name") is not None or v.get("flavor") is not None:
+        _model(b, v)
     _batch(b, v)
     _precision(b, v)
     _parallel(b, v, world, world_note)
@@ -534,7 +536,8 @@ def from_launch(b: PlanBuilder, words: list[tuple[str, Span | None]], config_fil
 
 
 _RUN_SCRIPT = re.compile(r"run_\w*train\w*\.sh")
-_TRAIN_MODULES = ("torchtitan.train", "torchtitan/train.py", "train.py")
+# a line that runs torchtitan's launch script, with its `NAME=value` prefixes and `\`-continued lines
+_RUN_LINE = re.compile(r"^[ \t]*(?:[A-Za-z_]\w*=\S*[ \t]+)*\S*run_\w*train\w*\.sh\b(?:[^\n]*\\\n)*[^\n]*", re.M)
 
 
 def from_script(script, ctx, path: str) -> TrainingPlan | None:
@@ -546,21 +549,20 @@ def from_script(script, ctx, path: str) -> TrainingPlan | None:
 
     idx = script.index
     launch = script.launch
-    if launch is not None and launch.script is not None and launch.script.text.endswith(_TRAIN_MODULES):
-        words = [(a.text, idx.span(a.word.start, a.word.end)) for a in launch.args[launch.script_args_start:]]
-        if launch.script.text.endswith("/train.py") or launch.script.text == "train.py":
-            if not any(t.split("=", 1)[0] == "--job.config_file" for t, _ in words):
-                return None                             # some other project's train.py
+    at = _train_module_at(launch.args) if launch is not None else None
+    if at is not None:
+        words = [(a.text, idx.span(a.word.start, a.word.end)) for a in launch.args[at + 1:]]
         world = _torchrun_world(launch, idx)
         b = PlanBuilder(path, "torchtitan", "custom")
         return b.plan if from_launch(b, words, None, world, "torchrun's process count", ctx) else None
-    for cmd in script.commands:
-        texts = [shell.expand_parts(w.parts, script.env) for w in cmd.words]
+    for line in _RUN_LINE.finditer(script.text):      # the shell reader passes over lines of unknown programs
+        cmd_words = shell.words_in(script.text, line.start(), line.end())
+        texts = [shell.expand_parts(w.parts, script.env) for w in cmd_words]
         k = 0
         prefix: dict[str, tuple[str, Span]] = {}
         while k < len(texts) and texts[k] is not None and re.match(r"[A-Za-z_]\w*=", texts[k]):
             name, _, value = texts[k].partition("=")
-            prefix[name] = (value, idx.span(cmd.words[k].start, cmd.words[k].end))
+            prefix[name] = (value, idx.span(cmd_words[k].start, cmd_words[k].end))
             k += 1
         if k >= len(texts) or texts[k] is None or not _RUN_SCRIPT.fullmatch(texts[k].rsplit("/", 1)[-1]):
             continue
@@ -571,7 +573,7 @@ def from_script(script, ctx, path: str) -> TrainingPlan | None:
             if known is not None and known.value is not None and known.exported:
                 return known.value, idx.span(*known.stmt_range) if known.stmt_range else None
             return None
-        words = [(t or "", idx.span(w.start, w.end)) for t, w in zip(texts[k + 1:], cmd.words[k + 1:])]
+        words = [(t or "", idx.span(w.start, w.end)) for t, w in zip(texts[k + 1:], cmd_words[k + 1:])]
         ngpu = var("NGPU")
         b = PlanBuilder(path, "torchtitan", "custom")
         world, note = None, None
@@ -584,10 +586,24 @@ def from_script(script, ctx, path: str) -> TrainingPlan | None:
         if config is None:
             b.issue(IssueKind.NOT_READ, f"`{texts[k]}` is given no CONFIG_FILE: torchtitan's script then trains its "
                     "debug model (./torchtitan/models/llama3/train_configs/debug_model.toml)", severity=Severity.INFO,
-                    span=idx.span(cmd.start, cmd.end))
-            config = ("./torchtitan/models/llama3/train_configs/debug_model.toml", idx.span(cmd.start, cmd.end))
+                    span=idx.span(line.start(), line.end()))
+            config = ("./torchtitan/models/llama3/train_configs/debug_model.toml", idx.span(line.start(), line.end()))
         if from_launch(b, words, config, world, note, ctx):
             return b.plan
+    return None
+
+
+def _train_module_at(args) -> int | None:
+    """Where torchtitan's trainer is named among a launch's words (`-m torchtitan.train`, `torchtitan/train.py`, or a
+    `train.py` given `--job.config_file`); None for any other program. Found by name, not by position: a launcher
+    flag read wrongly as taking no value must not hide it."""
+    for j, a in enumerate(args):
+        t = a.text
+        if t == "torchtitan.train" or t.endswith("torchtitan/train.py"):
+            return j
+        if (t == "train.py" or t.endswith("/train.py")) and any(
+                x.text.split("=", 1)[0] == "--job.config_file" for x in args[j + 1:]):
+            return j
     return None
 
 

@@ -201,7 +201,7 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
         else:
             b.set_int("seq_len", s, minimum=1)
     if b.plan.seq_len is None and (s is None or s.value is not None):
-        _dataset_seq_len(b, get, ctx)
+        _dataset_seq_len(b, get)
     s = get("dataset", "packed")
     if s is not None:
         b.set_bool("packing", s)
@@ -253,15 +253,10 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
     objective.apply_torchtune(b, data, get)
 
 
-def torchtune_version(get, ctx) -> tuple[str, str] | None:
-    """(version, where it was found): the workspace's exact torchtune pin, else the release a config's own component
-    paths belong to (`torchtune.utils.FullModelHFCheckpointer`, `torchtune.utils.metric_logging.…`: 0.1–0.2; 0.3.0
-    moved them to `torchtune.training.`)."""
-    from vramlens.environment import workspace_pins
-
-    pin = workspace_pins(getattr(ctx, "workspace", None)).get("torchtune")
-    if pin is not None:
-        return pin.version, pin.source
+def torchtune_version(get) -> tuple[str, str] | None:
+    """(version, where it was found): the release a config's own component paths belong to
+    (`torchtune.utils.FullModelHFCheckpointer`, `torchtune.utils.metric_logging.…`: 0.1–0.2; 0.3.0 moved them to
+    `torchtune.training.`)."""
     for key in ("checkpointer", "metric_logger", "profiler"):
         s = get(key, "_component_")
         if s is not None and isinstance(s.value, str) and s.value.startswith("torchtune.utils."):
@@ -269,7 +264,7 @@ def torchtune_version(get, ctx) -> tuple[str, str] | None:
     return None
 
 
-def _dataset_seq_len(b: PlanBuilder, get, ctx) -> None:
+def _dataset_seq_len(b: PlanBuilder, get) -> None:
     """Without the tokenizer's `max_seq_len`: the dataset's own (torchtune ≤ 0.2 truncates in the dataset builder),
     given or the builder's default at that release."""
     s = get("dataset", "max_seq_len")
@@ -277,7 +272,7 @@ def _dataset_seq_len(b: PlanBuilder, get, ctx) -> None:
         b.set_int("seq_len", s, minimum=1)
         return
     comp = get("dataset", "_component_")
-    found = torchtune_version(get, ctx)
+    found = torchtune_version(get)
     if comp is None or not isinstance(comp.value, str) or found is None:
         return
     n = frameworks.torchtune_dataset_seq_len(comp.value, found[0])

@@ -346,7 +346,7 @@ def _batch(r: _Reader, world: int) -> None:
 
 
 def _distribution(r: _Reader, megatron: bool) -> None:
-    b, cfg = r.b, r.cfg
+    b = r.b
     strategy, s = r.text(A + "actor.strategy")
     if megatron:
         r.put("dist_strategy", "megatron", s)
@@ -386,7 +386,7 @@ def _rollout(r: _Reader) -> None:
         engine = "vLLM" if name == "vllm" else "SGLang (mem_fraction_static)"
         r.put("generation", "vllm-colocate", s,
               note=f"{engine} in the actor's process (verl's hybrid engine), holding its share of each GPU")
-        share, ss = r.cfg.get(A + "rollout.gpu_memory_utilization"), None
+        share = r.cfg.get(A + "rollout.gpu_memory_utilization")
         v = to_float(share.value) if share is not None else None
         if v is not None and 0 < v <= 1:
             r.put("vllm_memory_share", v, share)
@@ -408,7 +408,7 @@ def _rollout(r: _Reader) -> None:
 
 
 def _not_modelled(r: _Reader) -> None:
-    b, cfg = r.b, r.cfg
+    b = r.b
     on, s = r.bool(A + "ref.fsdp_config.param_offload")
     if on and b.plan.reference_free is not None and not b.plan.reference_free.value:
         b.unmodelled(s, "the reference policy's weights offloaded to the CPU between its forwards",

@@ -251,6 +251,10 @@ def _kinds(type_hint: str) -> set[str] | None:
     None when it says nothing usable (Any, an unknown class, a missing hint)."""
     t = type_hint.replace(" ", "").lower()
     t = re.sub(r"^(typing\.)?(optional|annotated)\[", "", t)
+    for _ in range(8):      # a container's own type counts, not its items': list[int] is a list
+        t, n = re.subn(r"(list|tuple|sequence|set|dict|mapping)\[[^\[\]]*\]", r"\1", t)
+        if not n:
+            break
     kinds: set[str] = set()
     for part in re.split(r"[|,\[\]]", t):
         part = part.removeprefix("typing.")

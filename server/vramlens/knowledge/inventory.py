@@ -78,11 +78,17 @@ def build(config: Mapping[str, Any], model_type: str) -> Built | None:
         return None
     notes: list[str] = []
     values: dict[str, float] = {}
+    missing = []
     for field, (tiny, default) in inv["fields"].items():
         v = _lookup(config, field)
         if not _number(v):
+            missing.append(field)
             v = default if _number(default) else tiny
         values[field] = v
+    for field in missing:     # computed by the config class from other fields (Mamba: expand · hidden_size)
+        terms = inv.get("derived", {}).get(field)
+        if terms and all(f in values for _, exps in terms for f in exps):
+            values[field] = _eval(terms, values)
     fixed = [f for f in inv.get("fixed", ()) if values.get(f) != inv["fields"][f][0]]
     if fixed:
         notes.append(f"{', '.join(fixed)} could not be varied in the reference build")

@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from vramlens import file_access
+from vramlens.knowledge import inventory
 from vramlens.knowledge.data import index_spellings, load
 from vramlens.knowledge.hf_cache import cached_config_path
 from vramlens.knowledge.hub import MAX_CONFIG_BYTES, HubAnswer, HubLookup, adapter_base
@@ -297,6 +298,46 @@ def _dim(v: Any) -> bool:
 
 
 def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = "config.json") -> ModelArch | None:
+    """Map a transformers `config.json` dict to a ModelArch: its sizes (`_arch_from_sizes`), and the parameters
+    transformers' own classes build from it (`knowledge.inventory`: exact counts by kind, layers by kind), or why
+    the count is approximate."""
+    arch = _arch_from_sizes(config, model_id, source)
+    return None if arch is None else _by_construction(arch, config)
+
+
+def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
+    """`arch` with the parameter count transformers builds from `config`, where a bundled inventory has its
+    model_type. A VLM's language model is counted from `text_config` (its vision tower stays in `vision_params`);
+    encoders keep the family formula (their head depends on the task). A model_type transformers does not ship,
+    written for `trust_remote_code` (`auto_map`: Qwen-1, ChatGLM, Baichuan, InternLM, MPT, older Phi), is never
+    run: its estimate is approximate, and says so."""
+    model_type = str(config.get("model_type") or "").lower()
+    text = config.get("text_config") or config.get("llm_config")
+    if isinstance(config.get("vision_config"), dict) and isinstance(text, dict):
+        config, model_type = text, str(text.get("model_type") or "").lower()
+    if not inventory.known(model_type):
+        if config.get("auto_map"):
+            reason = "remote code: not built"
+            return arch.model_copy(update={"approximate": "; ".join(filter(None, (reason, arch.approximate)))})
+        return arch
+    if arch.block == "encoder":
+        return arch
+    built = inventory.build(config, model_type)
+    if built is None or built.total <= 0:
+        return arch
+    notes = [built.approximate] if built.approximate else []
+    other = [(kind, n) for kind, n in built.layer_kinds if kind in inventory.NOT_ATTENTION]
+    if other:
+        layers = ", ".join(f"{n} {kind}" for kind, n in other)
+        notes.append(f"activations and LoRA targets of the {layers} layers sized as attention layers of the same "
+                     f"width (parameters exact)")
+    return arch.model_copy(update={
+        "params_total": built.total, "params_by_kind": built.by_kind, "layer_kinds": built.layer_kinds,
+        "approximate": "; ".join(notes), "source": "; ".join(filter(None, (arch.source, built.source))),
+    })
+
+
+def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "config.json") -> ModelArch | None:
     """Map a transformers `config.json` dict (incl. nested `text_config`, T5 and GPT-2 keys) to a ModelArch.
 
     Vision-language models: the language model from `text_config` (`llm_config` in InternVL's own configs), the
@@ -584,7 +625,10 @@ def norms_per_layer(arch: ModelArch) -> int:
 
 
 def param_count(arch: ModelArch) -> int:
-    """Total parameters implied by the shapes (embeddings, attention, dense/MoE MLPs, norms, lm_head)."""
+    """Total parameters: what transformers builds (`params_total`, from the bundled inventories) where known, else
+    implied by the shapes (embeddings, attention, dense/MoE MLPs, norms, lm_head)."""
+    if arch.params_total:
+        return arch.params_total
     if arch.block == "encoder-decoder":
         return _encoder_decoder(arch)
     h = arch.hidden

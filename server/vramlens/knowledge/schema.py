@@ -39,7 +39,13 @@ class ModelArch(BaseModel):
     stored_dtype: str = "bf16"                # dtype of the published checkpoint (transformers v5 "auto")
     params_b: float | None = None             # published total parameter count, billions (cross-check)
     source: str = ""                          # where the numbers come from
-    approximate: str = ""                     # non-empty: no dedicated model for this family; what was generic
+    approximate: str = ""                     # non-empty: what is still generic or unknown, and why
+    # By construction (knowledge/inventory.py: transformers' own classes, scaled to this config): total parameters
+    # (0: not built), parameters by kind (attention, state-space, linear-attention, short-conv, moe-experts, mlp,
+    # embedding, lm-head, norm, ...) and decoder layers by kind (a hybrid layer counts under each of its kinds)
+    params_total: int = 0
+    params_by_kind: tuple[tuple[str, int], ...] = ()
+    layer_kinds: tuple[tuple[str, int], ...] = ()
     # Vision-language models: the vision tower (+ projector) beside the language model above
     vision_params: int = 0                    # vision encoder + multimodal projector parameters
     vision_hidden: int = 0

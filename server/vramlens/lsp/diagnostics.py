@@ -144,6 +144,8 @@ def estimate_payload(result: Result, exact_gib: float | None) -> dict | None:
         "fits": bool(est.fits),
         "headroom_gib": _g(est.headroom_bytes),
         "exact_gib": exact_gib,
+        "approximate": est.is_approximate,
+        "approximate_reasons": list(est.approximate),
     }
 
 

@@ -165,6 +165,7 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
         peak, phase, at, parts = fb_total, "forward-backward", last_fb["at"], fb_parts
     else:
         peak, phase, at, parts = last_op["peak"], "optimizer-step", last_op["at"], op_parts
+    replay = allocator_replays(tr, steps)
     say("done", 1.0)
     return {
         "peak_bytes": int(peak),
@@ -184,6 +185,7 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
         "torch": torch.__version__,
         "bitsandbytes": _bnb_version() if uses_bnb else None,
         "paged_bytes": tr.outside_bytes,
+        "allocator_replay": replay,
         "assumptions": list(cfg.assumptions) + ([
             f"paged optimizer states ({tr.outside_bytes / 2**30:.2f} GiB) are CUDA unified memory outside the "
             "caching allocator: not in the allocated peak"] if tr.outside_bytes else []),
@@ -192,6 +194,37 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
              "real-library backend builds Gemma-3's whole)"] if backend == "synthetic" and cfg.arch.vision_params
             else []),
     }
+
+
+def allocator_replays(tr: LiveBytes, steps: int) -> dict:
+    """The recorded allocation sequence replayed through the caching allocator (`trace.allocator_replay`), with the
+    default settings and with `expandable_segments:True`, on a device without a limit: what
+    `torch.cuda.max_memory_reserved()` would show after the traced steps."""
+    from vramlens.trace.allocator_replay import AllocatorSettings, replay
+
+    events = tr.events if steps > 1 else tr.events + next_forward_backward(tr.events)
+    return {"events": len(events), "capped": tr.events_capped,
+            "default": replay(events).to_json(),
+            "expandable_segments": replay(events, AllocatorSettings(expandable_segments=True)).to_json()}
+
+
+FORWARD_BACKWARD = ("fwd", "loss", "bwd-loss", "bwd")
+
+
+def next_forward_backward(events: list) -> list:
+    """A one-step trace stands for the steady state with the optimizer state step 0 created (see `run`): the
+    sequence goes on with step 0's forward and backward again, while everything step 0 left behind stays live.
+    Frees of storages made before that forward are left out (they were step 0's to free)."""
+    out, made = [], set()
+    for op, key, nbytes, stream, phase in events:
+        if phase not in FORWARD_BACKWARD:
+            continue
+        if op == "alloc":
+            made.add(key)
+            out.append((op, ("next", key), nbytes, stream, phase))
+        elif key in made:
+            out.append((op, ("next", key), nbytes, stream, phase))
+    return out
 
 
 def _bnb_version() -> str | None:

@@ -110,6 +110,22 @@ def title(exact: bool, raw: dict, objective_gap: str | None) -> str:
     return "; ".join(words) or "partial trace (see what was not traced)"
 
 
+def allocator_replay(raw: dict, rp: ResolvedPlan) -> dict | None:
+    """The caching-allocator replay of the traced sequence for the plan's allocator settings (None for a result
+    made before the trace recorded one)."""
+    replays = raw.get("allocator_replay")
+    if not replays:
+        return None
+    key = "expandable_segments" if rp.expandable_segments else "default"
+    r = replays[key]
+    return {"settings": "expandable_segments:True" if rp.expandable_segments else "default",
+            "reserved_bytes": r["peak_reserved"], "allocated_bytes": r["peak_allocated"],
+            "fragmentation_bytes": r["fragmentation"], "segments": r["peak_segments"],
+            "end_reserved_bytes": r["end_reserved"], "events": replays["events"], "capped": replays["capped"],
+            "note": (f"replayed the first {replays['events']:,} allocations and frees only: the sequence was capped"
+                     if replays["capped"] else None)}
+
+
 def trace_extras(raw: dict, rp: ResolvedPlan) -> dict:
     """Fields a trace of `rp` adds to the estimate contract."""
     from vramlens.trace.config import objective_not_traced
@@ -118,6 +134,7 @@ def trace_extras(raw: dict, rp: ResolvedPlan) -> dict:
     gaps = version_gaps(rp, raw)
     not_traced = [x for x in raw.get("not_traced", []) if x != gap] + ([gap] if gap else []) + gaps
     exact = raw.get("backend", "synthetic") in REAL_BACKENDS and not not_traced
+    replay = allocator_replay(raw, rp)
     stated = {gap} | {x for x in not_traced if x.startswith(SYNTHETIC_PREFIX)}
     return {
         "timeline": timeline_json(raw),
@@ -128,6 +145,7 @@ def trace_extras(raw: dict, rp: ResolvedPlan) -> dict:
             "also_not_traced": [x for x in not_traced if x not in stated],   # what the title does not say
             "objective_traced": gap is None,
             "peak_at": raw["peak_at"], "allocated_bytes": raw["peak_bytes"],
+            "reserved_replay_bytes": (replay or {}).get("reserved_bytes"), "allocator_replay": replay,
             "components_bytes": raw["components"], "phases_bytes": raw["phases"],
             "persistent_bytes": raw["persistent"], "steps": raw["steps"], "ops": raw["ops"],
             "seconds": raw["seconds"], "torch": raw["torch"], "bitsandbytes": raw.get("bitsandbytes"),

@@ -6,6 +6,8 @@
 finalizer and keeps the current and peak byte counts, the phase each storage was allocated in, a
 category label (set later: params, grads, optimizer, ...), and a snapshot of the live set at the peak.
 It works the same on fake tensors (no memory) and on real CPU tensors, which is how the trace is checked.
+It also records the allocation and free sequence, in order — `(op, id, bytes requested, stream, phase)`, at most
+`max_events` of them — for the caching-allocator replay (`trace.allocator_replay`).
 """
 from __future__ import annotations
 
@@ -41,10 +43,16 @@ class _Rec:
         self.nbytes, self.cat, self.phase = nbytes, None, phase
 
 
+MAX_EVENTS = 500_000      # allocations and frees recorded for the allocator replay (~60 MB at most)
+
+
 class LiveBytes(TorchDispatchMode):
     def __init__(self, on_ops: Callable[[int], None] | None = None, every: int = 2000,
-                 cap_bytes: int | None = None):
+                 cap_bytes: int | None = None, max_events: int = MAX_EVENTS):
         super().__init__()
+        self.events: list[tuple[str, int, int, int, str]] = []
+        self.max_events = max_events
+        self.events_capped = False            # the sequence stopped at `max_events`: a replay sees its beginning
         self.recs = WeakIdKeyDictionary()     # storage -> _Rec
         self.live: dict[int, _Rec] = {}        # id(rec) -> rec
         self.cur = 0
@@ -70,6 +78,14 @@ class LiveBytes(TorchDispatchMode):
             self.peak_snap = list(self.live.values()) + [rec]
             self._dirty = False
         self.cur -= rec.nbytes
+        if rec.cat != "outside":
+            self._event("free", key, 0)
+
+    def _event(self, op: str, key: int, nbytes: int) -> None:
+        if len(self.events) < self.max_events:
+            self.events.append((op, key, nbytes, 0, self.phase))     # one stream: the step runs on one
+        else:
+            self.events_capped = True
 
     def track(self, t) -> None:
         if not isinstance(t, torch.Tensor) or t.device.type == "meta":
@@ -92,6 +108,8 @@ class LiveBytes(TorchDispatchMode):
         self.live[key] = rec
         weakref.finalize(st, self._free, key)
         self.cur += rec.nbytes
+        if rec.cat != "outside":
+            self._event("alloc", key, st.nbytes())                   # the allocator rounds the request itself
         if self.cur > self.seg_peak:
             self.seg_peak = self.cur
         if self.cur > self.peak:
