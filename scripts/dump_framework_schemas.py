@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import hashlib
-import io
 import json
 import math
 import subprocess
@@ -31,15 +30,15 @@ import sys
 import tarfile
 import tempfile
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "server"))
 
-from vramlens.formats.yaml_doc import load_yaml  # noqa: E402
-from vramlens.frameworks import argdefs  # noqa: E402
-from vramlens.frameworks.schemas import version_key  # noqa: E402
+from vramlens.formats.yaml_doc import load_yaml
+from vramlens.frameworks import argdefs
+from vramlens.frameworks.schemas import version_key
 
 OUT = ROOT / "server" / "vramlens" / "frameworks" / "schemas"
 
@@ -235,7 +234,7 @@ def dump_part(members: dict[str, bytes], part: Part) -> tuple[list[dict], list[s
             owner = f.split("configs/", 1)[-1].rsplit(".", 1)[0]
             try:
                 records += _yaml_leaves(members[f].decode("utf-8"), owner, f)
-            except Exception as e:   # a config the bounded loader refuses is named, the rest still dumped
+            except (ValueError, UnicodeDecodeError) as e:   # a config the loader refuses is named, the rest dumped
                 notes.append(f"{f}: {type(e).__name__}: {e}")
         return records, notes
     modules: dict[str, argdefs.ModuleArgs] = {}

@@ -502,7 +502,9 @@ def main() -> int:
     existing = json.loads(OUT.read_text()) if OUT.exists() else {"models": {}, "skipped": {}}
     existing["transformers"] = transformers.__version__
     existing["torch"] = torch.__version__.split("+")[0]
-    types = args.types or [t for t in CONFIG_MAPPING_NAMES if class_for(t) and (
+    mappings = model_classes()
+    ordered = sorted(CONFIG_MAPPING_NAMES, key=lambda t: next(n for n, m in enumerate([*mappings, {t: t}]) if t in m))
+    types = args.types or [t for t in ordered if class_for(t) and (
         args.again or t not in existing["models"] and (args.skipped or t not in existing["skipped"]))]
     for t in types:
         try:

@@ -173,11 +173,9 @@ def test_ms_swift_1x_galore_and_llamapro_examples():
 # --- ms-swift 3.x/4.x memory-saving methods --------------------------------------------------------------------------
 
 def test_ms_swift_4x_galore_lisa_llamapro_are_not_full_adamw():
-    full = estimate(SWIFT4 / "lisa_train.sh", cwd=None)
     lisa = plan_of(SWIFT4 / "lisa_train.sh")
     assert value(lisa, "peft_method") == "freeze" and value(lisa, "trained_layers") == 2
     assert value(lisa, "trained_where") == "rotating" and value(lisa, "trained_extra") == ["embed", "lm_head"]
-    assert source(full, "trained_layers") == 2 if "trained_layers" in full["sources"] else True
     galore = plan_of(SWIFT4 / "galore_train_galore.sh")
     assert value(galore, "optimizer") == "galore_adamw_layerwise"
     qgalore = estimate(SWIFT4 / "galore_train_qgalore.sh")

@@ -3,7 +3,6 @@ registry maps argument names across frameworks and refuses a type that cannot ho
 from __future__ import annotations
 
 import pytest
-
 from vramlens.frameworks import concepts, schemas
 
 

@@ -4,7 +4,6 @@ instead (NOT_MODELLED). The rule for "may change memory or speed" is `irrelevant
 from __future__ import annotations
 
 import pytest
-
 from vramlens.frameworks import concepts, irrelevant, schemas
 
 DUMPS = [(fw, v) for fw in schemas.frameworks() for v in schemas.versions(fw)]

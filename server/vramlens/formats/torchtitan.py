@@ -444,8 +444,9 @@ def _optimizer(b: PlanBuilder, v: _Values) -> None:
 
 def _float8(b: PlanBuilder, v: _Values) -> None:
     converters = v.get("converters")
-    names = converters.value if converters is not None and isinstance(converters.value, list) else []
-    names = [str(n) for n in names]
+    value = converters.value if converters is not None else []
+    names = [str(n).strip() for n in (value.split(",") if isinstance(value, str) else value)
+             if isinstance(value, (str, list))]          # `--model.converters float8,mx` on a command line
     old = v.get("float8_old")
     on = [n for n in names if n in ("float8", "quantize.linear.float8", "mx", "quantize.linear.mx",
                                     "quantize.grouped_mm.float8", "quantize.grouped_mm.mx")]

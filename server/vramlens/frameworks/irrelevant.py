@@ -55,8 +55,9 @@ def lookup(table: dict, name: str):
     return None
 
 
-def _names(reason, names: str) -> dict:
-    return {n: reason for n in names.split()}
+def _names(entry, names: str) -> dict:
+    """The same entry for each of the space-separated names."""
+    return {n: entry for n in names.split()}
 
 
 # name -> why it does not change training memory or speed as estimated
@@ -153,91 +154,91 @@ IRRELEVANT: dict[str, str] = {
 
 # name -> (what it is, what the estimate does instead)
 NOT_MODELLED: dict[str, tuple[str, str]] = {
-    **{n: ("Unsloth kernels and offloaded checkpointing", "estimated as standard Hugging Face training")
-       for n in "use_unsloth unsloth_cross_entropy_loss unsloth_lora_mlp unsloth_lora_o unsloth_lora_qkv "
-                "unsloth_rms_norm unsloth_rope".split()},
-    **{n: ("GaLore/APOLLO/BAdam/LISA tuning detail", "estimated from the projection rank and trained layers alone")
-       for n in "galore_cos_threshold galore_gamma_proj galore_layerwise galore_optim_per_parameter galore_proj_bits "
+    **_names(("Unsloth kernels and offloaded checkpointing", "estimated as standard Hugging Face training"),
+             "use_unsloth unsloth_cross_entropy_loss unsloth_lora_mlp unsloth_lora_o unsloth_lora_qkv "
+                "unsloth_rms_norm unsloth_rope"),
+    **_names(("GaLore/APOLLO/BAdam/LISA tuning detail", "estimated from the projection rank and trained layers alone"),
+             "galore_cos_threshold galore_gamma_proj galore_layerwise galore_optim_per_parameter galore_proj_bits "
                 "galore_proj_group_size galore_proj_quant galore_proj_type galore_quantization galore_queue_size "
                 "galore_scale galore_update_interval galore_update_proj_gap galore_with_embedding qgalore_proj_bits "
                 "qgalore_proj_quant apollo_layerwise apollo_proj apollo_proj_type apollo_scale apollo_scale_front "
                 "apollo_scale_type apollo_update_interval badam_mask_mode badam_start_block badam_switch_interval "
                 "badam_switch_mode badam_update_ratio badam_verbose lisa_layers_attribute lisa_step_interval "
-                "llamapro_num_groups".split()},
-    **{n: ("LoRA variant or placement detail (bias, dtype, layer patterns, MoE experts, CPU placement)",
-           "estimated as plain LoRA on the named targets")
-       for n in "lora_bias lora_bias_trainable lora_dtype lora_layers_pattern lora_layers_to_transform "
+                "llamapro_num_groups"),
+    **_names(("LoRA variant or placement detail (bias, dtype, layer patterns, MoE experts, CPU placement)",
+           "estimated as plain LoRA on the named targets"),
+             "lora_bias lora_bias_trainable lora_dtype lora_layers_pattern lora_layers_to_transform "
                 "lora_rank_pattern lora_target_parameters lora_target_regex lora_on_cpu peft_layers_pattern "
                 "peft_layers_to_transform peft_layer_replication peft_trainable_token_indices "
                 "peft_autocast_adapter_dtype kt_lora_expert_intermediate_size kt_lora_expert_num kt_use_lora_experts "
                 "apply_lora_to_mlp apply_lora_to_output exclude_modules trainable_parameters_regex "
                 "freeze_parameters_regex freeze_moe_router adapter_act adapter_length loftq_bits "
                 "adapters ref_adapters ref_model_adapters reward_adapters reward_model_adapters teacher_adapters "
-                "lora_qkv_kernel lora_o_kernel lora_mlp_kernel".split()},
-    **{n: ("fused or chunked kernels (cross-entropy, MLP, QKV, RMSNorm, RoPE)", "estimated with the standard kernels")
-       for n in "flash_attn_cross_entropy flash_attn_fuse_mlp flash_attn_fuse_qkv flash_attn_rms_norm flash_optimum "
+                "lora_qkv_kernel lora_o_kernel lora_mlp_kernel"),
+    **_names(("fused or chunked kernels (cross-entropy, MLP, QKV, RMSNorm, RoPE)", "estimated with the standard kernels"),
+             "flash_attn_cross_entropy flash_attn_fuse_mlp flash_attn_fuse_qkv flash_attn_rms_norm flash_optimum "
                 "fuse_qkv_projections compact_fused_qkv_projections fused_attn_kernel use_fused_kernels use_kernels "
                 "use_v1_kernels use_liger_loss dpo_use_liger_kernel chunked_cross_entropy_num_chunks "
                 "entropy_from_logits_with_chunking entropy_checkpointing tiled_mlp tiled_mlp_num_shards "
                 "tiled_mlp_use_original_mlp tiled_mlp.enabled use_fp8_dim1_cast_triton_kernel "
-                "optimize_hunyuan_flash_varlen_mask flash_attn_d512 large_head_attention".split()},
-    **{n: ("an attention variant (shifted sparse, S2, Sage, xformers, block-diagonal, variable length)",
-           "estimated with the attention implementation read elsewhere (default: the framework's)")
-       for n in "shift_attn s2_attention sage_attention eager_attention "
+                "optimize_hunyuan_flash_varlen_mask flash_attn_d512 large_head_attention"),
+    **_names(("an attention variant (shifted sparse, S2, Sage, xformers, block-diagonal, variable length)",
+           "estimated with the attention implementation read elsewhere (default: the framework's)"),
+             "shift_attn s2_attention sage_attention eager_attention "
                 "flex_attention block_diag_attn sdpa_varlen pretrain_multipack_attn ring_attn_head_stride "
-                "ring_head_stride context_parallel_load_balancer context_parallel_rotate_method".split()},
-    **{n: ("Megatron/torchtitan recompute or pipeline-schedule detail", "estimated with full activation "
-           "checkpointing when it is on, and the pipeline size alone")
-       for n in "recompute_granularity recompute_layer_types recompute_method recompute_modules recompute_num_layers "
+                "ring_head_stride context_parallel_load_balancer context_parallel_rotate_method"),
+    **_names(("Megatron/torchtitan recompute or pipeline-schedule detail", ("estimated with full activation "
+           "checkpointing when it is on, and the pipeline size alone")),
+             "recompute_granularity recompute_layer_types recompute_method recompute_modules recompute_num_layers "
                 "activations_checkpoint_granularity activations_checkpoint_method activations_checkpoint_num_layers "
                 "selective_ac_option per_op_sac_force_recompute_mm_shapes_by_fqns force_recompute_fp8_weight_in_bwd "
                 "memory_budget pipeline_parallel_expert_parallel_overlap pipeline_parallel_first_stage_less_layers "
                 "pipeline_parallel_last_stage_less_layers pipeline_parallel_layers_per_stage "
                 "pipeline_parallel_microbatch_size pipeline_parallel_schedule pipeline_parallel_schedule_csv "
                 "pipeline_parallel_split_points pp_microbatch_size num_layers_per_virtual_pipeline_stage "
-                "virtual_pipeline_model_parallel_size early_stop sequence_parallel".split()},
-    **{n: ("expert, data-replicate or hybrid parallelism", "estimated without expert parallelism; data parallel "
-           "from the GPU count")
-       for n in "expert_model_parallel_size expert_parallel_comm_backend expert_parallel_degree expert_parallel_size "
+                "virtual_pipeline_model_parallel_size early_stop sequence_parallel"),
+    **_names(("expert, data-replicate or hybrid parallelism", ("estimated without expert parallelism; data parallel "
+           "from the GPU count")),
+             "expert_model_parallel_size expert_parallel_comm_backend expert_parallel_degree expert_parallel_size "
                 "expert_tensor_parallel_degree expert_tensor_parallel_size data_parallel_replicate_degree "
                 "data_parallel_shard_degree data_parallel_size dp_shard_size zero_hpz_partition_size "
                 "enable_async_tensor_parallel tensor_parallel_dim disable_loss_parallel use_hyper_parallel "
-                "a2a_experimental".split()},
-    **{n: ("FP8 training (Transformer Engine, torchao float8)", "estimated in the 16-bit compute dtype")
-       for n in "transformer_engine_fp8 transformer_engine_fp8_amax_compute_algo transformer_engine_fp8_amax_history_len "
+                "a2a_experimental"),
+    **_names(("FP8 training (Transformer Engine, torchao float8)", "estimated in the 16-bit compute dtype"),
+             "transformer_engine_fp8 transformer_engine_fp8_amax_compute_algo transformer_engine_fp8_amax_history_len "
                 "transformer_engine_fp8_recipe enable_fsdp_float8_all_gather fp8_enable_fsdp_float8_all_gather "
                 "precompute_float8_dynamic_scale_for_fsdp fake_quant_after_n_steps quantize_base quantize_embedding "
-                "quantize_moe_experts should_quantize gptq hqq_axis".split()},
-    **{n: ("a precision detail (fp32 norms, fp32 loss, lm-head upcast, gradient-accumulation dtype, reduce dtype)",
-           "estimated with the weight and compute dtypes read elsewhere")
-       for n in "fp32_norm_classes fp32_norms compute_fp32_loss compute_fp32_loss_enable cast_lm_head_to_fp32 "
-                "grad_accum_dtype mixed_precision_reduce activation_dtype weight_dtype".split()},
-    **{n: ("offloading of another model or of layers (reference, reward, teacher, per-layer)", "estimated with "
-           "those weights on the GPU")
-       for n in "ref_offload ref_reward_offload offload_model offload_teacher_model layer_offloading grad_offload "
-                "relora_cpu_offload offload_policy ple_cpu_offload".split()},
+                "quantize_moe_experts should_quantize gptq hqq_axis"),
+    **_names(("a precision detail (fp32 norms, fp32 loss, lm-head upcast, gradient-accumulation dtype, reduce dtype)",
+           "estimated with the weight and compute dtypes read elsewhere"),
+             "fp32_norm_classes fp32_norms compute_fp32_loss compute_fp32_loss_enable cast_lm_head_to_fp32 "
+                "grad_accum_dtype mixed_precision_reduce activation_dtype weight_dtype"),
+    **_names(("offloading of another model or of layers (reference, reward, teacher, per-layer)", ("estimated with "
+           "those weights on the GPU")),
+             "ref_offload ref_reward_offload offload_model offload_teacher_model layer_offloading grad_offload "
+                "relora_cpu_offload offload_policy ple_cpu_offload"),
     "freeze_parameters": ("parameters frozen by name or by share (ms-swift `freeze_parameters`)",
                           "estimated from the trained layers and modules read elsewhere, else as a full fine-tune"),
-    **{n: ("a quantized reference or reward model", "estimated with those models in the weight dtype")
-       for n in "ref_model_quantization_bit reward_model_quantization_bit".split()},
-    **{n: ("a separate batch size of one RL phase (log-prob forward, rollout, PPO mini-batch, generation)",
-           "estimated with the training micro-batch")
-       for n in "forward_batch_size forward_micro_batch_size forward_micro_batch_size_per_gpu forward_only "
+    **_names(("a quantized reference or reward model", "estimated with those models in the weight dtype"),
+             "ref_model_quantization_bit reward_model_quantization_bit"),
+    **_names(("a separate batch size of one RL phase (log-prob forward, rollout, PPO mini-batch, generation)",
+           "estimated with the training micro-batch"),
+             "forward_batch_size forward_micro_batch_size forward_micro_batch_size_per_gpu forward_only "
                 "forward_max_token_len_per_gpu log_prob_micro_batch_size log_prob_micro_batch_size_per_gpu "
                 "log_prob_max_token_len_per_gpu ppo_batch_size ppo_max_token_len_per_gpu ppo_mini_batch_size "
                 "rollout_batch_size micro_rollout_batch_size local_rollout_forward_batch_size generation_batch_size "
                 "max_tokens_per_gpu rollout_max_tokens_per_gpu train_max_tokens_per_gpu "
-                "chord_sft_per_device_train_batch_size generation_max_length".split()},
-    **{n: ("the inference engine's own parallelism and memory (vLLM/SGLang)", "estimated from its GPU memory "
-           "share alone")
-       for n in "vllm_tensor_parallel_size vllm_pipeline_parallel_size vllm_data_parallel_size "
+                "chord_sft_per_device_train_batch_size generation_max_length"),
+    **_names(("the inference engine's own parallelism and memory (vLLM/SGLang)", ("estimated from its GPU memory "
+           "share alone")),
+             "vllm_tensor_parallel_size vllm_pipeline_parallel_size vllm_data_parallel_size "
                 "vllm_enable_expert_parallel vllm_max_model_len vllm_max_model_length vllm_maxlen "
                 "vllm_gpu_util vllm_enable_sleep vllm_enable_sleep_mode deepspeed_enable_sleep enable_sleep "
-                "sglang_tp_size enable_chunked_prefill enable_prefix_caching swap_space enforce_eager".split()},
-    "vllm_num_engines": ("vLLM engines of an OpenRLHF run, on GPUs of their own", "estimated for the training "
-                         "GPUs only"),
-    **{n: ("a teacher model's own DeepSpeed setup in distillation", "estimated with the student's strategy")
-       for n in "teacher_deepspeed".split()},
-    **{n: ("DeepSpeed's compiler or compiled autograd", "estimated without compilation")
-       for n in "deepcompile enable_compiled_autograd".split()},
+                "sglang_tp_size enable_chunked_prefill enable_prefix_caching swap_space enforce_eager"),
+    "vllm_num_engines": ("vLLM engines of an OpenRLHF run, on GPUs of their own", ("estimated for the training "
+                         "GPUs only")),
+    **_names(("a teacher model's own DeepSpeed setup in distillation", "estimated with the student's strategy"),
+             "teacher_deepspeed"),
+    **_names(("DeepSpeed's compiler or compiled autograd", "estimated without compilation"),
+             "deepcompile enable_compiled_autograd"),
 }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ def version_key(version: str) -> tuple:
     return tuple(out)
 
 
-@lru_cache(maxsize=None)
+@cache
 def frameworks() -> tuple[str, ...]:
     """The frameworks with at least one dumped schema."""
     if not DIR.is_dir():
@@ -41,7 +41,7 @@ def frameworks() -> tuple[str, ...]:
     return tuple(sorted(d.name for d in DIR.iterdir() if d.is_dir() and any(d.glob("*.json"))))
 
 
-@lru_cache(maxsize=None)
+@cache
 def versions(framework: str) -> tuple[str, ...]:
     """The dumped versions of a framework, oldest first."""
     if framework not in frameworks():
@@ -111,7 +111,7 @@ def default(framework: str, name: str, version: str | None = None, owner: str | 
     return a.get("default") if a is not None else None
 
 
-@lru_cache(maxsize=None)
+@cache
 def index() -> dict[str, Any]:
     """schemas/index.json: dumped versions per framework, and the frameworks not dumped with the reason."""
     path = DIR / "index.json"
