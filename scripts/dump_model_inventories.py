@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import math
 import re
@@ -22,6 +23,9 @@ import sys
 import warnings
 from fractions import Fraction
 from pathlib import Path
+
+from vramlens.trace.inventory import INDEX as _INDEX
+from vramlens.trace.inventory import measure
 
 OUT = Path(__file__).resolve().parents[1] / "server" / "vramlens" / "knowledge" / "data" / "inventories.json"
 
@@ -39,6 +43,11 @@ TINY = {
     "qk_nope_head_dim": 24, "v_head_dim": 20, "qk_rope_head_dim": 8, "kv_lora_rank": 32, "q_lora_rank": 48,
     "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 12, "linear_value_head_dim": 10,
 }
+# Fields whose default hides a kind of layer the model can have: one leading dense layer (DeepSeek), one MLP-only
+# layer (Qwen-MoE), so that the reference build holds both kinds.
+STRUCTURE = {"first_k_dense_replace": 1, "mlp_only_layers": [0]}
+# Switches that may add or remove parameters (biases, norms, gates, shared experts)
+_SWITCH = re.compile(r"bias|norm|gate|shared|proj|conv|qk|parallel|expert|mlp|attn|attention|pooler|head")
 # Fields that never size a tensor: token ids, probabilities, scales, seeds.
 _NOT_SIZES = re.compile(r"(token_id|_id$|_ids$|eps|epsilon|theta|dropout|initializer|_range|scale|seed|"
                         r"multiplier|factor|temperature|alpha|beta|limit|^use_|_p$|coef|std|_min$|_max$|floor|"
@@ -47,7 +56,9 @@ _NOT_SIZES = re.compile(r"(token_id|_id$|_ids$|eps|epsilon|theta|dropout|initial
 _FLOAT_SIZES = re.compile(r"(^|_)(expand|mlp_ratio|ratio)$")
 # Per model_type: values that make the tiny build consistent or show every kind of layer the model has.
 OVERRIDES = {
-    "lfm2": {"layer_types": ["conv", "conv", "full_attention"] * 2 + ["conv", "full_attention"]},
+    # LFM2's MLP width rounding is applied by knowledge/inventory.py `_lfm2`: the inventory reads the plain width
+    "lfm2": {"layer_types": ["conv", "conv", "full_attention"] * 2 + ["conv", "full_attention"],
+             "block_auto_adjust_ff_dim": False},
     "lfm2_moe": {"layer_types": ["conv", "conv", "full_attention"] * 2 + ["conv", "full_attention"]},
     "mamba2": {"num_heads": 8},
 }
@@ -59,16 +70,29 @@ LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_d
                 "encoder_layers")
 
 
-def _quiet_and_quick() -> None:
-    """No warnings, and no weight initialisation: on the meta device it computes nothing, and it is most of the
-    time a build takes."""
+_INITS = ("uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_",
+          "xavier_normal_", "zeros_", "ones_", "constant_", "orthogonal_")
+
+
+@contextlib.contextmanager
+def quiet_and_quick():
+    """No warnings, and no weight initialisation (on the meta device it computes nothing, and it is most of the
+    time a build takes); torch.nn.init is restored afterwards."""
     import torch
     import transformers
-    warnings.filterwarnings("ignore")
+    saved = {name: getattr(torch.nn.init, name) for name in _INITS}
+    verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()
-    for name in ("uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_",
-                 "xavier_normal_", "zeros_", "ones_", "constant_", "orthogonal_"):
-        setattr(torch.nn.init, name, lambda tensor, *args, **kwargs: tensor)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for name in _INITS:
+                setattr(torch.nn.init, name, lambda tensor, *args, **kwargs: tensor)
+            yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch.nn.init, name, fn)
+        transformers.logging.set_verbosity(verbosity)
 
 
 def model_classes():
@@ -129,6 +153,8 @@ def tiny(d: dict, widths: bool = True) -> dict:
     for node in [d, *(v for v in d.values() if isinstance(v, dict))]:
         ids = [v for k, v in node.items() if k.endswith("token_id") and isinstance(v, int) and not isinstance(v, bool)]
         for k, v in list(node.items()):
+            if k in STRUCTURE:
+                node[k] = STRUCTURE[k]
             if widths and k in TINY and isinstance(v, int) and not isinstance(v, bool):
                 node[k] = max(TINY[k], max(ids, default=0) + 1) if k == "vocab_size" else TINY[k]
             if k in LAYER_FIELDS and isinstance(v, int) and not isinstance(v, bool) and v > MAX_LAYERS:
@@ -149,106 +175,6 @@ def build(config_cls, d: dict):
     cls = getattr(transformers, class_for(cfg.model_type))
     with torch.device("meta"):
         return cfg, cls._from_config(cfg)
-
-
-_INDEX = re.compile(r"\.(\d+)(?=\.)")
-_KINDS = (  # module class name -> parameter kind, first match from the parameter's own module upwards
-    (re.compile(r"Mamba2|Mamba|SSM|Ssm|S4"), "state-space"),
-    (re.compile(r"DeltaNet|LinearAttention|Linear_?Attn|Rwkv|RWKV|Recurrent|Lightning"), "linear-attention"),
-    (re.compile(r"ShortConv"), "short-conv"),
-    (re.compile(r"Experts"), "moe-experts"),
-    (re.compile(r"Router|Gate$|TopK"), "moe-router"),
-    (re.compile(r"Attention|Attn"), "attention"),
-    (re.compile(r"MoE|Moe|Sparse"), "moe-experts"),
-    (re.compile(r"MLP|FeedForward|FFN|Mlp|Ffn|DenseActDense|DenseGatedActDense|Intermediate|Output$"), "mlp"),
-    (re.compile(r"Embedding"), "embedding"),
-    (re.compile(r"Norm"), "norm"),
-)
-
-
-def _layers_of(model):
-    """(prefix, ModuleList) of the largest stack of blocks."""
-    import torch
-    best = None
-    for name, mod in model.named_modules():
-        if isinstance(mod, torch.nn.ModuleList) and len(mod) and not re.search(r"expert", name, re.IGNORECASE):
-            if best is None or len(mod) > len(best[1]) or (len(mod) == len(best[1]) and len(name) < len(best[0])):
-                best = (name, mod)
-    return best
-
-
-def measure(model, cfg) -> tuple[dict, dict]:
-    """(quantities, index sets): dims and occurrence counts of every pattern, layers of every kind."""
-    modules = dict(model.named_modules())
-    q: dict = {}
-    where: dict = collections.defaultdict(set)
-    kinds_of: dict[str, str] = {}
-    stack = _layers_of(model)
-    prefix = stack[0] + "." if stack else None
-    layer_kinds: dict[int, set] = collections.defaultdict(set)
-    for name, p in model.named_parameters():
-        pattern = _INDEX.sub(".{i}", name)
-        key = ("n", pattern)
-        q[key] = q.get(key, 0) + 1
-        for axis, size in enumerate(p.shape):
-            dk = ("d", pattern, axis)
-            if q.setdefault(dk, size) != size:
-                q[dk] = None                              # differs between occurrences
-        q.setdefault(("rank", pattern), p.dim())
-        if q[("rank", pattern)] != p.dim():
-            q[("rank", pattern)] = None
-        kind = kinds_of.get(pattern) or _kind(name, modules)
-        kinds_of[pattern] = kind
-        if prefix and name.startswith(prefix):
-            i = int(name[len(prefix):].split(".")[0])
-            where[pattern].add(i)
-            if kind in ("attention", "state-space", "linear-attention", "short-conv", "moe-experts", "mlp"):
-                layer_kinds[i].add(_layer_kind(kind, p, i, cfg))
-    for kinds in layer_kinds.values():
-        if "moe fused" in kinds:
-            kinds.discard("moe per-expert")
-        if kinds & {"moe fused", "moe per-expert"}:
-            kinds.discard("dense mlp")            # shared experts are MLPs inside the MoE block
-    for i in range(len(stack[1]) if stack else 0):
-        for k in layer_kinds[i] or {"other"}:
-            q[("k", k)] = q.get(("k", k), 0) + 1
-            where[("k", k)].add(i)
-    return q, {"kinds": kinds_of, "where": where, "layers": len(stack[1]) if stack else 0,
-               "stack": stack[0] if stack else None}
-
-
-def _kind(name: str, modules: dict) -> str:
-    parts = name.split(".")[:-1]
-    own = type(modules[".".join(parts)]).__name__
-    if parts and parts[-1] in ("lm_head", "embed_out", "output_projection"):
-        return "lm-head"
-    if own.endswith(("Embedding", "Embeddings")):
-        return "embedding"
-    if "Norm" in own:
-        return "norm"
-    for n in range(len(parts), -1, -1):
-        mod = modules.get(".".join(parts[:n]))
-        if mod is None or type(mod).__module__.startswith("torch."):
-            continue                     # a plain torch layer: its owner says what it is for
-        for pattern, kind in _KINDS:
-            if pattern.search(type(mod).__name__):
-                return kind
-        if "A_log" in mod._parameters:   # a selective-scan mixer under another name (Falcon-H1's FalconH1Mixer)
-            return "state-space"
-    return "other"
-
-
-def _layer_kind(kind: str, p, i: int, cfg) -> str:
-    if kind == "attention":
-        types = getattr(cfg, "layer_types", None) or getattr(getattr(cfg, "text_config", None), "layer_types", None)
-        if isinstance(types, list) and i < len(types) and "sliding" in str(types[i]):
-            return "sliding attention"
-        return "attention"
-    if kind == "moe-experts":
-        return "moe fused" if p.dim() == 3 else "moe per-expert"
-    if kind == "mlp":
-        return "dense mlp"
-    return kind.replace("-", " ")
 
 
 def infer(q0, qs: dict[str, float | None], base: dict[str, float]) -> list | None:
@@ -308,12 +234,18 @@ def inventory(model_type: str) -> dict:
     base_cfg = AutoConfig.for_model(model_type)
     config_cls = type(base_cfg)
     defaults = base_cfg.to_dict()
-    try:
-        d0 = {**tiny(defaults), **OVERRIDES.get(model_type, {})}
-        cfg0, model0 = build(config_cls, d0)
-    except Exception:       # sizes that must agree (Mamba heads × head dim = expand × hidden): only fewer layers
-        d0 = {**tiny(defaults, widths=False), **OVERRIDES.get(model_type, {})}
-        cfg0, model0 = build(config_cls, d0)
+    # the smallest config that builds: tiny; only fewer layers (sizes that must agree: Mamba heads × head dim =
+    # expand × hidden); the defaults (per-layer settings keyed by layer index)
+    for d0 in ({**tiny(defaults), **OVERRIDES.get(model_type, {})},
+               {**tiny(defaults, widths=False), **OVERRIDES.get(model_type, {})},
+               {**json.loads(json.dumps(defaults, default=str)), **OVERRIDES.get(model_type, {})}):
+        try:
+            cfg0, model0 = build(config_cls, d0)
+            break
+        except Exception as e:
+            error = e
+    else:
+        raise error
     d0 = cfg0.to_dict()
     q0, info = measure(model0, cfg0)
     fields = _fields(d0)
@@ -353,6 +285,7 @@ def inventory(model_type: str) -> dict:
     except Exception:
         qc, checked = {}, False
     derived = _derived(config_cls, d0, used, fields, defaults)
+    switches, nullable = _switches(config_cls, d0, q0, used)
     params, kinds = [], {}
     tied = _tied(model0)
     for key, terms in formulas.items():
@@ -381,6 +314,8 @@ def inventory(model_type: str) -> dict:
                    for f in sorted({*used, *fixed, *(g for t in derived.values() for _, e in t for g in e)})},
         "fixed": fixed,
         "derived": derived,
+        "switches": switches,
+        "nullable": nullable,
         "params": params,
         "layer_kinds": kinds,
         "layers": info["layers"],
@@ -390,6 +325,35 @@ def inventory(model_type: str) -> dict:
         "dtype": str(defaults.get("dtype") or defaults.get("torch_dtype") or ""),
         "total0": sum(p.numel() for p in model0.parameters()),
     }
+
+
+def _switches(config_cls, d0: dict, q0: dict, used: list[str]) -> tuple[dict, list[str]]:
+    """Top-level booleans whose other value changes which parameters exist (attention_bias, a shared expert), and
+    used sizes that may be null (DeepSeek's q_lora_rank: None → one q_proj): a config.json with the other value is
+    not what the inventory measured."""
+    def patterns(d):
+        cfg, model = build(config_cls, d)
+        return {(_INDEX.sub(".{i}", n), tuple(p.shape)) for n, p in model.named_parameters()}
+
+    base = {(k[1], tuple(q0.get(("d", k[1], a)) for a in range(q0[("rank", k[1])] or 0)))
+            for k in q0 if k[0] == "n"}
+    switches, nullable = {}, []
+    for k, v in d0.items():
+        if isinstance(v, bool) and _SWITCH.search(k) and not k.startswith(("use_cache", "output_", "return_")):
+            try:
+                if patterns({**d0, k: not v}) != base:
+                    switches[k] = v
+            except Exception:
+                continue
+    for f in used:
+        if "." in f or f in LAYER_FIELDS:
+            continue
+        try:
+            if patterns({**d0, f: None}) != base:
+                nullable.append(f)
+        except Exception:
+            continue
+    return switches, nullable
 
 
 def _derived(config_cls, d0: dict, used: list[str], fields: dict, defaults: dict) -> dict:
@@ -493,7 +457,6 @@ def main() -> int:
     import torch
     import transformers
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-    _quiet_and_quick()
     ap = argparse.ArgumentParser()
     ap.add_argument("types", nargs="*", help="model_types to (re)build; default: every one not yet recorded")
     ap.add_argument("--again", action="store_true", help="rebuild every model_type")
@@ -508,7 +471,8 @@ def main() -> int:
         args.again or t not in existing["models"] and (args.skipped or t not in existing["skipped"]))]
     for t in types:
         try:
-            existing["models"][t] = inventory(t)
+            with quiet_and_quick():
+                existing["models"][t] = inventory(t)
             existing["skipped"].pop(t, None)
         except Exception as e:                 # the default config does not build: nothing to record
             if len(types) == 1:

@@ -95,7 +95,7 @@ def _strings(value) -> list[str]:
 
 
 def _lock_pins(text: str, where: str = "a lock file") -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     for pkg in _list(_toml(text, where).get("package")):
         if isinstance(pkg, dict) and isinstance(pkg.get("name"), str) and isinstance(pkg.get("version"), str):
             out.setdefault(canonical(pkg["name"]), pkg["version"])
@@ -103,7 +103,7 @@ def _lock_pins(text: str, where: str = "a lock file") -> dict[str, str]:
 
 
 def _requirements_pins(text: str) -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     for line in text.splitlines():
         if line.lstrip().startswith(("#", "-")):
             continue

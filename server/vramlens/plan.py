@@ -227,6 +227,8 @@ class TrainingPlan(BaseModel):
     recompute_layers: Sourced[int] | None = None  # Megatron `--recompute-num-layers`
     fsdp_state_dict_type: Sourced[str] | None = None
     fsdp_version: Sourced[int] | None = None      # 1 (FlatParameter units) or 2 (`fully_shard`)
+    fsdp_mixed_precision: Sourced[bool] | None = None  # FSDP's MixedPrecision gathers the parameters in the
+                                                  # compute dtype (no autocast weight copies)
     # environment and hardware
     alloc_conf: Sourced[str] | None = None        # PYTORCH_CUDA_ALLOC_CONF value
     gpu_name: Sourced[str] | None = None
@@ -236,11 +238,15 @@ class TrainingPlan(BaseModel):
     reference_free: Sourced[bool] | None = None   # the loss needs no reference model (ORPO, SimPO, CPO, KL coef 0)
     precompute_ref: Sourced[bool] | None = None   # reference log-probs computed once before training
     ref_model_id: Sourced[str] | None = None      # a reference model named apart from the policy
+    ref_dtype: Sourced[str] | None = None         # the reference model's weight dtype when not the policy's
+    ref_offload: Sourced[bool] | None = None      # the reference's weights live on the CPU, gathered per unit
     prompt_len: Sourced[int] | None = None        # max_prompt_length
     completion_len: Sourced[int] | None = None    # max_completion_length / max_new_tokens
     num_generations: Sourced[int] | None = None   # completions sampled per prompt (GRPO/RLOO group size)
     generation: Sourced[str] | None = None        # GenerationMode
     vllm_memory_share: Sourced[float] | None = None   # vLLM gpu_memory_utilization when colocated
+    generation_sleeps: Sourced[bool] | None = None    # the colocated engine releases its memory while the policy
+                                                      # trains (vLLM sleep mode, verl free_cache_engine)
     reward_model_id: Sourced[str] | None = None   # a reward model held during online RL
     value_model: Sourced[bool] | None = None      # PPO's trained value (critic) model
     teacher_model_id: Sourced[str] | None = None  # the distillation teacher

@@ -450,6 +450,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     rp = ResolvedPlan(
         arch=arch, framework=fw_key,
         weight_dtype=weight_dtype, compute_dtype=compute, amp=amp,
+        fsdp_mixed_precision=amp and strategy == "fsdp" and bool(val("fsdp_mixed_precision")),
         micro_batch=micro, grad_accum=ga, seq_len=int(seq or 2048), packing=bool(val("packing")),
         eval_batch=int(val("eval_batch") or micro),
         grad_checkpointing=bool(val("grad_checkpointing")), activation_offload=bool(val("activation_offload")),
@@ -721,6 +722,11 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
     if needs_ref:
         named = src("ref_model_id")
         out["reference"] = "adapters-off" if rp.peft != "none" and not named else "copy"
+        if out["reference"] == "copy":
+            dtype = src("ref_dtype")
+            if dtype in ("fp32", "bf16", "fp16"):
+                out["reference_dtype"] = dtype
+            out["reference_offloaded"] = bool(src("ref_offload"))
     if obj in ONLINE:
         prompt = src("prompt_len")
         completion = src("completion_len")
@@ -755,7 +761,8 @@ def objective_fields(plan: TrainingPlan, rp: ResolvedPlan, fw_key: str, settings
                                                    note="vllm_gpu_memory_utilization=0.3")
         out.update(seq_len=int(prompt) + int(completion), logits_tokens=int(completion), generation=gen,
                    generations_per_example=int(gen_seqs) // max(rp.micro_batch, 1), generation_len=int(prompt) + int(completion),
-                   vllm_memory_share=float(share or 0.0) if gen == "vllm-colocate" else 0.0)
+                   vllm_memory_share=float(share or 0.0) if gen == "vllm-colocate" else 0.0,
+                   generation_sleeps=gen == "vllm-colocate" and bool(src("generation_sleeps")))
         if obj == "ppo":
             value = src("value_model")
             out["value_model"] = True if value is None else bool(value)
@@ -794,7 +801,9 @@ def _model(name: str, settings: Settings, assumptions: list[str]) -> ModelArch:
             assumptions.append(f"model shapes from `{name}`'s config.json ({found.where})")
         elif found.where.startswith("the base model"):
             assumptions.append(f"model shapes of `{found.arch.id}`, {found.where}")
-        if found.arch.approximate:
+        if found.arch.approximate and found.arch.params_total:      # built by construction, partly generic
+            assumptions.append(Approximate(f"approximate: `{found.arch.family}`: {found.arch.approximate}"))
+        elif found.arch.approximate:
             assumptions.append(Approximate(f"approximate: `{found.arch.family}` has no dedicated model in vramlens; "
                                            f"estimated generically from its config's sizes ({found.arch.approximate})"))
         return found.arch

@@ -49,6 +49,9 @@ class ResolvedPlan(BaseModel):
     weight_dtype: Literal["fp32", "bf16", "fp16"] = "bf16"   # dtype of non-quantized weights on the GPU
     compute_dtype: Literal["fp32", "bf16", "fp16"] = "bf16"  # activations' dtype
     amp: bool = False                          # autocast over fp32 weights (fp32 master = the weights)
+    fsdp_mixed_precision: bool = False         # with amp: FSDP's MixedPrecision gathers each unit's parameters in
+                                               # the compute dtype, so autocast finds no fp32 weight to cast and
+                                               # caches no copies (verl's FSDP workers)
     # batch
     micro_batch: int = 1
     grad_accum: int = 1
@@ -144,6 +147,9 @@ class ResolvedPlan(BaseModel):
     sequences_per_example: int = 1             # sequences through the policy per micro-batch example (2: chosen +
                                                # rejected in one concatenated forward)
     reference: Literal["none", "copy", "adapters-off"] = "none"   # a frozen second copy, or the PEFT base model
+    reference_dtype: Literal["fp32", "bf16", "fp16"] | None = None   # a copy's weight dtype (None: the policy's)
+    reference_offloaded: bool = False          # the copy's weights live on the CPU (FSDP CPU offload), gathered to
+                                               # the GPU one unit at a time for its forward
     vision_frozen: bool = True                 # a VLM's vision tower gets no gradients (adapters only, or the
                                                # framework freezes it by default)
     images_per_sequence: int = 0               # images through a VLM's vision tower per sequence (0: text-only batches)
@@ -155,6 +161,9 @@ class ResolvedPlan(BaseModel):
                                                # (TRL: steps_per_generation; elsewhere: samples per prompt)
     generation_len: int = 0                    # prompt + completion tokens held in the KV cache per sequence
     vllm_memory_share: float = 0.0             # vLLM gpu_memory_utilization when colocated
+    generation_sleeps: bool = False            # the colocated engine releases its share while the policy trains
+                                               # (vLLM sleep mode, SGLang release_memory_occupation): the share is
+                                               # held in the generation phase only
     reward_model: bool = False                 # a frozen reward model of the policy's size is resident
     value_model: bool = False                  # PPO's trained value model (a policy-sized copy with a scalar head)
     teacher: ModelArch | None = None           # the distillation teacher

@@ -188,10 +188,10 @@ class LineIndex:
 class LinesWithBreaks(Sequence[str]):
     """A text's lines, each with its break, without an empty last line after a final break."""
 
-    __slots__ = ("index", "n")
+    __slots__ = ("_index", "n")
 
     def __init__(self, index: LineIndex):
-        self.index = index
+        self._index = index      # not `index`: that would hide `Sequence.index(value)`
         n = len(index.starts)
         self.n = n - 1 if n > 1 and index.starts[-1] == len(index.text) else n
         if n == 1 and not index.text:
@@ -207,7 +207,7 @@ class LinesWithBreaks(Sequence[str]):
             i += self.n
         if not 0 <= i < self.n:
             raise IndexError(i)
-        starts, text = self.index.starts, self.index.text
+        starts, text = self._index.starts, self._index.text
         return text[starts[i]:starts[i + 1] if i + 1 < len(starts) else len(text)]
 
 

@@ -117,16 +117,19 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
                                      "temporaries": C.no_grad_forward(rp, tok, rp.teacher), "activations": 0,
                                      "logits": 0}
     if rp.generation != "none":
-        # rollout: generate() with a KV cache (vLLM's share is resident in `base`), then reference/old-policy
-        # log-probs under no_grad, all before the policy's forward-backward
+        # rollout: generate() with a KV cache, then reference/old-policy log-probs under no_grad, all before the
+        # policy's forward-backward. The step starts after the last one's zero_grad: gradients set to None are gone
+        # (verl 0.4.1 and 0.7.0 verl/workers/actor/dp_actor.py `update_policy` ends with `zero_grad()`; TRL
+        # generates on the first micro-step of an accumulation cycle).
         kv = C.kv_cache(rp) if rp.generation == "generate" else 0
         if rp.generation == "generate" and C.zero_shard_factor(rp, "weights") < 1.0:
             # trl 1.16.0 grpo_config.py `ds3_gather_for_generation=True`: ZeRO-3 gathers the whole policy to generate
             kv += int(p.total * C.DTYPE_BYTES[rp.weight_dtype] * (1.0 - C.zero_shard_factor(rp, "weights")))
-        phases["generation"] = {**base, "optimizer": O, "gradients": g_resident, "temporaries": kv,
-                                "activations": 0, "logits": 0}
+        g_step = 0 if rp.set_to_none else G
+        phases["generation"] = {**base, "optimizer": O, "gradients": g_step, "temporaries": kv,
+                                "activations": 0, "logits": 0, "generation": _generation_share(rp)}
         if rp.reference != "none" or rp.reward_model or rp.value_model:
-            phases["reference-forward"] = {**base, "optimizer": O, "gradients": g_resident, "activations": 0,
+            phases["reference-forward"] = {**base, "optimizer": O, "gradients": g_step, "activations": 0,
                                            "logits": 0, "temporaries": C.no_grad_forward(rp, logit_tok)}
     attn_back = C.sdpa_math_backward_per_token(rp)
     if attn_back and not rp.grad_checkpointing:
@@ -229,21 +232,41 @@ def _megatron_phases(rp: ResolvedPlan, p: C.Params):
 
 
 def _other_models(rp: ResolvedPlan, p: C.Params) -> dict[str, int]:
-    """Resident models besides the policy: the reference copy, reward and value models, the teacher, vLLM's pool."""
+    """Resident models besides the policy: the reference copy, reward and value models, the teacher, vLLM's pool
+    (through the whole step unless the engine sleeps while the policy trains: `_generation_share`)."""
     out = {}
-    if rp.reference == "copy":
-        out["reference"] = C.model_weights(rp, rp.arch)
+    if rp.reference == "copy" and not rp.reference_offloaded:
+        # an FSDP CPU-offloaded reference keeps its shards in host memory and gathers one unit at a time for its
+        # forward, within the gather buffers already counted (verl 0.4.1/0.7.0 fsdp_workers.py: "We force reference
+        # policy to use CPUOffload", `CPUOffload(offload_params=True)` for role "ref")
+        ref = C.model_weights(rp, rp.arch)
+        if rp.reference_dtype is not None:
+            ref = ref * C.DTYPE_BYTES[rp.reference_dtype] // C.DTYPE_BYTES[rp.weight_dtype]
+        out["reference"] = ref
     if rp.reward_model:
         out["reward_model"] = C.model_weights(rp, rp.arch)
     if rp.value_model:
         out["value_model"] = C.value_model(rp, p)
     if rp.teacher is not None:
         out["teacher"] = C.model_weights(rp, rp.teacher)
-    if rp.generation == "vllm-colocate":
-        # vLLM colocated in the training process pre-allocates its share of the whole GPU for its weights and
-        # KV cache (trl 1.16.0 grpo_trainer.py: LLM(gpu_memory_utilization=vllm_gpu_memory_utilization))
-        out["generation"] = int(rp.vllm_memory_share * rp.gpu.memory_gib * GIB)
+    if not rp.generation_sleeps:
+        out["generation"] = _generation_share(rp)
     return out
+
+
+def _generation_share(rp: ResolvedPlan) -> int:
+    """The colocated engine's pre-allocated share of the whole GPU: its weights and KV cache (trl 1.16.0
+    grpo_trainer.py: LLM(gpu_memory_utilization=vllm_gpu_memory_utilization)).
+
+    A sleeping engine gives all of it back while the policy trains: vLLM's sleep mode allocates the weights and the
+    KV cache from its own pool (tags "weights" and "kv_cache"), and `CuMemAllocator.sleep` unmaps and releases every
+    allocation of that pool, level 1 after copying the weights to pinned CPU memory, level 2 without
+    (vllm-project/vllm vllm/device_allocator/cumem.py at 010c2112). What stays on the GPU is outside the pool: small
+    input buffers and NCCL buffers, and CUDA graphs, which verl and OpenRLHF's sleep examples turn off (enforce_eager).
+    """
+    if rp.generation != "vllm-colocate":
+        return 0
+    return int(rp.vllm_memory_share * rp.gpu.memory_gib * GIB)
 
 
 def allocated_peak(rp: ResolvedPlan) -> int:

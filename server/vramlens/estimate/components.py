@@ -1804,6 +1804,8 @@ def autocast_weight_cache(rp: ResolvedPlan, p: Params) -> int:
     themselves) — its 16-bit copy (V·h·2 bytes) is kept by the frozen head's backward (trace rows 22–35)."""
     s = shapes(rp.arch)
     head = (s.lm_head_params or s.embed_params) * 2 if rp.arch.block != "encoder" else 0
+    if fsdp_gathers_16bit(rp):
+        return 0                    # the weights reach autocast already in the compute dtype
     if rp.amp:
         blocks = 0 if rp.grad_checkpointing else s.linear_params * 2
         if first_block_input_frozen(rp):
@@ -1826,11 +1828,25 @@ def autocast_forward_cache(rp: ResolvedPlan) -> int:
     wraps the model's forward, and transformers computes the loss inside it (`ForCausalLMLoss`), so the copies are
     alive through the LM head and the loss even though checkpointed blocks save none of them for backward.
     Frozen weights (a PEFT base model, layers `trained_layers` leaves out) are cast afresh at each use and not
-    cached; trainable adapters are, but they are small."""
-    if not (rp.amp and rp.grad_checkpointing and rp.compute_dtype != "fp32") or compiled_block(rp):
+    cached; trainable adapters are, but they are small. Under FSDP's mixed precision nothing is cached
+    (`fsdp_gathers_16bit`)."""
+    if not (rp.amp and rp.grad_checkpointing and rp.compute_dtype != "fp32") or compiled_block(rp) \
+            or fsdp_gathers_16bit(rp):
         return 0
     trained = sum(lin.params * weight_grad_share(rp, lin.name) for lin in shapes(rp.arch).linears)
     return int(trained * DTYPE_BYTES[rp.compute_dtype])
+
+
+def fsdp_gathers_16bit(rp: ResolvedPlan) -> bool:
+    """FSDP's MixedPrecision(param_dtype=bf16) over fp32 parameters: each unit's fp32 shard is cast to a
+    low-precision shard and all-gathered in param_dtype, the module computes on that, and the unsharded copy is
+    freed after the unit's forward and again after its backward (torch 2.13 torch/distributed/fsdp/_flat_param.py
+    `_use_low_precision_shard`, `_free_low_precision_sharded_param`, _runtime_utils.py `_post_forward_reshard`;
+    FSDP2: _fully_shard/_fsdp_param.py `all_gather_inputs` casts the shard to `param_dtype`). That 16-bit working
+    set is the two gathered units of `zero_buffers` and the root of `fsdp_root_unsharded`. Autocast, if it runs
+    too (verl's dp_actor.py wraps the forward in `torch.autocast(dtype=torch.bfloat16)`), meets 16-bit weights and
+    caches no copies: it caches casts of fp32 leaf tensors only (aten/src/ATen/autocast_mode.cpp `cached_cast`)."""
+    return rp.fsdp_mixed_precision
 
 
 def recompute_weight_copies(rp: ResolvedPlan) -> int:

@@ -153,10 +153,10 @@ def apply_comment_hints(b: PlanBuilder, text: str) -> None:
                             f"from the comment `{m.group(0).strip()}`" + (f"; {hit[2]}" if hit[2] else ""))
                 break
     if name_hit is not None and plan.gpu_name is None:
-        name, n, sp, note = name_hit
+        name, named_count, sp, note = name_hit
         plan.gpu_name = Sourced(value=name, origin=Origin.ASSUMED, key="comment", span=sp, value_span=sp, note=note)
-        if n is not None and plan.gpu_count is None and nproc is None:
-            plan.gpu_count = Sourced(value=n, origin=Origin.ASSUMED, key="comment", span=sp, value_span=sp, note=note)
+        if named_count is not None and plan.gpu_count is None and nproc is None:
+            plan.gpu_count = Sourced(value=named_count, origin=Origin.ASSUMED, key="comment", span=sp, value_span=sp, note=note)
     if plan.gpu_count is None and nproc is not None:
         n, sp, line_text = nproc
         total = n * (nnodes or 1)

@@ -15,8 +15,16 @@ quantization under `--load_in_4bit`, LoRA through PEFT when `--lora_rank` > 0. D
 (openrlhf/utils/deepspeed/deepspeed_utils.py `get_train_ds_config`: ZeRO stage, bf16, Adam states offloaded
 to the CPU with `--adam_offload`).
 
+From v0.10.2 OpenRLHF spells its flags in dotted sections (`--model.model_name_or_path`, `--train.micro_batch_size`,
+`--ds.zero_stage`, `--ds.lora.rank`, …): `OPENRLHF_DOTTED` maps each to the flat flag it replaced, and the defaults
+absent flags take are those of the entry point's own parser at the release the flags' spelling belongs to
+(vramlens.frameworks.schemas).
+
 ms-swift through a launcher (`torchrun … swift/cli/sft.py`, `accelerate launch … swift/cli/sft.py`,
-`python -m swift.cli.sft`): the same flags as `swift sft|pt|rlhf` (the entry points in swift/cli/).
+`python -m swift.cli.sft`, 1.x's `python llm_sft.py`): the same flags as `swift sft|pt|rlhf` (the entry points in
+swift/cli/). ms-swift 1.x/2.x flags (`--model_type` from its model registry, `--sft_type`, `--model_id_or_path`,
+`--batch_size`, `--lora_target_modules DEFAULT|ALL`, `--quantization_bit 0`) and the memory-saving methods of every
+release (`--use_galore`, LLaMA-Pro) are read at the end of this module.
 
 PEFT's SFT example (huggingface/peft examples/sft/train.py and utils.py, commit 493e7539 / 93288afb): model
 flags beside SFTConfig's — `--use_peft_lora`, `--lora_r` (64), `--lora_alpha` (16), `--lora_dropout` (0.1),
@@ -238,56 +246,63 @@ OPENRLHF_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
 }
 
 
-OPENRLHF_DOTTED_CLI = "openrlhf/cli/train_sft.py (OpenRLHF v0.11.0, 3c3be623)"
-OPENRLHF_PARAM_DTYPE_CLI = "openrlhf/cli/train_sft.py (OpenRLHF v0.9.2–v0.10.1, 33f9d72f)"
-
-
 def openrlhf_release(written: set[str]) -> str | None:
-    """Which generation of OpenRLHF's command line the flags as written belong to: "dotted" (v0.10.2+),
-    "param_dtype" (v0.9.2–v0.10.1: `--param_dtype`, default bf16, and `--attn_implementation`, default
-    flash_attention_2, replaced `--bf16` and `--flash_attn`), or None (the older `--bf16`/`--flash_attn` CLI, or no
-    flag that tells)."""
+    """The release of OpenRLHF's command line the flags as written belong to, as a dumped schema version
+    (vramlens.frameworks.schemas): dotted flags → the newest dump (v0.10.2+); `--param_dtype` → "0.10.1", the newest
+    flat one (v0.9.2 replaced `--bf16` and `--flash_attn` with `--param_dtype`, default bf16, and
+    `--attn_implementation`, default flash_attention_2); None for the older `--bf16`/`--flash_attn` CLI (no dump: its
+    defaults are knowledge.frameworks' table, read at f2afba47) or flags that do not tell."""
+    from vramlens.frameworks import schemas
+
     if any("." in n for n in written):
-        return "dotted"
+        return schemas.pick_version("openrlhf")
     if "param_dtype" in written:
-        return "param_dtype"
+        return schemas.pick_version("openrlhf", "0.10.1")
     return None
 
 
 def openrlhf_defaults(b: PlanBuilder, written: set[str] = frozenset(), module: str | None = None) -> None:
     """What OpenRLHF's training entry points do when a flag is absent (beyond knowledge.frameworks' table), for the
-    release its flags (`written`, as spelled) belong to and the entry point (`train_sft`, `train_ppo_ray`, …)."""
+    release its flags (`written`, as spelled) belong to and the entry point (`train_sft`, `train_ppo_ray`, …): the
+    defaults of that entry point's own parser at that release (schemas/openrlhf/<version>.json)."""
+    from vramlens.frameworks import schemas
+
     plan = b.plan
     release = openrlhf_release(written)
-    if release is not None:
-        # `--ds.param_dtype`/`--param_dtype` default "bf16": the model loads in it and DeepSpeed runs bf16
-        # (openrlhf/models/actor.py `torch_dtype = convert_to_torch_dtype(param_dtype)`, utils/deepspeed/
-        # deepspeed_utils.py `"bf16": {"enabled": param_dtype == "bf16"}`); attention default flash_attention_2
-        src = OPENRLHF_DOTTED_CLI if release == "dotted" else OPENRLHF_PARAM_DTYPE_CLI
-        flag = "--ds." if release == "dotted" else "--"
-        for concept, value, what in (("amp_dtype", "bf16", f"`{flag}param_dtype` bf16"),
-                                     ("weight_dtype", "bf16", f"`{flag}param_dtype` bf16: the model loads in bf16"),
-                                     ("attn_impl", "flash_attention_2", f"`{flag}attn_implementation` flash_attention_2")):
-            if getattr(plan, concept) is None:
-                b.set(concept, value, origin=Origin.DEFAULT, framework="openrlhf", note=f"{what} ({src})")
+    dotted = any("." in n for n in written)
+    owner = module if module in ("train_sft", "train_dpo", "train_rm", "train_ppo_ray") else "train_sft"
+
+    def default(concept: str, flat: str, convert=lambda v: v) -> None:
+        name = next((d for d, f in OPENRLHF_DOTTED.items() if f == flat), flat) if dotted else flat
+        v = schemas.default("openrlhf", name, release, owner=owner) if release else None
+        if v is not None and getattr(plan, concept) is None:
+            b.set(concept, convert(v), origin=Origin.DEFAULT, framework="openrlhf",
+                  note=f"`--{name}` {v} (OpenRLHF {release} openrlhf/cli/{owner}.py)")
+
+    # `param_dtype` "bf16": the model loads in it and DeepSpeed runs bf16 (openrlhf/models/actor.py `torch_dtype =
+    # convert_to_torch_dtype(param_dtype)`, utils/deepspeed/deepspeed_utils.py `"bf16": {"enabled": param_dtype ==
+    # "bf16"}`)
+    default("amp_dtype", "param_dtype")
+    default("weight_dtype", "param_dtype")
+    default("attn_impl", "attn_implementation")
+    if module in ("train_rm", "train_prm", "train_ppo", "train_ppo_ray"):
+        default("micro_batch", "micro_train_batch_size")      # 1 (4 in train_ppo_ray.py up to v0.9.x), not SFT's 8
+        if plan.micro_batch is None and module != "train_prm":
+            # the `--bf16` CLI (v0.8.0 `micro_train_batch_size`): train_rm.py 1, train_ppo_ray.py 4
+            micro = 1 if module == "train_rm" else 4
+            b.set("micro_batch", micro, origin=Origin.DEFAULT, framework="openrlhf",
+                  note=f"`--micro_train_batch_size` {micro} (OpenRLHF v0.8.0 openrlhf/cli/{module}.py)")
     if plan.dist_strategy is None:
         b.set("dist_strategy", "deepspeed", origin=Origin.DEFAULT, framework="openrlhf",
               note=f"OpenRLHF trains through DeepSpeed ({OPENRLHF_CLI})")
-    objective = {"train_rm": "rm", "train_prm": "rm", "train_ppo": "ppo", "train_ppo_ray": "ppo"}.get(module or "")
-    if plan.micro_batch is None and objective is not None:
-        # `--micro_train_batch_size` / `--train.micro_batch_size`: 1 in train_rm.py (v0.8.0 to v0.11.0); in
-        # train_ppo_ray.py 4 up to v0.9.2, 1 in v0.10.1 and the dotted CLI (v0.11.0)
-        micro = 4 if objective == "ppo" and release != "dotted" else 1
-        b.set("micro_batch", micro, origin=Origin.DEFAULT, framework="openrlhf",
-              note=f"OpenRLHF's {'train_rm.py' if objective == 'rm' else 'train_ppo_ray.py'} default micro-batch "
-                   f"{micro}{' (1 from v0.10)' if micro == 4 else ''}")
-    cli, zero, targets = ((OPENRLHF_DOTTED_CLI, "--ds.zero_stage", "--ds.lora.target_modules") if release == "dotted"
-                          else (OPENRLHF_CLI, "--zero_stage", "--target_modules"))
+    default("zero_stage", "zero_stage")
     if plan.zero_stage is None:
-        b.set("zero_stage", 2, origin=Origin.DEFAULT, framework="openrlhf", note=f"`{zero}` 2 ({cli})")
-    if plan.peft_method is not None and plan.peft_method.value == "lora" and plan.lora_targets is None:
-        b.set("lora_targets", ["all-linear"], origin=Origin.DEFAULT, framework="openrlhf",
-              note=f"`{targets}` all-linear ({cli})")
+        b.set("zero_stage", 2, origin=Origin.DEFAULT, framework="openrlhf", note=f"`--zero_stage` 2 ({OPENRLHF_CLI})")
+    if plan.peft_method is not None and plan.peft_method.value == "lora":
+        default("lora_targets", "target_modules", lambda v: [v] if isinstance(v, str) else list(v))
+        if plan.lora_targets is None:
+            b.set("lora_targets", ["all-linear"], origin=Origin.DEFAULT, framework="openrlhf",
+                  note=f"`--target_modules` all-linear ({OPENRLHF_CLI})")
     if plan.quant_bits is not None and plan.peft_method is None:
         b.issue(IssueKind.CONFLICTING_SETTINGS, "`--load_in_4bit` without `--lora_rank`: OpenRLHF trains a 4-bit model only through LoRA adapters",
                 severity=Severity.INFO)
@@ -408,16 +423,18 @@ SWIFT_METHOD_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     "use_galore": _swift_galore, "lora_dropout_p": lambda b, s: hf.HANDLERS["lora_dropout"](b, s),
     "galore_rank": lambda b, s: b.set_int("optimizer_rank", s, minimum=1),
     "galore_target_modules": hf._targets_handler("optimizer_targets"),
-    "lisa_activated_layers": _swift_count, "llamapro_num_new_blocks": _swift_count,
+    "llamapro_num_new_blocks": _swift_count,
     **{k: PlanBuilder.remember for k in ("galore_optim_per_parameter", "galore_quantization", "galore_proj_quant",
-                                         "galore_with_embedding", "lisa_step_interval", "lora_target_modules")},
+                                         "galore_with_embedding", "lora_target_modules")},
 }
 
 
 def swift_finish(b: PlanBuilder, settings: list[Setting]) -> None:
     """After every flag: what depends on several of them (the type's registered targets, GaLore per parameter,
-    LISA, LLaMA-Pro), and the 1.x defaults where its flags are spelled the 1.x way."""
-    from vramlens.knowledge.frameworks import swift_model_entry, swift_model_type as registered
+    LLaMA-Pro), and the 1.x defaults where its flags are spelled the 1.x way. (LISA's `lisa_activated_layers` is
+    read by the HF table, formats/hf.py.)"""
+    from vramlens.knowledge.frameworks import swift_model_entry
+    from vramlens.knowledge.frameworks import swift_model_type as registered
 
     plan = b.plan
     by_key = {s.path[0]: s for s in settings if s.path and not s.unresolved}
@@ -468,17 +485,6 @@ def swift_finish(b: PlanBuilder, settings: list[Setting]) -> None:
         if galore and s is not None and to_bool(s.value):
             b.unmodelled(s, what, "estimated as GaLore with 16-bit weights and projections")
 
-    s = by_key.get("lisa_activated_layers")
-    n = to_int(s.value) if s is not None else None
-    if n:
-        # swift/callbacks/lisa.py (v4.5.2): every `lisa_step_interval` steps all decoder layers are frozen and
-        # `lisa_activated_layers` of them, drawn at random, train; the embedding and LM head keep training
-        # (LISACallback freezes only the ModuleList's layers, swift/trainers/arguments.py `lisa_activated_layers`)
-        b.set("peft_method", "freeze", s, override=True, note="LISA trains a few sampled layers at a time")
-        b.set("trained_extra", ["embed", "lm_head"], s, override=True, note="LISA freezes only the decoder layers")
-        b.set("trained_layers", n, s, override=True, note=f"LISA: {n} active layer(s) ({SWIFT_TRAINER_ARGS})")
-        b.set("trained_where", "rotating", s, override=True, note="LISA samples other layers every "
-              "`lisa_step_interval` steps")
     method = next((by_key[k] for k in ("tuner_type", "train_type", "sft_type") if k in by_key), None)
     if method is not None and str(method.value).strip().lower() == "llamapro":
         # ms-swift (swift/tuners/llamapro.py): copies `llamapro_num_new_blocks` (default 4, tuner_args.py) decoder

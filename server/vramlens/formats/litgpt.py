@@ -141,9 +141,9 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
                     and b.plan.weight_dtype.value == "fp32":
                 b.issue(IssueKind.CONFLICTING_SETTINGS, f"`quantize: {w}` with a `*-mixed` precision: litgpt refuses this combination; use `bf16-true`",
                         s, suggestion="bf16-true")
-    for key in KEYS:
-        if key.path[0] == "train" and key.kind == "whole" and key.concept is not None and key.path in by_path:
-            b.set_int(key.concept, by_path[key.path], minimum=1)
+    for spec in KEYS:
+        if spec.path[0] == "train" and spec.kind == "whole" and spec.concept is not None and spec.path in by_path:
+            b.set_int(spec.concept, by_path[spec.path], minimum=1)
     devices = by_path.get(("devices",))
     nodes = by_path.get(("num_nodes",))
     n_dev = to_int(devices.value) if devices is not None else None

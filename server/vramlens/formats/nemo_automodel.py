@@ -7,7 +7,8 @@ with `pretrained_model_name_or_path` and `torch_dtype` (default "auto": the chec
 `tp_size`/`cp_size`/`pp_size`/`ep_size`, `sequence_parallel` and `activation_checkpointing`
 (nemo_automodel/components/distributed/fsdp2.py at v0.1.0, distributed/config.py at v0.5.0: FSDP2 with
 MixedPrecisionPolicy(param_dtype=bfloat16)), `peft` LoRA's `dim`/`alpha`/`dropout`/`target_modules`/
-`match_all_linear`, `quantization` bitsandbytes' `load_in_4bit`…, `optimizer` a `torch.optim` class, `loss_fn`.
+`match_all_linear`, `quantization` bitsandbytes' `load_in_4bit`…, `fp8` torchao's float8 linears, `optimizer` a
+`torch.optim` class, `loss_fn`.
 `_target_` values are read as text only; nothing is imported.
 """
 from __future__ import annotations
@@ -66,6 +67,9 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
             b.set("loss_impl", impl, s)
     if (s := get("compile", "enabled")) is not None:
         b.set_bool("compile", s)
+    if (s := get("fp8", "enabled")) is not None and to_bool(s.value):
+        b.unmodelled(s, "fp8 linears (torchao Float8: inputs and weights cast to fp8 with their scales)",
+                     "estimated with bf16 linears", key="fp8.enabled")
 
 
 def _model(b: PlanBuilder, get) -> None:
@@ -98,12 +102,16 @@ def _sequence(b: PlanBuilder, get) -> None:
             return
 
 
-def _size(get, key: str) -> tuple[int | None, Setting | None]:
+def _size(b: PlanBuilder, get, key: str) -> tuple[int | None, Setting | None]:
+    """A parallel size; `none` (the rest of the GPUs) and absent are None; anything else not ≥ 1 is reported."""
     s = get("distributed", key)
     if s is None or str(s.value).strip().lower() in ("none", "null", ""):
         return None, s
     n = to_int(s.value)
-    return (n if n is not None and n >= 1 else None), s
+    if n is None or n < 1:
+        b.issue(IssueKind.INVALID_VALUE, f"`{key}` should be a whole number of at least 1 (or none), got {s.value!r}", s)
+        return None, s
+    return n, s
 
 
 def _distributed(b: PlanBuilder, data: Any, get, ctx) -> None:
@@ -121,11 +129,11 @@ def _distributed(b: PlanBuilder, data: Any, get, ctx) -> None:
         b.set("fsdp_version", 2, where, origin=Origin.DERIVED)
         if target == "MegatronFSDPManager" or strategy == "megatron_fsdp":
             b.unmodelled(where, "Megatron-FSDP (its own buffers and bucketing)", "estimated as FSDP2")
-    dp, dp_s = _size(get, "dp_size")
-    tp, tp_s = _size(get, "tp_size")
-    cp, cp_s = _size(get, "cp_size")
-    pp, pp_s = _size(get, "pp_size")
-    rep, rep_s = _size(get, "dp_replicate_size")
+    dp, dp_s = _size(b, get, "dp_size")
+    tp, tp_s = _size(b, get, "tp_size")
+    cp, cp_s = _size(b, get, "cp_size")
+    pp, pp_s = _size(b, get, "pp_size")
+    rep, rep_s = _size(b, get, "dp_replicate_size")
     if tp and tp > 1:
         b.set("tensor_parallel", tp, tp_s)
     if cp and cp > 1:
@@ -136,7 +144,7 @@ def _distributed(b: PlanBuilder, data: Any, get, ctx) -> None:
     if rep and rep > 1:
         b.unmodelled(rep_s, "HSDP: parameters sharded within groups of dp_size ÷ dp_replicate_size and replicated "
                             "across dp_replicate_size", "estimated as sharded over every data-parallel GPU")
-    ep, ep_s = _size(get, "ep_size")
+    ep, ep_s = _size(b, get, "ep_size")
     if ep and ep > 1:
         b.unmodelled(ep_s, "expert parallel", "estimated as if every GPU held every expert")
     if dp:

@@ -38,35 +38,35 @@ def detect(data: Any, keys: set[str]) -> float:
     return 0.0
 
 
-def _precision(b: PlanBuilder, key: "Key", s: Setting) -> None:
+def _precision(b: PlanBuilder, concept: str, s: Setting) -> None:
     if isinstance(s.value, str):
         amp = PRECISION.get(s.value.strip().lower())
         if amp is None:
             return b.unknown(s, "precision", ("bfloat16", "fp16", "fp32"))
-        b.set(key.concept, amp, s)
+        b.set(concept, amp, s)
 
 
-def _bnb_optimizer(b: PlanBuilder, key: "Key", s: Setting) -> None:
+def _bnb_optimizer(b: PlanBuilder, concept: str, s: Setting) -> None:
     if to_bool(s.value):
-        b.set(key.concept, "adamw_bnb_8bit", s, override=True, note="bitsandbytes 8-bit Adam")
+        b.set(concept, "adamw_bnb_8bit", s, override=True, note="bitsandbytes 8-bit Adam")
 
 
-def _attention(b: PlanBuilder, key: "Key", s: Setting) -> None:
+def _attention(b: PlanBuilder, concept: str, s: Setting) -> None:
     if not isinstance(s.value, list):
         return
     kinds = {str(x).lower() for spec in s.value if isinstance(spec, list) and spec
              for x in (spec[0] if isinstance(spec[0], list) else [spec[0]])}
     if kinds == {"flash"}:
-        b.set(key.concept, "flash_attention_2", s)
+        b.set(concept, "flash_attention_2", s)
     elif kinds == {"global"}:
-        b.set(key.concept, "eager", s, note="NeoX `global` attention materialises the score matrix")
+        b.set(concept, "eager", s, note="NeoX `global` attention materialises the score matrix")
     elif kinds:
-        b.set(key.concept, "other", s)
+        b.set(concept, "other", s)
 
 
 def _read(b: PlanBuilder, key: "Key", s: Setting) -> None:
-    if key.read is not None:
-        key.read(b, key, s)
+    if key.read is not None and key.concept is not None:
+        key.read(b, key.concept, s)
     elif key.kind == "shape":
         b.shape(key.path[0], s)
     elif key.concept is None:
@@ -89,7 +89,7 @@ class Key:
     concept: str | None
     kind: str
     description: str
-    read: Callable[[PlanBuilder, "Key", Setting], None] | None = None
+    read: Callable[[PlanBuilder, str, Setting], None] | None = None     # (builder, the key's concept, entry)
     choices: tuple[str, ...] = ()
     shape_kind: str = ""          # a "shape" key's value kind, for the schema
 

@@ -68,7 +68,9 @@ class CellText:
     @classmethod
     def parse(cls, text: str) -> "CellText":
         """Recover the cells from a cell text (markers with increasing numbers)."""
-        starts, numbers, languages = [], [], []
+        starts: list[int] = []
+        numbers: list[int] = []
+        languages: list[str] = []
         for i, line in enumerate(text.split("\n")):
             m = _MARKER.match(line)
             if m and int(m.group(1)) > (numbers[-1] if numbers else 0):
@@ -116,7 +118,7 @@ def from_json(text: str) -> CellText | None:
         return None
     if not isinstance(data, dict):
         return None
-    meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+    meta = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
     lang = (meta.get("language_info") or {}).get("name") if isinstance(meta.get("language_info"), dict) else None
     kernel = (meta.get("kernelspec") or {}).get("language") if isinstance(meta.get("kernelspec"), dict) else None
     if (lang or kernel or "python").lower() != "python":
@@ -132,8 +134,8 @@ def from_json(text: str) -> CellText | None:
     for number, cell in enumerate(cells, 1):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        cell_meta = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
-        vscode_meta = cell_meta.get("vscode") if isinstance(cell_meta.get("vscode"), dict) else {}
+        cell_meta = cell["metadata"] if isinstance(cell.get("metadata"), dict) else {}
+        vscode_meta = cell_meta["vscode"] if isinstance(cell_meta.get("vscode"), dict) else {}
         language = vscode_meta.get("languageId")    # VS Code keeps a cell's own language there
         languages.append(language if isinstance(language, str) else "python")
         src = cell.get(key, "")
@@ -180,7 +182,7 @@ def views(cells: CellText) -> tuple[str, str]:
             if cont_shell or cont_magic or _LINE_MAGIC.match(line):
                 m = _SHELL_LINE.match(line)
                 if cont_shell or m:
-                    sh[k] = line if cont_shell else m.group(1) + " " + line[m.end():]
+                    sh[k] = line if cont_shell or m is None else m.group(1) + " " + line[m.end():]
                     cont_shell = line.rstrip().endswith("\\")
                 else:
                     cont_magic = line.rstrip().endswith("\\")
@@ -259,7 +261,7 @@ def _with_command_line(plan: TrainingPlan, cells: CellText, sh: str, ctx) -> Tra
     script, issues = shell.analyze(sh, ctx.path)
     launch = script.launch
     name = launch.script.text.rsplit("/", 1)[-1] if launch is not None and launch.script is not None else None
-    if name not in written:
+    if launch is None or name not in written:
         return plan
     line = script.index.pos(launch.command.start)[0]
     cell, _ = cells.locate(line)

@@ -96,8 +96,9 @@ def _generation(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
     elif use is not None:
         b.set("generation", "generate", use)
     share = by_key.get("vllm_gpu_memory_utilization")
-    if share is not None and to_float(share.value) is not None:
-        b.set("vllm_memory_share", float(to_float(share.value)), share)
+    fraction = to_float(share.value) if share is not None else None
+    if share is not None and fraction is not None:
+        b.set("vllm_memory_share", fraction, share)
 
 
 def apply_hf_keys(b: PlanBuilder, settings: list[Setting]) -> None:

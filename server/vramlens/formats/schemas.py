@@ -252,8 +252,9 @@ def _deepspeed_field(name: str) -> tuple[Any, Any]:
 
 
 # The top-level keys and their descriptions come from the DeepSpeed parser's key table (formats.deepspeed).
-DeepSpeedConfig = create_model("DeepSpeedConfig", __base__=_DeepSpeedBase,
-                               **{name: _deepspeed_field(name) for name in deepspeed.SECTIONS})
+# (`dict[str, Any]`: a `**` of tuples could also fill create_model's own `__config__`, `__doc__`... for mypy)
+_deepspeed_fields: dict[str, Any] = {name: _deepspeed_field(name) for name in deepspeed.SECTIONS}
+DeepSpeedConfig = create_model("DeepSpeedConfig", __base__=_DeepSpeedBase, **_deepspeed_fields)
 
 
 # --- litgpt ---------------------------------------------------------------------------------------
@@ -274,8 +275,8 @@ def _litgpt_field(key: litgpt.Key) -> tuple[Any, Any]:
 
 
 # The top-level keys, their types and descriptions come from the litgpt parser's key table (formats.litgpt).
-LitgptConfig = create_model("LitgptConfig", __base__=_LitgptBase,
-                            **{key.path[0]: _litgpt_field(key) for key in litgpt.KEYS if len(key.path) == 1})
+_litgpt_fields: dict[str, Any] = {key.path[0]: _litgpt_field(key) for key in litgpt.KEYS if len(key.path) == 1}
+LitgptConfig = create_model("LitgptConfig", __base__=_LitgptBase, **_litgpt_fields)
 
 
 # --- GPT-NeoX ---------------------------------------------------------------------------------------
@@ -295,7 +296,8 @@ def _neox_field(key: neox.Key) -> tuple[Any, Any]:
 
 
 # The keys, their types and descriptions come from the GPT-NeoX parser's key table (formats.neox).
-NeoxConfig = create_model("NeoxConfig", __base__=_NeoxBase, **{key.path[0]: _neox_field(key) for key in neox.KEYS})
+_neox_fields: dict[str, Any] = {key.path[0]: _neox_field(key) for key in neox.KEYS}
+NeoxConfig = create_model("NeoxConfig", __base__=_NeoxBase, **_neox_fields)
 
 
 FORMATS: dict[str, type[BaseModel]] = {

@@ -445,8 +445,9 @@ def _optimizer(b: PlanBuilder, v: _Values) -> None:
 def _float8(b: PlanBuilder, v: _Values) -> None:
     converters = v.get("converters")
     value = converters.value if converters is not None else []
-    names = [str(n).strip() for n in (value.split(",") if isinstance(value, str) else value)
-             if isinstance(value, (str, list))]          # `--model.converters float8,mx` on a command line
+    if isinstance(value, str):                          # `--model.converters float8,mx` on a command line
+        value = value.split(",")
+    names = [str(n).strip() for n in value] if isinstance(value, list) else []
     old = v.get("float8_old")
     on = [n for n in names if n in ("float8", "quantize.linear.float8", "mx", "quantize.linear.mx",
                                     "quantize.grouped_mm.float8", "quantize.grouped_mm.mx")]

@@ -50,13 +50,14 @@ def _docstring_range(tree: ast.Module) -> tuple[int, int] | None:
     if not tree.body:
         return None
     node = tree.body[0]
-    if type(node) is ast.Expr and type(node.value) is ast.Constant and isinstance(node.value.value, str):
+    if type(node) is ast.Expr and type(node.value) is ast.Constant and isinstance(node.value.value, str) \
+            and node.end_lineno is not None:        # ast.parse sets it on every node
         return node.lineno - 1, node.end_lineno
     return None
 
 
 def _runs_this_script(script_arg: str | None, name: str) -> bool:
-    return bool(script_arg) and PurePosixPath(script_arg.strip("'\"")).name == name
+    return bool(script_arg and PurePosixPath(script_arg.strip("'\"")).name == name)
 
 
 def _first_command(view: str, path: str, script_name: str):

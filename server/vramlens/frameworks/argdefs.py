@@ -470,8 +470,9 @@ def _add_argument(call: ast.Call, owner: str, src: _Source) -> ArgDef | None:
                   choices=choices, help=_text(_kw(call, "help")), owner=owner, line=call.lineno)
 
 
-def _set_defaults(call: ast.Call, owner: str, parsers: list[ArgDef], src: _Source) -> None:
-    index = {a.name: i for i, a in enumerate(parsers)}
+def _set_defaults(call: ast.Call, owner: str, parsers: list[ArgDef], index: dict[str, int], src: _Source) -> None:
+    """`set_defaults(a=1)` changes argument a's default (argparse: it wins over add_argument's default) or adds a
+    dest of its own. `index` maps names to positions in `parsers`."""
     for kw in call.keywords:
         if kw.arg is None:
             continue
@@ -575,6 +576,7 @@ def read_module(source: str, filename: str = "<script>", enums: dict[str, tuple]
         if args.fields or c.name in kinds:
             classes[c.name] = args
     parsers: list[ArgDef] = []
+    index: dict[str, int] = {}
     hf_parsers: list[tuple[str, ...]] = []
     calls = [n for n in nodes if type(n) is ast.Call]
     calls.sort(key=lambda n: (n.lineno, n.col_offset))
@@ -583,9 +585,10 @@ def read_module(source: str, filename: str = "<script>", enums: dict[str, tuple]
         if type(func) is ast.Attribute and func.attr == "add_argument":
             arg = _add_argument(call, _dotted(func.value) or "", src)
             if arg is not None:
+                index.setdefault(arg.name, len(parsers))
                 parsers.append(arg)
         elif type(func) is ast.Attribute and func.attr == "set_defaults":
-            _set_defaults(call, _dotted(func.value) or "", parsers, src)
+            _set_defaults(call, _dotted(func.value) or "", parsers, index, src)
         elif _last(_dotted(func)) == "HfArgumentParser" and call.args:
             a = call.args[0]
             elts = a.elts if type(a) in (ast.Tuple, ast.List) else [a]

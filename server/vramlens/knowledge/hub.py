@@ -309,7 +309,7 @@ class BackgroundLookups:
                 if self._executor is None:
                     self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="vramlens-hub")
                 future = self._executor.submit(fetch_config, repo_id)
-                future.add_done_callback(lambda _f, r=repo_id: self._finished(r))
+                future.add_done_callback(lambda _f: self._finished(repo_id))
                 self._running[repo_id] = future
         return PENDING
 

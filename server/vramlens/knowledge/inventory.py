@@ -70,12 +70,39 @@ def _eval(terms: list, values: Mapping[str, float]) -> float:
     return total
 
 
+def _lfm2(config: Mapping[str, Any]) -> dict:
+    """LFM2's own spellings and its MLP width (transformers 5.24 models/lfm2/configuration_lfm2.py `__post_init__`:
+    `tie_embedding` and `block_ff_dim` are read as tie_word_embeddings and intermediate_size; modeling_lfm2.py
+    `Lfm2MLP`: with `block_auto_adjust_ff_dim` the width is int(2/3 · I), times `block_ffn_dim_multiplier`, rounded
+    up to a multiple of `block_multiple_of`). The inventory is built with the adjustment off, so the width it reads
+    is the one the layers get."""
+    config = dict(config)
+    if isinstance(config.get("tie_embedding"), bool):
+        config["tie_word_embeddings"] = config["tie_embedding"]
+    width = config.get("block_ff_dim", config.get("intermediate_size", 12288))
+    if _number(width) and config.get("block_auto_adjust_ff_dim", True):
+        width = int(2 * width / 3)
+        multiplier, multiple = config.get("block_ffn_dim_multiplier", 1.0), config.get("block_multiple_of", 256)
+        if _number(multiplier) and isinstance(multiple, int) and multiple > 0:
+            width = int(multiplier * width)
+            width = multiple * ((width + multiple - 1) // multiple)
+    if _number(width):
+        config["intermediate_size"] = int(width)
+    return config
+
+
+# model_type -> how its config class reads a config.json where that is not a size formula
+_CONFIG_READERS = {"lfm2": _lfm2}
+
+
 def build(config: Mapping[str, Any], model_type: str) -> Built | None:
     """The parameters transformers' `model_type` classes build from `config` (a config.json dict), from the bundled
     inventory; None when the model_type has none."""
     inv = _data()["models"].get(model_type)
     if inv is None:
         return None
+    if model_type in _CONFIG_READERS:
+        config = _CONFIG_READERS[model_type](config)
     notes: list[str] = []
     values: dict[str, float] = {}
     missing = []
@@ -89,6 +116,13 @@ def build(config: Mapping[str, Any], model_type: str) -> Built | None:
         terms = inv.get("derived", {}).get(field)
         if terms and all(f in values for _, exps in terms for f in exps):
             values[field] = _eval(terms, values)
+    for field, measured in inv.get("switches", {}).items():
+        v = _lookup(config, field)
+        if isinstance(v, bool) and v != measured:
+            notes.append(f"{field}={str(v).lower()} (the reference build has {str(measured).lower()})")
+    for field in inv.get("nullable", ()):
+        if field in config and config[field] is None:
+            notes.append(f"{field}=null (the reference build sets it)")
     fixed = [f for f in inv.get("fixed", ()) if values.get(f) != inv["fields"][f][0]]
     if fixed:
         notes.append(f"{', '.join(fixed)} could not be varied in the reference build")

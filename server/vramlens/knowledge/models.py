@@ -323,9 +323,9 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
     if arch.block == "encoder":
         return arch
     built = inventory.build(config, model_type)
-    if built is None or built.total <= 0:
-        return arch
-    notes = [built.approximate] if built.approximate else []
+    if built is None or built.total <= 0 or built.approximate and model_type in _DEDICATED:
+        return arch          # a family the formulas above know, and a config the inventory does not scale exactly
+    notes = [f"parameters approximate: {built.approximate}"] if built.approximate else []
     other = [(kind, n) for kind, n in built.layer_kinds if kind in inventory.NOT_ATTENTION]
     if other:
         layers = ", ".join(f"{n} {kind}" for kind, n in other)

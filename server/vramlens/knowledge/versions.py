@@ -113,7 +113,7 @@ def parse(version: str | None) -> tuple[int, int, int] | None:
 def at_least(version: str | None, floor: tuple[int, int, int], package: str = "transformers") -> bool:
     """Whether `version` of `package` is at or above `floor`; an unknown version counts as the newest known."""
     v = parse(version) or parse(NEWEST[package])
-    return v >= floor
+    return v is not None and v >= floor     # NEWEST holds release numbers, which always parse
 
 
 def loss_keeps_shifted_logits(transformers: str | None) -> bool:

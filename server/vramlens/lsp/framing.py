@@ -89,7 +89,7 @@ class FrameDecoder:
                 if self._skip:
                     break
             elif self._need is not None:
-                if not self._body(out):
+                if not self._body(out, self._need):
                     break
             elif not self._header(out):
                 break
@@ -124,10 +124,8 @@ class FrameDecoder:
                     problem = f"Content-Length is not a byte count: {value[:40]!r}"
                     break
                 length = int(value)
-        if problem is None and length is None:
-            problem = "no Content-Length header"
-        if problem is not None:
-            self._resync(out, problem, blank.end())
+        if problem is not None or length is None:
+            self._resync(out, problem or "no Content-Length header", blank.end())
             return True
         del buf[:blank.end()]
         if length > self.max_frame_bytes:
@@ -141,23 +139,23 @@ class FrameDecoder:
             self._scanned = 0
         return True
 
-    def _body(self, out: list) -> bool:
-        """Complete the body being read; False when more bytes are needed."""
+    def _body(self, out: list, need: int) -> bool:
+        """Complete the body of `need` bytes being read; False when more bytes are needed."""
         buf = self._buf
-        end = min(len(buf), self._need)
+        end = min(len(buf), need)
         start = self._frame_start(buf, max(0, self._scanned - _OVERLAP), end)
         if start is not None:          # the declared length runs into the next frame
-            out.append(BadFrame(f"the message ends before its Content-Length ({self._need:,} bytes)",
+            out.append(BadFrame(f"the message ends before its Content-Length ({need:,} bytes)",
                                 bytes(buf[:min(start, HEAD_BYTES)])))
             del buf[:start]
             self._need = None
             return True
         self._scanned = end
-        if len(buf) < self._need:
+        if len(buf) < need:
             return False
         with memoryview(buf) as view:
-            body = bytes(view[:self._need])
-        del buf[:self._need]
+            body = bytes(view[:need])
+        del buf[:need]
         self._need = None
         out.append(Frame(body))
         return True
@@ -210,14 +208,14 @@ def request_id(head: bytes) -> int | str | None:
     """The id of the JSON-RPC request that `head` starts (top-level `id` and `method` found before the text
     ends or breaks), else None. Responses (no `method`) and notifications (no `id`) give None."""
     text = head.decode("utf-8", "replace")
-    i = _SPACE.match(text, 0).end()
+    i = _skip_space(text, 0)
     if text[i:i + 1] != "{":
         return None
     i += 1
     found: Any = None
     has_id = has_method = False
     while True:
-        i = _SPACE.match(text, i).end()
+        i = _skip_space(text, i)
         if i >= len(text) or text[i] == "}":
             break
         if text[i] == ",":
@@ -226,10 +224,10 @@ def request_id(head: bytes) -> int | str | None:
         key = _STRING.match(text, i)
         if key is None:
             break
-        i = _SPACE.match(text, key.end()).end()
+        i = _skip_space(text, key.end())
         if text[i:i + 1] != ":":
             break
-        i = _SPACE.match(text, i + 1).end()
+        i = _skip_space(text, i + 1)
         name = key.group()[1:-1]
         if name in ("id", "method"):
             try:
@@ -246,6 +244,12 @@ def request_id(head: bytes) -> int | str | None:
                 break
             i = after
     return found if has_id and has_method else None
+
+
+def _skip_space(text: str, i: int) -> int:
+    """`i` moved past spaces and line breaks."""
+    m = _SPACE.match(text, i)       # `*`: matches (empty) at any position
+    return m.end() if m is not None else i
 
 
 def _skip_value(text: str, i: int) -> int | None:
@@ -345,7 +349,7 @@ def stdin_chunks(stream: Any) -> Callable[[], Awaitable[bytes]]:
     queue: asyncio.Queue[bytes] | None = None
     lock = threading.Lock()
 
-    def pump(loop: asyncio.AbstractEventLoop) -> None:
+    def pump(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[bytes]) -> None:
         try:        # the file descriptor itself: a thread blocked in BufferedReader.read1 holds its lock, and
             fd = stream.fileno()            # the interpreter cannot close stdin at exit
             read = functools.partial(os.read, fd)
@@ -368,7 +372,7 @@ def stdin_chunks(stream: Any) -> Callable[[], Awaitable[bytes]]:
         with lock:
             if queue is None:
                 queue = asyncio.Queue(maxsize=1)
-                threading.Thread(target=pump, args=(asyncio.get_running_loop(),), daemon=True,
+                threading.Thread(target=pump, args=(asyncio.get_running_loop(), queue), daemon=True,
                                  name="vramlens-stdin").start()
         return await queue.get()
 

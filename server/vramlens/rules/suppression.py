@@ -30,7 +30,9 @@ class Suppressions:
         if ALL in self.file or keys & self.file:
             return True
         on_line = self.lines.get(line)
-        return bool(on_line) and (ALL in on_line or bool(keys & on_line))
+        if not on_line:
+            return False
+        return ALL in on_line or bool(keys & on_line)
 
 
 def _codes(raw: str | None) -> set[str]:

@@ -1,0 +1,172 @@
+"""Exact parameter inventories, built where transformers is importable (the trace interpreter), cached.
+
+`exact(config)` builds the model of a `config.json` dict with transformers' own classes on the `meta` device (no
+memory, no weights; `trust_remote_code` is never set, so a model_type transformers does not ship is refused) and
+returns its parameter count and layers by kind. Results are cached under the user's cache folder
+(`file_access.user_cache_home()/vramlens/inventories/`) by the config's hash and the transformers version, so a
+config is built once. `measure` is what scripts/dump_model_inventories.py records from its tiny builds for the
+bundled inventories (knowledge/inventory.py), so the two agree on what a kind is.
+
+    python -m vramlens.trace.inventory path/to/config.json
+"""
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from vramlens import file_access
+
+INDEX = re.compile(r"\.(\d+)(?=\.)")
+_KINDS = (  # module class name -> parameter kind, first match from the parameter's own module upwards
+    (re.compile(r"Mamba2|Mamba|SSM|Ssm|S4"), "state-space"),
+    (re.compile(r"DeltaNet|LinearAttention|Linear_?Attn|Rwkv|RWKV|Recurrent|Lightning"), "linear-attention"),
+    (re.compile(r"ShortConv"), "short-conv"),
+    (re.compile(r"Experts"), "moe-experts"),
+    (re.compile(r"Router|Gate$|TopK"), "moe-router"),
+    (re.compile(r"Attention|Attn"), "attention"),
+    (re.compile(r"MoE|Moe|Sparse"), "moe-experts"),
+    (re.compile(r"MLP|FeedForward|FFN|Mlp|Ffn|DenseActDense|DenseGatedActDense|Intermediate|Output$"), "mlp"),
+    (re.compile(r"Embedding"), "embedding"),
+    (re.compile(r"Norm"), "norm"),
+)
+
+
+def _layers_of(model):
+    """(prefix, ModuleList) of the largest stack of blocks."""
+    import torch
+    best = None
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.ModuleList) and len(mod) and not re.search(r"expert", name, re.IGNORECASE):
+            if best is None or len(mod) > len(best[1]) or (len(mod) == len(best[1]) and len(name) < len(best[0])):
+                best = (name, mod)
+    return best
+
+
+def measure(model, cfg) -> tuple[dict, dict]:
+    """(quantities, index sets): dims and occurrence counts of every pattern, layers of every kind."""
+    modules = dict(model.named_modules())
+    q: dict = {}
+    where: dict = collections.defaultdict(set)
+    kinds_of: dict[str, str] = {}
+    stack = _layers_of(model)
+    prefix = stack[0] + "." if stack else None
+    layer_kinds: dict[int, set] = collections.defaultdict(set)
+    for name, p in model.named_parameters():
+        pattern = INDEX.sub(".{i}", name)
+        key = ("n", pattern)
+        q[key] = q.get(key, 0) + 1
+        for axis, size in enumerate(p.shape):
+            dk = ("d", pattern, axis)
+            if q.setdefault(dk, size) != size:
+                q[dk] = None                              # differs between occurrences
+        q.setdefault(("rank", pattern), p.dim())
+        if q[("rank", pattern)] != p.dim():
+            q[("rank", pattern)] = None
+        kind = kinds_of.get(pattern) or _kind(name, modules)
+        kinds_of[pattern] = kind
+        if prefix and name.startswith(prefix):
+            i = int(name[len(prefix):].split(".")[0])
+            where[pattern].add(i)
+            if kind in ("attention", "state-space", "linear-attention", "short-conv", "moe-experts", "mlp"):
+                layer_kinds[i].add(_layer_kind(kind, p, i, cfg))
+    for kinds in layer_kinds.values():
+        if "moe fused" in kinds:
+            kinds.discard("moe per-expert")
+        if kinds & {"moe fused", "moe per-expert"}:
+            kinds.discard("dense mlp")            # shared experts are MLPs inside the MoE block
+    for i in range(len(stack[1]) if stack else 0):
+        for k in layer_kinds[i] or {"other"}:
+            q[("k", k)] = q.get(("k", k), 0) + 1
+            where[("k", k)].add(i)
+    return q, {"kinds": kinds_of, "where": where, "layers": len(stack[1]) if stack else 0,
+               "stack": stack[0] if stack else None}
+
+
+def _kind(name: str, modules: dict) -> str:
+    parts = name.split(".")[:-1]
+    own = type(modules[".".join(parts)]).__name__
+    if parts and parts[-1] in ("lm_head", "embed_out", "output_projection"):
+        return "lm-head"
+    if own.endswith(("Embedding", "Embeddings")):
+        return "embedding"
+    if "Norm" in own:
+        return "norm"
+    for n in range(len(parts), -1, -1):
+        mod = modules.get(".".join(parts[:n]))
+        if mod is None or type(mod).__module__.startswith("torch."):
+            continue                     # a plain torch layer: its owner says what it is for
+        for pattern, kind in _KINDS:
+            if pattern.search(type(mod).__name__):
+                return kind
+        if "A_log" in mod._parameters:   # a selective-scan mixer under another name (Falcon-H1's FalconH1Mixer)
+            return "state-space"
+    return "other"
+
+
+def _layer_kind(kind: str, p, i: int, cfg) -> str:
+    if kind == "attention":
+        types = getattr(cfg, "layer_types", None) or getattr(getattr(cfg, "text_config", None), "layer_types", None)
+        if isinstance(types, list) and i < len(types) and "sliding" in str(types[i]):
+            return "sliding attention"
+        return "attention"
+    if kind == "moe-experts":
+        return "moe fused" if p.dim() == 3 else "moe per-expert"
+    if kind == "mlp":
+        return "dense mlp"
+    return kind.replace("-", " ")
+
+
+def _cache_path(config: dict, version: str) -> Path:
+    text = json.dumps(config, sort_keys=True, default=str)
+    key = hashlib.sha256(f"{version}\n{text}".encode()).hexdigest()
+    return file_access.user_cache_home() / "vramlens" / "inventories" / f"{key}.json"
+
+
+def exact(config: dict) -> dict[str, Any]:
+    """{"total", "layer_kinds", "class", "transformers"} of what transformers builds from `config`; from the cache
+    when this config was built before with this transformers version."""
+    import transformers
+    path = _cache_path(config, transformers.__version__)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        pass
+    result = _build(config)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result), encoding="utf-8")
+    tmp.replace(path)
+    return result
+
+
+def _build(config: dict) -> dict[str, Any]:
+    import torch
+    import transformers
+    from transformers import AutoConfig
+    from transformers.models.auto import modeling_auto as ma
+
+    model_type = str(config.get("model_type", ""))
+    cfg = AutoConfig.for_model(model_type, **{k: v for k, v in config.items() if k != "model_type"})
+    for mapping in (ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+                    ma.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES, ma.MODEL_MAPPING_NAMES):
+        if model_type in mapping:
+            name = mapping[model_type]
+            cls = getattr(transformers, name if isinstance(name, str) else name[0])
+            break
+    else:
+        raise ValueError(f"transformers {transformers.__version__} has no model for model_type {model_type!r}")
+    with torch.device("meta"):
+        model = cls._from_config(cfg)
+    quantities, _ = measure(model, cfg)
+    kinds = {k[1]: v for k, v in quantities.items() if k[0] == "k" and k[1] != "other"}
+    return {"total": sum(p.numel() for p in model.parameters()), "layer_kinds": kinds, "class": cls.__name__,
+            "transformers": transformers.__version__}
+
+
+if __name__ == "__main__":
+    print(json.dumps(exact(json.loads(Path(sys.argv[1]).read_text(encoding="utf-8")))))

@@ -1,0 +1,193 @@
+"""Parameter counts by construction: the bundled inventories (scripts/dump_model_inventories.py), scaled by a
+config.json, equal what transformers' own classes build from it on the meta device."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vramlens.knowledge import inventory
+from vramlens.knowledge.models import arch_from_hf_config, param_count
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = Path(__file__).parent / "configs"
+REAL = sorted(CONFIGS.glob("*.json"))
+
+
+@pytest.fixture(scope="module")
+def dump():
+    """The dump script (tiny configs, meta builds, what a build holds), with transformers at the inventories'
+    version."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    if transformers.__version__ != inventory.version():
+        pytest.skip(f"inventories are of transformers {inventory.version()}, {transformers.__version__} is "
+                    f"installed: run scripts/dump_model_inventories.py --again")
+    spec = importlib.util.spec_from_file_location("dump_model_inventories",
+                                                  ROOT / "scripts" / "dump_model_inventories.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _meta_build(dump, model_type: str, config: dict):
+    from transformers import AutoConfig
+    config_cls = type(AutoConfig.for_model(model_type))
+    cfg, model = dump.build(config_cls, config)
+    kinds = {k[1]: v for k, v in dump.measure(model, cfg)[0].items() if k[0] == "k" and k[1] != "other"}
+    return cfg, sum(p.numel() for p in model.parameters()), kinds
+
+
+def _variant(dump, model_type: str) -> list[dict]:
+    """Tiny configs of the model_type other than the one its inventory was measured on: sizes doubled in turn, the
+    layer count raised to an odd number (layer lists follow it); the plain tiny config last."""
+    from transformers import AutoConfig
+    defaults = AutoConfig.for_model(model_type).to_dict()
+    base = {**dump.tiny(defaults), **dump.OVERRIDES.get(model_type, {})}
+    inv = inventory._data()["models"][model_type]
+    fields = [f for f in inv["fields"] if f not in inv.get("fixed", ())]
+    varied = base
+    for n, field in enumerate(fields):
+        try:
+            value = dump._get(varied, field)
+        except (KeyError, TypeError):
+            continue
+        if field.rsplit(".", 1)[-1] in dump.LAYER_FIELDS:
+            varied = dump._set(varied, field, int(value) + 3)
+        elif n % 2 == 0:
+            varied = dump._set(varied, field, value * 2)
+    return [varied, base]
+
+
+def test_every_model_type_counts_as_transformers_builds_it(dump):
+    """0 % error on the parameter count for every model_type whose inventory scales exactly, layer kinds as the
+    build has them; the others say they are approximate. The config is what save_pretrained writes (only the
+    values that differ from the class defaults) and the whole one."""
+    models = inventory._data()["models"]
+    wrong, kinds_wrong, approximate, built = [], [], [], 0
+    with dump.quiet_and_quick():
+        for model_type in sorted(models):
+            for config in _variant(dump, model_type):
+                try:
+                    cfg, expected, kinds = _meta_build(dump, model_type, config)
+                except Exception:
+                    continue                 # this variant does not build: the next one
+                break
+            else:
+                continue
+            built += 1
+            for written in (json.loads(cfg.to_json_string(use_diff=True)), cfg.to_dict()):
+                got = inventory.build(written, model_type)
+                if got.approximate:
+                    approximate.append(model_type)
+                elif got.total != expected:
+                    wrong.append(f"{model_type}: {got.total:,} vs {expected:,}")
+                elif dict(got.layer_kinds) != kinds:
+                    kinds_wrong.append(f"{model_type}: {dict(got.layer_kinds)} vs {kinds}")
+    assert built >= 0.9 * len(models)
+    assert not wrong, "\n".join(wrong)
+    assert not kinds_wrong, "\n".join(kinds_wrong)
+    assert len(set(approximate)) <= 0.1 * built, sorted(set(approximate))
+
+
+@pytest.mark.parametrize("path", REAL, ids=[p.stem for p in REAL])
+def test_real_configs_count_as_transformers_builds_them(dump, path):
+    """Published config.json files of state-space, hybrid, linear-attention, short-conv and MoE models: the count
+    vramlens reads equals transformers' meta build of the same file, and the layer kinds agree."""
+    config = json.loads(path.read_text())
+    model_type = config["model_type"]
+    from transformers import AutoConfig
+    with dump.quiet_and_quick():
+        cfg = AutoConfig.for_model(model_type, **{k: v for k, v in config.items() if k != "model_type"})
+        _, expected, kinds = _meta_build(dump, model_type, cfg.to_dict())
+    arch = arch_from_hf_config(config, path.stem.replace("--", "/"))
+    assert param_count(arch) == expected
+    assert dict(arch.layer_kinds) == kinds
+    assert "not scaled exactly" not in arch.approximate
+
+
+EXPECTED = {   # parameters, layer kinds: transformers 5.24 meta builds of tests/knowledge/configs
+    "state-spaces--mamba-2.8b-hf": (2_768_345_600, {"state space": 64}),
+    "tiiuae--Falcon-H1-1.5B-Base": (1_554_789_760, {"attention": 24, "state space": 24, "dense mlp": 24}),
+    "Qwen--Qwen3-Coder-Next": (79_674_391_296, {"attention": 12, "linear attention": 36, "moe fused": 48}),
+    "openai--gpt-oss-20b": (20_914_757_184, {"attention": 12, "sliding attention": 12, "moe fused": 24}),
+    "LiquidAI--LFM2-1.2B": (1_170_340_608, {"attention": 6, "short conv": 10, "dense mlp": 16}),
+    "ai21labs--Jamba-v0.1": (51_570_323_328, {"attention": 4, "state space": 28, "dense mlp": 16, "moe fused": 16}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_real_configs_without_transformers(name):
+    """The same counts with no transformers at all (the server's case): only the bundled inventory. A layer that
+    is not attention is named in `approximate` (its activations are still sized as attention), never the count."""
+    config = json.loads((CONFIGS / f"{name}.json").read_text())
+    arch = arch_from_hf_config(config, name.replace("--", "/"))
+    total, kinds = EXPECTED[name]
+    assert param_count(arch) == total
+    assert {k: v for k, v in arch.layer_kinds} == kinds
+    other = [k for k in kinds if k in inventory.NOT_ATTENTION]
+    for kind in other:
+        assert f"{kinds[kind]} {kind}" in arch.approximate
+    if not other:
+        assert arch.approximate == ""
+
+
+def test_config_json_that_leaves_derived_sizes_out():
+    """A config.json that leaves out what the config class computes (Mamba's intermediate_size = expand · hidden,
+    time_step_rank = hidden / 16): the class's own derivation, not the default model's value. The generic reading
+    this replaces counted mamba-2.8b as 6.84 B."""
+    config = {"model_type": "mamba", "hidden_size": 2560, "num_hidden_layers": 64, "vocab_size": 50280,
+              "state_size": 16, "expand": 2, "conv_kernel": 4, "tie_word_embeddings": True}
+    assert param_count(arch_from_hf_config(config, "state-spaces/mamba-2.8b-hf")) == 2_768_345_600
+    wider = {**config, "expand": 4}
+    assert param_count(arch_from_hf_config(wider, "x")) > 2 * 2_768_345_600 * 0.9
+
+
+@pytest.mark.parametrize("model_type", ["qwen", "chatglm", "baichuan", "internlm", "mpt_custom"])
+def test_remote_code_is_never_built_and_says_so(model_type):
+    """`auto_map` (trust_remote_code) models that transformers does not ship: sized from the config, approximate,
+    with the reason."""
+    config = {"model_type": model_type, "auto_map": {"AutoModelForCausalLM": "modeling_x.XForCausalLM"},
+              "hidden_size": 2048, "num_attention_heads": 16, "num_hidden_layers": 24, "vocab_size": 64000,
+              "intermediate_size": 5504}
+    arch = arch_from_hf_config(config, f"org/{model_type}")
+    assert arch.approximate.startswith("remote code: not built")
+    assert arch.params_total == 0
+
+
+def test_the_server_reads_inventories_without_torch_or_transformers():
+    code = ("import json, sys; from vramlens.knowledge.models import arch_from_hf_config, param_count; "
+            "c = json.load(open(sys.argv[1])); a = arch_from_hf_config(c, 'm'); print(param_count(a)); "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, str(CONFIGS / "openai--gpt-oss-20b.json")],
+                         capture_output=True, text=True, timeout=120, check=True).stdout.split("\n")
+    assert out[0] == "20914757184" and out[1] == "[]"
+
+
+def test_inventories_stay_small():
+    path = ROOT / "server" / "vramlens" / "knowledge" / "data" / "inventories.json"
+    assert path.stat().st_size < 3 * 2**20
+
+
+def test_trace_interpreter_builds_the_exact_inventory_once(dump, tmp_path, monkeypatch):
+    """Where transformers is importable: the real config built on the meta device, cached by config hash and
+    transformers version under the user's cache folder; the second request builds nothing."""
+    from vramlens.trace import inventory as exact_inventory
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    config = json.loads((CONFIGS / "LiquidAI--LFM2-1.2B.json").read_text())
+    with dump.quiet_and_quick():
+        first = exact_inventory.exact(config)
+    assert first["total"] == EXPECTED["LiquidAI--LFM2-1.2B"][0]
+    assert first["layer_kinds"] == EXPECTED["LiquidAI--LFM2-1.2B"][1]
+    assert len(list((tmp_path / "cache" / "vramlens" / "inventories").glob("*.json"))) == 1
+
+    def no_second_build(config):
+        raise AssertionError("built again")
+    monkeypatch.setattr(exact_inventory, "_build", no_second_build)
+    assert exact_inventory.exact(config) == first
+    with pytest.raises(AssertionError):      # another config is another entry
+        exact_inventory.exact({**config, "num_hidden_layers": 8, "layer_types": config["layer_types"][:8]})
