@@ -140,7 +140,7 @@ def gib(n: float) -> str:
 
 def with_changes(plan: TrainingPlan, changes: dict[str, Any]) -> TrainingPlan:
     """A copy of the plan with concept values replaced (provenance: proposed by a fix)."""
-    update = {}
+    update: dict[str, Any] = {}
     for concept, value in changes.items():
         old = getattr(plan, concept, None)
         update[concept] = Sourced(value=value, origin=Origin.SETTING, note="proposed fix",
@@ -293,7 +293,7 @@ class Fixer:
         opt = rp.optimizer
         if opt.library == "torch" and opt.family in ("adamw", "adam") and rp.optimizer_impl == "foreach" \
                 and not rp.offload_optimizer:
-            changes = {"optimizer": "adamw_torch_fused"} if fw in NAMED_OPTIMIZER_FRAMEWORKS and opt.family == "adamw" \
+            changes: dict[str, Any] = {"optimizer": "adamw_torch_fused"} if fw in NAMED_OPTIMIZER_FRAMEWORKS and opt.family == "adamw" \
                 else {"optimizer_impl": "fused"}
             out.append(Candidate("fused-adamw", "use fused AdamW instead of foreach", changes, 3, safe=True,
                                  conflicts=("8bit-adam",)))
@@ -315,7 +315,7 @@ class Fixer:
                                  {"peft_method": "lora", "lora_r": 16, "lora_targets": ["all-linear"]}, 7,
                                  conflicts=("qlora",), changes_training=True, advice=LORA_LEARNING_RATE))
         if not rp.quant_bits and rp.peft in ("none", "lora", "dora"):
-            changes: dict[str, Any] = {"peft_method": "qlora", "quant_bits": 4}
+            changes = {"peft_method": "qlora", "quant_bits": 4}
             if full:
                 changes.update({"lora_r": 16, "lora_targets": ["all-linear"]})
             out.append(Candidate("qlora", "train QLoRA (4-bit base model, LoRA r=16)", changes, 8,
@@ -480,6 +480,6 @@ class Fixer:
             labels.append(label)
         else:
             est = self.evaluate(changes)
-        if self.fits(est):
+        if est is not None and self.fits(est):
             return changes, labels, est
         return None

@@ -241,8 +241,10 @@ OPENRLHF_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     if s.value not in (None, True, "") else None,
     "use_dynamic_batch": _not_default("dynamic batching by tokens (`max_tokens_per_gpu`)",
                                       "estimated at micro-batch × max length"),
-    "vllm_enable_sleep": _not_default("vLLM sleep mode (its weights and KV cache released while the actor trains)",
-                                      "estimated with vLLM's share held during the training step"),
+    # OpenRLHF v0.11.0 (3c3be623) openrlhf/trainer/ppo_utils/samples_generator.py: the engines wake before each
+    # rollout and `sleep` (level 1) after it; train_ppo_ray.py turns the flag off without --train.colocate_all
+    "vllm_enable_sleep": lambda b, s: b.set("generation_sleeps", bool(to_bool(s.value)), s)
+    if to_bool(s.value) is not None else None,
 }
 
 

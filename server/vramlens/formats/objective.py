@@ -99,6 +99,13 @@ def _generation(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
     fraction = to_float(share.value) if share is not None else None
     if share is not None and fraction is not None:
         b.set("vllm_memory_share", fraction, share)
+    sleep = by_key.get("vllm_enable_sleep_mode")
+    if sleep is not None and to_bool(sleep.value) is not None:
+        # trl 1.16.0 trl/generation/vllm_generation.py: the colocated LLM sleeps (level 2) after each generation and
+        # wakes its weights for the weight sync, its KV cache just before generating
+        on = bool(to_bool(sleep.value))
+        b.set("generation_sleeps", on, sleep,
+              note="vLLM sleep mode: its weights and KV cache released after each generation" if on else None)
 
 
 def apply_hf_keys(b: PlanBuilder, settings: list[Setting]) -> None:

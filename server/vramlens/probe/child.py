@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any
 
 
 def main() -> int:
@@ -38,7 +39,7 @@ def main() -> int:
     torch.cuda.init()
     torch.cuda.synchronize(dev)
     free0, total = torch.cuda.mem_get_info(dev)
-    info = {"gpu": torch.cuda.get_device_name(dev), "total_bytes": total, "used_after_context": total - free0,
+    info: dict[str, Any] = {"gpu": torch.cuda.get_device_name(dev), "total_bytes": total, "used_after_context": total - free0,
             "torch": torch.__version__, "cuda": torch.version.cuda}
     cap = req.get("cap_usable_bytes")
     if cap:

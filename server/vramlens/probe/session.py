@@ -97,7 +97,7 @@ def run_session(rp: ResolvedPlan, device: str | torch.device, meter, steps: int 
             say("building the model")
             model = M.build_meta(cfg)
             model = M.materialize(model, device, real=True)
-            trainable = [p for p in model.parameters() if p.requires_grad]
+            trainable: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
             batch = M.make_batch(cfg, device)
         # bitsandbytes optimizers are built as the trace builds them (its quantile maps are not model memory)
         optimizer = O.make_optimizer(cfg, trainable) if O.uses_bitsandbytes(cfg) else None

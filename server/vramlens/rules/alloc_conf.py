@@ -122,8 +122,9 @@ def _check_value(key: str, value: str) -> tuple[str, str | None] | None:
             for item in filter(None, (p.strip() for p in value[1:-1].split(","))):
                 size, _, div = item.partition(":")
                 size, div = size.strip(), div.strip()
-                if (size != ">" and not (_int(size) and _power_of_two(_int(size)))) or _int(div) is None \
-                        or (_int(div) and not _power_of_two(_int(div))):
+                size_mb, divisions = _int(size), _int(div)
+                if (size != ">" and not (size_mb and _power_of_two(size_mb))) or divisions is None \
+                        or (divisions and not _power_of_two(divisions)):
                     return (f"`roundup_power2_divisions` entries are `size_mb:divisions` with powers of two "
                             f"(or `>:divisions`), got `{item}`"), None
         else:
@@ -148,7 +149,7 @@ def repaired(conf: str) -> str | None:
         return None
     out = conf
     for e in sorted(errors, key=lambda e: e.start, reverse=True):
-        out = out[:e.start] + e.replacement + out[e.end:]
+        out = out[:e.start] + (e.replacement or "") + out[e.end:]       # none is None (above)
     return out
 
 

@@ -175,7 +175,7 @@ class RuleContext:
     def locate_in(self, span: Span | None, needle: str) -> Span | None:
         """The span of `needle` inside a single-line `span` of this document, if it occurs there."""
         text = self.text_at(span)
-        if not needle or text is None:
+        if not needle or text is None or span is None:
             return None
         i = text.find(needle)
         if i < 0:
@@ -222,8 +222,16 @@ class RuleContext:
 
     # -- memory components -------------------------------------------------------------------------
 
+    def _needed(self, what: str, value: Any) -> Any:
+        """`value` (the resolved plan, the estimate), which the helper calling this needs: the engine runs a rule
+        only once what it `needs` is there (rules.engine._ready)."""
+        if value is None:
+            raise ValueError(f"a rule helper needs the {what}, which this file does not have")
+        return value
+
     def optimizer_label(self) -> str:
-        opt = self.rp.optimizer
+        rp: ResolvedPlan = self._needed("resolved plan", self.rp)
+        opt = rp.optimizer
         label = _OPTIMIZER_FAMILY_LABELS.get(opt.family, opt.name)
         if opt.eight_bit:
             label = f"8-bit {label}"
@@ -239,15 +247,17 @@ class RuleContext:
 
     def dominant_component(self) -> str:
         """The largest memory component at the peak (overheads excluded)."""
-        parts = {k: v for k, v in self.estimate.components.items() if k not in OVERHEAD}
-        return max(parts, key=parts.get)
+        est: Estimate = self._needed("estimate", self.estimate)
+        parts = {k: v for k, v in est.components.items() if k not in OVERHEAD}
+        return max(parts, key=lambda k: parts[k])
 
     def component_span(self, name: str) -> Span:
         return self.where(*COMPONENT_CONCEPTS.get(name, ("model_id",)))
 
     def breakdown(self, limit: int = 4) -> list[Related]:
         """The largest components at the peak, each pointing at the setting that drives it."""
-        parts = sorted(((v, k) for k, v in self.estimate.components.items() if v > 0 and k not in OVERHEAD),
+        est: Estimate = self._needed("estimate", self.estimate)
+        parts = sorted(((v, k) for k, v in est.components.items() if v > 0 and k not in OVERHEAD),
                        reverse=True)[:limit]
         return [Related(self.component_span(k), f"{self.component_label(k)}: {self.gib(v)}") for v, k in parts]
 

@@ -37,6 +37,8 @@ def _package() -> ModuleType:
     if not init.is_file():
         raise ImportError(f"the rule set ({PACKAGE}) is not installed and {folder} does not exist")
     spec = importlib.util.spec_from_file_location(PACKAGE, init, submodule_search_locations=[str(folder)])
+    if spec is None or spec.loader is None:         # not for a path ending in .py
+        raise ImportError(f"the rule set ({PACKAGE}) cannot be loaded from {folder}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[PACKAGE] = module
     spec.loader.exec_module(module)
