@@ -61,6 +61,9 @@ OVERRIDES = {
              "block_auto_adjust_ff_dim": False},
     "lfm2_moe": {"layer_types": ["conv", "conv", "full_attention"] * 2 + ["conv", "full_attention"]},
     "mamba2": {"num_heads": 8},
+    # Falcon-H1: the Mamba width from mamba_expand · hidden_size and the head size from it ("auto"), so that each
+    # can be varied alone (knowledge/inventory.py `_falcon_h1` reads a written mamba_d_ssm as that product)
+    "falcon_h1": {"head_dim": 16, "mamba_d_ssm": None, "mamba_d_head": "auto", "mamba_n_heads": 8},
 }
 _SIZE_NAME = re.compile(r"hidden|heads|dim|size|expand|experts|state|groups|vocab|layers|embd|d_model|rank")
 _PERTURBED = re.compile(_SIZE_NAME.pattern + r"|period|offset|interval|step|kernel|conv|position|replace|^n_|^num_|"
@@ -246,7 +249,6 @@ def inventory(model_type: str) -> dict:
             error = e
     else:
         raise error
-    d0 = cfg0.to_dict()
     q0, info = measure(model0, cfg0)
     fields = _fields(d0)
     sizes = {int(v) for k, v in q0.items() if k[0] in ("d", "n", "k") and v}
@@ -288,23 +290,27 @@ def inventory(model_type: str) -> dict:
     switches, nullable = _switches(config_cls, d0, q0, used)
     params, kinds = [], {}
     tied = _tied(model0)
-    for key, terms in formulas.items():
-        ok = terms is not None and checked and key in qc and qc[key] is not None and \
+    def follows(key, terms) -> bool:
+        return terms is not None and checked and key in qc and qc[key] is not None and \
             abs(evaluate(terms, scaled) - qc[key]) < 0.5
+
+    for key, terms in formulas.items():
         if key[0] == "k":
-            kinds[key[1]] = {"n": terms if ok else None, **_where(info["where"][key], cfg0, info["layers"])}
+            rule = _where(info["where"][key], cfg0, info["layers"], defaults=defaults)
+            kinds[key[1]] = {"n": terms if follows(key, terms) or rule else None, **rule}
     for pattern in {k[1] for k in q0 if k[0] == "n"}:
         rank = q0[("rank", pattern)]
         count = formulas[("n", pattern)]
         dims = [formulas.get(("d", pattern, a)) for a in range(rank or 0)]
-        ok = all(t is not None for t in [count, *dims]) and checked and all(
-            key in qc and qc[key] is not None and abs(evaluate(t, scaled) - qc[key]) < 0.5
-            for key, t in [(("n", pattern), count), *((("d", pattern, a), t) for a, t in enumerate(dims))])
+        rule = _where(info["where"].get(pattern, set()), cfg0, info["layers"], q0[("n", pattern)], defaults)
+        # a layer rule counts exactly where the config says which layers; the dims must follow their formulas
+        ok = rank is not None and (bool(rule) or follows(("n", pattern), count)) and all(
+            follows(("d", pattern, a), t) for a, t in enumerate(dims))
         numel0 = q0[("n", pattern)] * math.prod(q0.get(("d", pattern, a)) or 0 for a in range(rank or 0))
         entry = {"p": pattern, "kind": info["kinds"][pattern], "n": count, "shape": dims, "numel0": numel0}
         if not ok:
             entry["exact"] = False
-        entry.update(_where(info["where"].get(pattern, set()), cfg0, info["layers"], q0[("n", pattern)]))
+        entry.update(rule)
         params.append(entry)
     params.sort(key=lambda e: e["p"])
     return {
@@ -419,10 +425,11 @@ def _tied(model) -> dict | None:
             "is_tied": out.weight is inp.weight}
 
 
-def _where(indices: set, cfg, layers: int, n: int | None = None) -> dict:
+def _where(indices: set, cfg, layers: int, n: int | None = None, defaults: dict | None = None) -> dict:
     """Which layers a pattern sits in, when the config says it: a list of layer types (`layer_types`), a list of
     layer indices (`full_attn_idxs`, `mlp_only_layers`), a period and offset (Jamba's `attn_layer_period` /
-    `attn_layer_offset`) or the first k layers (`first_k_dense_replace`)."""
+    `attn_layer_offset`, and the layers off it) or the first k layers (`first_k_dense_replace`). `default`: the
+    config class's value of the field, for a config.json that leaves it out."""
     if not indices or not layers or len(indices) == layers:
         return {}
     per = (n // len(indices)) if n else 1
@@ -431,6 +438,14 @@ def _where(indices: set, cfg, layers: int, n: int | None = None) -> dict:
         if owner is None:
             continue
         attrs = {k: v for k, v in vars(owner).items() if not isinstance(v, bool)}
+
+        def default(field):
+            try:
+                v = _get(defaults or {}, prefix + field)
+            except (KeyError, TypeError):
+                return None
+            return v if isinstance(v, (int, list)) and not isinstance(v, bool) else None
+
         for field, values in attrs.items():
             if isinstance(values, list) and len(values) == layers and all(isinstance(v, str) for v in values):
                 chosen = {values[i] for i in indices}
@@ -438,18 +453,22 @@ def _where(indices: set, cfg, layers: int, n: int | None = None) -> dict:
                     return {"where": [prefix + field, sorted(chosen)], "per": per}
             if isinstance(values, list) and values and all(isinstance(v, int) for v in values):
                 if set(values) & every == indices:
-                    return {"where_in": prefix + field, "per": per}
+                    return {"where_in": prefix + field, "per": per, "default": default(field)}
                 if every - set(values) == indices:
-                    return {"where_not_in": prefix + field, "per": per}
+                    return {"where_not_in": prefix + field, "per": per, "default": default(field)}
             if isinstance(values, int) and field.endswith("period"):
-                offset = attrs.get(field[: -len("period")] + "offset", 0)
-                if isinstance(offset, int) and values and {i for i in every if i % values == offset} == indices:
-                    return {"where_every": [prefix + field, prefix + field[: -len("period")] + "offset"], "per": per}
+                offset_field = field[: -len("period")] + "offset"
+                offset = attrs.get(offset_field, 0)
+                if isinstance(offset, int) and values:
+                    on = {i for i in every if i % values == offset}
+                    if on in (indices, every - indices):
+                        rule = "where_every" if on == indices else "where_every_not"
+                        return {rule: [prefix + field, prefix + offset_field], "per": per}
             if isinstance(values, int) and 0 < values < layers:
                 if set(range(values)) == indices:
-                    return {"where_below": prefix + field, "per": per}
+                    return {"where_below": prefix + field, "per": per, "default": default(field)}
                 if set(range(values, layers)) == indices:
-                    return {"where_from": prefix + field, "per": per}
+                    return {"where_from": prefix + field, "per": per, "default": default(field)}
     return {}
 
 

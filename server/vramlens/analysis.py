@@ -153,13 +153,14 @@ def _analyze_documents(documents: Documents, text: str, path: str, settings: Set
             if key not in seen:               # a file-wide finding (a directive's) comes once, not per document
                 seen.add(key)
                 out.findings.append(f)
-    if documents.skipped:
+    if documents.skipped and documents.skipped_span is not None:       # set together (split_documents)
+        skipped = documents.skipped_span.model_copy(update={"file": path})
         issue = ParseIssue(kind=IssueKind.NOT_READ, message=documents.skipped_message(), severity=Severity.INFO,
-                           span=documents.skipped_span.model_copy(update={"file": path}))
+                           span=skipped)
         # through the rules, over the whole text, so the user's severity setting and suppressions apply
         ctx = RuleContext(text=text, path=path, parse_issues=[issue])
         out.findings += [f for f in run_rules(ctx, settings.severity)
-                         if f.rule_id == "VL021" and f.span.start_line == issue.span.start_line]
+                         if f.rule_id == "VL021" and f.span.start_line == skipped.start_line]
     out.documents = results
     return out
 

@@ -201,6 +201,8 @@ class TrainingPlan(BaseModel):
     trainable_fp32: Sourced[bool] | None = None   # trainable weights upcast to fp32 over 16-bit frozen ones
     optimizer_rank: Sourced[int] | None = None    # GaLore/APOLLO projection rank
     optimizer_targets: Sourced[list[str]] | None = None   # the matrices with projected states
+    optimizer_proj_bits: Sourced[int] | None = None  # Q-GaLore: projection matrices quantized to this many bits
+    added_layers: Sourced[int] | None = None      # decoder blocks the method adds to the loaded model (LLaMA-Pro)
     # the model's head: "causal-lm" (vocabulary logits), or a small task head with no vocabulary logits
     task_head: Sourced[str] | None = None         # TaskHead
     # quantization

@@ -39,6 +39,7 @@ CONCEPT_TITLES = {
     "trained_extra": "trained modules outside the layers", "trained_where": "which layers train",
     "trainable_fp32": "fp32 upcast of trainable weights",
     "optimizer_rank": "optimizer projection rank", "optimizer_targets": "matrices with projected optimizer states",
+    "optimizer_proj_bits": "bits of the optimizer's projection matrices", "added_layers": "decoder blocks added",
     "task_head": "model head",
 }
 

@@ -197,6 +197,23 @@ def normalize_targets(names: list[str], arch: ModelArch) -> tuple[tuple[str, ...
     return tuple(out), unknown
 
 
+def expanded_arch(arch: ModelArch, added: int) -> ModelArch:
+    """The model with `added` copies of its decoder block inserted (LLaMA-Pro's block expansion, arXiv:2401.02415;
+    ms-swift v4.5.2 swift/tuners/llamapro.py `LLaMAPro.prepare_model` deep-copies every (L/n)-th block into the
+    module list and sets `num_hidden_layers` to the new depth): every per-layer count grows with the depth."""
+    from vramlens.knowledge.models import param_count
+
+    bare = arch.model_copy(update={"params_total": 0})
+    grown = arch.layers + added
+    update: dict = {"layers": grown}
+    if arch.params_total:
+        update["params_total"] = arch.params_total + param_count(bare.model_copy(update={"layers": grown})) \
+            - param_count(bare)
+    if arch.layer_kinds:
+        update["layer_kinds"] = tuple((kind, round(n * grown / arch.layers)) for kind, n in arch.layer_kinds)
+    return arch.model_copy(update=update)
+
+
 def _value(plan: TrainingPlan, concept: str, defaults: dict, fw_label: str, sources: dict):
     s = getattr(plan, concept, None)
     if s is not None:
@@ -238,6 +255,10 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     positions = _extra_value(plan, "torchtune_max_seq_len")
     if fw_key == "torchtune" and isinstance(positions, int) and arch.max_position != positions:
         arch = arch.model_copy(update={"max_position": positions})     # the builder's RoPE positions
+    added = val("added_layers")
+    if isinstance(added, int) and added > 0:
+        arch = expanded_arch(arch, added)
+        assumptions.append(f"{added} decoder block(s) added to the model: {arch.layers} layers")
     as_run = frameworks.arch_as_run(fw_key, arch)
     if as_run is not arch:
         arch = as_run
@@ -326,6 +347,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
                 named.append(str(name))
         low_rank_targets, _ = normalize_targets(named, arch)
         low_rank_targets = low_rank_targets or ("all-linear",)
+    proj_bits = val("optimizer_proj_bits") if opt.low_rank else None
     if fw_key in ("transformers", "trl", "axolotl", "llamafactory", "unsloth") and opt.name == "adamw_torch" and plan.optimizer_impl is None:
         impl = "foreach"
 
@@ -366,6 +388,11 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     master = strategy == "deepspeed" and amp_dtype in ("bf16", "fp16") and peft == "none"
     if master:
         weight_dtype, compute, amp = ("fp16" if amp_dtype == "fp16" else "bf16"), ("fp16" if amp_dtype == "fp16" else "bf16"), False
+    if opt.name == "badam" and peft == "none" and strategy != "deepspeed" and weight_dtype != "fp32":
+        # BAdam (Ledzy/BAdam bf989dcb src/badam/block_optim.py `switch_trainable_params`, `step_single_gpu`): the
+        # active block's 16-bit weights get an fp32 copy (`param.clone().float()`) that Adam updates with fp32 states,
+        # copied back to the 16-bit weights after each step (under ZeRO-3 DeepSpeed keeps that copy instead)
+        master = True
 
     seq = val("seq_len")
     objective = plan.objective.value if plan.objective is not None else "sft"
@@ -472,7 +499,8 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
                       else float(plan.lora_dropout.value or 0.0) if peft == "vera" and plan.lora_dropout else 0.0),
         lora_targets=targets, feedforward_targets=feedforward, modules_to_save=modules_to_save,
         adapter_fp32=adapter_fp32, kbit_upcast=kbit_upcast, kbit_embeddings_16bit=kbit_embeddings_16bit,
-        trainable_fp32=trainable_fp32, low_rank=low_rank, low_rank_targets=low_rank_targets, **partial,
+        trainable_fp32=trainable_fp32, low_rank=low_rank, low_rank_targets=low_rank_targets,
+        low_rank_proj_quant=isinstance(proj_bits, int) and proj_bits < 16, **partial,
         quant_bits=quant_bits, quant_type=str(qval("quant_type") or "nf4"), quant_double=bool(qval("quant_double")),
         quant_storage=storage if storage in ("bf16", "fp16", "fp32") else "uint8",
         quant_keeps_input=keeps_input, **frameworks.step_flags(fw_key),

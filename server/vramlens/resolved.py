@@ -103,6 +103,8 @@ class ResolvedPlan(BaseModel):
     # GaLore / APOLLO: optimizer states of the targeted matrices are rank-r projections
     low_rank: int = 0                          # projection rank (0: the optimizer keeps full states)
     low_rank_targets: tuple[str, ...] = ()     # canonical linear names, or ("all-linear",)
+    low_rank_proj_quant: bool = False          # Q-GaLore: projections quantized (a uint8 per element + group scales)
+    low_rank_int8_weights: bool = False        # Q-GaLore: the targeted linears' weights held as INT8 + group scales
     # quantization of the base linears
     quant_bits: int | None = None              # 4 or 8
     quant_type: str = "nf4"

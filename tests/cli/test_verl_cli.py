@@ -47,11 +47,13 @@ def test_grpo_example_reads_model_batch_lengths_rollout_share_and_gpus(version):
     assert value(r, "offload_params") is False and value(r, "offload_optimizer") is False
     assert value(r, "num_generations") == 5
     assert r["gpu"]["count"] == 8 and value(r, "world_size") == 8
-    # vLLM colocated with the actor holds gpu_memory_utilization=0.6 of each 80 GB GPU
+    # vLLM colocated with the actor holds gpu_memory_utilization=0.6 of each 80 GB GPU while it generates, and
+    # sleeps while the actor trains
     assert value(r, "generation") == "vllm-colocate" and value(r, "vllm_memory_share") == 0.6
-    assert r["components_gib"]["generation"] == pytest.approx(0.6 * GPU_GIB, abs=0.01)
-    # use_kl_loss=True: the reference policy is held; GRPO trains no critic; the reward is a function
-    assert r["components_gib"]["reference"] > 0
+    assert r["phases_gib"]["generation"] > 0.6 * GPU_GIB and value(r, "generation_sleeps") is True
+    # use_kl_loss=True: the reference policy is held, on the CPU (FSDP CPU offload); GRPO trains no critic; the
+    # reward is a function
+    assert value(r, "ref_offload") is True and r["components_gib"]["reference"] == 0
     assert r["components_gib"]["value_model"] == 0 and r["components_gib"]["reward_model"] == 0
     assert value(r, "grad_checkpointing") is True
 
@@ -112,7 +114,7 @@ python3 -m verl.trainer.main_ppo \\
     assert value(r, "lora_targets") == ["q_proj", "v_proj"]
     assert value(r, "offload_params") is True and value(r, "offload_optimizer") is True
     assert r["components_gib"]["reference"] == 0             # no KL term
-    assert r["components_gib"]["generation"] == pytest.approx(0.3 * GPU_GIB, abs=0.01)
+    assert r["phases_gib"]["generation"] > 0.3 * GPU_GIB      # SGLang's share, released while the actor trains
     assert (value(r, "prompt_len"), value(r, "completion_len"), value(r, "num_generations")) == (1024, 2048, 8)
 
 

@@ -66,13 +66,15 @@ def test_cli_gpu_setting_reads_96gb(tmp_path):
         assert data["gpu"]["usable_gib"] == pytest.approx(usable), gpu
 
 
-def test_directive_in_file_reads_96gb(tmp_path):
-    """A `# vramlens: gpu=` directive that states 96GB picks that card too."""
+@pytest.mark.parametrize("comment", ['# vramlens: gpu="H100 SXM 96GB" count=8', "# vramlens: gpu=H100-SXM-96GB count=8",
+                                     "# Ran on 8x H100 SXM 96GB"])
+def test_file_comment_reads_96gb(tmp_path, comment):
+    """A directive or an author's comment that states 96GB picks that card too."""
     cfg = tmp_path / "train.yaml"
-    cfg.write_text("# vramlens: gpu=H100 SXM 96GB count=8\nmodel_name_or_path: meta-llama/Llama-3.2-1B\n"
-                   "per_device_train_batch_size: 1\nbf16: true\n")
-    out = subprocess.run([sys.executable, "-m", "vramlens", "estimate", "--format", "json", "--offline", str(cfg)],
-                         capture_output=True, text=True, timeout=120)
+    cfg.write_text(f"{comment}\nmodel_name_or_path: meta-llama/Llama-3.2-1B\nper_device_train_batch_size: 1\n"
+                   "bf16: true\n")
+    out = subprocess.run([sys.executable, "-m", "vramlens", "estimate", "--format", "json", "--offline", cfg.name],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     data = data[0] if isinstance(data, list) else data

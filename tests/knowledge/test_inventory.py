@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -191,3 +192,24 @@ def test_trace_interpreter_builds_the_exact_inventory_once(dump, tmp_path, monke
     assert exact_inventory.exact(config) == first
     with pytest.raises(AssertionError):      # another config is another entry
         exact_inventory.exact({**config, "num_hidden_layers": 8, "layer_types": config["layer_types"][:8]})
+
+
+@pytest.mark.parametrize("name", ["state-spaces--mamba-2.8b-hf", "LiquidAI--LFM2-1.2B"])
+def test_cli_counts_a_state_space_model_as_built_and_says_what_is_approximate(name, tmp_path):
+    """What a user sees from `vramlens estimate` on a local model folder: every parameter trained in a full
+    fine-tune is the count transformers builds (mamba-2.8b was 6.84 B), and the reasons say which layers are
+    still sized as attention."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text((CONFIGS / f"{name}.json").read_text())
+    (tmp_path / "train.yaml").write_text("model_name_or_path: ./model\nmax_length: 1024\nbf16: true\n"
+                                         "per_device_train_batch_size: 1\n")
+    out = subprocess.run([sys.executable, "-m", "vramlens", "estimate", "train.yaml", "--format", "json", "--gpu",
+                          "H100"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "VRAMLENS_CALIBRATION": "off"})
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    total, kinds = EXPECTED[name]
+    assert data["params_trainable"] == total
+    assert data["approximate"]
+    kind = next(k for k in kinds if k in inventory.NOT_ATTENTION)
+    assert any(f"{kinds[kind]} {kind} layers sized as attention" in r for r in data["approximate_reasons"])

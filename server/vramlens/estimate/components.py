@@ -130,6 +130,11 @@ def params(rp: ResolvedPlan) -> Params:
         trainable_bytes = trainable * tb
         frozen_bytes = (total - trainable) * wb
         largest = largest_params * tb
+        int8 = low_rank_int8_params(rp)
+        if int8:
+            # Q-GaLore's INT8 block linears: a byte per weight, a 16-bit scale and zero point per 256 of them
+            trainable_bytes -= int8 * (tb - 1)
+            quant_consts += int(int8 * 2 * tb / QGALORE_GROUP)
     else:
         trainable = adapter + saved
         tb = adapter_b
@@ -384,16 +389,65 @@ def low_rank_state(rp: ResolvedPlan, p: Params, per_param: float, state_b: float
     if rp.low_rank <= 0:
         return p.trainable * per_param * 0.25     # rank unknown: a quarter of the full states
     r = rp.low_rank
+    proj_b = low_rank_projection_bytes(rp, p)
     projected = full_covered = 0
-    targets = rp.low_rank_targets or ("all-linear",)
-    for lin in targeted(rp.arch, targets):
-        if rp.trained_layers is not None:
-            continue                               # partial runs: keep the conservative full-state count below
+    for lin in low_rank_linears(rp):
         long_side, short_side = max(lin.in_features, lin.out_features), min(lin.in_features, lin.out_features)
         rank = min(r, short_side)
-        projected += lin.count * (rp.optimizer.states * rank * long_side * state_b + rank * short_side * state_b)
+        projected += lin.count * (rp.optimizer.states * rank * long_side * state_b + rank * short_side * proj_b)
         full_covered += lin.count * lin.in_features * lin.out_features
     return projected + max(p.trainable - full_covered, 0) * per_param
+
+
+def low_rank_linears(rp: ResolvedPlan) -> list:
+    """The block linears whose optimizer states GaLore/APOLLO project (none in a partial run, whose states keep the
+    conservative full count)."""
+    if rp.trained_layers is not None or not rp.optimizer.low_rank or rp.peft != "none":
+        return []
+    return list(targeted(rp.arch, rp.low_rank_targets or ("all-linear",)))
+
+
+# Q-GaLore (VITA-Group/Q-GaLore 5bd2f1c5 q_galore_torch/q_galore_projector.py `_quantize`, utils/quantization.py
+# `_quantize_tensor_int8`): quantized values are stored one per uint8 element, with a scale and a zero point in the
+# tensor's 16-bit dtype per group of 256 elements (`proj_group_size`, `weight_group_size` default 256)
+QGALORE_GROUP = 256
+
+
+def low_rank_projection_bytes(rp: ResolvedPlan, p: Params) -> float:
+    """Bytes per element of a GaLore projection matrix: the gradient's dtype (galore_torch galore_projector.py
+    `get_orthogonal_matrix` casts the fp32 SVD factor back to it), or Q-GaLore's quantized projection (a uint8 per
+    element, INT4 values by default, plus the group's 16-bit scale and zero point)."""
+    grad_b = DTYPE_BYTES[rp.compute_dtype] if rp.low_rank_int8_weights else p.trainable_dtype_bytes
+    if rp.low_rank_proj_quant:
+        return 1 + 2 * grad_b / QGALORE_GROUP
+    return grad_b
+
+
+def low_rank_int8_params(rp: ResolvedPlan) -> int:
+    """Q-GaLore's INT8 weights (VITA-Group/Q-GaLore 5bd2f1c5 utils/quantization.py `prepare_model_for_int8_training`:
+    every q/k/v/o/gate/up/down linear becomes a `QGaLoreLinear` with a uint8 weight, updated by stochastic rounding
+    in q_galore_adamw8bit.py): the parameters held that way."""
+    if not rp.low_rank_int8_weights:
+        return 0
+    return sum(lin.params for lin in low_rank_linears(rp))
+
+
+def low_rank_svd_transient(rp: ResolvedPlan, p: Params) -> int:
+    """The projection update of the largest targeted m×n gradient (every `update_proj_gap` steps, the first one
+    included): galore_torch galore_projector.py `get_orthogonal_matrix` (ms-swift v4.5.2
+    swift/optimizers/galore/galore_projector.py, Q-GaLore's the same) copies the gradient to fp32 and runs
+    `torch.linalg.svd(matrix, full_matrices=False)`; torch's cuSOLVER drivers work on a column-major clone of their
+    input (pytorch v2.5 aten/src/ATen/native/cuda/linalg/BatchLinearAlgebraLib.cpp `apply_svd_lib_gesvdj`:
+    `cloneBatchedColumnMajor`) and return U (m×k), S and Vh (k×n) in fp32, k = min(m, n). cuSOLVER's own workspace
+    is left out."""
+    grad_b = DTYPE_BYTES[rp.compute_dtype] if rp.low_rank_int8_weights else p.trainable_dtype_bytes
+    worst = 0
+    for lin in low_rank_linears(rp):
+        m, n = lin.out_features, lin.in_features
+        k = min(m, n)
+        copies = 1 if grad_b == 4 else 2            # an fp32 gradient is decomposed as it is
+        worst = max(worst, 4 * (copies * m * n + m * k + k * n + k))
+    return worst
 
 
 def optimizer_temporaries(rp: ResolvedPlan, p: Params) -> int:
@@ -407,8 +461,9 @@ def optimizer_temporaries(rp: ResolvedPlan, p: Params) -> int:
     if rp.optimizer_impl == "fused":
         return 0
     if rp.optimizer_impl == "forloop" or opt.low_rank:
-        # galore_torch's optimizers step one parameter at a time (project, update, project back): a for-loop step
-        return 2 * p.largest_param_bytes
+        # galore_torch's optimizers step one parameter at a time (project, update, project back): a for-loop step,
+        # and now and then the projection's SVD of the largest targeted gradient
+        return max(2 * p.largest_param_bytes, low_rank_svd_transient(rp, p) if opt.low_rank else 0)
     state_b = opt.state_bytes if opt.state_bytes is not None else p.trainable_dtype_bytes
     if opt.states == 0:
         return 0

@@ -46,6 +46,8 @@ model gives are checked against published tokens/s tables by benchmarks/throughp
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from vramlens.estimate import components as C
 from vramlens.estimate.result import Throughput
 from vramlens.estimate.shapes import shapes, targeted
@@ -150,6 +152,139 @@ def _linears(rp: ResolvedPlan) -> list[tuple[str, int, int, float, float, float]
     return out
 
 
+# Families whose blocks end with a norm after the MLP (transformers 5.24 models/gemma2, gemma3 and olmo2
+# modeling files: `post_feedforward_layernorm`): the norm saves its input, so the MLP's last matmul is recomputed.
+POST_NORM_FAMILIES = ("gemma2", "gemma3", "gemma3_text", "olmo2", "olmo3")
+BLOCK_INPUT_LINEARS = ("q", "k", "v", "qkv")      # the linears that read a block's (normalised) input
+BLOCK_OUTPUT_LINEARS = ("down", "fc2")            # the MLP's last linear, before the residual add
+FUSED_ATTENTION = ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention", "xformers")
+# kernels that skip the score blocks above the diagonal of a causal mask (flash-attn csrc/flash_attn/src
+# flash_fwd_kernel.h: `n_block_max` bounded by the diagonal when `Is_causal`; FlexAttention's block mask;
+# xformers' causal bias): about half the products of the whole s×s matrix, the convention of flash-attn's
+# benchmarks/benchmark_flash_attention.py `flops(..., causal)`. SDPA skips them only when called with `is_causal`
+# and no mask (its flash kernel); with a padding mask it runs the memory-efficient kernel over every block.
+CAUSAL_SKIPPING = ("flash_attention_2", "flash_attention_3", "flex_attention", "xformers")
+
+
+@dataclass(frozen=True)
+class Matmul:
+    """One matmul of the step as `torch.utils.flop_counter.FlopCounterMode` counts it (2 FLOPs per multiply-add;
+    attention: both products of the whole score matrix, `sdpa_flop_count`), and how many times it runs per
+    micro-step, counted in instances, by phase. `executed`: the share of its FLOPs the kernel performs (a causal
+    attention kernel that skips masked blocks: 0.5). `bytes`: what one run reads and writes."""
+    part: str              # the time model's part: matmuls, adapters, attention
+    name: str
+    flops: float           # one run of one instance
+    bytes: float
+    forward: float
+    recompute: float
+    backward: float
+    executed: float = 1.0
+
+    @property
+    def family(self) -> str:
+        return "attention" if self.part == "attention" else "matmul"
+
+
+def recompute_stops_early(rp: ResolvedPlan) -> bool:
+    """Non-reentrant activation checkpointing (transformers' `use_reentrant: False`, as the trace runs it) stops
+    recomputing a block once every tensor its forward saved for backward is back (torch 2.13 torch/utils/checkpoint.py
+    `_StopRecomputationError`, on by default: `set_checkpoint_early_stop`), and autograd saves an op's inputs
+    before the op runs (tools/autograd/gen_variable_type.py: `grad_fn->self_ = SavedVariable(self, false)` ahead
+    of the redispatch). A block whose MLP ends in the down projection and the residual add (which saves nothing)
+    therefore never recomputes that last matmul (or, when adapted, its LoRA B)."""
+    return rp.grad_checkpointing and rp.arch.block == "decoder" and rp.arch.family not in POST_NORM_FAMILIES
+
+
+def inputs_need_grad(rp: ResolvedPlan) -> bool:
+    """Whether the first block's input requires grad, so that its q/k/v (and their adapters' A) compute an input
+    gradient: a trained embedding, or PEFT under checkpointing, which calls `enable_input_require_grads()` (peft 0.21
+    peft_model.py `prepare_model_for_gradient_checkpointing`; `prepare_model_for_kbit_training` with
+    `use_gradient_checkpointing`). Without it autograd skips the product (its input needs no gradient)."""
+    return rp.peft == "none" or rp.grad_checkpointing
+
+
+def matmul_work(rp: ResolvedPlan) -> list[Matmul]:
+    """Every matmul of one micro-step on one GPU: the linears (LM head included), the LoRA adapters' A and B, and
+    attention's score and value products. Forward once; under checkpointing the blocks' forward again (but the
+    last saving matmul, `recompute_stops_early`); backward the input gradient (2 FLOPs per multiply-add, as the
+    forward) where the input needs one and the weight gradient where the weight trains; attention's backward
+    is 2.5 forwards in a fused kernel (the scores recomputed: `sdpa_backward_flop_count`), 2 in eager."""
+    arch = rp.arch
+    cb = C.DTYPE_BYTES[rp.compute_dtype]
+    cp, tp = max(rp.context_parallel, 1), max(rp.tensor_parallel, 1)
+    seq = max(rp.seq_len // cp, 1)
+    seqs = rp.micro_batch * rp.sequences_per_example
+    T = seqs * seq
+    ckpt = 1.0 if rp.grad_checkpointing else 0.0
+    back = min(C.backward_layers(rp) / C.counted_layers(rp), 1.0)
+    early = recompute_stops_early(rp)
+    first = 0.0 if inputs_need_grad(rp) else 1 / max(arch.layers, 1)   # layer 0's share: no input gradient
+    adapted = {lin.name for lin in targeted(arch, rp.lora_targets)} if rp.peft != "none" else set()
+    out: list[Matmul] = []
+    for name, fin, fout, count, share, trains in _linears(rp):
+        if name in ("lm_head", "score"):
+            tokens = seqs * ((rp.logits_tokens or rp.seq_len) // cp) if name == "lm_head" else T
+            out.append(Matmul("matmuls", name, 2 * tokens * fin * fout, cb * (tokens * (fin + fout) + fin * fout),
+                              count, 0.0, count * ((1.0 if back > 0 else 0.0) + trains)))
+            continue
+        fout = fout / tp
+        tokens = T * share
+        skip = early and name in BLOCK_OUTPUT_LINEARS and name not in adapted
+        grad_in = back - (first if name in BLOCK_INPUT_LINEARS else 0.0)
+        out.append(Matmul("matmuls", name, 2 * tokens * fin * fout, cb * (tokens * (fin + fout) + fin * fout),
+                          count, count * (0.0 if skip else ckpt * back), count * (grad_in + trains)))
+    if rp.peft != "none":
+        ab = 4 if rp.adapter_fp32 else cb
+        r = max(rp.lora_r, 1)
+        for lin in targeted(arch, rp.lora_targets):
+            n, fin, fout = lin.count, lin.in_features, lin.out_features
+            grad_in = 1.0 - (first if lin.name in BLOCK_INPUT_LINEARS else 0.0)
+            out.append(Matmul("adapters", lin.name + ".lora_A", 2 * T * fin * r, ab * (T * (fin + r) + fin * r),
+                              n, n * ckpt, n * (grad_in + 1.0)))
+            skip = early and lin.name in BLOCK_OUTPUT_LINEARS
+            out.append(Matmul("adapters", lin.name + ".lora_B", 2 * T * r * fout, ab * (T * (r + fout) + r * fout),
+                              n, n * (0.0 if skip else ckpt), n * 2.0))
+    layers = arch.layers + (arch.encoder_layers or 0)
+    d_attn = arch.heads * arch.d_head / tp
+    fused = rp.attn_impl in FUSED_ATTENTION
+    io = cb * T * (2 * d_attn + 2 * arch.n_kv_heads * arch.d_head / tp)            # q, out, k, v
+    if not fused:                                    # eager: the s×s scores written, soft-maxed, read
+        io += seqs * (arch.heads / tp) * seq * seq * (4 * cb + 4)
+    out.append(Matmul("attention", "attention", 4 * T * seq * d_attn, io, layers, layers * ckpt * back,
+                      layers * back * (2.5 if fused else 2.0), 0.5 if causal_skipping(rp) else 1.0))
+    return out
+
+
+def causal_skipping(rp: ResolvedPlan) -> bool:
+    """Attention runs causal in a kernel that skips the masked blocks (`CAUSAL_SKIPPING`)."""
+    if rp.arch.block != "decoder":
+        return False
+    return rp.attn_impl in CAUSAL_SKIPPING or (rp.attn_impl == "sdpa" and not rp.attn_mask)
+
+
+def flop_count(rp: ResolvedPlan) -> dict:
+    """The step's matmul FLOPs per optimizer step on one GPU, as `torch.utils.flop_counter.FlopCounterMode` counts
+    them on the traced step (`vramlens.trace.flops`, the same keys): total, by phase (forward, backward,
+    recompute, optimizer), by family (matmul, attention, other), by phase and family, and `attention_causal`, the
+    attention FLOPs of causal calls to a kernel that skips the masked half. Elementwise ops, norms, the loss and
+    the optimizer update count no FLOPs there, and none here. Not covered: MoE experts run with `_grouped_mm`
+    (FlopCounterMode has no formula for it), DoRA's weight norm, an objective's extra models."""
+    accum = max(rp.grad_accum, 1)
+    by = {p: {"matmul": 0.0, "attention": 0.0, "other": 0.0} for p in ("forward", "backward", "recompute", "optimizer")}
+    causal = 0.0
+    for w in matmul_work(rp):
+        for phase in ("forward", "recompute", "backward"):
+            by[phase][w.family] += w.flops * getattr(w, phase) * accum
+        if w.family == "attention" and w.executed < 1:
+            causal += w.flops * (w.forward + w.recompute + w.backward) * accum
+    by = {p: {f: round(v) for f, v in fams.items()} for p, fams in by.items()}
+    return {"total": sum(sum(f.values()) for f in by.values()),
+            "by_phase": {p: sum(f.values()) for p, f in by.items()},
+            "by_family": {f: sum(by[p][f] for p in by) for f in ("matmul", "attention", "other")},
+            "by_phase_family": by, "attention_causal": round(causal)}
+
+
 def throughput(rp: ResolvedPlan) -> Throughput | None:
     """Time of one optimizer step of this plan on its GPU; None when the GPU's speed is not in the catalog."""
     peak = _peak(rp)
@@ -169,35 +304,18 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
     layers_total = arch.layers + (arch.encoder_layers or 0)
     # backward (and the recompute before it) runs only down to the lowest layer that trains
     back = min(C.backward_layers(rp) / C.counted_layers(rp), 1.0)
-    block_passes = 1 + (forwards - 1) * back + back  # forward, recompute, input gradient (weight gradient below)
 
-    # -- linears: forward, input gradient, weight gradient, recompute -------------------------------------
-    model_flops = 0.0                                # forward + backward without recompute, per micro-step
-    n_ops = 0
-    for name, fin, fout, count, share, trains in _linears(rp):
-        fout_tp = fout / tp if name != "lm_head" else fout
-        tokens = T * share
-        flops = 2 * tokens * fin * fout_tp
-        bytes_ = cb * (tokens * fin + fin * fout_tp + tokens * fout_tp)
-        if name in ("lm_head", "score"):
-            grad_in = 1.0 if back > 0 else 0.0           # the head's input gradient feeds the trained layers
-            passes = 1 + grad_in + trains
-            model_flops += flops * count * (1 + grad_in + trains)
-        else:
-            passes = block_passes + trains
-            model_flops += flops * count * (1 + back + trains)
-        clock.op("matmuls", flops, bytes_, times=count * passes)
-    n_ops += int(layers_total * OPS_PER_LAYER * (1 + back * (forwards + 1)))
+    # -- linears, adapters, attention: the matmuls of `matmul_work`, each at its passes -----------------------
+    work = matmul_work(rp)
+    model_flops = sum(w.flops * (w.forward + w.backward) for w in work)   # executed, recompute left out
+    for w in work:
+        clock.op(w.part, w.flops * w.executed, w.bytes, attention_efficiency(rp) if w.part == "attention"
+                 else MATMUL_EFFICIENCY, times=w.forward + w.recompute + w.backward)
+    n_ops = int(layers_total * OPS_PER_LAYER * (1 + back * (forwards + 1)))
 
-    # -- LoRA adapters, dropout, 4-bit dequantisation ------------------------------------------------------
+    # -- LoRA dropout and DoRA, 4-bit dequantisation -------------------------------------------------------
     if rp.peft != "none":
-        ab = 4 if rp.adapter_fp32 else cb
         for lin in targeted(arch, rp.lora_targets):
-            r = max(rp.lora_r, 1)
-            flops = 2 * T * r * (lin.in_features + lin.out_features)
-            bytes_ = ab * (T * (lin.in_features + lin.out_features + 2 * r))
-            clock.op("adapters", flops, bytes_, times=lin.count * (forwards + 2))
-            model_flops += 3 * flops * lin.count
             if rp.lora_dropout > 0:                  # dropout of the adapter's input: read, write, mask
                 clock.op("adapters", 0, T * lin.in_features * (2 * cb + 1), times=lin.count * forwards)
             if rp.peft == "dora":                    # DoRA: the weight norm of W + BA over every output row
@@ -206,6 +324,7 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
             if rp.peft == "dora" and C.dora_recomputes_base(rp):
                 # DoRA computing its own x @ W (with dropout, or before peft 0.14): one more base-sized matmul per
                 # adapted linear in each forward, and one for its input gradient
+                ab = 4 if rp.adapter_fp32 else cb
                 clock.op("adapters", 2 * T * lin.in_features * lin.out_features,
                          ab * T * (lin.in_features + lin.out_features) + cb * lin.in_features * lin.out_features,
                          times=lin.count * (forwards + back))
@@ -215,18 +334,6 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
             quant_params = sum(lin.params for lin in shapes(arch).linears)
             # each use reads the packed weight and its constants and writes the dequantised copy
             clock.op("dequantize", 0, quant_params * (packed + consts + cb), times=forwards + 1)
-
-    # -- attention -----------------------------------------------------------------------------------------
-    d_attn = arch.heads * arch.d_head / tp
-    causal = arch.block == "decoder"
-    flash = rp.attn_impl in ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention", "xformers")
-    attn_fwd = 4 * T * seq * d_attn * (0.5 if causal and flash else 1.0)
-    attn_io = cb * T * (2 * d_attn + 2 * arch.n_kv_heads * arch.d_head / tp)      # q, out, k, v
-    if not flash:                                    # eager: the s×s scores written, soft-maxed, read
-        attn_io += seqs * (arch.heads / tp) * seq * seq * (4 * cb + 4)
-    clock.op("attention", attn_fwd, attn_io, attention_efficiency(rp),
-             times=layers_total * (1 + back * (forwards - 1 + 2.5)))
-    model_flops += attn_fwd * layers_total * (1 + 2 * back)
 
     # -- elementwise and the loss ----------------------------------------------------------------------------
     inter = arch.moe_intermediate or arch.intermediate

@@ -427,7 +427,7 @@ SWIFT_METHOD_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     "galore_target_modules": hf._targets_handler("optimizer_targets"),
     "llamapro_num_new_blocks": _swift_count,
     **{k: PlanBuilder.remember for k in ("galore_optim_per_parameter", "galore_quantization", "galore_proj_quant",
-                                         "galore_with_embedding", "lora_target_modules")},
+                                         "galore_proj_bits", "galore_with_embedding", "lora_target_modules")},
 }
 
 
@@ -477,15 +477,26 @@ def swift_finish(b: PlanBuilder, settings: list[Setting]) -> None:
             b.unmodelled(targets, "LoRA on the embedding (`EMBEDDING`)", "estimated without an embedding adapter",
                          key=f"{targets.key} EMBEDDING")
 
+    # ms-swift (v2.0–v4.5.2 swift/optimizers/galore/utils.py `_create_optimizer_and_scheduler`): with
+    # `--galore_optim_per_parameter` each parameter gets its own optimizer, all stepped together by
+    # `GaloreOptimizerWrapper.step` at the optimizer step; no gradient hook is registered, so every gradient is held
+    # until then as with one optimizer (not galore_torch's per-layer update in backward)
     galore = plan.optimizer is not None and plan.optimizer.value == "galore_adamw"
-    if galore and to_bool(getattr(by_key.get("galore_optim_per_parameter"), "value", None)):
-        b.set("optimizer", "galore_adamw_layerwise", by_key["galore_optim_per_parameter"], override=True,
-              note="`--use_galore` + `--galore_optim_per_parameter`: one optimizer per parameter")
-    for key, what in (("galore_quantization", "Q-GaLore (quantized weights and projections)"),
-                      ("galore_proj_quant", "GaLore with quantized projection matrices")):
-        s = by_key.get(key)
-        if galore and s is not None and to_bool(s.value):
-            b.unmodelled(s, what, "estimated as GaLore with 16-bit weights and projections")
+    quantized = by_key.get("galore_quantization")
+    if galore and quantized is not None and to_bool(quantized.value):
+        # `--galore_quantization`: q_galore_torch's QGaLoreAdamW8bit (bitsandbytes 8-bit states) on the model's own
+        # 16-bit weights (ms-swift does not quantize them); `--galore_proj_quant` stores the projections in
+        # `--galore_proj_bits` (default 4) bits (swift/trainers/arguments.py)
+        b.set("optimizer", "q_galore_adamw8bit", quantized, override=True,
+              note="`--use_galore` + `--galore_quantization`: Q-GaLore's 8-bit AdamW (QGaLoreAdamW8bit)")
+        proj = by_key.get("galore_proj_quant")
+        if proj is not None and to_bool(proj.value):
+            bits = by_key.get("galore_proj_bits")
+            if bits is not None:
+                b.set_int("optimizer_proj_bits", bits, minimum=1)
+            else:
+                b.set("optimizer_proj_bits", 4, proj, origin=Origin.DEFAULT, framework="ms-swift",
+                      note="`--galore_proj_bits` default 4")
 
     method = next((by_key[k] for k in ("tuner_type", "train_type", "sft_type") if k in by_key), None)
     if method is not None and str(method.value).strip().lower() == "llamapro":
@@ -497,5 +508,5 @@ def swift_finish(b: PlanBuilder, settings: list[Setting]) -> None:
         b.set("trained_layers", count, blocks or method, override=True,
               note=f"{count} new block(s){'' if blocks else ' (`llamapro_num_new_blocks` default 4, ' + SWIFT_TUNER_ARGS + ')'}")
         b.set("trained_where", "spread", method, override=True, note="LLaMA-Pro's new blocks are spread through the model")
-        b.unmodelled(method, f"LLaMA-Pro adds {count} decoder blocks to the model",
-                     "estimated at the model's original depth (the new blocks' weights and activations are left out)")
+        b.set("added_layers", count, blocks or method, override=True,
+              note=f"LLaMA-Pro copies {count} decoder block(s) into the model")

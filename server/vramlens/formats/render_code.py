@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 import re
 import shlex
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 from vramlens.formats import markdown, python_calls, shell
 from vramlens.formats.render import RenderResult, TextEdit
@@ -57,6 +57,11 @@ def _local(plan: TrainingPlan, concept: str) -> Sourced | None:
     if s is None or s.span is None or s.span.file != plan.source_file:
         return None
     return s
+
+
+def _entry_span(local: Sourced) -> Span:
+    """The whole entry of a value `_local` returned (it returns only values with a span in this document)."""
+    return cast(Span, local.span)
 
 
 # === Python ======================================================================================
@@ -117,11 +122,16 @@ class _PyDoc:
 
     def dicts(self) -> Iterator[tuple[str, ast.expr]]:
         """(name, dict) for each module-level `name = dict(...)` / `name = {...}`."""
+        value: ast.expr | None
         for st in self.tree.body:
-            target = st.targets[0] if type(st) is ast.Assign and len(st.targets) == 1 else \
-                st.target if type(st) is ast.AnnAssign else None
-            if type(target) is ast.Name and _is_dict(st.value):
-                yield target.id, st.value
+            if type(st) is ast.Assign and len(st.targets) == 1:
+                target, value = st.targets[0], st.value
+            elif type(st) is ast.AnnAssign:
+                target, value = st.target, st.value
+            else:
+                continue
+            if type(target) is ast.Name and value is not None and _is_dict(value):
+                yield target.id, value
 
     def shared_dict(self, span: Span) -> tuple[str, int] | None:
         """(name, places that use it) when `span` lies in a dict bound to a name (`common = dict(...)` or
@@ -143,7 +153,7 @@ class _PyDoc:
             if type(node) is ast.Dict:
                 found = next((v for k, v in zip(node.keys, node.values)
                               if type(k) is ast.Constant and k.value == key), None)
-            elif node is not None:
+            elif type(node) is ast.Call:                # `dict(...)` (`dicts` yields displays and these)
                 found = next((k.value for k in node.keywords if k.arg == key), None)
             else:
                 found = None
@@ -153,7 +163,7 @@ class _PyDoc:
 
     def finish(self) -> list[TextEdit]:
         for kw, entries in self.overrides.values():
-            name = kw.value.id
+            name = ast.unparse(kw.value)         # the `name` of `**name` (`_edit_value` keeps only those)
             items = "".join(f", {_py_literal(k, self.quote)}: {v}" for k, v in entries.items())
             self.edits.append(TextEdit(self.cols.span(kw), f"**{{**{name}{items}}}"))
         for at, texts in self.inserts.items():
@@ -164,6 +174,12 @@ class _PyDoc:
             self.edits.append(TextEdit(self.span(at), new))
         self.edits.sort(key=lambda e: (e.span.start_line, e.span.start_col))
         return self.edits
+
+
+def _end(node: ast.stmt | ast.expr | ast.keyword) -> tuple[int, int]:
+    """(end_lineno, end_col_offset): `ast.parse` sets both on every node (typeshed's `int | None` is for nodes made
+    by hand)."""
+    return node.end_lineno or 0, node.end_col_offset or 0
 
 
 def _is_dict(node: ast.AST | None) -> bool:
@@ -188,11 +204,6 @@ def _edit_value(doc: _PyDoc, call: ast.Call | None, key: str, span: Span, new_te
         raise _Cannot(f"`{key}` is set in `{name}` (line {span.start_line + 1}), which {uses} places use: "
                       f"changing it there would change them all, so set `{key}` by hand for this run")
     doc.overrides.setdefault(id(kw), (kw, {}))[1][key] = new_text
-
-
-def _edit_local(doc: _PyDoc, config: ast.Call | None, local: Sourced, new_text: str) -> None:
-    """Replace a value the plan read from this file (see `_edit_value`)."""
-    _edit_value(doc, config, local.key or "", local.value_span, new_text)
 
 
 def _kw_of(call: ast.Call, name: str) -> ast.keyword | None:
@@ -222,13 +233,14 @@ def _set_kwarg(doc: _PyDoc, call: ast.Call, key: str, value: Any, pending: dict)
 
 def _add_kwargs(doc: _PyDoc, call: ast.Call, items: list[str]) -> None:
     """Add keyword arguments to a call in its own layout."""
-    args = [a for a in list(call.args) + list(call.keywords)]
-    close = doc.pos(call.end_lineno, call.end_col_offset - 1)          # the ")"
+    args: list[ast.expr | ast.keyword] = [*call.args, *call.keywords]
+    call_end_line, call_end_col = _end(call)
+    close = doc.pos(call_end_line, call_end_col - 1)          # the ")"
     if not args:
         doc.insert(close, ", ".join(items))
         return
-    last = max(args, key=lambda a: (a.end_lineno, a.end_col_offset))
-    last_end = doc.pos(last.end_lineno, last.end_col_offset)
+    last = max(args, key=_end)
+    last_end = doc.pos(*_end(last))
     first_arg = min(args, key=lambda a: (a.lineno, a.col_offset))
     line_text = doc.lines[last.lineno - 1]
     start_col = doc.cols.col(last.lineno, last.col_offset)
@@ -255,7 +267,7 @@ def _import_line(doc: _PyDoc) -> int:
     for st in body:
         if (type(st) is ast.Expr and type(st.value) is ast.Constant and isinstance(st.value.value, str)
                 and st is body[0]) or (type(st) is ast.ImportFrom and st.module == "__future__"):
-            line = st.end_lineno
+            line = _end(st)[0]
         else:
             break
     while line < len(doc.lines) and line == 0 and doc.lines[line].startswith("#"):
@@ -267,7 +279,7 @@ def _ensure_import(doc: _PyDoc, module: str, name: str) -> None:
     if name in doc.col.imports:
         return
     imports = [st for st in doc.tree.body if type(st) in (ast.Import, ast.ImportFrom)]
-    line = imports[-1].end_lineno if imports else _import_line(doc)
+    line = _end(imports[-1])[0] if imports else _import_line(doc)
     key = (line, 0)
     stmt = f"from {module} import {name}\n"
     if stmt not in doc.inserts.get(key, []):
@@ -335,7 +347,7 @@ def _py_change(doc: _PyDoc, plan: TrainingPlan, concept: str, value: Any, pendin
     local = _local(plan, concept)
     config = _config_call(doc)
     if concept == "optimizer" and local is not None and local.key and "." in local.key:
-        raise _Cannot(f"the optimizer is constructed in code (`{local.key}` on line {local.span.start_line + 1}): "
+        raise _Cannot(f"the optimizer is constructed in code (`{local.key}` on line {_entry_span(local).start_line + 1}): "
                       f"replace it with the `{value}` optimizer there")
     if concept == "quant_compute_dtype":
         if not _edit_dtype_in_place(doc, local, value):
@@ -346,7 +358,7 @@ def _py_change(doc: _PyDoc, plan: TrainingPlan, concept: str, value: Any, pendin
     if concept in HF_KWARGS:
         if local is not None and local.value_span is not None and (config is None or local.key == HF_KWARGS[concept]
                                                                     or local.key == "use_gradient_checkpointing"):
-            return _edit_local(doc, config, local, _py_literal(value, doc.quote))
+            return _edit_value(doc, config, local.key or "", local.value_span, _py_literal(value, doc.quote))
         if config is None:
             if concept == "grad_checkpointing" and value is True:
                 return _py_enable_gc(doc, plan)
@@ -391,9 +403,9 @@ def _py_change(doc: _PyDoc, plan: TrainingPlan, concept: str, value: Any, pendin
         return
     if concept == "seq_len":
         if local is not None and local.value_span is not None:
-            return _edit_local(doc, config, local, _py_literal(value))
+            return _edit_value(doc, config, local.key or "", local.value_span, _py_literal(value))
         name = doc.dotted(config.func).rsplit(".", 1)[-1] if config is not None else ""
-        if name in python_calls.TRL_CONFIGS:
+        if config is not None and name in python_calls.TRL_CONFIGS:
             return _set_kwarg(doc, config, "max_length", value, pending)
         raise _Cannot("the sequence length is set where the data is tokenized in this script")
     raise _Cannot(f"a Python script cannot set `{concept}` directly: set it on the launch command or in the "
@@ -432,7 +444,7 @@ def _py_enable_gc(doc: _PyDoc, plan: TrainingPlan) -> None:
         if type(st) is ast.Assign and st.value is model and type(st.targets[0]) is ast.Name:
             line = doc.lines[st.lineno - 1]
             indent = line[:len(line) - len(line.lstrip())]
-            doc.insert((st.end_lineno, 0), f"{indent}{st.targets[0].id}.gradient_checkpointing_enable()\n")
+            doc.insert((_end(st)[0], 0), f"{indent}{st.targets[0].id}.gradient_checkpointing_enable()\n")
             return
     raise _Cannot("call `model.gradient_checkpointing_enable()` after loading the model")
 
@@ -466,7 +478,7 @@ def _py_alloc(doc: _PyDoc, plan: TrainingPlan, value: str) -> None:
         quote = _quote_of(doc, node) if node is not None else doc.quote
         doc.edits.append(TextEdit(local.value_span, _py_literal(value, quote)))
         return
-    target = None
+    target: ast.Import | ast.ImportFrom | None = None
     for st in doc.tree.body:
         if type(st) is ast.Import and any(a.name.split(".")[0] in _ML for a in st.names):
             target = st
@@ -542,8 +554,9 @@ def _py_quant(doc: _PyDoc, plan: TrainingPlan, bits: int, pending: dict) -> None
         raise _Cannot("load the model with `quantization_config=BitsAndBytesConfig(load_in_4bit=True)`")
     owner = doc.dotted(model.func)
     if "FastLanguageModel" in owner or "FastModel" in owner or _kw_of(model, key) or _kw_of(model, other):
-        if _kw_of(model, other) is not None and _kw_of(model, key) is None:
-            doc.replace(_kw_of(model, other), f"{key}=True")
+        given = _kw_of(model, other)
+        if given is not None and _kw_of(model, key) is None:
+            doc.replace(given, f"{key}=True")
             return
         return _set_kwarg(doc, model, key, True, pending)
     if _kw_of(model, "quantization_config") is not None:
@@ -589,15 +602,16 @@ def _sh_word(value: Any) -> str:
 
 
 class _ShDoc:
-    def __init__(self, text: str, view: str, plan: TrainingPlan, console: bool, first_line: int = 0):
+    def __init__(self, text: str, view: str, plan: TrainingPlan, console: bool, script: shell.ShellScript,
+                 launch: shell.Launch):
         self.text = view
         self.original = text            # the document (differs from `view` in a Markdown file's prompts)
         self.plan = plan
         self.console = console
-        self.script, _ = shell.analyze(view, plan.source_file, first_line)
-        self.launch = self.script.launch
+        self.script = script
+        self.launch = launch            # `script.launch`
         self.idx = self.script.index
-        self.args = shell.collect_args(self.script) if self.launch is not None else None
+        self.args = shell.collect_args(self.script)
         self.edits: list[TextEdit] = []
         self.appended: list[str] = []        # new "--flag value" texts for the command
 
@@ -633,9 +647,11 @@ def _sh_value(key: str, concept: str, value: Any, tool: str) -> str:
 
 def render_shell(text: str, plan: TrainingPlan, changes: dict[str, Any], view: str | None = None,
                  console: bool = False, first_line: int = 0) -> RenderResult | None:
-    doc = _ShDoc(text, view if view is not None else text, plan, console, first_line)
-    if doc.launch is None:
+    view = view if view is not None else text
+    script, _ = shell.analyze(view, plan.source_file, first_line)
+    if script.launch is None:
         return None
+    doc = _ShDoc(text, view, plan, console, script, script.launch)
     notes: list[str] = []
     changes = dict(changes)
     if changes.get("peft_method") == "qlora" and "quant_bits" not in changes:
@@ -719,7 +735,8 @@ def _sh_change(doc: _ShDoc, concept: str, value: Any) -> None:
 
 
 def _sh_edit_existing(doc: _ShDoc, local: Sourced, concept: str, value: Any) -> None:
-    key = local.key
+    key = local.key or ""           # the caller checks it is set
+    span = _entry_span(local)
     n = key.lstrip("-").replace("-", "_")
     tool = doc.launch.tool
     inverted = n in INVERTED_KEYS
@@ -727,14 +744,14 @@ def _sh_edit_existing(doc: _ShDoc, local: Sourced, concept: str, value: Any) -> 
     if isinstance(value, bool) and (inverted or negated):
         if negated and local.value_span is None:
             if value is True:           # `--no_X` bare → `--X`
-                doc.replace_span(local.span, "--" + key[3:])
+                doc.replace_span(span, "--" + key[3:])
             return
         value = not value
     if local.value_span is None:         # a bare boolean flag: give it a value
         if isinstance(value, bool):
-            return doc.edits.append(TextEdit(Span(file=local.span.file, start_line=local.span.end_line,
-                                                  start_col=local.span.end_col, end_line=local.span.end_line,
-                                                  end_col=local.span.end_col), " " + _sh_value(key, concept, value, tool)))
+            return doc.edits.append(TextEdit(Span(file=span.file, start_line=span.end_line,
+                                                  start_col=span.end_col, end_line=span.end_line,
+                                                  end_col=span.end_col), " " + _sh_value(key, concept, value, tool)))
         raise _Cannot(f"`{key}` has no value to change")
     if concept in ("gpu_count", "world_size", "zero_stage", "offload_optimizer", "offload_params", "dist_strategy"):
         raise _Cannot(f"change `{key}` on the launch command by hand")
@@ -767,7 +784,7 @@ def _sh_peft(doc: _ShDoc, concept: str, value: Any) -> None:
     if concept == "peft_method":
         local = _local(plan, "peft_method")
         if local is not None and local.value_span is not None:
-            return doc.replace_span(local.value_span, _sh_value(local.key, concept, value, tool))
+            return doc.replace_span(local.value_span, _sh_value(local.key or "", concept, value, tool))
         if value not in ("lora", "qlora", "dora"):
             raise _Cannot(f"set the tuning method to {value} in the config")
         if tool == "swift":
@@ -786,9 +803,10 @@ def _sh_peft(doc: _ShDoc, concept: str, value: Any) -> None:
             if value not in (4, 8):
                 raise _Cannot(f"`{local.key}` switches 4- or 8-bit loading only")
             sep = "-" if "-" in local.key else "_"
-            return doc.replace_span(local.span, f"--load{sep}in{sep}{value}bit" + (" True" if local.value_span else ""))
+            return doc.replace_span(_entry_span(local), f"--load{sep}in{sep}{value}bit"
+                                    + (" True" if local.value_span else ""))
     if local is not None and local.value_span is not None:
-        return doc.replace_span(local.value_span, _sh_value(local.key, concept, value, tool))
+        return doc.replace_span(local.value_span, _sh_value(local.key or "", concept, value, tool))
     names = {
         "swift": {"lora_r": "lora_rank", "lora_alpha": "lora_alpha", "lora_targets": "target_modules",
                   "quant_bits": "quant_bits"},
@@ -831,7 +849,7 @@ def _sh_alloc(doc: _ShDoc, value: str) -> None:
 def _append_flags(doc: _ShDoc) -> None:
     """Add the new flags after the script's last argument, in the command's layout."""
     text, idx = doc.text, doc.idx
-    last = doc.args.last if doc.args is not None and doc.args.last is not None else None
+    last = doc.args.last
     word = last.word if last is not None else doc.launch.command.words[-1]
     end = word.end
     first_line, _ = idx.pos(doc.launch.command.start)

@@ -17,11 +17,10 @@ from __future__ import annotations
 import functools
 import json
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, cast
 
 from vramlens.formats import accelerate, deepspeed, litgpt, neox
 from vramlens.formats.render import RENDERERS, RenderResult, TextEdit
-from vramlens.formats.settings import Setting
 from vramlens.formats.yaml_doc import YamlError, is_json_path, load_value, load_yaml
 from vramlens.knowledge import optimizers
 from vramlens.plan import Sourced, Span, TrainingPlan
@@ -32,11 +31,28 @@ ALLOC_NOTE = ("set `PYTORCH_CUDA_ALLOC_CONF={value}` where the training is launc
               "place for environment variables")
 
 
+class _Entry(Protocol):
+    """A `Setting` as the YAML loader makes it (`Setting.at`, from coordinates): all three spans are there."""
+
+    key: str
+    path: tuple
+    value: Any
+
+    @property
+    def span(self) -> Span: ...
+
+    @property
+    def key_span(self) -> Span: ...
+
+    @property
+    def value_span(self) -> Span: ...
+
+
 @functools.lru_cache(maxsize=2)
-def _settings(text: str, file: str) -> tuple[Setting, ...]:
+def _settings(text: str, file: str) -> tuple[_Entry, ...]:
     """The document's entries, parsed once per text: every fix offered for one analysis renders its change into
     the same document (a 1.5 MB file parsed per fix made 60,000 findings' fixes take 10 s)."""
-    return tuple(load_yaml(text, file)[1])
+    return cast("tuple[_Entry, ...]", tuple(load_yaml(text, file)[1]))
 
 
 @functools.lru_cache(maxsize=2)
@@ -76,7 +92,7 @@ class _Doc:
         self.index = LineIndex(text)      # lines as spans count them: \n, \r\n and a lone \r end a line
         self.lines = LINE_BREAK.split(text)
         self.eol = line_ending(text)
-        self.by_path: dict[tuple, Setting] = {}
+        self.by_path: dict[tuple, _Entry] = {}
         for s in _settings(text, self.file):
             self.by_path[s.path] = s
         # `[ \t]*`, not `\s*`: `\s` also matches line breaks, so each of n blank lines started a scan over the
@@ -154,8 +170,8 @@ class _Doc:
         if isinstance(value, dict):
             return "{" + ", ".join(f"{k}: {self.scalar(v)}" for k, v in value.items()) + "}"
         text = str(value)
-        q = old[:1] if old[:1] in ("'", '"') else None
-        if q is None and _plain_ok(text):
+        q = old[:1] if old[:1] in ("'", '"') else ""
+        if not q and _plain_ok(text):
             return text
         q = q or self.quote
         if q == "'":
@@ -169,7 +185,7 @@ class _Doc:
         inside = [a for a in self.shared_nodes if a[0] <= (line, col) < a[1]]
         return max(inside, key=lambda a: a[0]) if inside else None
 
-    def _own(self, s: Setting) -> bool:
+    def _own(self, s: _Entry) -> bool:
         """Is `s` written at its own path (not repeated there by an alias or a merge)?"""
         return s.key_span is None or self.written_at.get((s.key_span.start_line, s.key_span.start_col)) == s.path
 
@@ -184,7 +200,7 @@ class _Doc:
             return False
         return self._anchor_at(p.value_span.start_line, p.value_span.start_col) is None
 
-    def _shared(self, s: Setting) -> str | None:
+    def _shared(self, s: _Entry) -> str | None:
         """None when `s` may be changed where it is written; `_OVERRIDE` when it comes from an anchored node
         through an alias or merge and its own mapping can override it; else why it is not changed."""
         vs = s.value_span or s.key_span
@@ -207,7 +223,7 @@ class _Doc:
 
     # --- reading -----------------------------------------------------------------------------------
 
-    def get(self, path: tuple) -> Setting | None:
+    def get(self, path: tuple) -> _Entry | None:
         return self.by_path.get(path)
 
     def value(self, path: tuple) -> Any:
@@ -216,11 +232,11 @@ class _Doc:
         s = self.by_path.get(path)
         return None if s is None else s.value
 
-    def children(self, parent: tuple) -> list[Setting]:
+    def children(self, parent: tuple) -> list[_Entry]:
         n = len(parent) + 1
         return [s for p, s in self.by_path.items() if len(p) == n and p[:-1] == parent and not isinstance(p[-1], int)]
 
-    def entry_end_line(self, s: Setting) -> int:
+    def entry_end_line(self, s: _Entry) -> int:
         return s.span.end_line if s.span is not None else s.key_span.end_line
 
     # --- writing -----------------------------------------------------------------------------------
@@ -271,12 +287,12 @@ class _Doc:
                 node[path[-1]] = value
                 return
 
-    def _replace_value(self, s: Setting, value: Any, path: tuple | None = None) -> None:
+    def _replace_value(self, s: _Entry, value: Any, path: tuple | None = None) -> None:
         edit = self._replace_value_edit(s, value)
         if path is not None and edit is not None:
             self.handles[path] = edit
 
-    def _replace_value_edit(self, s: Setting, value: Any) -> TextEdit | None:
+    def _replace_value_edit(self, s: _Entry, value: Any) -> TextEdit | None:
         vs = s.value_span
         ks = s.key_span
         old = self.slice(vs)
@@ -466,7 +482,7 @@ class _Doc:
         self.edits.append(TextEdit(vs, text))
         return True
 
-    def _add_beside_merge(self, p: Setting, key: Any, value: Any) -> bool:
+    def _add_beside_merge(self, p: _Entry, key: Any, value: Any) -> bool:
         """Add `key: value` to the mapping `p` whose only entries come from a `<<:` merge: next to the `<<` key
         (before it: own keys win over merged ones wherever they stand)."""
         vs = p.value_span

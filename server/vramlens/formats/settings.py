@@ -35,7 +35,7 @@ class Setting:
         self._span = span
         self._value_span = value_span
         self._key_span = key_span
-        self._coords = None
+        self._coords: tuple | None = None
 
     @classmethod
     def at(cls, key: str, path: tuple, value: Any, coords: tuple) -> "Setting":

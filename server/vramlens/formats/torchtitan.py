@@ -316,7 +316,13 @@ def _precision(b: PlanBuilder, v: _Values) -> None:
     if amp is None and s is not None:
         b.unknown(s, "mixed precision dtype", ("bfloat16", "float32"))
         return
-    _default(b, "weight_dtype", "fp32", "torchtitan keeps fp32 parameters (sharded by FSDP2)")
+    # the parameters' dtype is torchtitan's, not a setting: it builds every flavor in fp32 and no key changes that
+    anchor = v.get("flavor") or v.get("name") or s
+    note = "torchtitan builds the model in fp32 (FSDP2 keeps the sharded fp32 parameters)"
+    if anchor is not None:
+        b.set("weight_dtype", "fp32", anchor, note=note)
+    else:
+        _default(b, "weight_dtype", "fp32", note)
     if s is not None:
         b.set("amp_dtype", amp, s, note="FSDP2 mixed precision: parameters gathered and computed in this dtype")
     else:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 import reprlib
 import sys
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from yaml.constructor import SafeConstructor
@@ -275,14 +275,14 @@ class _Frame:
         self.key = _NOKEY
         self.key_ev = None
         self.key_is_merge = False
-        self.setting = None
+        self.setting: Setting | None = None     # the entry whose key was just read (None once its value is)
         self.setting_index = 0
         self.anchor = anchor
         self.first = first            # index of the first Setting emitted inside this node
         self.last_end = None          # end mark of the last child (block collections end there)
-        self.entries = None           # key -> (first, end) Setting index range, for duplicates
-        self.merges = None            # `<<:` sources, one list of (mapping, anchor record) per `<<` key
-        self.item_sources = None      # for a sequence under `<<:`: anchor records of its aliases
+        self.entries: dict | None = None      # key -> (first, end) Setting index range, for duplicates
+        self.merges: list | None = None       # `<<:` sources, one list of (mapping, anchor record) per `<<` key
+        self.item_sources: list | None = None     # for a sequence under `<<:`: anchor records of its aliases
         self.start_ev = start_ev
         self.no_replay = False        # a sequence of `<<:` sources: its aliases are merged, not repeated
         self.size = 1                 # values inside, with every alias counted as what it stands for
@@ -349,8 +349,9 @@ def _load(text: str, file: str, json_mode: bool, issues: list[ParseIssue] | None
             remap.setting(setting)
         if issues is not None:
             for k in range(first_issue, len(issues)):
-                if issues[k].span is not None:
-                    issues[k] = issues[k].model_copy(update={"span": remap.span(issues[k].span)})
+                span = issues[k].span
+                if span is not None:
+                    issues[k] = issues[k].model_copy(update={"span": remap.span(span)})
     return data, settings
 
 
@@ -450,8 +451,9 @@ def _compose(loader, file: str, scalars: _Scalars, issues, what: str) -> tuple[A
             settings.append(s)
             return
         # this node is the value of parent.key
-        key, s = parent.key, parent.setting
-        kc = s._coords
+        key = parent.key
+        s = cast(Setting, parent.setting)       # set when the key was delivered
+        kc = cast(tuple, s._coords)             # made by `Setting.at`: coordinates, not spans
         vs = start_ev.start_mark
         if isinstance(start_ev, ScalarEvent) and value is None and vs.index == end_mark.index:
             # `key:` with nothing after it: a zero-width value right after the colon
@@ -517,7 +519,7 @@ def _compose(loader, file: str, scalars: _Scalars, issues, what: str) -> tuple[A
         cls = ev.__class__
         if cls is ScalarEvent:
             value = scalars.value(ev)
-            record = None
+            record: tuple | None = None
             if ev.anchor is not None:
                 record = (value, _child_path(stack), [], ev, ev.end_mark)
                 anchors[ev.anchor] = record
@@ -588,7 +590,7 @@ def _compose(loader, file: str, scalars: _Scalars, issues, what: str) -> tuple[A
                     f"{MAX_DUPLICATE_REPORTS:,} (YAML keeps the last value of each); the last one is here",
             severity=Severity.WARNING, span=last_duplicate))
     if dropped:
-        drop = set()
+        drop: set[int] = set()
         for a, b in dropped:
             drop.update(range(a, b))
         settings = [s for i, s in enumerate(settings) if i not in drop]

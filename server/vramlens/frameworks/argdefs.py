@@ -35,6 +35,7 @@ MAX_BRACES = 20_000          # as formats/python_calls.py: a real script or fram
 MAX_DEPTH = 12               # annotation nesting, base-class chains, nested dataclass fields
 HELP_CHARS = 300
 TEXT_CHARS = 200
+MAX_FLAT = 10_000            # arguments `flatten` returns (transformers' TrainingArguments has ~120)
 
 SCALARS = {"bool": "bool", "int": "int", "float": "float", "str": "str", "bytes": "str", "Path": "str",
            "PathLike": "str", "complex": "float"}
@@ -345,11 +346,32 @@ def _class_args(cls: ast.ClassDef, kind: str, src: _Source, enums: dict[str, tup
     return ClassArgs(bases=tuple(filter(None, map(_dotted, cls.bases))), fields=fields, kind=kind, line=cls.lineno)
 
 
-def flatten(classes: dict[str, ClassArgs], root: str) -> list[ArgDef]:
+def flatten(classes: dict[str, ClassArgs], root: str, limit: int = MAX_FLAT) -> list[ArgDef]:
     """Every argument of class `root`: inherited fields first (a subclass's redefinition keeps the place and takes
     the new default), then fields typed by another class of `classes` expanded as dotted names
-    (`model.model_name_or_path`). Bases are found by their last name part; unknown bases add nothing."""
-    return _flatten(classes, root, "", (), 0)
+    (`model.model_name_or_path`). Bases are found by their last name part; unknown bases add nothing. At most
+    `limit` arguments (nested classes can multiply: a class whose every field is another such class)."""
+    merged: dict[str, dict[str, ArgDef]] = {}
+    nested: dict[str | None, str | None] = {}
+    out: list[ArgDef] = []
+    stack = [(_last(root), "", (_last(root),))]          # depth first, in field order
+    while stack and len(out) < limit:
+        name, prefix, seen = stack.pop()
+        fields = merged.get(name)
+        if fields is None:
+            fields = merged[name] = _own_and_inherited(classes, name, (), 0)
+        later = []
+        for f in fields.values():
+            if f.annotation not in nested:
+                nested[f.annotation] = _nested_class(classes, f.annotation)
+            inner = nested[f.annotation]
+            if inner and inner not in seen and len(seen) <= MAX_DEPTH:
+                later.append((inner, prefix + f.name + ".", seen + (inner,)))
+            else:
+                out.append(replace(f, name=prefix + f.name, aliases=tuple(prefix + a for a in f.aliases))
+                           if prefix else f)
+        stack.extend(reversed(later))
+    return out[:limit]
 
 
 def _own_and_inherited(classes: dict[str, ClassArgs], name: str, seen: tuple, depth: int) -> dict[str, ArgDef]:
@@ -361,19 +383,6 @@ def _own_and_inherited(classes: dict[str, ClassArgs], name: str, seen: tuple, de
         out.update(_own_and_inherited(classes, base, seen + (_last(name),), depth + 1))
     for f in cls.fields:
         out[f.name] = f
-    return out
-
-
-def _flatten(classes: dict[str, ClassArgs], root: str, prefix: str, seen: tuple, depth: int) -> list[ArgDef]:
-    out = []
-    for f in _own_and_inherited(classes, root, (), 0).values():
-        nested = _nested_class(classes, f.annotation)
-        if nested and nested not in seen and depth < MAX_DEPTH:
-            out += _flatten(classes, nested, prefix + f.name + ".", seen + (_last(root),), depth + 1)
-        elif prefix:
-            out.append(replace(f, name=prefix + f.name, aliases=tuple(prefix + a for a in f.aliases)))
-        else:
-            out.append(f)
     return out
 
 

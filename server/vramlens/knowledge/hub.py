@@ -291,7 +291,7 @@ class BackgroundLookups:
     """Hub lookups for the language server: `__call__` answers at once (PENDING while a download runs in a
     worker thread); `on_done` is called, from that thread, when an answer arrives."""
 
-    def __init__(self, on_done: Callable[[str], None]):
+    def __init__(self, on_done: Callable[[str], object]):
         self._on_done = on_done
         self._running: dict[str, Future] = {}
         self._executor: ThreadPoolExecutor | None = None

@@ -91,8 +91,19 @@ def _lfm2(config: Mapping[str, Any]) -> dict:
     return config
 
 
+def _falcon_h1(config: Mapping[str, Any]) -> dict:
+    """Falcon-H1's Mamba width is `mamba_d_ssm` when written, else mamba_expand · hidden_size (transformers 5.24
+    models/falcon_h1/configuration_falcon_h1.py `__post_init__`); the inventory is measured with the second, so a
+    written width is read as the expand factor that gives it."""
+    config = dict(config)
+    width, hidden = config.get("mamba_d_ssm"), config.get("hidden_size")
+    if _number(width) and _number(hidden) and hidden:
+        config["mamba_expand"] = width / hidden
+    return config
+
+
 # model_type -> how its config class reads a config.json where that is not a size formula
-_CONFIG_READERS = {"lfm2": _lfm2}
+_CONFIG_READERS = {"lfm2": _lfm2, "falcon_h1": _falcon_h1}
 
 
 def build(config: Mapping[str, Any], model_type: str) -> Built | None:
@@ -144,15 +155,16 @@ def build(config: Mapping[str, Any], model_type: str) -> Built | None:
             listed = _lookup(config, field)
             if isinstance(listed, list):
                 return per * sum(1 for v in listed if v in chosen)
-        rule = next((k for k in ("where_in", "where_not_in", "where_every", "where_below", "where_from")
-                     if k in entry), None)
+        rule = next((k for k in ("where_in", "where_not_in", "where_every", "where_every_not", "where_below",
+                                 "where_from") if k in entry), None)
         if rule:
-            field = entry[rule][0] if rule == "where_every" else entry[rule]
+            field = entry[rule][0] if rule.startswith("where_every") else entry[rule]
             n = layers_for(field)
             if n is not None:
-                got = _rule_layers(rule, entry[rule], config, values, n)
+                got = _rule_layers(rule, entry[rule], config, values, n, entry.get("default"))
                 if got is not None:
                     return per * got
+            notes.append(f"{field} not read: the layers it selects are estimated")
         return None if entry["n"] is None else _eval(entry["n"], values)
 
     by_kind: dict[str, int] = {}
@@ -193,23 +205,27 @@ def build(config: Mapping[str, Any], model_type: str) -> Built | None:
     )
 
 
-def _rule_layers(rule: str, arg: Any, config: Mapping[str, Any], values: Mapping[str, float], n: int) -> int | None:
-    """How many of the n layers a layer rule selects, from the config's own fields."""
+def _rule_layers(rule: str, arg: Any, config: Mapping[str, Any], values: Mapping[str, float], n: int,
+                 default: Any = None) -> int | None:
+    """How many of the n layers a layer rule selects, from the config's own fields (or the config class's default
+    for one it leaves out)."""
     def field(name: str) -> Any:
         v = _lookup(config, name)
-        return v if v is not None else values.get(name)
+        return v if v is not None else values.get(name, default)
 
     if rule in ("where_in", "where_not_in"):
         listed = _lookup(config, arg)
+        listed = listed if isinstance(listed, list) else default
         if not isinstance(listed, list):
             return None
         inside = len({i for i in listed if isinstance(i, int) and 0 <= i < n})
         return inside if rule == "where_in" else n - inside
-    if rule == "where_every":
+    if rule.startswith("where_every"):
         period, offset = field(arg[0]), field(arg[1]) or 0
         if not (isinstance(period, int) and period > 0 and isinstance(offset, int)):
             return None
-        return sum(1 for i in range(n) if i % period == offset)
+        on = sum(1 for i in range(n) if i % period == offset)
+        return on if rule == "where_every" else n - on
     k = field(arg)
     if not isinstance(k, int):
         return None

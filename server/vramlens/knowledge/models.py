@@ -331,10 +331,20 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
         layers = ", ".join(f"{n} {kind}" for kind, n in other)
         notes.append(f"activations and LoRA targets of the {layers} layers sized as attention layers of the same "
                      f"width (parameters exact)")
-    return arch.model_copy(update={
+    update: dict[str, Any] = {
         "params_total": built.total, "params_by_kind": built.by_kind, "layer_kinds": built.layer_kinds,
         "approximate": "; ".join(notes), "source": "; ".join(filter(None, (arch.source, built.source))),
-    })
+    }
+    kinds = dict(built.layer_kinds)
+    if not arch.is_moe and not kinds.get("attention") and not kinds.get("sliding attention") and arch.layers:
+        # attention-free (Mamba, RWKV): the stand-in layer (attention + MLP) gets the MLP width that gives it the
+        # weights a real layer has, so that the linears `estimate.shapes` lists add up to the count
+        by_kind = dict(built.by_kind)
+        per_layer = (built.total - by_kind.get("embedding", 0) - by_kind.get("lm-head", 0)) / arch.layers
+        matrices = 3 if arch.mlp in ("swiglu", "geglu") else 2
+        attention = 2 * arch.hidden * arch.q_dim + 2 * arch.hidden * arch.kv_dim
+        update["intermediate"] = max(1, int((per_layer - attention) / (matrices * arch.hidden)))
+    return arch.model_copy(update=update)
 
 
 def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "config.json") -> ModelArch | None:

@@ -174,10 +174,10 @@ def code_actions(ls: "VramlensServer", params: types.CodeActionParams) -> list[t
                 if action is not None:
                     by_change[key] = action
                     actions.append(action)
-    fix = make_it_fit_fix(result)
-    kind = (MAKE_IT_FIT if fix.safe else MAKE_IT_FIT_UNSAFE) if fix is not None else MAKE_IT_FIT
-    if fix is not None and change_key(fix) not in by_change and _kind_allowed(kind, only):
-        action = _action(ls, builder, fix, kind, None, preferred=False)
+    fit = make_it_fit_fix(result)
+    kind = (MAKE_IT_FIT if fit.safe else MAKE_IT_FIT_UNSAFE) if fit is not None else MAKE_IT_FIT
+    if fit is not None and change_key(fit) not in by_change and _kind_allowed(kind, only):
+        action = _action(ls, builder, fit, kind, None, preferred=False)
         if action is not None:
             if action.title.lower().startswith("make it fit"):
                 action.title = "vramlens: " + action.title

@@ -60,7 +60,7 @@ def list_gpus(ls: "VramlensServer | None" = None, uri: Any = None) -> list[dict[
         uri = uri.get("uri")
     result = ls.analyzer.current(uri) if ls is not None and isinstance(uri, str) else None
     res = getattr(result.analysis, "resolution", None) if result is not None else None
-    if res is None or getattr(result.analysis, "estimate", None) is None:
+    if result is None or res is None or getattr(result.analysis, "estimate", None) is None:
         return list(catalog.values())
     from vramlens.estimate.gpu_choices import gpu_choices
 
@@ -82,10 +82,13 @@ class Commands:
     def _client(self, kind: str) -> "type[TraceClient] | type[ProbeClient] | None":
         """The trace/probe client class, when this interpreter has what it runs (torch, checked without
         importing it). Imported on first use: the server starts without them."""
+        cls: type[TraceClient | ProbeClient]
         if kind == "trace":
-            from vramlens.trace.client import TraceClient as cls
+            from vramlens.trace.client import TraceClient
+            cls = TraceClient
         else:
-            from vramlens.probe.client import ProbeClient as cls
+            from vramlens.probe.client import ProbeClient
+            cls = ProbeClient
         return cls if cls.available() else None
 
     # ---- running -------------------------------------------------------------------------------
@@ -107,7 +110,7 @@ class Commands:
                                f"(PyTorch) into the Python that runs the server")
         result = self.ls.analyzer.current(uri)
         res = result.resolution if result is not None else None
-        if res is None:
+        if result is None or res is None:
             reason = result.error if result is not None else "the document is not open"
             raise CommandError(f"vramlens: nothing to {kind}: {reason or 'not a training config'}")
         request = self._request_future()
@@ -142,7 +145,8 @@ class Commands:
         """The pending executeCommand request's future, which pygls cancels on $/cancelRequest (the
         command's own task is not cancelled then, so it watches this future)."""
         try:
-            return self.ls.protocol._request_futures.get(self.ls.protocol.msg_id)
+            msg_id = self.ls.protocol.msg_id
+            return self.ls.protocol._request_futures.get(msg_id) if msg_id is not None else None
         except Exception:
             return None
 
@@ -161,8 +165,12 @@ class Commands:
         loop = asyncio.get_running_loop()
         stop = loop.create_future()
 
+        def stop_once() -> None:
+            if not stop.done():
+                stop.set_result(True)
+
         def on_done(_: Any) -> None:
-            loop.call_soon_threadsafe(lambda: stop.done() or stop.set_result(True))
+            loop.call_soon_threadsafe(stop_once)
 
         for f in (cancel_future, request):
             if f is not None:

@@ -164,7 +164,8 @@ def completion(ls: "VramlensServer", params: types.CompletionParams) -> types.Co
                                                           types.CompletionItemKind.Value))
             return types.CompletionList(False, _items([(n, "") for n in ("1", "2", "4", "8")], value,
                                                       replace(len(value)), types.CompletionItemKind.Value))
-        word = re.search(r"[\w-]*$", rest).group(0)
+        ends = re.search(r"[\w-]*$", rest)         # `*`: matches (empty) at the end at least
+        word = ends.group(0) if ends is not None else ""
         keys = [("gpu", "GPU to check against"), ("count", "GPUs per node"), ("ignore", "suppress rules on this line"),
                 ("ignore-file", "suppress rules in this file")]
         suffixes = {"gpu": "=", "count": "=", "ignore": "[", "ignore-file": "["}

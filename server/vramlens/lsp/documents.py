@@ -166,6 +166,7 @@ class Analyzer:
         settings = self.server.effective_settings(path if doc.uri.startswith("file:") else None)
         start = time.perf_counter()
         size = self.server.oversized.get(doc.uri)
+        analysis: Analysis | None
         if size is not None:
             analysis = pipeline.too_large(path, size)
         else:

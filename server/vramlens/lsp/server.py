@@ -55,6 +55,8 @@ class AnsweringProtocol(LifecycleProtocol):
     """pygls drops a request whose params do not fit its method's types: it logs the error and sends nothing,
     and the client waits for an answer forever. Here such a request is answered with the error."""
 
+    _server: VramlensServer         # the one server this protocol is made for (its `protocol_cls`)
+
     def structure_message(self, data: dict[str, Any]):
         try:
             return super().structure_message(data)
@@ -131,6 +133,8 @@ class AnsweringProtocol(LifecycleProtocol):
 
 
 class VramlensServer(LanguageServer):
+    protocol: AnsweringProtocol     # made by pygls from `protocol_cls` below
+
     def __init__(self) -> None:
         super().__init__("vramlens", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
                          notebook_document_sync=notebooks.SYNC_OPTIONS, protocol_cls=AnsweringProtocol)

@@ -22,6 +22,7 @@ import torch
 from vramlens.trace import model as M
 from vramlens.trace import optim as O
 from vramlens.trace.config import StepConfig
+from vramlens.trace.flops import StepFlops
 from vramlens.trace.step import forward_backward, optimizer_step
 from vramlens.trace.tracker import LiveBytes, TraceCancelled, by_category
 
@@ -136,7 +137,8 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
 
     n_params = B.param_count(model)
     n_trainable = sum(p.numel() for p in trainable)
-    with fake, tr:
+    flops = StepFlops(lambda: tr.phase)              # below the tracker: it sees the model's own ops
+    with fake, flops, tr:
         if optimizer is None:
             optimizer = O.make_optimizer(cfg, trainable)
         O.route_paged_states(optimizer, tr)
@@ -144,6 +146,7 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
             state["step"] = step
             state["phase"] = None
             state["micro"] = -1
+            flops.reset()                                # the figures are the last step's
             tr.reset_peak()
             tr.next_phase("fwd")
             forward_backward(model, batch, cfg, mark, "cpu")
@@ -186,6 +189,7 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
         "bitsandbytes": _bnb_version() if uses_bnb else None,
         "paged_bytes": tr.outside_bytes,
         "allocator_replay": replay,
+        "flops": flops.result(),
         "assumptions": list(cfg.assumptions) + ([
             f"paged optimizer states ({tr.outside_bytes / 2**30:.2f} GiB) are CUDA unified memory outside the "
             "caching allocator: not in the allocated peak"] if tr.outside_bytes else []),

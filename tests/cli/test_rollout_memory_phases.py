@@ -1,0 +1,222 @@
+"""Online RL memory phases as a user sees them in `vramlens estimate --format json`: a colocated generation engine
+that sleeps while the policy trains (verl's free_cache_engine and its always-on sleep in 0.3-0.4, TRL's
+`vllm_enable_sleep_mode`, OpenRLHF's `--vllm.enable_sleep`), verl's FSDP mixed precision (no autocast weight copies)
+and verl's CPU-offloaded reference policy.
+
+verl's own examples are judged on the GPUs they ran on: 80 GB NVIDIA cards (H100/A100-80GB), 8 per node as the
+scripts say (`trainer.n_gpus_per_node=8`; run_gemma.sh: 2). verl's docs list the runs of these scripts among its
+baselines (docs/algo/baseline.md at v0.4.1: deepseek-llm-7b-chat PPO, Qwen2-7B-Instruct GRPO with
+run_qwen2-7b_seq_balance.sh; docs/algo/ppo.md: run_gemma.sh), so each fits in 80 GB at its settings."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+VERL = FIXTURES / "verl"
+GPU = "H100-80GB"
+GPU_GIB = 80.0
+
+
+def cli(path: Path, *extra: str) -> dict:
+    env = {**os.environ, "VRAMLENS_CALIBRATION": "off", "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-m", "vramlens", "estimate", str(path), "--gpu", GPU, "--offline",
+                          "--format", "json", *extra], capture_output=True, text=True, timeout=180, env=env,
+                         cwd=path.parent)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return json.loads(out.stdout)
+
+
+def value(result: dict, concept: str):
+    return result["sources"][concept]["value"] if concept in result["sources"] else None
+
+
+def unmodelled(result: dict) -> set[str]:
+    return {u["key"] for u in result.get("unmodelled", [])}
+
+
+def with_overrides(tmp_path: Path, fixture: Path, *overrides: str, name: str = "run.sh") -> Path:
+    """The example script with hydra overrides appended to its launch line (where its `$@` stands)."""
+    text = fixture.read_text(encoding="utf-8")
+    assert "$@" in text
+    p = tmp_path / name
+    p.write_text(text.replace("$@", " ".join(overrides)), encoding="utf-8")
+    return p
+
+
+# --- verl's examples, as they ran -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("script", ["v0.4.1/run_deepseek7b_llm.sh", "v0.7.0/run_deepseek7b_llm.sh",
+                                    "v0.4.1/run_qwen2-7b_seq_balance.sh", "v0.7.0/run_qwen2-7b_seq_balance.sh",
+                                    "v0.4.1/run_deepseek7b_llm_sp2.sh", "v0.2.0.post2/run_gemma.sh"])
+def test_verl_examples_fit_the_80gb_gpus_they_ran_on(script):
+    r = cli(VERL / script)
+    assert r["fits"] is True and r["peak"]["device_gib"] < GPU_GIB, (r["phase"], r["phases_gib"])
+    # the rollout engine's share is held while it generates (verl releases it while the actor trains)
+    assert value(r, "generation_sleeps") is True
+    assert r["phases_gib"]["generation"] > value(r, "vllm_memory_share") * GPU_GIB
+    # nothing left "not modelled" about the release, the mixed precision or the reference's offload
+    assert not unmodelled(r) & {"actor_rollout_ref.rollout.free_cache_engine",
+                                "actor_rollout_ref.actor.fsdp_config.mixed_precision",
+                                "actor_rollout_ref.ref.fsdp_config.param_offload"}
+
+
+@pytest.mark.parametrize("share", [0.4, 0.7])
+def test_free_cache_engine_off_keeps_the_share_in_every_phase(tmp_path, share):
+    fixture = VERL / "v0.7.0" / "run_deepseek7b_llm.sh"
+    released = cli(with_overrides(tmp_path, fixture, f"actor_rollout_ref.rollout.gpu_memory_utilization={share}",
+                                  name="released.sh"))
+    kept = cli(with_overrides(tmp_path, fixture, f"actor_rollout_ref.rollout.gpu_memory_utilization={share}",
+                              "actor_rollout_ref.rollout.free_cache_engine=False", name="kept.sh"))
+    assert value(released, "generation_sleeps") is True and value(kept, "generation_sleeps") is False
+    for phase in ("forward-backward", "recompute", "optimizer-step", "reference-forward"):
+        assert kept["phases_gib"][phase] - released["phases_gib"][phase] == pytest.approx(share * GPU_GIB, abs=0.02)
+    assert kept["phases_gib"]["generation"] == pytest.approx(released["phases_gib"]["generation"], abs=0.02)
+    assert kept["peak"]["allocated_gib"] > released["peak"]["allocated_gib"]
+
+
+def test_sglang_rollout_is_released_like_vllm(tmp_path):
+    r = cli(with_overrides(tmp_path, VERL / "v0.7.0" / "run_qwen2-7b_seq_balance.sh",
+                           "actor_rollout_ref.rollout.name=sglang"))
+    assert value(r, "generation_sleeps") is True
+    kept = cli(with_overrides(tmp_path, VERL / "v0.7.0" / "run_qwen2-7b_seq_balance.sh",
+                              "actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.free_cache_engine=False",
+                              name="kept.sh"))
+    assert kept["phases_gib"]["forward-backward"] - r["phases_gib"]["forward-backward"] == \
+        pytest.approx(0.6 * GPU_GIB, abs=0.02)
+
+
+def _verl_plan(version: str, *overrides: str):
+    """verl's reader at one release (the public `formats.verl.read`), for the differences between releases."""
+    from vramlens.formats import verl
+    from vramlens.formats.settings import PlanBuilder, Setting
+
+    given = {}
+    for o in ("algorithm.adv_estimator=grpo", "actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct",
+              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "actor_rollout_ref.rollout.name=vllm",
+              "actor_rollout_ref.actor.use_kl_loss=True", "trainer.n_gpus_per_node=8", *overrides):
+        key, v = o.split("=", 1)
+        given[key] = Setting(key=key, path=(key,), value=v)
+    b = PlanBuilder("run.sh", "shell", None)
+    verl.read(b, given, version=version)
+    return b.plan
+
+
+@pytest.mark.parametrize("version,free,sleeps", [
+    ("0.4.1", "False", True), ("0.3.0.post1", "False", True),      # sleep(level=1) after every rollout
+    ("0.5.0", "False", False), ("0.7.0", "False", False),          # free_cache_engine decides
+    ("0.5.0", "True", True), ("0.2.0.post2", "True", True), ("0.2.0.post2", "False", False)])
+def test_release_follows_each_verl_version(version, free, sleeps):
+    plan = _verl_plan(version, f"actor_rollout_ref.rollout.free_cache_engine={free}")
+    assert plan.generation_sleeps.value is sleeps
+    assert not [u for u in plan.unmodelled if "free_cache_engine" in (u.key or "")]
+
+
+@pytest.mark.parametrize("version,dtype", [("0.2.0.post2", "bf16"), ("0.4.1", "bf16"), ("0.5.0", "bf16"),
+                                           ("0.6.1", "fp32"), ("0.7.0", "fp32")])
+def test_reference_dtype_by_verl_version_and_always_offloaded(version, dtype):
+    plan = _verl_plan(version)
+    # fsdp_workers.py: `torch.float32 if self._is_actor else torch.bfloat16` unless `ref.fsdp_config.model_dtype`,
+    # which verl's FSDPEngineConfig sets to fp32 from 0.6
+    assert plan.ref_dtype.value == dtype and plan.ref_offload.value is True
+    assert _verl_plan(version, "actor_rollout_ref.ref.fsdp_config.model_dtype=bfloat16").ref_dtype.value == "bf16"
+
+
+@pytest.mark.parametrize("model", ["Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"])
+def test_verl_reference_policy_holds_no_gpu_memory_between_its_forwards(tmp_path, model):
+    def run(kl: str) -> dict:
+        return cli(with_overrides(tmp_path, VERL / "v0.7.0" / "run_qwen2-7b_seq_balance.sh",
+                                  f"actor_rollout_ref.model.path={model}", f"actor_rollout_ref.actor.use_kl_loss={kl}",
+                                  name=f"kl_{kl}.sh"))
+    with_ref, without = run("True"), run("False")
+    assert value(with_ref, "ref_offload") is True
+    assert with_ref["components_gib"]["reference"] == 0
+    # the optimizer step holds what stays resident: the same with and without the reference policy
+    assert with_ref["phases_gib"]["optimizer-step"] == pytest.approx(without["phases_gib"]["optimizer-step"], abs=0.01)
+
+
+# --- verl's FSDP mixed precision ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("checkpointing", ["True", "False"])
+def test_verl_fsdp_mixed_precision_caches_no_weight_copies(tmp_path, checkpointing):
+    r = cli(with_overrides(tmp_path, VERL / "v0.7.0" / "run_deepseek7b_llm.sh",
+                           f"actor_rollout_ref.model.enable_gradient_checkpointing={checkpointing}"))
+    assert value(r, "fsdp_mixed_precision") is True and value(r, "weight_dtype") == "fp32"
+    # no end-of-forward phase where autocast's cache holds every block's bf16 weight copy
+    assert "loss-forward" not in r["phases_gib"]
+    assert "actor_rollout_ref.actor.fsdp_config.mixed_precision" not in unmodelled(r)
+
+
+def test_fsdp_mixed_precision_removes_exactly_the_autocast_copies():
+    """The public estimate: the same resolved verl plan with and without FSDP's mixed precision differs by the
+    autocast copies of the trained linear weights (16-bit), no more."""
+    from vramlens.estimate import GIB, estimate
+    from vramlens.estimate import components as C
+    from vramlens.resolve import resolve
+    from vramlens.settings import Settings
+
+    for model, checkpointing in (("Qwen/Qwen2.5-7B-Instruct", "True"), ("Qwen/Qwen2.5-0.5B-Instruct", "True"),
+                                 ("Qwen/Qwen2.5-0.5B-Instruct", "False")):
+        plan = _verl_plan("0.7.0", f"actor_rollout_ref.model.path={model}",
+                          f"actor_rollout_ref.model.enable_gradient_checkpointing={checkpointing}")
+        rp = resolve(plan, Settings(gpu=GPU, model_lookup=False)).resolved
+        assert rp.fsdp_mixed_precision and rp.amp
+        autocast = rp.with_changes(fsdp_mixed_precision=False)
+        copies = C.autocast_forward_cache(autocast) + C.autocast_weight_cache(autocast, C.params(autocast))
+        assert copies > 0.1 * GIB
+        assert C.autocast_forward_cache(rp) == C.autocast_weight_cache(rp, C.params(rp)) == 0
+        with_mp, without = estimate(rp, limits=False), estimate(autocast, limits=False)
+        assert without.phases["forward-backward"] - with_mp.phases["forward-backward"] == \
+            C.autocast_weight_cache(autocast, C.params(autocast))
+
+
+# --- TRL GRPO and OpenRLHF sleep mode -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("share,accum", [(0.3, 4), (0.5, 1)])
+def test_trl_grpo_with_and_without_vllm_sleep_mode(tmp_path, share, accum):
+    base = (FIXTURES / "objectives" / "trl_grpo.yaml").read_text(encoding="utf-8")
+    base = base.replace("vllm_gpu_memory_utilization: 0.3", f"vllm_gpu_memory_utilization: {share}")
+    base = base.replace("gradient_accumulation_steps: 4", f"gradient_accumulation_steps: {accum}")
+    awake, asleep = tmp_path / "awake.yaml", tmp_path / "asleep.yaml"
+    awake.write_text(base, encoding="utf-8")
+    asleep.write_text(base + "vllm_enable_sleep_mode: true\n", encoding="utf-8")
+    a, s = cli(awake), cli(asleep)
+    assert value(a, "generation_sleeps") is None and value(s, "generation_sleeps") is True
+    assert s["sources"]["generation_sleeps"]["from"].startswith("vllm_enable_sleep_mode")
+    for phase in ("forward-backward", "optimizer-step"):
+        assert a["phases_gib"][phase] - s["phases_gib"][phase] == pytest.approx(share * GPU_GIB, abs=0.02)
+    assert a["phases_gib"]["generation"] == pytest.approx(s["phases_gib"]["generation"], abs=0.02)
+    assert s["peak"]["allocated_gib"] < a["peak"]["allocated_gib"]
+    assert s["phases_gib"]["generation"] > share * GPU_GIB
+
+
+def test_trl_grpo_sleep_mode_false_keeps_the_share(tmp_path):
+    base = (FIXTURES / "objectives" / "trl_grpo.yaml").read_text(encoding="utf-8")
+    off = tmp_path / "off.yaml"
+    off.write_text(base + "vllm_enable_sleep_mode: false\n", encoding="utf-8")
+    r = cli(off)
+    assert value(r, "generation_sleeps") is False
+    assert r["phases_gib"]["optimizer-step"] > 0.3 * GPU_GIB
+
+
+def test_openrlhf_vllm_sleep_is_read_not_listed_as_unmodelled(tmp_path):
+    from vramlens.formats import parse_document
+    from vramlens.resolve import resolve
+    from vramlens.settings import Settings
+
+    text = (FIXTURES / "openrlhf" / "v0.11.0" / "train_ppo_ray_hybrid_engine.sh").read_text(encoding="utf-8")
+    text = text.replace("OpenRLHF/Llama-3-8b-sft-mixture", "meta-llama/Meta-Llama-3-8B")
+    results = {}
+    for name, body in (("sleep", text), ("awake", text.replace("   --vllm.enable_sleep \\\n", ""))):
+        plan = parse_document(body, str(tmp_path / f"{name}.sh")).plan
+        assert "vllm.enable_sleep" not in {u.key for u in plan.unmodelled}
+        results[name] = resolve(plan, Settings(gpu=GPU, model_lookup=False)).resolved
+    assert results["sleep"].generation_sleeps and not results["awake"].generation_sleeps
+    from vramlens.estimate import estimate
+    sleep, awake = estimate(results["sleep"], limits=False), estimate(results["awake"], limits=False)
+    assert awake.phases["optimizer-step"] - sleep.phases["optimizer-step"] == int(0.5 * GPU_GIB * 2**30)
