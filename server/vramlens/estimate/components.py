@@ -458,12 +458,14 @@ def optimizer_temporaries(rp: ResolvedPlan, p: Params) -> int:
     opt = rp.optimizer
     if rp.offload_optimizer or opt.library in ("bitsandbytes", "torchao") or opt.family in ("lomo",):
         return 0
+    if opt.low_rank:
+        # galore_torch's optimizers step one parameter at a time (project, update, project back) whatever the
+        # implementation asked for: a for-loop step, and now and then the projection's SVD of the largest gradient
+        return max(2 * p.largest_param_bytes, low_rank_svd_transient(rp, p))
     if rp.optimizer_impl == "fused":
         return 0
-    if rp.optimizer_impl == "forloop" or opt.low_rank:
-        # galore_torch's optimizers step one parameter at a time (project, update, project back): a for-loop step,
-        # and now and then the projection's SVD of the largest targeted gradient
-        return max(2 * p.largest_param_bytes, low_rank_svd_transient(rp, p) if opt.low_rank else 0)
+    if rp.optimizer_impl == "forloop":
+        return 2 * p.largest_param_bytes
     state_b = opt.state_bytes if opt.state_bytes is not None else p.trainable_dtype_bytes
     if opt.states == 0:
         return 0

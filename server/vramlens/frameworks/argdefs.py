@@ -355,12 +355,14 @@ def flatten(classes: dict[str, ClassArgs], root: str, limit: int = MAX_FLAT) -> 
     nested: dict[str | None, str | None] = {}
     out: list[ArgDef] = []
     stack = [(_last(root), "", (_last(root),))]          # depth first, in field order
-    while stack and len(out) < limit:
+    work = 0                                             # fields looked at, expanded or not
+    while stack and len(out) < limit and work < 4 * limit:
         name, prefix, seen = stack.pop()
         fields = merged.get(name)
         if fields is None:
             fields = merged[name] = _own_and_inherited(classes, name, (), 0)
         later = []
+        work += len(fields)
         for f in fields.values():
             if f.annotation not in nested:
                 nested[f.annotation] = _nested_class(classes, f.annotation)
@@ -650,7 +652,9 @@ def iter_arguments(module: ModuleArgs) -> Iterator[ArgDef]:
         n for n, c in module.classes.items() if c.kind == "dataclass"]
     seen = set()
     for root in roots:
-        for arg in flatten(module.classes, root):
+        if len(seen) >= MAX_FLAT:
+            break
+        for arg in flatten(module.classes, root, MAX_FLAT - len(seen)):
             if arg.name not in seen:
                 seen.add(arg.name)
                 yield arg
