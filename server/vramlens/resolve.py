@@ -507,7 +507,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         strategy=strategy, zero_stage=int(zero) if strategy in ("deepspeed", "fsdp") else 0, world_size=dp,
         offload_optimizer=bool(val("offload_optimizer")), offload_params=bool(val("offload_params")),
         tensor_parallel=int(tp), context_parallel=int(cp), pipeline_parallel=int(pp),
-        **_megatron_layout(val),
+        **_megatron_layout(val), **_partial_checkpointing(val),
         fsdp_full_state_dict=str(val("fsdp_state_dict_type") or "").upper().startswith("FULL"),
         fsdp_keeps_block_grads=keeps_block_grads,
         scalar_head=head != "causal-lm",
@@ -649,6 +649,15 @@ def _megatron_layout(val) -> dict:
     if val("recompute_method") in ("uniform", "block"):
         out["recompute_method"] = val("recompute_method")
     return out
+
+
+def _partial_checkpointing(val) -> dict:
+    """Checkpointing of some blocks or some ops, and the vocabulary-parallel loss, as ResolvedPlan fields."""
+    every = val("checkpoint_every")
+    mode = val("selective_recompute")
+    return {"checkpoint_every": int(every) if isinstance(every, int) and every >= 1 else 1,
+            "selective_recompute": mode if mode in ("op", "core_attention") else "none",
+            "loss_parallel": bool(val("loss_parallel"))}
 
 
 def _fsdp_keeps_block_grads(plan: TrainingPlan, val, family: str, fw_key: str, strategy: str, peft: str,

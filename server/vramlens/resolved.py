@@ -60,6 +60,13 @@ class ResolvedPlan(BaseModel):
     eval_batch: int = 1
     # activations
     grad_checkpointing: bool = False
+    checkpoint_every: int = 1                  # with grad_checkpointing: every n-th block is checkpointed, the others
+                                               # keep everything (torchtitan selective_ac_option n)
+    selective_recompute: Literal["none", "op", "core_attention"] = "none"   # without grad_checkpointing: "op", each
+                                               # block keeps only the outputs of the ops in a save list (torchtitan's
+                                               # op-level selective AC); "core_attention", Megatron's selective
+                                               # recompute of the attention scores, softmax and dropout
+    loss_parallel: bool = False                # with tensor_parallel: logits and loss sharded over the vocabulary
     activation_offload: bool = False
     attn_impl: Literal["eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention",
                        "xformers", "other"] = "sdpa"

@@ -55,7 +55,13 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         W -= adapters
     all_layers, one_layer = C.activations_per_token(rp)
     logits = 0 if rp.scalar_head else C.head_loss_bytes(rp, logit_tok)
-    final = C.final_norm_per_token(rp) * tok
+    # torchtitan's TP plan runs the final norm sequence-parallel (`apply_tp`: "norm": SequenceParallel()), and its
+    # loss parallel keeps the logits sharded over the vocabulary (`output`: ColwiseParallel(output_layouts=Shard(-1))
+    # under `loss_parallel`; torchtitan v0.2.2 torchtitan/models/llama3/infra/parallelize.py)
+    tp = max(rp.tensor_parallel, 1)
+    final = C.final_norm_per_token(rp) * tok / (tp if rp.sequence_parallel else 1)
+    if rp.loss_parallel and not rp.scalar_head:
+        logits //= tp
     amp_cache = C.autocast_weight_cache(rp, p)
     mask, mask_per_layer = C.attention_mask_bytes(rp.with_changes(micro_batch=seqs) if seqs != rp.micro_batch else rp)
     g_resident = G if (rp.grad_accum > 1 or not rp.set_to_none) else 0
@@ -63,17 +69,20 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     # frozen layers below the lowest trained one are outside the autograd graph: they save nothing (and, under
     # checkpointing, keep no block input) — components.backward_layers
     held = min(C.backward_layers(rp, worst=True) / C.counted_layers(rp), 1.0)
-    if rp.grad_checkpointing:
-        saved = 0 if rp.activation_offload else int(tok * C.checkpoint_per_token(rp) * held)
+    # what the blocks keep under checkpointing of every block, every n-th block or by op (components.saved_per_token)
+    ckpt_all, ckpt_top, ckpt_bottom = C.saved_per_token(rp) if C.recomputes(rp) else (0.0, 0.0, 0.0)
+    if C.recomputes(rp):
+        saved = 0 if rp.activation_offload else int(tok * ckpt_all * held)
     elif rp.activation_offload:
         saved = int(tok * one_layer * 2)                  # offloaded activations stream through ~2 layers
     else:
         saved = int(tok * all_layers * held)
-    layers_saved = 0 if rp.grad_checkpointing else round(rp.arch.layers * held)
+    layers_saved = C.layers_keeping_everything(rp) if C.recomputes(rp) else round(rp.arch.layers * held)
     # per-block weight-sized tensors kept for backward: DoRA's weight copies, adapted experts' W + BA
     dora_w = C.dora_weight_copies(rp)
     expert_w = C.expert_weight_copies(rp)
-    moe_saved = 0 if rp.grad_checkpointing else round((rp.arch.layers - rp.arch.dense_layers) * held)
+    moe_saved = round((rp.arch.layers - rp.arch.dense_layers) * layers_saved / max(rp.arch.layers, 1)) \
+        if C.recomputes(rp) else round((rp.arch.layers - rp.arch.dense_layers) * held)
     t5_bias = C.t5_bias_bytes(rp)           # T5's relative position bias: per step, not per token
     acts_fb = saved + int(final) + amp_cache + mask + layers_saved * (mask_per_layer + dora_w) + moe_saved * expert_w \
         + C.vision_activations(rp, seqs) + t5_bias
@@ -132,7 +141,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             phases["reference-forward"] = {**base, "optimizer": O, "gradients": g_step, "activations": 0,
                                            "logits": 0, "temporaries": C.no_grad_forward(rp, logit_tok)}
     attn_back = C.sdpa_math_backward_per_token(rp)
-    if attn_back and not rp.grad_checkpointing:
+    if attn_back and not C.recomputes(rp):
         # the last block's attention backward on the math kernel: its two fp32 probability-sized temporaries,
         # after the loss has freed the logits (C.sdpa_math_backward_per_token) and, in an adapter model, the head,
         # the final norm and the last block's MLP what they saved (C.attention_backward_freed)
@@ -144,7 +153,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # the last adapted linear's weight-norm temporaries at the end of the forward, every activation saved
         phases["dora-weight-norm"] = {**base, "optimizer": O, "gradients": g_resident, "activations": acts_fb,
                                       "temporaries": dora_norm, "logits": 0}
-    if rp.grad_checkpointing:
+    if C.recomputes(rp):
         embed_grad = C.shapes(rp.arch).embed_params * p.trainable_dtype_bytes if rp.peft == "none" else 0
         # backward of the last block: every block's checkpointed input is still held (each is freed when its
         # block's backward ends), the last block is recomputed and its backward temporaries are live
@@ -154,7 +163,10 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         in_attention = int(C.math_attention_block_per_token(rp) * tok) + dora_w
         if in_attention > recompute + dora_norm:     # the block peaks in its math-kernel attention's backward
             recompute, block_temps = in_attention, 0
-        grads, held_ckpt = max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0), saved
+        # every block's checkpoints while the highest recomputed block is recomputed (C.saved_per_token)
+        grads = max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0)
+        held_ckpt = 0 if rp.activation_offload else int(tok * ckpt_top * held)
+        lowest = 0 if rp.activation_offload else int(tok * ckpt_bottom * held)
         # gradients freed by zero_grad(set_to_none=True) come back block by block while the checkpoints go: the last
         # block's backward holds every checkpoint but only the gradients made so far, the first block's holds every
         # gradient but one checkpoint. The live set is linear in the block reached, so the larger end is the peak
@@ -180,10 +192,10 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         if kept:
             pass                     # the first block's backward is the peak: every checkpoint and every gradient
         elif top_grads is not None:
-            if top_grads + saved >= grads + saved // n_layers:
+            if top_grads + held_ckpt >= grads + lowest:
                 grads = top_grads
             else:
-                held_ckpt = saved // n_layers
+                held_ckpt = lowest
         # the LM head's backward has run before any block's: the 16-bit head copy it kept is gone; under AMP the
         # block being recomputed holds its own weights' 16-bit copies (components.recompute_weight_copies)
         phases["recompute"] = {**base, "buffers": B + root, "optimizer": O, "gradients": grads,

@@ -57,7 +57,7 @@ def parse_toml(text: str, ctx) -> TrainingPlan | None:
     settings = toml_settings(text, ctx.path)
     if settings is None:
         return None
-    b = PlanBuilder(ctx.path, "torchtitan", "custom")
+    b = PlanBuilder(ctx.path, "torchtitan", "torchtitan")
     apply(b, settings, [], None)
     return b.plan
 
@@ -147,6 +147,7 @@ WHERE = {
     "ep": (("parallelism", "expert_parallel_degree"),),
     "ac_mode": (("activation_checkpoint", "mode"),),
     "ac_option": (("activation_checkpoint", "selective_ac_option"),),
+    "loss_parallel_off": (("parallelism", "disable_loss_parallel"), ("training", "disable_loss_parallel")),
     "float8_old": (("float8", "enable_float8_linear"),),
     "optimizer": (("optimizer", "name"),),
     "optimizer_impl": (("optimizer", "implementation"),),
@@ -179,7 +180,7 @@ def apply(b: PlanBuilder, settings: list[Setting], overrides: list[Setting], wor
     by_path = {s.path: s for s in settings}
     by_path.update({s.path: s for s in overrides})
     v = _Values(by_path)
-    b.plan.format, b.plan.framework = "torchtitan", "custom"
+    b.plan.format, b.plan.framework = "torchtitan", "torchtitan"
     if settings or v.get("name") is not None or v.get("flavor") is not None:
         _model(b, v)
     _batch(b, v)
@@ -376,6 +377,17 @@ def _parallel(b: PlanBuilder, v: _Values, world: tuple[int, Setting | None] | No
         b.set("dist_strategy", "none", shard_s, origin=Origin.DERIVED if shard_s is None else Origin.FILE)
     if tp > 1:
         b.set("tensor_parallel", tp, tp_s)
+        # torchtitan's TP plan is sequence-parallel: the norms run SequenceParallel and the blocks take and return
+        # sequence-sharded activations (wo and w2 `RowwiseParallel(output_layouts=Shard(1))`); the output projection
+        # keeps the logits sharded over the vocabulary for a loss-parallel cross-entropy unless
+        # parallelism.disable_loss_parallel (torchtitan/models/llama3/infra/parallelize.py `apply_tp`, v0.1.0 and
+        # v0.2.2)
+        b.set("sequence_parallel", True, tp_s, origin=Origin.DERIVED,
+              note="torchtitan's tensor parallel plan: SequenceParallel norms, sequence-sharded block inputs")
+        off = v.get("loss_parallel_off")
+        if off is None or not to_bool(off.value):
+            b.set("loss_parallel", True, off or tp_s, origin=Origin.DERIVED if off is None else Origin.FILE,
+                  note="loss parallel: logits sharded over the vocabulary on the tensor-parallel ranks")
     if cp > 1:
         b.set("context_parallel", cp, cp_s)
     if pp > 1:
@@ -391,9 +403,11 @@ def _parallel(b: PlanBuilder, v: _Values, world: tuple[int, Setting | None] | No
 
 def _checkpointing(b: PlanBuilder, v: _Values) -> None:
     """torchtitan/models/llama3/infra/parallelize.py `apply_ac` (v0.1.0; torchtitan/distributed/
-    activation_checkpoint.py at v0.2.2): `full` wraps every block in checkpoint_wrapper; `selective` with
-    selective_ac_option "op" saves the outputs of the ops in its save list (matmuls — every second one
-    recomputed —, attention, reductions) and recomputes the rest; an integer N checkpoints every N-th block."""
+    activation_checkpoint.py `_apply_ac_to_transformer_block` at v0.2.2): `full` wraps every block in
+    checkpoint_wrapper; `selective` with selective_ac_option "op" wraps every block in a checkpoint whose policy saves
+    the outputs of the ops in its save list (matmuls — every second one recomputed —, attention, reduce-scatters)
+    and recomputes the rest (`selective_recompute` "op"); a whole number N checkpoints every N-th block
+    (`_apply_layer_sac`: `if not ac_freq or count % ac_freq == 0`, so 0 and 1 checkpoint every block)."""
     s = v.get("ac_mode")
     mode = str(v.value("ac_mode")).strip().lower()
     if mode not in ("none", "full", "selective", "memory_budget"):
@@ -412,19 +426,26 @@ def _checkpointing(b: PlanBuilder, v: _Values) -> None:
         return b.unmodelled(s, "activation checkpointing to a memory budget (torch.compile's min-cut)",
                             "estimated without activation checkpointing (more memory than the run)",
                             key="activation_checkpoint.mode")
-    every = to_int(option) if option != "op" else None
-    if every == 1:
-        return b.set("grad_checkpointing", True, where, note="selective_ac_option 1: every block checkpointed")
-    b.set("grad_checkpointing", False, where,
-          origin=Origin.FILE if where is not None else Origin.DEFAULT, framework=None if where else FRAMEWORK_LABEL)
+    origin = Origin.FILE if where is not None else Origin.DEFAULT
+    framework = None if where is not None else FRAMEWORK_LABEL
     if option == "op":
-        what = "selective activation checkpointing by op (matmul and attention outputs saved, the rest recomputed)"
-    elif every is not None and every > 1:
-        what = f"selective activation checkpointing of every {every}th block"
-    else:
+        b.set("grad_checkpointing", False, where, origin=origin, framework=framework,
+              note="selective_ac_option op: no whole block checkpointed")
+        return b.set("selective_recompute", "op", where, origin=origin, framework=framework,
+                     note="selective_ac_option op: each block keeps its input, every other matmul's output and the "
+                          "attention's output; the rest is recomputed in backward")
+    every = to_int(option) if option.isdigit() else None
+    if every is None:
         return b.unknown(option_s, "selective_ac_option", ("op", "2")) if option_s is not None else None
-    b.unmodelled(where, what, "estimated without activation checkpointing (more memory than the run)",
-                 key="activation_checkpoint.selective_ac_option")
+    every = max(every, 1)
+    b.set("grad_checkpointing", True, where, origin=origin, framework=framework,
+          note="selective_ac_option 1: every block checkpointed" if every == 1
+          else f"selective_ac_option {every}: every {_nth(every)} block checkpointed")
+    b.set("checkpoint_every", every, where, origin=origin, framework=framework)
+
+
+def _nth(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def _optimizer(b: PlanBuilder, v: _Values) -> None:
@@ -561,7 +582,7 @@ def from_script(script, ctx, path: str) -> TrainingPlan | None:
     if at is not None:
         words = [(a.text, idx.span(a.word.start, a.word.end)) for a in launch.args[at + 1:]]
         world = _torchrun_world(launch, idx)
-        b = PlanBuilder(path, "torchtitan", "custom")
+        b = PlanBuilder(path, "torchtitan", "torchtitan")
         return b.plan if from_launch(b, words, None, world, "torchrun's process count", ctx) else None
     for line in _RUN_LINE.finditer(script.text):      # the shell reader passes over lines of unknown programs
         cmd_words = shell.words_in(script.text, line.start(), line.end())
@@ -583,7 +604,7 @@ def from_script(script, ctx, path: str) -> TrainingPlan | None:
             return None
         words = [(t or "", idx.span(w.start, w.end)) for t, w in zip(texts[k + 1:], cmd_words[k + 1:])]
         ngpu = var("NGPU")
-        b = PlanBuilder(path, "torchtitan", "custom")
+        b = PlanBuilder(path, "torchtitan", "torchtitan")
         world, note = None, None
         if ngpu is not None and to_int(ngpu[0]):
             s = Setting("NGPU", ("NGPU",), to_int(ngpu[0]), span=ngpu[1], value_span=ngpu[1])

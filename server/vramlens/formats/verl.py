@@ -186,6 +186,7 @@ def read(b: PlanBuilder, given: dict[str, Setting], *, version: str | None = Non
     _batch(r, world)
     _distribution(r, megatron)
     _rollout(r)
+    _reference(r, megatron)
     _not_modelled(r)
 
 
@@ -222,10 +223,10 @@ def _model(r: _Reader, megatron: bool) -> None:
     else:
         b.set("amp_dtype", "bf16", note=f"FSDP mixed precision param_dtype bf16 ({WORKERS})", origin=Origin.DEFAULT,
               framework=cfg.label)
-    if not megatron and b.plan.weight_dtype is not None and b.plan.weight_dtype.value == "fp32":
-        b.unmodelled(None, "FSDP mixed precision (the forward runs on the bf16 parameters FSDP gathers per unit, so "
-                     "autocast caches no weight copies)", "estimated as fp32 weights under autocast, its cached bf16 "
-                     "weight copies included", key=A + "actor.fsdp_config.mixed_precision")
+    if not megatron:
+        b.set("fsdp_mixed_precision", True, note=f"FSDP MixedPrecision(param_dtype, reduce_dtype fp32): each unit's "
+              f"parameters gathered in param_dtype, no autocast weight copies ({WORKERS})", origin=Origin.DEFAULT,
+              framework=cfg.label)
     b.set("attn_impl", "flash_attention_2", note=f"verl loads the model with attn_implementation=flash_attention_2 "
           f"({WORKERS})", origin=Origin.DEFAULT, framework=cfg.label)
     b.set("optimizer", "torch.optim.AdamW", note=f"verl builds torch.optim.AdamW ({WORKERS})",
@@ -393,11 +394,7 @@ def _rollout(r: _Reader) -> None:
         elif share is not None and not cfg.is_default(share):
             b.issue(IssueKind.INVALID_VALUE, f"`{share.key}` should be a fraction of the GPU between 0 and 1, got "
                     f"{shown(share.value)}", share)
-        free, fs = r.bool(A + "rollout.free_cache_engine")
-        if free:
-            b.unmodelled(fs, "the rollout engine's memory released during the actor update (free_cache_engine)",
-                         "its gpu_memory_utilization share is counted through the whole step",
-                         key=A + "rollout.free_cache_engine")
+        _release(r)
     elif name in ("hf", "naive"):
         r.put("generation", "generate", s, note="transformers generate() in the actor's process")
     else:
@@ -407,12 +404,54 @@ def _rollout(r: _Reader) -> None:
         r.put("num_generations", n, ns)
 
 
+def _release(r: _Reader) -> None:
+    """Whether the rollout engine gives its memory back while the actor trains.
+
+    From v0.5.0 `rollout.free_cache_engine` (default true) decides: vLLM is built with
+    `enable_sleep_mode=config.free_cache_engine` and put to sleep after each rollout (v0.5.0 verl/workers/rollout/
+    vllm_rollout/vllm_rollout_spmd.py; v0.7.0 vllm_rollout.py `release`: `sleep(level=VLLM_SLEEP_LEVEL)`, level 2
+    from vLLM 0.8.5, verl/third_party/vllm/__init__.py; SGLang `release_memory_occupation`, sglang_rollout.py).
+    v0.3 and v0.4 release it after every rollout whatever the key says: `LLM(enable_sleep_mode=True)` and
+    `sleep(level=1)` when the hybrid engine leaves generation (v0.4.1 verl/workers/sharding_manager/fsdp_vllm.py
+    `__exit__`, fsdp_sglang.py `release_memory_occupation`). v0.2 (vLLM up to 0.6.3) offloads the weights and
+    frees the KV cache only with free_cache_engine (v0.2.0.post2 vllm_rollout.py `free_cache_engine`)."""
+    b, cfg = r.b, r.cfg
+    free, fs = r.bool(A + "rollout.free_cache_engine")
+    version = _version_key(cfg.version)
+    always = _version_key("0.3") <= version < _version_key("0.5")
+    if always:
+        b.set("generation_sleeps", True, origin=Origin.DEFAULT, framework=cfg.label,
+              note=f"verl {cfg.version} puts the rollout engine to sleep after every rollout (sleep level 1: weights "
+                   "to CPU memory, KV cache freed), whatever free_cache_engine says")
+    elif free is not None:
+        level = "weights and KV cache released" if version >= _version_key("0.5") else "weights offloaded, KV cache freed"
+        r.put("generation_sleeps", bool(free), fs,
+              note=f"free_cache_engine: the rollout engine's {level} while the actor trains" if free
+              else "free_cache_engine false: the rollout engine keeps its share through the step")
+
+
+def _reference(r: _Reader, megatron: bool) -> None:
+    """verl's FSDP workers build the reference policy in bf16 (`torch.float32 if self._is_actor else
+    torch.bfloat16`, or `ref.fsdp_config.model_dtype`) and always wrap it with CPU offload ("We force reference
+    policy to use CPUOffload to save memory": `CPUOffload(offload_params=True)`, FSDP2 `CPUOffloadPolicy`), in
+    v0.2.0.post2, v0.4.1 and v0.7.0 verl/workers/fsdp_workers.py `_build_model_optimizer`."""
+    b = r.b
+    if megatron or b.plan.reference_free is None or b.plan.reference_free.value or b.plan.peft_method is not None:
+        return
+    norm = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16"}
+    dtype, s = r.text(A + "ref.fsdp_config.model_dtype")
+    if dtype is not None and dtype.lower() in norm:
+        r.put("ref_dtype", norm[dtype.lower()], s)
+    else:
+        b.set("ref_dtype", "bf16", note=f"verl loads the reference policy in bf16 ({WORKERS})", origin=Origin.DEFAULT,
+              framework=r.cfg.label)
+    b.set("ref_offload", True, note=f"verl wraps the reference policy with FSDP CPU offload: its weights stay in host "
+          f"memory and one unit at a time is gathered for its forward ({WORKERS})", origin=Origin.DEFAULT,
+          framework=r.cfg.label)
+
+
 def _not_modelled(r: _Reader) -> None:
     b = r.b
-    on, s = r.bool(A + "ref.fsdp_config.param_offload")
-    if on and b.plan.reference_free is not None and not b.plan.reference_free.value:
-        b.unmodelled(s, "the reference policy's weights offloaded to the CPU between its forwards",
-                     "counted as resident on the GPU", key=A + "ref.fsdp_config.param_offload")
     for key, what in (("model.use_liger", "Liger kernels"),
                       ("model.use_fused_kernels", "verl's fused log-prob/entropy kernels"),
                       ("actor.entropy_from_logits_with_chunking", "entropy computed from the logits in chunks"),

@@ -354,25 +354,29 @@ def flatten(classes: dict[str, ClassArgs], root: str, limit: int = MAX_FLAT) -> 
     merged: dict[str, dict[str, ArgDef]] = {}
     nested: dict[str | None, str | None] = {}
     out: list[ArgDef] = []
-    stack = [(_last(root), "", (_last(root),))]          # depth first, in field order
+    stack: list = [(_last(root), "", (_last(root),))]   # classes to expand and arguments, in field order
     work = 0                                             # fields looked at, expanded or not
     while stack and len(out) < limit and work < 4 * limit:
-        name, prefix, seen = stack.pop()
+        item = stack.pop()
+        if isinstance(item, ArgDef):
+            out.append(item)
+            continue
+        name, prefix, seen = item
         fields = merged.get(name)
         if fields is None:
             fields = merged[name] = _own_and_inherited(classes, name, (), 0)
-        later = []
         work += len(fields)
+        entries: list = []
         for f in fields.values():
             if f.annotation not in nested:
                 nested[f.annotation] = _nested_class(classes, f.annotation)
             inner = nested[f.annotation]
             if inner and inner not in seen and len(seen) <= MAX_DEPTH:
-                later.append((inner, prefix + f.name + ".", seen + (inner,)))
+                entries.append((inner, prefix + f.name + ".", seen + (inner,)))
             else:
-                out.append(replace(f, name=prefix + f.name, aliases=tuple(prefix + a for a in f.aliases))
-                           if prefix else f)
-        stack.extend(reversed(later))
+                entries.append(replace(f, name=prefix + f.name, aliases=tuple(prefix + a for a in f.aliases))
+                               if prefix else f)
+        stack.extend(reversed(entries))
     return out[:limit]
 
 

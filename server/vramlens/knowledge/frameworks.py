@@ -125,6 +125,20 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
         "zero_grad_set_to_none": True, "dist_strategy": "fsdp", "zero_stage": 3,
         "lora_r": 0, "lora_alpha": 16, "lora_dropout": 0.0, "lora_targets": ["all-linear"],
     }),
+    # torchtitan's JobConfig (pytorch/torchtitan torchtitan/config/job_config.py at v0.2.2, 73a0e697; the same values
+    # in torchtitan/config_manager.py at v0.1.0): training.local_batch_size 8, seq_len 2048, mixed_precision_param
+    # "bfloat16" over the fp32 parameters it builds (FSDP2 MixedPrecisionPolicy, no autocast), optimizer "AdamW" with
+    # implementation "fused", compile.enable False, activation_checkpoint mode "selective" with selective_ac_option
+    # "2" (every second block checkpointed); its datasets fill every sample to seq_len and its Llama attention is
+    # causal SDPA; train.py computes the loss on the logits and deletes them before backward ("del pred")
+    "torchtitan": ("torchtitan 0.2.2 (JobConfig)", {
+        "micro_batch": 8, "grad_accum": 1, "seq_len": 2048, "optimizer": "torch.optim.AdamW",
+        "optimizer_impl": "fused",
+        "grad_checkpointing": True,                 # of every second block: formats/torchtitan.py sets how many
+        "amp_dtype": "bf16", "weight_dtype": "fp32", "fsdp_mixed_precision": True,
+        "attn_impl": "sdpa", "compile": False, "loss_impl": "standard", "packing": True,
+        "zero_grad_set_to_none": True, "objective": "pretrain",
+    }),
     "custom": ("plain PyTorch loop", {
         "micro_batch": 1, "grad_accum": 1, "optimizer": "torch.optim.AdamW",
         "grad_checkpointing": False, "amp_dtype": "none", "weight_dtype": "bf16",
@@ -166,6 +180,9 @@ BEHAVIOUR: dict[str, dict] = {
     "open-instruct": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": True},
     "custom": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": True},
     "verl": {"adapter_fp32": True, "kbit_upcast": False, "keep_logits": False},
+    # torchtitan builds its own models (torchtitan/models/*) and trains without adapters or k-bit weights; its causal
+    # SDPA takes no mask
+    "torchtitan": {"adapter_fp32": False, "kbit_upcast": False, "keep_logits": False, "attn_mask": False},
 }
 
 # Frameworks whose PPO holds a reward model only when one is named: LLaMA-Factory's default reward is an adapter on
@@ -193,8 +210,8 @@ def defaults_for(framework: str | None, objective: str | None = None) -> tuple[s
 
 
 # Frameworks whose step runs transformers' own model classes and loss (their version-dependent choices apply:
-# knowledge/versions.py); torchtune and litgpt build their own models.
-HF_MODEL_FRAMEWORKS = frozenset(k for k in BEHAVIOUR if k not in ("torchtune", "litgpt"))
+# knowledge/versions.py); torchtune, litgpt and torchtitan build their own models.
+HF_MODEL_FRAMEWORKS = frozenset(k for k in BEHAVIOUR if k not in ("torchtune", "litgpt", "torchtitan"))
 
 # Frameworks whose step is transformers' Trainer (or a subclass): under FSDP it wraps a LoRA model's adapter linears
 # in units of their own (transformers trainer.py `_fsdp_qlora_plugin_updates`: peft `fsdp_auto_wrap_policy`) and

@@ -5,6 +5,7 @@ bytes the ops without a FLOP formula read and write.
 it (matmuls: `aten.mm`, `addmm`, `bmm`, `baddbmm`, `_scaled_mm`; convolutions; the SDPA, flash and memory-efficient
 attention kernels and their backwards), from the shapes alone, so it counts fake tensors as it counts real ones
 (torch 2.13 torch/utils/flop_counter.py; https://docs.pytorch.org/docs/stable/generated/torch.utils.flop_counter.html).
+bitsandbytes' fused 4-bit matmul (a QLoRA base layer's forward) is counted here as the matmul it is.
 Its conventions are kept as they are:
 - a matmul of (n×k)·(k×m) is 2·n·k·m FLOPs (`mm_flop`); elementwise ops, norms, softmax and the loss count none;
 - attention counts both products of the whole s×s score matrix, forward 2 bmm and backward 5 (the scores are
@@ -53,6 +54,23 @@ def _cpu_flash_backward_flop(grad_out_shape, query_shape, key_shape, value_shape
     return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
 
 
+def _gemm_4bit_flop(a_shape, *args, out_shape=None, **kwargs) -> int:
+    """bitsandbytes' fused 4-bit matmul, `A @ dequantize(B).t()` (bitsandbytes 0.50 `torch.ops.bitsandbytes.gemm_4bit`,
+    called by `MatMul4Bit.forward` in bitsandbytes/autograd/_functions.py): 2 FLOPs per multiply-add, as `mm_flop`."""
+    m = 1
+    for d in a_shape:
+        m *= d
+    return 2 * m * out_shape[-1]
+
+
+def _bitsandbytes_gemm():
+    """The fused 4-bit matmul op, when the installed bitsandbytes registers one (None otherwise)."""
+    try:
+        return torch.ops.bitsandbytes.gemm_4bit
+    except (AttributeError, RuntimeError):
+        return None
+
+
 def _argument(packet, args, kwargs, name: str):
     """An op's argument by its schema name (positional or keyword), None when the op has none."""
     if name in kwargs:
@@ -63,6 +81,17 @@ def _argument(packet, args, kwargs, name: str):
             i = names.index(name)
             return args[i] if i < len(args) else None
     return None
+
+
+def _recomputing() -> bool:
+    """Inside activation checkpointing's recomputation. Non-reentrant checkpointing recomputes under its
+    `_recomputation_hook` saved-tensor hooks (torch 2.13 torch/utils/checkpoint.py), which stay on inside an
+    `autograd.Function`'s forward (bitsandbytes' `MatMul4Bit`), where grad mode is off; reentrant checkpointing
+    reruns the forward under `torch.enable_grad()`. Backward itself runs with grad mode off."""
+    if torch.is_grad_enabled():
+        return True
+    hooks = torch._C._autograd._top_saved_tensors_default_hooks(False)
+    return hooks is not None and "_recomputation_hook" in getattr(hooks[0], "__qualname__", "")
 
 
 def _nbytes(tree) -> int:
@@ -76,8 +105,13 @@ class StepFlops(FlopCounterMode):
     the model calls, not `FlopCounterMode`'s decompositions."""
 
     def __init__(self, phase):
-        super().__init__(display=False, custom_mapping={CPU_FLASH: _cpu_flash_flop,
-                                                        CPU_FLASH_BACKWARD: _cpu_flash_backward_flop})
+        mapping = {CPU_FLASH: _cpu_flash_flop, CPU_FLASH_BACKWARD: _cpu_flash_backward_flop}
+        self.matmuls = set(MATMUL)
+        gemm_4bit = _bitsandbytes_gemm()
+        if gemm_4bit is not None:
+            mapping[gemm_4bit] = _gemm_4bit_flop
+            self.matmuls.add(gemm_4bit)
+        super().__init__(display=False, custom_mapping=mapping)
         self._phase = phase
         self.reset()
 
@@ -94,11 +128,11 @@ class StepFlops(FlopCounterMode):
         out = super()._count_flops(func_packet, out, args, kwargs)
         flops = glob.get(func_packet, 0) - before
         phase = ENGINE_PHASES.get(self._phase(), "forward")
-        if phase == "backward" and torch.is_grad_enabled():
+        if phase == "backward" and _recomputing():
             phase = "recompute"
         if flops:
             self.counted_ops += 1
-            if func_packet in MATMUL:
+            if func_packet in self.matmuls:
                 family = "matmul"
             elif func_packet in BATCHED or func_packet in ATTENTION:
                 family = "attention"
