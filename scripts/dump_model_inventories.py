@@ -446,16 +446,20 @@ def _where(indices: set, cfg, layers: int, n: int | None = None, defaults: dict 
                 return None
             return v if isinstance(v, (int, list)) and not isinstance(v, bool) else None
 
+        # the most specific rule first: a list of layer types, a list of indices, a period, the first k layers
+        # (only a field named for it: any other 1 would also "select" layer 0)
         for field, values in attrs.items():
             if isinstance(values, list) and len(values) == layers and all(isinstance(v, str) for v in values):
                 chosen = {values[i] for i in indices}
                 if {i for i, v in enumerate(values) if v in chosen} == indices:
                     return {"where": [prefix + field, sorted(chosen)], "per": per}
+        for field, values in attrs.items():
             if isinstance(values, list) and values and all(isinstance(v, int) for v in values):
                 if set(values) & every == indices:
                     return {"where_in": prefix + field, "per": per, "default": default(field)}
                 if every - set(values) == indices:
                     return {"where_not_in": prefix + field, "per": per, "default": default(field)}
+        for field, values in attrs.items():
             if isinstance(values, int) and field.endswith("period"):
                 offset_field = field[: -len("period")] + "offset"
                 offset = attrs.get(offset_field, 0)
@@ -464,7 +468,8 @@ def _where(indices: set, cfg, layers: int, n: int | None = None, defaults: dict 
                     if on in (indices, every - indices):
                         rule = "where_every" if on == indices else "where_every_not"
                         return {rule: [prefix + field, prefix + offset_field], "per": per}
-            if isinstance(values, int) and 0 < values < layers:
+        for field, values in attrs.items():
+            if isinstance(values, int) and 0 < values < layers and re.search(r"first|dense|replace", field):
                 if set(range(values)) == indices:
                     return {"where_below": prefix + field, "per": per, "default": default(field)}
                 if set(range(values, layers)) == indices:

@@ -230,6 +230,7 @@ class TrainingPlan(BaseModel):
     checkpoint_every: Sourced[int] | None = None  # with grad_checkpointing: every n-th block checkpointed (absent: 1)
     selective_recompute: Sourced[str] | None = None   # "op" (torchtitan op-level SAC), "core_attention" (Megatron)
     loss_parallel: Sourced[bool] | None = None    # logits and loss sharded over the tensor-parallel ranks
+    compile_loss: Sourced[bool] | None = None     # with compile: whether the loss is compiled too (absent: yes)
     fsdp_state_dict_type: Sourced[str] | None = None
     fsdp_version: Sourced[int] | None = None      # 1 (FlatParameter units) or 2 (`fully_shard`)
     fsdp_mixed_precision: Sourced[bool] | None = None  # FSDP's MixedPrecision gathers the parameters in the

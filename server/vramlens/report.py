@@ -130,14 +130,15 @@ def objective_text(rp) -> str:
     if rp.sequences_per_example == 2:
         parts.append("chosen + rejected in one forward (2× sequences)")
     if rp.reference == "copy":
-        parts.append("reference: a frozen copy")
+        parts.append("reference: a frozen copy" + (" on the CPU (offloaded)" if rp.reference_offloaded else ""))
     elif rp.reference == "adapters-off":
         parts.append("reference: the PEFT base (adapters disabled)")
     elif rp.objective in ("dpo", "kto", "orpo", "simpo", "cpo", "ppo", "grpo", "rloo", "online-dpo"):
         parts.append("no reference model")
     if rp.generation != "none":
         gen = {"generate": "generate() with a KV cache", "vllm-colocate": f"vLLM colocated ({rp.vllm_memory_share:g} "
-               "of the GPU)", "vllm-server": "vLLM on a separate server"}[rp.generation]
+               f"of the GPU{', released while the policy trains' if rp.generation_sleeps else ''})",
+               "vllm-server": "vLLM on a separate server"}[rp.generation]
         parts.append(f"generation: {gen}, {rp.micro_batch * rp.generations_per_example} × {rp.generation_len} tokens")
     if rp.reward_model:
         parts.append("reward model")

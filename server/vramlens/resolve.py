@@ -652,12 +652,13 @@ def _megatron_layout(val) -> dict:
 
 
 def _partial_checkpointing(val) -> dict:
-    """Checkpointing of some blocks or some ops, and the vocabulary-parallel loss, as ResolvedPlan fields."""
+    """Checkpointing of some blocks or some ops, the vocabulary-parallel loss and whether a compiled model's loss is
+    compiled too, as ResolvedPlan fields."""
     every = val("checkpoint_every")
     mode = val("selective_recompute")
     return {"checkpoint_every": int(every) if isinstance(every, int) and every >= 1 else 1,
             "selective_recompute": mode if mode in ("op", "core_attention") else "none",
-            "loss_parallel": bool(val("loss_parallel"))}
+            "loss_parallel": bool(val("loss_parallel")), "compile_loss": val("compile_loss") is not False}
 
 
 def _fsdp_keeps_block_grads(plan: TrainingPlan, val, family: str, fw_key: str, strategy: str, peft: str,

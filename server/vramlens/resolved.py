@@ -73,6 +73,8 @@ class ResolvedPlan(BaseModel):
     repeat_kv: bool = True                     # SDPA/eager with a mask materialise full-head K/V for GQA
     attn_mask: bool = True                     # a 4-D padding mask reaches attention (padded batches, no packing)
     compile: bool = False
+    compile_loss: bool = True                  # with compile: the loss is compiled too (torchtitan's
+                                               # compile.components without "loss" leaves it eager)
     rope_caches: int = 1                       # torchtune: RoPE modules, each with an fp32 cos/sin cache of every
                                                # position (1: one shared by every layer; components.model_buffers)
     loss_impl: Literal["standard", "chunked", "fused"] = "standard"

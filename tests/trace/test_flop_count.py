@@ -60,6 +60,28 @@ def test_checkpointing_adds_the_recompute_the_trace_counts():
     the recompute phase is the blocks' forward less the down projections, not the whole forward."""
     rp = plan(arch=TINY_LLAMA, grad_checkpointing=True)
     traced = engine.run(step_config(rp), backend="transformers")["flops"]
-    tokens, down = 2 * 128, 2 * 512 * 256                       # micro-batch × sequence; the down projection
+    tokens, down = 2 * 128, 512 * 256                           # micro-batch × sequence; the down projection
     blocks_forward = traced["by_phase_family"]["forward"]["matmul"] - 2 * tokens * 256 * 1000     # less LM head
-    assert traced["by_phase_family"]["recompute"]["matmul"] == blocks_forward - 2 * tokens * down * 2
+    assert traced["by_phase_family"]["recompute"]["matmul"] == blocks_forward - 2 * tokens * down * 2   # 2 layers
+
+
+def test_trace_cli_shows_the_counted_work(tmp_path):
+    """`vramlens trace` reports the step's FLOPs by phase in its JSON and in one line of its text."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from trace_plans import tiny_config
+
+    cfg = tiny_config(tmp_path)                       # checkpointing on: a recompute phase
+
+    def run(*args):
+        done = subprocess.run([sys.executable, "-m", "vramlens", "trace", str(cfg), "--no-record", *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300, env=dict(os.environ))
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    flops = json.loads(run("--format", "json"))["trace"]["flops"]
+    assert flops["by_phase"]["recompute"] > 0 and flops["total"] == sum(flops["by_phase"].values())
+    assert "TFLOP per step (FlopCounterMode)" in run()

@@ -194,6 +194,10 @@ def render_text(out: dict, est, verdict_est=None) -> str:
         lines.append(f"          reserved (allocator replay) {g(replay['reserved_bytes']):.2f} GiB, "
                      f"{replay['segments']} segments, {g(replay['fragmentation_bytes']):.2f} GiB unused at its peak "
                      f"({replay['settings']} allocator settings)" + (f" — {replay['note']}" if replay["note"] else ""))
+    if (flops := t.get("flops")) is not None:
+        phases = " · ".join(f"{k} {v / 1e12:.3g}" for k, v in flops["by_phase"].items() if v)
+        lines.append(f"          work {flops['total'] / 1e12:.3g} TFLOP per step (FlopCounterMode): {phases}; "
+                     f"attention {flops['by_family']['attention'] / 1e12:.3g}")
     lines += [
         f"          formula estimate of the allocated level: {t['formula_allocated_gib']:.2f} GiB",
         "",

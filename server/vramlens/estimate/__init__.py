@@ -57,11 +57,11 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     logits = 0 if rp.scalar_head else C.head_loss_bytes(rp, logit_tok)
     # torchtitan's TP plan runs the final norm sequence-parallel (`apply_tp`: "norm": SequenceParallel()), and its
     # loss parallel keeps the logits sharded over the vocabulary (`output`: ColwiseParallel(output_layouts=Shard(-1))
-    # under `loss_parallel`; torchtitan v0.2.2 torchtitan/models/llama3/infra/parallelize.py)
+    # under `loss_parallel`; torchtitan v0.2.2 torchtitan/models/llama3/infra/parallelize.py): C.loss_parallel_per_token
     tp = max(rp.tensor_parallel, 1)
     final = C.final_norm_per_token(rp) * tok / (tp if rp.sequence_parallel else 1)
     if rp.loss_parallel and not rp.scalar_head:
-        logits //= tp
+        logits = int(logit_tok * C.loss_parallel_per_token(rp))
     amp_cache = C.autocast_weight_cache(rp, p)
     mask, mask_per_layer = C.attention_mask_bytes(rp.with_changes(micro_batch=seqs) if seqs != rp.micro_batch else rp)
     g_resident = G if (rp.grad_accum > 1 or not rp.set_to_none) else 0

@@ -1798,7 +1798,7 @@ def logits_per_token(rp: ResolvedPlan) -> float:
         return (held + (2.0 if rp.arch.family == "gemma2" else 0.0)) * V
     if hf_t5(rp) and rp.loss_impl == "standard" and not compiled_block(rp):
         return t5_loss_per_token(rp, backward=True)
-    if compiled_block(rp):
+    if compiled_block(rp) and rp.compile_loss:
         # the loss compiled with the model (transformers computes it inside the model's forward): the partitioner
         # keeps the fp32 log-softmax (4 bytes per logit, tests/trace/test_compile_partitioner.py) and backward writes
         # the logits' gradient in one fused kernel (2, or 4 in fp32), with no fp32 gradients in between
@@ -1815,6 +1815,19 @@ def logits_per_token(rp: ResolvedPlan) -> float:
     if rp.arch.family == "gemma2":
         per += 2.0                    # final_logit_softcapping: tanh(logits / cap) keeps its 16-bit output
     return per * V
+
+
+def loss_parallel_per_token(rp: ResolvedPlan) -> float:
+    """Bytes per token a vocabulary-parallel cross-entropy holds at its peak on one tensor-parallel rank (`loss_parallel`:
+    torchtitan's `F.cross_entropy(pred.float(), …)` under `loss_parallel()` over logits sharded along the vocabulary).
+    Run eagerly, DTensor's own kernels compute it (torch 2.13 torch/distributed/tensor/parallel/loss.py): `_log_softmax`
+    keeps its fp32 output, and the backward `_nll_loss_and_log_softmax_backward` computes
+    `(zeros_like(x) + exp(x)) * grad_output` beside it, 4 fp32 logit-sized tensors at once: 16 bytes per logit of the
+    rank's shard. A compiled loss (`compile_loss`) is counted as `logits_per_token`'s, over the shard."""
+    tp = max(rp.tensor_parallel, 1)
+    if compiled_block(rp) and rp.compile_loss:
+        return logits_per_token(rp) / tp
+    return 16.0 * rp.arch.vocab / tp
 
 
 # torchtune 0.6.1 modules/loss/ce_chunked_output_loss.py `CEWithChunkedOutputLoss(num_output_chunks=8)`, the value
@@ -2279,6 +2292,23 @@ def megatron_state_bytes(rp: ResolvedPlan, st: Stage) -> tuple[int, int, int]:
     return int(weights), int(grads), int(dense * per_state / dp + experts * per_state / edp)
 
 
+def megatron_core_attention_per_token(rp: ResolvedPlan, recomputed: bool = False) -> float:
+    """Bytes per token one layer's core attention keeps beyond Q, K, V and its output (split over the tensor-parallel
+    ranks): with an unfused kernel (Megatron's own DotProductAttention, `--attention-backend local`/`unfused`), the
+    16-bit softmax output, the dropout mask and the dropped probabilities, 5·a·s per token (Korthikanti et al. 2022,
+    "Reducing Activation Recomputation in Large Transformer Models", §4.1: 5as²b per layer); none with flash or
+    cuDNN fused attention, which keep only their output and softmax statistics. Selective recompute
+    (`--recompute-granularity selective`, `selective_recompute` "core_attention") checkpoints the core attention
+    (megatron/core/transformer/attention.py `_checkpointed_attention_forward`): its scores are not stored, and in
+    backward one layer's are rebuilt at a time (`recomputed`: the size of that working set)."""
+    if rp.attn_impl != "eager":
+        return 0.0
+    scores = 5.0 * rp.arch.heads * (rp.seq_len // max(rp.context_parallel, 1))
+    if rp.selective_recompute == "core_attention":
+        return scores if recomputed else 0.0
+    return 0.0 if recomputed else scores
+
+
 def megatron_layer_per_token(rp: ResolvedPlan, moe: bool) -> tuple[float, float]:
     """Bytes one layer saves per token of a micro-batch, as (split over the tensor-parallel ranks, replicated over them
     unless sequence parallelism splits it too). Korthikanti et al. Table 2 counts a GPT layer as
@@ -2292,7 +2322,7 @@ def megatron_layer_per_token(rp: ResolvedPlan, moe: bool) -> tuple[float, float]
     arch = rp.arch
     h = arch.hidden
     replicated = 4 * h + 2 * h + 2 * h + 2 * h
-    attention = 2 * arch.q_dim + 2 * arch.kv_dim + 2 * arch.kv_dim + 2 * arch.q_dim
+    attention = 2 * arch.q_dim + 2 * arch.kv_dim + 2 * arch.kv_dim + 2 * arch.q_dim + megatron_core_attention_per_token(rp)
     gated = arch.mlp in ("swiglu", "geglu")
 
     def inner(width: int) -> float:
@@ -2335,6 +2365,8 @@ def megatron_activations(rp: ResolvedPlan, st: Stage) -> tuple[int, int]:
             working = n * biggest                         # one group of n layers recomputed for one micro-batch
     else:
         per_mb, working = full, 0.0
+    # selective recompute: one layer's core attention rebuilt in backward (megatron_core_attention_per_token)
+    working = max(working, megatron_core_attention_per_token(rp, recomputed=True) / tp)
     if st.embedding:
         per_mb += (MEGATRON_EMBED_INPUT_BYTES + h) / sp
     a2a = 0

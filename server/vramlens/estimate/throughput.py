@@ -204,12 +204,13 @@ def inputs_need_grad(rp: ResolvedPlan) -> bool:
     return rp.peft == "none" or rp.grad_checkpointing
 
 
-def matmul_work(rp: ResolvedPlan) -> list[Matmul]:
+def matmul_work(rp: ResolvedPlan, early_stop: bool = True) -> list[Matmul]:
     """Every matmul of one micro-step on one GPU: the linears (LM head included), the LoRA adapters' A and B, and
     attention's score and value products. Forward once; under checkpointing the blocks' forward again (but the
     last saving matmul, `recompute_stops_early`); backward the input gradient (2 FLOPs per multiply-add, as the
     forward) where the input needs one and the weight gradient where the weight trains; attention's backward
-    is 2.5 forwards in a fused kernel (the scores recomputed: `sdpa_backward_flop_count`), 2 in eager."""
+    is 2.5 forwards in a fused kernel (the scores recomputed: `sdpa_backward_flop_count`), 2 in eager.
+    `early_stop=False`: a reentrant checkpoint, which recomputes the whole block."""
     arch = rp.arch
     cb = C.DTYPE_BYTES[rp.compute_dtype]
     cp, tp = max(rp.context_parallel, 1), max(rp.tensor_parallel, 1)
@@ -218,7 +219,7 @@ def matmul_work(rp: ResolvedPlan) -> list[Matmul]:
     T = seqs * seq
     ckpt = 1.0 if rp.grad_checkpointing else 0.0
     back = min(C.backward_layers(rp) / C.counted_layers(rp), 1.0)
-    early = recompute_stops_early(rp)
+    early = early_stop and recompute_stops_early(rp)
     first = 0.0 if inputs_need_grad(rp) else 1 / max(arch.layers, 1)   # layer 0's share: no input gradient
     adapted = {lin.name for lin in targeted(arch, rp.lora_targets)} if rp.peft != "none" else set()
     out: list[Matmul] = []
@@ -306,11 +307,17 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
     back = min(C.backward_layers(rp) / C.counted_layers(rp), 1.0)
 
     # -- linears, adapters, attention: the matmuls of `matmul_work`, each at its passes -----------------------
-    work = matmul_work(rp)
-    model_flops = sum(w.flops * (w.forward + w.backward) for w in work)   # executed, recompute left out
+    # (recompute in full: transformers' `gradient_checkpointing_enable()` defaults to the reentrant checkpoint)
+    work = matmul_work(rp, early_stop=False)
+    model_flops = sum(w.flops * w.executed * (w.forward + w.backward) for w in work)   # recompute left out
+    ops: dict[tuple[str, str], list[float]] = {}     # an adapter's A and B timed together, as one small op
     for w in work:
-        clock.op(w.part, w.flops * w.executed, w.bytes, attention_efficiency(rp) if w.part == "attention"
-                 else MATMUL_EFFICIENCY, times=w.forward + w.recompute + w.backward)
+        runs = w.forward + w.recompute + w.backward
+        op = ops.setdefault((w.part, w.name.split(".")[0]), [0.0, 0.0])
+        op[0] += w.flops * w.executed * runs
+        op[1] += w.bytes * runs
+    for (part, _), (flops, bytes_) in ops.items():
+        clock.op(part, flops, bytes_, attention_efficiency(rp) if part == "attention" else MATMUL_EFFICIENCY)
     n_ops = int(layers_total * OPS_PER_LAYER * (1 + back * (forwards + 1)))
 
     # -- LoRA dropout and DoRA, 4-bit dequantisation -------------------------------------------------------

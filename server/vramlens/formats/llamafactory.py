@@ -196,12 +196,15 @@ def _megatron(concept: str, kind: str):
 
 def _recompute(b: PlanBuilder, s: Setting) -> None:
     """Megatron `recompute_granularity`: `full` checkpoints whole layers; `selective` recomputes only the core
-    attention, whose score matrices Megatron-core's fused attention does not store anyway (no layer checkpoints)."""
+    attention (its scores, softmax and dropout not stored: `components.megatron_core_attention_per_token`)."""
     w = str(s.value).strip().lower() if s.value is not None else ""
     if w not in ("full", "selective"):
         return b.unknown(s, "recompute granularity", ("full", "selective")) if w else None
     b.set("dist_strategy", "megatron", s)
     b.set("grad_checkpointing", w == "full", s, override=True, note=f"Megatron recompute_granularity `{w}`")
+    if w == "selective":
+        b.set("selective_recompute", "core_attention", s, override=True,
+              note="Megatron selective recompute: the core attention")
 
 
 HANDLERS = {

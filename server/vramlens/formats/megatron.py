@@ -35,12 +35,26 @@ def _layout(concept: str, kind: str = "int"):
 
 
 def _recompute_granularity(b: PlanBuilder, s: Setting) -> None:
-    """`full` checkpoints whole layers; `selective` recomputes the core attention only, whose score matrices
-    Megatron-core's fused attention does not keep anyway (no layer checkpoints)."""
+    """`full` checkpoints whole layers; `selective` recomputes the core attention only (its scores, softmax and
+    dropout are not stored: `components.megatron_core_attention_per_token`; fused attention keeps none anyway)."""
     w = str(s.value).strip().lower()
     if w not in ("full", "selective"):
         return b.unknown(s, "recompute granularity", ("full", "selective"))
     b.set("grad_checkpointing", w == "full", s, note=f"Megatron recompute granularity `{w}`")
+    if w == "selective":
+        b.set("selective_recompute", "core_attention", s, note="Megatron selective recompute: the core attention")
+
+
+def _attention_backend(b: PlanBuilder, s: Setting) -> None:
+    """`--attention-backend` (megatron/core/transformer/enums.py `AttnBackend`): `local` and `unfused` run the
+    attention unfused (the scores are materialised); flash, fused and auto run a fused kernel."""
+    w = str(s.value).strip().lower().removeprefix("attnbackend.")
+    if w in ("local", "unfused"):
+        b.set("attn_impl", "eager", s, note=f"attention backend `{w}`: unfused core attention")
+    elif w in ("flash", "fused", "auto"):
+        b.set("attn_impl", "sdpa", s, note=f"attention backend `{w}`: a fused attention kernel")
+    else:
+        b.unknown(s, "attention backend", ("flash", "fused", "unfused", "local", "auto"))
 
 
 def _recompute_method(b: PlanBuilder, s: Setting) -> None:
@@ -99,6 +113,7 @@ HANDLERS = {
     "sequence_parallel": _layout("sequence_parallel", "bool"),
     "use_distributed_optimizer": _layout("distributed_optimizer", "bool"),
     "recompute_granularity": _recompute_granularity,
+    "attention_backend": _attention_backend,
     "recompute_method": _recompute_method,
     "recompute_num_layers": lambda b, s: b.set_int("recompute_layers", s, minimum=1),
     "micro_batch_size": lambda b, s: b.set_int("micro_batch", s, minimum=1),

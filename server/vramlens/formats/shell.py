@@ -82,21 +82,24 @@ _TOKEN = re.compile(
 # program that may start training: nothing on it can matter, so it is skipped without tokenizing.
 _BORING = re.compile(
     r"(?![ \t]*(?:[A-Za-z_][A-Za-z0-9_]*\+?=|\S*(?:torchrun|accelerate|deepspeed|llamafactory-cli|lmf|tune|axolotl|"
-    r"trl|swift|ray|python[0-9.]*|uv|poetry|pipenv|pdm|hatch|env|nohup|time|exec|command|builtin|if|then|else|elif|do|"
-    r"while|until|export|declare|typeset|local|readonly|unset|[{}!])(?:[ \t]|$)))"
+    r"trl|swift|ray|srun|bash|sh|zsh|dash|python[0-9.]*|uv|poetry|pipenv|pdm|hatch|env|nohup|time|exec|command|builtin|if|then|else|elif|do|"
+    r"while|until|for|select|case|fi|done|esac|export|declare|typeset|local|readonly|unset|[{}!])(?:[ \t]|$)))"
     r"[ \t]*(?=[^\s#$-])(?:(?=([^\n;&|()'\"\\`<]+))\1|'[^'\n]*'|\"[^\"\n\\`]*\")*\n", re.M)
 _PLAIN = re.compile(r"[^\s'\"\\;&|<>()`$]+")
 _DQ_PLAIN = re.compile(r"[^\"\\$`]+")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ELEMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[(?:[@*]|[0-9]{1,6})\])")
 _SEPARATORS = frozenset({"&&", "||", ";;", "|&", ";", "&", "|", "(", ")", "\n"})
 _REDIRECTS = frozenset({">>", "&>", ">&", ">", "<", "<<<"})
 
-LIT, VAR, CMD = "s", "v", "c"
+LIT, VAR, CMD, ARR = "s", "v", "c", "a"
+_ARRAY_HEAD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")     # `NAME=(` / `NAME+=(`: a bash array assignment
 
 
 class Word:
     """One shell word: its raw character range (quotes included) and, worked out on first use, its
-    parts: (LIT, text, raw_start, quoted) | (VAR, name, op, arg, raw) | (CMD, raw)."""
+    parts: (LIT, text, raw_start, quoted) | (VAR, name, op, arg, raw) | (CMD, raw) | (ARR, element words) (the
+    `( … )` of `NAME=( … )`; op of a VAR is `[@]`, `[*]` or `[N]` for `${NAME[@]}` …)."""
 
     __slots__ = ("start", "end", "_parts", "_src")
 
@@ -125,6 +128,7 @@ class Command:
     end: int
     ended_by_comment: bool = False      # a `#` comment ended it right after a `\` continuation
     heredocs: list = field(default_factory=list)    # (start, end) of each here-document body it reads
+    depth: int = 0                  # levels of `bash -c "…"` it is inside
 
 
 class _Scanner:
@@ -143,13 +147,15 @@ class _Scanner:
         skip_next_word = False     # redirect target
         heredoc_next = None        # "<<" or "<<-" waiting for its delimiter word
         while i < n:
-            m = token(text, i)
+            m = token(text, i, n)
             if m is None:
                 break
             kind = m.lastindex
             if kind == 4:                                   # a plain word (the common case)
                 i = m.end()
                 word = Word(m.start(4), i, [(LIT, m.group(4), m.start(4), False)])
+                if i < n and text[i] == "(" and _ARRAY_HEAD.fullmatch(m.group(4)):
+                    word, i = self._array(word, i)
             elif kind == 1:                                 # newline
                 self._end(words, m.start(1), False)
                 words = []
@@ -160,10 +166,10 @@ class _Scanner:
                     if self.commands and len(heredocs) == 1:
                         self.commands[-1].heredocs.append((body, self._body_end(body, i)))
                     heredocs = []
-                b = boring(text, i)
+                b = boring(text, i, n)
                 while b is not None:                        # whole lines that cannot matter
                     i = b.end()
-                    b = boring(text, i)
+                    b = boring(text, i, n)
                 continue
             elif kind == 2:                                 # comment
                 a, i = m.start(2), m.end()
@@ -207,6 +213,38 @@ class _Scanner:
                 words.append(word)
         self._end(words, n, False)
         return self.commands
+
+    def _array(self, head: Word, i: int) -> tuple[Word, int]:
+        """`NAME=( … )` (`i` at the "("): one word whose parts are the name and the element words, read up to the
+        closing ")" across newlines and comments; the first MAX_WORDS + 1 elements are kept."""
+        text, n = self.text, self.n
+        elements: list[Word] = []
+        j = i + 1
+        while j < n:
+            m = _TOKEN.match(text, j, n)
+            if m is None:
+                break
+            kind = m.lastindex
+            if kind in (1, 2):                              # newlines and comments between elements
+                j = m.end()
+                continue
+            if kind == 3:                                   # ")" ends the array (another operator: bash's error)
+                j = m.end() if m.group(3) == ")" else m.start(3)
+                break
+            if kind == 4:
+                w, j = Word(m.start(4), m.end(), [(LIT, m.group(4), m.start(4), False)]), m.end()
+            elif kind == 5:
+                w, j = Word(m.start(5), m.end(), None, text), m.end()
+            elif kind == 7:
+                break
+            else:
+                w, j = self._word(m.end())
+                if not w.parts:
+                    j = max(j, w.start + 1)
+                    continue
+            if len(elements) <= MAX_WORDS:
+                elements.append(w)
+        return Word(head.start, j, head.parts + [(ARR, elements)]), j
 
     def _end(self, words: list[Word], at: int, by_comment: bool) -> None:
         if words:
@@ -317,6 +355,10 @@ class _Scanner:
             j = text.find("}", i + 2)
             j = n if j < 0 else j
             inner = text[i + 2:j]
+            m = _ELEMENT.fullmatch(inner)
+            if m:                                   # ${NAME[@]}, ${NAME[*]}, ${NAME[0]}
+                parts.append((VAR, m.group(1), m.group(2), "", text[i:j + 1]))
+                return j + 1
             m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-])(?:(:?[-=+?])(.*))?", inner, re.S)
             if m:
                 parts.append((VAR, m.group(1), m.group(2) or "", m.group(3) or "", text[i:j + 1]))
@@ -381,6 +423,8 @@ class Var:
     stmt_range: tuple[int, int] | None = None   # the whole statement (`export X=v`)
     exported: bool = False
     words_range: tuple[int, int] | None = None  # text whose words `$X` stands for (a heredoc read into X)
+    elements: list | None = None      # a bash array's elements (Args, expanded when it was assigned)
+    refs: dict | None = None          # for a quoted list value: the variables its words named, as they were then
 
 
 class Expander:
@@ -391,7 +435,8 @@ class Expander:
         self.spent = 0
         self.capped: list[tuple[int, int]] = []      # ranges of the words whose value went over a limit
         self.heredoc_words: dict[tuple[int, int], list] = {}   # here-document range → its words (tokenized once)
-        self.spliced = 0                             # here-document words spliced into commands so far
+        self.spliced = 0                             # here-document and array words spliced into commands so far
+        self.over = False                            # the last array value asked for was over MAX_VALUE_CHARS
 
     def parts(self, parts: list, env: dict[str, Var], where: tuple[int, int] | None = None) -> str | None:
         out: list[str] = []
@@ -403,6 +448,9 @@ class Expander:
             elif kind == VAR:
                 v = self._var(p, env)
                 if v is None:
+                    if self.over and where is not None:
+                        self.capped.append(where)
+                    self.over = False
                     return None
             else:
                 return None
@@ -418,6 +466,8 @@ class Expander:
     def _var(self, p: tuple, env: dict[str, Var]) -> str | None:
         _, name, op, arg, _raw = p
         var = env.get(name)
+        if op[:1] == "[":
+            return self._element(var, op)
         if var is not None and var.value is not None:
             if op == ":+" or op == "+":
                 return self._default(arg, env)
@@ -427,6 +477,34 @@ class Expander:
         if op in (":-", "-", ":=", "="):
             return self._default(arg, env)
         return None
+
+    def append(self, old: str | None, new: str | None, where: tuple[int, int]) -> str | None:
+        """`X+=value`: the copy counts against the same limits as an expansion."""
+        if old is None or new is None:
+            return None
+        if len(old) + len(new) > MAX_VALUE_CHARS or self.spent + len(old) > MAX_EXPANDED_CHARS:
+            self.capped.append(where)
+            return None
+        self.spent += len(old)
+        return old + new
+
+    def _element(self, var: Var | None, op: str) -> str | None:
+        """`${A[@]}` / `${A[*]}` (the elements joined by spaces, their sizes summed before joining) or `${A[N]}`; a
+        plain variable is an array of one."""
+        if var is None:
+            return None
+        elements = var.elements if var.elements is not None else [Arg(var.word, var.value)]
+        if op not in ("[@]", "[*]"):
+            k = int(op[1:-1])
+            if k < len(elements):
+                return elements[k].value
+            return "" if len(elements) <= MAX_WORDS else None      # past the elements kept: not known
+        if any(a.value is None for a in elements):
+            return None
+        if sum(len(a.value) + 1 for a in elements) > MAX_VALUE_CHARS:
+            self.over = True
+            return None
+        return " ".join(a.value for a in elements)
 
     def _default(self, arg: str, env: dict[str, Var]) -> str | None:
         if "$(" in arg or "`" in arg:
@@ -469,7 +547,7 @@ _PYTHON = re.compile(r"python(?:\d+(?:\.\d+)?)?")
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".jsonc")
 # first words of a command that may start training (programs and the wrappers in front of them)
 _HEADS = frozenset({"torchrun", "accelerate", "deepspeed", "llamafactory-cli", "lmf", "tune", "axolotl", "trl",
-                    "swift", "megatron", "uv", "poetry", "pipenv", "pdm", "hatch", "env", "ray"}) | _RESERVED
+                    "swift", "megatron", "uv", "poetry", "pipenv", "pdm", "hatch", "env", "ray", "srun"}) | _RESERVED
 
 
 @dataclass(slots=True)
@@ -511,20 +589,35 @@ def _strip_wrappers(args: list[Arg]) -> list[Arg]:
             i += 2
         elif t == "env":
             i += 1
-        elif t == "ray" and i + 2 < len(args) and args[i + 1].text == "job" and args[i + 2].text == "submit":
+        elif t.rsplit("/", 1)[-1] == "ray" and i + 2 < len(args) and args[i + 1].text == "job" and args[i + 2].text == "submit":
             # `ray job submit --address … --runtime-env-json '…' -- python3 -m openrlhf.cli.train_ppo_ray …`
             # (OpenRLHF's PPO scripts): the entrypoint follows `--`
             k = next((k for k in range(i + 3, len(args)) if args[k].text == "--"), None)
             if k is None:
                 break
             i = k + 1
+        elif t.rsplit("/", 1)[-1] == "srun":
+            # `srun [options] torchrun …` (slurm): its options' values are not told apart from the program, so the
+            # program is the first word that names one
+            k = next((k for k in range(i + 1, len(args)) if _SRUN_PROGRAM.fullmatch(args[k].text.rsplit("/", 1)[-1])),
+                     None)
+            if k is None:
+                break
+            i = k
         else:
             break
     return args[i:]
 
 
-_TORCHRUN_BARE = frozenset({"standalone", "no_python", "no-python", "module", "m", "run_path", "run-path",
-                            "tee", "redirects"})
+# torchrun's own flags (torch 2.13 torch/distributed/run.py `get_args_parser`): the `check_env` ones take no value,
+# every `env` one and the plain typed ones take one (`-r/--redirects` and `-t/--tee` too: `--tee 3`)
+_SRUN_PROGRAM = re.compile(r"torchrun|accelerate|deepspeed|llamafactory-cli|tune|axolotl|trl|swift|python[0-9.]*")
+_TORCHRUN_BARE = frozenset({"standalone", "module", "m", "no_python", "run_path", "virtual_local_rank"})
+_TORCHRUN_VALUED = frozenset({
+    "nnodes", "nproc_per_node", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "rdzv_conf", "max_restarts",
+    "monitor_interval", "start_method", "event_log_handler", "role", "log_dir", "redirects", "r", "tee", "t",
+    "local_ranks_filter", "duplicate_stdout_filters", "duplicate_stderr_filters", "node_rank", "master_addr",
+    "master_port", "local_addr", "logs_specs", "numa_binding", "signals_to_handle", "shutdown_timeout"})
 _ACCELERATE_BARE = frozenset({"multi_gpu", "multi-gpu", "use_deepspeed", "use-deepspeed", "use_fsdp", "use-fsdp",
                               "use_megatron_lm", "cpu", "debug", "quiet", "q", "no_python", "module", "m", "tpu",
                               "same_network", "use_xpu", "fsdp_use_orig_params", "fsdp_sync_module_states",
@@ -541,8 +634,10 @@ def _norm(name: str) -> str:
     return name.replace("-", "_")
 
 
-def _parse_launcher(args: list[Arg], i: int, bare: frozenset) -> tuple[list, int]:
-    """Launcher flags from `args[i]` up to the script; returns (flags, index of the script)."""
+def _parse_launcher(args: list[Arg], i: int, bare: frozenset, valued: frozenset = frozenset()) -> tuple[list, int]:
+    """Launcher flags from `args[i]` up to the script; returns (flags, index of the script). A flag in `bare` takes no
+    value, one in `valued` always takes the next word; any other takes the next word unless it looks like a flag or
+    the script."""
     flags = []
     while i < len(args):
         a = args[i]
@@ -561,7 +656,7 @@ def _parse_launcher(args: list[Arg], i: int, bare: frozenset) -> tuple[list, int
                 break
             continue
         nxt = args[i + 1] if i + 1 < len(args) else None
-        if nxt is not None and not nxt.text.startswith("-") and not nxt.text.endswith(".py"):
+        if nxt is not None and (name in valued or not nxt.text.startswith("-") and not nxt.text.endswith(".py")):
             flags.append((name, a, [nxt]))
             i += 2
         else:
@@ -601,7 +696,7 @@ def classify(args: list[Arg], env_prefix: dict[str, Var], cmd: Command) -> Launc
         for k in range(2, len(args)):
             if args[k].text == "--":
                 launch.script_args_end = k
-                flags, _ = _parse_launcher(args, k + 1, _TORCHRUN_BARE)
+                flags, _ = _parse_launcher(args, k + 1, _TORCHRUN_BARE, _TORCHRUN_VALUED)
                 launch.launcher_flags = flags
                 break
         return launch
@@ -616,7 +711,7 @@ def classify(args: list[Arg], env_prefix: dict[str, Var], cmd: Command) -> Launc
 
 
 def _script_launch(tool, args, i, bare, env_prefix, cmd) -> Launch | None:
-    flags, j = _parse_launcher(args, i, bare)
+    flags, j = _parse_launcher(args, i, bare, _TORCHRUN_VALUED if tool == "torchrun" else frozenset())
     launch = Launch(tool, cmd, args, env_prefix, launcher_flags=flags)
     module = any(n in ("m", "module") for n, _, _ in flags)
     if j >= len(args):
@@ -874,6 +969,8 @@ class ShellScript:
     env: dict[str, Var]                   # variables at the launch command
     purpose: tuple[str, Span] | None = None   # no launch, but a command that does something else (formats.purpose)
     flag_args: list[tuple[str, Arg, list[Arg]]] = field(default_factory=list)   # the script's own flags
+    # variables whose default the caller may override (an option-parsing loop's `MODEL=$1`) → what was assumed
+    defaults: dict[str, str] = field(default_factory=dict)
 
 
 class _Reader:
@@ -890,18 +987,171 @@ class _Reader:
         return self.idx.span(w.start, w.end)
 
 
-def _assignment(w: Word, env: dict[str, Var], ex: Expander) -> tuple[str, str | None, tuple[int, int]] | None:
-    """`NAME=value` word → (name, expanded value, value range)."""
-    head = w.plain_prefix()
-    m = _ASSIGN.match(head)
+def _assign(text: str, w: Word, env: dict[str, Var], ex: Expander, stmt: tuple[int, int],
+            exported: bool) -> tuple[str, Var] | None:
+    """A `NAME=value`, `NAME+=value`, `NAME=( … )` or `NAME+=( … )` word → (name, the variable it leaves)."""
+    m = _ASSIGN.match(w.plain_prefix())
     if not m:
         return None
     name = m.group(1)
     first = w.parts[0]
     cut = m.end()
-    rest = [(LIT, first[1][cut:], first[2] + cut, False)] + w.parts[1:]
-    value = ex.parts(rest, env, (w.start, w.end))
-    return name, value, (first[2] + cut, w.end)
+    vr = (first[2] + cut, w.end)
+    old = env.get(name) if m.group().endswith("+=") else None
+    if w.parts[-1][0] == ARR:
+        # bash expands the elements as it assigns them (bash 5.2 manual, "Arrays")
+        elements = _args(text, w.parts[-1][1], env, ex)
+        if old is not None:
+            before = old.elements if old.elements is not None else [Arg(old.word, old.value)] if old.word else []
+            elements = before + elements
+        elements = elements[:MAX_WORDS + 1]       # more than a launch line reads (collect_args says so)
+        return name, Var(elements[0].value if elements else "", w, vr, stmt, exported, elements=elements)
+    value = ex.parts([(LIT, first[1][cut:], first[2] + cut, False)] + w.parts[1:], env, (w.start, w.end))
+    if old is not None:
+        return name, Var(ex.append(old.value, value, (w.start, w.end)), w, vr, stmt, exported)
+    var = Var(value, w, vr, stmt, exported, words_range=_list_value(text, name, *vr))
+    if var.words_range is not None:
+        var.refs = {p[1]: env.get(p[1]) for p in w.parts if p[0] == VAR}
+    return name, var
+
+
+def _list_value(text: str, name: str, start: int, end: int) -> tuple[int, int] | None:
+    """`X="--nproc_per_node 8 --nnodes $NNODES"` (Qwen's `DISTRIBUTED_ARGS`): a quoted value of several words, which
+    an unquoted `$X` splits into those words (bash 5.2 manual, "Word Splitting"); the range of its words, read as a
+    here-document's are. None for one word, other quoting, or a value that names `X` itself."""
+    raw = text[start:end]
+    if len(raw) < 3 or not any(c in raw for c in " \t\n"):
+        return None
+    if raw[0] == "'" and raw[-1] == "'" and not any(c in raw[1:-1] for c in "'\"\\$`"):
+        return start + 1, end - 1
+    if raw[0] == '"' and _Scanner(text, end)._double_quoted(start, parts := []) == end and not any(
+            p[0] == CMD or p[0] == VAR and p[1] == name for p in parts):
+        return start + 1, end - 1
+    return None
+
+
+# --- control flow --------------------------------------------------------------------------------
+
+_OPENS = frozenset({"if", "case", "while", "until", "for", "select"})
+_CLOSES = frozenset({"fi", "esac", "done"})
+_LEADING = frozenset({"then", "do", "else", "elif", "!", "{", "}"})
+_ARG_REF = re.compile(r"\$\{?#?([A-Za-z_][A-Za-z0-9_]*|[1-9@*])")
+# a `case` arm's pattern: after `in` or a previous arm's `;;`, up to its `)` (`-m | --model )`, `m)`, `--lr=*)`)
+_CASE_ARM = re.compile(r"(?:\bin\s|;;&?|;&)\s*\(?([^()\n;]*?)\)")
+_ARM_WINDOW = 2_000          # characters before an assignment searched for its arm (real arms: a few lines)
+
+
+class _Flow:
+    """What the script's control flow means for its assignments. A script run without arguments never enters its
+    option-parsing loop (`while [[ "$1" != "" ]]; do case $1 in -m) shift; MODEL=$1 ;; … esac; shift; done`,
+    `while getopts m: opt; do case $opt in m) MODEL=$OPTARG ;; esac; done`), so an assignment from the caller's
+    arguments made only under a condition leaves the default in place; what was assumed is kept in `defaults`."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.blocks: list[tuple[str, int]] = []     # open if/case/loop: (keyword, offset)
+        self.arg_names = set("123456789@*") | {"OPTARG"}     # names that hold the caller's arguments
+        self.defaults: dict[str, str] = {}
+        self.prev_end = 0
+        self.conditional = False                    # the command being read may not run
+
+    def enter(self, cmd: Command) -> int:
+        """Open and close blocks at `cmd`'s leading keywords; the index of its first word after `then`, `do` …"""
+        words, text = cmd.words, self.text
+        self.conditional = bool(self.blocks) or text[self.prev_end:cmd.start].rstrip(" \t\\\n").endswith(("&&", "||"))
+        self.prev_end = max(self.prev_end, cmd.end)
+        j = 0
+        while j < len(words):
+            t = raw_text(text, words[j])
+            if t in _OPENS:
+                self.blocks.append((t, cmd.start))
+                if t == "for" and j + 1 < len(words):
+                    self._for(words[j + 1:])
+                break
+            if t in _CLOSES and self.blocks:
+                self.blocks.pop()
+            elif t not in _LEADING and t not in _CLOSES:
+                break
+            j += 1
+        return j
+
+    def _for(self, words: list[Word]) -> None:
+        """`for a in "$@"` (or a bare `for a`): `a` holds the caller's arguments."""
+        texts = [raw_text(self.text, w) for w in words[:64]]
+        if _NAME.fullmatch(texts[0]) and (len(texts) == 1 or texts[1] == "in" and texts[2:] and all(
+                t.strip('"') in ("$@", "${@}", "$*", "${*}") for t in texts[2:])):
+            self.arg_names.add(texts[0])
+
+    def from_args(self, w: Word) -> bool:
+        for p in w.parts:
+            if p[0] == VAR and p[1] in self.arg_names:
+                return True
+            if p[0] == CMD and any(m.group(1) in self.arg_names for m in _ARG_REF.finditer(p[1])):
+                return True
+        return False
+
+    def keeps_default(self, name: str, var: Var, old: Var | None, cmd: Command) -> bool:
+        """True when `name=…` (in `cmd`) takes a caller's argument under a condition and `name` has a known default:
+        the default stays, and the assumption is recorded."""
+        if not (self.conditional and var.word is not None and self.from_args(var.word)
+                and old is not None and old.value is not None):
+            self.defaults.pop(name, None)
+            return False
+        value = old.value if len(old.value) <= 80 else old.value[:79] + "…"
+        options = self._options(var.word.start)
+        by = (" or ".join(f"`{o}`" for o in options) if options else "an argument given to the script")
+        self.defaults[name] = f"{name}={value}, the script's default; {by} overrides it"
+        return True
+
+    def _options(self, at: int) -> list[str]:
+        """The options of the `case` arm that `at` lies in (`-m | --model )` → ["-m", "--model"])."""
+        case = next((start for kw, start in reversed(self.blocks) if kw == "case"), None)
+        if case is None:
+            return []
+        arm = None
+        for arm in _CASE_ARM.finditer(self.text, max(case, at - _ARM_WINDOW), at):
+            pass
+        if arm is None:
+            return []
+        out = []
+        for o in arm.group(1).split("|"):
+            o = o.strip().strip("'\"").removesuffix("*")
+            if o and o != "?":
+                out.append(o if o.startswith("-") else "-" + o if len(o) == 1 else o)
+        return out[:4]
+
+
+# `bash -c "…"` (slurm's `srun … bash -c "cd /x; torchrun … -m ${training_commands}"`): the quoted script's commands
+# are read where they stand, at most MAX_INLINE_DEPTH levels deep
+MAX_INLINE_DEPTH = 3
+_SHELLS = frozenset({"bash", "sh", "zsh", "dash"})
+
+
+def _inline_commands(text: str, cmd: Command, words: list[Word]) -> list[Command]:
+    """The commands of the script string given to `bash -c` anywhere in `cmd` (`srun … bash -c "…"`,
+    `nohup bash -c '…'`), with their offsets in `text`; [] for any other command or a string not written out."""
+    if cmd.depth >= MAX_INLINE_DEPTH:
+        return []
+    for k, w in enumerate(words[:-2]):
+        if raw_text(text, w).rsplit("/", 1)[-1] not in _SHELLS:
+            continue
+        j = k + 1
+        while j < len(words) - 1 and raw_text(text, words[j])[:1] in "-+":
+            t = raw_text(text, words[j])
+            j += 1
+            if not t.startswith("--") and "c" in t:
+                body = words[j]
+                raw = raw_text(text, body)
+                quote = raw[:1]
+                if quote == "'" and raw.count("'") == 2 and raw.endswith("'") or (
+                        quote == '"' and _Scanner(text, body.end)._double_quoted(body.start, []) == body.end):
+                    inner = _Scanner(text, body.end - 1).run(body.start + 1)
+                    for c in inner:
+                        c.depth = cmd.depth + 1
+                    return inner
+                return []
+        return []
+    return []
 
 
 def _cvd_count(value: str | None) -> int | None:
@@ -928,7 +1178,10 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
     candidates: set[int] = set()
     other: tuple[str, Span] | None = None      # the first command that runs something other than training
     prev: Command | None = None
-    for cmd in commands:
+    flow = _Flow(text)
+    pending = commands[::-1]                   # a `bash -c "…"` command's own commands are read after it
+    while pending:
+        cmd = pending.pop()
         if (prev is not None and prev.ended_by_comment and id(prev) in candidates
                 and cmd.words and raw_text(text, cmd.words[0]).startswith("-")):
             issues.append(ParseIssue(
@@ -939,22 +1192,26 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
         prev = cmd
         if launch is not None:
             continue
-        words = cmd.words
+        words = cmd.words[flow.enter(cmd):]
+        inner = _inline_commands(text, cmd, words)
+        if inner:
+            pending.extend(inner[::-1])
+            continue
         prefix: dict[str, Var] = {}
         k = 0
         while k < len(words):
-            a = _assignment(words[k], env, ex)
+            a = _assign(text, words[k], env, ex, (words[k].start, words[k].end), True)
             if a is None:
                 break
-            name, value, vr = a
-            prefix[name] = Var(value, words[k], vr, (words[k].start, words[k].end), True)
+            prefix[a[0]] = a[1]
             k += 1
         rest = words[k:]
         if not rest:
             for name, var in prefix.items():
                 old = env.get(name)
                 var.exported = bool(old and old.exported)
-                env[name] = var
+                if not flow.keeps_default(name, var, old, cmd):
+                    env[name] = var
             continue
         head = ex.parts(rest[0].parts, env, (rest[0].start, rest[0].end))
         if head in ("export", "declare", "typeset", "local", "readonly") and k == 0:
@@ -964,10 +1221,10 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
                 if t.startswith("-"):
                     exporting = exporting or "x" in t
                     continue
-                a = _assignment(w, env, ex)
+                a = _assign(text, w, env, ex, (cmd.start, w.end), exporting)
                 if a is not None:
-                    name, value, vr = a
-                    env[name] = Var(value, w, vr, (cmd.start, w.end), exporting)
+                    if not flow.keeps_default(a[0], a[1], env.get(a[0]), cmd):
+                        env[a[0]] = a[1]
                 elif _NAME.fullmatch(t):
                     if t in env:
                         env[t].exported = env[t].exported or exporting
@@ -977,6 +1234,7 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
         if head == "unset":
             for w in rest[1:]:
                 env.pop(raw_text(text, w), None)
+                flow.defaults.pop(raw_text(text, w), None)
             continue
         if head == "read" and cmd.heredocs:             # `[IFS=] read -r -d '' VAR <<EOF … EOF`
             names = [raw_text(text, w) for w in rest[1:] if not raw_text(text, w).startswith("-")
@@ -1020,29 +1278,58 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
                     f"expansions to more than {MAX_EXPANDED_CHARS:,} in all); its value is treated as unknown "
                     f"({len(ex.capped):,} such value{'s' if len(ex.capped) != 1 else ''})",
             span=idx.span(start, end), severity=Severity.WARNING))
-    script = ShellScript(text, idx, commands, launch, env, purpose=other if launch is None else None)
+    script = ShellScript(text, idx, commands, launch, env, purpose=other if launch is None else None,
+                         defaults=flow.defaults)
     return script, issues
 
 
-def _args(text: str, words: list[Word], env: dict[str, Var], ex: "Expander") -> list[Arg]:
+def _args(text: str, words: list[Word], env: dict[str, Var], ex: "Expander", depth: int = 0) -> list[Arg]:
     """The command's words expanded; an unquoted `$X` that holds a list of words (a here-document read into X,
     OpenRLHF's `read -r -d '' training_commands <<EOF … EOF; deepspeed --module $training_commands`) becomes
     those words, each with its own range in the here-document."""
     out: list[Arg] = []
     for w in words:
-        parts = w.parts
-        if len(parts) == 1 and parts[0][0] == VAR and not parts[0][2]:
-            var = env.get(parts[0][1])
-            if var is not None and var.words_range is not None:
-                spliced = _spliced_words(text, var.words_range, ex)
-                if spliced is not None:
-                    out.extend(Arg(x, ex.parts(x.parts, env, (x.start, x.end))) for x in spliced)
-                    continue
-        out.append(Arg(w, ex.parts(parts, env, (w.start, w.end))))
+        spliced = _splice(text, w, env, ex, depth)
+        if spliced is not None:
+            out.extend(spliced)
+        else:
+            out.append(Arg(w, ex.parts(w.parts, env, (w.start, w.end))))
     return out
 
 
-MAX_SPLICED_WORDS = 100_000     # words of here-documents spliced into commands per script (real ones: a few dozen)
+def _splice(text: str, w: Word, env: dict[str, Var], ex: "Expander", depth: int = 0) -> list[Arg] | None:
+    """The words that `w` stands for when it is a list: `"${ARGS[@]}"` or an unquoted `${ARGS[*]}` (the array's
+    elements, as OpenRLHF's `deepspeed --module openrlhf.cli.train_sft "${ARGS[@]}"`), or an unquoted `$X` holding
+    a here-document's words or a quoted list (whose own `$Y` words split in turn, MAX_SPLICE_DEPTH deep); None for
+    any other word. Spliced words count toward MAX_SPLICED_WORDS per script."""
+    parts = w.parts
+    if not parts or parts[0][0] != VAR or any(p[0] != LIT or p[1] for p in parts[1:]):
+        return None
+    _, name, op, _, _ = parts[0]
+    var = env.get(name)
+    if var is None:
+        return None
+    if op == "[@]" or (op == "[*]" and text[w.start] != '"'):
+        if var.elements is None:
+            return None
+        if ex.spliced + len(var.elements) > MAX_SPLICED_WORDS:
+            ex.capped.append((w.start, w.end))
+            return [Arg(w, None)]
+        ex.spliced += len(var.elements)
+        return list(var.elements)
+    if op or len(parts) != 1 or var.words_range is None or depth >= MAX_SPLICE_DEPTH:
+        return None
+    if var.refs and any(env.get(n) is not v for n, v in var.refs.items()):
+        return None                 # a variable it named was assigned since: its value as assigned, in one piece
+    spliced = _spliced_words(text, var.words_range, ex)
+    if spliced is None:
+        return None
+    return _args(text, spliced, env, ex, depth + 1)
+
+
+MAX_SPLICE_DEPTH = 8            # `$A` whose words name `$B` whose words name `$C` …
+MAX_SPLICED_WORDS = 100_000     # words of here-documents and arrays spliced into commands and arrays per script
+                                # (real ones: a few dozen)
 
 
 def _spliced_words(text: str, where: tuple[int, int], ex: "Expander") -> list[Word] | None:
@@ -1121,6 +1408,9 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
     launch = script.launch
     r = _Reader(script, b)
     tool = launch.tool
+    if script.defaults:                                 # the defaults the launch line uses (`MODEL=… ;; $MODEL`)
+        used = {p[1] for a in launch.args for p in a.word.parts if p[0] == VAR}
+        b.plan.read_notes.extend(note for name, note in script.defaults.items() if name in used)
     if tool == "verl":                                  # hydra `key=value` overrides (formats.verl)
         return verl.apply_launch(b, r, script, ctx)
     framework = {"llamafactory": "llamafactory", "torchtune": "torchtune", "axolotl": "axolotl", "trl": "trl",

@@ -296,10 +296,17 @@ def _batch(b: PlanBuilder, v: _Values) -> None:
     if (s := v.get("compile")) is not None:
         on = to_bool(s.value)
         parts = v.value("compile_components")
+        if isinstance(parts, str):                      # `--compile.components model` on a command line
+            parts = [p.strip() for p in parts.split(",") if p.strip()]
         if on and isinstance(parts, list) and "model" not in parts:
             on = False                                  # only the loss compiled: the model runs eagerly
         if on is not None:
             b.set("compile", on, s)
+        if on and isinstance(parts, list) and "loss" not in parts:
+            # torchtitan/components/loss.py (v0.2.2) `build_cross_entropy_loss` compiles the loss only when
+            # compile.components names it
+            b.set("compile_loss", False, v.get("compile_components") or s,
+                  note="compile.components leaves out `loss`: the cross-entropy runs eagerly")
     else:
         _default(b, "compile", False)
     if (s := v.get("cpu_offload")) is not None and to_bool(s.value):

@@ -17,7 +17,11 @@ What the run does, as read from verl's workers (verl/workers/fsdp_workers.py at 
   `actor.use_kl_loss` or `algorithm.use_kl_in_reward` (verl/trainer/main_ppo.py `need_reference_policy`, v0.4.1
   `use_reference_policy`); with LoRA the reference is the actor with its adapters off;
 - the rollout engine (vLLM or SGLang) lives in the same process as the actor (the hybrid engine) and takes
-  `gpu_memory_utilization` of each GPU (SGLang's `mem_fraction_static` is set from the same key).
+  `gpu_memory_utilization` of each GPU (SGLang's `mem_fraction_static` is set from the same key); it gives that
+  memory back while the actor trains (`_release`, by release);
+- the reference policy is loaded in bf16 (fp32 from 0.6, whose FSDPEngineConfig sets `model_dtype`) and kept on the
+  CPU by FSDP's CPU offload (`_reference`); the actor's FSDP MixedPrecision gathers bf16 parameters unit by unit, so
+  autocast caches no weight copies (`fsdp_mixed_precision`).
 """
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ _MAX_INTERPOLATION_DEPTH = 8
 ADV_OBJECTIVE = {"gae": "ppo", "rloo": "rloo"}      # every other estimator (grpo, reinforce_plus_plus, remax, ...)
                                                     # needs no critic: the group of rollout.n samples is the baseline
 CONFIG_NAMES = ("ppo_trainer", "ppo_megatron_trainer")
+DTYPES = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16"}
 
 
 def is_trainer_module(module: str) -> bool:
@@ -210,16 +215,14 @@ def _model(r: _Reader, megatron: bool) -> None:
     if on is not None:
         r.put("activation_offload", on, s)
     dtype, s = r.text(A + "actor.fsdp_config.model_dtype")
-    norm = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16",
-            "float16": "fp16"}
-    if dtype is not None and dtype.lower() in norm:
-        r.put("weight_dtype", norm[dtype.lower()], s)
+    if dtype is not None and dtype.lower() in DTYPES:
+        r.put("weight_dtype", DTYPES[dtype.lower()], s)
     elif not megatron:
         b.set("weight_dtype", "fp32", note=f"verl loads the actor in fp32 ({WORKERS}: `torch.float32 if "
               "self._is_actor`)", origin=Origin.DEFAULT, framework=cfg.label)
     param, s = r.text(A + "actor.fsdp_config.mixed_precision.param_dtype")
-    if param is not None and param.lower() in norm:
-        r.put("amp_dtype", norm[param.lower()], s)
+    if param is not None and param.lower() in DTYPES:
+        r.put("amp_dtype", DTYPES[param.lower()], s)
     else:
         b.set("amp_dtype", "bf16", note=f"FSDP mixed precision param_dtype bf16 ({WORKERS})", origin=Origin.DEFAULT,
               framework=cfg.label)
@@ -424,7 +427,8 @@ def _release(r: _Reader) -> None:
               note=f"verl {cfg.version} puts the rollout engine to sleep after every rollout (sleep level 1: weights "
                    "to CPU memory, KV cache freed), whatever free_cache_engine says")
     elif free is not None:
-        level = "weights and KV cache released" if version >= _version_key("0.5") else "weights offloaded, KV cache freed"
+        level = "weights and KV cache released" if version >= _version_key("0.5") else \
+            "weights offloaded, KV cache freed"
         r.put("generation_sleeps", bool(free), fs,
               note=f"free_cache_engine: the rollout engine's {level} while the actor trains" if free
               else "free_cache_engine false: the rollout engine keeps its share through the step")
@@ -438,10 +442,11 @@ def _reference(r: _Reader, megatron: bool) -> None:
     b = r.b
     if megatron or b.plan.reference_free is None or b.plan.reference_free.value or b.plan.peft_method is not None:
         return
-    norm = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16"}
     dtype, s = r.text(A + "ref.fsdp_config.model_dtype")
-    if dtype is not None and dtype.lower() in norm:
-        r.put("ref_dtype", norm[dtype.lower()], s)
+    if dtype is not None and dtype.lower() in DTYPES:
+        r.put("ref_dtype", DTYPES[dtype.lower()], s,
+              note="ref.fsdp_config.model_dtype (verl's FSDPEngineConfig sets it to fp32 from 0.6)"
+              if r.cfg.is_default(s) else None)
     else:
         b.set("ref_dtype", "bf16", note=f"verl loads the reference policy in bf16 ({WORKERS})", origin=Origin.DEFAULT,
               framework=r.cfg.label)

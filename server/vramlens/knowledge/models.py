@@ -335,14 +335,14 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
         "params_total": built.total, "params_by_kind": built.by_kind, "layer_kinds": built.layer_kinds,
         "approximate": "; ".join(notes), "source": "; ".join(filter(None, (arch.source, built.source))),
     }
-    kinds = dict(built.layer_kinds)
-    if not arch.is_moe and not kinds.get("attention") and not kinds.get("sliding attention") and arch.layers:
-        # attention-free (Mamba, RWKV): the stand-in layer (attention + MLP) gets the MLP width that gives it the
-        # weights a real layer has, so that the linears `estimate.shapes` lists add up to the count
-        by_kind = dict(built.by_kind)
-        per_layer = (built.total - by_kind.get("embedding", 0) - by_kind.get("lm-head", 0)) / arch.layers
-        matrices = 3 if arch.mlp in ("swiglu", "geglu") else 2
-        attention = 2 * arch.hidden * arch.q_dim + 2 * arch.hidden * arch.kv_dim
+    by_kind = dict(built.by_kind)
+    per_layer = (built.total - by_kind.get("embedding", 0) - by_kind.get("lm-head", 0)) / max(arch.layers, 1)
+    matrices = 3 if arch.mlp in ("swiglu", "geglu") else 2
+    attention = 2 * arch.hidden * arch.q_dim + 2 * arch.hidden * arch.kv_dim
+    if other and not arch.is_moe and attention + matrices * arch.hidden * arch.intermediate > per_layer:
+        # layers that are not attention (Mamba, short convolutions) stand in as attention + MLP: the MLP gets the
+        # width that gives the stand-in the weights a real layer has on average, so that the linears
+        # `estimate.shapes` lists add up to the count
         update["intermediate"] = max(1, int((per_layer - attention) / (matrices * arch.hidden)))
     return arch.model_copy(update=update)
 

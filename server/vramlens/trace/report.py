@@ -153,6 +153,7 @@ def trace_extras(raw: dict, rp: ResolvedPlan) -> dict:
             "backend": raw.get("backend", "synthetic"),
             "versions": raw.get("versions", {"torch": raw["torch"]}),
             "fallback_reason": raw.get("fallback_reason"),
+            "flops": raw.get("flops"),       # FlopCounterMode's count of the step (trace.flops); None before it
         },
     }
 
