@@ -257,10 +257,13 @@ def inventory(model_type: str) -> dict:
     fields = {f: v for f, v in fields.items()
               if not float(v).is_integer() or v == 1 or any(s % v == 0 or v % s == 0 for s in sizes)}
     builds: dict[str, dict] = {}
+    configs: dict[str, dict] = {}
     fixed = []
     for f, v in fields.items():
         try:
-            builds[f] = measure(*reversed(build(config_cls, _set(d0, f, v * 2))))[0]
+            cfg_f, model_f = build(config_cls, _set(d0, f, v * 2))
+            builds[f] = measure(model_f, cfg_f)[0]
+            configs[f] = cfg_f.to_dict()
         except Exception:                         # an inconsistent config: the field is taken as fixed
             if _SIZE_NAME.search(f):
                 fixed.append(f)
@@ -274,12 +277,14 @@ def inventory(model_type: str) -> dict:
     d_check, scaled = d0, dict(fields)
     for n, f in enumerate(used):
         m = 2 if n % 2 else 4
-        d_try = _set(d_check, f, fields[f] * m)
+        # an odd layer count: periods and layer lists must hold beyond the base build's 8 layers
+        layer_field = f.rsplit(".", 1)[-1] in LAYER_FIELDS
+        d_try = _set(d_check, f, fields[f] + 3 if layer_field else fields[f] * m)
         try:
             config_cls.from_dict(d_try)
         except Exception:
             continue
-        d_check, scaled[f] = d_try, fields[f] * m
+        d_check, scaled[f] = d_try, fields[f] + 3 if layer_field else fields[f] * m
     checked = True
     try:
         cfg_c, model_c = build(config_cls, d_check)
@@ -289,6 +294,7 @@ def inventory(model_type: str) -> dict:
     derived = _derived(config_cls, d0, used, fields, defaults)
     switches, nullable = _switches(config_cls, d0, q0, used)
     params, kinds = [], {}
+    rule_fields: set[str] = set()
     tied = _tied(model0)
     def follows(key, terms) -> bool:
         return terms is not None and checked and key in qc and qc[key] is not None and \
@@ -304,6 +310,11 @@ def inventory(model_type: str) -> dict:
         dims = [formulas.get(("d", pattern, a)) for a in range(rank or 0)]
         rule = _where(info["where"].get(pattern, set()), cfg0, info["layers"], q0[("n", pattern)], defaults)
         # a layer rule counts exactly where the config says which layers; the dims must follow their formulas
+        if rule:   # fields that move the layers a rule selects in a way the rule does not say (Qwen-MoE's
+            # decoder_sparse_step beside mlp_only_layers): a config.json that changes them is approximate
+            rule["rule_fixed"] = [f for f, b in builds.items()
+                                  if b.get(("n", pattern), 0) != _rule_count(rule, configs[f])]
+            rule_fields.update(rule["rule_fixed"])
         ok = rank is not None and (bool(rule) or follows(("n", pattern), count)) and all(
             follows(("d", pattern, a), t) for a, t in enumerate(dims))
         numel0 = q0[("n", pattern)] * math.prod(q0.get(("d", pattern, a)) or 0 for a in range(rank or 0))
@@ -317,7 +328,8 @@ def inventory(model_type: str) -> dict:
         "class": type(model0).__name__,
         "config_class": config_cls.__name__,
         "fields": {f: [fields[f], _default(defaults, f)]
-                   for f in sorted({*used, *fixed, *(g for t in derived.values() for _, e in t for g in e)})},
+                   for f in sorted({*used, *fixed, *rule_fields,
+                                    *(g for t in derived.values() for _, e in t for g in e)})},
         "fixed": fixed,
         "derived": derived,
         "switches": switches,
@@ -331,6 +343,20 @@ def inventory(model_type: str) -> dict:
         "dtype": str(defaults.get("dtype") or defaults.get("torch_dtype") or ""),
         "total0": sum(p.numel() for p in model0.parameters()),
     }
+
+
+def _rule_count(rule: dict, config: dict) -> int | None:
+    """Occurrences a layer rule gives for a config (knowledge/inventory.py reads it the same way)."""
+    from vramlens.knowledge import inventory as bundled
+    fake = {"models": {"x": {"fields": {}, "params": [{"p": "x", "kind": "x", "n": None, "shape": [], **rule}],
+                             "layer_kinds": {}, "tied": None}}}
+    saved = bundled._data
+    bundled._data = lambda: fake
+    try:
+        built = bundled.build(config, "x")
+    finally:
+        bundled._data = saved
+    return dict(built.by_kind).get("x", 0) if built else None
 
 
 def _switches(config_cls, d0: dict, q0: dict, used: list[str]) -> tuple[dict, list[str]]:

@@ -75,11 +75,12 @@ def test_405b_float8_compile_and_minimum_gpus():
 
 def test_debug_model_shapes_from_the_flavor_table():
     """The debug flavor has no published checkpoint: its shapes come from torchtitan's flavor table (6 layers,
-    dim 256, 16 heads, FFN 768 by torchtitan's formula); selective AC every 2nd block is named as not modelled."""
+    dim 256, 16 heads, FFN 768 by torchtitan's formula); selective AC of every 2nd block is modelled."""
     d = estimate(FIXTURES / "v0.2.2" / "debug_model.toml")
     assert d["model"]["id"] == "custom-6L-256h"
     assert source(d, "micro_batch") == 8 and source(d, "seq_len") == 2048
-    assert "activation_checkpoint.selective_ac_option" in unmodelled(d)
+    assert "activation_checkpoint.selective_ac_option" not in unmodelled(d)
+    assert source(d, "grad_checkpointing") is True and source(d, "checkpoint_every") == 2
     assert any("torchtitan" in a and "flavor" not in a and "6 layers" in a or "shapes from torchtitan" in a
                for a in d["assumptions"])
 

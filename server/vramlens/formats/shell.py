@@ -112,7 +112,7 @@ class Word:
     @property
     def parts(self) -> list:
         if self._parts is None:
-            self._parts = _Scanner(self._src)._word(self.start)[0].parts
+            self._parts = _Scanner(self._src, self.end)._word(self.start)[0].parts
         return self._parts
 
     def plain_prefix(self) -> str:

@@ -150,6 +150,10 @@ def build(config: Mapping[str, Any], model_type: str) -> Built | None:
 
     def count(entry: Mapping[str, Any]) -> float | None:
         per = entry.get("per", 1)
+        moved = [f for f in entry.get("rule_fixed", ()) if _number(_lookup(config, f))
+                 and _lookup(config, f) != inv["fields"].get(f, [None])[0]]
+        if moved:
+            notes.append(f"{', '.join(moved)} also moves the layers of {entry.get('p', 'a kind')}")
         if "where" in entry:
             field, chosen = entry["where"]
             listed = _lookup(config, field)
