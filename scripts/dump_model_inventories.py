@@ -348,7 +348,7 @@ def inventory(model_type: str) -> dict:
 def _rule_count(rule: dict, config: dict) -> int | None:
     """Occurrences a layer rule gives for a config (knowledge/inventory.py reads it the same way)."""
     from vramlens.knowledge import inventory as bundled
-    fake = {"models": {"x": {"fields": {}, "params": [{"p": "x", "kind": "x", "n": None, "shape": [], **rule}],
+    fake = {"models": {"x": {"class": "", "fields": {}, "params": [{"p": "x", "kind": "x", "n": None, "shape": [], **rule}],
                              "layer_kinds": {}, "tied": None}}}
     saved = bundled._data
     bundled._data = lambda: fake
@@ -530,7 +530,9 @@ def main() -> int:
             existing["skipped"][t] = f"{type(e).__name__}: {str(e)[:160]}"
             existing["models"].pop(t, None)
         print(t, "ok" if t in existing["models"] else existing["skipped"][t], file=sys.stderr, flush=True)
-        OUT.write_text(json.dumps(existing, separators=(",", ":"), sort_keys=True) + "\n")
+        tmp = OUT.with_suffix(".tmp")       # replaced whole: a reader never sees half a file
+        tmp.write_text(json.dumps(existing, separators=(",", ":"), sort_keys=True) + "\n")
+        tmp.replace(OUT)
     return 0
 
 

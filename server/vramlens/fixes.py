@@ -293,7 +293,7 @@ class Fixer:
         opt = rp.optimizer
         if opt.library == "torch" and opt.family in ("adamw", "adam") and rp.optimizer_impl == "foreach" \
                 and not rp.offload_optimizer:
-            changes: dict[str, Any] = {"optimizer": "adamw_torch_fused"} if fw in NAMED_OPTIMIZER_FRAMEWORKS and opt.family == "adamw" \
+            changes = {"optimizer": "adamw_torch_fused"} if fw in NAMED_OPTIMIZER_FRAMEWORKS and opt.family == "adamw" \
                 else {"optimizer_impl": "fused"}
             out.append(Candidate("fused-adamw", "use fused AdamW instead of foreach", changes, 3, safe=True,
                                  conflicts=("8bit-adam",)))
@@ -315,10 +315,10 @@ class Fixer:
                                  {"peft_method": "lora", "lora_r": 16, "lora_targets": ["all-linear"]}, 7,
                                  conflicts=("qlora",), changes_training=True, advice=LORA_LEARNING_RATE))
         if not rp.quant_bits and rp.peft in ("none", "lora", "dora"):
-            changes = {"peft_method": "qlora", "quant_bits": 4}
+            qlora: dict[str, Any] = {"peft_method": "qlora", "quant_bits": 4}
             if full:
-                changes.update({"lora_r": 16, "lora_targets": ["all-linear"]})
-            out.append(Candidate("qlora", "train QLoRA (4-bit base model, LoRA r=16)", changes, 8,
+                qlora.update({"lora_r": 16, "lora_targets": ["all-linear"]})
+            out.append(Candidate("qlora", "train QLoRA (4-bit base model, LoRA r=16)", qlora, 8,
                                  conflicts=("lora",), changes_training=True,
                                  advice=LORA_LEARNING_RATE if full else None))
         from vramlens import fixes_objective

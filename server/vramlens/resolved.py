@@ -78,6 +78,9 @@ class ResolvedPlan(BaseModel):
     rope_caches: int = 1                       # torchtune: RoPE modules, each with an fp32 cos/sin cache of every
                                                # position (1: one shared by every layer; components.model_buffers)
     loss_impl: Literal["standard", "chunked", "fused"] = "standard"
+    fused_kernels: tuple[str, ...] = ()        # Triton kernels swapped in for speed (Liger, unsloth, fms-acceleration
+                                               # foak): "rms_norm", "rope", "swiglu", "cross_entropy"
+    float8_linears: bool = False               # torchao Float8Linear: the blocks' linears run at the fp8 rate
     keep_logits: bool = False                  # the loop keeps `out.logits` referenced through backward
     logits_fp32: bool = False                  # the loop receives the logits in fp32 (Lightning Fabric casts module
                                                # outputs to the default dtype) and computes the loss on them

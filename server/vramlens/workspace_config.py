@@ -87,7 +87,8 @@ def read_config_file(path: Path) -> ProjectSettings | None:
     if data is None:
         log.warning("project settings in %s ignored: %s", path, read.problem)
         # a broken pyproject.toml may not concern vramlens; a broken .vramlens.toml does
-        result = None if path.name == "pyproject.toml" else ProjectSettings(path, problems=(read.problem or "not read",))
+        result = None if path.name == "pyproject.toml" else \
+            ProjectSettings(path, problems=(read.problem or "not read",))
     else:
         if path.name == "pyproject.toml":
             tool = data.get("tool")

@@ -78,6 +78,23 @@ def test_unmodelled_settings_are_named_in_json_text_and_check(fixture, lines, wo
     assert summary["approximate"] == 1
 
 
+@pytest.mark.parametrize("call,kernels", [
+    ("apply_liger_kernel_to_qwen2()", "Liger's RMSNorm, RoPE and SwiGLU kernels"),
+    ("apply_liger_kernel_to_qwen2(rope=False, swiglu=False)", "Liger's RMSNorm kernel"),
+])
+def test_a_script_s_liger_patch_models_its_loss_and_names_its_other_kernels(call, kernels, tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text("from liger_kernel.transformers import apply_liger_kernel_to_qwen2\n"
+                    "from transformers import AutoModelForCausalLM, TrainingArguments, Trainer\n"
+                    f"{call}\n"
+                    "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-1.5B')\n"
+                    "args = TrainingArguments(output_dir='o', per_device_train_batch_size=2, bf16=True)\n"
+                    "Trainer(model=model, args=args).train()\n")
+    data = estimate_json(path)
+    assert data["sources"]["loss_impl"]["value"] == "fused"
+    assert [(u["what"], u["line"]) for u in data["unmodelled"]] == [(kernels, 3)], data["unmodelled"]
+
+
 def test_an_explicit_value_only_is_unmodelled_and_off_switches_are_not():
     # `stage3_prefetch_bucket_size: auto` is sized as transformers sizes it; `liger_rope: false` switches nothing on
     for fixture, absent in (("hf_zero_plus_plus.yaml", "stage3_prefetch_bucket_size"), ("axolotl_kernels.yaml",

@@ -213,13 +213,15 @@ def test_values_point_at_their_lines():
 def test_published_benchmark_fits_where_it_ran(tmp_path, shard, cp, seq, published):
     """torchtitan benchmarks/llama3_h100_202412_torchtitan.md (v0.2.2), Table 2: Llama 3.1 8B on 8 H100s with 96 GB
     (the page's "Hardware"), local batch 1, full activation checkpointing, torch.compile, Float8, FSDP × CP as
-    given: peak memory 83.9 / 84.2 GiB. Judged as it ran: fits the 96 GB card; the estimate lies within 15 % of the
-    published figure (Float8 linears are not modelled and named so)."""
+    given: peak memory 83.9 / 84.2 GiB. Judged as it ran (torchtitan 9dec370 compiled the blocks, not the loss):
+    fits the 96 GB card; the estimate lies within 15 % of the published figure (Float8 linears are not modelled and
+    named so)."""
     root = _project(tmp_path)
     script = root / "launch.sh"
     script.write_text(f"NGPU=8 CONFIG_FILE=./torchtitan/models/llama3/train_configs/llama3_8b.toml ./run_train.sh "
                       f"--training.local_batch_size 1 --training.seq_len {seq} --activation_checkpoint.mode full "
-                      f"--compile.enable --model.converters float8 --parallelism.data_parallel_shard_degree {shard} "
+                      f"--compile.enable --compile.components model --model.converters float8 "
+                      f"--parallelism.data_parallel_shard_degree {shard} "
                       f"--parallelism.context_parallel_degree {cp}\n")
     d = estimate(script, "--gpu", "H100 SXM 96GB")
     assert d["gpu"]["name"] == "H100-96GB" and d["gpu"]["count"] == 8

@@ -55,6 +55,13 @@ def seeds() -> tuple[Seed, ...]:
                             "model.lora_attn_modules='[q_proj, v_proj]' batch_size=4 optimizer.lr=2e-5\n"),
             Seed("json_args.sh", "torchrun --nproc_per_node 8 train.py --model_name_or_path gpt2 --fsdp full_shard "
                                  "--fsdp_config '{\"fsdp_offload_params\": true, \"min_num_params\": [1, [2]]}'\n"),
+            Seed("arrays.sh", "MODEL=m/x\nwhile getopts m: o; do case $o in m) MODEL=$OPTARG ;; esac; done\n"
+                              "ARGS=(\n --pretrain $MODEL # base\n --micro_train_batch_size 2\n)\nARGS+=(--max_len 512)\n"
+                              "DIST=\"--nproc_per_node 8 --nnodes 1\"\n"
+                              "deepspeed $DIST --module openrlhf.cli.train_sft \"${ARGS[@]}\" ${ARGS[*]} ${ARGS[0]}\n"),
+            Seed("bash_c.sh", "read -r -d '' cmds <<EOF\nopenrlhf.cli.train_sft --pretrain m/x --zero_stage 3\nEOF\n"
+                              "srun -N 1 bash -c \"cd /w; torchrun --nproc_per_node 8 -m ${cmds}\"\n"
+                              "bash -c 'sh -c \"srun torchrun train.py --model_name_or_path m/x\"'\n"),
             Seed("sweep.yaml", "".join(f"---\nmodel_name_or_path: gpt2\nper_device_train_batch_size: {i + 1}\n"
                                        for i in range(12)))]
     return tuple(out)

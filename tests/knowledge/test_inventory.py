@@ -64,6 +64,7 @@ def _variant(dump, model_type: str) -> list[dict]:
     return [varied, base]
 
 
+@pytest.mark.slow
 def test_every_model_type_counts_as_transformers_builds_it(dump):
     """0 % error on the parameter count for every model_type whose inventory scales exactly, layer kinds as the
     build has them; the others say they are approximate. The config is what save_pretrained writes (only the

@@ -17,9 +17,15 @@ well-formed kernels reach:
   attention     QKᵀ and AV: 4·T·s·d FLOPs per layer forward, halved for causal masks by kernels that skip masked
                 blocks (FlashAttention/SDPA); backward ≈ 2.5× forward (FlashAttention recomputes the scores).
                 Eager attention also writes and reads the s×s score matrices.
-  elementwise   norms, residual adds, the MLP activation, rotary embeddings: a fixed number of reads and writes of
-                the hidden state per layer, memory-bound; the loss reads and writes the vocabulary-wide logits
-                (a task head — classification, reward, regression — is a hidden × labels linear with none).
+  elementwise   norms, residual adds, the MLP activation, rotary embeddings: memory-bound, their bytes by kernel
+                (`elementwise_bytes`): transformers' eager RMSNorm, SwiGLU and RoPE are several kernels each, one
+                each when fused (Liger / unsloth Triton kernels, torch.compile); the loss reads and writes the
+                vocabulary-wide logits (`loss_bytes_per_logit`; a task head — classification, reward, regression —
+                is a hidden × labels linear with none).
+  float8        torchao Float8Linear: the blocks' GEMMs at the fp8 rate on half the bytes, plus the dynamic-scaling
+                casts of their operands (`float8_peak`, `_float8_cast_bytes`); the LM head stays bf16.
+  recompute     full checkpointing reruns the blocks' forward; torchtitan's op-level selective checkpointing
+                half the linears; context parallelism runs attention over the whole sequence (× cp).
   optimizer     once per optimizer step: every trainable parameter's weight, gradient and state read and written
                 (memory-bound); on the CPU over PCIe when offloaded. GaLore/APOLLO: states on the rank-r side only, plus
                 the projections (and GaLore's periodic SVD) of every targeted matrix (`_low_rank_seconds`).
@@ -33,7 +39,8 @@ Efficiencies (shares of the datasheet peak):
   MATMUL_EFFICIENCY 0.70  large bf16/fp16 GEMMs through cuBLAS reach 70–80 % of the dense peak (NVIDIA, "Matrix
                           Multiplication Background User's Guide", docs.nvidia.com/deeplearning/performance);
                           the lower end, as a training step's GEMMs are not all large and square.
-  attention         FlashAttention-2 (what SDPA and flash_attention_2 run) reaches 50–73 % of the peak on Ampere
+  attention         (`attention_efficiency`, by kernel) FlashAttention-2 (SDPA's flash backend and flash_attention_2)
+                    reaches 50–73 % of the peak on Ampere
                     and Ada forward, less backward (Dao, "FlashAttention-2", arXiv:2307.08691, §4.1), but only about
                     35 % on Hopper, whose tensor cores it does not program (Shah et al., "FlashAttention-3",
                     arXiv:2407.08608, §1): 0.50 before Hopper, 0.35 from Hopper on, 0.60 with FlashAttention-3.
@@ -60,10 +67,45 @@ CPU_OP_SECONDS = 8e-6            # one eager PyTorch op: dispatch and kernel lau
 PCIE_OFFLOAD_GBS = 25.0          # host↔device copies over PCIe Gen4 x16 in practice
 CPU_ADAM_GBS = 40.0              # DeepSpeed CPUAdam streams states through host memory at about this rate
 
-# memory-bound reads and writes of the hidden state per token per layer, forward, in units of `hidden` elements:
-# 2 norms (read + write), 2 residual adds (2 reads + write), the gated MLP's activation (in units of the MLP width,
-# below), rotary embeddings on q and k (in units of their widths, below)
-ELEMENTWISE_HIDDEN = 2 * 2 + 2 * 3
+# Memory-bound ops of a block, in bytes moved per element of their width, (forward, backward), as eager PyTorch runs
+# them and as one fused kernel does (Liger-Kernel / unsloth Triton kernels, or torch.compile's Inductor fusions).
+# `cb`: the compute dtype's bytes.
+def _rms_norm_bytes(cb: int, fused: bool) -> tuple[float, float]:
+    """transformers' RMSNorm (models/llama/modeling_llama.py `LlamaRMSNorm.forward`) is six eager kernels:
+    `.to(float32)`, `pow(2)`, `mean(-1)`, `* rsqrt`, `.to(dtype)`, `weight *` — (cb+4) + 8 + 4 + 8 + (4+cb) + 2cb
+    bytes per element forward, and autograd runs each op's backward (≈ twice that). One Triton kernel
+    (liger_kernel/ops/rms_norm.py, unsloth/kernels/rms_layernorm.py) reads x and writes y forward, reads x and dy
+    and writes dx backward."""
+    if fused:
+        return 2 * cb, 3 * cb
+    forward = (cb + 4) + 8 + 4 + 8 + (4 + cb) + 2 * cb
+    return forward, 2 * forward
+
+
+def _layer_norm_bytes(cb: int) -> tuple[float, float]:
+    """torch.nn.LayerNorm is one native kernel each way (aten native_layer_norm / native_layer_norm_backward)."""
+    return 2 * cb, 3 * cb
+
+
+def _gated_act_bytes(cb: int, fused: bool) -> tuple[float, float]:
+    """SwiGLU/GeGLU `act(gate) * up`: eager, the activation (read, write) and the product (2 reads, write) forward,
+    their backwards (mul: 2 reads of saved inputs, the gradient, 2 writes; act: 2 reads, a write); one kernel
+    (liger_kernel/ops/swiglu.py `LigerSiLUMulFunction`) reads gate and up and writes the product, and backward reads
+    gate, up and the gradient and writes both input gradients."""
+    if fused:
+        return 3 * cb, 5 * cb
+    return 5 * cb, 8 * cb
+
+
+def _rope_bytes(cb: int, fused: bool) -> tuple[float, float]:
+    """Rotary embedding of q or k (transformers `apply_rotary_pos_emb`: `q * cos + rotate_half(q) * sin`, where
+    rotate_half is a neg and a cat): four eager kernels, ≈ 9 element reads and writes each way; one kernel
+    (liger_kernel/ops/rope.py, unsloth/kernels/rope_embedding.py) reads and writes q once each way."""
+    return (2 * cb, 2 * cb) if fused else (9 * cb, 9 * cb)
+
+
+# families without rotary embeddings (ALiBi or learned positions)
+NO_ROPE_FAMILIES = ("mpt", "gpt2", "gpt_bigcode", "bloom", "opt")
 OPS_PER_LAYER = 40               # eager ops per block forward (norms, projections, rotary, attention, MLP, adds)
 OPS_PER_ADAPTER = 5              # dropout, A, B, scale, add
 
@@ -116,11 +158,42 @@ def _hopper_or_newer(rp: ResolvedPlan) -> bool:
         return False
 
 
+# SDPA's memory-efficient backend is xformers' CUTLASS kernel (torch/nn/functional.py `scaled_dot_product_attention`
+# docs; aten/src/ATen/native/transformers/cuda/mem_eff_attention): FlashAttention-2 runs 1.3–1.5× faster than it
+# forward and about 2× backward (Dao, arXiv:2307.08691, §4.1 and Fig. 4–5): its share of the peak, ÷ 1.7.
+MEM_EFFICIENT_SLOWDOWN = 1.7
+
+
+def sdpa_backend(rp: ResolvedPlan) -> str:
+    """The kernel SDPA dispatches to (torch 2.2+ aten/src/ATen/native/transformers/cuda/sdp_utils.cpp
+    `select_sdp_backend`: flash, then memory-efficient, then math): FlashAttention-2 needs no explicit mask and a
+    16-bit dtype on sm80+; a padding mask selects the memory-efficient kernel; fp32 or pre-Ampere GPUs without
+    it run the math path (the eager matmuls)."""
+    cc = rp.gpu.compute_capability or ""
+    try:
+        ampere = float(cc) >= 8.0
+    except ValueError:
+        ampere = True
+    if rp.compute_dtype in ("bf16", "fp16") and ampere and not rp.attn_mask:
+        return "flash"
+    return "efficient" if rp.compute_dtype in ("bf16", "fp16", "fp32") else "math"
+
+
 def attention_efficiency(rp: ResolvedPlan) -> float:
-    """Share of the tensor-core peak the attention kernels reach (module docstring)."""
-    if rp.attn_impl == "flash_attention_3":
-        return 0.60
-    return 0.35 if _hopper_or_newer(rp) else 0.50
+    """Share of the tensor-core peak the attention kernels reach (module docstring): FlashAttention-2 (SDPA's flash
+    backend is FlashAttention-2 since torch 2.2) 0.50 before Hopper and 0.35 from Hopper on; FlashAttention-3 0.60
+    on Hopper (elsewhere it does not run: FlashAttention-2's); SDPA's memory-efficient kernel `MEM_EFFICIENT_SLOWDOWN`
+    below FlashAttention-2; eager and SDPA's math path are batched cuBLAS GEMMs (the s×s scores' traffic is in
+    their bytes)."""
+    fa2 = 0.35 if _hopper_or_newer(rp) else 0.50
+    impl = rp.attn_impl
+    if impl == "flash_attention_3":
+        return 0.60 if _hopper_or_newer(rp) else fa2
+    if impl == "eager" or (impl == "sdpa" and sdpa_backend(rp) == "math"):
+        return MATMUL_EFFICIENCY
+    if impl == "sdpa" and sdpa_backend(rp) == "efficient":
+        return fa2 / MEM_EFFICIENT_SLOWDOWN
+    return fa2
 
 
 def network_gbs(rp: ResolvedPlan) -> float:
@@ -316,8 +389,25 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
         op = ops.setdefault((w.part, w.name.split(".")[0]), [0.0, 0.0])
         op[0] += w.flops * w.executed * runs
         op[1] += w.bytes * runs
-    for (part, _), (flops, bytes_) in ops.items():
-        clock.op(part, flops, bytes_, attention_efficiency(rp) if part == "attention" else MATMUL_EFFICIENCY)
+    fp8 = float8_peak(rp)
+    for (part, name), (flops, bytes_) in ops.items():
+        if part == "attention":
+            # context parallel: each rank's queries meet the keys of the whole sequence (ring attention passes
+            # the K/V shards round: torch/distributed/tensor/experimental/_attention.py), cp × its local scores
+            clock.op(part, flops * cp, bytes_, attention_efficiency(rp))
+        elif fp8 and part == "matmuls" and name != "lm_head":
+            clock.op(part, flops * peak / fp8, bytes_ / 2)   # fp8 operands: half the bytes, at the fp8 rate
+        else:
+            clock.op(part, flops, bytes_, MATMUL_EFFICIENCY)
+    if rp.selective_recompute == "op" and not ckpt:
+        # torchtitan's op-level selective checkpointing saves every other matmul's output (_apply_op_sac: `mm_count
+        # % 2`), so backward recomputes half the blocks' linears (and the memory-bound ops between them)
+        for w in work:
+            if w.part == "matmuls" and w.name not in ("lm_head", "score"):
+                rate = peak / fp8 if fp8 else 1.0
+                clock.op("matmuls", w.flops * rate, w.bytes, times=0.5 * w.forward * back)
+    if fp8:
+        clock.op("float8 casts", 0, _float8_cast_bytes(rp, work, cb))
     n_ops = int(layers_total * OPS_PER_LAYER * (1 + back * (forwards + 1)))
 
     # -- LoRA dropout and DoRA, 4-bit dequantisation -------------------------------------------------------
@@ -343,18 +433,20 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
             clock.op("dequantize", 0, quant_params * (packed + consts + cb), times=forwards + 1)
 
     # -- elementwise and the loss ----------------------------------------------------------------------------
-    inter = arch.moe_intermediate or arch.intermediate
-    width = ELEMENTWISE_HIDDEN * arch.hidden + 3 * inter * (arch.experts_per_token or 1) \
-        + 2 * (arch.q_dim + arch.kv_dim)
-    clock.op("elementwise", 0, T * width * cb, times=layers_total * (1 + back * (forwards + 1)))
+    fwd_b, bwd_b = elementwise_bytes(rp)
+    recomputed = forwards - 1 if ckpt else (1.0 if rp.selective_recompute == "op" else 0.0)
+    clock.op("elementwise", 0, T * fwd_b, times=layers_total * (1 + back * recomputed))
+    clock.op("elementwise", 0, T * bwd_b, times=layers_total * back)
     if not rp.scalar_head and arch.block != "encoder":
         logit_tokens = seqs * ((rp.logits_tokens or rp.seq_len) // cp)
-        # logits written, read into the fp32 softmax, the gradient written and read back into the head GEMM;
-        # a fused loss never writes them whole
-        per_token = arch.vocab * (4 if rp.loss_impl == "fused" else 2 * cb + 3 * 4)
-        clock.op("loss", 0, logit_tokens * per_token)
+        clock.op("loss", 0, logit_tokens * arch.vocab * loss_bytes_per_logit(rp))
 
     # -- per micro-step → per optimizer step ---------------------------------------------------------------
+    if rp.activation_offload:
+        # each checkpointed block's input copied to the host in forward and back in backward (unsloth
+        # `Unsloth_Offloaded_Gradient_Checkpointer`: non_blocking copies on the side), overlapped with the block
+        moved = 2 * T * arch.hidden * cb * arch.layers * back
+        clock.add("activation offload (exposed)", max(moved / (PCIE_OFFLOAD_GBS * 1e9) - sum(clock.parts.values()), 0.0))
     micro_s = sum(clock.parts.values())
     launch_s = n_ops * CPU_OP_SECONDS * (0.25 if rp.compile else 1.0)
     overhead = max(launch_s - micro_s, 0.0)          # the GPU waits for Python only when it is faster
@@ -401,6 +493,63 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
     bound = max(candidates, key=candidates.get)
     return Throughput(tokens_per_s=per_gpu, run_tokens_per_s=per_gpu * dp, step_s=step_s, mfu=mfu, bound=bound,
                       parts_s=parts)
+
+
+def elementwise_bytes(rp: ResolvedPlan) -> tuple[float, float]:
+    """(forward, backward) bytes the memory-bound ops of one block move per token: two norms, two residual adds
+    (2 reads + a write each way), the MLP activation, rotary embeddings on q and k. Norms, activation and RoPE run
+    fused under torch.compile (Inductor fuses pointwise ops and reductions into one kernel) or when Triton kernels
+    replace them (`fused_kernels`: Liger's `apply_liger_kernel_to_*` or unsloth's patches)."""
+    arch = rp.arch
+    cb = C.DTYPE_BYTES[rp.compute_dtype]
+    k = set(rp.fused_kernels)
+    tp = max(rp.tensor_parallel, 1)
+    if arch.norm == "layernorm":
+        norm = _layer_norm_bytes(cb)
+    else:
+        norm = _rms_norm_bytes(cb, rp.compile or "rms_norm" in k)
+    inter = (arch.moe_intermediate or arch.intermediate) * (arch.experts_per_token or 1) / tp
+    if arch.mlp in ("swiglu", "geglu"):
+        act = _gated_act_bytes(cb, rp.compile or "swiglu" in k)
+    else:                                            # one activation kernel (GELU/ReLU) each way
+        act = (2 * cb, 3 * cb)
+    rope = (0.0, 0.0) if arch.family in NO_ROPE_FAMILIES or arch.block == "encoder" \
+        else _rope_bytes(cb, rp.compile or "rope" in k)
+    qk = (arch.q_dim + arch.kv_dim) / tp
+    return tuple(2 * norm[i] * arch.hidden + 2 * 3 * cb * arch.hidden + act[i] * inter + rope[i] * qk
+                 for i in (0, 1))
+
+
+def loss_bytes_per_logit(rp: ResolvedPlan) -> float:
+    """Bytes the loss moves per logit beyond the head GEMM: transformers' loss upcasts the logits to fp32
+    (loss/loss_utils.py `logits.float()`), log-softmaxes them and writes the fp32 gradient back as 16-bit —
+    2·cb + 3·4; a Triton cross-entropy kernel (unsloth/kernels/cross_entropy_loss.py, liger_kernel/ops/
+    cross_entropy.py) reads the 16-bit logits and writes their gradient in place — 3·cb; a fused linear
+    cross-entropy (Liger, cut-cross-entropy) never writes the logits whole — 4 for its chunk."""
+    cb = C.DTYPE_BYTES[rp.compute_dtype]
+    if rp.loss_impl == "fused":
+        return 4
+    if "cross_entropy" in rp.fused_kernels or (rp.compile and rp.compile_loss):
+        return 3 * cb
+    return 2 * cb + 3 * 4
+
+
+def float8_peak(rp: ResolvedPlan) -> float | None:
+    """The fp8 dense tensor-core rate when the blocks' linears run in float8 (torchao Float8Linear): twice the
+    bf16 rate on GPUs with fp8 units (H100 SXM datasheet: 1,979 vs 989 dense TFLOPS; Ada: L40S 733 vs 362); None
+    otherwise (torchao refuses float8 below sm89)."""
+    if not rp.float8_linears or not rp.gpu.fp8 or not rp.gpu.tflops_bf16:
+        return None
+    return 2 * rp.gpu.tflops_bf16 * 1e12
+
+
+def _float8_cast_bytes(rp: ResolvedPlan, work: list[Matmul], cb: int) -> float:
+    """torchao's dynamic float8 scaling (torchao/float8/float8_linear.py): every operand of the three GEMMs of a
+    linear — input and weight forward, the output gradient, the input and weight again (transposed) backward — is
+    read for its amax, read again and written as fp8: 2·cb + 1 bytes per element."""
+    # a run's `bytes` are its input, output and weight in the compute dtype: about the operands each pass casts
+    return sum((w.forward + w.recompute + w.backward) * w.bytes / cb * (2 * cb + 1)
+               for w in work if w.part == "matmuls" and w.name not in ("lm_head", "score"))
 
 
 def _objective_seconds(rp: ResolvedPlan, clock: _Clock, T: int, policy_flops: float) -> float:

@@ -74,7 +74,7 @@ _TRIGGER = re.compile(r"TrainingArguments|(?:Train|Sft|Pretrain|RLHF)Arguments\s
 # names whose calls we read; a line without any of them holds no call of interest
 _HOT = re.compile(r"Arguments|Config|Trainer|from_pretrained|get_peft_model|gradient_checkpointing_enable|"
                   r"prepare_model_for_kbit_training|environ|putenv|optim|backward|DataLoader|autocast|compile|"
-                  r"bfloat16|half|\.to\b|AdamW|Adafactor|global|nonlocal")
+                  r"bfloat16|half|\.to\b|AdamW|Adafactor|global|nonlocal|apply_liger_kernel_to_")
 
 
 class _Unknown:
@@ -628,6 +628,11 @@ def _call(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope) -> None:
             if _is_unsloth(full):
                 r.signals.add("unsloth")
                 _unsloth_load(r, ev, call, scope)
+            if "AutoLigerKernel" in full:
+                _liger_patch(r, ev, call, scope, full)
+        return
+    if last.startswith("apply_liger_kernel_to_"):
+        _liger_patch(r, ev, call, scope, last)
         return
     if last == "BitsAndBytesConfig":
         if r.first("bnb"):
@@ -888,6 +893,25 @@ UNSLOTH_LOADERS = ("FastLanguageModel", "FastModel", "FastVisionModel", "FastTex
 # Loaders that build a vision-language model for image-text data (transformers 5.24 models/auto/modeling_auto.py
 # AutoModelForImageTextToText, its older name AutoModelForVision2Seq; unsloth's FastVisionModel)
 IMAGE_TEXT_LOADERS = frozenset({"AutoModelForImageTextToText", "AutoModelForVision2Seq", "FastVisionModel"})
+
+
+def _liger_patch(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name: str) -> None:
+    """Liger's patches (`apply_liger_kernel_to_llama(...)`, `AutoLigerKernelForCausalLM.from_pretrained`): by default
+    fused linear cross-entropy, RMSNorm, RoPE and SwiGLU kernels (liger-kernel 0.5 liger_kernel/transformers/
+    monkey_patch.py: `rope=True, cross_entropy=False, fused_linear_cross_entropy=True, rms_norm=True, swiglu=True`).
+    The fused loss is modelled; the other kernels are named as not modelled."""
+    def on(key: str) -> bool:
+        kw = _kw(call, key)
+        return kw is None or ev.value(kw.value, scope) is not False
+
+    s = r.node_setting(name, call.func, True)
+    if on("fused_linear_cross_entropy"):
+        r.b.set("loss_impl", "fused", s, note="Liger fused linear cross-entropy")
+    kernels = [k for k, key in (("RMSNorm", "rms_norm"), ("RoPE", "rope"), ("SwiGLU", "swiglu")) if on(key)]
+    if kernels:
+        names = " and ".join([", ".join(kernels[:-1]), kernels[-1]] if len(kernels) > 1 else kernels)
+        r.b.unmodelled(s, f"Liger's {names} kernel{'s' if len(kernels) > 1 else ''}",
+                       "estimated as transformers' own layers")
 
 
 def _is_unsloth(full: str) -> bool:

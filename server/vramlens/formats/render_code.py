@@ -347,7 +347,8 @@ def _py_change(doc: _PyDoc, plan: TrainingPlan, concept: str, value: Any, pendin
     local = _local(plan, concept)
     config = _config_call(doc)
     if concept == "optimizer" and local is not None and local.key and "." in local.key:
-        raise _Cannot(f"the optimizer is constructed in code (`{local.key}` on line {_entry_span(local).start_line + 1}): "
+        line = _entry_span(local).start_line + 1
+        raise _Cannot(f"the optimizer is constructed in code (`{local.key}` on line {line}): "
                       f"replace it with the `{value}` optimizer there")
     if concept == "quant_compute_dtype":
         if not _edit_dtype_in_place(doc, local, value):

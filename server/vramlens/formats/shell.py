@@ -970,7 +970,7 @@ class ShellScript:
     purpose: tuple[str, Span] | None = None   # no launch, but a command that does something else (formats.purpose)
     flag_args: list[tuple[str, Arg, list[Arg]]] = field(default_factory=list)   # the script's own flags
     # variables whose default the caller may override (an option-parsing loop's `MODEL=$1`) → what was assumed
-    defaults: dict[str, str] = field(default_factory=dict)
+    defaults: dict[str, tuple] = field(default_factory=dict)
 
 
 class _Reader:
@@ -1051,7 +1051,7 @@ class _Flow:
         self.text = text
         self.blocks: list[tuple[str, int]] = []     # open if/case/loop: (keyword, offset)
         self.arg_names = set("123456789@*") | {"OPTARG"}     # names that hold the caller's arguments
-        self.defaults: dict[str, str] = {}
+        self.defaults: dict[str, tuple[str, int, int | None]] = {}   # name → (default, where, its `case`)
         self.prev_end = 0
         self.conditional = False                    # the command being read may not run
 
@@ -1097,28 +1097,36 @@ class _Flow:
                 and old is not None and old.value is not None):
             self.defaults.pop(name, None)
             return False
-        value = old.value if len(old.value) <= 80 else old.value[:79] + "…"
-        options = self._options(var.word.start)
-        by = (" or ".join(f"`{o}`" for o in options) if options else "an argument given to the script")
-        self.defaults[name] = f"{name}={value}, the script's default; {by} overrides it"
+        case = next((start for kw, start in reversed(self.blocks) if kw == "case"), None)
+        self.defaults[name] = (old.value, var.word.start, case)
         return True
 
-    def _options(self, at: int) -> list[str]:
-        """The options of the `case` arm that `at` lies in (`-m | --model )` → ["-m", "--model"])."""
-        case = next((start for kw, start in reversed(self.blocks) if kw == "case"), None)
-        if case is None:
-            return []
-        arm = None
-        for arm in _CASE_ARM.finditer(self.text, max(case, at - _ARM_WINDOW), at):
-            pass
-        if arm is None:
-            return []
-        out = []
-        for o in arm.group(1).split("|"):
-            o = o.strip().strip("'\"").removesuffix("*")
-            if o and o != "?":
-                out.append(o if o.startswith("-") else "-" + o if len(o) == 1 else o)
-        return out[:4]
+
+def default_note(text: str, name: str, kept: tuple[str, int, int | None]) -> str:
+    """What was assumed for a default kept by `_Flow` (worked out only for the variables a launch uses):
+    "MODEL=Qwen/Qwen-7B, the script's default; `-m` or `--model` overrides it"."""
+    value, at, case = kept
+    value = value if len(value) <= 80 else value[:79] + "…"
+    options = _case_options(text, at, case)
+    by = " or ".join(f"`{o}`" for o in options) if options else "an argument given to the script"
+    return f"{name}={value}, the script's default; {by} overrides it"
+
+
+def _case_options(text: str, at: int, case: int | None) -> list[str]:
+    """The options of the `case` arm that `at` lies in (`-m | --model )` → ["-m", "--model"]; getopts' `m)` → ["-m"])."""
+    if case is None:
+        return []
+    arm = None
+    for arm in _CASE_ARM.finditer(text, max(case, at - _ARM_WINDOW), at):
+        pass
+    if arm is None:
+        return []
+    out = []
+    for o in arm.group(1).split("|"):
+        o = o.strip().strip("'\"").removesuffix("*")
+        if o and o != "?":
+            out.append(o if o.startswith("-") else "-" + o if len(o) == 1 else o)
+    return out[:4]
 
 
 # `bash -c "…"` (slurm's `srun … bash -c "cd /x; torchrun … -m ${training_commands}"`): the quoted script's commands
@@ -1410,7 +1418,8 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
     tool = launch.tool
     if script.defaults:                                 # the defaults the launch line uses (`MODEL=… ;; $MODEL`)
         used = {p[1] for a in launch.args for p in a.word.parts if p[0] == VAR}
-        b.plan.read_notes.extend(note for name, note in script.defaults.items() if name in used)
+        b.plan.read_notes.extend(default_note(script.text, name, kept) for name, kept in script.defaults.items()
+                                 if name in used)
     if tool == "verl":                                  # hydra `key=value` overrides (formats.verl)
         return verl.apply_launch(b, r, script, ctx)
     framework = {"llamafactory": "llamafactory", "torchtune": "torchtune", "axolotl": "axolotl", "trl": "trl",

@@ -397,6 +397,11 @@ def _parallel(b: PlanBuilder, v: _Values, world: tuple[int, Setting | None] | No
                   note="loss parallel: logits sharded over the vocabulary on the tensor-parallel ranks")
     if cp > 1:
         b.set("context_parallel", cp, cp_s)
+        if shard == -1 or shard > 1 or rep == 1:
+            # torchtitan/distributed/parallel_dims.py (v0.2.2): the FSDP mesh is data_parallel_shard × context_parallel
+            b.unmodelled(cp_s, "FSDP sharding over the context-parallel ranks as well (torchtitan's fsdp mesh is "
+                               "data_parallel_shard_degree × context_parallel_degree)",
+                         "estimated as sharded over the data-parallel ranks only (more memory than the run)")
     if pp > 1:
         b.set("pipeline_parallel", pp, pp_s)
         schedule = v.get("pp_schedule")

@@ -39,8 +39,9 @@ def main() -> int:
     torch.cuda.init()
     torch.cuda.synchronize(dev)
     free0, total = torch.cuda.mem_get_info(dev)
-    info: dict[str, Any] = {"gpu": torch.cuda.get_device_name(dev), "total_bytes": total, "used_after_context": total - free0,
-            "torch": torch.__version__, "cuda": torch.version.cuda}
+    info: dict[str, Any] = {
+        "gpu": torch.cuda.get_device_name(dev), "total_bytes": total, "used_after_context": total - free0,
+        "torch": torch.__version__, "cuda": torch.version.cuda}
     cap = req.get("cap_usable_bytes")
     if cap:
         # emulate a smaller GPU: the allocator may use the target's usable memory minus this context

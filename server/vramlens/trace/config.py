@@ -95,6 +95,11 @@ class StepConfig:
     images: int = 0                  # images per sequence through a VLM's vision tower (real backend: Gemma-3)
     framework: str = ""              # the plan's framework (torchtune configs run on torchtune's own model)
     rope_caches: int = 1             # torchtune: RoPE modules (one per layer in most of its LoRA builders)
+    # FSDP across ranks (the sharded backend traces rank 0: trace.sharded)
+    world_size: int = 1
+    fsdp_version: int = 0            # 0: not FSDP; 1: FullyShardedDataParallel; 2: fully_shard
+    reshard_after_forward: bool = True   # FULL_SHARD; False: SHARD_GRAD_OP
+    fsdp_mixed_precision: bool = False   # units gathered in the compute dtype, gradients reduced in fp32
 
     @property
     def full_finetune(self) -> bool:
@@ -235,7 +240,7 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         assumptions.append(f"gradient accumulation {rp.grad_accum}: 2 micro-batches run (every later one repeats "
                            "the second: gradients already exist)")
     if rp.world_size > 1:
-        not_traced.append(f"{rp.strategy} across {rp.world_size} ranks (one unsharded replica traced)")
+        not_traced.append(replica_note(rp.strategy, rp.world_size))
     if rp.tensor_parallel > 1 or rp.context_parallel > 1:
         not_traced.append("tensor/context parallelism")
     if (gap := objective_not_traced(rp)) is not None:
@@ -281,4 +286,19 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         embeddings_16bit=upcast and rp.kbit_embeddings_16bit,
         images=rp.images_per_sequence if arch.vision_params else 0,
         framework=rp.framework or "", rope_caches=rp.rope_caches,
+        world_size=rp.world_size, fsdp_version=fsdp_version(rp), reshard_after_forward=rp.zero_stage >= 3,
+        fsdp_mixed_precision=rp.fsdp_mixed_precision,
     )
+
+
+def replica_note(strategy: str, world_size: int) -> str:
+    """What a single-replica trace leaves out of a plan across ranks (the sharded backend traces it for FSDP)."""
+    return f"{strategy} across {world_size} ranks (one unsharded replica traced)"
+
+
+def fsdp_version(rp: ResolvedPlan) -> int:
+    """The FSDP the sharded backend runs: FSDP1 where the plan keeps FSDP1's per-block gradients
+    (`fsdp_keeps_block_grads`), else FSDP2; 0 when the plan does not shard with FSDP (ZeRO-2/3-like stages only)."""
+    if rp.strategy != "fsdp" or rp.world_size <= 1 or rp.zero_stage < 2:
+        return 0
+    return 1 if rp.fsdp_keeps_block_grads else 2

@@ -54,11 +54,14 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
         should_stop: Callable[[], bool] | None = None, backend: str = "synthetic") -> dict:
     """Trace (or, with real=True, execute on CPU) the plan's training step; returns raw byte counts.
     backend "transformers": the real Hugging Face libraries (`trace.hf`); "torchtune": torchtune's own model and loss
-    (`trace.torchtune_backend`); "synthetic": the plain-torch model (`trace.model`)."""
+    (`trace.torchtune_backend`); "fsdp": the Hugging Face model sharded by FSDP, rank 0 of the plan's ranks
+    (`trace.sharded`); "synthetic": the plain-torch model (`trace.model`)."""
     if backend == "transformers":
         from vramlens.trace import hf as B
     elif backend == "torchtune":
         from vramlens.trace import torchtune_backend as B
+    elif backend == "fsdp":
+        from vramlens.trace import sharded as B
     else:
         B = M
     t0 = time.perf_counter()

@@ -99,7 +99,22 @@ class LiveBytes(TorchDispatchMode):
         st = t.untyped_storage()
         if st in self.recs:
             return
-        rec = _Rec(alloc_size(st.nbytes()), self.phase)
+        self._add(st, st.nbytes())
+
+    def resized(self, st, nbytes: int) -> None:
+        """`st.resize_(nbytes)` of a tracked storage: the old size is freed and the new one allocated, as on CUDA
+        (FSDP frees and re-allocates its unsharded parameters this way: torch 2.13 distributed/utils.py
+        `_free_storage`, distributed/fsdp/_fully_shard/_fsdp_param.py `alloc_storage`/`free_storage`)."""
+        rec = self.recs.get(st)
+        if rec is None or rec.cat == "outside" or alloc_size(nbytes) == rec.nbytes:
+            return
+        self._free(id(rec))
+        del self.recs[st]
+        self._add(st, nbytes, rec.cat)
+
+    def _add(self, st, nbytes: int, cat: str | None = None) -> None:
+        rec = _Rec(alloc_size(nbytes), self.phase)
+        rec.cat = cat
         if self.outside:
             self.outside_bytes += rec.nbytes
             rec.nbytes, rec.cat = 0, "outside"
@@ -109,7 +124,7 @@ class LiveBytes(TorchDispatchMode):
         weakref.finalize(st, self._free, key)
         self.cur += rec.nbytes
         if rec.cat != "outside":
-            self._event("alloc", key, st.nbytes())                   # the allocator rounds the request itself
+            self._event("alloc", key, nbytes)                        # the allocator rounds the request itself
         if self.cur > self.seg_peak:
             self.seg_peak = self.cur
         if self.cur > self.peak:

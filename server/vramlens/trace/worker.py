@@ -2,7 +2,7 @@
 
 Requests (stdin):
   {"op": "trace", "id": "…", "plan": <ResolvedPlan as JSON>, "steps": null | 1 | 2,
-   "backend": "auto" | "transformers" | "torchtune" | "synthetic"}   auto: the real libraries where they can run
+   "backend": "auto" | "fsdp" | "transformers" | "torchtune" | "synthetic"}   auto: the real libraries where they can run
                                                                      the step
   {"op": "cancel", "id": "…"}          stop that trace (queued or running) as soon as possible
   {"op": "ping", "id": "…"}            answered with {"type": "pong", "id": "…"}
@@ -143,9 +143,11 @@ def real_backends(cfg) -> list[tuple[str, object]]:
     """The real-library backends that could run this step, in the order they are tried: torchtune's own model and
     loss for a torchtune config, then the Hugging Face libraries, except where a torchtune config's chunked loss
     would become TRL's fused head there (a different loss: the synthetic model runs torchtune's)."""
-    from vramlens.trace import hf, torchtune_backend
+    from vramlens.trace import hf, sharded, torchtune_backend
 
     out: list[tuple[str, object]] = []
+    if cfg.fsdp_version and cfg.framework != "torchtune":
+        out.append(("fsdp", sharded))                  # rank 0 of the plan's FSDP ranks
     if cfg.framework == "torchtune":
         out.append(("torchtune", torchtune_backend))
     if not (cfg.framework == "torchtune" and cfg.loss == "chunked"):
@@ -158,6 +160,7 @@ def run_backends(cfg, msg: dict, progress, stop: threading.Event) -> dict:
     reason in `not_traced` (the report is then `exact: false`, forced or not). `backend` names one backend to use
     without falling back ("transformers", "torchtune", "synthetic"); "auto" tries them in order."""
     from vramlens.trace import engine, hf, report
+    from vramlens.trace.config import replica_note
     from vramlens.trace.tracker import TraceCancelled
 
     backend = msg.get("backend") or "auto"
@@ -175,6 +178,9 @@ def run_backends(cfg, msg: dict, progress, stop: threading.Event) -> dict:
                                  backend=name)
                 raw["assumptions"] = B.description(cfg) + [a for a in raw["assumptions"] if not a.startswith(
                     ("chunked cross-entropy traced as torchtune", "attention `"))]
+                if name == "fsdp":                      # the ranks were traced, not one replica
+                    note = replica_note("fsdp", cfg.world_size)
+                    raw["not_traced"] = [n for n in raw["not_traced"] if n != note]
                 break
             except TraceCancelled:
                 raise
