@@ -131,7 +131,7 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
     # implementation "fused", compile.enable False, activation_checkpoint mode "selective" with selective_ac_option
     # "2" (every second block checkpointed); its datasets fill every sample to seq_len and its Llama attention is
     # causal SDPA; train.py computes the loss on the logits and deletes them before backward ("del pred")
-    "torchtitan": ("torchtitan 0.2.2 (JobConfig)", {
+    "torchtitan": ("torchtitan 0.1–0.2 (JobConfig)", {
         "micro_batch": 8, "grad_accum": 1, "seq_len": 2048, "optimizer": "torch.optim.AdamW",
         "optimizer_impl": "fused",
         "grad_checkpointing": True,                 # of every second block: formats/torchtitan.py sets how many

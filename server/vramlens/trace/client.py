@@ -41,8 +41,9 @@ class TraceError(RuntimeError):
 
 
 def plan_key(rp: ResolvedPlan) -> str:
-    """Cache key: the ResolvedPlan JSON, hashed, with the tracer's version."""
-    text = rp.model_dump_json()
+    """Cache key: the ResolvedPlan JSON, hashed, with the tracer's version (without the labels of what is not
+    modelled: where a setting sits in the file does not change the step)."""
+    text = rp.model_dump_json(exclude={"unmodelled", "approximate"})
     return hashlib.sha256(f"{__version__}\n{text}".encode()).hexdigest()
 
 

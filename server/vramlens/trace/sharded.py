@@ -87,11 +87,31 @@ def install_resize_tracking() -> None:
     torch.UntypedStorage.resize_ = resize_
 
 
+@once_per_process
+def install_fake_data_ptr_check() -> None:
+    """FSDP1 asserts that an unsharded flat parameter is allocated by its data pointer (torch 2.13
+    distributed/fsdp/_flat_param.py `_writeback_orig_params` calls distributed/utils.py `_data_ptr_allocated`,
+    `tensor.untyped_storage().data_ptr() > 0`); a fake tensor's storage has no data pointer, so for fake tensors
+    the storage's size answers (what FSDP resizes to free it)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.distributed.fsdp import _flat_param
+
+    original = _flat_param._data_ptr_allocated
+
+    def data_ptr_allocated(tensor: torch.Tensor) -> bool:
+        if isinstance(tensor, FakeTensor):
+            return tensor.untyped_storage().size() > 0
+        return original(tensor)
+
+    _flat_param._data_ptr_allocated = data_ptr_allocated
+
+
 def build_meta(cfg: StepConfig) -> hf.HFStep:
     """The real-library model on `meta`, with the process group and (FSDP2) the device mesh made here, outside the
     fake mode: the mesh reads its rank map with `tolist()`, which a fake tensor cannot answer."""
     fake_process_group(cfg.world_size)
     install_resize_tracking()
+    install_fake_data_ptr_check()
     step = hf.build_meta(cfg)
     if cfg.fsdp_version == 2:
         from torch.distributed.device_mesh import init_device_mesh
