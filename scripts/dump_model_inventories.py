@@ -296,9 +296,27 @@ def inventory(model_type: str) -> dict:
     params, kinds = [], {}
     rule_fields: set[str] = set()
     tied = _tied(model0)
+    # a second check: every other field doubled, the rest kept (sizes scaled unequally), layers odd
+    d_alt, alt = d0, dict(fields)
+    for n, f in enumerate(used):
+        layer_field = f.rsplit(".", 1)[-1] in LAYER_FIELDS
+        if layer_field or n % 2 == 0:
+            value = fields[f] + 3 if layer_field else fields[f] * 2
+            try:
+                config_cls.from_dict(_set(d_alt, f, value))
+            except Exception:
+                continue
+            d_alt, alt[f] = _set(d_alt, f, value), value
+    try:
+        cfg_a, model_a = build(config_cls, d_alt)
+        qa = measure(model_a, cfg_a)[0]
+    except Exception:
+        qa = None
+
     def follows(key, terms) -> bool:
         return terms is not None and checked and key in qc and qc[key] is not None and \
-            abs(evaluate(terms, scaled) - qc[key]) < 0.5
+            abs(evaluate(terms, scaled) - qc[key]) < 0.5 and \
+            (qa is None or qa.get(key) is not None and abs(evaluate(terms, alt) - qa[key]) < 0.5)
 
     for key, terms in formulas.items():
         if key[0] == "k":

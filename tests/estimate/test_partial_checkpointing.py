@@ -3,12 +3,13 @@ selective checkpointing, sequence parallelism and the vocabulary-parallel loss o
 Megatron's selective recompute of the core attention (Korthikanti et al. 2022, §4)."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
 
-from vramlens.estimate import GIB, components as C, estimate
+from vramlens.estimate import components as C, estimate
 from vramlens.knowledge.schema import GpuSpec, ModelArch, OptimizerSpec
 from vramlens.resolved import ResolvedPlan
 
@@ -131,7 +132,6 @@ def test_megatron_flags_read_selective_and_backend(tmp_path, flags):
         run = subprocess.run([sys.executable, "-m", "vramlens", "estimate", "--format", "json", "--offline",
                               "--gpu", "H100", str(script)], capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, run.stderr
-        import json
         out[name] = json.loads(run.stdout)
     sel = out["selective"]
     assert sel["sources"]["selective_recompute"]["value"] == "core_attention"

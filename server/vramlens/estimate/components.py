@@ -1649,8 +1649,9 @@ def checkpoint_per_token(rp: ResolvedPlan) -> float:
 
 def recomputes(rp: ResolvedPlan) -> bool:
     """Whether backward recomputes blocks: whole-block checkpointing (of every block or every n-th) or op-level
-    selective checkpointing, which wraps every block in a checkpoint that keeps only some ops' outputs."""
-    return rp.grad_checkpointing or rp.selective_recompute == "op"
+    selective checkpointing, which wraps every block in a checkpoint that keeps only some ops' outputs. Every n-th
+    block with n above the block count checkpoints none."""
+    return (rp.grad_checkpointing and checkpointed_blocks(rp) > 0) or rp.selective_recompute == "op"
 
 
 def checkpointed_blocks(rp: ResolvedPlan) -> int:

@@ -102,6 +102,13 @@ def _falcon_h1(config: Mapping[str, Any]) -> dict:
     return config
 
 
+# Canonical field -> the older spellings transformers' config classes read as it (their `attribute_map`: GPT-2,
+# BLOOM, GPT-BigCode, GPT-J, T5 configs in transformers 5.24)
+_ALIASES = {"hidden_size": ("n_embd", "n_embed", "d_model"), "num_hidden_layers": ("n_layer", "num_layers"),
+            "num_attention_heads": ("n_head", "num_heads"), "max_position_embeddings": ("n_positions",),
+            "intermediate_size": ("n_inner",)}
+
+
 # model_type -> how its config class reads a config.json where that is not a size formula
 _CONFIG_READERS = {"lfm2": _lfm2, "falcon_h1": _falcon_h1}
 
@@ -119,6 +126,9 @@ def build(config: Mapping[str, Any], model_type: str) -> Built | None:
     missing = []
     for field, (tiny, default) in inv["fields"].items():
         v = _lookup(config, field)
+        for alias in _ALIASES.get(field, ()):    # older spellings the config classes map (`attribute_map`)
+            if not _number(v):
+                v = _lookup(config, alias)
         if not _number(v):
             missing.append(field)
             v = default if _number(default) else tiny

@@ -323,8 +323,12 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
     if arch.block == "encoder":
         return arch
     built = inventory.build(config, model_type)
-    if built is None or built.total <= 0 or built.approximate and model_type in _DEDICATED:
-        return arch          # a family the formulas above know, and a config the inventory does not scale exactly
+    if built is None or built.total <= 0:
+        return arch
+    if model_type in _DEDICATED and (built.approximate or abs(built.total / param_count(arch) - 1) > 0.05):
+        # a family the formulas above know (tested against published sizes), and a config the inventory does not
+        # scale exactly, or reads otherwise than they do (an older spelling it does not know): the formulas
+        return arch
     notes = [f"parameters approximate: {built.approximate}"] if built.approximate else []
     other = [(kind, n) for kind, n in built.layer_kinds if kind in inventory.NOT_ATTENTION]
     if other:
