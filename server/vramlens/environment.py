@@ -32,6 +32,8 @@ from vramlens.knowledge.versions import NEWEST
 log = logging.getLogger(__name__)
 
 PACKAGES = tuple(NEWEST)
+# training frameworks whose pins choose the argument schemas their configs are read against (frameworks.recognise)
+FRAMEWORK_PACKAGES = ("axolotl", "llamafactory", "ms-swift", "torchtune", "torchtitan", "openrlhf", "verl")
 MAX_PIN_FILE = 4 * 2**20                 # a lock file of a large project is ~1–3 MB
 MAX_METADATA = 2**20
 CONDA_NAMES = {"pytorch": "torch"}       # conda-forge / pytorch channel names of the same distributions
@@ -190,7 +192,7 @@ def _pins(folder: Path, stamp: tuple) -> tuple[tuple[str, Found], ...]:
         else:
             pins = _requirements_pins(text)
         for pkg, version in pins.items():
-            if pkg in PACKAGES and pkg not in out:
+            if (pkg in PACKAGES or pkg in FRAMEWORK_PACKAGES) and pkg not in out:
                 out[pkg] = Found(version, f"pinned in {name}")
     return tuple(out.items())
 

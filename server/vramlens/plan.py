@@ -179,6 +179,9 @@ class TrainingPlan(BaseModel):
     attn_impl: Sourced[str] | None = None         # AttnImpl
     compile: Sourced[bool] | None = None
     loss_impl: Sourced[str] | None = None         # LossImpl
+    fused_kernels: Sourced[list[str]] | None = None   # Triton kernels swapped in (Liger, unsloth): "rms_norm", "rope",
+                                                  # "swiglu", "cross_entropy"
+    float8_linears: Sourced[bool] | None = None   # torchao Float8Linear: the blocks' linears run in float8
     # optimizer
     optimizer: Sourced[str] | None = None         # as written (normalized by knowledge.optimizers)
     optimizer_impl: Sourced[str] | None = None    # OptimizerImpl

@@ -18,6 +18,8 @@ from vramlens.resolved import ResolvedPlan, unmodelled_text
 from vramlens.settings import Settings
 
 DEFAULT_GPU = "A100-80GB"
+# The Triton kernels a run can swap in for transformers' own (ResolvedPlan.fused_kernels)
+FUSED_KERNELS = ("rms_norm", "rope", "swiglu", "cross_entropy")
 # The sequence length assumed when neither the file nor its framework gives one (a plain Trainer script tokenizes
 # its data itself): a common training length, never more than the model's positions.
 ASSUMED_SEQ_LEN = 2048
@@ -221,7 +223,8 @@ def _value(plan: TrainingPlan, concept: str, defaults: dict, fw_label: str, sour
         return s.value
     if concept in defaults:
         v = defaults[concept]
-        sources[concept] = Sourced(value=v, origin=Origin.DEFAULT, framework=fw_label)
+        sources[concept] = Sourced(value=v, origin=Origin.DEFAULT,
+                                   framework=getattr(defaults, "labels", {}).get(concept, fw_label))
         return v
     return None
 
@@ -231,7 +234,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
 
     settings = settings or Settings()
     fw_key, fw_label, defaults = frameworks.defaults_for(
-        plan.framework, plan.objective.value if plan.objective is not None else None)
+        plan.framework, plan.objective.value if plan.objective is not None else None, settings)
     behaviour = frameworks.BEHAVIOUR[fw_key]
     sources: dict[str, Sourced] = {}
     assumptions: list[str] = list(plan.read_notes)
@@ -361,7 +364,15 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     dp = max(1, int(world) // max(1, int(tp) * int(cp) * int(pp)))
     if strategy == "none" and dp > 1:
         strategy = "ddp"
-    if strategy in ("deepspeed", "fsdp") and int(zero or 0) > 0 and dp == 1:
+    # FSDP2 shards over the data-parallel and context-parallel ranks together: the context-parallel ranks compute
+    # gradients of the same weights, so the sharding mesh folds them in (torchtitan v0.2.2
+    # torchtitan/distributed/parallel_dims.py `build_mesh`: "fsdp: ... This includes dp_shard and cp", used by
+    # models/llama3/infra/parallelize.py `apply_fsdp`; NeMo AutoModel v0.5.0 components/distributed/mesh_utils.py
+    # `get_fsdp_dp_mesh` → the `dp_shard_cp` mesh; accelerate 1.15 parallelism_config.py `fsdp_dim_names` →
+    # `dp_shard_cp`). Megatron's distributed optimizer folds them in itself (components.megatron_dp); DeepSpeed's
+    # ZeRO shards over its data-parallel group.
+    shard_ranks = dp * int(cp) if strategy == "fsdp" else dp
+    if strategy in ("deepspeed", "fsdp") and int(zero or 0) > 0 and shard_ranks == 1:
         assumptions.append(f"{'ZeRO' if strategy == 'deepspeed' else 'FSDP'} sharding with one GPU shards nothing: "
                            "set the GPU count (launcher flag, `# vramlens: gpu=... count=N`, or --num-gpus)")
     adapter_fp32 = behaviour["adapter_fp32"]
@@ -489,6 +500,8 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
                                                      arch.layers)
         if fw_key == "torchtune" else 1,
         loss_impl=val("loss_impl") or "standard", keep_logits=behaviour["keep_logits"],
+        fused_kernels=tuple(k for k in val("fused_kernels") or () if k in FUSED_KERNELS),
+        float8_linears=bool(val("float8_linears")),
         optimizer=opt, optimizer_impl=impl if impl in ("foreach", "fused", "forloop") else "fused",
         optimizer_in_bwd=bool(val("optimizer_in_bwd")),
         set_to_none=bool(val("zero_grad_set_to_none") if val("zero_grad_set_to_none") is not None else True),
@@ -504,7 +517,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
         quant_bits=quant_bits, quant_type=str(qval("quant_type") or "nf4"), quant_double=bool(qval("quant_double")),
         quant_storage=storage if storage in ("bf16", "fp16", "fp32") else "uint8",
         quant_keeps_input=keeps_input, **frameworks.step_flags(fw_key),
-        strategy=strategy, zero_stage=int(zero) if strategy in ("deepspeed", "fsdp") else 0, world_size=dp,
+        strategy=strategy, zero_stage=int(zero) if strategy in ("deepspeed", "fsdp") else 0, world_size=shard_ranks,
         offload_optimizer=bool(val("offload_optimizer")), offload_params=bool(val("offload_params")),
         tensor_parallel=int(tp), context_parallel=int(cp), pipeline_parallel=int(pp),
         **_megatron_layout(val), **_partial_checkpointing(val),

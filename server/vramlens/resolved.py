@@ -137,7 +137,8 @@ class ResolvedPlan(BaseModel):
     # distribution (per-rank estimate)
     strategy: Literal["none", "ddp", "deepspeed", "fsdp", "megatron"] = "none"
     zero_stage: int = 0
-    world_size: int = 1                        # data-parallel ranks that shard (ZeRO/FSDP) or replicate (DDP)
+    world_size: int = 1                        # data-parallel ranks that shard (ZeRO/FSDP; FSDP with the context-
+                                               # parallel ones) or replicate (DDP)
     offload_optimizer: bool = False
     offload_params: bool = False
     tensor_parallel: int = 1

@@ -3,9 +3,8 @@ sequence of lines they stand for: `index`, `count`, `in`, slices and reversal as
 from __future__ import annotations
 
 import pytest
-from pygls.workspace import TextDocument
-
 import vramlens.lsp.documents  # noqa: F401  (installs the replacement of TextDocument.lines)
+from pygls.workspace import TextDocument
 from vramlens.text import LineIndex
 
 TEXTS = [

@@ -198,7 +198,8 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
                 held_ckpt = lowest
         # the LM head's backward has run before any block's: the 16-bit head copy it kept is gone; under AMP the
         # block being recomputed holds its own weights' 16-bit copies (components.recompute_weight_copies)
-        phases["recompute"] = {**base, "buffers": B + root, "optimizer": O, "gradients": grads,
+        phases["recompute"] = {**base, "buffers": B + root + C.fsdp_backward_working_set(rp, p), "optimizer": O,
+                               "gradients": grads,
                                "activations": held_ckpt + kept + C.recompute_weight_copies(rp) + recompute + mask
                                + mask_per_layer + t5_bias, "logits": 0,
                                "temporaries": max(block_temps, C.nf4_dequant_transient(rp))}

@@ -315,6 +315,10 @@ def zero_shard_factor(rp: ResolvedPlan, what: str) -> float:
         return 1.0
     stage = rp.zero_stage
     needed = {"optimizer": 1, "gradients": 2, "weights": 3}[what]
+    if rp.strategy == "fsdp" and what == "weights":
+        # SHARD_GRAD_OP shards the parameters at rest too, gathering them from a unit's forward to its backward
+        # (`fsdp_root_unsharded`; torch FSDP docs, ShardingStrategy.SHARD_GRAD_OP)
+        needed = 2
     return 1.0 / rp.world_size if stage >= needed else 1.0
 
 
@@ -2072,26 +2076,76 @@ def gathered_layer_bytes(rp: ResolvedPlan, p: Params) -> int:
     return int((s.layer_params - norms) * (packed + consts) + norms * cb)
 
 
+def fsdp_gather_bytes(rp: ResolvedPlan) -> int:
+    """Bytes per parameter of FSDP's unsharded copies: the mixed-precision `param_dtype` (the compute dtype) when the
+    plan gathers 16-bit weights (`fsdp_gathers_16bit`), else the parameters' own dtype (torch 2.13
+    distributed/fsdp/_fully_shard/_fsdp_param.py `init_dtype_attrs`: no param_dtype, no cast). The unsharded
+    gradients autograd makes are in that dtype too."""
+    return DTYPE_BYTES[rp.compute_dtype if fsdp_gathers_16bit(rp) else rp.weight_dtype]
+
+
+def fsdp_sharded(rp: ResolvedPlan) -> bool:
+    """FULL_SHARD (stage 3) or SHARD_GRAD_OP (stage 2) across ranks: parameters, gradients and optimizer state all
+    sharded at rest (`zero_shard_factor`)."""
+    return rp.strategy == "fsdp" and rp.world_size > 1 and rp.zero_stage >= 2 and not rp.offload_params
+
+
 def fsdp_root_unsharded(rp: ResolvedPlan) -> int:
-    """The root FSDP unit's parameters, unsharded from the forward through the backward. FULL_SHARD frees every
-    other unit after its forward but not the root's ("Do not free the root's parameters in the post-forward for
-    `FULL_SHARD` with the intention that they are immediately used for backward computation", torch 2.4
-    torch/distributed/fsdp/_runtime_utils.py `_post_forward_reshard`; FSDP2 likewise: "For the root, do not reshard
-    after forward", torch 2.13 distributed/fsdp/_fully_shard/_fsdp_state.py `_lazy_init`). With transformer-layer
-    auto-wrap the root holds the token embeddings, the final
-    norm and the LM head; the gathered copy is in the parameter dtype (the mixed-precision param_dtype under AMP)."""
-    if rp.strategy != "fsdp" or rp.zero_stage < 3 or rp.world_size <= 1:
+    """FSDP's unsharded parameters at the end of the forward, held into the backward.
+
+    The root unit's: FULL_SHARD frees every other unit after its forward but not the root's ("Do not free the root's
+    parameters in the post-forward for `FULL_SHARD` with the intention that they are immediately used for backward
+    computation", torch 2.4 torch/distributed/fsdp/_runtime_utils.py `_post_forward_reshard`; FSDP2 likewise: "For
+    the root, do not reshard after forward", torch 2.13 distributed/fsdp/_fully_shard/_fsdp_state.py `_lazy_init`).
+    With transformer-layer auto-wrap the root holds the token embeddings, the final norm and the LM head. A trained
+    LM head's unsharded gradient stays too: the root's gradients are reduce-scattered when the whole root unit's
+    backward has run, after the embedding's (FSDP2 `FSDPParamGroup.post_backward` from the root's
+    `RegisterPostBackwardFunction`; FSDP1 `_post_backward_hook` on the flat parameter's AccumulateGrad).
+    SHARD_GRAD_OP keeps every block's unsharded parameters from its forward to its backward (FSDP1
+    `_should_free_in_backward`/no post-forward reshard; FSDP2 `reshard_after_forward=False`).
+    Measured against the sharded trace (trace.sharded, tests/trace/test_sharded_trace.py)."""
+    if not fsdp_sharded(rp):
         return 0
     s = shapes(rp.arch)
-    root = s.embed_params + (0 if rp.scalar_head else s.lm_head_params)
-    return int(root * DTYPE_BYTES[rp.compute_dtype if rp.amp else rp.weight_dtype])
+    pg = fsdp_gather_bytes(rp)
+    head = 0 if rp.scalar_head else s.lm_head_params
+    out = (s.embed_params + head) * pg
+    if rp.peft == "none" and rp.trained_layers is None:
+        out += (head or s.embed_params) * pg              # the LM head's (or the tied embedding's) gradient
+    if rp.zero_stage < 3:
+        out += counted_layers(rp) * s.layer_params * pg
+    return int(out)
+
+
+def fsdp_backward_working_set(rp: ResolvedPlan, p: Params) -> int:
+    """What a block's backward adds under FSDP beyond `fsdp_root_unsharded`: its gathered parameters, the next
+    unit's, prefetched (BACKWARD_PRE, the default: torch 2.13 distributed/fsdp/_fully_shard/_fsdp_state.py
+    `_pre_backward` → `FSDPParamGroup._backward_prefetch`; FSDP1 `_prefetch_handle`), and its unsharded gradients;
+    then, after the block is resharded, the reduce-scatter: the unsharded gradients copied into a reduce-dtype
+    input of the whole unit (fp32 under mixed precision) and its output shard (FSDP2 _fsdp_collectives.py
+    `foreach_reduce`: `reduce_scatter_input` allocated before `unsharded_grads.clear()`, then `reduce_output`;
+    FSDP1 _runtime_utils.py `_reduce_grad`: `unsharded_grad.to(reduce_dtype)`, `new_sharded_grad`). The larger of
+    the two moments. SHARD_GRAD_OP's blocks are already gathered (`fsdp_root_unsharded`)."""
+    if not fsdp_sharded(rp):
+        return 0
+    s = shapes(rp.arch)
+    pg = fsdp_gather_bytes(rp)
+    rb = 4 if rp.fsdp_mixed_precision else pg
+    unit = s.layer_params * pg
+    full = rp.peft == "none" and rp.trained_layers is None
+    grads = (s.layer_params if full else p.trainable / max(counted_layers(rp), 1)) * pg
+    reduce_in = grads / pg * rb * (1 + 1 / rp.world_size)
+    if rp.zero_stage >= 3:
+        return int(unit + max(unit + grads, grads + reduce_in))
+    return int(max(grads, grads + reduce_in - unit))
 
 
 def zero_buffers(rp: ResolvedPlan, p: Params) -> int:
-    """Communication buffers and the unsharded working set.
+    """Communication buffers and the unsharded working set held through the step.
 
-    FSDP FULL_SHARD / ZeRO-3 gather one block (plus one prefetched) in the compute dtype
-    (PyTorch FSDP docs, `backward_prefetch`);
+    FSDP keeps no buffer of its own between units: its unsharded parameters and reduce-scatter buffers are made per
+    unit (`fsdp_root_unsharded`, `fsdp_backward_working_set`), and NCCL's buffers are outside torch's allocator
+    (the device level: estimate/allocator.py). With parameter offload FSDP gathers one block (plus one prefetched).
     DeepSpeed reduce/all-gather buckets default to 5e8 elements; HF "auto" sets reduce_bucket_size to h²
     and stage3_prefetch_bucket_size to 0.9·h²
     (`trainer_config_finalize` in src/transformers/integrations/deepspeed.py). DDP keeps a 25 MiB bucket view of
@@ -2101,8 +2155,7 @@ def zero_buffers(rp: ResolvedPlan, p: Params) -> int:
     h2 = rp.arch.hidden ** 2
     layer_bytes = gathered_layer_bytes(rp, p)
     if rp.strategy == "fsdp":
-        out = 2 * layer_bytes if rp.zero_stage >= 3 or rp.offload_params else 0
-        return out + 2 * 25 * 2**20
+        return 2 * layer_bytes if rp.offload_params else 0
     if rp.strategy == "deepspeed":
         out = 2 * h2 * 2                                   # reduce bucket (auto = h²), 16-bit, double-buffered
         if rp.zero_stage >= 3 or rp.offload_params:

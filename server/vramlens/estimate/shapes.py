@@ -76,7 +76,9 @@ def shapes(arch: ModelArch) -> Shapes:
         else:
             linears.extend([Linear("fc1", h, inter, count, expert=expert), Linear("fc2", inter, h, count, expert=expert)])
 
-    if arch.block == "encoder-decoder":
+    if is_mamba(arch):
+        linears.extend(mamba_linears(arch))
+    elif arch.block == "encoder-decoder":
         enc = arch.encoder_layers or L
         attention(enc + 2 * L)                       # encoder self, decoder self + cross
         mlp(enc + L, arch.intermediate)
@@ -96,7 +98,25 @@ def shapes(arch: ModelArch) -> Shapes:
     per_layer_mlp = (3 if gated else 2) * h * (arch.moe_intermediate or arch.intermediate) * max(
         arch.num_experts + arch.shared_experts, 1)
     layer = 2 * h * q + 2 * h * kv + per_layer_mlp + norms_per_layer(arch) * h
+    if is_mamba(arch):
+        layer = (linear_params + other) // max(L, 1)
     return Shapes(tuple(linears), embed, lm_head, other, layer)
+
+
+def is_mamba(arch: ModelArch) -> bool:
+    """Every layer a Mamba mixer (transformers `MambaForCausalLM`) whose sizes the config gave."""
+    return arch.family == "mamba" and arch.ssm_inner > 0
+
+
+def mamba_linears(arch: ModelArch) -> list[Linear]:
+    """The nn.Linear modules of a Mamba mixer, in every layer (transformers 5.24 models/mamba/modeling_mamba.py
+    `MambaMixer.__init__`): in_proj h → 2·I (x and the gate z), x_proj I → dt_rank + 2·N (Δ, B, C), dt_proj
+    dt_rank → I with a bias, out_proj I → h; in_proj and out_proj carry a bias with `use_bias`. The depthwise
+    conv1d is an nn.Conv1d, which peft's "all-linear" does not select (peft 0.21.2 src/peft/tuners/tuners_utils.py
+    `_maybe_include_all_linear_layers`: torch.nn.Linear and transformers' Conv1D only)."""
+    h, i, n, r, count = arch.hidden, arch.ssm_inner, arch.ssm_state, arch.ssm_dt_rank, arch.layers
+    return [Linear("in_proj", h, 2 * i, count, bias=arch.attn_bias), Linear("x_proj", i, r + 2 * n, count),
+            Linear("dt_proj", r, i, count, bias=True), Linear("out_proj", i, h, count, bias=arch.attn_bias)]
 
 
 def targeted(arch: ModelArch, targets: tuple[str, ...], experts: bool = True) -> list[Linear]:

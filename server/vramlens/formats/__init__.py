@@ -18,6 +18,7 @@ from vramlens.formats import (accelerate, axolotl, custom, deepspeed, hf, hints,
                               nemo_automodel, openinstruct, purpose, torchtune, verl)
 from vramlens.formats.settings import PlanBuilder, Setting
 from vramlens.formats.yaml_doc import YamlError, load_yaml
+from vramlens.frameworks import recognise
 from vramlens.plan import IssueKind, ParseIssue, Severity, Span, TrainingPlan
 
 MIN_SCORE = 0.5
@@ -189,6 +190,7 @@ def parse_yaml_text(text: str, ctx: ParseContext) -> ParseResult:
     hints.apply_directive(builder, text)
     best.apply(builder, data, settings, ctx)
     _objective(builder, best.name, data, settings, ctx)
+    recognise.apply(builder, settings, ctx.workspace)
     from vramlens.formats.references import follow_references
 
     follow_references(builder, ctx)

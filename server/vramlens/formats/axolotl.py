@@ -244,14 +244,19 @@ REMEMBER = {"tf32", "pad_to_sequence_len", "eval_sample_packing", "rl", "tiled_m
 
 # Switches axolotl reads that change activation memory or speed and that the estimate has no formula for
 # (axolotl/utils/schemas/config.py, axolotl 0.12): key → (what it is, how the estimate treats it).
+# The Liger plugin's switches (axolotl/integrations/liger/args.py) → the kernel each swaps in (ResolvedPlan.fused_kernels)
+LIGER_KERNELS = {"liger_rms_norm": "rms_norm", "liger_glu_activation": "swiglu", "liger_rope": "rope"}
 NOT_MODELLED = {
     "tiled_mlp": ("TiledMLP, the MLP run over sequence tiles", "estimated with the whole sequence through the MLP"),
     "lora_mlp_kernel": ("axolotl's fused LoRA MLP kernel", "estimated as PEFT's LoRA layers"),
     "lora_qkv_kernel": ("axolotl's fused LoRA QKV kernel", "estimated as PEFT's LoRA layers"),
     "lora_o_kernel": ("axolotl's fused LoRA output kernel", "estimated as PEFT's LoRA layers"),
-    "liger_rms_norm": ("Liger's RMSNorm kernel", "estimated as transformers' RMSNorm"),
-    "liger_glu_activation": ("Liger's SwiGLU kernel", "estimated as transformers' MLP"),
-    "liger_rope": ("Liger's RoPE kernel", "estimated as transformers' rotary embedding"),
+    "liger_rms_norm": ("the memory of Liger's RMSNorm kernel", "estimated as transformers' RMSNorm's (its speed is "
+                                                               "modelled)"),
+    "liger_glu_activation": ("the memory of Liger's SwiGLU kernel", "estimated as transformers' MLP's (its speed is "
+                                                                    "modelled)"),
+    "liger_rope": ("the memory of Liger's RoPE kernel", "estimated as transformers' rotary embedding's (its speed is "
+                                                         "modelled)"),
     "liger_layer_norm": ("Liger's LayerNorm kernel", "estimated as PyTorch's LayerNorm"),
     "use_kernels": ("kernels from the Hugging Face kernels hub", "estimated with transformers' own layers"),
 }
@@ -277,6 +282,10 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
             b.remember(s)
         if s.key in NOT_MODELLED and to_bool(s.value):
             b.unmodelled(s, *NOT_MODELLED[s.key])
+        if s.key in LIGER_KERNELS and to_bool(s.value):
+            # the Liger plugin's kernels run at the speed estimate/throughput.py `elementwise_bytes` models
+            kernels = list(b.plan.fused_kernels.value) if b.plan.fused_kernels is not None else []
+            b.set("fused_kernels", kernels + [LIGER_KERNELS[s.key]], s, override=True, note="Liger plugin kernels")
     _legacy_attention(b, top)
     if b.plan.peft_method is None and b.plan.quant_bits is not None:
         # load_in_4bit without `adapter` — axolotl refuses to train quantized weights in full

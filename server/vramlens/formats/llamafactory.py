@@ -307,7 +307,7 @@ def _unsloth(b: PlanBuilder, data: dict, by_key: dict[str, Setting]) -> None:
     layer is checkpointed and its saved input offloaded to the CPU (unslothai/unsloth 0050c73e
     unsloth/models/_utils.py `Unsloth_Offloaded_Gradient_Checkpointer`). `use_unsloth_gc` uses that checkpoint
     function for LLaMA-Factory's own checkpointing (model/model_utils/checkpointing.py `_gradient_checkpointing_enable`
-    with `use_unsloth_gc`). unsloth's fused LoRA, attention and loss kernels are not modelled here."""
+    with `use_unsloth_gc`). unsloth's Triton kernels are modelled for speed, not for memory."""
     plan = b.plan
     use, gc = by_key.get("use_unsloth"), by_key.get("use_unsloth_gc")
     if use is not None and to_bool(use.value):
@@ -315,8 +315,14 @@ def _unsloth(b: PlanBuilder, data: dict, by_key: dict[str, Setting]) -> None:
         b.set("grad_checkpointing", True, use, override=True, note=note)
         b.set("activation_offload", True, use, override=True,
               note="unsloth's offloaded gradient checkpointing keeps each layer's input on the CPU")
-        b.unmodelled(use, "unsloth's fused LoRA, attention and cross-entropy kernels",
-                     "estimated with transformers' kernels (the offloaded checkpointing is modelled)")
+        # unsloth's patched model runs its Triton RMSNorm, RoPE, SwiGLU and cross-entropy kernels (unslothai/unsloth
+        # 0050c73e unsloth/models/llama.py: fast_rms_layernorm, fast_rope_embedding, kernels/swiglu.py,
+        # fast_cross_entropy_loss): their speed is modelled (estimate/throughput.py `elementwise_bytes`)
+        b.set("fused_kernels", ["rms_norm", "rope", "swiglu", "cross_entropy"], use,
+              note="unsloth's Triton RMSNorm, RoPE, SwiGLU and cross-entropy kernels")
+        b.unmodelled(use, "the memory of unsloth's fused LoRA and Triton kernels (what they save for backward)",
+                     "estimated with transformers' layers' memory (their speed and the offloaded checkpointing are "
+                     "modelled)")
     elif gc is not None and to_bool(gc.value) and (plan.grad_checkpointing is None or plan.grad_checkpointing.value):
         b.set("activation_offload", True, gc, override=True,
               note="unsloth's offloaded checkpoint function keeps each layer's input on the CPU")

@@ -68,8 +68,9 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
     if (s := get("compile", "enabled")) is not None:
         b.set_bool("compile", s)
     if (s := get("fp8", "enabled")) is not None and to_bool(s.value):
-        b.unmodelled(s, "fp8 linears (torchao Float8: inputs and weights cast to fp8 with their scales)",
-                     "estimated with bf16 linears", key="fp8.enabled")
+        b.set("float8_linears", True, s, note="torchao Float8: the linears run in fp8")
+        b.unmodelled(s, "the memory of fp8 linears (torchao Float8: inputs and weights cast to fp8 with their "
+                        "scales)", "estimated with bf16 linears' memory (their speed is modelled)", key="fp8.enabled")
 
 
 def _model(b: PlanBuilder, get) -> None:

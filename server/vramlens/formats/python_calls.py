@@ -899,7 +899,7 @@ def _liger_patch(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name
     """Liger's patches (`apply_liger_kernel_to_llama(...)`, `AutoLigerKernelForCausalLM.from_pretrained`): by default
     fused linear cross-entropy, RMSNorm, RoPE and SwiGLU kernels (liger-kernel 0.5 liger_kernel/transformers/
     monkey_patch.py: `rope=True, cross_entropy=False, fused_linear_cross_entropy=True, rms_norm=True, swiglu=True`).
-    The fused loss is modelled; the other kernels are named as not modelled."""
+    The fused loss is modelled; the other kernels' speed is, their memory is named as not modelled."""
     def on(key: str) -> bool:
         kw = _kw(call, key)
         return kw is None or ev.value(kw.value, scope) is not False
@@ -907,11 +907,13 @@ def _liger_patch(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name
     s = r.node_setting(name, call.func, True)
     if on("fused_linear_cross_entropy"):
         r.b.set("loss_impl", "fused", s, note="Liger fused linear cross-entropy")
-    kernels = [k for k, key in (("RMSNorm", "rms_norm"), ("RoPE", "rope"), ("SwiGLU", "swiglu")) if on(key)]
-    if kernels:
+    found = [(k, key) for k, key in (("RMSNorm", "rms_norm"), ("RoPE", "rope"), ("SwiGLU", "swiglu")) if on(key)]
+    if found:
+        kernels = [k for k, _ in found]
         names = " and ".join([", ".join(kernels[:-1]), kernels[-1]] if len(kernels) > 1 else kernels)
-        r.b.unmodelled(s, f"Liger's {names} kernel{'s' if len(kernels) > 1 else ''}",
-                       "estimated as transformers' own layers")
+        r.b.set("fused_kernels", [key for _, key in found], s, note=f"Liger's {names} kernels")
+        r.b.unmodelled(s, f"the memory of Liger's {names} kernel{'s' if len(kernels) > 1 else ''} (what they save "
+                          "for backward)", "estimated with transformers' own layers' memory (their speed is modelled)")
 
 
 def _is_unsloth(full: str) -> bool:
@@ -937,6 +939,11 @@ def _unsloth_load(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope) -> 
         r.b.set("quant_bits", 4, r.node_setting("from_pretrained", call.func, True), origin=Origin.DEFAULT,
                 framework="unsloth", note="unsloth loads in 4 bits unless told otherwise (load_in_4bit=True)")
         r.b.set("quant_type", "nf4", origin=Origin.DEFAULT, framework="unsloth")
+    # unsloth's patched models run its Triton RMSNorm, RoPE, SwiGLU and cross-entropy kernels (unsloth/models/llama.py:
+    # fast_rms_layernorm, fast_rope_embedding, kernels/swiglu.py, fast_cross_entropy_loss)
+    r.b.set("fused_kernels", ["rms_norm", "rope", "swiglu", "cross_entropy"],
+            r.node_setting("from_pretrained", call.func, True), origin=Origin.DEFAULT, framework="unsloth",
+            note="unsloth's Triton RMSNorm, RoPE, SwiGLU and cross-entropy kernels")
     kw = _kw(call, "use_gradient_checkpointing")
     if kw is not None:
         _unsloth_checkpointing(r, r.kw_setting(kw, ev.value(kw.value, scope)))

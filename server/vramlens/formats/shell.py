@@ -1500,6 +1500,9 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
         _follow_config(b, r, kind, arg, target, ctx)
     if b.plan.framework is None:
         b.plan.framework = "custom" if tool == "python" and not settings else "transformers"
+    from vramlens.frameworks import recognise
+
+    recognise.apply(b, settings, getattr(ctx, "workspace", None), tool=tool)
 
 
 @dataclass

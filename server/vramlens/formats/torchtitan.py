@@ -370,13 +370,18 @@ def _parallel(b: PlanBuilder, v: _Values, world: tuple[int, Setting | None] | No
         b.set("world_size", others, origin=Origin.DERIVED,
               note=f"data_parallel_shard_degree -1 and no GPU count: at least replicate {rep} × TP {tp} × PP {pp} × "
                    f"CP {cp} GPUs")
-    if shard == -1 or shard > 1:
-        b.set("dist_strategy", "fsdp", shard_s, note="torchtitan shards with FSDP2 (`fully_shard`)")
-        b.set("zero_stage", 3, shard_s, origin=Origin.DERIVED, note="FSDP2 shards parameters, gradients and states")
-        b.set("fsdp_version", 2, shard_s, origin=Origin.DERIVED, note="torchtitan uses FSDP2")
+    # torchtitan/distributed/parallel_dims.py (v0.2.2): `fsdp_enabled` is dp_shard > 1 or cp > 1, and the FSDP mesh is
+    # data_parallel_shard × context_parallel ("we always assume that when cp is used, FSDP is also applied"); the
+    # resolver shards an FSDP run over the data-parallel × context-parallel ranks
+    if shard == -1 or shard > 1 or cp > 1:
+        where = shard_s if shard == -1 or shard > 1 else cp_s
+        b.set("dist_strategy", "fsdp", where, note="torchtitan shards with FSDP2 (`fully_shard`) over "
+                                                   "data_parallel_shard × context_parallel ranks")
+        b.set("zero_stage", 3, where, origin=Origin.DERIVED, note="FSDP2 shards parameters, gradients and states")
+        b.set("fsdp_version", 2, where, origin=Origin.DERIVED, note="torchtitan uses FSDP2")
         if rep > 1:
-            b.unmodelled(rep_s, "HSDP: parameters sharded within groups of data_parallel_shard_degree and replicated "
-                                "across data_parallel_replicate_degree",
+            b.unmodelled(rep_s, "HSDP: parameters sharded within groups of data_parallel_shard_degree × "
+                                "context_parallel_degree and replicated across data_parallel_replicate_degree",
                          "estimated as sharded over every data-parallel GPU (less memory than the run)")
     elif rep > 1:
         b.set("dist_strategy", "ddp", rep_s, note="data_parallel_replicate_degree > 1 with no sharding: DDP")
@@ -397,11 +402,6 @@ def _parallel(b: PlanBuilder, v: _Values, world: tuple[int, Setting | None] | No
                   note="loss parallel: logits sharded over the vocabulary on the tensor-parallel ranks")
     if cp > 1:
         b.set("context_parallel", cp, cp_s)
-        if shard == -1 or shard > 1 or rep == 1:
-            # torchtitan/distributed/parallel_dims.py (v0.2.2): the FSDP mesh is data_parallel_shard × context_parallel
-            b.unmodelled(cp_s, "FSDP sharding over the context-parallel ranks as well (torchtitan's fsdp mesh is "
-                               "data_parallel_shard_degree × context_parallel_degree)",
-                         "estimated as sharded over the data-parallel ranks only (more memory than the run)")
     if pp > 1:
         b.set("pipeline_parallel", pp, pp_s)
         schedule = v.get("pp_schedule")
@@ -490,11 +490,21 @@ def _float8(b: PlanBuilder, v: _Values) -> None:
     old = v.get("float8_old")
     on = [n for n in names if n in ("float8", "quantize.linear.float8", "mx", "quantize.linear.mx",
                                     "quantize.grouped_mm.float8", "quantize.grouped_mm.mx")]
-    if on:
-        b.unmodelled(converters, f"low-precision linears ({', '.join(on)}: torchao casts inputs and weights to fp8 "
-                                 "with their scales)", "estimated with bf16 linears", key="model.converters")
+    linears = [n for n in on if "grouped_mm" not in n]
+    if linears:
+        # the speed model runs the blocks' linears at the fp8 rate with torchao's casts (estimate/throughput.py
+        # `float8_peak`); the memory model keeps them bf16
+        b.set("float8_linears", True, converters, note=f"{', '.join(linears)}: the blocks' linears run in fp8")
+        b.unmodelled(converters, f"the memory of low-precision linears ({', '.join(on)}: torchao's fp8 casts of "
+                                 "inputs and weights with their scales)",
+                     "estimated with bf16 linears' memory (their speed is modelled)", key="model.converters")
+    elif on:
+        b.unmodelled(converters, f"low-precision grouped expert GEMMs ({', '.join(on)})",
+                     "estimated with bf16 expert GEMMs", key="model.converters")
     elif old is not None and to_bool(old.value):
-        b.unmodelled(old, "float8 linears (torchao Float8Linear)", "estimated with bf16 linears")
+        b.set("float8_linears", True, old, note="torchao Float8Linear: the blocks' linears run in fp8")
+        b.unmodelled(old, "the memory of float8 linears (torchao Float8Linear's fp8 casts of inputs and weights)",
+                     "estimated with bf16 linears' memory (their speed is modelled)")
 
 
 # ------------------------------------------------------------------------------------------------ launch lines

@@ -82,6 +82,9 @@ _ALL: tuple[Concept, ...] = (
         "torch_compile_backend")),
     _C("loss_impl", "str", "loss implementation (chunked or fused cross-entropy)", True, True, (
         "loss", "loss_impl")),
+    _C("fused_kernels", "list", "fused Triton kernels (RMSNorm, RoPE, SwiGLU)", True, True, (
+        "liger_rms_norm", "liger_rope", "liger_glu_activation", "liger_swiglu", "liger_layer_norm")),
+    _C("float8_linears", "list", "float8 linears (torchao Float8Linear)", True, True, ("model.converters",)),
     # optimizer
     _C("optimizer", "str", "optimizer", True, True, (
         "optim", "optimizer", "optimizer._component_", "optimizer.name", "optimizer_type", "optim_type")),
@@ -111,7 +114,7 @@ _ALL: tuple[Concept, ...] = (
         "modules_to_save", "lora_modules_to_save", "additional_target", "additional_trainable_parameters")),
     _C("trained_layers", "int", "trained decoder layers (freeze tuning, LLaMA-Pro, LISA)", True, True, (
         "freeze_trainable_layers", "num_layer_trainable", "lisa_activated_layers", "lisa_n_layers", "lisa_layers",
-        "llamapro_num_new_blocks", "num_new_blocks", "freeze_parameters_ratio")),
+        "freeze_parameters_ratio")),
     _C("trained_modules", "list", "trained modules inside the trained layers", True, True, (
         "freeze_trainable_modules", "trainable_modules")),
     _C("trained_extra", "list", "trained modules outside the layers", True, True, (
@@ -123,6 +126,10 @@ _ALL: tuple[Concept, ...] = (
         "galore_rank", "apollo_rank", "optim_args")),
     _C("optimizer_targets", "list", "matrices with projected optimizer states", True, True, (
         "galore_target", "galore_target_modules", "apollo_target", "optim_target_modules")),
+    _C("optimizer_proj_bits", "int", "Q-GaLore projection bits", True, False, (
+        "galore_proj_bits", "qgalore_proj_bits")),
+    _C("added_layers", "int", "decoder blocks added to the model (LLaMA-Pro)", True, True, (
+        "llamapro_num_new_blocks", "num_new_blocks")),
     _C("task_head", "str", "model head", True, True, ("task_type", "lora_task_type", "problem_type", "num_labels")),
     # quantization
     _C("quant_bits", "int", "weight quantization bits", True, True, (
@@ -160,8 +167,28 @@ _ALL: tuple[Concept, ...] = (
         "pipeline_model_parallel_size", "pipeline_parallel_size", "pp_size", "pp",
         "parallelism.pipeline_parallel_degree", "experimental.pipeline_parallel_degree",
         "training.pipeline_parallel_degree")),
+    _C("virtual_pipeline", "int", "model chunks per pipeline stage (interleaved schedule)", True, True, (
+        "virtual_pipeline_model_parallel_size",)),
+    _C("expert_parallel", "int", "expert parallel size", True, True, (
+        "expert_model_parallel_size", "expert_parallel_degree", "expert_parallel_size")),
+    _C("expert_tensor_parallel", "int", "expert tensor parallel size", True, True, (
+        "expert_tensor_parallel_size", "expert_tensor_parallel_degree")),
+    _C("sequence_parallel", "bool", "Megatron sequence parallelism", True, True, ("sequence_parallel",)),
+    _C("distributed_optimizer", "bool", "Megatron distributed optimizer", True, True, ("use_distributed_optimizer",)),
+    _C("recompute_method", "str", "full recompute method (uniform, block)", True, True, (
+        "recompute_method", "activations_checkpoint_method")),
+    _C("recompute_layers", "int", "layers recomputed per unit", True, True, (
+        "recompute_num_layers", "activations_checkpoint_num_layers")),
+    _C("checkpoint_every", "int", "every n-th block checkpointed", True, True, (
+        "selective_ac_option", "activation_checkpoint.selective_ac_option")),
+    _C("selective_recompute", "str", "selective activation recompute", True, True, (
+        "recompute_granularity", "activations_checkpoint_granularity")),
+    _C("loss_parallel", "bool", "loss parallel over the tensor-parallel ranks", True, True, ("loss_parallel",)),
+    _C("compile_loss", "list", "the loss compiled with the model", True, True, ("compile.components",)),
     _C("fsdp_state_dict_type", "str", "FSDP state-dict type", False, True, ("fsdp_state_dict_type",)),
     _C("fsdp_version", "int", "FSDP version", True, True, ("fsdp_version",)),
+    _C("fsdp_mixed_precision", "str", "FSDP mixed-precision policy", True, True, (
+        "mixed_precision_policy", "fsdp_config.mixed_precision_policy", "fsdp_config.mixed_precision")),
     # environment and hardware
     _C("alloc_conf", "str", "PYTORCH_CUDA_ALLOC_CONF", True, False, ("pytorch_cuda_alloc_conf",)),
     _C("gpu_name", "str", "GPU", True, True, ("gpu", "gpu_name")),
@@ -176,6 +203,11 @@ _ALL: tuple[Concept, ...] = (
     _C("ref_model_id", "model", "reference model", True, True, (
         "ref_model", "ref_model_name_or_path", "ref_model_id", "ref_model_id_or_path", "ref_pretrain",
         "ref.model_name_or_path")),
+    _C("ref_dtype", "dtype", "reference model weight dtype", True, False, (
+        "ref.fsdp_config.model_dtype", "ref.fsdp_config.dtype", "ref.megatron.dtype", "ref_model_dtype")),
+    _C("ref_offload", "bool", "reference model offloading", True, True, (
+        "ref_offload", "ref.offload", "ref.param_offload", "ref.fsdp_config.param_offload",
+        "ref.megatron.param_offload")),
     _C("prompt_len", "int", "prompt length", True, True, (
         "max_prompt_length", "prompt_max_len", "max_prompt_len", "data.max_prompt_length", "generate.prompt_max_len")),
     _C("completion_len", "int", "completion length", True, True, (
@@ -189,6 +221,9 @@ _ALL: tuple[Concept, ...] = (
     _C("vllm_memory_share", "float", "vLLM GPU memory share", True, False, (
         "vllm_gpu_memory_utilization", "gpu_memory_utilization", "vllm.gpu_memory_utilization",
         "vllm_gpu_memory_util")),
+    _C("generation_sleeps", "bool", "rollout engine released while the policy trains (sleep mode)", True, True, (
+        "vllm_enable_sleep", "vllm_enable_sleep_mode", "enable_sleep", "vllm.enable_sleep", "free_cache_engine",
+        "rollout.free_cache_engine")),
     _C("reward_model_id", "model", "reward model", True, True, (
         "reward_model", "reward_model_path", "reward_pretrain", "reward_model_name_or_path", "reward_model_id",
         "reward.model_name_or_path", "reward_model_id_or_path")),
@@ -230,7 +265,10 @@ METHOD_SWITCHES: dict[str, tuple[str, Any]] = {
     "enable_liger_kernel": ("loss_impl", "fused"), "liger_kernel": ("loss_impl", "fused"),
     # distribution
     "adam_offload": ("offload_optimizer", True), "ds.adam_offload": ("offload_optimizer", True),
-    "use_distributed_optimizer": ("zero_stage", 1),
+    # Megatron's distributed optimizer shards the fp32 main weights and optimizer states over the data-parallel ranks,
+    # not the gradients (megatron/core/optimizer/distrib_optimizer.py): its own concept, not ZeRO-1
+    "use_distributed_optimizer": ("distributed_optimizer", True),
+    "disable_loss_parallel": ("loss_parallel", False),
     "fused": ("optimizer_impl", "fused"), "foreach": ("optimizer_impl", "foreach"),
     "lora_target_linear": ("lora_targets", ["all-linear"]),
     # objective
@@ -338,6 +376,11 @@ def match(arg_name: str, type_hint: str | None = None) -> Concept | None:
                 return c
     return None
 
+
+# TrainingPlan fields that are not settings of a config: what the file is for, and the reader's bookkeeping
+NOT_SETTINGS: dict[str, str] = {
+    "purpose": "what a file launches other than training (formats.purpose); no argument sets it",
+}
 
 assert set(CONCEPTS) <= set(PLAN_CONCEPTS), set(CONCEPTS) - set(PLAN_CONCEPTS)
 assert all(v[0] in CONCEPTS for v in METHOD_SWITCHES.values())

@@ -67,8 +67,8 @@ IRRELEVANT: dict[str, str] = {
              "vllm_config model_quantization_config_kwargs hyper_parallel_args flex_attn_compile_kwargs kw_args "
              "activation_checkpointing_kwargs gradient_checkpointing_kwargs lora_loftq_config vllm_speculative_config "
              "override_optimizer_config freeze_config teacher_freeze_config torch_compile_options engine_kwargs.vllm "
-             "quantization mixed_precision_policy model_quantization_config deepspeed_config_path "
-             "quantization_config_file hqq_dynamic_config_path lora_model_dir compile.components "
+             "quantization model_quantization_config deepspeed_config_path "
+             "quantization_config_file hqq_dynamic_config_path lora_model_dir  "
              "tensor_parallel_plan._component_ fp8_config.recipe tensor_parallel_plan"),
     **_names("optimizer hyper-parameter or schedule: changes the result, not memory or step time",
              "lr min_lr min_lr_ratio lr_decay_steps lr_decay_style lr_scheduler_type lr_warmup_init lr_warmup_steps "
@@ -158,9 +158,9 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
              "use_unsloth unsloth_cross_entropy_loss unsloth_lora_mlp unsloth_lora_o unsloth_lora_qkv "
                 "unsloth_rms_norm unsloth_rope"),
     **_names(("GaLore/APOLLO/BAdam/LISA tuning detail", "estimated from the projection rank and trained layers alone"),
-             "galore_cos_threshold galore_gamma_proj galore_layerwise galore_optim_per_parameter galore_proj_bits "
+             "galore_cos_threshold galore_gamma_proj galore_layerwise galore_optim_per_parameter  "
                 "galore_proj_group_size galore_proj_quant galore_proj_type galore_quantization galore_queue_size "
-                "galore_scale galore_update_interval galore_update_proj_gap galore_with_embedding qgalore_proj_bits "
+                "galore_scale galore_update_interval galore_update_proj_gap galore_with_embedding  "
                 "qgalore_proj_quant apollo_layerwise apollo_proj apollo_proj_type apollo_scale apollo_scale_front "
                 "apollo_scale_type apollo_update_interval badam_mask_mode badam_start_block badam_switch_interval "
                 "badam_switch_mode badam_update_ratio badam_verbose lisa_layers_attribute lisa_step_interval "
@@ -189,20 +189,19 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
                 "ring_head_stride context_parallel_load_balancer context_parallel_rotate_method"),
     **_names(("Megatron/torchtitan recompute or pipeline-schedule detail", ("estimated with full activation "
            "checkpointing when it is on, and the pipeline size alone")),
-             "recompute_granularity recompute_layer_types recompute_method recompute_modules recompute_num_layers "
-                "activations_checkpoint_granularity activations_checkpoint_method activations_checkpoint_num_layers "
-                "selective_ac_option per_op_sac_force_recompute_mm_shapes_by_fqns force_recompute_fp8_weight_in_bwd "
+             "recompute_layer_types recompute_modules  "
+                "per_op_sac_force_recompute_mm_shapes_by_fqns force_recompute_fp8_weight_in_bwd "
                 "memory_budget pipeline_parallel_expert_parallel_overlap pipeline_parallel_first_stage_less_layers "
                 "pipeline_parallel_last_stage_less_layers pipeline_parallel_layers_per_stage "
                 "pipeline_parallel_microbatch_size pipeline_parallel_schedule pipeline_parallel_schedule_csv "
                 "pipeline_parallel_split_points pp_microbatch_size num_layers_per_virtual_pipeline_stage "
-                "virtual_pipeline_model_parallel_size early_stop sequence_parallel"),
-    **_names(("expert, data-replicate or hybrid parallelism", ("estimated without expert parallelism; data parallel "
-           "from the GPU count")),
-             "expert_model_parallel_size expert_parallel_comm_backend expert_parallel_degree expert_parallel_size "
-                "expert_tensor_parallel_degree expert_tensor_parallel_size data_parallel_replicate_degree "
+                "early_stop "),
+    **_names(("expert-parallel communication, data-replicate or hybrid parallelism", ("estimated with the "
+           "parallel sizes read elsewhere; data parallel from the GPU count")),
+             "expert_parallel_comm_backend "
+                "data_parallel_replicate_degree "
                 "data_parallel_shard_degree data_parallel_size dp_shard_size zero_hpz_partition_size "
-                "enable_async_tensor_parallel tensor_parallel_dim disable_loss_parallel use_hyper_parallel "
+                "enable_async_tensor_parallel tensor_parallel_dim use_hyper_parallel "
                 "a2a_experimental"),
     **_names(("FP8 training (Transformer Engine, torchao float8)", "estimated in the 16-bit compute dtype"),
              "transformer_engine_fp8 transformer_engine_fp8_amax_compute_algo transformer_engine_fp8_amax_history_len "
@@ -215,7 +214,7 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
                 "grad_accum_dtype mixed_precision_reduce activation_dtype weight_dtype"),
     **_names(("offloading of another model or of layers (reference, reward, teacher, per-layer)", ("estimated with "
            "those weights on the GPU")),
-             "ref_offload ref_reward_offload offload_model offload_teacher_model layer_offloading grad_offload "
+             "ref_reward_offload offload_model offload_teacher_model layer_offloading grad_offload "
                 "relora_cpu_offload offload_policy ple_cpu_offload"),
     "freeze_parameters": ("parameters frozen by name or by share (ms-swift `freeze_parameters`)",
                           "estimated from the trained layers and modules read elsewhere, else as a full fine-tune"),
@@ -233,7 +232,7 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
            "share alone")),
              "vllm_tensor_parallel_size vllm_pipeline_parallel_size vllm_data_parallel_size "
                 "vllm_enable_expert_parallel vllm_max_model_len vllm_max_model_length vllm_maxlen "
-                "vllm_gpu_util vllm_enable_sleep vllm_enable_sleep_mode deepspeed_enable_sleep enable_sleep "
+                "vllm_gpu_util deepspeed_enable_sleep  "
                 "sglang_tp_size enable_chunked_prefill enable_prefix_caching swap_space enforce_eager"),
     "vllm_num_engines": ("vLLM engines of an OpenRLHF run, on GPUs of their own", ("estimated for the training "
                          "GPUs only")),

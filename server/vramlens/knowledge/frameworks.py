@@ -199,14 +199,104 @@ TRL_CONFIG_CLASSES = {
 }
 
 
-def defaults_for(framework: str | None, objective: str | None = None) -> tuple[str, str, dict]:
+# Defaults read from the framework's own argument definitions at the version the run uses (frameworks/schemas/, dumped
+# from each release's wheel by scripts/dump_framework_schemas.py): concept -> the argument names holding it, first
+# defined wins. A literal default there replaces the hand-written one above; an argument whose default is computed at
+# run time (None in the dump: TRL 0.12's `max_seq_length`, ms-swift 3.x's `max_length`) keeps the hand-written value.
+DUMPED_DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
+    "transformers": {"micro_batch": ("per_device_train_batch_size",), "eval_batch": ("per_device_eval_batch_size",),
+                     "grad_accum": ("gradient_accumulation_steps",), "grad_checkpointing": ("gradient_checkpointing",)},
+    "trl": {"seq_len": ("max_length", "max_seq_length"), "grad_checkpointing": ("gradient_checkpointing",),
+            "packing": ("packing",), "micro_batch": ("per_device_train_batch_size",),
+            "eval_batch": ("per_device_eval_batch_size",), "grad_accum": ("gradient_accumulation_steps",)},
+    "llamafactory": {"seq_len": ("cutoff_len",), "lora_r": ("lora_rank",), "lora_dropout": ("lora_dropout",),
+                     "trained_layers": ("freeze_trainable_layers",)},
+    "axolotl": {"seq_len": ("sequence_len",), "micro_batch": ("micro_batch_size",),
+                "grad_accum": ("gradient_accumulation_steps",)},
+    "ms-swift": {"seq_len": ("max_length",), "micro_batch": ("per_device_train_batch_size", "batch_size"),
+                 "lora_r": ("lora_rank",), "lora_alpha": ("lora_alpha",), "lora_dropout": ("lora_dropout",)},
+}
+
+
+class Defaults(dict):
+    """A framework's defaults by concept, with where each came from when not the framework's label."""
+
+    def __init__(self, values: dict, labels: dict[str, str] | None = None):
+        super().__init__(values)
+        self.labels = labels or {}
+
+
+def run_version(framework: str, settings=None) -> str | None:
+    """The version of `framework` a run uses: the frameworkVersions setting, the workspace's pin, the installed
+    distribution (transformers, TRL), else None (the newest dump is then read)."""
+    from vramlens import environment
+    from vramlens.frameworks import recognise
+
+    dist = recognise.DISTRIBUTIONS.get(framework)
+    if settings is None or dist is None:
+        return None
+    told = {environment.canonical(k): v for k, v in settings.framework_versions.items()}
+    if dist in told:
+        return told[dist]
+    pin = environment.workspace_pins(settings.workspace).get(dist)
+    if pin is not None:
+        return pin.version
+    if dist in environment.PACKAGES:
+        found = environment.versions(settings).get(dist)
+        return found.version if found is not None else None
+    return None
+
+
+def _dumped(framework: str, objective: str | None, version: str | None, hand: dict, settings=None) -> tuple[dict, dict[str, str]]:
+    """The literal defaults the framework's dump at `version` holds for DUMPED_DEFAULTS, with their provenance text
+    ("TRL 1.16.0 default (SFTConfig.max_length)")."""
+    from vramlens.frameworks import recognise, schemas
+
+    dumped = schemas.pick_version(framework, version)
+    if dumped is None:
+        return {}, {}
+    # TRL: the objective's config class, then the base class its configs share (trl 1.x trainer/base_config.py)
+    owners = (TRL_CONFIG_CLASSES.get(objective or "sft", "SFTConfig"), "_BaseConfig") if framework == "trl" else (None,)
+    # TRL's configs extend transformers' TrainingArguments: what they do not redefine keeps transformers' default
+    base = schemas.pick_version("transformers", run_version("transformers", settings)) if framework == "trl" else None
+    values, labels = {}, {}
+    for concept, names in DUMPED_DEFAULTS.get(framework, {}).items():
+        where = [(framework, dumped, o) for o in owners]
+        if base is not None:
+            where.append(("transformers", base, None))
+        for fw, v, owner in where:
+            a = next((a for n in names if (a := schemas.argument(fw, n, v, owner)) is not None), None)
+            if a is None:
+                continue
+            if _same_kind(a.get("default"), hand.get(concept)):
+                values[concept] = a["default"]
+                labels[concept] = f"{recognise.TITLES[fw]} {v} default ({a.get('owner')}.{a['name']})"
+            break
+    return values, labels
+
+
+def _same_kind(value, hand) -> bool:
+    """Whether a dumped default can stand for the hand-written one (a bool for a bool, a number for a number)."""
+    if value is None or hand is None:
+        return value is not None and hand is None and isinstance(value, (int, float))
+    if isinstance(value, bool) or isinstance(hand, bool):
+        return isinstance(value, bool) and isinstance(hand, bool)
+    if isinstance(hand, float):
+        return isinstance(value, (int, float))
+    return type(value) is type(hand)
+
+
+def defaults_for(framework: str | None, objective: str | None = None, settings=None) -> tuple[str, str, Defaults]:
     """(framework key, version label, defaults) — unknown frameworks get the transformers defaults. TRL's label
-    names the objective's config class ("TRL 1.x (DPOConfig/ModelConfig)")."""
+    names the objective's config class ("TRL 1.x (DPOConfig/ModelConfig)"). With the run's `settings`, the
+    defaults its framework's argument dump holds at the version the run uses (`run_version`) replace the
+    hand-written ones, each labelled with that version and argument."""
     key = framework if framework in DEFAULTS else "transformers"
     version, values = DEFAULTS[key]
     if key == "trl":
         version = f"TRL 1.x ({TRL_CONFIG_CLASSES.get(objective or 'sft', 'SFTConfig')}/ModelConfig)"
-    return key, version, values
+    dumped, labels = _dumped(key, objective, run_version(key, settings), values, settings)
+    return key, version, Defaults({**values, **dumped}, labels)
 
 
 # Frameworks whose step runs transformers' own model classes and loss (their version-dependent choices apply:

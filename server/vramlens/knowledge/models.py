@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -330,7 +331,11 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
         # scale exactly, or reads otherwise than they do (an older spelling it does not know): the formulas
         return arch
     notes = [f"parameters approximate: {built.approximate}"] if built.approximate else []
-    other = [(kind, n) for kind, n in built.layer_kinds if kind in inventory.NOT_ATTENTION]
+    mixers = _mamba_mixer(config) if model_type == "mamba" else {}
+    if mixers:
+        notes.append(MAMBA_KERNEL_NOTE)
+    other = [(kind, n) for kind, n in built.layer_kinds if kind in inventory.NOT_ATTENTION
+             and not (mixers and kind == "state space")]
     if other:
         layers = ", ".join(f"{n} {kind}" for kind, n in other)
         notes.append(f"activations and LoRA targets of the {layers} layers sized as attention layers of the same "
@@ -338,6 +343,7 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
     update: dict[str, Any] = {
         "params_total": built.total, "params_by_kind": built.by_kind, "layer_kinds": built.layer_kinds,
         "approximate": "; ".join(notes), "source": "; ".join(filter(None, (arch.source, built.source))),
+        **mixers,
     }
     by_kind = dict(built.by_kind)
     per_layer = (built.total - by_kind.get("embedding", 0) - by_kind.get("lm-head", 0)) / max(arch.layers, 1)
@@ -349,6 +355,33 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
         # `estimate.shapes` lists add up to the count
         update["intermediate"] = max(1, int((per_layer - attention) / (matrices * arch.hidden)))
     return arch.model_copy(update=update)
+
+
+# The activations of a Mamba mixer follow the CUDA kernels transformers calls when mamba_ssm and causal-conv1d are
+# installed (what a GPU run uses); without them transformers runs its torch path, which keeps far more.
+MAMBA_KERNEL_NOTE = ("Mamba mixers sized as mamba_ssm's fused kernel keeps them (assumes mamba_ssm and causal-conv1d "
+                     "are installed; not traced: transformers' torch fallback keeps about 14 bytes per channel and "
+                     "state per token)")
+
+
+def _mamba_mixer(config: Mapping[str, Any]) -> dict:
+    """The sizes of a Mamba mixer (transformers 5.24 models/mamba/configuration_mamba.py `__post_init__`:
+    `intermediate_size` = expand · hidden_size unless the config.json writes one, which the base class then sets;
+    `time_step_rank` "auto" = ceil(hidden_size / 16); state_size 16, conv_kernel 4 by default); {} when a size is
+    not a whole number."""
+    hidden = config.get("hidden_size")
+    if not (_dim(hidden) and hidden):
+        return {}
+    expand = config.get("expand", 2)
+    inner = config.get("intermediate_size")
+    if not _dim(inner) and isinstance(expand, (int, float)) and not isinstance(expand, bool) and 0 < expand < 64:
+        inner = int(expand * hidden)
+    rank = config.get("time_step_rank", "auto")
+    if rank == "auto":
+        rank = math.ceil(hidden / 16)
+    sizes = {"ssm_state": config.get("state_size", 16), "ssm_inner": inner, "ssm_conv": config.get("conv_kernel", 4),
+             "ssm_dt_rank": rank}
+    return sizes if all(_dim(v) and v > 0 for v in sizes.values()) else {}
 
 
 def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "config.json") -> ModelArch | None:

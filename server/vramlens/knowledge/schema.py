@@ -46,6 +46,12 @@ class ModelArch(BaseModel):
     params_total: int = 0
     params_by_kind: tuple[tuple[str, int], ...] = ()
     layer_kinds: tuple[tuple[str, int], ...] = ()
+    # Mamba (selective state-space) mixers, as transformers' MambaConfig names them: state_size, intermediate_size
+    # (expand · hidden), conv_kernel, time_step_rank (0: no such mixer)
+    ssm_state: int = 0
+    ssm_inner: int = 0
+    ssm_conv: int = 0
+    ssm_dt_rank: int = 0
     # Vision-language models: the vision tower (+ projector) beside the language model above
     vision_params: int = 0                    # vision encoder + multimodal projector parameters
     vision_hidden: int = 0

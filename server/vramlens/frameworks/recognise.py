@@ -1,0 +1,174 @@
+"""Every argument of a framework, at the version the workspace runs, held to that version's own definitions.
+
+Runs once after a framework's reader filled a plan (`formats.parse_yaml_text`, `formats.shell.build_plan`). For a plan
+whose framework has dumped argument schemas (`frameworks/schemas/`), at the version pinned in the workspace
+(`environment.workspace_pins`) or else the newest dump, each setting is checked against that version's arguments:
+- an argument of that version that changes memory or speed and that the estimate does not model
+  (`irrelevant.NOT_MODELLED`), set to something other than its default and not used by the reader: named as not
+  modelled (`PlanBuilder.unmodelled`);
+- a key renamed between versions (TRL `max_seq_length` → `max_length`, ms-swift `sft_type` → `train_type` →
+  `tuner_type`): a note naming the versions between which it changed;
+- a key that is no argument of that version, for frameworks that stop on unknown arguments: an unknown-name issue
+  with the nearest argument name of that version.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+from vramlens.formats.settings import PlanBuilder, Setting, closest, to_bool
+from vramlens.frameworks import irrelevant, schemas
+from vramlens.plan import IssueKind, Severity
+
+# plan.framework -> the dumped framework whose arguments it reads (nemo-automodel plans use transformers' defaults,
+# but their recipes' keys are read by formats/nemo_automodel.py)
+DUMPED = {"transformers": "transformers", "trl": "trl", "axolotl": "axolotl", "llamafactory": "llamafactory",
+          "ms-swift": "ms-swift", "torchtune": "torchtune", "torchtitan": "torchtitan", "openrlhf": "openrlhf",
+          "verl": "verl"}
+
+# each framework's distribution on PyPI (the name a workspace pins it by)
+DISTRIBUTIONS = {"transformers": "transformers", "trl": "trl", "axolotl": "axolotl", "llamafactory": "llamafactory",
+                 "ms-swift": "ms-swift", "torchtune": "torchtune", "torchtitan": "torchtitan",
+                 "openrlhf": "openrlhf", "verl": "verl"}
+
+TITLES = {"transformers": "transformers", "trl": "TRL", "axolotl": "axolotl", "llamafactory": "LLaMA-Factory",
+          "ms-swift": "ms-swift", "torchtune": "torchtune", "torchtitan": "torchtitan", "openrlhf": "OpenRLHF",
+          "verl": "verl"}
+
+# Keys renamed between releases: (framework, old) -> new. The versions between which each changed are read from
+# the dumps (the newest that still has the old name, the oldest that has the new one).
+RENAMED = {
+    ("trl", "max_seq_length"): "max_length",
+    ("ms-swift", "sft_type"): "train_type",
+    ("ms-swift", "train_type"): "tuner_type",
+}
+
+# Entry points that stop on an argument they do not define, by the tool that runs them or the YAML dialect read:
+# - HfArgumentParser (transformers hf_argparser.py `parse_args_into_dataclasses`: "Some specified arguments are not
+#   used by the HfArgumentParser"; `parse_dict(allow_extra_keys=False)`: "Some keys are not used by the
+#   HfArgumentParser"), which TRL's `trl` CLI (TrlParser), LLaMA-Factory (src/llamafactory/hparams/parser.py
+#   `_parse_args`) and ms-swift (swift/utils/utils.py `parse_args`: "remaining_argv") use;
+# - axolotl only with `strict: true` (its config model otherwise keeps unknown keys).
+STRICT_TOOLS = {"trl": "trl", "llamafactory": "llamafactory", "swift": "ms-swift", "axolotl": "axolotl"}
+STRICT_DIALECTS = {"llamafactory": "llamafactory", "axolotl": "axolotl"}
+# LLaMA-Factory under USE_MCA=1 parses with mcore_adapter's Megatron training arguments, which are not dumped
+# (src/llamafactory/hparams/parser.py `_TRAIN_MCA_ARGS`): a config with Megatron parallel keys is not held to them
+MCA_KEYS = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size",
+            "use_distributed_optimizer"}
+
+
+def _normal(name: str) -> str:
+    return name.strip().lstrip("-").replace("-", "_")
+
+
+def version_for(framework: str, workspace: Path | None) -> tuple[str | None, str]:
+    """(the dumped version describing the run, where its version came from): the workspace's exact pin of the
+    framework's distribution, else the newest dump."""
+    from vramlens import environment
+
+    dist = DISTRIBUTIONS.get(framework)
+    pin = environment.workspace_pins(workspace).get(dist) if dist and workspace is not None else None
+    if pin is not None:
+        return schemas.pick_version(framework, pin.version), pin.source
+    return schemas.pick_version(framework), "the newest release vramlens has the arguments of"
+
+
+def _extends(framework: str, version: str, workspace: Path | None) -> list[str]:
+    """The transformers dumps whose arguments a framework's extend (TRL's configs extend TrainingArguments): the
+    pinned transformers, else every dumped one (an unpinned run may use any)."""
+    from vramlens import environment
+
+    if not schemas.schema(framework, version).get("extends"):
+        return []
+    if environment.workspace_pins(workspace).get("transformers") is not None:
+        return [version_for("transformers", workspace)[0]]
+    return list(schemas.versions("transformers"))
+
+
+def names_at(framework: str, version: str, workspace: Path | None = None) -> set[str]:
+    """Every argument name and alias the framework defines at that version, its base classes' included."""
+    out = {n for a in schemas.schema(framework, version)["arguments"]
+           for n in (_normal(a["name"]), *(_normal(x) for x in a.get("aliases") or ()))}
+    for v in _extends(framework, version, workspace):
+        out |= {_normal(a["name"]) for a in schemas.schema("transformers", v)["arguments"]}
+    return out
+
+
+def _defined(framework: str, name: str, version: str, workspace: Path | None) -> dict | None:
+    found = schemas.argument(framework, name, version)
+    if found is None:
+        for v in _extends(framework, version, workspace):
+            found = schemas.argument("transformers", name, v)
+            if found is not None:
+                break
+    return found
+
+
+def _is_default_or_off(s: Setting, definition: dict) -> bool:
+    v = s.value
+    if v is None or v == definition.get("default") or v in ([], {}):
+        return True
+    return to_bool(v) is False
+
+
+def _renamed(framework: str, name: str, names: set[str]) -> tuple[str, list[str]] | None:
+    """(the name the version read has, each rename on the way: "`old` → `new` between <last with old> and <first
+    with new>") when `name` was renamed and the version read has a later name instead."""
+    steps, new = [], name
+    while (nxt := RENAMED.get((framework, new))) is not None and new not in names:
+        have = schemas.versions(framework)
+        old_in = [v for v in have if schemas.arguments(framework, new, v)]
+        new_in = [v for v in have if schemas.version_key(v) > schemas.version_key(old_in[-1])
+                  and schemas.arguments(framework, nxt, v)] if old_in else []
+        if not old_in or not new_in:
+            return None
+        steps.append(f"`{new}` → `{nxt}` between {old_in[-1]} and {new_in[0]}")
+        new = nxt
+    return (new, steps) if steps and new in names else None
+
+
+def apply(b: PlanBuilder, settings: Iterable[Setting], workspace: Path | None, *, tool: str | None = None) -> None:
+    """Hold the settings a reader saw to the framework's own arguments at the version the run uses (module doc).
+    `tool`: the command that runs them, for a command line (`trl`, `swift`, `llamafactory`, ...)."""
+    plan = b.plan
+    framework = DUMPED.get(plan.framework or "")
+    if framework is None or plan.format == "nemo-automodel":
+        return
+    version, _ = version_for(framework, workspace)
+    if version is None:
+        return
+    settings = [s for s in settings if not s.unresolved and s.path]
+    if tool is not None:
+        strict = STRICT_TOOLS.get(tool) == framework
+    else:
+        strict = STRICT_DIALECTS.get(plan.format) == framework
+        if framework == "llamafactory" and any(s.path[0] in MCA_KEYS for s in settings):
+            strict = False
+        if framework == "axolotl":
+            strict = any(s.path == ("strict",) and to_bool(s.value) for s in settings)
+    names = names_at(framework, version, workspace)
+    consumed = {v.key for v in plan.settings().values() if v.key} | {u.key for u in plan.unmodelled}
+    title = f"{TITLES[framework]} {version}"
+    for s in settings:
+        name = _normal(s.key) if len(s.path) == 1 else ".".join(_normal(str(p)) for p in s.path)
+        if name in names:
+            definition = _defined(framework, name, version, workspace)
+            entry = irrelevant.lookup(irrelevant.NOT_MODELLED, name)
+            if entry is not None and s.key not in consumed and definition is not None \
+                    and not _is_default_or_off(s, definition):
+                b.unmodelled(s, entry[0], entry[1])
+            continue
+        if len(s.path) != 1:
+            continue
+        flag = "--" if tool is not None else ""
+        renamed = _renamed(framework, name, names) if tool is None or tool in STRICT_TOOLS else None
+        if renamed is not None:
+            new, steps = renamed
+            b.issue(IssueKind.NOT_READ, f"`{s.key}` is not an argument of {title}: renamed in {TITLES[framework]} "
+                    f"({', then '.join(steps)}); write `{flag}{new}`", s, severity=Severity.INFO,
+                    suggestion=flag + new, span=s.key_span)
+        elif strict:
+            hint = closest(name, names)
+            b.issue(IssueKind.UNKNOWN_VALUE, f"`{s.key}` is not an argument of {title}, which stops on arguments it "
+                    f"does not define" + (f" — did you mean `{flag}{hint}`?" if hint else ""), s,
+                    suggestion=flag + hint if hint else None, span=s.key_span)

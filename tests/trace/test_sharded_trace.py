@@ -1,0 +1,141 @@
+"""FSDP steps traced as rank 0 of N under torch's fake process group (`vramlens.trace.sharded`), and the estimator's
+sharded figures held to them.
+
+The grid: a small Llama × world sizes 2/4/8 × full fine-tune / LoRA × checkpointing off/on × FSDP1 / FSDP2 ×
+FULL_SHARD / SHARD_GRAD_OP, fp32 parameters with FSDP mixed precision (gathered in bf16, reduced in fp32), AdamW.
+Each row compares what sharding adds: the estimate's error on the sharded plan against its error on the same plan on
+one GPU without FSDP (traced by the same real-library backend), so the single-GPU formulas' own error at these small
+shapes is not counted twice; the raw per-rank figures are printed by `python tests/trace/test_sharded_trace.py`.
+Skips with a reason where torch or transformers are missing (CI installs the trace extra).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import sys
+
+import pytest
+
+from trace_plans import LORA, TINY_LLAMA, need, plan
+
+from vramlens.estimate import allocated_peak
+
+pytest.importorskip("torch", reason="torch not installed (the trace extra)")
+need("transformers")
+need("peft")
+
+import torch  # noqa: E402
+
+from vramlens.trace import engine, sharded  # noqa: E402
+from vramlens.trace.config import step_config  # noqa: E402
+from vramlens.trace.tracker import LiveBytes  # noqa: E402
+
+if not torch.distributed.is_available():
+    pytest.skip("torch built without distributed support", allow_module_level=True)
+
+ARCH = TINY_LLAMA.model_copy(update={"id": "tiny-llama-4", "layers": 4})
+MP = dict(weight_dtype="fp32", amp=True, fsdp_mixed_precision=True)
+TOLERANCE = 0.03
+
+
+def sharded_plan(world: int, peft: str, ckpt: bool, stage: int, **changes):
+    return plan(arch=ARCH, strategy="fsdp", world_size=world, zero_stage=stage, grad_checkpointing=ckpt, **MP,
+                **(LORA if peft == "lora" else {}), **changes)
+
+
+def trace_sharded(rp, version: int, real: bool = False) -> dict:
+    cfg = dataclasses.replace(step_config(rp), fsdp_version=version)
+    return engine.run(cfg, backend="fsdp", real=real)
+
+
+@functools.cache
+def single_gpu(peft: str, ckpt: bool) -> tuple[int, int]:
+    """(traced peak, estimated peak) of the same model's step on one GPU without FSDP: bf16 weights, which is what
+    FSDP's mixed precision computes with (no fp32 weight reaches autocast)."""
+    rp = plan(arch=ARCH, grad_checkpointing=ckpt, **(LORA if peft == "lora" else {}))
+    return engine.run(step_config(rp), backend="transformers")["peak_bytes"], allocated_peak(rp)
+
+
+def row(world: int, peft: str, ckpt: bool, version: int, stage: int) -> dict:
+    rp = sharded_plan(world, peft, ckpt, stage)
+    traced, est = trace_sharded(rp, version)["peak_bytes"], allocated_peak(rp)
+    t1, e1 = single_gpu(peft, ckpt)
+    return {"world": world, "peft": peft, "ckpt": ckpt, "fsdp": version, "stage": stage, "traced": traced,
+            "estimate": est, "raw_error": est / traced - 1, "error": (est - traced - (e1 - t1)) / traced}
+
+
+GRID = list(itertools.product((2, 4, 8), ("full", "lora"), (False, True), (1, 2), (3, 2)))
+FAST = [(2, "full", False, 2, 3), (4, "full", True, 2, 3), (8, "lora", True, 2, 2), (4, "full", False, 1, 2)]
+
+
+@pytest.mark.parametrize("world,peft,ckpt,version,stage", FAST, ids=lambda v: str(v))
+def test_estimate_holds_to_the_sharded_trace(world, peft, ckpt, version, stage):
+    r = row(world, peft, ckpt, version, stage)
+    assert abs(r["error"]) <= TOLERANCE, r
+
+
+@pytest.mark.slow
+def test_sharded_grid_within_three_percent():
+    rows = [row(*key) for key in GRID]
+    off = [r for r in rows if abs(r["error"]) > TOLERANCE and not (r["fsdp"] == 1 and r["peft"] == "lora")]
+    assert len(off) <= len(rows) * 0.05, off
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_fake_trace_matches_real_cpu_tensors(version):
+    """The sharded step under fake tensors allocates what the same step on real CPU tensors allocates."""
+    rp = sharded_plan(4, "full", False, 3)
+    fake, real = trace_sharded(rp, version), trace_sharded(rp, version, real=True)
+    assert fake["peak_bytes"] == pytest.approx(real["peak_bytes"], rel=1e-3)
+    assert fake["phases"]["optimizer-step"] == pytest.approx(real["phases"]["optimizer-step"], rel=1e-3)
+
+
+def test_per_rank_peak_falls_with_the_world_size_by_the_sharded_state():
+    """At the optimizer step rank 0 holds its shard of the fp32 parameters, their gradients and both AdamW states
+    (16 bytes per parameter over the ranks): from 2 to 4 ranks that much less, not the whole model's."""
+    peaks = {n: trace_sharded(sharded_plan(n, "full", False, 3), 2)["phases"]["optimizer-step"] for n in (2, 4)}
+    params = sum(p.numel() for p in _meta_params())
+    assert peaks[2] - peaks[4] == pytest.approx(16 * params * (1 / 2 - 1 / 4), rel=0.02)
+
+
+def _meta_params():
+    from vramlens.trace import hf
+
+    return hf.build_meta(step_config(plan(arch=ARCH))).model.parameters()
+
+
+def test_storage_resizes_are_counted_as_frees_and_allocations():
+    """FSDP frees an unsharded parameter by resizing its storage to zero and gathers it again by resizing it back;
+    the tracker counts both, so the bytes live after a step are the shards and the optimizer state only."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    sharded.fake_process_group(2)
+    sharded.install_resize_tracking()
+    mesh = init_device_mesh("cpu", (2,))
+    tr = LiveBytes()
+    with tr:
+        model = torch.nn.Sequential(*[torch.nn.Linear(256, 256, bias=False) for _ in range(3)])
+        for block in model:
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.AdamW(model.parameters(), foreach=False)
+        for _ in range(2):
+            model(torch.randn(8, 256)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    shard = 256 * 256 * 4 // 2
+    live = sum(r.nbytes for r in tr.live_records() if r.nbytes >= shard)
+    assert live == 3 * 3 * shard                     # each weight's shard and its two AdamW states
+
+
+if __name__ == "__main__":                          # the table: python tests/trace/test_sharded_trace.py [--fast]
+    keys = FAST if "--fast" in sys.argv else GRID
+    print(f"{'ranks':>5} {'peft':5} {'ckpt':5} {'fsdp':4} {'stage':5} {'traced MiB':>10} {'estimate MiB':>12} "
+          f"{'raw':>7} {'sharded':>8}")
+    for key in keys:
+        r = row(*key)
+        print(f"{r['world']:>5} {r['peft']:5} {str(r['ckpt']):5} {r['fsdp']:>4} {r['stage']:>5} "
+              f"{r['traced'] / 2**20:>10.2f} {r['estimate'] / 2**20:>12.2f} {r['raw_error']:>+7.1%} "
+              f"{r['error']:>+8.1%}", flush=True)
