@@ -79,8 +79,10 @@ def test_unmodelled_settings_are_named_in_json_text_and_check(fixture, lines, wo
 
 
 @pytest.mark.parametrize("call,kernels", [
-    ("apply_liger_kernel_to_qwen2()", "Liger's RMSNorm, RoPE and SwiGLU kernels"),
-    ("apply_liger_kernel_to_qwen2(rope=False, swiglu=False)", "Liger's RMSNorm kernel"),
+    ("apply_liger_kernel_to_qwen2()", "the memory of Liger's RMSNorm, RoPE and SwiGLU kernels (what they save for "
+                                      "backward)"),
+    ("apply_liger_kernel_to_qwen2(rope=False, swiglu=False)", "the memory of Liger's RMSNorm kernel (what it saves "
+                                                              "for backward)"),
 ])
 def test_a_script_s_liger_patch_models_its_loss_and_names_its_other_kernels(call, kernels, tmp_path):
     path = tmp_path / "train.py"

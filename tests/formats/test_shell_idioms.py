@@ -212,3 +212,33 @@ def test_srun_in_front_of_a_launcher(tmp_path):
                   "--model_name_or_path meta-llama/Meta-Llama-3-8B --per_device_train_batch_size 3 --bf16 True\n")
     got = values(plan_json(path))
     assert (got["model_id"], got["micro_batch"], got["gpu_count"]) == ("meta-llama/Meta-Llama-3-8B", 3, 4)
+
+
+# --- arithmetic expansion ------------------------------------------------------------------------------------
+
+def test_arithmetic_lengths_of_verl_scripts_are_worked_out(tmp_path):
+    # the idiom of verl's examples/grpo_trainer/run_qwen3moe-30b_megatron_96gb.sh
+    path = script(tmp_path, """
+        max_prompt_length=$((1024 * 2))
+        max_response_length=$((1024 * 8))
+        actor_ppo_max_token_len=$(((max_prompt_length + max_response_length)))
+        python3 -m verl.trainer.main_ppo \\
+            data.max_prompt_length=${max_prompt_length} \\
+            data.max_response_length=${max_response_length} \\
+            actor_rollout_ref.model.path=Qwen/Qwen3-30B-A3B-Base \\
+            actor_rollout_ref.actor.use_dynamic_bsz=True \\
+            actor_rollout_ref.actor.ppo_max_token_len_per_gpu=${actor_ppo_max_token_len} \\
+            trainer.n_gpus_per_node=8
+        """)
+    got = values(plan_json(path))
+    assert (got["prompt_len"], got["completion_len"]) == (2048, 8192)
+
+
+@pytest.mark.parametrize("expr, expected", [
+    ("1024 * 2", "2048"), ("(A + B) / 3", "4"), ("$A*2-${B}", "0"), ("-7 / 2", "-3"), ("-7 % 2", "-1"),
+    ("2 ** 10", "1024"), ("2 ** 64", None), ("9223372036854775807 + 1", None), ("1 / 0", None), ("X + 1", None),
+    ("1 << 2", None), ("3 -", None), ("(" * 70 + "1" + ")" * 70, None), ("1+" * 600 + "1", None),
+])
+def test_arithmetic_expansion_is_exact_or_unknown(expr, expected):
+    env = {"A": shell.Var("4"), "B": shell.Var("8"), "X": shell.Var("not a number")}
+    assert shell.arithmetic(expr, env) == expected

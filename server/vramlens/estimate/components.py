@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from vramlens.estimate.shapes import QK_NORM_FAMILIES, shapes, targeted
+from vramlens.estimate.shapes import QK_NORM_FAMILIES, is_mamba, shapes, targeted
 from vramlens.knowledge import versions
 from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
 from vramlens.knowledge.models import norms_per_layer
@@ -497,6 +497,11 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
     adapt, and under MHA the value is a view that keeps the whole q|k|v output (benchmarks/litgpt_vs_estimate.py).
     """
     arch = rp.arch
+    if is_mamba(arch):
+        one = mamba_layer_per_token(rp)
+        if kept is not None:
+            kept.update(down_input=0.0, through_attention=one, down_adapter_copy=0.0, mlp=0.0, after_attention=0.0)
+        return arch.layers * one, one
     h, q, heads = arch.hidden, arch.q_dim, arch.heads
     kv_eff = q if (rp.repeat_kv and rp.attn_impl in ("sdpa", "eager")) else arch.kv_dim
     c = 2 if rp.compute_dtype != "fp32" else 4
@@ -744,6 +749,70 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         # block's backward before its attention's own backward runs
         kept["after_attention"] = max(per_layer - qkv_in - attn - norm_keep / max(norms_per_layer(arch), 1), 0) / tp
     return total_layers / tp, per_layer / tp
+
+
+def _mamba_adapter_keeps(rp: ResolvedPlan, name: str, width: int) -> float:
+    """What a LoRA adapter on a Mamba mixer's linear keeps per token: its input (in the adapter's dtype: PEFT casts
+    it, `_cast_input_dtype` in peft src/peft/tuners/lora/layer.py; a dropped copy and a 1-byte mask under
+    lora_dropout) and lora_A's output, which lora_B keeps. 0 when the linear is not adapted."""
+    if rp.peft == "none" or not any(l.name == name for l in targeted(rp.arch, rp.lora_targets)):
+        return 0.0
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    a = 4 if rp.adapter_fp32 else c
+    return (a + 1 if rp.lora_dropout > 0 else a) * width + a * rp.lora_r
+
+
+def mamba_layer_bytes(rp: ResolvedPlan, kernels: bool = True) -> tuple[float, float, float]:
+    """What one Mamba block (transformers 5.24 models/mamba/modeling_mamba.py `MambaBlock`) keeps for backward, in
+    16-bit: (bytes per token, per sequence, per layer).
+
+    Both take the block's RMSNorm (fp32 input and 1/rms; the normalised 16-bit value when its weight trains) and
+    in_proj's input (when in_proj trains or is adapted). Then, with I the mixer width, N the state size, R the
+    time-step rank, K the conv kernel:
+    - `kernels` (transformers' training path when mamba_ssm is installed: `MambaMixer.forward` calls
+      `mamba_inner_fn`, mamba_ssm/ops/selective_scan_interface.py `MambaInnerFn.forward`, checkpoint_lvl 1, which
+      recomputes the conv output and Δ in backward): xz (2I), x_dbl (R + 2N), contiguous B and C (2N), the scan
+      output (I), and the scan's fp32 chunk states (2N·I per 2048 positions of each sequence). x_proj, dt_proj and
+      out_proj run from their raw weights inside the kernel: adapters on them are never called.
+    - the torch path (`MambaMixer.forward` without mamba_ssm, `mamba_selective_scan`'s recurrent loop; measured with
+      saved-tensor hooks, tests/trace/test_hybrid_layers.py): in_proj's output (2I), the padded conv output
+      (I·(L + K − 1)/L), its SiLU output twice (x_proj's flattened input; the `hidden_states * D` operand when D
+      trains), x_proj's output (R + 2N), dt_proj's output and its softplus (2I), fp32 copies of x (4I) and B (4N),
+      the fp32 discretised A and B (8·I·N), every step's state in fp32 (saved by the next step) and 16-bit (saved
+      by the output matmul) (4 + 2)·I·N, silu(z) (I), the fp32 scan output (4I) and out_proj's input (I, when
+      out_proj trains); dt_proj is applied as `dt_proj.weight @ time_step`, so its adapter is never called.
+    Per layer: the fp32 A = −exp(A_log) (4·I·N, and exp's output again when A_log trains) and D (4I); the kernel
+    also keeps Δ's fp32 bias (4I)."""
+    arch = rp.arch
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    h, i, n, r, k = arch.hidden, arch.ssm_inner, arch.ssm_state, arch.ssm_dt_rank, arch.ssm_conv
+    full = rp.peft == "none"
+    norm = 4 * h + 4 + (c * h if full else 0)
+    in_proj = c * h if full else _mamba_adapter_keeps(rp, "in_proj", h)
+    per_layer = 4 * i * n + 4 * i + (4 * i * n if full else 0)
+    if kernels:
+        chunks = math.ceil(rp.seq_len / 2048)
+        return norm + in_proj + c * (3 * i + r + 4 * n), 8 * i * n * chunks, per_layer + 4 * i   # + Δ's fp32 bias
+    x_proj = c * i if full else _mamba_adapter_keeps(rp, "x_proj", i)
+    per_token = (norm + in_proj + x_proj + c * (6 * i + r + 2 * n) + 8 * i + 4 * n + (12 + c) * i * n
+                 + (2 * c * i if full else 0))                 # D's operand and out_proj's input
+    return per_token, c * i * (k - 1) + (c - 4) * i * n, per_layer
+
+
+def mamba_layer_per_token(rp: ResolvedPlan, kernels: bool = True) -> float:
+    """`mamba_layer_bytes` spread over the micro-batch's tokens."""
+    per_token, per_seq, per_layer = mamba_layer_bytes(rp, kernels)
+    s = max(rp.seq_len, 1)
+    return per_token + per_seq / s + per_layer / (s * max(rp.micro_batch, 1))
+
+
+def mamba_backward_per_token(rp: ResolvedPlan) -> float:
+    """The backward temporaries of one Mamba mixer per token, 16-bit, as mamba_ssm's `MambaInnerFn.backward` makes
+    them (mamba_ssm/ops/selective_scan_interface.py): the recomputed conv output and Δ (2I), dxz (2I), dout_y (I),
+    the scan's dconv1d_out, dΔ and out_z (3I) and dx_dbl (R + 2N)."""
+    arch = rp.arch
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    return c * (8 * arch.ssm_inner + arch.ssm_dt_rank + 2 * arch.ssm_state)
 
 
 def sdpa_math(rp: ResolvedPlan) -> bool:
@@ -1339,6 +1408,8 @@ def backward_block_per_token(rp: ResolvedPlan) -> float:
     arch = rp.arch
     kept: dict = {}
     _, one_layer = activations_per_token(rp, kept)
+    if is_mamba(arch):
+        return one_layer + mamba_backward_per_token(rp)
     tp = max(rp.tensor_parallel, 1)
     inter = (arch.moe_intermediate or arch.intermediate) * (max(arch.experts_per_token, 1) if arch.is_moe else 1)
     gated = arch.mlp in ("swiglu", "geglu")
@@ -2131,7 +2202,7 @@ def fsdp_backward_working_set(rp: ResolvedPlan, p: Params) -> int:
     s = shapes(rp.arch)
     pg = fsdp_gather_bytes(rp)
     rb = 4 if rp.fsdp_mixed_precision else pg
-    unit = s.layer_params * pg
+    unit = gathered_layer_bytes(rp, p) if rp.quant_bits else s.layer_params * pg / max(rp.tensor_parallel, 1)
     full = rp.peft == "none" and rp.trained_layers is None
     grads = (s.layer_params if full else p.trainable / max(counted_layers(rp), 1)) * pg
     reduce_in = grads / pg * rb * (1 + 1 / rp.world_size)

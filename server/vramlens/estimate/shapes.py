@@ -124,6 +124,11 @@ def targeted(arch: ModelArch, targets: tuple[str, ...], experts: bool = True) ->
     `experts=False`: routed experts are not nn.Linear modules (transformers 5 `MixtralExperts` and the like keep
     them as 3-D parameters run with grouped_mm) and no target name reaches them."""
     s = shapes(arch)
+    linears = [l for l in s.linears if experts or not l.expert]
+    if is_mamba(arch):
+        # peft refuses LoRA on a Mamba mixer's out_proj (and conv1d): `_check_lora_target_modules_mamba` in peft
+        # 0.21.2 src/peft/tuners/tuners_utils.py raises for them, "all-linear" included
+        linears = [l for l in linears if l.name != "out_proj"]
     if "all-linear" in targets:
-        return [l for l in s.linears if experts or not l.expert]
-    return [l for l in s.linears if l.name in targets and (experts or not l.expert)]
+        return linears
+    return [l for l in linears if l.name in targets]

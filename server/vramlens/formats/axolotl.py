@@ -251,11 +251,11 @@ NOT_MODELLED = {
     "lora_mlp_kernel": ("axolotl's fused LoRA MLP kernel", "estimated as PEFT's LoRA layers"),
     "lora_qkv_kernel": ("axolotl's fused LoRA QKV kernel", "estimated as PEFT's LoRA layers"),
     "lora_o_kernel": ("axolotl's fused LoRA output kernel", "estimated as PEFT's LoRA layers"),
-    "liger_rms_norm": ("the memory of Liger's RMSNorm kernel", "estimated as transformers' RMSNorm's (its speed is "
+    "liger_rms_norm": ("the memory of Liger's RMSNorm kernel", "estimated as transformers' RMSNorm's (its run time is "
                                                                "modelled)"),
-    "liger_glu_activation": ("the memory of Liger's SwiGLU kernel", "estimated as transformers' MLP's (its speed is "
+    "liger_glu_activation": ("the memory of Liger's SwiGLU kernel", "estimated as transformers' MLP's (its run time is "
                                                                     "modelled)"),
-    "liger_rope": ("the memory of Liger's RoPE kernel", "estimated as transformers' rotary embedding's (its speed is "
+    "liger_rope": ("the memory of Liger's RoPE kernel", "estimated as transformers' rotary embedding's (its run time is "
                                                          "modelled)"),
     "liger_layer_norm": ("Liger's LayerNorm kernel", "estimated as PyTorch's LayerNorm"),
     "use_kernels": ("kernels from the Hugging Face kernels hub", "estimated with transformers' own layers"),

@@ -379,7 +379,7 @@ def _liger(b: PlanBuilder, s: Setting) -> None:
         # their speed is modelled (estimate/throughput.py `elementwise_bytes`), their memory is not
         b.set("fused_kernels", ["rms_norm", "rope", "swiglu"], s, note="Liger's RMSNorm, RoPE and SwiGLU kernels")
         b.unmodelled(s, "the memory of Liger's RMSNorm, RoPE and SwiGLU kernels (what they save for backward)",
-                     "estimated with transformers' layers' memory (their speed and the fused linear cross-entropy "
+                     "estimated with transformers' layers' memory (their run time and the fused linear cross-entropy "
                      "are modelled)")
 
 

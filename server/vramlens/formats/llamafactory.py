@@ -321,7 +321,7 @@ def _unsloth(b: PlanBuilder, data: dict, by_key: dict[str, Setting]) -> None:
         b.set("fused_kernels", ["rms_norm", "rope", "swiglu", "cross_entropy"], use,
               note="unsloth's Triton RMSNorm, RoPE, SwiGLU and cross-entropy kernels")
         b.unmodelled(use, "the memory of unsloth's fused LoRA and Triton kernels (what they save for backward)",
-                     "estimated with transformers' layers' memory (their speed and the offloaded checkpointing are "
+                     "estimated with transformers' layers' memory (their run time and the offloaded checkpointing are "
                      "modelled)")
     elif gc is not None and to_bool(gc.value) and (plan.grad_checkpointing is None or plan.grad_checkpointing.value):
         b.set("activation_offload", True, gc, override=True,

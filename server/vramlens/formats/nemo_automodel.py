@@ -70,7 +70,7 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
     if (s := get("fp8", "enabled")) is not None and to_bool(s.value):
         b.set("float8_linears", True, s, note="torchao Float8: the linears run in fp8")
         b.unmodelled(s, "the memory of fp8 linears (torchao Float8: inputs and weights cast to fp8 with their "
-                        "scales)", "estimated with bf16 linears' memory (their speed is modelled)", key="fp8.enabled")
+                        "scales)", "estimated with bf16 linears' memory (their run time is modelled)", key="fp8.enabled")
 
 
 def _model(b: PlanBuilder, get) -> None:

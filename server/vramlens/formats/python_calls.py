@@ -912,8 +912,8 @@ def _liger_patch(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name
         kernels = [k for k, _ in found]
         names = " and ".join([", ".join(kernels[:-1]), kernels[-1]] if len(kernels) > 1 else kernels)
         r.b.set("fused_kernels", [key for _, key in found], s, note=f"Liger's {names} kernels")
-        r.b.unmodelled(s, f"the memory of Liger's {names} kernel{'s' if len(kernels) > 1 else ''} (what they save "
-                          "for backward)", "estimated with transformers' own layers' memory (their speed is modelled)")
+        r.b.unmodelled(s, f"the memory of Liger's {names} kernel{'s' if len(kernels) > 1 else ''} (what "
+                          f"{'they save' if len(kernels) > 1 else 'it saves'} for backward)", "estimated with transformers' own layers' memory (their run time is modelled)")
 
 
 def _is_unsloth(full: str) -> bool:

@@ -445,6 +445,10 @@ class Expander:
             kind = p[0]
             if kind == LIT:
                 v = p[1]
+            elif kind == CMD and p[1].startswith("$((") and p[1].endswith("))"):
+                v = arithmetic(p[1][3:-2], env)            # verl's `max_prompt_length=$((1024 * 2))`
+                if v is None:
+                    return None
             elif kind == VAR:
                 v = self._var(p, env)
                 if v is None:
@@ -524,6 +528,89 @@ class Expander:
             pos = m.end()
         out.append(arg[pos:])
         return "".join(out)
+
+
+MAX_ARITH_CHARS = 1_000        # an arithmetic expansion longer than this is not worked out (real ones: a few words)
+_ARITH_TOKEN = re.compile(r"\s*(?:(\d+)|\$?\{?([A-Za-z_][A-Za-z0-9_]*)\}?|(\*\*|[-+*/%()]))")
+
+
+def arithmetic(expr: str, env: dict[str, Var]) -> str | None:
+    """`$(( … ))` of integers and known integer variables with + - * / % ** and parentheses, as bash works it out
+    (bash 5.2 manual, "Shell Arithmetic": 64-bit integers, division truncated toward zero); None for anything else
+    (other operators, an unknown or non-integer variable, a result outside 64 bits)."""
+    if len(expr) > MAX_ARITH_CHARS:
+        return None
+    tokens: list = []
+    i = 0
+    while i < len(expr.rstrip()):
+        m = _ARITH_TOKEN.match(expr, i)
+        if m is None:
+            return None
+        if m.group(1) is not None:
+            if len(m.group(1)) > 19 or (len(m.group(1)) > 1 and m.group(1)[0] == "0"):
+                return None                         # past 64 bits, or octal
+            tokens.append(int(m.group(1)))
+        elif m.group(2) is not None:
+            var = env.get(m.group(2))
+            value = var.value.strip() if var is not None and var.value is not None else ""
+            if not re.fullmatch(r"-?[1-9][0-9]{0,18}|0", value):
+                return None
+            tokens.append(int(value))
+        else:
+            tokens.append(m.group(3))
+        i = m.end()
+    pos = 0
+    limit = 1 << 63
+
+    def expr_(level: int) -> int | None:            # level 0: + -, 1: * / %, 2: **, 3: unary and atoms
+        nonlocal pos
+        if level == 3:
+            if pos >= len(tokens):
+                return None
+            t = tokens[pos]
+            pos += 1
+            if isinstance(t, int):
+                return t
+            if t in ("-", "+"):
+                v = expr_(3)
+                return None if v is None else (-v if t == "-" else v)
+            if t == "(":
+                v = expr_(0)
+                if v is None or pos >= len(tokens) or tokens[pos] != ")":
+                    return None
+                pos += 1
+                return v
+            return None
+        left = expr_(level + 1)
+        ops = {0: ("+", "-"), 1: ("*", "/", "%"), 2: ("**",)}[level]
+        while left is not None and pos < len(tokens) and tokens[pos] in ops:
+            op = tokens[pos]
+            pos += 1
+            right = expr_(level + 1 if level < 2 else 2)
+            if right is None:
+                return None
+            if op in ("/", "%") and right == 0 or op == "**" and not (0 <= right <= 63 and abs(left) < limit):
+                return None
+            if op == "+":
+                left += right
+            elif op == "-":
+                left -= right
+            elif op == "*":
+                left *= right
+            elif op == "/":
+                left = abs(left) // abs(right) * (1 if (left < 0) == (right < 0) else -1)
+            elif op == "%":
+                left = left - right * (abs(left) // abs(right) * (1 if (left < 0) == (right < 0) else -1))
+            else:
+                left **= right
+            if not -limit <= left < limit:
+                return None
+        return left
+
+    if len(tokens) > MAX_ARITH_CHARS or tokens.count("(") > 64:
+        return None
+    value = expr_(0)
+    return str(value) if value is not None and pos == len(tokens) else None
 
 
 def expand_parts(parts: list, env: dict[str, Var]) -> str | None:
@@ -1324,7 +1411,12 @@ def _splice(text: str, w: Word, env: dict[str, Var], ex: "Expander", depth: int 
             ex.capped.append((w.start, w.end))
             return [Arg(w, None)]
         ex.spliced += len(var.elements)
-        return list(var.elements)
+        if text[w.start] == '"':
+            return list(var.elements)
+        # unquoted, each element is split at blanks (bash 5.2 manual, "Word Splitting"): Megatron-LM's
+        # examples/llama/train_llama3_8b_h100_fp8.sh `ARGS+=("--vocab-size 128256")` … `${ARGS[@]}`
+        return [Arg(a.word, piece) for a in var.elements
+                for piece in (a.value.split() if a.value is not None else [None])]
     if op or len(parts) != 1 or var.words_range is None or depth >= MAX_SPLICE_DEPTH:
         return None
     if var.refs and any(env.get(n) is not v for n, v in var.refs.items()):
@@ -1424,6 +1516,8 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
         return verl.apply_launch(b, r, script, ctx)
     framework = {"llamafactory": "llamafactory", "torchtune": "torchtune", "axolotl": "axolotl", "trl": "trl",
                  "swift": "ms-swift", "openrlhf": "openrlhf"}.get(tool)
+    if tool == "megatron":
+        framework = megatron.framework(launch)
     from vramlens.formats import openinstruct
 
     oi_kind = openinstruct.script_kind(launch.script.text if launch.script else None)
@@ -1474,6 +1568,8 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
             launchers.openrlhf_defaults(b, {_norm(name) for name, _, _ in flags}, launch.subcommand)
         elif tool == "swift":
             launchers.swift_finish(b, settings)
+        elif tool == "megatron":
+            megatron.finish(b, settings, launch)
         elif any(s.path[0] in launchers.PEFT_EXAMPLE_FLAGS for s in settings):
             launchers.peft_example_defaults(b)
     from vramlens.formats import objective

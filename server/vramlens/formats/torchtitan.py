@@ -497,14 +497,14 @@ def _float8(b: PlanBuilder, v: _Values) -> None:
         b.set("float8_linears", True, converters, note=f"{', '.join(linears)}: the blocks' linears run in fp8")
         b.unmodelled(converters, f"the memory of low-precision linears ({', '.join(on)}: torchao's fp8 casts of "
                                  "inputs and weights with their scales)",
-                     "estimated with bf16 linears' memory (their speed is modelled)", key="model.converters")
+                     "estimated with bf16 linears' memory (their run time is modelled)", key="model.converters")
     elif on:
         b.unmodelled(converters, f"low-precision grouped expert GEMMs ({', '.join(on)})",
                      "estimated with bf16 expert GEMMs", key="model.converters")
     elif old is not None and to_bool(old.value):
         b.set("float8_linears", True, old, note="torchao Float8Linear: the blocks' linears run in fp8")
         b.unmodelled(old, "the memory of float8 linears (torchao Float8Linear's fp8 casts of inputs and weights)",
-                     "estimated with bf16 linears' memory (their speed is modelled)")
+                     "estimated with bf16 linears' memory (their run time is modelled)")
 
 
 # ------------------------------------------------------------------------------------------------ launch lines

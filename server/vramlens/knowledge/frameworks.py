@@ -139,6 +139,34 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
         "attn_impl": "sdpa", "compile": False, "loss_impl": "standard", "packing": True,
         "zero_grad_set_to_none": True, "objective": "pretrain",
     }),
+    # Megatron-LM's own defaults for pretrain_*.py (NVIDIA/Megatron-LM core_v0.15.0 0d7e02bd megatron/training/
+    # arguments.py): no --bf16/--fp16 trains in fp32 (`args.params_dtype = torch.float`); `--optimizer adam` is
+    # Transformer Engine's (or apex's) FusedAdam in AdamW mode (megatron/core/optimizer/__init__.py); recompute,
+    # sequence parallelism and the distributed optimizer are off; `--attention-backend auto` picks a fused kernel;
+    # the global batch defaults to micro batch × DP (no accumulation). `--micro-batch-size` and `--seq-length` have
+    # no default (validate_args asserts them: formats/megatron.py says so); 1 stands for the first
+    "megatron": ("Megatron-LM core_v0.15.0 (arguments.py)", {
+        "micro_batch": 1, "grad_accum": 1, "optimizer": "adamw_apex_fused",
+        "grad_checkpointing": False, "amp_dtype": "none", "weight_dtype": "fp32",
+        "attn_impl": "sdpa", "compile": False, "loss_impl": "standard", "packing": False,
+        "zero_grad_set_to_none": True, "dist_strategy": "megatron", "distributed_optimizer": False,
+        "sequence_parallel": False, "objective": "pretrain",
+    }),
+    # Megatron-SWIFT's `megatron sft|pt|rlhf` (modelscope/ms-swift v3.12.6 8773ecd0 swift/megatron/argument/
+    # megatron_args.py; the same values in v4.5.2 ff512877 swift/megatron/arguments/): micro_batch_size 1,
+    # global_batch_size 16 (formats/megatron.py), recompute_granularity "selective" of `core_attn`,
+    # attention_backend "flash", optimizer "adam", use_distributed_optimizer True; bf16/fp16 None → ms-swift's
+    # `_init_mixed_precision`: bf16 for a bf16 checkpoint (fp16 for fp16/fp32 ones); LoRA rank 8, alpha 32, dropout
+    # 0.05 on all-linear
+    "megatron-swift": ("ms-swift 3.12–4.5 Megatron-SWIFT (megatron_args.py)", {
+        "micro_batch": 1, "optimizer": "adamw_apex_fused",
+        "grad_checkpointing": False, "selective_recompute": "core_attention",
+        "amp_dtype": "bf16", "weight_dtype": "bf16",
+        "attn_impl": "sdpa", "compile": False, "loss_impl": "standard", "packing": False,
+        "zero_grad_set_to_none": True, "dist_strategy": "megatron", "distributed_optimizer": True,
+        "sequence_parallel": False,
+        "lora_r": 8, "lora_alpha": 32, "lora_dropout": 0.05, "lora_targets": ["all-linear"],
+    }),
     "custom": ("plain PyTorch loop", {
         "micro_batch": 1, "grad_accum": 1, "optimizer": "torch.optim.AdamW",
         "grad_checkpointing": False, "amp_dtype": "none", "weight_dtype": "bf16",
@@ -183,6 +211,12 @@ BEHAVIOUR: dict[str, dict] = {
     # torchtitan builds its own models (torchtitan/models/*) and trains without adapters or k-bit weights; its causal
     # SDPA takes no mask
     "torchtitan": {"adapter_fp32": False, "kbit_upcast": False, "keep_logits": False, "attn_mask": False},
+    # Megatron-core builds its own GPTModel (Megatron-SWIFT converts the checkpoint into it) with adapters in the
+    # parameter dtype: the mixed-precision optimizer keeps their fp32 main copy (megatron/core/optimizer/optimizer.py
+    # `Float16OptimizerWithFloat16Params`, counted by estimate.components.megatron_state_bytes); causal fused
+    # attention without a mask tensor
+    "megatron": {"adapter_fp32": False, "kbit_upcast": False, "keep_logits": False, "attn_mask": False},
+    "megatron-swift": {"adapter_fp32": False, "kbit_upcast": False, "keep_logits": False, "attn_mask": False},
 }
 
 # Frameworks whose PPO holds a reward model only when one is named: LLaMA-Factory's default reward is an adapter on
@@ -300,8 +334,9 @@ def defaults_for(framework: str | None, objective: str | None = None, settings=N
 
 
 # Frameworks whose step runs transformers' own model classes and loss (their version-dependent choices apply:
-# knowledge/versions.py); torchtune, litgpt and torchtitan build their own models.
-HF_MODEL_FRAMEWORKS = frozenset(k for k in BEHAVIOUR if k not in ("torchtune", "litgpt", "torchtitan"))
+# knowledge/versions.py); torchtune, litgpt, torchtitan and Megatron build their own models.
+HF_MODEL_FRAMEWORKS = frozenset(k for k in BEHAVIOUR if k not in ("torchtune", "litgpt", "torchtitan", "megatron",
+                                                                   "megatron-swift"))
 
 # Frameworks whose step is transformers' Trainer (or a subclass): under FSDP it wraps a LoRA model's adapter linears
 # in units of their own (transformers trainer.py `_fsdp_qlora_plugin_updates`: peft `fsdp_auto_wrap_policy`) and
