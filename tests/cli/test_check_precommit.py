@@ -17,6 +17,7 @@ def test_hook_definition_runs_check_on_configs(tmp_path):
     assert hook["id"] == "vramlens-check" and hook["language"] == "python"
     files = re.compile(hook["files"])
     assert files.search("configs/train.yaml") and files.search("ds.json") and files.search("launch.sh")
+    assert files.search("train_configs/llama3_8b.toml") and files.search("finetune.ipynb")
     assert not files.search("README.txt") and not files.search("model.safetensors")
 
     (tmp_path / "oom.yaml").write_text(

@@ -83,7 +83,7 @@ def test_mamba_block_keeps_what_the_estimate_says(sizes, method):
             real = saved_bytes(lambda: block(x), model)
         rp = plan(arch=arch, seq_len=positions, micro_batch=batch, **changes)
         est = C.mamba_layer_per_token(rp, kernels=False) * batch * positions
-        assert est == pytest.approx(real, rel=0.03), (batch, positions)
+        assert est == pytest.approx(real, rel=0.005), (batch, positions)
 
 
 def test_checkpointed_mamba_block_keeps_its_input():

@@ -793,7 +793,9 @@ def mamba_layer_bytes(rp: ResolvedPlan, kernels: bool = True) -> tuple[float, fl
     if kernels:
         chunks = math.ceil(rp.seq_len / 2048)
         return norm + in_proj + c * (3 * i + r + 4 * n), 8 * i * n * chunks, per_layer + 4 * i   # + Δ's fp32 bias
-    x_proj = c * i if full else _mamba_adapter_keeps(rp, "x_proj", i)
+    # x_proj's input is the SiLU output flattened to (B·L, I): a copy, but a view of it in a micro-batch of one
+    # sequence, where it is the same storage as D's operand
+    x_proj = (c * i if rp.micro_batch != 1 else 0) if full else _mamba_adapter_keeps(rp, "x_proj", i)
     per_token = (norm + in_proj + x_proj + c * (6 * i + r + 2 * n) + 8 * i + 4 * n + (12 + c) * i * n
                  + (2 * c * i if full else 0))                 # D's operand and out_proj's input
     return per_token, c * i * (k - 1) + (c - 4) * i * n, per_layer
@@ -2226,7 +2228,7 @@ def zero_buffers(rp: ResolvedPlan, p: Params) -> int:
     h2 = rp.arch.hidden ** 2
     layer_bytes = gathered_layer_bytes(rp, p)
     if rp.strategy == "fsdp":
-        return 2 * layer_bytes if rp.offload_params else 0
+        return (2 * layer_bytes if rp.zero_stage >= 3 or rp.offload_params else 0) + 2 * 25 * 2**20  # OLD
     if rp.strategy == "deepspeed":
         out = 2 * h2 * 2                                   # reduce bucket (auto = h²), 16-bit, double-buffered
         if rp.zero_stage >= 3 or rp.offload_params:

@@ -1,0 +1,211 @@
+"""Megatron-LM `pretrain_*.py` and Megatron-SWIFT `megatron sft|pt|rlhf` launch lines read with Megatron's own
+arguments and defaults: the examples of Megatron-LM core_v0.15.0 and ms-swift v3.12.6 through the CLI, the
+recompute and vocabulary flags in their spellings, and every memory- or speed-relevant argument of Megatron-LM's
+arguments.py accounted for."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vramlens.formats import megatron
+from vramlens.frameworks import argdefs, irrelevant
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "megatron"
+LM = FIXTURES / "Megatron-LM-core_v0.15.0"
+SWIFT = FIXTURES / "ms-swift-v3.12.6"
+
+
+def run(command: str, path: Path) -> dict:
+    out = subprocess.run([sys.executable, "-m", "vramlens", command, "--format", "json", "--offline", str(path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode in (0, 1), out.stderr
+    return json.loads(out.stdout)
+
+
+def estimate(path: Path) -> dict:
+    data = run("estimate", path)
+    return data[0] if isinstance(data, list) else data
+
+
+def source(d: dict, concept: str):
+    s = d["sources"].get(concept)
+    return None if s is None else s["value"] if isinstance(s, dict) else s
+
+
+def framework_of(d: dict, concept: str) -> str:
+    """Where a value came from, as the JSON view says it ("default of Megatron-LM core_v0.15.0 (arguments.py)")."""
+    s = d["sources"][concept]
+    return s.get("from") or "" if isinstance(s, dict) else ""
+
+
+def unmodelled(d: dict) -> dict[str, str]:
+    return {u["key"]: u["what"] for u in d["unmodelled"]}
+
+
+def launch(tmp_path: Path, *flags: str, name: str = "train.sh") -> Path:
+    path = tmp_path / name
+    path.write_text("torchrun --nproc_per_node 8 pretrain_gpt.py \\\n    " + " \\\n    ".join(flags) + "\n")
+    return path
+
+
+SHAPES = ("--num-layers 4", "--hidden-size 1024", "--num-attention-heads 16", "--seq-length 2048",
+          "--micro-batch-size 1")
+
+
+# --- Megatron-LM's examples ---------------------------------------------------------------------------------
+
+def test_gpt3_175b_example_takes_megatron_defaults():
+    d = estimate(LM / "train_gpt3_175b_distributed.sh")
+    assert d["objective"] == "pretrain"
+    assert source(d, "objective") == "pretrain"
+    # Megatron-LM's own defaults, labelled with the version they were read at, not transformers'
+    assert source(d, "optimizer") == "adamw_apex_fused" and "Megatron-LM" in framework_of(d, "optimizer")
+    assert source(d, "distributed_optimizer") is False and "Megatron-LM" in framework_of(d, "distributed_optimizer")
+    assert not any("transformers" in framework_of(d, c) for c in d["sources"])
+    assert source(d, "amp_dtype") == "fp16"
+    # GPT-2's 50,257 tokens padded to a multiple of 128 × TP 8 = 1,024: 51,200 rows of 12,288
+    body = 96 * (12 * 12288**2 + 13 * 12288) + 2 * 12288 + 2048 * 12288
+    assert d["model"]["params"] == pytest.approx(body + 51200 * 12288, rel=2e-4)
+    assert any("51,200" in a for a in d["approximate_reasons"])
+    # --fp16 without --accumulate-allreduce-grads-in-fp32 keeps fp16 gradient buffers
+    assert "fp16" in unmodelled(d)
+
+
+def test_llama3_8b_example_reads_quoted_arguments_and_pads_the_vocabulary():
+    d = estimate(LM / "train_llama3_8b_h100_fp8.sh")
+    assert d["objective"] == "pretrain"
+    # "--vocab-size 128256" (one quoted array element, split by the unquoted ${ARR[@]}) with the NullTokenizer's
+    # end-of-document token: 128,257 padded to 128,384; Llama-3-8B's shapes otherwise
+    assert d["model"]["params"] == pytest.approx(8.03e9 + (128384 - 128256) * 4096 * 2, rel=1e-3)
+    got = unmodelled(d)
+    assert {"fp8-format", "fp8-param-gather", "empty-unused-memory-level", "grad-reduce-in-bf16"} <= set(got)
+    assert source(d, "distributed_optimizer") is True and source(d, "sequence_parallel") is True
+
+
+# --- flags in each spelling ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flags", [("--recompute-activations",), ("--recompute_activations",),
+                                   ("--recompute-activations", "--tensor-model-parallel-size 2"),
+                                   ("--recompute-granularity selective",)])
+def test_recompute_activations_is_selective_recompute(tmp_path, flags):
+    d = estimate(launch(tmp_path, *SHAPES, *flags))
+    assert source(d, "selective_recompute") == "core_attention"
+    assert source(d, "grad_checkpointing") is False
+
+
+def test_without_recompute_flags_nothing_is_recomputed(tmp_path):
+    d = estimate(launch(tmp_path, *SHAPES))
+    assert source(d, "selective_recompute") in (None, "none")
+    assert source(d, "grad_checkpointing") is False
+    assert "Megatron-LM" in framework_of(d, "grad_checkpointing")
+
+
+@pytest.mark.parametrize("flags, vocab", [
+    (("--vocab-size 32000",), 32000),                                        # a multiple of 128
+    (("--vocab-size 32001",), 32128),                                        # padded up to 128
+    (("--vocab-size 32001", "--tensor-model-parallel-size 4"), 32256),       # … to 128 × TP 4
+    (("--vocab_size=32001", "--make-vocab-size-divisible-by 64", "--tensor-model-parallel-size 2"), 32128),
+    (("--vocab-size 32000", "--tokenizer-type NullTokenizer"), 32128),       # + the end-of-document token
+    (("--padded-vocab-size 50000", "--tensor-model-parallel-size 4"), 50000),  # as given
+    (("--tensor-model-parallel-size 2",), 50432),                            # GPT-2's 50,257, padded to 256
+])
+def test_vocabulary_flags_and_megatron_padding(tmp_path, flags, vocab):
+    base = estimate(launch(tmp_path, *SHAPES, "--padded-vocab-size 10000", name="base.sh"))
+    d = estimate(launch(tmp_path, *SHAPES, *flags))
+    # tied embeddings: each vocabulary row is one hidden-size row of the embedding
+    assert d["model"]["params"] - base["model"]["params"] == (vocab - 10000) * 1024
+
+
+def test_query_groups_count_only_with_group_query_attention(tmp_path):
+    mha = estimate(launch(tmp_path, *SHAPES, "--num-query-groups 4", name="mha.sh"))
+    gqa = estimate(launch(tmp_path, *SHAPES, "--group-query-attention", "--num-query-groups 4", name="gqa.sh"))
+    mqa = estimate(launch(tmp_path, *SHAPES, "--group-query-attention", name="mqa.sh"))
+    kv = lambda groups: 4 * 2 * 1024 * 64 * groups        # 4 layers × (K and V) × hidden × head size × groups
+    assert mha["model"]["params"] - gqa["model"]["params"] == kv(16) - kv(4)
+    assert gqa["model"]["params"] - mqa["model"]["params"] == kv(4) - kv(1)
+
+
+def test_required_arguments_and_flags_megatron_refuses_are_named(tmp_path):
+    path = launch(tmp_path, "--num-layers 4", "--hidden-size 1024", "--num-attention-heads 16",
+                  "--checkpoint-activations")
+    messages = [f["message"] for f in run("check", path)["files"][0]["findings"]]
+    assert any("`--micro-batch-size`" in m and "stops" in m for m in messages)
+    assert any("`--seq-length`" in m and "stops" in m for m in messages)
+    assert any("--checkpoint-activations" in m and "--recompute-activations" in m for m in messages)
+
+
+@pytest.mark.parametrize("flag, key", [("--optimizer muon", "optimizer"), ("--main-params-dtype fp16", "main-params-dtype"),
+                                       ("--exp-avg-dtype bf16", "exp-avg-dtype"), ("--tp-comm-overlap", "tp-comm-overlap"),
+                                       ("--recompute-modules core_attn mlp", "recompute-modules"),
+                                       ("--use-torch-fsdp2", "use-torch-fsdp2"), ("--kv-channels 128", "kv-channels")])
+def test_settings_not_modelled_are_named(tmp_path, flag, key):
+    d = estimate(launch(tmp_path, *SHAPES, flag))
+    assert key in unmodelled(d)
+
+
+def test_defaults_of_megatron_flags_are_not_named(tmp_path):
+    d = estimate(launch(tmp_path, *SHAPES, "--optimizer adam", "--main-params-dtype fp32", "--kv-channels 64",
+                        "--recompute-modules core_attn", "--empty-unused-memory-level 0"))
+    assert d["unmodelled"] == []
+    assert source(d, "optimizer") == "adamw_apex_fused"
+
+
+def test_quoted_array_expansion_keeps_elements_whole(tmp_path):
+    """`"${A[@]}"` keeps each element one word (bash): a quoted `"--vocab-size 32001"` is then no flag."""
+    path = tmp_path / "quoted.sh"
+    path.write_text('A=("--vocab-size 32001" --padded-vocab-size)\n'
+                    'torchrun pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 16 '
+                    '--seq-length 2048 --micro-batch-size 1 ${A[@]} 10000\n')
+    split = estimate(path)
+    path.write_text(path.read_text().replace("${A[@]}", '"${A[@]}"'))
+    whole = estimate(path)
+    assert split["model"]["params"] == whole["model"]["params"]          # --padded-vocab-size 10000 either way
+    assert "padded" not in " ".join(split["approximate_reasons"])
+
+
+# --- Megatron-SWIFT ---------------------------------------------------------------------------------------------
+
+def test_megatron_swift_pretrain_example():
+    d = estimate(SWIFT / "pretrain.sh")
+    assert d["objective"] == "pretrain"
+    assert source(d, "tensor_parallel") == 4 and source(d, "sequence_parallel") is True
+    assert source(d, "amp_dtype") == "bf16" and "Megatron-SWIFT" in framework_of(d, "amp_dtype")
+    assert source(d, "distributed_optimizer") is True and "Megatron-SWIFT" in framework_of(d, "distributed_optimizer")
+
+
+def test_megatron_swift_lora_sft_example_trains_in_bf16():
+    d = estimate(SWIFT / "lora_dense.sh")
+    assert d["objective"] == "sft"
+    assert source(d, "amp_dtype") == "bf16" and source(d, "weight_dtype") == "bf16"
+    assert source(d, "lora_r") == 8 and source(d, "peft_method") == "lora"
+    assert not any("transformers" in framework_of(d, c) for c in d["sources"])
+
+
+def test_megatron_swift_rlhf_objective(tmp_path):
+    assert estimate(SWIFT / "lora_dpo.sh")["objective"] == "dpo"
+    path = tmp_path / "rlhf.sh"
+    path.write_text("NPROC_PER_NODE=2 megatron rlhf --model Qwen/Qwen2.5-7B-Instruct --micro_batch_size 1 "
+                    "--max_length 1024\n")
+    d = estimate(path)
+    assert d["objective"] == "dpo" and "Megatron-SWIFT" in framework_of(d, "objective")
+    # without --global_batch_size: Megatron-SWIFT's 16, over micro batch 1 × 2 ranks
+    assert source(d, "grad_accum") == 8
+
+
+# --- every argument of Megatron-LM's arguments.py that may change memory or speed ---------------------------------
+
+def test_every_relevant_megatron_argument_is_read_or_listed():
+    """megatron/training/arguments.py at core_v0.15.0: each argument `irrelevant.judged` picks (by a name or an
+    alias) is read by formats/megatron.py or listed in its IRRELEVANT table with why."""
+    module = argdefs.read_module((LM / "arguments.py").read_text(encoding="utf-8"), "arguments.py")
+    defined = list(argdefs.iter_arguments(module))
+    assert len(defined) > 500
+    names = {a.name: {a.name, *(x.lstrip("-").replace("-", "_") for x in a.aliases)} for a in defined}
+    missing = [n for n, spellings in names.items() if irrelevant.judged(n)
+               and not spellings & (set(megatron.HANDLERS) | set(megatron.IRRELEVANT))]
+    assert missing == []
+    every = set().union(*names.values())
+    stale = [n for n in megatron.IRRELEVANT if n not in every]
+    assert stale == []
