@@ -100,7 +100,7 @@ def test_fsdp_gathers_a_4bit_block_in_its_packed_storage():
     packed, consts = C.quantized_bytes_per_param(qlora)
     # a quarter of the 16-bit block plus the quantization constants (norms stay 16-bit)
     assert gathered_4 < gathered_16 * (packed + consts) / 2 * 1.01
-    assert C.zero_buffers(qlora, C.params(qlora)) < C.zero_buffers(lora, C.params(lora))
+    assert C.fsdp_backward_working_set(qlora, C.params(qlora)) < C.fsdp_backward_working_set(lora, C.params(lora))
 
 
 def test_trl_bf16_cast_keeps_embeddings_16bit_and_the_residual_fp32():
@@ -145,11 +145,14 @@ def test_fsdp_keeps_the_root_unit_gathered_through_forward_and_backward():
     s = C.shapes(sharded.arch)
     root = C.fsdp_root_unsharded(sharded)
     assert root == (s.embed_params + s.lm_head_params) * 2                 # bf16 embeddings + LM head
-    assert C.fsdp_root_unsharded(sharded.with_changes(zero_stage=2)) == 0   # SHARD_GRAD_OP never shards them
-    _, phases, _, _ = _phases(sharded)
+    # SHARD_GRAD_OP holds every block gathered too, from its forward to its backward
+    assert C.fsdp_root_unsharded(sharded.with_changes(zero_stage=2)) == root + s.layer_params * 2 * sharded.arch.layers
+    _, phases, p, _ = _phases(sharded)
     # held while the activations are, gone by the optimizer step
     assert phases["forward-backward"]["buffers"] - phases["optimizer-step"]["buffers"] == root
-    assert phases["recompute"]["buffers"] == phases["forward-backward"]["buffers"]
+    # a block's backward adds its gathered units, its gradients and the reduce-scatter
+    assert phases["recompute"]["buffers"] == phases["forward-backward"]["buffers"] \
+        + C.fsdp_backward_working_set(sharded, p)
 
 
 def test_checkpointed_backward_trades_checkpoints_for_gradients_block_by_block():

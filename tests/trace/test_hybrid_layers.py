@@ -7,9 +7,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
-
 from trace_plans import LORA, need, plan
-
 from vramlens.estimate import components as C
 from vramlens.estimate import estimate
 from vramlens.estimate.shapes import shapes, targeted

@@ -139,6 +139,25 @@ def test_storage_resizes_are_counted_as_frees_and_allocations():
     assert live == 3 * 3 * shard                     # each weight's shard and its two AdamW states
 
 
+def test_worker_traces_fsdp_plans_sharded_and_says_so():
+    """An FSDP plan across ranks goes to the sharded backend first; its report no longer says one unsharded replica
+    was traced, and names the FSDP it ran."""
+    import threading
+
+    from vramlens.trace import worker
+
+    rp = sharded_plan(8, "lora", False, 3, MP)
+    cfg = step_config(rp)
+    assert [name for name, _ in worker.real_backends(cfg)][0] == "fsdp"
+    raw = worker.run_backends(cfg, {"backend": "auto"}, lambda *a: None, threading.Event())
+    assert raw["backend"] == "fsdp"
+    assert not any("one unsharded replica" in n for n in raw["not_traced"])
+    assert any("rank 0 of 8" in a for a in raw["assumptions"])
+    single = worker.run_backends(step_config(plan(arch=ARCH, **MP, **LORA)), {"backend": "auto"},
+                                 lambda *a: None, threading.Event())
+    assert raw["peak_bytes"] < single["peak_bytes"]          # the weights and AdamW states are an eighth
+
+
 if __name__ == "__main__":              # the table: python tests/trace/test_sharded_trace.py [--fast] [--mp]
     keys = FAST if "--fast" in sys.argv else GRID
     precision = MP if "--mp" in sys.argv else BF16

@@ -2228,7 +2228,7 @@ def zero_buffers(rp: ResolvedPlan, p: Params) -> int:
     h2 = rp.arch.hidden ** 2
     layer_bytes = gathered_layer_bytes(rp, p)
     if rp.strategy == "fsdp":
-        return (2 * layer_bytes if rp.zero_stage >= 3 or rp.offload_params else 0) + 2 * 25 * 2**20  # OLD
+        return 2 * layer_bytes if rp.offload_params else 0
     if rp.strategy == "deepspeed":
         out = 2 * h2 * 2                                   # reduce bucket (auto = h²), 16-bit, double-buffered
         if rp.zero_stage >= 3 or rp.offload_params:

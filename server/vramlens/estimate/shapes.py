@@ -105,7 +105,7 @@ def shapes(arch: ModelArch) -> Shapes:
 
 def is_mamba(arch: ModelArch) -> bool:
     """Every layer a Mamba mixer (transformers `MambaForCausalLM`) whose sizes the config gave."""
-    return False
+    return arch.family == "mamba" and arch.ssm_inner > 0
 
 
 def mamba_linears(arch: ModelArch) -> list[Linear]:

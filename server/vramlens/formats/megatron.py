@@ -271,7 +271,7 @@ _GROUPS = {
     "FP8/FP4 recipe details (FP8 training itself is recorded as not modelled)":
         "fp8_recipe fp8_margin fp8_interval fp8_amax_history_len fp8_amax_compute_algo fp8_wgrad "
         "first_last_layers_bf16 num_layers_at_start_in_bf16 num_layers_at_end_in_bf16 keep_fp8_transpose_cache "
-        "reuse_grad_buf_for_mxfp8_param_ag moe_router_padding_for_fp8 fp4_recipe te_precision_config_file",
+        "reuse_grad_buf_for_mxfp8_param_ag moe_router_padding_for_fp8",
     "inference and text-generation serving, not training":
         "inference_batch_times_seqlen_threshold flash_decode inference_max_batch_size inference_max_seq_length "
         "inference_dynamic_batching_unified_memory_level disable_chunked_prefill",

@@ -78,19 +78,23 @@ def _extends(framework: str, version: str, workspace: Path | None) -> list[str]:
     pinned transformers, else every dumped one (an unpinned run may use any)."""
     from vramlens import environment
 
-    if not schemas.schema(framework, version).get("extends"):
+    dump = schemas.schema(framework, version)
+    if dump is None or not dump.get("extends"):
         return []
     if environment.workspace_pins(workspace).get("transformers") is not None:
-        return [version_for("transformers", workspace)[0]]
+        pinned = version_for("transformers", workspace)[0]
+        return [pinned] if pinned is not None else []
     return list(schemas.versions("transformers"))
 
 
 def names_at(framework: str, version: str, workspace: Path | None = None) -> set[str]:
     """Every argument name and alias the framework defines at that version, its base classes' included."""
-    out = {n for a in schemas.schema(framework, version)["arguments"]
+    dump = schemas.schema(framework, version)
+    out = {n for a in (dump["arguments"] if dump is not None else ())
            for n in (_normal(a["name"]), *(_normal(x) for x in a.get("aliases") or ()))}
     for v in _extends(framework, version, workspace):
-        out |= {_normal(a["name"]) for a in schemas.schema("transformers", v)["arguments"]}
+        base = schemas.schema("transformers", v)
+        out |= {_normal(a["name"]) for a in (base["arguments"] if base is not None else ())}
     return out
 
 

@@ -331,7 +331,7 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
         # scale exactly, or reads otherwise than they do (an older spelling it does not know): the formulas
         return arch
     notes = [f"parameters approximate: {built.approximate}"] if built.approximate else []
-    mixers = {}
+    mixers = _mamba_mixer(config) if model_type == "mamba" else {}
     if mixers:
         notes.append(MAMBA_KERNEL_NOTE)
     other = [(kind, n) for kind, n in built.layer_kinds if kind in inventory.NOT_ATTENTION
