@@ -155,17 +155,18 @@ def test_defaults_of_megatron_flags_are_not_named(tmp_path):
     assert source(d, "optimizer") == "adamw_apex_fused"
 
 
-def test_quoted_array_expansion_keeps_elements_whole(tmp_path):
-    """`"${A[@]}"` keeps each element one word (bash): a quoted `"--vocab-size 32001"` is then no flag."""
-    path = tmp_path / "quoted.sh"
-    path.write_text('A=("--vocab-size 32001" --padded-vocab-size)\n'
-                    'torchrun pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 16 '
-                    '--seq-length 2048 --micro-batch-size 1 ${A[@]} 10000\n')
+@pytest.mark.parametrize("element", ['"--vocab-size 32001"', "'--vocab-size 32001'", '--vocab-size" "32001'])
+def test_unquoted_array_expansion_splits_elements_quoted_keeps_them_whole(tmp_path, element):
+    """bash splits each element of an unquoted `${A[@]}` at blanks, and keeps it one word in `"${A[@]}"`."""
+    line = ("A=(--seq-length 2048 {element})\ntorchrun pretrain_gpt.py --num-layers 4 --hidden-size 1024 "
+            "--num-attention-heads 16 --micro-batch-size 1 {use}\n")
+    path = tmp_path / "split.sh"
+    path.write_text(line.format(element=element, use="${A[@]}"))
     split = estimate(path)
-    path.write_text(path.read_text().replace("${A[@]}", '"${A[@]}"'))
+    path.write_text(line.format(element=element, use='"${A[@]}"'))
     whole = estimate(path)
-    assert split["model"]["params"] == whole["model"]["params"]          # --padded-vocab-size 10000 either way
-    assert "padded" not in " ".join(split["approximate_reasons"])
+    assert split["model"]["params"] - whole["model"]["params"] == (32128 - 50304) * 1024
+    assert source(split, "seq_len") == source(whole, "seq_len") == 2048
 
 
 # --- Megatron-SWIFT ---------------------------------------------------------------------------------------------

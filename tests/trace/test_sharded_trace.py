@@ -69,6 +69,11 @@ def row(world: int, peft: str, ckpt: bool, version: int, stage: int, precision: 
 
 
 GRID = list(itertools.product((2, 4, 8), ("full", "lora"), (False, True), (1, 2), (3, 2)))
+
+
+def runs(key: tuple, precision: dict) -> bool:
+    """FSDP1 cannot flatten peft's fp32 adapters with bf16 weights into one unit (`sharded.unsupported`)."""
+    return not (key[3] == 1 and key[1] == "lora" and precision is BF16)
 # full fine-tunes, no checkpointing: the peak is where the sharded terms are (the loss's backward, the root unit
 # gathered, every other FULL_SHARD unit freed, every SHARD_GRAD_OP unit held)
 FAST = [(2, "full", False, 2, 3), (4, "full", False, 1, 2)]
@@ -86,7 +91,7 @@ def test_estimate_holds_to_the_sharded_trace(world, peft, ckpt, version, stage):
                    "gradients for the whole flat parameter, and the plan does not say which FSDP runs")
 @pytest.mark.parametrize("precision", [BF16, MP], ids=["bf16", "mixed-precision"])
 def test_sharded_grid_within_three_percent(precision):
-    rows = [row(*key, precision) for key in GRID]
+    rows = [row(*key, precision) for key in GRID if runs(key, precision)]
     off = [r for r in rows if abs(r["error"]) > TOLERANCE]
     assert len(off) <= len(rows) * 0.05, off
 
@@ -163,7 +168,7 @@ if __name__ == "__main__":              # the table: python tests/trace/test_sha
     precision = MP if "--mp" in sys.argv else BF16
     print(f"{'ranks':>5} {'peft':5} {'ckpt':5} {'fsdp':4} {'stage':5} {'traced MiB':>10} {'estimate MiB':>12} "
           f"{'raw':>7} {'sharded':>8}")
-    for key in keys:
+    for key in [k for k in keys if runs(k, precision)]:
         r = row(*key, precision)
         print(f"{r['world']:>5} {r['peft']:5} {str(r['ckpt']):5} {r['fsdp']:>4} {r['stage']:>5} "
               f"{r['traced'] / 2**20:>10.2f} {r['estimate'] / 2**20:>12.2f} {r['raw_error']:>+7.1%} "

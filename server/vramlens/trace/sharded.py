@@ -40,6 +40,11 @@ def unsupported(cfg: StepConfig) -> str | None:
         return "not an FSDP plan across several ranks"
     if cfg.quant_bits is not None:
         return "4-bit weights under FSDP (bitsandbytes' quantized storage) are not traced sharded"
+    if cfg.fsdp_version == 1 and cfg.peft != "none" and cfg.adapter_fp32 and cfg.param_dtype != "fp32":
+        # torch 2.13 distributed/fsdp/_flat_param.py `_validate_tensors_to_flatten`: "Must flatten tensors with
+        # uniform dtype"
+        return (f"FSDP1 flattens each unit's parameters into one tensor of one dtype: peft's fp32 adapters beside "
+                f"{cfg.param_dtype} weights cannot be flattened (FSDP1 raises the same on a GPU)")
     if not torch.distributed.is_available():
         return "this torch build has no torch.distributed"
     return hf.unsupported(cfg)
@@ -52,7 +57,9 @@ def description(cfg: StepConfig) -> list[str]:
     mp = (f", parameters gathered in {cfg.compute_dtype} and gradients reduced in fp32"
           if cfg.fsdp_mixed_precision else "")
     return [f"FSDP{cfg.fsdp_version} {mode} traced as rank 0 of {cfg.world_size} under torch's fake process group "
-            f"({how}{mp}); collectives send nothing but their buffers are allocated"] + hf.description(cfg)
+            f"({how}{mp}); collectives send nothing but their buffers are allocated",
+            "the plan does not record which FSDP runs: FSDP2 is traced unless the plan keeps FSDP1's per-block "
+            "gradients (trace.config `fsdp_version`)"] + hf.description(cfg)
 
 
 def fake_process_group(world_size: int) -> None:
