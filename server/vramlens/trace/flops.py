@@ -99,6 +99,18 @@ def _nbytes(tree) -> int:
     return sum(t.numel() * t.element_size() for t in flat if isinstance(t, torch.Tensor))
 
 
+class _GlobalOnly:
+    """Stands in for `FlopCounterMode`'s `ModuleTracker`: every count goes to "Global", no module hooks."""
+
+    parents = frozenset({"Global"})
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *args) -> None:
+        return None
+
+
 class StepFlops(FlopCounterMode):
     """`FlopCounterMode` whose counts are also split by phase and family (module docstring). `phase` is a callable
     giving the engine's current phase. Enter it below the byte tracker (before it), so that the tracker sees the ops
@@ -112,6 +124,10 @@ class StepFlops(FlopCounterMode):
             mapping[gemm_4bit] = _gemm_4bit_flop
             self.matmuls.add(gemm_4bit)
         super().__init__(display=False, custom_mapping=mapping)
+        # FlopCounterMode attributes FLOPs to modules with a `ModuleTracker`, whose global module hooks put grad hooks
+        # on every module's inputs and outputs (torch 2.13 torch/utils/module_tracker.py): they change what autograd
+        # keeps alive, so the traced memory would not be the step's. Only the global count is used here.
+        self.mod_tracker = _GlobalOnly()
         self._phase = phase
         self.reset()
 
