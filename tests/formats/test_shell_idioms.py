@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from fake_hub import FakeHub
-
 from vramlens import formats
 from vramlens.formats import shell
 

@@ -79,10 +79,10 @@ def test_variables_expand_and_run_time_values_are_unknown():
     assert plan.micro_batch.value == 8 and at(text, plan.micro_batch.value_span) == "$BS"   # ${BS:-8}
     assert plan.optimizer.value == "adamw_torch"                        # "${OPTIM:-adamw_torch}"
     assert plan.grad_accum is None                                     # $(expr 16 / $nproc_per_node)
-    assert plan.seq_len is None                                        # $((4 * 512))
+    assert plan.seq_len.value == 2048                                  # $((4 * 512)): integer arithmetic is worked out
     assert plan.model_id is None                                       # ${MODEL_PATH} never assigned
     unknown = {i.message.split("`")[1] for i in plan.issues if i.severity == Severity.INFO}
-    assert {"gradient_accumulation_steps", "model_max_length", "model_name_or_path"} <= unknown
+    assert {"gradient_accumulation_steps", "model_name_or_path"} <= unknown
     accum = next(i for i in plan.issues if "gradient_accumulation_steps" in i.message)
     assert at(text, accum.span) == "$(expr 16 / $nproc_per_node)"
 

@@ -6,8 +6,8 @@ in a child process under a 1 GiB address-space limit, as tests/security/test_res
 from __future__ import annotations
 
 import json
-import shlex
 import resource
+import shlex
 import subprocess
 import sys
 import textwrap

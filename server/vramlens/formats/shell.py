@@ -4,8 +4,10 @@
 
 The script is tokenized (never run) into commands of words; each word keeps its exact character
 range, so every flag and value carries a span for hovers and edits. Variables assigned earlier in
-the script expand; anything computed at run time (`$(…)`, `$((…))`, undefined `$VAR`, backticks)
-is unknown and records nothing. The first command that launches training becomes the plan (a
+the script expand (bash arrays and quoted argument lists split into their words where used unquoted,
+integer `$((…))` is worked out, the commands of a `bash -c "…"` string are read where they stand, and an
+option-parsing loop's `MODEL=$1` keeps the default, noted as assumed); anything computed at run time
+(`$(…)`, undefined `$VAR`, backticks) is unknown and records nothing. The first command that launches training becomes the plan (a
 launcher or training CLI; a plain `python script.py --flags` only when the script has none); config
 files it names (`--config x.yaml`, `llamafactory-cli train x.yaml`, `--deepspeed ds.json`,
 `accelerate launch --config_file acc.yaml`) are read through `formats.parse_document` and merged
@@ -676,7 +678,8 @@ def _strip_wrappers(args: list[Arg]) -> list[Arg]:
             i += 2
         elif t == "env":
             i += 1
-        elif t.rsplit("/", 1)[-1] == "ray" and i + 2 < len(args) and args[i + 1].text == "job" and args[i + 2].text == "submit":
+        elif (t.rsplit("/", 1)[-1] == "ray" and i + 2 < len(args) and args[i + 1].text == "job"
+              and args[i + 2].text == "submit"):
             # `ray job submit --address … --runtime-env-json '…' -- python3 -m openrlhf.cli.train_ppo_ray …`
             # (OpenRLHF's PPO scripts): the entrypoint follows `--`
             k = next((k for k in range(i + 3, len(args)) if args[k].text == "--"), None)
@@ -1200,7 +1203,7 @@ def default_note(text: str, name: str, kept: tuple[str, int, int | None]) -> str
 
 
 def _case_options(text: str, at: int, case: int | None) -> list[str]:
-    """The options of the `case` arm that `at` lies in (`-m | --model )` → ["-m", "--model"]; getopts' `m)` → ["-m"])."""
+    """The options of the `case` arm that `at` lies in: `-m | --model )` → ["-m", "--model"], getopts' `m)` → ["-m"]."""
     if case is None:
         return []
     arm = None

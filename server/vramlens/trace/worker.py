@@ -2,8 +2,9 @@
 
 Requests (stdin):
   {"op": "trace", "id": "…", "plan": <ResolvedPlan as JSON>, "steps": null | 1 | 2,
-   "backend": "auto" | "fsdp" | "transformers" | "torchtune" | "synthetic"}   auto: the real libraries where they can run
-                                                                     the step
+   "backend": "auto" | "fsdp" | "transformers" | "torchtune" | "synthetic"}
+                                       auto: the real libraries where they can run the step (fsdp: an FSDP plan's
+                                       ranks, rank 0 traced)
   {"op": "cancel", "id": "…"}          stop that trace (queued or running) as soon as possible
   {"op": "ping", "id": "…"}            answered with {"type": "pong", "id": "…"}
   {"op": "shutdown"}
