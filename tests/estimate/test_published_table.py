@@ -144,9 +144,11 @@ def test_fsdp_keeps_the_root_unit_gathered_through_forward_and_backward():
     sharded = plan(peft="lora", quant_bits=None, strategy="fsdp", zero_stage=3, world_size=2, gpu_count=2)
     s = C.shapes(sharded.arch)
     root = C.fsdp_root_unsharded(sharded)
-    assert root == (s.embed_params + s.lm_head_params) * 2                 # bf16 embeddings + LM head
-    # SHARD_GRAD_OP holds every block gathered too, from its forward to its backward
-    assert C.fsdp_root_unsharded(sharded.with_changes(zero_stage=2)) == root + s.layer_params * 2 * sharded.arch.layers
+    # bf16 embeddings + LM head, and the last block, prefetched when the loss's backward starts
+    assert root == (s.embed_params + s.lm_head_params + s.layer_params) * 2
+    # SHARD_GRAD_OP holds every block gathered instead, from its forward to its backward
+    assert C.fsdp_root_unsharded(sharded.with_changes(zero_stage=2)) \
+        == root + s.layer_params * 2 * (sharded.arch.layers - 1)
     _, phases, p, _ = _phases(sharded)
     # held while the activations are, gone by the optimizer step
     assert phases["forward-backward"]["buffers"] - phases["optimizer-step"]["buffers"] == root

@@ -2175,7 +2175,10 @@ def fsdp_root_unsharded(rp: ResolvedPlan) -> int:
     backward has run, after the embedding's (FSDP2 `FSDPParamGroup.post_backward` from the root's
     `RegisterPostBackwardFunction`; FSDP1 `_post_backward_hook` on the flat parameter's AccumulateGrad).
     SHARD_GRAD_OP keeps every block's unsharded parameters from its forward to its backward (FSDP1
-    `_should_free_in_backward`/no post-forward reshard; FSDP2 `reshard_after_forward=False`).
+    `_should_free_in_backward`/no post-forward reshard; FSDP2 `reshard_after_forward=False`); under FULL_SHARD the
+    root's own pre-backward, when the loss's backward starts, prefetches the last block (torch 2.13
+    distributed/fsdp/_fully_shard/_fsdp_param_group.py `pre_backward` → `_backward_prefetch`, the group that ran
+    its forward last; FSDP1 _runtime_utils.py `_pre_backward_hook` → `_prefetch_handle`, BACKWARD_PRE).
     Measured against the sharded trace (trace.sharded, tests/trace/test_sharded_trace.py)."""
     if not fsdp_sharded(rp):
         return 0
@@ -2185,9 +2188,8 @@ def fsdp_root_unsharded(rp: ResolvedPlan) -> int:
     out = (s.embed_params + head) * pg
     if rp.peft == "none" and rp.trained_layers is None:
         out += (head or s.embed_params) * pg              # the LM head's (or the tied embedding's) gradient
-    if rp.zero_stage < 3:
-        out += counted_layers(rp) * s.layer_params * pg
-    return int(out)
+    blocks = counted_layers(rp) if rp.zero_stage < 3 else 1
+    return int(out + blocks * s.layer_params * pg)
 
 
 def fsdp_backward_working_set(rp: ResolvedPlan, p: Params) -> int:
@@ -2198,7 +2200,7 @@ def fsdp_backward_working_set(rp: ResolvedPlan, p: Params) -> int:
     input of the whole unit (fp32 under mixed precision) and its output shard (FSDP2 _fsdp_collectives.py
     `foreach_reduce`: `reduce_scatter_input` allocated before `unsharded_grads.clear()`, then `reduce_output`;
     FSDP1 _runtime_utils.py `_reduce_grad`: `unsharded_grad.to(reduce_dtype)`, `new_sharded_grad`). The larger of
-    the two moments. SHARD_GRAD_OP's blocks are already gathered (`fsdp_root_unsharded`)."""
+    the two moments. The prefetched unit, and SHARD_GRAD_OP's gathered blocks, are in `fsdp_root_unsharded`."""
     if not fsdp_sharded(rp):
         return 0
     s = shapes(rp.arch)
@@ -2209,7 +2211,7 @@ def fsdp_backward_working_set(rp: ResolvedPlan, p: Params) -> int:
     grads = (s.layer_params if full else p.trainable / max(counted_layers(rp), 1)) * pg
     reduce_in = grads / pg * rb * (1 + 1 / rp.world_size)
     if rp.zero_stage >= 3:
-        return int(unit + max(unit + grads, grads + reduce_in))
+        return int(max(unit + grads, grads + reduce_in))
     return int(max(grads, grads + reduce_in - unit))
 
 

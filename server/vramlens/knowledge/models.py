@@ -57,7 +57,7 @@ _UNGATED_GELU = frozenset({"gpt2", "gpt_neo", "gpt_neox", "gptj", "gpt_bigcode",
 _RELU = frozenset({"opt"})
 _LAYERNORM = _UNGATED_GELU | _RELU | frozenset({"olmo", "stablelm", "cohere"})
 _BIASED = _UNGATED_GELU | _RELU
-_QKV_BIAS_ONLY = frozenset({"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"})   # q/k/v biases, no o_proj bias
+_QKV_BIAS_ONLY = frozenset({"qwen", "qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"})   # q/k/v biases, no o_proj bias
 # family -> token-type rows next to the learned positions (GPT-BigCode keeps GPT-2's `wpe`: transformers 5.24
 # models/gpt_bigcode/modeling_gpt_bigcode.py GPTBigCodeModel)
 LEARNED_POSITIONS = {"gpt2": 0, "gpt_bigcode": 0, "bert": 2, "roberta": 1}
@@ -317,7 +317,7 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
     if isinstance(config.get("vision_config"), dict) and isinstance(text, dict):
         config, model_type = text, str(text.get("model_type") or "").lower()
     if not inventory.known(model_type):
-        if config.get("auto_map"):
+        if config.get("auto_map") and model_type not in REMOTE_CODE_WRITTEN:
             reason = "remote code: not built"
             return arch.model_copy(update={"approximate": "; ".join(filter(None, (reason, arch.approximate)))})
         return arch
@@ -428,6 +428,9 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
         intermediate = 4 * hidden
     if not _dim(intermediate) or intermediate <= 0:
         return None                                      # present but not a width ("big", -1, 1.5)
+    if model_type in REMOTE_CODE_WRITTEN and model_type == "qwen":
+        # Qwen-1 `QWenMLP`: w1 and w2 are hidden × intermediate_size / 2, c_proj the way back (REMOTE_CODE_WRITTEN)
+        intermediate //= 2
 
     feed_forward = str(config.get("feed_forward_proj", "")).lower()
     if feed_forward:
@@ -531,9 +534,19 @@ _STATE_KEYS = ("state_size", "ssm_state_size", "mamba_d_state", "d_state", "line
                "mamba_n_heads", "conv_L_cache", "layer_types", "hybrid_override_pattern", "attn_layer_period")
 
 
+# Remote-code model types (`auto_map`, never run) whose layers are written here from their published modeling file:
+# their counts are by construction, not approximate.
+REMOTE_CODE_WRITTEN = {
+    # Qwen/Qwen-7B modeling_qwen.py (Hugging Face Hub, QwenLM): `QWenAttention` c_attn hidden → 3·hidden with a bias,
+    # c_proj without (`no_bias`); `QWenMLP` `ff_dim_in = config.intermediate_size // 2`, w1 and w2 hidden → ff_dim_in,
+    # c_proj ff_dim_in → hidden, SwiGLU; RMSNorm ln_1, ln_2, ln_f; wte and lm_head untied
+    "qwen": "Qwen-1's modeling_qwen.py (QWenAttention, QWenMLP with intermediate_size / 2)",
+}
+
+
 def _generic_notes(config: Mapping[str, Any], model_type: str) -> str:
     """"" for a model_type with a dedicated mapping; else what the generic reading assumed."""
-    if model_type in _DEDICATED:
+    if model_type in _DEDICATED or model_type in REMOTE_CODE_WRITTEN:
         return ""
     notes = [f"every layer sized as attention + {'an MoE' if _first(config, 'num_local_experts', 'n_routed_experts', 'num_experts') else 'a gated'} MLP"]
     if any(config.get(k) is not None for k in _STATE_KEYS):
