@@ -2189,7 +2189,15 @@ def fsdp_root_unsharded(rp: ResolvedPlan) -> int:
     if rp.peft == "none" and rp.trained_layers is None:
         out += (head or s.embed_params) * pg              # the LM head's (or the tied embedding's) gradient
     blocks = counted_layers(rp) if rp.zero_stage < 3 else 1
-    return int(out + blocks * s.layer_params * pg)
+    return int(out + blocks * fsdp_unit_bytes(rp))
+
+
+def fsdp_unit_bytes(rp: ResolvedPlan) -> float:
+    """One block's unsharded parameters as FSDP gathers them: in `fsdp_gather_bytes`, or a 4-bit model's packed
+    storage (`gathered_layer_bytes`)."""
+    if rp.quant_bits:
+        return gathered_layer_bytes(rp, params(rp))
+    return shapes(rp.arch).layer_params * fsdp_gather_bytes(rp) / max(rp.tensor_parallel, 1)
 
 
 def fsdp_backward_working_set(rp: ResolvedPlan, p: Params) -> int:
@@ -2206,7 +2214,7 @@ def fsdp_backward_working_set(rp: ResolvedPlan, p: Params) -> int:
     s = shapes(rp.arch)
     pg = fsdp_gather_bytes(rp)
     rb = 4 if rp.fsdp_mixed_precision else pg
-    unit = gathered_layer_bytes(rp, p) if rp.quant_bits else s.layer_params * pg / max(rp.tensor_parallel, 1)
+    unit = fsdp_unit_bytes(rp)
     full = rp.peft == "none" and rp.trained_layers is None
     grads = (s.layer_params if full else p.trainable / max(counted_layers(rp), 1)) * pg
     reduce_in = grads / pg * rb * (1 + 1 / rp.world_size)
