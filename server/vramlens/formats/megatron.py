@@ -439,7 +439,8 @@ def _head_size(b: PlanBuilder, by: dict[str, Setting]) -> None:
     """`--kv-channels` other than hidden ÷ heads (arguments.py default) is not modelled."""
     s = by.get("kv_channels")
     hidden, heads = b.plan.extra.get("arch.hidden_size"), b.plan.extra.get("arch.num_attention_heads")
-    if s is None or to_int(s.value) is None or hidden is None or heads is None:
+    if s is None or hidden is None or heads is None:
         return
-    if to_int(heads.value) and to_int(s.value) != to_int(hidden.value) // to_int(heads.value):
+    size, h, n = to_int(s.value), to_int(hidden.value), to_int(heads.value)
+    if size is not None and h is not None and n and size != h // n:
         b.unmodelled(s, "an attention head size other than hidden ÷ heads", "estimated with hidden ÷ heads")

@@ -41,7 +41,7 @@ import importlib.metadata as md
 import math
 import os
 import sys
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -764,6 +764,9 @@ def flash_stand_in_mask(original):
 
 class HFStep(nn.Module):
     """transformers' causal LM (peft-wrapped when the plan has adapters), called like `SyntheticModel`."""
+
+    mesh: Any = None              # the device mesh FSDP2 shards over (trace.sharded)
+    params_total: int = 0         # parameters counted before sharding (trace.sharded)
 
     def __init__(self, cfg: StepConfig, attn: str):
         super().__init__()

@@ -25,6 +25,8 @@ sees: `install_resize_tracking` reports each `UntypedStorage.resize_` to the act
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -91,7 +93,8 @@ def install_resize_tracking() -> None:
                 mode.resized(self, int(size))
         return out
 
-    torch.UntypedStorage.resize_ = resize_
+    # FSDP frees and re-gathers by resizing storages in place: no dispatched op shows it, so the method is wrapped
+    torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign]
 
 
 @once_per_process
@@ -130,7 +133,8 @@ def build_meta(cfg: StepConfig) -> hf.HFStep:
 def block_classes(model: nn.Module) -> set[type]:
     """The classes of the model's decoder blocks: `_no_split_modules`, what accelerate's TRANSFORMER_BASED_WRAP
     wraps by default (accelerate 1.15 utils/dataclasses.py `FullyShardedDataParallelPlugin.set_auto_wrap_policy`)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    get_base = getattr(model, "get_base_model", None)
+    base = get_base() if callable(get_base) else model
     names = set(getattr(base, "_no_split_modules", None) or ())
     return {type(m) for m in base.modules() if type(m).__name__ in names}
 
@@ -148,7 +152,7 @@ def materialize(step: hf.HFStep, device, real: bool) -> hf.HFStep:
     if cfg.fsdp_version == 2:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        kw = dict(mesh=step.mesh, reshard_after_forward=cfg.reshard_after_forward,
+        kw: dict[str, Any] = dict(mesh=step.mesh, reshard_after_forward=cfg.reshard_after_forward,
                   mp_policy=MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype))
         for m in [m for m in step.model.modules() if type(m) in classes]:
             fully_shard(m, **kw)
