@@ -882,10 +882,12 @@ def _missing_path(name: str, settings: Settings) -> str | None:
     """The folder a path-like model name (`./models/x`, `/data/x`, `~/x`) points at when it does not exist."""
     from pathlib import Path
 
+    from vramlens.file_access import expand_user
+
     n = name.strip()
     if not n.startswith(("/", "~", "./", "../")):
         return None
-    path = Path(n).expanduser()
+    path = expand_user(n)
     if not path.is_absolute() and settings.workspace is not None:
         path = Path(settings.workspace) / path
     return None if path.exists() else f"`{path}`"

@@ -124,12 +124,12 @@ def _trl_sources(tmp_path: Path, *pins: str) -> dict:
 def test_trl_defaults_follow_the_pinned_version(tmp_path):
     new = _trl_sources(tmp_path / "a", "trl==1.16.0")
     old = _trl_sources(tmp_path / "b", "trl==0.12.2", "transformers==4.46.3")
-    assert (new["seq_len"].value, new["seq_len"].framework) == (1024, "TRL 1.16.0 default (SFTConfig.max_length)")
+    assert (new["seq_len"].value, new["seq_len"].framework) == (1024, "TRL 1.16.0 (SFTConfig.max_length)")
     assert new["grad_checkpointing"].value is True
-    assert new["grad_checkpointing"].framework == "TRL 1.16.0 default (_BaseConfig.gradient_checkpointing)"
+    assert new["grad_checkpointing"].framework == "TRL 1.16.0 (_BaseConfig.gradient_checkpointing)"
     # TRL 0.12.2 defines no gradient_checkpointing of its own: transformers' TrainingArguments default (off)
     assert old["grad_checkpointing"].value is False
-    assert old["grad_checkpointing"].framework == "transformers 4.46.3 default (TrainingArguments.gradient_checkpointing)"
+    assert old["grad_checkpointing"].framework == "transformers 4.46.3 (TrainingArguments.gradient_checkpointing)"
     # its max_seq_length is None (computed by the trainer): the hand-written default stays, under its own label
     assert old["seq_len"].value == 1024 and "0.12.2" not in (old["seq_len"].framework or "")
 
@@ -140,8 +140,8 @@ def test_llamafactory_cutoff_len_default_by_version(tmp_path):
         ws = _pin(tmp_path / pins[0], *pins)
         return resolve(_plan(LF, "lf.yaml", ws), Settings(workspace=ws)).sources["seq_len"]
     old, new = seq("llamafactory==0.8.3"), seq("llamafactory==0.9.5")
-    assert (old.value, old.framework) == (1024, "LLaMA-Factory 0.8.3 default (DataArguments.cutoff_len)")
-    assert (new.value, new.framework) == (2048, "LLaMA-Factory 0.9.5 default (DataArguments.cutoff_len)")
+    assert (old.value, old.framework) == (1024, "LLaMA-Factory 0.8.3 (DataArguments.cutoff_len)")
+    assert (new.value, new.framework) == (2048, "LLaMA-Factory 0.9.5 (DataArguments.cutoff_len)")
 
 
 def test_trl_renamed_key_names_the_versions_between():

@@ -141,7 +141,7 @@ def test_cli_lists_the_defaults_it_applied_with_their_values():
                  "LoRA dropout: 0.05"):
         assert f"    - {line}\n" in section, section
     sources = json.loads(cli(QLORA, "json"))["sources"]
-    assert sources["grad_checkpointing"] == {"value": True, "from": "default of TRL 1.x (SFTConfig/ModelConfig)"}
+    assert sources["grad_checkpointing"] == {"value": True, "from": "default of TRL 1.16.0 (_BaseConfig.gradient_checkpointing)"}
     assert sources["lora_dropout"]["value"] == 0.05 and sources["loss_impl"]["value"] == "chunked"
     assert sources["micro_batch"]["value"] == 16 and "qlora_mistral_t4.yaml:8" in sources["micro_batch"]["from"]
 

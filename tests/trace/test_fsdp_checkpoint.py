@@ -74,6 +74,8 @@ def one_rank():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    if dist.is_initialized():
+        dist.destroy_process_group()       # an in-process sharded trace leaves torch's fake backend up
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     yield
     dist.destroy_process_group()

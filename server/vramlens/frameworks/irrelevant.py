@@ -62,6 +62,9 @@ def _names(entry, names: str) -> dict:
 
 # name -> why it does not change training memory or speed as estimated
 IRRELEVANT: dict[str, str] = {
+    **_names("ms-swift builds one GaLore optimizer per parameter and steps them all together at the optimizer step, "
+             "as one optimizer would (swift/optimizers/galore/utils.py, v2.0 to v4.5.2): the memory of galore_adamw",
+             "galore_optim_per_parameter"),
     **_names("a mapping of options whose entries are read (or listed) one by one under their own names",
              "fsdp_config galore_config liger_kernel_config parallelism_config bnb_config_kwargs vllm_engine_kwargs "
              "vllm_config model_quantization_config_kwargs hyper_parallel_args flex_attn_compile_kwargs kw_args "
@@ -158,7 +161,7 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
              "use_unsloth unsloth_cross_entropy_loss unsloth_lora_mlp unsloth_lora_o unsloth_lora_qkv "
                 "unsloth_rms_norm unsloth_rope"),
     **_names(("GaLore/APOLLO/BAdam/LISA tuning detail", "estimated from the projection rank and trained layers alone"),
-             "galore_cos_threshold galore_gamma_proj galore_layerwise galore_optim_per_parameter  "
+             "galore_cos_threshold galore_gamma_proj galore_layerwise "
                 "galore_proj_group_size galore_proj_quant galore_proj_type galore_quantization galore_queue_size "
                 "galore_scale galore_update_interval galore_update_proj_gap galore_with_embedding  "
                 "qgalore_proj_quant apollo_layerwise apollo_proj apollo_proj_type apollo_scale apollo_scale_front "

@@ -61,6 +61,9 @@ def _normal(name: str) -> str:
     return name.strip().lstrip("-").replace("-", "_")
 
 
+UNPINNED = "the newest release vramlens has the arguments of"
+
+
 def version_for(framework: str, workspace: Path | None) -> tuple[str | None, str]:
     """(the dumped version describing the run, where its version came from): the workspace's exact pin of the
     framework's distribution, else the newest dump."""
@@ -70,7 +73,7 @@ def version_for(framework: str, workspace: Path | None) -> tuple[str | None, str
     pin = environment.workspace_pins(workspace).get(dist) if dist and workspace is not None else None
     if pin is not None:
         return schemas.pick_version(framework, pin.version), pin.source
-    return schemas.pick_version(framework), "the newest release vramlens has the arguments of"
+    return schemas.pick_version(framework), UNPINNED
 
 
 def _extends(framework: str, version: str, workspace: Path | None) -> list[str]:
@@ -85,6 +88,10 @@ def _extends(framework: str, version: str, workspace: Path | None) -> list[str]:
         pinned = version_for("transformers", workspace)[0]
         return [pinned] if pinned is not None else []
     return list(schemas.versions("transformers"))
+
+
+def _any_version_defines(framework: str, name: str, workspace: Path | None) -> bool:
+    return any(name in names_at(framework, v, workspace) for v in schemas.versions(framework))
 
 
 def names_at(framework: str, version: str, workspace: Path | None = None) -> set[str]:
@@ -138,9 +145,10 @@ def apply(b: PlanBuilder, settings: Iterable[Setting], workspace: Path | None, *
     framework = DUMPED.get(plan.framework or "")
     if framework is None or plan.format == "nemo-automodel":
         return
-    version, _ = version_for(framework, workspace)
+    version, source = version_for(framework, workspace)
     if version is None:
         return
+    pinned = source != UNPINNED
     settings = [s for s in settings if not s.unresolved and s.path]
     if tool is not None:
         strict = STRICT_TOOLS.get(tool) == framework
@@ -171,7 +179,8 @@ def apply(b: PlanBuilder, settings: Iterable[Setting], workspace: Path | None, *
             b.issue(IssueKind.NOT_READ, f"`{s.key}` is not an argument of {title}: renamed in {TITLES[framework]} "
                     f"({', then '.join(steps)}); write `{flag}{new}`", s, severity=Severity.INFO,
                     suggestion=flag + new, span=s.key_span)
-        elif strict:
+        elif strict and (pinned or not _any_version_defines(framework, name, workspace)):
+            # unpinned, the newest release is only an assumption: an argument an older release defines is not flagged
             hint = closest(name, names)
             b.issue(IssueKind.UNKNOWN_VALUE, f"`{s.key}` is not an argument of {title}, which stops on arguments it "
                     f"does not define" + (f" — did you mean `{flag}{hint}`?" if hint else ""), s,

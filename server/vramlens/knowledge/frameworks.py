@@ -283,7 +283,7 @@ def run_version(framework: str, settings=None) -> str | None:
 
 def _dumped(framework: str, objective: str | None, version: str | None, hand: dict, settings=None) -> tuple[dict, dict[str, str]]:
     """The literal defaults the framework's dump at `version` holds for DUMPED_DEFAULTS, with their provenance text
-    ("TRL 1.16.0 default (SFTConfig.max_length)")."""
+    ("TRL 1.16.0 (SFTConfig.max_length)")."""
     from vramlens.frameworks import recognise, schemas
 
     dumped = schemas.pick_version(framework, version)
@@ -304,7 +304,7 @@ def _dumped(framework: str, objective: str | None, version: str | None, hand: di
                 continue
             if _same_kind(a.get("default"), hand.get(concept)):
                 values[concept] = a["default"]
-                labels[concept] = f"{recognise.TITLES[fw]} {v} default ({a.get('owner')}.{a['name']})"
+                labels[concept] = f"{recognise.TITLES[fw]} {v} ({a.get('owner')}.{a['name']})"
             break
     return values, labels
 
