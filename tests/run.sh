@@ -18,6 +18,6 @@ fi
 bash scripts/install-editor-tools.sh
 
 # Type check ([tool.mypy] in pyproject.toml); a failure stops the run with mypy's report.
-"$PY" -m pip install -q "mypy==2.4.1" && "$PY" -m mypy
+"$PY" -m mypy
 
 exec "$PY" -m pytest "$@"
