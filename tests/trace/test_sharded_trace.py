@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import os
 import sys
 
 import pytest
@@ -83,6 +84,9 @@ def test_estimate_holds_to_the_sharded_trace(world, peft, ckpt, version, stage):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("VRAMLENS_SHARDED_GRID"),
+                    reason="the whole sharded grid is a measurement of about 20 minutes: run it with "
+                           "VRAMLENS_SHARDED_GRID=1, or `python tests/trace/test_sharded_trace.py` for the table")
 @pytest.mark.xfail(strict=False, reason="checkpointed rows: the single-GPU recompute phase is 13-50 % low against "
                    "the real-library trace at these shapes, so the sharded rows are too; LoRA rows read 4 % low; "
                    "under mixed precision the activations are counted as for AMP over fp32 weights (5-11 % high); "
