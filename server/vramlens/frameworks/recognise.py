@@ -57,10 +57,6 @@ MCA_KEYS = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "exper
             "use_distributed_optimizer"}
 
 
-def _normal(name: str) -> str:
-    return name.strip().lstrip("-").replace("-", "_")
-
-
 UNPINNED = "the newest release vramlens has the arguments of"
 
 
@@ -98,10 +94,10 @@ def names_at(framework: str, version: str, workspace: Path | None = None) -> set
     """Every argument name and alias the framework defines at that version, its base classes' included."""
     dump = schemas.schema(framework, version)
     out = {n for a in (dump["arguments"] if dump is not None else ())
-           for n in (_normal(a["name"]), *(_normal(x) for x in a.get("aliases") or ()))}
+           for n in (schemas.argument_name(a["name"]), *(schemas.argument_name(x) for x in a.get("aliases") or ()))}
     for v in _extends(framework, version, workspace):
         base = schemas.schema("transformers", v)
-        out |= {_normal(a["name"]) for a in (base["arguments"] if base is not None else ())}
+        out |= {schemas.argument_name(a["name"]) for a in (base["arguments"] if base is not None else ())}
     return out
 
 
@@ -162,7 +158,7 @@ def apply(b: PlanBuilder, settings: Iterable[Setting], workspace: Path | None, *
     consumed = {v.key for v in plan.settings().values() if v.key} | {u.key for u in plan.unmodelled}
     title = f"{TITLES[framework]} {version}"
     for s in settings:
-        name = _normal(s.key) if len(s.path) == 1 else ".".join(_normal(str(p)) for p in s.path)
+        name = schemas.argument_name(s.key) if len(s.path) == 1 else ".".join(schemas.argument_name(str(p)) for p in s.path)
         if name in names:
             definition = _defined(framework, name, version, workspace)
             entry = irrelevant.lookup(irrelevant.NOT_MODELLED, name)

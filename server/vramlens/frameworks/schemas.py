@@ -73,7 +73,8 @@ def schema(framework: str, version: str | None = None) -> dict[str, Any] | None:
     return _load(framework, v) if v is not None else None
 
 
-def _normal(name: str) -> str:
+def argument_name(name: str) -> str:
+    """An argument as the dumps spell it: `--lora-rank` → `lora_rank` (case kept)."""
     return name.strip().lstrip("-").replace("-", "_")
 
 
@@ -82,7 +83,7 @@ def _by_name(framework: str, version: str) -> dict[str, tuple[dict, ...]]:
     """Arguments by name and by alias (dashes read as underscores), in the dump's order."""
     out: dict[str, list[dict]] = {}
     for a in _load(framework, version)["arguments"]:
-        for n in {_normal(a["name"]), *(_normal(x) for x in a.get("aliases") or ())}:
+        for n in {argument_name(a["name"]), *(argument_name(x) for x in a.get("aliases") or ())}:
             out.setdefault(n, []).append(a)
     return {k: tuple(v) for k, v in out.items()}
 
@@ -93,7 +94,7 @@ def arguments(framework: str, name: str, version: str | None = None) -> tuple[di
     v = pick_version(framework, version)
     if v is None:
         return ()
-    return _by_name(framework, v).get(_normal(name), ())
+    return _by_name(framework, v).get(argument_name(name), ())
 
 
 def argument(framework: str, name: str, version: str | None = None, owner: str | None = None) -> dict | None:

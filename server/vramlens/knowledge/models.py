@@ -428,7 +428,7 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
         intermediate = 4 * hidden
     if not _dim(intermediate) or intermediate <= 0:
         return None                                      # present but not a width ("big", -1, 1.5)
-    if model_type in REMOTE_CODE_WRITTEN and model_type == "qwen":
+    if model_type == "qwen":
         # Qwen-1 `QWenMLP`: w1 and w2 are hidden × intermediate_size / 2, c_proj the way back (REMOTE_CODE_WRITTEN)
         intermediate //= 2
 
