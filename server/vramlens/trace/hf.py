@@ -805,6 +805,8 @@ class HFStep(nn.Module):
             model = apply_peft(model, cfg)
         self.model = model
         self.tick = lambda: None
+        classes = tuple(block_classes(model))
+        tick_at_blocks(self, [m for m in model.modules() if isinstance(m, classes)])
         self._mark = None
         if self.trl_fused or is_encoder(cfg):
             # TRL's fused head reads lm_head.weight directly, an encoder's head is pooler + classifier: the
@@ -966,6 +968,28 @@ def quant_constants(model) -> list[torch.Tensor]:
 
 
 # -- construction for the engine --------------------------------------------------------------------------
+
+def block_classes(model: nn.Module) -> set[type]:
+    """The classes of the model's decoder blocks: `_no_split_modules`, what accelerate's TRANSFORMER_BASED_WRAP
+    wraps by default (accelerate 1.15 utils/dataclasses.py `FullyShardedDataParallelPlugin.set_auto_wrap_policy`)."""
+    get_base = getattr(model, "get_base_model", None)
+    base = get_base() if callable(get_base) else model
+    names = set(getattr(base, "_no_split_modules", None) or ())
+    return {type(m) for m in base.modules() if type(m).__name__ in names}
+
+
+def tick_at_blocks(owner: Any, blocks: list[nn.Module]) -> None:
+    """Call `owner.tick()` after each block's forward and when its output's gradient arrives in backward: the
+    points where a trace can stop (raising from inside an op can abort the process when C++ called the op)."""
+    def after(module, args, out):
+        owner.tick()
+        x = out[0] if isinstance(out, tuple) else out
+        if isinstance(x, torch.Tensor) and x.requires_grad:
+            x.register_hook(lambda grad: owner.tick())
+
+    for block in blocks:
+        block.register_forward_hook(after)
+
 
 def build_meta(cfg: StepConfig) -> HFStep:
     return HFStep(cfg, cfg.attn_impl)

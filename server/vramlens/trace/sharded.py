@@ -130,21 +130,12 @@ def build_meta(cfg: StepConfig) -> hf.HFStep:
     return step
 
 
-def block_classes(model: nn.Module) -> set[type]:
-    """The classes of the model's decoder blocks: `_no_split_modules`, what accelerate's TRANSFORMER_BASED_WRAP
-    wraps by default (accelerate 1.15 utils/dataclasses.py `FullyShardedDataParallelPlugin.set_auto_wrap_policy`)."""
-    get_base = getattr(model, "get_base_model", None)
-    base = get_base() if callable(get_base) else model
-    names = set(getattr(base, "_no_split_modules", None) or ())
-    return {type(m) for m in base.modules() if type(m).__name__ in names}
-
-
 def materialize(step: hf.HFStep, device, real: bool) -> hf.HFStep:
     """The real-library model, allocated, then sharded (FSDP1 or FSDP2) over the fake process group."""
     step = hf.materialize(step, device, real)
     step.params_total = hf.param_count(step)              # before sharding: FSDP1's parameters become shard views
     cfg = step.cfg
-    classes = block_classes(step.model)
+    classes = hf.block_classes(step.model)
     if not classes:
         raise RuntimeError("the model names no decoder block class (`_no_split_modules`) to shard by")
     param_dtype = DTYPES[cfg.compute_dtype] if cfg.fsdp_mixed_precision else None

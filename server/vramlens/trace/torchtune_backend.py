@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from vramlens.trace.config import StepConfig
-from vramlens.trace.hf import dropouts_as_cuda, install_sdpa_as_cuda_kernel
+from vramlens.trace.hf import dropouts_as_cuda, install_sdpa_as_cuda_kernel, tick_at_blocks
 from vramlens.trace.model import DTYPES, init_real_
 
 # Component builders of torchtune 0.6.1 by architecture family (torchtune/models/*/_component_builders.py: module,
@@ -166,6 +166,7 @@ class TuneStep(nn.Module):
             self.loss_fn = nn.CrossEntropyLoss(ignore_index=IGNORE_INDEX)
         self.model = model
         self.tick = lambda: None
+        tick_at_blocks(self, [m for m in model.modules() if isinstance(m, modules.TransformerSelfAttentionLayer)])
         self._mark = None
         model.norm.register_forward_hook(self._norm_out)
 
