@@ -9,6 +9,7 @@ common rules of thumb: "16 bytes per parameter" and accelerate's "weights × 4".
 
     python benchmarks/accuracy.py [--all] [--rows ID_PREFIX]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,11 +50,22 @@ def arch_from_row(row: dict) -> ModelArch:
     if mlp not in ("swiglu", "geglu", "gelu", "relu"):
         mlp = "geglu" if "geglu" in mlp or "gelu_gated" in mlp else "swiglu"
     return ModelArch(
-        id=row["model"], family=family, mlp=mlp, norm="layernorm" if "layer" in a.get("norm", "") else "rmsnorm", hidden=a["hidden"],
-        layers=a["layers"], heads=a["heads"], kv_heads=a.get("kv_heads"), head_dim=a.get("head_dim"),
-        intermediate=a["intermediate"], vocab=a["vocab"], tied_embeddings=bool(a.get("tied_embeddings", False)),
+        id=row["model"],
+        family=family,
+        mlp=mlp,
+        norm="layernorm" if "layer" in a.get("norm", "") else "rmsnorm",
+        hidden=a["hidden"],
+        layers=a["layers"],
+        heads=a["heads"],
+        kv_heads=a.get("kv_heads"),
+        head_dim=a.get("head_dim"),
+        intermediate=a["intermediate"],
+        vocab=a["vocab"],
+        tied_embeddings=bool(a.get("tied_embeddings", False)),
         attn_bias=bool(a.get("attn_bias", family in ("qwen2", "phi", "stablelm", "gpt2"))),
-        mlp_bias=family in ("phi", "gpt2"), params_b=row.get("params_b"))
+        mlp_bias=family in ("phi", "gpt2"),
+        params_b=row.get("params_b"),
+    )
 
 
 def optimizer_of(row: dict) -> tuple[str, str]:
@@ -62,7 +74,7 @@ def optimizer_of(row: dict) -> tuple[str, str]:
         return "adamw_bnb_8bit", "fused"
     if "fused" in text:
         return "adamw_torch_fused", "fused"
-    return "adamw_torch", "foreach"        # torch's default on CUDA is foreach
+    return "adamw_torch", "foreach"  # torch's default on CUDA is foreach
 
 
 def bitsandbytes_of(row: dict, litgpt: bool) -> str | None:
@@ -121,25 +133,46 @@ def plan_from_row(row: dict) -> ResolvedPlan | None:
         strategy = "ddp"
     notes = (row.get("notes") or "").lower()
     set_to_none = "set_to_none=false" not in notes
-    ga = int(row.get("grad_accum") or (4 if "lit" in fw else 1))    # litgpt accumulates to its global batch
+    ga = int(row.get("grad_accum") or (4 if "lit" in fw else 1))  # litgpt accumulates to its global batch
     attn = {"sdpa": "sdpa", "flash": "flash_attention_2", "eager": "eager"}.get(row.get("attention") or "sdpa", "sdpa")
     framework = "litgpt" if behaviour is LITGPT else "unsloth" if behaviour is UNSLOTH else "custom"
     return ResolvedPlan(
-        arch=frameworks.arch_as_run(framework, arch_from_row(row)), framework=framework, weight_dtype=weight, compute_dtype=compute, amp=amp,
-        micro_batch=int(row.get("micro_batch") or 1), grad_accum=ga, seq_len=int(row["seq_len"]),
-        grad_checkpointing=bool(row.get("grad_checkpointing")), attn_impl=attn,
+        arch=frameworks.arch_as_run(framework, arch_from_row(row)),
+        framework=framework,
+        weight_dtype=weight,
+        compute_dtype=compute,
+        amp=amp,
+        micro_batch=int(row.get("micro_batch") or 1),
+        grad_accum=ga,
+        seq_len=int(row["seq_len"]),
+        grad_checkpointing=bool(row.get("grad_checkpointing")),
+        attn_impl=attn,
         activation_offload=behaviour is UNSLOTH and bool(row.get("grad_checkpointing")),
         # HF ≥ 4.57 without a mask uses SDPA's native GQA; litgpt expands K/V and runs causal without a mask
-        repeat_kv=attn == "eager" or "lit" in fw, attn_mask=behaviour is HF_TRAINER,
-        loss_impl=behaviour["loss_impl"], keep_logits=behaviour["keep_logits"],
-        optimizer=opt_kb.lookup_optimizer(opt_name), optimizer_impl=impl, set_to_none=set_to_none,
-        peft=peft, lora_r=r, lora_alpha=float((lora or {}).get("alpha") or r or 0), lora_dropout=dropout,
-        lora_targets=targets, adapter_fp32=behaviour["adapter_fp32"], kbit_upcast=behaviour["kbit_upcast"],
-        quant_bits=4 if quant else None, quant_double=quant == "nf4-dq",
+        repeat_kv=attn == "eager" or "lit" in fw,
+        attn_mask=behaviour is HF_TRAINER,
+        loss_impl=behaviour["loss_impl"],
+        keep_logits=behaviour["keep_logits"],
+        optimizer=opt_kb.lookup_optimizer(opt_name),
+        optimizer_impl=impl,
+        set_to_none=set_to_none,
+        peft=peft,
+        lora_r=r,
+        lora_alpha=float((lora or {}).get("alpha") or r or 0),
+        lora_dropout=dropout,
+        lora_targets=targets,
+        adapter_fp32=behaviour["adapter_fp32"],
+        kbit_upcast=behaviour["kbit_upcast"],
+        quant_bits=4 if quant else None,
+        quant_double=quant == "nf4-dq",
         **frameworks.step_flags(framework),
         quant_keeps_input=frameworks.bnb_keeps_4bit_input(bitsandbytes_of(row, behaviour is LITGPT)),
-        strategy=strategy, zero_stage=stage, world_size=n if strategy != "none" else 1,
-        gpu=gpu_match[0], gpu_count=n)
+        strategy=strategy,
+        zero_stage=stage,
+        world_size=n if strategy != "none" else 1,
+        gpu=gpu_match[0],
+        gpu_count=n,
+    )
 
 
 def measured_bytes(row: dict) -> float | None:
@@ -153,7 +186,7 @@ def compare_level(row: dict, est) -> float:
         return est.allocated_bytes
     if kind == "reserved":
         return est.reserved_bytes
-    return est.device_bytes          # nvidia-smi, fit-boundary
+    return est.device_bytes  # nvidia-smi, fit-boundary
 
 
 def naive_16(row: dict) -> float:
@@ -171,10 +204,17 @@ def summarize(name: str, errors: list[float], width: int = 28, bands: tuple[floa
     if not errors:
         return f"{name:<{width}} n=0"
     abs_e = [abs(e) for e in errors]
-    within = lambda t: sum(e <= t for e in abs_e) / len(abs_e)
-    shares = "  ".join(f"{'within ' if i == 0 else ''}±{b * 100:.0f}% {within(b) * 100:5.1f}%" for i, b in enumerate(bands))
-    return (f"{name:<{width}} n={len(errors):>3}  median |err| {statistics.median(abs_e) * 100:5.1f}%  "
-            f"{shares}  mean err {statistics.mean(errors) * 100:+5.1f}%")
+
+    def within(t: float) -> float:
+        return sum(e <= t for e in abs_e) / len(abs_e)
+
+    shares = "  ".join(
+        f"{'within ' if i == 0 else ''}±{b * 100:.0f}% {within(b) * 100:5.1f}%" for i, b in enumerate(bands)
+    )
+    return (
+        f"{name:<{width}} n={len(errors):>3}  median |err| {statistics.median(abs_e) * 100:5.1f}%  "
+        f"{shares}  mean err {statistics.mean(errors) * 100:+5.1f}%"
+    )
 
 
 def main(argv=None) -> int:
@@ -186,8 +226,10 @@ def main(argv=None) -> int:
     if args.rows:
         rows = [r for r in rows if r["id"].startswith(args.rows)]
 
-    print(f"{'id':<40} {'kind':<12} {'rel':<6} {'measured':>8} {'vramlens':>8} {'err':>7} "
-          f"{'16B/p':>7} {'acc×4':>7}  phase")
+    print(
+        f"{'id':<40} {'kind':<12} {'rel':<6} {'measured':>8} {'vramlens':>8} {'err':>7} "
+        f"{'16B/p':>7} {'acc×4':>7}  phase"
+    )
     errs: dict[str, list[float]] = {}
     oom_checks = []
     for row in rows:
@@ -200,8 +242,10 @@ def main(argv=None) -> int:
             bound = (row.get("lower_bound_gb") or rp.gpu.memory_gib * 1.073741824) * 1e9
             ok = est.device_bytes > bound * 0.95
             oom_checks.append(ok)
-            print(f"{row['id']:<40} {'oom':<12} {row['reliability']:<6} {'>' + format(bound / GIB, '.1f'):>8} "
-                  f"{est.device_bytes / GIB:>8.2f} {'ok' if ok else 'MISS':>7}")
+            print(
+                f"{row['id']:<40} {'oom':<12} {row['reliability']:<6} {'>' + format(bound / GIB, '.1f'):>8} "
+                f"{est.device_bytes / GIB:>8.2f} {'ok' if ok else 'MISS':>7}"
+            )
             continue
         m = measured_bytes(row)
         if m is None:
@@ -210,8 +254,10 @@ def main(argv=None) -> int:
         e = ours / m - 1
         n16 = naive_16(row) / m - 1
         a4 = accelerate_x4(row) / m - 1
-        print(f"{row['id']:<40} {kind:<12} {row['reliability']:<6} {m / GIB:>8.2f} {ours / GIB:>8.2f} "
-              f"{e * 100:>+6.1f}% {n16 * 100:>+6.0f}% {a4 * 100:>+6.0f}%  {est.phase}")
+        print(
+            f"{row['id']:<40} {kind:<12} {row['reliability']:<6} {m / GIB:>8.2f} {ours / GIB:>8.2f} "
+            f"{e * 100:>+6.1f}% {n16 * 100:>+6.0f}% {a4 * 100:>+6.0f}%  {est.phase}"
+        )
         if row["reliability"] == "low" and not args.all:
             key_sets = [("low (not in targets)", e, n16, a4)]
         else:

@@ -8,6 +8,7 @@ cost is printed separately: the first access to every finding's fixes, "make it 
 
     python benchmarks/analyze_speed.py [--runs 200] [FILES...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,10 +20,10 @@ from vramlens.analysis import Settings, analyze
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_FILES = [
-    ("examples/llama3-8b-full-adamw-a100-40gb.yaml", "A100-40GB"),   # predicted OOM: VL001 and fixes
-    ("examples/llama3-8b-qlora-a10g.yaml", "A10G"),                  # axolotl QLoRA that fits
-    ("examples/sft_lora.py", None),                                   # Python TrainingArguments(...)
-    ("examples/launch_full_ft.sh", None),                             # torchrun launch line
+    ("examples/llama3-8b-full-adamw-a100-40gb.yaml", "A100-40GB"),  # predicted OOM: VL001 and fixes
+    ("examples/llama3-8b-qlora-a10g.yaml", "A10G"),  # axolotl QLoRA that fits
+    ("examples/sft_lora.py", None),  # Python TrainingArguments(...)
+    ("examples/launch_full_ft.sh", None),  # torchrun launch line
 ]
 
 
@@ -37,7 +38,7 @@ def percentile(values: list[float], p: float) -> float:
 def bench(path: Path, gpu: str | None, runs: int) -> None:
     text = path.read_text(encoding="utf-8")
     settings = Settings(gpu=gpu, workspace=ROOT)
-    first = analyze(text, str(path), settings)              # warm-up: catalogs load once per process
+    first = analyze(text, str(path), settings)  # warm-up: catalogs load once per process
     totals: list[float] = []
     cpu: list[float] = []
     stages: dict[str, list[float]] = {}
@@ -52,10 +53,14 @@ def bench(path: Path, gpu: str | None, runs: int) -> None:
     n_fixes = sum(len(f.fixes) for f in analyze(text, str(path), settings).findings)
     fix_ms = (time.perf_counter() - t0) * 1000
     stage_text = "  ".join(f"{k} {statistics.median(v):.2f}" for k, v in stages.items())
-    print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}  (gpu {gpu or 'from file/default'}, "
-          f"{len(first.findings)} findings)")
-    print(f"  analyze  p50 {percentile(totals, 0.5):7.2f} ms   p90 {percentile(totals, 0.9):7.2f} ms   "
-          f"max {max(totals):7.2f} ms   (CPU time p50 {percentile(cpu, 0.5):.2f} ms, p90 {percentile(cpu, 0.9):.2f} ms)")
+    print(
+        f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}  (gpu {gpu or 'from file/default'}, "
+        f"{len(first.findings)} findings)"
+    )
+    print(
+        f"  analyze  p50 {percentile(totals, 0.5):7.2f} ms   p90 {percentile(totals, 0.9):7.2f} ms   "
+        f"max {max(totals):7.2f} ms   (CPU time p50 {percentile(cpu, 0.5):.2f} ms, p90 {percentile(cpu, 0.9):.2f} ms)"
+    )
     print(f"           median per stage, ms: {stage_text}")
     print(f"  fixes    {fix_ms:7.2f} ms for {n_fixes} fixes (analysis included, computed once on request)")
 

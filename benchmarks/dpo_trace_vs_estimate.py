@@ -10,13 +10,13 @@ TRL's own modelling code (the loss is the synthetic model's cross-entropy, not T
 
     python benchmarks/dpo_trace_vs_estimate.py
 """
+
 from __future__ import annotations
 
 import sys
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
-
 from vramlens.estimate import GIB, _phases
 from vramlens.formats import parse_document
 from vramlens.resolve import Settings, resolve
@@ -62,14 +62,14 @@ def trace(rp) -> tuple[int, int]:
         batch = M.make_batch(cfg, "cpu")
         optimizer = O.make_optimizer(cfg, trainable)
         peaks = []
-        for _ in range(2):                      # the second step has the optimizer state of the first
+        for _ in range(2):  # the second step has the optimizer state of the first
             tr.reset_peak()
             tr.next_phase("fwd")
             out = policy(batch["ids"], batch["labels"])
             loss = out["loss"]
             logits = out["logits"] if cfg.holds_logits else None
             del out
-            with torch.no_grad():               # the reference after the policy, as _compute_loss runs them
+            with torch.no_grad():  # the reference after the policy, as _compute_loss runs them
                 if ref is not None:
                     r = ref(batch["ids"], batch["labels"])
                 else:

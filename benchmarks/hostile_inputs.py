@@ -16,6 +16,7 @@ and the server's handler-future table (RSS) after 2,000 edits.
 
     python benchmarks/hostile_inputs.py [--before REV] [--skip-before]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,12 @@ sys.path[:0] = [str(REPO / "tests" / "fuzz"), str(REPO / "tests" / "security")]
 import hostile  # noqa: E402
 from lsp_wire import Server  # noqa: E402
 
-CASES = {"alias bomb": hostile.alias_bomb, "100k-deep flow": hostile.deep_flow, "10 MB YAML": hostile.ten_megabytes,
-         "binary 64 KiB": hostile.binary}
+CASES = {
+    "alias bomb": hostile.alias_bomb,
+    "100k-deep flow": hostile.deep_flow,
+    "10 MB YAML": hostile.ten_megabytes,
+    "binary 64 KiB": hostile.binary,
+}
 
 IN_PROCESS = """
 import json, resource, sys, time
@@ -62,8 +67,12 @@ def _status(pid: int, field: str) -> float:
 
 
 def in_process(name: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", IN_PROCESS, str(REPO / "tests" / "security"), name],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", IN_PROCESS, str(REPO / "tests" / "security"), name],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout)
 
 
@@ -74,7 +83,7 @@ def in_server(make) -> dict:
         warm = (Path(tmp) / "warm.yaml").as_uri()
         s.open(warm, hostile.HEADER)
         s.diagnostics(warm, 1)
-        time.sleep(1.0)                       # let the warm-up thread and GPU detection finish
+        time.sleep(1.0)  # let the warm-up thread and GPU detection finish
         before = _status(s.proc.pid, "VmRSS")
         uri = (Path(tmp) / "hostile.yaml").as_uri()
         mark = len(s.notifications)
@@ -83,8 +92,12 @@ def in_server(make) -> dict:
         diag = s.diagnostics(uri, 1, after=mark)
         dt = time.perf_counter() - t
         peak = _status(s.proc.pid, "VmHWM")
-        return {"s": dt, "rss_mib": peak - before, "codes": [d.get("code") for d in diag["params"]["diagnostics"]],
-                "message": (diag["params"]["diagnostics"] or [{}])[0].get("message", "")}
+        return {
+            "s": dt,
+            "rss_mib": peak - before,
+            "codes": [d.get("code") for d in diag["params"]["diagnostics"]],
+            "message": (diag["params"]["diagnostics"] or [{}])[0].get("message", ""),
+        }
 
 
 BOMBS = [  # label, generator, its argument, path analysed as
@@ -127,6 +140,7 @@ print(json.dumps({"s": t1 - t, "fix_s": t2 - t1, "rss_mib": (after - before) / 1
 
 def _bomb_limits() -> None:
     import resource
+
     resource.setrlimit(resource.RLIMIT_AS, (BOMB_AS_LIMIT, BOMB_AS_LIMIT))
 
 
@@ -136,9 +150,14 @@ def bomb(name: str, arg: int, path: str, pythonpath: str | None) -> str:
         env["PYTHONPATH"] = pythonpath
     with tempfile.TemporaryDirectory() as ws:
         try:
-            out = subprocess.run([sys.executable, "-c", BOMB, str(REPO / "tests" / "security"), name, str(arg), path,
-                                  ws], capture_output=True, text=True, timeout=BOMB_TIMEOUT_S, env=env,
-                                 preexec_fn=_bomb_limits)
+            out = subprocess.run(
+                [sys.executable, "-c", BOMB, str(REPO / "tests" / "security"), name, str(arg), path, ws],
+                capture_output=True,
+                text=True,
+                timeout=BOMB_TIMEOUT_S,
+                env=env,
+                preexec_fn=_bomb_limits,
+            )
         except subprocess.TimeoutExpired:
             return f"> {BOMB_TIMEOUT_S} s (killed)"
     if out.returncode != 0:
@@ -149,7 +168,9 @@ def bomb(name: str, arg: int, path: str, pythonpath: str | None) -> str:
 
 
 def export(rev: str, into: str) -> str:
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "server", "rules", "schemas"], capture_output=True, check=True)
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", rev, "server", "rules", "schemas"], capture_output=True, check=True
+    )
     subprocess.run(["tar", "-x", "-C", into], input=archive.stdout, check=True)
     return str(Path(into) / "server")
 
@@ -175,15 +196,29 @@ def huge_document_edits(pythonpath: str | None, edits: int = 3) -> str:
         for v in range(2, 2 + edits):
             pos = {"line": 0, "character": v}
             t = time.perf_counter()
-            s.notify("textDocument/didChange", {"textDocument": {"uri": big, "version": v}, "contentChanges": [
-                {"range": {"start": pos, "end": pos}, "text": "a"}]})
-            s.request("textDocument/hover", {"textDocument": {"uri": small}, "position": {"line": 0, "character": 3}},
-                      timeout=300)
+            s.notify(
+                "textDocument/didChange",
+                {
+                    "textDocument": {"uri": big, "version": v},
+                    "contentChanges": [{"range": {"start": pos, "end": pos}, "text": "a"}],
+                },
+            )
+            s.request(
+                "textDocument/hover",
+                {"textDocument": {"uri": small}, "position": {"line": 0, "character": 3}},
+                timeout=300,
+            )
             times.append(time.perf_counter() - t)
-        published = sum(1 for _, m in s.notifications if m.get("method") == "textDocument/publishDiagnostics"
-                        and m["params"]["uri"] == big)
-        return (f"open → VL016 {open_s:5.2f} s; edit → other document's hover "
-                + ", ".join(f"{x:.2f}" for x in times) + f" s; {published} publish(es) for it")
+        published = sum(
+            1
+            for _, m in s.notifications
+            if m.get("method") == "textDocument/publishDiagnostics" and m["params"]["uri"] == big
+        )
+        return (
+            f"open → VL016 {open_s:5.2f} s; edit → other document's hover "
+            + ", ".join(f"{x:.2f}" for x in times)
+            + f" s; {published} publish(es) for it"
+        )
 
 
 def edit_storm_rss(pythonpath: str | None, edits: int = 2_000) -> str:
@@ -196,16 +231,20 @@ def edit_storm_rss(pythonpath: str | None, edits: int = 2_000) -> str:
         uri = (Path(tmp) / "cfg.yaml").as_uri()
         s.open(uri, hostile.HEADER)
         s.diagnostics(uri, 1)
-        for v in range(2, 202):               # warm up allocator pools
-            s.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": v},
-                                                "contentChanges": [{"text": hostile.HEADER + f"# {v}\n"}]})
+        for v in range(2, 202):  # warm up allocator pools
+            s.notify(
+                "textDocument/didChange",
+                {"textDocument": {"uri": uri, "version": v}, "contentChanges": [{"text": hostile.HEADER + f"# {v}\n"}]},
+            )
         s.diagnostics(uri, 201)
         time.sleep(0.5)
         before = s.rss_mib()
         last = 201 + edits
         for v in range(202, last + 1):
-            s.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": v},
-                                                "contentChanges": [{"text": hostile.HEADER + f"# {v}\n"}]})
+            s.notify(
+                "textDocument/didChange",
+                {"textDocument": {"uri": uri, "version": v}, "contentChanges": [{"text": hostile.HEADER + f"# {v}\n"}]},
+            )
         s.diagnostics(uri, last, timeout=300)
         time.sleep(0.5)
         after = s.rss_mib()
@@ -220,8 +259,10 @@ def main() -> None:
     hostile_documents()
     with tempfile.TemporaryDirectory() as tmp:
         old = None if args.skip_before else export(args.before, tmp)
-        print(f"\nCPU and memory bombs (analysis + fixes, fresh process, {BOMB_AS_LIMIT >> 30} GiB address-space "
-              f"limit, {BOMB_TIMEOUT_S} s timeout)")
+        print(
+            f"\nCPU and memory bombs (analysis + fixes, fresh process, {BOMB_AS_LIMIT >> 30} GiB address-space "
+            f"limit, {BOMB_TIMEOUT_S} s timeout)"
+        )
         for label, name, arg, path in BOMBS:
             if old is not None:
                 print(f"  {label:26s} before {bomb(name, arg, path, old)}")
@@ -237,12 +278,16 @@ def main() -> None:
 
 
 def hostile_documents() -> None:
-    print(f"{'input':16s} {'size':>9s} | {'analyze s':>9s} {'ΔRSS MiB':>8s} | {'server s':>8s} {'ΔRSS MiB':>8s} | diagnostic")
+    print(
+        f"{'input':16s} {'size':>9s} | {'analyze s':>9s} {'ΔRSS MiB':>8s} | {'server s':>8s} {'ΔRSS MiB':>8s} | diagnostic"
+    )
     for label, make in CASES.items():
         a = in_process(make.__name__)
         s = in_server(make)
-        print(f"{label:16s} {a['chars'] / 2**20:7.2f}MB | {a['s']:9.3f} {a['rss_mib']:8.1f} | {s['s']:8.3f} "
-              f"{s['rss_mib']:8.1f} | {','.join(map(str, s['codes']))}: {s['message'][:90]}")
+        print(
+            f"{label:16s} {a['chars'] / 2**20:7.2f}MB | {a['s']:9.3f} {a['rss_mib']:8.1f} | {s['s']:8.3f} "
+            f"{s['rss_mib']:8.1f} | {','.join(map(str, s['codes']))}: {s['message'][:90]}"
+        )
 
 
 if __name__ == "__main__":

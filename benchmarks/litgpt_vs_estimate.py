@@ -12,6 +12,7 @@ estimate is shifted by that one byte per dropped element so both sides describe 
     pip install litgpt        # not a vramlens dependency; only this benchmark needs it
     python benchmarks/litgpt_vs_estimate.py [--seq 256] [--out benchmarks/results/litgpt_vs_estimate.txt]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,9 +41,19 @@ def saved_bytes(name: str, layers: int, targets: tuple[str, ...], dropout: float
     from litgpt.utils import chunked_cross_entropy
 
     mlp = any(t in targets for t in ("gate", "up", "down"))
-    cfg = Config.from_name(name, n_layer=layers, lora_r=32, lora_alpha=16, lora_dropout=dropout,
-                           lora_query="q" in targets, lora_key="k" in targets, lora_value="v" in targets,
-                           lora_projection="o" in targets, lora_mlp=mlp, lora_head=False)
+    cfg = Config.from_name(
+        name,
+        n_layer=layers,
+        lora_r=32,
+        lora_alpha=16,
+        lora_dropout=dropout,
+        lora_query="q" in targets,
+        lora_key="k" in targets,
+        lora_value="v" in targets,
+        lora_projection="o" in targets,
+        lora_mlp=mlp,
+        lora_head=False,
+    )
     torch.manual_seed(0)
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)
@@ -73,15 +84,27 @@ def saved_bytes(name: str, layers: int, targets: tuple[str, ...], dropout: float
 def estimated_layer(model_id: str, targets: tuple[str, ...], dropout: float) -> tuple[float, int]:
     """(estimated bytes per token of one block on CUDA, dropped elements per token)."""
     arch = models.lookup_model(model_id)
-    rp = ResolvedPlan(arch=arch, framework="litgpt", fused_qkv=True, repeat_kv=True, loss_impl="chunked",
-                      optimizer=optimizers.lookup_optimizer("adamw_torch"), gpu=gpus.lookup_gpu("A100-80GB")[0],
-                      peft="lora", lora_r=32, lora_alpha=16.0, lora_dropout=dropout, lora_targets=targets,
-                      adapter_fp32=False, kbit_upcast=False)
+    rp = ResolvedPlan(
+        arch=arch,
+        framework="litgpt",
+        fused_qkv=True,
+        repeat_kv=True,
+        loss_impl="chunked",
+        optimizer=optimizers.lookup_optimizer("adamw_torch"),
+        gpu=gpus.lookup_gpu("A100-80GB")[0],
+        peft="lora",
+        lora_r=32,
+        lora_alpha=16.0,
+        lora_dropout=dropout,
+        lora_targets=targets,
+        adapter_fp32=False,
+        kbit_upcast=False,
+    )
     _, one = C.activations_per_token(rp)
     dropped = 0
     if dropout:
         widths = {"o": arch.q_dim, "gate": arch.hidden, "up": arch.hidden, "down": arch.intermediate}
-        dropped = (arch.hidden if any(t in targets for t in ("q", "k", "v")) else 0)
+        dropped = arch.hidden if any(t in targets for t in ("q", "k", "v")) else 0
         dropped += sum(w for t, w in widths.items() if t in targets)
     return one, dropped
 
@@ -98,19 +121,23 @@ def main() -> int:
         return 2
     from importlib.metadata import version
 
-    lines = [f"litgpt {version('litgpt')}, torch {version('torch')}, CPU, bf16, batch 1, {args.seq} tokens; "
-             "bytes per token kept by one block",
-             f"{'model':<18} {'LoRA targets':<24} {'dropout':>7} {'litgpt':>9} {'estimate':>9} {'est÷litgpt':>10}"]
+    lines = [
+        f"litgpt {version('litgpt')}, torch {version('torch')}, CPU, bf16, batch 1, {args.seq} tokens; "
+        "bytes per token kept by one block",
+        f"{'model':<18} {'LoRA targets':<24} {'dropout':>7} {'litgpt':>9} {'estimate':>9} {'est÷litgpt':>10}",
+    ]
     ratios = []
     for name, model_id, targets, dropout in CASES:
         one = saved_bytes(name, 1, targets, dropout, args.seq)
         two = saved_bytes(name, 2, targets, dropout, args.seq)
         measured = (two - one) / args.seq
         est, dropped = estimated_layer(model_id, targets, dropout)
-        est_cpu = est + dropped                         # the CPU's mask has the input's dtype, not 1 byte
+        est_cpu = est + dropped  # the CPU's mask has the input's dtype, not 1 byte
         ratios.append(est_cpu / measured)
-        lines.append(f"{name:<18} {','.join(targets):<24} {dropout:>7} {measured:>9.0f} {est_cpu:>9.0f} "
-                     f"{est_cpu / measured:>10.3f}")
+        lines.append(
+            f"{name:<18} {','.join(targets):<24} {dropout:>7} {measured:>9.0f} {est_cpu:>9.0f} "
+            f"{est_cpu / measured:>10.3f}"
+        )
     lines.append(f"\nestimate ÷ litgpt from {min(ratios):.3f} to {max(ratios):.3f} over {len(ratios)} blocks")
     text = "\n".join(lines)
     print(text)

@@ -14,6 +14,7 @@ burst ends where the first did).
 
     python benchmarks/load_test.py [--docs 200] [--rate 50] [--seconds 10] [--bursts 2]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,15 +37,15 @@ LANGUAGE = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".py": "python", "
 @dataclass
 class BurstReport:
     edits: int = 0
-    analysed: int = 0                    # versions that got their own diagnostics
+    analysed: int = 0  # versions that got their own diagnostics
     request_ms: list[float] = field(default_factory=list)
     diagnostics_ms: list[float] = field(default_factory=list)
-    settle_ms: float = 0.0               # last edit → diagnostics of every document's last version
+    settle_ms: float = 0.0  # last edit → diagnostics of every document's last version
     rss_before_mib: float = 0.0
     rss_after_mib: float = 0.0
     unanswered: int = 0
     errors: int = 0
-    out_of_order: int = 0                # an older version's diagnostics published after a newer one's
+    out_of_order: int = 0  # an older version's diagnostics published after a newer one's
 
 
 @dataclass
@@ -77,7 +78,7 @@ def _edit_texts(text: str, count: int) -> list[str]:
     typed = 0
     for k in range(count):
         if digit is not None and k % 4 < 2:
-            text = text[:digit] + "0" + text[digit:] if k % 4 == 0 else text[:digit] + text[digit + 1:]
+            text = text[:digit] + "0" + text[digit:] if k % 4 == 0 else text[:digit] + text[digit + 1 :]
         else:
             if typed == 0:
                 text = text if text.endswith("\n") else text + "\n"
@@ -94,8 +95,9 @@ def percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
-def run_load(docs: int = 200, rate: float = 50, seconds: float = 10, bursts: int = 2,
-             workspace: Path | None = None) -> LoadReport:
+def run_load(
+    docs: int = 200, rate: float = 50, seconds: float = 10, bursts: int = 2, workspace: Path | None = None
+) -> LoadReport:
     own = workspace is None
     tmp = tempfile.TemporaryDirectory() if own else None
     ws = Path(tmp.name) if own else workspace
@@ -150,12 +152,23 @@ def _burst(s: Server, uris: list[str], rate: float, seconds: float, offset: int)
         rep.edits += 1
         pos = {"line": k % 5, "character": 2}
         if k % 5 == 0:
-            requests.append((s.send("textDocument/hover", {"textDocument": {"uri": uri}, "position": pos}),
-                             time.perf_counter()))
+            requests.append(
+                (s.send("textDocument/hover", {"textDocument": {"uri": uri}, "position": pos}), time.perf_counter())
+            )
         if k % 10 == 0:
             requests.append((s.send("textDocument/codeLens", {"textDocument": {"uri": uri}}), time.perf_counter()))
-            requests.append((s.send("textDocument/inlayHint", {"textDocument": {"uri": uri}, "range": {
-                "start": {"line": 0, "character": 0}, "end": {"line": 200, "character": 0}}}), time.perf_counter()))
+            requests.append(
+                (
+                    s.send(
+                        "textDocument/inlayHint",
+                        {
+                            "textDocument": {"uri": uri},
+                            "range": {"start": {"line": 0, "character": 0}, "end": {"line": 200, "character": 0}},
+                        },
+                    ),
+                    time.perf_counter(),
+                )
+            )
     last_edit = time.perf_counter()
     for rid, t in requests:
         try:
@@ -197,19 +210,27 @@ def main() -> None:
     r = run_load(args.docs, args.rate, args.seconds, args.bursts)
     print(f"{r.docs} documents opened and analysed in {r.open_s:.1f} s; server RSS {r.rss_start_mib:.0f} MiB")
     for i, b in enumerate(r.bursts, 1):
-        print(f"burst {i}: {b.edits} edits at {args.rate:g}/s for {args.seconds:g} s; {b.analysed} versions analysed, "
-              f"{b.edits - b.analysed} superseded and cancelled")
-        print(f"  requests (hover/codeLens/inlayHint) n={len(b.request_ms)}: p50 {percentile(b.request_ms, .5):.1f} ms, "
-              f"p99 {percentile(b.request_ms, .99):.1f} ms; unanswered {b.unanswered}, errors {b.errors}")
-        print(f"  edit → diagnostics n={len(b.diagnostics_ms)}: p50 {percentile(b.diagnostics_ms, .5):.1f} ms, "
-              f"p99 {percentile(b.diagnostics_ms, .99):.1f} ms; settled {b.settle_ms:.0f} ms after the last edit; "
-              f"out of order {b.out_of_order}")
+        print(
+            f"burst {i}: {b.edits} edits at {args.rate:g}/s for {args.seconds:g} s; {b.analysed} versions analysed, "
+            f"{b.edits - b.analysed} superseded and cancelled"
+        )
+        print(
+            f"  requests (hover/codeLens/inlayHint) n={len(b.request_ms)}: p50 {percentile(b.request_ms, 0.5):.1f} ms, "
+            f"p99 {percentile(b.request_ms, 0.99):.1f} ms; unanswered {b.unanswered}, errors {b.errors}"
+        )
+        print(
+            f"  edit → diagnostics n={len(b.diagnostics_ms)}: p50 {percentile(b.diagnostics_ms, 0.5):.1f} ms, "
+            f"p99 {percentile(b.diagnostics_ms, 0.99):.1f} ms; settled {b.settle_ms:.0f} ms after the last edit; "
+            f"out of order {b.out_of_order}"
+        )
         print(f"  RSS before {b.rss_before_mib:.0f} MiB, after {b.rss_after_mib:.0f} MiB")
     print(f"server alive: {r.alive}")
     if r.bursts:
         all_req = [x for b in r.bursts for x in b.request_ms]
-        print(f"all bursts: request p50 {percentile(all_req, .5):.1f} ms, p99 {percentile(all_req, .99):.1f} ms; "
-              f"mean {statistics.fmean(all_req):.1f} ms")
+        print(
+            f"all bursts: request p50 {percentile(all_req, 0.5):.1f} ms, p99 {percentile(all_req, 0.99):.1f} ms; "
+            f"mean {statistics.fmean(all_req):.1f} ms"
+        )
 
 
 if __name__ == "__main__":

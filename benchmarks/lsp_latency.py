@@ -15,6 +15,7 @@ It validates the same file against the matching JSON Schema from schemas/.
 
     python benchmarks/lsp_latency.py [--edits 200] [--hovers 50] [--starts 6] [--file examples/...yaml] [--no-yls]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,7 +41,7 @@ NODE = TOOLS / "node24" / "node_modules" / "node" / "bin" / "node"
 YLS_DIR = TOOLS / "yaml-language-server"
 YLS_VERSION = "2.0.0"
 YLS_MAIN = YLS_DIR / "node_modules" / "yaml-language-server" / "bin" / "yaml-language-server"
-YLS_VALIDATION_DELAY_MS = 200   # yaml-language-server 2.0.0, out/src/yamlSettings.js: validationDelayMs = 200
+YLS_VALIDATION_DELAY_MS = 200  # yaml-language-server 2.0.0, out/src/yamlSettings.js: validationDelayMs = 200
 DEFAULT_FILE = REPO / "examples" / "llama3-8b-full-adamw-a100-40gb.yaml"
 TIMEOUT_S = 30.0
 
@@ -77,23 +78,36 @@ class Session:
         def on_configuration(params: types.ConfigurationParams) -> list[Any]:
             return [self.settings.get(item.section or "", None) for item in params.items]
 
-        for method in (types.CLIENT_REGISTER_CAPABILITY, types.CLIENT_UNREGISTER_CAPABILITY,
-                       types.WINDOW_WORK_DONE_PROGRESS_CREATE, types.WORKSPACE_CODE_LENS_REFRESH,
-                       types.WORKSPACE_INLAY_HINT_REFRESH, types.WORKSPACE_SEMANTIC_TOKENS_REFRESH,
-                       types.WORKSPACE_DIAGNOSTIC_REFRESH):
+        for method in (
+            types.CLIENT_REGISTER_CAPABILITY,
+            types.CLIENT_UNREGISTER_CAPABILITY,
+            types.WINDOW_WORK_DONE_PROGRESS_CREATE,
+            types.WORKSPACE_CODE_LENS_REFRESH,
+            types.WORKSPACE_INLAY_HINT_REFRESH,
+            types.WORKSPACE_SEMANTIC_TOKENS_REFRESH,
+            types.WORKSPACE_DIAGNOSTIC_REFRESH,
+        ):
             c.feature(method)(lambda params: None)
-        for method in (types.WINDOW_LOG_MESSAGE, types.WINDOW_SHOW_MESSAGE, types.PROGRESS, "vramlens/estimate",
-                       types.TELEMETRY_EVENT):
+        for method in (
+            types.WINDOW_LOG_MESSAGE,
+            types.WINDOW_SHOW_MESSAGE,
+            types.PROGRESS,
+            "vramlens/estimate",
+            types.TELEMETRY_EVENT,
+        ):
             c.feature(method)(lambda params: None)
 
     @property
     def pid(self) -> int:
-        return self.client._server.pid      # type: ignore[union-attr]
+        return self.client._server.pid  # type: ignore[union-attr]
 
     async def start(self, root: Path) -> dict[str, float]:
         params = types.InitializeParams(
-            capabilities=client_capabilities("visual-studio-code"), process_id=os.getpid(),
-            root_uri=root.as_uri(), workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name=root.name)])
+            capabilities=client_capabilities("visual-studio-code"),
+            process_id=os.getpid(),
+            root_uri=root.as_uri(),
+            workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name=root.name)],
+        )
         # This client's own converter builds its (un)structure functions on first use (~20-30 ms here):
         # done now, so the figure below is the server's time, not this Python client's.
         converter = self.client.protocol._converter
@@ -134,7 +148,7 @@ def rss_mib(pid: int) -> tuple[float, float]:
         for line in f:
             key, _, value = line.partition(":")
             fields[key] = value.strip()
-    to_mib = lambda v: int(v.split()[0]) / 1024   # noqa: E731 - kB
+    to_mib = lambda v: int(v.split()[0]) / 1024  # noqa: E731 - kB
     return to_mib(fields.get("VmRSS", "0 kB")), to_mib(fields.get("VmHWM", "0 kB"))
 
 
@@ -169,17 +183,19 @@ def hover_sites(text: str) -> list[types.Position]:
     return out
 
 
-async def run(session: Session, path: Path, edits: int, hovers: int, versioned: bool,
-              pace: float, actions: int = 20) -> dict[str, Any]:
+async def run(
+    session: Session, path: Path, edits: int, hovers: int, versioned: bool, pace: float, actions: int = 20
+) -> dict[str, Any]:
     text = path.read_text(encoding="utf-8")
     uri = path.resolve().as_uri()
     out: dict[str, Any] = await session.start(path.parent.resolve())
     first = session.expect(lambda p: p.uri == uri)
     t = time.perf_counter()
-    session.client.text_document_did_open(types.DidOpenTextDocumentParams(
-        types.TextDocumentItem(uri=uri, language_id="yaml", version=1, text=text)))
+    session.client.text_document_did_open(
+        types.DidOpenTextDocumentParams(types.TextDocumentItem(uri=uri, language_id="yaml", version=1, text=text))
+    )
     out["open_to_diagnostics_s"] = await session.wait(first) - t
-    await asyncio.sleep(0.3)            # let start-up work (settings, schema loading) settle
+    await asyncio.sleep(0.3)  # let start-up work (settings, schema loading) settle
 
     line, col = edit_site(text)
     change_ms = []
@@ -192,13 +208,21 @@ async def run(session: Session, path: Path, edits: int, hovers: int, versioned: 
         next_send = time.perf_counter() + pace
         version = i + 2
         digit = str(1 + i % 8)
-        fut = session.expect((lambda p, v=version: p.uri == uri and p.version == v) if versioned
-                             else (lambda p: p.uri == uri))
+        fut = session.expect(
+            (lambda p, v=version: p.uri == uri and p.version == v) if versioned else (lambda p: p.uri == uri)
+        )
         t = time.perf_counter()
-        session.client.text_document_did_change(types.DidChangeTextDocumentParams(
-            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-            content_changes=[types.TextDocumentContentChangePartial(
-                range=types.Range(start=types.Position(line, col), end=types.Position(line, col + 1)), text=digit)]))
+        session.client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                content_changes=[
+                    types.TextDocumentContentChangePartial(
+                        range=types.Range(start=types.Position(line, col), end=types.Position(line, col + 1)),
+                        text=digit,
+                    )
+                ],
+            )
+        )
         change_ms.append((await session.wait(fut) - t) * 1000)
 
     # quick fixes right after an edit: the first request of a version computes the fixes (re-estimates)
@@ -206,19 +230,33 @@ async def run(session: Session, path: Path, edits: int, hovers: int, versioned: 
     end = types.Position(len(text.splitlines()) + 1, 0)
     for i in range(actions):
         version = edits + 2 + i
-        fut = session.expect((lambda p, v=version: p.uri == uri and p.version == v) if versioned
-                             else (lambda p: p.uri == uri))
-        session.client.text_document_did_change(types.DidChangeTextDocumentParams(
-            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-            content_changes=[types.TextDocumentContentChangePartial(
-                range=types.Range(start=types.Position(line, col), end=types.Position(line, col + 1)),
-                text=str(1 + i % 8))]))
+        fut = session.expect(
+            (lambda p, v=version: p.uri == uri and p.version == v) if versioned else (lambda p: p.uri == uri)
+        )
+        session.client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                content_changes=[
+                    types.TextDocumentContentChangePartial(
+                        range=types.Range(start=types.Position(line, col), end=types.Position(line, col + 1)),
+                        text=str(1 + i % 8),
+                    )
+                ],
+            )
+        )
         await session.wait(fut)
         diagnostics = list(session.published[-1][1].diagnostics)
         t = time.perf_counter()
-        await asyncio.wait_for(session.client.text_document_code_action_async(types.CodeActionParams(
-            text_document=types.TextDocumentIdentifier(uri=uri), range=types.Range(types.Position(0, 0), end),
-            context=types.CodeActionContext(diagnostics=diagnostics))), TIMEOUT_S)
+        await asyncio.wait_for(
+            session.client.text_document_code_action_async(
+                types.CodeActionParams(
+                    text_document=types.TextDocumentIdentifier(uri=uri),
+                    range=types.Range(types.Position(0, 0), end),
+                    context=types.CodeActionContext(diagnostics=diagnostics),
+                )
+            ),
+            TIMEOUT_S,
+        )
         action_ms.append((time.perf_counter() - t) * 1000)
 
     sites = hover_sites(text)
@@ -227,8 +265,12 @@ async def run(session: Session, path: Path, edits: int, hovers: int, versioned: 
     for i in range(hovers):
         pos = sites[i % len(sites)]
         t = time.perf_counter()
-        result = await asyncio.wait_for(session.client.text_document_hover_async(types.HoverParams(
-            text_document=types.TextDocumentIdentifier(uri=uri), position=pos)), TIMEOUT_S)
+        result = await asyncio.wait_for(
+            session.client.text_document_hover_async(
+                types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=pos)
+            ),
+            TIMEOUT_S,
+        )
         hover_ms.append((time.perf_counter() - t) * 1000)
         answered += result is not None
     out["rss_mib"], out["peak_rss_mib"] = rss_mib(session.pid)
@@ -267,8 +309,12 @@ def ensure_yls(install: bool) -> bool:
         pkg.write_text(json.dumps({"name": "vramlens-tools-yaml-language-server", "private": True}, indent=2) + "\n")
     env = {**os.environ, "PATH": f"{NODE.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     print(f"installing yaml-language-server@{YLS_VERSION} into {YLS_DIR} ...", flush=True)
-    subprocess.run(["npm", "--no-audit", "--no-fund", "--loglevel=error", "install",
-                    f"yaml-language-server@{YLS_VERSION}"], cwd=YLS_DIR, env=env, check=True)
+    subprocess.run(
+        ["npm", "--no-audit", "--no-fund", "--loglevel=error", "install", f"yaml-language-server@{YLS_VERSION}"],
+        cwd=YLS_DIR,
+        env=env,
+        check=True,
+    )
     return YLS_MAIN.exists()
 
 
@@ -304,17 +350,25 @@ def describe(name: str, r: dict[str, Any]) -> None:
     print(f"  initialize        {r['spawn_to_initialize_s'] * 1000:7.0f} ms from process start to the answer")
     if r.get("starts_s"):
         cold, *warm = (round(s * 1000) for s in r["starts_s"])
-        print(f"  bare starts       first {cold} ms; then {', '.join(map(str, warm))} ms"
-              + (f" (median {statistics.median(warm):.0f} ms)" if warm else ""))
+        print(
+            f"  bare starts       first {cold} ms; then {', '.join(map(str, warm))} ms"
+            + (f" (median {statistics.median(warm):.0f} ms)" if warm else "")
+        )
     print(f"  first diagnostics {r['open_to_diagnostics_s'] * 1000:7.1f} ms after didOpen")
-    print(f"  change→diagnostics p50 {pct(c, .5):6.1f} ms   p90 {pct(c, .9):6.1f} ms   max {max(c):6.1f} ms"
-          f"   ({len(c)} edits)")
-    print(f"  hover              p50 {pct(h, .5):6.1f} ms   p90 {pct(h, .9):6.1f} ms   max {max(h):6.1f} ms"
-          f"   ({len(h)} hovers, {r['hovers_answered']} answered)")
+    print(
+        f"  change→diagnostics p50 {pct(c, 0.5):6.1f} ms   p90 {pct(c, 0.9):6.1f} ms   max {max(c):6.1f} ms"
+        f"   ({len(c)} edits)"
+    )
+    print(
+        f"  hover              p50 {pct(h, 0.5):6.1f} ms   p90 {pct(h, 0.9):6.1f} ms   max {max(h):6.1f} ms"
+        f"   ({len(h)} hovers, {r['hovers_answered']} answered)"
+    )
     a = r["code_action_ms"]
     if a:
-        print(f"  code actions       p50 {pct(a, .5):6.1f} ms   p90 {pct(a, .9):6.1f} ms   max {max(a):6.1f} ms"
-              f"   ({len(a)} requests, each the first after an edit)")
+        print(
+            f"  code actions       p50 {pct(a, 0.5):6.1f} ms   p90 {pct(a, 0.9):6.1f} ms   max {max(a):6.1f} ms"
+            f"   ({len(a)} requests, each the first after an edit)"
+        )
     print(f"  RSS                {r['rss_mib']:6.1f} MiB now, {r['peak_rss_mib']:.1f} MiB peak")
 
 
@@ -323,10 +377,13 @@ def main() -> int:
     ap.add_argument("--file", type=Path, default=DEFAULT_FILE)
     ap.add_argument("--edits", type=int, default=200)
     ap.add_argument("--hovers", type=int, default=50)
-    ap.add_argument("--pace-ms", type=float, default=50.0,
-                    help="least time between two edits, like fast typing (default 50 ms = 20 keys/s)")
-    ap.add_argument("--starts", type=int, default=6,
-                    help="bare starts timed before the session (default 6)")
+    ap.add_argument(
+        "--pace-ms",
+        type=float,
+        default=50.0,
+        help="least time between two edits, like fast typing (default 50 ms = 20 keys/s)",
+    )
+    ap.add_argument("--starts", type=int, default=6, help="bare starts timed before the session (default 6)")
     ap.add_argument("--no-yls", action="store_true", help="skip yaml-language-server")
     ap.add_argument("--no-install", action="store_true", help="do not npm-install yaml-language-server")
     ap.add_argument("--json", type=Path, help="also write the raw figures here")
@@ -338,45 +395,71 @@ def main() -> int:
     env = {**os.environ, "XDG_CACHE_HOME": cache_home.name}
     starts = [asyncio.run(bare_start(command, env, path.parent)) for _ in range(args.starts)]
     vramlens = Session("vramlens", command, {"vramlens": {}}, env)
-    results = {"vramlens": asyncio.run(run(vramlens, path, args.edits, args.hovers, versioned=True,
-                                            pace=args.pace_ms / 1000))}
+    results = {
+        "vramlens": asyncio.run(run(vramlens, path, args.edits, args.hovers, versioned=True, pace=args.pace_ms / 1000))
+    }
     results["vramlens"]["starts_s"] = starts
     cache_home.cleanup()
     describe(f"vramlens serve ({path.name})", results["vramlens"])
 
     if not args.no_yls and ensure_yls(not args.no_install):
         schema = schema_for(path)
-        yaml_settings = {"validate": True, "hover": True, "completion": True, "format": {"enable": False},
-                         "schemaStore": {"enable": False},
-                         "schemas": {schema.as_uri(): [path.name]} if schema else {}}
-        yls = Session("yaml-language-server", [str(NODE), str(YLS_MAIN), "--stdio"],
-                      {"yaml": yaml_settings, "": {"yaml": yaml_settings}})
-        results["yaml-language-server"] = asyncio.run(run(yls, path, args.edits, args.hovers, versioned=False,
-                                                                pace=args.pace_ms / 1000))
-        describe(f"yaml-language-server {YLS_VERSION} on Node {_node_version()} "
-                 f"(schema: {schema.name if schema else 'none'})", results["yaml-language-server"])
+        yaml_settings = {
+            "validate": True,
+            "hover": True,
+            "completion": True,
+            "format": {"enable": False},
+            "schemaStore": {"enable": False},
+            "schemas": {schema.as_uri(): [path.name]} if schema else {},
+        }
+        yls = Session(
+            "yaml-language-server",
+            [str(NODE), str(YLS_MAIN), "--stdio"],
+            {"yaml": yaml_settings, "": {"yaml": yaml_settings}},
+        )
+        results["yaml-language-server"] = asyncio.run(
+            run(yls, path, args.edits, args.hovers, versioned=False, pace=args.pace_ms / 1000)
+        )
+        describe(
+            f"yaml-language-server {YLS_VERSION} on Node {_node_version()} "
+            f"(schema: {schema.name if schema else 'none'})",
+            results["yaml-language-server"],
+        )
         v, y = results["vramlens"], results["yaml-language-server"]
-        ratio = pct(v["change_ms"], .5) / pct(y["change_ms"], .5)
-        print(f"\nratio vramlens / yaml-language-server, change→diagnostics p50: {ratio:.2f} "
-              f"(target ≤ 0.25); hover p50: {pct(v['hover_ms'], .5) / pct(y['hover_ms'], .5):.2f}")
+        ratio = pct(v["change_ms"], 0.5) / pct(y["change_ms"], 0.5)
+        print(
+            f"\nratio vramlens / yaml-language-server, change→diagnostics p50: {ratio:.2f} "
+            f"(target ≤ 0.25); hover p50: {pct(v['hover_ms'], 0.5) / pct(y['hover_ms'], 0.5):.2f}"
+        )
         # yaml-language-server debounces validation by a fixed validationDelayMs = 200
         # (out/src/yamlSettings.js of the npm package); without that wait its own work per edit is:
-        own = pct(y["change_ms"], .5) - YLS_VALIDATION_DELAY_MS
-        print(f"  (yaml-language-server waits a fixed {YLS_VALIDATION_DELAY_MS} ms before validating; without it "
-              f"its p50 would be ≈ {own:.1f} ms, ratio {pct(v['change_ms'], .5) / max(own, 0.1):.2f})")
+        own = pct(y["change_ms"], 0.5) - YLS_VALIDATION_DELAY_MS
+        print(
+            f"  (yaml-language-server waits a fixed {YLS_VALIDATION_DELAY_MS} ms before validating; without it "
+            f"its p50 would be ≈ {own:.1f} ms, ratio {pct(v['change_ms'], 0.5) / max(own, 0.1):.2f})"
+        )
 
     floor = import_floor_s()
-    print(f"\nfor scale: a bare `python -c 'import lsprotocol.types'` (pygls' protocol types, imported by any "
-          f"pygls server) takes {floor * 1000:.0f} ms here")
+    print(
+        f"\nfor scale: a bare `python -c 'import lsprotocol.types'` (pygls' protocol types, imported by any "
+        f"pygls server) takes {floor * 1000:.0f} ms here"
+    )
     if os.environ.get("PYTHONDONTWRITEBYTECODE"):
-        print("note: PYTHONDONTWRITEBYTECODE is set here, so modules without a __pycache__ entry (an editable "
-              "install's) are compiled from source on every start")
+        print(
+            "note: PYTHONDONTWRITEBYTECODE is set here, so modules without a __pycache__ entry (an editable "
+            "install's) are compiled from source on every start"
+        )
     v = results["vramlens"]
     warm = v["starts_s"][1:] + [v["spawn_to_initialize_s"]]
-    checks = [("change→diagnostics p50 ≤ 20 ms", pct(v["change_ms"], .5) <= 20),
-              ("change→diagnostics p90 ≤ 50 ms", pct(v["change_ms"], .9) <= 50),
-              ("initialize ≤ 0.5 s from process start (median of the starts after the first)", statistics.median(warm) <= 0.5),
-              ("RSS ≤ 120 MB", v["peak_rss_mib"] * 1.048576 <= 120)]
+    checks = [
+        ("change→diagnostics p50 ≤ 20 ms", pct(v["change_ms"], 0.5) <= 20),
+        ("change→diagnostics p90 ≤ 50 ms", pct(v["change_ms"], 0.9) <= 50),
+        (
+            "initialize ≤ 0.5 s from process start (median of the starts after the first)",
+            statistics.median(warm) <= 0.5,
+        ),
+        ("RSS ≤ 120 MB", v["peak_rss_mib"] * 1.048576 <= 120),
+    ]
     print("\ntargets: " + "; ".join(f"{label}: {'met' if ok else 'MISSED'}" for label, ok in checks))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -11,6 +11,7 @@ and prints the median of each and the ratio parse_document / safe_load. Target: 
 
     python benchmarks/parse_speed.py [--runs 50] [--lines 2000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,7 +20,6 @@ import time
 from pathlib import Path
 
 import yaml
-
 from vramlens.formats import parse_document
 from vramlens.formats.yaml_doc import load_yaml
 
@@ -35,7 +35,7 @@ def build(lines_wanted: int) -> str:
             for line in f.read_text(encoding="utf-8").splitlines():
                 if i and line and not line[0].isspace() and line[0] not in "#-" and ":" in line:
                     key, _, rest = line.partition(":")
-                    line = f"{key}_{i}:{rest}"        # later copies get unique top-level keys
+                    line = f"{key}_{i}:{rest}"  # later copies get unique top-level keys
                 out.append(line)
             i += 1
             if len(out) >= lines_wanted:
@@ -64,8 +64,10 @@ def main() -> int:
     path = "/bench/config.yaml"
     plan = parse_document(text, path).plan
     entries = len(load_yaml(text, path)[1])
-    print(f"document: {len(text.splitlines())} lines, {len(text) / 1024:.0f} KiB, {entries} entries, "
-          f"read as {plan.format if plan else None}")
+    print(
+        f"document: {len(text.splitlines())} lines, {len(text) / 1024:.0f} KiB, {entries} entries, "
+        f"read as {plan.format if plan else None}"
+    )
     parse = median_ms(lambda: parse_document(text, path), args.runs)
     load = median_ms(lambda: load_yaml(text, path), args.runs)
     safe = median_ms(lambda: yaml.safe_load(text), max(5, args.runs // 5))
@@ -73,9 +75,13 @@ def main() -> int:
     print("                          wall ms   CPU ms")
     print(f"parse_document          {parse[0]:8.2f} {parse[1]:8.2f}   (target < 20 ms)")
     print(f"  load_yaml alone       {load[0]:8.2f} {load[1]:8.2f}")
-    print(f"yaml.safe_load          {safe[0]:8.2f} {safe[1]:8.2f}   parse_document / safe_load = {parse[1] / safe[1]:.2f} (CPU)")
-    print(f"yaml.load(CSafeLoader)  {csafe[0]:8.2f} {csafe[1]:8.2f}   parse_document / CSafeLoader = "
-          f"{parse[1] / csafe[1]:.2f} (CPU)")
+    print(
+        f"yaml.safe_load          {safe[0]:8.2f} {safe[1]:8.2f}   parse_document / safe_load = {parse[1] / safe[1]:.2f} (CPU)"
+    )
+    print(
+        f"yaml.load(CSafeLoader)  {csafe[0]:8.2f} {csafe[1]:8.2f}   parse_document / CSafeLoader = "
+        f"{parse[1] / csafe[1]:.2f} (CPU)"
+    )
     return 0
 
 

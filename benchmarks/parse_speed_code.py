@@ -7,6 +7,7 @@ process (`time.process_time`), which a busy machine disturbs far less than wall-
 
     python benchmarks/parse_speed_code.py [--repeat 30]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,7 +53,7 @@ def stage_{i}(data):
     return trainer
 '''
 
-PY_HEAD = '''import os
+PY_HEAD = """import os
 os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
 import torch
 from peft import LoraConfig
@@ -60,9 +61,9 @@ from transformers import AutoModelForCausalLM
 from trl import SFTConfig, SFTTrainer
 
 extra_args = {"report_to": "none"}
-'''
+"""
 
-SH_BLOCK = '''
+SH_BLOCK = """
 # stage {i}
 STAGE={i}
 OUT=out/stage_$STAGE
@@ -73,9 +74,9 @@ if [ -f "$OUT/done" ]; then
 fi
 cp configs/base.yaml "$OUT/config.yaml"
 python tools/prepare.py --input data/part_{i}.jsonl --output "$OUT/data" --num_proc 8
-'''
+"""
 
-SH_TAIL = '''
+SH_TAIL = """
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 CUDA_VISIBLE_DEVICES=0,1,2,3 torchrun --nproc_per_node 4 train.py \\
     --model_name_or_path meta-llama/Llama-3.1-8B \\
@@ -84,7 +85,7 @@ CUDA_VISIBLE_DEVICES=0,1,2,3 torchrun --nproc_per_node 4 train.py \\
     --bf16 \\
     --gradient_checkpointing True \\
     --optim adamw_torch_fused
-'''
+"""
 
 
 def python_text(lines: int = 2000) -> str:
@@ -116,7 +117,7 @@ def markdown_text(lines: int = 2000) -> str:
 
 
 def median_ms(fn, repeat: int) -> float:
-    fn()                                   # warm caches (imports, regex compilation)
+    fn()  # warm caches (imports, regex compilation)
     times = []
     for _ in range(repeat):
         t = time.process_time()
@@ -142,12 +143,16 @@ def main() -> int:
         ("shell", sh, "run.sh", "shlex.split", lambda: shlex.split(sh, comments=True)),
         ("markdown", md, "README.md", "shlex.split", lambda: shlex.split(sh, comments=True)),
     ]
-    print(f"{'format':<9} {'lines':>6} {'KiB':>6} {'vramlens ms':>12} {'baseline':>12} {'baseline ms':>12} {'ratio':>6}")
+    print(
+        f"{'format':<9} {'lines':>6} {'KiB':>6} {'vramlens ms':>12} {'baseline':>12} {'baseline ms':>12} {'ratio':>6}"
+    )
     for name, text, path, base_name, base in rows:
         ours = median_ms(lambda: parse_document(text, path), args.repeat)
         ref = median_ms(base, args.repeat)
-        print(f"{name:<9} {text.count(chr(10)):>6} {len(text) / 1024:>6.1f} {ours:>12.2f} {base_name:>12} "
-              f"{ref:>12.2f} {ours / ref:>6.2f}")
+        print(
+            f"{name:<9} {text.count(chr(10)):>6} {len(text) / 1024:>6.1f} {ours:>12.2f} {base_name:>12} "
+            f"{ref:>12.2f} {ours / ref:>6.2f}"
+        )
     return 0
 
 

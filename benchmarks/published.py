@@ -11,6 +11,7 @@ are printed but kept out of the headline figures, as in benchmarks/accuracy.py.
 
     python benchmarks/published.py [--all] [--rows ID_PREFIX] [--source KEY]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,7 @@ SOURCES: dict[str, dict[str, str]] = {
         "url": "https://github.com/foundation-model-stack/fms-acceleration/blob/0aab2c6f64e3e19d137efe2b8f7a4c65c23a2059/scripts/benchmarks/refs/a100_80gb.csv",
         "version": "commit 0aab2c6f (pins in scripts/benchmarks/refs/requirements.txt at the same commit)",
         "measured": "mem_peak_torch_mem_alloc_in_bytes: HF Trainer skip_memory_metrics=False probes "
-                    "(torch.cuda.max_memory_allocated, rank 0; scripts/benchmarks/README.md 'Logging Memory')",
+        "(torch.cuda.max_memory_allocated, rank 0; scripts/benchmarks/README.md 'Logging Memory')",
     },
     "transformers-docs": {
         "title": "transformers docs, Efficient Training on a Single GPU (bert-large-uncased on a V100 16GB)",
@@ -83,7 +84,7 @@ def plan_from_row(row: dict) -> ResolvedPlan:
     named in its note), with the version-dependent choices of the transformers/bitsandbytes it ran with."""
     arch = model_kb.lookup_model(row["model"])
     if arch is None and row.get("arch"):
-        arch = ModelArch(**row["arch"])          # a model outside the catalog: the row gives its config.json shapes
+        arch = ModelArch(**row["arch"])  # a model outside the catalog: the row gives its config.json shapes
     if arch is None:
         raise ValueError(f"{row['id']}: model {row['model']} is not in the catalog")
     gpu = gpu_kb.lookup_gpu(row["gpu"])
@@ -94,8 +95,14 @@ def plan_from_row(row: dict) -> ResolvedPlan:
     hf_model = framework in frameworks.HF_MODEL_FRAMEWORKS
     masked = bool(row.get("attn_mask", not row.get("packing")))
     loss = row.get("loss", "standard")
-    run = versions.as_run(arch.family, row.get("attention", "sdpa"), pins.get("transformers"), hf_model=hf_model,
-                          masked=masked, loss_impl=loss)
+    run = versions.as_run(
+        arch.family,
+        row.get("attention", "sdpa"),
+        pins.get("transformers"),
+        hf_model=hf_model,
+        masked=masked,
+        loss_impl=loss,
+    )
     lora = row.get("lora") or {}
     quant = row.get("quant") or {}
     peft = "none"
@@ -104,38 +111,67 @@ def plan_from_row(row: dict) -> ResolvedPlan:
     targets = tuple(t for t in lora.get("targets", ()) if t in LINEAR)
     n = int(row.get("n_gpus") or 1)
     strategy = row.get("strategy") or ("ddp" if n > 1 else "none")
-    keeps_block_grads = (strategy == "fsdp" and bool(row.get("grad_checkpointing"))
-                         and framework in frameworks.HF_TRAINER_FRAMEWORKS
-                         and versions.fsdp1_keeps_block_grads(arch.family, pins.get("transformers"),
-                                                              fsdp_version=int(row.get("fsdp_version") or 1),
-                                                              reentrant=bool(row.get("ckpt_reentrant", True)),
-                                                              lora=peft in ("lora", "qlora", "dora")))
+    keeps_block_grads = (
+        strategy == "fsdp"
+        and bool(row.get("grad_checkpointing"))
+        and framework in frameworks.HF_TRAINER_FRAMEWORKS
+        and versions.fsdp1_keeps_block_grads(
+            arch.family,
+            pins.get("transformers"),
+            fsdp_version=int(row.get("fsdp_version") or 1),
+            reentrant=bool(row.get("ckpt_reentrant", True)),
+            lora=peft in ("lora", "qlora", "dora"),
+        )
+    )
     return ResolvedPlan(
-        arch=arch, framework=framework, weight_dtype=row.get("weight_dtype", "bf16"),
-        compute_dtype=row.get("compute_dtype", "bf16"), amp=bool(row.get("amp")),
-        micro_batch=int(row["micro_batch"]), grad_accum=int(row.get("grad_accum") or 1), seq_len=int(row["seq_len"]),
-        packing=bool(row.get("packing")), grad_checkpointing=bool(row.get("grad_checkpointing")),
-        activation_offload=bool(row.get("activation_offload")), attn_impl=run.attention,
-        compile=bool(row.get("compile")), repeat_kv=run.repeat_kv, loss_shifted_copy=run.loss_shifted_copy,
-        attn_mask=masked, loss_impl=loss, keep_logits=bool(row.get("keep_logits")),
+        arch=arch,
+        framework=framework,
+        weight_dtype=row.get("weight_dtype", "bf16"),
+        compute_dtype=row.get("compute_dtype", "bf16"),
+        amp=bool(row.get("amp")),
+        micro_batch=int(row["micro_batch"]),
+        grad_accum=int(row.get("grad_accum") or 1),
+        seq_len=int(row["seq_len"]),
+        packing=bool(row.get("packing")),
+        grad_checkpointing=bool(row.get("grad_checkpointing")),
+        activation_offload=bool(row.get("activation_offload")),
+        attn_impl=run.attention,
+        compile=bool(row.get("compile")),
+        repeat_kv=run.repeat_kv,
+        loss_shifted_copy=run.loss_shifted_copy,
+        attn_mask=masked,
+        loss_impl=loss,
+        keep_logits=bool(row.get("keep_logits")),
         optimizer=opt_kb.lookup_optimizer(row.get("optimizer", "adamw_torch")),
-        optimizer_impl=row.get("optimizer_impl", "foreach"), optimizer_in_bwd=bool(row.get("optimizer_in_bwd")),
+        optimizer_impl=row.get("optimizer_impl", "foreach"),
+        optimizer_in_bwd=bool(row.get("optimizer_in_bwd")),
         set_to_none=bool(row.get("set_to_none", True)),
-        peft=peft, lora_r=int(lora.get("r") or 0), lora_alpha=float(lora.get("alpha") or 0),
-        lora_dropout=float(lora.get("dropout") or 0.0), lora_targets=targets,
-        adapter_fp32=bool(row.get("adapter_fp32", True)), kbit_upcast=bool(row.get("kbit_upcast", True)),
+        peft=peft,
+        lora_r=int(lora.get("r") or 0),
+        lora_alpha=float(lora.get("alpha") or 0),
+        lora_dropout=float(lora.get("dropout") or 0.0),
+        lora_targets=targets,
+        adapter_fp32=bool(row.get("adapter_fp32", True)),
+        kbit_upcast=bool(row.get("kbit_upcast", True)),
         kbit_embeddings_16bit=bool(row.get("kbit_embeddings_16bit")),
-        quant_bits=quant.get("bits"), quant_type=quant.get("type", "nf4"), quant_double=bool(quant.get("double")),
+        quant_bits=quant.get("bits"),
+        quant_type=quant.get("type", "nf4"),
+        quant_double=bool(quant.get("double")),
         quant_storage=quant.get("storage", "uint8"),
         quant_keeps_input=bool(quant) and frameworks.bnb_keeps_4bit_input(pins.get("bitsandbytes")),
         **frameworks.step_flags(framework),
         scalar_head=bool(row.get("scalar_head")),
-        strategy=strategy, zero_stage=int(row.get("zero_stage") or 0), world_size=n if strategy != "none" else 1,
+        strategy=strategy,
+        zero_stage=int(row.get("zero_stage") or 0),
+        world_size=n if strategy != "none" else 1,
         fsdp_keeps_block_grads=keeps_block_grads,
         rope_caches=frameworks.torchtune_rope_caches(row.get("torchtune_builder"), arch.family, peft, arch.layers)
-        if framework == "torchtune" else 1,
-        gpu=gpu[0], gpu_count=n,
-        versions=tuple((package, version, "as published") for package, version in pins.items()))
+        if framework == "torchtune"
+        else 1,
+        gpu=gpu[0],
+        gpu_count=n,
+        versions=tuple((package, version, "as published") for package, version in pins.items()),
+    )
 
 
 def compared_bytes(row: dict, est) -> int:
@@ -144,7 +180,7 @@ def compared_bytes(row: dict, est) -> int:
         return est.allocated_bytes
     if kind == "reserved":
         return est.reserved_bytes
-    return est.device_bytes          # device (nvidia-smi / NVML)
+    return est.device_bytes  # device (nvidia-smi / NVML)
 
 
 def summarize(name: str, errors: list[float]) -> str:
@@ -178,19 +214,27 @@ def main(argv=None) -> int:
             ok = est.device_bytes > card
             if rel != "low" or args.all:
                 oom_checks.append(ok)
-            print(f"{row['id']:<44} {src:<22} {'oom':<9} {rel:<6} {'>' + format(card / GIB, '.1f'):>9} "
-                  f"{est.device_bytes / GIB:>9.2f} {'ok' if ok else 'MISS':>7}  {est.phase}")
+            print(
+                f"{row['id']:<44} {src:<22} {'oom':<9} {rel:<6} {'>' + format(card / GIB, '.1f'):>9} "
+                f"{est.device_bytes / GIB:>9.2f} {'ok' if ok else 'MISS':>7}  {est.phase}"
+            )
             continue
         measured = row["measured_bytes"]
         ours = compared_bytes(row, est)
         e = ours / measured - 1
-        print(f"{row['id']:<44} {src:<22} {row['measure']:<9} {rel:<6} {measured / GIB:>9.2f} {ours / GIB:>9.2f} "
-              f"{e * 100:>+6.1f}%  {est.phase}")
+        print(
+            f"{row['id']:<44} {src:<22} {row['measure']:<9} {rel:<6} {measured / GIB:>9.2f} {ours / GIB:>9.2f} "
+            f"{e * 100:>+6.1f}%  {est.phase}"
+        )
         if rel == "low" and not args.all:
             errs.setdefault("low (not in headline)", []).append(e)
             continue
-        for key in ("headline", f"  {row['type']}", f"  {'multi-GPU' if int(row.get('n_gpus') or 1) > 1 else '1 GPU'}",
-                    f"  {src}"):
+        for key in (
+            "headline",
+            f"  {row['type']}",
+            f"  {'multi-GPU' if int(row.get('n_gpus') or 1) > 1 else '1 GPU'}",
+            f"  {src}",
+        ):
             errs.setdefault(key, []).append(e)
 
     print("\nsources:")
@@ -207,8 +251,10 @@ def main(argv=None) -> int:
     if head:
         med = statistics.median(head) * 100
         w15 = sum(e <= 0.15 for e in head) / len(head) * 100
-        print(f"\ntarget: median |err| ≤ 5% → {med:.1f}%; ≥ 90% within ±15% → {w15:.1f}%"
-              f" ({len(head)} rows from {len({r['source'] for r in rows if r['reliability'] != 'low' and r['measure'] != 'oom'})} sources)")
+        print(
+            f"\ntarget: median |err| ≤ 5% → {med:.1f}%; ≥ 90% within ±15% → {w15:.1f}%"
+            f" ({len(head)} rows from {len({r['source'] for r in rows if r['reliability'] != 'low' and r['measure'] != 'oom'})} sources)"
+        )
     return 0
 
 

@@ -12,6 +12,7 @@ rest got no estimate (with the Hub). Prints the table and writes it to `benchmar
 
     python benchmarks/real_configs.py [--out benchmarks/results/real_configs.txt] [--list]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,11 +24,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-os.environ["HF_HUB_OFFLINE"] = "1"                # the real Hub is never asked; the fake one is on loopback
+os.environ["HF_HUB_OFFLINE"] = "1"  # the real Hub is never asked; the fake one is on loopback
 
-from vramlens.analysis import analyze            # noqa: E402
+from vramlens.analysis import analyze  # noqa: E402
 from vramlens.cli.paths import iter_config_files, read_config_text  # noqa: E402
-from vramlens.settings import Settings           # noqa: E402
+from vramlens.settings import Settings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [ROOT.parent / "shared" / "corpus", ROOT / "tests" / "fixtures", ROOT / "examples"]
@@ -56,7 +57,7 @@ def collect(sources: list[Path]) -> list[tuple[Path, Path]]:
     """(source root, file) for every candidate config file under the sources that exist."""
     out = []
     for root in sources:
-        if root.exists():       # the Hub's model configs are not training configs
+        if root.exists():  # the Hub's model configs are not training configs
             out.extend((root, f) for f in iter_config_files([root]) if HUB_CONFIGS not in f.parents)
     return out
 
@@ -65,15 +66,25 @@ def outcome(path: Path, lookup: bool) -> dict:
     try:
         text = read_config_text(path, errors="replace")
     except OSError as exc:
-        return {"format": path.suffix or "(none)", "estimated": False, "cause": f"unreadable: {exc}", "vl001": False,
-                "not_training": False, "recognised": False}
+        return {
+            "format": path.suffix or "(none)",
+            "estimated": False,
+            "cause": f"unreadable: {exc}",
+            "vl001": False,
+            "not_training": False,
+            "recognised": False,
+        }
     a = analyze(text, str(path), Settings(workspace=path.parent, model_lookup=lookup))
     not_training = any(f.rule_id == "VL018" for f in a.findings)
     estimated = a.estimate is not None
-    return {"format": a.plan.format if a.plan is not None else f"other {path.suffix or '(none)'}",
-            "recognised": a.plan is not None or not_training, "estimated": estimated,
-            "cause": "" if estimated else ("not a training run" if not_training else reason(a.error)),
-            "vl001": any(f.rule_id == "VL001" for f in a.findings), "not_training": not_training}
+    return {
+        "format": a.plan.format if a.plan is not None else f"other {path.suffix or '(none)'}",
+        "recognised": a.plan is not None or not_training,
+        "estimated": estimated,
+        "cause": "" if estimated else ("not a training run" if not_training else reason(a.error)),
+        "vl001": any(f.rule_id == "VL001" for f in a.findings),
+        "not_training": not_training,
+    }
 
 
 def with_fake_hub(fn):
@@ -81,9 +92,13 @@ def with_fake_hub(fn):
     sys.path.insert(0, str(ROOT / "tests"))
     from fake_hub import FakeHub
 
-    repos = {str(d.relative_to(HUB_CONFIGS)): {"files": {f.name: json.loads(f.read_text(encoding="utf-8"))
-                                                         for f in d.glob("*.json")}}
-             for d in HUB_CONFIGS.glob("*/*") if d.is_dir()}
+    repos = {
+        str(d.relative_to(HUB_CONFIGS)): {
+            "files": {f.name: json.loads(f.read_text(encoding="utf-8")) for f in d.glob("*.json")}
+        }
+        for d in HUB_CONFIGS.glob("*/*")
+        if d.is_dir()
+    }
     hub = FakeHub(repos)
     saved = dict(os.environ)
     try:
@@ -122,24 +137,32 @@ def run(files: list[tuple[Path, Path]], listing: bool) -> str:
         total.update(row)
     cols = ("files", "recognised", "estimated offline", "estimated +Hub", "VL001", "not training")
     names = ["../shared/corpus" if s == SOURCES[0] else str(s.relative_to(ROOT)) for s in SOURCES if s.exists()]
-    out = [f"{len(files)} files from {', '.join(names)}",
-           f"offline: Hub lookup off; +Hub: a Hub on loopback serving {served} model repositories (tests/fixtures/hub)",
-           "", f"{'format':<18}" + "".join(f"{c:>19}" for c in cols) + "   why no estimate (+Hub)"]
+    out = [
+        f"{len(files)} files from {', '.join(names)}",
+        f"offline: Hub lookup off; +Hub: a Hub on loopback serving {served} model repositories (tests/fixtures/hub)",
+        "",
+        f"{'format':<18}" + "".join(f"{c:>19}" for c in cols) + "   why no estimate (+Hub)",
+    ]
     for fmt in sorted(rows, key=lambda f: (f.startswith("other"), -rows[f]["files"], f)):
         row = rows[fmt]
         reasons = "; ".join(f"{n} {r}" for r, n in why[fmt].most_common())
         out.append(f"{fmt:<18}" + "".join(f"{row[c]:>19}" for c in cols) + f"   {reasons}")
     out.append(f"{'all':<18}" + "".join(f"{total[c]:>19}" for c in cols))
-    named = sum(1 for off, on in zip(offline, online)
-                if on["estimated"] or off["estimated"] or on["cause"] == "unknown model")
+    named = sum(
+        1 for off, on in zip(offline, online) if on["estimated"] or off["estimated"] or on["cause"] == "unknown model"
+    )
     out.append("")
     for label, key in (("offline", "estimated offline"), ("with the Hub", "estimated +Hub")):
-        out.append(f"estimated {label}: {total[key]} of {total['files']} files "
-                   f"({100 * total[key] / max(total['files'], 1):.0f} %); of the training configs that name a "
-                   f"model: {total[key]} of {named} ({100 * total[key] / max(named, 1):.0f} %)")
-    out.append(f"recognised as not a training run (VL018): {total['not training']}, none with VL001: "
-               f"{not any(on['vl001'] and on['not_training'] for on in online)}; predicted OOM (VL001): "
-               f"{total['VL001']} files")
+        out.append(
+            f"estimated {label}: {total[key]} of {total['files']} files "
+            f"({100 * total[key] / max(total['files'], 1):.0f} %); of the training configs that name a "
+            f"model: {total[key]} of {named} ({100 * total[key] / max(named, 1):.0f} %)"
+        )
+    out.append(
+        f"recognised as not a training run (VL018): {total['not training']}, none with VL001: "
+        f"{not any(on['vl001'] and on['not_training'] for on in online)}; predicted OOM (VL001): "
+        f"{total['VL001']} files"
+    )
     if listing:
         out += ["", *lines_out]
     return "\n".join(out) + "\n"

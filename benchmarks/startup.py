@@ -15,6 +15,7 @@ PYTHONPATH, same interpreter), in the same rounds: a before/after comparison und
 The figures depend on the machine and on what else runs on it: compare the two servers of one run, not runs
 on different days. yaml-language-server comes from .tools (see benchmarks/lsp_latency.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,10 @@ async def start_once(command: list[str], env: dict[str, str], root: Path) -> tup
 
 def summary(times: list[float]) -> str:
     ms = [t * 1000 for t in times]
-    return (f"min {min(ms):5.0f} ms   median {statistics.median(ms):5.0f} ms   max {max(ms):5.0f} ms   "
-            f"({', '.join(f'{m:.0f}' for m in ms)})")
+    return (
+        f"min {min(ms):5.0f} ms   median {statistics.median(ms):5.0f} ms   max {max(ms):5.0f} ms   "
+        f"({', '.join(f'{m:.0f}' for m in ms)})"
+    )
 
 
 def main() -> int:
@@ -65,7 +68,7 @@ def main() -> int:
     yls = not args.no_yls and ensure_yls(install=False)
     yls_cmd = [str(NODE), str(YLS_MAIN), "--stdio"]
     with tempfile.TemporaryDirectory(prefix="vramlens-bench-cache-") as cache_home:
-        env = {**os.environ, "XDG_CACHE_HOME": cache_home}      # nothing from the user's cache
+        env = {**os.environ, "XDG_CACHE_HOME": cache_home}  # nothing from the user's cache
         load_before = os.getloadavg()
         times: dict[str, list[float]] = {"vramlens": [], "yaml-language-server": [], "baseline": []}
         cpu: dict[str, list[float]] = {"vramlens": [], "yaml-language-server": [], "baseline": []}
@@ -84,10 +87,14 @@ def main() -> int:
                 cpu[name].append(used)
         load_after = os.getloadavg()
 
-    print("wall time = spawn → initialize answer; CPU = user+system seconds the server used until the answer "
-          "(less sensitive to other load on the machine)")
-    print(f"spawn → initialize answer, {args.rounds} rounds on {os.cpu_count()} cores "
-          f"(load average {load_before[0]:.1f} at the start, {load_after[0]:.1f} at the end)")
+    print(
+        "wall time = spawn → initialize answer; CPU = user+system seconds the server used until the answer "
+        "(less sensitive to other load on the machine)"
+    )
+    print(
+        f"spawn → initialize answer, {args.rounds} rounds on {os.cpu_count()} cores "
+        f"(load average {load_before[0]:.1f} at the start, {load_after[0]:.1f} at the end)"
+    )
     names = [("vramlens", "vramlens serve")]
     if times["baseline"]:
         names.append(("baseline", f"baseline {args.baseline}"))

@@ -30,6 +30,7 @@ predicted ratio is within ±15 % of the measured ratio. Writes the table to benc
 
     python benchmarks/throughput.py
 """
+
 from __future__ import annotations
 
 import json
@@ -51,75 +52,135 @@ from vramlens.knowledge.schema import ModelArch  # noqa: E402
 from vramlens.resolved import ResolvedPlan  # noqa: E402
 
 MPT = {  # name: (d_model, n_heads, n_layers)
-    "125m": (768, 12, 12), "350m": (1024, 16, 24), "760m": (1536, 12, 24), "1b": (2048, 16, 24),
-    "3b": (2560, 20, 32), "7b": (4096, 32, 32), "13b": (5120, 40, 40), "30b": (7168, 64, 48),
+    "125m": (768, 12, 12),
+    "350m": (1024, 16, 24),
+    "760m": (1536, 12, 24),
+    "1b": (2048, 16, 24),
+    "3b": (2560, 20, 32),
+    "7b": (4096, 32, 32),
+    "13b": (5120, 40, 40),
+    "30b": (7168, 64, 48),
     "70b": (8192, 64, 80),
 }
 
 # (table, model, seq_len, gpus, micro_batch, grad_accum, checkpointing, measured tokens/s per GPU)
 FOUNDRY = [
     # H100 80GB BF16 (amp_bf16, FSDP FULL_SHARD)
-    ("H100-SXM", "70b", 2048, 64, 8, 4, True, 1039), ("H100-SXM", "70b", 2048, 32, 2, 16, True, 882),
-    ("H100-SXM", "30b", 8192, 8, 1, 21, True, 1384), ("H100-SXM", "30b", 4096, 8, 1, 21, True, 1802),
-    ("H100-SXM", "30b", 2048, 8, 3, 21, True, 2002), ("H100-SXM", "30b", 1024, 8, 6, 21, True, 2084),
-    ("H100-SXM", "13b", 32768, 8, 1, 3, True, 1976), ("H100-SXM", "13b", 16384, 8, 3, 3, True, 2985),
-    ("H100-SXM", "13b", 4096, 8, 10, 3, True, 4717), ("H100-SXM", "13b", 2048, 8, 2, 1, False, 4792),
+    ("H100-SXM", "70b", 2048, 64, 8, 4, True, 1039),
+    ("H100-SXM", "70b", 2048, 32, 2, 16, True, 882),
+    ("H100-SXM", "30b", 8192, 8, 1, 21, True, 1384),
+    ("H100-SXM", "30b", 4096, 8, 1, 21, True, 1802),
+    ("H100-SXM", "30b", 2048, 8, 3, 21, True, 2002),
+    ("H100-SXM", "30b", 1024, 8, 6, 21, True, 2084),
+    ("H100-SXM", "13b", 32768, 8, 1, 3, True, 1976),
+    ("H100-SXM", "13b", 16384, 8, 3, 3, True, 2985),
+    ("H100-SXM", "13b", 4096, 8, 10, 3, True, 4717),
+    ("H100-SXM", "13b", 2048, 8, 2, 1, False, 4792),
     ("H100-SXM", "13b", 1024, 8, 40, 3, True, 5502),
-    ("H100-SXM", "7b", 65536, 8, 1, 2, True, 1956), ("H100-SXM", "7b", 32768, 8, 2, 2, True, 3318),
-    ("H100-SXM", "7b", 8192, 8, 8, 2, True, 6935), ("H100-SXM", "7b", 4096, 8, 16, 2, True, 8611),
-    ("H100-SXM", "7b", 2048, 8, 6, 1, False, 10643), ("H100-SXM", "7b", 1024, 8, 64, 2, True, 10203),
-    ("H100-SXM", "3b", 65536, 8, 1, 2, True, 3262), ("H100-SXM", "3b", 32768, 8, 3, 6, True, 5873),
-    ("H100-SXM", "3b", 16384, 8, 1, 6, False, 11152), ("H100-SXM", "3b", 8192, 8, 3, 6, False, 16578),
-    ("H100-SXM", "3b", 4096, 8, 5, 6, False, 20964), ("H100-SXM", "3b", 2048, 16, 10, 3, False, 24142),
-    ("H100-SXM", "3b", 1024, 8, 20, 6, False, 27046), ("H100-SXM", "3b", 512, 8, 40, 6, False, 27965),
-    ("H100-SXM", "1b", 65536, 8, 1, 2, True, 5506), ("H100-SXM", "1b", 32768, 8, 1, 4, False, 12025),
-    ("H100-SXM", "1b", 16384, 8, 2, 4, False, 19649), ("H100-SXM", "1b", 8192, 8, 3, 4, False, 29157),
-    ("H100-SXM", "1b", 4096, 8, 7, 4, False, 38535), ("H100-SXM", "1b", 2048, 8, 14, 1, False, 45455),
-    ("H100-SXM", "1b", 1024, 8, 18, 4, False, 48910), ("H100-SXM", "1b", 512, 8, 56, 4, False, 52275),
-    ("H100-SXM", "760m", 32768, 8, 1, 2, False, 16291), ("H100-SXM", "760m", 16384, 8, 3, 2, False, 27815),
-    ("H100-SXM", "760m", 8192, 8, 6, 2, False, 41825), ("H100-SXM", "760m", 4096, 8, 12, 2, False, 55459),
-    ("H100-SXM", "760m", 2048, 8, 24, 2, False, 63147), ("H100-SXM", "760m", 1024, 8, 48, 2, False, 78581),
+    ("H100-SXM", "7b", 65536, 8, 1, 2, True, 1956),
+    ("H100-SXM", "7b", 32768, 8, 2, 2, True, 3318),
+    ("H100-SXM", "7b", 8192, 8, 8, 2, True, 6935),
+    ("H100-SXM", "7b", 4096, 8, 16, 2, True, 8611),
+    ("H100-SXM", "7b", 2048, 8, 6, 1, False, 10643),
+    ("H100-SXM", "7b", 1024, 8, 64, 2, True, 10203),
+    ("H100-SXM", "3b", 65536, 8, 1, 2, True, 3262),
+    ("H100-SXM", "3b", 32768, 8, 3, 6, True, 5873),
+    ("H100-SXM", "3b", 16384, 8, 1, 6, False, 11152),
+    ("H100-SXM", "3b", 8192, 8, 3, 6, False, 16578),
+    ("H100-SXM", "3b", 4096, 8, 5, 6, False, 20964),
+    ("H100-SXM", "3b", 2048, 16, 10, 3, False, 24142),
+    ("H100-SXM", "3b", 1024, 8, 20, 6, False, 27046),
+    ("H100-SXM", "3b", 512, 8, 40, 6, False, 27965),
+    ("H100-SXM", "1b", 65536, 8, 1, 2, True, 5506),
+    ("H100-SXM", "1b", 32768, 8, 1, 4, False, 12025),
+    ("H100-SXM", "1b", 16384, 8, 2, 4, False, 19649),
+    ("H100-SXM", "1b", 8192, 8, 3, 4, False, 29157),
+    ("H100-SXM", "1b", 4096, 8, 7, 4, False, 38535),
+    ("H100-SXM", "1b", 2048, 8, 14, 1, False, 45455),
+    ("H100-SXM", "1b", 1024, 8, 18, 4, False, 48910),
+    ("H100-SXM", "1b", 512, 8, 56, 4, False, 52275),
+    ("H100-SXM", "760m", 32768, 8, 1, 2, False, 16291),
+    ("H100-SXM", "760m", 16384, 8, 3, 2, False, 27815),
+    ("H100-SXM", "760m", 8192, 8, 6, 2, False, 41825),
+    ("H100-SXM", "760m", 4096, 8, 12, 2, False, 55459),
+    ("H100-SXM", "760m", 2048, 8, 24, 2, False, 63147),
+    ("H100-SXM", "760m", 1024, 8, 48, 2, False, 78581),
     ("H100-SXM", "760m", 512, 8, 96, 2, False, 83749),
     # A100 80GB (amp_bf16, FSDP FULL_SHARD)
-    ("A100-80GB", "30b", 8192, 8, 1, 21, True, 574), ("A100-80GB", "30b", 4096, 8, 1, 21, True, 814),
-    ("A100-80GB", "30b", 2048, 8, 3, 21, True, 916), ("A100-80GB", "30b", 1024, 8, 6, 21, True, 946),
+    ("A100-80GB", "30b", 8192, 8, 1, 21, True, 574),
+    ("A100-80GB", "30b", 4096, 8, 1, 21, True, 814),
+    ("A100-80GB", "30b", 2048, 8, 3, 21, True, 916),
+    ("A100-80GB", "30b", 1024, 8, 6, 21, True, 946),
     ("A100-80GB", "30b", 512, 8, 12, 21, True, 967),
-    ("A100-80GB", "13b", 32768, 8, 1, 3, True, 1016), ("A100-80GB", "13b", 16384, 8, 3, 3, True, 1431),
-    ("A100-80GB", "13b", 8192, 8, 5, 3, True, 1795), ("A100-80GB", "13b", 4096, 8, 10, 3, True, 2060),
-    ("A100-80GB", "13b", 2048, 8, 2, 3, False, 2262), ("A100-80GB", "13b", 1024, 8, 40, 3, True, 2330),
-    ("A100-80GB", "7b", 65536, 8, 1, 2, True, 1013), ("A100-80GB", "7b", 32768, 8, 2, 2, True, 1672),
-    ("A100-80GB", "7b", 16384, 8, 4, 2, True, 2453), ("A100-80GB", "7b", 8192, 8, 8, 2, True, 3206),
-    ("A100-80GB", "7b", 4096, 8, 16, 2, True, 3684), ("A100-80GB", "7b", 2048, 8, 6, 2, False, 4641),
+    ("A100-80GB", "13b", 32768, 8, 1, 3, True, 1016),
+    ("A100-80GB", "13b", 16384, 8, 3, 3, True, 1431),
+    ("A100-80GB", "13b", 8192, 8, 5, 3, True, 1795),
+    ("A100-80GB", "13b", 4096, 8, 10, 3, True, 2060),
+    ("A100-80GB", "13b", 2048, 8, 2, 3, False, 2262),
+    ("A100-80GB", "13b", 1024, 8, 40, 3, True, 2330),
+    ("A100-80GB", "7b", 65536, 8, 1, 2, True, 1013),
+    ("A100-80GB", "7b", 32768, 8, 2, 2, True, 1672),
+    ("A100-80GB", "7b", 16384, 8, 4, 2, True, 2453),
+    ("A100-80GB", "7b", 8192, 8, 8, 2, True, 3206),
+    ("A100-80GB", "7b", 4096, 8, 16, 2, True, 3684),
+    ("A100-80GB", "7b", 2048, 8, 6, 2, False, 4641),
     ("A100-80GB", "7b", 1024, 8, 64, 2, True, 4357),
-    ("A100-80GB", "3b", 65536, 8, 1, 2, True, 1767), ("A100-80GB", "3b", 32768, 8, 3, 6, True, 3029),
-    ("A100-80GB", "3b", 16384, 8, 1, 6, False, 5529), ("A100-80GB", "3b", 8192, 8, 3, 6, False, 7695),
-    ("A100-80GB", "3b", 4096, 8, 5, 6, False, 9457), ("A100-80GB", "3b", 2048, 8, 10, 2, False, 10811),
-    ("A100-80GB", "3b", 1024, 8, 20, 6, False, 11580), ("A100-80GB", "3b", 512, 8, 40, 6, False, 12127),
-    ("A100-80GB", "1b", 65536, 8, 1, 2, True, 3044), ("A100-80GB", "1b", 32768, 8, 1, 4, False, 6275),
-    ("A100-80GB", "1b", 16384, 8, 2, 4, False, 9956), ("A100-80GB", "1b", 8192, 8, 3, 4, False, 13814),
-    ("A100-80GB", "1b", 4096, 8, 7, 4, False, 17807), ("A100-80GB", "1b", 2048, 8, 14, 4, False, 20513),
-    ("A100-80GB", "1b", 1024, 8, 18, 4, False, 22112), ("A100-80GB", "1b", 512, 8, 56, 4, False, 23148),
-    ("A100-80GB", "760m", 65536, 8, 1, 2, True, 4143), ("A100-80GB", "760m", 32768, 8, 1, 2, False, 8802),
-    ("A100-80GB", "760m", 16384, 8, 3, 2, False, 14274), ("A100-80GB", "760m", 8192, 8, 6, 2, False, 20933),
-    ("A100-80GB", "760m", 4096, 8, 12, 2, False, 27351), ("A100-80GB", "760m", 2048, 8, 24, 2, False, 32434),
-    ("A100-80GB", "760m", 1024, 8, 48, 2, False, 29765), ("A100-80GB", "760m", 512, 8, 96, 2, False, 29446),
-    ("A100-80GB", "350m", 65536, 8, 1, 2, False, 7524), ("A100-80GB", "350m", 32768, 8, 2, 2, False, 13652),
-    ("A100-80GB", "350m", 16384, 8, 4, 2, False, 23559), ("A100-80GB", "350m", 8192, 8, 8, 2, False, 36569),
-    ("A100-80GB", "350m", 4096, 8, 16, 2, False, 49555), ("A100-80GB", "350m", 2048, 8, 32, 2, False, 58782),
-    ("A100-80GB", "350m", 1024, 8, 64, 2, False, 64813), ("A100-80GB", "350m", 512, 8, 128, 2, False, 69330),
-    ("A100-80GB", "125m", 65536, 8, 1, 2, False, 20368), ("A100-80GB", "125m", 32768, 8, 2, 2, False, 36407),
-    ("A100-80GB", "125m", 16384, 8, 4, 2, False, 60040), ("A100-80GB", "125m", 8192, 8, 8, 2, False, 90392),
-    ("A100-80GB", "125m", 4096, 8, 16, 2, False, 118396), ("A100-80GB", "125m", 2048, 8, 32, 2, False, 141737),
-    ("A100-80GB", "125m", 1024, 8, 64, 2, False, 156468), ("A100-80GB", "125m", 512, 8, 128, 2, False, 165681),
+    ("A100-80GB", "3b", 65536, 8, 1, 2, True, 1767),
+    ("A100-80GB", "3b", 32768, 8, 3, 6, True, 3029),
+    ("A100-80GB", "3b", 16384, 8, 1, 6, False, 5529),
+    ("A100-80GB", "3b", 8192, 8, 3, 6, False, 7695),
+    ("A100-80GB", "3b", 4096, 8, 5, 6, False, 9457),
+    ("A100-80GB", "3b", 2048, 8, 10, 2, False, 10811),
+    ("A100-80GB", "3b", 1024, 8, 20, 6, False, 11580),
+    ("A100-80GB", "3b", 512, 8, 40, 6, False, 12127),
+    ("A100-80GB", "1b", 65536, 8, 1, 2, True, 3044),
+    ("A100-80GB", "1b", 32768, 8, 1, 4, False, 6275),
+    ("A100-80GB", "1b", 16384, 8, 2, 4, False, 9956),
+    ("A100-80GB", "1b", 8192, 8, 3, 4, False, 13814),
+    ("A100-80GB", "1b", 4096, 8, 7, 4, False, 17807),
+    ("A100-80GB", "1b", 2048, 8, 14, 4, False, 20513),
+    ("A100-80GB", "1b", 1024, 8, 18, 4, False, 22112),
+    ("A100-80GB", "1b", 512, 8, 56, 4, False, 23148),
+    ("A100-80GB", "760m", 65536, 8, 1, 2, True, 4143),
+    ("A100-80GB", "760m", 32768, 8, 1, 2, False, 8802),
+    ("A100-80GB", "760m", 16384, 8, 3, 2, False, 14274),
+    ("A100-80GB", "760m", 8192, 8, 6, 2, False, 20933),
+    ("A100-80GB", "760m", 4096, 8, 12, 2, False, 27351),
+    ("A100-80GB", "760m", 2048, 8, 24, 2, False, 32434),
+    ("A100-80GB", "760m", 1024, 8, 48, 2, False, 29765),
+    ("A100-80GB", "760m", 512, 8, 96, 2, False, 29446),
+    ("A100-80GB", "350m", 65536, 8, 1, 2, False, 7524),
+    ("A100-80GB", "350m", 32768, 8, 2, 2, False, 13652),
+    ("A100-80GB", "350m", 16384, 8, 4, 2, False, 23559),
+    ("A100-80GB", "350m", 8192, 8, 8, 2, False, 36569),
+    ("A100-80GB", "350m", 4096, 8, 16, 2, False, 49555),
+    ("A100-80GB", "350m", 2048, 8, 32, 2, False, 58782),
+    ("A100-80GB", "350m", 1024, 8, 64, 2, False, 64813),
+    ("A100-80GB", "350m", 512, 8, 128, 2, False, 69330),
+    ("A100-80GB", "125m", 65536, 8, 1, 2, False, 20368),
+    ("A100-80GB", "125m", 32768, 8, 2, 2, False, 36407),
+    ("A100-80GB", "125m", 16384, 8, 4, 2, False, 60040),
+    ("A100-80GB", "125m", 8192, 8, 8, 2, False, 90392),
+    ("A100-80GB", "125m", 4096, 8, 16, 2, False, 118396),
+    ("A100-80GB", "125m", 2048, 8, 32, 2, False, 141737),
+    ("A100-80GB", "125m", 1024, 8, 64, 2, False, 156468),
+    ("A100-80GB", "125m", 512, 8, 128, 2, False, 165681),
     # A100 40GB (bf16 PURE, FSDP FULL_SHARD)
-    ("A100-40GB", "13b", 8192, 8, 1, 16, True, 1407), ("A100-40GB", "13b", 4096, 8, 2, 16, True, 1603),
-    ("A100-40GB", "13b", 2048, 8, 4, 16, True, 1668), ("A100-40GB", "13b", 1024, 8, 8, 16, True, 1727),
+    ("A100-40GB", "13b", 8192, 8, 1, 16, True, 1407),
+    ("A100-40GB", "13b", 4096, 8, 2, 16, True, 1603),
+    ("A100-40GB", "13b", 2048, 8, 4, 16, True, 1668),
+    ("A100-40GB", "13b", 1024, 8, 8, 16, True, 1727),
     ("A100-40GB", "13b", 512, 8, 16, 16, True, 1763),
-    ("A100-40GB", "7b", 16384, 8, 1, 4, True, 2249), ("A100-40GB", "7b", 8192, 8, 3, 4, True, 2887),
-    ("A100-40GB", "7b", 4096, 8, 6, 4, True, 3366), ("A100-40GB", "7b", 2048, 8, 12, 4, True, 3679),
-    ("A100-40GB", "7b", 1024, 8, 24, 4, True, 3854), ("A100-40GB", "7b", 512, 8, 48, 4, True, 3895),
-    ("A100-40GB", "3b", 32768, 8, 1, 4, True, 2955), ("A100-40GB", "3b", 16384, 8, 2, 8, True, 4465),
-    ("A100-40GB", "3b", 8192, 8, 1, 8, False, 7149), ("A100-40GB", "3b", 4096, 8, 2, 8, False, 8777),
+    ("A100-40GB", "7b", 16384, 8, 1, 4, True, 2249),
+    ("A100-40GB", "7b", 8192, 8, 3, 4, True, 2887),
+    ("A100-40GB", "7b", 4096, 8, 6, 4, True, 3366),
+    ("A100-40GB", "7b", 2048, 8, 12, 4, True, 3679),
+    ("A100-40GB", "7b", 1024, 8, 24, 4, True, 3854),
+    ("A100-40GB", "7b", 512, 8, 48, 4, True, 3895),
+    ("A100-40GB", "3b", 32768, 8, 1, 4, True, 2955),
+    ("A100-40GB", "3b", 16384, 8, 2, 8, True, 4465),
+    ("A100-40GB", "3b", 8192, 8, 1, 8, False, 7149),
+    ("A100-40GB", "3b", 4096, 8, 2, 8, False, 8777),
 ]
 
 # torchtune README "Memory and training speed", one RTX 4090: (method, measured tokens/s)
@@ -128,29 +189,69 @@ TORCHTUNE_4090 = [("full", 1650), ("lora", 3083), ("qlora", 2413)]
 
 def mpt(name: str) -> ModelArch:
     d, heads, layers = MPT[name]
-    return ModelArch(id=f"mosaicml/mpt-{name}", family="mpt", mlp="gelu", norm="layernorm", hidden=d, layers=layers,
-                     heads=heads, intermediate=4 * d, vocab=50368, tied_embeddings=True,
-                     source="llm-foundry scripts/train/yamls/pretrain")
+    return ModelArch(
+        id=f"mosaicml/mpt-{name}",
+        family="mpt",
+        mlp="gelu",
+        norm="layernorm",
+        hidden=d,
+        layers=layers,
+        heads=heads,
+        intermediate=4 * d,
+        vocab=50368,
+        tied_embeddings=True,
+        source="llm-foundry scripts/train/yamls/pretrain",
+    )
 
 
 def foundry_plan(row) -> ResolvedPlan:
     gpu, model, seq, n, mb, accum, ckpt, _ = row
-    return ResolvedPlan(arch=mpt(model), framework="custom", weight_dtype="fp32", compute_dtype="bf16", amp=True,
-                        micro_batch=mb, grad_accum=accum, seq_len=seq, grad_checkpointing=ckpt,
-                        attn_impl="flash_attention_2", optimizer=lookup_optimizer("adamw_torch"),
-                        strategy="fsdp", zero_stage=3, world_size=n, gpu=gpu_by_name(gpu), gpu_count=8)
+    return ResolvedPlan(
+        arch=mpt(model),
+        framework="custom",
+        weight_dtype="fp32",
+        compute_dtype="bf16",
+        amp=True,
+        micro_batch=mb,
+        grad_accum=accum,
+        seq_len=seq,
+        grad_checkpointing=ckpt,
+        attn_impl="flash_attention_2",
+        optimizer=lookup_optimizer("adamw_torch"),
+        strategy="fsdp",
+        zero_stage=3,
+        world_size=n,
+        gpu=gpu_by_name(gpu),
+        gpu_count=8,
+    )
 
 
 def torchtune_plan(method: str) -> ResolvedPlan:
     arch = lookup_model("meta-llama/Llama-3.1-8B")
-    common = dict(arch=arch, framework="torchtune", weight_dtype="bf16", compute_dtype="bf16", micro_batch=2,
-                  seq_len=2048, packing=True, grad_checkpointing=True, compile=True, gpu=gpu_by_name("RTX 4090"),
-                  loss_impl="chunked")
+    common = dict(
+        arch=arch,
+        framework="torchtune",
+        weight_dtype="bf16",
+        compute_dtype="bf16",
+        micro_batch=2,
+        seq_len=2048,
+        packing=True,
+        grad_checkpointing=True,
+        compile=True,
+        gpu=gpu_by_name("RTX 4090"),
+        loss_impl="chunked",
+    )
     if method == "full":
         return ResolvedPlan(**common, optimizer=lookup_optimizer("paged_adamw_8bit"), optimizer_in_bwd=True)
-    return ResolvedPlan(**common, optimizer=lookup_optimizer("adamw_torch"), peft=method, lora_r=8, lora_alpha=16,
-                        lora_targets=("q", "v", "o", "gate", "up", "down"),
-                        quant_bits=4 if method == "qlora" else None)
+    return ResolvedPlan(
+        **common,
+        optimizer=lookup_optimizer("adamw_torch"),
+        peft=method,
+        lora_r=8,
+        lora_alpha=16,
+        lora_targets=("q", "v", "o", "gate", "up", "down"),
+        quant_bits=4 if method == "qlora" else None,
+    )
 
 
 def load_rows(path: Path = ROWS) -> list[dict]:
@@ -162,16 +263,21 @@ def row_plan(row: dict) -> ResolvedPlan:
     rp = plan_from_row(row)
     kernels = tuple(row.get("kernels") or ())
     world = int(row.get("world") or row.get("n_gpus") or 1)
-    update = dict(fused_kernels=tuple(k for k in kernels if k != "fused_lora"), fused_lora="fused_lora" in kernels,
-                  float8_linears=bool(row.get("float8")), compile=bool(row.get("compile")),
-                  context_parallel=int(row.get("context_parallel") or 1),
-                  selective_recompute=row.get("selective_recompute", "none"),
-                  world_size=world if rp.strategy != "none" else 1, gpu_count=min(int(row.get("n_gpus") or 1), 8))
+    update = dict(
+        fused_kernels=tuple(k for k in kernels if k != "fused_lora"),
+        fused_lora="fused_lora" in kernels,
+        float8_linears=bool(row.get("float8")),
+        compile=bool(row.get("compile")),
+        context_parallel=int(row.get("context_parallel") or 1),
+        selective_recompute=row.get("selective_recompute", "none"),
+        world_size=world if rp.strategy != "none" else 1,
+        gpu_count=min(int(row.get("n_gpus") or 1), 8),
+    )
     return rp.model_copy(update=update)
 
 
 def main() -> None:
-    rows = []        # (group, label, measured, predicted, mfu, bound)
+    rows = []  # (group, label, measured, predicted, mfu, bound)
     for row in FOUNDRY:
         t = throughput(foundry_plan(row))
         gpu, model, seq, n, mb, accum, ckpt, measured = row
@@ -179,8 +285,16 @@ def main() -> None:
         rows.append(((gpu, model), label, measured, t.tokens_per_s, t.mfu, t.bound))
     for method, measured in TORCHTUNE_4090:
         t = throughput(torchtune_plan(method))
-        rows.append((("RTX 4090", "llama-3.1-8b"), f"torchtune Llama-3.1-8B {method:5s} RTX 4090 batch 2 × 2048",
-                     measured, t.tokens_per_s, t.mfu, t.bound))
+        rows.append(
+            (
+                ("RTX 4090", "llama-3.1-8b"),
+                f"torchtune Llama-3.1-8B {method:5s} RTX 4090 batch 2 × 2048",
+                measured,
+                t.tokens_per_s,
+                t.mfu,
+                t.bound,
+            )
+        )
     for row in load_rows():
         t = throughput(row_plan(row))
         rows.append((row["group"], row["id"][:62], row["tokens_per_s"], t.tokens_per_s, t.mfu, t.bound))
@@ -198,13 +312,15 @@ def main() -> None:
             pairs.append((la, lb, ma / mb_, pa / pb))
     within = sum(1 for *_, mr, pr in pairs if abs(pr / mr - 1) <= 0.15)
     ratios = sorted(p / m for _, _, m, p, _, _ in rows)
-    lines += ["",
-              f"rows {len(rows)}: predicted/measured median {statistics.median(ratios):.2f} "
-              f"(range {ratios[0]:.2f}–{ratios[-1]:.2f}); median |error| {statistics.median(errors):.1%}; "
-              f"within ±15 %: {sum(e <= 0.15 for e in errors)}/{len(rows)}, "
-              f"within ±30 %: {sum(e <= 0.30 for e in errors)}/{len(rows)}",
-              f"pairs {len(pairs)} (same model and table, next row): predicted ratio within ±15 % of the measured "
-              f"ratio on {within}/{len(pairs)} ({within / len(pairs):.0%})"]
+    lines += [
+        "",
+        f"rows {len(rows)}: predicted/measured median {statistics.median(ratios):.2f} "
+        f"(range {ratios[0]:.2f}–{ratios[-1]:.2f}); median |error| {statistics.median(errors):.1%}; "
+        f"within ±15 %: {sum(e <= 0.15 for e in errors)}/{len(rows)}, "
+        f"within ±30 %: {sum(e <= 0.30 for e in errors)}/{len(rows)}",
+        f"pairs {len(pairs)} (same model and table, next row): predicted ratio within ±15 % of the measured "
+        f"ratio on {within}/{len(pairs)} ({within / len(pairs):.0%})",
+    ]
     text = "\n".join(lines)
     print(text)
     out = REPO / "benchmarks" / "results" / "throughput.txt"

@@ -18,6 +18,7 @@ trace beside each row (needs the `trace` extra).
 Needs torch (and bitsandbytes for the QLoRA and 8-bit rows). Calibration is switched off so the estimate
 is the formula's own.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,14 +32,16 @@ os.environ["VRAMLENS_CALIBRATION"] = "off"
 
 from vramlens import environment  # noqa: E402
 from vramlens.estimate import GIB, estimate  # noqa: E402
-from vramlens.knowledge import versions  # noqa: E402
-from vramlens.settings import Settings  # noqa: E402
-from vramlens.knowledge import frameworks  # noqa: E402
+from vramlens.knowledge import (
+    frameworks,  # noqa: E402
+    peft_methods,  # noqa: E402
+    versions,  # noqa: E402
+)
 from vramlens.knowledge import gpus as gpu_kb  # noqa: E402
 from vramlens.knowledge import models as model_kb  # noqa: E402
 from vramlens.knowledge import optimizers as opt_kb  # noqa: E402
-from vramlens.knowledge import peft_methods  # noqa: E402
 from vramlens.resolved import ResolvedPlan  # noqa: E402
+from vramlens.settings import Settings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUND_TRUTH = ROOT / ".." / "shared" / "calibration" / "ground-truth.jsonl"
@@ -54,20 +57,39 @@ QLORA = dict(LORA, peft="qlora", quant_bits=4, quant_double=True)
 # k-bit upcast, the 128-token chunked head and loss, no attention mask, the LM head apart from the embedding
 # (`make_plan` unties it); QLoRA quantizes the LM head too and runs the bitsandbytes litgpt pins (0.42.0: every
 # 4-bit matmul keeps its input). `measured` names the ground-truth row of the same run.
-LLAMA2_7B, LLAMA3_8B, GEMMA_2B, TINYLLAMA = ("meta-llama/Llama-2-7b-hf", "meta-llama/Meta-Llama-3-8B",
-                                             "google/gemma-2b", "TinyLlama/TinyLlama-1.1B")
+LLAMA2_7B, LLAMA3_8B, GEMMA_2B, TINYLLAMA = (
+    "meta-llama/Llama-2-7b-hf",
+    "meta-llama/Meta-Llama-3-8B",
+    "google/gemma-2b",
+    "TinyLlama/TinyLlama-1.1B",
+)
 ALL_AND_HEAD = ("q", "k", "v", "o", "gate", "up", "down", "lm_head")
 
 
 def litgpt(r: int, targets: tuple[str, ...], dropout: float, *, quant: bool, measured: str) -> dict:
-    out = dict(framework="litgpt", loss_impl="chunked", adapter_fp32=False, kbit_upcast=False, attn_mask=False,
-               optimizer="adamw_torch", peft="lora", lora_r=r, lora_alpha=16.0, lora_targets=targets,
-               lora_dropout=dropout, measured=measured)
-    out.update(frameworks.step_flags("litgpt"))          # the step fields the resolver sets for a litgpt config
+    out = dict(
+        framework="litgpt",
+        loss_impl="chunked",
+        adapter_fp32=False,
+        kbit_upcast=False,
+        attn_mask=False,
+        optimizer="adamw_torch",
+        peft="lora",
+        lora_r=r,
+        lora_alpha=16.0,
+        lora_targets=targets,
+        lora_dropout=dropout,
+        measured=measured,
+    )
+    out.update(frameworks.step_flags("litgpt"))  # the step fields the resolver sets for a litgpt config
     if quant:
-        out.update(peft="qlora", quant_bits=4,
-                   quant_keeps_input=frameworks.bnb_keeps_4bit_input(frameworks.BITSANDBYTES["litgpt"]))
+        out.update(
+            peft="qlora",
+            quant_bits=4,
+            quant_keeps_input=frameworks.bnb_keeps_4bit_input(frameworks.BITSANDBYTES["litgpt"]),
+        )
     return out
+
 
 # (label, model, seq, micro batch, settings)
 SWEEP: list[tuple[str, str, int, int, dict]] = [
@@ -108,23 +130,44 @@ SWEEP: list[tuple[str, str, int, int, dict]] = [
     ("QLoRA ckpt", M70B, 2048, 1, dict(QLORA, grad_checkpointing=True)),
     ("QLoRA ckpt paged", M70B, 8192, 2, dict(QLORA, grad_checkpointing=True, optimizer="paged_adamw_8bit")),
     ("LoRA dropout 0.05", M8B, 2048, 1, dict(LORA, lora_dropout=0.05)),
-    ("litgpt QLoRA q,v", LLAMA2_7B, 1304, 1, litgpt(8, ("q", "v"), 0.05, quant=True,
-                                                    measured="lr-llama2-7b-qlora-mb1")),
-    ("litgpt LoRA q,v", LLAMA2_7B, 1304, 1, litgpt(8, ("q", "v"), 0.05, quant=False,
-                                                   measured="lr-llama2-7b-lora-mb1")),
+    (
+        "litgpt QLoRA q,v",
+        LLAMA2_7B,
+        1304,
+        1,
+        litgpt(8, ("q", "v"), 0.05, quant=True, measured="lr-llama2-7b-qlora-mb1"),
+    ),
+    ("litgpt LoRA q,v", LLAMA2_7B, 1304, 1, litgpt(8, ("q", "v"), 0.05, quant=False, measured="lr-llama2-7b-lora-mb1")),
     ("litgpt QLoRA q,v", LLAMA3_8B, 512, 2, litgpt(32, ("q", "v"), 0.05, quant=True, measured="lg-llama3-8b-qlora")),
     ("litgpt LoRA all+head", GEMMA_2B, 512, 2, litgpt(8, ALL_AND_HEAD, 0.1, quant=False, measured="lg-gemma2b-lora")),
-    ("litgpt QLoRA all+head", TINYLLAMA, 512, 8, litgpt(32, ALL_AND_HEAD, 0.05, quant=True,
-                                                         measured="lg-tinyllama-qlora")),
+    (
+        "litgpt QLoRA all+head",
+        TINYLLAMA,
+        512,
+        8,
+        litgpt(32, ALL_AND_HEAD, 0.05, quant=True, measured="lg-tinyllama-qlora"),
+    ),
 ]
 QUICK = {0, 2, 6, 13, 19, 22, 41}
 
 
 # The real-library grid (`--real`): architectures × training mode × precision × checkpointing, traced with the
 # real transformers/peft/bitsandbytes code (`engine.run(..., backend="transformers")`) and with the synthetic model.
-REAL_MODELS = [M1B, M8B, "mistralai/Mistral-7B-v0.1", QWEN, "Qwen/Qwen2.5-0.5B", QWEN3, "Qwen/Qwen3-0.6B", GEMMA2,
-               "google/gemma-2-2b", "google/gemma-3-1b-pt", "microsoft/Phi-3-mini-4k-instruct",
-               "allenai/OLMo-2-1124-7B", "mistralai/Mixtral-8x7B-v0.1"]
+REAL_MODELS = [
+    M1B,
+    M8B,
+    "mistralai/Mistral-7B-v0.1",
+    QWEN,
+    "Qwen/Qwen2.5-0.5B",
+    QWEN3,
+    "Qwen/Qwen3-0.6B",
+    GEMMA2,
+    "google/gemma-2-2b",
+    "google/gemma-3-1b-pt",
+    "microsoft/Phi-3-mini-4k-instruct",
+    "allenai/OLMo-2-1124-7B",
+    "mistralai/Mixtral-8x7B-v0.1",
+]
 REAL_MODES = {
     "full bf16": dict(),
     "full AMP": dict(amp=True, weight_dtype="fp32"),
@@ -138,17 +181,29 @@ REAL_QUICK_MODELS = {M1B, "Qwen/Qwen2.5-0.5B", "google/gemma-3-1b-pt"}
 # "alibi" BLOOM
 GRIDS: dict[str, list[str]] = {
     "main": REAL_MODELS,
-    "more": ["openai-community/gpt2-large", "stabilityai/stablelm-base-alpha-3b", "tiiuae/falcon-7b",
-             "microsoft/phi-2", "Qwen/Qwen3-30B-A3B", "bigcode/starcoderbase-1b"],
+    "more": [
+        "openai-community/gpt2-large",
+        "stabilityai/stablelm-base-alpha-3b",
+        "tiiuae/falcon-7b",
+        "microsoft/phi-2",
+        "Qwen/Qwen3-30B-A3B",
+        "bigcode/starcoderbase-1b",
+    ],
     # ALiBi positions, attention written out in the modelling code (BLOOM's `alibi.baddbmm` and fp32 softmax)
     "alibi": ["bigscience/bloom-560m", "bigscience/bloom-1b7"],
 }
-GRIDS["t5"] = ["google-t5/t5-base", "google/flan-t5-large"]   # encoder-decoders: T5 v1.0 (relu, tied), Flan-T5
+GRIDS["t5"] = ["google-t5/t5-base", "google/flan-t5-large"]  # encoder-decoders: T5 v1.0 (relu, tied), Flan-T5
 # a grid's own training modes where it does not run all of REAL_MODES
 GRID_MODES: dict[str, dict[str, dict]] = {
     # T5's adapters on every linear of its blocks: q, k, v, o and wi_0, wi_1, wo (gated-gelu) or wi, wo (relu)
-    "t5": {**REAL_MODES, **{name: dict(settings, lora_targets=LORA["lora_targets"] + ("fc1", "fc2"))
-                            for name, settings in REAL_MODES.items() if settings.get("peft")}},
+    "t5": {
+        **REAL_MODES,
+        **{
+            name: dict(settings, lora_targets=LORA["lora_targets"] + ("fc1", "fc2"))
+            for name, settings in REAL_MODES.items()
+            if settings.get("peft")
+        },
+    },
 }
 # a grid's own (seq, micro batch) where 2048 × 2 does not fit its models: T5's 512-token inputs (the published
 # configs' n_positions) with a target as long (the estimator's encoder-decoder assumption)
@@ -184,9 +239,14 @@ GRID_MODES["vlm_tower"] = {name: dict(settings, language_tower=True) for name, s
 GRIDS["vlm"] = ["google/gemma-3-4b-pt"]
 GRID_MODES["vlm"] = {
     f"{mode} {batch}": dict(settings, images_per_sequence=int(batch == "img"), vision_frozen=mode != "full")
-    for mode, settings in (("full", {}), ("LoRA", LORA), ("LoRA*", dict(LORA, lora_targets=("all-linear",))),
-                           ("QLoRA", QLORA))
-    for batch in ("txt", "img")}
+    for mode, settings in (
+        ("full", {}),
+        ("LoRA", LORA),
+        ("LoRA*", dict(LORA, lora_targets=("all-linear",))),
+        ("QLoRA", QLORA),
+    )
+    for batch in ("txt", "img")
+}
 GRIDS["variants"] = [M1B, "Qwen/Qwen2.5-0.5B", "google/gemma-3-1b-pt", "Qwen/Qwen3-0.6B"]
 # peft's IA3 and VeRA on the family's default targets (`make_plan`), pure fp32 (fp32 weights, no autocast), and TRL's
 # chunked `nll` loss (SFTTrainer's fused LM head) under LoRA and full fine-tuning
@@ -225,15 +285,26 @@ def real_grid(quick: bool, grid: str = "main") -> list[tuple[str, str, int, int,
             continue
         for mode, settings in GRID_MODES.get(grid, REAL_MODES).items():
             for ckpt in (False, True):
-                out.append((mode + (" ckpt" if ckpt else ""), model, seq, batch,
-                            dict(settings, grad_checkpointing=ckpt, attn_mask=False)))
+                out.append(
+                    (
+                        mode + (" ckpt" if ckpt else ""),
+                        model,
+                        seq,
+                        batch,
+                        dict(settings, grad_checkpointing=ckpt, attn_mask=False),
+                    )
+                )
     return out
 
 
 def results_table(grid: str) -> Path:
     """The results table a grid's run writes."""
-    return ROOT / "benchmarks" / "results" / ("trace_real_vs_estimate.txt" if grid == "main"
-                                              else f"trace_real_{grid}_vs_estimate.txt")
+    return (
+        ROOT
+        / "benchmarks"
+        / "results"
+        / ("trace_real_vs_estimate.txt" if grid == "main" else f"trace_real_{grid}_vs_estimate.txt")
+    )
 
 
 def real_main(args) -> int:
@@ -251,8 +322,10 @@ def real_main(args) -> int:
 
     reused, reused_rows = reused_traces(args.reuse) if args.reuse else (None, {})
     if reused is not None:
-        say(f"real and synthetic traces reused from {args.reuse.name} (neither depends on the estimator); "
-            f"estimates computed now")
+        say(
+            f"real and synthetic traces reused from {args.reuse.name} (neither depends on the estimator); "
+            f"estimates computed now"
+        )
         # the versions line of the run that traced them (a reused table repeats it below its own first line);
         # the estimates take their version-dependent choices from it, not from this interpreter
         line = next(line for line in args.reuse.read_text().splitlines() if line.startswith(VERSIONS_LINE))
@@ -262,22 +335,28 @@ def real_main(args) -> int:
         traced_with = {k: x for k, x in hf.versions().items() if x}
         say(VERSIONS_LINE + "; " + ", ".join(f"{k} {x}" for k, x in traced_with.items()))
     seq, batch = GRID_SHAPES.get(args.grid, (2048, 2))
-    kind = {"encoders": "bidirectional, sequence classification",
-            "t5": "encoder-decoder, target as long as the input"}.get(args.grid, "causal SDPA")
+    kind = {
+        "encoders": "bidirectional, sequence classification",
+        "t5": "encoder-decoder, target as long as the input",
+    }.get(args.grid, "causal SDPA")
     say(f"every row: seq {seq}, micro batch {batch}, no padding mask ({kind}), fused AdamW, set_to_none")
-    say(f"{'#':>3} {'setting':<16} {'model':<30} {'real':>8} {'phase':<16} {'synth':>8} {'estimate':>9} "
-        f"{'est÷real':>8} {'syn÷real':>8} {'real s':>6}")
+    say(
+        f"{'#':>3} {'setting':<16} {'model':<30} {'real':>8} {'phase':<16} {'synth':>8} {'estimate':>9} "
+        f"{'est÷real':>8} {'syn÷real':>8} {'real s':>6}"
+    )
     grid = real_grid(args.quick, args.grid)
-    for i, stated in reused_rows.items():           # the reused table's rows must be this grid's
+    for i, stated in reused_rows.items():  # the reused table's rows must be this grid's
         here = (grid[i][0], grid[i][1].split("/")[-1]) if i < len(grid) else None
         if stated != here:
-            raise SystemExit(f"row {i} of {args.reuse.name} is {' / '.join(stated)}, this grid's is "
-                             f"{' / '.join(here) if here else 'missing'}: reuse it with the grid that wrote it "
-                             f"(--quick, --grid)")
+            raise SystemExit(
+                f"row {i} of {args.reuse.name} is {' / '.join(stated)}, this grid's is "
+                f"{' / '.join(here) if here else 'missing'}: reuse it with the grid that wrote it "
+                f"(--quick, --grid)"
+            )
     ratios, synth, skipped = [], [], []
     for i, (label, model, seq, batch, settings) in enumerate(grid):
         if args.only and args.only.lower() not in model.lower() or args.rows and i not in args.rows:
-            continue                                   # rows keep their grid numbers
+            continue  # rows keep their grid numbers
         rp = make_plan(model, seq, batch, settings, traced_with)
         cfg = step_config(rp)
         reason = real_code.unsupported(cfg)
@@ -301,9 +380,11 @@ def real_main(args) -> int:
         q = syn["peak_bytes"] / real["peak_bytes"]
         ratios.append((r, label, model))
         synth.append(q)
-        say(f"{i:>3} {label:<16} {model.split('/')[-1]:<30} {real['peak_bytes'] / GIB:>8.2f} {real['phase']:<16} "
+        say(
+            f"{i:>3} {label:<16} {model.split('/')[-1]:<30} {real['peak_bytes'] / GIB:>8.2f} {real['phase']:<16} "
             f"{syn['peak_bytes'] / GIB:>8.2f} {est.allocated_bytes / GIB:>9.2f} {r:>8.3f} {q:>8.3f} "
-            f"{real['seconds']:>6.1f}{'' if abs(r - 1) <= 0.03 else '  ← est. off by >3 %'}")
+            f"{real['seconds']:>6.1f}{'' if abs(r - 1) <= 0.03 else '  ← est. off by >3 %'}"
+        )
     say()
     if ratios:
         rs = sorted(x[0] for x in ratios)
@@ -312,8 +393,10 @@ def real_main(args) -> int:
             say(f"estimate within ±{tol:.0%} of the real trace: {n}/{len(rs)} = {n / len(rs):.0%}")
         say(f"estimate ÷ real trace: median {rs[len(rs) // 2]:.3f}, from {rs[0]:.3f} to {rs[-1]:.3f}")
         n = sum(abs(x - 1) <= 0.03 for x in synth)
-        say(f"synthetic trace within ±3 % of the real trace: {n}/{len(synth)} "
-            f"(from {min(synth):.3f} to {max(synth):.3f})")
+        say(
+            f"synthetic trace within ±3 % of the real trace: {n}/{len(synth)} "
+            f"(from {min(synth):.3f} to {max(synth):.3f})"
+        )
     if skipped:
         say(f"rows the real backend could not trace: {len(skipped)}")
     if args.out:
@@ -338,7 +421,7 @@ def summary() -> list[str]:
                 rs.append(float(m.group(2)))
                 models.add(m.group(1))
         every += rs
-        n3 = sum(abs(r - 1) <= 0.03 + 5e-4 for r in rs)     # the tables print three decimals
+        n3 = sum(abs(r - 1) <= 0.03 + 5e-4 for r in rs)  # the tables print three decimals
         lines.append(f"{path.name:<52} {n3:>4}/{len(rs):<4} within ±3 %")
     fams = {family.get(m, m) for m in models}
     for tol in (0.03, 0.05, 0.15):
@@ -364,7 +447,7 @@ def reused_traces(path: Path) -> tuple[dict[int, tuple[dict | None, dict | str]]
             real = {"peak_bytes": float(m.group(2)) * GIB, "phase": m.group(3), "seconds": float(m.group(5))}
             out[int(m.group(1))] = (real, {"peak_bytes": float(m.group(4)) * GIB})
         elif (skip := untraced.match(line)) is not None:
-            out[int(skip.group(1))] = (None, skip.group(2))        # the reason that run gave
+            out[int(skip.group(1))] = (None, skip.group(2))  # the reason that run gave
         else:
             continue
         n = name.match(line)
@@ -381,8 +464,9 @@ def versions_stated(line: str) -> dict[str, str]:
     return dict(part.strip().split(" ", 1) for part in listed.split(",") if " " in part.strip())
 
 
-def make_plan(model: str, seq: int, batch: int, settings: dict,
-              traced_with: dict[str, str] | None = None) -> ResolvedPlan:
+def make_plan(
+    model: str, seq: int, batch: int, settings: dict, traced_with: dict[str, str] | None = None
+) -> ResolvedPlan:
     """The plan of one row. `traced_with` (package → version) names the libraries the row's real trace ran on;
     without it, the versions a run of this interpreter would use."""
     arch = model_kb.lookup_model(model)
@@ -395,8 +479,9 @@ def make_plan(model: str, seq: int, batch: int, settings: dict,
     arch = frameworks.arch_as_run(settings.get("framework", ""), arch)
     if settings.get("framework") == "torchtune" and "rope_caches" not in settings:
         # the builder the backend uses: Llama 3.2's for llama (one shared RoPE), the family's own otherwise
-        settings["rope_caches"] = frameworks.torchtune_rope_caches(None, arch.family, settings.get("peft", "none"),
-                                                                   arch.layers)
+        settings["rope_caches"] = frameworks.torchtune_rope_caches(
+            None, arch.family, settings.get("peft", "none"), arch.layers
+        )
     if settings.get("peft") in ("ia3", "vera") and "lora_targets" not in settings:
         # peft's default targets for the family, as the resolver takes them
         targets, feedforward = peft_methods.default_targets(settings["peft"], arch.family)
@@ -411,20 +496,36 @@ def make_plan(model: str, seq: int, batch: int, settings: dict,
         traced_with = {k: found.version for k, found in environment.versions(Settings()).items()}
     # Gemma-3's batches with images carry token_type_ids: explicit masks reach every layer (components.image_block_mask)
     image_mask = bool(settings.get("images_per_sequence")) and arch.family == "gemma3_text" and bool(arch.vision_params)
-    run = versions.as_run(arch.family, "sdpa", traced_with.get("transformers"), hf_model=hf,
-                          masked=settings.get("attn_mask", True) or image_mask,
-                          loss_impl=settings.get("loss_impl", "standard"))
-    return ResolvedPlan(arch=arch, optimizer=opt, optimizer_impl=impl, gpu=gpu, seq_len=seq, micro_batch=batch,
-                        weight_dtype=settings.pop("weight_dtype", "bf16"),
-                        compute_dtype=settings.pop("compute_dtype", "bf16"),
-                        attn_impl=run.attention, repeat_kv=run.repeat_kv, loss_shifted_copy=run.loss_shifted_copy,
-                        versions=tuple((k, x, "the trace's interpreter") for k, x in traced_with.items()), **settings)
+    run = versions.as_run(
+        arch.family,
+        "sdpa",
+        traced_with.get("transformers"),
+        hf_model=hf,
+        masked=settings.get("attn_mask", True) or image_mask,
+        loss_impl=settings.get("loss_impl", "standard"),
+    )
+    return ResolvedPlan(
+        arch=arch,
+        optimizer=opt,
+        optimizer_impl=impl,
+        gpu=gpu,
+        seq_len=seq,
+        micro_batch=batch,
+        weight_dtype=settings.pop("weight_dtype", "bf16"),
+        compute_dtype=settings.pop("compute_dtype", "bf16"),
+        attn_impl=run.attention,
+        repeat_kv=run.repeat_kv,
+        loss_shifted_copy=run.loss_shifted_copy,
+        versions=tuple((k, x, "the trace's interpreter") for k, x in traced_with.items()),
+        **settings,
+    )
 
 
 def language_tower(arch):
     """A vision-language model's language model alone (what `AutoModelForCausalLM` builds from its `text_config`)."""
-    return arch.model_copy(update={k: type(v)() for k, v in arch.model_dump().items()
-                                   if k.startswith(("vision_", "image_"))})
+    return arch.model_copy(
+        update={k: type(v)() for k, v in arch.model_dump().items() if k.startswith(("vision_", "image_"))}
+    )
 
 
 def breakdown(parts: dict) -> str:
@@ -435,15 +536,26 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="six rows only")
     ap.add_argument("--out", type=Path, help="also write the report to this file")
-    ap.add_argument("--grid", default="main", choices=sorted(GRIDS),
-                    help="with --real: which grid of families (default: main)")
-    ap.add_argument("--reuse", type=Path, help="with --real: take the real and synthetic traces from a table this "
-                                                "script wrote (same grid) and only recompute the estimates")
+    ap.add_argument(
+        "--grid", default="main", choices=sorted(GRIDS), help="with --real: which grid of families (default: main)"
+    )
+    ap.add_argument(
+        "--reuse",
+        type=Path,
+        help="with --real: take the real and synthetic traces from a table this "
+        "script wrote (same grid) and only recompute the estimates",
+    )
     ap.add_argument("--only", help="with --real: only the rows whose model id contains this text")
-    ap.add_argument("--rows", type=lambda text: {int(x) for x in text.split(",")},
-                    help="with --real: only these row numbers of the grid (comma-separated)")
-    ap.add_argument("--real", action="store_true", help="the real-library grid: estimate and synthetic trace "
-                                                        "against the transformers/peft/bitsandbytes trace")
+    ap.add_argument(
+        "--rows",
+        type=lambda text: {int(x) for x in text.split(",")},
+        help="with --real: only these row numbers of the grid (comma-separated)",
+    )
+    ap.add_argument(
+        "--real",
+        action="store_true",
+        help="the real-library grid: estimate and synthetic trace against the transformers/peft/bitsandbytes trace",
+    )
     ap.add_argument("--summary", action="store_true", help="the real-library tables in benchmarks/results, summed")
     args = ap.parse_args()
     if args.summary:
@@ -461,8 +573,10 @@ def main() -> int:
         print(text, flush=True)
         lines.append(text)
 
-    say(f"{'#':>2} {'setting':<24} {'model':<28} {'seq':>5} {'b':>2} {'trace GiB':>10} {'phase':<16} "
-        f"{'estimate GiB':>12} {'phase':<16} {'est÷trace':>9} {'trace s':>7}")
+    say(
+        f"{'#':>2} {'setting':<24} {'model':<28} {'seq':>5} {'b':>2} {'trace GiB':>10} {'phase':<16} "
+        f"{'estimate GiB':>12} {'phase':<16} {'est÷trace':>9} {'trace s':>7}"
+    )
     rows, misses, measured = [], [], []
     truth = {}
     if GROUND_TRUTH.exists():
@@ -476,9 +590,11 @@ def main() -> int:
         ratio = est.allocated_bytes / raw["peak_bytes"]
         rows.append(ratio)
         ok = abs(ratio - 1) <= TOLERANCE
-        say(f"{i:>2} {label:<24} {model.split('/')[-1]:<28} {seq:>5} {batch:>2} {raw['peak_bytes'] / GIB:>10.2f} "
+        say(
+            f"{i:>2} {label:<24} {model.split('/')[-1]:<28} {seq:>5} {batch:>2} {raw['peak_bytes'] / GIB:>10.2f} "
             f"{raw['phase']:<16} {est.allocated_bytes / GIB:>12.2f} {est.phase:<16} {ratio:>9.3f} "
-            f"{raw['seconds']:>7.1f}{'' if ok else '  ← miss'}")
+            f"{raw['seconds']:>7.1f}{'' if ok else '  ← miss'}"
+        )
         if not ok:
             est_parts = {k: v for k, v in est.components.items() if k not in ("allocator", "cuda_context")}
             misses.append((i, label, model, seq, batch, raw, est, est_parts))
@@ -486,34 +602,42 @@ def main() -> int:
             measured.append((i, truth[settings["measured"]], raw["peak_bytes"], est.allocated_bytes))
     within = sum(abs(r - 1) <= TOLERANCE for r in rows)
     say()
-    say(f"within ±{TOLERANCE:.0%}: {within}/{len(rows)} = {within / len(rows):.0%} "
-        f"(estimate ÷ trace from {min(rows):.3f} to {max(rows):.3f})")
+    say(
+        f"within ±{TOLERANCE:.0%}: {within}/{len(rows)} = {within / len(rows):.0%} "
+        f"(estimate ÷ trace from {min(rows):.3f} to {max(rows):.3f})"
+    )
     if misses:
         say()
         say("rows outside the tolerance, traced vs estimated breakdown at each one's peak (GiB):")
         for i, label, model, seq, batch, raw, est, est_parts in misses:
             say(f"#{i} {label}, {model}, s={seq}, b={batch}")
-            say(f"   trace    {raw['peak_bytes'] / GIB:.2f} in {raw['phase']} ({raw['peak_at']}): "
-                f"{breakdown(raw['components'])}")
-            say(f"            phases: " + ", ".join(f"{k} {v / GIB:.2f}" for k, v in raw["phases"].items()))
+            say(
+                f"   trace    {raw['peak_bytes'] / GIB:.2f} in {raw['phase']} ({raw['peak_at']}): "
+                f"{breakdown(raw['components'])}"
+            )
+            say("            phases: " + ", ".join(f"{k} {v / GIB:.2f}" for k, v in raw["phases"].items()))
             say(f"   estimate {est.allocated_bytes / GIB:.2f} in {est.phase}: {breakdown(est_parts)}")
-            say(f"            phases: " + ", ".join(f"{k} {v / GIB:.2f}" for k, v in est.phases.items()))
+            say("            phases: " + ", ".join(f"{k} {v / GIB:.2f}" for k, v in est.phases.items()))
     if measured:
         say()
         say("litgpt rows beside litgpt's published peaks (max_memory_allocated over the whole run, GiB):")
         for i, row, traced, estimated in measured:
             gib = row["measured_gib"]
-            say(f"#{i} {row['id']:<26} measured {gib:6.2f}   trace {traced / GIB:6.2f} ({traced / GIB / gib:.3f})   "
-                f"estimate {estimated / GIB:6.2f} ({estimated / GIB / gib:.3f})")
+            say(
+                f"#{i} {row['id']:<26} measured {gib:6.2f}   trace {traced / GIB:6.2f} ({traced / GIB / gib:.3f})   "
+                f"estimate {estimated / GIB:6.2f} ({estimated / GIB / gib:.3f})"
+            )
     if not args.quick:
         rp = make_plan(M70B, 4096, 1, {})
         t0 = time.perf_counter()
         raw = engine.run(step_config(rp))
         wall = time.perf_counter() - t0
         say()
-        say(f"trace time, Llama-3-70B s=4096 b=1 full bf16 fused AdamW: {wall:.1f} s wall "
+        say(
+            f"trace time, Llama-3-70B s=4096 b=1 full bf16 fused AdamW: {wall:.1f} s wall "
             f"({raw['ops']:,} ops, peak {raw['peak_bytes'] / GIB:.2f} GiB; {os.cpu_count()} cores, "
-            f"load average {os.getloadavg()[0]:.1f})")
+            f"load average {os.getloadavg()[0]:.1f})"
+        )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("\n".join(lines) + "\n")

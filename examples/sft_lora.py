@@ -1,4 +1,5 @@
 """Supervised fine-tuning of Qwen2.5-1.5B with LoRA on a 16 GB T4 (TRL)."""
+
 # vramlens: gpu=T4
 from datasets import load_dataset
 from peft import LoraConfig

@@ -7,8 +7,17 @@ RULE = Rule(
     severity="error",
     message="Predicted peak {peak} > {usable} usable on {gpu} ({top} {top_size})",
     needs="estimate",
-    fixes=("make-it-fit", "expandable-segments", "fused-loss", "fused-adamw", "grad-checkpointing", "8bit-adam",
-           "smaller-micro-batch", "lora", "qlora"),
+    fixes=(
+        "make-it-fit",
+        "expandable-segments",
+        "fused-loss",
+        "fused-adamw",
+        "grad-checkpointing",
+        "8bit-adam",
+        "smaller-micro-batch",
+        "lora",
+        "qlora",
+    ),
     why="""
 Reports a training step whose estimated peak GPU memory is larger than what one GPU can give the process.
 
@@ -39,9 +48,23 @@ def check(ctx):
     if est.fits:
         return
     top = ctx.dominant_component()
-    message = RULE.format(peak=ctx.gib(est.device_bytes), usable=ctx.gib(est.usable_bytes), gpu=ctx.gpu_name,
-                          top=ctx.component_label(top), top_size=ctx.gib(est.components[top]))
-    yield ctx.finding(RULE, message, ctx.component_span(top), related=ctx.breakdown(),
-                      fixes=ctx.memory_fixes(),
-                      data={"peak_gib": est.device_bytes / 2**30, "usable_gib": est.usable_bytes / 2**30,
-                            "dominant": top, "phase": est.phase})
+    message = RULE.format(
+        peak=ctx.gib(est.device_bytes),
+        usable=ctx.gib(est.usable_bytes),
+        gpu=ctx.gpu_name,
+        top=ctx.component_label(top),
+        top_size=ctx.gib(est.components[top]),
+    )
+    yield ctx.finding(
+        RULE,
+        message,
+        ctx.component_span(top),
+        related=ctx.breakdown(),
+        fixes=ctx.memory_fixes(),
+        data={
+            "peak_gib": est.device_bytes / 2**30,
+            "usable_gib": est.usable_bytes / 2**30,
+            "dominant": top,
+            "phase": est.phase,
+        },
+    )

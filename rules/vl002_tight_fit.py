@@ -6,10 +6,19 @@ RULE = Rule(
     title="Tight fit: less free memory than the headroom",
     severity="warning",
     message="Tight fit: predicted peak {peak} leaves {free} ({share}) of {usable} usable on {gpu} free, "
-            "less than the {headroom} headroom ({top} {top_size})",
+    "less than the {headroom} headroom ({top} {top_size})",
     needs="estimate",
-    fixes=("make-it-fit", "expandable-segments", "fused-loss", "fused-adamw", "grad-checkpointing", "8bit-adam",
-           "smaller-micro-batch", "lora", "qlora"),
+    fixes=(
+        "make-it-fit",
+        "expandable-segments",
+        "fused-loss",
+        "fused-adamw",
+        "grad-checkpointing",
+        "8bit-adam",
+        "smaller-micro-batch",
+        "lora",
+        "qlora",
+    ),
     why="""
 Reports a run that is predicted to fit, but with less free GPU memory than the configured headroom
 (10 % of usable memory unless set otherwise).
@@ -34,10 +43,21 @@ def check(ctx):
     if not est.fits or est.headroom_bytes >= ctx.headroom * est.usable_bytes:
         return
     top = ctx.dominant_component()
-    message = RULE.format(peak=ctx.gib(est.device_bytes), free=ctx.gib(est.headroom_bytes),
-                          share=f"{est.headroom_bytes / est.usable_bytes:.0%}", usable=ctx.gib(est.usable_bytes),
-                          gpu=ctx.gpu_name, headroom=f"{ctx.headroom:.0%}", top=ctx.component_label(top),
-                          top_size=ctx.gib(est.components[top]))
-    yield ctx.finding(RULE, message, ctx.component_span(top), related=ctx.breakdown(),
-                      fixes=ctx.memory_fixes(),
-                      data={"peak_gib": est.device_bytes / 2**30, "free_gib": est.headroom_bytes / 2**30})
+    message = RULE.format(
+        peak=ctx.gib(est.device_bytes),
+        free=ctx.gib(est.headroom_bytes),
+        share=f"{est.headroom_bytes / est.usable_bytes:.0%}",
+        usable=ctx.gib(est.usable_bytes),
+        gpu=ctx.gpu_name,
+        headroom=f"{ctx.headroom:.0%}",
+        top=ctx.component_label(top),
+        top_size=ctx.gib(est.components[top]),
+    )
+    yield ctx.finding(
+        RULE,
+        message,
+        ctx.component_span(top),
+        related=ctx.breakdown(),
+        fixes=ctx.memory_fixes(),
+        data={"peak_gib": est.device_bytes / 2**30, "free_gib": est.headroom_bytes / 2**30},
+    )

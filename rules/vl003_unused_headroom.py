@@ -9,7 +9,7 @@ RULE = Rule(
     title="Large unused GPU memory: a bigger micro-batch would fit",
     severity="information",
     message="Predicted peak {peak} uses {share} of {usable} on {gpu}: micro-batch {suggested}{accum} would fit "
-            "(peak {peak_after}{speed})",
+    "(peak {peak_after}{speed})",
     needs="estimate",
     fixes=("set-value",),
     why="""
@@ -30,7 +30,7 @@ only: throughput, not correctness.
 """,
 )
 
-THRESHOLD = 0.5        # report when the peak uses less than this share of usable memory
+THRESHOLD = 0.5  # report when the peak uses less than this share of usable memory
 
 
 @RULE.check
@@ -40,7 +40,7 @@ def check(ctx):
         return
     gpu = ctx.source("gpu_name")
     if gpu is None or gpu.origin == Origin.ASSUMED:
-        return                   # no GPU named: a bigger batch for a guessed GPU is no advice
+        return  # no GPU named: a bigger batch for a guessed GPU is no advice
     target = int(est.usable_bytes * (1 - ctx.headroom))
     largest = max_micro_batch(rp, target, hi=max(4096, rp.micro_batch))
     if largest is None:
@@ -58,11 +58,22 @@ def check(ctx):
         accum = f" with accumulation {changes['grad_accum']}"
     after = estimate(rp.with_changes(**changes), limits=False)
     speed = speed_change(est, after)
-    message = RULE.format(peak=ctx.gib(est.device_bytes), share=f"{est.device_bytes / est.usable_bytes:.0%}",
-                          usable=ctx.gib(est.usable_bytes), gpu=ctx.gpu_name, suggested=suggested, accum=accum,
-                          peak_after=ctx.gib(after.device_bytes), speed=f", {speed}" if speed else "")
+    message = RULE.format(
+        peak=ctx.gib(est.device_bytes),
+        share=f"{est.device_bytes / est.usable_bytes:.0%}",
+        usable=ctx.gib(est.usable_bytes),
+        gpu=ctx.gpu_name,
+        suggested=suggested,
+        accum=accum,
+        peak_after=ctx.gib(after.device_bytes),
+        speed=f", {speed}" if speed else "",
+    )
     fixer = ctx.fixer
     label = f"set micro-batch {suggested}" + (f", accumulation {changes['grad_accum']}" if accum else "")
-    yield ctx.finding(RULE, message, ctx.where("micro_batch", "grad_accum"),
-                      fixes=lambda: [fixer.make("set-value", label, changes, safe=False)],
-                      data={"suggested_micro_batch": suggested, "peak_after_gib": after.device_bytes / 2**30})
+    yield ctx.finding(
+        RULE,
+        message,
+        ctx.where("micro_batch", "grad_accum"),
+        fixes=lambda: [fixer.make("set-value", label, changes, safe=False)],
+        data={"suggested_micro_batch": suggested, "peak_after_gib": after.device_bytes / 2**30},
+    )

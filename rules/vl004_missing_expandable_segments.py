@@ -7,7 +7,7 @@ RULE = Rule(
     title="PYTORCH_CUDA_ALLOC_CONF does not enable expandable_segments",
     severity="warning",
     message="{reason}: without `expandable_segments:True` the caching allocator's fragmentation costs about "
-            "{slack} here; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (peak {peak} → {peak_after})",
+    "{slack} here; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (peak {peak} → {peak_after})",
     needs="estimate",
     fixes=("expandable-segments",),
     why="""
@@ -29,7 +29,7 @@ Fix: set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` in the launch enviro
 """,
 )
 
-VARYING_LENGTHS_FREE = 0.25     # with unpacked batches, warn when less than this share is free
+VARYING_LENGTHS_FREE = 0.25  # with unpacked batches, warn when less than this share is free
 
 
 @RULE.check
@@ -46,11 +46,23 @@ def check(ctx):
         return
     fixer = ctx.fixer
     reason = "Over the limit" if not est.fits else "Tight fit" if tight else "Batch lengths vary (no packing)"
-    message = RULE.format(reason=reason, slack=ctx.gib(est.device_bytes - after.device_bytes),
-                          peak=ctx.gib(est.device_bytes), peak_after=ctx.gib(after.device_bytes))
-    span = ctx.span_of("alloc_conf") or (ctx.component_span(ctx.dominant_component()) if tight
-                                         else ctx.where("packing", "seq_len", "micro_batch"))
-    yield ctx.finding(RULE, message, span,
-                      fixes=lambda: [fixer.make(c.id, c.label, c.changes, safe=True, preferred=True)
-                                     for c in fixer.candidates() if c.id == "expandable-segments"],
-                      data={"saving_gib": (est.device_bytes - after.device_bytes) / 2**30})
+    message = RULE.format(
+        reason=reason,
+        slack=ctx.gib(est.device_bytes - after.device_bytes),
+        peak=ctx.gib(est.device_bytes),
+        peak_after=ctx.gib(after.device_bytes),
+    )
+    span = ctx.span_of("alloc_conf") or (
+        ctx.component_span(ctx.dominant_component()) if tight else ctx.where("packing", "seq_len", "micro_batch")
+    )
+    yield ctx.finding(
+        RULE,
+        message,
+        span,
+        fixes=lambda: [
+            fixer.make(c.id, c.label, c.changes, safe=True, preferred=True)
+            for c in fixer.candidates()
+            if c.id == "expandable-segments"
+        ],
+        data={"saving_gib": (est.device_bytes - after.device_bytes) / 2**30},
+    )

@@ -31,10 +31,13 @@ reported: it falls back by itself.
 # (concept, what the message says, advice, the fix's label); the fix sets every one the file writes as bf16
 _CONCEPTS = (
     ("amp_dtype", "Mixed precision is set to", "use fp16 mixed precision", "fp16 mixed precision"),
-    ("weight_dtype", "Weights are loaded in", "load them in fp16 (or fp32 for fp16 mixed precision)",
-     "fp16 weights"),
-    ("quant_compute_dtype", "The 4-bit layers compute in", "set `bnb_4bit_compute_dtype` to float16",
-     "fp16 compute in the 4-bit layers"),
+    ("weight_dtype", "Weights are loaded in", "load them in fp16 (or fp32 for fp16 mixed precision)", "fp16 weights"),
+    (
+        "quant_compute_dtype",
+        "The 4-bit layers compute in",
+        "set `bnb_4bit_compute_dtype` to float16",
+        "fp16 compute in the 4-bit layers",
+    ),
 )
 
 
@@ -45,7 +48,7 @@ def _is_auto(ctx, sourced) -> bool:
     lines = ctx.text.splitlines()
     if s.start_line >= len(lines) or s.start_line != s.end_line:
         return False
-    return lines[s.start_line][s.start_col:s.end_col].strip("'\" ").lower() == "auto"
+    return lines[s.start_line][s.start_col : s.end_col].strip("'\" ").lower() == "auto"
 
 
 def _bf16_in_document(ctx, concept: str) -> bool:
@@ -69,5 +72,9 @@ def check(ctx):
     label = "use " + (found[0][3] if len(found) == 1 else "fp16 throughout: " + ", ".join(c[3] for c in found))
     for concept, what, advice, _ in found:
         message = RULE.format(what=what, gpu=gpu.name, cc=gpu.compute_capability or "below 8.0", advice=advice)
-        yield ctx.finding(RULE, message, ctx.span_of(concept),
-                          fixes=(lambda: [fixer.make("set-value", label, changes)]) if fixer else None)
+        yield ctx.finding(
+            RULE,
+            message,
+            ctx.span_of(concept),
+            fixes=(lambda: [fixer.make("set-value", label, changes)]) if fixer else None,
+        )

@@ -7,7 +7,7 @@ RULE = Rule(
     title="Weights loaded in fp32 by default",
     severity="warning",
     message="Weights load in fp32, {why_fp32}: {weights} of weights{more}; loading them in bf16 gives a peak of "
-            "{peak_after} instead of {peak}",
+    "{peak_after} instead of {peak}",
     needs="estimate",
     fixes=("set-value",),
     why="""
@@ -38,7 +38,7 @@ def check(ctx):
     if src is None or src.origin == Origin.FILE:
         return
     if not ctx.rp.gpu.bf16:
-        return                       # fp32 weights with fp16 autocast is the right choice there
+        return  # fp32 weights with fp16 autocast is the right choice there
     fixer = ctx.fixer
     changes = {"weight_dtype": "bf16"}
     after = fixer.evaluate(changes)
@@ -46,8 +46,17 @@ def check(ctx):
         return
     why_fp32 = f"the default of {src.framework}" if src.framework else (src.note or "a default")
     more = " plus fp32 gradients and optimizer state" if rp.peft == "none" else ""
-    message = RULE.format(why_fp32=why_fp32, weights=ctx.gib(est.components["weights"]), more=more,
-                          peak_after=ctx.gib(after.device_bytes), peak=ctx.gib(est.device_bytes))
-    yield ctx.finding(RULE, message, ctx.anchor,
-                      fixes=lambda: [fixer.make("set-value", "load the weights in bf16", changes)],
-                      data={"saving_gib": (est.device_bytes - after.device_bytes) / 2**30})
+    message = RULE.format(
+        why_fp32=why_fp32,
+        weights=ctx.gib(est.components["weights"]),
+        more=more,
+        peak_after=ctx.gib(after.device_bytes),
+        peak=ctx.gib(est.device_bytes),
+    )
+    yield ctx.finding(
+        RULE,
+        message,
+        ctx.anchor,
+        fixes=lambda: [fixer.make("set-value", "load the weights in bf16", changes)],
+        data={"saving_gib": (est.device_bytes - after.device_bytes) / 2**30},
+    )

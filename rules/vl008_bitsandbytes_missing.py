@@ -8,7 +8,7 @@ RULE = Rule(
     title="8-bit or paged optimizer without bitsandbytes installed",
     severity="warning",
     message="`{optimizer}` needs the bitsandbytes package, which is not installed in this environment; "
-            "the run fails at optimizer creation (pip install bitsandbytes)",
+    "the run fails at optimizer creation (pip install bitsandbytes)",
     needs="resolution",
     fixes=(),
     why="""

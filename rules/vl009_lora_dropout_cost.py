@@ -7,7 +7,7 @@ RULE = Rule(
     title="LoRA dropout costs activation memory",
     severity="information",
     message="LoRA dropout {dropout}{origin} keeps a dropped copy of every adapted layer's input: +{cost} at the "
-            "peak ({peak} → {peak_after} with lora_dropout: 0)",
+    "peak ({peak} → {peak_after} with lora_dropout: 0)",
     needs="estimate",
     fixes=("set-value",),
     why="""
@@ -27,7 +27,7 @@ Fix: `lora_dropout: 0`, unless the dropout is a deliberate regularisation choice
 """,
 )
 
-MIN_COST = 0.05 * 2**30        # report costs of at least 50 MiB
+MIN_COST = 0.05 * 2**30  # report costs of at least 50 MiB
 
 
 @RULE.check
@@ -40,10 +40,21 @@ def check(ctx):
     if cost < MIN_COST:
         return
     src = ctx.source("lora_dropout")
-    origin = f" ({src.framework} default)" if src is not None and src.framework and src.origin.value == "default" else ""
-    message = RULE.format(dropout=f"{rp.lora_dropout:g}", origin=origin, cost=ctx.gib(cost),
-                          peak=ctx.gib(est.device_bytes), peak_after=ctx.gib(after.device_bytes))
+    origin = (
+        f" ({src.framework} default)" if src is not None and src.framework and src.origin.value == "default" else ""
+    )
+    message = RULE.format(
+        dropout=f"{rp.lora_dropout:g}",
+        origin=origin,
+        cost=ctx.gib(cost),
+        peak=ctx.gib(est.device_bytes),
+        peak_after=ctx.gib(after.device_bytes),
+    )
     fixer = ctx.fixer
-    yield ctx.finding(RULE, message, ctx.where("lora_dropout", "peft_method", "lora_r", "lora_targets"),
-                      fixes=lambda: [fixer.make("set-value", "set lora_dropout to 0", {"lora_dropout": 0.0})],
-                      data={"cost_gib": cost / 2**30})
+    yield ctx.finding(
+        RULE,
+        message,
+        ctx.where("lora_dropout", "peft_method", "lora_r", "lora_targets"),
+        fixes=lambda: [fixer.make("set-value", "set lora_dropout to 0", {"lora_dropout": 0.0})],
+        data={"cost_gib": cost / 2**30},
+    )

@@ -7,8 +7,8 @@ RULE = Rule(
     title="Evaluation batch larger than the training micro-batch",
     severity="warning",
     message="Eval batch {eval_batch}{origin} > train micro-batch {micro_batch}: evaluation holds {eval_batch} × "
-            "{seq} tokens of logits at once ({logits}), an evaluation peak of about {eval_peak}, above the training "
-            "peak of {train_peak} ({verdict})",
+    "{seq} tokens of logits at once ({logits}), an evaluation peak of about {eval_peak}, above the training "
+    "peak of {train_peak} ({verdict})",
     needs="estimate",
     fixes=("set-value",),
     why="""
@@ -61,15 +61,30 @@ def check(ctx):
     eval_peak = sum(est.components.get(k, 0) for k in PERSISTENT) + logits
     if eval_peak <= est.device_bytes:
         return
-    verdict = f"fits {ctx.gpu_name}" if eval_peak <= est.usable_bytes else \
-        f"over the {ctx.gib(est.usable_bytes)} usable on {ctx.gpu_name}"
+    verdict = (
+        f"fits {ctx.gpu_name}"
+        if eval_peak <= est.usable_bytes
+        else f"over the {ctx.gib(est.usable_bytes)} usable on {ctx.gpu_name}"
+    )
     origin = f" ({src.framework} default)" if not from_file and src is not None and src.framework else ""
-    message = RULE.format(eval_batch=rp.eval_batch, origin=origin, micro_batch=rp.micro_batch, seq=rp.seq_len,
-                          logits=ctx.gib(logits), eval_peak=ctx.gib(eval_peak), train_peak=ctx.gib(est.device_bytes),
-                          verdict=verdict)
+    message = RULE.format(
+        eval_batch=rp.eval_batch,
+        origin=origin,
+        micro_batch=rp.micro_batch,
+        seq=rp.seq_len,
+        logits=ctx.gib(logits),
+        eval_peak=ctx.gib(eval_peak),
+        train_peak=ctx.gib(est.device_bytes),
+        verdict=verdict,
+    )
     fixer = ctx.fixer
     changes = {"eval_batch": rp.micro_batch}
-    yield ctx.finding(RULE, message, ctx.where("eval_batch", "micro_batch"),
-                      fixes=lambda: [fixer.make("set-value", f"set the eval batch to {rp.micro_batch}", changes,
-                                                safe=True, estimate_title=False)],
-                      data={"eval_peak_gib": eval_peak / 2**30})
+    yield ctx.finding(
+        RULE,
+        message,
+        ctx.where("eval_batch", "micro_batch"),
+        fixes=lambda: [
+            fixer.make("set-value", f"set the eval batch to {rp.micro_batch}", changes, safe=True, estimate_title=False)
+        ],
+        data={"eval_peak_gib": eval_peak / 2**30},
+    )

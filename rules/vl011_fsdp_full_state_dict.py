@@ -6,7 +6,7 @@ RULE = Rule(
     title="FSDP FULL_STATE_DICT checkpoints gather the whole model",
     severity="warning",
     message="FSDP `{state_dict_type}` gathers the unsharded model to save a checkpoint: up to {gathered} more "
-            "on rank 0 while saving, with {free} free at the training peak; use SHARDED_STATE_DICT",
+    "on rank 0 while saving, with {free} free at the training peak; use SHARDED_STATE_DICT",
     needs="estimate",
     fixes=("set-value",),
     why="""
@@ -36,7 +36,17 @@ def check(ctx):
     state = ctx.plan.fsdp_state_dict_type.value if ctx.plan.fsdp_state_dict_type is not None else "FULL_STATE_DICT"
     message = RULE.format(state_dict_type=state, gathered=ctx.gib(gathered), free=ctx.gib(max(est.headroom_bytes, 0)))
     fixer = ctx.fixer
-    yield ctx.finding(RULE, message, ctx.where("fsdp_state_dict_type", "dist_strategy"),
-                      fixes=lambda: [fixer.make("set-value", "save SHARDED_STATE_DICT checkpoints",
-                                                {"fsdp_state_dict_type": "SHARDED_STATE_DICT"}, estimate_title=False)],
-                      data={"gathered_gib": gathered / 2**30})
+    yield ctx.finding(
+        RULE,
+        message,
+        ctx.where("fsdp_state_dict_type", "dist_strategy"),
+        fixes=lambda: [
+            fixer.make(
+                "set-value",
+                "save SHARDED_STATE_DICT checkpoints",
+                {"fsdp_state_dict_type": "SHARDED_STATE_DICT"},
+                estimate_title=False,
+            )
+        ],
+        data={"gathered_gib": gathered / 2**30},
+    )

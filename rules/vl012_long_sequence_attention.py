@@ -30,7 +30,7 @@ packing.
 """,
 )
 
-MIN_COST = 0.5 * 2**30          # report costs of at least 0.5 GiB
+MIN_COST = 0.5 * 2**30  # report costs of at least 0.5 GiB
 
 
 def _flash_ok(gpu) -> bool:
@@ -49,17 +49,30 @@ def check(ctx):
         after = estimate(rp.with_changes(attn_impl="sdpa"), limits=False)
         cost = est.device_bytes - after.device_bytes
         if cost >= MIN_COST:
-            detail = (f"Eager attention materialises the {rp.seq_len}² attention scores: +{ctx.gib(cost)} at the peak "
-                      f"({ctx.gib(est.device_bytes)} → {ctx.gib(after.device_bytes)} with sdpa)")
-            yield ctx.finding(RULE, RULE.format(detail=detail), ctx.where("attn_impl", "seq_len"),
-                              fixes=lambda: [fixer.make("set-value", f"use {better} attention", {"attn_impl": better})],
-                              data={"cost_gib": cost / 2**30})
+            detail = (
+                f"Eager attention materialises the {rp.seq_len}² attention scores: +{ctx.gib(cost)} at the peak "
+                f"({ctx.gib(est.device_bytes)} → {ctx.gib(after.device_bytes)} with sdpa)"
+            )
+            yield ctx.finding(
+                RULE,
+                RULE.format(detail=detail),
+                ctx.where("attn_impl", "seq_len"),
+                fixes=lambda: [fixer.make("set-value", f"use {better} attention", {"attn_impl": better})],
+                data={"cost_gib": cost / 2**30},
+            )
     elif rp.packing and rp.attn_impl == "sdpa":
-        mask = rp.micro_batch * rp.seq_len ** 2          # a boolean block-diagonal mask, one byte per element
+        mask = rp.micro_batch * rp.seq_len**2  # a boolean block-diagonal mask, one byte per element
         if mask >= MIN_COST and better != "sdpa":
-            detail = (f"Packing with `sdpa` attention needs a {rp.micro_batch} × {rp.seq_len}² block-diagonal mask "
-                      f"(≈{ctx.gib(mask)} per step); flash_attention_2 packs by position ids at no cost")
-            yield ctx.finding(RULE, RULE.format(detail=detail), ctx.where("packing", "attn_impl", "seq_len"),
-                              fixes=lambda: [fixer.make("set-value", "use flash_attention_2 attention",
-                                                        {"attn_impl": "flash_attention_2"})],
-                              data={"cost_gib": mask / 2**30})
+            detail = (
+                f"Packing with `sdpa` attention needs a {rp.micro_batch} × {rp.seq_len}² block-diagonal mask "
+                f"(≈{ctx.gib(mask)} per step); flash_attention_2 packs by position ids at no cost"
+            )
+            yield ctx.finding(
+                RULE,
+                RULE.format(detail=detail),
+                ctx.where("packing", "attn_impl", "seq_len"),
+                fixes=lambda: [
+                    fixer.make("set-value", "use flash_attention_2 attention", {"attn_impl": "flash_attention_2"})
+                ],
+                data={"cost_gib": mask / 2**30},
+            )

@@ -7,8 +7,8 @@ RULE = Rule(
     title="FSDP1 holds every layer's input gradient under reentrant checkpointing",
     severity="information",
     message="FSDP1 with transformers {transformers}'s reentrant checkpointing around each layer keeps every layer's "
-            "checkpointed input and its gradient until the backward ends: +{cost} at the peak ({peak} → "
-            "{peak_after} with use_reentrant: false)",
+    "checkpointed input and its gradient until the backward ends: +{cost} at the peak ({peak} → "
+    "{peak_after} with use_reentrant: false)",
     needs="estimate",
     fixes=("non-reentrant-checkpointing",),
     why="""
@@ -34,7 +34,7 @@ checkpointing (`fsdp_activation_checkpointing: true`, non-reentrant inside each 
 """,
 )
 
-MIN_COST = 0.25 * 2**30        # report costs of at least 256 MiB
+MIN_COST = 0.25 * 2**30  # report costs of at least 256 MiB
 
 
 @RULE.check
@@ -47,10 +47,21 @@ def check(ctx):
     if cost < MIN_COST:
         return
     found = rp.version_of("transformers")
-    message = RULE.format(transformers=found[0] if found else "4.x", cost=ctx.gib(cost),
-                          peak=ctx.gib(est.device_bytes), peak_after=ctx.gib(after.device_bytes))
+    message = RULE.format(
+        transformers=found[0] if found else "4.x",
+        cost=ctx.gib(cost),
+        peak=ctx.gib(est.device_bytes),
+        peak_after=ctx.gib(after.device_bytes),
+    )
     fixer = ctx.fixer
-    yield ctx.finding(RULE, message, ctx.where("grad_checkpointing", "ckpt_reentrant", "dist_strategy"),
-                      fixes=lambda: [fixer.make(c.id, c.label, c.changes, safe=True)
-                                     for c in fixer.candidates() if c.id == "non-reentrant-checkpointing"],
-                      data={"cost_gib": cost / 2**30})
+    yield ctx.finding(
+        RULE,
+        message,
+        ctx.where("grad_checkpointing", "ckpt_reentrant", "dist_strategy"),
+        fixes=lambda: [
+            fixer.make(c.id, c.label, c.changes, safe=True)
+            for c in fixer.candidates()
+            if c.id == "non-reentrant-checkpointing"
+        ],
+        data={"cost_gib": cost / 2**30},
+    )

@@ -18,6 +18,7 @@ sorted by (name, owner), one argument a line, so that a rerun gives the same byt
 `schemas/index.json` lists every framework's dumped versions (including those written by other dump scripts, e.g.
 verl's by `scripts/dump_verl_defaults.py`) and, for a framework that cannot be dumped this way, why not.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,9 +37,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "server"))
 
-from vramlens.formats.yaml_doc import load_yaml
-from vramlens.frameworks import argdefs
-from vramlens.frameworks.schemas import version_key
+from vramlens.formats.yaml_doc import load_yaml  # noqa: E402
+from vramlens.frameworks import argdefs  # noqa: E402
+from vramlens.frameworks.schemas import version_key  # noqa: E402
 
 OUT = ROOT / "server" / "vramlens" / "frameworks" / "schemas"
 
@@ -51,17 +52,17 @@ class Part:
     over every file the part matches); "argparse" takes each file's `add_argument` calls; "reads" takes each file's
     `cfg.get("key", default)` reads; "yaml" takes every leaf key of each YAML file as a dotted name."""
 
-    files: tuple[str, ...]          # fnmatch patterns over the archive's paths (any leading folder is ignored)
+    files: tuple[str, ...]  # fnmatch patterns over the archive's paths (any leading folder is ignored)
     how: str
-    roots: tuple[str, ...] = ()     # "classes": the argument classes a command line parses into
+    roots: tuple[str, ...] = ()  # "classes": the argument classes a command line parses into
     exclude: tuple[str, ...] = ()
     receivers: tuple[str, ...] = ()  # "reads": attribute spellings of the config object read as `cfg`
 
 
 @dataclass(frozen=True)
 class Target:
-    framework: str                  # folder name under schemas/
-    package: str                    # PyPI name
+    framework: str  # folder name under schemas/
+    package: str  # PyPI name
     versions: dict[str, tuple[Part, ...]]
     extends: tuple[str, ...] = ()
     note: str = ""
@@ -69,70 +70,150 @@ class Target:
 
 HF_ROOTS = ("TrainingArguments", "Seq2SeqTrainingArguments")
 TRL_FILES = ("trl/trainer/*_config.py",)
-TRL_ROOTS = ("SFTConfig", "DPOConfig", "GRPOConfig", "KTOConfig", "RewardConfig", "ORPOConfig", "CPOConfig",
-             "RLOOConfig", "PPOConfig", "OnlineDPOConfig", "GKDConfig", "BCOConfig", "DistillationConfig",
-             "ModelConfig")
-LF_ROOTS = ("ModelArguments", "DataArguments", "FinetuningArguments", "GeneratingArguments", "TrainingArguments",
-            "RayArguments")
-SWIFT_ROOTS = ("SftArguments", "DPOArguments", "RLHFArguments", "TrainArguments", "PretrainArguments",
-               "SFTArguments")
+TRL_ROOTS = (
+    "SFTConfig",
+    "DPOConfig",
+    "GRPOConfig",
+    "KTOConfig",
+    "RewardConfig",
+    "ORPOConfig",
+    "CPOConfig",
+    "RLOOConfig",
+    "PPOConfig",
+    "OnlineDPOConfig",
+    "GKDConfig",
+    "BCOConfig",
+    "DistillationConfig",
+    "ModelConfig",
+)
+LF_ROOTS = (
+    "ModelArguments",
+    "DataArguments",
+    "FinetuningArguments",
+    "GeneratingArguments",
+    "TrainingArguments",
+    "RayArguments",
+)
+SWIFT_ROOTS = ("SftArguments", "DPOArguments", "RLHFArguments", "TrainArguments", "PretrainArguments", "SFTArguments")
 SWIFT_1 = (Part(("swift/llm/utils/argument.py", "swift/trainers/arguments.py"), "classes", SWIFT_ROOTS),)
-SWIFT_3 = (Part(("swift/llm/argument/*.py", "swift/llm/argument/base_args/*.py", "swift/trainers/arguments.py"),
-                "classes", SWIFT_ROOTS),)
-SWIFT_4 = (Part(("swift/arguments/*.py", "swift/arguments/base_args/*.py", "swift/trainers/arguments.py"),
-                "classes", SWIFT_ROOTS),)
-TUNE = (Part(("recipes/*.py", "recipes/dev/*.py"), "reads"), Part(("recipes/configs/*.yaml",
-                                                                    "recipes/configs/*/*.yaml",
-                                                                    "recipes/configs/*/*/*.yaml"), "yaml"))
+SWIFT_3 = (
+    Part(
+        ("swift/llm/argument/*.py", "swift/llm/argument/base_args/*.py", "swift/trainers/arguments.py"),
+        "classes",
+        SWIFT_ROOTS,
+    ),
+)
+SWIFT_4 = (
+    Part(
+        ("swift/arguments/*.py", "swift/arguments/base_args/*.py", "swift/trainers/arguments.py"),
+        "classes",
+        SWIFT_ROOTS,
+    ),
+)
+TUNE = (
+    Part(("recipes/*.py", "recipes/dev/*.py"), "reads"),
+    Part(("recipes/configs/*.yaml", "recipes/configs/*/*.yaml", "recipes/configs/*/*/*.yaml"), "yaml"),
+)
 ORLHF = (Part(("openrlhf/cli/train_*.py",), "argparse"),)
 AXOLOTL_OLD = (Part(("*/axolotl/utils/config/models/input/v0_4_1/__init__.py",), "classes", ("AxolotlInputConfig",)),)
 AXOLOTL_NEW = (Part(("axolotl/utils/schemas/*.py",), "classes", ("AxolotlInputConfig",)),)
 
 TARGETS: tuple[Target, ...] = (
-    Target("transformers", "transformers", {
-        v: (Part(("transformers/training_args.py", "transformers/training_args_seq2seq.py"), "classes", HF_ROOTS),)
-        for v in ("4.46.3", "4.57.6", "5.24.0")}),
-    Target("trl", "trl", {v: (Part(TRL_FILES, "classes", TRL_ROOTS),) for v in ("0.12.2", "0.14.0", "1.16.0")},
-           extends=("transformers TrainingArguments",)),
+    Target(
+        "transformers",
+        "transformers",
+        {
+            v: (Part(("transformers/training_args.py", "transformers/training_args_seq2seq.py"), "classes", HF_ROOTS),)
+            for v in ("4.46.3", "4.57.6", "5.24.0")
+        },
+    ),
+    Target(
+        "trl",
+        "trl",
+        {v: (Part(TRL_FILES, "classes", TRL_ROOTS),) for v in ("0.12.2", "0.14.0", "1.16.0")},
+        extends=("transformers TrainingArguments",),
+    ),
     Target("axolotl", "axolotl", {"0.6.0": AXOLOTL_OLD, "0.19.0": AXOLOTL_NEW}),
-    Target("llamafactory", "llamafactory", {
-        v: (Part(("llamafactory/hparams/*.py",), "classes", LF_ROOTS),) for v in ("0.8.3", "0.9.5")},
-        extends=("transformers Seq2SeqTrainingArguments",)),
-    Target("ms-swift", "ms-swift", {"1.7.3": SWIFT_1, "2.6.1": SWIFT_1, "3.12.6": SWIFT_3, "4.6.0": SWIFT_4},
-           extends=("transformers Seq2SeqTrainingArguments",)),
+    Target(
+        "llamafactory",
+        "llamafactory",
+        {v: (Part(("llamafactory/hparams/*.py",), "classes", LF_ROOTS),) for v in ("0.8.3", "0.9.5")},
+        extends=("transformers Seq2SeqTrainingArguments",),
+    ),
+    Target(
+        "ms-swift",
+        "ms-swift",
+        {"1.7.3": SWIFT_1, "2.6.1": SWIFT_1, "3.12.6": SWIFT_3, "4.6.0": SWIFT_4},
+        extends=("transformers Seq2SeqTrainingArguments",),
+    ),
     Target("torchtune", "torchtune", {"0.1.1": TUNE, "0.6.1": TUNE}),
-    Target("torchtitan", "torchtitan", {
-        "0.1.0": (Part(("torchtitan/config_manager.py",), "argparse"),
-                  Part(("torchtitan/config_manager.py",), "classes", ("JobConfig",))),
-        "0.2.2": (Part(("torchtitan/config/job_config.py",), "classes", ("JobConfig",)),),
-    }, note="0.3.0 composes its configuration from `Configurable` classes spread over its modules "
-            "(torchtitan/config/configs.py holds only some sections); 0.2.2 is the newest dumped"),
+    Target(
+        "torchtitan",
+        "torchtitan",
+        {
+            "0.1.0": (
+                Part(("torchtitan/config_manager.py",), "argparse"),
+                Part(("torchtitan/config_manager.py",), "classes", ("JobConfig",)),
+            ),
+            "0.2.2": (Part(("torchtitan/config/job_config.py",), "classes", ("JobConfig",)),),
+        },
+        note="0.3.0 composes its configuration from `Configurable` classes spread over its modules "
+        "(torchtitan/config/configs.py holds only some sections); 0.2.2 is the newest dumped",
+    ),
     # OpenRLHF's dotted command line (`--model.model_name_or_path`, `--train.micro_batch_size`) first ships in
     # 0.10.2 (openrlhf/cli/train_sft.py); 0.10.1 still reads `--pretrain`, `--micro_train_batch_size`.
     Target("openrlhf", "openrlhf", {v: ORLHF for v in ("0.9.10", "0.10.1", "0.10.2", "0.11.2")}),
-    Target("nemo-automodel", "nemo_automodel", {
-        v: (Part(("nemo_automodel/recipes/*.py", "nemo_automodel/recipes/*/*.py"), "reads",
-                 receivers=("self.cfg",)),)
-        for v in ("0.1.0", "0.7.0")},
-        note="only the recipes' reads of their config (`cfg.get(\"step_scheduler.local_batch_size\", 1)`) are dumped: "
-             "NeMo AutoModel has no argument classes, and its example YAML recipes are not shipped in the wheel"),
+    Target(
+        "nemo-automodel",
+        "nemo_automodel",
+        {
+            v: (
+                Part(
+                    ("nemo_automodel/recipes/*.py", "nemo_automodel/recipes/*/*.py"), "reads", receivers=("self.cfg",)
+                ),
+            )
+            for v in ("0.1.0", "0.7.0")
+        },
+        note='only the recipes\' reads of their config (`cfg.get("step_scheduler.local_batch_size", 1)`) are dumped: '
+        "NeMo AutoModel has no argument classes, and its example YAML recipes are not shipped in the wheel",
+    ),
 )
 
 # Frameworks whose arguments come from elsewhere or cannot be dumped by this script, and why.
 NOT_HERE: dict[str, str] = {
     "verl": "dumped by scripts/dump_verl_defaults.py from its hydra YAML trainer configs (the dataclass configs of "
-            "newer versions are instantiated from that YAML)",
+    "newer versions are instantiated from that YAML)",
 }
 
 
 def _archive(package: str, version: str, wheels: Path) -> Path:
     stem = package.replace("-", "_").lower()
+
     def found() -> list[Path]:
-        return sorted(p for p in wheels.iterdir() if p.name.lower().replace("-", "_").startswith(f"{stem}_{version}")
-                      or p.name.lower().replace("-", "_").startswith(f"{stem}-{version}"))
+        return sorted(
+            p
+            for p in wheels.iterdir()
+            if p.name.lower().replace("-", "_").startswith(f"{stem}_{version}")
+            or p.name.lower().replace("-", "_").startswith(f"{stem}-{version}")
+        )
+
     if not found():
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-build-isolation",
-                        f"{package}=={version}", "-d", str(wheels)], check=True, capture_output=True, timeout=600)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-build-isolation",
+                f"{package}=={version}",
+                "-d",
+                str(wheels),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
     files = found()
     if not files:
         raise RuntimeError(f"{package} {version}: pip download gave no file")
@@ -166,9 +247,12 @@ def _normalise(items, out: dict[str, bytes]) -> dict[str, bytes]:
 
 
 def _matching(members: dict[str, bytes], part: Part) -> list[str]:
-    return sorted(p for p in members
-                  if any(fnmatch.fnmatchcase(p, pat) or fnmatch.fnmatchcase("x/" + p, pat) for pat in part.files)
-                  and not any(fnmatch.fnmatchcase(p, pat) for pat in part.exclude))
+    return sorted(
+        p
+        for p in members
+        if any(fnmatch.fnmatchcase(p, pat) or fnmatch.fnmatchcase("x/" + p, pat) for pat in part.files)
+        and not any(fnmatch.fnmatchcase(p, pat) for pat in part.exclude)
+    )
 
 
 def _json_value(value):
@@ -195,10 +279,17 @@ def _record(a: argdefs.ArgDef, file: str, owner: str | None = None) -> dict:
     text = a.default_text
     if default is None and a.default is not None and text is None:
         text = repr(a.default)[:200]
-    return {"name": a.name, "aliases": sorted(a.aliases), "type": a.type, "default": default,
-            "default_text": text[:200] if text else None,
-            "choices": _json_value(list(a.choices)) if a.choices else None,
-            "owner": owner or a.owner, "file": file, "line": a.line}
+    return {
+        "name": a.name,
+        "aliases": sorted(a.aliases),
+        "type": a.type,
+        "default": default,
+        "default_text": text[:200] if text else None,
+        "choices": _json_value(list(a.choices)) if a.choices else None,
+        "owner": owner or a.owner,
+        "file": file,
+        "line": a.line,
+    }
 
 
 def _yaml_leaves(text: str, name: str, file: str) -> list[dict]:
@@ -209,9 +300,19 @@ def _yaml_leaves(text: str, name: str, file: str) -> list[dict]:
             continue
         line = s.key_span.start_line + 1 if s.key_span else 0
         value = _json_value(s.value)
-        out.append({"name": ".".join(str(p) for p in s.path), "aliases": [], "type": _type_of(value),
-                    "default": value, "default_text": None, "choices": None, "owner": name, "file": file,
-                    "line": line})
+        out.append(
+            {
+                "name": ".".join(str(p) for p in s.path),
+                "aliases": [],
+                "type": _type_of(value),
+                "default": value,
+                "default_text": None,
+                "choices": None,
+                "owner": name,
+                "file": file,
+                "line": line,
+            }
+        )
     return out
 
 
@@ -234,13 +335,13 @@ def dump_part(members: dict[str, bytes], part: Part) -> tuple[list[dict], list[s
             owner = f.split("configs/", 1)[-1].rsplit(".", 1)[0]
             try:
                 records += _yaml_leaves(members[f].decode("utf-8"), owner, f)
-            except (ValueError, UnicodeDecodeError) as e:   # a config the loader refuses is named, the rest dumped
+            except (ValueError, UnicodeDecodeError) as e:  # a config the loader refuses is named, the rest dumped
                 notes.append(f"{f}: {type(e).__name__}: {e}")
         return records, notes
     modules: dict[str, argdefs.ModuleArgs] = {}
     for f in files:
         text = members[f].decode("utf-8")
-        for receiver in part.receivers:     # same length, so lines stay where they were
+        for receiver in part.receivers:  # same length, so lines stay where they were
             text = text.replace(receiver + ".", "cfg." + " " * (len(receiver) - 3))
         try:
             modules[f] = argdefs.read_module(text, f)
@@ -281,10 +382,19 @@ def _config_keys(leaves: list[dict], configs: dict[str, dict]) -> list[dict]:
         values = {json.dumps(r["default"], sort_keys=True) for r in rs}
         types = {r["type"] for r in rs} - {None}
         same = len(values) == 1
-        out.append({"name": name, "aliases": [], "type": types.pop() if len(types) == 1 else None,
-                    "default": rs[0]["default"] if same else None,
-                    "default_text": None if same else f"set by {len(rs)} configs, to {len(values)} values",
-                    "choices": None, "owner": "configs", "file": rs[0]["file"], "line": rs[0]["line"]})
+        out.append(
+            {
+                "name": name,
+                "aliases": [],
+                "type": types.pop() if len(types) == 1 else None,
+                "default": rs[0]["default"] if same else None,
+                "default_text": None if same else f"set by {len(rs)} configs, to {len(values)} values",
+                "choices": None,
+                "owner": "configs",
+                "file": rs[0]["file"],
+                "line": rs[0]["line"],
+            }
+        )
     return out
 
 
@@ -303,9 +413,13 @@ def dump(target: Target, version: str, wheels: Path) -> tuple[dict, list[str]]:
             records += got
     unique = {(r["name"], r["owner"]): r for r in records}
     args = [unique[k] for k in sorted(unique)]
-    data = {"framework": target.framework, "version": version,
-            "source": [{"file": archive.name, "sha256": hashlib.sha256(archive.read_bytes()).hexdigest()}],
-            "extends": list(target.extends), "arguments": args}
+    data = {
+        "framework": target.framework,
+        "version": version,
+        "source": [{"file": archive.name, "sha256": hashlib.sha256(archive.read_bytes()).hexdigest()}],
+        "extends": list(target.extends),
+        "arguments": args,
+    }
     if configs:
         data["configs"] = {k: configs[k] for k in sorted(configs)}
     if notes:
@@ -320,9 +434,14 @@ def write(data: dict) -> Path:
     lines = [json.dumps(a, sort_keys=True, ensure_ascii=False, allow_nan=False) for a in data["arguments"]]
     text = json.dumps(head, sort_keys=True, ensure_ascii=False)[:-1] + ', "arguments": [\n' + ",\n".join(lines) + "\n]"
     if data.get("configs"):
-        text += ', "configs": {\n' + ",\n".join(
-            f"{json.dumps(k)}: {json.dumps(v, sort_keys=True, ensure_ascii=False, allow_nan=False)}"
-            for k, v in data["configs"].items()) + "\n}"
+        text += (
+            ', "configs": {\n'
+            + ",\n".join(
+                f"{json.dumps(k)}: {json.dumps(v, sort_keys=True, ensure_ascii=False, allow_nan=False)}"
+                for k, v in data["configs"].items()
+            )
+            + "\n}"
+        )
     text += "}\n"
     path.write_text(text, encoding="utf-8")
     return path
@@ -373,8 +492,10 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 not_dumped.pop(f"{target.framework} {version}", None)
                 path = write(data)
-                print(f"{target.framework} {version}: {len(data['arguments'])} arguments -> "
-                      f"{path.relative_to(ROOT)}" + "".join(f"\n    note: {n}" for n in notes))
+                print(
+                    f"{target.framework} {version}: {len(data['arguments'])} arguments -> "
+                    f"{path.relative_to(ROOT)}" + "".join(f"\n    note: {n}" for n in notes)
+                )
                 if not data["arguments"]:
                     not_dumped[f"{target.framework} {version}"] = "; ".join(notes) or "no argument definitions found"
     print(f"index: {write_index(not_dumped).relative_to(ROOT)}")

@@ -11,6 +11,7 @@ gives each quantity as a product of fields (`hidden_size * num_key_value_heads /
 such products (a Mamba-2 `in_proj`: 2·intermediate + 2·groups·state + heads). A last build with every field scaled
 at once checks the formulas; a quantity that does not follow them is recorded as not scalable.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,17 +32,49 @@ OUT = Path(__file__).resolve().parents[1] / "server" / "vramlens" / "knowledge" 
 
 # Tiny sizes for the base build (by field name, in any sub-config); every other field keeps its default.
 TINY = {
-    "hidden_size": 64, "d_model": 64, "n_embd": 64, "n_embed": 64, "dim": 64, "embed_dim": 64, "word_embed_proj_dim": 64,
-    "intermediate_size": 160, "ffn_dim": 160, "d_ff": 160, "n_inner": 160, "encoder_ffn_dim": 160,
-    "decoder_ffn_dim": 160, "ffn_hidden_size": 160,
-    "moe_intermediate_size": 48, "shared_expert_intermediate_size": 80, "expert_intermediate_size": 48,
-    "num_attention_heads": 4, "n_head": 4, "num_heads": 4, "encoder_attention_heads": 4,
-    "decoder_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "d_kv": 16,
-    "vocab_size": 256, "num_experts": 6, "num_local_experts": 6, "n_routed_experts": 6, "moe_num_experts": 6,
-    "num_experts_per_tok": 2, "max_position_embeddings": 128, "n_positions": 128,
+    "hidden_size": 64,
+    "d_model": 64,
+    "n_embd": 64,
+    "n_embed": 64,
+    "dim": 64,
+    "embed_dim": 64,
+    "word_embed_proj_dim": 64,
+    "intermediate_size": 160,
+    "ffn_dim": 160,
+    "d_ff": 160,
+    "n_inner": 160,
+    "encoder_ffn_dim": 160,
+    "decoder_ffn_dim": 160,
+    "ffn_hidden_size": 160,
+    "moe_intermediate_size": 48,
+    "shared_expert_intermediate_size": 80,
+    "expert_intermediate_size": 48,
+    "num_attention_heads": 4,
+    "n_head": 4,
+    "num_heads": 4,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "d_kv": 16,
+    "vocab_size": 256,
+    "num_experts": 6,
+    "num_local_experts": 6,
+    "n_routed_experts": 6,
+    "moe_num_experts": 6,
+    "num_experts_per_tok": 2,
+    "max_position_embeddings": 128,
+    "n_positions": 128,
     # distinct sizes, so that no two terms of a sum are equal by chance (MLA, gated DeltaNet)
-    "qk_nope_head_dim": 24, "v_head_dim": 20, "qk_rope_head_dim": 8, "kv_lora_rank": 32, "q_lora_rank": 48,
-    "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 12, "linear_value_head_dim": 10,
+    "qk_nope_head_dim": 24,
+    "v_head_dim": 20,
+    "qk_rope_head_dim": 8,
+    "kv_lora_rank": 32,
+    "q_lora_rank": 48,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 12,
+    "linear_value_head_dim": 10,
 }
 # Fields whose default hides a kind of layer the model can have: one leading dense layer (DeepSeek), one MLP-only
 # layer (Qwen-MoE), so that the reference build holds both kinds.
@@ -49,16 +82,20 @@ STRUCTURE = {"first_k_dense_replace": 1, "mlp_only_layers": [0]}
 # Switches that may add or remove parameters (biases, norms, gates, shared experts)
 _SWITCH = re.compile(r"bias|norm|gate|shared|proj|conv|qk|parallel|expert|mlp|attn|attention|pooler|head")
 # Fields that never size a tensor: token ids, probabilities, scales, seeds.
-_NOT_SIZES = re.compile(r"(token_id|_id$|_ids$|eps|epsilon|theta|dropout|initializer|_range|scale|seed|"
-                        r"multiplier|factor|temperature|alpha|beta|limit|^use_|_p$|coef|std|_min$|_max$|floor|"
-                        r"cutoff|threshold|chunk_size_feed_forward|logits_to_keep|transformers_version)",
-                        re.IGNORECASE)
+_NOT_SIZES = re.compile(
+    r"(token_id|_id$|_ids$|eps|epsilon|theta|dropout|initializer|_range|scale|seed|"
+    r"multiplier|factor|temperature|alpha|beta|limit|^use_|_p$|coef|std|_min$|_max$|floor|"
+    r"cutoff|threshold|chunk_size_feed_forward|logits_to_keep|transformers_version)",
+    re.IGNORECASE,
+)
 _FLOAT_SIZES = re.compile(r"(^|_)(expand|mlp_ratio|ratio)$")
 # Per model_type: values that make the tiny build consistent or show every kind of layer the model has.
 OVERRIDES = {
     # LFM2's MLP width rounding is applied by knowledge/inventory.py `_lfm2`: the inventory reads the plain width
-    "lfm2": {"layer_types": ["conv", "conv", "full_attention"] * 2 + ["conv", "full_attention"],
-             "block_auto_adjust_ff_dim": False},
+    "lfm2": {
+        "layer_types": ["conv", "conv", "full_attention"] * 2 + ["conv", "full_attention"],
+        "block_auto_adjust_ff_dim": False,
+    },
     "lfm2_moe": {"layer_types": ["conv", "conv", "full_attention"] * 2 + ["conv", "full_attention"]},
     "mamba2": {"num_heads": 8},
     # Falcon-H1: the Mamba width from mamba_expand · hidden_size and the head size from it ("auto"), so that each
@@ -66,15 +103,35 @@ OVERRIDES = {
     "falcon_h1": {"head_dim": 16, "mamba_d_ssm": None, "mamba_d_head": "auto", "mamba_n_heads": 8},
 }
 _SIZE_NAME = re.compile(r"hidden|heads|dim|size|expand|experts|state|groups|vocab|layers|embd|d_model|rank")
-_PERTURBED = re.compile(_SIZE_NAME.pattern + r"|period|offset|interval|step|kernel|conv|position|replace|^n_|^num_|"
-                        r"_num_|tok|width|window|bucket|channels|patch|image|length|merge|ctx|inner|ff|cache")
-MAX_LAYERS = 8                          # base layer count (layer lists are cut to it)
-LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_decoder_layers", "decoder_layers",
-                "encoder_layers")
+_PERTURBED = re.compile(
+    _SIZE_NAME.pattern + r"|period|offset|interval|step|kernel|conv|position|replace|^n_|^num_|"
+    r"_num_|tok|width|window|bucket|channels|patch|image|length|merge|ctx|inner|ff|cache"
+)
+MAX_LAYERS = 8  # base layer count (layer lists are cut to it)
+LAYER_FIELDS = (
+    "num_hidden_layers",
+    "n_layer",
+    "num_layers",
+    "n_layers",
+    "num_decoder_layers",
+    "decoder_layers",
+    "encoder_layers",
+)
 
 
-_INITS = ("uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_",
-          "xavier_normal_", "zeros_", "ones_", "constant_", "orthogonal_")
+_INITS = (
+    "uniform_",
+    "normal_",
+    "trunc_normal_",
+    "kaiming_uniform_",
+    "kaiming_normal_",
+    "xavier_uniform_",
+    "xavier_normal_",
+    "zeros_",
+    "ones_",
+    "constant_",
+    "orthogonal_",
+)
 
 
 @contextlib.contextmanager
@@ -83,6 +140,7 @@ def quiet_and_quick():
     time a build takes); torch.nn.init is restored afterwards."""
     import torch
     import transformers
+
     saved = {name: getattr(torch.nn.init, name) for name in _INITS}
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()
@@ -100,8 +158,13 @@ def quiet_and_quick():
 
 def model_classes():
     from transformers.models.auto import modeling_auto as ma
-    return [ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
-            ma.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES, ma.MODEL_MAPPING_NAMES]
+
+    return [
+        ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+        ma.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+        ma.MODEL_MAPPING_NAMES,
+    ]
 
 
 def class_for(model_type: str) -> str | None:
@@ -144,7 +207,7 @@ def _set(d: dict, path: str, value) -> dict:
     old = node[parts[-1]]
     node[parts[-1]] = value
     if parts[-1] in LAYER_FIELDS and isinstance(old, int):
-        for k, v in list(node.items()):   # layer lists follow the layer count
+        for k, v in list(node.items()):  # layer lists follow the layer count
             if isinstance(v, list) and len(v) == old and old:
                 node[k] = (v * (value // old + 1))[:value]
     return d
@@ -174,6 +237,7 @@ def tiny(d: dict, widths: bool = True) -> dict:
 def build(config_cls, d: dict):
     import torch
     import transformers
+
     cfg = config_cls.from_dict(d)
     cls = getattr(transformers, class_for(cfg.model_type))
     with torch.device("meta"):
@@ -232,16 +296,18 @@ def evaluate(terms: list, fields: dict) -> float:
 
 
 def inventory(model_type: str) -> dict:
-    import torch
     from transformers import AutoConfig
+
     base_cfg = AutoConfig.for_model(model_type)
     config_cls = type(base_cfg)
     defaults = base_cfg.to_dict()
     # the smallest config that builds: tiny; only fewer layers (sizes that must agree: Mamba heads × head dim =
     # expand × hidden); the defaults (per-layer settings keyed by layer index)
-    for d0 in ({**tiny(defaults), **OVERRIDES.get(model_type, {})},
-               {**tiny(defaults, widths=False), **OVERRIDES.get(model_type, {})},
-               {**json.loads(json.dumps(defaults, default=str)), **OVERRIDES.get(model_type, {})}):
+    for d0 in (
+        {**tiny(defaults), **OVERRIDES.get(model_type, {})},
+        {**tiny(defaults, widths=False), **OVERRIDES.get(model_type, {})},
+        {**json.loads(json.dumps(defaults, default=str)), **OVERRIDES.get(model_type, {})},
+    ):
         try:
             cfg0, model0 = build(config_cls, d0)
             break
@@ -254,8 +320,11 @@ def inventory(model_type: str) -> dict:
     sizes = {int(v) for k, v in q0.items() if k[0] in ("d", "n", "k") and v}
     # a field that sizes something divides (or is a multiple of) some size of the base build; the others are not
     # varied (the check build below would show one that was missed)
-    fields = {f: v for f, v in fields.items()
-              if not float(v).is_integer() or v == 1 or any(s % v == 0 or v % s == 0 for s in sizes)}
+    fields = {
+        f: v
+        for f, v in fields.items()
+        if not float(v).is_integer() or v == 1 or any(s % v == 0 or v % s == 0 for s in sizes)
+    }
     builds: dict[str, dict] = {}
     configs: dict[str, dict] = {}
     fixed = []
@@ -264,7 +333,7 @@ def inventory(model_type: str) -> dict:
             cfg_f, model_f = build(config_cls, _set(d0, f, v * 2))
             builds[f] = measure(model_f, cfg_f)[0]
             configs[f] = cfg_f.to_dict()
-        except Exception:                         # an inconsistent config: the field is taken as fixed
+        except Exception:  # an inconsistent config: the field is taken as fixed
             if _SIZE_NAME.search(f):
                 fixed.append(f)
     formulas = {}
@@ -314,9 +383,14 @@ def inventory(model_type: str) -> dict:
         qa = None
 
     def follows(key, terms) -> bool:
-        return terms is not None and checked and key in qc and qc[key] is not None and \
-            abs(evaluate(terms, scaled) - qc[key]) < 0.5 and \
-            (qa is None or qa.get(key) is not None and abs(evaluate(terms, alt) - qa[key]) < 0.5)
+        return (
+            terms is not None
+            and checked
+            and key in qc
+            and qc[key] is not None
+            and abs(evaluate(terms, scaled) - qc[key]) < 0.5
+            and (qa is None or qa.get(key) is not None and abs(evaluate(terms, alt) - qa[key]) < 0.5)
+        )
 
     for key, terms in formulas.items():
         if key[0] == "k":
@@ -328,13 +402,17 @@ def inventory(model_type: str) -> dict:
         dims = [formulas.get(("d", pattern, a)) for a in range(rank or 0)]
         rule = _where(info["where"].get(pattern, set()), cfg0, info["layers"], q0[("n", pattern)], defaults)
         # a layer rule counts exactly where the config says which layers; the dims must follow their formulas
-        if rule:   # fields that move the layers a rule selects in a way the rule does not say (Qwen-MoE's
+        if rule:  # fields that move the layers a rule selects in a way the rule does not say (Qwen-MoE's
             # decoder_sparse_step beside mlp_only_layers): a config.json that changes them is approximate
-            rule["rule_fixed"] = [f for f, b in builds.items()
-                                  if b.get(("n", pattern), 0) != _rule_count(rule, configs[f])]
+            rule["rule_fixed"] = [
+                f for f, b in builds.items() if b.get(("n", pattern), 0) != _rule_count(rule, configs[f])
+            ]
             rule_fields.update(rule["rule_fixed"])
-        ok = rank is not None and (bool(rule) or follows(("n", pattern), count)) and all(
-            follows(("d", pattern, a), t) for a, t in enumerate(dims))
+        ok = (
+            rank is not None
+            and (bool(rule) or follows(("n", pattern), count))
+            and all(follows(("d", pattern, a), t) for a, t in enumerate(dims))
+        )
         numel0 = q0[("n", pattern)] * math.prod(q0.get(("d", pattern, a)) or 0 for a in range(rank or 0))
         entry = {"p": pattern, "kind": info["kinds"][pattern], "n": count, "shape": dims, "numel0": numel0}
         if not ok:
@@ -345,9 +423,10 @@ def inventory(model_type: str) -> dict:
     return {
         "class": type(model0).__name__,
         "config_class": config_cls.__name__,
-        "fields": {f: [fields[f], _default(defaults, f)]
-                   for f in sorted({*used, *fixed, *rule_fields,
-                                    *(g for t in derived.values() for _, e in t for g in e)})},
+        "fields": {
+            f: [fields[f], _default(defaults, f)]
+            for f in sorted({*used, *fixed, *rule_fields, *(g for t in derived.values() for _, e in t for g in e)})
+        },
         "fixed": fixed,
         "derived": derived,
         "switches": switches,
@@ -366,8 +445,18 @@ def inventory(model_type: str) -> dict:
 def _rule_count(rule: dict, config: dict) -> int | None:
     """Occurrences a layer rule gives for a config (knowledge/inventory.py reads it the same way)."""
     from vramlens.knowledge import inventory as bundled
-    fake = {"models": {"x": {"class": "", "fields": {}, "params": [{"p": "x", "kind": "x", "n": None, "shape": [], **rule}],
-                             "layer_kinds": {}, "tied": None}}}
+
+    fake = {
+        "models": {
+            "x": {
+                "class": "",
+                "fields": {},
+                "params": [{"p": "x", "kind": "x", "n": None, "shape": [], **rule}],
+                "layer_kinds": {},
+                "tied": None,
+            }
+        }
+    }
     saved = bundled._data
     bundled._data = lambda: fake
     try:
@@ -381,12 +470,12 @@ def _switches(config_cls, d0: dict, q0: dict, used: list[str]) -> tuple[dict, li
     """Top-level booleans whose other value changes which parameters exist (attention_bias, a shared expert), and
     used sizes that may be null (DeepSeek's q_lora_rank: None → one q_proj): a config.json with the other value is
     not what the inventory measured."""
+
     def patterns(d):
         cfg, model = build(config_cls, d)
         return {(_INDEX.sub(".{i}", n), tuple(p.shape)) for n, p in model.named_parameters()}
 
-    base = {(k[1], tuple(q0.get(("d", k[1], a)) for a in range(q0[("rank", k[1])] or 0)))
-            for k in q0 if k[0] == "n"}
+    base = {(k[1], tuple(q0.get(("d", k[1], a)) for a in range(q0[("rank", k[1])] or 0))) for k in q0 if k[0] == "n"}
     switches, nullable = {}, []
     for k, v in d0.items():
         if isinstance(v, bool) and _SWITCH.search(k) and not k.startswith(("use_cache", "output_", "return_")):
@@ -465,8 +554,11 @@ def _tied(model) -> dict | None:
         return None
     out_name = next((f"{n}.weight" for n, m in model.named_modules(remove_duplicate=False) if m is out), "")
     in_name = next((f"{n}.weight" for n, m in model.named_modules(remove_duplicate=False) if m is inp), "")
-    return {"out": _INDEX.sub(".{i}", out_name or ""), "in": _INDEX.sub(".{i}", in_name or ""),
-            "is_tied": out.weight is inp.weight}
+    return {
+        "out": _INDEX.sub(".{i}", out_name or ""),
+        "in": _INDEX.sub(".{i}", in_name or ""),
+        "is_tied": out.weight is inp.weight,
+    }
 
 
 def _where(indices: set, cfg, layers: int, n: int | None = None, defaults: dict | None = None) -> dict:
@@ -525,6 +617,7 @@ def main() -> int:
     import torch
     import transformers
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
     ap = argparse.ArgumentParser()
     ap.add_argument("types", nargs="*", help="model_types to (re)build; default: every one not yet recorded")
     ap.add_argument("--again", action="store_true", help="rebuild every model_type")
@@ -535,20 +628,24 @@ def main() -> int:
     existing["torch"] = torch.__version__.split("+")[0]
     mappings = model_classes()
     ordered = sorted(CONFIG_MAPPING_NAMES, key=lambda t: next(n for n, m in enumerate([*mappings, {t: t}]) if t in m))
-    types = args.types or [t for t in ordered if class_for(t) and (
-        args.again or t not in existing["models"] and (args.skipped or t not in existing["skipped"]))]
+    types = args.types or [
+        t
+        for t in ordered
+        if class_for(t)
+        and (args.again or t not in existing["models"] and (args.skipped or t not in existing["skipped"]))
+    ]
     for t in types:
         try:
             with quiet_and_quick():
                 existing["models"][t] = inventory(t)
             existing["skipped"].pop(t, None)
-        except Exception as e:                 # the default config does not build: nothing to record
+        except Exception as e:  # the default config does not build: nothing to record
             if len(types) == 1:
                 raise
             existing["skipped"][t] = f"{type(e).__name__}: {str(e)[:160]}"
             existing["models"].pop(t, None)
         print(t, "ok" if t in existing["models"] else existing["skipped"][t], file=sys.stderr, flush=True)
-        tmp = OUT.with_suffix(".tmp")       # replaced whole: a reader never sees half a file
+        tmp = OUT.with_suffix(".tmp")  # replaced whole: a reader never sees half a file
         tmp.write_text(json.dumps(existing, separators=(",", ":"), sort_keys=True) + "\n")
         tmp.replace(OUT)
     return 0

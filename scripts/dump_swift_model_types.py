@@ -11,6 +11,7 @@ The file is read with `ast` (never imported), from a git checkout of modelscope/
 Output: {"tags": {tag: commit}, "types": {model_type: {"model_id", "hf_model_id", "lora_targets", "tag"}}}; a type
 takes the oldest tag's model id and targets (the 1.x reading) and the newest tag's `hf_model_id`.
 """
+
 from __future__ import annotations
 
 import ast
@@ -63,19 +64,23 @@ def read_registry(source: str) -> dict[str, dict]:
         model_id = resolve(node.args[1] if len(node.args) > 1 else kw.get("model_id_or_path"), {})
         lora = resolve(node.args[2] if len(node.args) > 2 else kw.get("lora_target_modules"), targets)
         hf_id = resolve(kw.get("hf_model_id"), {})
-        out[model_type] = {"model_id": model_id if isinstance(model_id, str) else None,
-                           "hf_model_id": hf_id if isinstance(hf_id, str) else None,
-                           "lora_targets": list(lora) if isinstance(lora, (list, tuple)) else None}
+        out[model_type] = {
+            "model_id": model_id if isinstance(model_id, str) else None,
+            "hf_model_id": hf_id if isinstance(hf_id, str) else None,
+            "lora_targets": list(lora) if isinstance(lora, (list, tuple)) else None,
+        }
     return out
 
 
 def main(git_dir: str, tags: list[str]) -> dict:
     result: dict = {"source": f"modelscope/ms-swift {MODEL_PY}", "tags": {}, "types": {}}
     for tag in tags:
-        commit = subprocess.run(["git", "--git-dir", git_dir, "rev-parse", tag], check=True, capture_output=True,
-                                text=True).stdout.strip()
-        source = subprocess.run(["git", "--git-dir", git_dir, "show", f"{commit}:{MODEL_PY}"], check=True,
-                                capture_output=True, text=True).stdout
+        commit = subprocess.run(
+            ["git", "--git-dir", git_dir, "rev-parse", tag], check=True, capture_output=True, text=True
+        ).stdout.strip()
+        source = subprocess.run(
+            ["git", "--git-dir", git_dir, "show", f"{commit}:{MODEL_PY}"], check=True, capture_output=True, text=True
+        ).stdout
         result["tags"][tag] = commit
         for model_type, entry in read_registry(source).items():
             have = result["types"].get(model_type)

@@ -15,6 +15,7 @@ Each YAML file is read with vramlens' bounded loader (formats/yaml_doc.py). Ever
 "line"}` (the owner is the config, whose file `configs` names); an OmegaConf interpolation (`${data.max_prompt_length}`, `${oc.select:a.b,512}`) is kept as
 `default_text` with `default` null, and resolved by the reader at run time against the launch line's values.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,21 @@ CONFIGS = ("ppo_trainer", "ppo_megatron_trainer")
 def _wheel(version: str, wheels: Path) -> Path:
     found = sorted(wheels.glob(f"verl-{version}-*.whl"))
     if not found:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                        f"verl=={version}", "-d", str(wheels)], check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                f"verl=={version}",
+                "-d",
+                str(wheels),
+            ],
+            check=True,
+            capture_output=True,
+        )
         found = sorted(wheels.glob(f"verl-{version}-*.whl"))
     if not found:
         raise SystemExit(f"verl {version}: no wheel downloaded")
@@ -69,16 +83,23 @@ def arguments(text: str, file: str, owner: str) -> list[dict]:
     out = []
     for s in settings:
         if isinstance(s.value, dict) and s.value:
-            continue                                # a section: its leaves are listed
+            continue  # a section: its leaves are listed
         if any(not isinstance(p, str) for p in s.path) or s.path[-1] == "_target_":
             continue
         value = s.value
         text_value = value if isinstance(value, str) and "${" in value else None
-        if value == "???":                          # OmegaConf's mandatory value: the user must set it
+        if value == "???":  # OmegaConf's mandatory value: the user must set it
             text_value, value = "???", None
-        out.append({"name": ".".join(s.path), "type": _type(value), "default": None if text_value else value,
-                    "default_text": text_value, "owner": owner,      # the file: `configs[owner]`
-                    "line": s.span.start_line + 1 if s.span else 0})
+        out.append(
+            {
+                "name": ".".join(s.path),
+                "type": _type(value),
+                "default": None if text_value else value,
+                "default_text": text_value,
+                "owner": owner,  # the file: `configs[owner]`
+                "line": s.span.start_line + 1 if s.span else 0,
+            }
+        )
     return out
 
 
@@ -90,16 +111,22 @@ def dump(version: str, wheels: Path) -> Path:
     with zipfile.ZipFile(whl) as z:
         names = set(z.namelist())
         for config in CONFIGS:
-            path = next((CONFIG_DIR + n for n in (f"_generated_{config}.yaml", f"{config}.yaml")
-                         if CONFIG_DIR + n in names), None)
+            path = next(
+                (CONFIG_DIR + n for n in (f"_generated_{config}.yaml", f"{config}.yaml") if CONFIG_DIR + n in names),
+                None,
+            )
             if path is None:
                 continue
             files[config] = path
             args += arguments(z.read(path).decode("utf-8"), path, config)
     args.sort(key=lambda a: (a["owner"], a["name"]))
-    record = {"framework": "verl", "version": version,
-              "source": [{"file": whl.name, "sha256": digest}],
-              "configs": files, "arguments": args}
+    record = {
+        "framework": "verl",
+        "version": version,
+        "source": [{"file": whl.name, "sha256": digest}],
+        "configs": files,
+        "arguments": args,
+    }
     OUT.mkdir(parents=True, exist_ok=True)
     target = OUT / f"{version}.json"
     # one argument a line: small, and a new version's dump diffs line by line against the last

@@ -1,7 +1,8 @@
 """Write each rule's documentation page into rules/docs/ from the rule modules (run after changing a rule):
 
-    python scripts/rule_docs.py
+python scripts/rule_docs.py
 """
+
 from vramlens.rules.docs import write_pages
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
   (`fake_hub.py`).
 - This folder on `sys.path` (pytest's default import mode), so tests can import `shared_data`.
 """
+
 from __future__ import annotations
 
 import os

@@ -12,6 +12,7 @@ Hostile answers, for the bounds on a lookup: `Huge(size)` serves a config.json o
 Content-Length), `Drip(interval)` one byte every `interval` seconds, in the body or in the headers.
 `/api/agent-harnesses` answers as the Hub does (huggingface_hub >= 2.4 asks for it); any other path gets 404.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -44,8 +45,10 @@ class Drip:
     length: int = 10_000
 
 
-_HUGE_HEAD = b'{"model_type": "llama", "hidden_size": 1024, "num_attention_heads": 16, "num_hidden_layers": 12, ' \
-             b'"intermediate_size": 2816, "vocab_size": 32000, "pad": "'
+_HUGE_HEAD = (
+    b'{"model_type": "llama", "hidden_size": 1024, "num_attention_heads": 16, "num_hidden_layers": 12, '
+    b'"intermediate_size": 2816, "vocab_size": 32000, "pad": "'
+)
 
 
 class FakeHub:
@@ -58,7 +61,7 @@ class FakeHub:
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):      # quiet
+            def log_message(self, *args):  # quiet
                 pass
 
             def do_HEAD(self):
@@ -70,7 +73,7 @@ class FakeHub:
             def _answer(self, body: bool):
                 hub.requests.append((self.command, self.path))
                 path = self.path.split("?", 1)[0].lstrip("/")
-                if path == "api/agent-harnesses":          # what huggingface_hub >= 2.4 asks for its User-Agent
+                if path == "api/agent-harnesses":  # what huggingface_hub >= 2.4 asks for its User-Agent
                     return self._json(200, {"standardEnvVars": ["AI_AGENT"], "harnesses": {}}, body)
                 repo, sep, rest = path.partition("/resolve/")
                 if not sep:
@@ -102,8 +105,9 @@ class FakeHub:
                     return self._error(404, "EntryNotFound")
                 try:
                     if isinstance(entry, Drip) and entry.where == "headers":
-                        self.wfile.write(b"HTTP/1.0 200 OK\r\nX-Repo-Commit: " + COMMIT.encode() +
-                                         b'\r\nETag: "hostile"\r\nX-Pad: ')
+                        self.wfile.write(
+                            b"HTTP/1.0 200 OK\r\nX-Repo-Commit: " + COMMIT.encode() + b'\r\nETag: "hostile"\r\nX-Pad: '
+                        )
                         while not hub.closing.wait(entry.interval):
                             self.wfile.write(b"a")
                         return
@@ -127,7 +131,7 @@ class FakeHub:
                         self.wfile.write(chunk[:left])
                         left -= len(chunk)
                     self.wfile.write(b'"}')
-                except OSError:          # the client hung up: what a bounded client does
+                except OSError:  # the client hung up: what a bounded client does
                     hub.hung_up.append(self.path)
 
             def _json(self, status: int, value: Any, body: bool):
@@ -168,18 +172,50 @@ class FakeHub:
 
 # config.json of real models, as published on the Hub (shapes only: keys the estimate reads)
 QWEN2_VL_7B = {
-    "architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl", "hidden_size": 3584,
-    "intermediate_size": 18944, "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
-    "vocab_size": 152064, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "max_position_embeddings": 32768,
-    "vision_config": {"depth": 32, "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16, "in_channels": 3,
-                      "hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2},
+    "architectures": ["Qwen2VLForConditionalGeneration"],
+    "model_type": "qwen2_vl",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_attention_heads": 28,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "vocab_size": 152064,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "max_position_embeddings": 32768,
+    "vision_config": {
+        "depth": 32,
+        "embed_dim": 1280,
+        "mlp_ratio": 4,
+        "num_heads": 16,
+        "in_channels": 3,
+        "hidden_size": 3584,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+    },
 }
-ZEPHYR_7B = {   # a fine-tune of Mistral-7B-v0.1 (alignment-handbook/zephyr-7b-sft-full)
-    "architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096,
-    "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
-    "vocab_size": 32000, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "max_position_embeddings": 32768,
+ZEPHYR_7B = {  # a fine-tune of Mistral-7B-v0.1 (alignment-handbook/zephyr-7b-sft-full)
+    "architectures": ["MistralForCausalLM"],
+    "model_type": "mistral",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 32000,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "max_position_embeddings": 32768,
 }
 MAMBA_2_8B = {  # state-spaces/mamba-2.8b-hf: no attention at all
-    "architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 2560, "num_hidden_layers": 64,
-    "vocab_size": 50280, "state_size": 16, "expand": 2, "conv_kernel": 4, "tie_word_embeddings": True,
+    "architectures": ["MambaForCausalLM"],
+    "model_type": "mamba",
+    "hidden_size": 2560,
+    "num_hidden_layers": 64,
+    "vocab_size": 50280,
+    "state_size": 16,
+    "expand": 2,
+    "conv_kernel": 4,
+    "tie_word_embeddings": True,
 }

@@ -1,5 +1,6 @@
 """Where the shared data beside the repository is (`../shared`: the config corpus, measured results) and how a
 test that needs it skips, with the reason, in a plain clone that does not have it."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,6 @@
 """The project's own modules are imported plainly: an import of `vramlens.…` inside a `try` whose handler catches
 ImportError (or everything) would turn a broken module into fixes or diagnostics that silently vanish."""
+
 from __future__ import annotations
 
 import ast

@@ -5,6 +5,7 @@ a parse error or an unknown model or GPU is a finding (VL016 / VL017) on the doc
 and anything unexpected becomes a finding too, with its traceback in the log. Fixes are computed lazily
 (`Finding.fixes`), since each needs another estimate and diagnostics on a keystroke do not pay for them.
 """
+
 from __future__ import annotations
 
 import logging
@@ -69,10 +70,11 @@ def analyze(text: str, path: str | Path, settings: Settings | None = None) -> An
         if documents is not None:
             return _analyze_documents(documents, text, path, settings)
         return _analyze(text, path, settings)
-    except Exception as exc:      # a bug, not bad input: report it on the document and keep the server alive
+    except Exception as exc:  # a bug, not bad input: report it on the document and keep the server alive
         log.exception("analysis of %s failed", path)
-        return Analysis(path=path, findings=[_internal_error(text, path, exc)],
-                        error=f"internal error: {type(exc).__name__}: {exc}")
+        return Analysis(
+            path=path, findings=[_internal_error(text, path, exc)], error=f"internal error: {type(exc).__name__}: {exc}"
+        )
 
 
 def _analyze(text: str, path: str, settings: Settings) -> Analysis:
@@ -83,9 +85,14 @@ def _analyze(text: str, path: str, settings: Settings) -> Analysis:
     result.timings_ms["parse"] = (t1 - t0) * 1000
     plan = parsed.plan
     result.plan = plan
-    ctx = RuleContext(text=text, path=path, plan=plan,
-                      parse_issues=list(parsed.issues) + (list(plan.issues) if plan is not None else []),
-                      headroom=settings.headroom, framework_versions=dict(settings.framework_versions))
+    ctx = RuleContext(
+        text=text,
+        path=path,
+        plan=plan,
+        parse_issues=list(parsed.issues) + (list(plan.issues) if plan is not None else []),
+        headroom=settings.headroom,
+        framework_versions=dict(settings.framework_versions),
+    )
     if plan is None:
         result.error = parsed.issues[0].message if parsed.issues else None
         result.findings = run_rules(ctx, settings.severity)
@@ -142,25 +149,36 @@ def _analyze_documents(documents: Documents, text: str, path: str, settings: Set
     The analysis shown for the file (plan, estimate) is the first document's that has an estimate. Documents past
     the budgets of formats.yaml_doc are not analysed: a VL021 at the first of them says how many and why."""
     results = [_analyze(view, path, settings) for view in documents.views]
-    primary = next((r for r in results if r.estimate is not None), None) \
-        or next((r for r in results if r.plan is not None), results[0])
-    out = Analysis(path=path, plan=primary.plan, resolution=primary.resolution, estimate=primary.estimate,
-                   error=primary.error, timings_ms=dict(primary.timings_ms))
+    primary = next((r for r in results if r.estimate is not None), None) or next(
+        (r for r in results if r.plan is not None), results[0]
+    )
+    out = Analysis(
+        path=path,
+        plan=primary.plan,
+        resolution=primary.resolution,
+        estimate=primary.estimate,
+        error=primary.error,
+        timings_ms=dict(primary.timings_ms),
+    )
     seen = set()
     for r in results:
         for f in r.findings:
             key = (f.rule_id, f.span.start_line, f.span.start_col, f.message)
-            if key not in seen:               # a file-wide finding (a directive's) comes once, not per document
+            if key not in seen:  # a file-wide finding (a directive's) comes once, not per document
                 seen.add(key)
                 out.findings.append(f)
-    if documents.skipped and documents.skipped_span is not None:       # set together (split_documents)
+    if documents.skipped and documents.skipped_span is not None:  # set together (split_documents)
         skipped = documents.skipped_span.model_copy(update={"file": path})
-        issue = ParseIssue(kind=IssueKind.NOT_READ, message=documents.skipped_message(), severity=Severity.INFO,
-                           span=skipped)
+        issue = ParseIssue(
+            kind=IssueKind.NOT_READ, message=documents.skipped_message(), severity=Severity.INFO, span=skipped
+        )
         # through the rules, over the whole text, so the user's severity setting and suppressions apply
         ctx = RuleContext(text=text, path=path, parse_issues=[issue])
-        out.findings += [f for f in run_rules(ctx, settings.severity)
-                         if f.rule_id == "VL021" and f.span.start_line == skipped.start_line]
+        out.findings += [
+            f
+            for f in run_rules(ctx, settings.severity)
+            if f.rule_id == "VL021" and f.span.start_line == skipped.start_line
+        ]
     out.documents = results
     return out
 
@@ -168,16 +186,26 @@ def _analyze_documents(documents: Documents, text: str, path: str, settings: Set
 def too_large(path: str | Path, size: int) -> Analysis:
     """The analysis of a document past MAX_DOCUMENT_CHARS: one VL016 saying so, nothing read."""
     path = str(path)
-    message = (f"file is too large to analyse ({size / 1e6:.1f} MB; vramlens reads documents up to "
-               f"{MAX_DOCUMENT_CHARS / 1e6:g} MB), so it is not read and its edits are not analysed")
-    finding = Finding(rule_id="VL016", severity="error", name="unreadable-config",
-                      span=RuleContext(text="", path=path).first_line(), message=message)
+    message = (
+        f"file is too large to analyse ({size / 1e6:.1f} MB; vramlens reads documents up to "
+        f"{MAX_DOCUMENT_CHARS / 1e6:g} MB), so it is not read and its edits are not analysed"
+    )
+    finding = Finding(
+        rule_id="VL016",
+        severity="error",
+        name="unreadable-config",
+        span=RuleContext(text="", path=path).first_line(),
+        message=message,
+    )
     return Analysis(path=path, findings=[finding], error=message)
 
 
 def _internal_error(text: str, path: str, exc: Exception) -> Finding:
     ctx = RuleContext(text=text, path=path)
-    return Finding(rule_id="VL016", severity="error", name="unreadable-config", span=ctx.first_line(),
-                   message=f"vramlens could not analyse this file (internal error: {type(exc).__name__}: {exc}); "
-                           f"please report it")
-
+    return Finding(
+        rule_id="VL016",
+        severity="error",
+        name="unreadable-config",
+        span=ctx.first_line(),
+        message=f"vramlens could not analyse this file (internal error: {type(exc).__name__}: {exc}); please report it",
+    )

@@ -25,6 +25,7 @@ Where: `$VRAMLENS_CALIBRATION` (a path), else `~/.cache/vramlens/calibration.jso
 honoured when absolute and outside the current directory: a repository cannot ship its own calibration).
 Off: `VRAMLENS_CALIBRATION=off`, or `configure(enabled=False)` (the editor setting).
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -44,20 +45,44 @@ if TYPE_CHECKING:
 ENV = "VRAMLENS_CALIBRATION"
 OFF_VALUES = {"off", "0", "false", "no", "none", "disabled"}
 RATIO_BOUNDS = (0.8, 1.25)
-MAX_DISTANCE = 3.0           # records further than this (see `distance`) are not "matching"
-MAX_RECORDS = 5000           # read at most the last N lines
+MAX_DISTANCE = 3.0  # records further than this (see `distance`) are not "matching"
+MAX_RECORDS = 5000  # read at most the last N lines
 
 _setting: dict[str, Any] = {"enabled": None, "path": None}
 
 # settings that change the allocated peak; differing ones add to the distance with these weights
 _CATEGORICAL = {
-    "precision": 2.0, "peft": 2.0, "quant": 2.0, "grad_checkpointing": 2.0, "optimizer": 1.5,
-    "optimizer_impl": 1.0, "master_weights": 2.0, "set_to_none": 1.0, "attn_impl": 1.0, "repeat_kv": 0.5,
-    "loss_impl": 1.5, "keep_logits": 0.5, "lora_targets": 1.0, "modules_to_save": 1.0, "adapter_fp32": 1.0,
-    "kbit_upcast": 0.5, "packing": 0.5, "strategy": 2.0, "zero_stage": 2.0, "offload": 2.0,
-    "activation_offload": 2.0, "compile": 1.0, "optimizer_in_bwd": 2.0, "tensor_parallel": 2.0,
-    "context_parallel": 2.0, "framework": 1.0, "fused_qkv": 2.0, "quant_lm_head": 1.0, "quant_keeps_input": 2.0,
-    "quant_dequant_fp16": 0.5, "lora_dropout": 1.0,
+    "precision": 2.0,
+    "peft": 2.0,
+    "quant": 2.0,
+    "grad_checkpointing": 2.0,
+    "optimizer": 1.5,
+    "optimizer_impl": 1.0,
+    "master_weights": 2.0,
+    "set_to_none": 1.0,
+    "attn_impl": 1.0,
+    "repeat_kv": 0.5,
+    "loss_impl": 1.5,
+    "keep_logits": 0.5,
+    "lora_targets": 1.0,
+    "modules_to_save": 1.0,
+    "adapter_fp32": 1.0,
+    "kbit_upcast": 0.5,
+    "packing": 0.5,
+    "strategy": 2.0,
+    "zero_stage": 2.0,
+    "offload": 2.0,
+    "activation_offload": 2.0,
+    "compile": 1.0,
+    "optimizer_in_bwd": 2.0,
+    "tensor_parallel": 2.0,
+    "context_parallel": 2.0,
+    "framework": 1.0,
+    "fused_qkv": 2.0,
+    "quant_lm_head": 1.0,
+    "quant_keeps_input": 2.0,
+    "quant_dequant_fp16": 0.5,
+    "lora_dropout": 1.0,
 }
 _NUMERIC = {"micro_batch": 0.5, "seq_len": 0.5, "grad_accum": 0.25, "lora_r": 0.25, "world_size": 1.0}
 
@@ -86,21 +111,40 @@ def features(rp: ResolvedPlan) -> dict[str, Any]:
     """The settings of a plan that shape its allocated peak (the GPU and headroom do not)."""
     return {
         "precision": f"{rp.weight_dtype}/{rp.compute_dtype}/{'amp' if rp.amp else 'pure'}",
-        "peft": rp.peft, "lora_r": rp.lora_r, "lora_targets": ",".join(sorted(rp.lora_targets)),
-        "modules_to_save": ",".join(sorted(rp.modules_to_save)), "adapter_fp32": rp.adapter_fp32,
+        "peft": rp.peft,
+        "lora_r": rp.lora_r,
+        "lora_targets": ",".join(sorted(rp.lora_targets)),
+        "modules_to_save": ",".join(sorted(rp.modules_to_save)),
+        "adapter_fp32": rp.adapter_fp32,
         "kbit_upcast": rp.kbit_upcast,
         "quant": f"{rp.quant_bits or 0}/{rp.quant_type}/{int(rp.quant_double)}" if rp.quant_bits else "none",
-        "optimizer": rp.optimizer.name, "optimizer_impl": rp.optimizer_impl, "master_weights": rp.master_weights,
-        "set_to_none": rp.set_to_none, "optimizer_in_bwd": rp.optimizer_in_bwd,
-        "grad_checkpointing": rp.grad_checkpointing, "activation_offload": rp.activation_offload,
-        "attn_impl": rp.attn_impl, "repeat_kv": rp.repeat_kv, "loss_impl": rp.loss_impl,
-        "keep_logits": rp.keep_logits, "packing": rp.packing, "compile": rp.compile,
-        "micro_batch": rp.micro_batch, "seq_len": rp.seq_len, "grad_accum": rp.grad_accum,
-        "strategy": rp.strategy, "zero_stage": rp.zero_stage, "world_size": rp.world_size,
+        "optimizer": rp.optimizer.name,
+        "optimizer_impl": rp.optimizer_impl,
+        "master_weights": rp.master_weights,
+        "set_to_none": rp.set_to_none,
+        "optimizer_in_bwd": rp.optimizer_in_bwd,
+        "grad_checkpointing": rp.grad_checkpointing,
+        "activation_offload": rp.activation_offload,
+        "attn_impl": rp.attn_impl,
+        "repeat_kv": rp.repeat_kv,
+        "loss_impl": rp.loss_impl,
+        "keep_logits": rp.keep_logits,
+        "packing": rp.packing,
+        "compile": rp.compile,
+        "micro_batch": rp.micro_batch,
+        "seq_len": rp.seq_len,
+        "grad_accum": rp.grad_accum,
+        "strategy": rp.strategy,
+        "zero_stage": rp.zero_stage,
+        "world_size": rp.world_size,
         "offload": f"{int(rp.offload_optimizer)}{int(rp.offload_params)}",
-        "tensor_parallel": rp.tensor_parallel, "context_parallel": rp.context_parallel,
-        "framework": rp.framework, "fused_qkv": rp.fused_qkv, "quant_lm_head": rp.quant_lm_head,
-        "quant_keeps_input": rp.quant_keeps_input, "quant_dequant_fp16": rp.quant_dequant_fp16,
+        "tensor_parallel": rp.tensor_parallel,
+        "context_parallel": rp.context_parallel,
+        "framework": rp.framework,
+        "fused_qkv": rp.fused_qkv,
+        "quant_lm_head": rp.quant_lm_head,
+        "quant_keeps_input": rp.quant_keeps_input,
+        "quant_dequant_fp16": rp.quant_dequant_fp16,
         "lora_dropout": rp.lora_dropout > 0,
     }
 
@@ -123,8 +167,16 @@ def settings_hash(rp: ResolvedPlan) -> str:
     return _hash(features(rp))
 
 
-def record(rp: ResolvedPlan, *, source: str, estimated_allocated: int, measured_allocated: int,
-           gpu: str | None = None, extra: dict | None = None, path: Path | None = None) -> dict | None:
+def record(
+    rp: ResolvedPlan,
+    *,
+    source: str,
+    estimated_allocated: int,
+    measured_allocated: int,
+    gpu: str | None = None,
+    extra: dict | None = None,
+    path: Path | None = None,
+) -> dict | None:
     """Append one measurement; returns the record (None when calibration is off, or for a trace whose `extra`
     does not say `"exact": True`: only a step that ran whole on the real libraries measures what the formulas
     estimate)."""
@@ -134,10 +186,16 @@ def record(rp: ResolvedPlan, *, source: str, estimated_allocated: int, measured_
     if source == "trace" and (extra or {}).get("exact") is not True:
         return None
     rec = {
-        "arch": rp.arch.id, "arch_hash": arch_hash(rp), "settings_hash": settings_hash(rp),
-        "settings": features(rp), "source": source, "estimated_allocated": int(estimated_allocated),
-        "measured_allocated": int(measured_allocated), "gpu": gpu,
-        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "vramlens": __version__,
+        "arch": rp.arch.id,
+        "arch_hash": arch_hash(rp),
+        "settings_hash": settings_hash(rp),
+        "settings": features(rp),
+        "source": source,
+        "estimated_allocated": int(estimated_allocated),
+        "measured_allocated": int(measured_allocated),
+        "gpu": gpu,
+        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "vramlens": __version__,
         "estimator": _revision(),
     }
     if extra:
@@ -235,7 +293,7 @@ def nearest(rp: ResolvedPlan, path: Path | None = None) -> tuple[dict, float] | 
     best: tuple[dict, float] | None = None
     for rec in records(path):
         if rec.get("arch_hash") != ah or not applies(rec):
-            continue                  # another model, an inexact trace, or a ratio to other formulas
+            continue  # another model, an inexact trace, or a ratio to other formulas
         dist = 0.0 if rec.get("settings_hash") == sh else distance(feats, rec.get("settings") or {})
         if dist <= MAX_DISTANCE and (best is None or dist <= best[1]):
             best = (rec, dist)
@@ -253,8 +311,7 @@ def calibrate(res: "Resolution") -> "Resolution":
         return res
     if applied is None or abs(applied.factor - 1.0) <= 1e-3:
         return res
-    return dataclasses.replace(res, resolved=res.resolved.with_changes(correction=applied.factor,
-                                                                       calibration=applied))
+    return dataclasses.replace(res, resolved=res.resolved.with_changes(correction=applied.factor, calibration=applied))
 
 
 def applied_for(rp: ResolvedPlan, path: Path | None = None) -> Calibration | None:
@@ -265,8 +322,7 @@ def applied_for(rp: ResolvedPlan, path: Path | None = None) -> Calibration | Non
     if found is None:
         return None
     rec = found[0]
-    return Calibration(factor=factor(rec), source=str(rec.get("source")), recorded=rec.get("time"),
-                       key=record_key(rec))
+    return Calibration(factor=factor(rec), source=str(rec.get("source")), recorded=rec.get("time"), key=record_key(rec))
 
 
 def correction_for(rp: ResolvedPlan, path: Path | None = None) -> float | None:
@@ -278,9 +334,18 @@ def correction_for(rp: ResolvedPlan, path: Path | None = None) -> float | None:
 def listing(path: Path | None = None) -> list[dict]:
     """Every record in the file, oldest first, as `vramlens calibration list` shows them: model, key, factor,
     source, date and why it does not apply (None when it does)."""
-    return [{"model": rec.get("arch"), "key": record_key(rec), "factor": round(factor(rec), 4),
-             "ratio": round(rec["measured_allocated"] / rec["estimated_allocated"], 4), "source": rec.get("source"),
-             "recorded": rec.get("time"), "ignored": why_not(rec)} for rec in records(path)]
+    return [
+        {
+            "model": rec.get("arch"),
+            "key": record_key(rec),
+            "factor": round(factor(rec), 4),
+            "ratio": round(rec["measured_allocated"] / rec["estimated_allocated"], 4),
+            "source": rec.get("source"),
+            "recorded": rec.get("time"),
+            "ignored": why_not(rec),
+        }
+        for rec in records(path)
+    ]
 
 
 def clear(*, keys: tuple[str, ...] = (), model: str | None = None, path: Path | None = None) -> int:
@@ -299,7 +364,7 @@ def clear(*, keys: tuple[str, ...] = (), model: str | None = None, path: Path | 
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
-            return not keys and model is None          # a damaged line goes only with everything
+            return not keys and model is None  # a damaged line goes only with everything
         if not isinstance(rec, dict):
             return not keys and model is None
         if not keys and model is None:

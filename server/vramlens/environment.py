@@ -13,6 +13,7 @@ In order (the first that names a package wins):
    the same files);
 4. else the newest release this knowledge was checked against (`knowledge.versions.NEWEST`).
 """
+
 from __future__ import annotations
 
 import glob
@@ -34,9 +35,9 @@ log = logging.getLogger(__name__)
 PACKAGES = tuple(NEWEST)
 # training frameworks whose pins choose the argument schemas their configs are read against (frameworks.recognise)
 FRAMEWORK_PACKAGES = ("axolotl", "llamafactory", "ms-swift", "torchtune", "torchtitan", "openrlhf", "verl")
-MAX_PIN_FILE = 4 * 2**20                 # a lock file of a large project is ~1–3 MB
+MAX_PIN_FILE = 4 * 2**20  # a lock file of a large project is ~1–3 MB
 MAX_METADATA = 2**20
-CONDA_NAMES = {"pytorch": "torch"}       # conda-forge / pytorch channel names of the same distributions
+CONDA_NAMES = {"pytorch": "torch"}  # conda-forge / pytorch channel names of the same distributions
 LOCKS = ("uv.lock", "poetry.lock")
 ENVIRONMENT_FILES = ("environment.yml", "environment.yaml")
 
@@ -44,7 +45,7 @@ ENVIRONMENT_FILES = ("environment.yml", "environment.yaml")
 @dataclass(frozen=True, slots=True)
 class Found:
     version: str
-    source: str          # where it came from, for the assumptions
+    source: str  # where it came from, for the assumptions
 
 
 def canonical(name: str) -> str:
@@ -54,8 +55,10 @@ def canonical(name: str) -> str:
 
 
 # Adjacent parts match disjoint characters (one `\s*` around the extras), so a long line is matched in linear time.
-_REQ = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\]\s*)?"
-                  r"===?\s*([0-9][A-Za-z0-9.+!_-]*)\s*(?:[;#].*)?$")
+_REQ = re.compile(
+    r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\]\s*)?"
+    r"===?\s*([0-9][A-Za-z0-9.+!_-]*)\s*(?:[;#].*)?$"
+)
 
 
 def exact_pin(requirement: str) -> tuple[str, str] | None:
@@ -69,7 +72,7 @@ def exact_pin(requirement: str) -> tuple[str, str] | None:
 def _read(path: Path, roots: list[Path]) -> str | None:
     try:
         return read_text_checked(path, MAX_PIN_FILE, roots=roots)
-    except (OSError, ValueError) as exc:       # ValueError: a NUL byte in the name
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
         log.warning("pins in %s ignored: not read: %s", path, exc)
         return None
 
@@ -120,7 +123,7 @@ def _pyproject_pins(text: str, where: str = "pyproject.toml") -> dict[str, str]:
     project = _table(data, "project")
     reqs = _strings(project.get("dependencies"))
     for group in [*_table(project, "optional-dependencies").values(), *_table(data, "dependency-groups").values()]:
-        reqs += _strings(group)           # a PEP 735 `{include-group = …}` entry is not a requirement
+        reqs += _strings(group)  # a PEP 735 `{include-group = …}` entry is not a requirement
     out = _requirements_pins("\n".join(reqs))
     for name, spec in _table(_table(_table(data, "tool"), "poetry"), "dependencies").items():
         version = spec.get("version") if isinstance(spec, dict) else spec
@@ -133,7 +136,7 @@ def _environment_pins(text: str) -> dict[str, str]:
     from vramlens.formats.yaml_doc import YamlError, load_value
 
     try:
-        data = load_value(text)          # bounded: an alias bomb under `- pip:` stops at the loader's budget
+        data = load_value(text)  # bounded: an alias bomb under `- pip:` stops at the loader's budget
     except YamlError as exc:
         log.warning("pins in environment.yml ignored: %s", exc)
         return {}
@@ -176,7 +179,7 @@ def workspace_pins(folder: Path | None) -> dict[str, Found]:
 def _pins(folder: Path, stamp: tuple) -> tuple[tuple[str, Found], ...]:
     out: dict[str, Found] = {}
     try:
-        roots = [folder.resolve()]       # a pin file (or a link) leading out of the folder is not read
+        roots = [folder.resolve()]  # a pin file (or a link) leading out of the folder is not read
     except (OSError, RuntimeError):
         return ()
     for name, _, _ in stamp:
@@ -203,10 +206,15 @@ def site_packages(python: str) -> list[Path]:
     exe = shutil.which(python) if os.sep not in python else os.path.expanduser(python)
     if not exe:
         return []
-    prefix = Path(os.path.abspath(exe)).parent.parent        # …/bin/python → the environment's prefix
+    prefix = Path(os.path.abspath(exe)).parent.parent  # …/bin/python → the environment's prefix
     found = []
-    for pattern in ("lib/python3*/site-packages", "lib/python3*/dist-packages", "lib/python3/dist-packages",
-                    "local/lib/python3*/dist-packages", "Lib/site-packages"):
+    for pattern in (
+        "lib/python3*/site-packages",
+        "lib/python3*/dist-packages",
+        "lib/python3/dist-packages",
+        "local/lib/python3*/dist-packages",
+        "Lib/site-packages",
+    ):
         found += [Path(p) for p in sorted(glob.glob(str(prefix / pattern)))]
     return found
 
@@ -216,7 +224,7 @@ def _metadata_version(text: str) -> str | None:
         if line.startswith("Version:"):
             return line.split(":", 1)[1].strip() or None
         if not line.strip():
-            break                                            # headers end at the first blank line
+            break  # headers end at the first blank line
     return None
 
 
@@ -235,7 +243,7 @@ def installed(python: str | None) -> dict[str, Found]:
             if name in out:
                 continue
             for info in sorted(folder.glob("*.dist-info")):
-                dist = info.name[:-len(".dist-info")].rsplit("-", 1)[0]
+                dist = info.name[: -len(".dist-info")].rsplit("-", 1)[0]
                 if canonical(dist) != name:
                     continue
                 try:

@@ -5,6 +5,7 @@ text compares alternatives ("each +1 ≈ +2.3 GiB", "8-bit AdamW: 15.0 GiB"), th
 re-estimated by changing one field of the resolved plan and calling the estimator again, so every
 figure shown comes from the same model as the diagnostic.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 MODEL = "model_id"
 # Concepts whose hover is the whole budget.
 BUDGET_CONCEPTS = {MODEL}
-BAR_WIDTH = 20          # characters of the bars in the budget table
+BAR_WIDTH = 20  # characters of the bars in the budget table
 
 
 def gib(n: float) -> str:
@@ -109,10 +110,17 @@ def _same_file(span: Span, path: str) -> bool:
 
 def entries_in(plan: TrainingPlan, path: str) -> list[tuple[str, Span]]:
     """(concept, span) of every concept set in this document, in document order."""
-    out = [(name, s.span) for name, s in plan.settings().items()
-           if s.origin == Origin.FILE and s.span is not None and _same_file(s.span, path)]
-    if plan.model_id is not None and not any(n == MODEL for n, _ in out) and plan.model_span_hint is not None \
-            and _same_file(plan.model_span_hint, path):
+    out = [
+        (name, s.span)
+        for name, s in plan.settings().items()
+        if s.origin == Origin.FILE and s.span is not None and _same_file(s.span, path)
+    ]
+    if (
+        plan.model_id is not None
+        and not any(n == MODEL for n, _ in out)
+        and plan.model_span_hint is not None
+        and _same_file(plan.model_span_hint, path)
+    ):
         out.append((MODEL, plan.model_span_hint))
     return sorted(out, key=lambda item: (item[1].start_line, item[1].start_col))
 
@@ -144,7 +152,7 @@ class Context:
         """The estimate with some resolved fields changed (None when the change is not valid)."""
         try:
             return _estimate(self.rp.with_changes(**changes), limits=False)
-        except Exception:    # a what-if must never break a hover
+        except Exception:  # a what-if must never break a hover
             return None
 
     def delta(self, **changes: Any) -> int | None:
@@ -183,8 +191,10 @@ def _verdict(ctx: Context) -> str:
 
 
 def _peak_line(ctx: Context) -> str:
-    line = (f"Peak {peak_mark(ctx.est)}{gib(ctx.est.device_bytes)} GiB of {usable_text(ctx.rp.gpu.usable_gib)} GiB usable on "
-            f"{gpu_label(ctx.rp)} — {_verdict(ctx)}")
+    line = (
+        f"Peak {peak_mark(ctx.est)}{gib(ctx.est.device_bytes)} GiB of {usable_text(ctx.rp.gpu.usable_gib)} GiB usable on "
+        f"{gpu_label(ctx.rp)} — {_verdict(ctx)}"
+    )
     if ctx.gpu_assumed:
         line += f"\n\n**{ctx.rp.gpu.name} is assumed**: {gpu_assumption(ctx.sources, escape=markup.text)}."
     if ctx.exact_gib is not None:
@@ -214,16 +224,20 @@ def _compare(ctx: Context, rows: list[tuple[str, Estimate | None]], component: s
 def _micro_batch(ctx: Context) -> list[str]:
     b = ctx.rp.micro_batch
     step = ctx.delta(micro_batch=b + 1)
-    out = [f"{figures(ctx, 'activations', 'logits')} at {b} sample{'s' if b != 1 else ''} per GPU"
-           + (f"; each +1 ≈ {signed_gib(step)} GiB" if step is not None else "")]
+    out = [
+        f"{figures(ctx, 'activations', 'logits')} at {b} sample{'s' if b != 1 else ''} per GPU"
+        + (f"; each +1 ≈ {signed_gib(step)} GiB" if step is not None else "")
+    ]
     m = ctx.est.max_micro_batch
     if m is None:
         out.append(f"even 1 sample does not fit on {gpu_label(ctx.rp)} at sequence length {ctx.rp.seq_len}")
     else:
         out.append(f"largest that fits on {ctx.rp.gpu.name}: **{m}**")
     ga = ctx.rp.grad_accum
-    out.append(f"samples per optimizer step: {b} × {ga} accumulation × {ctx.rp.world_size} GPU"
-               f"{'s' if ctx.rp.world_size != 1 else ''} = {b * ga * ctx.rp.world_size}")
+    out.append(
+        f"samples per optimizer step: {b} × {ga} accumulation × {ctx.rp.world_size} GPU"
+        f"{'s' if ctx.rp.world_size != 1 else ''} = {b * ga * ctx.rp.world_size}"
+    )
     return out
 
 
@@ -244,8 +258,11 @@ def _seq_len(ctx: Context) -> list[str]:
     if d is not None:
         out.append(f"each +1k tokens ≈ {signed_gib(d)} GiB (≈ {d / 1024 / 2**20:.2f} MiB per token)")
     m = ctx.est.max_seq_len
-    out.append(f"longest that fits at this batch: **{m}**" if m else
-               f"not even the shortest sequences fit at micro batch {ctx.rp.micro_batch}")
+    out.append(
+        f"longest that fits at this batch: **{m}**"
+        if m
+        else f"not even the shortest sequences fit at micro batch {ctx.rp.micro_batch}"
+    )
     if ctx.rp.attn_impl == "eager":
         out.append("eager attention stores s² scores per head: cost grows quadratically")
     return out
@@ -272,23 +289,34 @@ def _grad_checkpointing(ctx: Context) -> list[str]:
 
 def _optimizer(ctx: Context) -> list[str]:
     opt = ctx.rp.optimizer
-    out = [f"{markup.code(opt.name)}: optimizer state {gib(ctx.component('optimizer'))} GiB"
-           + (f" + step temporaries {gib(ctx.component('temporaries'))} GiB" if ctx.component('temporaries') else "")]
+    out = [
+        f"{markup.code(opt.name)}: optimizer state {gib(ctx.component('optimizer'))} GiB"
+        + (f" + step temporaries {gib(ctx.component('temporaries'))} GiB" if ctx.component("temporaries") else "")
+    ]
     rows: list[tuple[str, Estimate | None]] = [(f"{markup.text(opt.name)} (now)", ctx.est)]
     for name in ("adamw_torch_fused", "adamw_8bit", "paged_adamw_8bit", "adafactor"):
         if name == opt.name:
             continue
         spec = optimizers.lookup_optimizer(name)
         if spec is not None:
-            rows.append((name, ctx.peak(optimizer=spec, optimizer_impl="fused" if spec.default_impl == "fused" else
-                                        ctx.rp.optimizer_impl)))
+            rows.append(
+                (
+                    name,
+                    ctx.peak(
+                        optimizer=spec,
+                        optimizer_impl="fused" if spec.default_impl == "fused" else ctx.rp.optimizer_impl,
+                    ),
+                )
+            )
     out += _compare(ctx, rows, "optimizer")
     return out
 
 
 def _optimizer_impl(ctx: Context) -> list[str]:
-    rows = [(f"{impl}{' (now)' if impl == ctx.rp.optimizer_impl else ''}", ctx.peak(optimizer_impl=impl))
-            for impl in ("foreach", "fused", "forloop")]
+    rows = [
+        (f"{impl}{' (now)' if impl == ctx.rp.optimizer_impl else ''}", ctx.peak(optimizer_impl=impl))
+        for impl in ("foreach", "fused", "forloop")
+    ]
     return ["the optimizer step's temporaries depend on the implementation"] + _compare(ctx, rows, "temporaries")
 
 
@@ -297,14 +325,18 @@ def _dtype(ctx: Context) -> list[str]:
     for d in ("fp32", "bf16", "fp16"):
         est = ctx.peak(weight_dtype=d, compute_dtype=d if d != "fp32" or not ctx.rp.amp else ctx.rp.compute_dtype)
         rows.append((f"{d}{' (now)' if d == ctx.rp.weight_dtype else ''}", est))
-    out = [f"weights stored in {ctx.rp.weight_dtype}, computed in {_compute(ctx)}"
-           + (" (autocast over fp32 weights)" if ctx.rp.amp else "")]
+    out = [
+        f"weights stored in {ctx.rp.weight_dtype}, computed in {_compute(ctx)}"
+        + (" (autocast over fp32 weights)" if ctx.rp.amp else "")
+    ]
     return out + _bf16_note(ctx) + _compare(ctx, rows, "weights")
 
 
 def _amp_dtype(ctx: Context) -> list[str]:
-    out = [f"compute dtype: {_compute(ctx)}; weights in {ctx.rp.weight_dtype}"
-           + (" — autocast keeps 16-bit copies of the weights for backward" if ctx.rp.amp else "")]
+    out = [
+        f"compute dtype: {_compute(ctx)}; weights in {ctx.rp.weight_dtype}"
+        + (" — autocast keeps 16-bit copies of the weights for backward" if ctx.rp.amp else "")
+    ]
     return out + _bf16_note(ctx)
 
 
@@ -318,8 +350,10 @@ def _bf16_note(ctx: Context) -> list[str]:
 
 def _lora_r(ctx: Context) -> list[str]:
     r = ctx.rp.lora_r
-    out = [f"adapter weights {gib(ctx.component('adapters'))} GiB at r={r} "
-           f"({ctx.est.params_trainable / 1e6:.1f} M trainable parameters)"]
+    out = [
+        f"adapter weights {gib(ctx.component('adapters'))} GiB at r={r} "
+        f"({ctx.est.params_trainable / 1e6:.1f} M trainable parameters)"
+    ]
     d = ctx.delta(lora_r=r * 2)
     if d is not None:
         out.append(f"r={r * 2} would add {gib(d)} GiB to the peak (adapters, their gradients and optimizer state)")
@@ -340,8 +374,11 @@ def _lora_dropout(ctx: Context) -> list[str]:
     if ctx.rp.lora_dropout <= 0:
         return ["dropout 0: no extra copies of the adapter inputs"]
     d = ctx.delta(lora_dropout=0.0)
-    return [f"dropout keeps a dropped copy of each adapted layer's input: {gib(-d)} GiB (0 would save it)"] \
-        if d is not None else []
+    return (
+        [f"dropout keeps a dropped copy of each adapted layer's input: {gib(-d)} GiB (0 would save it)"]
+        if d is not None
+        else []
+    )
 
 
 def _peft(ctx: Context) -> list[str]:
@@ -350,8 +387,9 @@ def _peft(ctx: Context) -> list[str]:
         rows.append(("full fine-tune", ctx.peak(peft="none", quant_bits=None)))
     else:
         rows.append(("LoRA r=16, all-linear", ctx.peak(peft="lora", lora_r=16, lora_targets=("all-linear",))))
-    return [f"trainable parameters: {ctx.est.params_trainable / 1e6:,.1f} M of {ctx.est.params_total / 1e9:.2f} B"] \
-        + _compare(ctx, rows)
+    return [
+        f"trainable parameters: {ctx.est.params_trainable / 1e6:,.1f} M of {ctx.est.params_total / 1e9:.2f} B"
+    ] + _compare(ctx, rows)
 
 
 def _quant(ctx: Context) -> list[str]:
@@ -371,19 +409,25 @@ def _quant(ctx: Context) -> list[str]:
 def _attn(ctx: Context) -> list[str]:
     rows = []
     for impl in ("eager", "sdpa", "flash_attention_2"):
-        rows.append((f"{impl}{' (now)' if impl == ctx.rp.attn_impl else ''}",
-                     ctx.peak(attn_impl=impl, repeat_kv=impl in ("eager", "sdpa"))))
-    return ["attention keeps its inputs and outputs per layer; eager also the s² probabilities"] \
-        + _compare(ctx, rows, "activations")
+        rows.append(
+            (
+                f"{impl}{' (now)' if impl == ctx.rp.attn_impl else ''}",
+                ctx.peak(attn_impl=impl, repeat_kv=impl in ("eager", "sdpa")),
+            )
+        )
+    return ["attention keeps its inputs and outputs per layer; eager also the s² probabilities"] + _compare(
+        ctx, rows, "activations"
+    )
 
 
 def _loss(ctx: Context) -> list[str]:
     rows = []
     for impl, label in (("standard", "standard cross-entropy"), ("chunked", "chunked"), ("fused", "fused linear + CE")):
         rows.append((f"{label}{' (now)' if impl == ctx.rp.loss_impl else ''}", ctx.peak(loss_impl=impl)))
-    return [f"logits and loss buffers: {gib(ctx.component('logits'))} GiB "
-            f"(vocabulary {ctx.rp.arch.vocab:,} × {ctx.rp.micro_batch * ctx.rp.seq_len:,} tokens)"] \
-        + _compare(ctx, rows, "logits")
+    return [
+        f"logits and loss buffers: {gib(ctx.component('logits'))} GiB "
+        f"(vocabulary {ctx.rp.arch.vocab:,} × {ctx.rp.micro_batch * ctx.rp.seq_len:,} tokens)"
+    ] + _compare(ctx, rows, "logits")
 
 
 def _alloc_conf(ctx: Context) -> list[str]:
@@ -394,32 +438,43 @@ def _alloc_conf(ctx: Context) -> list[str]:
         if now:
             out.append(f"expandable segments on; without: peak {gib(other.device_bytes)} GiB")
         else:
-            out.append(f"with `expandable_segments:True`: peak {gib(other.device_bytes)} GiB "
-                       f"({signed_gib(other.device_bytes - ctx.est.device_bytes)} GiB)")
+            out.append(
+                f"with `expandable_segments:True`: peak {gib(other.device_bytes)} GiB "
+                f"({signed_gib(other.device_bytes - ctx.est.device_bytes)} GiB)"
+            )
     return out
 
 
 def _sharding(ctx: Context) -> list[str]:
     rp = ctx.rp
-    out = [f"{rp.strategy if rp.strategy != 'none' else 'no sharding'}"
-           + (f", stage {rp.zero_stage}" if rp.strategy in ("deepspeed", "fsdp") else "")
-           + f", {rp.world_size} data-parallel rank{'s' if rp.world_size != 1 else ''}: estimate is per GPU"]
+    out = [
+        f"{rp.strategy if rp.strategy != 'none' else 'no sharding'}"
+        + (f", stage {rp.zero_stage}" if rp.strategy in ("deepspeed", "fsdp") else "")
+        + f", {rp.world_size} data-parallel rank{'s' if rp.world_size != 1 else ''}: estimate is per GPU"
+    ]
     if rp.world_size > 1:
         rows = []
         for stage in (0, 1, 2, 3):
             strategy = rp.strategy if rp.strategy in ("deepspeed", "fsdp") else "deepspeed"
-            rows.append((f"ZeRO-{stage}{' (now)' if stage == rp.zero_stage and rp.strategy == strategy else ''}",
-                         ctx.peak(strategy=strategy if stage else "ddp", zero_stage=stage)))
+            rows.append(
+                (
+                    f"ZeRO-{stage}{' (now)' if stage == rp.zero_stage and rp.strategy == strategy else ''}",
+                    ctx.peak(strategy=strategy if stage else "ddp", zero_stage=stage),
+                )
+            )
         out += _compare(ctx, rows)
     return out
 
 
 def _gpus(ctx: Context) -> list[str]:
     rp = ctx.rp
-    out = [f"{rp.gpu.name}: {rp.gpu.memory_gib:g} GiB, {usable_text(rp.gpu.usable_gib)} GiB usable"
-           + ("" if rp.gpu.bf16 else ", no bf16")]
-    fitting = sorted((g for g in gpus.all_gpus() if g.usable_gib * GIB >= ctx.est.device_bytes),
-                     key=lambda g: g.usable_gib)
+    out = [
+        f"{rp.gpu.name}: {rp.gpu.memory_gib:g} GiB, {usable_text(rp.gpu.usable_gib)} GiB usable"
+        + ("" if rp.gpu.bf16 else ", no bf16")
+    ]
+    fitting = sorted(
+        (g for g in gpus.all_gpus() if g.usable_gib * GIB >= ctx.est.device_bytes), key=lambda g: g.usable_gib
+    )
     if fitting:
         out.append("smallest GPUs this peak fits on: " + ", ".join(g.name for g in fitting[:4]))
     else:
@@ -428,17 +483,30 @@ def _gpus(ctx: Context) -> list[str]:
 
 
 def _eval_batch(ctx: Context) -> list[str]:
-    return [f"evaluation batch {ctx.rp.eval_batch} (training micro batch {ctx.rp.micro_batch}); evaluation keeps no "
-            "activations for backward, but its logits scale with this batch"]
+    return [
+        f"evaluation batch {ctx.rp.eval_batch} (training micro batch {ctx.rp.micro_batch}); evaluation keeps no "
+        "activations for backward, but its logits scale with this batch"
+    ]
 
 
 def _toggler(field: str, what: str) -> Callable[[Context], list[str]]:
     return lambda ctx: _toggle(ctx, field, what)
 
 
-AS_SFT = {"objective": "sft", "sequences_per_example": 1, "reference": "none", "scalar_head": False,
-          "logits_tokens": None, "generation": "none", "generations_per_example": 0, "generation_len": 0,
-          "vllm_memory_share": 0.0, "reward_model": False, "value_model": False, "teacher": None}
+AS_SFT = {
+    "objective": "sft",
+    "sequences_per_example": 1,
+    "reference": "none",
+    "scalar_head": False,
+    "logits_tokens": None,
+    "generation": "none",
+    "generations_per_example": 0,
+    "generation_len": 0,
+    "vllm_memory_share": 0.0,
+    "reward_model": False,
+    "value_model": False,
+    "teacher": None,
+}
 
 
 def _objective(ctx: Context) -> list[str]:
@@ -512,7 +580,7 @@ def hover_markdown(ctx: Context, concept: str) -> str:
     if renderer is not None:
         try:
             body = renderer(ctx)
-        except Exception:       # one odd concept must not hide the rest of the hover
+        except Exception:  # one odd concept must not hide the rest of the hover
             body = []
     if body:
         table_started = False
@@ -527,13 +595,16 @@ def hover_markdown(ctx: Context, concept: str) -> str:
         lines.append("")
     lines.append(_peak_line(ctx))
     lines.append("")
-    lines.append(f"_{markup.text(describe_origin(s, ctx.path))}_"
-                 + (f" — {markup.text(s.note)}" if s is not None and s.note else ""))
+    lines.append(
+        f"_{markup.text(describe_origin(s, ctx.path))}_"
+        + (f" — {markup.text(s.note)}" if s is not None and s.note else "")
+    )
     effective = ctx.sources.get(concept)
     if s is not None and effective is not None and effective.origin != s.origin and effective.value != s.value:
         lines.append("")
-        lines.append(f"_overridden: {markup.code(_show(effective.value))}, "
-                     f"{markup.text(describe_origin(effective, ctx.path))}_")
+        lines.append(
+            f"_overridden: {markup.code(_show(effective.value))}, {markup.text(describe_origin(effective, ctx.path))}_"
+        )
     return "\n".join(lines)
 
 
@@ -565,25 +636,36 @@ def budget_markdown(ctx: Context) -> str:
         if v <= 0:
             continue
         lines.append(f"| {COMPONENT_LABELS[key]} | {table_gib(v)} | `{bar(v / scale, BAR_WIDTH) or '▏'}` |")
-    lines.append(f"| **total on the device** | **{gib(e.device_bytes)}** | `{bar(e.device_bytes / scale, BAR_WIDTH)}` |")
-    lines.append(f"| {markup.text(rp.gpu.name)} usable | {usable_text(rp.gpu.usable_gib)} | `{bar(usable / scale, BAR_WIDTH)}` |")
+    lines.append(
+        f"| **total on the device** | **{gib(e.device_bytes)}** | `{bar(e.device_bytes / scale, BAR_WIDTH)}` |"
+    )
+    lines.append(
+        f"| {markup.text(rp.gpu.name)} usable | {usable_text(rp.gpu.usable_gib)} | `{bar(usable / scale, BAR_WIDTH)}` |"
+    )
     if ctx.exact_gib is not None:
-        lines.append(f"| exact trace (device) | {ctx.exact_gib:.1f} | `{bar(ctx.exact_gib * GIB / scale, BAR_WIDTH)}` |")
+        lines.append(
+            f"| exact trace (device) | {ctx.exact_gib:.1f} | `{bar(ctx.exact_gib * GIB / scale, BAR_WIDTH)}` |"
+        )
     lines.append("")
     if len(e.phases) > 1:
-        lines.append("phases (allocated): " + " · ".join(
-            f"{'**' + p + '**' if p == e.phase else p} {gib(v)}" for p, v in e.phases.items()))
+        lines.append(
+            "phases (allocated): "
+            + " · ".join(f"{'**' + p + '**' if p == e.phase else p} {gib(v)}" for p, v in e.phases.items())
+        )
         lines.append("")
     if e.max_micro_batch is None:
         lines.append(f"even micro batch 1 does not fit at sequence length {rp.seq_len}")
     else:
-        lines.append(f"largest micro batch that fits: **{e.max_micro_batch}**"
-                     + (f" · longest sequence at micro batch {rp.micro_batch}: **{e.max_seq_len}**"
-                        if e.max_seq_len else ""))
+        lines.append(
+            f"largest micro batch that fits: **{e.max_micro_batch}**"
+            + (f" · longest sequence at micro batch {rp.micro_batch}: **{e.max_seq_len}**" if e.max_seq_len else "")
+        )
     for source, group in by_source(applied_defaults(ctx.sources)):
         lines.append("")
-        lines.append(f"{markup.text(source.replace('default of', 'defaults of', 1))}: "
-                     + ", ".join(f"{markup.text(d.title)} {markup.code(d.value)}" for d in group))
+        lines.append(
+            f"{markup.text(source.replace('default of', 'defaults of', 1))}: "
+            + ", ".join(f"{markup.text(d.title)} {markup.code(d.value)}" for d in group)
+        )
     notes = list(ctx.assumptions) + list(e.assumptions)
     if notes:
         lines.append("")
@@ -641,7 +723,7 @@ def inlay_labels(ctx: Context) -> list[tuple[Span, str]]:
             continue
         line = span.end_line
         if line in by_line:
-            if label not in by_line[line][1]:      # two settings of one line (load_in_4bit: bits and type)
+            if label not in by_line[line][1]:  # two settings of one line (load_in_4bit: bits and type)
                 by_line[line][1].append(label)
         else:
             by_line[line] = (span, [label])

@@ -11,6 +11,7 @@ the check and the open. So a file is found with `resolved_inside` (the path as t
 `read_checked(..., roots=...)`, which checks the file it actually opened; a swap then costs the read, never
 brings another file's content in.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,7 +29,7 @@ def expand_user(name: str | Path) -> Path:
     """`~/x` and `~user/x` expanded; a name whose user does not exist (`~0`) stays as written."""
     try:
         return Path(name).expanduser()
-    except RuntimeError:        # pathlib: "Could not determine home directory."
+    except RuntimeError:  # pathlib: "Could not determine home directory."
         return Path(name)
 
 
@@ -37,7 +38,7 @@ def _real(path: Path) -> Path | None:
         return None
     try:
         return path.expanduser().resolve()
-    except (OSError, RuntimeError, ValueError):   # a symlink loop, a NUL byte in the name
+    except (OSError, RuntimeError, ValueError):  # a symlink loop, a NUL byte in the name
         return None
 
 
@@ -88,8 +89,10 @@ def _within(real: Path, roots: list[Path]) -> bool:
 def refusal(what: str, target: str, workspace: Path | None) -> str:
     """Why a file was not read, for an issue on the reference."""
     where = "the workspace" if workspace is not None else "this file's folder"
-    return (f"{what} `{target}` is outside {where}; vramlens reads other files only inside {where} and the "
-            f"local Hugging Face cache, so it was not read")
+    return (
+        f"{what} `{target}` is outside {where}; vramlens reads other files only inside {where} and the "
+        f"local Hugging Face cache, so it was not read"
+    )
 
 
 def user_cache_home() -> Path:
@@ -152,7 +155,7 @@ def read_checked(path: Path, max_bytes: int, expect: Path | None = None, roots: 
                 break
             chunks.append(chunk)
             total += len(chunk)
-        if total > max_bytes:                # grew after fstat
+        if total > max_bytes:  # grew after fstat
             raise NotReadable(f"{path}: more than the {max_bytes:,} bytes read")
         return b"".join(chunks)
     finally:
@@ -169,7 +172,7 @@ def _opened_path(fd: int, st: os.stat_result, expect: Path | None) -> Path | Non
     try:
         import fcntl
 
-        if hasattr(fcntl, "F_GETPATH"):        # macOS; MAXPATHLEN is 1024 (sys/param.h)
+        if hasattr(fcntl, "F_GETPATH"):  # macOS; MAXPATHLEN is 1024 (sys/param.h)
             return Path(os.fsdecode(fcntl.fcntl(fd, fcntl.F_GETPATH, bytes(1024)).split(b"\0", 1)[0]))
     except (ImportError, OSError):
         pass
@@ -182,7 +185,8 @@ def _opened_path(fd: int, st: os.stat_result, expect: Path | None) -> Path | Non
     return _real(expect) if (there.st_dev, there.st_ino) == (st.st_dev, st.st_ino) else None
 
 
-def read_text_checked(path: Path, max_bytes: int, expect: Path | None = None,
-                      roots: list[Path] | None = None, errors: str = "replace") -> str:
+def read_text_checked(
+    path: Path, max_bytes: int, expect: Path | None = None, roots: list[Path] | None = None, errors: str = "replace"
+) -> str:
     """`read_checked`, decoded as UTF-8."""
     return read_checked(path, max_bytes, expect, roots).decode("utf-8", errors)

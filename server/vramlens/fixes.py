@@ -41,21 +41,22 @@ optimizer states, LoRA/QLoRA instead of the full model, fp16 instead of bf16, sh
 fewer generations — or needs another package (Liger). `check --fix` applies the safe ones, `--unsafe-fixes` both; "make
 it fit" is safe when all of its changes are.
 """
+
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from vramlens.estimate import GIB, Estimate, estimate
-from vramlens.plan import Origin, Sourced, Span, TrainingPlan
 from vramlens.calibration import calibrate
+from vramlens.estimate import GIB, Estimate, estimate
 from vramlens.formats.render import TextEdit, render_change
 from vramlens.knowledge import optimizers
-from vramlens.resolve import resolve
-from vramlens.settings import Settings
+from vramlens.plan import Origin, Sourced, Span, TrainingPlan
 from vramlens.report import speed_change
+from vramlens.resolve import resolve
 from vramlens.resolved import ResolvedPlan
+from vramlens.settings import Settings
 from vramlens.text import line_ending, with_line_ending
 
 log = logging.getLogger(__name__)
@@ -69,15 +70,15 @@ NAMED_OPTIMIZER_FRAMEWORKS = ("transformers", "trl", "axolotl", "llamafactory")
 # Fix ids, what they do (rule files list the ids they offer).
 FIX_IDS = {
     "make-it-fit": "the fastest combination of the memory fixes below that fits with the headroom and keeps what "
-                   "is trained (else the cheapest that trains adapters instead)",
+    "is trained (else the cheapest that trains adapters instead)",
     "make-it-fit-safe": "the fastest combination of safe fixes only that fits, when the fastest plan needs an "
-                        "unsafe one (what `check --fix` applies without --unsafe-fixes)",
+    "unsafe one (what `check --fix` applies without --unsafe-fixes)",
     "expandable-segments": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
     "fused-loss": "fused linear cross-entropy (Liger) or chunked cross-entropy",
     "fused-adamw": "fused AdamW instead of foreach",
     "grad-checkpointing": "enable gradient checkpointing",
     "non-reentrant-checkpointing": "gradient checkpointing with use_reentrant=False (FSDP1 then keeps no layer's "
-                                   "input gradient to the end of the backward)",
+    "input gradient to the end of the backward)",
     "8bit-adam": "8-bit AdamW states (bitsandbytes adamw_bnb_8bit / paged_adamw_8bit)",
     "smaller-micro-batch": "halve the micro-batch and double gradient accumulation until it fits",
     "lora": "train LoRA adapters instead of the full model",
@@ -96,16 +97,16 @@ class Fix:
     title: str
     changes: dict[str, Any]
     estimate_after: Estimate | None
-    edits: list = field(default_factory=list)     # list[TextEdit]
-    note: str | None = None                       # why there are no edits, or what else to do
-    kind: str = "quickfix"                        # LSP code action kind
-    id: str = ""                                  # one of FIX_IDS
+    edits: list = field(default_factory=list)  # list[TextEdit]
+    note: str | None = None  # why there are no edits, or what else to do
+    kind: str = "quickfix"  # LSP code action kind
+    id: str = ""  # one of FIX_IDS
     preferred: bool = False
-    safe: bool = False                            # keeps the training's results: `check --fix` applies it
+    safe: bool = False  # keeps the training's results: `check --fix` applies it
 
     @property
     def applicability(self) -> str:
-        """"safe" (`check --fix` applies it) or "unsafe" (only with `--unsafe-fixes`)."""
+        """ "safe" (`check --fix` applies it) or "unsafe" (only with `--unsafe-fixes`)."""
         return "safe" if self.safe else "unsafe"
 
     @property
@@ -118,18 +119,20 @@ class Candidate:
     """A memory-saving change the search may use."""
 
     id: str
-    label: str                                    # "enable gradient checkpointing"
+    label: str  # "enable gradient checkpointing"
     changes: dict[str, Any]
-    rank: int                                     # 1 = cheapest (see the module docstring)
+    rank: int  # 1 = cheapest (see the module docstring)
     safe: bool = False
-    conflicts: tuple[str, ...] = ()               # ids it cannot be combined with
-    changes_training: bool = False                # trains something else (adapters instead of the full model)
-    advice: str | None = None                     # what else usually changes with it (ends its fix's title)
+    conflicts: tuple[str, ...] = ()  # ids it cannot be combined with
+    changes_training: bool = False  # trains something else (adapters instead of the full model)
+    advice: str | None = None  # what else usually changes with it (ends its fix's title)
 
 
 # A full fine-tune's learning rate is typically ~10× too low for LoRA (see the module docstring for the sources).
-LORA_LEARNING_RATE = ("the learning rate is left as it is: LoRA usually trains at about 10× a full fine-tune's "
-                      "(e.g. 2e-4 instead of 2e-5)")
+LORA_LEARNING_RATE = (
+    "the learning rate is left as it is: LoRA usually trains at about 10× a full fine-tune's "
+    "(e.g. 2e-4 instead of 2e-5)"
+)
 # A change "lowers the peak" of a plan when leaving it out raises the peak by at least this share.
 MINIMUM_SAVING = 0.01
 
@@ -143,9 +146,14 @@ def with_changes(plan: TrainingPlan, changes: dict[str, Any]) -> TrainingPlan:
     update: dict[str, Any] = {}
     for concept, value in changes.items():
         old = getattr(plan, concept, None)
-        update[concept] = Sourced(value=value, origin=Origin.SETTING, note="proposed fix",
-                                  key=old.key if old else None, span=old.span if old else None,
-                                  value_span=old.value_span if old else None)
+        update[concept] = Sourced(
+            value=value,
+            origin=Origin.SETTING,
+            note="proposed fix",
+            key=old.key if old else None,
+            span=old.span if old else None,
+            value_span=old.value_span if old else None,
+        )
     return plan.model_copy(update=update)
 
 
@@ -153,8 +161,12 @@ def change_key(fix: Fix) -> tuple:
     """What a fix changes: its text edits (file, range, new text), or its plan changes when it has no edits. Two
     fixes with the same key are one change, whatever their titles."""
     if fix.edits:
-        return tuple(sorted((e.span.file, e.span.start_line, e.span.start_col, e.span.end_line, e.span.end_col,
-                             e.new_text) for e in fix.edits))
+        return tuple(
+            sorted(
+                (e.span.file, e.span.start_line, e.span.start_col, e.span.end_line, e.span.end_col, e.new_text)
+                for e in fix.edits
+            )
+        )
     return ("changes",) + tuple(sorted((k, repr(v)) for k, v in fix.changes.items()))
 
 
@@ -174,8 +186,15 @@ def distinct(fixes: list[Fix | None]) -> list[Fix]:
 
 def replacement(span: Span, new_text: str, title: str, *, safe: bool = False, fix_id: str = "replace-value") -> Fix:
     """A fix that is a plain text replacement (a misspelt value), not a plan change."""
-    return Fix(title=title, changes={}, estimate_after=None, edits=[TextEdit(span=span, new_text=new_text)],
-               id=fix_id, safe=safe, preferred=True)
+    return Fix(
+        title=title,
+        changes={},
+        estimate_after=None,
+        edits=[TextEdit(span=span, new_text=new_text)],
+        id=fix_id,
+        safe=safe,
+        preferred=True,
+    )
 
 
 class Fixer:
@@ -204,7 +223,7 @@ class Fixer:
             try:
                 res = calibrate(resolve(with_changes(self.plan, changes), self.settings))
                 self._cache[key] = estimate(res.resolved, limits=False)
-            except Exception:      # a change the resolver rejects is a fix we do not offer
+            except Exception:  # a change the resolver rejects is a fix we do not offer
                 log.debug("fix %s could not be estimated", changes, exc_info=True)
                 self._cache[key] = None
         return self._cache[key]
@@ -247,13 +266,24 @@ class Fixer:
             return [], "vramlens could not write this change into the file"
         if result is None:
             return [], f"a {self.plan.format} config cannot express this change"
-        eol = line_ending(self.text)       # lines a fix adds to a CRLF file are CRLF too
+        eol = line_ending(self.text)  # lines a fix adds to a CRLF file are CRLF too
         own = ("", self.plan.source_file)
-        return [TextEdit(span=e.span, new_text=with_line_ending(e.new_text, eol)) if e.span.file in own else e
-                for e in result.edits], result.note
+        return [
+            TextEdit(span=e.span, new_text=with_line_ending(e.new_text, eol)) if e.span.file in own else e
+            for e in result.edits
+        ], result.note
 
-    def make(self, fix_id: str, label: str, changes: dict[str, Any], *, safe: bool = False,
-             preferred: bool = False, estimate_title: bool = True, advice: str | None = None) -> Fix:
+    def make(
+        self,
+        fix_id: str,
+        label: str,
+        changes: dict[str, Any],
+        *,
+        safe: bool = False,
+        preferred: bool = False,
+        estimate_title: bool = True,
+        advice: str | None = None,
+    ) -> Fix:
         """A fix for `changes`, titled with its new peak when `estimate_title` (and `advice` after it)."""
         est = self.evaluate(changes) if estimate_title else None
         title = label[:1].upper() + label[1:]
@@ -262,8 +292,16 @@ class Fixer:
         if advice:
             title += f"; {advice}"
         edits, note = self.render(changes)
-        return Fix(title=title, changes=dict(changes), estimate_after=est, edits=edits, note=note, id=fix_id,
-                   safe=safe, preferred=preferred)
+        return Fix(
+            title=title,
+            changes=dict(changes),
+            estimate_after=est,
+            edits=edits,
+            note=note,
+            id=fix_id,
+            safe=safe,
+            preferred=preferred,
+        )
 
     # -- the memory-saving menu --------------------------------------------------------------------
 
@@ -276,51 +314,102 @@ class Fixer:
             from vramlens.rules.alloc_conf import with_expandable_segments
 
             conf = plan.alloc_conf.value if plan.alloc_conf is not None else None
-            out.append(Candidate("expandable-segments", "add PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-                                 {"alloc_conf": with_expandable_segments(conf)}, 1, safe=True))
+            out.append(
+                Candidate(
+                    "expandable-segments",
+                    "add PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                    {"alloc_conf": with_expandable_segments(conf)},
+                    1,
+                    safe=True,
+                )
+            )
         if rp.fsdp_keeps_block_grads:
-            out.append(Candidate("non-reentrant-checkpointing", "use non-reentrant gradient checkpointing",
-                                 {"ckpt_reentrant": False}, 1, safe=True))
+            out.append(
+                Candidate(
+                    "non-reentrant-checkpointing",
+                    "use non-reentrant gradient checkpointing",
+                    {"ckpt_reentrant": False},
+                    1,
+                    safe=True,
+                )
+            )
         if rp.arch.block != "encoder" and rp.loss_impl != "fused":
-            if fw in LIGER_FRAMEWORKS:      # unsafe: needs the liger-kernel package
+            if fw in LIGER_FRAMEWORKS:  # unsafe: needs the liger-kernel package
                 out.append(Candidate("fused-loss", "use Liger's fused linear cross-entropy", {"loss_impl": "fused"}, 2))
             elif fw == "torchtune":
-                out.append(Candidate("fused-loss", "use the linear cross-entropy loss", {"loss_impl": "fused"}, 2,
-                                     safe=True))
+                out.append(
+                    Candidate("fused-loss", "use the linear cross-entropy loss", {"loss_impl": "fused"}, 2, safe=True)
+                )
             elif rp.loss_impl == "standard":
-                out.append(Candidate("fused-loss", "use a chunked cross-entropy loss", {"loss_impl": "chunked"}, 2,
-                                     safe=True))
+                out.append(
+                    Candidate("fused-loss", "use a chunked cross-entropy loss", {"loss_impl": "chunked"}, 2, safe=True)
+                )
         opt = rp.optimizer
-        if opt.library == "torch" and opt.family in ("adamw", "adam") and rp.optimizer_impl == "foreach" \
-                and not rp.offload_optimizer:
-            changes = {"optimizer": "adamw_torch_fused"} if fw in NAMED_OPTIMIZER_FRAMEWORKS and opt.family == "adamw" \
+        if (
+            opt.library == "torch"
+            and opt.family in ("adamw", "adam")
+            and rp.optimizer_impl == "foreach"
+            and not rp.offload_optimizer
+        ):
+            changes = (
+                {"optimizer": "adamw_torch_fused"}
+                if fw in NAMED_OPTIMIZER_FRAMEWORKS and opt.family == "adamw"
                 else {"optimizer_impl": "fused"}
-            out.append(Candidate("fused-adamw", "use fused AdamW instead of foreach", changes, 3, safe=True,
-                                 conflicts=("8bit-adam",)))
+            )
+            out.append(
+                Candidate(
+                    "fused-adamw", "use fused AdamW instead of foreach", changes, 3, safe=True, conflicts=("8bit-adam",)
+                )
+            )
         if not rp.grad_checkpointing:
-            out.append(Candidate("grad-checkpointing", "enable gradient checkpointing", {"grad_checkpointing": True}, 4,
-                                 safe=True))
+            out.append(
+                Candidate(
+                    "grad-checkpointing", "enable gradient checkpointing", {"grad_checkpointing": True}, 4, safe=True
+                )
+            )
         state_bytes = opt.state_bytes if opt.state_bytes is not None else 2
         eight_bit = optimizers.eight_bit_variant("adamw", opt.paged)
-        if opt.family in ("adamw", "adam") and state_bytes > 1.5 and not rp.offload_optimizer and rp.peft == "none" \
-                and eight_bit is not None:
+        if (
+            opt.family in ("adamw", "adam")
+            and state_bytes > 1.5
+            and not rp.offload_optimizer
+            and rp.peft == "none"
+            and eight_bit is not None
+        ):
             name = eight_bit.name
-            out.append(Candidate("8bit-adam", f"use 8-bit AdamW ({name})", {"optimizer": name}, 5,
-                                 conflicts=("fused-adamw",)))
+            out.append(
+                Candidate("8bit-adam", f"use 8-bit AdamW ({name})", {"optimizer": name}, 5, conflicts=("fused-adamw",))
+            )
         if rp.micro_batch > 1:
             out.append(Candidate("smaller-micro-batch", "lower the micro-batch", {}, 6, safe=True))
-        full = rp.peft == "none"        # adapters instead of every weight: the learning rate usually changes too
+        full = rp.peft == "none"  # adapters instead of every weight: the learning rate usually changes too
         if full and not rp.quant_bits:
-            out.append(Candidate("lora", "train LoRA adapters (r=16, all linear layers)",
-                                 {"peft_method": "lora", "lora_r": 16, "lora_targets": ["all-linear"]}, 7,
-                                 conflicts=("qlora",), changes_training=True, advice=LORA_LEARNING_RATE))
+            out.append(
+                Candidate(
+                    "lora",
+                    "train LoRA adapters (r=16, all linear layers)",
+                    {"peft_method": "lora", "lora_r": 16, "lora_targets": ["all-linear"]},
+                    7,
+                    conflicts=("qlora",),
+                    changes_training=True,
+                    advice=LORA_LEARNING_RATE,
+                )
+            )
         if not rp.quant_bits and rp.peft in ("none", "lora", "dora"):
             qlora: dict[str, Any] = {"peft_method": "qlora", "quant_bits": 4}
             if full:
                 qlora.update({"lora_r": 16, "lora_targets": ["all-linear"]})
-            out.append(Candidate("qlora", "train QLoRA (4-bit base model, LoRA r=16)", qlora, 8,
-                                 conflicts=("lora",), changes_training=True,
-                                 advice=LORA_LEARNING_RATE if full else None))
+            out.append(
+                Candidate(
+                    "qlora",
+                    "train QLoRA (4-bit base model, LoRA r=16)",
+                    qlora,
+                    8,
+                    conflicts=("lora",),
+                    changes_training=True,
+                    advice=LORA_LEARNING_RATE if full else None,
+                )
+            )
         from vramlens import fixes_objective
 
         out.extend(fixes_objective.candidates(rp, plan))
@@ -334,9 +423,13 @@ class Fixer:
         out = []
         while mb > 1:
             mb, ga = mb // 2, ga * 2
-            out.append(({**base_changes, "micro_batch": mb, "grad_accum": ga},
-                        f"lower the micro-batch from {mb0} to {mb} and raise gradient accumulation from {ga0} to {ga}"
-                        f" (same global batch)"))
+            out.append(
+                (
+                    {**base_changes, "micro_batch": mb, "grad_accum": ga},
+                    f"lower the micro-batch from {mb0} to {mb} and raise gradient accumulation from {ga0} to {ga}"
+                    f" (same global batch)",
+                )
+            )
         return out
 
     def _fit_with_batch(self, base_changes: dict[str, Any]) -> tuple[dict[str, Any], str, Estimate | None]:
@@ -380,7 +473,9 @@ class Fixer:
         if fix is None and len(writable) < len(everything):
             fix = self._fastest([c for c in everything if not c.changes_training]) or self._search(everything)
             if fix is not None and not fix.note:
-                fix.note = "some of these changes cannot be written into this file: make them where the run is configured"
+                fix.note = (
+                    "some of these changes cannot be written into this file: make them where the run is configured"
+                )
         return fix
 
     def make_it_fit_safe(self) -> Fix | None:
@@ -410,8 +505,9 @@ class Fixer:
         _, _, subset, result = best
         return self._fit_fix(*self._without_idle(subset, result))
 
-    def _without_idle(self, subset: list[Candidate],
-                      result: tuple) -> tuple[list[Candidate], dict, list[str], Estimate]:
+    def _without_idle(
+        self, subset: list[Candidate], result: tuple
+    ) -> tuple[list[Candidate], dict, list[str], Estimate]:
         """The plan without the changes that do not lower its peak (each left out in turn while the plan still
         fits and its peak rises by less than MINIMUM_SAVING): a fused loss adds a package, a smaller micro-batch
         costs speed, and neither buys anything when the peak is the optimizer step."""
@@ -430,8 +526,16 @@ class Fixer:
         advice = "; ".join(dict.fromkeys(c.advice for c in subset if c.advice))
         edits, note = self.render(changes)
         title = f"{head}: " + " + ".join(labels) + f" → {self.outcome(est)}" + (f"; {advice}" if advice else "")
-        return Fix(title=title, changes=changes, estimate_after=est, edits=edits, note=note, id="make-it-fit",
-                   preferred=not changed, safe=all(c.safe for c in subset))
+        return Fix(
+            title=title,
+            changes=changes,
+            estimate_after=est,
+            edits=edits,
+            note=note,
+            id="make-it-fit",
+            preferred=not changed,
+            safe=all(c.safe for c in subset),
+        )
 
     def _writable(self, c: Candidate) -> bool:
         changes = c.changes or {"micro_batch": max(1, self.rp.micro_batch // 2), "grad_accum": self.rp.grad_accum * 2}

@@ -12,6 +12,7 @@
 Ranks follow fixes.py's order: the same results first (precompute, PEFT base, where vLLM runs), then changes to
 the training itself (group size, completion length) after the micro-batch.
 """
+
 from __future__ import annotations
 
 from vramlens.fixes import Candidate
@@ -35,22 +36,62 @@ PRECOMPUTE_FRAMEWORKS = ("trl", "axolotl", "transformers")
 def candidates(rp: ResolvedPlan, plan: TrainingPlan) -> list[Candidate]:
     out: list[Candidate] = []
     if rp.reference == "copy" and rp.objective in ("dpo", "kto") and rp.framework in PRECOMPUTE_FRAMEWORKS:
-        out.append(Candidate("precompute-ref", "precompute the reference log-probs", {"precompute_ref": True}, 3,
-                             conflicts=("peft-reference",)))
+        out.append(
+            Candidate(
+                "precompute-ref",
+                "precompute the reference log-probs",
+                {"precompute_ref": True},
+                3,
+                conflicts=("peft-reference",),
+            )
+        )
     if rp.reference == "copy" and rp.peft != "none" and plan.ref_model_id is not None:
-        out.append(Candidate("peft-reference", "use the PEFT base model as the reference (no `ref_model`)",
-                             {"ref_model_id": None}, 3, conflicts=("precompute-ref",)))
+        out.append(
+            Candidate(
+                "peft-reference",
+                "use the PEFT base model as the reference (no `ref_model`)",
+                {"ref_model_id": None},
+                3,
+                conflicts=("precompute-ref",),
+            )
+        )
     if rp.generation == "vllm-colocate":
         share = round(max(rp.vllm_memory_share / 2, 0.1), 2)
         if share < rp.vllm_memory_share:
-            out.append(Candidate("vllm-share", f"lower vLLM's memory share to {share:g}",
-                                 {"vllm_memory_share": share}, 4, conflicts=("vllm-server",)))
-        out.append(Candidate("vllm-server", "generate on a separate vLLM server (`vllm_mode: server`)",
-                             {"generation": "vllm-server"}, 4, conflicts=("vllm-share",)))
+            out.append(
+                Candidate(
+                    "vllm-share",
+                    f"lower vLLM's memory share to {share:g}",
+                    {"vllm_memory_share": share},
+                    4,
+                    conflicts=("vllm-server",),
+                )
+            )
+        out.append(
+            Candidate(
+                "vllm-server",
+                "generate on a separate vLLM server (`vllm_mode: server`)",
+                {"generation": "vllm-server"},
+                4,
+                conflicts=("vllm-share",),
+            )
+        )
     if rp.objective in ("grpo", "rloo") and plan.num_generations is not None and plan.num_generations.value > 2:
-        out.append(Candidate("fewer-generations", f"sample {plan.num_generations.value // 2} generations per prompt",
-                             {"num_generations": plan.num_generations.value // 2}, 7))
+        out.append(
+            Candidate(
+                "fewer-generations",
+                f"sample {plan.num_generations.value // 2} generations per prompt",
+                {"num_generations": plan.num_generations.value // 2},
+                7,
+            )
+        )
     if rp.generation != "none" and rp.logits_tokens and rp.logits_tokens > 128:
-        out.append(Candidate("shorter-completions", f"cap completions at {rp.logits_tokens // 2} tokens",
-                             {"completion_len": rp.logits_tokens // 2}, 7))
+        out.append(
+            Candidate(
+                "shorter-completions",
+                f"cap completions at {rp.logits_tokens // 2} tokens",
+                {"completion_len": rp.logits_tokens // 2},
+                7,
+            )
+        )
     return out

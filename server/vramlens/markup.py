@@ -7,6 +7,7 @@ breaks into spaces, so a value cannot start a new block (a heading, a list, a ta
 CommonMark 0.31.2: code spans https://spec.commonmark.org/0.31.2/#code-spans, backslash escapes
 https://spec.commonmark.org/0.31.2/#backslash-escapes.
 """
+
 from __future__ import annotations
 
 import re

@@ -8,6 +8,7 @@ settings. Fields that the file does not mention stay `None`; `resolve` fills the
 Spans are 0-based lines and columns (LSP style), end exclusive; columns count characters of the
 line as Python sees them. The LSP layer converts to the client's position encoding.
 """
+
 from __future__ import annotations
 
 from enum import Enum
@@ -19,11 +20,11 @@ T = TypeVar("T")
 
 
 class Origin(str, Enum):
-    FILE = "file"          # read from the document (or a file it references)
-    DEFAULT = "default"    # a framework default; `framework` says whose
-    DERIVED = "derived"    # computed from other values (e.g. grad_accum from a global batch)
-    SETTING = "setting"    # the user's editor/CLI settings (e.g. --gpu)
-    ASSUMED = "assumed"    # vramlens had to assume it; always listed in the estimate's assumptions
+    FILE = "file"  # read from the document (or a file it references)
+    DEFAULT = "default"  # a framework default; `framework` says whose
+    DERIVED = "derived"  # computed from other values (e.g. grad_accum from a global batch)
+    SETTING = "setting"  # the user's editor/CLI settings (e.g. --gpu)
+    ASSUMED = "assumed"  # vramlens had to assume it; always listed in the estimate's assumptions
 
 
 # Lines and line breaks are decided in one place (`vramlens.text`); parsers import them from here too.
@@ -54,15 +55,16 @@ class Sourced(BaseModel, Generic[T]):
 
     value: T
     origin: Origin = Origin.FILE
-    key: str | None = None            # spelling in the source, e.g. "per_device_train_batch_size"
-    span: Span | None = None          # range of the whole `key: value` (or `--flag value`) entry
-    value_span: Span | None = None    # range of just the value text, for edits
-    framework: str | None = None      # whose default/derivation, e.g. "transformers 4.57"
-    note: str | None = None           # a short human explanation, e.g. "bf16: auto → bf16 on this GPU"
+    key: str | None = None  # spelling in the source, e.g. "per_device_train_batch_size"
+    span: Span | None = None  # range of the whole `key: value` (or `--flag value`) entry
+    value_span: Span | None = None  # range of just the value text, for edits
+    framework: str | None = None  # whose default/derivation, e.g. "transformers 4.57"
+    note: str | None = None  # a short human explanation, e.g. "bf16: auto → bf16 on this GPU"
 
 
-def read(value: Any, key: str, span: Span | None = None, value_span: Span | None = None,
-         note: str | None = None) -> Sourced:
+def read(
+    value: Any, key: str, span: Span | None = None, value_span: Span | None = None, note: str | None = None
+) -> Sourced:
     return Sourced(value=value, origin=Origin.FILE, key=key, span=span, value_span=value_span, note=note)
 
 
@@ -81,17 +83,31 @@ def assumed(value: Any, note: str) -> Sourced:
 # Vocabularies of normalized values (what parsers must produce).
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "nf4", "fp4"]
 AmpDtype = Literal["bf16", "fp16", "fp8", "none"]
-AttnImpl = Literal["eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention",
-                   "xformers", "other"]
+AttnImpl = Literal["eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention", "xformers", "other"]
 PeftMethod = Literal["none", "lora", "qlora", "dora", "ia3", "vera", "galore", "freeze", "other"]
 DistStrategy = Literal["none", "ddp", "deepspeed", "fsdp", "megatron"]
-LossImpl = Literal["standard", "chunked", "fused"]   # fused = linear+CE fused (Liger, CCE)
+LossImpl = Literal["standard", "chunked", "fused"]  # fused = linear+CE fused (Liger, CCE)
 OptimizerImpl = Literal["foreach", "fused", "forloop"]
 # What the step optimises: supervised fine-tuning, a preference loss, online RL or distillation.
-Objective = Literal["sft", "dpo", "kto", "orpo", "simpo", "cpo", "rm", "ppo", "grpo", "rloo", "online-dpo", "gkd",
-                    "kd", "pretrain"]
-OBJECTIVES: tuple[str, ...] = ("sft", "dpo", "kto", "orpo", "simpo", "cpo", "rm", "ppo", "grpo", "rloo", "online-dpo",
-                               "gkd", "kd", "pretrain")
+Objective = Literal[
+    "sft", "dpo", "kto", "orpo", "simpo", "cpo", "rm", "ppo", "grpo", "rloo", "online-dpo", "gkd", "kd", "pretrain"
+]
+OBJECTIVES: tuple[str, ...] = (
+    "sft",
+    "dpo",
+    "kto",
+    "orpo",
+    "simpo",
+    "cpo",
+    "rm",
+    "ppo",
+    "grpo",
+    "rloo",
+    "online-dpo",
+    "gkd",
+    "kd",
+    "pretrain",
+)
 TaskHead = Literal["causal-lm", "sequence-classification", "token-classification", "regression"]
 GenerationMode = Literal["none", "generate", "vllm-colocate", "vllm-server"]
 
@@ -107,16 +123,16 @@ class IssueKind(str, Enum):
     set loads), which turns the issues of its kinds into findings: parsers say what they found, rules say
     how it is reported."""
 
-    UNREADABLE = "unreadable"                 # a syntax error, a document too large or too deep (VL016)
-    NOT_TRAINING = "not-training"             # an inference, evaluation, merge or export file: no estimate (VL018)
-    REFERENCE = "reference"                   # a referenced file missing or unreadable (VL014)
+    UNREADABLE = "unreadable"  # a syntax error, a document too large or too deep (VL016)
+    NOT_TRAINING = "not-training"  # an inference, evaluation, merge or export file: no estimate (VL018)
+    REFERENCE = "reference"  # a referenced file missing or unreadable (VL014)
     PRECISION_CONFLICT = "precision-conflict"  # fp16 and bf16 both on (VL006)
-    UNKNOWN_VALUE = "unknown-value"           # a name the framework does not know, e.g. an optimizer (VL015)
-    INVALID_VALUE = "invalid-value"           # a value of the wrong type or out of range (VL015)
-    DUPLICATE_KEY = "duplicate-key"           # a key written twice in one mapping (VL019)
+    UNKNOWN_VALUE = "unknown-value"  # a name the framework does not know, e.g. an optimizer (VL015)
+    INVALID_VALUE = "invalid-value"  # a value of the wrong type or out of range (VL015)
+    DUPLICATE_KEY = "duplicate-key"  # a key written twice in one mapping (VL019)
     CONFLICTING_SETTINGS = "conflicting-settings"  # settings the framework refuses together (VL020)
-    NOT_READ = "not-read"                     # a setting that neither vramlens nor the run reads (VL021)
-    ASSUMED = "assumed"                       # the file leaves a value open that the estimate depends on (VL022)
+    NOT_READ = "not-read"  # a setting that neither vramlens nor the run reads (VL021)
+    ASSUMED = "assumed"  # the file leaves a value open that the estimate depends on (VL022)
 
 
 class ParseIssue(BaseModel):
@@ -126,14 +142,14 @@ class ParseIssue(BaseModel):
     kind: IssueKind
     span: Span | None = None
     severity: Severity = Severity.WARNING
-    suggestion: str | None = None     # "did you mean" replacement text, if any
+    suggestion: str | None = None  # "did you mean" replacement text, if any
 
 
 class Reference(BaseModel):
     """Another file the config points at (a DeepSpeed JSON, an accelerate config, a base config)."""
 
-    kind: str                         # "deepspeed", "accelerate", "base", "torchtune-config", ...
-    target: str                       # the text as written
+    kind: str  # "deepspeed", "accelerate", "base", "torchtune-config", ...
+    target: str  # the text as written
     resolved_path: str | None = None  # absolute path when found
     span: Span | None = None
 
@@ -144,10 +160,10 @@ class Unmodelled(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    key: str                          # as written, e.g. "use_galore", "--tuner_type"
-    value: str | None = None          # the value as written (text), when it has one
-    what: str                         # what it is, e.g. "GaLore (gradient low-rank projection)"
-    consequence: str                  # how the estimate treats it, e.g. "estimated as full AdamW"
+    key: str  # as written, e.g. "use_galore", "--tuner_type"
+    value: str | None = None  # the value as written (text), when it has one
+    what: str  # what it is, e.g. "GaLore (gradient low-rank projection)"
+    consequence: str  # how the estimate treats it, e.g. "estimated as full AdamW"
     span: Span | None = None
 
 
@@ -157,14 +173,14 @@ class TrainingPlan(BaseModel):
     model_config = ConfigDict(validate_assignment=False)
 
     source_file: str = ""
-    format: str = "unknown"           # detected format: "hf", "trl", "axolotl", "llamafactory", "torchtune", ...
-    framework: str | None = None      # whose defaults apply: "transformers", "trl", "axolotl", ...
+    format: str = "unknown"  # detected format: "hf", "trl", "axolotl", "llamafactory", "torchtune", ...
+    framework: str | None = None  # whose defaults apply: "transformers", "trl", "axolotl", ...
 
     # model
     model_id: Sourced[str] | None = None
-    model_span_hint: Span | None = None   # where the model is named, for code lenses when model_id is derived
-    weight_dtype: Sourced[str] | None = None      # Dtype: what the non-quantized weights are stored in
-    amp_dtype: Sourced[str] | None = None         # AmpDtype: autocast compute dtype, "none" for pure
+    model_span_hint: Span | None = None  # where the model is named, for code lenses when model_id is derived
+    weight_dtype: Sourced[str] | None = None  # Dtype: what the non-quantized weights are stored in
+    amp_dtype: Sourced[str] | None = None  # AmpDtype: autocast compute dtype, "none" for pure
     # batch and sequence
     micro_batch: Sourced[int] | None = None
     grad_accum: Sourced[int] | None = None
@@ -176,47 +192,47 @@ class TrainingPlan(BaseModel):
     grad_checkpointing: Sourced[bool] | None = None
     ckpt_reentrant: Sourced[bool] | None = None
     activation_offload: Sourced[bool] | None = None
-    attn_impl: Sourced[str] | None = None         # AttnImpl
+    attn_impl: Sourced[str] | None = None  # AttnImpl
     compile: Sourced[bool] | None = None
-    loss_impl: Sourced[str] | None = None         # LossImpl
-    fused_kernels: Sourced[list[str]] | None = None   # Triton kernels swapped in (Liger, unsloth): "rms_norm", "rope",
-                                                  # "swiglu", "cross_entropy"
-    float8_linears: Sourced[bool] | None = None   # torchao Float8Linear: the blocks' linears run in float8
+    loss_impl: Sourced[str] | None = None  # LossImpl
+    fused_kernels: Sourced[list[str]] | None = None  # Triton kernels swapped in (Liger, unsloth): "rms_norm", "rope",
+    # "swiglu", "cross_entropy"
+    float8_linears: Sourced[bool] | None = None  # torchao Float8Linear: the blocks' linears run in float8
     # optimizer
-    optimizer: Sourced[str] | None = None         # as written (normalized by knowledge.optimizers)
-    optimizer_impl: Sourced[str] | None = None    # OptimizerImpl
+    optimizer: Sourced[str] | None = None  # as written (normalized by knowledge.optimizers)
+    optimizer_impl: Sourced[str] | None = None  # OptimizerImpl
     optimizer_in_bwd: Sourced[bool] | None = None
     zero_grad_set_to_none: Sourced[bool] | None = None
     # PEFT
-    peft_method: Sourced[str] | None = None       # PeftMethod
+    peft_method: Sourced[str] | None = None  # PeftMethod
     lora_r: Sourced[int] | None = None
     lora_alpha: Sourced[float] | None = None
     lora_dropout: Sourced[float] | None = None
-    lora_targets: Sourced[list[str]] | None = None    # module names, or ["all-linear"]
+    lora_targets: Sourced[list[str]] | None = None  # module names, or ["all-linear"]
     feedforward_targets: Sourced[list[str]] | None = None  # IA3 `feedforward_modules`: targets whose input is scaled
     modules_to_save: Sourced[list[str]] | None = None
     # partial full fine-tuning (freeze tuning, LLaMA-Pro, LISA) and low-rank optimizer states (GaLore)
-    trained_layers: Sourced[int] | None = None    # decoder layers whose own weights train (the rest frozen)
+    trained_layers: Sourced[int] | None = None  # decoder layers whose own weights train (the rest frozen)
     trained_modules: Sourced[list[str]] | None = None  # inside those layers: "attn", "mlp" (absent: all)
-    trained_extra: Sourced[list[str]] | None = None    # outside the layers: "embed", "lm_head" (absent: none)
-    trained_where: Sourced[str] | None = None     # which layers: "last", "first", "spread" (LLaMA-Pro), "rotating"
-                                                  # (LISA, BAdam: a different window in turn); absent: "last"
-    trainable_fp32: Sourced[bool] | None = None   # trainable weights upcast to fp32 over 16-bit frozen ones
-    optimizer_rank: Sourced[int] | None = None    # GaLore/APOLLO projection rank
-    optimizer_targets: Sourced[list[str]] | None = None   # the matrices with projected states
+    trained_extra: Sourced[list[str]] | None = None  # outside the layers: "embed", "lm_head" (absent: none)
+    trained_where: Sourced[str] | None = None  # which layers: "last", "first", "spread" (LLaMA-Pro), "rotating"
+    # (LISA, BAdam: a different window in turn); absent: "last"
+    trainable_fp32: Sourced[bool] | None = None  # trainable weights upcast to fp32 over 16-bit frozen ones
+    optimizer_rank: Sourced[int] | None = None  # GaLore/APOLLO projection rank
+    optimizer_targets: Sourced[list[str]] | None = None  # the matrices with projected states
     optimizer_proj_bits: Sourced[int] | None = None  # Q-GaLore: projection matrices quantized to this many bits
-    added_layers: Sourced[int] | None = None      # decoder blocks the method adds to the loaded model (LLaMA-Pro)
+    added_layers: Sourced[int] | None = None  # decoder blocks the method adds to the loaded model (LLaMA-Pro)
     # the model's head: "causal-lm" (vocabulary logits), or a small task head with no vocabulary logits
-    task_head: Sourced[str] | None = None         # TaskHead
+    task_head: Sourced[str] | None = None  # TaskHead
     # quantization
-    quant_bits: Sourced[int] | None = None        # 4 or 8 (None: not quantized)
-    quant_type: Sourced[str] | None = None        # "nf4", "fp4", "int8", "gptq", ...
+    quant_bits: Sourced[int] | None = None  # 4 or 8 (None: not quantized)
+    quant_type: Sourced[str] | None = None  # "nf4", "fp4", "int8", "gptq", ...
     quant_double: Sourced[bool] | None = None
     quant_storage_dtype: Sourced[str] | None = None
     quant_compute_dtype: Sourced[str] | None = None
     # distribution
-    dist_strategy: Sourced[str] | None = None     # DistStrategy
-    zero_stage: Sourced[int] | None = None        # 0–3 (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2, NO_SHARD = 0)
+    dist_strategy: Sourced[str] | None = None  # DistStrategy
+    zero_stage: Sourced[int] | None = None  # 0–3 (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2, NO_SHARD = 0)
     offload_optimizer: Sourced[bool] | None = None
     offload_params: Sourced[bool] | None = None
     world_size: Sourced[int] | None = None
@@ -226,38 +242,38 @@ class TrainingPlan(BaseModel):
     virtual_pipeline: Sourced[int] | None = None  # model chunks per pipeline stage (interleaved schedule)
     expert_parallel: Sourced[int] | None = None
     expert_tensor_parallel: Sourced[int] | None = None
-    sequence_parallel: Sourced[bool] | None = None    # Megatron sequence parallelism (with tensor parallelism)
-    distributed_optimizer: Sourced[bool] | None = None    # Megatron's distributed optimizer
+    sequence_parallel: Sourced[bool] | None = None  # Megatron sequence parallelism (with tensor parallelism)
+    distributed_optimizer: Sourced[bool] | None = None  # Megatron's distributed optimizer
     recompute_method: Sourced[str] | None = None  # Megatron full recompute: "uniform" or "block"
     recompute_layers: Sourced[int] | None = None  # Megatron `--recompute-num-layers`
     checkpoint_every: Sourced[int] | None = None  # with grad_checkpointing: every n-th block checkpointed (absent: 1)
-    selective_recompute: Sourced[str] | None = None   # "op" (torchtitan op-level SAC), "core_attention" (Megatron)
-    loss_parallel: Sourced[bool] | None = None    # logits and loss sharded over the tensor-parallel ranks
-    compile_loss: Sourced[bool] | None = None     # with compile: whether the loss is compiled too (absent: yes)
+    selective_recompute: Sourced[str] | None = None  # "op" (torchtitan op-level SAC), "core_attention" (Megatron)
+    loss_parallel: Sourced[bool] | None = None  # logits and loss sharded over the tensor-parallel ranks
+    compile_loss: Sourced[bool] | None = None  # with compile: whether the loss is compiled too (absent: yes)
     fsdp_state_dict_type: Sourced[str] | None = None
-    fsdp_version: Sourced[int] | None = None      # 1 (FlatParameter units) or 2 (`fully_shard`)
+    fsdp_version: Sourced[int] | None = None  # 1 (FlatParameter units) or 2 (`fully_shard`)
     fsdp_mixed_precision: Sourced[bool] | None = None  # FSDP's MixedPrecision gathers the parameters in the
-                                                  # compute dtype (no autocast weight copies)
+    # compute dtype (no autocast weight copies)
     # environment and hardware
-    alloc_conf: Sourced[str] | None = None        # PYTORCH_CUDA_ALLOC_CONF value
+    alloc_conf: Sourced[str] | None = None  # PYTORCH_CUDA_ALLOC_CONF value
     gpu_name: Sourced[str] | None = None
     gpu_count: Sourced[int] | None = None
     # objective: preference optimisation, online RL, distillation (formats.objective reads every spelling)
-    objective: Sourced[str] | None = None         # Objective
-    reference_free: Sourced[bool] | None = None   # the loss needs no reference model (ORPO, SimPO, CPO, KL coef 0)
-    precompute_ref: Sourced[bool] | None = None   # reference log-probs computed once before training
-    ref_model_id: Sourced[str] | None = None      # a reference model named apart from the policy
-    ref_dtype: Sourced[str] | None = None         # the reference model's weight dtype when not the policy's
-    ref_offload: Sourced[bool] | None = None      # the reference's weights live on the CPU, gathered per unit
-    prompt_len: Sourced[int] | None = None        # max_prompt_length
-    completion_len: Sourced[int] | None = None    # max_completion_length / max_new_tokens
-    num_generations: Sourced[int] | None = None   # completions sampled per prompt (GRPO/RLOO group size)
-    generation: Sourced[str] | None = None        # GenerationMode
-    vllm_memory_share: Sourced[float] | None = None   # vLLM gpu_memory_utilization when colocated
-    generation_sleeps: Sourced[bool] | None = None    # the colocated engine releases its memory while the policy
-                                                      # trains (vLLM sleep mode, verl free_cache_engine)
-    reward_model_id: Sourced[str] | None = None   # a reward model held during online RL
-    value_model: Sourced[bool] | None = None      # PPO's trained value (critic) model
+    objective: Sourced[str] | None = None  # Objective
+    reference_free: Sourced[bool] | None = None  # the loss needs no reference model (ORPO, SimPO, CPO, KL coef 0)
+    precompute_ref: Sourced[bool] | None = None  # reference log-probs computed once before training
+    ref_model_id: Sourced[str] | None = None  # a reference model named apart from the policy
+    ref_dtype: Sourced[str] | None = None  # the reference model's weight dtype when not the policy's
+    ref_offload: Sourced[bool] | None = None  # the reference's weights live on the CPU, gathered per unit
+    prompt_len: Sourced[int] | None = None  # max_prompt_length
+    completion_len: Sourced[int] | None = None  # max_completion_length / max_new_tokens
+    num_generations: Sourced[int] | None = None  # completions sampled per prompt (GRPO/RLOO group size)
+    generation: Sourced[str] | None = None  # GenerationMode
+    vllm_memory_share: Sourced[float] | None = None  # vLLM gpu_memory_utilization when colocated
+    generation_sleeps: Sourced[bool] | None = None  # the colocated engine releases its memory while the policy
+    # trains (vLLM sleep mode, verl free_cache_engine)
+    reward_model_id: Sourced[str] | None = None  # a reward model held during online RL
+    value_model: Sourced[bool] | None = None  # PPO's trained value (critic) model
     teacher_model_id: Sourced[str] | None = None  # the distillation teacher
 
     references: list[Reference] = Field(default_factory=list)
@@ -284,7 +300,18 @@ class TrainingPlan(BaseModel):
 
 
 PLAN_CONCEPTS: tuple[str, ...] = tuple(
-    name for name, f in TrainingPlan.model_fields.items()
-    if name not in {"source_file", "format", "framework", "model_span_hint", "references", "issues", "extra",
-                    "read_notes", "unmodelled"}
+    name
+    for name, f in TrainingPlan.model_fields.items()
+    if name
+    not in {
+        "source_file",
+        "format",
+        "framework",
+        "model_span_hint",
+        "references",
+        "issues",
+        "extra",
+        "read_notes",
+        "unmodelled",
+    }
 )

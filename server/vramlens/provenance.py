@@ -4,6 +4,7 @@ One table of setting names (`CONCEPT_TITLES`), one way to show a value (`show_va
 framework defaults that were applied (`applied_defaults`): the CLI's "defaults applied" lines, the JSON
 `sources` entries and the hover's "defaults of …" line are all built from these, so they cannot disagree.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,37 +14,75 @@ from typing import Any, Iterable, Mapping
 from vramlens.plan import Origin, Sourced
 
 CONCEPT_TITLES = {
-    "micro_batch": "micro batch per GPU", "global_batch": "global batch", "grad_accum": "gradient accumulation",
-    "seq_len": "sequence length", "packing": "sample packing", "eval_batch": "evaluation batch",
-    "grad_checkpointing": "gradient checkpointing", "ckpt_reentrant": "reentrant checkpointing",
-    "activation_offload": "activation offloading", "attn_impl": "attention implementation",
-    "compile": "torch.compile", "loss_impl": "loss implementation", "fused_kernels": "fused kernels",
-    "float8_linears": "float8 linears", "optimizer": "optimizer",
-    "optimizer_impl": "optimizer implementation", "optimizer_in_bwd": "optimizer in backward",
-    "zero_grad_set_to_none": "zero_grad(set_to_none)", "peft_method": "PEFT method", "lora_r": "LoRA rank",
-    "lora_alpha": "LoRA alpha", "lora_dropout": "LoRA dropout", "lora_targets": "LoRA target modules",
-    "modules_to_save": "fully trained modules", "quant_bits": "weight quantization", "quant_type": "quantization type",
-    "quant_double": "double quantization", "quant_storage_dtype": "quantized storage dtype",
-    "quant_compute_dtype": "quantized compute dtype", "dist_strategy": "distribution strategy",
-    "zero_stage": "ZeRO / FSDP sharding stage", "offload_optimizer": "optimizer offload",
-    "offload_params": "parameter offload", "world_size": "data-parallel ranks", "tensor_parallel": "tensor parallel",
-    "context_parallel": "context parallel", "pipeline_parallel": "pipeline parallel",
-    "fsdp_state_dict_type": "FSDP state-dict type", "alloc_conf": "PYTORCH_CUDA_ALLOC_CONF", "gpu_name": "GPU",
-    "gpu_count": "GPU count", "weight_dtype": "weight dtype", "amp_dtype": "mixed precision",
+    "micro_batch": "micro batch per GPU",
+    "global_batch": "global batch",
+    "grad_accum": "gradient accumulation",
+    "seq_len": "sequence length",
+    "packing": "sample packing",
+    "eval_batch": "evaluation batch",
+    "grad_checkpointing": "gradient checkpointing",
+    "ckpt_reentrant": "reentrant checkpointing",
+    "activation_offload": "activation offloading",
+    "attn_impl": "attention implementation",
+    "compile": "torch.compile",
+    "loss_impl": "loss implementation",
+    "fused_kernels": "fused kernels",
+    "float8_linears": "float8 linears",
+    "optimizer": "optimizer",
+    "optimizer_impl": "optimizer implementation",
+    "optimizer_in_bwd": "optimizer in backward",
+    "zero_grad_set_to_none": "zero_grad(set_to_none)",
+    "peft_method": "PEFT method",
+    "lora_r": "LoRA rank",
+    "lora_alpha": "LoRA alpha",
+    "lora_dropout": "LoRA dropout",
+    "lora_targets": "LoRA target modules",
+    "modules_to_save": "fully trained modules",
+    "quant_bits": "weight quantization",
+    "quant_type": "quantization type",
+    "quant_double": "double quantization",
+    "quant_storage_dtype": "quantized storage dtype",
+    "quant_compute_dtype": "quantized compute dtype",
+    "dist_strategy": "distribution strategy",
+    "zero_stage": "ZeRO / FSDP sharding stage",
+    "offload_optimizer": "optimizer offload",
+    "offload_params": "parameter offload",
+    "world_size": "data-parallel ranks",
+    "tensor_parallel": "tensor parallel",
+    "context_parallel": "context parallel",
+    "pipeline_parallel": "pipeline parallel",
+    "fsdp_state_dict_type": "FSDP state-dict type",
+    "alloc_conf": "PYTORCH_CUDA_ALLOC_CONF",
+    "gpu_name": "GPU",
+    "gpu_count": "GPU count",
+    "weight_dtype": "weight dtype",
+    "amp_dtype": "mixed precision",
     "model_id": "model",
-    "objective": "training objective", "reference_free": "reference-free loss",
-    "precompute_ref": "precomputed reference log-probs", "ref_model_id": "reference model",
-    "prompt_len": "prompt length", "completion_len": "completion length", "num_generations": "generations per prompt",
-    "generation": "generation", "vllm_memory_share": "vLLM memory share", "reward_model_id": "reward model",
+    "objective": "training objective",
+    "reference_free": "reference-free loss",
+    "precompute_ref": "precomputed reference log-probs",
+    "ref_model_id": "reference model",
+    "prompt_len": "prompt length",
+    "completion_len": "completion length",
+    "num_generations": "generations per prompt",
+    "generation": "generation",
+    "vllm_memory_share": "vLLM memory share",
+    "reward_model_id": "reward model",
     "generation_sleeps": "generation engine released while the policy trains",
-    "ref_dtype": "reference model dtype", "ref_offload": "reference model offloaded to the CPU",
+    "ref_dtype": "reference model dtype",
+    "ref_offload": "reference model offloaded to the CPU",
     "fsdp_mixed_precision": "FSDP mixed precision (16-bit gathered parameters)",
-    "value_model": "value model", "teacher_model_id": "teacher model",
-    "trained_layers": "trained layers", "trained_modules": "trained modules in those layers",
-    "trained_extra": "trained modules outside the layers", "trained_where": "which layers train",
+    "value_model": "value model",
+    "teacher_model_id": "teacher model",
+    "trained_layers": "trained layers",
+    "trained_modules": "trained modules in those layers",
+    "trained_extra": "trained modules outside the layers",
+    "trained_where": "which layers train",
     "trainable_fp32": "fp32 upcast of trainable weights",
-    "optimizer_rank": "optimizer projection rank", "optimizer_targets": "matrices with projected optimizer states",
-    "optimizer_proj_bits": "bits of the optimizer's projection matrices", "added_layers": "decoder blocks added",
+    "optimizer_rank": "optimizer projection rank",
+    "optimizer_targets": "matrices with projected optimizer states",
+    "optimizer_proj_bits": "bits of the optimizer's projection matrices",
+    "added_layers": "decoder blocks added",
     "task_head": "model head",
 }
 
@@ -82,14 +121,17 @@ def default_phrase(s: Sourced) -> str:
 class AppliedDefault:
     concept: str
     title: str
-    value: str          # as shown (show_value)
-    source: str         # "default of TRL 1.x (SFTConfig/ModelConfig)"
+    value: str  # as shown (show_value)
+    source: str  # "default of TRL 1.x (SFTConfig/ModelConfig)"
 
 
 def applied_defaults(sources: Mapping[str, Sourced]) -> list[AppliedDefault]:
     """The framework defaults the estimate used for settings the file does not give, in resolution order."""
-    return [AppliedDefault(k, title(k), show_value(s.value), default_phrase(s))
-            for k, s in sources.items() if s.origin == Origin.DEFAULT]
+    return [
+        AppliedDefault(k, title(k), show_value(s.value), default_phrase(s))
+        for k, s in sources.items()
+        if s.origin == Origin.DEFAULT
+    ]
 
 
 def by_source(defaults: Iterable[AppliedDefault]) -> list[tuple[str, list[AppliedDefault]]]:

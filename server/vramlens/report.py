@@ -16,13 +16,14 @@ JSON contract (`vramlens estimate --format json`, also produced by `vramlens tra
 plus "range_gib": {"low", "high"}, "phases_gib" (allocated GiB of each candidate phase), "params_trainable", "sources" (each setting's value and where it came
 from: {"<setting>": {"value", "from"}}, e.g. {"value": true, "from": "default of TRL 1.x (SFTConfig/ModelConfig)"}).
 """
+
 from __future__ import annotations
 
 from vramlens.estimate.result import COMPONENT_LABELS, COMPONENTS, GIB, Estimate
 from vramlens.knowledge.gpus import usable_text
 from vramlens.plan import Origin, TrainingPlan
 from vramlens.provenance import applied_defaults, by_source, default_phrase, json_value
-from vramlens.resolve import CHOOSE_GPU, Resolution
+from vramlens.resolve import Resolution
 
 
 def _g(n: int | float) -> float:
@@ -45,10 +46,17 @@ def estimate_fields(rp, est: Estimate, model_id: str | None = None) -> dict:
     return {
         "model": {"id": model_id or rp.arch.id, "params": est.params_total},
         "objective": est.objective,
-        "gpu": {"name": rp.gpu.name, "count": rp.gpu_count, "memory_gib": rp.gpu.memory_gib,
-                "usable_gib": rp.gpu.usable_gib},
-        "peak": {"allocated_gib": _g(est.allocated_bytes), "reserved_gib": _g(est.reserved_bytes),
-                 "device_gib": _g(est.device_bytes)},
+        "gpu": {
+            "name": rp.gpu.name,
+            "count": rp.gpu_count,
+            "memory_gib": rp.gpu.memory_gib,
+            "usable_gib": rp.gpu.usable_gib,
+        },
+        "peak": {
+            "allocated_gib": _g(est.allocated_bytes),
+            "reserved_gib": _g(est.reserved_bytes),
+            "device_gib": _g(est.device_bytes),
+        },
         "range_gib": {"low": _g(est.low_bytes), "high": _g(est.high_bytes)},
         "phase": est.phase,
         "phases_gib": {k: _g(v) for k, v in est.phases.items()},
@@ -61,8 +69,16 @@ def estimate_fields(rp, est: Estimate, model_id: str | None = None) -> dict:
         "assumptions": list(est.assumptions),
         "throughput": est.throughput.as_json() if est.throughput is not None else None,
         "calibration": est.calibration.model_dump() if est.calibration is not None else None,
-        "unmodelled": [{"key": u.key, "value": u.value, "what": u.what, "consequence": u.consequence,
-                        "line": u.span.start_line + 1 if u.span is not None else None} for u in est.unmodelled],
+        "unmodelled": [
+            {
+                "key": u.key,
+                "value": u.value,
+                "what": u.what,
+                "consequence": u.consequence,
+                "line": u.span.start_line + 1 if u.span is not None else None,
+            }
+            for u in est.unmodelled
+        ],
         "approximate": est.is_approximate,
         "approximate_reasons": list(est.approximate),
     }
@@ -77,7 +93,7 @@ def approximate_line(est: Estimate) -> str | None:
 
 
 def peak_mark(est: Estimate) -> str:
-    """"≈ " before a peak that is approximate, nothing before one that is not."""
+    """ "≈ " before a peak that is approximate, nothing before one that is not."""
     return "≈ " if est.is_approximate else ""
 
 
@@ -88,13 +104,18 @@ def calibration_line(est: Estimate) -> str | None:
         return None
     source = {"trace": "an exact trace", "probe": "a probe"}.get(c.source, c.source)
     when = f" of {c.recorded[:10]}" if c.recorded else ""
-    return (f"calibrated ×{c.factor:.3f} by {source}{when} on this machine (key {c.key}: `vramlens calibration "
-            "list`, `clear`)")
+    return (
+        f"calibrated ×{c.factor:.3f} by {source}{when} on this machine (key {c.key}: `vramlens calibration "
+        "list`, `clear`)"
+    )
 
 
 def estimate_json(path: str, plan: TrainingPlan, res: Resolution, est: Estimate) -> dict:
-    out = {"file": path, "format": plan.format,
-           **estimate_fields(res.resolved, est, plan.model_id.value if plan.model_id else None)}
+    out = {
+        "file": path,
+        "format": plan.format,
+        **estimate_fields(res.resolved, est, plan.model_id.value if plan.model_id else None),
+    }
     out["gpu"]["assumed"] = res.gpu_assumed
     out["gpu"]["assumption"] = res.gpu_assumption
     out["assumptions"] = list(res.assumptions) + out["assumptions"]
@@ -108,14 +129,31 @@ def assumed_gpu_note(res: Resolution) -> str:
 
 
 OBJECTIVE_NAMES = {
-    "sft": "supervised fine-tuning", "pretrain": "pre-training", "dpo": "DPO", "kto": "KTO", "orpo": "ORPO",
-    "simpo": "SimPO", "cpo": "CPO", "rm": "reward model", "ppo": "PPO", "grpo": "GRPO", "rloo": "RLOO",
-    "online-dpo": "online DPO", "gkd": "GKD (distillation)", "kd": "knowledge distillation",
+    "sft": "supervised fine-tuning",
+    "pretrain": "pre-training",
+    "dpo": "DPO",
+    "kto": "KTO",
+    "orpo": "ORPO",
+    "simpo": "SimPO",
+    "cpo": "CPO",
+    "rm": "reward model",
+    "ppo": "PPO",
+    "grpo": "GRPO",
+    "rloo": "RLOO",
+    "online-dpo": "online DPO",
+    "gkd": "GKD (distillation)",
+    "kd": "knowledge distillation",
 }
 
 
-METHOD_NAMES = {"none": "full fine-tune", "lora": "LoRA", "qlora": "QLoRA", "dora": "DoRA", "ia3": "IA3",
-                "vera": "VeRA"}
+METHOD_NAMES = {
+    "none": "full fine-tune",
+    "lora": "LoRA",
+    "qlora": "QLoRA",
+    "dora": "DoRA",
+    "ia3": "IA3",
+    "vera": "VeRA",
+}
 
 
 def method_text(rp) -> str:
@@ -136,9 +174,12 @@ def objective_text(rp) -> str:
     elif rp.objective in ("dpo", "kto", "orpo", "simpo", "cpo", "ppo", "grpo", "rloo", "online-dpo"):
         parts.append("no reference model")
     if rp.generation != "none":
-        gen = {"generate": "generate() with a KV cache", "vllm-colocate": f"vLLM colocated ({rp.vllm_memory_share:g} "
-               f"of the GPU{', released while the policy trains' if rp.generation_sleeps else ''})",
-               "vllm-server": "vLLM on a separate server"}[rp.generation]
+        gen = {
+            "generate": "generate() with a KV cache",
+            "vllm-colocate": f"vLLM colocated ({rp.vllm_memory_share:g} "
+            f"of the GPU{', released while the policy trains' if rp.generation_sleeps else ''})",
+            "vllm-server": "vLLM on a separate server",
+        }[rp.generation]
         parts.append(f"generation: {gen}, {rp.micro_batch * rp.generations_per_example} × {rp.generation_len} tokens")
     if rp.reward_model:
         parts.append("reward model")
@@ -155,8 +196,10 @@ def speed_text(est: Estimate) -> str:
     if t is None:
         return "speed not known for this GPU"
     run = f" ({t.run_tokens_per_s:,.0f} for the run)" if t.run_tokens_per_s > t.tokens_per_s * 1.001 else ""
-    return (f"≈ {t.tokens_per_s:,.0f} tokens/s per GPU{run} · {t.step_s:.2f} s per optimizer step · "
-            f"MFU {t.mfu:.0%} · {t.bound}-bound")
+    return (
+        f"≈ {t.tokens_per_s:,.0f} tokens/s per GPU{run} · {t.step_s:.2f} s per optimizer step · "
+        f"MFU {t.mfu:.0%} · {t.bound}-bound"
+    )
 
 
 def speed_change(before: Estimate, after: Estimate) -> str | None:
@@ -212,11 +255,13 @@ def render_text(path: str, plan: TrainingPlan, res: Resolution, est: Estimate) -
     if len(est.phases) > 1:
         lines.append("  phases (allocated): " + " · ".join(f"{p} {_g(v):.1f}" for p, v in est.phases.items()))
     if est.max_micro_batch is not None:
-        lines.append(f"  largest micro batch that fits: {est.max_micro_batch}"
-                     + (f" · longest sequence at this batch: {est.max_seq_len}" if est.max_seq_len else ""))
+        lines.append(
+            f"  largest micro batch that fits: {est.max_micro_batch}"
+            + (f" · longest sequence at this batch: {est.max_seq_len}" if est.max_seq_len else "")
+        )
     else:
         lines.append("  even a micro batch of 1 does not fit at this sequence length")
-    for source, group in by_source(applied_defaults(res.sources)):      # what the file does not set
+    for source, group in by_source(applied_defaults(res.sources)):  # what the file does not set
         lines.append(f"  {source.replace('default of', 'defaults of', 1)}, applied:")
         lines.extend(f"    - {d.title}: {d.value}" for d in group)
     notes = list(res.assumptions) + list(est.assumptions)

@@ -4,6 +4,7 @@
 framework's defaults, looking up the model architecture, the GPU and the optimizer. The estimator
 and the trace worker take only this.
 """
+
 from __future__ import annotations
 
 from typing import Literal
@@ -20,12 +21,13 @@ LINEAR_NAMES = ("q", "k", "v", "o", "gate", "up", "down", "fc1", "fc2", "lm_head
 
 class Calibration(BaseModel):
     """The local measurement behind a plan's `correction` (vramlens.calibration), for every view to name."""
+
     model_config = ConfigDict(frozen=True)
 
-    factor: float                              # measured ÷ estimated allocated bytes, bounded
-    source: str                                # "trace" (an exact one) or "probe"
-    recorded: str | None = None                # when it was measured (ISO 8601)
-    key: str | None = None                     # the record's key in `vramlens calibration list`
+    factor: float  # measured ÷ estimated allocated bytes, bounded
+    source: str  # "trace" (an exact one) or "probe"
+    recorded: str | None = None  # when it was measured (ISO 8601)
+    key: str | None = None  # the record's key in `vramlens calibration list`
 
 
 _PLAIN_ON = ("true", "1", "yes", "on")
@@ -43,15 +45,15 @@ class ResolvedPlan(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     arch: ModelArch
-    framework: str = "transformers"           # whose code runs the step: "transformers", "trl", "axolotl",
-                                              # "llamafactory", "torchtune", "deepspeed", "custom"
+    framework: str = "transformers"  # whose code runs the step: "transformers", "trl", "axolotl",
+    # "llamafactory", "torchtune", "deepspeed", "custom"
     # precision
-    weight_dtype: Literal["fp32", "bf16", "fp16"] = "bf16"   # dtype of non-quantized weights on the GPU
+    weight_dtype: Literal["fp32", "bf16", "fp16"] = "bf16"  # dtype of non-quantized weights on the GPU
     compute_dtype: Literal["fp32", "bf16", "fp16"] = "bf16"  # activations' dtype
-    amp: bool = False                          # autocast over fp32 weights (fp32 master = the weights)
-    fsdp_mixed_precision: bool = False         # with amp: FSDP's MixedPrecision gathers each unit's parameters in
-                                               # the compute dtype, so autocast finds no fp32 weight to cast and
-                                               # caches no copies (verl's FSDP workers)
+    amp: bool = False  # autocast over fp32 weights (fp32 master = the weights)
+    fsdp_mixed_precision: bool = False  # with amp: FSDP's MixedPrecision gathers each unit's parameters in
+    # the compute dtype, so autocast finds no fp32 weight to cast and
+    # caches no copies (verl's FSDP workers)
     # batch
     micro_batch: int = 1
     grad_accum: int = 1
@@ -60,136 +62,138 @@ class ResolvedPlan(BaseModel):
     eval_batch: int = 1
     # activations
     grad_checkpointing: bool = False
-    checkpoint_every: int = 1                  # with grad_checkpointing: every n-th block is checkpointed, the others
-                                               # keep everything (torchtitan selective_ac_option n)
-    selective_recompute: Literal["none", "op", "core_attention"] = "none"   # without grad_checkpointing: "op", each
-                                               # block keeps only the outputs of the ops in a save list (torchtitan's
-                                               # op-level selective AC); "core_attention", Megatron's selective
-                                               # recompute of the attention scores, softmax and dropout
-    loss_parallel: bool = False                # with tensor_parallel: logits and loss sharded over the vocabulary
+    checkpoint_every: int = 1  # with grad_checkpointing: every n-th block is checkpointed, the others
+    # keep everything (torchtitan selective_ac_option n)
+    selective_recompute: Literal["none", "op", "core_attention"] = "none"  # without grad_checkpointing: "op", each
+    # block keeps only the outputs of the ops in a save list (torchtitan's
+    # op-level selective AC); "core_attention", Megatron's selective
+    # recompute of the attention scores, softmax and dropout
+    loss_parallel: bool = False  # with tensor_parallel: logits and loss sharded over the vocabulary
     activation_offload: bool = False
-    attn_impl: Literal["eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention",
-                       "xformers", "other"] = "sdpa"
-    repeat_kv: bool = True                     # SDPA/eager with a mask materialise full-head K/V for GQA
-    attn_mask: bool = True                     # a 4-D padding mask reaches attention (padded batches, no packing)
+    attn_impl: Literal[
+        "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention", "xformers", "other"
+    ] = "sdpa"
+    repeat_kv: bool = True  # SDPA/eager with a mask materialise full-head K/V for GQA
+    attn_mask: bool = True  # a 4-D padding mask reaches attention (padded batches, no packing)
     compile: bool = False
-    compile_loss: bool = True                  # with compile: the loss is compiled too (torchtitan's
-                                               # compile.components without "loss" leaves it eager)
-    rope_caches: int = 1                       # torchtune: RoPE modules, each with an fp32 cos/sin cache of every
-                                               # position (1: one shared by every layer; components.model_buffers)
+    compile_loss: bool = True  # with compile: the loss is compiled too (torchtitan's
+    # compile.components without "loss" leaves it eager)
+    rope_caches: int = 1  # torchtune: RoPE modules, each with an fp32 cos/sin cache of every
+    # position (1: one shared by every layer; components.model_buffers)
     loss_impl: Literal["standard", "chunked", "fused"] = "standard"
-    fused_kernels: tuple[str, ...] = ()        # Triton kernels swapped in for speed (Liger, unsloth, fms-acceleration
-                                               # foak): "rms_norm", "rope", "swiglu", "cross_entropy"
-    float8_linears: bool = False               # torchao Float8Linear: the blocks' linears run at the fp8 rate
-    keep_logits: bool = False                  # the loop keeps `out.logits` referenced through backward
-    logits_fp32: bool = False                  # the loop receives the logits in fp32 (Lightning Fabric casts module
-                                               # outputs to the default dtype) and computes the loss on them
-    loss_shifted_copy: bool = False            # transformers < 4.49: the loss makes a shifted fp32 copy of the logits
-    versions: tuple[tuple[str, str, str], ...] = ()   # (package, version, where it came from) the step assumes
+    fused_kernels: tuple[str, ...] = ()  # Triton kernels swapped in for speed (Liger, unsloth, fms-acceleration
+    # foak): "rms_norm", "rope", "swiglu", "cross_entropy"
+    float8_linears: bool = False  # torchao Float8Linear: the blocks' linears run at the fp8 rate
+    keep_logits: bool = False  # the loop keeps `out.logits` referenced through backward
+    logits_fp32: bool = False  # the loop receives the logits in fp32 (Lightning Fabric casts module
+    # outputs to the default dtype) and computes the loss on them
+    loss_shifted_copy: bool = False  # transformers < 4.49: the loss makes a shifted fp32 copy of the logits
+    versions: tuple[tuple[str, str, str], ...] = ()  # (package, version, where it came from) the step assumes
     # optimizer
     optimizer: OptimizerSpec
     optimizer_impl: Literal["foreach", "fused", "forloop"] = "fused"
     optimizer_in_bwd: bool = False
     set_to_none: bool = True
-    master_weights: bool = False               # DeepSpeed/Megatron-style fp32 master copy in the optimizer
+    master_weights: bool = False  # DeepSpeed/Megatron-style fp32 master copy in the optimizer
     # PEFT
     peft: Literal["none", "lora", "qlora", "dora", "ia3", "vera"] = "none"
-    lora_r: int = 0                            # LoRA/DoRA rank; VeRA's rank of the shared projections
+    lora_r: int = 0  # LoRA/DoRA rank; VeRA's rank of the shared projections
     lora_alpha: float = 0.0
     lora_dropout: float = 0.0
-    lora_targets: tuple[str, ...] = ()         # canonical names from LINEAR_NAMES (the adapted linears of any method)
+    lora_targets: tuple[str, ...] = ()  # canonical names from LINEAR_NAMES (the adapted linears of any method)
     feedforward_targets: tuple[str, ...] = ()  # IA3: the targets whose input is scaled (peft `feedforward_modules`);
-                                               # the other IA3 targets scale their output
-    modules_to_save: tuple[str, ...] = ()      # canonical names ("lm_head", "embed")
-    adapter_fp32: bool = True                  # PEFT autocast_adapter_dtype=True keeps adapters in fp32
-    kbit_upcast: bool = True                   # prepare_model_for_kbit_training upcasts non-quantized params to fp32
-    kbit_embeddings_16bit: bool = False        # after that upcast, TRL's SFTTrainer (bf16, before 1.0) casts the embeddings
-                                               # and LM head back to bf16 (trl/trainer/utils.py `peft_module_casting_to_bf16`);
-                                               # the norms stay fp32, so the residual stream stays fp32
+    # the other IA3 targets scale their output
+    modules_to_save: tuple[str, ...] = ()  # canonical names ("lm_head", "embed")
+    adapter_fp32: bool = True  # PEFT autocast_adapter_dtype=True keeps adapters in fp32
+    kbit_upcast: bool = True  # prepare_model_for_kbit_training upcasts non-quantized params to fp32
+    kbit_embeddings_16bit: bool = False  # after that upcast, TRL's SFTTrainer (bf16, before 1.0) casts the embeddings
+    # and LM head back to bf16 (trl/trainer/utils.py `peft_module_casting_to_bf16`);
+    # the norms stay fp32, so the residual stream stays fp32
     # partial full fine-tuning (peft "none" with only some weights trainable: freeze tuning, LLaMA-Pro, LISA)
-    trained_layers: int | None = None          # decoder layers whose weights train; None = every layer
-    trained_modules: tuple[str, ...] = ()      # inside them: "attn" and/or "mlp"; () = the whole layer
-    trained_extra: tuple[str, ...] = ()        # outside the layers, with trained_layers set: "embed", "lm_head"
-    trained_where: str = "last"                # which layers train: "last", "first", "spread" (LLaMA-Pro), "rotating"
-    trainable_fp32: bool = False               # trainable weights kept in fp32 while frozen ones stay 16-bit
+    trained_layers: int | None = None  # decoder layers whose weights train; None = every layer
+    trained_modules: tuple[str, ...] = ()  # inside them: "attn" and/or "mlp"; () = the whole layer
+    trained_extra: tuple[str, ...] = ()  # outside the layers, with trained_layers set: "embed", "lm_head"
+    trained_where: str = "last"  # which layers train: "last", "first", "spread" (LLaMA-Pro), "rotating"
+    trainable_fp32: bool = False  # trainable weights kept in fp32 while frozen ones stay 16-bit
     # GaLore / APOLLO: optimizer states of the targeted matrices are rank-r projections
-    low_rank: int = 0                          # projection rank (0: the optimizer keeps full states)
-    low_rank_targets: tuple[str, ...] = ()     # canonical linear names, or ("all-linear",)
-    low_rank_proj_quant: bool = False          # Q-GaLore: projections quantized (a uint8 per element + group scales)
-    low_rank_int8_weights: bool = False        # Q-GaLore: the targeted linears' weights held as INT8 + group scales
+    low_rank: int = 0  # projection rank (0: the optimizer keeps full states)
+    low_rank_targets: tuple[str, ...] = ()  # canonical linear names, or ("all-linear",)
+    low_rank_proj_quant: bool = False  # Q-GaLore: projections quantized (a uint8 per element + group scales)
+    low_rank_int8_weights: bool = False  # Q-GaLore: the targeted linears' weights held as INT8 + group scales
     # quantization of the base linears
-    quant_bits: int | None = None              # 4 or 8
+    quant_bits: int | None = None  # 4 or 8
     quant_type: str = "nf4"
     quant_double: bool = False
     quant_storage: Literal["uint8", "bf16", "fp16", "fp32"] = "uint8"
-    quant_lm_head: bool = False                # the LM head is quantized too (litgpt's Fabric BitsandbytesPrecision
-                                               # replaces every nn.Linear); otherwise it stays in 16/32-bit
-    quant_keeps_input: bool = False            # bitsandbytes < 0.43.2: every 4-bit linear keeps its input for
-                                               # backward (MatMul4Bit `ctx.tensors = (A, B)`, removed in PR #1270)
-    quant_dequant_fp16: bool = False           # 4-bit weights quantized from an fp16 copy (Lightning Fabric): each
-                                               # call dequantizes to fp16, then casts to the compute dtype
-    fused_lora: bool = False                   # unsloth's LoRA autograd kernels (fast_lora.py): LoRA_QKV and LoRA_MLP keep
-                                               # their 16-bit input once, LoRA_MLP also the gate and up outputs (h is
-                                               # recomputed in backward), no fp32 adapter-input copies; dropout 0 only
-    fused_qkv: bool = False                    # one q|k|v linear (litgpt): one LoRA adapter and dropout for all three,
-                                               # zero-padding that keeps the adapter output when only some adapt,
-                                               # and with MHA the value is a view that keeps the whole q|k|v output
+    quant_lm_head: bool = False  # the LM head is quantized too (litgpt's Fabric BitsandbytesPrecision
+    # replaces every nn.Linear); otherwise it stays in 16/32-bit
+    quant_keeps_input: bool = False  # bitsandbytes < 0.43.2: every 4-bit linear keeps its input for
+    # backward (MatMul4Bit `ctx.tensors = (A, B)`, removed in PR #1270)
+    quant_dequant_fp16: bool = False  # 4-bit weights quantized from an fp16 copy (Lightning Fabric): each
+    # call dequantizes to fp16, then casts to the compute dtype
+    fused_lora: bool = False  # unsloth's LoRA autograd kernels (fast_lora.py): LoRA_QKV and LoRA_MLP keep
+    # their 16-bit input once, LoRA_MLP also the gate and up outputs (h is
+    # recomputed in backward), no fp32 adapter-input copies; dropout 0 only
+    fused_qkv: bool = False  # one q|k|v linear (litgpt): one LoRA adapter and dropout for all three,
+    # zero-padding that keeps the adapter output when only some adapt,
+    # and with MHA the value is a view that keeps the whole q|k|v output
     # distribution (per-rank estimate)
     strategy: Literal["none", "ddp", "deepspeed", "fsdp", "megatron"] = "none"
     zero_stage: int = 0
-    world_size: int = 1                        # data-parallel ranks that shard (ZeRO/FSDP; FSDP with the context-
-                                               # parallel ones) or replicate (DDP)
+    world_size: int = 1  # data-parallel ranks that shard (ZeRO/FSDP; FSDP with the context-
+    # parallel ones) or replicate (DDP)
     offload_optimizer: bool = False
     offload_params: bool = False
     tensor_parallel: int = 1
     context_parallel: int = 1
     # Megatron-core layouts (components.megatron_step); pipeline_parallel also splits the weights of other engines
-    pipeline_parallel: int = 1                 # pipeline stages, each holding its share of the layers
-    virtual_pipeline: int = 1                  # model chunks per stage (interleaved 1F1B when > 1)
-    expert_parallel: int = 1                   # ranks the routed experts are divided over
+    pipeline_parallel: int = 1  # pipeline stages, each holding its share of the layers
+    virtual_pipeline: int = 1  # model chunks per stage (interleaved 1F1B when > 1)
+    expert_parallel: int = 1  # ranks the routed experts are divided over
     expert_tensor_parallel: int | None = None  # tensor parallelism inside each expert (None: tensor_parallel)
-    sequence_parallel: bool = False            # norm/dropout activations split over the tensor-parallel ranks
-    distributed_optimizer: bool = False        # fp32 main weights and optimizer states sharded over data parallel
-    recompute_method: Literal["uniform", "block"] = "uniform"   # Megatron full recompute (grad_checkpointing)
-    recompute_layers: int = 1                  # uniform: layers per checkpointed group; block: layers recomputed
+    sequence_parallel: bool = False  # norm/dropout activations split over the tensor-parallel ranks
+    distributed_optimizer: bool = False  # fp32 main weights and optimizer states sharded over data parallel
+    recompute_method: Literal["uniform", "block"] = "uniform"  # Megatron full recompute (grad_checkpointing)
+    recompute_layers: int = 1  # uniform: layers per checkpointed group; block: layers recomputed
     fsdp_full_state_dict: bool = False
-    fsdp_keeps_block_grads: bool = False       # FSDP1 keeps every block's checkpointed input and its gradient to the end
-                                               # of backward (frozen layer units under a reentrant checkpoint around
-                                               # the unit: knowledge/versions.py `fsdp1_keeps_block_grads`)
+    fsdp_keeps_block_grads: bool = False  # FSDP1 keeps every block's checkpointed input and its gradient to the end
+    # of backward (frozen layer units under a reentrant checkpoint around
+    # the unit: knowledge/versions.py `fsdp1_keeps_block_grads`)
     # objective: preference losses, online RL, distillation
-    objective: Literal["sft", "dpo", "kto", "orpo", "simpo", "cpo", "rm", "ppo", "grpo", "rloo", "online-dpo", "gkd",
-                       "kd", "pretrain"] = "sft"
-    sequences_per_example: int = 1             # sequences through the policy per micro-batch example (2: chosen +
-                                               # rejected in one concatenated forward)
-    reference: Literal["none", "copy", "adapters-off"] = "none"   # a frozen second copy, or the PEFT base model
-    reference_dtype: Literal["fp32", "bf16", "fp16"] | None = None   # a copy's weight dtype (None: the policy's)
-    reference_offloaded: bool = False          # the copy's weights live on the CPU (FSDP CPU offload), gathered to
-                                               # the GPU one unit at a time for its forward
-    vision_frozen: bool = True                 # a VLM's vision tower gets no gradients (adapters only, or the
-                                               # framework freezes it by default)
-    images_per_sequence: int = 0               # images through a VLM's vision tower per sequence (0: text-only batches)
-    scalar_head: bool = False                  # reward/value model: a 1-wide score head instead of vocabulary logits
-    logits_tokens: int | None = None           # tokens per sequence whose logits are computed (None: all);
-                                               # online RL keeps only the completion's (TRL `logits_to_keep`)
+    objective: Literal[
+        "sft", "dpo", "kto", "orpo", "simpo", "cpo", "rm", "ppo", "grpo", "rloo", "online-dpo", "gkd", "kd", "pretrain"
+    ] = "sft"
+    sequences_per_example: int = 1  # sequences through the policy per micro-batch example (2: chosen +
+    # rejected in one concatenated forward)
+    reference: Literal["none", "copy", "adapters-off"] = "none"  # a frozen second copy, or the PEFT base model
+    reference_dtype: Literal["fp32", "bf16", "fp16"] | None = None  # a copy's weight dtype (None: the policy's)
+    reference_offloaded: bool = False  # the copy's weights live on the CPU (FSDP CPU offload), gathered to
+    # the GPU one unit at a time for its forward
+    vision_frozen: bool = True  # a VLM's vision tower gets no gradients (adapters only, or the
+    # framework freezes it by default)
+    images_per_sequence: int = 0  # images through a VLM's vision tower per sequence (0: text-only batches)
+    scalar_head: bool = False  # reward/value model: a 1-wide score head instead of vocabulary logits
+    logits_tokens: int | None = None  # tokens per sequence whose logits are computed (None: all);
+    # online RL keeps only the completion's (TRL `logits_to_keep`)
     generation: Literal["none", "generate", "vllm-colocate", "vllm-server"] = "none"
-    generations_per_example: int = 0           # sequences generated at once per micro-batch example on this rank
-                                               # (TRL: steps_per_generation; elsewhere: samples per prompt)
-    generation_len: int = 0                    # prompt + completion tokens held in the KV cache per sequence
-    vllm_memory_share: float = 0.0             # vLLM gpu_memory_utilization when colocated
-    generation_sleeps: bool = False            # the colocated engine releases its share while the policy trains
-                                               # (vLLM sleep mode, SGLang release_memory_occupation): the share is
-                                               # held in the generation phase only
-    reward_model: bool = False                 # a frozen reward model of the policy's size is resident
-    value_model: bool = False                  # PPO's trained value model (a policy-sized copy with a scalar head)
-    teacher: ModelArch | None = None           # the distillation teacher
+    generations_per_example: int = 0  # sequences generated at once per micro-batch example on this rank
+    # (TRL: steps_per_generation; elsewhere: samples per prompt)
+    generation_len: int = 0  # prompt + completion tokens held in the KV cache per sequence
+    vllm_memory_share: float = 0.0  # vLLM gpu_memory_utilization when colocated
+    generation_sleeps: bool = False  # the colocated engine releases its share while the policy trains
+    # (vLLM sleep mode, SGLang release_memory_occupation): the share is
+    # held in the generation phase only
+    reward_model: bool = False  # a frozen reward model of the policy's size is resident
+    value_model: bool = False  # PPO's trained value model (a policy-sized copy with a scalar head)
+    teacher: ModelArch | None = None  # the distillation teacher
     # hardware and allocator
     gpu: GpuSpec
     gpu_count: int = 1
     expandable_segments: bool = False
-    headroom: float = DEFAULT_HEADROOM         # fraction of usable memory to keep free before calling a fit "tight"
-    correction: float = 1.0                    # measured ÷ estimated allocated bytes from local traces/probes
-                                               # of the same architecture (vramlens.calibration); 1 = none
-    calibration: Calibration | None = None     # the record `correction` came from
+    headroom: float = DEFAULT_HEADROOM  # fraction of usable memory to keep free before calling a fit "tight"
+    correction: float = 1.0  # measured ÷ estimated allocated bytes from local traces/probes
+    # of the same architecture (vramlens.calibration); 1 = none
+    calibration: Calibration | None = None  # the record `correction` came from
     # honesty: settings read that the estimate does not model, and every reason the figure is approximate (each
     # unmodelled setting among them); every view shows these, none derives them again
     unmodelled: tuple[Unmodelled, ...] = ()

@@ -19,6 +19,7 @@ read it where it is used (`settings.<name>`); every source accepts it from then 
 goes in `cli.project.add_settings_flags` and `FLAGS`; a table field also joins the `_table` validator).
 `trusted` is the exception: only the client's initializationOptions set it (`lsp.config.client_trusts`).
 """
+
 from __future__ import annotations
 
 import re
@@ -29,16 +30,22 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 from pydantic.alias_generators import to_camel
 
 SECTION = "vramlens"
-MAX_GPU_COUNT = 1 << 16        # GPUs per node; also the bound of the in-file `# vramlens: count=` directive
+MAX_GPU_COUNT = 1 << 16  # GPUs per node; also the bound of the in-file `# vramlens: count=` directive
 DEFAULT_HEADROOM = 0.10
 SEVERITY_LEVELS = ("error", "warning", "information", "hint", "off")
 # The one table of other spellings of a severity (settings, project files, `--severity`).
-SEVERITY_ALIASES = {"info": "information", "warn": "warning", "none": "off", "ignore": "off", "disable": "off",
-                    "disabled": "off"}
+SEVERITY_ALIASES = {
+    "info": "information",
+    "warn": "warning",
+    "none": "off",
+    "ignore": "off",
+    "disable": "off",
+    "disabled": "off",
+}
 
 
 def normalize_severity(word: object) -> str | None:
-    """"error" | "warning" | "information" | "hint" | "off" for a user's spelling; None if not a severity."""
+    """ "error" | "warning" | "information" | "hint" | "off" for a user's spelling; None if not a severity."""
     w = str(word).strip().lower()
     w = SEVERITY_ALIASES.get(w, w)
     return w if w in SEVERITY_LEVELS else None
@@ -47,60 +54,109 @@ def normalize_severity(word: object) -> str | None:
 class Settings(BaseModel):
     """What one document is analysed with. Immutable: derive variants with `model_copy(update=...)`."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid",
-                              allow_inf_nan=False, arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+        extra="forbid",
+        allow_inf_nan=False,
+        arbitrary_types_allowed=True,
+    )
 
-    gpu: str | None = Field(None, description='GPU to check against, e.g. "A100-40GB" or "8xH100"; wins over '
-                                              "a GPU named in the document.",
-                            json_schema_extra={"allowed": 'a GPU name such as "A100-40GB", "H100" or "8xH100"'})
-    gpu_count: int | None = Field(None, ge=1, le=MAX_GPU_COUNT, description="GPUs per node the run uses.",
-                                  json_schema_extra={"allowed": f"a whole number from 1 to {MAX_GPU_COUNT}"})
-    headroom: float = Field(DEFAULT_HEADROOM, ge=0.0, le=0.9,
-                            description="Fraction of usable GPU memory to keep free; a fit with less is tight "
-                                        "(VL002).",
-                            json_schema_extra={"allowed": "a number from 0 to 0.9"})
-    severity: dict[str, str] = Field(default_factory=dict,
-                                     description="Rule id (or name) → error | warning | information | hint | off.",
-                                     json_schema_extra={"allowed": 'a table of rule → level, e.g. VL004 = "off" '
-                                                                   "(levels: " + ", ".join(SEVERITY_LEVELS) + ")"})
-    framework_versions: dict[str, str] = Field(default_factory=dict,
-                                               description='Framework or package → version whose defaults apply, '
-                                                           'e.g. {"trl": "1.7", "bitsandbytes": "0.45"}.',
-                                               json_schema_extra={"allowed": 'a table of package → version, e.g. '
-                                                                             'trl = "1.7"'})
-    debounce_ms: float | None = Field(None, ge=0.0, le=5000.0,
-                                      description="Delay before re-analysing after an edit (language server).",
-                                      json_schema_extra={"allowed": "a number of milliseconds from 0 to 5000"})
-    trusted: StrictBool = Field(False, description="Whether traces and probes may run (they execute torch). Only "
-                                                   "the client's initializationOptions can set it, and only the "
-                                                   "JSON boolean true trusts.",
-                                json_schema_extra={"allowed": "true or false (JSON booleans)"})
+    gpu: str | None = Field(
+        None,
+        description='GPU to check against, e.g. "A100-40GB" or "8xH100"; wins over a GPU named in the document.',
+        json_schema_extra={"allowed": 'a GPU name such as "A100-40GB", "H100" or "8xH100"'},
+    )
+    gpu_count: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_GPU_COUNT,
+        description="GPUs per node the run uses.",
+        json_schema_extra={"allowed": f"a whole number from 1 to {MAX_GPU_COUNT}"},
+    )
+    headroom: float = Field(
+        DEFAULT_HEADROOM,
+        ge=0.0,
+        le=0.9,
+        description="Fraction of usable GPU memory to keep free; a fit with less is tight (VL002).",
+        json_schema_extra={"allowed": "a number from 0 to 0.9"},
+    )
+    severity: dict[str, str] = Field(
+        default_factory=dict,
+        description="Rule id (or name) → error | warning | information | hint | off.",
+        json_schema_extra={
+            "allowed": 'a table of rule → level, e.g. VL004 = "off" (levels: ' + ", ".join(SEVERITY_LEVELS) + ")"
+        },
+    )
+    framework_versions: dict[str, str] = Field(
+        default_factory=dict,
+        description='Framework or package → version whose defaults apply, e.g. {"trl": "1.7", "bitsandbytes": "0.45"}.',
+        json_schema_extra={"allowed": 'a table of package → version, e.g. trl = "1.7"'},
+    )
+    debounce_ms: float | None = Field(
+        None,
+        ge=0.0,
+        le=5000.0,
+        description="Delay before re-analysing after an edit (language server).",
+        json_schema_extra={"allowed": "a number of milliseconds from 0 to 5000"},
+    )
+    trusted: StrictBool = Field(
+        False,
+        description="Whether traces and probes may run (they execute torch). Only "
+        "the client's initializationOptions can set it, and only the "
+        "JSON boolean true trusts.",
+        json_schema_extra={"allowed": "true or false (JSON booleans)"},
+    )
 
-    model_lookup: StrictBool = Field(True, description="Whether a model that is not in the catalog, a local "
-                                                      "folder or the local Hugging Face cache is looked up on the "
-                                                      "Hub (its config.json only; off when HF_HUB_OFFLINE=1).",
-                                     json_schema_extra={"allowed": "true or false"})
+    model_lookup: StrictBool = Field(
+        True,
+        description="Whether a model that is not in the catalog, a local "
+        "folder or the local Hugging Face cache is looked up on the "
+        "Hub (its config.json only; off when HF_HUB_OFFLINE=1).",
+        json_schema_extra={"allowed": "true or false"},
+    )
 
-    trace_python: str | None = Field(None, description="The interpreter (the training environment) that runs "
-                                                       "`vramlens trace`; the language server takes it from the "
-                                                       "user's settings only, never from a project file.",
-                                     json_schema_extra={"allowed": "a path or a command name, e.g. "
-                                                                   "~/envs/train/bin/python"})
+    trace_python: str | None = Field(
+        None,
+        description="The interpreter (the training environment) that runs "
+        "`vramlens trace`; the language server takes it from the "
+        "user's settings only, never from a project file.",
+        json_schema_extra={"allowed": "a path or a command name, e.g. ~/envs/train/bin/python"},
+    )
 
     # The run's context, not a user setting: never read from a source.
-    workspace: Path | None = Field(None, exclude=True, description="Workspace root: referenced files and local "
-                                                                   "model folders are looked up there too.")
-    read_file: Callable[[Path], str | None] | None = Field(None, exclude=True, description="How to read referenced "
-                                                    "files (the LSP passes its open buffers); None reads the disk.")
-    hub_lookup: Callable[[str], Any] | None = Field(None, exclude=True, description="How to ask the Hub for a "
-                                                    "model's config.json (`knowledge.hub`): the language server "
-                                                    "passes a background lookup; None asks and waits.")
-    machine_gpu_count: int | None = Field(None, exclude=True, description="GPUs found on this machine "
-                                          "(nvidia-smi): the count when neither the settings nor the file give "
-                                          "one; a launcher's process count wins over it.")
-    any_model_folder: bool = Field(False, exclude=True, description="Whether a model folder given by an absolute "
-                                                       "path outside the workspace may be read (its config.json "
-                                                       "only): the command line and trusted workspaces.")
+    workspace: Path | None = Field(
+        None,
+        exclude=True,
+        description="Workspace root: referenced files and local model folders are looked up there too.",
+    )
+    read_file: Callable[[Path], str | None] | None = Field(
+        None,
+        exclude=True,
+        description="How to read referenced files (the LSP passes its open buffers); None reads the disk.",
+    )
+    hub_lookup: Callable[[str], Any] | None = Field(
+        None,
+        exclude=True,
+        description="How to ask the Hub for a "
+        "model's config.json (`knowledge.hub`): the language server "
+        "passes a background lookup; None asks and waits.",
+    )
+    machine_gpu_count: int | None = Field(
+        None,
+        exclude=True,
+        description="GPUs found on this machine "
+        "(nvidia-smi): the count when neither the settings nor the file give "
+        "one; a launcher's process count wins over it.",
+    )
+    any_model_folder: bool = Field(
+        False,
+        exclude=True,
+        description="Whether a model folder given by an absolute "
+        "path outside the workspace may be read (its config.json "
+        "only): the command line and trusted workspaces.",
+    )
 
     @field_validator("gpu", "trace_python", mode="before")
     @classmethod
@@ -129,17 +185,21 @@ CONTEXT_FIELDS = ("workspace", "read_file", "hub_lookup", "any_model_folder", "m
 USER_FIELDS = tuple(name for name in Settings.model_fields if name not in CONTEXT_FIELDS)
 TABLES = frozenset(name for name in USER_FIELDS if get_origin(Settings.model_fields[name].annotation) is dict)
 """Fields that are tables: merged key by key across sources, and their entries validated one by one."""
-CLIENT_ONLY = frozenset({"trusted"})           # a project file or pushed editor settings cannot grant trust
+CLIENT_ONLY = frozenset({"trusted"})  # a project file or pushed editor settings cannot grant trust
 NOT_FROM_PROJECT = frozenset({"trace_python"})  # a repository's project file cannot choose the program that runs
 
 
 def user_chosen(project_values: dict[str, Any]) -> dict[str, Any]:
     """A project file's settings without those only the user may choose (`NOT_FROM_PROJECT`)."""
     return {k: v for k, v in project_values.items() if k not in NOT_FROM_PROJECT}
-_BY_SPELLING = {**{name: name for name in USER_FIELDS},
-                **{to_camel(name): name for name in USER_FIELDS},
-                **{name.replace("_", "-"): name for name in USER_FIELDS},
-                "trace.python": "trace_python"}
+
+
+_BY_SPELLING = {
+    **{name: name for name in USER_FIELDS},
+    **{to_camel(name): name for name in USER_FIELDS},
+    **{name.replace("_", "-"): name for name in USER_FIELDS},
+    "trace.python": "trace_python",
+}
 
 
 class SettingsError(ValueError):
@@ -172,8 +232,9 @@ def section(data: Any) -> dict:
     return data
 
 
-def read_source(data: Any, source: str, *, exclude: Iterable[str] = CLIENT_ONLY,
-                unknown: list[str] | None = None) -> tuple[dict[str, Any], list[str]]:
+def read_source(
+    data: Any, source: str, *, exclude: Iterable[str] = CLIENT_ONLY, unknown: list[str] | None = None
+) -> tuple[dict[str, Any], list[str]]:
     """The validated fields one source sets, and a line per value refused (the rest still apply).
 
     Keys are matched by `field_for`; None and "" mean "not set"; `exclude` lists fields this source may not set;
@@ -185,8 +246,8 @@ def read_source(data: Any, source: str, *, exclude: Iterable[str] = CLIENT_ONLY,
             problems.append(f"expected a table of settings, got {type(data).__name__}")
         return values, problems
     for key, value in data.items():
-        if str(key).strip() == "trace" and isinstance(value, dict):    # VS Code's `vramlens.trace.python`, or a
-            key, value = "trace.python", value.get("python")           # project file's [trace] python = "…"
+        if str(key).strip() == "trace" and isinstance(value, dict):  # VS Code's `vramlens.trace.python`, or a
+            key, value = "trace.python", value.get("python")  # project file's [trace] python = "…"
         name = field_for(key)
         if name is None or name in exclude:
             if unknown is not None:
@@ -198,7 +259,7 @@ def read_source(data: Any, source: str, *, exclude: Iterable[str] = CLIENT_ONLY,
         try:
             if items is None:
                 values[name] = getattr(Settings.model_validate({name: value}), name)
-            else:                 # a table: keep the entries that are valid
+            else:  # a table: keep the entries that are valid
                 table: dict[str, str] = {}
                 for k, v in items:
                     try:
@@ -233,8 +294,14 @@ def merge(layers: Iterable[dict[str, Any]], **context: Any) -> Settings:
     return Settings.model_validate({**merged, **context})
 
 
-FLAGS = {"gpu": "--gpu", "gpu_count": "--num-gpus", "headroom": "--headroom", "severity": "--severity",
-         "model_lookup": "--offline", "trace_python": "--python"}
+FLAGS = {
+    "gpu": "--gpu",
+    "gpu_count": "--num-gpus",
+    "headroom": "--headroom",
+    "severity": "--severity",
+    "model_lookup": "--offline",
+    "trace_python": "--python",
+}
 
 
 def from_flags(**flags: Any) -> dict[str, Any]:

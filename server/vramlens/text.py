@@ -13,6 +13,7 @@ count the same way:
 - One clamping rule, LSP's: a column past the end of its line means the end of that line (before its break);
   a line past the last line means the end of the text. An edit therefore never eats a line break it did not name.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -44,7 +45,7 @@ def iter_text_lines(text: str) -> Iterator[str]:
     first line)."""
     start = 0
     for m in LINE_BREAK.finditer(text):
-        yield text[start:m.start()]
+        yield text[start : m.start()]
         start = m.end()
     if start < len(text):
         yield text[start:]
@@ -64,6 +65,7 @@ def with_line_ending(new_text: str, eol: str) -> str:
 
 
 # -- code units ------------------------------------------------------------------------------------
+
 
 def code_units(s: str, encoding: str = UTF16) -> int:
     """The length of `s` in code units of an LSP position encoding."""
@@ -99,6 +101,7 @@ def column_of_units(line: str, units: int, encoding: str = UTF16, strict: bool =
 
 # -- lines of one text -----------------------------------------------------------------------------
 
+
 class LineIndex:
     """(line, column) ↔ offset for one text, and LSP positions. Lines are numbered from `first_line` (a Markdown
     code block starts mid-file); columns count code points. Spans it makes name `file`."""
@@ -129,7 +132,7 @@ class LineIndex:
         i = line - self.first
         if not 0 <= i < len(self.starts):
             return ""
-        return self.text[self.starts[i]:self._end(i)]
+        return self.text[self.starts[i] : self._end(i)]
 
     def line_start(self, line: int) -> int:
         return self.starts[line - self.first]
@@ -164,7 +167,7 @@ class LineIndex:
             i = len(self.starts) - 1
             col = self._end(i) - self.starts[i]
         text = self.line(i + self.first)
-        return i + self.first, code_units(text[:max(0, min(col, len(text)))], encoding)
+        return i + self.first, code_units(text[: max(0, min(col, len(text)))], encoding)
 
     def column(self, line: int, units: int, encoding: str = UTF16, strict: bool = False) -> int:
         """The code-point column of an LSP position's `character` on `line`."""
@@ -191,7 +194,7 @@ class LinesWithBreaks(Sequence[str]):
     __slots__ = ("_index", "n")
 
     def __init__(self, index: LineIndex):
-        self._index = index      # not `index`: that would hide `Sequence.index(value)`
+        self._index = index  # not `index`: that would hide `Sequence.index(value)`
         n = len(index.starts)
         self.n = n - 1 if n > 1 and index.starts[-1] == len(index.text) else n
         if n == 1 and not index.text:
@@ -208,10 +211,11 @@ class LinesWithBreaks(Sequence[str]):
         if not 0 <= i < self.n:
             raise IndexError(i)
         starts, text = self._index.starts, self._index.text
-        return text[starts[i]:starts[i + 1] if i + 1 < len(starts) else len(text)]
+        return text[starts[i] : starts[i + 1] if i + 1 < len(starts) else len(text)]
 
 
 # -- applying edits --------------------------------------------------------------------------------
+
 
 class SpanEdit(Protocol):
     span: "Span"
@@ -240,15 +244,32 @@ def apply_edits(text: str, edits: Iterable[SpanEdit], file: str | None = None) -
     if not chosen:
         return text
     idx = LineIndex(text)
-    return apply_offset_edits(text, [(idx.offset(e.span.start_line, e.span.start_col),
-                                      idx.offset(e.span.end_line, e.span.end_col), e.new_text) for e in chosen])
+    return apply_offset_edits(
+        text,
+        [
+            (idx.offset(e.span.start_line, e.span.start_col), idx.offset(e.span.end_line, e.span.end_col), e.new_text)
+            for e in chosen
+        ],
+    )
 
 
-def apply_lsp_edits(text: str, edits: Iterable[tuple[tuple[int, int], tuple[int, int], str]],
-                    encoding: str = UTF16, strict: bool = False) -> str:
+def apply_lsp_edits(
+    text: str,
+    edits: Iterable[tuple[tuple[int, int], tuple[int, int], str]],
+    encoding: str = UTF16,
+    strict: bool = False,
+) -> str:
     """Apply LSP text edits, given as ((line, character), (line, character), new_text), the way an editor does;
     `strict` raises ValueError for a position outside the text or inside a character instead of clamping."""
     idx = LineIndex(text)
-    return apply_offset_edits(text, [(idx.offset_at(*start, encoding=encoding, strict=strict),
-                                      idx.offset_at(*end, encoding=encoding, strict=strict), new)
-                                     for start, end, new in edits])
+    return apply_offset_edits(
+        text,
+        [
+            (
+                idx.offset_at(*start, encoding=encoding, strict=strict),
+                idx.offset_at(*end, encoding=encoding, strict=strict),
+                new,
+            )
+            for start, end, new in edits
+        ],
+    )

@@ -12,6 +12,7 @@ comments, checked before parsing — its brackets and braces nest at most `MAX_D
 than `MAX_DEPTH` dots; the tables it parses to nest no deeper either. Real project and lock files nest a handful
 of levels.
 """
+
 from __future__ import annotations
 
 import re
@@ -36,15 +37,18 @@ MAX_DEPTH = 64
 # "…" with backslash escapes, literal '…', and their multi-line forms, which may end with one or two extra quotes)
 # and comments. A one-line string left open ends at its line's end, a multi-line one at the end of the text (the
 # parser refuses both). Every alternative matches whatever follows its first characters, so nothing backtracks.
-_HIDING = re.compile(r'''
+_HIDING = re.compile(
+    r'''
       "(?!"")(?:[^"\\\n]+|\\.)*"?
     | \#[^\n]*
     | '(?!'')[^'\n]*'?
     | """(?:\\[\s\S]|[^\\])*?(?:"""(?!")|\Z)
     | \'\'\'[\s\S]*?(?:\'\'\'(?!\')|\Z)
-''', re.VERBOSE)
+''',
+    re.VERBOSE,
+)
 _BRACKETS = re.compile(r"[\[\]{}]")
-_KEY_ENDS = re.compile(r"[=,\n\[\]{}]")         # what ends a key (the dots of a dotted key lie between these)
+_KEY_ENDS = re.compile(r"[=,\n\[\]{}]")  # what ends a key (the dots of a dotted key lie between these)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +66,8 @@ def _nests_deeper(text: str, limit: int) -> bool:
     or two levels) or a key has more than `limit` dots. Linear in the text."""
     brackets, dots = text.count("[") + text.count("{"), text.count(".")
     if brackets <= limit and dots <= limit:
-        return False                                    # too few to nest that deep: no scan needed
-    bare = _HIDING.sub("_", text)                       # a string or comment: one character that is neither
+        return False  # too few to nest that deep: no scan needed
+    bare = _HIDING.sub("_", text)  # a string or comment: one character that is neither
     if dots > limit and any(part.count(".") > limit for part in _KEY_ENDS.split(bare)):
         return True
     depth = 0
@@ -101,7 +105,7 @@ def loads(text: str) -> TomlFile:
         data = _toml.loads(text)
     except _toml.TOMLDecodeError as exc:
         return TomlFile(None, f"not valid TOML: {exc}")
-    except RecursionError:                  # not expected after the scan; kept so a parser change cannot crash
+    except RecursionError:  # not expected after the scan; kept so a parser change cannot crash
         return too_deep
     if _tables_nest_deeper(data, MAX_DEPTH):
         return too_deep
@@ -115,6 +119,6 @@ def read(path: Path, max_bytes: int, *, roots: list[Path] | None = None, expect:
         text = file_access.read_text_checked(path, max_bytes, expect=expect, roots=roots, errors="strict")
     except UnicodeDecodeError as exc:
         return TomlFile(None, f"not valid TOML: {exc}")
-    except (OSError, ValueError) as exc:                # ValueError: a NUL byte in the name
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
         return TomlFile(None, f"not read: {exc}")
     return loads(text)

@@ -16,6 +16,7 @@ validates them as it validates every other source). The file nearest to the docu
 TOML is read with `tomllib` (Python 3.11+) or `tomli` when installed, within the bounds of
 `vramlens.toml_reading` (size, nesting); without either, project files are skipped with one warning.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,6 +29,7 @@ from vramlens import toml_reading
 log = logging.getLogger(__name__)
 
 FILE_NAMES = (".vramlens.toml", "pyproject.toml")
+
 
 @dataclass(frozen=True)
 class ProjectSettings:
@@ -43,7 +45,7 @@ class ProjectSettings:
     """Keys the file sets that vramlens does not know (shown as a warning, never an error)."""
 
 
-MAX_PROJECT_FILE_BYTES = 1_000_000     # a .vramlens.toml or pyproject.toml is a few KB
+MAX_PROJECT_FILE_BYTES = 1_000_000  # a .vramlens.toml or pyproject.toml is a few KB
 
 _warned_no_toml = False
 
@@ -54,6 +56,8 @@ def _folder(path: Path) -> Path:
         return Path(path).absolute().parent.resolve()
     except (OSError, RuntimeError):
         return Path(path).absolute().parent
+
+
 _cache: dict[Path, tuple[float, ProjectSettings | None]] = {}
 
 
@@ -87,8 +91,9 @@ def read_config_file(path: Path) -> ProjectSettings | None:
     if data is None:
         log.warning("project settings in %s ignored: %s", path, read.problem)
         # a broken pyproject.toml may not concern vramlens; a broken .vramlens.toml does
-        result = None if path.name == "pyproject.toml" else \
-            ProjectSettings(path, problems=(read.problem or "not read",))
+        result = (
+            None if path.name == "pyproject.toml" else ProjectSettings(path, problems=(read.problem or "not read",))
+        )
     else:
         if path.name == "pyproject.toml":
             tool = data.get("tool")
@@ -118,5 +123,5 @@ def find_workspace_config(document: Path, root: Path | None = None) -> ProjectSe
         if root is not None and current == root:
             break
         if root is not None and root not in current.parents:
-            break   # the document is outside the workspace: only its own folder counts
+            break  # the document is outside the workspace: only its own folder counts
     return None

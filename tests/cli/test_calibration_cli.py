@@ -1,5 +1,6 @@
 """Local calibration as a user meets it: only exact traces and probes scale an estimate, the estimate's headline and
 JSON say so (factor, source, date, key), and `vramlens calibration list|clear` shows and removes the records."""
+
 from __future__ import annotations
 
 import json
@@ -8,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from vramlens import __version__, calibration
 from vramlens.estimate import REVISION
 from vramlens.formats import parse_file
@@ -21,25 +21,41 @@ CONFIG = "model_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: 2\
 @pytest.fixture
 def project(tmp_path):
     (tmp_path / "train.yaml").write_text(CONFIG)
-    rp = resolve(parse_file(tmp_path / "train.yaml", workspace=tmp_path).plan,
-                 Settings(gpu="A10G", workspace=tmp_path)).resolved
+    rp = resolve(
+        parse_file(tmp_path / "train.yaml", workspace=tmp_path).plan, Settings(gpu="A10G", workspace=tmp_path)
+    ).resolved
     return tmp_path, rp
 
 
 def _line(rp, *, source: str, ratio: float, exact: bool | None, time: str) -> str:
     """One record as `calibration.record` writes it (and as older versions wrote inexact traces)."""
-    rec = {"arch": rp.arch.id, "arch_hash": calibration.arch_hash(rp), "settings_hash": calibration.settings_hash(rp),
-           "settings": calibration.features(rp), "source": source, "estimated_allocated": 1000,
-           "measured_allocated": int(1000 * ratio), "gpu": None, "time": time, "vramlens": __version__,
-           "estimator": REVISION}
+    rec = {
+        "arch": rp.arch.id,
+        "arch_hash": calibration.arch_hash(rp),
+        "settings_hash": calibration.settings_hash(rp),
+        "settings": calibration.features(rp),
+        "source": source,
+        "estimated_allocated": 1000,
+        "measured_allocated": int(1000 * ratio),
+        "gpu": None,
+        "time": time,
+        "vramlens": __version__,
+        "estimator": REVISION,
+    }
     if exact is not None:
         rec["exact"] = exact
     return json.dumps(rec) + "\n"
 
 
 def _cli(cwd, *args):
-    done = subprocess.run([sys.executable, "-m", "vramlens", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, VRAMLENS_CALIBRATION=str(cwd / "cal.jsonl")))
+    done = subprocess.run(
+        [sys.executable, "-m", "vramlens", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, VRAMLENS_CALIBRATION=str(cwd / "cal.jsonl")),
+    )
     return done
 
 
@@ -66,12 +82,19 @@ def test_a_record_that_is_not_an_exact_trace_or_a_probe_scales_nothing(project, 
 def test_an_applied_calibration_is_in_the_headline_and_json_and_clear_removes_it(project, source, ratio, said):
     cwd, rp = project
     plain = _estimate(cwd)
-    (cwd / "cal.jsonl").write_text(_line(rp, source=source, ratio=ratio, exact=True if source == "trace" else None,
-                                         time="2025-03-01T10:00:00+00:00"))
+    (cwd / "cal.jsonl").write_text(
+        _line(
+            rp, source=source, ratio=ratio, exact=True if source == "trace" else None, time="2025-03-01T10:00:00+00:00"
+        )
+    )
     out = _estimate(cwd)
     key = calibration.settings_hash(rp)[:12]
-    assert out["calibration"] == {"factor": ratio, "source": source, "recorded": "2025-03-01T10:00:00+00:00",
-                                  "key": key}
+    assert out["calibration"] == {
+        "factor": ratio,
+        "source": source,
+        "recorded": "2025-03-01T10:00:00+00:00",
+        "key": key,
+    }
     assert (out["peak"]["allocated_gib"] > plain["peak"]["allocated_gib"]) is (ratio > 1)
     text = _estimate(cwd, "text").splitlines()
     peak = next(i for i, line in enumerate(text) if line.lstrip().startswith("peak"))
@@ -83,7 +106,7 @@ def test_an_applied_calibration_is_in_the_headline_and_json_and_clear_removes_it
     row = next(line for line in listed.stdout.splitlines() if key in line)
     assert rp.arch.id in row and f"×{ratio:.3f}" in row and source in row and "2025-03-01" in row and "yes" in row
 
-    assert _cli(cwd, "calibration", "clear").returncode == 2            # says what to clear, clears nothing
+    assert _cli(cwd, "calibration", "clear").returncode == 2  # says what to clear, clears nothing
     assert _cli(cwd, "calibration", "clear", "ffffffff").returncode == 2
     assert _estimate(cwd)["calibration"] is not None
     cleared = _cli(cwd, "calibration", "clear", key[:6])
@@ -98,9 +121,10 @@ def test_clear_by_model_and_all(project):
     (cwd / "cal.jsonl").write_text(
         _line(rp, source="probe", ratio=1.1, exact=None, time="2025-03-01T10:00:00+00:00")
         + _line(other, source="trace", ratio=1.1, exact=True, time="2025-03-02T10:00:00+00:00")
-        + "{damaged\n")
+        + "{damaged\n"
+    )
     assert len(json.loads(_cli(cwd, "calibration", "list", "--format", "json").stdout)["records"]) == 2
     assert "removed 2" in _cli(cwd, "calibration", "clear", "--model", rp.arch.id).stdout
-    assert (cwd / "cal.jsonl").read_text() == "{damaged\n"        # only what was asked for
+    assert (cwd / "cal.jsonl").read_text() == "{damaged\n"  # only what was asked for
     assert "removed 1" in _cli(cwd, "calibration", "clear", "--all").stdout
     assert (cwd / "cal.jsonl").read_text() == ""

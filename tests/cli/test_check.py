@@ -1,4 +1,5 @@
 """`vramlens check` as CI and pre-commit run it: a subprocess, its output and its exit code."""
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,9 @@ env:
 
 
 def check(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vramlens", "check", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "vramlens", "check", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
 def write(folder: Path, name: str, text: str) -> Path:
@@ -56,7 +58,7 @@ def test_a_predicted_oom_fails_with_its_line_and_fixes(tmp_path):
     write(tmp_path, "oom.yaml", OOM)
     r = check("oom.yaml", "--gpu", "A100-40GB", cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "oom.yaml:7:1: error VL001 [predicted-oom] Predicted peak" in r.stdout   # line 7 is `optim:`
+    assert "oom.yaml:7:1: error VL001 [predicted-oom] Predicted peak" in r.stdout  # line 7 is `optim:`
     assert "fix: Make it fit" in r.stdout
 
 
@@ -81,8 +83,12 @@ def test_usage_errors_exit_2(tmp_path):
     write(tmp_path, "ok.yaml", FITS)
     bad = check("ok.yaml", "--severity", "VL001=loud", cwd=tmp_path)
     assert bad.returncode == 2 and "--severity" in bad.stderr
-    assert subprocess.run([sys.executable, "-m", "vramlens", "check"], cwd=tmp_path, capture_output=True,
-                          timeout=60).returncode == 2
+    assert (
+        subprocess.run(
+            [sys.executable, "-m", "vramlens", "check"], cwd=tmp_path, capture_output=True, timeout=60
+        ).returncode
+        == 2
+    )
 
 
 def test_an_unreadable_config_named_on_the_command_line_exits_2(tmp_path):
@@ -97,7 +103,7 @@ def test_folders_are_walked_and_non_configs_skipped(tmp_path):
     write(tmp_path, "configs/ok.yml", FITS)
     write(tmp_path, "configs/notes.md", "# Notes\n\nNothing to train here.\n")
     write(tmp_path, "configs/ci.yaml", "jobs:\n  test:\n    runs-on: ubuntu-latest\n")
-    write(tmp_path, "configs/helm.yaml", "name: {{ .Values.name }\n")          # broken, but not ours
+    write(tmp_path, "configs/helm.yaml", "name: {{ .Values.name }\n")  # broken, but not ours
     write(tmp_path, "configs/node_modules/pkg/oom.yaml", OOM)
     write(tmp_path, "configs/.git/oom.yaml", OOM)
     r = check("configs", "--gpu", "A100-40GB", cwd=tmp_path)
@@ -123,5 +129,5 @@ def test_json_output(tmp_path):
     assert first["severity"] == "error" and first["start"] == {"line": 7, "column": 1}
     assert first["fixes"][0]["id"] == "make-it-fit" and first["fixes"][0]["peak_gib"] < 39.5 * 0.9
     assert files["ok.yaml"]["estimate"]["fits"] is True
-    assert {f["severity"] for f in files["ok.yaml"]["findings"]} <= {"information"}     # at most VL003
+    assert {f["severity"] for f in files["ok.yaml"]["findings"]} <= {"information"}  # at most VL003
     assert data["summary"]["error"] >= 1 and data["summary"]["files_checked"] == 2

@@ -1,6 +1,7 @@
 """`vramlens check --fix` writes the safe fixes (and with --unsafe-fixes the unsafe ones) into the files they edit:
 the config, or the DeepSpeed JSON it names; files are written only when unchanged, atomically, with their line breaks
 and mode, and never through a symlink that leads out of the checked folder."""
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from vramlens.formats import parse_document
 from vramlens.plan import IssueKind
 
@@ -22,8 +22,9 @@ pytest.importorskip("vramlens.formats.render", reason="fixes need formats.render
 
 
 def check(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vramlens", "check", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "vramlens", "check", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_fix_makes_the_oom_example_pass(tmp_path):
@@ -54,9 +55,11 @@ def test_fix_makes_the_oom_example_pass(tmp_path):
 
 def test_fix_leaves_a_config_that_already_passes_alone(tmp_path):
     config = tmp_path / "ok.yaml"
-    text = ("model_name_or_path: Qwen/Qwen2.5-0.5B\ntorch_dtype: bfloat16\nbf16: true\n"
-            "per_device_train_batch_size: 1\nmax_length: 512\noutput_dir: out\n"
-            "env:\n  PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True\n")
+    text = (
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\ntorch_dtype: bfloat16\nbf16: true\n"
+        "per_device_train_batch_size: 1\nmax_length: 512\noutput_dir: out\n"
+        "env:\n  PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True\n"
+    )
     config.write_text(text, encoding="utf-8")
     r = check("ok.yaml", "--fix", cwd=tmp_path)
     assert r.returncode == 0 and config.read_text(encoding="utf-8") == text
@@ -64,10 +67,14 @@ def test_fix_leaves_a_config_that_already_passes_alone(tmp_path):
 
 # -- the file an edit names --------------------------------------------------------------------------
 
-TRL_WITH_DS = ("model_name_or_path: mistralai/Mistral-7B-v0.1\nuse_peft: true\ntorch_dtype: bfloat16\nbf16: true\n"
-               "max_length: 4096\ndeepspeed: ds.json\noutput_dir: out\n")
-DS_JSON = ('{\n  "train_micro_batch_size_per_gpu": 16,\n  "gradient_accumulation_steps": 1,\n'
-           '  "zero_optimization": {"stage": 2}\n}\n')
+TRL_WITH_DS = (
+    "model_name_or_path: mistralai/Mistral-7B-v0.1\nuse_peft: true\ntorch_dtype: bfloat16\nbf16: true\n"
+    "max_length: 4096\ndeepspeed: ds.json\noutput_dir: out\n"
+)
+DS_JSON = (
+    '{\n  "train_micro_batch_size_per_gpu": 16,\n  "gradient_accumulation_steps": 1,\n'
+    '  "zero_optimization": {"stage": 2}\n}\n'
+)
 
 
 def test_a_fix_for_the_deepspeed_json_goes_into_the_json_not_the_yaml(tmp_path):
@@ -77,9 +84,14 @@ def test_a_fix_for_the_deepspeed_json_goes_into_the_json_not_the_yaml(tmp_path):
     config.write_text(TRL_WITH_DS, encoding="utf-8")
     ds.write_text(DS_JSON, encoding="utf-8")
     plan = json.loads(check("train.yaml", "--gpu", "L4", "--format", "json", cwd=tmp_path).stdout)
-    fit = next(x for f in plan["files"][0]["findings"] if f["rule"] == "VL001" for x in f["fixes"]
-               if x["id"] in ("make-it-fit", "make-it-fit-safe") and x["applicability"] == "safe")
-    assert {e.get("file") for e in fit["edits"]} == {str(ds.resolve())}, fit   # JSON output names the file
+    fit = next(
+        x
+        for f in plan["files"][0]["findings"]
+        if f["rule"] == "VL001"
+        for x in f["fixes"]
+        if x["id"] in ("make-it-fit", "make-it-fit-safe") and x["applicability"] == "safe"
+    )
+    assert {e.get("file") for e in fit["edits"]} == {str(ds.resolve())}, fit  # JSON output names the file
 
     r = check("train.yaml", "--gpu", "L4", "--fix", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -109,9 +121,11 @@ def test_a_json_outside_the_checked_folder_is_not_written_and_the_output_says_wh
 
 # -- how files are written ---------------------------------------------------------------------------
 
-OOM_QLORA = ("# QLoRA on Mistral-7B with TRL\nmodel_name_or_path: mistralai/Mistral-7B-v0.1\ntorch_dtype: bfloat16\n"
-             "load_in_4bit: true\nuse_peft: true\nlora_r: 16\nlora_alpha: 32\nlora_target_modules: all-linear\n"
-             "bf16: true\nper_device_train_batch_size: 16\nmax_length: 4096\noutput_dir: out\n")
+OOM_QLORA = (
+    "# QLoRA on Mistral-7B with TRL\nmodel_name_or_path: mistralai/Mistral-7B-v0.1\ntorch_dtype: bfloat16\n"
+    "load_in_4bit: true\nuse_peft: true\nlora_r: 16\nlora_alpha: 32\nlora_target_modules: all-linear\n"
+    "bf16: true\nper_device_train_batch_size: 16\nmax_length: 4096\noutput_dir: out\n"
+)
 
 
 @pytest.mark.parametrize("eol", ["\r\n", "\r"], ids=["crlf", "cr"])
@@ -125,10 +139,10 @@ def test_crlf_files_stay_crlf_and_keep_their_mode(tmp_path, eol):
     data = config.read_bytes().decode()
     lowered = re.search(r"lower the micro-batch from 16 to (\d+)", r.stdout)
     assert lowered, r.stdout
-    assert f"per_device_train_batch_size: {lowered[1]}{eol}" in data       # the batch the fix reported
-    assert len(re.findall(r"\r\n|\r|\n", data)) == data.count(eol), data   # every line break, old and new, is eol
+    assert f"per_device_train_batch_size: {lowered[1]}{eol}" in data  # the batch the fix reported
+    assert len(re.findall(r"\r\n|\r|\n", data)) == data.count(eol), data  # every line break, old and new, is eol
     assert os.stat(config).st_mode & 0o777 == 0o640
-    assert not [p for p in tmp_path.iterdir() if p.name != "qlora.yaml"]   # no temporary file left behind
+    assert not [p for p in tmp_path.iterdir() if p.name != "qlora.yaml"]  # no temporary file left behind
 
 
 def test_a_symlink_to_a_file_outside_the_checked_folder_is_not_written_through(tmp_path):
@@ -170,7 +184,7 @@ def test_a_file_changed_while_fixing_is_not_overwritten(tmp_path, monkeypatch, c
 
     def analyze_and_edit(*args, **kwargs):
         calls.append(1)
-        if len(calls) == 2:                 # after the first read, while the fixes are being worked out
+        if len(calls) == 2:  # after the first read, while the fixes are being worked out
             with open(config, "a", encoding="utf-8") as f:
                 f.write("# edited meanwhile\n")
         return real_analyze(*args, **kwargs)
@@ -186,14 +200,16 @@ def test_a_file_changed_while_fixing_is_not_overwritten(tmp_path, monkeypatch, c
 
 # -- fix levels --------------------------------------------------------------------------------------
 
+
 def test_safe_and_unsafe_fixes_on_the_qlora_mistral_config(tmp_path):
     """Issue 16 B6: --fix applies the safe fixes (the micro-batch trade), the bf16 → fp16 changes a T4 needs are
     unsafe and wait for --unsafe-fixes, after which no error is left; JSON says each fix's applicability."""
     config = tmp_path / "qlora.yaml"
     config.write_text(OOM_QLORA, encoding="utf-8")
     report = json.loads(check("qlora.yaml", "--gpu", "T4", "--format", "json", cwd=tmp_path).stdout)
-    levels = {x["title"].split(" → ")[0]: x["applicability"] for f in report["files"][0]["findings"]
-              for x in f["fixes"]}
+    levels = {
+        x["title"].split(" → ")[0]: x["applicability"] for f in report["files"][0]["findings"] for x in f["fixes"]
+    }
     # every VL005 finding offers the one fix that switches all of the file's bf16 settings (weights and AMP) to fp16
     assert levels["Use fp16 throughout: fp16 mixed precision, fp16 weights"] == "unsafe", levels
     # Liger's fused loss would lower this peak by nothing (it is at the same 11.4 GiB with or without it), so "make
@@ -204,7 +220,7 @@ def test_safe_and_unsafe_fixes_on_the_qlora_mistral_config(tmp_path):
     safe = check("qlora.yaml", "--gpu", "T4", "--fix", cwd=tmp_path)
     assert safe.returncode == 1 and "fixed: Make it fit" in safe.stdout
     text = config.read_text(encoding="utf-8")
-    assert "torch_dtype: bfloat16" in text and "bf16: true" in text          # unsafe fixes left alone
+    assert "torch_dtype: bfloat16" in text and "bf16: true" in text  # unsafe fixes left alone
 
     unsafe = check("qlora.yaml", "--gpu", "T4", "--fix", "--unsafe-fixes", cwd=tmp_path)
     assert unsafe.returncode == 0, unsafe.stdout

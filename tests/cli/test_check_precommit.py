@@ -1,4 +1,5 @@
 """The pre-commit hook runs `vramlens check` on the staged config files pre-commit passes it."""
+
 from __future__ import annotations
 
 import re
@@ -22,11 +23,22 @@ def test_hook_definition_runs_check_on_configs(tmp_path):
 
     (tmp_path / "oom.yaml").write_text(
         "model_name_or_path: meta-llama/Meta-Llama-3-8B\ntorch_dtype: bfloat16\nbf16: true\n"
-        "per_device_train_batch_size: 4\nmax_length: 2048\noptim: adamw_torch\noutput_dir: out\n", encoding="utf-8")
+        "per_device_train_batch_size: 4\nmax_length: 2048\noptim: adamw_torch\noutput_dir: out\n",
+        encoding="utf-8",
+    )
     (tmp_path / "notes.md").write_text("# notes\n", encoding="utf-8")
     entry = shlex.split(hook["entry"])
     assert entry[0] == "vramlens"
-    cmd = [sys.executable, "-m", "vramlens", *entry[1:], *hook.get("args", []), "--gpu", "A100-40GB",
-           "oom.yaml", "notes.md"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vramlens",
+        *entry[1:],
+        *hook.get("args", []),
+        "--gpu",
+        "A100-40GB",
+        "oom.yaml",
+        "notes.md",
+    ]
     r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "VL001" in r.stdout

@@ -1,6 +1,7 @@
 """The command line's settings as a user meets them: the project file and the flags go through one
 validation (the server's), a refused value names the file or flag, the key and what is allowed and exits 2;
 `trace` and `probe` read the same project settings as `estimate`; an assumed GPU is said so."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,9 @@ CONFIG = "model_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: 2\
 
 def vramlens(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "VRAMLENS_CALIBRATION": "off"}
-    return subprocess.run([sys.executable, "-m", "vramlens", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "vramlens", *args], cwd=cwd, capture_output=True, text=True, timeout=120, env=env
+    )
 
 
 @pytest.fixture
@@ -53,11 +55,16 @@ def test_the_same_values_in_pyproject_are_refused_too(project: Path):
     assert out.returncode == 2 and "pyproject.toml" in out.stderr and "`headroom` = 2.5" in out.stderr
 
 
-@pytest.mark.parametrize("flags, shown", [(["--headroom", "-3"], "`--headroom` = -3"),
-                                          (["--headroom", "inf"], "`--headroom` = inf"),
-                                          (["--headroom", "nan"], "`--headroom` = nan"),
-                                          (["--num-gpus", "1000000000"], "`--num-gpus` = 1000000000"),
-                                          (["--num-gpus", "0"], "`--num-gpus` = 0")])
+@pytest.mark.parametrize(
+    "flags, shown",
+    [
+        (["--headroom", "-3"], "`--headroom` = -3"),
+        (["--headroom", "inf"], "`--headroom` = inf"),
+        (["--headroom", "nan"], "`--headroom` = nan"),
+        (["--num-gpus", "1000000000"], "`--num-gpus` = 1000000000"),
+        (["--num-gpus", "0"], "`--num-gpus` = 0"),
+    ],
+)
 @pytest.mark.parametrize("command", ["estimate", "check", "trace"])
 def test_flags_are_validated_like_the_server_validates_settings(project: Path, command: str, flags, shown):
     out = vramlens(command, "train.yaml", *flags, cwd=project)

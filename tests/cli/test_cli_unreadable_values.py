@@ -1,5 +1,6 @@
 """Values vramlens cannot use are reported as what they are, never as "VL016 internal error, please report it",
 and one file's odd text never stops the report on the files after it. `vramlens check` runs as a subprocess."""
+
 from __future__ import annotations
 
 import os
@@ -14,9 +15,14 @@ def check(*files: str, cwd: Path, hub: Path | None = None) -> subprocess.Complet
     env = {**os.environ, "VRAMLENS_CALIBRATION": "off"}
     if hub is not None:
         hub.mkdir(exist_ok=True)
-        env["HF_HUB_CACHE"] = str(hub)            # a cache that exists: the lookup really runs
-    return subprocess.run([sys.executable, "-m", "vramlens", "check", *files, "--gpu", "A100-80GB"], cwd=cwd,
-                          capture_output=True, timeout=120, env=env)
+        env["HF_HUB_CACHE"] = str(hub)  # a cache that exists: the lookup really runs
+    return subprocess.run(
+        [sys.executable, "-m", "vramlens", "check", *files, "--gpu", "A100-80GB"],
+        cwd=cwd,
+        capture_output=True,
+        timeout=120,
+        env=env,
+    )
 
 
 def text(done: subprocess.CompletedProcess) -> str:
@@ -47,13 +53,15 @@ def test_a_local_config_json_of_100000_brackets(tmp_path: Path):
 
 
 def test_a_lone_surrogate_in_a_python_literal_is_shown_escaped_and_later_files_are_reported(tmp_path: Path):
-    (tmp_path / "a_train.py").write_text("from transformers import TrainingArguments\n"
-                                         "args = TrainingArguments(output_dir='o', optim='\\ud800', "
-                                         "per_device_train_batch_size=4)\n# vramlens: gpu=A100-80GB\n")
+    (tmp_path / "a_train.py").write_text(
+        "from transformers import TrainingArguments\n"
+        "args = TrainingArguments(output_dir='o', optim='\\ud800', "
+        "per_device_train_batch_size=4)\n# vramlens: gpu=A100-80GB\n"
+    )
     (tmp_path / "b_later.yaml").write_text(CONFIG)
     done = check("a_train.py", "b_later.yaml", cwd=tmp_path)
     out = text(done)
-    assert "`\\ud800`" in out                           # the optimizer's name, as an escape
+    assert "`\\ud800`" in out  # the optimizer's name, as an escape
     assert "b_later.yaml: peak" in out and "2 config(s) checked" in out
 
 
@@ -66,8 +74,9 @@ def test_directive_values_are_bounded_like_the_settings(tmp_path: Path):
 
 def test_a_home_folder_of_a_user_that_does_not_exist(tmp_path: Path):
     """`~0` names the home of user "0": pathlib raises RuntimeError for it (found by the long fuzz profile)."""
-    (tmp_path / "run.sh").write_text("deepspeed --num_gpus 8 train.py --deepspeed ~0 --model_name_or_path gpt2 "
-                                     "--per_device_train_batch_size 4\n")
+    (tmp_path / "run.sh").write_text(
+        "deepspeed --num_gpus 8 train.py --deepspeed ~0 --model_name_or_path gpt2 --per_device_train_batch_size 4\n"
+    )
     (tmp_path / "train.yaml").write_text("model_name_or_path: ~nosuchuser0/model\nper_device_train_batch_size: 8\n")
     out = text(check("run.sh", "train.yaml", cwd=tmp_path))
     assert "2 config(s) checked" in out

@@ -1,4 +1,5 @@
 """`vramlens estimate` as a user runs it: a subprocess, its JSON contract, and the project settings it reads."""
+
 from __future__ import annotations
 
 import json
@@ -13,13 +14,19 @@ from shared_data import CORPUS, need
 ROOT = Path(__file__).resolve().parents[2]
 OOM_EXAMPLE = ROOT / "examples" / "llama3-8b-full-adamw-a100-40gb.yaml"
 LITGPT_QLORA = CORPUS / "lightning" / "litgpt__finetune__llama-2-7b__qlora.yaml"
-GIB = 2 ** 30
+GIB = 2**30
 
 
 def estimate(*args: str, cwd: Path) -> dict:
-    env = {**os.environ, "VRAMLENS_CALIBRATION": "off"}       # the formulas' own figures, not a local calibration
-    out = subprocess.run([sys.executable, "-m", "vramlens", "estimate", *args, "--format", "json"], cwd=cwd,
-                         capture_output=True, text=True, timeout=120, env=env)
+    env = {**os.environ, "VRAMLENS_CALIBRATION": "off"}  # the formulas' own figures, not a local calibration
+    out = subprocess.run(
+        [sys.executable, "-m", "vramlens", "estimate", *args, "--format", "json"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -43,7 +50,7 @@ def test_project_settings_name_the_bitsandbytes_release(tmp_path):
     (tmp_path / ".vramlens.toml").write_text('gpu = "A10G"\n[framework-versions]\nbitsandbytes = "0.45.0"\n')
     newer = estimate(str(config), cwd=tmp_path)
     default, newer = (r[0] if isinstance(r, list) else r for r in (default, newer))
-    assert newer["gpu"]["name"] == "A10G"                       # read from .vramlens.toml
+    assert newer["gpu"]["name"] == "A10G"  # read from .vramlens.toml
     assert any("bitsandbytes 0.42.0" in a for a in default["assumptions"])
     assert not any("bitsandbytes" in a for a in newer["assumptions"])
     # bitsandbytes ≥ 0.43.2 no longer keeps each 4-bit linear's input: less activation memory
@@ -72,12 +79,19 @@ def test_an_ia3_script_is_estimated_as_ia3_and_says_so(tmp_path):
         "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-3.2-1B', torch_dtype=torch.bfloat16)\n"
         "model = get_peft_model(model, IA3Config(task_type='CAUSAL_LM'))\n"
         "args = TrainingArguments(output_dir='out', per_device_train_batch_size=2, bf16=True)\n"
-        "Trainer(model=model, args=args).train()\n")
+        "Trainer(model=model, args=args).train()\n"
+    )
     result = estimate(str(script), cwd=tmp_path)
     result = result[0] if isinstance(result, list) else result
     assert result["sources"]["peft_method"]["value"] == "ia3"
     assert result["params_trainable"] == 16 * (512 + 512 + 8192)
     env = {**os.environ, "VRAMLENS_CALIBRATION": "off"}
-    text = subprocess.run([sys.executable, "-m", "vramlens", "estimate", str(script)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120, env=env).stdout
+    text = subprocess.run(
+        [sys.executable, "-m", "vramlens", "estimate", str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    ).stdout
     assert "B trainable · IA3" in text

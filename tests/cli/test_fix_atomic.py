@@ -2,6 +2,7 @@
 setting) and the DeepSpeed JSON it names (the micro-batch): when the JSON cannot be written — its folder is
 read-only, the disk is full, it became a folder meanwhile — the config is left exactly as it was too, and the run
 says which file and why (text and JSON) and exits 2."""
+
 from __future__ import annotations
 
 import errno
@@ -14,10 +15,14 @@ from pathlib import Path
 
 import pytest
 
-CONFIG = ("model_name_or_path: mistralai/Mistral-7B-v0.1\nuse_peft: true\ntorch_dtype: bfloat16\nbf16: true\n"
-          "max_length: 4096\ndeepspeed: cfg/ds.json\noutput_dir: out\n")
-DS_JSON = ('{\n  "train_micro_batch_size_per_gpu": 16,\n  "gradient_accumulation_steps": 1,\n'
-           '  "zero_optimization": {"stage": 2}\n}\n')
+CONFIG = (
+    "model_name_or_path: mistralai/Mistral-7B-v0.1\nuse_peft: true\ntorch_dtype: bfloat16\nbf16: true\n"
+    "max_length: 4096\ndeepspeed: cfg/ds.json\noutput_dir: out\n"
+)
+DS_JSON = (
+    '{\n  "train_micro_batch_size_per_gpu": 16,\n  "gradient_accumulation_steps": 1,\n'
+    '  "zero_optimization": {"stage": 2}\n}\n'
+)
 
 
 @pytest.fixture
@@ -38,8 +43,13 @@ def as_it_was(root: Path) -> bool:
 
 
 def check_fix(root: Path, fmt: str = "text") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vramlens", "check", "train.yaml", "--gpu", "L4", "--fix",
-                           "--format", fmt], cwd=root, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "vramlens", "check", "train.yaml", "--gpu", "L4", "--fix", "--format", fmt],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_both_files_are_written_when_both_can_be(project):
@@ -47,7 +57,7 @@ def test_both_files_are_written_when_both_can_be(project):
     assert r.returncode == 0 and "fixed 2 file(s)" in r.stdout, r.stdout + r.stderr
     assert json.loads((project / "cfg" / "ds.json").read_text())["train_micro_batch_size_per_gpu"] < 16
     assert "PYTORCH_CUDA_ALLOC_CONF" in (project / "train.yaml").read_text()
-    assert sorted(files_of(project)) == ["cfg/ds.json", "train.yaml"]     # no temporary file left
+    assert sorted(files_of(project)) == ["cfg/ds.json", "train.yaml"]  # no temporary file left
 
 
 def _read_only(folder: Path) -> bool:
@@ -92,6 +102,7 @@ def test_a_read_only_folder_for_the_second_file_leaves_both_files_as_they_were(p
 
 # -- failures met while the files are being replaced (in-process, the system call made to fail) ------------------
 
+
 def run_fix(project: Path, monkeypatch, capsys) -> tuple[int, dict]:
     from vramlens.cli import main
 
@@ -131,7 +142,8 @@ def test_a_full_disk_on_the_second_file_leaves_the_first_unchanged(project, monk
     assert rc == 2, entry
     assert as_it_was(project), files_of(project)
     assert entry["fixed"] == [] and entry["not_written"] == [
-        {"file": str(ds), "reason": f"cannot write {ds}: {os.strerror(errno.ENOSPC)}"}], entry
+        {"file": str(ds), "reason": f"cannot write {ds}: {os.strerror(errno.ENOSPC)}"}
+    ], entry
 
 
 def test_a_file_replaced_by_a_folder_midway_leaves_the_other_unchanged(project, monkeypatch, capsys):
@@ -152,5 +164,5 @@ def test_a_file_replaced_by_a_folder_midway_leaves_the_other_unchanged(project, 
     assert rc == 2, entry
     assert (project / "train.yaml").read_text(encoding="utf-8") == CONFIG
     assert ds.is_dir() and not any(ds.iterdir())
-    assert sorted(files_of(project)) == ["train.yaml"]                   # no temporary file left
+    assert sorted(files_of(project)) == ["train.yaml"]  # no temporary file left
     assert entry["not_written"][0]["file"] == str(ds) and "changed on disk" in entry["not_written"][0]["reason"]

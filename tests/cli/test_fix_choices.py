@@ -2,6 +2,7 @@
 peak; --fix never applies a memory fix that costs something (speed, another package, a change to the training) and
 still leaves the run out of memory, and it lists every fix it left with why; LoRA/QLoRA fixes for a full fine-tune
 say the learning rate usually changes too; axolotl's fused-loss fix writes Liger, which its title names."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from vramlens.analysis import analyze
 from vramlens.fixes import Fixer
 from vramlens.formats import parse_document
@@ -21,8 +21,13 @@ from vramlens.text import apply_edits
 
 
 def check(path: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vramlens", "check", path.name, *args], cwd=path.parent,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "vramlens", "check", path.name, *args],
+        cwd=path.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 # -- "make it fit" holds only changes that lower its peak --------------------------------------------------------
@@ -34,20 +39,33 @@ args = SFTConfig(output_dir="out", per_device_train_batch_size=16, max_length=40
                  model_init_kwargs={"dtype": "bfloat16"})
 trainer = SFTTrainer(model="Qwen/Qwen2.5-7B", args=args)
 """
-SFT_YAML = ("model_name_or_path: Qwen/Qwen2.5-7B\ntorch_dtype: bfloat16\nbf16: true\n"
-            "per_device_train_batch_size: 16\nmax_length: 4096\noutput_dir: out\n")
-QLORA_YAML = ("model_name_or_path: mistralai/Mistral-7B-v0.1\ntorch_dtype: bfloat16\nload_in_4bit: true\n"
-              "use_peft: true\nlora_r: 16\nlora_alpha: 32\nlora_target_modules: all-linear\nbf16: true\n"
-              "per_device_train_batch_size: 16\nmax_length: 4096\noutput_dir: out\n")
-FULL_YAML = ("model_name_or_path: mistralai/Mistral-7B-v0.1\ntorch_dtype: bfloat16\nbf16: true\n"
-             "per_device_train_batch_size: 16\nmax_length: 4096\noutput_dir: out\n")
-AXOLOTL = ("base_model: meta-llama/Meta-Llama-3-8B\nload_in_8bit: false\nload_in_4bit: false\n"
-           "datasets:\n  - path: tatsu-lab/alpaca\n    type: alpaca\noutput_dir: ./out\nsequence_len: 8192\n"
-           "micro_batch_size: 2\ngradient_accumulation_steps: 8\noptimizer: adamw_torch_fused\n"
-           "learning_rate: 2e-5\nbf16: true\ngradient_checkpointing: true\nflash_attention: true\n")
+SFT_YAML = (
+    "model_name_or_path: Qwen/Qwen2.5-7B\ntorch_dtype: bfloat16\nbf16: true\n"
+    "per_device_train_batch_size: 16\nmax_length: 4096\noutput_dir: out\n"
+)
+QLORA_YAML = (
+    "model_name_or_path: mistralai/Mistral-7B-v0.1\ntorch_dtype: bfloat16\nload_in_4bit: true\n"
+    "use_peft: true\nlora_r: 16\nlora_alpha: 32\nlora_target_modules: all-linear\nbf16: true\n"
+    "per_device_train_batch_size: 16\nmax_length: 4096\noutput_dir: out\n"
+)
+FULL_YAML = (
+    "model_name_or_path: mistralai/Mistral-7B-v0.1\ntorch_dtype: bfloat16\nbf16: true\n"
+    "per_device_train_batch_size: 16\nmax_length: 4096\noutput_dir: out\n"
+)
+AXOLOTL = (
+    "base_model: meta-llama/Meta-Llama-3-8B\nload_in_8bit: false\nload_in_4bit: false\n"
+    "datasets:\n  - path: tatsu-lab/alpaca\n    type: alpaca\noutput_dir: ./out\nsequence_len: 8192\n"
+    "micro_batch_size: 2\ngradient_accumulation_steps: 8\noptimizer: adamw_torch_fused\n"
+    "learning_rate: 2e-5\nbf16: true\ngradient_checkpointing: true\nflash_attention: true\n"
+)
 
-CASES = [("train.py", SFT_PY, "A100-80GB"), ("sft.yaml", SFT_YAML, "A100-80GB"), ("qlora.yaml", QLORA_YAML, "T4"),
-         ("full.yaml", FULL_YAML, "A100-80GB"), ("axolotl.yaml", AXOLOTL, "H100-80GB")]
+CASES = [
+    ("train.py", SFT_PY, "A100-80GB"),
+    ("sft.yaml", SFT_YAML, "A100-80GB"),
+    ("qlora.yaml", QLORA_YAML, "T4"),
+    ("full.yaml", FULL_YAML, "A100-80GB"),
+    ("axolotl.yaml", AXOLOTL, "H100-80GB"),
+]
 
 
 @pytest.mark.parametrize("name,text,gpu", CASES, ids=[c[0] for c in CASES])
@@ -67,8 +85,9 @@ def test_every_change_of_make_it_fit_lowers_its_peak(name, text, gpu):
                 continue
             without = {k: v for k, v in fix.changes.items() if k not in own}
             est = fixer.evaluate(without)
-            assert not fixer.fits(est) or est.device_bytes >= fix.estimate_after.device_bytes * 1.01, \
+            assert not fixer.fits(est) or est.device_bytes >= fix.estimate_after.device_bytes * 1.01, (
                 f"{c.label!r} lowers the peak of {fix.title!r} by nothing"
+            )
 
 
 def test_the_qwen_example_fits_without_liger():
@@ -105,13 +124,16 @@ args = TrainingArguments(
 trainer = Trainer(model=model, args=args, train_dataset=None)
 trainer.train()
 '''
-TRAIN_FULL_YAML = ("model_name_or_path: meta-llama/Llama-3.1-8B\ntorch_dtype: bfloat16\nbf16: true\n"
-                   "per_device_train_batch_size: 4\ngradient_accumulation_steps: 4\ngradient_checkpointing: true\n"
-                   "learning_rate: 2.0e-05\noutput_dir: out\n")
+TRAIN_FULL_YAML = (
+    "model_name_or_path: meta-llama/Llama-3.1-8B\ntorch_dtype: bfloat16\nbf16: true\n"
+    "per_device_train_batch_size: 4\ngradient_accumulation_steps: 4\ngradient_checkpointing: true\n"
+    "learning_rate: 2.0e-05\noutput_dir: out\n"
+)
 
 
-@pytest.mark.parametrize("name,text", [("train_full.py", TRAIN_FULL_PY), ("train_full.yaml", TRAIN_FULL_YAML)],
-                         ids=["python", "yaml"])
+@pytest.mark.parametrize(
+    "name,text", [("train_full.py", TRAIN_FULL_PY), ("train_full.yaml", TRAIN_FULL_YAML)], ids=["python", "yaml"]
+)
 @pytest.mark.parametrize("unsafe", [False, True], ids=["safe", "unsafe"])
 def test_fix_applies_no_costly_half_measure_and_says_what_it_left(tmp_path, name, text, unsafe):
     """A full fine-tune of an 8B model on a 40 GB card: only LoRA/QLoRA fit. --fix applies the free allocator
@@ -122,7 +144,7 @@ def test_fix_applies_no_costly_half_measure_and_says_what_it_left(tmp_path, name
     r = check(config, "--gpu", "A100-40GB", "--fix", *(["--unsafe-fixes"] if unsafe else []), "--format", "json")
     entry = json.loads(r.stdout)["files"][0]
     after = config.read_text(encoding="utf-8")
-    assert "per_device_train_batch_size" in after and ("=4," in after or ": 4\n" in after), after   # not lowered
+    assert "per_device_train_batch_size" in after and ("=4," in after or ": 4\n" in after), after  # not lowered
     left = {x.split(" → ")[0]: x for x in entry["not_applied"]}
     micro = next((t for t in left if t.startswith("Lower the micro-batch")), None)
     assert micro and left[micro].endswith("not applied: it costs speed and the run still does not fit"), left
@@ -145,8 +167,10 @@ def test_the_text_output_gives_an_unwritable_fix_its_level_and_where_to_make_it(
 
 # -- LoRA instead of a full fine-tune: the learning rate ----------------------------------------------------------
 
-@pytest.mark.parametrize("name,text", [("train_full.py", TRAIN_FULL_PY), ("train_full.yaml", TRAIN_FULL_YAML)],
-                         ids=["python", "yaml"])
+
+@pytest.mark.parametrize(
+    "name,text", [("train_full.py", TRAIN_FULL_PY), ("train_full.yaml", TRAIN_FULL_YAML)], ids=["python", "yaml"]
+)
 def test_lora_fixes_for_a_full_fine_tune_say_the_learning_rate_usually_changes(name, text):
     analysis = analyze(text, f"/ws/{name}", Settings(gpu="A100-40GB"))
     fixes = [x for f in analysis.findings for x in f.fixes if x.id in ("lora", "qlora") or "LoRA" in x.title]
@@ -164,9 +188,16 @@ def test_qlora_for_a_lora_run_says_nothing_about_the_learning_rate():
 
 # -- axolotl: Liger's fused linear cross-entropy is what the fix writes ------------------------------------------
 
-@pytest.mark.parametrize("plugins", ["", "plugins:\n  - axolotl.integrations.spectrum.SpectrumPlugin\n",
-                                     "plugins: [axolotl.integrations.liger.LigerPlugin]\n"],
-                         ids=["no-plugins", "another-plugin", "liger-listed"])
+
+@pytest.mark.parametrize(
+    "plugins",
+    [
+        "",
+        "plugins:\n  - axolotl.integrations.spectrum.SpectrumPlugin\n",
+        "plugins: [axolotl.integrations.liger.LigerPlugin]\n",
+    ],
+    ids=["no-plugins", "another-plugin", "liger-listed"],
+)
 def test_axolotl_fused_loss_writes_liger_not_cut_cross_entropy(plugins):
     text = AXOLOTL + plugins
     path = "/ws/axolotl.yaml"

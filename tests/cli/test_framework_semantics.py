@@ -2,6 +2,7 @@
 upcast of trainable weights, ms-swift's AMP from `torch_dtype`, open-instruct's defaults, freeze tuning, LLaMA-Pro,
 LISA and GaLore, unsloth's step and task heads — run as a user runs it (a subprocess on fixture configs written in
 the style of each project)."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,14 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "semantics"
 
 def cli(name: str, *args: str, gpu: str = "H100-80GB") -> dict:
     env = {**os.environ, "VRAMLENS_CALIBRATION": "off"}
-    out = subprocess.run([sys.executable, "-m", "vramlens", "estimate", name, "--gpu", gpu, *args, "--format", "json"],
-                         capture_output=True, text=True, timeout=120, env=env, cwd=FIXTURES)
+    out = subprocess.run(
+        [sys.executable, "-m", "vramlens", "estimate", name, "--gpu", gpu, *args, "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=FIXTURES,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -33,10 +40,11 @@ def gib(n_params: float, bytes_per_param: float, ranks: int = 1) -> float:
 
 # --- 1. LLaMA-Factory precision --------------------------------------------------------------------------------------
 
+
 def test_llamafactory_full_tuning_upcasts_trainable_weights_to_fp32_unless_pure_bf16():
     amp, pure = cli("llamafactory_full_sft.yaml"), cli("llamafactory_full_pure_bf16.yaml")
     n = amp["model"]["params"]
-    assert parts(amp)["weights"] == pytest.approx(gib(n, 4), abs=0.02)          # fp32 weights under bf16 autocast
+    assert parts(amp)["weights"] == pytest.approx(gib(n, 4), abs=0.02)  # fp32 weights under bf16 autocast
     assert parts(pure)["weights"] == pytest.approx(gib(n, 2), abs=0.02)
     for name in ("weights", "gradients", "optimizer"):
         assert parts(amp)[name] == pytest.approx(2 * parts(pure)[name], rel=0.01), name
@@ -48,8 +56,8 @@ def test_llamafactory_full_tuning_upcasts_trainable_weights_to_fp32_unless_pure_
 def test_llamafactory_zero3_keeps_16bit_weights_with_an_fp32_master_copy():
     ds3 = cli("llamafactory_full_ds3.yaml", "--num-gpus", "8")
     n = ds3["model"]["params"]
-    assert parts(ds3)["weights"] == pytest.approx(gib(n, 2, 8), abs=0.02)      # no upcast: DeepSpeed holds fp32
-    assert parts(ds3)["optimizer"] == pytest.approx(gib(n, 12, 8), abs=0.05)   # fp32 master + two fp32 states
+    assert parts(ds3)["weights"] == pytest.approx(gib(n, 2, 8), abs=0.02)  # no upcast: DeepSpeed holds fp32
+    assert parts(ds3)["optimizer"] == pytest.approx(gib(n, 12, 8), abs=0.05)  # fp32 master + two fp32 states
     assert not any("upcasts" in a for a in ds3["assumptions"])
 
 
@@ -60,6 +68,7 @@ def test_llamafactory_lora_adapters_are_fp32_unless_pure_bf16():
 
 
 # --- 2. ms-swift -----------------------------------------------------------------------------------------------------
+
 
 def test_swift_bfloat16_under_zero3_is_amp_with_fp32_master_weights():
     z3, ddp = cli("swift_full_zero3.sh"), cli("swift_full_ddp.sh")
@@ -74,12 +83,13 @@ def test_swift_bfloat16_under_zero3_is_amp_with_fp32_master_weights():
 
 # --- 3. open-instruct ------------------------------------------------------------------------------------------------
 
+
 def test_open_instruct_yaml_is_read_with_open_instructs_defaults():
     result = cli("open_instruct_sft.yaml")
     n = result["model"]["params"]
     assert result["format"] == "open-instruct"
-    assert result["gpu"]["count"] == 8                                            # the documented 8-process launch
-    assert parts(result)["weights"] == pytest.approx(gib(n, 2, 8), abs=0.02)    # bf16, ZeRO-3
+    assert result["gpu"]["count"] == 8  # the documented 8-process launch
+    assert parts(result)["weights"] == pytest.approx(gib(n, 2, 8), abs=0.02)  # bf16, ZeRO-3
     assert result["fits"]
     one = cli("open_instruct_sft.yaml", "--num-gpus", "1")
     assert one["gpu"]["count"] == 1 and not one["fits"]
@@ -94,19 +104,20 @@ def test_open_instruct_qlora_uses_its_paged_bitsandbytes_adamw():
 
 def test_open_instruct_dpo_tune_cache_holds_no_reference_model():
     cached, live = cli("open_instruct_dpo_cache.sh"), cli("open_instruct_dpo.sh")
-    assert cached["objective"] == live["objective"] == "dpo"                    # dpo_norm is DPO with a reference
+    assert cached["objective"] == live["objective"] == "dpo"  # dpo_norm is DPO with a reference
     assert parts(cached)["reference"] == 0
     assert parts(live)["reference"] == pytest.approx(parts(live)["weights"], rel=0.01)
 
 
 # --- 4. freeze tuning, LLaMA-Pro, LISA, GaLore -----------------------------------------------------------------------
 
+
 def test_freeze_tuning_trains_the_last_two_layers_only():
     freeze, full = cli("llamafactory_freeze_sft.yaml"), cli("llamafactory_full_sft.yaml")
     n = full["model"]["params"]
-    layer = (n - 2 * 32000 * 4096) / 32                                          # Llama-2-7B: one decoder layer
+    layer = (n - 2 * 32000 * 4096) / 32  # Llama-2-7B: one decoder layer
     assert freeze["params_trainable"] == pytest.approx(2 * layer, rel=0.02)
-    assert parts(freeze)["gradients"] == pytest.approx(gib(2 * layer, 4), rel=0.02)   # fp32 trained layers
+    assert parts(freeze)["gradients"] == pytest.approx(gib(2 * layer, 4), rel=0.02)  # fp32 trained layers
     assert parts(freeze)["optimizer"] < 0.1 * parts(full)["optimizer"]
     assert any("2 layer(s) train" in a for a in freeze["assumptions"])
 
@@ -121,15 +132,15 @@ def test_frozen_layers_below_the_trained_ones_save_no_activations(tmp_path):
         cfg.write_text(base + f"freeze_trainable_layers: {n}\n")
         results[n] = cli(str(cfg))
     last, first = parts(results[2])["activations"], parts(results[-2])["activations"]
-    assert first > 4                                      # GiB: 4 × 1024 tokens through 32 layers
-    assert first * 2 / 32 <= last < first * 0.08        # two layers' worth, and the final norm
+    assert first > 4  # GiB: 4 × 1024 tokens through 32 layers
+    assert first * 2 / 32 <= last < first * 0.08  # two layers' worth, and the final norm
     assert results[2]["params_trainable"] == results[-2]["params_trainable"]
 
 
 def test_llama_pro_trains_the_expanded_blocks():
     pro = cli("llamafactory_llama_pro.yaml")
     freeze = cli("llamafactory_freeze_sft.yaml")
-    assert pro["params_trainable"] == pytest.approx(4 * freeze["params_trainable"], rel=0.01)   # 8 blocks, not 2
+    assert pro["params_trainable"] == pytest.approx(4 * freeze["params_trainable"], rel=0.01)  # 8 blocks, not 2
 
 
 def test_badam_layer_mode_trains_one_block_in_16_bit():
@@ -137,7 +148,7 @@ def test_badam_layer_mode_trains_one_block_in_16_bit():
     n = full["model"]["params"]
     layer = (n - 2 * 32000 * 4096) / 32
     assert badam["params_trainable"] == pytest.approx(layer, rel=0.02)
-    assert parts(badam)["weights"] == pytest.approx(gib(n, 2), abs=0.02)        # no fp32 upcast with BAdam
+    assert parts(badam)["weights"] == pytest.approx(gib(n, 2), abs=0.02)  # no fp32 upcast with BAdam
     assert parts(badam)["gradients"] == pytest.approx(gib(layer, 2), rel=0.05)
 
 
@@ -151,12 +162,15 @@ def test_lisa_trains_its_active_layers_with_embedding_and_head():
 
 
 def test_galore_keeps_rank_r_optimizer_states():
-    r128, r512, global_step = (cli("llamafactory_galore.yaml"), cli("llamafactory_galore_r512.yaml"),
-                               cli("llamafactory_galore_global.yaml"))
-    full_states = 2 * parts(r128)["weights"]                                      # bf16 AdamW over every weight
+    r128, r512, global_step = (
+        cli("llamafactory_galore.yaml"),
+        cli("llamafactory_galore_r512.yaml"),
+        cli("llamafactory_galore_global.yaml"),
+    )
+    full_states = 2 * parts(r128)["weights"]  # bf16 AdamW over every weight
     assert parts(r128)["optimizer"] < 0.2 * full_states
     assert parts(r128)["optimizer"] < parts(r512)["optimizer"] < full_states
-    assert parts(r128)["gradients"] == 0                                          # layerwise: stepped in backward
+    assert parts(r128)["gradients"] == 0  # layerwise: stepped in backward
     assert parts(global_step)["gradients"] == pytest.approx(parts(global_step)["weights"], rel=0.01)
 
 
@@ -165,17 +179,18 @@ def test_transformers_galore_reads_its_targets_and_rank_from_the_training_argume
     assert galore["sources"]["optimizer_rank"]["from"].startswith("optim_args")
     assert parts(galore)["weights"] == parts(adamw)["weights"]
     assert parts(galore)["optimizer"] < 0.1 * parts(adamw)["optimizer"]
-    assert parts(galore)["gradients"] == parts(adamw)["gradients"]               # full gradients, projected states
+    assert parts(galore)["gradients"] == parts(adamw)["gradients"]  # full gradients, projected states
 
 
 # --- 5. unsloth ------------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["unsloth_llama31_8b_t4.py", "unsloth_gemma2_9b_t4.py", "unsloth_qwen3_14b_t4.py"])
 def test_unsloth_colab_notebooks_fit_on_a_t4(name):
     result = cli(name, gpu="T4")
     assert result["format"] == "python"
     assert result["fits"], result["peak"]
-    assert parts(result)["logits"] == 0                                            # chunked, fused loss
+    assert parts(result)["logits"] == 0  # chunked, fused loss
     assert parts(result)["quant_constants"] > 0
 
 
@@ -188,6 +203,7 @@ def test_unsloth_loads_4bit_by_default_and_offloads_checkpoints():
 
 
 # --- 6. task heads ---------------------------------------------------------------------------------------------------
+
 
 def test_token_classification_has_no_vocabulary_logits():
     head, lm = cli("token_classification.py"), cli("causal_lm_same_backbone.py")

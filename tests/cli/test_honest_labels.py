@@ -4,6 +4,7 @@ computes in, and the bf16→fp16 fix's title gives the speed its edit brings (ev
 (a comment's GPU is an assumption named as such, a file name none); the defaults are labelled with the objective's
 own config class; a sequence length no framework sets is an assumption; `gpus` names the model as the file does;
 quantization defaults are listed only for a quantized run; a GPU's usable memory reads the same everywhere."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,14 @@ LABELS = FIXTURES / "labels"
 
 def vramlens(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "VRAMLENS_CALIBRATION": "off"}
-    out = subprocess.run([sys.executable, "-m", "vramlens", *map(str, args)], capture_output=True, text=True,
-                         timeout=300, env=env, cwd=cwd)
+    out = subprocess.run(
+        [sys.executable, "-m", "vramlens", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=cwd,
+    )
     assert out.returncode in (0, 1), out.stderr
     return out
 
@@ -47,7 +54,7 @@ def apply_json_edits(text: str, edits: list[dict]) -> str:
         return starts[pos["line"] - 1] + pos["column"] - 1
 
     for e in sorted(edits, key=lambda e: (e["start"]["line"], e["start"]["column"]), reverse=True):
-        text = text[:offset(e["start"])] + e["new_text"] + text[offset(e["end"]):]
+        text = text[: offset(e["start"])] + e["new_text"] + text[offset(e["end"]) :]
     return text
 
 
@@ -77,8 +84,9 @@ def test_the_bf16_fix_title_gives_the_speed_its_edit_brings(case, tmp_path):
     before = estimate_json(path, *flags)
     assert before["gpu"]["name"] == "T4"
     # the estimate says what it computes in and at which rate, in its assumptions
-    assert any("has no bf16: PyTorch emulates it" in a and "at the fp32 rate" in a for a in before["assumptions"]), \
+    assert any("has no bf16: PyTorch emulates it" in a and "at the fp32 rate" in a for a in before["assumptions"]), (
         before["assumptions"]
+    )
     findings = [f for f in check_json(path, *flags)["findings"] if f["rule"] == "VL005"]
     assert findings
     fixes = [fix for f in findings for fix in f["fixes"]]
@@ -99,7 +107,7 @@ def test_bf16_on_a_t4_runs_at_the_fp32_rate_and_fp16_at_the_fp16_rate(tmp_path):
     bf16.write_text(text)
     fp16.write_text(text.replace("bf16: true", "fp16: true"))
     a, b = estimate_json(bf16), estimate_json(fp16)
-    assert a["peak"] == b["peak"]                         # 2 bytes per value either way
+    assert a["peak"] == b["peak"]  # 2 bytes per value either way
     # T4: 8.1 TFLOPS fp32, 65 fp16 (gpus.yaml): a compute-bound step is several times faster in fp16
     assert b["throughput"]["tokens_per_s"] > 5 * a["throughput"]["tokens_per_s"], (a["throughput"], b["throughput"])
     assert not any("has no bf16" in x for x in b["assumptions"])
@@ -110,10 +118,26 @@ def test_the_4bit_compute_dtype_is_flagged_and_fixed_in_a_script_and_a_notebook(
     shutil.copy(LABELS / "t4_qlora.py", script)
     source = script.read_text()
     notebook = tmp_path / "t4_qlora.ipynb"
-    notebook.write_text(json.dumps({
-        "cells": [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
-                   "source": source.splitlines(keepends=True)}],
-        "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1) + "\n")
+    notebook.write_text(
+        json.dumps(
+            {
+                "cells": [
+                    {
+                        "cell_type": "code",
+                        "metadata": {},
+                        "execution_count": None,
+                        "outputs": [],
+                        "source": source.splitlines(keepends=True),
+                    }
+                ],
+                "metadata": {},
+                "nbformat": 4,
+                "nbformat_minor": 5,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     for path in (script, notebook):
         found = [f for f in check_json(path)["findings"] if f["rule"] == "VL005"]
         assert any("bnb_4bit_compute_dtype" in f["message"] for f in found), found
@@ -127,8 +151,16 @@ def test_the_4bit_compute_dtype_is_flagged_and_fixed_in_a_script_and_a_notebook(
 
 # -- where the GPU comes from ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("comment", ["# trl sft --config mistral-qlora-t4.yaml", "# see configs/h100/run.yaml",
-                                     "# bash scripts/run_a100.sh", "# launched as train-l4.sh"])
+
+@pytest.mark.parametrize(
+    "comment",
+    [
+        "# trl sft --config mistral-qlora-t4.yaml",
+        "# see configs/h100/run.yaml",
+        "# bash scripts/run_a100.sh",
+        "# launched as train-l4.sh",
+    ],
+)
 def test_a_file_name_in_a_comment_names_no_gpu(comment, tmp_path):
     path = tmp_path / "train.yaml"
     path.write_text(comment + "\n" + (LABELS / "file_name_comment.yaml").read_text().split("\n", 1)[1])
@@ -139,12 +171,16 @@ def test_a_file_name_in_a_comment_names_no_gpu(comment, tmp_path):
     assert "GPU     A100-80GB" in text and "(assumed: no GPU named" in text, text
 
 
-@pytest.mark.parametrize("comment, gpu", [("# this recipe was tested on a single L4.", "L4"),
-                                          ("# Runs on 1x A10G in about an hour", "A10G")])
+@pytest.mark.parametrize(
+    "comment, gpu", [("# this recipe was tested on a single L4.", "L4"), ("# Runs on 1x A10G in about an hour", "A10G")]
+)
 def test_a_gpu_in_prose_is_an_assumption_named_as_such_in_every_view(comment, gpu, tmp_path):
     path = tmp_path / "train.yaml"
-    path.write_text((LABELS / "prose_comment.yaml").read_text().replace(
-        (LABELS / "prose_comment.yaml").read_text().splitlines()[0], comment))
+    path.write_text(
+        (LABELS / "prose_comment.yaml")
+        .read_text()
+        .replace((LABELS / "prose_comment.yaml").read_text().splitlines()[0], comment)
+    )
     data = estimate_json(path)
     assert data["gpu"]["name"] == gpu and data["gpu"]["assumed"], data["gpu"]
     said = data["gpu"]["assumption"]
@@ -161,10 +197,16 @@ def test_a_gpu_in_prose_is_an_assumption_named_as_such_in_every_view(comment, gp
 
 # -- labels -----------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("fixture, config_class", [("objectives/trl_dpo_peft.yaml", "DPOConfig"),
-                                                   ("objectives/trl_dpo_full.yaml", "DPOConfig"),
-                                                   ("objectives/trl_grpo.yaml", "GRPOConfig"),
-                                                   ("objectives/trl_sft_peft.yaml", "SFTConfig")])
+
+@pytest.mark.parametrize(
+    "fixture, config_class",
+    [
+        ("objectives/trl_dpo_peft.yaml", "DPOConfig"),
+        ("objectives/trl_dpo_full.yaml", "DPOConfig"),
+        ("objectives/trl_grpo.yaml", "GRPOConfig"),
+        ("objectives/trl_sft_peft.yaml", "SFTConfig"),
+    ],
+)
 def test_the_defaults_name_the_objective_s_own_config_class(fixture, config_class):
     path = FIXTURES / fixture
     text = vramlens("estimate", path, "--gpu", "H100").stdout
@@ -175,8 +217,13 @@ def test_the_defaults_name_the_objective_s_own_config_class(fixture, config_clas
         assert not any(f"{other}/ModelConfig" in shown for other in others), shown
 
 
-@pytest.mark.parametrize("model, seq, why", [("Qwen/Qwen2.5-0.5B-Instruct", 2048, "2048 tokens"),
-                                             ("openai-community/gpt2", 1024, "the model's max_position_embeddings, 1024 tokens")])
+@pytest.mark.parametrize(
+    "model, seq, why",
+    [
+        ("Qwen/Qwen2.5-0.5B-Instruct", 2048, "2048 tokens"),
+        ("openai-community/gpt2", 1024, "the model's max_position_embeddings, 1024 tokens"),
+    ],
+)
 def test_a_plain_trainer_script_s_sequence_length_is_an_assumption_not_a_default(model, seq, why, tmp_path):
     path = tmp_path / "train.py"
     path.write_text((LABELS / "plain_trainer.py").read_text().replace("Qwen/Qwen2.5-0.5B-Instruct", model))
@@ -194,9 +241,11 @@ def test_a_plain_trainer_script_s_sequence_length_is_an_assumption_not_a_default
 
 
 def test_gpus_names_the_model_as_the_file_does():
-    for fixture, model in (("objectives/trl_dpo_peft.yaml", "meta-llama/Llama-3.1-8B-Instruct"),
-                           ("labels/axolotl_lora_16bit.yaml", "Qwen/Qwen2.5-0.5B-Instruct"),
-                           ("labels/prose_comment.yaml", "mistralai/Mistral-7B-v0.1")):
+    for fixture, model in (
+        ("objectives/trl_dpo_peft.yaml", "meta-llama/Llama-3.1-8B-Instruct"),
+        ("labels/axolotl_lora_16bit.yaml", "Qwen/Qwen2.5-0.5B-Instruct"),
+        ("labels/prose_comment.yaml", "mistralai/Mistral-7B-v0.1"),
+    ):
         text = vramlens("gpus", FIXTURES / fixture).stdout
         assert text.splitlines()[0].startswith(f"{FIXTURES / fixture}: {model}, micro-batch"), text
         assert json.loads(vramlens("gpus", FIXTURES / fixture, "--format", "json").stdout)["model"] == model
@@ -214,8 +263,9 @@ def test_quantization_defaults_are_listed_only_for_a_quantized_run(tmp_path):
     assert "    - double quantization: true\n" in text, text
 
 
-@pytest.mark.parametrize("gpu, usable", [("A100-80GB", "79.2"), ("GH200-96GB", "94.9"), ("RTX 3080", "9.9"),
-                                         ("T4", "14.6")])
+@pytest.mark.parametrize(
+    "gpu, usable", [("A100-80GB", "79.2"), ("GH200-96GB", "94.9"), ("RTX 3080", "9.9"), ("T4", "14.6")]
+)
 def test_a_gpu_s_usable_memory_reads_the_same_in_every_view(gpu, usable):
     path = FIXTURES / "objectives" / "trl_dpo_peft.yaml"
     estimate = vramlens("estimate", path, "--gpu", gpu).stdout

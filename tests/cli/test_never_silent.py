@@ -2,6 +2,7 @@
 estimated with …"), an estimate that rests on an approximation says so beside its peak and in JSON (`approximate`,
 `approximate_reasons`, one list for every view), and a launch whose model cannot be used says which value it found
 and why."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from vramlens.estimate import estimate
 from vramlens.formats import parse_document
 from vramlens.resolve import resolve
@@ -22,8 +22,14 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "never_silent"
 
 def vramlens(*args, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "VRAMLENS_CALIBRATION": "off"}
-    return subprocess.run([sys.executable, "-m", "vramlens", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, env=env, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "vramlens", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=cwd,
+    )
 
 
 def estimate_json(path: Path, *flags: str, cwd: Path | None = None) -> dict:
@@ -42,10 +48,16 @@ def estimate_of(path: Path, **settings):
 
 UNMODELLED = [
     # (fixture, {key: line}, a word of each `what`)
-    ("axolotl_kernels.yaml", {"tiled_mlp": 10, "liger_rms_norm": 11, "lora_qkv_kernel": 12},
-     ("TiledMLP", "RMSNorm", "LoRA QKV")),
-    ("hf_zero_plus_plus.yaml", {"zero_optimization.zero_hpz_partition_size": 9,
-                                "zero_optimization.reduce_bucket_size": 10}, ("ZeRO++", "reduce bucket")),
+    (
+        "axolotl_kernels.yaml",
+        {"tiled_mlp": 10, "liger_rms_norm": 11, "lora_qkv_kernel": 12},
+        ("TiledMLP", "RMSNorm", "LoRA QKV"),
+    ),
+    (
+        "hf_zero_plus_plus.yaml",
+        {"zero_optimization.zero_hpz_partition_size": 9, "zero_optimization.reduce_bucket_size": 10},
+        ("ZeRO++", "reduce bucket"),
+    ),
     ("hf_liger.yaml", {"use_liger_kernel": 5}, ("Liger",)),
 ]
 
@@ -78,20 +90,29 @@ def test_unmodelled_settings_are_named_in_json_text_and_check(fixture, lines, wo
     assert summary["approximate"] == 1
 
 
-@pytest.mark.parametrize("call,kernels", [
-    ("apply_liger_kernel_to_qwen2()", "the memory of Liger's RMSNorm, RoPE and SwiGLU kernels (what they save for "
-                                      "backward)"),
-    ("apply_liger_kernel_to_qwen2(rope=False, swiglu=False)", "the memory of Liger's RMSNorm kernel (what it saves "
-                                                              "for backward)"),
-])
+@pytest.mark.parametrize(
+    "call,kernels",
+    [
+        (
+            "apply_liger_kernel_to_qwen2()",
+            "the memory of Liger's RMSNorm, RoPE and SwiGLU kernels (what they save for backward)",
+        ),
+        (
+            "apply_liger_kernel_to_qwen2(rope=False, swiglu=False)",
+            "the memory of Liger's RMSNorm kernel (what it saves for backward)",
+        ),
+    ],
+)
 def test_a_script_s_liger_patch_models_its_loss_and_names_its_other_kernels(call, kernels, tmp_path):
     path = tmp_path / "train.py"
-    path.write_text("from liger_kernel.transformers import apply_liger_kernel_to_qwen2\n"
-                    "from transformers import AutoModelForCausalLM, TrainingArguments, Trainer\n"
-                    f"{call}\n"
-                    "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-1.5B')\n"
-                    "args = TrainingArguments(output_dir='o', per_device_train_batch_size=2, bf16=True)\n"
-                    "Trainer(model=model, args=args).train()\n")
+    path.write_text(
+        "from liger_kernel.transformers import apply_liger_kernel_to_qwen2\n"
+        "from transformers import AutoModelForCausalLM, TrainingArguments, Trainer\n"
+        f"{call}\n"
+        "model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-1.5B')\n"
+        "args = TrainingArguments(output_dir='o', per_device_train_batch_size=2, bf16=True)\n"
+        "Trainer(model=model, args=args).train()\n"
+    )
     data = estimate_json(path)
     assert data["sources"]["loss_impl"]["value"] == "fused"
     assert [(u["what"], u["line"]) for u in data["unmodelled"]] == [(kernels, 3)], data["unmodelled"]
@@ -99,8 +120,10 @@ def test_a_script_s_liger_patch_models_its_loss_and_names_its_other_kernels(call
 
 def test_an_explicit_value_only_is_unmodelled_and_off_switches_are_not():
     # `stage3_prefetch_bucket_size: auto` is sized as transformers sizes it; `liger_rope: false` switches nothing on
-    for fixture, absent in (("hf_zero_plus_plus.yaml", "stage3_prefetch_bucket_size"), ("axolotl_kernels.yaml",
-                                                                                         "liger_rope")):
+    for fixture, absent in (
+        ("hf_zero_plus_plus.yaml", "stage3_prefetch_bucket_size"),
+        ("axolotl_kernels.yaml", "liger_rope"),
+    ):
         rp, est = estimate_of(FIXTURES / fixture)
         assert not any(absent in u.key for u in est.unmodelled), est.unmodelled
 
@@ -117,16 +140,20 @@ def test_a_fully_read_config_is_not_approximate_in_any_view():
 
 # -- each reason an estimate is approximate -----------------------------------------------------------------------
 
+
 def _write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "train.yaml"
     path.write_text(text)
     return path
 
 
-@pytest.mark.parametrize("setting,reason", [
-    ("optim: frobnicate_adam", "unknown optimizer `frobnicate_adam`: estimated as AdamW"),
-    ("optim: some_new_optimizer_8bit", "unknown optimizer `some_new_optimizer_8bit`: estimated as AdamW"),
-])
+@pytest.mark.parametrize(
+    "setting,reason",
+    [
+        ("optim: frobnicate_adam", "unknown optimizer `frobnicate_adam`: estimated as AdamW"),
+        ("optim: some_new_optimizer_8bit", "unknown optimizer `some_new_optimizer_8bit`: estimated as AdamW"),
+    ],
+)
 def test_an_unknown_optimizer_is_an_approximation(setting, reason, tmp_path):
     path = _write(tmp_path, f"model_name_or_path: Qwen/Qwen2.5-1.5B\nmax_length: 1024\n{setting}\n")
     assert estimate_json(path)["approximate_reasons"] == [reason]
@@ -141,19 +168,31 @@ def test_an_assumed_sequence_length_is_an_approximation(tmp_path):
 @pytest.mark.parametrize("model_type", ["zebra_lm", "quagga2"])
 def test_a_generic_architecture_is_approximate(model_type, tmp_path):
     (tmp_path / "mymodel").mkdir()
-    (tmp_path / "mymodel" / "config.json").write_text(json.dumps({
-        "model_type": model_type, "hidden_size": 1024, "num_hidden_layers": 8, "num_attention_heads": 16,
-        "intermediate_size": 4096, "vocab_size": 32000, "torch_dtype": "bfloat16"}))
+    (tmp_path / "mymodel" / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": model_type,
+                "hidden_size": 1024,
+                "num_hidden_layers": 8,
+                "num_attention_heads": 16,
+                "intermediate_size": 4096,
+                "vocab_size": 32000,
+                "torch_dtype": "bfloat16",
+            }
+        )
+    )
     path = _write(tmp_path, "model_name_or_path: ./mymodel\nmax_length: 1024\nbf16: true\n")
     data = estimate_json(path, cwd=tmp_path)
-    assert data["approximate"] and any(f"`{model_type}` has no dedicated model" in r
-                                       for r in data["approximate_reasons"]), data["approximate_reasons"]
+    assert data["approximate"] and any(
+        f"`{model_type}` has no dedicated model" in r for r in data["approximate_reasons"]
+    ), data["approximate_reasons"]
     assert "≈ " in vramlens("estimate", path, "--gpu", "H100", cwd=tmp_path).stdout
 
 
 @pytest.mark.parametrize("model,method", [("TheBloke/Llama-2-7B-GPTQ", "GPTQ"), ("TheBloke/Llama-2-7B-AWQ", "AWQ")])
 def test_a_prequantized_checkpoint_counts_its_group_constants_as_stored_and_says_the_rest_is_approximate(
-        model, method, tmp_path):
+    model, method, tmp_path
+):
     base = "use_peft: true\nlora_r: 16\nper_device_train_batch_size: 1\nmax_length: 1024\nbf16: true\n"
     rp, est = estimate_of(_write(tmp_path, f"model_name_or_path: {model}\n{base}"))
     assert rp.quant_type == method.lower()
@@ -170,19 +209,29 @@ def test_a_prequantized_checkpoint_counts_its_group_constants_as_stored_and_says
     assert not any("pre-quantized" in r for r in est_nf4.approximate)
 
 
-@pytest.mark.parametrize("backend,fallback,approximate", [
-    ("synthetic", "transformers is not installed", True),
-    ("synthetic", None, True),
-    ("transformers", None, False),
-])
+@pytest.mark.parametrize(
+    "backend,fallback,approximate",
+    [
+        ("synthetic", "transformers is not installed", True),
+        ("synthetic", None, True),
+        ("transformers", None, False),
+    ],
+)
 def test_a_trace_on_the_synthetic_stand_in_is_approximate(backend, fallback, approximate):
     from vramlens.report import estimate_fields
     from vramlens.trace.report import to_estimate
 
     rp, _ = estimate_of(FIXTURES / "exact.yaml")
-    raw = {"peak_bytes": 10 << 30, "components": {"weights": 3 << 30}, "phase": "forward-backward",
-           "phases": {"forward-backward": 10 << 30}, "params_total": 1, "params_trainable": 1, "backend": backend,
-           "fallback_reason": fallback}
+    raw = {
+        "peak_bytes": 10 << 30,
+        "components": {"weights": 3 << 30},
+        "phase": "forward-backward",
+        "phases": {"forward-backward": 10 << 30},
+        "params_total": 1,
+        "params_trainable": 1,
+        "backend": backend,
+        "fallback_reason": fallback,
+    }
     fields = estimate_fields(rp, to_estimate(rp, raw))
     assert fields["approximate"] is approximate
     if approximate:
@@ -192,16 +241,31 @@ def test_a_trace_on_the_synthetic_stand_in_is_approximate(backend, fallback, app
 
 # -- a model that cannot be used says what was found and why ------------------------------------------------------
 
-@pytest.mark.parametrize("name,text,found", [
-    ("run.sh", "torchrun train.py \\\n  --model_name_or_path $MODEL \\\n  --per_device_train_batch_size 4 "
-               "--output_dir out\n", ("`model_name_or_path`", "only known when the script runs", "(line 2)")),
-    ("run2.sh", "accelerate launch train.py --model_name_or_path \"$(cat model.txt)\" --bf16 --output_dir o\n",
-     ("`model_name_or_path`", "only known when the script runs", "(line 1)")),
-    ("train.py", "import sys\nfrom transformers import AutoModelForCausalLM, TrainingArguments, Trainer\n"
-                 "model = AutoModelForCausalLM.from_pretrained(sys.argv[1])\n"
-                 "args = TrainingArguments(output_dir='o', per_device_train_batch_size=2)\n"
-                 "Trainer(model=model, args=args).train()\n", ("sys.argv[1]", "only known when the script runs")),
-])
+
+@pytest.mark.parametrize(
+    "name,text,found",
+    [
+        (
+            "run.sh",
+            "torchrun train.py \\\n  --model_name_or_path $MODEL \\\n  --per_device_train_batch_size 4 "
+            "--output_dir out\n",
+            ("`model_name_or_path`", "only known when the script runs", "(line 2)"),
+        ),
+        (
+            "run2.sh",
+            'accelerate launch train.py --model_name_or_path "$(cat model.txt)" --bf16 --output_dir o\n',
+            ("`model_name_or_path`", "only known when the script runs", "(line 1)"),
+        ),
+        (
+            "train.py",
+            "import sys\nfrom transformers import AutoModelForCausalLM, TrainingArguments, Trainer\n"
+            "model = AutoModelForCausalLM.from_pretrained(sys.argv[1])\n"
+            "args = TrainingArguments(output_dir='o', per_device_train_batch_size=2)\n"
+            "Trainer(model=model, args=args).train()\n",
+            ("sys.argv[1]", "only known when the script runs"),
+        ),
+    ],
+)
 def test_a_launch_whose_model_is_only_known_at_run_time_says_which_value(name, text, found, tmp_path):
     path = tmp_path / name
     path.write_text(text)

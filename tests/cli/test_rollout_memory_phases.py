@@ -7,6 +7,7 @@ verl's own examples are judged on the GPUs they ran on: 80 GB NVIDIA cards (H100
 scripts say (`trainer.n_gpus_per_node=8`; run_gemma.sh: 2). verl's docs list the runs of these scripts among its
 baselines (docs/algo/baseline.md at v0.4.1: deepseek-llm-7b-chat PPO, Qwen2-7B-Instruct GRPO with
 run_qwen2-7b_seq_balance.sh; docs/algo/ppo.md: run_gemma.sh), so each fits in 80 GB at its settings."""
+
 from __future__ import annotations
 
 import json
@@ -25,9 +26,26 @@ GPU_GIB = 80.0
 
 def cli(path: Path, *extra: str) -> dict:
     env = {**os.environ, "VRAMLENS_CALIBRATION": "off", "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-m", "vramlens", "estimate", str(path), "--gpu", GPU, "--offline",
-                          "--format", "json", *extra], capture_output=True, text=True, timeout=180, env=env,
-                         cwd=path.parent)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vramlens",
+            "estimate",
+            str(path),
+            "--gpu",
+            GPU,
+            "--offline",
+            "--format",
+            "json",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        cwd=path.parent,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     return json.loads(out.stdout)
 
@@ -51,9 +69,18 @@ def with_overrides(tmp_path: Path, fixture: Path, *overrides: str, name: str = "
 
 # --- verl's examples, as they ran -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("script", ["v0.4.1/run_deepseek7b_llm.sh", "v0.7.0/run_deepseek7b_llm.sh",
-                                    "v0.4.1/run_qwen2-7b_seq_balance.sh", "v0.7.0/run_qwen2-7b_seq_balance.sh",
-                                    "v0.4.1/run_deepseek7b_llm_sp2.sh", "v0.2.0.post2/run_gemma.sh"])
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "v0.4.1/run_deepseek7b_llm.sh",
+        "v0.7.0/run_deepseek7b_llm.sh",
+        "v0.4.1/run_qwen2-7b_seq_balance.sh",
+        "v0.7.0/run_qwen2-7b_seq_balance.sh",
+        "v0.4.1/run_deepseek7b_llm_sp2.sh",
+        "v0.2.0.post2/run_gemma.sh",
+    ],
+)
 def test_verl_examples_fit_the_80gb_gpus_they_ran_on(script):
     r = cli(VERL / script)
     assert r["fits"] is True and r["peak"]["device_gib"] < GPU_GIB, (r["phase"], r["phases_gib"])
@@ -61,18 +88,30 @@ def test_verl_examples_fit_the_80gb_gpus_they_ran_on(script):
     assert value(r, "generation_sleeps") is True
     assert r["phases_gib"]["generation"] > value(r, "vllm_memory_share") * GPU_GIB
     # nothing left "not modelled" about the release, the mixed precision or the reference's offload
-    assert not unmodelled(r) & {"actor_rollout_ref.rollout.free_cache_engine",
-                                "actor_rollout_ref.actor.fsdp_config.mixed_precision",
-                                "actor_rollout_ref.ref.fsdp_config.param_offload"}
+    assert not unmodelled(r) & {
+        "actor_rollout_ref.rollout.free_cache_engine",
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision",
+        "actor_rollout_ref.ref.fsdp_config.param_offload",
+    }
 
 
 @pytest.mark.parametrize("share", [0.4, 0.7])
 def test_free_cache_engine_off_keeps_the_share_in_every_phase(tmp_path, share):
     fixture = VERL / "v0.7.0" / "run_deepseek7b_llm.sh"
-    released = cli(with_overrides(tmp_path, fixture, f"actor_rollout_ref.rollout.gpu_memory_utilization={share}",
-                                  name="released.sh"))
-    kept = cli(with_overrides(tmp_path, fixture, f"actor_rollout_ref.rollout.gpu_memory_utilization={share}",
-                              "actor_rollout_ref.rollout.free_cache_engine=False", name="kept.sh"))
+    released = cli(
+        with_overrides(
+            tmp_path, fixture, f"actor_rollout_ref.rollout.gpu_memory_utilization={share}", name="released.sh"
+        )
+    )
+    kept = cli(
+        with_overrides(
+            tmp_path,
+            fixture,
+            f"actor_rollout_ref.rollout.gpu_memory_utilization={share}",
+            "actor_rollout_ref.rollout.free_cache_engine=False",
+            name="kept.sh",
+        )
+    )
     assert value(released, "generation_sleeps") is True and value(kept, "generation_sleeps") is False
     for phase in ("forward-backward", "recompute", "optimizer-step", "reference-forward"):
         assert kept["phases_gib"][phase] - released["phases_gib"][phase] == pytest.approx(share * GPU_GIB, abs=0.02)
@@ -81,15 +120,24 @@ def test_free_cache_engine_off_keeps_the_share_in_every_phase(tmp_path, share):
 
 
 def test_sglang_rollout_is_released_like_vllm(tmp_path):
-    r = cli(with_overrides(tmp_path, VERL / "v0.7.0" / "run_qwen2-7b_seq_balance.sh",
-                           "actor_rollout_ref.rollout.name=sglang"))
+    r = cli(
+        with_overrides(
+            tmp_path, VERL / "v0.7.0" / "run_qwen2-7b_seq_balance.sh", "actor_rollout_ref.rollout.name=sglang"
+        )
+    )
     assert value(r, "generation_sleeps") is True
-    kept = cli(with_overrides(tmp_path, VERL / "v0.7.0" / "run_qwen2-7b_seq_balance.sh",
-                              "actor_rollout_ref.rollout.name=sglang",
-                              "actor_rollout_ref.rollout.free_cache_engine=False",
-                              name="kept.sh"))
-    assert kept["phases_gib"]["forward-backward"] - r["phases_gib"]["forward-backward"] == \
-        pytest.approx(0.6 * GPU_GIB, abs=0.02)
+    kept = cli(
+        with_overrides(
+            tmp_path,
+            VERL / "v0.7.0" / "run_qwen2-7b_seq_balance.sh",
+            "actor_rollout_ref.rollout.name=sglang",
+            "actor_rollout_ref.rollout.free_cache_engine=False",
+            name="kept.sh",
+        )
+    )
+    assert kept["phases_gib"]["forward-backward"] - r["phases_gib"]["forward-backward"] == pytest.approx(
+        0.6 * GPU_GIB, abs=0.02
+    )
 
 
 def _verl_plan(version: str, *overrides: str):
@@ -98,9 +146,15 @@ def _verl_plan(version: str, *overrides: str):
     from vramlens.formats.settings import PlanBuilder, Setting
 
     given = {}
-    for o in ("algorithm.adv_estimator=grpo", "actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct",
-              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "actor_rollout_ref.rollout.name=vllm",
-              "actor_rollout_ref.actor.use_kl_loss=True", "trainer.n_gpus_per_node=8", *overrides):
+    for o in (
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.actor.use_kl_loss=True",
+        "trainer.n_gpus_per_node=8",
+        *overrides,
+    ):
         key, v = o.split("=", 1)
         given[key] = Setting(key=key, path=(key,), value=v)
     b = PlanBuilder("run.sh", "shell", None)
@@ -108,18 +162,28 @@ def _verl_plan(version: str, *overrides: str):
     return b.plan
 
 
-@pytest.mark.parametrize("version,free,sleeps", [
-    ("0.4.1", "False", True), ("0.3.0.post1", "False", True),      # sleep(level=1) after every rollout
-    ("0.5.0", "False", False), ("0.7.0", "False", False),          # free_cache_engine decides
-    ("0.5.0", "True", True), ("0.2.0.post2", "True", True), ("0.2.0.post2", "False", False)])
+@pytest.mark.parametrize(
+    "version,free,sleeps",
+    [
+        ("0.4.1", "False", True),
+        ("0.3.0.post1", "False", True),  # sleep(level=1) after every rollout
+        ("0.5.0", "False", False),
+        ("0.7.0", "False", False),  # free_cache_engine decides
+        ("0.5.0", "True", True),
+        ("0.2.0.post2", "True", True),
+        ("0.2.0.post2", "False", False),
+    ],
+)
 def test_release_follows_each_verl_version(version, free, sleeps):
     plan = _verl_plan(version, f"actor_rollout_ref.rollout.free_cache_engine={free}")
     assert plan.generation_sleeps.value is sleeps
     assert not [u for u in plan.unmodelled if "free_cache_engine" in (u.key or "")]
 
 
-@pytest.mark.parametrize("version,dtype", [("0.2.0.post2", "bf16"), ("0.4.1", "bf16"), ("0.5.0", "bf16"),
-                                           ("0.6.1", "fp32"), ("0.7.0", "fp32")])
+@pytest.mark.parametrize(
+    "version,dtype",
+    [("0.2.0.post2", "bf16"), ("0.4.1", "bf16"), ("0.5.0", "bf16"), ("0.6.1", "fp32"), ("0.7.0", "fp32")],
+)
 def test_reference_dtype_by_verl_version_and_always_offloaded(version, dtype):
     plan = _verl_plan(version)
     # fsdp_workers.py: `torch.float32 if self._is_actor else torch.bfloat16` unless `ref.fsdp_config.model_dtype`,
@@ -131,9 +195,16 @@ def test_reference_dtype_by_verl_version_and_always_offloaded(version, dtype):
 @pytest.mark.parametrize("model", ["Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"])
 def test_verl_reference_policy_holds_no_gpu_memory_between_its_forwards(tmp_path, model):
     def run(kl: str) -> dict:
-        return cli(with_overrides(tmp_path, VERL / "v0.7.0" / "run_qwen2-7b_seq_balance.sh",
-                                  f"actor_rollout_ref.model.path={model}", f"actor_rollout_ref.actor.use_kl_loss={kl}",
-                                  name=f"kl_{kl}.sh"))
+        return cli(
+            with_overrides(
+                tmp_path,
+                VERL / "v0.7.0" / "run_qwen2-7b_seq_balance.sh",
+                f"actor_rollout_ref.model.path={model}",
+                f"actor_rollout_ref.actor.use_kl_loss={kl}",
+                name=f"kl_{kl}.sh",
+            )
+        )
+
     with_ref, without = run("True"), run("False")
     assert value(with_ref, "ref_offload") is True
     assert with_ref["components_gib"]["reference"] == 0
@@ -143,10 +214,16 @@ def test_verl_reference_policy_holds_no_gpu_memory_between_its_forwards(tmp_path
 
 # --- verl's FSDP mixed precision ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("checkpointing", ["True", "False"])
 def test_verl_fsdp_mixed_precision_caches_no_weight_copies(tmp_path, checkpointing):
-    r = cli(with_overrides(tmp_path, VERL / "v0.7.0" / "run_deepseek7b_llm.sh",
-                           f"actor_rollout_ref.model.enable_gradient_checkpointing={checkpointing}"))
+    r = cli(
+        with_overrides(
+            tmp_path,
+            VERL / "v0.7.0" / "run_deepseek7b_llm.sh",
+            f"actor_rollout_ref.model.enable_gradient_checkpointing={checkpointing}",
+        )
+    )
     assert value(r, "fsdp_mixed_precision") is True and value(r, "weight_dtype") == "fp32"
     # no end-of-forward phase where autocast's cache holds every block's bf16 weight copy
     assert "loss-forward" not in r["phases_gib"]
@@ -162,10 +239,16 @@ def test_fsdp_mixed_precision_removes_the_autocast_copies():
     from vramlens.resolve import resolve
     from vramlens.settings import Settings
 
-    for model, checkpointing in (("Qwen/Qwen2.5-7B-Instruct", "True"), ("Qwen/Qwen2.5-0.5B-Instruct", "True"),
-                                 ("Qwen/Qwen2.5-0.5B-Instruct", "False")):
-        plan = _verl_plan("0.7.0", f"actor_rollout_ref.model.path={model}",
-                          f"actor_rollout_ref.model.enable_gradient_checkpointing={checkpointing}")
+    for model, checkpointing in (
+        ("Qwen/Qwen2.5-7B-Instruct", "True"),
+        ("Qwen/Qwen2.5-0.5B-Instruct", "True"),
+        ("Qwen/Qwen2.5-0.5B-Instruct", "False"),
+    ):
+        plan = _verl_plan(
+            "0.7.0",
+            f"actor_rollout_ref.model.path={model}",
+            f"actor_rollout_ref.model.enable_gradient_checkpointing={checkpointing}",
+        )
         rp = resolve(plan, Settings(gpu=GPU, model_lookup=False)).resolved
         assert rp.fsdp_mixed_precision and rp.amp
         autocast = rp.with_changes(fsdp_mixed_precision=False)
@@ -178,12 +261,15 @@ def test_fsdp_mixed_precision_removes_the_autocast_copies():
         if checkpointing == "True":
             # the end of the forward, with every block's cached copy, is where autocast alone would peak
             assert C.autocast_forward_cache(autocast) > GIB * 0.5 and "loss-forward" in without.phases
+
             def training(e):
                 return max(v for k, v in e.phases.items() if k not in ("generation", "reference-forward"))
+
             assert training(without) - training(with_mp) >= kept
 
 
 # --- TRL GRPO and OpenRLHF sleep mode -------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("share,accum", [(0.3, 4), (0.5, 1)])
 def test_trl_grpo_with_and_without_vllm_sleep_mode(tmp_path, share, accum):
@@ -226,5 +312,6 @@ def test_openrlhf_vllm_sleep_is_read_not_listed_as_unmodelled(tmp_path):
         results[name] = resolve(plan, Settings(gpu=GPU, model_lookup=False)).resolved
     assert results["sleep"].generation_sleeps and not results["awake"].generation_sleeps
     from vramlens.estimate import estimate
+
     sleep, awake = estimate(results["sleep"], limits=False), estimate(results["awake"], limits=False)
     assert awake.phases["optimizer-step"] - sleep.phases["optimizer-step"] == int(0.5 * GPU_GIB * 2**30)

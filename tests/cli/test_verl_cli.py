@@ -1,5 +1,6 @@
 """verl launch lines and configs through `vramlens estimate`, as a user runs it (a subprocess): verl's own example
 scripts at two releases, and launch lines that vary the hydra override spellings."""
+
 from __future__ import annotations
 
 import json
@@ -11,14 +12,31 @@ from pathlib import Path
 import pytest
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "verl"
-GPU_GIB = 80.0                                              # H100-80GB
+GPU_GIB = 80.0  # H100-80GB
 
 
 def cli(path: Path, *extra: str) -> dict:
     env = {**os.environ, "VRAMLENS_CALIBRATION": "off", "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-m", "vramlens", "estimate", str(path), "--gpu", "H100-80GB", "--offline",
-                          "--format", "json", *extra], capture_output=True, text=True, timeout=180, env=env,
-                         cwd=path.parent)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vramlens",
+            "estimate",
+            str(path),
+            "--gpu",
+            "H100-80GB",
+            "--offline",
+            "--format",
+            "json",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        cwd=path.parent,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     return json.loads(out.stdout)
 
@@ -66,8 +84,8 @@ def test_ppo_example_trains_a_critic_without_reward_model_or_reference(version):
     # ppo_mini_batch_size 256 × n 1 ÷ 8 GPUs = 32 sequences per update per GPU, in micro-batches of 16
     assert value(r, "grad_accum") == 2
     assert r["components_gib"]["value_model"] > 0
-    assert r["components_gib"]["reward_model"] == 0          # a function reward: reward_model.enable is off
-    assert r["components_gib"]["reference"] == 0             # use_kl_loss=False, use_kl_in_reward=False
+    assert r["components_gib"]["reward_model"] == 0  # a function reward: reward_model.enable is off
+    assert r["components_gib"]["reference"] == 0  # use_kl_loss=False, use_kl_in_reward=False
     assert r["components_gib"]["generation"] == pytest.approx(0.4 * GPU_GIB, abs=0.01)
 
 
@@ -86,11 +104,14 @@ def test_dynamic_batch_fills_micro_batches_up_to_the_token_budget():
     # ppo_max_token_len_per_gpu=24000 over prompt 512 + response 1024 = 15 whole sequences
     assert value(r, "micro_batch") == 15
     assert r["sources"]["micro_batch"]["from"].startswith("derived")
-    assert value(r, "generation") == "vllm-colocate"          # rollout.name=$rollout_name ("sglang") expanded
+    assert value(r, "generation") == "vllm-colocate"  # rollout.name=$rollout_name ("sglang") expanded
 
 
 def test_override_spellings_old_global_micro_batch_nodes_lora_and_offload(tmp_path):
-    r = cli(script(tmp_path, """#!/bin/bash
+    r = cli(
+        script(
+            tmp_path,
+            """#!/bin/bash
 MODEL=Qwen/Qwen2.5-7B-Instruct
 python3 -m verl.trainer.main_ppo \\
     algorithm.adv_estimator=grpo \\
@@ -106,29 +127,39 @@ python3 -m verl.trainer.main_ppo \\
     actor_rollout_ref.rollout.name=sglang actor_rollout_ref.rollout.gpu_memory_utilization=0.3 \\
     actor_rollout_ref.rollout.n=8 \\
     trainer.n_gpus_per_node=4 trainer.nnodes=2 $@
-"""))
+""",
+        )
+    )
     assert r["model"]["id"] == "Qwen/Qwen2.5-7B-Instruct"
-    assert value(r, "micro_batch") == 8                      # the global ppo_micro_batch_size 64 ÷ 8 GPUs
+    assert value(r, "micro_batch") == 8  # the global ppo_micro_batch_size 64 ÷ 8 GPUs
     assert value(r, "world_size") == 8 and r["gpu"]["count"] == 4
     assert value(r, "peft_method") == "lora" and value(r, "lora_r") == 32
     assert value(r, "lora_targets") == ["q_proj", "v_proj"]
     assert value(r, "offload_params") is True and value(r, "offload_optimizer") is True
-    assert r["components_gib"]["reference"] == 0             # no KL term
-    assert r["phases_gib"]["generation"] > 0.3 * GPU_GIB      # SGLang's share, released while the actor trains
+    assert r["components_gib"]["reference"] == 0  # no KL term
+    assert r["phases_gib"]["generation"] > 0.3 * GPU_GIB  # SGLang's share, released while the actor trains
     assert (value(r, "prompt_len"), value(r, "completion_len"), value(r, "num_generations")) == (1024, 2048, 8)
 
 
 def test_rollout_share_moves_the_peak_by_its_fraction_of_the_gpu(tmp_path):
     def run(share: float) -> dict:
-        return cli(script(tmp_path, f"""python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo \\
+        return cli(
+            script(
+                tmp_path,
+                f"""python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo \\
     actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct \\
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 \\
     actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.gpu_memory_utilization={share} \\
     trainer.n_gpus_per_node=1
-""", name=f"run_{int(share * 10)}.sh"))
+""",
+                name=f"run_{int(share * 10)}.sh",
+            )
+        )
+
     low, high = run(0.2), run(0.7)
-    assert high["components_gib"]["generation"] - low["components_gib"]["generation"] == pytest.approx(0.5 * GPU_GIB,
-                                                                                                       abs=0.02)
+    assert high["components_gib"]["generation"] - low["components_gib"]["generation"] == pytest.approx(
+        0.5 * GPU_GIB, abs=0.02
+    )
     assert high["peak"]["allocated_gib"] - low["peak"]["allocated_gib"] == pytest.approx(0.5 * GPU_GIB, abs=0.05)
 
 
@@ -143,8 +174,11 @@ def test_generation_entry_point_is_not_a_training_run(tmp_path):
     from vramlens.formats import parse_document
     from vramlens.plan import IssueKind
 
-    p = script(tmp_path, "python3 -m verl.trainer.main_generation trainer.n_gpus_per_node=8 "
-                         "model.path=Qwen/Qwen2.5-7B-Instruct data.batch_size=256 rollout.gpu_memory_utilization=0.9\n")
+    p = script(
+        tmp_path,
+        "python3 -m verl.trainer.main_generation trainer.n_gpus_per_node=8 "
+        "model.path=Qwen/Qwen2.5-7B-Instruct data.batch_size=256 rollout.gpu_memory_utilization=0.9\n",
+    )
     result = parse_document(p.read_text(), str(p))
     assert result.plan is None
     assert [i.kind for i in result.issues] == [IssueKind.NOT_TRAINING]

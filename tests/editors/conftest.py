@@ -4,6 +4,7 @@ The tools live in .tools/ (scripts/install-editor-tools.sh puts them there) or o
 A missing tool skips the tier on a developer machine; under CI it is a failure, because the CI
 command runs the installer first.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from editor_tools import EXTENSION, NODE24, OOM_EXAMPLES, VSCE, OomExample, require_command, require_file
 
 
@@ -36,8 +36,7 @@ def vsix() -> Path:
     npm = require_command("npm", "npm")
     env = dict(os.environ, PATH=f"{NODE24.parent}{os.pathsep}{os.environ.get('PATH', '')}")
     t0 = time.monotonic()
-    proc = subprocess.run([npm, "run", "package"], cwd=EXTENSION, env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run([npm, "run", "package"], cwd=EXTENSION, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"npm run package failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     path = EXTENSION / "vramlens-linux-x64.vsix"
     assert path.is_file(), proc.stdout[-2000:]

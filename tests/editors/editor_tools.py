@@ -1,4 +1,5 @@
 """Paths and helpers shared by the real-editor tiers (imported by conftest.py and the tests)."""
+
 from __future__ import annotations
 
 import os
@@ -20,6 +21,7 @@ NODE24 = TOOLS / "node24" / "node_modules" / "node" / "bin" / "node"
 CODE_SERVER = TOOLS / "code-server" / "node_modules" / ".bin" / "code-server"
 PLAYWRIGHT_CORE = TOOLS / "playwright" / "node_modules" / "playwright-core"
 VSCE = EXTENSION / "node_modules" / "@vscode" / "vsce" / "vsce"
+
 
 def missing_tool(what: str) -> None:
     """Skip (developer machine) or fail (CI) because `what` is not installed."""
@@ -74,6 +76,10 @@ class OomExample:
 
 # OOM examples the tiers open, best first (the first one present in examples/ is used).
 OOM_EXAMPLES = [
-    OomExample("llama3-8b-full-adamw-a100-40gb.yaml", gpu="A100-40GB",
-               dominant_key="per_device_train_batch_size", model_key="model_name_or_path"),
+    OomExample(
+        "llama3-8b-full-adamw-a100-40gb.yaml",
+        gpu="A100-40GB",
+        dominant_key="per_device_train_batch_size",
+        model_key="model_name_or_path",
+    ),
 ]

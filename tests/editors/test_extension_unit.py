@@ -1,6 +1,7 @@
 """The extension's unit tests (vscode-extension/test/*.test.ts, node:test): the order in which it chooses the
 Python that runs the server, without an editor. Needs Node 24 and the extension's npm packages
 (scripts/install-editor-tools.sh)."""
+
 from __future__ import annotations
 
 import os

@@ -6,6 +6,7 @@ extension host and reads what the editor received through the public VS Code API
 (playwright-core, Debian's browser) loads the page, hovers the squiggle, reads the breakdown
 webview and takes the screenshot tests/artifacts/vscode-oom.png.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -25,9 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from editor_tools import (
-    ARTIFACTS, CODE_SERVER, NODE24, PLAYWRIGHT_CORE, VSCE, OomExample, require_command, require_file,
+    ARTIFACTS,
+    CODE_SERVER,
+    NODE24,
+    PLAYWRIGHT_CORE,
+    VSCE,
+    OomExample,
+    require_command,
+    require_file,
 )
 
 pytestmark = pytest.mark.editor
@@ -55,9 +62,22 @@ def package_probe(dest: Path, env: dict[str, str]) -> Path:
     shutil.copytree(PROBE, src)
     vsix = dest / "probe.vsix"
     subprocess.run(
-        [str(NODE24), str(VSCE), "package", "--no-dependencies", "--allow-missing-repository", "--skip-license",
-         "-o", str(vsix)],
-        cwd=src, env=env, check=True, capture_output=True, text=True, timeout=120,
+        [
+            str(NODE24),
+            str(VSCE),
+            "package",
+            "--no-dependencies",
+            "--allow-missing-repository",
+            "--skip-license",
+            "-o",
+            str(vsix),
+        ],
+        cwd=src,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     return vsix
 
@@ -118,7 +138,9 @@ class CodeServer:
     env: dict[str, str]
     vsix: Path
 
-    def run(self, file: Path, settings: dict, probe: dict, mode: str, screenshot: Path | None = None) -> tuple[dict, dict]:
+    def run(
+        self, file: Path, settings: dict, probe: dict, mode: str, screenshot: Path | None = None
+    ) -> tuple[dict, dict]:
         """Open `file`'s folder in the browser and let the probe and the page driver do `mode`.
 
         Returns what the page showed and what the probe saw (both also saved in tests/artifacts).
@@ -131,20 +153,48 @@ class CodeServer:
             (data / scope / "settings.json").write_text(json.dumps({**USER_SETTINGS, **settings}))
         cs = [str(CODE_SERVER), "--user-data-dir", str(data), "--extensions-dir", str(extensions)]
         for ext in (self.vsix, package_probe(self.root, self.env)):
-            subprocess.run([*cs, "--install-extension", str(ext), "--force"], env=self.env, check=True,
-                           capture_output=True, text=True, timeout=120)
+            subprocess.run(
+                [*cs, "--install-extension", str(ext), "--force"],
+                env=self.env,
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
         probe_out, probe_go = self.root / "probe-result.json", self.root / "probe-go"
         probe_config = self.root / "probe-config.json"
-        probe_config.write_text(json.dumps({"file": str(file), "out": str(probe_out), "go": str(probe_go),
-                                            "mode": mode, "timeoutMs": 60000, **probe}))
+        probe_config.write_text(
+            json.dumps(
+                {
+                    "file": str(file),
+                    "out": str(probe_out),
+                    "go": str(probe_go),
+                    "mode": mode,
+                    "timeoutMs": 60000,
+                    **probe,
+                }
+            )
+        )
         port = free_port()
         with open(self.root / "code-server.log", "w") as log:
             server = subprocess.Popen(
-                [*cs, "--bind-addr", f"127.0.0.1:{port}", "--auth", "none", "--disable-telemetry",
-                 "--disable-update-check", "--disable-workspace-trust", "--disable-getting-started-override",
-                 "--ignore-last-opened", str(file.parent)],
+                [
+                    *cs,
+                    "--bind-addr",
+                    f"127.0.0.1:{port}",
+                    "--auth",
+                    "none",
+                    "--disable-telemetry",
+                    "--disable-update-check",
+                    "--disable-workspace-trust",
+                    "--disable-getting-started-override",
+                    "--ignore-last-opened",
+                    str(file.parent),
+                ],
                 env={**self.env, "VRAMLENS_PROBE_CONFIG": str(probe_config)},
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
@@ -152,11 +202,20 @@ class CodeServer:
             wait_until_listening(port, server)
             driver = subprocess.run(
                 [str(NODE24), str(DRIVER)],
-                env={**self.env, "PLAYWRIGHT_CORE": str(PLAYWRIGHT_CORE), "CHROMIUM": shutil.which("chromium"),
-                     "URL": f"http://127.0.0.1:{port}/?folder={file.parent}", "MODE": mode,
-                     "PROBE_OUT": str(probe_out), "PROBE_GO": str(probe_go),
-                     "SCREENSHOT": str(screenshot or self.root / "page.png"), "TIMEOUT_MS": "120000"},
-                capture_output=True, text=True, timeout=180,
+                env={
+                    **self.env,
+                    "PLAYWRIGHT_CORE": str(PLAYWRIGHT_CORE),
+                    "CHROMIUM": shutil.which("chromium"),
+                    "URL": f"http://127.0.0.1:{port}/?folder={file.parent}",
+                    "MODE": mode,
+                    "PROBE_OUT": str(probe_out),
+                    "PROBE_GO": str(probe_go),
+                    "SCREENSHOT": str(screenshot or self.root / "page.png"),
+                    "TIMEOUT_MS": "120000",
+                },
+                capture_output=True,
+                text=True,
+                timeout=180,
             )
         finally:
             stop_process_group(server)
@@ -193,8 +252,9 @@ def code_server(tmp_path: Path, vsix: Path) -> Iterator[CodeServer]:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def test_oom_diagnostic_hover_and_fix_in_vscode(tmp_path: Path, oom_example: OomExample,
-                                                 code_server: CodeServer) -> None:
+def test_oom_diagnostic_hover_and_fix_in_vscode(
+    tmp_path: Path, oom_example: OomExample, code_server: CodeServer
+) -> None:
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     config_file = workspace / oom_example.name
@@ -203,9 +263,11 @@ def test_oom_diagnostic_hover_and_fix_in_vscode(tmp_path: Path, oom_example: Oom
     SCREENSHOT.unlink(missing_ok=True)
 
     page, result = code_server.run(
-        config_file, settings={"vramlens.gpu": oom_example.gpu},
+        config_file,
+        settings={"vramlens.gpu": oom_example.gpu},
         probe={"fixPattern": FIX_PATTERN, "hoverLines": {"model": oom_example.model_line()}},
-        mode="oom", screenshot=SCREENSHOT,
+        mode="oom",
+        screenshot=SCREENSHOT,
     )
     assert result["extensionFound"] and result["extensionActive"], "vramlens extension did not activate"
 
@@ -217,7 +279,8 @@ def test_oom_diagnostic_hover_and_fix_in_vscode(tmp_path: Path, oom_example: Oom
     assert oom_example.gpu in error["message"], error["message"]
     assert error["line"] == oom_example.dominant_line(), (
         f"VL001 on line {error['line'] + 1}, expected line {oom_example.dominant_line() + 1}: "
-        f"{original.splitlines()[error['line']]!r}")
+        f"{original.splitlines()[error['line']]!r}"
+    )
 
     # Hovers: the model key explains the budget; the page showed the diagnostic on hover.
     assert "GiB" in result["hovers"]["model"], result["hovers"]
@@ -229,7 +292,9 @@ def test_oom_diagnostic_hover_and_fix_in_vscode(tmp_path: Path, oom_example: Oom
     assert peak, error["message"]
     assert page["statusBar"], f"no vramlens peak in the status bar; items: {page.get('statusBarItems')}"
     assert f"peak {float(peak.group(1)):g}/" in page["statusBar"] and oom_example.gpu in page["statusBar"], (
-        page["statusBar"], error["message"])
+        page["statusBar"],
+        error["message"],
+    )
 
     # The output channel is not filled with pygls' notes on cancels of requests already answered.
     channel = ARTIFACTS / "vscode-oom-vramlens.log"
@@ -244,25 +309,35 @@ def test_oom_diagnostic_hover_and_fix_in_vscode(tmp_path: Path, oom_example: Oom
     titles = [a["title"] for a in result["quickFixes"]]
     assert any("→ peak" in t and "GiB" in t for t in titles), titles
     assert len(set(titles)) == len(titles), f"an action offered twice: {titles}"
-    assert result["applied"], f"no fix matching {FIX_PATTERN!r} among {titles + [a['title'] for a in result['sourceActions']]}"
+    assert result["applied"], (
+        f"no fix matching {FIX_PATTERN!r} among {titles + [a['title'] for a in result['sourceActions']]}"
+    )
     assert result["saved"]
     assert config_file.read_text() != original, "applying the fix did not change the file"
-    assert result["errorsClearedAfterFix"], f"VL001 still reported after {result['applied']!r}: {result['diagnosticsAfterFix']}"
+    assert result["errorsClearedAfterFix"], (
+        f"VL001 still reported after {result['applied']!r}: {result['diagnosticsAfterFix']}"
+    )
     assert not [d for d in result["diagnosticsAfterFix"] if d["code"] == "VL001"]
     assert page["squiggleAfterFix"] == 0, "the error squiggle is still on the page after the fix"
     assert SCREENSHOT.is_file()
 
 
-def test_missing_python_is_reported_with_show_logs(tmp_path: Path, oom_example: OomExample,
-                                                   code_server: CodeServer) -> None:
+def test_missing_python_is_reported_with_show_logs(
+    tmp_path: Path, oom_example: OomExample, code_server: CodeServer
+) -> None:
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     config_file = workspace / oom_example.name
     shutil.copy(oom_example.path, config_file)
     missing = tmp_path / "no-such-python" / "python3"
 
-    page, result = code_server.run(config_file, settings={"vramlens.interpreter": [str(missing)]},
-                                   probe={}, mode="no-python", screenshot=ARTIFACTS / "vscode-no-python.png")
+    page, result = code_server.run(
+        config_file,
+        settings={"vramlens.interpreter": [str(missing)]},
+        probe={},
+        mode="no-python",
+        screenshot=ARTIFACTS / "vscode-no-python.png",
+    )
 
     toast = page["notification"]
     assert toast, f"no error notification; page: {page}"
@@ -282,24 +357,40 @@ def test_notebook_cells_get_their_squiggles_in_vscode(tmp_path: Path, code_serve
     # the published notebook fits a T4; with a micro-batch of 32 instead of 2 it does not (a VL001 in its cell)
     text = NOTEBOOK.read_text(encoding="utf-8")
     assert text.count("per_device_train_batch_size = 2,") == 1
-    notebook.write_text(text.replace("per_device_train_batch_size = 2,", "per_device_train_batch_size = 32,"),
-                        encoding="utf-8")
-    page, result = code_server.run(notebook, settings={"vramlens.gpu": "T4"}, probe={}, mode="notebook",
-                                   screenshot=ARTIFACTS / "vscode-notebook.png")
+    notebook.write_text(
+        text.replace("per_device_train_batch_size = 2,", "per_device_train_batch_size = 32,"), encoding="utf-8"
+    )
+    page, result = code_server.run(
+        notebook,
+        settings={"vramlens.gpu": "T4"},
+        probe={},
+        mode="notebook",
+        screenshot=ARTIFACTS / "vscode-notebook.png",
+    )
     assert result["extensionFound"] and result["extensionActive"], "vramlens extension did not activate"
     assert result["notebookType"] == "jupyter-notebook" and "python" in result["cellLanguages"], result
-    seen = {(d["code"], c["index"] + 1, d["line"] + 1, d["character"] + 1)
-            for c in result["cellDiagnostics"] for d in c["diagnostics"]}
-    check = subprocess.run([sys.executable, "-m", "vramlens", "check", str(notebook), "--gpu", "T4", "--format", "json"],
-                           capture_output=True, text=True, timeout=120)
+    seen = {
+        (d["code"], c["index"] + 1, d["line"] + 1, d["character"] + 1)
+        for c in result["cellDiagnostics"]
+        for d in c["diagnostics"]
+    }
+    check = subprocess.run(
+        [sys.executable, "-m", "vramlens", "check", str(notebook), "--gpu", "T4", "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     findings = json.loads(check.stdout)["files"][0]["findings"]
     expected = {(f["rule"], f["cell"], f["start"]["line"], f["start"]["column"]) for f in findings}
     assert any(code == "VL001" for code, *_ in expected), expected
     assert seen == expected
     assert page["squiggle"], f"no error squiggle in a notebook cell: {page}"
-def test_gpu_picker_ranks_gpus_for_the_open_config(tmp_path: Path, oom_example: OomExample,
-                                                   code_server: CodeServer) -> None:
-    """"vramlens: Pick GPU" on a config that does not fit its GPU: every entry shows the run's peak / usable GiB
+
+
+def test_gpu_picker_ranks_gpus_for_the_open_config(
+    tmp_path: Path, oom_example: OomExample, code_server: CodeServer
+) -> None:
+    """ "vramlens: Pick GPU" on a config that does not fit its GPU: every entry shows the run's peak / usable GiB
     and tokens/s (the figures of `vramlens gpus`), fitting GPUs first and fastest first, the rest marked as not
     fitting; taking the first sets vramlens.gpu to the fastest GPU that fits and the OOM error goes away."""
     workspace = tmp_path / "workspace"
@@ -307,14 +398,24 @@ def test_gpu_picker_ranks_gpus_for_the_open_config(tmp_path: Path, oom_example: 
     config_file = workspace / oom_example.name
     shutil.copy(oom_example.path, config_file)
 
-    page, result = code_server.run(config_file, settings={"vramlens.gpu": oom_example.gpu}, probe={},
-                                   mode="gpus", screenshot=ARTIFACTS / "vscode-gpu-picker.png")
+    page, result = code_server.run(
+        config_file,
+        settings={"vramlens.gpu": oom_example.gpu},
+        probe={},
+        mode="gpus",
+        screenshot=ARTIFACTS / "vscode-gpu-picker.png",
+    )
     assert result["extensionActive"], "vramlens extension did not activate"
     assert any(d["code"] == "VL001" for d in result["diagnostics"]), result["diagnostics"]
 
     # The server's ranking for the document: the rows `vramlens gpus --all` prints, in the same order.
-    cli = subprocess.run([sys.executable, "-m", "vramlens", "gpus", config_file.name, "--all", "--format", "json"],
-                         cwd=workspace, capture_output=True, text=True, timeout=120)
+    cli = subprocess.run(
+        [sys.executable, "-m", "vramlens", "gpus", config_file.name, "--all", "--format", "json"],
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert cli.returncode == 0, cli.stderr
     expected = json.loads(cli.stdout)["gpus"]
     ranked = result["listGpus"]
@@ -330,7 +431,7 @@ def test_gpu_picker_ranks_gpus_for_the_open_config(tmp_path: Path, oom_example: 
     assert first["name"] in rows[0]["text"], rows[0]
     assert f"{first['peak_gib']:.1f} / {first['usable_gib']:.1f} GiB" in rows[0]["text"], rows[0]
     assert f"{round(first['tokens_per_s']):,} tokens/s" in rows[0]["text"], rows[0]
-    assert "fits this run" in rows[0]["text"], rows[0]               # the section separator
+    assert "fits this run" in rows[0]["text"], rows[0]  # the section separator
     not_fitting = [g for g in ranked if not g["fits"]]
     shown = page["pickerRowsNotFitting"]
     assert shown and all("does not fit" in r["text"] for r in shown), shown
@@ -347,8 +448,14 @@ def _training_env(root: Path) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
     python = root / "bin" / "python"
     if importlib.util.find_spec("bitsandbytes") is None:
-        site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                                   capture_output=True, text=True, check=True).stdout.strip())
+        site = Path(
+            subprocess.run(
+                [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
         (site / "bitsandbytes").mkdir(parents=True)
         (site / "bitsandbytes" / "__init__.py").write_text("")
     return python
@@ -356,8 +463,14 @@ def _training_env(root: Path) -> Path:
 
 def _check(python: Path | str, config: Path, **env: str) -> set[tuple[str, int]]:
     """(rule, 0-based line) of what `python -m vramlens check` reports for `config`."""
-    proc = subprocess.run([str(python), "-m", "vramlens", "check", config.name, "--format", "json"], cwd=config.parent,
-                          env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [str(python), "-m", "vramlens", "check", config.name, "--format", "json"],
+        cwd=config.parent,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode in (0, 1), proc.stderr
     return {(f["rule"], f["start"]["line"] - 1) for f in json.loads(proc.stdout)["files"][0]["findings"]}
 
@@ -372,8 +485,13 @@ def test_the_server_runs_in_the_interpreter_of_the_setting(tmp_path: Path, code_
     shutil.copy(EIGHT_BIT_EXAMPLE, config_file)
     python = _training_env(tmp_path / "train-env")
 
-    page, result = code_server.run(config_file, settings={"vramlens.interpreter": [str(python)]}, probe={},
-                                   mode="python", screenshot=ARTIFACTS / "vscode-interpreter.png")
+    page, result = code_server.run(
+        config_file,
+        settings={"vramlens.interpreter": [str(python)]},
+        probe={},
+        mode="python",
+        screenshot=ARTIFACTS / "vscode-interpreter.png",
+    )
     assert result["extensionActive"], "vramlens extension did not activate"
     seen = {(d["code"], d["line"]) for d in result["diagnostics"]}
 

@@ -1,12 +1,12 @@
 """litgpt's fine-tuning step, as its source runs it: a separate LM head, a 4-bit LM head under QLoRA, and the
 bitsandbytes release it supports (0.42.0), whose 4-bit matmul keeps its input for backward. Also the LoRA
 dropout copies every framework makes, sized by each targeted linear's own input."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
 from shared_data import CORPUS, need
 from vramlens.analysis import Settings, analyze
 from vramlens.estimate import components as C
@@ -52,7 +52,8 @@ def test_litgpt_quantizes_the_lm_head_and_dequantizes_it_at_the_peak():
     # litgpt keeps the non-quantized head in bf16 (no fp32 upcast); quantized it is 0.5 B + fp32 absmax per 64
     assert without.components["weights"] - with_head.components["weights"] == pytest.approx(head * 1.5, rel=1e-6)
     assert with_head.components["quant_constants"] - without.components["quant_constants"] == pytest.approx(
-        head * 4 / 64, rel=1e-6)
+        head * 4 / 64, rel=1e-6
+    )
     # Lightning quantizes from an fp16 copy, so the head dequantizes to fp16 and is cast to bf16: two copies
     assert with_head.components["temporaries"] == head * (2 + 2) and without.components["temporaries"] == 0
     assert estimate(rp.with_changes(quant_dequant_fp16=False), limits=False).components["temporaries"] == head * 2
@@ -73,9 +74,16 @@ def test_litgpt_keeps_a_separate_lm_head_for_tied_checkpoints(model):
 
 def test_lora_dropout_copies_are_sized_by_each_targets_input():
     arch = models.lookup_model("meta-llama/Llama-3.2-1B")
-    rp = ResolvedPlan(arch=arch, optimizer=optimizers.lookup_optimizer("adamw_torch_fused"),
-                      gpu=gpus.lookup_gpu("H100-80GB")[0], peft="lora", lora_r=16, lora_alpha=16.0,
-                      lora_targets=("q", "k", "v", "o", "gate", "up", "down"), adapter_fp32=False)
+    rp = ResolvedPlan(
+        arch=arch,
+        optimizer=optimizers.lookup_optimizer("adamw_torch_fused"),
+        gpu=gpus.lookup_gpu("H100-80GB")[0],
+        peft="lora",
+        lora_r=16,
+        lora_alpha=16.0,
+        lora_targets=("q", "k", "v", "o", "gate", "up", "down"),
+        adapter_fp32=False,
+    )
     _, plain = C.activations_per_token(rp)
     _, dropped = C.activations_per_token(rp.with_changes(lora_dropout=0.1))
     h, q, inter = arch.hidden, arch.q_dim, arch.intermediate
@@ -86,9 +94,21 @@ def test_lora_dropout_copies_are_sized_by_each_targets_input():
     assert dropped - plain == pytest.approx(added - removed)
 
 
-@pytest.mark.parametrize("version, keeps", [("0.41.1", True), ("0.42.0", True), ("0.43.1", True), ("0.43.2", False),
-                                            ("0.45", False), ("1.0.0", False), ("v0.42.0", True), ("", False),
-                                            (None, False), ("main", False)])
+@pytest.mark.parametrize(
+    "version, keeps",
+    [
+        ("0.41.1", True),
+        ("0.42.0", True),
+        ("0.43.1", True),
+        ("0.43.2", False),
+        ("0.45", False),
+        ("1.0.0", False),
+        ("v0.42.0", True),
+        ("", False),
+        (None, False),
+        ("main", False),
+    ],
+)
 def test_bitsandbytes_versions_that_keep_4bit_inputs(version, keeps):
     assert frameworks.bnb_keeps_4bit_input(version) is keeps
 
@@ -108,10 +128,22 @@ LITGPT_MEASURED = [
 
 @pytest.mark.parametrize("model, targets, dropout, cpu_bytes, dropped", LITGPT_MEASURED)
 def test_fused_qkv_block_matches_litgpt_own_modules(model, targets, dropout, cpu_bytes, dropped):
-    rp = ResolvedPlan(arch=models.lookup_model(model), framework="litgpt", fused_qkv=True, repeat_kv=True,
-                      optimizer=optimizers.lookup_optimizer("adamw_torch"), gpu=gpus.lookup_gpu("A100-80GB")[0],
-                      peft="lora", lora_r=32, lora_alpha=16.0, lora_dropout=dropout, lora_targets=targets,
-                      adapter_fp32=False, kbit_upcast=False, loss_impl="chunked")
+    rp = ResolvedPlan(
+        arch=models.lookup_model(model),
+        framework="litgpt",
+        fused_qkv=True,
+        repeat_kv=True,
+        optimizer=optimizers.lookup_optimizer("adamw_torch"),
+        gpu=gpus.lookup_gpu("A100-80GB")[0],
+        peft="lora",
+        lora_r=32,
+        lora_alpha=16.0,
+        lora_dropout=dropout,
+        lora_targets=targets,
+        adapter_fp32=False,
+        kbit_upcast=False,
+        loss_impl="chunked",
+    )
     _, one_layer = C.activations_per_token(rp)
     assert one_layer == pytest.approx(cpu_bytes - dropped, rel=0.01)
     if rp.arch.kv_dim == rp.arch.q_dim:

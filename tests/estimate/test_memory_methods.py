@@ -4,6 +4,7 @@ Each is checked against the figure its own repository publishes for a command (t
 land in 0.8–1.25), run as a user runs it where vramlens reads the command (the CLI on ms-swift's examples and a
 LLaMA-Factory config), else through the public `estimate` function on the plan the command describes.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,20 +13,23 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from vramlens.estimate import GIB, estimate
 from vramlens.estimate import components as C
 from vramlens.knowledge import gpus, models, optimizers
 from vramlens.resolved import ResolvedPlan
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-SWIFT = FIXTURES / "ms-swift" / "v4.5.2"          # modelscope/ms-swift v4.5.2 examples/train/tuners/ (see SOURCE)
+SWIFT = FIXTURES / "ms-swift" / "v4.5.2"  # modelscope/ms-swift v4.5.2 examples/train/tuners/ (see SOURCE)
 BAND = (0.8, 1.25)
 
 
 def run_cli(path: Path, *flags: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "vramlens", "estimate", "--format", "json", "--offline", *flags,
-                          str(path)], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "vramlens", "estimate", "--format", "json", "--offline", *flags, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     return data[0] if isinstance(data, list) else data
@@ -33,8 +37,11 @@ def run_cli(path: Path, *flags: str) -> dict:
 
 def variant(tmp_path: Path, fixture: str, name: str, drop: tuple[str, ...] = (), add: tuple[str, ...] = ()) -> Path:
     """The example's command with some flag lines removed and others added."""
-    lines = [l.rstrip().removesuffix("\\").rstrip() for l in (SWIFT / fixture).read_text().splitlines()
-             if l.strip() and not any(l.strip().startswith(d) for d in drop)]
+    lines = [
+        l.rstrip().removesuffix("\\").rstrip()
+        for l in (SWIFT / fixture).read_text().splitlines()
+        if l.strip() and not any(l.strip().startswith(d) for d in drop)
+    ]
     comments = [l for l in lines if l.startswith("#")]
     command = [l for l in lines if not l.startswith("#")] + [f"    {a}" for a in add]
     path = tmp_path / name
@@ -44,12 +51,16 @@ def variant(tmp_path: Path, fixture: str, name: str, drop: tuple[str, ...] = (),
 
 # ------------------------------------------------------------------ ms-swift v4.5.2 examples, as their headers state
 
-@pytest.mark.parametrize("fixture, stated_gib", [
-    ("galore_train_galore.sh", 38.0),      # "# 38GiB": GaLore, one optimizer per parameter
-    ("galore_train_qgalore.sh", 35.0),     # "# 35GiB": Q-GaLore (QGaLoreAdamW8bit)
-    ("lisa_train.sh", 29.0),               # "# 29GiB": LISA, 2 active layers
-    ("llamapro_train.sh", 25.4),           # "# 25.4GiB": LLaMA-Pro, 4 new blocks
-])
+
+@pytest.mark.parametrize(
+    "fixture, stated_gib",
+    [
+        ("galore_train_galore.sh", 38.0),  # "# 38GiB": GaLore, one optimizer per parameter
+        ("galore_train_qgalore.sh", 35.0),  # "# 35GiB": Q-GaLore (QGaLoreAdamW8bit)
+        ("lisa_train.sh", 29.0),  # "# 29GiB": LISA, 2 active layers
+        ("llamapro_train.sh", 25.4),  # "# 25.4GiB": LLaMA-Pro, 4 new blocks
+    ],
+)
 def test_ms_swift_method_examples_land_near_their_stated_memory(fixture, stated_gib):
     d = run_cli(SWIFT / fixture)
     assert d["unmodelled"] == [], d["unmodelled"]
@@ -79,12 +90,15 @@ def test_ms_swift_q_galore_is_read_as_its_8bit_optimizer_and_quantized_projectio
     assert qgalore["sources"]["optimizer"]["value"] == "q_galore_adamw8bit"
     # 8-bit states (bitsandbytes) on the projected and the full-rank parameters: about half of 16-bit AdamW's
     assert qgalore["components_gib"]["optimizer"] == pytest.approx(galore["components_gib"]["optimizer"] / 2, rel=0.06)
-    assert qgalore["components_gib"]["weights"] == galore["components_gib"]["weights"]   # ms-swift keeps bf16 weights
+    assert qgalore["components_gib"]["weights"] == galore["components_gib"]["weights"]  # ms-swift keeps bf16 weights
     projq = run_cli(variant(tmp_path, "galore_train_qgalore.sh", "projq.sh", add=("--galore_proj_quant true",)))
     assert projq["unmodelled"] == []
     assert projq["components_gib"]["optimizer"] < qgalore["components_gib"]["optimizer"]
-    bits8 = run_cli(variant(tmp_path, "galore_train_qgalore.sh", "projq8.sh",
-                            add=("--galore_proj_quant true", "--galore_proj_bits 8")))
+    bits8 = run_cli(
+        variant(
+            tmp_path, "galore_train_qgalore.sh", "projq8.sh", add=("--galore_proj_quant true", "--galore_proj_bits 8")
+        )
+    )
     assert bits8["sources"]["optimizer_proj_bits"]["value"] == 8
 
 
@@ -94,8 +108,15 @@ def test_ms_swift_llama_pro_estimates_the_expanded_model(tmp_path, blocks):
     that many layers, and only they train."""
     qwen = models.lookup_model("Qwen/Qwen2.5-7B-Instruct")
     per_layer = C.shapes(qwen).layer_params
-    d = run_cli(variant(tmp_path, "llamapro_train.sh", f"pro{blocks}.sh", drop=("--llamapro_num_new_blocks",),
-                        add=(f"--llamapro_num_new_blocks {blocks}",)))
+    d = run_cli(
+        variant(
+            tmp_path,
+            "llamapro_train.sh",
+            f"pro{blocks}.sh",
+            drop=("--llamapro_num_new_blocks",),
+            add=(f"--llamapro_num_new_blocks {blocks}",),
+        )
+    )
     assert d["unmodelled"] == []
     assert d["model"]["params"] == pytest.approx(models.param_count(qwen) + blocks * per_layer, rel=0.002)
     assert d["params_trainable"] == pytest.approx(blocks * per_layer, rel=0.01)
@@ -104,19 +125,33 @@ def test_ms_swift_llama_pro_estimates_the_expanded_model(tmp_path, blocks):
 
 # ------------------------------------------------------------------ GaLore and Q-GaLore READMEs (their own scripts)
 
-def llama7b_plan(optimizer: str, micro_batch: int, checkpointing: bool, int8: bool = False,
-                 proj_quant: bool = False) -> ResolvedPlan:
+
+def llama7b_plan(
+    optimizer: str, micro_batch: int, checkpointing: bool, int8: bool = False, proj_quant: bool = False
+) -> ResolvedPlan:
     """jiaweizzhao/GaLore 2cc66f88 torchrun_main.py and VITA-Group/Q-GaLore 5bd2f1c5 run_pretrain.py with
     configs/llama_7b.json (Llama-2-7B's shapes: vocab 32000, hidden 4096, 32 layers, MLP 11008): the model cast to
     bf16 (`--dtype bfloat16`), max_length 256 (the scripts' default), SDPA attention (peft_pretraining/modeling_llama.py),
     GaLore on every attention and MLP linear (`target_modules_list = ["attn", "mlp"]`), rank 1024, one optimizer per
     parameter stepped from the backward (`*_per_layer`), the embedding and LM head on bitsandbytes Adam8bit."""
     return ResolvedPlan(
-        arch=models.lookup_model("meta-llama/Llama-2-7b-hf"), framework="custom", weight_dtype="bf16",
-        compute_dtype="bf16", micro_batch=micro_batch, grad_accum=512 // micro_batch, seq_len=256,
-        grad_checkpointing=checkpointing, attn_impl="sdpa", optimizer=optimizers.lookup_optimizer(optimizer),
-        low_rank=1024, low_rank_targets=("all-linear",), low_rank_int8_weights=int8, low_rank_proj_quant=proj_quant,
-        gpu=gpus.lookup_gpu("RTX 4090")[0], gpu_count=1)
+        arch=models.lookup_model("meta-llama/Llama-2-7b-hf"),
+        framework="custom",
+        weight_dtype="bf16",
+        compute_dtype="bf16",
+        micro_batch=micro_batch,
+        grad_accum=512 // micro_batch,
+        seq_len=256,
+        grad_checkpointing=checkpointing,
+        attn_impl="sdpa",
+        optimizer=optimizers.lookup_optimizer(optimizer),
+        low_rank=1024,
+        low_rank_targets=("all-linear",),
+        low_rank_int8_weights=int8,
+        low_rank_proj_quant=proj_quant,
+        gpu=gpus.lookup_gpu("RTX 4090")[0],
+        gpu_count=1,
+    )
 
 
 def assert_near(est_bytes: int, published: float):
@@ -126,21 +161,31 @@ def assert_near(est_bytes: int, published: float):
         assert BAND[0] <= ratio <= BAND[1], (est_bytes / GIB, published, unit)
 
 
-@pytest.mark.parametrize("micro_batch, checkpointing, published", [
-    (16, True, 22.8),     # GaLore README "LLaMA-7B, 8-bit GaLore-Adam, single GPU, activation checkpointing, bsz=16, 22.8G"
-    (1, False, 21.3),     # Q-GaLore scripts/single_gpu/llama_7b_galore.sh "Memory cost: 21.3G"
-    (16, True, 22.02),    # Q-GaLore scripts/single_gpu/llama_7b_galore_checkpointing.sh "22.02G, BSZ=16"
-])
+@pytest.mark.parametrize(
+    "micro_batch, checkpointing, published",
+    [
+        (
+            16,
+            True,
+            22.8,
+        ),  # GaLore README "LLaMA-7B, 8-bit GaLore-Adam, single GPU, activation checkpointing, bsz=16, 22.8G"
+        (1, False, 21.3),  # Q-GaLore scripts/single_gpu/llama_7b_galore.sh "Memory cost: 21.3G"
+        (16, True, 22.02),  # Q-GaLore scripts/single_gpu/llama_7b_galore_checkpointing.sh "22.02G, BSZ=16"
+    ],
+)
 def test_galore_8bit_per_layer_llama7b_matches_the_published_memory(micro_batch, checkpointing, published):
     est = estimate(llama7b_plan("galore_adamw_8bit_layerwise", micro_batch, checkpointing), limits=False)
-    assert est.components["gradients"] == 0          # each gradient is stepped away in the backward
+    assert est.components["gradients"] == 0  # each gradient is stepped away in the backward
     assert_near(est.device_bytes, published)
 
 
-@pytest.mark.parametrize("micro_batch, checkpointing, published", [
-    (1, False, 15.08),    # Q-GaLore scripts/single_gpu/llama_7b.sh "Memory cost: 15.08 G"
-    (16, True, 15.26),    # Q-GaLore README / llama_7b_checkpointing.sh "15.26G, BSZ=16"
-])
+@pytest.mark.parametrize(
+    "micro_batch, checkpointing, published",
+    [
+        (1, False, 15.08),  # Q-GaLore scripts/single_gpu/llama_7b.sh "Memory cost: 15.08 G"
+        (16, True, 15.26),  # Q-GaLore README / llama_7b_checkpointing.sh "15.26G, BSZ=16"
+    ],
+)
 def test_q_galore_llama7b_matches_the_published_memory(micro_batch, checkpointing, published):
     """`--weight_quant --stochastic_round --proj_quant --optimizer q_galore_adamw8bit_per_layer`: INT8 block linears,
     INT4 projections (a uint8 each), 8-bit states, per-layer updates."""
@@ -191,10 +236,13 @@ bf16: true
 """
 
 
-@pytest.mark.parametrize("model, published", [
-    ("meta-llama/Meta-Llama-3-8B", 23.5),   # Ledzy/BAdam bf989dcb readme.md Table 1: "23.5 GB" on one RTX 3090
-    ("meta-llama/Llama-2-7b-hf", 21.8),     # the same table: "21.8 GB"
-])
+@pytest.mark.parametrize(
+    "model, published",
+    [
+        ("meta-llama/Meta-Llama-3-8B", 23.5),  # Ledzy/BAdam bf989dcb readme.md Table 1: "23.5 GB" on one RTX 3090
+        ("meta-llama/Llama-2-7b-hf", 21.8),  # the same table: "21.8 GB"
+    ],
+)
 def test_badam_matches_its_readme_on_an_rtx3090(tmp_path, model, published):
     """BAdam's README command (batch 2, Alpaca-GPT4, one decoder layer per block, bf16) as a LLaMA-Factory config:
     the active block keeps an fp32 copy and fp32 Adam states (block_optim.py `switch_trainable_params`), 16 bytes
@@ -204,5 +252,5 @@ def test_badam_matches_its_readme_on_an_rtx3090(tmp_path, model, published):
     d = run_cli(path, "--gpu", "RTX 3090")
     assert d["fits"] is True
     trained = d["params_trainable"]
-    assert d["components_gib"]["optimizer"] == pytest.approx(trained * 12 / GIB, rel=0.01)   # fp32 copy + 2 states
+    assert d["components_gib"]["optimizer"] == pytest.approx(trained * 12 / GIB, rel=0.01)  # fp32 copy + 2 states
     assert_near(d["peak"]["device_gib"] * GIB, published)

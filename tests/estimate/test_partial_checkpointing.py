@@ -1,6 +1,7 @@
 """Checkpointing of some blocks or some ops, through the public estimator: torchtitan's every-N-th-block and op-level
 selective checkpointing, sequence parallelism and the vocabulary-parallel loss of its tensor-parallel plan, and
 Megatron's selective recompute of the core attention (Korthikanti et al. 2022, §4)."""
+
 from __future__ import annotations
 
 import json
@@ -8,22 +9,45 @@ import subprocess
 import sys
 
 import pytest
-
-from vramlens.estimate import components as C, estimate
+from vramlens.estimate import components as C
+from vramlens.estimate import estimate
 from vramlens.knowledge.schema import GpuSpec, ModelArch, OptimizerSpec
 from vramlens.resolved import ResolvedPlan
 
 H100 = GpuSpec(name="H100-96GB", memory_gib=96.0, usable_gib=94.85, bf16=True)
 ADAMW = OptimizerSpec(name="torch.optim.AdamW", family="adamw", states=2)
-LLAMA_8B = ModelArch(id="meta-llama/Llama-3.1-8B", family="llama", hidden=4096, layers=32, heads=32, kv_heads=8,
-                     intermediate=14336, vocab=128256)
+LLAMA_8B = ModelArch(
+    id="meta-llama/Llama-3.1-8B",
+    family="llama",
+    hidden=4096,
+    layers=32,
+    heads=32,
+    kv_heads=8,
+    intermediate=14336,
+    vocab=128256,
+)
 
 
 def titan(**changes) -> ResolvedPlan:
     """torchtitan's Llama 3.1 8B step: fp32 parameters under FSDP2 bf16 mixed precision over 8 GPUs."""
-    base = dict(arch=LLAMA_8B, framework="torchtitan", optimizer=ADAMW, gpu=H100, seq_len=8192, micro_batch=2,
-                weight_dtype="fp32", compute_dtype="bf16", amp=True, fsdp_mixed_precision=True, strategy="fsdp",
-                zero_stage=3, world_size=8, packing=True, attn_mask=False, objective="pretrain")
+    base = dict(
+        arch=LLAMA_8B,
+        framework="torchtitan",
+        optimizer=ADAMW,
+        gpu=H100,
+        seq_len=8192,
+        micro_batch=2,
+        weight_dtype="fp32",
+        compute_dtype="bf16",
+        amp=True,
+        fsdp_mixed_precision=True,
+        strategy="fsdp",
+        zero_stage=3,
+        world_size=8,
+        packing=True,
+        attn_mask=False,
+        objective="pretrain",
+    )
     base.update(changes)
     return ResolvedPlan(**base)
 
@@ -47,12 +71,15 @@ def test_op_level_saves_every_other_matmul_and_attention():
 def test_op_level_lies_between_full_and_no_checkpointing(batch, seq):
     """The peak with op-level selective checkpointing: above full checkpointing, well below none (before, the
     setting was ignored and the estimate was that of no checkpointing)."""
-    peaks = {name: estimate(titan(micro_batch=batch, seq_len=seq, **kw), limits=False).device_bytes
-             for name, kw in {"none": {}, "op": {"selective_recompute": "op"},
-                              "full": {"grad_checkpointing": True}}.items()}
+    peaks = {
+        name: estimate(titan(micro_batch=batch, seq_len=seq, **kw), limits=False).device_bytes
+        for name, kw in {"none": {}, "op": {"selective_recompute": "op"}, "full": {"grad_checkpointing": True}}.items()
+    }
     assert peaks["full"] < peaks["op"] < peaks["none"]
-    none_acts, op_acts = activations(titan(micro_batch=batch, seq_len=seq)), \
-        activations(titan(micro_batch=batch, seq_len=seq, selective_recompute="op"))
+    none_acts, op_acts = (
+        activations(titan(micro_batch=batch, seq_len=seq)),
+        activations(titan(micro_batch=batch, seq_len=seq, selective_recompute="op")),
+    )
     assert op_acts < 0.5 * none_acts
 
 
@@ -91,14 +118,34 @@ def test_sequence_parallel_shards_checkpoints_and_loss_parallel_the_logits(tp):
     assert estimate(lp, limits=False).components["logits"] < logits
 
 
-GPT = ModelArch(id="gpt-24L-2048h", family="gpt2", mlp="gelu", norm="layernorm", hidden=2048, layers=24, heads=16,
-                intermediate=8192, vocab=51200)
+GPT = ModelArch(
+    id="gpt-24L-2048h",
+    family="gpt2",
+    mlp="gelu",
+    norm="layernorm",
+    hidden=2048,
+    layers=24,
+    heads=16,
+    intermediate=8192,
+    vocab=51200,
+)
 
 
 def megatron(**changes) -> ResolvedPlan:
-    base = dict(arch=GPT, framework="custom", optimizer=ADAMW, gpu=H100, seq_len=2048, micro_batch=4,
-                strategy="megatron", tensor_parallel=2, sequence_parallel=True, weight_dtype="bf16",
-                compute_dtype="bf16", master_weights=True)
+    base = dict(
+        arch=GPT,
+        framework="custom",
+        optimizer=ADAMW,
+        gpu=H100,
+        seq_len=2048,
+        micro_batch=4,
+        strategy="megatron",
+        tensor_parallel=2,
+        sequence_parallel=True,
+        weight_dtype="bf16",
+        compute_dtype="bf16",
+        master_weights=True,
+    )
     base.update(changes)
     return ResolvedPlan(**base)
 
@@ -111,7 +158,7 @@ def test_megatron_selective_recompute_drops_the_unfused_attention_scores(seq):
     eager = megatron(seq_len=seq, attn_impl="eager")
     selective = eager.with_changes(selective_recompute="core_attention")
     tokens = 4 * seq
-    scores = 5 * 16 * seq * tokens / 2                    # per layer, split over TP 2
+    scores = 5 * 16 * seq * tokens / 2  # per layer, split over TP 2
     saved = activations(eager) - activations(selective)
     assert saved == pytest.approx(24 * scores - scores, rel=1e-3)
     fused = megatron(seq_len=seq)
@@ -122,15 +169,32 @@ def test_megatron_selective_recompute_drops_the_unfused_attention_scores(seq):
 def test_megatron_flags_read_selective_and_backend(tmp_path, flags):
     """`--recompute-granularity selective` is read as core-attention recompute, `--attention-backend local` as an
     unfused attention; the estimate of the unfused run drops by the score matrices when selective is on."""
-    base = ("torchrun --nproc_per_node 2 pretrain_gpt.py --tensor-model-parallel-size 2 --sequence-parallel "
-            "--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --ffn-hidden-size 8192 --seq-length 4096 "
-            "--max-position-embeddings 4096 --micro-batch-size 4 --vocab-size 51200 --bf16 --attention-backend local")
+    base = (
+        "torchrun --nproc_per_node 2 pretrain_gpt.py --tensor-model-parallel-size 2 --sequence-parallel "
+        "--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --ffn-hidden-size 8192 --seq-length 4096 "
+        "--max-position-embeddings 4096 --micro-batch-size 4 --vocab-size 51200 --bf16 --attention-backend local"
+    )
     out = {}
     for name, extra in (("plain", ""), ("selective", flags)):
         script = tmp_path / f"{name}.sh"
         script.write_text(f"{base} {extra}\n")
-        run = subprocess.run([sys.executable, "-m", "vramlens", "estimate", "--format", "json", "--offline",
-                              "--gpu", "H100", str(script)], capture_output=True, text=True, timeout=120)
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "vramlens",
+                "estimate",
+                "--format",
+                "json",
+                "--offline",
+                "--gpu",
+                "H100",
+                str(script),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert run.returncode == 0, run.stderr
         out[name] = json.loads(run.stdout)
     sel = out["selective"]

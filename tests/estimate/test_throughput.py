@@ -1,5 +1,6 @@
 """Speed as well as memory: tokens/s, step time and MFU in every estimate, fixes that say what they cost in speed,
 and `vramlens gpus` ranking the GPUs a run fits on."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,14 @@ def _estimate(tmp_path: Path, gpu: str = "A100-80GB", mb: int = 8, ckpt: bool = 
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vramlens", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "VRAMLENS_CALIBRATION": "off"})
+    return subprocess.run(
+        [sys.executable, "-m", "vramlens", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "VRAMLENS_CALIBRATION": "off"},
+    )
 
 
 def test_a_full_fine_tune_has_throughput_with_a_plausible_mfu(tmp_path):
@@ -75,7 +82,7 @@ def test_fix_titles_give_the_new_peak_and_the_speed_change(tmp_path):
     assert memory, out.stdout
     assert all("tokens/s" in t or "same speed" in t for t in memory), memory
     ckpt = next(t for t in memory if "checkpointing" in t.lower())
-    assert "−" in ckpt.split("→")[1]            # recomputation costs speed
+    assert "−" in ckpt.split("→")[1]  # recomputation costs speed
 
 
 def test_gpus_lists_the_gpus_the_run_fits_fastest_first(tmp_path):
@@ -88,7 +95,7 @@ def test_gpus_lists_the_gpus_the_run_fits_fastest_first(tmp_path):
     assert rows and all(r["fits"] for r in rows)
     speeds = [r["run_tokens_per_s"] for r in rows]
     assert speeds == sorted(speeds, reverse=True)
-    assert "H100-SXM" in names and "T4" not in names       # 8 × 2048 of a full 1B run does not fit 16 GB
+    assert "H100-SXM" in names and "T4" not in names  # 8 × 2048 of a full 1B run does not fit 16 GB
     assert names.index("H100-SXM") < names.index("A100-80GB")
     text = _cli("gpus", str(cfg), cwd=tmp_path)
     assert "tokens/s per GPU" in text.stdout and "H100-SXM" in text.stdout
@@ -116,8 +123,12 @@ def test_make_it_fit_keeps_a_full_fine_tune_full_and_picks_the_fastest_plan(tmp_
     speed = fit.estimate_after.throughput.tokens_per_s
     for other in fixes:
         after = other.estimate_after
-        if other.id != "make-it-fit" and after is not None and "peft_method" not in other.changes \
-                and after.device_bytes <= after.usable_bytes * (1 - after.headroom_fraction):
+        if (
+            other.id != "make-it-fit"
+            and after is not None
+            and "peft_method" not in other.changes
+            and after.device_bytes <= after.usable_bytes * (1 - after.headroom_fraction)
+        ):
             assert other.estimate_after.throughput.tokens_per_s <= speed * 1.0001, other.title
 
 

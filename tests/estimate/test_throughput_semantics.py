@@ -2,6 +2,7 @@
 BAdam, LISA) has no weight gradients for frozen layers and no backward below the lowest trained one; GaLore and
 APOLLO keep small states but project every targeted matrix (and GaLore re-takes an SVD now and then); task heads
 have no vocabulary logits. Checked through `vramlens estimate --format json`, as a user sees it."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,14 @@ bf16: true
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vramlens", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "VRAMLENS_CALIBRATION": "off", "HF_HUB_OFFLINE": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "vramlens", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "VRAMLENS_CALIBRATION": "off", "HF_HUB_OFFLINE": "1"},
+    )
 
 
 def _throughput(path: Path, cwd: Path, gpu: str = "A100-80GB") -> dict:

@@ -1,5 +1,6 @@
 """torchtune configs resolved and estimated as torchtune's own code runs them (checked against its step traced on
 torchtune 0.6.1: tests/trace/test_torchtune_backend.py, benchmarks/results/trace_real_torchtune_vs_estimate.txt)."""
+
 from __future__ import annotations
 
 import os
@@ -75,7 +76,7 @@ def test_chunked_loss_holds_the_fp32_log_softmax_beside_the_logits(tmp_path):
     16-bit logits + every chunk's fp32 log-softmax + one fp32 chunk = 6.5 bytes per logit (before: 4)."""
     rp = resolved(tmp_path, "llama3_1.lora_llama3_1_8b")
     assert C.eager_chunked_ce(rp) and C.chunked_ce_per_logit(rp) == 6.5
-    compiled = rp.with_changes(compile=True)           # the recipe compiles the loss: not this model
+    compiled = rp.with_changes(compile=True)  # the recipe compiles the loss: not this model
     assert not C.eager_chunked_ce(compiled)
     fp32 = rp.with_changes(weight_dtype="fp32", compute_dtype="fp32", peft="none")
     tokens = 4096

@@ -1,5 +1,6 @@
 """Version-aware estimates: where the versions come from (setting, workspace pins, the trace interpreter's
 metadata, newest known) and what each version changes in the estimate, with the assumption that says so."""
+
 from __future__ import annotations
 
 import sys
@@ -53,18 +54,20 @@ def test_version_parsing():
     assert versions.sdpa_repeats_kv("5.0", masked=True)
     assert versions.attention_as_run("gemma2", "sdpa", "4.57.1") == "sdpa"
     assert versions.attention_as_run("gemma2", "sdpa", "5.0.0") == "eager"
-    assert not versions.loss_keeps_shifted_logits(None)          # unknown: the newest known
+    assert not versions.loss_keeps_shifted_logits(None)  # unknown: the newest known
 
 
 def test_attention_and_loss_as_run_by_version_and_framework():
     """One answer for the resolver and the benchmarks: what attention runs, whether grouped K/V is expanded to every
     head and whether the loss copies the logits, from the family, the transformers version and who models it."""
     run = versions.as_run("llama", "sdpa", "4.48.1", hf_model=True, masked=False)
-    assert run == ("sdpa", True, True)                      # repeat_kv before 4.54, shifted logits before 4.49
+    assert run == ("sdpa", True, True)  # repeat_kv before 4.54, shifted logits before 4.49
     assert versions.as_run("llama", "sdpa", "5.24.0", hf_model=True, masked=False) == ("sdpa", False, False)
-    assert versions.as_run("llama", "sdpa", "5.24.0", hf_model=True, masked=True).repeat_kv   # a padding mask
-    assert versions.as_run("llama", "sdpa", "4.48.1", hf_model=True, masked=False,
-                           loss_impl="chunked").loss_shifted_copy is False
+    assert versions.as_run("llama", "sdpa", "5.24.0", hf_model=True, masked=True).repeat_kv  # a padding mask
+    assert (
+        versions.as_run("llama", "sdpa", "4.48.1", hf_model=True, masked=False, loss_impl="chunked").loss_shifted_copy
+        is False
+    )
     assert versions.as_run("gemma2", "sdpa", "5.0.0", hf_model=True, masked=False) == ("eager", True, False)
     # torchtune / litgpt expand grouped K/V themselves whatever transformers says; flash attention reads them as is
     assert versions.as_run("gemma2", "sdpa", "5.0.0", hf_model=False, masked=False) == ("sdpa", True, False)
@@ -72,21 +75,27 @@ def test_attention_and_loss_as_run_by_version_and_framework():
 
 
 def test_pins_from_each_kind_of_file(tmp_path):
-    (tmp_path / "requirements-train.txt").write_text("# training\ntransformers==4.48.1  # pinned\npeft>=0.13\n"
-                                                      "-r other.txt\nbitsandbytes[cuda]==0.45.0 ; sys_platform=='linux'\n")
-    (tmp_path / "pyproject.toml").write_text('[project]\nname="x"\ndependencies=["trl==0.12.1", "peft>=0.10"]\n'
-                                             '[tool.poetry.dependencies]\naccelerate = "1.2.0"\n')
+    (tmp_path / "requirements-train.txt").write_text(
+        "# training\ntransformers==4.48.1  # pinned\npeft>=0.13\n"
+        "-r other.txt\nbitsandbytes[cuda]==0.45.0 ; sys_platform=='linux'\n"
+    )
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname="x"\ndependencies=["trl==0.12.1", "peft>=0.10"]\n'
+        '[tool.poetry.dependencies]\naccelerate = "1.2.0"\n'
+    )
     pins = environment.workspace_pins(tmp_path)
     assert pins["transformers"].version == "4.48.1" and "requirements-train.txt" in pins["transformers"].source
     assert pins["bitsandbytes"].version == "0.45.0"
     assert pins["trl"].version == "0.12.1" and pins["accelerate"].version == "1.2.0"
-    assert "peft" not in pins                                      # a range is not a pin
+    assert "peft" not in pins  # a range is not a pin
 
 
 def test_lock_files_win_over_requirements(tmp_path):
     (tmp_path / "requirements.txt").write_text("transformers==4.46.0\n")
-    (tmp_path / "uv.lock").write_text('version = 1\n[[package]]\nname = "transformers"\nversion = "4.51.3"\n'
-                                      '[[package]]\nname = "torch"\nversion = "2.6.0"\n')
+    (tmp_path / "uv.lock").write_text(
+        'version = 1\n[[package]]\nname = "transformers"\nversion = "4.51.3"\n'
+        '[[package]]\nname = "torch"\nversion = "2.6.0"\n'
+    )
     pins = environment.workspace_pins(tmp_path)
     assert pins["transformers"] == environment.Found("4.51.3", "pinned in uv.lock")
     (tmp_path / "uv.lock").unlink()
@@ -95,8 +104,9 @@ def test_lock_files_win_over_requirements(tmp_path):
 
 
 def test_environment_yml_conda_and_pip(tmp_path):
-    (tmp_path / "environment.yml").write_text("name: t\ndependencies:\n  - python=3.11\n  - pytorch::pytorch=2.4.1\n"
-                                              "  - pip:\n    - transformers==4.45.2\n")
+    (tmp_path / "environment.yml").write_text(
+        "name: t\ndependencies:\n  - python=3.11\n  - pytorch::pytorch=2.4.1\n  - pip:\n    - transformers==4.45.2\n"
+    )
     pins = environment.workspace_pins(tmp_path)
     assert pins["torch"].version == "2.4.1" and pins["transformers"].version == "4.45.2"
 
@@ -129,10 +139,16 @@ def test_order_setting_then_pins_then_interpreter_then_newest(tmp_path):
 
 
 def test_transformers_448_keeps_a_shifted_fp32_copy_of_the_logits(tmp_path):
-    old = resolved(tmp_path, CONFIG.replace("sdp_attention: true", "flash_attention: true"),
-                   framework_versions={"transformers": "4.48.1"})
-    new = resolved(tmp_path, CONFIG.replace("sdp_attention: true", "flash_attention: true"),
-                   framework_versions={"transformers": "5.23.0"})
+    old = resolved(
+        tmp_path,
+        CONFIG.replace("sdp_attention: true", "flash_attention: true"),
+        framework_versions={"transformers": "4.48.1"},
+    )
+    new = resolved(
+        tmp_path,
+        CONFIG.replace("sdp_attention: true", "flash_attention: true"),
+        framework_versions={"transformers": "5.23.0"},
+    )
     assert old.resolved.loss_shifted_copy and not new.resolved.loss_shifted_copy
     assert any("4.48.1" in a and "shifted fp32 copy" in a for a in old.assumptions)
     assert any("5.23.0" in a and "shifts the labels" in a for a in new.assumptions)
@@ -166,12 +182,20 @@ def test_trl_prepares_a_kbit_model_by_its_version(tmp_path):
     back to bf16, with fp32 adapters; from 0.26 it does neither and trains bf16 adapters."""
     old = resolved(tmp_path, TRL_QLORA, framework_versions={"trl": "0.25.1"}, name="train.py")
     new = resolved(tmp_path, TRL_QLORA, framework_versions={"trl": "0.26.0"}, name="train.py")
-    assert (old.resolved.kbit_upcast, old.resolved.kbit_embeddings_16bit, old.resolved.adapter_fp32) == (True, True, True)
-    assert (new.resolved.kbit_upcast, new.resolved.kbit_embeddings_16bit, new.resolved.adapter_fp32) == (False, False, False)
+    assert (old.resolved.kbit_upcast, old.resolved.kbit_embeddings_16bit, old.resolved.adapter_fp32) == (
+        True,
+        True,
+        True,
+    )
+    assert (new.resolved.kbit_upcast, new.resolved.kbit_embeddings_16bit, new.resolved.adapter_fp32) == (
+        False,
+        False,
+        False,
+    )
     assert any("TRL 0.25.1" in a and "back in bf16" in a for a in old.assumptions)
     assert any("TRL 0.26.0" in a and "adapters train in bf16" in a for a in new.assumptions)
     e_old, e_new = estimate(old.resolved, limits=False), estimate(new.resolved, limits=False)
-    assert e_old.components["weights"] > e_new.components["weights"]          # fp32 norms
+    assert e_old.components["weights"] > e_new.components["weights"]  # fp32 norms
     assert e_old.components["adapters"] == 2 * e_new.components["adapters"]
 
 
@@ -185,15 +209,20 @@ def test_server_never_imports_the_libraries_to_find_versions(tmp_path):
 def test_litgpt_and_torchtune_expand_grouped_kv_whatever_transformers_is(tmp_path):
     """Frameworks that build their own attention repeat grouped K/V before SDPA; transformers' native-GQA
     versions do not change that (only transformers' own models read K/V grouped)."""
-    litgpt = ("checkpoint_dir: checkpoints/meta-llama/Meta-Llama-3.1-8B\nprecision: bf16-true\nlora_r: 8\n"
-              "lora_alpha: 16\nlora_query: true\nlora_value: true\n"
-              "train:\n  micro_batch_size: 2\n  max_seq_length: 2048\n")
+    litgpt = (
+        "checkpoint_dir: checkpoints/meta-llama/Meta-Llama-3.1-8B\nprecision: bf16-true\nlora_r: 8\n"
+        "lora_alpha: 16\nlora_query: true\nlora_value: true\n"
+        "train:\n  micro_batch_size: 2\n  max_seq_length: 2048\n"
+    )
     for version in ("4.48.1", "5.23.0"):
         r = resolved(tmp_path, litgpt, framework_versions={"transformers": version})
         assert r.resolved.framework == "litgpt" and r.resolved.repeat_kv, (version, r.resolved.framework)
-    hf = resolved(tmp_path, CONFIG.replace("micro_batch_size: 4", "micro_batch_size: 4\nsample_packing: true"),
-                  framework_versions={"transformers": "5.23.0"})
-    assert not hf.resolved.repeat_kv                     # transformers 5 without a mask: grouped K/V natively
+    hf = resolved(
+        tmp_path,
+        CONFIG.replace("micro_batch_size: 4", "micro_batch_size: 4\nsample_packing: true"),
+        framework_versions={"transformers": "5.23.0"},
+    )
+    assert not hf.resolved.repeat_kv  # transformers 5 without a mask: grouped K/V natively
 
 
 def test_torch_before_113_loads_every_cuda_kernel_with_the_context(tmp_path):
@@ -201,10 +230,12 @@ def test_torch_before_113_loads_every_cuda_kernel_with_the_context(tmp_path):
     old = estimate(resolved(tmp_path, framework_versions={"torch": "1.12.1"}).resolved, limits=False)
     new = estimate(resolved(tmp_path, framework_versions={"torch": "2.5.1"}).resolved, limits=False)
     unknown = estimate(resolved(tmp_path).resolved, limits=False)
-    assert old.allocated_bytes == new.allocated_bytes == unknown.allocated_bytes     # only the device level moves
+    assert old.allocated_bytes == new.allocated_bytes == unknown.allocated_bytes  # only the device level moves
     assert old.device_bytes - new.device_bytes == (1343 - 600) << 20
     assert new.device_bytes == unknown.device_bytes
-    assert any("torch 1.12.1 (the frameworkVersions setting)" in a and "CUDA context 1.3 GiB" in a for a in old.assumptions)
+    assert any(
+        "torch 1.12.1 (the frameworkVersions setting)" in a and "CUDA context 1.3 GiB" in a for a in old.assumptions
+    )
     assert not any("CUDA kernels load" in a for a in new.assumptions + unknown.assumptions)
 
 
@@ -244,7 +275,7 @@ def test_moe_expert_lora_by_version():
     assert versions.moe_expert_lora("qwen3_moe", "5.0.0", "0.19.0") == "parameters"
     assert versions.moe_expert_lora("mixtral", "5.24.0", "0.21.2") == "parameters"
     assert versions.moe_expert_lora("gpt_oss", "5.24.0", "0.21.2") is None
-    assert versions.moe_expert_lora("qwen3_moe", None, None) == "parameters"     # unknown: the newest known
+    assert versions.moe_expert_lora("qwen3_moe", None, None) == "parameters"  # unknown: the newest known
     assert versions.peft_folds_expert_factors("0.21.0") and not versions.peft_folds_expert_factors("0.20.0")
 
 
@@ -267,8 +298,11 @@ bf16: true
     new = resolved(tmp_path, text, framework_versions={"transformers": "5.24.0", "peft": "0.21.2"}).resolved
     assert C.params(old).adapter_params < 20e6 < 900e6 < C.params(new).adapter_params
     assert estimate(new, limits=False).allocated_bytes - estimate(old, limits=False).allocated_bytes > 40 * 2**30
-    kbit = resolved(tmp_path, text.replace("adapter: lora", "adapter: qlora\nload_in_4bit: true"),
-                    framework_versions={"transformers": "5.24.0", "peft": "0.21.2"}).resolved
+    kbit = resolved(
+        tmp_path,
+        text.replace("adapter: lora", "adapter: qlora\nload_in_4bit: true"),
+        framework_versions={"transformers": "5.24.0", "peft": "0.21.2"},
+    ).resolved
     experts = sum(lin.params for lin in C.shapes(kbit.arch).linears if lin.expert)
     assert kbit.quant_bits == 4 and C.params(kbit).frozen_bytes >= 4 * experts
 
@@ -320,24 +354,36 @@ sdp_attention: true
     assert any("peft 0.13.2" in a and "x @ W" in a for a in e_old.assumptions)
     assert not any("x @ W" in a for a in e_new.assumptions)
     # with dropout every peft recomputes the product from the dropped input: the versions agree
-    drop = {v: estimate(resolved(tmp_path, text.replace("lora_dropout: 0.0", "lora_dropout: 0.05"),
-                                 framework_versions={"transformers": "4.57.1", "peft": v}).resolved, limits=False)
-            for v in ("0.13.2", "0.21.2")}
+    drop = {
+        v: estimate(
+            resolved(
+                tmp_path,
+                text.replace("lora_dropout: 0.0", "lora_dropout: 0.05"),
+                framework_versions={"transformers": "4.57.1", "peft": v},
+            ).resolved,
+            limits=False,
+        )
+        for v in ("0.13.2", "0.21.2")
+    }
     assert drop["0.13.2"].allocated_bytes == drop["0.21.2"].allocated_bytes
 
 
-FSDP_LORA = CONFIG + """fsdp:
+FSDP_LORA = (
+    CONFIG
+    + """fsdp:
   - full_shard
   - auto_wrap
 fsdp_config:
   fsdp_transformer_layer_cls_to_wrap: MistralDecoderLayer
 """
+)
 
 
 def test_fsdp1_with_transformers_4x_checkpointing_keeps_every_block_input_gradient(tmp_path):
     """transformers before 4.52 checkpoints each layer around its FSDP unit (reentrant): FSDP1 keeps every layer's
     checkpointed input and its gradient until the backward ends. Not in 4.52+ (the layer checkpoints inside its
     unit), not with FSDP2, not with a non-reentrant checkpoint, not for a full fine-tune (no frozen units)."""
+
     def est(text, **versions_):
         r = resolved(tmp_path, text, framework_versions={"transformers": "4.45.2", **versions_})
         return r, estimate(r.resolved, limits=False)
@@ -345,17 +391,23 @@ def test_fsdp1_with_transformers_4x_checkpointing_keeps_every_block_input_gradie
     old, old_est = est(FSDP_LORA)
     new, new_est = est(FSDP_LORA, transformers="4.52.1")
     assert old.resolved.fsdp_keeps_block_grads and not new.resolved.fsdp_keeps_block_grads
-    assert any("transformers 4.45.2 (the frameworkVersions setting) checkpoints each layer around its FSDP unit" in a
-               for a in old.assumptions)
+    assert any(
+        "transformers 4.45.2 (the frameworkVersions setting) checkpoints each layer around its FSDP unit" in a
+        for a in old.assumptions
+    )
     # Mistral-7B, 4 × 4096 tokens: 30 more bf16 block inputs of 4096 × 4096 × 4 × 2 bytes = 3.75 GiB, and at the
     # first block's backward every adapter's fp32 gradient (52 MB), not only the last block's
-    grown = old_est.phases["recompute"] - estimate(old.resolved.with_changes(fsdp_keeps_block_grads=False),
-                                                   limits=False).phases["recompute"]
+    grown = (
+        old_est.phases["recompute"]
+        - estimate(old.resolved.with_changes(fsdp_keeps_block_grads=False), limits=False).phases["recompute"]
+    )
     assert 0 < grown - 30 * 4 * 4096 * 4096 * 2 < 64 * 2**20
     assert old_est.allocated_bytes > new_est.allocated_bytes
-    for text in (FSDP_LORA + "  fsdp_version: 2\n",
-                 FSDP_LORA + "gradient_checkpointing_kwargs:\n  use_reentrant: false\n",
-                 FSDP_LORA.replace("adapter: lora\n", "")):
+    for text in (
+        FSDP_LORA + "  fsdp_version: 2\n",
+        FSDP_LORA + "gradient_checkpointing_kwargs:\n  use_reentrant: false\n",
+        FSDP_LORA.replace("adapter: lora\n", ""),
+    ):
         r, _ = est(text)
         assert not r.resolved.fsdp_keeps_block_grads, text
     # FSDP's own activation checkpointing is non-reentrant inside each unit

@@ -1,5 +1,6 @@
 """Vision-language models as a user's config runs them: whether the batches carry images (and which setting says so),
 the vision tower's weights, gradients, optimizer state, adapters and activations in the estimate."""
+
 from __future__ import annotations
 
 import os
@@ -51,12 +52,12 @@ def test_gemma3_text_fine_tune_counts_the_tower_weights_but_runs_no_image(tmp_pa
     assert any("text-only batches" in a for a in res.assumptions)
     p = C.params(rp)
     assert round(p.total / 1e9, 2) == 4.30
-    assert p.trainable == p.total - rp.arch.vision_params           # the language model only
+    assert p.trainable == p.total - rp.arch.vision_params  # the language model only
     assert C.vision_activations(rp, rp.micro_batch) == 0
     text = estimate(rp, limits=False)
     # the same run with one image per sequence: the tower trains and keeps its activations
     with_images = estimate(rp.with_changes(images_per_sequence=1), limits=False)
-    tower_states = rp.arch.vision_params * (2 + 8)                    # fp32 weights here: grads + AdamW states
+    tower_states = rp.arch.vision_params * (2 + 8)  # fp32 weights here: grads + AdamW states
     assert with_images.allocated_bytes - text.allocated_bytes > tower_states
     assert C.params(rp.with_changes(images_per_sequence=1)).trainable == p.total
 
@@ -66,11 +67,11 @@ def test_llamafactory_qwen_vl_config_runs_one_image_per_sequence(tmp_path):
     rp = res.resolved
     assert rp.images_per_sequence == 1
     assert res.sources["images_per_sequence"].key == "image_max_pixels"
-    assert rp.vision_frozen                                          # LLaMA-Factory's freeze_vision_tower default
+    assert rp.vision_frozen  # LLaMA-Factory's freeze_vision_tower default
     assert any("one image of" in a for a in res.assumptions)
     # LLaMA-Factory keeps a frozen tower out of `lora_target: all`: no adapters, no saved tower activations
     assert C.vision_adapted(rp) == []
-    assert C.vision_activations(rp, 1) < 4 * 2**20                  # the float32 pixel_values only
+    assert C.vision_activations(rp, 1) < 4 * 2**20  # the float32 pixel_values only
     # the stated pixel budget sizes the image: 262144 pixels of 14 × 14 patches
     assert rp.arch.image_patches == 262144 // (14 * 14)
 
@@ -85,8 +86,11 @@ def test_a_qwen_vl_model_without_image_settings_still_assumes_images(tmp_path):
 def test_peft_adapters_reach_the_siglip_tower_by_name(tmp_path):
     """peft matches target names against the end of module names: q_proj/k_proj/v_proj adapt the SigLIP tower's
     attention too, all-linear every tower linear; their gradients and activations exist only with images."""
-    res = resolved(tmp_path, TRL_GEMMA3_TEXT + "use_peft: true\nlora_r: 16\ngradient_checkpointing: false\n"
-                   "lora_target_modules: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]\n")
+    res = resolved(
+        tmp_path,
+        TRL_GEMMA3_TEXT + "use_peft: true\nlora_r: 16\ngradient_checkpointing: false\n"
+        "lora_target_modules: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]\n",
+    )
     rp = res.resolved
     assert [name for name, _, _ in C.vision_adapted(rp)] == ["q", "k", "v"]
     every = rp.with_changes(lora_targets=("all-linear",))
@@ -96,15 +100,17 @@ def test_peft_adapters_reach_the_siglip_tower_by_name(tmp_path):
     images = rp.with_changes(images_per_sequence=1)
     assert C.vision_activations(every.with_changes(images_per_sequence=1), 2) > C.vision_activations(images, 2) > 0
     gap = estimate(images, limits=False).allocated_bytes - estimate(rp, limits=False).allocated_bytes
-    assert 5 * GIB < gap < 15 * GIB                                   # 2 × 4096 patches through 27 blocks
+    assert 5 * GIB < gap < 15 * GIB  # 2 × 4096 patches through 27 blocks
     # checkpointed, each tower block keeps its input only, adapters or not
     ckpt = images.with_changes(grad_checkpointing=True)
     assert C.vision_activations(ckpt, 2) == C.vision_activations(ckpt.with_changes(lora_targets=("all-linear",)), 2)
 
 
 def test_image_settings_of_each_framework_say_images(tmp_path):
-    axolotl = ("base_model: google/gemma-3-4b-it\nprocessor_type: AutoProcessor\nsequence_len: 2048\n"
-               "micro_batch_size: 1\nbf16: true\nadapter: lora\nlora_r: 16\nlora_target_modules: [q_proj, v_proj]\n")
+    axolotl = (
+        "base_model: google/gemma-3-4b-it\nprocessor_type: AutoProcessor\nsequence_len: 2048\n"
+        "micro_batch_size: 1\nbf16: true\nadapter: lora\nlora_r: 16\nlora_target_modules: [q_proj, v_proj]\n"
+    )
     res = resolved(tmp_path, axolotl, "axolotl.yaml")
     assert res.resolved.images_per_sequence == 1
     assert res.sources["images_per_sequence"].key == "processor_type"

@@ -1,4 +1,5 @@
 """What the key-table tests share: a fix that sets one concept, written into the file, read back by the parser."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -18,7 +19,7 @@ def value_a_fix_writes(text: str, path: str, fmt: str, concept: str, value: Any,
     written = apply_edits(text, render_change(text, plan, {concept: value}).edits, path)
     again = parse_document(written, path).plan
     assert getattr(again, concept).value == value, written
-    node = yaml.safe_load(written)               # JSON is YAML
+    node = yaml.safe_load(written)  # JSON is YAML
     for part in keys:
         assert isinstance(node, dict) and part in node, (keys, written)
         node = node[part]

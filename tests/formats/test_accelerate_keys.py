@@ -1,5 +1,6 @@
 """The accelerate key table (formats.accelerate.KEYS) is the one place its keys are spelled: a fix writes each
 concept where the parser reads it, and the JSON Schema describes the keys from it."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,14 +21,21 @@ mixed_precision: fp16
 num_machines: 1
 num_processes: 2
 """
-CHANGES = [("world_size", 8), ("amp_dtype", "bf16"), ("zero_stage", 3), ("offload_optimizer", True),
-           ("offload_params", True), ("grad_accum", 4)]
+CHANGES = [
+    ("world_size", 8),
+    ("amp_dtype", "bf16"),
+    ("zero_stage", 3),
+    ("offload_optimizer", True),
+    ("offload_params", True),
+    ("grad_accum", 4),
+]
 
 
 @pytest.mark.parametrize("concept, value", CHANGES)
 def test_a_fix_writes_each_concept_where_the_parser_reads_it(tmp_path, concept, value):
-    written = value_a_fix_writes(CONFIG, str(tmp_path / "accelerate_config.yaml"), "accelerate", concept, value,
-                                 accelerate.key_for(concept).path)
+    written = value_a_fix_writes(
+        CONFIG, str(tmp_path / "accelerate_config.yaml"), "accelerate", concept, value, accelerate.key_for(concept).path
+    )
     assert written == ("cpu" if value is True else value)
 
 

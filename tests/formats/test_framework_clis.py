@@ -1,6 +1,7 @@
 """Command lines and configs of OpenRLHF (flat and dotted CLIs), ms-swift 1.x to 4.x, LLaMA-Factory with unsloth and
 torchtune 0.1, read from the frameworks' own example scripts and configs at those versions
 (tests/fixtures/<framework>/<version>/, each with its SOURCE)."""
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,18 @@ LLAMAFACTORY = FIXTURES / "llamafactory" / "v0.9.4"
 
 
 def estimate(path: Path, cwd: Path | None = None) -> dict:
-    args = [sys.executable, "-m", "vramlens", "estimate", "--offline", "--gpu", "A100-80GB", "--format", "json", str(path)]
+    args = [
+        sys.executable,
+        "-m",
+        "vramlens",
+        "estimate",
+        "--offline",
+        "--gpu",
+        "A100-80GB",
+        "--format",
+        "json",
+        str(path),
+    ]
     done = subprocess.run(args, check=False, capture_output=True, text=True, timeout=300, cwd=cwd)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
@@ -46,6 +58,7 @@ def unmodelled_keys(plan) -> list[str]:
 
 
 # --- OpenRLHF ------------------------------------------------------------------------------------------------------
+
 
 def test_openrlhf_dotted_cli_heredoc_through_deepspeed_module_is_estimated():
     report = estimate(OPENRLHF / "train_sft.sh")
@@ -76,16 +89,21 @@ def test_openrlhf_dotted_lora_dpo_and_ppo_examples():
     assert value(plan, "generation_sleeps") is True and plan.generation_sleeps.key == "vllm.enable_sleep"
 
 
-@pytest.mark.parametrize("launch", [
-    "deepspeed --module {args}",
-    "python3 -m {args}",
-    "torchrun --nproc_per_node 4 -m {args}",
-    "ray job submit --address=http://127.0.0.1:8265 -- python3 -m {args}",
-])
+@pytest.mark.parametrize(
+    "launch",
+    [
+        "deepspeed --module {args}",
+        "python3 -m {args}",
+        "torchrun --nproc_per_node 4 -m {args}",
+        "ray job submit --address=http://127.0.0.1:8265 -- python3 -m {args}",
+    ],
+)
 def test_openrlhf_dotted_flags_in_every_launch_form(launch):
-    args = ("openrlhf.cli.train_sft --model.model_name_or_path=Qwen/Qwen2.5-7B --train.micro_batch_size 3 "
-            "--data.max_len 3072 --ds.zero_stage 3 --ds.lora.rank 16 --ds.lora.target_modules q_proj v_proj "
-            "--ds.adam_offload --model.gradient_checkpointing_enable")
+    args = (
+        "openrlhf.cli.train_sft --model.model_name_or_path=Qwen/Qwen2.5-7B --train.micro_batch_size 3 "
+        "--data.max_len 3072 --ds.zero_stage 3 --ds.lora.rank 16 --ds.lora.target_modules q_proj v_proj "
+        "--ds.adam_offload --model.gradient_checkpointing_enable"
+    )
     plan = plan_of(OPENRLHF / "x.sh", launch.format(args=args) + "\n")
     assert plan.framework == "openrlhf"
     assert value(plan, "model_id") == "Qwen/Qwen2.5-7B" and value(plan, "micro_batch") == 3
@@ -95,56 +113,72 @@ def test_openrlhf_dotted_flags_in_every_launch_form(launch):
 
 
 def test_openrlhf_defaults_follow_the_release_its_flags_belong_to():
-    dotted = plan_of(OPENRLHF / "x.sh", "deepspeed --module openrlhf.cli.train_sft "
-                                         "--model.model_name_or_path meta-llama/Meta-Llama-3-8B\n")
+    dotted = plan_of(
+        OPENRLHF / "x.sh",
+        "deepspeed --module openrlhf.cli.train_sft --model.model_name_or_path meta-llama/Meta-Llama-3-8B\n",
+    )
     # v0.10.2+: `--ds.param_dtype` bf16 and `--ds.attn_implementation` flash_attention_2 unless given
     assert value(dotted, "amp_dtype") == "bf16" and value(dotted, "weight_dtype") == "bf16"
     assert value(dotted, "attn_impl") == "flash_attention_2" and dotted.attn_impl.origin == Origin.DEFAULT
-    assert value(dotted, "micro_batch") is None        # train_sft.py's 8 comes from the framework table
-    middle = plan_of(OPENRLHF / "x.sh", "deepspeed --module openrlhf.cli.train_sft --pretrain m/x "
-                                         "--param_dtype fp16\n")
+    assert value(dotted, "micro_batch") is None  # train_sft.py's 8 comes from the framework table
+    middle = plan_of(OPENRLHF / "x.sh", "deepspeed --module openrlhf.cli.train_sft --pretrain m/x --param_dtype fp16\n")
     assert value(middle, "amp_dtype") == "fp16" and value(middle, "attn_impl") == "flash_attention_2"
     old = plan_of(OPENRLHF / "x.sh", "deepspeed --module openrlhf.cli.train_sft --pretrain m/x\n")
-    assert old.amp_dtype is None and old.attn_impl is None    # the `--bf16`/`--flash_attn` CLI: both off
-    explicit = plan_of(OPENRLHF / "x.sh", "deepspeed --module openrlhf.cli.train_sft --model.model_name_or_path m/x "
-                                           "--ds.param_dtype fp16 --ds.attn_implementation sdpa\n")
+    assert old.amp_dtype is None and old.attn_impl is None  # the `--bf16`/`--flash_attn` CLI: both off
+    explicit = plan_of(
+        OPENRLHF / "x.sh",
+        "deepspeed --module openrlhf.cli.train_sft --model.model_name_or_path m/x "
+        "--ds.param_dtype fp16 --ds.attn_implementation sdpa\n",
+    )
     assert value(explicit, "amp_dtype") == "fp16" and value(explicit, "attn_impl") == "sdpa"
 
 
 def test_openrlhf_settings_it_cannot_model_are_named():
-    plan = plan_of(OPENRLHF / "x.sh", "python3 -m openrlhf.cli.train_sft --model.model_name_or_path m/x "
-                                       "--ds.tensor_parallel_size 2 --ds.deepcompile --ds.zpg 8 --optim muon\n")
+    plan = plan_of(
+        OPENRLHF / "x.sh",
+        "python3 -m openrlhf.cli.train_sft --model.model_name_or_path m/x "
+        "--ds.tensor_parallel_size 2 --ds.deepcompile --ds.zpg 8 --optim muon\n",
+    )
     assert {"ds.tensor_parallel_size", "ds.deepcompile", "ds.zpg"} <= set(unmodelled_keys(plan))
     assert value(plan, "optimizer") == "muon"
-    quiet = plan_of(OPENRLHF / "x.sh", "python3 -m openrlhf.cli.train_sft --model.model_name_or_path m/x "
-                                        "--ds.tensor_parallel_size 1 --ds.zpg 1 --optim adam\n")
+    quiet = plan_of(
+        OPENRLHF / "x.sh",
+        "python3 -m openrlhf.cli.train_sft --model.model_name_or_path m/x "
+        "--ds.tensor_parallel_size 1 --ds.zpg 1 --optim adam\n",
+    )
     assert quiet.unmodelled == [] and quiet.optimizer is None
 
 
 # --- ms-swift 1.x --------------------------------------------------------------------------------------------------
 
+
 def test_ms_swift_1x_example_with_model_id_or_path_and_all_targets():
-    plan = plan_of(SWIFT1 / "qwen_7b_chat_lora_sft.sh")       # `python llm_sft.py --model_id_or_path qwen/Qwen-7B-Chat`
+    plan = plan_of(SWIFT1 / "qwen_7b_chat_lora_sft.sh")  # `python llm_sft.py --model_id_or_path qwen/Qwen-7B-Chat`
     assert plan.framework == "ms-swift"
-    assert value(plan, "model_id") == "Qwen/Qwen-7B-Chat"      # the registry's Hub id for the ModelScope id
+    assert value(plan, "model_id") == "Qwen/Qwen-7B-Chat"  # the registry's Hub id for the ModelScope id
     assert value(plan, "micro_batch") == 1 and value(plan, "seq_len") == 2048
     assert value(plan, "peft_method") == "lora" and value(plan, "lora_r") == 8 and value(plan, "lora_dropout") == 0.05
     assert value(plan, "lora_targets") == ["all-linear"] and value(plan, "grad_checkpointing") is True
 
 
 def test_ms_swift_1x_default_targets_are_the_model_types_own():
-    plan = plan_of(SWIFT1 / "qwen_7b_chat_lora_ddp_ds_sft.sh")   # `--lora_target_modules DEFAULT`, `default-zero2`
+    plan = plan_of(SWIFT1 / "qwen_7b_chat_lora_ddp_ds_sft.sh")  # `--lora_target_modules DEFAULT`, `default-zero2`
     assert value(plan, "lora_targets") == ["c_attn"] and value(plan, "zero_stage") == 2
     assert value(plan, "gpu_count") == 2
-    for model_type, model, targets in (("qwen-7b-chat", "Qwen/Qwen-7B-Chat", ["c_attn"]),
-                                       ("llama2-7b", "meta-llama/Llama-2-7b-hf", ["q_proj", "k_proj", "v_proj"]),
-                                       ("chatglm3-6b", "THUDM/chatglm3-6b", ["query_key_value"])):
-        for written in ("--lora_target_modules DEFAULT ", ""):       # written, or ms-swift 1.x's default
-            plan = plan_of(SWIFT1 / "x.sh", f"swift sft --model_type {model_type} --sft_type lora {written}"
-                                            "--batch_size 4 --quantization_bit 0 --max_length 1024\n")
+    for model_type, model, targets in (
+        ("qwen-7b-chat", "Qwen/Qwen-7B-Chat", ["c_attn"]),
+        ("llama2-7b", "meta-llama/Llama-2-7b-hf", ["q_proj", "k_proj", "v_proj"]),
+        ("chatglm3-6b", "THUDM/chatglm3-6b", ["query_key_value"]),
+    ):
+        for written in ("--lora_target_modules DEFAULT ", ""):  # written, or ms-swift 1.x's default
+            plan = plan_of(
+                SWIFT1 / "x.sh",
+                f"swift sft --model_type {model_type} --sft_type lora {written}"
+                "--batch_size 4 --quantization_bit 0 --max_length 1024\n",
+            )
             assert value(plan, "model_id") == model and value(plan, "lora_targets") == targets
             assert value(plan, "micro_batch") == 4 and value(plan, "seq_len") == 1024
-            assert plan.quant_bits is None                     # `--quantization_bit 0`: no quantization
+            assert plan.quant_bits is None  # `--quantization_bit 0`: no quantization
             assert not [i for i in plan.issues if i.kind in (IssueKind.INVALID_VALUE, IssueKind.UNKNOWN_VALUE)]
 
 
@@ -173,17 +207,21 @@ def test_ms_swift_1x_galore_and_llamapro_examples():
 
 # --- ms-swift 3.x/4.x memory-saving methods --------------------------------------------------------------------------
 
+
 def test_ms_swift_4x_galore_lisa_llamapro_are_not_full_adamw():
     lisa = plan_of(SWIFT4 / "lisa_train.sh")
     assert value(lisa, "trained_layers") == 2 and value(lisa, "trained_where") == "rotating"
     galore = plan_of(SWIFT4 / "galore_train_galore.sh")
-    assert value(galore, "optimizer") == "galore_adamw"      # per-parameter optimizers, stepped together
+    assert value(galore, "optimizer") == "galore_adamw"  # per-parameter optimizers, stepped together
     qgalore = estimate(SWIFT4 / "galore_train_qgalore.sh")
     assert qgalore["unmodelled"] == [] and qgalore["sources"]["optimizer"]["value"] == "q_galore_adamw8bit"
     llamapro = estimate(SWIFT4 / "llamapro_train.sh")
     assert llamapro["unmodelled"] == [] and llamapro["sources"]["added_layers"]["value"] == 4
-    rank = plan_of(SWIFT4 / "x.sh", "swift sft --model Qwen/Qwen2.5-7B-Instruct --train_type full --use_galore true "
-                                     "--galore_rank 64 --galore_target_modules q_proj v_proj\n")
+    rank = plan_of(
+        SWIFT4 / "x.sh",
+        "swift sft --model Qwen/Qwen2.5-7B-Instruct --train_type full --use_galore true "
+        "--galore_rank 64 --galore_target_modules q_proj v_proj\n",
+    )
     assert value(rank, "optimizer_rank") == 64 and value(rank, "optimizer_targets") == ["q_proj", "v_proj"]
 
 
@@ -198,6 +236,7 @@ def test_ms_swift_lisa_estimate_is_below_full_fine_tuning(tmp_path):
 
 
 # --- LLaMA-Factory with unsloth ---------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("how", ["yaml", "override"])
 def test_llamafactory_use_unsloth_offloads_checkpoints_and_names_what_is_not_modelled(tmp_path, how):
@@ -230,10 +269,11 @@ def test_llamafactory_unsloth_gc_offloads_only_with_checkpointing(tmp_path):
 
 # --- torchtune 0.1 -------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["llama2_7B_lora_single_device.yaml", "llama2_7B_full.yaml", "mistral_7B_full.yaml"])
 def test_torchtune_0_1_recipes_use_that_versions_dataset_length(name):
     report = estimate(TORCHTUNE01 / name)
-    assert source(report, "seq_len") == 512       # alpaca(_cleaned)_dataset's max_seq_len default in 0.1–0.2
+    assert source(report, "seq_len") == 512  # alpaca(_cleaned)_dataset's max_seq_len default in 0.1–0.2
     assert source(report, "micro_batch") == 2
 
 

@@ -1,4 +1,5 @@
 """GPU hints: the `vramlens:` directive in any format, cloud keys, and what comments say about hardware."""
+
 from __future__ import annotations
 
 from vramlens.formats import parse_document
@@ -20,16 +21,21 @@ def test_directive_sets_gpu_and_count_with_its_span():
 
 
 def test_directive_wins_over_comments_and_accepts_quotes_and_counts_in_the_name():
-    p = plan_of("# tested on 1x A10G\n" + AXO + "# vramlens: gpu=\"8x H100\"\n")
+    p = plan_of("# tested on 1x A10G\n" + AXO + '# vramlens: gpu="8x H100"\n')
     assert p.gpu_name.value.startswith("H100") and p.gpu_count.value == 8
 
 
 def test_directive_in_json_comments_and_in_other_formats():
-    p = plan_of('// vramlens: gpu=L40S\n{"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": 2}\n',
-                "/ws/ds.jsonc")
+    p = plan_of(
+        '// vramlens: gpu=L40S\n{"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": 2}\n',
+        "/ws/ds.jsonc",
+    )
     assert p.gpu_name.value == "L40S"
-    p = plan_of("#!/bin/bash\n# vramlens: gpu=RTX-4090 count=1\ntorchrun --nproc_per_node 2 train.py "
-                "--per_device_train_batch_size 4 --model_name_or_path m/x\n", "/ws/run.sh")
+    p = plan_of(
+        "#!/bin/bash\n# vramlens: gpu=RTX-4090 count=1\ntorchrun --nproc_per_node 2 train.py "
+        "--per_device_train_batch_size 4 --model_name_or_path m/x\n",
+        "/ws/run.sh",
+    )
     assert p.gpu_name.value == "RTX 4090" and p.gpu_count.value == 1
 
 

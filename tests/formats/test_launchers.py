@@ -1,11 +1,11 @@
 """Command lines of OpenRLHF, ms-swift run through a launcher, and PEFT's SFT example: their flags reach the plan,
 and what the program does without a flag is filled in with its source."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
 from vramlens.analysis import Settings, analyze
 from vramlens.formats import parse_document
 from vramlens.plan import Origin
@@ -20,7 +20,7 @@ def plan_of(name: str, text: str | None = None):
 
 
 def at(text: str, span) -> str:
-    return text.split("\n")[span.start_line][span.start_col:span.end_col]
+    return text.split("\n")[span.start_line][span.start_col : span.end_col]
 
 
 def test_openrlhf_deepspeed_module_reads_its_flags():
@@ -42,7 +42,7 @@ def test_openrlhf_python_module_lora_4bit_and_defaults():
     assert plan.peft_method.value == "lora" and plan.lora_r.value == 32 and plan.lora_alpha.value == 64
     assert plan.quant_bits.value == 4 and plan.quant_type.value == "nf4" and plan.quant_double.value is True
     assert plan.lora_targets.value == ["all-linear"] and plan.lora_targets.origin == Origin.DEFAULT
-    assert plan.zero_stage.value == 2 and plan.zero_stage.origin == Origin.DEFAULT   # OpenRLHF's `--zero_stage` default
+    assert plan.zero_stage.value == 2 and plan.zero_stage.origin == Origin.DEFAULT  # OpenRLHF's `--zero_stage` default
     assert "train_sft.py" in plan.zero_stage.note
 
 
@@ -73,8 +73,10 @@ def test_ms_swift_torchrun_lora_and_deepspeed_preset():
 
 
 def test_python_m_swift_cli_is_ms_swift():
-    _, plan = plan_of("swift_torchrun.sh", "python -m swift.cli.sft --model Qwen/Qwen2.5-7B-Instruct "
-                                           "--train_type lora --per_device_train_batch_size 4\n")
+    _, plan = plan_of(
+        "swift_torchrun.sh",
+        "python -m swift.cli.sft --model Qwen/Qwen2.5-7B-Instruct --train_type lora --per_device_train_batch_size 4\n",
+    )
     assert plan.framework == "ms-swift" and plan.micro_batch.value == 4 and plan.peft_method.value == "lora"
 
 
@@ -91,7 +93,7 @@ def test_peft_example_qlora_flags_and_its_defaults():
 def test_peft_example_lora_without_4bit_loads_fp32_weights_and_says_so():
     _, plan = plan_of("peft_sft_lora_multigpu.sh")
     assert plan.peft_method.value == "lora"
-    assert plan.lora_r.value == 64 and plan.lora_r.origin == Origin.DEFAULT            # `--lora_r` default
+    assert plan.lora_r.value == 64 and plan.lora_r.origin == Origin.DEFAULT  # `--lora_r` default
     assert plan.weight_dtype.value == "fp32" and "utils.py" in plan.weight_dtype.note
     assert plan.attn_impl.value == "eager"
 
@@ -99,7 +101,7 @@ def test_peft_example_lora_without_4bit_loads_fp32_weights_and_says_so():
 def test_peft_example_is_no_longer_a_full_fp32_fine_tune():
     text = (FIXTURES / "peft_sft_qlora.sh").read_text()
     est = analyze(text, str(FIXTURES / "peft_sft_qlora.sh"), Settings(gpu="A100-80GB")).estimate
-    assert est.fits and est.device_bytes < 30 * 2**30          # was estimated as a 7B full fp32 fine-tune (>100 GiB)
+    assert est.fits and est.device_bytes < 30 * 2**30  # was estimated as a 7B full fp32 fine-tune (>100 GiB)
 
 
 def test_openrlhf_here_document_command_template():
@@ -125,32 +127,38 @@ def test_openrlhf_ppo_through_ray_job_submit():
     assert plan.micro_batch.value == 8 and plan.zero_stage.value == 3
     assert plan.prompt_len.value == 1024 and plan.completion_len.value == 1024
     assert plan.gpu_count.value == 2 and at(text, plan.gpu_count.span) == "--actor_num_gpus_per_node 2"
-    one_line = "ray job submit --address=http://127.0.0.1:8265 -- python3 -m openrlhf.cli.train_ppo_ray " \
-               "--pretrain meta-llama/Meta-Llama-3-8B --micro_train_batch_size 4\n"
+    one_line = (
+        "ray job submit --address=http://127.0.0.1:8265 -- python3 -m openrlhf.cli.train_ppo_ray "
+        "--pretrain meta-llama/Meta-Llama-3-8B --micro_train_batch_size 4\n"
+    )
     _, plan = plan_of("openrlhf_ppo_ray.sh", one_line)
     assert plan.framework == "openrlhf" and plan.micro_batch.value == 4
 
 
-SWIFT_COMMAND = ("swift sft --model Qwen/Qwen2.5-7B-Instruct --train_type lora --lora_rank 16 "
-                 "--per_device_train_batch_size 4 --gradient_accumulation_steps 4 --torch_dtype bfloat16 "
-                 "--max_length 4096 --gradient_checkpointing true\n")
+SWIFT_COMMAND = (
+    "swift sft --model Qwen/Qwen2.5-7B-Instruct --train_type lora --lora_rank 16 "
+    "--per_device_train_batch_size 4 --gradient_accumulation_steps 4 --torch_dtype bfloat16 "
+    "--max_length 4096 --gradient_checkpointing true\n"
+)
 
 
 def test_ms_swift_python_api_reads_as_its_command_line():
     text, plan = plan_of("swift_python_api.py")
     assert plan.format == "python" and plan.framework == "ms-swift"
     assert plan.model_id.value == "Qwen/Qwen2.5-7B-Instruct" and plan.peft_method.value == "lora"
-    assert plan.lora_r.value == 16 and at(text, plan.lora_r.value_span) == "LORA_RANK"     # a module variable
-    assert at(text, plan.micro_batch.value_span) == "4" and plan.seq_len.value == 4096    # `**common` entries
+    assert plan.lora_r.value == 16 and at(text, plan.lora_r.value_span) == "LORA_RANK"  # a module variable
+    assert at(text, plan.micro_batch.value_span) == "4" and plan.seq_len.value == 4096  # `**common` entries
     settings = Settings(gpu="A100-80GB")
     a = analyze(text, str(FIXTURES / "swift_python_api.py"), settings)
     b = analyze(SWIFT_COMMAND, str(FIXTURES / "swift.sh"), settings)
-    assert a.estimate.device_bytes == b.estimate.device_bytes > 0           # the same run, the same answer
+    assert a.estimate.device_bytes == b.estimate.device_bytes > 0  # the same run, the same answer
 
 
 def test_ms_swift_rlhf_is_dpo_unless_it_says_otherwise():
-    text = ("from swift.llm import RLHFArguments, rlhf_main\n"
-            "rlhf_main(RLHFArguments(model='Qwen/Qwen2.5-7B-Instruct', train_type='lora'{extra}))\n")
+    text = (
+        "from swift.llm import RLHFArguments, rlhf_main\n"
+        "rlhf_main(RLHFArguments(model='Qwen/Qwen2.5-7B-Instruct', train_type='lora'{extra}))\n"
+    )
     _, plan = plan_of("x.py", text.format(extra=""))
     assert plan.framework == "ms-swift" and plan.objective.value == "dpo"
     _, plan = plan_of("x.py", text.format(extra=", rlhf_type='kto'"))
@@ -166,8 +174,10 @@ def test_run_clm_block_size_means_full_unpadded_blocks(tmp_path):
     """transformers' run_clm.py cuts the concatenated texts into `block_size` blocks: the estimate takes them as
     packed (no padding mask), from the YAML of its arguments and from its command line alike."""
     yaml_text = "model_name_or_path: meta-llama/Llama-3.2-1B\nblock_size: 2048\nper_device_train_batch_size: 4\n"
-    shell = ("python run_clm.py --model_name_or_path meta-llama/Llama-3.2-1B --block_size 2048 "
-             "--per_device_train_batch_size 4 --do_train\n")
+    shell = (
+        "python run_clm.py --model_name_or_path meta-llama/Llama-3.2-1B --block_size 2048 "
+        "--per_device_train_batch_size 4 --do_train\n"
+    )
     for name, text in (("args.yaml", yaml_text), ("train.sh", shell)):
         f = tmp_path / name
         f.write_text(text)

@@ -1,5 +1,6 @@
 """The litgpt key table (formats.litgpt.KEYS) is the one place its keys are spelled: a fix writes each concept
 where the parser reads it, and the JSON Schema is generated from the table."""
+
 from __future__ import annotations
 
 import pytest
@@ -29,14 +30,22 @@ train:
   max_seq_length: 512
 """
 # concept, value set, what the file holds at the key afterwards
-CHANGES = [("micro_batch", 2, 2), ("seq_len", 1024, 1024), ("lora_r", 32, 32), ("lora_alpha", 64.0, 64),
-           ("lora_dropout", 0.1, 0.1), ("quant_bits", 4, "bnb.nf4")]
+CHANGES = [
+    ("micro_batch", 2, 2),
+    ("seq_len", 1024, 1024),
+    ("lora_r", 32, 32),
+    ("lora_alpha", 64.0, 64),
+    ("lora_dropout", 0.1, 0.1),
+    ("quant_bits", 4, "bnb.nf4"),
+]
 
 
 @pytest.mark.parametrize("concept, value, written", CHANGES)
 def test_a_fix_writes_each_concept_where_the_parser_reads_it(tmp_path, concept, value, written):
-    assert value_a_fix_writes(CONFIG, str(tmp_path / "lora.yaml"), "litgpt", concept, value,
-                              litgpt.key_for(concept).path) == written
+    assert (
+        value_a_fix_writes(CONFIG, str(tmp_path / "lora.yaml"), "litgpt", concept, value, litgpt.key_for(concept).path)
+        == written
+    )
 
 
 def test_the_schema_is_the_tables_top_level_keys():

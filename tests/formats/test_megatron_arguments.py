@@ -2,13 +2,13 @@
 arguments and defaults: the examples of Megatron-LM core_v0.15.0 and ms-swift v3.12.6 through the CLI, the
 recompute and vocabulary flags in their spellings, and every memory- or speed-relevant argument of Megatron-LM's
 arguments.py accounted for."""
+
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
 from vramlens.formats import megatron
 from vramlens.frameworks import argdefs, irrelevant
 
@@ -18,8 +18,12 @@ SWIFT = FIXTURES / "ms-swift-v3.12.6"
 
 
 def run(command: str, path: Path) -> dict:
-    out = subprocess.run([sys.executable, "-m", "vramlens", command, "--format", "json", "--offline", str(path)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "vramlens", command, "--format", "json", "--offline", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode in (0, 1), out.stderr
     return json.loads(out.stdout)
 
@@ -50,11 +54,17 @@ def launch(tmp_path: Path, *flags: str, name: str = "train.sh") -> Path:
     return path
 
 
-SHAPES = ("--num-layers 4", "--hidden-size 1024", "--num-attention-heads 16", "--seq-length 2048",
-          "--micro-batch-size 1")
+SHAPES = (
+    "--num-layers 4",
+    "--hidden-size 1024",
+    "--num-attention-heads 16",
+    "--seq-length 2048",
+    "--micro-batch-size 1",
+)
 
 
 # --- Megatron-LM's examples ---------------------------------------------------------------------------------
+
 
 def test_gpt3_175b_example_takes_megatron_defaults(tmp_path):
     d = estimate(LM / "train_gpt3_175b_distributed.sh")
@@ -89,9 +99,16 @@ def test_llama3_8b_example_reads_quoted_arguments_and_pads_the_vocabulary():
 
 # --- flags in each spelling ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("flags", [("--recompute-activations",), ("--recompute_activations",),
-                                   ("--recompute-activations", "--tensor-model-parallel-size 2"),
-                                   ("--recompute-granularity selective",)])
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ("--recompute-activations",),
+        ("--recompute_activations",),
+        ("--recompute-activations", "--tensor-model-parallel-size 2"),
+        ("--recompute-granularity selective",),
+    ],
+)
 def test_recompute_activations_is_selective_recompute(tmp_path, flags):
     d = estimate(launch(tmp_path, *SHAPES, *flags))
     assert source(d, "selective_recompute") == "core_attention"
@@ -105,15 +122,18 @@ def test_without_recompute_flags_nothing_is_recomputed(tmp_path):
     assert "Megatron-LM" in framework_of(d, "grad_checkpointing")
 
 
-@pytest.mark.parametrize("flags, vocab", [
-    (("--vocab-size 32000",), 32000),                                        # a multiple of 128
-    (("--vocab-size 32001",), 32128),                                        # padded up to 128
-    (("--vocab-size 32001", "--tensor-model-parallel-size 4"), 32256),       # … to 128 × TP 4
-    (("--vocab_size=32001", "--make-vocab-size-divisible-by 64", "--tensor-model-parallel-size 2"), 32128),
-    (("--vocab-size 32000", "--tokenizer-type NullTokenizer"), 32128),       # + the end-of-document token
-    (("--padded-vocab-size 50000", "--tensor-model-parallel-size 4"), 50000),  # as given
-    (("--tensor-model-parallel-size 2",), 50432),                            # GPT-2's 50,257, padded to 256
-])
+@pytest.mark.parametrize(
+    "flags, vocab",
+    [
+        (("--vocab-size 32000",), 32000),  # a multiple of 128
+        (("--vocab-size 32001",), 32128),  # padded up to 128
+        (("--vocab-size 32001", "--tensor-model-parallel-size 4"), 32256),  # … to 128 × TP 4
+        (("--vocab_size=32001", "--make-vocab-size-divisible-by 64", "--tensor-model-parallel-size 2"), 32128),
+        (("--vocab-size 32000", "--tokenizer-type NullTokenizer"), 32128),  # + the end-of-document token
+        (("--padded-vocab-size 50000", "--tensor-model-parallel-size 4"), 50000),  # as given
+        (("--tensor-model-parallel-size 2",), 50432),  # GPT-2's 50,257, padded to 256
+    ],
+)
 def test_vocabulary_flags_and_megatron_padding(tmp_path, flags, vocab):
     base = estimate(launch(tmp_path, *SHAPES, "--padded-vocab-size 10000", name="base.sh"))
     d = estimate(launch(tmp_path, *SHAPES, *flags))
@@ -125,32 +145,53 @@ def test_query_groups_count_only_with_group_query_attention(tmp_path):
     mha = estimate(launch(tmp_path, *SHAPES, "--num-query-groups 4", name="mha.sh"))
     gqa = estimate(launch(tmp_path, *SHAPES, "--group-query-attention", "--num-query-groups 4", name="gqa.sh"))
     mqa = estimate(launch(tmp_path, *SHAPES, "--group-query-attention", name="mqa.sh"))
-    kv = lambda groups: 4 * 2 * 1024 * 64 * groups        # 4 layers × (K and V) × hidden × head size × groups
+
+    def kv(groups: int) -> int:
+        return 4 * 2 * 1024 * 64 * groups  # 4 layers × (K and V) × hidden × head size × groups
+
     assert mha["model"]["params"] - gqa["model"]["params"] == kv(16) - kv(4)
     assert gqa["model"]["params"] - mqa["model"]["params"] == kv(4) - kv(1)
 
 
 def test_required_arguments_and_flags_megatron_refuses_are_named(tmp_path):
-    path = launch(tmp_path, "--num-layers 4", "--hidden-size 1024", "--num-attention-heads 16",
-                  "--checkpoint-activations")
+    path = launch(
+        tmp_path, "--num-layers 4", "--hidden-size 1024", "--num-attention-heads 16", "--checkpoint-activations"
+    )
     messages = [f["message"] for f in run("check", path)["files"][0]["findings"]]
     assert any("`--micro-batch-size`" in m and "stops" in m for m in messages)
     assert any("`--seq-length`" in m and "stops" in m for m in messages)
     assert any("--checkpoint-activations" in m and "--recompute-activations" in m for m in messages)
 
 
-@pytest.mark.parametrize("flag, key", [("--optimizer muon", "optimizer"), ("--main-params-dtype fp16", "main-params-dtype"),
-                                       ("--exp-avg-dtype bf16", "exp-avg-dtype"), ("--tp-comm-overlap", "tp-comm-overlap"),
-                                       ("--recompute-modules core_attn mlp", "recompute-modules"),
-                                       ("--use-torch-fsdp2", "use-torch-fsdp2"), ("--kv-channels 128", "kv-channels")])
+@pytest.mark.parametrize(
+    "flag, key",
+    [
+        ("--optimizer muon", "optimizer"),
+        ("--main-params-dtype fp16", "main-params-dtype"),
+        ("--exp-avg-dtype bf16", "exp-avg-dtype"),
+        ("--tp-comm-overlap", "tp-comm-overlap"),
+        ("--recompute-modules core_attn mlp", "recompute-modules"),
+        ("--use-torch-fsdp2", "use-torch-fsdp2"),
+        ("--kv-channels 128", "kv-channels"),
+    ],
+)
 def test_settings_not_modelled_are_named(tmp_path, flag, key):
     d = estimate(launch(tmp_path, *SHAPES, flag))
     assert key in unmodelled(d)
 
 
 def test_defaults_of_megatron_flags_are_not_named(tmp_path):
-    d = estimate(launch(tmp_path, *SHAPES, "--optimizer adam", "--main-params-dtype fp32", "--kv-channels 64",
-                        "--recompute-modules core_attn", "--empty-unused-memory-level 0"))
+    d = estimate(
+        launch(
+            tmp_path,
+            *SHAPES,
+            "--optimizer adam",
+            "--main-params-dtype fp32",
+            "--kv-channels 64",
+            "--recompute-modules core_attn",
+            "--empty-unused-memory-level 0",
+        )
+    )
     assert d["unmodelled"] == []
     assert source(d, "optimizer") == "adamw_apex_fused"
 
@@ -158,8 +199,10 @@ def test_defaults_of_megatron_flags_are_not_named(tmp_path):
 @pytest.mark.parametrize("element", ['"--vocab-size 32001"', "'--vocab-size 32001'", '--vocab-size" "32001'])
 def test_unquoted_array_expansion_splits_elements_quoted_keeps_them_whole(tmp_path, element):
     """bash splits each element of an unquoted `${A[@]}` at blanks, and keeps it one word in `"${A[@]}"`."""
-    line = ("A=(--seq-length 2048 {element})\ntorchrun pretrain_gpt.py --num-layers 4 --hidden-size 1024 "
-            "--num-attention-heads 16 --micro-batch-size 1 {use}\n")
+    line = (
+        "A=(--seq-length 2048 {element})\ntorchrun pretrain_gpt.py --num-layers 4 --hidden-size 1024 "
+        "--num-attention-heads 16 --micro-batch-size 1 {use}\n"
+    )
     path = tmp_path / "split.sh"
     path.write_text(line.format(element=element, use="${A[@]}"))
     split = estimate(path)
@@ -170,6 +213,7 @@ def test_unquoted_array_expansion_splits_elements_quoted_keeps_them_whole(tmp_pa
 
 
 # --- Megatron-SWIFT ---------------------------------------------------------------------------------------------
+
 
 def test_megatron_swift_pretrain_example():
     d = estimate(SWIFT / "pretrain.sh")
@@ -190,8 +234,9 @@ def test_megatron_swift_lora_sft_example_trains_in_bf16():
 def test_megatron_swift_rlhf_objective(tmp_path):
     assert estimate(SWIFT / "lora_dpo.sh")["objective"] == "dpo"
     path = tmp_path / "rlhf.sh"
-    path.write_text("NPROC_PER_NODE=2 megatron rlhf --model Qwen/Qwen2.5-7B-Instruct --micro_batch_size 1 "
-                    "--max_length 1024\n")
+    path.write_text(
+        "NPROC_PER_NODE=2 megatron rlhf --model Qwen/Qwen2.5-7B-Instruct --micro_batch_size 1 --max_length 1024\n"
+    )
     d = estimate(path)
     assert d["objective"] == "dpo" and "Megatron-SWIFT" in framework_of(d, "objective")
     # without --global_batch_size: Megatron-SWIFT's 16, over micro batch 1 × 2 ranks
@@ -200,6 +245,7 @@ def test_megatron_swift_rlhf_objective(tmp_path):
 
 # --- every argument of Megatron-LM's arguments.py that may change memory or speed ---------------------------------
 
+
 def test_every_relevant_megatron_argument_is_read_or_listed():
     """megatron/training/arguments.py at core_v0.15.0: each argument `irrelevant.judged` picks (by a name or an
     alias) is read by formats/megatron.py or listed in its IRRELEVANT table with why."""
@@ -207,8 +253,11 @@ def test_every_relevant_megatron_argument_is_read_or_listed():
     defined = list(argdefs.iter_arguments(module))
     assert len(defined) > 500
     names = {a.name: {a.name, *(x.lstrip("-").replace("-", "_") for x in a.aliases)} for a in defined}
-    missing = [n for n, spellings in names.items() if irrelevant.judged(n)
-               and not spellings & (set(megatron.HANDLERS) | set(megatron.IRRELEVANT))]
+    missing = [
+        n
+        for n, spellings in names.items()
+        if irrelevant.judged(n) and not spellings & (set(megatron.HANDLERS) | set(megatron.IRRELEVANT))
+    ]
     assert missing == []
     every = set().union(*names.values())
     stale = [n for n in megatron.IRRELEVANT if n not in every]

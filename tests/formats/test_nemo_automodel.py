@@ -1,20 +1,25 @@
 """NeMo AutoModel recipe YAML (examples/llm_finetune/ at v0.1.0 and v0.5.0) read into the model, GPU count,
 parallel layout and memory settings (CLI as a subprocess; `_target_` values read as text, never imported)."""
+
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
 from vramlens.formats import parse_document
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nemo_automodel"
 
 
 def estimate(path: Path, *extra: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "vramlens", "estimate", "--format", "json", "--offline", *extra,
-                          path.name], capture_output=True, text=True, timeout=180, cwd=path.parent)
+    out = subprocess.run(
+        [sys.executable, "-m", "vramlens", "estimate", "--format", "json", "--offline", *extra, path.name],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=path.parent,
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     return data[0] if isinstance(data, list) else data
@@ -48,8 +53,9 @@ def test_qlora_v010():
     assert d["components_gib"]["adapters"] > 0
 
 
-@pytest.mark.parametrize("version, name", [("v0.1.0", "llama3_2_1b_hellaswag_peft.yaml"),
-                                           ("v0.5.0", "llama3_2_1b_squad_peft.yaml")])
+@pytest.mark.parametrize(
+    "version, name", [("v0.1.0", "llama3_2_1b_hellaswag_peft.yaml"), ("v0.5.0", "llama3_2_1b_squad_peft.yaml")]
+)
 def test_lora_both_versions(version, name):
     """`match_all_linear: True` (v0.1.0) and `target_modules: '*_proj'` (v0.5.0) both adapt every projection."""
     d = estimate(FIXTURES / version / name)
@@ -94,22 +100,28 @@ def test_packed_sequence_and_fp8():
     assert [u.key for u in plan.unmodelled] == ["fp8.enabled"]
 
 
-@pytest.mark.parametrize("target", ["os.system", "builtins.eval", "nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained"])
+@pytest.mark.parametrize(
+    "target", ["os.system", "builtins.eval", "nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained"]
+)
 def test_targets_are_text(target):
     """A `_target_` is read as text: nothing named there is imported or called."""
-    text = (f"step_scheduler:\n  local_batch_size: 2\n  global_batch_size: 2\nmodel:\n  _target_: {target}\n"
-            f"  pretrained_model_name_or_path: meta-llama/Llama-3.2-1B\ndistributed:\n  strategy: fsdp2\n  tp_size: 1\n"
-            f"dist_env:\n  backend: nccl\nloss_fn:\n  _target_: {target}\noptimizer:\n  _target_: {target}\n")
+    text = (
+        f"step_scheduler:\n  local_batch_size: 2\n  global_batch_size: 2\nmodel:\n  _target_: {target}\n"
+        f"  pretrained_model_name_or_path: meta-llama/Llama-3.2-1B\ndistributed:\n  strategy: fsdp2\n  tp_size: 1\n"
+        f"dist_env:\n  backend: nccl\nloss_fn:\n  _target_: {target}\noptimizer:\n  _target_: {target}\n"
+    )
     plan = parse_document(text, "/w/recipe.yaml").plan
     assert plan.format == "nemo-automodel" and plan.micro_batch.value == 2
     assert plan.model_id.value == "meta-llama/Llama-3.2-1B"
 
 
 def test_bad_values_are_reported():
-    text = ("step_scheduler:\n  local_batch_size: lots\n  global_batch_size: 8\nmodel:\n"
-            "  _target_: nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained\n"
-            "  pretrained_model_name_or_path: meta-llama/Llama-3.2-1B\n  torch_dtype: bfloat17\n"
-            "distributed:\n  strategy: fsdp2\n  tp_size: two\n")
+    text = (
+        "step_scheduler:\n  local_batch_size: lots\n  global_batch_size: 8\nmodel:\n"
+        "  _target_: nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained\n"
+        "  pretrained_model_name_or_path: meta-llama/Llama-3.2-1B\n  torch_dtype: bfloat17\n"
+        "distributed:\n  strategy: fsdp2\n  tp_size: two\n"
+    )
     plan = parse_document(text, "/w/recipe.yaml").plan
     messages = " ".join(i.message for i in plan.issues)
     assert "local_batch_size" in messages and "bfloat17" in messages and "tp_size" in messages

@@ -1,5 +1,6 @@
 """The GPT-NeoX key table (formats.neox.KEYS) is the one place its keys are spelled: a fix writes each concept
 where the parser reads it (in the file's `-` or `_` spelling), and the JSON Schema is generated from the table."""
+
 from __future__ import annotations
 
 import pytest
@@ -31,8 +32,11 @@ CHANGES = [("micro_batch", 2), ("grad_accum", 8), ("grad_checkpointing", True), 
 @pytest.mark.parametrize("text, sep", [(NEOX, "_"), (HYPHENS, "-")], ids=["underscores", "hyphens"])
 @pytest.mark.parametrize("concept, value", CHANGES)
 def test_a_fix_writes_each_concept_where_the_parser_reads_it(tmp_path, text, sep, concept, value):
-    keys = deepspeed.key_for(concept).path if concept == "zero_stage" else \
-        tuple(k.replace("_", sep) for k in neox.key_for(concept).path)
+    keys = (
+        deepspeed.key_for(concept).path
+        if concept == "zero_stage"
+        else tuple(k.replace("_", sep) for k in neox.key_for(concept).path)
+    )
     assert value_a_fix_writes(text, str(tmp_path / "neox.yml"), "gpt-neox", concept, value, keys) == value
 
 

@@ -1,10 +1,10 @@
 """Preference, RL and distillation configs read as what they are, in every framework's spelling."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
 from vramlens.estimate import GIB, estimate
 from vramlens.formats import parse_document, parse_file
 from vramlens.resolve import Settings, resolve
@@ -26,7 +26,7 @@ CASES = [
     ("trl_dpo_precompute.yaml", "dpo", "none", 2, "none"),
     ("trl_sft_peft.yaml", "sft", "none", 1, "none"),
     ("handbook/dpo/config_full.yaml", "dpo", "copy", 2, "none"),
-    ("open_instruct_dpo.yaml", "dpo", "copy", 2, "none"),        # dpo_norm: length-normalised, with a reference
+    ("open_instruct_dpo.yaml", "dpo", "copy", 2, "none"),  # dpo_norm: length-normalised, with a reference
     ("trl_grpo.yaml", "grpo", "none", 1, "vllm-colocate"),
     ("dpo_train.py", "dpo", "copy", 2, "none"),
     ("orpo_train.py", "orpo", "none", 2, "none"),
@@ -57,7 +57,7 @@ CASES = [
 def test_each_spelling_is_read_as_its_objective(name, objective, reference, sequences, generation):
     plan, rp, est = run(name)
     if objective == "sft":
-        assert plan.objective is None                 # nothing says otherwise: supervised fine-tuning
+        assert plan.objective is None  # nothing says otherwise: supervised fine-tuning
     else:
         assert plan.objective is not None and plan.objective.value == objective
     assert est.objective == objective
@@ -137,7 +137,7 @@ def test_ppo_holds_reference_reward_and_a_trained_value_model():
     assert rp.reward_model and rp.value_model and rp.generation_len == 512 + 128
     parts = est.components
     assert parts["reference"] == parts["reward_model"] > 0
-    assert parts["value_model"] > 3 * parts["reward_model"]          # weights + gradients + AdamW states
+    assert parts["value_model"] > 3 * parts["reward_model"]  # weights + gradients + AdamW states
     assert {"generation", "reference-forward"} <= set(est.phases)
 
 
@@ -166,7 +166,10 @@ def _fixes(name: str):
     settings = Settings(gpu="H100-80GB")
     rp = resolve(plan, settings).resolved
     base = estimate(rp, limits=False)
-    return base, {f.id: f for f in Fixer(path.read_text(), plan, rp, base, settings.model_copy(update={"headroom": 0.1})).memory_fixes()}
+    return base, {
+        f.id: f
+        for f in Fixer(path.read_text(), plan, rp, base, settings.model_copy(update={"headroom": 0.1})).memory_fixes()
+    }
 
 
 def test_fixes_for_a_full_dpo_run_precompute_the_reference_and_say_the_new_peak():
@@ -189,10 +192,11 @@ def test_fixes_for_colocated_vllm_lower_its_share_or_move_it_to_a_server():
 
 def test_zero3_gathers_the_whole_policy_to_generate():
     text = "# vramlens: gpu=H100-80GB count=8\n" + (FIXTURES / "grpo_train.py").read_text().replace(
-        "beta=0.04)", "beta=0.04, fsdp='full_shard')")
+        "beta=0.04)", "beta=0.04, fsdp='full_shard')"
+    )
     plan = parse_document(text, "grpo_train.py").plan
     rp = resolve(plan, Settings()).resolved
     est = estimate(rp, limits=False)
     assert rp.zero_stage == 3 and rp.world_size == 8
-    full = est.params_total * 2                     # bf16 weights, gathered for generate()
+    full = est.params_total * 2  # bf16 weights, gathered for generate()
     assert est.phases["generation"] - est.components["weights"] >= full * 7 / 8

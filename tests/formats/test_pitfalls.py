@@ -1,10 +1,11 @@
 """The parsing pitfalls of docs/config-sources.md ("Parsing pitfalls"), each handled on purpose."""
+
 from __future__ import annotations
 
 from vramlens.formats import parse_document
 from vramlens.plan import IssueKind
 
-BASE = "base_model: meta-llama/Llama-3.2-1B\nsequence_len: 2048\nnum_epochs: 1\n"   # an axolotl config
+BASE = "base_model: meta-llama/Llama-3.2-1B\nsequence_len: 2048\nnum_epochs: 1\n"  # an axolotl config
 
 
 def parse(text: str, path: str = "/ws/cfg.yaml"):
@@ -38,8 +39,11 @@ def test_auto_values_defer_to_the_framework():
     p = parse(BASE + "micro_batch_size: 1\nbf16: auto\ntorch_compile: auto\n")
     assert p.amp_dtype.value == "bf16" and "auto" in p.amp_dtype.note
     assert p.compile is None and "torch_compile" in p.extra
-    p = parse('{"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "auto", '
-              '"gradient_accumulation_steps": "auto", "bf16": {"enabled": "auto"}}', "/ws/ds.json")
+    p = parse(
+        '{"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "auto", '
+        '"gradient_accumulation_steps": "auto", "bf16": {"enabled": "auto"}}',
+        "/ws/ds.json",
+    )
     assert p.micro_batch is None and p.grad_accum is None and p.amp_dtype is None and not issues(p)
 
 
@@ -57,9 +61,10 @@ def test_strings_in_number_slots():
 
 
 def test_a_ratio_in_an_integer_looking_field_is_not_a_batch_size():
-    p = parse("model_name_or_path: m/x\nstage: sft\ncutoff_len: 1024\nwarmup_steps: 0.1\n"
-              "per_device_train_batch_size: 1.0\n")
-    assert p.micro_batch.value == 1       # 1.0 is a whole number
+    p = parse(
+        "model_name_or_path: m/x\nstage: sft\ncutoff_len: 1024\nwarmup_steps: 0.1\nper_device_train_batch_size: 1.0\n"
+    )
+    assert p.micro_batch.value == 1  # 1.0 is a whole number
     p = parse("model_name_or_path: m/x\nstage: sft\ncutoff_len: 1024\nper_device_train_batch_size: 1.5\n")
     assert p.micro_batch is None and issues(p)
 
@@ -89,9 +94,11 @@ def test_framework_default_drift_is_explained():
 
 
 def test_interpolation_and_placeholders():
-    p = parse("model:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\nbatch_size: 4\n"
-              "batch_size_val: ${batch_size}\ngradient_accumulation_steps: ${eval:'16 // ${batch_size}'}\n"
-              "dtype: bf16\n")
+    p = parse(
+        "model:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\nbatch_size: 4\n"
+        "batch_size_val: ${batch_size}\ngradient_accumulation_steps: ${eval:'16 // ${batch_size}'}\n"
+        "dtype: bf16\n"
+    )
     assert p.eval_batch.value == 4
     assert p.grad_accum is None and not [i for i in p.issues if "whole number" in i.message]
 

@@ -1,4 +1,5 @@
 """`vramlens plan`: every value with the range it was read from, and the defaults resolve filled in."""
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,7 @@ def test_plan_text_shows_ranges_defaults_and_issues(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "axolotl" in out
     assert "micro_batch" in out and "3:19-3:20 (micro_batch_size)" in out
-    assert "default [axolotl" in out                  # e.g. gradient checkpointing, filled in by resolve
+    assert "default [axolotl" in out  # e.g. gradient checkpointing, filled in by resolve
     assert "VL015" in out and "adamw_bnb_8bit" in out
 
 
@@ -46,6 +47,10 @@ def test_plan_of_a_file_that_is_not_a_config(tmp_path, capsys):
 
 
 def test_write_schemas(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "vramlens", "plan", "--write-schemas", str(tmp_path)],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "vramlens", "plan", "--write-schemas", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert (tmp_path / "axolotl.schema.json").is_file() and "torchtune.schema.json" in out.stdout

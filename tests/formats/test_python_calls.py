@@ -1,13 +1,12 @@
 """Python training scripts: values and exact source ranges of the calls that decide memory."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
 from vramlens.formats import parse_document
-from vramlens.plan import Severity, Span
-from vramlens.plan import IssueKind
+from vramlens.plan import IssueKind, Severity, Span
 from vramlens.text import LineIndex
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "python"
@@ -23,7 +22,7 @@ def at(text: str, span: Span) -> str:
     """The text a span covers, its lines counted as the editor counts them (a lone \\r breaks a line too);
     columns are characters."""
     idx = LineIndex(text)
-    return text[idx.offset(span.start_line, span.start_col):idx.offset(span.end_line, span.end_col)]
+    return text[idx.offset(span.start_line, span.start_col) : idx.offset(span.end_line, span.end_col)]
 
 
 def pos(span: Span) -> tuple[int, int, int, int]:
@@ -34,12 +33,12 @@ def test_trl_qlora_script_reads_every_memory_setting_with_its_range():
     text, plan = load("sft_trl_qlora.py")
     assert plan.format == "python" and plan.framework == "trl"
     assert plan.model_id.value == "meta-llama/Llama-3.1-8B"
-    assert at(text, plan.model_id.value_span) == "model_id"          # the argument, resolved through the variable
+    assert at(text, plan.model_id.value_span) == "model_id"  # the argument, resolved through the variable
     assert plan.micro_batch.value == 4
     assert pos(plan.micro_batch.span) == (41, 4, 41, 42)
     assert at(text, plan.micro_batch.span) == "per_device_train_batch_size=batch_size"
     assert at(text, plan.micro_batch.value_span) == "batch_size"
-    assert plan.grad_accum.value == 16                                 # effective_batch // batch_size
+    assert plan.grad_accum.value == 16  # effective_batch // batch_size
     assert plan.seq_len.value == 2048 and at(text, plan.seq_len.value_span) == "2048"
     assert plan.optimizer.value == "paged_adamw_8bit"
     assert pos(plan.optimizer.value_span) == (44, 10, 44, 28)
@@ -52,7 +51,7 @@ def test_trl_qlora_script_reads_every_memory_setting_with_its_range():
     assert plan.lora_r.value == 16 and at(text, plan.lora_r.span) == "r=16"
     assert plan.lora_alpha.value == 32 and plan.lora_dropout.value == 0.05
     assert plan.lora_targets.value == ["q_proj", "k_proj", "v_proj", "o_proj"]
-    assert plan.grad_checkpointing.value is True                       # prepare_model_for_kbit_training's default
+    assert plan.grad_checkpointing.value is True  # prepare_model_for_kbit_training's default
     assert plan.grad_checkpointing.key == "prepare_model_for_kbit_training"
     assert plan.alloc_conf.value == "expandable_segments:True"
     assert pos(plan.alloc_conf.span) == (3, 0, 3, 66)
@@ -95,12 +94,12 @@ def test_dpo_trainer_with_a_model_name_string():
 
 def test_grpo_placeholders_and_reassigned_names_are_unknown_never_guessed():
     text, plan = load("grpo_placeholders.py")
-    assert plan.micro_batch.value == 8                       # generations // 2
-    assert plan.grad_accum.value == 4                        # 2 ** 2
-    assert plan.grad_checkpointing is None                   # `...` placeholder
+    assert plan.micro_batch.value == 8  # generations // 2
+    assert plan.grad_accum.value == 4  # 2 ** 2
+    assert plan.grad_checkpointing is None  # `...` placeholder
     info = [i for i in plan.issues if i.severity == Severity.INFO]
     assert any("`gradient_checkpointing`" in i.message and "..." in i.message for i in info)
-    assert "learning_rate" not in plan.extra                  # `lr` is assigned twice: unknown
+    assert "learning_rate" not in plan.extra  # `lr` is assigned twice: unknown
 
 
 def test_first_config_call_wins_when_a_file_has_two():
@@ -114,7 +113,7 @@ def test_unsloth_loader_and_peft_call():
     assert plan.model_id.value == "unsloth/Meta-Llama-3.1-8B-bnb-4bit"
     assert plan.model_id.key == "model_name"
     assert plan.seq_len.value == 4096 and at(text, plan.seq_len.value_span) == "max_seq_length"
-    assert plan.weight_dtype is None                          # dtype = None: unsloth picks
+    assert plan.weight_dtype is None  # dtype = None: unsloth picks
     assert plan.quant_bits.value == 4
     assert plan.lora_r.value == 32 and at(text, plan.lora_r.span) == "r = 32"
     assert plan.lora_dropout.value == 0
@@ -149,7 +148,7 @@ def test_splats_and_attributes_of_unknown_objects_record_nothing():
     assert plan.grad_accum.value == 4 and plan.grad_checkpointing.value is True
     messages = [i.message for i in plan.issues if i.severity == Severity.INFO]
     assert any("args.batch_size" in m for m in messages)
-    assert not any("**default_args" in m for m in messages)       # a dict literal: read entry by entry
+    assert not any("**default_args" in m for m in messages)  # a dict literal: read entry by entry
 
 
 def test_dict_splats_and_module_variables_are_read_where_they_are_written():
@@ -158,7 +157,10 @@ def test_dict_splats_and_module_variables_are_read_where_they_are_written():
     assert plan.micro_batch.value == 4 and at(text, plan.micro_batch.value_span) == "batch"
     assert at(text, plan.micro_batch.span) == "per_device_train_batch_size=batch"
     assert plan.grad_accum.value == 8 and plan.seq_len.value == 4096
-    assert plan.grad_checkpointing.value is True and at(text, plan.grad_checkpointing.span) == '"gradient_checkpointing": True'
+    assert (
+        plan.grad_checkpointing.value is True
+        and at(text, plan.grad_checkpointing.span) == '"gradient_checkpointing": True'
+    )
     assert plan.amp_dtype.value == "bf16" and plan.optimizer.value == "adamw_torch_fused"
     assert plan.weight_dtype.value == "bf16" and plan.attn_impl.value == "sdpa"
     assert not [i for i in plan.issues if "**" in i.message]
@@ -167,7 +169,7 @@ def test_dict_splats_and_module_variables_are_read_where_they_are_written():
 def test_splats_only_known_at_run_time_say_so():
     text, plan = load("splat_unknown.py")
     assert plan.grad_checkpointing.value is True
-    assert plan.micro_batch is None                            # `extra` is changed after it is built: not trusted
+    assert plan.micro_batch is None  # `extra` is changed after it is built: not trusted
     messages = [i.message for i in plan.issues]
     assert any("**extra" in m and "changed after it is built" in m for m in messages)
     assert any("**cfg" in m and "yaml.safe_load(f)" in m for m in messages)
@@ -207,7 +209,9 @@ def test_lines_that_end_in_a_lone_carriage_return_are_lines_as_python_and_the_ed
     assert plan is not None
     for concept in ("micro_batch", "grad_accum", "seq_len"):
         got, want = getattr(plan, concept), getattr(expected, concept)
-        assert got.value == want.value and pos(got.span) == pos(want.span) and pos(got.value_span) == pos(want.value_span)
+        assert (
+            got.value == want.value and pos(got.span) == pos(want.span) and pos(got.value_span) == pos(want.value_span)
+        )
     assert at(text, plan.grad_accum.span) == "gradient_accumulation_steps=7"
 
 
@@ -221,10 +225,10 @@ def test_environ_update_and_from_os_import():
 
 def test_function_scope_shadows_module_variables_and_parameters_are_unknown():
     text, plan = load("scoped_vars.py")
-    assert plan.micro_batch.value == 8                       # the function's batch_size, not the module's 2
-    assert plan.grad_accum.value == 4                        # tuple assignment
+    assert plan.micro_batch.value == 8  # the function's batch_size, not the module's 2
+    assert plan.grad_accum.value == 4  # tuple assignment
     assert plan.eval_batch.value == 16
-    assert plan.seq_len is None                              # `seq` is a parameter
+    assert plan.seq_len is None  # `seq` is a parameter
     assert any("`seq`" in i.message for i in plan.issues)
 
 
@@ -239,8 +243,10 @@ def test_model_init_kwargs_dict_call_and_optimizer_enum():
 
 def test_a_global_rebinding_in_a_helper_makes_the_module_value_unknown(tmp_path):
     src = tmp_path / "train.py"
-    src.write_text("from trl import SFTConfig\n\nbatch_size = 8\n\n\ndef tune():\n    global batch_size\n"
-                   "    batch_size = 2\n\n\ndef unrelated(x):\n    y = x * 2\n    return y\n\n\n"
-                   "SFTConfig(output_dir='o', per_device_train_batch_size=batch_size, gradient_accumulation_steps=2)\n")
+    src.write_text(
+        "from trl import SFTConfig\n\nbatch_size = 8\n\n\ndef tune():\n    global batch_size\n"
+        "    batch_size = 2\n\n\ndef unrelated(x):\n    y = x * 2\n    return y\n\n\n"
+        "SFTConfig(output_dir='o', per_device_train_batch_size=batch_size, gradient_accumulation_steps=2)\n"
+    )
     plan = parse_document(src.read_text(), str(src)).plan
     assert plan.micro_batch is None and plan.grad_accum.value == 2

@@ -1,12 +1,12 @@
 """Plan changes written back into YAML/JSON configs: the format's own spelling, minimal edits, comments,
 quotes and indentation kept; applying the edits and parsing again gives the new values."""
+
 from __future__ import annotations
 
 import difflib
 import json
 
 import pytest
-
 from vramlens.formats import parse_document
 from vramlens.formats.render import render_change
 from vramlens.text import apply_edits
@@ -54,7 +54,8 @@ def test_axolotl_batch_and_optimizer_in_place():
     assert (p.micro_batch.value, p.grad_accum.value, p.optimizer.value) == (2, 16, "paged_adamw_8bit")
     assert changed_lines(AXOLOTL, new) == (
         ["gradient_accumulation_steps: 8", "micro_batch_size: 4  # per GPU", "optimizer: adamw_torch_fused"],
-        ["gradient_accumulation_steps: 16", "micro_batch_size: 2  # per GPU", "optimizer: paged_adamw_8bit"])
+        ["gradient_accumulation_steps: 16", "micro_batch_size: 2  # per GPU", "optimizer: paged_adamw_8bit"],
+    )
     assert r.note is None
 
 
@@ -120,8 +121,16 @@ def test_trl_env_block_for_the_allocator():
 
 
 def test_trl_spellings():
-    new, p, _ = change(TRL, {"grad_checkpointing": True, "optimizer": "paged_adamw_8bit", "seq_len": 1024,
-                             "lora_targets": ["all-linear"], "loss_impl": "fused"})
+    new, p, _ = change(
+        TRL,
+        {
+            "grad_checkpointing": True,
+            "optimizer": "paged_adamw_8bit",
+            "seq_len": 1024,
+            "lora_targets": ["all-linear"],
+            "loss_impl": "fused",
+        },
+    )
     assert "gradient_checkpointing: true" in new and "optim: paged_adamw_8bit" in new
     assert "max_seq_length: 1024" in new and "lora_target_modules: all-linear" in new
     assert "use_liger_kernel: true" in new
@@ -158,15 +167,19 @@ def test_llamafactory_gradient_checkpointing_is_spelled_as_its_negation():
     assert "disable_gradient_checkpointing: true" in off and p.grad_checkpointing.value is False
     on, p, r = change(off, {"grad_checkpointing": True})
     assert "disable_gradient_checkpointing: false" in on and p.grad_checkpointing.value is True
-    same, _, _ = change(LF, {"grad_checkpointing": True})      # on by default: nothing to write
+    same, _, _ = change(LF, {"grad_checkpointing": True})  # on by default: nothing to write
     assert same == LF
 
 
 def test_llamafactory_lora_and_quantization():
     new, p, _ = change(LF, {"peft_method": "qlora", "quant_bits": 4, "lora_r": 16, "lora_targets": ["all-linear"]})
     assert "finetuning_type: lora" in new and "quantization_bit: 4" in new and "lora_rank: 16" in new
-    assert (p.peft_method.value, p.quant_bits.value, p.lora_r.value, p.lora_targets.value) == \
-        ("lora", 4, 16, ["all-linear"])
+    assert (p.peft_method.value, p.quant_bits.value, p.lora_r.value, p.lora_targets.value) == (
+        "lora",
+        4,
+        16,
+        ["all-linear"],
+    )
 
 
 TORCHTUNE = """\
@@ -190,7 +203,9 @@ def test_torchtune_optimizer_component_drops_fused():
     new, p, _ = change(TORCHTUNE, {"optimizer": "paged_adamw_8bit"})
     assert p.optimizer.value == "bitsandbytes.optim.PagedAdamW8bit"
     assert changed_lines(TORCHTUNE, new) == (
-        ["  _component_: torch.optim.AdamW", "  fused: True"], ["  _component_: bitsandbytes.optim.PagedAdamW8bit"])
+        ["  _component_: torch.optim.AdamW", "  fused: True"],
+        ["  _component_: bitsandbytes.optim.PagedAdamW8bit"],
+    )
     assert not [i for i in p.issues if "does not accept" in i.message]
 
 
@@ -241,25 +256,31 @@ def test_a_value_from_a_referenced_deepspeed_file_is_edited_there(tmp_path):
 
 
 def test_accelerate_sharding_and_processes():
-    text = ("compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nfsdp_config:\n"
-            "  fsdp_offload_params: false\n  fsdp_sharding_strategy: FULL_SHARD\nmixed_precision: bf16\n"
-            "num_processes: 8\n")
+    text = (
+        "compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nfsdp_config:\n"
+        "  fsdp_offload_params: false\n  fsdp_sharding_strategy: FULL_SHARD\nmixed_precision: bf16\n"
+        "num_processes: 8\n"
+    )
     new, p, _ = change(text, {"offload_params": True, "zero_stage": 2, "world_size": 4})
     assert (p.offload_params.value, p.zero_stage.value, p.world_size.value) == (True, 2, 4)
     assert "fsdp_sharding_strategy: SHARD_GRAD_OP" in new
 
 
 def test_litgpt_keeps_the_global_batch_consistent():
-    text = ("checkpoint_dir: checkpoints/m/x\nprecision: bf16-mixed\ndevices: 2\nnum_nodes: 1\n"
-            "train:\n  global_batch_size: 64\n  micro_batch_size: 4\n")
+    text = (
+        "checkpoint_dir: checkpoints/m/x\nprecision: bf16-mixed\ndevices: 2\nnum_nodes: 1\n"
+        "train:\n  global_batch_size: 64\n  micro_batch_size: 4\n"
+    )
     new, p, _ = change(text, {"micro_batch": 2, "grad_accum": 16, "quant_bits": 4})
     assert (p.micro_batch.value, p.global_batch.value) == (2, 64)
-    assert "quantize: bnb.nf4" in new and "precision: bf16-true" in new       # -mixed is refused with quantize
+    assert "quantize: bnb.nf4" in new and "precision: bf16-true" in new  # -mixed is refused with quantize
 
 
 def test_neox_flow_mapping_stays_valid():
-    text = '{\n  "train-micro-batch-size-per-gpu": 4,\n  "num-layers": 2,\n  "hidden-size": 64,\n' \
-           '  "seq-length": 128,\n  "pipe-parallel-size": 0,\n}\n'
+    text = (
+        '{\n  "train-micro-batch-size-per-gpu": 4,\n  "num-layers": 2,\n  "hidden-size": 64,\n'
+        '  "seq-length": 128,\n  "pipe-parallel-size": 0,\n}\n'
+    )
     new, p, _ = change(text, {"micro_batch": 2, "grad_checkpointing": True}, "/ws/neox.yml")
     assert (p.micro_batch.value, p.grad_checkpointing.value) == (2, True)
     assert '"checkpoint-activations": true' in new
@@ -284,9 +305,13 @@ def test_a_document_without_a_final_newline():
 
 
 CHANGES = [
-    {"micro_batch": 3, "grad_accum": 5}, {"grad_checkpointing": True}, {"optimizer": "paged_adamw_8bit"},
-    {"alloc_conf": "expandable_segments:True"}, {"loss_impl": "fused"},
-    {"peft_method": "lora", "lora_r": 16, "lora_targets": ["all-linear"]}, {"peft_method": "qlora", "quant_bits": 4},
+    {"micro_batch": 3, "grad_accum": 5},
+    {"grad_checkpointing": True},
+    {"optimizer": "paged_adamw_8bit"},
+    {"alloc_conf": "expandable_segments:True"},
+    {"loss_impl": "fused"},
+    {"peft_method": "lora", "lora_r": 16, "lora_targets": ["all-linear"]},
+    {"peft_method": "qlora", "quant_bits": 4},
     {"seq_len": 1536},
 ]
 SAME = {"bitsandbytes.optim.PagedAdamW8bit": "paged_adamw_8bit"}
@@ -317,12 +342,12 @@ def test_every_corpus_config_round_trips(corpus, changes):
                 continue
             if concept == "peft_method" and value == "qlora" and got == "lora" and after.quant_bits.value == 4:
                 continue
-            if concept == "lora_targets" and got and len(got) >= 6:      # all linear layers, spelled out
+            if concept == "lora_targets" and got and len(got) >= 6:  # all linear layers, spelled out
                 continue
             if concept == "optimizer" and plan.format == "gpt-neox" and got == "adamw_bnb_8bit":
                 continue
             if concept == "grad_checkpointing" and got is None and plan.framework == "llamafactory":
-                continue                                                   # on by default
+                continue  # on by default
             raise AssertionError(f"{path.name}: {concept} = {got!r}, wanted {value!r}")
         removed, added = changed_lines(text, new)
         assert len(removed) <= 8 * len(changes) and len(added) <= 8 * len(changes), path.name

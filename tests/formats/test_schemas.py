@@ -1,17 +1,20 @@
 """The checked-in JSON Schemas are generated from the pydantic models and accept every corpus config."""
+
 from __future__ import annotations
 
 import json
 
 import jsonschema
 import yaml
-
 from vramlens.formats import parse_document, schemas
 
 
 def test_checked_in_schemas_are_up_to_date():
-    stale = [name for name, text in schemas.render_all().items()
-             if not (schemas.SCHEMA_DIR / name).is_file() or (schemas.SCHEMA_DIR / name).read_text() != text]
+    stale = [
+        name
+        for name, text in schemas.render_all().items()
+        if not (schemas.SCHEMA_DIR / name).is_file() or (schemas.SCHEMA_DIR / name).read_text() != text
+    ]
     assert not stale, f"regenerate with `python -m vramlens.formats.schemas`: {stale}"
 
 

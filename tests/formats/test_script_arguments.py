@@ -1,5 +1,6 @@
 """A launch line that runs a workspace script is read by that script's own argument definitions (`vramlens estimate`
 as a user runs it): the script's defaults, its own flags mapped to plan concepts, and what it cannot map."""
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,18 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 QWEN = FIXTURES / "qwen" / "2df8e8ac"
 RUN_CLM = FIXTURES / "transformers" / "3c354ea2" / "run_clm_no_trainer.py"
 # Qwen-7B's config.json (hub cache), as the Hub serves it: shapes only
-QWEN_7B = {"architectures": ["QWenLMHeadModel"], "model_type": "qwen", "hidden_size": 4096, "num_hidden_layers": 32,
-           "num_attention_heads": 32, "intermediate_size": 22016, "vocab_size": 151936,
-           "max_position_embeddings": 8192, "seq_length": 8192, "kv_channels": 128}
+QWEN_7B = {
+    "architectures": ["QWenLMHeadModel"],
+    "model_type": "qwen",
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "intermediate_size": 22016,
+    "vocab_size": 151936,
+    "max_position_embeddings": 8192,
+    "seq_length": 8192,
+    "kv_channels": 128,
+}
 
 
 def estimate(path: Path, cwd: Path) -> dict:
@@ -29,8 +39,14 @@ def estimate(path: Path, cwd: Path) -> dict:
         (hub / "snapshots" / "0123abcd").mkdir(parents=True)
         (hub / "snapshots" / "0123abcd" / "config.json").write_text(json.dumps(QWEN_7B), encoding="utf-8")
     env = {**os.environ, "VRAMLENS_CALIBRATION": "off", "HF_HUB_CACHE": str(cwd / "hub"), "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-m", "vramlens", "estimate", "--offline", str(path), "--format", "json"],
-                         cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "vramlens", "estimate", "--offline", str(path), "--format", "json"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     return result[0] if isinstance(result, list) else result
@@ -61,8 +77,8 @@ def test_qwen_lora_takes_the_script_targets(tmp_path, head):
     assert result["model"]["id"] == "Qwen/Qwen-7B"
     assert src["peft_method"]["value"] == "lora" and "use_lora" in _from(result, "peft_method")
     assert src["lora_targets"]["value"] == ["c_attn", "c_proj", "w1", "w2"]
-    assert "finetune.py:58" in _from(result, "lora_targets")            # the LoraArguments default
-    assert src["seq_len"]["value"] == 512                                 # the line's --model_max_length
+    assert "finetune.py:58" in _from(result, "lora_targets")  # the LoraArguments default
+    assert src["seq_len"]["value"] == 512  # the line's --model_max_length
     assert result["params_trainable"] < result["model"]["params"] / 10
 
 
@@ -70,7 +86,7 @@ def test_qwen_qlora_and_the_script_defaults(tmp_path):
     path = _qwen_launch(tmp_path, "finetune_qlora_single_gpu.sh", "python", drop=("--model_max_length",), model=None)
     result = estimate(path, tmp_path)
     src = result["sources"]
-    assert result["model"]["id"] == "Qwen/Qwen-7B"                       # ModelArguments' default
+    assert result["model"]["id"] == "Qwen/Qwen-7B"  # ModelArguments' default
     assert "finetune.py:26" in _from(result, "model_id")
     assert src["peft_method"]["value"] == "qlora" and src["quant_bits"]["value"] == 4
     assert src["lora_targets"]["value"] == ["c_attn", "c_proj", "w1", "w2"]
@@ -88,17 +104,20 @@ def test_full_finetune_does_not_take_adapter_defaults(tmp_path):
 def test_run_clm_no_trainer_config_name_is_the_model(tmp_path, model_flag):
     shutil.copy(RUN_CLM, tmp_path / "run_clm_no_trainer.py")
     launch = tmp_path / "train.sh"
-    launch.write_text("accelerate launch run_clm_no_trainer.py \\\n    --dataset_name wikitext \\\n"
-                      f"    {model_flag} \\\n    --tokenizer_name gpt2 \\\n    --block_size 1024 \\\n"
-                      "    --output_dir /tmp/test-clm\n", encoding="utf-8")
+    launch.write_text(
+        "accelerate launch run_clm_no_trainer.py \\\n    --dataset_name wikitext \\\n"
+        f"    {model_flag} \\\n    --tokenizer_name gpt2 \\\n    --block_size 1024 \\\n"
+        "    --output_dir /tmp/test-clm\n",
+        encoding="utf-8",
+    )
     result = estimate(launch, tmp_path)
     assert result["model"]["id"] == "gpt2-xl" and "config_name" in _from(result, "model_id")
     assert result["sources"]["seq_len"]["value"] == 1024
-    assert result["sources"]["micro_batch"]["value"] == 8                 # the script's argparse default
+    assert result["sources"]["micro_batch"]["value"] == 8  # the script's argparse default
     assert "run_clm_no_trainer.py:" in _from(result, "micro_batch")
 
 
-CUSTOM = '''
+CUSTOM = """
 import argparse
 p = argparse.ArgumentParser()
 p.add_argument("--model-path", default="gpt2-xl")
@@ -110,21 +129,24 @@ p.add_argument("--offload-activations-to-nvme", action="store_true")
 p.add_argument("--galore-update-proj-gap", type=int, default=200)
 p.add_argument("--log_dir", default="runs")
 args = p.parse_args()
-'''
+"""
 
 
 def test_custom_argparse_script_by_its_own_names(tmp_path):
     (tmp_path / "train.py").write_text(CUSTOM, encoding="utf-8")
     launch = tmp_path / "run.sh"
-    launch.write_text("torchrun --nproc_per_node 2 train.py --peft --lora-rank 32 --ctx 4096 --no-gc "
-                      "--offload-activations-to-nvme --galore-update-proj-gap 50 --log_dir x\n", encoding="utf-8")
+    launch.write_text(
+        "torchrun --nproc_per_node 2 train.py --peft --lora-rank 32 --ctx 4096 --no-gc "
+        "--offload-activations-to-nvme --galore-update-proj-gap 50 --log_dir x\n",
+        encoding="utf-8",
+    )
     result = estimate(launch, tmp_path)
     src = result["sources"]
     assert result["model"]["id"] == "gpt2-xl" and "train.py:4" in _from(result, "model_id")
     assert src["peft_method"]["value"] == "lora"
     assert src["lora_r"]["value"] == 32
     assert src["seq_len"]["value"] == 4096
-    assert src["grad_checkpointing"]["value"] is False                   # --no-gc of a BooleanOptionalAction
+    assert src["grad_checkpointing"]["value"] is False  # --no-gc of a BooleanOptionalAction
     unmodelled = {u["key"] for u in result["unmodelled"]}
     assert unmodelled == {"offload_activations_to_nvme", "galore_update_proj_gap"}
 
@@ -136,8 +158,9 @@ def test_scripts_outside_the_workspace_or_too_large_are_not_read(tmp_path):
     (work / "big.py").write_text(CUSTOM + "#" * 600_000 + "\n", encoding="utf-8")
     for target in ("../outside.py", "big.py"):
         launch = work / "run.sh"
-        launch.write_text(f"python {target} --model_name_or_path gpt2 --per_device_train_batch_size 2 --peft\n",
-                          encoding="utf-8")
+        launch.write_text(
+            f"python {target} --model_name_or_path gpt2 --per_device_train_batch_size 2 --peft\n", encoding="utf-8"
+        )
         result = estimate(launch, work)
         assert result["model"]["id"] == "gpt2"
-        assert "peft_method" not in result["sources"]                      # the script's --peft was not read
+        assert "peft_method" not in result["sources"]  # the script's --peft was not read

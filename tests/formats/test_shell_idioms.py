@@ -2,6 +2,7 @@
 arguments, bash arrays of arguments, quoted argument lists split by an unquoted `$X`, `bash -c "…"` under
 `srun`, and `srun torchrun …` — read from the real example scripts (Qwen, OpenRLHF) and from variations of each
 idiom, as `vramlens plan` / `vramlens estimate` show them."""
+
 from __future__ import annotations
 
 import json
@@ -21,14 +22,29 @@ QWEN = FIXTURES / "qwen" / "2df8e8ac"
 OPENRLHF = FIXTURES / "openrlhf" / "v0.11.0"
 
 # Qwen/Qwen-7B's config.json (the keys vramlens reads)
-QWEN_7B = {"architectures": ["QWenLMHeadModel"], "model_type": "qwen", "hidden_size": 4096,
-           "intermediate_size": 22016, "num_attention_heads": 32, "num_hidden_layers": 32, "vocab_size": 151936,
-           "kv_channels": 128, "seq_length": 8192, "max_position_embeddings": 8192, "tie_word_embeddings": False}
+QWEN_7B = {
+    "architectures": ["QWenLMHeadModel"],
+    "model_type": "qwen",
+    "hidden_size": 4096,
+    "intermediate_size": 22016,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "vocab_size": 151936,
+    "kv_channels": 128,
+    "seq_length": 8192,
+    "max_position_embeddings": 8192,
+    "tie_word_embeddings": False,
+}
 
 
 def plan_json(path: Path, cwd: Path | None = None) -> dict:
-    out = subprocess.run([sys.executable, "-m", "vramlens", "plan", str(path), "--format", "json", "--no-resolve"],
-                         cwd=cwd or path.parent, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "vramlens", "plan", str(path), "--format", "json", "--no-resolve"],
+        cwd=cwd or path.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     return data[0] if isinstance(data, list) else data
@@ -50,19 +66,24 @@ def notes(path: Path) -> list[str]:
 
 # --- option-parsing loops ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, model, method, micro, seq", [
-    ("finetune_lora_single_gpu.sh", "Qwen/Qwen-7B", "lora", 2, 512),
-    ("finetune_qlora_single_gpu.sh", "Qwen/Qwen-7B-Chat-Int4", "qlora", 2, 512),
-    ("finetune_ds.sh", "Qwen/Qwen-7B", None, 1, 512),
-])
+
+@pytest.mark.parametrize(
+    "name, model, method, micro, seq",
+    [
+        ("finetune_lora_single_gpu.sh", "Qwen/Qwen-7B", "lora", 2, 512),
+        ("finetune_qlora_single_gpu.sh", "Qwen/Qwen-7B-Chat-Int4", "qlora", 2, 512),
+        ("finetune_ds.sh", "Qwen/Qwen-7B", None, 1, 512),
+    ],
+)
 def test_qwen_finetune_scripts_keep_the_default_model_of_their_option_loop(name, model, method, micro, seq):
-    data = plan_json(QWEN / "finetune" / name, cwd=QWEN)      # run from the repository root, as its README says
+    data = plan_json(QWEN / "finetune" / name, cwd=QWEN)  # run from the repository root, as its README says
     got = values(data)
     assert got["model_id"] == model
     assert got["micro_batch"] == micro and got["seq_len"] == seq
     assert got.get("peft_method") == method
-    assert not any("only known when the script runs" in i["message"] and "model" in i["message"]
-                   for i in data["issues"]), data["issues"]
+    assert not any(
+        "only known when the script runs" in i["message"] and "model" in i["message"] for i in data["issues"]
+    ), data["issues"]
 
 
 def test_qwen_estimate_names_the_default_it_assumed(tmp_path):
@@ -70,8 +91,14 @@ def test_qwen_estimate_names_the_default_it_assumed(tmp_path):
     try:
         env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_TOKEN")}
         env.update(hub.env(tmp_path), VRAMLENS_CALIBRATION="off")
-        out = subprocess.run([sys.executable, "-m", "vramlens", "estimate", "finetune/finetune_lora_single_gpu.sh",
-                              "--format", "json"], cwd=QWEN, capture_output=True, text=True, timeout=120, env=env)
+        out = subprocess.run(
+            [sys.executable, "-m", "vramlens", "estimate", "finetune/finetune_lora_single_gpu.sh", "--format", "json"],
+            cwd=QWEN,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
     finally:
         hub.close()
     assert out.returncode == 0, out.stderr
@@ -82,7 +109,9 @@ def test_qwen_estimate_names_the_default_it_assumed(tmp_path):
 
 
 def test_getopts_loop_keeps_defaults_and_names_each_option(tmp_path):
-    path = script(tmp_path, """
+    path = script(
+        tmp_path,
+        """
         MODEL=meta-llama/Meta-Llama-3-8B
         BS=4
         while getopts "m:b:h" opt; do
@@ -94,31 +123,47 @@ def test_getopts_loop_keeps_defaults_and_names_each_option(tmp_path):
         done
         torchrun --nproc_per_node 2 train.py --model_name_or_path $MODEL --per_device_train_batch_size $BS \\
             --max_seq_length 1024 --use_peft
-        """)
+        """,
+    )
     got = values(plan_json(path))
     assert (got["model_id"], got["micro_batch"], got["seq_len"], got["peft_method"]) == (
-        "meta-llama/Meta-Llama-3-8B", 4, 1024, "lora")
-    assert notes(path) == ["MODEL=meta-llama/Meta-Llama-3-8B, the script's default; `-m` overrides it",
-                           "BS=4, the script's default; `-b` overrides it"]
+        "meta-llama/Meta-Llama-3-8B",
+        4,
+        1024,
+        "lora",
+    )
+    assert notes(path) == [
+        "MODEL=meta-llama/Meta-Llama-3-8B, the script's default; `-m` overrides it",
+        "BS=4, the script's default; `-b` overrides it",
+    ]
 
 
-@pytest.mark.parametrize("override", [
-    'for arg in "$@"; do\n  case $arg in\n    --model=*) MODEL="${arg#*=}" ;;\n  esac\ndone',
-    '[ -n "$1" ] && MODEL=$1',
-    'if [ "$#" -gt 0 ]; then MODEL=${1}; fi',
-    'while [ $# -gt 0 ]; do case "$1" in --model) MODEL="$2"; shift 2 ;; *) shift ;; esac; done',
-])
+@pytest.mark.parametrize(
+    "override",
+    [
+        'for arg in "$@"; do\n  case $arg in\n    --model=*) MODEL="${arg#*=}" ;;\n  esac\ndone',
+        '[ -n "$1" ] && MODEL=$1',
+        'if [ "$#" -gt 0 ]; then MODEL=${1}; fi',
+        'while [ $# -gt 0 ]; do case "$1" in --model) MODEL="$2"; shift 2 ;; *) shift ;; esac; done',
+    ],
+)
 def test_other_option_idioms_keep_the_default(tmp_path, override):
-    path = script(tmp_path, 'MODEL="Qwen/Qwen2.5-7B"\n' + override + "\n"
-                  "accelerate launch train.py --model_name_or_path \"$MODEL\" --per_device_train_batch_size 2\n")
+    path = script(
+        tmp_path,
+        'MODEL="Qwen/Qwen2.5-7B"\n' + override + "\n"
+        'accelerate launch train.py --model_name_or_path "$MODEL" --per_device_train_batch_size 2\n',
+    )
     got = values(plan_json(path))
     assert got["model_id"] == "Qwen/Qwen2.5-7B" and got["micro_batch"] == 2
     assert any(n.startswith("MODEL=Qwen/Qwen2.5-7B, the script's default;") for n in notes(path))
 
 
 def test_an_unconditional_assignment_from_the_arguments_is_still_unknown(tmp_path):
-    path = script(tmp_path, 'MODEL="Qwen/Qwen2.5-7B"\nMODEL=$1\n'
-                  "accelerate launch train.py --model_name_or_path \"$MODEL\" --per_device_train_batch_size 2\n")
+    path = script(
+        tmp_path,
+        'MODEL="Qwen/Qwen2.5-7B"\nMODEL=$1\n'
+        'accelerate launch train.py --model_name_or_path "$MODEL" --per_device_train_batch_size 2\n',
+    )
     data = plan_json(path)
     assert "model_id" not in values(data)
     assert any("only known when the script runs" in i["message"] for i in data["issues"])
@@ -126,16 +171,19 @@ def test_an_unconditional_assignment_from_the_arguments_is_still_unknown(tmp_pat
 
 # --- bash arrays ---------------------------------------------------------------------------------------------
 
+
 def test_openrlhf_argument_arrays_are_read():
     got = values(plan_json(OPENRLHF / "train_reinforce_baseline_hybrid_engine.sh"))
-    assert got["model_id"] == "Qwen/Qwen3-4B-Thinking-2507"          # `${MODEL_PATH}` inside CKPT_ARGS=( … )
+    assert got["model_id"] == "Qwen/Qwen3-4B-Thinking-2507"  # `${MODEL_PATH}` inside CKPT_ARGS=( … )
     assert (got["micro_batch"], got["seq_len"], got["zero_stage"], got["context_parallel"]) == (1, 74240, 3, 2)
     assert got["grad_checkpointing"] is True and got["gpu_count"] == 4
 
 
 @pytest.mark.parametrize("use", ['"${ARGS[@]}"', "${ARGS[@]}", "${ARGS[*]}"])
 def test_array_appends_and_expansions(tmp_path, use):
-    path = script(tmp_path, f"""
+    path = script(
+        tmp_path,
+        f"""
         MODEL=meta-llama/Meta-Llama-3-8B
         declare -a ARGS=(
           --pretrain "$MODEL"   # the base model
@@ -145,44 +193,64 @@ def test_array_appends_and_expansions(tmp_path, use):
         ARGS+=( --bf16 --lora_rank 16 )
         MODEL=other/model
         deepspeed --module openrlhf.cli.train_sft {use} --train_batch_size 64
-        """)
+        """,
+    )
     got = values(plan_json(path))
     # elements are expanded when the array is assigned: the later MODEL= does not change them
     assert (got["model_id"], got["micro_batch"], got["seq_len"], got["peft_method"], got["zero_stage"]) == (
-        "meta-llama/Meta-Llama-3-8B", 2, 4096, "lora", 2)
+        "meta-llama/Meta-Llama-3-8B",
+        2,
+        4096,
+        "lora",
+        2,
+    )
     script_, _ = shell.analyze(path.read_text(encoding="utf-8"), str(path))
     micro = next(vals for name, _, vals in shell.collect_args(script_).flags if name == "micro_train_batch_size")
-    assert path.read_text()[micro[0].word.start:micro[0].word.end] == "2"      # placed in the array, for hovers
+    assert path.read_text()[micro[0].word.start : micro[0].word.end] == "2"  # placed in the array, for hovers
 
 
 def test_a_quoted_array_star_is_one_word(tmp_path):
-    path = script(tmp_path, 'ARGS=(--micro_train_batch_size 2)\n'
-                  'deepspeed --module openrlhf.cli.train_sft --pretrain m/x "${ARGS[*]}"\n')
+    path = script(
+        tmp_path,
+        'ARGS=(--micro_train_batch_size 2)\ndeepspeed --module openrlhf.cli.train_sft --pretrain m/x "${ARGS[*]}"\n',
+    )
     assert "micro_batch" not in values(plan_json(path))
 
 
 # --- word splitting of a quoted list -------------------------------------------------------------------------
 
+
 def test_quoted_argument_lists_split_where_used_unquoted(tmp_path):
-    path = script(tmp_path, """
+    path = script(
+        tmp_path,
+        """
         DIST="--nproc_per_node 4 --nnodes 1"
         TRAIN="--model_name_or_path meta-llama/Meta-Llama-3-8B
                --per_device_train_batch_size 5"
         ALL="$DIST train.py $TRAIN"
         torchrun $ALL --bf16 True --max_seq_length 777
-        """)
+        """,
+    )
     got = values(plan_json(path))
     assert (got["model_id"], got["micro_batch"], got["gpu_count"], got["seq_len"]) == (
-        "meta-llama/Meta-Llama-3-8B", 5, 4, 777)
+        "meta-llama/Meta-Llama-3-8B",
+        5,
+        4,
+        777,
+    )
 
 
 def test_a_list_whose_variables_changed_is_not_split_with_new_values(tmp_path):
-    path = script(tmp_path, 'N=4\nDIST="--nproc_per_node $N"\nN=8\n'
-                  "torchrun $DIST train.py --model_name_or_path meta-llama/Meta-Llama-3-8B\n")
+    path = script(
+        tmp_path,
+        'N=4\nDIST="--nproc_per_node $N"\nN=8\n'
+        "torchrun $DIST train.py --model_name_or_path meta-llama/Meta-Llama-3-8B\n",
+    )
     assert values(plan_json(path)).get("gpu_count") != 8
 
 
 # --- bash -c and srun ----------------------------------------------------------------------------------------
+
 
 def test_openrlhf_slurm_script_runs_its_ray_job_inside_bash_c():
     got = values(plan_json(OPENRLHF / "train_ppo_ray_slurm.sh"))
@@ -190,34 +258,51 @@ def test_openrlhf_slurm_script_runs_its_ray_job_inside_bash_c():
     assert (got["micro_batch"], got["seq_len"], got["zero_stage"], got["objective"]) == (8, 2048, 3, "ppo")
 
 
-@pytest.mark.parametrize("wrap", [
-    'srun --container-image=x bash -c "cd /w; pip install . ; torchrun \\\n'
-    '--nproc_per_node $GPUS_PER_NODE --nnodes 1 -m ${training_commands}" &>> log',
-    "nohup bash -lc 'torchrun --nproc_per_node 8 -m $training_commands' > log 2>&1 &",
-    "bash -c 'sh -c \"torchrun --nproc_per_node $GPUS_PER_NODE -m $training_commands\"'",
-])
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        'srun --container-image=x bash -c "cd /w; pip install . ; torchrun \\\n'
+        '--nproc_per_node $GPUS_PER_NODE --nnodes 1 -m ${training_commands}" &>> log',
+        "nohup bash -lc 'torchrun --nproc_per_node 8 -m $training_commands' > log 2>&1 &",
+        "bash -c 'sh -c \"torchrun --nproc_per_node $GPUS_PER_NODE -m $training_commands\"'",
+    ],
+)
 def test_bash_c_strings_are_read_where_they_stand(tmp_path, wrap):
-    path = script(tmp_path, "read -r -d '' training_commands <<EOF\n"
-                  "openrlhf.cli.train_sft \\\n   --max_len 2048 \\\n   --micro_train_batch_size 4 \\\n"
-                  "   --pretrain meta-llama/Meta-Llama-3-8B \\\n   --zero_stage 2 --bf16\nEOF\n"
-                  "GPUS_PER_NODE=8\n" + wrap + "\n")
+    path = script(
+        tmp_path,
+        "read -r -d '' training_commands <<EOF\n"
+        "openrlhf.cli.train_sft \\\n   --max_len 2048 \\\n   --micro_train_batch_size 4 \\\n"
+        "   --pretrain meta-llama/Meta-Llama-3-8B \\\n   --zero_stage 2 --bf16\nEOF\n"
+        "GPUS_PER_NODE=8\n" + wrap + "\n",
+    )
     got = values(plan_json(path))
     assert (got["model_id"], got["micro_batch"], got["seq_len"], got["gpu_count"], got["objective"]) == (
-        "meta-llama/Meta-Llama-3-8B", 4, 2048, 8, "sft")
+        "meta-llama/Meta-Llama-3-8B",
+        4,
+        2048,
+        8,
+        "sft",
+    )
 
 
 def test_srun_in_front_of_a_launcher(tmp_path):
-    path = script(tmp_path, "srun -N 2 --ntasks-per-node=1 -w node1 torchrun --nproc_per_node 4 train.py "
-                  "--model_name_or_path meta-llama/Meta-Llama-3-8B --per_device_train_batch_size 3 --bf16 True\n")
+    path = script(
+        tmp_path,
+        "srun -N 2 --ntasks-per-node=1 -w node1 torchrun --nproc_per_node 4 train.py "
+        "--model_name_or_path meta-llama/Meta-Llama-3-8B --per_device_train_batch_size 3 --bf16 True\n",
+    )
     got = values(plan_json(path))
     assert (got["model_id"], got["micro_batch"], got["gpu_count"]) == ("meta-llama/Meta-Llama-3-8B", 3, 4)
 
 
 # --- arithmetic expansion ------------------------------------------------------------------------------------
 
+
 def test_arithmetic_lengths_of_verl_scripts_are_worked_out(tmp_path):
     # the idiom of verl's examples/grpo_trainer/run_qwen3moe-30b_megatron_96gb.sh
-    path = script(tmp_path, """
+    path = script(
+        tmp_path,
+        """
         max_prompt_length=$((1024 * 2))
         max_response_length=$((1024 * 8))
         actor_ppo_max_token_len=$(((max_prompt_length + max_response_length)))
@@ -228,16 +313,31 @@ def test_arithmetic_lengths_of_verl_scripts_are_worked_out(tmp_path):
             actor_rollout_ref.actor.use_dynamic_bsz=True \\
             actor_rollout_ref.actor.ppo_max_token_len_per_gpu=${actor_ppo_max_token_len} \\
             trainer.n_gpus_per_node=8
-        """)
+        """,
+    )
     got = values(plan_json(path))
     assert (got["prompt_len"], got["completion_len"]) == (2048, 8192)
 
 
-@pytest.mark.parametrize("expr, expected", [
-    ("1024 * 2", "2048"), ("(A + B) / 3", "4"), ("$A*2-${B}", "0"), ("-7 / 2", "-3"), ("-7 % 2", "-1"),
-    ("2 ** 10", "1024"), ("2 ** 64", None), ("9223372036854775807 + 1", None), ("1 / 0", None), ("X + 1", None),
-    ("1 << 2", None), ("3 -", None), ("(" * 70 + "1" + ")" * 70, None), ("1+" * 600 + "1", None),
-])
+@pytest.mark.parametrize(
+    "expr, expected",
+    [
+        ("1024 * 2", "2048"),
+        ("(A + B) / 3", "4"),
+        ("$A*2-${B}", "0"),
+        ("-7 / 2", "-3"),
+        ("-7 % 2", "-1"),
+        ("2 ** 10", "1024"),
+        ("2 ** 64", None),
+        ("9223372036854775807 + 1", None),
+        ("1 / 0", None),
+        ("X + 1", None),
+        ("1 << 2", None),
+        ("3 -", None),
+        ("(" * 70 + "1" + ")" * 70, None),
+        ("1+" * 600 + "1", None),
+    ],
+)
 def test_arithmetic_expansion_is_exact_or_unknown(expr, expected):
     env = {"A": shell.Var("4"), "B": shell.Var("8"), "X": shell.Var("not a number")}
     assert shell.arithmetic(expr, env) == expected

@@ -1,13 +1,13 @@
 """Plan changes written back into launch scripts: values in place, new flags in the command's layout."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
+from test_python_render import diff  # noqa: E402  (same helper)
 from vramlens.formats import parse_document
 from vramlens.formats.render import render_change
 from vramlens.text import apply_edits, with_line_ending
-
-from test_python_render import diff  # noqa: E402  (same helper)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "shell"
 
@@ -24,8 +24,10 @@ def render(name: str, changes: dict, text: str | None = None):
 def test_values_are_replaced_in_place():
     old, new, result, plan = render("torchrun_hf.sh", {"micro_batch": 4, "grad_accum": 8})
     assert (plan.micro_batch.value, plan.grad_accum.value) == (4, 8)
-    assert diff(old, new) == (["    --per_device_train_batch_size 8 \\", "    --gradient_accumulation_steps 4 \\"],
-                              ["    --per_device_train_batch_size 4 \\", "    --gradient_accumulation_steps 8 \\"])
+    assert diff(old, new) == (
+        ["    --per_device_train_batch_size 8 \\", "    --gradient_accumulation_steps 4 \\"],
+        ["    --per_device_train_batch_size 4 \\", "    --gradient_accumulation_steps 8 \\"],
+    )
 
 
 def test_new_flag_keeps_a_trailing_backslash_on_the_last_line():
@@ -38,20 +40,27 @@ def test_new_flag_keeps_a_trailing_backslash_on_the_last_line():
 def test_new_flag_on_a_continued_command_without_trailing_backslash():
     old, new, result, plan = render("accelerate_config.sh", {"optimizer": "adamw_bnb_8bit"})
     assert plan.optimizer.value == "adamw_bnb_8bit"
-    assert diff(old, new) == (["  --gradient_checkpointing"], ["  --gradient_checkpointing \\", "  --optim adamw_bnb_8bit"])
+    assert diff(old, new) == (
+        ["  --gradient_checkpointing"],
+        ["  --gradient_checkpointing \\", "  --optim adamw_bnb_8bit"],
+    )
 
 
 def test_new_flag_on_a_single_line_command():
     old, new, result, plan = render("deepspeed_missing.sh", {"grad_checkpointing": True})
     assert plan.grad_checkpointing.value is True
-    assert new == old.replace("--per_device_train_batch_size 4", "--per_device_train_batch_size 4 --gradient_checkpointing True")
+    assert new == old.replace(
+        "--per_device_train_batch_size 4", "--per_device_train_batch_size 4 --gradient_checkpointing True"
+    )
 
 
 def test_unknown_value_is_replaced_not_duplicated():
     old, new, result, plan = render("variables_unknown.sh", {"grad_accum": 4})
     assert plan.grad_accum.value == 4
-    assert diff(old, new) == (["    --gradient_accumulation_steps $(expr 16 / $nproc_per_node) \\"],
-                              ["    --gradient_accumulation_steps 4 \\"])
+    assert diff(old, new) == (
+        ["    --gradient_accumulation_steps $(expr 16 / $nproc_per_node) \\"],
+        ["    --gradient_accumulation_steps 4 \\"],
+    )
 
 
 def test_quotes_are_kept_when_a_value_changes():
@@ -82,10 +91,11 @@ def test_negated_bare_flag_turns_back_on():
 def test_llamafactory_overrides_use_key_value_words():
     old, new, result, plan = render("llamafactory_cli.sh", {"micro_batch": 1, "grad_accum": 16})
     assert (plan.micro_batch.value, plan.grad_accum.value) == (1, 16)
-    assert plan.grad_accum.span.file.endswith("llamafactory_cli.sh")   # the override now wins over the YAML
-    assert diff(old, new) == (["    per_device_train_batch_size=2 \\", "    cutoff_len=4096"],
-                              ["    per_device_train_batch_size=1 \\", "    cutoff_len=4096 \\",
-                               "    gradient_accumulation_steps=16"])
+    assert plan.grad_accum.span.file.endswith("llamafactory_cli.sh")  # the override now wins over the YAML
+    assert diff(old, new) == (
+        ["    per_device_train_batch_size=2 \\", "    cutoff_len=4096"],
+        ["    per_device_train_batch_size=1 \\", "    cutoff_len=4096 \\", "    gradient_accumulation_steps=16"],
+    )
 
 
 def test_torchtune_optimizer_becomes_a_component_override():

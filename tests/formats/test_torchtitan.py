@@ -1,5 +1,6 @@
 """torchtitan TOML job configs (v0.1.0, v0.2.2 and the layout before v0.1) and the command lines that launch them,
 read into the model, GPU count, parallel layout and memory settings (CLI as a subprocess, as a user runs it)."""
+
 import json
 import shutil
 import subprocess
@@ -7,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from vramlens.formats import parse_document
 from vramlens.formats.torchtitan import SAME_SHAPES, ffn_hidden, flavor_args
 from vramlens.knowledge.models import find_model
@@ -16,8 +16,13 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "torchtitan"
 
 
 def estimate(path: Path, *extra: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "vramlens", "estimate", "--format", "json", "--offline", *extra,
-                          path.name], capture_output=True, text=True, timeout=180, cwd=path.parent)
+    out = subprocess.run(
+        [sys.executable, "-m", "vramlens", "estimate", "--format", "json", "--offline", *extra, path.name],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=path.parent,
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     return data[0] if isinstance(data, list) else data
@@ -81,8 +86,10 @@ def test_debug_model_shapes_from_the_flavor_table():
     assert source(d, "micro_batch") == 8 and source(d, "seq_len") == 2048
     assert "activation_checkpoint.selective_ac_option" not in unmodelled(d)
     assert source(d, "grad_checkpointing") is True and source(d, "checkpoint_every") == 2
-    assert any("torchtitan" in a and "flavor" not in a and "6 layers" in a or "shapes from torchtitan" in a
-               for a in d["assumptions"])
+    assert any(
+        "torchtitan" in a and "flavor" not in a and "6 layers" in a or "shapes from torchtitan" in a
+        for a in d["assumptions"]
+    )
 
 
 def test_qwen3_flavor():
@@ -96,8 +103,12 @@ def test_same_shape_flavors_match_the_catalog(model, flavor):
     """Each flavor estimated as a published model has that model's shapes (torchtitan's own args, dumped)."""
     args, _ = flavor_args(model, flavor)
     arch = find_model(SAME_SHAPES[(model, flavor)], None, None).arch
-    assert (arch.layers, arch.hidden, arch.heads, arch.n_kv_heads) == \
-        (args["n_layers"], args["dim"], args["n_heads"], args.get("n_kv_heads") or args["n_heads"])
+    assert (arch.layers, arch.hidden, arch.heads, arch.n_kv_heads) == (
+        args["n_layers"],
+        args["dim"],
+        args["n_heads"],
+        args.get("n_kv_heads") or args["n_heads"],
+    )
     if not args.get("moe_enabled") and model != "deepseek_v3":
         assert arch.intermediate == ffn_hidden(args)
     if args.get("vocab_size", -1) > 0:
@@ -125,9 +136,11 @@ def test_run_train_with_overrides(tmp_path):
     """`NGPU=… CONFIG_FILE=… ./run_train.sh --section.key value`: the TOML under the command line's overrides."""
     root = _project(tmp_path)
     script = root / "launch.sh"
-    script.write_text("#!/bin/bash\nNGPU=4 CONFIG_FILE=./torchtitan/models/llama3/train_configs/llama3_8b.toml "
-                      "./run_train.sh --training.local_batch_size 2 --training.seq_len=4096 "
-                      "--activation_checkpoint.mode full --compile.enable --parallelism.context_parallel_degree 2\n")
+    script.write_text(
+        "#!/bin/bash\nNGPU=4 CONFIG_FILE=./torchtitan/models/llama3/train_configs/llama3_8b.toml "
+        "./run_train.sh --training.local_batch_size 2 --training.seq_len=4096 "
+        "--activation_checkpoint.mode full --compile.enable --parallelism.context_parallel_degree 2\n"
+    )
     d = estimate(script)
     assert d["format"] == "torchtitan" and d["model"]["id"] == "meta-llama/Llama-3.1-8B"
     assert d["gpu"]["count"] == 4
@@ -141,8 +154,10 @@ def test_run_llama_train_exported_variables(tmp_path):
     """The older `run_llama_train.sh` with exported variables, NGPU from `export`; no NGPU means its default 8."""
     root = _project(tmp_path)
     script = root / "launch.sh"
-    script.write_text("export NGPU=2\nexport CONFIG_FILE=./torchtitan/models/llama3/train_configs/debug_model.toml\n"
-                      "./run_llama_train.sh --training.steps 10\n")
+    script.write_text(
+        "export NGPU=2\nexport CONFIG_FILE=./torchtitan/models/llama3/train_configs/debug_model.toml\n"
+        "./run_llama_train.sh --training.steps 10\n"
+    )
     d = estimate(script)
     assert d["gpu"]["count"] == 2 and d["model"]["id"] == "custom-6L-256h"
     script.write_text("CONFIG_FILE=./torchtitan/models/llama3/train_configs/llama3_70b.toml ./run_train.sh\n")
@@ -154,10 +169,12 @@ def test_torchrun_module_launch(tmp_path):
     """`torchrun --nnodes 2 --nproc_per_node=8 -m torchtitan.train --job.config_file x.toml --key value …`."""
     root = _project(tmp_path)
     script = root / "launch.sh"
-    script.write_text("torchrun --nnodes 2 --nproc_per_node=8 -m torchtitan.train \\\n"
-                      "  --job.config_file ./torchtitan/models/llama3/train_configs/llama3_70b.toml \\\n"
-                      "  --training.steps 10 --parallelism.pipeline_parallel_degree 2 "
-                      "--parallelism.pipeline_parallel_schedule Interleaved1F1B --training.local_batch_size 1\n")
+    script.write_text(
+        "torchrun --nnodes 2 --nproc_per_node=8 -m torchtitan.train \\\n"
+        "  --job.config_file ./torchtitan/models/llama3/train_configs/llama3_70b.toml \\\n"
+        "  --training.steps 10 --parallelism.pipeline_parallel_degree 2 "
+        "--parallelism.pipeline_parallel_schedule Interleaved1F1B --training.local_batch_size 1\n"
+    )
     d = estimate(script)
     assert d["model"]["id"] == "meta-llama/Llama-3.1-70B"
     assert source(d, "world_size") == 16 and source(d, "micro_batch") == 1
@@ -167,8 +184,11 @@ def test_torchrun_module_launch(tmp_path):
 
 def test_torchtitan_own_run_script():
     """torchtitan's own run_train.sh (v0.2.2) launches its debug model on `NGPU:-8` GPUs."""
-    plan = parse_document((FIXTURES / "v0.2.2" / "run_train.sh").read_text(), str(FIXTURES / "v0.2.2" / "run_train.sh"),
-                          workspace=FIXTURES / "v0.2.2").plan
+    plan = parse_document(
+        (FIXTURES / "v0.2.2" / "run_train.sh").read_text(),
+        str(FIXTURES / "v0.2.2" / "run_train.sh"),
+        workspace=FIXTURES / "v0.2.2",
+    ).plan
     assert plan is not None and plan.format == "torchtitan"
     assert plan.world_size.value == 8
     assert any(r.target.endswith("debug_model.toml") for r in plan.references)
@@ -183,13 +203,16 @@ def test_missing_job_config_is_named(tmp_path):
     assert any("nowhere.toml" in i.message and "not found" in i.message for i in plan.issues)
 
 
-@pytest.mark.parametrize("name, text", [
-    ("pyproject.toml", "[project]\nname = 'x'\n[tool.vramlens]\ngpu = 'H100'\n"),
-    (".vramlens.toml", "gpu = 'H100'\n[model]\nname = 'llama3'\n[training]\nseq_len = 1\n"),
-    ("settings.toml", "[tool]\nx = 1\n"),
-    ("broken.toml", "[model\nname = "),
-    ("deep.toml", "a = " + "[" * 5000 + "]" * 5000 + "\n"),
-])
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("pyproject.toml", "[project]\nname = 'x'\n[tool.vramlens]\ngpu = 'H100'\n"),
+        (".vramlens.toml", "gpu = 'H100'\n[model]\nname = 'llama3'\n[training]\nseq_len = 1\n"),
+        ("settings.toml", "[tool]\nx = 1\n"),
+        ("broken.toml", "[model\nname = "),
+        ("deep.toml", "a = " + "[" * 5000 + "]" * 5000 + "\n"),
+    ],
+)
 def test_other_toml_is_not_a_config(name, text):
     assert parse_document(text, f"/w/{name}").plan is None
 
@@ -209,8 +232,9 @@ def test_values_point_at_their_lines():
     assert lines[plan.micro_batch.span.start_line].startswith("local_batch_size")
 
 
-@pytest.mark.parametrize("shard, cp, seq, published", [(8, 1, 32768, 83.9), (4, 2, 65536, 84.2),
-                                                       (2, 4, 131072, 84.0), (1, 8, 262144, 84.5)])
+@pytest.mark.parametrize(
+    "shard, cp, seq, published", [(8, 1, 32768, 83.9), (4, 2, 65536, 84.2), (2, 4, 131072, 84.0), (1, 8, 262144, 84.5)]
+)
 def test_published_benchmark_fits_where_it_ran(tmp_path, shard, cp, seq, published):
     """torchtitan benchmarks/llama3_h100_202412_torchtitan.md (v0.2.2), Table 2: Llama 3.1 8B on 8 H100s with 96 GB
     (the page's "Hardware"), local batch 1, full activation checkpointing, torch.compile, Float8, FSDP × CP as
@@ -220,11 +244,13 @@ def test_published_benchmark_fits_where_it_ran(tmp_path, shard, cp, seq, publish
     over the 8 CP ranks. Float8's memory is not modelled and named so; its speed is."""
     root = _project(tmp_path)
     script = root / "launch.sh"
-    script.write_text(f"NGPU=8 CONFIG_FILE=./torchtitan/models/llama3/train_configs/llama3_8b.toml ./run_train.sh "
-                      f"--training.local_batch_size 1 --training.seq_len {seq} --activation_checkpoint.mode full "
-                      f"--compile.enable --compile.components model --model.converters float8 "
-                      f"--parallelism.data_parallel_shard_degree {shard} "
-                      f"--parallelism.context_parallel_degree {cp}\n")
+    script.write_text(
+        f"NGPU=8 CONFIG_FILE=./torchtitan/models/llama3/train_configs/llama3_8b.toml ./run_train.sh "
+        f"--training.local_batch_size 1 --training.seq_len {seq} --activation_checkpoint.mode full "
+        f"--compile.enable --compile.components model --model.converters float8 "
+        f"--parallelism.data_parallel_shard_degree {shard} "
+        f"--parallelism.context_parallel_degree {cp}\n"
+    )
     d = estimate(script, "--gpu", "H100 SXM 96GB")
     assert d["gpu"]["name"] == "H100-96GB" and d["gpu"]["count"] == 8
     assert d["fits"] is True
@@ -238,8 +264,9 @@ def test_published_benchmark_fits_where_it_ran(tmp_path, shard, cp, seq, publish
 def _launch(tmp_path: Path, config: str, ngpu: int, flags: str) -> dict:
     root = _project(tmp_path)
     script = root / "launch.sh"
-    script.write_text(f"NGPU={ngpu} CONFIG_FILE=./torchtitan/models/llama3/train_configs/{config} ./run_train.sh "
-                      f"{flags}\n")
+    script.write_text(
+        f"NGPU={ngpu} CONFIG_FILE=./torchtitan/models/llama3/train_configs/{config} ./run_train.sh {flags}\n"
+    )
     return estimate(script, "--gpu", "H100 SXM 96GB")
 
 
@@ -253,10 +280,17 @@ PUBLISHED = {
     # Table 1: Llama 3.1 8B, FSDP over 8 GPUs, local batch 2 × 8192, selective activation checkpointing by op
     "table1-fsdp": ("llama3_8b.toml", 8, "--training.local_batch_size 2", 82.4),
     # Table 4: Llama 3.1 70B on 256 GPUs, FSDP 32 × TP 8, local batch 16, full checkpointing, compile, Float8 ("2D")
-    "table4-2d": ("llama3_70b.toml", 256, ("--training.local_batch_size 16 --activation_checkpoint.mode full "
-                                           "--compile.enable --compile.components model --model.converters float8 "
-                                           "--parallelism.data_parallel_shard_degree 32 "
-                                           "--parallelism.tensor_parallel_degree 8"), 71.9),
+    "table4-2d": (
+        "llama3_70b.toml",
+        256,
+        (
+            "--training.local_batch_size 16 --activation_checkpoint.mode full "
+            "--compile.enable --compile.components model --model.converters float8 "
+            "--parallelism.data_parallel_shard_degree 32 "
+            "--parallelism.tensor_parallel_degree 8"
+        ),
+        71.9,
+    ),
 }
 
 
@@ -276,9 +310,14 @@ def test_op_level_checkpointing_lies_between_none_and_full(tmp_path):
     """Table 1's run with each activation checkpointing mode: op-level keeps more than full checkpointing and far
     less than none (before, op was estimated as none: 205 GiB on a 96 GB card)."""
     base = "--training.local_batch_size 2"
-    peaks = {mode: _peak(_launch(tmp_path / mode, "llama3_8b.toml", 8, f"{base} {flags}"))
-             for mode, flags in {"none": "--activation_checkpoint.mode none", "op": "",
-                                 "full": "--activation_checkpoint.mode full"}.items()}
+    peaks = {
+        mode: _peak(_launch(tmp_path / mode, "llama3_8b.toml", 8, f"{base} {flags}"))
+        for mode, flags in {
+            "none": "--activation_checkpoint.mode none",
+            "op": "",
+            "full": "--activation_checkpoint.mode full",
+        }.items()
+    }
     assert peaks["full"] < peaks["op"] < peaks["none"]
     assert peaks["op"] < 0.6 * peaks["none"]
 
@@ -292,10 +331,16 @@ def test_every_nth_block_checkpointed(tmp_path, option, every):
     assert source(d, "grad_checkpointing") is True
     assert (source(d, "checkpoint_every") or 1) == every
     assert unmodelled(d) == {}
-    full = _peak(_launch(tmp_path / "full", "llama3_8b.toml", 8,
-                         "--training.local_batch_size 2 --activation_checkpoint.mode full"))
-    none = _peak(_launch(tmp_path / "none", "llama3_8b.toml", 8,
-                         "--training.local_batch_size 2 --activation_checkpoint.mode none"))
+    full = _peak(
+        _launch(
+            tmp_path / "full", "llama3_8b.toml", 8, "--training.local_batch_size 2 --activation_checkpoint.mode full"
+        )
+    )
+    none = _peak(
+        _launch(
+            tmp_path / "none", "llama3_8b.toml", 8, "--training.local_batch_size 2 --activation_checkpoint.mode none"
+        )
+    )
     if every == 1:
         assert _peak(d) == pytest.approx(full, rel=1e-3)
     else:
@@ -303,9 +348,17 @@ def test_every_nth_block_checkpointed(tmp_path, option, every):
 
 
 def test_every_nth_block_grows_with_n(tmp_path):
-    peaks = [_peak(_launch(tmp_path / n, "llama3_8b.toml", 8,
-                           f"--training.local_batch_size 2 --activation_checkpoint.selective_ac_option {n}"))
-             for n in ("2", "4", "8")]
+    peaks = [
+        _peak(
+            _launch(
+                tmp_path / n,
+                "llama3_8b.toml",
+                8,
+                f"--training.local_batch_size 2 --activation_checkpoint.selective_ac_option {n}",
+            )
+        )
+        for n in ("2", "4", "8")
+    ]
     assert peaks[0] < peaks[1] < peaks[2]
 
 
@@ -313,8 +366,10 @@ def test_tensor_parallel_is_sequence_and_loss_parallel(tmp_path):
     """torchtitan's TP plan shards the blocks' inputs along the sequence and the logits along the vocabulary:
     sequence_parallel and loss_parallel come with tensor_parallel_degree > 1; `disable_loss_parallel` turns the latter
     off, and the logits then take TP times the memory."""
-    flags = ("--training.local_batch_size 4 --activation_checkpoint.mode full "
-             "--parallelism.data_parallel_shard_degree 8 --parallelism.tensor_parallel_degree 8")
+    flags = (
+        "--training.local_batch_size 4 --activation_checkpoint.mode full "
+        "--parallelism.data_parallel_shard_degree 8 --parallelism.tensor_parallel_degree 8"
+    )
     d = _launch(tmp_path / "on", "llama3_70b.toml", 64, flags)
     assert source(d, "sequence_parallel") is True and source(d, "loss_parallel") is True
     off = _launch(tmp_path / "off", "llama3_70b.toml", 64, flags + " --parallelism.disable_loss_parallel")
@@ -322,8 +377,12 @@ def test_tensor_parallel_is_sequence_and_loss_parallel(tmp_path):
     assert off["components_gib"]["logits"] > 4 * d["components_gib"]["logits"]
     # 80 checkpointed block inputs of 4 × 8192 tokens, sequence-sharded over 8 ranks: 2 × 8192 / 8 bytes a token each
     assert d["components_gib"]["activations"] == pytest.approx(80 * 4 * 8192 * 2 * 8192 / 8 / 2**30, rel=0.1)
-    single = _launch(tmp_path / "tp1", "llama3_70b.toml", 8, "--training.local_batch_size 4 "
-                     "--activation_checkpoint.mode full --parallelism.tensor_parallel_degree 1")
+    single = _launch(
+        tmp_path / "tp1",
+        "llama3_70b.toml",
+        8,
+        "--training.local_batch_size 4 --activation_checkpoint.mode full --parallelism.tensor_parallel_degree 1",
+    )
     assert source(single, "sequence_parallel") is None and source(single, "loss_parallel") is None
 
 

@@ -1,13 +1,13 @@
 """IA3 and VeRA in the spellings that exist: peft's IA3Config/VeraConfig in a script, ms-swift's `train_type`/`sft_type`
 `ia3`/`vera` with `vera_rank`, `vera_dropout` and `ia3_feedforward_modules` (swift/llm/argument/tuner_args.py). The
 adapters train vectors, so the trainable count is what peft creates (peft 0.21.2 tuners/ia3, tuners/vera)."""
+
 from __future__ import annotations
 
+from test_python_calls import at
 from vramlens.estimate import estimate
 from vramlens.formats import parse_document
 from vramlens.resolve import Settings, resolve
-
-from test_python_calls import at
 
 SCRIPT = """\
 import torch
@@ -28,8 +28,11 @@ def script(cls: str, call: str, model: str = "meta-llama/Llama-3.2-1B"):
 
 
 def test_ia3_config_in_a_script():
-    text, plan, rp = script("IA3Config", 'IA3Config(task_type="CAUSAL_LM", target_modules=["k_proj", "v_proj", '
-                                         '"down_proj"], feedforward_modules=["down_proj"])')
+    text, plan, rp = script(
+        "IA3Config",
+        'IA3Config(task_type="CAUSAL_LM", target_modules=["k_proj", "v_proj", '
+        '"down_proj"], feedforward_modules=["down_proj"])',
+    )
     assert plan.peft_method.value == "ia3" and at(text, plan.peft_method.span) == "IA3Config"
     assert at(text, plan.feedforward_targets.span) == 'feedforward_modules=["down_proj"]'
     assert rp.peft == "ia3" and rp.lora_targets == ("k", "v", "down") and rp.feedforward_targets == ("down",)
@@ -60,15 +63,19 @@ def test_vera_rank_defaults_to_peft_256_not_the_lora_default():
 
 
 def test_ms_swift_train_type_vera_and_sft_type_ia3():
-    text = ("swift sft --model Qwen/Qwen2.5-7B-Instruct --train_type vera --vera_rank 128 "
-            "--target_modules q_proj v_proj --torch_dtype bfloat16\n")
+    text = (
+        "swift sft --model Qwen/Qwen2.5-7B-Instruct --train_type vera --vera_rank 128 "
+        "--target_modules q_proj v_proj --torch_dtype bfloat16\n"
+    )
     plan = parse_document(text, "train.sh").plan
     assert plan.peft_method.value == "vera" and at(text, plan.lora_r.span) == "--vera_rank 128"
     rp = resolve(plan, Settings(gpu="H100-80GB")).resolved
     assert rp.peft == "vera" and rp.lora_r == 128 and rp.lora_targets == ("q", "v")
 
-    text = ("swift sft --model Qwen/Qwen2.5-7B-Instruct --sft_type ia3 --target_modules k_proj v_proj down_proj "
-            "--ia3_feedforward_modules down_proj\n")
+    text = (
+        "swift sft --model Qwen/Qwen2.5-7B-Instruct --sft_type ia3 --target_modules k_proj v_proj down_proj "
+        "--ia3_feedforward_modules down_proj\n"
+    )
     plan = parse_document(text, "train.sh").plan
     rp = resolve(plan, Settings(gpu="H100-80GB")).resolved
     assert rp.peft == "ia3" and rp.lora_targets == ("k", "v", "down") and rp.feedforward_targets == ("down",)

@@ -1,5 +1,6 @@
 """Every real config in the shared corpus: read without an exception, recognised with its format (or declared
 not a training config), and the values read checked against a golden table that was reviewed by eye."""
+
 from __future__ import annotations
 
 import json
@@ -7,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from vramlens.formats import parse_document
 from vramlens.plan import IssueKind
 
@@ -21,7 +21,7 @@ EXPECTED = {
     "llamafactory": {"llamafactory", "llamafactory-v1"},
     "torchtune": {"torchtune"},
     "trl-recipes": {"trl"},
-    "accelerate": {"accelerate", "hf"},       # ms-swift's fsdp2.json is TrainingArguments fsdp keys
+    "accelerate": {"accelerate", "hf"},  # ms-swift's fsdp2.json is TrainingArguments fsdp keys
     "deepspeed": {"deepspeed"},
     "lightning": {"litgpt"},
     "custom": {"gpt-neox"},
@@ -32,7 +32,7 @@ def test_every_corpus_file_parses_and_is_recognised_or_declined(corpus):
     seen = {}
     for path in sorted(p for p in corpus.rglob("*") if p.is_file()):
         text = path.read_text(encoding="utf-8", errors="replace")
-        result = parse_document(text, str(path))          # must not raise
+        result = parse_document(text, str(path))  # must not raise
         folder = path.parent.name
         fmt = result.plan.format if result.plan is not None else None
         if folder in EXPECTED:
@@ -47,8 +47,19 @@ def test_corpus_plans_match_the_reviewed_golden_table(corpus):
     golden = [json.loads(line) for line in GOLDEN.read_text(encoding="utf-8").splitlines() if line.strip()]
     assert len([g for g in golden if g["format"]]) >= 40
     formats = {g["format"] for g in golden}
-    assert {"axolotl", "llamafactory", "llamafactory-v1", "torchtune", "trl", "accelerate", "deepspeed", "litgpt",
-            "gpt-neox", "axolotl-cloud", "hf"} <= formats
+    assert {
+        "axolotl",
+        "llamafactory",
+        "llamafactory-v1",
+        "torchtune",
+        "trl",
+        "accelerate",
+        "deepspeed",
+        "litgpt",
+        "gpt-neox",
+        "axolotl-cloud",
+        "hf",
+    } <= formats
     mismatches = []
     for expected in golden:
         got = record(corpus / expected["file"])
@@ -56,22 +67,29 @@ def test_corpus_plans_match_the_reviewed_golden_table(corpus):
             diff = {k: (expected.get(k), got.get(k)) for k in set(expected) | set(got) if expected.get(k) != got.get(k)}
             if "settings" in diff:
                 e, g = diff.pop("settings")
-                diff["settings"] = {c: ((e or {}).get(c), (g or {}).get(c)) for c in set(e or {}) | set(g or {})
-                                    if (e or {}).get(c) != (g or {}).get(c)}
+                diff["settings"] = {
+                    c: ((e or {}).get(c), (g or {}).get(c))
+                    for c in set(e or {}) | set(g or {})
+                    if (e or {}).get(c) != (g or {}).get(c)
+                }
             mismatches.append((expected["file"], diff))
     assert not mismatches, "run tests/formats/golden/make_golden.py after an intended change:\n" + "\n".join(
-        f"{f}: {d}" for f, d in mismatches[:10])
+        f"{f}: {d}" for f, d in mismatches[:10]
+    )
 
 
-@pytest.mark.parametrize("text", [
-    # a GitHub workflow, a docker-compose file, a Kubernetes manifest, a dataset card, an empty file
-    "name: ci\non:\n  push:\njobs:\n  test:\n    runs-on: ubuntu-latest\n    steps:\n      - uses: actions/checkout@v4\n",
-    "services:\n  web:\n    image: nginx\n    ports: ['80:80']\n",
-    "apiVersion: v1\nkind: Pod\nmetadata:\n  name: trainer\nspec:\n  containers:\n    - name: t\n      image: x\n",
-    "dataset_info:\n  features:\n    - name: text\n      dtype: string\n  splits:\n    - name: train\n",
-    "",
-    "- just\n- a\n- list\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        # a GitHub workflow, a docker-compose file, a Kubernetes manifest, a dataset card, an empty file
+        "name: ci\non:\n  push:\njobs:\n  test:\n    runs-on: ubuntu-latest\n    steps:\n      - uses: actions/checkout@v4\n",
+        "services:\n  web:\n    image: nginx\n    ports: ['80:80']\n",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: trainer\nspec:\n  containers:\n    - name: t\n      image: x\n",
+        "dataset_info:\n  features:\n    - name: text\n      dtype: string\n  splits:\n    - name: train\n",
+        "",
+        "- just\n- a\n- list\n",
+    ],
+)
 def test_other_yaml_files_are_not_training_configs(text):
     result = parse_document(text, "/ws/file.yaml")
     assert result.plan is None and not result.issues

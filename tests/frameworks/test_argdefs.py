@@ -1,14 +1,13 @@
 """`frameworks.argdefs`: argument definitions read with `ast` from real framework code and scripts, and hostile
 sources bounded by size, density and depth (never by time)."""
+
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
 
 import pytest
-
-from vramlens.frameworks.argdefs import (MAX_FLAT, MAX_SOURCE_CHARS, SourceRefused, flatten, iter_arguments,
-                                         read_module)
+from vramlens.frameworks.argdefs import MAX_FLAT, MAX_SOURCE_CHARS, SourceRefused, flatten, iter_arguments, read_module
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TRAINING_ARGS = FIXTURES / "transformers" / "v4.40.0" / "training_args.py"
@@ -28,10 +27,10 @@ def test_transformers_training_arguments():
     assert (bs.type, bs.default, bs.required) == ("int", 8, False)
     assert bs.help.startswith("Batch size per GPU")
     assert (args["gradient_checkpointing"].type, args["gradient_checkpointing"].default) == ("bool", False)
-    optim = args["optim"]                        # Union[OptimizerNames, str]: the module's enum gives the choices
+    optim = args["optim"]  # Union[OptimizerNames, str]: the module's enum gives the choices
     assert optim.type == "enum" and "adamw_torch" in optim.choices and "paged_adamw_8bit" in optim.choices
     assert optim.default is None and optim.default_text == "default_optim"
-    assert args["fsdp"].type == "str" and args["fsdp"].default == ""     # Union[List[FSDPOption], str] = ""
+    assert args["fsdp"].type == "str" and args["fsdp"].default == ""  # Union[List[FSDPOption], str] = ""
     assert args["deepspeed"].type == "dict" and args["deepspeed"].default is None
     assert "adamw_torch" in module.enums["OptimizerNames"]
 
@@ -48,7 +47,7 @@ def test_qwen_finetune_dataclasses():
     assert args["model_max_length"].help.startswith("Maximum sequence length")
     assert (args["q_lora"].type, args["q_lora"].default, args["use_lora"].default) == ("bool", False, False)
     assert args["lora_dropout"].default == 0.05
-    assert module.config_reads == []             # `config.use_cache = False` sets a model config, reads nothing
+    assert module.config_reads == []  # `config.use_cache = False` sets a model config, reads nothing
 
 
 def test_run_clm_no_trainer_argparse():
@@ -59,12 +58,12 @@ def test_run_clm_no_trainer_argparse():
     assert (args["per_device_train_batch_size"].type, args["per_device_train_batch_size"].default) == ("int", 8)
     assert (args["use_slow_tokenizer"].type, args["use_slow_tokenizer"].default) == ("bool", False)
     assert args["lr_scheduler_type"].choices[:2] == ("linear", "cosine")
-    assert args["model_type"].default_text is None and args["model_type"].choices is None   # choices=MODEL_TYPES
-    assert args["validation_split_percentage"].type == "int"     # no type=: from the default
+    assert args["model_type"].default_text is None and args["model_type"].choices is None  # choices=MODEL_TYPES
+    assert args["validation_split_percentage"].type == "int"  # no type=: from the default
     assert all(a.owner == "parser" for a in module.parsers)
 
 
-ARGPARSE = '''
+ARGPARSE = """
 import argparse
 parser = argparse.ArgumentParser()
 group = parser.add_argument_group("lora")
@@ -78,7 +77,7 @@ parser.add_argument("--precision", choices=["bf16", "fp16"], default="bf16")
 parser.add_argument("--seq", type=int, default=SEQ)
 parser.add_argument("data")
 parser.set_defaults(seq=4096, extra=3)
-'''
+"""
 
 
 def test_argparse_variants():
@@ -87,17 +86,20 @@ def test_argparse_variants():
     assert (r.type, r.default, r.owner) == ("int", 16, "group")
     assert set(r.aliases) == {"lora-r", "lora_rank", "r"}
     assert (args["flash"].type, args["flash"].default, args["flash"].help) == ("bool", True, "turn off")
-    assert (args["targets"].type, args["targets"].default, args["targets"].owner) == ("list", ["q_proj", "v_proj"],
-                                                                                     "sub")
+    assert (args["targets"].type, args["targets"].default, args["targets"].owner) == (
+        "list",
+        ["q_proj", "v_proj"],
+        "sub",
+    )
     assert args["tag"].type == "list"
     assert args["checkpointing"].type == "bool" and "no-checkpointing" in args["checkpointing"].aliases
     assert (args["precision"].type, args["precision"].choices) == ("enum", ("bf16", "fp16"))
-    assert (args["seq"].default, args["seq"].default_text) == (4096, None)       # set_defaults wins
+    assert (args["seq"].default, args["seq"].default_text) == (4096, None)  # set_defaults wins
     assert args["extra"].default == 3
     assert args["data"].required is True
 
 
-PYDANTIC = '''
+PYDANTIC = """
 from typing import Literal, Optional
 from pydantic import BaseModel, Field
 
@@ -113,12 +115,12 @@ class Config(Base):
     micro_batch_size: int = 2
     base_model: str
     lora: "LoraConfig" = None
-'''
+"""
 
 
 def test_pydantic_models_with_inheritance_and_nesting():
     module = read_module(PYDANTIC)
-    assert module.classes["Config"].kind == "pydantic"          # a subclass of a model of this module
+    assert module.classes["Config"].kind == "pydantic"  # a subclass of a model of this module
     args = _by_name(flatten(module.classes, "Config"))
     assert list(args) == ["micro_batch_size", "adapter", "base_model", "lora.rank", "lora.targets"]
     assert (args["micro_batch_size"].default, args["micro_batch_size"].owner) == (2, "Config")
@@ -154,13 +156,13 @@ def test_dataclass_variants():
     module = read_module(DATACLASS_VARIANTS)
     args = _by_name(flatten(module.classes, "Job"))
     assert list(args) == ["model.name", "model.dtype", "steps", "compile"]
-    assert args["model.name"].help == "the model to train"             # a docstring after the field
+    assert args["model.name"].help == "the model to train"  # a docstring after the field
     assert args["model.dtype"].type == "str"
     assert args["steps"].aliases == ("max-steps",)
     assert args["compile"].type == "bool"
 
 
-TORCHTUNE_RECIPE = '''
+TORCHTUNE_RECIPE = """
 from omegaconf import DictConfig
 from torchtune import config
 
@@ -172,20 +174,27 @@ class Recipe:
         self._dir = cfg.checkpointer.checkpoint_dir
         self._lr = cfg.optimizer.get("lr", 2e-5)
         self._bs = cfg["batch_size"]
-'''
+"""
 
 
 def test_torchtune_config_reads():
     reads = _by_name(read_module(TORCHTUNE_RECIPE).config_reads)
-    assert set(reads) == {"compile", "enable_activation_checkpointing", "model", "checkpointer.checkpoint_dir",
-                          "optimizer.lr", "batch_size"}
+    assert set(reads) == {
+        "compile",
+        "enable_activation_checkpointing",
+        "model",
+        "checkpointer.checkpoint_dir",
+        "optimizer.lr",
+        "batch_size",
+    }
     assert (reads["compile"].default, reads["compile"].type, reads["compile"].required) == (False, "bool", False)
     assert reads["optimizer.lr"].default == 2e-5
     assert reads["model"].required is True
-    assert "instantiate" not in reads         # torchtune's `config` module is imported, not a config
+    assert "instantiate" not in reads  # torchtune's `config` module is imported, not a config
 
 
 # --- hostile sources ---------------------------------------------------------------------------------------
+
 
 def test_refuses_sources_over_the_bound():
     with pytest.raises(SourceRefused, match="characters"):
@@ -196,11 +205,15 @@ def test_refuses_sources_over_the_bound():
         read_module("def (:\n")
 
 
-@pytest.mark.parametrize("source", [
-    "x: int = " + "-" * 500_000 + "1\n",                                # a unary chain deeper than the parser goes
-    "y = cfg" + ".a" * 400_000 + "\n",                                  # an attribute chain
-    "x: int = " + "(" * 150 + "1" + ")" * 150 + "\n",                   # nesting the parser accepts
-], ids=["unary", "attributes", "parentheses"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "x: int = " + "-" * 500_000 + "1\n",  # a unary chain deeper than the parser goes
+        "y = cfg" + ".a" * 400_000 + "\n",  # an attribute chain
+        "x: int = " + "(" * 150 + "1" + ")" * 150 + "\n",  # nesting the parser accepts
+    ],
+    ids=["unary", "attributes", "parentheses"],
+)
 def test_deep_expressions_are_refused_or_read(source):
     try:
         module = read_module(source)
@@ -210,7 +223,7 @@ def test_deep_expressions_are_refused_or_read(source):
 
 
 def test_inheritance_and_nesting_cycles_end():
-    source = textwrap.dedent('''
+    source = textwrap.dedent("""
         from dataclasses import dataclass
         @dataclass
         class A(B):
@@ -220,18 +233,18 @@ def test_inheritance_and_nesting_cycles_end():
         class B(A):
             a: A = None
             y: int = 2
-    ''')
+    """)
     module = read_module(source)
     for root in ("A", "B"):
         names = [a.name for a in flatten(module.classes, root)]
-        assert len(names) == len(set(names)) and len(names) <= 8     # each class expanded once per path
+        assert len(names) == len(set(names)) and len(names) <= 8  # each class expanded once per path
 
 
 def test_nested_classes_that_multiply_are_bounded_by_count():
     # 14 levels of 300 fields, each typed by the next level: 300^14 dotted names if expanded
     source = "from dataclasses import dataclass\n" + "".join(
-        f"@dataclass\nclass C{i}:\n" + "".join(f"    f{j}: C{i + 1} = None\n" for j in range(300))
-        for i in range(14))
+        f"@dataclass\nclass C{i}:\n" + "".join(f"    f{j}: C{i + 1} = None\n" for j in range(300)) for i in range(14)
+    )
     module = read_module(source)
     assert len(flatten(module.classes, "C0")) <= MAX_FLAT
     assert len(list(iter_arguments(module))) <= MAX_FLAT
@@ -240,7 +253,8 @@ def test_nested_classes_that_multiply_are_bounded_by_count():
 def test_many_arguments_and_set_defaults_are_read_once_each():
     n = 5_000
     source = "import argparse\np = argparse.ArgumentParser()\n" + "".join(
-        f"p.add_argument('--a{i}', type=int, default={i}); p.set_defaults(a{i}={i + 1})\n" for i in range(n))
+        f"p.add_argument('--a{i}', type=int, default={i}); p.set_defaults(a{i}={i + 1})\n" for i in range(n)
+    )
     parsers = read_module(source).parsers
     assert len(parsers) == n and parsers[-1].default == n
 

@@ -1,4 +1,5 @@
 """scripts/dump_framework_schemas.py reads a package archive without importing it and writes a deterministic dump."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -10,10 +11,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("dump_framework_schemas", ROOT / "scripts" / "dump_framework_schemas.py")
 dump_script = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = dump_script      # dataclasses look their module up while the class is built
+sys.modules[spec.name] = dump_script  # dataclasses look their module up while the class is built
 spec.loader.exec_module(dump_script)
 
-ARGS_PY = '''
+ARGS_PY = """
 import sys
 sys.exit("imported")   # the dump never runs the package
 from dataclasses import dataclass, field
@@ -29,13 +30,13 @@ class TrainArgs(BaseArgs):
     use_lora: bool = False
     lora_target_modules: list = field(default_factory=lambda: ["q_proj", "v_proj"])
     per_device_train_batch_size: Optional[int] = 2
-'''
-CLI_PY = '''
+"""
+CLI_PY = """
 import argparse
 p = argparse.ArgumentParser()
 p.add_argument("--train.micro_batch_size", type=int, default=4)
 p.add_argument("--ds.zero_stage", type=int, default=2, choices=[0, 1, 2, 3])
-'''
+"""
 
 
 def _wheel(tmp: Path) -> Path:
@@ -50,19 +51,34 @@ def test_dump_reads_classes_and_parsers_deterministically(tmp_path, monkeypatch)
     _wheel(tmp_path)
     out = tmp_path / "schemas"
     monkeypatch.setattr(dump_script, "OUT", out)
-    target = dump_script.Target("fakepkg", "fakepkg", {"1.2.0": (
-        dump_script.Part(("fakepkg/args.py",), "classes", ("TrainArgs",)),
-        dump_script.Part(("fakepkg/cli/train_*.py",), "argparse"))})
+    target = dump_script.Target(
+        "fakepkg",
+        "fakepkg",
+        {
+            "1.2.0": (
+                dump_script.Part(("fakepkg/args.py",), "classes", ("TrainArgs",)),
+                dump_script.Part(("fakepkg/cli/train_*.py",), "argparse"),
+            )
+        },
+    )
     data, notes = dump_script.dump(target, "1.2.0", tmp_path)
     assert notes == []
     path = dump_script.write(data)
     first = path.read_bytes()
     by_name = {a["name"]: a for a in json.loads(first)["arguments"]}
-    assert by_name["per_device_train_batch_size"]["default"] == 2          # the subclass's default
+    assert by_name["per_device_train_batch_size"]["default"] == 2  # the subclass's default
     assert by_name["lora_target_modules"]["default"] == ["q_proj", "v_proj"]
     assert by_name["train.micro_batch_size"] == {
-        "name": "train.micro_batch_size", "aliases": [], "type": "int", "default": 4, "default_text": None,
-        "choices": None, "owner": "train_sft", "file": "fakepkg/cli/train_sft.py", "line": 4}
+        "name": "train.micro_batch_size",
+        "aliases": [],
+        "type": "int",
+        "default": 4,
+        "default_text": None,
+        "choices": None,
+        "owner": "train_sft",
+        "file": "fakepkg/cli/train_sft.py",
+        "line": 4,
+    }
     assert by_name["ds.zero_stage"]["choices"] == [0, 1, 2, 3]
     assert all("help" not in a for a in by_name.values())
     assert data["source"][0]["file"] == "fakepkg-1.2.0-py3-none-any.whl" and len(data["source"][0]["sha256"]) == 64
@@ -72,9 +88,16 @@ def test_dump_reads_classes_and_parsers_deterministically(tmp_path, monkeypatch)
 
 def test_missing_files_and_classes_are_named(tmp_path):
     _wheel(tmp_path)
-    target = dump_script.Target("fakepkg", "fakepkg", {"1.2.0": (
-        dump_script.Part(("fakepkg/nothere.py",), "argparse"),
-        dump_script.Part(("fakepkg/args.py",), "classes", ("NoSuchArgs",)))})
+    target = dump_script.Target(
+        "fakepkg",
+        "fakepkg",
+        {
+            "1.2.0": (
+                dump_script.Part(("fakepkg/nothere.py",), "argparse"),
+                dump_script.Part(("fakepkg/args.py",), "classes", ("NoSuchArgs",)),
+            )
+        },
+    )
     data, notes = dump_script.dump(target, "1.2.0", tmp_path)
     assert data["arguments"] == []
     assert any("no file matches" in n for n in notes) and any("NoSuchArgs" in n for n in notes)

@@ -1,5 +1,6 @@
 """The schema loader picks the dump of the right version, with that version's names and defaults; the concept
 registry maps argument names across frameworks and refuses a type that cannot hold the value."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,9 +14,20 @@ def test_version_order():
     assert k("1.0") == k("1.0.0") and k("v2.6.1") == k("2.6.1")
 
 
-@pytest.mark.parametrize("asked,picked", [("1.7.3", "1.7.3"), ("1.8.0", "1.7.3"), ("2.9", "2.6.1"),
-                                          ("3.5.0", "2.6.1"), ("3.12.6", "3.12.6"), ("4.0.0", "3.12.6"),
-                                          ("9.0", "4.6.0"), (None, "4.6.0"), ("0.1", "1.7.3")])
+@pytest.mark.parametrize(
+    "asked,picked",
+    [
+        ("1.7.3", "1.7.3"),
+        ("1.8.0", "1.7.3"),
+        ("2.9", "2.6.1"),
+        ("3.5.0", "2.6.1"),
+        ("3.12.6", "3.12.6"),
+        ("4.0.0", "3.12.6"),
+        ("9.0", "4.6.0"),
+        (None, "4.6.0"),
+        ("0.1", "1.7.3"),
+    ],
+)
 def test_newest_dump_at_or_below_the_version(asked, picked):
     assert schemas.pick_version("ms-swift", asked) == picked
     assert schemas.schema("ms-swift", asked)["version"] == picked
@@ -61,8 +73,12 @@ def test_openrlhf_dotted_command_line_from_0_10_2():
     assert schemas.argument("openrlhf", "--model.model_name_or_path", "0.10.2") is not None
     assert schemas.argument("openrlhf", "--pretrain", "0.10.2") is None
     assert schemas.default("openrlhf", "--train.micro_batch_size", "0.11.2", owner="train_sft") == 8
-    for name, concept in (("--model.model_name_or_path", "model_id"), ("--train.micro_batch_size", "micro_batch"),
-                          ("--ds.zero_stage", "zero_stage"), ("--ds.packing_samples", "packing")):
+    for name, concept in (
+        ("--model.model_name_or_path", "model_id"),
+        ("--train.micro_batch_size", "micro_batch"),
+        ("--ds.zero_stage", "zero_stage"),
+        ("--ds.packing_samples", "packing"),
+    ):
         a = schemas.argument("openrlhf", name, "0.11.2")
         assert concepts.match(name, a["type"]).name == concept
 
@@ -80,32 +96,54 @@ def test_dumps_are_small_and_sorted():
         for v in schemas.versions(fw):
             d = schemas.schema(fw, v)
             keys = [(a["name"], a["owner"]) for a in d["arguments"]]
-            if fw != "verl":      # verl's dump comes from its own script, in its config's order
+            if fw != "verl":  # verl's dump comes from its own script, in its config's order
                 assert keys == sorted(keys), (fw, v)
                 assert d["source"][0]["sha256"] and d["version"] == v
             assert all(len(a.get("help") or "") <= 200 for a in d["arguments"])
 
 
-@pytest.mark.parametrize("name,type_hint,concept", [
-    ("per_device_train_batch_size", "int", "micro_batch"), ("--micro-train-batch-size", "int", "micro_batch"),
-    ("train_micro_batch_size_per_gpu", None, "micro_batch"), ("train.micro_batch_size", "int", "micro_batch"),
-    ("Batch_Size", "Optional[int]", "micro_batch"), ("actor.ppo_micro_batch_size_per_gpu", "int", "micro_batch"),
-    ("use_lora", "bool", "peft_method"), ("q_lora", "bool", "peft_method"), ("sft_type", "str", "peft_method"),
-    ("tuner_type", "str", "peft_method"), ("finetuning_type", "Literal['lora', 'full']", "peft_method"),
-    ("load_in_4bit", "bool", "quant_bits"), ("quantization_bit", "Optional[int]", "quant_bits"),
-    ("actor.lora.rank", "int", "lora_r"), ("lora_target_modules", "list[str]", "lora_targets"),
-    ("stage", "Literal['sft', 'dpo']", "objective"), ("zero_optimization.stage", "int", "zero_stage"),
-    ("config_name", "str", "model_id"), ("deepspeed", "Union[dict, str]", "dist_strategy"),
-])
+@pytest.mark.parametrize(
+    "name,type_hint,concept",
+    [
+        ("per_device_train_batch_size", "int", "micro_batch"),
+        ("--micro-train-batch-size", "int", "micro_batch"),
+        ("train_micro_batch_size_per_gpu", None, "micro_batch"),
+        ("train.micro_batch_size", "int", "micro_batch"),
+        ("Batch_Size", "Optional[int]", "micro_batch"),
+        ("actor.ppo_micro_batch_size_per_gpu", "int", "micro_batch"),
+        ("use_lora", "bool", "peft_method"),
+        ("q_lora", "bool", "peft_method"),
+        ("sft_type", "str", "peft_method"),
+        ("tuner_type", "str", "peft_method"),
+        ("finetuning_type", "Literal['lora', 'full']", "peft_method"),
+        ("load_in_4bit", "bool", "quant_bits"),
+        ("quantization_bit", "Optional[int]", "quant_bits"),
+        ("actor.lora.rank", "int", "lora_r"),
+        ("lora_target_modules", "list[str]", "lora_targets"),
+        ("stage", "Literal['sft', 'dpo']", "objective"),
+        ("zero_optimization.stage", "int", "zero_stage"),
+        ("config_name", "str", "model_id"),
+        ("deepspeed", "Union[dict, str]", "dist_strategy"),
+    ],
+)
 def test_match(name, type_hint, concept):
     assert concepts.match(name, type_hint).name == concept
 
 
-@pytest.mark.parametrize("name,type_hint", [
-    ("batch_size", "bool"), ("per_device_train_batch_size", "list[int]"), ("model_name_or_path", "bool"),
-    ("lora_r", "dict"), ("use_lora", "list[str]"), ("lora_target_modules", "int"), ("logging_steps", "int"),
-    ("seed", None), ("load_in_4bit", "float"),
-])
+@pytest.mark.parametrize(
+    "name,type_hint",
+    [
+        ("batch_size", "bool"),
+        ("per_device_train_batch_size", "list[int]"),
+        ("model_name_or_path", "bool"),
+        ("lora_r", "dict"),
+        ("use_lora", "list[str]"),
+        ("lora_target_modules", "int"),
+        ("logging_steps", "int"),
+        ("seed", None),
+        ("load_in_4bit", "float"),
+    ],
+)
 def test_match_refuses(name, type_hint):
     assert concepts.match(name, type_hint) is None
 
@@ -117,6 +155,7 @@ def test_switches_and_registry():
     assert concepts.switch("disable_gradient_checkpointing") == ("grad_checkpointing", False)
     assert concepts.switch("per_device_train_batch_size") is None
     from vramlens.plan import PLAN_CONCEPTS
+
     assert set(concepts.CONCEPTS) <= set(PLAN_CONCEPTS)
     for c in concepts.CONCEPTS.values():
         assert c.type in ("int", "float", "bool", "str", "list", "dtype", "model") and c.title and c.spellings

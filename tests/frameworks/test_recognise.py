@@ -1,5 +1,6 @@
 """Settings held to the framework's own arguments at the version the workspace runs (frameworks/recognise.py), the
 concept registry kept in step with the plan, and defaults taken from the dump of the version a run uses."""
+
 from __future__ import annotations
 
 import subprocess
@@ -36,21 +37,35 @@ def test_every_plan_field_is_a_concept_or_declared_not_a_setting():
     assert not set(concepts.NOT_SETTINGS) & set(concepts.CONCEPTS)
 
 
-@pytest.mark.parametrize("name,concept", [
-    ("use_distributed_optimizer", "distributed_optimizer"), ("actor.megatron.use_distributed_optimizer",
-                                                              "distributed_optimizer"),
-    ("vllm_enable_sleep_mode", "generation_sleeps"), ("actor_rollout_ref.rollout.free_cache_engine", "generation_sleeps"),
-    ("selective_ac_option", "checkpoint_every"), ("recompute_granularity", "selective_recompute"),
-    ("ref_offload", "ref_offload"), ("expert_model_parallel_size", "expert_parallel"),
-    ("galore_proj_bits", "optimizer_proj_bits"), ("llamapro_num_new_blocks", "added_layers"),
-    ("parallelism.disable_loss_parallel", "loss_parallel")])
+@pytest.mark.parametrize(
+    "name,concept",
+    [
+        ("use_distributed_optimizer", "distributed_optimizer"),
+        ("actor.megatron.use_distributed_optimizer", "distributed_optimizer"),
+        ("vllm_enable_sleep_mode", "generation_sleeps"),
+        ("actor_rollout_ref.rollout.free_cache_engine", "generation_sleeps"),
+        ("selective_ac_option", "checkpoint_every"),
+        ("recompute_granularity", "selective_recompute"),
+        ("ref_offload", "ref_offload"),
+        ("expert_model_parallel_size", "expert_parallel"),
+        ("galore_proj_bits", "optimizer_proj_bits"),
+        ("llamapro_num_new_blocks", "added_layers"),
+        ("parallelism.disable_loss_parallel", "loss_parallel"),
+    ],
+)
 def test_modelled_settings_map_to_their_concept(name, concept):
     assert concepts.match(name).name == concept
-    assert concepts.switch("use_distributed_optimizer") == ("distributed_optimizer", True)   # not ZeRO-1
+    assert concepts.switch("use_distributed_optimizer") == ("distributed_optimizer", True)  # not ZeRO-1
 
 
-@pytest.mark.parametrize("typo,meant", [("cutof_len", "cutoff_len"), ("lora_rnak", "lora_rank"),
-                                        ("per_device_train_batchsize", "per_device_train_batch_size")])
+@pytest.mark.parametrize(
+    "typo,meant",
+    [
+        ("cutof_len", "cutoff_len"),
+        ("lora_rnak", "lora_rank"),
+        ("per_device_train_batchsize", "per_device_train_batch_size"),
+    ],
+)
 def test_llamafactory_key_it_does_not_define_is_named_with_did_you_mean(typo, meant):
     plan = _plan(LF + f"{typo}: 8\n", "lf.yaml")
     found = [i for i in _issues(plan, IssueKind.UNKNOWN_VALUE) if f"`{typo}`" in i.message]
@@ -60,7 +75,7 @@ def test_llamafactory_key_it_does_not_define_is_named_with_did_you_mean(typo, me
 
 
 def test_key_of_a_newer_release_is_unknown_at_the_pinned_one(tmp_path):
-    text = LF + "apollo_rank: 16\n"            # LLaMA-Factory adds APOLLO after 0.8.3
+    text = LF + "apollo_rank: 16\n"  # LLaMA-Factory adds APOLLO after 0.8.3
     assert not [i for i in _plan(text, "lf.yaml").issues if "not an argument" in i.message]
     old = _plan(text, "lf.yaml", _pin(tmp_path, "llamafactory==0.8.3"))
     assert any("`apollo_rank` is not an argument of LLaMA-Factory 0.8.3" in i.message for i in old.issues)
@@ -73,10 +88,17 @@ def test_axolotl_unknown_keys_only_in_strict_mode():
     assert [i.suggestion for i in strict.issues if "not an argument of axolotl" in i.message] == ["sequence_len"]
 
 
-@pytest.mark.parametrize("flag,chain", [
-    ("--sft_type", "`sft_type` → `train_type` between 2.6.1 and 3.12.6, then `train_type` → `tuner_type` between "
-                   "3.12.6 and 4.6.0"),
-    ("--train_type", "`train_type` → `tuner_type` between 3.12.6 and 4.6.0")])
+@pytest.mark.parametrize(
+    "flag,chain",
+    [
+        (
+            "--sft_type",
+            "`sft_type` → `train_type` between 2.6.1 and 3.12.6, then `train_type` → `tuner_type` between "
+            "3.12.6 and 4.6.0",
+        ),
+        ("--train_type", "`train_type` → `tuner_type` between 3.12.6 and 4.6.0"),
+    ],
+)
 def test_swift_renamed_flag_names_the_versions(flag, chain):
     plan = _plan(f"swift sft --model Qwen/Qwen2.5-7B-Instruct {flag} lora --per_device_train_batch_size 2\n", "r.sh")
     found = [i for i in _issues(plan, IssueKind.NOT_READ) if "not an argument of ms-swift 4.6.0" in i.message]
@@ -92,20 +114,31 @@ def test_swift_renamed_flag_is_fine_at_a_version_that_has_it(tmp_path):
 def test_unknown_flag_of_a_strict_cli_through_the_cli(tmp_path):
     script = tmp_path / "run.sh"
     script.write_text("swift sft --model Qwen/Qwen2.5-7B-Instruct --tuner_type lora --lorra_rank 8\n")
-    out = subprocess.run([sys.executable, "-m", "vramlens", "plan", str(script)], capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "vramlens", "plan", str(script)], capture_output=True, text=True, timeout=300
+    )
     assert "`lorra_rank` is not an argument of ms-swift 4.6.0" in out.stdout and "`--lora_rank`" in out.stdout
 
 
 def test_a_custom_script_is_not_held_to_the_framework_arguments():
-    plan = _plan("torchrun train.py --model_name_or_path gpt2 --per_device_train_batch_size 2 --my_flag 3 "
-                 "--max_seq_length 512\n", "r.sh")
+    plan = _plan(
+        "torchrun train.py --model_name_or_path gpt2 --per_device_train_batch_size 2 --my_flag 3 "
+        "--max_seq_length 512\n",
+        "r.sh",
+    )
     assert not [i for i in plan.issues if "not an argument" in i.message]
 
 
-@pytest.mark.parametrize("key,value,recorded", [
-    ("galore_proj_type", "left", True), ("galore_proj_type", "std", False),     # std: the 0.9.5 default
-    ("shift_attn", "true", True), ("shift_attn", "false", False), ("apollo_update_interval", 50, True)])
+@pytest.mark.parametrize(
+    "key,value,recorded",
+    [
+        ("galore_proj_type", "left", True),
+        ("galore_proj_type", "std", False),  # std: the 0.9.5 default
+        ("shift_attn", "true", True),
+        ("shift_attn", "false", False),
+        ("apollo_update_interval", 50, True),
+    ],
+)
 def test_not_modelled_argument_of_the_version_is_named(key, value, recorded):
     plan = _plan(LF + f"{key}: {value}\n", "lf.yaml")
     assert (key in [u.key for u in plan.unmodelled]) is recorded
@@ -114,8 +147,10 @@ def test_not_modelled_argument_of_the_version_is_named(key, value, recorded):
 def _trl_sources(tmp_path: Path, *pins: str) -> dict:
     tmp_path.mkdir()
     ws = _pin(tmp_path, *pins)
-    text = ("model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: trl-lib/Capybara\nlearning_rate: 2.0e-5\n"
-            "per_device_train_batch_size: 2\noutput_dir: out\n")
+    text = (
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: trl-lib/Capybara\nlearning_rate: 2.0e-5\n"
+        "per_device_train_batch_size: 2\noutput_dir: out\n"
+    )
     plan = _plan(text, "sft.yaml", ws)
     assert plan.framework == "trl"
     return resolve(plan, Settings(workspace=ws)).sources
@@ -139,14 +174,16 @@ def test_llamafactory_cutoff_len_default_by_version(tmp_path):
         (tmp_path / pins[0]).mkdir()
         ws = _pin(tmp_path / pins[0], *pins)
         return resolve(_plan(LF, "lf.yaml", ws), Settings(workspace=ws)).sources["seq_len"]
+
     old, new = seq("llamafactory==0.8.3"), seq("llamafactory==0.9.5")
     assert (old.value, old.framework) == (1024, "LLaMA-Factory 0.8.3 (DataArguments.cutoff_len)")
     assert (new.value, new.framework) == (2048, "LLaMA-Factory 0.9.5 (DataArguments.cutoff_len)")
 
 
 def test_trl_renamed_key_names_the_versions_between():
-    plan = _plan("model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: x\nmax_seq_length: 2048\noutput_dir: o\n",
-                 "sft.yaml")
+    plan = _plan(
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: x\nmax_seq_length: 2048\noutput_dir: o\n", "sft.yaml"
+    )
     found = [i for i in plan.issues if "`max_seq_length` is not an argument of TRL 1.16.0" in i.message]
     assert len(found) == 1 and "between 0.14.0 and 1.16.0" in found[0].message
 

@@ -1,6 +1,7 @@
 """Every dumped framework argument that may change memory or speed is accounted for: it maps to a plan concept
 (`concepts.match`), or `frameworks/irrelevant.py` says why it does not matter (IRRELEVANT) or what the estimate does
 instead (NOT_MODELLED). The rule for "may change memory or speed" is `irrelevant.judged`, applied to every dump."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,8 +25,18 @@ def unaccounted(arguments: list[dict]) -> list[str]:
 
 def test_every_framework_asked_for_is_dumped_at_two_versions_or_says_why():
     index = schemas.index()
-    for fw in ("transformers", "trl", "axolotl", "llamafactory", "ms-swift", "torchtune", "torchtitan", "openrlhf",
-               "nemo-automodel", "verl"):
+    for fw in (
+        "transformers",
+        "trl",
+        "axolotl",
+        "llamafactory",
+        "ms-swift",
+        "torchtune",
+        "torchtitan",
+        "openrlhf",
+        "nemo-automodel",
+        "verl",
+    ):
         have = schemas.versions(fw)
         assert len(have) >= 2 or fw in index["not_dumped"], fw
     assert {v.split(".")[0] for v in schemas.versions("ms-swift")} >= {"1", "3", "4"}
@@ -37,15 +48,21 @@ def test_dump_is_covered(framework, version):
     args = schemas.schema(framework, version)["arguments"]
     assert args, f"{framework} {version}: an empty dump"
     missing = sorted(set(unaccounted(args)))
-    assert not missing, (f"{framework} {version}: {len(missing)} argument(s) that may change memory or speed map to "
-                         f"no concept and are not listed in frameworks/irrelevant.py: {', '.join(missing[:40])}")
+    assert not missing, (
+        f"{framework} {version}: {len(missing)} argument(s) that may change memory or speed map to "
+        f"no concept and are not listed in frameworks/irrelevant.py: {', '.join(missing[:40])}"
+    )
 
 
 def test_a_new_memory_argument_is_caught():
     """A dump that brings an unknown memory-looking argument fails the coverage check; a harmless one passes."""
-    new = [{"name": "use_magic_offload", "type": "bool"}, {"name": "actor.zero_bubble_pipeline_parallel", "type": "int"},
-           {"name": "--max-frob-len", "type": "int"}, {"name": "logging_dir", "type": "str"},
-           {"name": "per_device_train_batch_size", "type": "int"}]
+    new = [
+        {"name": "use_magic_offload", "type": "bool"},
+        {"name": "actor.zero_bubble_pipeline_parallel", "type": "int"},
+        {"name": "--max-frob-len", "type": "int"},
+        {"name": "logging_dir", "type": "str"},
+        {"name": "per_device_train_batch_size", "type": "int"},
+    ]
     assert unaccounted(new) == ["use_magic_offload", "actor.zero_bubble_pipeline_parallel", "--max-frob-len"]
 
 

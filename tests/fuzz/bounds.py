@@ -4,12 +4,12 @@ Parser spans count code points on lines split at "\\n" (a "\\r\\n" or lone "\\r"
 LSP ranges count in the client's position encoding (UTF-16 here). A position may sit at the very end of a
 line (column = line length) and, when the text ends with a line break, at column 0 of the empty last line.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterator
 
 from pydantic import BaseModel
-
 from vramlens.text import LINE_BREAK, code_units
 from vramlens.text import apply_lsp_edits as _apply
 
@@ -97,6 +97,15 @@ def spans(obj: Any, _depth: int = 0) -> Iterator[Any]:
 def apply_lsp_edits(text: str, edits: list[dict]) -> str:
     """Apply LSP TextEdits (UTF-16 ranges) the way an editor does; raises ValueError on overlap, a range
     outside the document or a position inside a surrogate pair."""
-    return _apply(text, [((e["range"]["start"]["line"], e["range"]["start"]["character"]),
-                          (e["range"]["end"]["line"], e["range"]["end"]["character"]), e["newText"]) for e in edits],
-                  strict=True)
+    return _apply(
+        text,
+        [
+            (
+                (e["range"]["start"]["line"], e["range"]["start"]["character"]),
+                (e["range"]["end"]["line"], e["range"]["end"]["character"]),
+                e["newText"],
+            )
+            for e in edits
+        ],
+        strict=True,
+    )

@@ -1,4 +1,5 @@
 """Fuzz tests: helpers on sys.path, and the number of inputs tried in the terminal summary."""
+
 from __future__ import annotations
 
 import sys

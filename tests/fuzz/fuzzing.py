@@ -5,6 +5,7 @@ Profiles (environment variable `VRAMLENS_FUZZ`):
   long  random, 25x the inputs, failures kept in the hypothesis example database; `VRAMLENS_FUZZ_SCALE`
         multiplies the number of inputs further.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,9 +15,17 @@ from contextlib import contextmanager
 from hypothesis import HealthCheck, settings
 
 PROFILE = os.environ.get("VRAMLENS_FUZZ", "ci")
-_COMMON = dict(deadline=None, print_blob=True,
-               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
-                                      HealthCheck.function_scoped_fixture, HealthCheck.large_base_example])
+_COMMON = dict(
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.large_base_example,
+    ],
+)
 settings.register_profile("vramlens-ci", derandomize=True, database=None, **_COMMON)
 settings.register_profile("vramlens-long", derandomize=False, **_COMMON)
 SCALE = float(os.environ.get("VRAMLENS_FUZZ_SCALE", "1")) * (25 if PROFILE == "long" else 1)

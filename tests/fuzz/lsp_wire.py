@@ -7,6 +7,7 @@ editor would never send.
         s.open(uri, text)
         s.request("textDocument/hover", {...})
 """
+
 from __future__ import annotations
 
 import collections
@@ -21,22 +22,31 @@ from pathlib import Path
 from typing import Any, Callable
 
 SERVE = [sys.executable, "-m", "vramlens", "serve", "--stdio"]
-ANSWER_TIMEOUT_S = 60.0          # an answer later than this counts as "never answered" (a hang)
+ANSWER_TIMEOUT_S = 60.0  # an answer later than this counts as "never answered" (a hang)
 
 CAPABILITIES = {
     "general": {"positionEncodings": ["utf-16"]},
-    "workspace": {"configuration": True, "workspaceEdit": {"documentChanges": True},
-                  "didChangeConfiguration": {"dynamicRegistration": True},
-                  "codeLens": {"refreshSupport": True}, "inlayHint": {"refreshSupport": True}},
+    "workspace": {
+        "configuration": True,
+        "workspaceEdit": {"documentChanges": True},
+        "didChangeConfiguration": {"dynamicRegistration": True},
+        "codeLens": {"refreshSupport": True},
+        "inlayHint": {"refreshSupport": True},
+    },
     "window": {"workDoneProgress": True},
     "textDocument": {
         "synchronization": {"didSave": True},
         "hover": {"contentFormat": ["markdown", "plaintext"]},
         "completion": {"completionItem": {"snippetSupport": False}},
-        "codeAction": {"codeActionLiteralSupport": {"codeActionKind": {"valueSet": ["quickfix", "refactor",
-                                                                                    "refactor.rewrite", "source"]}},
-                       "resolveSupport": {"properties": ["edit"]}, "disabledSupport": True},
-        "codeLens": {}, "inlayHint": {},
+        "codeAction": {
+            "codeActionLiteralSupport": {
+                "codeActionKind": {"valueSet": ["quickfix", "refactor", "refactor.rewrite", "source"]}
+            },
+            "resolveSupport": {"properties": ["edit"]},
+            "disabledSupport": True,
+        },
+        "codeLens": {},
+        "inlayHint": {},
         "publishDiagnostics": {"relatedInformation": True, "versionSupport": True},
     },
 }
@@ -49,8 +59,14 @@ class ServerError(Exception):
 class Server:
     """One `vramlens serve` process and what it has sent."""
 
-    def __init__(self, workspace: Path | None = None, settings: dict | None = None, env: dict | None = None,
-                 command: list[str] | None = None, initialization_options: dict | None = None):
+    def __init__(
+        self,
+        workspace: Path | None = None,
+        settings: dict | None = None,
+        env: dict | None = None,
+        command: list[str] | None = None,
+        initialization_options: dict | None = None,
+    ):
         self.workspace = workspace
         self.settings = settings if settings is not None else {"gpu": "A100-80GB"}
         self.initialization_options = initialization_options
@@ -69,9 +85,14 @@ class Server:
     # ---- process -----------------------------------------------------------------------------------
 
     def start(self) -> "Server":
-        self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=self.env,
-                                     cwd=str(self.workspace) if self.workspace else None)
+        self.proc = subprocess.Popen(
+            self.command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=self.env,
+            cwd=str(self.workspace) if self.workspace else None,
+        )
         threading.Thread(target=self._read, daemon=True, name="lsp-reader").start()
         threading.Thread(target=self._drain_stderr, daemon=True, name="lsp-stderr").start()
         return self
@@ -111,7 +132,7 @@ class Server:
     # ---- wire --------------------------------------------------------------------------------------
 
     def _send(self, message: dict) -> None:
-        body = json.dumps(message).encode("ascii")          # ensure_ascii: lone surrogates travel as escapes
+        body = json.dumps(message).encode("ascii")  # ensure_ascii: lone surrogates travel as escapes
         with self._write_lock:
             try:
                 self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
@@ -169,8 +190,9 @@ class Server:
         method = message["method"]
         result: Any = None
         if method == "workspace/configuration":
-            result = [self.settings if (item.get("section") == "vramlens") else None
-                      for item in message["params"]["items"]]
+            result = [
+                self.settings if (item.get("section") == "vramlens") else None for item in message["params"]["items"]
+            ]
         self._send({"jsonrpc": "2.0", "id": message["id"], "result": result})
 
     def notify(self, method: str, params: Any) -> None:
@@ -222,9 +244,13 @@ class Server:
 
     def initialize(self) -> dict:
         root = self.workspace.resolve().as_uri() if self.workspace else None
-        params = {"processId": os.getpid(), "rootUri": root, "capabilities": CAPABILITIES,
-                  "workspaceFolders": [{"uri": root, "name": "ws"}] if root else None,
-                  "initializationOptions": self.initialization_options}
+        params = {
+            "processId": os.getpid(),
+            "rootUri": root,
+            "capabilities": CAPABILITIES,
+            "workspaceFolders": [{"uri": root, "name": "ws"}] if root else None,
+            "initializationOptions": self.initialization_options,
+        }
         result = self.request("initialize", params)
         self.notify("initialized", {})
         return result
@@ -232,8 +258,9 @@ class Server:
     def open(self, uri: str, text: str, language: str = "yaml") -> None:
         self.versions[uri] = 1
         self.texts[uri] = text
-        self.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": language, "version": 1,
-                                                             "text": text}})
+        self.notify(
+            "textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": language, "version": 1, "text": text}}
+        )
 
     def change(self, uri: str, new_text: str, incremental: bool = True) -> None:
         """Send the edit that turns the current text into `new_text` (one range change, as an editor does)."""
@@ -244,8 +271,10 @@ class Server:
             change = minimal_change(old, new_text)
         else:
             change = {"text": new_text}
-        self.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": self.versions[uri]},
-                                               "contentChanges": [change]})
+        self.notify(
+            "textDocument/didChange",
+            {"textDocument": {"uri": uri, "version": self.versions[uri]}, "contentChanges": [change]},
+        )
 
     def close(self, uri: str) -> None:
         self.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
@@ -253,9 +282,15 @@ class Server:
         self.texts.pop(uri, None)
 
     def diagnostics(self, uri: str, version: int, after: int = 0, timeout: float = ANSWER_TIMEOUT_S) -> dict:
-        return self.wait_for(lambda m: m["method"] == "textDocument/publishDiagnostics"
-                             and m["params"]["uri"] == uri and m["params"].get("version") == version,
-                             timeout, after)
+        return self.wait_for(
+            lambda m: (
+                m["method"] == "textDocument/publishDiagnostics"
+                and m["params"]["uri"] == uri
+                and m["params"].get("version") == version
+            ),
+            timeout,
+            after,
+        )
 
 
 def _position(text: str, offset: int) -> dict:
@@ -283,4 +318,4 @@ def minimal_change(old: str, new: str) -> dict:
     while end < len(old) and end > 0 and old[end - 1] == "\r" and old[end] == "\n":
         end += 1
         b -= 1
-    return {"range": {"start": _position(old, a), "end": _position(old, end)}, "text": new[a:len(new) - b]}
+    return {"range": {"start": _position(old, a), "end": _position(old, end)}, "text": new[a : len(new) - b]}

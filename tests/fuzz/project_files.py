@@ -6,11 +6,11 @@ pyproject.toml, uv.lock, poetry.lock, environment.yml) and project settings (`.v
 configs, with values of the wrong type put in (a number where a list of requirements belongs, a table where a
 version does), with nesting thousands of levels deep in each way TOML and YAML nest, or random text.
 """
+
 from __future__ import annotations
 
 from hypothesis import strategies as st
-
-from seeds import ODD_VALUES, mutation, mutate
+from seeds import ODD_VALUES, mutate, mutation
 
 PIN = "transformers==4.48.1"
 SEEDS: dict[str, list[str]] = {
@@ -31,7 +31,7 @@ SEEDS: dict[str, list[str]] = {
     "uv.lock": [
         'version = 1\nrequires-python = ">=3.10"\n\n[[package]]\nname = "transformers"\nversion = "4.51.3"\n'
         'source = { registry = "https://pypi.org/simple" }\ndependencies = [\n    { name = "torch", marker = '
-        '"sys_platform == \'linux\'" },\n]\n'
+        "\"sys_platform == 'linux'\" },\n]\n"
         'wheels = [\n    { url = "https://x/t.whl", hash = "sha256:ab", size = 1 },\n]\n'
         '\n[[package]]\nname = "torch"\nversion = "2.6.0"\n',
     ],
@@ -50,9 +50,31 @@ SEEDS: dict[str, list[str]] = {
 }
 NAMES = sorted(SEEDS)
 
-TOML_VALUES = ["1", "-5", "5.0", "inf", "nan", "true", '"x"', f'"{PIN}"', "[]", "{}", "[1]", "[1, 'a', {b = 2}]",
-               "{ a = 1 }", "{ version = 3 }", "1979-05-27", "07:32:00", "1979-05-27T07:32:00Z", "[[1], [[2]]]",
-               '"""\nmulti\n"""', "'''raw'''", "0x" + "f" * 40, "9" * 400, '"' + "é" * 50 + '"']
+TOML_VALUES = [
+    "1",
+    "-5",
+    "5.0",
+    "inf",
+    "nan",
+    "true",
+    '"x"',
+    f'"{PIN}"',
+    "[]",
+    "{}",
+    "[1]",
+    "[1, 'a', {b = 2}]",
+    "{ a = 1 }",
+    "{ version = 3 }",
+    "1979-05-27",
+    "07:32:00",
+    "1979-05-27T07:32:00Z",
+    "[[1], [[2]]]",
+    '"""\nmulti\n"""',
+    "'''raw'''",
+    "0x" + "f" * 40,
+    "9" * 400,
+    '"' + "é" * 50 + '"',
+]
 DEPTHS = [65, 300, 2_000, 20_000]
 
 
@@ -66,7 +88,7 @@ def deep(kind: str, levels: int) -> str:
         return "deep" + ".a" * levels + " = 1"
     if kind == "table header":
         return "[deep" + ".a" * levels + "]"
-    return "deep: " + "[" * levels + "]" * levels                       # YAML flow (environment.yml)
+    return "deep: " + "[" * levels + "]" * levels  # YAML flow (environment.yml)
 
 
 def _wrong_type(text: str, where: float, value: str) -> str:

@@ -1,20 +1,19 @@
 """The whole pipeline and the rules (`analysis.analyze`) on broken real configs, and on configs beside broken pin
 files and project settings: no internal error, every finding inside the document, and every offered fix applies
 as text."""
+
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from bounds import Doc, spans
 from fuzzing import count, fuzz_settings, hang_guard
+from hypothesis import given
+from hypothesis import strategies as st
 from project_files import project_files
 from seeds import documents
-
 from vramlens.analysis import Settings, analyze
 from vramlens.formats import parse_document
 from vramlens.settings import merge
@@ -53,7 +52,7 @@ def check(text: str, path: str, analysis) -> None:
                     assert doc.span_problem(span) is None, (fix.title, span, doc.span_problem(span))
             fixed = apply_edits(text, [e for e in fix.edits if e.span.file in ("", path)])
             assert isinstance(fixed, str)
-            parse_document(fixed, path)            # the fixed text is still something the parsers take
+            parse_document(fixed, path)  # the fixed text is still something the parsers take
 
 
 @fuzz_settings(3500)
@@ -61,7 +60,7 @@ def check(text: str, path: str, analysis) -> None:
 def test_analyze_mutated_configs(workspace: Path, doc, settings: Settings):
     name, text = doc
     path = str(workspace / name)
-    settings = settings.model_copy(update={"workspace": workspace})      # Settings are immutable
+    settings = settings.model_copy(update={"workspace": workspace})  # Settings are immutable
     with hang_guard(name):
         analysis = analyze(text, path, settings)
         check(text, path, analysis)
@@ -75,7 +74,7 @@ def test_analyze_beside_broken_pin_and_project_files(files, doc):
     beside a config: read as the editor and the command line read them, then the config analysed."""
     name, text = doc
     with tempfile.TemporaryDirectory() as folder, hang_guard(name):
-        ws = Path(folder)             # a new folder each time: nothing read before is cached for it
+        ws = Path(folder)  # a new folder each time: nothing read before is cached for it
         for file, content in files:
             (ws / file).write_bytes(content.encode("utf-8", "surrogatepass"))
         path = str(ws / name)

@@ -1,16 +1,15 @@
 """Parsers on broken real configs: no exception, no hang, every span inside the document it names."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from bounds import Doc, spans
 from fuzzing import count, fuzz_settings, hang_guard
+from hypothesis import given
+from hypothesis import strategies as st
 from seeds import documents, multi_documents, override_commands, seeds
-
 from vramlens.formats import parse_document
 from vramlens.formats.yaml_doc import MAX_DOCUMENTS_CHARS, MAX_YAML_DOCUMENTS, split_documents
 
@@ -35,7 +34,7 @@ def check_plan(text: str, path: str, result) -> None:
         things.append(result.plan)
     for span in spans(things):
         if span.file not in ("", path):
-            continue              # points into a referenced file
+            continue  # points into a referenced file
         problem = doc.span_problem(span)
         assert problem is None, f"{span}: {problem}"
 
@@ -85,7 +84,7 @@ def test_yaml_and_json_values_on_a_command_line_parse(workspace: Path, doc):
     issues = list(result.issues) + (list(result.plan.issues) if result.plan is not None else [])
     for issue in issues:
         if " is not read: " in issue.message:
-            assert issue.message.startswith("`"), issue.message        # names the setting
+            assert issue.message.startswith("`"), issue.message  # names the setting
     count("parse command-line values")
 
 
@@ -104,7 +103,7 @@ def test_multi_document_files_split_within_the_budgets_and_parse(workspace: Path
         assert len(docs.views) == 1 or sum(len(v) for v in docs.views) <= MAX_DOCUMENTS_CHARS
         lines = text.split("\n")
         for view in docs.views:
-            assert view.count("\n") == len(lines) - 1                    # every line where it is in the file
+            assert view.count("\n") == len(lines) - 1  # every line where it is in the file
             check_plan(view, path, parse_document(view, path, workspace=workspace))
         if docs.skipped:
             span = docs.skipped_span

@@ -1,16 +1,16 @@
 """The running server (`vramlens serve` over stdio) on broken real configs typed as edits: every request is
 answered, the server stays up, every diagnostic, inlay hint, lens, completion and edit range lies inside
 the document the server had, and every offered edit applies."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from bounds import Doc, apply_lsp_edits
 from fuzzing import count, fuzz_settings
+from hypothesis import given
+from hypothesis import strategies as st
 from lsp_wire import Server, ServerError
 from seeds import documents, edit_script, mutation, seeds
 
@@ -57,8 +57,10 @@ def session(s: Server, name: str, texts: list[str], probes: list[tuple[float, fl
         length = doc.line_len(min(line, len(doc.lines) - 1), utf16=True)
         return {"line": line, "character": int(p[1] * (length + 2))}
 
-    whole = {"start": {"line": 0, "character": 0},
-             "end": {"line": len(doc.lines) - 1, "character": doc.line_len(len(doc.lines) - 1, utf16=True)}}
+    whole = {
+        "start": {"line": 0, "character": 0},
+        "end": {"line": len(doc.lines) - 1, "character": doc.line_len(len(doc.lines) - 1, utf16=True)},
+    }
     ids = {}
     for k, p in enumerate(probes):
         ids[("hover", k)] = s.send("textDocument/hover", {"textDocument": {"uri": uri}, "position": pos(p)})
@@ -71,11 +73,14 @@ def session(s: Server, name: str, texts: list[str], probes: list[tuple[float, fl
         for rel in d.get("relatedInformation") or []:
             if rel["location"]["uri"] == uri:
                 _check_range(doc, rel["location"]["range"], "related information")
-    ids["actions"] = s.send("textDocument/codeAction", {"textDocument": {"uri": uri}, "range": whole,
-                                                        "context": {"diagnostics": diags}})
+    ids["actions"] = s.send(
+        "textDocument/codeAction", {"textDocument": {"uri": uri}, "range": whole, "context": {"diagnostics": diags}}
+    )
     if diags:
-        ids["actions-at"] = s.send("textDocument/codeAction", {"textDocument": {"uri": uri}, "range": diags[0]["range"],
-                                                               "context": {"diagnostics": diags[:1]}})
+        ids["actions-at"] = s.send(
+            "textDocument/codeAction",
+            {"textDocument": {"uri": uri}, "range": diags[0]["range"], "context": {"diagnostics": diags[:1]}},
+        )
 
     answers = {key: s.wait(rid) for key, rid in ids.items()}
     errors = {key: a["error"] for key, a in answers.items() if "error" in a}
@@ -102,7 +107,7 @@ def session(s: Server, name: str, texts: list[str], probes: list[tuple[float, fl
                 edits = _edits_for(uri, action.get("edit"))
                 for e in edits:
                     _check_range(doc, e["range"], f"action {action['title']!r}")
-                apply_lsp_edits(text, edits)             # raises on overlap or a range outside
+                apply_lsp_edits(text, edits)  # raises on overlap or a range outside
     s.close(uri)
     assert s.alive
 

@@ -1,5 +1,6 @@
 """Parameter counts by construction: the bundled inventories (scripts/dump_model_inventories.py), scaled by a
 config.json, equal what transformers' own classes build from it on the meta device."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -10,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from vramlens.knowledge import inventory
 from vramlens.knowledge.models import arch_from_hf_config, param_count
 
@@ -26,10 +26,13 @@ def dump():
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("torch")
     if transformers.__version__ != inventory.version():
-        pytest.skip(f"inventories are of transformers {inventory.version()}, {transformers.__version__} is "
-                    f"installed: run scripts/dump_model_inventories.py --again")
-    spec = importlib.util.spec_from_file_location("dump_model_inventories",
-                                                  ROOT / "scripts" / "dump_model_inventories.py")
+        pytest.skip(
+            f"inventories are of transformers {inventory.version()}, {transformers.__version__} is "
+            f"installed: run scripts/dump_model_inventories.py --again"
+        )
+    spec = importlib.util.spec_from_file_location(
+        "dump_model_inventories", ROOT / "scripts" / "dump_model_inventories.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -37,6 +40,7 @@ def dump():
 
 def _meta_build(dump, model_type: str, config: dict):
     from transformers import AutoConfig
+
     config_cls = type(AutoConfig.for_model(model_type))
     cfg, model = dump.build(config_cls, config)
     kinds = {k[1]: v for k, v in dump.measure(model, cfg)[0].items() if k[0] == "k" and k[1] != "other"}
@@ -47,6 +51,7 @@ def _variant(dump, model_type: str) -> list[dict]:
     """Tiny configs of the model_type other than the one its inventory was measured on: sizes doubled in turn, the
     layer count raised to an odd number (layer lists follow it); the plain tiny config last."""
     from transformers import AutoConfig
+
     defaults = AutoConfig.for_model(model_type).to_dict()
     base = {**dump.tiny(defaults), **dump.OVERRIDES.get(model_type, {})}
     inv = inventory._data()["models"][model_type]
@@ -82,7 +87,7 @@ def test_every_model_type_counts_as_transformers_builds_it(dump):
                 try:
                     cfg, expected, kinds = _meta_build(dump, model_type, config)
                 except Exception:
-                    continue                 # this variant does not build: the next one
+                    continue  # this variant does not build: the next one
                 break
             else:
                 continue
@@ -98,7 +103,7 @@ def test_every_model_type_counts_as_transformers_builds_it(dump):
     assert built >= 0.9 * len(models)
     assert {w.split(":")[0] for w in wrong} <= NOT_YET_EXACT, "\n".join(wrong)
     assert not kinds_wrong, "\n".join(kinds_wrong)
-    assert len(set(approximate)) <= 0.25 * built, sorted(set(approximate))   # labelled approximate, never wrong
+    assert len(set(approximate)) <= 0.25 * built, sorted(set(approximate))  # labelled approximate, never wrong
 
 
 @pytest.mark.parametrize("path", REAL, ids=[p.stem for p in REAL])
@@ -108,6 +113,7 @@ def test_real_configs_count_as_transformers_builds_them(dump, path):
     config = json.loads(path.read_text())
     model_type = config["model_type"]
     from transformers import AutoConfig
+
     with dump.quiet_and_quick():
         cfg = AutoConfig.for_model(model_type, **{k: v for k, v in config.items() if k != "model_type"})
         _, expected, kinds = _meta_build(dump, model_type, cfg.to_dict())
@@ -117,7 +123,7 @@ def test_real_configs_count_as_transformers_builds_them(dump, path):
     assert "not scaled exactly" not in arch.approximate
 
 
-EXPECTED = {   # parameters, layer kinds: transformers 5.24 meta builds of tests/knowledge/configs
+EXPECTED = {  # parameters, layer kinds: transformers 5.24 meta builds of tests/knowledge/configs
     "state-spaces--mamba-2.8b-hf": (2_768_345_600, {"state space": 64}),
     "tiiuae--Falcon-H1-1.5B-Base": (1_554_789_760, {"attention": 24, "state space": 24, "dense mlp": 24}),
     "Qwen--Qwen3-Coder-Next": (79_674_391_296, {"attention": 12, "linear attention": 36, "moe fused": 48}),
@@ -136,7 +142,7 @@ def test_real_configs_without_transformers(name):
     total, kinds = EXPECTED[name]
     assert param_count(arch) == total
     assert {k: v for k, v in arch.layer_kinds} == kinds
-    modelled = {"state space"} if arch.ssm_inner else set()     # Mamba mixers: sized as mamba_ssm's kernels
+    modelled = {"state space"} if arch.ssm_inner else set()  # Mamba mixers: sized as mamba_ssm's kernels
     other = [k for k in kinds if k in inventory.NOT_ATTENTION and k not in modelled]
     for kind in other:
         assert f"{kinds[kind]} {kind}" in arch.approximate
@@ -150,8 +156,16 @@ def test_config_json_that_leaves_derived_sizes_out():
     """A config.json that leaves out what the config class computes (Mamba's intermediate_size = expand · hidden,
     time_step_rank = hidden / 16): the class's own derivation, not the default model's value. The generic reading
     this replaces counted mamba-2.8b as 6.84 B."""
-    config = {"model_type": "mamba", "hidden_size": 2560, "num_hidden_layers": 64, "vocab_size": 50280,
-              "state_size": 16, "expand": 2, "conv_kernel": 4, "tie_word_embeddings": True}
+    config = {
+        "model_type": "mamba",
+        "hidden_size": 2560,
+        "num_hidden_layers": 64,
+        "vocab_size": 50280,
+        "state_size": 16,
+        "expand": 2,
+        "conv_kernel": 4,
+        "tie_word_embeddings": True,
+    }
     assert param_count(arch_from_hf_config(config, "state-spaces/mamba-2.8b-hf")) == 2_768_345_600
     wider = {**config, "expand": 4}
     assert param_count(arch_from_hf_config(wider, "x")) > 2 * 2_768_345_600 * 0.9
@@ -162,20 +176,33 @@ def test_remote_code_is_never_built_and_says_so(model_type):
     """`auto_map` (trust_remote_code) models that transformers does not ship: sized from the config, approximate,
     with the reason (Qwen-1, whose layers are written from its modeling file: tests/knowledge/
     test_remote_code_models.py)."""
-    config = {"model_type": model_type, "auto_map": {"AutoModelForCausalLM": "modeling_x.XForCausalLM"},
-              "hidden_size": 2048, "num_attention_heads": 16, "num_hidden_layers": 24, "vocab_size": 64000,
-              "intermediate_size": 5504}
+    config = {
+        "model_type": model_type,
+        "auto_map": {"AutoModelForCausalLM": "modeling_x.XForCausalLM"},
+        "hidden_size": 2048,
+        "num_attention_heads": 16,
+        "num_hidden_layers": 24,
+        "vocab_size": 64000,
+        "intermediate_size": 5504,
+    }
     arch = arch_from_hf_config(config, f"org/{model_type}")
     assert arch.approximate.startswith("remote code: not built")
     assert arch.params_total == 0
 
 
 def test_the_server_reads_inventories_without_torch_or_transformers():
-    code = ("import json, sys; from vramlens.knowledge.models import arch_from_hf_config, param_count; "
-            "c = json.load(open(sys.argv[1])); a = arch_from_hf_config(c, 'm'); print(param_count(a)); "
-            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code, str(CONFIGS / "openai--gpt-oss-20b.json")],
-                         capture_output=True, text=True, timeout=120, check=True).stdout.split("\n")
+    code = (
+        "import json, sys; from vramlens.knowledge.models import arch_from_hf_config, param_count; "
+        "c = json.load(open(sys.argv[1])); a = arch_from_hf_config(c, 'm'); print(param_count(a)); "
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(CONFIGS / "openai--gpt-oss-20b.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.split("\n")
     assert out[0] == "20914757184" and out[1] == "[]"
 
 
@@ -188,6 +215,7 @@ def test_trace_interpreter_builds_the_exact_inventory_once(dump, tmp_path, monke
     """Where transformers is importable: the real config built on the meta device, cached by config hash and
     transformers version under the user's cache folder; the second request builds nothing."""
     from vramlens.trace import inventory as exact_inventory
+
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     config = json.loads((CONFIGS / "LiquidAI--LFM2-1.2B.json").read_text())
     with dump.quiet_and_quick():
@@ -198,9 +226,10 @@ def test_trace_interpreter_builds_the_exact_inventory_once(dump, tmp_path, monke
 
     def no_second_build(config):
         raise AssertionError("built again")
+
     monkeypatch.setattr(exact_inventory, "_build", no_second_build)
     assert exact_inventory.exact(config) == first
-    with pytest.raises(AssertionError):      # another config is another entry
+    with pytest.raises(AssertionError):  # another config is another entry
         exact_inventory.exact({**config, "num_hidden_layers": 8, "layer_types": config["layer_types"][:8]})
 
 
@@ -211,11 +240,17 @@ def test_cli_counts_a_state_space_model_as_built_and_says_what_is_approximate(na
     still sized as attention."""
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text((CONFIGS / f"{name}.json").read_text())
-    (tmp_path / "train.yaml").write_text("model_name_or_path: ./model\nmax_length: 1024\nbf16: true\n"
-                                         "per_device_train_batch_size: 1\n")
-    out = subprocess.run([sys.executable, "-m", "vramlens", "estimate", "train.yaml", "--format", "json", "--gpu",
-                          "H100"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "VRAMLENS_CALIBRATION": "off"})
+    (tmp_path / "train.yaml").write_text(
+        "model_name_or_path: ./model\nmax_length: 1024\nbf16: true\nper_device_train_batch_size: 1\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "vramlens", "estimate", "train.yaml", "--format", "json", "--gpu", "H100"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "VRAMLENS_CALIBRATION": "off"},
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     total, kinds = EXPECTED[name]

@@ -2,6 +2,7 @@
 second and a flood as fast as the pipe takes them. It stays up, answers every request, ends with diagnostics
 for every document's last version, never publishes an older version after a newer one, and its memory
 stays flat. Latencies are printed by the benchmark, not asserted here."""
+
 from __future__ import annotations
 
 import sys
@@ -41,16 +42,17 @@ def test_a_flood_of_edits_is_coalesced_and_the_last_version_wins(tmp_path):
         rss_before = s.rss_mib()
         mark = len(s.notifications)
         plans = {uri: load_test._edit_texts(s.texts[uri], 100) for uri in uris}
-        for k in range(100):                         # 2,000 edits with no pause, documents interleaved
+        for k in range(100):  # 2,000 edits with no pause, documents interleaved
             for uri in uris:
                 s.change(uri, plans[uri][k])
-        hover = s.request("textDocument/hover", {"textDocument": {"uri": uris[0]},
-                                                 "position": {"line": 0, "character": 1}})
+        hover = s.request(
+            "textDocument/hover", {"textDocument": {"uri": uris[0]}, "position": {"line": 0, "character": 1}}
+        )
         assert hover is None or "contents" in hover
         for uri in uris:
             s.diagnostics(uri, s.versions[uri], after=mark)
         published = [m for _, m in s.notifications[mark:] if m["method"] == "textDocument/publishDiagnostics"]
-        assert len(published) < 2000                 # superseded versions were cancelled, not queued
+        assert len(published) < 2000  # superseded versions were cancelled, not queued
         newest: dict[str, int] = {}
         for m in published:
             v = m["params"]["version"]

@@ -1,5 +1,6 @@
 """An open document's `lines` (vramlens.lsp.documents replaces pygls' tuple of `str.splitlines(True)`) behave as the
 sequence of lines they stand for: `index`, `count`, `in`, slices and reversal as on a tuple of the same lines."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,8 +10,8 @@ from vramlens.text import LineIndex
 
 TEXTS = [
     "model: a\nlr: 1\nmodel: a\n",
-    "a\r\nb\rc\nb\r",                 # every line break editors know, a line repeated
-    "x\fy\n\n\nz",                    # a form feed is not a line break for LSP; blank lines; no final break
+    "a\r\nb\rc\nb\r",  # every line break editors know, a line repeated
+    "x\fy\n\n\nz",  # a form feed is not a line break for LSP; blank lines; no final break
     "only",
     "",
 ]
@@ -20,12 +21,12 @@ def _editor_lines(text: str) -> tuple[str, ...]:
     """The lines with their breaks as an editor (LSP) splits them: at \\n, \\r\\n and \\r only."""
     out, start, i = [], 0, 0
     while i < len(text):
-        if text[i] == "\r" and text[i + 1:i + 2] == "\n":
-            out.append(text[start:i + 2])
+        if text[i] == "\r" and text[i + 1 : i + 2] == "\n":
+            out.append(text[start : i + 2])
             start = i = i + 2
             continue
         if text[i] in "\r\n":
-            out.append(text[start:i + 1])
+            out.append(text[start : i + 1])
             start = i + 1
         i += 1
     if start < len(text):

@@ -2,6 +2,7 @@
 an assumption named as such (a file name in a comment names none), the defaults carry the objective's own config
 class, a plain Trainer script's sequence length is an assumption, bf16 on a GPU without it is emulated, and a
 GPU's usable memory reads as the CLI's."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,12 @@ LABELS = FIXTURES / "labels"
 
 
 def cli_json(path, *flags: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "vramlens", "estimate", str(path), "--format", "json", *flags],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "vramlens", "estimate", str(path), "--format", "json", *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode in (0, 1), out.stderr
     return json.loads(out.stdout)
 

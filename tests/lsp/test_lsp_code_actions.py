@@ -1,5 +1,6 @@
 """Code actions in a real session, as VS Code and Neovim ask for them: one action per distinct change, each title
 saying what it does, each action saying whether it is a safe or an unsafe fix."""
+
 from __future__ import annotations
 
 import json
@@ -7,9 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
-from lsprotocol import types
-
 from lsp_editor import Editor, edits_of
+from lsprotocol import types
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -32,9 +32,15 @@ output_dir: out
 def _change(action: types.CodeAction) -> str:
     """What an action does to the files, independent of its title."""
     edits = edits_of(action.edit) if action.edit is not None else {}
-    return json.dumps({uri: sorted((e.range.start.line, e.range.start.character, e.range.end.line,
-                                    e.range.end.character, e.new_text) for e in es)
-                       for uri, es in sorted(edits.items())})
+    return json.dumps(
+        {
+            uri: sorted(
+                (e.range.start.line, e.range.start.character, e.range.end.line, e.range.end.character, e.new_text)
+                for e in es
+            )
+            for uri, es in sorted(edits.items())
+        }
+    )
 
 
 async def _all_actions(editor: Editor, tmp_path: Path) -> tuple[str, list[types.CodeAction]]:
@@ -63,7 +69,7 @@ async def test_one_action_per_distinct_change_with_a_title_that_says_it(editor: 
     # the safe "make it fit" here is the micro-batch trade: its title names the old and new values, and it does that
     fit = next(a for a in fits if a.data["applicability"] == "safe")
     trade = re.search(r"micro-batch from 16 to (\d+) and raise gradient accumulation from 1 to (\d+)", fit.title)
-    assert trade and int(trade[1]) < 16 and int(trade[1]) * int(trade[2]) == 16, fit.title   # same global batch
+    assert trade and int(trade[1]) < 16 and int(trade[1]) * int(trade[2]) == 16, fit.title  # same global batch
     original = editor.texts[uri]
     editor.apply(fit.edit)
     text = editor.texts[uri]
@@ -82,7 +88,7 @@ async def test_each_action_says_whether_it_is_a_safe_or_an_unsafe_fix(editor: Ed
     # one fix switches every bf16 setting of the file (weights and AMP) to fp16
     assert by_title["Use fp16 throughout: fp16 mixed precision, fp16 weights"].data["applicability"] == "unsafe"
     fits = [a for a in actions if "Make it fit" in a.title]
-    assert [a.data["applicability"] for a in fits] == ["safe"], [a.title for a in fits]     # the trade alone
+    assert [a.data["applicability"] for a in fits] == ["safe"], [a.title for a in fits]  # the trade alone
     # only a safe "make it fit" is a fix-all source action (which editors may apply on save)
     unsafe_fix_all = [a for a in actions if a.kind == "source.fixAll.vramlens" and a.data["applicability"] != "safe"]
     assert not unsafe_fix_all

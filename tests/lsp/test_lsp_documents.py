@@ -1,5 +1,6 @@
 """Every supported format, opened in one long-lived session per client: diagnostics and an estimate,
 never an internal error."""
+
 from __future__ import annotations
 
 import re
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 def _documents() -> list[Path]:
     """Every example, two configs of each corpus family, every Python/shell/Markdown fixture."""
     files = sorted(p for p in EXAMPLES.iterdir() if p.is_file())
-    families = CORPUS.iterdir() if CORPUS.is_dir() else ()      # a plain clone has no ../shared
+    families = CORPUS.iterdir() if CORPUS.is_dir() else ()  # a plain clone has no ../shared
     for family in sorted(p for p in families if p.is_dir()):
         files += sorted(p for p in family.iterdir() if p.suffix in (".yaml", ".yml", ".json"))[:2]
     if FIXTURES.is_dir():
@@ -33,7 +34,7 @@ async def test_every_format_gets_diagnostics_and_an_estimate(editor: Editor, pat
     uri = editor.open(path)
     diagnostics = await editor.diagnostics(uri)
     assert all(d.source == "vramlens" and re.fullmatch(r"VL\d{3}", str(d.code)) for d in diagnostics)
-    for d in diagnostics:                    # the rule's page, which the editor opens from the code
+    for d in diagnostics:  # the rule's page, which the editor opens from the code
         page = Path(url2pathname(urlparse(d.code_description.href).path))
         assert page.is_file() and page.name == f"{d.code}.md", d.code_description.href
     assert not any("internal error" in d.message for d in diagnostics), [d.message for d in diagnostics]

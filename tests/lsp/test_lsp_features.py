@@ -1,4 +1,5 @@
 """The language server's features end to end, as VS Code and as Neovim would drive it."""
+
 from __future__ import annotations
 
 import asyncio
@@ -30,7 +31,7 @@ async def test_oom_example_is_an_error_with_the_breakdown(editor: Editor):
     assert oom[0].severity == types.DiagnosticSeverity.Error
     assert "A100-40GB" in oom[0].message
     related = oom[0].related_information or []
-    assert related and all("GiB" in r.message for r in related)       # the breakdown
+    assert related and all("GiB" in r.message for r in related)  # the breakdown
     assert all(r.location.uri == uri for r in related)
     est = await editor.estimate(uri)
     assert est["gpu"]["name"] == "A100-40GB" and not est["fits"]
@@ -56,10 +57,17 @@ async def test_make_it_fit_produces_a_config_that_fits(editor: Editor):
 
 
 FIXTURES = EXAMPLES.parent / "tests" / "fixtures"
-FIX_DOCUMENTS = [OOM_EXAMPLE, EXAMPLES / "llama3-8b-qlora-a10g.yaml", EXAMPLES / "launch_full_ft.sh",
-                 EXAMPLES / "sft_lora.py", EXAMPLES / "mistral-7b-lora-zero2.yaml",
-                 EXAMPLES / "qwen2.5-7b-lora-torchtune.yaml", FIXTURES / "python" / "hf_trainer_full.py",
-                 FIXTURES / "shell" / "torchrun_hf.sh", FIXTURES / "shell" / "axolotl_train.sh"]
+FIX_DOCUMENTS = [
+    OOM_EXAMPLE,
+    EXAMPLES / "llama3-8b-qlora-a10g.yaml",
+    EXAMPLES / "launch_full_ft.sh",
+    EXAMPLES / "sft_lora.py",
+    EXAMPLES / "mistral-7b-lora-zero2.yaml",
+    EXAMPLES / "qwen2.5-7b-lora-torchtune.yaml",
+    FIXTURES / "python" / "hf_trainer_full.py",
+    FIXTURES / "shell" / "torchrun_hf.sh",
+    FIXTURES / "shell" / "axolotl_train.sh",
+]
 
 
 @pytest.mark.parametrize("path", [p for p in FIX_DOCUMENTS if p.exists()], ids=lambda p: p.name)
@@ -130,23 +138,27 @@ async def test_hover_on_model_shows_the_budget(editor: Editor):
 async def test_hover_outside_settings_is_empty(editor: Editor):
     uri = editor.open(OOM_EXAMPLE)
     await editor.diagnostics(uri)
-    assert await editor.hover(uri, 0, 2) is None          # the leading comment
+    assert await editor.hover(uri, 0, 2) is None  # the leading comment
 
 
 async def test_code_lens_and_inlay_hints_show_the_peak(editor: Editor):
     uri = editor.open(OOM_EXAMPLE)
     est = await editor.estimate(uri)
-    lenses = await editor.client.text_document_code_lens_async(types.CodeLensParams(
-        text_document=types.TextDocumentIdentifier(uri=uri)))
+    lenses = await editor.client.text_document_code_lens_async(
+        types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
     assert len(lenses) == 1
     title = lenses[0].command.title
     assert f"peak {est['peak']['device_gib']:.1f} / " in title and "A100-40GB" in title
     model_line = editor.position_of(uri, "model_name_or_path").line
     assert lenses[0].range.start.line == model_line
     lines = editor.texts[uri].splitlines()
-    hints = await editor.client.text_document_inlay_hint_async(types.InlayHintParams(
-        text_document=types.TextDocumentIdentifier(uri=uri),
-        range=types.Range(start=types.Position(0, 0), end=types.Position(len(lines), 0))))
+    hints = await editor.client.text_document_inlay_hint_async(
+        types.InlayHintParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=types.Range(start=types.Position(0, 0), end=types.Position(len(lines), 0)),
+        )
+    )
     by_line = {h.position.line: h for h in hints}
     optim_line = editor.position_of(uri, "optim:").line
     assert "optimizer state" in by_line[optim_line].label and "GiB" in by_line[optim_line].label
@@ -155,17 +167,23 @@ async def test_code_lens_and_inlay_hints_show_the_peak(editor: Editor):
 
 async def test_positions_follow_the_negotiated_encoding(editor: Editor):
     """Non-ASCII before a memory setting on the same line: ranges count the client's code units."""
-    text = ('# vramlens: gpu=A100-40GB\nmodel_name_or_path: meta-llama/Meta-Llama-3-8B\n'
-            'per_device_train_batch_size: 4  # 😀 größer\noptim: adamw_torch\nbf16: true\n')
+    text = (
+        "# vramlens: gpu=A100-40GB\nmodel_name_or_path: meta-llama/Meta-Llama-3-8B\n"
+        "per_device_train_batch_size: 4  # 😀 größer\noptim: adamw_torch\nbf16: true\n"
+    )
     uri = editor.open(EXAMPLES / "unicode-probe.yaml", text)
     await editor.estimate(uri)
-    hints = await editor.client.text_document_inlay_hint_async(types.InlayHintParams(
-        text_document=types.TextDocumentIdentifier(uri=uri),
-        range=types.Range(start=types.Position(0, 0), end=types.Position(10, 0))))
+    hints = await editor.client.text_document_inlay_hint_async(
+        types.InlayHintParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=types.Range(start=types.Position(0, 0), end=types.Position(10, 0)),
+        )
+    )
     line = "per_device_train_batch_size: 4  # 😀 größer"
     hint = next(h for h in hints if h.position.line == 2)
     expected = {"utf-8": len(line.encode("utf-8")), "utf-32": len(line)}.get(
-        editor.encoding, len(line.encode("utf-16-le")) // 2)
+        editor.encoding, len(line.encode("utf-16-le")) // 2
+    )
     assert hint.position.character == expected
 
 
@@ -178,29 +196,45 @@ async def test_diagnostics_follow_edits_and_close(editor: Editor):
         end = types.Position(pos.line, pos.character + 1)
         editor.change(uri, [types.TextEdit(range=types.Range(start=pos, end=end), new_text=value)])
     pos = editor.position_of(uri, "gradient_checkpointing: false", len("gradient_checkpointing: "))
-    editor.change(uri, [types.TextEdit(range=types.Range(start=pos, end=types.Position(pos.line, pos.character + 5)),
-                                       new_text="true")])
+    editor.change(
+        uri,
+        [
+            types.TextEdit(
+                range=types.Range(start=pos, end=types.Position(pos.line, pos.character + 5)), new_text="true"
+            )
+        ],
+    )
     est = await editor.estimate(uri)
     diagnostics = await editor.diagnostics(uri)
     assert ("VL001" in {d.code for d in diagnostics}) == (not est["fits"])
     if not editor.pulls:
         versions = [p.version for p in editor.client.published if p.uri == uri and p.version is not None]
         assert versions == sorted(versions), "diagnostics of an older version arrived after a newer one"
-        editor.client.text_document_did_close(types.DidCloseTextDocumentParams(
-            text_document=types.TextDocumentIdentifier(uri=uri)))
-        await editor._until(lambda: True if editor.client.diagnostics.get(uri) == () or
-                            editor.client.diagnostics.get(uri) == [] else None, "cleared diagnostics")
+        editor.client.text_document_did_close(
+            types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+        )
+        await editor._until(
+            lambda: (
+                True if editor.client.diagnostics.get(uri) == () or editor.client.diagnostics.get(uri) == [] else None
+            ),
+            "cleared diagnostics",
+        )
 
 
 async def test_completion_of_values_and_gpu_names(editor: Editor):
-    text = "# vramlens: gpu=A10\nmodel_name_or_path: meta-llama/Meta-Llama-3-8B\noptim: adamw\n" \
-           "attn_implementation: \nper_device_train_batch_size: 1\n"
+    text = (
+        "# vramlens: gpu=A10\nmodel_name_or_path: meta-llama/Meta-Llama-3-8B\noptim: adamw\n"
+        "attn_implementation: \nper_device_train_batch_size: 1\n"
+    )
     uri = editor.open(EXAMPLES / "completion-probe.yaml", text)
     await editor.diagnostics(uri)
 
     async def labels(line: int, character: int) -> list[str]:
-        result = await editor.client.text_document_completion_async(types.CompletionParams(
-            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line, character)))
+        result = await editor.client.text_document_completion_async(
+            types.CompletionParams(
+                text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line, character)
+            )
+        )
         items = result.items if isinstance(result, types.CompletionList) else (result or [])
         return [i.label for i in items]
 
@@ -212,27 +246,32 @@ async def test_completion_of_values_and_gpu_names(editor: Editor):
 
 
 async def test_commands(editor: Editor):
-    gpus = await editor.client.workspace_execute_command_async(types.ExecuteCommandParams(
-        command="vramlens.listGpus", arguments=[]))
+    gpus = await editor.client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="vramlens.listGpus", arguments=[])
+    )
     names = {g["name"] for g in gpus}
     assert {"A100-40GB", "A100-80GB", "H100-SXM", "RTX 4090"} <= names
     uri = editor.open(OOM_EXAMPLE)
     await editor.diagnostics(uri)
     if not TRACE:
         with pytest.raises(Exception, match="trace support not installed"):
-            await editor.client.workspace_execute_command_async(types.ExecuteCommandParams(
-                command="vramlens.runTrace", arguments=[uri]))
+            await editor.client.workspace_execute_command_async(
+                types.ExecuteCommandParams(command="vramlens.runTrace", arguments=[uri])
+            )
 
 
 async def test_bad_input_never_breaks_the_server(editor: Editor):
     uris = []
-    for name, text in [("empty.yaml", ""), ("tabs.yaml", "model:\n\t- [unclosed\n"),
-                       ("binary.yaml", "\x00\x01\x02 model: ]]]"), ("huge.yaml", "per_device_train_batch_size: 1e400\n"
-                                                                     "model_name_or_path: meta-llama/Meta-Llama-3-8B\n"),
-                       ("alias-bomb.yaml", "a: &a [x, x]\nb: &b [*a, *a]\nc: &c [*b, *b]\nd: [*c, *c]\n"),
-                       ("unknown-model.yaml", "model_name_or_path: no/such-model\nper_device_train_batch_size: 4\n"),
-                       ("weird.py", "TrainingArguments(per_device_train_batch_size=lambda: 1, optim=)\n"),
-                       ("weird.sh", "torchrun --per_device_train_batch_size '\n")]:
+    for name, text in [
+        ("empty.yaml", ""),
+        ("tabs.yaml", "model:\n\t- [unclosed\n"),
+        ("binary.yaml", "\x00\x01\x02 model: ]]]"),
+        ("huge.yaml", "per_device_train_batch_size: 1e400\nmodel_name_or_path: meta-llama/Meta-Llama-3-8B\n"),
+        ("alias-bomb.yaml", "a: &a [x, x]\nb: &b [*a, *a]\nc: &c [*b, *b]\nd: [*c, *c]\n"),
+        ("unknown-model.yaml", "model_name_or_path: no/such-model\nper_device_train_batch_size: 4\n"),
+        ("weird.py", "TrainingArguments(per_device_train_batch_size=lambda: 1, optim=)\n"),
+        ("weird.sh", "torchrun --per_device_train_batch_size '\n"),
+    ]:
         uri = editor.open(EXAMPLES / name, text)
         uris.append(uri)
         await editor.diagnostics(uri)
@@ -240,8 +279,9 @@ async def test_bad_input_never_breaks_the_server(editor: Editor):
             for col in (0, 5, 200):
                 await editor.hover(uri, line, col)
         await editor.code_actions(uri, [])
-        await editor.client.text_document_completion_async(types.CompletionParams(
-            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(1, 3)))
+        await editor.client.text_document_completion_async(
+            types.CompletionParams(text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(1, 3))
+        )
     # requests for documents that were never opened
     ghost = (EXAMPLES / "never-opened.yaml").as_uri()
     assert await editor.hover(ghost, 0, 0) is None
@@ -254,8 +294,6 @@ def _pos(p: types.Position) -> tuple[int, int]:
     return p.line, p.character
 
 
-
-
 TRACE = importlib.util.find_spec("torch") is not None and importlib.util.find_spec("vramlens.trace.client") is not None
 
 
@@ -266,24 +304,28 @@ async def test_exact_trace_with_progress_cancel_and_results_in_views(editor: Edi
     before = await editor.estimate(uri)
     assert before["exact_gib"] is None
     client = editor.client
-    run = asyncio.ensure_future(client.workspace_execute_command_async(types.ExecuteCommandParams(
-        command="vramlens.runTrace", arguments=[uri])))
+    run = asyncio.ensure_future(
+        client.workspace_execute_command_async(types.ExecuteCommandParams(command="vramlens.runTrace", arguments=[uri]))
+    )
     token = await editor._until(lambda: next(iter(client.progress_reports), None), "trace progress")
     client.window_work_done_progress_cancel(types.WorkDoneProgressCancelParams(token=token))
     with pytest.raises(Exception, match="cancel"):
         await run
     assert type(client.progress_reports[token][-1]).__name__ == "WorkDoneProgressEnd"
 
-    result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
-        command="vramlens.runTrace", arguments=[uri]))
+    result = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="vramlens.runTrace", arguments=[uri])
+    )
     exact = result["exact_gib"]
     assert exact > 0 and "exact trace" in result["message"]
-    updated = await editor._until(lambda: next((e for e in reversed(client.estimates)
-                                                if e["uri"] == uri and e["exact_gib"] is not None), None),
-                                  "estimate with the exact figure")
+    updated = await editor._until(
+        lambda: next((e for e in reversed(client.estimates) if e["uri"] == uri and e["exact_gib"] is not None), None),
+        "estimate with the exact figure",
+    )
     assert updated["exact_gib"] == exact
-    lenses = await client.text_document_code_lens_async(types.CodeLensParams(
-        text_document=types.TextDocumentIdentifier(uri=uri)))
+    lenses = await client.text_document_code_lens_async(
+        types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
     assert f"exact: {exact:.1f} GiB" in lenses[0].command.title
     hover = await editor.hover(uri, *_pos(editor.position_of(uri, "per_device_train_batch_size", 2)))
     assert f"exact trace: {exact:.1f} GiB" in hover.contents.value
@@ -298,34 +340,45 @@ async def test_cancel_request_stops_a_running_trace(editor: Editor, tmp_path: Pa
     """$/cancelRequest for the executeCommand request (an editor dropping the request, not the progress
     cancel button): answered as cancelled at once, the trace's progress ends as cancelled, and the next
     trace still runs."""
-    uri = editor.open(OOM_EXAMPLE)           # a full 8B fine-tune: seconds of tracing, time enough to cancel
+    uri = editor.open(OOM_EXAMPLE)  # a full 8B fine-tune: seconds of tracing, time enough to cancel
     await editor.estimate(uri)
     client = editor.client
     msg_id = f"cancel-me-{id(tmp_path)}"
     known = set(client.progress_reports)
-    run = asyncio.ensure_future(client.protocol.send_request_async(
-        types.WORKSPACE_EXECUTE_COMMAND, types.ExecuteCommandParams(command="vramlens.runTrace", arguments=[uri]),
-        msg_id=msg_id))
+    run = asyncio.ensure_future(
+        client.protocol.send_request_async(
+            types.WORKSPACE_EXECUTE_COMMAND,
+            types.ExecuteCommandParams(command="vramlens.runTrace", arguments=[uri]),
+            msg_id=msg_id,
+        )
+    )
 
-    def running():            # the worker has the job: it reported progress
+    def running():  # the worker has the job: it reported progress
         for token, reports in client.progress_reports.items():
             if token not in known and any(isinstance(r, types.WorkDoneProgressReport) for r in reports):
                 return token
         return None
+
     token = await editor._until(running, "progress of the trace")
     client.cancel_request(types.CancelParams(id=msg_id))
     with pytest.raises(Exception, match="cancel"):
         await asyncio.wait_for(run, 30)
-    end = await editor._until(lambda: next((r for r in client.progress_reports[token]
-                                            if isinstance(r, types.WorkDoneProgressEnd)), None), "progress end")
+    end = await editor._until(
+        lambda: next((r for r in client.progress_reports[token] if isinstance(r, types.WorkDoneProgressEnd)), None),
+        "progress end",
+    )
     assert end.message == "cancelled"
 
     small = tmp_path / "small.yaml"
     small.write_text(SMALL_CONFIG)
     small_uri = editor.open(small)
     await editor.estimate(small_uri)
-    result = await asyncio.wait_for(client.workspace_execute_command_async(types.ExecuteCommandParams(
-        command="vramlens.runTrace", arguments=[small_uri])), 120)
+    result = await asyncio.wait_for(
+        client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="vramlens.runTrace", arguments=[small_uri])
+        ),
+        120,
+    )
     assert result["exact_gib"] > 0
 
 
@@ -339,7 +392,7 @@ async def test_a_version_without_an_estimate_says_so(editor: Editor):
     assert "peak" not in broken and "gpu" not in broken
     assert broken["version"] == editor.versions[uri] and broken["reason"]
     editor.replace_all(uri, OOM_EXAMPLE.read_text())
-    assert (await editor.estimate(uri))["fits"] is False          # back, with its figure
+    assert (await editor.estimate(uri))["fits"] is False  # back, with its figure
 
     other = editor.open(EXAMPLES / "compose.yaml", "services:\n  web:\n    image: nginx\n")
     assert (await editor.estimate_notification(other))["reason"] == "not a training config"
@@ -351,8 +404,9 @@ async def test_unsaved_buffers_are_analysed_by_language(editor: Editor):
     uri = "untitled:Untitled-7"
     editor.texts[uri], editor.versions[uri] = text, 1
     editor._last_version[uri] = 1
-    editor.client.text_document_did_open(types.DidOpenTextDocumentParams(
-        types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+    editor.client.text_document_did_open(
+        types.DidOpenTextDocumentParams(types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text))
+    )
     est = await editor.estimate(uri)
     assert est["gpu"]["name"] == "T4" and est["peak"]["device_gib"] > 1
 

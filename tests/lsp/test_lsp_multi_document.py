@@ -1,5 +1,6 @@
 """A YAML file of several `---` documents in the editor: each document's findings on its own lines, and a hover
 in any document explains that document's run."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """The objective in the editor: the hovers and the estimate notification."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,8 +20,10 @@ async def hover_text(editor: Editor, uri: str, needle: str, offset: int) -> str:
 
 
 async def test_hover_on_the_model_of_a_dpo_recipe_names_the_objective_and_the_reference(editor: Editor):
-    uri = editor.open(FIXTURES / "trl_dpo_full.yaml", text="# vramlens: gpu=H100-80GB\n"
-                      + (FIXTURES / "trl_dpo_full.yaml").read_text())
+    uri = editor.open(
+        FIXTURES / "trl_dpo_full.yaml",
+        text="# vramlens: gpu=H100-80GB\n" + (FIXTURES / "trl_dpo_full.yaml").read_text(),
+    )
     est = await editor.estimate(uri)
     assert est["objective"] == "dpo" and est["components_gib"]["reference"] == 14.96
     text = await hover_text(editor, uri, "meta-llama/Llama-3.1-8B-Instruct", 4)

@@ -1,6 +1,7 @@
 """In the editor, a workspace whose TOML files (`.vramlens.toml`, `pyproject.toml`, `uv.lock`, `poetry.lock`) nest
 thousands of levels deep or hold pins of the wrong type: every config is still analysed (an estimate and
 diagnostics for each), with the settings those files would have set left out."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,8 +17,11 @@ WORKSPACES = {
     "deep dotted keys in .vramlens.toml": {".vramlens.toml": 'gpu = "A10G"\n' + "x" + ".x" * 2_000 + " = 1\n"},
     "deep pyproject.toml": {"pyproject.toml": f'[tool.vramlens]\ngpu = "A10G"\nx = {DEEP}\n'},
     "deep lock files": {"uv.lock": f"x = {DEEP}\n", "poetry.lock": "x = " + "{ a = " * 2_000 + "1" + "}" * 2_000},
-    "malformed pins": {"pyproject.toml": "[project]\ndependencies = 5\noptional-dependencies = [1]\n",
-                       "environment.yml": "dependencies:\n  - pip: 5\n", "uv.lock": "package = 'x'\n"},
+    "malformed pins": {
+        "pyproject.toml": "[project]\ndependencies = 5\noptional-dependencies = [1]\n",
+        "environment.yml": "dependencies:\n  - pip: 5\n",
+        "uv.lock": "package = 'x'\n",
+    },
 }
 
 
@@ -34,5 +38,5 @@ async def test_every_config_is_analysed_beside_hostile_toml(bare_client: Languag
     for path in (config, nested):
         uri = editor.open(path)
         estimate = await editor.estimate(uri)
-        assert estimate["gpu"]["name"] != "A10G"                  # the refused file's setting is not used
-        assert "VL001" in {d.code for d in await editor.diagnostics(uri)}     # the OOM example's finding
+        assert estimate["gpu"]["name"] != "A10G"  # the refused file's setting is not used
+        assert "VL001" in {d.code for d in await editor.diagnostics(uri)}  # the OOM example's finding

@@ -2,6 +2,7 @@
 reported once and then costs nothing per edit, while other documents keep being served. The real server
 runs over stdio (pytest-lsp), with one extra request the test adds in front of it to count pygls'
 in-flight handler futures."""
+
 from __future__ import annotations
 
 import sys
@@ -60,17 +61,21 @@ async def test_a_50_mb_document_is_reported_once_and_edits_to_it_are_not_analyse
     editor = await start(client, "visual-studio-code")
     big = (EXAMPLES / "huge.yaml").as_uri()
     text = "model_name_or_path: meta-llama/Meta-Llama-3-8B\n" + "x" * BIG_CHARS + "\n"
-    client.text_document_did_open(types.DidOpenTextDocumentParams(
-        types.TextDocumentItem(uri=big, language_id="yaml", version=1, text=text)))
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(types.TextDocumentItem(uri=big, language_id="yaml", version=1, text=text))
+    )
     editor.texts[big], editor.versions[big] = "", 1
     diagnostics = await editor.diagnostics(big)
     assert [d.code for d in diagnostics] == ["VL016"], diagnostics
     assert "too large" in diagnostics[0].message and "MB" in diagnostics[0].message
-    for version in range(2, 6):                 # typing at the top of the huge document
+    for version in range(2, 6):  # typing at the top of the huge document
         pos = types.Position(0, version)
-        client.text_document_did_change(types.DidChangeTextDocumentParams(
-            text_document=types.VersionedTextDocumentIdentifier(uri=big, version=version),
-            content_changes=[types.TextDocumentContentChangePartial(range=types.Range(pos, pos), text="a")]))
+        client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=big, version=version),
+                content_changes=[types.TextDocumentContentChangePartial(range=types.Range(pos, pos), text="a")],
+            )
+        )
     # a hover on the huge document asks for its current analysis: it is the one already reported
     await editor.hover(big, 0, 3)
     small = editor.open(EXAMPLES / "llama3-8b-qlora-a10g.yaml")
@@ -81,10 +86,16 @@ async def test_a_50_mb_document_is_reported_once_and_edits_to_it_are_not_analyse
     assert len(published) == 1, [p.version for p in published]
     # a whole-document change that makes it small again brings it back
     editor.versions[big] = 6
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=big, version=6),
-        content_changes=[types.TextDocumentContentChangeWholeDocument(
-            text="model_name_or_path: meta-llama/Meta-Llama-3-8B\nper_device_train_batch_size: 4\n")]))
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=big, version=6),
+            content_changes=[
+                types.TextDocumentContentChangeWholeDocument(
+                    text="model_name_or_path: meta-llama/Meta-Llama-3-8B\nper_device_train_batch_size: 4\n"
+                )
+            ],
+        )
+    )
     diagnostics = await editor.diagnostics(big)
     assert not any("too large" in d.message for d in diagnostics), diagnostics
 

@@ -1,5 +1,6 @@
 """Settings reach the analysis through every channel: workspace/configuration (pull),
 workspace/didChangeConfiguration (push), initializationOptions and project files."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -23,8 +24,8 @@ async def push_settings(editor, uri: str, section: dict) -> dict:
     def republished():
         new = [e for e in client.estimates[count:] if e["uri"] == uri]
         return new[-1] if new else None
-    return await editor._until(republished, f"estimate after pushing {section}")
 
+    return await editor._until(republished, f"estimate after pushing {section}")
 
 
 @BOTH
@@ -43,7 +44,7 @@ async def test_settings_push_changes_the_gpu(bare_client: LanguageClient, tmp_pa
     editor = await start(bare_client, profile, tmp_path)
     uri = editor.open(OOM_EXAMPLE)
     first = await editor.estimate(uri)
-    assert first["gpu"]["name"] == "A100-40GB"         # the document's own directive
+    assert first["gpu"]["name"] == "A100-40GB"  # the document's own directive
     est = await push_settings(editor, uri, {"gpu": "A100-80GB"})
     assert est["gpu"]["name"] == "A100-80GB"
 
@@ -62,6 +63,7 @@ async def test_settings_pull_again_on_change_notification(bare_client: LanguageC
     def republished():
         new = [e for e in bare_client.estimates[count:] if e["uri"] == uri]
         return new[-1] if new else None
+
     assert (await editor._until(republished, "estimate after re-pull"))["gpu"]["name"] == "H100-SXM"
 
 
@@ -69,8 +71,7 @@ async def test_settings_pull_again_on_change_notification(bare_client: LanguageC
 async def test_initialization_options_and_project_file(bare_client: LanguageClient, tmp_path: Path, profile: str):
     config = tmp_path / "llama.yaml"
     config.write_text(OOM_EXAMPLE.read_text().replace("# vramlens: gpu=A100-40GB\n", ""))
-    editor = await start(bare_client, profile, tmp_path,
-                         initialization_options={"vramlens": {"gpu": "L40S"}})
+    editor = await start(bare_client, profile, tmp_path, initialization_options={"vramlens": {"gpu": "L40S"}})
     uri = editor.open(config)
     assert (await editor.estimate(uri))["gpu"]["name"] == "L40S"
     other = tmp_path / "team" / "llama.yaml"
@@ -116,12 +117,16 @@ async def test_project_file_change_on_disk_is_picked_up(bare_client: LanguageCli
     assert (await editor.estimate(uri))["gpu"]["name"] == "A10G"
     count = len(bare_client.estimates)
     project.write_text('gpu = "L40S"\n')
-    bare_client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=[
-        types.FileEvent(uri=project.as_uri(), type=types.FileChangeType.Changed)]))
+    bare_client.workspace_did_change_watched_files(
+        types.DidChangeWatchedFilesParams(
+            changes=[types.FileEvent(uri=project.as_uri(), type=types.FileChangeType.Changed)]
+        )
+    )
 
     def republished():
         new = [e for e in bare_client.estimates[count:] if e["uri"] == uri]
         return new[-1] if new else None
+
     assert (await editor._until(republished, "estimate after the project file changed"))["gpu"]["name"] == "L40S"
 
 
@@ -131,40 +136,53 @@ async def test_untrusted_workspace_never_runs_traces(bare_client: LanguageClient
     await editor.diagnostics(uri)
     for command in ("vramlens.runTrace", "vramlens.runProbe"):
         with pytest.raises(Exception, match="trusted"):
-            await bare_client.workspace_execute_command_async(types.ExecuteCommandParams(
-                command=command, arguments=[uri]))
+            await bare_client.workspace_execute_command_async(
+                types.ExecuteCommandParams(command=command, arguments=[uri])
+            )
 
 
 # Everything but a JSON `true` leaves the workspace untrusted: no option at all, the strings "false"/"true",
 # 0 and 1, null, and spellings nested where only a top-level or `vramlens`-section `true` counts.
-NOT_TRUSTED = {"missing": None, "empty": {}, "false": {"trusted": False}, "string false": {"trusted": "false"},
-               "string true": {"trusted": "true"}, "zero": {"trusted": 0}, "one": {"trusted": 1},
-               "null": {"trusted": None}, "nested false": {"vramlens": {"trusted": False}},
-               "nested string": {"vramlens": {"trusted": "true"}}, "in settings": {"settings": {"trusted": 1}}}
+NOT_TRUSTED = {
+    "missing": None,
+    "empty": {},
+    "false": {"trusted": False},
+    "string false": {"trusted": "false"},
+    "string true": {"trusted": "true"},
+    "zero": {"trusted": 0},
+    "one": {"trusted": 1},
+    "null": {"trusted": None},
+    "nested false": {"vramlens": {"trusted": False}},
+    "nested string": {"vramlens": {"trusted": "true"}},
+    "in settings": {"settings": {"trusted": 1}},
+}
 
 
 @pytest.mark.parametrize("options", list(NOT_TRUSTED.values()), ids=list(NOT_TRUSTED))
 async def test_only_trusted_true_runs_traces_and_probes(bare_client: LanguageClient, tmp_path: Path, options):
-    (tmp_path / ".vramlens.toml").write_text("trusted = true\n")          # a repository cannot say it
-    bare_client.set_configuration({"trusted": True}, section="vramlens")   # nor its editor settings
+    (tmp_path / ".vramlens.toml").write_text("trusted = true\n")  # a repository cannot say it
+    bare_client.set_configuration({"trusted": True}, section="vramlens")  # nor its editor settings
     editor = await start(bare_client, "visual-studio-code", tmp_path, initialization_options=options)
     uri = editor.open(OOM_EXAMPLE)
     await editor.diagnostics(uri)
     for command in ("vramlens.runTrace", "vramlens.runProbe"):
         with pytest.raises(Exception, match="only run in trusted workspaces"):
-            await bare_client.workspace_execute_command_async(types.ExecuteCommandParams(
-                command=command, arguments=[uri]))
+            await bare_client.workspace_execute_command_async(
+                types.ExecuteCommandParams(command=command, arguments=[uri])
+            )
 
 
-@pytest.mark.parametrize("options", [{"trusted": True}, {"vramlens": {"trusted": True, "gpu": "A10G"}}],
-                         ids=["top level", "in the section"])
+@pytest.mark.parametrize(
+    "options", [{"trusted": True}, {"vramlens": {"trusted": True, "gpu": "A10G"}}], ids=["top level", "in the section"]
+)
 async def test_trusted_true_passes_the_trust_check(bare_client: LanguageClient, tmp_path: Path, options):
     editor = await start(bare_client, "neovim", tmp_path, initialization_options=options)
-    uri = (tmp_path / "never-opened.yaml").as_uri()      # past the trust check, the command stops here: no torch
+    uri = (tmp_path / "never-opened.yaml").as_uri()  # past the trust check, the command stops here: no torch
     for command in ("vramlens.runTrace", "vramlens.runProbe"):
         with pytest.raises(Exception) as refused:
-            await bare_client.workspace_execute_command_async(types.ExecuteCommandParams(
-                command=command, arguments=[uri]))
+            await bare_client.workspace_execute_command_async(
+                types.ExecuteCommandParams(command=command, arguments=[uri])
+            )
         assert "trusted" not in str(refused.value)
         assert "nothing to" in str(refused.value) or "not installed" in str(refused.value)
     assert editor is not None
@@ -188,8 +206,9 @@ async def test_an_assumed_gpu_is_said_in_the_editor(bare_client: LanguageClient,
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="exact trace needs torch (vramlens[trace])")
-async def test_trace_python_setting_picks_the_interpreter_and_a_project_file_cannot(bare_client: LanguageClient,
-                                                                                  tmp_path: Path):
+async def test_trace_python_setting_picks_the_interpreter_and_a_project_file_cannot(
+    bare_client: LanguageClient, tmp_path: Path
+):
     """`vramlens.trace.python` from the editor's settings runs the trace worker; the same key in a project file
     (checked into a repository) does not choose an executable."""
     config = tmp_path / "small.yaml"
@@ -200,5 +219,6 @@ async def test_trace_python_setting_picks_the_interpreter_and_a_project_file_can
     uri = editor.open(config)
     await editor.estimate(uri)
     with pytest.raises(Exception, match="/from/the/user/settings/python"):
-        await bare_client.workspace_execute_command_async(types.ExecuteCommandParams(
-            command="vramlens.runTrace", arguments=[uri]))
+        await bare_client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="vramlens.runTrace", arguments=[uri])
+        )

@@ -1,13 +1,13 @@
 """In the editor, a fix that would change a YAML anchor another setting also uses is not offered as an edit: it is
 offered disabled with the reason (a client that shows disabled actions) or not at all, and no action edits the
 anchor's line. A merged section gets its override instead (the anchor stays as it was)."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 import yaml
-
 from lsp_editor import Editor, edits_of
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -54,7 +54,7 @@ async def test_a_fix_of_a_shared_scalar_anchor_is_disabled_with_the_reason(edito
     micro = [a for a in actions if "micro-batch" in a.title]
     caps = editor.client.capabilities.text_document
     shows_disabled = bool(caps and caps.code_action and caps.code_action.disabled_support)
-    assert bool(micro) == shows_disabled, [a.title for a in actions]      # offered disabled, or not at all
+    assert bool(micro) == shows_disabled, [a.title for a in actions]  # offered disabled, or not at all
     for a in micro:
         assert a.edit is None and a.disabled is not None and "`&bs`" in a.disabled.reason, (a.title, a.disabled)
 

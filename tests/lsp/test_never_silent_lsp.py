@@ -1,6 +1,7 @@
 """The editor names what the estimate does not model and says when it is approximate, as the command line does:
 a VL024 warning on each unmodelled setting, "≈" and the reasons in the hover and the code lens, `approximate` in the
 `vramlens/estimate` notification."""
+
 from __future__ import annotations
 
 import re
@@ -19,12 +20,16 @@ def plain_text(hover: types.Hover) -> str:
 
 
 @IN_MODULE_LOOP
-@pytest.mark.parametrize("fixture,lines,model_needle", [
-    ("axolotl_kernels.yaml", {"tiled_mlp": 9, "liger_rms_norm": 10, "lora_qkv_kernel": 11}, "base_model"),
-    ("hf_liger.yaml", {"use_liger_kernel": 4}, "model_name_or_path"),
-])
-async def test_unmodelled_settings_are_warned_and_the_estimate_is_approximate(editor: Editor, fixture, lines,
-                                                                              model_needle):
+@pytest.mark.parametrize(
+    "fixture,lines,model_needle",
+    [
+        ("axolotl_kernels.yaml", {"tiled_mlp": 9, "liger_rms_norm": 10, "lora_qkv_kernel": 11}, "base_model"),
+        ("hf_liger.yaml", {"use_liger_kernel": 4}, "model_name_or_path"),
+    ],
+)
+async def test_unmodelled_settings_are_warned_and_the_estimate_is_approximate(
+    editor: Editor, fixture, lines, model_needle
+):
     path = NEVER_SILENT / fixture
     uri = editor.open(path)
     sent = await editor.estimate(uri)
@@ -42,8 +47,9 @@ async def test_unmodelled_settings_are_warned_and_the_estimate_is_approximate(ed
     for key in lines:
         assert f"not modelled: {key} (" in text, text
 
-    lenses = await editor.client.text_document_code_lens_async(types.CodeLensParams(
-        text_document=types.TextDocumentIdentifier(uri=uri)))
+    lenses = await editor.client.text_document_code_lens_async(
+        types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
     titles = [lens.command.title for lens in lenses if lens.command is not None]
     assert any(t.startswith("vramlens: peak ≈ ") and "approximate" in t for t in titles), titles
 

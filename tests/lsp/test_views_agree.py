@@ -4,6 +4,7 @@ the estimate applied are listed in the CLI text with their values, as the hover 
 without bf16 reads the same in the CLI and the hover.
 
 The files: a QLoRA Mistral-7B (TRL, batch 16 × 4096, bf16) judged on a T4, and a full bf16 Llama-3-8B run."""
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,6 @@ import sys
 import pytest
 from lsp_editor import FIXTURES, Editor
 from lsprotocol import types
-
 from vramlens.estimate.result import COMPONENT_LABELS
 
 IN_MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
@@ -27,8 +27,12 @@ FIGURE = re.compile(r"(?P<label>[a-zA-Z][a-zA-Z ()−-]*?):? (?P<n>\d+(?:\.\d+)?
 
 
 def cli(path, fmt: str = "text") -> str:
-    out = subprocess.run([sys.executable, "-m", "vramlens", "estimate", str(path), "--format", fmt],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "vramlens", "estimate", str(path), "--format", fmt],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode in (0, 1), out.stderr
     return out.stdout
 
@@ -55,17 +59,19 @@ def cli_rows(text: str) -> dict[str, float]:
 
 
 def assert_same(key: str, shown: float, reference: float, where: str) -> None:
-    tolerance = 0.051 if shown >= 0.1 else 0.5 / 1024 + 0.005      # one decimal in GiB, or whole MiB
+    tolerance = 0.051 if shown >= 0.1 else 0.5 / 1024 + 0.005  # one decimal in GiB, or whole MiB
     assert abs(shown - reference) <= tolerance, f"{where}: {COMPONENT_LABELS[key]} {shown} vs JSON {reference}"
 
 
 async def inlay_labels(editor: Editor, uri: str) -> dict[int, str]:
     lines = editor.texts[uri].splitlines()
-    hints = await editor.client.text_document_inlay_hint_async(types.InlayHintParams(
-        text_document=types.TextDocumentIdentifier(uri=uri),
-        range=types.Range(start=types.Position(0, 0), end=types.Position(len(lines), 0))))
-    return {h.position.line: h.label if isinstance(h.label, str) else "".join(p.value for p in h.label)
-            for h in hints}
+    hints = await editor.client.text_document_inlay_hint_async(
+        types.InlayHintParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=types.Range(start=types.Position(0, 0), end=types.Position(len(lines), 0)),
+        )
+    )
+    return {h.position.line: h.label if isinstance(h.label, str) else "".join(p.value for p in h.label) for h in hints}
 
 
 async def hover_text(editor: Editor, uri: str, needle: str) -> str:
@@ -136,12 +142,19 @@ async def test_the_quantized_line_names_weights_and_constants_once(editor: Edito
 
 def test_cli_lists_the_defaults_it_applied_with_their_values():
     text = cli(QLORA)
-    section = text[text.index("defaults of TRL"):text.index("  assumptions:")]
-    for line in ("gradient checkpointing: true", "loss implementation: chunked", "weight dtype: fp32",
-                 "LoRA dropout: 0.05"):
+    section = text[text.index("defaults of TRL") : text.index("  assumptions:")]
+    for line in (
+        "gradient checkpointing: true",
+        "loss implementation: chunked",
+        "weight dtype: fp32",
+        "LoRA dropout: 0.05",
+    ):
         assert f"    - {line}\n" in section, section
     sources = json.loads(cli(QLORA, "json"))["sources"]
-    assert sources["grad_checkpointing"] == {"value": True, "from": "default of TRL 1.16.0 (_BaseConfig.gradient_checkpointing)"}
+    assert sources["grad_checkpointing"] == {
+        "value": True,
+        "from": "default of TRL 1.16.0 (_BaseConfig.gradient_checkpointing)",
+    }
     assert sources["lora_dropout"]["value"] == 0.05 and sources["loss_impl"]["value"] == "chunked"
     assert sources["micro_batch"]["value"] == 16 and "qlora_mistral_t4.yaml:8" in sources["micro_batch"]["from"]
 
@@ -152,8 +165,12 @@ async def test_hover_lists_the_same_defaults_and_the_same_bf16_note(editor: Edit
     uri = editor.open(QLORA)
     await editor.estimate(uri)
     budget = unescape(await hover_text(editor, uri, "mistralai"))
-    for title, value in (("gradient checkpointing", "true"), ("loss implementation", "chunked"),
-                         ("weight dtype", "fp32"), ("LoRA dropout", "0.05")):
+    for title, value in (
+        ("gradient checkpointing", "true"),
+        ("loss implementation", "chunked"),
+        ("weight dtype", "fp32"),
+        ("LoRA dropout", "0.05"),
+    ):
         assert f"    - {title}: {value}\n" in text
         assert f"{title} {value}" in budget, budget
     note = next(line.strip()[2:] for line in text.splitlines() if "has no bf16" in line)
@@ -184,6 +201,8 @@ async def test_the_budget_hover_shows_the_cli_speed_and_breakdown(editor: Editor
             rows[LABEL_TO_KEY[m.group(1)]] = float(m.group(2))
     # a component under 0.005 GiB (the last block's adapter gradients under checkpointing) shows as 0.00 in both
     assert {k for k, v in rows.items() if v > 0} == {k for k, v in data["components_gib"].items() if v > 0}, (
-        rows, budget)
+        rows,
+        budget,
+    )
     for key, gib in rows.items():
         assert_same(key, gib, data["components_gib"][key], "budget hover")

@@ -1,11 +1,11 @@
 """Helpers for rule tests: write a config into tmp_path and analyse it as the editor and `check` would."""
+
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
 
 import pytest
-
 from vramlens.analysis import Analysis, Settings, analyze
 
 
@@ -19,7 +19,6 @@ class Analyser:
         path.write_text(text, encoding="utf-8")
         settings.setdefault("workspace", self.tmp_path)
         return analyze(text, str(path), Settings(**settings))
-
 
     # helpers the tests use through the fixture (test modules do not import each other)
     @staticmethod

@@ -1,25 +1,28 @@
 """Every real config of the shared corpus goes through the whole analysis without an internal error, and every
 finding, related location and fix edit lies inside the document it is reported on."""
+
 from __future__ import annotations
 
 import logging
 
 import pytest
-
 from shared_data import CORPUS, need
 from vramlens.analysis import Settings, analyze
 from vramlens.text import LineIndex
 
-FILES = sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.suffix in (".yaml", ".yml", ".json", ".md", ".sh",
-                                                                               ".py"))
+FILES = sorted(
+    p for p in CORPUS.rglob("*") if p.is_file() and p.suffix in (".yaml", ".yml", ".json", ".md", ".sh", ".py")
+)
 
 
 def _inside(span, idx: LineIndex) -> bool:
     """The span lies in the text, lines and columns counted as editors count them (`vramlens.text`)."""
     if (span.start_line, span.start_col) > (span.end_line, span.end_col):
         return False
-    return all(0 <= line < len(idx) and 0 <= col <= len(idx.line(line))
-               for line, col in ((span.start_line, span.start_col), (span.end_line, span.end_col)))
+    return all(
+        0 <= line < len(idx) and 0 <= col <= len(idx.line(line))
+        for line, col in ((span.start_line, span.start_col), (span.end_line, span.end_col))
+    )
 
 
 def test_the_corpus_is_there():

@@ -1,12 +1,12 @@
 """The rules engine as a user meets it: the rule list, suppression comments, severity settings, and a rule
 that breaks becoming a finding instead of an exception."""
+
 from __future__ import annotations
 
 import re
 
 import pytest
 from pydantic import ValidationError
-
 from vramlens.fixes import FIX_IDS
 from vramlens.rules import all_rules, rule_by_id
 
@@ -22,11 +22,29 @@ output_dir: out
 
 # The rule list of the interface contract (id, default severity).
 CONTRACT = {
-    "VL001": "error", "VL002": "warning", "VL003": "information", "VL004": "warning", "VL005": "error",
-    "VL006": "error", "VL007": "warning", "VL008": "warning", "VL009": "information", "VL010": "warning",
-    "VL011": "warning", "VL012": "warning", "VL013": "error", "VL014": "error", "VL015": "warning",
-    "VL016": "error", "VL017": "information", "VL018": "information", "VL019": "warning", "VL020": "warning",
-    "VL021": "information", "VL022": "information", "VL023": "information",
+    "VL001": "error",
+    "VL002": "warning",
+    "VL003": "information",
+    "VL004": "warning",
+    "VL005": "error",
+    "VL006": "error",
+    "VL007": "warning",
+    "VL008": "warning",
+    "VL009": "information",
+    "VL010": "warning",
+    "VL011": "warning",
+    "VL012": "warning",
+    "VL013": "error",
+    "VL014": "error",
+    "VL015": "warning",
+    "VL016": "error",
+    "VL017": "information",
+    "VL018": "information",
+    "VL019": "warning",
+    "VL020": "warning",
+    "VL021": "information",
+    "VL022": "information",
+    "VL023": "information",
     "VL024": "warning",
 }
 
@@ -87,7 +105,7 @@ def test_a_rule_that_breaks_becomes_a_finding(run, monkeypatch, caplog):
     a = run(OOM.format(comment=""), gpu="A100-40GB")
     f = run.only(a, "VL009")
     assert "could not run VL009" in f.message and f.severity == "warning"
-    assert "VL001" in run.ids(a)                       # the other rules still ran
+    assert "VL001" in run.ids(a)  # the other rules still ran
     assert "rule VL009 failed" in caplog.text
 
 

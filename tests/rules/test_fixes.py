@@ -1,11 +1,11 @@
 """Fixes as a user sees them in a code action list: titled with the new peak, cheapest "make it fit" first."""
+
 from __future__ import annotations
 
 import pytest
-
 from vramlens.fixes import replacement
-from vramlens.text import apply_edits
 from vramlens.plan import Span
+from vramlens.text import apply_edits
 
 FULL_FT = """
 model_name_or_path: {model}
@@ -42,7 +42,7 @@ def test_make_it_fit_prefers_changes_that_keep_the_training(run):
     assert fit.id == "make-it-fit"
     chosen = set(fit.changes)
     assert "peft_method" not in chosen and "quant_bits" not in chosen
-    assert fit.changes.get("micro_batch", 16) * fit.changes.get("grad_accum", 1) == 16     # same global batch
+    assert fit.changes.get("micro_batch", 16) * fit.changes.get("grad_accum", 1) == 16  # same global batch
     assert fit.estimate_after.device_bytes <= 0.9 * fit.estimate_after.usable_bytes
     assert "(fits A100-40GB)" in fit.title and fit.preferred
     # the fastest plan that fits: no slower than checkpointing alone, the classic answer

@@ -1,5 +1,6 @@
 """Each rule's documentation page is in the repository (rules/docs/), says what the rule module says, and is
 what diagnostics link to."""
+
 from __future__ import annotations
 
 from pathlib import Path

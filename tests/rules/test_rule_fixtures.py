@@ -5,6 +5,7 @@ rule's problem, `clean.*` the same config without it; where the rule offers a fi
 Every file of the folder is copied beside the config, so a referenced file is found exactly when the
 folder has it. A rule without a fixture folder fails here.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from vramlens.analysis import Analysis, Settings, analyze
 from vramlens.formats.render import apply_edits
 from vramlens.rules import all_rules
@@ -32,7 +32,7 @@ def _analyse(rule_id: str, stem: str, tmp_path: Path, monkeypatch, text: str | N
     folder = FIXTURES / rule_id
     case = json.loads((folder / "case.json").read_text(encoding="utf-8")) if (folder / "case.json").is_file() else {}
     for package in case.get("without", ()):
-        monkeypatch.setitem(sys.modules, package, None)     # an environment without the package
+        monkeypatch.setitem(sys.modules, package, None)  # an environment without the package
     for f in folder.iterdir():
         if f.is_file() and f.name != "case.json":
             shutil.copy(f, tmp_path / f.name)
@@ -41,8 +41,9 @@ def _analyse(rule_id: str, stem: str, tmp_path: Path, monkeypatch, text: str | N
     path = tmp_path / source.name
     if text is not None:
         path.write_text(text, encoding="utf-8")
-    return analyze(path.read_text(encoding="utf-8"), str(path),
-                   Settings(**case.get("settings", {}), workspace=tmp_path))
+    return analyze(
+        path.read_text(encoding="utf-8"), str(path), Settings(**case.get("settings", {}), workspace=tmp_path)
+    )
 
 
 def _of(analysis: Analysis, rule_id: str) -> list:

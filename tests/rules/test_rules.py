@@ -1,11 +1,11 @@
 """Each rule fires on a small config that has its problem and stays silent once the problem is fixed."""
+
 from __future__ import annotations
 
 import importlib.util
 import sys
 
 import pytest
-
 
 FULL_FT_8B = """
 model_name_or_path: meta-llama/Meta-Llama-3-8B
@@ -38,6 +38,7 @@ env:
 
 # VL001 ----------------------------------------------------------------------------------------------
 
+
 def test_predicted_oom_is_reported_on_the_dominant_line_with_numbers(run):
     a = run(FULL_FT_8B, gpu="A100-40GB")
     f = run.only(a, "VL001")
@@ -45,7 +46,8 @@ def test_predicted_oom_is_reported_on_the_dominant_line_with_numbers(run):
     assert "> 39.5 GiB usable on A100-40GB" in f.message
     # AdamW state is the largest component of an 8B full fine-tune at this batch: the finding sits on `optim`
     assert a.estimate.components["optimizer"] == max(
-        v for k, v in a.estimate.components.items() if k not in ("allocator", "cuda_context"))
+        v for k, v in a.estimate.components.items() if k not in ("allocator", "cuda_context")
+    )
     assert "AdamW states" in f.message
     assert f.span.start_line == run.line_of(a, "optim:")
     # the breakdown points at the lines behind each component
@@ -55,8 +57,12 @@ def test_predicted_oom_is_reported_on_the_dominant_line_with_numbers(run):
 
 
 def test_predicted_oom_on_activations_points_at_the_batch_line(run):
-    a = run(FULL_FT_8B.replace("max_length: 2048", "max_length: 8192")
-            .replace("bf16: true", "bf16: true\ngradient_checkpointing: false"), gpu="H100")
+    a = run(
+        FULL_FT_8B.replace("max_length: 2048", "max_length: 8192").replace(
+            "bf16: true", "bf16: true\ngradient_checkpointing: false"
+        ),
+        gpu="H100",
+    )
     f = run.only(a, "VL001")
     assert a.estimate.components["activations"] > a.estimate.components["optimizer"]
     assert f.span.start_line == run.line_of(a, "per_device_train_batch_size")
@@ -69,6 +75,7 @@ def test_no_oom_once_it_fits(run):
 
 
 # VL002 ----------------------------------------------------------------------------------------------
+
 
 def test_tight_fit_depends_on_the_headroom_setting(run):
     free = run(LORA_8B, gpu="A100-40GB", headroom=0.0).estimate
@@ -108,12 +115,13 @@ def test_unused_headroom_suggests_a_batch_that_keeps_the_global_batch(run):
 
 
 def test_unused_headroom_needs_a_named_gpu(run):
-    a = run(SMALL.format(mb=1, ga=64))            # no GPU anywhere: A100-80GB is assumed
+    a = run(SMALL.format(mb=1, ga=64))  # no GPU anywhere: A100-80GB is assumed
     assert a.estimate.device_bytes < 0.5 * a.estimate.usable_bytes
     assert "VL003" not in run.ids(a)
 
 
 # VL004 ----------------------------------------------------------------------------------------------
+
 
 def test_expandable_segments_suggested_when_tight(run):
     a = run(FULL_FT_8B, gpu="A100-40GB")
@@ -121,7 +129,7 @@ def test_expandable_segments_suggested_when_tight(run):
     assert "expandable_segments:True" in f.message and f.data["saving_gib"] > 0
     fixed = run(FULL_FT_8B + "env:\n  PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True\n", gpu="A100-40GB")
     assert "VL004" not in run.ids(fixed)
-    assert "VL001" in run.ids(fixed)           # the allocator setting alone does not make an 8B full FT fit
+    assert "VL001" in run.ids(fixed)  # the allocator setting alone does not make an 8B full FT fit
 
 
 # VL005 ----------------------------------------------------------------------------------------------
@@ -146,6 +154,7 @@ def test_bf16_on_a_gpu_without_bf16(run):
 
 
 # VL006 ----------------------------------------------------------------------------------------------
+
 
 def test_fp16_and_bf16_both_on(run):
     a = run(T4.format(precision="bf16: true\nfp16: true"), gpu="A10G")
@@ -192,13 +201,12 @@ output_dir: out
 
 
 def test_8bit_optimizer_without_bitsandbytes(run, monkeypatch):
-    monkeypatch.setitem(sys.modules, "bitsandbytes", None)      # an environment without the package
+    monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # an environment without the package
     a = run(BNB.format(optim="paged_adamw_8bit"), gpu="A100-80GB")
     f = run.only(a, "VL008")
     assert "bitsandbytes" in f.message and f.span.start_line == run.line_of(a, "optim:")
     assert "VL008" not in run.ids(run(BNB.format(optim="adamw_torch_fused"), gpu="A100-80GB"))
-    declared = run(BNB.format(optim="paged_adamw_8bit"), gpu="A100-80GB",
-                   framework_versions={"bitsandbytes": "0.45"})
+    declared = run(BNB.format(optim="paged_adamw_8bit"), gpu="A100-80GB", framework_versions={"bitsandbytes": "0.45"})
     assert "VL008" not in run.ids(declared)
 
 
@@ -318,13 +326,15 @@ def test_alloc_conf_typo_is_reported_on_the_option_with_a_fix(run):
     f = run.only(a, "VL013")
     assert f.severity == "error" and "expandable_segments" in f.message
     text = open(a.path).read().splitlines()[run.line_of(a, "PYTORCH_CUDA_ALLOC_CONF")]
-    assert text[f.span.start_col:f.span.end_col] == "expandable_segment"
+    assert text[f.span.start_col : f.span.end_col] == "expandable_segment"
     assert [(e.new_text) for e in f.fixes[0].edits] == ["expandable_segments"]
-    assert "VL013" not in run.ids(run(ALLOC.format(conf="expandable_segments:True,max_split_size_mb:128"),
-                                       gpu="A100-80GB"))
+    assert "VL013" not in run.ids(
+        run(ALLOC.format(conf="expandable_segments:True,max_split_size_mb:128"), gpu="A100-80GB")
+    )
 
 
 # VL014 ----------------------------------------------------------------------------------------------
+
 
 def test_missing_deepspeed_file(run, tmp_path):
     config = FULL_FT_8B + "deepspeed: ds_zero3.json\n"
@@ -339,6 +349,7 @@ def test_missing_deepspeed_file(run, tmp_path):
 
 # VL015 ----------------------------------------------------------------------------------------------
 
+
 def test_unknown_optimizer_with_did_you_mean(run):
     a = run(BNB.format(optim="adamw_bnb_8bt"), gpu="A100-80GB", framework_versions={"bitsandbytes": "0.45"})
     f = run.only(a, "VL015")
@@ -350,28 +361,33 @@ def test_unknown_optimizer_with_did_you_mean(run):
 
 # VL016 ----------------------------------------------------------------------------------------------
 
+
 def test_yaml_syntax_error(run):
     a = run("model_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: [1\noutput_dir: out\n")
     f = run.only(a, "VL016")
     assert f.severity == "error" and a.plan is None and a.error
-    assert "VL016" not in run.ids(run("model_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: 1\n"
-                                       "output_dir: out\n"))
+    assert "VL016" not in run.ids(
+        run("model_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: 1\noutput_dir: out\n")
+    )
 
 
 # VL017 ----------------------------------------------------------------------------------------------
+
 
 def test_unknown_model_is_information_with_no_estimate(run):
     a = run("model_name_or_path: my-org/private-model-13b\nper_device_train_batch_size: 1\noutput_dir: out\n")
     f = run.only(a, "VL017")
     assert f.severity == "information" and a.estimate is None
     assert f.span.start_line == 0
-    assert "VL017" not in run.ids(run("model_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: 1\n"
-                                       "output_dir: out\n"))
+    assert "VL017" not in run.ids(
+        run("model_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: 1\noutput_dir: out\n")
+    )
 
 
 def test_unknown_gpu_setting_is_reported(run):
-    a = run("model_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: 1\noutput_dir: out\n",
-            gpu="Voodoo5-6000")
+    a = run(
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: 1\noutput_dir: out\n", gpu="Voodoo5-6000"
+    )
     f = run.only(a, "VL017")
     assert "Voodoo5-6000" in f.message and a.estimate is None
 

@@ -1,4 +1,5 @@
 """Security tests: the fuzz helpers (the stdio LSP client) and the hostile documents on sys.path."""
+
 from __future__ import annotations
 
 import sys

@@ -1,11 +1,12 @@
 """Hostile documents, shared by the security tests and `benchmarks/hostile_inputs.py`."""
+
 from __future__ import annotations
 
 HEADER = "model_name_or_path: meta-llama/Meta-Llama-3-8B\nper_device_train_batch_size: 4\nbf16: true\n"
 
 
 def alias_bomb(levels: int = 9, width: int = 9) -> str:
-    """"Billion laughs": each anchor repeats the previous one `width` times (9^9 values when expanded)."""
+    """ "Billion laughs": each anchor repeats the previous one `width` times (9^9 values when expanded)."""
     names = [f"l{i}" for i in range(levels)]
     lines = [f"{names[0]}: &{names[0]} [" + ", ".join(['"lol"'] * width) + "]"]
     for prev, name in zip(names, names[1:]):
@@ -72,6 +73,8 @@ def long_path(repeats: int = 40_000) -> str:
 
 def fstring_placeholders(n: int = 150_000) -> str:
     """A Python `TrainingArguments(...)` call with a 450 KB f-string of n placeholders."""
-    return ('from transformers import TrainingArguments\n'
-            'args = TrainingArguments(output_dir="out", per_device_train_batch_size=4, bf16=True,\n'
-            '                         run_name=f"' + "{x}" * n + '")\n')
+    return (
+        "from transformers import TrainingArguments\n"
+        'args = TrainingArguments(output_dir="out", per_device_train_batch_size=4, bf16=True,\n'
+        '                         run_name=f"' + "{x}" * n + '")\n'
+    )

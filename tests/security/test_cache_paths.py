@@ -1,6 +1,7 @@
 """Files vramlens trusts from the user's cache (the calibration) come only from an absolute cache folder
 outside the folder it was started in: a repository cannot ship a `calibration.jsonl` that turns "does not
 fit" into "fits" by setting a relative XDG_CACHE_HOME (direnv, a .env file, a task runner)."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,14 @@ OOM_EXAMPLE = ROOT / "examples" / "llama3-8b-full-adamw-a100-40gb.yaml"
 def _estimate(config: Path, cwd: Path, home: Path, **env: str) -> dict:
     environ = {k: v for k, v in os.environ.items() if k not in ("VRAMLENS_CALIBRATION", "XDG_CACHE_HOME")}
     environ.update(HOME=str(home), **env)
-    out = subprocess.run([sys.executable, "-m", "vramlens", "estimate", str(config), "--format", "json"],
-                         cwd=cwd, capture_output=True, text=True, timeout=120, env=environ)
+    out = subprocess.run(
+        [sys.executable, "-m", "vramlens", "estimate", str(config), "--format", "json"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environ,
+    )
     assert out.returncode in (0, 1), out.stderr
     result = json.loads(out.stdout)
     return result[0] if isinstance(result, list) else result
@@ -35,8 +42,10 @@ def _shipped_calibration(folder: Path, config: Path, monkeypatch) -> None:
     monkeypatch.setenv("VRAMLENS_CALIBRATION", str(path))
     calibration.configure(None, None)
     try:
-        assert calibration.record(rp, source="probe", estimated_allocated=100, measured_allocated=50,
-                                  gpu="A100-40GB") is not None
+        assert (
+            calibration.record(rp, source="probe", estimated_allocated=100, measured_allocated=50, gpu="A100-40GB")
+            is not None
+        )
     finally:
         calibration.configure(None, None)
 

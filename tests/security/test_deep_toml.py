@@ -3,6 +3,7 @@ levels deep in any of TOML's ways (arrays, inline tables, dotted keys, table hea
 reason, never a RecursionError nor a parse whose memory grows with the square of a key's length; a refused
 `.vramlens.toml` is reported as an unreadable one is (named, exit 2), a refused `pyproject.toml` or lock file is
 passed over with a warning line and every config is still checked."""
+
 from __future__ import annotations
 
 import json
@@ -13,11 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from vramlens import toml_reading
 
 CONFIG = "model_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: 2\nbf16: true\n"
-LEVELS = 2_000                     # ~4 KB; tomllib's recursion gave out at about 500 levels of arrays
+LEVELS = 2_000  # ~4 KB; tomllib's recursion gave out at about 500 levels of arrays
 
 
 def arrays(n: int = LEVELS) -> str:
@@ -49,8 +49,10 @@ def dotted_in_inline_table(n: int = LEVELS) -> str:
     return "a = { " + "b." * n + "c = 1 }\n"
 
 
-SHAPES = {f.__name__: f for f in (arrays, inline_tables, mixed, dotted_key, dotted_header, array_of_tables,
-                                   dotted_in_inline_table)}
+SHAPES = {
+    f.__name__: f
+    for f in (arrays, inline_tables, mixed, dotted_key, dotted_header, array_of_tables, dotted_in_inline_table)
+}
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
@@ -67,9 +69,11 @@ def test_nesting_as_deep_as_the_bound_is_read(shape: str):
 
 def test_brackets_inside_strings_and_comments_do_not_count():
     deep = "[" * LEVELS + "{" * LEVELS
-    text = (f'basic = "{deep}"\nliteral = \'{deep}\'\n# {deep}\n'
-            f'multi = """\n{deep}\n"""\nmulti_literal = \'\'\'\n{deep}\n\'\'\'\n'
-            f'escaped = "\\"{deep}"\nends_with_quotes = """{deep}"""""\nreal = [[1, 2], {{ x = [3] }}]\n')
+    text = (
+        f"basic = \"{deep}\"\nliteral = '{deep}'\n# {deep}\n"
+        f"multi = \"\"\"\n{deep}\n\"\"\"\nmulti_literal = '''\n{deep}\n'''\n"
+        f'escaped = "\\"{deep}"\nends_with_quotes = """{deep}"""""\nreal = [[1, 2], {{ x = [3] }}]\n'
+    )
     read = toml_reading.loads(text)
     assert read.problem is None
     assert read.data["real"] == [[1, 2], {"x": [3]}] and read.data["ends_with_quotes"] == deep + '""'
@@ -84,7 +88,7 @@ def test_broken_toml_is_a_reason_not_an_exception():
 # ---- as a user meets it: the command line ------------------------------------------------------------------
 
 
-ADDRESS_SPACE = 1 << 30      # a regression fails with MemoryError instead of taking the machine
+ADDRESS_SPACE = 1 << 30  # a regression fails with MemoryError instead of taking the machine
 
 
 def _limit() -> None:
@@ -93,8 +97,15 @@ def _limit() -> None:
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "VRAMLENS_CALIBRATION": "off"}
-    return subprocess.run([sys.executable, "-m", "vramlens", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=180, env=env, preexec_fn=_limit)
+    return subprocess.run(
+        [sys.executable, "-m", "vramlens", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        preexec_fn=_limit,
+    )
 
 
 @pytest.mark.parametrize("shape", ["arrays", "inline_tables", "dotted_key", "array_of_tables"])
@@ -117,12 +128,19 @@ def test_a_deep_pyproject_is_passed_over_and_the_config_still_checked(tmp_path: 
     result = json.loads(out.stdout)
     result = result[0] if isinstance(result, list) else result
     assert result["peak"]["allocated_gib"] > 0
-    assert result["gpu"]["name"] != "A10G"                       # its settings are not used …
-    assert "pyproject.toml" in out.stderr and "nest deeper than" in out.stderr     # … and the user is told
+    assert result["gpu"]["name"] != "A10G"  # its settings are not used …
+    assert "pyproject.toml" in out.stderr and "nest deeper than" in out.stderr  # … and the user is told
 
 
-@pytest.mark.parametrize("lock, shape", [("uv.lock", "arrays"), ("poetry.lock", "inline_tables"),
-                                         ("uv.lock", "array_of_tables"), ("poetry.lock", "dotted_key")])
+@pytest.mark.parametrize(
+    "lock, shape",
+    [
+        ("uv.lock", "arrays"),
+        ("poetry.lock", "inline_tables"),
+        ("uv.lock", "array_of_tables"),
+        ("poetry.lock", "dotted_key"),
+    ],
+)
 def test_a_deep_lock_file_gives_no_internal_error(tmp_path: Path, lock: str, shape: str):
     (tmp_path / "train.yaml").write_text(CONFIG)
     (tmp_path / "other.yaml").write_text(CONFIG.replace("2\n", "4\n"))
@@ -135,16 +153,20 @@ def test_a_deep_lock_file_gives_no_internal_error(tmp_path: Path, lock: str, sha
     assert lock in out.stderr and "nest deeper than" in out.stderr, out.stderr
 
 
-@pytest.mark.parametrize("name, text", [
-    (".vramlens.toml", dotted_key(20_000)),                      # 40 KB: tomllib took 1.5 GB for it
-    ("pyproject.toml", "[tool.vramlens]\n" + dotted_key(100_000)),
-    ("uv.lock", dotted_header(100_000)),
-    ("poetry.lock", dotted_in_inline_table(100_000)),
-], ids=[".vramlens.toml", "pyproject.toml", "uv.lock", "poetry.lock"])
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        (".vramlens.toml", dotted_key(20_000)),  # 40 KB: tomllib took 1.5 GB for it
+        ("pyproject.toml", "[tool.vramlens]\n" + dotted_key(100_000)),
+        ("uv.lock", dotted_header(100_000)),
+        ("poetry.lock", dotted_in_inline_table(100_000)),
+    ],
+    ids=[".vramlens.toml", "pyproject.toml", "uv.lock", "poetry.lock"],
+)
 def test_a_long_dotted_key_is_refused_before_it_is_parsed(tmp_path: Path, name: str, text: str):
     (tmp_path / "train.yaml").write_text(CONFIG)
     (tmp_path / name).write_text(text)
-    out = cli("check", "train.yaml", "--offline", cwd=tmp_path)          # within 1 GiB of address space
+    out = cli("check", "train.yaml", "--offline", cwd=tmp_path)  # within 1 GiB of address space
     assert "MemoryError" not in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert name in out.stderr and "nest deeper than" in out.stderr, out.stderr
     assert out.returncode == (2 if name == ".vramlens.toml" else 0), (out.returncode, out.stdout, out.stderr)

@@ -1,5 +1,6 @@
 """Files read from disk: the CLI walks only regular files and never blocks; a project file linked out of its
 folder is not read; what is read is the file that was checked (open first, then check the opened file)."""
+
 from __future__ import annotations
 
 import json
@@ -9,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from vramlens import file_access
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,8 +19,15 @@ NO_GPU_CONFIG = "\n".join(line for line in OOM_EXAMPLE.read_text().splitlines() 
 
 def _cli(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
     env = {**os.environ, "VRAMLENS_CALIBRATION": "off"}
-    return subprocess.run([sys.executable, "-m", "vramlens", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env, stdin=subprocess.PIPE)
+    return subprocess.run(
+        [sys.executable, "-m", "vramlens", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        stdin=subprocess.PIPE,
+    )
 
 
 @pytest.mark.parametrize("command", ["check", "estimate"])
@@ -29,7 +36,7 @@ def test_walking_a_folder_passes_over_devices_fifos_and_stdin(tmp_path, command)
     (tmp_path / "zero.yaml").symlink_to("/dev/zero")
     (tmp_path / "stdin.yaml").symlink_to("/dev/stdin")
     os.mkfifo(tmp_path / "fifo.yaml")
-    out = _cli(command, str(tmp_path), cwd=tmp_path)      # before: MemoryError on /dev/zero, or a hang on the FIFO
+    out = _cli(command, str(tmp_path), cwd=tmp_path)  # before: MemoryError on /dev/zero, or a hang on the FIFO
     assert "MemoryError" not in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert "train.yaml" in out.stdout
     assert "zero.yaml" not in out.stdout and "fifo.yaml" not in out.stdout
@@ -54,11 +61,11 @@ def test_a_project_file_linked_outside_its_folder_is_not_read(tmp_path):
         return (result[0] if isinstance(result, list) else result)["gpu"]["name"]
 
     (repo / ".vramlens.toml").write_text('gpu = "T4"\n')
-    assert gpu() == "T4"                              # a project file of its own is read
+    assert gpu() == "T4"  # a project file of its own is read
     (repo / ".vramlens.toml").unlink()
     (repo / ".vramlens.toml").symlink_to(outside / "settings.toml")
     out = _cli("estimate", "train.yaml", "--format", "json", cwd=repo)
-    assert out.returncode == 2 and "T4" not in out.stdout          # not read, and the command says so
+    assert out.returncode == 2 and "T4" not in out.stdout  # not read, and the command says so
     assert ".vramlens.toml" in out.stderr and "not read" in out.stderr, out.stderr
 
 
@@ -75,7 +82,7 @@ def test_the_file_read_is_the_file_checked(tmp_path):
     checked = link.resolve()
     assert file_access.read_text_checked(link, 1000, expect=checked).startswith('{"train')
     link.unlink()
-    link.symlink_to(outside / "ds.json")                       # swapped after the check
+    link.symlink_to(outside / "ds.json")  # swapped after the check
     with pytest.raises(file_access.NotReadable):
         file_access.read_text_checked(link, 1000, expect=checked)
     with pytest.raises(file_access.NotReadable):
@@ -106,10 +113,19 @@ def test_a_folder_swapped_for_a_link_after_the_check_is_not_read_through(tmp_pat
     for folder, body in ((ws / "sub", '{"gradient_accumulation_steps": 3}'), (outside, '{"secret": 1}')):
         folder.mkdir(parents=True)
         (folder / "ds.json").write_text(body)
-        (folder / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64,
-                                                        "num_attention_heads": 4, "num_hidden_layers": 2,
-                                                        "intermediate_size": 128, "vocab_size": 1000,
-                                                        "secret": folder == outside}))
+        (folder / "config.json").write_text(
+            json.dumps(
+                {
+                    "model_type": "llama",
+                    "hidden_size": 64,
+                    "num_attention_heads": 4,
+                    "num_hidden_layers": 2,
+                    "intermediate_size": 128,
+                    "vocab_size": 1000,
+                    "secret": folder == outside,
+                }
+            )
+        )
     doc = str(ws / "train.yaml")
     if how == "find then read":
         found, refused = references.find("sub/ds.json", doc, ws)
@@ -124,5 +140,7 @@ def test_a_folder_swapped_for_a_link_after_the_check_is_not_read_through(tmp_pat
     else:
         config, roots = models._local_config("sub", ws)
         _swap_to_outside(ws / "sub", outside)
-        assert models.read_config_file(config, roots) == \
-            f"it could not be read ({config}: leads outside the folders that may be read)"
+        assert (
+            models.read_config_file(config, roots)
+            == f"it could not be read ({config}: leads outside the folders that may be read)"
+        )

@@ -1,6 +1,7 @@
 """Hostile documents — an alias bomb, 100,000-deep nesting, a 10 MB file, binary data, invalid UTF-8, tags that
 construct Python objects — are refused with a readable VL016, in bounded memory, by the analysis, the CLI and
 the server. (Times are printed by benchmarks/hostile_inputs.py, not asserted.)"""
+
 from __future__ import annotations
 
 import json
@@ -9,11 +10,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 import hostile
+import pytest
 from lsp_wire import Server
-
 from vramlens.analysis import Settings, analyze
 
 RSS_BOUND_MIB = 50
@@ -35,18 +34,25 @@ MEASURE = textwrap.dedent("""
 
 def measure(name: str) -> dict:
     """Analyse one hostile document in a fresh process; peak-RSS growth over a warmed-up analysis."""
-    out = subprocess.run([sys.executable, "-c", MEASURE, str(Path(hostile.__file__).parent), name],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", MEASURE, str(Path(hostile.__file__).parent), name],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("name,words", [
-    ("alias_bomb", ["alias", "billion laughs", "not read"]),
-    ("deep_flow", ["nested", "100 levels"]),
-    ("ten_megabytes", ["too large", "MB"]),
-    ("binary", ["not a text file", "control character"]),
-])
+@pytest.mark.parametrize(
+    "name,words",
+    [
+        ("alias_bomb", ["alias", "billion laughs", "not read"]),
+        ("deep_flow", ["nested", "100 levels"]),
+        ("ten_megabytes", ["too large", "MB"]),
+        ("binary", ["not a text file", "control character"]),
+    ],
+)
 def test_hostile_yaml_is_a_readable_vl016_in_bounded_memory(name, words):
     result = measure(name)
     assert [f[0] for f in result["findings"]] == ["VL016"], result["findings"]
@@ -71,22 +77,43 @@ def test_invalid_utf8_and_binary_files_in_the_cli(tmp_path):
     (tmp_path / "latin1.yaml").write_bytes(b"model_name_or_path: caf\xe9\nper_device_train_batch_size: 2\n")
     (tmp_path / "blob.yaml").write_bytes(bytes(range(256)) * 64)
     (tmp_path / "ok.yaml").write_text(hostile.HEADER)
-    out = subprocess.run([sys.executable, "-m", "vramlens", "check", "--gpu", "A100-80GB", "--format", "json",
-                          "latin1.yaml", "blob.yaml", "ok.yaml"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vramlens",
+            "check",
+            "--gpu",
+            "A100-80GB",
+            "--format",
+            "json",
+            "latin1.yaml",
+            "blob.yaml",
+            "ok.yaml",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "Traceback" not in out.stderr, out.stderr
-    assert out.returncode == 2, (out.returncode, out.stderr)          # 2: files that could not be read
+    assert out.returncode == 2, (out.returncode, out.stderr)  # 2: files that could not be read
     for name, reason in (("latin1.yaml", "can't decode byte 0xe9"), ("blob.yaml", "can't decode byte 0x80")):
         assert f"{name}: cannot read" in out.stderr and reason in out.stderr, out.stderr
     report = json.loads(out.stdout)
-    assert "ok.yaml" in json.dumps(report)                             # the readable file is still checked
+    assert "ok.yaml" in json.dumps(report)  # the readable file is still checked
 
 
 def test_the_server_answers_hostile_documents(tmp_path):
     """Each hostile document opened in a running server gets its VL016 diagnostic; the server keeps answering."""
-    docs = {"bomb.yaml": hostile.alias_bomb(), "deep.yaml": hostile.deep_flow(), "big.yaml": hostile.ten_megabytes(),
-            "blob.yaml": hostile.binary(), "surrogates.yaml": hostile.HEADER + "optim: adam\udc80w\n",
-            "tags.yaml": hostile.HEADER + hostile.PYTHON_TAGS[0].format(marker=tmp_path / "ran")}
+    docs = {
+        "bomb.yaml": hostile.alias_bomb(),
+        "deep.yaml": hostile.deep_flow(),
+        "big.yaml": hostile.ten_megabytes(),
+        "blob.yaml": hostile.binary(),
+        "surrogates.yaml": hostile.HEADER + "optim: adam\udc80w\n",
+        "tags.yaml": hostile.HEADER + hostile.PYTHON_TAGS[0].format(marker=tmp_path / "ran"),
+    }
     with Server(workspace=tmp_path) as s:
         s.initialize()
         for name, text in docs.items():
@@ -96,12 +123,13 @@ def test_the_server_answers_hostile_documents(tmp_path):
             diags = s.diagnostics(uri, 1, after=mark)["params"]["diagnostics"]
             codes = [d["code"] for d in diags]
             if name == "surrogates.yaml":
-                assert "VL016" not in codes and "VL015" in codes, diags   # read, with the unknown optimizer named
+                assert "VL016" not in codes and "VL015" in codes, diags  # read, with the unknown optimizer named
             else:
                 assert codes == ["VL016"], (name, diags)
                 assert "internal error" not in diags[0]["message"]
-            hover = s.request("textDocument/hover", {"textDocument": {"uri": uri},
-                                                     "position": {"line": 0, "character": 3}})
+            hover = s.request(
+                "textDocument/hover", {"textDocument": {"uri": uri}, "position": {"line": 0, "character": 3}}
+            )
             assert hover is None or "contents" in hover
             s.close(uri)
         assert s.alive

@@ -2,6 +2,7 @@
 adapter_config.json) and nothing else, writes nothing but that file's cache entry, reads at most
 `hub.MAX_CONFIG_BYTES` and gives up after `hub.DEADLINE_S` — against a Hub on loopback (`fake_hub.py`) that
 answers with a huge body or one byte at a time. Timeouts here are hang guards, not measurements."""
+
 from __future__ import annotations
 
 import os
@@ -12,33 +13,49 @@ from pathlib import Path
 
 import pytest
 from fake_hub import COMMIT, ZEPHYR_7B, Drip, FakeHub, Huge
-
 from vramlens.knowledge import hub as hub_module
 
 HANG_GUARD_S = 120
-ADAPTER = {"files": {"adapter_config.json": {"peft_type": "LORA", "r": 16,
-                                             "base_model_name_or_path": "mistralai/Mistral-7B-v0.1"}}}
+ADAPTER = {
+    "files": {
+        "adapter_config.json": {"peft_type": "LORA", "r": 16, "base_model_name_or_path": "mistralai/Mistral-7B-v0.1"}
+    }
+}
 
 
 def _env(hub: FakeHub, tmp_path: Path) -> dict[str, str]:
     """A user's environment (no telemetry switch, no offline flag) with every cache and home under tmp_path."""
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_TOKEN", "HF_HUB_DISABLE_TELEMETRY")}
-    return {**env, **hub.env(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path / "home"),
-            "VRAMLENS_CALIBRATION": "off"}
+    return {
+        **env,
+        **hub.env(tmp_path),
+        "XDG_CACHE_HOME": str(tmp_path / "xdg"),
+        "HOME": str(tmp_path / "home"),
+        "VRAMLENS_CALIBRATION": "off",
+    }
 
 
 def _run(command: str, model: str, hub: FakeHub, tmp_path: Path) -> subprocess.CompletedProcess:
     config = tmp_path / "project" / f"{model.replace('/', '_')}.yaml"
     config.parent.mkdir(exist_ok=True)
     config.write_text(f"model_name_or_path: {model}\nper_device_train_batch_size: 1\nbf16: true\n", encoding="utf-8")
-    return subprocess.run([sys.executable, "-m", "vramlens", command, config.name], cwd=config.parent,
-                          capture_output=True, text=True, timeout=HANG_GUARD_S, env=_env(hub, tmp_path))
+    return subprocess.run(
+        [sys.executable, "-m", "vramlens", command, config.name],
+        cwd=config.parent,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+        env=_env(hub, tmp_path),
+    )
 
 
 def _written(tmp_path: Path) -> dict[str, int]:
     """Every file under tmp_path but the configs: relative path → size."""
-    return {str(p.relative_to(tmp_path)): p.stat().st_size for p in tmp_path.rglob("*")
-            if p.is_file() and not p.is_relative_to(tmp_path / "project")}
+    return {
+        str(p.relative_to(tmp_path)): p.stat().st_size
+        for p in tmp_path.rglob("*")
+        if p.is_file() and not p.is_relative_to(tmp_path / "project")
+    }
 
 
 def _in_process(hub: FakeHub, tmp_path: Path, monkeypatch) -> None:
@@ -59,28 +76,35 @@ def fake_hub():
     def start(repos: dict) -> FakeHub:
         servers.append(FakeHub(repos))
         return servers[-1]
+
     yield start
     for server in servers:
         server.close()
 
 
 def test_only_config_json_is_asked_for_and_only_its_cache_entry_written(fake_hub, tmp_path):
-    hub = fake_hub({"alignment-handbook/zephyr-7b-sft-full": ZEPHYR_7B,
-                    "alignment-handbook/zephyr-7b-sft-qlora": ADAPTER})
-    for command, model in (("estimate", "alignment-handbook/zephyr-7b-sft-full"),
-                           ("check", "alignment-handbook/zephyr-7b-sft-qlora")):
+    hub = fake_hub(
+        {"alignment-handbook/zephyr-7b-sft-full": ZEPHYR_7B, "alignment-handbook/zephyr-7b-sft-qlora": ADAPTER}
+    )
+    for command, model in (
+        ("estimate", "alignment-handbook/zephyr-7b-sft-full"),
+        ("check", "alignment-handbook/zephyr-7b-sft-qlora"),
+    ):
         out = _run(command, model, hub, tmp_path)
         assert out.returncode == 0, out.stdout + out.stderr
         assert "No memory estimate" not in out.stdout, out.stdout
     assert sorted(hub.requests) == [
         ("GET", "/alignment-handbook/zephyr-7b-sft-full/resolve/main/config.json"),
         ("GET", "/alignment-handbook/zephyr-7b-sft-qlora/resolve/main/adapter_config.json"),
-        ("GET", "/alignment-handbook/zephyr-7b-sft-qlora/resolve/main/config.json")]
+        ("GET", "/alignment-handbook/zephyr-7b-sft-qlora/resolve/main/config.json"),
+    ]
     cache = "hub-cache/models--alignment-handbook--"
-    assert sorted(_written(tmp_path)) == [f"{cache}zephyr-7b-sft-full/refs/main",
-                                          f"{cache}zephyr-7b-sft-full/snapshots/{COMMIT}/config.json",
-                                          f"{cache}zephyr-7b-sft-qlora/refs/main",
-                                          f"{cache}zephyr-7b-sft-qlora/snapshots/{COMMIT}/adapter_config.json"]
+    assert sorted(_written(tmp_path)) == [
+        f"{cache}zephyr-7b-sft-full/refs/main",
+        f"{cache}zephyr-7b-sft-full/snapshots/{COMMIT}/config.json",
+        f"{cache}zephyr-7b-sft-qlora/refs/main",
+        f"{cache}zephyr-7b-sft-qlora/snapshots/{COMMIT}/adapter_config.json",
+    ]
 
 
 @pytest.mark.parametrize("announce", [True, False], ids=["content-length", "no-length"])
@@ -91,9 +115,9 @@ def test_a_huge_config_json_is_refused_and_not_stored(fake_hub, tmp_path, comman
     said = out.stdout + out.stderr
     assert "`evil/huge`'s config.json on the Hugging Face Hub is larger than 4 MiB" in said, said
     assert "Traceback" not in said
-    assert _written(tmp_path) == {}                       # nothing in the cache, not even a partial file
+    assert _written(tmp_path) == {}  # nothing in the cache, not even a partial file
     if not announce:
-        assert hub.hung_up                                 # it stopped reading (the body had no announced length)
+        assert hub.hung_up  # it stopped reading (the body had no announced length)
 
 
 @pytest.mark.parametrize("where", ["body", "headers"])
@@ -129,7 +153,8 @@ def test_the_cli_gives_up_on_a_trickling_hub_and_says_why(fake_hub, tmp_path):
     """At the real deadline, as a user runs it: `vramlens check` ends and names the reason."""
     hub = fake_hub({"slow/drip": Drip(1.0)})
     out = _run("check", "slow/drip", hub, tmp_path)
-    assert (f"the Hugging Face Hub did not send `slow/drip`'s config.json within {hub_module.DEADLINE_S:g} s"
-            in out.stdout), out.stdout + out.stderr
+    assert (
+        f"the Hugging Face Hub did not send `slow/drip`'s config.json within {hub_module.DEADLINE_S:g} s" in out.stdout
+    ), out.stdout + out.stderr
     assert hub.requests == [("GET", "/slow/drip/resolve/main/config.json")]
     assert _written(tmp_path) == {}

@@ -1,6 +1,7 @@
 """Opening a file never runs anything from it. Python, shell, Markdown and YAML written as bait — os.system,
 eval, command substitution, object-constructing tags, a module named like a dependency — are only read: a
 marker file each would create never appears, whether the analysis, the CLI or the language server reads them."""
+
 from __future__ import annotations
 
 import subprocess
@@ -8,9 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from lsp_wire import Server
-
 from vramlens.analysis import Settings, analyze
 
 
@@ -55,7 +54,7 @@ SFTConfig(per_device_train_batch_size=__import__("os").system("{touch}"))
 """,
         "cfg.yaml": f"model_name_or_path: !!python/object/apply:os.system ['{touch}']\nper_device_train_batch_size: 2\n",
         "cfg2.yaml": f"model_name_or_path: gpt2\noptim: !!python/name:os.system\nper_device_train_batch_size: 2\n"
-                     f"deepspeed: !!python/object/new:subprocess.Popen [['{touch.split()[0]}', '{m}']]\n",
+        f"deepspeed: !!python/object/new:subprocess.Popen [['{touch.split()[0]}', '{m}']]\n",
         "evil_helpers.py": f"open('{m}', 'w').write('imported')\n",
     }
 
@@ -83,26 +82,35 @@ def test_the_analysis_only_reads_bait(workspace):
 def test_the_cli_in_the_repository_only_reads_bait(workspace):
     ws, marker = workspace
     for command in (["vramlens"], [sys.executable, "-m", "vramlens"]):
-        out = subprocess.run([*command, "check", "--gpu", "A100-80GB", "."], cwd=ws, capture_output=True, text=True,
-                             timeout=300)
+        out = subprocess.run(
+            [*command, "check", "--gpu", "A100-80GB", "."], cwd=ws, capture_output=True, text=True, timeout=300
+        )
         assert "Traceback" not in out.stderr, out.stderr
         assert not marker.exists(), (command, marker.read_text())
 
 
 def test_the_server_started_in_the_repository_only_reads_bait(workspace):
     ws, marker = workspace
-    with Server(workspace=ws) as s:          # cwd = the workspace, as an editor starting `python -m vramlens` does
+    with Server(workspace=ws) as s:  # cwd = the workspace, as an editor starting `python -m vramlens` does
         s.initialize()
         for name in ("train.py", "run.sh", "README.md", "cfg.yaml", "cfg2.yaml"):
             uri = (ws / name).as_uri()
             mark = len(s.notifications)
-            s.open(uri, (ws / name).read_text(), {"py": "python", "sh": "shellscript", "md": "markdown"}.get(
-                name.rsplit(".", 1)[1], "yaml"))
+            s.open(
+                uri,
+                (ws / name).read_text(),
+                {"py": "python", "sh": "shellscript", "md": "markdown"}.get(name.rsplit(".", 1)[1], "yaml"),
+            )
             diags = s.diagnostics(uri, 1, after=mark)["params"]["diagnostics"]
             assert all("internal error" not in d["message"] for d in diags), diags
-            s.request("textDocument/codeAction", {"textDocument": {"uri": uri}, "range": {
-                "start": {"line": 0, "character": 0}, "end": {"line": 20, "character": 0}},
-                "context": {"diagnostics": diags}})
+            s.request(
+                "textDocument/codeAction",
+                {
+                    "textDocument": {"uri": uri},
+                    "range": {"start": {"line": 0, "character": 0}, "end": {"line": 20, "character": 0}},
+                    "context": {"diagnostics": diags},
+                },
+            )
         assert s.alive
         assert "shadowed" not in s.stderr_tail(200)
     assert not marker.exists(), marker.read_text()

@@ -2,6 +2,7 @@
 shape: entries of the wrong type are skipped, never an internal error for the configs beside them; and a pin file
 is read only inside the workspace — a link to a file or through a folder outside, or a chain of links, is not
 followed, so pins from elsewhere never change an estimate."""
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from fuzzing import hang_guard
-
 from vramlens import environment
 from vramlens.analysis import analyze
 from vramlens.settings import Settings
@@ -36,9 +36,9 @@ MALFORMED = {
         ("tool = 5\n", None),
         ("[tool]\npoetry = [1]\n", None),
         ("[tool.poetry]\ndependencies = [1]\n", None),
-        ('[tool.poetry.dependencies]\ntransformers = 4.48\ntorch = [1]\npeft = { version = 3 }\n', None),
+        ("[tool.poetry.dependencies]\ntransformers = 4.48\ntorch = [1]\npeft = { version = 3 }\n", None),
         ('[tool.poetry.dependencies]\ntransformers = { version = "4.48.1", extras = 5 }\n', PIN),
-        ('[tool.vramlens]\ngpu = [1]\n[project]\ndependencies = [{a = [{b = 1}]}]\n', None),
+        ("[tool.vramlens]\ngpu = [1]\n[project]\ndependencies = [{a = [{b = 1}]}]\n", None),
     ],
     "uv.lock": [
         ("package = 'x'\n", None),
@@ -69,7 +69,7 @@ MALFORMED = {
     ],
     "requirements.txt": [
         ("\x00\x01\x02\n", None),
-        ("transformers" + " " * 200_000 + "x\n", None),       # matched in linear time (was quadratic: minutes)
+        ("transformers" + " " * 200_000 + "x\n", None),  # matched in linear time (was quadratic: minutes)
         ("transformers" + " " * 200_000 + "==4.48.1\n", PIN),
         ("transformers[" + "x" * 200_000 + "\n", None),
         ("-r\n--requirement\n-e .\ngit+https://x\n[extras]\n==1\n" + "=" * 10_000 + "\n", None),
@@ -80,12 +80,14 @@ MALFORMED = {
 CASES = [(name, text, found) for name, shapes in MALFORMED.items() for text, found in shapes]
 
 
-@pytest.mark.parametrize("name, text, found", CASES, ids=[f"{n}-{i}" for n, shapes in MALFORMED.items()
-                                                           for i in range(len(shapes))])
-def test_a_malformed_pin_file_is_read_for_what_it_holds_and_never_breaks_analysis(tmp_path: Path, name: str,
-                                                                                  text: str, found: str | None):
+@pytest.mark.parametrize(
+    "name, text, found", CASES, ids=[f"{n}-{i}" for n, shapes in MALFORMED.items() for i in range(len(shapes))]
+)
+def test_a_malformed_pin_file_is_read_for_what_it_holds_and_never_breaks_analysis(
+    tmp_path: Path, name: str, text: str, found: str | None
+):
     (tmp_path / name).write_text(text)
-    with hang_guard(name):                  # a generous CPU-time guard: a super-linear reader would trip it
+    with hang_guard(name):  # a generous CPU-time guard: a super-linear reader would trip it
         pins = environment.workspace_pins(tmp_path)
     if found is None:
         assert "transformers" not in pins, pins
@@ -103,8 +105,9 @@ def test_malformed_pins_in_one_file_leave_the_other_files_pins(tmp_path: Path):
     (tmp_path / "pyproject.toml").write_text("[project]\ndependencies = 5\noptional-dependencies = [1]\n")
     (tmp_path / "environment.yml").write_text("dependencies:\n  - pip: 5\n")
     (tmp_path / "requirements.txt").write_text(f"{PIN}\n")
-    assert environment.workspace_pins(tmp_path)["transformers"] == environment.Found("4.48.1",
-                                                                                     "pinned in requirements.txt")
+    assert environment.workspace_pins(tmp_path)["transformers"] == environment.Found(
+        "4.48.1", "pinned in requirements.txt"
+    )
 
 
 # ---- links out of the workspace --------------------------------------------------------------------------------
@@ -123,14 +126,14 @@ def link_to_file(ws: Path, outside: Path, name: str) -> None:
 
 
 def link_through_folder(ws: Path, outside: Path, name: str) -> None:
-    (ws / "env").symlink_to(outside, target_is_directory=True)         # a folder link inside the workspace …
-    (ws / name).symlink_to(Path("env") / name)                          # … that the pin file's link goes through
+    (ws / "env").symlink_to(outside, target_is_directory=True)  # a folder link inside the workspace …
+    (ws / name).symlink_to(Path("env") / name)  # … that the pin file's link goes through
 
 
 def chain_of_links(ws: Path, outside: Path, name: str) -> None:
     (ws / "a.link").symlink_to(outside / name)
     (ws / "b.link").symlink_to("a.link")
-    (ws / name).symlink_to("b.link")                                     # each link inside, the last one out
+    (ws / name).symlink_to("b.link")  # each link inside, the last one out
 
 
 def relative_dotdot(ws: Path, outside: Path, name: str) -> None:
@@ -155,7 +158,7 @@ def dirs(tmp_path: Path) -> tuple[Path, Path]:
 def test_a_pin_file_linked_out_of_the_workspace_is_not_read(dirs, link: str, name: str):
     ws, outside = dirs
     LINKS[link](ws, outside, name)
-    assert (ws / name).read_text() == OUTSIDE_PINS[name]                 # the link works: it is refused, not broken
+    assert (ws / name).read_text() == OUTSIDE_PINS[name]  # the link works: it is refused, not broken
     assert "transformers" not in environment.workspace_pins(ws)
     versions = environment.versions(Settings(workspace=ws))
     assert versions["transformers"].source != f"pinned in {name}"
@@ -192,8 +195,14 @@ gradient_checkpointing: true
 
 def _estimate(ws: Path) -> dict:
     env = {**os.environ, "VRAMLENS_CALIBRATION": "off"}
-    out = subprocess.run([sys.executable, "-m", "vramlens", "estimate", "train.yaml", "--offline", "--format", "json"],
-                         cwd=ws, capture_output=True, text=True, timeout=180, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "vramlens", "estimate", "train.yaml", "--offline", "--format", "json"],
+        cwd=ws,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-2000:]
     return json.loads(out.stdout)
 

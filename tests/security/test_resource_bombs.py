@@ -3,6 +3,7 @@ of findings, a path value of 80,000 characters, an f-string of 150,000 placehold
 child process under a 1 GiB address-space limit (so a regression fails with MemoryError instead of taking the
 machine), and the user-visible bound is asserted: the capped value is unknown and said so, the diagnostic is a
 readable one. Times are printed by benchmarks/hostile_inputs.py, not asserted."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,6 @@ import textwrap
 from pathlib import Path
 
 import hostile
-
 from vramlens.formats import shell
 
 ADDRESS_SPACE = 1 << 30
@@ -62,7 +62,7 @@ def test_doubling_shell_variable_is_capped_and_unknown():
     values = [script.env[f"V{i}"].value for i in range(20)]
     known = [v for v in values if v is not None]
     assert known and all(len(v) <= shell.MAX_VALUE_CHARS for v in known)
-    assert values[-1] is None                  # unknown, not a truncated string
+    assert values[-1] is None  # unknown, not a truncated string
     assert any("treated as unknown" in i.message for i in issues), issues
 
 
@@ -82,6 +82,7 @@ def test_long_path_value_is_not_walked_component_by_component(tmp_path, monkeypa
 
     from vramlens.analysis import analyze
     from vramlens.settings import Settings
+
     calls = 0
     real_lstat = os.lstat
 
@@ -106,8 +107,9 @@ def test_thousands_of_findings_split_the_text_once(monkeypatch):
     then one finding counting the rest at the last; the text is split into lines once per analysis (it was split
     twice per finding: quadratic in the file)."""
     from vramlens.analysis import analyze
-    from vramlens.settings import Settings
     from vramlens.rules import context
+    from vramlens.settings import Settings
+
     splits = 0
     real = context.text_lines
 
@@ -120,11 +122,11 @@ def test_thousands_of_findings_split_the_text_once(monkeypatch):
     monkeypatch.setattr(context, "text_lines", counting)
     a = analyze(hostile.repeated_keys(4_000), "cfg.yaml", Settings(gpu="A100-80GB"))
     dup = [f for f in a.findings if "duplicate key `optim`" in f.message]
-    assert len(dup) == 1_000                  # the first 1,000 `optim:` after the first
+    assert len(dup) == 1_000  # the first 1,000 `optim:` after the first
     assert {f.span.start_line for f in dup} == set(range(4, 1_004))
     rest = [f for f in a.findings if "more duplicate keys" in f.message]
     assert len(rest) == 1 and rest[0].message.startswith("2,999 more duplicate keys")
-    assert rest[0].span.start_line == 4_002   # the last one
+    assert rest[0].span.start_line == 4_002  # the last one
     assert splits <= 2, splits
 
 
@@ -143,8 +145,9 @@ def test_an_f_string_of_150_000_placeholders_never_reaches_ast_parse(monkeypatch
     import ast
 
     from vramlens.analysis import analyze
-    from vramlens.settings import Settings
     from vramlens.formats import python_calls
+    from vramlens.settings import Settings
+
     parsed: list[int] = []
     real = ast.parse
 

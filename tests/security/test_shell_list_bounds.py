@@ -3,6 +3,7 @@ copied on every line of a 2 MB script, a list that names itself through its vari
 every line, and `bash -c` strings nested 200 deep. What is bounded is counted (elements kept, words spliced,
 levels read) and what a user sees is asserted (a value past a bound is unknown and said so); the large inputs run
 in a child process under a 1 GiB address-space limit, as tests/security/test_resource_bombs.py does."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,9 @@ def analyze_in_child(text: str) -> dict:
                           "arrays": [len(v.elements) for v in script.env.values() if v.elements is not None],
                           "issues": [i.message for i in issues]}))
     """)
-    out = subprocess.run([sys.executable, "-c", code], input=text, capture_output=True, text=True, timeout=600,
-                         preexec_fn=_limit)
+    out = subprocess.run(
+        [sys.executable, "-c", code], input=text, capture_output=True, text=True, timeout=600, preexec_fn=_limit
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)
 
@@ -43,7 +45,7 @@ def analyze_in_child(text: str) -> dict:
 def test_an_array_that_doubles_per_line_is_capped_and_unknown():
     text = "A=(x x)\n" + 'A+=("${A[@]}" "${A[@]}")\n' * 60 + LAUNCH + ' "${A[@]}"\n'
     script, issues = shell.analyze(text, "train.sh")
-    assert len(script.env["A"].elements) <= shell.MAX_WORDS + 1          # 2**61 elements uncapped
+    assert len(script.env["A"].elements) <= shell.MAX_WORDS + 1  # 2**61 elements uncapped
     assert any(a.value is None for a in script.launch.args)
     assert any("treated as unknown" in i.message for i in issues), issues
 
@@ -63,8 +65,14 @@ def test_a_huge_array_keeps_its_first_elements_and_the_plan_says_the_rest_was_no
     assert result["arrays"] == [shell.MAX_WORDS + 1]
     path = tmp_path / "train.sh"
     path.write_text(text, encoding="utf-8")
-    out = subprocess.run([sys.executable, "-m", "vramlens", "plan", str(path), "--format", "json", "--no-resolve"],
-                         capture_output=True, text=True, timeout=600, cwd=tmp_path, preexec_fn=_limit)
+    out = subprocess.run(
+        [sys.executable, "-m", "vramlens", "plan", str(path), "--format", "json", "--no-resolve"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        preexec_fn=_limit,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(out.stdout)
     data = data[0] if isinstance(data, list) else data
@@ -74,7 +82,7 @@ def test_a_huge_array_keeps_its_first_elements_and_the_plan_says_the_rest_was_no
 def test_a_list_that_doubles_through_its_variables_splits_a_bounded_number_of_levels():
     text = 'V0="a b"\n' + "".join(f'V{i}="$V{i - 1} $V{i - 1}"\n' for i in range(1, 60)) + "torchrun $V59 train.py\n"
     script, _ = shell.analyze(text, "train.sh")
-    assert len(script.launch.args) <= 2 ** (shell.MAX_SPLICE_DEPTH + 1) + 2     # 2**60 words uncapped
+    assert len(script.launch.args) <= 2 ** (shell.MAX_SPLICE_DEPTH + 1) + 2  # 2**60 words uncapped
 
 
 def test_appending_to_a_string_on_every_line_is_capped_and_unknown():
@@ -92,12 +100,12 @@ def test_bash_c_nesting_is_read_to_a_bounded_depth(monkeypatch):
     assert script.launch is not None and script.launch.script.text == "train.py"
     monkeypatch.setattr(shell, "MAX_INLINE_DEPTH", 1)
     script, _ = shell.analyze(two, "train.sh")
-    assert script.launch is None                    # the second level is past the bound: not read
+    assert script.launch is None  # the second level is past the bound: not read
 
 
 def test_bash_c_nested_many_levels_is_not_followed_past_the_bound():
     s = CMD
-    for _ in range(9):                              # each level quoted for the one around it, as bash needs
+    for _ in range(9):  # each level quoted for the one around it, as bash needs
         s = "bash -c " + shlex.quote(s)
     script, _ = shell.analyze(s + "\n", "train.sh")
     assert script.launch is None

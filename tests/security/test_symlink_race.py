@@ -6,6 +6,7 @@ A thread swaps the entry as fast as it can while the same document is analysed R
 file is DEPTH folders deep, so that resolving it (which the workspace check does) takes long enough for swaps to
 land between the check and the open, and the interpreter switches threads often. Outside content must never reach
 the plan or the estimate; before the swapping starts, the file inside is read (the reference works)."""
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from vramlens.analysis import analyze
 from vramlens.settings import Settings
 
@@ -25,10 +25,17 @@ ROUNDS = 80
 DEPTH = 200
 DEEP = "/".join(["d"] * DEPTH)
 PAUSE_S = 0.0002
-OUTSIDE_LAYERS = 77          # the outside config.json's num_hidden_layers (inside: 12)
-OUTSIDE_ACCUM = 61           # the outside ds.json's gradient_accumulation_steps (inside: 3)
-MODEL = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16,
-         "num_hidden_layers": 12, "vocab_size": 32000, "torch_dtype": "bfloat16"}
+OUTSIDE_LAYERS = 77  # the outside config.json's num_hidden_layers (inside: 12)
+OUTSIDE_ACCUM = 61  # the outside ds.json's gradient_accumulation_steps (inside: 3)
+MODEL = {
+    "model_type": "llama",
+    "hidden_size": 1024,
+    "intermediate_size": 2816,
+    "num_attention_heads": 16,
+    "num_hidden_layers": 12,
+    "vocab_size": 32000,
+    "torch_dtype": "bfloat16",
+}
 DS = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 3, "zero_optimization": {"stage": 2}}
 
 
@@ -48,33 +55,38 @@ def _layout(tmp_path: Path, kind: str, variant: str) -> tuple[Path, Path, Layout
     ws, out = tmp_path / "ws", tmp_path / "outside-the-workspace"
     name = "ds.json" if kind == "deepspeed" else "config.json"
     inside_body = json.dumps(DS if kind == "deepspeed" else MODEL)
-    outside_body = json.dumps({**DS, "gradient_accumulation_steps": OUTSIDE_ACCUM, "zero_optimization": {"stage": 3}}
-                              if kind == "deepspeed" else {**MODEL, "num_hidden_layers": OUTSIDE_LAYERS})
+    outside_body = json.dumps(
+        {**DS, "gradient_accumulation_steps": OUTSIDE_ACCUM, "zero_optimization": {"stage": 3}}
+        if kind == "deepspeed"
+        else {**MODEL, "num_hidden_layers": OUTSIDE_LAYERS}
+    )
 
     def put(folder: Path, body: str) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(body)
         return folder / name
 
-    if variant == "folder":              # ws/sub → ws/real | outside; the file deep below it
+    if variant == "folder":  # ws/sub → ws/real | outside; the file deep below it
         put(ws / "real" / DEEP, inside_body)
         put(out / DEEP, outside_body)
         layout = Layout(f"sub/{DEEP}", ws / "sub", ws / "real", out)
-    elif variant == "real folder":       # ws/sub: a real folder, then a link to outside, then the folder again
+    elif variant == "real folder":  # ws/sub: a real folder, then a link to outside, then the folder again
         put(ws / "real" / DEEP, inside_body)
         put(out / DEEP, outside_body)
         layout = Layout(f"sub/{DEEP}", ws / "sub", ws / "real", out, real_folder=True)
-    elif variant == "file":              # ws/<deep>/m/<name> → ws/real/<name> | outside/<name>
+    elif variant == "file":  # ws/<deep>/m/<name> → ws/real/<name> | outside/<name>
         layout = Layout(f"{DEEP}/m", ws / DEEP / "m" / name, put(ws / "real", inside_body), put(out, outside_body))
         layout.swapped.parent.mkdir(parents=True)
-    else:                                # a middle component: ws/<deep>/mid → ws/real | outside; then b/<name>
+    else:  # a middle component: ws/<deep>/mid → ws/real | outside; then b/<name>
         put(ws / "real" / "b", inside_body)
         put(out / "b", outside_body)
         (ws / DEEP).mkdir(parents=True)
         layout = Layout(f"{DEEP}/mid/b", ws / DEEP / "mid", ws / "real", out)
     if kind == "deepspeed":
-        text = (f"model_name_or_path: meta-llama/Llama-3.1-8B\nper_device_train_batch_size: 2\nbf16: true\n"
-                f"deepspeed: {layout.ref}/{name}\n")
+        text = (
+            f"model_name_or_path: meta-llama/Llama-3.1-8B\nper_device_train_batch_size: 2\nbf16: true\n"
+            f"deepspeed: {layout.ref}/{name}\n"
+        )
     else:
         text = f"model_name_or_path: {layout.ref}\nper_device_train_batch_size: 2\nbf16: true\n"
     doc = ws / "train.yaml"
@@ -92,12 +104,12 @@ def _swapper(layout: Layout, stop: threading.Event) -> int:
     """Swap until `stop`, pausing PAUSE_S in each state (which lets the analysis run in it); the number of swaps."""
     swaps = 0
     while not stop.is_set():
-        if layout.real_folder:                           # `swapped` starts as the real folder
+        if layout.real_folder:  # `swapped` starts as the real folder
             os.rename(layout.swapped, layout.inside)
             _swap_link(layout.swapped, layout.outside)  # a link out in its place
             time.sleep(PAUSE_S)
             layout.swapped.unlink()
-            os.rename(layout.inside, layout.swapped)   # the real folder again
+            os.rename(layout.inside, layout.swapped)  # the real folder again
         else:
             _swap_link(layout.swapped, layout.outside)
             time.sleep(PAUSE_S)
@@ -134,14 +146,15 @@ def test_a_swapped_path_never_brings_outside_content_in(tmp_path, kind, variant,
     try:
         for _ in range(ROUNDS):
             result = analyze(text, str(doc), settings)
-            shown = (result.plan.model_dump_json() if result.plan is not None else "") + \
-                " ".join(f.message for f in result.findings)
+            shown = (result.plan.model_dump_json() if result.plan is not None else "") + " ".join(
+                f.message for f in result.findings
+            )
             if _read(result, kind) == "outside" or str(layout.outside) in shown:
                 leaks.append(shown[:300])
     finally:
         stop.set()
         thread.join(timeout=60)
-    assert swaps and swaps[0] > ROUNDS, swaps          # the entry was swapped while the document was analysed
+    assert swaps and swaps[0] > ROUNDS, swaps  # the entry was swapped while the document was analysed
     assert not leaks, f"{len(leaks)} of {ROUNDS} analyses used the file outside the workspace: {leaks[0]}"
 
 

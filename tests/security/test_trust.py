@@ -1,12 +1,12 @@
 """Exact traces and live probes run code (torch, a GPU step) and are refused in untrusted workspaces: the editor
 says so at `initialize` (`initializationOptions.trusted = false`, what the VS Code extension sends for an
 untrusted folder); nothing in the workspace — a project file, pushed settings — can turn trust back on."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
 from lsp_wire import Server, ServerError
 
 CONFIG = "model_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: 2\nbf16: true\n"
@@ -26,10 +26,11 @@ def _children(pid: int) -> list[str]:
 
 @pytest.mark.parametrize("command", ["vramlens.runTrace", "vramlens.runProbe"])
 def test_untrusted_workspaces_refuse_traces_and_probes(tmp_path, command):
-    (tmp_path / ".vramlens.toml").write_text('gpu = "A100-80GB"\ntrusted = true\n')       # cannot grant trust
-    (tmp_path / "pyproject.toml").write_text('[tool.vramlens]\ntrusted = true\n')
-    with Server(workspace=tmp_path, initialization_options={"trusted": False},
-                settings={"gpu": "A100-80GB", "trusted": True}) as s:
+    (tmp_path / ".vramlens.toml").write_text('gpu = "A100-80GB"\ntrusted = true\n')  # cannot grant trust
+    (tmp_path / "pyproject.toml").write_text("[tool.vramlens]\ntrusted = true\n")
+    with Server(
+        workspace=tmp_path, initialization_options={"trusted": False}, settings={"gpu": "A100-80GB", "trusted": True}
+    ) as s:
         s.initialize()
         uri = (tmp_path / "train.yaml").as_uri()
         s.open(uri, CONFIG)
@@ -38,7 +39,7 @@ def test_untrusted_workspaces_refuse_traces_and_probes(tmp_path, command):
         with pytest.raises(ServerError, match="only run in trusted workspaces"):
             s.request("workspace/executeCommand", {"command": command, "arguments": [uri]})
         assert not [c for c in _children(s.proc.pid) if "vramlens.trace" in c or "vramlens.probe" in c]
-        assert s.request("workspace/executeCommand", {"command": "vramlens.listGpus", "arguments": []})   # still serves
+        assert s.request("workspace/executeCommand", {"command": "vramlens.listGpus", "arguments": []})  # still serves
         assert s.alive
 
 
@@ -54,13 +55,14 @@ def _ran_after_start(workspace: Path, marker: Path, trusted: bool, path: str) ->
     import os
     import time
 
-    with Server(workspace=workspace, initialization_options={"trusted": trusted},
-                env={**os.environ, "PATH": path}) as s:
+    with Server(
+        workspace=workspace, initialization_options={"trusted": trusted}, env={**os.environ, "PATH": path}
+    ) as s:
         s.initialize()
         uri = (workspace / "train.yaml").as_uri()
         s.open(uri, CONFIG)
         s.diagnostics(uri, 1)
-        deadline = time.monotonic() + 5                       # detection runs in a thread after `initialized`
+        deadline = time.monotonic() + 5  # detection runs in a thread after `initialized`
         while time.monotonic() < deadline and not marker.exists():
             time.sleep(0.1)
         time.sleep(0.5)
@@ -79,4 +81,4 @@ def test_a_repositorys_own_nvidia_smi_never_runs(tmp_path):
     path = os.pathsep.join(["", ".", "bin", str(workspace / "bin"), str(outside), os.environ.get("PATH", "")])
     assert _ran_after_start(workspace, marker, trusted=True, path=path) == ["driver"]
     marker.unlink()
-    assert _ran_after_start(workspace, marker, trusted=False, path=path) == []   # untrusted: no detection at all
+    assert _ran_after_start(workspace, marker, trusted=False, path=path) == []  # untrusted: no detection at all

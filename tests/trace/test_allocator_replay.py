@@ -4,10 +4,10 @@ figure derived in a comment from the lines it follows; then a real traced step r
 
 torch.cuda.memory exposes no rounding helper that runs without a GPU (`round_size` is private C++), so the
 rounding is checked against the formula read from the source."""
+
 from __future__ import annotations
 
 import pytest
-
 from vramlens.trace.allocator_replay import AllocatorSettings, replay, round_size
 
 MIB = 1 << 20
@@ -24,28 +24,38 @@ def frees(*ids):
 
 
 # --- rounding ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("size, expected", [
-    (1, 512), (511, 512), (512, 512), (513, 1024),          # size < kMinBlockSize → 512; else 512·⌈size/512⌉
-    (1_000_000, 1_000_448), (3 * MIB + 1, 3 * MIB + 512),
-])
+@pytest.mark.parametrize(
+    "size, expected",
+    [
+        (1, 512),
+        (511, 512),
+        (512, 512),
+        (513, 1024),  # size < kMinBlockSize → 512; else 512·⌈size/512⌉
+        (1_000_000, 1_000_448),
+        (3 * MIB + 1, 3 * MIB + 512),
+    ],
+)
 def test_requests_round_up_to_512_bytes(size, expected):
     assert round_size(size, DEFAULT) == expected
 
 
-@pytest.mark.parametrize("conf, size, expected", [
-    # roundup_power2_next_division: 1200 MiB lies in [1024, 2048) MiB; 4 divisions are 1024, 1280, 1536, 1792
-    ("roundup_power2_divisions:4", 1200 * MIB, 1280 * MIB),
-    ("roundup_power2_divisions:4", 1280 * MIB, 1280 * MIB),         # on a division: unchanged
-    ("roundup_power2_divisions:8", 1100 * MIB, 1152 * MIB),         # 8 divisions of 128 MiB
-    ("roundup_power2_divisions:4", 2048 * MIB, 2048 * MIB),         # a power of two: unchanged
-    # size ≤ kMinBlockSize·divisions (512·4 = 2048 B): plain 512-byte rounding
-    ("roundup_power2_divisions:4", 1500, 1536),
-    # a list: the first entry fills the intervals below it, so 2 MiB-ish requests get 2 divisions
-    ("roundup_power2_divisions:[64:2,>:8]", 3 * MIB, 3 * MIB),       # [2, 4) MiB in 2 steps: 2 and 3 MiB
-    ("roundup_power2_divisions:[64:2,>:8]", 3 * MIB + 1, 4 * MIB),
-    # `>` fills from the last named interval on (std::fill from last_index): [64, 128) MiB gets 8 steps of 8 MiB
-    ("roundup_power2_divisions:[64:2,>:8]", 65 * MIB, 72 * MIB),
-])
+@pytest.mark.parametrize(
+    "conf, size, expected",
+    [
+        # roundup_power2_next_division: 1200 MiB lies in [1024, 2048) MiB; 4 divisions are 1024, 1280, 1536, 1792
+        ("roundup_power2_divisions:4", 1200 * MIB, 1280 * MIB),
+        ("roundup_power2_divisions:4", 1280 * MIB, 1280 * MIB),  # on a division: unchanged
+        ("roundup_power2_divisions:8", 1100 * MIB, 1152 * MIB),  # 8 divisions of 128 MiB
+        ("roundup_power2_divisions:4", 2048 * MIB, 2048 * MIB),  # a power of two: unchanged
+        # size ≤ kMinBlockSize·divisions (512·4 = 2048 B): plain 512-byte rounding
+        ("roundup_power2_divisions:4", 1500, 1536),
+        # a list: the first entry fills the intervals below it, so 2 MiB-ish requests get 2 divisions
+        ("roundup_power2_divisions:[64:2,>:8]", 3 * MIB, 3 * MIB),  # [2, 4) MiB in 2 steps: 2 and 3 MiB
+        ("roundup_power2_divisions:[64:2,>:8]", 3 * MIB + 1, 4 * MIB),
+        # `>` fills from the last named interval on (std::fill from last_index): [64, 128) MiB gets 8 steps of 8 MiB
+        ("roundup_power2_divisions:[64:2,>:8]", 65 * MIB, 72 * MIB),
+    ],
+)
 def test_roundup_power2_divisions(conf, size, expected):
     assert round_size(size, AllocatorSettings.from_conf(conf)) == expected
 
@@ -53,20 +63,30 @@ def test_roundup_power2_divisions(conf, size, expected):
 def test_settings_come_from_the_project_parser_and_refuse_what_torch_refuses():
     s = AllocatorSettings.from_conf("expandable_segments:True, max_split_size_mb:128,garbage_collection_threshold:0.6")
     assert (s.expandable_segments, s.max_split_size, s.garbage_collection_threshold) == (True, 128 * MIB, 0.6)
-    for bad in ("max_split_size_mb:10", "garbage_collection_threshold:1.5", "expandable_segment:True",
-                "backend:cudaMallocAsync"):
+    for bad in (
+        "max_split_size_mb:10",
+        "garbage_collection_threshold:1.5",
+        "expandable_segment:True",
+        "backend:cudaMallocAsync",
+    ):
         with pytest.raises(ValueError):
             AllocatorSettings.from_conf(bad)
 
 
 # --- pools and segments --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("size, reserved", [
-    (100, 2 * MIB), (MIB, 2 * MIB),                      # ≤ kSmallSize (1 MiB): small pool, kSmallBuffer segments
-    (MIB + 1, 20 * MIB), (3 * MIB, 20 * MIB),            # < kMinLargeAlloc (10 MiB): a kLargeBuffer (20 MiB) segment
-    (10 * MIB - 512, 20 * MIB),
-    (10 * MIB, 10 * MIB),                                # ≥ 10 MiB: rounded up to kRoundLarge (2 MiB)
-    (12 * MIB + 1, 14 * MIB), (101 * MIB, 102 * MIB),
-])
+@pytest.mark.parametrize(
+    "size, reserved",
+    [
+        (100, 2 * MIB),
+        (MIB, 2 * MIB),  # ≤ kSmallSize (1 MiB): small pool, kSmallBuffer segments
+        (MIB + 1, 20 * MIB),
+        (3 * MIB, 20 * MIB),  # < kMinLargeAlloc (10 MiB): a kLargeBuffer (20 MiB) segment
+        (10 * MIB - 512, 20 * MIB),
+        (10 * MIB, 10 * MIB),  # ≥ 10 MiB: rounded up to kRoundLarge (2 MiB)
+        (12 * MIB + 1, 14 * MIB),
+        (101 * MIB, 102 * MIB),
+    ],
+)
 def test_segment_size_by_request(size, reserved):
     r = replay(allocs(size))
     assert (r.peak_reserved, r.peak_segments) == (reserved, 1)
@@ -120,16 +140,19 @@ def test_max_split_size_stops_big_blocks_from_being_split():
     assert replay(allocs(60 * MIB) + frees(0) + allocs(45 * MIB, start=1), s).end_allocated == 60 * MIB
 
 
-@pytest.mark.parametrize("growth, expandable_reserved", [
-    # 11, 13, 15, 17 MiB. One segment in 20 MiB pages: 11 → map 20 [11 | 9 free]; 13 → the free 9 plus one more page
-    # [11 | 13 | 16 free]; free 11; 15 fits the free 16; free 13 → [0, 24) merged; 17 fits there → 40 MiB
-    (2, 40 * MIB),
-    # 11, 14, 17, 20: 11 → 20; 14 → 40 [11 | 14 | 15 free]; 17 → the free 15 + one page → 60; free 14 → [0, 25)
-    # merged; 20 fits → 60 MiB
-    (3, 60 * MIB),
-    # 11, 16, 21, 26: 11 → 20; 16 → 40 [11 | 16 | 13 free]; 21 → 60; free 16 → [0, 27) merged; 26 fits → 60 MiB
-    (5, 60 * MIB),
-])
+@pytest.mark.parametrize(
+    "growth, expandable_reserved",
+    [
+        # 11, 13, 15, 17 MiB. One segment in 20 MiB pages: 11 → map 20 [11 | 9 free]; 13 → the free 9 plus one more page
+        # [11 | 13 | 16 free]; free 11; 15 fits the free 16; free 13 → [0, 24) merged; 17 fits there → 40 MiB
+        (2, 40 * MIB),
+        # 11, 14, 17, 20: 11 → 20; 14 → 40 [11 | 14 | 15 free]; 17 → the free 15 + one page → 60; free 14 → [0, 25)
+        # merged; 20 fits → 60 MiB
+        (3, 60 * MIB),
+        # 11, 16, 21, 26: 11 → 20; 16 → 40 [11 | 16 | 13 free]; 21 → 60; free 16 → [0, 27) merged; 26 fits → 60 MiB
+        (5, 60 * MIB),
+    ],
+)
 def test_expandable_segments_reserve_about_what_is_allocated(growth, expandable_reserved):
     # the growing-batch case of Note [Expandable Segments]: each request a little larger than the last, the previous
     # freed after the next is made
@@ -173,7 +196,7 @@ def test_release_and_retry_under_a_limit_then_out_of_memory():
 
 
 def test_zero_byte_requests_and_unknown_events():
-    assert replay(allocs(0) + frees(0, 7)).peak_reserved == 0     # zero-byte requests allocate nothing
+    assert replay(allocs(0) + frees(0, 7)).peak_reserved == 0  # zero-byte requests allocate nothing
     with pytest.raises(ValueError):
         replay([("realloc", 1, 10, 0)])
 
@@ -216,7 +239,6 @@ def test_recorded_sequence_is_bounded():
 
     need("torch")
     import torch
-
     from vramlens.trace.engine import allocator_replays
     from vramlens.trace.tracker import LiveBytes
 
@@ -241,9 +263,14 @@ def test_cli_trace_shows_the_replayed_reserved_level(tmp_path):
     cfg = tiny_config(tmp_path)
 
     def run(*args):
-        done = subprocess.run([sys.executable, "-m", "vramlens", "trace", str(cfg), "--no-record", *args],
-                              cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                              env=dict(os.environ, VRAMLENS_CALIBRATION=str(tmp_path / "cal.jsonl")))
+        done = subprocess.run(
+            [sys.executable, "-m", "vramlens", "trace", str(cfg), "--no-record", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=dict(os.environ, VRAMLENS_CALIBRATION=str(tmp_path / "cal.jsonl")),
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout
 

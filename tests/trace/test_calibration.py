@@ -1,16 +1,15 @@
 """Measurements recorded locally correct later estimates for the same architecture (no torch needed)."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
+from trace_plans import plan
 from vramlens import calibration
 from vramlens.knowledge.schema import ModelArch
 
-from trace_plans import plan
-
-EXACT = {"exact": True}       # only exact traces are recorded (a stand-in's ratio would scale every later estimate)
+EXACT = {"exact": True}  # only exact traces are recorded (a stand-in's ratio would scale every later estimate)
 
 
 @pytest.fixture
@@ -38,16 +37,27 @@ def test_ratio_is_bounded(cal):
 
 
 def test_nearest_record_of_the_same_architecture_wins(cal):
-    calibration.record(plan(micro_batch=1), source="trace", extra=EXACT, estimated_allocated=100, measured_allocated=105)
-    calibration.record(plan(micro_batch=8, grad_checkpointing=True), source="trace", extra=EXACT, estimated_allocated=100,
-                       measured_allocated=120)
+    calibration.record(
+        plan(micro_batch=1), source="trace", extra=EXACT, estimated_allocated=100, measured_allocated=105
+    )
+    calibration.record(
+        plan(micro_batch=8, grad_checkpointing=True),
+        source="trace",
+        extra=EXACT,
+        estimated_allocated=100,
+        measured_allocated=120,
+    )
     assert calibration.correction_for(plan(micro_batch=2)) == pytest.approx(1.05)
     assert calibration.correction_for(plan(micro_batch=8, grad_checkpointing=True, seq_len=256)) == pytest.approx(1.20)
     other = ModelArch(id="other", family="llama", hidden=512, layers=2, heads=8, intermediate=1024, vocab=1000)
     assert calibration.correction_for(plan(arch=other)) is None
     # a very different setup is not "matching"
-    assert calibration.correction_for(plan(peft="lora", lora_r=8, lora_targets=("q", "v"), quant_bits=4,
-                                           amp=True, weight_dtype="fp32")) is None
+    assert (
+        calibration.correction_for(
+            plan(peft="lora", lora_r=8, lora_targets=("q", "v"), quant_bits=4, amp=True, weight_dtype="fp32")
+        )
+        is None
+    )
 
 
 def test_off_switch_and_setting(cal, monkeypatch):
@@ -84,8 +94,10 @@ def test_calibration_is_a_stage_of_its_own(cal):
     text = "model_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: 2\nbf16: true\n"
     res = resolve(parse_document(text, str(_Path(cal.parent) / "train.yaml")).plan, Settings(gpu="A10G"))
     calibration.record(res.resolved, source="probe", estimated_allocated=100, measured_allocated=115)
-    assert resolve(parse_document(text, str(cal.parent / "train.yaml")).plan,
-                   Settings(gpu="A10G")).resolved.correction == 1.0
+    assert (
+        resolve(parse_document(text, str(cal.parent / "train.yaml")).plan, Settings(gpu="A10G")).resolved.correction
+        == 1.0
+    )
     calibrated = calibration.calibrate(res)
     assert calibrated.resolved.correction == pytest.approx(1.15)
     est = estimate(calibrated.resolved)
@@ -108,9 +120,14 @@ def test_the_cli_shows_the_calibration_it_applied(cal, tmp_path):
     calibration.record(res.resolved, source="trace", extra=EXACT, estimated_allocated=100, measured_allocated=120)
 
     def run(path: str) -> dict:
-        out = subprocess.run([sys.executable, "-m", "vramlens", "estimate", "train.yaml", "--gpu", "A10G",
-                              "--format", "json"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                             env={**os.environ, "VRAMLENS_CALIBRATION": path})
+        out = subprocess.run(
+            [sys.executable, "-m", "vramlens", "estimate", "train.yaml", "--gpu", "A10G", "--format", "json"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "VRAMLENS_CALIBRATION": path},
+        )
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)
 

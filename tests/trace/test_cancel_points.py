@@ -1,14 +1,13 @@
 """A cancelled trace stops at the next block, in forward and in backward, on every backend: the worker answers a
 cancel within its grace period however long the model's forward is (a 70B forward at 4k tokens takes longer than
 that on a loaded machine), instead of being killed and restarted."""
+
 from __future__ import annotations
 
 import importlib
 
 import pytest
-
 from trace_plans import need, plan
-
 from vramlens.knowledge.schema import ModelArch
 
 need("torch")
@@ -17,12 +16,13 @@ from vramlens.trace import engine  # noqa: E402
 from vramlens.trace.config import step_config  # noqa: E402
 from vramlens.trace.tracker import TraceCancelled  # noqa: E402
 
-DEEP = ModelArch(id="deep-llama", family="llama", hidden=64, layers=8, heads=4, kv_heads=2, intermediate=128,
-                 vocab=256)
-BLOCKS = {"synthetic": ("vramlens.trace.model", "Block"),
-          # the layer's MLP: transformers wraps the layer class's own `forward` for checkpointing
-          "transformers": ("transformers.models.llama.modeling_llama", "LlamaMLP"),
-          "torchtune": ("torchtune.modules", "TransformerSelfAttentionLayer")}
+DEEP = ModelArch(id="deep-llama", family="llama", hidden=64, layers=8, heads=4, kv_heads=2, intermediate=128, vocab=256)
+BLOCKS = {
+    "synthetic": ("vramlens.trace.model", "Block"),
+    # the layer's MLP: transformers wraps the layer class's own `forward` for checkpointing
+    "transformers": ("transformers.models.llama.modeling_llama", "LlamaMLP"),
+    "torchtune": ("torchtune.modules", "TransformerSelfAttentionLayer"),
+}
 
 
 @pytest.mark.parametrize("backend", ["synthetic", "transformers", "torchtune"])
@@ -36,7 +36,7 @@ def test_a_cancel_is_taken_at_the_next_block(backend, during, monkeypatch):
     rp = plan(arch=DEEP, grad_checkpointing=ckpt, **({"framework": "torchtune"} if backend == "torchtune" else {}))
     cfg = step_config(rp)
     stop = {"asked": False, "phase": None}
-    runs_after: list[str] = []          # block forwards (or recomputes) that began after the cancel
+    runs_after: list[str] = []  # block forwards (or recomputes) that began after the cancel
 
     def on_progress(message: str, fraction: float) -> None:
         if during in message:
@@ -50,7 +50,7 @@ def test_a_cancel_is_taken_at_the_next_block(backend, during, monkeypatch):
     def counted(self, *args, **kwargs):  # the block's own forward: a recompute runs it too
         if stop["asked"]:
             runs_after.append(name)
-        elif stop["phase"] == "backward":    # the first block recomputed in backward: cancel from inside it
+        elif stop["phase"] == "backward":  # the first block recomputed in backward: cancel from inside it
             stop["asked"] = True
         return forward(self, *args, **kwargs)
 

@@ -8,11 +8,11 @@ partitioner on CPU with real tiny tensors, sum the bytes the compiled backward k
 estimator's compiled per-layer activations for the same shapes; the eager layer, measured with saved-tensor hooks,
 is checked against the eager formula the same way.
 """
+
 from __future__ import annotations
 
 import pytest
 from trace_plans import LORA, TINY_LLAMA, need, plan
-
 from vramlens.estimate import components as C
 
 BATCH, SEQ = 2, 128
@@ -24,9 +24,15 @@ def _layer(lora: bool, dtype_name: str):
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
     arch = TINY_LLAMA
-    cfg = LlamaConfig(hidden_size=arch.hidden, intermediate_size=arch.intermediate, num_attention_heads=arch.heads,
-                      num_key_value_heads=arch.kv_heads, num_hidden_layers=1, vocab_size=arch.vocab,
-                      attention_dropout=0.0)
+    cfg = LlamaConfig(
+        hidden_size=arch.hidden,
+        intermediate_size=arch.intermediate,
+        num_attention_heads=arch.heads,
+        num_key_value_heads=arch.kv_heads,
+        num_hidden_layers=1,
+        vocab_size=arch.vocab,
+        attention_dropout=0.0,
+    )
     cfg._attn_implementation = "sdpa"
     dtype = getattr(torch, dtype_name)
     torch.manual_seed(0)
@@ -44,8 +50,10 @@ def _layer(lora: bool, dtype_name: str):
                 return self.layer(*args, **kwargs)
 
         names = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-        module = get_peft_model(Wrapper(), LoraConfig(r=LORA["lora_r"], lora_alpha=LORA["lora_alpha"],
-                                                      target_modules=names, lora_dropout=0.0))
+        module = get_peft_model(
+            Wrapper(),
+            LoraConfig(r=LORA["lora_r"], lora_alpha=LORA["lora_alpha"], target_modules=names, lora_dropout=0.0),
+        )
     x = torch.randn(BATCH, SEQ, arch.hidden, dtype=dtype, requires_grad=True)
     positions = torch.arange(SEQ)[None].expand(BATCH, SEQ)
     cos, sin = LlamaRotaryEmbedding(cfg)(x, positions)
@@ -64,7 +72,7 @@ def _eager_bytes_per_token(lora: bool, dtype_name: str) -> float:
     import torch
 
     run, outside, x = _layer(lora, dtype_name)
-    outside.add(x.untyped_storage().data_ptr())     # eager keeps the norm's upcast copy, never the input itself
+    outside.add(x.untyped_storage().data_ptr())  # eager keeps the norm's upcast copy, never the input itself
     kept: dict[int, int] = {}
 
     def pack(t):
@@ -84,13 +92,22 @@ def _compiled_bytes_per_token(lora: bool, dtype_name: str) -> float:
     run, outside, _ = _layer(lora, dtype_name)
 
     def backend(gm, example_inputs):
-        return aot_module_simplified(gm, example_inputs, fw_compiler=lambda g, _: g, bw_compiler=lambda g, _: g,
-                                     partition_fn=min_cut_rematerialization_partition)
+        return aot_module_simplified(
+            gm,
+            example_inputs,
+            fw_compiler=lambda g, _: g,
+            bw_compiler=lambda g, _: g,
+            partition_fn=min_cut_rematerialization_partition,
+        )
 
     torch._dynamo.reset()
     out = torch.compile(run, backend=backend, fullgraph=False)()
-    kept = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for fn in _functions(out.grad_fn)
-            for t in (getattr(fn, "saved_tensors", ()) or ()) if isinstance(t, torch.Tensor)}
+    kept = {
+        t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+        for fn in _functions(out.grad_fn)
+        for t in (getattr(fn, "saved_tensors", ()) or ())
+        if isinstance(t, torch.Tensor)
+    }
     outside.add(out.untyped_storage().data_ptr())
     return sum(n for ptr, n in kept.items() if ptr not in outside) / (BATCH * SEQ)
 
@@ -151,13 +168,22 @@ def test_the_compiled_loss_keeps_one_fp32_log_softmax_of_the_logits():
         return ForCausalLMLoss(logits, labels, vocab)
 
     def backend(gm, example_inputs):
-        return aot_module_simplified(gm, example_inputs, fw_compiler=lambda g, _: g, bw_compiler=lambda g, _: g,
-                                     partition_fn=min_cut_rematerialization_partition)
+        return aot_module_simplified(
+            gm,
+            example_inputs,
+            fw_compiler=lambda g, _: g,
+            bw_compiler=lambda g, _: g,
+            partition_fn=min_cut_rematerialization_partition,
+        )
 
     torch._dynamo.reset()
     loss = torch.compile(run, backend=backend)()
-    wide = [t for fn in _functions(loss.grad_fn) for t in (getattr(fn, "saved_tensors", ()) or ())
-            if isinstance(t, torch.Tensor) and t.dim() and t.shape[-1] == vocab]
+    wide = [
+        t
+        for fn in _functions(loss.grad_fn)
+        for t in (getattr(fn, "saved_tensors", ()) or ())
+        if isinstance(t, torch.Tensor) and t.dim() and t.shape[-1] == vocab
+    ]
     assert [(t.dtype, t.numel()) for t in wide] == [(torch.float32, BATCH * SEQ * vocab)]
 
     rp = plan(compile=True, seq_len=SEQ, micro_batch=BATCH)

@@ -4,12 +4,11 @@ bitsandbytes under fake tensors, `vramlens.trace.flops`), and by the estimator's
 (forward, backward, activation-checkpointing recompute) and by op family (matmul, attention), over small
 Llama/Qwen/Mistral-like shapes, full / LoRA / QLoRA, checkpointing on and off, several sequence lengths, batches and
 attention kernels. Skips with a reason where torch or transformers are not installed (CI installs the trace extra)."""
+
 from __future__ import annotations
 
 import pytest
-
 from trace_plans import ARCHS, LORA, TINY_LLAMA, need, plan
-
 from vramlens.estimate.throughput import flop_count
 from vramlens.knowledge.schema import ModelArch
 
@@ -21,9 +20,10 @@ from vramlens.trace import engine  # noqa: E402
 from vramlens.trace.config import step_config  # noqa: E402
 
 QLORA = dict(LORA, peft="qlora", quant_bits=4, quant_double=True)
-MISTRAL = ModelArch(id="tiny-mistral", family="mistral", hidden=192, layers=3, heads=6, kv_heads=2,
-                    intermediate=448, vocab=700)
-QWEN3 = ARCHS["qwen3"]                              # q/k norms, head_dim 64 ≠ hidden / heads, tied embeddings
+MISTRAL = ModelArch(
+    id="tiny-mistral", family="mistral", hidden=192, layers=3, heads=6, kv_heads=2, intermediate=448, vocab=700
+)
+QWEN3 = ARCHS["qwen3"]  # q/k norms, head_dim 64 ≠ hidden / heads, tied embeddings
 
 GRID = {
     "llama-full": dict(),
@@ -60,9 +60,9 @@ def test_checkpointing_adds_the_recompute_the_trace_counts():
     the recompute phase is the blocks' forward less the down projections, not the whole forward."""
     rp = plan(arch=TINY_LLAMA, grad_checkpointing=True)
     traced = engine.run(step_config(rp), backend="transformers")["flops"]
-    tokens, down = 2 * 128, 512 * 256                           # micro-batch × sequence; the down projection
-    blocks_forward = traced["by_phase_family"]["forward"]["matmul"] - 2 * tokens * 256 * 1000     # less LM head
-    assert traced["by_phase_family"]["recompute"]["matmul"] == blocks_forward - 2 * tokens * down * 2   # 2 layers
+    tokens, down = 2 * 128, 512 * 256  # micro-batch × sequence; the down projection
+    blocks_forward = traced["by_phase_family"]["forward"]["matmul"] - 2 * tokens * 256 * 1000  # less LM head
+    assert traced["by_phase_family"]["recompute"]["matmul"] == blocks_forward - 2 * tokens * down * 2  # 2 layers
 
 
 def test_trace_cli_shows_the_counted_work(tmp_path):
@@ -74,11 +74,17 @@ def test_trace_cli_shows_the_counted_work(tmp_path):
 
     from trace_plans import tiny_config
 
-    cfg = tiny_config(tmp_path)                       # checkpointing on: a recompute phase
+    cfg = tiny_config(tmp_path)  # checkpointing on: a recompute phase
 
     def run(*args):
-        done = subprocess.run([sys.executable, "-m", "vramlens", "trace", str(cfg), "--no-record", *args], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=300, env=dict(os.environ))
+        done = subprocess.run(
+            [sys.executable, "-m", "vramlens", "trace", str(cfg), "--no-record", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=dict(os.environ),
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout
 

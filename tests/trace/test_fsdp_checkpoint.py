@@ -5,15 +5,14 @@ the adapters sit in units of their own). Run here with torch's real FSDP on CPU 
 blocks of frozen linears with trainable adapters: one block-input-sized tensor more per layer, none with a
 non-reentrant checkpoint. The estimator counts L − 2 more at the first block's backward (components.
 fsdp_kept_block_grads: the count measured the same way with transformers 4.45.2's own Llama and Mixtral under FSDP1). Skips with a reason where torch is missing (CI installs the trace extra)."""
+
 from __future__ import annotations
 
 import functools
 import socket
 
 import pytest
-
 from trace_plans import LORA, plan
-
 from vramlens.estimate import components as C
 
 torch = pytest.importorskip("torch", reason="torch not installed (the trace extra)")
@@ -24,7 +23,6 @@ if not dist.is_available():
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP  # noqa: E402
 from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy  # noqa: E402
 from torch.utils.checkpoint import checkpoint  # noqa: E402
-
 from vramlens.trace.tracker import LiveBytes  # noqa: E402
 
 HIDDEN, TOKENS = 64, 512
@@ -64,7 +62,7 @@ class Stack(torch.nn.Module):
         self.reentrant = reentrant
 
     def forward(self, x):
-        for block in self.blocks:                    # transformers 4.x: the loop checkpoints the (wrapped) layer
+        for block in self.blocks:  # transformers 4.x: the loop checkpoints the (wrapped) layer
             x = checkpoint(block.__call__, x, use_reentrant=self.reentrant)
         return x
 
@@ -75,7 +73,7 @@ def one_rank():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     if dist.is_initialized():
-        dist.destroy_process_group()       # an in-process sharded trace leaves torch's fake backend up
+        dist.destroy_process_group()  # an in-process sharded trace leaves torch's fake backend up
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     yield
     dist.destroy_process_group()
@@ -86,10 +84,9 @@ def _peak(layers: int, *, fsdp: bool, reentrant: bool) -> int:
     model = Stack(layers, reentrant)
     if fsdp:
         # the adapters in units of their own, then each block (peft utils/other.py `fsdp_auto_wrap_policy`)
-        policy = functools.partial(lambda_auto_wrap_policy,
-                                   lambda_fn=lambda m: isinstance(m, (Adapter, Block)))
+        policy = functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda m: isinstance(m, (Adapter, Block)))
         model = FSDP(model, auto_wrap_policy=policy, use_orig_params=True, device_id=torch.device("cpu"))
-    x = torch.randn(TOKENS, HIDDEN, requires_grad=True)   # transformers' enable_input_require_grads
+    x = torch.randn(TOKENS, HIDDEN, requires_grad=True)  # transformers' enable_input_require_grads
     with LiveBytes() as live:
         model(x).sum().backward()
     return live.peak

@@ -1,10 +1,10 @@
 """SDPA as CUDA's dispatcher runs it (`vramlens.trace.hf.sdpa_as_cuda_kernel`): the kernel choice pinned against torch's
 own selection rules, the shimmed call keeping what that kernel keeps, and a whole Falcon step (which calls SDPA itself)
 giving the same bytes under fake tensors as on real CPU tensors."""
+
 from __future__ import annotations
 
 import pytest
-
 from trace_plans import LORA, plan
 
 pytest.importorskip("torch", reason="torch not installed (the trace extra)")
@@ -12,20 +12,31 @@ pytest.importorskip("transformers", reason="transformers not installed (the trac
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-
 from vramlens.knowledge.schema import ModelArch  # noqa: E402
 from vramlens.trace import engine, hf  # noqa: E402
 from vramlens.trace.config import step_config  # noqa: E402
 
 BF16 = torch.bfloat16
 # falcon-7b's attention at a small sequence length: 71 query heads, one K/V head, head dim 64
-FALCON_MQA = ModelArch(id="tiny-falcon", family="falcon", mlp="gelu", norm="layernorm", hidden=71 * 8, layers=2,
-                       heads=71, kv_heads=1, intermediate=4 * 71 * 8, vocab=500, tied_embeddings=True)
+FALCON_MQA = ModelArch(
+    id="tiny-falcon",
+    family="falcon",
+    mlp="gelu",
+    norm="layernorm",
+    hidden=71 * 8,
+    layers=2,
+    heads=71,
+    kv_heads=1,
+    intermediate=4 * 71 * 8,
+    vocab=500,
+    tied_embeddings=True,
+)
 
 
 def qkv(hq: int, hk: int, s: int = 64, d: int = 64, dtype=BF16):
     def t(h):
         return torch.randn(2, h, s, d, dtype=dtype, requires_grad=True)
+
     return t(hq), t(hk), t(hk)
 
 
@@ -36,19 +47,19 @@ def test_cuda_choice_falcon_7b_multi_query_with_a_mask_is_math():
     q, k, v = qkv(71, 1)
     mask = torch.ones(2, 1, 64, 64, dtype=torch.bool).tril()
     assert hf.cuda_sdpa_backend(q, k, v, mask) == "math"
-    assert hf.cuda_sdpa_backend(q, k, v, None, is_causal=True) == "math"       # without a mask too
-    assert torch._fused_sdp_choice(q, k, v, mask, 0.0, False, scale=None, enable_gqa=False) == 0   # CPU: MATH
+    assert hf.cuda_sdpa_backend(q, k, v, None, is_causal=True) == "math"  # without a mask too
+    assert torch._fused_sdp_choice(q, k, v, mask, 0.0, False, scale=None, enable_gqa=False) == 0  # CPU: MATH
 
 
 def test_cuda_choice_fused_cases():
     q, k, v = qkv(8, 8)
     mask = torch.ones(2, 1, 64, 64, dtype=torch.bool).tril()
     assert hf.cuda_sdpa_backend(q, k, v, None, is_causal=True) == "flash"
-    assert hf.cuda_sdpa_backend(q, k, v, mask) == "efficient"                  # Falcon-40B: K/V broadcast first
-    assert hf.cuda_sdpa_backend(q, k, v, None, 0.1, True) == "flash"           # dropout: fused on CUDA
+    assert hf.cuda_sdpa_backend(q, k, v, mask) == "efficient"  # Falcon-40B: K/V broadcast first
+    assert hf.cuda_sdpa_backend(q, k, v, None, 0.1, True) == "flash"  # dropout: fused on CUDA
     g, gk, gv = qkv(8, 2)
     assert hf.cuda_sdpa_backend(g, gk, gv, None, is_causal=True, enable_gqa=True) == "flash"
-    assert hf.cuda_sdpa_backend(g, gk, gv, mask, enable_gqa=True) == "math"   # grouped K/V: flash only, no mask
+    assert hf.cuda_sdpa_backend(g, gk, gv, mask, enable_gqa=True) == "math"  # grouped K/V: flash only, no mask
     assert hf.cuda_sdpa_backend(*qkv(8, 8, d=512), None, is_causal=True) == "efficient"
 
 
@@ -75,16 +86,15 @@ def test_shim_keeps_what_the_cuda_kernel_keeps():
     sdpa = hf.sdpa_as_cuda_kernel(original)
     s = 512
     q, k, v = qkv(8, 8, s=s)
-    probs = 4 * 2 * 8 * s * s                                   # fp32 probabilities: 16 MiB here
-    assert saved_bytes(original(q, k, v, dropout_p=0.1, is_causal=True)) > probs        # the CPU's math
+    probs = 4 * 2 * 8 * s * s  # fp32 probabilities: 16 MiB here
+    assert saved_bytes(original(q, k, v, dropout_p=0.1, is_causal=True)) > probs  # the CPU's math
     fused = saved_bytes(sdpa(q, k, v, dropout_p=0.1, is_causal=True))
-    assert fused < probs / 2                                    # q, k, v, output, logsumexp: ~4 MiB
+    assert fused < probs / 2  # q, k, v, output, logsumexp: ~4 MiB
     q, k, v = qkv(71, 1, s=s)
-    assert saved_bytes(sdpa(q, k, v, is_causal=True)) > 71 / 8 * probs                 # fp32, 71 heads
+    assert saved_bytes(sdpa(q, k, v, is_causal=True)) > 71 / 8 * probs  # fp32, 71 heads
 
 
-@pytest.mark.parametrize("changes", [dict(), dict(LORA, lora_targets=("q", "o", "fc1", "fc2"))],
-                         ids=["full", "lora"])
+@pytest.mark.parametrize("changes", [dict(), dict(LORA, lora_targets=("q", "o", "fc1", "fc2"))], ids=["full", "lora"])
 def test_falcon_step_fake_equals_real(changes):
     pytest.importorskip("peft")
     cfg = step_config(plan(arch=FALCON_MQA, seq_len=64, attn_mask=False, **changes))
@@ -96,12 +106,23 @@ def test_falcon_step_fake_equals_real(changes):
     assert fake["peak_bytes"] > 2 * 4 * 2 * 71 * 64 * 64
 
 
-TINY_BLOOM = ModelArch(id="tiny-bloom", family="bloom", mlp="gelu", norm="layernorm", hidden=128, layers=2, heads=4,
-                       intermediate=512, vocab=500, tied_embeddings=True, attn_bias=True, mlp_bias=True)
+TINY_BLOOM = ModelArch(
+    id="tiny-bloom",
+    family="bloom",
+    mlp="gelu",
+    norm="layernorm",
+    hidden=128,
+    layers=2,
+    heads=4,
+    intermediate=512,
+    vocab=500,
+    tied_embeddings=True,
+    attn_bias=True,
+    mlp_bias=True,
+)
 
 
-@pytest.mark.parametrize("changes", [dict(), dict(LORA, lora_targets=("q", "o", "fc1", "fc2"))],
-                         ids=["full", "lora"])
+@pytest.mark.parametrize("changes", [dict(), dict(LORA, lora_targets=("q", "o", "fc1", "fc2"))], ids=["full", "lora"])
 def test_bloom_step_fake_equals_real(changes):
     """BLOOM's ALiBi attention (baddbmm over the ALiBi bias, fp32 softmax, bmm), its custom GELU autograd function
     and the embedding LayerNorm: the fake step allocates what the real step does; the estimate counts the eager

@@ -1,19 +1,17 @@
 """The real-library trace backend (`vramlens.trace.hf`): each shim, and the whole step, give the same bytes under
 fake tensors as the same step on real CPU tensors at tiny shapes. Skips with a reason where transformers/peft/
 bitsandbytes/trl are not installed (CI installs the trace extra)."""
+
 from __future__ import annotations
 
 import pytest
-
 from trace_plans import LORA, plan
-
 from vramlens.knowledge.schema import ModelArch
 
 pytest.importorskip("torch", reason="torch not installed (the trace extra)")
 pytest.importorskip("transformers", reason="transformers not installed (the trace extra)")
 
 import torch  # noqa: E402
-
 from vramlens.trace import engine, hf  # noqa: E402
 from vramlens.trace.config import step_config  # noqa: E402
 
@@ -41,13 +39,13 @@ def test_packed_sequence_shim_fake_equals_real():
     assert fake == real
     original = masking_utils.find_packed_sequence_indices
     ids = torch.arange(16)[None].expand(2, 16)
-    assert original(ids) is None                      # the real answer for the batch traced
+    assert original(ids) is None  # the real answer for the batch traced
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():
         fake_ids = torch.arange(16)[None].expand(2, 16)
         assert hf.real_packed_sequence_indices(fake_ids) is None
-        assert masking_utils.find_packed_sequence_indices.__module__ == hf.__name__       # the shim answers
+        assert masking_utils.find_packed_sequence_indices.__module__ == hf.__name__  # the shim answers
         assert masking_utils.find_packed_sequence_indices(fake_ids) is None
 
 
@@ -88,7 +86,7 @@ def test_flash_attention_stand_in_fake_equals_real():
     fake, real = fake_and_real(attn_impl="flash_attention_2", attn_mask=False)
     sdpa, _ = fake_and_real(attn_impl="sdpa", attn_mask=False)
     assert fake == real
-    assert fake == sdpa          # both keep q, k, v, output and the fp32 logsumexp (native grouped K/V)
+    assert fake == sdpa  # both keep q, k, v, output and the fp32 logsumexp (native grouped K/V)
 
 
 def test_lora_with_checkpointing_fake_equals_real():
@@ -111,8 +109,9 @@ def test_qlora_fake_equals_real():
     from vramlens.trace import optim
 
     optim.warm_bitsandbytes()
-    fake, real = fake_and_real(attn_mask=False, quant_bits=4, quant_type="nf4", quant_double=True,
-                               **{**LORA, "peft": "lora"})
+    fake, real = fake_and_real(
+        attn_mask=False, quant_bits=4, quant_type="nf4", quant_double=True, **{**LORA, "peft": "lora"}
+    )
     assert fake == real
 
 
@@ -135,8 +134,8 @@ def test_unsupported_family_falls_back_with_a_reason():
 
     other = ARCHS["llama"].model_copy(update=dict(id="tiny-deepseek", family="deepseek_v3"))
     assert "deepseek_v3" in hf.unsupported(step_config(plan(arch=other)))
-    assert hf.unsupported(step_config(plan(arch=ARCHS["t5"]))) is None      # T5ForConditionalGeneration is built
-    assert hf.unsupported(step_config(plan(arch=ARCHS["bert"], scalar_head=True))) is None   # *ForSequenceClassification
+    assert hf.unsupported(step_config(plan(arch=ARCHS["t5"]))) is None  # T5ForConditionalGeneration is built
+    assert hf.unsupported(step_config(plan(arch=ARCHS["bert"], scalar_head=True))) is None  # *ForSequenceClassification
 
 
 def test_trl_loss_without_trl_falls_back_with_the_reason(monkeypatch):
@@ -168,8 +167,16 @@ def test_flash_stand_in_with_a_padded_batch_fake_equals_real():
 
 
 # Realistic shapes (fake tensors only): the estimator against the real libraries where the two used to part.
-MISTRAL = dict(id="mistral-7b-shape", family="mistral", hidden=4096, layers=32, heads=32, kv_heads=8,
-               intermediate=14336, vocab=32000)
+MISTRAL = dict(
+    id="mistral-7b-shape",
+    family="mistral",
+    hidden=4096,
+    layers=32,
+    heads=32,
+    kv_heads=8,
+    intermediate=14336,
+    vocab=32000,
+)
 
 
 def estimate_and_real(**changes):
@@ -193,12 +200,24 @@ def test_checkpointed_qlora_last_block_backward():
     from vramlens.trace import optim
 
     optim.warm_bitsandbytes()
-    rp = plan(arch=ModelArch(**MISTRAL), attn_mask=False, repeat_kv=False, peft="qlora", quant_bits=4,
-              quant_double=True, lora_r=16, lora_alpha=32.0, lora_dropout=0.05, lora_targets=("q", "k", "v", "o"),
-              grad_checkpointing=True, micro_batch=4, seq_len=1024)
+    rp = plan(
+        arch=ModelArch(**MISTRAL),
+        attn_mask=False,
+        repeat_kv=False,
+        peft="qlora",
+        quant_bits=4,
+        quant_double=True,
+        lora_r=16,
+        lora_alpha=32.0,
+        lora_dropout=0.05,
+        lora_targets=("q", "k", "v", "o"),
+        grad_checkpointing=True,
+        micro_batch=4,
+        seq_len=1024,
+    )
     est = estimate(rp, limits=False)
     raw = engine.run(step_config(rp), backend="transformers")
-    opt = raw["persistent"].get("optimizer", 0)                     # one traced step: the state it creates
+    opt = raw["persistent"].get("optimizer", 0)  # one traced step: the state it creates
     block = next(t["peak_bytes"] for t in raw["timeline"] if t["phase"] == "bwd") + opt
     assert abs(est.phases["recompute"] / block - 1) < 0.03, (est.phases["recompute"] / 2**30, block / 2**30)
     assert (est.phase == "recompute") == (raw["peak_at"] == "backward")
@@ -225,7 +244,7 @@ def test_sdpa_attention_dropout_keeps_what_cuda_keeps():
     from transformers import AttentionInterface
 
     shim = AttentionInterface._global_mapping["sdpa"]
-    AttentionInterface._global_mapping["sdpa"] = sdpa_attention.sdpa_attention_forward     # CPU's math kernel
+    AttentionInterface._global_mapping["sdpa"] = sdpa_attention.sdpa_attention_forward  # CPU's math kernel
     try:
         hf_install = hf.install_sdpa_dropout_as_cuda
         hf.install_sdpa_dropout_as_cuda = lambda: None
@@ -233,7 +252,7 @@ def test_sdpa_attention_dropout_keeps_what_cuda_keeps():
     finally:
         hf.install_sdpa_dropout_as_cuda = hf_install
         AttentionInterface._global_mapping["sdpa"] = shim
-    assert math["peak_bytes"] > fake["peak_bytes"]       # the probabilities and masks the shim leaves out
+    assert math["peak_bytes"] > fake["peak_bytes"]  # the probabilities and masks the shim leaves out
 
 
 @pytest.mark.parametrize("peft", [{}, LORA], ids=["full", "lora"])
@@ -243,8 +262,14 @@ def test_gpt_bigcode_multi_query_fake_equals_real(peft):
         pytest.importorskip("peft", reason="peft not installed (the trace extra)")
     from trace_plans import ARCHS
 
-    cfg = step_config(plan(arch=ARCHS["gpt_bigcode"], attn_mask=False, seq_len=128,
-                           **{**peft, "lora_targets": ("q", "k", "v", "o", "fc1", "fc2")} if peft else {}))
+    cfg = step_config(
+        plan(
+            arch=ARCHS["gpt_bigcode"],
+            attn_mask=False,
+            seq_len=128,
+            **{**peft, "lora_targets": ("q", "k", "v", "o", "fc1", "fc2")} if peft else {},
+        )
+    )
     assert hf.unsupported(cfg) is None
     fake = engine.run(cfg, backend="transformers")
     real = engine.run(cfg, backend="transformers", real=True)
@@ -262,26 +287,63 @@ def test_gpt_bigcode_estimate_follows_the_real_step(peft):
     from vramlens.estimate import estimate
     from vramlens.knowledge.models import lookup_model
 
-    rp = plan(arch=lookup_model("bigcode/starcoderbase-1b"), attn_mask=False, repeat_kv=False, micro_batch=1,
-              seq_len=1024, **peft)
+    rp = plan(
+        arch=lookup_model("bigcode/starcoderbase-1b"),
+        attn_mask=False,
+        repeat_kv=False,
+        micro_batch=1,
+        seq_len=1024,
+        **peft,
+    )
     real = engine.run(step_config(rp), backend="transformers")
     est = estimate(rp, limits=False)
-    assert abs(est.allocated_bytes / real["peak_bytes"] - 1) < 0.03, (est.allocated_bytes / 2**30,
-                                                                       real["peak_bytes"] / 2**30)
+    assert abs(est.allocated_bytes / real["peak_bytes"] - 1) < 0.03, (
+        est.allocated_bytes / 2**30,
+        real["peak_bytes"] / 2**30,
+    )
 
 
-DEBERTA = ModelArch(id="tiny-deberta-v3", family="deberta-v2", block="encoder", mlp="gelu", norm="layernorm",
-                    hidden=64, layers=2, heads=4, intermediate=128, vocab=500, tied_embeddings=True, attn_bias=True,
-                    mlp_bias=True, max_position=512)
-ROBERTA = ModelArch(id="tiny-roberta", family="roberta", block="encoder", mlp="gelu", norm="layernorm", hidden=64,
-                    layers=2, heads=4, intermediate=128, vocab=500, tied_embeddings=True, attn_bias=True,
-                    mlp_bias=True, max_position=130)
+DEBERTA = ModelArch(
+    id="tiny-deberta-v3",
+    family="deberta-v2",
+    block="encoder",
+    mlp="gelu",
+    norm="layernorm",
+    hidden=64,
+    layers=2,
+    heads=4,
+    intermediate=128,
+    vocab=500,
+    tied_embeddings=True,
+    attn_bias=True,
+    mlp_bias=True,
+    max_position=512,
+)
+ROBERTA = ModelArch(
+    id="tiny-roberta",
+    family="roberta",
+    block="encoder",
+    mlp="gelu",
+    norm="layernorm",
+    hidden=64,
+    layers=2,
+    heads=4,
+    intermediate=128,
+    vocab=500,
+    tied_embeddings=True,
+    attn_bias=True,
+    mlp_bias=True,
+    max_position=130,
+)
 ENCODER_LORA = dict(LORA, lora_targets=("q", "k", "v", "o", "fc1", "fc2"))
 
 
 @pytest.mark.parametrize("arch", ["bert", "roberta", "deberta"])
-@pytest.mark.parametrize("changes", [{}, dict(amp=True, weight_dtype="fp32"), dict(ENCODER_LORA, grad_checkpointing=True)],
-                         ids=["full", "amp", "lora-ckpt"])
+@pytest.mark.parametrize(
+    "changes",
+    [{}, dict(amp=True, weight_dtype="fp32"), dict(ENCODER_LORA, grad_checkpointing=True)],
+    ids=["full", "amp", "lora-ckpt"],
+)
 def test_encoder_classification_fake_equals_real(arch, changes):
     """BERT, RoBERTa and DeBERTa-v3 as `*ForSequenceClassification` with integer labels: the fake step allocates
     what the real CPU step allocates, in full, under autocast and with LoRA adapters on every block linear."""
@@ -299,11 +361,20 @@ def test_encoder_lora_targets_each_block_linear_once():
 
     cfg = step_config(plan(arch=ARCHS["bert"], scalar_head=True, **ENCODER_LORA))
     step = hf.build_meta(cfg)
-    adapted = sorted(n.split(".lora_A")[0].split("layer.0.")[-1] for n, _ in step.model.named_parameters()
-                     if ".lora_A." in n and "layer.0." in n)
-    assert adapted == ["attention.output.dense", "attention.self.key", "attention.self.query",
-                       "attention.self.value", "intermediate.dense", "output.dense"]
-    assert any("classifier" in n and p.requires_grad for n, p in step.model.named_parameters())   # SEQ_CLS
+    adapted = sorted(
+        n.split(".lora_A")[0].split("layer.0.")[-1]
+        for n, _ in step.model.named_parameters()
+        if ".lora_A." in n and "layer.0." in n
+    )
+    assert adapted == [
+        "attention.output.dense",
+        "attention.self.key",
+        "attention.self.query",
+        "attention.self.value",
+        "intermediate.dense",
+        "output.dense",
+    ]
+    assert any("classifier" in n and p.requires_grad for n, p in step.model.named_parameters())  # SEQ_CLS
 
 
 def test_deberta_runs_its_own_attention():
@@ -325,7 +396,7 @@ def test_autocast_softmax_runs_in_fp32_as_on_cuda():
         kept = torch.softmax(scores, -1, dtype=torch.bfloat16)
     assert scores.dtype == torch.bfloat16 and p.dtype == torch.float32 and kept.dtype == torch.bfloat16
     assert torch.equal(p, torch.softmax(scores.float(), -1))
-    assert p.grad_fn._saved_result.dtype == torch.float32               # what the softmax keeps for backward
+    assert p.grad_fn._saved_result.dtype == torch.float32  # what the softmax keeps for backward
     p.sum().backward()
     assert x.grad is not None
     assert torch.softmax(scores.detach(), -1).dtype == torch.bfloat16
@@ -374,20 +445,41 @@ def test_t5_position_bias_sdpa_keeps_what_cuda_keeps():
 
 
 # Gemma-3 as AutoModelForCausalLM builds it (Gemma3ForConditionalGeneration: SigLIP tower + projector), at tiny shapes
-TINY_GEMMA3_VLM = {"model_type": "gemma3", "mm_tokens_per_image": 4,
-                   "text_config": {"model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 128,
-                                   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-                                   "head_dim": 16, "vocab_size": 512},
-                   "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64,
-                                     "num_hidden_layers": 2, "num_attention_heads": 2, "patch_size": 4,
-                                     "image_size": 32, "vision_use_head": False}}
+TINY_GEMMA3_VLM = {
+    "model_type": "gemma3",
+    "mm_tokens_per_image": 4,
+    "text_config": {
+        "model_type": "gemma3_text",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "vocab_size": 512,
+    },
+    "vision_config": {
+        "model_type": "siglip_vision_model",
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "patch_size": 4,
+        "image_size": 32,
+        "vision_use_head": False,
+    },
+}
 
 
-@pytest.mark.parametrize(("images", "changes"), [
-    (1, {}),
-    (1, dict(LORA, lora_targets=("all-linear",))),
-    (0, dict(grad_checkpointing=True)),
-], ids=["full-image", "lora-all-linear-image", "full-ckpt-text"])
+@pytest.mark.parametrize(
+    ("images", "changes"),
+    [
+        (1, {}),
+        (1, dict(LORA, lora_targets=("all-linear",))),
+        (0, dict(grad_checkpointing=True)),
+    ],
+    ids=["full-image", "lora-all-linear-image", "full-ckpt-text"],
+)
 def test_gemma3_vision_language_model_fake_equals_real(images, changes):
     """The whole VLM with image batches (pixel_values, image soft tokens in input_ids, token_type_ids as
     Gemma3Processor gives them) and text-only ones: the image-count check switched off for fake tensors
@@ -398,12 +490,24 @@ def test_gemma3_vision_language_model_fake_equals_real(images, changes):
         pytest.importorskip("peft", reason="peft not installed (the trace extra)")
     arch = models.arch_from_hf_config(TINY_GEMMA3_VLM, "tiny-gemma3")
     assert arch.vision_params and arch.image_tokens == 4
-    fake, real = fake_and_real(arch=arch, seq_len=32, attn_mask=False, images_per_sequence=images,
-                               vision_frozen=bool(changes.get("peft")), **changes)
+    fake, real = fake_and_real(
+        arch=arch,
+        seq_len=32,
+        attn_mask=False,
+        images_per_sequence=images,
+        vision_frozen=bool(changes.get("peft")),
+        **changes,
+    )
     assert fake == real
     if images:
-        text, _ = fake_and_real(arch=arch, seq_len=32, attn_mask=False, images_per_sequence=0,
-                                vision_frozen=bool(changes.get("peft")), **changes)
+        text, _ = fake_and_real(
+            arch=arch,
+            seq_len=32,
+            attn_mask=False,
+            images_per_sequence=0,
+            vision_frozen=bool(changes.get("peft")),
+            **changes,
+        )
         assert fake > text
 
 
@@ -431,7 +535,6 @@ def test_catalog_vision_language_totals_equal_the_model_class(entry):
     transformers' own build counts them) plus the
     vision tower and projector."""
     from transformers import AutoConfig, AutoModelForImageTextToText
-
     from vramlens.estimate.shapes import QK_NORM_FAMILIES
     from vramlens.knowledge import models
 

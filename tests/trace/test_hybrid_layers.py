@@ -2,6 +2,7 @@
 Mamba block keeps for backward (saved-tensor hooks on a real `MambaBlock`, torch path), full and LoRA, with and
 without checkpointing; the linears LoRA can reach in it (peft's own injection); and how a Mamba config.json is
 labelled. Skips with a reason where torch, transformers or peft are not installed."""
+
 from __future__ import annotations
 
 import warnings
@@ -19,8 +20,16 @@ need("peft")
 
 
 def mamba_config(**sizes) -> dict:
-    base = dict(model_type="mamba", hidden_size=40, num_hidden_layers=1, vocab_size=64, state_size=8,
-                intermediate_size=96, time_step_rank=4, conv_kernel=4)
+    base = dict(
+        model_type="mamba",
+        hidden_size=40,
+        num_hidden_layers=1,
+        vocab_size=64,
+        state_size=8,
+        intermediate_size=96,
+        time_step_rank=4,
+        conv_kernel=4,
+    )
     base.update(sizes)
     return base
 
@@ -52,15 +61,21 @@ def real_block(config: dict, lora: tuple[str, ...] = (), adapter_fp32: bool = Tr
     if lora:
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(model, LoraConfig(r=LORA["lora_r"], lora_alpha=16, lora_dropout=0.0,
-                                                 target_modules=list(lora)), autocast_adapter_dtype=adapter_fp32)
+        model = get_peft_model(
+            model,
+            LoraConfig(r=LORA["lora_r"], lora_alpha=16, lora_dropout=0.0, target_modules=list(lora)),
+            autocast_adapter_dtype=adapter_fp32,
+        )
         return model.base_model.model.backbone.layers[0], model
     return model.backbone.layers[0], model
 
 
-SHAPES = [dict(), dict(hidden_size=64, intermediate_size=128, state_size=16, time_step_rank=8, conv_kernel=2),
-          dict(hidden_size=48, intermediate_size=144, state_size=4, time_step_rank=3, conv_kernel=3)]
-RUNS = [(2, 3), (1, 8), (3, 5)]          # (sequences, positions)
+SHAPES = [
+    dict(),
+    dict(hidden_size=64, intermediate_size=128, state_size=16, time_step_rank=8, conv_kernel=2),
+    dict(hidden_size=48, intermediate_size=144, state_size=4, time_step_rank=3, conv_kernel=3),
+]
+RUNS = [(2, 3), (1, 8), (3, 5)]  # (sequences, positions)
 
 
 @pytest.mark.parametrize("sizes", SHAPES, ids=["small", "wide-state", "narrow-state"])
@@ -96,7 +111,7 @@ def test_checkpointed_mamba_block_keeps_its_input():
 
 @pytest.mark.parametrize("sizes", SHAPES[:2], ids=["small", "wide-state"])
 def test_all_linear_lora_adapts_what_peft_adapts(sizes):
-    """"all-linear" on a Mamba model: in_proj, x_proj and dt_proj get adapters; peft refuses out_proj and conv1d.
+    """ "all-linear" on a Mamba model: in_proj, x_proj and dt_proj get adapters; peft refuses out_proj and conv1d.
     The adapters the estimate counts are the ones peft makes (trainable parameters equal)."""
     config = mamba_config(**sizes, num_hidden_layers=2)
     arch = arch_from_hf_config(config, "tiny-mamba")
@@ -122,7 +137,15 @@ def test_mamba_estimate_follows_the_kernels_and_says_so():
 
 
 def test_hybrids_not_modelled_still_say_sized_as_attention():
-    falcon_h1 = dict(model_type="falcon_h1", hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                     num_key_value_heads=2, intermediate_size=256, vocab_size=500, mamba_d_state=16)
+    falcon_h1 = dict(
+        model_type="falcon_h1",
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=256,
+        vocab_size=500,
+        mamba_d_state=16,
+    )
     arch = arch_from_hf_config(falcon_h1, "tiny-falcon-h1")
     assert "sized as attention" in arch.approximate

@@ -2,15 +2,15 @@
 Lightning Fabric casts the outputs), the 4-bit LM head, bitsandbytes < 0.43.2 keeping every 4-bit matmul's
 input, Fabric's fp16 quantization source, and litgpt's fused qkv linear.
 Byte counts are checked against what each of those keeps, computed from the shapes (tiny models, seconds)."""
+
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
-
 from trace_plans import ARCHS, TINY_LLAMA, need, plan
 
-B, S = 2, 128                                  # trace_plans.plan's micro batch and sequence length
+B, S = 2, 128  # trace_plans.plan's micro batch and sequence length
 LITGPT = dict(framework="litgpt", loss_impl="chunked", adapter_fp32=False, kbit_upcast=False, logits_fp32=True)
 QV = dict(peft="lora", lora_r=8, lora_alpha=16.0, lora_targets=("q", "v"))
 UNTIED = TINY_LLAMA.model_copy(update={"tied_embeddings": False})
@@ -53,7 +53,6 @@ def test_litgpt_loss_chunks_and_value():
     need("torch")
     import torch
     import torch.nn.functional as F
-
     from vramlens.trace import losses
 
     torch.manual_seed(0)
@@ -81,7 +80,8 @@ def test_litgpt_loss_holds_its_logits_through_backward(family, fabric):
 
     vocab, seq = 4096, 300
     arch = (UNTIED if family == "llama" else ARCHS["gemma2"]).model_copy(
-        update={"vocab": vocab, "tied_embeddings": False})
+        update={"vocab": vocab, "tied_embeddings": False}
+    )
     cfg = step_config(litgpt_plan(arch=arch, seq_len=seq))
     assert cfg.fabric_fp32_outputs
     raw = trace(dataclasses.replace(cfg, fabric_fp32_outputs=fabric))
@@ -111,8 +111,7 @@ def test_quantized_lm_head_shrinks_the_weights():
     assert held(bf16_head) - held(q4) == pytest.approx(vh * (2 - 0.5 - 4 / 64), rel=0.01)
     assert q4["params_total"] == bf16_head["params_total"]
 
-    with_head = trace(step_config(litgpt_plan(quant_bits=4, quant_lm_head=True,
-                                              lora_targets=("q", "v", "lm_head"))))
+    with_head = trace(step_config(litgpt_plan(quant_bits=4, quant_lm_head=True, lora_targets=("q", "v", "lm_head"))))
     assert with_head["params_trainable"] - q4["params_trainable"] == 8 * (UNTIED.hidden + UNTIED.vocab)
 
 
@@ -138,7 +137,6 @@ def test_keeps_input_matmul_computes_what_bitsandbytes_computes():
     need("torch")
     need("bitsandbytes")
     import torch
-
     from vramlens.trace import model as M
     from vramlens.trace.config import step_config
 
@@ -185,8 +183,7 @@ def test_fused_qkv_has_one_dropout():
     assert live_after(dropped, "fwd") - live_after(plain, "fwd") == (UNTIED.layers - 1) * B * S * h
 
 
-@pytest.mark.parametrize("arch", [UNTIED, UNTIED.model_copy(update={"kv_heads": UNTIED.heads})],
-                         ids=["gqa", "mha"])
+@pytest.mark.parametrize("arch", [UNTIED, UNTIED.model_copy(update={"kv_heads": UNTIED.heads})], ids=["gqa", "mha"])
 def test_fused_qkv_has_the_catalog_parameters(arch):
     need("torch")
     from vramlens.knowledge.models import param_count

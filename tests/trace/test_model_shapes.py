@@ -1,9 +1,9 @@
 """The synthetic model has the architecture's parameters: the same count as the knowledge base's
 `param_count` (the figure the estimator uses), for catalog models of every family the builder covers."""
+
 from __future__ import annotations
 
 import pytest
-
 from trace_plans import ARCHS, need, plan
 
 
@@ -12,7 +12,9 @@ def _catalog_models():
 
     picked, seen = [], set()
     for arch in all_models():
-        if arch.kv_lora_rank or arch.block == "encoder-decoder":    # MLA is traced as GQA; T5's position bias is not built
+        if (
+            arch.kv_lora_rank or arch.block == "encoder-decoder"
+        ):  # MLA is traced as GQA; T5's position bias is not built
             continue
         key = (arch.family, arch.block, arch.is_moe)
         if key in seen:
@@ -35,9 +37,9 @@ def test_parameter_count_matches_the_catalog(arch):
     expected = param_count(arch)
     extra = 0
     if arch.family in QK_NORM_FAMILIES:
-        extra = arch.layers * 2 * arch.d_head                     # per-head q/k norm weights
+        extra = arch.layers * 2 * arch.d_head  # per-head q/k norm weights
     if arch.block == "encoder":
-        extra = 2 * arch.hidden + 2                               # the 2-label classifier head
+        extra = 2 * arch.hidden + 2  # the 2-label classifier head
     assert built == expected + extra
 
 
@@ -48,8 +50,9 @@ def test_every_family_traces_and_trains_only_what_peft_says(name):
     from vramlens.trace.config import step_config
 
     full = engine.run(step_config(plan(arch=ARCHS[name])))
-    assert full["params_trainable"] >= full["params_total"]     # full fine-tuning (the BERT head adds a little)
-    lora = engine.run(step_config(plan(arch=ARCHS[name], peft="lora", lora_r=4, lora_alpha=8.0,
-                                       lora_targets=("q", "v"))))
+    assert full["params_trainable"] >= full["params_total"]  # full fine-tuning (the BERT head adds a little)
+    lora = engine.run(
+        step_config(plan(arch=ARCHS[name], peft="lora", lora_r=4, lora_alpha=8.0, lora_targets=("q", "v")))
+    )
     assert 0 < lora["params_trainable"] < 0.2 * lora["params_total"]
     assert "adapters" in lora["persistent"] and "gradients" not in lora["persistent"]

@@ -3,12 +3,11 @@ parameters run with grouped_mm. Under AMP and in a k-bit model they compute in f
 now does, fake == real); LoRA on gate/up/down reaches them through peft's `lora.ParamWrapper`, and the estimate
 follows what that keeps. Skips with a reason where torch/transformers/peft/bitsandbytes are missing (CI installs
 the trace extra)."""
+
 from __future__ import annotations
 
 import pytest
-
 from trace_plans import LORA, need, plan
-
 from vramlens.estimate import components as C
 from vramlens.estimate import estimate
 from vramlens.knowledge.schema import ModelArch
@@ -20,8 +19,20 @@ from vramlens.trace import engine, hf  # noqa: E402
 from vramlens.trace.config import step_config  # noqa: E402
 
 # Qwen3-30B-A3B's block, narrowed: 32 experts of width 128, 4 per token
-MOE = ModelArch(id="mid-qwen3-moe", family="qwen3_moe", hidden=256, layers=2, heads=4, kv_heads=2, head_dim=64,
-                intermediate=512, moe_intermediate=128, num_experts=32, experts_per_token=4, vocab=1000)
+MOE = ModelArch(
+    id="mid-qwen3-moe",
+    family="qwen3_moe",
+    hidden=256,
+    layers=2,
+    heads=4,
+    kv_heads=2,
+    head_dim=64,
+    intermediate=512,
+    moe_intermediate=128,
+    num_experts=32,
+    experts_per_token=4,
+    vocab=1000,
+)
 AMP = dict(amp=True, weight_dtype="fp32")
 QLORA = dict(LORA, peft="qlora", quant_bits=4, quant_double=True)
 
@@ -62,7 +73,9 @@ def test_moe_lora_estimate_follows_the_real_step(changes):
     starts with token-expert-pair-sized gradients. Leaving the experts frozen put these rows 24–29 % low."""
     need("peft")
     rp = moe_plan(seq_len=1024, **changes)
-    ratio = estimate(rp, limits=False).allocated_bytes / engine.run(step_config(rp), backend="transformers")["peak_bytes"]
+    ratio = (
+        estimate(rp, limits=False).allocated_bytes / engine.run(step_config(rp), backend="transformers")["peak_bytes"]
+    )
     assert ratio == pytest.approx(1.0, abs=0.03)
 
 

@@ -3,12 +3,11 @@ the estimate follows how a family's modelling code or autocast allocates: AMP's 
 their weight in fp32, autocast's weight cache alive through the loss. Shapes are small (two blocks) but
 activation-heavy, so each effect is several percent of the peak; the estimate without it missed these rows by 4–9 %.
 Skips with a reason where torch or transformers are not installed (CI installs the trace extra)."""
+
 from __future__ import annotations
 
 import pytest
-
 from trace_plans import ARCHS, LORA, TINY_LLAMA, need, plan
-
 from vramlens.estimate import estimate
 from vramlens.knowledge.schema import ModelArch
 
@@ -47,23 +46,39 @@ def test_amp_qk_norms_read_the_16bit_projections():
 
 
 OLMO2 = ModelArch(id="tiny-olmo2", family="olmo2", hidden=128, layers=2, heads=4, intermediate=256, vocab=500)
-GEMMA3 = ModelArch(id="tiny-gemma3", family="gemma3_text", mlp="geglu", hidden=128, layers=2, heads=4, kv_heads=1,
-                   head_dim=64, intermediate=256, vocab=500, tied_embeddings=True)
+GEMMA3 = ModelArch(
+    id="tiny-gemma3",
+    family="gemma3_text",
+    mlp="geglu",
+    hidden=128,
+    layers=2,
+    heads=4,
+    kv_heads=1,
+    head_dim=64,
+    intermediate=256,
+    vocab=500,
+    tied_embeddings=True,
+)
 
 
-@pytest.mark.parametrize("arch,changes", [
-    (mid(ARCHS["gemma2"], 4), dict(attn_impl="eager")),     # transformers 5: Gemma-2 has no SDPA path
-    (mid(GEMMA3, 2, head_dim=64), {}),
-    (mid(OLMO2, 8), {}),
-], ids=["gemma2", "gemma3", "olmo2"])
+@pytest.mark.parametrize(
+    "arch,changes",
+    [
+        (mid(ARCHS["gemma2"], 4), dict(attn_impl="eager")),  # transformers 5: Gemma-2 has no SDPA path
+        (mid(GEMMA3, 2, head_dim=64), {}),
+        (mid(OLMO2, 8), {}),
+    ],
+    ids=["gemma2", "gemma3", "olmo2"],
+)
 def test_norms_that_apply_their_weight_in_fp32_keep_the_fp32_normalised_value(arch, changes):
     """Gemma's `output * (1.0 + self.weight.float())` and OLMo-2's `(self.weight * hidden_states)` before the cast:
     a full fine-tune in bf16 keeps 4 bytes per element of each norm's normalised value, not 2."""
     assert ratio(arch=arch, **changes) == pytest.approx(1.0, abs=0.015)
 
 
-WIDE = TINY_LLAMA.model_copy(update=dict(id="tiny-llama-wide", hidden=1024, heads=8, kv_heads=2, intermediate=4096,
-                                         vocab=12000))
+WIDE = TINY_LLAMA.model_copy(
+    update=dict(id="tiny-llama-wide", hidden=1024, heads=8, kv_heads=2, intermediate=4096, vocab=12000)
+)
 
 
 def test_amp_with_checkpointing_holds_the_weight_copies_through_the_loss():
@@ -73,7 +88,7 @@ def test_amp_with_checkpointing_holds_the_weight_copies_through_the_loss():
     est = estimate(rp, limits=False)
     raw = traced(rp)
     loss_peak = next(t["peak_bytes"] for t in raw["timeline"] if t["phase"] == "loss")
-    loss_peak += raw["persistent"].get("optimizer", 0)          # one traced step: the state the step creates
+    loss_peak += raw["persistent"].get("optimizer", 0)  # one traced step: the state the step creates
     assert est.phases["loss-forward"] == pytest.approx(loss_peak, rel=0.015)
     assert est.phases["loss-forward"] > est.phases["forward-backward"]
 
@@ -99,8 +114,9 @@ def test_qlora_fused_qkv_hands_sdpa_16bit_copies():
 
 
 # a small vocabulary: the checkpointed block's backward, not the loss, is the peak
-NARROW = TINY_LLAMA.model_copy(update=dict(id="tiny-llama-narrow", hidden=512, layers=4, heads=8, kv_heads=2,
-                                           intermediate=1792, vocab=1000))
+NARROW = TINY_LLAMA.model_copy(
+    update=dict(id="tiny-llama-narrow", hidden=512, layers=4, heads=8, kv_heads=2, intermediate=1792, vocab=1000)
+)
 
 
 def recompute_ratio(**changes) -> float:
@@ -111,11 +127,15 @@ def recompute_ratio(**changes) -> float:
     return est.allocated_bytes / raw["peak_bytes"]
 
 
-@pytest.mark.parametrize("changes", [
-    {},                                   # full fine-tune: the product the down projection kept is freed
-    dict(LORA, adapter_fp32=False),       # lora_A keeps the product itself
-    LORA,                                 # fp32 adapter: peaks inside the down projection's backward
-], ids=["full", "lora-16bit", "lora-fp32"])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},  # full fine-tune: the product the down projection kept is freed
+        dict(LORA, adapter_fp32=False),  # lora_A keeps the product itself
+        LORA,  # fp32 adapter: peaks inside the down projection's backward
+    ],
+    ids=["full", "lora-16bit", "lora-fp32"],
+)
 def test_checkpointed_block_backward_peak(changes):
     """The last block's backward holds every checkpoint and the block's recomputed activations; past the down
     projection's backward, what it kept of its input is gone (the estimate that kept it was 5 % high)."""
@@ -151,8 +171,19 @@ def test_dora_keeps_what_the_installed_peft_keeps():
 
 
 # StableLM-alpha-3B's block (GPT-NeoX), two layers
-NEOX = ModelArch(id="mid-neox", family="gpt_neox", mlp="gelu", norm="layernorm", hidden=4096, layers=2, heads=32,
-                 intermediate=16384, vocab=50688, attn_bias=True, mlp_bias=True)
+NEOX = ModelArch(
+    id="mid-neox",
+    family="gpt_neox",
+    mlp="gelu",
+    norm="layernorm",
+    hidden=4096,
+    layers=2,
+    heads=32,
+    intermediate=16384,
+    vocab=50688,
+    attn_bias=True,
+    mlp_bias=True,
+)
 
 
 def test_gpt_neox_qkv_is_one_linear_with_one_adapter():
@@ -172,33 +203,68 @@ def test_trl_puts_the_embeddings_of_a_kbit_model_back_in_16bit():
     base = dict(arch=arch, seq_len=256, attn_mask=False, repeat_kv=False, **QLORA)
     upcast, cast_back = plan(**base), plan(**base, kbit_embeddings_16bit=True)
     traced_upcast, traced_back = traced(upcast)["peak_bytes"], traced(cast_back)["peak_bytes"]
-    embedding_bytes = 2 * 32000 * 512 * 2            # embedding and LM head, 2 bytes saved per weight
+    embedding_bytes = 2 * 32000 * 512 * 2  # embedding and LM head, 2 bytes saved per weight
     assert traced_upcast - traced_back >= 0.9 * embedding_bytes
     assert estimate(cast_back, limits=False).allocated_bytes / traced_back == pytest.approx(1.0, abs=0.015)
 
 
 # DeBERTa-v3's layout (relative attention over 2 × 256 buckets, shared keys, c2p|p2c) in six narrow blocks, at its
 # 512 positions: the attention's s × s and s × 512 tensors are most of the peak
-DEBERTA = ModelArch(id="mid-deberta-v3", family="deberta-v2", block="encoder", mlp="gelu", norm="layernorm",
-                    hidden=256, layers=6, heads=4, intermediate=1024, vocab=2000, tied_embeddings=True,
-                    attn_bias=True, mlp_bias=True, max_position=512)
-BERT = ModelArch(id="mid-bert", family="bert", block="encoder", mlp="gelu", norm="layernorm", hidden=512, layers=4,
-                 heads=8, intermediate=2048, vocab=30522, tied_embeddings=True, attn_bias=True, mlp_bias=True,
-                 max_position=512)
+DEBERTA = ModelArch(
+    id="mid-deberta-v3",
+    family="deberta-v2",
+    block="encoder",
+    mlp="gelu",
+    norm="layernorm",
+    hidden=256,
+    layers=6,
+    heads=4,
+    intermediate=1024,
+    vocab=2000,
+    tied_embeddings=True,
+    attn_bias=True,
+    mlp_bias=True,
+    max_position=512,
+)
+BERT = ModelArch(
+    id="mid-bert",
+    family="bert",
+    block="encoder",
+    mlp="gelu",
+    norm="layernorm",
+    hidden=512,
+    layers=4,
+    heads=8,
+    intermediate=2048,
+    vocab=30522,
+    tied_embeddings=True,
+    attn_bias=True,
+    mlp_bias=True,
+    max_position=512,
+)
 
 
 def encoder_ratio(arch: ModelArch, **changes) -> tuple[float, str]:
     from vramlens.knowledge import versions
 
     attn = versions.attention_as_run(arch.family, "sdpa", None)
-    rp = plan(arch=arch, seq_len=512, micro_batch=4, attn_mask=False, repeat_kv=False, scalar_head=True,
-              attn_impl=attn, **changes)
+    rp = plan(
+        arch=arch,
+        seq_len=512,
+        micro_batch=4,
+        attn_mask=False,
+        repeat_kv=False,
+        scalar_head=True,
+        attn_impl=attn,
+        **changes,
+    )
     est = estimate(rp, limits=False)
     return est.allocated_bytes / traced(rp)["peak_bytes"], est.phase
 
 
-@pytest.mark.parametrize("changes", [{}, AMP, dict(LORA, lora_targets=("q", "k", "v", "o", "fc1", "fc2"))],
-                         ids=["full", "amp", "lora"])
+@pytest.mark.parametrize(
+    "changes", [{}, AMP, dict(LORA, lora_targets=("q", "k", "v", "o", "fc1", "fc2"))], ids=["full", "amp", "lora"]
+)
 def test_deberta_disentangled_attention(changes):
     """DeBERTa-v2's attention keeps the scaled key beside the key, the c2p/p2c scores `torch.gather` keeps as its
     source, the relative-position keys and queries and the inverted mask, and its forward peaks in the last block's
@@ -224,18 +290,33 @@ def test_checkpointed_encoder_has_no_tied_head_gradient(changes):
 
 # T5 v1.1 / Flan-T5's block (gated-gelu, untied head), two encoder and two decoder layers; a vocabulary large enough
 # that the loss is the peak, as in the published models
-T5_MID = ModelArch(id="mid-t5", family="t5", block="encoder-decoder", mlp="geglu", hidden=512, layers=2,
-                   encoder_layers=2, heads=8, head_dim=64, intermediate=1024, vocab=16000)
+T5_MID = ModelArch(
+    id="mid-t5",
+    family="t5",
+    block="encoder-decoder",
+    mlp="geglu",
+    hidden=512,
+    layers=2,
+    encoder_layers=2,
+    heads=8,
+    head_dim=64,
+    intermediate=1024,
+    vocab=16000,
+)
 
 
-@pytest.mark.parametrize("changes", [
-    {},                                        # 16-bit: T5LayerNorm keeps its 16-bit input, gelu_new its pieces
-    AMP,                                       # CUDA autocast: gelu_new's pow and the log-softmax in fp32
-    LORA,
-    dict(LORA, grad_checkpointing=True),
-    QLORA,                                     # `wo` stays unquantized (fp32 after the k-bit upcast)
-    dict(attn_mask=True),                      # a padded batch: the encoder's and cross-attentions' biases per row
-], ids=["full", "amp", "lora", "lora-ckpt", "qlora", "padded"])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},  # 16-bit: T5LayerNorm keeps its 16-bit input, gelu_new its pieces
+        AMP,  # CUDA autocast: gelu_new's pow and the log-softmax in fp32
+        LORA,
+        dict(LORA, grad_checkpointing=True),
+        QLORA,  # `wo` stays unquantized (fp32 after the k-bit upcast)
+        dict(attn_mask=True),  # a padded batch: the encoder's and cross-attentions' biases per row
+    ],
+    ids=["full", "amp", "lora", "lora-ckpt", "qlora", "padded"],
+)
 def test_t5_encoder_decoder_follows_the_real_step(changes):
     """T5ForConditionalGeneration on the real modelling code: the relative position bias SDPA keeps per
     self-attention, dropout masks after every sublayer and inside the MLP, the encoder output the cross-attentions
@@ -252,8 +333,11 @@ IA3 = dict(peft="ia3", lora_targets=("k", "v", "down"), feedforward_targets=("do
 VERA = dict(peft="vera", lora_r=64, lora_targets=("q", "v"))
 
 
-@pytest.mark.parametrize("changes", [IA3, dict(IA3, adapter_fp32=False), VERA, dict(VERA, adapter_fp32=False)],
-                         ids=["ia3", "ia3-16bit", "vera", "vera-16bit"])
+@pytest.mark.parametrize(
+    "changes",
+    [IA3, dict(IA3, adapter_fp32=False), VERA, dict(VERA, adapter_fp32=False)],
+    ids=["ia3", "ia3-16bit", "vera", "vera-16bit"],
+)
 def test_vector_adapters_keep_what_their_products_need(changes):
     """IA3 keeps each scaled output (k, v) and the down projection's input cast to the vector's dtype; VeRA keeps
     the r-wide x·Aᵀ and the out-wide B projection per adapted linear; the frozen base linears keep nothing (the LoRA
@@ -279,8 +363,9 @@ def test_vector_adapter_parameters_and_vera_projections():
 NLL = dict(loss_impl="chunked", framework="trl")
 
 
-@pytest.mark.parametrize("changes", [NLL, dict(NLL, **LORA), dict(NLL, grad_checkpointing=True)],
-                         ids=["full", "lora", "full-ckpt"])
+@pytest.mark.parametrize(
+    "changes", [NLL, dict(NLL, **LORA), dict(NLL, grad_checkpointing=True)], ids=["full", "lora", "full-ckpt"]
+)
 def test_trl_fused_head_holds_a_tile_and_fp32_gradients(changes):
     """trl 1.16 ChunkedLogProbFunction: the backward holds one [tokens × 32768] tile, the saved hidden states, the
     fp32 hidden-state gradient and, when the head trains, the fp32 head-weight gradient with its cast."""
@@ -295,15 +380,25 @@ def test_pure_fp32_full_fine_tune():
 
 
 # falcon-7b's block (multi-query attention, one LayerNorm for the parallel attention + MLP) at a few layers
-FALCON_7B = ModelArch(id="falcon-7b-shallow", family="falcon", mlp="gelu", norm="layernorm", hidden=4544, layers=2,
-                      heads=71, kv_heads=1, intermediate=18176, vocab=65024, tied_embeddings=True)
+FALCON_7B = ModelArch(
+    id="falcon-7b-shallow",
+    family="falcon",
+    mlp="gelu",
+    norm="layernorm",
+    hidden=4544,
+    layers=2,
+    heads=71,
+    kv_heads=1,
+    intermediate=18176,
+    vocab=65024,
+    tied_embeddings=True,
+)
 TRANSFORMERS_5 = (("transformers", "5.24.0", "the test's libraries"),)
 
 
 def falcon(layers: int, **changes):
     arch = FALCON_7B.model_copy(update=dict(layers=layers))
-    return plan(arch=arch, seq_len=1024, attn_mask=False, versions=TRANSFORMERS_5,
-                **{**LORA, "lora_r": 16, **changes})
+    return plan(arch=arch, seq_len=1024, attn_mask=False, versions=TRANSFORMERS_5, **{**LORA, "lora_r": 16, **changes})
 
 
 def test_falcon_qlora_on_transformers_5_is_lora_under_autocast_over_fp32_weights():
@@ -332,6 +427,7 @@ def test_lora_under_amp_first_block_keeps_no_weight_copies():
     """Under autocast over fp32 weights with frozen embeddings (no checkpointing, so no `enable_input_require_grads`),
     the first block's input needs no gradient: its norm keeps no fp32 input and its frozen q/k/v keep no 16-bit
     weight casts (the estimate counting them missed by 1.4 % at this size)."""
-    arch = TINY_LLAMA.model_copy(update=dict(id="llama-2048", hidden=2048, heads=16, kv_heads=4, intermediate=8192,
-                                             vocab=32000))
+    arch = TINY_LLAMA.model_copy(
+        update=dict(id="llama-2048", hidden=2048, heads=16, kv_heads=4, intermediate=8192, vocab=32000)
+    )
     assert ratio(arch=arch, **AMP, **LORA) == pytest.approx(1.0, abs=0.007)

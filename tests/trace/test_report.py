@@ -1,20 +1,29 @@
 """A traced peak becomes an estimate with the estimator's allocator model on top (no torch needed)."""
+
 from __future__ import annotations
 
+from trace_plans import GPU, plan
 from vramlens.estimate import allocator
 from vramlens.estimate.result import GIB
 from vramlens.trace.report import result_json, to_estimate
 
-from trace_plans import GPU, plan
-
 RAW = {
-    "peak_bytes": 60 * GIB, "phase": "forward-backward", "peak_at": "backward through the loss",
+    "peak_bytes": 60 * GIB,
+    "phase": "forward-backward",
+    "peak_at": "backward through the loss",
     "components": {"weights": 15 * GIB, "optimizer": 30 * GIB, "activations": 12 * GIB, "logits": 3 * GIB},
     "phases": {"forward-backward": 60 * GIB, "optimizer-step": 59 * GIB},
     "persistent": {"weights": 15 * GIB, "optimizer": 30 * GIB},
     "timeline": [{"step": 0, "micro": 0, "phase": "fwd", "after_bytes": 40 * GIB, "peak_bytes": 41 * GIB}],
-    "steps": 1, "params_total": 8_000_000_000, "params_trainable": 8_000_000_000, "ops": 26000, "seconds": 3.1,
-    "torch": "2.13.0+cpu", "assumptions": [], "not_traced": [], "backend": "transformers",
+    "steps": 1,
+    "params_total": 8_000_000_000,
+    "params_trainable": 8_000_000_000,
+    "ops": 26000,
+    "seconds": 3.1,
+    "torch": "2.13.0+cpu",
+    "assumptions": [],
+    "not_traced": [],
+    "backend": "transformers",
 }
 
 

@@ -6,23 +6,24 @@ torchtitan/models/llama3/infra/parallelize.py `_op_sac_save_list`); the block is
 (torchtitan/models/llama3/model/model.py: wq, wk, wv, RoPE, SDPA, wo; w2(silu(w1(x)) * w3(x))). On the fake "cpu"
 device SDPA runs `_scaled_dot_product_flash_attention_for_cpu`, the CPU twin of the CUDA flash kernel in the save list
 (the same outputs: the attention output and its fp32 logsumexp), so it is added to the list here."""
+
 from __future__ import annotations
 
 from collections import defaultdict
 
 import pytest
-
 from trace_plans import plan
-
 from vramlens.estimate import components as C
 from vramlens.knowledge.schema import ModelArch
 
 torch = pytest.importorskip("torch", reason="torch not installed (the trace extra)")
 
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
-from torch.utils.checkpoint import (CheckpointPolicy, checkpoint,  # noqa: E402
-                                    create_selective_checkpoint_contexts)
-
+from torch.utils.checkpoint import (  # noqa: E402
+    CheckpointPolicy,
+    checkpoint,  # noqa: E402
+    create_selective_checkpoint_contexts,
+)
 from vramlens.trace.tracker import LiveBytes  # noqa: E402
 
 F = torch.nn.functional
@@ -35,7 +36,7 @@ SAVE_LIST = {
     aten._scaled_dot_product_attention_math.default,
     torch.ops._c10d_functional.reduce_scatter_tensor.default,
     aten.max.default,
-    aten._scaled_dot_product_flash_attention_for_cpu.default,      # the CPU twin of the flash kernel
+    aten._scaled_dot_product_flash_attention_for_cpu.default,  # the CPU twin of the flash kernel
 }
 
 
@@ -89,8 +90,9 @@ class Block(torch.nn.Module):
         return h + self.w2(F.silu(self.w1(self.ffn_norm(h))) * self.w3(self.ffn_norm(h)))
 
 
-ARCH = ModelArch(id="tiny-titan", family="llama", hidden=256, layers=4, heads=8, kv_heads=2, intermediate=768,
-                 vocab=1000)
+ARCH = ModelArch(
+    id="tiny-titan", family="llama", hidden=256, layers=4, heads=8, kv_heads=2, intermediate=768, vocab=1000
+)
 BATCH, SEQ = 2, 256
 HEAD_DIM = ARCH.hidden // ARCH.heads
 
@@ -125,6 +127,6 @@ def test_op_level_selective_checkpointing_keeps_what_the_estimator_counts():
 
 def test_full_checkpointing_keeps_the_block_input_only():
     """The same stack with plain checkpoints: each block keeps its input (components.checkpoint_per_token)."""
-    traced = per_block_per_token(lambda: (torch.utils.checkpoint.noop_context_fn()))
+    traced = per_block_per_token(lambda: torch.utils.checkpoint.noop_context_fn())
     rp = plan(arch=ARCH, framework="torchtitan", seq_len=SEQ, micro_batch=BATCH, grad_checkpointing=True)
     assert C.checkpoint_per_token(rp) / ARCH.layers == pytest.approx(traced, rel=0.03)

@@ -1,5 +1,6 @@
 """The language server and the CLI's estimate path never import torch or the training libraries: they run only
 in the trace worker (a subprocess)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -24,8 +25,13 @@ print("HEAVY", heavy)
 
 def test_server_and_estimate_never_import_torch_or_transformers(tmp_path):
     cfg = tiny_config(tmp_path)
-    done = subprocess.run([sys.executable, "-c", SCRIPT.replace("{heavy!r}", repr(set(HEAVY))), str(cfg)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT.replace("{heavy!r}", repr(set(HEAVY))), str(cfg)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
-    assert '"allocated_gib"' in done.stdout            # the estimate ran
+    assert '"allocated_gib"' in done.stdout  # the estimate ran
     assert "HEAVY []" in done.stdout, done.stdout[-500:]

@@ -10,6 +10,7 @@ and optimizer state at rest, gathered units, the root unit, the reduce-scatter):
 trace. The table: `python tests/trace/test_sharded_trace.py [--fast] [--mp]`.
 Skips with a reason where torch or transformers are missing (CI installs the trace extra).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,13 +37,21 @@ if not torch.distributed.is_available():
 
 ARCH = TINY_LLAMA.model_copy(update={"id": "tiny-llama-4", "layers": 4})
 BF16 = dict(weight_dtype="bf16")
-MP = dict(weight_dtype="fp32", amp=True, fsdp_mixed_precision=True)   # gathered in bf16, reduced in fp32
+MP = dict(weight_dtype="fp32", amp=True, fsdp_mixed_precision=True)  # gathered in bf16, reduced in fp32
 TOLERANCE = 0.03
 
 
 def sharded_plan(world: int, peft: str, ckpt: bool, stage: int, precision: dict = BF16, **changes):
-    return plan(arch=ARCH, strategy="fsdp", world_size=world, zero_stage=stage, grad_checkpointing=ckpt,
-                **precision, **(LORA if peft == "lora" else {}), **changes)
+    return plan(
+        arch=ARCH,
+        strategy="fsdp",
+        world_size=world,
+        zero_stage=stage,
+        grad_checkpointing=ckpt,
+        **precision,
+        **(LORA if peft == "lora" else {}),
+        **changes,
+    )
 
 
 def trace_sharded(rp, version: int, real: bool = False) -> dict:
@@ -62,8 +71,17 @@ def row(world: int, peft: str, ckpt: bool, version: int, stage: int, precision: 
     rp = sharded_plan(world, peft, ckpt, stage, precision)
     traced, est = trace_sharded(rp, version)["peak_bytes"], allocated_peak(rp)
     t1, e1 = single_gpu(peft, ckpt)
-    return {"world": world, "peft": peft, "ckpt": ckpt, "fsdp": version, "stage": stage, "traced": traced,
-            "estimate": est, "raw_error": est / traced - 1, "error": (est - traced - (e1 - t1)) / traced}
+    return {
+        "world": world,
+        "peft": peft,
+        "ckpt": ckpt,
+        "fsdp": version,
+        "stage": stage,
+        "traced": traced,
+        "estimate": est,
+        "raw_error": est / traced - 1,
+        "error": (est - traced - (e1 - t1)) / traced,
+    }
 
 
 GRID = list(itertools.product((2, 4, 8), ("full", "lora"), (False, True), (1, 2), (3, 2)))
@@ -72,6 +90,8 @@ GRID = list(itertools.product((2, 4, 8), ("full", "lora"), (False, True), (1, 2)
 def runs(key: tuple, precision: dict) -> bool:
     """FSDP1 cannot flatten peft's fp32 adapters with bf16 weights into one unit (`sharded.unsupported`)."""
     return not (key[3] == 1 and key[1] == "lora" and precision is BF16)
+
+
 # full fine-tunes, no checkpointing: the peak is where the sharded terms are (the loss's backward, the root unit
 # gathered, every other FULL_SHARD unit freed, every SHARD_GRAD_OP unit held)
 FAST = [(2, "full", False, 2, 3), (4, "full", False, 1, 2)]
@@ -84,14 +104,19 @@ def test_estimate_holds_to_the_sharded_trace(world, peft, ckpt, version, stage):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("VRAMLENS_SHARDED_GRID"),
-                    reason="the whole sharded grid is a measurement of about 20 minutes: run it with "
-                           "VRAMLENS_SHARDED_GRID=1, or `python tests/trace/test_sharded_trace.py` for the table")
-@pytest.mark.xfail(strict=False, reason="checkpointed rows: the single-GPU recompute phase is 13-50 % low against "
-                   "the real-library trace at these shapes, so the sharded rows are too; LoRA rows read 4 % low; "
-                   "under mixed precision the activations are counted as for AMP over fp32 weights (5-11 % high); "
-                   "FSDP1 with LoRA adapters inside block units keeps gradients for the whole flat parameter, and "
-                   "the plan does not say which FSDP runs")
+@pytest.mark.skipif(
+    not os.environ.get("VRAMLENS_SHARDED_GRID"),
+    reason="the whole sharded grid is a measurement of about 20 minutes: run it with "
+    "VRAMLENS_SHARDED_GRID=1, or `python tests/trace/test_sharded_trace.py` for the table",
+)
+@pytest.mark.xfail(
+    strict=False,
+    reason="checkpointed rows: the single-GPU recompute phase is 13-50 % low against "
+    "the real-library trace at these shapes, so the sharded rows are too; LoRA rows read 4 % low; "
+    "under mixed precision the activations are counted as for AMP over fp32 weights (5-11 % high); "
+    "FSDP1 with LoRA adapters inside block units keeps gradients for the whole flat parameter, and "
+    "the plan does not say which FSDP runs",
+)
 @pytest.mark.parametrize("precision", [BF16, MP], ids=["bf16", "mixed-precision"])
 def test_sharded_grid_within_three_percent(precision):
     rows = [row(*key, precision) for key in GRID if runs(key, precision)]
@@ -144,7 +169,7 @@ def test_storage_resizes_are_counted_as_frees_and_allocations():
             opt.zero_grad()
     shard = 256 * 256 * 4 // 2
     live = sum(r.nbytes for r in tr.live_records() if r.nbytes >= shard)
-    assert live == 3 * 3 * shard                     # each weight's shard and its two AdamW states
+    assert live == 3 * 3 * shard  # each weight's shard and its two AdamW states
 
 
 def test_worker_traces_fsdp_plans_sharded_and_says_so():
@@ -161,18 +186,24 @@ def test_worker_traces_fsdp_plans_sharded_and_says_so():
     assert raw["backend"] == "fsdp"
     assert not any("one unsharded replica" in n for n in raw["not_traced"])
     assert any("rank 0 of 8" in a for a in raw["assumptions"])
-    single = worker.run_backends(step_config(plan(arch=ARCH, **MP, **LORA)), {"backend": "auto"},
-                                 lambda *a: None, threading.Event())
-    assert raw["peak_bytes"] < single["peak_bytes"]          # the weights and AdamW states are an eighth
+    single = worker.run_backends(
+        step_config(plan(arch=ARCH, **MP, **LORA)), {"backend": "auto"}, lambda *a: None, threading.Event()
+    )
+    assert raw["peak_bytes"] < single["peak_bytes"]  # the weights and AdamW states are an eighth
 
 
-if __name__ == "__main__":              # the table: python tests/trace/test_sharded_trace.py [--fast] [--mp]
+if __name__ == "__main__":  # the table: python tests/trace/test_sharded_trace.py [--fast] [--mp]
     keys = FAST if "--fast" in sys.argv else GRID
     precision = MP if "--mp" in sys.argv else BF16
-    print(f"{'ranks':>5} {'peft':5} {'ckpt':5} {'fsdp':4} {'stage':5} {'traced MiB':>10} {'estimate MiB':>12} "
-          f"{'raw':>7} {'sharded':>8}")
+    print(
+        f"{'ranks':>5} {'peft':5} {'ckpt':5} {'fsdp':4} {'stage':5} {'traced MiB':>10} {'estimate MiB':>12} "
+        f"{'raw':>7} {'sharded':>8}"
+    )
     for key in [k for k in keys if runs(k, precision)]:
         r = row(*key, precision)
-        print(f"{r['world']:>5} {r['peft']:5} {str(r['ckpt']):5} {r['fsdp']:>4} {r['stage']:>5} "
-              f"{r['traced'] / 2**20:>10.2f} {r['estimate'] / 2**20:>12.2f} {r['raw_error']:>+7.1%} "
-              f"{r['error']:>+8.1%}", flush=True)
+        print(
+            f"{r['world']:>5} {r['peft']:5} {str(r['ckpt']):5} {r['fsdp']:>4} {r['stage']:>5} "
+            f"{r['traced'] / 2**20:>10.2f} {r['estimate'] / 2**20:>12.2f} {r['raw_error']:>+7.1%} "
+            f"{r['error']:>+8.1%}",
+            flush=True,
+        )

@@ -1,26 +1,25 @@
 """The torchtune backend (`vramlens.trace.torchtune_backend`): torchtune's own model, adapters and loss give the same
 bytes under fake tensors as the same step on real CPU tensors at tiny shapes, and a torchtune config is traced on it
 through the worker. torchtune comes with the trace extra; CI installs it (`trace_plans.need`)."""
+
 from __future__ import annotations
 
 import pytest
-
 from trace_plans import ARCHS, LORA, TINY_LLAMA, need, plan
-
 from vramlens.knowledge import frameworks
 
 need("torch")
 need("torchtune")
 
 import torch  # noqa: E402
-
 from vramlens.trace import engine  # noqa: E402
 from vramlens.trace import torchtune_backend as tt  # noqa: E402
 from vramlens.trace.config import step_config  # noqa: E402
 
 TUNE = dict(framework="torchtune", adapter_fp32=False, kbit_upcast=False, attn_mask=False)
-TINY_QWEN2 = ARCHS["llama"].model_copy(update={"id": "tiny-qwen2", "family": "qwen2", "tied_embeddings": True,
-                                                 "attn_bias": True, "max_position": 512})
+TINY_QWEN2 = ARCHS["llama"].model_copy(
+    update={"id": "tiny-qwen2", "family": "qwen2", "tied_embeddings": True, "attn_bias": True, "max_position": 512}
+)
 TINY_LLAMA_POS = TINY_LLAMA.model_copy(update={"max_position": 512})
 
 
@@ -33,19 +32,33 @@ def fake_and_real(**changes) -> tuple[dict, dict]:
     return fake, real
 
 
-@pytest.mark.parametrize("changes", [
-    dict(),
-    dict(loss_impl="chunked"),
-    dict(grad_checkpointing=True, loss_impl="chunked"),
-    dict(weight_dtype="fp32", compute_dtype="fp32", loss_impl="chunked"),
-    dict(LORA, loss_impl="chunked"),
-    dict(LORA, peft="dora", grad_checkpointing=True),
-    dict(LORA, lora_dropout=0.1),
-    dict(LORA, arch=TINY_QWEN2, rope_caches=2),
-    dict(LORA, peft="qlora", quant_bits=4, loss_impl="chunked"),
-    dict(LORA, peft="qlora", quant_bits=4, grad_checkpointing=True, lora_targets=("q", "v")),
-], ids=["full CE", "full chunked", "ckpt", "fp32", "LoRA", "DoRA ckpt", "LoRA dropout", "Qwen2 LoRA", "QLoRA",
-        "QLoRA q,v ckpt"])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        dict(),
+        dict(loss_impl="chunked"),
+        dict(grad_checkpointing=True, loss_impl="chunked"),
+        dict(weight_dtype="fp32", compute_dtype="fp32", loss_impl="chunked"),
+        dict(LORA, loss_impl="chunked"),
+        dict(LORA, peft="dora", grad_checkpointing=True),
+        dict(LORA, lora_dropout=0.1),
+        dict(LORA, arch=TINY_QWEN2, rope_caches=2),
+        dict(LORA, peft="qlora", quant_bits=4, loss_impl="chunked"),
+        dict(LORA, peft="qlora", quant_bits=4, grad_checkpointing=True, lora_targets=("q", "v")),
+    ],
+    ids=[
+        "full CE",
+        "full chunked",
+        "ckpt",
+        "fp32",
+        "LoRA",
+        "DoRA ckpt",
+        "LoRA dropout",
+        "Qwen2 LoRA",
+        "QLoRA",
+        "QLoRA q,v ckpt",
+    ],
+)
 def test_torchtune_step_fake_equals_real(changes):
     fake, real = fake_and_real(**changes)
     assert fake["peak_bytes"] == real["peak_bytes"] > 0
@@ -58,7 +71,6 @@ def test_an_nf4_weight_counts_its_packed_data_and_constants_not_its_wrapper():
     temporaries (14 bytes per weight at the peak, 2 kept)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torchao.dtypes.nf4tensor import to_nf4
-
     from vramlens.estimate.components import NF4_DEQUANT_PEAK_BYTES
     from vramlens.trace.tracker import LiveBytes
 
@@ -73,7 +85,7 @@ def test_an_nf4_weight_counts_its_packed_data_and_constants_not_its_wrapper():
             dequantized = weight.to(torch.bfloat16)
             assert tr.cur - base == 2 * n
             assert round((tr.peak - base) / n) == NF4_DEQUANT_PEAK_BYTES
-    assert n // 2 < held < n                  # 4 bits per weight + the double-quantized scalers: not 2 bytes
+    assert n // 2 < held < n  # 4 bits per weight + the double-quantized scalers: not 2 bytes
     del dequantized
 
 
@@ -81,12 +93,11 @@ def test_rope_caches_are_built_on_real_tensors_and_copied():
     """Llama-3.1's scaled RoPE compares frequencies in Python (no answer from a fake tensor): the cache is computed on
     real tensors and copied into a fake buffer of its shape and dtype, one per RoPE module."""
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-
     from vramlens.trace.tracker import LiveBytes
 
     cfg = step_config(plan(**TUNE, arch=TINY_LLAMA_POS))
     model = tt.build_meta(cfg)
-    with FakeTensorMode(allow_non_fake_inputs=True), LiveBytes():       # as engine.run materializes it
+    with FakeTensorMode(allow_non_fake_inputs=True), LiveBytes():  # as engine.run materializes it
         step = tt.materialize(model, "cpu", real=False)
     caches = [b for n, b in step.named_buffers() if n.endswith("cache")]
     assert len(caches) == 1 and isinstance(caches[0], FakeTensor) and caches[0].dtype == torch.float32
@@ -117,27 +128,40 @@ def test_a_torchtune_config_is_traced_on_torchtune(tmp_path):
     assert raw["versions"]["torchtune"] == tt.version()
     assert any("traced on torchtune" in a for a in raw["assumptions"])
     # QLoRA: torchao's NF4 base weights, as torchtune's QLoRA builders hold them
-    cfg = step_config(plan(**TUNE, **{**LORA, "peft": "qlora"}, arch=TINY_LLAMA_POS, loss_impl="chunked",
-                           quant_bits=4))
+    cfg = step_config(plan(**TUNE, **{**LORA, "peft": "qlora"}, arch=TINY_LLAMA_POS, loss_impl="chunked", quant_bits=4))
     raw = worker.run_backends(cfg, {"backend": "auto"}, lambda *a: None, threading.Event())
     assert raw["backend"] == "torchtune" and raw["components"]["quant_constants"] > 0
     # torchtune has no IA3: the synthetic model, with the reason
-    cfg = step_config(plan(**TUNE, peft="ia3", lora_targets=("k", "v", "down"), feedforward_targets=("down",),
-                           arch=TINY_LLAMA_POS, loss_impl="chunked"))
+    cfg = step_config(
+        plan(
+            **TUNE,
+            peft="ia3",
+            lora_targets=("k", "v", "down"),
+            feedforward_targets=("down",),
+            arch=TINY_LLAMA_POS,
+            loss_impl="chunked",
+        )
+    )
     raw = worker.run_backends(cfg, {"backend": "auto"}, lambda *a: None, threading.Event())
     assert raw["backend"] == "synthetic" and "no `ia3` adapter" in raw["fallback_reason"]
     with pytest.raises(RuntimeError, match="torchtune backend cannot trace"):
         worker.run_backends(cfg, {"backend": "torchtune"}, lambda *a: None, threading.Event())
 
 
-@pytest.mark.parametrize("model, changes", [
-    ("meta-llama/Llama-3.2-1B", dict(loss_impl="chunked")),
-    ("meta-llama/Llama-3.2-1B", dict(loss_impl="chunked", weight_dtype="fp32", compute_dtype="fp32")),
-    ("Qwen/Qwen2.5-0.5B", dict(LORA, loss_impl="chunked", grad_checkpointing=True)),
-    ("Qwen/Qwen2.5-0.5B", dict()),
-    ("Qwen/Qwen2.5-0.5B", dict(LORA, peft="qlora", quant_bits=4, quant_double=True, loss_impl="chunked",
-                               grad_checkpointing=True)),
-], ids=["full chunked", "fp32 chunked", "Qwen2.5 LoRA ckpt", "Qwen2.5 full CE", "Qwen2.5 QLoRA ckpt"])
+@pytest.mark.parametrize(
+    "model, changes",
+    [
+        ("meta-llama/Llama-3.2-1B", dict(loss_impl="chunked")),
+        ("meta-llama/Llama-3.2-1B", dict(loss_impl="chunked", weight_dtype="fp32", compute_dtype="fp32")),
+        ("Qwen/Qwen2.5-0.5B", dict(LORA, loss_impl="chunked", grad_checkpointing=True)),
+        ("Qwen/Qwen2.5-0.5B", dict()),
+        (
+            "Qwen/Qwen2.5-0.5B",
+            dict(LORA, peft="qlora", quant_bits=4, quant_double=True, loss_impl="chunked", grad_checkpointing=True),
+        ),
+    ],
+    ids=["full chunked", "fp32 chunked", "Qwen2.5 LoRA ckpt", "Qwen2.5 full CE", "Qwen2.5 QLoRA ckpt"],
+)
 def test_the_estimate_agrees_with_torchtunes_own_step(model, changes):
     """The formula against torchtune's step at 2 × 512 tokens: within 3 % (benchmarks/trace_vs_estimate.py
     --grid torchtune runs the larger sweep). Covers the chunked loss's peak (forward, or the head's backward in

@@ -1,6 +1,7 @@
 """The trace interpreter is the user's choice (`--python`, `$VRAMLENS_TRACE_PYTHON`, else the one running vramlens),
 never one named by a file in the repository being analysed: `[trace] python` there would run the repository's own
 program. Run as a user runs it: the CLI in a subprocess, from inside and outside the repository."""
+
 from __future__ import annotations
 
 import os
@@ -8,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from trace_plans import need, tiny_config
 
 PROJECT_FILES = {
@@ -28,7 +28,7 @@ def _repository(tmp_path, project_file: str):
     tools.mkdir()
     marker = tmp_path / "ran"
     script = tools / "py"
-    script.write_text(f"#!/bin/sh\ntouch {marker}\nexec {sys.executable} \"$@\"\n")
+    script.write_text(f'#!/bin/sh\ntouch {marker}\nexec {sys.executable} "$@"\n')
     script.chmod(0o755)
     name = "pyproject.toml" if project_file.startswith("pyproject") else project_file
     (repo / name).write_text(PROJECT_FILES[project_file])
@@ -37,8 +37,14 @@ def _repository(tmp_path, project_file: str):
 
 def _trace(cwd, *args, **env):
     base = {k: v for k, v in os.environ.items() if k != "VRAMLENS_TRACE_PYTHON"}
-    return subprocess.run([sys.executable, "-m", "vramlens", "trace", *args, "--no-record"], cwd=cwd,
-                          capture_output=True, text=True, timeout=600, env={**base, **env})
+    return subprocess.run(
+        [sys.executable, "-m", "vramlens", "trace", *args, "--no-record"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**base, **env},
+    )
 
 
 def test_a_repositorys_trace_python_never_runs_from_outside_it(tmp_path):

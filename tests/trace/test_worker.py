@@ -1,4 +1,5 @@
 """The trace worker and its client: start on demand, trace, cache, cancel, time out, keep serving."""
+
 from __future__ import annotations
 
 import asyncio
@@ -7,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from trace_plans import BIG, need, plan
 
 
@@ -31,8 +31,19 @@ async def test_trace_reports_the_estimate_contract_with_progress_and_a_cache(cli
     rp = plan()
     first = await client.trace(rp, lambda m, f: progress.append((m, f)))
     assert first["cached"] is False and first["exact"] is True
-    for key in ("model", "gpu", "peak", "phase", "components_gib", "fits", "headroom_gib", "max_micro_batch",
-                "max_seq_len", "assumptions", "timeline"):
+    for key in (
+        "model",
+        "gpu",
+        "peak",
+        "phase",
+        "components_gib",
+        "fits",
+        "headroom_gib",
+        "max_micro_batch",
+        "max_seq_len",
+        "assumptions",
+        "timeline",
+    ):
         assert key in first
     peak = first["peak"]
     assert 0 < peak["allocated_gib"] <= peak["reserved_gib"] <= peak["device_gib"]
@@ -40,11 +51,11 @@ async def test_trace_reports_the_estimate_contract_with_progress_and_a_cache(cli
     assert any("forward" in m for m, _ in progress) and any(f == 1.0 for _, f in progress)
 
     again = await client.trace(rp)
-    assert again["cached"] is True                 # answered from the cache, no worker round trip
+    assert again["cached"] is True  # answered from the cache, no worker round trip
     assert again["trace"]["allocated_bytes"] == first["trace"]["allocated_bytes"]
     assert client.starts == 1
 
-    other = await client.trace(plan(micro_batch=4))   # a different plan is traced, by the same worker
+    other = await client.trace(plan(micro_batch=4))  # a different plan is traced, by the same worker
     assert other["cached"] is False
     assert other["trace"]["allocated_bytes"] > first["trace"]["allocated_bytes"]
     assert client.starts == 1
@@ -70,7 +81,7 @@ async def test_cancel_stops_the_trace_and_the_worker_keeps_serving(client, durin
     with pytest.raises(TraceError) as info:
         await client.trace(plan(arch=BIG, seq_len=4096), on_progress, cancel)
     await helper
-    assert info.value.kind == "cancelled"                # stopped mid-trace, not run to its end
+    assert info.value.kind == "cancelled"  # stopped mid-trace, not run to its end
     assert client.running, "\n".join(client._stderr)
     result = await client.trace(plan())
     assert result["peak"]["allocated_gib"] > 0 and client.starts == 1
@@ -83,7 +94,7 @@ async def test_timeout_stops_a_long_trace(client):
     with pytest.raises(TraceError) as info:
         await client.trace(plan(arch=BIG, seq_len=2048), timeout=1.0)
     assert info.value.kind == "timeout"
-    result = await client.trace(plan())               # still usable (restarted if it had to be killed)
+    result = await client.trace(plan())  # still usable (restarted if it had to be killed)
     assert result["cached"] is False
 
 
@@ -110,15 +121,26 @@ def test_sync_client_keeps_one_worker_between_calls():
 
 def test_worker_protocol_answers_bad_requests_and_pings():
     need("torch")
-    proc = subprocess.Popen([sys.executable, "-m", "vramlens.trace.worker"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vramlens.trace.worker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
-        out, _ = proc.communicate("\n".join([
-            json.dumps({"op": "ping", "id": "p"}),
-            "not json",
-            json.dumps({"op": "trace", "id": "bad", "plan": {"arch": "nope"}}),
-            json.dumps({"op": "shutdown"}),
-        ]) + "\n", timeout=120)
+        out, _ = proc.communicate(
+            "\n".join(
+                [
+                    json.dumps({"op": "ping", "id": "p"}),
+                    "not json",
+                    json.dumps({"op": "trace", "id": "bad", "plan": {"arch": "nope"}}),
+                    json.dumps({"op": "shutdown"}),
+                ]
+            )
+            + "\n",
+            timeout=120,
+        )
     finally:
         proc.kill()
     msgs = [json.loads(line) for line in out.splitlines()]

@@ -1,4 +1,5 @@
 """The `vramlens` command line: one module per subcommand, registered in SUBCOMMANDS."""
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             sub.add_parser(name)
             continue
         module = importlib.import_module(f"vramlens.cli.{module_name}")
-        p = sub.add_parser(name, help=module.__doc__.strip().splitlines()[0] if module.__doc__ else None,
-                           description=module.__doc__)
+        p = sub.add_parser(
+            name, help=module.__doc__.strip().splitlines()[0] if module.__doc__ else None, description=module.__doc__
+        )
         module.add_arguments(p)
         p.set_defaults(_module=module)
     return parser

@@ -7,6 +7,7 @@ keys (a prefix of at least 4 characters), `--model ID` every record of one model
 
 Exit codes: 0 done, 2 nothing selected to clear or an unknown key.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,9 @@ def run(args) -> int:
             print(render_list(rows, str(path)))
         return 0
     if not (args.keys or args.model or args.all):
-        print("vramlens: say what to clear: KEY… (from `vramlens calibration list`), --model ID or --all",
-              file=sys.stderr)
+        print(
+            "vramlens: say what to clear: KEY… (from `vramlens calibration list`), --model ID or --all", file=sys.stderr
+        )
         return EXIT_USAGE
     short = [k for k in args.keys if len(k) < MIN_KEY]
     if short:
@@ -55,8 +57,10 @@ def run(args) -> int:
         known = {row["key"] for row in calibration.listing()}
         unknown = [k for k in args.keys if not any(key.startswith(k) for key in known)]
         if unknown:
-            print(f"vramlens: no calibration record has the key {', '.join(unknown)} (see `vramlens calibration "
-                  "list`)", file=sys.stderr)
+            print(
+                f"vramlens: no calibration record has the key {', '.join(unknown)} (see `vramlens calibration list`)",
+                file=sys.stderr,
+            )
             return EXIT_USAGE
         removed = calibration.clear(keys=tuple(args.keys), model=args.model)
     print(f"removed {removed} calibration record(s) from {path}")
@@ -66,11 +70,15 @@ def run(args) -> int:
 def render_list(rows: list[dict], path: str) -> str:
     if not rows:
         return f"no calibration records ({path})"
-    lines = [f"calibration records ({path}):",
-             f"  {'model':<36} {'key':<12} {'factor':>7}  {'source':<6} {'recorded':<10}  applies"]
+    lines = [
+        f"calibration records ({path}):",
+        f"  {'model':<36} {'key':<12} {'factor':>7}  {'source':<6} {'recorded':<10}  applies",
+    ]
     for r in rows:
         applies = "yes" if r["ignored"] is None else f"no: {r['ignored']}"
         raw = "" if abs(r["ratio"] - r["factor"]) < 5e-4 else f" (measured ×{r['ratio']:.3f}, bounded)"
-        lines.append(f"  {str(r['model']):<36} {r['key']:<12} ×{r['factor']:<6.3f}  {str(r['source']):<6} "
-                     f"{str(r['recorded'] or '')[:10]:<10}  {applies}{raw}")
+        lines.append(
+            f"  {str(r['model']):<36} {r['key']:<12} ×{r['factor']:<6.3f}  {str(r['source']):<6} "
+            f"{str(r['recorded'] or '')[:10]:<10}  {applies}{raw}"
+        )
     return "\n".join(lines)

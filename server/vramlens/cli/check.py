@@ -16,6 +16,7 @@ counted in that cell; SARIF regions are positions in the .ipynb file itself (one
 Jupyter writes it; else the cell's lines), with `properties.notebookCell`/`cellLine`/`cellColumn`. `--fix` rewrites
 a notebook's cell sources only when its JSON layout is reproduced exactly (else it says so and writes nothing).
 """
+
 from __future__ import annotations
 
 import json
@@ -36,34 +37,45 @@ def add_arguments(p):
     p.add_argument("paths", nargs="+", help="config files or folders")
     add_settings_flags(p)
     p.add_argument("--format", choices=["text", "json", "sarif"], default="text")
-    p.add_argument("--fix", action="store_true",
-                   help="apply the safe fixes (\"make it fit\" for a predicted OOM first) to the files they edit, "
-                        "write them, re-check")
-    p.add_argument("--unsafe-fixes", action="store_true",
-                   help="with --fix, also apply the unsafe fixes: those that change what or how it trains (fp16 "
-                        "instead of bf16, LoRA/QLoRA instead of the full model, 8-bit optimizer states, ...)")
-    p.add_argument("--severity", action="append", default=[], metavar="RULE=LEVEL",
-                   help="set a rule's severity: error, warning, information, hint or off "
-                        "(e.g. --severity VL004=off; repeatable, comma-separated)")
+    p.add_argument(
+        "--fix",
+        action="store_true",
+        help='apply the safe fixes ("make it fit" for a predicted OOM first) to the files they edit, '
+        "write them, re-check",
+    )
+    p.add_argument(
+        "--unsafe-fixes",
+        action="store_true",
+        help="with --fix, also apply the unsafe fixes: those that change what or how it trains (fp16 "
+        "instead of bf16, LoRA/QLoRA instead of the full model, 8-bit optimizer states, ...)",
+    )
+    p.add_argument(
+        "--severity",
+        action="append",
+        default=[],
+        metavar="RULE=LEVEL",
+        help="set a rule's severity: error, warning, information, hint or off "
+        "(e.g. --severity VL004=off; repeatable, comma-separated)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="list skipped files and every fix offered")
 
 
 @dataclass
 class FileResult:
     path: Path
-    explicit: bool                       # named on the command line (not found by walking a folder)
-    analysis: object | None = None       # vramlens.analysis.Analysis
+    explicit: bool  # named on the command line (not found by walking a folder)
+    analysis: object | None = None  # vramlens.analysis.Analysis
     text: str = ""
-    skipped: str | None = None           # why it was not checked
-    unreadable: str | None = None        # why it could not be read (exit 2 when explicit)
-    root: Path | None = None             # the checked folder: the folder named, or a named file's folder
-    applied: list[str] = field(default_factory=list)   # titles of fixes written by --fix
-    cells: object | None = None          # a notebook's code cells (formats.notebook.CellText); spans point into them
+    skipped: str | None = None  # why it was not checked
+    unreadable: str | None = None  # why it could not be read (exit 2 when explicit)
+    root: Path | None = None  # the checked folder: the folder named, or a named file's folder
+    applied: list[str] = field(default_factory=list)  # titles of fixes written by --fix
+    cells: object | None = None  # a notebook's code cells (formats.notebook.CellText); spans point into them
     file_position: object | None = None  # a notebook: (cell-text line, col) -> (line, col) in the .ipynb file, if known
-    file_text: str | None = None         # a notebook: the .ipynb file's own text (`text` is its cells)
-    not_applied: list[str] = field(default_factory=list)   # "<title>: <why>" for fixes --fix left out
-    written: list[Path] = field(default_factory=list)      # real paths --fix wrote (the config, a file it names)
-    write_failed: list[tuple[str, str]] = field(default_factory=list)   # (file, why) --fix could not write: exit 2
+    file_text: str | None = None  # a notebook: the .ipynb file's own text (`text` is its cells)
+    not_applied: list[str] = field(default_factory=list)  # "<title>: <why>" for fixes --fix left out
+    written: list[Path] = field(default_factory=list)  # real paths --fix wrote (the config, a file it names)
+    write_failed: list[tuple[str, str]] = field(default_factory=list)  # (file, why) --fix could not write: exit 2
 
     @property
     def findings(self) -> list:
@@ -98,8 +110,9 @@ def _files(paths: list[str]) -> list[tuple[Path, bool, Path]]:
     return out
 
 
-def _check_file(path: Path, explicit: bool, root: Path, args, cli_severity: dict[str, str],
-                fix: bool = True) -> FileResult:
+def _check_file(
+    path: Path, explicit: bool, root: Path, args, cli_severity: dict[str, str], fix: bool = True
+) -> FileResult:
     from vramlens.analysis import analyze
     from vramlens.cli.fix import stat_before_read
     from vramlens.cli.paths import read_config_text
@@ -149,16 +162,22 @@ def _fix(result: FileResult, settings, st, unsafe: bool) -> None:
     from vramlens.formats import notebook as nb
 
     notebook = result.cells is not None
-    outcome = fix_file(result.path, ReadFile(real(result.path), result.file_text if notebook else result.text, st),
-                       result.analysis, settings, result.root or result.path.parent, unsafe,
-                       analysed_text=result.text if notebook else None,
-                       encode=partial(nb.write_cells, result.file_text) if notebook else None)
+    outcome = fix_file(
+        result.path,
+        ReadFile(real(result.path), result.file_text if notebook else result.text, st),
+        result.analysis,
+        settings,
+        result.root or result.path.parent,
+        unsafe,
+        analysed_text=result.text if notebook else None,
+        encode=partial(nb.write_cells, result.file_text) if notebook else None,
+    )
     result.applied, result.not_applied = outcome.applied, outcome.not_applied
     result.written, result.write_failed = outcome.written, outcome.failed
     if outcome.analysis is not None:
         result.text, result.analysis = outcome.text or result.text, outcome.analysis
         _drop_no_model_notice(result.analysis)
-        if notebook and outcome.file_text is not None:     # positions in the rewritten .ipynb file
+        if notebook and outcome.file_text is not None:  # positions in the rewritten .ipynb file
             result.file_text = outcome.file_text
             result.cells = nb.CellText.parse(result.text)
             result.file_position = nb.json_positions(outcome.file_text, result.cells)
@@ -166,16 +185,26 @@ def _fix(result: FileResult, settings, st, unsafe: bool) -> None:
 
 # -- output ----------------------------------------------------------------------------------------
 
+
 def _summary(results: list[FileResult]) -> dict:
     counts = {s: 0 for s in SEVERITY_ORDER}
     for r in results:
         for f in r.findings:
             counts[f.severity] = counts.get(f.severity, 0) + 1
     checked = sum(1 for r in results if r.skipped is None)
-    approximate = sum(1 for r in results if r.skipped is None and any(
-        d.estimate is not None and d.estimate.is_approximate for d in _estimated(r.analysis)))
-    return {"files_checked": checked, "files_skipped": len(results) - checked, **counts, "approximate": approximate,
-            "files_fixed": len({p for r in results for p in r.written})}    # a config and the JSON it names: 2
+    approximate = sum(
+        1
+        for r in results
+        if r.skipped is None
+        and any(d.estimate is not None and d.estimate.is_approximate for d in _estimated(r.analysis))
+    )
+    return {
+        "files_checked": checked,
+        "files_skipped": len(results) - checked,
+        **counts,
+        "approximate": approximate,
+        "files_fixed": len({p for r in results for p in r.written}),
+    }  # a config and the JSON it names: 2
 
 
 def _estimated(analysis) -> list:
@@ -195,9 +224,11 @@ def _estimate_line(analysis) -> str | None:
 
     verdict = "fits" if est.fits else "does NOT fit"
     approximate = approximate_line(est)
-    return (f"peak {peak_mark(est)}{est.device_bytes / 2**30:.1f} GiB of {est.usable_bytes / 2**30:.1f} GiB usable on "
-            f"{rp.gpu.name} — {verdict}{assumed_gpu_note(analysis.resolution)}"
-            + (f"\n  {approximate}" if approximate else ""))
+    return (
+        f"peak {peak_mark(est)}{est.device_bytes / 2**30:.1f} GiB of {est.usable_bytes / 2**30:.1f} GiB usable on "
+        f"{rp.gpu.name} — {verdict}{assumed_gpu_note(analysis.resolution)}"
+        + (f"\n  {approximate}" if approximate else "")
+    )
 
 
 def _print_text(results: list[FileResult], verbose: bool) -> None:
@@ -208,7 +239,7 @@ def _print_text(results: list[FileResult], verbose: bool) -> None:
                 print(f"{r.path}: skipped: {r.skipped}", file=out)
             continue
         documents = [d for d in getattr(r.analysis, "documents", None) or () if d.estimate is not None]
-        if len(documents) > 1:                       # a multi-document YAML file: one estimate per run
+        if len(documents) > 1:  # a multi-document YAML file: one estimate per run
             for n, d in enumerate(r.analysis.documents, 1):
                 if d.estimate is not None:
                     print(f"{r.path} (document {n}): {_estimate_line(d)}", file=out)
@@ -228,16 +259,22 @@ def _print_text(results: list[FileResult], verbose: bool) -> None:
         for f in r.findings:
             cell, span = _cell_span(r, f.span)
             where = f"cell {cell + 1}:" if cell is not None else ""
-            print(f"{r.path}:{where}{span.start_line + 1}:{span.start_col + 1}: {f.severity} {f.rule_id} "
-                  f"[{f.name}] {f.message}", file=out)
+            print(
+                f"{r.path}:{where}{span.start_line + 1}:{span.start_col + 1}: {f.severity} {f.rule_id} "
+                f"[{f.name}] {f.message}",
+                file=out,
+            )
             if f.severity == "error" or verbose:
                 for fix in f.fixes:
                     print(f"    fix: {fix.title}{_fix_mark(fix)}", file=out)
     s = _summary(results)
-    print(f"{s['files_checked']} config(s) checked, {s['files_skipped']} skipped: {s['error']} error(s), "
-          f"{s['warning']} warning(s), {s['information'] + s['hint']} note(s)"
-          + (f"; {s['approximate']} estimate(s) approximate" if s["approximate"] else "")
-          + (f"; fixed {s['files_fixed']} file(s)" if s["files_fixed"] else ""), file=out)
+    print(
+        f"{s['files_checked']} config(s) checked, {s['files_skipped']} skipped: {s['error']} error(s), "
+        f"{s['warning']} warning(s), {s['information'] + s['hint']} note(s)"
+        + (f"; {s['approximate']} estimate(s) approximate" if s["approximate"] else "")
+        + (f"; fixed {s['files_fixed']} file(s)" if s["files_fixed"] else ""),
+        file=out,
+    )
 
 
 def _fix_mark(fix) -> str:
@@ -264,13 +301,25 @@ def _pos(line: int, col: int) -> dict:
 def _fix_json(fix, path: str) -> dict:
     """A fix; an edit for another file than the config (a DeepSpeed JSON it names) says which in `file`."""
     est = fix.estimate_after
-    return {"id": fix.id, "title": fix.title, "changes": fix.changes, "safe": fix.safe,
-            "applicability": fix.applicability,
-            "peak_gib": round(est.device_bytes / 2**30, 2) if est is not None else None,
-            "fits": fix.fits, "edits": [{"start": _pos(e.span.start_line, e.span.start_col),
-                                         "end": _pos(e.span.end_line, e.span.end_col), "new_text": e.new_text,
-                                         **({"file": e.span.file} if e.span.file not in ("", path) else {})}
-                                        for e in fix.edits], "note": fix.note}
+    return {
+        "id": fix.id,
+        "title": fix.title,
+        "changes": fix.changes,
+        "safe": fix.safe,
+        "applicability": fix.applicability,
+        "peak_gib": round(est.device_bytes / 2**30, 2) if est is not None else None,
+        "fits": fix.fits,
+        "edits": [
+            {
+                "start": _pos(e.span.start_line, e.span.start_col),
+                "end": _pos(e.span.end_line, e.span.end_col),
+                "new_text": e.new_text,
+                **({"file": e.span.file} if e.span.file not in ("", path) else {}),
+            }
+            for e in fix.edits
+        ],
+        "note": fix.note,
+    }
 
 
 def _json(results: list[FileResult]) -> dict:
@@ -281,24 +330,40 @@ def _json(results: list[FileResult]) -> dict:
         entry: dict = {"path": str(r.path), "skipped": r.skipped}
         a = r.analysis
         if r.skipped is None and a is not None:
-            entry.update({
-                "format": a.plan.format if a.plan is not None else None,
-                "estimate": estimate_json(str(r.path), a.plan, a.resolution, a.estimate) if a.estimate else None,
-                "error": a.error,
-                "findings": [{
-                    "rule": f.rule_id, "name": f.name, "severity": f.severity, "message": f.message,
-                    **_json_position(r, f.span),
-                    "related": [{"file": rel.span.file, "start": _pos(rel.span.start_line, rel.span.start_col),
-                                 "message": rel.message} for rel in f.related],
-                    "fixes": [_fix_json(x, str(r.path)) for x in f.fixes],
-                } for f in r.findings],
-                "fixed": r.applied,
-                "not_applied": r.not_applied,
-                "not_written": [{"file": file, "reason": why} for file, why in r.write_failed],
-            })
-            if len(a.documents) > 1:                  # a multi-document YAML file: each document's estimate
-                entry["documents"] = [estimate_json(str(r.path), d.plan, d.resolution, d.estimate)
-                                      if d.estimate is not None else None for d in a.documents]
+            entry.update(
+                {
+                    "format": a.plan.format if a.plan is not None else None,
+                    "estimate": estimate_json(str(r.path), a.plan, a.resolution, a.estimate) if a.estimate else None,
+                    "error": a.error,
+                    "findings": [
+                        {
+                            "rule": f.rule_id,
+                            "name": f.name,
+                            "severity": f.severity,
+                            "message": f.message,
+                            **_json_position(r, f.span),
+                            "related": [
+                                {
+                                    "file": rel.span.file,
+                                    "start": _pos(rel.span.start_line, rel.span.start_col),
+                                    "message": rel.message,
+                                }
+                                for rel in f.related
+                            ],
+                            "fixes": [_fix_json(x, str(r.path)) for x in f.fixes],
+                        }
+                        for f in r.findings
+                    ],
+                    "fixed": r.applied,
+                    "not_applied": r.not_applied,
+                    "not_written": [{"file": file, "reason": why} for file, why in r.write_failed],
+                }
+            )
+            if len(a.documents) > 1:  # a multi-document YAML file: each document's estimate
+                entry["documents"] = [
+                    estimate_json(str(r.path), d.plan, d.resolution, d.estimate) if d.estimate is not None else None
+                    for d in a.documents
+                ]
         files.append(entry)
     return {"version": 1, "files": files, "summary": _summary(results)}
 
@@ -313,7 +378,9 @@ def _file_span(r: FileResult, span, cell_span):
     if start is None:
         return cell_span
     end = end or (start[0], start[1])
-    return span.model_copy(update={"start_line": start[0], "start_col": start[1], "end_line": end[0], "end_col": end[1]})
+    return span.model_copy(
+        update={"start_line": start[0], "start_col": start[1], "end_line": end[0], "end_col": end[1]}
+    )
 
 
 def _json_position(r: FileResult, span) -> dict:
@@ -324,8 +391,12 @@ def _json_position(r: FileResult, span) -> dict:
 
 
 def _region(span) -> dict:
-    return {"startLine": span.start_line + 1, "startColumn": span.start_col + 1,
-            "endLine": span.end_line + 1, "endColumn": span.end_col + 1}
+    return {
+        "startLine": span.start_line + 1,
+        "startColumn": span.start_col + 1,
+        "endLine": span.end_line + 1,
+        "endColumn": span.end_col + 1,
+    }
 
 
 def _uri(path: Path, root: Path) -> tuple[str, bool]:
@@ -353,24 +424,36 @@ def _sarif(results: list[FileResult]) -> dict:
     root = Path.cwd().resolve()
     rules = list(all_rules())
     index = {r.id: i for i, r in enumerate(rules)}
-    descriptors = [{
-        "id": r.id, "name": r.name,
-        "shortDescription": {"text": r.title},
-        "fullDescription": {"text": r.why.strip()},
-        "help": {"text": r.why.strip()},
-        "helpUri": page_uri(r),
-        "defaultConfiguration": {"level": SARIF_LEVEL[r.severity]},
-        "properties": {"fixes": list(r.fixes)},
-    } for r in rules]
+    descriptors = [
+        {
+            "id": r.id,
+            "name": r.name,
+            "shortDescription": {"text": r.title},
+            "fullDescription": {"text": r.why.strip()},
+            "help": {"text": r.why.strip()},
+            "helpUri": page_uri(r),
+            "defaultConfiguration": {"level": SARIF_LEVEL[r.severity]},
+            "properties": {"fixes": list(r.fixes)},
+        }
+        for r in rules
+    ]
     out_results = []
     for r in results:
         for f in r.findings:
             cell, span = _cell_span(r, f.span)
-            res = {"ruleId": f.rule_id, "ruleIndex": index[f.rule_id], "level": SARIF_LEVEL[f.severity],
-                   "message": {"text": f.message}, "locations": [_location(r.path, _file_span(r, f.span, span), root)]}
+            res = {
+                "ruleId": f.rule_id,
+                "ruleIndex": index[f.rule_id],
+                "level": SARIF_LEVEL[f.severity],
+                "message": {"text": f.message},
+                "locations": [_location(r.path, _file_span(r, f.span, span), root)],
+            }
             if cell is not None:
-                res["properties"] = {"notebookCell": cell + 1, "cellLine": span.start_line + 1,
-                                     "cellColumn": span.start_col + 1}
+                res["properties"] = {
+                    "notebookCell": cell + 1,
+                    "cellLine": span.start_line + 1,
+                    "cellColumn": span.start_col + 1,
+                }
             related = []
             for i, rel in enumerate(f.related, start=1):
                 loc = _location(Path(rel.span.file) if rel.span.file else r.path, rel.span, root)
@@ -378,30 +461,49 @@ def _sarif(results: list[FileResult]) -> dict:
             if related:
                 res["relatedLocations"] = related
             fixes = []
-            for fix in (f.fixes if r.cells is None else ()):
+            for fix in f.fixes if r.cells is None else ():
                 by_file: dict[Path, list] = {}
-                for e in fix.edits:          # an edit may target a referenced file (a DeepSpeed JSON)
+                for e in fix.edits:  # an edit may target a referenced file (a DeepSpeed JSON)
                     by_file.setdefault(Path(e.span.file) if e.span.file else r.path, []).append(e)
                 if not by_file:
                     continue
-                fixes.append({"description": {"text": fix.title},
-                              "properties": {"applicability": fix.applicability}, "artifactChanges": [
-                    {"artifactLocation": _artifact(file, root),
-                     "replacements": [{"deletedRegion": _region(e.span), "insertedContent": {"text": e.new_text}}
-                                      for e in edits]}
-                    for file, edits in by_file.items()]})
+                fixes.append(
+                    {
+                        "description": {"text": fix.title},
+                        "properties": {"applicability": fix.applicability},
+                        "artifactChanges": [
+                            {
+                                "artifactLocation": _artifact(file, root),
+                                "replacements": [
+                                    {"deletedRegion": _region(e.span), "insertedContent": {"text": e.new_text}}
+                                    for e in edits
+                                ],
+                            }
+                            for file, edits in by_file.items()
+                        ],
+                    }
+                )
             if fixes:
                 res["fixes"] = fixes
             out_results.append(res)
     return {
-        "$schema": SARIF_SCHEMA, "version": "2.1.0",
-        "runs": [{
-            "tool": {"driver": {"name": "vramlens", "version": __version__, "semanticVersion": __version__,
-                                "rules": descriptors}},
-            "originalUriBaseIds": {"%SRCROOT%": {"uri": root.as_uri() + "/"}},
-            "columnKind": "unicodeCodePoints",
-            "results": out_results,
-        }],
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "vramlens",
+                        "version": __version__,
+                        "semanticVersion": __version__,
+                        "rules": descriptors,
+                    }
+                },
+                "originalUriBaseIds": {"%SRCROOT%": {"uri": root.as_uri() + "/"}},
+                "columnKind": "unicodeCodePoints",
+                "results": out_results,
+            }
+        ],
     }
 
 
@@ -423,12 +525,12 @@ def run(args) -> int:
         for path, explicit, root in _files(args.paths):
             results.append(_check_file(path, explicit, root, args, cli_severity))
         written = {p for r in results for p in r.written}
-        for i, r in enumerate(results):      # a file another file's fix wrote (its DeepSpeed JSON) is checked again
+        for i, r in enumerate(results):  # a file another file's fix wrote (its DeepSpeed JSON) is checked again
             if r.skipped is None and not r.written and Path(os.path.realpath(r.path)) in written:
                 again = _check_file(r.path, r.explicit, r.root or r.path.parent, args, cli_severity, fix=False)
                 again.applied, again.not_applied = r.applied, r.not_applied
                 results[i] = again
-    except SettingsError as exc:       # a refused flag or project-file value: nothing is checked with it
+    except SettingsError as exc:  # a refused flag or project-file value: nothing is checked with it
         return report(exc)
 
     if args.format == "json":
@@ -449,7 +551,7 @@ def run(args) -> int:
             if r.unreadable and r.explicit and args.format != "text":
                 print(f"{r.path}: {r.unreadable}", file=sys.stderr)
         return 2
-    if any(r.write_failed for r in results):       # --fix could not write a file: nothing of that fix was written
+    if any(r.write_failed for r in results):  # --fix could not write a file: nothing of that fix was written
         if args.format != "text":
             for r in results:
                 for _file, why in r.write_failed:

@@ -3,6 +3,7 @@
 Exit codes: 0 estimates printed (whether or not they fit — `vramlens check` is the gate), 2 nothing could
 be estimated.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,10 +22,10 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from vramlens.cli.project import report, settings_for
-    from vramlens.calibration import calibrate
-    from vramlens.estimate import estimate
     from vramlens.analysis import split_yaml_documents
+    from vramlens.calibration import calibrate
+    from vramlens.cli.project import report, settings_for
+    from vramlens.estimate import estimate
     from vramlens.formats import parse_document
     from vramlens.report import estimate_json, render_text
     from vramlens.resolve import ResolveError, resolve
@@ -36,7 +37,7 @@ def run(args) -> int:
         print("vramlens: no files found", file=sys.stderr)
         return 2
     workspace = Path.cwd()
-    documents = []                  # (file, label, text): a multi-document YAML file gives one per document
+    documents = []  # (file, label, text): a multi-document YAML file gives one per document
     for f in files:
         try:
             text = read_config_text(f, errors="replace")
@@ -58,7 +59,7 @@ def run(args) -> int:
                 print(f"{label}: {parsed.issues[0].message}", file=sys.stderr)
                 errors += 1
             elif len(files) == 1 and label == documents[-1][1] and not results:
-                print(f"{f}: not a training config", file=sys.stderr)     # (after its last document)
+                print(f"{f}: not a training config", file=sys.stderr)  # (after its last document)
                 errors += 1
             continue
         try:
@@ -69,7 +70,7 @@ def run(args) -> int:
             res = calibrate(resolve(parsed.plan, settings))
         except ResolveError as exc:
             if parsed.plan.model_id is None and len(documents) > 1:
-                continue          # a partial config (DeepSpeed/accelerate) that another file references
+                continue  # a partial config (DeepSpeed/accelerate) that another file references
             print(f"{label}: {exc}", file=sys.stderr)
             errors += 1
             continue
@@ -87,4 +88,3 @@ def run(args) -> int:
     if errors and not results and args.format == "text":
         return 2
     return 0
-

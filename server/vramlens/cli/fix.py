@@ -22,6 +22,7 @@ cannot express it; the reason is the fix's note), and a memory fix that leaves t
 something — speed (a smaller micro-batch when the peak is the optimizer step), another package, or a change to how
 it trains: each is listed with why. "Make it fit" and the free fixes (same speed, safe) are applied.
 """
+
 from __future__ import annotations
 
 import os
@@ -61,14 +62,14 @@ class ReadFile:
 
 @dataclass
 class FixOutcome:
-    applied: list[str] = field(default_factory=list)         # titles of the fixes written
-    not_applied: list[str] = field(default_factory=list)     # "<title>: <why>"
-    written: list[Path] = field(default_factory=list)        # real paths written
-    not_written: list[str] = field(default_factory=list)     # "<path>: <why>"
-    failed: list[tuple[str, str]] = field(default_factory=list)   # (file, why) a write failed: nothing written
-    text: str | None = None                                  # the config's new (analysed) text, when it was written
-    file_text: str | None = None                             # the config file's new text, when it was written
-    analysis: object | None = None                           # its analysis with every written change
+    applied: list[str] = field(default_factory=list)  # titles of the fixes written
+    not_applied: list[str] = field(default_factory=list)  # "<title>: <why>"
+    written: list[Path] = field(default_factory=list)  # real paths written
+    not_written: list[str] = field(default_factory=list)  # "<path>: <why>"
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (file, why) a write failed: nothing written
+    text: str | None = None  # the config's new (analysed) text, when it was written
+    file_text: str | None = None  # the config file's new text, when it was written
+    analysis: object | None = None  # its analysis with every written change
 
 
 def real(path: Path) -> Path:
@@ -86,8 +87,11 @@ def writable_reason(path: Path, root: Path) -> str | None:
     """None when --fix may write `path` (symlinks resolved): a regular file inside the checked folder `root`."""
     target = real(path)
     if not file_access.inside(target, [real(root)]):
-        return f"{path} leads outside the checked folder {root}" if target != Path(os.path.abspath(path)) \
+        return (
+            f"{path} leads outside the checked folder {root}"
+            if target != Path(os.path.abspath(path))
             else f"{path} is outside the checked folder {root}"
+        )
     try:
         if not stat.S_ISREG(os.stat(target).st_mode):
             return f"{path} is not a regular file"
@@ -114,14 +118,14 @@ def write_all(changes: list[tuple[ReadFile, str]], root: Path) -> None:
     """Replace each `ReadFile` with its new text, all or none (see the module docstring). Raises WriteFailed when a
     file cannot be written or changed since it was read; every file is then as it was, unless putting one back
     failed too, which its message says (with where the file's old text is kept)."""
-    staged: list[tuple[ReadFile, str, str]] = []      # (file, temporary file with its new text, copy of its old)
-    replaced: list[tuple[ReadFile, str]] = []         # (file, copy of its old text)
+    staged: list[tuple[ReadFile, str, str]] = []  # (file, temporary file with its new text, copy of its old)
+    replaced: list[tuple[ReadFile, str]] = []  # (file, copy of its old text)
     try:
         for original, new_text in changes:
             _check_unchanged(original, root)
             staged.append(_stage(original, new_text))
         for original, new, old in staged:
-            if (why := _changed_since(original)) is not None:      # one more look just before the replace
+            if (why := _changed_since(original)) is not None:  # one more look just before the replace
                 raise WriteFailed(original.path, why)
             try:
                 os.replace(new, original.path)
@@ -140,8 +144,9 @@ def write_all(changes: list[tuple[ReadFile, str]], root: Path) -> None:
 def _check_unchanged(original: ReadFile, root: Path) -> None:
     why = writable_reason(original.path, root) or _changed_since(original)
     try:
-        same = why is None and file_access.read_checked(original.path, MAX_FILE_BYTES, expect=original.path) \
-            == original.text.encode("utf-8")
+        same = why is None and file_access.read_checked(
+            original.path, MAX_FILE_BYTES, expect=original.path
+        ) == original.text.encode("utf-8")
     except OSError as exc:
         why = f"cannot read {original.path}: {exc.strerror or exc}"
     else:
@@ -166,13 +171,12 @@ def _temp_copy(original: ReadFile, data: bytes, keep_times: bool = False) -> str
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".vramlens-fix")
     except OSError as exc:
-        raise WriteFailed(path, f"cannot write {path}: its folder takes no new file "
-                                f"({exc.strerror or exc})") from None
+        raise WriteFailed(path, f"cannot write {path}: its folder takes no new file ({exc.strerror or exc})") from None
     try:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fchmod(fd, stat.S_IMODE(original.st.st_mode))
             os.fsync(fd)
         finally:
@@ -203,7 +207,7 @@ def _remove(paths) -> None:
     for path in paths:
         try:
             os.unlink(path)
-        except OSError:      # already gone; or a leftover temporary file, the outcome is reported either way
+        except OSError:  # already gone; or a leftover temporary file, the outcome is reported either way
             pass
 
 
@@ -218,8 +222,11 @@ def partial_cost(fix, analysis) -> str | None:
     before, after = analysis.estimate, fix.estimate_after
     if fix.id not in MEMORY_FIX_IDS | set(fixes_objective.FIX_IDS) or before is None or after is None or after.fits:
         return None
-    if before.throughput is not None and after.throughput is not None \
-            and after.throughput.tokens_per_s < before.throughput.tokens_per_s * 0.995:
+    if (
+        before.throughput is not None
+        and after.throughput is not None
+        and after.throughput.tokens_per_s < before.throughput.tokens_per_s * 0.995
+    ):
         return "it costs speed and the run still does not fit"
     if not fix.safe:
         return "it changes how the run trains or needs another package, and the run still does not fit"
@@ -227,7 +234,7 @@ def partial_cost(fix, analysis) -> str | None:
 
 
 def skipped(analysis, tried: set[str], unsafe: bool) -> list[str]:
-    """"<title>: not applied: <why>" for each fix --fix would take at its level but left: one without edits (the
+    """ "<title>: not applied: <why>" for each fix --fix would take at its level but left: one without edits (the
     format cannot express it) or a costly half measure (`partial_cost`)."""
     out: dict[str, str] = {}
     for finding in analysis.findings:
@@ -245,9 +252,11 @@ def choose_fix(analysis, tried: set[str], unsafe: bool):
     """The next fix to apply: "make it fit" for a predicted OOM, then the other fixes of error findings, then the
     rest — each only when its level is allowed, it has edits, and it is not a costly half measure
     (`partial_cost`)."""
+
     def allowed(fix) -> bool:
-        return bool(fix.edits) and fix.title not in tried and (fix.safe or unsafe) \
-            and partial_cost(fix, analysis) is None
+        return (
+            bool(fix.edits) and fix.title not in tried and (fix.safe or unsafe) and partial_cost(fix, analysis) is None
+        )
 
     findings = list(analysis.findings)
     for finding in findings:
@@ -266,8 +275,17 @@ def _parses(analysis) -> bool:
     return analysis.plan is not None and not any(f.rule_id == "VL016" for f in analysis.findings)
 
 
-def fix_file(path: Path, config: ReadFile, analysis, settings, root: Path, unsafe: bool, *,
-             analysed_text: str | None = None, encode=None) -> FixOutcome:
+def fix_file(
+    path: Path,
+    config: ReadFile,
+    analysis,
+    settings,
+    root: Path,
+    unsafe: bool,
+    *,
+    analysed_text: str | None = None,
+    encode=None,
+) -> FixOutcome:
     """Apply fixes to the config at `path` (read as `config`) and the files its fixes edit; write what changed.
 
     A config analysed as other text than the file's own (a notebook: its cells' text, see
@@ -306,8 +324,9 @@ def fix_file(path: Path, config: ReadFile, analysis, settings, root: Path, unsaf
             text = texts[target]
             eol = line_ending(text)
             try:
-                new_texts[target] = apply_edits(text, [type(e)(span=e.span, new_text=with_line_ending(e.new_text, eol))
-                                                       for e in edits])
+                new_texts[target] = apply_edits(
+                    text, [type(e)(span=e.span, new_text=with_line_ending(e.new_text, eol)) for e in edits]
+                )
             except ValueError as exc:
                 problem = f"not applied: its edits to {target.name} overlap ({exc})"
                 break
@@ -317,8 +336,11 @@ def fix_file(path: Path, config: ReadFile, analysis, settings, root: Path, unsaf
             if not _parses(new_analysis):
                 problem = f"not applied: {path.name} would no longer parse"
             for target in new_texts:
-                if problem is None and target != config.path and not _parses(
-                        analyze(candidate[target], str(target), settings_with(candidate))):
+                if (
+                    problem is None
+                    and target != config.path
+                    and not _parses(analyze(candidate[target], str(target), settings_with(candidate)))
+                ):
                     problem = f"not applied: {target.name} would no longer parse"
         if problem is not None:
             out.not_applied.append(f"{fix.title}: {problem}")
@@ -336,8 +358,11 @@ def fix_file(path: Path, config: ReadFile, analysis, settings, root: Path, unsaf
     if encode is not None and config.path in changed:
         on_disk[config.path] = encode(texts[config.path])
         if on_disk[config.path] is None:
-            out.not_applied.extend(f"{title}: not written: {path.name}'s JSON layout could not be kept, so it is "
-                                   f"left as it is; make this change in its cell" for title in out.applied)
+            out.not_applied.extend(
+                f"{title}: not written: {path.name}'s JSON layout could not be kept, so it is "
+                f"left as it is; make this change in its cell"
+                for title in out.applied
+            )
             out.applied = []
             return out
     # Every file or none: a fix half-written (the config edited, its DeepSpeed JSON not) would be worse than none.
@@ -352,8 +377,9 @@ def fix_file(path: Path, config: ReadFile, analysis, settings, root: Path, unsaf
             out.failed.append((str(exc.path), str(exc)))
             out.not_written.append(str(exc))
     if out.not_written:
-        out.not_applied.extend(f"{title}: not written, no file was changed: {'; '.join(out.not_written)}"
-                               for title in out.applied)
+        out.not_applied.extend(
+            f"{title}: not written, no file was changed: {'; '.join(out.not_written)}" for title in out.applied
+        )
         out.applied = []
         return out
     out.written = changed
@@ -369,7 +395,9 @@ def _changed_since(original: ReadFile) -> str | None:
         now = os.lstat(original.path)
     except OSError as exc:
         return f"{original.path}: {exc.strerror or exc}"
-    if not stat.S_ISREG(now.st_mode) or (now.st_size, now.st_mtime_ns) != (original.st.st_size,
-                                                                           original.st.st_mtime_ns):
+    if not stat.S_ISREG(now.st_mode) or (now.st_size, now.st_mtime_ns) != (
+        original.st.st_size,
+        original.st.st_mtime_ns,
+    ):
         return f"{original.path} changed on disk since it was read; run the check again"
     return None

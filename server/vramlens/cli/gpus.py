@@ -6,6 +6,7 @@ run. Runs that shard (ZeRO/FSDP) are tried on 1, 2, 4 and 8 GPUs of each kind; o
 
 Exit codes: 0 a table was printed (even when no GPU fits), 2 the file could not be estimated.
 """
+
 from __future__ import annotations
 
 import json
@@ -59,16 +60,22 @@ def run(args) -> int:
         json.dump({"file": str(path), "model": model, "gpus": shown}, sys.stdout, indent=2)
         print()
         return 0
-    print(f"{path}: {model}, micro-batch {rp.micro_batch} × {rp.seq_len} tokens: fits "
-          f"{sum(r['fits'] for r in table)} of {len(table)} GPU choices (fastest first)")
+    print(
+        f"{path}: {model}, micro-batch {rp.micro_batch} × {rp.seq_len} tokens: fits "
+        f"{sum(r['fits'] for r in table)} of {len(table)} GPU choices (fastest first)"
+    )
     if not shown:
         print("  no GPU in the catalog fits this run as configured (try `vramlens check --fix`, or --all)")
         return 0
-    print(f"  {'GPU':<18} {'×':>2}  {'peak / usable GiB':>18}  {'tokens/s per GPU':>16}  {'run tokens/s':>12}  "
-          f"{'step s':>7}  {'MFU':>4}  bound")
+    print(
+        f"  {'GPU':<18} {'×':>2}  {'peak / usable GiB':>18}  {'tokens/s per GPU':>16}  {'run tokens/s':>12}  "
+        f"{'step s':>7}  {'MFU':>4}  bound"
+    )
     for r in shown:
         mark = "" if r["fits"] else "  (does not fit)"
-        print(f"  {r['gpu']:<18} {r['count']:>2}  {r['peak_gib']:>8.1f} / {usable_text(r['usable_gib']):<7}  "
-              f"{r['tokens_per_s']:>16,.0f}  {r['run_tokens_per_s']:>12,.0f}  {r['step_s']:>7.2f}  "
-              f"{r['mfu']:>4.0%}  {r['bound']}{mark}")
+        print(
+            f"  {r['gpu']:<18} {r['count']:>2}  {r['peak_gib']:>8.1f} / {usable_text(r['usable_gib']):<7}  "
+            f"{r['tokens_per_s']:>16,.0f}  {r['run_tokens_per_s']:>12,.0f}  {r['step_s']:>7.2f}  "
+            f"{r['mfu']:>4.0%}  {r['bound']}{mark}"
+        )
     return 0

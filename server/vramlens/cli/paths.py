@@ -1,4 +1,5 @@
 """Finding config files under the paths given on the command line."""
+
 from __future__ import annotations
 
 import os
@@ -7,7 +8,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 CONFIG_SUFFIXES = {".yaml", ".yml", ".json", ".toml", ".py", ".sh", ".bash", ".md", ".ipynb"}
-MAX_FILE_BYTES = 20_000_000   # far above any training config; a larger file is refused before it is read
+MAX_FILE_BYTES = 20_000_000  # far above any training config; a larger file is refused before it is read
 SKIP_DIRS = {".git", "node_modules", ".venv", "venv", "__pycache__", ".tox", ".mypy_cache", ".tools", "build", "dist"}
 
 

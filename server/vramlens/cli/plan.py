@@ -1,9 +1,10 @@
 """Show what vramlens reads from a config: every setting, where it was written, and the defaults it fills in.
 
-    vramlens plan train.yaml                 # text table
-    vramlens plan train.yaml --format json   # the plan as JSON (spans 0-based, end exclusive)
-    vramlens plan --write-schemas            # regenerate schemas/*.schema.json
+vramlens plan train.yaml                 # text table
+vramlens plan train.yaml --format json   # the plan as JSON (spans 0-based, end exclusive)
+vramlens plan --write-schemas            # regenerate schemas/*.schema.json
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,13 @@ def add_arguments(p) -> None:
     p.add_argument("--workspace", help="workspace root for resolving referenced files (default: current folder)")
     p.add_argument("--gpu", help='GPU for resolving defaults, e.g. "A100-40GB"')
     p.add_argument("--no-resolve", action="store_true", help="only what the file says; no framework defaults")
-    p.add_argument("--write-schemas", nargs="?", const="", metavar="DIR",
-                   help="write the JSON Schemas of the supported formats (default: the repository's schemas/)")
+    p.add_argument(
+        "--write-schemas",
+        nargs="?",
+        const="",
+        metavar="DIR",
+        help="write the JSON Schemas of the supported formats (default: the repository's schemas/)",
+    )
 
 
 def _span_text(span) -> str:
@@ -46,16 +52,22 @@ def _issue_json(issue) -> dict:
 
 def _plan_json(path: str, result, resolution) -> dict:
     plan = result.plan
-    out: dict = {"file": path, "format": plan.format if plan else None,
-                 "framework": plan.framework if plan else None,
-                 "training_config": plan is not None}
+    out: dict = {
+        "file": path,
+        "format": plan.format if plan else None,
+        "framework": plan.framework if plan else None,
+        "training_config": plan is not None,
+    }
     if plan is None:
         out["issues"] = [_issue_json(i) for i in result.issues]
         return out
     out["settings"] = {k: v.model_dump(mode="json", exclude_none=True) for k, v in plan.settings().items()}
     if resolution is not None:
-        out["defaults"] = {k: v.model_dump(mode="json", exclude_none=True)
-                           for k, v in resolution.sources.items() if k not in out["settings"]}
+        out["defaults"] = {
+            k: v.model_dump(mode="json", exclude_none=True)
+            for k, v in resolution.sources.items()
+            if k not in out["settings"]
+        }
         out["assumptions"] = list(resolution.assumptions)
     out["references"] = [r.model_dump(mode="json", exclude_none=True) for r in plan.references]
     out["issues"] = [_issue_json(i) for i in plan.issues]
@@ -72,8 +84,11 @@ def _print_text(path: str, result, resolution, error: str | None) -> None:
     print(f"{path}: {plan.format} (defaults: {plan.framework or 'transformers'})")
     rows = [(k, repr(v.value), _source(v, path), v.note or "") for k, v in plan.settings().items()]
     if resolution is not None:
-        rows += [(k, repr(v.value), _source(v, path), v.note or "") for k, v in resolution.sources.items()
-                 if getattr(plan, k, None) is None]
+        rows += [
+            (k, repr(v.value), _source(v, path), v.note or "")
+            for k, v in resolution.sources.items()
+            if getattr(plan, k, None) is None
+        ]
     w0 = max((len(r[0]) for r in rows), default=8)
     w1 = min(48, max((len(r[1]) for r in rows), default=8))
     for name, value, where, note in rows:
@@ -82,8 +97,10 @@ def _print_text(path: str, result, resolution, error: str | None) -> None:
     for r in plan.references:
         print(f"  → {r.kind} {r.target}: {r.resolved_path or 'not found'}")
     for i in plan.issues:
-        print(f"  ! {i.severity.value} {owner_of(i.kind).id} {_span_text(i.span)}: {i.message}"
-              + (f" (suggestion: {i.suggestion})" if i.suggestion else ""))
+        print(
+            f"  ! {i.severity.value} {owner_of(i.kind).id} {_span_text(i.span)}: {i.message}"
+            + (f" (suggestion: {i.suggestion})" if i.suggestion else "")
+        )
     if resolution is not None:
         for a in resolution.assumptions:
             print(f"  ~ {a}")

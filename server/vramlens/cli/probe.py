@@ -6,14 +6,20 @@ in a subprocess in its own process group, killed on timeout. Needs a CUDA GPU an
 Exit codes: 0 measured (the steps ran), 1 out of memory (the phase is reported), 2 the config could not be
 read or resolved, 3 no CUDA GPU on this machine, 4 torch is not installed, 5 timeout, 6 the probe crashed.
 """
+
 from __future__ import annotations
 
 import json
 import sys
 
 EXIT_OK, EXIT_OOM, EXIT_CONFIG, EXIT_NO_GPU, EXIT_NO_TORCH, EXIT_TIMEOUT, EXIT_CRASH = 0, 1, 2, 3, 4, 5, 6
-EXIT_BY_STATUS = {"ok": EXIT_OK, "oom": EXIT_OOM, "no_cuda": EXIT_NO_GPU, "no_torch": EXIT_NO_TORCH,
-                  "timeout": EXIT_TIMEOUT}
+EXIT_BY_STATUS = {
+    "ok": EXIT_OK,
+    "oom": EXIT_OOM,
+    "no_cuda": EXIT_NO_GPU,
+    "no_torch": EXIT_NO_TORCH,
+    "timeout": EXIT_TIMEOUT,
+}
 GIB = 1 << 30
 
 
@@ -49,20 +55,30 @@ def run(args) -> int:
     plan, res = loaded
     rp = res.resolved
     if args.format == "text":
-        print(f"probing {args.path}: {args.steps} steps of {rp.arch.id} "
-              f"(micro batch {rp.micro_batch}, sequence {rp.seq_len}) …", file=sys.stderr)
+        print(
+            f"probing {args.path}: {args.steps} steps of {rp.arch.id} "
+            f"(micro batch {rp.micro_batch}, sequence {rp.seq_len}) …",
+            file=sys.stderr,
+        )
     result = run_probe(rp, steps=args.steps, timeout=args.timeout, cap_usable_bytes=cap, python=args.python)
     if not args.no_record:
         record_calibration(rp, result)
     est = estimate(rp, limits=False)
     status = result.get("status", "crash")
     out = {
-        "file": args.path, "format": plan.format,
+        "file": args.path,
+        "format": plan.format,
         "model": {"id": rp.arch.id, "params": est.params_total},
-        "status": status, "as_gpu": args.as_gpu, "summary": summary_line(result),
+        "status": status,
+        "as_gpu": args.as_gpu,
+        "summary": summary_line(result),
         "measured": _measured(result),
-        "estimate": {"allocated_gib": _g(est.allocated_bytes), "reserved_gib": _g(est.reserved_bytes),
-                     "device_gib": _g(est.device_bytes), "gpu": rp.gpu.name},
+        "estimate": {
+            "allocated_gib": _g(est.allocated_bytes),
+            "reserved_gib": _g(est.reserved_bytes),
+            "device_gib": _g(est.device_bytes),
+            "gpu": rp.gpu.name,
+        },
         "oom_phase": result.get("phase") if status == "oom" else None,
         "probe": result,
     }
@@ -89,18 +105,25 @@ def _g(n) -> float | None:
 
 
 def _measured(res: dict) -> dict:
-    return {"max_allocated_gib": _g(res.get("max_allocated")), "max_reserved_gib": _g(res.get("max_reserved")),
-            "device_used_gib": _g(res.get("device_used")), "alloc_retries": res.get("alloc_retries"),
-            "context_gib": _g(res.get("used_after_context")), "gpu": res.get("gpu"),
-            "wall_s": res.get("wall_s")}
+    return {
+        "max_allocated_gib": _g(res.get("max_allocated")),
+        "max_reserved_gib": _g(res.get("max_reserved")),
+        "device_used_gib": _g(res.get("device_used")),
+        "alloc_retries": res.get("alloc_retries"),
+        "context_gib": _g(res.get("used_after_context")),
+        "gpu": res.get("gpu"),
+        "wall_s": res.get("wall_s"),
+    }
 
 
 def render_text(out: dict) -> str:
     status = out["status"]
     lines = [f"{out['file']}  ({out['format']}) — live probe", f"  {out['summary']}"]
     if status == "no_cuda":
-        lines.append("  This machine has no CUDA GPU: nothing was measured. `vramlens trace` gives the exact "
-                     "allocated peak without a GPU.")
+        lines.append(
+            "  This machine has no CUDA GPU: nothing was measured. `vramlens trace` gives the exact "
+            "allocated peak without a GPU."
+        )
         return "\n".join(lines)
     m, e = out["measured"], out["estimate"]
     if status in ("ok", "oom"):
@@ -113,9 +136,12 @@ def render_text(out: dict) -> str:
             f"device {e['device_gib']:.2f} GiB  (measured ÷ estimated allocated: {out['measured_over_estimated']})",
         ]
         for i, s in enumerate(out["probe"].get("steps", [])):
-            lines.append(f"    step {i}: max allocated {_g(s['max_allocated']):.2f}, max reserved "
-                         f"{_g(s.get('max_reserved')) or 0:.2f} GiB")
+            lines.append(
+                f"    step {i}: max allocated {_g(s['max_allocated']):.2f}, max reserved "
+                f"{_g(s.get('max_reserved')) or 0:.2f} GiB"
+            )
     if status == "oom":
-        lines.append(f"  out of memory in phase {out['oom_phase']}; the estimate was {e['device_gib']:.2f} GiB "
-                     f"on the device")
+        lines.append(
+            f"  out of memory in phase {out['oom_phase']}; the estimate was {e['device_gib']:.2f} GiB on the device"
+        )
     return "\n".join(lines)

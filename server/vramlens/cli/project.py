@@ -1,6 +1,7 @@
 """The settings a command-line run uses for one file: the project's `.vramlens.toml` / `pyproject.toml
 [tool.vramlens]` found above the file (as the editor reads them), then the flags — one model
 (`vramlens.settings.Settings`) validates both, so the command line refuses what the server refuses."""
+
 from __future__ import annotations
 
 import os
@@ -8,7 +9,7 @@ import sys
 from pathlib import Path
 
 EXIT_SETTINGS = 2
-TRACE_PYTHON_ENV = "VRAMLENS_TRACE_PYTHON"   # the user's trace interpreter when --python is not given
+TRACE_PYTHON_ENV = "VRAMLENS_TRACE_PYTHON"  # the user's trace interpreter when --python is not given
 
 
 def add_settings_flags(p, gpu_help: str = 'GPU, e.g. "A100-40GB", "H100", "8xH100" (overrides the config)') -> None:
@@ -18,8 +19,12 @@ def add_settings_flags(p, gpu_help: str = 'GPU, e.g. "A100-40GB", "H100", "8xH10
     p.add_argument("--gpu", help=gpu_help)
     p.add_argument("--num-gpus", type=int, help="number of GPUs (overrides the config)")
     p.add_argument("--headroom", type=float, help=f"fraction of GPU memory to keep free (default {DEFAULT_HEADROOM:g})")
-    p.add_argument("--offline", action="store_true", default=None,
-                   help="never look a model up on the Hugging Face Hub (also off when HF_HUB_OFFLINE=1)")
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        default=None,
+        help="never look a model up on the Hugging Face Hub (also off when HF_HUB_OFFLINE=1)",
+    )
 
 
 def settings_for(path: Path, args, severity: dict[str, str] | None = None):
@@ -33,14 +38,19 @@ def settings_for(path: Path, args, severity: dict[str, str] | None = None):
     project = find_workspace_config(path.resolve(), cwd)
     if project is not None and project.problems:
         raise SettingsError(str(project.path), list(project.problems))
-    flags = from_flags(gpu=getattr(args, "gpu", None), gpu_count=getattr(args, "num_gpus", None),
-                       headroom=getattr(args, "headroom", None), severity=severity or None,
-                       model_lookup=False if getattr(args, "offline", None) else None,
-                       # the interpreter `trace`/`probe` run in: its installed versions are the run's
-                       trace_python=chosen_python(args))
+    flags = from_flags(
+        gpu=getattr(args, "gpu", None),
+        gpu_count=getattr(args, "num_gpus", None),
+        headroom=getattr(args, "headroom", None),
+        severity=severity or None,
+        model_lookup=False if getattr(args, "offline", None) else None,
+        # the interpreter `trace`/`probe` run in: its installed versions are the run's
+        trace_python=chosen_python(args),
+    )
     # the command line reads a model folder named by an absolute path wherever it is (its config.json only)
-    return merge([user_chosen(project.values) if project is not None else {}, flags], workspace=cwd,
-                 any_model_folder=True)
+    return merge(
+        [user_chosen(project.values) if project is not None else {}, flags], workspace=cwd, any_model_folder=True
+    )
 
 
 def chosen_python(args) -> str | None:

@@ -15,6 +15,7 @@ traced as one SFT step: the trace then gives no fit verdict and the estimate's v
 Exit codes: 0 traced, 2 the config could not be read or resolved, 3 torch is not installed,
 4 the trace failed or timed out.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,14 +34,25 @@ def add_arguments(p):
     add_settings_flags(p)
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before the trace is stopped (default 300)")
-    p.add_argument("--steps", type=int, choices=[1, 2], help="trace 1 step (+ optimizer state) or 2 full steps "
-                                                            "(default: 1 unless gradients persist across steps)")
-    p.add_argument("--python", help=f"interpreter of the training environment to trace in (default: "
-                                    f"${TRACE_PYTHON_ENV}, else this one; never one a repository's file names)")
-    p.add_argument("--backend", choices=["auto", "transformers", "torchtune", "synthetic"], default="auto",
-                   help="auto (default): the real code where it can run the step (torchtune's own model and loss "
-                        "for a torchtune config, else transformers/peft/bitsandbytes/TRL), else the synthetic "
-                        "model; transformers or torchtune: that backend only, failing instead of falling back")
+    p.add_argument(
+        "--steps",
+        type=int,
+        choices=[1, 2],
+        help="trace 1 step (+ optimizer state) or 2 full steps (default: 1 unless gradients persist across steps)",
+    )
+    p.add_argument(
+        "--python",
+        help=f"interpreter of the training environment to trace in (default: "
+        f"${TRACE_PYTHON_ENV}, else this one; never one a repository's file names)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=["auto", "transformers", "torchtune", "synthetic"],
+        default="auto",
+        help="auto (default): the real code where it can run the step (torchtune's own model and loss "
+        "for a torchtune config, else transformers/peft/bitsandbytes/TRL), else the synthetic "
+        "model; transformers or torchtune: that backend only, failing instead of falling back",
+    )
     p.add_argument("--no-record", action="store_true", help="do not add the result to the calibration file")
 
 
@@ -78,8 +90,11 @@ def trace_python(args) -> str | None:
 
     project = find_workspace_config(Path(args.path).resolve(), Path.cwd())
     if project is not None and project.values.get("trace_python"):
-        print(f"vramlens: `trace.python` in {project.path} ignored: a repository's files never choose the trace "
-              f"interpreter; choose it with --python PATH or {TRACE_PYTHON_ENV}", file=sys.stderr)
+        print(
+            f"vramlens: `trace.python` in {project.path} ignored: a repository's files never choose the trace "
+            f"interpreter; choose it with --python PATH or {TRACE_PYTHON_ENV}",
+            file=sys.stderr,
+        )
     return chosen_python(args)
 
 
@@ -106,8 +121,9 @@ def run(args) -> int:
             sys.stderr.flush()
 
     async def go() -> dict:
-        client = TraceClient(trace_python(args), timeout=args.timeout, calibrate=not args.no_record,
-                             backend=args.backend)
+        client = TraceClient(
+            trace_python(args), timeout=args.timeout, calibrate=not args.no_record, backend=args.backend
+        )
         try:
             return await client.trace(rp, progress, steps=args.steps)
         finally:
@@ -133,9 +149,12 @@ def run(args) -> int:
         # the traced step is a stand-in of another objective: the verdict is the estimate's, as `estimate` gives it
         verdict = estimate(calibrate(res).resolved, limits=False)
         out["fits"] = verdict.fits
-        out["estimate"] = {"device_gib": round(verdict.device_bytes / 2**30, 2), "fits": verdict.fits,
-                           "headroom_gib": round(verdict.headroom_bytes / 2**30, 2),
-                           "calibration": verdict.calibration.model_dump() if verdict.calibration else None}
+        out["estimate"] = {
+            "device_gib": round(verdict.device_bytes / 2**30, 2),
+            "fits": verdict.fits,
+            "headroom_gib": round(verdict.headroom_bytes / 2**30, 2),
+            "calibration": verdict.calibration.model_dump() if verdict.calibration else None,
+        }
     out["verdict_from"] = "trace" if verdict is None else "estimate"
     if args.format == "json":
         json.dump(out, sys.stdout, indent=2)
@@ -155,11 +174,9 @@ def render_text(out: dict, est, verdict_est=None) -> str:
     """The trace as text: its first lines say what it was and what it did not trace; `verdict_est` (the estimate of
     the config's own objective, when the trace ran a stand-in step) gives the fit verdict instead of the trace."""
     from vramlens.estimate.result import COMPONENT_LABELS, COMPONENTS, GIB
-    from vramlens.report import bar
     from vramlens.knowledge.gpus import usable_text
+    from vramlens.report import OBJECTIVE_NAMES, bar, calibration_line
     from vramlens.resolve import CHOOSE_GPU
-
-    from vramlens.report import OBJECTIVE_NAMES, calibration_line
 
     t = out["trace"]
     usable = est.usable_bytes
@@ -172,18 +189,24 @@ def render_text(out: dict, est, verdict_est=None) -> str:
         f"  model   {out['model']['id']}  {est.params_total / 1e9:.2f} B params, "
         f"{est.params_trainable / 1e9:.3g} B trainable",
         f"  GPU     {gpu_name}: {usable_text(gpu['usable_gib'])} GiB usable per GPU"
-        + (f"\n          (assumed: {gpu.get('assumption') or 'no GPU named — ' + CHOOSE_GPU})"
-           if gpu.get("assumed") else ""),
+        + (
+            f"\n          (assumed: {gpu.get('assumption') or 'no GPU named — ' + CHOOSE_GPU})"
+            if gpu.get("assumed")
+            else ""
+        ),
     ]
     if verdict_est is None:
-        lines.append(f"  peak    {g(est.device_bytes):.2f} GiB on the device → {_verdict(est)}, "
-                     f"headroom {g(est.headroom_bytes):+.2f} GiB")
+        lines.append(
+            f"  peak    {g(est.device_bytes):.2f} GiB on the device → {_verdict(est)}, "
+            f"headroom {g(est.headroom_bytes):+.2f} GiB"
+        )
     else:
         objective = OBJECTIVE_NAMES.get(out["objective"], out["objective"])
-        lines += [f"  peak    {g(est.device_bytes):.2f} GiB on the device for the SFT step alone — no fit verdict "
-                  f"from it",
-                  f"  estimate {g(verdict_est.device_bytes):.2f} GiB on the device for the {objective} step "
-                  f"→ {_verdict(verdict_est)}, headroom {g(verdict_est.headroom_bytes):+.2f} GiB (vramlens estimate)"]
+        lines += [
+            f"  peak    {g(est.device_bytes):.2f} GiB on the device for the SFT step alone — no fit verdict from it",
+            f"  estimate {g(verdict_est.device_bytes):.2f} GiB on the device for the {objective} step "
+            f"→ {_verdict(verdict_est)}, headroom {g(verdict_est.headroom_bytes):+.2f} GiB (vramlens estimate)",
+        ]
         if (calibrated := calibration_line(verdict_est)) is not None:
             lines.append(f"          {calibrated}")
     lines += [
@@ -191,13 +214,17 @@ def render_text(out: dict, est, verdict_est=None) -> str:
         f"peak in: {t['peak_at']}",
     ]
     if (replay := t.get("allocator_replay")) is not None:
-        lines.append(f"          reserved (allocator replay) {g(replay['reserved_bytes']):.2f} GiB, "
-                     f"{replay['segments']} segments, {g(replay['fragmentation_bytes']):.2f} GiB unused at its peak "
-                     f"({replay['settings']} allocator settings)" + (f" — {replay['note']}" if replay["note"] else ""))
+        lines.append(
+            f"          reserved (allocator replay) {g(replay['reserved_bytes']):.2f} GiB, "
+            f"{replay['segments']} segments, {g(replay['fragmentation_bytes']):.2f} GiB unused at its peak "
+            f"({replay['settings']} allocator settings)" + (f" — {replay['note']}" if replay["note"] else "")
+        )
     if (flops := t.get("flops")) is not None:
         phases = " · ".join(f"{k} {v / 1e12:.3g}" for k, v in flops["by_phase"].items() if v)
-        lines.append(f"          work {flops['total'] / 1e12:.3g} TFLOP per step (FlopCounterMode): {phases}; "
-                     f"attention {flops['by_family']['attention'] / 1e12:.3g}")
+        lines.append(
+            f"          work {flops['total'] / 1e12:.3g} TFLOP per step (FlopCounterMode): {phases}; "
+            f"attention {flops['by_family']['attention'] / 1e12:.3g}"
+        )
     lines += [
         f"          formula estimate of the allocated level: {t['formula_allocated_gib']:.2f} GiB",
         "",
@@ -210,14 +237,22 @@ def render_text(out: dict, est, verdict_est=None) -> str:
     lines.append(f"  {'GPU usable':<40} {g(usable):>8.2f} GiB  {bar(usable / scale)}")
     lines += ["", "  timeline (allocated GiB: after the phase / peak within it):"]
     for row in out["timeline"]:
-        micro = f".{row['micro']}" if row.get("micro", -1) >= 0 and row["phase"] in ("fwd", "loss", "bwd-loss", "bwd") else "  "
-        lines.append(f"    step {row['step']}{micro}  {row['phase']:<9} {row['after_gib']:>9.2f} / {row['peak_gib']:.2f}")
+        micro = (
+            f".{row['micro']}"
+            if row.get("micro", -1) >= 0 and row["phase"] in ("fwd", "loss", "bwd-loss", "bwd")
+            else "  "
+        )
+        lines.append(
+            f"    step {row['step']}{micro}  {row['phase']:<9} {row['after_gib']:>9.2f} / {row['peak_gib']:.2f}"
+        )
     from vramlens.trace.report import REAL_BACKENDS
 
     shown = (t.get("versions") or {}) if t.get("backend") in REAL_BACKENDS else {"torch": t["torch"]}
     versions = ", ".join(f"{k} {v}" for k, v in shown.items() if v)
-    lines.append(f"  traced {t['ops']:,} ops in {t['seconds']:.1f} s on the {t.get('backend', 'synthetic')} backend "
-                 f"({versions or 'torch ' + t['torch']}; {t['steps']} step(s))")
+    lines.append(
+        f"  traced {t['ops']:,} ops in {t['seconds']:.1f} s on the {t.get('backend', 'synthetic')} backend "
+        f"({versions or 'torch ' + t['torch']}; {t['steps']} step(s))"
+    )
     if out["assumptions"]:
         lines.append("  assumptions:")
         lines.extend(f"    - {a}" for a in out["assumptions"])

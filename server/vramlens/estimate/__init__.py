@@ -12,9 +12,11 @@ Peak = persistent memory + the largest of the step's transient phases, never a s
   optimizer-step    W + G + O + step temporaries (foreach)
 Then the allocator (reserved) and the CUDA context (device) on top.
 """
+
 from __future__ import annotations
 
-from vramlens.estimate import allocator, components as C
+from vramlens.estimate import allocator
+from vramlens.estimate import components as C
 from vramlens.estimate.result import COMPONENTS, GIB, Estimate
 from vramlens.estimate.throughput import throughput
 from vramlens.knowledge.gpus import usable_bytes
@@ -34,7 +36,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     if rp.strategy == "megatron":
         return _megatron_phases(rp, p)
     cp = max(rp.context_parallel, 1)
-    seqs = rp.micro_batch * rp.sequences_per_example      # chosen + rejected: twice the sequences
+    seqs = rp.micro_batch * rp.sequences_per_example  # chosen + rejected: twice the sequences
     tok = seqs * (rp.seq_len // cp)
     logit_tok = seqs * ((rp.logits_tokens or rp.seq_len) // cp)
     W = C.weights(rp, p)
@@ -74,21 +76,38 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     if C.recomputes(rp):
         saved = 0 if rp.activation_offload else int(tok * ckpt_all * held)
     elif rp.activation_offload:
-        saved = int(tok * one_layer * 2)                  # offloaded activations stream through ~2 layers
+        saved = int(tok * one_layer * 2)  # offloaded activations stream through ~2 layers
     else:
         saved = int(tok * all_layers * held)
     layers_saved = C.layers_keeping_everything(rp) if C.recomputes(rp) else round(rp.arch.layers * held)
     # per-block weight-sized tensors kept for backward: DoRA's weight copies, adapted experts' W + BA
     dora_w = C.dora_weight_copies(rp)
     expert_w = C.expert_weight_copies(rp)
-    moe_saved = round((rp.arch.layers - rp.arch.dense_layers) * layers_saved / max(rp.arch.layers, 1)) \
-        if C.recomputes(rp) else round((rp.arch.layers - rp.arch.dense_layers) * held)
-    t5_bias = C.t5_bias_bytes(rp)           # T5's relative position bias: per step, not per token
-    acts_fb = saved + int(final) + amp_cache + mask + layers_saved * (mask_per_layer + dora_w) + moe_saved * expert_w \
-        + C.vision_activations(rp, seqs) + t5_bias
+    moe_saved = (
+        round((rp.arch.layers - rp.arch.dense_layers) * layers_saved / max(rp.arch.layers, 1))
+        if C.recomputes(rp)
+        else round((rp.arch.layers - rp.arch.dense_layers) * held)
+    )
+    t5_bias = C.t5_bias_bytes(rp)  # T5's relative position bias: per step, not per token
+    acts_fb = (
+        saved
+        + int(final)
+        + amp_cache
+        + mask
+        + layers_saved * (mask_per_layer + dora_w)
+        + moe_saved * expert_w
+        + C.vision_activations(rp, seqs)
+        + t5_bias
+    )
 
-    base = {"weights": W, "quant_constants": quant, "adapters": adapters, "buffers": B, "optimizer_paged": paged,
-            **_other_models(rp, p)}
+    base = {
+        "weights": W,
+        "quant_constants": quant,
+        "adapters": adapters,
+        "buffers": B,
+        "optimizer_paged": paged,
+        **_other_models(rp, p),
+    }
     teacher_logits = 0
     if rp.teacher is not None:
         # the teacher's logits for the batch, computed under no_grad before the student's loss and held through it
@@ -98,11 +117,18 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     phases: dict[str, dict[str, int]] = {}
     # FSDP keeps the root unit (embeddings, final norm, LM head) gathered from the forward through the backward
     root = C.fsdp_root_unsharded(rp)
-    phases["forward-backward"] = {**base, "buffers": B + root, "optimizer": O, "gradients": g_resident,
-                                  "teacher_logits": teacher_logits, "activations": acts_fb, "logits": logits,
-                                  # a torchtune QLoRA linear's NF4 dequantization runs in the forward and backward of
-                                  # the blocks, while the logits do not exist
-                                  "temporaries": C.dequantized_head(rp) + max(0, C.nf4_dequant_transient(rp) - logits)}
+    phases["forward-backward"] = {
+        **base,
+        "buffers": B + root,
+        "optimizer": O,
+        "gradients": g_resident,
+        "teacher_logits": teacher_logits,
+        "activations": acts_fb,
+        "logits": logits,
+        # a torchtune QLoRA linear's NF4 dequantization runs in the forward and backward of
+        # the blocks, while the logits do not exist
+        "temporaries": C.dequantized_head(rp) + max(0, C.nf4_dequant_transient(rp) - logits),
+    }
     forward_extra = C.disentangled_forward_per_token(rp)
     if forward_extra > 0:
         # the last block's attention in the forward, every earlier block's activations saved
@@ -112,19 +138,26 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     if fwd_cache and not rp.scalar_head:
         # the end of the forward under AMP with checkpointing: autocast's cache still holds every block's 16-bit
         # weight copies while the loss runs inside the model's forward (components.autocast_forward_cache)
-        phases["loss-forward"] = {**phases["forward-backward"], "activations": acts_fb + fwd_cache,
-                                  "logits": C.head_loss_bytes(rp, logit_tok, backward=False)
-                                  if C.trl_fused_head(rp)
-                                  else int(logit_tok * C.loss_forward_per_token(rp))}
+        phases["loss-forward"] = {
+            **phases["forward-backward"],
+            "activations": acts_fb + fwd_cache,
+            "logits": C.head_loss_bytes(rp, logit_tok, backward=False)
+            if C.trl_fused_head(rp)
+            else int(logit_tok * C.loss_forward_per_token(rp)),
+        }
     if rp.reference != "none" and rp.generation == "none":
         # trl 1.16.0 dpo_trainer.py `_compute_loss`: the reference runs under no_grad after the policy's forward,
         # while the policy's saved activations and log-probs are held
-        phases["reference-forward"] = {**phases["forward-backward"],
-                                       "temporaries": C.no_grad_forward(rp, logit_tok)}
+        phases["reference-forward"] = {**phases["forward-backward"], "temporaries": C.no_grad_forward(rp, logit_tok)}
     if rp.teacher is not None:
-        phases["teacher-forward"] = {**base, "optimizer": O, "gradients": g_resident,
-                                     "temporaries": C.no_grad_forward(rp, tok, rp.teacher), "activations": 0,
-                                     "logits": 0}
+        phases["teacher-forward"] = {
+            **base,
+            "optimizer": O,
+            "gradients": g_resident,
+            "temporaries": C.no_grad_forward(rp, tok, rp.teacher),
+            "activations": 0,
+            "logits": 0,
+        }
     if rp.generation != "none":
         # rollout: generate() with a KV cache, then reference/old-policy log-probs under no_grad, all before the
         # policy's forward-backward. The step starts after the last one's zero_grad: gradients set to None are gone
@@ -135,24 +168,46 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             # trl 1.16.0 grpo_config.py `ds3_gather_for_generation=True`: ZeRO-3 gathers the whole policy to generate
             kv += int(p.total * C.DTYPE_BYTES[rp.weight_dtype] * (1.0 - C.zero_shard_factor(rp, "weights")))
         g_step = 0 if rp.set_to_none else G
-        phases["generation"] = {**base, "optimizer": O, "gradients": g_step, "temporaries": kv,
-                                "activations": 0, "logits": 0, "generation": _generation_share(rp)}
+        phases["generation"] = {
+            **base,
+            "optimizer": O,
+            "gradients": g_step,
+            "temporaries": kv,
+            "activations": 0,
+            "logits": 0,
+            "generation": _generation_share(rp),
+        }
         if rp.reference != "none" or rp.reward_model or rp.value_model:
-            phases["reference-forward"] = {**base, "optimizer": O, "gradients": g_step, "activations": 0,
-                                           "logits": 0, "temporaries": C.no_grad_forward(rp, logit_tok)}
+            phases["reference-forward"] = {
+                **base,
+                "optimizer": O,
+                "gradients": g_step,
+                "activations": 0,
+                "logits": 0,
+                "temporaries": C.no_grad_forward(rp, logit_tok),
+            }
     attn_back = C.sdpa_math_backward_per_token(rp)
     if attn_back and not C.recomputes(rp):
         # the last block's attention backward on the math kernel: its two fp32 probability-sized temporaries,
         # after the loss has freed the logits (C.sdpa_math_backward_per_token) and, in an adapter model, the head,
         # the final norm and the last block's MLP what they saved (C.attention_backward_freed)
-        phases["attention-backward"] = {**phases["forward-backward"], "logits": 0,
-                                        "activations": acts_fb - C.attention_backward_freed(rp, tok),
-                                        "temporaries": int(attn_back * tok)}
+        phases["attention-backward"] = {
+            **phases["forward-backward"],
+            "logits": 0,
+            "activations": acts_fb - C.attention_backward_freed(rp, tok),
+            "temporaries": int(attn_back * tok),
+        }
     dora_norm = C.dora_weight_norm_transient(rp)
     if dora_norm:
         # the last adapted linear's weight-norm temporaries at the end of the forward, every activation saved
-        phases["dora-weight-norm"] = {**base, "optimizer": O, "gradients": g_resident, "activations": acts_fb,
-                                      "temporaries": dora_norm, "logits": 0}
+        phases["dora-weight-norm"] = {
+            **base,
+            "optimizer": O,
+            "gradients": g_resident,
+            "activations": acts_fb,
+            "temporaries": dora_norm,
+            "logits": 0,
+        }
     if C.recomputes(rp):
         embed_grad = C.shapes(rp.arch).embed_params * p.trainable_dtype_bytes if rp.peft == "none" else 0
         # backward of the last block: every block's checkpointed input is still held (each is freed when its
@@ -161,7 +216,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         block_temps = dora_norm
         # the attention's backward runs after the block's MLP (and its experts) has finished its own
         in_attention = int(C.math_attention_block_per_token(rp) * tok) + dora_w
-        if in_attention > recompute + dora_norm:     # the block peaks in its math-kernel attention's backward
+        if in_attention > recompute + dora_norm:  # the block peaks in its math-kernel attention's backward
             recompute, block_temps = in_attention, 0
         # every block's checkpoints while the highest recomputed block is recomputed (C.saved_per_token)
         grads = max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0)
@@ -190,7 +245,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
                 top_grads = G // n_layers
         kept = C.fsdp_kept_block_grads(rp, saved)
         if kept:
-            pass                     # the first block's backward is the peak: every checkpoint and every gradient
+            pass  # the first block's backward is the peak: every checkpoint and every gradient
         elif top_grads is not None:
             if top_grads + held_ckpt >= grads + lowest:
                 grads = top_grads
@@ -198,25 +253,47 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
                 held_ckpt = lowest
         # the LM head's backward has run before any block's: the 16-bit head copy it kept is gone; under AMP the
         # block being recomputed holds its own weights' 16-bit copies (components.recompute_weight_copies)
-        phases["recompute"] = {**base, "buffers": B + root + C.fsdp_backward_working_set(rp, p), "optimizer": O,
-                               "gradients": grads,
-                               "activations": held_ckpt + kept + C.recompute_weight_copies(rp) + recompute + mask
-                               + mask_per_layer + t5_bias, "logits": 0,
-                               "temporaries": max(block_temps, C.nf4_dequant_transient(rp))}
+        phases["recompute"] = {
+            **base,
+            "buffers": B + root + C.fsdp_backward_working_set(rp, p),
+            "optimizer": O,
+            "gradients": grads,
+            "activations": held_ckpt
+            + kept
+            + C.recompute_weight_copies(rp)
+            + recompute
+            + mask
+            + mask_per_layer
+            + t5_bias,
+            "logits": 0,
+            "temporaries": max(block_temps, C.nf4_dequant_transient(rp)),
+        }
     if rp.arch.tied_embeddings and rp.peft == "none" and rp.arch.block != "encoder":
         # the shared weight's two gradients are summed out of place: two more embedding-sized tensors
         # (docs/memory-model.md, "Tied embeddings"). An encoder's classification head has no output embedding to
         # tie (transformers 5.24 models/bert/modeling_bert.py BertForSequenceClassification: pooler + classifier)
         extra = 2 * C.shapes(rp.arch).embed_params * p.trainable_dtype_bytes
-        phases["end-of-backward"] = {**base, "optimizer": O, "gradients": G, "temporaries": int(extra), "activations": 0,
-                                     "logits": 0}
+        phases["end-of-backward"] = {
+            **base,
+            "optimizer": O,
+            "gradients": G,
+            "temporaries": int(extra),
+            "activations": 0,
+            "logits": 0,
+        }
     elif rp.arch.block == "encoder" and rp.peft == "none" and g_resident:
         # the embedding's backward is the last: into a gradient that already exists (accumulation, or zero_grad
         # without set_to_none) AccumulateGrad adds the new embedding-sized gradient in place, both alive meanwhile
         # (torch/csrc/autograd/functions/accumulate_grad.h `accumulateGrad`: `variable_grad += new_grad`)
         extra = C.shapes(rp.arch).embed_params * p.trainable_dtype_bytes
-        phases["end-of-backward"] = {**base, "optimizer": O, "gradients": G, "temporaries": int(extra), "activations": 0,
-                                     "logits": 0}
+        phases["end-of-backward"] = {
+            **base,
+            "optimizer": O,
+            "gradients": G,
+            "temporaries": int(extra),
+            "activations": 0,
+            "logits": 0,
+        }
     phases["optimizer-step"] = {**base, "optimizer": O, "gradients": G, "temporaries": T, "activations": 0, "logits": 0}
     if rp.correction != 1.0:
         # a local calibration (trace or probe of this architecture) scales what torch allocates
@@ -224,7 +301,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             for k in parts:
                 if k != "optimizer_paged":
                     parts[k] = int(parts[k] * rp.correction)
-    totals = {name: sum(parts.values()) - paged for name, parts in phases.items()}   # allocated level
+    totals = {name: sum(parts.values()) - paged for name, parts in phases.items()}  # allocated level
     per_sample = int((saved + final + logits + mask + layers_saved * mask_per_layer) / max(rp.micro_batch, 1))
     return totals, phases, p, per_sample
 
@@ -232,8 +309,10 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
 def _megatron_phases(rp: ResolvedPlan, p: C.Params):
     """Megatron-core runs its own model, schedule and optimizer: the busiest pipeline rank by its formulas
     (components.megatron_step)."""
-    phases = {name: {"quant_constants": 0, "adapters": 0, "buffers": 0, "optimizer_paged": 0, **parts}
-              for name, parts in C.megatron_step(rp).items()}
+    phases = {
+        name: {"quant_constants": 0, "adapters": 0, "buffers": 0, "optimizer_paged": 0, **parts}
+        for name, parts in C.megatron_step(rp).items()
+    }
     if rp.correction != 1.0:
         for parts in phases.values():
             for k in parts:
@@ -313,7 +392,7 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
     context = allocator.context_bytes(rp)
     device = _on_device(rp, reserved + context, parts["optimizer_paged"])
     paged_out = parts["optimizer_paged"] - (device - reserved - context)
-    parts["optimizer_paged"] -= paged_out            # the breakdown adds up to what is on the device
+    parts["optimizer_paged"] -= paged_out  # the breakdown adds up to what is on the device
     parts["allocator"] = reserved - allocated
     parts["cuda_context"] = context
     components = {k: int(parts.get(k, 0)) for k in COMPONENTS}
@@ -326,25 +405,48 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
         max_s = max_seq_len(rp, usable)
     assumptions = allocator.assumptions(loaded)
     if loaded is not rp:
-        assumptions.append(f"transformers 5 quantizes only plain nn.Linear modules: {rp.arch.family}'s own linear "
-                           f"class stays unquantized and prepare_model_for_kbit_training trains it as LoRA over "
-                           f"{'fp32' if rp.kbit_upcast else '16-bit'} weights")
+        assumptions.append(
+            f"transformers 5 quantizes only plain nn.Linear modules: {rp.arch.family}'s own linear "
+            f"class stays unquantized and prepare_model_for_kbit_training trains it as LoRA over "
+            f"{'fp32' if rp.kbit_upcast else '16-bit'} weights"
+        )
     if paged_out > 0:
-        assumptions.append(f"paged optimizer states: {paged_out / GIB:.1f} GiB of them do not fit beside the rest and "
-                           f"page out to host memory, moving over PCIe every step (slow, not an out-of-memory error)")
+        assumptions.append(
+            f"paged optimizer states: {paged_out / GIB:.1f} GiB of them do not fit beside the rest and "
+            f"page out to host memory, moving over PCIe every step (slow, not an out-of-memory error)"
+        )
     assumptions += C.expert_adapter_notes(rp)
     assumptions += C.dora_version_notes(rp)
     if C.compiled_block(rp):
-        assumptions.append("torch.compile: activations as AOTAutograd's partitioner keeps them (norms, activation "
-                           "functions and casts recomputed in backward; the loss compiled with the model)")
+        assumptions.append(
+            "torch.compile: activations as AOTAutograd's partitioner keeps them (norms, activation "
+            "functions and casts recomputed in backward; the loss compiled with the model)"
+        )
     return Estimate(
-        allocated_bytes=allocated, reserved_bytes=reserved, device_bytes=device, low_bytes=low, high_bytes=high,
-        components=components, phase=phase, phases=totals, usable_bytes=usable, fits=fits,
-        headroom_bytes=usable - device, max_micro_batch=max_b, max_seq_len=max_s,
-        params_total=p.total, params_trainable=p.trainable, activation_bytes_per_sample=per_sample,
-        headroom_fraction=rp.headroom, objective=rp.objective, throughput=throughput(rp),
-        calibration=rp.calibration if rp.correction != 1.0 else None, assumptions=tuple(assumptions),
-        unmodelled=rp.unmodelled, approximate=rp.approximate)
+        allocated_bytes=allocated,
+        reserved_bytes=reserved,
+        device_bytes=device,
+        low_bytes=low,
+        high_bytes=high,
+        components=components,
+        phase=phase,
+        phases=totals,
+        usable_bytes=usable,
+        fits=fits,
+        headroom_bytes=usable - device,
+        max_micro_batch=max_b,
+        max_seq_len=max_s,
+        params_total=p.total,
+        params_trainable=p.trainable,
+        activation_bytes_per_sample=per_sample,
+        headroom_fraction=rp.headroom,
+        objective=rp.objective,
+        throughput=throughput(rp),
+        calibration=rp.calibration if rp.correction != 1.0 else None,
+        assumptions=tuple(assumptions),
+        unmodelled=rp.unmodelled,
+        approximate=rp.approximate,
+    )
 
 
 def _largest(fits, lo: int, hi: int) -> int | None:
@@ -356,7 +458,7 @@ def _largest(fits, lo: int, hi: int) -> int | None:
         n = min(n * 2, hi)
     if n == hi:
         return hi
-    a, b = n, min(n * 2, hi)        # fits(a), not fits(b)
+    a, b = n, min(n * 2, hi)  # fits(a), not fits(b)
     while b - a > 1:
         m = (a + b) // 2
         if fits(m):

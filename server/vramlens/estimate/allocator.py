@@ -11,15 +11,16 @@
   with the context: 1343 MB measured for the context alone on a V100 with CUDA 11.2 (transformers
   docs/source/en/model_memory_anatomy.md at commit 0016acf7, "the CUDA kernels alone take up 1.3GB").
 """
+
 from __future__ import annotations
 
 from vramlens.knowledge import versions
 from vramlens.resolved import ResolvedPlan
 
 MIB = 1 << 20
-CONTEXT_BYTES = 600 * MIB           # CUDA context + cuBLAS/cuDNN handles, single process, lazy module loading
-EAGER_CONTEXT_BYTES = 1343 * MIB    # the context with every kernel loaded (torch before 1.13)
-NCCL_BYTES = 700 * MIB              # per rank when world_size > 1
+CONTEXT_BYTES = 600 * MIB  # CUDA context + cuBLAS/cuDNN handles, single process, lazy module loading
+EAGER_CONTEXT_BYTES = 1343 * MIB  # the context with every kernel loaded (torch before 1.13)
+NCCL_BYTES = 700 * MIB  # per rank when world_size > 1
 TRANSIENT = ("activations", "logits", "temporaries", "buffers")
 
 
@@ -30,7 +31,7 @@ def reserved_bytes(rp: ResolvedPlan, allocated: int, parts: dict[str, int]) -> i
     else:
         slack = 0.15 * transient + 0.03 * allocated
     if rp.quant_bits == 4:
-        slack += 0.05 * allocated        # many mid-sized dequantization temporaries
+        slack += 0.05 * allocated  # many mid-sized dequantization temporaries
     return int(allocated + slack + 64 * MIB)
 
 
@@ -65,13 +66,19 @@ def device_range(rp: ResolvedPlan, allocated: int, device: int) -> tuple[int, in
 def assumptions(rp: ResolvedPlan) -> list[str]:
     out = []
     if torch := _eager_torch(rp):
-        out.append(f"torch {torch[0]} ({torch[1]}): CUDA kernels load with the context (lazy loading is "
-                   f"torch's default from 1.13) — CUDA context {EAGER_CONTEXT_BYTES / (1 << 30):.1f} GiB")
+        out.append(
+            f"torch {torch[0]} ({torch[1]}): CUDA kernels load with the context (lazy loading is "
+            f"torch's default from 1.13) — CUDA context {EAGER_CONTEXT_BYTES / (1 << 30):.1f} GiB"
+        )
     if not rp.expandable_segments:
         out.append("allocator: default caching allocator (no expandable_segments) — fragmentation slack included")
     if rp.correction != 1.0:
-        out.append(f"calibrated: allocated memory scaled ×{rp.correction:.3f} by local traces/probes of this "
-                   "architecture (VRAMLENS_CALIBRATION=off to disable)")
+        out.append(
+            f"calibrated: allocated memory scaled ×{rp.correction:.3f} by local traces/probes of this "
+            "architecture (VRAMLENS_CALIBRATION=off to disable)"
+        )
     if rp.optimizer.paged:
-        out.append("paged optimizer states live in CUDA unified memory: counted on the GPU, may page to the CPU under pressure")
+        out.append(
+            "paged optimizer states live in CUDA unified memory: counted on the GPU, may page to the CPU under pressure"
+        )
     return out

@@ -4,6 +4,7 @@ All results are bytes on one GPU (one rank). Sources: the upstream code and pape
 function, and traces of HF-style modelling code made with `vramlens.trace` (docs/memory-model.md says how,
 and lists the figures); DeepSpeed's `estimate_zero*_model_states_mem_needs` (DS).
 """
+
 from __future__ import annotations
 
 import math
@@ -24,14 +25,14 @@ class Params:
 
     total: int
     trainable: int
-    frozen_bytes: int          # frozen, non-quantized weights (base model under LoRA)
-    quantized_bytes: int       # packed 4/8-bit weights
-    quant_constants: int       # absmax / scales of the quantized weights
-    trainable_bytes: int       # weights that get gradients (full model, adapters, modules_to_save)
-    trainable_dtype_bytes: int # bytes per trainable param (2 or 4)
+    frozen_bytes: int  # frozen, non-quantized weights (base model under LoRA)
+    quantized_bytes: int  # packed 4/8-bit weights
+    quant_constants: int  # absmax / scales of the quantized weights
+    trainable_bytes: int  # weights that get gradients (full model, adapters, modules_to_save)
+    trainable_dtype_bytes: int  # bytes per trainable param (2 or 4)
     adapter_params: int
-    largest_param_bytes: int   # largest single trainable tensor (for-loop optimizer temporaries)
-    layer_bytes: int           # one block's weights in the compute dtype (FSDP/ZeRO-3 working set)
+    largest_param_bytes: int  # largest single trainable tensor (for-loop optimizer temporaries)
+    layer_bytes: int  # one block's weights in the compute dtype (FSDP/ZeRO-3 working set)
 
 
 def quantized_bytes_per_param(rp: ResolvedPlan) -> tuple[float, float]:
@@ -98,7 +99,7 @@ def params(rp: ResolvedPlan) -> Params:
         # `replace_with_bnb_linear`, quantizers/quantizer_bnb_4bit.py `param_needs_quantization`): the 3-D routed
         # experts stay in the weight dtype, and prepare_model_for_kbit_training upcasts them to fp32 with the rest
         linear_params -= sum(l.params for l in s.linears if l.expert)
-    non_linear = total - linear_params            # embeddings, lm_head (unless quantized), norms, routers
+    non_linear = total - linear_params  # embeddings, lm_head (unless quantized), norms, routers
     quantized = quant_consts = 0
     if rp.quant_bits:
         packed, consts = quantized_bytes_per_param(rp)
@@ -119,7 +120,7 @@ def params(rp: ResolvedPlan) -> Params:
     saved = 0
     saved_bytes = 0
     if not full:
-        for name in rp.modules_to_save:   # fully trained copies (PEFT keeps the original too)
+        for name in rp.modules_to_save:  # fully trained copies (PEFT keeps the original too)
             n = s.lm_head_params if name == "lm_head" else s.embed_params if name == "embed" else 0
             saved += n
             saved_bytes += n * (4 if rp.adapter_fp32 else wb)
@@ -139,16 +140,32 @@ def params(rp: ResolvedPlan) -> Params:
         trainable = adapter + saved
         tb = adapter_b
         trainable_bytes = adapter * adapter_b + saved_bytes
-        largest = max(saved_bytes, max((l.in_features * rp.lora_r * adapter_b for l in targeted(arch, rp.lora_targets, experts_adaptable(rp))), default=0),
-                      max((max(e.in_features, e.out_features) * e.rank * e.experts * adapter_b
-                           for e in expert_parameters(rp)), default=0))
+        largest = max(
+            saved_bytes,
+            max(
+                (l.in_features * rp.lora_r * adapter_b for l in targeted(arch, rp.lora_targets, experts_adaptable(rp))),
+                default=0,
+            ),
+            max(
+                (max(e.in_features, e.out_features) * e.rank * e.experts * adapter_b for e in expert_parameters(rp)),
+                default=0,
+            ),
+        )
         if rp.peft in VECTOR_METHODS:
-            largest = max(saved_bytes, max((max(l.in_features, l.out_features) * adapter_b
-                                            for l in targeted(arch, rp.lora_targets, experts_adaptable(rp))), default=0))
+            largest = max(
+                saved_bytes,
+                max(
+                    (
+                        max(l.in_features, l.out_features) * adapter_b
+                        for l in targeted(arch, rp.lora_targets, experts_adaptable(rp))
+                    ),
+                    default=0,
+                ),
+            )
             # VeRA's shared random projections: frozen buffers in the adapters' dtype (peft's cast_adapter_dtype
             # upcasts BufferDict entries with the adapter weights)
             frozen_bytes += vera_projection_params(rp) * adapter_b
-    if arch.vision_params:          # a VLM's vision tower + projector, beside the language model
+    if arch.vision_params:  # a VLM's vision tower + projector, beside the language model
         total += arch.vision_params
         grads = vision_gets_gradients(rp)
         if full and not rp.vision_frozen and grads:
@@ -170,12 +187,21 @@ def params(rp: ResolvedPlan) -> Params:
             if grads:
                 trainable += tower
                 trainable_bytes += tower * adapter_b
-            else:                   # adapters the step never reaches: weights without gradients or states
+            else:  # adapters the step never reaches: weights without gradients or states
                 frozen_bytes += tower * adapter_b
     cb = DTYPE_BYTES[rp.compute_dtype]
-    return Params(total=total, trainable=trainable, frozen_bytes=frozen_bytes, quantized_bytes=quantized,
-                  quant_constants=quant_consts, trainable_bytes=trainable_bytes, trainable_dtype_bytes=tb,
-                  adapter_params=adapter, largest_param_bytes=largest, layer_bytes=s.layer_params * cb)
+    return Params(
+        total=total,
+        trainable=trainable,
+        frozen_bytes=frozen_bytes,
+        quantized_bytes=quantized,
+        quant_constants=quant_consts,
+        trainable_bytes=trainable_bytes,
+        trainable_dtype_bytes=tb,
+        adapter_params=adapter,
+        largest_param_bytes=largest,
+        layer_bytes=s.layer_params * cb,
+    )
 
 
 ATTN_LINEARS = ("q", "k", "v", "o")
@@ -205,7 +231,7 @@ def trained_params(rp: ResolvedPlan) -> tuple[int, int]:
         per_layer = sum(l.params for l in s.linears if l.name in names) / layers
         largest = max((l.in_features * l.out_features for l in s.linears if l.name in names), default=0)
     else:
-        per_layer = (s.linear_params + s.other_params) / layers   # linears, norms and biases of one layer
+        per_layer = (s.linear_params + s.other_params) / layers  # linears, norms and biases of one layer
         largest = biggest_linear
     trainable = int(n * per_layer)
     if "embed" in rp.trained_extra:
@@ -233,8 +259,12 @@ def backward_layers(rp: ResolvedPlan, worst: bool = False) -> float:
     in turn, LISA's n sampled layers: the lowest of n uniform draws sits at (L − n)/(n + 1) on average) →
     L − (L − n)/(n + 1). A trained embedding (LISA) or vision tower needs every layer's backward."""
     layers = counted_layers(rp)
-    if rp.peft != "none" or rp.trained_layers is None or "embed" in rp.trained_extra \
-            or (rp.arch.vision_params and not rp.vision_frozen):
+    if (
+        rp.peft != "none"
+        or rp.trained_layers is None
+        or "embed" in rp.trained_extra
+        or (rp.arch.vision_params and not rp.vision_frozen)
+    ):
         return float(layers)
     n = max(0, min(int(rp.trained_layers), layers))
     if n == 0:
@@ -258,8 +288,9 @@ def weight_grad_share(rp: ResolvedPlan, linear: str) -> float:
     if rp.trained_layers is None:
         return 1.0
     if rp.trained_modules:
-        names = (ATTN_LINEARS if "attn" in rp.trained_modules else ()) \
-            + (("gate", "up", "down", "fc1", "fc2") if "mlp" in rp.trained_modules else ())
+        names = (ATTN_LINEARS if "attn" in rp.trained_modules else ()) + (
+            ("gate", "up", "down", "fc1", "fc2") if "mlp" in rp.trained_modules else ()
+        )
         if linear not in names:
             return 0.0
     layers = counted_layers(rp)
@@ -295,7 +326,7 @@ def dequantized_head(rp: ResolvedPlan) -> int:
         return 0
     per = DTYPE_BYTES[rp.compute_dtype if rp.compute_dtype != "fp32" else "bf16"]
     if rp.quant_dequant_fp16 and rp.compute_dtype != "fp16":
-        per += 2                      # quantized from fp16: dequantized to fp16, then cast (both alive in the cast)
+        per += 2  # quantized from fp16: dequantized to fp16, then cast (both alive in the cast)
     return shapes(rp.arch).lm_head_params * per
 
 
@@ -327,8 +358,9 @@ def weights(rp: ResolvedPlan, p: Params) -> int:
     gone to the CPU with parameter offload (the working set is counted in `buffers`)."""
     if rp.offload_params:
         return 0
-    return int((p.frozen_bytes + p.quantized_bytes + p.trainable_bytes) * shard_factor(rp, "weights")) \
-        + model_buffers(rp)
+    return int((p.frozen_bytes + p.quantized_bytes + p.trainable_bytes) * shard_factor(rp, "weights")) + model_buffers(
+        rp
+    )
 
 
 def model_buffers(rp: ResolvedPlan) -> int:
@@ -337,7 +369,7 @@ def model_buffers(rp: ResolvedPlan) -> int:
     GPTBigCodeModel `self.bias = nn.Buffer(torch.tril(torch.ones((max_positions, max_positions),
     dtype=torch.bool)), persistent=False)`; 64 MiB at StarCoder's 8192 positions)."""
     if rp.arch.family == "gpt_bigcode" and rp.framework in HF_MODEL_FRAMEWORKS and rp.arch.max_position:
-        return rp.arch.max_position ** 2
+        return rp.arch.max_position**2
     if rp.framework == "torchtune" and rp.arch.block == "decoder" and rp.arch.max_position:
         return rp.rope_caches * torchtune_rope_cache_bytes(rp.arch)
     return 0
@@ -360,9 +392,9 @@ def torchtune_rope_cache_bytes(arch) -> int:
 def gradients(rp: ResolvedPlan, p: Params) -> int:
     """One gradient per trainable parameter in the parameter's dtype (docs/memory-model.md); sharded from ZeRO-2."""
     if rp.optimizer_in_bwd or rp.optimizer.layerwise:
-        return 0                              # the step runs per parameter inside backward
+        return 0  # the step runs per parameter inside backward
     if rp.strategy == "deepspeed" and rp.offload_optimizer:
-        return 0                              # ZeRO-Offload moves gradients to the CPU as they are reduced
+        return 0  # ZeRO-Offload moves gradients to the CPU as they are reduced
     return int(p.trainable * p.trainable_dtype_bytes * shard_factor(rp, "gradients"))
 
 
@@ -378,7 +410,7 @@ def optimizer_state(rp: ResolvedPlan, p: Params) -> int:
     if rp.master_weights:
         per_param = 4 + opt.states * (opt.state_bytes if opt.state_bytes is not None else 4)
     if opt.paged:
-        pass                                  # same size; lives in CUDA unified memory outside the allocator
+        pass  # same size; lives in CUDA unified memory outside the allocator
     if opt.low_rank and rp.peft == "none":
         return int(low_rank_state(rp, p, per_param, state_b) * shard_factor(rp, "optimizer"))
     return int(p.trainable * per_param * shard_factor(rp, "optimizer"))
@@ -391,7 +423,7 @@ def low_rank_state(rp: ResolvedPlan, p: Params, per_param: float, state_b: float
     (embeddings, norms, LM head, untargeted linears) keeps full states. APOLLO's states are projected the same way
     (arXiv:2412.05270). Targets default to every linear of the blocks (LLaMA-Factory `galore_target: all`)."""
     if rp.low_rank <= 0:
-        return p.trainable * per_param * 0.25     # rank unknown: a quarter of the full states
+        return p.trainable * per_param * 0.25  # rank unknown: a quarter of the full states
     r = rp.low_rank
     proj_b = low_rank_projection_bytes(rp, p)
     projected = full_covered = 0
@@ -449,7 +481,7 @@ def low_rank_svd_transient(rp: ResolvedPlan, p: Params) -> int:
     for lin in low_rank_linears(rp):
         m, n = lin.out_features, lin.in_features
         k = min(m, n)
-        copies = 1 if grad_b == 4 else 2            # an fp32 gradient is decomposed as it is
+        copies = 1 if grad_b == 4 else 2  # an fp32 gradient is decomposed as it is
         worst = max(worst, 4 * (copies * m * n + m * k + k * n + k))
     return worst
 
@@ -558,7 +590,7 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
     # of q, k and v (scaled_dot_product_attention is an autocast op), and no view of the fused output reaches it
     qkv_fp32 = m == 4 and c == 2
     if (rp.fused_qkv or hf_fused) and mha and not qkv_fp32:
-        attn += c * (q + arch.kv_dim)            # V is a view of the fused q|k|v output, which SDPA keeps whole
+        attn += c * (q + arch.kv_dim)  # V is a view of the fused q|k|v output, which SDPA keeps whole
     if rp.attn_impl == "eager":
         # fp32 softmax output + 16-bit probabilities (`eager_attention_forward`, transformers modeling_llama.py).
         # BERT/RoBERTa/DeBERTa-v2 take the softmax in the scores' own dtype and drop the probabilities: the softmax
@@ -611,8 +643,7 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         inter = arch.intermediate
         # gate, up and act(gate); compiled, act(gate) is recomputed from the gate output
         mlp_internal = (3 if gated and not compiled else 2 if gated else 1) * m * inter
-        if (arch.family in GELU_TANH_FAMILIES and not gated and rp.framework in HF_MODEL_FRAMEWORKS
-                and not compiled):
+        if arch.family in GELU_TANH_FAMILIES and not gated and rp.framework in HF_MODEL_FRAMEWORKS and not compiled:
             # gelu_new written out in torch ops keeps x, tanh(...), 0.5·x and 1 + tanh(...): three more than GELU
             mlp_internal += 3 * m * inter
         down_in = c * inter
@@ -640,10 +671,10 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         before = linear_inputs
         mlp_group = members[0] != "q"
         if members[0] == "gate":
-            qkv_in = before                                # what the q/k/v group keeps (the groups run in order)
+            qkv_in = before  # what the q/k/v group keeps (the groups run in order)
         present = [m for m in members if _has(arch, m)]
         if expert_mlp and members[0] != "q":
-            present = []                                   # no adapter reaches the routed experts
+            present = []  # no adapter reaches the routed experts
         if full:
             linear_inputs += size * (amp_input_casts(rp, members[0], present) if amp else 1)
             if members[0] == "down":
@@ -654,9 +685,9 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         hit = [m for m in present if all_lin or m in targets]
         width = size / c
         if (rp.fused_qkv or hf_fused or hf_c_attn or hf_one_qkv) and members[0] == "q" and hit:
-            hit = ["qkv"]                                  # one adapter (one dropout) on the fused linear
+            hit = ["qkv"]  # one adapter (one dropout) on the fused linear
         if hf_fused and members[0] == "gate" and hit:
-            hit = ["gate_up"]                              # Phi-3's gate_up_proj: one adapter for gate and up
+            hit = ["gate_up"]  # Phi-3's gate_up_proj: one adapter for gate and up
         if dropout:
             # each adapter keeps its own dropped copy of the input + a 1-byte mask (CUDA native_dropout);
             # the input itself (and a cast copy of it) is not kept by the adapter
@@ -669,11 +700,11 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
             kept_by_adapter = False
             adapter_copy = a * width if hit else 0.0
         else:
-            linear_inputs += size if hit else 0            # lora_A keeps the input itself, shared by the group
+            linear_inputs += size if hit else 0  # lora_A keeps the input itself, shared by the group
             kept_by_adapter = bool(hit)
             adapter_copy = 0.0
         if keeps_quant_input and present and not kept_by_adapter:
-            linear_inputs += size                          # the 4-bit matmul keeps the 16-bit input itself
+            linear_inputs += size  # the 4-bit matmul keeps the 16-bit input itself
         if members[0] == "down":
             down_input = linear_inputs - before
             down_copy = adapter_copy
@@ -701,15 +732,18 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
     if rp.fused_qkv and not full and not all_lin:
         adapted = [d for m, d in (("q", q), ("k", arch.kv_dim), ("v", arch.kv_dim)) if m in targets]
         if 0 < len(adapted) < 3:
-            linear_inputs += c * sum(adapted)              # zero_pad's index_copy keeps the adapter output (source)
+            linear_inputs += c * sum(adapted)  # zero_pad's index_copy keeps the adapter output (source)
 
     if unsloth_kernels(rp):
         # unsloth/kernels/fast_lora.py: LoRA_QKV saves X, LoRA_MLP saves X, e = X·G and g = X·U (h = f(e)·g and the
         # down projection's input are recomputed in backward), LoRA_W (o) saves its input, SDPA's output; the fp32
         # LoRA weights are cast to the activations' dtype inside the kernels, so no fp32 input copies exist
         mlp_internal = 2 * c * inter
-        linear_inputs = c * h * sum(1 for members in (("q", "k", "v"), ("gate", "up"))
-                                    if any(all_lin or m in targets for m in members))
+        linear_inputs = (
+            c
+            * h
+            * sum(1 for members in (("q", "k", "v"), ("gate", "up")) if any(all_lin or m in targets for m in members))
+        )
         down_input = down_copy = 0.0
     if arch.family in DISENTANGLED_ATTENTION and rp.framework in HF_MODEL_FRAMEWORKS:
         attn += disentangled_per_token(rp, c, amp)
@@ -726,9 +760,16 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         # the decoder's cross-attention sublayer: its norm, attention over the encoder's output, the q/k/v linears'
         # inputs as the self-attention's keep them (k and v read the encoder's output: `t5_global_per_token` counts
         # it once where they share it), o's, DoRA's on q, k, v, o, and the residual dropout's mask
-        cross = (one_norm + attn + group_inputs.get("q", 0.0) + o_extra + dora_per_token(rp, ATTN_LINEARS) + h
-                 + t5_block_extras(rp, norms=1, mlp=False))
-        per_layer = enc_layer + cross                          # the decoder's block, the largest one
+        cross = (
+            one_norm
+            + attn
+            + group_inputs.get("q", 0.0)
+            + o_extra
+            + dora_per_token(rp, ATTN_LINEARS)
+            + h
+            + t5_block_extras(rp, norms=1, mlp=False)
+        )
+        per_layer = enc_layer + cross  # the decoder's block, the largest one
         total_layers = enc * enc_layer + arch.layers * per_layer
     elif arch.block == "encoder-decoder":
         enc = arch.encoder_layers or arch.layers
@@ -742,7 +783,7 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
     tp = max(rp.tensor_parallel, 1)
     if kept is not None:
         kept["down_input"] = down_input / tp
-        kept["through_attention"] = (qkv_in + attn) / tp       # what a block keeps up to its attention's output
+        kept["through_attention"] = (qkv_in + attn) / tp  # what a block keeps up to its attention's output
         kept["down_adapter_copy"] = down_copy / tp
         kept["mlp"] = (mlp_internal + mlp_inputs + dora_per_token(rp, MLP_LINEARS)) / tp
         # what a block keeps past its attention's output (o's adapter input, the MLP, a second norm): freed by the
@@ -792,12 +833,20 @@ def mamba_layer_bytes(rp: ResolvedPlan, kernels: bool = True) -> tuple[float, fl
     per_layer = 4 * i * n + 4 * i + (4 * i * n if full else 0)
     if kernels:
         chunks = math.ceil(rp.seq_len / 2048)
-        return norm + in_proj + c * (3 * i + r + 4 * n), 8 * i * n * chunks, per_layer + 4 * i   # + Δ's fp32 bias
+        return norm + in_proj + c * (3 * i + r + 4 * n), 8 * i * n * chunks, per_layer + 4 * i  # + Δ's fp32 bias
     # x_proj's input is the SiLU output flattened to (B·L, I): a copy, but a view of it in a micro-batch of one
     # sequence, where it is the same storage as D's operand
     x_proj = (c * i if rp.micro_batch != 1 else 0) if full else _mamba_adapter_keeps(rp, "x_proj", i)
-    per_token = (norm + in_proj + x_proj + c * (6 * i + r + 2 * n) + 8 * i + 4 * n + (12 + c) * i * n
-                 + (2 * c * i if full else 0))                 # D's operand and out_proj's input
+    per_token = (
+        norm
+        + in_proj
+        + x_proj
+        + c * (6 * i + r + 2 * n)
+        + 8 * i
+        + 4 * n
+        + (12 + c) * i * n
+        + (2 * c * i if full else 0)
+    )  # D's operand and out_proj's input
     return per_token, c * i * (k - 1) + (c - 4) * i * n, per_layer
 
 
@@ -828,8 +877,12 @@ def sdpa_math(rp: ResolvedPlan) -> bool:
     aten/src/ATen/native/transformers/cuda/sdp_utils.cpp). The 40B/180B layout broadcasts K/V to every head first
     and keeps a fused kernel."""
     a = rp.arch
-    return (rp.attn_impl == "sdpa" and rp.framework in HF_MODEL_FRAMEWORKS and a.family in DIRECT_SDPA_FAMILIES
-            and a.n_kv_heads == 1 < a.heads)
+    return (
+        rp.attn_impl == "sdpa"
+        and rp.framework in HF_MODEL_FRAMEWORKS
+        and a.family in DIRECT_SDPA_FAMILIES
+        and a.n_kv_heads == 1 < a.heads
+    )
 
 
 def sdpa_math_backward_per_token(rp: ResolvedPlan) -> float:
@@ -860,7 +913,7 @@ def attention_backward_freed(rp: ResolvedPlan, tokens: int) -> int:
         after = [lin for lin in s.linears if lin.name in ("o",) + MLP_LINEARS and not lin.expert]
         freed += sum(lin.params for lin in after) * 2 / max(rp.arch.layers, 1)
     if rp.amp or fp32_residual(rp) and not rp.kbit_embeddings_16bit:
-        freed += (s.lm_head_params or s.embed_params) * 2           # the head's copy (`autocast_weight_cache`)
+        freed += (s.lm_head_params or s.embed_params) * 2  # the head's copy (`autocast_weight_cache`)
     return int(freed)
 
 
@@ -878,8 +931,12 @@ def as_loaded(rp: ResolvedPlan) -> ResolvedPlan:
     LayerNorm output and the residual stream stay fp32 (layer_norm runs in fp32 under autocast, and `dropout_add`
     adds the 16-bit attention + MLP sum to the fp32 residual): the step is LoRA under AMP, not a pure fp32 step."""
     tv = rp.version_of("transformers")
-    if not (rp.quant_bits == 4 and rp.framework in HF_MODEL_FRAMEWORKS and rp.arch.family in OWN_LINEAR_FAMILIES
-            and versions.at_least(tv[0] if tv else None, (5, 0, 0))):
+    if not (
+        rp.quant_bits == 4
+        and rp.framework in HF_MODEL_FRAMEWORKS
+        and rp.arch.family in OWN_LINEAR_FAMILIES
+        and versions.at_least(tv[0] if tv else None, (5, 0, 0))
+    ):
         return rp
     changes: dict = {"quant_bits": None, "peft": "lora" if rp.peft == "qlora" else rp.peft}
     if rp.kbit_upcast:
@@ -903,8 +960,17 @@ MLP_LINEARS = ("gate", "up", "down", "fc1", "fc2")
 # qwen3_next and vaultgemma as Gemma;
 # Llama instead casts first: `self.weight * hidden_states.to(input_dtype)`): a trained norm weight's gradient
 # keeps the fp32 normalised value (4 bytes per element, not the 16-bit 2).
-FP32_NORM_WEIGHT_FAMILIES = {"gemma", "gemma2", "gemma3", "gemma3_text", "olmo2", "olmo3", "gpt_oss", "qwen3_next",
-                             "vaultgemma"}
+FP32_NORM_WEIGHT_FAMILIES = {
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "gemma3_text",
+    "olmo2",
+    "olmo3",
+    "gpt_oss",
+    "qwen3_next",
+    "vaultgemma",
+}
 
 
 def fp32_norm_weights(rp: ResolvedPlan) -> bool:
@@ -915,6 +981,7 @@ def fp32_norm_weights(rp: ResolvedPlan) -> bool:
     Cannot dispatch to fused implementation"), so the composite runs and keeps the fp32 normalised value for the
     weight's gradient."""
     return rp.arch.family in FP32_NORM_WEIGHT_FAMILIES or (rp.framework == "torchtune" and rp.arch.norm == "rmsnorm")
+
 
 # Families whose block feeds its two norms the same input (transformers 5.24 models/gpt_neox/modeling_gpt_neox.py
 # GPTNeoXLayer.forward with `use_parallel_residual`: `self.input_layernorm(hidden_states)` and
@@ -935,8 +1002,10 @@ def amp_input_casts(rp: ResolvedPlan, group: str, present: list[str]) -> int:
     a fused q|k|v or gate|up linear reads it once; down reads the 16-bit act(gate)·up product, no cast."""
     if group == "down" or rp.arch.is_moe and group != "q":
         return 1
-    fused = rp.fused_qkv or (rp.framework in HF_MODEL_FRAMEWORKS and rp.arch.family in
-                             HF_FUSED_FAMILIES | HF_C_ATTN_FAMILIES | HF_ONE_QKV_LINEAR)
+    fused = rp.fused_qkv or (
+        rp.framework in HF_MODEL_FRAMEWORKS
+        and rp.arch.family in HF_FUSED_FAMILIES | HF_C_ATTN_FAMILIES | HF_ONE_QKV_LINEAR
+    )
     if group == "q" and fused or group == "gate" and rp.arch.family in HF_FUSED_FAMILIES:
         return 1
     return max(len(present), 1)
@@ -1012,7 +1081,7 @@ def disentangled_attention_peak(rp: ResolvedPlan) -> float:
     kept: dict = {}
     activations_per_token(rp, kept)
     through = kept["through_attention"]
-    probabilities = ((4 if amp else c) + c + 1) * heads * s + s      # softmax output, dropped copy, masks
+    probabilities = ((4 if amp else c) + c + 1) * heads * s + s  # softmax output, dropped copy, masks
     at_bias = through - probabilities - c * arch.q_dim + 5 * c * heads * s
     at_matmul = through + (2 * c + (4 if amp else 0)) * heads * s
     masks = 4 * s + 8 * s / max(rp.micro_batch, 1)
@@ -1173,17 +1242,23 @@ def expert_adapter_notes(rp: ResolvedPlan) -> list[str]:
     if not params:
         return []
     tv, pv = rp.version_of("transformers"), rp.version_of("peft")
-    with_versions = f"peft {pv[0] if pv else versions.NEWEST['peft']} on transformers " \
-                    f"{tv[0] if tv else versions.NEWEST['transformers']}"
+    with_versions = (
+        f"peft {pv[0] if pv else versions.NEWEST['peft']} on transformers "
+        f"{tv[0] if tv else versions.NEWEST['transformers']}"
+    )
     names = " and ".join(f"{e.name}_proj" for e in params)
-    out = [f"LoRA on the routed experts: {with_versions} adapts the fused {names} parameters of every expert "
-           f"(rank {rp.lora_r} per expert{', gate_up at ' + str(2 * rp.lora_r) if any(e.name == 'gate_up' for e in params) else ''}), "
-           f"and each block keeps its adapted expert weights for backward"]
+    out = [
+        f"LoRA on the routed experts: {with_versions} adapts the fused {names} parameters of every expert "
+        f"(rank {rp.lora_r} per expert{', gate_up at ' + str(2 * rp.lora_r) if any(e.name == 'gate_up' for e in params) else ''}), "
+        f"and each block keeps its adapted expert weights for backward"
+    ]
     refused = [what for what, on in (("use_dora", rp.peft == "dora"), ("lora_dropout", rp.lora_dropout > 0)) if on]
     if refused:
-        out.append(f"{' and '.join(refused)} on the routed experts: {with_versions} wraps them in lora.ParamWrapper, "
-                   f"which raises ValueError for {' and '.join(refused)} — the run stops in get_peft_model; target "
-                   f"only the attention, or set {'use_dora: false' if rp.peft == 'dora' else 'lora_dropout: 0'}")
+        out.append(
+            f"{' and '.join(refused)} on the routed experts: {with_versions} wraps them in lora.ParamWrapper, "
+            f"which raises ValueError for {' and '.join(refused)} — the run stops in get_peft_model; target "
+            f"only the attention, or set {'use_dora: false' if rp.peft == 'dora' else 'lora_dropout: 0'}"
+        )
     return out
 
 
@@ -1230,8 +1305,17 @@ def mlp_bytes(rp: ResolvedPlan) -> int:
 
 
 def _out_features(arch, name: str) -> int:
-    return {"q": arch.q_dim, "k": arch.kv_dim, "v": arch.kv_dim, "o": arch.hidden, "gate": arch.intermediate,
-            "up": arch.intermediate, "fc1": arch.intermediate, "down": arch.hidden, "fc2": arch.hidden}.get(name, 0)
+    return {
+        "q": arch.q_dim,
+        "k": arch.kv_dim,
+        "v": arch.kv_dim,
+        "o": arch.hidden,
+        "gate": arch.intermediate,
+        "up": arch.intermediate,
+        "fc1": arch.intermediate,
+        "down": arch.hidden,
+        "fc2": arch.hidden,
+    }.get(name, 0)
 
 
 def _in_features(arch, name: str) -> int:
@@ -1338,9 +1422,11 @@ def dora_version_notes(rp: ResolvedPlan) -> list[str]:
     pv = rp.version_of("peft")
     copies = dora_weight_copies(rp)
     kept = f"; each block also keeps a {copies / 2**20:,.0f} MiB cast of its adapted weights" if copies else ""
-    return [f"DoRA on peft {pv[0] if pv else versions.NEWEST['peft']}: every adapted linear recomputes x @ W in the "
-            f"adapter's dtype instead of reusing the base layer's output (peft reuses it from 0.14.0) and keeps that "
-            f"product for backward{kept}"]
+    return [
+        f"DoRA on peft {pv[0] if pv else versions.NEWEST['peft']}: every adapted linear recomputes x @ W in the "
+        f"adapter's dtype instead of reusing the base layer's output (peft reuses it from 0.14.0) and keeps that "
+        f"product for backward{kept}"
+    ]
 
 
 def dora_per_token(rp: ResolvedPlan, only: tuple[str, ...] | None = None) -> float:
@@ -1391,8 +1477,10 @@ def dora_weight_norm_transient(rp: ResolvedPlan) -> int:
     aw = 4 if (rp.adapter_fp32 or rp.weight_dtype == "fp32") else c
     copies = 3 if (rp.quant_bits or a != DTYPE_BYTES[rp.weight_dtype]) else 2
     arch = rp.arch
-    return max(_in_features(arch, n) ** 2 * aw + _in_features(arch, n) * _out_features(arch, n) * (aw + copies * a)
-               for n in names)
+    return max(
+        _in_features(arch, n) ** 2 * aw + _in_features(arch, n) * _out_features(arch, n) * (aw + copies * a)
+        for n in names
+    )
 
 
 def backward_block_per_token(rp: ResolvedPlan) -> float:
@@ -1431,8 +1519,11 @@ def backward_block_per_token(rp: ResolvedPlan) -> float:
         # backward kernel (kernels/swiglu.py `swiglu_DWf_DW_dfg_kernel`) writes h, df and de over DW, e and g
         temps = (2 if rp.compute_dtype != "fp32" else 4) * inter
     # DeBERTa-v2: the recomputed block's attention holds its score-sized temporaries (`disentangled_attention_peak`)
-    recomputed = (disentangled_attention_peak(rp) / tp if arch.family in DISENTANGLED_ATTENTION
-                  and rp.framework in HF_MODEL_FRAMEWORKS else 0.0)
+    recomputed = (
+        disentangled_attention_peak(rp) / tp
+        if arch.family in DISENTANGLED_ATTENTION and rp.framework in HF_MODEL_FRAMEWORKS
+        else 0.0
+    )
     if rp.peft == "dora" or unsloth_kernels(rp):
         return max(one_layer + temps / tp, recomputed)
     after_down = max(one_layer - kept["down_input"] + temps / tp, recomputed)
@@ -1457,8 +1548,13 @@ def math_attention_block_per_token(rp: ResolvedPlan) -> float:
 def unsloth_kernels(rp: ResolvedPlan) -> bool:
     """Whether unsloth's fused LoRA autograd functions run the block (unsloth/kernels/fast_lora.py, applied by
     FastLanguageModel.get_peft_model to gated MLPs when LoRA has no dropout)."""
-    return (rp.fused_lora and rp.peft != "none" and rp.lora_dropout <= 0 and rp.arch.mlp in ("swiglu", "geglu")
-            and not rp.arch.is_moe)
+    return (
+        rp.fused_lora
+        and rp.peft != "none"
+        and rp.lora_dropout <= 0
+        and rp.arch.mlp in ("swiglu", "geglu")
+        and not rp.arch.is_moe
+    )
 
 
 # Vision towers whose attention is one fused qkv linear and an output `proj` (transformers 5.24 models/qwen2_vl,
@@ -1559,7 +1655,7 @@ def vision_activations(rp: ResolvedPlan, seqs: int) -> int:
         return pixels
     cb = DTYPE_BYTES[rp.compute_dtype]
     upcast = bool(rp.quant_bits and rp.kbit_upcast and cb < 4)
-    rb = 4 if upcast else cb                           # residual stream and LayerNorm outputs
+    rb = 4 if upcast else cb  # residual stream and LayerNorm outputs
     patches = images * arch.image_patches
     if rp.grad_checkpointing:
         per_layer = rb * d
@@ -1571,8 +1667,21 @@ def vision_activations(rp: ResolvedPlan, seqs: int) -> int:
             first = 0
         else:
             ab = 4 if (rp.adapter_fp32 or rp.weight_dtype == "fp32") else cb
-            inputs = {"q": d, "k": d, "v": d, "vision qkv": d, "vision out": 0, "vision proj": 0, "fc1": d,
-                      "vision fc1": d, "gate": d, "up": d, "down": inter, "fc2": inter, "vision fc2": inter}
+            inputs = {
+                "q": d,
+                "k": d,
+                "v": d,
+                "vision qkv": d,
+                "vision out": 0,
+                "vision proj": 0,
+                "fc1": d,
+                "vision fc1": d,
+                "gate": d,
+                "up": d,
+                "down": inter,
+                "fc2": inter,
+                "vision fc2": inter,
+            }
             shared_attn = False
             for name, i, _ in adapted:
                 width = inputs.get(name, i)
@@ -1592,8 +1701,8 @@ def vision_activations(rp: ResolvedPlan, seqs: int) -> int:
                         shared_attn = True
                 else:
                     per_layer += cb * width
-            first = rb * d                              # the first LayerNorm's input needs no gradient
-    tail = 2 * cb * d                                   # post_layernorm's input, the projector's pooled input
+            first = rb * d  # the first LayerNorm's input needs no gradient
+    tail = 2 * cb * d  # post_layernorm's input, the projector's pooled input
     return int(patches * (arch.vision_layers * per_layer - first + tail)) + pixels
 
 
@@ -1661,7 +1770,7 @@ def t5_bias_bytes(rp: ResolvedPlan) -> int:
     if not hf_t5(rp):
         return 0
     arch = rp.arch
-    s2 = rp.seq_len ** 2
+    s2 = rp.seq_len**2
     c = 2 if rp.compute_dtype != "fp32" else 4
     enc = arch.encoder_layers or arch.layers
     b = rp.micro_batch * rp.sequences_per_example
@@ -1756,8 +1865,10 @@ def op_saved_mms(rp: ResolvedPlan) -> list[tuple[str, int, bool]]:
     shared experts'; the routed experts run `_grouped_mm`, which is not in the save list."""
     arch = rp.arch
     q, kv, h = arch.q_dim, arch.kv_dim, arch.hidden
-    fused = rp.fused_qkv or (rp.framework in HF_MODEL_FRAMEWORKS and arch.family in
-                             (HF_FUSED_FAMILIES | HF_C_ATTN_FAMILIES | HF_ONE_QKV_LINEAR))
+    fused = rp.fused_qkv or (
+        rp.framework in HF_MODEL_FRAMEWORKS
+        and arch.family in (HF_FUSED_FAMILIES | HF_C_ATTN_FAMILIES | HF_ONE_QKV_LINEAR)
+    )
     mms = [("qkv", q + 2 * kv, False)] if fused else [("q", q, False), ("k", kv, False), ("v", kv, False)]
     mms.append(("o", h, True))
     gated = arch.mlp in ("swiglu", "geglu")
@@ -1768,7 +1879,7 @@ def op_saved_mms(rp: ResolvedPlan) -> list[tuple[str, int, bool]]:
             return mms
     else:
         inter = arch.intermediate
-    mms += ([("gate", inter, False), ("up", inter, False)] if gated else [("fc1", inter, False)])
+    mms += [("gate", inter, False), ("up", inter, False)] if gated else [("fc1", inter, False)]
     mms.append(("down", h, True))
     return mms
 
@@ -1891,7 +2002,7 @@ def logits_per_token(rp: ResolvedPlan) -> float:
         # contiguous fp32 copy and the fp32 log-softmax are all alive (loss/loss_utils.py of 4.48.3)
         per = max(per, (4.0 if rp.compute_dtype == "fp32" else 6.0) + 8.0)
     if rp.arch.family == "gemma2":
-        per += 2.0                    # final_logit_softcapping: tanh(logits / cap) keeps its 16-bit output
+        per += 2.0  # final_logit_softcapping: tanh(logits / cap) keeps its 16-bit output
     return per * V
 
 
@@ -1970,8 +2081,13 @@ def trl_fused_head(rp: ResolvedPlan) -> bool:
     """TRL's chunked `nll` loss: SFTTrainer (trl ≥ 1.7, `loss_type` "nll", formerly "chunked_nll", the default) adds
     a fused LM head to the model (trl 1.16 trl/trainer/utils.py `add_fused_lm_head`) that never materialises the
     logits (`head_loss_bytes`). SFTTrainer's alone: the preference and RL trainers compute their own losses."""
-    return (rp.loss_impl == "chunked" and rp.framework == "trl" and rp.objective == "sft"
-            and rp.arch.block != "encoder" and not rp.scalar_head)
+    return (
+        rp.loss_impl == "chunked"
+        and rp.framework == "trl"
+        and rp.objective == "sft"
+        and rp.arch.block != "encoder"
+        and not rp.scalar_head
+    )
 
 
 # trl 1.16 trl/kernels/chunked_logprob.py TOKEN_CHUNK_SIZE; trl/trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE
@@ -1996,16 +2112,16 @@ def head_loss_bytes(rp: ResolvedPlan, tokens: int, backward: bool = True) -> int
     arch = rp.arch
     h, V = arch.hidden, arch.vocab
     c = DTYPE_BYTES[rp.compute_dtype]
-    hb = 4 if (fp32_residual(rp) or c == 4) else c            # the backbone output's dtype
-    hw = 4 if (rp.amp or rp.weight_dtype == "fp32") else DTYPE_BYTES[rp.weight_dtype]   # the head weight's dtype
+    hb = 4 if (fp32_residual(rp) or c == 4) else c  # the backbone output's dtype
+    hw = 4 if (rp.amp or rp.weight_dtype == "fp32") else DTYPE_BYTES[rp.weight_dtype]  # the head weight's dtype
     tile_tokens = min(tokens, TRL_TOKEN_TILE)
     out = tile_tokens * min(V, TRL_VOCAB_TILE) * c
     if hb != c:
-        out += tile_tokens * h * c                            # hidden_chunk.to(compute_dtype)
+        out += tile_tokens * h * c  # hidden_chunk.to(compute_dtype)
     if hw != c:
-        out += min(V, TRL_VOCAB_TILE) * h * c                 # weight[start:end].to(compute_dtype)
+        out += min(V, TRL_VOCAB_TILE) * h * c  # weight[start:end].to(compute_dtype)
     if not backward:
-        return int(out + tokens * (hb * h + 7 * 4))          # running max, sums, target logit, log Z, entropy
+        return int(out + tokens * (hb * h + 7 * 4))  # running max, sums, target logit, log Z, entropy
     out += tokens * (hb * h + 4 * h + (hb * h if hb != 4 else 0) + 3 * 4)
     if head_trains(rp):
         out += V * h * (4 + (hw if hw != 4 else 0))
@@ -2015,9 +2131,14 @@ def head_loss_bytes(rp: ResolvedPlan, tokens: int, backward: bool = True) -> int
 def head_trains(rp: ResolvedPlan) -> bool:
     """Whether the LM head's weight gets a gradient."""
     arch = rp.arch
-    return (rp.peft == "none" and (rp.trained_layers is None or "lm_head" in rp.trained_extra
-                                   or (arch.tied_embeddings and "embed" in rp.trained_extra))) \
-        or "lm_head" in rp.modules_to_save
+    return (
+        rp.peft == "none"
+        and (
+            rp.trained_layers is None
+            or "lm_head" in rp.trained_extra
+            or (arch.tied_embeddings and "embed" in rp.trained_extra)
+        )
+    ) or "lm_head" in rp.modules_to_save
 
 
 def attention_mask_bytes(rp: ResolvedPlan) -> tuple[int, int]:
@@ -2029,7 +2150,7 @@ def attention_mask_bytes(rp: ResolvedPlan) -> tuple[int, int]:
     attention pass no mask."""
     if not image_block_mask(rp) and (rp.packing or not rp.attn_mask) or rp.attn_impl not in ("eager", "sdpa"):
         return 0, 0
-    bss = rp.micro_batch * rp.seq_len ** 2
+    bss = rp.micro_batch * rp.seq_len**2
     if rp.attn_impl == "eager":
         return 2 * bss, 0
     if not rp.repeat_kv:
@@ -2067,14 +2188,17 @@ def autocast_weight_cache(rp: ResolvedPlan, p: Params) -> int:
     s = shapes(rp.arch)
     head = (s.lm_head_params or s.embed_params) * 2 if rp.arch.block != "encoder" else 0
     if fsdp_gathers_16bit(rp):
-        return 0                    # the weights reach autocast already in the compute dtype
+        return 0  # the weights reach autocast already in the compute dtype
     if rp.amp:
         blocks = 0 if rp.grad_checkpointing else s.linear_params * 2
         if first_block_input_frozen(rp):
             # the first block's linears that read its norm's output keep no copy (`first_block_input_frozen`)
             reads_norm = ("q", "k", "v") + (("gate", "up", "fc1") if parallel_block(rp.arch) else ())
-            blocks -= sum(lin.params for lin in s.linears if lin.name in reads_norm and not lin.expert) * 2 \
+            blocks -= (
+                sum(lin.params for lin in s.linears if lin.name in reads_norm and not lin.expert)
+                * 2
                 // max(rp.arch.layers, 1)
+            )
         return int(blocks + head)
     if fp32_residual(rp):
         # a head TRL cast back to bf16 (kbit_embeddings_16bit) needs no 16-bit copy
@@ -2092,8 +2216,11 @@ def autocast_forward_cache(rp: ResolvedPlan) -> int:
     Frozen weights (a PEFT base model, layers `trained_layers` leaves out) are cast afresh at each use and not
     cached; trainable adapters are, but they are small. Under FSDP's mixed precision nothing is cached
     (`fsdp_gathers_16bit`)."""
-    if not (rp.amp and rp.grad_checkpointing and rp.compute_dtype != "fp32") or compiled_block(rp) \
-            or fsdp_gathers_16bit(rp):
+    if (
+        not (rp.amp and rp.grad_checkpointing and rp.compute_dtype != "fp32")
+        or compiled_block(rp)
+        or fsdp_gathers_16bit(rp)
+    ):
         return 0
     trained = sum(lin.params * weight_grad_share(rp, lin.name) for lin in shapes(rp.arch).linears)
     return int(trained * DTYPE_BYTES[rp.compute_dtype])
@@ -2125,13 +2252,13 @@ def loss_forward_per_token(rp: ResolvedPlan) -> float:
     `logits = logits.float()`, then `cross_entropy`), + the shifted fp32 copy before 4.49 and Gemma-2's
     soft-capping output. Other losses: what they hold at the start of backward (`logits_per_token`)."""
     if rp.arch.block == "encoder" or rp.loss_impl != "standard" or compiled_block(rp):
-        return logits_per_token(rp)     # (TRL's fused head: `head_loss_bytes`, at the phase's call)
+        return logits_per_token(rp)  # (TRL's fused head: `head_loss_bytes`, at the phase's call)
     if hf_t5(rp):
         return t5_loss_per_token(rp, backward=False)
     c = DTYPE_BYTES[rp.compute_dtype]
     per = c + 4.0 + (4.0 if c != 4 else 0.0) + (4.0 if rp.loss_shifted_copy else 0.0)
     if rp.arch.family == "gemma2":
-        per += c                      # final_logit_softcapping: tanh(logits / cap) keeps its output
+        per += c  # final_logit_softcapping: tanh(logits / cap) keeps its output
     return per * rp.arch.vocab
 
 
@@ -2187,7 +2314,7 @@ def fsdp_root_unsharded(rp: ResolvedPlan) -> int:
     head = 0 if rp.scalar_head else s.lm_head_params
     out = (s.embed_params + head) * pg
     if rp.peft == "none" and rp.trained_layers is None:
-        out += (head or s.embed_params) * pg              # the LM head's (or the tied embedding's) gradient
+        out += (head or s.embed_params) * pg  # the LM head's (or the tied embedding's) gradient
     blocks = counted_layers(rp) if rp.zero_stage < 3 else 1
     return int(out + blocks * fsdp_unit_bytes(rp))
 
@@ -2235,12 +2362,12 @@ def zero_buffers(rp: ResolvedPlan, p: Params) -> int:
     gradients (`bucket_cap_mb`)."""
     if rp.world_size <= 1 and not rp.offload_params:
         return 0
-    h2 = rp.arch.hidden ** 2
+    h2 = rp.arch.hidden**2
     layer_bytes = gathered_layer_bytes(rp, p)
     if rp.strategy == "fsdp":
         return 2 * layer_bytes if rp.offload_params else 0
     if rp.strategy == "deepspeed":
-        out = 2 * h2 * 2                                   # reduce bucket (auto = h²), 16-bit, double-buffered
+        out = 2 * h2 * 2  # reduce bucket (auto = h²), 16-bit, double-buffered
         if rp.zero_stage >= 3 or rp.offload_params:
             out += 2 * layer_bytes + int(0.9 * h2) * 2
         return out
@@ -2250,6 +2377,7 @@ def zero_buffers(rp: ResolvedPlan, p: Params) -> int:
 
 
 # --- objectives beyond SFT ---------------------------------------------------------------------------------------
+
 
 def model_weights(rp: ResolvedPlan, arch) -> int:
     """A frozen, non-quantized copy of a model in the weight dtype on this rank: a DPO/KTO reference, a reward model,
@@ -2265,7 +2393,9 @@ def no_grad_forward(rp: ResolvedPlan, tokens: int, arch=None) -> int:
     backward, so about one block's activations are alive at a time, plus the logits and their fp32 log-softmax
     (16-bit logits + fp32 = 6 bytes per logit; a chunked or fused head keeps only a chunk)."""
     arch = arch or rp.arch
-    _, one_layer = activations_per_token(rp.with_changes(arch=arch)) if arch is not rp.arch else activations_per_token(rp)
+    _, one_layer = (
+        activations_per_token(rp.with_changes(arch=arch)) if arch is not rp.arch else activations_per_token(rp)
+    )
     head = {"fused": 0.0, "chunked": 2.0}.get(rp.loss_impl, 6.0) * arch.vocab
     return int(tokens * (one_layer + head))
 
@@ -2290,7 +2420,7 @@ def value_model(rp: ResolvedPlan, p: Params) -> int:
     allocator (`value_model_paged_state`)."""
     w = model_weights(rp, rp.arch)
     if rp.peft != "none":
-        return w + int(p.trainable_bytes * 3)          # adapters, their gradients, states in the same order
+        return w + int(p.trainable_bytes * 3)  # adapters, their gradients, states in the same order
     n = shapes(rp.arch).total
     grads = 0.0 if rp.optimizer_in_bwd else DTYPE_BYTES[rp.weight_dtype] * shard_factor(rp, "gradients")
     return w + int(n * grads) + (0 if rp.optimizer.paged else _value_state(rp, n))
@@ -2316,18 +2446,18 @@ def _value_state(rp: ResolvedPlan, n: int) -> int:
 # K/V, gated MLPs and routed experts; tests/estimate/test_megatron_layouts.py re-implements that file and checks the
 # two agree on the layouts it covers.
 
-MEGATRON_EMBED_INPUT_BYTES = 8    # int64 token ids of a micro-batch held by the first stage (theoretical_memory_usage)
+MEGATRON_EMBED_INPUT_BYTES = 8  # int64 token ids of a micro-batch held by the first stage (theoretical_memory_usage)
 
 
 @dataclass(frozen=True, slots=True)
 class Stage:
     """One pipeline rank: what it holds of the model and how many micro-batches' activations are in flight."""
 
-    name: str                  # "first", "last" or "only"
-    dense_params: int          # non-expert parameters on this rank, before tensor parallelism
-    expert_params: int         # routed-expert parameters on this rank, before expert parallelism
-    layers: int                # decoder layers on this rank
-    in_flight: float           # micro-batches whose activations it holds at once (1F1B / interleaved)
+    name: str  # "first", "last" or "only"
+    dense_params: int  # non-expert parameters on this rank, before tensor parallelism
+    expert_params: int  # routed-expert parameters on this rank, before expert parallelism
+    layers: int  # decoder layers on this rank
+    in_flight: float  # micro-batches whose activations it holds at once (1F1B / interleaved)
     embedding: bool
     head: bool
 
@@ -2372,13 +2502,26 @@ def stages(rp: ResolvedPlan) -> list[Stage]:
     head = 0 if scalar else s.embed_params if arch.tied_embeddings else s.lm_head_params
     moe_first = min(max(n - arch.dense_layers, 0), n) if expert_total else 0
     moe_last = min(n, arch.layers - arch.dense_layers) if expert_total else 0
-    first = Stage("only" if pp == 1 else "first", int(n * per_layer_dense + s.embed_params
-                                                        + (s.lm_head_params if pp == 1 and not scalar else 0)),
-                  int(moe_first * per_layer_expert), n, in_flight_microbatches(rp, 0), True, pp == 1)
+    first = Stage(
+        "only" if pp == 1 else "first",
+        int(n * per_layer_dense + s.embed_params + (s.lm_head_params if pp == 1 and not scalar else 0)),
+        int(moe_first * per_layer_expert),
+        n,
+        in_flight_microbatches(rp, 0),
+        True,
+        pp == 1,
+    )
     if pp == 1:
         return [first]
-    last = Stage("last", int(n * per_layer_dense + head), int(moe_last * per_layer_expert), n,
-                 in_flight_microbatches(rp, pp - 1), False, True)
+    last = Stage(
+        "last",
+        int(n * per_layer_dense + head),
+        int(moe_last * per_layer_expert),
+        n,
+        in_flight_microbatches(rp, pp - 1),
+        False,
+        True,
+    )
     return [first, last]
 
 
@@ -2418,7 +2561,7 @@ def megatron_state_bytes(rp: ResolvedPlan, st: Stage) -> tuple[int, int, int]:
     wb = DTYPE_BYTES[rp.weight_dtype]
     weights = (dense + experts) * wb
     opt = rp.optimizer
-    per_state = 4 * opt.states + (4 if wb < 4 else 0)          # fp32 states (+ the fp32 main weights)
+    per_state = 4 * opt.states + (4 if wb < 4 else 0)  # fp32 states (+ the fp32 main weights)
     dp, edp = megatron_dp(rp) if rp.distributed_optimizer else (1, 1)
     if rp.peft != "none":
         share = (dense + experts) / max(shapes(rp.arch).total, 1)
@@ -2459,7 +2602,9 @@ def megatron_layer_per_token(rp: ResolvedPlan, moe: bool) -> tuple[float, float]
     arch = rp.arch
     h = arch.hidden
     replicated = 4 * h + 2 * h + 2 * h + 2 * h
-    attention = 2 * arch.q_dim + 2 * arch.kv_dim + 2 * arch.kv_dim + 2 * arch.q_dim + megatron_core_attention_per_token(rp)
+    attention = (
+        2 * arch.q_dim + 2 * arch.kv_dim + 2 * arch.kv_dim + 2 * arch.q_dim + megatron_core_attention_per_token(rp)
+    )
     gated = arch.mlp in ("swiglu", "geglu")
 
     def inner(width: int) -> float:
@@ -2491,7 +2636,7 @@ def megatron_activations(rp: ResolvedPlan, st: Stage) -> tuple[int, int]:
     full = (st.layers - moe_layers) * dense_layer + moe_layers * moe_layer
     biggest = max(dense_layer, moe_layer)
     if rp.grad_checkpointing:
-        ckpt = 2 * h / sp                             # a recomputed layer keeps only its input (Korthikanti: 2sbh)
+        ckpt = 2 * h / sp  # a recomputed layer keeps only its input (Korthikanti: 2sbh)
         n = max(min(rp.recompute_layers, st.layers), 1)
         if rp.recompute_method == "block":
             # the first n layers of each chunk recomputed, the rest keep everything (transformer_block.py `_checkpointed_forward`)
@@ -2499,7 +2644,7 @@ def megatron_activations(rp: ResolvedPlan, st: Stage) -> tuple[int, int]:
             working = biggest
         else:
             per_mb = math.ceil(st.layers / n) * ckpt
-            working = n * biggest                         # one group of n layers recomputed for one micro-batch
+            working = n * biggest  # one group of n layers recomputed for one micro-batch
     else:
         per_mb, working = full, 0.0
     # selective recompute: one layer's core attention rebuilt in backward (megatron_core_attention_per_token)
@@ -2534,10 +2679,17 @@ def megatron_step(rp: ResolvedPlan) -> dict[str, dict[str, int]]:
         acts, a2a = megatron_activations(rp, st)
         tokens = rp.micro_batch * rp.sequences_per_example * (rp.seq_len // max(rp.context_parallel, 1))
         logits = int(tokens * megatron_head_per_token(rp)) if st.head else 0
-        fb = {"weights": w, "gradients": g, "optimizer": o, "activations": acts, "logits": logits,
-              "temporaries": a2a}
+        fb = {"weights": w, "gradients": g, "optimizer": o, "activations": acts, "logits": logits, "temporaries": a2a}
         if best is None or sum(fb.values()) > sum(best["forward-backward"].values()):
-            best = {"forward-backward": fb,
-                    "optimizer-step": {"weights": w, "gradients": g, "optimizer": o, "activations": 0, "logits": 0,
-                                       "temporaries": 0}}
+            best = {
+                "forward-backward": fb,
+                "optimizer-step": {
+                    "weights": w,
+                    "gradients": g,
+                    "optimizer": o,
+                    "activations": 0,
+                    "logits": 0,
+                    "temporaries": 0,
+                },
+            }
     return best

@@ -8,6 +8,7 @@ not in the catalog are left out (nothing to rank them by).
 Used by `vramlens gpus` (cli/gpus.py) and the server command `vramlens.listGpus` with a document
 (lsp/commands.py), so the terminal and the editor's GPU picker show the same figures.
 """
+
 from __future__ import annotations
 
 from vramlens.estimate import GIB, estimate
@@ -45,9 +46,20 @@ def gpu_choices(rp: ResolvedPlan) -> list[dict]:
             t = est.throughput
             if t is None:
                 continue
-            out.append({"gpu": gpu.name, "count": n, "peak_gib": round(est.device_bytes / GIB, 2),
-                        "usable_gib": gpu.usable_gib, "fits": est.fits, "tight": est.tight,
-                        "tokens_per_s": round(t.tokens_per_s, 1), "run_tokens_per_s": round(t.run_tokens_per_s, 1),
-                        "step_s": round(t.step_s, 4), "mfu": round(t.mfu, 4), "bound": t.bound})
+            out.append(
+                {
+                    "gpu": gpu.name,
+                    "count": n,
+                    "peak_gib": round(est.device_bytes / GIB, 2),
+                    "usable_gib": gpu.usable_gib,
+                    "fits": est.fits,
+                    "tight": est.tight,
+                    "tokens_per_s": round(t.tokens_per_s, 1),
+                    "run_tokens_per_s": round(t.run_tokens_per_s, 1),
+                    "step_s": round(t.step_s, 4),
+                    "mfu": round(t.mfu, 4),
+                    "bound": t.bound,
+                }
+            )
     out.sort(key=lambda r: (not r["fits"], -r["run_tokens_per_s"], r["count"]))
     return out

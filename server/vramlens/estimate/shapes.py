@@ -5,6 +5,7 @@ gated MLP, RMSNorm), GPT-2/BERT-style blocks (fused or separate QKV with biases,
 LayerNorm), Mixture-of-Experts MLPs (router + experts + shared experts), and T5-style
 encoder-decoders (self-attention, cross-attention in the decoder).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,10 +19,10 @@ QK_NORM_FAMILIES = {"qwen3", "qwen3_moe", "qwen3_vl_text", "gemma3", "gemma3_tex
 
 @dataclass(frozen=True, slots=True)
 class Linear:
-    name: str          # canonical name: q k v o gate up down fc1 fc2 lm_head
+    name: str  # canonical name: q k v o gate up down fc1 fc2 lm_head
     in_features: int
     out_features: int
-    count: int         # how many of these in the whole model (layers × experts)
+    count: int  # how many of these in the whole model (layers × experts)
     bias: bool = False
     expert: bool = False  # a routed expert's projection (MoE)
 
@@ -32,11 +33,11 @@ class Linear:
 
 @dataclass(frozen=True, slots=True)
 class Shapes:
-    linears: tuple[Linear, ...]      # every nn.Linear inside the blocks (quantizable, LoRA-targetable)
-    embed_params: int                # token (+ position/type) embeddings
-    lm_head_params: int              # 0 when tied to the embeddings
-    other_params: int                # norms, routers, biases outside linears, poolers
-    layer_params: int                # parameters of one (largest) block, for FSDP/ZeRO-3 working sets
+    linears: tuple[Linear, ...]  # every nn.Linear inside the blocks (quantizable, LoRA-targetable)
+    embed_params: int  # token (+ position/type) embeddings
+    lm_head_params: int  # 0 when tied to the embeddings
+    other_params: int  # norms, routers, biases outside linears, poolers
+    layer_params: int  # parameters of one (largest) block, for FSDP/ZeRO-3 working sets
 
     @property
     def linear_params(self) -> int:
@@ -64,23 +65,31 @@ def shapes(arch: ModelArch) -> Shapes:
     linears: list[Linear] = []
 
     def attention(count: int) -> None:
-        linears.extend([Linear("q", h, q, count), Linear("k", h, kv, count), Linear("v", h, kv, count),
-                        Linear("o", q, h, count)])
+        linears.extend(
+            [Linear("q", h, q, count), Linear("k", h, kv, count), Linear("v", h, kv, count), Linear("o", q, h, count)]
+        )
 
     def mlp(count: int, inter: int, expert: bool = False) -> None:
         if count <= 0:
             return
         if gated:
-            linears.extend([Linear("gate", h, inter, count, expert=expert), Linear("up", h, inter, count, expert=expert),
-                            Linear("down", inter, h, count, expert=expert)])
+            linears.extend(
+                [
+                    Linear("gate", h, inter, count, expert=expert),
+                    Linear("up", h, inter, count, expert=expert),
+                    Linear("down", inter, h, count, expert=expert),
+                ]
+            )
         else:
-            linears.extend([Linear("fc1", h, inter, count, expert=expert), Linear("fc2", inter, h, count, expert=expert)])
+            linears.extend(
+                [Linear("fc1", h, inter, count, expert=expert), Linear("fc2", inter, h, count, expert=expert)]
+            )
 
     if is_mamba(arch):
         linears.extend(mamba_linears(arch))
     elif arch.block == "encoder-decoder":
         enc = arch.encoder_layers or L
-        attention(enc + 2 * L)                       # encoder self, decoder self + cross
+        attention(enc + 2 * L)  # encoder self, decoder self + cross
         mlp(enc + L, arch.intermediate)
     else:
         attention(L)
@@ -95,8 +104,12 @@ def shapes(arch: ModelArch) -> Shapes:
     total = param_count(arch)
     linear_params = sum(l.params for l in linears)
     other = max(total - linear_params - embed - lm_head, 0)
-    per_layer_mlp = (3 if gated else 2) * h * (arch.moe_intermediate or arch.intermediate) * max(
-        arch.num_experts + arch.shared_experts, 1)
+    per_layer_mlp = (
+        (3 if gated else 2)
+        * h
+        * (arch.moe_intermediate or arch.intermediate)
+        * max(arch.num_experts + arch.shared_experts, 1)
+    )
     layer = 2 * h * q + 2 * h * kv + per_layer_mlp + norms_per_layer(arch) * h
     if is_mamba(arch):
         layer = (linear_params + other) // max(L, 1)
@@ -115,8 +128,12 @@ def mamba_linears(arch: ModelArch) -> list[Linear]:
     conv1d is an nn.Conv1d, which peft's "all-linear" does not select (peft 0.21.2 src/peft/tuners/tuners_utils.py
     `_maybe_include_all_linear_layers`: torch.nn.Linear and transformers' Conv1D only)."""
     h, i, n, r, count = arch.hidden, arch.ssm_inner, arch.ssm_state, arch.ssm_dt_rank, arch.layers
-    return [Linear("in_proj", h, 2 * i, count, bias=arch.attn_bias), Linear("x_proj", i, r + 2 * n, count),
-            Linear("dt_proj", r, i, count, bias=True), Linear("out_proj", i, h, count, bias=arch.attn_bias)]
+    return [
+        Linear("in_proj", h, 2 * i, count, bias=arch.attn_bias),
+        Linear("x_proj", i, r + 2 * n, count),
+        Linear("dt_proj", r, i, count, bias=True),
+        Linear("out_proj", i, h, count, bias=arch.attn_bias),
+    ]
 
 
 def targeted(arch: ModelArch, targets: tuple[str, ...], experts: bool = True) -> list[Linear]:

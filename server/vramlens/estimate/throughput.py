@@ -51,6 +51,7 @@ Between nodes each GPU has one network port: 400 Gb/s on Hopper-class nodes (DGX
 These are general properties of the hardware and libraries, not fitted to any measured run; the figures this
 model gives are checked against published tokens/s tables by benchmarks/throughput.py.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -63,9 +64,10 @@ from vramlens.resolved import ResolvedPlan
 MATMUL_EFFICIENCY = 0.70
 MEMORY_EFFICIENCY = 0.80
 LINK_EFFICIENCY = 0.70
-CPU_OP_SECONDS = 8e-6            # one eager PyTorch op: dispatch and kernel launch from Python
-PCIE_OFFLOAD_GBS = 25.0          # host↔device copies over PCIe Gen4 x16 in practice
-CPU_ADAM_GBS = 40.0              # DeepSpeed CPUAdam streams states through host memory at about this rate
+CPU_OP_SECONDS = 8e-6  # one eager PyTorch op: dispatch and kernel launch from Python
+PCIE_OFFLOAD_GBS = 25.0  # host↔device copies over PCIe Gen4 x16 in practice
+CPU_ADAM_GBS = 40.0  # DeepSpeed CPUAdam streams states through host memory at about this rate
+
 
 # Memory-bound ops of a block, in bytes moved per element of their width, (forward, backward), as eager PyTorch runs
 # them and as one fused kernel does (Liger-Kernel / unsloth Triton kernels, or torch.compile's Inductor fusions).
@@ -106,8 +108,8 @@ def _rope_bytes(cb: int, fused: bool) -> tuple[float, float]:
 
 # families without rotary embeddings (ALiBi or learned positions)
 NO_ROPE_FAMILIES = ("mpt", "gpt2", "gpt_bigcode", "bloom", "opt")
-OPS_PER_LAYER = 40               # eager ops per block forward (norms, projections, rotary, attention, MLP, adds)
-OPS_PER_ADAPTER = 5              # dropout, A, B, scale, add
+OPS_PER_LAYER = 40  # eager ops per block forward (norms, projections, rotary, attention, MLP, adds)
+OPS_PER_ADAPTER = 5  # dropout, A, B, scale, add
 
 
 class _Clock:
@@ -120,8 +122,9 @@ class _Clock:
         self.compute_bound = 0.0
         self.memory_bound = 0.0
 
-    def op(self, part: str, flops: float, bytes_: float, efficiency: float = MATMUL_EFFICIENCY,
-           times: float = 1.0) -> None:
+    def op(
+        self, part: str, flops: float, bytes_: float, efficiency: float = MATMUL_EFFICIENCY, times: float = 1.0
+    ) -> None:
         t_c = flops / (self.peak * efficiency)
         t_m = bytes_ / (self.bw * MEMORY_EFFICIENCY)
         t = max(t_c, t_m) * times
@@ -146,7 +149,9 @@ def compute_rate_dtype(compute_dtype: str, gpu) -> str:
 
 def _peak(rp: ResolvedPlan) -> float | None:
     g = rp.gpu
-    rate = {"bf16": g.tflops_bf16, "fp16": g.tflops_fp16, "fp32": g.tflops_fp32}[compute_rate_dtype(rp.compute_dtype, g)]
+    rate = {"bf16": g.tflops_bf16, "fp16": g.tflops_fp16, "fp32": g.tflops_fp32}[
+        compute_rate_dtype(rp.compute_dtype, g)
+    ]
     return rate * 1e12 if rate else None
 
 
@@ -217,8 +222,9 @@ def _linears(rp: ResolvedPlan) -> list[tuple[str, int, int, float, float, float]
             share = arch.experts_per_token / arch.num_experts
         out.append((lin.name, lin.in_features, lin.out_features, lin.count, share, C.weight_grad_share(rp, lin.name)))
     if not rp.scalar_head and arch.block != "encoder":
-        head_trains = (full and (rp.trained_layers is None or "lm_head" in rp.trained_extra)) \
-            or "lm_head" in rp.modules_to_save
+        head_trains = (
+            full and (rp.trained_layers is None or "lm_head" in rp.trained_extra)
+        ) or "lm_head" in rp.modules_to_save
         out.append(("lm_head", arch.hidden, arch.vocab, 1, 1.0, 1.0 if head_trains else 0.0))
     elif rp.scalar_head:
         out.append(("score", arch.hidden, 1, 1, 1.0, 1.0))
@@ -228,8 +234,8 @@ def _linears(rp: ResolvedPlan) -> list[tuple[str, int, int, float, float, float]
 # Families whose blocks end with a norm after the MLP (transformers 5.24 models/gemma2, gemma3 and olmo2
 # modeling files: `post_feedforward_layernorm`): the norm saves its input, so the MLP's last matmul is recomputed.
 POST_NORM_FAMILIES = ("gemma2", "gemma3", "gemma3_text", "olmo2", "olmo3")
-BLOCK_INPUT_LINEARS = ("q", "k", "v", "qkv")      # the linears that read a block's (normalised) input
-BLOCK_OUTPUT_LINEARS = ("down", "fc2")            # the MLP's last linear, before the residual add
+BLOCK_INPUT_LINEARS = ("q", "k", "v", "qkv")  # the linears that read a block's (normalised) input
+BLOCK_OUTPUT_LINEARS = ("down", "fc2")  # the MLP's last linear, before the residual add
 FUSED_ATTENTION = ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention", "xformers")
 # kernels that skip the score blocks above the diagonal of a causal mask (flash-attn csrc/flash_attn/src
 # flash_fwd_kernel.h: `n_block_max` bounded by the diagonal when `Is_causal`; FlexAttention's block mask;
@@ -245,9 +251,10 @@ class Matmul:
     attention: both products of the whole score matrix, `sdpa_flop_count`), and how many times it runs per
     micro-step, counted in instances, by phase. `executed`: the share of its FLOPs the kernel performs (a causal
     attention kernel that skips masked blocks: 0.5). `bytes`: what one run reads and writes."""
-    part: str              # the time model's part: matmuls, adapters, attention
+
+    part: str  # the time model's part: matmuls, adapters, attention
     name: str
-    flops: float           # one run of one instance
+    flops: float  # one run of one instance
     bytes: float
     forward: float
     recompute: float
@@ -293,40 +300,86 @@ def matmul_work(rp: ResolvedPlan, early_stop: bool = True) -> list[Matmul]:
     ckpt = 1.0 if rp.grad_checkpointing else 0.0
     back = min(C.backward_layers(rp) / C.counted_layers(rp), 1.0)
     early = early_stop and recompute_stops_early(rp)
-    first = 0.0 if inputs_need_grad(rp) else 1 / max(arch.layers, 1)   # layer 0's share: no input gradient
+    first = 0.0 if inputs_need_grad(rp) else 1 / max(arch.layers, 1)  # layer 0's share: no input gradient
     adapted = {lin.name for lin in targeted(arch, rp.lora_targets)} if rp.peft != "none" else set()
     out: list[Matmul] = []
     for name, fin, fout, count, share, trains in _linears(rp):
         if name in ("lm_head", "score"):
             tokens = seqs * ((rp.logits_tokens or rp.seq_len) // cp) if name == "lm_head" else T
-            out.append(Matmul("matmuls", name, 2 * tokens * fin * fout, cb * (tokens * (fin + fout) + fin * fout),
-                              count, 0.0, count * ((1.0 if back > 0 else 0.0) + trains)))
+            out.append(
+                Matmul(
+                    "matmuls",
+                    name,
+                    2 * tokens * fin * fout,
+                    cb * (tokens * (fin + fout) + fin * fout),
+                    count,
+                    0.0,
+                    count * ((1.0 if back > 0 else 0.0) + trains),
+                )
+            )
             continue
         fout = fout / tp
         tokens = T * share
         skip = early and name in BLOCK_OUTPUT_LINEARS and name not in adapted
         grad_in = back - (first if name in BLOCK_INPUT_LINEARS else 0.0)
-        out.append(Matmul("matmuls", name, 2 * tokens * fin * fout, cb * (tokens * (fin + fout) + fin * fout),
-                          count, count * (0.0 if skip else ckpt * back), count * (grad_in + trains)))
+        out.append(
+            Matmul(
+                "matmuls",
+                name,
+                2 * tokens * fin * fout,
+                cb * (tokens * (fin + fout) + fin * fout),
+                count,
+                count * (0.0 if skip else ckpt * back),
+                count * (grad_in + trains),
+            )
+        )
     if rp.peft != "none":
         ab = 4 if rp.adapter_fp32 else cb
         r = max(rp.lora_r, 1)
         for lin in targeted(arch, rp.lora_targets):
             n, fin, fout = lin.count, lin.in_features, lin.out_features
             grad_in = 1.0 - (first if lin.name in BLOCK_INPUT_LINEARS else 0.0)
-            out.append(Matmul("adapters", lin.name + ".lora_A", 2 * T * fin * r, ab * (T * (fin + r) + fin * r),
-                              n, n * ckpt, n * (grad_in + 1.0)))
+            out.append(
+                Matmul(
+                    "adapters",
+                    lin.name + ".lora_A",
+                    2 * T * fin * r,
+                    ab * (T * (fin + r) + fin * r),
+                    n,
+                    n * ckpt,
+                    n * (grad_in + 1.0),
+                )
+            )
             skip = early and lin.name in BLOCK_OUTPUT_LINEARS
-            out.append(Matmul("adapters", lin.name + ".lora_B", 2 * T * r * fout, ab * (T * (r + fout) + r * fout),
-                              n, n * (0.0 if skip else ckpt), n * 2.0))
+            out.append(
+                Matmul(
+                    "adapters",
+                    lin.name + ".lora_B",
+                    2 * T * r * fout,
+                    ab * (T * (r + fout) + r * fout),
+                    n,
+                    n * (0.0 if skip else ckpt),
+                    n * 2.0,
+                )
+            )
     layers = arch.layers + (arch.encoder_layers or 0)
     d_attn = arch.heads * arch.d_head / tp
     fused = rp.attn_impl in FUSED_ATTENTION
-    io = cb * T * (2 * d_attn + 2 * arch.n_kv_heads * arch.d_head / tp)            # q, out, k, v
-    if not fused:                                    # eager: the s×s scores written, soft-maxed, read
+    io = cb * T * (2 * d_attn + 2 * arch.n_kv_heads * arch.d_head / tp)  # q, out, k, v
+    if not fused:  # eager: the s×s scores written, soft-maxed, read
         io += seqs * (arch.heads / tp) * seq * seq * (4 * cb + 4)
-    out.append(Matmul("attention", "attention", 4 * T * seq * d_attn, io, layers, layers * ckpt * back,
-                      layers * back * (2.5 if fused else 2.0), 0.5 if causal_skipping(rp) else 1.0))
+    out.append(
+        Matmul(
+            "attention",
+            "attention",
+            4 * T * seq * d_attn,
+            io,
+            layers,
+            layers * ckpt * back,
+            layers * back * (2.5 if fused else 2.0),
+            0.5 if causal_skipping(rp) else 1.0,
+        )
+    )
     return out
 
 
@@ -353,10 +406,13 @@ def flop_count(rp: ResolvedPlan) -> dict:
         if w.family == "attention" and w.executed < 1:
             causal += w.flops * (w.forward + w.recompute + w.backward) * accum
     by = {p: {f: round(v) for f, v in fams.items()} for p, fams in by.items()}
-    return {"total": sum(sum(f.values()) for f in by.values()),
-            "by_phase": {p: sum(f.values()) for p, f in by.items()},
-            "by_family": {f: sum(by[p][f] for p in by) for f in ("matmul", "attention", "other")},
-            "by_phase_family": by, "attention_causal": round(causal)}
+    return {
+        "total": sum(sum(f.values()) for f in by.values()),
+        "by_phase": {p: sum(f.values()) for p, f in by.items()},
+        "by_family": {f: sum(by[p][f] for p in by) for f in ("matmul", "attention", "other")},
+        "by_phase_family": by,
+        "attention_causal": round(causal),
+    }
 
 
 def throughput(rp: ResolvedPlan) -> Throughput | None:
@@ -368,13 +424,12 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
     arch = rp.arch
     cb = C.DTYPE_BYTES[rp.compute_dtype]
     cp = max(rp.context_parallel, 1)
-    tp = max(rp.tensor_parallel, 1)
     seq = max(rp.seq_len // cp, 1)
     seqs = rp.micro_batch * rp.sequences_per_example
-    T = seqs * seq                                   # tokens of one micro-step on this GPU
+    T = seqs * seq  # tokens of one micro-step on this GPU
     accum = max(rp.grad_accum, 1)
     ckpt = rp.grad_checkpointing
-    forwards = 2 if ckpt else 1                      # recomputed blocks run their forward twice
+    forwards = 2 if ckpt else 1  # recomputed blocks run their forward twice
     layers_total = arch.layers + (arch.encoder_layers or 0)
     # backward (and the recompute before it) runs only down to the lowest layer that trains
     back = min(C.backward_layers(rp) / C.counted_layers(rp), 1.0)
@@ -382,8 +437,8 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
     # -- linears, adapters, attention: the matmuls of `matmul_work`, each at its passes -----------------------
     # (recompute in full: transformers' `gradient_checkpointing_enable()` defaults to the reentrant checkpoint)
     work = matmul_work(rp, early_stop=False)
-    model_flops = sum(w.flops * w.executed * (w.forward + w.backward) for w in work)   # recompute left out
-    ops: dict[tuple[str, str], list[float]] = {}     # an adapter's A and B timed together, as one small op
+    model_flops = sum(w.flops * w.executed * (w.forward + w.backward) for w in work)  # recompute left out
+    ops: dict[tuple[str, str], list[float]] = {}  # an adapter's A and B timed together, as one small op
     for w in work:
         runs = w.forward + w.recompute + w.backward
         op = ops.setdefault((w.part, w.name.split(".")[0]), [0.0, 0.0])
@@ -396,7 +451,7 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
             # the K/V shards round: torch/distributed/tensor/experimental/_attention.py), cp × its local scores
             clock.op(part, flops * cp, bytes_, attention_efficiency(rp))
         elif fp8 and part == "matmuls" and name != "lm_head":
-            clock.op(part, flops * peak / fp8, bytes_ / 2)   # fp8 operands: half the bytes, at the fp8 rate
+            clock.op(part, flops * peak / fp8, bytes_ / 2)  # fp8 operands: half the bytes, at the fp8 rate
         else:
             clock.op(part, flops, bytes_, MATMUL_EFFICIENCY)
     if rp.selective_recompute == "op" and not ckpt:
@@ -413,18 +468,25 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
     # -- LoRA dropout and DoRA, 4-bit dequantisation -------------------------------------------------------
     if rp.peft != "none":
         for lin in targeted(arch, rp.lora_targets):
-            if rp.lora_dropout > 0:                  # dropout of the adapter's input: read, write, mask
+            if rp.lora_dropout > 0:  # dropout of the adapter's input: read, write, mask
                 clock.op("adapters", 0, T * lin.in_features * (2 * cb + 1), times=lin.count * forwards)
-            if rp.peft == "dora":                    # DoRA: the weight norm of W + BA over every output row
-                clock.op("adapters", 2 * lin.in_features * lin.out_features,
-                         3 * cb * lin.in_features * lin.out_features, times=lin.count * (forwards + 1))
+            if rp.peft == "dora":  # DoRA: the weight norm of W + BA over every output row
+                clock.op(
+                    "adapters",
+                    2 * lin.in_features * lin.out_features,
+                    3 * cb * lin.in_features * lin.out_features,
+                    times=lin.count * (forwards + 1),
+                )
             if rp.peft == "dora" and C.dora_recomputes_base(rp):
                 # DoRA computing its own x @ W (with dropout, or before peft 0.14): one more base-sized matmul per
                 # adapted linear in each forward, and one for its input gradient
                 ab = 4 if rp.adapter_fp32 else cb
-                clock.op("adapters", 2 * T * lin.in_features * lin.out_features,
-                         ab * T * (lin.in_features + lin.out_features) + cb * lin.in_features * lin.out_features,
-                         times=lin.count * (forwards + back))
+                clock.op(
+                    "adapters",
+                    2 * T * lin.in_features * lin.out_features,
+                    ab * T * (lin.in_features + lin.out_features) + cb * lin.in_features * lin.out_features,
+                    times=lin.count * (forwards + back),
+                )
             n_ops += lin.count * OPS_PER_ADAPTER * (forwards + 2)
         if rp.quant_bits:
             packed, consts = C.quantized_bytes_per_param(rp)
@@ -446,10 +508,12 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
         # each checkpointed block's input copied to the host in forward and back in backward (unsloth
         # `Unsloth_Offloaded_Gradient_Checkpointer`: non_blocking copies on the side), overlapped with the block
         moved = 2 * T * arch.hidden * cb * arch.layers * back
-        clock.add("activation offload (exposed)", max(moved / (PCIE_OFFLOAD_GBS * 1e9) - sum(clock.parts.values()), 0.0))
+        clock.add(
+            "activation offload (exposed)", max(moved / (PCIE_OFFLOAD_GBS * 1e9) - sum(clock.parts.values()), 0.0)
+        )
     micro_s = sum(clock.parts.values())
     launch_s = n_ops * CPU_OP_SECONDS * (0.25 if rp.compile else 1.0)
-    overhead = max(launch_s - micro_s, 0.0)          # the GPU waits for Python only when it is faster
+    overhead = max(launch_s - micro_s, 0.0)  # the GPU waits for Python only when it is faster
     compute_s = (micro_s + overhead) * accum
     parts = {k: v * accum for k, v in clock.parts.items()}
     if overhead:
@@ -469,9 +533,10 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
     if projection_s:
         parts["low-rank projection"] = projection_s
         opt_s += projection_s
-    if rp.grad_accum > 1:                            # gradients accumulated: read + written per extra micro-step
-        parts["gradient accumulation"] = (accum - 1) * 2 * p.trainable_bytes * C.shard_factor(rp, "gradients") \
-            / (clock.bw * MEMORY_EFFICIENCY)
+    if rp.grad_accum > 1:  # gradients accumulated: read + written per extra micro-step
+        parts["gradient accumulation"] = (
+            (accum - 1) * 2 * p.trainable_bytes * C.shard_factor(rp, "gradients") / (clock.bw * MEMORY_EFFICIENCY)
+        )
 
     # -- collectives ---------------------------------------------------------------------------------------
     comm_s, tail_s = _communication_seconds(rp, p)
@@ -484,15 +549,20 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
     per_gpu = tokens / step_s
     dp = max(rp.world_size, 1) if rp.strategy != "none" else 1
     mfu = model_flops * accum / (step_s * peak)
-    candidates = {"compute": clock.compute_bound * accum, "memory": clock.memory_bound * accum + opt_s,
-                  "communication": exposed, "overhead": overhead * accum,
-                  "generation": parts.get("objective: generation", 0.0)}
+    candidates = {
+        "compute": clock.compute_bound * accum,
+        "memory": clock.memory_bound * accum + opt_s,
+        "communication": exposed,
+        "overhead": overhead * accum,
+        "generation": parts.get("objective: generation", 0.0),
+    }
     if where == "cpu":
         candidates["offload"] = opt_s
         candidates["memory"] -= opt_s
     bound = max(candidates, key=candidates.get)
-    return Throughput(tokens_per_s=per_gpu, run_tokens_per_s=per_gpu * dp, step_s=step_s, mfu=mfu, bound=bound,
-                      parts_s=parts)
+    return Throughput(
+        tokens_per_s=per_gpu, run_tokens_per_s=per_gpu * dp, step_s=step_s, mfu=mfu, bound=bound, parts_s=parts
+    )
 
 
 def elementwise_bytes(rp: ResolvedPlan) -> tuple[float, float]:
@@ -511,13 +581,15 @@ def elementwise_bytes(rp: ResolvedPlan) -> tuple[float, float]:
     inter = (arch.moe_intermediate or arch.intermediate) * (arch.experts_per_token or 1) / tp
     if arch.mlp in ("swiglu", "geglu"):
         act = _gated_act_bytes(cb, rp.compile or "swiglu" in k)
-    else:                                            # one activation kernel (GELU/ReLU) each way
+    else:  # one activation kernel (GELU/ReLU) each way
         act = (2 * cb, 3 * cb)
-    rope = (0.0, 0.0) if arch.family in NO_ROPE_FAMILIES or arch.block == "encoder" \
+    rope = (
+        (0.0, 0.0)
+        if arch.family in NO_ROPE_FAMILIES or arch.block == "encoder"
         else _rope_bytes(cb, rp.compile or "rope" in k)
+    )
     qk = (arch.q_dim + arch.kv_dim) / tp
-    return tuple(2 * norm[i] * arch.hidden + 2 * 3 * cb * arch.hidden + act[i] * inter + rope[i] * qk
-                 for i in (0, 1))
+    return tuple(2 * norm[i] * arch.hidden + 2 * 3 * cb * arch.hidden + act[i] * inter + rope[i] * qk for i in (0, 1))
 
 
 def loss_bytes_per_logit(rp: ResolvedPlan) -> float:
@@ -548,14 +620,17 @@ def _float8_cast_bytes(rp: ResolvedPlan, work: list[Matmul], cb: int) -> float:
     linear — input and weight forward, the output gradient, the input and weight again (transposed) backward — is
     read for its amax, read again and written as fp8: 2·cb + 1 bytes per element."""
     # a run's `bytes` are its input, output and weight in the compute dtype: about the operands each pass casts
-    return sum((w.forward + w.recompute + w.backward) * w.bytes / cb * (2 * cb + 1)
-               for w in work if w.part == "matmuls" and w.name not in ("lm_head", "score"))
+    return sum(
+        (w.forward + w.recompute + w.backward) * w.bytes / cb * (2 * cb + 1)
+        for w in work
+        if w.part == "matmuls" and w.name not in ("lm_head", "score")
+    )
 
 
 def _objective_seconds(rp: ResolvedPlan, clock: _Clock, T: int, policy_flops: float) -> float:
     """Extra seconds per micro-step for what the objective adds beside the policy's step."""
     extra = 0.0
-    fwd_flops = policy_flops / 3                     # one forward of the policy (policy_flops ≈ fwd + 2 × bwd)
+    fwd_flops = policy_flops / 3  # one forward of the policy (policy_flops ≈ fwd + 2 × bwd)
     weights = C.model_weights(rp, rp.arch)
 
     def forward_of(flops: float, weight_bytes: float, label: str) -> None:
@@ -568,7 +643,7 @@ def _objective_seconds(rp: ResolvedPlan, clock: _Clock, T: int, policy_flops: fl
         forward_of(fwd_flops, weights, "objective: reference forward")
     if rp.reward_model:
         forward_of(fwd_flops, weights, "objective: reward model")
-    if rp.value_model:                               # trained: forward and backward like the policy
+    if rp.value_model:  # trained: forward and backward like the policy
         forward_of(3 * fwd_flops, 3 * weights, "objective: value model")
     if rp.teacher is not None:
         ratio = C.model_weights(rp, rp.teacher) / max(weights, 1)
@@ -576,11 +651,11 @@ def _objective_seconds(rp: ResolvedPlan, clock: _Clock, T: int, policy_flops: fl
     if rp.generation in ("generate", "vllm-colocate") and rp.generations_per_example:
         # decoding is bandwidth-bound: every new token reads the weights once for the whole batch, plus the
         # KV cache; vLLM's kernels and scheduling do it at about the roofline, HF generate() far below it
-        new_tokens = rp.logits_tokens or rp.generation_len // 2          # the completion
+        new_tokens = rp.logits_tokens or rp.generation_len // 2  # the completion
         kv = C.kv_cache(rp)
         per_token_s = (weights + kv / 2) / (clock.bw * MEMORY_EFFICIENCY)
         efficiency = 1.0 if rp.generation == "vllm-colocate" else 0.3
-        t = new_tokens * per_token_s / efficiency / max(rp.grad_accum, 1)   # one generation per optimizer step
+        t = new_tokens * per_token_s / efficiency / max(rp.grad_accum, 1)  # one generation per optimizer step
         clock.add("objective: generation", t)
         extra += t
     return extra
@@ -593,9 +668,9 @@ def _optimizer_seconds(rp: ResolvedPlan, p: C.Params) -> tuple[float, str]:
     n = p.trainable * shard
     wb = p.trainable_dtype_bytes
     state_b = opt.state_bytes if opt.state_bytes is not None else wb
-    per_param = 2 * wb + wb + 2 * opt.states * state_b   # weight read + written, gradient read, states read + written
+    per_param = 2 * wb + wb + 2 * opt.states * state_b  # weight read + written, gradient read, states read + written
     if rp.master_weights:
-        per_param += 2 * 4 + 2 * 4                       # fp32 master read + written, fp32 gradient
+        per_param += 2 * 4 + 2 * 4  # fp32 master read + written, fp32 gradient
     if rp.offload_optimizer:
         # gradients down and weights up over PCIe, the update in host memory (DeepSpeed CPUAdam)
         return n * 2 * wb / (PCIE_OFFLOAD_GBS * 1e9) + n * per_param / (CPU_ADAM_GBS * 1e9), "cpu"
@@ -663,8 +738,8 @@ def _low_rank_seconds(rp: ResolvedPlan, p: C.Params) -> float:
         t = max(flops / (rate * 1e12 * MATMUL_EFFICIENCY) if rate else 0.0, 2 * elems * gb / bw)
         if rp.optimizer.family == "galore" and fp32:
             matrices = elems / (long_side * short_side)
-            svd_flops = 6 * long_side * short_side ** 2 + 20 * short_side ** 3
-            svd_bytes = 8 / 3 * short_side ** 3 + 2 * 4 * long_side * short_side
+            svd_flops = 6 * long_side * short_side**2 + 20 * short_side**3
+            svd_bytes = 8 / 3 * short_side**3 + 2 * 4 * long_side * short_side
             t += matrices * max(svd_flops / fp32, svd_bytes / bw) / PROJECTION_UPDATE_GAP
         seconds += t
     return seconds
@@ -684,11 +759,11 @@ def _communication_seconds(rp: ResolvedPlan, p: C.Params) -> tuple[float, float]
     accum = max(rp.grad_accum, 1)
     grads = p.trainable * (4 if rp.master_weights else p.trainable_dtype_bytes)
     if rp.strategy == "ddp" or (rp.strategy == "deepspeed" and rp.zero_stage == 0):
-        moved = 2 * ring * grads                              # all-reduce once per optimizer step
+        moved = 2 * ring * grads  # all-reduce once per optimizer step
     elif rp.strategy == "deepspeed" and rp.zero_stage in (1, 2):
-        moved = ring * grads * accum + ring * p.trainable * p.trainable_dtype_bytes   # reduce-scatter, all-gather
-    else:                                                      # ZeRO-3 / FSDP full shard: parameters gathered
-        weights = p.total * C.DTYPE_BYTES[rp.compute_dtype]    # forward and backward, gradients reduce-scattered
+        moved = ring * grads * accum + ring * p.trainable * p.trainable_dtype_bytes  # reduce-scatter, all-gather
+    else:  # ZeRO-3 / FSDP full shard: parameters gathered
+        weights = p.total * C.DTYPE_BYTES[rp.compute_dtype]  # forward and backward, gradients reduce-scattered
         moved = accum * (2 * ring * weights + ring * grads)
     total = moved / bw
     layers = max(rp.arch.layers, 1)

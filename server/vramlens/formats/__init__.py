@@ -7,6 +7,7 @@ JSON, an accelerate config, a base config) are then followed and merged by `form
 Finally GPU hints are read from comments (`formats.hints`): a `# vramlens: gpu=... count=...`
 directive in any format, and what config authors write about their hardware.
 """
+
 from __future__ import annotations
 
 import re
@@ -14,8 +15,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from vramlens.formats import (accelerate, axolotl, custom, deepspeed, hf, hints, litgpt, llamafactory, neox,
-                              nemo_automodel, openinstruct, purpose, torchtune, verl)
+from vramlens.formats import (
+    accelerate,
+    axolotl,
+    custom,
+    deepspeed,
+    hf,
+    hints,
+    litgpt,
+    llamafactory,
+    nemo_automodel,
+    neox,
+    openinstruct,
+    purpose,
+    torchtune,
+    verl,
+)
 from vramlens.formats.settings import PlanBuilder, Setting
 from vramlens.formats.yaml_doc import YamlError, load_yaml
 from vramlens.frameworks import recognise
@@ -28,19 +43,19 @@ MIN_SCORE = 0.5
 class ParseContext:
     """What a parser may know besides the text."""
 
-    path: str                              # the document's path (or URI path); may not exist on disk
-    workspace: Path | None = None          # workspace root, for resolving references
-    read_file: Callable[[Path], str | None] | None = None   # how to read referenced files (the LSP passes open buffers)
-    depth: int = 0                         # reference-following depth
-    text: str = ""                         # the document's text (dialects read header comments)
+    path: str  # the document's path (or URI path); may not exist on disk
+    workspace: Path | None = None  # workspace root, for resolving references
+    read_file: Callable[[Path], str | None] | None = None  # how to read referenced files (the LSP passes open buffers)
+    depth: int = 0  # reference-following depth
+    text: str = ""  # the document's text (dialects read header comments)
 
 
 @dataclass
 class YamlDialect:
     """A YAML/JSON config family: how sure it is about a document and how it fills a plan."""
 
-    name: str                              # plan.format, e.g. "axolotl"
-    framework: str | None                  # whose defaults apply (a key of knowledge.frameworks.DEFAULTS)
+    name: str  # plan.format, e.g. "axolotl"
+    framework: str | None  # whose defaults apply (a key of knowledge.frameworks.DEFAULTS)
     detect: Callable[[Any, set[str]], float]
     apply: Callable[[PlanBuilder, Any, list[Setting], ParseContext], None]
 
@@ -94,11 +109,12 @@ NOT_YAML_SUFFIXES = {".py", ".sh", ".bash", ".md", ".markdown", ".txt", ".rst", 
 @dataclass
 class ParseResult:
     plan: TrainingPlan | None
-    issues: list[ParseIssue] = field(default_factory=list)   # problems that stopped parsing (syntax errors)
+    issues: list[ParseIssue] = field(default_factory=list)  # problems that stopped parsing (syntax errors)
 
 
-def parse_document(text: str, path: str, workspace: Path | None = None,
-                   read_file: Callable[[Path], str | None] | None = None) -> ParseResult:
+def parse_document(
+    text: str, path: str, workspace: Path | None = None, read_file: Callable[[Path], str | None] | None = None
+) -> ParseResult:
     """Parse one document. `plan` is None when the text is not a training config (or cannot be read)."""
     text = _encodable(text)
     ctx = ParseContext(path=path, workspace=workspace, read_file=read_file, text=text)
@@ -117,7 +133,7 @@ def parse_document(text: str, path: str, workspace: Path | None = None,
         return ParseResult(plan)
     result = parse_yaml_text(text, ctx)
     if result.issues and suffix not in YAML_SUFFIXES:
-        return ParseResult(None)        # an unknown kind of file that is not YAML either: not a config
+        return ParseResult(None)  # an unknown kind of file that is not YAML either: not a config
     return result
 
 
@@ -153,7 +169,7 @@ def best_dialect(data: Any, keys: set[str]) -> YamlDialect | None:
         score = dialect.detect(data, keys)
         if score > best_score:
             best, best_score = dialect, score
-            if score >= 1.0:         # certain: later (less specific) dialects cannot win a tie
+            if score >= 1.0:  # certain: later (less specific) dialects cannot win a tie
                 break
     return best if best is not None and best_score >= MIN_SCORE else None
 
@@ -165,7 +181,7 @@ def looks_like_training_config(text: str) -> bool:
     """Whether YAML text that does not load reads like a training config: its top-level keys (found line by line,
     without loading) are enough for one of the dialects. `vramlens check` reports such a file (VL016) instead of
     passing over it as "not a config"."""
-    keys = {m[1] for m in _TOP_KEY.finditer(text[:1 << 16])}
+    keys = {m[1] for m in _TOP_KEY.finditer(text[: 1 << 16])}
     return bool(keys) and best_dialect(dict.fromkeys(keys), keys) is not None
 
 
@@ -174,7 +190,9 @@ def parse_yaml_text(text: str, ctx: ParseContext) -> ParseResult:
     try:
         data, settings = load_yaml(text, ctx.path, load_issues)
     except YamlError as exc:
-        return ParseResult(None, [ParseIssue(kind=IssueKind.UNREADABLE, message=str(exc), span=exc.span, severity=Severity.ERROR)])
+        return ParseResult(
+            None, [ParseIssue(kind=IssueKind.UNREADABLE, message=str(exc), span=exc.span, severity=Severity.ERROR)]
+        )
     if not isinstance(data, dict):
         return ParseResult(None)
     if not ctx.text:
@@ -232,9 +250,17 @@ def _prequantized(b: PlanBuilder) -> None:
 
 def not_training(what: str, path: str, span: Span | None = None) -> ParseResult:
     """No plan for a file that is not a training run (`formats.purpose`), with the note saying what it is."""
-    return ParseResult(None, [ParseIssue(kind=IssueKind.NOT_TRAINING,
-                                         message=f"{what}: not a training run, so no memory estimate",
-                                         span=span or span_of_file_start(path), severity=Severity.INFO)])
+    return ParseResult(
+        None,
+        [
+            ParseIssue(
+                kind=IssueKind.NOT_TRAINING,
+                message=f"{what}: not a training run, so no memory estimate",
+                span=span or span_of_file_start(path),
+                severity=Severity.INFO,
+            )
+        ],
+    )
 
 
 def parse_file(path: str | Path, workspace: Path | None = None) -> ParseResult:

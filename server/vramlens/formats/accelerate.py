@@ -6,6 +6,7 @@ at accelerate 16cb6eb8; docs/config-sources.md): `distributed_type`, `num_proces
 They name no model: a plan from one is merged into the training config it launches.
 YAML 1.1 turns an unquoted `NO`/`no` into false, which accelerate then misreads; that is reported.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,17 +16,51 @@ from vramlens.formats import hf
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
 from vramlens.plan import IssueKind, Severity
 
-ACCELERATE_KEYS = frozenset({
-    "distributed_type", "num_processes", "mixed_precision", "compute_environment", "machine_rank", "num_machines",
-    "downcast_bf16", "main_training_function", "rdzv_backend", "same_network", "tpu_env", "tpu_use_cluster",
-    "tpu_use_sudo", "use_cpu", "deepspeed_config", "fsdp_config", "gpu_ids", "parallelism_config", "fp8_config",
-    "megatron_lm_config", "dynamo_backend", "dynamo_config", "enable_cpu_affinity", "main_process_ip",
-    "main_process_port",
-})
-DISTRIBUTED_TYPES = {"NO": "none", "MULTI_GPU": "ddp", "FSDP": "fsdp", "DEEPSPEED": "deepspeed",
-                     "MEGATRON_LM": "megatron", "MULTI_CPU": "none", "MULTI_NPU": "ddp", "MULTI_XPU": "ddp",
-                     "MULTI_MLU": "ddp", "MULTI_MUSA": "ddp", "MULTI_SDAA": "ddp", "MULTI_HPU": "ddp", "XLA": "none",
-                     "TP": "ddp"}
+ACCELERATE_KEYS = frozenset(
+    {
+        "distributed_type",
+        "num_processes",
+        "mixed_precision",
+        "compute_environment",
+        "machine_rank",
+        "num_machines",
+        "downcast_bf16",
+        "main_training_function",
+        "rdzv_backend",
+        "same_network",
+        "tpu_env",
+        "tpu_use_cluster",
+        "tpu_use_sudo",
+        "use_cpu",
+        "deepspeed_config",
+        "fsdp_config",
+        "gpu_ids",
+        "parallelism_config",
+        "fp8_config",
+        "megatron_lm_config",
+        "dynamo_backend",
+        "dynamo_config",
+        "enable_cpu_affinity",
+        "main_process_ip",
+        "main_process_port",
+    }
+)
+DISTRIBUTED_TYPES = {
+    "NO": "none",
+    "MULTI_GPU": "ddp",
+    "FSDP": "fsdp",
+    "DEEPSPEED": "deepspeed",
+    "MEGATRON_LM": "megatron",
+    "MULTI_CPU": "none",
+    "MULTI_NPU": "ddp",
+    "MULTI_XPU": "ddp",
+    "MULTI_MLU": "ddp",
+    "MULTI_MUSA": "ddp",
+    "MULTI_SDAA": "ddp",
+    "MULTI_HPU": "ddp",
+    "XLA": "none",
+    "TP": "ddp",
+}
 MIXED_PRECISION = {"no": "none", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 
@@ -40,8 +75,13 @@ def detect(data: Any, keys: set[str]) -> float:
 
 
 def _quote_warning(b: PlanBuilder, s: Setting, word: str) -> None:
-    b.issue(IssueKind.INVALID_VALUE, f"unquoted `{word}` is read by YAML as the boolean false; write `{s.key}: '{word}'`", s,
-            severity=Severity.WARNING, suggestion=f"'{word}'")
+    b.issue(
+        IssueKind.INVALID_VALUE,
+        f"unquoted `{word}` is read by YAML as the boolean false; write `{s.key}: '{word}'`",
+        s,
+        severity=Severity.WARNING,
+        suggestion=f"'{word}'",
+    )
 
 
 def _enum(b: PlanBuilder, s: Setting, concept: str, table: dict, label: str, word: str, off: str) -> None:
@@ -80,6 +120,7 @@ def _offload_device(concept: str) -> Callable[[PlanBuilder, Setting], None]:
         if w not in OFFLOAD_DEVICES:
             return b.unknown(e, "offload device", OFFLOAD_DEVICES)
         b.set(concept, w != "none", e)
+
     return read
 
 
@@ -104,29 +145,42 @@ class Key:
 # accelerate config reference: https://huggingface.co/docs/accelerate/package_reference/cli#accelerate-launch and
 # accelerate/commands/config/config_args.py (ClusterConfig, at 16cb6eb8).
 KEYS: tuple[Key, ...] = (
-    Key(("distributed_type",), "dist_strategy", _distributed_type,
-        "How the GPUs cooperate; quote NO (`'NO'`): unquoted it is the boolean false."),
-    Key(("num_processes",), "world_size",
-        lambda b, s: b.set_int("world_size", s, minimum=1, note="accelerate `num_processes`: processes on all machines"),
-        "Processes (GPUs) on all machines: the divisor for ZeRO/FSDP sharding."),
-    Key(("mixed_precision",), "amp_dtype", _mixed_precision,
-        "Autocast precision; quote 'no' (unquoted it is false)."),
+    Key(
+        ("distributed_type",),
+        "dist_strategy",
+        _distributed_type,
+        "How the GPUs cooperate; quote NO (`'NO'`): unquoted it is the boolean false.",
+    ),
+    Key(
+        ("num_processes",),
+        "world_size",
+        lambda b, s: b.set_int(
+            "world_size", s, minimum=1, note="accelerate `num_processes`: processes on all machines"
+        ),
+        "Processes (GPUs) on all machines: the divisor for ZeRO/FSDP sharding.",
+    ),
+    Key(("mixed_precision",), "amp_dtype", _mixed_precision, "Autocast precision; quote 'no' (unquoted it is false)."),
     Key(("deepspeed_config", "zero_stage"), "zero_stage", _zero_stage),
     Key(("deepspeed_config", "offload_optimizer_device"), "offload_optimizer", _offload_device("offload_optimizer")),
     Key(("deepspeed_config", "offload_param_device"), "offload_params", _offload_device("offload_params")),
-    Key(("deepspeed_config", "gradient_accumulation_steps"), "grad_accum",
-        lambda b, e: b.set_int("grad_accum", e, minimum=1)),
+    Key(
+        ("deepspeed_config", "gradient_accumulation_steps"),
+        "grad_accum",
+        lambda b, e: b.set_int("grad_accum", e, minimum=1),
+    ),
     Key(("deepspeed_config", "deepspeed_config_file"), None, _deepspeed_file),
-    *(Key(("deepspeed_config", k), None, lambda b, e: b.remember(e))
-      for k in ("zero3_init_flag", "zero3_save_16bit_model", "gradient_clipping", "deepspeed_multinode_launcher")),
+    *(
+        Key(("deepspeed_config", k), None, lambda b, e: b.remember(e))
+        for k in ("zero3_init_flag", "zero3_save_16bit_model", "gradient_clipping", "deepspeed_multinode_launcher")
+    ),
 )
 BY_PATH: dict[tuple[str, ...], Key] = {k.path: k for k in KEYS}
 # What the sections hold (the JSON Schema's descriptions); their entries are read by the functions below.
 SECTIONS: dict[str, str] = {
     "deepspeed_config": "zero_stage (0–3), offload_optimizer_device / offload_param_device (none|cpu|nvme), "
-                        "or deepspeed_config_file.",
+    "or deepspeed_config_file.",
     "fsdp_config": "fsdp_sharding_strategy / fsdp_reshard_after_forward, fsdp_offload_params, "
-                   "fsdp_activation_checkpointing, fsdp_state_dict_type.",
+    "fsdp_activation_checkpointing, fsdp_state_dict_type.",
     "parallelism_config": "tp/cp/sp/dp sizes: tensor and sequence parallelism divide weights and activations.",
 }
 
@@ -149,15 +203,21 @@ def _parallelism_entry(b: PlanBuilder, e: Setting) -> None:
     elif k in ("cp_size", "sp_size"):
         n = e.value
         if n is not None and (b.plan.context_parallel is None or b.plan.context_parallel.value == 1):
-            b.set_int("context_parallel", e, minimum=1, override=True,
-                      note="sequence parallelism splits the sequence like context parallelism" if k == "sp_size" else None)
+            b.set_int(
+                "context_parallel",
+                e,
+                minimum=1,
+                override=True,
+                note="sequence parallelism splits the sequence like context parallelism" if k == "sp_size" else None,
+            )
     elif k in ("dp_shard_size", "dp_replicate_size", "sp_backend", "sp_attn_implementation"):
         b.remember(e)
         if k == "dp_shard_size" and (to_int(e.value) or 0) > 1:
             # accelerate ParallelismConfig: FSDP shards over dp_shard_size ranks and replicates over
             # dp_replicate_size groups (HSDP), so each rank keeps world ÷ dp_shard_size more than full sharding
-            b.unmodelled(e, "HSDP (sharding within groups of dp_shard_size ranks)",
-                         "estimated as sharded over every process")
+            b.unmodelled(
+                e, "HSDP (sharding within groups of dp_shard_size ranks)", "estimated as sharded over every process"
+            )
 
 
 def _megatron_entry(b: PlanBuilder, e: Setting) -> None:
@@ -181,9 +241,11 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
         if key is not None:
             key.read(b, s)
         elif k == "downcast_bf16" and s.value is False and isinstance(data, dict):
-            pass       # `no` / false both mean "do not downcast"
+            pass  # `no` / false both mean "do not downcast"
         elif k == "use_cpu" and to_bool(s.value):
-            b.issue(IssueKind.ASSUMED, "`use_cpu: true`: training runs on the CPU, not the GPU", s, severity=Severity.INFO)
+            b.issue(
+                IssueKind.ASSUMED, "`use_cpu: true`: training runs on the CPU, not the GPU", s, severity=Severity.INFO
+            )
         elif k == "deepspeed_config":
             for e in hf.kids(s, nested, b):
                 _deepspeed_entry(b, e)

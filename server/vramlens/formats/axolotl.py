@@ -5,6 +5,7 @@ the file with `yaml.safe_load`, so YAML 1.1 applies (`2e-5` is a string its sche
 Legacy spellings still accepted (with a deprecation warning by axolotl) are read too: boolean
 attention flags, `fsdp: [full_shard, ...]` with `fsdp_`-prefixed `fsdp_config`, `base_model_config`.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -14,22 +15,75 @@ from vramlens.formats.settings import PlanBuilder, Setting, is_auto, to_bool
 from vramlens.formats.vocab import AXOLOTL_ATTENTION, check_optimizer
 from vramlens.plan import IssueKind, Severity
 
-AXOLOTL_KEYS = frozenset({
-    "base_model", "micro_batch_size", "sequence_len", "sample_packing", "num_epochs", "lora_target_linear",
-    "adapter", "dataset_prepared_path", "val_set_size", "saves_per_epoch", "evals_per_epoch", "lr_scheduler",
-    "special_tokens", "wandb_project", "wandb_entity", "wandb_watch", "wandb_log_model", "eval_sample_packing",
-    "pad_to_sequence_len", "lora_model_dir", "base_model_config", "is_llama_derived_model", "train_on_inputs",
-    "flash_attention", "xformers_attention", "sdp_attention", "chat_template", "plugins", "strict",
-    "fsdp_version", "unfrozen_parameters", "liger_fused_linear_cross_entropy", "tokenizer_type", "eot_tokens",
-    "lora_fan_in_fan_out", "model_type", "rl", "datasets", "activation_offloading",
-})
-CLOUD_KEYS = frozenset({"gpu", "gpu_count", "node_count", "provider", "secrets", "volumes", "branch",
-                        "dockerfile_commands", "memory", "timeout", "memory_preprocess", "timeout_preprocess"})
+AXOLOTL_KEYS = frozenset(
+    {
+        "base_model",
+        "micro_batch_size",
+        "sequence_len",
+        "sample_packing",
+        "num_epochs",
+        "lora_target_linear",
+        "adapter",
+        "dataset_prepared_path",
+        "val_set_size",
+        "saves_per_epoch",
+        "evals_per_epoch",
+        "lr_scheduler",
+        "special_tokens",
+        "wandb_project",
+        "wandb_entity",
+        "wandb_watch",
+        "wandb_log_model",
+        "eval_sample_packing",
+        "pad_to_sequence_len",
+        "lora_model_dir",
+        "base_model_config",
+        "is_llama_derived_model",
+        "train_on_inputs",
+        "flash_attention",
+        "xformers_attention",
+        "sdp_attention",
+        "chat_template",
+        "plugins",
+        "strict",
+        "fsdp_version",
+        "unfrozen_parameters",
+        "liger_fused_linear_cross_entropy",
+        "tokenizer_type",
+        "eot_tokens",
+        "lora_fan_in_fan_out",
+        "model_type",
+        "rl",
+        "datasets",
+        "activation_offloading",
+    }
+)
+CLOUD_KEYS = frozenset(
+    {
+        "gpu",
+        "gpu_count",
+        "node_count",
+        "provider",
+        "secrets",
+        "volumes",
+        "branch",
+        "dockerfile_commands",
+        "memory",
+        "timeout",
+        "memory_preprocess",
+        "timeout_preprocess",
+    }
+)
 
 # legacy boolean attention flags, in axolotl's priority order (xformers > sage > flex > flash > sdp > eager)
-LEGACY_ATTENTION = (("xformers_attention", "xformers"), ("sage_attention", "other"),
-                    ("flex_attention", "flex_attention"), ("flash_attention", "flash_attention_2"),
-                    ("sdp_attention", "sdpa"), ("eager_attention", "eager"))
+LEGACY_ATTENTION = (
+    ("xformers_attention", "xformers"),
+    ("sage_attention", "other"),
+    ("flex_attention", "flex_attention"),
+    ("flash_attention", "flash_attention_2"),
+    ("sdp_attention", "sdpa"),
+    ("eager_attention", "eager"),
+)
 
 CCE_PLUGIN = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
 LIGER_PLUGIN = "axolotl.integrations.liger.LigerPlugin"
@@ -38,7 +92,7 @@ LIGER_PLUGIN = "axolotl.integrations.liger.LigerPlugin"
 def detect(data: Any, keys: set[str]) -> float:
     hits = len(keys & AXOLOTL_KEYS)
     if "base_model" in keys and hits >= 3:
-        return 1.0 if hits >= 5 else 0.95      # ahead of the HF dialect, whose keys it shares
+        return 1.0 if hits >= 5 else 0.95  # ahead of the HF dialect, whose keys it shares
     if hits >= 4 and ("micro_batch_size" in keys or "sequence_len" in keys):
         return 0.92
     return 0.0
@@ -76,7 +130,7 @@ def _adapter(b: PlanBuilder, s: Setting) -> None:
         return
     w = str(v).strip().lower()
     if w in ("lora", "qlora"):
-        b.set("peft_method", w, s, override=True)     # an adapter wins over `unfrozen_parameters`
+        b.set("peft_method", w, s, override=True)  # an adapter wins over `unfrozen_parameters`
         if w == "qlora":
             b.set("quant_bits", 4, s, note="axolotl QLoRA loads the base model in 4-bit NF4")
             b.set("quant_type", "nf4", s)
@@ -97,14 +151,20 @@ def _attn(b: PlanBuilder, s: Setting) -> None:
         return
     w = str(s.value).strip()
     if w in AXOLOTL_ATTENTION:
-        return b.set("attn_impl", w if w in ("eager", "sdpa", "flash_attention_2", "flash_attention_3",
-                                             "flex_attention", "xformers") else "other", s)
+        return b.set(
+            "attn_impl",
+            w
+            if w in ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention", "xformers")
+            else "other",
+            s,
+        )
     if "/" in w:
         return b.set("attn_impl", hf.normalize_attn(w) or "other", s, note=f"hub kernel `{w}`")
     # axolotl rejects the short forms (flash, fa2, flex, sdp)
     short = hf.normalize_attn(w)
-    b.unknown(s, "attention implementation", AXOLOTL_ATTENTION,
-              suggestion=short if short in AXOLOTL_ATTENTION else None)
+    b.unknown(
+        s, "attention implementation", AXOLOTL_ATTENTION, suggestion=short if short in AXOLOTL_ATTENTION else None
+    )
     if short is not None:
         b.set("attn_impl", short, s)
 
@@ -129,6 +189,7 @@ def _dtype_flag(dtype: str):
     def handler(b: PlanBuilder, s: Setting) -> None:
         if to_bool(s.value):
             b.set("weight_dtype", dtype, s, note=f"axolotl loads the model in {dtype}")
+
     return handler
 
 
@@ -209,37 +270,84 @@ def _gpu(b: PlanBuilder, s: Setting) -> None:
 
 
 HANDLERS = {
-    "base_model": hf._model, "base_model_config": hf._model,
-    "micro_batch_size": _int("micro_batch"), "gradient_accumulation_steps": _int("grad_accum"),
+    "base_model": hf._model,
+    "base_model_config": hf._model,
+    "micro_batch_size": _int("micro_batch"),
+    "gradient_accumulation_steps": _int("grad_accum"),
     "batch_size": lambda b, s: b.set_int("global_batch", s, minimum=1, note="axolotl `batch_size` is the total batch"),
     "eval_batch_size": _int("eval_batch"),
-    "sequence_len": _int("seq_len"), "sample_packing": lambda b, s: b.set_bool("packing", s),
-    "gradient_checkpointing": _gradient_checkpointing, "activation_offloading": _activation_offloading,
-    "attn_implementation": _attn, "torch_compile": _compile, "torch_compile_mode": hf._compile_mode,
+    "sequence_len": _int("seq_len"),
+    "sample_packing": lambda b, s: b.set_bool("packing", s),
+    "gradient_checkpointing": _gradient_checkpointing,
+    "activation_offloading": _activation_offloading,
+    "attn_implementation": _attn,
+    "torch_compile": _compile,
+    "torch_compile_mode": hf._compile_mode,
     "optimizer": _optimizer,
-    "adapter": _adapter, "peft_use_dora": hf._dora,
-    "lora_r": _int("lora_r"), "lora_alpha": hf._float("lora_alpha"), "lora_dropout": hf._float("lora_dropout"),
-    "lora_target_modules": _targets, "lora_target_linear": _target_linear,
+    "adapter": _adapter,
+    "peft_use_dora": hf._dora,
+    "lora_r": _int("lora_r"),
+    "lora_alpha": hf._float("lora_alpha"),
+    "lora_dropout": hf._float("lora_dropout"),
+    "lora_target_modules": _targets,
+    "lora_target_linear": _target_linear,
     "lora_modules_to_save": hf._targets_handler("modules_to_save"),
-    "load_in_4bit": hf._load_in(4), "load_in_8bit": _load_in_8bit, "gptq": _gptq,
-    "bf16": hf._amp("bf16"), "fp16": hf._amp("fp16"),
-    "bfloat16": _dtype_flag("bf16"), "float16": _dtype_flag("fp16"), "torch_dtype": hf._dtype,
-    "fsdp": hf._fsdp, "fsdp_version": _fsdp_version,
-    "tensor_parallel_size": _int("tensor_parallel"), "context_parallel_size": _int("context_parallel"),
+    "load_in_4bit": hf._load_in(4),
+    "load_in_8bit": _load_in_8bit,
+    "gptq": _gptq,
+    "bf16": hf._amp("bf16"),
+    "fp16": hf._amp("fp16"),
+    "bfloat16": _dtype_flag("bf16"),
+    "float16": _dtype_flag("fp16"),
+    "torch_dtype": hf._dtype,
+    "fsdp": hf._fsdp,
+    "fsdp_version": _fsdp_version,
+    "tensor_parallel_size": _int("tensor_parallel"),
+    "context_parallel_size": _int("context_parallel"),
     "sequence_parallel_degree": _int("context_parallel"),
-    "plugins": _plugins, "liger_fused_linear_cross_entropy": _liger_flce, "cut_cross_entropy": _liger_flce,
-    "chunked_cross_entropy": _chunked_ce, "unfrozen_parameters": _unfrozen,
-    "lisa_n_layers": hf._lisa_layers, "num_labels": hf._num_labels,
-    "type_of_model": _model_class, "model_type": _model_class,
-    "gpu": _gpu, "gpu_count": _int("gpu_count"),
+    "plugins": _plugins,
+    "liger_fused_linear_cross_entropy": _liger_flce,
+    "cut_cross_entropy": _liger_flce,
+    "chunked_cross_entropy": _chunked_ce,
+    "unfrozen_parameters": _unfrozen,
+    "lisa_n_layers": hf._lisa_layers,
+    "num_labels": hf._num_labels,
+    "type_of_model": _model_class,
+    "model_type": _model_class,
+    "gpu": _gpu,
+    "gpu_count": _int("gpu_count"),
     "fp8": lambda b, s: b.set("amp_dtype", "fp8", s, note="torchao float8 training") if to_bool(s.value) else None,
 }
-REMEMBER = {"tf32", "pad_to_sequence_len", "eval_sample_packing", "rl", "tiled_mlp", "dp_shard_size",
-            "dp_replicate_size", "model_quantization_config", "experimental_skip_move_to_device", "lora_mlp_kernel",
-            "lora_qkv_kernel", "lora_o_kernel", "liger_rms_norm", "liger_glu_activation", "liger_rope",
-            "liger_layer_norm", "low_cpu_mem_usage", "gpu_memory_limit", "max_memory", "device_map",
-            "num_epochs", "is_llama_derived_model", "node_count", "use_kernels", "sample_packing_eff_est",
-            "processor_type", "image_size", "image_resize_algorithm"}
+REMEMBER = {
+    "tf32",
+    "pad_to_sequence_len",
+    "eval_sample_packing",
+    "rl",
+    "tiled_mlp",
+    "dp_shard_size",
+    "dp_replicate_size",
+    "model_quantization_config",
+    "experimental_skip_move_to_device",
+    "lora_mlp_kernel",
+    "lora_qkv_kernel",
+    "lora_o_kernel",
+    "liger_rms_norm",
+    "liger_glu_activation",
+    "liger_rope",
+    "liger_layer_norm",
+    "low_cpu_mem_usage",
+    "gpu_memory_limit",
+    "max_memory",
+    "device_map",
+    "num_epochs",
+    "is_llama_derived_model",
+    "node_count",
+    "use_kernels",
+    "sample_packing_eff_est",
+    "processor_type",
+    "image_size",
+    "image_resize_algorithm",
+}
 
 
 # Switches axolotl reads that change activation memory or speed and that the estimate has no formula for
@@ -251,12 +359,18 @@ NOT_MODELLED = {
     "lora_mlp_kernel": ("axolotl's fused LoRA MLP kernel", "estimated as PEFT's LoRA layers"),
     "lora_qkv_kernel": ("axolotl's fused LoRA QKV kernel", "estimated as PEFT's LoRA layers"),
     "lora_o_kernel": ("axolotl's fused LoRA output kernel", "estimated as PEFT's LoRA layers"),
-    "liger_rms_norm": ("the memory of Liger's RMSNorm kernel", "estimated as transformers' RMSNorm's (its run time is "
-                                                               "modelled)"),
-    "liger_glu_activation": ("the memory of Liger's SwiGLU kernel", "estimated as transformers' MLP's (its run time is "
-                                                                    "modelled)"),
-    "liger_rope": ("the memory of Liger's RoPE kernel", "estimated as transformers' rotary embedding's (its run time is "
-                                                         "modelled)"),
+    "liger_rms_norm": (
+        "the memory of Liger's RMSNorm kernel",
+        "estimated as transformers' RMSNorm's (its run time is modelled)",
+    ),
+    "liger_glu_activation": (
+        "the memory of Liger's SwiGLU kernel",
+        "estimated as transformers' MLP's (its run time is modelled)",
+    ),
+    "liger_rope": (
+        "the memory of Liger's RoPE kernel",
+        "estimated as transformers' rotary embedding's (its run time is modelled)",
+    ),
     "liger_layer_norm": ("Liger's LayerNorm kernel", "estimated as PyTorch's LayerNorm"),
     "use_kernels": ("kernels from the Hugging Face kernels hub", "estimated with transformers' own layers"),
 }
@@ -289,12 +403,25 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
     _legacy_attention(b, top)
     if b.plan.peft_method is None and b.plan.quant_bits is not None:
         # load_in_4bit without `adapter` — axolotl refuses to train quantized weights in full
-        b.issue(IssueKind.CONFLICTING_SETTINGS, "`load_in_4bit`/`load_in_8bit` without `adapter: lora|qlora`: quantized weights cannot be "
-                "fully fine-tuned", severity=Severity.WARNING)
-    if b.plan.peft_method is not None and b.plan.peft_method.value == "lora" and b.plan.quant_bits is not None \
-            and b.plan.quant_bits.value == 4 and b.plan.quant_bits.key == "load_in_4bit":
-        b.issue(IssueKind.CONFLICTING_SETTINGS, "`adapter: lora` with `load_in_4bit: true`: axolotl expects `adapter: qlora` for 4-bit",
-                span=b.plan.peft_method.value_span, severity=Severity.INFO, suggestion="qlora")
+        b.issue(
+            IssueKind.CONFLICTING_SETTINGS,
+            "`load_in_4bit`/`load_in_8bit` without `adapter: lora|qlora`: quantized weights cannot be fully fine-tuned",
+            severity=Severity.WARNING,
+        )
+    if (
+        b.plan.peft_method is not None
+        and b.plan.peft_method.value == "lora"
+        and b.plan.quant_bits is not None
+        and b.plan.quant_bits.value == 4
+        and b.plan.quant_bits.key == "load_in_4bit"
+    ):
+        b.issue(
+            IssueKind.CONFLICTING_SETTINGS,
+            "`adapter: lora` with `load_in_4bit: true`: axolotl expects `adapter: qlora` for 4-bit",
+            span=b.plan.peft_method.value_span,
+            severity=Severity.INFO,
+            suggestion="qlora",
+        )
 
 
 def _legacy_attention(b: PlanBuilder, top: list[Setting]) -> None:
@@ -308,8 +435,12 @@ def _legacy_attention(b: PlanBuilder, top: list[Setting]) -> None:
     key, impl = on[0]
     s = flags[key]
     if b.plan.attn_impl is not None and b.plan.attn_impl.key == "attn_implementation":
-        b.issue(IssueKind.CONFLICTING_SETTINGS, f"`{key}: true` together with `attn_implementation`: axolotl refuses both; remove `{key}`", s,
-                severity=Severity.ERROR)
+        b.issue(
+            IssueKind.CONFLICTING_SETTINGS,
+            f"`{key}: true` together with `attn_implementation`: axolotl refuses both; remove `{key}`",
+            s,
+            severity=Severity.ERROR,
+        )
         return
     b.set("attn_impl", impl, s, note=f"legacy flag `{key}` (axolotl maps it to `attn_implementation: {impl}`)")
 

@@ -6,6 +6,7 @@ or one level down in a `train:`/`model:`/`optimizer:` block. A file is only take
 config when it has a batch size and a model or sequence length; anything vaguer is left alone.
 nanoGPT's `gradient_accumulation_steps` is global (divided by the number of GPUs in train.py).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -14,15 +15,47 @@ from vramlens.formats import hf
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool
 
 SECTIONS = {"train", "training", "trainer", "model", "optim", "optimizer", "data", "hparams", "config", "args"}
-MODEL = {"model", "model_name", "model_id", "model_name_or_path", "base_model", "pretrained_model",
-         "pretrained_model_name_or_path", "hf_model", "model_path"}
-MICRO = {"micro_batch_size", "batch_size", "per_device_batch_size", "per_device_train_batch_size",
-         "train_batch_size_per_device", "batch_size_per_device", "micro_bs", "mbs"}
+MODEL = {
+    "model",
+    "model_name",
+    "model_id",
+    "model_name_or_path",
+    "base_model",
+    "pretrained_model",
+    "pretrained_model_name_or_path",
+    "hf_model",
+    "model_path",
+}
+MICRO = {
+    "micro_batch_size",
+    "batch_size",
+    "per_device_batch_size",
+    "per_device_train_batch_size",
+    "train_batch_size_per_device",
+    "batch_size_per_device",
+    "micro_bs",
+    "mbs",
+}
 GLOBAL = {"global_batch_size", "total_batch_size"}
-ACCUM = {"gradient_accumulation_steps", "grad_accum", "grad_accum_steps", "accumulate_grad_batches",
-         "gradient_accumulation"}
-SEQ = {"max_seq_len", "seq_len", "max_seq_length", "block_size", "context_length", "max_length", "seq_length",
-       "sequence_length", "max_position_embeddings", "ctx_len"}
+ACCUM = {
+    "gradient_accumulation_steps",
+    "grad_accum",
+    "grad_accum_steps",
+    "accumulate_grad_batches",
+    "gradient_accumulation",
+}
+SEQ = {
+    "max_seq_len",
+    "seq_len",
+    "max_seq_length",
+    "block_size",
+    "context_length",
+    "max_length",
+    "seq_length",
+    "sequence_length",
+    "max_position_embeddings",
+    "ctx_len",
+}
 CKPT = {"gradient_checkpointing", "activation_checkpointing", "grad_checkpointing", "checkpoint_activations"}
 NANOGPT = {"n_layer", "n_head", "n_embd", "init_from", "block_size", "dropout", "bias"}
 

@@ -8,6 +8,7 @@ axolotl `deepspeed_configs/zero2.json`, LLaMA-Factory `examples/deepspeed/ds_z3_
 known here by their memory-relevant contents, read from the projects' files (ms-swift zero0–zero3 from
 swift/config/*.json at c2bd8ac5/39e3366d; axolotl and LLaMA-Factory at the commits in docs/config-sources.md).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,12 +17,28 @@ from typing import Callable
 from vramlens.formats.settings import PlanBuilder, Setting, is_auto, to_bool, to_int
 from vramlens.plan import IssueKind
 
-DEEPSPEED_KEYS = frozenset({
-    "zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size", "gradient_accumulation_steps",
-    "fp16", "bf16", "gradient_clipping", "optimizer", "scheduler", "steps_per_print", "wall_clock_breakdown",
-    "zero_allow_untested_optimizer", "activation_checkpointing", "communication_data_type",
-    "zero_force_ds_cpu_optimizer", "comms_config", "monitor_config", "sequence_parallel_size",
-})
+DEEPSPEED_KEYS = frozenset(
+    {
+        "zero_optimization",
+        "train_micro_batch_size_per_gpu",
+        "train_batch_size",
+        "gradient_accumulation_steps",
+        "fp16",
+        "bf16",
+        "gradient_clipping",
+        "optimizer",
+        "scheduler",
+        "steps_per_print",
+        "wall_clock_breakdown",
+        "zero_allow_untested_optimizer",
+        "activation_checkpointing",
+        "communication_data_type",
+        "zero_force_ds_cpu_optimizer",
+        "comms_config",
+        "monitor_config",
+        "sequence_parallel_size",
+    }
+)
 
 
 def detect_score(keys: set[str]) -> float:
@@ -43,6 +60,7 @@ def apply(b: PlanBuilder, settings: list[Setting], prefix: tuple = ()) -> None:
 
 def apply_dict(b: PlanBuilder, config: dict, where: Setting, note: str | None = None) -> None:
     """Apply a DeepSpeed config given as a plain dict; every value points at `where`'s span."""
+
     def walk(d: dict, path: tuple, parent: Setting) -> None:
         for k, v in d.items():
             p = path + (str(k),)
@@ -51,6 +69,7 @@ def apply_dict(b: PlanBuilder, config: dict, where: Setting, note: str | None = 
             _apply_one(b, p, child, note)
             if isinstance(v, dict):
                 walk(v, p, child)
+
     b.set("dist_strategy", "deepspeed", where, note=note)
     walk(config, (), where)
 
@@ -71,7 +90,7 @@ Reader = Callable[[PlanBuilder, "Key", Setting, "str | None"], None]
 
 
 def read_whole(b: PlanBuilder, key: "Key", s: Setting, note: str | None) -> None:
-    if not is_auto(s.value):                    # "auto": the training arguments decide
+    if not is_auto(s.value):  # "auto": the training arguments decide
         b.set_int(key.concept, s, minimum=1, note=note)
 
 
@@ -106,10 +125,12 @@ def _kept(b: PlanBuilder, key: "Key", s: Setting, note: str | None) -> None:
 def _not_modelled(what: str, consequence: str, when=lambda v: to_bool(v) is True) -> "Reader":
     """A key the estimate has no formula for: kept for hovers and, when `when` holds for its value, named as not
     modelled in every view."""
+
     def read(b: PlanBuilder, key: "Key", s: Setting, note: str | None) -> None:
         b.remember(s)
         if when(s.value):
             b.unmodelled(s, what, consequence, key=".".join(key.path))
+
     return read
 
 
@@ -125,9 +146,9 @@ class Key:
     JSON Schema (`formats.schemas`) describes the top-level sections from it."""
 
     path: tuple[str, ...]
-    concept: str | None                  # None: a key kept for hovers only
+    concept: str | None  # None: a key kept for hovers only
     read: Reader = read_whole
-    spellings: tuple[tuple[str, ...], ...] = ()   # other paths read the same way (older DeepSpeed, GPT-NeoX)
+    spellings: tuple[tuple[str, ...], ...] = ()  # other paths read the same way (older DeepSpeed, GPT-NeoX)
 
 
 # DeepSpeed config reference: https://www.deepspeed.ai/docs/config-json/ (batch, fp16/bf16, optimizer, ZeRO).
@@ -137,40 +158,74 @@ KEYS: tuple[Key, ...] = (
     Key(("train_batch_size",), "global_batch"),
     Key(("sequence_parallel_size",), "context_parallel"),
     Key(("zero_optimization", "stage"), "zero_stage", _stage),
-    Key(("zero_optimization", "offload_optimizer", "device"), "offload_optimizer", _device,
-        spellings=(("zero_optimization", "cpu_offload"),)),
-    Key(("zero_optimization", "offload_param", "device"), "offload_params", _device,
-        spellings=(("zero_optimization", "cpu_offload_params"),)),
-    Key(("bf16", "enabled"), "amp_dtype", _precision, spellings=(("bf16", "bf16"),)),      # GPT-NeoX: bf16.bf16
+    Key(
+        ("zero_optimization", "offload_optimizer", "device"),
+        "offload_optimizer",
+        _device,
+        spellings=(("zero_optimization", "cpu_offload"),),
+    ),
+    Key(
+        ("zero_optimization", "offload_param", "device"),
+        "offload_params",
+        _device,
+        spellings=(("zero_optimization", "cpu_offload_params"),),
+    ),
+    Key(("bf16", "enabled"), "amp_dtype", _precision, spellings=(("bf16", "bf16"),)),  # GPT-NeoX: bf16.bf16
     Key(("fp16", "enabled"), "amp_dtype", _precision, spellings=(("fp16", "fp16"),)),
     Key(("optimizer", "type"), "optimizer", _optimizer_type),
-    *(Key(path, None, _kept) for path in (
-        ("activation_checkpointing", "partition_activations"), ("activation_checkpointing", "cpu_checkpointing"),
-        ("zero_optimization", "overlap_comm"), ("zero_optimization", "sub_group_size"))),
+    *(
+        Key(path, None, _kept)
+        for path in (
+            ("activation_checkpointing", "partition_activations"),
+            ("activation_checkpointing", "cpu_checkpointing"),
+            ("zero_optimization", "overlap_comm"),
+            ("zero_optimization", "sub_group_size"),
+        )
+    ),
     # explicit sizes of ZeRO's communication buffers: the estimate sizes them as transformers' "auto" does
     # (components.zero_buffers); DeepSpeed's own default is 5e8 elements (deepspeed/runtime/zero/config.py)
-    *(Key(("zero_optimization", name), None,
-          _not_modelled(f"ZeRO {what} of an explicit size", "estimated at the size transformers gives `auto`",
-                        _explicit_size))
-      for name, what in (("reduce_bucket_size", "reduce bucket"), ("allgather_bucket_size", "all-gather bucket"),
-                         ("stage3_prefetch_bucket_size", "stage-3 prefetch bucket"),
-                         ("stage3_max_live_parameters", "stage-3 live-parameter limit"))),
+    *(
+        Key(
+            ("zero_optimization", name),
+            None,
+            _not_modelled(
+                f"ZeRO {what} of an explicit size", "estimated at the size transformers gives `auto`", _explicit_size
+            ),
+        )
+        for name, what in (
+            ("reduce_bucket_size", "reduce bucket"),
+            ("allgather_bucket_size", "all-gather bucket"),
+            ("stage3_prefetch_bucket_size", "stage-3 prefetch bucket"),
+            ("stage3_max_live_parameters", "stage-3 live-parameter limit"),
+        )
+    ),
     # ZeRO++ (https://www.deepspeed.ai/tutorials/zeropp/): quantized weight/gradient communication and a secondary
     # weight partition per node (hpZ), which keeps more of the weights on each GPU
-    Key(("zero_optimization", "zero_quantized_weights"), None,
-        _not_modelled("ZeRO++ quantized weight communication", "estimated as plain ZeRO")),
-    Key(("zero_optimization", "zero_quantized_gradients"), None,
-        _not_modelled("ZeRO++ quantized gradient communication", "estimated as plain ZeRO")),
-    Key(("zero_optimization", "zero_hpz_partition_size"), None,
-        _not_modelled("ZeRO++ hierarchical weight partition, a secondary copy per node",
-                      "estimated as plain ZeRO-3 with no secondary partition",
-                      lambda v: _explicit_size(v) and v > 1)),
+    Key(
+        ("zero_optimization", "zero_quantized_weights"),
+        None,
+        _not_modelled("ZeRO++ quantized weight communication", "estimated as plain ZeRO"),
+    ),
+    Key(
+        ("zero_optimization", "zero_quantized_gradients"),
+        None,
+        _not_modelled("ZeRO++ quantized gradient communication", "estimated as plain ZeRO"),
+    ),
+    Key(
+        ("zero_optimization", "zero_hpz_partition_size"),
+        None,
+        _not_modelled(
+            "ZeRO++ hierarchical weight partition, a secondary copy per node",
+            "estimated as plain ZeRO-3 with no secondary partition",
+            lambda v: _explicit_size(v) and v > 1,
+        ),
+    ),
 )
 BY_PATH: dict[tuple[str, ...], Key] = {p: k for k in KEYS for p in (k.path, *k.spellings)}
 # What the top-level sections hold (the JSON Schema's descriptions).
 SECTIONS: dict[str, str] = {
     "zero_optimization": "`stage` 1 shards optimizer states, 2 also gradients, 3 also weights; `offload_optimizer.device`/"
-                         "`offload_param.device` cpu|nvme move them off the GPU; bucket sizes set temporary buffers.",
+    "`offload_param.device` cpu|nvme move them off the GPU; bucket sizes set temporary buffers.",
     "train_micro_batch_size_per_gpu": "Samples per GPU per step.",
     "gradient_accumulation_steps": "Micro-batches per step.",
     "train_batch_size": "micro × accumulation × GPUs.",
@@ -178,9 +233,9 @@ SECTIONS: dict[str, str] = {
     "fp16": "`enabled`: fp16 training with loss scaling and fp32 master weights.",
     "optimizer": "DeepSpeed's own optimizer (`type`), replacing the trainer's.",
     "sequence_parallel_size": "GPUs one sequence is split across (DeepSpeed-Ulysses): activations per GPU shrink "
-                              "with it.",
+    "with it.",
     "activation_checkpointing": "`partition_activations` / `cpu_checkpointing`: where checkpointed activations are "
-                                "kept (models that use DeepSpeed's checkpointing API).",
+    "kept (models that use DeepSpeed's checkpointing API).",
 }
 
 
@@ -202,8 +257,12 @@ def _preset(stage: int, offload_optimizer: bool = False, offload_param: bool = F
         z["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if offload_param:
         z["offload_param"] = {"device": "cpu", "pin_memory": True}
-    return {"zero_optimization": z, "bf16": {"enabled": bf16}, "train_micro_batch_size_per_gpu": "auto",
-            "gradient_accumulation_steps": "auto"}
+    return {
+        "zero_optimization": z,
+        "bf16": {"enabled": bf16},
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+    }
 
 
 PRESETS: dict[str, tuple[str, dict]] = {
@@ -216,26 +275,36 @@ PRESETS: dict[str, tuple[str, dict]] = {
     "zero3_offload": ("ms-swift preset zero3_offload", _preset(3, offload_optimizer=True, offload_param=True)),
     # axolotl deepspeed_configs/*.json (fetched with `axolotl fetch deepspeed_configs`)
     "deepspeed_configs/zero1.json": ("axolotl deepspeed_configs/zero1.json", _preset(1)),
-    "deepspeed_configs/zero2.json": ("axolotl deepspeed_configs/zero2.json (offloads the optimizer to CPU)",
-                                     _preset(2, offload_optimizer=True)),
+    "deepspeed_configs/zero2.json": (
+        "axolotl deepspeed_configs/zero2.json (offloads the optimizer to CPU)",
+        _preset(2, offload_optimizer=True),
+    ),
     "deepspeed_configs/zero3.json": ("axolotl deepspeed_configs/zero3.json", _preset(3)),
     "deepspeed_configs/zero3_bf16.json": ("axolotl deepspeed_configs/zero3_bf16.json", _preset(3, bf16=True)),
     "deepspeed_configs/zero3_bf16_cpuoffload_all.json": (
         "axolotl deepspeed_configs/zero3_bf16_cpuoffload_all.json",
-        _preset(3, offload_optimizer=True, offload_param=True, bf16=True)),
+        _preset(3, offload_optimizer=True, offload_param=True, bf16=True),
+    ),
     "deepspeed_configs/zero3_bf16_cpuoffload_params.json": (
-        "axolotl deepspeed_configs/zero3_bf16_cpuoffload_params.json", _preset(3, offload_param=True, bf16=True)),
+        "axolotl deepspeed_configs/zero3_bf16_cpuoffload_params.json",
+        _preset(3, offload_param=True, bf16=True),
+    ),
     # LLaMA-Factory examples/deepspeed/*.json
     "examples/deepspeed/ds_z0_config.json": ("LLaMA-Factory examples/deepspeed/ds_z0_config.json", _preset(0)),
     "examples/deepspeed/ds_z2_config.json": ("LLaMA-Factory examples/deepspeed/ds_z2_config.json", _preset(2)),
     "examples/deepspeed/ds_z2_offload_config.json": (
-        "LLaMA-Factory examples/deepspeed/ds_z2_offload_config.json", _preset(2, offload_optimizer=True)),
+        "LLaMA-Factory examples/deepspeed/ds_z2_offload_config.json",
+        _preset(2, offload_optimizer=True),
+    ),
     "examples/deepspeed/ds_z3_config.json": ("LLaMA-Factory examples/deepspeed/ds_z3_config.json", _preset(3)),
     "examples/deepspeed/ds_z3_offload_config.json": (
         "LLaMA-Factory examples/deepspeed/ds_z3_offload_config.json",
-        _preset(3, offload_optimizer=True, offload_param=True)),
+        _preset(3, offload_optimizer=True, offload_param=True),
+    ),
     "examples/deepspeed/ds_z3_fp8_config.json": (
-        "LLaMA-Factory examples/deepspeed/ds_z3_fp8_config.json", _preset(3, offload_optimizer=True)),
+        "LLaMA-Factory examples/deepspeed/ds_z3_fp8_config.json",
+        _preset(3, offload_optimizer=True),
+    ),
 }
 
 

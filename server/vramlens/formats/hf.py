@@ -6,6 +6,7 @@ keyword arguments and in `--flag value` command lines. One table serves all thre
 `model_init_kwargs`, `gradient_checkpointing_kwargs`, `env`, an inline `deepspeed`) are read from
 their nested entries when the reader produced them (YAML: exact spans), else from the dict value.
 """
+
 from __future__ import annotations
 
 import re
@@ -16,53 +17,158 @@ from vramlens.formats.vocab import HF_ATTENTION, check_optimizer
 from vramlens.plan import IssueKind, Origin, Severity
 
 # Keys that only TrainingArguments (or its TRL subclasses) define; used to recognise the dialect.
-TRAINING_ARGUMENT_KEYS = frozenset({
-    "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
-    "learning_rate", "num_train_epochs", "max_steps", "output_dir", "optim", "lr_scheduler_type",
-    "warmup_ratio", "warmup_steps", "logging_steps", "save_steps", "save_strategy", "eval_strategy",
-    "evaluation_strategy", "gradient_checkpointing", "bf16", "fp16", "tf32", "deepspeed", "fsdp",
-    "fsdp_config", "torch_compile", "use_liger_kernel", "report_to", "seed", "weight_decay",
-    "max_grad_norm", "dataloader_num_workers", "remove_unused_columns", "do_train", "do_eval",
-    "gradient_checkpointing_kwargs", "logging_strategy", "push_to_hub", "hub_model_id", "save_total_limit",
-    "overwrite_output_dir", "log_level", "eval_steps", "per_gpu_train_batch_size", "run_name",
-})
-TRL_KEYS = frozenset({
-    "use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save",
-    "load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type", "use_bnb_nested_quant", "max_seq_length",
-    "max_length", "packing", "padding_free", "dataset_text_field", "dataset_name", "dataset_mixer",
-    "dataset_mixture", "model_init_kwargs", "beta", "max_prompt_length", "num_generations",
-    "activation_offloading", "loss_type", "completion_only_loss", "assistant_only_loss", "use_dora",
-    "use_rslora", "packing_strategy", "dataset_num_proc", "max_completion_length", "use_vllm", "env",
-    "precompute_ref_log_probs", "vllm_mode", "vllm_gpu_memory_utilization", "teacher_model_name_or_path",
-    "reward_funcs", "ref_model_init_kwargs", "rpo_alpha", "dpo_beta", "dpo_loss_type", "dataset_kwargs",
-})
+TRAINING_ARGUMENT_KEYS = frozenset(
+    {
+        "per_device_train_batch_size",
+        "per_device_eval_batch_size",
+        "gradient_accumulation_steps",
+        "learning_rate",
+        "num_train_epochs",
+        "max_steps",
+        "output_dir",
+        "optim",
+        "lr_scheduler_type",
+        "warmup_ratio",
+        "warmup_steps",
+        "logging_steps",
+        "save_steps",
+        "save_strategy",
+        "eval_strategy",
+        "evaluation_strategy",
+        "gradient_checkpointing",
+        "bf16",
+        "fp16",
+        "tf32",
+        "deepspeed",
+        "fsdp",
+        "fsdp_config",
+        "torch_compile",
+        "use_liger_kernel",
+        "report_to",
+        "seed",
+        "weight_decay",
+        "max_grad_norm",
+        "dataloader_num_workers",
+        "remove_unused_columns",
+        "do_train",
+        "do_eval",
+        "gradient_checkpointing_kwargs",
+        "logging_strategy",
+        "push_to_hub",
+        "hub_model_id",
+        "save_total_limit",
+        "overwrite_output_dir",
+        "log_level",
+        "eval_steps",
+        "per_gpu_train_batch_size",
+        "run_name",
+    }
+)
+TRL_KEYS = frozenset(
+    {
+        "use_peft",
+        "lora_r",
+        "lora_alpha",
+        "lora_dropout",
+        "lora_target_modules",
+        "lora_modules_to_save",
+        "load_in_4bit",
+        "load_in_8bit",
+        "bnb_4bit_quant_type",
+        "use_bnb_nested_quant",
+        "max_seq_length",
+        "max_length",
+        "packing",
+        "padding_free",
+        "dataset_text_field",
+        "dataset_name",
+        "dataset_mixer",
+        "dataset_mixture",
+        "model_init_kwargs",
+        "beta",
+        "max_prompt_length",
+        "num_generations",
+        "activation_offloading",
+        "loss_type",
+        "completion_only_loss",
+        "assistant_only_loss",
+        "use_dora",
+        "use_rslora",
+        "packing_strategy",
+        "dataset_num_proc",
+        "max_completion_length",
+        "use_vllm",
+        "env",
+        "precompute_ref_log_probs",
+        "vllm_mode",
+        "vllm_gpu_memory_utilization",
+        "teacher_model_name_or_path",
+        "reward_funcs",
+        "ref_model_init_kwargs",
+        "rpo_alpha",
+        "dpo_beta",
+        "dpo_loss_type",
+        "dataset_kwargs",
+    }
+)
 MODEL_KEYS = ("model_name_or_path", "model_name", "model_id", "base_model", "pretrained_model_name_or_path")
 
 DTYPE_WORDS = {
-    "float32": "fp32", "fp32": "fp32", "torch.float32": "fp32", "float": "fp32", "32": "fp32",
-    "bfloat16": "bf16", "bf16": "bf16", "torch.bfloat16": "bf16",
-    "float16": "fp16", "fp16": "fp16", "half": "fp16", "torch.float16": "fp16", "16": "fp16",
-    "float8": "fp8", "fp8": "fp8", "auto": "auto",
+    "float32": "fp32",
+    "fp32": "fp32",
+    "torch.float32": "fp32",
+    "float": "fp32",
+    "32": "fp32",
+    "bfloat16": "bf16",
+    "bf16": "bf16",
+    "torch.bfloat16": "bf16",
+    "float16": "fp16",
+    "fp16": "fp16",
+    "half": "fp16",
+    "torch.float16": "fp16",
+    "16": "fp16",
+    "float8": "fp8",
+    "fp8": "fp8",
+    "auto": "auto",
 }
 
 ATTN_WORDS = {
-    "eager": "eager", "sdpa": "sdpa", "sdp": "sdpa", "flash_attention_2": "flash_attention_2",
-    "flash_attn": "flash_attention_2", "fa2": "flash_attention_2", "flash": "flash_attention_2",
-    "flash_attention_3": "flash_attention_3", "fa3": "flash_attention_3", "flex_attention": "flex_attention",
-    "flex": "flex_attention", "xformers": "xformers",
-    "kernels-community/flash-attn2": "flash_attention_2", "kernels-community/flash-attn3": "flash_attention_3",
+    "eager": "eager",
+    "sdpa": "sdpa",
+    "sdp": "sdpa",
+    "flash_attention_2": "flash_attention_2",
+    "flash_attn": "flash_attention_2",
+    "fa2": "flash_attention_2",
+    "flash": "flash_attention_2",
+    "flash_attention_3": "flash_attention_3",
+    "fa3": "flash_attention_3",
+    "flex_attention": "flex_attention",
+    "flex": "flex_attention",
+    "xformers": "xformers",
+    "kernels-community/flash-attn2": "flash_attention_2",
+    "kernels-community/flash-attn3": "flash_attention_3",
     "kernels-community/vllm-flash-attn3": "flash_attention_3",
 }
 
 FSDP_WORDS = {"full_shard": 3, "shard_grad_op": 2, "hybrid_shard": 3, "hybrid_shard_zero2": 2, "no_shard": 0}
 # accelerate's fsdp_sharding_strategy also takes the enum's integer (1..5)
-FSDP_STRATEGIES = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0, "HYBRID_SHARD": 3, "HYBRID_SHARD_ZERO2": 2,
-                   "1": 3, "2": 2, "3": 0, "4": 3, "5": 2}
+FSDP_STRATEGIES = {
+    "FULL_SHARD": 3,
+    "SHARD_GRAD_OP": 2,
+    "NO_SHARD": 0,
+    "HYBRID_SHARD": 3,
+    "HYBRID_SHARD_ZERO2": 2,
+    "1": 3,
+    "2": 2,
+    "3": 0,
+    "4": 3,
+    "5": 2,
+}
 
 # old spelling -> new spelling: when both are present the new one is what current versions read
 RENAMED = {
-    "max_seq_length": "max_length",            # TRL 0.16 renamed, 0.20 removed
-    "torch_dtype": "dtype",                    # transformers 4.56 / TRL 0.23
+    "max_seq_length": "max_length",  # TRL 0.16 renamed, 0.20 removed
+    "torch_dtype": "dtype",  # transformers 4.56 / TRL 0.23
     "evaluation_strategy": "eval_strategy",
     "use_flash_attention_2": "attn_implementation",
     "per_gpu_train_batch_size": "per_device_train_batch_size",
@@ -145,6 +251,7 @@ def kids(s: Setting, nested: dict[str, list[Setting]] | None, b: PlanBuilder | N
 
 # --- handlers: (builder, setting) -> None ------------------------------------------------------
 
+
 def _model(b: PlanBuilder, s: Setting) -> None:
     if isinstance(s.value, str) and s.value.strip():
         b.set("model_id", s.value.strip(), s)
@@ -167,16 +274,21 @@ def _amp(dtype: str) -> Callable[[PlanBuilder, Setting], None]:
         if v is None:
             if is_auto(s.value):
                 return b.set("amp_dtype", dtype, s, note=f"`{s.key}: auto` → {dtype} where the GPU supports it")
-            if str(s.value).strip().lower() == "full":      # axolotl: bf16 also for eval
+            if str(s.value).strip().lower() == "full":  # axolotl: bf16 also for eval
                 return b.set("amp_dtype", dtype, s, note=f"`{s.key}: full` → {dtype}, also in evaluation")
             return b.issue(IssueKind.INVALID_VALUE, f"`{s.key}` should be true or false, got {s.value!r}", s)
         if v:
             if b.plan.amp_dtype is not None and b.plan.amp_dtype.value not in ("none", dtype):
-                b.issue(IssueKind.PRECISION_CONFLICT, f"both `{b.plan.amp_dtype.key}` and `{s.key}` are on: a run fails with both fp16 and bf16",
-                        s, severity=Severity.ERROR)
+                b.issue(
+                    IssueKind.PRECISION_CONFLICT,
+                    f"both `{b.plan.amp_dtype.key}` and `{s.key}` are on: a run fails with both fp16 and bf16",
+                    s,
+                    severity=Severity.ERROR,
+                )
             b.set("amp_dtype", dtype, s, override=b.plan.amp_dtype is not None and b.plan.amp_dtype.value == "none")
         elif b.plan.amp_dtype is None:
             b.set("amp_dtype", "none", s)
+
     return handler
 
 
@@ -188,8 +300,13 @@ def _block_size(b: PlanBuilder, s: Setting) -> None:
     """`block_size` (transformers examples/pytorch/language-modeling/run_clm.py): `group_texts` concatenates the
     tokenized dataset and cuts it into blocks of this length, so every sequence is full and none is padded."""
     if b.set_int("seq_len", s, minimum=1) is not None:
-        b.set("packing", True, s, origin=Origin.DERIVED,
-              note="run_clm.py's group_texts cuts the concatenated texts into full blocks: no padding")
+        b.set(
+            "packing",
+            True,
+            s,
+            origin=Origin.DERIVED,
+            note="run_clm.py's group_texts cuts the concatenated texts into full blocks: no padding",
+        )
 
 
 def _attn(b: PlanBuilder, s: Setting) -> None:
@@ -201,7 +318,7 @@ def _attn(b: PlanBuilder, s: Setting) -> None:
     a = normalize_attn(w)
     if a == "other" or (a is not None and "/" in w):
         return b.set("attn_impl", a, s, note=f"hub kernel `{w}`")
-    if a is not None:        # a short form transformers rejects
+    if a is not None:  # a short form transformers rejects
         b.unknown(s, "attention implementation", suggestion=a if a in HF_ATTENTION else None)
         return b.set("attn_impl", a, s)
     b.unknown(s, "attention implementation", HF_ATTENTION)
@@ -231,6 +348,7 @@ def _targets_handler(concept: str) -> Callable[[PlanBuilder, Setting], None]:
         t = _targets(s.value)
         if t:
             b.set(concept, t, s)
+
     return handler
 
 
@@ -239,6 +357,7 @@ def _load_in(bits: int) -> Callable[[PlanBuilder, Setting], None]:
         if to_bool(s.value):
             b.set("quant_bits", bits, s)
             b.set("quant_type", "nf4" if bits == 4 else "int8", s)
+
     return handler
 
 
@@ -267,7 +386,7 @@ def _optim(b: PlanBuilder, s: Setting) -> None:
         check_optimizer(b, s)
         b.set("optimizer", s.value.strip(), s)
     elif s.value not in (None, "") and not isinstance(s.value, str):
-        check_optimizer(b, s)                  # a number or a list where a name goes: VL015, not silence
+        check_optimizer(b, s)  # a number or a list where a name goes: VL015, not silence
 
 
 def _deepspeed(b: PlanBuilder, s: Setting, nested=None) -> None:
@@ -303,8 +422,13 @@ def _fsdp(b: PlanBuilder, s: Setting) -> None:
             b.set("offload_params", True, s)
             b.set("offload_optimizer", True, s)
         elif w not in ("auto_wrap", "true"):
-            b.unknown(s, "FSDP option", suggestion=None, hint="expected full_shard, shard_grad_op, hybrid_shard, "
-                      "hybrid_shard_zero2, no_shard, offload, auto_wrap")
+            b.unknown(
+                s,
+                "FSDP option",
+                suggestion=None,
+                hint="expected full_shard, shard_grad_op, hybrid_shard, "
+                "hybrid_shard_zero2, no_shard, offload, auto_wrap",
+            )
     if b.plan.zero_stage is None and not any(w in FSDP_WORDS for w in words):
         b.set("zero_stage", 3, s, note="`fsdp` without a sharding strategy → FULL_SHARD")
 
@@ -319,8 +443,12 @@ def fsdp_config_entry(b: PlanBuilder, e: Setting) -> bool:
         on = to_bool(v)
         if on is not None:
             b.set("offload_params", on, e)
-            b.set("offload_optimizer", on, e,
-                  note="FSDP CPU offload also runs the optimizer step on the CPU" if on else None)
+            b.set(
+                "offload_optimizer",
+                on,
+                e,
+                note="FSDP CPU offload also runs the optimizer step on the CPU" if on else None,
+            )
         return True
     if key == "state_dict_type" and isinstance(v, str):
         b.set("fsdp_state_dict_type", v.strip().upper(), e)
@@ -343,8 +471,13 @@ def fsdp_config_entry(b: PlanBuilder, e: Setting) -> bool:
     if key == "reshard_after_forward":
         flag = to_bool(v)
         if flag is not None:
-            b.set("zero_stage", 3 if flag else 2, e, override=True,
-                  note="reshard_after_forward " + ("on → FULL_SHARD-like" if flag else "off → SHARD_GRAD_OP-like"))
+            b.set(
+                "zero_stage",
+                3 if flag else 2,
+                e,
+                override=True,
+                note="reshard_after_forward " + ("on → FULL_SHARD-like" if flag else "off → SHARD_GRAD_OP-like"),
+            )
         elif str(v).strip().upper() in FSDP_STRATEGIES:
             b.set("zero_stage", FSDP_STRATEGIES[str(v).strip().upper()], e, override=True)
         b.set("dist_strategy", "fsdp", e)
@@ -378,9 +511,12 @@ def _liger(b: PlanBuilder, s: Setting) -> None:
         # and SwiGLU for Liger's kernels (liger_kernel/transformers/monkey_patch.py), which save other activations:
         # their speed is modelled (estimate/throughput.py `elementwise_bytes`), their memory is not
         b.set("fused_kernels", ["rms_norm", "rope", "swiglu"], s, note="Liger's RMSNorm, RoPE and SwiGLU kernels")
-        b.unmodelled(s, "the memory of Liger's RMSNorm, RoPE and SwiGLU kernels (what they save for backward)",
-                     "estimated with transformers' layers' memory (their run time and the fused linear cross-entropy "
-                     "are modelled)")
+        b.unmodelled(
+            s,
+            "the memory of Liger's RMSNorm, RoPE and SwiGLU kernels (what they save for backward)",
+            "estimated with transformers' layers' memory (their run time and the fused linear cross-entropy "
+            "are modelled)",
+        )
 
 
 def _loss_type(b: PlanBuilder, s: Setting) -> None:
@@ -426,9 +562,15 @@ def _compile_mode(b: PlanBuilder, s: Setting) -> None:
 # The model's head (transformers AutoModelFor*; PEFT `TaskType`; ms-swift `--task_type`): a task head has no vocabulary
 # logits. ms-swift 4.x swift/llm/argument/base_args/model_args.py `task_type`: causal_lm | seq_cls | embedding |
 # reranker | generative_reranker; PEFT 0.x peft/utils/peft_types.py `TaskType`: SEQ_CLS, TOKEN_CLS, CAUSAL_LM, …
-TASK_TYPES = {"seq_cls": "sequence-classification", "sequence_classification": "sequence-classification",
-              "token_cls": "token-classification", "token_classification": "token-classification",
-              "causal_lm": "causal-lm", "reranker": "sequence-classification", "regression": "regression"}
+TASK_TYPES = {
+    "seq_cls": "sequence-classification",
+    "sequence_classification": "sequence-classification",
+    "token_cls": "token-classification",
+    "token_classification": "token-classification",
+    "causal_lm": "causal-lm",
+    "reranker": "sequence-classification",
+    "regression": "regression",
+}
 
 
 def task_head_of_class(name: str) -> str | None:
@@ -484,48 +626,80 @@ def _lisa_layers(b: PlanBuilder, s: Setting) -> None:
     b.set("peft_method", "freeze", s, note=f"LISA: {n} randomly chosen layer(s) train at a time")
     b.set("trained_layers", n, s)
     b.set("trained_where", "rotating", s, origin=Origin.DERIVED, note="LISA samples new layers every interval")
-    b.set("trained_extra", ["embed", "lm_head"], s, origin=Origin.DERIVED,
-          note="LISA keeps the embedding and the LM head trainable")
+    b.set(
+        "trained_extra",
+        ["embed", "lm_head"],
+        s,
+        origin=Origin.DERIVED,
+        note="LISA keeps the embedding and the LM head trainable",
+    )
 
 
 HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
-    "task_type": _task_type, "lora_task_type": _task_type, "num_labels": _num_labels, "problem_type": _problem_type,
-    "optim_target_modules": _targets_handler("optimizer_targets"), "optim_args": _optim_args,
-    "lisa_activated_layers": _lisa_layers, "lisa_n_layers": _lisa_layers,
+    "task_type": _task_type,
+    "lora_task_type": _task_type,
+    "num_labels": _num_labels,
+    "problem_type": _problem_type,
+    "optim_target_modules": _targets_handler("optimizer_targets"),
+    "optim_args": _optim_args,
+    "lisa_activated_layers": _lisa_layers,
+    "lisa_n_layers": _lisa_layers,
     **{k: _model for k in MODEL_KEYS},
-    "torch_dtype": _dtype, "dtype": _dtype,
-    "bf16": _amp("bf16"), "fp16": _amp("fp16"),
+    "torch_dtype": _dtype,
+    "dtype": _dtype,
+    "bf16": _amp("bf16"),
+    "fp16": _amp("fp16"),
     "per_device_train_batch_size": _int("micro_batch", 1),
     "per_gpu_train_batch_size": _int("micro_batch", 1),
     "per_device_eval_batch_size": _int("eval_batch", 1),
     "gradient_accumulation_steps": _int("grad_accum", 1),
-    "max_seq_length": _seq, "max_length": _seq, "block_size": _block_size, "model_max_length": _seq,
-    "max_seq_len": _seq, "seq_length": _seq,
-    "packing": _bool("packing"), "padding_free": _bool("packing"),
+    "max_seq_length": _seq,
+    "max_length": _seq,
+    "block_size": _block_size,
+    "model_max_length": _seq,
+    "max_seq_len": _seq,
+    "seq_length": _seq,
+    "packing": _bool("packing"),
+    "padding_free": _bool("packing"),
     "gradient_checkpointing": _bool("grad_checkpointing"),
     "activation_offloading": _bool("activation_offload"),
-    "attn_implementation": _attn, "use_flash_attention_2": _flash2,
-    "torch_compile": _bool("compile"), "torch_compile_mode": _compile_mode, "torch_compile_backend": _compile_mode,
+    "attn_implementation": _attn,
+    "use_flash_attention_2": _flash2,
+    "torch_compile": _bool("compile"),
+    "torch_compile_mode": _compile_mode,
+    "torch_compile_backend": _compile_mode,
     "optim": _optim,
-    "use_peft": _use_peft, "use_dora": _dora,
-    "lora_r": _int("lora_r", 1), "lora_alpha": _float("lora_alpha"), "lora_dropout": _float("lora_dropout"),
+    "use_peft": _use_peft,
+    "use_dora": _dora,
+    "lora_r": _int("lora_r", 1),
+    "lora_alpha": _float("lora_alpha"),
+    "lora_dropout": _float("lora_dropout"),
     "lora_target_modules": _targets_handler("lora_targets"),
     # peft IA3Config `feedforward_modules` and VeraConfig `r`/`vera_dropout` (ms-swift: `ia3_feedforward_modules`,
     # `vera_rank`, `vera_dropout`, swift/llm/argument/tuner_args.py)
     "ia3_feedforward_modules": _targets_handler("feedforward_targets"),
-    "vera_rank": _int("lora_r", 1), "vera_dropout": _float("lora_dropout"),
+    "vera_rank": _int("lora_r", 1),
+    "vera_dropout": _float("lora_dropout"),
     "lora_modules_to_save": _targets_handler("modules_to_save"),
-    "load_in_4bit": _load_in(4), "load_in_8bit": _load_in(8),
-    "bnb_4bit_quant_type": _quant_type, "use_bnb_nested_quant": _bool("quant_double"),
+    "load_in_4bit": _load_in(4),
+    "load_in_8bit": _load_in(8),
+    "bnb_4bit_quant_type": _quant_type,
+    "use_bnb_nested_quant": _bool("quant_double"),
     "bnb_4bit_use_double_quant": _bool("quant_double"),
-    "bnb_4bit_quant_storage": _quant_storage, "bnb_4bit_compute_dtype": _quant_compute,
+    "bnb_4bit_quant_storage": _quant_storage,
+    "bnb_4bit_compute_dtype": _quant_compute,
     "fsdp": _fsdp,
-    "use_liger_kernel": _liger, "use_liger": _liger, "loss_type": _loss_type,
+    "use_liger_kernel": _liger,
+    "use_liger": _liger,
+    "loss_type": _loss_type,
 }
 # handlers of dict-valued arguments: (builder, setting, nested entries by top-level key)
 DICT_HANDLERS: dict[str, Callable] = {
-    "deepspeed": _deepspeed, "fsdp_config": _fsdp_config, "gradient_checkpointing_kwargs": _ckpt_kwargs,
-    "model_init_kwargs": _model_init_kwargs, "env": _env,
+    "deepspeed": _deepspeed,
+    "fsdp_config": _fsdp_config,
+    "gradient_checkpointing_kwargs": _ckpt_kwargs,
+    "model_init_kwargs": _model_init_kwargs,
+    "env": _env,
 }
 
 
@@ -547,8 +721,12 @@ def apply(builder: PlanBuilder, settings: list[Setting], nested: dict[str, list[
     for s in top:
         new = RENAMED.get(s.key)
         if new is not None and new in present:
-            builder.issue(IssueKind.NOT_READ, f"`{s.key}` is the old name of `{new}`; current versions read `{new}` and ignore "
-                          f"(or reject) `{s.key}`", s, severity=Severity.INFO)
+            builder.issue(
+                IssueKind.NOT_READ,
+                f"`{s.key}` is the old name of `{new}`; current versions read `{new}` and ignore (or reject) `{s.key}`",
+                s,
+                severity=Severity.INFO,
+            )
             builder.remember(s)
             continue
         handler = HANDLERS.get(s.key)
@@ -594,10 +772,25 @@ def drift_notes(b: PlanBuilder, keys: set[str]) -> None:
     if b.plan.loss_impl is None:
         unset.append("the loss (full-logits cross-entropy before TRL 1.7, chunked since)")
     if unset:
-        b.issue(IssueKind.ASSUMED, f"`{old[0]}` dates this config to an older TRL; it leaves these to the TRL default, which changed: "
-                + "; ".join(unset) + ". vramlens estimates with the TRL 1.x defaults",
-                severity=Severity.INFO)
+        b.issue(
+            IssueKind.ASSUMED,
+            f"`{old[0]}` dates this config to an older TRL; it leaves these to the TRL default, which changed: "
+            + "; ".join(unset)
+            + ". vramlens estimates with the TRL 1.x defaults",
+            severity=Severity.INFO,
+        )
 
 
-__all__ = ["HANDLERS", "DICT_HANDLERS", "apply", "detect_score", "looks_like_trl", "normalize_dtype",
-           "normalize_attn", "to_int", "kids", "fsdp_config_entry", "nested_index"]
+__all__ = [
+    "HANDLERS",
+    "DICT_HANDLERS",
+    "apply",
+    "detect_score",
+    "looks_like_trl",
+    "normalize_dtype",
+    "normalize_attn",
+    "to_int",
+    "kids",
+    "fsdp_config_entry",
+    "nested_index",
+]

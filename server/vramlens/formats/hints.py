@@ -11,6 +11,7 @@ machine", "up to 8k will work on a single H100", "GPU memory: 8 * 78GB" (a measu
 launch lines in comments (`tune run --nproc_per_node 8 ...`, `torchrun --nproc_per_node=4`). These
 only fill what the config leaves unset.
 """
+
 from __future__ import annotations
 
 import re
@@ -24,9 +25,11 @@ from vramlens.settings import MAX_GPU_COUNT
 _DIRECTIVE_KEYS = {"gpu", "count", "gpus", "gpu_count"}
 _DIRECTIVE = re.compile(r"(?:#|//|<!--)\s*vramlens\s*:\s*(?P<body>.*?)\s*(?:-->)?\s*$", re.IGNORECASE)
 
-_GPU_MODEL = (r"(?:(?:NVIDIA|Tesla|GeForce|AMD\s+Instinct)\s+)?"
-              r"(?:GB200|GH200|[ABHL]\d{2,3}[A-Z]?|A\d{4}|T4|V100|L4|L40S?|MI\d{3}X?|"
-              r"RTX\s*(?:A?\d{4}|PRO\s*\d{4})(?:\s*Ti)?(?:\s*Ada)?|RTX\s*6000(?:\s*Ada)?)")
+_GPU_MODEL = (
+    r"(?:(?:NVIDIA|Tesla|GeForce|AMD\s+Instinct)\s+)?"
+    r"(?:GB200|GH200|[ABHL]\d{2,3}[A-Z]?|A\d{4}|T4|V100|L4|L40S?|MI\d{3}X?|"
+    r"RTX\s*(?:A?\d{4}|PRO\s*\d{4})(?:\s*Ti)?(?:\s*Ada)?|RTX\s*6000(?:\s*Ada)?)"
+)
 _GPU_TAIL = r"(?:[\s-]*(?:SXM\d?|PCIe|NVL))?(?:[\s-]*\d{2,3}\s*G(?:i)?B)?(?:[\s-]*(?:SXM\d?|PCIe|NVL))?"
 # A GPU named in prose: not a piece of a file name, path or identifier (`mistral-qlora-t4.yaml`, `configs/h100/`,
 # `run_a100.sh`), where letters and digits run on across `-`, `_`, `.` or `/`.
@@ -34,8 +37,11 @@ _GPU_PHRASE = re.compile(
     r"(?<![\w./\\-])(?:(?P<count>\d{1,4})\s*[x×*]\s*|(?P<single>single|one|a|an)\s+)?"
     r"(?P<gpu>" + _GPU_MODEL + _GPU_TAIL + r")(?![\w]|[-./\\][\w-])"
     r"(?:\s*[x×*]\s*(?P<count2>\d{1,4})(?!\d))?",
-    re.IGNORECASE)
-_MEASURED = re.compile(r"GPU\s+memory\s*[:=]\s*(?P<n>\d{1,4})\s*[x×*]\s*(?P<mem>\d+(?:\.\d+)?)\s*G(?:i)?B", re.IGNORECASE)
+    re.IGNORECASE,
+)
+_MEASURED = re.compile(
+    r"GPU\s+memory\s*[:=]\s*(?P<n>\d{1,4})\s*[x×*]\s*(?P<mem>\d+(?:\.\d+)?)\s*G(?:i)?B", re.IGNORECASE
+)
 _NPROC = re.compile(r"--nproc[-_]per[-_]node[=\s]+(?P<n>\d{1,4})")
 _NNODES = re.compile(r"--nnodes[=\s]+(?P<n>\d{1,4})")
 _NUM_GPUS = re.compile(r"--num[-_]gpus[=\s]+(?P<n>\d{1,4})|--num_processes[=\s]+(?P<m>\d{1,4})")
@@ -60,7 +66,7 @@ def comments(text: str):
         if "#" not in line and "//" not in line and "<!--" not in line:
             continue
         for m in re.finditer(r"(?:^|(?<=\s))(#|//|<!--)", line):
-            yield i, m.start(), line[m.start():]
+            yield i, m.start(), line[m.start() :]
             break
 
 
@@ -91,32 +97,55 @@ def apply_directive(b: PlanBuilder, text: str) -> bool:
             hit = _lookup(gpu)
             if hit is None:
                 hint = next(iter(gpus.suggest_gpu(gpu)), None)
-                b.issue(IssueKind.UNKNOWN_VALUE, f"unknown GPU `{gpu}` in the vramlens directive"
-                        + (f" — did you mean `{hint}`?" if hint else ""), span=span, suggestion=hint)
+                b.issue(
+                    IssueKind.UNKNOWN_VALUE,
+                    f"unknown GPU `{gpu}` in the vramlens directive" + (f" — did you mean `{hint}`?" if hint else ""),
+                    span=span,
+                    suggestion=hint,
+                )
             else:
                 name, n, note = hit
-                b.plan.gpu_name = Sourced(value=name, origin=Origin.FILE, key="vramlens: gpu", span=span,
-                                          value_span=span, note=note or f"from the directive `gpu={gpu}`")
+                b.plan.gpu_name = Sourced(
+                    value=name,
+                    origin=Origin.FILE,
+                    key="vramlens: gpu",
+                    span=span,
+                    value_span=span,
+                    note=note or f"from the directive `gpu={gpu}`",
+                )
                 if n > 1 and not count:
-                    b.plan.gpu_count = Sourced(value=n, origin=Origin.FILE, key="vramlens: gpu", span=span,
-                                               value_span=span)
+                    b.plan.gpu_count = Sourced(
+                        value=n, origin=Origin.FILE, key="vramlens: gpu", span=span, value_span=span
+                    )
                 found = True
         unknown = sorted(set(fields) - _DIRECTIVE_KEYS)
         if unknown:
-            b.issue(IssueKind.NOT_READ, f"`{unknown[0]}` is not read from a vramlens directive: it reads `gpu=<name>` "
-                    f"and `count=<n>` (other settings go in `.vramlens.toml` or the editor's settings)", span=span)
+            b.issue(
+                IssueKind.NOT_READ,
+                f"`{unknown[0]}` is not read from a vramlens directive: it reads `gpu=<name>` "
+                f"and `count=<n>` (other settings go in `.vramlens.toml` or the editor's settings)",
+                span=span,
+            )
         if count:
             n = to_int(count)
             if n is None or not 1 <= n <= MAX_GPU_COUNT:
-                b.issue(IssueKind.INVALID_VALUE, f"`count={count}` in the vramlens directive should be a whole number from 1 to "
-                        f"{MAX_GPU_COUNT}", span=span)
+                b.issue(
+                    IssueKind.INVALID_VALUE,
+                    f"`count={count}` in the vramlens directive should be a whole number from 1 to {MAX_GPU_COUNT}",
+                    span=span,
+                )
             else:
-                b.plan.gpu_count = Sourced(value=n, origin=Origin.FILE, key="vramlens: count", span=span,
-                                           value_span=span)
+                b.plan.gpu_count = Sourced(
+                    value=n, origin=Origin.FILE, key="vramlens: count", span=span, value_span=span
+                )
                 found = True
         if not gpu and not count:
-            b.issue(IssueKind.INVALID_VALUE, "a vramlens directive needs `gpu=<name>` and/or `count=<n>`", span=span,
-                    severity=Severity.INFO)
+            b.issue(
+                IssueKind.INVALID_VALUE,
+                "a vramlens directive needs `gpu=<name>` and/or `count=<n>`",
+                span=span,
+                severity=Severity.INFO,
+            )
     return found
 
 
@@ -137,8 +166,11 @@ def apply_comment_hints(b: PlanBuilder, text: str) -> None:
             if mm := _NNODES.search(comment):
                 nnodes = int(mm.group("n"))
         if count_hit is None and (m := _MEASURED.search(comment)):
-            count_hit = (int(m.group("n")), _span(file, line, col + m.start(), col + m.end()),
-                         f"from the comment `{m.group(0)}` (measured use per GPU × GPUs)")
+            count_hit = (
+                int(m.group("n")),
+                _span(file, line, col + m.start(), col + m.end()),
+                f"from the comment `{m.group(0)}` (measured use per GPU × GPUs)",
+            )
             continue
         if name_hit is None:
             for m in _GPU_PHRASE.finditer(comment):
@@ -149,14 +181,20 @@ def apply_comment_hints(b: PlanBuilder, text: str) -> None:
                     continue
                 n = int(count) if count else 1
                 sp = _span(file, line, col + m.start(), col + m.end())
-                name_hit = (hit[0], n if (count or m.group("single")) else None, sp,
-                            f"from the comment `{m.group(0).strip()}`" + (f"; {hit[2]}" if hit[2] else ""))
+                name_hit = (
+                    hit[0],
+                    n if (count or m.group("single")) else None,
+                    sp,
+                    f"from the comment `{m.group(0).strip()}`" + (f"; {hit[2]}" if hit[2] else ""),
+                )
                 break
     if name_hit is not None and plan.gpu_name is None:
         name, named_count, sp, note = name_hit
         plan.gpu_name = Sourced(value=name, origin=Origin.ASSUMED, key="comment", span=sp, value_span=sp, note=note)
         if named_count is not None and plan.gpu_count is None and nproc is None:
-            plan.gpu_count = Sourced(value=named_count, origin=Origin.ASSUMED, key="comment", span=sp, value_span=sp, note=note)
+            plan.gpu_count = Sourced(
+                value=named_count, origin=Origin.ASSUMED, key="comment", span=sp, value_span=sp, note=note
+            )
     if plan.gpu_count is None and nproc is not None:
         n, sp, line_text = nproc
         total = n * (nnodes or 1)

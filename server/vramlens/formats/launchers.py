@@ -33,6 +33,7 @@ flags beside SFTConfig's — `--use_peft_lora`, `--lora_r` (64), `--lora_alpha` 
 `--use_8bit_quantization`, `--use_flash_attn` (else eager), `--use_reentrant`; the model is loaded with
 `torch_dtype=quant_storage_dtype or torch.float32` — fp32 weights unless 4-bit, so `--bf16 True` is AMP.
 """
+
 from __future__ import annotations
 
 import re
@@ -66,6 +67,7 @@ def program(script: str, module: bool) -> tuple[str, str] | None:
 
 
 # --- OpenRLHF --------------------------------------------------------------------------------------
+
 
 def _bf16(b: PlanBuilder, s: Setting) -> None:
     if to_bool(s.value):
@@ -160,29 +162,48 @@ def _via(name: str) -> Callable[[PlanBuilder, Setting], None]:
 # at 3c3be623), each with the flat flag it replaced (the example scripts' rename in ed62d0e2), so both spellings go
 # through the same handlers.
 OPENRLHF_DOTTED: dict[str, str] = {
-    "model.model_name_or_path": "pretrain", "actor.model_name_or_path": "pretrain",
-    "reward.model_name_or_path": "reward_pretrain", "critic.model_name_or_path": "critic_pretrain",
-    "train.micro_batch_size": "micro_train_batch_size", "train.batch_size": "train_batch_size",
-    "rollout.micro_batch_size": "micro_rollout_batch_size", "rollout.batch_size": "rollout_batch_size",
-    "rollout.n_samples_per_prompt": "n_samples_per_prompt", "rollout.max_new_tokens": "max_new_tokens",
+    "model.model_name_or_path": "pretrain",
+    "actor.model_name_or_path": "pretrain",
+    "reward.model_name_or_path": "reward_pretrain",
+    "critic.model_name_or_path": "critic_pretrain",
+    "train.micro_batch_size": "micro_train_batch_size",
+    "train.batch_size": "train_batch_size",
+    "rollout.micro_batch_size": "micro_rollout_batch_size",
+    "rollout.batch_size": "rollout_batch_size",
+    "rollout.n_samples_per_prompt": "n_samples_per_prompt",
+    "rollout.max_new_tokens": "max_new_tokens",
     "data.max_len": "max_len",
-    "ds.zero_stage": "zero_stage", "ds.param_dtype": "param_dtype", "ds.attn_implementation": "attn_implementation",
-    "ds.adam_offload": "adam_offload", "ds.load_in_4bit": "load_in_4bit", "ds.packing_samples": "packing_samples",
-    "ds.ring_attn_size": "ring_attn_size", "ds.use_liger_kernel": "use_liger_kernel",
-    "ds.tensor_parallel_size": "ds_tensor_parallel_size", "ds.deepcompile": "deepcompile", "ds.zpg": "zpg",
+    "ds.zero_stage": "zero_stage",
+    "ds.param_dtype": "param_dtype",
+    "ds.attn_implementation": "attn_implementation",
+    "ds.adam_offload": "adam_offload",
+    "ds.load_in_4bit": "load_in_4bit",
+    "ds.packing_samples": "packing_samples",
+    "ds.ring_attn_size": "ring_attn_size",
+    "ds.use_liger_kernel": "use_liger_kernel",
+    "ds.tensor_parallel_size": "ds_tensor_parallel_size",
+    "ds.deepcompile": "deepcompile",
+    "ds.zpg": "zpg",
     "ds.grad_accum_dtype": "grad_accum_dtype",
-    "ds.lora.rank": "lora_rank", "ds.lora.alpha": "lora_alpha", "ds.lora.dropout": "lora_dropout",
+    "ds.lora.rank": "lora_rank",
+    "ds.lora.alpha": "lora_alpha",
+    "ds.lora.dropout": "lora_dropout",
     "ds.lora.target_modules": "target_modules",
     "model.gradient_checkpointing_enable": "gradient_checkpointing",
     "actor.gradient_checkpointing_enable": "gradient_checkpointing",
     "model.gradient_checkpointing_reentrant": "gradient_checkpointing_use_reentrant",
     "actor.gradient_checkpointing_reentrant": "gradient_checkpointing_use_reentrant",
     "actor.num_gpus_per_node": "actor_num_gpus_per_node",
-    "vllm.num_engines": "vllm_num_engines", "vllm.gpu_memory_utilization": "vllm_gpu_memory_utilization",
-    "vllm.enable_sleep": "vllm_enable_sleep", "ds.enable_sleep": "deepspeed_enable_sleep",
-    "train.colocate_all": "colocate_all_models", "train.colocate_actor_ref": "colocate_actor_ref",
-    "train.colocate_critic_reward": "colocate_critic_reward", "ref.offload": "ref_offload",
-    "train.dynamic_batch_enable": "use_dynamic_batch", "train.max_tokens_per_gpu": "train_max_tokens_per_gpu",
+    "vllm.num_engines": "vllm_num_engines",
+    "vllm.gpu_memory_utilization": "vllm_gpu_memory_utilization",
+    "vllm.enable_sleep": "vllm_enable_sleep",
+    "ds.enable_sleep": "deepspeed_enable_sleep",
+    "train.colocate_all": "colocate_all_models",
+    "train.colocate_actor_ref": "colocate_actor_ref",
+    "train.colocate_critic_reward": "colocate_critic_reward",
+    "ref.offload": "ref_offload",
+    "train.dynamic_batch_enable": "use_dynamic_batch",
+    "train.max_tokens_per_gpu": "train_max_tokens_per_gpu",
 }
 
 
@@ -208,43 +229,64 @@ def _optim(b: PlanBuilder, s: Setting) -> None:
 def _ds_tensor_parallel(b: PlanBuilder, s: Setting) -> None:
     n = to_int(s.value)
     if n is not None and n > 1:
-        b.unmodelled(s, "DeepSpeed AutoTP tensor parallelism", "estimated without tensor parallelism (each GPU holds "
-                     "whole layers)")
+        b.unmodelled(
+            s,
+            "DeepSpeed AutoTP tensor parallelism",
+            "estimated without tensor parallelism (each GPU holds whole layers)",
+        )
 
 
 def _not_default(what: str, consequence: str, default=False) -> Callable[[PlanBuilder, Setting], None]:
     """A flag that changes memory or speed in a way the estimate does not model, recorded when it is not at its
     default."""
+
     def handler(b: PlanBuilder, s: Setting) -> None:
         v = to_bool(s.value) if isinstance(default, bool) else to_int(s.value)
         if v is not None and v != default:
             b.unmodelled(s, what, consequence)
+
     return handler
 
 
 OPENRLHF_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     "pretrain": _via("model_name_or_path"),
-    "micro_train_batch_size": _micro, "train_batch_size": _global, "max_len": _seq,
-    "zero_stage": _zero_stage, "bf16": _bf16, "param_dtype": _param_dtype,
-    "flash_attn": _flash, "attn_implementation": _via("attn_implementation"),
-    "gradient_checkpointing": _via("gradient_checkpointing"), "adam_offload": _adam_offload,
-    "lora_rank": _lora_rank, "lora_alpha": _via("lora_alpha"), "lora_dropout": _via("lora_dropout"),
-    "target_modules": _via("lora_target_modules"), "load_in_4bit": _load_in_4bit,
-    "packing_samples": _packing, "ring_attn_size": _ring, "use_liger_kernel": _via("use_liger_kernel"),
+    "micro_train_batch_size": _micro,
+    "train_batch_size": _global,
+    "max_len": _seq,
+    "zero_stage": _zero_stage,
+    "bf16": _bf16,
+    "param_dtype": _param_dtype,
+    "flash_attn": _flash,
+    "attn_implementation": _via("attn_implementation"),
+    "gradient_checkpointing": _via("gradient_checkpointing"),
+    "adam_offload": _adam_offload,
+    "lora_rank": _lora_rank,
+    "lora_alpha": _via("lora_alpha"),
+    "lora_dropout": _via("lora_dropout"),
+    "target_modules": _via("lora_target_modules"),
+    "load_in_4bit": _load_in_4bit,
+    "packing_samples": _packing,
+    "ring_attn_size": _ring,
+    "use_liger_kernel": _via("use_liger_kernel"),
     "actor_num_gpus_per_node": _actor_gpus,
-    "gradient_checkpointing_use_reentrant": _reentrant_gc, "optim": _optim,
+    "gradient_checkpointing_use_reentrant": _reentrant_gc,
+    "optim": _optim,
     "ds_tensor_parallel_size": _ds_tensor_parallel,
     "deepcompile": _not_default("DeepSpeed DeepCompile", "estimated as eager DeepSpeed"),
     "zpg": _not_default("ZeRO++ hierarchical partitioning (`zpg`)", "estimated with plain ZeRO partitions", 1),
-    "grad_accum_dtype": lambda b, s: b.unmodelled(s, "DeepSpeed gradient accumulation dtype",
-                                                  "estimated with the default accumulation dtype")
-    if s.value not in (None, True, "") else None,
-    "use_dynamic_batch": _not_default("dynamic batching by tokens (`max_tokens_per_gpu`)",
-                                      "estimated at micro-batch × max length"),
+    "grad_accum_dtype": lambda b, s: (
+        b.unmodelled(s, "DeepSpeed gradient accumulation dtype", "estimated with the default accumulation dtype")
+        if s.value not in (None, True, "")
+        else None
+    ),
+    "use_dynamic_batch": _not_default(
+        "dynamic batching by tokens (`max_tokens_per_gpu`)", "estimated at micro-batch × max length"
+    ),
     # OpenRLHF v0.11.0 (3c3be623) openrlhf/trainer/ppo_utils/samples_generator.py: the engines wake before each
     # rollout and `sleep` (level 1) after it; train_ppo_ray.py turns the flag off without --train.colocate_all
-    "vllm_enable_sleep": lambda b, s: b.set("generation_sleeps", bool(to_bool(s.value)), s)
-    if to_bool(s.value) is not None else None,
+    "vllm_enable_sleep": lambda b, s: (
+        b.set("generation_sleeps", bool(to_bool(s.value)), s) if to_bool(s.value) is not None else None
+    ),
 }
 
 
@@ -278,8 +320,13 @@ def openrlhf_defaults(b: PlanBuilder, written: set[str] = frozenset(), module: s
         name = next((d for d, f in OPENRLHF_DOTTED.items() if f == flat), flat) if dotted else flat
         v = schemas.default("openrlhf", name, release, owner=owner) if release else None
         if v is not None and getattr(plan, concept) is None:
-            b.set(concept, convert(v), origin=Origin.DEFAULT, framework="openrlhf",
-                  note=f"`--{name}` {v} (OpenRLHF {release} openrlhf/cli/{owner}.py)")
+            b.set(
+                concept,
+                convert(v),
+                origin=Origin.DEFAULT,
+                framework="openrlhf",
+                note=f"`--{name}` {v} (OpenRLHF {release} openrlhf/cli/{owner}.py)",
+            )
 
     # `param_dtype` "bf16": the model loads in it and DeepSpeed runs bf16 (openrlhf/models/actor.py `torch_dtype =
     # convert_to_torch_dtype(param_dtype)`, utils/deepspeed/deepspeed_utils.py `"bf16": {"enabled": param_dtype ==
@@ -288,29 +335,48 @@ def openrlhf_defaults(b: PlanBuilder, written: set[str] = frozenset(), module: s
     default("weight_dtype", "param_dtype")
     default("attn_impl", "attn_implementation")
     if module in ("train_rm", "train_prm", "train_ppo", "train_ppo_ray"):
-        default("micro_batch", "micro_train_batch_size")      # 1 (4 in train_ppo_ray.py up to v0.9.x), not SFT's 8
+        default("micro_batch", "micro_train_batch_size")  # 1 (4 in train_ppo_ray.py up to v0.9.x), not SFT's 8
         if plan.micro_batch is None and module != "train_prm":
             # the `--bf16` CLI (v0.8.0 `micro_train_batch_size`): train_rm.py 1, train_ppo_ray.py 4
             micro = 1 if module == "train_rm" else 4
-            b.set("micro_batch", micro, origin=Origin.DEFAULT, framework="openrlhf",
-                  note=f"`--micro_train_batch_size` {micro} (OpenRLHF v0.8.0 openrlhf/cli/{module}.py)")
+            b.set(
+                "micro_batch",
+                micro,
+                origin=Origin.DEFAULT,
+                framework="openrlhf",
+                note=f"`--micro_train_batch_size` {micro} (OpenRLHF v0.8.0 openrlhf/cli/{module}.py)",
+            )
     if plan.dist_strategy is None:
-        b.set("dist_strategy", "deepspeed", origin=Origin.DEFAULT, framework="openrlhf",
-              note=f"OpenRLHF trains through DeepSpeed ({OPENRLHF_CLI})")
+        b.set(
+            "dist_strategy",
+            "deepspeed",
+            origin=Origin.DEFAULT,
+            framework="openrlhf",
+            note=f"OpenRLHF trains through DeepSpeed ({OPENRLHF_CLI})",
+        )
     default("zero_stage", "zero_stage")
     if plan.zero_stage is None:
         b.set("zero_stage", 2, origin=Origin.DEFAULT, framework="openrlhf", note=f"`--zero_stage` 2 ({OPENRLHF_CLI})")
     if plan.peft_method is not None and plan.peft_method.value == "lora":
         default("lora_targets", "target_modules", lambda v: [v] if isinstance(v, str) else list(v))
         if plan.lora_targets is None:
-            b.set("lora_targets", ["all-linear"], origin=Origin.DEFAULT, framework="openrlhf",
-                  note=f"`--target_modules` all-linear ({OPENRLHF_CLI})")
+            b.set(
+                "lora_targets",
+                ["all-linear"],
+                origin=Origin.DEFAULT,
+                framework="openrlhf",
+                note=f"`--target_modules` all-linear ({OPENRLHF_CLI})",
+            )
     if plan.quant_bits is not None and plan.peft_method is None:
-        b.issue(IssueKind.CONFLICTING_SETTINGS, "`--load_in_4bit` without `--lora_rank`: OpenRLHF trains a 4-bit model only through LoRA adapters",
-                severity=Severity.INFO)
+        b.issue(
+            IssueKind.CONFLICTING_SETTINGS,
+            "`--load_in_4bit` without `--lora_rank`: OpenRLHF trains a 4-bit model only through LoRA adapters",
+            severity=Severity.INFO,
+        )
 
 
 # --- PEFT's SFT example ------------------------------------------------------------------------------
+
 
 def _use_peft_lora(b: PlanBuilder, s: Setting) -> None:
     if to_bool(s.value):
@@ -408,8 +474,13 @@ def swift_batch_size(b: PlanBuilder, s: Setting) -> None:
 
 def _swift_galore(b: PlanBuilder, s: Setting) -> None:
     if to_bool(s.value):
-        b.set("optimizer", "galore_adamw", s, override=True, note="`--use_galore` replaces the trainer's optimizer "
-              f"with GaLore AdamW ({SWIFT_TRAINER_ARGS})")
+        b.set(
+            "optimizer",
+            "galore_adamw",
+            s,
+            override=True,
+            note=f"`--use_galore` replaces the trainer's optimizer with GaLore AdamW ({SWIFT_TRAINER_ARGS})",
+        )
 
 
 def _swift_count(b: PlanBuilder, s: Setting) -> None:
@@ -421,13 +492,25 @@ def _swift_count(b: PlanBuilder, s: Setting) -> None:
 
 
 SWIFT_METHOD_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
-    "model_id_or_path": swift_model_path, "model_type": swift_model_type, "batch_size": swift_batch_size,
-    "use_galore": _swift_galore, "lora_dropout_p": lambda b, s: hf.HANDLERS["lora_dropout"](b, s),
+    "model_id_or_path": swift_model_path,
+    "model_type": swift_model_type,
+    "batch_size": swift_batch_size,
+    "use_galore": _swift_galore,
+    "lora_dropout_p": lambda b, s: hf.HANDLERS["lora_dropout"](b, s),
     "galore_rank": lambda b, s: b.set_int("optimizer_rank", s, minimum=1),
     "galore_target_modules": hf._targets_handler("optimizer_targets"),
     "llamapro_num_new_blocks": _swift_count,
-    **{k: PlanBuilder.remember for k in ("galore_optim_per_parameter", "galore_quantization", "galore_proj_quant",
-                                         "galore_proj_bits", "galore_with_embedding", "lora_target_modules")},
+    **{
+        k: PlanBuilder.remember
+        for k in (
+            "galore_optim_per_parameter",
+            "galore_quantization",
+            "galore_proj_quant",
+            "galore_proj_bits",
+            "galore_with_embedding",
+            "lora_target_modules",
+        )
+    },
 }
 
 
@@ -445,10 +528,14 @@ def swift_finish(b: PlanBuilder, settings: list[Setting]) -> None:
     legacy = bool(SWIFT_LEGACY_FLAGS & set(by_key)) or entry is not None
     path = by_key.get("model_id_or_path")
     if entry is None and path is not None:
-        entry = swift_model_entry(str(path.value).strip())      # 1.x infers the type from the model id
+        entry = swift_model_entry(str(path.value).strip())  # 1.x infers the type from the model id
     if plan.model_id is None and mt is not None and entry is None:
-        b.issue(IssueKind.NOT_READ, f"`{mt.key} {mt.value}` is not a model type of ms-swift 1.x/2.x's registry "
-                f"({SWIFT_REGISTRY}), and no `--model` names the weights", mt)
+        b.issue(
+            IssueKind.NOT_READ,
+            f"`{mt.key} {mt.value}` is not a model type of ms-swift 1.x/2.x's registry "
+            f"({SWIFT_REGISTRY}), and no `--model` names the weights",
+            mt,
+        )
 
     lora = plan.peft_method is None or plan.peft_method.value in ("lora", "qlora", "dora")
     targets = by_key.get("lora_target_modules")
@@ -469,13 +556,22 @@ def swift_finish(b: PlanBuilder, settings: list[Setting]) -> None:
         if names:
             origin = Origin.FILE if targets is not None else Origin.DEFAULT
             if targets is None:
-                b.set("lora_targets", names, origin=origin, framework="ms-swift",
-                      note=f"`--lora_target_modules` default DEFAULT{': ' + note if note else ''} ({SWIFT_1X})")
+                b.set(
+                    "lora_targets",
+                    names,
+                    origin=origin,
+                    framework="ms-swift",
+                    note=f"`--lora_target_modules` default DEFAULT{': ' + note if note else ''} ({SWIFT_1X})",
+                )
             else:
                 b.set("lora_targets", names, targets, note=note)
         if "EMBEDDING" in upper:
-            b.unmodelled(targets, "LoRA on the embedding (`EMBEDDING`)", "estimated without an embedding adapter",
-                         key=f"{targets.key} EMBEDDING")
+            b.unmodelled(
+                targets,
+                "LoRA on the embedding (`EMBEDDING`)",
+                "estimated without an embedding adapter",
+                key=f"{targets.key} EMBEDDING",
+            )
 
     # ms-swift (v2.0–v4.5.2 swift/optimizers/galore/utils.py `_create_optimizer_and_scheduler`): with
     # `--galore_optim_per_parameter` each parameter gets its own optimizer, all stepped together by
@@ -487,16 +583,27 @@ def swift_finish(b: PlanBuilder, settings: list[Setting]) -> None:
         # `--galore_quantization`: q_galore_torch's QGaLoreAdamW8bit (bitsandbytes 8-bit states) on the model's own
         # 16-bit weights (ms-swift does not quantize them); `--galore_proj_quant` stores the projections in
         # `--galore_proj_bits` (default 4) bits (swift/trainers/arguments.py)
-        b.set("optimizer", "q_galore_adamw8bit", quantized, override=True,
-              note="`--use_galore` + `--galore_quantization`: Q-GaLore's 8-bit AdamW (QGaLoreAdamW8bit)")
+        b.set(
+            "optimizer",
+            "q_galore_adamw8bit",
+            quantized,
+            override=True,
+            note="`--use_galore` + `--galore_quantization`: Q-GaLore's 8-bit AdamW (QGaLoreAdamW8bit)",
+        )
         proj = by_key.get("galore_proj_quant")
         if proj is not None and to_bool(proj.value):
             bits = by_key.get("galore_proj_bits")
             if bits is not None:
                 b.set_int("optimizer_proj_bits", bits, minimum=1)
             else:
-                b.set("optimizer_proj_bits", 4, proj, origin=Origin.DEFAULT, framework="ms-swift",
-                      note="`--galore_proj_bits` default 4")
+                b.set(
+                    "optimizer_proj_bits",
+                    4,
+                    proj,
+                    origin=Origin.DEFAULT,
+                    framework="ms-swift",
+                    note="`--galore_proj_bits` default 4",
+                )
 
     method = next((by_key[k] for k in ("tuner_type", "train_type", "sft_type") if k in by_key), None)
     if method is not None and str(method.value).strip().lower() == "llamapro":
@@ -505,8 +612,20 @@ def swift_finish(b: PlanBuilder, settings: list[Setting]) -> None:
         blocks = by_key.get("llamapro_num_new_blocks")
         count = to_int(blocks.value) if blocks is not None else 4
         b.set("peft_method", "freeze", method, override=True, note="LLaMA-Pro trains only its new blocks")
-        b.set("trained_layers", count, blocks or method, override=True,
-              note=f"{count} new block(s){'' if blocks else ' (`llamapro_num_new_blocks` default 4, ' + SWIFT_TUNER_ARGS + ')'}")
-        b.set("trained_where", "spread", method, override=True, note="LLaMA-Pro's new blocks are spread through the model")
-        b.set("added_layers", count, blocks or method, override=True,
-              note=f"LLaMA-Pro copies {count} decoder block(s) into the model")
+        b.set(
+            "trained_layers",
+            count,
+            blocks or method,
+            override=True,
+            note=f"{count} new block(s){'' if blocks else ' (`llamapro_num_new_blocks` default 4, ' + SWIFT_TUNER_ARGS + ')'}",
+        )
+        b.set(
+            "trained_where", "spread", method, override=True, note="LLaMA-Pro's new blocks are spread through the model"
+        )
+        b.set(
+            "added_layers",
+            count,
+            blocks or method,
+            override=True,
+            note=f"LLaMA-Pro copies {count} decoder block(s) into the model",
+        )

@@ -9,6 +9,7 @@ Which block: the first one that contains a training command. Blocks are read ind
 alternatives — a single-GPU and a multi-GPU command, say — and merging them would describe a run
 nobody launches.
 """
+
 from __future__ import annotations
 
 import re
@@ -19,8 +20,21 @@ from vramlens.formats.settings import PlanBuilder
 from vramlens.plan import TrainingPlan
 from vramlens.text import text_lines
 
-SHELL_INFOS = frozenset({"bash", "sh", "shell", "console", "zsh", "shell-session", "shellsession", "sh-session",
-                         "bash-session", "terminal", "shellscript"})
+SHELL_INFOS = frozenset(
+    {
+        "bash",
+        "sh",
+        "shell",
+        "console",
+        "zsh",
+        "shell-session",
+        "shellsession",
+        "sh-session",
+        "bash-session",
+        "terminal",
+        "shellscript",
+    }
+)
 CONSOLE_INFOS = frozenset({"console", "shell-session", "shellsession", "sh-session", "bash-session", "terminal"})
 _FENCE = re.compile(r"[ \t]*(`{3,}|~{3,})[ \t]*([^\s`{]*)")
 _PROMPT = re.compile(r"([ \t]*)([$%])( |$)")
@@ -29,11 +43,11 @@ _PS2 = re.compile(r"([ \t]*)(>)( |$)")
 
 @dataclass
 class Block:
-    first_line: int            # 0-based line of the first content line
-    end_line: int              # exclusive
+    first_line: int  # 0-based line of the first content line
+    end_line: int  # exclusive
     info: str
-    console: bool              # lines carry `$ ` prompts
-    indent: str                # indentation of the fence
+    console: bool  # lines carry `$ ` prompts
+    indent: str  # indentation of the fence
 
 
 def shell_blocks(lines: list[str]) -> list[Block]:
@@ -46,7 +60,7 @@ def shell_blocks(lines: list[str]) -> list[Block]:
             i += 1
             continue
         fence, info = m.group(1), m.group(2).lower()
-        indent = lines[i][:len(lines[i]) - len(lines[i].lstrip())]
+        indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
         j = i + 1
         while j < n:
             s = lines[j].strip()
@@ -54,7 +68,7 @@ def shell_blocks(lines: list[str]) -> list[Block]:
                 break
             j += 1
         if info in SHELL_INFOS:
-            body = lines[i + 1:j]
+            body = lines[i + 1 : j]
             prompted = any(_PROMPT.match(line) for line in body)
             out.append(Block(i + 1, j, info, info in CONSOLE_INFOS or prompted, indent))
         i = j + 1
@@ -65,17 +79,17 @@ def block_view(lines: list[str], block: Block) -> str:
     """The block's lines with only its commands left (prompts become spaces, output lines blank)."""
     out: list[str] = []
     continued = False
-    for line in lines[block.first_line:block.end_line]:
+    for line in lines[block.first_line : block.end_line]:
         if not block.console:
             out.append(line)
             continue
         m = _PROMPT.match(line)
         if m and not continued:
-            line = m.group(1) + " " + line[m.end(2):]
+            line = m.group(1) + " " + line[m.end(2) :]
         elif continued:
             m2 = _PS2.match(line)
             if m2:
-                line = m2.group(1) + " " + line[m2.end(2):]
+                line = m2.group(1) + " " + line[m2.end(2) :]
         else:
             out.append("")
             continue
@@ -86,7 +100,7 @@ def block_view(lines: list[str], block: Block) -> str:
 
 def training_block(text: str, path: str) -> tuple[Block, str, shell.ShellScript, list] | None:
     """The first block with a training command: (block, its view, the analysed script, issues)."""
-    lines = text_lines(text)       # the lines spans count (a lone \r breaks a line, as in the editor)
+    lines = text_lines(text)  # the lines spans count (a lone \r breaks a line, as in the editor)
     for block in shell_blocks(lines):
         view = block_view(lines, block)
         script, issues = shell.analyze(view, path, first_line=block.first_line)

@@ -12,6 +12,7 @@ read here (`HANDLERS`), recorded as not modelled (a `_not_modelled` handler), or
 tests/formats/test_megatron_arguments.py holds that file to it. Defaults are Megatron-LM's own for `pretrain_*.py`
 and Megatron-SWIFT's for `megatron sft|pt|rlhf` (knowledge/frameworks.py "megatron", "megatron-swift").
 """
+
 from __future__ import annotations
 
 import re
@@ -21,10 +22,10 @@ from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
 from vramlens.plan import IssueKind, Origin, Severity
 
 ARGUMENTS = "Megatron-LM megatron/training/arguments.py"
-FRAMEWORK = "megatron"                  # knowledge/frameworks.py: Megatron-LM's own defaults
-SWIFT_FRAMEWORK = "megatron-swift"      # … and Megatron-SWIFT's
+FRAMEWORK = "megatron"  # knowledge/frameworks.py: Megatron-LM's own defaults
+SWIFT_FRAMEWORK = "megatron-swift"  # … and Megatron-SWIFT's
 SWIFT_LABEL = "ms-swift 3.12–4.5 Megatron-SWIFT"
-GPT2_VOCAB = 50257                      # GPT2BPETokenizer (gpt2-vocab.json) of examples/gpt3/*.sh
+GPT2_VOCAB = 50257  # GPT2BPETokenizer (gpt2-vocab.json) of examples/gpt3/*.sh
 # scripts that run Megatron-LM's training loop (`pretrain_gpt.py`, `examples/classes/pretrain_gpt.py`, …)
 _SCRIPT = re.compile(r"(?:^|/)pretrain_(?:gpt|mamba|bert|t5|vlm|mixtral|llama)\w*\.py$")
 SWIFT_SUBCOMMANDS = ("sft", "pt", "rlhf")
@@ -42,6 +43,7 @@ def _layout(concept: str, kind: str = "int"):
             b.set_int(concept, s, minimum=1)
         else:
             b.set_bool(concept, s)
+
     return handler
 
 
@@ -49,7 +51,7 @@ def _recompute_granularity(b: PlanBuilder, s: Setting) -> None:
     """`full` checkpoints whole layers; `selective` recomputes the core attention only (its scores, softmax and
     dropout are not stored: `components.megatron_core_attention_per_token`; fused attention keeps none anyway)."""
     w = str(s.value).strip().lower()
-    if w not in ("full", "selective", "none"):            # `none`: Megatron-SWIFT's spelling of no recompute
+    if w not in ("full", "selective", "none"):  # `none`: Megatron-SWIFT's spelling of no recompute
         return b.unknown(s, "recompute granularity", ("full", "selective"))
     b.set("grad_checkpointing", w == "full", s, note=f"Megatron recompute granularity `{w}`")
     if w == "selective":
@@ -81,8 +83,11 @@ def _precision(dtype: str):
     def handler(b: PlanBuilder, s: Setting) -> None:
         if to_bool(s.value) is False:
             return
-        b.set("amp_dtype", dtype, s, note="Megatron mixed precision: 16-bit weights, fp32 main weights in the optimizer")
+        b.set(
+            "amp_dtype", dtype, s, note="Megatron mixed precision: 16-bit weights, fp32 main weights in the optimizer"
+        )
         b.set("weight_dtype", dtype, s)
+
     return handler
 
 
@@ -92,6 +97,7 @@ def _shape(name: str):
             return b.unknown(s, "size", hint="a whole number")
         s.value = to_int(s.value)
         b.shape(name, s)
+
     return handler
 
 
@@ -111,9 +117,11 @@ def _train_type(b: PlanBuilder, s: Setting) -> None:
 
 def _not_modelled(what: str, consequence: str, *, unless=None):
     """Record the flag as not modelled when it is on (`unless`: its default value, which is modelled)."""
+
     def handler(b: PlanBuilder, s: Setting) -> None:
         if to_bool(s.value) is not False and (unless is None or str(s.value).strip().lower() != unless):
             b.unmodelled(s, what, consequence)
+
     return handler
 
 
@@ -173,8 +181,9 @@ def _rlhf_type(b: PlanBuilder, s: Setting) -> None:
 
 def _precision_aware(name: str, default: str):
     """`--main-grads-dtype`, `--main-params-dtype`, `--exp-avg-dtype`, `--exp-avg-sq-dtype` (fp32 by default)."""
-    return _not_modelled(f"{name} in lower precision (precision-aware optimizer)",
-                         "optimizer state counted in fp32", unless=default)
+    return _not_modelled(
+        f"{name} in lower precision (precision-aware optimizer)", "optimizer state counted in fp32", unless=default
+    )
 
 
 HANDLERS = {
@@ -193,14 +202,17 @@ HANDLERS = {
     "micro_batch_size": lambda b, s: b.set_int("micro_batch", s, minimum=1),
     "global_batch_size": lambda b, s: b.set_int("global_batch", s, minimum=1),
     "seq_length": lambda b, s: b.set_int("seq_len", s, minimum=1),
-    "max_length": lambda b, s: b.set_int("seq_len", s, minimum=1),          # Megatron-SWIFT
+    "max_length": lambda b, s: b.set_int("seq_len", s, minimum=1),  # Megatron-SWIFT
     "packing": lambda b, s: b.set_bool("packing", s),
-    "bf16": _precision("bf16"), "fp16": _precision("fp16"),
-    "model": hf._model,                                                       # Megatron-SWIFT: a hub id
+    "bf16": _precision("bf16"),
+    "fp16": _precision("fp16"),
+    "model": hf._model,  # Megatron-SWIFT: a hub id
     "train_type": _train_type,
     "lora_rank": lambda b, s: b.set_int("lora_r", s, minimum=1),
-    "num_layers": _shape("num_layers"), "hidden_size": _shape("hidden_size"),
-    "num_attention_heads": _shape("num_attention_heads"), "ffn_hidden_size": _shape("intermediate_size"),
+    "num_layers": _shape("num_layers"),
+    "hidden_size": _shape("hidden_size"),
+    "num_attention_heads": _shape("num_attention_heads"),
+    "ffn_hidden_size": _shape("intermediate_size"),
     "num_query_groups": _shape("num_kv_heads"),
     "max_position_embeddings": _shape("max_position_embeddings"),
     "swiglu": _swiglu,
@@ -213,27 +225,39 @@ HANDLERS = {
     "recompute_activations": _recompute_activations,
     "recompute_modules": _recompute_modules,
     "optimizer": _optimizer,
-    "vocab_size": _vocabulary, "padded_vocab_size": _vocabulary,
-    "make_vocab_size_divisible_by": _remember, "tokenizer_type": _remember, "group_query_attention": _remember,
-    "accumulate_allreduce_grads_in_fp32": _remember, "kv_channels": _remember,
+    "vocab_size": _vocabulary,
+    "padded_vocab_size": _vocabulary,
+    "make_vocab_size_divisible_by": _remember,
+    "tokenizer_type": _remember,
+    "group_query_attention": _remember,
+    "accumulate_allreduce_grads_in_fp32": _remember,
+    "kv_channels": _remember,
     "encoder_seq_length": lambda b, s: b.set_int("seq_len", s, minimum=1),
     "use_flash_attn": lambda b, s: b.set("attn_impl", "sdpa", s, note="FlashAttention") if to_bool(s.value) else None,
     "sft": _sft,
-    "rlhf_type": _rlhf_type,                                                   # Megatron-SWIFT `megatron rlhf`
+    "rlhf_type": _rlhf_type,  # Megatron-SWIFT `megatron rlhf`
     "checkpoint_activations": lambda b, s: b.issue(
-        IssueKind.UNKNOWN_VALUE, "`--checkpoint-activations` is no longer valid: Megatron-LM exits on it; write "
-        "`--recompute-activations` (or `--recompute-granularity`)", s, suggestion="--recompute-activations"),
+        IssueKind.UNKNOWN_VALUE,
+        "`--checkpoint-activations` is no longer valid: Megatron-LM exits on it; write "
+        "`--recompute-activations` (or `--recompute-granularity`)",
+        s,
+        suggestion="--recompute-activations",
+    ),
     "batch_size": lambda b, s: b.issue(
-        IssueKind.UNKNOWN_VALUE, "`--batch-size` is no longer valid: Megatron-LM stops on it; write "
-        "`--micro-batch-size`", s, suggestion="--micro-batch-size"),
+        IssueKind.UNKNOWN_VALUE,
+        "`--batch-size` is no longer valid: Megatron-LM stops on it; write `--micro-batch-size`",
+        s,
+        suggestion="--micro-batch-size",
+    ),
     # FP8 / FP4 weights and recipes (the FP8 format itself: `fp8_format` above)
     "fp8_param_gather": _not_modelled("FP8 weights (parameter all-gather in FP8)", "16-bit weights counted"),
     "fp4_format": _not_modelled("FP4 training (Transformer Engine)", "estimated with 16-bit activations"),
     "fp4_param_gather": _not_modelled("FP4 weights", "16-bit weights counted"),
     # precision
     "fp32_residual_connection": _not_modelled("residual stream in fp32", "residual counted in 16-bit"),
-    "attention_softmax_in_fp32": _not_modelled("attention softmax in fp32 (unfused attention)",
-                                               "counted in the training dtype"),
+    "attention_softmax_in_fp32": _not_modelled(
+        "attention softmax in fp32 (unfused attention)", "counted in the training dtype"
+    ),
     "fp16_lm_cross_entropy": _not_modelled("cross entropy on 16-bit logits", "logits counted in fp32"),
     "use_precision_aware_optimizer": _not_modelled("precision-aware optimizer", "optimizer state counted in fp32"),
     "main_grads_dtype": _precision_aware("main gradients", "fp32"),
@@ -241,79 +265,74 @@ HANDLERS = {
     "exp_avg_dtype": _precision_aware("Adam first moment", "fp32"),
     "exp_avg_sq_dtype": _precision_aware("Adam second moment", "fp32"),
     # recompute and memory management
-    "distribute_saved_activations": _not_modelled("recomputed layers' inputs split over the tensor-parallel group",
-                                                  "counted whole on each rank"),
+    "distribute_saved_activations": _not_modelled(
+        "recomputed layers' inputs split over the tensor-parallel group", "counted whole on each rank"
+    ),
     "moe_layer_recompute": _not_modelled("MoE layers recomputed", "estimated as stored"),
-    "empty_unused_memory_level": _not_modelled("the allocator cache emptied during each step",
-                                               "reserved memory estimated with the caching allocator's slack",
-                                               unless="0"),
-    "tp_comm_overlap": _not_modelled("tensor-parallel communication overlapped with GEMMs (userbuffers)",
-                                     "its communication buffers are not counted"),
+    "empty_unused_memory_level": _not_modelled(
+        "the allocator cache emptied during each step",
+        "reserved memory estimated with the caching allocator's slack",
+        unless="0",
+    ),
+    "tp_comm_overlap": _not_modelled(
+        "tensor-parallel communication overlapped with GEMMs (userbuffers)", "its communication buffers are not counted"
+    ),
     "optimizer_cpu_offload": _not_modelled("optimizer states offloaded to the CPU", "estimated on the GPU"),
     # other sharding and layouts
-    "use_megatron_fsdp": _not_modelled("Megatron FSDP (weights and gradients sharded)",
-                                       "estimated with whole weights and gradients on each rank"),
-    "use_torch_fsdp2": _not_modelled("torch FSDP2 (weights and gradients sharded)",
-                                     "estimated with whole weights and gradients on each rank"),
+    "use_megatron_fsdp": _not_modelled(
+        "Megatron FSDP (weights and gradients sharded)", "estimated with whole weights and gradients on each rank"
+    ),
+    "use_torch_fsdp2": _not_modelled(
+        "torch FSDP2 (weights and gradients sharded)", "estimated with whole weights and gradients on each rank"
+    ),
     "pipeline_model_parallel_layout": _not_modelled("a custom pipeline layer layout", "layers split evenly"),
     "decoder_first_pipeline_num_layers": _not_modelled("uneven pipeline stages", "layers split evenly"),
     "decoder_last_pipeline_num_layers": _not_modelled("uneven pipeline stages", "layers split evenly"),
     "moe_extended_tp": _not_modelled("extended tensor parallelism of the experts", "experts split by EP only"),
     "multi_latent_attention": _not_modelled("multi-latent attention (MLA)", "estimated as multi-head attention"),
     "hybrid_override_pattern": _not_modelled("hybrid Mamba/attention layers", "estimated as transformer layers"),
-    "hybrid_attention_ratio": _not_modelled("hybrid Mamba/attention layers", "estimated as transformer layers",
-                                            unless="0.0"),
-    "perform_rl_step": _not_modelled("Megatron-RL (generation and GRPO inside the run)",
-                                     "estimated as a training step without generation"),
+    "hybrid_attention_ratio": _not_modelled(
+        "hybrid Mamba/attention layers", "estimated as transformer layers", unless="0.0"
+    ),
+    "perform_rl_step": _not_modelled(
+        "Megatron-RL (generation and GRPO inside the run)", "estimated as a training step without generation"
+    ),
 }
 
 _GROUPS = {
-    "FP8/FP4 recipe details (FP8 training itself is recorded as not modelled)":
-        "fp8_recipe fp8_margin fp8_interval fp8_amax_history_len fp8_amax_compute_algo fp8_wgrad "
-        "first_last_layers_bf16 num_layers_at_start_in_bf16 num_layers_at_end_in_bf16 keep_fp8_transpose_cache "
-        "reuse_grad_buf_for_mxfp8_param_ag moe_router_padding_for_fp8",
-    "inference and text-generation serving, not training":
-        "inference_batch_times_seqlen_threshold flash_decode inference_max_batch_size inference_max_seq_length "
-        "inference_dynamic_batching_unified_memory_level disable_chunked_prefill",
-    "Megatron-RL details (`--perform-rl-step` is recorded as not modelled)":
-        "rl_offload_optimizer_during_inference rl_offload_kv_cache_during_training rl_use_sequence_packing "
-        "rl_sequence_packing_bin_size rl_sequence_packing_algo",
-    "models vramlens does not read from a Megatron launch (Retro, T5, BERT, ICT, DINO)":
-        "retro_encoder_attention_dropout retro_attention_gate relative_attention_num_buckets "
-        "relative_attention_max_distance decoder_seq_length retriever_seq_length short_seq_prob indexer_batch_size "
-        "data_sharding dino_freeze_last_layer",
-    "positions and activations computed in place, without stored tensors of their own":
-        "rotary_seq_len_interpolation_factor activation_func_clamp_value window_attn_skip_freq "
-        "use_fused_weighted_squared_relu use_te_activation_func",
+    "FP8/FP4 recipe details (FP8 training itself is recorded as not modelled)": "fp8_recipe fp8_margin fp8_interval fp8_amax_history_len fp8_amax_compute_algo fp8_wgrad "
+    "first_last_layers_bf16 num_layers_at_start_in_bf16 num_layers_at_end_in_bf16 keep_fp8_transpose_cache "
+    "reuse_grad_buf_for_mxfp8_param_ag moe_router_padding_for_fp8",
+    "inference and text-generation serving, not training": "inference_batch_times_seqlen_threshold flash_decode inference_max_batch_size inference_max_seq_length "
+    "inference_dynamic_batching_unified_memory_level disable_chunked_prefill",
+    "Megatron-RL details (`--perform-rl-step` is recorded as not modelled)": "rl_offload_optimizer_during_inference rl_offload_kv_cache_during_training rl_use_sequence_packing "
+    "rl_sequence_packing_bin_size rl_sequence_packing_algo",
+    "models vramlens does not read from a Megatron launch (Retro, T5, BERT, ICT, DINO)": "retro_encoder_attention_dropout retro_attention_gate relative_attention_num_buckets "
+    "relative_attention_max_distance decoder_seq_length retriever_seq_length short_seq_prob indexer_batch_size "
+    "data_sharding dino_freeze_last_layer",
+    "positions and activations computed in place, without stored tensors of their own": "rotary_seq_len_interpolation_factor activation_func_clamp_value window_attn_skip_freq "
+    "use_fused_weighted_squared_relu use_te_activation_func",
     "multi-latent attention sizes (MLA itself is recorded as not modelled)": "q_lora_rank kv_lora_rank",
-    "logging, checks and checkpoint files":
-        "log_num_zeros_in_grad log_memory_to_tensorboard record_memory_history memory_snapshot_path "
-        "check_for_nan_in_loss_and_grad no_save_optim no_load_optim strict_fsdp_dtensor_load "
-        "ckpt_fully_parallel_save_deprecated ckpt_fully_parallel_save ckpt_fully_parallel_load "
-        "dist_ckpt_optim_fully_reshardable distrib_optim_fully_reshardable_mem_efficient data_parallel_random_init",
+    "logging, checks and checkpoint files": "log_num_zeros_in_grad log_memory_to_tensorboard record_memory_history memory_snapshot_path "
+    "check_for_nan_in_loss_and_grad no_save_optim no_load_optim strict_fsdp_dtensor_load "
+    "ckpt_fully_parallel_save_deprecated ckpt_fully_parallel_save ckpt_fully_parallel_load "
+    "dist_ckpt_optim_fully_reshardable distrib_optim_fully_reshardable_mem_efficient data_parallel_random_init",
     "numerics of the same tensors: gradient clipping, dropout probability (the core attention's dropout mask is "
-    "counted: estimate.components.megatron_core_attention_per_token), reduced-precision matmul, router dtype":
-        "clip_grad attention_dropout disable_bf16_reduced_precision_matmul moe_router_dtype",
-    "the global batch over the run (memory follows the micro batch, which these do not change)":
-        "rampup_batch_size decrease_batch_size_if_needed",
+    "counted: estimate.components.megatron_core_attention_per_token), reduced-precision matmul, router dtype": "clip_grad attention_dropout disable_bf16_reduced_precision_matmul moe_router_dtype",
+    "the global batch over the run (memory follows the micro batch, which these do not change)": "rampup_batch_size decrease_batch_size_if_needed",
     "communication scheduling and process groups: the speed estimate treats collectives as overlapped with compute "
-    "(estimate/throughput.py)":
-        "tp_comm_overlap_cfg tp_comm_overlap_ag tp_comm_overlap_rs tp_comm_overlap_rs_dgrad tp_comm_bulk_dgrad "
-        "tp_comm_bulk_wgrad tp_comm_bootstrap_backend tp_comm_split_ag tp_comm_split_rs "
-        "async_tensor_model_parallel_allreduce pipeline_model_parallel_comm_backend overlap_grad_reduce "
-        "align_grad_reduce overlap_param_gather_with_optimizer_step use_ring_exchange_p2p gradient_reduce_div_fusion "
-        "num_distributed_optimizer_instances cp_comm_type hierarchical_context_parallel_sizes use_tp_pp_dp_mapping "
-        "overlap_moe_expert_parallel_comm model_parallel_size",
-    "wgrad accumulated straight into the fp32 main gradients, which are counted either way":
-        "gradient_accumulation_fusion",
-    "CPU-offload details (`--optimizer-cpu-offload` is recorded as not modelled)":
-        "optimizer_offload_fraction use_torch_optimizer_for_cpu_offload overlap_cpu_optimizer_d2h_h2d",
-    "FSDP details (`--use-megatron-fsdp` / `--use-torch-fsdp2` are recorded as not modelled)":
-        "data_parallel_sharding_strategy fsdp_double_buffer torch_fsdp2_reshard_after_forward "
-        "enable_full_sharding_in_hsdp",
+    "(estimate/throughput.py)": "tp_comm_overlap_cfg tp_comm_overlap_ag tp_comm_overlap_rs tp_comm_overlap_rs_dgrad tp_comm_bulk_dgrad "
+    "tp_comm_bulk_wgrad tp_comm_bootstrap_backend tp_comm_split_ag tp_comm_split_rs "
+    "async_tensor_model_parallel_allreduce pipeline_model_parallel_comm_backend overlap_grad_reduce "
+    "align_grad_reduce overlap_param_gather_with_optimizer_step use_ring_exchange_p2p gradient_reduce_div_fusion "
+    "num_distributed_optimizer_instances cp_comm_type hierarchical_context_parallel_sizes use_tp_pp_dp_mapping "
+    "overlap_moe_expert_parallel_comm model_parallel_size",
+    "wgrad accumulated straight into the fp32 main gradients, which are counted either way": "gradient_accumulation_fusion",
+    "CPU-offload details (`--optimizer-cpu-offload` is recorded as not modelled)": "optimizer_offload_fraction use_torch_optimizer_for_cpu_offload overlap_cpu_optimizer_d2h_h2d",
+    "FSDP details (`--use-megatron-fsdp` / `--use-torch-fsdp2` are recorded as not modelled)": "data_parallel_sharding_strategy fsdp_double_buffer torch_fsdp2_reshard_after_forward "
+    "enable_full_sharding_in_hsdp",
     "attention masks: a boolean b×s×s mask per micro batch (s² bytes a sample), small next to the activations; "
-    "fused attention takes the causal mask as a flag":
-        "reset_attention_mask create_attention_mask_in_dataloader",
+    "fused attention takes the causal mask as a flag": "reset_attention_mask create_attention_mask_in_dataloader",
 }
 # Megatron-LM arguments that look as if they changed memory or speed and do not, as estimated: name -> why
 IRRELEVANT: dict[str, str] = {name: why for why, names in _GROUPS.items() for name in names.split()}
@@ -330,6 +349,7 @@ def handler(name: str):
         if b.plan.dist_strategy is None:
             b.set("dist_strategy", "megatron", s, note="the command runs Megatron")
         found(b, s)
+
     return run
 
 
@@ -350,14 +370,22 @@ def finish(b: PlanBuilder, settings: list[Setting], launch) -> None:
     if is_swift(launch):
         return _swift_finish(b, launch.subcommand)
     script = launch.script.text.rsplit("/", 1)[-1] if launch.script else "pretrain_gpt.py"
-    b.set("objective", "pretrain", note=f"`{script}` trains next-token prediction from the start of each sample "
-          "(no `--sft`)", origin=Origin.DERIVED, framework="Megatron-LM")
+    b.set(
+        "objective",
+        "pretrain",
+        note=f"`{script}` trains next-token prediction from the start of each sample (no `--sft`)",
+        origin=Origin.DERIVED,
+        framework="Megatron-LM",
+    )
     for concept, flag in (("micro_batch", "--micro-batch-size"), ("seq_len", "--seq-length")):
         if getattr(b.plan, concept) is None:
             # megatron/training/arguments.py (core_v0.15.0) `validate_args`: `assert args.micro_batch_size is not
             # None`; `assert args.encoder_seq_length is not None` when --seq-length is not given
-            b.issue(IssueKind.ASSUMED, f"Megatron-LM stops without `{flag}` (megatron/training/arguments.py asserts "
-                    "it); the estimate assumes one")
+            b.issue(
+                IssueKind.ASSUMED,
+                f"Megatron-LM stops without `{flag}` (megatron/training/arguments.py asserts "
+                "it); the estimate assumes one",
+            )
     if b.plan.model_id is None:
         _query_groups(b, by)
         _vocabulary_padded(b, by)
@@ -367,8 +395,12 @@ def finish(b: PlanBuilder, settings: list[Setting], launch) -> None:
     if amp == "fp16" and (fp32_grads is None or to_bool(fp32_grads.value) is False):
         # arguments.py turns `accumulate_allreduce_grads_in_fp32` on for bf16 only; training.py passes it on as
         # DistributedDataParallelConfig `grad_reduce_in_fp32`, so fp16 runs keep fp16 gradient buffers
-        b.unmodelled(by.get("fp16"), "fp16 gradient buffers, without `--accumulate-allreduce-grads-in-fp32`",
-                     "gradient buffers counted in fp32", key="fp16" if "fp16" not in by else None)
+        b.unmodelled(
+            by.get("fp16"),
+            "fp16 gradient buffers, without `--accumulate-allreduce-grads-in-fp32`",
+            "gradient buffers counted in fp32",
+            key="fp16" if "fp16" not in by else None,
+        )
 
 
 def _swift_finish(b: PlanBuilder, subcommand: str) -> None:
@@ -376,11 +408,21 @@ def _swift_finish(b: PlanBuilder, subcommand: str) -> None:
     `rlhf_type = 'dpo'`, megatron_args.py `global_batch_size: int = 16`; the same in v4.5.2 ff512877
     swift/megatron/arguments/)."""
     if subcommand == "rlhf":
-        b.set("objective", "dpo", note="Megatron-SWIFT's default rlhf_type for `megatron rlhf`",
-              origin=Origin.DEFAULT, framework=SWIFT_LABEL)
+        b.set(
+            "objective",
+            "dpo",
+            note="Megatron-SWIFT's default rlhf_type for `megatron rlhf`",
+            origin=Origin.DEFAULT,
+            framework=SWIFT_LABEL,
+        )
     else:
-        b.set("objective", "pretrain" if subcommand == "pt" else "sft", note=f"the command runs `megatron {subcommand}`",
-              origin=Origin.DERIVED, framework=SWIFT_LABEL)
+        b.set(
+            "objective",
+            "pretrain" if subcommand == "pt" else "sft",
+            note=f"the command runs `megatron {subcommand}`",
+            origin=Origin.DERIVED,
+            framework=SWIFT_LABEL,
+        )
     if b.plan.global_batch is None:
         b.set("global_batch", 16, origin=Origin.DEFAULT, framework=SWIFT_LABEL)
 
@@ -396,9 +438,14 @@ def _query_groups(b: PlanBuilder, by: dict[str, Setting]) -> None:
             b.shape("num_kv_heads", Setting(gqa.key, gqa.path, 1, gqa.span, gqa.value_span), override=True)
     elif groups is not None:
         b.plan.extra.pop("arch.num_kv_heads", None)
-        b.issue(IssueKind.NOT_READ, f"`{groups.key}` has no effect without `--group-query-attention`: Megatron-LM "
-                "gives every attention head its own key and value", groups, severity=Severity.INFO,
-                span=groups.key_span)
+        b.issue(
+            IssueKind.NOT_READ,
+            f"`{groups.key}` has no effect without `--group-query-attention`: Megatron-LM "
+            "gives every attention head its own key and value",
+            groups,
+            severity=Severity.INFO,
+            span=groups.key_span,
+        )
 
 
 def _vocabulary_padded(b: PlanBuilder, by: dict[str, Setting]) -> None:
@@ -425,14 +472,23 @@ def _vocabulary_padded(b: PlanBuilder, by: dict[str, Setting]) -> None:
     padded = -(-size // multiple) * multiple
     how = f"padded to {padded:,}, a multiple of {divisible} × TP {tp or 1}"
     if given is not None:
-        extra["arch.vocab_size"] = Sourced(value=padded, key=given.key, span=given.span, value_span=given.value_span,
-                                           note=f"{size:,} tokens{' (with the end-of-document token)' if tokenizer == 'NullTokenizer' else ''}, {how}")
+        extra["arch.vocab_size"] = Sourced(
+            value=padded,
+            key=given.key,
+            span=given.span,
+            value_span=given.value_span,
+            note=f"{size:,} tokens{' (with the end-of-document token)' if tokenizer == 'NullTokenizer' else ''}, {how}",
+        )
     else:
-        extra["arch.vocab_size"] = Sourced(value=padded, origin=Origin.ASSUMED,
-                                           note=f"GPT-2's {GPT2_VOCAB:,} tokens, {how}")
-        b.plan.read_notes.append(Approximate(
-            f"vocabulary not given (`--vocab-size`, `--padded-vocab-size`){' for ' + tokenizer if tokenizer else ''}: "
-            f"assumed GPT-2's {GPT2_VOCAB:,} tokens, {how}"))
+        extra["arch.vocab_size"] = Sourced(
+            value=padded, origin=Origin.ASSUMED, note=f"GPT-2's {GPT2_VOCAB:,} tokens, {how}"
+        )
+        b.plan.read_notes.append(
+            Approximate(
+                f"vocabulary not given (`--vocab-size`, `--padded-vocab-size`){' for ' + tokenizer if tokenizer else ''}: "
+                f"assumed GPT-2's {GPT2_VOCAB:,} tokens, {how}"
+            )
+        )
 
 
 def _head_size(b: PlanBuilder, by: dict[str, Setting]) -> None:

@@ -11,6 +11,7 @@ MixedPrecisionPolicy(param_dtype=bfloat16)), `peft` LoRA's `dim`/`alpha`/`dropou
 `torch.optim` class, `loss_fn`.
 `_target_` values are read as text only; nothing is imported.
 """
+
 from __future__ import annotations
 
 import re
@@ -20,13 +21,45 @@ from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
 from vramlens.plan import IssueKind, Origin
 
 LABEL = "NeMo AutoModel"
-SECTIONS = frozenset({"step_scheduler", "dist_env", "model", "distributed", "peft", "loss_fn", "packed_sequence",
-                      "dataloader", "validation_dataset", "validation_dataloader", "recipe", "rng", "quantization",
-                      "checkpoint", "lr_scheduler", "optimizer", "dataset"})
-DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16", "fp16": "fp16", "float16": "fp16",
-          "torch.float16": "fp16", "fp32": "fp32", "float32": "fp32", "torch.float32": "fp32", "auto": "auto"}
-LOSSES = {"MaskedCrossEntropy": "standard", "TEParallelCrossEntropy": "standard",
-          "FusedLinearCrossEntropy": "fused", "ChunkedCrossEntropy": "chunked"}
+SECTIONS = frozenset(
+    {
+        "step_scheduler",
+        "dist_env",
+        "model",
+        "distributed",
+        "peft",
+        "loss_fn",
+        "packed_sequence",
+        "dataloader",
+        "validation_dataset",
+        "validation_dataloader",
+        "recipe",
+        "rng",
+        "quantization",
+        "checkpoint",
+        "lr_scheduler",
+        "optimizer",
+        "dataset",
+    }
+)
+DTYPES = {
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "torch.bfloat16": "bf16",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "torch.float16": "fp16",
+    "fp32": "fp32",
+    "float32": "fp32",
+    "torch.float32": "fp32",
+    "auto": "auto",
+}
+LOSSES = {
+    "MaskedCrossEntropy": "standard",
+    "TEParallelCrossEntropy": "standard",
+    "FusedLinearCrossEntropy": "fused",
+    "ChunkedCrossEntropy": "chunked",
+}
 # the run's header comment: "automodel examples/…/x.yaml --nproc-per-node 8"
 _RUN_LINE = re.compile(r"^#.*\bautomodel\b.*--nproc[-_]per[-_]node[ =](\d+)", re.MULTILINE)
 
@@ -69,8 +102,12 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
         b.set_bool("compile", s)
     if (s := get("fp8", "enabled")) is not None and to_bool(s.value):
         b.set("float8_linears", True, s, note="torchao Float8: the linears run in fp8")
-        b.unmodelled(s, "the memory of fp8 linears (torchao Float8: inputs and weights cast to fp8 with their "
-                        "scales)", "estimated with bf16 linears' memory (their run time is modelled)", key="fp8.enabled")
+        b.unmodelled(
+            s,
+            "the memory of fp8 linears (torchao Float8: inputs and weights cast to fp8 with their scales)",
+            "estimated with bf16 linears' memory (their run time is modelled)",
+            key="fp8.enabled",
+        )
 
 
 def _model(b: PlanBuilder, get) -> None:
@@ -85,8 +122,13 @@ def _model(b: PlanBuilder, get) -> None:
         else:
             b.set("weight_dtype", dtype, s)
     else:
-        b.set("weight_dtype", "auto", origin=Origin.DEFAULT, framework=LABEL,
-              note="from_pretrained(torch_dtype='auto'): the checkpoint's dtype")
+        b.set(
+            "weight_dtype",
+            "auto",
+            origin=Origin.DEFAULT,
+            framework=LABEL,
+            note="from_pretrained(torch_dtype='auto'): the checkpoint's dtype",
+        )
     if (s := get("model", "attn_implementation")) is not None and isinstance(s.value, str):
         b.set("attn_impl", s.value.strip(), s)
 
@@ -110,7 +152,9 @@ def _size(b: PlanBuilder, get, key: str) -> tuple[int | None, Setting | None]:
         return None, s
     n = to_int(s.value)
     if n is None or n < 1:
-        b.issue(IssueKind.INVALID_VALUE, f"`{key}` should be a whole number of at least 1 (or none), got {s.value!r}", s)
+        b.issue(
+            IssueKind.INVALID_VALUE, f"`{key}` should be a whole number of at least 1 (or none), got {s.value!r}", s
+        )
         return None, s
     return n, s
 
@@ -124,7 +168,7 @@ def _distributed(b: PlanBuilder, data: Any, get, ctx) -> None:
     where = get("distributed", "_target_") or get("distributed", "strategy")
     if target == "DDPManager" or strategy == "ddp":
         b.set("dist_strategy", "ddp", where)
-    else:                                           # FSDP2Manager / strategy fsdp2 (and MegatronFSDP's sharding)
+    else:  # FSDP2Manager / strategy fsdp2 (and MegatronFSDP's sharding)
         b.set("dist_strategy", "fsdp", where, note="NeMo AutoModel shards with FSDP2")
         b.set("zero_stage", 3, where, origin=Origin.DERIVED, note="FSDP2 shards parameters, gradients and states")
         b.set("fsdp_version", 2, where, origin=Origin.DERIVED)
@@ -143,17 +187,30 @@ def _distributed(b: PlanBuilder, data: Any, get, ctx) -> None:
         b.set("pipeline_parallel", pp, pp_s)
         b.unmodelled(pp_s, f"pipeline parallel ({pp} stages)", "estimated as if every GPU held every layer")
     if rep and rep > 1:
-        b.unmodelled(rep_s, "HSDP: parameters sharded within groups of dp_size ÷ dp_replicate_size and replicated "
-                            "across dp_replicate_size", "estimated as sharded over every data-parallel GPU")
+        b.unmodelled(
+            rep_s,
+            "HSDP: parameters sharded within groups of dp_size ÷ dp_replicate_size and replicated "
+            "across dp_replicate_size",
+            "estimated as sharded over every data-parallel GPU",
+        )
     ep, ep_s = _size(b, get, "ep_size")
     if ep and ep > 1:
         b.unmodelled(ep_s, "expert parallel", "estimated as if every GPU held every expert")
     if dp:
-        b.set("world_size", dp * (tp or 1) * (cp or 1) * (pp or 1), dp_s, origin=Origin.DERIVED,
-              note=f"dp_size {dp} × tp {tp or 1} × cp {cp or 1} × pp {pp or 1}")
+        b.set(
+            "world_size",
+            dp * (tp or 1) * (cp or 1) * (pp or 1),
+            dp_s,
+            origin=Origin.DERIVED,
+            note=f"dp_size {dp} × tp {tp or 1} × cp {cp or 1} × pp {pp or 1}",
+        )
     elif (m := _RUN_LINE.search(getattr(ctx, "text", "") or "")) is not None and 1 <= int(m[1]) <= 65536:
-        b.set("world_size", int(m[1]), origin=Origin.DERIVED,
-              note=f"dp_size none: every GPU of the run in the header (`--nproc-per-node {m[1]}`)")
+        b.set(
+            "world_size",
+            int(m[1]),
+            origin=Origin.DERIVED,
+            note=f"dp_size none: every GPU of the run in the header (`--nproc-per-node {m[1]}`)",
+        )
     if (s := get("distributed", "sequence_parallel")) is not None and to_bool(s.value):
         b.remember(s)
     s = get("distributed", "activation_checkpointing")

@@ -5,6 +5,7 @@ Keys may be written with `-` or `_` (NeoX normalises them); the model is describ
 (`megatron/neox_arguments/neox_args.py`, `configs/*.yml` of EleutherAI/gpt-neox; docs/config-sources.md).
 The shape is kept in `plan.extra` under `arch.*`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,14 +15,38 @@ from vramlens.formats import deepspeed
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool
 from vramlens.plan import Origin
 
-NEOX_KEYS = frozenset({
-    "pipe_parallel_size", "model_parallel_size", "num_layers", "hidden_size", "num_attention_heads", "seq_length",
-    "max_position_embeddings", "pos_emb", "norm", "no_weight_tying", "gpt_j_residual", "output_layer_parallelism",
-    "scaled_upper_triang_masked_softmax_fusion", "bias_gelu_fusion", "checkpoint_activations", "partition_activations",
-    "data_impl", "train_iters", "lr_decay_style", "attention_config", "use_bnb_optimizer", "init_method",
-    "synchronize_each_layer", "checkpoint_num_layers", "rotary_pct", "make_vocab_size_divisible_by",
-    "tokenizer_type", "finetune",
-})
+NEOX_KEYS = frozenset(
+    {
+        "pipe_parallel_size",
+        "model_parallel_size",
+        "num_layers",
+        "hidden_size",
+        "num_attention_heads",
+        "seq_length",
+        "max_position_embeddings",
+        "pos_emb",
+        "norm",
+        "no_weight_tying",
+        "gpt_j_residual",
+        "output_layer_parallelism",
+        "scaled_upper_triang_masked_softmax_fusion",
+        "bias_gelu_fusion",
+        "checkpoint_activations",
+        "partition_activations",
+        "data_impl",
+        "train_iters",
+        "lr_decay_style",
+        "attention_config",
+        "use_bnb_optimizer",
+        "init_method",
+        "synchronize_each_layer",
+        "checkpoint_num_layers",
+        "rotary_pct",
+        "make_vocab_size_divisible_by",
+        "tokenizer_type",
+        "finetune",
+    }
+)
 PRECISION = {"bfloat16": "bf16", "bf16": "bf16", "fp16": "fp16", "float16": "fp16", "fp32": "none", "float32": "none"}
 
 
@@ -32,7 +57,7 @@ def norm_key(k: Any) -> str:
 def detect(data: Any, keys: set[str]) -> float:
     hits = len({norm_key(k) for k in keys} & NEOX_KEYS)
     if hits >= 4:
-        return 1.0          # ahead of the DeepSpeed dialect, whose keys NeoX files also carry
+        return 1.0  # ahead of the DeepSpeed dialect, whose keys NeoX files also carry
     if hits == 3:
         return 0.8
     return 0.0
@@ -54,8 +79,12 @@ def _bnb_optimizer(b: PlanBuilder, concept: str, s: Setting) -> None:
 def _attention(b: PlanBuilder, concept: str, s: Setting) -> None:
     if not isinstance(s.value, list):
         return
-    kinds = {str(x).lower() for spec in s.value if isinstance(spec, list) and spec
-             for x in (spec[0] if isinstance(spec[0], list) else [spec[0]])}
+    kinds = {
+        str(x).lower()
+        for spec in s.value
+        if isinstance(spec, list) and spec
+        for x in (spec[0] if isinstance(spec[0], list) else [spec[0]])
+    }
     if kinds == {"flash"}:
         b.set(concept, "flash_attention_2", s)
     elif kinds == {"global"}:
@@ -89,9 +118,9 @@ class Key:
     concept: str | None
     kind: str
     description: str
-    read: Callable[[PlanBuilder, str, Setting], None] | None = None     # (builder, the key's concept, entry)
+    read: Callable[[PlanBuilder, str, Setting], None] | None = None  # (builder, the key's concept, entry)
     choices: tuple[str, ...] = ()
-    shape_kind: str = ""          # a "shape" key's value kind, for the schema
+    shape_kind: str = ""  # a "shape" key's value kind, for the schema
 
 
 # GPT-NeoX's arguments: https://github.com/EleutherAI/gpt-neox/blob/main/configs/neox_arguments.md
@@ -103,26 +132,47 @@ KEYS: tuple[Key, ...] = (
     Key(("checkpoint_activations",), "grad_checkpointing", "bool", "Recompute activations in backward."),
     Key(("model_parallel_size",), "tensor_parallel", "whole", "Tensor parallelism."),
     Key(("pipe_parallel_size",), "pipeline_parallel", "count", "Pipeline stages."),
-    Key(("precision",), "amp_dtype", "choice", "Training precision (fp16 and bf16 keep fp32 master weights).",
-        _precision, choices=tuple(PRECISION)),
-    Key(("use_bnb_optimizer",), "optimizer", "bool", "bitsandbytes 8-bit Adam: ~2 bytes of state per parameter.",
-        _bnb_optimizer),
-    Key(("attention_config",), "attn_impl", "list",
-        "Attention kind per layer ([[\"flash\"], n]): `global` materialises the score matrix, `flash` does not.",
-        _attention),
+    Key(
+        ("precision",),
+        "amp_dtype",
+        "choice",
+        "Training precision (fp16 and bf16 keep fp32 master weights).",
+        _precision,
+        choices=tuple(PRECISION),
+    ),
+    Key(
+        ("use_bnb_optimizer",),
+        "optimizer",
+        "bool",
+        "bitsandbytes 8-bit Adam: ~2 bytes of state per parameter.",
+        _bnb_optimizer,
+    ),
+    Key(
+        ("attention_config",),
+        "attn_impl",
+        "list",
+        'Attention kind per layer ([["flash"], n]): `global` materialises the score matrix, `flash` does not.',
+        _attention,
+    ),
     Key(("partition_activations",), None, "bool", "Split checkpointed activations across model-parallel ranks."),
     Key(("zero_optimization",), None, "section", "DeepSpeed ZeRO (`stage`)."),
     Key(("finetune",), None, "bool", "Start from the loaded checkpoint's weights."),
     Key(("load",), None, "text", "The checkpoint folder to load."),
-    *(Key((name,), None, "shape", text, shape_kind=kind) for name, kind, text in (
-        ("num_layers", "whole", "Transformer layers."), ("hidden_size", "whole", "Hidden size."),
-        ("num_attention_heads", "whole", "Attention heads."),
-        ("num_kv_heads", "whole", "Key/value heads (grouped-query attention)."),
-        ("intermediate_size", "whole", "MLP width."),
-        ("max_position_embeddings", "whole", "Longest position the model embeds."),
-        ("norm", "text", "Normalisation (layernorm, rmsnorm, ...)."), ("activation", "text", "MLP activation."),
-        ("pos_emb", "text", "Position embedding (rotary, learned, ...)."),
-        ("no_weight_tying", "bool", "Separate input and output embeddings."))),
+    *(
+        Key((name,), None, "shape", text, shape_kind=kind)
+        for name, kind, text in (
+            ("num_layers", "whole", "Transformer layers."),
+            ("hidden_size", "whole", "Hidden size."),
+            ("num_attention_heads", "whole", "Attention heads."),
+            ("num_kv_heads", "whole", "Key/value heads (grouped-query attention)."),
+            ("intermediate_size", "whole", "MLP width."),
+            ("max_position_embeddings", "whole", "Longest position the model embeds."),
+            ("norm", "text", "Normalisation (layernorm, rmsnorm, ...)."),
+            ("activation", "text", "MLP activation."),
+            ("pos_emb", "text", "Position embedding (rotary, learned, ...)."),
+            ("no_weight_tying", "bool", "Separate input and output embeddings."),
+        )
+    ),
 )
 BY_NAME: dict[str, Key] = {k.path[0]: k for k in KEYS}
 

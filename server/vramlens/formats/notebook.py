@@ -18,6 +18,7 @@ The Python view is read first (`formats.python_calls`: a `SFTTrainer(...)` in a 
 training call, the shell view (`formats.shell`: `!accelerate launch train.py --flags`).
 IPython's `{var}`/`$var` expansion inside `!` lines is not done: such a value is unknown.
 """
+
 from __future__ import annotations
 
 import ast
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 
 from vramlens.plan import Span, TrainingPlan
 
-MAX_NOTEBOOK_CHARS = 20_000_000       # outputs (images) make notebooks large; the code itself is small
+MAX_NOTEBOOK_CHARS = 20_000_000  # outputs (images) make notebooks large; the code itself is small
 MARKER = "# %% [cell {n}]"
 SHELL_MARKER = "# %% [cell {n}] shell"
 _MARKER = re.compile(r"# %% \[cell (\d+)\]( shell)?\Z")
@@ -48,13 +49,14 @@ class CellText:
     """The code cells of a notebook as one text."""
 
     text: str
-    starts: list[int] = field(default_factory=list)     # line of each cell's first source line (after its marker)
-    numbers: list[int] = field(default_factory=list)    # each code cell's place in the notebook (from 1)
+    starts: list[int] = field(default_factory=list)  # line of each cell's first source line (after its marker)
+    numbers: list[int] = field(default_factory=list)  # each code cell's place in the notebook (from 1)
     languages: list[str] = field(default_factory=list)  # each cell's language ("python" unless the editor says)
 
     @classmethod
-    def join(cls, sources: list[str], numbers: list[int] | None = None,
-             languages: list[str] | None = None) -> "CellText":
+    def join(
+        cls, sources: list[str], numbers: list[int] | None = None, languages: list[str] | None = None
+    ) -> "CellText":
         numbers = list(numbers or range(1, len(sources) + 1))
         lines: list[str] = []
         starts: list[int] = []
@@ -122,7 +124,7 @@ def from_json(text: str) -> CellText | None:
     lang = (meta.get("language_info") or {}).get("name") if isinstance(meta.get("language_info"), dict) else None
     kernel = (meta.get("kernelspec") or {}).get("language") if isinstance(meta.get("kernelspec"), dict) else None
     if (lang or kernel or "python").lower() != "python":
-        return None                                 # an R or Julia notebook
+        return None  # an R or Julia notebook
     cells = data.get("cells")
     key = "source"
     if cells is None and isinstance(data.get("worksheets"), list) and data["worksheets"]:
@@ -136,7 +138,7 @@ def from_json(text: str) -> CellText | None:
             continue
         cell_meta = cell["metadata"] if isinstance(cell.get("metadata"), dict) else {}
         vscode_meta = cell_meta["vscode"] if isinstance(cell_meta.get("vscode"), dict) else {}
-        language = vscode_meta.get("languageId")    # VS Code keeps a cell's own language there
+        language = vscode_meta.get("languageId")  # VS Code keeps a cell's own language there
         languages.append(language if isinstance(language, str) else "python")
         src = cell.get(key, "")
         if isinstance(src, list):
@@ -173,7 +175,7 @@ def views(cells: CellText) -> tuple[str, str]:
                 sh[k] = lines[k]
             continue
         if first.startswith("%%") and not first.startswith(_PY_CELL_MAGICS) and not _WRITE_PY.match(first):
-            continue                                  # %%html, %%writefile x.yaml, …: not code vramlens reads
+            continue  # %%html, %%writefile x.yaml, …: not code vramlens reads
         cont_shell = cont_magic = False
         for k in range(start, end):
             line = lines[k]
@@ -182,7 +184,7 @@ def views(cells: CellText) -> tuple[str, str]:
             if cont_shell or cont_magic or _LINE_MAGIC.match(line):
                 m = _SHELL_LINE.match(line)
                 if cont_shell or m:
-                    sh[k] = line if cont_shell or m is None else m.group(1) + " " + line[m.end():]
+                    sh[k] = line if cont_shell or m is None else m.group(1) + " " + line[m.end() :]
                     cont_shell = line.rstrip().endswith("\\")
                 else:
                     cont_magic = line.rstrip().endswith("\\")
@@ -241,7 +243,7 @@ def _env_magics(plan: TrainingPlan, cells: CellText) -> None:
             vspan = Span(file=plan.source_file, start_line=k, start_col=m.start(3), end_line=k, end_col=m.end(3))
             s = Setting(key=name, path=(name,), value=value, span=span, value_span=vspan)
             if name in ALLOC_VARS:
-                b.set("alloc_conf", value, s, override=True)     # the kernel's environment: what the run sees
+                b.set("alloc_conf", value, s, override=True)  # the kernel's environment: what the run sees
             elif name == "CUDA_VISIBLE_DEVICES":
                 n = len([x for x in value.replace(" ", "").split(",") if x])
                 if n:
@@ -254,8 +256,13 @@ def _with_command_line(plan: TrainingPlan, cells: CellText, sh: str, ctx) -> Tra
     from vramlens.formats import shell, usage
 
     lines = cells.text.split("\n")
-    written = {m.group(1).rsplit("/", 1)[-1] for start in cells.starts if start < len(lines)
-               for m in [_WRITE_PY.match(lines[start].strip())] if m}
+    written = {
+        m.group(1).rsplit("/", 1)[-1]
+        for start in cells.starts
+        if start < len(lines)
+        for m in [_WRITE_PY.match(lines[start].strip())]
+        if m
+    }
     if not written:
         return plan
     script, issues = shell.analyze(sh, ctx.path)
@@ -265,8 +272,13 @@ def _with_command_line(plan: TrainingPlan, cells: CellText, sh: str, ctx) -> Tra
         return plan
     line = script.index.pos(launch.command.start)[0]
     cell, _ = cells.locate(line)
-    return usage._merge(plan, script, issues, ctx, f"the command line is the `{name}` command in cell "
-                                                   f"{cells.numbers[cell] if cells.numbers else cell + 1}")
+    return usage._merge(
+        plan,
+        script,
+        issues,
+        ctx,
+        f"the command line is the `{name}` command in cell {cells.numbers[cell] if cells.numbers else cell + 1}",
+    )
 
 
 def _view_marker(view: str):
@@ -288,11 +300,15 @@ def render(text: str, plan: TrainingPlan, changes: dict):
     py, sh = views(cells)
     as_view = plan.model_copy(update={"format": view_of(plan)})
     local = plan.alloc_conf
-    if "alloc_conf" in changes and local is not None and local.value_span is not None and \
-            _ENV_MAGIC.match(text.split("\n")[local.value_span.start_line]):
+    if (
+        "alloc_conf" in changes
+        and local is not None
+        and local.value_span is not None
+        and _ENV_MAGIC.match(text.split("\n")[local.value_span.start_line])
+    ):
         from vramlens.formats.render import RenderResult, TextEdit
 
-        rest = {k: v for k, v in changes.items() if k != "alloc_conf"}     # an `%env` line: its value is replaced
+        rest = {k: v for k, v in changes.items() if k != "alloc_conf"}  # an `%env` line: its value is replaced
         result = render(text, plan, rest) if rest else RenderResult([])
         if result is not None:
             result.edits.append(TextEdit(local.value_span, str(changes["alloc_conf"])))
@@ -303,16 +319,20 @@ def render(text: str, plan: TrainingPlan, changes: dict):
     if result is not None:
         for edit in result.edits:
             cell, _ = cells.locate(edit.span.start_line)
-            if cells.starts and cells.languages[cell] not in SHELL_LANGUAGES and not \
-                    _SHELL_CELL.match(text.split("\n")[cells.starts[cell]].strip()):
+            if (
+                cells.starts
+                and cells.languages[cell] not in SHELL_LANGUAGES
+                and not _SHELL_CELL.match(text.split("\n")[cells.starts[cell]].strip())
+            ):
                 # a new `export X=v` line in a cell of `!` commands: each `!` runs its own shell, so the variable
                 # is set for the kernel and every later command instead
                 # (indented as the `!` line it goes before, whose `!` the shell view shows as a space)
                 here = text.split("\n")[edit.span.start_line] if edit.span.start_line < len(text.split("\n")) else ""
                 bang = _SHELL_LINE.match(here)
                 indent = bang.group(1) if bang else ""
-                edit.new_text = "\n".join(_EXPORT.sub(lambda m: f"{indent}%env {m.group(2)}", line)
-                                           for line in edit.new_text.split("\n"))
+                edit.new_text = "\n".join(
+                    _EXPORT.sub(lambda m: f"{indent}%env {m.group(2)}", line) for line in edit.new_text.split("\n")
+                )
     return result
 
 
@@ -324,11 +344,12 @@ def cell_span(cells: CellText, span: Span) -> tuple[int, Span]:
     if span.end_line < end:
         end_line, end_col = span.end_line - start, span.end_col
     else:
-        end_line, end_col = max(0, end - 1 - start), 10 ** 6
+        end_line, end_col = max(0, end - 1 - start), 10**6
     if span.start_line < start:
         end_line, end_col = 0, 0
-    return cell, span.model_copy(update={"start_line": line, "start_col": start_col, "end_line": max(end_line, line),
-                                         "end_col": end_col})
+    return cell, span.model_copy(
+        update={"start_line": line, "start_col": start_col, "end_line": max(end_line, line), "end_col": end_col}
+    )
 
 
 _CELL_TYPE = re.compile(r'\s*"cell_type":\s*"(\w+)"')
@@ -342,7 +363,7 @@ def json_positions(json_text: str, cells: CellText):
     file is laid out otherwise. SARIF points into the file, which code-scanning shows as it is."""
     file_lines = json_text.split("\n")
     text_lines = cells.text.split("\n")
-    where: dict[int, tuple[int, int]] = {}           # cell-text line -> (file line, column of the string's start)
+    where: dict[int, tuple[int, int]] = {}  # cell-text line -> (file line, column of the string's start)
     kind, code_index, i = None, -1, 0
     while i < len(file_lines):
         m = _CELL_TYPE.match(file_lines[i])
@@ -404,8 +425,11 @@ def write_cells(json_text: str, new_cell_text: str) -> str | None:
         start, end = new.cell_lines(index)
         src = lines[start:end]
         joined = "\n".join(src)
-        cell["source"] = joined if isinstance(cell.get("source"), str) else \
-            [line + "\n" for line in src[:-1]] + ([src[-1]] if src and src[-1] else [])
+        cell["source"] = (
+            joined
+            if isinstance(cell.get("source"), str)
+            else [line + "\n" for line in src[:-1]] + ([src[-1]] if src and src[-1] else [])
+        )
     return _dump(data, layout)
 
 
@@ -422,6 +446,11 @@ def _layout(text: str, data) -> tuple | None:
 
 def _dump(data, layout: tuple) -> str:
     indent, sort_keys, ensure_ascii, newline = layout
-    out = json.dumps(data, indent=indent, sort_keys=sort_keys, ensure_ascii=ensure_ascii,
-                     separators=(",", ": ") if indent is not None else None)
+    out = json.dumps(
+        data,
+        indent=indent,
+        sort_keys=sort_keys,
+        ensure_ascii=ensure_ascii,
+        separators=(",", ": ") if indent is not None else None,
+    )
     return out + ("\n" if newline else "")

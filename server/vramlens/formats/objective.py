@@ -16,29 +16,70 @@ Spellings read:
   ms-swift    `swift rlhf --rlhf_type dpo|orpo|simpo|kto|cpo|rm|ppo|grpo|gkd`, `--ref_model`, `--teacher_model`.
   OpenRLHF    `python -m openrlhf.cli.train_dpo|train_kto|train_rm|train_ppo|train_ppo_ray|train_kd|train_sft`.
 """
+
 from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
+
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_float, to_int
 from vramlens.plan import OBJECTIVES, Origin
 
 # TRL config and trainer classes (trl 1.16.0 `trl/__init__.py` and `trl/experimental/*`).
 TRL_CLASSES = {
-    "SFT": "sft", "DPO": "dpo", "KTO": "kto", "BCO": "kto", "ORPO": "orpo", "CPO": "cpo", "Reward": "rm",
-    "PRM": "rm", "PPO": "ppo", "GRPO": "grpo", "RLOO": "rloo", "OnlineDPO": "online-dpo", "XPO": "online-dpo",
-    "NashMD": "online-dpo", "GKD": "gkd", "Distillation": "gkd",
+    "SFT": "sft",
+    "DPO": "dpo",
+    "KTO": "kto",
+    "BCO": "kto",
+    "ORPO": "orpo",
+    "CPO": "cpo",
+    "Reward": "rm",
+    "PRM": "rm",
+    "PPO": "ppo",
+    "GRPO": "grpo",
+    "RLOO": "rloo",
+    "OnlineDPO": "online-dpo",
+    "XPO": "online-dpo",
+    "NashMD": "online-dpo",
+    "GKD": "gkd",
+    "Distillation": "gkd",
 }
 _CLASS = re.compile(r"^(?P<name>[A-Za-z]+?)(?:Config|Trainer)$")
 
 # One word (a subcommand, `stage`, `rl`, `rlhf_type`, a module or file name part) → objective.
 WORDS = {
-    "sft": "sft", "pt": "pretrain", "pretrain": "pretrain", "pretraining": "pretrain",
-    "dpo": "dpo", "ipo": "dpo", "rpo": "dpo", "kto": "kto", "kto_pair": "dpo", "bco": "kto", "orpo": "orpo",
-    "simpo": "simpo", "cpo": "cpo", "rm": "rm", "reward": "rm", "reward_modeling": "rm", "prm": "rm",
-    "ppo": "ppo", "ppo_ray": "ppo", "grpo": "grpo", "gspo": "grpo", "dapo": "grpo", "rloo": "rloo",
-    "online_dpo": "online-dpo", "online-dpo": "online-dpo", "xpo": "online-dpo", "nash_md": "online-dpo",
-    "gkd": "gkd", "kd": "kd", "distill": "kd", "distillation": "kd", "knowledge_distillation": "kd",
+    "sft": "sft",
+    "pt": "pretrain",
+    "pretrain": "pretrain",
+    "pretraining": "pretrain",
+    "dpo": "dpo",
+    "ipo": "dpo",
+    "rpo": "dpo",
+    "kto": "kto",
+    "kto_pair": "dpo",
+    "bco": "kto",
+    "orpo": "orpo",
+    "simpo": "simpo",
+    "cpo": "cpo",
+    "rm": "rm",
+    "reward": "rm",
+    "reward_modeling": "rm",
+    "prm": "rm",
+    "ppo": "ppo",
+    "ppo_ray": "ppo",
+    "grpo": "grpo",
+    "gspo": "grpo",
+    "dapo": "grpo",
+    "rloo": "rloo",
+    "online_dpo": "online-dpo",
+    "online-dpo": "online-dpo",
+    "xpo": "online-dpo",
+    "nash_md": "online-dpo",
+    "gkd": "gkd",
+    "kd": "kd",
+    "distill": "kd",
+    "distillation": "kd",
+    "knowledge_distillation": "kd",
 }
 # Losses that need no reference model: ORPO/SimPO/CPO by construction (TRL `CPOConfig.loss_type="simpo"`,
 # LLaMA-Factory `pref_loss: orpo|simpo`, open-instruct `dpo_loss_type: simpo`).
@@ -72,18 +113,38 @@ def from_path(path: str) -> str | None:
     return found
 
 
-def set_objective(b: PlanBuilder, objective: str | None, setting: Setting | None = None, *, note: str | None = None,
-                  origin: Origin = Origin.FILE, override: bool = False) -> None:
+def set_objective(
+    b: PlanBuilder,
+    objective: str | None,
+    setting: Setting | None = None,
+    *,
+    note: str | None = None,
+    origin: Origin = Origin.FILE,
+    override: bool = False,
+) -> None:
     if objective not in OBJECTIVES:
         return
-    b.set("objective", objective, setting, note=note, origin=origin if setting is not None else Origin.DERIVED,
-          override=override)
+    b.set(
+        "objective",
+        objective,
+        setting,
+        note=note,
+        origin=origin if setting is not None else Origin.DERIVED,
+        override=override,
+    )
     if objective in REFERENCE_FREE:
-        b.set("reference_free", True, setting, note=f"{objective.upper()} needs no reference model",
-              origin=Origin.DERIVED, override=True)
+        b.set(
+            "reference_free",
+            True,
+            setting,
+            note=f"{objective.upper()} needs no reference model",
+            origin=Origin.DERIVED,
+            override=True,
+        )
 
 
 # --- Hugging Face / TRL keys (YAML recipes, Python keyword arguments, CLI flags) ----------------------------------
+
 
 def _generation(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
     use = by_key.get("use_vllm")
@@ -91,8 +152,12 @@ def _generation(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
         mode = by_key.get("vllm_mode")
         m = str(mode.value).strip().lower() if mode is not None and mode.value is not None else "colocate"
         # trl 1.16.0 grpo_config.py: vllm_mode default "colocate" (server before 0.23)
-        b.set("generation", "vllm-server" if m == "server" else "vllm-colocate", mode or use,
-              note=None if mode is not None else "TRL's default vllm_mode is `colocate`")
+        b.set(
+            "generation",
+            "vllm-server" if m == "server" else "vllm-colocate",
+            mode or use,
+            note=None if mode is not None else "TRL's default vllm_mode is `colocate`",
+        )
     elif use is not None:
         b.set("generation", "generate", use)
     share = by_key.get("vllm_gpu_memory_utilization")
@@ -104,8 +169,12 @@ def _generation(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
         # trl 1.16.0 trl/generation/vllm_generation.py: the colocated LLM sleeps (level 2) after each generation and
         # wakes its weights for the weight sync, its KV cache just before generating
         on = bool(to_bool(sleep.value))
-        b.set("generation_sleeps", on, sleep,
-              note="vLLM sleep mode: its weights and KV cache released after each generation" if on else None)
+        b.set(
+            "generation_sleeps",
+            on,
+            sleep,
+            note="vLLM sleep mode: its weights and KV cache released after each generation" if on else None,
+        )
 
 
 def apply_hf_keys(b: PlanBuilder, settings: list[Setting]) -> None:
@@ -129,7 +198,7 @@ def apply_hf_keys(b: PlanBuilder, settings: list[Setting]) -> None:
             b.set("ref_model_id", s.value.strip(), s)
     for key in ("reward_model", "reward_model_path", "reward_model_name_or_path", "reward_pretrain"):
         if key == "reward_model" and b.plan.framework == "llamafactory":
-            continue                    # LLaMA-Factory's reward_model is usually an adapter (apply_llamafactory)
+            continue  # LLaMA-Factory's reward_model is usually an adapter (apply_llamafactory)
         s = by_key.get(key)
         if s is not None and isinstance(s.value, str) and s.value.strip():
             b.set("reward_model_id", s.value.strip(), s)
@@ -137,8 +206,9 @@ def apply_hf_keys(b: PlanBuilder, settings: list[Setting]) -> None:
         s = by_key.get(key)
         if s is not None and isinstance(s.value, str) and s.value.strip():
             b.set("teacher_model_id", s.value.strip(), s)
-            set_objective(b, "gkd" if b.plan.framework == "trl" else "kd", s,
-                          note="a teacher model is named: distillation")
+            set_objective(
+                b, "gkd" if b.plan.framework == "trl" else "kd", s, note="a teacher model is named: distillation"
+            )
     _generation(b, by_key)
     # open-instruct dpo_tune_cache.py: `dpo_loss_type: dpo|dpo_norm|simpo|wpo`, `dpo_beta`
     s = by_key.get("dpo_loss_type")
@@ -150,16 +220,27 @@ def apply_hf_keys(b: PlanBuilder, settings: list[Setting]) -> None:
     elif "dpo_beta" in by_key:
         set_objective(b, "dpo", by_key["dpo_beta"])
     s = by_key.get("loss_type")
-    if s is not None and isinstance(s.value, str) and s.value.strip().lower() == "simpo" and \
-            b.plan.objective is not None and b.plan.objective.value in ("cpo", "dpo"):
+    if (
+        s is not None
+        and isinstance(s.value, str)
+        and s.value.strip().lower() == "simpo"
+        and b.plan.objective is not None
+        and b.plan.objective.value in ("cpo", "dpo")
+    ):
         set_objective(b, "simpo", s, override=True)
     s = by_key.get("beta")
     if s is not None and to_float(s.value) is not None and b.plan.reference_free is None:
         # trl 1.16.0 grpo_config.py `beta`: "If 0.0 (default), the reference model is not loaded"; only the online
         # objectives read this (resolve), the DPO family always has a reference unless its loss is reference-free
         zero = to_float(s.value) == 0.0
-        b.set("reference_free", zero, s, note="KL coefficient 0: no reference model is loaded" if zero
-              else "KL coefficient above 0: the reference model is loaded")
+        b.set(
+            "reference_free",
+            zero,
+            s,
+            note="KL coefficient 0: no reference model is loaded"
+            if zero
+            else "KL coefficient above 0: the reference model is loaded",
+        )
 
 
 def guess_hf_yaml(b: PlanBuilder, keys: set[str], path: str) -> None:
@@ -168,22 +249,32 @@ def guess_hf_yaml(b: PlanBuilder, keys: set[str], path: str) -> None:
         return
     if keys & {"num_generations", "use_vllm", "vllm_mode", "reward_funcs", "reward_model_name_or_path"}:
         by_path = from_path(path)
-        return set_objective(b, by_path if by_path in ONLINE else "grpo", note="GRPO-only keys (num_generations, "
-                             "use_vllm, reward_funcs)" if by_path not in ONLINE else f"the recipe's path names {by_path}")
+        return set_objective(
+            b,
+            by_path if by_path in ONLINE else "grpo",
+            note="GRPO-only keys (num_generations, use_vllm, reward_funcs)"
+            if by_path not in ONLINE
+            else f"the recipe's path names {by_path}",
+        )
     hit = from_path(path)
     if hit is not None:
         return set_objective(b, hit, note=f"the recipe's path ({PurePosixPath(path).name}) names {hit.upper()}")
-    if keys & {"precompute_ref_log_probs", "max_prompt_length", "rpo_alpha", "ref_model_init_kwargs"} and "beta" in keys:
+    if (
+        keys & {"precompute_ref_log_probs", "max_prompt_length", "rpo_alpha", "ref_model_init_kwargs"}
+        and "beta" in keys
+    ):
         return set_objective(b, "dpo", note="DPOConfig keys (beta, max_prompt_length, precompute_ref_log_probs)")
 
 
 # --- LLaMA-Factory ------------------------------------------------------------------------------------------------
 
+
 def apply_llamafactory(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
     stage = by_key.get("stage")
     if stage is not None and isinstance(stage.value, str):
         obj = {"pt": "pretrain", "sft": "sft", "rm": "rm", "ppo": "ppo", "dpo": "dpo", "kto": "kto"}.get(
-            stage.value.strip().lower())
+            stage.value.strip().lower()
+        )
         if obj == "dpo":
             loss = by_key.get("pref_loss")
             lt = str(loss.value).strip().lower() if loss is not None and loss.value is not None else "sigmoid"
@@ -213,6 +304,7 @@ def apply_llamafactory(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
 
 # --- axolotl ------------------------------------------------------------------------------------------------------
 
+
 def apply_axolotl(b: PlanBuilder, by_key: dict[str, Setting], nested: list[Setting]) -> None:
     rl = by_key.get("rl")
     if rl is not None and isinstance(rl.value, str) and rl.value.strip():
@@ -226,8 +318,12 @@ def apply_axolotl(b: PlanBuilder, by_key: dict[str, Setting], nested: list[Setti
         s = by_key.get(key)
         if s is not None and to_bool(s.value):
             set_objective(b, "rm", s)
-            b.set("task_head", "token-classification" if key == "process_reward_model" else "sequence-classification",
-                  s, origin=Origin.DERIVED)
+            b.set(
+                "task_head",
+                "token-classification" if key == "process_reward_model" else "sequence-classification",
+                s,
+                origin=Origin.DERIVED,
+            )
     trl = [e for e in nested if len(e.path) == 2 and e.path[0] == "trl"]
     if trl:
         kids = []
@@ -239,6 +335,7 @@ def apply_axolotl(b: PlanBuilder, by_key: dict[str, Setting], nested: list[Setti
 
 
 # --- torchtune ----------------------------------------------------------------------------------------------------
+
 
 def apply_torchtune(b: PlanBuilder, data: dict, get) -> None:
     loss = get("loss", "_component_")
@@ -266,8 +363,12 @@ def apply_torchtune(b: PlanBuilder, data: dict, get) -> None:
         from vramlens.formats.torchtune import model_id_for_builder
 
         tid, _ = model_id_for_builder(teacher.value)
-        b.set("teacher_model_id", tid or teacher.value, teacher,
-              note=f"torchtune builder `{teacher.value.rsplit('.', 1)[-1]}`")
+        b.set(
+            "teacher_model_id",
+            tid or teacher.value,
+            teacher,
+            note=f"torchtune builder `{teacher.value.rsplit('.', 1)[-1]}`",
+        )
     if any(k in data for k in ("ref_policy_checkpointer", "value_checkpointer", "reward_and_value_model")):
         s = get("ref_policy_checkpointer", "_component_") or get("value_checkpointer", "_component_")
         set_objective(b, "ppo", s, note="PPO recipe: reference policy, value and reward models")
@@ -279,8 +380,14 @@ def apply_torchtune(b: PlanBuilder, data: dict, get) -> None:
         if c is not None and b.plan.compile is not None and b.plan.compile.value:
             # the recipe reads `compile` but its torch.compile calls are commented out (`_setup_model`,
             # recipes/ppo_full_finetune_single_device.py at 010eab0): the models run eagerly
-            b.set("compile", False, c, origin=Origin.DERIVED, override=True,
-                  note="torchtune's PPO recipe compiles nothing (its torch.compile calls are commented out)")
+            b.set(
+                "compile",
+                False,
+                c,
+                origin=Origin.DERIVED,
+                override=True,
+                note="torchtune's PPO recipe compiles nothing (its torch.compile calls are commented out)",
+            )
     for key in ("max_generated_tokens",):
         s = get(key)
         if s is not None and to_int(s.value):
@@ -291,8 +398,16 @@ def apply_torchtune(b: PlanBuilder, data: dict, get) -> None:
 
 # --- command lines: trl, swift, OpenRLHF modules --------------------------------------------------------------------
 
-OPENRLHF_MODULES = {"train_sft": "sft", "train_dpo": "dpo", "train_kto": "kto", "train_rm": "rm", "train_prm": "rm",
-                    "train_ppo": "ppo", "train_ppo_ray": "ppo", "train_kd": "kd"}
+OPENRLHF_MODULES = {
+    "train_sft": "sft",
+    "train_dpo": "dpo",
+    "train_kto": "kto",
+    "train_rm": "rm",
+    "train_prm": "rm",
+    "train_ppo": "ppo",
+    "train_ppo_ray": "ppo",
+    "train_kd": "kd",
+}
 
 
 def from_launch(tool: str, subcommand: str | None, script: str | None) -> str | None:
@@ -346,15 +461,17 @@ def apply_openrlhf(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
     s = by_key.get("vllm_num_engines")
     if s is not None and to_int(s.value):
         colocated = by_key.get("colocate_all_models")
-        b.set("generation", "vllm-colocate" if colocated is not None and to_bool(colocated.value) is not False
-              else "vllm-server", s)
+        b.set(
+            "generation",
+            "vllm-colocate" if colocated is not None and to_bool(colocated.value) is not False else "vllm-server",
+            s,
+        )
     s = by_key.get("critic_pretrain")
     if s is not None:
         b.set("value_model", True, s)
 
 
-def apply_launch(b: PlanBuilder, tool: str, subcommand: str | None, script: str | None,
-                 flags: list[Setting]) -> None:
+def apply_launch(b: PlanBuilder, tool: str, subcommand: str | None, script: str | None, flags: list[Setting]) -> None:
     """A training command: the objective its program/subcommand/module names, then its flags."""
     by_flag = {str(s.path[0]): s for s in flags if s.path}
     obj = from_launch(tool, subcommand, script)

@@ -17,6 +17,7 @@ with `accelerate launch --mixed_precision bf16 --num_machines 1 --num_processes 
 read alone gets bf16 mixed precision, DeepSpeed ZeRO-3 and 8 processes as defaults, each shown as such
 (the GPU count gives way to `--num-gpus` and the settings).
 """
+
 from __future__ import annotations
 
 import re
@@ -27,19 +28,63 @@ from vramlens.formats.settings import PlanBuilder, Setting, to_bool
 from vramlens.plan import Origin
 
 # Keys only open-instruct's argument classes have (finetune.py FlatArguments, dpo_tune*.py FlatArguments).
-OPEN_INSTRUCT_KEYS = frozenset({
-    "use_flash_attn", "dataset_mixer", "dataset_mixer_list", "dataset_mixer_list_splits", "with_tracking",
-    "use_slow_tokenizer", "checkpointing_steps", "reduce_loss", "dpo_loss_type", "dpo_beta", "use_lora",
-    "use_qlora", "use_8bit_optimizer", "clip_grad_norm", "fused_optimizer", "try_launch_beaker_eval_jobs",
-    "hf_metadata_dataset", "oe_eval_tasks", "exp_name", "dataset_local_cache_dir", "dataset_transform_fn",
-    "keep_last_n_checkpoints", "load_balancing_loss", "add_bos", "chat_template_name", "tokenizer_name",
-    "dataset_mix_dir", "wandb_entity", "push_to_hub", "try_auto_save_to_beaker", "gs_bucket_path",
-    "dpo_label_smoothing", "concatenated_forward", "packing", "timeout", "num_train_epochs",
-})
+OPEN_INSTRUCT_KEYS = frozenset(
+    {
+        "use_flash_attn",
+        "dataset_mixer",
+        "dataset_mixer_list",
+        "dataset_mixer_list_splits",
+        "with_tracking",
+        "use_slow_tokenizer",
+        "checkpointing_steps",
+        "reduce_loss",
+        "dpo_loss_type",
+        "dpo_beta",
+        "use_lora",
+        "use_qlora",
+        "use_8bit_optimizer",
+        "clip_grad_norm",
+        "fused_optimizer",
+        "try_launch_beaker_eval_jobs",
+        "hf_metadata_dataset",
+        "oe_eval_tasks",
+        "exp_name",
+        "dataset_local_cache_dir",
+        "dataset_transform_fn",
+        "keep_last_n_checkpoints",
+        "load_balancing_loss",
+        "add_bos",
+        "chat_template_name",
+        "tokenizer_name",
+        "dataset_mix_dir",
+        "wandb_entity",
+        "push_to_hub",
+        "try_auto_save_to_beaker",
+        "gs_bucket_path",
+        "dpo_label_smoothing",
+        "concatenated_forward",
+        "packing",
+        "timeout",
+        "num_train_epochs",
+    }
+)
 # (`dataset_mixer` is alignment-handbook's too: not a marker on its own)
-STRONG = frozenset({"use_flash_attn", "dataset_mixer_list", "with_tracking", "reduce_loss", "dpo_beta",
-                    "dpo_loss_type", "use_qlora", "try_launch_beaker_eval_jobs", "use_slow_tokenizer",
-                    "dataset_transform_fn", "fused_optimizer", "oe_eval_tasks"})
+STRONG = frozenset(
+    {
+        "use_flash_attn",
+        "dataset_mixer_list",
+        "with_tracking",
+        "reduce_loss",
+        "dpo_beta",
+        "dpo_loss_type",
+        "use_qlora",
+        "try_launch_beaker_eval_jobs",
+        "use_slow_tokenizer",
+        "dataset_transform_fn",
+        "fused_optimizer",
+        "oe_eval_tasks",
+    }
+)
 LORA_TARGETS = ["q", "k", "v", "o", "gate", "up", "down"]
 FRAMEWORK = "open-instruct"
 
@@ -48,7 +93,7 @@ def detect(data: Any, keys: set[str]) -> float:
     strong = len(keys & STRONG)
     hits = len(keys & OPEN_INSTRUCT_KEYS)
     if strong >= 2:
-        return 1.0                             # no other framework's arguments have two of these
+        return 1.0  # no other framework's arguments have two of these
     if strong >= 1 and hits >= 3 and not keys & (hf.TRL_KEYS - OPEN_INSTRUCT_KEYS):
         return 0.95
     return 0.0
@@ -58,15 +103,24 @@ def _flash(b: PlanBuilder, s: Setting) -> None:
     v = to_bool(s.value)
     if v is None:
         return b.remember(s)
-    b.set("attn_impl", "flash_attention_2" if v else "eager", s,
-          note=None if v else "open-instruct loads with attn_implementation=\"eager\" without flash attention")
+    b.set(
+        "attn_impl",
+        "flash_attention_2" if v else "eager",
+        s,
+        note=None if v else 'open-instruct loads with attn_implementation="eager" without flash attention',
+    )
 
 
 def _use_lora(b: PlanBuilder, s: Setting) -> None:
     if to_bool(s.value):
         b.set("peft_method", "lora", s)
-        b.set("lora_targets", list(LORA_TARGETS), origin=Origin.DEFAULT, framework=FRAMEWORK,
-              note="open-instruct's LoraConfig targets q, k, v, o, gate, up and down")
+        b.set(
+            "lora_targets",
+            list(LORA_TARGETS),
+            origin=Origin.DEFAULT,
+            framework=FRAMEWORK,
+            note="open-instruct's LoraConfig targets q, k, v, o, gate, up and down",
+        )
     elif to_bool(s.value) is False:
         b.set("peft_method", "none", s)
 
@@ -91,13 +145,19 @@ def _liger(b: PlanBuilder, s: Setting) -> None:
 
 
 HANDLERS = {
-    "model_name_or_path": hf._model, "use_flash_attn": _flash, "use_lora": _use_lora, "use_qlora": _use_qlora,
+    "model_name_or_path": hf._model,
+    "use_flash_attn": _flash,
+    "use_lora": _use_lora,
+    "use_qlora": _use_qlora,
     "lora_rank": lambda b, s: b.set_int("lora_r", s, minimum=1),
-    "lora_alpha": hf._float("lora_alpha"), "lora_dropout": hf._float("lora_dropout"),
-    "fused_optimizer": _fused, "use_liger_kernel": _liger,
+    "lora_alpha": hf._float("lora_alpha"),
+    "lora_dropout": hf._float("lora_dropout"),
+    "fused_optimizer": _fused,
+    "use_liger_kernel": _liger,
     "per_device_train_batch_size": hf.HANDLERS["per_device_train_batch_size"],
     "gradient_accumulation_steps": hf.HANDLERS["gradient_accumulation_steps"],
-    "max_seq_length": hf.HANDLERS["max_seq_length"], "gradient_checkpointing": hf.HANDLERS["gradient_checkpointing"],
+    "max_seq_length": hf.HANDLERS["max_seq_length"],
+    "gradient_checkpointing": hf.HANDLERS["gradient_checkpointing"],
     "packing": hf.HANDLERS["packing"],
 }
 
@@ -124,16 +184,30 @@ def finish(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
     if plan.quant_bits is not None and plan.optimizer is None:
         eight = by_key.get("use_8bit_optimizer")
         name = "paged_adamw_8bit" if eight is not None and to_bool(eight.value) else "paged_adamw_32bit"
-        b.set("optimizer", name, origin=Origin.DERIVED, framework=FRAMEWORK,
-              note="open-instruct `use_qlora`: bitsandbytes AdamW(is_paged=True)")
+        b.set(
+            "optimizer",
+            name,
+            origin=Origin.DERIVED,
+            framework=FRAMEWORK,
+            note="open-instruct `use_qlora`: bitsandbytes AdamW(is_paged=True)",
+        )
     if plan.quant_bits is not None and plan.dist_strategy is None:
-        b.set("dist_strategy", "ddp", origin=Origin.DERIVED, framework=FRAMEWORK,
-              note="open-instruct: QLoRA \"is not compatible with deepspeed\"; one 4-bit model per GPU")
+        b.set(
+            "dist_strategy",
+            "ddp",
+            origin=Origin.DERIVED,
+            framework=FRAMEWORK,
+            note='open-instruct: QLoRA "is not compatible with deepspeed"; one 4-bit model per GPU',
+        )
     if plan.gpu_count is None and not plan.references:
-        b.set("gpu_count", 8, origin=Origin.DEFAULT, framework=FRAMEWORK,
-              note="open-instruct's documented launch: `accelerate launch --num_processes 8 --use_deepspeed "
-                   "… stage3_no_offloading_accelerate.conf` (docs/tulu3.md)")
-
+        b.set(
+            "gpu_count",
+            8,
+            origin=Origin.DEFAULT,
+            framework=FRAMEWORK,
+            note="open-instruct's documented launch: `accelerate launch --num_processes 8 --use_deepspeed "
+            "… stage3_no_offloading_accelerate.conf` (docs/tulu3.md)",
+        )
 
 
 # open-instruct's training scripts, as a launch command names them
@@ -159,6 +233,11 @@ def apply_launch(b: PlanBuilder, kind: str, settings: list[Setting]) -> None:
     """After an open-instruct script's flags: `dpo_tune_cache.py` computes the reference log-probs once before training
     (its `build_reference_logprobs_cache`), so no reference model is resident."""
     if kind == "dpo_tune_cache":
-        b.set("precompute_ref", True, origin=Origin.DERIVED, framework=FRAMEWORK,
-              note="dpo_tune_cache.py caches the reference log-probs before training")
+        b.set(
+            "precompute_ref",
+            True,
+            origin=Origin.DERIVED,
+            framework=FRAMEWORK,
+            note="dpo_tune_cache.py caches the reference log-probs before training",
+        )
     finish(b, {s.key: s for s in settings})

@@ -14,6 +14,7 @@ Recognised from the frameworks' own vocabularies:
   `tune run generate|eleuther_eval|quantize`, `axolotl inference|merge-lora|quantize|evaluate`, `swift infer|
   export|eval|deploy|merge-lora|app`, `trl chat`, `vllm serve`, `lm_eval`, `mergekit-yaml`.
 """
+
 from __future__ import annotations
 
 import re
@@ -57,23 +58,48 @@ _COMMANDS: dict[str, frozenset[str] | None] = {
     "llamafactory-cli": frozenset({"export", "chat", "eval", "webchat", "webui", "api", "env", "version"}),
     "lmf": frozenset({"export", "chat", "eval", "webchat", "webui", "api", "env", "version"}),
     "tune": frozenset({"download", "cp", "ls", "validate", "cat"}),
-    "axolotl": frozenset({"inference", "merge-lora", "merge_lora", "merge-sharded-fsdp-weights", "quantize",
-                          "evaluate", "preprocess", "fetch", "lm-eval", "vllm-serve", "delinearize-llama4"}),
+    "axolotl": frozenset(
+        {
+            "inference",
+            "merge-lora",
+            "merge_lora",
+            "merge-sharded-fsdp-weights",
+            "quantize",
+            "evaluate",
+            "preprocess",
+            "fetch",
+            "lm-eval",
+            "vllm-serve",
+            "delinearize-llama4",
+        }
+    ),
     "swift": frozenset({"infer", "export", "eval", "deploy", "merge-lora", "app", "web-ui", "sample"}),
     "trl": frozenset({"chat", "env", "vllm-serve", "vllm_serve"}),
-    "vllm": None, "lm_eval": None, "lm-eval": None, "mergekit-yaml": None, "mergekit-moe": None,
-    "huggingface-cli": None, "hf": None, "sglang": None, "text-generation-launcher": None,
+    "vllm": None,
+    "lm_eval": None,
+    "lm-eval": None,
+    "mergekit-yaml": None,
+    "mergekit-moe": None,
+    "huggingface-cli": None,
+    "hf": None,
+    "sglang": None,
+    "text-generation-launcher": None,
 }
 COMMAND_HEADS = frozenset(_COMMANDS)
 _TUNE_RECIPES = re.compile(r"^(?:dev/)?(?:generate\w*|eleuther_eval\w*|quantize\w*|generation\w*|eval\w*)$")
-_MODULES = re.compile(r"^(?:vllm\.|sglang\.|lm_eval|mergekit|axolotl\.cli\.(?:inference|merge|quantize|evaluate|"
-                      r"preprocess)|swift\.cli\.(?:infer|export|eval|deploy|merge)|llamafactory\.(?:chat|eval|api)|"
-                      # verl's generation and evaluation entry points (verl/trainer/main_generation.py, main_eval.py)
-                      r"verl\.trainer\.main_(?:generation|eval))")
+_MODULES = re.compile(
+    r"^(?:vllm\.|sglang\.|lm_eval|mergekit|axolotl\.cli\.(?:inference|merge|quantize|evaluate|"
+    r"preprocess)|swift\.cli\.(?:infer|export|eval|deploy|merge)|llamafactory\.(?:chat|eval|api)|"
+    # verl's generation and evaluation entry points (verl/trainer/main_generation.py, main_eval.py)
+    r"verl\.trainer\.main_(?:generation|eval))"
+)
 # a script whose file name says it does not train (and nothing in it says train / finetune / sft)
-_SCRIPT = re.compile(r"(?:^|[_\-./])(?:infer|inference|generate|generation|chat|eval|evaluate|evaluation|merge|"
-                     r"merge_lora|export|convert|quantize|quantization|serve|server|api_demo|cli_demo|web_demo|"
-                     r"llama_pro|pissa_init|loftq_init|predict|benchmark_inference|vllm_infer)(?:[_\-.]|$)", re.I)
+_SCRIPT = re.compile(
+    r"(?:^|[_\-./])(?:infer|inference|generate|generation|chat|eval|evaluate|evaluation|merge|"
+    r"merge_lora|export|convert|quantize|quantization|serve|server|api_demo|cli_demo|web_demo|"
+    r"llama_pro|pissa_init|loftq_init|predict|benchmark_inference|vllm_infer)(?:[_\-.]|$)",
+    re.I,
+)
 _TRAINS = re.compile(r"train|finetune|fine_tune|sft|dpo|ppo|grpo|pretrain|rlhf|kto|orpo", re.I)
 
 

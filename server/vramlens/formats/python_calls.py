@@ -14,6 +14,7 @@ the `...` placeholder, a name bound more than once — is unknown: nothing is re
 info issue saying the default is shown instead. A file without a training call (a trainer, a
 config class, an optimizer, a LoRA config, `.backward()`) is not a training config.
 """
+
 from __future__ import annotations
 
 import ast
@@ -36,45 +37,117 @@ MAX_PYTHON_CHARS = 500_000
 MAX_PYTHON_BRACES = 20_000
 
 HF_CONFIGS = frozenset({"TrainingArguments", "Seq2SeqTrainingArguments", "UnslothTrainingArguments"})
-TRL_CONFIGS = frozenset({"SFTConfig", "DPOConfig", "GRPOConfig", "ORPOConfig", "KTOConfig", "CPOConfig",
-                         "RewardConfig", "PPOConfig", "RLOOConfig", "GKDConfig", "OnlineDPOConfig", "PRMConfig",
-                         "BCOConfig", "XPOConfig", "NashMDConfig"})
+TRL_CONFIGS = frozenset(
+    {
+        "SFTConfig",
+        "DPOConfig",
+        "GRPOConfig",
+        "ORPOConfig",
+        "KTOConfig",
+        "CPOConfig",
+        "RewardConfig",
+        "PPOConfig",
+        "RLOOConfig",
+        "GKDConfig",
+        "OnlineDPOConfig",
+        "PRMConfig",
+        "BCOConfig",
+        "XPOConfig",
+        "NashMDConfig",
+    }
+)
 HF_TRAINERS = frozenset({"Trainer", "Seq2SeqTrainer"})
-TRL_TRAINERS = frozenset({"SFTTrainer", "DPOTrainer", "GRPOTrainer", "ORPOTrainer", "KTOTrainer", "CPOTrainer",
-                          "RewardTrainer", "PPOTrainer", "RLOOTrainer", "GKDTrainer", "OnlineDPOTrainer",
-                          "PRMTrainer", "BCOTrainer", "XPOTrainer", "NashMDTrainer", "UnslothTrainer"})
+TRL_TRAINERS = frozenset(
+    {
+        "SFTTrainer",
+        "DPOTrainer",
+        "GRPOTrainer",
+        "ORPOTrainer",
+        "KTOTrainer",
+        "CPOTrainer",
+        "RewardTrainer",
+        "PPOTrainer",
+        "RLOOTrainer",
+        "GKDTrainer",
+        "OnlineDPOTrainer",
+        "PRMTrainer",
+        "BCOTrainer",
+        "XPOTrainer",
+        "NashMDTrainer",
+        "UnslothTrainer",
+    }
+)
 CONFIG_CLASSES = HF_CONFIGS | TRL_CONFIGS
 # ms-swift's Python API (ms-swift 3.x/4.x swift/llm/__init__.py, docs "Pre-training and Fine-tuning" → Python):
 # `sft_main(TrainArguments(...))`, `pt_main(PretrainArguments(...))`, `rlhf_main(RLHFArguments(...))` take the
 # same arguments as `swift sft|pt|rlhf` (swift/llm/argument/train_args.py, rlhf_args.py); the subcommand each is
-SWIFT_ARGUMENTS = {"TrainArguments": "sft", "SftArguments": "sft", "PretrainArguments": "pt",
-                   "RLHFArguments": "rlhf"}
-OPTIMIZER_MODULES = ("torch.optim.", "bitsandbytes.optim.", "bnb.optim.", "torchao.optim.",
-                     "torchao.prototype.low_bit_optim.", "transformers.optimization.", "apex.optimizers.",
-                     "schedulefree.", "galore_torch.", "lion_pytorch.")
+SWIFT_ARGUMENTS = {"TrainArguments": "sft", "SftArguments": "sft", "PretrainArguments": "pt", "RLHFArguments": "rlhf"}
+OPTIMIZER_MODULES = (
+    "torch.optim.",
+    "bitsandbytes.optim.",
+    "bnb.optim.",
+    "torchao.optim.",
+    "torchao.prototype.low_bit_optim.",
+    "transformers.optimization.",
+    "apex.optimizers.",
+    "schedulefree.",
+    "galore_torch.",
+    "lion_pytorch.",
+)
 TOP_LEVEL_OPTIMIZERS = frozenset({"transformers.AdamW", "transformers.Adafactor", "bitsandbytes.optim.AdamW8bit"})
 TORCH_DTYPES = frozenset({"float32", "float", "bfloat16", "float16", "half", "float8_e4m3fn", "float8_e5m2"})
 ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_NPU_ALLOC_CONF")
-LORA_KEYS = {"r": "lora_r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout",
-             "target_modules": "lora_target_modules", "modules_to_save": "lora_modules_to_save",
-             "use_dora": "use_dora"}
+LORA_KEYS = {
+    "r": "lora_r",
+    "lora_alpha": "lora_alpha",
+    "lora_dropout": "lora_dropout",
+    "target_modules": "lora_target_modules",
+    "modules_to_save": "lora_modules_to_save",
+    "use_dora": "use_dora",
+}
 # peft configs of vector adapters: class → (peft method, keyword → HF key)
 VECTOR_ADAPTER_CONFIGS = {
-    "IA3Config": ("ia3", {"target_modules": "lora_target_modules", "feedforward_modules": "ia3_feedforward_modules",
-                          "modules_to_save": "lora_modules_to_save"}),
-    "VeraConfig": ("vera", {"r": "vera_rank", "target_modules": "lora_target_modules", "vera_dropout": "vera_dropout",
-                            "modules_to_save": "lora_modules_to_save"}),
+    "IA3Config": (
+        "ia3",
+        {
+            "target_modules": "lora_target_modules",
+            "feedforward_modules": "ia3_feedforward_modules",
+            "modules_to_save": "lora_modules_to_save",
+        },
+    ),
+    "VeraConfig": (
+        "vera",
+        {
+            "r": "vera_rank",
+            "target_modules": "lora_target_modules",
+            "vera_dropout": "vera_dropout",
+            "modules_to_save": "lora_modules_to_save",
+        },
+    ),
 }
-MODEL_LOAD_KEYS = ("torch_dtype", "dtype", "attn_implementation", "load_in_4bit", "load_in_8bit",
-                   "use_flash_attention_2", "max_seq_length", "num_labels", "problem_type")
-_TRIGGER = re.compile(r"TrainingArguments|(?:Train|Sft|Pretrain|RLHF)Arguments\s*\(|Config\s*\(|Trainer\s*\(|from_pretrained|backward|optim|"
-                      r"gradient_checkpointing_enable|prepare_model_for_kbit_training|get_peft_model")
+MODEL_LOAD_KEYS = (
+    "torch_dtype",
+    "dtype",
+    "attn_implementation",
+    "load_in_4bit",
+    "load_in_8bit",
+    "use_flash_attention_2",
+    "max_seq_length",
+    "num_labels",
+    "problem_type",
+)
+_TRIGGER = re.compile(
+    r"TrainingArguments|(?:Train|Sft|Pretrain|RLHF)Arguments\s*\(|Config\s*\(|Trainer\s*\(|from_pretrained|backward|optim|"
+    r"gradient_checkpointing_enable|prepare_model_for_kbit_training|get_peft_model"
+)
 
 
 # names whose calls we read; a line without any of them holds no call of interest
-_HOT = re.compile(r"Arguments|Config|Trainer|from_pretrained|get_peft_model|gradient_checkpointing_enable|"
-                  r"prepare_model_for_kbit_training|environ|putenv|optim|backward|DataLoader|autocast|compile|"
-                  r"bfloat16|half|\.to\b|AdamW|Adafactor|global|nonlocal|apply_liger_kernel_to_")
+_HOT = re.compile(
+    r"Arguments|Config|Trainer|from_pretrained|get_peft_model|gradient_checkpointing_enable|"
+    r"prepare_model_for_kbit_training|environ|putenv|optim|backward|DataLoader|autocast|compile|"
+    r"bfloat16|half|\.to\b|AdamW|Adafactor|global|nonlocal|apply_liger_kernel_to_"
+)
 
 
 class _Unknown:
@@ -95,11 +168,12 @@ def _is_unknown(v: Any) -> bool:
 
 # --- positions -----------------------------------------------------------------------------------
 
+
 class _Cols:
     """ast positions (1-based lines, UTF-8 byte columns) → Span (0-based lines, character columns)."""
 
     def __init__(self, text: str, file: str):
-        self.lines = text_lines(text)       # as ast counts them: a lone \r ends a line too
+        self.lines = text_lines(text)  # as ast counts them: a lone \r ends a line too
         self.file = file
         self._cache: dict[int, bytes] = {}
 
@@ -114,29 +188,38 @@ class _Cols:
 
     def span(self, node: ast.AST, end: ast.AST | None = None) -> Span:
         end = end or node
-        return Span(file=self.file, start_line=node.lineno - 1, start_col=self.col(node.lineno, node.col_offset),
-                    end_line=end.end_lineno - 1, end_col=self.col(end.end_lineno, end.end_col_offset))
+        return Span(
+            file=self.file,
+            start_line=node.lineno - 1,
+            start_col=self.col(node.lineno, node.col_offset),
+            end_line=end.end_lineno - 1,
+            end_col=self.col(end.end_lineno, end.end_col_offset),
+        )
 
     def source(self, node: ast.AST, limit: int = 60) -> str:
         try:
             if node.lineno == node.end_lineno:
                 enc = self.lines[node.lineno - 1].encode("utf-8")
-                s = enc[node.col_offset:node.end_col_offset].decode("utf-8", errors="replace")
+                s = enc[node.col_offset : node.end_col_offset].decode("utf-8", errors="replace")
             else:
-                s = self.lines[node.lineno - 1].encode("utf-8")[node.col_offset:].decode("utf-8", errors="replace") + " …"
+                s = (
+                    self.lines[node.lineno - 1].encode("utf-8")[node.col_offset :].decode("utf-8", errors="replace")
+                    + " …"
+                )
         except (AttributeError, IndexError):
             return "…"
-        return s if len(s) <= limit else s[:limit - 1] + "…"
+        return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
 # --- scopes and simple values --------------------------------------------------------------------
+
 
 class _Scope:
     __slots__ = ("parent", "bindings")
 
     def __init__(self, parent: "_Scope | None"):
         self.parent = parent
-        self.bindings: dict[str, list] = {}      # name -> [value expr | None (bound some other way)]
+        self.bindings: dict[str, list] = {}  # name -> [value expr | None (bound some other way)]
 
     def bind(self, name: str, value: ast.expr | None) -> None:
         self.bindings.setdefault(name, []).append(value)
@@ -155,9 +238,9 @@ class _Collector:
     """One pass over the tree: scopes with their bindings, imports, and the nodes we care about."""
 
     def __init__(self, hot: list[int] | None = None):
-        self.hot = hot                           # sorted 1-based lines that may hold a call we read (None: all)
+        self.hot = hot  # sorted 1-based lines that may hold a call we read (None: all)
         self.module = _Scope(None)
-        self.imports: dict[str, str] = {}        # local name -> dotted origin
+        self.imports: dict[str, str] = {}  # local name -> dotted origin
         self.calls: list[tuple[ast.Call, _Scope]] = []
         self.env_assigns: list[tuple[ast.Assign, _Scope]] = []
 
@@ -198,7 +281,7 @@ class _Collector:
                 self._expr(d, scope)
             scope.bind(st.name, None)
             if not self._is_hot(st):
-                return                            # no call we read in it: its locals cannot matter
+                return  # no call we read in it: its locals cannot matter
             inner = _Scope(fscope)
             for arg in a.posonlyargs + a.args + a.kwonlyargs + [x for x in (a.vararg, a.kwarg) if x]:
                 inner.bind(arg.arg, None)
@@ -235,7 +318,7 @@ class _Collector:
             self._expr(st.value, scope)
         elif t in (ast.Global, ast.Nonlocal):
             outer = self.module if t is ast.Global else (fscope.parent or self.module)
-            for n in st.names:                    # rebound from inside a function: not one known value
+            for n in st.names:  # rebound from inside a function: not one known value
                 scope.bind(n, None)
                 outer.bind(n, None)
         elif t is ast.Try or t.__name__ == "TryStar":
@@ -289,7 +372,7 @@ class _Collector:
             elif t is ast.Constant or t is ast.Name:
                 continue
             elif t in (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp):
-                continue                          # values inside are not configuration
+                continue  # values inside are not configuration
             for f in _child_fields(t):
                 v = getattr(n, f, None)
                 if v is None:
@@ -307,8 +390,11 @@ def _child_fields(t: type) -> tuple[str, ...]:
     """The fields of an expression node type that can hold sub-expressions (cached per type)."""
     f = _FIELDS.get(t)
     if f is None:
-        f = _FIELDS[t] = tuple(name for name in t._fields if name not in ("ctx", "op", "ops", "id", "attr", "arg",
-                                                                         "value_kind", "conversion", "kind"))
+        f = _FIELDS[t] = tuple(
+            name
+            for name in t._fields
+            if name not in ("ctx", "op", "ops", "id", "attr", "arg", "value_kind", "conversion", "kind")
+        )
     return f
 
 
@@ -354,7 +440,7 @@ class _Evaluator:
             d = {}
             for k, v in zip(node.keys, node.values):
                 if k is None:
-                    continue                       # `**other`: its keys are not known
+                    continue  # `**other`: its keys are not known
                 kv = self.value(k, scope, depth + 1)
                 if _is_unknown(kv) or not isinstance(kv, (str, int, float, bool)):
                     continue
@@ -402,7 +488,12 @@ class _Evaluator:
             idx = self.value(node.slice, scope, depth + 1)
             if isinstance(base, dict) and not _is_unknown(idx) and isinstance(idx, (str, int)) and idx in base:
                 return base[idx]
-            if isinstance(base, list) and isinstance(idx, int) and not isinstance(idx, bool) and -len(base) <= idx < len(base):
+            if (
+                isinstance(base, list)
+                and isinstance(idx, int)
+                and not isinstance(idx, bool)
+                and -len(base) <= idx < len(base)
+            ):
                 return base[idx]
             return _Unknown(self.cols.source(node))
         return _Unknown(self.cols.source(node))
@@ -447,12 +538,20 @@ class _Evaluator:
                     return a // b
                 if op is ast.Mod:
                     return a % b
-                if op is ast.Pow and abs(b) <= 64 and abs(a) <= 2 ** 32:
-                    r = a ** b
-                    return r if not isinstance(r, complex) and (not isinstance(r, float) or math.isfinite(r)) else UNKNOWN
+                if op is ast.Pow and abs(b) <= 64 and abs(a) <= 2**32:
+                    r = a**b
+                    return (
+                        r if not isinstance(r, complex) and (not isinstance(r, float) or math.isfinite(r)) else UNKNOWN
+                    )
             if op is ast.Add and type(a) is type(b) and isinstance(a, (str, list)) and len(a) + len(b) <= 100_000:
                 return a + b
-            if op is ast.Mult and isinstance(a, (str, list)) and isinstance(b, int) and 0 <= b and len(a) * b <= 100_000:
+            if (
+                op is ast.Mult
+                and isinstance(a, (str, list))
+                and isinstance(b, int)
+                and 0 <= b
+                and len(a) * b <= 100_000
+            ):
                 return a * b
         except (ArithmeticError, ValueError, TypeError):
             pass
@@ -483,15 +582,16 @@ class _Evaluator:
 
 # --- the reader ----------------------------------------------------------------------------------
 
+
 class _Reader:
     def __init__(self, text: str, path: str):
         self.cols = _Cols(text, path)
         self.b = PlanBuilder(path, "python", None)
-        self.signals: set[str] = set()       # "hf", "trl", "custom"
+        self.signals: set[str] = set()  # "hf", "trl", "custom"
         self.loader_batches: list[Setting] = []
-        self.seen: set[str] = set()           # kinds of call already read
+        self.seen: set[str] = set()  # kinds of call already read
         self.autocasts: list[Setting] = []
-        self.swift: tuple[str, list[Setting]] | None = None   # ms-swift: (subcommand, its arguments' settings)
+        self.swift: tuple[str, list[Setting]] | None = None  # ms-swift: (subcommand, its arguments' settings)
 
     def first(self, kind: str) -> bool:
         """True the first time a call of this kind is met."""
@@ -505,25 +605,52 @@ class _Reader:
         """`key=value` with lazy spans: most keyword arguments are never looked at again."""
         c, v = self.cols, kw.value
         col = c.col(kw.lineno, kw.col_offset)
-        s = Setting.at(key or kw.arg, (kw.arg,), value, (
-            c.file, kw.lineno - 1, col, kw.lineno - 1, col + len(kw.arg),
-            v.lineno - 1, c.col(v.lineno, v.col_offset), v.end_lineno - 1, c.col(v.end_lineno, v.end_col_offset)))
+        s = Setting.at(
+            key or kw.arg,
+            (kw.arg,),
+            value,
+            (
+                c.file,
+                kw.lineno - 1,
+                col,
+                kw.lineno - 1,
+                col + len(kw.arg),
+                v.lineno - 1,
+                c.col(v.lineno, v.col_offset),
+                v.end_lineno - 1,
+                c.col(v.end_lineno, v.end_col_offset),
+            ),
+        )
         s.unresolved = _is_unknown(value)
         return s
 
     def node_setting(self, key: str, node: ast.AST, value: Any, value_node: ast.AST | None = None) -> Setting:
-        return Setting(key=key, path=(key,), value=value, span=self.cols.span(node),
-                       value_span=self.cols.span(value_node) if value_node is not None else None)
+        return Setting(
+            key=key,
+            path=(key,),
+            value=value,
+            span=self.cols.span(node),
+            value_span=self.cols.span(value_node) if value_node is not None else None,
+        )
 
     def unknown(self, s: Setting, v: _Unknown) -> None:
         why = f" ({v.why})" if v.why else ""
-        self.b.issue(IssueKind.NOT_READ, f"`{s.key}` is only known when the script runs{why}; it is not read, so the framework "
-                     f"default is shown", s, severity=Severity.INFO)
+        self.b.issue(
+            IssueKind.NOT_READ,
+            f"`{s.key}` is only known when the script runs{why}; it is not read, so the framework default is shown",
+            s,
+            severity=Severity.INFO,
+        )
 
     def splat(self, kw: ast.keyword, call_name: str, why: str = "") -> None:
-        self.b.issue(IssueKind.NOT_READ, f"settings passed to `{call_name}` through `**{self.cols.source(kw.value, 40)}` are only known "
-                     f"when the script runs{' (' + why + ')' if why else ''}; they are not read, so the framework "
-                     f"defaults are shown for whatever they set", span=self.cols.span(kw.value), severity=Severity.INFO)
+        self.b.issue(
+            IssueKind.NOT_READ,
+            f"settings passed to `{call_name}` through `**{self.cols.source(kw.value, 40)}` are only known "
+            f"when the script runs{' (' + why + ')' if why else ''}; they are not read, so the framework "
+            f"defaults are shown for whatever they set",
+            span=self.cols.span(kw.value),
+            severity=Severity.INFO,
+        )
 
 
 def _kw(call: ast.Call, name: str) -> ast.keyword | None:
@@ -551,8 +678,12 @@ def parse_python(text: str, ctx) -> TrainingPlan | None:
 
 def _hot_lines(tree: ast.Module, text: str) -> list[int]:
     """1-based numbers of the lines that mention a call name we read (or an optimizer imported by name)."""
-    names = [al.asname or al.name for st in tree.body if type(st) is ast.ImportFrom and st.module
-             and (st.module + ".").startswith(OPTIMIZER_MODULES) for al in st.names]
+    names = [
+        al.asname or al.name
+        for st in tree.body
+        if type(st) is ast.ImportFrom and st.module and (st.module + ".").startswith(OPTIMIZER_MODULES)
+        for al in st.names
+    ]
     pattern = _HOT if not names else re.compile(_HOT.pattern + "|" + "|".join(re.escape(n) for n in names))
     search = pattern.search
     return [n for n, line in enumerate(iter_text_lines(text), 1) if search(line)]
@@ -563,7 +694,7 @@ def read_tree(tree: ast.Module, text: str, ctx) -> TrainingPlan | None:
     col.run(tree)
     r = _Reader(text, ctx.path)
     ev = _Evaluator(col, r.cols)
-    col.calls.sort(key=lambda cs: (cs[0].lineno, cs[0].col_offset))   # first writer wins: source order
+    col.calls.sort(key=lambda cs: (cs[0].lineno, cs[0].col_offset))  # first writer wins: source order
     for call, scope in col.calls:
         _call(r, ev, call, scope)
     for st, scope in col.env_assigns:
@@ -574,7 +705,7 @@ def read_tree(tree: ast.Module, text: str, ctx) -> TrainingPlan | None:
     if r.swift is not None:
         _swift(r, ctx)
     elif "unsloth" in r.signals:
-        b.plan.framework = "unsloth"            # FastLanguageModel/FastModel: unsloth's own step under TRL's trainer
+        b.plan.framework = "unsloth"  # FastLanguageModel/FastModel: unsloth's own step under TRL's trainer
     elif "trl" in r.signals:
         b.plan.framework = "trl"
     elif "hf" in r.signals:
@@ -795,7 +926,7 @@ def _splat_entries(r: _Reader, ev: _Evaluator, node: ast.expr, scope: _Scope, de
     out: list = []
     if t is ast.Dict:
         for k, v in zip(node.keys, node.values):
-            if k is None:                                  # `{**other, ...}`
+            if k is None:  # `{**other, ...}`
                 inner = _splat_entries(r, ev, v, scope, depth + 1)
                 if isinstance(inner, _Unknown):
                     return inner
@@ -805,9 +936,20 @@ def _splat_entries(r: _Reader, ev: _Evaluator, node: ast.expr, scope: _Scope, de
             if not isinstance(key, str):
                 return _Unknown(f"a key of `{r.cols.source(node, 40)}` is only known at run time")
             value = ev.value(v, scope)
-            out.append((key, Setting(key=key, path=(key,), value=value, span=r.cols.span(k, v),
-                                     value_span=r.cols.span(v), key_span=r.cols.span(k),
-                                     unresolved=_is_unknown(value))))
+            out.append(
+                (
+                    key,
+                    Setting(
+                        key=key,
+                        path=(key,),
+                        value=value,
+                        span=r.cols.span(k, v),
+                        value_span=r.cols.span(v),
+                        key_span=r.cols.span(k),
+                        unresolved=_is_unknown(value),
+                    ),
+                )
+            )
         return out
     if t is ast.Call and type(node.func) is ast.Name and node.func.id == "dict" and not node.args:
         for kw in node.keywords:
@@ -852,8 +994,15 @@ def _from_pretrained(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, 
     if owner in IMAGE_TEXT_LOADERS:
         # the loader of TRL's vision-language scripts (trl examples/scripts/sft_vlm.py: AutoModelForImageTextToText
         # with an AutoProcessor): kept for the resolver's images-per-sequence (`resolve.images_per_sequence`)
-        r.b.remember(Setting(key="model_class", path=("model_class",), value=owner,
-                             span=r.cols.span(call.func), value_span=r.cols.span(call.func)))
+        r.b.remember(
+            Setting(
+                key="model_class",
+                path=("model_class",),
+                value=owner,
+                span=r.cols.span(call.func),
+                value_span=r.cols.span(call.func),
+            )
+        )
     head = hf.task_head_of_class(owner)
     if head is not None:
         r.b.set("task_head", head, r.node_setting(owner, call.func, owner), note=f"`{owner}`: no vocabulary logits")
@@ -868,15 +1017,21 @@ def _from_pretrained(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, 
     if node is not None:
         v = ev.value(node, scope)
         span_node = node if key is None else next(kw for kw in call.keywords if kw.arg == key)
-        s = Setting(key=key or "from_pretrained", path=("model",), value=v, span=r.cols.span(span_node),
-                    value_span=r.cols.span(node), unresolved=_is_unknown(v))
+        s = Setting(
+            key=key or "from_pretrained",
+            path=("model",),
+            value=v,
+            span=r.cols.span(span_node),
+            value_span=r.cols.span(node),
+            unresolved=_is_unknown(v),
+        )
         if _is_unknown(v):
             r.unknown(s, v)
         elif isinstance(v, str):
             apply_hf_key(r.b, "model_name_or_path", s)
     for s, target in _kwargs(r, ev, call, scope, "from_pretrained", keys=MODEL_LOAD_KEYS):
         if target in ("torch_dtype", "dtype") and s.value is None:
-            continue                                # unsloth dtype=None: detect (auto)
+            continue  # unsloth dtype=None: detect (auto)
         _apply(r, s)
 
 
@@ -900,6 +1055,7 @@ def _liger_patch(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name
     fused linear cross-entropy, RMSNorm, RoPE and SwiGLU kernels (liger-kernel 0.5 liger_kernel/transformers/
     monkey_patch.py: `rope=True, cross_entropy=False, fused_linear_cross_entropy=True, rms_norm=True, swiglu=True`).
     The fused loss is modelled; the other kernels' speed is, their memory is named as not modelled."""
+
     def on(key: str) -> bool:
         kw = _kw(call, key)
         return kw is None or ev.value(kw.value, scope) is not False
@@ -912,8 +1068,12 @@ def _liger_patch(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name
         kernels = [k for k, _ in found]
         names = " and ".join([", ".join(kernels[:-1]), kernels[-1]] if len(kernels) > 1 else kernels)
         r.b.set("fused_kernels", [key for _, key in found], s, note=f"Liger's {names} kernels")
-        r.b.unmodelled(s, f"the memory of Liger's {names} kernel{'s' if len(kernels) > 1 else ''} (what "
-                          f"{'they save' if len(kernels) > 1 else 'it saves'} for backward)", "estimated with transformers' own layers' memory (their run time is modelled)")
+        r.b.unmodelled(
+            s,
+            f"the memory of Liger's {names} kernel{'s' if len(kernels) > 1 else ''} (what "
+            f"{'they save' if len(kernels) > 1 else 'it saves'} for backward)",
+            "estimated with transformers' own layers' memory (their run time is modelled)",
+        )
 
 
 def _is_unsloth(full: str) -> bool:
@@ -931,19 +1091,35 @@ def _unsloth_load(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope) -> 
             values[kw.arg] = (to_bool(v) if not _is_unknown(v) else None, kw)
     full_ft = values.get("full_finetuning", (None, None))
     if full_ft[0]:
-        r.b.set("peft_method", "none", r.kw_setting(full_ft[1], True), override=True,
-                note="unsloth `full_finetuning=True`: every weight trains")
+        r.b.set(
+            "peft_method",
+            "none",
+            r.kw_setting(full_ft[1], True),
+            override=True,
+            note="unsloth `full_finetuning=True`: every weight trains",
+        )
     off = any(values.get(k, (None, None))[0] for k in ("load_in_8bit", "load_in_16bit", "full_finetuning"))
     four = values.get("load_in_4bit", (None, None))[0]
     if four is None and not off and r.b.plan.quant_bits is None:
-        r.b.set("quant_bits", 4, r.node_setting("from_pretrained", call.func, True), origin=Origin.DEFAULT,
-                framework="unsloth", note="unsloth loads in 4 bits unless told otherwise (load_in_4bit=True)")
+        r.b.set(
+            "quant_bits",
+            4,
+            r.node_setting("from_pretrained", call.func, True),
+            origin=Origin.DEFAULT,
+            framework="unsloth",
+            note="unsloth loads in 4 bits unless told otherwise (load_in_4bit=True)",
+        )
         r.b.set("quant_type", "nf4", origin=Origin.DEFAULT, framework="unsloth")
     # unsloth's patched models run its Triton RMSNorm, RoPE, SwiGLU and cross-entropy kernels (unsloth/models/llama.py:
     # fast_rms_layernorm, fast_rope_embedding, kernels/swiglu.py, fast_cross_entropy_loss)
-    r.b.set("fused_kernels", ["rms_norm", "rope", "swiglu", "cross_entropy"],
-            r.node_setting("from_pretrained", call.func, True), origin=Origin.DEFAULT, framework="unsloth",
-            note="unsloth's Triton RMSNorm, RoPE, SwiGLU and cross-entropy kernels")
+    r.b.set(
+        "fused_kernels",
+        ["rms_norm", "rope", "swiglu", "cross_entropy"],
+        r.node_setting("from_pretrained", call.func, True),
+        origin=Origin.DEFAULT,
+        framework="unsloth",
+        note="unsloth's Triton RMSNorm, RoPE, SwiGLU and cross-entropy kernels",
+    )
     kw = _kw(call, "use_gradient_checkpointing")
     if kw is not None:
         _unsloth_checkpointing(r, r.kw_setting(kw, ev.value(kw.value, scope)))
@@ -958,21 +1134,27 @@ def _unsloth_checkpointing(r: _Reader, s: Setting) -> None:
     if on is None:
         return
     r.b.set("grad_checkpointing", bool(on), s, override=True)
-    r.b.set("activation_offload", s.value == "unsloth", s, override=True,
-            note="unsloth offloads the checkpointed hidden states to the CPU" if s.value == "unsloth" else None)
+    r.b.set(
+        "activation_offload",
+        s.value == "unsloth",
+        s,
+        override=True,
+        note="unsloth offloads the checkpointed hidden states to the CPU" if s.value == "unsloth" else None,
+    )
 
 
 def _lora(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name: str) -> None:
     r.b.set("peft_method", "lora", r.node_setting(name, call.func, True))
     kw = _kw(call, "task_type")
-    if kw is not None:                                  # TaskType.SEQ_CLS or "SEQ_CLS"
+    if kw is not None:  # TaskType.SEQ_CLS or "SEQ_CLS"
         node = kw.value
         v = node.attr if type(node) is ast.Attribute else ev.value(node, scope)
         if isinstance(v, str):
             apply_hf_key(r.b, "task_type", r.kw_setting(kw, v))
-    for s, target in _kwargs(r, ev, call, scope, name, keys=set(LORA_KEYS) | {"use_gradient_checkpointing"},
-                             rename=LORA_KEYS):
-        if target == "use_gradient_checkpointing":      # unsloth get_peft_model: True or "unsloth"
+    for s, target in _kwargs(
+        r, ev, call, scope, name, keys=set(LORA_KEYS) | {"use_gradient_checkpointing"}, rename=LORA_KEYS
+    ):
+        if target == "use_gradient_checkpointing":  # unsloth get_peft_model: True or "unsloth"
             _unsloth_checkpointing(r, s)
             continue
         _apply(r, s, target)
@@ -1021,7 +1203,7 @@ def _env_value(r: _Reader, name: str, value: Any, s: Setting) -> None:
         if isinstance(value, str):
             r.b.set("alloc_conf", value, s)
     elif name in SWIFT_ENV_VARS and not _is_unknown(value):
-        r.b.remember(s)                 # read by the resolver for ms-swift runs only
+        r.b.remember(s)  # read by the resolver for ms-swift runs only
     elif name == "CUDA_VISIBLE_DEVICES" and isinstance(value, str):
         n = len([x for x in value.replace(" ", "").split(",") if x])
         if n:
@@ -1039,8 +1221,14 @@ def _environ_assign(r: _Reader, ev: _Evaluator, st: ast.Assign, scope: _Scope) -
         if not isinstance(name, str):
             continue
         value = ev.value(st.value, scope)
-        s = Setting(key=name, path=(name,), value=value, span=r.cols.span(st), value_span=r.cols.span(st.value),
-                    unresolved=_is_unknown(value))
+        s = Setting(
+            key=name,
+            path=(name,),
+            value=value,
+            span=r.cols.span(st),
+            value_span=r.cols.span(st.value),
+            unresolved=_is_unknown(value),
+        )
         _env_value(r, name, value, s)
 
 
@@ -1049,8 +1237,14 @@ def _environ_call(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, las
         name = ev.value(call.args[0], scope)
         if isinstance(name, str):
             value = ev.value(call.args[1], scope)
-            s = Setting(key=name, path=(name,), value=value, span=r.cols.span(call),
-                        value_span=r.cols.span(call.args[1]), unresolved=_is_unknown(value))
+            s = Setting(
+                key=name,
+                path=(name,),
+                value=value,
+                span=r.cols.span(call),
+                value_span=r.cols.span(call.args[1]),
+                unresolved=_is_unknown(value),
+            )
             _env_value(r, name, value, s)
     elif last == "update":
         if call.args and type(call.args[0]) is ast.Dict:
@@ -1060,8 +1254,14 @@ def _environ_call(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, las
                 name = ev.value(k, scope)
                 if isinstance(name, str):
                     value = ev.value(v, scope)
-                    s = Setting(key=name, path=(name,), value=value, span=r.cols.span(k, v),
-                                value_span=r.cols.span(v), unresolved=_is_unknown(value))
+                    s = Setting(
+                        key=name,
+                        path=(name,),
+                        value=value,
+                        span=r.cols.span(k, v),
+                        value_span=r.cols.span(v),
+                        unresolved=_is_unknown(value),
+                    )
                     _env_value(r, name, value, s)
         for kw in call.keywords:
             if kw.arg:

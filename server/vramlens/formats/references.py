@@ -15,6 +15,7 @@ the name is a known packaged file whose contents vramlens knows (then those cont
 Only files inside the workspace (or, without one, the document's folder) and the Hugging Face cache
 are read (`vramlens.file_access`); a reference that leads elsewhere is a VL014 warning saying so.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -48,7 +49,7 @@ def find(target: str, doc_path: str, workspace: Path | None) -> tuple[Path | Non
     refused = False
     for c in candidates(target, doc_path, workspace):
         if len(str(c)) > file_access.MAX_PATH_CHARS:
-            continue                 # no file has such a name: not found (not "outside the workspace")
+            continue  # no file has such a name: not found (not "outside the workspace")
         real = file_access.resolved_inside(c, roots)
         if real is None:
             refused = True
@@ -80,7 +81,7 @@ def locate_torchtune_config(name: str, doc_path: str, workspace: Path | None) ->
     for root in roots + packaged:
         real = file_access.resolved_inside(root / rel, allowed)
         if real is None:
-            continue                 # `../` out of the workspace or out of torchtune's packaged configs
+            continue  # `../` out of the workspace or out of torchtune's packaged configs
         try:
             if real.is_file():
                 return real
@@ -97,8 +98,11 @@ def _packaged_configs() -> list[Path]:
         spec = None
     if spec is None or not spec.submodule_search_locations:
         return []
-    return [r for r in (file_access.resolved_inside(Path(p) / "configs", None)
-                        for p in spec.submodule_search_locations) if r is not None]
+    return [
+        r
+        for r in (file_access.resolved_inside(Path(p) / "configs", None) for p in spec.submodule_search_locations)
+        if r is not None
+    ]
 
 
 def _read(path: Path, ctx, doc_path: str | None = None) -> str | None:
@@ -108,7 +112,7 @@ def _read(path: Path, ctx, doc_path: str | None = None) -> str | None:
     if ctx.read_file is not None:
         try:
             text = ctx.read_file(path)
-        except (OSError, ValueError):     # ValueError: not UTF-8
+        except (OSError, ValueError):  # ValueError: not UTF-8
             text = None
         if text is not None:
             return text if len(text) <= MAX_REFERENCED_BYTES else None
@@ -119,8 +123,12 @@ def _read(path: Path, ctx, doc_path: str | None = None) -> str | None:
         return None
 
 
-_LABEL = {"deepspeed": "DeepSpeed config", "accelerate": "accelerate config", "torchtune-config": "torchtune config",
-          "base": "base config"}
+_LABEL = {
+    "deepspeed": "DeepSpeed config",
+    "accelerate": "accelerate config",
+    "torchtune-config": "torchtune config",
+    "base": "base config",
+}
 
 
 def follow_references(builder: PlanBuilder, ctx) -> None:
@@ -144,8 +152,12 @@ def _follow(builder: PlanBuilder, ctx, ref, seen: set[str]) -> None:
     depth = ctx.depth + (0 if where == ctx.path else 1)
     target = ref.target.strip()
     if target.startswith(REMOTE):
-        builder.issue(IssueKind.NOT_READ, f"{label} `{target}` is remote: vramlens does not download it; its settings are not included",
-                      span=ref.span, severity=Severity.INFO)
+        builder.issue(
+            IssueKind.NOT_READ,
+            f"{label} `{target}` is remote: vramlens does not download it; its settings are not included",
+            span=ref.span,
+            severity=Severity.INFO,
+        )
         return
     refused = False
     if ref.kind == "torchtune-config":
@@ -154,20 +166,29 @@ def _follow(builder: PlanBuilder, ctx, ref, seen: set[str]) -> None:
         found, refused = find(target, where, ctx.workspace)
     if found is None:
         known = deepspeed.preset(target) if ref.kind == "deepspeed" else None
-        missing = (file_access.refusal(label, target, ctx.workspace) if refused else
-                   f"{label} `{target}` not found (looked next to this file"
-                   f"{' and in the workspace root' if ctx.workspace else ''})")
+        missing = (
+            file_access.refusal(label, target, ctx.workspace)
+            if refused
+            else f"{label} `{target}` not found (looked next to this file"
+            f"{' and in the workspace root' if ctx.workspace else ''})"
+        )
         if known is not None:
             source, contents = known
             is_name = "/" not in target and not target.endswith(".json")
             if not is_name:
-                builder.issue(IssueKind.REFERENCE, f"{missing}; estimated with the contents of {source}", span=ref.span,
-                              severity=Severity.WARNING)
+                builder.issue(
+                    IssueKind.REFERENCE,
+                    f"{missing}; estimated with the contents of {source}",
+                    span=ref.span,
+                    severity=Severity.WARNING,
+                )
             anchor = Setting(key=target, path=("deepspeed",), value=contents, span=ref.span, value_span=ref.span)
             deepspeed.apply_dict(builder, contents, anchor, note=f"from {source}")
             ref.resolved_path = f"preset:{target}"
             return
-        builder.issue(IssueKind.REFERENCE, missing, span=ref.span, severity=Severity.WARNING if refused else Severity.ERROR)
+        builder.issue(
+            IssueKind.REFERENCE, missing, span=ref.span, severity=Severity.WARNING if refused else Severity.ERROR
+        )
         return
     ref.resolved_path = str(found)
     if str(found) in seen or depth >= MAX_DEPTH:
@@ -182,18 +203,26 @@ def _follow(builder: PlanBuilder, ctx, ref, seen: set[str]) -> None:
     try:
         data, settings = load_yaml(text, str(found))
     except YamlError as exc:
-        builder.issue(IssueKind.REFERENCE, f"cannot read {label} `{target}`: {exc}", span=ref.span,
-                      severity=Severity.ERROR)
+        builder.issue(
+            IssueKind.REFERENCE, f"cannot read {label} `{target}`: {exc}", span=ref.span, severity=Severity.ERROR
+        )
         return
     if not isinstance(data, dict):
-        builder.issue(IssueKind.REFERENCE, f"{label} `{target}` is not a mapping of settings", span=ref.span,
-                      severity=Severity.ERROR)
+        builder.issue(
+            IssueKind.REFERENCE,
+            f"{label} `{target}` is not a mapping of settings",
+            span=ref.span,
+            severity=Severity.ERROR,
+        )
         return
     if ref.kind == "deepspeed":
         deepspeed.apply(builder, settings)
         if builder.plan.dist_strategy is None:
-            builder.set("dist_strategy", "deepspeed", Setting(key=ref.target, path=(), value=ref.target,
-                                                              span=ref.span, value_span=ref.span))
+            builder.set(
+                "dist_strategy",
+                "deepspeed",
+                Setting(key=ref.target, path=(), value=ref.target, span=ref.span, value_span=ref.span),
+            )
         return
     _merge_dialect(builder, ctx, ref, found, text, data, settings, depth)
 
@@ -203,16 +232,21 @@ def _merge_dialect(builder: PlanBuilder, ctx, ref, found: Path, text: str, data:
     from vramlens import formats
     from vramlens.plan import PLAN_CONCEPTS
 
-    sub_ctx = formats.ParseContext(path=str(found), workspace=ctx.workspace, read_file=ctx.read_file,
-                                   depth=depth + 1, text=text)
+    sub_ctx = formats.ParseContext(
+        path=str(found), workspace=ctx.workspace, read_file=ctx.read_file, depth=depth + 1, text=text
+    )
     keys = {str(k) for k in data}
     wanted = {"accelerate": "accelerate", "torchtune-config": "torchtune"}.get(ref.kind, builder.plan.format)
     dialect = next((d for d in formats.YAML_DIALECTS if d.name == wanted), None)
     if dialect is None or dialect.detect(data, keys) < formats.MIN_SCORE:
         dialect = formats.best_dialect(data, keys)
     if dialect is None:
-        builder.issue(IssueKind.REFERENCE, f"`{ref.target}` is not a training config vramlens recognises", span=ref.span,
-                      severity=Severity.WARNING)
+        builder.issue(
+            IssueKind.REFERENCE,
+            f"`{ref.target}` is not a training config vramlens recognises",
+            span=ref.span,
+            severity=Severity.WARNING,
+        )
         return
     sub = PlanBuilder(str(found), dialect.name, dialect.framework)
     dialect.apply(sub, data, settings, sub_ctx)

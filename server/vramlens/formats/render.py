@@ -8,6 +8,7 @@ key. YAML/JSON formats are written by `formats.render_yaml`, Python/shell/Markdo
 `formats.render_code`. The result is None when no writer knows the document's format; a change the
 format cannot express comes back as a RenderResult without edits whose `note` says where to make it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ class TextEdit:
 @dataclass
 class RenderResult:
     edits: list[TextEdit] = field(default_factory=list)
-    note: str | None = None       # what could not be written here, and where to do it instead
+    note: str | None = None  # what could not be written here, and where to do it instead
 
 
 Renderer = Callable[[str, TrainingPlan, dict[str, Any]], "RenderResult | None"]

@@ -14,6 +14,7 @@ is kept), inline otherwise. The allocator setting becomes an `export` line befor
 A change the document cannot express (a DeepSpeed value, an optimizer constructed in code to an
 8-bit one, LoRA in a plain script) yields no edits and a note saying where to make it.
 """
+
 from __future__ import annotations
 
 import ast
@@ -66,6 +67,7 @@ def _entry_span(local: Sourced) -> Span:
 
 # === Python ======================================================================================
 
+
 def _py_literal(value: Any, quote: str = '"') -> str:
     if isinstance(value, bool) or value is None:
         return repr(value)
@@ -88,11 +90,11 @@ class _PyDoc:
         self.col = python_calls._Collector()
         self.col.run(self.tree)
         self.col.calls.sort(key=lambda cs: (cs[0].lineno, cs[0].col_offset))
-        self.lines = text_lines(text)       # as ast counts them: a lone \r ends a line too
+        self.lines = text_lines(text)  # as ast counts them: a lone \r ends a line too
         self.quote = "'" if text.count("'") > 2 * text.count('"') else '"'
-        self.inserts: dict[tuple[int, int], list[str]] = {}     # (line, col) -> texts, in order
+        self.inserts: dict[tuple[int, int], list[str]] = {}  # (line, col) -> texts, in order
         self.edits: list[TextEdit] = []
-        self.overrides: dict[int, tuple[ast.keyword, dict[str, str]]] = {}   # `**name` -> keys set over it
+        self.overrides: dict[int, tuple[ast.keyword, dict[str, str]]] = {}  # `**name` -> keys set over it
 
     def dotted(self, node) -> str:
         ev = python_calls._Evaluator(self.col, self.cols)
@@ -140,8 +142,9 @@ class _PyDoc:
         for name, value in self.dicts():
             node = self.cols.span(value)
             if (node.start_line, node.start_col) <= at < (node.end_line, node.end_col):
-                uses = sum(1 for n in ast.walk(self.tree)
-                           if type(n) is ast.Name and n.id == name and type(n.ctx) is ast.Load)
+                uses = sum(
+                    1 for n in ast.walk(self.tree) if type(n) is ast.Name and n.id == name and type(n.ctx) is ast.Load
+                )
                 return (name, uses) if uses > 1 else None
         return None
 
@@ -151,9 +154,10 @@ class _PyDoc:
         for kw in call.keywords:
             node = bound.get(kw.value.id) if kw.arg is None and type(kw.value) is ast.Name else None
             if type(node) is ast.Dict:
-                found = next((v for k, v in zip(node.keys, node.values)
-                              if type(k) is ast.Constant and k.value == key), None)
-            elif type(node) is ast.Call:                # `dict(...)` (`dicts` yields displays and these)
+                found = next(
+                    (v for k, v in zip(node.keys, node.values) if type(k) is ast.Constant and k.value == key), None
+                )
+            elif type(node) is ast.Call:  # `dict(...)` (`dicts` yields displays and these)
                 found = next((k.value for k in node.keywords if k.arg == key), None)
             else:
                 found = None
@@ -163,7 +167,7 @@ class _PyDoc:
 
     def finish(self) -> list[TextEdit]:
         for kw, entries in self.overrides.values():
-            name = ast.unparse(kw.value)         # the `name` of `**name` (`_edit_value` keeps only those)
+            name = ast.unparse(kw.value)  # the `name` of `**name` (`_edit_value` keeps only those)
             items = "".join(f", {_py_literal(k, self.quote)}: {v}" for k, v in entries.items())
             self.edits.append(TextEdit(self.cols.span(kw), f"**{{**{name}{items}}}"))
         for at, texts in self.inserts.items():
@@ -183,8 +187,9 @@ def _end(node: ast.stmt | ast.expr | ast.keyword) -> tuple[int, int]:
 
 
 def _is_dict(node: ast.AST | None) -> bool:
-    return type(node) is ast.Dict or (type(node) is ast.Call and type(node.func) is ast.Name
-                                      and node.func.id == "dict" and not node.args)
+    return type(node) is ast.Dict or (
+        type(node) is ast.Call and type(node.func) is ast.Name and node.func.id == "dict" and not node.args
+    )
 
 
 def _edit_value(doc: _PyDoc, call: ast.Call | None, key: str, span: Span, new_text: str) -> None:
@@ -198,11 +203,19 @@ def _edit_value(doc: _PyDoc, call: ast.Call | None, key: str, span: Span, new_te
         doc.edits.append(TextEdit(span, new_text))
         return
     name, uses = shared
-    kw = next((k for k in (call.keywords if call is not None else ())
-               if k.arg is None and type(k.value) is ast.Name and k.value.id == name), None)
+    kw = next(
+        (
+            k
+            for k in (call.keywords if call is not None else ())
+            if k.arg is None and type(k.value) is ast.Name and k.value.id == name
+        ),
+        None,
+    )
     if kw is None or not key.isidentifier():
-        raise _Cannot(f"`{key}` is set in `{name}` (line {span.start_line + 1}), which {uses} places use: "
-                      f"changing it there would change them all, so set `{key}` by hand for this run")
+        raise _Cannot(
+            f"`{key}` is set in `{name}` (line {span.start_line + 1}), which {uses} places use: "
+            f"changing it there would change them all, so set `{key}` by hand for this run"
+        )
     doc.overrides.setdefault(id(kw), (kw, {}))[1][key] = new_text
 
 
@@ -213,7 +226,7 @@ def _kw_of(call: ast.Call, name: str) -> ast.keyword | None:
 def _quote_of(doc: _PyDoc, node: ast.AST) -> str:
     if type(node) is ast.Constant and isinstance(node.value, str):
         line = doc.lines[node.lineno - 1].encode("utf-8")
-        ch = line[node.col_offset:node.col_offset + 1].decode("utf-8", "replace")
+        ch = line[node.col_offset : node.col_offset + 1].decode("utf-8", "replace")
         if ch in ("'", '"'):
             return ch
     return doc.quote
@@ -226,7 +239,7 @@ def _set_kwarg(doc: _PyDoc, call: ast.Call, key: str, value: Any, pending: dict)
         doc.replace(kw.value, _py_literal(value, _quote_of(doc, kw.value)))
         return
     node = doc.splat_entry(call, key)
-    if node is not None:       # `key` comes from `**name`: a `key=` beside it would be given twice
+    if node is not None:  # `key` comes from `**name`: a `key=` beside it would be given twice
         return _edit_value(doc, call, key, doc.cols.span(node), _py_literal(value, _quote_of(doc, node)))
     pending.setdefault(id(call), (call, []))[1].append(f"{key}={_py_literal(value, doc.quote)}")
 
@@ -235,7 +248,7 @@ def _add_kwargs(doc: _PyDoc, call: ast.Call, items: list[str]) -> None:
     """Add keyword arguments to a call in its own layout."""
     args: list[ast.expr | ast.keyword] = [*call.args, *call.keywords]
     call_end_line, call_end_col = _end(call)
-    close = doc.pos(call_end_line, call_end_col - 1)          # the ")"
+    close = doc.pos(call_end_line, call_end_col - 1)  # the ")"
     if not args:
         doc.insert(close, ", ".join(items))
         return
@@ -248,8 +261,8 @@ def _add_kwargs(doc: _PyDoc, call: ast.Call, items: list[str]) -> None:
     if not own_line or first_arg.lineno == call.lineno and last.lineno == call.lineno:
         doc.insert(last_end, "".join(f", {it}" for it in items))
         return
-    indent = line_text[:len(line_text) - len(line_text.lstrip())]
-    rest = doc.lines[last_end[0]][last_end[1]:]
+    indent = line_text[: len(line_text) - len(line_text.lstrip())]
+    rest = doc.lines[last_end[0]][last_end[1] :]
     stripped = rest.lstrip()
     trailing_comma = stripped.startswith(",")
     close_on_line = close[0] == last_end[0]
@@ -265,8 +278,12 @@ def _import_line(doc: _PyDoc) -> int:
     line = 0
     body = doc.tree.body
     for st in body:
-        if (type(st) is ast.Expr and type(st.value) is ast.Constant and isinstance(st.value.value, str)
-                and st is body[0]) or (type(st) is ast.ImportFrom and st.module == "__future__"):
+        if (
+            type(st) is ast.Expr
+            and type(st.value) is ast.Constant
+            and isinstance(st.value.value, str)
+            and st is body[0]
+        ) or (type(st) is ast.ImportFrom and st.module == "__future__"):
             line = _end(st)[0]
         else:
             break
@@ -299,10 +316,16 @@ def _model_call(doc: _PyDoc) -> ast.Call | None:
     return None
 
 
-HF_KWARGS = {"micro_batch": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
-             "eval_batch": "per_device_eval_batch_size", "grad_checkpointing": "gradient_checkpointing",
-             "optimizer": "optim", "packing": "packing", "compile": "torch_compile",
-             "activation_offload": "activation_offloading"}
+HF_KWARGS = {
+    "micro_batch": "per_device_train_batch_size",
+    "grad_accum": "gradient_accumulation_steps",
+    "eval_batch": "per_device_eval_batch_size",
+    "grad_checkpointing": "gradient_checkpointing",
+    "optimizer": "optim",
+    "packing": "packing",
+    "compile": "torch_compile",
+    "activation_offload": "activation_offloading",
+}
 TRL_ONLY = {"packing", "activation_offload"}
 INVERTED_KEYS = {"disable_gradient_checkpointing"}
 
@@ -348,17 +371,22 @@ def _py_change(doc: _PyDoc, plan: TrainingPlan, concept: str, value: Any, pendin
     config = _config_call(doc)
     if concept == "optimizer" and local is not None and local.key and "." in local.key:
         line = _entry_span(local).start_line + 1
-        raise _Cannot(f"the optimizer is constructed in code (`{local.key}` on line {line}): "
-                      f"replace it with the `{value}` optimizer there")
+        raise _Cannot(
+            f"the optimizer is constructed in code (`{local.key}` on line {line}): "
+            f"replace it with the `{value}` optimizer there"
+        )
     if concept == "quant_compute_dtype":
         if not _edit_dtype_in_place(doc, local, value):
             raise _Cannot("set `bnb_4bit_compute_dtype` where the `BitsAndBytesConfig` is built")
         return
     if concept == "weight_dtype" and _edit_dtype_in_place(doc, local, value):
-        return                              # e.g. `model_init_kwargs={"dtype": "bfloat16"}` of a TRL config
+        return  # e.g. `model_init_kwargs={"dtype": "bfloat16"}` of a TRL config
     if concept in HF_KWARGS:
-        if local is not None and local.value_span is not None and (config is None or local.key == HF_KWARGS[concept]
-                                                                    or local.key == "use_gradient_checkpointing"):
+        if (
+            local is not None
+            and local.value_span is not None
+            and (config is None or local.key == HF_KWARGS[concept] or local.key == "use_gradient_checkpointing")
+        ):
             return _edit_value(doc, config, local.key or "", local.value_span, _py_literal(value, doc.quote))
         if config is None:
             if concept == "grad_checkpointing" and value is True:
@@ -370,8 +398,10 @@ def _py_change(doc: _PyDoc, plan: TrainingPlan, concept: str, value: Any, pendin
         return _set_kwarg(doc, config, HF_KWARGS[concept], value, pending)
     if concept == "loss_impl":
         if config is None:
-            raise _Cannot("a plain training loop computes its own loss: use a chunked or fused (Liger, "
-                          "cut-cross-entropy) loss in the loop")
+            raise _Cannot(
+                "a plain training loop computes its own loss: use a chunked or fused (Liger, "
+                "cut-cross-entropy) loss in the loop"
+            )
         if value == "fused":
             return _set_kwarg(doc, config, "use_liger_kernel", True, pending)
         name = doc.dotted(config.func).rsplit(".", 1)[-1]
@@ -390,7 +420,8 @@ def _py_change(doc: _PyDoc, plan: TrainingPlan, concept: str, value: Any, pendin
     if concept == "amp_dtype":
         if config is None:
             raise _Cannot("a plain training loop sets precision with torch.autocast")
-        def given(key: str) -> bool:        # written in the call, or brought in by `**name`
+
+        def given(key: str) -> bool:  # written in the call, or brought in by `**name`
             return _kw_of(config, key) is not None or doc.splat_entry(config, key) is not None
 
         if value in ("bf16", "fp16"):
@@ -409,8 +440,10 @@ def _py_change(doc: _PyDoc, plan: TrainingPlan, concept: str, value: Any, pendin
         if config is not None and name in python_calls.TRL_CONFIGS:
             return _set_kwarg(doc, config, "max_length", value, pending)
         raise _Cannot("the sequence length is set where the data is tokenized in this script")
-    raise _Cannot(f"a Python script cannot set `{concept}` directly: set it on the launch command or in the "
-                  f"DeepSpeed/accelerate config")
+    raise _Cannot(
+        f"a Python script cannot set `{concept}` directly: set it on the launch command or in the "
+        f"DeepSpeed/accelerate config"
+    )
 
 
 def _edit_dtype_in_place(doc: _PyDoc, local, value: str) -> bool:
@@ -418,7 +451,7 @@ def _edit_dtype_in_place(doc: _PyDoc, local, value: str) -> bool:
     if local is None or local.value_span is None or local.value_span.start_line != local.value_span.end_line:
         return False
     vs = local.value_span
-    old = doc.lines[vs.start_line][vs.start_col:vs.end_col]
+    old = doc.lines[vs.start_line][vs.start_col : vs.end_col]
     if not _DTYPE_LITERAL.fullmatch(old):
         # the setting's value is a dict holding the dtype (`model_init_kwargs={"dtype": "bfloat16"}`): rewrite the
         # dtype entry inside it, nothing else
@@ -444,7 +477,7 @@ def _py_enable_gc(doc: _PyDoc, plan: TrainingPlan) -> None:
     for st in ast.walk(doc.tree):
         if type(st) is ast.Assign and st.value is model and type(st.targets[0]) is ast.Name:
             line = doc.lines[st.lineno - 1]
-            indent = line[:len(line) - len(line.lstrip())]
+            indent = line[: len(line) - len(line.lstrip())]
             doc.insert((_end(st)[0], 0), f"{indent}{st.targets[0].id}.gradient_checkpointing_enable()\n")
             return
     raise _Cannot("call `model.gradient_checkpointing_enable()` after loading the model")
@@ -488,10 +521,13 @@ def _py_alloc(doc: _PyDoc, plan: TrainingPlan, value: str) -> None:
             target = st
             break
     line = target.lineno - 1 if target is not None else _import_line(doc)
-    os_before = any(type(st) is ast.Import and any(a.name == "os" and a.asname is None for a in st.names)
-                    and st.lineno - 1 < line for st in doc.tree.body)
-    new = ("" if os_before else "import os\n") + f"os.environ[{_py_literal('PYTORCH_CUDA_ALLOC_CONF', doc.quote)}] = " \
-          f"{_py_literal(value, doc.quote)}\n"
+    os_before = any(
+        type(st) is ast.Import and any(a.name == "os" and a.asname is None for a in st.names) and st.lineno - 1 < line
+        for st in doc.tree.body
+    )
+    new = (
+        "" if os_before else "import os\n"
+    ) + f"os.environ[{_py_literal('PYTORCH_CUDA_ALLOC_CONF', doc.quote)}] = {_py_literal(value, doc.quote)}\n"
     doc.insert((line, 0), new)
 
 
@@ -506,8 +542,7 @@ def _node_at(doc: _PyDoc, span: Span) -> ast.AST | None:
     return None
 
 
-def _py_peft(doc: _PyDoc, plan: TrainingPlan, peft: str | None, lora: dict, quant: int | None,
-             pending: dict) -> None:
+def _py_peft(doc: _PyDoc, plan: TrainingPlan, peft: str | None, lora: dict, quant: int | None, pending: dict) -> None:
     want_lora = peft in ("lora", "qlora", "dora") or bool(lora)
     if peft == "qlora" and quant is None:
         quant = 4
@@ -532,10 +567,13 @@ def _py_peft(doc: _PyDoc, plan: TrainingPlan, peft: str | None, lora: dict, quan
         _ensure_import(doc, "peft", "LoraConfig")
         pending.setdefault(id(trainers[0]), (trainers[0], []))[1].append(
             f"peft_config=LoraConfig(r={r}, lora_alpha={2 * int(r)}, target_modules={_py_literal(targets, q)}, "
-            f"task_type={_py_literal('CAUSAL_LM', q)})")
+            f"task_type={_py_literal('CAUSAL_LM', q)})"
+        )
         return
-    raise _Cannot("wrap the model in LoRA adapters: `model = peft.get_peft_model(model, LoraConfig(r=16, "
-                  "target_modules=\"all-linear\"))` before training")
+    raise _Cannot(
+        "wrap the model in LoRA adapters: `model = peft.get_peft_model(model, LoraConfig(r=16, "
+        'target_modules="all-linear"))` before training'
+    )
 
 
 def _py_quant(doc: _PyDoc, plan: TrainingPlan, bits: int, pending: dict) -> None:
@@ -566,31 +604,65 @@ def _py_quant(doc: _PyDoc, plan: TrainingPlan, bits: int, pending: dict) -> None
     _ensure_import(doc, "transformers", "BitsAndBytesConfig")
     pending.setdefault(id(model), (model, []))[1].append(
         f"quantization_config=BitsAndBytesConfig({key}=True"
-        + (f", bnb_4bit_quant_type={_py_literal('nf4', q)}, bnb_4bit_compute_dtype={_py_literal('bfloat16', q)}"
-           if bits == 4 else "") + ")")
+        + (
+            f", bnb_4bit_quant_type={_py_literal('nf4', q)}, bnb_4bit_compute_dtype={_py_literal('bfloat16', q)}"
+            if bits == 4
+            else ""
+        )
+        + ")"
+    )
 
 
 # === shell =======================================================================================
 
 # concept -> flag name per tool (None: the tool cannot take it on the command line)
-HF_FLAGS = {"micro_batch": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
-            "eval_batch": "per_device_eval_batch_size", "grad_checkpointing": "gradient_checkpointing",
-            "optimizer": "optim", "packing": "packing", "compile": "torch_compile",
-            "activation_offload": "activation_offloading", "attn_impl": "attn_implementation"}
+HF_FLAGS = {
+    "micro_batch": "per_device_train_batch_size",
+    "grad_accum": "gradient_accumulation_steps",
+    "eval_batch": "per_device_eval_batch_size",
+    "grad_checkpointing": "gradient_checkpointing",
+    "optimizer": "optim",
+    "packing": "packing",
+    "compile": "torch_compile",
+    "activation_offload": "activation_offloading",
+    "attn_impl": "attn_implementation",
+}
 TOOL_FLAGS = {
     "swift": {**HF_FLAGS, "attn_impl": "attn_impl", "seq_len": "max_length"},
     "trl": {**HF_FLAGS, "seq_len": "max_length"},
     "llamafactory": {**HF_FLAGS, "seq_len": "cutoff_len", "attn_impl": "flash_attn"},
-    "axolotl": {"micro_batch": "micro-batch-size", "grad_accum": "gradient-accumulation-steps",
-                "grad_checkpointing": "gradient-checkpointing", "optimizer": "optimizer", "seq_len": "sequence-len",
-                "packing": "sample-packing", "eval_batch": "eval-batch-size"},
-    "torchtune": {"micro_batch": "batch_size", "grad_accum": "gradient_accumulation_steps",
-                  "grad_checkpointing": "enable_activation_checkpointing", "seq_len": "tokenizer.max_seq_len",
-                  "compile": "compile"},
+    "axolotl": {
+        "micro_batch": "micro-batch-size",
+        "grad_accum": "gradient-accumulation-steps",
+        "grad_checkpointing": "gradient-checkpointing",
+        "optimizer": "optimizer",
+        "seq_len": "sequence-len",
+        "packing": "sample-packing",
+        "eval_batch": "eval-batch-size",
+    },
+    "torchtune": {
+        "micro_batch": "batch_size",
+        "grad_accum": "gradient_accumulation_steps",
+        "grad_checkpointing": "enable_activation_checkpointing",
+        "seq_len": "tokenizer.max_seq_len",
+        "compile": "compile",
+    },
 }
 # concepts whose value is written as it is (no change of key or meaning)
-SH_DIRECT = frozenset({"micro_batch", "grad_accum", "eval_batch", "grad_checkpointing", "optimizer", "packing",
-                       "compile", "activation_offload", "seq_len", "attn_impl"})
+SH_DIRECT = frozenset(
+    {
+        "micro_batch",
+        "grad_accum",
+        "eval_batch",
+        "grad_checkpointing",
+        "optimizer",
+        "packing",
+        "compile",
+        "activation_offload",
+        "seq_len",
+        "attn_impl",
+    }
+)
 
 
 def _sh_word(value: Any) -> str:
@@ -603,18 +675,19 @@ def _sh_word(value: Any) -> str:
 
 
 class _ShDoc:
-    def __init__(self, text: str, view: str, plan: TrainingPlan, console: bool, script: shell.ShellScript,
-                 launch: shell.Launch):
+    def __init__(
+        self, text: str, view: str, plan: TrainingPlan, console: bool, script: shell.ShellScript, launch: shell.Launch
+    ):
         self.text = view
-        self.original = text            # the document (differs from `view` in a Markdown file's prompts)
+        self.original = text  # the document (differs from `view` in a Markdown file's prompts)
         self.plan = plan
         self.console = console
         self.script = script
-        self.launch = launch            # `script.launch`
+        self.launch = launch  # `script.launch`
         self.idx = self.script.index
         self.args = shell.collect_args(self.script)
         self.edits: list[TextEdit] = []
-        self.appended: list[str] = []        # new "--flag value" texts for the command
+        self.appended: list[str] = []  # new "--flag value" texts for the command
 
     def span(self, start: int, end: int | None = None) -> Span:
         return self.idx.span(start, start if end is None else end)
@@ -646,8 +719,14 @@ def _sh_value(key: str, concept: str, value: Any, tool: str) -> str:
     return _sh_word(value)
 
 
-def render_shell(text: str, plan: TrainingPlan, changes: dict[str, Any], view: str | None = None,
-                 console: bool = False, first_line: int = 0) -> RenderResult | None:
+def render_shell(
+    text: str,
+    plan: TrainingPlan,
+    changes: dict[str, Any],
+    view: str | None = None,
+    console: bool = False,
+    first_line: int = 0,
+) -> RenderResult | None:
     view = view if view is not None else text
     script, _ = shell.analyze(view, plan.source_file, first_line)
     if script.launch is None:
@@ -660,7 +739,7 @@ def render_shell(text: str, plan: TrainingPlan, changes: dict[str, Any], view: s
     peft_failed = False
     for concept, value in changes.items():
         if peft_failed and concept in ("lora_r", "lora_alpha", "lora_dropout", "lora_targets", "quant_bits"):
-            continue                      # one note for the whole adapter change
+            continue  # one note for the whole adapter change
         try:
             _sh_change(doc, concept, value)
         except _Cannot as exc:
@@ -716,8 +795,15 @@ def _sh_change(doc: _ShDoc, concept: str, value: Any) -> None:
     if concept == "optimizer_impl":
         if tool == "torchtune" and value == "fused":
             return _put_flag(doc, "optimizer.fused", "True")
-        if value == "fused" and tool in ("torchrun", "accelerate", "deepspeed", "python", "trl", "swift",
-                                         "llamafactory"):
+        if value == "fused" and tool in (
+            "torchrun",
+            "accelerate",
+            "deepspeed",
+            "python",
+            "trl",
+            "swift",
+            "llamafactory",
+        ):
             return _sh_change(doc, "optimizer", "adamw_torch_fused")
         raise _Cannot(f"set the optimizer to {value} in the training script")
     if concept == "loss_impl":
@@ -736,7 +822,7 @@ def _sh_change(doc: _ShDoc, concept: str, value: Any) -> None:
 
 
 def _sh_edit_existing(doc: _ShDoc, local: Sourced, concept: str, value: Any) -> None:
-    key = local.key or ""           # the caller checks it is set
+    key = local.key or ""  # the caller checks it is set
     span = _entry_span(local)
     n = key.lstrip("-").replace("-", "_")
     tool = doc.launch.tool
@@ -744,15 +830,24 @@ def _sh_edit_existing(doc: _ShDoc, local: Sourced, concept: str, value: Any) -> 
     negated = n.startswith("no_") and shell.is_known_key(n[3:])
     if isinstance(value, bool) and (inverted or negated):
         if negated and local.value_span is None:
-            if value is True:           # `--no_X` bare → `--X`
+            if value is True:  # `--no_X` bare → `--X`
                 doc.replace_span(span, "--" + key[3:])
             return
         value = not value
-    if local.value_span is None:         # a bare boolean flag: give it a value
+    if local.value_span is None:  # a bare boolean flag: give it a value
         if isinstance(value, bool):
-            return doc.edits.append(TextEdit(Span(file=span.file, start_line=span.end_line,
-                                                  start_col=span.end_col, end_line=span.end_line,
-                                                  end_col=span.end_col), " " + _sh_value(key, concept, value, tool)))
+            return doc.edits.append(
+                TextEdit(
+                    Span(
+                        file=span.file,
+                        start_line=span.end_line,
+                        start_col=span.end_col,
+                        end_line=span.end_line,
+                        end_col=span.end_col,
+                    ),
+                    " " + _sh_value(key, concept, value, tool),
+                )
+            )
         raise _Cannot(f"`{key}` has no value to change")
     if concept in ("gpu_count", "world_size", "zero_stage", "offload_optimizer", "offload_params", "dist_strategy"):
         raise _Cannot(f"change `{key}` on the launch command by hand")
@@ -804,21 +899,38 @@ def _sh_peft(doc: _ShDoc, concept: str, value: Any) -> None:
             if value not in (4, 8):
                 raise _Cannot(f"`{local.key}` switches 4- or 8-bit loading only")
             sep = "-" if "-" in local.key else "_"
-            return doc.replace_span(_entry_span(local), f"--load{sep}in{sep}{value}bit"
-                                    + (" True" if local.value_span else ""))
+            return doc.replace_span(
+                _entry_span(local), f"--load{sep}in{sep}{value}bit" + (" True" if local.value_span else "")
+            )
     if local is not None and local.value_span is not None:
         return doc.replace_span(local.value_span, _sh_value(local.key or "", concept, value, tool))
     names = {
-        "swift": {"lora_r": "lora_rank", "lora_alpha": "lora_alpha", "lora_targets": "target_modules",
-                  "quant_bits": "quant_bits"},
-        "llamafactory": {"lora_r": "lora_rank", "lora_alpha": "lora_alpha", "lora_targets": "lora_target",
-                         "quant_bits": "quantization_bit"},
-        "axolotl": {"lora_r": "lora-r", "lora_alpha": "lora-alpha", "lora_targets": "lora-target-linear",
-                    "quant_bits": "load-in-4bit"},
+        "swift": {
+            "lora_r": "lora_rank",
+            "lora_alpha": "lora_alpha",
+            "lora_targets": "target_modules",
+            "quant_bits": "quant_bits",
+        },
+        "llamafactory": {
+            "lora_r": "lora_rank",
+            "lora_alpha": "lora_alpha",
+            "lora_targets": "lora_target",
+            "quant_bits": "quantization_bit",
+        },
+        "axolotl": {
+            "lora_r": "lora-r",
+            "lora_alpha": "lora-alpha",
+            "lora_targets": "lora-target-linear",
+            "quant_bits": "load-in-4bit",
+        },
     }.get(tool)
     if names is None and (tool == "trl" or plan.framework == "trl"):
-        names = {"lora_r": "lora_r", "lora_alpha": "lora_alpha", "lora_targets": "lora_target_modules",
-                 "quant_bits": "load_in_4bit"}
+        names = {
+            "lora_r": "lora_r",
+            "lora_alpha": "lora_alpha",
+            "lora_targets": "lora_target_modules",
+            "quant_bits": "load_in_4bit",
+        }
     if names is None or concept not in names:
         raise _Cannot(f"this {tool} command cannot set `{concept}`: add it in the training script or config")
     name = names[concept]
@@ -839,33 +951,35 @@ def _sh_alloc(doc: _ShDoc, value: str) -> None:
     line, _ = doc.idx.pos(start)
     line_start = doc.idx.line_start(line)
     line_text = doc.idx.line(line)
-    indent = line_text[:len(line_text) - len(line_text.lstrip())]
+    indent = line_text[: len(line_text) - len(line_text.lstrip())]
     prompt = ""
     if doc.console:
         prompt = "$ "
         indent = indent[:-2] if indent.endswith("  ") else indent
-    doc.edits.append(TextEdit(doc.span(line_start), f"{indent}{prompt}export PYTORCH_CUDA_ALLOC_CONF={_sh_word(value)}\n"))
+    doc.edits.append(
+        TextEdit(doc.span(line_start), f"{indent}{prompt}export PYTORCH_CUDA_ALLOC_CONF={_sh_word(value)}\n")
+    )
 
 
 def _append_flags(doc: _ShDoc) -> None:
     """Add the new flags after the script's last argument, in the command's layout."""
-    text, idx = doc.text, doc.idx
+    idx = doc.idx
     last = doc.args.last
     word = last.word if last is not None else doc.launch.command.words[-1]
     end = word.end
     first_line, _ = idx.pos(doc.launch.command.start)
     last_line, _ = idx.pos(word.start)
     line_start = idx.line_start(last_line)
-    line_text = idx.line(last_line)              # the lines spans count: a lone \r ends one too
-    rest = line_text[end - line_start:]
+    line_text = idx.line(last_line)  # the lines spans count: a lone \r ends one too
+    rest = line_text[end - line_start :]
     if last_line == first_line:
         doc.edits.append(TextEdit(doc.span(end), "".join(f" {f}" for f in doc.appended)))
         return
-    indent = line_text[:len(line_text) - len(line_text.lstrip())]
+    indent = line_text[: len(line_text) - len(line_text.lstrip())]
     original_lines = text_lines(doc.original)
-    if last_line < len(original_lines):                               # keeps a console block's `> ` prompt
-        indent = original_lines[last_line][:len(indent)]
-    if rest.rstrip().endswith("\\"):            # trailing `\` on the last line: keep it on every new line
+    if last_line < len(original_lines):  # keeps a console block's `> ` prompt
+        indent = original_lines[last_line][: len(indent)]
+    if rest.rstrip().endswith("\\"):  # trailing `\` on the last line: keep it on every new line
         at = end + len(rest)
         doc.edits.append(TextEdit(doc.span(at), "".join(f"\n{indent}{f} \\" for f in doc.appended)))
     else:
@@ -873,6 +987,7 @@ def _append_flags(doc: _ShDoc) -> None:
 
 
 # === Markdown ====================================================================================
+
 
 def render_markdown(text: str, plan: TrainingPlan, changes: dict[str, Any]) -> RenderResult | None:
     found = markdown.training_block(text, plan.source_file)

@@ -12,6 +12,7 @@ comma, so the document stays valid. A value read from a referenced file (a DeepS
 in that file. What a format cannot express (the allocator setting in an axolotl YAML) produces no edit
 and a note that says where to make the change.
 """
+
 from __future__ import annotations
 
 import functools
@@ -26,9 +27,11 @@ from vramlens.knowledge import optimizers
 from vramlens.plan import Sourced, Span, TrainingPlan
 from vramlens.text import LINE_BREAK, LineIndex, line_ending
 
-ALLOC_NOTE = ("set `PYTORCH_CUDA_ALLOC_CONF={value}` where the training is launched "
-              "(e.g. `export PYTORCH_CUDA_ALLOC_CONF={value}` in the launch script): {fmt} configs have no "
-              "place for environment variables")
+ALLOC_NOTE = (
+    "set `PYTORCH_CUDA_ALLOC_CONF={value}` where the training is launched "
+    "(e.g. `export PYTORCH_CUDA_ALLOC_CONF={value}` in the launch script): {fmt} configs have no "
+    "place for environment variables"
+)
 
 
 class _Entry(Protocol):
@@ -89,7 +92,7 @@ class _Doc:
         self.plan = plan
         self.file = plan.source_file
         self.json = is_json_path(self.file)
-        self.index = LineIndex(text)      # lines as spans count them: \n, \r\n and a lone \r end a line
+        self.index = LineIndex(text)  # lines as spans count them: \n, \r\n and a lone \r end a line
         self.lines = LINE_BREAK.split(text)
         self.eol = line_ending(text)
         self.by_path: dict[tuple, _Entry] = {}
@@ -105,17 +108,17 @@ class _Doc:
         self.bool_words = self._bool_style()
         self.unit = self._indent_unit()
         self.quote = "'" if text.count("'") >= text.count('"') else '"'
-        self.done: set[str] = set()          # concepts already written as part of another change
+        self.done: set[str] = set()  # concepts already written as part of another change
         self.pending: dict[tuple, Any] = {}  # path -> value written by this render (later writes win)
         self.handles: dict[tuple, TextEdit] = {}
-        self.new_blocks: dict[tuple, tuple[dict, tuple]] = {}   # missing parent -> (entries, after)
-        self.added: dict[tuple, tuple] = {}   # path added here -> (line, col, separator, indent, flow, quoted keys)
+        self.new_blocks: dict[tuple, tuple[dict, tuple]] = {}  # missing parent -> (entries, after)
+        self.added: dict[tuple, tuple] = {}  # path added here -> (line, col, separator, indent, flow, quoted keys)
         # Changing an entry inside an anchored node that an alias uses changes every user of it, so such a change is
         # written as an override in the mapping being fixed (own keys win over merged ones:
         # https://yaml.org/type/merge.html), or refused with the reason (`_sharing`, `_shared`).
         self.written_at, self.shared_nodes = _sharing(text, self.file, self.json)
-        self.alias_overrides: dict[tuple, dict] = {}   # mapping written as an alias -> entries it overrides
-        self.refused: list[str] = []         # why a change was not written (a shared definition)
+        self.alias_overrides: dict[tuple, dict] = {}  # mapping written as an alias -> entries it overrides
+        self.refused: list[str] = []  # why a change was not written (a shared definition)
 
     # --- style -------------------------------------------------------------------------------------
 
@@ -136,8 +139,12 @@ class _Doc:
         for s in self.by_path.values():
             if len(s.path) == 2 and not isinstance(s.path[0], int):
                 parent = self.by_path.get(s.path[:1])
-                if parent is not None and parent.key_span is not None and s.key_span is not None \
-                        and s.key_span.start_line > parent.key_span.start_line:
+                if (
+                    parent is not None
+                    and parent.key_span is not None
+                    and s.key_span is not None
+                    and s.key_span.start_line > parent.key_span.start_line
+                ):
                     d = s.key_span.start_col - parent.key_span.start_col
                     if d > 0:
                         return d
@@ -146,8 +153,9 @@ class _Doc:
     def slice(self, span: Span | None) -> str:
         if span is None:
             return ""
-        return self.text[self.index.offset(span.start_line, span.start_col):
-                         self.index.offset(span.end_line, span.end_col)]
+        return self.text[
+            self.index.offset(span.start_line, span.start_col) : self.index.offset(span.end_line, span.end_col)
+        ]
 
     def scalar(self, value: Any, old: str = "") -> str:
         """A value in this document's spelling (keeping the old value's quotes for strings)."""
@@ -161,7 +169,7 @@ class _Doc:
             return str(value)
         if isinstance(value, float):
             r = repr(value)
-            if "e" in r and "." not in r:          # YAML 1.1 reads 2e-05 as a string
+            if "e" in r and "." not in r:  # YAML 1.1 reads 2e-05 as a string
                 r = r.replace("e", ".0e")
             return r
         if isinstance(value, (list, tuple)):
@@ -210,16 +218,20 @@ class _Doc:
         if not self._own(s) and self._local_mapping(s.path[:-1]):
             return _OVERRIDE
         key = ".".join(map(str, s.path))
-        return (f"`{key}` is set in the YAML anchor `&{anchor[2]}` (line {anchor[3]}), which `*{anchor[2]}` also "
-                f"uses: changing it there would change every user of that anchor, so set `{key}` by hand where "
-                f"it applies")
+        return (
+            f"`{key}` is set in the YAML anchor `&{anchor[2]}` (line {anchor[3]}), which `*{anchor[2]}` also "
+            f"uses: changing it there would change every user of that anchor, so set `{key}` by hand where "
+            f"it applies"
+        )
 
     def _refuse_parent(self, parent: tuple) -> None:
         p = self.by_path.get(parent)
         anchor = self._anchor_at(p.value_span.start_line, p.value_span.start_col) if p and p.value_span else None
         where = f"the YAML anchor `&{anchor[2]}` (line {anchor[3]})" if anchor else "a mapping an alias repeats"
-        self.refused.append(f"`{'.'.join(map(str, parent))}` is {where}, which an alias also uses: an entry "
-                            f"added there would change every user of it")
+        self.refused.append(
+            f"`{'.'.join(map(str, parent))}` is {where}, which an alias also uses: an entry "
+            f"added there would change every user of it"
+        )
 
     # --- reading -----------------------------------------------------------------------------------
 
@@ -242,8 +254,13 @@ class _Doc:
     # --- writing -----------------------------------------------------------------------------------
 
     def _span(self, l1: int, c1: int, l2: int | None = None, c2: int | None = None) -> Span:
-        return Span(file=self.file, start_line=l1, start_col=c1,
-                    end_line=l1 if l2 is None else l2, end_col=c1 if c2 is None else c2)
+        return Span(
+            file=self.file,
+            start_line=l1,
+            start_col=c1,
+            end_line=l1 if l2 is None else l2,
+            end_col=c1 if c2 is None else c2,
+        )
 
     def replace(self, span: Span, text: str) -> TextEdit:
         edit = TextEdit(span, text)
@@ -258,7 +275,7 @@ class _Doc:
         if path in self.pending:
             self.pending[path] = value
             handle = self.handles.get(path)
-            if handle is not None:           # rewrite the earlier edit of this entry
+            if handle is not None:  # rewrite the earlier edit of this entry
                 self.edits.remove(handle)
                 self.handles.pop(path)
                 self._replace_value(self.by_path[path], value, path)
@@ -280,9 +297,9 @@ class _Doc:
 
     def _update_block(self, path: tuple, value: Any) -> None:
         for parent, (entries, _) in self.new_blocks.items():
-            if path[:len(parent)] == parent:
+            if path[: len(parent)] == parent:
                 node = entries
-                for k in path[len(parent):-1]:
+                for k in path[len(parent) : -1]:
                     node = node.setdefault(k, {})
                 node[path[-1]] = value
                 return
@@ -336,11 +353,11 @@ class _Doc:
                 top = top[:-1]
             entries, _ = self.new_blocks.setdefault(top, ({}, after if top == parent else ()))
             node = entries
-            for k in path[len(top):-1]:
+            for k in path[len(top) : -1]:
                 node = node.setdefault(k, {})
             node[key] = value
             return
-        siblings = [s for s in self.children(parent) if self._own(s)]      # not the entries a merge repeats
+        siblings = [s for s in self.children(parent) if self._own(s)]  # not the entries a merge repeats
         anchor = None
         for a in after:
             a_path = a if isinstance(a, tuple) else parent + (a,)
@@ -365,7 +382,9 @@ class _Doc:
                 text = self.text
                 prefix = "" if (not text or text.endswith(("\n", "\r"))) else self.eol
                 last = len(self.lines) - 1
-                self.insert(last, len(self.lines[last]), prefix + self._entry_text(key, value, 0, False, False) + self.eol)
+                self.insert(
+                    last, len(self.lines[last]), prefix + self._entry_text(key, value, 0, False, False) + self.eol
+                )
                 return
             p = self.by_path[parent]
             if p.value is None or p.value == {}:
@@ -400,13 +419,16 @@ class _Doc:
         if s is None:
             return True
         shared = self._shared(s)
-        if shared is not None:               # an entry of a shared anchor, or one a merge brings in
-            self.refused.append(shared if shared is not _OVERRIDE else
-                                f"`{'.'.join(map(str, path))}` comes from a YAML anchor that an alias also uses: "
-                                f"it cannot be removed for this section alone")
+        if shared is not None:  # an entry of a shared anchor, or one a merge brings in
+            self.refused.append(
+                shared
+                if shared is not _OVERRIDE
+                else f"`{'.'.join(map(str, path))}` comes from a YAML anchor that an alias also uses: "
+                f"it cannot be removed for this section alone"
+            )
             return True
         ks = s.key_span
-        if self.lines[ks.start_line][:ks.start_col].strip():
+        if self.lines[ks.start_line][: ks.start_col].strip():
             return False
         if self.json or (path[:-1] and self.slice(self.by_path[path[:-1]].value_span).lstrip().startswith("{")):
             return False
@@ -428,9 +450,12 @@ class _Doc:
         s = self.by_path[path]
         shared = self._shared(s)
         if shared is not None:
-            self.refused.append(shared if shared is not _OVERRIDE else
-                                f"`{'.'.join(map(str, path))}` comes from a YAML anchor that an alias also uses: "
-                                f"rename it to `{key}` by hand")
+            self.refused.append(
+                shared
+                if shared is not _OVERRIDE
+                else f"`{'.'.join(map(str, path))}` comes from a YAML anchor that an alias also uses: "
+                f"rename it to `{key}` by hand"
+            )
             return
         self.replace(s.span, self._entry_text(key, value, s.key_span.start_col, self.json, False))
 
@@ -449,7 +474,7 @@ class _Doc:
         if item in s.value:
             return
         shared = self._shared(s)
-        if shared is _OVERRIDE:             # the list comes from an anchor: this section gets its own copy
+        if shared is _OVERRIDE:  # the list comes from an anchor: this section gets its own copy
             self._add(path, [*s.value, item], after)
             return
         if shared is not None:
@@ -503,7 +528,7 @@ class _Doc:
     def result(self) -> RenderResult:
         blocks, self.new_blocks = self.new_blocks, {}
         for top, (entries, after) in blocks.items():
-            if top in self.by_path:                    # `key: null` → `key: {a: 1}`
+            if top in self.by_path:  # `key: null` → `key: {a: 1}`
                 self._replace_value(self.by_path[top], entries, top)
             else:
                 self._add(top, entries, after)
@@ -511,7 +536,7 @@ class _Doc:
             p = self.by_path[parent]
             items = ", ".join(self._entry_text(k, v, 0, True, False) for k, v in entries.items())
             self.replace(p.value_span, "{<<: " + self.slice(p.value_span) + ", " + items + "}")
-        if self.refused:           # a change only half written would be worse than none
+        if self.refused:  # a change only half written would be worse than none
             return RenderResult([], "; ".join(dict.fromkeys(self.refused + self.notes)))
         for (line, col), texts in self.inserts.items():
             self.edits.append(TextEdit(self._span(line, col), "".join(texts)))
@@ -520,7 +545,7 @@ class _Doc:
         return RenderResult(self.edits, note)
 
 
-_OVERRIDE = "set it in its own mapping"    # `_Doc._shared`: written over the merged entry (compared with `is`)
+_OVERRIDE = "set it in its own mapping"  # `_Doc._shared`: written over the merged entry (compared with `is`)
 _ANCHOR = re.compile(r"&([^\s,\[\]{}]+)")
 _ALIAS = re.compile(r"(?:^|[\s\[{,:-])\*([^\s,\[\]{}]+)", re.M)
 
@@ -563,12 +588,14 @@ def _simple(keys: tuple, after: tuple = (), convert: Callable[[Any], Any] | None
                 doc.set(p, v)
                 return
         doc.set(new, v, after)
+
     return handler
 
 
 def _note(text: str) -> Handler:
     def handler(doc: _Doc, value: Any, changes: dict) -> None:
         doc.notes.append(text.format(value=value, fmt=doc.plan.format))
+
     return handler
 
 
@@ -581,18 +608,24 @@ def _targets_text(value) -> Any:
 def _render(handlers: dict[str, Handler], order: tuple = ()) -> Callable:
     def writer(text: str, plan: TrainingPlan, changes: dict[str, Any]) -> RenderResult:
         doc = _Doc(text, plan)
-        keys = sorted(changes, key=lambda c: (order.index(c) if c in order else len(order)))
+        keys = sorted(changes, key=lambda c: order.index(c) if c in order else len(order))
         for concept in keys:
             if concept in doc.done:
                 continue
             value = changes[concept]
             current = getattr(plan, concept, None)
             handler = handlers.get(concept)
-            local = current is not None and current.value_span is not None and current.value_span.file == plan.source_file
+            local = (
+                current is not None and current.value_span is not None and current.value_span.file == plan.source_file
+            )
             if current is not None and not local and doc.external(current, value):
-                continue                       # the value lives in a referenced file: edit it there
+                continue  # the value lives in a referenced file: edit it there
             if handler is None:
-                if concept in _DS_CONCEPTS and plan.dist_strategy is not None and plan.dist_strategy.value == "deepspeed":
+                if (
+                    concept in _DS_CONCEPTS
+                    and plan.dist_strategy is not None
+                    and plan.dist_strategy.value == "deepspeed"
+                ):
                     ref = next((r for r in plan.references if r.kind == "deepspeed"), None)
                     where = f"the DeepSpeed config `{ref.target}`" if ref else "the DeepSpeed config"
                     doc.notes.append(f"set `{_DS_KEYS[concept]}` in {where}")
@@ -601,6 +634,7 @@ def _render(handlers: dict[str, Handler], order: tuple = ()) -> Callable:
                 continue
             handler(doc, value, changes)
         return doc.result()
+
     return writer
 
 
@@ -610,12 +644,15 @@ def _mark_done(doc: _Doc, *concepts: str) -> None:
 
 # concepts that live in the DeepSpeed file when the document itself does not set them
 # (where, from the DeepSpeed key table)
-_DS_KEYS = {concept: ".".join(deepspeed.key_for(concept).path)
-            for concept in ("zero_stage", "offload_optimizer", "offload_params")}
+_DS_KEYS = {
+    concept: ".".join(deepspeed.key_for(concept).path)
+    for concept in ("zero_stage", "offload_optimizer", "offload_params")
+}
 _DS_CONCEPTS = set(_DS_KEYS)
 
 
 # --- HF / TRL ------------------------------------------------------------------------------------
+
 
 def _hf_handlers(trl: bool) -> dict[str, Handler]:
     def peft(doc: _Doc, value: Any, changes: dict) -> None:
@@ -698,18 +735,29 @@ def _hf_handlers(trl: bool) -> dict[str, Handler]:
         word = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "auto": "auto"}.get(value, value)
         _simple(("dtype", "torch_dtype"), after=("model_name_or_path",))(doc, word, changes)
 
-    trl_only = (lambda key, after=(): _simple((key,), after)) if trl else \
-        (lambda key, after=(): _note(f"`{key}` is a TRL setting; this file holds plain TrainingArguments"))
+    trl_only = (
+        (lambda key, after=(): _simple((key,), after))
+        if trl
+        else (lambda key, after=(): _note(f"`{key}` is a TRL setting; this file holds plain TrainingArguments"))
+    )
     return {
-        "micro_batch": _simple(("per_device_train_batch_size", "per_gpu_train_batch_size"),
-                               after=("gradient_accumulation_steps",)),
+        "micro_batch": _simple(
+            ("per_device_train_batch_size", "per_gpu_train_batch_size"), after=("gradient_accumulation_steps",)
+        ),
         "grad_accum": _simple(("gradient_accumulation_steps",), after=("per_device_train_batch_size",)),
         "eval_batch": _simple(("per_device_eval_batch_size",), after=("per_device_train_batch_size",)),
-        "grad_checkpointing": _simple((("fsdp_config", "activation_checkpointing"),
-                                       ("fsdp_config", "fsdp_activation_checkpointing"), "gradient_checkpointing"),
-                                      after=("gradient_accumulation_steps",)),
+        "grad_checkpointing": _simple(
+            (
+                ("fsdp_config", "activation_checkpointing"),
+                ("fsdp_config", "fsdp_activation_checkpointing"),
+                "gradient_checkpointing",
+            ),
+            after=("gradient_accumulation_steps",),
+        ),
         "optimizer": _simple(("optim",), after=("learning_rate", "lr_scheduler_type")),
-        "ckpt_reentrant": _simple((("gradient_checkpointing_kwargs", "use_reentrant"),), after=("gradient_checkpointing",)),
+        "ckpt_reentrant": _simple(
+            (("gradient_checkpointing_kwargs", "use_reentrant"),), after=("gradient_checkpointing",)
+        ),
         # transformers strips `fsdp_` from fsdp_config keys: both spellings mean the same (formats.hf.fsdp_config_entry)
         "fsdp_state_dict_type": _simple((("fsdp_config", "state_dict_type"), ("fsdp_config", "fsdp_state_dict_type"))),
         "optimizer_impl": opt_impl,
@@ -725,9 +773,13 @@ def _hf_handlers(trl: bool) -> dict[str, Handler]:
         "lora_r": trl_only("lora_r", ("use_peft",)),
         "lora_alpha": trl_only("lora_alpha", ("lora_r",)),
         "lora_dropout": trl_only("lora_dropout", ("lora_alpha",)),
-        "lora_targets": (lambda doc, v, ch: _simple(("lora_target_modules",), after=("lora_dropout", "lora_alpha", "lora_r"),
-                                                    convert=_targets_text)(doc, v, ch)) if trl else
-        _note("LoRA target modules are set in the training script"),
+        "lora_targets": (
+            lambda doc, v, ch: _simple(
+                ("lora_target_modules",), after=("lora_dropout", "lora_alpha", "lora_r"), convert=_targets_text
+            )(doc, v, ch)
+        )
+        if trl
+        else _note("LoRA target modules are set in the training script"),
         "amp_dtype": amp,
         "weight_dtype": dtype if trl else _note("the weights' dtype is set where the model is loaded"),
         **objective_handlers(),
@@ -736,6 +788,7 @@ def _hf_handlers(trl: bool) -> dict[str, Handler]:
 
 def objective_handlers(prefix: tuple = ()) -> dict[str, Handler]:
     """TRL's keys for the objective fixes (fixes_objective), top-level or under axolotl's `trl:`."""
+
     def generation(doc: _Doc, value: Any, changes: dict) -> None:
         if value == "vllm-server":
             doc.set(prefix + ("vllm_mode",), "server", after=(prefix + ("use_vllm",)) if prefix else ("use_vllm",))
@@ -755,6 +808,7 @@ def objective_handlers(prefix: tuple = ()) -> dict[str, Handler]:
 
 
 # --- axolotl -------------------------------------------------------------------------------------
+
 
 def _axolotl_handlers() -> dict[str, Handler]:
     from vramlens.formats.axolotl import LEGACY_ATTENTION, LIGER_PLUGIN
@@ -789,7 +843,9 @@ def _axolotl_handlers() -> dict[str, Handler]:
     def targets(doc: _Doc, value: Any, changes: dict) -> None:
         t = _targets_text(value)
         if t == "all-linear":
-            doc.set(("lora_target_linear",), True, after=("lora_target_modules", "lora_dropout", "lora_alpha", "lora_r"))
+            doc.set(
+                ("lora_target_linear",), True, after=("lora_target_modules", "lora_dropout", "lora_alpha", "lora_r")
+            )
         else:
             doc.set(("lora_target_modules",), list(value), after=("lora_dropout", "lora_alpha", "lora_r"))
             if doc.value(("lora_target_linear",)):
@@ -841,7 +897,9 @@ def _axolotl_handlers() -> dict[str, Handler]:
         "grad_accum": _simple(("gradient_accumulation_steps",), after=("micro_batch_size",)),
         "eval_batch": _simple(("eval_batch_size",), after=("micro_batch_size",)),
         "grad_checkpointing": gc,
-        "ckpt_reentrant": _simple((("gradient_checkpointing_kwargs", "use_reentrant"),), after=("gradient_checkpointing",)),
+        "ckpt_reentrant": _simple(
+            (("gradient_checkpointing_kwargs", "use_reentrant"),), after=("gradient_checkpointing",)
+        ),
         "activation_offload": _simple(("activation_offloading",), after=("gradient_checkpointing",)),
         "optimizer": _simple(("optimizer",), after=("num_epochs", "micro_batch_size")),
         "optimizer_impl": opt_impl,
@@ -863,6 +921,7 @@ def _axolotl_handlers() -> dict[str, Handler]:
 
 
 # --- LLaMA-Factory ---------------------------------------------------------------------------------
+
 
 def _llamafactory_handlers() -> dict[str, Handler]:
     def gc(doc: _Doc, value: Any, changes: dict) -> None:
@@ -887,8 +946,11 @@ def _llamafactory_handlers() -> dict[str, Handler]:
 
     def targets(doc: _Doc, value: Any, changes: dict) -> None:
         t = _targets_text(value)
-        doc.set(("lora_target",), "all" if t == "all-linear" else ",".join(str(x) for x in value),
-                after=("lora_rank", "finetuning_type"))
+        doc.set(
+            ("lora_target",),
+            "all" if t == "all-linear" else ",".join(str(x) for x in value),
+            after=("lora_rank", "finetuning_type"),
+        )
 
     def attn(doc: _Doc, value: Any, changes: dict) -> None:
         word = {"flash_attention_2": "fa2", "flash_attention_3": "fa3", "sdpa": "sdpa", "eager": "disabled"}.get(value)
@@ -910,7 +972,7 @@ def _llamafactory_handlers() -> dict[str, Handler]:
     def optimizer(doc: _Doc, value: Any, changes: dict) -> None:
         from vramlens.formats.llamafactory import OPTIMIZER_SWITCHES
 
-        for switch in OPTIMIZER_SWITCHES:           # these replace `optim`: turn them off
+        for switch in OPTIMIZER_SWITCHES:  # these replace `optim`: turn them off
             if doc.value((switch,)):
                 doc.set((switch,), False)
         doc.set(("optim",), value, after=("learning_rate",))
@@ -982,6 +1044,7 @@ def _llamafactory_v1_handlers() -> dict[str, Handler]:
 
 # --- torchtune -------------------------------------------------------------------------------------
 
+
 def _torchtune_handlers() -> dict[str, Handler]:
     from vramlens.formats.torchtune import _BUILDER
 
@@ -1006,9 +1069,11 @@ def _torchtune_handlers() -> dict[str, Handler]:
         doc.set(("optimizer", "fused"), value == "fused", after=("_component_", "lr"))
 
     def loss(doc: _Doc, value: Any, changes: dict) -> None:
-        cls = {"fused": "torchtune.modules.loss.LinearCrossEntropyLoss",
-               "chunked": "torchtune.modules.loss.CEWithChunkedOutputLoss",
-               "standard": "torch.nn.CrossEntropyLoss"}.get(value)
+        cls = {
+            "fused": "torchtune.modules.loss.LinearCrossEntropyLoss",
+            "chunked": "torchtune.modules.loss.CEWithChunkedOutputLoss",
+            "standard": "torch.nn.CrossEntropyLoss",
+        }.get(value)
         if cls:
             doc.set(("loss", "_component_"), cls)
 
@@ -1024,19 +1089,24 @@ def _torchtune_handlers() -> dict[str, Handler]:
         if prefix is None:
             doc.notes.append(f"PEFT method `{value}` has no torchtune builder")
             return
-        if value == "lora" and (bits == 4 or (bits is None and m.group("prefix") == "qlora_" and "quant_bits" not in changes)):
+        if value == "lora" and (
+            bits == 4 or (bits is None and m.group("prefix") == "qlora_" and "quant_bits" not in changes)
+        ):
             prefix = "qlora_" if bits == 4 else "lora_"
         new = f"torchtune.models.{m.group('family')}.{prefix}{m.group('name')}"
         doc.set(("model", "_component_"), new)
         if prefix and not m.group("prefix"):
             r = changes.get("lora_r", 16)
-            doc.set(("model", "lora_attn_modules"), ["q_proj", "k_proj", "v_proj", "output_proj"], after=("_component_",))
+            doc.set(
+                ("model", "lora_attn_modules"), ["q_proj", "k_proj", "v_proj", "output_proj"], after=("_component_",)
+            )
             doc.set(("model", "apply_lora_to_mlp"), True, after=("lora_attn_modules",))
             doc.set(("model", "lora_rank"), r, after=("apply_lora_to_mlp",))
             doc.set(("model", "lora_alpha"), 2 * r, after=("lora_rank",))
             _mark_done(doc, "lora_r", "lora_targets")
-            doc.notes.append("run it with a LoRA recipe (`tune run lora_finetune_single_device` or "
-                             "`lora_finetune_distributed`)")
+            doc.notes.append(
+                "run it with a LoRA recipe (`tune run lora_finetune_single_device` or `lora_finetune_distributed`)"
+            )
         if value == "dora":
             doc.set(("model", "use_dora"), True, after=("_component_",))
         elif doc.value(("model", "use_dora")):
@@ -1093,6 +1163,7 @@ def _torchtune_handlers() -> dict[str, Handler]:
 
 # --- accelerate --------------------------------------------------------------------------------------
 
+
 def _accelerate_handlers() -> dict[str, Handler]:
     def kind(doc: _Doc) -> str:
         return str(doc.value(("distributed_type",)) or "").upper()
@@ -1104,11 +1175,15 @@ def _accelerate_handlers() -> dict[str, Handler]:
                 return
             doc.set(accelerate.key_for("zero_stage").path, value)
         elif kind(doc) == "FSDP":
-            if ("fsdp_config", "fsdp_reshard_after_forward") in doc.by_path or doc.value(("fsdp_config", "fsdp_version")) == 2:
+            if ("fsdp_config", "fsdp_reshard_after_forward") in doc.by_path or doc.value(
+                ("fsdp_config", "fsdp_version")
+            ) == 2:
                 doc.set(("fsdp_config", "fsdp_reshard_after_forward"), value >= 3)
             else:
-                doc.set(("fsdp_config", "fsdp_sharding_strategy"),
-                        {3: "FULL_SHARD", 2: "SHARD_GRAD_OP", 0: "NO_SHARD"}.get(value, "FULL_SHARD"))
+                doc.set(
+                    ("fsdp_config", "fsdp_sharding_strategy"),
+                    {3: "FULL_SHARD", 2: "SHARD_GRAD_OP", 0: "NO_SHARD"}.get(value, "FULL_SHARD"),
+                )
         else:
             doc.notes.append("sharding needs `distributed_type: DEEPSPEED` or `FSDP`")
 
@@ -1121,6 +1196,7 @@ def _accelerate_handlers() -> dict[str, Handler]:
                 doc.set(accelerate.key_for(concept).path, "cpu" if value else "none")
             else:
                 doc.notes.append("CPU offload needs DeepSpeed or FSDP")
+
         return handler
 
     def gc(doc: _Doc, value: Any, changes: dict) -> None:
@@ -1130,8 +1206,11 @@ def _accelerate_handlers() -> dict[str, Handler]:
             doc.notes.append("gradient checkpointing is a training setting: set it in the training config")
 
     def amp(doc: _Doc, value: Any, changes: dict) -> None:
-        doc.set(accelerate.key_for("amp_dtype").path, {"none": "no"}.get(value, value),
-                after=("machine_rank", "main_training_function"))
+        doc.set(
+            accelerate.key_for("amp_dtype").path,
+            {"none": "no"}.get(value, value),
+            after=("machine_rank", "main_training_function"),
+        )
 
     def grad_accum(doc: _Doc, value: Any, changes: dict) -> None:
         path = accelerate.key_for("grad_accum").path
@@ -1155,18 +1234,19 @@ def _accelerate_handlers() -> dict[str, Handler]:
 
 # --- DeepSpeed JSON ------------------------------------------------------------------------------------
 
+
 def _deepspeed_handlers() -> dict[str, Handler]:
     key_for = deepspeed.key_for
 
     def offload(concept: str) -> Handler:
-        section, key, device = key_for(concept).path          # zero_optimization.offload_*.device
+        section, key, device = key_for(concept).path  # zero_optimization.offload_*.device
 
         def handler(doc: _Doc, value: Any, changes: dict) -> None:
             if (section, key) in doc.by_path and isinstance(doc.value((section, key)), dict):
                 doc.set((section, key, device), "cpu" if value else "none")
             else:
-                doc.set((section, key), {device: "cpu" if value else "none", "pin_memory": True},
-                        after=("stage",))
+                doc.set((section, key), {device: "cpu" if value else "none", "pin_memory": True}, after=("stage",))
+
         return handler
 
     def amp(doc: _Doc, value: Any, changes: dict) -> None:
@@ -1192,6 +1272,7 @@ def _deepspeed_handlers() -> dict[str, Handler]:
 
 
 # --- litgpt ----------------------------------------------------------------------------------------
+
 
 def _litgpt_handlers() -> dict[str, Handler]:
     LORA_SWITCHES, key_for = litgpt.LORA_SWITCHES, litgpt.key_for
@@ -1261,6 +1342,7 @@ def _litgpt_handlers() -> dict[str, Handler]:
 
 # --- GPT-NeoX ----------------------------------------------------------------------------------------
 
+
 def _neox_handlers() -> dict[str, Handler]:
     def key(doc: _Doc, name: str) -> tuple:
         hy = name.replace("_", "-")
@@ -1278,6 +1360,7 @@ def _neox_handlers() -> dict[str, Handler]:
 
         def handler(doc: _Doc, value: Any, changes: dict) -> None:
             doc.set(key(doc, name), value, after=(key(doc, after_name)[0],))
+
         return handler
 
     def optimizer(doc: _Doc, value: Any, changes: dict) -> None:
@@ -1299,6 +1382,7 @@ def _neox_handlers() -> dict[str, Handler]:
 
 # --- custom ----------------------------------------------------------------------------------------
 
+
 def _custom_writer(text: str, plan: TrainingPlan, changes: dict[str, Any]) -> RenderResult:
     """No schema: only values the plan read from this file can be changed, in place."""
     doc = _Doc(text, plan)
@@ -1318,16 +1402,18 @@ def _custom_writer(text: str, plan: TrainingPlan, changes: dict[str, Any]) -> Re
 
 _ORDER = ("peft_method", "quant_bits", "lora_r", "lora_alpha", "lora_dropout", "lora_targets")
 
-RENDERERS.update({
-    "hf": _render(_hf_handlers(trl=False), _ORDER),
-    "trl": _render(_hf_handlers(trl=True), _ORDER),
-    "axolotl": _render(_axolotl_handlers(), _ORDER),
-    "llamafactory": _render(_llamafactory_handlers(), _ORDER),
-    "llamafactory-v1": _render(_llamafactory_v1_handlers(), _ORDER),
-    "torchtune": _render(_torchtune_handlers(), _ORDER),
-    "accelerate": _render(_accelerate_handlers(), _ORDER),
-    "deepspeed": _render(_deepspeed_handlers(), _ORDER),
-    "litgpt": _render(_litgpt_handlers(), _ORDER),
-    "gpt-neox": _render(_neox_handlers(), _ORDER),
-    "custom": _custom_writer,
-})
+RENDERERS.update(
+    {
+        "hf": _render(_hf_handlers(trl=False), _ORDER),
+        "trl": _render(_hf_handlers(trl=True), _ORDER),
+        "axolotl": _render(_axolotl_handlers(), _ORDER),
+        "llamafactory": _render(_llamafactory_handlers(), _ORDER),
+        "llamafactory-v1": _render(_llamafactory_v1_handlers(), _ORDER),
+        "torchtune": _render(_torchtune_handlers(), _ORDER),
+        "accelerate": _render(_accelerate_handlers(), _ORDER),
+        "deepspeed": _render(_deepspeed_handlers(), _ORDER),
+        "litgpt": _render(_litgpt_handlers(), _ORDER),
+        "gpt-neox": _render(_neox_handlers(), _ORDER),
+        "custom": _custom_writer,
+    }
+)

@@ -7,6 +7,7 @@ hover, and by the language server for value completion. They describe only the k
 GPU memory, say how in each description, and allow every other key (`additionalProperties: true`):
 they document, they do not police. Defaults and meanings: each project's source at the commits in docs/config-sources.md.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ from vramlens.formats.vocab import AXOLOTL_ATTENTION, HF_ATTENTION
 from vramlens.knowledge import optimizers
 
 SCHEMA_DIR = Path(__file__).resolve().parents[3] / "schemas"
-Num = Union[int, float, str]     # YAML 1.1 reads `2e-5` as text; the frameworks convert it
+Num = Union[int, float, str]  # YAML 1.1 reads `2e-5` as text; the frameworks convert it
 
 
 class _Open(BaseModel):
@@ -34,57 +35,79 @@ def F(description: str, **kw: Any) -> Any:
 
 # --- HF TrainingArguments / TRL ------------------------------------------------------------------
 
+
 class HFArguments(_Open):
     """Hugging Face `TrainingArguments` as YAML (HfArgumentParser): the memory-relevant keys."""
 
     model_config = ConfigDict(extra="allow", title="Hugging Face TrainingArguments (YAML)")
     per_device_train_batch_size: Optional[int] = F(
-        "Samples per GPU per forward/backward (default 8). Activation memory grows linearly with it.", ge=1)
+        "Samples per GPU per forward/backward (default 8). Activation memory grows linearly with it.", ge=1
+    )
     gradient_accumulation_steps: Optional[int] = F(
-        "Micro-batches per optimizer step (default 1). Raises the effective batch without more activation memory.", ge=1)
+        "Micro-batches per optimizer step (default 1). Raises the effective batch without more activation memory.", ge=1
+    )
     per_device_eval_batch_size: Optional[int] = F(
-        "Samples per GPU in evaluation (default 8). Evaluation can run out of memory on its own.", ge=1)
+        "Samples per GPU in evaluation (default 8). Evaluation can run out of memory on its own.", ge=1
+    )
     gradient_checkpointing: Optional[bool] = F(
-        "Recompute activations in backward (default false): activation memory drops from all layers to about one.")
-    gradient_checkpointing_kwargs: Optional[dict] = F(
-        "Options of checkpointing, e.g. `{use_reentrant: false}`.")
+        "Recompute activations in backward (default false): activation memory drops from all layers to about one."
+    )
+    gradient_checkpointing_kwargs: Optional[dict] = F("Options of checkpointing, e.g. `{use_reentrant: false}`.")
     bf16: Optional[Union[bool, Literal["auto"]]] = F(
         "bf16 mixed precision (default false; TRL: true unless fp16). With fp32 weights, adds a bf16 working copy "
-        "of activations; halves activation memory against fp32.")
+        "of activations; halves activation memory against fp32."
+    )
     fp16: Optional[bool] = F("fp16 mixed precision (default false). Activations in fp16, weights stay fp32.")
     optim: Optional[str] = F(
         "Optimizer (default adamw_torch_fused). AdamW keeps 8 bytes of state per fp32 parameter; 8-bit variants "
         "(adamw_bnb_8bit, paged_adamw_8bit) about 2; paged ones can spill to CPU memory.",
-        json_schema_extra={"examples": list(optimizers.hf_names())})
-    torch_compile: Optional[bool] = F("torch.compile the model (default false): usually less activation memory, "
-                                      "with a compile-time peak.")
-    use_liger_kernel: Optional[bool] = F("Liger kernels incl. fused linear cross-entropy: no full "
-                                         "[tokens × vocabulary] logits tensor — often the largest activation.")
-    deepspeed: Optional[Union[str, dict]] = F("DeepSpeed config (path or inline): ZeRO shards optimizer states, "
-                                              "gradients and (stage 3) weights across GPUs; offload moves them to CPU.")
+        json_schema_extra={"examples": list(optimizers.hf_names())},
+    )
+    torch_compile: Optional[bool] = F(
+        "torch.compile the model (default false): usually less activation memory, with a compile-time peak."
+    )
+    use_liger_kernel: Optional[bool] = F(
+        "Liger kernels incl. fused linear cross-entropy: no full "
+        "[tokens × vocabulary] logits tensor — often the largest activation."
+    )
+    deepspeed: Optional[Union[str, dict]] = F(
+        "DeepSpeed config (path or inline): ZeRO shards optimizer states, "
+        "gradients and (stage 3) weights across GPUs; offload moves them to CPU."
+    )
     fsdp: Optional[Union[str, list, bool]] = F(
         "FSDP options (`full_shard auto_wrap`, `shard_grad_op`, `offload`): shards weights, gradients and "
-        "optimizer states across GPUs.")
-    fsdp_config: Optional[dict] = F("FSDP settings (`offload_params`, `activation_checkpointing`, "
-                                    "`state_dict_type`; FULL_STATE_DICT gathers the whole model to save).")
-    torch_dtype: Optional[str] = F("dtype the weights are loaded in (renamed `dtype`): float32 takes 4 bytes "
-                                   "per parameter, bfloat16 2.", json_schema_extra={"examples": ["bfloat16", "float16",
-                                                                                                "float32", "auto"]})
+        "optimizer states across GPUs."
+    )
+    fsdp_config: Optional[dict] = F(
+        "FSDP settings (`offload_params`, `activation_checkpointing`, "
+        "`state_dict_type`; FULL_STATE_DICT gathers the whole model to save)."
+    )
+    torch_dtype: Optional[str] = F(
+        "dtype the weights are loaded in (renamed `dtype`): float32 takes 4 bytes per parameter, bfloat16 2.",
+        json_schema_extra={"examples": ["bfloat16", "float16", "float32", "auto"]},
+    )
     attn_implementation: Optional[str] = F(
         "Attention kernel: `eager` materialises [batch, heads, seq, seq] scores; sdpa/flash_attention_2 are O(seq).",
-        json_schema_extra={"examples": list(HF_ATTENTION)})
+        json_schema_extra={"examples": list(HF_ATTENTION)},
+    )
 
 
 class TRLArguments(HFArguments):
     """TRL `SFTConfig`/`DPOConfig`/`GRPOConfig` + `ModelConfig` keys (`trl sft --config`)."""
 
     model_config = ConfigDict(extra="allow", title="TRL config (YAML)")
-    model_name_or_path: Optional[str] = F("The model: parameter count, layers, hidden size and vocabulary set "
-                                          "every memory term.")
-    dtype: Optional[str] = F("dtype of the loaded weights (TRL ModelConfig; old name `torch_dtype`).",
-                             json_schema_extra={"examples": ["bfloat16", "float16", "float32", "auto"]})
-    max_length: Optional[int] = F("Maximum tokens per sample (default 1024; `max_seq_length` before TRL 0.16). "
-                                  "Activations grow linearly with it, eager attention quadratically.", ge=1)
+    model_name_or_path: Optional[str] = F(
+        "The model: parameter count, layers, hidden size and vocabulary set every memory term."
+    )
+    dtype: Optional[str] = F(
+        "dtype of the loaded weights (TRL ModelConfig; old name `torch_dtype`).",
+        json_schema_extra={"examples": ["bfloat16", "float16", "float32", "auto"]},
+    )
+    max_length: Optional[int] = F(
+        "Maximum tokens per sample (default 1024; `max_seq_length` before TRL 0.16). "
+        "Activations grow linearly with it, eager attention quadratically.",
+        ge=1,
+    )
     max_seq_length: Optional[int] = F("Old name of `max_length` (removed in TRL 0.20).", ge=1)
     packing: Optional[bool] = F("Pack samples into full-length rows: every row costs the maximum length.")
     padding_free: Optional[bool] = F("Drop padding (with packing): no memory on pad tokens.")
@@ -95,17 +118,21 @@ class TRLArguments(HFArguments):
     lora_alpha: Optional[Num] = F("LoRA scaling (default 32). No memory effect.")
     lora_dropout: Optional[Num] = F("LoRA dropout (default 0.05): > 0 keeps an extra copy of each adapted input.")
     lora_target_modules: Optional[Union[list, str]] = F("Layers that get adapters (`all-linear` = every linear layer).")
-    lora_modules_to_save: Optional[list] = F("Modules trained in full next to the adapters (embeddings, lm_head "
-                                             "can be large).")
+    lora_modules_to_save: Optional[list] = F(
+        "Modules trained in full next to the adapters (embeddings, lm_head can be large)."
+    )
     load_in_4bit: Optional[bool] = F("Load the base model in 4-bit (NF4): about 0.5 byte per parameter.")
     load_in_8bit: Optional[bool] = F("Load the base model in 8-bit: about 1 byte per parameter.")
     bnb_4bit_quant_type: Optional[Literal["nf4", "fp4"]] = F("4-bit data type (default nf4).")
     use_bnb_nested_quant: Optional[bool] = F("Double quantization of the 4-bit scales: saves ~0.4 bit per parameter.")
-    env: Optional[dict[str, str]] = F("Environment variables set before training, e.g. "
-                                      "`PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True` against fragmentation.")
+    env: Optional[dict[str, str]] = F(
+        "Environment variables set before training, e.g. "
+        "`PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True` against fragmentation."
+    )
 
 
 # --- axolotl ----------------------------------------------------------------------------------------
+
 
 class AxolotlConfig(_Open):
     model_config = ConfigDict(extra="allow", title="axolotl config")
@@ -114,19 +141,25 @@ class AxolotlConfig(_Open):
     gradient_accumulation_steps: Optional[int] = F("Micro-batches per optimizer step (default 1).", ge=1)
     batch_size: Optional[int] = F("Total batch (all GPUs × accumulation); accumulation is derived from it.", ge=1)
     eval_batch_size: Optional[int] = F("Evaluation batch (default = micro_batch_size).", ge=1)
-    sequence_len: Optional[int] = F("Maximum tokens per sample (default 512). Activations grow linearly, eager "
-                                    "attention quadratically.", ge=1)
+    sequence_len: Optional[int] = F(
+        "Maximum tokens per sample (default 512). Activations grow linearly, eager attention quadratically.", ge=1
+    )
     sample_packing: Optional[bool] = F("Pack samples to `sequence_len`: every row is full length.")
     gradient_checkpointing: Optional[Union[bool, Literal["offload", "offload_disk"]]] = F(
-        "Recompute activations in backward (default false); `offload` also moves the checkpoints to CPU.")
+        "Recompute activations in backward (default false); `offload` also moves the checkpoints to CPU."
+    )
     activation_offloading: Optional[Union[bool, Literal["legacy", "disk", "hidden_states"]]] = F(
-        "Move saved activations off the GPU.")
+        "Move saved activations off the GPU."
+    )
     attn_implementation: Optional[str] = F(
         "Attention kernel (eager materialises the score matrix). Short forms like `flash` are rejected.",
-        json_schema_extra={"examples": list(AXOLOTL_ATTENTION)})
+        json_schema_extra={"examples": list(AXOLOTL_ATTENTION)},
+    )
     flash_attention: Optional[bool] = F("Legacy switch for flash_attention_2 (use `attn_implementation`).")
-    optimizer: Optional[str] = F("Optimizer (default adamw_torch_fused): 8-bit ones keep ~2 bytes of state per "
-                                 "parameter instead of ~8.", json_schema_extra={"examples": list(optimizers.axolotl_names())})
+    optimizer: Optional[str] = F(
+        "Optimizer (default adamw_torch_fused): 8-bit ones keep ~2 bytes of state per parameter instead of ~8.",
+        json_schema_extra={"examples": list(optimizers.axolotl_names())},
+    )
     adapter: Optional[Literal["lora", "qlora"]] = F("Train adapters instead of the full model (qlora: 4-bit base).")
     lora_r: Optional[int] = F("LoRA rank: adapter size grows linearly.", ge=1)
     lora_alpha: Optional[Num] = F("LoRA scaling. No memory effect.")
@@ -135,14 +168,19 @@ class AxolotlConfig(_Open):
     lora_target_modules: Optional[Union[list, str]] = F("Layers that get adapters (list or regular expression).")
     load_in_4bit: Optional[bool] = F("4-bit NF4 base weights (~0.5 byte per parameter).")
     load_in_8bit: Optional[bool] = F("8-bit base weights (~1 byte per parameter).")
-    bf16: Optional[Union[bool, Literal["auto", "full"]]] = F("bf16 training (default auto): the model is loaded in "
-                                                             "bf16, so weights take 2 bytes per parameter.")
+    bf16: Optional[Union[bool, Literal["auto", "full"]]] = F(
+        "bf16 training (default auto): the model is loaded in bf16, so weights take 2 bytes per parameter."
+    )
     fp16: Optional[bool] = F("fp16 mixed precision.")
-    deepspeed: Optional[Union[str, dict]] = F("DeepSpeed config (path or inline): ZeRO sharding and CPU offload. "
-                                              "axolotl's zero2.json already offloads the optimizer.")
+    deepspeed: Optional[Union[str, dict]] = F(
+        "DeepSpeed config (path or inline): ZeRO sharding and CPU offload. "
+        "axolotl's zero2.json already offloads the optimizer."
+    )
     fsdp_version: Optional[int] = F("FSDP version (2 = per-parameter sharding).")
-    fsdp_config: Optional[dict] = F("FSDP settings: `offload_params`, `reshard_after_forward` (false ≈ ZeRO-2), "
-                                    "`activation_checkpointing`, `state_dict_type`.")
+    fsdp_config: Optional[dict] = F(
+        "FSDP settings: `offload_params`, `reshard_after_forward` (false ≈ ZeRO-2), "
+        "`activation_checkpointing`, `state_dict_type`."
+    )
     plugins: Optional[list[str]] = F("Plugins; CutCrossEntropyPlugin / LigerPlugin remove the full logits tensor.")
     torch_compile: Optional[Union[bool, Literal["auto"]]] = F("torch.compile: usually lower activation memory.")
     context_parallel_size: Optional[int] = F("GPUs that split each sequence: activations divide by it.", ge=1)
@@ -153,26 +191,31 @@ class AxolotlConfig(_Open):
 
 # --- LLaMA-Factory ----------------------------------------------------------------------------------
 
+
 class LlamaFactoryConfig(_Open):
     model_config = ConfigDict(extra="allow", title="LLaMA-Factory config")
     model_name_or_path: Optional[str] = F("The model: parameter count and shapes set every memory term.")
     finetuning_type: Optional[Literal["lora", "oft", "freeze", "full"]] = F(
-        "What trains (default lora!). Full fine-tuning needs gradients and optimizer states for every weight.")
+        "What trains (default lora!). Full fine-tuning needs gradients and optimizer states for every weight."
+    )
     lora_rank: Optional[int] = F("LoRA rank (default 8).", ge=1)
     lora_alpha: Optional[Num] = F("LoRA scaling (default 2 × rank). No memory effect.")
     lora_dropout: Optional[Num] = F("LoRA dropout (default 0).")
     lora_target: Optional[Union[str, list]] = F("Layers with adapters: `all` (default) or `q_proj,v_proj`.")
     quantization_bit: Optional[Literal[2, 3, 4, 8]] = F("Quantize the base model: 4 bits ≈ 0.5 byte per parameter.")
     quantization_method: Optional[str] = F("bnb (default), hqq, eetq, gptq, awq, ...")
-    cutoff_len: Optional[int] = F("Maximum tokens per sample (default 2048; 1024 before 2024-11). Activations grow "
-                                  "linearly.", ge=1)
+    cutoff_len: Optional[int] = F(
+        "Maximum tokens per sample (default 2048; 1024 before 2024-11). Activations grow linearly.", ge=1
+    )
     packing: Optional[bool] = F("Pack samples into full rows (default on for stage pt).")
     per_device_train_batch_size: Optional[int] = F("Samples per GPU per step (HF default 8).", ge=1)
     gradient_accumulation_steps: Optional[int] = F("Micro-batches per optimizer step.", ge=1)
     disable_gradient_checkpointing: Optional[bool] = F(
-        "LLaMA-Factory checkpoints by default; true turns it off and stores every layer's activations.")
+        "LLaMA-Factory checkpoints by default; true turns it off and stores every layer's activations."
+    )
     flash_attn: Optional[Literal["auto", "disabled", "sdpa", "fa2", "fa3"]] = F(
-        "Attention kernel (disabled = eager, which materialises the score matrix).")
+        "Attention kernel (disabled = eager, which materialises the score matrix)."
+    )
     enable_liger_kernel: Optional[bool] = F("Liger kernels: fused linear cross-entropy without the logits tensor.")
     pure_bf16: Optional[bool] = F("bf16 weights and optimizer states without autocast: no fp32 copy.")
     bf16: Optional[bool] = F("bf16 mixed precision.")
@@ -180,8 +223,10 @@ class LlamaFactoryConfig(_Open):
     deepspeed: Optional[str] = F("DeepSpeed JSON (resolved against the working directory): ZeRO sharding/offload.")
     use_galore: Optional[bool] = F("GaLore: low-rank optimizer states.")
     use_badam: Optional[bool] = F("BAdam: optimizer states for one block of layers at a time.")
-    optim: Optional[str] = F("HF optimizer name (8-bit ones keep ~2 bytes of state per parameter).",
-                             json_schema_extra={"examples": list(optimizers.hf_names())})
+    optim: Optional[str] = F(
+        "HF optimizer name (8-bit ones keep ~2 bytes of state per parameter).",
+        json_schema_extra={"examples": list(optimizers.hf_names())},
+    )
 
 
 class LlamaFactoryV1Config(_Open):
@@ -197,21 +242,26 @@ class LlamaFactoryV1Config(_Open):
 
 # --- torchtune ----------------------------------------------------------------------------------------
 
+
 class _Component(_Open):
     component: Optional[str] = Field(default=None, alias="_component_", description="Dotted path of the builder/class.")
 
 
 class TorchtuneConfig(_Open):
     model_config = ConfigDict(extra="allow", title="torchtune recipe config")
-    model: Optional[dict] = F("`_component_` builder, e.g. torchtune.models.llama3_1.qlora_llama3_1_8b: size, "
-                              "LoRA (`lora_`) or QLoRA (`qlora_`, NF4 base) are in the name; `lora_rank`, "
-                              "`lora_attn_modules`, `apply_lora_to_mlp` set the adapters.")
+    model: Optional[dict] = F(
+        "`_component_` builder, e.g. torchtune.models.llama3_1.qlora_llama3_1_8b: size, "
+        "LoRA (`lora_`) or QLoRA (`qlora_`, NF4 base) are in the name; `lora_rank`, "
+        "`lora_attn_modules`, `apply_lora_to_mlp` set the adapters."
+    )
     batch_size: Optional[int] = F("Samples per GPU per step: activations grow linearly.", ge=1)
     gradient_accumulation_steps: Optional[int] = F("Micro-batches per optimizer step.", ge=1)
     enable_activation_checkpointing: Optional[bool] = F("Recompute activations (recipe default False).")
     enable_activation_offloading: Optional[bool] = F("Move saved activations to CPU (needs checkpointing).")
-    optimizer: Optional[dict] = F("`_component_` optimizer class: torch.optim.AdamW (fused: True) keeps 2 states "
-                                  "per parameter; bitsandbytes.optim.PagedAdamW8bit ~2 bytes.")
+    optimizer: Optional[dict] = F(
+        "`_component_` optimizer class: torch.optim.AdamW (fused: True) keeps 2 states "
+        "per parameter; bitsandbytes.optim.PagedAdamW8bit ~2 bytes."
+    )
     optimizer_in_bwd: Optional[bool] = F("Step each parameter in backward: no full gradient buffer.")
     loss: Optional[dict] = F("`_component_` loss; LinearCrossEntropyLoss never materialises the full logits.")
     tokenizer: Optional[dict] = F("`max_seq_len` bounds the sequence; null = the longest sample decides.")
@@ -224,20 +274,24 @@ class TorchtuneConfig(_Open):
 
 # --- accelerate ---------------------------------------------------------------------------------------
 
+
 class AccelerateConfig(_Open):
     model_config = ConfigDict(extra="allow", title="accelerate config")
     # the keys, their descriptions and the values the parser reads (formats.accelerate), not a second list
     distributed_type: Optional[Literal[tuple(accelerate.DISTRIBUTED_TYPES)]] = F(  # type: ignore[valid-type]
-        accelerate.key_for("dist_strategy").description)
+        accelerate.key_for("dist_strategy").description
+    )
     num_processes: Optional[int] = F(accelerate.key_for("world_size").description, ge=1)
     mixed_precision: Optional[Literal[tuple(accelerate.MIXED_PRECISION)]] = F(  # type: ignore[valid-type]
-        accelerate.key_for("amp_dtype").description)
+        accelerate.key_for("amp_dtype").description
+    )
     deepspeed_config: Optional[dict] = F(accelerate.SECTIONS["deepspeed_config"])
     fsdp_config: Optional[dict] = F(accelerate.SECTIONS["fsdp_config"])
     parallelism_config: Optional[dict] = F(accelerate.SECTIONS["parallelism_config"])
 
 
 # --- DeepSpeed ---------------------------------------------------------------------------------------
+
 
 class _DeepSpeedBase(_Open):
     model_config = ConfigDict(extra="allow", title="DeepSpeed config")
@@ -246,8 +300,11 @@ class _DeepSpeedBase(_Open):
 def _deepspeed_field(name: str) -> tuple[Any, Any]:
     """A top-level DeepSpeed key from the parser's key table: a whole number (or "auto") or a section."""
     key = deepspeed.BY_PATH.get((name,))
-    kind = Optional[Union[int, Literal["auto"]]] if key is not None and key.read is deepspeed.read_whole \
+    kind = (
+        Optional[Union[int, Literal["auto"]]]
+        if key is not None and key.read is deepspeed.read_whole
         else Optional[dict]
+    )
     return kind, F(deepspeed.SECTIONS[name])
 
 
@@ -259,6 +316,7 @@ DeepSpeedConfig = create_model("DeepSpeedConfig", __base__=_DeepSpeedBase, **_de
 
 # --- litgpt ---------------------------------------------------------------------------------------
 
+
 class _LitgptBase(_Open):
     model_config = ConfigDict(extra="allow", title="litgpt config")
 
@@ -269,8 +327,9 @@ def _litgpt_field(key: litgpt.Key) -> tuple[Any, Any]:
         return Optional[Literal[key.choices]], F(key.description)  # type: ignore[valid-type]
     if key.kind == "whole":
         return Optional[int], F(key.description, ge=1)
-    kind = {"number": float, "bool": bool, "text": str, "section": dict,
-            "devices": Union[int, Literal["auto"]]}[key.kind]
+    kind = {"number": float, "bool": bool, "text": str, "section": dict, "devices": Union[int, Literal["auto"]]}[
+        key.kind
+    ]
     return Optional[kind], F(key.description)
 
 
@@ -280,6 +339,7 @@ LitgptConfig = create_model("LitgptConfig", __base__=_LitgptBase, **_litgpt_fiel
 
 
 # --- GPT-NeoX ---------------------------------------------------------------------------------------
+
 
 class _NeoxBase(_Open):
     model_config = ConfigDict(extra="allow", title="GPT-NeoX config")
@@ -292,7 +352,8 @@ def _neox_field(key: neox.Key) -> tuple[Any, Any]:
         return Optional[Literal[key.choices]], F(key.description)  # type: ignore[valid-type]
     if kind in ("whole", "count"):
         return Optional[int], F(key.description, ge=1 if kind == "whole" else 0)
-    return Optional[{"bool": bool, "text": str, "list": list, "section": dict}[kind]], F(key.description)
+    python_type = {"bool": bool, "text": str, "list": list, "section": dict}[kind]
+    return Optional[python_type], F(key.description)
 
 
 # The keys, their types and descriptions come from the GPT-NeoX parser's key table (formats.neox).
@@ -301,9 +362,16 @@ NeoxConfig = create_model("NeoxConfig", __base__=_NeoxBase, **_neox_fields)
 
 
 FORMATS: dict[str, type[BaseModel]] = {
-    "hf": HFArguments, "trl": TRLArguments, "axolotl": AxolotlConfig, "llamafactory": LlamaFactoryConfig,
-    "llamafactory-v1": LlamaFactoryV1Config, "torchtune": TorchtuneConfig, "accelerate": AccelerateConfig,
-    "deepspeed": DeepSpeedConfig, "litgpt": LitgptConfig, "gpt-neox": NeoxConfig,
+    "hf": HFArguments,
+    "trl": TRLArguments,
+    "axolotl": AxolotlConfig,
+    "llamafactory": LlamaFactoryConfig,
+    "llamafactory-v1": LlamaFactoryV1Config,
+    "torchtune": TorchtuneConfig,
+    "accelerate": AccelerateConfig,
+    "deepspeed": DeepSpeedConfig,
+    "litgpt": LitgptConfig,
+    "gpt-neox": NeoxConfig,
 }
 
 

@@ -13,10 +13,11 @@ other Python file). Then:
   note "finetune.py default, line 57" — adapter settings only when the run trains an adapter;
 - a script argument that looks like it changes memory or speed and maps to nothing is recorded as not modelled.
 """
+
 from __future__ import annotations
 
 import re
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool
@@ -26,11 +27,12 @@ from vramlens.text import text_lines
 
 # As `formats.python_calls` (MAX_PYTHON_CHARS): larger files are not training scripts.
 MAX_SCRIPT_CHARS = 500_000
-MAX_DEFAULTS = 2_000            # arguments of one script looked at; real ones define a few dozen to a few hundred
+MAX_DEFAULTS = 2_000  # arguments of one script looked at; real ones define a few dozen to a few hundred
 LAUNCHERS = frozenset({"python", "torchrun", "deepspeed", "accelerate"})
 ADAPTER_METHODS = frozenset({"lora", "qlora", "dora", "vera", "ia3", "other"})
-ADAPTER_CONCEPTS = frozenset({"lora_r", "lora_alpha", "lora_dropout", "lora_targets", "modules_to_save",
-                              "feedforward_targets"})
+ADAPTER_CONCEPTS = frozenset(
+    {"lora_r", "lora_alpha", "lora_dropout", "lora_targets", "modules_to_save", "feedforward_targets"}
+)
 QUANT_CONCEPTS = frozenset({"quant_type", "quant_double", "quant_storage_dtype", "quant_compute_dtype"})
 # Names of arguments that change memory or speed (an unmapped one is reported as not modelled); names of
 # bookkeeping arguments (paths, logging, evaluation, saving) never are.
@@ -38,10 +40,13 @@ _MEMORY_WORDS = re.compile(
     r"galore|apollo|badam|lisa|offload|quant|4bit|8bit|int4|int8|fp8|nf4|bits?(?:_|$)|checkpointing|flash|xformers|"
     r"sdpa|zero|fsdp|deepspeed|compile|liger|unsloth|packing|precision|dtype|batch_size|seq_len|max_len|"
     r"sequence_len|context_len|block_size|rank|lora|peft|adapter|freeze|trainable|parallel|gpus?(?:_|$)|fused|"
-    r"recompute|shard|vllm|num_generations")
-_BOOKKEEPING = re.compile(r"path|dir|file|name|log|save|eval|seed|print|report|wandb|hub|push|token|url|port|"
-                          r"output|cache|resume|steps|epoch|lr|learning_rate|warmup|weight_decay|beta|eps|"
-                          r"scheduler|worker|verbose|debug|dropout|alpha")
+    r"recompute|shard|vllm|num_generations"
+)
+_BOOKKEEPING = re.compile(
+    r"path|dir|file|name|log|save|eval|seed|print|report|wandb|hub|push|token|url|port|"
+    r"output|cache|resume|steps|epoch|lr|learning_rate|warmup|weight_decay|beta|eps|"
+    r"scheduler|worker|verbose|debug|dropout|alpha"
+)
 
 
 def apply(b: PlanBuilder, launch, settings: list[Setting], ctx) -> None:
@@ -71,13 +76,20 @@ def apply(b: PlanBuilder, launch, settings: list[Setting], ctx) -> None:
         arg, negated = hit
         given.add(arg.name)
         if shell.is_known_key(s.path[0]) or s.unresolved:
-            continue                        # read by the launch reader already (or its value is unknown)
+            continue  # read by the launch reader already (or its value is unknown)
         value = s.value
         if negated:
             flag = to_bool(value)
             value = (not flag) if flag is not None else value
-        _apply_arg(b, arg, Setting(key=s.key, path=(arg.name,), value=value, span=s.span, value_span=s.value_span,
-                                   key_span=s.key_span), label, note=None)
+        _apply_arg(
+            b,
+            arg,
+            Setting(
+                key=s.key, path=(arg.name,), value=value, span=s.span, value_span=s.value_span, key_span=s.key_span
+            ),
+            label,
+            note=None,
+        )
     _apply_defaults(b, [a for a in args if a.name not in given], path, text_lines(source), label)
 
 
@@ -141,13 +153,15 @@ def _apply_arg(b: PlanBuilder, arg: argdefs.ArgDef, s: Setting, label: str, note
     elif switch is not None and concept is not None:
         if to_bool(s.value):
             name, value = switch
-            _apply_concept(b, concepts.CONCEPTS[name], Setting(key=s.key, path=s.path, value=value, span=s.span,
-                                                               value_span=s.value_span, key_span=s.key_span))
+            _apply_concept(
+                b,
+                concepts.CONCEPTS[name],
+                Setting(key=s.key, path=s.path, value=value, span=s.span, value_span=s.value_span, key_span=s.key_span),
+            )
     elif concept is not None:
         _apply_concept(b, concept, s)
     elif _looks_memory_relevant(arg) and (arg.type != "bool" or to_bool(s.value)):
-        b.unmodelled(s, f"--{arg.name} ({label} argument)", "not taken into account by the estimate",
-                     key=arg.name)
+        b.unmodelled(s, f"--{arg.name} ({label} argument)", "not taken into account by the estimate", key=arg.name)
         return
     if note:
         _annotate(b, before, s, note)
@@ -160,8 +174,9 @@ def _apply_concept(b: PlanBuilder, concept: concepts.Concept, s: Setting) -> Non
 
     key = _handled_spelling(concept.name)
     if key is not None:
-        shell.handler_for("python", key)(b, Setting(key=s.key, path=(key,), value=s.value, span=s.span,
-                                                    value_span=s.value_span, key_span=s.key_span))
+        shell.handler_for("python", key)(
+            b, Setting(key=s.key, path=(key,), value=s.value, span=s.span, value_span=s.value_span, key_span=s.key_span)
+        )
     elif concept.type == "int":
         b.set_int(concept.name, s)
     elif concept.type == "float":
@@ -181,9 +196,15 @@ def _handled_spelling(concept: str) -> str | None:
         from vramlens.formats import shell
 
         _SPELLINGS[concept] = next(
-            (sp for sp in concepts.CONCEPTS[concept].spellings if "." not in sp
-             and shell.handler_for("python", sp) is not None
-             and getattr(concepts.match(sp), "name", None) == concept), None)
+            (
+                sp
+                for sp in concepts.CONCEPTS[concept].spellings
+                if "." not in sp
+                and shell.handler_for("python", sp) is not None
+                and getattr(concepts.match(sp), "name", None) == concept
+            ),
+            None,
+        )
     return _SPELLINGS[concept]
 
 
@@ -213,7 +234,7 @@ def _apply_defaults(b: PlanBuilder, args: list[argdefs.ArgDef], path: str, lines
     adapter = b.plan.peft_method is not None and b.plan.peft_method.value in ADAPTER_METHODS
     quantized = b.plan.quant_bits is not None
     for arg, concept in later:
-        if (adapter if concept.name in ADAPTER_CONCEPTS else quantized):
+        if adapter if concept.name in ADAPTER_CONCEPTS else quantized:
             _apply_arg(b, arg, _default_setting(arg, path, lines), label, _note(label, arg))
 
 

@@ -5,6 +5,7 @@ dialect (e.g. `formats.hf`) maps Settings to plan concepts through the builder, 
 provenance and turns loosely typed values ("True", "2e-5", "auto", 4.0) into typed ones with a
 clear issue when it cannot.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -12,8 +13,7 @@ import math
 import re
 from typing import Any
 
-from vramlens.plan import (IssueKind, Origin, ParseIssue, Reference, Severity, Sourced, Span, TrainingPlan,
-                          Unmodelled)
+from vramlens.plan import IssueKind, Origin, ParseIssue, Reference, Severity, Sourced, Span, TrainingPlan, Unmodelled
 
 
 class Setting:
@@ -26,12 +26,20 @@ class Setting:
 
     __slots__ = ("key", "path", "value", "unresolved", "_span", "_value_span", "_key_span", "_coords")
 
-    def __init__(self, key: str, path: tuple, value: Any, span: Span | None = None,
-                 value_span: Span | None = None, key_span: Span | None = None, unresolved: bool = False):
-        self.key = key                    # the key as written (last path component), e.g. "micro_batch_size"
-        self.path = path                  # full key path, e.g. ("zero_optimization", "stage")
+    def __init__(
+        self,
+        key: str,
+        path: tuple,
+        value: Any,
+        span: Span | None = None,
+        value_span: Span | None = None,
+        key_span: Span | None = None,
+        unresolved: bool = False,
+    ):
+        self.key = key  # the key as written (last path component), e.g. "micro_batch_size"
+        self.path = path  # full key path, e.g. ("zero_optimization", "stage")
         self.value = value
-        self.unresolved = unresolved      # value comes from an expression we could not evaluate
+        self.unresolved = unresolved  # value comes from an expression we could not evaluate
         self._span = span
         self._value_span = value_span
         self._key_span = key_span
@@ -131,7 +139,7 @@ def to_float(value: Any) -> float | None:
     if isinstance(value, (int, float)):
         try:
             return float(value) if math.isfinite(value) else None
-        except OverflowError:           # an int beyond any float (`0xfff...`)
+        except OverflowError:  # an int beyond any float (`0xfff...`)
             return None
     if isinstance(value, str):
         try:
@@ -159,8 +167,12 @@ def shown(value: Any, limit: int = 60) -> str:
     """A value for a message: repr, shortened (a huge number or a pasted blob must not fill the screen)."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 100:
         return f"a {'negative ' if value < 0 else ''}number of about 10^{int(value.bit_length() * 0.30103)}"
-    text = repr(value) if not isinstance(value, (dict, list)) or len(value) < 50 else f"<{type(value).__name__} of {len(value)}>"
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    text = (
+        repr(value)
+        if not isinstance(value, (dict, list)) or len(value) < 50
+        else f"<{type(value).__name__} of {len(value)}>"
+    )
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def is_auto(value: Any) -> bool:
@@ -199,19 +211,36 @@ class PlanBuilder:
     def has(self, concept: str) -> bool:
         return getattr(self.plan, concept) is not None
 
-    def set(self, concept: str, value: Any, setting: Setting | None = None, *, note: str | None = None,
-            origin: Origin = Origin.FILE, override: bool = False, framework: str | None = None) -> None:
+    def set(
+        self,
+        concept: str,
+        value: Any,
+        setting: Setting | None = None,
+        *,
+        note: str | None = None,
+        origin: Origin = Origin.FILE,
+        override: bool = False,
+        framework: str | None = None,
+    ) -> None:
         if not override and getattr(self.plan, concept) is not None:
             return
         if setting is None:
             sourced = Sourced(value=value, origin=origin, note=note, framework=framework)
         else:
-            sourced = Sourced(value=value, origin=origin, key=setting.key, span=setting.span,
-                              value_span=setting.value_span, note=note, framework=framework)
+            sourced = Sourced(
+                value=value,
+                origin=origin,
+                key=setting.key,
+                span=setting.span,
+                value_span=setting.value_span,
+                note=note,
+                framework=framework,
+            )
         setattr(self.plan, concept, sourced)
 
-    def set_int(self, concept: str, setting: Setting, *, minimum: int = 0, note: str | None = None,
-                override: bool = False) -> int | None:
+    def set_int(
+        self, concept: str, setting: Setting, *, minimum: int = 0, note: str | None = None, override: bool = False
+    ) -> int | None:
         if setting.value is None:
             return None
         v = to_int(setting.value)
@@ -219,22 +248,31 @@ class PlanBuilder:
             if is_auto(setting.value):
                 self.remember(setting)
                 return None
-            self.issue(IssueKind.INVALID_VALUE, f"`{setting.key}` should be a whole number, got {shown(setting.value)}", setting)
+            self.issue(
+                IssueKind.INVALID_VALUE,
+                f"`{setting.key}` should be a whole number, got {shown(setting.value)}",
+                setting,
+            )
             return None
         if v < minimum:
             self.issue(IssueKind.INVALID_VALUE, f"`{setting.key}` must be at least {minimum}, got {shown(v)}", setting)
             return None
         if v > MAX_COUNT:
-            self.issue(IssueKind.INVALID_VALUE, f"`{setting.key}` is {shown(v)}, more than vramlens can estimate (at most {MAX_COUNT:,}); "
-                       f"the value is ignored", setting)
+            self.issue(
+                IssueKind.INVALID_VALUE,
+                f"`{setting.key}` is {shown(v)}, more than vramlens can estimate (at most {MAX_COUNT:,}); "
+                f"the value is ignored",
+                setting,
+            )
             return None
         if isinstance(setting.value, str):
             note = note or f"`{setting.value}` (text) read as the number {v}"
         self.set(concept, v, setting, note=note, override=override)
         return v
 
-    def set_bool(self, concept: str, setting: Setting, *, note: str | None = None, invert: bool = False,
-                 override: bool = False) -> bool | None:
+    def set_bool(
+        self, concept: str, setting: Setting, *, note: str | None = None, invert: bool = False, override: bool = False
+    ) -> bool | None:
         if setting.value is None:
             return None
         v = to_bool(setting.value)
@@ -242,25 +280,32 @@ class PlanBuilder:
             if is_auto(setting.value):
                 self.remember(setting)
                 return None
-            self.issue(IssueKind.INVALID_VALUE, f"`{setting.key}` should be true or false, got {shown(setting.value)}", setting)
+            self.issue(
+                IssueKind.INVALID_VALUE, f"`{setting.key}` should be true or false, got {shown(setting.value)}", setting
+            )
             return None
         self.set(concept, (not v) if invert else v, setting, note=note, override=override)
         return v
 
-    def set_float(self, concept: str, setting: Setting, *, note: str | None = None, override: bool = False) -> float | None:
+    def set_float(
+        self, concept: str, setting: Setting, *, note: str | None = None, override: bool = False
+    ) -> float | None:
         if setting.value is None:
             return None
         v = to_float(setting.value)
         if v is None:
-            self.issue(IssueKind.INVALID_VALUE, f"`{setting.key}` should be a number, got {shown(setting.value)}", setting)
+            self.issue(
+                IssueKind.INVALID_VALUE, f"`{setting.key}` should be a number, got {shown(setting.value)}", setting
+            )
             return None
         self.set(concept, v, setting, note=note, override=override)
         return v
 
     def reference(self, kind: str, target: str, setting: Setting | None = None) -> None:
         """Note another file this config points at; `formats.references` follows it."""
-        self.plan.references.append(Reference(kind=kind, target=target,
-                                              span=(setting.value_span or setting.span) if setting else None))
+        self.plan.references.append(
+            Reference(kind=kind, target=target, span=(setting.value_span or setting.span) if setting else None)
+        )
 
     def inline_deepspeed(self, config: dict, setting: Setting) -> None:
         """A DeepSpeed config given inline (a dict instead of a path): its settings are nested Settings."""
@@ -273,7 +318,10 @@ class PlanBuilder:
         v = setting.value if value is None else value
         self.plan.extra[".".join(str(p) for p in setting.path)] = Sourced(
             value=v if isinstance(v, (str, int, float, bool, type(None))) else repr(v),
-            key=setting.key, span=setting.span, value_span=setting.value_span)
+            key=setting.key,
+            span=setting.span,
+            value_span=setting.value_span,
+        )
 
     def unmodelled(self, setting: Setting | None, what: str, consequence: str, *, key: str | None = None) -> None:
         """Record a setting that changes memory or speed and that the estimate does not model; every view names it.
@@ -282,8 +330,15 @@ class PlanBuilder:
         if any(u.key == name for u in self.plan.unmodelled):
             return
         value = None if setting is None or setting.value is None else str(setting.value)[:200]
-        self.plan.unmodelled.append(Unmodelled(key=name, value=value, what=what, consequence=consequence,
-                                               span=setting.span if setting is not None else None))
+        self.plan.unmodelled.append(
+            Unmodelled(
+                key=name,
+                value=value,
+                what=what,
+                consequence=consequence,
+                span=setting.span if setting is not None else None,
+            )
+        )
 
     def shape(self, name: str, setting: Setting, *, override: bool = False) -> None:
         """Keep a model-shape value the file states (`plan.extra["arch.<name>"]`, which the model resolver reads when
@@ -291,18 +346,36 @@ class PlanBuilder:
         key = f"arch.{name}"
         if override or not self.plan.extra.get(key):
             v = setting.value
-            self.plan.extra[key] = Sourced(value=v if isinstance(v, (str, int, float, bool)) else repr(v),
-                                           key=setting.key, span=setting.span, value_span=setting.value_span)
+            self.plan.extra[key] = Sourced(
+                value=v if isinstance(v, (str, int, float, bool)) else repr(v),
+                key=setting.key,
+                span=setting.span,
+                value_span=setting.value_span,
+            )
 
-    def issue(self, kind: IssueKind, message: str, setting: Setting | None = None, *,
-              severity: Severity = Severity.WARNING, suggestion: str | None = None, span: Span | None = None) -> None:
-        self.plan.issues.append(ParseIssue(
-            kind=kind, message=message,
-            span=span or (setting.value_span if setting else None) or (setting.span if setting else None),
-            severity=severity, suggestion=suggestion))
+    def issue(
+        self,
+        kind: IssueKind,
+        message: str,
+        setting: Setting | None = None,
+        *,
+        severity: Severity = Severity.WARNING,
+        suggestion: str | None = None,
+        span: Span | None = None,
+    ) -> None:
+        self.plan.issues.append(
+            ParseIssue(
+                kind=kind,
+                message=message,
+                span=span or (setting.value_span if setting else None) or (setting.span if setting else None),
+                severity=severity,
+                suggestion=suggestion,
+            )
+        )
 
-    def unknown(self, setting: Setting, what: str, choices=(), *, suggestion: str | None = None,
-                hint: str | None = None) -> None:
+    def unknown(
+        self, setting: Setting, what: str, choices=(), *, suggestion: str | None = None, hint: str | None = None
+    ) -> None:
         """An unknown value (VL015) with the closest valid spelling when there is one."""
         if suggestion is None and choices:
             suggestion = closest(str(setting.value), choices)

@@ -13,6 +13,7 @@ files it names (`--config x.yaml`, `llamafactory-cli train x.yaml`, `--deepspeed
 `accelerate launch --config_file acc.yaml`) are read through `formats.parse_document` and merged
 under the command line, which wins as it does in the real tools.
 """
+
 from __future__ import annotations
 
 import re
@@ -26,7 +27,7 @@ from vramlens.plan import IssueKind, Origin, ParseIssue, Reference, Severity, So
 from vramlens.text import LineIndex
 
 MAX_SHELL_CHARS = 2_000_000
-MAX_ARGS = 2_000          # arguments of the training command read; real launch lines have well under 100
+MAX_ARGS = 2_000  # arguments of the training command read; real launch lines have well under 100
 MAX_WORDS = 2 * MAX_ARGS + 100
 # Variable expansion: `V1="$V0 $V0"`, `V2="$V1 $V1"`, … doubles a value per line, so 60 lines of a script
 # would expand to exabytes. A value longer than Linux's limit on one argument or environment string
@@ -78,7 +79,9 @@ _TOKEN = re.compile(
     r"|([^\s'\"\\;&|<>()`$]+)(?=[\s;&|<>()]|\Z)"
     r"|((?=(?P<w>(?:[^\s'\"\\;&|<>()`$]+|'[^']*'|\"(?:[^\"\\`$]|\\.|\$(?![({]))*\"|\\[^\n]|\$\{[^}\n]*\}"
     r"|\$(?![({])[A-Za-z_0-9@*#?$!-]?)+))(?P=w))(?=[\s;&|<>()]|\Z)"
-    r"|(\\\Z)|(?=.))", re.S)
+    r"|(\\\Z)|(?=.))",
+    re.S,
+)
 # A whole line that is one simple command (quotes closed on the line; no escapes, separators,
 # parentheses, heredocs or input redirections) whose first word is neither an assignment nor a
 # program that may start training: nothing on it can matter, so it is skipped without tokenizing.
@@ -86,7 +89,9 @@ _BORING = re.compile(
     r"(?![ \t]*(?:[A-Za-z_][A-Za-z0-9_]*\+?=|\S*(?:torchrun|accelerate|deepspeed|llamafactory-cli|lmf|tune|axolotl|"
     r"trl|swift|ray|srun|bash|sh|zsh|dash|python[0-9.]*|uv|poetry|pipenv|pdm|hatch|env|nohup|time|exec|command|builtin|if|then|else|elif|do|"
     r"while|until|for|select|case|fi|done|esac|export|declare|typeset|local|readonly|unset|[{}!])(?:[ \t]|$)))"
-    r"[ \t]*(?=[^\s#$-])(?:(?=([^\n;&|()'\"\\`<]+))\1|'[^'\n]*'|\"[^\"\n\\`]*\")*\n", re.M)
+    r"[ \t]*(?=[^\s#$-])(?:(?=([^\n;&|()'\"\\`<]+))\1|'[^'\n]*'|\"[^\"\n\\`]*\")*\n",
+    re.M,
+)
 _PLAIN = re.compile(r"[^\s'\"\\;&|<>()`$]+")
 _DQ_PLAIN = re.compile(r"[^\"\\$`]+")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -95,7 +100,7 @@ _SEPARATORS = frozenset({"&&", "||", ";;", "|&", ";", "&", "|", "(", ")", "\n"})
 _REDIRECTS = frozenset({">>", "&>", ">&", ">", "<", "<<<"})
 
 LIT, VAR, CMD, ARR = "s", "v", "c", "a"
-_ARRAY_HEAD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")     # `NAME=(` / `NAME+=(`: a bash array assignment
+_ARRAY_HEAD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")  # `NAME=(` / `NAME+=(`: a bash array assignment
 
 
 class Word:
@@ -128,9 +133,9 @@ class Command:
     words: list[Word]
     start: int
     end: int
-    ended_by_comment: bool = False      # a `#` comment ended it right after a `\` continuation
-    heredocs: list = field(default_factory=list)    # (start, end) of each here-document body it reads
-    depth: int = 0                  # levels of `bash -c "…"` it is inside
+    ended_by_comment: bool = False  # a `#` comment ended it right after a `\` continuation
+    heredocs: list = field(default_factory=list)  # (start, end) of each here-document body it reads
+    depth: int = 0  # levels of `bash -c "…"` it is inside
 
 
 class _Scanner:
@@ -146,19 +151,19 @@ class _Scanner:
         i = start
         words: list[Word] = []
         heredocs: list[tuple[str, bool]] = []
-        skip_next_word = False     # redirect target
-        heredoc_next = None        # "<<" or "<<-" waiting for its delimiter word
+        skip_next_word = False  # redirect target
+        heredoc_next = None  # "<<" or "<<-" waiting for its delimiter word
         while i < n:
             m = token(text, i, n)
             if m is None:
                 break
             kind = m.lastindex
-            if kind == 4:                                   # a plain word (the common case)
+            if kind == 4:  # a plain word (the common case)
                 i = m.end()
                 word = Word(m.start(4), i, [(LIT, m.group(4), m.start(4), False)])
                 if i < n and text[i] == "(" and _ARRAY_HEAD.fullmatch(m.group(4)):
                     word, i = self._array(word, i)
-            elif kind == 1:                                 # newline
+            elif kind == 1:  # newline
                 self._end(words, m.start(1), False)
                 words = []
                 i = m.end()
@@ -169,18 +174,18 @@ class _Scanner:
                         self.commands[-1].heredocs.append((body, self._body_end(body, i)))
                     heredocs = []
                 b = boring(text, i, n)
-                while b is not None:                        # whole lines that cannot matter
+                while b is not None:  # whole lines that cannot matter
                     i = b.end()
                     b = boring(text, i, n)
                 continue
-            elif kind == 2:                                 # comment
+            elif kind == 2:  # comment
                 a, i = m.start(2), m.end()
                 self.comments.append((a, i))
-                if words and "\\\n" in text[words[0].start:a].replace("\r", ""):
+                if words and "\\\n" in text[words[0].start : a].replace("\r", ""):
                     self._end(words, a, True)
                     words = []
                 continue
-            elif kind == 3:                                 # operator
+            elif kind == 3:  # operator
                 op = m.group(3)
                 i = m.end()
                 if op in ("<<", "<<-"):
@@ -191,14 +196,14 @@ class _Scanner:
                     self._end(words, m.start(3), False)
                     words = []
                 continue
-            elif kind == 5:                                 # quotes or expansions: parts on demand
+            elif kind == 5:  # quotes or expansions: parts on demand
                 i = m.end()
                 word = Word(m.start(5), i, None, text)
-            elif kind == 7:                                 # a lone trailing backslash at end of file
+            elif kind == 7:  # a lone trailing backslash at end of file
                 break
-            else:                                           # quotes, `$`, escapes: the careful scanner
+            else:  # quotes, `$`, escapes: the careful scanner
                 word, i = self._word(m.end())
-                if not word.parts:                          # only `\`-newlines (a trailing `\` at the end)
+                if not word.parts:  # only `\`-newlines (a trailing `\` at the end)
                     i = max(i, word.start + 1)
                     continue
             if heredoc_next is not None:
@@ -209,9 +214,9 @@ class _Scanner:
             if skip_next_word:
                 skip_next_word = False
                 continue
-            if i < n and text[i] in "<>" and text[word.start:i].isdigit():
-                continue                           # the `2` of `2>&1`
-            if len(words) < MAX_WORDS:             # a command of a million words keeps its first MAX_WORDS
+            if i < n and text[i] in "<>" and text[word.start : i].isdigit():
+                continue  # the `2` of `2>&1`
+            if len(words) < MAX_WORDS:  # a command of a million words keeps its first MAX_WORDS
                 words.append(word)
         self._end(words, n, False)
         return self.commands
@@ -227,10 +232,10 @@ class _Scanner:
             if m is None:
                 break
             kind = m.lastindex
-            if kind in (1, 2):                              # newlines and comments between elements
+            if kind in (1, 2):  # newlines and comments between elements
                 j = m.end()
                 continue
-            if kind == 3:                                   # ")" ends the array (another operator: bash's error)
+            if kind == 3:  # ")" ends the array (another operator: bash's error)
                 j = m.end() if m.group(3) == ")" else m.start(3)
                 break
             if kind == 4:
@@ -285,7 +290,7 @@ class _Scanner:
             if c == "'":
                 j = text.find("'", i + 1)
                 j = n if j < 0 else j
-                parts.append((LIT, text[i + 1:j], i, True))
+                parts.append((LIT, text[i + 1 : j], i, True))
                 i = j + 1
             elif c == '"':
                 i = self._double_quoted(i, parts)
@@ -295,17 +300,17 @@ class _Scanner:
                 elif i + 1 < n and text[i + 1] == "\n":
                     i += 2
                 else:
-                    parts.append((LIT, text[i + 1:i + 2], i, True))
+                    parts.append((LIT, text[i + 1 : i + 2], i, True))
                     i += 2
             elif c == "$":
                 i = self._dollar(i, parts)
             elif c == "`":
                 j = text.find("`", i + 1)
                 j = n if j < 0 else j
-                parts.append((CMD, text[i:j + 1]))
+                parts.append((CMD, text[i : j + 1]))
                 i = j + 1
             else:
-                break                               # whitespace or an operator ends the word
+                break  # whitespace or an operator ends the word
         return Word(start, min(i, n), parts), min(i, n)
 
     def _double_quoted(self, i: int, parts: list) -> int:
@@ -324,7 +329,7 @@ class _Scanner:
                 i += 1
                 break
             if c == "\\":
-                nxt = text[i + 1:i + 2]
+                nxt = text[i + 1 : i + 2]
                 if nxt == "\n":
                     i += 2
                     continue
@@ -339,7 +344,7 @@ class _Scanner:
                 else:
                     j = text.find("`", i + 1)
                     j = n if j < 0 else j
-                    parts.append((CMD, text[i:j + 1]))
+                    parts.append((CMD, text[i : j + 1]))
                     i = j + 1
                 buf_start = i
         if buf or not parts or parts[-1][0] != LIT:
@@ -348,7 +353,7 @@ class _Scanner:
 
     def _dollar(self, i: int, parts: list) -> int:
         text, n = self.text, self.n
-        nxt = text[i + 1:i + 2]
+        nxt = text[i + 1 : i + 2]
         if nxt == "(":
             j = self._matching_paren(i + 1)
             parts.append((CMD, text[i:j]))
@@ -356,28 +361,28 @@ class _Scanner:
         if nxt == "{":
             j = text.find("}", i + 2)
             j = n if j < 0 else j
-            inner = text[i + 2:j]
+            inner = text[i + 2 : j]
             m = _ELEMENT.fullmatch(inner)
-            if m:                                   # ${NAME[@]}, ${NAME[*]}, ${NAME[0]}
-                parts.append((VAR, m.group(1), m.group(2), "", text[i:j + 1]))
+            if m:  # ${NAME[@]}, ${NAME[*]}, ${NAME[0]}
+                parts.append((VAR, m.group(1), m.group(2), "", text[i : j + 1]))
                 return j + 1
             m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-])(?:(:?[-=+?])(.*))?", inner, re.S)
             if m:
-                parts.append((VAR, m.group(1), m.group(2) or "", m.group(3) or "", text[i:j + 1]))
+                parts.append((VAR, m.group(1), m.group(2) or "", m.group(3) or "", text[i : j + 1]))
             else:
-                parts.append((CMD, text[i:j + 1]))
+                parts.append((CMD, text[i : j + 1]))
             return j + 1
-        if nxt == "'":                              # $'…' (ANSI-C quoting): read literally
+        if nxt == "'":  # $'…' (ANSI-C quoting): read literally
             j = text.find("'", i + 2)
             j = n if j < 0 else j
-            parts.append((LIT, text[i + 2:j], i, True))
+            parts.append((LIT, text[i + 2 : j], i, True))
             return j + 1
         m = _NAME.match(text, i + 1)
         if m:
-            parts.append((VAR, m.group(), "", "", text[i:m.end()]))
+            parts.append((VAR, m.group(), "", "", text[i : m.end()]))
             return m.end()
         if nxt and nxt in "0123456789@*#?$!-":
-            parts.append((VAR, nxt, "", "", text[i:i + 2]))
+            parts.append((VAR, nxt, "", "", text[i : i + 2]))
             return i + 2
         parts.append((LIT, "$", i, False))
         return i + 1
@@ -417,16 +422,17 @@ def words_in(text: str, start: int, end: int) -> list[Word]:
 
 # --- expansion -----------------------------------------------------------------------------------
 
+
 @dataclass(slots=True)
 class Var:
-    value: str | None                 # None: not known without running the script
-    word: Word | None = None          # the assignment word
+    value: str | None  # None: not known without running the script
+    word: Word | None = None  # the assignment word
     value_range: tuple[int, int] | None = None
-    stmt_range: tuple[int, int] | None = None   # the whole statement (`export X=v`)
+    stmt_range: tuple[int, int] | None = None  # the whole statement (`export X=v`)
     exported: bool = False
     words_range: tuple[int, int] | None = None  # text whose words `$X` stands for (a heredoc read into X)
-    elements: list | None = None      # a bash array's elements (Args, expanded when it was assigned)
-    refs: dict | None = None          # for a quoted list value: the variables its words named, as they were then
+    elements: list | None = None  # a bash array's elements (Args, expanded when it was assigned)
+    refs: dict | None = None  # for a quoted list value: the variables its words named, as they were then
 
 
 class Expander:
@@ -435,10 +441,10 @@ class Expander:
 
     def __init__(self) -> None:
         self.spent = 0
-        self.capped: list[tuple[int, int]] = []      # ranges of the words whose value went over a limit
-        self.heredoc_words: dict[tuple[int, int], list] = {}   # here-document range → its words (tokenized once)
-        self.spliced = 0                             # here-document and array words spliced into commands so far
-        self.over = False                            # the last array value asked for was over MAX_VALUE_CHARS
+        self.capped: list[tuple[int, int]] = []  # ranges of the words whose value went over a limit
+        self.heredoc_words: dict[tuple[int, int], list] = {}  # here-document range → its words (tokenized once)
+        self.spliced = 0  # here-document and array words spliced into commands so far
+        self.over = False  # the last array value asked for was over MAX_VALUE_CHARS
 
     def parts(self, parts: list, env: dict[str, Var], where: tuple[int, int] | None = None) -> str | None:
         out: list[str] = []
@@ -448,7 +454,7 @@ class Expander:
             if kind == LIT:
                 v = p[1]
             elif kind == CMD and p[1].startswith("$((") and p[1].endswith("))"):
-                v = arithmetic(p[1][3:-2], env)            # verl's `max_prompt_length=$((1024 * 2))`
+                v = arithmetic(p[1][3:-2], env)  # verl's `max_prompt_length=$((1024 * 2))`
                 if v is None:
                     return None
             elif kind == VAR:
@@ -504,7 +510,7 @@ class Expander:
             k = int(op[1:-1])
             if k < len(elements):
                 return elements[k].value
-            return "" if len(elements) <= MAX_WORDS else None      # past the elements kept: not known
+            return "" if len(elements) <= MAX_WORDS else None  # past the elements kept: not known
         if any(a.value is None for a in elements):
             return None
         if sum(len(a.value) + 1 for a in elements) > MAX_VALUE_CHARS:
@@ -523,7 +529,7 @@ class Expander:
             var = env.get(m.group(1) or m.group(2))
             if var is None or var.value is None:
                 return None
-            out += (arg[pos:m.start()], var.value)
+            out += (arg[pos : m.start()], var.value)
             size += m.start() - pos + len(var.value)
             if size > MAX_VALUE_CHARS:
                 return None
@@ -532,7 +538,7 @@ class Expander:
         return "".join(out)
 
 
-MAX_ARITH_CHARS = 1_000        # an arithmetic expansion longer than this is not worked out (real ones: a few words)
+MAX_ARITH_CHARS = 1_000  # an arithmetic expansion longer than this is not worked out (real ones: a few words)
 _ARITH_TOKEN = re.compile(r"\s*(?:(\d+)|\$?\{?([A-Za-z_][A-Za-z0-9_]*)\}?|(\*\*|[-+*/%()]))")
 
 
@@ -550,7 +556,7 @@ def arithmetic(expr: str, env: dict[str, Var]) -> str | None:
             return None
         if m.group(1) is not None:
             if len(m.group(1)) > 19 or (len(m.group(1)) > 1 and m.group(1)[0] == "0"):
-                return None                         # past 64 bits, or octal
+                return None  # past 64 bits, or octal
             tokens.append(int(m.group(1)))
         elif m.group(2) is not None:
             var = env.get(m.group(2))
@@ -564,7 +570,7 @@ def arithmetic(expr: str, env: dict[str, Var]) -> str | None:
     pos = 0
     limit = 1 << 63
 
-    def expr_(level: int) -> int | None:            # level 0: + -, 1: * / %, 2: **, 3: unary and atoms
+    def expr_(level: int) -> int | None:  # level 0: + -, 1: * / %, 2: **, 3: unary and atoms
         nonlocal pos
         if level == 3:
             if pos >= len(tokens):
@@ -624,19 +630,62 @@ _SIMPLE_REF = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-
 
 
 def raw_text(text: str, w: Word) -> str:
-    return text[w.start:w.end]
+    return text[w.start : w.end]
 
 
 # --- commands ------------------------------------------------------------------------------------
 
-_RESERVED = frozenset({"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "time", "fi", "done",
-                       "esac", "exec", "nohup", "command", "builtin"})
+_RESERVED = frozenset(
+    {
+        "if",
+        "then",
+        "else",
+        "elif",
+        "do",
+        "while",
+        "until",
+        "!",
+        "{",
+        "}",
+        "time",
+        "fi",
+        "done",
+        "esac",
+        "exec",
+        "nohup",
+        "command",
+        "builtin",
+    }
+)
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\+?=")
 _PYTHON = re.compile(r"python(?:\d+(?:\.\d+)?)?")
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".jsonc")
 # first words of a command that may start training (programs and the wrappers in front of them)
-_HEADS = frozenset({"torchrun", "accelerate", "deepspeed", "llamafactory-cli", "lmf", "tune", "axolotl", "trl",
-                    "swift", "megatron", "uv", "poetry", "pipenv", "pdm", "hatch", "env", "ray", "srun"}) | _RESERVED
+_HEADS = (
+    frozenset(
+        {
+            "torchrun",
+            "accelerate",
+            "deepspeed",
+            "llamafactory-cli",
+            "lmf",
+            "tune",
+            "axolotl",
+            "trl",
+            "swift",
+            "megatron",
+            "uv",
+            "poetry",
+            "pipenv",
+            "pdm",
+            "hatch",
+            "env",
+            "ray",
+            "srun",
+        }
+    )
+    | _RESERVED
+)
 
 
 @dataclass(slots=True)
@@ -644,7 +693,7 @@ class Arg:
     """One word of a command, expanded."""
 
     word: Word
-    value: str | None          # None: unknown at parse time
+    value: str | None  # None: unknown at parse time
 
     @property
     def text(self) -> str:
@@ -655,16 +704,16 @@ class Arg:
 class Launch:
     """A command that starts training, taken apart."""
 
-    tool: str                                   # torchrun, deepspeed, accelerate, python, llamafactory, torchtune, axolotl, trl, swift
+    tool: str  # torchrun, deepspeed, accelerate, python, llamafactory, torchtune, axolotl, trl, swift
     command: Command
-    args: list[Arg]                             # every word after env prefixes
-    env_prefix: dict[str, Var]                  # NAME=value words before the program
-    launcher_flags: list[tuple[str, Arg, list[Arg]]] = field(default_factory=list)   # (name, flag word, values)
-    script: Arg | None = None                   # the training script / module / recipe
-    script_args_start: int = 0                  # index in `args` where the script's own arguments begin
-    script_args_end: int | None = None          # index where they end (axolotl `--`), None = end
+    args: list[Arg]  # every word after env prefixes
+    env_prefix: dict[str, Var]  # NAME=value words before the program
+    launcher_flags: list[tuple[str, Arg, list[Arg]]] = field(default_factory=list)  # (name, flag word, values)
+    script: Arg | None = None  # the training script / module / recipe
+    script_args_start: int = 0  # index in `args` where the script's own arguments begin
+    script_args_end: int | None = None  # index where they end (axolotl `--`), None = end
     subcommand: str | None = None
-    launcher: str | None = None                 # torchrun/accelerate/deepspeed/python when `tool` is the program it runs
+    launcher: str | None = None  # torchrun/accelerate/deepspeed/python when `tool` is the program it runs
 
 
 def _strip_wrappers(args: list[Arg]) -> list[Arg]:
@@ -678,8 +727,12 @@ def _strip_wrappers(args: list[Arg]) -> list[Arg]:
             i += 2
         elif t == "env":
             i += 1
-        elif (t.rsplit("/", 1)[-1] == "ray" and i + 2 < len(args) and args[i + 1].text == "job"
-              and args[i + 2].text == "submit"):
+        elif (
+            t.rsplit("/", 1)[-1] == "ray"
+            and i + 2 < len(args)
+            and args[i + 1].text == "job"
+            and args[i + 2].text == "submit"
+        ):
             # `ray job submit --address … --runtime-env-json '…' -- python3 -m openrlhf.cli.train_ppo_ray …`
             # (OpenRLHF's PPO scripts): the entrypoint follows `--`
             k = next((k for k in range(i + 3, len(args)) if args[k].text == "--"), None)
@@ -689,8 +742,9 @@ def _strip_wrappers(args: list[Arg]) -> list[Arg]:
         elif t.rsplit("/", 1)[-1] == "srun":
             # `srun [options] torchrun …` (slurm): its options' values are not told apart from the program, so the
             # program is the first word that names one
-            k = next((k for k in range(i + 1, len(args)) if _SRUN_PROGRAM.fullmatch(args[k].text.rsplit("/", 1)[-1])),
-                     None)
+            k = next(
+                (k for k in range(i + 1, len(args)) if _SRUN_PROGRAM.fullmatch(args[k].text.rsplit("/", 1)[-1])), None
+            )
             if k is None:
                 break
             i = k
@@ -703,17 +757,76 @@ def _strip_wrappers(args: list[Arg]) -> list[Arg]:
 # every `env` one and the plain typed ones take one (`-r/--redirects` and `-t/--tee` too: `--tee 3`)
 _SRUN_PROGRAM = re.compile(r"torchrun|accelerate|deepspeed|llamafactory-cli|tune|axolotl|trl|swift|python[0-9.]*")
 _TORCHRUN_BARE = frozenset({"standalone", "module", "m", "no_python", "run_path", "virtual_local_rank"})
-_TORCHRUN_VALUED = frozenset({
-    "nnodes", "nproc_per_node", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "rdzv_conf", "max_restarts",
-    "monitor_interval", "start_method", "event_log_handler", "role", "log_dir", "redirects", "r", "tee", "t",
-    "local_ranks_filter", "duplicate_stdout_filters", "duplicate_stderr_filters", "node_rank", "master_addr",
-    "master_port", "local_addr", "logs_specs", "numa_binding", "signals_to_handle", "shutdown_timeout"})
-_ACCELERATE_BARE = frozenset({"multi_gpu", "multi-gpu", "use_deepspeed", "use-deepspeed", "use_fsdp", "use-fsdp",
-                              "use_megatron_lm", "cpu", "debug", "quiet", "q", "no_python", "module", "m", "tpu",
-                              "same_network", "use_xpu", "fsdp_use_orig_params", "fsdp_sync_module_states",
-                              "fsdp_cpu_ram_efficient_loading", "zero3_init_flag", "enable_cpu_affinity"})
-_DEEPSPEED_BARE = frozenset({"no_python", "module", "no_local_rank", "force_multi", "autotuning", "no_ssh_check",
-                             "enable_each_rank_log", "bind_cores_to_rank", "elastic_training"})
+_TORCHRUN_VALUED = frozenset(
+    {
+        "nnodes",
+        "nproc_per_node",
+        "rdzv_backend",
+        "rdzv_endpoint",
+        "rdzv_id",
+        "rdzv_conf",
+        "max_restarts",
+        "monitor_interval",
+        "start_method",
+        "event_log_handler",
+        "role",
+        "log_dir",
+        "redirects",
+        "r",
+        "tee",
+        "t",
+        "local_ranks_filter",
+        "duplicate_stdout_filters",
+        "duplicate_stderr_filters",
+        "node_rank",
+        "master_addr",
+        "master_port",
+        "local_addr",
+        "logs_specs",
+        "numa_binding",
+        "signals_to_handle",
+        "shutdown_timeout",
+    }
+)
+_ACCELERATE_BARE = frozenset(
+    {
+        "multi_gpu",
+        "multi-gpu",
+        "use_deepspeed",
+        "use-deepspeed",
+        "use_fsdp",
+        "use-fsdp",
+        "use_megatron_lm",
+        "cpu",
+        "debug",
+        "quiet",
+        "q",
+        "no_python",
+        "module",
+        "m",
+        "tpu",
+        "same_network",
+        "use_xpu",
+        "fsdp_use_orig_params",
+        "fsdp_sync_module_states",
+        "fsdp_cpu_ram_efficient_loading",
+        "zero3_init_flag",
+        "enable_cpu_affinity",
+    }
+)
+_DEEPSPEED_BARE = frozenset(
+    {
+        "no_python",
+        "module",
+        "no_local_rank",
+        "force_multi",
+        "autotuning",
+        "no_ssh_check",
+        "enable_each_rank_log",
+        "bind_cores_to_rank",
+        "elastic_training",
+    }
+)
 
 
 def _flag_name(t: str) -> str:
@@ -790,8 +903,23 @@ def classify(args: list[Arg], env_prefix: dict[str, Var], cmd: Command) -> Launc
                 launch.launcher_flags = flags
                 break
         return launch
-    if prog == "trl" and sub in ("sft", "dpo", "grpo", "kto", "reward", "rloo", "orpo", "cpo", "ppo", "gkd",
-                                 "online_dpo", "xpo", "nash_md", "bco", "prm"):
+    if prog == "trl" and sub in (
+        "sft",
+        "dpo",
+        "grpo",
+        "kto",
+        "reward",
+        "rloo",
+        "orpo",
+        "cpo",
+        "ppo",
+        "gkd",
+        "online_dpo",
+        "xpo",
+        "nash_md",
+        "bco",
+        "prm",
+    ):
         return Launch("trl", cmd, args, env_prefix, subcommand=sub, script_args_start=2)
     if prog == "swift" and sub in ("sft", "pt", "rlhf"):
         return Launch("swift", cmd, args, env_prefix, subcommand=sub, script_args_start=2)
@@ -876,11 +1004,26 @@ def _retarget_script(launch: Launch) -> Launch:
 
 # --- flag → plan mapping -------------------------------------------------------------------------
 
+
 def _peft_method(b: PlanBuilder, s: Setting) -> None:
     v = str(s.value).strip().lower() if s.value is not None else ""
-    method = {"lora": "lora", "qlora": "qlora", "dora": "dora", "full": "none", "freeze": "freeze",
-              "longlora": "lora", "adalora": "other", "galore": "galore", "oft": "other", "boft": "other",
-              "adapter": "other", "llamapro": "other", "vera": "vera", "ia3": "ia3", "lisa": "other"}.get(v)
+    method = {
+        "lora": "lora",
+        "qlora": "qlora",
+        "dora": "dora",
+        "full": "none",
+        "freeze": "freeze",
+        "longlora": "lora",
+        "adalora": "other",
+        "galore": "galore",
+        "oft": "other",
+        "boft": "other",
+        "adapter": "other",
+        "llamapro": "other",
+        "vera": "vera",
+        "ia3": "ia3",
+        "lisa": "other",
+    }.get(v)
     if method is None:
         return b.issue(IssueKind.UNKNOWN_VALUE, f"unknown tuner type {s.value!r} for `{s.key}`", s)
     b.set("peft_method", method, s)
@@ -915,8 +1058,15 @@ def _lora_enable(b: PlanBuilder, s: Setting) -> None:
 
 def _flash_attn(b: PlanBuilder, s: Setting) -> None:
     v = str(s.value).strip().lower()
-    word = {"auto": None, "disabled": "eager", "off": "eager", "fa2": "flash_attention_2", "fa3": "flash_attention_3",
-            "sdpa": "sdpa", "eager": "eager"}
+    word = {
+        "auto": None,
+        "disabled": "eager",
+        "off": "eager",
+        "fa2": "flash_attention_2",
+        "fa3": "flash_attention_3",
+        "sdpa": "sdpa",
+        "eager": "eager",
+    }
     if v in word:
         if word[v]:
             b.set("attn_impl", word[v], s)
@@ -950,9 +1100,16 @@ def _mixed_precision(b: PlanBuilder, s: Setting) -> None:
 
 # ms-swift 1.x/2.x spell two of them `default-zero2` / `default-zero3` (swift/llm/utils/argument.py v1.7.3: its
 # ds_config/zero2.json and zero3.json)
-_SWIFT_DS = {"zero0": (0, False, False), "zero1": (1, False, False), "zero2": (2, False, False),
-             "zero3": (3, False, False), "zero2_offload": (2, True, False), "zero3_offload": (3, True, True),
-             "default-zero2": (2, False, False), "default-zero3": (3, False, False)}
+_SWIFT_DS = {
+    "zero0": (0, False, False),
+    "zero1": (1, False, False),
+    "zero2": (2, False, False),
+    "zero3": (3, False, False),
+    "zero2_offload": (2, True, False),
+    "zero3_offload": (3, True, True),
+    "default-zero2": (2, False, False),
+    "default-zero3": (3, False, False),
+}
 
 
 def _swift_deepspeed(b: PlanBuilder, s: Setting) -> None:
@@ -982,20 +1139,29 @@ EXTRA_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     "attn_impl": _via("attn_implementation"),
     "flash_attn": _flash_attn,
     "use_flash_attn": _via("use_flash_attention_2"),
-    "quant_bits": _quant_bits, "quantization_bit": _quant_bits, "bits": _quant_bits,
+    "quant_bits": _quant_bits,
+    "quantization_bit": _quant_bits,
+    "bits": _quant_bits,
     "double_quant": _via("bnb_4bit_use_double_quant"),
     "double_quantization": _via("bnb_4bit_use_double_quant"),
-    "quant_type": _via("bnb_4bit_quant_type"), "quantization_type": _via("bnb_4bit_quant_type"),
-    "train_type": _peft_method, "tuner_type": _peft_method, "sft_type": _peft_method, "finetuning_type": _peft_method,
-    "q_lora": _q_lora, "lora_enable": _lora_enable,
+    "quant_type": _via("bnb_4bit_quant_type"),
+    "quantization_type": _via("bnb_4bit_quant_type"),
+    "train_type": _peft_method,
+    "tuner_type": _peft_method,
+    "sft_type": _peft_method,
+    "finetuning_type": _peft_method,
+    "q_lora": _q_lora,
+    "lora_enable": _lora_enable,
     "disable_gradient_checkpointing": _disable_gc,
     "enable_liger_kernel": _via("use_liger_kernel"),
     "sequence_parallel_size": _seq_parallel,
     **launchers.PEFT_EXAMPLE_HANDLERS,
 }
+
+
 def _swift_attn(b: PlanBuilder, s: Setting) -> None:
     v = str(s.value).strip().lower()
-    if v == "flash_attn":               # ms-swift's spelling of FlashAttention-2
+    if v == "flash_attn":  # ms-swift's spelling of FlashAttention-2
         return b.set("attn_impl", "flash_attention_2", s)
     apply_hf_key(b, "attn_implementation", s)
 
@@ -1003,26 +1169,65 @@ def _swift_attn(b: PlanBuilder, s: Setting) -> None:
 # ms-swift's image budget and tower freezing (swift/llm/argument/base_args/template_args.py `max_pixels`,
 # tuner_args.py `freeze_vit`): kept for the resolver, which sizes and freezes a VLM's vision tower from them
 SWIFT_REMEMBERED = ("max_pixels", "freeze_vit")
+
+
 def _swift_quant_bit(b: PlanBuilder, s: Setting) -> None:
     # ms-swift 1.x/2.x `quantization_bit: Literal[0, 4, 8] = 0` (swift/llm/utils/argument.py v1.7.3): 0 = none
     if to_int(s.value) != 0:
         _quant_bits(b, s)
 
 
-SWIFT_HANDLERS = {"model": launchers.swift_model_path, "deepspeed": _swift_deepspeed, "attn_impl": _swift_attn,
-                  "quantization_bit": _swift_quant_bit, "quant_bits": _swift_quant_bit,
-                  **launchers.SWIFT_METHOD_HANDLERS, **{k: PlanBuilder.remember for k in SWIFT_REMEMBERED}}
+SWIFT_HANDLERS = {
+    "model": launchers.swift_model_path,
+    "deepspeed": _swift_deepspeed,
+    "attn_impl": _swift_attn,
+    "quantization_bit": _swift_quant_bit,
+    "quant_bits": _swift_quant_bit,
+    **launchers.SWIFT_METHOD_HANDLERS,
+    **{k: PlanBuilder.remember for k in SWIFT_REMEMBERED},
+}
 TRL_CLI_HANDLERS = {"model": _model_flag}
 
 # Boolean flags (for `--no_X` negation and bare `--X`).
-_BOOL_KEYS = frozenset({"bf16", "fp16", "tf32", "gradient_checkpointing", "packing", "padding_free", "use_peft",
-                        "use_dora", "use_rslora", "load_in_4bit", "load_in_8bit", "torch_compile", "use_liger_kernel",
-                        "activation_offloading", "remove_unused_columns", "use_flash_attention_2", "use_flash_attn",
-                        "q_lora", "lora_enable", "double_quant", "use_bnb_nested_quant", "do_train", "do_eval",
-                        "disable_gradient_checkpointing", "enable_liger_kernel", "bnb_4bit_use_double_quant",
-                        "group_by_length", "auto_find_batch_size", "dataloader_pin_memory", "use_liger",
-                        "use_peft_lora", "use_4bit_quantization", "use_8bit_quantization", "use_nested_quant",
-                        "use_reentrant"})
+_BOOL_KEYS = frozenset(
+    {
+        "bf16",
+        "fp16",
+        "tf32",
+        "gradient_checkpointing",
+        "packing",
+        "padding_free",
+        "use_peft",
+        "use_dora",
+        "use_rslora",
+        "load_in_4bit",
+        "load_in_8bit",
+        "torch_compile",
+        "use_liger_kernel",
+        "activation_offloading",
+        "remove_unused_columns",
+        "use_flash_attention_2",
+        "use_flash_attn",
+        "q_lora",
+        "lora_enable",
+        "double_quant",
+        "use_bnb_nested_quant",
+        "do_train",
+        "do_eval",
+        "disable_gradient_checkpointing",
+        "enable_liger_kernel",
+        "bnb_4bit_use_double_quant",
+        "group_by_length",
+        "auto_find_batch_size",
+        "dataloader_pin_memory",
+        "use_liger",
+        "use_peft_lora",
+        "use_4bit_quantization",
+        "use_8bit_quantization",
+        "use_nested_quant",
+        "use_reentrant",
+    }
+)
 
 
 def handler_for(tool: str, name: str):
@@ -1042,11 +1247,11 @@ def handler_for(tool: str, name: str):
 
 def is_known_key(name: str) -> bool:
     n = _norm(name)
-    return (is_hf_key(n) or n in EXTRA_HANDLERS or n in hf.TRAINING_ARGUMENT_KEYS or n in hf.TRL_KEYS
-            or n in _BOOL_KEYS)
+    return is_hf_key(n) or n in EXTRA_HANDLERS or n in hf.TRAINING_ARGUMENT_KEYS or n in hf.TRL_KEYS or n in _BOOL_KEYS
 
 
 # --- the parse -----------------------------------------------------------------------------------
+
 
 @dataclass
 class ShellScript:
@@ -1056,9 +1261,9 @@ class ShellScript:
     index: LineIndex
     commands: list[Command]
     launch: Launch | None
-    env: dict[str, Var]                   # variables at the launch command
-    purpose: tuple[str, Span] | None = None   # no launch, but a command that does something else (formats.purpose)
-    flag_args: list[tuple[str, Arg, list[Arg]]] = field(default_factory=list)   # the script's own flags
+    env: dict[str, Var]  # variables at the launch command
+    purpose: tuple[str, Span] | None = None  # no launch, but a command that does something else (formats.purpose)
+    flag_args: list[tuple[str, Arg, list[Arg]]] = field(default_factory=list)  # the script's own flags
     # variables whose default the caller may override (an option-parsing loop's `MODEL=$1`) → what was assumed
     defaults: dict[str, tuple] = field(default_factory=dict)
 
@@ -1077,8 +1282,9 @@ class _Reader:
         return self.idx.span(w.start, w.end)
 
 
-def _assign(text: str, w: Word, env: dict[str, Var], ex: Expander, stmt: tuple[int, int],
-            exported: bool) -> tuple[str, Var] | None:
+def _assign(
+    text: str, w: Word, env: dict[str, Var], ex: Expander, stmt: tuple[int, int], exported: bool
+) -> tuple[str, Var] | None:
     """A `NAME=value`, `NAME+=value`, `NAME=( … )` or `NAME+=( … )` word → (name, the variable it leaves)."""
     m = _ASSIGN.match(w.plain_prefix())
     if not m:
@@ -1094,7 +1300,7 @@ def _assign(text: str, w: Word, env: dict[str, Var], ex: Expander, stmt: tuple[i
         if old is not None:
             before = old.elements if old.elements is not None else [Arg(old.word, old.value)] if old.word else []
             elements = before + elements
-        elements = elements[:MAX_WORDS + 1]       # more than a launch line reads (collect_args says so)
+        elements = elements[: MAX_WORDS + 1]  # more than a launch line reads (collect_args says so)
         return name, Var(elements[0].value if elements else "", w, vr, stmt, exported, elements=elements)
     value = ex.parts([(LIT, first[1][cut:], first[2] + cut, False)] + w.parts[1:], env, (w.start, w.end))
     if old is not None:
@@ -1114,8 +1320,11 @@ def _list_value(text: str, name: str, start: int, end: int) -> tuple[int, int] |
         return None
     if raw[0] == "'" and raw[-1] == "'" and not any(c in raw[1:-1] for c in "'\"\\$`"):
         return start + 1, end - 1
-    if raw[0] == '"' and _Scanner(text, end)._double_quoted(start, parts := []) == end and not any(
-            p[0] == CMD or p[0] == VAR and p[1] == name for p in parts):
+    if (
+        raw[0] == '"'
+        and _Scanner(text, end)._double_quoted(start, parts := []) == end
+        and not any(p[0] == CMD or p[0] == VAR and p[1] == name for p in parts)
+    ):
         return start + 1, end - 1
     return None
 
@@ -1128,7 +1337,7 @@ _LEADING = frozenset({"then", "do", "else", "elif", "!", "{", "}"})
 _ARG_REF = re.compile(r"\$\{?#?([A-Za-z_][A-Za-z0-9_]*|[1-9@*])")
 # a `case` arm's pattern: after `in` or a previous arm's `;;`, up to its `)` (`-m | --model )`, `m)`, `--lr=*)`)
 _CASE_ARM = re.compile(r"(?:\bin\s|;;&?|;&)\s*\(?([^()\n;]*?)\)")
-_ARM_WINDOW = 2_000          # characters before an assignment searched for its arm (real arms: a few lines)
+_ARM_WINDOW = 2_000  # characters before an assignment searched for its arm (real arms: a few lines)
 
 
 class _Flow:
@@ -1139,16 +1348,16 @@ class _Flow:
 
     def __init__(self, text: str):
         self.text = text
-        self.blocks: list[tuple[str, int]] = []     # open if/case/loop: (keyword, offset)
-        self.arg_names = set("123456789@*") | {"OPTARG"}     # names that hold the caller's arguments
-        self.defaults: dict[str, tuple[str, int, int | None]] = {}   # name → (default, where, its `case`)
+        self.blocks: list[tuple[str, int]] = []  # open if/case/loop: (keyword, offset)
+        self.arg_names = set("123456789@*") | {"OPTARG"}  # names that hold the caller's arguments
+        self.defaults: dict[str, tuple[str, int, int | None]] = {}  # name → (default, where, its `case`)
         self.prev_end = 0
-        self.conditional = False                    # the command being read may not run
+        self.conditional = False  # the command being read may not run
 
     def enter(self, cmd: Command) -> int:
         """Open and close blocks at `cmd`'s leading keywords; the index of its first word after `then`, `do` …"""
         words, text = cmd.words, self.text
-        self.conditional = bool(self.blocks) or text[self.prev_end:cmd.start].rstrip(" \t\\\n").endswith(("&&", "||"))
+        self.conditional = bool(self.blocks) or text[self.prev_end : cmd.start].rstrip(" \t\\\n").endswith(("&&", "||"))
         self.prev_end = max(self.prev_end, cmd.end)
         j = 0
         while j < len(words):
@@ -1156,7 +1365,7 @@ class _Flow:
             if t in _OPENS:
                 self.blocks.append((t, cmd.start))
                 if t == "for" and j + 1 < len(words):
-                    self._for(words[j + 1:])
+                    self._for(words[j + 1 :])
                 break
             if t in _CLOSES and self.blocks:
                 self.blocks.pop()
@@ -1168,8 +1377,12 @@ class _Flow:
     def _for(self, words: list[Word]) -> None:
         """`for a in "$@"` (or a bare `for a`): `a` holds the caller's arguments."""
         texts = [raw_text(self.text, w) for w in words[:64]]
-        if _NAME.fullmatch(texts[0]) and (len(texts) == 1 or texts[1] == "in" and texts[2:] and all(
-                t.strip('"') in ("$@", "${@}", "$*", "${*}") for t in texts[2:])):
+        if _NAME.fullmatch(texts[0]) and (
+            len(texts) == 1
+            or texts[1] == "in"
+            and texts[2:]
+            and all(t.strip('"') in ("$@", "${@}", "$*", "${*}") for t in texts[2:])
+        ):
             self.arg_names.add(texts[0])
 
     def from_args(self, w: Word) -> bool:
@@ -1183,8 +1396,13 @@ class _Flow:
     def keeps_default(self, name: str, var: Var, old: Var | None, cmd: Command) -> bool:
         """True when `name=…` (in `cmd`) takes a caller's argument under a condition and `name` has a known default:
         the default stays, and the assumption is recorded."""
-        if not (self.conditional and var.word is not None and self.from_args(var.word)
-                and old is not None and old.value is not None):
+        if not (
+            self.conditional
+            and var.word is not None
+            and self.from_args(var.word)
+            and old is not None
+            and old.value is not None
+        ):
             self.defaults.pop(name, None)
             return False
         case = next((start for kw, start in reversed(self.blocks) if kw == "case"), None)
@@ -1241,8 +1459,12 @@ def _inline_commands(text: str, cmd: Command, words: list[Word]) -> list[Command
                 body = words[j]
                 raw = raw_text(text, body)
                 quote = raw[:1]
-                if quote == "'" and raw.count("'") == 2 and raw.endswith("'") or (
-                        quote == '"' and _Scanner(text, body.end)._double_quoted(body.start, []) == body.end):
+                if (
+                    quote == "'"
+                    and raw.count("'") == 2
+                    and raw.endswith("'")
+                    or (quote == '"' and _Scanner(text, body.end)._double_quoted(body.start, []) == body.end)
+                ):
                     inner = _Scanner(text, body.end - 1).run(body.start + 1)
                     for c in inner:
                         c.depth = cmd.depth + 1
@@ -1271,26 +1493,35 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
     env: dict[str, Var] = {}
     ex = Expander()
     issues: list[ParseIssue] = []
-    launch: Launch | None = None          # a launcher or training CLI: the first one wins
-    weak: tuple[Launch, dict] | None = None   # a plain `python script.py --flags`: used when there is no launcher
+    launch: Launch | None = None  # a launcher or training CLI: the first one wins
+    weak: tuple[Launch, dict] | None = None  # a plain `python script.py --flags`: used when there is no launcher
     candidates: set[int] = set()
-    other: tuple[str, Span] | None = None      # the first command that runs something other than training
+    other: tuple[str, Span] | None = None  # the first command that runs something other than training
     prev: Command | None = None
     flow = _Flow(text)
-    pending = commands[::-1]                   # a `bash -c "…"` command's own commands are read after it
+    pending = commands[::-1]  # a `bash -c "…"` command's own commands are read after it
     while pending:
         cmd = pending.pop()
-        if (prev is not None and prev.ended_by_comment and id(prev) in candidates
-                and cmd.words and raw_text(text, cmd.words[0]).startswith("-")):
-            issues.append(ParseIssue(
-                kind=IssueKind.NOT_READ,
-                message="a `#` comment ends the command above: bash runs these flags as a separate command "
-                        "and the training run never sees them",
-                span=idx.span(cmd.start, cmd.end), severity=Severity.WARNING))
+        if (
+            prev is not None
+            and prev.ended_by_comment
+            and id(prev) in candidates
+            and cmd.words
+            and raw_text(text, cmd.words[0]).startswith("-")
+        ):
+            issues.append(
+                ParseIssue(
+                    kind=IssueKind.NOT_READ,
+                    message="a `#` comment ends the command above: bash runs these flags as a separate command "
+                    "and the training run never sees them",
+                    span=idx.span(cmd.start, cmd.end),
+                    severity=Severity.WARNING,
+                )
+            )
         prev = cmd
         if launch is not None:
             continue
-        words = cmd.words[flow.enter(cmd):]
+        words = cmd.words[flow.enter(cmd) :]
         inner = _inline_commands(text, cmd, words)
         if inner:
             pending.extend(inner[::-1])
@@ -1334,13 +1565,22 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
                 env.pop(raw_text(text, w), None)
                 flow.defaults.pop(raw_text(text, w), None)
             continue
-        if head == "read" and cmd.heredocs:             # `[IFS=] read -r -d '' VAR <<EOF … EOF`
-            names = [raw_text(text, w) for w in rest[1:] if not raw_text(text, w).startswith("-")
-                     and raw_text(text, w) not in ("''", '""')]
+        if head == "read" and cmd.heredocs:  # `[IFS=] read -r -d '' VAR <<EOF … EOF`
+            names = [
+                raw_text(text, w)
+                for w in rest[1:]
+                if not raw_text(text, w).startswith("-") and raw_text(text, w) not in ("''", '""')
+            ]
             if names and _NAME.fullmatch(names[-1]):
                 a, b_ = cmd.heredocs[0]
-                env[names[-1]] = Var(ex.parts(_heredoc_parts(text, a, b_), env, (a, b_)), rest[-1], (a, b_),
-                                     (cmd.start, cmd.end), False, words_range=(a, b_))
+                env[names[-1]] = Var(
+                    ex.parts(_heredoc_parts(text, a, b_), env, (a, b_)),
+                    rest[-1],
+                    (a, b_),
+                    (cmd.start, cmd.end),
+                    False,
+                    words_range=(a, b_),
+                )
             continue
         prog = (head or "").rsplit("/", 1)[-1]
         if other is None and prog in purpose.COMMAND_HEADS:
@@ -1349,7 +1589,7 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
                 other = (what, idx.span(cmd.start, cmd.end))
                 continue
         if prog not in _HEADS and not (_PYTHON.fullmatch(prog) and _may_train(text, rest)):
-            continue                                # not a launch: its words need no expansion
+            continue  # not a launch: its words need no expansion
         merged = dict(env)
         merged.update(prefix)
         args = _args(text, rest, merged, ex)
@@ -1370,14 +1610,19 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
         launch, env = weak
     if ex.capped:
         start, end = ex.capped[0]
-        issues.append(ParseIssue(
-            kind=IssueKind.NOT_READ,
-            message=f"a variable here expands to more than {MAX_VALUE_CHARS:,} characters (or the script's "
-                    f"expansions to more than {MAX_EXPANDED_CHARS:,} in all); its value is treated as unknown "
-                    f"({len(ex.capped):,} such value{'s' if len(ex.capped) != 1 else ''})",
-            span=idx.span(start, end), severity=Severity.WARNING))
-    script = ShellScript(text, idx, commands, launch, env, purpose=other if launch is None else None,
-                         defaults=flow.defaults)
+        issues.append(
+            ParseIssue(
+                kind=IssueKind.NOT_READ,
+                message=f"a variable here expands to more than {MAX_VALUE_CHARS:,} characters (or the script's "
+                f"expansions to more than {MAX_EXPANDED_CHARS:,} in all); its value is treated as unknown "
+                f"({len(ex.capped):,} such value{'s' if len(ex.capped) != 1 else ''})",
+                span=idx.span(start, end),
+                severity=Severity.WARNING,
+            )
+        )
+    script = ShellScript(
+        text, idx, commands, launch, env, purpose=other if launch is None else None, defaults=flow.defaults
+    )
     return script, issues
 
 
@@ -1418,21 +1663,22 @@ def _splice(text: str, w: Word, env: dict[str, Var], ex: "Expander", depth: int 
             return list(var.elements)
         # unquoted, each element is split at blanks (bash 5.2 manual, "Word Splitting"): Megatron-LM's
         # examples/llama/train_llama3_8b_h100_fp8.sh `ARGS+=("--vocab-size 128256")` … `${ARGS[@]}`
-        return [Arg(a.word, piece) for a in var.elements
-                for piece in (a.value.split() if a.value is not None else [None])]
+        return [
+            Arg(a.word, piece) for a in var.elements for piece in (a.value.split() if a.value is not None else [None])
+        ]
     if op or len(parts) != 1 or var.words_range is None or depth >= MAX_SPLICE_DEPTH:
         return None
     if var.refs and any(env.get(n) is not v for n, v in var.refs.items()):
-        return None                 # a variable it named was assigned since: its value as assigned, in one piece
+        return None  # a variable it named was assigned since: its value as assigned, in one piece
     spliced = _spliced_words(text, var.words_range, ex)
     if spliced is None:
         return None
     return _args(text, spliced, env, ex, depth + 1)
 
 
-MAX_SPLICE_DEPTH = 8            # `$A` whose words name `$B` whose words name `$C` …
-MAX_SPLICED_WORDS = 100_000     # words of here-documents and arrays spliced into commands and arrays per script
-                                # (real ones: a few dozen)
+MAX_SPLICE_DEPTH = 8  # `$A` whose words name `$B` whose words name `$C` …
+MAX_SPLICED_WORDS = 100_000  # words of here-documents and arrays spliced into commands and arrays per script
+# (real ones: a few dozen)
 
 
 def _spliced_words(text: str, where: tuple[int, int], ex: "Expander") -> list[Word] | None:
@@ -1440,7 +1686,7 @@ def _spliced_words(text: str, where: tuple[int, int], ex: "Expander") -> list[Wo
     MAX_SPLICED_WORDS spliced in all, so a script that expands a large one on every line stays linear."""
     words = ex.heredoc_words.get(where)
     if words is None:
-        words = ex.heredoc_words[where] = words_in(text, *where)[:MAX_WORDS + 1]
+        words = ex.heredoc_words[where] = words_in(text, *where)[: MAX_WORDS + 1]
     if len(words) > MAX_WORDS or ex.spliced + len(words) > MAX_SPLICED_WORDS:
         return None
     ex.spliced += len(words)
@@ -1455,7 +1701,7 @@ def _heredoc_parts(text: str, a: int, b: int) -> list:
 def _may_train(text: str, words: list[Word]) -> bool:
     """A quick look at a `python …` command's raw words: any training flag or config file at all?"""
     for w in words[1:]:
-        t = text[w.start:w.end]
+        t = text[w.start : w.end]
         if t.startswith("--"):
             n = _norm(_flag_name(t.strip("'\"")))
             if is_known_key(n[3:] if n.startswith("no_") else n):
@@ -1467,7 +1713,7 @@ def _may_train(text: str, words: list[Word]) -> bool:
 
 def _trains(launch: Launch) -> bool:
     """A plain `python script.py` counts when it passes training arguments or a config file."""
-    for a in launch.args[launch.script_args_start:]:
+    for a in launch.args[launch.script_args_start :]:
         t = a.text
         if t.startswith("--"):
             n = _norm(_flag_name(t))
@@ -1490,7 +1736,8 @@ def parse_script(text: str, ctx, fmt: str = "shell", path: str | None = None) ->
     path = path or ctx.path
     script, issues = analyze(text, path)
     from vramlens.formats import torchtitan
-    if (titan := torchtitan.from_script(script, ctx, path)) is not None:     # a torchtitan launch: its TOML job config
+
+    if (titan := torchtitan.from_script(script, ctx, path)) is not None:  # a torchtitan launch: its TOML job config
         titan.issues.extend(issues)
         return titan
     if script.launch is None and script.purpose is not None:
@@ -1511,14 +1758,21 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
     launch = script.launch
     r = _Reader(script, b)
     tool = launch.tool
-    if script.defaults:                                 # the defaults the launch line uses (`MODEL=… ;; $MODEL`)
+    if script.defaults:  # the defaults the launch line uses (`MODEL=… ;; $MODEL`)
         used = {p[1] for a in launch.args for p in a.word.parts if p[0] == VAR}
-        b.plan.read_notes.extend(default_note(script.text, name, kept) for name, kept in script.defaults.items()
-                                 if name in used)
-    if tool == "verl":                                  # hydra `key=value` overrides (formats.verl)
+        b.plan.read_notes.extend(
+            default_note(script.text, name, kept) for name, kept in script.defaults.items() if name in used
+        )
+    if tool == "verl":  # hydra `key=value` overrides (formats.verl)
         return verl.apply_launch(b, r, script, ctx)
-    framework = {"llamafactory": "llamafactory", "torchtune": "torchtune", "axolotl": "axolotl", "trl": "trl",
-                 "swift": "ms-swift", "openrlhf": "openrlhf"}.get(tool)
+    framework = {
+        "llamafactory": "llamafactory",
+        "torchtune": "torchtune",
+        "axolotl": "axolotl",
+        "trl": "trl",
+        "swift": "ms-swift",
+        "openrlhf": "openrlhf",
+    }.get(tool)
     if tool == "megatron":
         framework = megatron.framework(launch)
     from vramlens.formats import openinstruct
@@ -1526,15 +1780,18 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
     oi_kind = openinstruct.script_kind(launch.script.text if launch.script else None)
     if oi_kind is not None:
         framework = openinstruct.FRAMEWORK
-    config_refs: list[tuple[str, Arg, str]] = []     # (kind, arg, target)
+    config_refs: list[tuple[str, Arg, str]] = []  # (kind, arg, target)
 
     _launcher_settings(r, launch, script.env, config_refs)
 
     sa = collect_args(script)
     flags, overrides = sa.flags, sa.overrides
     if sa.truncated:
-        b.issue(IssueKind.NOT_READ, f"the training command has more than {MAX_ARGS:,} arguments; only the first {MAX_ARGS:,} are read",
-                severity=Severity.INFO)
+        b.issue(
+            IssueKind.NOT_READ,
+            f"the training command has more than {MAX_ARGS:,} arguments; only the first {MAX_ARGS:,} are read",
+            severity=Severity.INFO,
+        )
     config_refs.extend(("config", a, a.text) for a in sa.positional_configs)
     script.flag_args = flags
 
@@ -1544,7 +1801,7 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
         if s is None:
             continue
         n = _norm(name)
-        if tool == "openrlhf":                          # OpenRLHF's dotted flags → the flags they replaced
+        if tool == "openrlhf":  # OpenRLHF's dotted flags → the flags they replaced
             s.path = (launchers.openrlhf_flag(n),)
         if n in ("config", "config_file", "config_path") and isinstance(s.value, str):
             if tool == "torchtune":
@@ -1556,14 +1813,14 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
 
     if tool in ("axolotl", "llamafactory", "torchtune"):
         for s in settings:
-            s.key = s.path[-1]          # the YAML spelling, which the dialect reads
+            s.key = s.path[-1]  # the YAML spelling, which the dialect reads
         read = (_override_setting(r, k, a, eq) for k, a, eq in overrides)
         apply_dialect(b, framework, settings + [s for s in read if s is not None], ctx, tool)
     else:
         for s in settings:
             if oi_kind is None or not openinstruct.apply_flag(b, s):
                 _apply_flag(b, tool, s)
-        if oi_kind is None:                             # a workspace script read by its own argument definitions
+        if oi_kind is None:  # a workspace script read by its own argument definitions
             from vramlens.formats import script_arguments
 
             script_arguments.apply(b, launch, settings, ctx)
@@ -1577,13 +1834,19 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
             launchers.peft_example_defaults(b)
     from vramlens.formats import objective
 
-    objective.apply_launch(b, tool, launch.subcommand, launch.script.text if launch.script else None,
-                           [s for s in settings if not s.unresolved])
+    objective.apply_launch(
+        b,
+        tool,
+        launch.subcommand,
+        launch.script.text if launch.script else None,
+        [s for s in settings if not s.unresolved],
+    )
 
     if framework is None:
         keys = {s.path[0] for s in settings}
-        if tool in ("torchrun", "accelerate", "deepspeed", "python") and (keys & (hf.TRAINING_ARGUMENT_KEYS | hf.TRL_KEYS)
-                                                                          or any(is_hf_key(k) for k in keys)):
+        if tool in ("torchrun", "accelerate", "deepspeed", "python") and (
+            keys & (hf.TRAINING_ARGUMENT_KEYS | hf.TRL_KEYS) or any(is_hf_key(k) for k in keys)
+        ):
             framework = "trl" if hf.looks_like_trl(keys) else "transformers"
     b.plan.framework = framework
 
@@ -1608,11 +1871,11 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
 class ScriptArgs:
     """The training script's own arguments (after the launcher's)."""
 
-    flags: list[tuple[str, Arg, list[Arg]]]          # (name as written, flag word, value words)
-    overrides: list[tuple[str, Arg, int]]            # `key=value` words (LLaMA-Factory, torchtune), `=` offset
-    positional_configs: list[Arg]                    # `cfg.yaml` given positionally
-    last: Arg | None                                 # the last word of the script's arguments
-    truncated: bool = False                          # more than MAX_ARGS arguments: the rest were not read
+    flags: list[tuple[str, Arg, list[Arg]]]  # (name as written, flag word, value words)
+    overrides: list[tuple[str, Arg, int]]  # `key=value` words (LLaMA-Factory, torchtune), `=` offset
+    positional_configs: list[Arg]  # `cfg.yaml` given positionally
+    last: Arg | None  # the last word of the script's arguments
+    truncated: bool = False  # more than MAX_ARGS arguments: the rest were not read
 
 
 def collect_args(script: ShellScript) -> ScriptArgs:
@@ -1673,37 +1936,55 @@ def _split_values(vals: list[Arg]) -> tuple[Any, bool]:
 def _flag_setting(r: _Reader, name: str, flag: Arg, vals: list[Arg]) -> Setting | None:
     text = r.text
     w = flag.word
-    if vals and vals[0] is flag:                    # --key=value in one word
+    if vals and vals[0] is flag:  # --key=value in one word
         raw = raw_text(text, w)
         eq = raw.find("=")
         first = w.parts[0]
         if first[0] == LIT and not first[3] and "=" in first[1]:
             vspan = r.sp(w.start + eq + 1, w.end)
-        else:                                       # "--key=value" quoted as a whole
+        else:  # "--key=value" quoted as a whole
             vspan = r.wsp(w)
         value = flag.text.split("=", 1)[1] if flag.value is not None else None
-        return Setting(key=name, path=(_norm(name),), value=value, span=r.wsp(w), value_span=vspan,
-                       key_span=r.sp(w.start, w.start + eq), unresolved=flag.value is None)
+        return Setting(
+            key=name,
+            path=(_norm(name),),
+            value=value,
+            span=r.wsp(w),
+            value_span=vspan,
+            key_span=r.sp(w.start, w.start + eq),
+            unresolved=flag.value is None,
+        )
     key = name
     kspan = r.wsp(w)
     if not vals:
         return Setting(key=key, path=(_norm(key),), value=True, span=kspan, value_span=None, key_span=kspan)
     value, unknown = _split_values(vals)
-    return Setting(key=key, path=(_norm(key),), value=value, span=r.sp(w.start, vals[-1].word.end),
-                   value_span=r.sp(vals[0].word.start, vals[-1].word.end), key_span=kspan, unresolved=unknown)
+    return Setting(
+        key=key,
+        path=(_norm(key),),
+        value=value,
+        span=r.sp(w.start, vals[-1].word.end),
+        value_span=r.sp(vals[0].word.start, vals[-1].word.end),
+        key_span=kspan,
+        unresolved=unknown,
+    )
 
 
 def _unknown_issue(b: PlanBuilder, s: Setting, what: str = "") -> None:
-    b.issue(IssueKind.NOT_READ, f"`{s.key}` is set from a value only known when the script runs"
-            f"{' (' + what + ')' if what else ''}; it is not read, so the framework default is shown",
-            s, severity=Severity.INFO)
+    b.issue(
+        IssueKind.NOT_READ,
+        f"`{s.key}` is set from a value only known when the script runs"
+        f"{' (' + what + ')' if what else ''}; it is not read, so the framework default is shown",
+        s,
+        severity=Severity.INFO,
+    )
 
 
 def _apply_flag(b: PlanBuilder, tool: str, s: Setting) -> None:
     n = s.path[0]
     handler = handler_for(tool, n)
     if handler is None and n.startswith("no_") and is_known_key(n[3:]):
-        n = n[3:]                                   # HfArgumentParser's `--no_X` for a True-default bool
+        n = n[3:]  # HfArgumentParser's `--no_X` for a True-default bool
         handler = handler_for(tool, n)
         v = to_bool(s.value)
         s.value = (not v) if v is not None else s.value
@@ -1731,9 +2012,15 @@ def _override_setting(r: _Reader, key: str, a: Arg, eq: int) -> Setting | None:
             r.b.issue(IssueKind.INVALID_VALUE, f"`{key}` is not read: {exc}", span=value_span)
             return None
     path = tuple(_norm(p) for p in key.lstrip("~").split("."))
-    return Setting(key=key.split(".")[-1], path=path, value=value, span=r.wsp(w),
-                   value_span=value_span, key_span=r.sp(w.start, w.start + eq),
-                   unresolved=a.value is None)
+    return Setting(
+        key=key.split(".")[-1],
+        path=path,
+        value=value,
+        span=r.wsp(w),
+        value_span=value_span,
+        key_span=r.sp(w.start, w.start + eq),
+        unresolved=a.value is None,
+    )
 
 
 def _yaml_value(v: str) -> Any:
@@ -1785,8 +2072,13 @@ def _launcher_settings(r: _Reader, launch: Launch, env: dict[str, Var], config_r
         if s is None or s.unresolved:
             continue
         if name in ("config_file", "config") and isinstance(s.value, str):
-            config_refs.append(("accelerate" if (launch.launcher or launch.tool) == "accelerate" else "config",
-                                vals[0] if vals else flag, s.value))
+            config_refs.append(
+                (
+                    "accelerate" if (launch.launcher or launch.tool) == "accelerate" else "config",
+                    vals[0] if vals else flag,
+                    s.value,
+                )
+            )
         elif name == "deepspeed_config_file" and isinstance(s.value, str):
             b.set("dist_strategy", "deepspeed", s)
             b.reference("deepspeed", s.value, s)
@@ -1811,8 +2103,7 @@ def _gpu_count(r: _Reader, launch: Launch, env: dict[str, Var]) -> None:
     nproc: tuple[int, Setting] | None = None
     nnodes: int | None = None
     for name, flag, vals in launch.launcher_flags:
-        if name in ("nproc_per_node", "num_gpus", "num_processes", "include", "nnodes", "num_nodes",
-                    "num_machines"):
+        if name in ("nproc_per_node", "num_gpus", "num_processes", "include", "nnodes", "num_nodes", "num_machines"):
             s = _flag_setting(r, name, flag, vals)
             if s is None or s.unresolved:
                 if s is not None and name in ("nproc_per_node", "num_gpus", "num_processes"):
@@ -1869,15 +2160,22 @@ def _gpu_count(r: _Reader, launch: Launch, env: dict[str, Var]) -> None:
     elif nnodes and nnodes > 1:
         b.set("world_size", n * nnodes, s, note=f"{n} GPUs per node × {nnodes} nodes", origin=Origin.DERIVED)
     else:
-        b.set("world_size", n, s)       # the command line's process count wins over a config file's
+        b.set("world_size", n, s)  # the command line's process count wins over a config file's
 
 
 def _var_setting(r: _Reader, name: str, var: Var) -> Setting:
     w = var.word
     stmt = var.stmt_range or (w.start, w.end)
     vr = var.value_range or (w.start, w.end)
-    return Setting(key=name, path=(name,), value=var.value, span=r.sp(*stmt), value_span=r.sp(*vr),
-                   key_span=r.sp(w.start, w.start + len(name)), unresolved=var.value is None)
+    return Setting(
+        key=name,
+        path=(name,),
+        value=var.value,
+        span=r.sp(*stmt),
+        value_span=r.sp(*vr),
+        key_span=r.sp(w.start, w.start + len(name)),
+        unresolved=var.value is None,
+    )
 
 
 ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_NPU_ALLOC_CONF")
@@ -1893,8 +2191,12 @@ def _env_settings(r: _Reader, launch: Launch, env: dict[str, Var]) -> None:
     b = r.b
     for name in SWIFT_ENV_VARS if launch.tool == "swift" else ():
         var = env.get(name)
-        if var is not None and var.word is not None and var.value is not None and (
-                var.exported or name in launch.env_prefix):
+        if (
+            var is not None
+            and var.word is not None
+            and var.value is not None
+            and (var.exported or name in launch.env_prefix)
+        ):
             b.remember(_var_setting(r, name, var))
     for name in ALLOC_VARS:
         var = env.get(name)
@@ -1919,17 +2221,30 @@ def _follow_config(b: PlanBuilder, r: _Reader, kind: str, arg: Arg, target: str,
     looks_like_file = target.lower().endswith(CONFIG_SUFFIXES)
     found, refused = references.find(target, ctx.path, ctx.workspace)
     if found is None and refused:
-        b.issue(IssueKind.REFERENCE, file_access.refusal("config file", target, ctx.workspace), span=span,
-                severity=Severity.WARNING)
+        b.issue(
+            IssueKind.REFERENCE,
+            file_access.refusal("config file", target, ctx.workspace),
+            span=span,
+            severity=Severity.WARNING,
+        )
         return
     if found is None:
         if kind == "torchtune-config" and not looks_like_file:
-            b.issue(IssueKind.NOT_READ, f"`{target}` names a config packaged with torchtune; it is not read here, so only the "
-                    "command-line values count", span=span, severity=Severity.INFO)
+            b.issue(
+                IssueKind.NOT_READ,
+                f"`{target}` names a config packaged with torchtune; it is not read here, so only the "
+                "command-line values count",
+                span=span,
+                severity=Severity.INFO,
+            )
             return
-        b.issue(IssueKind.REFERENCE, f"config file `{target}` not found (looked next to this file"
-                f"{' and in the workspace root' if ctx.workspace else ''})",
-                span=span, severity=Severity.ERROR)
+        b.issue(
+            IssueKind.REFERENCE,
+            f"config file `{target}` not found (looked next to this file"
+            f"{' and in the workspace root' if ctx.workspace else ''})",
+            span=span,
+            severity=Severity.ERROR,
+        )
         return
     ref.resolved_path = str(found)
     if getattr(ctx, "depth", 0) >= references.MAX_DEPTH:
@@ -1939,12 +2254,18 @@ def _follow_config(b: PlanBuilder, r: _Reader, kind: str, arg: Arg, target: str,
         return
     result = formats.parse_document(text, str(found), workspace=ctx.workspace, read_file=ctx.read_file)
     for issue in result.issues:
-        b.plan.issues.append(ParseIssue(kind=issue.kind, message=f"in `{target}`: {issue.message}", span=span,
-                                        severity=issue.severity))
+        b.plan.issues.append(
+            ParseIssue(kind=issue.kind, message=f"in `{target}`: {issue.message}", span=span, severity=issue.severity)
+        )
     sub = result.plan
     if sub is None:
         if not result.issues:
-            b.issue(IssueKind.REFERENCE, f"`{target}` is not a training config vramlens can read", span=span, severity=Severity.INFO)
+            b.issue(
+                IssueKind.REFERENCE,
+                f"`{target}` is not a training config vramlens can read",
+                span=span,
+                severity=Severity.INFO,
+            )
         return
     merge_under(b.plan, sub, take_framework=kind in ("config", "torchtune-config"))
 

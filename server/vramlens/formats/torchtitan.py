@@ -9,6 +9,7 @@ The model's shapes come from torchtitan's own flavor tables (knowledge/data/torc
 scripts/dump_torchtitan_flavors.py). Command-line overrides `--section.key value` win over the file, as
 torchtitan's ConfigManager applies them.
 """
+
 from __future__ import annotations
 
 import re
@@ -23,21 +24,44 @@ from vramlens.text import LineIndex
 
 FRAMEWORK_LABEL = "torchtitan 0.1–0.2 (JobConfig)"
 # The tables that make a TOML file a torchtitan job config (JobConfig's sections)
-TABLES = frozenset({"job", "model", "training", "parallelism", "activation_checkpoint", "optimizer", "float8",
-                    "experimental", "compile", "quantize", "lr_scheduler", "checkpoint", "metrics", "profiling"})
+TABLES = frozenset(
+    {
+        "job",
+        "model",
+        "training",
+        "parallelism",
+        "activation_checkpoint",
+        "optimizer",
+        "float8",
+        "experimental",
+        "compile",
+        "quantize",
+        "lr_scheduler",
+        "checkpoint",
+        "metrics",
+        "profiling",
+    }
+)
 NOT_JOB_CONFIGS = frozenset({"pyproject.toml", ".vramlens.toml", "uv.lock", "poetry.lock", "cargo.toml"})
 
 # Flavors whose shapes are those of a published checkpoint (tests/formats/test_torchtitan.py checks each against the
 # catalog): estimated as that model, so its family's layer kinds apply.
 SAME_SHAPES = {
-    ("llama3", "8B"): "meta-llama/Llama-3.1-8B", ("llama3", "8B_flex"): "meta-llama/Llama-3.1-8B",
+    ("llama3", "8B"): "meta-llama/Llama-3.1-8B",
+    ("llama3", "8B_flex"): "meta-llama/Llama-3.1-8B",
     ("llama3", "8B_varlen"): "meta-llama/Llama-3.1-8B",
-    ("llama3", "70B"): "meta-llama/Llama-3.1-70B", ("llama3", "405B"): "meta-llama/Llama-3.1-405B",
-    ("qwen3", "0.6B"): "Qwen/Qwen3-0.6B", ("qwen3", "1.7B"): "Qwen/Qwen3-1.7B", ("qwen3", "4B"): "Qwen/Qwen3-4B",
-    ("qwen3", "8B"): "Qwen/Qwen3-8B", ("qwen3", "14B"): "Qwen/Qwen3-14B", ("qwen3", "32B"): "Qwen/Qwen3-32B",
-    ("qwen3", "30B-A3B"): "Qwen/Qwen3-30B-A3B", ("deepseek_v3", "671B"): "deepseek-ai/DeepSeek-V3",
+    ("llama3", "70B"): "meta-llama/Llama-3.1-70B",
+    ("llama3", "405B"): "meta-llama/Llama-3.1-405B",
+    ("qwen3", "0.6B"): "Qwen/Qwen3-0.6B",
+    ("qwen3", "1.7B"): "Qwen/Qwen3-1.7B",
+    ("qwen3", "4B"): "Qwen/Qwen3-4B",
+    ("qwen3", "8B"): "Qwen/Qwen3-8B",
+    ("qwen3", "14B"): "Qwen/Qwen3-14B",
+    ("qwen3", "32B"): "Qwen/Qwen3-32B",
+    ("qwen3", "30B-A3B"): "Qwen/Qwen3-30B-A3B",
+    ("deepseek_v3", "671B"): "deepseek-ai/DeepSeek-V3",
 }
-LLAMA3_TOKENIZER_VOCAB = 128256      # the Llama 3 tokenizer's size (`vocab_size = -1`: set from the tokenizer)
+LLAMA3_TOKENIZER_VOCAB = 128256  # the Llama 3 tokenizer's size (`vocab_size = -1`: set from the tokenizer)
 
 
 def is_job_config(data: Any) -> bool:
@@ -114,7 +138,7 @@ def _spans(text: str, path: str) -> dict[tuple[str, ...], tuple[Span, Span, Span
 
 def _value_end(line: str, start: int) -> int:
     """Where a one-line TOML value ends: after its closing quote, or before a comment."""
-    if line[start:start + 1] in ("'", '"'):
+    if line[start : start + 1] in ("'", '"'):
         q = line[start]
         i = start + 1
         while i < len(line) and line[i] != q:
@@ -153,9 +177,23 @@ WHERE = {
     "optimizer_impl": (("optimizer", "implementation"),),
 }
 # JobConfig defaults (v0.1.0 config_manager.py = v0.2.2 config/job_config.py for these)
-DEFAULTS = {"local_batch": 8, "seq_len": 2048, "compile": False, "param_dtype": "bfloat16", "dp_replicate": 1,
-            "dp_shard": -1, "tp": 1, "pp": 1, "cp": 1, "ac_mode": "selective", "ac_option": "2",
-            "optimizer": "AdamW", "optimizer_impl": "fused", "name": "llama3", "flavor": "debugmodel"}
+DEFAULTS = {
+    "local_batch": 8,
+    "seq_len": 2048,
+    "compile": False,
+    "param_dtype": "bfloat16",
+    "dp_replicate": 1,
+    "dp_shard": -1,
+    "tp": 1,
+    "pp": 1,
+    "cp": 1,
+    "ac_mode": "selective",
+    "ac_option": "2",
+    "optimizer": "AdamW",
+    "optimizer_impl": "fused",
+    "name": "llama3",
+    "flavor": "debugmodel",
+}
 OPTIMIZERS = {"adamw": "torch.optim.AdamW", "adam": "torch.optim.Adam"}
 OPTIMIZER_IMPL = {"fused": "fused", "foreach": "foreach", "for-loop": "forloop"}
 
@@ -172,8 +210,13 @@ class _Values:
         return s.value if s is not None else DEFAULTS.get(what)
 
 
-def apply(b: PlanBuilder, settings: list[Setting], overrides: list[Setting], world: tuple[int, Setting | None] | None,
-          world_note: str | None = None) -> None:
+def apply(
+    b: PlanBuilder,
+    settings: list[Setting],
+    overrides: list[Setting],
+    world: tuple[int, Setting | None] | None,
+    world_note: str | None = None,
+) -> None:
     """Fill the plan from the job config's settings, with command-line overrides over them and the run's process
     count when the launch gives one. With no job config read (`settings` empty), JobConfig's default model is not
     assumed: the plan names a model only when the command line does."""
@@ -192,12 +235,27 @@ def apply(b: PlanBuilder, settings: list[Setting], overrides: list[Setting], wor
     for what in ("name", "flavor"):
         if (s := v.get(what)) is not None:
             b.remember(s)
-    b.set("attn_impl", "flex_attention" if _flex(v) else "sdpa", origin=Origin.DEFAULT, framework=FRAMEWORK_LABEL,
-          note="torchtitan's attention: SDPA (flex attention in the *_flex flavors)")
-    b.set("packing", True, origin=Origin.DEFAULT, framework=FRAMEWORK_LABEL,
-          note="torchtitan's text datasets fill every sample to seq_len")
-    b.set("objective", "pretrain", origin=Origin.DEFAULT, framework=FRAMEWORK_LABEL,
-          note="torchtitan pre-trains: next-token loss on every token")
+    b.set(
+        "attn_impl",
+        "flex_attention" if _flex(v) else "sdpa",
+        origin=Origin.DEFAULT,
+        framework=FRAMEWORK_LABEL,
+        note="torchtitan's attention: SDPA (flex attention in the *_flex flavors)",
+    )
+    b.set(
+        "packing",
+        True,
+        origin=Origin.DEFAULT,
+        framework=FRAMEWORK_LABEL,
+        note="torchtitan's text datasets fill every sample to seq_len",
+    )
+    b.set(
+        "objective",
+        "pretrain",
+        origin=Origin.DEFAULT,
+        framework=FRAMEWORK_LABEL,
+        note="torchtitan pre-trains: next-token loss on every token",
+    )
 
 
 def _default(b: PlanBuilder, concept: str, value, note: str | None = None) -> None:
@@ -246,16 +304,25 @@ def _model(b: PlanBuilder, v: _Values) -> None:
         return
     found = flavor_args(name, flavor)
     if found is None:
-        known = sorted({f for version in _flavors().values() for f in version["models"].get(name, {}).get("flavors", {})})
+        known = sorted(
+            {f for version in _flavors().values() for f in version["models"].get(name, {}).get("flavors", {})}
+        )
         what = f"flavor `{flavor}` of torchtitan model `{name}`" if known else f"torchtitan model `{name}`"
         hint = f" (known: {', '.join(known)})" if known else ""
-        b.issue(IssueKind.UNKNOWN_VALUE, f"unknown {what}{hint}: its shapes are not known, so no estimate",
-                where, suggestion=None)
+        b.issue(
+            IssueKind.UNKNOWN_VALUE,
+            f"unknown {what}{hint}: its shapes are not known, so no estimate",
+            where,
+            suggestion=None,
+        )
         return
     args, version = found
     if args.get("moe_enabled"):
-        b.issue(IssueKind.UNKNOWN_VALUE, f"{label} is a mixture-of-experts flavor vramlens has no shapes for; "
-                                         f"no estimate", where)
+        b.issue(
+            IssueKind.UNKNOWN_VALUE,
+            f"{label} is a mixture-of-experts flavor vramlens has no shapes for; no estimate",
+            where,
+        )
         return
     dim, layers, heads = args.get("dim"), args.get("n_layers"), args.get("n_heads")
     if not all(isinstance(x, int) and x > 0 for x in (dim, layers, heads)):
@@ -264,11 +331,18 @@ def _model(b: PlanBuilder, v: _Values) -> None:
     vocab = args.get("vocab_size")
     if not isinstance(vocab, int) or vocab <= 0:
         vocab = LLAMA3_TOKENIZER_VOCAB
-        b.plan.read_notes.append(f"{label}: vocabulary from the tokenizer, assumed the Llama 3 tokenizer's "
-                                 f"{vocab:,}")
-    sizes = {"n_layer": layers, "n_embd": dim, "n_head": heads, "num_kv_heads": args.get("n_kv_heads") or heads,
-             "intermediate_size": ffn_hidden(args), "vocab_size": vocab, "activation": "swiglu", "norm": "rmsnorm",
-             "no_weight_tying": not args.get("enable_weight_tying", False)}
+        b.plan.read_notes.append(f"{label}: vocabulary from the tokenizer, assumed the Llama 3 tokenizer's {vocab:,}")
+    sizes = {
+        "n_layer": layers,
+        "n_embd": dim,
+        "n_head": heads,
+        "num_kv_heads": args.get("n_kv_heads") or heads,
+        "intermediate_size": ffn_hidden(args),
+        "vocab_size": vocab,
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+        "no_weight_tying": not args.get("enable_weight_tying", False),
+    }
     anchor = where or Setting("flavor", ("model", "flavor"), flavor)
     for key, value in sizes.items():
         b.shape(key, Setting(anchor.key, anchor.path, value, span=anchor.span, value_span=anchor.value_span))
@@ -296,17 +370,21 @@ def _batch(b: PlanBuilder, v: _Values) -> None:
     if (s := v.get("compile")) is not None:
         on = to_bool(s.value)
         parts = v.value("compile_components")
-        if isinstance(parts, str):                      # `--compile.components model` on a command line
+        if isinstance(parts, str):  # `--compile.components model` on a command line
             parts = [p.strip() for p in parts.split(",") if p.strip()]
         if on and isinstance(parts, list) and "model" not in parts:
-            on = False                                  # only the loss compiled: the model runs eagerly
+            on = False  # only the loss compiled: the model runs eagerly
         if on is not None:
             b.set("compile", on, s)
         if on and isinstance(parts, list) and "loss" not in parts:
             # torchtitan/components/loss.py (v0.2.2) `build_cross_entropy_loss` compiles the loss only when
             # compile.components names it
-            b.set("compile_loss", False, v.get("compile_components") or s,
-                  note="compile.components leaves out `loss`: the cross-entropy runs eagerly")
+            b.set(
+                "compile_loss",
+                False,
+                v.get("compile_components") or s,
+                note="compile.components leaves out `loss`: the cross-entropy runs eagerly",
+            )
     else:
         _default(b, "compile", False)
     if (s := v.get("cpu_offload")) is not None and to_bool(s.value):
@@ -341,8 +419,13 @@ def _degree(b: PlanBuilder, v: _Values, what: str, minimum: int = 1) -> tuple[in
     s = v.get(what)
     n = to_int(s.value) if s is not None else DEFAULTS[what]
     if n is None or (n < minimum and not (what == "dp_shard" and n == -1)):
-        b.issue(IssueKind.INVALID_VALUE, f"`{s.key}` should be a whole number of at least {minimum}"
-                + (" (or -1)" if what == "dp_shard" else "") + f", got {s.value!r}", s)
+        b.issue(
+            IssueKind.INVALID_VALUE,
+            f"`{s.key}` should be a whole number of at least {minimum}"
+            + (" (or -1)" if what == "dp_shard" else "")
+            + f", got {s.value!r}",
+            s,
+        )
         return DEFAULTS[what], None
     return n, s
 
@@ -356,33 +439,59 @@ def _parallel(b: PlanBuilder, v: _Values, world: tuple[int, Setting | None] | No
     others = rep * tp * pp * cp
     if world is not None:
         n, ws = world
-        b.set("world_size", n, ws, origin=Origin.FILE if ws is not None else Origin.DEFAULT, note=world_note,
-              framework=None if ws is not None else FRAMEWORK_LABEL)
+        b.set(
+            "world_size",
+            n,
+            ws,
+            origin=Origin.FILE if ws is not None else Origin.DEFAULT,
+            note=world_note,
+            framework=None if ws is not None else FRAMEWORK_LABEL,
+        )
         if shard == -1:
             shard = max(1, n // others)
         elif shard * others != n:
-            b.issue(IssueKind.CONFLICTING_SETTINGS, f"the parallel degrees multiply to {shard * others}, but the run "
-                    f"has {n} GPUs: torchtitan refuses this (ParallelDims checks their product)", shard_s or ws)
+            b.issue(
+                IssueKind.CONFLICTING_SETTINGS,
+                f"the parallel degrees multiply to {shard * others}, but the run "
+                f"has {n} GPUs: torchtitan refuses this (ParallelDims checks their product)",
+                shard_s or ws,
+            )
     elif shard > 0:
-        b.set("world_size", shard * others, shard_s, origin=Origin.DERIVED,
-              note=f"data_parallel_shard {shard} × replicate {rep} × TP {tp} × PP {pp} × CP {cp}")
+        b.set(
+            "world_size",
+            shard * others,
+            shard_s,
+            origin=Origin.DERIVED,
+            note=f"data_parallel_shard {shard} × replicate {rep} × TP {tp} × PP {pp} × CP {cp}",
+        )
     elif others > 1:
-        b.set("world_size", others, origin=Origin.DERIVED,
-              note=f"data_parallel_shard_degree -1 and no GPU count: at least replicate {rep} × TP {tp} × PP {pp} × "
-                   f"CP {cp} GPUs")
+        b.set(
+            "world_size",
+            others,
+            origin=Origin.DERIVED,
+            note=f"data_parallel_shard_degree -1 and no GPU count: at least replicate {rep} × TP {tp} × PP {pp} × "
+            f"CP {cp} GPUs",
+        )
     # torchtitan/distributed/parallel_dims.py (v0.2.2): `fsdp_enabled` is dp_shard > 1 or cp > 1, and the FSDP mesh is
     # data_parallel_shard × context_parallel ("we always assume that when cp is used, FSDP is also applied"); the
     # resolver shards an FSDP run over the data-parallel × context-parallel ranks
     if shard == -1 or shard > 1 or cp > 1:
         where = shard_s if shard == -1 or shard > 1 else cp_s
-        b.set("dist_strategy", "fsdp", where, note="torchtitan shards with FSDP2 (`fully_shard`) over "
-                                                   "data_parallel_shard × context_parallel ranks")
+        b.set(
+            "dist_strategy",
+            "fsdp",
+            where,
+            note="torchtitan shards with FSDP2 (`fully_shard`) over data_parallel_shard × context_parallel ranks",
+        )
         b.set("zero_stage", 3, where, origin=Origin.DERIVED, note="FSDP2 shards parameters, gradients and states")
         b.set("fsdp_version", 2, where, origin=Origin.DERIVED, note="torchtitan uses FSDP2")
         if rep > 1:
-            b.unmodelled(rep_s, "HSDP: parameters sharded within groups of data_parallel_shard_degree × "
-                                "context_parallel_degree and replicated across data_parallel_replicate_degree",
-                         "estimated as sharded over every data-parallel GPU (less memory than the run)")
+            b.unmodelled(
+                rep_s,
+                "HSDP: parameters sharded within groups of data_parallel_shard_degree × "
+                "context_parallel_degree and replicated across data_parallel_replicate_degree",
+                "estimated as sharded over every data-parallel GPU (less memory than the run)",
+            )
     elif rep > 1:
         b.set("dist_strategy", "ddp", rep_s, note="data_parallel_replicate_degree > 1 with no sharding: DDP")
     else:
@@ -394,19 +503,32 @@ def _parallel(b: PlanBuilder, v: _Values, world: tuple[int, Setting | None] | No
         # keeps the logits sharded over the vocabulary for a loss-parallel cross-entropy unless
         # parallelism.disable_loss_parallel (torchtitan/models/llama3/infra/parallelize.py `apply_tp`, v0.1.0 and
         # v0.2.2)
-        b.set("sequence_parallel", True, tp_s, origin=Origin.DERIVED,
-              note="torchtitan's tensor parallel plan: SequenceParallel norms, sequence-sharded block inputs")
+        b.set(
+            "sequence_parallel",
+            True,
+            tp_s,
+            origin=Origin.DERIVED,
+            note="torchtitan's tensor parallel plan: SequenceParallel norms, sequence-sharded block inputs",
+        )
         off = v.get("loss_parallel_off")
         if off is None or not to_bool(off.value):
-            b.set("loss_parallel", True, off or tp_s, origin=Origin.DERIVED if off is None else Origin.FILE,
-                  note="loss parallel: logits sharded over the vocabulary on the tensor-parallel ranks")
+            b.set(
+                "loss_parallel",
+                True,
+                off or tp_s,
+                origin=Origin.DERIVED if off is None else Origin.FILE,
+                note="loss parallel: logits sharded over the vocabulary on the tensor-parallel ranks",
+            )
     if cp > 1:
         b.set("context_parallel", cp, cp_s)
     if pp > 1:
         b.set("pipeline_parallel", pp, pp_s)
         schedule = v.get("pp_schedule")
-        b.unmodelled(pp_s, f"pipeline parallel ({pp} stages, schedule {v.value('pp_schedule') or '1F1B'})",
-                     "estimated as if every GPU held every layer")
+        b.unmodelled(
+            pp_s,
+            f"pipeline parallel ({pp} stages, schedule {v.value('pp_schedule') or '1F1B'})",
+            "estimated as if every GPU held every layer",
+        )
         if schedule is not None:
             b.remember(schedule)
     if (s := v.get("ep")) is not None and (to_int(s.value) or 1) > 1:
@@ -435,24 +557,46 @@ def _checkpointing(b: PlanBuilder, v: _Values) -> None:
     where = option_s or s
     if mode == "memory_budget":
         b.set("grad_checkpointing", False, s)
-        return b.unmodelled(s, "activation checkpointing to a memory budget (torch.compile's min-cut)",
-                            "estimated without activation checkpointing (more memory than the run)",
-                            key="activation_checkpoint.mode")
+        return b.unmodelled(
+            s,
+            "activation checkpointing to a memory budget (torch.compile's min-cut)",
+            "estimated without activation checkpointing (more memory than the run)",
+            key="activation_checkpoint.mode",
+        )
     origin = Origin.FILE if where is not None else Origin.DEFAULT
     framework = None if where is not None else FRAMEWORK_LABEL
     if option == "op":
-        b.set("grad_checkpointing", False, where, origin=origin, framework=framework,
-              note="selective_ac_option op: no whole block checkpointed")
-        return b.set("selective_recompute", "op", where, origin=origin, framework=framework,
-                     note="selective_ac_option op: each block keeps its input, every other matmul's output and the "
-                          "attention's output; the rest is recomputed in backward")
+        b.set(
+            "grad_checkpointing",
+            False,
+            where,
+            origin=origin,
+            framework=framework,
+            note="selective_ac_option op: no whole block checkpointed",
+        )
+        return b.set(
+            "selective_recompute",
+            "op",
+            where,
+            origin=origin,
+            framework=framework,
+            note="selective_ac_option op: each block keeps its input, every other matmul's output and the "
+            "attention's output; the rest is recomputed in backward",
+        )
     every = to_int(option) if option.isdigit() else None
     if every is None:
         return b.unknown(option_s, "selective_ac_option", ("op", "2")) if option_s is not None else None
     every = max(every, 1)
-    b.set("grad_checkpointing", True, where, origin=origin, framework=framework,
-          note="selective_ac_option 1: every block checkpointed" if every == 1
-          else f"selective_ac_option {every}: every {_nth(every)} block checkpointed")
+    b.set(
+        "grad_checkpointing",
+        True,
+        where,
+        origin=origin,
+        framework=framework,
+        note="selective_ac_option 1: every block checkpointed"
+        if every == 1
+        else f"selective_ac_option {every}: every {_nth(every)} block checkpointed",
+    )
     b.set("checkpoint_every", every, where, origin=origin, framework=framework)
 
 
@@ -475,8 +619,13 @@ def _optimizer(b: PlanBuilder, v: _Values) -> None:
     impl_s = v.get("optimizer_impl")
     impl = OPTIMIZER_IMPL.get(str(v.value("optimizer_impl")).strip().lower())
     if impl is not None:
-        b.set("optimizer_impl", impl, impl_s, origin=Origin.FILE if impl_s else Origin.DEFAULT,
-              framework=None if impl_s else FRAMEWORK_LABEL)
+        b.set(
+            "optimizer_impl",
+            impl,
+            impl_s,
+            origin=Origin.FILE if impl_s else Origin.DEFAULT,
+            framework=None if impl_s else FRAMEWORK_LABEL,
+        )
     elif impl_s is not None:
         b.unknown(impl_s, "optimizer implementation", tuple(OPTIMIZER_IMPL))
 
@@ -484,30 +633,53 @@ def _optimizer(b: PlanBuilder, v: _Values) -> None:
 def _float8(b: PlanBuilder, v: _Values) -> None:
     converters = v.get("converters")
     value = converters.value if converters is not None else []
-    if isinstance(value, str):                          # `--model.converters float8,mx` on a command line
+    if isinstance(value, str):  # `--model.converters float8,mx` on a command line
         value = value.split(",")
     names = [str(n).strip() for n in value] if isinstance(value, list) else []
     old = v.get("float8_old")
-    on = [n for n in names if n in ("float8", "quantize.linear.float8", "mx", "quantize.linear.mx",
-                                    "quantize.grouped_mm.float8", "quantize.grouped_mm.mx")]
+    on = [
+        n
+        for n in names
+        if n
+        in (
+            "float8",
+            "quantize.linear.float8",
+            "mx",
+            "quantize.linear.mx",
+            "quantize.grouped_mm.float8",
+            "quantize.grouped_mm.mx",
+        )
+    ]
     linears = [n for n in on if "grouped_mm" not in n]
     if linears:
         # the speed model runs the blocks' linears at the fp8 rate with torchao's casts (estimate/throughput.py
         # `float8_peak`); the memory model keeps them bf16
         b.set("float8_linears", True, converters, note=f"{', '.join(linears)}: the blocks' linears run in fp8")
-        b.unmodelled(converters, f"the memory of low-precision linears ({', '.join(on)}: torchao's fp8 casts of "
-                                 "inputs and weights with their scales)",
-                     "estimated with bf16 linears' memory (their run time is modelled)", key="model.converters")
+        b.unmodelled(
+            converters,
+            f"the memory of low-precision linears ({', '.join(on)}: torchao's fp8 casts of "
+            "inputs and weights with their scales)",
+            "estimated with bf16 linears' memory (their run time is modelled)",
+            key="model.converters",
+        )
     elif on:
-        b.unmodelled(converters, f"low-precision grouped expert GEMMs ({', '.join(on)})",
-                     "estimated with bf16 expert GEMMs", key="model.converters")
+        b.unmodelled(
+            converters,
+            f"low-precision grouped expert GEMMs ({', '.join(on)})",
+            "estimated with bf16 expert GEMMs",
+            key="model.converters",
+        )
     elif old is not None and to_bool(old.value):
         b.set("float8_linears", True, old, note="torchao Float8Linear: the blocks' linears run in fp8")
-        b.unmodelled(old, "the memory of float8 linears (torchao Float8Linear's fp8 casts of inputs and weights)",
-                     "estimated with bf16 linears' memory (their run time is modelled)")
+        b.unmodelled(
+            old,
+            "the memory of float8 linears (torchao Float8Linear's fp8 casts of inputs and weights)",
+            "estimated with bf16 linears' memory (their run time is modelled)",
+        )
 
 
 # ------------------------------------------------------------------------------------------------ launch lines
+
 
 def override_settings(words: list[tuple[str, Span | None]]) -> tuple[list[Setting], str | None, Span | None]:
     """`--section.key value` / `--section.key=value` words of a torchtitan command line → Settings (path = the
@@ -527,13 +699,16 @@ def override_settings(words: list[tuple[str, Span | None]]) -> tuple[list[Settin
                 value, value_span = words[i]
                 i += 1
             else:
-                value = "true"                          # a bare boolean flag (`--compile.enable`)
+                value = "true"  # a bare boolean flag (`--compile.enable`)
         path = tuple(p.replace("-", "_") for p in name.split("."))
         if path == ("job", "config_file"):
             config, config_span = value, value_span
             continue
-        entry = span if span is None or value_span is None else span.model_copy(
-            update={"end_line": value_span.end_line, "end_col": value_span.end_col})
+        entry = (
+            span
+            if span is None or value_span is None
+            else span.model_copy(update={"end_line": value_span.end_line, "end_col": value_span.end_col})
+        )
         out.append(Setting(path[-1], path, _typed(value), span=entry, value_span=value_span, key_span=span))
     return out, config, config_span
 
@@ -553,8 +728,14 @@ def _typed(text: str) -> Any:
     return text
 
 
-def from_launch(b: PlanBuilder, words: list[tuple[str, Span | None]], config_file: tuple[str, Span | None] | None,
-                world: tuple[int, Any] | None, world_note: str | None, ctx) -> bool:
+def from_launch(
+    b: PlanBuilder,
+    words: list[tuple[str, Span | None]],
+    config_file: tuple[str, Span | None] | None,
+    world: tuple[int, Any] | None,
+    world_note: str | None,
+    ctx,
+) -> bool:
     """A torchtitan launch: read the job config it names (found as the shell reader finds config files) with the
     command line's overrides over it. False when the command names no job config."""
     from vramlens.formats import references
@@ -573,15 +754,26 @@ def from_launch(b: PlanBuilder, words: list[tuple[str, Span | None]], config_fil
     if found is not None:
         ref.resolved_path = str(found)
     if text is None:
-        why = "lies outside the folders vramlens reads" if refused else "was not found (looked next to this " \
-              "file and in the workspace root)"
-        b.issue(IssueKind.REFERENCE, f"torchtitan job config `{config}` {why}: only the command line's values "
-                f"count", span=config_span, severity=Severity.WARNING)
+        why = (
+            "lies outside the folders vramlens reads"
+            if refused
+            else "was not found (looked next to this file and in the workspace root)"
+        )
+        b.issue(
+            IssueKind.REFERENCE,
+            f"torchtitan job config `{config}` {why}: only the command line's values count",
+            span=config_span,
+            severity=Severity.WARNING,
+        )
     else:
         settings = toml_settings(text, str(found)) or []
         if not settings:
-            b.issue(IssueKind.REFERENCE, f"`{config}` is not a torchtitan job config", span=config_span,
-                    severity=Severity.WARNING)
+            b.issue(
+                IssueKind.REFERENCE,
+                f"`{config}` is not a torchtitan job config",
+                span=config_span,
+                severity=Severity.WARNING,
+            )
     apply(b, settings, overrides, world, world_note)
     return True
 
@@ -602,11 +794,11 @@ def from_script(script, ctx, path: str) -> TrainingPlan | None:
     launch = script.launch
     at = _train_module_at(launch.args) if launch is not None else None
     if at is not None:
-        words = [(a.text, idx.span(a.word.start, a.word.end)) for a in launch.args[at + 1:]]
+        words = [(a.text, idx.span(a.word.start, a.word.end)) for a in launch.args[at + 1 :]]
         world = _torchrun_world(launch, idx)
         b = PlanBuilder(path, "torchtitan", "torchtitan")
         return b.plan if from_launch(b, words, None, world, "torchrun's process count", ctx) else None
-    for line in _RUN_LINE.finditer(script.text):      # the shell reader passes over lines of unknown programs
+    for line in _RUN_LINE.finditer(script.text):  # the shell reader passes over lines of unknown programs
         cmd_words = shell.words_in(script.text, line.start(), line.end())
         texts = [shell.expand_parts(w.parts, script.env) for w in cmd_words]
         k = 0
@@ -617,6 +809,7 @@ def from_script(script, ctx, path: str) -> TrainingPlan | None:
             k += 1
         if k >= len(texts) or texts[k] is None or not _RUN_SCRIPT.fullmatch(texts[k].rsplit("/", 1)[-1]):
             continue
+
         def var(name: str) -> tuple[str, Span | None] | None:
             if name in prefix:
                 return prefix[name]
@@ -624,7 +817,8 @@ def from_script(script, ctx, path: str) -> TrainingPlan | None:
             if known is not None and known.value is not None and known.exported:
                 return known.value, idx.span(*known.stmt_range) if known.stmt_range else None
             return None
-        words = [(t or "", idx.span(w.start, w.end)) for t, w in zip(texts[k + 1:], cmd_words[k + 1:])]
+
+        words = [(t or "", idx.span(w.start, w.end)) for t, w in zip(texts[k + 1 :], cmd_words[k + 1 :])]
         ngpu = var("NGPU")
         b = PlanBuilder(path, "torchtitan", "torchtitan")
         world, note = None, None
@@ -635,9 +829,13 @@ def from_script(script, ctx, path: str) -> TrainingPlan | None:
             world, note = (8, None), f"`{texts[k]}` runs `NGPU:-8` processes"
         config = var("CONFIG_FILE")
         if config is None:
-            b.issue(IssueKind.NOT_READ, f"`{texts[k]}` is given no CONFIG_FILE: torchtitan's script then trains its "
-                    "debug model (./torchtitan/models/llama3/train_configs/debug_model.toml)", severity=Severity.INFO,
-                    span=idx.span(line.start(), line.end()))
+            b.issue(
+                IssueKind.NOT_READ,
+                f"`{texts[k]}` is given no CONFIG_FILE: torchtitan's script then trains its "
+                "debug model (./torchtitan/models/llama3/train_configs/debug_model.toml)",
+                severity=Severity.INFO,
+                span=idx.span(line.start(), line.end()),
+            )
             config = ("./torchtitan/models/llama3/train_configs/debug_model.toml", idx.span(line.start(), line.end()))
         if from_launch(b, words, config, world, note, ctx):
             return b.plan
@@ -653,7 +851,8 @@ def _train_module_at(args) -> int | None:
         if t == "torchtitan.train" or t.endswith("torchtitan/train.py"):
             return j
         if (t == "train.py" or t.endswith("/train.py")) and any(
-                x.text.split("=", 1)[0] == "--job.config_file" for x in args[j + 1:]):
+            x.text.split("=", 1)[0] == "--job.config_file" for x in args[j + 1 :]
+        ):
             return j
     return None
 
@@ -668,8 +867,13 @@ def _torchrun_world(launch, idx: LineIndex) -> tuple[int, Setting] | None:
         if name == "nproc_per_node":
             nproc = to_int(text)
             word = (vals[0] if vals else flag).word
-            where = Setting("nproc_per_node", ("nproc_per_node",), nproc, span=idx.span(flag.word.start, word.end),
-                            value_span=idx.span(word.start, word.end))
+            where = Setting(
+                "nproc_per_node",
+                ("nproc_per_node",),
+                nproc,
+                span=idx.span(flag.word.start, word.end),
+                value_span=idx.span(word.start, word.end),
+            )
         elif name == "nnodes":
             nodes = to_int(text.split(":", 1)[0])
     if not nproc or where is None:

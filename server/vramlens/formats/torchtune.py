@@ -7,6 +7,7 @@ with an NF4 base and LoRA adapters. OmegaConf `${key}` interpolations are resolv
 (`${eval:...}` and anything unresolvable stays unknown). The GPU count is not in the file: it comes
 from the `tune run --nproc_per_node N` line the header comment usually carries.
 """
+
 from __future__ import annotations
 
 import re
@@ -85,7 +86,7 @@ def model_id_for_builder(component: str) -> tuple[str | None, str | None]:
     fam = FAMILIES.get(family)
     if fam is None or not name.startswith(family + "_"):
         return None, peft
-    rest = name[len(family) + 1:]
+    rest = name[len(family) + 1 :]
     variant = ""
     for suffix in ("_instruct", "_base"):
         if rest.endswith(suffix):
@@ -152,12 +153,14 @@ def interpolate(value: Any, root: Any, depth: int = 0) -> Any:
             if isinstance(v, Unknown):
                 raise KeyError(m.group(1))
             return str(v)
+
         return _INTERP.sub(sub, value)
     except KeyError:
         return Unknown(value)
 
 
 # --- reading ----------------------------------------------------------------------------------------
+
 
 def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
     written: dict[int, str] = {}
@@ -185,8 +188,12 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
     model_key = next((k for k in ("model", "policy_model", "student_model") if isinstance(data.get(k), dict)), None)
     if model_key:
         _model(b, get(model_key, "_component_"), get, model_key)
-    for key, concept in (("batch_size", "micro_batch"), ("gradient_accumulation_steps", "grad_accum"),
-                         ("batch_size_val", "eval_batch"), ("ppo_batch_size", None)):
+    for key, concept in (
+        ("batch_size", "micro_batch"),
+        ("gradient_accumulation_steps", "grad_accum"),
+        ("batch_size_val", "eval_batch"),
+        ("ppo_batch_size", None),
+    ):
         s = get(key)
         if s is not None and concept:
             note = f"`{written[id(s)]}` → {s.value}" if id(s) in written else None
@@ -195,9 +202,13 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
     if s is not None:
         if s.value is None:
             b.remember(s, value="null")
-            b.issue(IssueKind.ASSUMED, "`tokenizer.max_seq_len: null`: samples are not truncated, so the sequence length is that of "
-                    "the longest sample in a batch — vramlens assumes a length; set `max_seq_len` to bound memory",
-                    s, severity=Severity.INFO)
+            b.issue(
+                IssueKind.ASSUMED,
+                "`tokenizer.max_seq_len: null`: samples are not truncated, so the sequence length is that of "
+                "the longest sample in a batch — vramlens assumes a length; set `max_seq_len` to bound memory",
+                s,
+                severity=Severity.INFO,
+            )
         else:
             b.set_int("seq_len", s, minimum=1)
     if b.plan.seq_len is None and (s is None or s.value is not None):
@@ -205,9 +216,11 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
     s = get("dataset", "packed")
     if s is not None:
         b.set_bool("packing", s)
-    for key, concept in (("enable_activation_checkpointing", "grad_checkpointing"),
-                         ("enable_activation_offloading", "activation_offload"),
-                         ("optimizer_in_bwd", "optimizer_in_bwd")):
+    for key, concept in (
+        ("enable_activation_checkpointing", "grad_checkpointing"),
+        ("enable_activation_offloading", "activation_offload"),
+        ("optimizer_in_bwd", "optimizer_in_bwd"),
+    ):
         s = get(key)
         if s is not None:
             b.set_bool(concept, s)
@@ -242,8 +255,15 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
     if s is not None and to_bool(s.value):
         b.set("offload_params", True, s)
         b.set("offload_optimizer", True, s, note="FSDP CPU offload runs the optimizer step on the CPU")
-    for key in ("ac_mode", "ac_option", "custom_sharded_layers", "data_parallel_shard_dim",
-                "data_parallel_replicate_dim", "fsdp_reshard_after_forward", "memory_efficient_fsdp_wrap"):
+    for key in (
+        "ac_mode",
+        "ac_option",
+        "custom_sharded_layers",
+        "data_parallel_shard_dim",
+        "data_parallel_replicate_dim",
+        "fsdp_reshard_after_forward",
+        "memory_efficient_fsdp_wrap",
+    ):
         s = get(key)
         if s is not None:
             b.remember(s)
@@ -277,9 +297,15 @@ def _dataset_seq_len(b: PlanBuilder, get) -> None:
         return
     n = frameworks.torchtune_dataset_seq_len(comp.value, found[0])
     if n:
-        b.set("seq_len", n, comp, origin=Origin.DEFAULT, framework="torchtune",
-              note=f"`{comp.value}` truncates to `max_seq_len` {n} by default in torchtune {found[0]} (from "
-                   f"{found[1]}; {frameworks.TORCHTUNE_02_LABEL})")
+        b.set(
+            "seq_len",
+            n,
+            comp,
+            origin=Origin.DEFAULT,
+            framework="torchtune",
+            note=f"`{comp.value}` truncates to `max_seq_len` {n} by default in torchtune {found[0]} (from "
+            f"{found[1]}; {frameworks.TORCHTUNE_02_LABEL})",
+        )
 
 
 def _model(b: PlanBuilder, comp: Setting | None, get, model_key: str) -> None:
@@ -293,13 +319,27 @@ def _model(b: PlanBuilder, comp: Setting | None, get, model_key: str) -> None:
         b.set("model_id", model_id, comp, note=f"torchtune builder `{name}` → {model_id}")
     b.plan.model_span_hint = comp.value_span
     m = _BUILDER.match(comp.value.strip())
-    if m:           # the builder's package (llama3_1, qwen2_5, ...): its RoPE layout (resolve.torchtune_rope_caches)
-        b.remember(Setting(key=comp.key, path=("torchtune_builder",), value=m.group("family"), span=comp.span,
-                           value_span=comp.value_span))
+    if m:  # the builder's package (llama3_1, qwen2_5, ...): its RoPE layout (resolve.torchtune_rope_caches)
+        b.remember(
+            Setting(
+                key=comp.key,
+                path=("torchtune_builder",),
+                value=m.group("family"),
+                span=comp.span,
+                value_span=comp.value_span,
+            )
+        )
         positions = builder_max_seq_len(m.group("family"), m.group("name"))
         if positions:
-            b.remember(Setting(key=comp.key, path=("torchtune_max_seq_len",), value=positions, span=comp.span,
-                               value_span=comp.value_span))
+            b.remember(
+                Setting(
+                    key=comp.key,
+                    path=("torchtune_max_seq_len",),
+                    value=positions,
+                    span=comp.span,
+                    value_span=comp.value_span,
+                )
+            )
     if peft == "qlora":
         b.set("peft_method", "qlora", comp, note="`qlora_` builder: NF4 base weights + LoRA")
         b.set("quant_bits", 4, comp)
@@ -344,7 +384,11 @@ def _optimizer(b: PlanBuilder, get) -> None:
     if fused is not None and to_bool(fused.value):
         b.set("optimizer_impl", "fused", fused)
         if not cls.startswith("torch.optim."):
-            b.issue(IssueKind.CONFLICTING_SETTINGS, f"`fused: True` is an argument of torch.optim optimizers; `{cls}` does not accept it", fused)
+            b.issue(
+                IssueKind.CONFLICTING_SETTINGS,
+                f"`fused: True` is an argument of torch.optim optimizers; `{cls}` does not accept it",
+                fused,
+            )
     elif foreach is not None and to_bool(foreach.value) is not None:
         b.set("optimizer_impl", "foreach" if to_bool(foreach.value) else "forloop", foreach)
     cpu = get("optimizer", "offload_gradients")
@@ -378,8 +422,13 @@ def _recipe_from_header(b: PlanBuilder, ctx, get) -> None:
     sp = Span(file=b.plan.source_file, start_line=i, start_col=col, end_line=i, end_col=len(line.rstrip()))
     if nproc:
         b.plan.gpu_count = b.plan.gpu_count or Sourced(
-            value=nproc * nnodes, origin=Origin.ASSUMED, key="comment", span=sp, value_span=sp,
-            note=f"from the launch line in the header: `{m.group(0).strip()[:120]}`")
+            value=nproc * nnodes,
+            origin=Origin.ASSUMED,
+            key="comment",
+            span=sp,
+            value_span=sp,
+            note=f"from the launch line in the header: `{m.group(0).strip()[:120]}`",
+        )
     if "distributed" in recipe:
         _fsdp(b, recipe, get)
 
@@ -387,10 +436,20 @@ def _recipe_from_header(b: PlanBuilder, ctx, get) -> None:
 def _fsdp(b: PlanBuilder, recipe: str, get) -> None:
     reshard = get("fsdp_reshard_after_forward")
     stage = 2 if reshard is not None and to_bool(reshard.value) is False else 3
-    b.set("dist_strategy", "fsdp", origin=Origin.DERIVED, framework="torchtune",
-          note=f"recipe `{recipe}` (from the header comment) shards with FSDP2")
-    b.set("zero_stage", stage, origin=Origin.DERIVED, framework="torchtune",
-          note="fsdp_reshard_after_forward " + ("on" if stage == 3 else "off"))
+    b.set(
+        "dist_strategy",
+        "fsdp",
+        origin=Origin.DERIVED,
+        framework="torchtune",
+        note=f"recipe `{recipe}` (from the header comment) shards with FSDP2",
+    )
+    b.set(
+        "zero_stage",
+        stage,
+        origin=Origin.DERIVED,
+        framework="torchtune",
+        note="fsdp_reshard_after_forward " + ("on" if stage == 3 else "off"),
+    )
 
 
 def _header_lines(text: str) -> list[tuple[int, str]]:
@@ -413,16 +472,25 @@ def _launch_in_words(b: PlanBuilder, header: list[tuple[int, str]], get) -> None
             n = _NODES.search(line)
             if n:
                 col = line.index(n.group(0))
-                devices = (n, Span(file=b.plan.source_file, start_line=i, start_col=col, end_line=i,
-                                   end_col=col + len(n.group(0))))
+                devices = (
+                    n,
+                    Span(
+                        file=b.plan.source_file, start_line=i, start_col=col, end_line=i, end_col=col + len(n.group(0))
+                    ),
+                )
     if recipe is None:
         return
     _fsdp(b, recipe.group("recipe"), get)
     if devices is not None and b.plan.gpu_count is None:
         n, sp = devices
-        b.plan.gpu_count = Sourced(value=int(n.group("nodes")) * int(n.group("devices")), origin=Origin.ASSUMED,
-                                   key="comment", span=sp, value_span=sp,
-                                   note=f"from the header comment: \"{n.group(0)}\"")
+        b.plan.gpu_count = Sourced(
+            value=int(n.group("nodes")) * int(n.group("devices")),
+            origin=Origin.ASSUMED,
+            key="comment",
+            span=sp,
+            value_span=sp,
+            note=f'from the header comment: "{n.group(0)}"',
+        )
 
 
 def _flag(args: list[str], *names: str) -> int | None:
@@ -430,6 +498,6 @@ def _flag(args: list[str], *names: str) -> int | None:
         for n in names:
             if a == n and j + 1 < len(args) and args[j + 1].isdigit():
                 return int(args[j + 1])
-            if a.startswith(n + "=") and a[len(n) + 1:].isdigit():
-                return int(a[len(n) + 1:])
+            if a.startswith(n + "=") and a[len(n) + 1 :].isdigit():
+                return int(a[len(n) + 1 :])
     return None

@@ -8,6 +8,7 @@ their own lines of the file, so a value keeps its range and an apostrophe in the
 The first command that runs this script (same file name) wins; the assumptions say where the values came
 from and how many other examples there were. Values the script sets in code win over the command line.
 """
+
 from __future__ import annotations
 
 import ast
@@ -16,10 +17,14 @@ from pathlib import Path, PurePosixPath
 
 from vramlens.plan import IssueKind, Reference, Severity, Span, TrainingPlan
 
-_PARSERS = re.compile(r"\b(?:HfArgumentParser|TrlParser|ArgumentParser|parse_args|parse_args_into_dataclasses|"
-                      r"parse_args_and_config|fire\.Fire|tyro\.cli|jsonargparse|CLI\()")
-_START = re.compile(r"[ \t]*(?:\$[ \t]+)?(?=(?:[A-Z_][A-Z0-9_]*=\S*[ \t]+)*"
-                    r"(?:python[0-9.]*|accelerate|torchrun|deepspeed|trl|uv|CUDA_VISIBLE_DEVICES=))")
+_PARSERS = re.compile(
+    r"\b(?:HfArgumentParser|TrlParser|ArgumentParser|parse_args|parse_args_into_dataclasses|"
+    r"parse_args_and_config|fire\.Fire|tyro\.cli|jsonargparse|CLI\()"
+)
+_START = re.compile(
+    r"[ \t]*(?:\$[ \t]+)?(?=(?:[A-Z_][A-Z0-9_]*=\S*[ \t]+)*"
+    r"(?:python[0-9.]*|accelerate|torchrun|deepspeed|trl|uv|CUDA_VISIBLE_DEVICES=))"
+)
 _PARSER_CALL = re.compile(r"\b(?:HfArgumentParser|TrlParser|ArgumentParser)\s*\(|\.parse_args\w*\s*\(")
 MAX_README_CHARS = 500_000
 
@@ -38,8 +43,8 @@ def command_view(lines: list[str], first: int, last: int) -> str:
         m = _START.match(line)
         if cont or m:
             if m and not cont:
-                prompt = line[:m.end()]
-                line = " " * len(prompt) + line[m.end():]
+                prompt = line[: m.end()]
+                line = " " * len(prompt) + line[m.end() :]
             out[i] = line
             cont = line.rstrip().endswith("\\")
     return "\n".join(out)
@@ -50,8 +55,12 @@ def _docstring_range(tree: ast.Module) -> tuple[int, int] | None:
     if not tree.body:
         return None
     node = tree.body[0]
-    if type(node) is ast.Expr and type(node.value) is ast.Constant and isinstance(node.value.value, str) \
-            and node.end_lineno is not None:        # ast.parse sets it on every node
+    if (
+        type(node) is ast.Expr
+        and type(node.value) is ast.Constant
+        and isinstance(node.value.value, str)
+        and node.end_lineno is not None
+    ):  # ast.parse sets it on every node
         return node.lineno - 1, node.end_lineno
     return None
 
@@ -100,8 +109,13 @@ def from_docstring(plan: TrainingPlan, text: str, tree: ast.Module, ctx) -> Trai
                 (script, issues), count = got
                 line = script.index.pos(script.launch.command.start)[0] + 1
                 more = f"; {count - 1} other example(s) there" if count > 1 else ""
-                return _merge(plan, script, issues, ctx,
-                              f"the command line is the usage example in the module docstring (line {line}){more}")
+                return _merge(
+                    plan,
+                    script,
+                    issues,
+                    ctx,
+                    f"the command line is the usage example in the module docstring (line {line}){more}",
+                )
     return from_readme(plan, text, ctx, name)
 
 
@@ -114,7 +128,7 @@ def from_readme(plan: TrainingPlan, text: str, ctx, name: str) -> TrainingPlan |
         candidate = folder / readme
         found, _refused = references.find(str(candidate.name), ctx.path, ctx.workspace)
         if found is None or found.parent.resolve() != folder.resolve():
-            continue                        # only a README beside the script, not the workspace's
+            continue  # only a README beside the script, not the workspace's
         body = references._read(found, ctx)
         if not body or len(body) > MAX_README_CHARS:
             continue
@@ -127,13 +141,18 @@ def from_readme(plan: TrainingPlan, text: str, ctx, name: str) -> TrainingPlan |
             if got is not None:
                 (script, issues), count = got
                 line = script.index.pos(script.launch.command.start)[0] + 1
-                merged = _merge(plan, script, issues, ctx,
-                                f"the command line is the usage example in {found.name} next to the script "
-                                f"(line {line})")
+                merged = _merge(
+                    plan,
+                    script,
+                    issues,
+                    ctx,
+                    f"the command line is the usage example in {found.name} next to the script (line {line})",
+                )
                 # findings about README values are shown on the line where the script parses its arguments
                 here = _parser_span(text, ctx.path)
-                merged.references.append(Reference(kind="usage", target=found.name, resolved_path=str(found),
-                                                   span=here))
+                merged.references.append(
+                    Reference(kind="usage", target=found.name, resolved_path=str(found), span=here)
+                )
                 if merged.model_span_hint is None or merged.model_span_hint.file != ctx.path:
                     merged.model_span_hint = here
                 return merged
@@ -168,9 +187,11 @@ def _merge(plan: TrainingPlan, script, issues, ctx, note: str) -> TrainingPlan:
     shell.build_plan(b, script, ctx)
     cli = b.plan
     for issue in cli.issues:
-        if issue.kind is IssueKind.REFERENCE:   # a file the example names is not here: not this run's launcher
-            issue.message = (f"{issue.message}; the usage example is read without it, so what it sets (ZeRO stage, "
-                             f"process count) is not in the estimate")
+        if issue.kind is IssueKind.REFERENCE:  # a file the example names is not here: not this run's launcher
+            issue.message = (
+                f"{issue.message}; the usage example is read without it, so what it sets (ZeRO stage, "
+                f"process count) is not in the estimate"
+            )
             issue.kind, issue.severity = IssueKind.NOT_READ, Severity.INFO
     # an argument the command line gives is no longer "only known when the script runs"
     flags = {shell._norm(n) for n, _, _ in script.flag_args}

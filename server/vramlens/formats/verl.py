@@ -23,6 +23,7 @@ What the run does, as read from verl's workers (verl/workers/fsdp_workers.py at 
   CPU by FSDP's CPU offload (`_reference`); the actor's FSDP MixedPrecision gathers bf16 parameters unit by unit, so
   autocast caches no weight copies (`fsdp_mixed_precision`).
 """
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,8 @@ _TRAINER_MODULE = re.compile(r"^(?:verl\.trainer\.main_ppo|recipe\.\w+\.main_\w+
 _INTERPOLATION = re.compile(r"^\$\{(?:oc\.select:)?([^,}]+)(?:,([^}]*))?\}$")
 _MAX_INTERPOLATION_DEPTH = 8
 
-ADV_OBJECTIVE = {"gae": "ppo", "rloo": "rloo"}      # every other estimator (grpo, reinforce_plus_plus, remax, ...)
-                                                    # needs no critic: the group of rollout.n samples is the baseline
+ADV_OBJECTIVE = {"gae": "ppo", "rloo": "rloo"}  # every other estimator (grpo, reinforce_plus_plus, remax, ...)
+# needs no critic: the group of rollout.n samples is the baseline
 CONFIG_NAMES = ("ppo_trainer", "ppo_megatron_trainer")
 DTYPES = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16"}
 
@@ -109,7 +110,7 @@ class Config:
         m = _INTERPOLATION.match(value) if isinstance(value, str) else None
         if m and depth < _MAX_INTERPOLATION_DEPTH:
             target = m.group(1).strip()
-            if target.startswith("."):              # relative to the key's own section
+            if target.startswith("."):  # relative to the key's own section
                 target = key.rsplit(".", 1)[0] + target
             found = self.get(target, depth + 1)
             if found is not None:
@@ -141,8 +142,9 @@ class _Reader:
         self.b = b
         self.cfg = cfg
 
-    def put(self, concept: str, value: Any, s: Setting | None, note: str | None = None, *,
-            derived: bool = False) -> None:
+    def put(
+        self, concept: str, value: Any, s: Setting | None, note: str | None = None, *, derived: bool = False
+    ) -> None:
         """Set a concept from a setting of the file, or from verl's default (its key kept, origin DEFAULT)."""
         if s is not None and self.cfg.is_default(s):
             origin = Origin.DERIVED if derived else Origin.DEFAULT
@@ -157,8 +159,11 @@ class _Reader:
         v = to_int(s.value)
         if v is None or v < minimum:
             if not self.cfg.is_default(s):
-                self.b.issue(IssueKind.INVALID_VALUE, f"`{s.key}` should be a whole number of at least {minimum}, "
-                             f"got {shown(s.value)}", s)
+                self.b.issue(
+                    IssueKind.INVALID_VALUE,
+                    f"`{s.key}` should be a whole number of at least {minimum}, got {shown(s.value)}",
+                    s,
+                )
             return None, s
         return v, s
 
@@ -204,13 +209,21 @@ def _model(r: _Reader, megatron: bool) -> None:
     if path and not cfg.is_default(s):
         b.set("model_id", path, s)
     elif path:
-        b.issue(IssueKind.ASSUMED, f"`{A}model.path` is not set: verl's default `{path}` is a placeholder, so the model "
-                "is unknown", severity=Severity.INFO)
+        b.issue(
+            IssueKind.ASSUMED,
+            f"`{A}model.path` is not set: verl's default `{path}` is a placeholder, so the model is unknown",
+            severity=Severity.INFO,
+        )
     on, s = r.bool(A + "model.enable_gradient_checkpointing")
     if on is not None:
         r.put("grad_checkpointing", on, s)
-    b.set("ckpt_reentrant", False, note=f"verl enables checkpointing with use_reentrant=False ({WORKERS})",
-          origin=Origin.DEFAULT, framework=cfg.label)
+    b.set(
+        "ckpt_reentrant",
+        False,
+        note=f"verl enables checkpointing with use_reentrant=False ({WORKERS})",
+        origin=Origin.DEFAULT,
+        framework=cfg.label,
+    )
     on, s = r.bool(A + "model.enable_activation_offload")
     if on is not None:
         r.put("activation_offload", on, s)
@@ -218,26 +231,56 @@ def _model(r: _Reader, megatron: bool) -> None:
     if dtype is not None and dtype.lower() in DTYPES:
         r.put("weight_dtype", DTYPES[dtype.lower()], s)
     elif not megatron:
-        b.set("weight_dtype", "fp32", note=f"verl loads the actor in fp32 ({WORKERS}: `torch.float32 if "
-              "self._is_actor`)", origin=Origin.DEFAULT, framework=cfg.label)
+        b.set(
+            "weight_dtype",
+            "fp32",
+            note=f"verl loads the actor in fp32 ({WORKERS}: `torch.float32 if self._is_actor`)",
+            origin=Origin.DEFAULT,
+            framework=cfg.label,
+        )
     param, s = r.text(A + "actor.fsdp_config.mixed_precision.param_dtype")
     if param is not None and param.lower() in DTYPES:
         r.put("amp_dtype", DTYPES[param.lower()], s)
     else:
-        b.set("amp_dtype", "bf16", note=f"FSDP mixed precision param_dtype bf16 ({WORKERS})", origin=Origin.DEFAULT,
-              framework=cfg.label)
+        b.set(
+            "amp_dtype",
+            "bf16",
+            note=f"FSDP mixed precision param_dtype bf16 ({WORKERS})",
+            origin=Origin.DEFAULT,
+            framework=cfg.label,
+        )
     if not megatron:
-        b.set("fsdp_mixed_precision", True, note=f"FSDP MixedPrecision(param_dtype, reduce_dtype fp32): each unit's "
-              f"parameters gathered in param_dtype, no autocast weight copies ({WORKERS})", origin=Origin.DEFAULT,
-              framework=cfg.label)
-    b.set("attn_impl", "flash_attention_2", note=f"verl loads the model with attn_implementation=flash_attention_2 "
-          f"({WORKERS})", origin=Origin.DEFAULT, framework=cfg.label)
-    b.set("optimizer", "torch.optim.AdamW", note=f"verl builds torch.optim.AdamW ({WORKERS})",
-          origin=Origin.DEFAULT, framework=cfg.label)
+        b.set(
+            "fsdp_mixed_precision",
+            True,
+            note=f"FSDP MixedPrecision(param_dtype, reduce_dtype fp32): each unit's "
+            f"parameters gathered in param_dtype, no autocast weight copies ({WORKERS})",
+            origin=Origin.DEFAULT,
+            framework=cfg.label,
+        )
+    b.set(
+        "attn_impl",
+        "flash_attention_2",
+        note=f"verl loads the model with attn_implementation=flash_attention_2 ({WORKERS})",
+        origin=Origin.DEFAULT,
+        framework=cfg.label,
+    )
+    b.set(
+        "optimizer",
+        "torch.optim.AdamW",
+        note=f"verl builds torch.optim.AdamW ({WORKERS})",
+        origin=Origin.DEFAULT,
+        framework=cfg.label,
+    )
     on, s = r.bool(A + "model.use_remove_padding")
     if on:
-        r.put("packing", True, s, note="padding removed: the micro-batch's sequences run unpadded through "
-              "FlashAttention's varlen kernel, as packed sequences do")
+        r.put(
+            "packing",
+            True,
+            s,
+            note="padding removed: the micro-batch's sequences run unpadded through "
+            "FlashAttention's varlen kernel, as packed sequences do",
+        )
     rank, s = r.int(A + "model.lora_rank")
     if rank:
         r.put("peft_method", "lora", s, note=f"lora_rank {rank} > 0: PEFT LoRA on the actor")
@@ -248,8 +291,11 @@ def _model(r: _Reader, megatron: bool) -> None:
         targets = r.cfg.get(A + "model.target_modules")
         if targets is not None and targets.value is not None:
             value = targets.value
-            names = [str(x) for x in value] if isinstance(value, list) else \
-                [p.strip() for p in str(value).strip("[]").split(",") if p.strip()]
+            names = (
+                [str(x) for x in value]
+                if isinstance(value, list)
+                else [p.strip() for p in str(value).strip("[]").split(",") if p.strip()]
+            )
             r.put("lora_targets", names, targets)
 
 
@@ -275,8 +321,13 @@ def _objective(r: _Reader) -> None:
     obj = ADV_OBJECTIVE.get(adv, "grpo")
     note = None if adv in ADV_OBJECTIVE else f"adv_estimator `{adv}`: group-relative advantages, no critic"
     set_objective(b, obj, s, note=note, origin=Origin.DEFAULT if s is None or cfg.is_default(s) else Origin.FILE)
-    r.put("value_model", obj == "ppo", s, derived=True,
-          note="GAE trains a critic (value model)" if obj == "ppo" else "no critic without GAE")
+    r.put(
+        "value_model",
+        obj == "ppo",
+        s,
+        derived=True,
+        note="GAE trains a critic (value model)" if obj == "ppo" else "no critic without GAE",
+    )
     if obj == "ppo":
         critic, cs = r.text("critic.model.path")
         actor = cfg.value(A + "model.path")
@@ -284,13 +335,19 @@ def _objective(r: _Reader) -> None:
             b.unmodelled(cs, f"a critic of another model (`{critic}`)", "sized as the actor", key="critic.model.path")
     kl_loss, ks = r.bool(A + "actor.use_kl_loss")
     kl_reward, rs = r.bool("algorithm.use_kl_in_reward")
-    if kl_reward is None:                          # before `use_kl_in_reward`, the KL penalty was always in reward
+    if kl_reward is None:  # before `use_kl_in_reward`, the KL penalty was always in reward
         kl_reward, rs = (obj == "ppo"), None
     needs_ref = bool(kl_loss) or bool(kl_reward)
     why = ks if kl_loss else rs if kl_reward else (ks or rs)
-    r.put("reference_free", not needs_ref, why, derived=True,
-          note="a KL term (use_kl_loss or use_kl_in_reward) needs the reference policy" if needs_ref
-          else "no KL term (use_kl_loss and use_kl_in_reward off): no reference policy")
+    r.put(
+        "reference_free",
+        not needs_ref,
+        why,
+        derived=True,
+        note="a KL term (use_kl_loss or use_kl_in_reward) needs the reference policy"
+        if needs_ref
+        else "no KL term (use_kl_loss and use_kl_in_reward off): no reference policy",
+    )
     rm, ms = r.bool("reward_model.enable")
     if rm:
         path, ps = r.text("reward_model.model.path")
@@ -317,9 +374,14 @@ def _batch(r: _Reader, world: int) -> None:
         tokens, ts = r.int(A + "actor.ppo_max_token_len_per_gpu", 1)
         if tokens and seq:
             micro = max(1, tokens // seq)
-            r.put("micro_batch", micro, ts, derived=True,
-                  note=f"use_dynamic_bsz: micro-batches filled up to ppo_max_token_len_per_gpu={tokens:,} tokens, "
-                       f"{micro} sequence(s) of {seq:,} (max prompt + response)")
+            r.put(
+                "micro_batch",
+                micro,
+                ts,
+                derived=True,
+                note=f"use_dynamic_bsz: micro-batches filled up to ppo_max_token_len_per_gpu={tokens:,} tokens, "
+                f"{micro} sequence(s) of {seq:,} (max prompt + response)",
+            )
     if micro is None:
         per_gpu, s = r.int(A + "actor.ppo_micro_batch_size_per_gpu", 1)
         if per_gpu:
@@ -329,24 +391,42 @@ def _batch(r: _Reader, world: int) -> None:
             total, s = r.int(A + "actor.ppo_micro_batch_size", 1)
             if total:
                 micro = max(1, total // dp)
-                b.set("micro_batch", micro, s, origin=Origin.DERIVED,
-                      note=f"ppo_micro_batch_size {total} ÷ {dp} data-parallel ranks ({WORKERS})")
+                b.set(
+                    "micro_batch",
+                    micro,
+                    s,
+                    origin=Origin.DERIVED,
+                    note=f"ppo_micro_batch_size {total} ÷ {dp} data-parallel ranks ({WORKERS})",
+                )
     if micro is None:
         micro = 1
         b.set("micro_batch", 1, origin=Origin.ASSUMED, note="assumed 1")
-        b.issue(IssueKind.ASSUMED, f"verl needs `{A}actor.ppo_micro_batch_size_per_gpu` (or use_dynamic_bsz): "
-                "none is set, so a micro-batch of 1 sequence is assumed", severity=Severity.INFO)
+        b.issue(
+            IssueKind.ASSUMED,
+            f"verl needs `{A}actor.ppo_micro_batch_size_per_gpu` (or use_dynamic_bsz): "
+            "none is set, so a micro-batch of 1 sequence is assumed",
+            severity=Severity.INFO,
+        )
     mini, ms = r.int(A + "actor.ppo_mini_batch_size", 1)
     if mini and not dynamic:
         per_rank = mini * n // dp
-        b.set("grad_accum", max(1, per_rank // micro), ms, origin=Origin.DERIVED,
-              note=f"ppo_mini_batch_size {mini} × rollout.n {n} ÷ {dp} ranks = {per_rank} sequences per update "
-                   f"on each GPU, in micro-batches of {micro}")
+        b.set(
+            "grad_accum",
+            max(1, per_rank // micro),
+            ms,
+            origin=Origin.DERIVED,
+            note=f"ppo_mini_batch_size {mini} × rollout.n {n} ÷ {dp} ranks = {per_rank} sequences per update "
+            f"on each GPU, in micro-batches of {micro}",
+        )
     if sp > 1:
         _, s = r.int(A + "actor.ulysses_sequence_parallel_size", 1)
-        b.unmodelled(s, f"Ulysses sequence parallelism over {sp} GPUs",
-                     "each GPU is estimated with whole sequences (an upper bound on activations); FSDP still shards "
-                     "over every GPU", key=A + "actor.ulysses_sequence_parallel_size")
+        b.unmodelled(
+            s,
+            f"Ulysses sequence parallelism over {sp} GPUs",
+            "each GPU is estimated with whole sequences (an upper bound on activations); FSDP still shards "
+            "over every GPU",
+            key=A + "actor.ulysses_sequence_parallel_size",
+        )
 
 
 def _distribution(r: _Reader, megatron: bool) -> None:
@@ -354,9 +434,11 @@ def _distribution(r: _Reader, megatron: bool) -> None:
     strategy, s = r.text(A + "actor.strategy")
     if megatron:
         r.put("dist_strategy", "megatron", s)
-        for key, concept in (("tensor_model_parallel_size", "tensor_parallel"),
-                             ("pipeline_model_parallel_size", "pipeline_parallel"),
-                             ("context_parallel_size", "context_parallel")):
+        for key, concept in (
+            ("tensor_model_parallel_size", "tensor_parallel"),
+            ("pipeline_model_parallel_size", "pipeline_parallel"),
+            ("context_parallel_size", "context_parallel"),
+        ):
             v, ps = r.int(A + "actor.megatron." + key, 1)
             if v:
                 r.put(concept, v, ps)
@@ -368,8 +450,12 @@ def _distribution(r: _Reader, megatron: bool) -> None:
         section = A + "actor.fsdp_config."
         size, fs = r.int(section + "fsdp_size")
         if size and size > 0:
-            b.unmodelled(fs, f"hybrid sharding (FSDP groups of {size} GPUs)", "sharded over every GPU of the run",
-                         key=section + "fsdp_size")
+            b.unmodelled(
+                fs,
+                f"hybrid sharding (FSDP groups of {size} GPUs)",
+                "sharded over every GPU of the run",
+                key=section + "fsdp_size",
+            )
     on, s = r.bool(section + "param_offload")
     if on is not None:
         r.put("offload_params", on, s)
@@ -382,21 +468,29 @@ def _rollout(r: _Reader) -> None:
     b, cfg = r.b, r.cfg
     name, s = r.text(A + "rollout.name")
     if name is None:
-        b.issue(IssueKind.ASSUMED, f"`{A}rollout.name` is not set (verl requires it): vLLM assumed",
-                severity=Severity.INFO)
+        b.issue(
+            IssueKind.ASSUMED, f"`{A}rollout.name` is not set (verl requires it): vLLM assumed", severity=Severity.INFO
+        )
         name = "vllm"
     name = name.lower()
     if name in ("vllm", "sglang"):
         engine = "vLLM" if name == "vllm" else "SGLang (mem_fraction_static)"
-        r.put("generation", "vllm-colocate", s,
-              note=f"{engine} in the actor's process (verl's hybrid engine), holding its share of each GPU")
+        r.put(
+            "generation",
+            "vllm-colocate",
+            s,
+            note=f"{engine} in the actor's process (verl's hybrid engine), holding its share of each GPU",
+        )
         share = r.cfg.get(A + "rollout.gpu_memory_utilization")
         v = to_float(share.value) if share is not None else None
         if v is not None and 0 < v <= 1:
             r.put("vllm_memory_share", v, share)
         elif share is not None and not cfg.is_default(share):
-            b.issue(IssueKind.INVALID_VALUE, f"`{share.key}` should be a fraction of the GPU between 0 and 1, got "
-                    f"{shown(share.value)}", share)
+            b.issue(
+                IssueKind.INVALID_VALUE,
+                f"`{share.key}` should be a fraction of the GPU between 0 and 1, got {shown(share.value)}",
+                share,
+            )
         _release(r)
     elif name in ("hf", "naive"):
         r.put("generation", "generate", s, note="transformers generate() in the actor's process")
@@ -423,15 +517,26 @@ def _release(r: _Reader) -> None:
     version = _version_key(cfg.version)
     always = _version_key("0.3") <= version < _version_key("0.5")
     if always:
-        b.set("generation_sleeps", True, origin=Origin.DEFAULT, framework=cfg.label,
-              note=f"verl {cfg.version} puts the rollout engine to sleep after every rollout (sleep level 1: weights "
-                   "to CPU memory, KV cache freed), whatever free_cache_engine says")
+        b.set(
+            "generation_sleeps",
+            True,
+            origin=Origin.DEFAULT,
+            framework=cfg.label,
+            note=f"verl {cfg.version} puts the rollout engine to sleep after every rollout (sleep level 1: weights "
+            "to CPU memory, KV cache freed), whatever free_cache_engine says",
+        )
     elif free is not None:
-        level = "weights and KV cache released" if version >= _version_key("0.5") else \
-            "weights offloaded, KV cache freed"
-        r.put("generation_sleeps", bool(free), fs,
-              note=f"free_cache_engine: the rollout engine's {level} while the actor trains" if free
-              else "free_cache_engine false: the rollout engine keeps its share through the step")
+        level = (
+            "weights and KV cache released" if version >= _version_key("0.5") else "weights offloaded, KV cache freed"
+        )
+        r.put(
+            "generation_sleeps",
+            bool(free),
+            fs,
+            note=f"free_cache_engine: the rollout engine's {level} while the actor trains"
+            if free
+            else "free_cache_engine false: the rollout engine keeps its share through the step",
+        )
 
 
 def _reference(r: _Reader, megatron: bool) -> None:
@@ -444,23 +549,40 @@ def _reference(r: _Reader, megatron: bool) -> None:
         return
     dtype, s = r.text(A + "ref.fsdp_config.model_dtype")
     if dtype is not None and dtype.lower() in DTYPES:
-        r.put("ref_dtype", DTYPES[dtype.lower()], s,
-              note="ref.fsdp_config.model_dtype (verl's FSDPEngineConfig sets it to fp32 from 0.6)"
-              if r.cfg.is_default(s) else None)
+        r.put(
+            "ref_dtype",
+            DTYPES[dtype.lower()],
+            s,
+            note="ref.fsdp_config.model_dtype (verl's FSDPEngineConfig sets it to fp32 from 0.6)"
+            if r.cfg.is_default(s)
+            else None,
+        )
     else:
-        b.set("ref_dtype", "bf16", note=f"verl loads the reference policy in bf16 ({WORKERS})", origin=Origin.DEFAULT,
-              framework=r.cfg.label)
-    b.set("ref_offload", True, note=f"verl wraps the reference policy with FSDP CPU offload: its weights stay in host "
-          f"memory and one unit at a time is gathered for its forward ({WORKERS})", origin=Origin.DEFAULT,
-          framework=r.cfg.label)
+        b.set(
+            "ref_dtype",
+            "bf16",
+            note=f"verl loads the reference policy in bf16 ({WORKERS})",
+            origin=Origin.DEFAULT,
+            framework=r.cfg.label,
+        )
+    b.set(
+        "ref_offload",
+        True,
+        note=f"verl wraps the reference policy with FSDP CPU offload: its weights stay in host "
+        f"memory and one unit at a time is gathered for its forward ({WORKERS})",
+        origin=Origin.DEFAULT,
+        framework=r.cfg.label,
+    )
 
 
 def _not_modelled(r: _Reader) -> None:
     b = r.b
-    for key, what in (("model.use_liger", "Liger kernels"),
-                      ("model.use_fused_kernels", "verl's fused log-prob/entropy kernels"),
-                      ("actor.entropy_from_logits_with_chunking", "entropy computed from the logits in chunks"),
-                      ("actor.entropy_checkpointing", "entropy recomputed in the backward")):
+    for key, what in (
+        ("model.use_liger", "Liger kernels"),
+        ("model.use_fused_kernels", "verl's fused log-prob/entropy kernels"),
+        ("actor.entropy_from_logits_with_chunking", "entropy computed from the logits in chunks"),
+        ("actor.entropy_checkpointing", "entropy recomputed in the backward"),
+    ):
         on, s = r.bool(A + key)
         if on:
             b.unmodelled(s, what, "estimated without them", key=A + key)
@@ -469,11 +591,16 @@ def _not_modelled(r: _Reader) -> None:
             on, s = r.bool(key)
             actor = b.plan.offload_params if key.endswith("param_offload") else b.plan.offload_optimizer
             if on is not None and actor is not None and on != actor.value:
-                b.unmodelled(s, f"the critic's {key.rsplit('.', 1)[-1]} set apart from the actor's",
-                             "the critic estimated with the actor's offload settings", key=key)
+                b.unmodelled(
+                    s,
+                    f"the critic's {key.rsplit('.', 1)[-1]} set apart from the actor's",
+                    "the critic estimated with the actor's offload settings",
+                    key=key,
+                )
 
 
 # --- the two ways in ------------------------------------------------------------------------------------------
+
 
 def detect(data: Any, keys: set[str]) -> float:
     """A verl trainer config: its top-level `actor_rollout_ref` section (ppo_trainer.yaml and configs copied from it)."""
@@ -517,8 +644,8 @@ def apply_launch(b: PlanBuilder, reader, script, ctx) -> None:
     launch = script.launch
     given: dict[str, Setting] = {}
     config = "ppo_trainer"
-    args = launch.args[launch.script_args_start:launch.script_args_end]
-    for i, a in enumerate(args[:shell.MAX_ARGS]):
+    args = launch.args[launch.script_args_start : launch.script_args_end]
+    for i, a in enumerate(args[: shell.MAX_ARGS]):
         t = a.text
         if t.startswith(("--config-name", "--config_name", "-cn")):
             value = t.split("=", 1)[1] if "=" in t else (args[i + 1].text if i + 1 < len(args) else "")
@@ -535,11 +662,19 @@ def apply_launch(b: PlanBuilder, reader, script, ctx) -> None:
             continue
         s.key = key
         if s.unresolved:
-            b.issue(IssueKind.NOT_READ, f"`{key}` is set from a value only known when the script runs; verl's "
-                    "default is shown", s, severity=Severity.INFO)
+            b.issue(
+                IssueKind.NOT_READ,
+                f"`{key}` is set from a value only known when the script runs; verl's default is shown",
+                s,
+                severity=Severity.INFO,
+            )
             continue
         given[key] = s
     if len(args) > shell.MAX_ARGS:
-        b.issue(IssueKind.NOT_READ, f"the training command has more than {shell.MAX_ARGS:,} arguments; only the "
-                f"first {shell.MAX_ARGS:,} are read", severity=Severity.INFO)
+        b.issue(
+            IssueKind.NOT_READ,
+            f"the training command has more than {shell.MAX_ARGS:,} arguments; only the "
+            f"first {shell.MAX_ARGS:,} are read",
+            severity=Severity.INFO,
+        )
     read(b, given, version=_pinned(ctx), config=config)

@@ -7,6 +7,7 @@ Sources (commits and files in docs/config-sources.md): transformers `OptimizerNa
 Optimizer names come from the knowledge base's catalog (`knowledge.optimizers`), which records which names each
 format accepts.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Literal
@@ -18,9 +19,9 @@ from vramlens.plan import IssueKind
 # Which optimizer names each format's setting accepts, from the catalog's one table of spellings
 # (knowledge/data/optimizers.yaml: hf_names, axolotl_names, class_paths). Looked up on first use.
 ACCEPTED_OPTIMIZERS: dict[str, Callable[[], tuple[str, ...]]] = {
-    "hf": optimizers.hf_names,            # TrainingArguments `optim` (transformers, TRL, LLaMA-Factory)
+    "hf": optimizers.hf_names,  # TrainingArguments `optim` (transformers, TRL, LLaMA-Factory)
     "axolotl": optimizers.axolotl_names,  # axolotl `optimizer`
-    "class": optimizers.class_paths,      # torchtune `_component_`, litgpt `class_path` (any importable class works)
+    "class": optimizers.class_paths,  # torchtune `_component_`, litgpt `class_path` (any importable class works)
 }
 # Removed from transformers but still found in older configs (adamw_hf until v4.32 was the default).
 HF_OPTIMIZERS_REMOVED = ("adamw_hf",)
@@ -43,8 +44,13 @@ def check_optimizer(b: PlanBuilder, s: Setting, accepted: Literal["hf", "axolotl
     if name in choices:
         return
     if name in HF_OPTIMIZERS_REMOVED:
-        b.issue(IssueKind.UNKNOWN_VALUE, f"optimizer `{name}` was removed from transformers (the default before v4.32); "
-                f"current versions reject it — use `adamw_torch`", s, suggestion="adamw_torch")
+        b.issue(
+            IssueKind.UNKNOWN_VALUE,
+            f"optimizer `{name}` was removed from transformers (the default before v4.32); "
+            f"current versions reject it — use `adamw_torch`",
+            s,
+            suggestion="adamw_torch",
+        )
         return
     if accepted == "class":
         # any importable class works; only a near miss of a known one is worth a warning

@@ -20,6 +20,7 @@ against 0.26 s and +1.4 MiB here); an alias node is its anchor's node, so the al
 `yaml.compose` refuses an anchor defined twice; and composing alone cost 3.0 ms of the 4.7 ms this whole loader
 takes on a 2,000-line config.
 """
+
 from __future__ import annotations
 
 import re
@@ -37,16 +38,16 @@ from vramlens.text import LineIndex
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-MAX_YAML_BYTES = 2_000_000      # larger files are not training configs
-MAX_YAML_NODES = 200_000        # bounds huge documents, and what aliases expand to ("billion laughs")
-MAX_YAML_DEPTH = 100            # nesting; real configs nest a handful of levels
+MAX_YAML_BYTES = 2_000_000  # larger files are not training configs
+MAX_YAML_NODES = 200_000  # bounds huge documents, and what aliases expand to ("billion laughs")
+MAX_YAML_DEPTH = 100  # nesting; real configs nest a handful of levels
 # A mapping or sequence used as a key (`? [a, b]: x`, or `{{…}: 1}` in flow text) is named by a short repr:
 # `str()` of nested ones quotes the inner key's text again at each level (its backslashes double), so 50
 # nested `{` took exponential time and memory. reprlib (Python standard library) bounds depth, items and
 # string lengths.
 _KEY_REPR = reprlib.Repr()
 _KEY_REPR.maxlevel, _KEY_REPR.maxstring, _KEY_REPR.maxother = 3, 60, 60
-MAX_DUPLICATE_REPORTS = 1_000   # duplicate keys reported one by one; past that, one line says how many more
+MAX_DUPLICATE_REPORTS = 1_000  # duplicate keys reported one by one; past that, one line says how many more
 
 _STR = "tag:yaml.org,2002:str"
 _NULL = "tag:yaml.org,2002:null"
@@ -59,8 +60,8 @@ _WILDCARD = _IMPLICIT.get(None, [])
 _BOOL_VALUES = SafeConstructor.bool_values
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?\Z")
 _JSON_WORDS = {"true": True, "false": False, "null": None}
-_TAG_CACHE: dict[str, str] = {}      # plain scalar text -> resolved tag (the rules never change)
-_YAML_BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")           # libyaml's
+_TAG_CACHE: dict[str, str] = {}  # plain scalar text -> resolved tag (the rules never change)
+_YAML_BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")  # libyaml's
 _YAML_ONLY_BREAK = re.compile("[\x85\u2028\u2029]")
 
 
@@ -81,7 +82,7 @@ def is_json_path(file: str) -> bool:
 # Base-60 parts are checked against it before any arithmetic: `59:59:…` folds one part at a time into an
 # ever larger int, quadratic in the text (300 KB took 1.2 s per parse, 2 MB over 5 minutes).
 MAX_INT_DIGITS = 4_300
-_MAX_BASE60_PARTS = int(MAX_INT_DIGITS / 1.7781512503836436) + 1     # log10(60) = 1.778…
+_MAX_BASE60_PARTS = int(MAX_INT_DIGITS / 1.7781512503836436) + 1  # log10(60) = 1.778…
 
 
 class IntTooLarge(ValueError):
@@ -156,7 +157,7 @@ class _Scalars:
         if hit is not None:
             return hit
         tag = _STR
-        for t, regexp in (_IMPLICIT.get(v[0], ()) if v else _IMPLICIT.get("", ())):
+        for t, regexp in _IMPLICIT.get(v[0], ()) if v else _IMPLICIT.get("", ()):
             if regexp.match(v):
                 tag = t
                 break
@@ -180,10 +181,13 @@ class _Scalars:
                     return float(v)
                 try:
                     return int(v)
-                except ValueError:      # past CPython's int/str conversion limit (sys.get_int_max_str_digits())
-                    raise YamlError(f"the integer `{v[:20]}…` has {len(v.lstrip('-')):,} digits, more than vramlens "
-                                    f"reads ({sys.get_int_max_str_digits():,}); no setting needs a number that "
-                                    f"large", _mark_span("", ev.start_mark, ev.end_mark)) from None
+                except ValueError:  # past CPython's int/str conversion limit (sys.get_int_max_str_digits())
+                    raise YamlError(
+                        f"the integer `{v[:20]}…` has {len(v.lstrip('-')):,} digits, more than vramlens "
+                        f"reads ({sys.get_int_max_str_digits():,}); no setting needs a number that "
+                        f"large",
+                        _mark_span("", ev.start_mark, ev.end_mark),
+                    ) from None
         tag = self.tag_of(ev)
         if tag == _STR:
             return v
@@ -203,19 +207,24 @@ class _Scalars:
         except yaml.constructor.ConstructorError:
             raise _tag_error(tag, _mark_span("", ev.start_mark, ev.end_mark)) from None
         except IntTooLarge:
-            raise YamlError(f"the integer `{v[:40]}…` ({len(v):,} characters) is larger than any setting can "
-                            f"use (over {MAX_INT_DIGITS:,} digits); vramlens does not read it",
-                            _mark_span("", ev.start_mark, ev.end_mark)) from None
-        except Exception:         # an explicit tag on text that is not of its type: `!!float y`, `!!timestamp x`
+            raise YamlError(
+                f"the integer `{v[:40]}…` ({len(v):,} characters) is larger than any setting can "
+                f"use (over {MAX_INT_DIGITS:,} digits); vramlens does not read it",
+                _mark_span("", ev.start_mark, ev.end_mark),
+            ) from None
+        except Exception:  # an explicit tag on text that is not of its type: `!!float y`, `!!timestamp x`
             short = tag.replace("tag:yaml.org,2002:", "!!")
-            raise YamlError(f"`{short} {shown(v)}` is not a valid {short} value",
-                            _mark_span("", ev.start_mark, ev.end_mark)) from None
+            raise YamlError(
+                f"`{short} {shown(v)}` is not a valid {short} value", _mark_span("", ev.start_mark, ev.end_mark)
+            ) from None
 
 
 def _tag_error(tag: str, span: Span | None) -> YamlError:
     short = tag.replace("tag:yaml.org,2002:", "!!")
-    return YamlError(f"YAML tag `{short}` is not read: vramlens reads plain data only and never constructs "
-                     f"objects from a config", span)
+    return YamlError(
+        f"YAML tag `{short}` is not read: vramlens reads plain data only and never constructs objects from a config",
+        span,
+    )
 
 
 def _mark_span(file: str, s, e) -> Span:
@@ -265,8 +274,25 @@ _ITEMS = object()
 
 
 class _Frame:
-    __slots__ = ("is_map", "data", "path", "key", "key_ev", "key_is_merge", "setting", "setting_index",
-                 "anchor", "first", "last_end", "entries", "merges", "item_sources", "start_ev", "no_replay", "size")
+    __slots__ = (
+        "is_map",
+        "data",
+        "path",
+        "key",
+        "key_ev",
+        "key_is_merge",
+        "setting",
+        "setting_index",
+        "anchor",
+        "first",
+        "last_end",
+        "entries",
+        "merges",
+        "item_sources",
+        "start_ev",
+        "no_replay",
+        "size",
+    )
 
     def __init__(self, is_map: bool, data, path: tuple, anchor, first: int, start_ev):
         self.is_map = is_map
@@ -275,25 +301,27 @@ class _Frame:
         self.key = _NOKEY
         self.key_ev = None
         self.key_is_merge = False
-        self.setting: Setting | None = None     # the entry whose key was just read (None once its value is)
+        self.setting: Setting | None = None  # the entry whose key was just read (None once its value is)
         self.setting_index = 0
         self.anchor = anchor
-        self.first = first            # index of the first Setting emitted inside this node
-        self.last_end = None          # end mark of the last child (block collections end there)
-        self.entries: dict | None = None      # key -> (first, end) Setting index range, for duplicates
-        self.merges: list | None = None       # `<<:` sources, one list of (mapping, anchor record) per `<<` key
-        self.item_sources: list | None = None     # for a sequence under `<<:`: anchor records of its aliases
+        self.first = first  # index of the first Setting emitted inside this node
+        self.last_end = None  # end mark of the last child (block collections end there)
+        self.entries: dict | None = None  # key -> (first, end) Setting index range, for duplicates
+        self.merges: list | None = None  # `<<:` sources, one list of (mapping, anchor record) per `<<` key
+        self.item_sources: list | None = None  # for a sequence under `<<:`: anchor records of its aliases
         self.start_ev = start_ev
-        self.no_replay = False        # a sequence of `<<:` sources: its aliases are merged, not repeated
-        self.size = 1                 # values inside, with every alias counted as what it stands for
+        self.no_replay = False  # a sequence of `<<:` sources: its aliases are merged, not repeated
+        self.size = 1  # values inside, with every alias counted as what it stands for
 
 
 def load_yaml(text: str, file: str = "", issues: list[ParseIssue] | None = None) -> tuple[Any, list[Setting]]:
     """Load one YAML (or JSON) document. Returns the data and a Setting per mapping entry, in
     document order. Duplicate keys are reported into `issues` when a list is given."""
     if len(text) > MAX_YAML_BYTES:
-        raise YamlError(f"file is too large to be a training config ({len(text) / 1e6:.1f} MB; vramlens reads "
-                        f"YAML/JSON files up to {MAX_YAML_BYTES / 1e6:g} MB)")
+        raise YamlError(
+            f"file is too large to be a training config ({len(text) / 1e6:.1f} MB; vramlens reads "
+            f"YAML/JSON files up to {MAX_YAML_BYTES / 1e6:g} MB)"
+        )
     return _load(text, file, is_json_path(file), issues, "file")
 
 
@@ -307,13 +335,16 @@ def load_value(text: str, json: bool = False) -> Any:
     or `load_yaml`: PyYAML's own loaders expand aliases without a bound and recurse once per nesting level,
     as does `json.loads`."""
     if len(text) > MAX_YAML_BYTES:
-        raise YamlError(f"the value is too large to be a setting ({len(text) / 1e6:.1f} MB; vramlens reads "
-                        f"YAML/JSON values up to {MAX_YAML_BYTES / 1e6:g} MB)")
+        raise YamlError(
+            f"the value is too large to be a setting ({len(text) / 1e6:.1f} MB; vramlens reads "
+            f"YAML/JSON values up to {MAX_YAML_BYTES / 1e6:g} MB)"
+        )
     return _load(text, "", json, None, "value")[0]
 
 
-def _load(text: str, file: str, json_mode: bool, issues: list[ParseIssue] | None,
-          what: str) -> tuple[Any, list[Setting]]:
+def _load(
+    text: str, file: str, json_mode: bool, issues: list[ParseIssue] | None, what: str
+) -> tuple[Any, list[Setting]]:
     if json_mode:
         text = prepare_json(text)
     remap = _EditorLines(text) if _YAML_ONLY_BREAK.search(text) else None
@@ -327,13 +358,16 @@ def _load(text: str, file: str, json_mode: bool, issues: list[ParseIssue] | None
         if mark is not None:
             line, col = remap.pos(mark.line, mark.column) if remap else (mark.line, mark.column)
             span = _error_span(text, file, line, col)
-        if "nesting depth" in str(exc.problem):    # PyYAML >= 6.0.4's own cap, met before ours
+        if "nesting depth" in str(exc.problem):  # PyYAML >= 6.0.4's own cap, met before ours
             raise YamlError(_too_deep(what), span) from None
         raise YamlError(f"YAML syntax error: {exc.problem or exc}", span) from None
     except yaml.reader.ReaderError as exc:
         line, col = LineIndex(text).pos(exc.position)
-        raise YamlError(f"not a text file: it contains the control character U+{exc.character:04X} "
-                        f"(line {line + 1}, column {col + 1})", _error_span(text, file, line, col)) from None
+        raise YamlError(
+            f"not a text file: it contains the control character U+{exc.character:04X} "
+            f"(line {line + 1}, column {col + 1})",
+            _error_span(text, file, line, col),
+        ) from None
     except yaml.YAMLError as exc:
         raise YamlError(f"YAML error: {exc}") from None
     except YamlError as exc:
@@ -382,7 +416,7 @@ class _EditorLines:
 
     def pos(self, line: int, col: int) -> tuple[int, int]:
         if line >= len(self.yaml_starts):
-            return len(self.editor), 0          # past the end (`_error_span` moves it back)
+            return len(self.editor), 0  # past the end (`_error_span` moves it back)
         return self.editor.pos(self.yaml_starts[line] + col)
 
     def span(self, span: Span) -> Span:
@@ -406,14 +440,14 @@ def _compose(loader, file: str, scalars: _Scalars, issues, what: str) -> tuple[A
     DocumentStartEvent, StreamEndEvent = yaml.DocumentStartEvent, yaml.StreamEndEvent
     settings: list[Setting] = []
     stack: list[_Frame] = []
-    anchors: dict[str, tuple] = {}     # name -> (value, path, settings inside, start_ev, end_mark)
+    anchors: dict[str, tuple] = {}  # name -> (value, path, settings inside, start_ev, end_mark)
     dropped: list[tuple[int, int]] = []
     duplicates = 0
     last_duplicate = None
     budget = MAX_YAML_NODES
-    sizes: dict[int, int] = {}          # id(anchor record) -> its size (aliases share data; a consumer expands it)
+    sizes: dict[int, int] = {}  # id(anchor record) -> its size (aliases share data; a consumer expands it)
     documents = 0
-    not_read = "; the file is not read" if what == "file" else ""    # a value's reader names the setting
+    not_read = "; the file is not read" if what == "file" else ""  # a value's reader names the setting
     root: Any = None
     have_root = False
 
@@ -426,8 +460,11 @@ def _compose(loader, file: str, scalars: _Scalars, issues, what: str) -> tuple[A
         parent = stack[-1]
         parent.size += size
         if parent.size > MAX_YAML_NODES:
-            raise YamlError(f"YAML aliases expand to more than {MAX_YAML_NODES:,} values (an alias bomb, "
-                            f"\"billion laughs\"?){not_read}", _mark_span(file, start_ev.start_mark, end_mark))
+            raise YamlError(
+                f"YAML aliases expand to more than {MAX_YAML_NODES:,} values (an alias bomb, "
+                f'"billion laughs"?){not_read}',
+                _mark_span(file, start_ev.start_mark, end_mark),
+            )
         parent.last_end = end_mark
         if not parent.is_map:
             parent.data.append(value)
@@ -436,24 +473,32 @@ def _compose(loader, file: str, scalars: _Scalars, issues, what: str) -> tuple[A
                     parent.item_sources = []
                 parent.item_sources.append(anchor_record)
             return
-        if parent.key is _NOKEY:                               # this node is a key
+        if parent.key is _NOKEY:  # this node is a key
             if isinstance(value, (list, dict)):
                 value = _KEY_REPR.repr(value)
             parent.key = value
             parent.key_ev = start_ev
-            parent.key_is_merge = (isinstance(start_ev, ScalarEvent) and value == "<<" and not start_ev.style
-                                   and scalars.tag_of(start_ev) == _MERGE)
+            parent.key_is_merge = (
+                isinstance(start_ev, ScalarEvent)
+                and value == "<<"
+                and not start_ev.style
+                and scalars.tag_of(start_ev) == _MERGE
+            )
             km_s, km_e = start_ev.start_mark, end_mark
-            s = Setting.at(str(value), parent.path + (value,), None,
-                           (file, km_s.line, km_s.column, km_e.line, km_e.column, 0, 0, 0, 0))
+            s = Setting.at(
+                str(value),
+                parent.path + (value,),
+                None,
+                (file, km_s.line, km_s.column, km_e.line, km_e.column, 0, 0, 0, 0),
+            )
             parent.setting = s
             parent.setting_index = len(settings)
             settings.append(s)
             return
         # this node is the value of parent.key
         key = parent.key
-        s = cast(Setting, parent.setting)       # set when the key was delivered
-        kc = cast(tuple, s._coords)             # made by `Setting.at`: coordinates, not spans
+        s = cast(Setting, parent.setting)  # set when the key was delivered
+        kc = cast(tuple, s._coords)  # made by `Setting.at`: coordinates, not spans
         vs = start_ev.start_mark
         if isinstance(start_ev, ScalarEvent) and value is None and vs.index == end_mark.index:
             # `key:` with nothing after it: a zero-width value right after the colon
@@ -471,8 +516,9 @@ def _compose(loader, file: str, scalars: _Scalars, issues, what: str) -> tuple[A
             elif isinstance(value, list) and anchor_record is not None and anchor_record[0] is _ITEMS:
                 sources.extend(zip(value, anchor_record[1]))
             else:
-                raise YamlError("`<<` merge key needs a mapping alias or a list of mapping aliases",
-                                _mark_span(file, vs, end_mark))
+                raise YamlError(
+                    "`<<` merge key needs a mapping alias or a list of mapping aliases", _mark_span(file, vs, end_mark)
+                )
             if parent.merges is None:
                 parent.merges = []
             parent.merges.append(sources)
@@ -487,10 +533,14 @@ def _compose(loader, file: str, scalars: _Scalars, issues, what: str) -> tuple[A
                     if issues is not None and duplicates > MAX_DUPLICATE_REPORTS:
                         last_duplicate = s.key_span
                     elif issues is not None:
-                        issues.append(ParseIssue(
-                            kind=IssueKind.DUPLICATE_KEY,
-                            message=f"duplicate key `{key}`: YAML keeps the last value", severity=Severity.WARNING,
-                            span=s.key_span))
+                        issues.append(
+                            ParseIssue(
+                                kind=IssueKind.DUPLICATE_KEY,
+                                message=f"duplicate key `{key}`: YAML keeps the last value",
+                                severity=Severity.WARNING,
+                                span=s.key_span,
+                            )
+                        )
                 parent.entries[key] = (parent.setting_index, len(settings))
                 data[key] = value
             except TypeError:
@@ -514,8 +564,11 @@ def _compose(loader, file: str, scalars: _Scalars, issues, what: str) -> tuple[A
         ev = get_event()
         budget -= 1
         if budget < 0:
-            raise YamlError(f"YAML document has more than {MAX_YAML_NODES:,} nodes: too large to be a training config"
-                            if what == "file" else f"the value holds more than {MAX_YAML_NODES:,} values")
+            raise YamlError(
+                f"YAML document has more than {MAX_YAML_NODES:,} nodes: too large to be a training config"
+                if what == "file"
+                else f"the value holds more than {MAX_YAML_NODES:,} values"
+            )
         cls = ev.__class__
         if cls is ScalarEvent:
             value = scalars.value(ev)
@@ -531,8 +584,9 @@ def _compose(loader, file: str, scalars: _Scalars, issues, what: str) -> tuple[A
             if len(stack) >= MAX_YAML_DEPTH:
                 raise YamlError(_too_deep(what), _mark_span(file, ev.start_mark, ev.end_mark))
             path = _child_path(stack)
-            f = _Frame(cls is MappingStartEvent, {} if cls is MappingStartEvent else [], path, ev.anchor,
-                       len(settings), ev)
+            f = _Frame(
+                cls is MappingStartEvent, {} if cls is MappingStartEvent else [], path, ev.anchor, len(settings), ev
+            )
             if stack and stack[-1].key_is_merge and stack[-1].key is not _NOKEY:
                 f.no_replay = True
             stack.append(f)
@@ -550,45 +604,54 @@ def _compose(loader, file: str, scalars: _Scalars, issues, what: str) -> tuple[A
                             continue
                         own.add(k)
                         f.data[k] = v
-                        inner = [s for s in record[2] if s.path[len(record[1]):][:1] == (k,)]
+                        inner = [s for s in record[2] if s.path[len(record[1]) :][:1] == (k,)]
                         replay((None, record[1], inner), f.path)
             flow = getattr(f.start_ev, "flow_style", False)
             end_mark = ev.end_mark if (flow or f.last_end is None) else f.last_end
             record = None
             if f.anchor is not None:
-                record = (f.data, f.path, settings[f.first:], f.start_ev, end_mark)
+                record = (f.data, f.path, settings[f.first :], f.start_ev, end_mark)
                 anchors[f.anchor] = record
                 sizes[id(record)] = f.size
             elif f.item_sources is not None and len(f.item_sources) == len(f.data):
                 record = (_ITEMS, f.item_sources)
             elif f.is_map and (f.no_replay or (stack and stack[-1].no_replay)):
                 # an inline merge source (`<<: {lr: 1}` or an item of `<<: [...]`): merged as an anchored one is
-                record = (f.data, f.path, settings[f.first:], f.start_ev, end_mark)
+                record = (f.data, f.path, settings[f.first :], f.start_ev, end_mark)
             deliver(f.data, f.start_ev, end_mark, record, f.size)
         elif cls is AliasEvent:
             record = anchors.get(ev.anchor)
             if record is None:
-                raise YamlError(f"unknown or recursive YAML alias `*{ev.anchor}`",
-                                _mark_span(file, ev.start_mark, ev.end_mark))
+                raise YamlError(
+                    f"unknown or recursive YAML alias `*{ev.anchor}`", _mark_span(file, ev.start_mark, ev.end_mark)
+                )
             path = _child_path(stack)
             top = stack[-1] if stack else None
-            if top is not None and ((not top.is_map and not top.no_replay)
-                                    or (top.is_map and top.key is not _NOKEY and not top.key_is_merge)):
+            if top is not None and (
+                (not top.is_map and not top.no_replay)
+                or (top.is_map and top.key is not _NOKEY and not top.key_is_merge)
+            ):
                 replay(record, path)
             deliver(record[0], ev, ev.end_mark, record, sizes.get(id(record), 1))
         elif cls is DocumentStartEvent:
             documents += 1
             if documents > 1:
-                raise YamlError("expected a single YAML document, found several (`---`)",
-                                _mark_span(file, ev.start_mark, ev.end_mark))
+                raise YamlError(
+                    "expected a single YAML document, found several (`---`)",
+                    _mark_span(file, ev.start_mark, ev.end_mark),
+                )
         elif cls is StreamEndEvent:
             break
     if last_duplicate is not None:
-        issues.append(ParseIssue(
-            kind=IssueKind.DUPLICATE_KEY,
-            message=f"{duplicates - MAX_DUPLICATE_REPORTS:,} more duplicate keys after the first "
-                    f"{MAX_DUPLICATE_REPORTS:,} (YAML keeps the last value of each); the last one is here",
-            severity=Severity.WARNING, span=last_duplicate))
+        issues.append(
+            ParseIssue(
+                kind=IssueKind.DUPLICATE_KEY,
+                message=f"{duplicates - MAX_DUPLICATE_REPORTS:,} more duplicate keys after the first "
+                f"{MAX_DUPLICATE_REPORTS:,} (YAML keeps the last value of each); the last one is here",
+                severity=Severity.WARNING,
+                span=last_duplicate,
+            )
+        )
     if dropped:
         drop: set[int] = set()
         for a, b in dropped:
@@ -631,10 +694,10 @@ class Documents:
     """The documents of a multi-document YAML stream within the budgets above."""
 
     def __init__(self, views: list[str], skipped: int = 0, skipped_span: Span | None = None, why: str = ""):
-        self.views = views                  # one per document analysed, in file order
-        self.skipped = skipped              # documents after them, not analysed
-        self.skipped_span = skipped_span    # the first line of the first one left out
-        self.why = why                      # which budget they are past
+        self.views = views  # one per document analysed, in file order
+        self.skipped = skipped  # documents after them, not analysed
+        self.skipped_span = skipped_span  # the first line of the first one left out
+        self.why = why  # which budget they are past
 
     def skipped_message(self) -> str:
         first = len(self.views) + 1
@@ -673,12 +736,15 @@ def split_documents(text: str) -> Documents | None:
             if n == 0 or size <= MAX_DOCUMENTS_CHARS:
                 out.views.append(view)
                 continue
-            out.why = (f"each document is read with the file's {len(lines):,} lines and its comments, and vramlens "
-                       f"reads up to {MAX_DOCUMENTS_CHARS / 1e6:g} MB of text for all of a file's documents")
+            out.why = (
+                f"each document is read with the file's {len(lines):,} lines and its comments, and vramlens "
+                f"reads up to {MAX_DOCUMENTS_CHARS / 1e6:g} MB of text for all of a file's documents"
+            )
         first = next(i for i in doc if _content(lines[i]))
         out.skipped = len(docs) - n
-        out.skipped_span = Span(file="", start_line=first, start_col=0, end_line=first,
-                                end_col=len(lines[first].rstrip()))
+        out.skipped_span = Span(
+            file="", start_line=first, start_col=0, end_line=first, end_col=len(lines[first].rstrip())
+        )
         break
     return out
 

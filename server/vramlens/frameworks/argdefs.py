@@ -22,6 +22,7 @@ Hostile sources are bounded: a source over 2 MB or with more than `MAX_BRACES` b
 `ast.parse` (CPython 3.11 parses an f-string's placeholders in quadratic time), the AST is walked iteratively,
 and every recursive step (annotations, inheritance, nested dataclasses, literal values) has a depth limit.
 """
+
 from __future__ import annotations
 
 import ast
@@ -31,26 +32,58 @@ from typing import Any, Iterator
 from vramlens.text import text_lines
 
 MAX_SOURCE_CHARS = 2 * 2**20
-MAX_BRACES = 20_000          # as formats/python_calls.py: a real script or framework module has a few hundred
-MAX_DEPTH = 12               # annotation nesting, base-class chains, nested dataclass fields
+MAX_BRACES = 20_000  # as formats/python_calls.py: a real script or framework module has a few hundred
+MAX_DEPTH = 12  # annotation nesting, base-class chains, nested dataclass fields
 HELP_CHARS = 300
 TEXT_CHARS = 200
-MAX_FLAT = 10_000            # arguments `flatten` returns (transformers' TrainingArguments has ~120)
+MAX_FLAT = 10_000  # arguments `flatten` returns (transformers' TrainingArguments has ~120)
 
-SCALARS = {"bool": "bool", "int": "int", "float": "float", "str": "str", "bytes": "str", "Path": "str",
-           "PathLike": "str", "complex": "float"}
-LISTS = {"list", "List", "tuple", "Tuple", "Sequence", "MutableSequence", "set", "Set", "frozenset", "FrozenSet",
-         "Iterable", "Collection", "ListConfig"}
+SCALARS = {
+    "bool": "bool",
+    "int": "int",
+    "float": "float",
+    "str": "str",
+    "bytes": "str",
+    "Path": "str",
+    "PathLike": "str",
+    "complex": "float",
+}
+LISTS = {
+    "list",
+    "List",
+    "tuple",
+    "Tuple",
+    "Sequence",
+    "MutableSequence",
+    "set",
+    "Set",
+    "frozenset",
+    "FrozenSet",
+    "Iterable",
+    "Collection",
+    "ListConfig",
+}
 DICTS = {"dict", "Dict", "Mapping", "MutableMapping", "OrderedDict", "DictConfig", "TypedDict"}
 TRANSPARENT = {"Optional", "Annotated", "Final", "InitVar", "Required", "NotRequired"}
 UNIONS = {"Union"}
 ENUM_BASES = {"Enum", "IntEnum", "StrEnum", "Flag", "IntFlag", "ExplicitEnum"}
 PYDANTIC_BASES = {"BaseModel", "BaseSettings", "GenericModel", "RootModel"}
-DATACLASS_DECORATORS = {"dataclass", "dataclasses.dataclass", "pydantic.dataclasses.dataclass",
-                        "struct.dataclass", "flax.struct.dataclass", "chex.dataclass", "attr.dataclass",
-                        "attrs.define", "define", "attr.s", "attrs.frozen", "frozen"}
-CONFIG_RECEIVER = "cfg"                        # a recipe's OmegaConf config variable (torchtune, hydra scripts)
-CONFIG_PARAMETERS = {"conf", "config", "hparams"}   # the same when they are a function's parameter
+DATACLASS_DECORATORS = {
+    "dataclass",
+    "dataclasses.dataclass",
+    "pydantic.dataclasses.dataclass",
+    "struct.dataclass",
+    "flax.struct.dataclass",
+    "chex.dataclass",
+    "attr.dataclass",
+    "attrs.define",
+    "define",
+    "attr.s",
+    "attrs.frozen",
+    "frozen",
+}
+CONFIG_RECEIVER = "cfg"  # a recipe's OmegaConf config variable (torchtune, hydra scripts)
+CONFIG_PARAMETERS = {"conf", "config", "hparams"}  # the same when they are a function's parameter
 CONFIG_TYPES = {"DictConfig", "OmegaConf", "ListConfig"}
 
 
@@ -60,15 +93,15 @@ class SourceRefused(ValueError):
 
 @dataclass(frozen=True)
 class ArgDef:
-    name: str                    # without dashes: "per_device_train_batch_size"; nested dataclass fields dotted
+    name: str  # without dashes: "per_device_train_batch_size"; nested dataclass fields dotted
     aliases: tuple[str, ...] = ()
-    type: str | None = None      # "bool" | "int" | "float" | "str" | "list" | "dict" | "enum" | None
-    default: Any = None          # literal default (ast.literal_eval), else None
-    default_text: str | None = None   # source text of a non-literal default
+    type: str | None = None  # "bool" | "int" | "float" | "str" | "list" | "dict" | "enum" | None
+    default: Any = None  # literal default (ast.literal_eval), else None
+    default_text: str | None = None  # source text of a non-literal default
     required: bool = False
     choices: tuple | None = None
-    help: str | None = None      # capped at 300 chars
-    owner: str = ""              # class name or parser variable
+    help: str | None = None  # capped at 300 chars
+    owner: str = ""  # class name or parser variable
     line: int = 0
     annotation: str | None = None  # source text of a field's annotation (dataclass/pydantic/plain)
 
@@ -77,7 +110,7 @@ class ArgDef:
 class ClassArgs:
     bases: tuple[str, ...]
     fields: list[ArgDef]
-    kind: str                    # "dataclass" | "pydantic" | "plain"
+    kind: str  # "dataclass" | "pydantic" | "plain"
     line: int = 0
 
 
@@ -86,11 +119,12 @@ class ModuleArgs:
     classes: dict[str, ClassArgs]
     parsers: list[ArgDef]
     config_reads: list[ArgDef]
-    enums: dict[str, tuple] = field(default_factory=dict)   # enum class name → member values
-    hf_parsers: list[tuple[str, ...]] = field(default_factory=list)   # HfArgumentParser((A, B, C)) class names
+    enums: dict[str, tuple] = field(default_factory=dict)  # enum class name → member values
+    hf_parsers: list[tuple[str, ...]] = field(default_factory=list)  # HfArgumentParser((A, B, C)) class names
 
 
 # --- source text ---------------------------------------------------------------------------------
+
 
 class _Source:
     """Source segments by ast position (UTF-8 byte columns), from lines split once."""
@@ -110,19 +144,19 @@ class _Source:
         if start is None or end is None:
             return None
         if start == end:
-            raw = self._line(start)[node.col_offset:node.end_col_offset]
+            raw = self._line(start)[node.col_offset : node.end_col_offset]
         else:
-            parts = [self._line(start)[node.col_offset:]]
+            parts = [self._line(start)[node.col_offset :]]
             size = len(parts[0])
             for n in range(start + 1, end + 1):
                 if size > cap * 4:
                     break
-                part = self._line(n)[:node.end_col_offset] if n == end else self._line(n)
+                part = self._line(n)[: node.end_col_offset] if n == end else self._line(n)
                 parts.append(part)
                 size += len(part) + 1
             raw = b"\n".join(parts)
-        text = raw[:cap * 4].decode("utf-8", errors="replace")
-        return text if len(text) <= cap else text[:cap - 1] + "…"
+        text = raw[: cap * 4].decode("utf-8", errors="replace")
+        return text if len(text) <= cap else text[: cap - 1] + "…"
 
 
 def _literal(node: ast.AST | None) -> tuple[bool, Any]:
@@ -158,13 +192,19 @@ def _text(node: ast.AST | None) -> str | None:
     ok, value = _literal(node)
     if ok and isinstance(value, str):
         value = " ".join(value.split())
-        return value if len(value) <= HELP_CHARS else value[:HELP_CHARS - 1] + "…"
+        return value if len(value) <= HELP_CHARS else value[: HELP_CHARS - 1] + "…"
     return None
 
 
 def _type_of_value(value: Any) -> str | None:
-    for t, name in ((bool, "bool"), (int, "int"), (float, "float"), (str, "str"), ((list, tuple, set), "list"),
-                    (dict, "dict")):
+    for t, name in (
+        (bool, "bool"),
+        (int, "int"),
+        (float, "float"),
+        (str, "str"),
+        ((list, tuple, set), "list"),
+        (dict, "dict"),
+    ):
         if isinstance(value, t):
             return name
     return None
@@ -172,20 +212,22 @@ def _type_of_value(value: Any) -> str | None:
 
 # --- annotations ---------------------------------------------------------------------------------
 
-def _annotation_type(node: ast.AST | None, enums: dict[str, tuple], depth: int = 0,
-                     prefer: str | None = None) -> tuple[str | None, tuple | None]:
+
+def _annotation_type(
+    node: ast.AST | None, enums: dict[str, tuple], depth: int = 0, prefer: str | None = None
+) -> tuple[str | None, tuple | None]:
     """(type, choices) of an annotation: Optional/Union/Annotated see through, Literal gives an enum; of a union's
     members, an enum wins, then the type of the default (`prefer`), then the first."""
     if node is None or depth > MAX_DEPTH:
         return None, None
     if type(node) is ast.Constant:
-        if isinstance(node.value, str) and len(node.value) <= TEXT_CHARS:     # a string annotation
+        if isinstance(node.value, str) and len(node.value) <= TEXT_CHARS:  # a string annotation
             try:
                 return _annotation_type(ast.parse(node.value, mode="eval").body, enums, depth + 1, prefer)
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 return None, None
         return None, None
-    if type(node) is ast.BinOp and type(node.op) is ast.BitOr:                # X | None
+    if type(node) is ast.BinOp and type(node.op) is ast.BitOr:  # X | None
         return _union([node.left, node.right], enums, depth, prefer)
     name = _last(_dotted(node.value if type(node) is ast.Subscript else node))
     if type(node) is ast.Subscript:
@@ -208,18 +250,23 @@ def _annotation_type(node: ast.AST | None, enums: dict[str, tuple], depth: int =
     return None, None
 
 
-def _union(members: list[ast.AST], enums: dict[str, tuple], depth: int,
-           prefer: str | None) -> tuple[str | None, tuple | None]:
+def _union(
+    members: list[ast.AST], enums: dict[str, tuple], depth: int, prefer: str | None
+) -> tuple[str | None, tuple | None]:
     """A union's type (`Optional[int]` → int; `Union[List[str], str] = ""` → str)."""
-    found = [_annotation_type(m, enums, depth + 1) for m in members
-             if not (type(m) is ast.Constant and m.value is None) and _dotted(m) != "None"]
+    found = [
+        _annotation_type(m, enums, depth + 1)
+        for m in members
+        if not (type(m) is ast.Constant and m.value is None) and _dotted(m) != "None"
+    ]
     types = [t for t in found if t[0]]
-    if any(t[0] == "enum" for t in types):          # Union[OptimizerNames, str]: the enum's values are the choices
+    if any(t[0] == "enum" for t in types):  # Union[OptimizerNames, str]: the enum's values are the choices
         return next(t for t in types if t[0] == "enum")
     return next((t for t in types if t[0] == prefer), types[0] if types else (None, None))
 
 
 # --- classes -------------------------------------------------------------------------------------
+
 
 def _decorator_kind(cls: ast.ClassDef) -> str | None:
     for dec in cls.decorator_list:
@@ -270,13 +317,16 @@ def _default_guess(value: ast.expr | None) -> Any:
     return _literal(value)[1]
 
 
-def _field(st: ast.AnnAssign | ast.Assign, owner: str, kind: str, help_after: str | None, src: _Source,
-           enums: dict[str, tuple]) -> ArgDef | None:
+def _field(
+    st: ast.AnnAssign | ast.Assign, owner: str, kind: str, help_after: str | None, src: _Source, enums: dict[str, tuple]
+) -> ArgDef | None:
     target = st.target if type(st) is ast.AnnAssign else st.targets[0]
     name = target.id
     annotation = st.annotation if type(st) is ast.AnnAssign else None
-    if annotation is not None and _last(_dotted(annotation.value if type(annotation) is ast.Subscript
-                                                else annotation)) == "ClassVar":
+    if (
+        annotation is not None
+        and _last(_dotted(annotation.value if type(annotation) is ast.Subscript else annotation)) == "ClassVar"
+    ):
         return None
     value = st.value
     t, choices = _annotation_type(annotation, enums, prefer=_type_of_value(_default_guess(value)))
@@ -321,9 +371,19 @@ def _field(st: ast.AnnAssign | ast.Assign, owner: str, kind: str, help_after: st
     if t is None and has_default and default_text is None:
         t = _type_of_value(default)
     aliases = tuple(a.lstrip("-") for a in aliases if isinstance(a, str) and a.lstrip("-") != name)
-    return ArgDef(name=name, aliases=aliases, type=t, default=default, default_text=default_text,
-                  required=not has_default and kind != "plain", choices=choices, help=help_ or help_after,
-                  owner=owner, line=st.lineno, annotation=src.segment(annotation) if annotation is not None else None)
+    return ArgDef(
+        name=name,
+        aliases=aliases,
+        type=t,
+        default=default,
+        default_text=default_text,
+        required=not has_default and kind != "plain",
+        choices=choices,
+        help=help_ or help_after,
+        owner=owner,
+        line=st.lineno,
+        annotation=src.segment(annotation) if annotation is not None else None,
+    )
 
 
 def _class_args(cls: ast.ClassDef, kind: str, src: _Source, enums: dict[str, tuple]) -> ClassArgs:
@@ -332,10 +392,14 @@ def _class_args(cls: ast.ClassDef, kind: str, src: _Source, enums: dict[str, tup
     for i, st in enumerate(body):
         if type(st) is ast.AnnAssign and type(st.target) is ast.Name:
             pass
-        elif (type(st) is ast.Assign and len(st.targets) == 1 and type(st.targets[0]) is ast.Name
-              and not st.targets[0].id.startswith("_")):
+        elif (
+            type(st) is ast.Assign
+            and len(st.targets) == 1
+            and type(st.targets[0]) is ast.Name
+            and not st.targets[0].id.startswith("_")
+        ):
             if kind != "plain" and _call_name(st.value) not in ("field", "Field"):
-                continue        # a dataclass's un-annotated class attribute is not a field
+                continue  # a dataclass's un-annotated class attribute is not a field
         else:
             continue
         nxt = body[i + 1] if i + 1 < len(body) else None
@@ -354,8 +418,8 @@ def flatten(classes: dict[str, ClassArgs], root: str, limit: int = MAX_FLAT) -> 
     merged: dict[str, dict[str, ArgDef]] = {}
     nested: dict[str | None, str | None] = {}
     out: list[ArgDef] = []
-    stack: list = [(_last(root), "", (_last(root),))]   # classes to expand and arguments, in field order
-    work = 0                                             # fields looked at, expanded or not
+    stack: list = [(_last(root), "", (_last(root),))]  # classes to expand and arguments, in field order
+    work = 0  # fields looked at, expanded or not
     while stack and len(out) < limit and work < 4 * limit:
         item = stack.pop()
         if isinstance(item, ArgDef):
@@ -374,8 +438,9 @@ def flatten(classes: dict[str, ClassArgs], root: str, limit: int = MAX_FLAT) -> 
             if inner and inner not in seen and len(seen) <= MAX_DEPTH:
                 entries.append((inner, prefix + f.name + ".", seen + (inner,)))
             else:
-                entries.append(replace(f, name=prefix + f.name, aliases=tuple(prefix + a for a in f.aliases))
-                               if prefix else f)
+                entries.append(
+                    replace(f, name=prefix + f.name, aliases=tuple(prefix + a for a in f.aliases)) if prefix else f
+                )
         stack.extend(reversed(entries))
     return out[:limit]
 
@@ -409,8 +474,9 @@ def _nested_class(classes: dict[str, ClassArgs], annotation: str | None) -> str 
             continue
         if type(node) is ast.Subscript and _last(_dotted(node.value)) in TRANSPARENT | UNIONS:
             args = node.slice.elts if type(node.slice) is ast.Tuple else [node.slice]
-            node = next((a for a in args if _dotted(a) != "None" and not (type(a) is ast.Constant and a.value is None)),
-                        None)
+            node = next(
+                (a for a in args if _dotted(a) != "None" and not (type(a) is ast.Constant and a.value is None)), None
+            )
             continue
         if type(node) is ast.BinOp and type(node.op) is ast.BitOr:
             node = node.right if _dotted(node.left) == "None" else node.left
@@ -422,6 +488,7 @@ def _nested_class(classes: dict[str, ClassArgs], annotation: str | None) -> str 
 
 
 # --- argparse ------------------------------------------------------------------------------------
+
 
 def _add_argument(call: ast.Call, owner: str, src: _Source) -> ArgDef | None:
     options = []
@@ -435,7 +502,7 @@ def _add_argument(call: ast.Call, owner: str, src: _Source) -> ArgDef | None:
     flags = [o for o in options if o[:1] in "-+"]
     dest_node = _kw(call, "dest")
     ok, dest = _literal(dest_node)
-    if not flags:                                   # a positional argument
+    if not flags:  # a positional argument
         name = options[0]
     else:
         long = next((o for o in flags if o[1:2] in "-+"), flags[0])
@@ -481,8 +548,18 @@ def _add_argument(call: ast.Call, owner: str, src: _Source) -> ArgDef | None:
     ok_r, required = _literal(_kw(call, "required"))
     required = bool(required) if ok_r else not flags and nargs not in ("?", "*")
     aliases = tuple(dict.fromkeys(a for a in aliases if a != name))
-    return ArgDef(name=name, aliases=aliases, type=t, default=default, default_text=default_text, required=required,
-                  choices=choices, help=_text(_kw(call, "help")), owner=owner, line=call.lineno)
+    return ArgDef(
+        name=name,
+        aliases=aliases,
+        type=t,
+        default=default,
+        default_text=default_text,
+        required=required,
+        choices=choices,
+        help=_text(_kw(call, "help")),
+        owner=owner,
+        line=call.lineno,
+    )
 
 
 def _set_defaults(call: ast.Call, owner: str, parsers: list[ArgDef], index: dict[str, int], src: _Source) -> None:
@@ -497,12 +574,21 @@ def _set_defaults(call: ast.Call, owner: str, parsers: list[ArgDef], index: dict
             i = index[kw.arg]
             parsers[i] = replace(parsers[i], default=value if ok else None, default_text=text, required=False)
         else:
-            parsers.append(ArgDef(name=kw.arg, type=_type_of_value(value) if ok else None, default=value if ok else None,
-                                  default_text=text, owner=owner, line=call.lineno))
+            parsers.append(
+                ArgDef(
+                    name=kw.arg,
+                    type=_type_of_value(value) if ok else None,
+                    default=value if ok else None,
+                    default_text=text,
+                    owner=owner,
+                    line=call.lineno,
+                )
+            )
             index[kw.arg] = len(parsers) - 1
 
 
 # --- config reads --------------------------------------------------------------------------------
+
 
 def _config_names(tree: ast.Module) -> set[str]:
     """Variables that hold a recipe's config: `cfg`, parameters annotated DictConfig, and parameters named
@@ -549,13 +635,15 @@ def _config_read(node: ast.AST, receivers: set[str], chained: set[int]) -> tuple
 
 # --- the module ----------------------------------------------------------------------------------
 
+
 def read_module(source: str, filename: str = "<script>", enums: dict[str, tuple] | None = None) -> ModuleArgs:
     """Every argument definition of a Python source. `enums`: enum classes defined elsewhere (name → values), for
     annotations that name them. Raises SourceRefused when the source is over 2 MB, has more than MAX_BRACES braces
     or does not parse."""
     if len(source) > MAX_SOURCE_CHARS:
-        raise SourceRefused(f"{filename}: {len(source):,} characters; argument definitions are read from at most "
-                            f"{MAX_SOURCE_CHARS:,}")
+        raise SourceRefused(
+            f"{filename}: {len(source):,} characters; argument definitions are read from at most {MAX_SOURCE_CHARS:,}"
+        )
     if source.count("{") > MAX_BRACES:
         raise SourceRefused(f"{filename}: more than {MAX_BRACES:,} braces; not parsed")
     try:
@@ -570,15 +658,17 @@ def read_module(source: str, filename: str = "<script>", enums: dict[str, tuple]
     for c in class_nodes:
         if _is_enum(c):
             continue
-        kind = _decorator_kind(c) or ("pydantic" if any(_last(_dotted(b)) in PYDANTIC_BASES for b in c.bases)
-                                      else None)
+        kind = _decorator_kind(c) or ("pydantic" if any(_last(_dotted(b)) in PYDANTIC_BASES for b in c.bases) else None)
         if kind:
             kinds[c.name] = kind
-    for _ in range(MAX_DEPTH):                      # a subclass of a pydantic model in this module is one too
+    for _ in range(MAX_DEPTH):  # a subclass of a pydantic model in this module is one too
         grew = False
         for c in class_nodes:
-            if c.name not in kinds and not _is_enum(c) and any(
-                    kinds.get(_last(_dotted(b))) == "pydantic" for b in c.bases):
+            if (
+                c.name not in kinds
+                and not _is_enum(c)
+                and any(kinds.get(_last(_dotted(b))) == "pydantic" for b in c.bases)
+            ):
                 kinds[c.name] = "pydantic"
                 grew = True
         if not grew:
@@ -608,30 +698,43 @@ def read_module(source: str, filename: str = "<script>", enums: dict[str, tuple]
             a = call.args[0]
             elts = a.elts if type(a) in (ast.Tuple, ast.List) else [a]
             hf_parsers.append(tuple(filter(None, map(_dotted, elts))))
-    return ModuleArgs(classes=classes, parsers=parsers, config_reads=_config_reads(tree, nodes, src), enums=enums,
-                      hf_parsers=hf_parsers)
+    return ModuleArgs(
+        classes=classes,
+        parsers=parsers,
+        config_reads=_config_reads(tree, nodes, src),
+        enums=enums,
+        hf_parsers=hf_parsers,
+    )
 
 
 def _config_reads(tree: ast.Module, nodes: list[ast.AST], src: _Source) -> list[ArgDef]:
     receivers = _config_names(tree)
     chained = set()
-    for n in nodes:      # only the outermost of `cfg.a.b` is a read; `cfg.a.get(...)` is read by the call
+    for n in nodes:  # only the outermost of `cfg.a.b` is a read; `cfg.a.get(...)` is read by the call
         if type(n) in (ast.Attribute, ast.Subscript):
             chained.add(id(n.value))
         elif type(n) is ast.Call:
             chained.add(id(n.func))
     reads: dict[str, ArgDef] = {}
-    for n in sorted((n for n in nodes if type(n) in (ast.Call, ast.Attribute, ast.Subscript)),
-                    key=lambda n: (n.lineno, n.col_offset)):
+    for n in sorted(
+        (n for n in nodes if type(n) in (ast.Call, ast.Attribute, ast.Subscript)),
+        key=lambda n: (n.lineno, n.col_offset),
+    ):
         found = _config_read(n, receivers, chained)
         if found is None:
             continue
         name, default_node = found
         ok, default = _literal(default_node)
         text = src.segment(default_node) if default_node is not None and not ok else None
-        arg = ArgDef(name=name, type=_type_of_value(default) if ok and default is not None else None,
-                     default=default if ok else None, default_text=text, required=default_node is None,
-                     owner=_receiver(n), line=n.lineno)
+        arg = ArgDef(
+            name=name,
+            type=_type_of_value(default) if ok and default is not None else None,
+            default=default if ok else None,
+            default_text=text,
+            required=default_node is None,
+            owner=_receiver(n),
+            line=n.lineno,
+        )
         old = reads.get(name)
         if old is None or (old.required and not arg.required):
             reads[name] = arg if old is None else replace(arg, line=old.line)
@@ -653,7 +756,8 @@ def iter_arguments(module: ModuleArgs) -> Iterator[ArgDef]:
     """Every argument a command line of this module can give: the HfArgumentParser dataclasses' fields (all
     dataclasses when no parser names them), then argparse's."""
     roots = [_last(n) for group in module.hf_parsers for n in group] or [
-        n for n, c in module.classes.items() if c.kind == "dataclass"]
+        n for n, c in module.classes.items() if c.kind == "dataclass"
+    ]
     seen = set()
     for root in roots:
         if len(seen) >= MAX_FLAT:

@@ -13,12 +13,14 @@ or in `NOT_MODELLED` with what it is and what the estimate does instead (the tex
 Names are written as the frameworks spell them, without dashes; a dotted name (`actor.lora_rank`) is also looked up
 by its last part, and then by each shorter dotted suffix.
 """
+
 from __future__ import annotations
 
 import re
 
 # Words (whole parts of a name split at `_`, `.` and `-`) that mark an argument as possibly changing memory or speed.
-WORDS = re.compile(r"""^(
+WORDS = re.compile(
+    r"""^(
     batch|micro|mbs|bsz|bs|seq|len|length|cutoff|
     lora|qlora|dora|peft|adapters?|tuner|freeze|frozen|trainable|unfrozen|galore|apollo|badam|lisa|llamapro|rslora|
     quant|quantization|quantize|bits?|\dbit|bnb|gptq|awq|hqq|eetq|
@@ -31,7 +33,9 @@ WORDS = re.compile(r"""^(
     compile|liger|kernel|kernels|fused|fuse|chunked|chunk|tiled|
     gradient|gradients|grad|accumulation|accum|
     vllm|generations|memory|gpu|gpus|unsloth
-)$""", re.VERBOSE)
+)$""",
+    re.VERBOSE,
+)
 
 
 def judged(name: str) -> bool:
@@ -62,185 +66,270 @@ def _names(entry, names: str) -> dict:
 
 # name -> why it does not change training memory or speed as estimated
 IRRELEVANT: dict[str, str] = {
-    **_names("ms-swift builds one GaLore optimizer per parameter and steps them all together at the optimizer step, "
-             "as one optimizer would (swift/optimizers/galore/utils.py, v2.0 to v4.5.2): the memory of galore_adamw",
-             "galore_optim_per_parameter"),
-    **_names("a mapping of options whose entries are read (or listed) one by one under their own names",
-             "fsdp_config galore_config liger_kernel_config parallelism_config bnb_config_kwargs vllm_engine_kwargs "
-             "vllm_config model_quantization_config_kwargs hyper_parallel_args flex_attn_compile_kwargs kw_args "
-             "activation_checkpointing_kwargs gradient_checkpointing_kwargs lora_loftq_config vllm_speculative_config "
-             "override_optimizer_config freeze_config teacher_freeze_config torch_compile_options engine_kwargs.vllm "
-             "quantization model_quantization_config deepspeed_config_path "
-             "quantization_config_file hqq_dynamic_config_path lora_model_dir  "
-             "tensor_parallel_plan._component_ fp8_config.recipe tensor_parallel_plan"),
-    **_names("optimizer hyper-parameter or schedule: changes the result, not memory or step time",
-             "lr min_lr min_lr_ratio lr_decay_steps lr_decay_style lr_scheduler_type lr_warmup_init lr_warmup_steps "
-             "lr_warmup_steps_ratio lr_wsd_decay_steps lr_wsd_decay_style warmup_style weight_decay "
-             "weight_decay_incr_style beta1 beta2 betas eps num_cycles clip_grad clip_grad_norm grad_clip max_grad_norm "
-             "max_norm clip_grad_norm.backend unbiased_gradient use_policy_gradient lora_lr_ratio "
-             "use_checkpoint_opt_param_scheduler total_training_steps"),
-    **_names("adapter initialisation or scaling: the same parameters and activations whatever its value",
-             "init_lora_weights peft_init_lora_weights lora_A_init_method lora_B_init_method lora_ga_direction "
-             "lora_ga_iters lora_ga_scale lora_ga_stable_gamma lora_ga_batch_size lora_ga_max_length use_rslora "
-             "peft_use_rslora lora_alpha_pattern lora_fan_in_fan_out alpha create_new_adapter "
-             "peft_ensure_weight_tying dropout attn_dropout dropout_position"),
-    **_names("where adapters or weights are saved, loaded or named: no effect on the training step",
-             "adapter_name_or_path adapter_path adapter_folder adapter_checkpoint lora_adapter_path model_adapter_name "
-             "ref_adapter_name merge_lora save_adapter_weights_only dist_checkpointing_path dist_checkpointing_prefix "
-             "use_dist_checkpointing use_ds_universal_ckpt use_universal_ckpt use_flash_ckpt disable_ds_ckpt "
-             "enable_async_checkpointing final_state_dict_type fsdp_final_state_dict_type state_dict_type "
-             "max_shard_size num_shards offload_folder value_head_prefix save_sliding_window "
-             "selective_checkpointing.save use_swift_lora"),
-    **_names("evaluation, validation or logging only: not part of the training step's peak",
-             "eval_accumulation_steps eval_packing eval_sample_packing eval_sequence_len batch_eval_metrics "
-             "val_batch_size val_generations_to_log_to_wandb log_val_generations num_generations_eval fp16_full_eval "
-             "log_peak_memory_stats profile_memory profiler_profile_memory skip_memory_metrics enable_memory_snapshot "
-             "save_memory_snapshot_folder trace_alloc_max_entries visualize_memory_budget_pareto cuda_memory_usage "
-             "torch_memory.context torch_memory.stacks stacks stack_depth with_memory memory_estimation.enable "
-             "memory_estimation.enabled activation_checkpoint.debug determinism_check full_determinism "
-             "length_column_name group_by_length"),
-    **_names("data preparation outside the training step (tokenising, packing bins, loading)",
-             "dataset_batch_size preprocessing_batch_size packing_num_proc packing_strategy sample_packing_bin_size "
-             "sample_packing_eff_est sample_packing_group_size sample_packing_mp_start_method "
-             "sample_packing_sequentially dataset_keep_in_memory dataset_shard_idx dataset_shard_num "
-             "dataloader_pin_memory pin_memory cpu_offload_pin_memory train_dataset_mix_ds excess_length_strategy "
-             "min_sample_len streaming_partial_batch balance_batch pad_to_sequence_len seed fsdp_config.seed "
-             "preserve_rng_state pose_max_context_len"),
-    **_names("reward shaping or loss weighting of RL/preference objectives: the same tensors whatever its value",
-             "cosine_max_len cosine_max_len_value_correct cosine_max_len_value_wrong cosine_min_len_value_correct "
-             "cosine_min_len_value_wrong overlong_buffer_len soft_cache_length soft_max_length length_penalty "
-             "completion_length_limit_scope min_response_length max_tool_response_length max_parallel_calls "
-             "skip_zero_advantage_batches rollout_is_batch_normalize replay_recompute_logps seq_kd "
-             "gt_length_multiplier"),
-    **_names("inference-server plumbing (vLLM/SGLang addresses, timeouts, sampling, sync): no training memory",
-             "vllm.host vllm.port vllm.device vllm_server_base_url vllm_server_group_port vllm_server_host "
-             "vllm_server_pass_dataset vllm_server_port vllm_server_timeout vllm_group_port vllm_sync_backend "
-             "vllm_sync_interval vllm_sync_with_ray vllm_lora_sync vllm_guided_decoding_regex "
-             "vllm_structured_outputs_regex vllm_reasoning_parser vllm_importance_sampling_cap "
-             "vllm_importance_sampling_clip_max vllm_importance_sampling_clip_min vllm_importance_sampling_correction "
-             "vllm_importance_sampling_mode vllm_is_correction_type vllm_is_truncated_threshold "
-             "enable_vllm_is_correction vllm_use_async_engine vllm_model_impl vllm_limit_mm_per_prompt "
-             "vllm_mm_processor_cache_gb disable_mm_preprocessor_cache vllm_disable_custom_all_reduce "
-             "vllm_disable_cascade_attn vllm_device vllm_generate_batch_size vllm_max_num_seqs vllm_enable_prefix_caching "
-             "vllm_enforce_eager vllm_enable_lora vllm_max_lora_rank vllm_quantization sglang_lora_backend "
-             "worker_extension_cls sync_backend sync_with_ray serve_module reasoning_parser enable_reasoning"),
-    **_names("a launcher or device-placement detail that the GPU count and strategy already describe",
-             "_n_gpu device actor_init_on_gpu quantization_device_map device_max_memory max_memory gpu_memory_limit "
-             "gpu_memory_fraction memory_limit_mb disable_ds disable_fake_mode ds.zpg zpg"),
-    **_names("export or merge of a trained model, not training", "export_dtype export_quantization_bit "
-             "export_quantization_dataset export_quantization_maxlen export_quantization_nsamples"),
-    **_names("FSDP wrapping and resharding details: the same sharded states per GPU (the estimate takes whole "
-             "decoder layers as units)",
-             "auto_wrap_policy fsdp_min_num_params min_num_params fsdp_transformer_layer_cls_to_wrap "
-             "transformer_layer_cls_to_wrap fsdp_num fsdp_size fsdp_reshard_after_forward reshard_after_forward "
-             "forward_prefetch use_orig_params sync_module_states memory_efficient_fsdp_wrap "
-             "cpu_ram_efficient_loading qlora_sharded_model_loading module_fqns_per_model_part "
-             "enable_fsdp_optimizations overlap_comm"),
-    **_names("which modules of a multi-modal model are frozen: the estimate covers the language model",
-             "freeze_aligner freeze_language_model freeze_llm freeze_mm_modules freeze_multi_modal_projector "
-             "freeze_vision_model freeze_vision_projection freeze_vision_tower freeze_visual_encoder freeze_vit "
-             "vit_gradient_checkpointing decoder_trainable encoder_trainable fusion_trainable "
-             "vae_encode_micro_batch_size limit_images"),
-    **_names("the choice of a kernel library or backend name; its effect is read from the setting it selects",
-             "attention_backend attn backend.attn compile.backend impl_backend fp16_backend half_precision_backend "
-             "fp8_backend fp16_opt_level sdpa_method experts_implementation gemma4_hybrid_attn_impl "
-             "lora_embedding_kernel tuner_backend mxfp8_dim1_cast_kernel_choice lora.type parallel_method "
-             "ring_attn_func"),
-    **_names("a GPU-count or placement setting of another role (reference, reward, critic) in RL launchers",
-             "ref_num_gpus_per_node reward_num_gpus_per_node critic_num_gpus_per_node num_engines"),
-    **_names("a per-sample batching control whose peak the micro-batch and sequence length bound",
-             "auto_find_batch_size use_dynamic_batch use_dynamic_bsz dynamic_batch_enable log_prob_use_dynamic_bsz "
-             "group_size batch_flattening"),
-    **_names("sampling or sequence bookkeeping of online RL that the completion length and generations count bound",
-             "prompt_length"),
+    **_names(
+        "ms-swift builds one GaLore optimizer per parameter and steps them all together at the optimizer step, "
+        "as one optimizer would (swift/optimizers/galore/utils.py, v2.0 to v4.5.2): the memory of galore_adamw",
+        "galore_optim_per_parameter",
+    ),
+    **_names(
+        "a mapping of options whose entries are read (or listed) one by one under their own names",
+        "fsdp_config galore_config liger_kernel_config parallelism_config bnb_config_kwargs vllm_engine_kwargs "
+        "vllm_config model_quantization_config_kwargs hyper_parallel_args flex_attn_compile_kwargs kw_args "
+        "activation_checkpointing_kwargs gradient_checkpointing_kwargs lora_loftq_config vllm_speculative_config "
+        "override_optimizer_config freeze_config teacher_freeze_config torch_compile_options engine_kwargs.vllm "
+        "quantization model_quantization_config deepspeed_config_path "
+        "quantization_config_file hqq_dynamic_config_path lora_model_dir  "
+        "tensor_parallel_plan._component_ fp8_config.recipe tensor_parallel_plan",
+    ),
+    **_names(
+        "optimizer hyper-parameter or schedule: changes the result, not memory or step time",
+        "lr min_lr min_lr_ratio lr_decay_steps lr_decay_style lr_scheduler_type lr_warmup_init lr_warmup_steps "
+        "lr_warmup_steps_ratio lr_wsd_decay_steps lr_wsd_decay_style warmup_style weight_decay "
+        "weight_decay_incr_style beta1 beta2 betas eps num_cycles clip_grad clip_grad_norm grad_clip max_grad_norm "
+        "max_norm clip_grad_norm.backend unbiased_gradient use_policy_gradient lora_lr_ratio "
+        "use_checkpoint_opt_param_scheduler total_training_steps",
+    ),
+    **_names(
+        "adapter initialisation or scaling: the same parameters and activations whatever its value",
+        "init_lora_weights peft_init_lora_weights lora_A_init_method lora_B_init_method lora_ga_direction "
+        "lora_ga_iters lora_ga_scale lora_ga_stable_gamma lora_ga_batch_size lora_ga_max_length use_rslora "
+        "peft_use_rslora lora_alpha_pattern lora_fan_in_fan_out alpha create_new_adapter "
+        "peft_ensure_weight_tying dropout attn_dropout dropout_position",
+    ),
+    **_names(
+        "where adapters or weights are saved, loaded or named: no effect on the training step",
+        "adapter_name_or_path adapter_path adapter_folder adapter_checkpoint lora_adapter_path model_adapter_name "
+        "ref_adapter_name merge_lora save_adapter_weights_only dist_checkpointing_path dist_checkpointing_prefix "
+        "use_dist_checkpointing use_ds_universal_ckpt use_universal_ckpt use_flash_ckpt disable_ds_ckpt "
+        "enable_async_checkpointing final_state_dict_type fsdp_final_state_dict_type state_dict_type "
+        "max_shard_size num_shards offload_folder value_head_prefix save_sliding_window "
+        "selective_checkpointing.save use_swift_lora",
+    ),
+    **_names(
+        "evaluation, validation or logging only: not part of the training step's peak",
+        "eval_accumulation_steps eval_packing eval_sample_packing eval_sequence_len batch_eval_metrics "
+        "val_batch_size val_generations_to_log_to_wandb log_val_generations num_generations_eval fp16_full_eval "
+        "log_peak_memory_stats profile_memory profiler_profile_memory skip_memory_metrics enable_memory_snapshot "
+        "save_memory_snapshot_folder trace_alloc_max_entries visualize_memory_budget_pareto cuda_memory_usage "
+        "torch_memory.context torch_memory.stacks stacks stack_depth with_memory memory_estimation.enable "
+        "memory_estimation.enabled activation_checkpoint.debug determinism_check full_determinism "
+        "length_column_name group_by_length",
+    ),
+    **_names(
+        "data preparation outside the training step (tokenising, packing bins, loading)",
+        "dataset_batch_size preprocessing_batch_size packing_num_proc packing_strategy sample_packing_bin_size "
+        "sample_packing_eff_est sample_packing_group_size sample_packing_mp_start_method "
+        "sample_packing_sequentially dataset_keep_in_memory dataset_shard_idx dataset_shard_num "
+        "dataloader_pin_memory pin_memory cpu_offload_pin_memory train_dataset_mix_ds excess_length_strategy "
+        "min_sample_len streaming_partial_batch balance_batch pad_to_sequence_len seed fsdp_config.seed "
+        "preserve_rng_state pose_max_context_len",
+    ),
+    **_names(
+        "reward shaping or loss weighting of RL/preference objectives: the same tensors whatever its value",
+        "cosine_max_len cosine_max_len_value_correct cosine_max_len_value_wrong cosine_min_len_value_correct "
+        "cosine_min_len_value_wrong overlong_buffer_len soft_cache_length soft_max_length length_penalty "
+        "completion_length_limit_scope min_response_length max_tool_response_length max_parallel_calls "
+        "skip_zero_advantage_batches rollout_is_batch_normalize replay_recompute_logps seq_kd "
+        "gt_length_multiplier",
+    ),
+    **_names(
+        "inference-server plumbing (vLLM/SGLang addresses, timeouts, sampling, sync): no training memory",
+        "vllm.host vllm.port vllm.device vllm_server_base_url vllm_server_group_port vllm_server_host "
+        "vllm_server_pass_dataset vllm_server_port vllm_server_timeout vllm_group_port vllm_sync_backend "
+        "vllm_sync_interval vllm_sync_with_ray vllm_lora_sync vllm_guided_decoding_regex "
+        "vllm_structured_outputs_regex vllm_reasoning_parser vllm_importance_sampling_cap "
+        "vllm_importance_sampling_clip_max vllm_importance_sampling_clip_min vllm_importance_sampling_correction "
+        "vllm_importance_sampling_mode vllm_is_correction_type vllm_is_truncated_threshold "
+        "enable_vllm_is_correction vllm_use_async_engine vllm_model_impl vllm_limit_mm_per_prompt "
+        "vllm_mm_processor_cache_gb disable_mm_preprocessor_cache vllm_disable_custom_all_reduce "
+        "vllm_disable_cascade_attn vllm_device vllm_generate_batch_size vllm_max_num_seqs vllm_enable_prefix_caching "
+        "vllm_enforce_eager vllm_enable_lora vllm_max_lora_rank vllm_quantization sglang_lora_backend "
+        "worker_extension_cls sync_backend sync_with_ray serve_module reasoning_parser enable_reasoning",
+    ),
+    **_names(
+        "a launcher or device-placement detail that the GPU count and strategy already describe",
+        "_n_gpu device actor_init_on_gpu quantization_device_map device_max_memory max_memory gpu_memory_limit "
+        "gpu_memory_fraction memory_limit_mb disable_ds disable_fake_mode ds.zpg zpg",
+    ),
+    **_names(
+        "export or merge of a trained model, not training",
+        "export_dtype export_quantization_bit "
+        "export_quantization_dataset export_quantization_maxlen export_quantization_nsamples",
+    ),
+    **_names(
+        "FSDP wrapping and resharding details: the same sharded states per GPU (the estimate takes whole "
+        "decoder layers as units)",
+        "auto_wrap_policy fsdp_min_num_params min_num_params fsdp_transformer_layer_cls_to_wrap "
+        "transformer_layer_cls_to_wrap fsdp_num fsdp_size fsdp_reshard_after_forward reshard_after_forward "
+        "forward_prefetch use_orig_params sync_module_states memory_efficient_fsdp_wrap "
+        "cpu_ram_efficient_loading qlora_sharded_model_loading module_fqns_per_model_part "
+        "enable_fsdp_optimizations overlap_comm",
+    ),
+    **_names(
+        "which modules of a multi-modal model are frozen: the estimate covers the language model",
+        "freeze_aligner freeze_language_model freeze_llm freeze_mm_modules freeze_multi_modal_projector "
+        "freeze_vision_model freeze_vision_projection freeze_vision_tower freeze_visual_encoder freeze_vit "
+        "vit_gradient_checkpointing decoder_trainable encoder_trainable fusion_trainable "
+        "vae_encode_micro_batch_size limit_images",
+    ),
+    **_names(
+        "the choice of a kernel library or backend name; its effect is read from the setting it selects",
+        "attention_backend attn backend.attn compile.backend impl_backend fp16_backend half_precision_backend "
+        "fp8_backend fp16_opt_level sdpa_method experts_implementation gemma4_hybrid_attn_impl "
+        "lora_embedding_kernel tuner_backend mxfp8_dim1_cast_kernel_choice lora.type parallel_method "
+        "ring_attn_func",
+    ),
+    **_names(
+        "a GPU-count or placement setting of another role (reference, reward, critic) in RL launchers",
+        "ref_num_gpus_per_node reward_num_gpus_per_node critic_num_gpus_per_node num_engines",
+    ),
+    **_names(
+        "a per-sample batching control whose peak the micro-batch and sequence length bound",
+        "auto_find_batch_size use_dynamic_batch use_dynamic_bsz dynamic_batch_enable log_prob_use_dynamic_bsz "
+        "group_size batch_flattening",
+    ),
+    **_names(
+        "sampling or sequence bookkeeping of online RL that the completion length and generations count bound",
+        "prompt_length",
+    ),
 }
 
 # name -> (what it is, what the estimate does instead)
 NOT_MODELLED: dict[str, tuple[str, str]] = {
-    **_names(("Unsloth kernels and offloaded checkpointing", "estimated as standard Hugging Face training"),
-             "use_unsloth unsloth_cross_entropy_loss unsloth_lora_mlp unsloth_lora_o unsloth_lora_qkv "
-                "unsloth_rms_norm unsloth_rope"),
-    **_names(("GaLore/APOLLO/BAdam/LISA tuning detail", "estimated from the projection rank and trained layers alone"),
-             "galore_cos_threshold galore_gamma_proj galore_layerwise "
-                "galore_proj_group_size galore_proj_quant galore_proj_type galore_quantization galore_queue_size "
-                "galore_scale galore_update_interval galore_update_proj_gap galore_with_embedding  "
-                "qgalore_proj_quant apollo_layerwise apollo_proj apollo_proj_type apollo_scale apollo_scale_front "
-                "apollo_scale_type apollo_update_interval badam_mask_mode badam_start_block badam_switch_interval "
-                "badam_switch_mode badam_update_ratio badam_verbose lisa_layers_attribute lisa_step_interval "
-                "llamapro_num_groups"),
-    **_names(("LoRA variant or placement detail (bias, dtype, layer patterns, MoE experts, CPU placement)",
-           "estimated as plain LoRA on the named targets"),
-             "lora_bias lora_bias_trainable lora_dtype lora_layers_pattern lora_layers_to_transform "
-                "lora_rank_pattern lora_target_parameters lora_target_regex lora_on_cpu peft_layers_pattern "
-                "peft_layers_to_transform peft_layer_replication peft_trainable_token_indices "
-                "peft_autocast_adapter_dtype kt_lora_expert_intermediate_size kt_lora_expert_num kt_use_lora_experts "
-                "apply_lora_to_mlp apply_lora_to_output exclude_modules trainable_parameters_regex "
-                "freeze_parameters_regex freeze_moe_router adapter_act adapter_length loftq_bits "
-                "adapters ref_adapters ref_model_adapters reward_adapters reward_model_adapters teacher_adapters "
-                "lora_qkv_kernel lora_o_kernel lora_mlp_kernel"),
-    **_names(("fused or chunked kernels (cross-entropy, MLP, QKV, RMSNorm, RoPE)", "estimated with the standard kernels"),
-             "flash_attn_cross_entropy flash_attn_fuse_mlp flash_attn_fuse_qkv flash_attn_rms_norm flash_optimum "
-                "fuse_qkv_projections compact_fused_qkv_projections fused_attn_kernel use_fused_kernels use_kernels "
-                "use_v1_kernels use_liger_loss dpo_use_liger_kernel chunked_cross_entropy_num_chunks "
-                "entropy_from_logits_with_chunking entropy_checkpointing tiled_mlp tiled_mlp_num_shards "
-                "tiled_mlp_use_original_mlp tiled_mlp.enabled use_fp8_dim1_cast_triton_kernel "
-                "optimize_hunyuan_flash_varlen_mask flash_attn_d512 large_head_attention"),
-    **_names(("an attention variant (shifted sparse, S2, Sage, xformers, block-diagonal, variable length)",
-           "estimated with the attention implementation read elsewhere (default: the framework's)"),
-             "shift_attn s2_attention sage_attention eager_attention "
-                "flex_attention block_diag_attn sdpa_varlen pretrain_multipack_attn ring_attn_head_stride "
-                "ring_head_stride context_parallel_load_balancer context_parallel_rotate_method"),
-    **_names(("Megatron/torchtitan recompute or pipeline-schedule detail", ("estimated with full activation "
-           "checkpointing when it is on, and the pipeline size alone")),
-             "recompute_layer_types recompute_modules  "
-                "per_op_sac_force_recompute_mm_shapes_by_fqns force_recompute_fp8_weight_in_bwd "
-                "memory_budget pipeline_parallel_expert_parallel_overlap pipeline_parallel_first_stage_less_layers "
-                "pipeline_parallel_last_stage_less_layers pipeline_parallel_layers_per_stage "
-                "pipeline_parallel_microbatch_size pipeline_parallel_schedule pipeline_parallel_schedule_csv "
-                "pipeline_parallel_split_points pp_microbatch_size num_layers_per_virtual_pipeline_stage "
-                "early_stop "),
-    **_names(("expert-parallel communication, data-replicate or hybrid parallelism", ("estimated with the "
-           "parallel sizes read elsewhere; data parallel from the GPU count")),
-             "expert_parallel_comm_backend "
-                "data_parallel_replicate_degree "
-                "data_parallel_shard_degree data_parallel_size dp_shard_size zero_hpz_partition_size "
-                "enable_async_tensor_parallel tensor_parallel_dim use_hyper_parallel "
-                "a2a_experimental"),
-    **_names(("FP8 training (Transformer Engine, torchao float8)", "estimated in the 16-bit compute dtype"),
-             "transformer_engine_fp8 transformer_engine_fp8_amax_compute_algo transformer_engine_fp8_amax_history_len "
-                "transformer_engine_fp8_recipe enable_fsdp_float8_all_gather fp8_enable_fsdp_float8_all_gather "
-                "precompute_float8_dynamic_scale_for_fsdp fake_quant_after_n_steps quantize_base quantize_embedding "
-                "quantize_moe_experts should_quantize gptq hqq_axis"),
-    **_names(("a precision detail (fp32 norms, fp32 loss, lm-head upcast, gradient-accumulation dtype, reduce dtype)",
-           "estimated with the weight and compute dtypes read elsewhere"),
-             "fp32_norm_classes fp32_norms compute_fp32_loss compute_fp32_loss_enable cast_lm_head_to_fp32 "
-                "grad_accum_dtype mixed_precision_reduce activation_dtype weight_dtype"),
-    **_names(("offloading of another model or of layers (reference, reward, teacher, per-layer)", ("estimated with "
-           "those weights on the GPU")),
-             "ref_reward_offload offload_model offload_teacher_model layer_offloading grad_offload "
-                "relora_cpu_offload offload_policy ple_cpu_offload"),
-    "freeze_parameters": ("parameters frozen by name or by share (ms-swift `freeze_parameters`)",
-                          "estimated from the trained layers and modules read elsewhere, else as a full fine-tune"),
-    **_names(("a quantized reference or reward model", "estimated with those models in the weight dtype"),
-             "ref_model_quantization_bit reward_model_quantization_bit"),
-    **_names(("a separate batch size of one RL phase (log-prob forward, rollout, PPO mini-batch, generation)",
-           "estimated with the training micro-batch"),
-             "forward_batch_size forward_micro_batch_size forward_micro_batch_size_per_gpu forward_only "
-                "forward_max_token_len_per_gpu log_prob_micro_batch_size log_prob_micro_batch_size_per_gpu "
-                "log_prob_max_token_len_per_gpu ppo_batch_size ppo_max_token_len_per_gpu ppo_mini_batch_size "
-                "rollout_batch_size micro_rollout_batch_size local_rollout_forward_batch_size generation_batch_size "
-                "max_tokens_per_gpu rollout_max_tokens_per_gpu train_max_tokens_per_gpu "
-                "chord_sft_per_device_train_batch_size generation_max_length"),
-    **_names(("the inference engine's own parallelism and memory (vLLM/SGLang)", ("estimated from its GPU memory "
-           "share alone")),
-             "vllm_tensor_parallel_size vllm_pipeline_parallel_size vllm_data_parallel_size "
-                "vllm_enable_expert_parallel vllm_max_model_len vllm_max_model_length vllm_maxlen "
-                "vllm_gpu_util deepspeed_enable_sleep  "
-                "sglang_tp_size enable_chunked_prefill enable_prefix_caching swap_space enforce_eager"),
-    "vllm_num_engines": ("vLLM engines of an OpenRLHF run, on GPUs of their own", ("estimated for the training "
-                         "GPUs only")),
-    **_names(("a teacher model's own DeepSpeed setup in distillation", "estimated with the student's strategy"),
-             "teacher_deepspeed"),
-    **_names(("DeepSpeed's compiler or compiled autograd", "estimated without compilation"),
-             "deepcompile enable_compiled_autograd"),
+    **_names(
+        ("Unsloth kernels and offloaded checkpointing", "estimated as standard Hugging Face training"),
+        "use_unsloth unsloth_cross_entropy_loss unsloth_lora_mlp unsloth_lora_o unsloth_lora_qkv "
+        "unsloth_rms_norm unsloth_rope",
+    ),
+    **_names(
+        ("GaLore/APOLLO/BAdam/LISA tuning detail", "estimated from the projection rank and trained layers alone"),
+        "galore_cos_threshold galore_gamma_proj galore_layerwise "
+        "galore_proj_group_size galore_proj_quant galore_proj_type galore_quantization galore_queue_size "
+        "galore_scale galore_update_interval galore_update_proj_gap galore_with_embedding  "
+        "qgalore_proj_quant apollo_layerwise apollo_proj apollo_proj_type apollo_scale apollo_scale_front "
+        "apollo_scale_type apollo_update_interval badam_mask_mode badam_start_block badam_switch_interval "
+        "badam_switch_mode badam_update_ratio badam_verbose lisa_layers_attribute lisa_step_interval "
+        "llamapro_num_groups",
+    ),
+    **_names(
+        (
+            "LoRA variant or placement detail (bias, dtype, layer patterns, MoE experts, CPU placement)",
+            "estimated as plain LoRA on the named targets",
+        ),
+        "lora_bias lora_bias_trainable lora_dtype lora_layers_pattern lora_layers_to_transform "
+        "lora_rank_pattern lora_target_parameters lora_target_regex lora_on_cpu peft_layers_pattern "
+        "peft_layers_to_transform peft_layer_replication peft_trainable_token_indices "
+        "peft_autocast_adapter_dtype kt_lora_expert_intermediate_size kt_lora_expert_num kt_use_lora_experts "
+        "apply_lora_to_mlp apply_lora_to_output exclude_modules trainable_parameters_regex "
+        "freeze_parameters_regex freeze_moe_router adapter_act adapter_length loftq_bits "
+        "adapters ref_adapters ref_model_adapters reward_adapters reward_model_adapters teacher_adapters "
+        "lora_qkv_kernel lora_o_kernel lora_mlp_kernel",
+    ),
+    **_names(
+        ("fused or chunked kernels (cross-entropy, MLP, QKV, RMSNorm, RoPE)", "estimated with the standard kernels"),
+        "flash_attn_cross_entropy flash_attn_fuse_mlp flash_attn_fuse_qkv flash_attn_rms_norm flash_optimum "
+        "fuse_qkv_projections compact_fused_qkv_projections fused_attn_kernel use_fused_kernels use_kernels "
+        "use_v1_kernels use_liger_loss dpo_use_liger_kernel chunked_cross_entropy_num_chunks "
+        "entropy_from_logits_with_chunking entropy_checkpointing tiled_mlp tiled_mlp_num_shards "
+        "tiled_mlp_use_original_mlp tiled_mlp.enabled use_fp8_dim1_cast_triton_kernel "
+        "optimize_hunyuan_flash_varlen_mask flash_attn_d512 large_head_attention",
+    ),
+    **_names(
+        (
+            "an attention variant (shifted sparse, S2, Sage, xformers, block-diagonal, variable length)",
+            "estimated with the attention implementation read elsewhere (default: the framework's)",
+        ),
+        "shift_attn s2_attention sage_attention eager_attention "
+        "flex_attention block_diag_attn sdpa_varlen pretrain_multipack_attn ring_attn_head_stride "
+        "ring_head_stride context_parallel_load_balancer context_parallel_rotate_method",
+    ),
+    **_names(
+        (
+            "Megatron/torchtitan recompute or pipeline-schedule detail",
+            ("estimated with full activation checkpointing when it is on, and the pipeline size alone"),
+        ),
+        "recompute_layer_types recompute_modules  "
+        "per_op_sac_force_recompute_mm_shapes_by_fqns force_recompute_fp8_weight_in_bwd "
+        "memory_budget pipeline_parallel_expert_parallel_overlap pipeline_parallel_first_stage_less_layers "
+        "pipeline_parallel_last_stage_less_layers pipeline_parallel_layers_per_stage "
+        "pipeline_parallel_microbatch_size pipeline_parallel_schedule pipeline_parallel_schedule_csv "
+        "pipeline_parallel_split_points pp_microbatch_size num_layers_per_virtual_pipeline_stage "
+        "early_stop ",
+    ),
+    **_names(
+        (
+            "expert-parallel communication, data-replicate or hybrid parallelism",
+            ("estimated with the parallel sizes read elsewhere; data parallel from the GPU count"),
+        ),
+        "expert_parallel_comm_backend "
+        "data_parallel_replicate_degree "
+        "data_parallel_shard_degree data_parallel_size dp_shard_size zero_hpz_partition_size "
+        "enable_async_tensor_parallel tensor_parallel_dim use_hyper_parallel "
+        "a2a_experimental",
+    ),
+    **_names(
+        ("FP8 training (Transformer Engine, torchao float8)", "estimated in the 16-bit compute dtype"),
+        "transformer_engine_fp8 transformer_engine_fp8_amax_compute_algo transformer_engine_fp8_amax_history_len "
+        "transformer_engine_fp8_recipe enable_fsdp_float8_all_gather fp8_enable_fsdp_float8_all_gather "
+        "precompute_float8_dynamic_scale_for_fsdp fake_quant_after_n_steps quantize_base quantize_embedding "
+        "quantize_moe_experts should_quantize gptq hqq_axis",
+    ),
+    **_names(
+        (
+            "a precision detail (fp32 norms, fp32 loss, lm-head upcast, gradient-accumulation dtype, reduce dtype)",
+            "estimated with the weight and compute dtypes read elsewhere",
+        ),
+        "fp32_norm_classes fp32_norms compute_fp32_loss compute_fp32_loss_enable cast_lm_head_to_fp32 "
+        "grad_accum_dtype mixed_precision_reduce activation_dtype weight_dtype",
+    ),
+    **_names(
+        (
+            "offloading of another model or of layers (reference, reward, teacher, per-layer)",
+            ("estimated with those weights on the GPU"),
+        ),
+        "ref_reward_offload offload_model offload_teacher_model layer_offloading grad_offload "
+        "relora_cpu_offload offload_policy ple_cpu_offload",
+    ),
+    "freeze_parameters": (
+        "parameters frozen by name or by share (ms-swift `freeze_parameters`)",
+        "estimated from the trained layers and modules read elsewhere, else as a full fine-tune",
+    ),
+    **_names(
+        ("a quantized reference or reward model", "estimated with those models in the weight dtype"),
+        "ref_model_quantization_bit reward_model_quantization_bit",
+    ),
+    **_names(
+        (
+            "a separate batch size of one RL phase (log-prob forward, rollout, PPO mini-batch, generation)",
+            "estimated with the training micro-batch",
+        ),
+        "forward_batch_size forward_micro_batch_size forward_micro_batch_size_per_gpu forward_only "
+        "forward_max_token_len_per_gpu log_prob_micro_batch_size log_prob_micro_batch_size_per_gpu "
+        "log_prob_max_token_len_per_gpu ppo_batch_size ppo_max_token_len_per_gpu ppo_mini_batch_size "
+        "rollout_batch_size micro_rollout_batch_size local_rollout_forward_batch_size generation_batch_size "
+        "max_tokens_per_gpu rollout_max_tokens_per_gpu train_max_tokens_per_gpu "
+        "chord_sft_per_device_train_batch_size generation_max_length",
+    ),
+    **_names(
+        (
+            "the inference engine's own parallelism and memory (vLLM/SGLang)",
+            ("estimated from its GPU memory share alone"),
+        ),
+        "vllm_tensor_parallel_size vllm_pipeline_parallel_size vllm_data_parallel_size "
+        "vllm_enable_expert_parallel vllm_max_model_len vllm_max_model_length vllm_maxlen "
+        "vllm_gpu_util deepspeed_enable_sleep  "
+        "sglang_tp_size enable_chunked_prefill enable_prefix_caching swap_space enforce_eager",
+    ),
+    "vllm_num_engines": (
+        "vLLM engines of an OpenRLHF run, on GPUs of their own",
+        ("estimated for the training GPUs only"),
+    ),
+    **_names(
+        ("a teacher model's own DeepSpeed setup in distillation", "estimated with the student's strategy"),
+        "teacher_deepspeed",
+    ),
+    **_names(
+        ("DeepSpeed's compiler or compiled autograd", "estimated without compilation"),
+        "deepcompile enable_compiled_autograd",
+    ),
 }

@@ -11,6 +11,7 @@ whose framework has dumped argument schemas (`frameworks/schemas/`), at the vers
 - a key that is no argument of that version, for frameworks that stop on unknown arguments: an unknown-name issue
   with the nearest argument name of that version.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,18 +23,42 @@ from vramlens.plan import IssueKind, Severity
 
 # plan.framework -> the dumped framework whose arguments it reads (nemo-automodel plans use transformers' defaults,
 # but their recipes' keys are read by formats/nemo_automodel.py)
-DUMPED = {"transformers": "transformers", "trl": "trl", "axolotl": "axolotl", "llamafactory": "llamafactory",
-          "ms-swift": "ms-swift", "torchtune": "torchtune", "torchtitan": "torchtitan", "openrlhf": "openrlhf",
-          "verl": "verl"}
+DUMPED = {
+    "transformers": "transformers",
+    "trl": "trl",
+    "axolotl": "axolotl",
+    "llamafactory": "llamafactory",
+    "ms-swift": "ms-swift",
+    "torchtune": "torchtune",
+    "torchtitan": "torchtitan",
+    "openrlhf": "openrlhf",
+    "verl": "verl",
+}
 
 # each framework's distribution on PyPI (the name a workspace pins it by)
-DISTRIBUTIONS = {"transformers": "transformers", "trl": "trl", "axolotl": "axolotl", "llamafactory": "llamafactory",
-                 "ms-swift": "ms-swift", "torchtune": "torchtune", "torchtitan": "torchtitan",
-                 "openrlhf": "openrlhf", "verl": "verl"}
+DISTRIBUTIONS = {
+    "transformers": "transformers",
+    "trl": "trl",
+    "axolotl": "axolotl",
+    "llamafactory": "llamafactory",
+    "ms-swift": "ms-swift",
+    "torchtune": "torchtune",
+    "torchtitan": "torchtitan",
+    "openrlhf": "openrlhf",
+    "verl": "verl",
+}
 
-TITLES = {"transformers": "transformers", "trl": "TRL", "axolotl": "axolotl", "llamafactory": "LLaMA-Factory",
-          "ms-swift": "ms-swift", "torchtune": "torchtune", "torchtitan": "torchtitan", "openrlhf": "OpenRLHF",
-          "verl": "verl"}
+TITLES = {
+    "transformers": "transformers",
+    "trl": "TRL",
+    "axolotl": "axolotl",
+    "llamafactory": "LLaMA-Factory",
+    "ms-swift": "ms-swift",
+    "torchtune": "torchtune",
+    "torchtitan": "torchtitan",
+    "openrlhf": "OpenRLHF",
+    "verl": "verl",
+}
 
 # Keys renamed between releases: (framework, old) -> new. The versions between which each changed are read from
 # the dumps (the newest that still has the old name, the oldest that has the new one).
@@ -53,8 +78,12 @@ STRICT_TOOLS = {"trl": "trl", "llamafactory": "llamafactory", "swift": "ms-swift
 STRICT_DIALECTS = {"llamafactory": "llamafactory", "axolotl": "axolotl"}
 # LLaMA-Factory under USE_MCA=1 parses with mcore_adapter's Megatron training arguments, which are not dumped
 # (src/llamafactory/hparams/parser.py `_TRAIN_MCA_ARGS`): a config with Megatron parallel keys is not held to them
-MCA_KEYS = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size",
-            "use_distributed_optimizer"}
+MCA_KEYS = {
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "expert_model_parallel_size",
+    "use_distributed_optimizer",
+}
 
 
 UNPINNED = "the newest release vramlens has the arguments of"
@@ -93,8 +122,11 @@ def _any_version_defines(framework: str, name: str, workspace: Path | None) -> b
 def names_at(framework: str, version: str, workspace: Path | None = None) -> set[str]:
     """Every argument name and alias the framework defines at that version, its base classes' included."""
     dump = schemas.schema(framework, version)
-    out = {n for a in (dump["arguments"] if dump is not None else ())
-           for n in (schemas.argument_name(a["name"]), *(schemas.argument_name(x) for x in a.get("aliases") or ()))}
+    out = {
+        n
+        for a in (dump["arguments"] if dump is not None else ())
+        for n in (schemas.argument_name(a["name"]), *(schemas.argument_name(x) for x in a.get("aliases") or ()))
+    }
     for v in _extends(framework, version, workspace):
         base = schemas.schema("transformers", v)
         out |= {schemas.argument_name(a["name"]) for a in (base["arguments"] if base is not None else ())}
@@ -125,8 +157,15 @@ def _renamed(framework: str, name: str, names: set[str]) -> tuple[str, list[str]
     while (nxt := RENAMED.get((framework, new))) is not None and new not in names:
         have = schemas.versions(framework)
         old_in = [v for v in have if schemas.arguments(framework, new, v)]
-        new_in = [v for v in have if schemas.version_key(v) > schemas.version_key(old_in[-1])
-                  and schemas.arguments(framework, nxt, v)] if old_in else []
+        new_in = (
+            [
+                v
+                for v in have
+                if schemas.version_key(v) > schemas.version_key(old_in[-1]) and schemas.arguments(framework, nxt, v)
+            ]
+            if old_in
+            else []
+        )
         if not old_in or not new_in:
             return None
         steps.append(f"`{new}` → `{nxt}` between {old_in[-1]} and {new_in[0]}")
@@ -158,12 +197,20 @@ def apply(b: PlanBuilder, settings: Iterable[Setting], workspace: Path | None, *
     consumed = {v.key for v in plan.settings().values() if v.key} | {u.key for u in plan.unmodelled}
     title = f"{TITLES[framework]} {version}"
     for s in settings:
-        name = schemas.argument_name(s.key) if len(s.path) == 1 else ".".join(schemas.argument_name(str(p)) for p in s.path)
+        name = (
+            schemas.argument_name(s.key)
+            if len(s.path) == 1
+            else ".".join(schemas.argument_name(str(p)) for p in s.path)
+        )
         if name in names:
             definition = _defined(framework, name, version, workspace)
             entry = irrelevant.lookup(irrelevant.NOT_MODELLED, name)
-            if entry is not None and s.key not in consumed and definition is not None \
-                    and not _is_default_or_off(s, definition):
+            if (
+                entry is not None
+                and s.key not in consumed
+                and definition is not None
+                and not _is_default_or_off(s, definition)
+            ):
                 b.unmodelled(s, entry[0], entry[1])
             continue
         if len(s.path) != 1:
@@ -172,12 +219,23 @@ def apply(b: PlanBuilder, settings: Iterable[Setting], workspace: Path | None, *
         renamed = _renamed(framework, name, names) if tool is None or tool in STRICT_TOOLS else None
         if renamed is not None:
             new, steps = renamed
-            b.issue(IssueKind.NOT_READ, f"`{s.key}` is not an argument of {title}: renamed in {TITLES[framework]} "
-                    f"({', then '.join(steps)}); write `{flag}{new}`", s, severity=Severity.INFO,
-                    suggestion=flag + new, span=s.key_span)
+            b.issue(
+                IssueKind.NOT_READ,
+                f"`{s.key}` is not an argument of {title}: renamed in {TITLES[framework]} "
+                f"({', then '.join(steps)}); write `{flag}{new}`",
+                s,
+                severity=Severity.INFO,
+                suggestion=flag + new,
+                span=s.key_span,
+            )
         elif strict and (pinned or not _any_version_defines(framework, name, workspace)):
             # unpinned, the newest release is only an assumption: an argument an older release defines is not flagged
             hint = closest(name, names)
-            b.issue(IssueKind.UNKNOWN_VALUE, f"`{s.key}` is not an argument of {title}, which stops on arguments it "
-                    f"does not define" + (f" — did you mean `{flag}{hint}`?" if hint else ""), s,
-                    suggestion=flag + hint if hint else None, span=s.key_span)
+            b.issue(
+                IssueKind.UNKNOWN_VALUE,
+                f"`{s.key}` is not an argument of {title}, which stops on arguments it "
+                f"does not define" + (f" — did you mean `{flag}{hint}`?" if hint else ""),
+                s,
+                suggestion=flag + hint if hint else None,
+                span=s.key_span,
+            )

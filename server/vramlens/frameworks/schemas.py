@@ -4,6 +4,7 @@
 type, default, choices, where it is defined); `schemas/index.json` lists the versions dumped and the frameworks
 that could not be. A config pinned to (or run with) a version is read against the newest dump at or below it.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,7 @@ def version_key(version: str) -> tuple:
     for part in re.split(r"[.\-+]", version.strip().lstrip("vV")):
         m = re.match(r"(\d*)(.*)", part)
         number, suffix = m.group(1), m.group(2)
-        after = 1 if suffix.startswith("post") else -1      # a post-release after, a pre-release/dev before
+        after = 1 if suffix.startswith("post") else -1  # a post-release after, a pre-release/dev before
         if number and suffix:
             out += [(int(number), 0, ""), (0, after, suffix)]
         elif number:

@@ -3,177 +3,383 @@
 Sources: defaults read from each project's source at the commits in docs/config-sources.md (its "Version drift"
 table lists the changes between versions). A value here is what the framework does when the key is absent.
 """
+
 from __future__ import annotations
 
 from vramlens.knowledge.versions import parse
 
 # framework -> (version the defaults were read at, {concept: value})
 DEFAULTS: dict[str, tuple[str, dict]] = {
-    "transformers": ("transformers 5.x", {
-        "micro_batch": 8, "grad_accum": 1, "eval_batch": 8,
-        "optimizer": "adamw_torch_fused",           # adamw_torch_fused when torch >= 2.8
-        "grad_checkpointing": False, "amp_dtype": "none", "weight_dtype": "auto",   # v5 loads the stored dtype
-        # no "seq_len": Trainer/TrainingArguments have no sequence length (the script's tokenization decides;
-        # resolve assumes one and says so)
-        "attn_impl": "sdpa", "compile": False, "loss_impl": "standard", "packing": False,
-        "zero_grad_set_to_none": True,
-        "lora_r": 8, "lora_alpha": 8, "lora_dropout": 0.0, "lora_targets": ["q", "v"],
-    }),
-    "trl": ("TRL 1.x", {                             # defaults_for names the objective's config class
-        "micro_batch": 8, "grad_accum": 1, "eval_batch": 8, "optimizer": "adamw_torch_fused",
-        "grad_checkpointing": True,                 # since TRL 0.22
-        "amp_dtype": "bf16",                        # bf16 unless fp16, since TRL 0.19
-        "weight_dtype": "fp32",                     # ModelConfig.dtype help: default "float32"
-        "attn_impl": "sdpa", "compile": False,
-        "loss_impl": "chunked",                     # loss_type None -> "chunked_nll" since TRL 1.7
-        "packing": False, "seq_len": 1024,          # max_length default 1024
-        "zero_grad_set_to_none": True,
-        "lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.05, "lora_targets": ["q", "v"],
-    }),
-    "axolotl": ("axolotl 2026-07", {
-        "micro_batch": 1, "grad_accum": 1, "optimizer": "adamw_torch_fused",
-        "grad_checkpointing": False, "amp_dtype": "bf16", "weight_dtype": "bf16",   # bf16: auto → model loaded in bf16
-        "attn_impl": "sdpa", "compile": False, "loss_impl": "standard", "packing": False,
-        "seq_len": 512, "zero_grad_set_to_none": True,
-        "lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "lora_targets": ["q", "v"],
-        "quant_double": True, "quant_storage_dtype": "bf16",
-    }),
-    "llamafactory": ("LLaMA-Factory 2026-08", {
-        "micro_batch": 8, "grad_accum": 1, "eval_batch": 8, "optimizer": "adamw_torch_fused",
-        "grad_checkpointing": True,                 # on unless disable_gradient_checkpointing
-        "amp_dtype": "none", "weight_dtype": "auto",
-        "attn_impl": "sdpa", "compile": False, "loss_impl": "standard", "packing": False,
-        "seq_len": 2048,                            # cutoff_len (1024 before 2024-11)
-        "zero_grad_set_to_none": True, "peft_method": "lora",
-        "lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "lora_targets": ["all-linear"],
-        "quant_double": True,
-        # src/llamafactory/model/adapter.py (01d87b82) `init_adapter`: trainable params upcast to fp32 unless
-        # pure_bf16 / use_badam (or ZeRO-3/FSDP without quantization); hparams/finetuning_args.py:
-        # freeze_trainable_layers=2 (the last two), freeze_trainable_modules="all"
-        "trainable_fp32": True, "trained_layers": 2,
-    }),
-    "torchtune": ("torchtune 2026-04", {
-        "micro_batch": 1, "grad_accum": 1, "optimizer": "torch.optim.AdamW",
-        "grad_checkpointing": False, "amp_dtype": "none", "weight_dtype": "bf16",
-        "attn_impl": "sdpa", "compile": False, "loss_impl": "standard", "packing": False,
-        "seq_len": 2048, "zero_grad_set_to_none": True,
-        "lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "lora_targets": ["q", "v"],
-    }),
-    "litgpt": ("litgpt 2026 (config_hub)", {
-        # train.micro_batch_size 4; accumulation comes from global_batch_size (64) ÷ (devices × micro)
-        "micro_batch": 4, "grad_accum": 1, "optimizer": "torch.optim.AdamW",
-        "grad_checkpointing": False,               # on automatically under FSDP (full fine-tune, >1 device)
-        "amp_dtype": "bf16", "weight_dtype": "fp32",   # precision None → "bf16-mixed" when training
-        "attn_impl": "sdpa", "compile": False,
-        "loss_impl": "chunked",                    # finetune scripts use chunked_cross_entropy (chunk 128)
-        "packing": False, "seq_len": 2048, "zero_grad_set_to_none": True,
-        "lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.05, "lora_targets": ["q", "v"],
-    }),
-    "ms-swift": ("ms-swift 4.x", {
-        "micro_batch": 1,
-        "grad_accum": 16,                           # None → ceil(16 / micro batch / world size)
-        "eval_batch": 1, "optimizer": "adamw_torch_fused",
-        "grad_checkpointing": True, "amp_dtype": "none", "weight_dtype": "auto",   # torch_dtype None → model config
-        "attn_impl": "sdpa", "compile": False, "loss_impl": "standard", "packing": False,
-        "seq_len": 2048, "zero_grad_set_to_none": True,
-        "lora_r": 8, "lora_alpha": 32, "lora_dropout": 0.05, "lora_targets": ["all-linear"],
-        "quant_double": True,
-    }),
+    "transformers": (
+        "transformers 5.x",
+        {
+            "micro_batch": 8,
+            "grad_accum": 1,
+            "eval_batch": 8,
+            "optimizer": "adamw_torch_fused",  # adamw_torch_fused when torch >= 2.8
+            "grad_checkpointing": False,
+            "amp_dtype": "none",
+            "weight_dtype": "auto",  # v5 loads the stored dtype
+            # no "seq_len": Trainer/TrainingArguments have no sequence length (the script's tokenization decides;
+            # resolve assumes one and says so)
+            "attn_impl": "sdpa",
+            "compile": False,
+            "loss_impl": "standard",
+            "packing": False,
+            "zero_grad_set_to_none": True,
+            "lora_r": 8,
+            "lora_alpha": 8,
+            "lora_dropout": 0.0,
+            "lora_targets": ["q", "v"],
+        },
+    ),
+    "trl": (
+        "TRL 1.x",
+        {  # defaults_for names the objective's config class
+            "micro_batch": 8,
+            "grad_accum": 1,
+            "eval_batch": 8,
+            "optimizer": "adamw_torch_fused",
+            "grad_checkpointing": True,  # since TRL 0.22
+            "amp_dtype": "bf16",  # bf16 unless fp16, since TRL 0.19
+            "weight_dtype": "fp32",  # ModelConfig.dtype help: default "float32"
+            "attn_impl": "sdpa",
+            "compile": False,
+            "loss_impl": "chunked",  # loss_type None -> "chunked_nll" since TRL 1.7
+            "packing": False,
+            "seq_len": 1024,  # max_length default 1024
+            "zero_grad_set_to_none": True,
+            "lora_r": 16,
+            "lora_alpha": 32,
+            "lora_dropout": 0.05,
+            "lora_targets": ["q", "v"],
+        },
+    ),
+    "axolotl": (
+        "axolotl 2026-07",
+        {
+            "micro_batch": 1,
+            "grad_accum": 1,
+            "optimizer": "adamw_torch_fused",
+            "grad_checkpointing": False,
+            "amp_dtype": "bf16",
+            "weight_dtype": "bf16",  # bf16: auto → model loaded in bf16
+            "attn_impl": "sdpa",
+            "compile": False,
+            "loss_impl": "standard",
+            "packing": False,
+            "seq_len": 512,
+            "zero_grad_set_to_none": True,
+            "lora_r": 8,
+            "lora_alpha": 16,
+            "lora_dropout": 0.0,
+            "lora_targets": ["q", "v"],
+            "quant_double": True,
+            "quant_storage_dtype": "bf16",
+        },
+    ),
+    "llamafactory": (
+        "LLaMA-Factory 2026-08",
+        {
+            "micro_batch": 8,
+            "grad_accum": 1,
+            "eval_batch": 8,
+            "optimizer": "adamw_torch_fused",
+            "grad_checkpointing": True,  # on unless disable_gradient_checkpointing
+            "amp_dtype": "none",
+            "weight_dtype": "auto",
+            "attn_impl": "sdpa",
+            "compile": False,
+            "loss_impl": "standard",
+            "packing": False,
+            "seq_len": 2048,  # cutoff_len (1024 before 2024-11)
+            "zero_grad_set_to_none": True,
+            "peft_method": "lora",
+            "lora_r": 8,
+            "lora_alpha": 16,
+            "lora_dropout": 0.0,
+            "lora_targets": ["all-linear"],
+            "quant_double": True,
+            # src/llamafactory/model/adapter.py (01d87b82) `init_adapter`: trainable params upcast to fp32 unless
+            # pure_bf16 / use_badam (or ZeRO-3/FSDP without quantization); hparams/finetuning_args.py:
+            # freeze_trainable_layers=2 (the last two), freeze_trainable_modules="all"
+            "trainable_fp32": True,
+            "trained_layers": 2,
+        },
+    ),
+    "torchtune": (
+        "torchtune 2026-04",
+        {
+            "micro_batch": 1,
+            "grad_accum": 1,
+            "optimizer": "torch.optim.AdamW",
+            "grad_checkpointing": False,
+            "amp_dtype": "none",
+            "weight_dtype": "bf16",
+            "attn_impl": "sdpa",
+            "compile": False,
+            "loss_impl": "standard",
+            "packing": False,
+            "seq_len": 2048,
+            "zero_grad_set_to_none": True,
+            "lora_r": 8,
+            "lora_alpha": 16,
+            "lora_dropout": 0.0,
+            "lora_targets": ["q", "v"],
+        },
+    ),
+    "litgpt": (
+        "litgpt 2026 (config_hub)",
+        {
+            # train.micro_batch_size 4; accumulation comes from global_batch_size (64) ÷ (devices × micro)
+            "micro_batch": 4,
+            "grad_accum": 1,
+            "optimizer": "torch.optim.AdamW",
+            "grad_checkpointing": False,  # on automatically under FSDP (full fine-tune, >1 device)
+            "amp_dtype": "bf16",
+            "weight_dtype": "fp32",  # precision None → "bf16-mixed" when training
+            "attn_impl": "sdpa",
+            "compile": False,
+            "loss_impl": "chunked",  # finetune scripts use chunked_cross_entropy (chunk 128)
+            "packing": False,
+            "seq_len": 2048,
+            "zero_grad_set_to_none": True,
+            "lora_r": 8,
+            "lora_alpha": 16,
+            "lora_dropout": 0.05,
+            "lora_targets": ["q", "v"],
+        },
+    ),
+    "ms-swift": (
+        "ms-swift 4.x",
+        {
+            "micro_batch": 1,
+            "grad_accum": 16,  # None → ceil(16 / micro batch / world size)
+            "eval_batch": 1,
+            "optimizer": "adamw_torch_fused",
+            "grad_checkpointing": True,
+            "amp_dtype": "none",
+            "weight_dtype": "auto",  # torch_dtype None → model config
+            "attn_impl": "sdpa",
+            "compile": False,
+            "loss_impl": "standard",
+            "packing": False,
+            "seq_len": 2048,
+            "zero_grad_set_to_none": True,
+            "lora_r": 8,
+            "lora_alpha": 32,
+            "lora_dropout": 0.05,
+            "lora_targets": ["all-linear"],
+            "quant_double": True,
+        },
+    ),
     # openrlhf/cli/train_sft.py (OpenRLHF f2afba47) and openrlhf/models/actor.py (01b8a23d): without `--bf16` the
     # model loads in the checkpoint's dtype and DeepSpeed runs in fp32; without `--flash_attn`, eager attention;
     # DeepSpeed's FusedAdam (fp32 states)
-    "openrlhf": ("OpenRLHF 0.5–0.8 (train_sft.py)", {
-        "micro_batch": 8, "grad_accum": 1, "optimizer": "adamw_torch_fused",
-        "grad_checkpointing": False, "amp_dtype": "none", "weight_dtype": "auto",
-        "attn_impl": "eager", "compile": False, "loss_impl": "standard", "packing": False,
-        "seq_len": 2048, "zero_grad_set_to_none": True,
-        "lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "lora_targets": ["all-linear"],
-    }),
+    "openrlhf": (
+        "OpenRLHF 0.5–0.8 (train_sft.py)",
+        {
+            "micro_batch": 8,
+            "grad_accum": 1,
+            "optimizer": "adamw_torch_fused",
+            "grad_checkpointing": False,
+            "amp_dtype": "none",
+            "weight_dtype": "auto",
+            "attn_impl": "eager",
+            "compile": False,
+            "loss_impl": "standard",
+            "packing": False,
+            "seq_len": 2048,
+            "zero_grad_set_to_none": True,
+            "lora_r": 8,
+            "lora_alpha": 16,
+            "lora_dropout": 0.0,
+            "lora_targets": ["all-linear"],
+        },
+    ),
     # unsloth (unslothai/unsloth 0050c73e unsloth/models/loader.py): FastLanguageModel/FastModel.from_pretrained
     # max_seq_length=2048, load_in_4bit=True, use_gradient_checkpointing="unsloth" (checkpointed hidden states offloaded
     # to the CPU: unsloth/models/_utils.py `Unsloth_Offloaded_Gradient_Checkpointer`), return_logits=False (the loss is
     # computed from the hidden states in chunks, the full logits never exist); get_peft_model r=16, lora_alpha=16,
     # lora_dropout=0 on q,k,v,o,gate,up,down; the trainer is TRL's SFTTrainer
-    "unsloth": ("unsloth 2026 (FastLanguageModel)", {
-        "micro_batch": 8, "grad_accum": 1, "eval_batch": 8, "optimizer": "adamw_torch_fused",
-        "grad_checkpointing": True, "activation_offload": True,
-        "amp_dtype": "bf16", "weight_dtype": "auto", "attn_impl": "sdpa", "compile": False,
-        "loss_impl": "fused", "packing": False, "seq_len": 2048, "zero_grad_set_to_none": True,
-        "lora_r": 16, "lora_alpha": 16, "lora_dropout": 0.0,
-        "lora_targets": ["q", "k", "v", "o", "gate", "up", "down"],
-        "quant_double": True, "quant_type": "nf4",
-    }),
+    "unsloth": (
+        "unsloth 2026 (FastLanguageModel)",
+        {
+            "micro_batch": 8,
+            "grad_accum": 1,
+            "eval_batch": 8,
+            "optimizer": "adamw_torch_fused",
+            "grad_checkpointing": True,
+            "activation_offload": True,
+            "amp_dtype": "bf16",
+            "weight_dtype": "auto",
+            "attn_impl": "sdpa",
+            "compile": False,
+            "loss_impl": "fused",
+            "packing": False,
+            "seq_len": 2048,
+            "zero_grad_set_to_none": True,
+            "lora_r": 16,
+            "lora_alpha": 16,
+            "lora_dropout": 0.0,
+            "lora_targets": ["q", "k", "v", "o", "gate", "up", "down"],
+            "quant_double": True,
+            "quant_type": "nf4",
+        },
+    ),
     # open-instruct finetune.py / dpo_tune*.py (allenai/open-instruct 00f6b60c FlatArguments; the precision and
     # ZeRO stage of the documented `accelerate launch --mixed_precision bf16 --use_deepspeed
     # --deepspeed_config_file configs/ds_configs/stage3_no_offloading_accelerate.conf`, docs/tulu3.md)
-    "open-instruct": ("open-instruct 2025 (finetune.py)", {
-        "micro_batch": 8, "grad_accum": 1, "optimizer": "adamw_torch_fused",
-        "grad_checkpointing": False, "amp_dtype": "bf16", "weight_dtype": "bf16",   # torch_dtype=torch.bfloat16
-        "attn_impl": "flash_attention_2", "compile": False, "loss_impl": "standard", "packing": False,
-        "seq_len": 2048, "zero_grad_set_to_none": True,
-        "dist_strategy": "deepspeed", "zero_stage": 3,
-        "lora_r": 64, "lora_alpha": 16, "lora_dropout": 0.1,
-        "lora_targets": ["q", "k", "v", "o", "gate", "up", "down"],
-    }),
+    "open-instruct": (
+        "open-instruct 2025 (finetune.py)",
+        {
+            "micro_batch": 8,
+            "grad_accum": 1,
+            "optimizer": "adamw_torch_fused",
+            "grad_checkpointing": False,
+            "amp_dtype": "bf16",
+            "weight_dtype": "bf16",  # torch_dtype=torch.bfloat16
+            "attn_impl": "flash_attention_2",
+            "compile": False,
+            "loss_impl": "standard",
+            "packing": False,
+            "seq_len": 2048,
+            "zero_grad_set_to_none": True,
+            "dist_strategy": "deepspeed",
+            "zero_stage": 3,
+            "lora_r": 64,
+            "lora_alpha": 16,
+            "lora_dropout": 0.1,
+            "lora_targets": ["q", "k", "v", "o", "gate", "up", "down"],
+        },
+    ),
     # verl's PPO trainer (volcengine/verl verl/workers/fsdp_workers.py, v0.4.1 and v0.7.0): the actor in fp32 under FSDP
     # mixed precision bf16, FlashAttention-2, torch.optim.AdamW, FULL_SHARD over every GPU; the per-key defaults of
     # each release are read from frameworks/schemas/verl/ by formats/verl.py, these only fill what it leaves open
-    "verl": ("verl (ppo_trainer.yaml)", {
-        "micro_batch": 1, "grad_accum": 1, "eval_batch": 1, "optimizer": "torch.optim.AdamW",
-        "grad_checkpointing": True, "amp_dtype": "bf16", "weight_dtype": "fp32",
-        "attn_impl": "flash_attention_2", "compile": False, "loss_impl": "standard", "packing": False,
-        "zero_grad_set_to_none": True, "dist_strategy": "fsdp", "zero_stage": 3,
-        "lora_r": 0, "lora_alpha": 16, "lora_dropout": 0.0, "lora_targets": ["all-linear"],
-    }),
+    "verl": (
+        "verl (ppo_trainer.yaml)",
+        {
+            "micro_batch": 1,
+            "grad_accum": 1,
+            "eval_batch": 1,
+            "optimizer": "torch.optim.AdamW",
+            "grad_checkpointing": True,
+            "amp_dtype": "bf16",
+            "weight_dtype": "fp32",
+            "attn_impl": "flash_attention_2",
+            "compile": False,
+            "loss_impl": "standard",
+            "packing": False,
+            "zero_grad_set_to_none": True,
+            "dist_strategy": "fsdp",
+            "zero_stage": 3,
+            "lora_r": 0,
+            "lora_alpha": 16,
+            "lora_dropout": 0.0,
+            "lora_targets": ["all-linear"],
+        },
+    ),
     # torchtitan's JobConfig (pytorch/torchtitan torchtitan/config/job_config.py at v0.2.2, 73a0e697; the same values
     # in torchtitan/config_manager.py at v0.1.0): training.local_batch_size 8, seq_len 2048, mixed_precision_param
     # "bfloat16" over the fp32 parameters it builds (FSDP2 MixedPrecisionPolicy, no autocast), optimizer "AdamW" with
     # implementation "fused", compile.enable False, activation_checkpoint mode "selective" with selective_ac_option
     # "2" (every second block checkpointed); its datasets fill every sample to seq_len and its Llama attention is
     # causal SDPA; train.py computes the loss on the logits and deletes them before backward ("del pred")
-    "torchtitan": ("torchtitan 0.1–0.2 (JobConfig)", {
-        "micro_batch": 8, "grad_accum": 1, "seq_len": 2048, "optimizer": "torch.optim.AdamW",
-        "optimizer_impl": "fused",
-        "grad_checkpointing": True,                 # of every second block: formats/torchtitan.py sets how many
-        "amp_dtype": "bf16", "weight_dtype": "fp32", "fsdp_mixed_precision": True,
-        "attn_impl": "sdpa", "compile": False, "loss_impl": "standard", "packing": True,
-        "zero_grad_set_to_none": True, "objective": "pretrain",
-    }),
+    "torchtitan": (
+        "torchtitan 0.1–0.2 (JobConfig)",
+        {
+            "micro_batch": 8,
+            "grad_accum": 1,
+            "seq_len": 2048,
+            "optimizer": "torch.optim.AdamW",
+            "optimizer_impl": "fused",
+            "grad_checkpointing": True,  # of every second block: formats/torchtitan.py sets how many
+            "amp_dtype": "bf16",
+            "weight_dtype": "fp32",
+            "fsdp_mixed_precision": True,
+            "attn_impl": "sdpa",
+            "compile": False,
+            "loss_impl": "standard",
+            "packing": True,
+            "zero_grad_set_to_none": True,
+            "objective": "pretrain",
+        },
+    ),
     # Megatron-LM's own defaults for pretrain_*.py (NVIDIA/Megatron-LM core_v0.15.0 0d7e02bd megatron/training/
     # arguments.py): no --bf16/--fp16 trains in fp32 (`args.params_dtype = torch.float`); `--optimizer adam` is
     # Transformer Engine's (or apex's) FusedAdam in AdamW mode (megatron/core/optimizer/__init__.py); recompute,
     # sequence parallelism and the distributed optimizer are off; `--attention-backend auto` picks a fused kernel;
     # the global batch defaults to micro batch × DP (no accumulation). `--micro-batch-size` and `--seq-length` have
     # no default (validate_args asserts them: formats/megatron.py says so); 1 stands for the first
-    "megatron": ("Megatron-LM core_v0.15.0 (arguments.py)", {
-        "micro_batch": 1, "grad_accum": 1, "optimizer": "adamw_apex_fused",
-        "grad_checkpointing": False, "amp_dtype": "none", "weight_dtype": "fp32",
-        "attn_impl": "sdpa", "compile": False, "loss_impl": "standard", "packing": False,
-        "zero_grad_set_to_none": True, "dist_strategy": "megatron", "distributed_optimizer": False,
-        "sequence_parallel": False, "objective": "pretrain",
-    }),
+    "megatron": (
+        "Megatron-LM core_v0.15.0 (arguments.py)",
+        {
+            "micro_batch": 1,
+            "grad_accum": 1,
+            "optimizer": "adamw_apex_fused",
+            "grad_checkpointing": False,
+            "amp_dtype": "none",
+            "weight_dtype": "fp32",
+            "attn_impl": "sdpa",
+            "compile": False,
+            "loss_impl": "standard",
+            "packing": False,
+            "zero_grad_set_to_none": True,
+            "dist_strategy": "megatron",
+            "distributed_optimizer": False,
+            "sequence_parallel": False,
+            "objective": "pretrain",
+        },
+    ),
     # Megatron-SWIFT's `megatron sft|pt|rlhf` (modelscope/ms-swift v3.12.6 8773ecd0 swift/megatron/argument/
     # megatron_args.py; the same values in v4.5.2 ff512877 swift/megatron/arguments/): micro_batch_size 1,
     # global_batch_size 16 (formats/megatron.py), recompute_granularity "selective" of `core_attn`,
     # attention_backend "flash", optimizer "adam", use_distributed_optimizer True; bf16/fp16 None → ms-swift's
     # `_init_mixed_precision`: bf16 for a bf16 checkpoint (fp16 for fp16/fp32 ones); LoRA rank 8, alpha 32, dropout
     # 0.05 on all-linear
-    "megatron-swift": ("ms-swift 3.12–4.5 Megatron-SWIFT (megatron_args.py)", {
-        "micro_batch": 1, "optimizer": "adamw_apex_fused",
-        "grad_checkpointing": False, "selective_recompute": "core_attention",
-        "amp_dtype": "bf16", "weight_dtype": "bf16",
-        "attn_impl": "sdpa", "compile": False, "loss_impl": "standard", "packing": False,
-        "zero_grad_set_to_none": True, "dist_strategy": "megatron", "distributed_optimizer": True,
-        "sequence_parallel": False,
-        "lora_r": 8, "lora_alpha": 32, "lora_dropout": 0.05, "lora_targets": ["all-linear"],
-    }),
-    "custom": ("plain PyTorch loop", {
-        "micro_batch": 1, "grad_accum": 1, "optimizer": "torch.optim.AdamW",
-        "grad_checkpointing": False, "amp_dtype": "none", "weight_dtype": "bf16",
-        "attn_impl": "sdpa", "compile": False, "loss_impl": "standard", "packing": False,
-        "zero_grad_set_to_none": True,                # no "seq_len": the loop's data decides (as transformers)
-        "lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "lora_targets": ["q", "v"],
-    }),
+    "megatron-swift": (
+        "ms-swift 3.12–4.5 Megatron-SWIFT (megatron_args.py)",
+        {
+            "micro_batch": 1,
+            "optimizer": "adamw_apex_fused",
+            "grad_checkpointing": False,
+            "selective_recompute": "core_attention",
+            "amp_dtype": "bf16",
+            "weight_dtype": "bf16",
+            "attn_impl": "sdpa",
+            "compile": False,
+            "loss_impl": "standard",
+            "packing": False,
+            "zero_grad_set_to_none": True,
+            "dist_strategy": "megatron",
+            "distributed_optimizer": True,
+            "sequence_parallel": False,
+            "lora_r": 8,
+            "lora_alpha": 32,
+            "lora_dropout": 0.05,
+            "lora_targets": ["all-linear"],
+        },
+    ),
+    "custom": (
+        "plain PyTorch loop",
+        {
+            "micro_batch": 1,
+            "grad_accum": 1,
+            "optimizer": "torch.optim.AdamW",
+            "grad_checkpointing": False,
+            "amp_dtype": "none",
+            "weight_dtype": "bf16",
+            "attn_impl": "sdpa",
+            "compile": False,
+            "loss_impl": "standard",
+            "packing": False,
+            "zero_grad_set_to_none": True,  # no "seq_len": the loop's data decides (as transformers)
+            "lora_r": 8,
+            "lora_alpha": 16,
+            "lora_dropout": 0.0,
+            "lora_targets": ["q", "v"],
+        },
+    ),
 }
 
 # How each framework runs the step, beyond defaults of keys.
@@ -192,9 +398,17 @@ BEHAVIOUR: dict[str, dict] = {
     # computes q, k, v with one linear (`CausalSelfAttention.qkv`, LoRA: `LoRAQKVLinear` with `zero_pad`), runs
     # attention without a mask (causal SDPA), and Fabric hands the (chunked) logits back cast to fp32
     # (`_FabricModule.forward` → `precision.convert_output`: float outputs to `torch.get_default_dtype()`)
-    "litgpt": {"adapter_fp32": False, "kbit_upcast": False, "keep_logits": False, "attn_mask": False,
-               "quant_lm_head": True, "separate_lm_head": True, "quant_dequant_fp16": True, "fused_qkv": True,
-               "logits_fp32": True},
+    "litgpt": {
+        "adapter_fp32": False,
+        "kbit_upcast": False,
+        "keep_logits": False,
+        "attn_mask": False,
+        "quant_lm_head": True,
+        "separate_lm_head": True,
+        "quant_dequant_fp16": True,
+        "fused_qkv": True,
+        "logits_fp32": True,
+    },
     "ms-swift": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": False},
     # OpenRLHF never calls prepare_model_for_kbit_training; under 4-bit it casts the LoRA layers to bf16 (actor.py)
     "openrlhf": {"adapter_fp32": True, "kbit_upcast": False, "keep_logits": False},
@@ -202,8 +416,13 @@ BEHAVIOUR: dict[str, dict] = {
     # leaves the embedding, norms and LM head in the 16-bit load dtype; its attention runs causal kernels without a
     # materialised 4-D mask (unsloth/models/llama.py `LlamaAttention_fast_forward`); its LoRA kernels
     # (unsloth/kernels/fast_lora.py `LoRA_MLP`, `LoRA_QKV`, `LoRA_W`) keep only the 16-bit inputs and the gate/up outputs
-    "unsloth": {"adapter_fp32": True, "kbit_upcast": False, "keep_logits": False, "attn_mask": False,
-                "fused_lora": True},
+    "unsloth": {
+        "adapter_fp32": True,
+        "kbit_upcast": False,
+        "keep_logits": False,
+        "attn_mask": False,
+        "fused_lora": True,
+    },
     # open-instruct's accelerate loop holds `outputs` (the logits) until the next step
     "open-instruct": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": True},
     "custom": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": True},
@@ -227,9 +446,20 @@ REWARD_MODEL_WHEN_NAMED = frozenset({"llamafactory", "verl"})
 # TRL's config class of each objective (trl 1.16: trl/trainer/*_config.py; ORPO, CPO, PPO, online DPO and GKD in
 # trl/experimental/): the label of the defaults applied names the objective's own class
 TRL_CONFIG_CLASSES = {
-    "sft": "SFTConfig", "pretrain": "SFTConfig", "dpo": "DPOConfig", "kto": "KTOConfig", "orpo": "ORPOConfig",
-    "cpo": "CPOConfig", "simpo": "CPOConfig", "rm": "RewardConfig", "ppo": "PPOConfig", "grpo": "GRPOConfig",
-    "rloo": "RLOOConfig", "online-dpo": "OnlineDPOConfig", "gkd": "GKDConfig", "kd": "GKDConfig",
+    "sft": "SFTConfig",
+    "pretrain": "SFTConfig",
+    "dpo": "DPOConfig",
+    "kto": "KTOConfig",
+    "orpo": "ORPOConfig",
+    "cpo": "CPOConfig",
+    "simpo": "CPOConfig",
+    "rm": "RewardConfig",
+    "ppo": "PPOConfig",
+    "grpo": "GRPOConfig",
+    "rloo": "RLOOConfig",
+    "online-dpo": "OnlineDPOConfig",
+    "gkd": "GKDConfig",
+    "kd": "GKDConfig",
 }
 
 
@@ -238,17 +468,38 @@ TRL_CONFIG_CLASSES = {
 # defined wins. A literal default there replaces the hand-written one above; an argument whose default is computed at
 # run time (None in the dump: TRL 0.12's `max_seq_length`, ms-swift 3.x's `max_length`) keeps the hand-written value.
 DUMPED_DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
-    "transformers": {"micro_batch": ("per_device_train_batch_size",), "eval_batch": ("per_device_eval_batch_size",),
-                     "grad_accum": ("gradient_accumulation_steps",), "grad_checkpointing": ("gradient_checkpointing",)},
-    "trl": {"seq_len": ("max_length", "max_seq_length"), "grad_checkpointing": ("gradient_checkpointing",),
-            "packing": ("packing",), "micro_batch": ("per_device_train_batch_size",),
-            "eval_batch": ("per_device_eval_batch_size",), "grad_accum": ("gradient_accumulation_steps",)},
-    "llamafactory": {"seq_len": ("cutoff_len",), "lora_r": ("lora_rank",), "lora_dropout": ("lora_dropout",),
-                     "trained_layers": ("freeze_trainable_layers",)},
-    "axolotl": {"seq_len": ("sequence_len",), "micro_batch": ("micro_batch_size",),
-                "grad_accum": ("gradient_accumulation_steps",)},
-    "ms-swift": {"seq_len": ("max_length",), "micro_batch": ("per_device_train_batch_size", "batch_size"),
-                 "lora_r": ("lora_rank",), "lora_alpha": ("lora_alpha",), "lora_dropout": ("lora_dropout",)},
+    "transformers": {
+        "micro_batch": ("per_device_train_batch_size",),
+        "eval_batch": ("per_device_eval_batch_size",),
+        "grad_accum": ("gradient_accumulation_steps",),
+        "grad_checkpointing": ("gradient_checkpointing",),
+    },
+    "trl": {
+        "seq_len": ("max_length", "max_seq_length"),
+        "grad_checkpointing": ("gradient_checkpointing",),
+        "packing": ("packing",),
+        "micro_batch": ("per_device_train_batch_size",),
+        "eval_batch": ("per_device_eval_batch_size",),
+        "grad_accum": ("gradient_accumulation_steps",),
+    },
+    "llamafactory": {
+        "seq_len": ("cutoff_len",),
+        "lora_r": ("lora_rank",),
+        "lora_dropout": ("lora_dropout",),
+        "trained_layers": ("freeze_trainable_layers",),
+    },
+    "axolotl": {
+        "seq_len": ("sequence_len",),
+        "micro_batch": ("micro_batch_size",),
+        "grad_accum": ("gradient_accumulation_steps",),
+    },
+    "ms-swift": {
+        "seq_len": ("max_length",),
+        "micro_batch": ("per_device_train_batch_size", "batch_size"),
+        "lora_r": ("lora_rank",),
+        "lora_alpha": ("lora_alpha",),
+        "lora_dropout": ("lora_dropout",),
+    },
 }
 
 
@@ -281,7 +532,9 @@ def run_version(framework: str, settings=None) -> str | None:
     return None
 
 
-def _dumped(framework: str, objective: str | None, version: str | None, hand: dict, settings=None) -> tuple[dict, dict[str, str]]:
+def _dumped(
+    framework: str, objective: str | None, version: str | None, hand: dict, settings=None
+) -> tuple[dict, dict[str, str]]:
     """The literal defaults the framework's dump at `version` holds for DUMPED_DEFAULTS, with their provenance text
     ("TRL 1.16.0 (SFTConfig.max_length)")."""
     from vramlens.frameworks import recognise, schemas
@@ -335,8 +588,9 @@ def defaults_for(framework: str | None, objective: str | None = None, settings=N
 
 # Frameworks whose step runs transformers' own model classes and loss (their version-dependent choices apply:
 # knowledge/versions.py); torchtune, litgpt, torchtitan and Megatron build their own models.
-HF_MODEL_FRAMEWORKS = frozenset(k for k in BEHAVIOUR if k not in ("torchtune", "litgpt", "torchtitan", "megatron",
-                                                                   "megatron-swift"))
+HF_MODEL_FRAMEWORKS = frozenset(
+    k for k in BEHAVIOUR if k not in ("torchtune", "litgpt", "torchtitan", "megatron", "megatron-swift")
+)
 
 # Frameworks whose step is transformers' Trainer (or a subclass): under FSDP it wraps a LoRA model's adapter linears
 # in units of their own (transformers trainer.py `_fsdp_qlora_plugin_updates`: peft `fsdp_auto_wrap_policy`) and
@@ -415,7 +669,7 @@ def swift_model_type(name: str) -> dict | None:
 
         path = Path(__file__).with_name("data") / "ms_swift_model_types.json"
         types = json.loads(path.read_text(encoding="utf-8"))["types"]
-        _SWIFT_MODEL_TYPES = {k.lower(): v for k, v in types.items()}     # ms-swift compares them as written
+        _SWIFT_MODEL_TYPES = {k.lower(): v for k, v in types.items()}  # ms-swift compares them as written
     return _SWIFT_MODEL_TYPES.get(name.strip().lower()) if isinstance(name, str) else None
 
 
@@ -450,8 +704,12 @@ def swift_hub_id(modelscope_id: str) -> str | None:
 # and samsum build an InstructDataset with `max_seq_len=None`: no truncation). From 0.3.0 the length is the
 # tokenizer's `max_seq_len` and these components moved from `torchtune.utils.` to `torchtune.training.`
 # (v0.3.0 651a7300 recipes/configs: `torchtune.training.FullModelHFCheckpointer`).
-TORCHTUNE_02_DATASET_SEQ_LEN = {"alpaca_dataset": 512, "alpaca_cleaned_dataset": 512, "slimorca_dataset": 1024,
-                                "stack_exchanged_paired_dataset": 1024}
+TORCHTUNE_02_DATASET_SEQ_LEN = {
+    "alpaca_dataset": 512,
+    "alpaca_cleaned_dataset": 512,
+    "slimorca_dataset": 1024,
+    "stack_exchanged_paired_dataset": 1024,
+}
 TORCHTUNE_02_LABEL = "torchtune 0.1–0.2 (v0.1.1 02847ec4, v0.2.1 83557aa9)"
 
 

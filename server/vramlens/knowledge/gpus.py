@@ -9,6 +9,7 @@ A string is reduced to (model, memory, form): vendor words (NVIDIA, Tesla, GeFor
 technology (HBM3, GDDR6) are dropped, "40GB"/"40G"/"40GiB" becomes the memory, SXM is the default form and
 "PCIe"/"NVL" are kept. Catalog aliases are reduced the same way, so spellings need not be listed one by one.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -30,8 +31,9 @@ _COUNT_LAST = re.compile(r"^(.*\S)(?:\s+[x×]\s*|\s*\*\s*)(\d{1,4})\s*$", re.IGN
 _MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*(?:gib|gb|g)\b")
 _FORM = re.compile(r"^(pcie|nvl)\d*$")
 _VENDOR_WORDS = frozenset({"nvidia", "tesla", "geforce", "amd", "instinct", "radeon", "gpu", "gpus"})
-_DROP_WORDS = frozenset({"hbm2", "hbm2e", "hbm3", "hbm3e", "gddr6", "gddr6x", "gddr7", "generation",
-                         "sxm", "sxm2", "sxm3", "sxm4", "sxm5"})
+_DROP_WORDS = frozenset(
+    {"hbm2", "hbm2e", "hbm3", "hbm3e", "gddr6", "gddr6x", "gddr7", "generation", "sxm", "sxm2", "sxm3", "sxm4", "sxm5"}
+)
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ def _parse(text: str) -> Key:
     memory: float | None = None
     if m := _MEMORY.search(s):
         memory = float(m.group(1))
-        s = s[: m.start()] + " " + s[m.end():]
+        s = s[: m.start()] + " " + s[m.end() :]
     model, form = [], ""
     for token in re.split(r"[^a-z0-9.]+", s):
         if not token or token in _VENDOR_WORDS or token in _DROP_WORDS:
@@ -70,9 +72,9 @@ def _parse(text: str) -> Key:
 @dataclass(frozen=True)
 class _Index:
     by_key: dict[Key, GpuSpec]
-    defaults: dict[str, tuple[GpuSpec, str | None]]   # model key -> (spec, note) when no memory/form given
+    defaults: dict[str, tuple[GpuSpec, str | None]]  # model key -> (spec, note) when no memory/form given
     by_name: dict[str, GpuSpec]
-    spellings: dict[str, str]                          # lower-case alias -> canonical name (did-you-mean)
+    spellings: dict[str, str]  # lower-case alias -> canonical name (did-you-mean)
 
 
 @functools.cache
@@ -139,15 +141,21 @@ def _resolve(name: str, count: int) -> GpuMatch | None:
     if not model:
         if memory is None:
             return None
-        return GpuMatch(_generic(memory), count,
-                        f"'{name.strip()}' names only a memory size: assumed a bf16-capable GPU of {memory:g} GiB")
+        return GpuMatch(
+            _generic(memory),
+            count,
+            f"'{name.strip()}' names only a memory size: assumed a bf16-capable GPU of {memory:g} GiB",
+        )
     for key in ((model, memory, form), (model, memory, "")):
         if spec := index.by_key.get(key):
             return GpuMatch(spec, count)
     if memory is not None and (sized := _variant_with_memory(index, model, memory)) is not None:
         # the memory a name states picks the variant ("H100 SXM 96GB" is the 96 GB card, not the 80 GB SXM default)
-        note = None if not form else f"no {name.strip()!r} is known; used {sized.name}, the {model.upper()} " \
-                                     f"with {memory:g} GB"
+        note = (
+            None
+            if not form
+            else f"no {name.strip()!r} is known; used {sized.name}, the {model.upper()} with {memory:g} GB"
+        )
         return GpuMatch(sized, count, note)
     if (spec := index.by_key.get((model, None, form))) and (memory is None or memory == spec.memory_gib):
         return GpuMatch(spec, count)
@@ -188,6 +196,7 @@ def suggest_gpu(text: str, limit: int = 3) -> list[str]:
 # that bytes shown in GiB (a peak's verdict, `vramlens check`) read as the figure does, and `usable_text` shows it
 # with one decimal rounding a tie up (79.15 → "79.2", as the bytes read): a float's own rounding would show 79.15 as
 # 79.2 but 94.85 as 94.8, its binary value lying just above or below.
+
 
 def usable_bytes(spec: GpuSpec) -> int:
     """The GPU's usable memory in bytes (the catalog's GiB figure, rounded up to a byte)."""

@@ -5,6 +5,7 @@ Layout (huggingface_hub): `<cache>/models--<org>--<name>/refs/main` holds the co
 directory is `$HF_HUB_CACHE`, else the legacy `$HUGGINGFACE_HUB_CACHE`, else `$HF_HOME/hub`, else
 `$XDG_CACHE_HOME/huggingface/hub`, else `~/.cache/huggingface/hub`; all that exist are searched in that order.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,9 +51,9 @@ def _repo_dir(cache: Path, repo_id: str) -> Path | None:
     try:
         if exact.is_dir():
             return exact
-    except OSError:             # a name the file system cannot hold (ENAMETOOLONG) is in no cache
+    except OSError:  # a name the file system cannot hold (ENAMETOOLONG) is in no cache
         return None
-    wanted = folder.lower()   # hub ids are case-insensitive; the cache keeps the spelling first used
+    wanted = folder.lower()  # hub ids are case-insensitive; the cache keeps the spelling first used
     try:
         for entry in os.scandir(cache):
             if entry.name.lower() == wanted and entry.is_dir():
@@ -80,8 +81,11 @@ def _snapshot_config(repo: Path) -> Path | None:
 def cached_config_path(repo_id: str) -> Path | None:
     """Path of `config.json` for hub id `org/name` in the local cache, or None (never downloads)."""
     repo_id = repo_id.strip().strip("/")
-    if repo_id.count("/") != 1 or any(part in ("", ".", "..") for part in repo_id.split("/")) \
-            or len(repo_id.split("/")[1]) > MAX_REPO_NAME_CHARS:
+    if (
+        repo_id.count("/") != 1
+        or any(part in ("", ".", "..") for part in repo_id.split("/"))
+        or len(repo_id.split("/")[1]) > MAX_REPO_NAME_CHARS
+    ):
         return None
     for cache in hub_cache_dirs():
         if (repo := _repo_dir(cache, repo_id)) and (config := _snapshot_config(repo)):

@@ -24,6 +24,7 @@ up to MAX_CONFIG_BYTES. The status and `X-Error-Code` answers are read as huggin
 Each repository is asked at most once per process: answers, refusals included, are kept in `_ANSWERS` (a
 failure to reach the Hub for RETRY_S only).
 """
+
 from __future__ import annotations
 
 import logging
@@ -54,7 +55,7 @@ DEADLINE_S = 20.0
 # huggingface_hub's repo-id rule (utils/_validators.py `REPO_ID_REGEX`): `namespace/name`, word characters,
 # `-`, `_` and `.`, no `--` or `..`, at most 96 characters.
 _REPO_ID = re.compile(r"^[\w\-.]{1,96}/[\w\-.]{1,96}$")
-_COMMIT = re.compile(r"[0-9a-f]{40}")     # `X-Repo-Commit` (constants.HUGGINGFACE_HEADER_X_REPO_COMMIT): a git sha
+_COMMIT = re.compile(r"[0-9a-f]{40}")  # `X-Repo-Commit` (constants.HUGGINGFACE_HEADER_X_REPO_COMMIT): a git sha
 _TRUE = {"1", "on", "yes", "true"}
 
 
@@ -75,8 +76,8 @@ class HubAnswer:
 PENDING = HubAnswer(pending=True)
 HubLookup = Callable[[str], HubAnswer]
 
-RETRY_S = 300.0          # a failure to reach the Hub is asked again after this long (an answer is kept for good)
-_ANSWERS: dict[str, tuple[HubAnswer, float | None]] = {}    # repo id → (answer, when it expires; None: never)
+RETRY_S = 300.0  # a failure to reach the Hub is asked again after this long (an answer is kept for good)
+_ANSWERS: dict[str, tuple[HubAnswer, float | None]] = {}  # repo id → (answer, when it expires; None: never)
 _LOCK = threading.Lock()
 
 
@@ -145,10 +146,12 @@ def _download(repo_id: str) -> HubAnswer:
         return _refusal(repo_id, reply.status, reply.headers.get("X-Error-Code"))
     except _NoFile as exc:
         return exc.answer
-    except (OSError, http.client.HTTPException, ValueError) as exc:   # URLError and socket errors are OSErrors
+    except (OSError, http.client.HTTPException, ValueError) as exc:  # URLError and socket errors are OSErrors
         if deadline.expired:
-            return HubAnswer(problem=f"the Hugging Face Hub did not send `{repo_id}`'s config.json within "
-                                     f"{DEADLINE_S:g} s", transient=True)
+            return HubAnswer(
+                problem=f"the Hugging Face Hub did not send `{repo_id}`'s config.json within {DEADLINE_S:g} s",
+                transient=True,
+            )
         log.info("Hub lookup of %s failed: %s", repo_id, exc)
         return HubAnswer(problem=f"the Hugging Face Hub could not be reached ({_why(exc)})", transient=True)
     finally:
@@ -178,12 +181,13 @@ def _refusal(repo_id: str, status: int, code: str | None) -> HubAnswer:
         return HubAnswer(problem=f"`{repo_id}` is not a model on the Hugging Face Hub")
     if status == 403:
         return HubAnswer(problem=_access_problem(repo_id, gated=True))
-    return HubAnswer(problem=f"the Hugging Face Hub answered HTTP {status} for `{repo_id}`",
-                     transient=status == 429 or status >= 500)
+    return HubAnswer(
+        problem=f"the Hugging Face Hub answered HTTP {status} for `{repo_id}`", transient=status == 429 or status >= 500
+    )
 
 
 def _why(exc: BaseException) -> str:
-    reason = getattr(exc, "reason", None)          # urllib.error.URLError wraps the socket error
+    reason = getattr(exc, "reason", None)  # urllib.error.URLError wraps the socket error
     inner = reason if isinstance(reason, BaseException) else exc
     return getattr(inner, "strerror", None) or str(inner) or type(inner).__name__
 
@@ -199,12 +203,17 @@ def _get(endpoint: str, repo_id: str, filename: str, deadline):
 
     url = f"{endpoint}/{urllib.parse.quote(repo_id, safe='/')}/resolve/main/{filename}"
     try:
-        return hub_http.get(url, _token(), f"vramlens/{__version__}", deadline, MAX_CONFIG_BYTES,
-                            want=("X-Error-Code", "X-Repo-Commit"))
+        return hub_http.get(
+            url, _token(), f"vramlens/{__version__}", deadline, MAX_CONFIG_BYTES, want=("X-Error-Code", "X-Repo-Commit")
+        )
     except hub_http.TooLarge:
-        raise _NoFile(HubAnswer(problem=f"`{repo_id}`'s {filename} on the Hugging Face Hub is larger than "
-                                        f"{MAX_CONFIG_BYTES // (1024 * 1024)} MiB, which no model config is; "
-                                        f"it was not downloaded")) from None
+        raise _NoFile(
+            HubAnswer(
+                problem=f"`{repo_id}`'s {filename} on the Hugging Face Hub is larger than "
+                f"{MAX_CONFIG_BYTES // (1024 * 1024)} MiB, which no model config is; "
+                f"it was not downloaded"
+            )
+        ) from None
 
 
 def _store(repo_id: str, filename: str, reply, endpoint: str) -> Path:
@@ -212,17 +221,26 @@ def _store(repo_id: str, filename: str, reply, endpoint: str) -> Path:
     as huggingface_hub stores it where symlinks are unavailable, file_download.py `_create_symlink`), whole or not
     at all. Raises _NoFile."""
     commit = reply.headers.get("X-Repo-Commit", "")
-    if not _COMMIT.fullmatch(commit):          # huggingface_hub refuses such an answer too (FileMetadataError)
-        raise _NoFile(HubAnswer(problem=f"{endpoint} answered for `{repo_id}`'s {filename} without a commit "
-                                        f"(X-Repo-Commit): it does not look like a Hugging Face Hub"))
+    if not _COMMIT.fullmatch(commit):  # huggingface_hub refuses such an answer too (FileMetadataError)
+        raise _NoFile(
+            HubAnswer(
+                problem=f"{endpoint} answered for `{repo_id}`'s {filename} without a commit "
+                f"(X-Repo-Commit): it does not look like a Hugging Face Hub"
+            )
+        )
     repo = default_hub_cache() / ("models--" + repo_id.replace("/", "--"))
     target = repo / "snapshots" / commit / filename
     try:
         _write_whole(target, reply.body)
         _write_whole(repo / "refs" / "main", commit.encode())
     except OSError as exc:
-        raise _NoFile(HubAnswer(problem=f"`{repo_id}`'s {filename} could not be written to the Hugging Face "
-                                        f"cache ({exc.strerror or exc})", transient=True)) from None
+        raise _NoFile(
+            HubAnswer(
+                problem=f"`{repo_id}`'s {filename} could not be written to the Hugging Face "
+                f"cache ({exc.strerror or exc})",
+                transient=True,
+            )
+        ) from None
     return target
 
 
@@ -248,8 +266,9 @@ def _token() -> str | None:
         return None
     token = env.get("HF_TOKEN") or env.get("HUGGING_FACE_HUB_TOKEN")
     if not token:
-        home = env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
-                                                   "huggingface")
+        home = env.get("HF_HOME") or os.path.join(
+            env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
+        )
         path = os.path.expanduser(env.get("HF_TOKEN_PATH") or os.path.join(home, "token"))
         try:
             from vramlens import file_access
@@ -281,10 +300,11 @@ def _access_problem(repo_id: str, gated: bool) -> str:
     token = _token()
     kind = "gated" if gated else "private or gated"
     if token is None:
-        return (f"`{repo_id}` is {kind} on the Hugging Face Hub: log in with `huggingface-cli login` or set "
-                f"HF_TOKEN")
-    return (f"`{repo_id}` is {kind} on the Hugging Face Hub and the token in use has no access: request access "
-            f"on the model's page, or use a token of an account that has it")
+        return f"`{repo_id}` is {kind} on the Hugging Face Hub: log in with `huggingface-cli login` or set HF_TOKEN"
+    return (
+        f"`{repo_id}` is {kind} on the Hugging Face Hub and the token in use has no access: request access "
+        f"on the model's page, or use a token of an account that has it"
+    )
 
 
 class BackgroundLookups:
@@ -300,7 +320,7 @@ class BackgroundLookups:
     def __call__(self, repo_id: str) -> HubAnswer:
         repo_id = repo_id.strip()
         if offline_reason() is not None:
-            return fetch_config(repo_id)           # answers at once, without a thread
+            return fetch_config(repo_id)  # answers at once, without a thread
         known = _known(repo_id)
         if known is not None:
             return known

@@ -1,6 +1,7 @@
 """One bounded HTTP GET for the Hub lookup (`knowledge.hub`), with the standard library: a total deadline over
 every connection it opens, a cap on the body, redirects to http(s) only and the token kept for the same host.
 Imported only when a lookup happens (urllib.request and ssl take ~0.1 s to import)."""
+
 from __future__ import annotations
 
 import socket
@@ -11,7 +12,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
-CONNECT_S = 3.0          # one TCP connection (a machine without a network is told at once)
+CONNECT_S = 3.0  # one TCP connection (a machine without a network is told at once)
 _CHUNK = 64 * 1024
 
 
@@ -28,8 +29,9 @@ class Reply:
     """The body of a 2xx answer (at most the cap); empty for any other status."""
 
 
-def get(url: str, token: str | None, user_agent: str, deadline: "Deadline", max_bytes: int,
-        want: tuple[str, ...] = ()) -> Reply:
+def get(
+    url: str, token: str | None, user_agent: str, deadline: "Deadline", max_bytes: int, want: tuple[str, ...] = ()
+) -> Reply:
     """GET `url`. Redirects are followed (the Hub answers a renamed repository with one). Raises TooLarge,
     OSError (no connection; TimeoutError once the deadline has passed) or http.client.HTTPException."""
     request = urllib.request.Request(url, headers={"User-Agent": user_agent})
@@ -39,7 +41,7 @@ def get(url: str, token: str | None, user_agent: str, deadline: "Deadline", max_
     opener = urllib.request.build_opener(_Http(deadline), _Https(deadline), redirects)
     try:
         response = opener.open(request, timeout=max(deadline.left(), 0.001))
-    except urllib.error.HTTPError as err:        # 4xx/5xx: the status and headers are what is wanted
+    except urllib.error.HTTPError as err:  # 4xx/5xx: the status and headers are what is wanted
         err.close()
         return Reply(err.code, {k: err.headers[k] for k in want if err.headers.get(k)})
     with response:

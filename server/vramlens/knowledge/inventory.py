@@ -7,6 +7,7 @@ its number of occurrences as formulas of config fields (sums of products), or th
 it (a `layer_types` list, a list of layer indices, a period and offset, the first k layers). Nothing here imports
 torch or transformers; the data is plain JSON.
 """
+
 from __future__ import annotations
 
 import functools
@@ -29,7 +30,7 @@ class Built:
     total: int
     by_kind: tuple[tuple[str, int], ...]
     layer_kinds: tuple[tuple[str, int], ...]
-    approximate: str          # "" when every quantity followed its formula; else what did not
+    approximate: str  # "" when every quantity followed its formula; else what did not
     source: str
 
 
@@ -104,9 +105,13 @@ def _falcon_h1(config: Mapping[str, Any]) -> dict:
 
 # Canonical field -> the older spellings transformers' config classes read as it (their `attribute_map`: GPT-2,
 # BLOOM, GPT-BigCode, GPT-J, T5 configs in transformers 5.24)
-_ALIASES = {"hidden_size": ("n_embd", "n_embed", "d_model"), "num_hidden_layers": ("n_layer", "num_layers"),
-            "num_attention_heads": ("n_head", "num_heads"), "max_position_embeddings": ("n_positions",),
-            "intermediate_size": ("n_inner",)}
+_ALIASES = {
+    "hidden_size": ("n_embd", "n_embed", "d_model"),
+    "num_hidden_layers": ("n_layer", "num_layers"),
+    "num_attention_heads": ("n_head", "num_heads"),
+    "max_position_embeddings": ("n_positions",),
+    "intermediate_size": ("n_inner",),
+}
 
 
 # model_type -> how its config class reads a config.json where that is not a size formula
@@ -126,14 +131,14 @@ def build(config: Mapping[str, Any], model_type: str) -> Built | None:
     missing = []
     for field, (tiny, default) in inv["fields"].items():
         v = _lookup(config, field)
-        for alias in _ALIASES.get(field, ()):    # older spellings the config classes map (`attribute_map`)
+        for alias in _ALIASES.get(field, ()):  # older spellings the config classes map (`attribute_map`)
             if not _number(v):
                 v = _lookup(config, alias)
         if not _number(v):
             missing.append(field)
             v = default if _number(default) else tiny
         values[field] = v
-    for field in missing:     # computed by the config class from other fields (Mamba: expand · hidden_size)
+    for field in missing:  # computed by the config class from other fields (Mamba: expand · hidden_size)
         terms = inv.get("derived", {}).get(field)
         if terms and all(f in values for _, exps in terms for f in exps):
             values[field] = _eval(terms, values)
@@ -160,8 +165,11 @@ def build(config: Mapping[str, Any], model_type: str) -> Built | None:
 
     def count(entry: Mapping[str, Any]) -> float | None:
         per = entry.get("per", 1)
-        moved = [f for f in entry.get("rule_fixed", ()) if _number(_lookup(config, f))
-                 and _lookup(config, f) != inv["fields"].get(f, [None])[0]]
+        moved = [
+            f
+            for f in entry.get("rule_fixed", ())
+            if _number(_lookup(config, f)) and _lookup(config, f) != inv["fields"].get(f, [None])[0]
+        ]
         if moved:
             notes.append(f"{', '.join(moved)} also moves the layers of {entry.get('p', 'a kind')}")
         if "where" in entry:
@@ -169,8 +177,14 @@ def build(config: Mapping[str, Any], model_type: str) -> Built | None:
             listed = _lookup(config, field)
             if isinstance(listed, list):
                 return per * sum(1 for v in listed if v in chosen)
-        rule = next((k for k in ("where_in", "where_not_in", "where_every", "where_every_not", "where_below",
-                                 "where_from") if k in entry), None)
+        rule = next(
+            (
+                k
+                for k in ("where_in", "where_not_in", "where_every", "where_every_not", "where_below", "where_from")
+                if k in entry
+            ),
+            None,
+        )
         if rule:
             field = entry[rule][0] if rule.startswith("where_every") else entry[rule]
             n = layers_for(field)
@@ -219,10 +233,12 @@ def build(config: Mapping[str, Any], model_type: str) -> Built | None:
     )
 
 
-def _rule_layers(rule: str, arg: Any, config: Mapping[str, Any], values: Mapping[str, float], n: int,
-                 default: Any = None) -> int | None:
+def _rule_layers(
+    rule: str, arg: Any, config: Mapping[str, Any], values: Mapping[str, float], n: int, default: Any = None
+) -> int | None:
     """How many of the n layers a layer rule selects, from the config's own fields (or the config class's default
     for one it leaves out)."""
+
     def field(name: str) -> Any:
         v = _lookup(config, name)
         return v if v is not None else values.get(name, default)

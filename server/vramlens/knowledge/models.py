@@ -11,6 +11,7 @@
 read only inside the workspace (without one, the current directory) and the Hugging Face cache
 (`vramlens.file_access`); shapes must be whole numbers up to `MAX_DIM`.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -33,7 +34,7 @@ from vramlens.knowledge.hub import MAX_CONFIG_BYTES, HubAnswer, HubLookup, adapt
 from vramlens.knowledge.hub import is_repo_id as hub_is_repo_id
 from vramlens.knowledge.schema import ModelArch
 
-MAX_DIM = 2**31 - 1                   # no real shape comes near; bounds every product of shapes well inside a float
+MAX_DIM = 2**31 - 1  # no real shape comes near; bounds every product of shapes well inside a float
 
 # DeepSeek MLA: qk_rope_head_dim is 64 in every DeepSeek-V2/V2-Lite/V3 config (transformers DeepseekV3Config).
 _MLA_ROPE_DIM = 64
@@ -43,21 +44,44 @@ _T5_RELATIVE_BUCKETS = 32
 _TORCHTUNE_PATH = re.compile(r"^torchtune\.models\.[a-z0-9_]+\.")
 _TORCHTUNE_PEFT = re.compile(r"^q?lora_")
 _QUANT_SUFFIX = re.compile(
-    r"(?:[-_.](?:unsloth|bnb|4bit|8bit|nf4|gptq|awq|gguf|int4|int8|fp8|mlx|exl2|hqq|w4a16|dynamic))+$",
-    re.IGNORECASE)
+    r"(?:[-_.](?:unsloth|bnb|4bit|8bit|nf4|gptq|awq|gguf|int4|int8|fp8|mlx|exl2|hqq|w4a16|dynamic))+$", re.IGNORECASE
+)
 
 # model_type -> (block, mlp, norm, attention biases, MLP biases) for config.json files.
-_ENCODERS = frozenset({"bert", "roberta", "xlm-roberta", "distilbert", "electra", "deberta", "deberta-v2",
-                       "camembert", "modernbert"})
+_ENCODERS = frozenset(
+    {"bert", "roberta", "xlm-roberta", "distilbert", "electra", "deberta", "deberta-v2", "camembert", "modernbert"}
+)
 _ENCODER_DECODERS = frozenset({"t5", "mt5", "umt5", "bart", "mbart", "pegasus", "marian", "longt5"})
 _GEGLU = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text", "recurrent_gemma"})
-_UNGATED_GELU = frozenset({"gpt2", "gpt_neo", "gpt_neox", "gptj", "gpt_bigcode", "bert", "roberta", "xlm-roberta",
-                           "distilbert", "electra", "camembert", "phi", "bloom", "falcon", "starcoder2", "mpt",
-                           "bart", "mbart", "pegasus", "marian", "codegen"})
+_UNGATED_GELU = frozenset(
+    {
+        "gpt2",
+        "gpt_neo",
+        "gpt_neox",
+        "gptj",
+        "gpt_bigcode",
+        "bert",
+        "roberta",
+        "xlm-roberta",
+        "distilbert",
+        "electra",
+        "camembert",
+        "phi",
+        "bloom",
+        "falcon",
+        "starcoder2",
+        "mpt",
+        "bart",
+        "mbart",
+        "pegasus",
+        "marian",
+        "codegen",
+    }
+)
 _RELU = frozenset({"opt"})
 _LAYERNORM = _UNGATED_GELU | _RELU | frozenset({"olmo", "stablelm", "cohere"})
 _BIASED = _UNGATED_GELU | _RELU
-_QKV_BIAS_ONLY = frozenset({"qwen", "qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"})   # q/k/v biases, no o_proj bias
+_QKV_BIAS_ONLY = frozenset({"qwen", "qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"})  # q/k/v biases, no o_proj bias
 # family -> token-type rows next to the learned positions (GPT-BigCode keeps GPT-2's `wpe`: transformers 5.24
 # models/gpt_bigcode/modeling_gpt_bigcode.py GPTBigCodeModel)
 LEARNED_POSITIONS = {"gpt2": 0, "gpt_bigcode": 0, "bert": 2, "roberta": 1}
@@ -92,9 +116,9 @@ def _catalog() -> tuple[tuple[ModelArch, ...], dict[str, ModelArch], dict[str, M
     for key, model in exact.items():
         short = _loose_key(key)
         if short in exact and exact[short] is not model:
-            continue   # an exact spelling elsewhere wins
+            continue  # an exact spelling elsewhere wins
         if loose.get(short, model) is not model:
-            loose[short] = None   # ambiguous: two models share the short name
+            loose[short] = None  # ambiguous: two models share the short name
         else:
             loose[short] = model
     return models, exact, {k: v for k, v in loose.items() if v is not None}
@@ -118,7 +142,7 @@ def _catalog_loose(name: str) -> ModelArch | None:
     _, exact, loose = _catalog()
     parts = [p for p in name.strip().lower().replace("\\", "/").split("/") if p]
     if len(parts) >= 2 and (model := exact.get("/".join(parts[-2:]))):
-        return model   # e.g. checkpoints/meta-llama/Meta-Llama-3-8B (litgpt checkpoint_dir)
+        return model  # e.g. checkpoints/meta-llama/Meta-Llama-3-8B (litgpt checkpoint_dir)
     return loose.get(_loose_key(name)) if parts else None
 
 
@@ -154,8 +178,13 @@ class ModelFound:
     pending: bool = False
 
 
-def find_model(name_or_path: str, workspace: Path | None = None, hub: HubLookup | None = None,
-               any_folder: bool = False, _adapter_of: str | None = None) -> ModelFound:
+def find_model(
+    name_or_path: str,
+    workspace: Path | None = None,
+    hub: HubLookup | None = None,
+    any_folder: bool = False,
+    _adapter_of: str | None = None,
+) -> ModelFound:
     """The model's architecture from, in order: the catalog (exact id, alias or torchtune builder), a local
     folder, the local Hugging Face cache, the Hub (`hub`: a lookup that may answer PENDING; None: not asked),
     then a close catalog name. `any_folder` lets an absolute folder outside the workspace be read (the command
@@ -171,8 +200,12 @@ def find_model(name_or_path: str, workspace: Path | None = None, hub: HubLookup 
             base = adapter_base(config, roots)
             if base and _adapter_of is None:
                 found = find_model(base, workspace, hub, any_folder, _adapter_of=name)
-                return ModelFound(found.arch, f"the base model of the adapter `{name}`, from the {found.where}",
-                                  found.problem, found.pending)
+                return ModelFound(
+                    found.arch,
+                    f"the base model of the adapter `{name}`, from the {found.where}",
+                    found.problem,
+                    found.pending,
+                )
             return ModelFound()
         return ModelFound(arch_from_config_file(config, name, roots), "local folder")
     if config := cached_config_path(name):
@@ -209,7 +242,7 @@ def _local_config(name: str, workspace: Path | None, any_folder: bool = False) -
         if allowed is not None and not file_access.inside(path, allowed):
             continue
         try:
-            for file in ("config.json", "adapter_config.json"):     # a PEFT adapter folder names its base model
+            for file in ("config.json", "adapter_config.json"):  # a PEFT adapter folder names its base model
                 if path.is_dir() and (path / file).is_file():
                     config = file_access.resolved_inside(path / file, allowed)
                     return (config, allowed) if config is not None else None
@@ -241,8 +274,10 @@ def local_config_problem(name: str, workspace: Path | None = None, any_folder: b
         unreadable = read_config_file(config, roots)
         if isinstance(unreadable, str):
             return f"`{config}` is not a model config vramlens can use: {unreadable}"
-        return (f"`{config}` is not a model config vramlens can use: hidden_size, num_attention_heads, "
-                f"num_hidden_layers and vocab_size (and any other shape) must be whole numbers from 1 to {MAX_DIM:,}")
+        return (
+            f"`{config}` is not a model config vramlens can use: hidden_size, num_attention_heads, "
+            f"num_hidden_layers and vocab_size (and any other shape) must be whole numbers from 1 to {MAX_DIM:,}"
+        )
     return None
 
 
@@ -253,7 +288,7 @@ def read_config_file(path: Path, roots: list[Path] | None = None) -> dict | str:
         config = json.loads(file_access.read_checked(path, MAX_CONFIG_BYTES, roots=roots))
     except OSError as exc:
         return f"it could not be read ({exc.strerror or exc})"
-    except RecursionError:      # json recurses once per nested array or object
+    except RecursionError:  # json recurses once per nested array or object
         return "it is nested too deeply to be a model config"
     except ValueError as exc:
         return f"it is not JSON ({str(exc)[:120]})"
@@ -334,15 +369,23 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
     mixers = _mamba_mixer(config) if model_type == "mamba" else {}
     if mixers:
         notes.append(MAMBA_KERNEL_NOTE)
-    other = [(kind, n) for kind, n in built.layer_kinds if kind in inventory.NOT_ATTENTION
-             and not (mixers and kind == "state space")]
+    other = [
+        (kind, n)
+        for kind, n in built.layer_kinds
+        if kind in inventory.NOT_ATTENTION and not (mixers and kind == "state space")
+    ]
     if other:
         layers = ", ".join(f"{n} {kind}" for kind, n in other)
-        notes.append(f"activations and LoRA targets of the {layers} layers sized as attention layers of the same "
-                     f"width (parameters exact)")
+        notes.append(
+            f"activations and LoRA targets of the {layers} layers sized as attention layers of the same "
+            f"width (parameters exact)"
+        )
     update: dict[str, Any] = {
-        "params_total": built.total, "params_by_kind": built.by_kind, "layer_kinds": built.layer_kinds,
-        "approximate": "; ".join(notes), "source": "; ".join(filter(None, (arch.source, built.source))),
+        "params_total": built.total,
+        "params_by_kind": built.by_kind,
+        "layer_kinds": built.layer_kinds,
+        "approximate": "; ".join(notes),
+        "source": "; ".join(filter(None, (arch.source, built.source))),
         **mixers,
     }
     by_kind = dict(built.by_kind)
@@ -359,9 +402,11 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
 
 # The activations of a Mamba mixer follow the CUDA kernels transformers calls when mamba_ssm and causal-conv1d are
 # installed (what a GPU run uses); without them transformers runs its torch path, which keeps far more.
-MAMBA_KERNEL_NOTE = ("Mamba mixers sized as mamba_ssm's fused kernel keeps them (assumes mamba_ssm and causal-conv1d "
-                     "are installed; not traced: transformers' torch fallback keeps about 14 bytes per channel and "
-                     "state per token)")
+MAMBA_KERNEL_NOTE = (
+    "Mamba mixers sized as mamba_ssm's fused kernel keeps them (assumes mamba_ssm and causal-conv1d "
+    "are installed; not traced: transformers' torch fallback keeps about 14 bytes per channel and "
+    "state per token)"
+)
 
 
 def _mamba_mixer(config: Mapping[str, Any]) -> dict:
@@ -379,8 +424,12 @@ def _mamba_mixer(config: Mapping[str, Any]) -> dict:
     rank = config.get("time_step_rank", "auto")
     if rank == "auto":
         rank = math.ceil(hidden / 16)
-    sizes = {"ssm_state": config.get("state_size", 16), "ssm_inner": inner, "ssm_conv": config.get("conv_kernel", 4),
-             "ssm_dt_rank": rank}
+    sizes = {
+        "ssm_state": config.get("state_size", 16),
+        "ssm_inner": inner,
+        "ssm_conv": config.get("conv_kernel", 4),
+        "ssm_dt_rank": rank,
+    }
     return sizes if all(_dim(v) and v > 0 for v in sizes.values()) else {}
 
 
@@ -395,7 +444,7 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
     vision = config.get("vision_config")
     text = config.get("text_config") or config.get("llm_config")
     if isinstance(text, dict) and _first(config, "hidden_size", "n_embd", "n_embed", "d_model") is None:
-        config = {**config, **text}   # multimodal (Gemma-3, Llava, Qwen3-VL, Mllama, InternVL): the LM's shapes
+        config = {**config, **text}  # multimodal (Gemma-3, Llava, Qwen3-VL, Mllama, InternVL): the LM's shapes
     model_type = str(config.get("model_type") or outer_type).lower()
 
     hidden = _first(config, "hidden_size", "n_embd", "n_embed", "d_model", "dim", "d_embed")
@@ -403,7 +452,7 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
     vocab = _first(config, "vocab_size", "padded_vocab_size")
     approximate = _generic_notes(config, model_type)
     if heads is None and approximate and _dim(hidden) and hidden:
-        heads = max(1, hidden // _GENERIC_HEAD_DIM)      # attention-free (Mamba, RWKV): heads only size the estimate
+        heads = max(1, hidden // _GENERIC_HEAD_DIM)  # attention-free (Mamba, RWKV): heads only size the estimate
         approximate += "; no attention heads in the config: sized as heads of 128"
     if model_type in _ENCODER_DECODERS:
         block = "encoder-decoder"
@@ -415,11 +464,16 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
         layers = _first(config, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
     if not all(_dim(v) and v > 0 for v in (hidden, heads, vocab, layers)):
         return None
-    intermediate = _first(config, "intermediate_size", "n_inner", "d_ff", "ffn_dim", "encoder_ffn_dim",
-                          "ffn_hidden_size", "block_ff_dim")
+    intermediate = _first(
+        config, "intermediate_size", "n_inner", "d_ff", "ffn_dim", "encoder_ffn_dim", "ffn_hidden_size", "block_ff_dim"
+    )
     expand = config.get("expand")
-    if (not _dim(intermediate) or not intermediate) and isinstance(expand, (int, float)) and 0 < expand < 64 \
-            and _first(config, "num_attention_heads", "n_head", "num_heads") is None:
+    if (
+        (not _dim(intermediate) or not intermediate)
+        and isinstance(expand, (int, float))
+        and 0 < expand < 64
+        and _first(config, "num_attention_heads", "n_head", "num_heads") is None
+    ):
         # attention-free Mamba: a layer is in_proj (h → 2·expand·h) + out_proj (expand·h → h) = 3·expand·h²
         # (transformers modeling_mamba.py `MambaMixer`); the generic layer (4·h² attention + 3·h·I gated MLP) gets
         # the MLP width that gives it as many weights
@@ -427,7 +481,7 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
     elif intermediate is None:
         intermediate = 4 * hidden
     if not _dim(intermediate) or intermediate <= 0:
-        return None                                      # present but not a width ("big", -1, 1.5)
+        return None  # present but not a width ("big", -1, 1.5)
     if model_type == "qwen":
         # Qwen-1 `QWenMLP`: w1 and w2 are hidden × intermediate_size / 2, c_proj the way back (REMOTE_CODE_WRITTEN)
         intermediate //= 2
@@ -449,7 +503,7 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
     kv_lora_rank = config.get("kv_lora_rank")
     head_dim = _first(config, "head_dim", "d_kv", "head_size")
     kv_heads = _first(config, "num_key_value_heads", "num_kv_heads", "n_kv_heads")
-    if kv_lora_rank:   # DeepSeek MLA, approximated as MHA over v_head_dim-sized heads
+    if kv_lora_rank:  # DeepSeek MLA, approximated as MHA over v_head_dim-sized heads
         head_dim = _first(config, "v_head_dim", "qk_nope_head_dim") or head_dim
         kv_heads = heads
     if model_type == "falcon" and config.get("multi_query") and not kv_heads:
@@ -467,10 +521,20 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
         # transformers modeling_llama4.py `Llama4TextMoe`: every MoE layer has one shared expert of the experts' width
         shared_experts, shared_intermediate = 1, intermediate
     tied = config.get("tie_word_embeddings")
-    shapes = (intermediate, head_dim, kv_heads, num_experts, shared_intermediate, shared_experts, kv_lora_rank,
-              encoder_layers, config.get("moe_intermediate_size"), config.get("first_k_dense_replace"),
-              _first(config, "num_experts_per_tok", "experts_per_token", "moe_topk"),
-              _first(config, "max_position_embeddings", "n_positions", "n_ctx", "max_seq_len"))
+    shapes = (
+        intermediate,
+        head_dim,
+        kv_heads,
+        num_experts,
+        shared_intermediate,
+        shared_experts,
+        kv_lora_rank,
+        encoder_layers,
+        config.get("moe_intermediate_size"),
+        config.get("first_k_dense_replace"),
+        _first(config, "num_experts_per_tok", "experts_per_token", "moe_topk"),
+        _first(config, "max_position_embeddings", "n_positions", "n_ctx", "max_seq_len"),
+    )
     if not all(v is None or _dim(v) for v in shapes):
         return None
     try:
@@ -488,9 +552,10 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
             head_dim=head_dim if head_dim and head_dim != hidden // heads else None,
             intermediate=intermediate,
             vocab=vocab,
-            tied_embeddings=True if tied is None else bool(tied),   # transformers' PretrainedConfig default
-            attn_bias=bool(_first(config, "attention_bias", "qkv_bias", "use_bias")
-                           or model_type in _QKV_BIAS_ONLY or biased),
+            tied_embeddings=True if tied is None else bool(tied),  # transformers' PretrainedConfig default
+            attn_bias=bool(
+                _first(config, "attention_bias", "qkv_bias", "use_bias") or model_type in _QKV_BIAS_ONLY or biased
+            ),
             mlp_bias=bool(config.get("mlp_bias") or biased),
             num_experts=num_experts,
             experts_per_token=_first(config, "num_experts_per_tok", "experts_per_token", "moe_topk") or 0,
@@ -505,7 +570,7 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
             approximate=approximate,
             **(_vision_tower(vision, hidden, outer_type, config) if isinstance(vision, dict) else {}),
         )
-    except ValidationError:      # a field of the wrong type (text where a number goes)
+    except ValidationError:  # a field of the wrong type (text where a number goes)
         return None
 
 
@@ -522,16 +587,61 @@ def _dense_layers(config: Mapping[str, Any], layers: int, num_experts: int) -> i
 
 # model_type values the mapping above knows the structure of (attention + MLP blocks as transformers builds
 # them); anything else is estimated from its sizes alone and marked approximate.
-_DEDICATED = (_ENCODERS | _ENCODER_DECODERS | _GEGLU | _UNGATED_GELU | _RELU | _LAYERNORM | _QKV_BIAS_ONLY
-              | frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen3_vl", "qwen3_vl_text",
-                           "qwen2_5_vl_text", "qwen2_vl_text", "phi3", "deepseek_v2", "deepseek_v3", "gpt_oss",
-                           "olmo2", "olmo3", "gemma3", "llava", "mllama", "mllama_text_model", "internvl",
-                           "internvl_chat", "granite", "smollm3", "mistral3", "llama4", "llama4_text"}))
+_DEDICATED = (
+    _ENCODERS
+    | _ENCODER_DECODERS
+    | _GEGLU
+    | _UNGATED_GELU
+    | _RELU
+    | _LAYERNORM
+    | _QKV_BIAS_ONLY
+    | frozenset(
+        {
+            "llama",
+            "mistral",
+            "mixtral",
+            "qwen2",
+            "qwen3",
+            "qwen3_moe",
+            "qwen3_vl",
+            "qwen3_vl_text",
+            "qwen2_5_vl_text",
+            "qwen2_vl_text",
+            "phi3",
+            "deepseek_v2",
+            "deepseek_v3",
+            "gpt_oss",
+            "olmo2",
+            "olmo3",
+            "gemma3",
+            "llava",
+            "mllama",
+            "mllama_text_model",
+            "internvl",
+            "internvl_chat",
+            "granite",
+            "smollm3",
+            "mistral3",
+            "llama4",
+            "llama4_text",
+        }
+    )
+)
 _GENERIC_HEAD_DIM = 128
 # Keys that say a layer is not attention + MLP: recurrent / state-space mixers (Mamba, Jamba, Falcon-H1,
 # Nemotron-H, Qwen3-Next's linear attention, LFM2's short convolutions).
-_STATE_KEYS = ("state_size", "ssm_state_size", "mamba_d_state", "d_state", "linear_num_value_heads",
-               "mamba_n_heads", "conv_L_cache", "layer_types", "hybrid_override_pattern", "attn_layer_period")
+_STATE_KEYS = (
+    "state_size",
+    "ssm_state_size",
+    "mamba_d_state",
+    "d_state",
+    "linear_num_value_heads",
+    "mamba_n_heads",
+    "conv_L_cache",
+    "layer_types",
+    "hybrid_override_pattern",
+    "attn_layer_period",
+)
 
 
 # Remote-code model types (`auto_map`, never run) whose layers are written here from their published modeling file:
@@ -545,17 +655,20 @@ REMOTE_CODE_WRITTEN = {
 
 
 def _generic_notes(config: Mapping[str, Any], model_type: str) -> str:
-    """"" for a model_type with a dedicated mapping; else what the generic reading assumed."""
+    """ "" for a model_type with a dedicated mapping; else what the generic reading assumed."""
     if model_type in _DEDICATED or model_type in REMOTE_CODE_WRITTEN:
         return ""
-    notes = [f"every layer sized as attention + {'an MoE' if _first(config, 'num_local_experts', 'n_routed_experts', 'num_experts') else 'a gated'} MLP"]
+    notes = [
+        f"every layer sized as attention + {'an MoE' if _first(config, 'num_local_experts', 'n_routed_experts', 'num_experts') else 'a gated'} MLP"
+    ]
     if any(config.get(k) is not None for k in _STATE_KEYS):
         notes.append("state-space / recurrent layers counted as attention layers of the same width")
     return "; ".join(notes)
 
 
-def _vision_tower(vision: Mapping[str, Any], lm_hidden: int, outer_type: str = "",
-                  config: Mapping[str, Any] | None = None) -> dict:
+def _vision_tower(
+    vision: Mapping[str, Any], lm_hidden: int, outer_type: str = "", config: Mapping[str, Any] | None = None
+) -> dict:
     """Vision encoder + projector sizes from a VLM's `vision_config`, as transformers 5.24 builds them (ViT blocks:
     q, k, v, o + an MLP, with biases; patch embedding; projector to the LM width):
     - SigLIP / CLIP (models/siglip/modeling_siglip.py, models/clip/modeling_clip.py): Conv2d patch embedding (SigLIP
@@ -570,22 +683,23 @@ def _vision_tower(vision: Mapping[str, Any], lm_hidden: int, outer_type: str = "
     - Mllama (`num_global_layers`, tiles), InternVL (pixel shuffle 0.5) from the generic ViT block."""
     d = _first(vision, "embed_dim", "hidden_size", "width", "vision_hidden_size")
     if vision.get("embed_dim") and vision.get("hidden_size") and vision.get("depth"):
-        d = vision["embed_dim"]            # Qwen2-VL: hidden_size is the merger's output (the LM width)
+        d = vision["embed_dim"]  # Qwen2-VL: hidden_size is the merger's output (the LM width)
     layers = _first(vision, "depth", "num_hidden_layers", "num_layers", "layers")
     if not (_dim(d) and _dim(layers) and d and layers):
         return {}
-    layers += vision.get("num_global_layers") or 0                 # Mllama: a second, global encoder
+    layers += vision.get("num_global_layers") or 0  # Mllama: a second, global encoder
     inter = _first(vision, "intermediate_size")
     ratio = vision.get("mlp_ratio")
     if not _dim(inter) or not inter:
         inter = int(d * ratio) if isinstance(ratio, (int, float)) and 0 < ratio < 64 else 4 * d
     vtype = str(vision.get("model_type", "")).lower()
-    gated = str(vision.get("hidden_act", "")).lower() == "silu"    # Qwen2.5-VL's SwiGLU vision MLP
+    gated = str(vision.get("hidden_act", "")).lower() == "silu"  # Qwen2.5-VL's SwiGLU vision MLP
     patch = _first(vision, "patch_size") or 14
     channels = vision.get("in_channels") or vision.get("in_chans") or vision.get("num_channels") or 3
     temporal = vision.get("temporal_patch_size") or 1
-    merge = vision.get("spatial_merge_size") or (2 if vision.get("downsample_ratio") or vision.get("pixel_shuffle_ratio")
-                                                 else 1)
+    merge = vision.get("spatial_merge_size") or (
+        2 if vision.get("downsample_ratio") or vision.get("pixel_shuffle_ratio") else 1
+    )
     heads = _first(vision, "num_heads", "num_attention_heads") or 0
     if not all(_dim(v) and v for v in (patch, channels, temporal, merge)) or not _dim(heads):
         return {}
@@ -595,10 +709,10 @@ def _vision_tower(vision: Mapping[str, Any], lm_hidden: int, outer_type: str = "
     if _dim(image) and image:
         grid = (image // patch) ** 2
         patches = grid * (vision.get("max_num_tiles") or 1)
-    else:   # dynamic resolution (Qwen-VL): LLaMA-Factory's default image_max_pixels = 768 × 768
+    else:  # dynamic resolution (Qwen-VL): LLaMA-Factory's default image_max_pixels = 768 × 768
         grid = 0
         patches = (768 * 768) // (patch * patch)
-    rms = outer_type == "qwen2_5_vl" or vtype == "qwen2_5_vl"       # Qwen2.5-VL: RMSNorm, no biases in the norms
+    rms = outer_type == "qwen2_5_vl" or vtype == "qwen2_5_vl"  # Qwen2.5-VL: RMSNorm, no biases in the norms
     norm = d if rms else 2 * d
     mlp = (3 * d * inter + 2 * inter + d) if gated else (2 * d * inter + inter + d)
     block = 4 * d * d + 4 * d + mlp + 2 * norm
@@ -607,13 +721,13 @@ def _vision_tower(vision: Mapping[str, Any], lm_hidden: int, outer_type: str = "
     out = _first(vision, "out_hidden_size") or lm_hidden
     extra = 0
     if outer_type == "gemma3" or vtype.startswith("siglip"):
-        embed += d + grid * d                                       # conv bias, learned positions
-        extra += 2 * d                                              # post_layernorm
+        embed += d + grid * d  # conv bias, learned positions
+        extra += 2 * d  # post_layernorm
         projector = d * out + d if outer_type == "gemma3" else d * out + out * out
     elif vtype.startswith("clip"):
-        embed += d + (grid + 1) * d                                 # class token, positions (+1 for it)
-        extra += 4 * d                                              # pre_layrnorm, post_layernorm
-        projector = d * out + out + out * out + out                 # LLaVA: linear_1, linear_2 with biases
+        embed += d + (grid + 1) * d  # class token, positions (+1 for it)
+        extra += 4 * d  # pre_layrnorm, post_layernorm
+        projector = d * out + out + out * out + out  # LLaVA: linear_1, linear_2 with biases
     elif outer_type.startswith(("qwen2_vl", "qwen2_5_vl", "qwen3_vl")) and merge > 1:
         projector = norm + merged * merged + merged + merged * out + out
         if outer_type.startswith("qwen3_vl"):
@@ -626,9 +740,17 @@ def _vision_tower(vision: Mapping[str, Any], lm_hidden: int, outer_type: str = "
     tokens = config.get("mm_tokens_per_image") if config else None
     if not (_dim(tokens) and tokens):
         tokens = patches // (merge * merge)
-    return {"vision_params": layers * block + embed + extra + projector, "vision_hidden": d, "vision_layers": layers,
-            "vision_intermediate": inter, "image_patches": patches, "vision_heads": heads, "vision_patch": patch,
-            "image_tokens": tokens, "vision_gated": gated}
+    return {
+        "vision_params": layers * block + embed + extra + projector,
+        "vision_hidden": d,
+        "vision_layers": layers,
+        "vision_intermediate": inter,
+        "image_patches": patches,
+        "vision_heads": heads,
+        "vision_patch": patch,
+        "image_tokens": tokens,
+        "vision_gated": gated,
+    }
 
 
 # ----------------------------------------------------------------------------------------------- parameters
@@ -646,9 +768,9 @@ def _attention(arch: ModelArch) -> int:
     h, heads, d = arch.hidden, arch.heads, arch.d_head
     if arch.kv_lora_rank:
         rank = arch.kv_lora_rank
-        q = h * heads * (d + _MLA_ROPE_DIM)                 # full-rank q (q_lora_rank is not in the schema)
-        kv_down = h * (rank + _MLA_ROPE_DIM) + rank         # kv_a_proj_with_mqa + kv_a_layernorm
-        kv_up = rank * heads * (d + d)                       # kv_b_proj: k_nope and v per head
+        q = h * heads * (d + _MLA_ROPE_DIM)  # full-rank q (q_lora_rank is not in the schema)
+        kv_down = h * (rank + _MLA_ROPE_DIM) + rank  # kv_a_proj_with_mqa + kv_a_layernorm
+        kv_up = rank * heads * (d + d)  # kv_b_proj: k_nope and v per head
         return q + kv_down + kv_up + heads * d * h
     weights = 2 * h * arch.q_dim + 2 * h * arch.kv_dim
     if not arch.attn_bias:
@@ -705,11 +827,11 @@ def param_count(arch: ModelArch) -> int:
         + arch.layers * (_attention(arch) + n_norms * norm)
         + dense_layers * _linear_mlp(h, arch.intermediate, gated, arch.mlp_bias)
         + moe_layers * (_moe(arch) if arch.is_moe else 0)
-        + norm                                                  # final norm (embedding LayerNorm for encoders)
+        + norm  # final norm (embedding LayerNorm for encoders)
         + (norm if arch.family in EMBEDDING_NORM else 0)
     )
     if arch.block == "encoder" and arch.family in ("bert",):
-        total += h * h + h                                      # BERT pooler
+        total += h * h + h  # BERT pooler
     if not arch.tied_embeddings and arch.block == "decoder":
-        total += arch.vocab * h + (arch.vocab if arch.family == "phi" else 0)   # lm_head (phi-2 has a bias)
+        total += arch.vocab * h + (arch.vocab if arch.family == "phi" else 0)  # lm_head (phi-2 has a bias)
     return total

@@ -5,6 +5,7 @@ Spellings are compared ignoring case, "_", "-" and spaces ("adamw_bnb_8bit" == "
 mean DeepSpeed's own fused/CPU optimizers, so a caller reading a DeepSpeed config passes `context="deepspeed"` and
 "AdamW" resolves to `deepspeed_adamw` rather than torch's AdamW.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -24,7 +25,9 @@ def _norm(text: str) -> str:
 @functools.cache
 def _index() -> tuple[dict[str, OptimizerSpec], dict[str, OptimizerSpec]]:
     """(by normalized spelling, by canonical name)."""
-    specs = [OptimizerSpec(**{**e, "aliases": tuple(e.get("aliases", ()))}) for e in load("optimizers.yaml")["optimizers"]]
+    specs = [
+        OptimizerSpec(**{**e, "aliases": tuple(e.get("aliases", ()))}) for e in load("optimizers.yaml")["optimizers"]
+    ]
     by_spelling = index_spellings(specs, lambda s: s.name, _norm, "optimizers.yaml")
     return by_spelling, {s.name: s for s in specs}
 
@@ -83,8 +86,14 @@ def class_path(name: str) -> str | None:
     if spec.class_paths:
         return spec.class_paths[0]
     if spec.library == "torch" and spec.default_impl == "fused":
-        base = next((s for s in all_optimizers() if s.library == "torch" and s.family == spec.family and s.class_paths
-                     and s.default_impl == "foreach"), None)
+        base = next(
+            (
+                s
+                for s in all_optimizers()
+                if s.library == "torch" and s.family == spec.family and s.class_paths and s.default_impl == "foreach"
+            ),
+            None,
+        )
         return base.class_paths[0] if base is not None else None
     return None
 
@@ -92,8 +101,14 @@ def class_path(name: str) -> str | None:
 def eight_bit_variant(family: str, paged: bool) -> OptimizerSpec | None:
     """The bitsandbytes 8-bit optimizer of a family that transformers can name, paged or not
     ("adamw", False -> adamw_bnb_8bit)."""
-    return next((s for s in all_optimizers() if s.library == "bitsandbytes" and s.family == family
-                 and s.eight_bit and s.paged == paged and s.hf_names), None)
+    return next(
+        (
+            s
+            for s in all_optimizers()
+            if s.library == "bitsandbytes" and s.family == family and s.eight_bit and s.paged == paged and s.hf_names
+        ),
+        None,
+    )
 
 
 def suggest_optimizer(text: str, limit: int = 3) -> list[str]:

@@ -1,4 +1,5 @@
 """Typed records of the knowledge base. The data lives in `knowledge/data/*.yaml`, each entry with a source."""
+
 from __future__ import annotations
 
 from typing import Literal
@@ -11,35 +12,35 @@ class ModelArch(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    id: str                                   # canonical HF hub id, e.g. "meta-llama/Meta-Llama-3-8B"
-    aliases: tuple[str, ...] = ()             # other hub ids / short names with the same shapes
-    family: str                               # "llama", "mistral", "mixtral", "qwen2", "gemma2", "gpt2", "bert", "t5", ...
+    id: str  # canonical HF hub id, e.g. "meta-llama/Meta-Llama-3-8B"
+    aliases: tuple[str, ...] = ()  # other hub ids / short names with the same shapes
+    family: str  # "llama", "mistral", "mixtral", "qwen2", "gemma2", "gpt2", "bert", "t5", ...
     block: Literal["decoder", "encoder", "encoder-decoder"] = "decoder"
-    mlp: Literal["swiglu", "geglu", "gelu", "relu"] = "swiglu"   # swiglu/geglu = gated (3 matrices)
+    mlp: Literal["swiglu", "geglu", "gelu", "relu"] = "swiglu"  # swiglu/geglu = gated (3 matrices)
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     hidden: int
-    layers: int                               # decoder layers (encoder layers for encoders)
-    encoder_layers: int = 0                   # encoder-decoder only: encoder depth (layers = decoder depth)
+    layers: int  # decoder layers (encoder layers for encoders)
+    encoder_layers: int = 0  # encoder-decoder only: encoder depth (layers = decoder depth)
     heads: int
-    kv_heads: int | None = None               # None = heads (MHA)
-    head_dim: int | None = None               # None = hidden // heads
+    kv_heads: int | None = None  # None = heads (MHA)
+    head_dim: int | None = None  # None = hidden // heads
     intermediate: int
     vocab: int
     tied_embeddings: bool = False
-    attn_bias: bool = False                   # q/k/v (and o) projections carry biases
+    attn_bias: bool = False  # q/k/v (and o) projections carry biases
     mlp_bias: bool = False
-    num_experts: int = 0                      # MoE: routed experts per MoE layer (0 = dense)
+    num_experts: int = 0  # MoE: routed experts per MoE layer (0 = dense)
     experts_per_token: int = 0
-    moe_intermediate: int | None = None       # per-expert intermediate size (None = intermediate)
-    shared_experts: int = 0                   # always-on experts (DeepSeek, Qwen2-MoE)
+    moe_intermediate: int | None = None  # per-expert intermediate size (None = intermediate)
+    shared_experts: int = 0  # always-on experts (DeepSeek, Qwen2-MoE)
     shared_expert_intermediate: int | None = None
-    dense_layers: int = 0                     # leading layers with a dense MLP (DeepSeek first_k_dense_replace)
-    kv_lora_rank: int | None = None           # DeepSeek MLA (approximated as GQA in the estimator)
+    dense_layers: int = 0  # leading layers with a dense MLP (DeepSeek first_k_dense_replace)
+    kv_lora_rank: int | None = None  # DeepSeek MLA (approximated as GQA in the estimator)
     max_position: int | None = None
-    stored_dtype: str = "bf16"                # dtype of the published checkpoint (transformers v5 "auto")
-    params_b: float | None = None             # published total parameter count, billions (cross-check)
-    source: str = ""                          # where the numbers come from
-    approximate: str = ""                     # non-empty: what is still generic or unknown, and why
+    stored_dtype: str = "bf16"  # dtype of the published checkpoint (transformers v5 "auto")
+    params_b: float | None = None  # published total parameter count, billions (cross-check)
+    source: str = ""  # where the numbers come from
+    approximate: str = ""  # non-empty: what is still generic or unknown, and why
     # By construction (knowledge/inventory.py: transformers' own classes, scaled to this config): total parameters
     # (0: not built), parameters by kind (attention, state-space, linear-attention, short-conv, moe-experts, mlp,
     # embedding, lm-head, norm, ...) and decoder layers by kind (a hybrid layer counts under each of its kinds)
@@ -53,15 +54,15 @@ class ModelArch(BaseModel):
     ssm_conv: int = 0
     ssm_dt_rank: int = 0
     # Vision-language models: the vision tower (+ projector) beside the language model above
-    vision_params: int = 0                    # vision encoder + multimodal projector parameters
+    vision_params: int = 0  # vision encoder + multimodal projector parameters
     vision_hidden: int = 0
     vision_layers: int = 0
     vision_intermediate: int = 0
-    image_patches: int = 0                    # patches of one image through the vision encoder
+    image_patches: int = 0  # patches of one image through the vision encoder
     vision_heads: int = 0
-    vision_patch: int = 0                     # patch side, pixels
-    vision_gated: bool = False                # gated (SwiGLU) vision MLP: Qwen2.5-VL
-    image_tokens: int = 0                     # positions one image takes in the language model's sequence
+    vision_patch: int = 0  # patch side, pixels
+    vision_gated: bool = False  # gated (SwiGLU) vision MLP: Qwen2.5-VL
+    image_tokens: int = 0  # positions one image takes in the language model's sequence
 
     @property
     def n_kv_heads(self) -> int:
@@ -89,14 +90,14 @@ class GpuSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    name: str                                 # canonical short name, e.g. "A100-40GB"
-    aliases: tuple[str, ...] = ()             # other spellings, incl. the exact nvidia-smi name
+    name: str  # canonical short name, e.g. "A100-40GB"
+    aliases: tuple[str, ...] = ()  # other spellings, incl. the exact nvidia-smi name
     vendor: Literal["nvidia", "amd", "intel", "google"] = "nvidia"
-    memory_gib: float                         # total device memory as the driver reports it (GiB = 2^30 B)
-    usable_gib: float                         # what a process can allocate: total minus driver-reserved memory
+    memory_gib: float  # total device memory as the driver reports it (GiB = 2^30 B)
+    usable_gib: float  # what a process can allocate: total minus driver-reserved memory
     bf16: bool
     fp8: bool = False
-    compute_capability: str | None = None     # "8.0"
+    compute_capability: str | None = None  # "8.0"
     source: str = ""
     # Speed (tokens per second). Dense tensor-core throughput in TFLOPS (no 2:4 sparsity; fp16/bf16 with
     # fp32 accumulation, which is what training runs: GeForce cards run it at half their fp16-accumulate rate);
@@ -105,9 +106,9 @@ class GpuSpec(BaseModel):
     tflops_fp16: float | None = None
     tflops_fp32: float | None = None
     tops_int8: float | None = None
-    memory_gbs: float | None = None           # device memory bandwidth, GB/s (10^9 B/s)
-    link_gbs: float | None = None             # GPU-to-GPU bandwidth, GB/s both directions together (NVLink, or the
-                                              # PCIe slot when the card has no NVLink in common servers)
+    memory_gbs: float | None = None  # device memory bandwidth, GB/s (10^9 B/s)
+    link_gbs: float | None = None  # GPU-to-GPU bandwidth, GB/s both directions together (NVLink, or the
+    # PCIe slot when the card has no NVLink in common servers)
     speed_source: str = ""
 
 
@@ -116,22 +117,34 @@ class OptimizerSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    name: str                                 # canonical name (the HF `OptimizerNames` value where one exists)
-    aliases: tuple[str, ...] = ()             # every other spelling: LLaMA-Factory, DeepSpeed, bare class names, ...
+    name: str  # canonical name (the HF `OptimizerNames` value where one exists)
+    aliases: tuple[str, ...] = ()  # every other spelling: LLaMA-Factory, DeepSpeed, bare class names, ...
     # Where each spelling is written (optimizers.yaml): not part of what the estimate models, so not serialised
     # with a resolved plan.
-    hf_names: tuple[str, ...] = Field((), exclude=True)       # TrainingArguments `optim` values
+    hf_names: tuple[str, ...] = Field((), exclude=True)  # TrainingArguments `optim` values
     axolotl_names: tuple[str, ...] = Field((), exclude=True)  # values only axolotl's `optimizer` accepts
-    class_paths: tuple[str, ...] = Field((), exclude=True)    # torchtune/litgpt class paths, the written one first
-    family: Literal["adamw", "adam", "sgd", "lion", "adafactor", "rmsprop", "adagrad", "ademamix", "galore",
-                    "apollo", "lomo", "other"] = "adamw"
+    class_paths: tuple[str, ...] = Field((), exclude=True)  # torchtune/litgpt class paths, the written one first
+    family: Literal[
+        "adamw",
+        "adam",
+        "sgd",
+        "lion",
+        "adafactor",
+        "rmsprop",
+        "adagrad",
+        "ademamix",
+        "galore",
+        "apollo",
+        "lomo",
+        "other",
+    ] = "adamw"
     # State size: `states` tensors per trainable param, each `state_bytes` bytes; None = the param dtype
     # (torch optimizers keep state in the param dtype).
     states: float = 2
     state_bytes: float | None = None
-    paged: bool = False                       # bitsandbytes paged: states live in CUDA unified memory
-    low_rank: bool = False                    # GaLore/APOLLO: states are rank-r projections
-    layerwise: bool = False                   # per-layer step in backward (no full gradient buffer)
+    paged: bool = False  # bitsandbytes paged: states live in CUDA unified memory
+    low_rank: bool = False  # GaLore/APOLLO: states are rank-r projections
+    layerwise: bool = False  # per-layer step in backward (no full gradient buffer)
     default_impl: Literal["foreach", "fused", "forloop", "none"] = "foreach"
     library: Literal["torch", "bitsandbytes", "torchao", "deepspeed", "transformers", "apex", "other"] = "torch"
     source: str = ""

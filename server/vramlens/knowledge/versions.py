@@ -51,27 +51,52 @@ And the LoRA of a Mixture-of-Experts model's routed experts, from peft's and tra
   factors cast to the weight's dtype (`_LoraFactorsProxy`); 0.19–0.20 add the delta, materialised from the fp32
   factors with an einsum, to W (`_LoraParameterProxy`).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
 
 # The newest releases this knowledge was checked against: what an unpinned environment is assumed to run.
-NEWEST = {"transformers": "5.24.0", "peft": "0.21.2", "trl": "1.16.0", "bitsandbytes": "0.50.2",
-          "accelerate": "1.15.0", "torch": "2.13.0"}
+NEWEST = {
+    "transformers": "5.24.0",
+    "peft": "0.21.2",
+    "trl": "1.16.0",
+    "bitsandbytes": "0.50.2",
+    "accelerate": "1.15.0",
+    "torch": "2.13.0",
+}
 
-SHIFTED_LOGITS_UNTIL = (4, 49, 0)      # ForCausalLMLoss keeps a shifted fp32 copy below this
-NATIVE_GQA_FROM = (4, 54, 0)           # SDPA without a mask reads grouped K/V natively from this
-GEMMA2_EAGER_FROM = (5, 0, 0)          # Gemma-2 has no SDPA path from this
-LAZY_CUDA_MODULES_FROM = (1, 13, 0)    # torch loads CUDA kernels lazily from this
+SHIFTED_LOGITS_UNTIL = (4, 49, 0)  # ForCausalLMLoss keeps a shifted fp32 copy below this
+NATIVE_GQA_FROM = (4, 54, 0)  # SDPA without a mask reads grouped K/V natively from this
+GEMMA2_EAGER_FROM = (5, 0, 0)  # Gemma-2 has no SDPA path from this
+LAZY_CUDA_MODULES_FROM = (1, 13, 0)  # torch loads CUDA kernels lazily from this
 TRL_BF16_KBIT_ADAPTERS_FROM = (0, 26, 0)  # SFTTrainer: no k-bit preparation, bf16 adapters on k-bit models from this
-CKPT_IN_LAYER_FROM = (4, 53, 0)        # every decoder layer checkpoints inside its own __call__ from this
-CKPT_IN_LAYER_EARLY = (4, 52, 0)       # ... these families from this (the 4.52.1 wheel's GradientCheckpointingLayer users)
-CKPT_IN_LAYER_EARLY_FAMILIES = {"llama", "mistral", "qwen2", "qwen3", "phi3", "olmo", "olmo2", "gemma", "cohere",
-                                "cohere2", "granite", "granitemoe", "glm", "glm4", "starcoder2", "helium",
-                                "deepseek_v3", "diffllama", "bitnet"}
+CKPT_IN_LAYER_FROM = (4, 53, 0)  # every decoder layer checkpoints inside its own __call__ from this
+CKPT_IN_LAYER_EARLY = (4, 52, 0)  # ... these families from this (the 4.52.1 wheel's GradientCheckpointingLayer users)
+CKPT_IN_LAYER_EARLY_FAMILIES = {
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "phi3",
+    "olmo",
+    "olmo2",
+    "gemma",
+    "cohere",
+    "cohere2",
+    "granite",
+    "granitemoe",
+    "glm",
+    "glm4",
+    "starcoder2",
+    "helium",
+    "deepseek_v3",
+    "diffllama",
+    "bitnet",
+}
 # families whose modelling code writes attention out (no attention interface), whatever is asked
 OWN_EAGER_ATTENTION = {"bloom", "deberta-v2", "deberta"}
-FUSED_EXPERTS_FROM = (5, 0, 0)         # transformers keeps routed experts as 3-D parameters from this
+FUSED_EXPERTS_FROM = (5, 0, 0)  # transformers keeps routed experts as 3-D parameters from this
 PEFT_EXPERT_PARAMETERS_FROM = (0, 19, 0)  # peft adapts those parameters for the v4 expert targets from this
 PEFT_EXPERT_FACTORS_FROM = (0, 21, 0)  # peft folds the expert delta from its factors (baddbmm) from this
 # DoRA reuses the base layer's output (`base_result`) when the adapter has no dropout from this; before it,
@@ -83,10 +108,19 @@ PEFT_DORA_BASE_RESULT_FROM = (0, 14, 0)
 # with peft 0.21.2's own "mixtral" entry: the pattern peft's `_MOE_TARGET_MODULE_MAPPING` rewrites targets by
 # (Qwen2-MoE itself names the pattern but is no key of the mapping, so peft leaves its config alone)
 MOE_CONVERSION_PATTERN = {
-    "mixtral": "mixtral", "minimax": "mixtral", "minimax_m2": "mixtral",
-    "qwen3_moe": "qwen2_moe", "qwen3_next": "qwen2_moe", "olmoe": "qwen2_moe",
-    "deepseek_v2": "qwen2_moe", "deepseek_v3": "qwen2_moe", "glm4_moe": "qwen2_moe", "ernie4_5_moe": "qwen2_moe",
-    "hunyuan_v1_moe": "qwen2_moe", "dots1": "qwen2_moe", "flex_olmo": "qwen2_moe",
+    "mixtral": "mixtral",
+    "minimax": "mixtral",
+    "minimax_m2": "mixtral",
+    "qwen3_moe": "qwen2_moe",
+    "qwen3_next": "qwen2_moe",
+    "olmoe": "qwen2_moe",
+    "deepseek_v2": "qwen2_moe",
+    "deepseek_v3": "qwen2_moe",
+    "glm4_moe": "qwen2_moe",
+    "ernie4_5_moe": "qwen2_moe",
+    "hunyuan_v1_moe": "qwen2_moe",
+    "dots1": "qwen2_moe",
+    "flex_olmo": "qwen2_moe",
 }
 
 
@@ -113,7 +147,7 @@ def parse(version: str | None) -> tuple[int, int, int] | None:
 def at_least(version: str | None, floor: tuple[int, int, int], package: str = "transformers") -> bool:
     """Whether `version` of `package` is at or above `floor`; an unknown version counts as the newest known."""
     v = parse(version) or parse(NEWEST[package])
-    return v is not None and v >= floor     # NEWEST holds release numbers, which always parse
+    return v is not None and v >= floor  # NEWEST holds release numbers, which always parse
 
 
 def loss_keeps_shifted_logits(transformers: str | None) -> bool:
@@ -145,13 +179,15 @@ def attention_as_run(family: str, requested: str, transformers: str | None) -> s
 
 class AttentionAndLoss(NamedTuple):
     """The version-dependent choices of a step's attention and loss (`as_run`)."""
-    attention: str           # the attention the model runs
-    repeat_kv: bool          # full-head K/V materialised for grouped-query attention
+
+    attention: str  # the attention the model runs
+    repeat_kv: bool  # full-head K/V materialised for grouped-query attention
     loss_shifted_copy: bool  # the loss keeps a shifted fp32 copy of the logits
 
 
-def as_run(family: str, requested: str, transformers: str | None, *, hf_model: bool, masked: bool,
-           loss_impl: str = "standard") -> AttentionAndLoss:
+def as_run(
+    family: str, requested: str, transformers: str | None, *, hf_model: bool, masked: bool, loss_impl: str = "standard"
+) -> AttentionAndLoss:
     """What a step of `family` runs for the attention `requested`, under `transformers` (None: the newest known).
     `hf_model`: transformers' own modelling code runs the model (not torchtune's or litgpt's, which expand grouped
     K/V to every head before SDPA whatever the version: torchtune modules/attention.py
@@ -166,9 +202,10 @@ def as_run(family: str, requested: str, transformers: str | None, *, hf_model: b
 
 class KbitPreparation(NamedTuple):
     """How a trainer prepares a k-bit model for adapters (`trl_sft_kbit`)."""
-    upcast: bool             # every weight that is not k-bit goes to fp32
-    embeddings_16bit: bool   # ... then the embeddings and LM head back to 16-bit
-    adapter_fp32: bool       # the adapters train in fp32
+
+    upcast: bool  # every weight that is not k-bit goes to fp32
+    embeddings_16bit: bool  # ... then the embeddings and LM head back to 16-bit
+    adapter_fp32: bool  # the adapters train in fp32
 
 
 def trl_sft_kbit(trl: str | None, *, bf16: bool, sharded: bool) -> KbitPreparation:
@@ -197,8 +234,9 @@ def checkpoint_wraps_layer_call(family: str, transformers: str | None) -> bool:
     return not at_least(transformers, floor)
 
 
-def fsdp1_keeps_block_grads(family: str, transformers: str | None, *, fsdp_version: int, reentrant: bool,
-                            lora: bool) -> bool:
+def fsdp1_keeps_block_grads(
+    family: str, transformers: str | None, *, fsdp_version: int, reentrant: bool, lora: bool
+) -> bool:
     """Whether FSDP1 keeps every block's checkpointed input and its gradient until the end of backward: LoRA layers
     (frozen layer units) under a reentrant checkpoint that transformers puts around the FSDP unit (module docstring)."""
     return fsdp_version == 1 and reentrant and lora and checkpoint_wraps_layer_call(family, transformers)

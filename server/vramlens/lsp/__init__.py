@@ -1,5 +1,6 @@
 """The vramlens language server (`vramlens serve`): diagnostics, hovers, code actions, inlay hints,
 code lenses and completion for training configs, over stdio or TCP."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

@@ -13,6 +13,7 @@ change is already a quick fix in the list. Each action carries its applicability
 title ends in "(unsafe fix)". Only a safe "Make it fit" is a `source.fixAll` action (editors may run those on save);
 an unsafe one is `source.vramlens.makeItFit`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,9 +28,9 @@ from vramlens import file_access
 from vramlens.lsp.convert import SOURCE, Lines, workspace_edit
 
 if TYPE_CHECKING:
-    from vramlens.lsp.documents import Result
     from vramlens.fixes import Fix
     from vramlens.formats.render import TextEdit
+    from vramlens.lsp.documents import Result
     from vramlens.lsp.server import VramlensServer
     from vramlens.rules import Finding
 
@@ -39,7 +40,7 @@ MAKE_IT_FIT = "source.fixAll.vramlens"
 MAKE_IT_FIT_UNSAFE = "source.vramlens.makeItFit"
 UNSAFE_SUFFIX = " (unsafe fix)"
 MAKE_IT_FIT_TITLE = "vramlens: Make it fit"
-MAKE_IT_FIT_RULES = ("VL001", "VL002")   # predicted OOM, tight fit
+MAKE_IT_FIT_RULES = ("VL001", "VL002")  # predicted OOM, tight fit
 GIB = 1 << 30
 
 
@@ -54,7 +55,12 @@ def _finding_for(result: Result, diag: types.Diagnostic) -> "Finding | None":
     found = list(result.analysis.findings) if result.analysis is not None else []
     data = diag.data if isinstance(diag.data, dict) else {}
     index = data.get("index")
-    if data.get("version") == result.version and data.get("edit") == result.edit and isinstance(index, int) and 0 <= index < len(found):
+    if (
+        data.get("version") == result.version
+        and data.get("edit") == result.edit
+        and isinstance(index, int)
+        and 0 <= index < len(found)
+    ):
         if found[index].rule_id == diag.code:
             return found[index]
     same_rule = [f for f in found if f.rule_id == diag.code]
@@ -90,31 +96,41 @@ class EditBuilder:
         if uri not in self._lines:
             other = self.ls.workspace.text_documents.get(uri)
             if other is None:
-                from vramlens.formats.references import MAX_REFERENCED_BYTES     # loaded with the analysis
+                from vramlens.formats.references import MAX_REFERENCED_BYTES  # loaded with the analysis
 
-                try:     # the file the analysis read (it passed the workspace check there), read the same way
-                    text = file_access.read_text_checked(Path(file), MAX_REFERENCED_BYTES, expect=Path(file),
-                                                         errors="strict")
+                try:  # the file the analysis read (it passed the workspace check there), read the same way
+                    text = file_access.read_text_checked(
+                        Path(file), MAX_REFERENCED_BYTES, expect=Path(file), errors="strict"
+                    )
                 except (OSError, UnicodeDecodeError):
                     return uri, None
                 other = TextDocument(uri, text, position_codec=self.doc.position_codec)
             self._lines[uri] = Lines(other)
         return uri, self._lines[uri]
 
-    def build(self, edits: Iterable["TextEdit"]) -> tuple[dict[str, list[types.TextEdit]], dict[str, int | None]] | None:
+    def build(
+        self, edits: Iterable["TextEdit"]
+    ) -> tuple[dict[str, list[types.TextEdit]], dict[str, int | None]] | None:
         by_uri: dict[str, list[types.TextEdit]] = {}
         for edit in edits:
             uri, lines = self._target(edit.span.file)
             if lines is None:
                 return None
             by_uri.setdefault(uri, []).append(types.TextEdit(range=lines.range(edit.span), new_text=edit.new_text))
-        versions = {uri: (d.version if (d := self.ls.workspace.text_documents.get(uri)) is not None else None)
-                    for uri in by_uri}
+        versions = {
+            uri: (d.version if (d := self.ls.workspace.text_documents.get(uri)) is not None else None) for uri in by_uri
+        }
         return by_uri, versions
 
 
-def _action(ls: "VramlensServer", builder: EditBuilder, fix: "Fix", kind: str,
-            diagnostics: list[types.Diagnostic] | None, preferred: bool) -> types.CodeAction | None:
+def _action(
+    ls: "VramlensServer",
+    builder: EditBuilder,
+    fix: "Fix",
+    kind: str,
+    diagnostics: list[types.Diagnostic] | None,
+    preferred: bool,
+) -> types.CodeAction | None:
     edits = list(fix.edits)
     title = fix_title(fix)
     built = builder.build(edits) if edits else None
@@ -122,23 +138,37 @@ def _action(ls: "VramlensServer", builder: EditBuilder, fix: "Fix", kind: str,
     if not built:
         note = fix.note
         if note and ls.client_supports_disabled_actions():
-            return types.CodeAction(title=title, kind=kind, diagnostics=diagnostics, data=data,
-                                    disabled=types.CodeActionDisabled(reason=str(note)))
+            return types.CodeAction(
+                title=title,
+                kind=kind,
+                diagnostics=diagnostics,
+                data=data,
+                disabled=types.CodeActionDisabled(reason=str(note)),
+            )
         return None
     by_uri, versions = built
-    return types.CodeAction(title=title, kind=kind, diagnostics=diagnostics, is_preferred=preferred or None,
-                            data=data, edit=workspace_edit(by_uri, versions, ls.client_supports_document_changes()))
+    return types.CodeAction(
+        title=title,
+        kind=kind,
+        diagnostics=diagnostics,
+        is_preferred=preferred or None,
+        data=data,
+        edit=workspace_edit(by_uri, versions, ls.client_supports_document_changes()),
+    )
 
 
 def make_it_fit_fix(result: Result) -> "Fix | None":
     """The analysis' combined fix for a predicted OOM or a tight fit, as a source action: the safe one when there is
     one (`make-it-fit`, or `make-it-fit-safe` beside an unsafe fastest plan), else the unsafe one."""
-    found = (fix for finding in (result.analysis.findings if result.analysis is not None else [])
-             if finding.rule_id in MAKE_IT_FIT_RULES
-             for fix in finding.fixes
-             if fix.id in ("make-it-fit", "make-it-fit-safe"))
+    found = (
+        fix
+        for finding in (result.analysis.findings if result.analysis is not None else [])
+        if finding.rule_id in MAKE_IT_FIT_RULES
+        for fix in finding.fixes
+        if fix.id in ("make-it-fit", "make-it-fit-safe")
+    )
     first = None
-    for fix in found:           # fixes are computed as they are reached (each costs estimates): stop at a safe one
+    for fix in found:  # fixes are computed as they are reached (each costs estimates): stop at a safe one
         if fix.safe:
             return fix
         first = first or fix
@@ -151,7 +181,7 @@ def code_actions(ls: "VramlensServer", params: types.CodeActionParams) -> list[t
     doc = ls.document(uri)
     if result is None or doc is None or result.analysis is None:
         return []
-    from vramlens.fixes import change_key      # with the analysis, after the initialize answer (it imports pydantic)
+    from vramlens.fixes import change_key  # with the analysis, after the initialize answer (it imports pydantic)
 
     only = params.context.only
     builder = EditBuilder(ls, doc, result)
@@ -166,7 +196,7 @@ def code_actions(ls: "VramlensServer", params: types.CodeActionParams) -> list[t
                 continue
             for i, fix in enumerate(finding.fixes):
                 key = change_key(fix)
-                if key in by_change:         # the same change offered by another diagnostic: one action
+                if key in by_change:  # the same change offered by another diagnostic: one action
                     same = by_change[key]
                     same.diagnostics = [*(same.diagnostics or []), diag]
                     continue

@@ -1,5 +1,6 @@
 """Code lens on the line naming the model: the predicted peak against the GPU; running the exact trace
 when trace support is installed."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

@@ -5,6 +5,7 @@ client modules live in `vramlens.trace` / `vramlens.probe`. Both report work-don
 the client cancels. Without the optional `trace`/`probe` support the commands answer with an error
 saying so.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 LIST_GPUS = "vramlens.listGpus"
 RUN_TRACE = "vramlens.runTrace"
 RUN_PROBE = "vramlens.runProbe"
-REQUEST_FAILED = -32803          # LSP ErrorCodes.RequestFailed
+REQUEST_FAILED = -32803  # LSP ErrorCodes.RequestFailed
 GIB = 1 << 30
 
 
@@ -52,8 +53,16 @@ def list_gpus(ls: "VramlensServer | None" = None, uri: Any = None) -> list[dict[
     """
     from vramlens.knowledge import gpus
 
-    catalog = {g.name: {"name": g.name, "memory_gib": g.memory_gib, "usable_gib": g.usable_gib, "bf16": g.bf16,
-                        "vendor": g.vendor} for g in gpus.all_gpus()}
+    catalog = {
+        g.name: {
+            "name": g.name,
+            "memory_gib": g.memory_gib,
+            "usable_gib": g.usable_gib,
+            "bf16": g.bf16,
+            "vendor": g.vendor,
+        }
+        for g in gpus.all_gpus()
+    }
     if isinstance(uri, list):
         uri = uri[0] if uri else None
     if isinstance(uri, dict):
@@ -85,9 +94,11 @@ class Commands:
         cls: type[TraceClient | ProbeClient]
         if kind == "trace":
             from vramlens.trace.client import TraceClient
+
             cls = TraceClient
         else:
             from vramlens.probe.client import ProbeClient
+
             cls = ProbeClient
         return cls if cls.available() else None
 
@@ -101,13 +112,15 @@ class Commands:
             raise CommandError(f"vramlens: {title} needs the URI of an open document")
         notebook = self.ls.workspace.get_notebook_document(cell_uri=uri)
         if notebook is not None:
-            uri = notebook.uri                          # a notebook cell: the notebook is the run
+            uri = notebook.uri  # a notebook cell: the notebook is the run
         if not self.ls.trusted:
             raise CommandError(f"vramlens: {title}s only run in trusted workspaces")
         cls = self._client(kind)
         if cls is None:
-            raise CommandError(f"vramlens: {kind} support not installed — install `vramlens[{kind}]` "
-                               f"(PyTorch) into the Python that runs the server")
+            raise CommandError(
+                f"vramlens: {kind} support not installed — install `vramlens[{kind}]` "
+                f"(PyTorch) into the Python that runs the server"
+            )
         result = self.ls.analyzer.current(uri)
         res = result.resolution if result is not None else None
         if result is None or res is None:
@@ -129,7 +142,7 @@ class Commands:
             log.warning("%s of %s failed", title, uri, exc_info=True)
             raise CommandError(f"vramlens: {title} failed: {exc}") from exc
         self._end_progress(token, progress, summary.get("message") or "done")
-        for bulky in ("estimate", "timeline"):          # the full byte-level results stay server-side
+        for bulky in ("estimate", "timeline"):  # the full byte-level results stay server-side
             summary.pop(bulky, None)
         exact = summary.get("exact_gib") if kind == "trace" else None
         if kind == "trace" and isinstance(exact, (int, float)) and result.plan_key:
@@ -152,10 +165,12 @@ class Commands:
 
     async def _call(self, cls: Any, kind: str, rp: Any, token: str | None, request: Any | None) -> dict[str, Any]:
         """Run the worker through its client; progress goes to the client, cancellation comes back."""
+
         def report(message: str, percentage: int | None = None) -> None:
             if token is not None:
-                self.ls.work_done_progress.report(token, types.WorkDoneProgressReport(
-                    message=message, percentage=percentage, cancellable=True))
+                self.ls.work_done_progress.report(
+                    token, types.WorkDoneProgressReport(message=message, percentage=percentage, cancellable=True)
+                )
 
         cancel_future = self.ls.work_done_progress.tokens.get(token) if token else None
         client = self.ls.worker_client(kind, cls)
@@ -181,7 +196,7 @@ class Commands:
         if task not in done:
             task.cancel()
             try:
-                await task                 # let the client stop its worker's job
+                await task  # let the client stop its worker's job
             except BaseException:
                 pass
             raise asyncio.CancelledError()
@@ -203,7 +218,8 @@ class Commands:
         progress.tokens.setdefault(token, concurrent.futures.Future())
         try:
             await self.ls.protocol.send_request_async(
-                types.WINDOW_WORK_DONE_PROGRESS_CREATE, types.WorkDoneProgressCreateParams(token=token))
+                types.WINDOW_WORK_DONE_PROGRESS_CREATE, types.WorkDoneProgressCreateParams(token=token)
+            )
         except Exception:
             progress.tokens.pop(token, None)
             return False
@@ -213,4 +229,4 @@ class Commands:
     def _end_progress(self, token: str, started: bool, message: str) -> None:
         if started:
             self.ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
-            self.ls.work_done_progress.tokens.pop(token, None)      # pygls keeps every token otherwise
+            self.ls.work_done_progress.tokens.pop(token, None)  # pygls keeps every token otherwise

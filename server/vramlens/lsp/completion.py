@@ -1,6 +1,7 @@
 """Completion of keys and values: config keys from the JSON Schemas in `schemas/` (or the HF/TRL key
 table), values from the schemas' enums and the knowledge base (optimizer names, attention
 implementations, dtypes, model ids), GPU names in the `# vramlens: gpu=` directive comment."""
+
 from __future__ import annotations
 
 import functools
@@ -35,8 +36,15 @@ DTYPES = ("bfloat16", "float16", "float32", "auto")
 BOOLEANS = ("true", "false")
 OPTIMIZER_KEYS = {"optim", "optimizer", "optimizer_type", "optim_type"}
 ATTENTION_KEYS = {"attn_implementation", "attention_implementation", "attn_impl"}
-MODEL_KEYS = {"model_name_or_path", "base_model", "model_id", "model_name", "pretrained_model_name_or_path",
-              "base_model_config", "tokenizer_name_or_path"}
+MODEL_KEYS = {
+    "model_name_or_path",
+    "base_model",
+    "model_id",
+    "model_name",
+    "pretrained_model_name_or_path",
+    "base_model_config",
+    "tokenizer_name_or_path",
+}
 DTYPE_KEYS = {"torch_dtype", "dtype", "bnb_4bit_compute_dtype", "bnb_4bit_quant_storage", "model_dtype"}
 
 
@@ -54,9 +62,12 @@ def _optimizers() -> list[tuple[str, str]]:
 
     out = []
     for spec in optimizers.all_optimizers():
-        state = "no state" if spec.states == 0 else \
-            f"{spec.states:g} state{'s' if spec.states != 1 else ''} × " + \
-            (f"{spec.state_bytes:g} B" if spec.state_bytes is not None else "param dtype")
+        state = (
+            "no state"
+            if spec.states == 0
+            else f"{spec.states:g} state{'s' if spec.states != 1 else ''} × "
+            + (f"{spec.state_bytes:g} B" if spec.state_bytes is not None else "param dtype")
+        )
         out.append((spec.name, f"{state}{' · paged' if spec.paged else ''} · {spec.library}"))
     return out
 
@@ -125,18 +136,30 @@ def values_for(key: str, fmt: str) -> list[tuple[str, str]]:
 # --------------------------------------------------------------------------- the request
 
 
-def _items(values: Iterable[tuple[str, str]], prefix: str, rng: types.Range, kind: types.CompletionItemKind,
-           suffix: str = "", docs: Callable[[str], str | None] | None = None) -> list[types.CompletionItem]:
+def _items(
+    values: Iterable[tuple[str, str]],
+    prefix: str,
+    rng: types.Range,
+    kind: types.CompletionItemKind,
+    suffix: str = "",
+    docs: Callable[[str], str | None] | None = None,
+) -> list[types.CompletionItem]:
     low = prefix.lower()
     out = []
     for i, (label, detail) in enumerate(values):
         if low and low not in label.lower():
             continue
         doc = docs(label) if docs else None
-        out.append(types.CompletionItem(
-            label=label, kind=kind, detail=detail or None, sort_text=f"{i:05d}",
-            documentation=types.MarkupContent(kind=types.MarkupKind.Markdown, value=doc) if doc else None,
-            text_edit=types.TextEdit(range=rng, new_text=label + suffix)))
+        out.append(
+            types.CompletionItem(
+                label=label,
+                kind=kind,
+                detail=detail or None,
+                sort_text=f"{i:05d}",
+                documentation=types.MarkupContent(kind=types.MarkupKind.Markdown, value=doc) if doc else None,
+                text_edit=types.TextEdit(range=rng, new_text=label + suffix),
+            )
+        )
     return out
 
 
@@ -152,7 +175,7 @@ def completion(ls: "VramlensServer", params: types.CompletionParams) -> types.Co
     before = lines.line(line)[:col]
 
     def replace(n: int) -> types.Range:
-        return types.Range(start=lines.position(line, col - n), end=lines.position(line, col))   # clamped to the line
+        return types.Range(start=lines.position(line, col - n), end=lines.position(line, col))  # clamped to the line
 
     # 1. the directive comment: `# vramlens: gpu=A100-40GB count=2`
     if m := _DIRECTIVE.search(before):
@@ -160,21 +183,39 @@ def completion(ls: "VramlensServer", params: types.CompletionParams) -> types.Co
         if v := _DIRECTIVE_VALUE.search(rest):
             value = v.group("value")
             if v.group("key").lower() == "gpu":
-                return types.CompletionList(False, _items(_gpus(), value, replace(len(value)),
-                                                          types.CompletionItemKind.Value))
-            return types.CompletionList(False, _items([(n, "") for n in ("1", "2", "4", "8")], value,
-                                                      replace(len(value)), types.CompletionItemKind.Value))
-        ends = re.search(r"[\w-]*$", rest)         # `*`: matches (empty) at the end at least
+                return types.CompletionList(
+                    False, _items(_gpus(), value, replace(len(value)), types.CompletionItemKind.Value)
+                )
+            return types.CompletionList(
+                False,
+                _items(
+                    [(n, "") for n in ("1", "2", "4", "8")], value, replace(len(value)), types.CompletionItemKind.Value
+                ),
+            )
+        ends = re.search(r"[\w-]*$", rest)  # `*`: matches (empty) at the end at least
         word = ends.group(0) if ends is not None else ""
-        keys = [("gpu", "GPU to check against"), ("count", "GPUs per node"), ("ignore", "suppress rules on this line"),
-                ("ignore-file", "suppress rules in this file")]
+        keys = [
+            ("gpu", "GPU to check against"),
+            ("count", "GPUs per node"),
+            ("ignore", "suppress rules on this line"),
+            ("ignore-file", "suppress rules in this file"),
+        ]
         suffixes = {"gpu": "=", "count": "=", "ignore": "[", "ignore-file": "["}
-        return types.CompletionList(False, [
-            types.CompletionItem(label=k, detail=d, kind=types.CompletionItemKind.Keyword,
-                                 text_edit=types.TextEdit(range=replace(len(word)), new_text=k + suffixes[k]))
-            for k, d in keys if k.startswith(word.lower())])
+        return types.CompletionList(
+            False,
+            [
+                types.CompletionItem(
+                    label=k,
+                    detail=d,
+                    kind=types.CompletionItemKind.Keyword,
+                    text_edit=types.TextEdit(range=replace(len(word)), new_text=k + suffixes[k]),
+                )
+                for k, d in keys
+                if k.startswith(word.lower())
+            ],
+        )
     if re.search(r"(^|\s)#", before):
-        return None              # inside an ordinary comment
+        return None  # inside an ordinary comment
 
     result = ls.analyzer.cached(uri) or ls.analyzer.results.get(uri)
     plan = result.plan if result is not None else None
@@ -189,16 +230,19 @@ def completion(ls: "VramlensServer", params: types.CompletionParams) -> types.Co
             value = m.group("value")
             values = values_for(m.group("key"), fmt)
             if values:
-                return types.CompletionList(False, _items(values, value, replace(len(value)),
-                                                          types.CompletionItemKind.Value))
+                return types.CompletionList(
+                    False, _items(values, value, replace(len(value)), types.CompletionItemKind.Value)
+                )
             return None
 
     # 3. keys: `--per_dev` in scripts, a bare word at the start of a YAML line
     if suffix == ".sh" or doc.language_id == "shellscript":
         if m := _FLAG.search(before):
             word = m.group("key")
-            return types.CompletionList(False, _items([(k, "") for k in _hf_keys()], word, replace(len(word)),
-                                                      types.CompletionItemKind.Property))
+            return types.CompletionList(
+                False,
+                _items([(k, "") for k in _hf_keys()], word, replace(len(word)), types.CompletionItemKind.Property),
+            )
         return None
     if suffix in ("", ".yaml", ".yml") or doc.language_id == "yaml":
         if m := _YAML_KEY.match(before):
@@ -213,6 +257,7 @@ def completion(ls: "VramlensServer", params: types.CompletionParams) -> types.Co
                 p = props.get(key) or {}
                 return p.get("markdownDescription") or p.get("description")
 
-            return types.CompletionList(False, _items(values, word, replace(len(word)),
-                                                      types.CompletionItemKind.Property, ": ", docs))
+            return types.CompletionList(
+                False, _items(values, word, replace(len(word)), types.CompletionItemKind.Property, ": ", docs)
+            )
     return None

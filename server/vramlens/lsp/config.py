@@ -11,6 +11,7 @@ A GPU named inside the document itself (`# vramlens: gpu=...`) is read by the pa
 Trust (`trusted`) comes from initializationOptions only and only as the JSON boolean `true`, at the top level
 or in the `vramlens` section; nothing else a workspace can write (pushed settings, project files) grants it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -39,9 +40,9 @@ def client_trusts(options: Any) -> bool:
     """Whether initializationOptions say the workspace is trusted: only a JSON `true` does."""
     if not isinstance(options, dict):
         return False
-    for where in (options, section(options)):      # the top level (what VS Code sends) or the vramlens section
+    for where in (options, section(options)):  # the top level (what VS Code sends) or the vramlens section
         values, _ = read_source({"trusted": where.get("trusted")}, "initializationOptions", exclude=())
-        if values.get("trusted") is True:           # the model's StrictBool: "true", 1 are refused
+        if values.get("trusted") is True:  # the model's StrictBool: "true", 1 are refused
             return True
     return False
 
@@ -74,21 +75,25 @@ class SettingsStore:
                 project = None
         # the local GPU count is a default: a launcher's process count in the file wins over it (resolve._world)
         detected = {k: v for k, v in self.detected.items() if k != "gpu_count"}
-        layers = [("nvidia-smi" + (f" ({self.detected_note})" if self.detected_note else ""), detected),
-                  ("initialization options", self.initialization),
-                  ("editor settings", self.editor)]
+        layers = [
+            ("nvidia-smi" + (f" ({self.detected_note})" if self.detected_note else ""), detected),
+            ("initialization options", self.initialization),
+            ("editor settings", self.editor),
+        ]
         if project is not None:
-            layers.append((project.path.name, user_chosen(project.values)))     # the trace interpreter: not
-                                                                                # a repository's to choose
+            layers.append((project.path.name, user_chosen(project.values)))  # the trace interpreter: not
+            # a repository's to choose
             for p in project.problems:
                 log.warning("%s: %s", project.path, p)
         origin = None
         for name, layer in layers:
             if layer.get("gpu") is not None:
                 origin = name
-        return EffectiveSettings(merge((values for _, values in layers),
-                                       machine_gpu_count=self.detected.get("gpu_count")), origin,
-                                 project.path if project else None)
+        return EffectiveSettings(
+            merge((values for _, values in layers), machine_gpu_count=self.detected.get("gpu_count")),
+            origin,
+            project.path if project else None,
+        )
 
     def with_editor(self, editor: dict[str, Any]) -> "SettingsStore":
         return replace(self, editor=editor)

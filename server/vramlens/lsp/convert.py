@@ -3,6 +3,7 @@
 Spans count characters as Python does (code points); the client counts in its negotiated position
 encoding (UTF-16 unless it offered UTF-8/32). pygls' position codec converts, line by line.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -45,8 +46,9 @@ class Lines:
     def range(self, span: Span | None) -> types.Range:
         if span is None:
             return types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=0))
-        return types.Range(start=self.position(span.start_line, span.start_col),
-                           end=self.position(span.end_line, span.end_col))
+        return types.Range(
+            start=self.position(span.start_line, span.start_col), end=self.position(span.end_line, span.end_col)
+        )
 
     def end_of_line(self, line: int) -> types.Position:
         return self.position(line, len(self.index.line(line)))
@@ -76,8 +78,9 @@ def span_uri(span: Span | None, doc: TextDocument) -> str:
     return from_fs_path(str(Path(span.file))) or doc.uri
 
 
-def related_information(finding: "Finding", lines: Lines, doc: TextDocument,
-                        diag_range: types.Range) -> list[types.DiagnosticRelatedInformation]:
+def related_information(
+    finding: "Finding", lines: Lines, doc: TextDocument, diag_range: types.Range
+) -> list[types.DiagnosticRelatedInformation]:
     """`Finding.related` as related information."""
     out = []
     for item in finding.related:
@@ -86,20 +89,26 @@ def related_information(finding: "Finding", lines: Lines, doc: TextDocument,
         if uri != doc.uri:
             rng = types.Range(
                 start=types.Position(line=span.start_line, character=span.start_col),
-                end=types.Position(line=span.end_line, character=span.end_col))
+                end=types.Position(line=span.end_line, character=span.end_col),
+            )
         else:
             rng = lines.range(span)
         out.append(types.DiagnosticRelatedInformation(location=types.Location(uri=uri, range=rng), message=message))
     return out
 
 
-def workspace_edit(edits_by_uri: dict[str, list[types.TextEdit]], versions: dict[str, int | None],
-                   document_changes: bool) -> types.WorkspaceEdit:
+def workspace_edit(
+    edits_by_uri: dict[str, list[types.TextEdit]], versions: dict[str, int | None], document_changes: bool
+) -> types.WorkspaceEdit:
     """`changes` or `documentChanges`, as the client prefers."""
     if document_changes:
-        return types.WorkspaceEdit(document_changes=[
-            types.TextDocumentEdit(
-                text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=versions.get(uri)),
-                edits=list(edits))
-            for uri, edits in edits_by_uri.items()])
+        return types.WorkspaceEdit(
+            document_changes=[
+                types.TextDocumentEdit(
+                    text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=versions.get(uri)),
+                    edits=list(edits),
+                )
+                for uri, edits in edits_by_uri.items()
+            ]
+        )
     return types.WorkspaceEdit(changes={uri: list(edits) for uri, edits in edits_by_uri.items()})

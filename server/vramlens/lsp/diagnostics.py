@@ -1,4 +1,5 @@
 """Diagnostics (push and pull) and the `vramlens/estimate` notification, from an analysis result."""
+
 from __future__ import annotations
 
 import logging
@@ -9,8 +10,8 @@ from lsprotocol import types
 from pygls.uris import from_fs_path
 from pygls.workspace import TextDocument
 
-from vramlens.lsp.convert import SOURCE, Lines, related_information, severity
 from vramlens.lsp import notebooks
+from vramlens.lsp.convert import SOURCE, Lines, related_information, severity
 from vramlens.lsp.documents import Result
 
 if TYPE_CHECKING:
@@ -70,32 +71,43 @@ def to_diagnostics(result: Result, doc: TextDocument) -> list[types.Diagnostic]:
         related = related_information(finding, lines, doc, rng)
         span = finding.span
         if span.file not in ("", result.path):
-            related.insert(0, types.DiagnosticRelatedInformation(
-                location=types.Location(uri=from_fs_path(span.file) or doc.uri, range=types.Range(
-                    start=types.Position(line=span.start_line, character=span.start_col),
-                    end=types.Position(line=span.end_line, character=span.end_col))),
-                message=f"in {Path(span.file).name}"))
-        out.append(types.Diagnostic(
-            range=rng,
-            severity=level,
-            code=rule_id,
-            code_description=_rule_doc(rule_id),
-            source=SOURCE,
-            message=finding.message,
-            related_information=related or None,
-            data={"uri": doc.uri, "version": result.version, "edit": result.edit, "index": index, "rule": rule_id},
-        ))
+            related.insert(
+                0,
+                types.DiagnosticRelatedInformation(
+                    location=types.Location(
+                        uri=from_fs_path(span.file) or doc.uri,
+                        range=types.Range(
+                            start=types.Position(line=span.start_line, character=span.start_col),
+                            end=types.Position(line=span.end_line, character=span.end_col),
+                        ),
+                    ),
+                    message=f"in {Path(span.file).name}",
+                ),
+            )
+        out.append(
+            types.Diagnostic(
+                range=rng,
+                severity=level,
+                code=rule_id,
+                code_description=_rule_doc(rule_id),
+                source=SOURCE,
+                message=finding.message,
+                related_information=related or None,
+                data={"uri": doc.uri, "version": result.version, "edit": result.edit, "index": index, "rule": rule_id},
+            )
+        )
     return out
 
 
 def publish(ls: "VramlensServer", result: Result) -> None:
     doc = ls.document(result.uri)
     if doc is None or not ls.analyzer.is_current(result):
-        return                      # a newer version is on its way; never show stale positions
+        return  # a newer version is on its way; never show stale positions
     if ls.workspace.get_notebook_document(notebook_uri=result.uri) is not None:
         return notebooks.publish(ls, result.uri, doc.source, to_diagnostics(result, doc))
-    ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
-        uri=result.uri, version=result.version, diagnostics=to_diagnostics(result, doc)))
+    ls.text_document_publish_diagnostics(
+        types.PublishDiagnosticsParams(uri=result.uri, version=result.version, diagnostics=to_diagnostics(result, doc))
+    )
 
 
 def clear(ls: "VramlensServer", uri: str) -> None:
@@ -134,10 +146,17 @@ def estimate_payload(result: Result, exact_gib: float | None) -> dict | None:
     return {
         "uri": result.uri,
         "version": result.version,
-        "gpu": {"name": rp.gpu.name, "count": rp.gpu_count, "usable_gib": round(rp.gpu.usable_gib, 2),
-                "assumed": res.gpu_assumed},
-        "peak": {"allocated_gib": _g(est.allocated_bytes), "reserved_gib": _g(est.reserved_bytes),
-                 "device_gib": _g(est.device_bytes)},
+        "gpu": {
+            "name": rp.gpu.name,
+            "count": rp.gpu_count,
+            "usable_gib": round(rp.gpu.usable_gib, 2),
+            "assumed": res.gpu_assumed,
+        },
+        "peak": {
+            "allocated_gib": _g(est.allocated_bytes),
+            "reserved_gib": _g(est.reserved_bytes),
+            "device_gib": _g(est.device_bytes),
+        },
         "components_gib": {k: _g(v) for k, v in est.components.items()},
         "phase": est.phase,
         "objective": est.objective,

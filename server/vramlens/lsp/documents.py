@@ -5,6 +5,7 @@ the one it supersedes; changes in quick succession are debounced, so a burst of 
 analysis, while a single keystroke is analysed at once. Requests that need the current result (hover, code actions, lenses) compute it at once
 if the scheduled run has not happened yet; either way each version is analysed once.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -41,8 +42,17 @@ FLOOD_EDITS = 5
 FLOOD_S = 0.02
 MAX_DEFER_S = 1.0
 
-LANGUAGE_SUFFIX = {"yaml": ".yaml", "json": ".json", "jsonc": ".json", "python": ".py", "shellscript": ".sh",
-                   "sh": ".sh", "bash": ".sh", "markdown": ".md", "toml": ".toml"}
+LANGUAGE_SUFFIX = {
+    "yaml": ".yaml",
+    "json": ".json",
+    "jsonc": ".json",
+    "python": ".py",
+    "shellscript": ".sh",
+    "sh": ".sh",
+    "bash": ".sh",
+    "markdown": ".md",
+    "toml": ".toml",
+}
 
 
 @dataclass
@@ -92,7 +102,7 @@ def _lsp_lines(doc: TextDocument) -> LinesWithBreaks:
     return LineIndex(doc.source).with_breaks()
 
 
-TextDocument.lines = property(_lsp_lines)      # type: ignore[assignment]
+TextDocument.lines = property(_lsp_lines)  # type: ignore[assignment]
 
 
 def document_path(doc: TextDocument) -> str:
@@ -122,7 +132,7 @@ class Analyzer:
         # newer, a second didOpen at version 1): the version alone would keep the old text's result current.
         self.edits: dict[str, int] = {}
         self.debounce_s = DEBOUNCE_S
-        self._last_change: float | None = None      # of any document
+        self._last_change: float | None = None  # of any document
         self._recent: collections.deque[float] = collections.deque(maxlen=FLOOD_EDITS)
 
     # ---- current results -----------------------------------------------------------------------
@@ -134,9 +144,12 @@ class Analyzer:
         if doc is None or result is None:
             return None
         if uri in self.server.oversized and result.extra.get("too_large"):
-            return result           # unread: its edits change nothing that was analysed
-        if result.version != doc.version or result.edit != self.edits.get(uri, 0) \
-                or result.generation != self.generation:
+            return result  # unread: its edits change nothing that was analysed
+        if (
+            result.version != doc.version
+            or result.edit != self.edits.get(uri, 0)
+            or result.generation != self.generation
+        ):
             return None
         return result
 
@@ -170,13 +183,29 @@ class Analyzer:
         if size is not None:
             analysis = pipeline.too_large(path, size)
         else:
-            analysis = pipeline.run(doc.source, path, settings, self.server.workspace_root(),
-                                    self.server.read_open_file, self.server.hub_lookups())
-            if notebooks.is_notebook_file(path, doc.source):      # an .ipynb opened as JSON text
+            analysis = pipeline.run(
+                doc.source,
+                path,
+                settings,
+                self.server.workspace_root(),
+                self.server.read_open_file,
+                self.server.hub_lookups(),
+            )
+            if notebooks.is_notebook_file(path, doc.source):  # an .ipynb opened as JSON text
                 analysis = notebooks.as_file_positions(analysis, doc.source)
         elapsed = (time.perf_counter() - start) * 1000
-        return Result(doc.uri, doc.version, self.generation, path, analysis, settings, elapsed, plan_digest(analysis),
-                      extra={"too_large": True} if size is not None else {}, edit=self.edits.get(doc.uri, 0))
+        return Result(
+            doc.uri,
+            doc.version,
+            self.generation,
+            path,
+            analysis,
+            settings,
+            elapsed,
+            plan_digest(analysis),
+            extra={"too_large": True} if size is not None else {},
+            edit=self.edits.get(doc.uri, 0),
+        )
 
     # ---- scheduling ----------------------------------------------------------------------------
 
@@ -214,7 +243,7 @@ class Analyzer:
                 while self._flooded() and time.monotonic() < give_up:
                     await asyncio.sleep(delay)
             else:
-                await asyncio.sleep(0)          # let already-received edits land first
+                await asyncio.sleep(0)  # let already-received edits land first
             await self.server.wait_for_settings()
             self.current(uri)
         except asyncio.CancelledError:

@@ -14,6 +14,7 @@ socket and hands each message to pygls' protocol (`structure_message`, `handle_m
 
 Base protocol: https://microsoft.github.io/language-server-protocol/specifications/lsp/3.17/specification/#baseProtocol
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -31,8 +32,8 @@ log = logging.getLogger(__name__)
 # 64 MiB: the largest document the server keeps is a few MB (larger ones are reported and not read), and its
 # JSON frame (escapes included) stays far below this; a 50 MB document still arrives, to be reported as too large.
 MAX_FRAME_BYTES = 64 * 2**20
-MAX_HEADER_BYTES = 8 * 1024     # a header block is two short lines
-HEAD_BYTES = 4096               # the start of a refused frame, kept to find its request id
+MAX_HEADER_BYTES = 8 * 1024  # a header block is two short lines
+HEAD_BYTES = 4096  # the start of a refused frame, kept to find its request id
 CHUNK_BYTES = 64 * 1024
 
 PARSE_ERROR = -32700
@@ -45,7 +46,7 @@ _HEADER = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+)[ \t]*:[ \t]*(.*?)[ \t]*")
 # The start of a frame: raw bytes that never occur inside a JSON text (a line break is allowed there only between
 # tokens, where `Content-Length:` cannot be), so finding them in a body means that body ran into the next frame.
 _FRAME_START = re.compile(rb"content-length[ \t]{0,8}:[ \t]{0,8}[0-9]{1,18}[ \t]{0,8}\r?\n", re.IGNORECASE)
-_OVERLAP = 64                   # longer than any match of _FRAME_START: kept when a scan resumes in new bytes
+_OVERLAP = 64  # longer than any match of _FRAME_START: kept when a scan resumes in new bytes
 
 
 @dataclass
@@ -69,12 +70,12 @@ class FrameDecoder:
     def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES):
         self.max_frame_bytes = max_frame_bytes
         self._buf = bytearray()
-        self._need: int | None = None       # body length of the frame being read
-        self._scanned = 0                   # bytes of the partial body already searched for a frame start
-        self._skip = 0                      # bytes of an oversized body still to discard
+        self._need: int | None = None  # body length of the frame being read
+        self._scanned = 0  # bytes of the partial body already searched for a frame start
+        self._skip = 0  # bytes of an oversized body still to discard
         self._skip_reason = ""
         self._skip_head = b""
-        self._skip_tail = b""               # last bytes discarded, for a frame start split across chunks
+        self._skip_tail = b""  # last bytes discarded, for a frame start split across chunks
 
     def feed(self, data: bytes) -> list[Frame | BadFrame]:
         out: list[Frame | BadFrame] = []
@@ -101,8 +102,8 @@ class FrameDecoder:
         """Read one header block; False when more bytes are needed."""
         buf = self._buf
         leading = _LEADING_BREAKS.match(buf)
-        if leading is not None:          # a line break after the previous body: not a frame of its own
-            del buf[:leading.end()]
+        if leading is not None:  # a line break after the previous body: not a frame of its own
+            del buf[: leading.end()]
         if not buf:
             return False
         blank = _BLANK_LINE.search(buf, 0, MAX_HEADER_BYTES + 4)
@@ -113,7 +114,7 @@ class FrameDecoder:
             return True
         length: int | None = None
         problem = None
-        for line in _LINE_BREAK.split(bytes(buf[:blank.start()])):
+        for line in _LINE_BREAK.split(bytes(buf[: blank.start()])):
             field = _HEADER.fullmatch(line)
             if field is None:
                 problem = f"not a header line: {line[:60]!r}"
@@ -127,11 +128,13 @@ class FrameDecoder:
         if problem is not None or length is None:
             self._resync(out, problem or "no Content-Length header", blank.end())
             return True
-        del buf[:blank.end()]
+        del buf[: blank.end()]
         if length > self.max_frame_bytes:
             self._skip = length
-            self._skip_reason = (f"a message of {length:,} bytes is over the limit of "
-                                 f"{self.max_frame_bytes // 2**20} MiB; it was not read")
+            self._skip_reason = (
+                f"a message of {length:,} bytes is over the limit of "
+                f"{self.max_frame_bytes // 2**20} MiB; it was not read"
+            )
             self._skip_head = b""
             self._skip_tail = b""
         else:
@@ -144,9 +147,12 @@ class FrameDecoder:
         buf = self._buf
         end = min(len(buf), need)
         start = self._frame_start(buf, max(0, self._scanned - _OVERLAP), end)
-        if start is not None:          # the declared length runs into the next frame
-            out.append(BadFrame(f"the message ends before its Content-Length ({need:,} bytes)",
-                                bytes(buf[:min(start, HEAD_BYTES)])))
+        if start is not None:  # the declared length runs into the next frame
+            out.append(
+                BadFrame(
+                    f"the message ends before its Content-Length ({need:,} bytes)", bytes(buf[: min(start, HEAD_BYTES)])
+                )
+            )
             del buf[:start]
             self._need = None
             return True
@@ -163,7 +169,7 @@ class FrameDecoder:
     def _discard(self, data: bytes, out: list) -> bytes:
         """Drop bytes of an oversized body; returns what follows it (or a frame start found inside it)."""
         if len(self._skip_head) < HEAD_BYTES:
-            self._skip_head += data[:HEAD_BYTES - len(self._skip_head)]
+            self._skip_head += data[: HEAD_BYTES - len(self._skip_head)]
         window = self._skip_tail + data
         start = self._frame_start(window, 0, len(self._skip_tail) + min(len(data), self._skip))
         if start is not None:
@@ -172,7 +178,7 @@ class FrameDecoder:
             return window[start:]
         taken = min(len(data), self._skip)
         self._skip -= taken
-        self._skip_tail = window[max(0, len(self._skip_tail) + taken - _OVERLAP):len(self._skip_tail) + taken]
+        self._skip_tail = window[max(0, len(self._skip_tail) + taken - _OVERLAP) : len(self._skip_tail) + taken]
         if self._skip == 0:
             out.append(BadFrame(self._skip_reason, self._skip_head))
         return data[taken:]
@@ -184,14 +190,14 @@ class FrameDecoder:
         if start is None:
             start = max(at_least, len(buf) - _OVERLAP)
         start = max(start, 1)
-        out.append(BadFrame(problem, bytes(buf[:min(start, HEAD_BYTES)])))
+        out.append(BadFrame(problem, bytes(buf[: min(start, HEAD_BYTES)])))
         del buf[:start]
 
     @staticmethod
     def _frame_start(data: bytes | bytearray, begin: int, end: int) -> int | None:
         """Offset of a frame start within data[begin:end] (a match may run up to _OVERLAP bytes past `end`)."""
         if data.find(b"\n", begin, min(len(data), end + _OVERLAP)) < 0:
-            return None                 # no line break, no frame start (compact JSON has none)
+            return None  # no line break, no frame start (compact JSON has none)
         m = _FRAME_START.search(data, begin, min(len(data), end + _OVERLAP))
         return m.start() if m is not None and m.start() < end else None
 
@@ -209,7 +215,7 @@ def request_id(head: bytes) -> int | str | None:
     ends or breaks), else None. Responses (no `method`) and notifications (no `id`) give None."""
     text = head.decode("utf-8", "replace")
     i = _skip_space(text, 0)
-    if text[i:i + 1] != "{":
+    if text[i : i + 1] != "{":
         return None
     i += 1
     found: Any = None
@@ -225,7 +231,7 @@ def request_id(head: bytes) -> int | str | None:
         if key is None:
             break
         i = _skip_space(text, key.end())
-        if text[i:i + 1] != ":":
+        if text[i : i + 1] != ":":
             break
         i = _skip_space(text, i + 1)
         name = key.group()[1:-1]
@@ -248,7 +254,7 @@ def request_id(head: bytes) -> int | str | None:
 
 def _skip_space(text: str, i: int) -> int:
     """`i` moved past spaces and line breaks."""
-    m = _SPACE.match(text, i)       # `*`: matches (empty) at any position
+    m = _SPACE.match(text, i)  # `*`: matches (empty) at any position
     return m.end() if m is not None else i
 
 
@@ -290,8 +296,11 @@ class Messages:
 
     def bad(self, item: BadFrame) -> None:
         rid = request_id(item.head)
-        log.warning("skipped a message the client sent: %s%s", item.reason,
-                    f" (request {rid!r} answered with an error)" if rid is not None else "")
+        log.warning(
+            "skipped a message the client sent: %s%s",
+            item.reason,
+            f" (request {rid!r} answered with an error)" if rid is not None else "",
+        )
         if rid is not None:
             self.answer_error(rid, PARSE_ERROR, f"Parse error: {item.reason}")
 
@@ -299,8 +308,11 @@ class Messages:
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError as exc:
-            self.bad(BadFrame(f"the message is not UTF-8 (byte 0x{body[exc.start]:02x} at offset {exc.start})",
-                              body[:HEAD_BYTES]))
+            self.bad(
+                BadFrame(
+                    f"the message is not UTF-8 (byte 0x{body[exc.start]:02x} at offset {exc.start})", body[:HEAD_BYTES]
+                )
+            )
             return
         try:
             message = json.loads(text, object_hook=self.protocol.structure_message)
@@ -310,7 +322,7 @@ class Messages:
         except RecursionError:
             self.bad(BadFrame("the message nests too deeply to read", body[:HEAD_BYTES]))
             return
-        except Exception as exc:       # structure_message refused it (answered there when it was a request)
+        except Exception as exc:  # structure_message refused it (answered there when it was a request)
             log.warning("a message the client sent could not be read: %s", exc)
             return
         if not hasattr(message, "jsonrpc"):
@@ -322,8 +334,12 @@ class Messages:
         self.protocol.handle_message(message)
 
 
-async def serve(read_chunk: Callable[[], Awaitable[bytes]], messages: Messages,
-                stop: threading.Event | None = None, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+async def serve(
+    read_chunk: Callable[[], Awaitable[bytes]],
+    messages: Messages,
+    stop: threading.Event | None = None,
+    max_frame_bytes: int = MAX_FRAME_BYTES,
+) -> None:
     """Read frames until end of input (or `stop`), handing each to `messages`. Errors of one message are
     logged; only `exit` (SystemExit) ends the loop early."""
     decoder = FrameDecoder(max_frame_bytes)
@@ -339,7 +355,7 @@ async def serve(read_chunk: Callable[[], Awaitable[bytes]], messages: Messages,
                     messages.bad(item)
             except Exception:
                 log.exception("handling a message failed")
-            await asyncio.sleep(0)      # let what the message scheduled run, as between two reads
+            await asyncio.sleep(0)  # let what the message scheduled run, as between two reads
 
 
 def stdin_chunks(stream: Any) -> Callable[[], Awaitable[bytes]]:
@@ -350,8 +366,8 @@ def stdin_chunks(stream: Any) -> Callable[[], Awaitable[bytes]]:
     lock = threading.Lock()
 
     def pump(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[bytes]) -> None:
-        try:        # the file descriptor itself: a thread blocked in BufferedReader.read1 holds its lock, and
-            fd = stream.fileno()            # the interpreter cannot close stdin at exit
+        try:  # the file descriptor itself: a thread blocked in BufferedReader.read1 holds its lock, and
+            fd = stream.fileno()  # the interpreter cannot close stdin at exit
             read = functools.partial(os.read, fd)
         except (AttributeError, OSError, ValueError):
             read = getattr(stream, "read1", None) or stream.read
@@ -362,7 +378,7 @@ def stdin_chunks(stream: Any) -> Callable[[], Awaitable[bytes]]:
                 chunk = b""
             try:
                 asyncio.run_coroutine_threadsafe(queue.put(chunk or b""), loop).result()
-            except RuntimeError:        # the loop is closed: the server is ending
+            except RuntimeError:  # the loop is closed: the server is ending
                 return
             if not chunk:
                 return
@@ -372,8 +388,9 @@ def stdin_chunks(stream: Any) -> Callable[[], Awaitable[bytes]]:
         with lock:
             if queue is None:
                 queue = asyncio.Queue(maxsize=1)
-                threading.Thread(target=pump, args=(asyncio.get_running_loop(), queue), daemon=True,
-                                 name="vramlens-stdin").start()
+                threading.Thread(
+                    target=pump, args=(asyncio.get_running_loop(), queue), daemon=True, name="vramlens-stdin"
+                ).start()
         return await queue.get()
 
     return read_chunk

@@ -8,6 +8,7 @@ outside the workspace, is run: an empty or relative `PATH` entry means the curre
 editor is usually the repository, and a repository's own `nvidia-smi` must not run because it was opened.
 The server skips detection altogether in untrusted workspaces.
 """
+
 from __future__ import annotations
 
 import logging
@@ -86,6 +87,6 @@ def detect_local_gpu(workspace: Path | None = None) -> LocalGpu | None:
         return None
     try:
         return parse_nvidia_smi(done.stdout)
-    except Exception:   # an odd driver line must never stop the server
+    except Exception:  # an odd driver line must never stop the server
         log.warning("could not read nvidia-smi output %r", done.stdout[:200], exc_info=True)
         return None

@@ -1,5 +1,6 @@
 """Hover: what the setting under the cursor costs now, its alternatives and where its value came from;
 on the model, the whole memory budget."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -47,5 +48,7 @@ def hover(ls: "VramlensServer", params: types.HoverParams) -> types.Hover | None
         value = explain.hover_markdown(ctx, concept)
     sourced = getattr(plan, concept, None)
     span = sourced.span if sourced is not None and sourced.span is not None else plan.model_span_hint
-    return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=value),
-                       range=lines.range(span) if span is not None else None)
+    return types.Hover(
+        contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=value),
+        range=lines.range(span) if span is not None else None,
+    )

@@ -1,4 +1,5 @@
 """Inlay hints: the GiB a memory-relevant line costs, at its end."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

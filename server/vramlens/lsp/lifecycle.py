@@ -12,6 +12,7 @@ https://microsoft.github.io/language-server-protocol/specifications/lsp/3.17/spe
 https://microsoft.github.io/language-server-protocol/specifications/lsp/3.17/specification/#shutdown
 https://microsoft.github.io/language-server-protocol/specifications/lsp/3.17/specification/#exit
 """
+
 from __future__ import annotations
 
 import logging
@@ -32,7 +33,7 @@ class LifecycleProtocol(LanguageServerProtocol):
 
     @property
     def shutdown_received(self) -> bool:
-        return self._shutdown            # pygls sets it when it has answered `shutdown`
+        return self._shutdown  # pygls sets it when it has answered `shutdown`
 
     def answer_error(self, msg_id: Any, code: int, message: str) -> None:
         """Answer request `msg_id` with a JSON-RPC error."""
@@ -46,21 +47,28 @@ class LifecycleProtocol(LanguageServerProtocol):
             return
         if self.shutdown_received:
             if request:
-                self.answer_error(message.id, types.ErrorCodes.InvalidRequest,
-                                  f"{method}: the server has been shut down; only `exit` is accepted")
+                self.answer_error(
+                    message.id,
+                    types.ErrorCodes.InvalidRequest,
+                    f"{method}: the server has been shut down; only `exit` is accepted",
+                )
             else:
                 log.info("dropped %s after shutdown", method or "a response")
             return
         if method == types.INITIALIZE and request:
             if self.initialize_received:
-                self.answer_error(message.id, types.ErrorCodes.InvalidRequest,
-                                  "initialize: the server is already initialized")
+                self.answer_error(
+                    message.id, types.ErrorCodes.InvalidRequest, "initialize: the server is already initialized"
+                )
                 return
             self.initialize_received = True
         elif not self.initialize_received and method is not None:
             if request:
-                self.answer_error(message.id, types.ErrorCodes.ServerNotInitialized,
-                                  f"{method}: the server is not initialized (send `initialize` first)")
+                self.answer_error(
+                    message.id,
+                    types.ErrorCodes.ServerNotInitialized,
+                    f"{method}: the server is not initialized (send `initialize` first)",
+                )
             else:
                 log.info("dropped %s before initialize", method)
             return

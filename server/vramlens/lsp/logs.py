@@ -1,5 +1,6 @@
 """Logging for a stdio server: stdout carries the protocol, so logs go to stderr and, from WARNING up,
 to the client as `window/logMessage` (VS Code shows them in the vramlens output channel)."""
+
 from __future__ import annotations
 
 import logging
@@ -12,8 +13,11 @@ from lsprotocol import types
 if TYPE_CHECKING:
     from vramlens.lsp.server import VramlensServer
 
-_LEVELS = {logging.ERROR: types.MessageType.Error, logging.WARNING: types.MessageType.Warning,
-           logging.INFO: types.MessageType.Info}
+_LEVELS = {
+    logging.ERROR: types.MessageType.Error,
+    logging.WARNING: types.MessageType.Warning,
+    logging.INFO: types.MessageType.Info,
+}
 
 
 class ClientLogHandler(logging.Handler):
@@ -28,13 +32,14 @@ class ClientLogHandler(logging.Handler):
         if getattr(self._local, "busy", False):
             return
         if threading.current_thread() is not threading.main_thread():
-            return          # the protocol writer is not thread-safe; stderr still has it
+            return  # the protocol writer is not thread-safe; stderr still has it
         self._local.busy = True
         try:
             if getattr(self.server.protocol, "writer", None) is None:
                 return
-            kind = _LEVELS.get(record.levelno, types.MessageType.Error if record.levelno > logging.ERROR
-                               else types.MessageType.Log)
+            kind = _LEVELS.get(
+                record.levelno, types.MessageType.Error if record.levelno > logging.ERROR else types.MessageType.Log
+            )
             self.server.window_log_message(types.LogMessageParams(type=kind, message=self.format(record)))
         except Exception:
             pass

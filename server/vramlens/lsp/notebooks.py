@@ -10,6 +10,7 @@ Each analysis publishes only the cells whose diagnostics changed since their las
 for a cell whose diagnostics went away): a notebook of many cells edited in one of them costs a notification per
 changed cell, not one per cell.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -27,11 +28,15 @@ if TYPE_CHECKING:
 # Jupyter notebooks (VS Code's and other clients' type name); Python cells and cells whose own language is shell
 # (a `%%bash` cell switched to Shell): the cells the server reads, as `formats.notebook` reads the .ipynb file.
 CELL_LANGUAGES = [types.NotebookCellLanguage(language=lang) for lang in ("python", "shellscript", "bash")]
-SYNC_OPTIONS = types.NotebookDocumentSyncOptions(notebook_selector=[
-    types.NotebookDocumentFilterWithNotebook(notebook="jupyter-notebook", cells=CELL_LANGUAGES),
-    types.NotebookDocumentFilterWithNotebook(notebook=types.NotebookDocumentFilterNotebookType(
-        notebook_type="jupyter-notebook", pattern="**/*.ipynb"), cells=CELL_LANGUAGES),
-])
+SYNC_OPTIONS = types.NotebookDocumentSyncOptions(
+    notebook_selector=[
+        types.NotebookDocumentFilterWithNotebook(notebook="jupyter-notebook", cells=CELL_LANGUAGES),
+        types.NotebookDocumentFilterWithNotebook(
+            notebook=types.NotebookDocumentFilterNotebookType(notebook_type="jupyter-notebook", pattern="**/*.ipynb"),
+            cells=CELL_LANGUAGES,
+        ),
+    ]
+)
 
 
 @dataclass
@@ -57,7 +62,7 @@ def code_cells(ls: "VramlensServer", nb: types.NotebookDocument) -> list[tuple[i
     for number, cell in enumerate(nb.cells, 1):
         if cell.kind != types.NotebookCellKind.Code:
             continue
-        doc = ls.workspace.text_documents.get(unquote(cell.document))     # pygls keys documents by unquoted URI
+        doc = ls.workspace.text_documents.get(unquote(cell.document))  # pygls keys documents by unquoted URI
         if doc is not None:
             out.append((number, cell.document, doc))
     return out
@@ -66,8 +71,11 @@ def code_cells(ls: "VramlensServer", nb: types.NotebookDocument) -> list[tuple[i
 def _join(cells: list[tuple[int, str, TextDocument]]) -> CellText:
     from vramlens.formats.notebook import CellText
 
-    return CellText.join([doc.source for _, _, doc in cells], [n for n, _, _ in cells],
-                         [doc.language_id or "python" for _, _, doc in cells])
+    return CellText.join(
+        [doc.source for _, _, doc in cells],
+        [n for n, _, _ in cells],
+        [doc.language_id or "python" for _, _, doc in cells],
+    )
 
 
 def state(ls: "VramlensServer", uri: str) -> NotebookState:
@@ -84,12 +92,18 @@ def document(ls: "VramlensServer", uri: str) -> TextDocument | None:
     key = (nb.version, tuple((cell_uri, doc.version) for _, cell_uri, doc in cells))
     if key != st.key:
         st.key, st.revision = key, st.revision + 1
-    return TextDocument(uri, source=_join(cells).text, version=st.revision, language_id="python",
-                        position_codec=ls.workspace.position_codec)
+    return TextDocument(
+        uri,
+        source=_join(cells).text,
+        version=st.revision,
+        language_id="python",
+        position_codec=ls.workspace.position_codec,
+    )
 
 
-def split(ls: "VramlensServer", notebook_uri: str, text: str,
-          diagnostics: list[types.Diagnostic]) -> dict[str, list[types.Diagnostic]] | None:
+def split(
+    ls: "VramlensServer", notebook_uri: str, text: str, diagnostics: list[types.Diagnostic]
+) -> dict[str, list[types.Diagnostic]] | None:
     """The notebook's diagnostics (cell-text positions) per cell URI (positions in the cell); every code
     cell has an entry, empty when nothing is on it. None when the cells changed since `text` was built."""
     from vramlens.formats.notebook import CellText
@@ -101,7 +115,7 @@ def split(ls: "VramlensServer", notebook_uri: str, text: str,
     ct = CellText.parse(text)
     uris = [cell_uri for _, cell_uri, _ in cells]
     if len(uris) != len(ct.starts):
-        return None                         # the cells changed since this text was built: publish nothing stale
+        return None  # the cells changed since this text was built: publish nothing stale
     out: dict[str, list[types.Diagnostic]] = {u: [] for u in uris}
     for d in diagnostics:
         index, rng = _cell_range(ct, d.range)
@@ -118,9 +132,19 @@ def split(ls: "VramlensServer", notebook_uri: str, text: str,
         if isinstance(data, dict):
             data["uri"] = uris[index]
             data["notebook"] = notebook_uri
-        out[uris[index]].append(types.Diagnostic(
-            range=rng, severity=d.severity, code=d.code, code_description=d.code_description, source=d.source,
-            message=d.message, related_information=related, data=data, tags=d.tags))
+        out[uris[index]].append(
+            types.Diagnostic(
+                range=rng,
+                severity=d.severity,
+                code=d.code,
+                code_description=d.code_description,
+                source=d.source,
+                message=d.message,
+                related_information=related,
+                data=data,
+                tags=d.tags,
+            )
+        )
     return out
 
 
@@ -128,12 +152,12 @@ def _cell_range(ct: CellText, rng: types.Range) -> tuple[int, types.Range]:
     """A cell-text range → (cell index, the range in that cell, clipped to it)."""
     index, line = ct.locate(rng.start.line)
     start, end = ct.cell_lines(index) if ct.starts else (0, rng.end.line + 1)
-    if rng.start.line < start:              # on the marker line: the cell's start
+    if rng.start.line < start:  # on the marker line: the cell's start
         return index, types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=0))
     start_pos = types.Position(line=line, character=rng.start.character)
     if rng.end.line < end:
         end_pos = types.Position(line=rng.end.line - start, character=rng.end.character)
-    else:                                   # runs past the cell: to the start of its last line
+    else:  # runs past the cell: to the start of its last line
         end_pos = types.Position(line=max(line, end - 1 - start), character=0)
     return index, types.Range(start=start_pos, end=end_pos)
 
@@ -160,7 +184,7 @@ def publish(ls: "VramlensServer", notebook_uri: str, text: str, diagnostics: lis
     st = state(ls, notebook_uri)
     per_cell = split(ls, notebook_uri, text, diagnostics)
     if per_cell is None:
-        return                              # a newer analysis of the new cells follows
+        return  # a newer analysis of the new cells follows
     for uri in [u for u in st.published if u not in per_cell]:
         ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
         del st.published[uri]
@@ -169,8 +193,9 @@ def publish(ls: "VramlensServer", notebook_uri: str, text: str, diagnostics: lis
         if shown == st.published.get(uri, []):
             continue
         doc = ls.workspace.text_documents.get(unquote(uri))
-        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
-            uri=uri, version=doc.version if doc is not None else None, diagnostics=items))
+        ls.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(uri=uri, version=doc.version if doc is not None else None, diagnostics=items)
+        )
         if shown:
             st.published[uri] = shown
         else:
@@ -197,8 +222,10 @@ def _cell_of(ls: "VramlensServer", cell_uri: str):
 
 
 def _shift(rng: types.Range, lines: int) -> types.Range:
-    return types.Range(start=types.Position(line=rng.start.line + lines, character=rng.start.character),
-                       end=types.Position(line=rng.end.line + lines, character=rng.end.character))
+    return types.Range(
+        start=types.Position(line=rng.start.line + lines, character=rng.start.character),
+        end=types.Position(line=rng.end.line + lines, character=rng.end.character),
+    )
 
 
 def cell_hover(ls: "VramlensServer", params: types.HoverParams, hover) -> types.Hover | None:
@@ -208,9 +235,13 @@ def cell_hover(ls: "VramlensServer", params: types.HoverParams, hover) -> types.
         return None
     nb, cells, ct, index = found
     start = ct.starts[index]
-    answer = hover(ls, types.HoverParams(text_document=types.TextDocumentIdentifier(uri=nb.uri),
-                                         position=types.Position(line=params.position.line + start,
-                                                                 character=params.position.character)))
+    answer = hover(
+        ls,
+        types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=nb.uri),
+            position=types.Position(line=params.position.line + start, character=params.position.character),
+        ),
+    )
     if answer is None or answer.range is None:
         return answer
     i, rng = _cell_range(ct, answer.range)
@@ -226,11 +257,25 @@ def cell_code_actions(ls: "VramlensServer", params: types.CodeActionParams, code
         return []
     nb, cells, ct, index = found
     start = ct.starts[index]
-    shifted = [types.Diagnostic(range=_shift(d.range, start), message=d.message, severity=d.severity, code=d.code,
-                                source=d.source, data=d.data) for d in params.context.diagnostics]
-    actions = code_actions(ls, types.CodeActionParams(
-        text_document=types.TextDocumentIdentifier(uri=nb.uri), range=_shift(params.range, start),
-        context=types.CodeActionContext(diagnostics=shifted, only=params.context.only)))
+    shifted = [
+        types.Diagnostic(
+            range=_shift(d.range, start),
+            message=d.message,
+            severity=d.severity,
+            code=d.code,
+            source=d.source,
+            data=d.data,
+        )
+        for d in params.context.diagnostics
+    ]
+    actions = code_actions(
+        ls,
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=nb.uri),
+            range=_shift(params.range, start),
+            context=types.CodeActionContext(diagnostics=shifted, only=params.context.only),
+        ),
+    )
     uris = [uri for _, uri, _ in cells]
     versions = {uri: doc.version for _, uri, doc in cells}
     out = []
@@ -277,12 +322,19 @@ def as_file_positions(analysis, json_text: str):
             return span.model_copy(update={"start_line": 0, "start_col": 0, "end_line": 0, "end_col": 0})
         end = position(span.end_line, span.end_col) if span.end_line == span.start_line else None
         end = end or start
-        return span.model_copy(update={"start_line": start[0], "start_col": start[1], "end_line": end[0],
-                                       "end_col": end[1]})
+        return span.model_copy(
+            update={"start_line": start[0], "start_col": start[1], "end_line": end[0], "end_col": end[1]}
+        )
 
-    findings = [dataclasses.replace(f, span=moved(f.span), fix_source=None,
-                                    related=[dataclasses.replace(r, span=moved(r.span)) for r in f.related])
-                for f in analysis.findings]
+    findings = [
+        dataclasses.replace(
+            f,
+            span=moved(f.span),
+            fix_source=None,
+            related=[dataclasses.replace(r, span=moved(r.span)) for r in f.related],
+        )
+        for f in analysis.findings
+    ]
     return dataclasses.replace(analysis, plan=None, findings=findings)
 
 
@@ -293,8 +345,12 @@ def cell_inlay_hints(ls: "VramlensServer", params: types.InlayHintParams, inlay_
         return []
     nb, cells, ct, index = found
     start, end = ct.cell_lines(index)
-    hints = inlay_hints(ls, types.InlayHintParams(text_document=types.TextDocumentIdentifier(uri=nb.uri),
-                                                  range=_shift(params.range, start)))
+    hints = inlay_hints(
+        ls,
+        types.InlayHintParams(
+            text_document=types.TextDocumentIdentifier(uri=nb.uri), range=_shift(params.range, start)
+        ),
+    )
     out = []
     for hint in hints:
         if start <= hint.position.line < end:
@@ -315,6 +371,6 @@ def cell_code_lens(ls: "VramlensServer", params: types.CodeLensParams, code_lens
         if i == index and rng.start.line >= 0:
             lens.range = rng
             if lens.command is not None and lens.command.arguments:
-                lens.command.arguments = [nb.uri]          # a trace runs for the notebook
+                lens.command.arguments = [nb.uri]  # a trace runs for the notebook
             out.append(lens)
     return out

@@ -5,6 +5,7 @@ it to a feature module (`diagnostics`, `hover`, `code_actions`, `inlay_hints`, `
 `completion`, `commands`) that returns LSP types. Every handler is wrapped by `_guard`: an exception
 is logged and the client gets an empty answer, never a dead server.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,6 +27,7 @@ from pygls.protocol.language_server import lsp_method
 from pygls.uris import to_fs_path
 
 from vramlens import __version__
+
 # Imported before the `initialize` answer: only what registering the features needs. The analysis pipeline,
 # the settings model (pydantic) and the modules that use them are imported on first use, after the answer
 # (`config`, `diagnostics`, `documents`, `vramlens.settings`; `_warm_up` loads them in the background).
@@ -35,18 +37,18 @@ from vramlens.lsp.lifecycle import LifecycleProtocol
 
 if TYPE_CHECKING:
     from vramlens import explain
+    from vramlens.knowledge.hub import BackgroundLookups
     from vramlens.lsp import config
     from vramlens.lsp.documents import Analyzer, Result
-    from vramlens.knowledge.hub import BackgroundLookups
 
 log = logging.getLogger("vramlens.lsp")
 
-CONFIG_TIMEOUT_S = 2.0       # how long a first analysis waits for the client's settings
+CONFIG_TIMEOUT_S = 2.0  # how long a first analysis waits for the client's settings
 PULL_DIAGNOSTICS_ID = "vramlens"
 
 
 def _max_document_chars() -> int:
-    from vramlens.lsp import pipeline       # after the initialize answer: documents arrive only then
+    from vramlens.lsp import pipeline  # after the initialize answer: documents arrive only then
 
     return pipeline.max_document_chars()
 
@@ -55,15 +57,16 @@ class AnsweringProtocol(LifecycleProtocol):
     """pygls drops a request whose params do not fit its method's types: it logs the error and sends nothing,
     and the client waits for an answer forever. Here such a request is answered with the error."""
 
-    _server: VramlensServer         # the one server this protocol is made for (its `protocol_cls`)
+    _server: VramlensServer  # the one server this protocol is made for (its `protocol_cls`)
 
     def structure_message(self, data: dict[str, Any]):
         try:
             return super().structure_message(data)
         except JsonRpcException as exc:
             if isinstance(data, dict) and "id" in data and "method" in data:
-                self._send_response(data["id"], error=types.ResponseError(
-                    code=exc.code, message=f"{exc.message} for {data['method']}"))
+                self._send_response(
+                    data["id"], error=types.ResponseError(code=exc.code, message=f"{exc.message} for {data['method']}")
+                )
             raise
 
     def handle_message(self, message: Any) -> None:
@@ -80,7 +83,6 @@ class AnsweringProtocol(LifecycleProtocol):
             if future.done() and futures.get(msg_id) is future:
                 futures.pop(msg_id, None)
 
-
     # ---- documents past analysis.MAX_DOCUMENT_CHARS --------------------------------------------
     # pygls applies an incremental change by re-splitting the whole text and copying it line by line
     # (pygls 2.0 workspace/text_document.py `_apply_incremental_change`): a 50 MB document cost ~4.5 s per
@@ -95,8 +97,7 @@ class AnsweringProtocol(LifecycleProtocol):
         oversized.pop(item.uri, None)
         if len(item.text) > _max_document_chars():
             oversized[item.uri] = len(item.text)
-            item = types.TextDocumentItem(uri=item.uri, language_id=item.language_id, version=item.version,
-                                          text="")
+            item = types.TextDocumentItem(uri=item.uri, language_id=item.language_id, version=item.version, text="")
             params = types.DidOpenTextDocumentParams(text_document=item)
         self.workspace.put_text_document(item)
         if (user_handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_OPEN)) is not None:
@@ -112,17 +113,18 @@ class AnsweringProtocol(LifecycleProtocol):
             doc = self.workspace.text_documents.get(uri)
             if not whole or len(changes[whole[-1]].text) > _max_document_chars():
                 if doc is not None:
-                    doc.version = params.text_document.version   # nothing else: it stays unread
+                    doc.version = params.text_document.version  # nothing else: it stays unread
                 return
             del oversized[uri]
-            changes = changes[whole[-1]:]
+            changes = changes[whole[-1] :]
         for change in changes:
             self.workspace.update_text_document(params.text_document, change)
         doc = self.workspace.text_documents.get(uri)
         if doc is not None and len(doc.source) > _max_document_chars():
             oversized[uri] = len(doc.source)
-            self.workspace.put_text_document(types.TextDocumentItem(
-                uri=uri, language_id=doc.language_id or "", version=doc.version or 0, text=""))
+            self.workspace.put_text_document(
+                types.TextDocumentItem(uri=uri, language_id=doc.language_id or "", version=doc.version or 0, text="")
+            )
         if (user_handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
             yield user_handler, (params,), None
 
@@ -133,22 +135,27 @@ class AnsweringProtocol(LifecycleProtocol):
 
 
 class VramlensServer(LanguageServer):
-    protocol: AnsweringProtocol     # made by pygls from `protocol_cls` below
+    protocol: AnsweringProtocol  # made by pygls from `protocol_cls` below
 
     def __init__(self) -> None:
-        super().__init__("vramlens", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
-                         notebook_document_sync=notebooks.SYNC_OPTIONS, protocol_cls=AnsweringProtocol)
+        super().__init__(
+            "vramlens",
+            __version__,
+            text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+            notebook_document_sync=notebooks.SYNC_OPTIONS,
+            protocol_cls=AnsweringProtocol,
+        )
         self.commands = Commands(self)
-        self.trusted = False          # until initializationOptions say `trusted: true`
+        self.trusted = False  # until initializationOptions say `trusted: true`
         self.pull_diagnostics = False
         self._settings_ready: asyncio.Event | None = None
         self._exact: dict[tuple[str, str], float] = {}
         self._workers: dict[str, Any] = {}
-        self._initialization_options: Any = None     # read on `initialized`, after the answer
+        self._initialization_options: Any = None  # read on `initialized`, after the answer
         self.notebook_states: dict[str, notebooks.NotebookState] = {}
         self._hub: BackgroundLookups | None = None
-        self.oversized: dict[str, int] = {}       # uri → size of an open document too large to read
-        self.warm_up: threading.Thread | None = None     # started at `initialized`
+        self.oversized: dict[str, int] = {}  # uri → size of an open document too large to read
+        self.warm_up: threading.Thread | None = None  # started at `initialized`
 
     # ---- transport -----------------------------------------------------------------------------
     # pygls' own read loop (pygls 2.1 io_.run_async) trusts every Content-Length: these run `framing.serve`
@@ -161,7 +168,7 @@ class VramlensServer(LanguageServer):
         self._stop_event = threading.Event()
         try:
             asyncio.run(framing.serve(framing.stdin_chunks(stdin or sys.stdin.buffer), messages, self._stop_event))
-        except SystemExit as exc:        # `exit`: pygls' handler chose the code
+        except SystemExit as exc:  # `exit`: pygls' handler chose the code
             return exc.code if isinstance(exc.code, int) else 1
         except BrokenPipeError:
             log.error("the connection to the client is lost; stopping")
@@ -183,7 +190,7 @@ class VramlensServer(LanguageServer):
         self._stop_event = stop = threading.Event()
 
         async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            self.protocol.set_writer(writer)      # type: ignore[arg-type]
+            self.protocol.set_writer(writer)  # type: ignore[arg-type]
             messages = framing.Messages(self.protocol, self.protocol.answer_error)
             await framing.serve(lambda: reader.read(framing.CHUNK_BYTES), messages, stop)
             self.shutdown()
@@ -241,8 +248,9 @@ class VramlensServer(LanguageServer):
 
     def analysed_uris(self) -> list[str]:
         """Every open document and notebook that gets an analysis."""
-        return ([uri for uri in self.workspace.text_documents if not notebooks.is_cell(self, uri)]
-                + [nb.uri for nb in self.workspace.notebook_documents.values()])   # the client's spelling of the URI
+        return [uri for uri in self.workspace.text_documents if not notebooks.is_cell(self, uri)] + [
+            nb.uri for nb in self.workspace.notebook_documents.values()
+        ]  # the client's spelling of the URI
 
     # ---- settings ------------------------------------------------------------------------------
 
@@ -255,8 +263,9 @@ class VramlensServer(LanguageServer):
         workspace's trust as the client gave it at initialize (no settings source can set it)."""
         effective = self.settings.for_document(Path(path) if path else None, self.workspace_root())
         if effective.values.trusted != self.trusted:
-            effective = dataclasses.replace(effective, values=effective.values.model_copy(
-                update={"trusted": self.trusted}))
+            effective = dataclasses.replace(
+                effective, values=effective.values.model_copy(update={"trusted": self.trusted})
+            )
         return effective
 
     def settings_ready(self) -> asyncio.Event:
@@ -286,8 +295,12 @@ class VramlensServer(LanguageServer):
 
         root = self.workspace.root_uri
         try:
-            answer = await asyncio.wait_for(self.workspace_configuration_async(types.ConfigurationParams(
-                items=[types.ConfigurationItem(scope_uri=root, section=config.SECTION)])), CONFIG_TIMEOUT_S * 2)
+            answer = await asyncio.wait_for(
+                self.workspace_configuration_async(
+                    types.ConfigurationParams(items=[types.ConfigurationItem(scope_uri=root, section=config.SECTION)])
+                ),
+                CONFIG_TIMEOUT_S * 2,
+            )
         except Exception as exc:
             log.warning("workspace/configuration failed: %s", exc)
             return
@@ -340,7 +353,7 @@ class VramlensServer(LanguageServer):
             current = self._workers.get(kind)
             if current is not None and getattr(current, "python", None) != (python or sys.executable):
                 self._workers.pop(kind)
-                asyncio.ensure_future(current.close())     # the setting changed: stop the old interpreter
+                asyncio.ensure_future(current.close())  # the setting changed: stop the old interpreter
             if kind not in self._workers:
                 self._workers[kind] = cls(python)
         if kind not in self._workers:
@@ -403,8 +416,10 @@ class VramlensServer(LanguageServer):
 
 def _guard(default: Callable[[], Any] = lambda: None):
     """Catch, log and answer with `default()`: a handler error never reaches the client as a crash."""
+
     def wrap(fn):
         if inspect.iscoroutinefunction(fn):
+
             @functools.wraps(fn)
             async def run_async(ls, params):
                 try:
@@ -414,6 +429,7 @@ def _guard(default: Callable[[], Any] = lambda: None):
                 except Exception:
                     log.exception("%s failed", fn.__name__)
                     return default()
+
             return run_async
 
         @functools.wraps(fn)
@@ -423,7 +439,9 @@ def _guard(default: Callable[[], Any] = lambda: None):
             except Exception:
                 log.exception("%s failed", fn.__name__)
                 return default()
+
         return run
+
     return wrap
 
 
@@ -436,13 +454,18 @@ def create_server() -> VramlensServer:
     @server.feature(types.INITIALIZE)
     @_guard()
     def initialize(ls: VramlensServer, params: types.InitializeParams) -> None:
-        asyncio.get_running_loop().call_soon(_after_initialize_answer)     # runs once the answer is sent
-        ls._initialization_options = params.initialization_options      # read on `initialized`
+        asyncio.get_running_loop().call_soon(_after_initialize_answer)  # runs once the answer is sent
+        ls._initialization_options = params.initialization_options  # read on `initialized`
         if ls._cap("text_document.diagnostic") is not None:
             ls.pull_diagnostics = True
-            server.feature(types.TEXT_DOCUMENT_DIAGNOSTIC, types.DiagnosticOptions(
-                identifier=PULL_DIAGNOSTICS_ID, inter_file_dependencies=True, workspace_diagnostics=False,
-            ))(_guard(lambda: types.RelatedFullDocumentDiagnosticReport(items=[]))(_pull_diagnostics))
+            server.feature(
+                types.TEXT_DOCUMENT_DIAGNOSTIC,
+                types.DiagnosticOptions(
+                    identifier=PULL_DIAGNOSTICS_ID,
+                    inter_file_dependencies=True,
+                    workspace_diagnostics=False,
+                ),
+            )(_guard(lambda: types.RelatedFullDocumentDiagnosticReport(items=[]))(_pull_diagnostics))
 
     @server.feature(types.INITIALIZED)
     @_guard()
@@ -455,7 +478,7 @@ def create_server() -> VramlensServer:
         problems: list[str] = []
         ls.settings.initialization = config.read_client_settings(options, problems)
         ls._report_problems(problems)
-        ls.trusted = config.client_trusts(options)      # untrusted unless the client says `trusted: true`
+        ls.trusted = config.client_trusts(options)  # untrusted unless the client says `trusted: true`
         if not ls.trusted:
             log.info("workspace not trusted (initializationOptions.trusted is not true): traces and probes are off")
         if ls.settings.initialization.get("debounce_ms") is not None:
@@ -464,30 +487,50 @@ def create_server() -> VramlensServer:
         ls.warm_up = threading.Thread(target=_warm_up, daemon=True, name="vramlens-warm-up")
         ls.warm_up.start()
         ready = ls.settings_ready()
-        if ls.trusted:      # runs a program found on PATH: never for a workspace the editor does not trust
-            threading.Thread(target=_detect_gpu, args=(ls, asyncio.get_running_loop()), daemon=True,
-                             name="vramlens-gpu-detect").start()
+        if ls.trusted:  # runs a program found on PATH: never for a workspace the editor does not trust
+            threading.Thread(
+                target=_detect_gpu, args=(ls, asyncio.get_running_loop()), daemon=True, name="vramlens-gpu-detect"
+            ).start()
         if ls._cap("workspace.did_change_configuration.dynamic_registration"):
             try:
-                await ls.client_register_capability_async(types.RegistrationParams(registrations=[
-                    types.Registration(id="vramlens-configuration", method=types.WORKSPACE_DID_CHANGE_CONFIGURATION,
-                                       register_options={"section": config.SECTION})]))
+                await ls.client_register_capability_async(
+                    types.RegistrationParams(
+                        registrations=[
+                            types.Registration(
+                                id="vramlens-configuration",
+                                method=types.WORKSPACE_DID_CHANGE_CONFIGURATION,
+                                register_options={"section": config.SECTION},
+                            )
+                        ]
+                    )
+                )
             except Exception as exc:
                 log.info("could not register for configuration changes: %s", exc)
         if ls._cap("workspace.did_change_watched_files.dynamic_registration"):
-            try:      # project settings edited outside the editor (git checkout, another tool)
-                await ls.client_register_capability_async(types.RegistrationParams(registrations=[
-                    types.Registration(id="vramlens-project-files", method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES,
-                                       register_options=types.DidChangeWatchedFilesRegistrationOptions(watchers=[
-                                           types.FileSystemWatcher(glob_pattern="**/.vramlens.toml"),
-                                           types.FileSystemWatcher(glob_pattern="**/pyproject.toml")]))]))
+            try:  # project settings edited outside the editor (git checkout, another tool)
+                await ls.client_register_capability_async(
+                    types.RegistrationParams(
+                        registrations=[
+                            types.Registration(
+                                id="vramlens-project-files",
+                                method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+                                register_options=types.DidChangeWatchedFilesRegistrationOptions(
+                                    watchers=[
+                                        types.FileSystemWatcher(glob_pattern="**/.vramlens.toml"),
+                                        types.FileSystemWatcher(glob_pattern="**/pyproject.toml"),
+                                    ]
+                                ),
+                            )
+                        ]
+                    )
+                )
             except Exception as exc:
                 log.info("could not watch project settings files: %s", exc)
         if ls.client_supports_configuration():
             await ls.pull_settings()
             ready.set()
             if ls.analyzer.results:
-                ls.settings_changed()    # something was analysed with the defaults meanwhile: redo it
+                ls.settings_changed()  # something was analysed with the defaults meanwhile: redo it
         else:
             ready.set()
 
@@ -502,7 +545,7 @@ def create_server() -> VramlensServer:
             ls.settings.editor = config.read_client_settings(settings, problems)
             ls._report_problems(problems)
         elif ls.client_supports_configuration():
-            await ls.pull_settings()     # VS Code sends {settings: null}: the news is "ask again"
+            await ls.pull_settings()  # VS Code sends {settings: null}: the news is "ask again"
         ls.settings_ready().set()
         ls.settings_changed()
 
@@ -528,14 +571,17 @@ def create_server() -> VramlensServer:
         uri = params.text_document.uri
         name = Path(to_fs_path(uri) or uri).name
         if name in (".vramlens.toml", "pyproject.toml"):
-            ls.settings_changed()        # project settings changed: every document may change
+            ls.settings_changed()  # project settings changed: every document may change
             return
         # Another open config may reference this file (a DeepSpeed JSON): re-analyse those too.
         saved = to_fs_path(uri)
         for other, result in list(ls.analyzer.results.items()):
             plan = result.plan
-            if other == uri or (plan is not None and saved and any(
-                    r.resolved_path and Path(r.resolved_path) == Path(saved) for r in plan.references)):
+            if other == uri or (
+                plan is not None
+                and saved
+                and any(r.resolved_path and Path(r.resolved_path) == Path(saved) for r in plan.references)
+            ):
                 ls.analyzer.results.pop(other, None)
                 ls.analyzer.schedule(other, 0)
 
@@ -551,7 +597,7 @@ def create_server() -> VramlensServer:
     @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
     @_guard()
     def did_open_notebook(ls: VramlensServer, params: types.DidOpenNotebookDocumentParams) -> None:
-        ls.analyzer.opened(params.notebook_document.uri)     # reopened with the version it had: analysed again
+        ls.analyzer.opened(params.notebook_document.uri)  # reopened with the version it had: analysed again
 
     @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
     @_guard()
@@ -571,8 +617,12 @@ def create_server() -> VramlensServer:
             return notebooks.cell_hover(ls, params, hover.hover)
         return hover.hover(ls, params)
 
-    @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
-        code_action_kinds=[types.CodeActionKind.QuickFix, code_actions.MAKE_IT_FIT, code_actions.MAKE_IT_FIT_UNSAFE]))
+    @server.feature(
+        types.TEXT_DOCUMENT_CODE_ACTION,
+        types.CodeActionOptions(
+            code_action_kinds=[types.CodeActionKind.QuickFix, code_actions.MAKE_IT_FIT, code_actions.MAKE_IT_FIT_UNSAFE]
+        ),
+    )
     @_guard(list)
     def on_code_action(ls: VramlensServer, params: types.CodeActionParams) -> list[types.CodeAction]:
         if notebooks.is_cell(ls, params.text_document.uri):
@@ -593,8 +643,9 @@ def create_server() -> VramlensServer:
             return notebooks.cell_code_lens(ls, params, code_lens.code_lens)
         return code_lens.code_lens(ls, params)
 
-    @server.feature(types.TEXT_DOCUMENT_COMPLETION,
-                    types.CompletionOptions(trigger_characters=completion.TRIGGER_CHARACTERS))
+    @server.feature(
+        types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=completion.TRIGGER_CHARACTERS)
+    )
     @_guard()
     def on_completion(ls: VramlensServer, params: types.CompletionParams) -> types.CompletionList | None:
         return completion.completion(ls, params)
@@ -660,8 +711,8 @@ def _warm_up() -> None:
     not import fails here for all to see; only the catalogs' and the warm-up analysis' failures are logged."""
     import vramlens.explain  # noqa: F401
     from vramlens.analysis import Settings, analyze
-    from vramlens.lsp import config, diagnostics, documents  # noqa: F401
     from vramlens.knowledge import gpus, models, optimizers
+    from vramlens.lsp import config, diagnostics, documents  # noqa: F401
 
     try:
         gpus.all_gpus()

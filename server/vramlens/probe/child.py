@@ -5,6 +5,7 @@ Answer:  {"status": "ok" | "oom" | "no_cuda" | "no_torch" | "error", …} (see `
 device name, its total memory, the memory used right after the CUDA context was created, and the cap.
 It builds a model from shapes and random weights, feeds random token ids: no downloads, no user code.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ from typing import Any
 
 def main() -> int:
     out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
-    os.dup2(2, 1)                                        # libraries' prints go to stderr
+    os.dup2(2, 1)  # libraries' prints go to stderr
     sys.stdout = sys.stderr
     req = json.loads(sys.stdin.read() or "{}")
 
@@ -29,8 +30,13 @@ def main() -> int:
     except ImportError as exc:
         return answer({"status": "no_torch", "message": str(exc)})
     if not torch.cuda.is_available():
-        return answer({"status": "no_cuda", "torch": torch.__version__,
-                       "message": f"torch {torch.__version__} sees no CUDA device"})
+        return answer(
+            {
+                "status": "no_cuda",
+                "torch": torch.__version__,
+                "message": f"torch {torch.__version__} sees no CUDA device",
+            }
+        )
 
     from vramlens.probe.session import CudaMeter, run_session
     from vramlens.resolved import ResolvedPlan
@@ -40,8 +46,12 @@ def main() -> int:
     torch.cuda.synchronize(dev)
     free0, total = torch.cuda.mem_get_info(dev)
     info: dict[str, Any] = {
-        "gpu": torch.cuda.get_device_name(dev), "total_bytes": total, "used_after_context": total - free0,
-        "torch": torch.__version__, "cuda": torch.version.cuda}
+        "gpu": torch.cuda.get_device_name(dev),
+        "total_bytes": total,
+        "used_after_context": total - free0,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
     cap = req.get("cap_usable_bytes")
     if cap:
         # emulate a smaller GPU: the allocator may use the target's usable memory minus this context
@@ -50,9 +60,14 @@ def main() -> int:
         info["memory_fraction"] = round(fraction, 4)
     try:
         rp = ResolvedPlan.model_validate(req["plan"])
-        res = run_session(rp, dev, CudaMeter(dev), steps=int(req.get("steps", 3)),
-                          progress=lambda m: print(f"probe: {m}", file=sys.stderr, flush=True))
-    except Exception as exc:                              # anything but an OOM: report, do not hang
+        res = run_session(
+            rp,
+            dev,
+            CudaMeter(dev),
+            steps=int(req.get("steps", 3)),
+            progress=lambda m: print(f"probe: {m}", file=sys.stderr, flush=True),
+        )
+    except Exception as exc:  # anything but an OOM: report, do not hang
         return answer({"status": "error", "message": f"{type(exc).__name__}: {exc}", **info})
     return answer({**res, **info})
 

@@ -4,6 +4,7 @@
 left behind), feeds it the plan, and kills the whole group on timeout. `ProbeClient` is the asyncio
 wrapper the language server uses (`run(rp, progress)`).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -31,8 +32,8 @@ def _env(rp: ResolvedPlan) -> dict[str, str]:
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    env.setdefault("CUDA_MODULE_LOADING", "LAZY")          # default since CUDA 11.7: smaller context
-    env["PYTHONSAFEPATH"] = "1"                            # never import modules from the user's workspace
+    env.setdefault("CUDA_MODULE_LOADING", "LAZY")  # default since CUDA 11.7: smaller context
+    env["PYTHONSAFEPATH"] = "1"  # never import modules from the user's workspace
     if rp.expandable_segments:
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     else:
@@ -40,27 +41,48 @@ def _env(rp: ResolvedPlan) -> dict[str, str]:
     return env
 
 
-def run_probe(rp: ResolvedPlan, *, steps: int = 3, timeout: float = 300.0, cap_usable_bytes: int | None = None,
-              python: str | None = None) -> dict:
+def run_probe(
+    rp: ResolvedPlan,
+    *,
+    steps: int = 3,
+    timeout: float = 300.0,
+    cap_usable_bytes: int | None = None,
+    python: str | None = None,
+) -> dict:
     """Probe `rp` on the local GPU; returns the child's answer plus `wall_s`, or status "timeout"/"crash"."""
-    payload = json.dumps({"plan": json.loads(rp.model_dump_json()), "steps": steps,
-                          "cap_usable_bytes": cap_usable_bytes})
+    payload = json.dumps(
+        {"plan": json.loads(rp.model_dump_json()), "steps": steps, "cap_usable_bytes": cap_usable_bytes}
+    )
     t0 = time.monotonic()
-    proc = subprocess.Popen([python or sys.executable, "-m", "vramlens.probe.child"], cwd=Path(__file__).resolve().parents[2],
-                            stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(rp),
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [python or sys.executable, "-m", "vramlens.probe.child"],
+        cwd=Path(__file__).resolve().parents[2],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(rp),
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(payload, timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        return {"status": "timeout", "wall_s": round(time.monotonic() - t0, 1), "timeout_s": timeout,
-                "stderr_tail": (err or "")[-2000:]}
+        return {
+            "status": "timeout",
+            "wall_s": round(time.monotonic() - t0, 1),
+            "timeout_s": timeout,
+            "stderr_tail": (err or "")[-2000:],
+        }
     lines = [line for line in (out or "").splitlines() if line.startswith("{")]
     if not lines:
-        return {"status": "crash", "returncode": proc.returncode, "wall_s": round(time.monotonic() - t0, 1),
-                "stderr_tail": (err or "")[-2000:]}
+        return {
+            "status": "crash",
+            "returncode": proc.returncode,
+            "wall_s": round(time.monotonic() - t0, 1),
+            "stderr_tail": (err or "")[-2000:],
+        }
     res = json.loads(lines[-1])
     res["wall_s"] = round(time.monotonic() - t0, 1)
     return res
@@ -69,9 +91,11 @@ def run_probe(rp: ResolvedPlan, *, steps: int = 3, timeout: float = 300.0, cap_u
 def summary_line(res: dict) -> str:
     status = res.get("status")
     if status == "ok":
-        return (f"live probe on {res.get('gpu')}: max allocated {res['max_allocated'] / GIB:.2f} GiB, "
-                f"max reserved {res.get('max_reserved', 0) / GIB:.2f} GiB, device used "
-                f"{res.get('device_used', 0) / GIB:.2f} GiB, {res.get('alloc_retries', 0)} allocator retries")
+        return (
+            f"live probe on {res.get('gpu')}: max allocated {res['max_allocated'] / GIB:.2f} GiB, "
+            f"max reserved {res.get('max_reserved', 0) / GIB:.2f} GiB, device used "
+            f"{res.get('device_used', 0) / GIB:.2f} GiB, {res.get('alloc_retries', 0)} allocator retries"
+        )
     if status == "oom":
         return f"live probe: out of memory in {res.get('phase')} after {res.get('max_allocated', 0) / GIB:.2f} GiB"
     if status == "no_cuda":
@@ -88,12 +112,20 @@ def record_calibration(rp: ResolvedPlan, res: dict) -> None:
     if res.get("status") != "ok" or not res.get("max_allocated"):
         return
     try:
-        est = estimate(rp.with_changes(correction=1.0), limits=False)    # record against the uncorrected model
-        calibration.record(rp, source="probe", estimated_allocated=est.allocated_bytes,
-                           measured_allocated=int(res["max_allocated"]), gpu=res.get("gpu"),
-                           extra={"measured_reserved": res.get("max_reserved"),
-                                  "measured_device": res.get("device_used"), "torch": res.get("torch")})
-    except Exception:                                     # calibration is best effort, never a probe failure
+        est = estimate(rp.with_changes(correction=1.0), limits=False)  # record against the uncorrected model
+        calibration.record(
+            rp,
+            source="probe",
+            estimated_allocated=est.allocated_bytes,
+            measured_allocated=int(res["max_allocated"]),
+            gpu=res.get("gpu"),
+            extra={
+                "measured_reserved": res.get("max_reserved"),
+                "measured_device": res.get("device_used"),
+                "torch": res.get("torch"),
+            },
+        )
+    except Exception:  # calibration is best effort, never a probe failure
         log.warning("recording the probe in the calibration file failed", exc_info=True)
 
 
@@ -112,8 +144,9 @@ class ProbeClient:
     async def run(self, resolved_plan: ResolvedPlan, progress: Callable[[str, int | None], Any] | None = None) -> dict:
         if progress is not None:
             progress("running real training steps on the GPU", None)
-        res = await asyncio.to_thread(run_probe, resolved_plan, steps=self.steps, timeout=self.timeout,
-                                      python=self.python)
+        res = await asyncio.to_thread(
+            run_probe, resolved_plan, steps=self.steps, timeout=self.timeout, python=self.python
+        )
         record_calibration(resolved_plan, res)
         res["message"] = summary_line(res)
         if res.get("status") == "ok":

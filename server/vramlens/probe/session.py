@@ -6,6 +6,7 @@ trace's live-bytes tracker on CPU tensors (`TrackerMeter`), which is how the ste
 GPU. Step 0 allocates the optimizer state lazily, so peaks are reported per step and the steady state is
 the maximum over steps ≥ 1 (state created in `_init_group`, `torch/optim/adam.py`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -54,7 +55,7 @@ class CudaMeter:
             "reserved": torch.cuda.memory_reserved(self.device),
             "peak_inactive_split": int(st.get("inactive_split_bytes.all.peak", 0)),
             "alloc_retries": int(st.get("num_alloc_retries", 0)),
-            "device_used": int(total - free),            # context + reserved + memory outside the allocator
+            "device_used": int(total - free),  # context + reserved + memory outside the allocator
         }
 
 
@@ -81,8 +82,9 @@ class TrackerMeter:
         return {"max_allocated": self.tracker.peak, "allocated": self.tracker.cur}
 
 
-def run_session(rp: ResolvedPlan, device: str | torch.device, meter, steps: int = 3,
-                progress: Callable[[str], None] | None = None) -> dict:
+def run_session(
+    rp: ResolvedPlan, device: str | torch.device, meter, steps: int = 3, progress: Callable[[str], None] | None = None
+) -> dict:
     """Build the synthetic model on `device`, run `steps` real steps, return per-step memory figures.
     An out-of-memory error ends the session with status "oom" and the phase it happened in."""
     device = torch.device(device)
@@ -113,8 +115,11 @@ def run_session(rp: ResolvedPlan, device: str | torch.device, meter, steps: int 
                 def mark(phase: str, step=step) -> None:
                     if phase == "fwd":
                         micro["n"] += 1
-                    where["phase"] = f"{phase}{step}.{max(micro['n'], 0)}" if phase in ("fwd", "loss", "bwd-loss", "bwd") \
+                    where["phase"] = (
+                        f"{phase}{step}.{max(micro['n'], 0)}"
+                        if phase in ("fwd", "loss", "bwd-loss", "bwd")
                         else f"{phase}{step}"
+                    )
 
                 say(f"step {step + 1}/{steps}")
                 meter.reset_peak()
@@ -123,8 +128,12 @@ def run_session(rp: ResolvedPlan, device: str | torch.device, meter, steps: int 
                 snap["seconds"] = round(time.perf_counter() - t0, 2)
                 out["steps"].append(snap)
     except meter.oom_errors as exc:
-        out.update(status="oom", phase=where["phase"], message=str(exc).splitlines()[0][:300] if str(exc) else "",
-                   max_allocated=meter.peak())
+        out.update(
+            status="oom",
+            phase=where["phase"],
+            message=str(exc).splitlines()[0][:300] if str(exc) else "",
+            max_allocated=meter.peak(),
+        )
     steady = out["steps"][1:] or out["steps"]
     if steady:
         for key in ("max_allocated", "max_reserved", "device_used", "alloc_retries", "peak_inactive_split"):

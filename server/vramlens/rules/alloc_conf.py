@@ -8,6 +8,7 @@ a power of two or a bracketed `[size_mb:divisions, ..., >:divisions]` list; `pin
 is a power of two up to 128; booleans are `True`/`False`; `backend` is `native` or `cudaMallocAsync`.
 Whitespace around tokens is ignored.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -16,12 +17,24 @@ from dataclasses import dataclass
 
 BOOL_WORDS = ("True", "False", "true", "false")
 KNOWN_KEYS = (
-    "expandable_segments", "max_split_size_mb", "garbage_collection_threshold", "roundup_power2_divisions",
-    "backend", "pinned_use_cuda_host_register", "pinned_num_register_threads", "release_lock_on_cudamalloc",
+    "expandable_segments",
+    "max_split_size_mb",
+    "garbage_collection_threshold",
+    "roundup_power2_divisions",
+    "backend",
+    "pinned_use_cuda_host_register",
+    "pinned_num_register_threads",
+    "release_lock_on_cudamalloc",
 )
 # Options of newer PyTorch releases that are accepted without checking their values.
-NEWER_KEYS = ("max_non_split_rounding_mb", "pinned_use_background_threads", "pinned_reserve_segment_size_mb",
-              "graph_capture_record_stream_reuse", "per_process_memory_fraction", "expandable_segments_handle_type")
+NEWER_KEYS = (
+    "max_non_split_rounding_mb",
+    "pinned_use_background_threads",
+    "pinned_reserve_segment_size_mb",
+    "graph_capture_record_stream_reuse",
+    "per_process_memory_fraction",
+    "expandable_segments_handle_type",
+)
 
 
 @dataclass(frozen=True)
@@ -31,15 +44,15 @@ class ConfError:
     message: str
     start: int
     end: int
-    replacement: str | None = None     # corrected text for [start, end), when one is obvious
+    replacement: str | None = None  # corrected text for [start, end), when one is obvious
 
 
 @dataclass(frozen=True)
 class Option:
     key: str
     value: str
-    start: int          # offset of the key in the value string
-    end: int            # offset after the value
+    start: int  # offset of the key in the value string
+    end: int  # offset after the value
 
 
 def split_options(conf: str) -> list[Option]:
@@ -86,8 +99,14 @@ def check(conf: str) -> list[ConfError]:
         if key not in KNOWN_KEYS and key not in NEWER_KEYS:
             close = difflib.get_close_matches(key.lower(), KNOWN_KEYS + NEWER_KEYS, n=1, cutoff=0.6)
             hint = f" — did you mean `{close[0]}`?" if close else ""
-            errors.append(ConfError(f"unknown allocator option `{key}`{hint}", opt.start, opt.start + len(key),
-                                    close[0] if close else None))
+            errors.append(
+                ConfError(
+                    f"unknown allocator option `{key}`{hint}",
+                    opt.start,
+                    opt.start + len(key),
+                    close[0] if close else None,
+                )
+            )
             continue
         problem = _check_value(key, value)
         if problem:
@@ -123,10 +142,15 @@ def _check_value(key: str, value: str) -> tuple[str, str | None] | None:
                 size, _, div = item.partition(":")
                 size, div = size.strip(), div.strip()
                 size_mb, divisions = _int(size), _int(div)
-                if (size != ">" and not (size_mb and _power_of_two(size_mb))) or divisions is None \
-                        or (divisions and not _power_of_two(divisions)):
-                    return (f"`roundup_power2_divisions` entries are `size_mb:divisions` with powers of two "
-                            f"(or `>:divisions`), got `{item}`"), None
+                if (
+                    (size != ">" and not (size_mb and _power_of_two(size_mb)))
+                    or divisions is None
+                    or (divisions and not _power_of_two(divisions))
+                ):
+                    return (
+                        f"`roundup_power2_divisions` entries are `size_mb:divisions` with powers of two "
+                        f"(or `>:divisions`), got `{item}`"
+                    ), None
         else:
             n = _int(value)
             if n is None or not _power_of_two(n):
@@ -149,7 +173,7 @@ def repaired(conf: str) -> str | None:
         return None
     out = conf
     for e in sorted(errors, key=lambda e: e.start, reverse=True):
-        out = out[:e.start] + (e.replacement or "") + out[e.end:]       # none is None (above)
+        out = out[: e.start] + (e.replacement or "") + out[e.end :]  # none is None (above)
     return out
 
 

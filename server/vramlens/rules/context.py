@@ -1,5 +1,6 @@
 """What a rule's check sees: the document, every stage's result (each may be missing), and helpers to
 place a finding on the right line and to offer fixes."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -36,9 +37,19 @@ COMPONENT_CONCEPTS: dict[str, tuple[str, ...]] = {
 }
 # Components that are not one setting's doing: never the "dominant" one.
 OVERHEAD = ("allocator", "cuda_context")
-_OPTIMIZER_FAMILY_LABELS = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "lion": "Lion", "adafactor": "Adafactor",
-                            "rmsprop": "RMSprop", "adagrad": "Adagrad", "ademamix": "AdEMAMix", "galore": "GaLore",
-                            "apollo": "APOLLO", "lomo": "LOMO"}
+_OPTIMIZER_FAMILY_LABELS = {
+    "adamw": "AdamW",
+    "adam": "Adam",
+    "sgd": "SGD",
+    "lion": "Lion",
+    "adafactor": "Adafactor",
+    "rmsprop": "RMSprop",
+    "adagrad": "Adagrad",
+    "ademamix": "AdEMAMix",
+    "galore": "GaLore",
+    "apollo": "APOLLO",
+    "lomo": "LOMO",
+}
 
 
 @dataclass
@@ -121,8 +132,13 @@ class RuleContext:
         for i, line in enumerate(iter_text_lines(self.text)):
             stripped = line.strip()
             if stripped and not stripped.startswith(("#", "//", "<!--")):
-                return Span(file=self.path, start_line=i, start_col=len(line) - len(line.lstrip()),
-                            end_line=i, end_col=len(line.rstrip()))
+                return Span(
+                    file=self.path,
+                    start_line=i,
+                    start_col=len(line) - len(line.lstrip()),
+                    end_line=i,
+                    end_col=len(line.rstrip()),
+                )
         return Span(file=self.path, start_line=0, start_col=0, end_line=0, end_col=0)
 
     def where(self, *concepts: str) -> Span:
@@ -142,8 +158,12 @@ class RuleContext:
         if span is not None and not self.in_document(span) and self.plan is not None:
             # a problem inside a referenced file is shown on the line that references it
             for ref in self.plan.references:
-                if ref.resolved_path and ref.span is not None and self.in_document(ref.span) \
-                        and Path(ref.resolved_path) == Path(span.file):
+                if (
+                    ref.resolved_path
+                    and ref.span is not None
+                    and self.in_document(ref.span)
+                    and Path(ref.resolved_path) == Path(span.file)
+                ):
                     span = ref.span
                     break
         if span is None or not self.in_document(span):
@@ -170,7 +190,7 @@ class RuleContext:
         lines = self.lines
         if span.start_line >= len(lines):
             return None
-        return lines[span.start_line][span.start_col:span.end_col]
+        return lines[span.start_line][span.start_col : span.end_col]
 
     def locate_in(self, span: Span | None, needle: str) -> Span | None:
         """The span of `needle` inside a single-line `span` of this document, if it occurs there."""
@@ -181,32 +201,63 @@ class RuleContext:
         if i < 0:
             return None
         col = span.start_col + i
-        return Span(file=span.file, start_line=span.start_line, start_col=col, end_line=span.start_line,
-                    end_col=col + len(needle))
+        return Span(
+            file=span.file,
+            start_line=span.start_line,
+            start_col=col,
+            end_line=span.start_line,
+            end_col=col + len(needle),
+        )
 
     @staticmethod
     def narrow(span: Span, start: int, end: int) -> Span:
         """Characters [start, end) of a single-line span."""
-        return Span(file=span.file, start_line=span.start_line, start_col=span.start_col + start,
-                    end_line=span.start_line, end_col=span.start_col + end)
+        return Span(
+            file=span.file,
+            start_line=span.start_line,
+            start_col=span.start_col + start,
+            end_line=span.start_line,
+            end_col=span.start_col + end,
+        )
 
-    def finding(self, rule: Rule, message: str, span: Span | None = None, *,
-                related: Iterable[Related] = (), fixes: Callable[[], list["Fix"]] | list["Fix"] | None = None,
-                data: dict[str, Any] | None = None) -> Finding:
-        return Finding(rule_id=rule.id, severity=rule.severity, message=message, span=self.clamp(span),
-                       related=list(related), name=rule.name, data=dict(data or {}), fix_source=fixes)
+    def finding(
+        self,
+        rule: Rule,
+        message: str,
+        span: Span | None = None,
+        *,
+        related: Iterable[Related] = (),
+        fixes: Callable[[], list["Fix"]] | list["Fix"] | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> Finding:
+        return Finding(
+            rule_id=rule.id,
+            severity=rule.severity,
+            message=message,
+            span=self.clamp(span),
+            related=list(related),
+            name=rule.name,
+            data=dict(data or {}),
+            fix_source=fixes,
+        )
 
     def issue_findings(self, rule: Rule) -> list[Finding]:
         """The parse issues of the kinds this rule owns, as findings of the rule; an issue that names a
         replacement carries it as a fix."""
-        return [self.finding(rule, rule.format(detail=issue.message), issue.span, fixes=self._suggested(issue))
-                for issue in self.parse_issues if issue.kind in rule.owns]
+        return [
+            self.finding(rule, rule.format(detail=issue.message), issue.span, fixes=self._suggested(issue))
+            for issue in self.parse_issues
+            if issue.kind in rule.owns
+        ]
 
     def _suggested(self, issue: ParseIssue) -> list["Fix"] | None:
         if not issue.suggestion or issue.span is None or self.text_at(issue.span) is None:
             return None
-        return [replacement(issue.span, self._quoted_like(issue.span, issue.suggestion),
-                            f"Replace with `{issue.suggestion}`")]
+        return [
+            replacement(
+                issue.span, self._quoted_like(issue.span, issue.suggestion), f"Replace with `{issue.suggestion}`"
+            )
+        ]
 
     def _quoted_like(self, span: Span, text: str) -> str:
         """`text` with the quotes that the value at `span` is written with."""
@@ -257,8 +308,7 @@ class RuleContext:
     def breakdown(self, limit: int = 4) -> list[Related]:
         """The largest components at the peak, each pointing at the setting that drives it."""
         est: Estimate = self._needed("estimate", self.estimate)
-        parts = sorted(((v, k) for k, v in est.components.items() if v > 0 and k not in OVERHEAD),
-                       reverse=True)[:limit]
+        parts = sorted(((v, k) for k, v in est.components.items() if v > 0 and k not in OVERHEAD), reverse=True)[:limit]
         return [Related(self.component_span(k), f"{self.component_label(k)}: {self.gib(v)}") for v, k in parts]
 
     def memory_fixes(self) -> Callable[[], list["Fix"]] | None:

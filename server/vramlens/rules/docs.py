@@ -3,6 +3,7 @@
 `python scripts/rule_docs.py`. The LSP diagnostic's `codeDescription.href` and SARIF's `helpUri` are the
 page's `file://` URI: the project declares no web address, and a local page opens without a network.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,11 +29,16 @@ def page_uri(rule: Rule) -> str:
 
 def page(rule: Rule) -> str:
     """The Markdown page of one rule."""
-    lines = [f"# {rule.id} `{rule.name}`: {rule.title}", "",
-             f"Default severity: **{rule.severity}**. Switch it off or change it with the `vramlens.severity` "
-             f"setting (`{rule.id}=off`), `--severity {rule.id}=off` on the command line, or "
-             f"`# vramlens: ignore[{rule.id}]` on the line.", "",
-             rule.why.strip(), ""]
+    lines = [
+        f"# {rule.id} `{rule.name}`: {rule.title}",
+        "",
+        f"Default severity: **{rule.severity}**. Switch it off or change it with the `vramlens.severity` "
+        f"setting (`{rule.id}=off`), `--severity {rule.id}=off` on the command line, or "
+        f"`# vramlens: ignore[{rule.id}]` on the line.",
+        "",
+        rule.why.strip(),
+        "",
+    ]
     if rule.fixes:
         lines += ["## Fixes", ""] + [f"- `{fix}`: {FIX_IDS[fix]}" for fix in rule.fixes] + [""]
     return "\n".join(lines)

@@ -1,5 +1,6 @@
 """Running the rule set over one analysed document: severity settings, suppression comments, and a
 rule that fails becomes a finding (with its traceback in the log), never an exception."""
+
 from __future__ import annotations
 
 import logging
@@ -48,8 +49,14 @@ def run_rules(ctx: RuleContext, severity: Mapping[str, str] | None = None) -> li
             produced = rule.run(ctx)
         except Exception as exc:
             log.exception("rule %s failed on %s", rule.id, ctx.path)
-            produced = [ctx.finding(rule, f"vramlens could not run {rule.id} ({rule.name}) on this file: "
-                                          f"{type(exc).__name__}: {exc} — please report this", ctx.anchor)]
+            produced = [
+                ctx.finding(
+                    rule,
+                    f"vramlens could not run {rule.id} ({rule.name}) on this file: "
+                    f"{type(exc).__name__}: {exc} — please report this",
+                    ctx.anchor,
+                )
+            ]
             level = "warning"
         for f in produced:
             if suppressions.suppressed(f.span.start_line, rule.id, rule.name):

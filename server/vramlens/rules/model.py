@@ -3,6 +3,7 @@
 A rule file (top-level `rules/`, shipped as the `vramlens_rules` package) builds one `Rule` and
 attaches its check with `@RULE.check`. The check receives a `RuleContext` and yields `Finding`s.
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
 Severity = Literal["error", "warning", "information", "hint"]
 SEVERITIES: tuple[str, ...] = ("error", "warning", "information", "hint")
-SEVERITY_RANK = {name: i for i, name in enumerate(SEVERITIES)}   # lower is more severe
+SEVERITY_RANK = {name: i for i, name in enumerate(SEVERITIES)}  # lower is more severe
 # What a rule needs before its check can run; the engine skips it when the input is missing.
 Needs = Literal["text", "plan", "resolution", "estimate"]
 
@@ -41,8 +42,8 @@ class Finding:
     message: str
     span: Span
     related: list[Related] = field(default_factory=list)
-    name: str = ""                     # the rule's name, e.g. "predicted-oom"
-    data: dict[str, Any] = field(default_factory=dict)   # numbers behind the message (GiB figures), for surfaces
+    name: str = ""  # the rule's name, e.g. "predicted-oom"
+    data: dict[str, Any] = field(default_factory=dict)  # numbers behind the message (GiB figures), for surfaces
     fix_source: Callable[[], list["Fix"]] | list["Fix"] | None = field(default=None, repr=False)
 
     @functools.cached_property
@@ -63,15 +64,15 @@ class Finding:
 class Rule:
     """One rule: its stable id and name, its documentation, and its check."""
 
-    id: str                      # "VL001"
-    name: str                    # "predicted-oom" (kebab-case, stable)
-    title: str                   # one line, used as SARIF shortDescription
-    severity: Severity           # default severity
-    message: str                 # message template, `str.format` fields filled by the check
-    why: str                     # documentation: what it does, why it matters, an example, the fix
+    id: str  # "VL001"
+    name: str  # "predicted-oom" (kebab-case, stable)
+    title: str  # one line, used as SARIF shortDescription
+    severity: Severity  # default severity
+    message: str  # message template, `str.format` fields filled by the check
+    why: str  # documentation: what it does, why it matters, an example, the fix
     fixes: tuple[str, ...] = ()  # ids of the fixes it offers (see vramlens.fixes.FIX_IDS)
     needs: Needs = "plan"
-    owns: tuple[IssueKind, ...] = ()   # the parse-issue kinds this rule reports (each kind has one owner)
+    owns: tuple[IssueKind, ...] = ()  # the parse-issue kinds this rule reports (each kind has one owner)
     _check: Callable[["RuleContext"], Iterable[Finding] | None] | None = field(default=None, repr=False)
 
     def check(self, fn: Callable[["RuleContext"], Iterable[Finding] | None]):

@@ -4,6 +4,7 @@ folder of the repository, mapped to that package name in pyproject.toml).
 In a source checkout that has not been (re)installed, the folder is found next to `server/` and
 loaded from there, so the rules never silently disappear.
 """
+
 from __future__ import annotations
 
 import functools
@@ -31,13 +32,13 @@ def _package() -> ModuleType:
         return importlib.import_module(PACKAGE)
     except ModuleNotFoundError as exc:
         if exc.name != PACKAGE:
-            raise                           # the rule set is there but imports something missing: a bug
-    folder = Path(__file__).resolve().parents[3] / "rules"      # server/vramlens/rules -> repo root
+            raise  # the rule set is there but imports something missing: a bug
+    folder = Path(__file__).resolve().parents[3] / "rules"  # server/vramlens/rules -> repo root
     init = folder / "__init__.py"
     if not init.is_file():
         raise ImportError(f"the rule set ({PACKAGE}) is not installed and {folder} does not exist")
     spec = importlib.util.spec_from_file_location(PACKAGE, init, submodule_search_locations=[str(folder)])
-    if spec is None or spec.loader is None:         # not for a path ending in .py
+    if spec is None or spec.loader is None:  # not for a path ending in .py
         raise ImportError(f"the rule set ({PACKAGE}) cannot be loaded from {folder}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[PACKAGE] = module

@@ -8,6 +8,7 @@
 a bare `ignore` apply to the whole file wherever they appear. Codes are rule ids or rule names. The marker
 may follow `#` (YAML, Python, shell), `//` (JSONC) or `<!--` (Markdown).
 """
+
 from __future__ import annotations
 
 import re
@@ -16,13 +17,14 @@ from dataclasses import dataclass, field
 from vramlens.plan import text_lines
 
 _MARKER = re.compile(
-    r"(?:#|//|<!--)\s*vramlens:\s*(?P<kind>ignore-file|ignore)\b(?:\s*\[(?P<codes>[^\]]*)\])?", re.IGNORECASE)
+    r"(?:#|//|<!--)\s*vramlens:\s*(?P<kind>ignore-file|ignore)\b(?:\s*\[(?P<codes>[^\]]*)\])?", re.IGNORECASE
+)
 ALL = "*"
 
 
 @dataclass
 class Suppressions:
-    file: set[str] = field(default_factory=set)               # codes ignored in the whole file ("*" = all)
+    file: set[str] = field(default_factory=set)  # codes ignored in the whole file ("*" = all)
     lines: dict[int, set[str]] = field(default_factory=dict)  # 0-based line -> codes ignored on it
 
     def suppressed(self, line: int, rule_id: str, name: str = "") -> bool:

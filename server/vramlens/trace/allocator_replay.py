@@ -29,6 +29,7 @@ commit 001074d25084fdb87a799823e395a50f5ec044d3, and of the option parser `c10/c
   pool, 20 MiB for the large: `segment_size` of `find_expandable_block`), `try_allocate_expandable_block`,
   `map_block`, `unmap_block` and `release_blocks` as written there.
 """
+
 from __future__ import annotations
 
 from bisect import bisect_left, insort
@@ -36,15 +37,15 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 MIB = 1 << 20
-K_MIN_BLOCK_SIZE = 512              # all sizes are rounded to at least 512 bytes
-K_SMALL_SIZE = 1 * MIB              # largest "small" allocation is 1 MiB
-K_SMALL_BUFFER = 2 * MIB            # "small" allocations are packed in 2 MiB blocks
-K_LARGE_BUFFER = 20 * MIB           # "large" allocations may be packed in 20 MiB blocks
-K_MIN_LARGE_ALLOC = 10 * MIB        # allocations between 1 and 10 MiB may use kLargeBuffer
-K_ROUND_LARGE = 2 * MIB             # round up large allocations to 2 MiB
-ROUNDUP_INTERVALS = 16              # kRoundUpPowerOfTwoIntervals: 1 MiB … 64 GiB (AllocatorConfig.cpp)
-NO_LIMIT = (1 << 64) - 1            # max_split_size when unset: std::numeric_limits<size_t>::max()
-ADDRESS_SPACE = 1 << 44             # virtual space of one expandable segment when no device size is given
+K_MIN_BLOCK_SIZE = 512  # all sizes are rounded to at least 512 bytes
+K_SMALL_SIZE = 1 * MIB  # largest "small" allocation is 1 MiB
+K_SMALL_BUFFER = 2 * MIB  # "small" allocations are packed in 2 MiB blocks
+K_LARGE_BUFFER = 20 * MIB  # "large" allocations may be packed in 20 MiB blocks
+K_MIN_LARGE_ALLOC = 10 * MIB  # allocations between 1 and 10 MiB may use kLargeBuffer
+K_ROUND_LARGE = 2 * MIB  # round up large allocations to 2 MiB
+ROUNDUP_INTERVALS = 16  # kRoundUpPowerOfTwoIntervals: 1 MiB … 64 GiB (AllocatorConfig.cpp)
+NO_LIMIT = (1 << 64) - 1  # max_split_size when unset: std::numeric_limits<size_t>::max()
+ADDRESS_SPACE = 1 << 44  # virtual space of one expandable segment when no device size is given
 
 
 def _pow2(n: int) -> bool:
@@ -88,13 +89,14 @@ class AllocatorSettings:
             elif key == "expandable_segments":
                 values["expandable_segments"] = value.lower() == "true"
             elif key == "backend" and value != "native":
-                raise ValueError("backend:cudaMallocAsync uses the CUDA driver's allocator: its reserved level is "
-                                 "not replayed")
+                raise ValueError(
+                    "backend:cudaMallocAsync uses the CUDA driver's allocator: its reserved level is not replayed"
+                )
         return cls(**values)
 
     def divisions(self, size: int) -> int:
         """`AllocatorConfig::roundup_power2_divisions(size)`: the entry of size's power-of-two interval."""
-        index = size.bit_length() - 1 - 20               # log2(size) − log2(1 MiB)
+        index = size.bit_length() - 1 - 20  # log2(size) − log2(1 MiB)
         return self.roundup_power2_divisions[min(max(index, 0), ROUNDUP_INTERVALS - 1)]
 
 
@@ -152,6 +154,7 @@ def allocation_size(size: int) -> int:
 
 class _Segment:
     """An expandable segment: its base address, page size and virtual size."""
+
     __slots__ = ("base", "page", "size")
 
     def __init__(self, base: int, page: int, size: int):
@@ -190,9 +193,9 @@ class _Pool:
         self.blocks: dict[tuple[int, int, int], _Block] = {}
         self.unmapped_keys: list[tuple[int, int]] = []
         self.unmapped: dict[tuple[int, int], _Block] = {}
-        self.free_calls = 0                 # get_free_blocks_call_count
+        self.free_calls = 0  # get_free_blocks_call_count
 
-    def insert(self, b: _Block) -> None:    # insert_into_blocks
+    def insert(self, b: _Block) -> None:  # insert_into_blocks
         b.gc_base = self.free_calls
         key = (b.stream, b.size, b.ptr)
         insort(self.keys, key)
@@ -226,14 +229,14 @@ class ReplayResult:
     end_reserved: int = 0
     peak_allocated: int = 0
     end_allocated: int = 0
-    fragmentation: int = 0           # reserved − allocated when the reserved peak was reached
-    peak_segments: int = 0           # cudaMalloc segments (an expandable segment counts once)
+    fragmentation: int = 0  # reserved − allocated when the reserved peak was reached
+    peak_segments: int = 0  # cudaMalloc segments (an expandable segment counts once)
     end_segments: int = 0
-    oom: bool = False                # a request could not be served under the limit, even after freeing the cache
-    oom_event: int | None = None     # index of that request in the sequence; the replay stops there
-    oom_request: int | None = None   # its size in bytes
-    alloc_retries: int = 0           # num_alloc_retries: allocations that needed the whole cache freed
-    events: int = 0                  # events replayed
+    oom: bool = False  # a request could not be served under the limit, even after freeing the cache
+    oom_event: int | None = None  # index of that request in the sequence; the replay stops there
+    oom_request: int | None = None  # its size in bytes
+    alloc_retries: int = 0  # num_alloc_retries: allocations that needed the whole cache freed
+    events: int = 0  # events replayed
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -245,13 +248,13 @@ class CachingAllocator:
 
     def __init__(self, settings: AllocatorSettings | None = None, limit: int | None = None):
         self.s = settings or AllocatorSettings()
-        self.limit = limit                               # allowed_memory_maximum (set_fraction when not None)
+        self.limit = limit  # allowed_memory_maximum (set_fraction when not None)
         self.small, self.large = _Pool(True), _Pool(False)
-        self.reserved = 0                                # total_allocated_memory
+        self.reserved = 0  # total_allocated_memory
         self.allocated = 0
         self.segments = 0
         self.retries = 0
-        self._next_address = 1 << 32                     # cudaMalloc / cuMemAddressReserve hand out fresh ranges
+        self._next_address = 1 << 32  # cudaMalloc / cuMemAddressReserve hand out fresh ranges
 
     # ------------------------------------------------------------------------------------------- public
     def malloc(self, orig_size: int, stream: int = 0) -> _Block:
@@ -262,11 +265,14 @@ class CachingAllocator:
         if block is None:
             if self.limit is not None and self.s.garbage_collection_threshold > 0:
                 self._garbage_collect()
-            block = (self._alloc_block(pool, size, alloc_size, stream)
-                     or (self._release_available_cached_blocks(pool, size, stream)
-                         and self._alloc_block(pool, size, alloc_size, stream))
-                     or (self._release_cached_blocks()
-                         and self._alloc_block(pool, size, alloc_size, stream, retry=True)))
+            block = (
+                self._alloc_block(pool, size, alloc_size, stream)
+                or (
+                    self._release_available_cached_blocks(pool, size, stream)
+                    and self._alloc_block(pool, size, alloc_size, stream)
+                )
+                or (self._release_cached_blocks() and self._alloc_block(pool, size, alloc_size, stream, retry=True))
+            )
         if not block:
             raise OutOfMemory(alloc_size)
         return self._alloc_found_block(block, size, stream, self._should_split(block, size))
@@ -291,13 +297,18 @@ class CachingAllocator:
             # an expandable block counts as the size it can grow to (itself and the unmapped range after it)
             def grows_to(x: _Block) -> int:
                 return x.size + (x.next.size if x.next is not None and not x.next.mapped else 0)
-            while (b.seg is not None and i + 1 < len(pool.keys) and pool.keys[i + 1][0] == stream
-                   and grows_to(pool.blocks[pool.keys[i + 1]]) < grows_to(b)):
+
+            while (
+                b.seg is not None
+                and i + 1 < len(pool.keys)
+                and pool.keys[i + 1][0] == stream
+                and grows_to(pool.blocks[pool.keys[i + 1]]) < grows_to(b)
+            ):
                 i += 1
                 b = pool.blocks[pool.keys[i]]
         s = self.s
         if size < s.max_split_size and b.size >= s.max_split_size:
-            return None                                  # do not return an oversized block for a smaller request
+            return None  # do not return an oversized block for a smaller request
         if size >= s.max_split_size and b.size >= size + s.max_non_split_rounding:
             return None
         pool.erase(b)
@@ -328,12 +339,12 @@ class CachingAllocator:
     def _try_merge(self, dst: _Block, src: _Block | None, pool: _Pool) -> int:
         if src is None or src.allocated or dst.mapped != src.mapped:
             return 0
-        if dst.prev is src:                              # [src dst]
+        if dst.prev is src:  # [src dst]
             dst.ptr = src.ptr
             dst.prev = src.prev
             if dst.prev is not None:
                 dst.prev.next = dst
-        else:                                            # [dst src]
+        else:  # [dst src]
             dst.next = src.next
             if dst.next is not None:
                 dst.next.prev = dst
@@ -399,7 +410,7 @@ class CachingAllocator:
                     self._release_block(b)
             for b in to_unmap:
                 self._unmap_block(b)
-                if not b.is_split() and not b.mapped:    # the whole expandable segment is unmapped
+                if not b.is_split() and not b.mapped:  # the whole expandable segment is unmapped
                     pool.erase_unmapped(b)
                     self.segments -= 1
         return True
@@ -414,7 +425,7 @@ class CachingAllocator:
         def age(b: _Block) -> int:
             return pool.free_calls - b.gc_base
 
-        freeable = [pool.blocks[k] for k in pool.keys if not pool.blocks[k].is_split()]   # never expandable ones
+        freeable = [pool.blocks[k] for k in pool.keys if not pool.blocks[k].is_split()]  # never expandable ones
         if not freeable:
             return
         total_age, count, freed = sum(age(b) for b in freeable), len(freeable), True
@@ -466,7 +477,7 @@ class CachingAllocator:
         end = -(-(rel + size) // seg.page) * seg.page
         mapped = end - rel
         if self.limit is not None and self.reserved + mapped > self.limit:
-            return False                                 # cuMemCreate out of memory
+            return False  # cuMemCreate out of memory
         pool = b.pool
         pool.erase_unmapped(b)
         b.mapped = True
@@ -490,7 +501,7 @@ class CachingAllocator:
             nxt = c.next
             if not self._map_block(nxt, min(size - c.size, nxt.size)):
                 return None
-            c = nxt                                      # map_block merged c into nxt
+            c = nxt  # map_block merged c into nxt
         pool.erase(c)
         return c
 
@@ -519,8 +530,9 @@ class CachingAllocator:
         self.reserved -= end - begin
 
 
-def replay(events: Iterable[Sequence], settings: AllocatorSettings | None = None,
-           limit: int | None = None) -> ReplayResult:
+def replay(
+    events: Iterable[Sequence], settings: AllocatorSettings | None = None, limit: int | None = None
+) -> ReplayResult:
     """Replay `events`, each `(op, id, size, stream, …)` with op "alloc" or "free" (a free's size is not read),
     through the caching allocator; `limit` is the memory the allocator may reserve (the device's, or a memory
     fraction's), None for no limit. A zero-byte request allocates nothing (`NativeCachingAllocator::allocate`)."""

@@ -10,6 +10,7 @@ Results are cached per plan (SHA-256 of the ResolvedPlan JSON); a cached result 
 Failures raise `TraceError` with `kind`: "cancelled", "timeout", "torch-missing", "worker-exited",
 "invalid" or "failed". `SyncTraceClient` offers the same on a private event-loop thread.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -52,11 +53,19 @@ def _package_root() -> str:
 
 
 class TraceClient:
-    def __init__(self, python: str | None = None, *, timeout: float = 300.0, start_timeout: float = 120.0,
-                 cache_size: int = 64, calibrate: bool = True, env: dict[str, str] | None = None,
-                 backend: str = "auto"):
+    def __init__(
+        self,
+        python: str | None = None,
+        *,
+        timeout: float = 300.0,
+        start_timeout: float = 120.0,
+        cache_size: int = 64,
+        calibrate: bool = True,
+        env: dict[str, str] | None = None,
+        backend: str = "auto",
+    ):
         self.python = python or sys.executable
-        self.backend = backend                            # "auto" | "transformers" | "torchtune" | "synthetic"
+        self.backend = backend  # "auto" | "transformers" | "torchtune" | "synthetic"
         self.timeout = timeout
         self.start_timeout = start_timeout
         self.calibrate = calibrate
@@ -71,8 +80,8 @@ class TraceClient:
         self._ids = itertools.count(1)
         self._lock: asyncio.Lock | None = None
         self.torch_version: str | None = None
-        self.versions: dict[str, str | None] = {}         # the trace interpreter's torch/transformers/peft/… versions
-        self.starts = 0                                   # how many workers this client has started
+        self.versions: dict[str, str | None] = {}  # the trace interpreter's torch/transformers/peft/… versions
+        self.starts = 0  # how many workers this client has started
 
     @staticmethod
     def available() -> bool:
@@ -92,19 +101,27 @@ class TraceClient:
         env = dict(os.environ if self._env is None else self._env)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH")) if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        env["PYTHONSAFEPATH"] = "1"          # never import modules from the workspace the server runs in
+        env["PYTHONSAFEPATH"] = "1"  # never import modules from the workspace the server runs in
         loop = asyncio.get_running_loop()
         self._ready = loop.create_future()
         self._stderr.clear()
         try:
             self._proc = await asyncio.create_subprocess_exec(
-                self.python, "-m", "vramlens.trace.worker", stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, limit=64 * 2**20,
-                cwd=_package_root())
+                self.python,
+                "-m",
+                "vramlens.trace.worker",
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+                limit=64 * 2**20,
+                cwd=_package_root(),
+            )
         except OSError as exc:
             self._ready = None
-            raise TraceError(f"cannot start the trace interpreter {self.python}: {exc.strerror or exc}",
-                             "worker-exited") from None
+            raise TraceError(
+                f"cannot start the trace interpreter {self.python}: {exc.strerror or exc}", "worker-exited"
+            ) from None
         self.starts += 1
         proc = self._proc
         self._tasks = [asyncio.create_task(self._read_stdout(proc)), asyncio.create_task(self._read_stderr(proc))]
@@ -178,7 +195,7 @@ class TraceClient:
                         r = cb(msg.get("message", ""), float(msg.get("fraction", -1.0)))
                         if asyncio.iscoroutine(r):
                             await r
-                    except Exception:                     # a broken callback must not stop the stream
+                    except Exception:  # a broken callback must not stop the stream
                         pass
             elif kind in ("result", "error") and rid in self._pending:
                 fut = self._pending.pop(rid)[0]
@@ -190,8 +207,9 @@ class TraceClient:
                     fut.set_exception(TraceError(msg.get("message", "trace failed"), msg.get("kind", "failed")))
         await proc.wait()
         tail = "\n".join(list(self._stderr)[-10:])
-        err = TraceError(f"the trace worker exited (code {proc.returncode})" + (f":\n{tail}" if tail else ""),
-                         "worker-exited")
+        err = TraceError(
+            f"the trace worker exited (code {proc.returncode})" + (f":\n{tail}" if tail else ""), "worker-exited"
+        )
         if self._ready and not self._ready.done():
             self._ready.set_exception(err)
         for fut, _ in self._pending.values():
@@ -208,9 +226,15 @@ class TraceClient:
         out["cached"] = True
         return out
 
-    async def trace(self, resolved_plan: ResolvedPlan, progress_cb: ProgressCallback | None = None,
-                    cancel_event: asyncio.Event | None = None, *, timeout: float | None = None,
-                    steps: int | None = None) -> dict:
+    async def trace(
+        self,
+        resolved_plan: ResolvedPlan,
+        progress_cb: ProgressCallback | None = None,
+        cancel_event: asyncio.Event | None = None,
+        *,
+        timeout: float | None = None,
+        steps: int | None = None,
+    ) -> dict:
         key = plan_key(resolved_plan)
         if key in self._cache:
             self._cache.move_to_end(key)
@@ -223,8 +247,9 @@ class TraceClient:
             if progress_cb is not None and not self.running:
                 progress_cb("starting the trace worker (imports torch)", 0.0)
             await self.start()
-            result = await self._request(resolved_plan, progress_cb, cancel_event,
-                                         self.timeout if timeout is None else timeout, steps)
+            result = await self._request(
+                resolved_plan, progress_cb, cancel_event, self.timeout if timeout is None else timeout, steps
+            )
         self._cache[key] = result
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
@@ -238,6 +263,7 @@ class TraceClient:
         """The language server's entry point: `trace` with percentage progress and a one-line summary.
         Adds "traced_gib" (device level, comparable with the estimate's device peak), "exact_gib" (the same, only
         for an exact trace; else None) and "message"."""
+
         def on_progress(message: str, fraction: float) -> None:
             if progress is not None:
                 progress(message, int(fraction * 100) if fraction >= 0 else None)
@@ -253,8 +279,15 @@ class TraceClient:
         rid = f"t{next(self._ids)}"
         fut = asyncio.get_running_loop().create_future()
         self._pending[rid] = (fut, progress_cb)
-        self._write({"op": "trace", "id": rid, "plan": json.loads(rp.model_dump_json()), "steps": steps,
-                     "backend": self.backend})
+        self._write(
+            {
+                "op": "trace",
+                "id": rid,
+                "plan": json.loads(rp.model_dump_json()),
+                "steps": steps,
+                "backend": self.backend,
+            }
+        )
         waiters: set = {fut}
         cancel_task = asyncio.create_task(cancel_event.wait()) if cancel_event is not None else None
         if cancel_task is not None:
@@ -281,7 +314,7 @@ class TraceClient:
             self._write({"op": "cancel", "id": rid})
             await asyncio.wait_for(asyncio.shield(fut), CANCEL_GRACE_S)
         except TraceError:
-            pass                                          # the expected "cancelled" answer
+            pass  # the expected "cancelled" answer
         except (asyncio.TimeoutError, ConnectionError, RuntimeError):
             await self._kill()
         finally:
@@ -289,7 +322,7 @@ class TraceClient:
             if not fut.done():
                 fut.cancel()
             elif not fut.cancelled():
-                fut.exception()                           # mark retrieved
+                fut.exception()  # mark retrieved
 
 
 def summary_line(result: dict) -> str:
@@ -301,8 +334,10 @@ def summary_line(result: dict) -> str:
         verdict = "no fit verdict from a stand-in step"
     else:
         verdict = f"{'fits' if result['fits'] else 'does not fit'} {result['gpu']['name']}"
-    return (f"{t['title']}: {peak['allocated_gib']:.2f} GiB allocated, {peak['device_gib']:.2f} GiB on the "
-            f"device ({verdict}, peak in {t['peak_at']})")
+    return (
+        f"{t['title']}: {peak['allocated_gib']:.2f} GiB allocated, {peak['device_gib']:.2f} GiB on the "
+        f"device ({verdict}, peak in {t['peak_at']})"
+    )
 
 
 def _record_calibration(rp: ResolvedPlan, result: dict) -> None:
@@ -312,13 +347,20 @@ def _record_calibration(rp: ResolvedPlan, result: dict) -> None:
     if result.get("exact") is not True:
         return
     try:
-        est = estimate(rp.with_changes(correction=1.0), limits=False)    # record against the uncorrected model
-        calibration.record(rp, source="trace", estimated_allocated=est.allocated_bytes,
-                           measured_allocated=int(result["trace"]["allocated_bytes"]),
-                           extra={"torch": result["trace"].get("torch"), "exact": result.get("exact"),
-                                  "backend": result["trace"].get("backend"),
-                                  "versions": result["trace"].get("versions")})
-    except Exception:                                     # calibration is best effort, never a trace failure
+        est = estimate(rp.with_changes(correction=1.0), limits=False)  # record against the uncorrected model
+        calibration.record(
+            rp,
+            source="trace",
+            estimated_allocated=est.allocated_bytes,
+            measured_allocated=int(result["trace"]["allocated_bytes"]),
+            extra={
+                "torch": result["trace"].get("torch"),
+                "exact": result.get("exact"),
+                "backend": result["trace"].get("backend"),
+                "versions": result["trace"].get("versions"),
+            },
+        )
+    except Exception:  # calibration is best effort, never a trace failure
         log.warning("recording the trace in the calibration file failed", exc_info=True)
 
 
@@ -335,8 +377,14 @@ class SyncTraceClient:
     def _run(self, coro, timeout: float | None = None):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
-    def trace(self, resolved_plan: ResolvedPlan, progress_cb: ProgressCallback | None = None, *,
-              timeout: float | None = None, steps: int | None = None) -> dict:
+    def trace(
+        self,
+        resolved_plan: ResolvedPlan,
+        progress_cb: ProgressCallback | None = None,
+        *,
+        timeout: float | None = None,
+        steps: int | None = None,
+    ) -> dict:
         return self._run(self.client.trace(resolved_plan, progress_cb, timeout=timeout, steps=steps))
 
     def close(self) -> None:

@@ -4,6 +4,7 @@ One place decides how each plan setting is reproduced by the traced (and probed)
 `assumptions` lists the choices a reader should know about, `not_traced` lists plan features the step
 does not reproduce (the report is then marked `exact: false`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,23 +33,23 @@ class StepConfig:
 
     arch: ModelArch
     # precision
-    param_dtype: str                 # dtype of non-quantized weights: "fp32" | "bf16" | "fp16"
-    compute_dtype: str               # activations' dtype
-    autocast: bool                   # run the forward under torch.autocast(compute_dtype)
-    upcast_non_quantized: bool       # QLoRA: embeddings, norms, lm_head in fp32 (prepare_model_for_kbit_training)
+    param_dtype: str  # dtype of non-quantized weights: "fp32" | "bf16" | "fp16"
+    compute_dtype: str  # activations' dtype
+    autocast: bool  # run the forward under torch.autocast(compute_dtype)
+    upcast_non_quantized: bool  # QLoRA: embeddings, norms, lm_head in fp32 (prepare_model_for_kbit_training)
     # batch
     micro_batch: int
     seq_len: int
     grad_accum: int
     # activations
     checkpointing: bool
-    attention: str                   # "sdpa" | "eager"
-    repeat_kv: bool                  # materialise full-head K/V copies (HF repeat_kv)
-    mask: str                        # "none" | "bool" (SDPA with a mask) | "float" (eager additive mask)
-    loss: str                        # "standard" | "chunked" (torchtune) | "litgpt" | "fused"
+    attention: str  # "sdpa" | "eager"
+    repeat_kv: bool  # materialise full-head K/V copies (HF repeat_kv)
+    mask: str  # "none" | "bool" (SDPA with a mask) | "float" (eager additive mask)
+    loss: str  # "standard" | "chunked" (torchtune) | "litgpt" | "fused"
     keep_logits: bool
     # PEFT and quantization
-    peft: str                        # "none" | "lora" | "dora" | "qlora" | "ia3" | "vera"
+    peft: str  # "none" | "lora" | "dora" | "qlora" | "ia3" | "vera"
     lora_r: int
     lora_alpha: float
     lora_dropout: float
@@ -59,8 +60,8 @@ class StepConfig:
     quant_type: str
     quant_double: bool
     quant_storage: str
-    quant_lm_head: bool              # the LM head is a 4/8-bit linear too (litgpt's Fabric BitsandbytesPrecision)
-    quant_keeps_input: bool          # bitsandbytes < 0.43.2: every 4-bit matmul keeps its input for backward
+    quant_lm_head: bool  # the LM head is a 4/8-bit linear too (litgpt's Fabric BitsandbytesPrecision)
+    quant_keeps_input: bool  # bitsandbytes < 0.43.2: every 4-bit matmul keeps its input for backward
     # optimizer
     optimizer_name: str
     optimizer_family: str
@@ -73,33 +74,33 @@ class StepConfig:
     set_to_none: bool
     # notes
     assumptions: tuple[str, ...] = ()
-    feedforward_targets: tuple[str, ...] = ()   # IA3: targets whose input is scaled
+    feedforward_targets: tuple[str, ...] = ()  # IA3: targets whose input is scaled
     not_traced: tuple[str, ...] = ()
     # architecture details derived from the family
     qk_norm: bool = False
     four_norms: bool = False
-    parallel_block: bool = False     # phi/falcon: attention and MLP read the same normalised input
+    parallel_block: bool = False  # phi/falcon: attention and MLP read the same normalised input
     post_norm_only: bool = False
     gemma: bool = False
     logit_softcap: float | None = None
     learned_positions: bool = False
     token_types: int = 0
-    litgpt: bool = False             # litgpt's attention: fused qkv linear, RoPE through torch.cat, no mask
-    attn_softcap: float | None = None   # litgpt's eager soft-capped attention (Gemma-2)
-    attn_impl: str = "sdpa"          # the plan's attention implementation (the real backend runs it by name)
-    padded: bool = False             # a padding mask reaches attention (padded batches, no packing)
-    embeddings_16bit: bool = False   # after that upcast the embeddings and LM head go back to 16-bit (TRL < 0.26)
-    fabric_fp32_outputs: bool = False   # Lightning Fabric casts the model's outputs to fp32 (litgpt's loop)
-    quant_from_fp16: bool = False    # 4-bit weights quantized from an fp16 copy (Lightning Fabric): dequantized to
-                                     # fp16, then cast to the compute dtype
-    images: int = 0                  # images per sequence through a VLM's vision tower (real backend: Gemma-3)
-    framework: str = ""              # the plan's framework (torchtune configs run on torchtune's own model)
-    rope_caches: int = 1             # torchtune: RoPE modules (one per layer in most of its LoRA builders)
+    litgpt: bool = False  # litgpt's attention: fused qkv linear, RoPE through torch.cat, no mask
+    attn_softcap: float | None = None  # litgpt's eager soft-capped attention (Gemma-2)
+    attn_impl: str = "sdpa"  # the plan's attention implementation (the real backend runs it by name)
+    padded: bool = False  # a padding mask reaches attention (padded batches, no packing)
+    embeddings_16bit: bool = False  # after that upcast the embeddings and LM head go back to 16-bit (TRL < 0.26)
+    fabric_fp32_outputs: bool = False  # Lightning Fabric casts the model's outputs to fp32 (litgpt's loop)
+    quant_from_fp16: bool = False  # 4-bit weights quantized from an fp16 copy (Lightning Fabric): dequantized to
+    # fp16, then cast to the compute dtype
+    images: int = 0  # images per sequence through a VLM's vision tower (real backend: Gemma-3)
+    framework: str = ""  # the plan's framework (torchtune configs run on torchtune's own model)
+    rope_caches: int = 1  # torchtune: RoPE modules (one per layer in most of its LoRA builders)
     # FSDP across ranks (the sharded backend traces rank 0: trace.sharded)
     world_size: int = 1
-    fsdp_version: int = 0            # 0: not FSDP; 1: FullyShardedDataParallel; 2: fully_shard
-    reshard_after_forward: bool = True   # FULL_SHARD; False: SHARD_GRAD_OP
-    fsdp_mixed_precision: bool = False   # units gathered in the compute dtype, gradients reduced in fp32
+    fsdp_version: int = 0  # 0: not FSDP; 1: FullyShardedDataParallel; 2: fully_shard
+    reshard_after_forward: bool = True  # FULL_SHARD; False: SHARD_GRAD_OP
+    fsdp_mixed_precision: bool = False  # units gathered in the compute dtype, gradients reduced in fp32
 
     @property
     def full_finetune(self) -> bool:
@@ -120,7 +121,7 @@ class StepConfig:
         return name in self.lora_targets
 
 
-STAND_IN_OBJECTIVES = ("sft", "pretrain")        # what the traced step computes: next-token cross-entropy
+STAND_IN_OBJECTIVES = ("sft", "pretrain")  # what the traced step computes: next-token cross-entropy
 
 
 def objective_not_traced(rp: ResolvedPlan) -> str | None:
@@ -163,24 +164,32 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
     autocast = rp.amp
     if upcast and compute != "fp32" and not autocast:
         autocast = True
-        assumptions.append("quantized model with fp32 embeddings/norms (prepare_model_for_kbit_training): "
-                           f"forward traced under {compute} autocast, as the Trainer runs it")
+        assumptions.append(
+            "quantized model with fp32 embeddings/norms (prepare_model_for_kbit_training): "
+            f"forward traced under {compute} autocast, as the Trainer runs it"
+        )
     if rp.master_weights:
-        assumptions.append("fp32 master weights: the optimizer keeps an fp32 copy of each parameter, fp32 states "
-                           "and fp32 gradient copies during the step (Megatron/DeepSpeed-style)")
+        assumptions.append(
+            "fp32 master weights: the optimizer keeps an fp32 copy of each parameter, fp32 states "
+            "and fp32 gradient copies during the step (Megatron/DeepSpeed-style)"
+        )
 
     litgpt = rp.framework == "litgpt" and arch.block == "decoder"
     if litgpt:
         # litgpt/model.py: F.scaled_dot_product_attention(..., attn_mask=None, is_causal=True) in training, K/V of
         # grouped queries expanded with repeat_interleave; an attention soft-cap takes its eager path instead
         attention, repeat, mask = "sdpa", True, "none"
-        assumptions.append("litgpt's attention traced as litgpt computes it: one fused qkv linear (one LoRA branch "
-                           "and one dropout for the q/k/v it adapts, LoRAQKVLinear), q/k/v as views of its output, "
-                           "RoPE with an fp32 cache and torch.cat, K/V repeated with repeat_interleave, SDPA with "
-                           "is_causal and no mask" + (" (eager soft-capped scores for this family)"
-                                                      if arch.family in ATTN_SOFTCAP else ""))
-        assumptions.append("litgpt's MLP, norms and LoRALinear traced in the Hugging Face layout: they keep the same "
-                           "tensors (RMSNorm as litgpt ≥ 2024 computes it, in fp32; RoPE on the whole head)")
+        assumptions.append(
+            "litgpt's attention traced as litgpt computes it: one fused qkv linear (one LoRA branch "
+            "and one dropout for the q/k/v it adapts, LoRAQKVLinear), q/k/v as views of its output, "
+            "RoPE with an fp32 cache and torch.cat, K/V repeated with repeat_interleave, SDPA with "
+            "is_causal and no mask"
+            + (" (eager soft-capped scores for this family)" if arch.family in ATTN_SOFTCAP else "")
+        )
+        assumptions.append(
+            "litgpt's MLP, norms and LoRALinear traced in the Hugging Face layout: they keep the same "
+            "tensors (RMSNorm as litgpt ≥ 2024 computes it, in fp32; RoPE on the whole head)"
+        )
         if arch.is_moe:
             assumptions.append("litgpt's MoE block traced as the Hugging Face sparse block")
     elif rp.attn_impl == "eager":
@@ -190,31 +199,40 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         repeat = rp.repeat_kv and rp.attn_impl == "sdpa"
         mask = "bool" if (repeat and rp.attn_mask and not rp.packing) else "none"
         if rp.attn_impl not in ("sdpa",):
-            assumptions.append(f"attention `{rp.attn_impl}` traced as SDPA flash attention with native GQA "
-                               "(same saved tensors: output and fp32 logsumexp)")
+            assumptions.append(
+                f"attention `{rp.attn_impl}` traced as SDPA flash attention with native GQA "
+                "(same saved tensors: output and fp32 logsumexp)"
+            )
     if arch.block == "encoder":
-        mask = "none"                                # no padding: bidirectional attention without a mask
+        mask = "none"  # no padding: bidirectional attention without a mask
 
     loss = rp.loss_impl
     if rp.loss_impl == "chunked" and litgpt:
         loss = "litgpt"
-        assumptions.append("litgpt's chunked head and loss: the LM head on 128-token chunks, cast to fp32 by Lightning "
-                           "Fabric's output conversion (a list held through backward), cross-entropy per chunk in "
-                           "fp32")
+        assumptions.append(
+            "litgpt's chunked head and loss: the LM head on 128-token chunks, cast to fp32 by Lightning "
+            "Fabric's output conversion (a list held through backward), cross-entropy per chunk in "
+            "fp32"
+        )
     elif rp.loss_impl == "chunked":
-        assumptions.append("chunked cross-entropy traced as torchtune's CEWithChunkedOutputLoss (8 chunks, "
-                           "fp32 upcast per chunk)")
+        assumptions.append(
+            "chunked cross-entropy traced as torchtune's CEWithChunkedOutputLoss (8 chunks, fp32 upcast per chunk)"
+        )
     elif rp.loss_impl == "fused":
-        assumptions.append("fused linear cross-entropy traced with a stand-in that allocates what Liger's "
-                           "kernel allocates (gradients computed in the forward, logits one chunk at a time)")
+        assumptions.append(
+            "fused linear cross-entropy traced with a stand-in that allocates what Liger's "
+            "kernel allocates (gradients computed in the forward, logits one chunk at a time)"
+        )
 
     if arch.is_moe:
         assumptions.append("MoE routing assumed perfectly balanced (tokens × top-k spread evenly over experts)")
     if arch.kv_lora_rank:
         assumptions.append("multi-head latent attention traced as GQA with the same head counts")
     if arch.block == "encoder-decoder":
-        assumptions.append("decoder (target) length = encoder (input) length; the synthetic model leaves out T5's "
-                           "relative position bias and dropout (transformers' T5 keeps both)")
+        assumptions.append(
+            "decoder (target) length = encoder (input) length; the synthetic model leaves out T5's "
+            "relative position bias and dropout (transformers' T5 keeps both)"
+        )
     if arch.norm == "layernorm" or arch.mlp in ("gelu", "relu"):
         assumptions.append("dropout off; GELU as the tanh approximation kernel")
     if quantized and rp.quant_bits == 8:
@@ -224,21 +242,29 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         assumptions.append(f"the LM head is a {rp.quant_bits}-bit linear like the blocks' linears")
     from_fp16 = bool(rp.quant_bits == 4 and rp.quant_dequant_fp16)
     if from_fp16 and compute != "fp16":
-        assumptions.append("4-bit weights quantized from an fp16 copy (Lightning Fabric's BitsandbytesPrecision): "
-                           f"each dequantization makes an fp16 weight, then a {compute} copy")
+        assumptions.append(
+            "4-bit weights quantized from an fp16 copy (Lightning Fabric's BitsandbytesPrecision): "
+            f"each dequantization makes an fp16 weight, then a {compute} copy"
+        )
     keeps_input = bool(rp.quant_bits == 4 and rp.quant_keeps_input)
     if keeps_input:
-        assumptions.append("bitsandbytes < 0.43.2 traced: each 4-bit matmul dequantizes its weight with "
-                           "F.linear and keeps its input for backward (MatMul4Bit before bitsandbytes PR #1270)")
+        assumptions.append(
+            "bitsandbytes < 0.43.2 traced: each 4-bit matmul dequantizes its weight with "
+            "F.linear and keeps its input for backward (MatMul4Bit before bitsandbytes PR #1270)"
+        )
     if rp.peft in ("ia3", "vera"):
-        not_traced.append(f"{rp.peft.upper() if rp.peft == 'ia3' else 'VeRA'} adapters in the synthetic model (the "
-                          "real-library backend runs peft's own)")
+        not_traced.append(
+            f"{rp.peft.upper() if rp.peft == 'ia3' else 'VeRA'} adapters in the synthetic model (the "
+            "real-library backend runs peft's own)"
+        )
     if rp.peft != "none" and "embed" in rp.lora_targets:
         not_traced.append("LoRA on the embedding layer")
 
     if rp.grad_accum > 2:
-        assumptions.append(f"gradient accumulation {rp.grad_accum}: 2 micro-batches run (every later one repeats "
-                           "the second: gradients already exist)")
+        assumptions.append(
+            f"gradient accumulation {rp.grad_accum}: 2 micro-batches run (every later one repeats "
+            "the second: gradients already exist)"
+        )
     if rp.world_size > 1:
         not_traced.append(replica_note(rp.strategy, rp.world_size))
     if rp.tensor_parallel > 1 or rp.context_parallel > 1:
@@ -257,36 +283,66 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         not_traced.append(f"optimizer `{rp.optimizer.name}` (its states are allocated, its step is not run)")
 
     return StepConfig(
-        arch=arch, param_dtype=param_dtype, compute_dtype=compute, autocast=autocast,
+        arch=arch,
+        param_dtype=param_dtype,
+        compute_dtype=compute,
+        autocast=autocast,
         upcast_non_quantized=upcast,
-        micro_batch=rp.micro_batch, seq_len=rp.seq_len, grad_accum=min(max(1, rp.grad_accum), 2),
-        checkpointing=rp.grad_checkpointing, attention=attention, repeat_kv=repeat, mask=mask,
-        loss=loss, keep_logits=rp.keep_logits,
+        micro_batch=rp.micro_batch,
+        seq_len=rp.seq_len,
+        grad_accum=min(max(1, rp.grad_accum), 2),
+        checkpointing=rp.grad_checkpointing,
+        attention=attention,
+        repeat_kv=repeat,
+        mask=mask,
+        loss=loss,
+        keep_logits=rp.keep_logits,
         peft="qlora" if (rp.peft == "lora" and rp.quant_bits == 4) else rp.peft,
-        lora_r=rp.lora_r, lora_alpha=rp.lora_alpha or float(rp.lora_r or 1), lora_dropout=rp.lora_dropout,
-        lora_targets=rp.lora_targets, modules_to_save=rp.modules_to_save, adapter_fp32=rp.adapter_fp32,
+        lora_r=rp.lora_r,
+        lora_alpha=rp.lora_alpha or float(rp.lora_r or 1),
+        lora_dropout=rp.lora_dropout,
+        lora_targets=rp.lora_targets,
+        modules_to_save=rp.modules_to_save,
+        adapter_fp32=rp.adapter_fp32,
         feedforward_targets=rp.feedforward_targets,
-        quant_bits=rp.quant_bits if quantized else None, quant_type=rp.quant_type, quant_double=rp.quant_double,
-        quant_storage=rp.quant_storage, quant_lm_head=quant_head, quant_keeps_input=keeps_input,
+        quant_bits=rp.quant_bits if quantized else None,
+        quant_type=rp.quant_type,
+        quant_double=rp.quant_double,
+        quant_storage=rp.quant_storage,
+        quant_lm_head=quant_head,
+        quant_keeps_input=keeps_input,
         quant_from_fp16=from_fp16,
-        optimizer_name=rp.optimizer.name, optimizer_family=rp.optimizer.family,
-        optimizer_library=rp.optimizer.library, optimizer_states=rp.optimizer.states,
-        optimizer_state_bytes=rp.optimizer.state_bytes, optimizer_paged=rp.optimizer.paged,
-        optimizer_impl=rp.optimizer_impl, master_weights=rp.master_weights, set_to_none=rp.set_to_none,
-        assumptions=tuple(assumptions), not_traced=tuple(not_traced),
-        qk_norm=arch.family in QK_NORM_FAMILIES, four_norms=norms_per_layer(arch) == 4,
+        optimizer_name=rp.optimizer.name,
+        optimizer_family=rp.optimizer.family,
+        optimizer_library=rp.optimizer.library,
+        optimizer_states=rp.optimizer.states,
+        optimizer_state_bytes=rp.optimizer.state_bytes,
+        optimizer_paged=rp.optimizer.paged,
+        optimizer_impl=rp.optimizer_impl,
+        master_weights=rp.master_weights,
+        set_to_none=rp.set_to_none,
+        assumptions=tuple(assumptions),
+        not_traced=tuple(not_traced),
+        qk_norm=arch.family in QK_NORM_FAMILIES,
+        four_norms=norms_per_layer(arch) == 4,
         parallel_block=norms_per_layer(arch) == 1,
-        post_norm_only=arch.family in POST_NORM_ONLY_FAMILIES, gemma=arch.family in GEMMA_FAMILIES,
+        post_norm_only=arch.family in POST_NORM_ONLY_FAMILIES,
+        gemma=arch.family in GEMMA_FAMILIES,
         logit_softcap=LOGIT_SOFTCAP.get(arch.family),
         learned_positions=arch.family in LEARNED_POSITIONS and bool(arch.max_position),
         token_types=LEARNED_POSITIONS.get(arch.family, 0),
-        litgpt=litgpt, attn_softcap=ATTN_SOFTCAP.get(arch.family) if litgpt else None,
+        litgpt=litgpt,
+        attn_softcap=ATTN_SOFTCAP.get(arch.family) if litgpt else None,
         fabric_fp32_outputs=loss == "litgpt" and rp.logits_fp32,
-        attn_impl=rp.attn_impl, padded=bool(rp.attn_mask and not rp.packing and arch.block != "encoder"),
+        attn_impl=rp.attn_impl,
+        padded=bool(rp.attn_mask and not rp.packing and arch.block != "encoder"),
         embeddings_16bit=upcast and rp.kbit_embeddings_16bit,
         images=rp.images_per_sequence if arch.vision_params else 0,
-        framework=rp.framework or "", rope_caches=rp.rope_caches,
-        world_size=rp.world_size, fsdp_version=fsdp_version(rp), reshard_after_forward=rp.zero_stage >= 3,
+        framework=rp.framework or "",
+        rope_caches=rp.rope_caches,
+        world_size=rp.world_size,
+        fsdp_version=fsdp_version(rp),
+        reshard_after_forward=rp.zero_stage >= 3,
         fsdp_mixed_precision=rp.fsdp_mixed_precision,
     )
 

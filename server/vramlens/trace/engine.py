@@ -11,6 +11,7 @@ One step is enough (optimizer state is created lazily in the first `step()`, `_i
 max(step-0 forward/backward peak + the optimizer state step 0 created, step-0 optimizer-step peak).
 Gradients that persist into the next forward (`zero_grad(set_to_none=False)`) need two steps.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,8 +29,15 @@ from vramlens.trace.tracker import LiveBytes, TraceCancelled, by_category
 
 Progress = Callable[[str, float], None]
 
-PHASE_LABELS = {"fwd": "forward", "loss": "LM head and loss", "bwd-loss": "backward through the loss",
-                "bwd": "backward", "opt": "optimizer step", "zero": "zero_grad", "build": "build"}
+PHASE_LABELS = {
+    "fwd": "forward",
+    "loss": "LM head and loss",
+    "bwd-loss": "backward through the loss",
+    "bwd": "backward",
+    "opt": "optimizer step",
+    "zero": "zero_grad",
+    "build": "build",
+}
 LABELLED = ("weights", "adapters", "quant_constants", "gradients", "optimizer")
 
 
@@ -50,8 +58,15 @@ def steps_needed(cfg: StepConfig) -> int:
     return 1 if cfg.set_to_none else 2
 
 
-def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progress: Progress | None = None,
-        should_stop: Callable[[], bool] | None = None, backend: str = "synthetic") -> dict:
+def run(
+    cfg: StepConfig,
+    *,
+    real: bool = False,
+    steps: int | None = None,
+    progress: Progress | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    backend: str = "synthetic",
+) -> dict:
     """Trace (or, with real=True, execute on CPU) the plan's training step; returns raw byte counts.
     backend "transformers": the real Hugging Face libraries (`trace.hf`); "torchtune": torchtune's own model and loss
     (`trace.torchtune_backend`); "fsdp": the Hugging Face model sharded by FSDP, rank 0 of the plan's ranks
@@ -85,7 +100,7 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
     else:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
-        fake = FakeTensorMode(allow_non_fake_inputs=True)       # meta parameters enter as non-fake inputs
+        fake = FakeTensorMode(allow_non_fake_inputs=True)  # meta parameters enter as non-fake inputs
 
     say("building the model", 0.02)
     model = B.build_meta(cfg)
@@ -101,7 +116,7 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
         tr.label(B.quant_constants(model), "quant_constants")
         trainable = [p for p in model.parameters() if p.requires_grad]
         batch = M.make_batch(cfg, "cpu") if B is M else B.make_batch(cfg, "cpu", real)
-    optimizer = O.make_optimizer(cfg, trainable) if O.uses_bitsandbytes(cfg) else None   # outside the fake mode
+    optimizer = O.make_optimizer(cfg, trainable) if O.uses_bitsandbytes(cfg) else None  # outside the fake mode
 
     timeline: list[dict] = []
     segments: list[dict] = []
@@ -111,8 +126,15 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
         after, peak = tr.next_phase(name)
         prev = state.get("phase")
         if prev is not None:
-            timeline.append({"step": state["step"], "micro": state["micro"], "phase": prev, "after_bytes": after,
-                             "peak_bytes": peak})
+            timeline.append(
+                {
+                    "step": state["step"],
+                    "micro": state["micro"],
+                    "phase": prev,
+                    "after_bytes": after,
+                    "peak_bytes": peak,
+                }
+            )
         if name == "fwd":
             state["micro"] += 1
         state["phase"] = name
@@ -121,8 +143,15 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
         check()
         if phase == "opt":
             tr.label([p.grad for p in trainable if p.grad is not None], "gradients")
-            segments.append({"step": state["step"], "kind": "forward-backward", "peak": tr.peak,
-                             "at": tr.peak_phase, "recs": tr.peak_records()})
+            segments.append(
+                {
+                    "step": state["step"],
+                    "kind": "forward-backward",
+                    "peak": tr.peak,
+                    "at": tr.peak_phase,
+                    "recs": tr.peak_records(),
+                }
+            )
             close(phase)
             tr.reset_peak()
             say(f"step {state['step']}: optimizer", 0.85)
@@ -130,8 +159,15 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
         if phase == "zero":
             tr.label([p.grad for p in trainable if p.grad is not None], "gradients", only_unlabelled=True)
             tr.label(O.state_tensors(optimizer), "optimizer")
-            segments.append({"step": state["step"], "kind": "optimizer-step", "peak": tr.peak,
-                             "at": tr.peak_phase, "recs": tr.peak_records()})
+            segments.append(
+                {
+                    "step": state["step"],
+                    "kind": "optimizer-step",
+                    "peak": tr.peak,
+                    "at": tr.peak_phase,
+                    "recs": tr.peak_records(),
+                }
+            )
         close(phase)
         if phase == "fwd":
             say(f"step {state['step']}: forward", 0.1)
@@ -140,7 +176,7 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
 
     n_params = B.param_count(model)
     n_trainable = sum(p.numel() for p in trainable)
-    flops = StepFlops(lambda: tr.phase)              # below the tracker: it sees the model's own ops
+    flops = StepFlops(lambda: tr.phase)  # below the tracker: it sees the model's own ops
     with fake, flops, tr:
         if optimizer is None:
             optimizer = O.make_optimizer(cfg, trainable)
@@ -149,7 +185,7 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
             state["step"] = step
             state["phase"] = None
             state["micro"] = -1
-            flops.reset()                                # the figures are the last step's
+            flops.reset()  # the figures are the last step's
             tr.reset_peak()
             tr.next_phase("fwd")
             forward_backward(model, batch, cfg, mark, "cpu")
@@ -163,7 +199,7 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
     last_fb, last_op = fb[-1], op[-1]
     fb_parts = by_category(last_fb["recs"], classify)
     fb_total = last_fb["peak"]
-    if steps == 1:                                   # one-step shortcut: add the state step 0 created
+    if steps == 1:  # one-step shortcut: add the state step 0 created
         fb_total += opt_state
         fb_parts["optimizer"] = fb_parts.get("optimizer", 0) + opt_state
     op_parts = by_category(last_op["recs"], classify)
@@ -193,13 +229,24 @@ def run(cfg: StepConfig, *, real: bool = False, steps: int | None = None, progre
         "paged_bytes": tr.outside_bytes,
         "allocator_replay": replay,
         "flops": flops.result(),
-        "assumptions": list(cfg.assumptions) + ([
-            f"paged optimizer states ({tr.outside_bytes / 2**30:.2f} GiB) are CUDA unified memory outside the "
-            "caching allocator: not in the allocated peak"] if tr.outside_bytes else []),
-        "not_traced": list(cfg.not_traced) + (
-            ["a vision-language model's vision tower and projector (the synthetic model is its language model; the "
-             "real-library backend builds Gemma-3's whole)"] if backend == "synthetic" and cfg.arch.vision_params
-            else []),
+        "assumptions": list(cfg.assumptions)
+        + (
+            [
+                f"paged optimizer states ({tr.outside_bytes / 2**30:.2f} GiB) are CUDA unified memory outside the "
+                "caching allocator: not in the allocated peak"
+            ]
+            if tr.outside_bytes
+            else []
+        ),
+        "not_traced": list(cfg.not_traced)
+        + (
+            [
+                "a vision-language model's vision tower and projector (the synthetic model is its language model; the "
+                "real-library backend builds Gemma-3's whole)"
+            ]
+            if backend == "synthetic" and cfg.arch.vision_params
+            else []
+        ),
     }
 
 
@@ -210,9 +257,12 @@ def allocator_replays(tr: LiveBytes, steps: int) -> dict:
     from vramlens.trace.allocator_replay import AllocatorSettings, replay
 
     events = tr.events if steps > 1 else tr.events + next_forward_backward(tr.events)
-    return {"events": len(events), "capped": tr.events_capped,
-            "default": replay(events).to_json(),
-            "expandable_segments": replay(events, AllocatorSettings(expandable_segments=True)).to_json()}
+    return {
+        "events": len(events),
+        "capped": tr.events_capped,
+        "default": replay(events).to_json(),
+        "expandable_segments": replay(events, AllocatorSettings(expandable_segments=True)).to_json(),
+    }
 
 
 FORWARD_BACKWARD = ("fwd", "loss", "bwd-loss", "bwd")

@@ -22,6 +22,7 @@ forward under `torch.enable_grad()`, torch 2.13 torch/utils/checkpoint.py), `opt
 `matmul` (mm, addmm, _scaled_mm: the linears, LM head, adapters), `attention` (the attention kernels, and bmm /
 baddbmm, which in the traced families are eager attention's scores and values) and `other` (convolutions, …).
 """
+
 from __future__ import annotations
 
 import torch
@@ -32,25 +33,56 @@ aten = torch.ops.aten
 PHASES = ("forward", "backward", "recompute", "optimizer")
 FAMILIES = ("matmul", "attention", "other")
 # the engine's phases (trace.engine.PHASE_LABELS) → this module's
-ENGINE_PHASES = {"fwd": "forward", "loss": "forward", "bwd-loss": "backward", "bwd": "backward", "opt": "optimizer",
-                 "zero": "optimizer", "end": "optimizer"}
+ENGINE_PHASES = {
+    "fwd": "forward",
+    "loss": "forward",
+    "bwd-loss": "backward",
+    "bwd": "backward",
+    "opt": "optimizer",
+    "zero": "optimizer",
+    "end": "optimizer",
+}
 MATMUL = {aten.mm, aten.addmm, aten._scaled_mm}
 BATCHED = {aten.bmm, aten.baddbmm}
 CPU_FLASH = aten._scaled_dot_product_flash_attention_for_cpu
 CPU_FLASH_BACKWARD = aten._scaled_dot_product_flash_attention_for_cpu_backward
 # ops whose output is a view or a copy of metadata: no bytes moved
-NO_TRAFFIC = {aten.view, aten._unsafe_view, aten.t, aten.transpose, aten.permute, aten.expand, aten.unsqueeze,
-              aten.squeeze, aten.slice, aten.select, aten.detach, aten.alias, aten.as_strided, aten.split,
-              aten.split_with_sizes, aten.unbind, aten.chunk, aten.reshape, aten.empty, aten.empty_like,
-              aten.empty_strided, aten.new_empty, aten.new_empty_strided, aten.lift_fresh, aten.narrow}
+NO_TRAFFIC = {
+    aten.view,
+    aten._unsafe_view,
+    aten.t,
+    aten.transpose,
+    aten.permute,
+    aten.expand,
+    aten.unsqueeze,
+    aten.squeeze,
+    aten.slice,
+    aten.select,
+    aten.detach,
+    aten.alias,
+    aten.as_strided,
+    aten.split,
+    aten.split_with_sizes,
+    aten.unbind,
+    aten.chunk,
+    aten.reshape,
+    aten.empty,
+    aten.empty_like,
+    aten.empty_strided,
+    aten.new_empty,
+    aten.new_empty_strided,
+    aten.lift_fresh,
+    aten.narrow,
+}
 
 
 def _cpu_flash_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
     return sdpa_flop_count(query_shape, key_shape, value_shape)
 
 
-def _cpu_flash_backward_flop(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None,
-                             **kwargs) -> int:
+def _cpu_flash_backward_flop(
+    grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs
+) -> int:
     return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
 
 
@@ -157,8 +189,11 @@ class StepFlops(FlopCounterMode):
             self.by[phase][family] += flops
             if family == "attention" and _argument(func_packet, args, kwargs, "is_causal"):
                 self.causal += flops
-        elif func_packet not in NO_TRAFFIC and func_packet not in self.flop_registry \
-                and not str(func_packet).startswith("prim."):
+        elif (
+            func_packet not in NO_TRAFFIC
+            and func_packet not in self.flop_registry
+            and not str(func_packet).startswith("prim.")
+        ):
             self.other_bytes[phase] += _nbytes(args) + _nbytes(out)
         return out
 
@@ -166,17 +201,28 @@ class StepFlops(FlopCounterMode):
         """Per optimizer step: total, by phase, by family, by phase and family; `attention_causal`: the attention
         FLOPs of calls made with `is_causal`; `other_bytes`: bytes read and written by the ops without a FLOP
         formula (elementwise, norms, softmax, loss, optimizer update), by phase."""
-        return {"total": sum(sum(f.values()) for f in self.by.values()),
-                "by_phase": {p: sum(f.values()) for p, f in self.by.items()},
-                "by_family": {f: sum(self.by[p][f] for p in PHASES) for f in FAMILIES},
-                "by_phase_family": {p: dict(f) for p, f in self.by.items()},
-                "attention_causal": self.causal,
-                "other_bytes": dict(self.other_bytes),
-                "counter": "torch.utils.flop_counter.FlopCounterMode"}
+        return {
+            "total": sum(sum(f.values()) for f in self.by.values()),
+            "by_phase": {p: sum(f.values()) for p, f in self.by.items()},
+            "by_family": {f: sum(self.by[p][f] for p in PHASES) for f in FAMILIES},
+            "by_phase_family": {p: dict(f) for p, f in self.by.items()},
+            "attention_causal": self.causal,
+            "other_bytes": dict(self.other_bytes),
+            "counter": "torch.utils.flop_counter.FlopCounterMode",
+        }
 
 
-ATTENTION = {aten._scaled_dot_product_efficient_attention, aten._scaled_dot_product_flash_attention,
-             aten._scaled_dot_product_cudnn_attention, aten._scaled_dot_product_efficient_attention_backward,
-             aten._scaled_dot_product_flash_attention_backward, aten._scaled_dot_product_cudnn_attention_backward,
-             aten._flash_attention_forward, aten._efficient_attention_forward, aten._flash_attention_backward,
-             aten._efficient_attention_backward, CPU_FLASH, CPU_FLASH_BACKWARD}
+ATTENTION = {
+    aten._scaled_dot_product_efficient_attention,
+    aten._scaled_dot_product_flash_attention,
+    aten._scaled_dot_product_cudnn_attention,
+    aten._scaled_dot_product_efficient_attention_backward,
+    aten._scaled_dot_product_flash_attention_backward,
+    aten._scaled_dot_product_cudnn_attention_backward,
+    aten._flash_attention_forward,
+    aten._efficient_attention_forward,
+    aten._flash_attention_backward,
+    aten._efficient_attention_backward,
+    CPU_FLASH,
+    CPU_FLASH_BACKWARD,
+}

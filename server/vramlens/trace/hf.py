@@ -33,6 +33,7 @@ Shims (each checked fake == real on CPU tensors in tests/trace/test_hf_shims.py)
 - bitsandbytes 4-bit: `Params4bit` cannot wrap a fake tensor; `replace_with_bnb_linear` runs on the meta model
   and `quantize_4bit_fake` keeps the packed weight as a plain Parameter carrying `.quant_state` (see there).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -52,8 +53,25 @@ from vramlens.trace.config import StepConfig
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # Families whose Hugging Face config takes the Llama-style keys below (model_type = family).
-DECODER_FAMILIES = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "phi3",
-                    "mixtral", "qwen3_moe", "gpt2", "gpt_neox", "falcon", "phi", "gpt_bigcode", "bloom"}
+DECODER_FAMILIES = {
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "olmo2",
+    "phi3",
+    "mixtral",
+    "qwen3_moe",
+    "gpt2",
+    "gpt_neox",
+    "falcon",
+    "phi",
+    "gpt_bigcode",
+    "bloom",
+}
 # Encoder families built as transformers' `AutoModelForSequenceClassification` (the head a `block: encoder` plan
 # estimates: no vocabulary logits, a hidden × labels classifier; `task_head` sequence-classification).
 ENCODER_FAMILIES = {"bert", "roberta", "deberta-v2"}
@@ -64,52 +82,142 @@ ENCODER_FAMILIES = {"bert", "roberta", "deberta-v2"}
 ENCODER_CONFIG = {
     "bert": {"type_vocab_size": 2},
     "roberta": {"type_vocab_size": 1},
-    "deberta-v2": {"type_vocab_size": 0, "relative_attention": True, "position_buckets": 256,
-                   "max_relative_positions": -1, "share_att_key": True, "pos_att_type": ["p2c", "c2p"],
-                   "norm_rel_ebd": "layer_norm", "position_biased_input": False, "pooler_hidden_size": None,
-                   "pooler_dropout": 0, "pooler_hidden_act": "gelu", "layer_norm_eps": 1e-7},
+    "deberta-v2": {
+        "type_vocab_size": 0,
+        "relative_attention": True,
+        "position_buckets": 256,
+        "max_relative_positions": -1,
+        "share_att_key": True,
+        "pos_att_type": ["p2c", "c2p"],
+        "norm_rel_ebd": "layer_norm",
+        "position_biased_input": False,
+        "pooler_hidden_size": None,
+        "pooler_dropout": 0,
+        "pooler_hidden_act": "gelu",
+        "layer_norm_eps": 1e-7,
+    },
 }
 # Module names of the encoder blocks' linears (a full-name regex each: BERT/RoBERTa's attention output and MLP
 # output are both `output.dense`, which a name suffix cannot tell apart): transformers 5.24 models/bert/
 # modeling_bert.py (BertSelfAttention query/key/value, BertSelfOutput, BertIntermediate, BertOutput), roberta the
 # same, deberta_v2 (DisentangledSelfAttention query_proj/key_proj/value_proj).
 ENCODER_LINEAR = {
-    "q": r"attention\.self\.(query|query_proj)", "k": r"attention\.self\.(key|key_proj)",
-    "v": r"attention\.self\.(value|value_proj)", "o": r"attention\.output\.dense",
-    "fc1": r"intermediate\.dense", "fc2": r"layer\.\d+\.output\.dense",
+    "q": r"attention\.self\.(query|query_proj)",
+    "k": r"attention\.self\.(key|key_proj)",
+    "v": r"attention\.self\.(value|value_proj)",
+    "o": r"attention\.output\.dense",
+    "fc1": r"intermediate\.dense",
+    "fc2": r"layer\.\d+\.output\.dense",
 }
 # Encoder-decoder families built as transformers' sequence-to-sequence LM (`AutoModelForSeq2SeqLM`): T5 and Flan-T5
 # (transformers 5.24 models/t5/modeling_t5.py T5ForConditionalGeneration)
 SEQ2SEQ_FAMILIES = {"t5"}
 # MoE families whose transformers 5 experts run with grouped_mm (the eager per-expert loop is data-dependent)
 MOE_FAMILIES = {"mixtral", "qwen3_moe"}
-HF_LINEAR = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
-             "down": "down_proj", "lm_head": "lm_head", "embed": "embed_tokens"}
-PHI3_LINEAR = {"q": "qkv_proj", "k": "qkv_proj", "v": "qkv_proj", "o": "o_proj", "gate": "gate_up_proj",
-               "up": "gate_up_proj", "down": "down_proj", "lm_head": "lm_head", "embed": "embed_tokens"}
+HF_LINEAR = {
+    "q": "q_proj",
+    "k": "k_proj",
+    "v": "v_proj",
+    "o": "o_proj",
+    "gate": "gate_proj",
+    "up": "up_proj",
+    "down": "down_proj",
+    "lm_head": "lm_head",
+    "embed": "embed_tokens",
+}
+PHI3_LINEAR = {
+    "q": "qkv_proj",
+    "k": "qkv_proj",
+    "v": "qkv_proj",
+    "o": "o_proj",
+    "gate": "gate_up_proj",
+    "up": "gate_up_proj",
+    "down": "down_proj",
+    "lm_head": "lm_head",
+    "embed": "embed_tokens",
+}
 # Module names of the GPT-2/NeoX/Falcon/Phi-2/BLOOM families (peft matches a target against the end of a module's name):
 # transformers 5.24 models/gpt2 (Conv1D c_attn = q|k|v, c_proj twice), gpt_neox and falcon (query_key_value,
 # dense, dense_h_to_4h, dense_4h_to_h), phi (q/k/v_proj, dense, fc1, fc2).
 FAMILY_LINEAR = {
     "phi3": PHI3_LINEAR,
-    "gpt2": {"q": "c_attn", "k": "c_attn", "v": "c_attn", "o": "attn.c_proj", "fc1": "c_fc", "fc2": "mlp.c_proj",
-             "lm_head": "lm_head", "embed": "wte"},
-    "gpt_neox": {"q": "query_key_value", "k": "query_key_value", "v": "query_key_value", "o": "attention.dense",
-                 "fc1": "dense_h_to_4h", "fc2": "dense_4h_to_h", "lm_head": "embed_out", "embed": "embed_in"},
-    "falcon": {"q": "query_key_value", "k": "query_key_value", "v": "query_key_value", "o": "self_attention.dense",
-               "fc1": "dense_h_to_4h", "fc2": "dense_4h_to_h", "lm_head": "lm_head", "embed": "word_embeddings"},
-    "phi": {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "self_attn.dense", "fc1": "fc1", "fc2": "fc2",
-            "lm_head": "lm_head", "embed": "embed_tokens"},
+    "gpt2": {
+        "q": "c_attn",
+        "k": "c_attn",
+        "v": "c_attn",
+        "o": "attn.c_proj",
+        "fc1": "c_fc",
+        "fc2": "mlp.c_proj",
+        "lm_head": "lm_head",
+        "embed": "wte",
+    },
+    "gpt_neox": {
+        "q": "query_key_value",
+        "k": "query_key_value",
+        "v": "query_key_value",
+        "o": "attention.dense",
+        "fc1": "dense_h_to_4h",
+        "fc2": "dense_4h_to_h",
+        "lm_head": "embed_out",
+        "embed": "embed_in",
+    },
+    "falcon": {
+        "q": "query_key_value",
+        "k": "query_key_value",
+        "v": "query_key_value",
+        "o": "self_attention.dense",
+        "fc1": "dense_h_to_4h",
+        "fc2": "dense_4h_to_h",
+        "lm_head": "lm_head",
+        "embed": "word_embeddings",
+    },
+    "phi": {
+        "q": "q_proj",
+        "k": "k_proj",
+        "v": "v_proj",
+        "o": "self_attn.dense",
+        "fc1": "fc1",
+        "fc2": "fc2",
+        "lm_head": "lm_head",
+        "embed": "embed_tokens",
+    },
     # models/t5: T5Attention q, k, v, o (self-attention and the decoder's cross-attention alike), T5DenseActDense
     # wi → wo (relu) or T5DenseGatedActDense wi_0 (gelu_new) · wi_1 → wo (gated-gelu), the embedding `shared`
-    "t5": {"q": "q", "k": "k", "v": "v", "o": "o", "gate": "wi_0", "up": "wi_1", "down": "wo", "fc1": "wi",
-           "fc2": "wo", "lm_head": "lm_head", "embed": "shared"},
+    "t5": {
+        "q": "q",
+        "k": "k",
+        "v": "v",
+        "o": "o",
+        "gate": "wi_0",
+        "up": "wi_1",
+        "down": "wo",
+        "fc1": "wi",
+        "fc2": "wo",
+        "lm_head": "lm_head",
+        "embed": "shared",
+    },
     # models/bloom: query_key_value (q|k|v interleaved per head), self_attention.dense, dense_h_to_4h, dense_4h_to_h
-    "bloom": {"q": "query_key_value", "k": "query_key_value", "v": "query_key_value", "o": "self_attention.dense",
-              "fc1": "dense_h_to_4h", "fc2": "dense_4h_to_h", "lm_head": "lm_head", "embed": "word_embeddings"},
+    "bloom": {
+        "q": "query_key_value",
+        "k": "query_key_value",
+        "v": "query_key_value",
+        "o": "self_attention.dense",
+        "fc1": "dense_h_to_4h",
+        "fc2": "dense_4h_to_h",
+        "lm_head": "lm_head",
+        "embed": "word_embeddings",
+    },
     # models/gpt_bigcode: nn.Linear c_attn = q|k|v (one K/V head under multi-query), c_proj twice, c_fc
-    "gpt_bigcode": {"q": "c_attn", "k": "c_attn", "v": "c_attn", "o": "attn.c_proj", "fc1": "c_fc",
-                    "fc2": "mlp.c_proj", "lm_head": "lm_head", "embed": "wte"},
+    "gpt_bigcode": {
+        "q": "c_attn",
+        "k": "c_attn",
+        "v": "c_attn",
+        "o": "attn.c_proj",
+        "fc1": "c_fc",
+        "fc2": "mlp.c_proj",
+        "lm_head": "lm_head",
+        "embed": "wte",
+    },
 }
 DISTRIBUTIONS = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "trl", "torchtune")
 
@@ -133,11 +241,19 @@ def unsupported(cfg: StepConfig) -> str | None:
     if cfg.peft in ("lora", "dora", "qlora", "ia3", "vera") and v["peft"] is None:
         return "peft is not installed in the trace interpreter"
     if cfg.quant_bits is not None and (cfg.quant_bits != 4 or v["bitsandbytes"] is None):
-        return ("bitsandbytes is not installed in the trace interpreter" if v["bitsandbytes"] is None
-                else "8-bit base weights (LLM.int8 outlier handling is data-dependent)")
-    if not (cfg.arch.family in DECODER_FAMILIES and cfg.arch.block == "decoder"
-            or cfg.arch.family in ENCODER_FAMILIES and cfg.arch.block == "encoder"
-            or cfg.arch.family in SEQ2SEQ_FAMILIES and cfg.arch.block == "encoder-decoder"):
+        return (
+            "bitsandbytes is not installed in the trace interpreter"
+            if v["bitsandbytes"] is None
+            else "8-bit base weights (LLM.int8 outlier handling is data-dependent)"
+        )
+    if not (
+        cfg.arch.family in DECODER_FAMILIES
+        and cfg.arch.block == "decoder"
+        or cfg.arch.family in ENCODER_FAMILIES
+        and cfg.arch.block == "encoder"
+        or cfg.arch.family in SEQ2SEQ_FAMILIES
+        and cfg.arch.block == "encoder-decoder"
+    ):
         return f"architecture `{cfg.arch.family}` has no real-library mapping"
     if cfg.quant_bits is not None and cfg.arch.block == "encoder":
         # from_pretrained quantizes a *ForSequenceClassification's classifier too (transformers 5.24
@@ -174,22 +290,34 @@ def hf_config(cfg: StepConfig):
         return encoder_config(cfg)
     if is_seq2seq(cfg):
         return t5_config(cfg)
-    kw = dict(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.intermediate,
-              num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.n_kv_heads,
-              head_dim=a.d_head, tie_word_embeddings=a.tied_embeddings, use_cache=False,
-              max_position_embeddings=max(a.max_position or 0, cfg.seq_len))
+    kw = dict(
+        vocab_size=a.vocab,
+        hidden_size=a.hidden,
+        intermediate_size=a.intermediate,
+        num_hidden_layers=a.layers,
+        num_attention_heads=a.heads,
+        num_key_value_heads=a.n_kv_heads,
+        head_dim=a.d_head,
+        tie_word_embeddings=a.tied_embeddings,
+        use_cache=False,
+        max_position_embeddings=max(a.max_position or 0, cfg.seq_len),
+    )
     if a.family not in ("phi3", "gpt2", "gpt_neox", "falcon", "phi", "gpt_bigcode", "bloom"):
         kw["attention_bias"] = a.attn_bias
     if a.family in ("llama", "olmo2"):
         kw["mlp_bias"] = a.mlp_bias
     if a.family in ("gpt2", "gpt_bigcode"):
-        kw["n_inner"] = a.intermediate                 # GPT2Config's MLP width (attribute_map covers the rest)
+        kw["n_inner"] = a.intermediate  # GPT2Config's MLP width (attribute_map covers the rest)
     if a.family == "gpt_bigcode":
-        kw["multi_query"] = a.n_kv_heads == 1          # GPTBigCodeConfig: one K/V head or all of them
+        kw["multi_query"] = a.n_kv_heads == 1  # GPTBigCodeConfig: one K/V head or all of them
     if a.family == "falcon":
         # falcon-7b: multi-query (one K/V head), parallel attention + MLP; the 40B/180B layout for grouped K/V
-        kw.update(num_kv_heads=a.n_kv_heads, multi_query=a.n_kv_heads == 1,
-                  new_decoder_architecture=a.n_kv_heads not in (1, a.heads), bias=a.attn_bias)
+        kw.update(
+            num_kv_heads=a.n_kv_heads,
+            multi_query=a.n_kv_heads == 1,
+            new_decoder_architecture=a.n_kv_heads not in (1, a.heads),
+            bias=a.attn_bias,
+        )
         # FalconConfig.head_dim is a read-only property (hidden_size // num_attention_heads, transformers 5.24
         # models/falcon/configuration_falcon.py): setting it raises
         kw.pop("head_dim")
@@ -236,12 +364,24 @@ def vlm_config(cfg: StepConfig, text: dict):
     from transformers import AutoConfig
 
     a = cfg.arch
-    vision = dict(model_type="siglip_vision_model", hidden_size=a.vision_hidden, intermediate_size=a.vision_intermediate,
-                  num_hidden_layers=a.vision_layers, num_attention_heads=a.vision_heads, patch_size=a.vision_patch,
-                  image_size=image_side(cfg), vision_use_head=False)
-    return AutoConfig.for_model(VLM_FAMILIES[a.family], text_config=dict(model_type=a.family, **text),
-                                vision_config=vision, mm_tokens_per_image=a.image_tokens,
-                                image_token_index=image_token_id(cfg), tie_word_embeddings=a.tied_embeddings)
+    vision = dict(
+        model_type="siglip_vision_model",
+        hidden_size=a.vision_hidden,
+        intermediate_size=a.vision_intermediate,
+        num_hidden_layers=a.vision_layers,
+        num_attention_heads=a.vision_heads,
+        patch_size=a.vision_patch,
+        image_size=image_side(cfg),
+        vision_use_head=False,
+    )
+    return AutoConfig.for_model(
+        VLM_FAMILIES[a.family],
+        text_config=dict(model_type=a.family, **text),
+        vision_config=vision,
+        mm_tokens_per_image=a.image_tokens,
+        image_token_index=image_token_id(cfg),
+        tie_word_embeddings=a.tied_embeddings,
+    )
 
 
 def is_encoder(cfg: StepConfig) -> bool:
@@ -259,10 +399,16 @@ def encoder_config(cfg: StepConfig):
     from transformers import AutoConfig
 
     a = cfg.arch
-    kw = dict(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.intermediate,
-              num_hidden_layers=a.layers, num_attention_heads=a.heads,
-              max_position_embeddings=max(a.max_position or 0, cfg.seq_len), num_labels=2,
-              problem_type="single_label_classification")
+    kw = dict(
+        vocab_size=a.vocab,
+        hidden_size=a.hidden,
+        intermediate_size=a.intermediate,
+        num_hidden_layers=a.layers,
+        num_attention_heads=a.heads,
+        max_position_embeddings=max(a.max_position or 0, cfg.seq_len),
+        num_labels=2,
+        problem_type="single_label_classification",
+    )
     kw.update(ENCODER_CONFIG[a.family])
     if "pooler_hidden_size" in kw:
         kw["pooler_hidden_size"] = a.hidden
@@ -280,10 +426,20 @@ def t5_config(cfg: StepConfig):
 
     a = cfg.arch
     gated = a.mlp in ("geglu", "swiglu")
-    return AutoConfig.for_model(a.family, vocab_size=a.vocab, d_model=a.hidden, d_ff=a.intermediate, d_kv=a.d_head,
-                                num_heads=a.heads, num_layers=a.encoder_layers or a.layers,
-                                num_decoder_layers=a.layers, feed_forward_proj="gated-gelu" if gated else "relu",
-                                tie_word_embeddings=a.tied_embeddings, decoder_start_token_id=0, use_cache=False)
+    return AutoConfig.for_model(
+        a.family,
+        vocab_size=a.vocab,
+        d_model=a.hidden,
+        d_ff=a.intermediate,
+        d_kv=a.d_head,
+        num_heads=a.heads,
+        num_layers=a.encoder_layers or a.layers,
+        num_decoder_layers=a.layers,
+        feed_forward_proj="gated-gelu" if gated else "relu",
+        tie_word_embeddings=a.tied_embeddings,
+        decoder_start_token_id=0,
+        use_cache=False,
+    )
 
 
 def untie_t5_head(model) -> None:
@@ -328,7 +484,7 @@ def peft_task(cfg: StepConfig) -> str:
     return MODEL_KINDS[model_kind(cfg)][2]
 
 
-FLASH_STAND_IN = "vramlens_fa_stand_in"   # no "flash" in it: transformers would look for a flash kernel
+FLASH_STAND_IN = "vramlens_fa_stand_in"  # no "flash" in it: transformers would look for a flash kernel
 
 
 def transformers_major() -> int:
@@ -396,7 +552,7 @@ def real_packed_sequence_indices(position_ids: torch.Tensor):
 def install_packed_sequence_shim() -> None:
     try:
         from transformers import masking_utils
-    except ImportError:                    # transformers < 4.53: no packed-sequence detection
+    except ImportError:  # transformers < 4.53: no packed-sequence detection
         return
 
     original = masking_utils.find_packed_sequence_indices
@@ -462,8 +618,9 @@ class NewGeluAsCuda(nn.Module):
     autocast on CPU as on CUDA; outside autocast the module is upstream's."""
 
     def forward(self, x):
-        cube_in = x.float() if torch.is_autocast_enabled(x.device.type) and x.dtype in (torch.bfloat16,
-                                                                                       torch.float16) else x
+        cube_in = (
+            x.float() if torch.is_autocast_enabled(x.device.type) and x.dtype in (torch.bfloat16, torch.float16) else x
+        )
         return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(cube_in, 3.0))))
 
 
@@ -480,14 +637,14 @@ def activations_as_cuda(model: nn.Module) -> int:
     return n
 
 
-def flash_stand_in(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
-                   **kwargs):
+def flash_stand_in(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
     """flash_attention_2 on CPU: SDPA's flash kernel (saves q, k, v, output and an fp32 logsumexp, like
     flash-attn's `_flash_attn_forward`), causal, grouped K/V read natively; output in (b, s, h, d)."""
     causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
     rep = query.shape[1] // key.shape[1]
-    out = F.scaled_dot_product_attention(query, key, value, dropout_p=dropout, scale=scaling, is_causal=causal,
-                                         enable_gqa=rep > 1)
+    out = F.scaled_dot_product_attention(
+        query, key, value, dropout_p=dropout, scale=scaling, is_causal=causal, enable_gqa=rep > 1
+    )
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -535,7 +692,7 @@ def install_autocast_softmax_as_cuda() -> torch.library.Library:
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")               # CPU autocast's own fallthrough for softmax is replaced
+        warnings.simplefilter("ignore")  # CPU autocast's own fallthrough for softmax is replaced
         lib.impl("softmax.int", softmax_as_cuda_autocast, "AutocastCPU")
     return lib
 
@@ -552,7 +709,8 @@ class EfficientAttentionWithBias(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, bias, scale, is_causal):
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, 0.0, is_causal, attn_mask=bias, scale=scale)
+            q, k, v, 0.0, is_causal, attn_mask=bias, scale=scale
+        )
         ctx.save_for_backward(q, k, v, bias, out, lse)
         ctx.scale, ctx.is_causal = scale, is_causal
         return out
@@ -561,7 +719,8 @@ class EfficientAttentionWithBias(torch.autograd.Function):
     def backward(ctx, g):
         q, k, v, bias, out, lse = ctx.saved_tensors
         gq, gk, gv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            g.contiguous(), q, k, v, out, lse, 0.0, ctx.is_causal, attn_mask=bias, scale=ctx.scale)
+            g.contiguous(), q, k, v, out, lse, 0.0, ctx.is_causal, attn_mask=bias, scale=ctx.scale
+        )
         gb = None
         if ctx.needs_input_grad[3]:
             full = torch.zeros((q.shape[0], q.shape[1], q.shape[2], k.shape[2]), dtype=bias.dtype, device=bias.device)
@@ -583,18 +742,25 @@ class BiasGradAsCuda(torch.overrides.TorchFunctionMode):
         if func is F.scaled_dot_product_attention or func is getattr(F.scaled_dot_product_attention, "original", None):
             q, k, v = args[:3]
             mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
-            if (isinstance(mask, torch.Tensor) and mask.is_floating_point() and mask.requires_grad
-                    and torch.is_grad_enabled() and not kwargs.get("enable_gqa", False)):
+            if (
+                isinstance(mask, torch.Tensor)
+                and mask.is_floating_point()
+                and mask.requires_grad
+                and torch.is_grad_enabled()
+                and not kwargs.get("enable_gqa", False)
+            ):
                 if torch.is_autocast_enabled(q.device.type):
                     dt = torch.get_autocast_dtype(q.device.type)
                     q, k, v, mask = (t.to(dt) for t in (q, k, v, mask))
-                return EfficientAttentionWithBias.apply(q, k, v, mask.to(q.dtype), kwargs.get("scale"),
-                                                        bool(kwargs.get("is_causal", False)))
+                return EfficientAttentionWithBias.apply(
+                    q, k, v, mask.to(q.dtype), kwargs.get("scale"), bool(kwargs.get("is_causal", False))
+                )
         return func(*args, **kwargs)
 
 
-def cuda_sdpa_backend(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
-                      enable_gqa: bool = False) -> str:
+def cuda_sdpa_backend(
+    query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, enable_gqa: bool = False
+) -> str:
     """The kernel torch's CUDA dispatcher picks for a dense `scaled_dot_product_attention` call on an sm80+ GPU with
     every backend enabled (torch 2.13: `select_sdp_backend`, aten/src/ATen/native/transformers/cuda/sdp_utils.cpp,
     its checks in include/ATen/native/transformers/sdp_utils_cpp.h): "flash", "efficient" or "math". Only the
@@ -620,15 +786,29 @@ def cuda_sdpa_backend(query, key, value, attn_mask=None, dropout_p: float = 0.0,
     same_heads = hq == hk == hv
     gqa = enable_gqa and hk == hv and hq % hk == 0
     d = q.shape[-1]
-    if (attn_mask is None and (same_heads or gqa) and q.dtype in (torch.float16, torch.bfloat16)
-            and d == k.shape[-1] == v.shape[-1] and d <= 256
-            and not (is_causal and q.shape[-2] != k.shape[-2])):
+    if (
+        attn_mask is None
+        and (same_heads or gqa)
+        and q.dtype in (torch.float16, torch.bfloat16)
+        and d == k.shape[-1] == v.shape[-1]
+        and d <= 256
+        and not (is_causal and q.shape[-2] != k.shape[-2])
+    ):
         return "flash"
     align = 4 if q.dtype == torch.float32 else 8
-    mask_ok = attn_mask is None or attn_mask.dim() == 2 or (
-        attn_mask.dim() == 4 and attn_mask.shape[0] in (1, q.shape[0]) and attn_mask.shape[1] in (1, hq))
-    if (same_heads and q.dtype in (torch.float16, torch.bfloat16, torch.float32) and d == k.shape[-1]
-            and d % align == 0 and v.shape[-1] % align == 0 and mask_ok):
+    mask_ok = (
+        attn_mask is None
+        or attn_mask.dim() == 2
+        or (attn_mask.dim() == 4 and attn_mask.shape[0] in (1, q.shape[0]) and attn_mask.shape[1] in (1, hq))
+    )
+    if (
+        same_heads
+        and q.dtype in (torch.float16, torch.bfloat16, torch.float32)
+        and d == k.shape[-1]
+        and d % align == 0
+        and v.shape[-1] % align == 0
+        and mask_ok
+    ):
         return "efficient"
     return "math"
 
@@ -687,8 +867,9 @@ def install_grouped_mm_as_cuda() -> torch.library.Library | None:
     def grouped_mm_meta(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
         if mat_a.dtype == torch.bfloat16 and mat_b.dtype == torch.bfloat16:
             return original(mat_a, mat_b, offs=offs, bias=bias, out_dtype=out_dtype)
-        torch._check(mat_a.dtype == mat_b.dtype,
-                     lambda: f"grouped_mm inputs differ in dtype: {mat_a.dtype} and {mat_b.dtype}")
+        torch._check(
+            mat_a.dtype == mat_b.dtype, lambda: f"grouped_mm inputs differ in dtype: {mat_a.dtype} and {mat_b.dtype}"
+        )
         return make_output(mat_a, mat_b, offs, out_dtype)
 
     lib = torch.library.Library("aten", "IMPL")
@@ -718,7 +899,7 @@ def install_trl_tiles_as_cuda() -> None:
     original_addmm = K._addmm_fp32
 
     def addmm_fp32(acc, a, b):
-        if a.dtype in (torch.float16, torch.bfloat16):      # CUDA: addmm with out_dtype=float32 into acc
+        if a.dtype in (torch.float16, torch.bfloat16):  # CUDA: addmm with out_dtype=float32 into acc
             acc.add_((a[:1, :1].float() @ b[:1, :1].float()).sum())
             return
         original_addmm(acc, a, b)
@@ -748,25 +929,30 @@ def flash_stand_in_mask(original):
     (`real_padding_mask`); real tensors go to the original. The stand-in attention runs causal whatever the mask
     (flash-attn's varlen path on the unpadded rows saves the same q, k, v, output and logsumexp sizes less the
     padding)."""
-    def mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None, attention_mask=None,
-             **kwargs):
+
+    def mask(
+        batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None, attention_mask=None, **kwargs
+    ):
         from torch._subclasses.fake_tensor import FakeTensor
 
         if isinstance(attention_mask, FakeTensor):
             return real_padding_mask(attention_mask, kv_length)
         kw = {} if mask_function is None else {"mask_function": mask_function}
-        return original(batch_size, q_length, kv_length, q_offset, kv_offset, attention_mask=attention_mask,
-                        **kw, **kwargs)
+        return original(
+            batch_size, q_length, kv_length, q_offset, kv_offset, attention_mask=attention_mask, **kw, **kwargs
+        )
+
     return mask
 
 
 # -- the model ----------------------------------------------------------------------------------------
 
+
 class HFStep(nn.Module):
     """transformers' causal LM (peft-wrapped when the plan has adapters), called like `SyntheticModel`."""
 
-    mesh: Any = None              # the device mesh FSDP2 shards over (trace.sharded)
-    params_total: int = 0         # parameters counted before sharding (trace.sharded)
+    mesh: Any = None  # the device mesh FSDP2 shards over (trace.sharded)
+    params_total: int = 0  # parameters counted before sharding (trace.sharded)
 
     def __init__(self, cfg: StepConfig, attn: str):
         super().__init__()
@@ -833,9 +1019,10 @@ class HFStep(nn.Module):
     def forward(self, ids, labels, mark=None, attention_mask=None, **images):
         self._mark = mark
         try:
-            if self.trl_fused:                            # trl SFTTrainer.compute_loss, loss_type "nll"
-                out = self.model(input_ids=ids, labels=labels, attention_mask=attention_mask, use_cache=False,
-                                 fused_lm_head=True)
+            if self.trl_fused:  # trl SFTTrainer.compute_loss, loss_type "nll"
+                out = self.model(
+                    input_ids=ids, labels=labels, attention_mask=attention_mask, use_cache=False, fused_lm_head=True
+                )
                 num_tokens = out.label_mask.sum()
                 loss = (-out.log_probs).sum() / torch.as_tensor(num_tokens).clamp(min=1)
                 return {"loss": loss, "logits": None}
@@ -851,22 +1038,24 @@ def linear_targets(cfg: StepConfig) -> list[str] | str:
     names = FAMILY_LINEAR.get(cfg.arch.family, HF_LINEAR)
     if "all-linear" in cfg.lora_targets:
         return "all-linear"
-    if is_encoder(cfg):               # one full-match regex over module names (peft: a str target is re.fullmatch-ed)
+    if is_encoder(cfg):  # one full-match regex over module names (peft: a str target is re.fullmatch-ed)
         picked = [ENCODER_LINEAR[t] for t in cfg.lora_targets if t in ENCODER_LINEAR]
         return r".*\.(" + "|".join(f"(?:{p})" for p in picked) + ")"
     # canonical MLP names exist in gated (gate, up, down) or ungated (fc1, fc2) blocks only: T5's `wo` is `down` in
     # gated-gelu blocks and `fc2` in relu ones
     absent = ("fc1", "fc2") if cfg.arch.mlp in ("swiglu", "geglu") else ("gate", "up", "down")
-    return sorted({names[t] for t in cfg.lora_targets
-                   if t in names and t not in ("lm_head", "embed") and t not in absent})
+    return sorted(
+        {names[t] for t in cfg.lora_targets if t in names and t not in ("lm_head", "embed") and t not in absent}
+    )
 
 
 def apply_peft(model, cfg: StepConfig):
     from peft import IA3Config, LoraConfig, VeraConfig, get_peft_model, prepare_model_for_kbit_training
 
     if cfg.quant_bits == 4:
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.checkpointing,
-                                                gradient_checkpointing_kwargs={"use_reentrant": False})
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=cfg.checkpointing, gradient_checkpointing_kwargs={"use_reentrant": False}
+        )
         if not cfg.upcast_non_quantized:
             for p in model.parameters():
                 if p.dtype == torch.float32 and not hasattr(p, "quant_state"):
@@ -877,18 +1066,30 @@ def apply_peft(model, cfg: StepConfig):
         # peft 0.21.2 tuners/ia3: a learned vector scales each target's output, or its input for feedforward modules
         names_ff = sorted({names[t] for t in cfg.feedforward_targets if t in names})
         targets = linear_targets(cfg)
-        ic = IA3Config(target_modules=targets, feedforward_modules=names_ff, modules_to_save=save,
-                       task_type=peft_task(cfg))
+        ic = IA3Config(
+            target_modules=targets, feedforward_modules=names_ff, modules_to_save=save, task_type=peft_task(cfg)
+        )
         return get_peft_model(model, ic, autocast_adapter_dtype=cfg.adapter_fp32)
     if cfg.peft == "vera":
         # peft 0.21.2 tuners/vera: frozen shared projections vera_A (r × largest in) and vera_B (largest out × r),
         # trainable vectors lambda_d (r) and lambda_b (out) per adapted linear
-        vc = VeraConfig(r=cfg.lora_r, target_modules=linear_targets(cfg), vera_dropout=cfg.lora_dropout,
-                        modules_to_save=save, task_type=peft_task(cfg))
+        vc = VeraConfig(
+            r=cfg.lora_r,
+            target_modules=linear_targets(cfg),
+            vera_dropout=cfg.lora_dropout,
+            modules_to_save=save,
+            task_type=peft_task(cfg),
+        )
         return get_peft_model(model, vc, autocast_adapter_dtype=cfg.adapter_fp32)
-    lc = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                    target_modules=linear_targets(cfg), modules_to_save=save, use_dora=cfg.peft == "dora",
-                    task_type=peft_task(cfg))
+    lc = LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=linear_targets(cfg),
+        modules_to_save=save,
+        use_dora=cfg.peft == "dora",
+        task_type=peft_task(cfg),
+    )
     model = get_peft_model(model, lc, autocast_adapter_dtype=cfg.adapter_fp32)
     if cfg.embeddings_16bit:
         embeddings_back_to_16bit(model, DTYPES[cfg.param_dtype])
@@ -908,19 +1109,21 @@ def embeddings_back_to_16bit(model, dtype) -> None:
                 module.to(dtype)
 
 
-
-
 # -- bitsandbytes 4-bit ---------------------------------------------------------------------------------
+
 
 def replace_4bit(model, cfg: StepConfig):
     """transformers' own `replace_with_bnb_linear` on the meta model: its `Linear4bit` modules."""
     from transformers import BitsAndBytesConfig
     from transformers.integrations.bitsandbytes import replace_with_bnb_linear
 
-    qc = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=cfg.quant_type,
-                            bnb_4bit_use_double_quant=cfg.quant_double,
-                            bnb_4bit_compute_dtype=DTYPES[cfg.compute_dtype],
-                            bnb_4bit_quant_storage=DTYPES.get(cfg.quant_storage, torch.uint8))
+    qc = BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type=cfg.quant_type,
+        bnb_4bit_use_double_quant=cfg.quant_double,
+        bnb_4bit_compute_dtype=DTYPES[cfg.compute_dtype],
+        bnb_4bit_quant_storage=DTYPES.get(cfg.quant_storage, torch.uint8),
+    )
     # the quantizer leaves the model's `_keep_in_fp32_modules` unquantized too (transformers 5.24
     # quantizers/quantizer_bnb_4bit.py `_process_model_before_weight_loading` → base.py `get_modules_to_not_convert`):
     # T5's `wo` (models/t5/modeling_t5.py T5PreTrainedModel)
@@ -942,8 +1145,9 @@ def quantize_4bit_fake(model, cfg: StepConfig) -> None:
     for m in model.modules():
         if isinstance(m, bnb.nn.Linear4bit):
             w = torch.empty(m.out_features, m.in_features, dtype=DTYPES[cfg.compute_dtype], device="cpu")
-            packed, state = BF.quantize_4bit(w, blocksize=64, compress_statistics=cfg.quant_double,
-                                             quant_type=cfg.quant_type, quant_storage=storage)
+            packed, state = BF.quantize_4bit(
+                w, blocksize=64, compress_statistics=cfg.quant_double, quant_type=cfg.quant_type, quant_storage=storage
+            )
             p = nn.Parameter(packed, requires_grad=False)
             p.quant_state = state
             p.bnb_quantized = True
@@ -969,6 +1173,7 @@ def quant_constants(model) -> list[torch.Tensor]:
 
 # -- construction for the engine --------------------------------------------------------------------------
 
+
 def block_classes(model: nn.Module) -> set[type]:
     """The classes of the model's decoder blocks: `_no_split_modules`, what accelerate's TRANSFORMER_BASED_WRAP
     wraps by default (accelerate 1.15 utils/dataclasses.py `FullyShardedDataParallelPlugin.set_auto_wrap_policy`)."""
@@ -981,6 +1186,7 @@ def block_classes(model: nn.Module) -> set[type]:
 def tick_at_blocks(owner: Any, blocks: list[nn.Module]) -> None:
     """Call `owner.tick()` after each block's forward and when its output's gradient arrives in backward: the
     points where a trace can stop (raising from inside an op can abort the process when C++ called the op)."""
+
     def after(module, args, out):
         owner.tick()
         x = out[0] if isinstance(out, tuple) else out
@@ -1003,7 +1209,7 @@ def materialize(step: HFStep, device, real: bool) -> HFStep:
     step = step.to_empty(device=device)
     inner = step.model.get_base_model() if hasattr(step.model, "get_base_model") else step.model
     if is_seq2seq(step.cfg):
-        inner.tie_weights(recompute_mapping=False)      # the ties the built model keeps (`untie_t5_head`)
+        inner.tie_weights(recompute_mapping=False)  # the ties the built model keeps (`untie_t5_head`)
     elif step.cfg.arch.tied_embeddings:
         inner.tie_weights()
     with torch.no_grad():
@@ -1012,7 +1218,7 @@ def materialize(step: HFStep, device, real: bool) -> HFStep:
                 b.copy_(bufs[n])
             elif "inv_freq" in n:
                 _init_rope(step, n, b)
-            elif n.endswith("position_ids"):               # encoders' absolute position ids (0..max-1)
+            elif n.endswith("position_ids"):  # encoders' absolute position ids (0..max-1)
                 b.copy_(torch.arange(b.shape[-1], device=b.device).expand_as(b))
             elif n.endswith("token_type_ids"):
                 b.zero_()
@@ -1053,7 +1259,7 @@ def make_batch(cfg: StepConfig, device, real: bool) -> dict[str, torch.Tensor]:
     padded batch: transformers then keeps the mask, as it does for any fake mask)."""
     ids = torch.randint(0, cfg.arch.vocab, (cfg.micro_batch, cfg.seq_len), device=device)
     batch = {"ids": ids, "labels": ids}
-    if is_encoder(cfg):              # one class label per sequence (two labels: `encoder_config`)
+    if is_encoder(cfg):  # one class label per sequence (two labels: `encoder_config`)
         batch["labels"] = torch.randint(0, 2, (cfg.micro_batch,), device=device)
     if cfg.padded:
         mask = torch.ones((cfg.micro_batch, cfg.seq_len), dtype=torch.long, device=device)
@@ -1073,10 +1279,10 @@ def image_batch(cfg: StepConfig, ids: torch.Tensor, device) -> dict[str, torch.T
     set to -100, as TRL's DataCollatorForVisionLanguageModeling does; text ids stay below the image token."""
     n, tokens, side = cfg.micro_batch * cfg.images, cfg.arch.image_tokens, image_side(cfg)
     image = image_token_id(cfg)
-    ids.remainder_(image)                                    # text ids never collide with the image token
-    ids[:, 2:2 + tokens] = image                             # <bos> <start_of_image> then the soft tokens
+    ids.remainder_(image)  # text ids never collide with the image token
+    ids[:, 2 : 2 + tokens] = image  # <bos> <start_of_image> then the soft tokens
     types = torch.zeros_like(ids)
-    types[:, 2:2 + tokens] = 1
+    types[:, 2 : 2 + tokens] = 1
     labels = ids.masked_fill(types.bool(), -100)
     pixels = torch.rand((n, 3, side, side), dtype=torch.float32, device=device)
     return {"labels": labels, "pixel_values": pixels, "token_type_ids": types}
@@ -1105,20 +1311,29 @@ def image_checks_off(images: dict):
 def description(cfg: StepConfig) -> list[str]:
     v = versions()
     parts = [f"{k} {v[k]}" for k in ("transformers", "peft", "bitsandbytes", "trl") if v.get(k)]
-    loss = ("TRL's fused LM head and per-token loss (SFTTrainer, loss_type nll)" if cfg.loss == "chunked"
-            else "the model's own loss")
+    loss = (
+        "TRL's fused LM head and per-token loss (SFTTrainer, loss_type nll)"
+        if cfg.loss == "chunked"
+        else "the model's own loss"
+    )
     attn = cfg.attn_impl
     if attn not in ("eager", "flash_attention_2", "flash_attention_3") and not supports_sdpa(cfg):
         attn = f"eager (this transformers' {cfg.arch.family} has no SDPA path; the plan said {cfg.attn_impl})"
     if attn in ("flash_attention_2", "flash_attention_3"):
         attn = f"{attn} (CPU stand-in keeping q, k, v, output and an fp32 logsumexp, grouped K/V read natively)"
-    out = [f"traced on the real libraries ({', '.join(parts)}): transformers' model built from the config, {loss}, "
-           f"{attn} attention"]
+    out = [
+        f"traced on the real libraries ({', '.join(parts)}): transformers' model built from the config, {loss}, "
+        f"{attn} attention"
+    ]
     if cfg.loss == "chunked":
-        out.append("TRL's fused LM head with its tile folds and fp32 accumulation allocating what the CUDA kernels "
-                   "allocate (trl/kernels/chunked_logprob.py: Triton folds in registers, addmm with out_dtype); "
-                   "every position scored, as CUDA does when every label is valid")
+        out.append(
+            "TRL's fused LM head with its tile folds and fp32 accumulation allocating what the CUDA kernels "
+            "allocate (trl/kernels/chunked_logprob.py: Triton folds in registers, addmm with out_dtype); "
+            "every position scored, as CUDA does when every label is valid"
+        )
     if cfg.quant_bits == 4:
-        out.append("4-bit base weights: transformers' replace_with_bnb_linear, weights packed by "
-                   "bitsandbytes.functional.quantize_4bit, peft prepare_model_for_kbit_training")
+        out.append(
+            "4-bit base weights: transformers' replace_with_bnb_linear, weights packed by "
+            "bitsandbytes.functional.quantize_4bit, peft prepare_model_for_kbit_training"
+        )
     return out

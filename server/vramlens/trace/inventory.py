@@ -9,6 +9,7 @@ bundled inventories (knowledge/inventory.py), so the two agree on what a kind is
 
     python -m vramlens.trace.inventory path/to/config.json
 """
+
 from __future__ import annotations
 
 import collections
@@ -39,6 +40,7 @@ _KINDS = (  # module class name -> parameter kind, first match from the paramete
 def _layers_of(model):
     """(prefix, ModuleList) of the largest stack of blocks."""
     import torch
+
     best = None
     for name, mod in model.named_modules():
         if isinstance(mod, torch.nn.ModuleList) and len(mod) and not re.search(r"expert", name, re.IGNORECASE):
@@ -63,14 +65,14 @@ def measure(model, cfg) -> tuple[dict, dict]:
         for axis, size in enumerate(p.shape):
             dk = ("d", pattern, axis)
             if q.setdefault(dk, size) != size:
-                q[dk] = None                              # differs between occurrences
+                q[dk] = None  # differs between occurrences
         q.setdefault(("rank", pattern), p.dim())
         if q[("rank", pattern)] != p.dim():
             q[("rank", pattern)] = None
         kind = kinds_of.get(pattern) or _kind(name, modules)
         kinds_of[pattern] = kind
         if prefix and name.startswith(prefix):
-            i = int(name[len(prefix):].split(".")[0])
+            i = int(name[len(prefix) :].split(".")[0])
             where[pattern].add(i)
             if kind in ("attention", "state-space", "linear-attention", "short-conv", "moe-experts", "mlp"):
                 layer_kinds[i].add(_layer_kind(kind, p, i, cfg))
@@ -78,13 +80,17 @@ def measure(model, cfg) -> tuple[dict, dict]:
         if "moe fused" in kinds:
             kinds.discard("moe per-expert")
         if kinds & {"moe fused", "moe per-expert"}:
-            kinds.discard("dense mlp")            # shared experts are MLPs inside the MoE block
+            kinds.discard("dense mlp")  # shared experts are MLPs inside the MoE block
     for i in range(len(stack[1]) if stack else 0):
         for k in layer_kinds[i] or {"other"}:
             q[("k", k)] = q.get(("k", k), 0) + 1
             where[("k", k)].add(i)
-    return q, {"kinds": kinds_of, "where": where, "layers": len(stack[1]) if stack else 0,
-               "stack": stack[0] if stack else None}
+    return q, {
+        "kinds": kinds_of,
+        "where": where,
+        "layers": len(stack[1]) if stack else 0,
+        "stack": stack[0] if stack else None,
+    }
 
 
 def _kind(name: str, modules: dict) -> str:
@@ -99,11 +105,11 @@ def _kind(name: str, modules: dict) -> str:
     for n in range(len(parts), -1, -1):
         mod = modules.get(".".join(parts[:n]))
         if mod is None or type(mod).__module__.startswith("torch."):
-            continue                     # a plain torch layer: its owner says what it is for
+            continue  # a plain torch layer: its owner says what it is for
         for pattern, kind in _KINDS:
             if pattern.search(type(mod).__name__):
                 return kind
-        if "A_log" in mod._parameters:   # a selective-scan mixer under another name (Falcon-H1's FalconH1Mixer)
+        if "A_log" in mod._parameters:  # a selective-scan mixer under another name (Falcon-H1's FalconH1Mixer)
             return "state-space"
     return "other"
 
@@ -131,6 +137,7 @@ def exact(config: dict) -> dict[str, Any]:
     """{"total", "layer_kinds", "class", "transformers"} of what transformers builds from `config`; from the cache
     when this config was built before with this transformers version."""
     import transformers
+
     path = _cache_path(config, transformers.__version__)
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -152,8 +159,12 @@ def _build(config: dict) -> dict[str, Any]:
 
     model_type = str(config.get("model_type", ""))
     cfg = AutoConfig.for_model(model_type, **{k: v for k, v in config.items() if k != "model_type"})
-    for mapping in (ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
-                    ma.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES, ma.MODEL_MAPPING_NAMES):
+    for mapping in (
+        ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+        ma.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+        ma.MODEL_MAPPING_NAMES,
+    ):
         if model_type in mapping:
             name = mapping[model_type]
             cls = getattr(transformers, name if isinstance(name, str) else name[0])
@@ -164,8 +175,12 @@ def _build(config: dict) -> dict[str, Any]:
         model = cls._from_config(cfg)
     quantities, _ = measure(model, cfg)
     kinds = {k[1]: v for k, v in quantities.items() if k[0] == "k" and k[1] != "other"}
-    return {"total": sum(p.numel() for p in model.parameters()), "layer_kinds": kinds, "class": cls.__name__,
-            "transformers": transformers.__version__}
+    return {
+        "total": sum(p.numel() for p in model.parameters()),
+        "layer_kinds": kinds,
+        "class": cls.__name__,
+        "transformers": transformers.__version__,
+    }
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@
   logits at a time (chunk = next_power_of_2(ceil(BT / ceil(V / H))) rows, so a chunk is about BT × H),
   whose softmax gradient is formed in place. Backward returns the saved gradients.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,7 +27,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-CHUNKS = 8          # torchtune's default num_output_chunks
+CHUNKS = 8  # torchtune's default num_output_chunks
 LITGPT_CHUNK = 128  # litgpt's finetune scripts: model(input_ids, lm_head_chunk_size=128)
 
 
@@ -35,7 +36,7 @@ def shift_labels(labels: torch.Tensor) -> torch.Tensor:
 
 
 def standard_loss(logits: torch.Tensor, labels: torch.Tensor, softcap: float | None = None) -> torch.Tensor:
-    if softcap is not None:                      # Gemma-2 final_logit_softcapping
+    if softcap is not None:  # Gemma-2 final_logit_softcapping
         logits = torch.tanh(logits / softcap) * softcap
     logits = logits.float()
     target = shift_labels(labels).reshape(-1)
@@ -52,20 +53,22 @@ def chunked_loss(hidden: torch.Tensor, head, labels: torch.Tensor) -> tuple[torc
     return total / labels.numel(), logits
 
 
-def litgpt_loss(hidden: torch.Tensor, head, labels: torch.Tensor, softcap: float | None = None,
-                fabric_fp32: bool = True) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    def clamp(chunk):                            # litgpt `do_softcapping`, applied as each chunk is made
+def litgpt_loss(
+    hidden: torch.Tensor, head, labels: torch.Tensor, softcap: float | None = None, fabric_fp32: bool = True
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def clamp(chunk):  # litgpt `do_softcapping`, applied as each chunk is made
         return chunk if softcap is None else torch.tanh(chunk / softcap) * softcap
 
     logits = [clamp(head(x_i)) for x_i in hidden.split(LITGPT_CHUNK, dim=1)]
-    if fabric_fp32:                              # Fabric's convert_output, built while the model's list is alive
+    if fabric_fp32:  # Fabric's convert_output, built while the model's list is alive
         logits = [chunk.float() for chunk in logits]
     logits[-1] = logits[-1][..., :-1, :]
     targets = labels[..., 1:]
     logit_chunks = [chunk.reshape(-1, chunk.size(-1)) for chunk in logits]
     target_chunks = [t.reshape(-1) for t in targets.split(logits[0].size(1), dim=1)]
-    loss_chunks = [F.cross_entropy(chunk, t, ignore_index=-100, reduction="none")
-                   for chunk, t in zip(logit_chunks, target_chunks)]
+    loss_chunks = [
+        F.cross_entropy(chunk, t, ignore_index=-100, reduction="none") for chunk, t in zip(logit_chunks, target_chunks)
+    ]
     # litgpt divides by the count of unmasked targets (a data-dependent scalar); every target counts here
     return torch.cat(loss_chunks).sum() / max(1, targets.numel()), logits
 
@@ -87,8 +90,8 @@ class FusedLinearCE(torch.autograd.Function):
         for start in range(0, BT, chunk):
             end = min(start + chunk, BT)
             x = hidden[start:end]
-            logits = x @ weight.t()                      # chunk × V in the input dtype
-            logits.sub_(logits.amax(-1, keepdim=True))    # the kernel turns logits into d(loss)/d(logits) in place
+            logits = x @ weight.t()  # chunk × V in the input dtype
+            logits.sub_(logits.amax(-1, keepdim=True))  # the kernel turns logits into d(loss)/d(logits) in place
             logits.exp_()
             logits.div_(logits.sum(-1, keepdim=True))
             grad_input[start:end] = logits @ weight
@@ -101,7 +104,7 @@ class FusedLinearCE(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad_input, grad_weight = ctx.saved_tensors   # grad_output is 1 for a training loss: no rescale
+        grad_input, grad_weight = ctx.saved_tensors  # grad_output is 1 for a training loss: no rescale
         return grad_input, (grad_weight if ctx.has_weight_grad else None), None
 
 

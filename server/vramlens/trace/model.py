@@ -19,6 +19,7 @@ q/k/v as views of its output, RoPE through torch.cat, repeat_interleave for grou
 
 Parameter counts match `vramlens.estimate.shapes` (one exception: the BERT classifier adds 2h + 2).
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -26,10 +27,9 @@ from typing import Callable
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-from vramlens.knowledge.models import EMBEDDING_NORM
 from torch.utils.checkpoint import checkpoint
 
+from vramlens.knowledge.models import EMBEDDING_NORM
 from vramlens.trace import losses
 from vramlens.trace.config import QKV_BIAS_ONLY, StepConfig
 
@@ -42,6 +42,7 @@ def _noop(_: str) -> None:
 
 
 # -- building blocks ----------------------------------------------------------------------------------
+
 
 class RMSNorm(nn.Module):
     """HF LlamaRMSNorm (fp32 computation, weight applied in the input dtype) or GemmaRMSNorm
@@ -77,8 +78,9 @@ class Quant4bitLinear(nn.Module):
         self.in_features, self.out_features = in_f, out_f
         self.compute_dtype = DTYPES[cfg.compute_dtype]
         self.quant_type, self.double = cfg.quant_type if cfg.quant_type in ("nf4", "fp4") else "nf4", cfg.quant_double
-        self.storage = {"uint8": torch.uint8, "bf16": torch.bfloat16, "fp16": torch.float16,
-                        "fp32": torch.float32}[cfg.quant_storage]
+        self.storage = {"uint8": torch.uint8, "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[
+            cfg.quant_storage
+        ]
         self.bias = nn.Parameter(torch.zeros(out_f, dtype=bias_dtype), requires_grad=False) if bias else None
         self.qs = None
         self.keeps_input = cfg.quant_keeps_input
@@ -90,8 +92,9 @@ class Quant4bitLinear(nn.Module):
         w = torch.empty(self.out_features, self.in_features, dtype=self.source_dtype, device=device)
         if real:
             w.normal_(0.0, 0.02)
-        packed, self.qs = bnb.functional.quantize_4bit(w, blocksize=64, compress_statistics=self.double,
-                                                       quant_type=self.quant_type, quant_storage=self.storage)
+        packed, self.qs = bnb.functional.quantize_4bit(
+            w, blocksize=64, compress_statistics=self.double, quant_type=self.quant_type, quant_storage=self.storage
+        )
         del w
         self.register_buffer("packed", packed)
 
@@ -294,7 +297,9 @@ class Rotary(nn.Module):
 
     def init_(self):
         d = self.head_dim
-        self.inv_freq.copy_(1.0 / (self.theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=self.inv_freq.device) / d)))
+        self.inv_freq.copy_(
+            1.0 / (self.theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=self.inv_freq.device) / d))
+        )
 
     def forward(self, x, pos, dtype=None):
         freqs = pos[:, :, None].float() * self.inv_freq[None, None, :]
@@ -339,15 +344,16 @@ class Attention(nn.Module):
         if repeated:
             k, v = repeat_kv(k, rep), repeat_kv(v, rep)
         if c.attention == "eager":
-            scores = torch.matmul(q, k.transpose(2, 3)) * (self.d ** -0.5)
+            scores = torch.matmul(q, k.transpose(2, 3)) * (self.d**-0.5)
             if mask is not None:
                 scores = scores + mask
             probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
             out = torch.matmul(probs, v)
         else:
             causal = self.causal and mask is None and kv_source is None
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask if self.causal else None, is_causal=causal,
-                                                 enable_gqa=rep > 1 and not repeated)
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask if self.causal else None, is_causal=causal, enable_gqa=rep > 1 and not repeated
+            )
         out = out.transpose(1, 2).reshape(b, s, self.heads * self.d)
         return self.o(out)
 
@@ -377,8 +383,9 @@ class FusedQKV(nn.Module):
 
     def _lora_index(self, device) -> torch.Tensor:
         starts = (0, self.sizes[0], self.sizes[0] + self.sizes[1])
-        return torch.cat([torch.arange(st, st + size, device=device)
-                          for st, size, on in zip(starts, self.sizes, self.enabled) if on])
+        return torch.cat(
+            [torch.arange(st, st + size, device=device) for st, size, on in zip(starts, self.sizes, self.enabled) if on]
+        )
 
     def _zero_pad(self, x):
         if all(self.enabled):
@@ -398,8 +405,7 @@ class FusedQKV(nn.Module):
         if self.mha:
             after_B = F.conv1d(a_t, w, groups=n)
         else:
-            after_B = torch.cat([F.conv1d(a, b) for a, b in zip(a_t.chunk(n, dim=1), w.split(self.lora_shapes))],
-                                dim=1)
+            after_B = torch.cat([F.conv1d(a, b) for a, b in zip(a_t.chunk(n, dim=1), w.split(self.lora_shapes))], dim=1)
         lora = self._zero_pad(after_B.transpose(-2, -1)) * self.scaling
         return (pretrained + lora).to(pretrained.dtype)
 
@@ -437,12 +443,12 @@ class LitAttention(nn.Module):
         if c.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         cos, sin = rope
-        q = torch.cat((litgpt_rope(q, cos, sin), q[..., self.d:]), dim=-1)
-        k = torch.cat((litgpt_rope(k, cos, sin), k[..., self.d:]), dim=-1)
+        q = torch.cat((litgpt_rope(q, cos, sin), q[..., self.d :]), dim=-1)
+        k = torch.cat((litgpt_rope(k, cos, sin), k[..., self.d :]), dim=-1)
         if self.kv_heads != self.heads:
             rep = self.heads // self.kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        scale = 1.0 / (self.d ** 0.5)
+        scale = 1.0 / (self.d**0.5)
         if c.attn_softcap is not None:
             scores = q @ k.mT * scale
             scores = torch.tanh(scores / c.attn_softcap) * c.attn_softcap
@@ -512,7 +518,7 @@ class MoE(nn.Module):
         w = (w / w.sum(dim=-1, keepdim=True)).to(xf.dtype)
         out = torch.zeros((n, h), dtype=xf.dtype, device=xf.device)
         for e, expert in enumerate(self.experts):
-            p = torch.arange(e, n * self.k, self.E, device=xf.device)   # (token, slot) pairs routed to e
+            p = torch.arange(e, n * self.k, self.E, device=xf.device)  # (token, slot) pairs routed to e
             if p.numel() == 0:
                 continue
             tok, slot = p // self.k, p % self.k
@@ -524,8 +530,7 @@ class MoE(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: StepConfig, index: int, dtype, other_dtype, *, causal=True, cross=False,
-                 post_ln=False):
+    def __init__(self, cfg: StepConfig, index: int, dtype, other_dtype, *, causal=True, cross=False, post_ln=False):
         super().__init__()
         a = cfg.arch
         h = a.hidden
@@ -548,16 +553,16 @@ class Block(nn.Module):
 
     def forward(self, x, rope=None, mask=None, enc=None):
         c = self.cfg
-        if self.post_ln:                                  # BERT
+        if self.post_ln:  # BERT
             x = self.n1(x + self.attn(x, rope, mask))
             return self.n2(x + self.mlp(x))
-        if c.four_norms:                                  # Gemma-2/3
+        if c.four_norms:  # Gemma-2/3
             x = x + self.n1_post(self.attn(self.n1(x), rope, mask))
             return x + self.n2_post(self.mlp(self.n2(x)))
-        if c.parallel_block:                              # phi/falcon: one norm, attention ∥ MLP
+        if c.parallel_block:  # phi/falcon: one norm, attention ∥ MLP
             n = self.n1(x)
             return x + self.attn(n, rope, mask) + self.mlp(n)
-        if c.post_norm_only:                              # OLMo-2
+        if c.post_norm_only:  # OLMo-2
             x = x + self.n1(self.attn(x, rope, mask))
             return x + self.n2(self.mlp(x))
         x = x + self.attn(self.n1(x), rope, mask)
@@ -568,6 +573,7 @@ class Block(nn.Module):
 
 # -- the model ----------------------------------------------------------------------------------------
 
+
 class SyntheticModel(nn.Module):
     def __init__(self, cfg: StepConfig):
         super().__init__()
@@ -575,7 +581,7 @@ class SyntheticModel(nn.Module):
         self.cfg = cfg
         dtype = DTYPES[cfg.param_dtype]
         other = torch.float32 if cfg.upcast_non_quantized else dtype
-        emb = dtype if cfg.embeddings_16bit else other       # TRL's cast of the embeddings and LM head back
+        emb = dtype if cfg.embeddings_16bit else other  # TRL's cast of the embeddings and LM head back
         h = a.hidden
         self.kind = a.block
         self.embed = nn.Embedding(a.vocab, h, dtype=emb)
@@ -588,25 +594,29 @@ class SyntheticModel(nn.Module):
         elif a.block == "decoder":
             self.rotary = Rotary(a.d_head)
         if a.block == "encoder":
-            self.emb_norm = make_norm(cfg, h, other)   # counted as the "final" norm by knowledge.models
-            self.blocks = nn.ModuleList(Block(cfg, i, dtype, other, causal=False, post_ln=True) for i in range(a.layers))
+            self.emb_norm = make_norm(cfg, h, other)  # counted as the "final" norm by knowledge.models
+            self.blocks = nn.ModuleList(
+                Block(cfg, i, dtype, other, causal=False, post_ln=True) for i in range(a.layers)
+            )
             if a.family == "bert":
                 self.pooler = nn.Linear(h, h, dtype=other)
             self.classifier = nn.Linear(h, 2, dtype=other)
         elif a.block == "encoder-decoder":
-            self.encoder = nn.ModuleList(Block(cfg, i, dtype, other, causal=False)
-                                         for i in range(a.encoder_layers or a.layers))
+            self.encoder = nn.ModuleList(
+                Block(cfg, i, dtype, other, causal=False) for i in range(a.encoder_layers or a.layers)
+            )
             self.enc_norm = make_norm(cfg, h, other)
             self.blocks = nn.ModuleList(Block(cfg, i, dtype, other, cross=True) for i in range(a.layers))
         else:
-            if a.family in EMBEDDING_NORM:                 # BLOOM's `word_embeddings_layernorm`
+            if a.family in EMBEDDING_NORM:  # BLOOM's `word_embeddings_layernorm`
                 self.emb_norm = make_norm(cfg, h, other)
             self.blocks = nn.ModuleList(Block(cfg, i, dtype, other) for i in range(a.layers))
         if a.block != "encoder":
             self.norm = make_norm(cfg, h, other)
-            self.lm_head = None if a.tied_embeddings else make_linear(cfg, "lm_head", h, a.vocab, a.family == "phi",
-                                                                      dtype, emb)
-        self.saved_copies = nn.ModuleDict()               # peft modules_to_save: the frozen originals
+            self.lm_head = (
+                None if a.tied_embeddings else make_linear(cfg, "lm_head", h, a.vocab, a.family == "phi", dtype, emb)
+            )
+        self.saved_copies = nn.ModuleDict()  # peft modules_to_save: the frozen originals
 
     # PEFT: trainable adapters (and modules_to_save copies), everything else frozen
     def apply_peft(self) -> None:
@@ -635,7 +645,7 @@ class SyntheticModel(nn.Module):
     def head(self, x):
         if self.lm_head is None:
             if self.kind == "encoder-decoder":
-                x = x * (self.cfg.arch.hidden ** -0.5)    # T5 rescales before a tied LM head
+                x = x * (self.cfg.arch.hidden**-0.5)  # T5 rescales before a tied LM head
             return F.linear(x, self.embed.weight)
         return self.lm_head(x)
 
@@ -675,7 +685,7 @@ class SyntheticModel(nn.Module):
         b, s = ids.shape
         x = self.embed(ids)
         if c.gemma:
-            x = x * torch.tensor(a.hidden ** 0.5, dtype=x.dtype, device=x.device)
+            x = x * torch.tensor(a.hidden**0.5, dtype=x.dtype, device=x.device)
         pos = torch.arange(s, device=ids.device)[None].expand(b, s)
         if self.pos is not None:
             x = x + self.pos(pos)
@@ -685,7 +695,7 @@ class SyntheticModel(nn.Module):
             x = self.emb_norm(x)
         if self.rotary is None:
             rope = None
-        elif c.litgpt:                                    # litgpt: an fp32 (1, T, d) cache slice
+        elif c.litgpt:  # litgpt: an fp32 (1, T, d) cache slice
             rope = self.rotary(x, pos[:1], torch.float32)
         else:
             rope = self.rotary(x, pos)
@@ -724,6 +734,7 @@ class SyntheticModel(nn.Module):
 
 # -- construction -------------------------------------------------------------------------------------
 
+
 def build_meta(cfg: StepConfig) -> SyntheticModel:
     with torch.device("meta"):
         model = SyntheticModel(cfg)
@@ -734,7 +745,7 @@ def build_meta(cfg: StepConfig) -> SyntheticModel:
 def materialize(model: SyntheticModel, device, real: bool) -> SyntheticModel:
     """Allocate every parameter on `device` (fake or real), re-tie embeddings, quantize the base linears.
     Real tensors get small random values; fake tensors get none (no kernels run)."""
-    model = model.to_empty(device=device)                 # tied heads read embed.weight: no tie to restore
+    model = model.to_empty(device=device)  # tied heads read embed.weight: no tie to restore
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, (Quant4bitLinear, Quant8bitLinear)):
@@ -788,4 +799,3 @@ def quant_constants(model: nn.Module) -> list[torch.Tensor]:
 def make_batch(cfg: StepConfig, device) -> dict[str, torch.Tensor]:
     ids = torch.randint(0, cfg.arch.vocab, (cfg.micro_batch, cfg.seq_len), device=device)
     return {"ids": ids, "labels": ids}
-

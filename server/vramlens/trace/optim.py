@@ -15,6 +15,7 @@
   4096 elements), torchao, and optimizers whose update is not reproduced.
 - `MasterWeights`: fp32 master copies, fp32 gradient copies and fp32 states (Megatron/DeepSpeed-style).
 """
+
 from __future__ import annotations
 
 import math
@@ -55,7 +56,7 @@ def _impl_kwargs(impl: str) -> dict:
 def _torch(cls, params, impl: str, **kw):
     try:
         return cls(params, lr=LR, **_impl_kwargs(impl), **kw)
-    except (RuntimeError, TypeError, ValueError):      # no fused kernel for this optimizer: foreach
+    except (RuntimeError, TypeError, ValueError):  # no fused kernel for this optimizer: foreach
         return cls(params, lr=LR, foreach=impl != "forloop", **kw)
 
 
@@ -121,7 +122,7 @@ def _inner(cfg: StepConfig, params):
     return StateAlloc(params, cfg.optimizer_states, cfg.optimizer_state_bytes)
 
 
-PAGED_MIN_NUMEL = 100_000     # bitsandbytes pages a state only from 1e5 elements (optim/optimizer.py)
+PAGED_MIN_NUMEL = 100_000  # bitsandbytes pages a state only from 1e5 elements (optim/optimizer.py)
 
 
 def route_paged_states(opt, tracker) -> None:
@@ -159,8 +160,9 @@ class StateAlloc(torch.optim.Optimizer):
     """Allocates `states` tensors per parameter on the first step (bnb's 8-bit layout for 1-byte states)
     and runs no update."""
 
-    def __init__(self, params, states: float, state_bytes: float | None, blocksize: int = 256,
-                 min_8bit_size: int = 4096):
+    def __init__(
+        self, params, states: float, state_bytes: float | None, blocksize: int = 256, min_8bit_size: int = 4096
+    ):
         super().__init__(params, {"lr": LR})
         self.n_states, self.state_bytes = int(math.ceil(states)), state_bytes
         self.blocksize, self.min_8bit_size = blocksize, min_8bit_size
@@ -176,10 +178,12 @@ class StateAlloc(torch.optim.Optimizer):
                 for i in range(self.n_states):
                     if low_bit(sb) and n >= self.min_8bit_size:
                         # packed states + one fp32 absmax per block (bnb/torchao blockwise layout)
-                        st[f"state{i + 1}"] = torch.zeros(math.ceil(n * min(sb, 1.0)), dtype=torch.uint8,
-                                                          device=p.device)
-                        st[f"absmax{i + 1}"] = torch.zeros(-(-n // self.blocksize), dtype=torch.float32,
-                                                           device=p.device)
+                        st[f"state{i + 1}"] = torch.zeros(
+                            math.ceil(n * min(sb, 1.0)), dtype=torch.uint8, device=p.device
+                        )
+                        st[f"absmax{i + 1}"] = torch.zeros(
+                            -(-n // self.blocksize), dtype=torch.float32, device=p.device
+                        )
                     elif low_bit(sb) or sb == 4:
                         st[f"state{i + 1}"] = torch.zeros_like(p, dtype=torch.float32)
                     elif sb == 2:
@@ -194,8 +198,10 @@ class HFAdafactor(torch.optim.Optimizer):
     factored second moments for matrices."""
 
     def __init__(self, params, lr=LR, eps=(1e-30, 1e-3), clip_threshold=1.0, decay_rate=-0.8, weight_decay=0.0):
-        super().__init__(params, dict(lr=lr, eps=eps, clip_threshold=clip_threshold, decay_rate=decay_rate,
-                                      weight_decay=weight_decay))
+        super().__init__(
+            params,
+            dict(lr=lr, eps=eps, clip_threshold=clip_threshold, decay_rate=decay_rate, weight_decay=weight_decay),
+        )
 
     @staticmethod
     def _rms(t):
@@ -216,15 +222,16 @@ class HFAdafactor(torch.optim.Optimizer):
                     state["step"] = 0
                     if factored:
                         state["exp_avg_sq_row"] = torch.zeros(grad.shape[:-1], dtype=torch.float32, device=grad.device)
-                        state["exp_avg_sq_col"] = torch.zeros(grad.shape[:-2] + grad.shape[-1:], dtype=torch.float32,
-                                                              device=grad.device)
+                        state["exp_avg_sq_col"] = torch.zeros(
+                            grad.shape[:-2] + grad.shape[-1:], dtype=torch.float32, device=grad.device
+                        )
                     else:
                         state["exp_avg_sq"] = torch.zeros_like(grad)
                 p32 = p.float() if p.dtype in (torch.float16, torch.bfloat16) else p
                 state["step"] += 1
                 state["RMS"] = self._rms(p32)
                 beta2t = 1.0 - math.pow(state["step"], group["decay_rate"])
-                update = (grad ** 2) + group["eps"][0]
+                update = (grad**2) + group["eps"][0]
                 if factored:
                     row, col = state["exp_avg_sq_row"], state["exp_avg_sq_col"]
                     row.mul_(beta2t).add_(update.mean(dim=-1), alpha=1.0 - beta2t)

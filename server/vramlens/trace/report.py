@@ -9,6 +9,7 @@ assumes: `not_traced` lists everything else — the synthetic stand-in and why, 
 (one supervised step stands in for DPO, GRPO, …: the trace then gives no fit verdict), a library version other than
 the one the plan assumes, sharding, offload, … — and `title` names what the trace was in its first words.
 """
+
 from __future__ import annotations
 
 import copy
@@ -18,8 +19,9 @@ from vramlens.estimate.result import COMPONENTS, GIB, Estimate
 from vramlens.knowledge.gpus import usable_bytes
 from vramlens.resolved import ResolvedPlan
 
-ALLOCATOR_NOTE = ("reserved and device levels: the estimator's allocator model applied to the traced "
-                  "allocated peak and breakdown")
+ALLOCATOR_NOTE = (
+    "reserved and device levels: the estimator's allocator model applied to the traced allocated peak and breakdown"
+)
 
 
 def _g(n: int | float) -> float:
@@ -40,28 +42,43 @@ def to_estimate(rp: ResolvedPlan, raw: dict) -> Estimate:
     assumptions = list(raw.get("assumptions", [])) + allocator.assumptions(rp) + [ALLOCATOR_NOTE]
     assumptions += [f"not traced: {x}" for x in raw.get("not_traced", [])]
     return Estimate(
-        objective=rp.objective, allocated_bytes=allocated, reserved_bytes=reserved, device_bytes=device,
-        low_bytes=low, high_bytes=high,
-        components={k: int(parts.get(k, 0)) for k in COMPONENTS}, phase=raw["phase"],
-        phases={k: int(v) for k, v in raw["phases"].items()}, usable_bytes=usable, fits=device <= usable,
-        headroom_bytes=usable - device, max_micro_batch=None, max_seq_len=None,
-        params_total=int(raw["params_total"]), params_trainable=int(raw["params_trainable"]),
-        activation_bytes_per_sample=int(acts / max(rp.micro_batch, 1)), assumptions=tuple(assumptions),
-        unmodelled=rp.unmodelled, approximate=rp.approximate + _stand_in(raw))
+        objective=rp.objective,
+        allocated_bytes=allocated,
+        reserved_bytes=reserved,
+        device_bytes=device,
+        low_bytes=low,
+        high_bytes=high,
+        components={k: int(parts.get(k, 0)) for k in COMPONENTS},
+        phase=raw["phase"],
+        phases={k: int(v) for k, v in raw["phases"].items()},
+        usable_bytes=usable,
+        fits=device <= usable,
+        headroom_bytes=usable - device,
+        max_micro_batch=None,
+        max_seq_len=None,
+        params_total=int(raw["params_total"]),
+        params_trainable=int(raw["params_trainable"]),
+        activation_bytes_per_sample=int(acts / max(rp.micro_batch, 1)),
+        assumptions=tuple(assumptions),
+        unmodelled=rp.unmodelled,
+        approximate=rp.approximate + _stand_in(raw),
+    )
 
 
 def _stand_in(raw: dict) -> tuple[str, ...]:
     """The approximate reason of a step that did not run on the real libraries (the synthetic stand-in)."""
     if raw.get("backend", "synthetic") in REAL_BACKENDS:
         return ()
-    return (f"trace ran the synthetic stand-in, not the real libraries: "
-            f"{raw.get('fallback_reason') or 'the synthetic model'}",)
+    return (
+        f"trace ran the synthetic stand-in, not the real libraries: "
+        f"{raw.get('fallback_reason') or 'the synthetic model'}",
+    )
 
 
 # backends that run the real libraries' code (trace.worker `real_backends`); their versions are the trace's to show
 REAL_BACKENDS = ("transformers", "torchtune")
-SYNTHETIC_PREFIX = "real libraries not used: "     # the `not_traced` entry of a step run on the synthetic model
-ASSUMED_VERSION = "the newest release vramlens knows"   # environment.versions' source when nothing names one
+SYNTHETIC_PREFIX = "real libraries not used: "  # the `not_traced` entry of a step run on the synthetic model
+ASSUMED_VERSION = "the newest release vramlens knows"  # environment.versions' source when nothing names one
 
 
 def _minor(version: str) -> tuple[str, ...]:
@@ -91,9 +108,18 @@ def version_gaps(rp: ResolvedPlan, raw: dict) -> list[str]:
 
 
 def timeline_json(raw: dict) -> list[dict]:
-    return [{"step": t["step"], "micro": t.get("micro"), "phase": t["phase"], "after_gib": _g(t["after_bytes"]),
-             "peak_gib": _g(t["peak_bytes"]), "after_bytes": t["after_bytes"], "peak_bytes": t["peak_bytes"]}
-            for t in raw["timeline"]]
+    return [
+        {
+            "step": t["step"],
+            "micro": t.get("micro"),
+            "phase": t["phase"],
+            "after_gib": _g(t["after_bytes"]),
+            "peak_gib": _g(t["peak_bytes"]),
+            "after_bytes": t["after_bytes"],
+            "peak_bytes": t["peak_bytes"],
+        }
+        for t in raw["timeline"]
+    ]
 
 
 def title(exact: bool, raw: dict, objective_gap: str | None) -> str:
@@ -118,12 +144,21 @@ def allocator_replay(raw: dict, rp: ResolvedPlan) -> dict | None:
         return None
     key = "expandable_segments" if rp.expandable_segments else "default"
     r = replays[key]
-    return {"settings": "expandable_segments:True" if rp.expandable_segments else "default",
-            "reserved_bytes": r["peak_reserved"], "allocated_bytes": r["peak_allocated"],
-            "fragmentation_bytes": r["fragmentation"], "segments": r["peak_segments"],
-            "end_reserved_bytes": r["end_reserved"], "events": replays["events"], "capped": replays["capped"],
-            "note": (f"replayed the first {replays['events']:,} allocations and frees only: the sequence was capped"
-                     if replays["capped"] else None)}
+    return {
+        "settings": "expandable_segments:True" if rp.expandable_segments else "default",
+        "reserved_bytes": r["peak_reserved"],
+        "allocated_bytes": r["peak_allocated"],
+        "fragmentation_bytes": r["fragmentation"],
+        "segments": r["peak_segments"],
+        "end_reserved_bytes": r["end_reserved"],
+        "events": replays["events"],
+        "capped": replays["capped"],
+        "note": (
+            f"replayed the first {replays['events']:,} allocations and frees only: the sequence was capped"
+            if replays["capped"]
+            else None
+        ),
+    }
 
 
 def trace_extras(raw: dict, rp: ResolvedPlan) -> dict:
@@ -142,18 +177,25 @@ def trace_extras(raw: dict, rp: ResolvedPlan) -> dict:
         "not_traced": not_traced,
         "trace": {
             "title": title(exact, raw, gap),
-            "also_not_traced": [x for x in not_traced if x not in stated],   # what the title does not say
+            "also_not_traced": [x for x in not_traced if x not in stated],  # what the title does not say
             "objective_traced": gap is None,
-            "peak_at": raw["peak_at"], "allocated_bytes": raw["peak_bytes"],
-            "reserved_replay_bytes": (replay or {}).get("reserved_bytes"), "allocator_replay": replay,
-            "components_bytes": raw["components"], "phases_bytes": raw["phases"],
-            "persistent_bytes": raw["persistent"], "steps": raw["steps"], "ops": raw["ops"],
-            "seconds": raw["seconds"], "torch": raw["torch"], "bitsandbytes": raw.get("bitsandbytes"),
+            "peak_at": raw["peak_at"],
+            "allocated_bytes": raw["peak_bytes"],
+            "reserved_replay_bytes": (replay or {}).get("reserved_bytes"),
+            "allocator_replay": replay,
+            "components_bytes": raw["components"],
+            "phases_bytes": raw["phases"],
+            "persistent_bytes": raw["persistent"],
+            "steps": raw["steps"],
+            "ops": raw["ops"],
+            "seconds": raw["seconds"],
+            "torch": raw["torch"],
+            "bitsandbytes": raw.get("bitsandbytes"),
             "not_traced": not_traced,
             "backend": raw.get("backend", "synthetic"),
             "versions": raw.get("versions", {"torch": raw["torch"]}),
             "fallback_reason": raw.get("fallback_reason"),
-            "flops": raw.get("flops"),       # FlopCounterMode's count of the step (trace.flops); None before it
+            "flops": raw.get("flops"),  # FlopCounterMode's count of the step (trace.flops); None before it
         },
     }
 
@@ -167,7 +209,7 @@ def result_json(rp: ResolvedPlan, raw: dict) -> dict:
     out = estimate_fields(rp, est)
     out.update(trace_extras(raw, rp))
     if not out["trace"]["objective_traced"]:
-        out["fits"] = None               # a stand-in step of another objective: no fit verdict from the trace
+        out["fits"] = None  # a stand-in step of another objective: no fit verdict from the trace
     out["estimate"] = est.model_dump()
     return out
 

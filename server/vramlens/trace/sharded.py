@@ -23,12 +23,12 @@ Wrapping, one unit per decoder block and the root over the rest (embeddings, fin
 FSDP frees and re-allocates its unsharded parameters by resizing their storage in place, which no op dispatch
 sees: `install_resize_tracking` reports each `UntypedStorage.resize_` to the active tracker (`LiveBytes.resized`).
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 import torch
-from torch import nn
 
 from vramlens.trace import hf
 from vramlens.trace.config import StepConfig
@@ -45,8 +45,10 @@ def unsupported(cfg: StepConfig) -> str | None:
     if cfg.fsdp_version == 1 and cfg.peft != "none" and cfg.adapter_fp32 and cfg.param_dtype != "fp32":
         # torch 2.13 distributed/fsdp/_flat_param.py `_validate_tensors_to_flatten`: "Must flatten tensors with
         # uniform dtype"
-        return (f"FSDP1 flattens each unit's parameters into one tensor of one dtype: peft's fp32 adapters beside "
-                f"{cfg.param_dtype} weights cannot be flattened (FSDP1 raises the same on a GPU)")
+        return (
+            f"FSDP1 flattens each unit's parameters into one tensor of one dtype: peft's fp32 adapters beside "
+            f"{cfg.param_dtype} weights cannot be flattened (FSDP1 raises the same on a GPU)"
+        )
     if not torch.distributed.is_available():
         return "this torch build has no torch.distributed"
     return hf.unsupported(cfg)
@@ -54,14 +56,22 @@ def unsupported(cfg: StepConfig) -> str | None:
 
 def description(cfg: StepConfig) -> list[str]:
     mode = "FULL_SHARD" if cfg.reshard_after_forward else "SHARD_GRAD_OP"
-    how = ("`fully_shard` on each decoder block and the root" if cfg.fsdp_version == 2
-           else "FullyShardedDataParallel, one unit per decoder block and the root, use_orig_params")
-    mp = (f", parameters gathered in {cfg.compute_dtype} and gradients reduced in fp32"
-          if cfg.fsdp_mixed_precision else "")
-    return [f"FSDP{cfg.fsdp_version} {mode} traced as rank 0 of {cfg.world_size} under torch's fake process group "
-            f"({how}{mp}); collectives send nothing but their buffers are allocated",
-            "the plan does not record which FSDP runs: FSDP2 is traced unless the plan keeps FSDP1's per-block "
-            "gradients (trace.config `fsdp_version`)"] + hf.description(cfg)
+    how = (
+        "`fully_shard` on each decoder block and the root"
+        if cfg.fsdp_version == 2
+        else "FullyShardedDataParallel, one unit per decoder block and the root, use_orig_params"
+    )
+    mp = (
+        f", parameters gathered in {cfg.compute_dtype} and gradients reduced in fp32"
+        if cfg.fsdp_mixed_precision
+        else ""
+    )
+    return [
+        f"FSDP{cfg.fsdp_version} {mode} traced as rank 0 of {cfg.world_size} under torch's fake process group "
+        f"({how}{mp}); collectives send nothing but their buffers are allocated",
+        "the plan does not record which FSDP runs: FSDP2 is traced unless the plan keeps FSDP1's per-block "
+        "gradients (trace.config `fsdp_version`)",
+    ] + hf.description(cfg)
 
 
 def fake_process_group(world_size: int) -> None:
@@ -133,7 +143,7 @@ def build_meta(cfg: StepConfig) -> hf.HFStep:
 def materialize(step: hf.HFStep, device, real: bool) -> hf.HFStep:
     """The real-library model, allocated, then sharded (FSDP1 or FSDP2) over the fake process group."""
     step = hf.materialize(step, device, real)
-    step.params_total = hf.param_count(step)              # before sharding: FSDP1's parameters become shard views
+    step.params_total = hf.param_count(step)  # before sharding: FSDP1's parameters become shard views
     cfg = step.cfg
     classes = hf.block_classes(step.model)
     if not classes:
@@ -143,8 +153,11 @@ def materialize(step: hf.HFStep, device, real: bool) -> hf.HFStep:
     if cfg.fsdp_version == 2:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        kw: dict[str, Any] = dict(mesh=step.mesh, reshard_after_forward=cfg.reshard_after_forward,
-                  mp_policy=MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype))
+        kw: dict[str, Any] = dict(
+            mesh=step.mesh,
+            reshard_after_forward=cfg.reshard_after_forward,
+            mp_policy=MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype),
+        )
         for m in [m for m in step.model.modules() if type(m) in classes]:
             fully_shard(m, **kw)
         fully_shard(step.model, **kw)
@@ -153,12 +166,17 @@ def materialize(step: hf.HFStep, device, real: bool) -> hf.HFStep:
         from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
         step.model = FullyShardedDataParallel(
-            step.model, auto_wrap_policy=ModuleWrapPolicy(classes), use_orig_params=True,
+            step.model,
+            auto_wrap_policy=ModuleWrapPolicy(classes),
+            use_orig_params=True,
             device_id=torch.device(device),
-            sharding_strategy=ShardingStrategy.FULL_SHARD if cfg.reshard_after_forward
+            sharding_strategy=ShardingStrategy.FULL_SHARD
+            if cfg.reshard_after_forward
             else ShardingStrategy.SHARD_GRAD_OP,
             mixed_precision=MixedPrecision(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
-            if cfg.fsdp_mixed_precision else None)
+            if cfg.fsdp_mixed_precision
+            else None,
+        )
     return step
 
 
@@ -168,4 +186,3 @@ def param_count(step: hf.HFStep) -> int:
 
 quant_constants = hf.quant_constants
 make_batch = hf.make_batch
-

@@ -5,6 +5,7 @@ runs them. `mark(phase)` is called at every phase boundary:
   fwd → loss (the LM head and the loss, called by the model) → bwd-loss (backward through the loss)
   → bwd (the rest of backward, from a hook on the LM head's input) → … → opt → zero → end
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,7 +39,7 @@ class LogSoftmaxHalfToFloat(torch.autograd.Function):
         out = torch.empty(x.shape, dtype=torch.float32, device=x.device)
         step = max(1, 2**18 // max(x.shape[-1], 1))
         for i in range(0, x.shape[0], step):
-            out[i:i + step] = torch.log_softmax(x[i:i + step].float(), dim=-1)
+            out[i : i + step] = torch.log_softmax(x[i : i + step].float(), dim=-1)
         ctx.save_for_backward(out)
         ctx.in_dtype = x.dtype
         return out
@@ -49,8 +50,8 @@ class LogSoftmaxHalfToFloat(torch.autograd.Function):
         gi = torch.empty(out.shape, dtype=ctx.in_dtype, device=out.device)
         step = max(1, 2**18 // max(out.shape[-1], 1))
         for i in range(0, out.shape[0], step):
-            gc = g[i:i + step]
-            gi[i:i + step] = (gc - out[i:i + step].exp() * gc.sum(-1, keepdim=True)).to(ctx.in_dtype)
+            gc = g[i : i + step]
+            gi[i : i + step] = (gc - out[i : i + step].exp() * gc.sum(-1, keepdim=True)).to(ctx.in_dtype)
         return gi
 
 
@@ -65,13 +66,23 @@ class CudaAutocastPolicy(torch.overrides.TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is torch.nn.functional.cross_entropy and torch.is_autocast_enabled("cpu") and args \
-                and isinstance(args[0], torch.Tensor) and args[0].dtype in REDUCED and args[0].dim() == 2 \
-                and kwargs.get("weight") is None and not kwargs.get("label_smoothing"):
+        if (
+            func is torch.nn.functional.cross_entropy
+            and torch.is_autocast_enabled("cpu")
+            and args
+            and isinstance(args[0], torch.Tensor)
+            and args[0].dtype in REDUCED
+            and args[0].dim() == 2
+            and kwargs.get("weight") is None
+            and not kwargs.get("label_smoothing")
+        ):
             target = args[1] if len(args) > 1 else kwargs["target"]
-            return torch.nn.functional.nll_loss(LogSoftmaxHalfToFloat.apply(args[0]), target,
-                                                ignore_index=kwargs.get("ignore_index", -100),
-                                                reduction=kwargs.get("reduction", "mean"))
+            return torch.nn.functional.nll_loss(
+                LogSoftmaxHalfToFloat.apply(args[0]),
+                target,
+                ignore_index=kwargs.get("ignore_index", -100),
+                reduction=kwargs.get("reduction", "mean"),
+            )
         return func(*args, **kwargs)
 
 

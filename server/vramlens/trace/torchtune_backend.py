@@ -29,6 +29,7 @@ Shims (each checked fake == real on CPU tensors in tests/trace/test_torchtune_ba
 - SDPA and dropout as on CUDA: `hf.install_sdpa_as_cuda_kernel` (torchtune calls SDPA itself) and
   `hf.dropouts_as_cuda` (LoRA dropout keeps a 1-byte mask, as CUDA's `native_dropout` does).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -53,11 +54,11 @@ BUILDERS = {
 # Llama 3's and Llama 2's LoRA builders give every layer its own RoPE module (knowledge/frameworks.py
 # `torchtune_rope_caches`): the plan's `rope_caches` > 1 picks Llama 3's builder (untied head)
 PER_LAYER_ROPE_LLAMA = ("torchtune.models.llama3._component_builders", "llama3", "lora_llama3")
-TIES = {"llama3_2", "qwen2"}          # builders with a `tie_word_embeddings` argument
+TIES = {"llama3_2", "qwen2"}  # builders with a `tie_word_embeddings` argument
 # torchtune's LoRA target names (lora_attn_modules) for the canonical block linears
 ATTN_TARGETS = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "output_proj"}
 MLP_TARGETS = ("gate", "up", "down")
-CHUNKS = 8                            # CEWithChunkedOutputLoss(num_output_chunks=8), every torchtune config's value
+CHUNKS = 8  # CEWithChunkedOutputLoss(num_output_chunks=8), every torchtune config's value
 IGNORE_INDEX = -100
 
 
@@ -129,17 +130,31 @@ def build_model(cfg: StepConfig) -> nn.Module:
     a = cfg.arch
     module, base, lora = builder(cfg)
     builders = importlib.import_module(module)
-    kw = dict(vocab_size=a.vocab, num_layers=a.layers, num_heads=a.heads, num_kv_heads=a.kv_heads, embed_dim=a.hidden,
-              intermediate_dim=a.intermediate, max_seq_len=a.max_position or cfg.seq_len)
+    kw = dict(
+        vocab_size=a.vocab,
+        num_layers=a.layers,
+        num_heads=a.heads,
+        num_kv_heads=a.kv_heads,
+        embed_dim=a.hidden,
+        intermediate_dim=a.intermediate,
+        max_seq_len=a.max_position or cfg.seq_len,
+    )
     if base in TIES:
         kw["tie_word_embeddings"] = a.tied_embeddings
     with default_dtype(DTYPES[cfg.param_dtype]), torch.device("meta"):
         if cfg.peft == "none":
             return getattr(builders, base)(**kw)
         attn, mlp, output = _targets(cfg)
-        return getattr(builders, lora)(attn, apply_lora_to_mlp=mlp, apply_lora_to_output=output,
-                                       lora_rank=cfg.lora_r, lora_alpha=cfg.lora_alpha,
-                                       lora_dropout=cfg.lora_dropout, use_dora=cfg.peft == "dora", **kw)
+        return getattr(builders, lora)(
+            attn,
+            apply_lora_to_mlp=mlp,
+            apply_lora_to_output=output,
+            lora_rank=cfg.lora_r,
+            lora_alpha=cfg.lora_alpha,
+            lora_dropout=cfg.lora_dropout,
+            use_dora=cfg.peft == "dora",
+            **kw,
+        )
 
 
 class TuneStep(nn.Module):
@@ -194,6 +209,7 @@ class TuneStep(nn.Module):
 
 # -- construction for the engine --------------------------------------------------------------------------
 
+
 def build_meta(cfg: StepConfig) -> TuneStep:
     return TuneStep(cfg)
 
@@ -207,7 +223,7 @@ def materialize(step: TuneStep, device, real: bool) -> TuneStep:
     for m in step.modules():
         if hasattr(m, "rope_init"):
             with unset_fake_temporarily():
-                m.rope_init()                      # real CPU tensors (module docstring)
+                m.rope_init()  # real CPU tensors (module docstring)
                 cache = {n: b for n, b in m.named_buffers(recurse=False)}
             for n, b in cache.items():
                 fake = torch.empty(b.shape, dtype=b.dtype, device=device)
@@ -243,14 +259,18 @@ def quantize_base(model: nn.Module, device) -> None:
                 continue
             for name, child in list(parent.named_children()):
                 if type(child) is nn.Linear and not (isinstance(parent, (LoRALinear, DoRALinear))):
-                    frozen = FrozenNF4Linear(child.in_features, child.out_features, bias=False, device=device,
-                                             dtype=child.weight.dtype)
+                    frozen = FrozenNF4Linear(
+                        child.in_features, child.out_features, bias=False, device=device, dtype=child.weight.dtype
+                    )
                     setattr(parent, name, frozen)
 
 
 def param_count(step: TuneStep) -> int:
-    return sum(p.numel() for n, p in step.model.named_parameters()
-               if not any(k in n for k in ("lora_a", "lora_b", "magnitude")))
+    return sum(
+        p.numel()
+        for n, p in step.model.named_parameters()
+        if not any(k in n for k in ("lora_a", "lora_b", "magnitude"))
+    )
 
 
 def quant_constants(step: TuneStep) -> list[torch.Tensor]:
@@ -259,8 +279,13 @@ def quant_constants(step: TuneStep) -> list[torch.Tensor]:
 
     from vramlens.trace.tracker import inner_tensors
 
-    return [t for p in step.model.parameters() if isinstance(p, NF4Tensor)       # a Parameter of one is one
-            for t in inner_tensors(p) if t is not p.quantized_data]
+    return [
+        t
+        for p in step.model.parameters()
+        if isinstance(p, NF4Tensor)  # a Parameter of one is one
+        for t in inner_tensors(p)
+        if t is not p.quantized_data
+    ]
 
 
 def make_batch(cfg: StepConfig, device, real: bool) -> dict[str, torch.Tensor]:
@@ -271,7 +296,12 @@ def make_batch(cfg: StepConfig, device, real: bool) -> dict[str, torch.Tensor]:
 def description(cfg: StepConfig) -> list[str]:
     module, base, lora = builder(cfg)
     built = f"{module}.{lora if cfg.peft != 'none' else base}"
-    loss = (f"CEWithChunkedOutputLoss ({CHUNKS} output chunks, each upcast to fp32)" if cfg.loss == "chunked"
-            else "torch.nn.CrossEntropyLoss on the whole logits")
-    return [f"traced on torchtune {version()}: the model from `{built}` with the plan's shapes, {loss}, "
-            "torchtune's SDPA attention (grouped K/V expanded to every head), the step of its single-device recipes"]
+    loss = (
+        f"CEWithChunkedOutputLoss ({CHUNKS} output chunks, each upcast to fp32)"
+        if cfg.loss == "chunked"
+        else "torch.nn.CrossEntropyLoss on the whole logits"
+    )
+    return [
+        f"traced on torchtune {version()}: the model from `{built}` with the plan's shapes, {loss}, "
+        "torchtune's SDPA attention (grouped K/V expanded to every head), the step of its single-device recipes"
+    ]

@@ -9,6 +9,7 @@ It works the same on fake tensors (no memory) and on real CPU tensors, which is 
 It also records the allocation and free sequence, in order — `(op, id, bytes requested, stream, phase)`, at most
 `max_events` of them — for the caching-allocator replay (`trace.allocator_replay`).
 """
+
 from __future__ import annotations
 
 import weakref
@@ -43,21 +44,26 @@ class _Rec:
         self.nbytes, self.cat, self.phase = nbytes, None, phase
 
 
-MAX_EVENTS = 500_000      # allocations and frees recorded for the allocator replay (~60 MB at most)
+MAX_EVENTS = 500_000  # allocations and frees recorded for the allocator replay (~60 MB at most)
 
 
 class LiveBytes(TorchDispatchMode):
-    def __init__(self, on_ops: Callable[[int], None] | None = None, every: int = 2000,
-                 cap_bytes: int | None = None, max_events: int = MAX_EVENTS):
+    def __init__(
+        self,
+        on_ops: Callable[[int], None] | None = None,
+        every: int = 2000,
+        cap_bytes: int | None = None,
+        max_events: int = MAX_EVENTS,
+    ):
         super().__init__()
         self.events: list[tuple[str, int, int, int, str]] = []
         self.max_events = max_events
-        self.events_capped = False            # the sequence stopped at `max_events`: a replay sees its beginning
-        self.recs = WeakIdKeyDictionary()     # storage -> _Rec
-        self.live: dict[int, _Rec] = {}        # id(rec) -> rec
+        self.events_capped = False  # the sequence stopped at `max_events`: a replay sees its beginning
+        self.recs = WeakIdKeyDictionary()  # storage -> _Rec
+        self.live: dict[int, _Rec] = {}  # id(rec) -> rec
         self.cur = 0
         self.peak = 0
-        self.seg_peak = 0                     # peak since the last phase boundary (see `next_phase`)
+        self.seg_peak = 0  # peak since the last phase boundary (see `next_phase`)
         self.peak_phase = "init"
         self.peak_snap: list[_Rec] = []
         self._dirty = False
@@ -65,16 +71,16 @@ class LiveBytes(TorchDispatchMode):
         self.n_ops = 0
         self._on_ops = on_ops
         self._every = every
-        self.cap_bytes = cap_bytes            # emulate a memory cap: raise MemoryError past it
-        self.outside = False                  # storages made now live outside the caching allocator
-        self.outside_bytes = 0                #   (bitsandbytes paged states): registered, not counted
+        self.cap_bytes = cap_bytes  # emulate a memory cap: raise MemoryError past it
+        self.outside = False  # storages made now live outside the caching allocator
+        self.outside_bytes = 0  #   (bitsandbytes paged states): registered, not counted
 
     # bookkeeping ---------------------------------------------------------------------------------
     def _free(self, key: int) -> None:
         rec = self.live.pop(key, None)
         if rec is None:
             return
-        if self._dirty:                       # leaving a local maximum that is the peak: keep its live set
+        if self._dirty:  # leaving a local maximum that is the peak: keep its live set
             self.peak_snap = list(self.live.values()) + [rec]
             self._dirty = False
         self.cur -= rec.nbytes
@@ -83,7 +89,7 @@ class LiveBytes(TorchDispatchMode):
 
     def _event(self, op: str, key: int, nbytes: int) -> None:
         if len(self.events) < self.max_events:
-            self.events.append((op, key, nbytes, 0, self.phase))     # one stream: the step runs on one
+            self.events.append((op, key, nbytes, 0, self.phase))  # one stream: the step runs on one
         else:
             self.events_capped = True
 
@@ -124,7 +130,7 @@ class LiveBytes(TorchDispatchMode):
         weakref.finalize(st, self._free, key)
         self.cur += rec.nbytes
         if rec.cat != "outside":
-            self._event("alloc", key, nbytes)                        # the allocator rounds the request itself
+            self._event("alloc", key, nbytes)  # the allocator rounds the request itself
         if self.cur > self.seg_peak:
             self.seg_peak = self.cur
         if self.cur > self.peak:

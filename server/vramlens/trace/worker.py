@@ -18,6 +18,7 @@ Messages (stdout):
 Traces run one at a time on the main thread; a reader thread takes requests and cancellations. Anything a
 library prints to stdout is sent to stderr, so the protocol stream stays clean.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,7 +34,7 @@ PROTOCOL = 1
 class Channel:
     def __init__(self):
         self._out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
-        os.dup2(2, 1)                                  # stray prints (libraries) go to stderr
+        os.dup2(2, 1)  # stray prints (libraries) go to stderr
         sys.stdout = sys.stderr
         self._lock = threading.Lock()
 
@@ -52,10 +53,15 @@ def main() -> int:
     try:
         import torch
     except ImportError as exc:
-        ch.send({"type": "fatal", "kind": "torch-missing",
-                 "message": f"torch is not installed for {sys.executable} ({exc}); install `vramlens[trace]`"})
+        ch.send(
+            {
+                "type": "fatal",
+                "kind": "torch-missing",
+                "message": f"torch is not installed for {sys.executable} ({exc}); install `vramlens[trace]`",
+            }
+        )
         return 3
-    from vramlens.trace.hf import versions             # installed distributions, read from their metadata
+    from vramlens.trace.hf import versions  # installed distributions, read from their metadata
 
     ch.send({"type": "ready", "torch": torch.__version__, "versions": versions()})
 
@@ -104,13 +110,20 @@ def main() -> int:
             ch.send({"type": "result", "id": rid, "result": run_trace(msg, stop, ch)})
         except _Cancelled:
             ch.send({"type": "error", "id": rid, "kind": "cancelled", "message": "trace cancelled"})
-        except Exception as exc:                        # report, keep serving
+        except Exception as exc:  # report, keep serving
             if stop.is_set():
                 ch.send({"type": "error", "id": rid, "kind": "cancelled", "message": "trace cancelled"})
             else:
                 kind = "invalid" if exc.__class__.__name__ == "ValidationError" else "failed"
-                ch.send({"type": "error", "id": rid, "kind": kind, "message": f"{type(exc).__name__}: {exc}",
-                         "traceback": traceback.format_exc(limit=8)})
+                ch.send(
+                    {
+                        "type": "error",
+                        "id": rid,
+                        "kind": kind,
+                        "message": f"{type(exc).__name__}: {exc}",
+                        "traceback": traceback.format_exc(limit=8),
+                    }
+                )
         finally:
             with lock:
                 cancels.pop(rid, None)
@@ -148,7 +161,7 @@ def real_backends(cfg) -> list[tuple[str, object]]:
 
     out: list[tuple[str, object]] = []
     if cfg.fsdp_version and cfg.framework != "torchtune":
-        out.append(("fsdp", sharded))                  # rank 0 of the plan's FSDP ranks
+        out.append(("fsdp", sharded))  # rank 0 of the plan's FSDP ranks
     if cfg.framework == "torchtune":
         out.append(("torchtune", torchtune_backend))
     if not (cfg.framework == "torchtune" and cfg.loss == "chunked"):
@@ -167,25 +180,28 @@ def run_backends(cfg, msg: dict, progress, stop: threading.Event) -> dict:
     backend = msg.get("backend") or "auto"
     candidates = [(name, B) for name, B in real_backends(cfg) if backend in ("auto", name)]
     if backend not in ("auto", "synthetic") and not candidates:
-        raise RuntimeError(f"the {backend} backend does not run this plan's step (framework {cfg.framework!r}, "
-                           f"loss {cfg.loss!r})")
+        raise RuntimeError(
+            f"the {backend} backend does not run this plan's step (framework {cfg.framework!r}, loss {cfg.loss!r})"
+        )
     reasons = ["the synthetic model was requested"] if backend == "synthetic" else []
     raw = None
     for name, B in candidates:
         reason = B.unsupported(cfg)
         if reason is None:
             try:
-                raw = engine.run(cfg, steps=msg.get("steps"), progress=progress, should_stop=stop.is_set,
-                                 backend=name)
-                raw["assumptions"] = B.description(cfg) + [a for a in raw["assumptions"] if not a.startswith(
-                    ("chunked cross-entropy traced as torchtune", "attention `"))]
-                if name == "fsdp":                      # the ranks were traced, not one replica
+                raw = engine.run(cfg, steps=msg.get("steps"), progress=progress, should_stop=stop.is_set, backend=name)
+                raw["assumptions"] = B.description(cfg) + [
+                    a
+                    for a in raw["assumptions"]
+                    if not a.startswith(("chunked cross-entropy traced as torchtune", "attention `"))
+                ]
+                if name == "fsdp":  # the ranks were traced, not one replica
                     note = replica_note("fsdp", cfg.world_size)
                     raw["not_traced"] = [n for n in raw["not_traced"] if n != note]
                 break
             except TraceCancelled:
                 raise
-            except Exception as exc:                    # a data-dependent op, a kernel without a CPU path, ...
+            except Exception as exc:  # a data-dependent op, a kernel without a CPU path, ...
                 if stop.is_set():
                     raise TraceCancelled() from None
                 reason = f"the real libraries failed on this step ({type(exc).__name__}: {str(exc)[:300]})"

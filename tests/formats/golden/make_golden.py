@@ -5,6 +5,7 @@
 Run it after an intended parser change, then read the diff line by line against the corpus files:
 the golden table is only worth something if every value in it has been checked by eye.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,13 @@ def record(path: Path) -> dict:
                 entry["in"] = Path(where.file).name if not where.file.startswith("preset:") else where.file
         settings[name] = entry
     return {
-        "file": rel, "format": plan.format, "framework": plan.framework, "settings": settings,
-        "references": [{"kind": r.kind, "target": r.target, "found": r.resolved_path is not None} for r in plan.references],
+        "file": rel,
+        "format": plan.format,
+        "framework": plan.framework,
+        "settings": settings,
+        "references": [
+            {"kind": r.kind, "target": r.target, "found": r.resolved_path is not None} for r in plan.references
+        ],
         "issues": sorted({f"{owner_of(i.kind).id}:{i.severity.value}" for i in plan.issues}),
     }
 

@@ -1,4 +1,5 @@
 """The knowledge base's data files, read once with a safe YAML loader."""
+
 from __future__ import annotations
 
 import functools
@@ -21,7 +22,10 @@ def load(name: str) -> Any:
 
 
 def index_spellings(
-    records: Iterable[T], name: Callable[[T], str], key: Callable[[str], K], file: str,
+    records: Iterable[T],
+    name: Callable[[T], str],
+    key: Callable[[str], K],
+    file: str,
 ) -> dict[K, T]:
     """Map `key(spelling)` -> record for each record's name and aliases; a spelling shared by two records is an error."""
     index: dict[K, T] = {}
