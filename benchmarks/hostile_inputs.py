@@ -164,7 +164,10 @@ def bomb(name: str, arg: int, path: str, pythonpath: str | None) -> str:
         last = (out.stderr.strip().splitlines() or ["?"])[-1]
         return f"failed: {last[:60]}"
     r = json.loads(out.stdout.strip().splitlines()[-1])
-    return f"{r['s']:7.2f} s  fixes {r['fix_s']:6.2f} s  ΔRSS {r['rss_mib']:6.0f} MiB  {r['n']:>5} findings  {r['first'][:50]}"
+    return (
+        f"{r['s']:7.2f} s  fixes {r['fix_s']:6.2f} s  ΔRSS {r['rss_mib']:6.0f} MiB  "
+        f"{r['n']:>5} findings  {r['first'][:50]}"
+    )
 
 
 def export(rev: str, into: str) -> str:
@@ -248,7 +251,10 @@ def edit_storm_rss(pythonpath: str | None, edits: int = 2_000) -> str:
         s.diagnostics(uri, last, timeout=300)
         time.sleep(0.5)
         after = s.rss_mib()
-        return f"RSS {before:.1f} → {after:.1f} MiB after {edits:,} edits ({(after - before) * 1024 / edits:+.2f} KiB/edit)"
+        return (
+            f"RSS {before:.1f} → {after:.1f} MiB after {edits:,} edits "
+            f"({(after - before) * 1024 / edits:+.2f} KiB/edit)"
+        )
 
 
 def main() -> None:
@@ -279,7 +285,8 @@ def main() -> None:
 
 def hostile_documents() -> None:
     print(
-        f"{'input':16s} {'size':>9s} | {'analyze s':>9s} {'ΔRSS MiB':>8s} | {'server s':>8s} {'ΔRSS MiB':>8s} | diagnostic"
+        f"{'input':16s} {'size':>9s} | {'analyze s':>9s} {'ΔRSS MiB':>8s} | "
+        f"{'server s':>8s} {'ΔRSS MiB':>8s} | diagnostic"
     )
     for label, make in CASES.items():
         a = in_process(make.__name__)

@@ -76,7 +76,8 @@ def main() -> int:
     print(f"parse_document          {parse[0]:8.2f} {parse[1]:8.2f}   (target < 20 ms)")
     print(f"  load_yaml alone       {load[0]:8.2f} {load[1]:8.2f}")
     print(
-        f"yaml.safe_load          {safe[0]:8.2f} {safe[1]:8.2f}   parse_document / safe_load = {parse[1] / safe[1]:.2f} (CPU)"
+        f"yaml.safe_load          {safe[0]:8.2f} {safe[1]:8.2f}   "
+        f"parse_document / safe_load = {parse[1] / safe[1]:.2f} (CPU)"
     )
     print(
         f"yaml.load(CSafeLoader)  {csafe[0]:8.2f} {csafe[1]:8.2f}   parse_document / CSafeLoader = "

@@ -43,7 +43,9 @@ SOURCES: dict[str, dict[str, str]] = {
     "transformers-docs": {
         "title": "transformers docs, Efficient Training on a Single GPU (bert-large-uncased on a V100 16GB)",
         "url": "https://github.com/huggingface/transformers/blob/0016acf7ef421c7fe8eff7945de52c71896c3b01/docs/source/en/perf_train_gpu_one.mdx",
-        "version": "published as https://huggingface.co/docs/transformers/v4.21.0/perf_train_gpu_one (doc dated Jan 2022)",
+        "version": (
+            "published as https://huggingface.co/docs/transformers/v4.21.0/perf_train_gpu_one (doc dated Jan 2022)"
+        ),
         "measured": "pynvml nvmlDeviceGetMemoryInfo(...).used // 1024**2 after trainer.train() (device level, MiB)",
     },
     "torchtune-readme": {
@@ -62,7 +64,9 @@ SOURCES: dict[str, dict[str, str]] = {
         "title": "modelscope/swift docs, LLM Benchmark (max length × model, LoRA, one A100)",
         "url": "https://github.com/modelscope/swift/blob/main/docs/source_en/LLM/Benchmark.md",
         "version": "Dec 2023 (torch 2.1.1, flash_attn 2.3.4, bitsandbytes 0.41.3.post2, as the page states)",
-        "measured": "'GPU Memory (GiB)': torch.cuda.max_memory_reserved / 1024**3 (swift trainer `get_max_cuda_memory`)",
+        "measured": (
+            "'GPU Memory (GiB)': torch.cuda.max_memory_reserved / 1024**3 (swift trainer `get_max_cuda_memory`)"
+        ),
     },
     "peft-method-comparison": {
         "title": "huggingface/peft method_comparison/MetaMathQA results (Llama-3.2-3B on an L40S)",
@@ -251,9 +255,10 @@ def main(argv=None) -> int:
     if head:
         med = statistics.median(head) * 100
         w15 = sum(e <= 0.15 for e in head) / len(head) * 100
+        sources = len({r["source"] for r in rows if r["reliability"] != "low" and r["measure"] != "oom"})
         print(
             f"\ntarget: median |err| ≤ 5% → {med:.1f}%; ≥ 90% within ±15% → {w15:.1f}%"
-            f" ({len(head)} rows from {len({r['source'] for r in rows if r['reliability'] != 'low' and r['measure'] != 'oom'})} sources)"
+            f" ({len(head)} rows from {sources} sources)"
         )
     return 0
 

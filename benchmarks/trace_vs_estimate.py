@@ -260,7 +260,8 @@ GRID_MODES["variants"] = {
 # torchtune's own model, adapters and loss (`vramlens.trace.torchtune_backend`: the family's component builder with
 # the plan's shapes, its single-device recipes' step): pure bf16 (or fp32) as torchtune trains, no padding mask (its
 # collate passes none), torch.nn.CrossEntropyLoss or CEWithChunkedOutputLoss, LoRA on torchtune's default q/v and on
-# every block linear (lora_attn_modules q, k, v, output_proj + apply_lora_to_mlp), DoRA, QLoRA (torchao NF4 base weights)
+# every block linear (lora_attn_modules q, k, v, output_proj + apply_lora_to_mlp), DoRA, QLoRA (torchao NF4 base
+# weights)
 GRIDS["torchtune"] = [M1B, "Qwen/Qwen2.5-0.5B", M8B, "mistralai/Mistral-7B-v0.1"]
 TORCHTUNE = dict(framework="torchtune", adapter_fp32=False, kbit_upcast=False)
 TORCHTUNE_LORA = dict(TORCHTUNE, **{k: v for k, v in LORA.items()}, loss_impl="chunked")

@@ -13,7 +13,8 @@ RULE = Rule(
     why="""
 Reports a setting whose value vramlens does not recognise or cannot use, as the config's parser found
 it: an optimizer name that is not in the catalog, a dtype or attention implementation that does not
-exist, a batch size that is not a whole number. When a known value is close, the message says which, and a quick fix replaces it.
+exist, a batch size that is not a whole number. When a known value is close, the message says which, \
+and a quick fix replaces it.
 
 The training frameworks reject most of these at start-up ("`adamw_8bt` is not a valid OptimizerNames"),
 some only after the model has loaded; others accept a typo and fall back to a default that costs memory.

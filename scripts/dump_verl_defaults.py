@@ -12,8 +12,9 @@ versions attach (`_target_: verl.workers.config.FSDPActorConfig`, ...) are insta
 
 Each YAML file is read with vramlens' bounded loader (formats/yaml_doc.py). Every leaf becomes one argument
 `{"name": "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "type", "default", "default_text", "owner",
-"line"}` (the owner is the config, whose file `configs` names); an OmegaConf interpolation (`${data.max_prompt_length}`, `${oc.select:a.b,512}`) is kept as
-`default_text` with `default` null, and resolved by the reader at run time against the launch line's values.
+"line"}` (the owner is the config, whose file `configs` names); an OmegaConf interpolation
+(`${data.max_prompt_length}`, `${oc.select:a.b,512}`) is kept as `default_text` with `default` null, and resolved
+by the reader at run time against the launch line's values.
 """
 
 from __future__ import annotations

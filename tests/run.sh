@@ -17,7 +17,9 @@ fi
 # Real editors for the editor tier (code-server in headless Chromium, Neovim).
 bash scripts/install-editor-tools.sh
 
-# Type check ([tool.mypy] in pyproject.toml); a failure stops the run with mypy's report.
+# Lint, layout and types ([tool.ruff] and [tool.mypy] in pyproject.toml); a failure stops the run with the report.
+"$PY" -m ruff check .
+"$PY" -m ruff format --check .
 "$PY" -m mypy
 
 exec "$PY" -m pytest "$@"

@@ -192,7 +192,8 @@ def _verdict(ctx: Context) -> str:
 
 def _peak_line(ctx: Context) -> str:
     line = (
-        f"Peak {peak_mark(ctx.est)}{gib(ctx.est.device_bytes)} GiB of {usable_text(ctx.rp.gpu.usable_gib)} GiB usable on "
+        f"Peak {peak_mark(ctx.est)}{gib(ctx.est.device_bytes)} GiB of "
+        f"{usable_text(ctx.rp.gpu.usable_gib)} GiB usable on "
         f"{gpu_label(ctx.rp)} — {_verdict(ctx)}"
     )
     if ctx.gpu_assumed:

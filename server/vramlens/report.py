@@ -13,8 +13,9 @@ JSON contract (`vramlens estimate --format json`, also produced by `vramlens tra
 "unmodelled": [{"key", "value", "what", "consequence", "line"}]: settings read that change memory or speed and that the
  estimate does not model ("line" 1-based, null when not known); "approximate": true when the figure rests on an
  approximation, "approximate_reasons": every reason (each unmodelled setting among them).
-plus "range_gib": {"low", "high"}, "phases_gib" (allocated GiB of each candidate phase), "params_trainable", "sources" (each setting's value and where it came
-from: {"<setting>": {"value", "from"}}, e.g. {"value": true, "from": "default of TRL 1.x (SFTConfig/ModelConfig)"}).
+plus "range_gib": {"low", "high"}, "phases_gib" (allocated GiB of each candidate phase), "params_trainable",
+"sources" (each setting's value and where it came from: {"<setting>": {"value", "from"}}, e.g. {"value": true,
+"from": "default of TRL 1.x (SFTConfig/ModelConfig)"}).
 """
 
 from __future__ import annotations
@@ -233,7 +234,8 @@ def render_text(path: str, plan: TrainingPlan, res: Resolution, est: Estimate) -
         f"{est.params_total / 1e9:.2f} B params, {est.params_trainable / 1e9:.3g} B trainable · {method_text(rp)}",
         f"  trains  {objective_text(rp)}",
         f"  GPU     {gpu}: {usable_text(rp.gpu.usable_gib)} GiB usable per GPU{assumed_gpu_note(res)}",
-        f"  peak    {peak_mark(est)}{_g(est.device_bytes):.1f} GiB on the device ({_g(est.low_bytes):.1f}–{_g(est.high_bytes):.1f}) "
+        f"  peak    {peak_mark(est)}{_g(est.device_bytes):.1f} GiB on the device "
+        f"({_g(est.low_bytes):.1f}–{_g(est.high_bytes):.1f}) "
         f"→ {verdict}, headroom {_g(est.headroom_bytes):+.1f} GiB",
         f"          allocated {_g(est.allocated_bytes):.1f} · reserved {_g(est.reserved_bytes):.1f} · "
         f"peak phase: {est.phase}",

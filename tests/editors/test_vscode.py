@@ -349,8 +349,8 @@ def test_missing_python_is_reported_with_show_logs(
 
 
 def test_notebook_cells_get_their_squiggles_in_vscode(tmp_path: Path, code_server: CodeServer) -> None:
-    """A Colab-style notebook (run too large for its T4): VS Code syncs it as a notebook, the errors land on their cells at the lines
-    `vramlens check` reports for the .ipynb file, and the page shows the squiggle in the cell."""
+    """A Colab-style notebook (run too large for its T4): VS Code syncs it as a notebook, the errors land on their
+    cells at the lines `vramlens check` reports for the .ipynb file, and the page shows the squiggle in the cell."""
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     notebook = workspace / NOTEBOOK.name

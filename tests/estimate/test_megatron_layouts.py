@@ -126,7 +126,8 @@ def plan(arch, tp=1, pp=1, dp=1, mbs=1, seq=2048, sp=False, dist_opt=False, vpp=
     return ResolvedPlan(**base)
 
 
-LAYOUTS = [  # (arch, tp, pp, dp, micro-batch, seq, sequence parallel, distributed optimizer, virtual stages, micro-batches)
+# (arch, tp, pp, dp, micro-batch, seq, sequence parallel, distributed optimizer, virtual stages, micro-batches)
+LAYOUTS = [
     (gpt(), 2, 1, 4, 1, 2048, True, True, None, 4),
     (gpt(), 4, 4, 2, 1, 4096, True, False, None, 8),
     (gpt(), 2, 4, 8, 2, 2048, True, True, 2, 16),

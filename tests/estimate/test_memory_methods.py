@@ -131,9 +131,10 @@ def llama7b_plan(
 ) -> ResolvedPlan:
     """jiaweizzhao/GaLore 2cc66f88 torchrun_main.py and VITA-Group/Q-GaLore 5bd2f1c5 run_pretrain.py with
     configs/llama_7b.json (Llama-2-7B's shapes: vocab 32000, hidden 4096, 32 layers, MLP 11008): the model cast to
-    bf16 (`--dtype bfloat16`), max_length 256 (the scripts' default), SDPA attention (peft_pretraining/modeling_llama.py),
-    GaLore on every attention and MLP linear (`target_modules_list = ["attn", "mlp"]`), rank 1024, one optimizer per
-    parameter stepped from the backward (`*_per_layer`), the embedding and LM head on bitsandbytes Adam8bit."""
+    bf16 (`--dtype bfloat16`), max_length 256 (the scripts' default), SDPA attention
+    (peft_pretraining/modeling_llama.py), GaLore on every attention and MLP linear (`target_modules_list = ["attn",
+    "mlp"]`), rank 1024, one optimizer per parameter stepped from the backward (`*_per_layer`), the embedding and LM
+    head on bitsandbytes Adam8bit."""
     return ResolvedPlan(
         arch=models.lookup_model("meta-llama/Llama-2-7b-hf"),
         framework="custom",

@@ -173,7 +173,8 @@ from trl import SFTConfig, SFTTrainer
 bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype="bfloat16")
 args = SFTConfig(output_dir="out", per_device_train_batch_size=4, max_length=2048, bf16=True,
                  gradient_checkpointing=True, model_init_kwargs={"quantization_config": bnb, "dtype": "bfloat16"})
-trainer = SFTTrainer(model="meta-llama/Llama-3.1-8B", args=args, peft_config=LoraConfig(r=16, target_modules="all-linear"))
+trainer = SFTTrainer(model="meta-llama/Llama-3.1-8B", args=args, \
+peft_config=LoraConfig(r=16, target_modules="all-linear"))
 """
 
 

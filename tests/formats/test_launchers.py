@@ -105,7 +105,8 @@ def test_peft_example_is_no_longer_a_full_fp32_fine_tune():
 
 
 def test_openrlhf_here_document_command_template():
-    """OpenRLHF's own scripts: `read -r -d '' training_commands <<EOF … EOF` then `deepspeed --module $training_commands`."""
+    """OpenRLHF's own scripts: `read -r -d '' training_commands <<EOF … EOF` then
+    `deepspeed --module $training_commands`."""
     text, plan = plan_of("openrlhf_heredoc.sh")
     assert plan.framework == "openrlhf" and plan.objective.value == "sft"
     assert plan.model_id.value == "meta-llama/Meta-Llama-3-8B"

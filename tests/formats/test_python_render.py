@@ -64,8 +64,8 @@ def test_inline_call_gets_inline_arguments_in_its_quote_style():
     assert diff(old, new) == (
         ["args = Seq2SeqTrainingArguments('out', per_device_train_batch_size=4, fp16=True, optim='adafactor')"],
         [
-            "args = Seq2SeqTrainingArguments('out', per_device_train_batch_size=4, fp16=True, optim='paged_adamw_8bit', "
-            "gradient_checkpointing=True)"
+            "args = Seq2SeqTrainingArguments('out', per_device_train_batch_size=4, fp16=True, "
+            "optim='paged_adamw_8bit', gradient_checkpointing=True)"
         ],
     )
 

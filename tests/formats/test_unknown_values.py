@@ -63,7 +63,8 @@ def test_hub_kernels_are_accepted():
         ("distributed_type: DEEPSPEEED\nnum_processes: 2\n", "DEEPSPEED"),
         ("distributed_type: MULTI_GPU\nmixed_precision: bf61\nnum_processes: 2\n", "bf16"),
         (
-            "checkpoint_dir: checkpoints/m/x\nprecision: bf16-true\nquantize: nf4\ndevices: 1\ntrain:\n  micro_batch_size: 1\n",
+            "checkpoint_dir: checkpoints/m/x\nprecision: bf16-true\nquantize: nf4\ndevices: 1\n"
+            "train:\n  micro_batch_size: 1\n",
             "bnb.nf4",
         ),
         (

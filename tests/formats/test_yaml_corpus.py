@@ -82,7 +82,10 @@ def test_corpus_plans_match_the_reviewed_golden_table(corpus):
     "text",
     [
         # a GitHub workflow, a docker-compose file, a Kubernetes manifest, a dataset card, an empty file
-        "name: ci\non:\n  push:\njobs:\n  test:\n    runs-on: ubuntu-latest\n    steps:\n      - uses: actions/checkout@v4\n",
+        (
+            "name: ci\non:\n  push:\njobs:\n  test:\n    runs-on: ubuntu-latest\n"
+            "    steps:\n      - uses: actions/checkout@v4\n"
+        ),
         "services:\n  web:\n    image: nginx\n    ports: ['80:80']\n",
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: trainer\nspec:\n  containers:\n    - name: t\n      image: x\n",
         "dataset_info:\n  features:\n    - name: text\n      dtype: string\n  splits:\n    - name: train\n",

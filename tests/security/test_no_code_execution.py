@@ -52,7 +52,9 @@ from trl import SFTConfig
 SFTConfig(per_device_train_batch_size=__import__("os").system("{touch}"))
 ```
 """,
-        "cfg.yaml": f"model_name_or_path: !!python/object/apply:os.system ['{touch}']\nper_device_train_batch_size: 2\n",
+        "cfg.yaml": (
+            f"model_name_or_path: !!python/object/apply:os.system ['{touch}']\nper_device_train_batch_size: 2\n"
+        ),
         "cfg2.yaml": f"model_name_or_path: gpt2\noptim: !!python/name:os.system\nper_device_train_batch_size: 2\n"
         f"deepspeed: !!python/object/new:subprocess.Popen [['{touch.split()[0]}', '{m}']]\n",
         "evil_helpers.py": f"open('{m}', 'w').write('imported')\n",

@@ -30,7 +30,10 @@ SITECUSTOMIZE = textwrap.dedent("""
     def _hook(event, args):
         if event == "socket.__new__" and args[1] not in (socket.AF_UNIX, -1):
             _refuse(f"socket({args[1]!r})")
-        elif event in ("socket.connect", "socket.sendto", "socket.bind") and getattr(args[0], "family", None) != socket.AF_UNIX:
+        elif (
+            event in ("socket.connect", "socket.sendto", "socket.bind")
+            and getattr(args[0], "family", None) != socket.AF_UNIX
+        ):
             _refuse(f"{event}({args[1]!r})")
         elif event in ("socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyname_ex",
                        "socket.gethostbyaddr", "urllib.Request"):

@@ -4,7 +4,8 @@ input and that input's gradient until the backward ends, when the units' weights
 the adapters sit in units of their own). Run here with torch's real FSDP on CPU (one gloo rank on loopback) over
 blocks of frozen linears with trainable adapters: one block-input-sized tensor more per layer, none with a
 non-reentrant checkpoint. The estimator counts L − 2 more at the first block's backward (components.
-fsdp_kept_block_grads: the count measured the same way with transformers 4.45.2's own Llama and Mixtral under FSDP1). Skips with a reason where torch is missing (CI installs the trace extra)."""
+fsdp_kept_block_grads: the count measured the same way with transformers 4.45.2's own Llama and Mixtral under
+FSDP1). Skips with a reason where torch is missing (CI installs the trace extra)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
 """Jupyter notebooks (.ipynb): code cells read as Python, `!cmd` lines and `%%bash` cells as shell.
 
 A notebook is analysed as one text, its *cell text*: every code cell's source after a marker line
-`# %% [cell N]` (`# %% [cell N] shell` for a cell whose own language is shell, as VS Code records it) (N is the cell's place in the notebook from 1, markdown cells counted, as editors number
-them; the percent format jupytext and VS Code use), in notebook order. The CLI builds it from the .ipynb JSON (nbformat 4, `cells[].source`; nbformat 3,
-`worksheets[0].cells[].input`), the language server from the cells the editor syncs (LSP 3.17
-notebook documents); both give the same text, so the same answer. Spans point into the cell text;
-`CellText.locate` maps a line back to (cell, line in the cell), since each cell line is kept whole.
+`# %% [cell N]` (`# %% [cell N] shell` for a cell whose own language is shell, as VS Code records it) (N is
+the cell's place in the notebook from 1, markdown cells counted, as editors number them; the percent format
+jupytext and VS Code use), in notebook order. The CLI builds it from the .ipynb JSON (nbformat 4,
+`cells[].source`; nbformat 3, `worksheets[0].cells[].input`), the language server from the cells the editor
+syncs (LSP 3.17 notebook documents); both give the same text, so the same answer. Spans point into the cell
+text; `CellText.locate` maps a line back to (cell, line in the cell), since each cell line is kept whole.
 
 The cell text is read through two views of the same length, line for line:
 - the Python view blanks what IPython, not Python, reads: `!cmd` and `%magic` lines (with their `\\`

@@ -24,14 +24,15 @@ Where transformers' gradient checkpointing wraps a decoder layer, and what FSDP 
   families in `CKPT_IN_LAYER_EARLY_FAMILIES`) and 4.53.0 (every other one, huggingface/transformers PR #38913) the
   layer is a `GradientCheckpointingLayer` (modeling_layers.py) that checkpoints inside its own `__call__`.
 - torch FSDP1 (torch 2.13 distributed/fsdp/_runtime_utils.py `_register_post_backward_reshard_only_hook`;
-  (the same registration in the earlier 2.x sources) gives a unit whose flat parameter needs no gradient (a LoRA model's layer: the HF Trainer wraps each adapter
-  linear in a unit of its own, `_fsdp_qlora_plugin_updates` with peft's `fsdp_auto_wrap_policy`) a multi-grad hook
-  on the unit's inputs when it runs with gradients on. Under a reentrant checkpoint around the unit that happens in
-  the recompute, on the checkpoint's detached input leaf; the hook (autograd/graph.py `register_multi_grad_hook`
-  keeps the leaf's AccumulateGrad node, and so the leaf with its `.grad`) lives on the flat parameter until
-  `_finalize_params` at the end of backward. Each block's checkpointed input and its input gradient then stay
-  until the backward ends (measured on CPU with FSDP1: L − 2 more hidden-sized tensors than without FSDP at the
-  first block's backward; none under transformers 5, whose checkpoint runs inside the unit).
+  (the same registration in the earlier 2.x sources) gives a unit whose flat parameter needs no gradient (a
+  LoRA model's layer: the HF Trainer wraps each adapter linear in a unit of its own, `_fsdp_qlora_plugin_updates`
+  with peft's `fsdp_auto_wrap_policy`) a multi-grad hook on the unit's inputs when it runs with gradients on.
+  Under a reentrant checkpoint around the unit that happens in the recompute, on the checkpoint's detached input
+  leaf; the hook (autograd/graph.py `register_multi_grad_hook` keeps the leaf's AccumulateGrad node, and so the
+  leaf with its `.grad`) lives on the flat parameter until `_finalize_params` at the end of backward. Each block's
+  checkpointed input and its input gradient then stay until the backward ends (measured on CPU with FSDP1: L − 2 more
+  hidden-sized tensors than without FSDP at the first block's backward; none under transformers 5, whose checkpoint
+  runs inside the unit).
 And one from torch: from 1.13 `torch.cuda` sets `CUDA_MODULE_LOADING=LAZY` unless the user set it (pytorch/pytorch
 PR #86509, "[1.13] Sets CUDA_MODULE_LOADING to LAZY when not set by the user"); before, every kernel of torch's
 CUDA libraries is loaded when the context is created, which makes the context itself much larger.

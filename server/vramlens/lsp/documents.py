@@ -2,8 +2,9 @@
 
 One analysis per (document version, settings generation). A change schedules an analysis and cancels
 the one it supersedes; changes in quick succession are debounced, so a burst of edits costs one
-analysis, while a single keystroke is analysed at once. Requests that need the current result (hover, code actions, lenses) compute it at once
-if the scheduled run has not happened yet; either way each version is analysed once.
+analysis, while a single keystroke is analysed at once. Requests that need the current result (hover, code
+actions, lenses) compute it at once if the scheduled run has not happened yet; either way each version is
+analysed once.
 """
 
 from __future__ import annotations

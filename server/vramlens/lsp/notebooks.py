@@ -210,7 +210,8 @@ def clear(ls: "VramlensServer", params: types.DidCloseNotebookDocumentParams) ->
 
 
 def _cell_of(ls: "VramlensServer", cell_uri: str):
-    """(notebook, its code cells, their cell text, this cell's index) for a cell URI; None if not in an open notebook."""
+    """(notebook, its code cells, their cell text, this cell's index) for a cell URI; None if not in an open
+    notebook."""
     nb = ls.workspace.get_notebook_document(cell_uri=cell_uri)
     if nb is None:
         return None

@@ -17,8 +17,8 @@ Shims (each checked fake == real on CPU tensors in tests/trace/test_hf_shims.py)
   that keeps a bool mask, as `native_dropout` on CUDA does.
 - tied embeddings: `to_empty()` gives each module a new Parameter, so `tie_weights()` is called again.
 - flash_attention_2 / flash_attention_3 have no CPU kernel: `flash_stand_in` is registered in
-  `AttentionInterface` under a name of its own and keeps what flash-attn keeps (q, k, v, output and an fp32 logsumexp) by calling
-  SDPA's CPU flash kernel with native grouped K/V.
+  `AttentionInterface` under a name of its own and keeps what flash-attn keeps (q, k, v, output and an fp32
+  logsumexp) by calling SDPA's CPU flash kernel with native grouped K/V.
 - SDPA called directly by the modelling code (Falcon), outside `AttentionInterface`: the CPU's kernel
   choice can differ from CUDA's (dropout sends the CPU to math, CUDA's fused kernels drop inside);
   `sdpa_as_cuda_kernel` runs the kernel CUDA's dispatcher would pick (`cuda_sdpa_backend`). Falcon-7B's call

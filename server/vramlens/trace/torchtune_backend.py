@@ -1,4 +1,5 @@
-"""The torchtune backend: one step of a torchtune recipe on torchtune's own model, adapters and loss, under fake tensors.
+"""The torchtune backend: one step of a torchtune recipe on torchtune's own model, adapters and loss, under fake
+tensors.
 
 A torchtune config builds its model with one of torchtune's builders (`model: _component_:
 torchtune.models.llama3_2.lora_llama3_2_1b`), which call the family's component builder with the model's shapes

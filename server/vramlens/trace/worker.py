@@ -10,7 +10,8 @@ Requests (stdin):
   {"op": "shutdown"}
 Messages (stdout):
   {"type": "hello", "protocol": 1, "vramlens": "…"}                  at once
-  {"type": "ready", "torch": "…", "versions": {"transformers": "…" | null, …}}  or  {"type": "fatal", "kind": "torch-missing", "message": "…"}
+  {"type": "ready", "torch": "…", "versions": {"transformers": "…" | null, …}}
+      or  {"type": "fatal", "kind": "torch-missing", "message": "…"}
   {"type": "progress", "id", "message", "fraction"}                  fraction < 0: no estimate
   {"type": "result", "id", "result": {…}}                            see `report.result_json`
   {"type": "error", "id", "kind": "cancelled" | "invalid" | "failed", "message"}

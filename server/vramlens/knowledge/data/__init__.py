@@ -27,7 +27,8 @@ def index_spellings(
     key: Callable[[str], K],
     file: str,
 ) -> dict[K, T]:
-    """Map `key(spelling)` -> record for each record's name and aliases; a spelling shared by two records is an error."""
+    """Map `key(spelling)` -> record for each record's name and aliases; a spelling shared by two records is an
+    error."""
     index: dict[K, T] = {}
     for record in records:
         for spelling in (name(record), *getattr(record, "spellings", getattr(record, "aliases", ()))):
