@@ -9,9 +9,9 @@ well-formed kernels reach:
                 the weight-gradient GEMM (only for weights that train), and the forward again for recomputed
                 blocks under gradient checkpointing. Partial fine-tuning (freeze tuning, LLaMA-Pro, LISA, BAdam)
                 runs weight gradients only for its trained layers, and backward and recompute only down to the
-                lowest of them (components.backward_layers). Small micro-batches read the whole weight for few tokens and
-                are bandwidth-bound: this is where a larger micro-batch gains speed. MoE: each routed expert sees
-                its share (top-k / experts) of the tokens.
+                lowest of them (components.backward_layers). Small micro-batches read the whole weight for few
+                tokens and are bandwidth-bound: this is where a larger micro-batch gains speed. MoE: each routed
+                expert sees its share (top-k / experts) of the tokens.
   LoRA          the adapters' own small GEMMs, their dropout, and (QLoRA) dequantising each 4-bit weight to the
                 compute dtype every time it is used (forward, input gradient, recompute).
   attention     QKᵀ and AV: 4·T·s·d FLOPs per layer forward, halved for causal masks by kernels that skip masked
@@ -712,9 +712,10 @@ def _projected(rp: ResolvedPlan) -> list[tuple[float, float, int, int]]:
 def _low_rank_seconds(rp: ResolvedPlan, p: C.Params) -> float:
     """Per optimizer step, what GaLore/APOLLO add to the update of each targeted m×n matrix (long side M, short
     side S, rank r): GaLore projects the gradient onto rank r and the update back (two 2·r·M·S-FLOP GEMMs, the
-    first reading the full gradient, the second writing the full update, in the gradient's dtype; Zhao et al., arXiv:2403.03507, Algorithm 2), and
-    every `update_proj_gap` steps takes `torch.linalg.svd(grad.float(), full_matrices=False)` for a new projection
-    (galore_torch galore_projector.py `get_orthogonal_matrix`): Golub & Van Loan's R-SVD count for Σ, U₁, V,
+    first reading the full gradient, the second writing the full update, in the gradient's dtype; Zhao et al.,
+    arXiv:2403.03507, Algorithm 2), and every `update_proj_gap` steps takes
+    `torch.linalg.svd(grad.float(), full_matrices=False)` for a new projection (galore_torch galore_projector.py
+    `get_orthogonal_matrix`): Golub & Van Loan's R-SVD count for Σ, U₁, V,
     6·M·S² + 20·S³ FLOPs (Matrix Computations, 4th ed., §8.6.3, Fig. 8.6.1) at the fp32 CUDA-core rate, and the
     matrix-vector half of its bidiagonalisation reads the trailing S×S fp32 matrix twice per column (≈ 8/3·S³
     bytes) — a lower bound, as cuSOLVER's SVD rarely reaches the GEMM rate. APOLLO projects once with a random

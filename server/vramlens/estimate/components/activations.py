@@ -1,0 +1,92 @@
+"""Saved activations: one block's sub-layers (norms, attention, MLP, linear inputs, adapters, residual dropouts) summed
+per layer, and the layers of the stack."""
+
+from __future__ import annotations
+
+from vramlens.estimate.components.adapters import dora_per_token
+from vramlens.estimate.components.attention import attention_per_token, cross_attention_per_token
+from vramlens.estimate.components.common import MLP_LINEARS, amp_fp32_stream
+from vramlens.estimate.components.linears import linear_inputs_per_token
+from vramlens.estimate.components.mlp import mlp_per_token
+from vramlens.estimate.components.norms import SHARED_NORM_INPUT, first_block_input_frozen, norms_per_token
+from vramlens.estimate.components.ssm import mamba_layer_per_token
+from vramlens.estimate.components.t5 import hf_t5, t5_block_extras, t5_cross_attention_per_token
+from vramlens.estimate.shapes import is_mamba
+from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
+from vramlens.knowledge.models import norms_per_layer
+from vramlens.resolved import ResolvedPlan
+
+# Residual dropouts per block on by default (GPT2Config and GPTBigCodeConfig resid_pdrop = 0.1: after attention and
+# after the MLP).
+RESIDUAL_DROPOUTS = {
+    "gpt2": 2,
+    "gpt_bigcode": 2,
+    "bert": 2,
+    "roberta": 2,
+    "deberta-v2": 2,
+    "t5": 2,
+}
+
+
+def residual_dropouts_per_token(rp: ResolvedPlan) -> int:
+    """The residual dropouts the family's config enables by default (`RESIDUAL_DROPOUTS`), each keeping a 1-byte mask
+    per element (CUDA native_dropout)."""
+    return (RESIDUAL_DROPOUTS.get(rp.arch.family, 0) * rp.arch.hidden) if rp.framework in HF_MODEL_FRAMEWORKS else 0
+
+
+def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[float, float]:
+    """Saved activations per token: (all layers without checkpointing, one layer), in bytes. `kept`, when given,
+    receives "down_input": what one layer keeps of the down projection's input (for `backward_block_per_token`).
+
+    HF Llama-style block in 16-bit with SDPA/flash (traced; docs/memory-model.md, "Activations"):
+      norms: each RMSNorm keeps its fp32 input (4h) and the normalised 16-bit value (2h); its weighted
+             output (2h) is the input of the following linears (`norms_per_token`);
+      attention: q after RoPE (2q), K and V (2·kv_eff each, kv_eff = q with repeat_kv), SDPA output (2q),
+             fp32 logsumexp (4·heads); eager adds fp32 softmax + 16-bit probabilities (6·heads·s)
+             (`attention_per_token`);
+      gated MLP: gate, up, act(gate) (2I each) and the product, the input of down (2I) (`mlp_per_token`).
+    GELU MLP blocks (GPT-2/BERT/T5): LayerNorm keeps its 16-bit input; fc1 output and GELU output (2I each).
+    The linears' inputs, as the weights and adapters that train keep them: `linear_inputs_per_token`; DoRA's
+    products: `dora_per_token`; residual dropouts' masks: `residual_dropouts_per_token`. A Mamba block:
+    `mamba_layer_per_token`.
+    """
+    arch = rp.arch
+    if is_mamba(arch):
+        one = mamba_layer_per_token(rp)
+        if kept is not None:
+            kept.update(down_input=0.0, through_attention=one, down_adapter_copy=0.0, mlp=0.0, after_attention=0.0)
+        return arch.layers * one, one
+    h = arch.hidden
+    amp = amp_fp32_stream(rp)
+    norm_keep = norms_per_token(rp)
+    attn = attention_per_token(rp)
+    mlp_internal = mlp_per_token(rp)
+    lin = linear_inputs_per_token(rp)
+    per_layer = norm_keep + attn + mlp_internal + lin.total + dora_per_token(rp)
+    per_layer += residual_dropouts_per_token(rp)
+    if arch.block == "encoder-decoder" and hf_t5(rp):
+        enc = arch.encoder_layers or arch.layers
+        one_norm = norm_keep / max(norms_per_layer(arch), 1)
+        enc_layer = per_layer + t5_block_extras(rp, norms=2)
+        cross = t5_cross_attention_per_token(rp, one_norm, attn, lin.qkv_adapters, lin.o)
+        per_layer = enc_layer + cross  # the decoder's block, the largest one
+        total_layers = enc * enc_layer + arch.layers * per_layer
+    elif arch.block == "encoder-decoder":
+        enc = arch.encoder_layers or arch.layers
+        cross = cross_attention_per_token(rp)
+        total_layers = enc * per_layer + arch.layers * (per_layer + cross)
+    else:
+        total_layers = arch.layers * per_layer
+        if first_block_input_frozen(rp) and amp:
+            # the first block's norm reads the frozen embeddings' output: it keeps no fp32 input
+            total_layers -= (2 if arch.family in SHARED_NORM_INPUT else 1) * 4 * h
+    tp = max(rp.tensor_parallel, 1)
+    if kept is not None:
+        kept["down_input"] = lin.down / tp
+        kept["through_attention"] = (lin.qkv + attn) / tp  # what a block keeps up to its attention's output
+        kept["down_adapter_copy"] = lin.down_copy / tp
+        kept["mlp"] = (mlp_internal + lin.mlp + dora_per_token(rp, MLP_LINEARS)) / tp
+        # what a block keeps past its attention's output (o's adapter input, the MLP, a second norm): freed by the
+        # block's backward before its attention's own backward runs
+        kept["after_attention"] = max(per_layer - lin.qkv - attn - norm_keep / max(norms_per_layer(arch), 1), 0) / tp
+    return total_layers / tp, per_layer / tp

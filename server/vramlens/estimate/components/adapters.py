@@ -1,0 +1,178 @@
+"""Adapter methods beyond plain LoRA: IA3 and VeRA (trained vectors) and DoRA (a magnitude per output): their
+parameters and what they keep."""
+
+from __future__ import annotations
+
+from vramlens.estimate.components.common import (
+    DTYPE_BYTES,
+    fp32_residual,
+    has_linear,
+    linear_in_features,
+    linear_out_features,
+    mlp_bytes,
+)
+from vramlens.estimate.components.experts import experts_adaptable
+from vramlens.estimate.shapes import targeted
+from vramlens.knowledge import versions
+from vramlens.resolved import ResolvedPlan
+
+# Adapter methods that train vectors, not low-rank matrices (peft IA3, VeRA).
+VECTOR_METHODS = ("ia3", "vera")
+
+
+def _vector_targets(rp: ResolvedPlan):
+    return [l for l in targeted(rp.arch, rp.lora_targets, experts_adaptable(rp)) if l.name not in ("lm_head", "embed")]
+
+
+def vector_adapter_params(rp: ResolvedPlan) -> int:
+    """Trainable parameters of IA3 and VeRA. IA3 (peft 0.21.2 `tuners/ia3/layer.py` IA3Layer.update_layer): one
+    vector per targeted linear, of its input width for a feedforward module (`feedforward_modules`), else of its
+    output width. VeRA (peft 0.21.2 `tuners/vera/layer.py` VeraLayer.update_layer): `vera_lambda_d` (r) and
+    `vera_lambda_b` (out features) per targeted linear."""
+    out = 0
+    for lin in _vector_targets(rp):
+        if rp.peft == "ia3":
+            out += lin.count * (lin.in_features if lin.name in rp.feedforward_targets else lin.out_features)
+        else:
+            out += lin.count * (rp.lora_r + lin.out_features)
+    return out
+
+
+def vera_projection_params(rp: ResolvedPlan) -> int:
+    """VeRA's frozen random projections, shared by every adapted linear: `vera_A` (r × the largest input width) and
+    `vera_B` (the largest output width × r) (peft 0.21.2 `tuners/vera/model.py` `_find_dim`, `_init_vera_A_vera_B`);
+    each layer slices them."""
+    if rp.peft != "vera":
+        return 0
+    lins = _vector_targets(rp)
+    if not lins:
+        return 0
+    return rp.lora_r * (max(l.in_features for l in lins) + max(l.out_features for l in lins))
+
+
+def vector_adapter_per_token(rp: ResolvedPlan) -> tuple[float, float, float]:
+    """(bytes kept per token and layer, of them the down projection's input, the adapter's own copy of it) under
+    IA3 or VeRA. The base linears are frozen, so they keep nothing of their input; the adapters' products keep the
+    operand the vector's gradient needs.
+    IA3 (peft 0.21.2 `tuners/ia3/layer.py` Linear.forward): a feedforward module computes
+    `(x.to(ia3_l.dtype) * ia3_l)` before the base layer, so the product keeps the input cast to the vector's dtype
+    (fp32 under peft's default `autocast_adapter_dtype`); any other computes `base_layer(x) * ia3_l`, keeping the
+    base output (the activations' dtype).
+    VeRA (peft 0.21.2 `tuners/vera/layer.py` Linear.forward): `lambda_b * F.linear(lambda_d * F.linear(x, A), B)`
+    with x cast to the vectors' dtype and A, B frozen: lambda_d's product keeps x·Aᵀ (r wide) and lambda_b's keeps
+    the B projection (out wide), in the vectors' dtype, or 16-bit under autocast (F.linear returns it); the casts of
+    x feed only frozen matmuls and are not kept. Dropout keeps its 1-byte mask."""
+    arch = rp.arch
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    av = 4 if (rp.adapter_fp32 or rp.weight_dtype == "fp32" or c == 4) else c
+    layers = max(arch.layers, 1)
+    total = down = 0.0
+    for lin in _vector_targets(rp):
+        per = lin.count / layers
+        if rp.peft == "ia3":
+            kept = av * lin.in_features if lin.name in rp.feedforward_targets else c * lin.out_features
+        else:
+            width = c if rp.amp and c == 2 else av
+            kept = width * (rp.lora_r + lin.out_features) + (lin.in_features if rp.lora_dropout > 0 else 0)
+        total += per * kept
+        if lin.name in ("down", "fc2") and rp.peft == "ia3" and lin.name in rp.feedforward_targets:
+            down += per * kept
+    copy = down if (rp.peft == "ia3" and av != c) else 0.0
+    return total, down, copy
+
+
+def dora_targets(rp: ResolvedPlan) -> list[str]:
+    """The block linears a DoRA adapter wraps (the dense ones: MoE experts are not nn.Linear modules here)."""
+    if rp.peft != "dora":
+        return []
+    arch = rp.arch
+    names = ("q", "k", "v", "o") + (() if arch.is_moe else ("gate", "up", "down", "fc1", "fc2"))
+    all_lin = "all-linear" in rp.lora_targets
+    return [n for n in names if has_linear(arch, n) and (all_lin or n in rp.lora_targets)]
+
+
+def _dora_dtypes(rp: ResolvedPlan) -> tuple[int, int, bool]:
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    autocast = fp32_residual(rp)
+    a = c if autocast else (4 if (rp.adapter_fp32 and c == 2) else c)
+    return c, a, autocast
+
+
+def dora_recomputes_base(rp: ResolvedPlan) -> bool:
+    """Whether DoRA computes its own F.linear(x, weight.to(x.dtype)) in the adapter's input dtype rather than reuse
+    the base layer's output: with dropout (any peft: the dropped input differs from the base layer's), and always
+    before peft 0.14.0, whose `Linear.forward` never passes `base_result` (peft 0.13.2 `tuners/lora/layer.py`,
+    `tuners/lora/dora.py`; `knowledge/versions.peft_dora_reuses_base_result`)."""
+    if rp.lora_dropout > 0:
+        return True
+    pv = rp.version_of("peft")
+    return not versions.peft_dora_reuses_base_result(pv[0] if pv else None)
+
+
+def dora_version_notes(rp: ResolvedPlan) -> list[str]:
+    """What the plan's peft version changes in DoRA's kept tensors (empty when nothing does)."""
+    if not dora_targets(rp) or rp.lora_dropout > 0 or not dora_recomputes_base(rp):
+        return []
+    pv = rp.version_of("peft")
+    copies = dora_weight_copies(rp)
+    kept = f"; each block also keeps a {copies / 2**20:,.0f} MiB cast of its adapted weights" if copies else ""
+    return [
+        f"DoRA on peft {pv[0] if pv else versions.NEWEST['peft']}: every adapted linear recomputes x @ W in the "
+        f"adapter's dtype instead of reusing the base layer's output (peft reuses it from 0.14.0) and keeps that "
+        f"product for backward{kept}"
+    ]
+
+
+def dora_per_token(rp: ResolvedPlan, only: tuple[str, ...] | None = None) -> float:
+    """What DoRA keeps per token beyond LoRA (peft 0.21.2 `tuners/lora/dora.py` DoraLinearLayer.forward):
+    `result_dora = (mag_norm_scale - 1) * base_result + mag_norm_scale * lora_result * scaling` — the two products
+    keep `base_result` and `lora_result` (out features each) for the magnitude's gradient. Without dropout
+    `base_result` is the base layer's output (its dtype: 16-bit, fp32 from a k-bit linear fed fp32); with dropout,
+    and with any peft before 0.14 (`dora_recomputes_base`), it is recomputed as F.linear(dropout(x), weight) in
+    the adapter's input dtype (16-bit under autocast)."""
+    names = [n for n in dora_targets(rp) if only is None or n in only]
+    if not names:
+        return 0.0
+    c, a, autocast = _dora_dtypes(rp)
+    base_b = a if dora_recomputes_base(rp) else (4 if mlp_bytes(rp) == 4 else c)
+    return float(sum(linear_out_features(rp.arch, n) * (base_b + a) for n in names))
+
+
+def dora_weight_copies(rp: ResolvedPlan) -> int:
+    """Bytes per block that DoRA keeps for backward whatever the tokens: with dropout (and with any peft before
+    0.14, `dora_recomputes_base`), F.linear(dropout(x), weight.to(x.dtype)) keeps the weight it multiplies by, a
+    fresh copy when the base weight is quantized (`dequantize_module_weight`), cast to another dtype, or cast by
+    autocast (peft 0.21.2 `dora.py`; the same line in peft 0.13.2)."""
+    names = dora_targets(rp)
+    if not names or not dora_recomputes_base(rp):
+        return 0
+    c, a, autocast = _dora_dtypes(rp)
+    wb = DTYPE_BYTES[rp.weight_dtype]
+    fresh = autocast or bool(rp.quant_bits) or a != wb
+    if not fresh:
+        return 0
+    b = c if autocast else a
+    return sum(linear_in_features(rp.arch, n) * linear_out_features(rp.arch, n) * b for n in names)
+
+
+def dora_weight_norm_transient(rp: ResolvedPlan) -> int:
+    """Bytes DoRA allocates for a moment in every adapted linear's forward to get the weight norm (peft 0.21.2
+    `dora.py`): `get_lora_weight` runs lora_B(lora_A(eye(in))) — an in × in identity and the in × out product in
+    the adapter dtype — then `get_weight_norm` adds `scaling * lora_weight` to a copy of the weight in the input's
+    dtype (weight copy when the dtype differs or the weight is dequantized, scaled product and sum: 2–3 × in × out).
+    The identity stays alive meanwhile: lora_A saved it for its weight's gradient, and lora_weight's graph holds
+    that node until the forward drops lora_weight (traced with the real libraries, Mistral-7B DoRA checkpointed:
+    the down projection's 14336² fp32 identity is live at the recompute peak beside the weight-sized tensors).
+    The largest linear's counts."""
+    names = dora_targets(rp)
+    if not names:
+        return 0
+    c, a, autocast = _dora_dtypes(rp)
+    aw = 4 if (rp.adapter_fp32 or rp.weight_dtype == "fp32") else c
+    copies = 3 if (rp.quant_bits or a != DTYPE_BYTES[rp.weight_dtype]) else 2
+    arch = rp.arch
+    return max(
+        linear_in_features(arch, n) ** 2 * aw
+        + linear_in_features(arch, n) * linear_out_features(arch, n) * (aw + copies * a)
+        for n in names
+    )

@@ -1,0 +1,171 @@
+"""Attention: what one block's attention keeps for backward (fused SDPA/flash kernels, eager, SDPA's math kernel,
+DeBERTa-v2's disentangled attention), a decoder's cross-attention, and the padding mask."""
+
+from __future__ import annotations
+
+from vramlens.estimate.components.common import HF_FUSED_FAMILIES, amp_fp32_stream, mlp_bytes
+from vramlens.estimate.components.linears import o_keeps_attention_output
+from vramlens.estimate.components.vision import image_block_mask
+from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
+from vramlens.resolved import ResolvedPlan
+
+# Families whose transformers modelling code calls SDPA directly with K/V of fewer heads and no `enable_gqa`
+# (`sdpa_math`); grep of transformers 5.24 models/ for `scaled_dot_product_attention(`: of the causal LMs only Falcon
+DIRECT_SDPA_FAMILIES = {"falcon"}
+
+
+# Families whose eager attention takes the softmax in the scores' dtype, with no fp32 upcast (transformers 5.24
+# models/bert/modeling_bert.py `eager_attention_forward`: `nn.functional.softmax(attn_weights, dim=-1)`; roberta the
+# same; models/deberta_v2/modeling_deberta_v2.py DisentangledSelfAttention.forward).
+SOFTMAX_IN_INPUT_DTYPE = {"bert", "roberta", "deberta-v2"}
+
+
+# BertConfig and RobertaConfig also drop attention probabilities by default (hidden_dropout_prob and
+# attention_probs_dropout_prob = 0.1, transformers models/bert/configuration_bert.py, models/roberta/
+# configuration_roberta.py; BertSelfOutput and BertOutput drop after their dense layers).
+ATTENTION_DROPOUTS = {"bert", "roberta", "deberta-v2"}
+
+
+# DeBERTa-v2/v3 disentangled attention (transformers 5.24 models/deberta_v2/modeling_deberta_v2.py, run eager: the
+# class has no SDPA path): family -> relative-position buckets of the catalog's configs (microsoft/deberta-v3-*
+# config.json `position_buckets` 256, so 2 × 256 relative embeddings are attended).
+DISENTANGLED_ATTENTION = {"deberta-v2": 256}
+
+
+def kept_kv_width(rp: ResolvedPlan) -> int:
+    """Width of the K and V that attention keeps: the query width when HF's `repeat_kv` expands grouped K/V for SDPA
+    or eager attention, else kv_dim."""
+    arch = rp.arch
+    return arch.q_dim if (rp.repeat_kv and rp.attn_impl in ("sdpa", "eager")) else arch.kv_dim
+
+
+def attention_per_token(rp: ResolvedPlan) -> float:
+    """What one block's attention keeps per token, in bytes (traced; docs/memory-model.md, "Activations"): q after
+    RoPE (c·q), K and V (c·kv_eff each, `kept_kv_width`), the kernel's output (c·q) and its fp32 logsumexp (4·heads).
+    Eager attention adds the fp32 softmax and the 16-bit probabilities (6·heads·s), SDPA's math kernel keeps fp32 q,
+    K, V and probabilities instead (`sdpa_math`), and DeBERTa-v2's disentangled attention its relative-position
+    scores (`disentangled_per_token`). o's input is the kernel's output, kept here (`o_keeps_attention_output`)."""
+    arch = rp.arch
+    q, heads = arch.q_dim, arch.heads
+    kv_eff = kept_kv_width(rp)
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    s = rp.seq_len // max(rp.context_parallel, 1)
+    amp = amp_fp32_stream(rp)
+    attn: float = c * q + 2 * c * kv_eff + c * q + 4 * heads
+    mha = arch.kv_dim == q
+    hf_fused = rp.arch.family in HF_FUSED_FAMILIES and rp.framework in HF_MODEL_FRAMEWORKS
+    # a k-bit model's linears return fp32 (their input's dtype, `mlp_bytes`): autocast then hands SDPA 16-bit copies
+    # of q, k and v (scaled_dot_product_attention is an autocast op), and no view of the fused output reaches it
+    qkv_fp32 = mlp_bytes(rp) == 4 and c == 2
+    if (rp.fused_qkv or hf_fused) and mha and not qkv_fp32:
+        attn += c * (q + arch.kv_dim)  # V is a view of the fused q|k|v output, which SDPA keeps whole
+    if rp.attn_impl == "eager":
+        # fp32 softmax output + 16-bit probabilities (`eager_attention_forward`, transformers modeling_llama.py).
+        # BERT/RoBERTa/DeBERTa-v2 take the softmax in the scores' own dtype and drop the probabilities: the softmax
+        # output (c; fp32 under autocast, where softmax is an fp32 op) and the dropped copy the matmul keeps (c)
+        upcast = arch.family not in SOFTMAX_IN_INPUT_DTYPE or amp
+        attn += ((4 if upcast else c) + c) * heads * s
+        if arch.family == "gemma2":
+            # attention soft-capping before the softmax: tanh keeps its 16-bit output (transformers 5.24
+            # models/gemma2/modeling_gemma2.py eager_attention_forward: `/ softcap`, `tanh`, `* softcap`)
+            attn += c * heads * s
+        if arch.family in ATTENTION_DROPOUTS and rp.framework in HF_MODEL_FRAMEWORKS:
+            # dropout on the probabilities keeps its 1-byte mask (CUDA native_dropout); its output is what the
+            # probability-times-V matmul keeps, counted above (SDPA drops inside the kernel and keeps no mask)
+            attn += heads * s
+    elif sdpa_math(rp):
+        # SDPA's math kernel (no fused kernel takes the call, `sdpa_math`): q, K and V upcast to fp32 (intermediates
+        # in fp32 unless torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp), K and V broadcast over the query
+        # heads by `matmul` (a copy each), the fp32 probabilities, and the 16-bit output, which the kernel itself
+        # does not keep: o's matmul keeps it for its weight's gradient (below: not when o is frozen)
+        # (torch aten/src/ATen/native/transformers/attention.cpp `_scaled_dot_product_attention_math`)
+        attn = 4 * q + 2 * 4 * q + 4 * heads * s + c * q
+    if sdpa_math(rp) and rp.peft != "none" and not o_keeps_attention_output(rp):
+        # the math kernel keeps q, K, V and the probabilities, not its output (fused kernels keep it for their own
+        # backward): a frozen o keeps nothing (a 4-bit one of bitsandbytes < 0.43.2 keeps its input), and o's
+        # adapter keeps its own cast of the output (`o_input_per_token`), so SDPA's 16-bit output is freed (traced:
+        # Falcon-7B's LoRA/QLoRA blocks keep 2·h bytes a token less)
+        attn -= c * q
+    if arch.family in DISENTANGLED_ATTENTION and rp.framework in HF_MODEL_FRAMEWORKS:
+        attn += disentangled_per_token(rp, c, amp)
+    return attn
+
+
+def cross_attention_per_token(rp: ResolvedPlan) -> float:
+    """What a decoder block's cross-attention sub-layer keeps per token outside transformers' T5
+    (`t5_cross_attention_per_token`): its norm's fp32 input and normalised value ((4 + c)·h) and an attention over
+    the encoder's output as `attention_per_token`'s fused-kernel count (q, K, V, output, logsumexp)."""
+    arch = rp.arch
+    h, q, heads = arch.hidden, arch.q_dim, arch.heads
+    kv_eff = kept_kv_width(rp)
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    return c * q + 2 * c * kv_eff + c * q + 4 * heads + (4 + c) * h
+
+
+def sdpa_math(rp: ResolvedPlan) -> bool:
+    """Whether the model's SDPA call runs torch's math kernel on CUDA. Falcon calls
+    `torch.nn.functional.scaled_dot_product_attention` itself (transformers 5.24 models/falcon/modeling_falcon.py
+    `FalconAttention.forward`), with the always-built causal mask and, under multi-query attention (falcon-7b:
+    one K/V head, `new_decoder_architecture` off), K and V of one head and no `enable_gqa`. Every fused kernel then
+    declines: flash takes no mask (`check_for_attn_mask`), and flash, memory-efficient and cuDNN all require equal
+    query and K/V head counts unless `enable_gqa` is set (`check_batch_size_and_num_heads_dense`, torch 2.13
+    include/ATen/native/transformers/sdp_utils_cpp.h), so `select_sdp_backend` falls back to math (torch
+    aten/src/ATen/native/transformers/cuda/sdp_utils.cpp). The 40B/180B layout broadcasts K/V to every head first
+    and keeps a fused kernel."""
+    a = rp.arch
+    return (
+        rp.attn_impl == "sdpa"
+        and rp.framework in HF_MODEL_FRAMEWORKS
+        and a.family in DIRECT_SDPA_FAMILIES
+        and a.n_kv_heads == 1 < a.heads
+    )
+
+
+def sdpa_math_backward_per_token(rp: ResolvedPlan) -> float:
+    """Bytes per token live at the backward of one attention on the math kernel besides its saved tensors: the
+    gradient of the fp32 probabilities and the softmax backward's output (two query-heads × s fp32 matrices)."""
+    if not sdpa_math(rp):
+        return 0.0
+    return 2 * 4 * rp.arch.heads * (rp.seq_len // max(rp.context_parallel, 1)) / max(rp.tensor_parallel, 1)
+
+
+def disentangled_per_token(rp: ResolvedPlan, c: int, amp: bool) -> float:
+    """What DeBERTa-v2's `DisentangledSelfAttention` keeps per token beyond a BERT block's eager attention, in bytes
+    (transformers 5.24 models/deberta_v2/modeling_deberta_v2.py, share_att_key and pos_att_type c2p|p2c as in the
+    DeBERTa-v3 configs):
+      - the key both as itself (the p2c product's input) and scaled (`key_layer.transpose(-1, -2) / scale`, the q·kᵀ
+        product's input): one more key-sized copy, c·h;
+      - the c2p and p2c scores against the 2·buckets relative positions, before `torch.gather` picks the s × s
+        entries: gather keeps its source for backward (torch 2.13 tools/autograd/derivatives.yaml `gather`:
+        `gather_backward(grad, self, dim, index, sparse_grad)`), 2 × c·heads·2·buckets;
+      - the relative-position keys and queries (`query_proj`/`key_proj` of the relative embeddings, repeated over
+        the batch for `torch.bmm`), 2 × c·h·2·buckets per sequence: ÷ s per token;
+      - the inverted boolean mask `masked_fill` keeps, b·s² bytes: s per token.
+    Per layer, not per token: the two int64 gather indices (s² each, clamped relative positions shared by the
+    batch) and the dropped relative embeddings `pos_dropout` makes (1-byte mask + the copy the projections read:
+    c, or under autocast one 16-bit cast per projection of the fp32 LayerNorm output), spread over the tokens."""
+    arch = rp.arch
+    h, heads = arch.hidden, arch.heads
+    s = max(rp.seq_len // max(rp.context_parallel, 1), 1)
+    span2 = 2 * DISENTANGLED_ATTENTION[arch.family]
+    tokens = max(rp.micro_batch * s, 1)
+    per_token = c * arch.kv_dim + 2 * c * heads * span2 + 2 * c * h * span2 / s + s
+    per_layer = 2 * 8 * s * s + (1 + (2 * c if amp else c)) * span2 * h
+    return per_token + per_layer / tokens
+
+
+def attention_mask_bytes(rp: ResolvedPlan) -> tuple[int, int]:
+    """(once per step, saved per layer) bytes of the padding/causal mask.
+
+    HF builds one 4-D mask when the batch is padded: boolean for SDPA (b·s² bytes), additive 16-bit for eager.
+    SDPA turns a boolean mask into an additive one in the query dtype on every call, and the memory-efficient
+    kernel saves it for backward: 2·b·s² bytes per layer (trace_vs_estimate note 4). Packing and flash
+    attention pass no mask."""
+    if not image_block_mask(rp) and (rp.packing or not rp.attn_mask) or rp.attn_impl not in ("eager", "sdpa"):
+        return 0, 0
+    bss = rp.micro_batch * rp.seq_len**2
+    if rp.attn_impl == "eager":
+        return 2 * bss, 0
+    if not rp.repeat_kv:
+        return 0, 0
+    return bss, 2 * bss

@@ -1,0 +1,111 @@
+"""ZeRO/FSDP working sets: gathered (unsharded) parameters, reduce-scatter inputs and communication buckets."""
+
+from __future__ import annotations
+
+from vramlens.estimate.components.common import DTYPE_BYTES
+from vramlens.estimate.components.parameters import Params, params, quantized_bytes_per_param
+from vramlens.estimate.components.sharding import fsdp_gather_bytes, fsdp_sharded
+from vramlens.estimate.components.trained import counted_layers
+from vramlens.estimate.shapes import shapes
+from vramlens.knowledge.models import norms_per_layer
+from vramlens.resolved import ResolvedPlan
+
+
+def gathered_layer_bytes(rp: ResolvedPlan, p: Params) -> int:
+    """Bytes of one block's parameters as FSDP / ZeRO-3 gather them. A 4-bit model keeps its quantized weights
+    packed in the storage dtype (`bnb_4bit_quant_storage`), and the gather moves that storage as it is: the
+    packed payload and its constants, not a 16-bit copy (bitsandbytes docs/source/fsdp_qlora.md, "Quantized data
+    storage"; the weights are dequantized one linear at a time inside `Linear4bit.forward`)."""
+    if not rp.quant_bits:
+        return int(p.layer_bytes / max(rp.tensor_parallel, 1))
+    s = shapes(rp.arch)
+    norms = norms_per_layer(rp.arch) * rp.arch.hidden
+    packed, consts = quantized_bytes_per_param(rp)
+    cb = DTYPE_BYTES[rp.compute_dtype]
+    return int((s.layer_params - norms) * (packed + consts) + norms * cb)
+
+
+def fsdp_root_unsharded(rp: ResolvedPlan) -> int:
+    """FSDP's unsharded parameters at the end of the forward, held into the backward.
+
+    The root unit's: FULL_SHARD frees every other unit after its forward but not the root's ("Do not free the root's
+    parameters in the post-forward for `FULL_SHARD` with the intention that they are immediately used for backward
+    computation", torch 2.4 torch/distributed/fsdp/_runtime_utils.py `_post_forward_reshard`; FSDP2 likewise: "For
+    the root, do not reshard after forward", torch 2.13 distributed/fsdp/_fully_shard/_fsdp_state.py `_lazy_init`).
+    With transformer-layer auto-wrap the root holds the token embeddings, the final norm and the LM head. A trained
+    LM head's unsharded gradient stays too: the root's gradients are reduce-scattered when the whole root unit's
+    backward has run, after the embedding's (FSDP2 `FSDPParamGroup.post_backward` from the root's
+    `RegisterPostBackwardFunction`; FSDP1 `_post_backward_hook` on the flat parameter's AccumulateGrad).
+    SHARD_GRAD_OP keeps every block's unsharded parameters from its forward to its backward (FSDP1
+    `_should_free_in_backward`/no post-forward reshard; FSDP2 `reshard_after_forward=False`); under FULL_SHARD the
+    root's own pre-backward, when the loss's backward starts, prefetches the last block (torch 2.13
+    distributed/fsdp/_fully_shard/_fsdp_param_group.py `pre_backward` → `_backward_prefetch`, the group that ran
+    its forward last; FSDP1 _runtime_utils.py `_pre_backward_hook` → `_prefetch_handle`, BACKWARD_PRE).
+    Measured against the sharded trace (trace.sharded, tests/trace/test_sharded_trace.py)."""
+    if not fsdp_sharded(rp):
+        return 0
+    s = shapes(rp.arch)
+    pg = fsdp_gather_bytes(rp)
+    head = 0 if rp.scalar_head else s.lm_head_params
+    out = (s.embed_params + head) * pg
+    if rp.peft == "none" and rp.trained_layers is None:
+        out += (head or s.embed_params) * pg  # the LM head's (or the tied embedding's) gradient
+    blocks = counted_layers(rp) if rp.zero_stage < 3 else 1
+    return int(out + blocks * fsdp_unit_bytes(rp))
+
+
+def fsdp_unit_bytes(rp: ResolvedPlan) -> float:
+    """One block's unsharded parameters as FSDP gathers them: in `fsdp_gather_bytes`, or a 4-bit model's packed
+    storage (`gathered_layer_bytes`)."""
+    if rp.quant_bits:
+        return gathered_layer_bytes(rp, params(rp))
+    return shapes(rp.arch).layer_params * fsdp_gather_bytes(rp) / max(rp.tensor_parallel, 1)
+
+
+def fsdp_backward_working_set(rp: ResolvedPlan, p: Params) -> int:
+    """What a block's backward adds under FSDP beyond `fsdp_root_unsharded`: its gathered parameters, the next
+    unit's, prefetched (BACKWARD_PRE, the default: torch 2.13 distributed/fsdp/_fully_shard/_fsdp_state.py
+    `_pre_backward` → `FSDPParamGroup._backward_prefetch`; FSDP1 `_prefetch_handle`), and its unsharded gradients;
+    then, after the block is resharded, the reduce-scatter: the unsharded gradients copied into a reduce-dtype
+    input of the whole unit (fp32 under mixed precision) and its output shard (FSDP2 _fsdp_collectives.py
+    `foreach_reduce`: `reduce_scatter_input` allocated before `unsharded_grads.clear()`, then `reduce_output`;
+    FSDP1 _runtime_utils.py `_reduce_grad`: `unsharded_grad.to(reduce_dtype)`, `new_sharded_grad`). The larger of
+    the two moments. The prefetched unit, and SHARD_GRAD_OP's gathered blocks, are in `fsdp_root_unsharded`."""
+    if not fsdp_sharded(rp):
+        return 0
+    s = shapes(rp.arch)
+    pg = fsdp_gather_bytes(rp)
+    rb = 4 if rp.fsdp_mixed_precision else pg
+    unit = fsdp_unit_bytes(rp)
+    full = rp.peft == "none" and rp.trained_layers is None
+    grads = (s.layer_params if full else p.trainable / max(counted_layers(rp), 1)) * pg
+    reduce_in = grads / pg * rb * (1 + 1 / rp.world_size)
+    if rp.zero_stage >= 3:
+        return int(max(unit + grads, grads + reduce_in))
+    return int(max(grads, grads + reduce_in - unit))
+
+
+def zero_buffers(rp: ResolvedPlan, p: Params) -> int:
+    """Communication buffers and the unsharded working set held through the step.
+
+    FSDP keeps no buffer of its own between units: its unsharded parameters and reduce-scatter buffers are made per
+    unit (`fsdp_root_unsharded`, `fsdp_backward_working_set`), and NCCL's buffers are outside torch's allocator
+    (the device level: estimate/allocator.py). With parameter offload FSDP gathers one block (plus one prefetched).
+    DeepSpeed reduce/all-gather buckets default to 5e8 elements; HF "auto" sets reduce_bucket_size to h²
+    and stage3_prefetch_bucket_size to 0.9·h²
+    (`trainer_config_finalize` in src/transformers/integrations/deepspeed.py). DDP keeps a 25 MiB bucket view of
+    gradients (`bucket_cap_mb`)."""
+    if rp.world_size <= 1 and not rp.offload_params:
+        return 0
+    h2 = rp.arch.hidden**2
+    layer_bytes = gathered_layer_bytes(rp, p)
+    if rp.strategy == "fsdp":
+        return 2 * layer_bytes if rp.offload_params else 0
+    if rp.strategy == "deepspeed":
+        out = 2 * h2 * 2  # reduce bucket (auto = h²), 16-bit, double-buffered
+        if rp.zero_stage >= 3 or rp.offload_params:
+            out += 2 * layer_bytes + int(0.9 * h2) * 2
+        return out
+    if rp.strategy in ("ddp", "none") and rp.world_size > 1:
+        return 25 * 2**20 * 2
+    return 0

@@ -1,0 +1,160 @@
+"""Shared by every component: bytes per dtype, a block's canonical linears, and how the step runs them (linears
+transformers' modelling code fuses, autocast's fp32 stream, compiled blocks, unsloth's kernels, the plan as
+transformers loads it)."""
+
+from __future__ import annotations
+
+from vramlens.knowledge import versions
+from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
+from vramlens.resolved import ResolvedPlan
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "uint8": 1}
+
+# A block's canonical linears (the plan's LoRA target names): attention, then the MLP (gated, or fc1/fc2)
+ATTN_LINEARS = ("q", "k", "v", "o")
+MLP_LINEARS = ("gate", "up", "down", "fc1", "fc2")
+
+
+def has_linear(arch, name: str) -> bool:
+    """Whether the block has the canonical linear `name`: gate/up/down in a gated MLP, fc1/fc2 in an ungated one."""
+    gated = arch.mlp in ("swiglu", "geglu")
+    if name in ("gate", "up", "down"):
+        return gated
+    if name in ("fc1", "fc2"):
+        return not gated
+    return True
+
+
+def linear_out_features(arch, name: str) -> int:
+    """Output width of the block's canonical linear `name` (0 for a name that is no block linear)."""
+    return {
+        "q": arch.q_dim,
+        "k": arch.kv_dim,
+        "v": arch.kv_dim,
+        "o": arch.hidden,
+        "gate": arch.intermediate,
+        "up": arch.intermediate,
+        "fc1": arch.intermediate,
+        "down": arch.hidden,
+        "fc2": arch.hidden,
+    }.get(name, 0)
+
+
+def linear_in_features(arch, name: str) -> int:
+    """Input width of the block's canonical linear `name`."""
+    return {"o": arch.q_dim, "down": arch.intermediate, "fc2": arch.intermediate}.get(name, arch.hidden)
+
+
+# Families whose transformers modelling code computes q|k|v with one linear and gate|up with another
+# (transformers 5.24 models/phi3/modeling_phi3.py: `qkv_proj`, `gate_up_proj`, q/k/v and gate/up sliced from
+# their outputs): a LoRA target among q, k, v (or gate, up) adapts the whole fused linear, and V is a view of the
+# q|k|v output, so what attention keeps holds all of it.
+HF_FUSED_FAMILIES = {"phi3"}
+
+
+# Families whose q|k|v come from one `c_attn` linear with no rotary embedding (transformers 5.24 models/gpt2 Conv1D
+# `c_attn`, models/gpt_bigcode nn.Linear `c_attn`, h → h + 2·kv): one LoRA adapter (one cast or dropout of the
+# input) for q, k and v; q, k and v stay views of its output, which attention keeps anyway.
+HF_C_ATTN_FAMILIES = {"gpt2", "gpt_bigcode"}
+
+
+# Families whose transformers modelling code computes q|k|v with one linear (besides HF_FUSED_FAMILIES and
+# HF_C_ATTN_FAMILIES): transformers 5.24 models/falcon/modeling_falcon.py, models/gpt_neox/modeling_gpt_neox.py and
+# models/bloom/modeling_bloom.py `query_key_value`.
+HF_ONE_QKV_LINEAR = {"falcon", "gpt_neox", "bloom"}
+
+
+def hf_fused_groups(rp: ResolvedPlan) -> tuple[tuple[str, ...], ...]:
+    """Canonical linears transformers' modelling code computes with one nn.Linear (or Conv1D) in this family: q|k|v
+    (`HF_C_ATTN_FAMILIES`, `HF_ONE_QKV_LINEAR`, `HF_FUSED_FAMILIES`) and Phi-3's gate|up; a LoRA target among them
+    adapts the whole fused linear (one lora_A of in × r, one lora_B of r × the fused width)."""
+    if rp.framework not in HF_MODEL_FRAMEWORKS:
+        return ()
+    family = rp.arch.family
+    out: tuple[tuple[str, ...], ...] = ()
+    if family in HF_C_ATTN_FAMILIES | HF_ONE_QKV_LINEAR | HF_FUSED_FAMILIES:
+        out += (("q", "k", "v"),)
+    if family in HF_FUSED_FAMILIES:
+        out += (("gate", "up"),)
+    return out
+
+
+def fp32_residual(rp: ResolvedPlan) -> bool:
+    """Whether the residual stream between blocks is fp32 while the matmuls run in 16-bit: AMP over fp32
+    weights, or a k-bit model whose embeddings and norms prepare_model_for_kbit_training upcast to fp32."""
+    if rp.compute_dtype == "fp32":
+        return False
+    return rp.amp or bool(rp.quant_bits and rp.kbit_upcast)
+
+
+def mlp_bytes(rp: ResolvedPlan) -> int:
+    """Bytes per element of the MLP's hidden activations. A k-bit model whose norms prepare_model_for_kbit_training
+    upcast to fp32 feeds fp32 into its 4-bit linears, and bitsandbytes returns the input's dtype
+    (bitsandbytes 0.50 `nn/modules.py` Linear4bit.forward: `matmul_4bit(...).to(inp_dtype)`): gate, up and
+    act(gate) are fp32. AMP's nn.Linear returns 16-bit under autocast."""
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    if rp.quant_bits and rp.kbit_upcast and not rp.amp and c == 2:
+        return 4
+    return c
+
+
+def unsloth_kernels(rp: ResolvedPlan) -> bool:
+    """Whether unsloth's fused LoRA autograd functions run the block (unsloth/kernels/fast_lora.py, applied by
+    FastLanguageModel.get_peft_model to gated MLPs when LoRA has no dropout)."""
+    return (
+        rp.fused_lora
+        and rp.peft != "none"
+        and rp.lora_dropout <= 0
+        and rp.arch.mlp in ("swiglu", "geglu")
+        and not rp.arch.is_moe
+    )
+
+
+def compiled_block(rp: ResolvedPlan) -> bool:
+    """The blocks run under torch.compile: AOTAutograd's min-cut partitioner (`min_cut_rematerialization_partition`
+    in torch/_functorch/partitioners.py, the partitioner inductor uses) decides what the forward keeps. It never
+    recomputes matmuls or attention, so their outputs that backward needs stay; pointwise work between them (norm
+    upcasts and normalisation, activation functions, casts) is recomputed from those and from each block's input,
+    and identical casts of one tensor are computed once. Checked against the partitioner on transformers' Llama
+    layer (tests/trace/test_compile_partitioner.py). unsloth's LoRA kernels are autograd functions of their own and
+    keep what they save either way."""
+    return rp.compile and not unsloth_kernels(rp)
+
+
+def amp_fp32_stream(rp: ResolvedPlan) -> bool:
+    """AMP over fp32 weights (autocast, not compiled): the residual stream, the norms and their weights are fp32; only
+    the autocast ops (matmuls, SDPA) run in 16-bit, each casting its own fp32 input (`amp_input_casts`)."""
+    return rp.amp and rp.compute_dtype != "fp32" and not compiled_block(rp)
+
+
+# Families whose linears are an `nn.Linear` subclass of their own (transformers 5.24 models/falcon/modeling_falcon.py
+# `class FalconLinear(nn.Linear)`), which transformers 5's bitsandbytes integration does not quantize (`as_loaded`)
+OWN_LINEAR_FAMILIES = {"falcon"}
+
+
+def as_loaded(rp: ResolvedPlan) -> ResolvedPlan:
+    """The plan as transformers loads it. From transformers 5, `replace_with_bnb_linear` swaps only modules whose type
+    is exactly `nn.Linear` (or GPT-2's Conv1D) for bitsandbytes layers (transformers 5.24
+    integrations/bitsandbytes.py: `isinstance(module, Conv1D) or type(module) is nn.Linear`; 4.x tested
+    `isinstance(module, nn.Linear)`): Falcon's `FalconLinear(nn.Linear)` stays 16-bit, no weight is 4-bit, and
+    peft's `prepare_model_for_kbit_training` then casts every 16-bit parameter to fp32 (peft 0.21.2
+    src/peft/utils/other.py), so the model trains as LoRA over fp32 weights. The Trainer's 16-bit autocast still
+    runs the step (bf16/fp16 training arguments: transformers 5.24 trainer.py hands `mixed_precision` to accelerate,
+    whose `prepare_model` wraps the model's forward in `get_mixed_precision_context_manager`, accelerate 1.15
+    accelerator.py): `FalconLinear.forward`'s `input @ self.weight.T` is an autocast
+    matmul, so each linear casts its fp32 input and its frozen fp32 weight to 16 bits and returns 16 bits, while the
+    LayerNorm output and the residual stream stay fp32 (layer_norm runs in fp32 under autocast, and `dropout_add`
+    adds the 16-bit attention + MLP sum to the fp32 residual): the step is LoRA under AMP, not a pure fp32 step."""
+    tv = rp.version_of("transformers")
+    if not (
+        rp.quant_bits == 4
+        and rp.framework in HF_MODEL_FRAMEWORKS
+        and rp.arch.family in OWN_LINEAR_FAMILIES
+        and versions.at_least(tv[0] if tv else None, (5, 0, 0))
+    ):
+        return rp
+    changes: dict = {"quant_bits": None, "peft": "lora" if rp.peft == "qlora" else rp.peft}
+    if rp.kbit_upcast:
+        # 16-bit compute: autocast over the upcast weights (AMP); fp32 compute: a plain fp32 step
+        changes.update(weight_dtype="fp32", amp=rp.compute_dtype != "fp32")
+    return rp.with_changes(**changes)

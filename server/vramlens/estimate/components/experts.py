@@ -1,0 +1,166 @@
+"""Routed experts of a mixture-of-experts block: how the modelling code runs them (modules one after another, or 3-D
+parameters with grouped_mm), the expert parameters peft adapts, and the weight copies and gradients that adds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vramlens.estimate.components.common import DTYPE_BYTES, mlp_bytes
+from vramlens.knowledge import versions
+from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
+from vramlens.resolved import ResolvedPlan
+
+
+def experts_adaptable(rp: ResolvedPlan) -> bool:
+    """Whether LoRA wraps a MoE model's routed experts as nn.Linear modules (transformers 4.x builds each expert of
+    them: "all-linear" wraps them; the canonical gate/up/down names do too except in Mixtral, whose experts name them
+    w1/w3/w2, 4.57 `MixtralBlockSparseTop2MLP`). transformers 5 keeps them as 3-D parameters run with grouped_mm
+    (models/mixtral/modeling_mixtral.py `MixtralExperts`, qwen3_moe likewise) that no target module reaches; peft
+    may adapt those parameters instead (`expert_parameters`)."""
+    if not rp.arch.is_moe or _expert_lora(rp) != "modules":
+        return False
+    return "all-linear" in rp.lora_targets or rp.arch.family != "mixtral"
+
+
+def fused_experts(rp: ResolvedPlan) -> bool:
+    """A MoE model whose routed experts are 3-D parameters run with grouped_mm (transformers ≥ 5 modelling code)."""
+    if not rp.arch.is_moe or rp.framework not in HF_MODEL_FRAMEWORKS:
+        return False
+    tv = rp.version_of("transformers")
+    return versions.at_least(tv[0] if tv else None, versions.FUSED_EXPERTS_FROM)
+
+
+def expert_loop(rp: ResolvedPlan) -> bool:
+    """A MoE model whose routed experts are modules run one after another: transformers 4.x (4.45.2 models/mixtral/
+    modeling_mixtral.py `MixtralSparseMoeBlock.forward`: for each expert, its tokens through its MLP, `index_add_`
+    into the output) and litgpt (model.py `LLaMAMoE.forward`). Autograd runs the later expert's nodes first (higher
+    sequence numbers), so each expert's backward finishes before the previous one's starts."""
+    return rp.arch.is_moe and not fused_experts(rp) and rp.framework != "torchtune"
+
+
+def expert_bytes(rp: ResolvedPlan) -> int:
+    """Bytes per element of fused routed experts' weights and of what they compute. grouped_mm is no autocast op, and
+    transformers casts its input to the weight's dtype (5.24 integrations/moe.py `_grouped_mm`), so the experts
+    compute in their weights' dtype: fp32 under AMP, and in a k-bit model, whose experts bitsandbytes leaves
+    unquantized, fp32 once prepare_model_for_kbit_training has upcast them (peft 0.21.2 utils/other.py: every
+    16-bit parameter that is not `Params4bit`). Experts built of nn.Linear modules (`expert_loop`) return what any
+    MLP linear returns (`mlp_bytes`: fp32 out of a 4-bit linear fed the fp32 residual)."""
+    if not fused_experts(rp):
+        return mlp_bytes(rp)
+    if rp.weight_dtype == "fp32" or rp.quant_bits and rp.kbit_upcast:
+        return 4
+    return DTYPE_BYTES[rp.weight_dtype]
+
+
+def _expert_lora(rp: ResolvedPlan) -> str | None:
+    tv, pv = rp.version_of("transformers"), rp.version_of("peft")
+    return versions.moe_expert_lora(rp.arch.family, tv[0] if tv else None, pv[0] if pv else None)
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertParam:
+    """A routed-expert parameter peft adapts with a `lora.ParamWrapper`: `experts` stacked in × out matrices, rank
+    `rank` per expert, in each of `layers` blocks."""
+
+    name: str
+    experts: int
+    in_features: int
+    out_features: int
+    rank: int
+    layers: int
+
+    @property
+    def adapter_params(self) -> int:
+        return self.layers * self.experts * self.rank * (self.in_features + self.out_features)
+
+    @property
+    def weight_params(self) -> int:
+        """One block's stacked weight (what the adapted copy W + BA has, per forward)."""
+        return self.experts * self.in_features * self.out_features
+
+
+def expert_parameters(rp: ResolvedPlan) -> list[ExpertParam]:
+    """The routed-expert parameters LoRA adapts on transformers 5 with peft ≥ 0.19 (knowledge/versions.py
+    `moe_expert_lora`): `gate_up_proj` when both gate and up are targeted (rank and alpha doubled: peft 0.21.2
+    utils/transformers_weight_conversion.py `_convert_peft_config_moe`; one of the two alone makes peft raise),
+    `down_proj` when down is, and under "all-linear" the router's weight (one h × E matrix). Mixtral's experts answer
+    to w1/w3/w2, which the canonical names do not tell apart from gate_proj/up_proj/down_proj: only "all-linear"
+    reaches them here."""
+    arch = rp.arch
+    if rp.peft == "none" or not arch.is_moe or _expert_lora(rp) != "parameters" or arch.mlp not in ("swiglu", "geglu"):
+        return []
+    targets = set(rp.lora_targets)
+    all_lin = "all-linear" in targets
+    by_name = versions.MOE_CONVERSION_PATTERN[arch.family] == "qwen2_moe"
+    h, E, r = arch.hidden, arch.num_experts, rp.lora_r
+    inter = arch.moe_intermediate or arch.intermediate
+    moe_layers = arch.layers - arch.dense_layers
+    out: list[ExpertParam] = []
+    if all_lin or by_name and {"gate", "up"} <= targets:
+        out.append(ExpertParam("gate_up", E, h, 2 * inter, 2 * r, moe_layers))
+    if all_lin or by_name and "down" in targets:
+        out.append(ExpertParam("down", E, inter, h, r, moe_layers))
+    if all_lin:
+        out.append(ExpertParam("router", 1, h, E, r, moe_layers))
+    return out
+
+
+def expert_adapter_notes(rp: ResolvedPlan) -> list[str]:
+    """What the estimate says about LoRA on fused expert parameters: that it trains every expert, and that peft's
+    `lora.ParamWrapper` refuses DoRA and LoRA dropout (peft 0.21.2 tuners/lora/layer.py `ParamWrapper.__init__`:
+    `ValueError` "lora.ParamWrapper does not work with use_dora=True" / "with lora_dropout != 0"), so such a run
+    stops in `get_peft_model`."""
+    params = [e for e in expert_parameters(rp) if e.name != "router"]
+    if not params:
+        return []
+    tv, pv = rp.version_of("transformers"), rp.version_of("peft")
+    with_versions = (
+        f"peft {pv[0] if pv else versions.NEWEST['peft']} on transformers "
+        f"{tv[0] if tv else versions.NEWEST['transformers']}"
+    )
+    names = " and ".join(f"{e.name}_proj" for e in params)
+    gate_up = ", gate_up at " + str(2 * rp.lora_r) if any(e.name == "gate_up" for e in params) else ""
+    out = [
+        f"LoRA on the routed experts: {with_versions} adapts the fused {names} parameters of every expert "
+        f"(rank {rp.lora_r} per expert{gate_up}), "
+        f"and each block keeps its adapted expert weights for backward"
+    ]
+    refused = [what for what, on in (("use_dora", rp.peft == "dora"), ("lora_dropout", rp.lora_dropout > 0)) if on]
+    if refused:
+        out.append(
+            f"{' and '.join(refused)} on the routed experts: {with_versions} wraps them in lora.ParamWrapper, "
+            f"which raises ValueError for {' and '.join(refused)} — the run stops in get_peft_model; target "
+            f"only the attention, or set {'use_dora: false' if rp.peft == 'dora' else 'lora_dropout: 0'}"
+        )
+    return out
+
+
+def expert_weight_copies(rp: ResolvedPlan) -> int:
+    """Bytes per MoE block that adapted expert parameters keep for backward (peft 0.21.2 tuners/lora/layer.py
+    `ParamWrapper._activate_lora`): the parametrization makes W' = W + scaling·BA, a new tensor of the whole expert
+    stack in the weight's dtype, and grouped_mm saves it for the input's gradient (transformers 5.24
+    integrations/moe.py `grouped_mm_experts_forward`). From peft 0.21 W' comes from one `baddbmm(W, lhs, rhs)` over
+    the factors cast to the weight's dtype, which baddbmm saves for their gradients; 0.19–0.20 compute the delta
+    from the fp32 factors themselves (`get_delta_weight`). The router's adapted weight is h × E: left out."""
+    wb = expert_bytes(rp)
+    pv = rp.version_of("peft")
+    factors = versions.peft_folds_expert_factors(pv[0] if pv else None)
+    out = 0
+    for e in expert_parameters(rp):
+        if e.name == "router":
+            continue
+        out += e.weight_params * wb
+        if factors:
+            out += e.experts * e.rank * (e.in_features + e.out_features) * wb
+    return out
+
+
+def expert_weight_grad(rp: ResolvedPlan) -> int:
+    """Bytes the backward of one MoE block with adapted expert parameters makes beyond what it keeps: grouped_mm's
+    weight gradient is a whole expert stack (torch derivatives.yaml `_grouped_mm`: mat2's gradient is
+    `_grouped_mm(self.t(), grad)`), made while W' is still saved; the down projection's runs first with both
+    stacks alive, the gate|up one's after the down stack is freed."""
+    wb = expert_bytes(rp)
+    stacks = {e.name: e.weight_params * wb for e in expert_parameters(rp) if e.name != "router"}
+    gu, down = stacks.get("gate_up", 0), stacks.get("down", 0)
+    return max(down, gu - down)

@@ -1,0 +1,187 @@
+"""The LM head and the loss: logits, log-softmax and their gradients under each loss implementation (standard,
+chunked, fused, vocabulary-parallel)."""
+
+from __future__ import annotations
+
+from vramlens.estimate.components.common import DTYPE_BYTES, compiled_block, fp32_residual
+from vramlens.estimate.components.t5 import hf_t5, t5_loss_per_token
+from vramlens.resolved import ResolvedPlan
+
+
+def logits_per_token(rp: ResolvedPlan) -> float:
+    """Bytes per token held by the LM head and the loss at the start of backward.
+
+    Standard HF loss (transformers ≥ 4.46 upcasts inside the loss): fp32 log-softmax output plus the
+    NLL and log-softmax gradients = 12 bytes per logit, +2 if the 16-bit logits stay referenced
+    (`ForCausalLMLoss`, src/transformers/loss/loss_utils.py; traced, docs/memory-model.md).
+    Chunked CE (torchtune, TRL chunked_nll): 16-bit logits + one fp32 chunk ≈ 4; litgpt (128-token chunks, the
+    chunk list held through backward, Fabric casting it to fp32): fp32 logits + their log-softmax = 8. Fused linear-CE
+    (Liger, Cut-Cross-Entropy): no full logits ≈ 0 (a few MiB of chunk buffers).
+    """
+    V = rp.arch.vocab
+    if rp.arch.block == "encoder":
+        return 0.0
+    if rp.loss_impl == "fused":
+        return 0.0
+    if eager_chunked_ce(rp):
+        return chunked_ce_per_logit(rp) * V
+    if rp.loss_impl == "chunked":
+        # the held logits and their log-softmax (or gradients): 2 × 2 bytes, 2 × 4 when the loop gets fp32 logits;
+        # + Gemma-2's soft-capping, applied per chunk in 16-bit: tanh keeps its output
+        held = 8.0 if rp.logits_fp32 else 4.0
+        return (held + (2.0 if rp.arch.family == "gemma2" else 0.0)) * V
+    if hf_t5(rp) and rp.loss_impl == "standard" and not compiled_block(rp):
+        return t5_loss_per_token(rp, backward=True)
+    if compiled_block(rp) and rp.compile_loss:
+        # the loss compiled with the model (transformers computes it inside the model's forward): the partitioner
+        # keeps the fp32 log-softmax (4 bytes per logit, tests/trace/test_compile_partitioner.py) and backward writes
+        # the logits' gradient in one fused kernel (2, or 4 in fp32), with no fp32 gradients in between
+        if rp.compute_dtype == "fp32":
+            return 8.0 * V
+        return (6.0 + (2.0 if rp.keep_logits else 0.0)) * V
+    per = 12.0 + (2.0 if rp.keep_logits else 0.0)
+    if rp.compute_dtype == "fp32":
+        per = 12.0
+    if rp.loss_shifted_copy:
+        # transformers < 4.49 ForCausalLMLoss: while the loss runs, the 16-bit logits, their fp32 upcast, the shifted
+        # contiguous fp32 copy and the fp32 log-softmax are all alive (loss/loss_utils.py of 4.48.3)
+        per = max(per, (4.0 if rp.compute_dtype == "fp32" else 6.0) + 8.0)
+    if rp.arch.family == "gemma2":
+        per += 2.0  # final_logit_softcapping: tanh(logits / cap) keeps its 16-bit output
+    return per * V
+
+
+def loss_parallel_per_token(rp: ResolvedPlan) -> float:
+    """Bytes per token a vocabulary-parallel cross-entropy holds at its peak on one tensor-parallel rank
+    (`loss_parallel`: torchtitan's `F.cross_entropy(pred.float(), …)` under `loss_parallel()` over logits sharded
+    along the vocabulary).
+    Run eagerly, DTensor's own kernels compute it (torch 2.13 torch/distributed/tensor/parallel/loss.py): `_log_softmax`
+    keeps its fp32 output, and the backward `_nll_loss_and_log_softmax_backward` computes
+    `(zeros_like(x) + exp(x)) * grad_output` beside it, 4 fp32 logit-sized tensors at once: 16 bytes per logit of the
+    rank's shard. A compiled loss (`compile_loss`) is counted as `logits_per_token`'s, over the shard."""
+    tp = max(rp.tensor_parallel, 1)
+    if compiled_block(rp) and rp.compile_loss:
+        return logits_per_token(rp) / tp
+    return 16.0 * rp.arch.vocab / tp
+
+
+# torchtune 0.6.1 modules/loss/ce_chunked_output_loss.py `CEWithChunkedOutputLoss(num_output_chunks=8)`, the value
+# every torchtune config keeps
+TORCHTUNE_CE_CHUNKS = 8
+
+
+def eager_chunked_ce(rp: ResolvedPlan) -> bool:
+    """torchtune's CEWithChunkedOutputLoss run eagerly: its recipes compile `compute_cross_entropy` only with
+    `compile: True` (torchtune 0.6.1 training/_compile.py `compile_loss`)."""
+    return rp.loss_impl == "chunked" and rp.framework == "torchtune" and not rp.compile
+
+
+def chunked_ce_per_logit(rp: ResolvedPlan) -> float:
+    """Bytes per logit torchtune's chunked loss holds at its peak (traced on torchtune 0.6.1 under fake tensors,
+    benchmarks/results/trace_real_torchtune_vs_estimate.txt). The model returns its logits as 8 chunks in the
+    compute dtype; `compute_cross_entropy` runs `F.cross_entropy(chunk.float(), ...)` per chunk, whose log-softmax
+    keeps its fp32 output for backward. While the loss runs: every chunk's logits (c), every chunk's fp32
+    log-softmax (4) and the fp32 upcast of the chunk in flight (4 ÷ 8; none when the logits are fp32, `.float()`
+    returning them as they are). Backward runs every chunk's loss before the output projection's: the first one
+    (the last chunk) holds the log-softmax outputs (4) and that chunk's two fp32 gradients (8 ÷ 8); the recipe has
+    dropped the logits by then (`del logits` in `_loss_step`). The larger of the two."""
+    c = DTYPE_BYTES[rp.compute_dtype]
+    forward = c + 4.0 + (4.0 if c != 4 else 0.0) / TORCHTUNE_CE_CHUNKS
+    backward = 4.0 + 8.0 / TORCHTUNE_CE_CHUNKS
+    return max(forward, backward) + (2.0 if rp.arch.family == "gemma2" else 0.0)
+
+
+def chunked_head_backward_bytes(rp: ResolvedPlan, tokens: int) -> int:
+    """What the LM head's backward holds after torchtune's chunked loss has run its backward (every chunk's loss runs
+    first: torch's autograd takes the ready node created last, and the head's per-chunk matmuls were created before
+    the loss): the logits' gradients in the compute dtype, less the chunks already through the head, and, when the
+    head trains, three head-weight-sized tensors while each chunk's weight gradient is accumulated into the sum of
+    the chunks before it (traced on real CPU tensors and under fake tensors alike: c × (N − 2) ÷ N bytes per logit
+    + 3 × the head weight's gradient, tests/trace/test_torchtune_backend.py)."""
+    arch = rp.arch
+    c = DTYPE_BYTES[rp.compute_dtype]
+    n = TORCHTUNE_CE_CHUNKS
+    out = tokens * arch.vocab * c * (n - 2) / n
+    if head_trains(rp):
+        out += 3 * arch.vocab * arch.hidden * DTYPE_BYTES[rp.weight_dtype]
+    return int(out)
+
+
+def trl_fused_head(rp: ResolvedPlan) -> bool:
+    """TRL's chunked `nll` loss: SFTTrainer (trl ≥ 1.7, `loss_type` "nll", formerly "chunked_nll", the default) adds
+    a fused LM head to the model (trl 1.16 trl/trainer/utils.py `add_fused_lm_head`) that never materialises the
+    logits (`head_loss_bytes`). SFTTrainer's alone: the preference and RL trainers compute their own losses."""
+    return (
+        rp.loss_impl == "chunked"
+        and rp.framework == "trl"
+        and rp.objective == "sft"
+        and rp.arch.block != "encoder"
+        and not rp.scalar_head
+    )
+
+
+# trl 1.16 trl/kernels/chunked_logprob.py TOKEN_CHUNK_SIZE; trl/trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE
+TRL_TOKEN_TILE, TRL_VOCAB_TILE = 4096, 32768
+
+
+def head_loss_bytes(rp: ResolvedPlan, tokens: int, backward: bool = True) -> int:
+    """Bytes the LM head and the loss hold at the start of backward for `tokens` scored positions:
+    `logits_per_token` per token, or under TRL's fused head (`trl_fused_head`) what its backward holds
+    (trl 1.16 trl/kernels/chunked_logprob.py `ChunkedLogProbFunction`): one [4096 tokens × 32768 vocabulary] tile
+    in the compute dtype (`mm_buf`, reused for every tile; the CUDA kernels fold it in place), the hidden states it
+    saved (a contiguous copy of the shifted backbone output), fp32 accumulators for the hidden states' gradient and,
+    when the head trains, for the head weight's gradient, each cast to its tensor's dtype on return (a second copy
+    while the fp32 one is alive; none when the tensor is fp32), and per-token fp32 log Z, entropy and log-probs.
+    A chunk of hidden states and the head's weight tile are cast to the compute dtype when they are in fp32 under
+    autocast. With `backward` False, what its forward holds: the tile, the casts, the saved hidden states and the
+    per-token statistics, no gradient accumulators."""
+    if eager_chunked_ce(rp):
+        return max(int(tokens * logits_per_token(rp)), chunked_head_backward_bytes(rp, tokens))
+    if not trl_fused_head(rp):
+        return int(tokens * logits_per_token(rp))
+    arch = rp.arch
+    h, V = arch.hidden, arch.vocab
+    c = DTYPE_BYTES[rp.compute_dtype]
+    hb = 4 if (fp32_residual(rp) or c == 4) else c  # the backbone output's dtype
+    hw = 4 if (rp.amp or rp.weight_dtype == "fp32") else DTYPE_BYTES[rp.weight_dtype]  # the head weight's dtype
+    tile_tokens = min(tokens, TRL_TOKEN_TILE)
+    out = tile_tokens * min(V, TRL_VOCAB_TILE) * c
+    if hb != c:
+        out += tile_tokens * h * c  # hidden_chunk.to(compute_dtype)
+    if hw != c:
+        out += min(V, TRL_VOCAB_TILE) * h * c  # weight[start:end].to(compute_dtype)
+    if not backward:
+        return int(out + tokens * (hb * h + 7 * 4))  # running max, sums, target logit, log Z, entropy
+    out += tokens * (hb * h + 4 * h + (hb * h if hb != 4 else 0) + 3 * 4)
+    if head_trains(rp):
+        out += V * h * (4 + (hw if hw != 4 else 0))
+    return int(out)
+
+
+def head_trains(rp: ResolvedPlan) -> bool:
+    """Whether the LM head's weight gets a gradient."""
+    arch = rp.arch
+    return (
+        rp.peft == "none"
+        and (
+            rp.trained_layers is None
+            or "lm_head" in rp.trained_extra
+            or (arch.tied_embeddings and "embed" in rp.trained_extra)
+        )
+    ) or "lm_head" in rp.modules_to_save
+
+
+def loss_forward_per_token(rp: ResolvedPlan) -> float:
+    """Bytes per token the LM head and the standard loss hold while the loss's forward runs: the 16-bit logits,
+    their fp32 upcast and the fp32 log-softmax (transformers 5.24 loss/loss_utils.py ForCausalLMLoss:
+    `logits = logits.float()`, then `cross_entropy`), + the shifted fp32 copy before 4.49 and Gemma-2's
+    soft-capping output. Other losses: what they hold at the start of backward (`logits_per_token`)."""
+    if rp.arch.block == "encoder" or rp.loss_impl != "standard" or compiled_block(rp):
+        return logits_per_token(rp)  # (TRL's fused head: `head_loss_bytes`, at the phase's call)
+    if hf_t5(rp):
+        return t5_loss_per_token(rp, backward=False)
+    c = DTYPE_BYTES[rp.compute_dtype]
+    per = c + 4.0 + (4.0 if c != 4 else 0.0) + (4.0 if rp.loss_shifted_copy else 0.0)
+    if rp.arch.family == "gemma2":
+        per += c  # final_logit_softcapping: tanh(logits / cap) keeps its output
+    return per * rp.arch.vocab

@@ -1,0 +1,71 @@
+"""Objectives beyond SFT: frozen reference, reward and teacher models, no-grad forwards, a rollout's KV cache, PPO's
+value model."""
+
+from __future__ import annotations
+
+from vramlens.estimate.components.activations import activations_per_token
+from vramlens.estimate.components.common import DTYPE_BYTES
+from vramlens.estimate.components.parameters import Params
+from vramlens.estimate.components.sharding import shard_factor
+from vramlens.estimate.shapes import shapes
+from vramlens.resolved import ResolvedPlan
+
+
+def model_weights(rp: ResolvedPlan, arch) -> int:
+    """A frozen, non-quantized copy of a model in the weight dtype on this rank: a DPO/KTO reference, a reward model,
+    a distillation teacher. TRL prepares these with DeepSpeed/FSDP in evaluation mode (trl 1.16.0 dpo_trainer.py
+    `prepare_deepspeed`/`prepare_fsdp`), so ZeRO-3/FULL_SHARD shard them like the policy."""
+    if rp.offload_params:
+        return 0
+    return int(shapes(arch).total * DTYPE_BYTES[rp.weight_dtype] * shard_factor(rp, "weights"))
+
+
+def no_grad_forward(rp: ResolvedPlan, tokens: int, arch=None) -> int:
+    """Transient memory of a forward under torch.no_grad (reference log-probs, teacher logits): nothing is saved for
+    backward, so about one block's activations are alive at a time, plus the logits and their fp32 log-softmax
+    (16-bit logits + fp32 = 6 bytes per logit; a chunked or fused head keeps only a chunk)."""
+    arch = arch or rp.arch
+    _, one_layer = (
+        activations_per_token(rp.with_changes(arch=arch)) if arch is not rp.arch else activations_per_token(rp)
+    )
+    head = {"fused": 0.0, "chunked": 2.0}.get(rp.loss_impl, 6.0) * arch.vocab
+    return int(tokens * (one_layer + head))
+
+
+def kv_cache(rp: ResolvedPlan) -> int:
+    """The KV cache of `generate()` for the rollout batch: sequences × (prompt + completion) × layers × K and V ×
+    kv_dim in the compute dtype, plus one decoding step's fp32 logits per sequence."""
+    arch = rp.arch
+    cb = DTYPE_BYTES[rp.compute_dtype]
+    per_token = arch.layers * 2 * arch.kv_dim * cb
+    tp = max(rp.tensor_parallel, 1)
+    sequences = rp.micro_batch * rp.generations_per_example
+    return int(sequences * (rp.generation_len * per_token / tp + 4 * arch.vocab))
+
+
+def value_model(rp: ResolvedPlan, p: Params) -> int:
+    """PPO's value model: a policy-sized backbone with a scalar head that trains like the policy (its weights,
+    gradients and optimizer state; torchtune ppo_full_finetune_single_device.py, TRL PPOTrainer). The policy's
+    optimizer settings apply to it: torchtune builds one optimizer over both models' parameters and, with
+    `optimizer_in_bwd`, registers the per-parameter step on both (`_setup_optimizer`, recipes/
+    ppo_full_finetune_single_device.py at 010eab0), so no gradient stays resident; paged states are outside the
+    allocator (`value_model_paged_state`)."""
+    w = model_weights(rp, rp.arch)
+    if rp.peft != "none":
+        return w + int(p.trainable_bytes * 3)  # adapters, their gradients, states in the same order
+    n = shapes(rp.arch).total
+    grads = 0.0 if rp.optimizer_in_bwd else DTYPE_BYTES[rp.weight_dtype] * shard_factor(rp, "gradients")
+    return w + int(n * grads) + (0 if rp.optimizer.paged else _value_state(rp, n))
+
+
+def value_model_paged_state(rp: ResolvedPlan) -> int:
+    """The value model's optimizer states when the optimizer is a paged one (unified memory, like the policy's)."""
+    if not rp.value_model or rp.peft != "none" or not rp.optimizer.paged:
+        return 0
+    return _value_state(rp, shapes(rp.arch).total)
+
+
+def _value_state(rp: ResolvedPlan, n: int) -> int:
+    opt = rp.optimizer
+    state_b = opt.state_bytes if opt.state_bytes is not None else DTYPE_BYTES[rp.weight_dtype]
+    return int(n * opt.states * state_b * shard_factor(rp, "optimizer"))

@@ -1,0 +1,145 @@
+"""Peaks inside one block beyond what it keeps: a checkpointed block's backward, attention backward on SDPA's math
+kernel, what the last block's backward has freed, DeBERTa-v2's attention scores in the forward."""
+
+from __future__ import annotations
+
+from vramlens.estimate.components.activations import activations_per_token
+from vramlens.estimate.components.attention import DISENTANGLED_ATTENTION, sdpa_math, sdpa_math_backward_per_token
+from vramlens.estimate.components.common import MLP_LINEARS, compiled_block, fp32_residual, mlp_bytes, unsloth_kernels
+from vramlens.estimate.components.experts import expert_bytes, expert_loop, fused_experts
+from vramlens.estimate.components.norms import final_norm_per_token
+from vramlens.estimate.components.ssm import mamba_backward_per_token
+from vramlens.estimate.shapes import is_mamba, shapes
+from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
+from vramlens.resolved import ResolvedPlan
+
+
+def attention_backward_freed(rp: ResolvedPlan, tokens: int) -> int:
+    """Bytes the forward-backward set no longer holds when the last block's math-kernel attention runs its backward
+    in an adapter model. Autograd runs the nodes created last first: the loss, the LM head (its 16-bit copy under
+    autocast), the final norm, then the last block's o projection and MLP (created after the attention in the
+    forward, in a sequential block and in Falcon's parallel one, whose `mlp_output += attention_output` adds the
+    attention output after the MLP ran; transformers 5.24 models/falcon/modeling_falcon.py FalconDecoderLayer), and
+    each node frees what it saved once it ran. Under AMP the frozen o and MLP weights' 16-bit casts, which their
+    matmuls kept for the input gradient, go with them. The base weights are frozen, so this backward creates no
+    weight-sized gradient in their place (full fine-tuning creates the head's and the MLP's gradients there: not
+    counted)."""
+    if rp.peft == "none" or not sdpa_math(rp) or rp.grad_checkpointing:
+        return 0
+    kept: dict = {}
+    activations_per_token(rp, kept)
+    freed = (kept["after_attention"] + final_norm_per_token(rp)) * tokens
+    s = shapes(rp.arch)
+    if rp.amp:
+        after = [lin for lin in s.linears if lin.name in ("o",) + MLP_LINEARS and not lin.expert]
+        freed += sum(lin.params for lin in after) * 2 / max(rp.arch.layers, 1)
+    if rp.amp or fp32_residual(rp) and not rp.kbit_embeddings_16bit:
+        freed += (s.lm_head_params or s.embed_params) * 2  # the head's copy (`autocast_weight_cache`)
+    return int(freed)
+
+
+def disentangled_forward_per_token(rp: ResolvedPlan) -> float:
+    """Bytes per token the forward holds at its peak beyond every block's saved activations (no checkpointing), for
+    DeBERTa-v2 (transformers 5.24 models/deberta_v2/modeling_deberta_v2.py). The peak is in the last block's
+    attention, with the rest of that block (output projection, norms, MLP) not made yet, at one of two points:
+      - in `disentangled_attention_bias`, at `score += p2c_att / scale`: the content scores, the gathered c2p scores
+        and the bias so far, the gathered p2c scores and their scaled copy are alive (5 × c·heads·s; the
+        probabilities, their mask and the attention output not made yet);
+      - at the probabilities' matmul: `DisentangledSelfAttention.forward` still holds the masked scores and the
+        relative bias `rel_att` in its locals (2 × c·heads·s; under autocast also the fp32 dropped probabilities
+        before their 16-bit cast, 4·heads·s) and the boolean mask (s).
+    Through the whole forward the encoder holds its fp32 (b, 1, s, s) attention mask (`get_attention_mask` of the
+    all-ones mask `DebertaV2Model.forward` makes) and the int64 relative positions (s² for the batch).
+    `DebertaV2Model.forward` asks its encoder for every layer's output (`output_hidden_states=True`) and holds the
+    list until it returns: under autocast each is an fp32 LayerNorm output no 16-bit linear keeps (4h per layer),
+    under PEFT one the frozen linears do not keep (c·h per layer)."""
+    arch = rp.arch
+    if arch.family not in DISENTANGLED_ATTENTION or rp.grad_checkpointing or rp.framework not in HF_MODEL_FRAMEWORKS:
+        return 0.0
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    amp = rp.amp and c == 2 and not compiled_block(rp)
+    _, one_layer = activations_per_token(rp)
+    outputs = arch.layers * (4 * arch.hidden if amp else c * arch.hidden if rp.peft != "none" else 0)
+    return disentangled_attention_peak(rp) - one_layer + outputs
+
+
+def disentangled_attention_peak(rp: ResolvedPlan) -> float:
+    """Bytes per token a DeBERTa-v2 block holds at its attention's peak while it runs forward (in the forward, or
+    recomputed under checkpointing): what it keeps through its attention, the larger of the two transient sets
+    (`disentangled_forward_per_token`), and the encoder's fp32 attention mask and int64 relative positions (a
+    checkpointed block's inputs, held by the checkpoint through backward)."""
+    arch = rp.arch
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    amp = rp.amp and c == 2 and not compiled_block(rp)
+    s = rp.seq_len // max(rp.context_parallel, 1)
+    heads = arch.heads
+    kept: dict = {}
+    activations_per_token(rp, kept)
+    through = kept["through_attention"]
+    probabilities = ((4 if amp else c) + c + 1) * heads * s + s  # softmax output, dropped copy, masks
+    at_bias = through - probabilities - c * arch.q_dim + 5 * c * heads * s
+    at_matmul = through + (2 * c + (4 if amp else 0)) * heads * s
+    masks = 4 * s + 8 * s / max(rp.micro_batch, 1)
+    return max(at_bias, at_matmul) + masks
+
+
+def backward_block_per_token(rp: ResolvedPlan) -> float:
+    """Bytes per token of one checkpointed block at its backward peak: its recomputed activations plus the gradients
+    of the gated MLP's hidden state (the product's gradient and one for each factor, in the MLP's dtype; two for
+    an ungated MLP). Traced with the real libraries (Mistral-7B QLoRA, checkpointed): the live set at the peak is
+    these, the block's incoming gradient already consumed by the down projection's backward — which has also
+    freed what the down projection kept of its input (autograd frees a node's saved tensors when it runs; seen in
+    the real trace at 2 × 2048: the adapter's 16-bit cast of the product is gone at the peak). An adapter that
+    keeps its own copy of the product in another dtype (fp32 adapters outside autocast) peaks inside the down
+    projection's backward instead: its input copy is still held while the product's gradient is made in the copy's
+    dtype, cast back and added to the base layer's (traced at small shapes, tests/trace/
+    test_real_library_estimate.py). Under DoRA the block peaks earlier, while the down projection's weight norm is
+    recomputed (its `eye`-sized temporaries, `dora_weight_norm_transient`) with the product still alive."""
+    arch = rp.arch
+    kept: dict = {}
+    _, one_layer = activations_per_token(rp, kept)
+    if is_mamba(arch):
+        return one_layer + mamba_backward_per_token(rp)
+    tp = max(rp.tensor_parallel, 1)
+    inter = (arch.moe_intermediate or arch.intermediate) * (max(arch.experts_per_token, 1) if arch.is_moe else 1)
+    gated = arch.mlp in ("swiglu", "geglu")
+    m = mlp_bytes(rp)
+    # routed experts run one after another (`expert_loop`): the MLP's backward temporaries are one expert's, for its
+    # share of the token-expert pairs (1/E of them with balanced routing)
+    share = 1 / arch.num_experts if expert_loop(rp) else 1.0
+    temps = (3 if gated else 2) * m * inter * share
+    if fused_experts(rp):
+        # a grouped_mm MoE block's backward starts with token-expert-pair-sized gradients (k·h each, the experts'
+        # dtype): the per-token sum's gradient expanded into a copy, and the un-permute's backward (`index`'s
+        # backward: zeros, then index_put), before any expert's backward runs (transformers 5.24 integrations/moe.py
+        # `grouped_mm_experts_forward`: `weighted_out[inv_perm]`, `.view(num_tokens, num_top_k, hidden_dim).sum(1)`)
+        temps = max(temps, 3 * max(arch.experts_per_token, 1) * arch.hidden * expert_bytes(rp))
+    if unsloth_kernels(rp):
+        # unsloth/kernels/fast_lora.py LoRA_MLP.backward: DW = dY·Wᵀ is the one new MLP-wide tensor; the SwiGLU
+        # backward kernel (kernels/swiglu.py `swiglu_DWf_DW_dfg_kernel`) writes h, df and de over DW, e and g
+        temps = (2 if rp.compute_dtype != "fp32" else 4) * inter
+    # DeBERTa-v2: the recomputed block's attention holds its score-sized temporaries (`disentangled_attention_peak`)
+    recomputed = (
+        disentangled_attention_peak(rp) / tp
+        if arch.family in DISENTANGLED_ATTENTION and rp.framework in HF_MODEL_FRAMEWORKS
+        else 0.0
+    )
+    if rp.peft == "dora" or unsloth_kernels(rp):
+        return max(one_layer + temps / tp, recomputed)
+    after_down = max(one_layer - kept["down_input"] + temps / tp, recomputed)
+    copy = kept["down_adapter_copy"]
+    # inside the down projection's backward: the product's gradient from the base layer (m·I), and from an adapter
+    # with its own copy, that copy's gradient and its cast back to the product's dtype
+    at_down = one_layer + (m * inter + (copy + m * inter if copy else 0.0)) * share / tp
+    return max(after_down, at_down)
+
+
+def math_attention_block_per_token(rp: ResolvedPlan) -> float:
+    """Bytes per token of one checkpointed block inside its attention's backward on SDPA's math kernel (0 when the
+    attention runs a fused kernel): the recomputed block less what its MLP kept (the MLP's backward ran first and
+    freed it), plus the backward's two fp32 probability-sized temporaries (`sdpa_math_backward_per_token`)."""
+    if not sdpa_math(rp):
+        return 0.0
+    kept: dict = {}
+    _, one_layer = activations_per_token(rp, kept)
+    return one_layer - kept["mlp"] + sdpa_math_backward_per_token(rp)

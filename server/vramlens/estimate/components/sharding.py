@@ -1,0 +1,57 @@
+"""Sharding over ranks: the share of weights, gradients and optimizer state one rank keeps (tensor parallelism,
+ZeRO/FSDP, pipeline stages), and the dtype FSDP gathers parameters in."""
+
+from __future__ import annotations
+
+from vramlens.estimate.components.common import DTYPE_BYTES
+from vramlens.estimate.components.pipeline import pipeline_stage_share
+from vramlens.resolved import ResolvedPlan
+
+
+def shard_factor(rp: ResolvedPlan, what: str) -> float:
+    """Fraction of `what` ("weights", "gradients", "optimizer") kept on this rank: tensor parallelism splits the
+    weights over its ranks (and with them their gradients and optimizer state: Megatron-LM's column- and row-parallel
+    linears and vocabulary-parallel embedding; torch's `parallelize_module` with a model's plan, e.g. torchtune 0.6.1
+    models/llama3/_parallelism.py `base_llama_tp_plan`, embeddings and output included; the norms it leaves whole
+    are not counted apart), then ZeRO/FSDP shard what each rank holds over the data-parallel ranks. A pipeline rank
+    holds its stage's share (`pipeline_stage_share`)."""
+    return zero_shard_factor(rp, what) * pipeline_stage_share(rp) / max(rp.tensor_parallel, 1)
+
+
+def zero_shard_factor(rp: ResolvedPlan, what: str) -> float:
+    """Fraction of `what` kept on this rank by ZeRO/FSDP over the data-parallel ranks (`world_size`)."""
+    if rp.strategy not in ("deepspeed", "fsdp") or rp.world_size <= 1:
+        return 1.0
+    stage = rp.zero_stage
+    needed = {"optimizer": 1, "gradients": 2, "weights": 3}[what]
+    if rp.strategy == "fsdp" and what == "weights":
+        # SHARD_GRAD_OP shards the parameters at rest too, gathering them from a unit's forward to its backward
+        # (`fsdp_root_unsharded`; torch FSDP docs, ShardingStrategy.SHARD_GRAD_OP)
+        needed = 2
+    return 1.0 / rp.world_size if stage >= needed else 1.0
+
+
+def fsdp_gathers_16bit(rp: ResolvedPlan) -> bool:
+    """FSDP's MixedPrecision(param_dtype=bf16) over fp32 parameters: each unit's fp32 shard is cast to a
+    low-precision shard and all-gathered in param_dtype, the module computes on that, and the unsharded copy is
+    freed after the unit's forward and again after its backward (torch 2.13 torch/distributed/fsdp/_flat_param.py
+    `_use_low_precision_shard`, `_free_low_precision_sharded_param`, _runtime_utils.py `_post_forward_reshard`;
+    FSDP2: _fully_shard/_fsdp_param.py `all_gather_inputs` casts the shard to `param_dtype`). That 16-bit working
+    set is the two gathered units of `zero_buffers` and the root of `fsdp_root_unsharded`. Autocast, if it runs
+    too (verl's dp_actor.py wraps the forward in `torch.autocast(dtype=torch.bfloat16)`), meets 16-bit weights and
+    caches no copies: it caches casts of fp32 leaf tensors only (aten/src/ATen/autocast_mode.cpp `cached_cast`)."""
+    return rp.fsdp_mixed_precision
+
+
+def fsdp_gather_bytes(rp: ResolvedPlan) -> int:
+    """Bytes per parameter of FSDP's unsharded copies: the mixed-precision `param_dtype` (the compute dtype) when the
+    plan gathers 16-bit weights (`fsdp_gathers_16bit`), else the parameters' own dtype (torch 2.13
+    distributed/fsdp/_fully_shard/_fsdp_param.py `init_dtype_attrs`: no param_dtype, no cast). The unsharded
+    gradients autograd makes are in that dtype too."""
+    return DTYPE_BYTES[rp.compute_dtype if fsdp_gathers_16bit(rp) else rp.weight_dtype]
+
+
+def fsdp_sharded(rp: ResolvedPlan) -> bool:
+    """FULL_SHARD (stage 3) or SHARD_GRAD_OP (stage 2) across ranks: parameters, gradients and optimizer state all
+    sharded at rest (`zero_shard_factor`)."""
+    return rp.strategy == "fsdp" and rp.world_size > 1 and rp.zero_stage >= 2 and not rp.offload_params
