@@ -191,3 +191,19 @@ def test_trl_renamed_key_names_the_versions_between():
 def test_llamafactory_megatron_config_is_not_held_to_the_dumped_arguments():
     plan = _plan(LF + "tensor_model_parallel_size: 2\nbias_activation_fusion: true\n", "lf.yaml")
     assert not [i for i in plan.issues if "not an argument" in i.message]
+
+
+def test_torchtune_lora_placement_switches_are_read_not_flagged():
+    """torchtune's `apply_lora_to_mlp` / `apply_lora_to_output` add the MLP's and the output's adapters (its LoRA
+    builders, e.g. torchtune/models/llama3/_component_builders.py `lora_llama3`): they are read into the targets and
+    never named as not modelled."""
+    text = (
+        "model:\n  _component_: torchtune.models.llama3_1.lora_llama3_1_8b\n"
+        "  lora_attn_modules: ['q_proj', 'v_proj', 'output_proj']\n  apply_lora_to_mlp: True\n"
+        "  apply_lora_to_output: False\n  lora_rank: 8\n  lora_alpha: 16\nbatch_size: 2\n"
+        "dataset:\n  _component_: torchtune.datasets.alpaca_cleaned_dataset\n"
+        "optimizer:\n  _component_: torch.optim.AdamW\n  lr: 3e-4\n"
+    )
+    plan = _plan(text, "lora.yaml")
+    assert {"gate_proj", "up_proj", "down_proj", "q_proj", "v_proj"} <= set(plan.lora_targets.value)
+    assert [u.key for u in plan.unmodelled] == []

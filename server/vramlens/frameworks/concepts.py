@@ -1004,6 +1004,12 @@ def _candidates(name: str) -> list[str]:
     return [".".join(parts[i:]) for i in range(len(parts))]
 
 
+# Flags that add to a list concept when true, read by their framework's reader: torchtune's LoRA builders add the
+# MLP's and the output projection's adapters to `lora_attn_modules`' targets (torchtune/models/llama3/
+# _component_builders.py `lora_llama3`, read in formats/torchtune.py)
+LIST_SWITCHES: dict[str, str] = {"apply_lora_to_mlp": "lora_targets", "apply_lora_to_output": "lora_targets"}
+
+
 def switch(arg_name: str) -> tuple[str, Any] | None:
     """`use_lora` → ("peft_method", "lora"): the concept a true flag sets, and to what."""
     for n in _candidates(normalize(arg_name)):
@@ -1015,9 +1021,9 @@ def switch(arg_name: str) -> tuple[str, Any] | None:
 def match(arg_name: str, type_hint: str | None = None) -> Concept | None:
     """The plan concept an argument of this name (and type annotation, when known) sets, or None."""
     for n in _candidates(normalize(arg_name)):
-        if n in METHOD_SWITCHES:
+        if n in METHOD_SWITCHES or n in LIST_SWITCHES:
             if type_hint is None or _fits("bool", type_hint):
-                return CONCEPTS[METHOD_SWITCHES[n][0]]
+                return CONCEPTS[METHOD_SWITCHES[n][0] if n in METHOD_SWITCHES else LIST_SWITCHES[n]]
             continue
         for c in _INDEX.get(n, ()):
             if _fits(c.type, type_hint):

@@ -220,7 +220,7 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
         "lora_rank_pattern lora_target_parameters lora_target_regex lora_on_cpu peft_layers_pattern "
         "peft_layers_to_transform peft_layer_replication peft_trainable_token_indices "
         "peft_autocast_adapter_dtype kt_lora_expert_intermediate_size kt_lora_expert_num kt_use_lora_experts "
-        "apply_lora_to_mlp apply_lora_to_output exclude_modules trainable_parameters_regex "
+        "exclude_modules trainable_parameters_regex "
         "freeze_parameters_regex freeze_moe_router adapter_act adapter_length loftq_bits "
         "adapters ref_adapters ref_model_adapters reward_adapters reward_model_adapters teacher_adapters "
         "lora_qkv_kernel lora_o_kernel lora_mlp_kernel",
