@@ -6,7 +6,9 @@ with the Hub lookup off (models from the catalog, local folders and the local Hu
 Hub on loopback (`tests/fake_hub.py`, serving the `config.json` / `adapter_config.json` files under
 `tests/fixtures/hub`; the real
 network is never used) into an empty temporary cache. For each format it counts files, files recognised as
-configs, files estimated (offline / with the Hub), predicted out-of-memory findings (VL001), files recognised as
+configs, files estimated (offline / with the Hub), files estimated with no unmodelled setting (with the Hub: the plan
+records no `unmodelled` setting, `TrainingPlan.unmodelled`, so the figure rests on no setting the estimate ignores),
+predicted out-of-memory findings (VL001), files recognised as
 not being a training run (inference, generation, merge, export, evaluation, quantization: VL018), and why the
 rest got no estimate (with the Hub). Prints the table and writes it to `benchmarks/results/real_configs.txt`.
 
@@ -69,6 +71,7 @@ def outcome(path: Path, lookup: bool) -> dict:
         return {
             "format": path.suffix or "(none)",
             "estimated": False,
+            "clean": False,
             "cause": f"unreadable: {exc}",
             "vl001": False,
             "not_training": False,
@@ -81,6 +84,7 @@ def outcome(path: Path, lookup: bool) -> dict:
         "format": a.plan.format if a.plan is not None else f"other {path.suffix or '(none)'}",
         "recognised": a.plan is not None or not_training,
         "estimated": estimated,
+        "clean": estimated and a.plan is not None and not a.plan.unmodelled,
         "cause": "" if estimated else ("not a training run" if not_training else reason(a.error)),
         "vl001": any(f.rule_id == "VL001" for f in a.findings),
         "not_training": not_training,
@@ -125,6 +129,7 @@ def run(files: list[tuple[Path, Path]], listing: bool) -> str:
         row["recognised"] += on["recognised"]
         row["estimated offline"] += off["estimated"]
         row["estimated +Hub"] += on["estimated"]
+        row["no unmodelled +Hub"] += on["clean"]
         row["VL001"] += on["vl001"]
         row["not training"] += on["not_training"]
         if on["cause"]:
@@ -135,7 +140,7 @@ def run(files: list[tuple[Path, Path]], listing: bool) -> str:
     total = collections.Counter()
     for row in rows.values():
         total.update(row)
-    cols = ("files", "recognised", "estimated offline", "estimated +Hub", "VL001", "not training")
+    cols = ("files", "recognised", "estimated offline", "estimated +Hub", "no unmodelled +Hub", "VL001", "not training")
     names = ["../shared/corpus" if s == SOURCES[0] else str(s.relative_to(ROOT)) for s in SOURCES if s.exists()]
     out = [
         f"{len(files)} files from {', '.join(names)}",
@@ -158,6 +163,11 @@ def run(files: list[tuple[Path, Path]], listing: bool) -> str:
             f"({100 * total[key] / max(total['files'], 1):.0f} %); of the training configs that name a "
             f"model: {total[key]} of {named} ({100 * total[key] / max(named, 1):.0f} %)"
         )
+    out.append(
+        f"estimated with the Hub and no unmodelled setting: {total['no unmodelled +Hub']} of {total['files']} files "
+        f"({100 * total['no unmodelled +Hub'] / max(total['files'], 1):.0f} %); of the training configs that name a "
+        f"model: {total['no unmodelled +Hub']} of {named} ({100 * total['no unmodelled +Hub'] / max(named, 1):.0f} %)"
+    )
     out.append(
         f"recognised as not a training run (VL018): {total['not training']}, none with VL001: "
         f"{not any(on['vl001'] and on['not_training'] for on in online)}; predicted OOM (VL001): "

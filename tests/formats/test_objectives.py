@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from vramlens.estimate import GIB, estimate
 from vramlens.formats import parse_document, parse_file
+from vramlens.plan import Origin
 from vramlens.resolve import Settings, resolve
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "objectives"
@@ -141,12 +142,14 @@ def test_ppo_holds_reference_reward_and_a_trained_value_model():
     assert {"generation", "reference-forward"} <= set(est.phases)
 
 
-def test_torchtune_ppo_runs_eagerly_whatever_compile_says(tmp_path):
-    # the recipe reads `compile` but its torch.compile calls are commented out: estimated as eager
+def test_torchtune_ppo_compile_is_read_as_written(tmp_path):
+    # every torchtune release with the PPO recipe (v0.3.0 to v0.6.1 and main, recipes/ppo_full_finetune_single_device.py
+    # `_setup_models`) compiles its four models when `compile: True`; the calls were commented out only in a
+    # development commit (010eab0) that no release contains
     text = (FIXTURES / "torchtune_ppo.yaml").read_text(encoding="utf-8") + "\ncompile: True\n"
     plan = parse_document(text, str(tmp_path / "ppo.yaml")).plan
-    assert plan.objective.value == "ppo" and plan.compile.value is False
-    assert "commented out" in plan.compile.note
+    assert plan.objective.value == "ppo" and plan.compile.value is True
+    assert plan.compile.origin == Origin.FILE
 
 
 def test_distillation_adds_the_teacher_and_its_logits():

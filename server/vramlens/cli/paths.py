@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 from typing import Iterable, Iterator
 
-CONFIG_SUFFIXES = {".yaml", ".yml", ".json", ".toml", ".py", ".sh", ".bash", ".md", ".ipynb"}
+CONFIG_SUFFIXES = {".yaml", ".yml", ".json", ".toml", ".py", ".sh", ".bash", ".md", ".markdown", ".mdx", ".ipynb"}
 MAX_FILE_BYTES = 20_000_000  # far above any training config; a larger file is refused before it is read
 SKIP_DIRS = {".git", "node_modules", ".venv", "venv", "__pycache__", ".tox", ".mypy_cache", ".tools", "build", "dist"}
 

@@ -37,7 +37,7 @@ flags beside SFTConfig's — `--use_peft_lora`, `--lora_r` (64), `--lora_alpha` 
 from __future__ import annotations
 
 import re
-from typing import Callable
+from typing import Callable, Iterable
 
 from vramlens.formats import hf
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
@@ -52,12 +52,23 @@ _OPENRLHF_MODULE = re.compile(r"openrlhf[./]cli[./](\w+)")
 # sft_main; sft_main()`), run as `python llm_sft.py --model_type …` from its example scripts
 _SWIFT_SCRIPT = re.compile(r"(?:^|/)(?:swift/cli/(sft|pt|rlhf)|llm_(sft|dpo))\.py$")
 _SWIFT_MODULE = re.compile(r"swift\.cli\.(sft|pt|rlhf)$")
+# OpenRLHF before v0.3.8 kept its entry points in examples/ (v0.3.0: examples/train_sft.py, train_dpo.py, train_rm.py,
+# train_kto.py, train_kd.py, train_ppo.py, train_ppo_ray.py; openrlhf/cli/ from v0.3.8), and its example scripts ran
+# them as `deepspeed ../train_dpo.py …` or `ray job submit … -- python3 examples/train_ppo_ray.py …`. The names are
+# common, so the script is OpenRLHF's only with OpenRLHF's own `--pretrain` and `--micro_train_batch_size` flags
+# (examples/train_sft.py at v0.3.0: `parser.add_argument("--pretrain", …)`, `--micro_train_batch_size`).
+_OPENRLHF_EXAMPLE = re.compile(r"(?:^|/)(train_(?:sft|dpo|rm|kto|kd|ppo|ppo_ray|prm)|batch_inference)\.py$")
+_OPENRLHF_OWN_FLAGS = frozenset({"--pretrain", "--micro_train_batch_size"})
 
 
-def program(script: str, module: bool) -> tuple[str, str] | None:
-    """(tool, subcommand) of a script or module a launcher runs, for the programs read here."""
+def program(script: str, module: bool, flags: Iterable[str] = ()) -> tuple[str, str] | None:
+    """(tool, subcommand) of a script or module a launcher runs, for the programs read here; `flags`: the words
+    after a script, which tell OpenRLHF's pre-v0.3.8 `examples/train_*.py` from other scripts of the same name."""
     m = _OPENRLHF_MODULE.search(script)
     if m:
+        return "openrlhf", m.group(1)
+    m = None if module else _OPENRLHF_EXAMPLE.search(script)
+    if m and _OPENRLHF_OWN_FLAGS <= {f.split("=", 1)[0] for f in flags}:
         return "openrlhf", m.group(1)
     m = (_SWIFT_MODULE if module else _SWIFT_SCRIPT).search(script)
     if m:
@@ -67,6 +78,19 @@ def program(script: str, module: bool) -> tuple[str, str] | None:
 
 
 # --- OpenRLHF --------------------------------------------------------------------------------------
+
+# OpenRLHF entry points that do not train: openrlhf/cli/batch_inference.py (vLLM generation, reward labelling;
+# run before training in examples/scripts/train_iterative_dpo_llama.sh and train_rejection_sampling_llama.sh at
+# v0.9.0), serve_rm.py (a reward model behind an HTTP server), and before v0.3.8 examples/batch_inference.py
+_OPENRLHF_NOT_TRAINING = {
+    "batch_inference": "OpenRLHF batch inference (generation or reward labelling)",
+    "serve_rm": "OpenRLHF's reward model server",
+}
+
+
+def not_training(tool: str, subcommand: str | None) -> str | None:
+    """What a recognised program does when it is not training, or None."""
+    return _OPENRLHF_NOT_TRAINING.get(subcommand or "") if tool == "openrlhf" else None
 
 
 def _bf16(b: PlanBuilder, s: Setting) -> None:
@@ -617,7 +641,8 @@ def swift_finish(b: PlanBuilder, settings: list[Setting]) -> None:
             count,
             blocks or method,
             override=True,
-            note=f"{count} new block(s){'' if blocks else ' (`llamapro_num_new_blocks` default 4, ' + SWIFT_TUNER_ARGS + ')'}",
+            note=f"{count} new block(s)"
+            f"{'' if blocks else ' (`llamapro_num_new_blocks` default 4, ' + SWIFT_TUNER_ARGS + ')'}",
         )
         b.set(
             "trained_where", "spread", method, override=True, note="LLaMA-Pro's new blocks are spread through the model"

@@ -114,11 +114,21 @@ def parse_markdown(text: str, ctx) -> TrainingPlan | None:
     if len(text) > shell.MAX_SHELL_CHARS or "```" not in text and "~~~" not in text:
         return None
     found = training_block(text, ctx.path)
-    if found is None:
-        return None
-    _block, _view, script, issues = found
-    b = PlanBuilder(ctx.path, "markdown", None)
-    b.plan.issues.extend(issues)
-    shell.build_plan(b, script, ctx)
-    b.plan.format = "markdown"
-    return b.plan
+    plan = None
+    if found is not None:
+        _block, _view, script, issues = found
+        b = PlanBuilder(ctx.path, "markdown", None)
+        b.plan.issues.extend(issues)
+        shell.build_plan(b, script, ctx)
+        b.plan.format = "markdown"
+        plan = b.plan
+    if plan is None or plan.model_id is None:
+        # no command, or one that names no model: a Python block that trains a named model
+        # (`python_calls.parse_markdown_python`)
+        from vramlens.formats import python_calls
+
+        in_python = python_calls.parse_markdown_python(text, ctx)
+        if in_python is not None:
+            in_python.format = "markdown"
+            return in_python
+    return plan

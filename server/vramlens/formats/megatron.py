@@ -300,37 +300,61 @@ HANDLERS = {
 }
 
 _GROUPS = {
-    "FP8/FP4 recipe details (FP8 training itself is recorded as not modelled)": "fp8_recipe fp8_margin fp8_interval fp8_amax_history_len fp8_amax_compute_algo fp8_wgrad "
-    "first_last_layers_bf16 num_layers_at_start_in_bf16 num_layers_at_end_in_bf16 keep_fp8_transpose_cache "
-    "reuse_grad_buf_for_mxfp8_param_ag moe_router_padding_for_fp8",
-    "inference and text-generation serving, not training": "inference_batch_times_seqlen_threshold flash_decode inference_max_batch_size inference_max_seq_length "
-    "inference_dynamic_batching_unified_memory_level disable_chunked_prefill",
-    "Megatron-RL details (`--perform-rl-step` is recorded as not modelled)": "rl_offload_optimizer_during_inference rl_offload_kv_cache_during_training rl_use_sequence_packing "
-    "rl_sequence_packing_bin_size rl_sequence_packing_algo",
-    "models vramlens does not read from a Megatron launch (Retro, T5, BERT, ICT, DINO)": "retro_encoder_attention_dropout retro_attention_gate relative_attention_num_buckets "
-    "relative_attention_max_distance decoder_seq_length retriever_seq_length short_seq_prob indexer_batch_size "
-    "data_sharding dino_freeze_last_layer",
-    "positions and activations computed in place, without stored tensors of their own": "rotary_seq_len_interpolation_factor activation_func_clamp_value window_attn_skip_freq "
-    "use_fused_weighted_squared_relu use_te_activation_func",
+    "FP8/FP4 recipe details (FP8 training itself is recorded as not modelled)": (
+        "fp8_recipe fp8_margin fp8_interval fp8_amax_history_len fp8_amax_compute_algo fp8_wgrad "
+        "first_last_layers_bf16 num_layers_at_start_in_bf16 num_layers_at_end_in_bf16 keep_fp8_transpose_cache "
+        "reuse_grad_buf_for_mxfp8_param_ag moe_router_padding_for_fp8"
+    ),
+    "inference and text-generation serving, not training": (
+        "inference_batch_times_seqlen_threshold flash_decode inference_max_batch_size inference_max_seq_length "
+        "inference_dynamic_batching_unified_memory_level disable_chunked_prefill"
+    ),
+    "Megatron-RL details (`--perform-rl-step` is recorded as not modelled)": (
+        "rl_offload_optimizer_during_inference rl_offload_kv_cache_during_training rl_use_sequence_packing "
+        "rl_sequence_packing_bin_size rl_sequence_packing_algo"
+    ),
+    "models vramlens does not read from a Megatron launch (Retro, T5, BERT, ICT, DINO)": (
+        "retro_encoder_attention_dropout retro_attention_gate relative_attention_num_buckets "
+        "relative_attention_max_distance decoder_seq_length retriever_seq_length short_seq_prob indexer_batch_size "
+        "data_sharding dino_freeze_last_layer"
+    ),
+    "positions and activations computed in place, without stored tensors of their own": (
+        "rotary_seq_len_interpolation_factor activation_func_clamp_value window_attn_skip_freq "
+        "use_fused_weighted_squared_relu use_te_activation_func"
+    ),
     "multi-latent attention sizes (MLA itself is recorded as not modelled)": "q_lora_rank kv_lora_rank",
-    "logging, checks and checkpoint files": "log_num_zeros_in_grad log_memory_to_tensorboard record_memory_history memory_snapshot_path "
-    "check_for_nan_in_loss_and_grad no_save_optim no_load_optim strict_fsdp_dtensor_load "
-    "ckpt_fully_parallel_save_deprecated ckpt_fully_parallel_save ckpt_fully_parallel_load "
-    "dist_ckpt_optim_fully_reshardable distrib_optim_fully_reshardable_mem_efficient data_parallel_random_init",
+    "logging, checks and checkpoint files": (
+        "log_num_zeros_in_grad log_memory_to_tensorboard record_memory_history memory_snapshot_path "
+        "check_for_nan_in_loss_and_grad no_save_optim no_load_optim strict_fsdp_dtensor_load "
+        "ckpt_fully_parallel_save_deprecated ckpt_fully_parallel_save ckpt_fully_parallel_load "
+        "dist_ckpt_optim_fully_reshardable distrib_optim_fully_reshardable_mem_efficient data_parallel_random_init"
+    ),
     "numerics of the same tensors: gradient clipping, dropout probability (the core attention's dropout mask is "
-    "counted: estimate.components.megatron_core_attention_per_token), reduced-precision matmul, router dtype": "clip_grad attention_dropout disable_bf16_reduced_precision_matmul moe_router_dtype",
-    "the global batch over the run (memory follows the micro batch, which these do not change)": "rampup_batch_size decrease_batch_size_if_needed",
+    "counted: estimate.components.megatron_core_attention_per_token), reduced-precision matmul, router dtype": (
+        "clip_grad attention_dropout disable_bf16_reduced_precision_matmul moe_router_dtype"
+    ),
+    "the global batch over the run (memory follows the micro batch, which these do not change)": (
+        "rampup_batch_size decrease_batch_size_if_needed"
+    ),
     "communication scheduling and process groups: the speed estimate treats collectives as overlapped with compute "
-    "(estimate/throughput.py)": "tp_comm_overlap_cfg tp_comm_overlap_ag tp_comm_overlap_rs tp_comm_overlap_rs_dgrad tp_comm_bulk_dgrad "
-    "tp_comm_bulk_wgrad tp_comm_bootstrap_backend tp_comm_split_ag tp_comm_split_rs "
-    "async_tensor_model_parallel_allreduce pipeline_model_parallel_comm_backend overlap_grad_reduce "
-    "align_grad_reduce overlap_param_gather_with_optimizer_step use_ring_exchange_p2p gradient_reduce_div_fusion "
-    "num_distributed_optimizer_instances cp_comm_type hierarchical_context_parallel_sizes use_tp_pp_dp_mapping "
-    "overlap_moe_expert_parallel_comm model_parallel_size",
-    "wgrad accumulated straight into the fp32 main gradients, which are counted either way": "gradient_accumulation_fusion",
-    "CPU-offload details (`--optimizer-cpu-offload` is recorded as not modelled)": "optimizer_offload_fraction use_torch_optimizer_for_cpu_offload overlap_cpu_optimizer_d2h_h2d",
-    "FSDP details (`--use-megatron-fsdp` / `--use-torch-fsdp2` are recorded as not modelled)": "data_parallel_sharding_strategy fsdp_double_buffer torch_fsdp2_reshard_after_forward "
-    "enable_full_sharding_in_hsdp",
+    "(estimate/throughput.py)": (
+        "tp_comm_overlap_cfg tp_comm_overlap_ag tp_comm_overlap_rs tp_comm_overlap_rs_dgrad tp_comm_bulk_dgrad "
+        "tp_comm_bulk_wgrad tp_comm_bootstrap_backend tp_comm_split_ag tp_comm_split_rs "
+        "async_tensor_model_parallel_allreduce pipeline_model_parallel_comm_backend overlap_grad_reduce "
+        "align_grad_reduce overlap_param_gather_with_optimizer_step use_ring_exchange_p2p gradient_reduce_div_fusion "
+        "num_distributed_optimizer_instances cp_comm_type hierarchical_context_parallel_sizes use_tp_pp_dp_mapping "
+        "overlap_moe_expert_parallel_comm model_parallel_size"
+    ),
+    "wgrad accumulated straight into the fp32 main gradients, which are counted either way": (
+        "gradient_accumulation_fusion"
+    ),
+    "CPU-offload details (`--optimizer-cpu-offload` is recorded as not modelled)": (
+        "optimizer_offload_fraction use_torch_optimizer_for_cpu_offload overlap_cpu_optimizer_d2h_h2d"
+    ),
+    "FSDP details (`--use-megatron-fsdp` / `--use-torch-fsdp2` are recorded as not modelled)": (
+        "data_parallel_sharding_strategy fsdp_double_buffer torch_fsdp2_reshard_after_forward "
+        "enable_full_sharding_in_hsdp"
+    ),
     "attention masks: a boolean b×s×s mask per micro batch (s² bytes a sample), small next to the activations; "
     "fused attention takes the causal mask as a flag": "reset_attention_mask create_attention_mask_in_dataloader",
 }
@@ -485,7 +509,8 @@ def _vocabulary_padded(b: PlanBuilder, by: dict[str, Setting]) -> None:
         )
         b.plan.read_notes.append(
             Approximate(
-                f"vocabulary not given (`--vocab-size`, `--padded-vocab-size`){' for ' + tokenizer if tokenizer else ''}: "
+                f"vocabulary not given (`--vocab-size`, `--padded-vocab-size`)"
+                f"{' for ' + tokenizer if tokenizer else ''}: "
                 f"assumed GPT-2's {GPT2_VOCAB:,} tokens, {how}"
             )
         )

@@ -112,6 +112,11 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
 
 def _model(b: PlanBuilder, get) -> None:
     s = get("model", "pretrained_model_name_or_path")
+    if s is None:
+        # `NeMoAutoModelForCausalLM.from_config` with `config: {_target_: transformers.AutoConfig.from_pretrained,
+        # pretrained_model_name_or_path: …}`: that model's architecture, initialised afresh (the llm_benchmark and
+        # llm_pretrain examples, e.g. examples/llm_benchmark/deepseek/deepseek_v3_te_deepep.yaml at 36044ad3)
+        s = get("model", "config", "pretrained_model_name_or_path")
     if s is not None and isinstance(s.value, str) and s.value.strip():
         b.set("model_id", s.value.strip(), s)
     s = get("model", "torch_dtype")

@@ -43,6 +43,10 @@ TRL_CLASSES = {
     "NashMD": "online-dpo",
     "GKD": "gkd",
     "Distillation": "gkd",
+    # TRL main trl/experimental/: async_grpo/async_grpo_trainer.py (GRPO with rollouts from a separate vLLM server),
+    # gold/gold_trainer.py (`GOLDTrainer(SFTTrainer)`: on-policy distillation from a `teacher_model`, as GKD)
+    "AsyncGRPO": "grpo",
+    "GOLD": "gkd",
 }
 _CLASS = re.compile(r"^(?P<name>[A-Za-z]+?)(?:Config|Trainer)$")
 
@@ -376,18 +380,9 @@ def apply_torchtune(b: PlanBuilder, data: dict, get) -> None:
         # (the value model trains, the reward model is frozen)
         b.set("value_model", True, s, origin=Origin.DERIVED)
         b.set("generation", "generate", s, origin=Origin.DERIVED, note="torchtune PPO generates with a KV cache")
-        c = get("compile")
-        if c is not None and b.plan.compile is not None and b.plan.compile.value:
-            # the recipe reads `compile` but its torch.compile calls are commented out (`_setup_model`,
-            # recipes/ppo_full_finetune_single_device.py at 010eab0): the models run eagerly
-            b.set(
-                "compile",
-                False,
-                c,
-                origin=Origin.DERIVED,
-                override=True,
-                note="torchtune's PPO recipe compiles nothing (its torch.compile calls are commented out)",
-            )
+        # `compile: True` compiles the four models (torchtune v0.3.0–v0.6.1 and main
+        # recipes/ppo_full_finetune_single_device.py `_setup_models`: `training.compile_model(policy_model)` …): read
+        # as written
     for key in ("max_generated_tokens",):
         s = get(key)
         if s is not None and to_int(s.value):

@@ -653,6 +653,16 @@ class _Reader:
         )
 
 
+def _trl_class(last: str, full: str) -> tuple[bool, bool]:
+    """(a TRL config, a TRL trainer) not in the tables above: a `…Config` / `…Trainer` class imported from a `trl`
+    module (TRL main `trl/experimental/<method>/`: `TPOConfig(_BaseConfig)`, `GOLDConfig(SFTConfig)`,
+    `AsyncGRPOTrainer(_BaseTrainer)`; every TRL config extends `transformers.TrainingArguments` and every trainer
+    takes the `model` to train)."""
+    if not full.startswith("trl.") or last in CONFIG_CLASSES or last in TRL_TRAINERS or last == "ModelConfig":
+        return False, False
+    return last.endswith("Config") and not last.startswith("Generation"), last.endswith("Trainer")
+
+
 def _kw(call: ast.Call, name: str) -> ast.keyword | None:
     for kw in call.keywords:
         if kw.arg == name:
@@ -673,7 +683,59 @@ def parse_python(text: str, ctx) -> TrainingPlan | None:
         from vramlens.formats import usage
 
         plan = usage.from_docstring(plan, text, tree, ctx) or plan
+        if plan.model_id is None and usage.wants_command_line(plan, text):
+            from vramlens.formats import script_arguments
+
+            script_arguments.apply_own_defaults(plan, text, ctx.path)
     return plan
+
+
+_MD_FENCE = re.compile(r"([ \t]*)(`{3,}|~{3,})[ \t]*([^\s`{]*)")
+PYTHON_INFOS = frozenset({"python", "py", "python3", "py3"})
+
+
+def _python_blocks(lines: list[str]) -> list[tuple[int, int, str]]:
+    """(fence line, end line exclusive, fence indentation) of every fenced Python block of a Markdown page."""
+    out = []
+    i, n = 0, len(lines)
+    while i < n:
+        m = _MD_FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        fence = m.group(2)
+        j = i + 1
+        while j < n and not (lines[j].strip().startswith(fence) and not lines[j].strip().strip(fence[0])):
+            j += 1
+        if m.group(3).lower() in PYTHON_INFOS:
+            out.append((i, j, m.group(1)))
+        i = j + 1
+    return out
+
+
+def parse_markdown_python(text: str, ctx) -> TrainingPlan | None:
+    """A Markdown page's first fenced Python block that trains a named model, read as a Python script at its own
+    lines (TRL's docs show their runs as Python: docs/source/sft_trainer.md at TRL main, "Quick start":
+    `SFTTrainer(model="Qwen/Qwen3-0.6B", train_dataset=...)`). Each block is read alone: a page's blocks are
+    alternatives or fragments, not one script. A block indented under a list item keeps its columns: its fence line
+    becomes `if 1:`. None when no block names the model it trains."""
+    if len(text) > MAX_PYTHON_CHARS or text.count("{") > MAX_PYTHON_BRACES:
+        return None
+    lines = text_lines(text)
+    for fence, end, indent in _python_blocks(lines):
+        body = "\n".join(lines[fence + 1 : end])
+        if not _TRIGGER.search(body):
+            continue
+        src = "\n" * fence + ("if 1:" if indent else "") + "\n" + body
+        try:
+            tree = ast.parse(src, filename=ctx.path)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue  # a fragment (`...`, a doctest prompt): not a runnable block
+        plan = read_tree(tree, src, ctx)
+        if plan is not None and plan.model_id is not None:
+            plan.read_notes.append(f"the run is the Python block at line {fence + 2} of the page")
+            return plan
+    return None
 
 
 def _hot_lines(tree: ast.Module, text: str) -> list[int]:
@@ -731,13 +793,32 @@ def _call(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope) -> None:
     else:
         return
     full = ev.dotted(func) or last
+    trl_config, trl_trainer = _trl_class(last, full)
     # A script with two configs (or two models) describes two runs: only the first of each kind is read.
-    if last in CONFIG_CLASSES or last in TRL_TRAINERS:
+    if last in CONFIG_CLASSES or last in TRL_TRAINERS or trl_config or trl_trainer:
         from vramlens.formats import objective
 
         obj = objective.from_class(last)
         if obj is not None and r.b.plan.objective is None:
             objective.set_objective(r.b, obj, r.node_setting(last, call.func, last), note=f"TRL `{last}`")
+        elif obj is None and (trl_config or trl_trainer) and r.b.plan.objective is None:
+            what = f"the training objective of TRL's `{re.sub(r'(Config|Trainer)$', '', last)}` method"
+            if not any(u.what == what for u in r.b.plan.unmodelled):  # its config and its trainer: said once
+                r.b.unmodelled(
+                    r.node_setting(last, call.func, None),
+                    what,
+                    "estimated as supervised fine-tuning of the policy alone",
+                )
+    if trl_config:
+        r.signals.add("trl")
+        if r.first("config"):
+            _hf_kwargs(r, ev, call, scope, last)
+        return
+    if trl_trainer:
+        r.signals.add("trl")
+        if r.first("trainer"):
+            _trainer(r, ev, call, scope, last)
+        return
     if last in SWIFT_ARGUMENTS and full.split(".", 1)[0] == "swift":
         r.signals.add("swift")
         if r.first("config"):

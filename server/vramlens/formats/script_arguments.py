@@ -93,6 +93,28 @@ def apply(b: PlanBuilder, launch, settings: list[Setting], ctx) -> None:
     _apply_defaults(b, [a for a in args if a.name not in given], path, text_lines(source), label)
 
 
+def apply_own_defaults(plan, text: str, path: str) -> None:
+    """A script read on its own that takes its model from its own arguments and names none elsewhere (no usage
+    example gives one): its argument definitions' defaults, as `python script.py` with no arguments runs it (TRL
+    main examples/scripts/openenv/echo.py: `parser.add_argument("--model", default="Qwen/Qwen3-0.6B")`, then
+    `GRPOTrainer(model=args.model, ...)`). The model argument only: the script's other values are read where its
+    code uses them (an `args.x` there stays unknown, with the note saying so)."""
+    try:
+        module = argdefs.read_module(text, path)
+    except argdefs.SourceRefused:
+        return
+    args = [a for a in _arguments(module) if getattr(concepts.match(a.name, _type_hint(a)), "name", None) == "model_id"]
+    if not args:
+        return
+    b = PlanBuilder.wrap(plan)
+    label = PurePosixPath(path.replace("\\", "/")).name
+    _apply_defaults(b, args[:1], path, text_lines(text), label)
+    if plan.model_id is not None:
+        plan.read_notes.append(
+            f"the model is {label}'s own default for its argument (the script run without arguments)"
+        )
+
+
 def _read_module(target: str, ctx) -> tuple[str, str, argdefs.ModuleArgs] | None:
     from vramlens.formats import references
 

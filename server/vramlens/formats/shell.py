@@ -7,9 +7,9 @@ range, so every flag and value carries a span for hovers and edits. Variables as
 the script expand (bash arrays and quoted argument lists split into their words where used unquoted,
 integer `$((…))` is worked out, the commands of a `bash -c "…"` string are read where they stand, and an
 option-parsing loop's `MODEL=$1` keeps the default, noted as assumed); anything computed at run time
-(`$(…)`, undefined `$VAR`, backticks) is unknown and records nothing. The first command that launches training becomes the plan (a
-launcher or training CLI; a plain `python script.py --flags` only when the script has none); config
-files it names (`--config x.yaml`, `llamafactory-cli train x.yaml`, `--deepspeed ds.json`,
+(`$(…)`, undefined `$VAR`, backticks) is unknown and records nothing. The first command that launches
+training becomes the plan (a launcher or training CLI; a plain `python script.py --flags` only when the script
+has none); config files it names (`--config x.yaml`, `llamafactory-cli train x.yaml`, `--deepspeed ds.json`,
 `accelerate launch --config_file acc.yaml`) are read through `formats.parse_document` and merged
 under the command line, which wins as it does in the real tools.
 """
@@ -77,7 +77,7 @@ def _via(name: str) -> Callable[[PlanBuilder, Setting], None]:
 _TOKEN = re.compile(
     r"(?:[ \t\r\f\v]|\\\r?\n)*(?:(\n)|(#[^\n]*)|(&&|\|\||;;|\|&|>>|&>|>&|<<<|<<-|<<|[;&|()<>])"
     r"|([^\s'\"\\;&|<>()`$]+)(?=[\s;&|<>()]|\Z)"
-    r"|((?=(?P<w>(?:[^\s'\"\\;&|<>()`$]+|'[^']*'|\"(?:[^\"\\`$]|\\.|\$(?![({]))*\"|\\[^\n]|\$\{[^}\n]*\}"
+    r"|((?=(?P<w>(?:[^\s'\"\\;&|<>()`$]+|'[^']*'|\"(?:[^\"\\`$]|\\.|\$(?![({]))*\"|\\[^\n]|\$\{[^}\n\"'$]*\}"
     r"|\$(?![({])[A-Za-z_0-9@*#?$!-]?)+))(?P=w))(?=[\s;&|<>()]|\Z)"
     r"|(\\\Z)|(?=.))",
     re.S,
@@ -359,8 +359,7 @@ class _Scanner:
             parts.append((CMD, text[i:j]))
             return j
         if nxt == "{":
-            j = text.find("}", i + 2)
-            j = n if j < 0 else j
+            j = self._brace_end(i + 2)
             inner = text[i + 2 : j]
             m = _ELEMENT.fullmatch(inner)
             if m:  # ${NAME[@]}, ${NAME[*]}, ${NAME[0]}
@@ -386,6 +385,31 @@ class _Scanner:
             return i + 2
         parts.append((LIT, "$", i, False))
         return i + 1
+
+    def _brace_end(self, i: int) -> int:
+        """`i` just after "${": the offset of its closing "}", past nested `${…}` and quotes in the operand, as in
+        verl's `MODEL_PATH=${MODEL_PATH:-"${RAY_DATA_HOME}/models/Qwen3-8B"}` (bash: the word of `${X:-word}` is
+        expanded with its quotes and parameter expansions); the end of the text when unclosed."""
+        text, n = self.text, self.n
+        depth, quoted = 1, False
+        while i < n:
+            c = text[i]
+            if c == "\\":
+                i += 1
+            elif c == '"':
+                quoted = not quoted
+            elif c == "'" and not quoted:
+                j = text.find("'", i + 1)
+                i = n if j < 0 else j
+            elif c == "$" and text.startswith("{", i + 1):
+                depth += 1
+                i += 1
+            elif c == "}":
+                depth -= 1
+                if depth == 0:
+                    return i
+            i += 1
+        return n
 
     def _matching_paren(self, i: int) -> int:
         """`i` is at "(": the offset after its matching ")" (quotes inside are skipped)."""
@@ -488,6 +512,8 @@ class Expander:
             return None
         if op in (":-", "-", ":=", "="):
             return self._default(arg, env)
+        if var is None and name == "HOME":  # the login shell's home folder, which `~` names too
+            return "~"
         return None
 
     def append(self, old: str | None, new: str | None, where: tuple[int, int]) -> str | None:
@@ -526,7 +552,10 @@ class Expander:
         pos = 0
         arg = arg.strip("'\"")
         for m in _SIMPLE_REF.finditer(arg):
-            var = env.get(m.group(1) or m.group(2))
+            name = m.group(1) or m.group(2)
+            var = env.get(name)
+            if var is None and name == "HOME":
+                var = Var("~")
             if var is None or var.value is None:
                 return None
             out += (arg[pos : m.start()], var.value)
@@ -988,7 +1017,13 @@ def _retarget_module(launch: Launch, module: str) -> Launch:
 
 
 def _retarget_script(launch: Launch) -> Launch:
-    found = launchers.program(launch.script.text, module=False) if launch.script else None
+    found = (
+        launchers.program(
+            launch.script.text, module=False, flags=[a.text for a in launch.args[launch.script_args_start :]]
+        )
+        if launch.script
+        else None
+    )
     if found is not None:
         launch.launcher = launch.tool
         launch.tool, launch.subcommand = found
@@ -1597,7 +1632,11 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
         if found is None:
             continue
         if found.script is not None:
-            what = purpose.module_purpose(found.script.text) or purpose.script_purpose(found.script.text)
+            what = (
+                purpose.module_purpose(found.script.text)
+                or purpose.script_purpose(found.script.text)
+                or launchers.not_training(found.tool, found.subcommand)
+            )
             if what is not None:
                 other = other or (what, idx.span(cmd.start, cmd.end))
                 continue
@@ -2183,7 +2222,8 @@ ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLO
 
 # ms-swift reads its image budget from the environment too (swift/utils/env.py `get_env_args`: the upper-cased argument
 # name; `MAX_PIXELS=1003520 swift sft …` in its README): `MAX_PIXELS`, and `IMAGE_MAX_TOKEN_NUM` (image tokens after the
-# 2 × 2 merge) for the processors of qwen-vl-utils ≥ 0.0.14. Kept under these names; the resolver takes the tightest cap.
+# 2 × 2 merge) for the processors of qwen-vl-utils ≥ 0.0.14. Kept under these names; the resolver takes the
+# tightest cap.
 SWIFT_ENV_VARS = ("MAX_PIXELS", "IMAGE_MAX_TOKEN_NUM")
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from vramlens.formats.settings import PlanBuilder, Setting, Unknown, to_bool
+from vramlens.formats.settings import PlanBuilder, Setting, Unknown, to_bool, to_int
 from vramlens.formats.vocab import check_optimizer
 from vramlens.knowledge import frameworks, optimizers
 from vramlens.plan import IssueKind, Origin, Severity, Sourced, Span, text_lines
@@ -308,12 +308,73 @@ def _dataset_seq_len(b: PlanBuilder, get) -> None:
         )
 
 
+# A family's component builder (`torchtune.models.llama2.llama2`, `lora_llama2`, `qwen2.qwen2`, ...) takes the model's
+# sizes as arguments instead of naming a checkpoint (torchtune v0.6.1 models/llama2/_component_builders.py `llama2`:
+# vocab_size, num_layers, num_heads, num_kv_heads, embed_dim, max_seq_len, intermediate_dim=None; torchtune
+# recipes/configs/llama2/1B_qat_single_device.yaml builds TinyLlama that way). argument -> the size read
+COMPONENT_SIZES = {
+    "num_layers": "num_layers",
+    "embed_dim": "hidden_size",
+    "num_heads": "num_attention_heads",
+    "num_kv_heads": "num_kv_heads",
+    "intermediate_dim": "intermediate_size",
+    "vocab_size": "vocab_size",
+    "max_seq_len": "max_position_embeddings",
+}
+# families whose component builder ties the output projection to the token embedding unless told otherwise
+# (torchtune v0.6.1 models/qwen2/_component_builders.py `qwen2(..., tie_word_embeddings=False)`: untied by default;
+# gemma's `gemma(...)` always ties)
+TIED_BY_DEFAULT = {"gemma", "gemma2"}
+
+
+def _scale_hidden_dim_for_mlp(dim: int, multiple_of: int = 256) -> int:
+    """The MLP width torchtune's llama builders use when `intermediate_dim` is not given (torchtune v0.6.1
+    torchtune/models/llama2/_model_utils.py and llama3/_model_utils.py `scale_hidden_dim_for_mlp`)."""
+    hidden = int(2 * (4 * dim) / 3)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+def _component_shape(b: PlanBuilder, comp: Setting, get, model_key: str) -> bool:
+    """A family's component builder with its sizes: keep them as the model's shape (`PlanBuilder.shape`); False when
+    the builder is not one or the sizes are not all given."""
+    m = _BUILDER.match(comp.value.strip())
+    if m is None or m.group("name") != m.group("family"):
+        return False
+    sizes = {}
+    for arg, name in COMPONENT_SIZES.items():
+        s = get(model_key, arg)
+        if s is not None and to_int(s.value) is not None and not isinstance(s.value, bool):
+            sizes[name] = (s, to_int(s.value))
+    if not all(k in sizes for k in ("num_layers", "hidden_size", "num_attention_heads")):
+        return False
+    for name, (s, v) in sizes.items():
+        b.shape(name, Setting(key=s.key, path=s.path, value=v, span=s.span, value_span=s.value_span))
+    family = m.group("family")
+    if "intermediate_size" not in sizes and family.startswith(("llama", "code_llama")):
+        width = _scale_hidden_dim_for_mlp(sizes["hidden_size"][1])
+        b.shape("intermediate_size", Setting(key=comp.key, path=comp.path, value=width, span=comp.span))
+    # every torchtune decoder family builds a gated MLP (SwiGLU, GeGLU for gemma) and RMSNorm
+    b.shape("activation", Setting(key=comp.key, path=comp.path, value="swiglu", span=comp.span))
+    b.shape("norm", Setting(key=comp.key, path=comp.path, value="rmsnorm", span=comp.span))
+    tie = get(model_key, "tie_word_embeddings")
+    tied = to_bool(tie.value) if tie is not None else None
+    if not (tied if tied is not None else family in TIED_BY_DEFAULT):
+        b.shape("no_weight_tying", Setting(key=comp.key, path=comp.path, value=True, span=comp.span))
+    b.plan.read_notes.append(
+        f"the model is given by its sizes: torchtune component builder `{comp.value.strip()}` with "
+        + ", ".join(f"{s.key} {v}" for s, v in sizes.values())
+    )
+    return True
+
+
 def _model(b: PlanBuilder, comp: Setting | None, get, model_key: str) -> None:
     if comp is None or not isinstance(comp.value, str):
         return
     model_id, peft = model_id_for_builder(comp.value)
     name = comp.value.rsplit(".", 1)[-1]
-    if model_id is None:
+    if model_id is None and _component_shape(b, comp, get, model_key):
+        pass  # the model is given by its sizes (resolve.arch_from_sizes)
+    elif model_id is None:
         b.set("model_id", comp.value, comp, note=f"torchtune builder `{name}` (not in vramlens' builder table)")
     else:
         b.set("model_id", model_id, comp, note=f"torchtune builder `{name}` → {model_id}")

@@ -65,6 +65,25 @@ def _docstring_range(tree: ast.Module) -> tuple[int, int] | None:
     return None
 
 
+def _string_ranges(tree: ast.Module) -> list[tuple[int, int]]:
+    """0-based [first, last) lines of the module docstring, then of every other string statement at module level:
+    TRL puts some scripts' usage in a bare string after the imports (examples/scripts/ppo/ppo.py and rloo/rloo.py at
+    TRL v0.12–v0.19)."""
+    out = []
+    first = _docstring_range(tree)
+    if first is not None:
+        out.append(first)
+    for node in tree.body[1:]:
+        if (
+            type(node) is ast.Expr
+            and type(node.value) is ast.Constant
+            and isinstance(node.value.value, str)
+            and node.end_lineno is not None
+        ):
+            out.append((node.lineno - 1, node.end_lineno))
+    return out
+
+
 def _runs_this_script(script_arg: str | None, name: str) -> bool:
     return bool(script_arg and PurePosixPath(script_arg.strip("'\"")).name == name)
 
@@ -98,10 +117,9 @@ def from_docstring(plan: TrainingPlan, text: str, tree: ast.Module, ctx) -> Trai
     under it; None when there is none to read."""
     if not wants_command_line(plan, text):
         return None
-    where = _docstring_range(tree)
     name = Path(ctx.path).name
-    if where is not None:
-        lines = text.split("\n")
+    lines = text.split("\n")
+    for where in _string_ranges(tree):
         view = command_view(lines, *where)
         if view.strip():
             got = _first_command(view, ctx.path, name)
@@ -109,12 +127,13 @@ def from_docstring(plan: TrainingPlan, text: str, tree: ast.Module, ctx) -> Trai
                 (script, issues), count = got
                 line = script.index.pos(script.launch.command.start)[0] + 1
                 more = f"; {count - 1} other example(s) there" if count > 1 else ""
+                what = "module docstring" if where == _docstring_range(tree) else "string at module level"
                 return _merge(
                     plan,
                     script,
                     issues,
                     ctx,
-                    f"the command line is the usage example in the module docstring (line {line}){more}",
+                    f"the command line is the usage example in the {what} (line {line}){more}",
                 )
     return from_readme(plan, text, ctx, name)
 

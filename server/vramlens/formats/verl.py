@@ -603,7 +603,8 @@ def _not_modelled(r: _Reader) -> None:
 
 
 def detect(data: Any, keys: set[str]) -> float:
-    """A verl trainer config: its top-level `actor_rollout_ref` section (ppo_trainer.yaml and configs copied from it)."""
+    """A verl trainer config: its top-level `actor_rollout_ref` section (ppo_trainer.yaml and configs copied from
+    it)."""
     if "actor_rollout_ref" in keys and isinstance(data.get("actor_rollout_ref"), dict):
         return 1.0
     return 0.0

@@ -1,0 +1,106 @@
+"""Held-out sources for the command-line frameworks: OpenRLHF, verl, torchtitan, Megatron-LM, NeMo AutoModel,
+ms-swift (a plug-in of `held_out.py`: its `FRAMEWORKS` are added to the run)."""
+
+from __future__ import annotations
+
+from held_out import Check, Framework, Source
+
+MEGATRON_CHECKS = [
+    Check(("micro-batch-size", "micro_batch_size"), "micro_batch"),
+    Check(("seq-length", "max_length", "seq_length"), "seq_len"),
+    Check(("tensor-model-parallel-size", "tensor_model_parallel_size"), "tensor_parallel"),
+    Check(("pipeline-model-parallel-size", "pipeline_model_parallel_size"), "pipeline_parallel"),
+    Check(("expert-model-parallel-size", "expert_model_parallel_size"), "expert_parallel"),
+    Check(("context-parallel-size", "context_parallel_size"), "context_parallel"),
+    Check(("use-distributed-optimizer", "use_distributed_optimizer"), "distributed_optimizer", "bool"),
+    Check(("sequence-parallel", "sequence_parallel"), "sequence_parallel", "bool"),
+]
+
+FRAMEWORKS: list[Framework] = [
+    Framework(
+        "openrlhf",
+        [
+            Source("OpenRLHF+OpenRLHF", rev, ("examples/scripts/*.sh",))
+            for rev in ("v0.3.0", "v0.6.0", "v0.8.0", "v0.9.0", "v0.10.0", "HEAD")
+        ],
+        [
+            Check(("pretrain", "model.model_name_or_path"), "model_id", "model"),
+            Check(("micro_train_batch_size", "train.micro_batch_size"), "micro_batch"),
+            Check(("zero_stage", "ds.zero_stage"), "zero_stage"),
+            Check(("lora_rank", "lora.rank", "ds.lora.rank"), "lora_r"),
+            Check(("load_in_4bit", "ds.load_in_4bit", "model.load_in_4bit"), "quant_bits", "map:true=4"),
+            Check(
+                ("gradient_checkpointing", "ds.gradient_checkpointing", "model.gradient_checkpointing"),
+                "grad_checkpointing",
+                "bool",
+            ),
+            Check(("packing_samples", "ds.packing_samples", "data.packing_samples"), "packing", "bool"),
+        ],
+    ),
+    Framework(
+        "verl",
+        [
+            Source("volcengine+verl", rev, ("examples/*.sh", "examples/*.yaml"))
+            for rev in ("v0.3.0.post1", "v0.5.0", "v0.6.1", "HEAD")
+        ],
+        [
+            Check(("actor_rollout_ref.model.path",), "model_id", "model"),
+            Check(("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",), "micro_batch"),
+            Check(("actor_rollout_ref.model.enable_gradient_checkpointing",), "grad_checkpointing", "bool"),
+            Check(("actor_rollout_ref.model.lora_rank",), "lora_r"),
+            Check(("actor_rollout_ref.rollout.gpu_memory_utilization",), "vllm_memory_share", "float"),
+            Check(("actor_rollout_ref.rollout.n",), "num_generations"),
+        ],
+    ),
+    Framework(
+        "torchtitan",
+        [
+            Source("pytorch+torchtitan", "v0.2.0", ("*.toml", "run_train.sh"), ("pyproject.toml", "*/tests/*")),
+            Source("pytorch+torchtitan", "HEAD", ("*config_registry.py", "run_train.sh"), ("*/tests/*",)),
+        ],
+        [
+            Check(("training.batch_size", "training.local_batch_size"), "micro_batch"),
+            Check(("training.seq_len",), "seq_len"),
+            Check(("parallelism.tensor_parallel_degree",), "tensor_parallel"),
+            Check(("parallelism.pipeline_parallel_degree",), "pipeline_parallel"),
+            Check(("parallelism.context_parallel_degree",), "context_parallel"),
+            Check(("activation_checkpoint.mode",), "grad_checkpointing", "map:none=false,full=true"),
+        ],
+    ),
+    Framework(
+        "megatron",
+        [
+            Source("NVIDIA+Megatron-LM", rev, ("examples/*.sh",))
+            for rev in ("refs/tags/core_r0.8.0", "core_v0.13.0", "HEAD")
+        ],
+        MEGATRON_CHECKS,
+    ),
+    Framework(
+        "nemo_automodel",
+        [Source("NVIDIA-NeMo+Automodel", rev, ("examples/*.yaml",)) for rev in ("v0.2.0", "v0.3.0", "v0.4.0", "HEAD")],
+        [
+            Check(("model.pretrained_model_name_or_path",), "model_id", "model"),
+            Check(("step_scheduler.local_batch_size",), "micro_batch"),
+            Check(("distributed.tp_size",), "tensor_parallel"),
+            Check(("distributed.pp_size",), "pipeline_parallel"),
+            Check(("distributed.cp_size",), "context_parallel"),
+            Check(("peft.dim",), "lora_r"),
+        ],
+    ),
+    Framework(
+        "ms-swift",
+        [
+            Source("modelscope+ms-swift", rev, ("examples/*.sh",))
+            for rev in ("v1.5.0", "v2.4.0", "v3.5.0", "v4.0.0", "HEAD")
+        ],
+        [
+            Check(("model", "model_id_or_path"), "model_id", "model"),
+            Check(("per_device_train_batch_size", "batch_size", "micro_batch_size"), "micro_batch"),
+            Check(("lora_rank",), "lora_r"),
+            Check(("quant_bits", "quantization_bit"), "quant_bits", "map:4=4,8=8,0=none"),
+            Check(("tensor_model_parallel_size",), "tensor_parallel"),
+            Check(("pipeline_model_parallel_size",), "pipeline_parallel"),
+            Check(("expert_model_parallel_size",), "expert_parallel"),
+        ],
+    ),
+]
