@@ -1,0 +1,1 @@
+"""transformers (Trainer, TrainingArguments): how its run differs from the generic one (`hooks`)."""

@@ -1,0 +1,1 @@
+"""unsloth (FastLanguageModel + TRL's trainers): how its run differs from the generic one (`hooks`)."""

@@ -1,0 +1,226 @@
+"""Adapter stage: quantization and the training method — LoRA/QLoRA/DoRA, IA3/VeRA, partial fine-tuning (freeze,
+LLaMA-Pro, LISA) or full — with the modules each trains, in canonical names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vramlens.knowledge import peft_methods
+from vramlens.knowledge.schema import ModelArch
+from vramlens.plan import TrainingPlan
+from vramlens.resolve.common import Approximate, Context
+
+
+@dataclass(frozen=True)
+class AdapterPart:
+    quant_bits: Any  # 4, 8 or None
+    peft: str  # "none", "lora", "qlora", "dora", "ia3", "vera"
+    partial: dict  # trained_layers, trained_modules, trained_extra, trained_where (ResolvedPlan fields)
+    targets: tuple[str, ...]
+    feedforward: tuple[str, ...]
+    modules_to_save: tuple[str, ...]
+    head: str  # "causal-lm" or a scalar head
+
+
+def resolve_adapters(ctx: Context, arch: ModelArch) -> AdapterPart:
+    plan, val, sources, assumptions = ctx.plan, ctx.val, ctx.sources, ctx.assumptions
+    quant_bits = val("quant_bits")
+    peft = val("peft_method") or "none"
+    if quant_bits and peft in ("none", "freeze", "other"):
+        peft = "lora"
+        assumptions.append(Approximate("quantized base weights train only through adapters: assumed LoRA"))
+    if quant_bits == 4 and peft == "lora":
+        peft = "qlora"
+    partial = _partial_training(plan, peft, val, sources, assumptions)
+    if peft == "freeze":
+        peft = "none"
+    if peft not in ("none", "lora", "qlora", "dora", "ia3", "vera"):
+        assumptions.append(Approximate(f"PEFT method `{peft}` estimated as full fine-tuning"))
+        peft = "none"
+    targets: tuple[str, ...] = ()
+    feedforward: tuple[str, ...] = ()
+    if peft in ("ia3", "vera"):
+        targets, feedforward = _vector_adapter_targets(plan, peft, arch, assumptions)
+    elif peft != "none":
+        raw = val("lora_targets") or ["q", "v"]
+        targets, unknown = normalize_targets(list(raw), arch)
+        if unknown:
+            assumptions.append(Approximate(f"LoRA targets not recognised and ignored: {', '.join(unknown)}"))
+        if not targets:
+            targets = ("q", "v")
+    modules_to_save, _ = normalize_targets(list(val("modules_to_save") or []), arch)
+
+    head = str(val("task_head") or "causal-lm")
+    if head != "causal-lm":
+        assumptions.append(f"{head} head: no LM head and no vocabulary logits (a hidden × labels output layer)")
+    return AdapterPart(quant_bits, peft, partial, targets, feedforward, modules_to_save, head)
+
+
+LORA_NAME_MAP = {
+    "q_proj": ("q",),
+    "k_proj": ("k",),
+    "v_proj": ("v",),
+    "o_proj": ("o",),
+    "out_proj": ("o",),
+    "output_proj": ("o",),
+    "dense": ("o",),
+    "query": ("q",),
+    "key": ("k",),
+    "value": ("v",),
+    "c_attn": ("q", "k", "v"),
+    "qkv_proj": ("q", "k", "v"),
+    "qkv": ("q", "k", "v"),
+    "wqkv": ("q", "k", "v"),
+    "query_key_value": ("q", "k", "v"),
+    "proj": ("o",),
+    "attn.proj": ("o",),
+    "gate_proj": ("gate",),
+    "up_proj": ("up",),
+    "down_proj": ("down",),
+    "gate_up_proj": ("gate", "up"),
+    "w1": ("gate",),
+    "w3": ("up",),
+    "w2": ("down",),
+    "fc_1": ("gate",),
+    "fc_2": ("up",),
+    "c_fc": ("fc1",),
+    "fc1": ("fc1",),
+    "fc2": ("fc2",),
+    "fc_in": ("fc1",),
+    "fc_out": ("fc2",),
+    "dense_h_to_4h": ("fc1",),
+    "dense_4h_to_h": ("fc2",),
+    "wi": ("fc1",),
+    "wo": ("down",),
+    "wi_0": ("gate",),
+    "wi_1": ("up",),  # T5 v1.1 / Flan-T5 gated-gelu; `wo` is fc2 when ungated
+    "mlp": ("gate", "up", "down", "fc1", "fc2"),
+    "q": ("q",),
+    "k": ("k",),
+    "v": ("v",),
+    "o": ("o",),
+    "gate": ("gate",),
+    "up": ("up",),
+    "down": ("down",),
+    "lm_head": ("lm_head",),
+    "output": ("lm_head",),
+    "head": ("lm_head",),
+    "embed_tokens": ("embed",),
+    "wte": ("embed",),
+    "tok_embeddings": ("embed",),
+    "embed": ("embed",),
+}
+
+
+def _vector_adapter_targets(
+    plan: TrainingPlan, peft: str, arch: ModelArch, assumptions: list[str]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(targets, IA3 feedforward targets) of an IA3 or VeRA adapter: the config's, else peft's defaults for the
+    family (knowledge/peft_methods.py: peft 0.21.2 utils/constants.py), never the frameworks' LoRA defaults. IA3's
+    feedforward modules default to the family's among the targets (peft `_prepare_adapter_config`)."""
+    defaults = peft_methods.default_targets(peft, arch.family)
+    name = "IA3" if peft == "ia3" else "VeRA"
+    targets: tuple[str, ...] = ()
+    if plan.lora_targets is not None:
+        targets, unknown = normalize_targets(list(plan.lora_targets.value), arch)
+        if unknown:
+            assumptions.append(Approximate(f"{name} targets not recognised and ignored: {', '.join(unknown)}"))
+    if not targets:
+        if defaults is None:
+            assumptions.append(
+                Approximate(
+                    f"peft has no default {name} targets for `{arch.family}` (it asks for "
+                    f"target_modules): assumed q and v"
+                )
+            )
+            targets = ("q", "v")
+        else:
+            targets = defaults[0]
+    feedforward: tuple[str, ...] = ()
+    if peft == "ia3":
+        if plan.feedforward_targets is not None:
+            feedforward, _ = normalize_targets(list(plan.feedforward_targets.value), arch)
+        elif defaults is not None:
+            feedforward = defaults[1]
+        feedforward = tuple(t for t in feedforward if t in targets or "all-linear" in targets)
+    return targets, feedforward
+
+
+def _adapter_rank(plan: TrainingPlan, peft: str, val) -> int:
+    """LoRA/DoRA rank (the framework's default when unset); VeRA's rank of its shared projections, peft's 256
+    (VeraConfig.r, ms-swift `vera_rank`) unless the config sets it; 0 without a rank."""
+    if peft == "vera":
+        return int(plan.lora_r.value) if plan.lora_r is not None and plan.lora_r.value else peft_methods.VERA_DEFAULT_R
+    if peft in ("none", "ia3"):
+        return 0
+    return int(val("lora_r") or 8)
+
+
+def normalize_targets(names: list[str], arch: ModelArch) -> tuple[tuple[str, ...], list[str]]:
+    """Framework module names → canonical targets; returns (targets, names not understood)."""
+    out: list[str] = []
+    unknown: list[str] = []
+    for raw in names:
+        n = str(raw).strip().strip("'\"")
+        low = n.lower()
+        if low in ("all-linear", "all_linear", "all", "linear"):
+            return ("all-linear",), []
+        key = low.split(".")[-1]
+        mapped = LORA_NAME_MAP.get(key) or LORA_NAME_MAP.get(low)
+        if mapped is None:
+            unknown.append(n)
+            continue
+        gated = arch.mlp in ("swiglu", "geglu")
+        for m in mapped:
+            if m in ("gate", "up", "down") and not gated:
+                m = {"gate": "fc1", "up": "fc1", "down": "fc2"}[m]
+            elif m in ("fc1", "fc2") and gated and key in ("mlp",):
+                continue
+            if m not in out:
+                out.append(m)
+    return tuple(out), unknown
+
+
+def _partial_training(plan: TrainingPlan, peft: str, val, sources: dict, assumptions: list[str]) -> dict:
+    """Which weights a partial full fine-tune trains (freeze tuning, LLaMA-Pro, LISA): `trained_layers` of the
+    decoder layers, `trained_modules` inside them and `trained_extra` outside them (components.trained_params)."""
+    out: dict[str, Any] = {"trained_layers": None, "trained_modules": (), "trained_extra": (), "trained_where": "last"}
+    if peft != "freeze" and plan.trained_layers is None:
+        return out
+    layers = val("trained_layers")
+    if layers is None:
+        assumptions.append(Approximate("which layers train is not known: estimated as a full fine-tune"))
+        return out
+    modules = [str(m).strip().lower() for m in (val("trained_modules") or [])]
+    canon: list[str] = []
+    for m in modules:
+        if m in ("all", ""):
+            canon = []
+            break
+        if m in ("self_attn", "attn", "attention", "self_attention"):
+            canon.append("attn")
+        elif m in ("mlp", "feed_forward", "ffn", "block_sparse_moe"):
+            canon.append("mlp")
+    extra = []
+    for m in val("trained_extra") or []:
+        low = str(m).strip().lower()
+        if low in ("embed_tokens", "wte", "embed", "tok_embeddings", "word_embeddings"):
+            extra.append("embed")
+        elif low in ("lm_head", "output", "head"):
+            extra.append("lm_head")
+    where = str(val("trained_where") or "last")
+    out.update(
+        trained_layers=abs(int(layers)),
+        trained_modules=tuple(dict.fromkeys(canon)),
+        trained_extra=tuple(dict.fromkeys(extra)),
+        trained_where=where if where in ("last", "first", "spread", "rotating") else "last",
+    )
+    assumptions.append(
+        f"partial fine-tuning: {abs(int(layers))} layer(s) train"
+        + (f" ({', '.join(out['trained_modules'])})" if out["trained_modules"] else "")
+        + (f" with {', '.join(out['trained_extra'])}" if out["trained_extra"] else "")
+        + "; gradients and optimizer states only for those, activations only for the layers the "
+        "backward runs through (from the lowest trained one up)"
+    )
+    return out

@@ -1,0 +1,122 @@
+"""The last stage: the `ResolvedPlan` the estimator reads, built from the parts the stages returned, each field the
+file's value, the framework's default or what a stage decided."""
+
+from __future__ import annotations
+
+from vramlens.resolve.adapters import AdapterPart, _adapter_rank
+from vramlens.resolve.common import FUSED_KERNELS, Context
+from vramlens.resolve.distribution import DistributionPart, _megatron_layout
+from vramlens.resolve.gpu import GpuPart
+from vramlens.resolve.model import ModelPart
+from vramlens.resolve.optimizer import OptimizerPart
+from vramlens.resolve.precision import TrainedPrecisionPart
+from vramlens.resolve.sequence import SequencePart
+from vramlens.resolve.versions import VersionsPart
+from vramlens.resolved import ResolvedPlan
+
+
+def build_plan(
+    ctx: Context,
+    m: ModelPart,
+    g: GpuPart,
+    a: AdapterPart,
+    o: OptimizerPart,
+    d: DistributionPart,
+    w: TrainedPrecisionPart,
+    s: SequencePart,
+    v: VersionsPart,
+) -> ResolvedPlan:
+    plan, val, hooks = ctx.plan, ctx.val, ctx.hooks
+    arch, peft, quant_bits, strategy, zero = m.arch, a.peft, a.quant_bits, d.strategy, d.zero
+    attn = v.run.attention
+    qval = val if quant_bits else (lambda concept: None)
+    return ResolvedPlan(
+        arch=arch,
+        framework=ctx.fw_key,
+        weight_dtype=w.weight_dtype,
+        compute_dtype=w.compute,
+        amp=w.amp,
+        fsdp_mixed_precision=w.amp and strategy == "fsdp" and bool(val("fsdp_mixed_precision")),
+        micro_batch=s.micro,
+        grad_accum=s.ga,
+        seq_len=int(s.seq or 2048),
+        packing=bool(val("packing")),
+        eval_batch=int(val("eval_batch") or s.micro),
+        grad_checkpointing=bool(val("grad_checkpointing")),
+        activation_offload=bool(val("activation_offload")),
+        attn_impl=attn
+        if attn in ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention", "xformers")
+        else "other",
+        repeat_kv=v.run.repeat_kv,
+        loss_shifted_copy=v.run.loss_shifted_copy,
+        versions=tuple((k, ver.version, ver.source) for k, ver in v.env.items()),
+        attn_mask=not bool(val("packing")) and hooks.behaviour.get("attn_mask", True),
+        compile=bool(val("compile")),
+        rope_caches=hooks.rope_caches(ctx.extra("torchtune_builder"), arch.family, peft, arch.layers),
+        loss_impl=val("loss_impl") or "standard",
+        keep_logits=hooks.behaviour["keep_logits"],
+        fused_kernels=tuple(k for k in val("fused_kernels") or () if k in FUSED_KERNELS),
+        float8_linears=bool(val("float8_linears")),
+        optimizer=o.opt,
+        optimizer_impl=o.impl if o.impl in ("foreach", "fused", "forloop") else "fused",
+        optimizer_in_bwd=bool(val("optimizer_in_bwd")),
+        set_to_none=bool(val("zero_grad_set_to_none") if val("zero_grad_set_to_none") is not None else True),
+        master_weights=w.master,
+        peft=peft,
+        lora_r=_adapter_rank(plan, peft, val),
+        lora_alpha=float(val("lora_alpha") or 16) if peft not in ("none", "ia3", "vera") else 0.0,
+        lora_dropout=(
+            float(val("lora_dropout") or 0.0)
+            if peft not in ("none", "ia3", "vera")
+            else float(plan.lora_dropout.value or 0.0)
+            if peft == "vera" and plan.lora_dropout
+            else 0.0
+        ),
+        lora_targets=a.targets,
+        feedforward_targets=a.feedforward,
+        modules_to_save=a.modules_to_save,
+        adapter_fp32=v.adapter_fp32,
+        kbit_upcast=v.kbit_upcast,
+        kbit_embeddings_16bit=v.kbit_embeddings_16bit,
+        trainable_fp32=w.trainable_fp32,
+        low_rank=o.low_rank,
+        low_rank_targets=o.low_rank_targets,
+        low_rank_proj_quant=isinstance(o.proj_bits, int) and o.proj_bits < 16,
+        **a.partial,
+        quant_bits=quant_bits,
+        quant_type=str(qval("quant_type") or "nf4"),
+        quant_double=bool(qval("quant_double")),
+        quant_storage=v.storage if v.storage in ("bf16", "fp16", "fp32") else "uint8",
+        quant_keeps_input=v.keeps_input,
+        **hooks.step_flags(),
+        strategy=strategy,
+        zero_stage=int(zero) if strategy in ("deepspeed", "fsdp") else 0,
+        world_size=d.shard_ranks,
+        offload_optimizer=bool(val("offload_optimizer")),
+        offload_params=bool(val("offload_params")),
+        tensor_parallel=int(d.tp),
+        context_parallel=int(d.cp),
+        pipeline_parallel=int(d.pp),
+        **_megatron_layout(val),
+        **_partial_checkpointing(val),
+        fsdp_full_state_dict=str(val("fsdp_state_dict_type") or "").upper().startswith("FULL"),
+        fsdp_keeps_block_grads=v.keeps_block_grads,
+        scalar_head=a.head != "causal-lm",
+        gpu=g.gpu,
+        gpu_count=d.count,
+        expandable_segments="expandable_segments:true" in s.alloc.replace(" ", "").lower(),
+        headroom=ctx.settings.headroom,
+    )
+
+
+def _partial_checkpointing(val) -> dict:
+    """Checkpointing of some blocks or some ops, the vocabulary-parallel loss and whether a compiled model's loss is
+    compiled too, as ResolvedPlan fields."""
+    every = val("checkpoint_every")
+    mode = val("selective_recompute")
+    return {
+        "checkpoint_every": int(every) if isinstance(every, int) and every >= 1 else 1,
+        "selective_recompute": mode if mode in ("op", "core_attention") else "none",
+        "loss_parallel": bool(val("loss_parallel")),
+        "compile_loss": val("compile_loss") is not False,
+    }

@@ -1,0 +1,67 @@
+"""Distribution stage: the parallelism of the run — data parallel ranks, ZeRO/FSDP sharding, tensor, context and
+pipeline parallelism, and Megatron-core's layout settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vramlens.resolve.common import Context
+from vramlens.resolve.gpu import GpuPart, _world
+
+
+@dataclass(frozen=True)
+class DistributionPart:
+    strategy: str  # "none", "ddp", "deepspeed", "fsdp", "megatron"
+    zero: Any  # ZeRO stage (FSDP: 3 for FULL_SHARD)
+    world: int  # processes in the run
+    count: int  # GPUs per node
+    tp: Any
+    cp: Any
+    pp: Any
+    dp: int
+    shard_ranks: int  # the ranks ZeRO/FSDP shard over
+
+
+def resolve_distribution(ctx: Context, gpu: GpuPart) -> DistributionPart:
+    plan, settings, val, sources = ctx.plan, ctx.settings, ctx.val, ctx.sources
+    count, count_given = gpu.count, gpu.count_given
+    strategy = val("dist_strategy") or "none"
+    zero = val("zero_stage") or 0
+    world, count = _world(plan, settings, count, count_given, sources)
+    tp = val("tensor_parallel") or 1
+    cp = val("context_parallel") or 1
+    pp = val("pipeline_parallel") or 1
+    dp = max(1, int(world) // max(1, int(tp) * int(cp) * int(pp)))
+    if strategy == "none" and dp > 1:
+        strategy = "ddp"
+    # FSDP2 shards over the data-parallel and context-parallel ranks together: the context-parallel ranks compute
+    # gradients of the same weights, so the sharding mesh folds them in (torchtitan v0.2.2
+    # torchtitan/distributed/parallel_dims.py `build_mesh`: "fsdp: ... This includes dp_shard and cp", used by
+    # models/llama3/infra/parallelize.py `apply_fsdp`; NeMo AutoModel v0.5.0 components/distributed/mesh_utils.py
+    # `get_fsdp_dp_mesh` → the `dp_shard_cp` mesh; accelerate 1.15 parallelism_config.py `fsdp_dim_names` →
+    # `dp_shard_cp`). Megatron's distributed optimizer folds them in itself (components.megatron_dp); DeepSpeed's
+    # ZeRO shards over its data-parallel group.
+    shard_ranks = dp * int(cp) if strategy == "fsdp" else dp
+    if strategy in ("deepspeed", "fsdp") and int(zero or 0) > 0 and shard_ranks == 1:
+        ctx.assumptions.append(
+            f"{'ZeRO' if strategy == 'deepspeed' else 'FSDP'} sharding with one GPU shards nothing: "
+            "set the GPU count (launcher flag, `# vramlens: gpu=... count=N`, or --num-gpus)"
+        )
+    return DistributionPart(strategy, zero, world, count, tp, cp, pp, dp, shard_ranks)
+
+
+def _megatron_layout(val) -> dict:
+    """The Megatron-core layout settings of the plan, as ResolvedPlan fields (their defaults when unset)."""
+    out = {
+        "virtual_pipeline": int(val("virtual_pipeline") or 1),
+        "expert_parallel": int(val("expert_parallel") or 1),
+        "sequence_parallel": bool(val("sequence_parallel")),
+        "distributed_optimizer": bool(val("distributed_optimizer")),
+        "recompute_layers": int(val("recompute_layers") or 1),
+    }
+    if val("expert_tensor_parallel"):
+        out["expert_tensor_parallel"] = int(val("expert_tensor_parallel"))
+    if val("recompute_method") in ("uniform", "block"):
+        out["recompute_method"] = val("recompute_method")
+    return out

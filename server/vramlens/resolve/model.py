@@ -1,0 +1,197 @@
+"""Model stage: the architecture the run trains — the named model (catalog, local folder, Hub cache or Hub), or one
+given by its sizes — as the framework's builder makes it (builder positions, added blocks, a separate LM head)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from vramlens.knowledge.schema import ModelArch
+from vramlens.plan import TrainingPlan
+from vramlens.resolve.common import Approximate, Context, ResolveError
+from vramlens.settings import Settings
+
+
+@dataclass(frozen=True)
+class ModelPart:
+    arch: ModelArch
+
+
+def resolve_model(ctx: Context) -> ModelPart:
+    plan, assumptions = ctx.plan, ctx.assumptions
+    if plan.model_id is None:
+        arch = arch_from_sizes(plan)
+        if arch is None:
+            raise ResolveError(no_model_message(plan), "model_id")
+        vocab_note = (
+            ""
+            if _size(plan, "vocab_size", "padded_vocab_size")
+            else f"; vocabulary assumed {arch.vocab:,} (GPT-2's, padded as GPT-NeoX pads it)"
+        )
+        note = f"model given by its sizes: {arch.layers} layers, hidden {arch.hidden}, {arch.heads} heads{vocab_note}"
+        assumptions.append(Approximate(note) if vocab_note else note)
+    else:
+        arch = _model(plan.model_id.value, ctx.settings, assumptions)
+    if plan.model_id is not None:
+        ctx.sources["model_id"] = plan.model_id
+    arch = ctx.hooks.builder_arch(arch, plan.extra)
+    added = ctx.val("added_layers")
+    if isinstance(added, int) and added > 0:
+        arch = expanded_arch(arch, added)
+        assumptions.append(f"{added} decoder block(s) added to the model: {arch.layers} layers")
+    as_run = ctx.hooks.arch_as_run(arch)
+    if as_run is not arch:
+        arch = as_run
+        assumptions.append(
+            f"{ctx.fw_label} keeps the LM head apart from the token embedding: {arch.vocab:,} × "
+            f"{arch.hidden} more weights than the tied checkpoint"
+        )
+    return ModelPart(arch)
+
+
+def expanded_arch(arch: ModelArch, added: int) -> ModelArch:
+    """The model with `added` copies of its decoder block inserted (LLaMA-Pro's block expansion, arXiv:2401.02415;
+    ms-swift v4.5.2 swift/tuners/llamapro.py `LLaMAPro.prepare_model` deep-copies every (L/n)-th block into the
+    module list and sets `num_hidden_layers` to the new depth): every per-layer count grows with the depth."""
+    from vramlens.knowledge.models import param_count
+
+    bare = arch.model_copy(update={"params_total": 0})
+    grown = arch.layers + added
+    update: dict = {"layers": grown}
+    if arch.params_total:
+        update["params_total"] = (
+            arch.params_total + param_count(bare.model_copy(update={"layers": grown})) - param_count(bare)
+        )
+    if arch.layer_kinds:
+        update["layer_kinds"] = tuple((kind, round(n * grown / arch.layers)) for kind, n in arch.layer_kinds)
+    return arch.model_copy(update=update)
+
+
+def hub_lookup(settings: Settings):
+    """How this run asks the Hub for a config.json: None when the `model_lookup` setting turns it off."""
+    from vramlens.knowledge import hub
+
+    if not settings.model_lookup:
+        return None
+    return settings.hub_lookup or hub.fetch_config
+
+
+def _model(name: str, settings: Settings, assumptions: list[str]) -> ModelArch:
+    """The named model's architecture (`models.find_model`), or a ResolveError saying why there is none."""
+    from vramlens.knowledge import models
+
+    found = models.find_model(name, settings.workspace, hub_lookup(settings), settings.any_model_folder)
+    if found.arch is not None:
+        if found.where in ("local folder", "hub cache", "hub"):
+            assumptions.append(f"model shapes from `{name}`'s config.json ({found.where})")
+        elif found.where.startswith("the base model"):
+            assumptions.append(f"model shapes of `{found.arch.id}`, {found.where}")
+        if found.arch.approximate and found.arch.params_total:  # built by construction, partly generic
+            assumptions.append(Approximate(f"approximate: `{found.arch.family}`: {found.arch.approximate}"))
+        elif found.arch.approximate:
+            assumptions.append(
+                Approximate(
+                    f"approximate: `{found.arch.family}` has no dedicated model in vramlens; "
+                    f"estimated generically from its config's sizes ({found.arch.approximate})"
+                )
+            )
+        return found.arch
+    if problem := models.local_config_problem(name, settings.workspace, settings.any_model_folder):
+        raise ResolveError(problem, "model_id")
+    if (missing := _missing_path(name, settings)) is not None:
+        raise ResolveError(f"model `{name}`: a local path, and {missing} does not exist", "model_id")
+    if found.pending:
+        raise ResolveError(f"looking up `{name}` on the Hugging Face Hub (its config.json only)…", "model_id")
+    hints = models.suggest_model(name)
+    hint = hints[0] if hints else None
+    if not settings.model_lookup:
+        hub_text = (
+            "not looked up on the Hugging Face Hub (the `model_lookup` setting or --offline turns it off, "
+            "and the editor asks the Hub only in a trusted workspace)"
+        )
+    elif found.problem:
+        hub_text = found.problem
+    else:
+        hub_text = "not a Hugging Face Hub id"
+    raise ResolveError(
+        f"unknown model `{name}`: not in the catalog, not a local folder with config.json, not in "
+        f"the local Hugging Face cache; {hub_text}" + (f" — did you mean `{hint}`?" if hint else ""),
+        "model_id",
+        hint,
+    )
+
+
+def _missing_path(name: str, settings: Settings) -> str | None:
+    """The folder a path-like model name (`./models/x`, `/data/x`, `~/x`) points at when it does not exist."""
+    from pathlib import Path
+
+    from vramlens.file_access import expand_user
+
+    n = name.strip()
+    if not n.startswith(("/", "~", "./", "../")):
+        return None
+    path = expand_user(n)
+    if not path.is_absolute() and settings.workspace is not None:
+        path = Path(settings.workspace) / path
+    return None if path.exists() else f"`{path}`"
+
+
+_QUOTED_KEY = re.compile(r"`([^`]+)`")
+NO_MODEL = "the config does not name a model"  # and gives no value for one: a partial config (DeepSpeed JSON)
+
+
+def no_model_message(plan: TrainingPlan) -> str:
+    """Why a plan has no model, naming the value the file gave for one when it gave one that could not be used
+    (a `$MODEL` only known when the script runs, a value of the wrong type): the reader's own words for it."""
+    for issue in plan.issues:
+        m = _QUOTED_KEY.match(issue.message)
+        key = m.group(1).lower().lstrip("-") if m else ""
+        names_model = "model" in key.replace("model_max_length", "") or key.endswith("from_pretrained")
+        if names_model and not key.startswith(("ref", "reward", "teacher")):
+            line = f" (line {issue.span.start_line + 1})" if issue.span is not None else ""
+            why = issue.message.split("; it is not read")[0]
+            return f"the config does not name a model vramlens can use: {why}{line}"
+    return NO_MODEL
+
+
+def _size(plan: TrainingPlan, *keys: str):
+    for k in keys:
+        s = plan.extra.get(f"arch.{k}")
+        if s is not None and isinstance(s.value, (int, float)) and not isinstance(s.value, bool) and s.value > 0:
+            return int(s.value)
+    return None
+
+
+def arch_from_sizes(plan: TrainingPlan) -> ModelArch | None:
+    """A model given by its sizes instead of a hub id (GPT-NeoX `num_layers`/`hidden_size`/…, nanoGPT
+    `n_layer`/`n_head`/`n_embd`): a GELU MLP of 4h and LayerNorm unless the config says SwiGLU/RMSNorm."""
+    layers = _size(plan, "num_layers", "n_layer")
+    hidden = _size(plan, "hidden_size", "n_embd")
+    heads = _size(plan, "num_attention_heads", "n_head")
+    if not (layers and hidden and heads) or hidden % heads or max(layers, hidden, heads) > 1_000_000:
+        return None
+
+    def text(key: str) -> str:
+        s = plan.extra.get(f"arch.{key}")
+        return str(s.value).lower() if s is not None else ""
+
+    gated = "glu" in text("activation")
+    inter = _size(plan, "intermediate_size") or (int(8 * hidden / 3) if gated else 4 * hidden)
+    if gated and inter > 4 * hidden:
+        inter = inter // 3  # GPT-NeoX's SwiGLU intermediate_size is not the per-branch width
+    untied = plan.extra.get("arch.no_weight_tying")
+    return ModelArch(
+        id=f"custom-{layers}L-{hidden}h",
+        family="gpt_neox" if plan.extra.get("arch.num_layers") else "gpt2",
+        mlp="swiglu" if gated else "gelu",
+        norm="rmsnorm" if "rms" in text("norm") else "layernorm",
+        hidden=hidden,
+        layers=layers,
+        heads=heads,
+        kv_heads=_size(plan, "num_kv_heads"),
+        intermediate=inter,
+        vocab=_size(plan, "vocab_size", "padded_vocab_size") or 50304,
+        tied_embeddings=not (untied is not None and bool(untied.value)),
+        max_position=_size(plan, "max_position_embeddings", "block_size"),
+        source="sizes read from the config file",
+    )

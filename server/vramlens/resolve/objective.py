@@ -1,0 +1,145 @@
+"""Objective stage: what preference optimisation, online RL and distillation add to the step — paired sequences, the
+reference, reward, value and teacher models, and a rollout's generation."""
+
+from __future__ import annotations
+
+from vramlens.frameworks.hooks import FrameworkHooks
+from vramlens.plan import Origin, Sourced, TrainingPlan
+from vramlens.resolve.common import Approximate
+from vramlens.resolve.model import hub_lookup
+from vramlens.resolved import ResolvedPlan
+from vramlens.settings import Settings
+
+PAIRED = ("dpo", "orpo", "simpo", "cpo", "rm")
+ONLINE = ("ppo", "grpo", "rloo", "online-dpo")
+
+
+def objective_fields(
+    plan: TrainingPlan,
+    rp: ResolvedPlan,
+    hooks: FrameworkHooks,
+    settings: Settings,
+    sources: dict,
+    assumptions: list[str],
+) -> dict:
+    """What the objective changes in the step: paired sequences, the reference model, generation,
+    reward/value models, the teacher. Semantics from trl 1.16.0 (trainer/dpo_trainer.py `_compute_loss`: chosen
+    and rejected concatenated into one batch, the reference forward under no_grad after the policy's; with a
+    PEFT model and no `ref_model` the adapters are disabled instead of loading a copy; `precompute_ref_log_probs`
+    drops the reference; grpo_config.py `beta=0.0` loads no reference, rloo_config.py `beta=0.05` does;
+    `generation_batch_size = per_device_train_batch_size × steps_per_generation`, `steps_per_generation` defaulting
+    to `gradient_accumulation_steps`; vLLM colocated with `vllm_gpu_memory_utilization=0.3`)."""
+    from vramlens.knowledge import models
+
+    obj = plan.objective.value if plan.objective is not None else "sft"
+    if plan.objective is not None:
+        sources["objective"] = plan.objective
+    else:
+        sources["objective"] = Sourced(
+            value="sft",
+            origin=Origin.DEFAULT,
+            framework=hooks.key,
+            note="no preference, RL or distillation setting: supervised fine-tuning",
+        )
+    out: dict = {"objective": obj}
+    if obj == "sft" or obj == "pretrain":
+        return out
+
+    def src(name: str):
+        s = getattr(plan, name)
+        if s is not None:
+            sources[name] = s
+            return s.value
+        return None
+
+    if obj in PAIRED:
+        out["sequences_per_example"] = 2  # chosen + rejected in one concatenated forward
+    if obj == "rm":
+        out["scalar_head"] = True  # AutoModelForSequenceClassification: a 1-wide score head
+    ref_free = src("reference_free")
+    if ref_free is None:
+        # TRL GRPO's KL coefficient defaults to 0.0 (no reference); RLOO's to 0.05; other frameworks keep one
+        ref_free = obj == "grpo" and hooks.grpo_reference_free
+        if obj == "grpo" and ref_free:
+            assumptions.append("GRPO with TRL's default beta=0.0: no reference model is loaded")
+    needs_ref = (
+        obj in ("dpo", "kto", "online-dpo", "ppo", "grpo", "rloo")
+        and not ref_free
+        and obj not in ("orpo", "simpo", "cpo", "rm")
+    )
+    if needs_ref and src("precompute_ref") and obj not in ONLINE:
+        needs_ref = False
+    if needs_ref:
+        named = src("ref_model_id")
+        out["reference"] = "adapters-off" if rp.peft != "none" and not named else "copy"
+        if out["reference"] == "copy":
+            dtype = src("ref_dtype")
+            if dtype in ("fp32", "bf16", "fp16"):
+                out["reference_dtype"] = dtype
+            out["reference_offloaded"] = bool(src("ref_offload"))
+    if obj in ONLINE:
+        prompt = src("prompt_len")
+        completion = src("completion_len")
+        if prompt is None and plan.seq_len is not None and hooks.rollout_prompt_from_seq_len:
+            # torchtune's tokenizer max_seq_len / LLaMA-Factory's cutoff_len bound the prompt of a rollout
+            prompt = int(plan.seq_len.value)
+        if prompt is None:
+            prompt = 512
+            assumptions.append(
+                Approximate("prompt length not set: assumed 512 tokens (TRL GRPO does not truncate prompts)")
+            )
+        if completion is None:
+            completion = hooks.completion_len_default
+            sources["completion_len"] = Sourced(
+                value=completion, origin=Origin.DEFAULT, framework="trl 1.16", note="max_completion_length=512"
+            )
+        gen = src("generation") or "generate"
+        # samples per prompt: TRL's group size is inside its per-device batch (below); others default to one
+        groups = src("num_generations") or 1
+        if obj == "online-dpo":
+            # trl 1.16.0 experimental/online_dpo/online_dpo_trainer.py: two completions per prompt
+            # (`prompt_ids.repeat(2, 1)`), both through the policy in one forward
+            gen_seqs = 2 * rp.micro_batch
+            out["sequences_per_example"] = 2
+        elif hooks.batch_counts_completions:
+            # completions, not prompts, in the batch of TRL's GRPOTrainer (ms-swift's and axolotl's subclass it)
+            gen_seqs = rp.micro_batch * max(rp.grad_accum, 1)  # generation_batch_size per device
+        else:
+            gen_seqs = rp.micro_batch * int(groups)
+        share = src("vllm_memory_share")
+        if gen == "vllm-colocate" and share is None:
+            share = 0.3
+            sources["vllm_memory_share"] = Sourced(
+                value=share, origin=Origin.DEFAULT, framework="trl 1.16", note="vllm_gpu_memory_utilization=0.3"
+            )
+        out.update(
+            seq_len=int(prompt) + int(completion),
+            logits_tokens=int(completion),
+            generation=gen,
+            generations_per_example=int(gen_seqs) // max(rp.micro_batch, 1),
+            generation_len=int(prompt) + int(completion),
+            vllm_memory_share=float(share or 0.0) if gen == "vllm-colocate" else 0.0,
+            generation_sleeps=gen == "vllm-colocate" and bool(src("generation_sleeps")),
+        )
+        if obj == "ppo":
+            value = src("value_model")
+            out["value_model"] = True if value is None else bool(value)
+            out["reward_model"] = not hooks.reward_model_when_named or src("reward_model_id") is not None
+        elif src("reward_model_id") is not None:
+            out["reward_model"] = True
+    if obj in ("gkd", "kd"):
+        tid = src("teacher_model_id")
+        teacher = (
+            models.find_model(tid, settings.workspace, hub_lookup(settings), settings.any_model_folder).arch
+            if tid
+            else None
+        )
+        if teacher is None:
+            teacher = rp.arch
+            assumptions.append(
+                Approximate(
+                    f"teacher model {'`' + tid + '` unknown' if tid else 'not named'}: assumed the size of the student"
+                )
+            )
+        out["teacher"] = teacher
+    return out

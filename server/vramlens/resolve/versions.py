@@ -1,0 +1,146 @@
+"""Versions stage: what the library versions the run uses change — bitsandbytes' 4-bit input, transformers' attention
+and loss paths (knowledge/versions.py), FSDP1's checkpointed blocks, and the trainer's k-bit preparation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from vramlens import environment
+from vramlens.knowledge import frameworks, versions
+from vramlens.knowledge.schema import ModelArch
+from vramlens.plan import TrainingPlan
+from vramlens.resolve.common import Context
+
+if TYPE_CHECKING:
+    from vramlens.resolve.adapters import AdapterPart
+    from vramlens.resolve.distribution import DistributionPart
+    from vramlens.resolve.precision import TrainedPrecisionPart
+    from vramlens.resolve.sequence import SequencePart
+
+
+@dataclass(frozen=True)
+class VersionsPart:
+    env: dict  # package → its version and where that came from (environment.versions)
+    tv: str | None  # transformers' version where the step runs its model classes
+    hf_model: bool
+    masked: bool  # attention under a padding mask
+    loss_impl: str
+    run: Any  # versions.as_run: the attention, repeat_kv and loss copy as that transformers runs them
+    storage: Any  # bitsandbytes' quant storage dtype
+    keeps_input: bool  # bitsandbytes keeps each 4-bit linear's input
+    keeps_block_grads: bool
+    kbit_upcast: bool
+    kbit_embeddings_16bit: bool
+    adapter_fp32: bool
+
+
+def resolve_versions(
+    ctx: Context,
+    arch: ModelArch,
+    adapters: AdapterPart,
+    dist: DistributionPart,
+    weights: TrainedPrecisionPart,
+    sequence: SequencePart,
+) -> VersionsPart:
+    plan, settings, val, assumptions, hooks = ctx.plan, ctx.settings, ctx.val, ctx.assumptions, ctx.hooks
+    fw_label, quant_bits, peft, strategy = ctx.fw_label, adapters.quant_bits, adapters.peft, dist.strategy
+    attn = sequence.attn
+    # the quantization settings (and their framework defaults: axolotl's and LLaMA-Factory's double quantization)
+    # only for a quantized model: a 16-bit run has none to list
+    qval = val if quant_bits else (lambda concept: None)
+    storage = qval("quant_storage_dtype")
+    bnb_pinned = environment.workspace_pins(settings.workspace).get("bitsandbytes")
+    bnb_version = (
+        settings.framework_versions.get("bitsandbytes")
+        or (bnb_pinned.version if bnb_pinned else None)
+        or hooks.bitsandbytes
+    )
+    keeps_input = quant_bits == 4 and frameworks.bnb_keeps_4bit_input(bnb_version)
+    if keeps_input:
+        told = (
+            "set"
+            if settings.framework_versions.get("bitsandbytes")
+            else bnb_pinned.source
+            if bnb_pinned
+            else f"the release {fw_label} supports"
+        )
+        assumptions.append(
+            f"bitsandbytes {bnb_version} ({told}): every 4-bit linear keeps its input for backward (fixed in 0.43.2)"
+        )
+
+    env = environment.versions(settings)
+    hf_model = hooks.hf_model
+    tv = env["transformers"].version if hf_model else None
+    masked = not bool(val("packing")) and hooks.behaviour.get("attn_mask", True)
+    loss_impl = val("loss_impl") or "standard"
+    run = versions.as_run(arch.family, attn, tv, hf_model=hf_model, masked=masked, loss_impl=loss_impl)
+    if hf_model:
+        t_label = f"transformers {env['transformers'].version} ({env['transformers'].source})"
+        if run.attention != attn and arch.family in versions.OWN_EAGER_ATTENTION:
+            assumptions.append(
+                f"{t_label}: {arch.family} writes its attention out in its modelling code: "
+                f"eager attention whatever attn_implementation says"
+            )
+        elif run.attention != attn:
+            assumptions.append(f"{t_label}: Gemma-2 has no SDPA path (`_supports_sdpa = False`): eager attention")
+        if run.attention == "sdpa" and not versions.sdpa_repeats_kv(tv, masked):
+            assumptions.append(f"{t_label}: SDPA reads grouped K/V natively without a mask (no repeat_kv)")
+        if run.loss_shifted_copy:
+            assumptions.append(
+                f"{t_label}: the loss keeps a shifted fp32 copy of the logits (ForCausalLMLoss before 4.49)"
+            )
+        elif loss_impl == "standard":
+            assumptions.append(f"{t_label}: the loss shifts the labels, not the logits (no fp32 copy of them)")
+        if run.attention == "sdpa" and masked and versions.sdpa_repeats_kv(tv, False) and arch.n_kv_heads < arch.heads:
+            assumptions.append(f"{t_label}: SDPA repeats grouped K/V to every head (repeat_kv before 4.54)")
+    keeps_block_grads = _fsdp_keeps_block_grads(plan, val, arch.family, hooks.hf_trainer, strategy, peft, tv)
+    if keeps_block_grads:
+        assumptions.append(
+            f"transformers {env['transformers'].version} ({env['transformers'].source}) checkpoints "
+            "each layer around its FSDP unit (reentrant): FSDP1 keeps every layer's checkpointed input "
+            "and its gradient until the backward ends"
+        )
+
+    kbit_upcast, kbit_embeddings_16bit, adapter_fp32 = hooks.behaviour["kbit_upcast"], False, weights.adapter_fp32
+    sharded = strategy == "fsdp" or (strategy == "deepspeed" and int(dist.zero or 0) >= 3)
+    prep = hooks.kbit_preparation(
+        env, quant_bits=quant_bits, peft=peft, objective=sequence.objective, compute=weights.compute, sharded=sharded
+    )
+    if prep is not None:
+        kbit_upcast, kbit_embeddings_16bit, adapter_fp32 = (
+            prep.kbit_upcast,
+            prep.kbit_embeddings_16bit,
+            prep.adapter_fp32,
+        )
+        assumptions.append(prep.note)
+    return VersionsPart(
+        env,
+        tv,
+        hf_model,
+        masked,
+        loss_impl,
+        run,
+        storage,
+        keeps_input,
+        keeps_block_grads,
+        kbit_upcast,
+        kbit_embeddings_16bit,
+        adapter_fp32,
+    )
+
+
+def _fsdp_keeps_block_grads(
+    plan: TrainingPlan, val, family: str, hf_trainer: bool, strategy: str, peft: str, transformers: str | None
+) -> bool:
+    """FSDP1 + the Trainer's reentrant checkpointing around each unit + LoRA (knowledge/versions.py)."""
+    if strategy != "fsdp" or not val("grad_checkpointing") or not hf_trainer:
+        return False
+    reentrant = val("ckpt_reentrant")
+    return versions.fsdp1_keeps_block_grads(
+        family,
+        transformers,
+        fsdp_version=int(val("fsdp_version") or 1),
+        reentrant=True if reentrant is None else bool(reentrant),
+        lora=peft in ("lora", "qlora", "dora"),
+    )

@@ -1,0 +1,258 @@
+"""Each framework quirk the resolver applies comes from that framework's hooks (`vramlens.frameworks.<name>.hooks`):
+the value a user sees for a small config of the framework, and the generic value the same settings get under a
+framework without the quirk (a plain PyTorch loop, `custom`)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from vramlens.formats import parse_document
+from vramlens.frameworks.hooks import FrameworkHooks, hooks_for
+from vramlens.knowledge import frameworks
+from vramlens.resolve import Resolution, Settings, resolve
+
+RESOLVE = Path(__file__).resolve().parents[2] / "server" / "vramlens" / "resolve"
+
+
+def resolved(tmp_path: Path, text: str, name: str, framework: str | None = None, **settings) -> Resolution:
+    """The resolution of a config file as read, or as if `framework` ran the same settings."""
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    plan = parse_document(text, str(path), workspace=tmp_path).plan
+    assert plan is not None, name
+    if framework is not None:
+        plan = plan.model_copy(update={"framework": framework})
+    return resolve(plan, Settings(model_lookup=False, gpu="H100-80GB", **settings))
+
+
+def test_every_framework_key_has_hooks_of_its_own_key():
+    for key in frameworks.DEFAULTS:
+        assert hooks_for(key).key == key
+    assert hooks_for("no-such-framework").key == "transformers"  # as `frameworks.defaults_for` falls back
+
+
+def test_every_hooks_module_is_the_folder_of_a_framework_key():
+    """A `frameworks/<name>/hooks.py` is found only through its key in `knowledge.frameworks.DEFAULTS`."""
+    folders = {p.parent.name for p in (RESOLVE.parent / "frameworks").glob("*/hooks.py")}
+    keys = {k.replace("-", "_") for k in frameworks.DEFAULTS}
+    assert folders and folders <= keys, folders - keys
+    for key in frameworks.DEFAULTS:
+        if key.replace("-", "_") in folders:
+            assert type(hooks_for(key)) is not FrameworkHooks or hooks_for(key) != FrameworkHooks(key=key), key
+
+
+# --- optimizer and precision ---------------------------------------------------------------------------------
+
+SWIFT_SFT = """swift sft \\
+    --model Qwen/Qwen2.5-0.5B \\
+    --train_type full \\
+    --torch_dtype {dtype} \\
+    --optim adamw_torch \\
+    --per_device_train_batch_size 1 \\
+    --max_length 512
+"""
+
+
+LLAMAFACTORY_GALORE = """model_name_or_path: Qwen/Qwen2.5-0.5B
+stage: sft
+do_train: true
+finetuning_type: full
+use_galore: true
+per_device_train_batch_size: 1
+cutoff_len: 512
+bf16: true
+"""
+
+
+def test_llamafactory_galore_rank_defaults_to_16(tmp_path):
+    """LLaMA-Factory hparams/finetuning_args.py `galore_rank: int = 16`; transformers' GaLore rank is 128."""
+    res = resolved(tmp_path, LLAMAFACTORY_GALORE, "a.yaml")
+    assert res.resolved.optimizer.low_rank and res.resolved.low_rank == 16
+    assert resolved(tmp_path, LLAMAFACTORY_GALORE, "b.yaml", "transformers").resolved.low_rank == 128
+
+
+# --- precision -------------------------------------------------------------------------------------------------
+
+
+def test_ms_swift_turns_on_mixed_precision_from_the_loaded_dtype(tmp_path):
+    """ms-swift `_init_mixed_precision`: fp32 weights → `fp16: true`, an fp16 autocast over fp32 weights."""
+    res = resolved(tmp_path, SWIFT_SFT.format(dtype="float32"), "a.sh")
+    assert res.resolved.weight_dtype == "fp32" and res.resolved.amp and res.resolved.compute_dtype == "fp16"
+    assert res.sources["amp_dtype"].value == "fp16" and "ms-swift" in (res.sources["amp_dtype"].note or "")
+    plain = resolved(tmp_path, SWIFT_SFT.format(dtype="float32"), "b.sh", "custom").resolved
+    assert not plain.amp and plain.compute_dtype == "fp32"
+
+
+AXOLOTL_FP16 = """base_model: Qwen/Qwen2.5-0.5B
+datasets:
+  - path: tatsu-lab/alpaca
+    type: alpaca
+sequence_len: 512
+micro_batch_size: 1
+fp16: true
+"""
+
+
+def test_axolotl_loads_the_model_in_its_training_dtype(tmp_path):
+    res = resolved(tmp_path, AXOLOTL_FP16, "a.yaml")
+    assert res.resolved.framework == "axolotl" and res.resolved.weight_dtype == "fp16"
+    assert resolved(tmp_path, AXOLOTL_FP16, "b.yaml", "transformers").resolved.weight_dtype == "bf16"  # as stored
+
+
+LLAMAFACTORY_LORA = """model_name_or_path: Qwen/Qwen2.5-0.5B
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_target: all
+per_device_train_batch_size: 1
+cutoff_len: 512
+bf16: true
+{extra}"""
+
+
+def test_llamafactory_pure_bf16_trains_16_bit_adapters(tmp_path):
+    """LLaMA-Factory adapter.py `init_adapter`: the trainable parameters are upcast to fp32 unless `pure_bf16`."""
+    assert resolved(tmp_path, LLAMAFACTORY_LORA.format(extra=""), "a.yaml").resolved.adapter_fp32
+    pure = resolved(tmp_path, LLAMAFACTORY_LORA.format(extra="pure_bf16: true\n"), "b.yaml").resolved
+    assert not pure.adapter_fp32
+    # the same setting under a framework without it: adapters in fp32 as that framework keeps them
+    assert resolved(
+        tmp_path, LLAMAFACTORY_LORA.format(extra="pure_bf16: true\n"), "c.yaml", "axolotl"
+    ).resolved.adapter_fp32
+
+
+TRL_QLORA = """# trl sft --config sft.yaml
+model_name_or_path: Qwen/Qwen2.5-0.5B
+load_in_4bit: true
+use_peft: true
+lora_r: 16
+per_device_train_batch_size: 1
+max_length: 512
+bf16: true
+output_dir: out
+"""
+
+
+def test_trl_sft_prepares_a_kbit_model_as_its_version_does(tmp_path):
+    old = resolved(tmp_path, TRL_QLORA, "a.yaml", framework_versions={"trl": "0.20.0"})
+    assert old.resolved.framework == "trl" and old.resolved.quant_bits == 4
+    assert old.resolved.kbit_upcast and old.resolved.adapter_fp32
+    assert any("prepare_model_for_kbit_training" in a for a in old.assumptions)
+    new = resolved(tmp_path, TRL_QLORA, "b.yaml", framework_versions={"trl": "0.26.0"})
+    assert not new.resolved.kbit_upcast and not new.resolved.adapter_fp32
+    assert any("no k-bit preparation" in a for a in new.assumptions)
+    # the framework's own preparation (transformers' BEHAVIOUR) where TRL's SFTTrainer does not run
+    plain = resolved(tmp_path, TRL_QLORA, "c.yaml", "transformers", framework_versions={"trl": "0.26.0"})
+    assert plain.resolved.kbit_upcast
+
+
+# --- sequence and objective ------------------------------------------------------------------------------------
+
+
+def test_trl_preference_configs_truncate_to_1024(tmp_path):
+    text = "# trl dpo --config dpo.yaml\nmodel_name_or_path: Qwen/Qwen2.5-0.5B\nbeta: 0.1\noutput_dir: out\n"
+    res = resolved(tmp_path, text, "dpo.yaml")
+    assert res.resolved.objective == "dpo" and res.resolved.seq_len == 1024
+    assert hooks_for("trl").seq_len_default("dpo").value == 1024
+    assert hooks_for("trl").seq_len_default("sft") is None and FrameworkHooks().seq_len_default("dpo") is None
+
+
+TRL_GRPO = """# trl grpo --config grpo.yaml
+model_name_or_path: Qwen/Qwen2.5-0.5B
+per_device_train_batch_size: 8
+gradient_accumulation_steps: 4
+num_generations: 8
+max_prompt_length: 256
+output_dir: out
+"""
+
+
+def test_trl_grpo_defaults_no_reference_512_completions_and_a_batch_of_completions(tmp_path):
+    rp = resolved(tmp_path, TRL_GRPO, "a.yaml").resolved
+    assert rp.objective == "grpo" and rp.reference == "none"
+    assert rp.logits_tokens == 512 and rp.seq_len == 256 + 512
+    assert rp.generations_per_example == 4  # micro 8 × accumulation 4 completions per device, 8 per prompt
+    plain = resolved(tmp_path, TRL_GRPO, "b.yaml", "custom").resolved
+    assert plain.reference != "none" and plain.logits_tokens == 256 and plain.generations_per_example == 8
+
+
+LLAMAFACTORY_PPO = """model_name_or_path: Qwen/Qwen2.5-0.5B
+reward_model: saves/qwen/lora/reward
+stage: ppo
+do_train: true
+finetuning_type: lora
+lora_target: all
+cutoff_len: 1024
+max_new_tokens: 512
+per_device_train_batch_size: 1
+bf16: true
+"""
+
+
+def test_llamafactory_bounds_a_rollout_prompt_by_cutoff_len(tmp_path):
+    rp = resolved(tmp_path, LLAMAFACTORY_PPO, "ppo.yaml").resolved
+    assert rp.objective == "ppo" and rp.seq_len == 1024 + 512
+    plain = resolved(tmp_path, LLAMAFACTORY_PPO, "b.yaml", "custom")
+    assert plain.resolved.seq_len == 512 + 512  # the prompt assumed, and said so
+    assert any("prompt length not set" in a for a in plain.assumptions)
+
+
+# --- model -----------------------------------------------------------------------------------------------------
+
+TORCHTUNE_QLORA = """# tune run lora_finetune_single_device --config qlora.yaml
+model:
+  _component_: torchtune.models.llama2.qlora_llama2_7b
+  lora_attn_modules: ['q_proj', 'v_proj']
+  lora_rank: 8
+batch_size: 1
+tokenizer:
+  _component_: torchtune.models.llama2.llama2_tokenizer
+  max_seq_len: 512
+"""
+
+
+def test_torchtune_lora_builders_give_each_layer_its_rope_cache(tmp_path):
+    rp = resolved(tmp_path, TORCHTUNE_QLORA, "a.yaml").resolved
+    assert rp.framework == "torchtune" and rp.peft == "qlora"
+    assert rp.rope_caches == rp.arch.layers > 1
+    assert resolved(tmp_path, TORCHTUNE_QLORA, "b.yaml", "custom").resolved.rope_caches == 1
+
+
+# --- no framework names in the resolver ------------------------------------------------------------------------
+
+
+def _framework_name_tests(source: str) -> list[str]:
+    """`fw_key`/`framework` names compared to a string literal or a tuple/set/list of them."""
+    names = {"fw_key", "framework", "framework_key", "fw"}
+
+    def named(node: ast.AST) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in names
+        return isinstance(node, ast.Attribute) and node.attr in names
+
+    def literal(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, str)
+        return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(literal(e) for e in node.elts)
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(named(s) for s in sides) and any(literal(s) for s in sides):
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_resolve_stage_tests_a_framework_name():
+    """Framework quirks go to `frameworks/<name>/hooks.py`, not to a name test in a resolve stage."""
+    modules = sorted(RESOLVE.glob("*.py"))
+    assert len(modules) > 5, modules
+    found = {m.name: hits for m in modules if (hits := _framework_name_tests(m.read_text(encoding="utf-8")))}
+    assert found == {}
+
+
+def test_the_name_scan_finds_the_tests_it_forbids():
+    source = 'if fw_key == "trl": pass\nif plan.framework in ("axolotl",): pass\nif strategy == "fsdp": pass\n'
+    assert len(_framework_name_tests(source)) == 2
