@@ -73,6 +73,8 @@ class FrameworkHooks:
     rollout_prompt_from_seq_len: bool = False
     # objective: the completion length of a rollout when the config sets none
     completion_len_default: int = 256
+    # where that default comes from ("trl 1.16"); empty: not a framework's default, an assumption that is named
+    completion_len_source: str = ""
     # objective: the per-device batch holds completions, not prompts (TRL GRPOTrainer's generation_batch_size)
     batch_counts_completions: bool = False
 
@@ -144,6 +146,7 @@ class FrameworkHooks:
 TRL_GRPO: dict[str, Any] = {
     "grpo_reference_free": True,
     "completion_len_default": 512,
+    "completion_len_source": "trl 1.16",
     "batch_counts_completions": True,
 }
 

@@ -90,9 +90,15 @@ def objective_fields(
             )
         if completion is None:
             completion = hooks.completion_len_default
-            sources["completion_len"] = Sourced(
-                value=completion, origin=Origin.DEFAULT, framework="trl 1.16", note="max_completion_length=512"
-            )
+            if hooks.completion_len_source:
+                sources["completion_len"] = Sourced(
+                    value=completion,
+                    origin=Origin.DEFAULT,
+                    framework=hooks.completion_len_source,
+                    note=f"max_completion_length={completion}",
+                )
+            else:
+                assumptions.append(Approximate(f"completion length not set: assumed {completion} tokens"))
         gen = src("generation") or "generate"
         # samples per prompt: TRL's group size is inside its per-device batch (below); others default to one
         groups = src("num_generations") or 1

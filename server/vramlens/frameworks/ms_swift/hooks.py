@@ -25,5 +25,6 @@ HOOKS = MsSwiftHooks(
     image_pixel_env=("MAX_PIXELS",),
     image_token_env=("IMAGE_MAX_TOKEN_NUM",),
     completion_len_default=512,
+    completion_len_source="trl 1.16",  # ms-swift's GRPO trainer subclasses TRL's GRPOTrainer
     batch_counts_completions=True,
 )
