@@ -1,4 +1,4 @@
-"""Write server/vramlens/knowledge/data/inventories.json: for every model_type of the installed transformers, the
+"""Write server/vramlens/knowledge/data/inventories.json.gz: for every model_type of the installed transformers, the
 parameters its own classes build, as formulas of the config's fields, and the kind of every layer.
 
     python3 scripts/dump_model_inventories.py [model_type ...]
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import gzip
 import json
 import math
 import re
@@ -26,9 +27,10 @@ from fractions import Fraction
 from pathlib import Path
 
 from vramlens.trace.inventory import INDEX as _INDEX
-from vramlens.trace.inventory import measure
+from vramlens.trace.inventory import measure, model_class
 
-OUT = Path(__file__).resolve().parents[1] / "server" / "vramlens" / "knowledge" / "data" / "inventories.json"
+# gzip-compressed JSON (knowledge/inventory.py reads it on first use): a few MB of JSON, a tenth of it compressed
+OUT = Path(__file__).resolve().parents[1] / "server" / "vramlens" / "knowledge" / "data" / "inventories.json.gz"
 
 # Tiny sizes for the base build (by field name, in any sub-config); every other field keeps its default.
 TINY = {
@@ -156,23 +158,10 @@ def quiet_and_quick():
         transformers.logging.set_verbosity(verbosity)
 
 
-def model_classes():
-    from transformers.models.auto import modeling_auto as ma
-
-    return [
-        ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-        ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
-        ma.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
-        ma.MODEL_MAPPING_NAMES,
-    ]
-
-
-def class_for(model_type: str) -> str | None:
-    for mapping in model_classes():
-        if model_type in mapping:
-            name = mapping[model_type]
-            return name if isinstance(name, str) else name[0]
-    return None
+def class_for(model_type: str, config_cls: type | None = None) -> str | None:
+    """The name of the class a `model_type` config builds as (trace/inventory.py `model_class`)."""
+    cls = model_class(model_type, config_cls)
+    return None if cls is None else cls.__name__
 
 
 def _fields(d: dict, prefix: str = "") -> dict[str, float]:
@@ -228,9 +217,48 @@ def tiny(d: dict, widths: bool = True) -> dict:
                 for k2, v2 in list(node.items()):
                     if isinstance(v2, list) and len(v2) == v:
                         node[k2] = v2[:MAX_LAYERS]
+                    if isinstance(v2, dict) and v2 and all(str(i).isdigit() for i in v2):  # settings by layer index
+                        node[k2] = {i: s for i, s in v2.items() if int(i) < MAX_LAYERS}
                 for k2 in ("full_attn_idxs", "mlp_only_layers"):
                     if isinstance(node.get(k2), list):
                         node[k2] = [i for i in node[k2] if isinstance(i, int) and i < MAX_LAYERS]
+    return d
+
+
+# Sizes a config class may leave None that its model class reads as numbers (repair): a head size, heads of an
+# index or of the key/value projections, a token budget, a compression ratio, a number of experts.
+_NONE_SIZES = re.compile(r"head_dim|heads|budget|ratio$|experts$")
+
+
+def repair(d: dict) -> dict:
+    """Values a default config lacks and its model class needs, for one that does not build as it is (tried after the
+    plain tiny config, so a model that builds without them keeps the config class's own values):
+    - a size left None (`head_dim` of Ministral, HunYuan: models/ministral/modeling_ministral.py `MinistralAttention`
+      reads `config.head_dim` as a number; `num_key_value_heads` of Nemotron, `n_routed_experts` of dots1,
+      `indexer_*` of Qwen4-Exp): its tiny value (a head size: hidden_size / num_attention_heads of the tiny build),
+      one key/value head for an index (models/qwen4_exp/configuration_qwen4_exp.py validates indexer_kv_heads == 1);
+    - `rope_theta` in a sub-config the attention reads it from (models/dbrx/modeling_dbrx.py `DbrxAttention`:
+      `attn_config.rope_theta`; a published config.json writes it there), from the model's own rope parameters;
+    - RoPE parameters per layer type where the model reads them so and the default has none
+      (models/cohere_compass/modeling_cohere_compass.py reads `rope_parameters[layer_type]`);
+    - `is_decoder` for classes that build a language-model head only for a decoder (Reformer's
+      `ReformerModelWithLMHead`);
+    - a token map left None (Emu3's `vocabulary_map`): empty."""
+    d = json.loads(json.dumps(d))
+    rope = d.get("rope_parameters") if isinstance(d.get("rope_parameters"), dict) else {}
+    theta = rope.get("rope_theta", 10000.0) if isinstance(rope.get("rope_theta"), (int, float)) else 10000.0
+    d["is_decoder"] = True
+    for node in [d, *(v for v in d.values() if isinstance(v, dict) and "model_type" in v)]:
+        for k, v in list(node.items()):
+            if v is None and _NONE_SIZES.search(k) and not _NOT_SIZES.search(k.replace("ratio", "")):
+                node[k] = TINY.get(k, 1 if k.endswith("kv_heads") else 16 if "dim" in k else 4)
+            if v is None and k.endswith("_map"):
+                node[k] = {}
+        if node is not d and "rope_theta" not in node and "rope_parameters" not in node:
+            node["rope_theta"] = theta
+        types = node.get("layer_types")
+        if node.get("rope_parameters") == {} and isinstance(types, list):
+            node["rope_parameters"] = {t: {"rope_type": "default", "rope_theta": theta} for t in set(map(str, types))}
     return d
 
 
@@ -239,7 +267,7 @@ def build(config_cls, d: dict):
     import transformers
 
     cfg = config_cls.from_dict(d)
-    cls = getattr(transformers, class_for(cfg.model_type))
+    cls = getattr(transformers, class_for(cfg.model_type, config_cls))
     with torch.device("meta"):
         return cfg, cls._from_config(cfg)
 
@@ -295,6 +323,18 @@ def evaluate(terms: list, fields: dict) -> float:
     return total
 
 
+def candidates(model_type: str, defaults: dict) -> list[dict]:
+    """The configs a model_type's reference build is tried with, in order; the first that builds is measured."""
+    override = OVERRIDES.get(model_type, {})
+    return [
+        {**tiny(defaults), **override},
+        {**repair(tiny(defaults)), **override},
+        {**tiny(defaults, widths=False), **override},
+        {**repair(tiny(defaults, widths=False)), **override},
+        {**json.loads(json.dumps(defaults, default=str)), **override},
+    ]
+
+
 def inventory(model_type: str) -> dict:
     from transformers import AutoConfig
 
@@ -303,11 +343,7 @@ def inventory(model_type: str) -> dict:
     defaults = base_cfg.to_dict()
     # the smallest config that builds: tiny; only fewer layers (sizes that must agree: Mamba heads × head dim =
     # expand × hidden); the defaults (per-layer settings keyed by layer index)
-    for d0 in (
-        {**tiny(defaults), **OVERRIDES.get(model_type, {})},
-        {**tiny(defaults, widths=False), **OVERRIDES.get(model_type, {})},
-        {**json.loads(json.dumps(defaults, default=str)), **OVERRIDES.get(model_type, {})},
-    ):
+    for d0 in candidates(model_type, defaults):
         try:
             cfg0, model0 = build(config_cls, d0)
             break
@@ -622,19 +658,50 @@ def main() -> int:
     ap.add_argument("types", nargs="*", help="model_types to (re)build; default: every one not yet recorded")
     ap.add_argument("--again", action="store_true", help="rebuild every model_type")
     ap.add_argument("--skipped", action="store_true", help="try the model_types skipped before again")
+    ap.add_argument("--out", type=Path, default=OUT, help="the file to write (default: the bundled inventories)")
+    ap.add_argument("--reverse", action="store_true", help="last model_types first (a second process on another core)")
+    ap.add_argument("--merge", type=Path, help="add the model_types another --out file holds, then stop")
     args = ap.parse_args()
-    existing = json.loads(OUT.read_text()) if OUT.exists() else {"models": {}, "skipped": {}}
+    out = args.out
+    existing = _read(out) if out.exists() else {"models": {}, "skipped": {}}
+    if args.merge:
+        other = _read(args.merge)
+        if other.get("transformers") != existing.setdefault("transformers", other.get("transformers")):
+            raise SystemExit(
+                f"{args.merge} is of transformers {other.get('transformers')}, {out} of {existing['transformers']}"
+            )
+        existing.setdefault("torch", other.get("torch"))
+        for t, inv in other["models"].items():
+            existing["models"].setdefault(t, inv)
+            existing["skipped"].pop(t, None)
+        for t, why in other["skipped"].items():
+            if t not in existing["models"]:
+                existing["skipped"].setdefault(t, why)
+        _write(existing, out)
+        return 0
     existing["transformers"] = transformers.__version__
     existing["torch"] = torch.__version__.split("+")[0]
-    mappings = model_classes()
-    ordered = sorted(CONFIG_MAPPING_NAMES, key=lambda t: next(n for n, m in enumerate([*mappings, {t: t}]) if t in m))
-    types = args.types or [
-        t
-        for t in ordered
-        if class_for(t)
-        and (args.again or t not in existing["models"] and (args.skipped or t not in existing["skipped"]))
+    from transformers.models.auto import modeling_auto as ma
+
+    # language models first, then the other base models, then models with a task class only
+    mappings = [
+        ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        ma.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+        ma.MODEL_MAPPING_NAMES,
     ]
-    for t in types:
+    ordered = sorted(CONFIG_MAPPING_NAMES, key=lambda t: next(n for n, m in enumerate([*mappings, {t: t}]) if t in m))
+    # a model_type with no model class builds nothing
+    types = (
+        [t for t in args.types if class_for(t)]
+        if args.types
+        else [
+            t
+            for t in ordered
+            if class_for(t)
+            and (args.again or t not in existing["models"] and (args.skipped or t not in existing["skipped"]))
+        ]
+    )
+    for t in reversed(types) if args.reverse else types:
         try:
             with quiet_and_quick():
                 existing["models"][t] = inventory(t)
@@ -645,10 +712,21 @@ def main() -> int:
             existing["skipped"][t] = f"{type(e).__name__}: {str(e)[:160]}"
             existing["models"].pop(t, None)
         print(t, "ok" if t in existing["models"] else existing["skipped"][t], file=sys.stderr, flush=True)
-        tmp = OUT.with_suffix(".tmp")  # replaced whole: a reader never sees half a file
-        tmp.write_text(json.dumps(existing, separators=(",", ":"), sort_keys=True) + "\n")
-        tmp.replace(OUT)
+        _write(existing, out)
     return 0
+
+
+def _read(path: Path) -> dict:
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+
+
+def _write(data: dict, out: Path) -> None:
+    text = (json.dumps(data, separators=(",", ":"), sort_keys=True) + "\n").encode()
+    tmp = out.with_name(out.name + ".tmp")  # replaced whole: a reader never sees half a file
+    # mtime 0: the same inventories give the same bytes
+    tmp.write_bytes(gzip.compress(text, compresslevel=9, mtime=0) if out.suffix == ".gz" else text)
+    tmp.replace(out)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -49,24 +50,66 @@ def _meta_build(dump, model_type: str, config: dict):
 
 def _variant(dump, model_type: str) -> list[dict]:
     """Tiny configs of the model_type other than the one its inventory was measured on: sizes doubled in turn, the
-    layer count raised to an odd number (layer lists follow it); the plain tiny config last."""
+    layer count raised to an odd number (layer lists follow it); each followed by the plain config it varies (the
+    dump's candidates, in its order: the one its inventory was measured on is the first that builds)."""
     from transformers import AutoConfig
 
     defaults = AutoConfig.for_model(model_type).to_dict()
-    base = {**dump.tiny(defaults), **dump.OVERRIDES.get(model_type, {})}
     inv = inventory._data()["models"][model_type]
     fields = [f for f in inv["fields"] if f not in inv.get("fixed", ())]
-    varied = base
-    for n, field in enumerate(fields):
-        try:
-            value = dump._get(varied, field)
-        except (KeyError, TypeError):
-            continue
-        if field.rsplit(".", 1)[-1] in dump.LAYER_FIELDS:
-            varied = dump._set(varied, field, int(value) + 3)
-        elif n % 2 == 0:
-            varied = dump._set(varied, field, value * 2)
-    return [varied, base]
+    out = []
+    for base in dump.candidates(model_type, defaults):
+        varied = base
+        for n, field in enumerate(fields):
+            try:
+                value = dump._get(varied, field)
+            except (KeyError, TypeError):
+                continue
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            if field.rsplit(".", 1)[-1] in dump.LAYER_FIELDS:
+                varied = dump._set(varied, field, int(value) + 3)
+            elif n % 2 == 0:
+                varied = dump._set(varied, field, value * 2)
+        out += [varied, base]
+    return out
+
+
+ALL = os.environ.get("VRAMLENS_ALL_MODEL_TYPES") == "1"
+# always checked: decoders of every layer kind (attention, sliding, MLA, MoE fused, state space, hybrids, gated
+# DeltaNet, short convolutions)
+ALWAYS = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "qwen3_next",
+    "qwen3_5_text",
+    "gpt_oss",
+    "gemma2",
+    "gemma3_text",
+    "deepseek_v3",
+    "mamba",
+    "mamba2",
+    "jamba",
+    "falcon_h1",
+    "lfm2",
+    "olmo2",
+    "phi3",
+    "gpt2",
+    "ministral",
+    "hunyuan_v1_dense",
+    "nemotron",
+)
+SAMPLE_EVERY = 10  # beside them, one model_type in ten, chosen by a hash of its name
+
+
+def sample(model_types) -> list[str]:
+    """Every model_type with VRAMLENS_ALL_MODEL_TYPES=1; else a fixed sample (two CI cores build about one
+    model_type a second)."""
+    if ALL:
+        return sorted(model_types)
+    return sorted(t for t in model_types if t in ALWAYS or zlib.crc32(t.encode()) % SAMPLE_EVERY == 0)
 
 
 # model_types whose inventory passes its own checks at build time and still misses a config of other sizes here
@@ -79,10 +122,10 @@ def test_every_model_type_counts_as_transformers_builds_it(dump):
     """0 % error on the parameter count for every model_type whose inventory scales exactly, layer kinds as the
     build has them; the others say they are approximate. The config is what save_pretrained writes (only the
     values that differ from the class defaults) and the whole one."""
-    models = inventory._data()["models"]
+    models = sample(inventory._data()["models"])
     wrong, kinds_wrong, approximate, built = [], [], [], 0
     with dump.quiet_and_quick():
-        for model_type in sorted(models):
+        for model_type in models:
             for config in _variant(dump, model_type):
                 try:
                     cfg, expected, kinds = _meta_build(dump, model_type, config)
@@ -103,7 +146,8 @@ def test_every_model_type_counts_as_transformers_builds_it(dump):
     assert built >= 0.9 * len(models)
     assert {w.split(":")[0] for w in wrong} <= NOT_YET_EXACT, "\n".join(wrong)
     assert not kinds_wrong, "\n".join(kinds_wrong)
-    assert len(set(approximate)) <= 0.25 * built, sorted(set(approximate))  # labelled approximate, never wrong
+    # labelled approximate, never wrong; the default sample holds every hybrid of ALWAYS, so a larger share of it
+    assert len(set(approximate)) <= (0.25 if ALL else 0.35) * built, sorted(set(approximate))
 
 
 @pytest.mark.parametrize("path", REAL, ids=[p.stem for p in REAL])
@@ -207,8 +251,18 @@ def test_the_server_reads_inventories_without_torch_or_transformers():
 
 
 def test_inventories_stay_small():
-    path = ROOT / "server" / "vramlens" / "knowledge" / "data" / "inventories.json"
-    assert path.stat().st_size < 3 * 2**20
+    path = ROOT / "server" / "vramlens" / "knowledge" / "data" / inventory.DATA
+    assert path.stat().st_size < 2**20
+
+
+def test_importing_reads_no_inventory():
+    """The data is read on first use, not when the server imports the module."""
+    code = (
+        "import vramlens.knowledge.inventory as i, vramlens.knowledge.models; "
+        "print(i._data.cache_info().currsize); i.known('llama'); print(i._data.cache_info().currsize)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["0", "1"]
 
 
 def test_trace_interpreter_builds_the_exact_inventory_once(dump, tmp_path, monkeypatch):

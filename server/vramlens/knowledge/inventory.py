@@ -1,8 +1,9 @@
 """Parameter counts by construction: the bundled inventories of what transformers' own classes build, scaled by a
 `config.json`'s sizes.
 
-`knowledge/data/inventories.json` is written by `scripts/dump_model_inventories.py` from tiny meta-device builds of
-every model_type of one transformers version (recorded in the file). Each parameter pattern carries its shape and
+`knowledge/data/inventories.json.gz` (gzip-compressed JSON, read on first use) is written by
+`scripts/dump_model_inventories.py` from tiny meta-device builds of every model_type of one transformers version
+(recorded in the file). Each parameter pattern carries its shape and
 its number of occurrences as formulas of config fields (sums of products), or the rule that says which layers hold
 it (a `layer_types` list, a list of layer indices, a period and offset, the first k layers). Nothing here imports
 torch or transformers; the data is plain JSON.
@@ -11,6 +12,7 @@ torch or transformers; the data is plain JSON.
 from __future__ import annotations
 
 import functools
+import gzip
 import json
 import math
 from collections.abc import Mapping
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+DATA = "inventories.json.gz"  # gzip-compressed JSON
 _LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_decoder_layers", "decoder_layers")
 # Layer kinds whose activations the estimator does not model yet (it sizes them as attention layers).
 NOT_ATTENTION = ("state space", "linear attention", "short conv")
@@ -36,8 +39,8 @@ class Built:
 
 @functools.cache
 def _data() -> dict:
-    text = resources.files("vramlens.knowledge.data").joinpath("inventories.json").read_text(encoding="utf-8")
-    return json.loads(text)
+    """The inventories, read and decompressed on first use (importing this module reads nothing)."""
+    return json.loads(gzip.decompress(resources.files("vramlens.knowledge.data").joinpath(DATA).read_bytes()))
 
 
 def version() -> str:

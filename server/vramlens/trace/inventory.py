@@ -151,25 +151,44 @@ def exact(config: dict) -> dict[str, Any]:
     return result
 
 
-def _build(config: dict) -> dict[str, Any]:
-    import torch
+def model_class(model_type: str, config_cls: type | None = None) -> Any:
+    """The class transformers builds a `model_type` config as: from its auto mappings (causal LM, seq2seq LM,
+    image-text-to-text, base model, then every other task), the first whose `config_class` is the config's own
+    class; a composite config (Llama-4, Qwen3.5, Musicgen) is never handed to the class of its text or decoder
+    part. Where no class takes the config's class (EXAONE, InternLM3: Llama's classes), the first mapped one."""
     import transformers
-    from transformers import AutoConfig
     from transformers.models.auto import modeling_auto as ma
 
-    model_type = str(config.get("model_type", ""))
-    cfg = AutoConfig.for_model(model_type, **{k: v for k, v in config.items() if k != "model_type"})
-    for mapping in (
+    preferred = (
         ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
         ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
         ma.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
         ma.MODEL_MAPPING_NAMES,
-    ):
-        if model_type in mapping:
-            name = mapping[model_type]
-            cls = getattr(transformers, name if isinstance(name, str) else name[0])
-            break
-    else:
+    )
+    others = [getattr(ma, n) for n in sorted(dir(ma)) if n.startswith("MODEL_") and n.endswith("_MAPPING_NAMES")]
+    first = None
+    for mapping in (*preferred, *(m for m in others if all(m is not p for p in preferred))):
+        names = mapping.get(model_type)
+        for name in [names] if isinstance(names, str) else names or ():
+            cls = getattr(transformers, name, None)
+            if cls is None:
+                continue
+            if config_cls is None or getattr(cls, "config_class", None) is config_cls:
+                return cls
+            if first is None and any(mapping is p for p in preferred):
+                first = cls
+    return first
+
+
+def _build(config: dict) -> dict[str, Any]:
+    import torch
+    import transformers
+    from transformers import AutoConfig
+
+    model_type = str(config.get("model_type", ""))
+    cfg = AutoConfig.for_model(model_type, **{k: v for k, v in config.items() if k != "model_type"})
+    cls = model_class(model_type, type(cfg))
+    if cls is None:
         raise ValueError(f"transformers {transformers.__version__} has no model for model_type {model_type!r}")
     with torch.device("meta"):
         model = cls._from_config(cfg)
