@@ -3,7 +3,45 @@ ms-swift (a plug-in of `held_out.py`: its `FRAMEWORKS` are added to the run)."""
 
 from __future__ import annotations
 
-from held_out import Check, Framework, Source
+import re
+from pathlib import Path
+from typing import Any
+
+from held_out import Check, Framework, Source, stated
+
+_TITAN_FN = re.compile(r"^def ([a-z]\w*)\(\) -> \w*Trainer\.Config:\n(.*?)(?=^def |\Z)", re.M | re.S)
+_TITAN_INT = re.compile(r"\b(\w+)=(\d+)(?: \* (\d+))?,")
+
+
+def torchtitan_stated(path: Path, plan: Any) -> dict[str, Any]:
+    """A torchtitan main config_registry.py's first config function, as its text states it (regular expressions,
+    independent of the reader): `key=<int>` / `key=<int> * <int>` keywords, under the job config's names (the micro
+    batch in rows: num_tokens_per_microbatch_per_dp_rank // max_context_length), and the checkpointing class. Other
+    files: the generic reading."""
+    if path.suffix != ".py":
+        return stated(path)
+    text = path.read_text(encoding="utf-8", errors="replace")
+    m = _TITAN_FN.search(text)
+    if m is None:
+        return {}
+    body = m.group(2)
+    ints = {k: int(a) * int(b or 1) for k, a, b in _TITAN_INT.findall(body)}
+    out: dict[str, Any] = {}
+    if "max_context_length" in ints:
+        out["training.seq_len"] = ints["max_context_length"]
+        if "num_tokens_per_microbatch_per_dp_rank" in ints:
+            out["training.local_batch_size"] = (
+                ints["num_tokens_per_microbatch_per_dp_rank"] // ints["max_context_length"]
+            )
+    for key in ("tensor_parallel_degree", "pipeline_parallel_degree", "context_parallel_degree"):
+        if key in ints:
+            out[f"parallelism.{key}"] = ints[key]
+    if "activation_checkpoint=FullAC" in body:
+        out["activation_checkpoint.mode"] = "full"
+    elif "activation_checkpoint=None" in body:
+        out["activation_checkpoint.mode"] = "none"
+    return out
+
 
 MEGATRON_CHECKS = [
     Check(("micro-batch-size", "micro_batch_size"), "micro_batch"),
@@ -66,6 +104,7 @@ FRAMEWORKS: list[Framework] = [
             Check(("parallelism.context_parallel_degree",), "context_parallel"),
             Check(("activation_checkpoint.mode",), "grad_checkpointing", "map:none=false,full=true"),
         ],
+        torchtitan_stated,
     ),
     Framework(
         "megatron",

@@ -4,7 +4,8 @@ The job config is torchtitan's `JobConfig` written as TOML tables: `[model] name
 `[parallelism]`, `[activation_checkpoint]`, `[optimizer]`, `[compile]`, float8 under `[float8]` or
 `[quantize.linear.float8]` (torchtitan/config_manager.py at v0.1.0, torchtitan/config/job_config.py at v0.2.x;
 before v0.1 the parallel degrees sat in `[training]` and `[experimental]`, and the batch was `batch_size`).
-Recent torchtitan main names a Python config instead (`--module llama3 --config llama3_8b`); that form is not read.
+Recent torchtitan main names a Python config instead (`--module llama3 --config llama3_8b`): a launch of that
+form is read by `formats.torchtitan_python`, into the same settings.
 The model's shapes come from torchtitan's own flavor tables (knowledge/data/torchtitan_flavors.json, dumped by
 scripts/dump_torchtitan_flavors.py). Command-line overrides `--section.key value` win over the file, as
 torchtitan's ConfigManager applies them.
@@ -61,6 +62,10 @@ SAME_SHAPES = {
     ("qwen3", "30B-A3B"): "Qwen/Qwen3-30B-A3B",
     ("deepseek_v3", "671B"): "deepseek-ai/DeepSeek-V3",
 }
+# Model packages whose every flavor has mixture-of-experts layers (torchtitan/models/deepseek_v3/__init__.py and
+# gpt_oss/__init__.py at v0.2.2 and main: MoE layers in every flavor, the debug models included); the dumped flavor
+# tables leave their MoE arguments out, so their dense fields alone would read as a dense model
+MOE_MODELS = frozenset({"deepseek_v3", "gpt_oss", "llama4"})
 LLAMA3_TOKENIZER_VOCAB = 128256  # the Llama 3 tokenizer's size (`vocab_size = -1`: set from the tokenizer)
 
 
@@ -201,13 +206,14 @@ OPTIMIZER_IMPL = {"fused": "fused", "foreach": "foreach", "for-loop": "forloop"}
 @dataclass
 class _Values:
     by_path: dict[tuple[str, ...], Setting]
+    defaults: dict[str, Any]
 
     def get(self, what: str) -> Setting | None:
         return next((self.by_path[p] for p in WHERE[what] if p in self.by_path), None)
 
     def value(self, what: str):
         s = self.get(what)
-        return s.value if s is not None else DEFAULTS.get(what)
+        return s.value if s is not None else self.defaults.get(what)
 
 
 def apply(
@@ -216,13 +222,15 @@ def apply(
     overrides: list[Setting],
     world: tuple[int, Setting | None] | None,
     world_note: str | None = None,
+    defaults: dict[str, Any] = DEFAULTS,
 ) -> None:
     """Fill the plan from the job config's settings, with command-line overrides over them and the run's process
     count when the launch gives one. With no job config read (`settings` empty), JobConfig's default model is not
-    assumed: the plan names a model only when the command line does."""
+    assumed: the plan names a model only when the command line does. `defaults`: the config class's defaults
+    (JobConfig's, or Trainer.Config's for the Python configs of `formats.torchtitan_python`)."""
     by_path = {s.path: s for s in settings}
     by_path.update({s.path: s for s in overrides})
-    v = _Values(by_path)
+    v = _Values(by_path, defaults)
     b.plan.format, b.plan.framework = "torchtitan", "torchtitan"
     if settings or v.get("name") is not None or v.get("flavor") is not None:
         _model(b, v)
@@ -317,7 +325,7 @@ def _model(b: PlanBuilder, v: _Values) -> None:
         )
         return
     args, version = found
-    if args.get("moe_enabled"):
+    if args.get("moe_enabled") or name in MOE_MODELS:
         b.issue(
             IssueKind.UNKNOWN_VALUE,
             f"{label} is a mixture-of-experts flavor vramlens has no shapes for; no estimate",
@@ -742,6 +750,11 @@ def from_launch(
     from vramlens.plan import Reference
 
     overrides, config, config_span = override_settings(words)
+    if config is None and config_file is None and (selected := registry_selection(words)) is not None:
+        from vramlens.formats import torchtitan_python
+
+        torchtitan_python.from_launch(b, selected[0], selected[1], overrides, world, world_note, ctx)
+        return True
     if config is None and config_file is not None:
         config, config_span = config_file
     if config is None:
@@ -776,6 +789,25 @@ def from_launch(
             )
     apply(b, settings, overrides, world, world_note)
     return True
+
+
+def registry_selection(
+    words: list[tuple[str, Span | None]],
+) -> tuple[tuple[str, Span | None], tuple[str, Span | None]] | None:
+    """`--module <package> --config <function>` (or `--module=…`) of a torchtitan main command line: the Python config
+    it selects (torchtitan/config/manager.py at main: both are required); None when either is missing."""
+    found: dict[str, tuple[str, Span | None]] = {}
+    for i, (text, span) in enumerate(words):
+        name, eq, value = text.partition("=")
+        if name not in ("--module", "--config"):
+            continue
+        if eq:
+            found[name] = (value, span)
+        elif i + 1 < len(words) and not words[i + 1][0].startswith("-"):
+            found[name] = words[i + 1]
+    if "--module" in found and "--config" in found and found["--module"][0] and found["--config"][0]:
+        return found["--module"], found["--config"]
+    return None
 
 
 _RUN_SCRIPT = re.compile(r"run_\w*train\w*\.sh")
@@ -828,6 +860,23 @@ def from_script(script, ctx, path: str) -> TrainingPlan | None:
         else:
             world, note = (8, None), f"`{texts[k]}` runs `NGPU:-8` processes"
         config = var("CONFIG_FILE")
+        module, function = var("MODULE"), var("CONFIG")
+        if config is None and (module is not None or function is not None):
+            # run_train.sh at torchtitan main: `MODULE=${MODULE:-"llama3"} CONFIG=${CONFIG:-"llama3_debugmodel"}`,
+            # passed on as `--module ${MODULE} --config ${CONFIG}`
+            from vramlens.formats import torchtitan_python
+
+            overrides = override_settings(words)[0]
+            torchtitan_python.from_launch(
+                b,
+                module or ("llama3", None),
+                function or ("llama3_debugmodel", None),
+                overrides,
+                world,
+                note,
+                ctx,
+            )
+            return b.plan
         if config is None:
             b.issue(
                 IssueKind.NOT_READ,
