@@ -17,13 +17,11 @@ from typing import Any, Callable
 
 from vramlens.formats import (
     accelerate,
-    axolotl,
     custom,
     deepspeed,
     hf,
     hints,
     litgpt,
-    llamafactory,
     nemo_automodel,
     neox,
     openinstruct,
@@ -34,6 +32,8 @@ from vramlens.formats import (
 from vramlens.formats.settings import PlanBuilder, Setting
 from vramlens.formats.yaml_doc import YamlError, load_yaml
 from vramlens.frameworks import recognise
+from vramlens.frameworks.axolotl import dialect as axolotl
+from vramlens.frameworks.llamafactory import dialect as llamafactory
 from vramlens.plan import IssueKind, ParseIssue, Severity, Span, TrainingPlan
 
 MIN_SCORE = 0.5
@@ -274,10 +274,18 @@ def span_of_file_start(path: str) -> Span:
 
 
 # Python, shell and Markdown readers (imported last: they call parse_document for referenced configs).
-from vramlens.formats import markdown, notebook, python_calls, shell, torchtitan  # noqa: E402
+from vramlens.formats import markdown, notebook, python_calls, shell, torchtitan, torchtitan_python  # noqa: E402
 
-TEXT_PARSERS[".py"] = python_calls.parse_python
+
+def _parse_python(text: str, ctx: ParseContext) -> TrainingPlan | None:
+    """A torchtitan config registry (`Trainer.Config` functions), else a Python training script."""
+    return torchtitan_python.parse_python(text, ctx) or python_calls.parse_python(text, ctx)
+
+
+TEXT_PARSERS[".py"] = _parse_python
 TEXT_PARSERS[".sh"] = TEXT_PARSERS[".bash"] = shell.parse_shell
-TEXT_PARSERS[".md"] = markdown.parse_markdown
+# MDX (Markdown with components) keeps Markdown's fenced blocks: Hugging Face docs pages, e.g. TRL v0.12's
+# docs/source/sft_trainer.mdx
+TEXT_PARSERS[".md"] = TEXT_PARSERS[".markdown"] = TEXT_PARSERS[".mdx"] = markdown.parse_markdown
 TEXT_PARSERS[".ipynb"] = notebook.parse_notebook
 TEXT_PARSERS[".toml"] = torchtitan.parse_toml

@@ -9,11 +9,11 @@ YAML 1.1 turns an unquoted `NO`/`no` into false, which accelerate then misreads;
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from vramlens.formats import hf
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
+from vramlens.frameworks.keys import Key
 from vramlens.plan import IssueKind, Severity
 
 ACCELERATE_KEYS = frozenset(
@@ -130,18 +130,8 @@ def _deepspeed_file(b: PlanBuilder, e: Setting) -> None:
         b.reference("deepspeed", e.value.strip(), e)
 
 
-@dataclass(frozen=True)
-class Key:
-    """One accelerate key vramlens reads: where it is written, the plan concept it carries, how its value is read,
-    and what it means (the JSON Schema's description). The parser dispatches on this table, the fixes' writer
-    (`formats.render_yaml`) writes each concept at its `path`, the JSON Schema describes the keys from it."""
-
-    path: tuple[str, ...]
-    concept: str | None
-    read: Callable[[PlanBuilder, Setting], None]
-    description: str = ""
-
-
+# One accelerate key vramlens reads (`frameworks.keys.Key`): the parser dispatches on this table, the fixes' writer
+# (`formats.render_yaml`) writes each concept at its `path`, the JSON Schema describes the keys from it.
 # accelerate config reference: https://huggingface.co/docs/accelerate/package_reference/cli#accelerate-launch and
 # accelerate/commands/config/config_args.py (ClusterConfig, at 16cb6eb8).
 KEYS: tuple[Key, ...] = (
@@ -149,7 +139,7 @@ KEYS: tuple[Key, ...] = (
         ("distributed_type",),
         "dist_strategy",
         _distributed_type,
-        "How the GPUs cooperate; quote NO (`'NO'`): unquoted it is the boolean false.",
+        description="How the GPUs cooperate; quote NO (`'NO'`): unquoted it is the boolean false.",
     ),
     Key(
         ("num_processes",),
@@ -157,9 +147,14 @@ KEYS: tuple[Key, ...] = (
         lambda b, s: b.set_int(
             "world_size", s, minimum=1, note="accelerate `num_processes`: processes on all machines"
         ),
-        "Processes (GPUs) on all machines: the divisor for ZeRO/FSDP sharding.",
+        description="Processes (GPUs) on all machines: the divisor for ZeRO/FSDP sharding.",
     ),
-    Key(("mixed_precision",), "amp_dtype", _mixed_precision, "Autocast precision; quote 'no' (unquoted it is false)."),
+    Key(
+        ("mixed_precision",),
+        "amp_dtype",
+        _mixed_precision,
+        description="Autocast precision; quote 'no' (unquoted it is false).",
+    ),
     Key(("deepspeed_config", "zero_stage"), "zero_stage", _zero_stage),
     Key(("deepspeed_config", "offload_optimizer_device"), "offload_optimizer", _offload_device("offload_optimizer")),
     Key(("deepspeed_config", "offload_param_device"), "offload_params", _offload_device("offload_params")),
@@ -192,7 +187,7 @@ def key_for(concept: str) -> Key:
 
 def _deepspeed_entry(b: PlanBuilder, e: Setting) -> None:
     key = BY_PATH.get(("deepspeed_config", str(e.key)))
-    if key is not None and e.value is not None:
+    if key is not None and key.read is not None and e.value is not None:
         key.read(b, e)
 
 
@@ -238,7 +233,7 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
             continue
         k = s.key
         key = BY_PATH.get((str(k),))
-        if key is not None:
+        if key is not None and key.read is not None:
             key.read(b, s)
         elif k == "downcast_bf16" and s.value is False and isinstance(data, dict):
             pass  # `no` / false both mean "do not downcast"

@@ -224,8 +224,10 @@ KEYS: tuple[Key, ...] = (
 BY_PATH: dict[tuple[str, ...], Key] = {p: k for k in KEYS for p in (k.path, *k.spellings)}
 # What the top-level sections hold (the JSON Schema's descriptions).
 SECTIONS: dict[str, str] = {
-    "zero_optimization": "`stage` 1 shards optimizer states, 2 also gradients, 3 also weights; `offload_optimizer.device`/"
-    "`offload_param.device` cpu|nvme move them off the GPU; bucket sizes set temporary buffers.",
+    "zero_optimization": (
+        "`stage` 1 shards optimizer states, 2 also gradients, 3 also weights; `offload_optimizer.device`/"
+        "`offload_param.device` cpu|nvme move them off the GPU; bucket sizes set temporary buffers."
+    ),
     "train_micro_batch_size_per_gpu": "Samples per GPU per step.",
     "gradient_accumulation_steps": "Micro-batches per step.",
     "train_batch_size": "micro × accumulation × GPUs.",

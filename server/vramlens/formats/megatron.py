@@ -31,9 +31,24 @@ _SCRIPT = re.compile(r"(?:^|/)pretrain_(?:gpt|mamba|bert|t5|vlm|mixtral|llama)\w
 SWIFT_SUBCOMMANDS = ("sft", "pt", "rlhf")
 
 
-def is_program(prog: str, sub: str, script: str | None) -> bool:
-    """A command that runs Megatron: Megatron-SWIFT's `megatron sft|pt|rlhf`, or a launcher running pretrain_*.py."""
-    return (prog == "megatron" and sub in SWIFT_SUBCOMMANDS) or bool(script and _SCRIPT.search(script))
+# Megatron-LM's own spelling of the model's shape and of its batch (megatron/training/arguments.py
+# `_add_network_size_args`, `_add_training_args`: `--num-layers`, `--hidden-size`, `--num-attention-heads`,
+# `--micro-batch-size`, `--seq-length`): a script launched with them runs Megatron's training loop, whatever its
+# name (examples/academic_paper_scripts/detxoify_lm/finetune_gpt.py, examples/multimodal/train.py,
+# pretrain_retro.py, examples/mimo/train.py at core_v0.13.0 / HEAD all call `megatron.training.pretrain`).
+_SHAPE_FLAGS = (("--num-layers", "--encoder-num-layers", "--decoder-num-layers"), ("--hidden-size",))
+_LOOP_FLAGS = frozenset({"--num-attention-heads", "--micro-batch-size", "--seq-length", "--global-batch-size"})
+
+
+def is_program(prog: str, sub: str, script: str | None, flags: list[str] | None = None) -> bool:
+    """A command that runs Megatron: Megatron-SWIFT's `megatron sft|pt|rlhf`, a launcher running pretrain_*.py, or
+    a launcher running a `.py` script with Megatron-LM's own dashed model and batch flags."""
+    if (prog == "megatron" and sub in SWIFT_SUBCOMMANDS) or bool(script and _SCRIPT.search(script)):
+        return True
+    if not script or not script.endswith(".py") or not flags:
+        return False
+    names = {f.split("=", 1)[0] for f in flags if f.startswith("--")}
+    return all(any(n in names for n in group) for group in _SHAPE_FLAGS) and len(names & _LOOP_FLAGS) >= 2
 
 
 def _layout(concept: str, kind: str = "int"):

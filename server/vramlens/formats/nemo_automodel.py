@@ -209,13 +209,8 @@ def _distributed(b: PlanBuilder, data: Any, get, ctx) -> None:
             origin=Origin.DERIVED,
             note=f"dp_size {dp} × tp {tp or 1} × cp {cp or 1} × pp {pp or 1}",
         )
-    elif (m := _RUN_LINE.search(getattr(ctx, "text", "") or "")) is not None and 1 <= int(m[1]) <= 65536:
-        b.set(
-            "world_size",
-            int(m[1]),
-            origin=Origin.DERIVED,
-            note=f"dp_size none: every GPU of the run in the header (`--nproc-per-node {m[1]}`)",
-        )
+    else:
+        _world_from_launch(b, get, ctx)
     if (s := get("distributed", "sequence_parallel")) is not None and to_bool(s.value):
         b.remember(s)
     s = get("distributed", "activation_checkpointing")
@@ -225,6 +220,47 @@ def _distributed(b: PlanBuilder, data: Any, get, ctx) -> None:
             b.unmodelled(s, "selective activation checkpointing", "estimated without activation checkpointing")
         else:
             b.set_bool("grad_checkpointing", s)
+
+
+def _world_from_launch(b: PlanBuilder, get, ctx) -> None:
+    """dp_size none: every GPU of the run. The header's `automodel x.yaml --nproc-per-node N` gives the GPUs of one
+    node; the benchmark recipes state their node count in `benchmark.num_nodes` (the nodes the published figures
+    were measured on, recorded by tests/ci_tests/scripts/collect_benchmark_artifact.py at v0.4.0, e.g.
+    examples/llm_benchmark/deepseek/deepseek_v3_te_deepep.yaml: `num_nodes: 32` under `--nproc-per-node 8`)."""
+    m = _RUN_LINE.search(getattr(ctx, "text", "") or "")
+    per_node = int(m[1]) if m is not None and 1 <= int(m[1]) <= 65536 else None
+    nodes_s = get("benchmark", "num_nodes")
+    nodes = to_int(nodes_s.value) if nodes_s is not None else None
+    if nodes_s is not None and (nodes is None or nodes < 1):
+        b.issue(
+            IssueKind.INVALID_VALUE,
+            f"`num_nodes` should be a whole number of at least 1, got {nodes_s.value!r}",
+            nodes_s,
+        )
+        nodes = None
+    if nodes is not None and nodes > 1:
+        if per_node is None:
+            b.unmodelled(
+                nodes_s,
+                f"{nodes} nodes with no GPUs-per-node count (no `--nproc-per-node` in the header)",
+                "estimated without the run's GPU count",
+                key="benchmark.num_nodes",
+            )
+            return
+        b.set(
+            "world_size",
+            nodes * per_node,
+            nodes_s,
+            origin=Origin.DERIVED,
+            note=f"dp_size none: every GPU of the run, num_nodes {nodes} × `--nproc-per-node {per_node}` (header)",
+        )
+    elif per_node is not None:
+        b.set(
+            "world_size",
+            per_node,
+            origin=Origin.DERIVED,
+            note=f"dp_size none: every GPU of the run in the header (`--nproc-per-node {per_node}`)",
+        )
 
 
 def _peft(b: PlanBuilder, data: Any, get) -> None:

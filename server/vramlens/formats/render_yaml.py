@@ -23,15 +23,15 @@ from typing import Any, Callable, Protocol, cast
 from vramlens.formats import accelerate, deepspeed, litgpt, neox
 from vramlens.formats.render import RENDERERS, RenderResult, TextEdit
 from vramlens.formats.yaml_doc import YamlError, is_json_path, load_value, load_yaml
+from vramlens.frameworks import keys as key_table
+from vramlens.frameworks.axolotl import keys as axolotl_keys
+from vramlens.frameworks.keys import ALLOC_NOTE
+from vramlens.frameworks.keys import note as _note
+from vramlens.frameworks.keys import write_at as _simple
+from vramlens.frameworks.llamafactory import keys as llamafactory_keys
 from vramlens.knowledge import optimizers
 from vramlens.plan import Sourced, Span, TrainingPlan
 from vramlens.text import LINE_BREAK, LineIndex, line_ending
-
-ALLOC_NOTE = (
-    "set `PYTORCH_CUDA_ALLOC_CONF={value}` where the training is launched "
-    "(e.g. `export PYTORCH_CUDA_ALLOC_CONF={value}` in the launch script): {fmt} configs have no "
-    "place for environment variables"
-)
 
 
 class _Entry(Protocol):
@@ -574,31 +574,6 @@ def _yaml_plain(value: Any) -> str:
 Handler = Callable[[_Doc, Any, dict], None]
 
 
-def _simple(keys: tuple, after: tuple = (), convert: Callable[[Any], Any] | None = None) -> Handler:
-    """A concept that is one key: edit whichever spelling exists, else add the last plain key (the
-    first one when all are nested)."""
-    paths = [k if isinstance(k, tuple) else (k,) for k in keys]
-    plain = [p for p in paths if len(p) == 1]
-    new = plain[0] if plain and len(paths[0]) > 1 else paths[0]
-
-    def handler(doc: _Doc, value: Any, changes: dict) -> None:
-        v = convert(value) if convert else value
-        for p in paths:
-            if p in doc.by_path:
-                doc.set(p, v)
-                return
-        doc.set(new, v, after)
-
-    return handler
-
-
-def _note(text: str) -> Handler:
-    def handler(doc: _Doc, value: Any, changes: dict) -> None:
-        doc.notes.append(text.format(value=value, fmt=doc.plan.format))
-
-    return handler
-
-
 def _targets_text(value) -> Any:
     if isinstance(value, (list, tuple)) and [str(v) for v in value] == ["all-linear"]:
         return "all-linear"
@@ -804,241 +779,6 @@ def objective_handlers(prefix: tuple = ()) -> dict[str, Handler]:
         "num_generations": _simple((prefix + ("num_generations",),)),
         "completion_len": _simple((prefix + ("max_completion_length",),)),
         "ref_model_id": ref_model,
-    }
-
-
-# --- axolotl -------------------------------------------------------------------------------------
-
-
-def _axolotl_handlers() -> dict[str, Handler]:
-    from vramlens.formats.axolotl import LEGACY_ATTENTION, LIGER_PLUGIN
-
-    def peft(doc: _Doc, value: Any, changes: dict) -> None:
-        _mark_done(doc, "quant_bits")
-        bits = changes.get("quant_bits", 4 if value == "qlora" else None)
-        if value in ("lora", "qlora", "dora"):
-            adapter = "qlora" if (value == "qlora" or bits == 4) else "lora"
-            doc.set(("adapter",), adapter, after=("load_in_4bit", "load_in_8bit", "output_dir"))
-            if value == "dora":
-                doc.set(("peft_use_dora",), True, after=("adapter",))
-            if bits is not None:
-                quant(doc, bits, changes)
-            if "lora_r" not in changes and ("lora_r",) not in doc.by_path:
-                doc.set(("lora_r",), 16, after=("adapter", "lora_model_dir"))
-        else:
-            doc.notes.append("to train every weight, remove `adapter:` and the LoRA keys")
-
-    def quant(doc: _Doc, value: Any, changes: dict) -> None:
-        if value == 4:
-            doc.set(("load_in_4bit",), True, after=("load_in_8bit", "base_model"))
-            if doc.value(("load_in_8bit",)):
-                doc.set(("load_in_8bit",), False)
-            if doc.value(("adapter",)) == "lora":
-                doc.set(("adapter",), "qlora")
-        elif value == 8:
-            doc.set(("load_in_8bit",), True, after=("base_model",))
-            if doc.value(("load_in_4bit",)):
-                doc.set(("load_in_4bit",), False)
-
-    def targets(doc: _Doc, value: Any, changes: dict) -> None:
-        t = _targets_text(value)
-        if t == "all-linear":
-            doc.set(
-                ("lora_target_linear",), True, after=("lora_target_modules", "lora_dropout", "lora_alpha", "lora_r")
-            )
-        else:
-            doc.set(("lora_target_modules",), list(value), after=("lora_dropout", "lora_alpha", "lora_r"))
-            if doc.value(("lora_target_linear",)):
-                doc.set(("lora_target_linear",), False)
-
-    def attn(doc: _Doc, value: Any, changes: dict) -> None:
-        for key, _ in LEGACY_ATTENTION:
-            s = doc.get((key,))
-            if s is not None and s.value:
-                doc.replace_entry((key,), "attn_implementation", value)
-                return
-        doc.set(("attn_implementation",), value, after=("gradient_checkpointing_kwargs", "gradient_checkpointing"))
-
-    def loss(doc: _Doc, value: Any, changes: dict) -> None:
-        if value == "fused":
-            # Liger's fused linear cross-entropy, what the fix's title names: axolotl's Liger plugin and its switch
-            # (axolotl src/axolotl/integrations/liger/README.md "Usage", args.py `LigerArgs`); the Cut Cross Entropy
-            # plugin is another package (apple/ml-cross-entropy)
-            doc.append_item(("plugins",), LIGER_PLUGIN, after=("base_model", "tokenizer_type"))
-            doc.set(("liger_fused_linear_cross_entropy",), True, after=("liger_glu_activation", "plugins"))
-        elif value == "chunked":
-            doc.set(("chunked_cross_entropy",), True, after=("sequence_len",))
-        else:
-            doc.notes.append(f"loss `{value}`: remove the loss plugin from `plugins`")
-
-    def opt_impl(doc: _Doc, value: Any, changes: dict) -> None:
-        cur = doc.value(("optimizer",)) or "adamw_torch_fused"
-        if value == "fused" and cur == "adamw_torch":
-            doc.set(("optimizer",), "adamw_torch_fused")
-        else:
-            doc.notes.append(f"optimizer implementation `{value}` cannot be chosen by `optimizer`")
-
-    def gc(doc: _Doc, value: Any, changes: dict) -> None:
-        doc.set(("gradient_checkpointing",), bool(value), after=("gradient_accumulation_steps", "bf16", "tf32"))
-
-    def amp(doc: _Doc, value: Any, changes: dict) -> None:
-        if value in ("bf16", "fp16"):
-            doc.set((value,), True, after=("bf16", "fp16"))
-            other = "fp16" if value == "bf16" else "bf16"
-            if doc.value((other,)) not in (None, False):
-                doc.set((other,), False)
-        else:
-            for k in ("bf16", "fp16"):
-                if (k,) in doc.by_path:
-                    doc.set((k,), False)
-
-    return {
-        "micro_batch": _simple(("micro_batch_size",), after=("gradient_accumulation_steps",)),
-        "grad_accum": _simple(("gradient_accumulation_steps",), after=("micro_batch_size",)),
-        "eval_batch": _simple(("eval_batch_size",), after=("micro_batch_size",)),
-        "grad_checkpointing": gc,
-        "ckpt_reentrant": _simple(
-            (("gradient_checkpointing_kwargs", "use_reentrant"),), after=("gradient_checkpointing",)
-        ),
-        "activation_offload": _simple(("activation_offloading",), after=("gradient_checkpointing",)),
-        "optimizer": _simple(("optimizer",), after=("num_epochs", "micro_batch_size")),
-        "optimizer_impl": opt_impl,
-        "seq_len": _simple(("sequence_len",), after=("output_dir",)),
-        "packing": _simple(("sample_packing",), after=("sequence_len",)),
-        "attn_impl": attn,
-        "compile": _simple(("torch_compile",), after=("gradient_checkpointing",)),
-        "loss_impl": loss,
-        "alloc_conf": _note(ALLOC_NOTE),
-        "peft_method": peft,
-        "quant_bits": quant,
-        "lora_r": _simple(("lora_r",), after=("lora_model_dir", "adapter")),
-        "lora_alpha": _simple(("lora_alpha",), after=("lora_r",)),
-        "lora_dropout": _simple(("lora_dropout",), after=("lora_alpha",)),
-        "lora_targets": targets,
-        "amp_dtype": amp,
-        **objective_handlers(("trl",)),
-    }
-
-
-# --- LLaMA-Factory ---------------------------------------------------------------------------------
-
-
-def _llamafactory_handlers() -> dict[str, Handler]:
-    def gc(doc: _Doc, value: Any, changes: dict) -> None:
-        if ("disable_gradient_checkpointing",) in doc.by_path:
-            doc.set(("disable_gradient_checkpointing",), not value)
-        elif not value:
-            doc.set(("disable_gradient_checkpointing",), True, after=("gradient_accumulation_steps",))
-        # on by default: nothing to write
-
-    def peft(doc: _Doc, value: Any, changes: dict) -> None:
-        _mark_done(doc, "quant_bits")
-        word = {"lora": "lora", "qlora": "lora", "dora": "lora", "none": "full", "freeze": "freeze"}.get(value)
-        if word is None:
-            doc.notes.append(f"finetuning type `{value}` has no LLaMA-Factory spelling")
-            return
-        doc.set(("finetuning_type",), word, after=("do_train", "stage"))
-        if value == "dora":
-            doc.set(("use_dora",), True, after=("finetuning_type",))
-        bits = changes.get("quant_bits", 4 if value == "qlora" else None)
-        if bits is not None:
-            doc.set(("quantization_bit",), bits, after=("model_name_or_path",))
-
-    def targets(doc: _Doc, value: Any, changes: dict) -> None:
-        t = _targets_text(value)
-        doc.set(
-            ("lora_target",),
-            "all" if t == "all-linear" else ",".join(str(x) for x in value),
-            after=("lora_rank", "finetuning_type"),
-        )
-
-    def attn(doc: _Doc, value: Any, changes: dict) -> None:
-        word = {"flash_attention_2": "fa2", "flash_attention_3": "fa3", "sdpa": "sdpa", "eager": "disabled"}.get(value)
-        if word is None:
-            doc.notes.append(f"attention `{value}` has no LLaMA-Factory `flash_attn` spelling")
-            return
-        doc.set(("flash_attn",), word, after=("trust_remote_code", "model_name_or_path"))
-
-    def loss(doc: _Doc, value: Any, changes: dict) -> None:
-        if value == "fused":
-            doc.set(("enable_liger_kernel",), True, after=("trust_remote_code", "model_name_or_path"))
-        else:
-            doc.notes.append(f"LLaMA-Factory has no `{value}` loss switch; `enable_liger_kernel: true` fuses it")
-
-    def quant(doc: _Doc, value: Any, changes: dict) -> None:
-        if value:
-            doc.set(("quantization_bit",), value, after=("model_name_or_path",))
-
-    def optimizer(doc: _Doc, value: Any, changes: dict) -> None:
-        from vramlens.formats.llamafactory import OPTIMIZER_SWITCHES
-
-        for switch in OPTIMIZER_SWITCHES:  # these replace `optim`: turn them off
-            if doc.value((switch,)):
-                doc.set((switch,), False)
-        doc.set(("optim",), value, after=("learning_rate",))
-
-    def amp(doc: _Doc, value: Any, changes: dict) -> None:
-        if value in ("bf16", "fp16"):
-            doc.set((value,), True, after=("lr_scheduler_type", "warmup_ratio"))
-            other = "fp16" if value == "bf16" else "bf16"
-            if doc.value((other,)):
-                doc.set((other,), False)
-
-    return {
-        "micro_batch": _simple(("per_device_train_batch_size",), after=("gradient_accumulation_steps",)),
-        "grad_accum": _simple(("gradient_accumulation_steps",), after=("per_device_train_batch_size",)),
-        "eval_batch": _simple(("per_device_eval_batch_size",), after=("per_device_train_batch_size",)),
-        "grad_checkpointing": gc,
-        "ckpt_reentrant": _simple(("use_reentrant_gc",), after=("gradient_accumulation_steps",)),
-        "optimizer": optimizer,
-        "optimizer_impl": _note("LLaMA-Factory chooses the optimizer implementation through `optim` only"),
-        "seq_len": _simple(("cutoff_len",), after=("template", "dataset")),
-        "packing": _simple(("packing",), after=("cutoff_len",)),
-        "attn_impl": attn,
-        "loss_impl": loss,
-        "alloc_conf": _note(ALLOC_NOTE),
-        "peft_method": peft,
-        "quant_bits": quant,
-        "lora_r": _simple(("lora_rank",), after=("finetuning_type",)),
-        "lora_alpha": _simple(("lora_alpha",), after=("lora_rank",)),
-        "lora_dropout": _simple(("lora_dropout",), after=("lora_alpha", "lora_rank")),
-        "lora_targets": targets,
-        "compile": _simple(("torch_compile",), after=("bf16",)),
-        "amp_dtype": amp,
-    }
-
-
-def _llamafactory_v1_handlers() -> dict[str, Handler]:
-    def peft(doc: _Doc, value: Any, changes: dict) -> None:
-        _mark_done(doc, "quant_bits", "lora_r")
-        if value in ("lora", "qlora"):
-            doc.set(("peft_config", "name"), "lora", after=())
-            doc.set(("peft_config", "r"), changes.get("lora_r", 16), after=("name",))
-            bits = changes.get("quant_bits", 4 if value == "qlora" else None)
-            if bits:
-                doc.set(("quant_config", "name"), "bnb")
-                doc.set(("quant_config", "quantization_bit"), bits, after=("name",))
-        else:
-            doc.notes.append(f"PEFT method `{value}` cannot be set in a v1 config")
-
-    def quant(doc: _Doc, value: Any, changes: dict) -> None:
-        doc.set(("quant_config", "name"), "bnb")
-        doc.set(("quant_config", "quantization_bit"), value, after=("name",))
-
-    def loss(doc: _Doc, value: Any, changes: dict) -> None:
-        if value == "fused":
-            doc.set(("kernel_config", "name"), "liger_kernel")
-        else:
-            doc.notes.append(f"no `{value}` loss in the v1 schema")
-
-    return {
-        "micro_batch": _simple(("micro_batch_size",), after=("output_dir",)),
-        "seq_len": _simple(("cutoff_len",), after=("micro_batch_size",)),
-        "peft_method": peft,
-        "quant_bits": quant,
-        "lora_r": _simple((("peft_config", "r"),)),
-        "loss_impl": loss,
-        "alloc_conf": _note(ALLOC_NOTE),
     }
 
 
@@ -1406,9 +1146,9 @@ RENDERERS.update(
     {
         "hf": _render(_hf_handlers(trl=False), _ORDER),
         "trl": _render(_hf_handlers(trl=True), _ORDER),
-        "axolotl": _render(_axolotl_handlers(), _ORDER),
-        "llamafactory": _render(_llamafactory_handlers(), _ORDER),
-        "llamafactory-v1": _render(_llamafactory_v1_handlers(), _ORDER),
+        "axolotl": _render(key_table.handlers(axolotl_keys.KEYS), _ORDER),
+        "llamafactory": _render(key_table.handlers(llamafactory_keys.KEYS), _ORDER),
+        "llamafactory-v1": _render(key_table.handlers(llamafactory_keys.KEYS_V1), _ORDER),
         "torchtune": _render(_torchtune_handlers(), _ORDER),
         "accelerate": _render(_accelerate_handlers(), _ORDER),
         "deepspeed": _render(_deepspeed_handlers(), _ORDER),

@@ -5,7 +5,8 @@
 One schema per `plan.format` (`schemas/<format>.schema.json`), used by editors for completion and
 hover, and by the language server for value completion. They describe only the keys that change
 GPU memory, say how in each description, and allow every other key (`additionalProperties: true`):
-they document, they do not police. Defaults and meanings: each project's source at the commits in docs/config-sources.md.
+they document, they do not police. Defaults and meanings: each project's source at the commits in
+docs/config-sources.md.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from vramlens.formats import accelerate, deepspeed, litgpt, neox
-from vramlens.formats.vocab import AXOLOTL_ATTENTION, HF_ATTENTION
+from vramlens.formats.vocab import HF_ATTENTION
+from vramlens.frameworks import keys as key_table
+from vramlens.frameworks.axolotl import keys as axolotl_keys
+from vramlens.frameworks.llamafactory import keys as llamafactory_keys
 from vramlens.knowledge import optimizers
 
 SCHEMA_DIR = Path(__file__).resolve().parents[3] / "schemas"
@@ -134,110 +138,32 @@ class TRLArguments(HFArguments):
 # --- axolotl ----------------------------------------------------------------------------------------
 
 
-class AxolotlConfig(_Open):
+class _AxolotlBase(_Open):
     model_config = ConfigDict(extra="allow", title="axolotl config")
-    base_model: Optional[str] = F("The model (hub id or path): parameter count and shapes set every memory term.")
-    micro_batch_size: Optional[int] = F("Samples per GPU per step (default 1). Activations grow linearly.", ge=1)
-    gradient_accumulation_steps: Optional[int] = F("Micro-batches per optimizer step (default 1).", ge=1)
-    batch_size: Optional[int] = F("Total batch (all GPUs × accumulation); accumulation is derived from it.", ge=1)
-    eval_batch_size: Optional[int] = F("Evaluation batch (default = micro_batch_size).", ge=1)
-    sequence_len: Optional[int] = F(
-        "Maximum tokens per sample (default 512). Activations grow linearly, eager attention quadratically.", ge=1
-    )
-    sample_packing: Optional[bool] = F("Pack samples to `sequence_len`: every row is full length.")
-    gradient_checkpointing: Optional[Union[bool, Literal["offload", "offload_disk"]]] = F(
-        "Recompute activations in backward (default false); `offload` also moves the checkpoints to CPU."
-    )
-    activation_offloading: Optional[Union[bool, Literal["legacy", "disk", "hidden_states"]]] = F(
-        "Move saved activations off the GPU."
-    )
-    attn_implementation: Optional[str] = F(
-        "Attention kernel (eager materialises the score matrix). Short forms like `flash` are rejected.",
-        json_schema_extra={"examples": list(AXOLOTL_ATTENTION)},
-    )
-    flash_attention: Optional[bool] = F("Legacy switch for flash_attention_2 (use `attn_implementation`).")
-    optimizer: Optional[str] = F(
-        "Optimizer (default adamw_torch_fused): 8-bit ones keep ~2 bytes of state per parameter instead of ~8.",
-        json_schema_extra={"examples": list(optimizers.axolotl_names())},
-    )
-    adapter: Optional[Literal["lora", "qlora"]] = F("Train adapters instead of the full model (qlora: 4-bit base).")
-    lora_r: Optional[int] = F("LoRA rank: adapter size grows linearly.", ge=1)
-    lora_alpha: Optional[Num] = F("LoRA scaling. No memory effect.")
-    lora_dropout: Optional[Num] = F("LoRA dropout: > 0 keeps a copy of each adapted input.")
-    lora_target_linear: Optional[bool] = F("Adapters on every linear layer.")
-    lora_target_modules: Optional[Union[list, str]] = F("Layers that get adapters (list or regular expression).")
-    load_in_4bit: Optional[bool] = F("4-bit NF4 base weights (~0.5 byte per parameter).")
-    load_in_8bit: Optional[bool] = F("8-bit base weights (~1 byte per parameter).")
-    bf16: Optional[Union[bool, Literal["auto", "full"]]] = F(
-        "bf16 training (default auto): the model is loaded in bf16, so weights take 2 bytes per parameter."
-    )
-    fp16: Optional[bool] = F("fp16 mixed precision.")
-    deepspeed: Optional[Union[str, dict]] = F(
-        "DeepSpeed config (path or inline): ZeRO sharding and CPU offload. "
-        "axolotl's zero2.json already offloads the optimizer."
-    )
-    fsdp_version: Optional[int] = F("FSDP version (2 = per-parameter sharding).")
-    fsdp_config: Optional[dict] = F(
-        "FSDP settings: `offload_params`, `reshard_after_forward` (false ≈ ZeRO-2), "
-        "`activation_checkpointing`, `state_dict_type`."
-    )
-    plugins: Optional[list[str]] = F("Plugins; CutCrossEntropyPlugin / LigerPlugin remove the full logits tensor.")
-    torch_compile: Optional[Union[bool, Literal["auto"]]] = F("torch.compile: usually lower activation memory.")
-    context_parallel_size: Optional[int] = F("GPUs that split each sequence: activations divide by it.", ge=1)
-    tensor_parallel_size: Optional[int] = F("GPUs that split each layer: weights and activations divide by it.", ge=1)
-    gpu: Optional[str] = F("Cloud GPU type (cloud configs), e.g. h100, a100-80gb, l40s.")
-    gpu_count: Optional[int] = F("GPUs per node (cloud configs).", ge=1)
+
+
+# The keys, their types and descriptions come from axolotl's key table (frameworks/axolotl/keys.py).
+AxolotlConfig = create_model("AxolotlConfig", __base__=_AxolotlBase, **key_table.schema_fields(axolotl_keys.KEYS))
 
 
 # --- LLaMA-Factory ----------------------------------------------------------------------------------
 
 
-class LlamaFactoryConfig(_Open):
+class _LlamaFactoryBase(_Open):
     model_config = ConfigDict(extra="allow", title="LLaMA-Factory config")
-    model_name_or_path: Optional[str] = F("The model: parameter count and shapes set every memory term.")
-    finetuning_type: Optional[Literal["lora", "oft", "freeze", "full"]] = F(
-        "What trains (default lora!). Full fine-tuning needs gradients and optimizer states for every weight."
-    )
-    lora_rank: Optional[int] = F("LoRA rank (default 8).", ge=1)
-    lora_alpha: Optional[Num] = F("LoRA scaling (default 2 × rank). No memory effect.")
-    lora_dropout: Optional[Num] = F("LoRA dropout (default 0).")
-    lora_target: Optional[Union[str, list]] = F("Layers with adapters: `all` (default) or `q_proj,v_proj`.")
-    quantization_bit: Optional[Literal[2, 3, 4, 8]] = F("Quantize the base model: 4 bits ≈ 0.5 byte per parameter.")
-    quantization_method: Optional[str] = F("bnb (default), hqq, eetq, gptq, awq, ...")
-    cutoff_len: Optional[int] = F(
-        "Maximum tokens per sample (default 2048; 1024 before 2024-11). Activations grow linearly.", ge=1
-    )
-    packing: Optional[bool] = F("Pack samples into full rows (default on for stage pt).")
-    per_device_train_batch_size: Optional[int] = F("Samples per GPU per step (HF default 8).", ge=1)
-    gradient_accumulation_steps: Optional[int] = F("Micro-batches per optimizer step.", ge=1)
-    disable_gradient_checkpointing: Optional[bool] = F(
-        "LLaMA-Factory checkpoints by default; true turns it off and stores every layer's activations."
-    )
-    flash_attn: Optional[Literal["auto", "disabled", "sdpa", "fa2", "fa3"]] = F(
-        "Attention kernel (disabled = eager, which materialises the score matrix)."
-    )
-    enable_liger_kernel: Optional[bool] = F("Liger kernels: fused linear cross-entropy without the logits tensor.")
-    pure_bf16: Optional[bool] = F("bf16 weights and optimizer states without autocast: no fp32 copy.")
-    bf16: Optional[bool] = F("bf16 mixed precision.")
-    fp16: Optional[bool] = F("fp16 mixed precision.")
-    deepspeed: Optional[str] = F("DeepSpeed JSON (resolved against the working directory): ZeRO sharding/offload.")
-    use_galore: Optional[bool] = F("GaLore: low-rank optimizer states.")
-    use_badam: Optional[bool] = F("BAdam: optimizer states for one block of layers at a time.")
-    optim: Optional[str] = F(
-        "HF optimizer name (8-bit ones keep ~2 bytes of state per parameter).",
-        json_schema_extra={"examples": list(optimizers.hf_names())},
-    )
 
 
-class LlamaFactoryV1Config(_Open):
+class _LlamaFactoryV1Base(_Open):
     model_config = ConfigDict(extra="allow", title="LLaMA-Factory v1 config")
-    model: Optional[str] = F("The model.")
-    micro_batch_size: Optional[int] = F("Samples per GPU per step.", ge=1)
-    cutoff_len: Optional[int] = F("Maximum tokens per sample.", ge=1)
-    peft_config: Optional[dict] = F("`{name: lora, r, lora_alpha, target_modules}`; absent = full fine-tuning.")
-    quant_config: Optional[dict] = F("`{name: bnb|auto, quantization_bit}`: quantized base weights.")
-    dist_config: Optional[dict] = F("`{name: fsdp2|deepspeed, config_file}`: sharding across GPUs.")
-    kernel_config: Optional[dict] = F("`{name: auto|liger_kernel}`: Liger removes the logits tensor.")
+
+
+# The keys, their types and descriptions come from LLaMA-Factory's key tables (frameworks/llamafactory/keys.py).
+LlamaFactoryConfig = create_model(
+    "LlamaFactoryConfig", __base__=_LlamaFactoryBase, **key_table.schema_fields(llamafactory_keys.KEYS)
+)
+LlamaFactoryV1Config = create_model(
+    "LlamaFactoryV1Config", __base__=_LlamaFactoryV1Base, **key_table.schema_fields(llamafactory_keys.KEYS_V1)
+)
 
 
 # --- torchtune ----------------------------------------------------------------------------------------

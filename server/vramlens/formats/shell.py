@@ -1028,7 +1028,9 @@ def _retarget_script(launch: Launch) -> Launch:
         launch.launcher = launch.tool
         launch.tool, launch.subcommand = found
         return launch
-    if launch.script and megatron.is_program("", "", launch.script.text):
+    if launch.script and megatron.is_program(
+        "", "", launch.script.text, [a.text for a in launch.args[launch.script_args_start :] if a.text]
+    ):
         launch.launcher, launch.tool = launch.tool, "megatron"
         return launch
     name = PurePosixPath(launch.script.text).name if launch.script else ""
@@ -1516,8 +1518,12 @@ def _cvd_count(value: str | None) -> int | None:
     return len(ids) or None
 
 
-def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, list[ParseIssue]]:
-    """Tokenize a script, run its variable assignments in order and find the training launch."""
+def analyze(
+    text: str, path: str, first_line: int = 0, trains: Callable[[str], bool] | None = None
+) -> tuple[ShellScript, list[ParseIssue]]:
+    """Tokenize a script, run its variable assignments in order and find the training launch. `trains`: whether a
+    Python script a `python` command runs is known to train (its imports or argument definitions say so, or it
+    is the script whose usage examples these are); such a command is a launch whatever flags it passes."""
     if "\r" in text:
         # A lone \r ends a line for the editor and for LSP positions (vramlens.text), so it ends one here too,
         # as \r\n does: bash reads neither as a line break, but a script saved with either is read as it is
@@ -1623,7 +1629,13 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
             if what is not None:
                 other = (what, idx.span(cmd.start, cmd.end))
                 continue
-        if prog not in _HEADS and not (_PYTHON.fullmatch(prog) and _may_train(text, rest)):
+        if prog not in _HEADS and not (
+            _PYTHON.fullmatch(prog) and (_may_train(text, rest) or _names_script(text, rest, trains))
+        ):
+            # `python llm_infer.py --ckpt_dir …` (ms-swift 2.x examples/pytorch/llm/scripts/*/infer.sh): no training
+            # flag, and the script's name says what it does instead
+            if other is None and _PYTHON.fullmatch(prog) and (what := _python_purpose(text, rest)) is not None:
+                other = (what, idx.span(cmd.start, cmd.end))
             continue  # not a launch: its words need no expansion
         merged = dict(env)
         merged.update(prefix)
@@ -1641,7 +1653,7 @@ def analyze(text: str, path: str, first_line: int = 0) -> tuple[ShellScript, lis
                 other = other or (what, idx.span(cmd.start, cmd.end))
                 continue
         candidates.add(id(cmd))
-        if found.tool != "python":
+        if found.tool != "python" or _known_trainer(found, trains):
             launch, env = found, merged
         elif weak is None and _trains(found):
             weak = (found, merged)
@@ -1750,6 +1762,35 @@ def _may_train(text: str, words: list[Word]) -> bool:
     return False
 
 
+def _python_purpose(text: str, words: list[Word]) -> str | None:
+    """What a `python [options] script.py …` command does when the script's name says it does not train."""
+    for w in words[1:]:
+        t = text[w.start : w.end].strip("'\"")
+        if t in ("-m", "-c"):
+            return None
+        if not t.startswith("-"):
+            return purpose.script_purpose(t) if t.endswith(".py") else None
+    return None
+
+
+def _names_script(text: str, words: list[Word], trains: Callable[[str], bool] | None) -> bool:
+    """A `python …` command whose raw words name a `.py` file `trains` knows to train."""
+    if trains is None:
+        return False
+    for w in words[1:]:
+        t = text[w.start : w.end].strip("'\"")
+        if t.endswith(".py") and trains(t):
+            return True
+    return False
+
+
+def _known_trainer(launch: Launch, trains: Callable[[str], bool] | None) -> bool:
+    """A plain `python [-i|-u|…] script.py …` (no flag need be known) of a script `trains` knows to train."""
+    if trains is None or launch.tool != "python" or launch.script is None or not launch.script.text:
+        return False
+    return launch.script.text.endswith(".py") and trains(launch.script.text)
+
+
 def _trains(launch: Launch) -> bool:
     """A plain `python script.py` counts when it passes training arguments or a config file."""
     for a in launch.args[launch.script_args_start :]:
@@ -1773,7 +1814,7 @@ def parse_script(text: str, ctx, fmt: str = "shell", path: str | None = None) ->
     if len(text) > MAX_SHELL_CHARS:
         return None
     path = path or ctx.path
-    script, issues = analyze(text, path)
+    script, issues = analyze(text, path, trains=_workspace_trainer(ctx))
     from vramlens.formats import torchtitan
 
     if (titan := torchtitan.from_script(script, ctx, path)) is not None:  # a torchtitan launch: its TOML job config
@@ -1791,6 +1832,39 @@ def parse_script(text: str, ctx, fmt: str = "shell", path: str | None = None) ->
     build_plan(b, script, ctx)
     b.plan.format = fmt
     return b.plan
+
+
+# A Python script that trains: it imports a trainer or training arguments (transformers `Trainer`,
+# `TrainingArguments`, `Seq2SeqTrainer`; TRL's `SFTTrainer`/`GRPOConfig`…; accelerate-style loops call
+# `.backward(`). Read as text, never run.
+_TRAINER_IMPORT = re.compile(
+    r"^[ \t]*(?:from[ \t]+(?:trl|transformers|peft|swift|llamafactory|openrlhf)\b[^\n]*\bimport\b[^\n]*"
+    r"\b\w*(?:Trainer|TrainingArguments|Config)\b|from[ \t]+trl\b[^\n]*\bimport[ \t]*\([^)]*\b\w*(?:Trainer|Config)\b)"
+    r"|\.backward\(",
+    re.MULTILINE,
+)
+MAX_TRAINER_CHARS = 500_000  # as script_arguments.MAX_SCRIPT_CHARS
+
+
+def _workspace_trainer(ctx) -> Callable[[str], bool] | None:
+    """Whether a `.py` file a `python` command runs is, in the workspace, a script that trains (see
+    _TRAINER_IMPORT); the file is looked up as any other reference (`formats.references.find`)."""
+    if ctx is None or not getattr(ctx, "path", None):
+        return None
+    seen: dict[str, bool] = {}
+
+    def trains(target: str) -> bool:
+        if target not in seen:
+            from vramlens.formats import references
+
+            seen[target] = False
+            if "$" not in target:
+                found, _refused = references.find(target, ctx.path, ctx.workspace)
+                text = references._read(found, ctx) if found is not None else None
+                seen[target] = bool(text and len(text) <= MAX_TRAINER_CHARS and _TRAINER_IMPORT.search(text))
+        return seen[target]
+
+    return trains
 
 
 def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:

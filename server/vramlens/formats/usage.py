@@ -96,7 +96,8 @@ def _first_command(view: str, path: str, script_name: str):
     found, count = None, 0
     remaining = view.split("\n")
     while True:
-        script, issues = shell.analyze("\n".join(remaining), path)
+        # a `python` command that runs this very script (which trains: it has a plan) is a launch with any flags
+        script, issues = shell.analyze("\n".join(remaining), path, trains=lambda s: _runs_this_script(s, script_name))
         launch = script.launch
         if launch is None:
             break

@@ -1,0 +1,161 @@
+"""The axolotl YAML dialect (`axolotl train config.yml`) and axolotl cloud configs: how the parser recognises them
+and reads them with the key table (`keys.py`), plus the rules that take several keys together.
+
+Defaults and meanings: `src/axolotl/utils/schemas/` at axolotl 067b021c (docs/config-sources.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vramlens.formats import hf
+from vramlens.formats.settings import PlanBuilder, Setting, to_bool
+from vramlens.frameworks import keys as key_table
+from vramlens.frameworks.axolotl import readers
+from vramlens.frameworks.axolotl.keys import KEYS
+from vramlens.plan import IssueKind, Severity
+
+DISPATCH = key_table.by_name(KEYS)
+
+# Keys that say "axolotl" (recognition only; what is read is the key table)
+SIGNATURE = frozenset(
+    {
+        "base_model",
+        "micro_batch_size",
+        "sequence_len",
+        "sample_packing",
+        "num_epochs",
+        "lora_target_linear",
+        "adapter",
+        "dataset_prepared_path",
+        "val_set_size",
+        "saves_per_epoch",
+        "evals_per_epoch",
+        "lr_scheduler",
+        "special_tokens",
+        "wandb_project",
+        "wandb_entity",
+        "wandb_watch",
+        "wandb_log_model",
+        "eval_sample_packing",
+        "pad_to_sequence_len",
+        "lora_model_dir",
+        "base_model_config",
+        "is_llama_derived_model",
+        "train_on_inputs",
+        "flash_attention",
+        "xformers_attention",
+        "sdp_attention",
+        "chat_template",
+        "plugins",
+        "strict",
+        "fsdp_version",
+        "unfrozen_parameters",
+        "liger_fused_linear_cross_entropy",
+        "tokenizer_type",
+        "eot_tokens",
+        "lora_fan_in_fan_out",
+        "model_type",
+        "rl",
+        "datasets",
+        "activation_offloading",
+    }
+)
+CLOUD_KEYS = frozenset(
+    {
+        "gpu",
+        "gpu_count",
+        "node_count",
+        "provider",
+        "secrets",
+        "volumes",
+        "branch",
+        "dockerfile_commands",
+        "memory",
+        "timeout",
+        "memory_preprocess",
+        "timeout_preprocess",
+    }
+)
+
+
+def detect(data: Any, keys: set[str]) -> float:
+    hits = len(keys & SIGNATURE)
+    if "base_model" in keys and hits >= 3:
+        return 1.0 if hits >= 5 else 0.95  # ahead of the HF dialect, whose keys it shares
+    if hits >= 4 and ("micro_batch_size" in keys or "sequence_len" in keys):
+        return 0.92
+    return 0.0
+
+
+def detect_cloud(data: Any, keys: set[str]) -> float:
+    if "gpu" in keys and len(keys & CLOUD_KEYS) >= 2 and not keys & SIGNATURE:
+        return 0.8
+    return 0.0
+
+
+def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
+    top = [s for s in settings if len(s.path) == 1]
+    present = {s.key for s in top if s.value is not None}
+    if "base_model" in present and "base_model_config" in present:
+        top = [s for s in top if s.key != "base_model_config"]
+    key_table.read(DISPATCH, b, top, hf.nested_index(settings))
+    legacy_attention(b, top)
+    if b.plan.peft_method is None and b.plan.quant_bits is not None:
+        # load_in_4bit without `adapter` — axolotl refuses to train quantized weights in full
+        b.issue(
+            IssueKind.CONFLICTING_SETTINGS,
+            "`load_in_4bit`/`load_in_8bit` without `adapter: lora|qlora`: quantized weights cannot be fully fine-tuned",
+            severity=Severity.WARNING,
+        )
+    if (
+        b.plan.peft_method is not None
+        and b.plan.peft_method.value == "lora"
+        and b.plan.quant_bits is not None
+        and b.plan.quant_bits.value == 4
+        and b.plan.quant_bits.key == "load_in_4bit"
+    ):
+        b.issue(
+            IssueKind.CONFLICTING_SETTINGS,
+            "`adapter: lora` with `load_in_4bit: true`: axolotl expects `adapter: qlora` for 4-bit",
+            span=b.plan.peft_method.value_span,
+            severity=Severity.INFO,
+            suggestion="qlora",
+        )
+
+
+def legacy_attention(b: PlanBuilder, top: list[Setting]) -> None:
+    """The legacy boolean attention flags, the first one on in axolotl's priority order."""
+    legacy = dict(readers.LEGACY_ATTENTION)
+    flags = {s.key: s for s in top if s.key in legacy}
+    on = [(k, impl) for k, impl in readers.LEGACY_ATTENTION if k in flags and to_bool(flags[k].value)]
+    for k, s in flags.items():
+        b.remember(s)
+    if not on:
+        return
+    key, impl = on[0]
+    s = flags[key]
+    if b.plan.attn_impl is not None and b.plan.attn_impl.key == "attn_implementation":
+        b.issue(
+            IssueKind.CONFLICTING_SETTINGS,
+            f"`{key}: true` together with `attn_implementation`: axolotl refuses both; remove `{key}`",
+            s,
+            severity=Severity.ERROR,
+        )
+        return
+    b.set("attn_impl", impl, s, note=f"legacy flag `{key}` (axolotl maps it to `attn_implementation: {impl}`)")
+
+
+def apply_cloud(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
+    for s in settings:
+        if len(s.path) != 1:
+            continue
+        if s.key == "gpu":
+            readers.gpu(b, s)
+        elif s.key == "gpu_count":
+            b.set_int("gpu_count", s, minimum=1)
+        elif s.key in ("node_count", "provider"):
+            b.remember(s)
+    nodes = data.get("node_count") if isinstance(data, dict) else None
+    if b.plan.gpu_count is not None and isinstance(nodes, int) and nodes > 1:
+        b.set("world_size", b.plan.gpu_count.value * nodes, note=f"{b.plan.gpu_count.value} GPUs × {nodes} nodes")

@@ -1,0 +1,210 @@
+"""How the axolotl keys with logic are read (the key table, `keys.py`, says which key each reader serves).
+
+Defaults and meanings: `src/axolotl/utils/schemas/` at axolotl 067b021c (docs/config-sources.md). axolotl reads
+the file with `yaml.safe_load`, so YAML 1.1 applies (`2e-5` is a string its schema converts).
+"""
+
+from __future__ import annotations
+
+from vramlens.formats import hf
+from vramlens.formats.settings import PlanBuilder, Setting, is_auto, to_bool
+from vramlens.formats.vocab import AXOLOTL_ATTENTION, check_optimizer
+
+# legacy boolean attention flags, in axolotl's priority order (xformers > sage > flex > flash > sdp > eager)
+LEGACY_ATTENTION = (
+    ("xformers_attention", "xformers"),
+    ("sage_attention", "other"),
+    ("flex_attention", "flex_attention"),
+    ("flash_attention", "flash_attention_2"),
+    ("sdp_attention", "sdpa"),
+    ("eager_attention", "eager"),
+)
+
+CCE_PLUGIN = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
+LIGER_PLUGIN = "axolotl.integrations.liger.LigerPlugin"
+# The Liger plugin's switches (axolotl/integrations/liger/args.py) → the kernel each swaps in
+# (ResolvedPlan.fused_kernels)
+LIGER_KERNELS = {"liger_rms_norm": "rms_norm", "liger_glu_activation": "swiglu", "liger_rope": "rope"}
+
+
+def gradient_checkpointing(b: PlanBuilder, s: Setting) -> None:
+    v = s.value
+    if v is None:
+        return
+    if isinstance(v, str) and v.strip().lower() in ("offload", "offload_disk"):
+        b.set("grad_checkpointing", True, s, note=f"`{v}`: checkpointing with the checkpoints moved off the GPU")
+        b.set("activation_offload", True, s, note=f"`gradient_checkpointing: {v}` offloads checkpointed activations")
+        return
+    b.set_bool("grad_checkpointing", s)
+
+
+def activation_offloading(b: PlanBuilder, s: Setting) -> None:
+    v = s.value
+    if v is None:
+        return
+    if isinstance(v, str) and v.strip().lower() in ("legacy", "disk", "hidden_states"):
+        return b.set("activation_offload", True, s, note=f"activation offloading mode `{v}`")
+    b.set_bool("activation_offload", s)
+
+
+def adapter(b: PlanBuilder, s: Setting) -> None:
+    v = s.value
+    if v is None or v == "":
+        return
+    w = str(v).strip().lower()
+    if w in ("lora", "qlora"):
+        b.set("peft_method", w, s, override=True)  # an adapter wins over `unfrozen_parameters`
+        if w == "qlora":
+            b.set("quant_bits", 4, s, note="axolotl QLoRA loads the base model in 4-bit NF4")
+            b.set("quant_type", "nf4", s)
+    elif w in ("llama-adapter", "ia3", "vera", "oft"):
+        b.set("peft_method", "other", s)
+    else:
+        b.unknown(s, "adapter", ("lora", "qlora"))
+
+
+def optimizer(b: PlanBuilder, s: Setting) -> None:
+    if isinstance(s.value, str) and s.value.strip():
+        check_optimizer(b, s, "axolotl")
+        b.set("optimizer", s.value.strip(), s)
+
+
+def attn(b: PlanBuilder, s: Setting) -> None:
+    if s.value is None:
+        return
+    w = str(s.value).strip()
+    if w in AXOLOTL_ATTENTION:
+        return b.set(
+            "attn_impl",
+            w
+            if w in ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention", "xformers")
+            else "other",
+            s,
+        )
+    if "/" in w:
+        return b.set("attn_impl", hf.normalize_attn(w) or "other", s, note=f"hub kernel `{w}`")
+    # axolotl rejects the short forms (flash, fa2, flex, sdp)
+    short = hf.normalize_attn(w)
+    b.unknown(
+        s, "attention implementation", AXOLOTL_ATTENTION, suggestion=short if short in AXOLOTL_ATTENTION else None
+    )
+    if short is not None:
+        b.set("attn_impl", short, s)
+
+
+def targets(b: PlanBuilder, s: Setting) -> None:
+    v = s.value
+    if v is None or v == []:
+        return
+    if isinstance(v, str) and not any(c in v for c in ",") and any(c in v for c in "[]().*\\|+"):
+        return b.set("lora_targets", [v.strip()], s, note="a regular expression over module names")
+    t = hf._targets(v)
+    if t:
+        b.set("lora_targets", t, s)
+
+
+def target_linear(b: PlanBuilder, s: Setting) -> None:
+    if to_bool(s.value):
+        b.set("lora_targets", ["all-linear"], s, override=True, note="`lora_target_linear: true` → every linear layer")
+
+
+def dtype_flag(dtype: str):
+    def handler(b: PlanBuilder, s: Setting) -> None:
+        if to_bool(s.value):
+            b.set("weight_dtype", dtype, s, note=f"axolotl loads the model in {dtype}")
+
+    return handler
+
+
+def load_in_8bit(b: PlanBuilder, s: Setting) -> None:
+    if to_bool(s.value):
+        b.set("quant_bits", 8, s)
+        b.set("quant_type", "int8", s)
+
+
+def gptq(b: PlanBuilder, s: Setting) -> None:
+    if to_bool(s.value):
+        b.set("quant_bits", 4, s, note="GPTQ pre-quantized weights")
+        b.set("quant_type", "gptq", s, override=True)
+
+
+def compile_(b: PlanBuilder, s: Setting) -> None:
+    if is_auto(s.value):
+        return b.remember(s)
+    b.set_bool("compile", s)
+
+
+def plugins(b: PlanBuilder, s: Setting) -> None:
+    listed = s.value if isinstance(s.value, list) else []
+    for p in listed:
+        if str(p).strip() == CCE_PLUGIN:
+            b.set("loss_impl", "fused", s, note="Cut Cross-Entropy plugin: no full logits tensor")
+    b.remember(s)
+
+
+def liger_flce(b: PlanBuilder, s: Setting) -> None:
+    if to_bool(s.value):
+        b.set("loss_impl", "fused", s, note="Liger fused linear cross-entropy")
+
+
+def chunked_ce(b: PlanBuilder, s: Setting) -> None:
+    if to_bool(s.value):
+        b.set("loss_impl", "chunked", s)
+
+
+def fsdp_version(b: PlanBuilder, s: Setting) -> None:
+    if s.value is None:
+        return
+    b.set("dist_strategy", "fsdp", s)
+    if str(s.value).strip() in ("1", "2"):
+        b.set("fsdp_version", int(str(s.value).strip()), s)
+    else:
+        b.remember(s)
+
+
+def unfrozen(b: PlanBuilder, s: Setting) -> None:
+    if isinstance(s.value, list) and s.value:
+        b.set("peft_method", "freeze", s, note="only the parameters matching `unfrozen_parameters` train")
+
+
+def model_class(b: PlanBuilder, s: Setting) -> None:
+    """`type_of_model: AutoModelForSequenceClassification` (axolotl loads the model with this class)."""
+    head = hf.task_head_of_class(str(s.value or "").strip())
+    if head is not None:
+        b.set("task_head", head, s)
+    else:
+        b.remember(s)
+
+
+def global_batch(b: PlanBuilder, s: Setting) -> None:
+    b.set_int("global_batch", s, minimum=1, note="axolotl `batch_size` is the total batch")
+
+
+def fp8(b: PlanBuilder, s: Setting) -> None:
+    if to_bool(s.value):
+        b.set("amp_dtype", "fp8", s, note="torchao float8 training")
+
+
+def liger_kernel(b: PlanBuilder, s: Setting) -> None:
+    """A Liger plugin switch (`liger_rms_norm`, ...): kept for hovers; when on, its kernel runs at the speed
+    estimate/throughput.py `elementwise_bytes` models."""
+    b.remember(s)
+    if to_bool(s.value):
+        kernels = list(b.plan.fused_kernels.value) if b.plan.fused_kernels is not None else []
+        b.set("fused_kernels", kernels + [LIGER_KERNELS[s.key]], s, override=True, note="Liger plugin kernels")
+
+
+def legacy_flag(b: PlanBuilder, s: Setting) -> None:
+    """A legacy boolean attention flag: read with the others, in axolotl's priority order, by `legacy_attention`."""
+
+
+def gpu(b: PlanBuilder, s: Setting) -> None:
+    from vramlens.formats.hints import _lookup
+
+    if s.value is None or s.value == "":
+        return
+    hit = _lookup(str(s.value))
+    if hit is None:
+        choices = ("l40s", "a100-40gb", "a100-80gb", "a10g", "h100", "t4", "l4")
+        return b.unknown(s, "cloud GPU", choices)
+    b.set("gpu_name", hit[0], s, note=hit[2])
