@@ -279,3 +279,45 @@ def test_cli_trace_shows_the_replayed_reserved_level(tmp_path):
     assert t["reserved_replay_bytes"] >= t["allocated_bytes"] > 0
     assert t["allocator_replay"]["settings"] == "default" and t["allocator_replay"]["segments"] >= 1
     assert "reserved (allocator replay)" in run()
+
+
+# --- the estimator's reserved level against the replay ----------------------------------------------------------
+@pytest.fixture(scope="module", params=["full", "lora"])
+def traced_moderate(request):
+    """A four-block Llama at 4 × 1024 tokens with a 32k vocabulary: logits of 500 MiB in fp32, large-pool tensors
+    as in a real run, traced in seconds."""
+    from trace_plans import TINY_LLAMA, need, plan
+
+    need("torch")
+    from vramlens.trace import engine
+    from vramlens.trace.config import step_config
+
+    arch = TINY_LLAMA.model_copy(update={"hidden": 512, "intermediate": 1536, "vocab": 32000, "layers": 4})
+    adapters = dict(peft="lora", lora_r=8, lora_alpha=16.0, lora_targets=("q", "v")) if request.param == "lora" else {}
+    rp = plan(arch=arch, seq_len=1024, micro_batch=4, **adapters)
+    return rp, engine.run(step_config(rp))["allocator_replay"]
+
+
+@pytest.mark.parametrize("expandable", [False, True])
+def test_estimated_reserved_level_follows_the_replay(traced_moderate, expandable, monkeypatch):
+    from vramlens.estimate import estimate
+
+    monkeypatch.setenv("VRAMLENS_CALIBRATION", "off")
+    monkeypatch.setenv("VRAMLENS_RESERVED_MODEL", "replay")
+    rp, replays = traced_moderate
+    est = estimate(rp.with_changes(expandable_segments=expandable), limits=False)
+    replayed = replays["expandable_segments" if expandable else "default"]["peak_reserved"]
+    assert est.reserved_bytes == pytest.approx(replayed, rel=0.03)
+
+
+def test_expandable_segments_move_the_estimate_as_they_move_the_replay(traced_moderate, monkeypatch):
+    from vramlens.estimate import estimate
+
+    monkeypatch.setenv("VRAMLENS_CALIBRATION", "off")
+    monkeypatch.setenv("VRAMLENS_RESERVED_MODEL", "replay")
+    rp, replays = traced_moderate
+    replay_moves = replays["expandable_segments"]["peak_reserved"] - replays["default"]["peak_reserved"]
+    plain = estimate(rp, limits=False).reserved_bytes
+    expandable = estimate(rp.with_changes(expandable_segments=True), limits=False).reserved_bytes
+    assert replay_moves != 0
+    assert (expandable - plain > 0) == (replay_moves > 0)

@@ -1,10 +1,19 @@
-"""From allocated bytes to what the GPU shows: caching-allocator slack and the CUDA context.
+"""From allocated bytes to what the GPU shows: the caching allocator's reserved level and the CUDA context.
 
-- reserved: PyTorch's caching allocator keeps freed blocks; transient tensors of changing sizes leave
-  partly used segments. Measured nvidia-smi ÷ allocated on A100s is 1.06–1.90, median ≈ 1.27, largest for
-  FSDP and QLoRA (fms-acceleration `scripts/benchmarks/refs/a100_80gb.csv`; docs/memory-model.md).
-  We model the slack as a fraction of the transient
-  (activation/logit/temporary) bytes plus a small share of the rest; expandable_segments removes most of it.
+- reserved: PyTorch's caching allocator keeps every freed block cached; a request that no cached block can hold
+  gets a new segment. The reserved level is therefore built here by construction: the estimator's own tensors of
+  one training step — weights, gradients, optimizer states created at the first step, the saved activations of
+  each block, the loss's logit-sized tensors, in the order a step makes and frees them — are replayed through the
+  allocator's rules (`vramlens.trace.allocator_replay`: `c10/cuda/CUDACachingAllocator.cpp` at pytorch/pytorch
+  commit 001074d25084fdb87a799823e395a50f5ec044d3 — 512 B rounding, 2 MiB small segments, 20 MiB segments below
+  10 MiB, kRoundLarge = 2 MiB above, best-fit reuse, splitting, `expandable_segments`). Two steps are replayed:
+  the first step's optimizer states and gradients fill the blocks its loss freed, so the second step's logits
+  need segments of their own (what `torch.cuda.max_memory_reserved` shows after step 1). What the replay holds
+  above its own allocated peak is added to the estimator's allocated peak. Plans the sequence does not describe
+  (sharded, pipelined, encoder-decoder, scalar heads) keep a slack on the transient bytes.
+  The replay costs 0.3–1.5 s per new plan in pure Python, too slow for diagnostics on every keystroke and for
+  searches over micro-batch sizes, so it is used only when `VRAMLENS_RESERVED_MODEL=replay` is set
+  (`benchmarks/reserved_vs_replay.py` compares both); otherwise the slack model below gives the reserved level.
 - device: + CUDA context and library workspaces, outside torch's counters: ~0.3–1.0 GB with the lazy module
   loading torch uses from 1.13 (pytorch/pytorch PR #86509: 287 MB lazy against 667 MB eager for one small tensor;
   vramcalc 0.1.2 README: ~0.75 GB on A6000); NCCL adds ~0.5–1 GB per rank. Before torch 1.13 every kernel loads
@@ -13,6 +22,9 @@
 """
 
 from __future__ import annotations
+
+import os
+from functools import lru_cache
 
 from vramlens.knowledge import versions
 from vramlens.resolved import ResolvedPlan
@@ -25,6 +37,29 @@ TRANSIENT = ("activations", "logits", "temporaries", "buffers")
 
 
 def reserved_bytes(rp: ResolvedPlan, allocated: int, parts: dict[str, int]) -> int:
+    """`torch.cuda.max_memory_reserved` of the run: the allocated peak plus what the caching allocator holds
+    cached above it (`step_sequence` replayed through the allocator's rules)."""
+    if os.environ.get("VRAMLENS_RESERVED_MODEL") != "replay":
+        return _slack_reserved(rp, allocated, parts)
+    cached = _cached_slack(rp, tuple(sorted(parts.items())))
+    return _slack_reserved(rp, allocated, parts) if cached is None else int(allocated + cached)
+
+
+@lru_cache(maxsize=256)
+def _cached_slack(rp: ResolvedPlan, parts: tuple[tuple[str, int], ...]) -> int | None:
+    """What the replayed step sequence reserves above its allocated peak (None: no sequence for the plan)."""
+    events = step_sequence(rp, dict(parts))
+    if events is None:
+        return None
+    from vramlens.trace.allocator_replay import AllocatorSettings, replay
+
+    r = replay(events, AllocatorSettings(expandable_segments=rp.expandable_segments))
+    return max(r.peak_reserved - r.peak_allocated, 0)
+
+
+def _slack_reserved(rp: ResolvedPlan, allocated: int, parts: dict[str, int]) -> int:
+    """Plans without a step sequence: a slack on the transient bytes (fms-acceleration
+    `scripts/benchmarks/refs/a100_80gb.csv`: nvidia-smi ÷ allocated 1.06–1.90 on A100s; docs/memory-model.md)."""
     transient = sum(parts.get(k, 0) for k in TRANSIENT)
     if rp.expandable_segments:
         slack = 0.02 * transient + 0.01 * allocated
@@ -33,6 +68,156 @@ def reserved_bytes(rp: ResolvedPlan, allocated: int, parts: dict[str, int]) -> i
     if rp.quant_bits == 4:
         slack += 0.05 * allocated  # many mid-sized dequantization temporaries
     return int(allocated + slack + 64 * MIB)
+
+
+def _scaled(shapes: list[int], total: int) -> list[int]:
+    """`shapes` (element counts) scaled to `total` bytes: each tensor's share of it."""
+    n = sum(shapes)
+    return [int(total * x / n) for x in shapes] if n and total > 0 else []
+
+
+def _chunks(total: int, sizes: list[int]) -> list[int]:
+    """`total` bytes as tensors of the given sizes in turn (the last one cut short)."""
+    out: list[int] = []
+    i = 0
+    while total > 0 and sizes:
+        size = min(sizes[i % len(sizes)], total)
+        out.append(size)
+        total -= size
+        i += 1
+    return out
+
+
+def step_sequence(rp: ResolvedPlan, parts: dict[str, int]) -> list[tuple] | None:
+    """The allocations and frees of two training steps of a single-GPU decoder, built from the estimator's own
+    tensors at their real sizes (None where the plan is sharded, pipelined or not a decoder with an LM head).
+
+    - build: the weights, one tensor per linear of every block (q, k, v, o and the MLP's two or three) and the
+      embedding (and an untied LM head), together `weights` + `quant_constants`; the adapters likewise.
+    - forward: each block's saved activations as tensors of its real sizes (tokens × intermediate and tokens ×
+      hidden in the compute dtype), the block's share of `activations`; under checkpointing each block keeps its
+      input and backward recomputes one block at a time.
+    - loss (transformers' `ForCausalLMLoss`, loss/loss_utils.py: `logits.float()` then `cross_entropy`): the
+      16-bit logits, their fp32 upcast and the fp32 log-softmax; its backward two fp32 gradients, then the 16-bit
+      one. Other losses hold `logits` as fp32 logit-sized tensors.
+    - backward: block by block from the top, the weights' gradients (full fine-tuning) and the saved tensors freed.
+    - optimizer: at the first step its states, one per state and trainable tensor (torch/optim/adamw.py
+      `_init_group`: `zeros_like(param)`, lazily at step 0); then the gradients are freed (`zero_grad(set_to_none)`).
+    """
+    from vramlens.estimate import components as C
+
+    arch = rp.arch
+    if (
+        arch.block != "decoder"
+        or rp.scalar_head
+        or rp.strategy != "none"
+        or max(rp.world_size, rp.gpu_count, rp.tensor_parallel, rp.pipeline_parallel, rp.context_parallel, 1) > 1
+        or arch.layers < 1
+    ):
+        return None
+    p = C.params(rp)
+    c = 4 if rp.compute_dtype == "fp32" else 2
+    seqs = rp.micro_batch * rp.sequences_per_example
+    tok = seqs * rp.seq_len
+    h, inter, layers, V = arch.hidden, arch.intermediate, arch.layers, arch.vocab
+    q = arch.heads * (arch.head_dim or h // arch.heads)
+    kv = (arch.kv_heads or arch.heads) * (arch.head_dim or h // arch.heads)
+    mlp = 3 if arch.mlp in ("swiglu", "geglu") else 2
+    block = [h * q, h * kv, h * kv, q * h] + [h * inter] * mlp
+    embed = [V * h] + ([] if arch.tied_embeddings else [V * h])
+    shapes = block * layers + embed
+    weights = _scaled(shapes, parts.get("weights", 0) + parts.get("quant_constants", 0))
+    full = rp.peft == "none"
+    grads = _scaled(shapes, C.gradients(rp, p)) if full else []
+    states_total = parts.get("optimizer", 0)
+    n_states = max(round(rp.optimizer.states), 1)
+    if full:
+        states = _scaled(shapes * n_states, states_total)
+    else:
+        adapter_shapes = [max(x, 1) for x in _adapter_shapes(rp)] * layers
+        states = _scaled(adapter_shapes * n_states, states_total)
+    adapters = _scaled(_adapter_shapes(rp) * layers, parts.get("adapters", 0)) if not full else []
+    other = sum(parts.get(k, 0) for k in ("reference", "reward_model", "value_model", "teacher", "buffers"))
+
+    hidden_t, inter_t = tok * h * c, tok * inter * c
+    if not parts.get("activations") and not parts.get("logits"):
+        # an optimizer-step peak: the step's saved tensors are those of its forward-backward phase
+        from vramlens.estimate import _phases
+
+        parts = {**parts, "activations": _phases(rp)[1]["forward-backward"].get("activations", 0)}
+    saved = parts.get("activations", 0)
+    recompute = C.recomputes(rp)
+    all_layers, one_layer = C.activations_per_token(rp)
+    per_block = saved // layers
+    block_tensors = _chunks(per_block, [inter_t] * mlp + [hidden_t] * 4)
+    recomputed = _chunks(int(tok * one_layer), [inter_t] * mlp + [hidden_t] * 4) if recompute else []
+
+    ev: list[tuple] = []
+    ids = iter(range(1 << 62))
+
+    def alloc(size: int) -> int:
+        key = next(ids)
+        ev.append(("alloc", key, size, 0))
+        return key
+
+    def free(key: int) -> None:
+        ev.append(("free", key, 0, 0))
+
+    for size in weights + adapters + ([other] if other else []):
+        alloc(size)
+    logit32, logit16 = tok * V * 4, tok * V * c
+    # transformers' ForCausalLMLoss holds 12 bytes per logit at the start of backward (14 with the logits kept)
+    per_logit = C.logits_per_token(rp) / V if V else 0.0
+    standard = rp.loss_impl == "standard" and c != 4 and not C.compiled_block(rp) and per_logit >= 12
+    state_keys: list[int] = []
+    for step in range(2):
+        kept = [[alloc(x) for x in block_tensors] for _ in range(layers)]
+        if standard:
+            lg = alloc(logit16)
+            up = alloc(logit32) if c != 4 else None
+            ls = alloc(logit32)
+            for key in (up, lg):
+                if key is not None:
+                    free(key)
+            g1, g2 = alloc(logit32), alloc(logit32)
+            free(g1)
+            free(ls)
+            g16 = alloc(logit16) if c != 4 else None
+            free(g2)
+            loss = [g16] if g16 is not None else []
+        else:
+            loss = [alloc(x) for x in _chunks(int(tok * per_logit * V), [logit32])]
+        # the LM head's weight gradient comes first in backward (with tied embeddings the embedding's)
+        g_keys = [alloc(grads[-1])] if grads else []
+        for i in reversed(range(layers)):
+            extra = [alloc(x) for x in recomputed]
+            if grads:
+                g_keys += [alloc(x) for x in grads[i * len(block) : (i + 1) * len(block)]]
+            for key in extra + kept[i]:
+                free(key)
+            if i == layers - 1:
+                for key in loss:
+                    free(key)
+        if grads:
+            g_keys += [alloc(x) for x in grads[layers * len(block) : -1]]
+        if step == 0:
+            state_keys = [alloc(x) for x in states]
+        for key in g_keys:
+            free(key)
+    del state_keys
+    return ev
+
+
+def _adapter_shapes(rp: ResolvedPlan) -> list[int]:
+    """Element counts of one block's adapter tensors (LoRA's A and B of every targeted linear)."""
+    arch = rp.arch
+    r = max(rp.lora_r, 1)
+    h, inter = arch.hidden, arch.intermediate
+    out = []
+    for target in rp.lora_targets or ("q", "v"):
+        width = inter if target in ("gate", "up", "down") else h
+        out += [r * h, r * width]
+    return out
 
 
 def _eager_torch(rp: ResolvedPlan) -> tuple[str, str] | None:
