@@ -16,12 +16,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vramlens import toml_reading
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_float, to_int
 from vramlens.plan import IssueKind, Origin, Severity, Span, TrainingPlan
 from vramlens.text import LineIndex
+
+if TYPE_CHECKING:
+    from vramlens.knowledge.schema import ModelArch
 
 FRAMEWORK_LABEL = "torchtitan 0.1–0.2 (JobConfig)"
 # The tables that make a TOML file a torchtitan job config (JobConfig's sections)
@@ -62,10 +65,41 @@ SAME_SHAPES = {
     ("qwen3", "30B-A3B"): "Qwen/Qwen3-30B-A3B",
     ("deepseek_v3", "671B"): "deepseek-ai/DeepSeek-V3",
 }
-# Model packages whose every flavor has mixture-of-experts layers (torchtitan/models/deepseek_v3/__init__.py and
-# gpt_oss/__init__.py at v0.2.2 and main: MoE layers in every flavor, the debug models included); the dumped flavor
-# tables leave their MoE arguments out, so their dense fields alone would read as a dense model
-MOE_MODELS = frozenset({"deepseek_v3", "gpt_oss", "llama4"})
+# Model packages whose every flavor has mixture-of-experts layers (torchtitan/models/deepseek_v3/__init__.py,
+# gpt_oss/__init__.py, llama4/__init__.py at v0.2.2, kimi_k2_7/__init__.py at main: MoE layers in every flavor, the
+# debug models included): never read as a dense model from their dense fields alone
+MOE_MODELS = frozenset({"deepseek_v3", "gpt_oss", "llama4", "kimi_k2_7"})
+# Flavors whose layers vramlens' model shapes cannot hold, with the reason (kept out of the estimate)
+NOT_ESTIMATED = {
+    # torchtitan/models/llama4/model/args.py and model/moe.py at v0.2.2: MoE on every `interleave_moe_layer_step`-th
+    # layer only, and with `auto_scale_hidden_dim` the expert width is rescaled from dim, multiple_of and top_k
+    "llama4": "its MoE layers interleave with dense ones (`interleave_moe_layer_step`), which vramlens' model shapes "
+    "cannot hold",
+    # torchtitan/models/qwen3_5/__init__.py at main: Gated DeltaNet linear-attention layers between the full ones
+    "qwen3_5": "its linear-attention (Gated DeltaNet) layers are not in the flavor's fields",
+    # torchtitan/models/kimi_k2_7/__init__.py at main: a vision encoder beside the DeepSeek-V3-style decoder
+    "kimi_k2_7": "its vision encoder is not in the flavor's fields",
+    # torchtitan/models/muse_glimmer/__init__.py at main: the FFN width is computed in its layer builder
+    # (`int(_FFN_DIM_MULTIPLIER * dim)`), not a field of the flavor
+    "muse_glimmer": "its FFN width is computed in its layer builder, not a field of the flavor",
+}
+# The shape fields a flavor and a catalog model must share to be estimated as that model
+TWIN_FIELDS = (
+    "hidden",
+    "layers",
+    "heads",
+    "n_kv_heads",
+    "d_head",
+    "vocab",
+    "num_experts",
+    "experts_per_token",
+    "moe_intermediate",
+    "shared_experts",
+    "dense_layers",
+    "kv_lora_rank",
+    "attn_bias",
+    "mlp_bias",
+)
 LLAMA3_TOKENIZER_VOCAB = 128256  # the Llama 3 tokenizer's size (`vocab_size = -1`: set from the tokenizer)
 
 
@@ -277,8 +311,11 @@ def _flavors() -> dict:
 
 
 def flavor_args(name: str, flavor: str) -> tuple[dict, str] | None:
-    """(the flavor's model args, `tag commit`) from the newest dumped torchtitan version that has it."""
-    for tag, version in reversed(list(_flavors().items())):
+    """(the flavor's model args, `tag commit`) from the newest dumped torchtitan release that has it, else from main
+    (the flavors main added: a JobConfig names a released flavor)."""
+    versions = list(_flavors().items())
+    tags = [(t, v) for t, v in versions if t != "main"]
+    for tag, version in [*reversed(tags), *((t, v) for t, v in versions if t == "main")]:
         table = version["models"].get(name, {}).get("flavors", {})
         if flavor in table:
             return table[flavor], f"{tag} ({version['commit'][:10]})"
@@ -325,12 +362,30 @@ def _model(b: PlanBuilder, v: _Values) -> None:
         )
         return
     args, version = found
-    if args.get("moe_enabled") or name in MOE_MODELS:
-        b.issue(
-            IssueKind.UNKNOWN_VALUE,
-            f"{label} is a mixture-of-experts flavor vramlens has no shapes for; no estimate",
-            where,
+    if name in NOT_ESTIMATED:
+        b.issue(IssueKind.UNKNOWN_VALUE, f"{label}: {NOT_ESTIMATED[name]}; no estimate", where)
+        return
+    # qwen3 at the releases states `moe_enabled`; a flavor at main has expert fields only where it has experts
+    moe = args["moe_enabled"] if "moe_enabled" in args else name in MOE_MODELS or bool(args.get("num_experts"))
+    if moe:
+        arch = flavor_arch(name, args)
+        twin = catalog_twin(arch) if arch is not None else None
+        if twin is None:
+            why = (
+                "its expert fields are not in the dumped flavor tables"
+                if arch is None
+                else "no published checkpoint has its shapes, and a model given by its sizes is estimated dense"
+            )
+            b.issue(IssueKind.UNKNOWN_VALUE, f"{label} is a mixture-of-experts flavor: {why}; no estimate", where)
+            return
+        note = (
+            f"{label}: the shapes of {twin.id} ({arch.num_experts} experts of {arch.moe_intermediate}, "
+            f"top-{arch.experts_per_token}, {arch.shared_experts} shared; torchtitan {version})"
         )
+        if where is not None:
+            b.set("model_id", twin.id, where, note=note)
+        else:
+            _default(b, "model_id", twin.id, note)
         return
     dim, layers, heads = args.get("dim"), args.get("n_layers"), args.get("n_heads")
     if not all(isinstance(x, int) and x > 0 for x in (dim, layers, heads)):
@@ -356,6 +411,86 @@ def _model(b: PlanBuilder, v: _Values) -> None:
         b.shape(key, Setting(anchor.key, anchor.path, value, span=anchor.span, value_span=anchor.value_span))
     b.plan.model_span_hint = anchor.span
     b.plan.read_notes.append(f"{label}: shapes from torchtitan {version} torchtitan/models/{name}/__init__.py")
+
+
+def _int(args: dict, key: str) -> int | None:
+    value = args.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def flavor_arch(name: str, args: dict) -> ModelArch | None:
+    """A mixture-of-experts flavor's shapes as vramlens' ModelArch, from the dumped flavor fields (None where a
+    field the layers need is missing). The fields, as torchtitan builds them:
+    - deepseek_v3 (torchtitan/models/deepseek_v3/model/args.py and model/model.py at v0.2.2; __init__.py at main):
+      the first `n_dense_layers` layers a dense FFN of `inter_dim`, the others `num_experts` routed experts of
+      `moe_inter_dim` (top `top_k`) plus `num_shared_experts` shared ones; multi-head latent attention with
+      `kv_lora_rank`, heads of `v_head_dim`; the LM head untied.
+    - qwen3 MoE flavors (torchtitan/models/qwen3/model/args.py at v0.2.2): every layer MoE when `moe_enabled`,
+      `num_experts` experts of `moe_inter_dim`, no shared expert; GQA heads of `head_dim`.
+    - gpt_oss (torchtitan/models/gpt_oss/model/args.py at v0.2.2): every layer MoE, experts of `moe_inter_dim`
+      with biases, attention projections with biases, heads of `head_dim`."""
+    from vramlens.knowledge.schema import ModelArch
+
+    dim, layers, heads, vocab = (_int(args, k) for k in ("dim", "n_layers", "n_heads", "vocab_size"))
+    experts, top_k, expert_dim = (_int(args, k) for k in ("num_experts", "top_k", "moe_inter_dim"))
+    if not (dim and layers and heads and vocab and experts and top_k and expert_dim):
+        return None
+    common = dict(
+        id=f"torchtitan/{name}",
+        hidden=dim,
+        layers=layers,
+        heads=heads,
+        vocab=vocab,
+        num_experts=experts,
+        experts_per_token=top_k,
+        moe_intermediate=expert_dim,
+        shared_experts=int(args.get("num_shared_experts") or 0),
+        tied_embeddings=bool(args.get("enable_weight_tying", False)),
+        source="torchtitan flavor fields",
+    )
+    if name in ("deepseek_v3", "kimi_k2_7"):
+        kv_rank, head, inter = _int(args, "kv_lora_rank"), _int(args, "v_head_dim"), _int(args, "inter_dim")
+        if not (kv_rank and head and inter):
+            return None
+        return ModelArch(
+            family="deepseek_v3",
+            head_dim=head,
+            intermediate=inter,
+            dense_layers=int(args.get("n_dense_layers") or 0),
+            kv_lora_rank=kv_rank,
+            **common,
+        )
+    head = _int(args, "head_dim") or dim // heads
+    if name == "gpt_oss":
+        return ModelArch(
+            family="gpt_oss",
+            kv_heads=_int(args, "n_kv_heads"),
+            head_dim=head,
+            intermediate=expert_dim,
+            attn_bias=True,
+            mlp_bias=True,
+            **common,
+        )
+    if name == "qwen3":
+        return ModelArch(
+            family="qwen3_moe",
+            kv_heads=_int(args, "n_kv_heads"),
+            head_dim=head,
+            intermediate=_int(args, "hidden_dim") or expert_dim,
+            **common,
+        )
+    return None
+
+
+def catalog_twin(arch: ModelArch) -> ModelArch | None:
+    """The catalog model with the flavor's shapes (every field of TWIN_FIELDS equal), if one has them."""
+    from vramlens.knowledge.models import all_models
+
+    want = tuple(getattr(arch, f) for f in TWIN_FIELDS)
+    for model in all_models():
+        if tuple(getattr(model, f) for f in TWIN_FIELDS) == want:
+            return model
+    return None
 
 
 def _flex(v: _Values) -> bool:
