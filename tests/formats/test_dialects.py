@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from vramlens.formats import parse_document
 from vramlens.formats.settings import Unknown
-from vramlens.formats.torchtune import interpolate, model_id_for_builder
+from vramlens.frameworks.torchtune.readers import interpolate, model_id_for_builder
 from vramlens.plan import IssueKind
 
 

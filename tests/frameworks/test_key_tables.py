@@ -14,6 +14,8 @@ from vramlens.frameworks import concepts
 from vramlens.frameworks import keys as key_table
 from vramlens.frameworks.axolotl import keys as axolotl
 from vramlens.frameworks.llamafactory import keys as llamafactory
+from vramlens.frameworks.torchtune import keys as torchtune
+from vramlens.frameworks.transformers import keys as transformers
 from vramlens.plan import PLAN_CONCEPTS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +24,14 @@ FIX_CODE = [
     ROOT / "server" / "vramlens" / "fixes_objective.py",
     *sorted((ROOT / "rules").glob("vl*.py")),
 ]
-TABLES = {"axolotl": axolotl.KEYS, "llamafactory": llamafactory.KEYS, "llamafactory-v1": llamafactory.KEYS_V1}
+TABLES = {
+    "axolotl": axolotl.KEYS,
+    "llamafactory": llamafactory.KEYS,
+    "llamafactory-v1": llamafactory.KEYS_V1,
+    "torchtune": torchtune.KEYS,
+    "hf": transformers.KEYS,
+    "trl": transformers.KEYS_TRL,
+}
 
 
 def fix_concepts() -> set[str]:

@@ -26,7 +26,6 @@ from vramlens.formats import (
     neox,
     openinstruct,
     purpose,
-    torchtune,
     verl,
 )
 from vramlens.formats.settings import PlanBuilder, Setting
@@ -34,6 +33,7 @@ from vramlens.formats.yaml_doc import YamlError, load_yaml
 from vramlens.frameworks import recognise
 from vramlens.frameworks.axolotl import dialect as axolotl
 from vramlens.frameworks.llamafactory import dialect as llamafactory
+from vramlens.frameworks.torchtune import dialect as torchtune
 from vramlens.plan import IssueKind, ParseIssue, Severity, Span, TrainingPlan
 
 MIN_SCORE = 0.5

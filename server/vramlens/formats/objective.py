@@ -364,7 +364,7 @@ def apply_torchtune(b: PlanBuilder, data: dict, get) -> None:
     if kd is not None or teacher is not None:
         set_objective(b, "kd", kd or teacher)
     if teacher is not None and isinstance(teacher.value, str):
-        from vramlens.formats.torchtune import model_id_for_builder
+        from vramlens.frameworks.torchtune.readers import model_id_for_builder
 
         tid, _ = model_id_for_builder(teacher.value)
         b.set(

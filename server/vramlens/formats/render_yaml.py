@@ -29,6 +29,8 @@ from vramlens.frameworks.keys import ALLOC_NOTE
 from vramlens.frameworks.keys import note as _note
 from vramlens.frameworks.keys import write_at as _simple
 from vramlens.frameworks.llamafactory import keys as llamafactory_keys
+from vramlens.frameworks.torchtune import keys as torchtune_keys
+from vramlens.frameworks.transformers import keys as transformers_keys
 from vramlens.knowledge import optimizers
 from vramlens.plan import Sourced, Span, TrainingPlan
 from vramlens.text import LINE_BREAK, LineIndex, line_ending
@@ -629,136 +631,7 @@ _DS_CONCEPTS = set(_DS_KEYS)
 # --- HF / TRL ------------------------------------------------------------------------------------
 
 
-def _hf_handlers(trl: bool) -> dict[str, Handler]:
-    def peft(doc: _Doc, value: Any, changes: dict) -> None:
-        if not trl:
-            doc.notes.append("LoRA is set up in the training script (peft `LoraConfig`), not in TrainingArguments")
-            return
-        _mark_done(doc, "quant_bits")
-        if value in ("lora", "qlora", "dora"):
-            doc.set(("use_peft",), True, after=("model_name_or_path", "attn_implementation"))
-        elif value == "none":
-            doc.set(("use_peft",), False, after=("model_name_or_path",))
-        if value == "dora":
-            doc.set(("use_dora",), True, after=("use_peft",))
-        bits = changes.get("quant_bits", 4 if value == "qlora" else None)
-        if bits is not None:
-            quant(doc, bits, changes)
-
-    def quant(doc: _Doc, value: Any, changes: dict) -> None:
-        if not trl:
-            doc.notes.append("4-bit loading is set up in the training script (`BitsAndBytesConfig`)")
-            return
-        if value == 4:
-            doc.set(("load_in_4bit",), True, after=("use_peft", "model_name_or_path"))
-            if doc.value(("load_in_8bit",)):
-                doc.set(("load_in_8bit",), False)
-        elif value == 8:
-            doc.set(("load_in_8bit",), True, after=("use_peft", "model_name_or_path"))
-            if doc.value(("load_in_4bit",)):
-                doc.set(("load_in_4bit",), False)
-        elif not value:
-            for k in ("load_in_4bit", "load_in_8bit"):
-                if doc.value((k,)):
-                    doc.set((k,), False)
-
-    def alloc(doc: _Doc, value: Any, changes: dict) -> None:
-        if not trl:
-            doc.notes.append(ALLOC_NOTE.format(value=value, fmt="TrainingArguments"))
-            return
-        doc.set(("env", "PYTORCH_CUDA_ALLOC_CONF"), str(value), after=())
-
-    def loss(doc: _Doc, value: Any, changes: dict) -> None:
-        if value == "fused":
-            doc.set(("use_liger_kernel",), True, after=("gradient_checkpointing", "bf16"))
-        elif value == "chunked" and trl:
-            doc.set(("loss_type",), "chunked_nll", after=("max_length", "max_seq_length"))
-        elif value == "standard" and doc.value(("use_liger_kernel",)):
-            doc.set(("use_liger_kernel",), False)
-        else:
-            doc.notes.append("a chunked loss needs TRL's SFTConfig (`loss_type: chunked_nll`)")
-
-    def opt_impl(doc: _Doc, value: Any, changes: dict) -> None:
-        cur = doc.value(("optim",)) or "adamw_torch"
-        if value == "fused" and cur in ("adamw_torch", "adamw_hf"):
-            doc.set(("optim",), "adamw_torch_fused", after=("learning_rate",))
-        elif value != "fused":
-            doc.notes.append(f"optimizer implementation `{value}` cannot be chosen by `optim`")
-
-    def seq(doc: _Doc, value: Any, changes: dict) -> None:
-        for k in ("max_length", "max_seq_length", "block_size", "model_max_length", "max_seq_len", "seq_length"):
-            if (k,) in doc.by_path:
-                doc.set((k,), value)
-                return
-        if trl:
-            doc.set(("max_length",), value, after=("packing", "per_device_train_batch_size"))
-        else:
-            doc.notes.append("the sequence length is an argument of the training script, not of TrainingArguments")
-
-    def amp(doc: _Doc, value: Any, changes: dict) -> None:
-        if value in ("bf16", "fp16"):
-            doc.set((value,), True, after=("bf16", "fp16", "gradient_accumulation_steps"))
-            other = "fp16" if value == "bf16" else "bf16"
-            if doc.value((other,)):
-                doc.set((other,), False)
-        else:
-            for k in ("bf16", "fp16"):
-                if (k,) in doc.by_path or (k == "bf16" and trl):
-                    doc.set((k,), False, after=("gradient_accumulation_steps",))
-
-    def dtype(doc: _Doc, value: Any, changes: dict) -> None:
-        word = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "auto": "auto"}.get(value, value)
-        _simple(("dtype", "torch_dtype"), after=("model_name_or_path",))(doc, word, changes)
-
-    trl_only = (
-        (lambda key, after=(): _simple((key,), after))
-        if trl
-        else (lambda key, after=(): _note(f"`{key}` is a TRL setting; this file holds plain TrainingArguments"))
-    )
-    return {
-        "micro_batch": _simple(
-            ("per_device_train_batch_size", "per_gpu_train_batch_size"), after=("gradient_accumulation_steps",)
-        ),
-        "grad_accum": _simple(("gradient_accumulation_steps",), after=("per_device_train_batch_size",)),
-        "eval_batch": _simple(("per_device_eval_batch_size",), after=("per_device_train_batch_size",)),
-        "grad_checkpointing": _simple(
-            (
-                ("fsdp_config", "activation_checkpointing"),
-                ("fsdp_config", "fsdp_activation_checkpointing"),
-                "gradient_checkpointing",
-            ),
-            after=("gradient_accumulation_steps",),
-        ),
-        "optimizer": _simple(("optim",), after=("learning_rate", "lr_scheduler_type")),
-        "ckpt_reentrant": _simple(
-            (("gradient_checkpointing_kwargs", "use_reentrant"),), after=("gradient_checkpointing",)
-        ),
-        # transformers strips `fsdp_` from fsdp_config keys: both spellings mean the same (formats.hf.fsdp_config_entry)
-        "fsdp_state_dict_type": _simple((("fsdp_config", "state_dict_type"), ("fsdp_config", "fsdp_state_dict_type"))),
-        "optimizer_impl": opt_impl,
-        "compile": _simple(("torch_compile",), after=("gradient_checkpointing",)),
-        "seq_len": seq,
-        "packing": trl_only("packing", ("max_length", "max_seq_length")),
-        "activation_offload": trl_only("activation_offloading", ("gradient_checkpointing",)),
-        "attn_impl": trl_only("attn_implementation", ("torch_dtype", "dtype", "model_name_or_path")),
-        "loss_impl": loss,
-        "alloc_conf": alloc,
-        "peft_method": peft,
-        "quant_bits": quant,
-        "lora_r": trl_only("lora_r", ("use_peft",)),
-        "lora_alpha": trl_only("lora_alpha", ("lora_r",)),
-        "lora_dropout": trl_only("lora_dropout", ("lora_alpha",)),
-        "lora_targets": (
-            lambda doc, v, ch: _simple(
-                ("lora_target_modules",), after=("lora_dropout", "lora_alpha", "lora_r"), convert=_targets_text
-            )(doc, v, ch)
-        )
-        if trl
-        else _note("LoRA target modules are set in the training script"),
-        "amp_dtype": amp,
-        "weight_dtype": dtype if trl else _note("the weights' dtype is set where the model is loaded"),
-        **objective_handlers(),
-    }
+# The HF and TRL writers are generated from their key tables (frameworks/transformers/keys.py).
 
 
 def objective_handlers(prefix: tuple = ()) -> dict[str, Handler]:
@@ -779,125 +652,6 @@ def objective_handlers(prefix: tuple = ()) -> dict[str, Handler]:
         "num_generations": _simple((prefix + ("num_generations",),)),
         "completion_len": _simple((prefix + ("max_completion_length",),)),
         "ref_model_id": ref_model,
-    }
-
-
-# --- torchtune -------------------------------------------------------------------------------------
-
-
-def _torchtune_handlers() -> dict[str, Handler]:
-    from vramlens.formats.torchtune import _BUILDER
-
-    def optimizer(doc: _Doc, value: Any, changes: dict) -> None:
-        cls = optimizers.class_path(str(value)) or str(value)
-        if "." not in cls:
-            doc.notes.append(f"optimizer `{value}` has no torchtune class")
-            return
-        doc.set(("optimizer", "_component_"), cls)
-        if not cls.startswith("torch.optim."):
-            for k in ("fused", "foreach"):
-                if ("optimizer", k) in doc.by_path and not doc.delete(("optimizer", k)):
-                    doc.notes.append(f"remove `optimizer.{k}`: `{cls}` does not take it")
-        elif value == "adamw_torch_fused":
-            doc.set(("optimizer", "fused"), True, after=("_component_",))
-
-    def opt_impl(doc: _Doc, value: Any, changes: dict) -> None:
-        cls = str(doc.value(("optimizer", "_component_")) or "")
-        if not cls.startswith("torch.optim."):
-            doc.notes.append(f"`{cls}` has no fused/foreach switch")
-            return
-        doc.set(("optimizer", "fused"), value == "fused", after=("_component_", "lr"))
-
-    def loss(doc: _Doc, value: Any, changes: dict) -> None:
-        cls = {
-            "fused": "torchtune.modules.loss.LinearCrossEntropyLoss",
-            "chunked": "torchtune.modules.loss.CEWithChunkedOutputLoss",
-            "standard": "torch.nn.CrossEntropyLoss",
-        }.get(value)
-        if cls:
-            doc.set(("loss", "_component_"), cls)
-
-    def peft(doc: _Doc, value: Any, changes: dict) -> None:
-        _mark_done(doc, "quant_bits")
-        comp = doc.get(("model", "_component_"))
-        m = _BUILDER.match(str(comp.value)) if comp is not None else None
-        if m is None:
-            doc.notes.append("the model builder is not a torchtune.models builder: change it by hand")
-            return
-        bits = changes.get("quant_bits")
-        prefix = {"lora": "lora_", "dora": "lora_", "qlora": "qlora_", "none": ""}.get(value)
-        if prefix is None:
-            doc.notes.append(f"PEFT method `{value}` has no torchtune builder")
-            return
-        if value == "lora" and (
-            bits == 4 or (bits is None and m.group("prefix") == "qlora_" and "quant_bits" not in changes)
-        ):
-            prefix = "qlora_" if bits == 4 else "lora_"
-        new = f"torchtune.models.{m.group('family')}.{prefix}{m.group('name')}"
-        doc.set(("model", "_component_"), new)
-        if prefix and not m.group("prefix"):
-            r = changes.get("lora_r", 16)
-            doc.set(
-                ("model", "lora_attn_modules"), ["q_proj", "k_proj", "v_proj", "output_proj"], after=("_component_",)
-            )
-            doc.set(("model", "apply_lora_to_mlp"), True, after=("lora_attn_modules",))
-            doc.set(("model", "lora_rank"), r, after=("apply_lora_to_mlp",))
-            doc.set(("model", "lora_alpha"), 2 * r, after=("lora_rank",))
-            _mark_done(doc, "lora_r", "lora_targets")
-            doc.notes.append(
-                "run it with a LoRA recipe (`tune run lora_finetune_single_device` or `lora_finetune_distributed`)"
-            )
-        if value == "dora":
-            doc.set(("model", "use_dora"), True, after=("_component_",))
-        elif doc.value(("model", "use_dora")):
-            doc.set(("model", "use_dora"), False)
-
-    def quant(doc: _Doc, value: Any, changes: dict) -> None:
-        if value == 4:
-            peft(doc, "qlora", {**changes, "quant_bits": 4})
-        else:
-            doc.notes.append(f"{value}-bit base weights have no torchtune builder")
-
-    def targets(doc: _Doc, value: Any, changes: dict) -> None:
-        t = _targets_text(value)
-        if t == "all-linear":
-            doc.set(("model", "lora_attn_modules"), ["q_proj", "k_proj", "v_proj", "output_proj"])
-            doc.set(("model", "apply_lora_to_mlp"), True, after=("lora_attn_modules",))
-        else:
-            names = {"o_proj": "output_proj"}
-            attn = [names.get(x, x) for x in value if names.get(x, x) in ("q_proj", "k_proj", "v_proj", "output_proj")]
-            doc.set(("model", "lora_attn_modules"), attn)
-            mlp = any(x in ("gate_proj", "up_proj", "down_proj", "w1", "w2", "w3") for x in value)
-            doc.set(("model", "apply_lora_to_mlp"), mlp, after=("lora_attn_modules",))
-
-    def dtype(doc: _Doc, value: Any, changes: dict) -> None:
-        if value in ("bf16", "fp32"):
-            doc.set(("dtype",), value, after=("device",))
-        else:
-            doc.notes.append(f"torchtune trains in bf16 or fp32, not `{value}`")
-
-    return {
-        "micro_batch": _simple(("batch_size",), after=("shuffle", "seed")),
-        "grad_accum": _simple(("gradient_accumulation_steps",), after=("max_steps_per_epoch", "epochs")),
-        "eval_batch": _simple(("batch_size_val",), after=("batch_size",)),
-        "grad_checkpointing": _simple(("enable_activation_checkpointing",), after=("dtype", "device")),
-        "activation_offload": _simple(("enable_activation_offloading",), after=("enable_activation_checkpointing",)),
-        "optimizer": optimizer,
-        "optimizer_impl": opt_impl,
-        "optimizer_in_bwd": _simple(("optimizer_in_bwd",), after=("compile", "gradient_accumulation_steps")),
-        "seq_len": _simple((("tokenizer", "max_seq_len"),), after=("path",)),
-        "packing": _simple((("dataset", "packed"),), after=("_component_",)),
-        "compile": _simple(("compile",), after=("gradient_accumulation_steps",)),
-        "loss_impl": loss,
-        "alloc_conf": _note(ALLOC_NOTE),
-        "peft_method": peft,
-        "quant_bits": quant,
-        "lora_r": _simple((("model", "lora_rank"),), after=("lora_attn_modules",)),
-        "lora_alpha": _simple((("model", "lora_alpha"),), after=("lora_rank",)),
-        "lora_dropout": _simple((("model", "lora_dropout"),), after=("lora_alpha",)),
-        "lora_targets": targets,
-        "weight_dtype": dtype,
-        "amp_dtype": _note("torchtune does not autocast; it trains in `dtype`"),
     }
 
 
@@ -1144,12 +898,12 @@ _ORDER = ("peft_method", "quant_bits", "lora_r", "lora_alpha", "lora_dropout", "
 
 RENDERERS.update(
     {
-        "hf": _render(_hf_handlers(trl=False), _ORDER),
-        "trl": _render(_hf_handlers(trl=True), _ORDER),
+        "hf": _render(key_table.handlers(transformers_keys.KEYS), _ORDER),
+        "trl": _render(key_table.handlers(transformers_keys.KEYS_TRL), _ORDER),
         "axolotl": _render(key_table.handlers(axolotl_keys.KEYS), _ORDER),
         "llamafactory": _render(key_table.handlers(llamafactory_keys.KEYS), _ORDER),
         "llamafactory-v1": _render(key_table.handlers(llamafactory_keys.KEYS_V1), _ORDER),
-        "torchtune": _render(_torchtune_handlers(), _ORDER),
+        "torchtune": _render(key_table.handlers(torchtune_keys.KEYS), _ORDER),
         "accelerate": _render(_accelerate_handlers(), _ORDER),
         "deepspeed": _render(_deepspeed_handlers(), _ORDER),
         "litgpt": _render(_litgpt_handlers(), _ORDER),

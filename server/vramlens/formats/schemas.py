@@ -19,11 +19,11 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from vramlens.formats import accelerate, deepspeed, litgpt, neox
-from vramlens.formats.vocab import HF_ATTENTION
 from vramlens.frameworks import keys as key_table
 from vramlens.frameworks.axolotl import keys as axolotl_keys
 from vramlens.frameworks.llamafactory import keys as llamafactory_keys
-from vramlens.knowledge import optimizers
+from vramlens.frameworks.torchtune import keys as torchtune_keys
+from vramlens.frameworks.transformers import keys as transformers_keys
 
 SCHEMA_DIR = Path(__file__).resolve().parents[3] / "schemas"
 Num = Union[int, float, str]  # YAML 1.1 reads `2e-5` as text; the frameworks convert it
@@ -40,99 +40,27 @@ def F(description: str, **kw: Any) -> Any:
 # --- HF TrainingArguments / TRL ------------------------------------------------------------------
 
 
-class HFArguments(_Open):
+class _HFBase(_Open):
     """Hugging Face `TrainingArguments` as YAML (HfArgumentParser): the memory-relevant keys."""
 
     model_config = ConfigDict(extra="allow", title="Hugging Face TrainingArguments (YAML)")
-    per_device_train_batch_size: Optional[int] = F(
-        "Samples per GPU per forward/backward (default 8). Activation memory grows linearly with it.", ge=1
-    )
-    gradient_accumulation_steps: Optional[int] = F(
-        "Micro-batches per optimizer step (default 1). Raises the effective batch without more activation memory.", ge=1
-    )
-    per_device_eval_batch_size: Optional[int] = F(
-        "Samples per GPU in evaluation (default 8). Evaluation can run out of memory on its own.", ge=1
-    )
-    gradient_checkpointing: Optional[bool] = F(
-        "Recompute activations in backward (default false): activation memory drops from all layers to about one."
-    )
-    gradient_checkpointing_kwargs: Optional[dict] = F("Options of checkpointing, e.g. `{use_reentrant: false}`.")
-    bf16: Optional[Union[bool, Literal["auto"]]] = F(
-        "bf16 mixed precision (default false; TRL: true unless fp16). With fp32 weights, adds a bf16 working copy "
-        "of activations; halves activation memory against fp32."
-    )
-    fp16: Optional[bool] = F("fp16 mixed precision (default false). Activations in fp16, weights stay fp32.")
-    optim: Optional[str] = F(
-        "Optimizer (default adamw_torch_fused). AdamW keeps 8 bytes of state per fp32 parameter; 8-bit variants "
-        "(adamw_bnb_8bit, paged_adamw_8bit) about 2; paged ones can spill to CPU memory.",
-        json_schema_extra={"examples": list(optimizers.hf_names())},
-    )
-    torch_compile: Optional[bool] = F(
-        "torch.compile the model (default false): usually less activation memory, with a compile-time peak."
-    )
-    use_liger_kernel: Optional[bool] = F(
-        "Liger kernels incl. fused linear cross-entropy: no full "
-        "[tokens × vocabulary] logits tensor — often the largest activation."
-    )
-    deepspeed: Optional[Union[str, dict]] = F(
-        "DeepSpeed config (path or inline): ZeRO shards optimizer states, "
-        "gradients and (stage 3) weights across GPUs; offload moves them to CPU."
-    )
-    fsdp: Optional[Union[str, list, bool]] = F(
-        "FSDP options (`full_shard auto_wrap`, `shard_grad_op`, `offload`): shards weights, gradients and "
-        "optimizer states across GPUs."
-    )
-    fsdp_config: Optional[dict] = F(
-        "FSDP settings (`offload_params`, `activation_checkpointing`, "
-        "`state_dict_type`; FULL_STATE_DICT gathers the whole model to save)."
-    )
-    torch_dtype: Optional[str] = F(
-        "dtype the weights are loaded in (renamed `dtype`): float32 takes 4 bytes per parameter, bfloat16 2.",
-        json_schema_extra={"examples": ["bfloat16", "float16", "float32", "auto"]},
-    )
-    attn_implementation: Optional[str] = F(
-        "Attention kernel: `eager` materialises [batch, heads, seq, seq] scores; sdpa/flash_attention_2 are O(seq).",
-        json_schema_extra={"examples": list(HF_ATTENTION)},
-    )
 
 
-class TRLArguments(HFArguments):
+# The keys, their types and descriptions come from the HF and TRL key tables (frameworks/transformers/keys.py).
+HFArguments = create_model(
+    "HFArguments", __base__=_HFBase, __doc__=_HFBase.__doc__, **key_table.schema_fields(transformers_keys.KEYS)
+)
+
+
+class _TRLBase(HFArguments):  # type: ignore[valid-type,misc]
     """TRL `SFTConfig`/`DPOConfig`/`GRPOConfig` + `ModelConfig` keys (`trl sft --config`)."""
 
     model_config = ConfigDict(extra="allow", title="TRL config (YAML)")
-    model_name_or_path: Optional[str] = F(
-        "The model: parameter count, layers, hidden size and vocabulary set every memory term."
-    )
-    dtype: Optional[str] = F(
-        "dtype of the loaded weights (TRL ModelConfig; old name `torch_dtype`).",
-        json_schema_extra={"examples": ["bfloat16", "float16", "float32", "auto"]},
-    )
-    max_length: Optional[int] = F(
-        "Maximum tokens per sample (default 1024; `max_seq_length` before TRL 0.16). "
-        "Activations grow linearly with it, eager attention quadratically.",
-        ge=1,
-    )
-    max_seq_length: Optional[int] = F("Old name of `max_length` (removed in TRL 0.20).", ge=1)
-    packing: Optional[bool] = F("Pack samples into full-length rows: every row costs the maximum length.")
-    padding_free: Optional[bool] = F("Drop padding (with packing): no memory on pad tokens.")
-    activation_offloading: Optional[bool] = F("Move saved activations to CPU memory during the step.")
-    loss_type: Optional[str] = F("SFT loss; `chunked_nll` (default since TRL 1.7) never holds the full logits tensor.")
-    use_peft: Optional[bool] = F("Train LoRA adapters: gradients and optimizer states only for the adapters.")
-    lora_r: Optional[int] = F("LoRA rank (default 16): adapter parameters grow linearly with it.", ge=1)
-    lora_alpha: Optional[Num] = F("LoRA scaling (default 32). No memory effect.")
-    lora_dropout: Optional[Num] = F("LoRA dropout (default 0.05): > 0 keeps an extra copy of each adapted input.")
-    lora_target_modules: Optional[Union[list, str]] = F("Layers that get adapters (`all-linear` = every linear layer).")
-    lora_modules_to_save: Optional[list] = F(
-        "Modules trained in full next to the adapters (embeddings, lm_head can be large)."
-    )
-    load_in_4bit: Optional[bool] = F("Load the base model in 4-bit (NF4): about 0.5 byte per parameter.")
-    load_in_8bit: Optional[bool] = F("Load the base model in 8-bit: about 1 byte per parameter.")
-    bnb_4bit_quant_type: Optional[Literal["nf4", "fp4"]] = F("4-bit data type (default nf4).")
-    use_bnb_nested_quant: Optional[bool] = F("Double quantization of the 4-bit scales: saves ~0.4 bit per parameter.")
-    env: Optional[dict[str, str]] = F(
-        "Environment variables set before training, e.g. "
-        "`PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True` against fragmentation."
-    )
+
+
+TRLArguments = create_model(
+    "TRLArguments", __base__=_TRLBase, __doc__=_TRLBase.__doc__, **key_table.schema_fields(transformers_keys.TRL_KEYS)
+)
 
 
 # --- axolotl ----------------------------------------------------------------------------------------
@@ -169,33 +97,14 @@ LlamaFactoryV1Config = create_model(
 # --- torchtune ----------------------------------------------------------------------------------------
 
 
-class _Component(_Open):
-    component: Optional[str] = Field(default=None, alias="_component_", description="Dotted path of the builder/class.")
-
-
-class TorchtuneConfig(_Open):
+class _TorchtuneBase(_Open):
     model_config = ConfigDict(extra="allow", title="torchtune recipe config")
-    model: Optional[dict] = F(
-        "`_component_` builder, e.g. torchtune.models.llama3_1.qlora_llama3_1_8b: size, "
-        "LoRA (`lora_`) or QLoRA (`qlora_`, NF4 base) are in the name; `lora_rank`, "
-        "`lora_attn_modules`, `apply_lora_to_mlp` set the adapters."
-    )
-    batch_size: Optional[int] = F("Samples per GPU per step: activations grow linearly.", ge=1)
-    gradient_accumulation_steps: Optional[int] = F("Micro-batches per optimizer step.", ge=1)
-    enable_activation_checkpointing: Optional[bool] = F("Recompute activations (recipe default False).")
-    enable_activation_offloading: Optional[bool] = F("Move saved activations to CPU (needs checkpointing).")
-    optimizer: Optional[dict] = F(
-        "`_component_` optimizer class: torch.optim.AdamW (fused: True) keeps 2 states "
-        "per parameter; bitsandbytes.optim.PagedAdamW8bit ~2 bytes."
-    )
-    optimizer_in_bwd: Optional[bool] = F("Step each parameter in backward: no full gradient buffer.")
-    loss: Optional[dict] = F("`_component_` loss; LinearCrossEntropyLoss never materialises the full logits.")
-    tokenizer: Optional[dict] = F("`max_seq_len` bounds the sequence; null = the longest sample decides.")
-    dataset: Optional[dict] = F("`packed: True` fills every row to max_seq_len.")
-    dtype: Optional[Literal["bf16", "fp32"]] = F("Training dtype (no autocast): weights, grads and states.")
-    compile: Optional[Union[bool, dict]] = F("torch.compile model and loss.")
-    fsdp_cpu_offload: Optional[bool] = F("Offload parameters and the optimizer step to CPU (distributed recipes).")
-    tensor_parallel_dim: Optional[int] = F("Tensor-parallel degree: weights divide by it.", ge=1)
+
+
+# The keys, their types and descriptions come from torchtune's key table (frameworks/torchtune/keys.py).
+TorchtuneConfig = create_model(
+    "TorchtuneConfig", __base__=_TorchtuneBase, **key_table.schema_fields(torchtune_keys.KEYS)
+)
 
 
 # --- accelerate ---------------------------------------------------------------------------------------

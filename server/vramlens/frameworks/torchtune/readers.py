@@ -1,16 +1,21 @@
-"""torchtune recipe configs (`tune run <recipe> --config <file or packaged name>`).
+"""The torchtune readers with logic (the key table, `keys.py`, says which key each one reads): the model builder,
+the optimizer, the loss, the sequence length, and the launch the header comment describes.
 
-`_component_` names a builder or class, its sibling keys are the keyword arguments
-(`recipes/*.py` and `torchtune/config/` at torchtune bd2a0fc7; docs/config-sources.md). The model size and whether it is
-LoRA/QLoRA live in the builder name: `torchtune.models.llama3_1.qlora_llama3_1_8b` is Llama 3.1 8B
-with an NF4 base and LoRA adapters. OmegaConf `${key}` interpolations are resolved within the file
-(`${eval:...}` and anything unresolvable stays unknown). The GPU count is not in the file: it comes
-from the `tune run --nproc_per_node N` line the header comment usually carries.
+`_component_` names a builder or class, its sibling keys are the keyword arguments (`recipes/*.py` and
+`torchtune/config/` at torchtune bd2a0fc7; docs/config-sources.md). The model size and whether it is LoRA/QLoRA live
+in the builder name: `torchtune.models.llama3_1.qlora_llama3_1_8b` is Llama 3.1 8B with an NF4 base and LoRA
+adapters. OmegaConf `${key}` interpolations are resolved within the file (`${eval:...}` and anything unresolvable stays
+unknown). The GPU count is not in the file: it comes from the `tune run --nproc_per_node N` line the header comment
+usually carries.
+
+A section reader gets the document's entries by dotted path (`index`: "model.lora_rank" → [its entry]; the keys of
+the async GRPO recipe's `training:` section folded in, `dialect.apply`); `getter(index)` looks them up.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from vramlens.formats.settings import PlanBuilder, Setting, Unknown, to_bool, to_int
@@ -105,18 +110,6 @@ def model_id_for_builder(component: str) -> tuple[str | None, str | None]:
     return f"{fam[0]}/{repo}", peft
 
 
-def detect(data: Any, keys: set[str]) -> float:
-    model = data.get("model")
-    if isinstance(model, dict) and "_component_" in model:
-        return 1.0
-    components = sum(1 for v in data.values() if isinstance(v, dict) and "_component_" in v)
-    if components >= 2:
-        return 0.95
-    if components == 1 and keys & {"batch_size", "epochs", "enable_activation_checkpointing", "dtype"}:
-        return 0.8
-    return 0.0
-
-
 # --- OmegaConf interpolation ----------------------------------------------------------------------
 
 _INTERP = re.compile(r"\$\{([^${}]+)\}")
@@ -162,115 +155,131 @@ def interpolate(value: Any, root: Any, depth: int = 0) -> Any:
 # --- reading ----------------------------------------------------------------------------------------
 
 
-def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
-    written: dict[int, str] = {}
-    for s in settings:
-        if isinstance(s.value, str) and "${" in s.value:
-            resolved = interpolate(s.value, data)
-            if isinstance(resolved, Unknown):
-                s.unresolved = True
-            else:
-                written[id(s)] = s.value
-                s.value = resolved
-    by_path = {s.path: s for s in settings}
-    # training keys live at the top, or under `training:` in the async GRPO dev recipe
-    sections = [()]
-    if "batch_size" not in data and isinstance(data.get("training"), dict):
-        sections.append(("training",))
+# --- reading: the entries of the key table ------------------------------------------------------------
+
+Index = dict[str, list[Setting]]
+# where `dialect.apply` keeps the text an interpolated value was written as (copies of the entries, original value)
+WRITTEN = "$written"
+# the sections a model builder may be under: `model`, the PPO recipe's `policy_model`, the distillation recipe's
+# `student_model` (torchtune recipes/ppo_full_finetune_single_device.py, knowledge_distillation_single_device.py)
+MODEL_SECTIONS = ("model", "policy_model", "student_model")
+
+
+def dotted(path: tuple) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def getter(index: Index) -> Callable[..., Setting | None]:
+    """`get("model", "lora_rank")`: the entry at that path, None when absent or unresolved."""
 
     def get(*path: str) -> Setting | None:
-        for sec in sections:
-            s = by_path.get(sec + path)
-            if s is not None and not s.unresolved:
-                return s
-        return None
+        found = index.get(dotted(path))
+        return found[0] if found else None
 
-    model_key = next((k for k in ("model", "policy_model", "student_model") if isinstance(data.get(k), dict)), None)
-    if model_key:
-        _model(b, get(model_key, "_component_"), get, model_key)
-    for key, concept in (
-        ("batch_size", "micro_batch"),
-        ("gradient_accumulation_steps", "grad_accum"),
-        ("batch_size_val", "eval_batch"),
-        ("ppo_batch_size", None),
-    ):
-        s = get(key)
-        if s is not None and concept:
-            note = f"`{written[id(s)]}` → {s.value}" if id(s) in written else None
-            b.set_int(concept, s, minimum=1, note=note)
-    s = get("tokenizer", "max_seq_len")
-    if s is not None:
-        if s.value is None:
-            b.remember(s, value="null")
-            b.issue(
-                IssueKind.ASSUMED,
-                "`tokenizer.max_seq_len: null`: samples are not truncated, so the sequence length is that of "
-                "the longest sample in a batch — vramlens assumes a length; set `max_seq_len` to bound memory",
-                s,
-                severity=Severity.INFO,
-            )
-        else:
-            b.set_int("seq_len", s, minimum=1)
-    if b.plan.seq_len is None and (s is None or s.value is not None):
+    return get
+
+
+def model(b: PlanBuilder, s: Setting, index: Index) -> None:
+    """The model builder (under `model:`, or the first of `policy_model`/`student_model` that is a section)."""
+    get = getter(index)
+    for name in MODEL_SECTIONS:
+        if is_section(index, name):
+            _model(b, get(name, "_component_"), get, name)
+            return
+
+
+def is_section(index: Index, name: str) -> bool:
+    """Whether the document's top level has the mapping `name` (an entry holding one, or entries under it)."""
+    return any(
+        s.path[0] == name and (len(s.path) > 1 or isinstance(s.value, dict))
+        for key, entries in index.items()
+        if key != WRITTEN
+        for s in entries
+    )
+
+
+def batch(concept: str) -> Callable[[PlanBuilder, Setting, Index], None]:
+    """A whole number (at least 1), with the `${...}` it was written as."""
+
+    def read(b: PlanBuilder, s: Setting, index: Index) -> None:
+        written = next((w.value for w in index.get(WRITTEN, []) if w.path == s.path), None)
+        note = f"`{written}` → {s.value}" if written is not None else None
+        b.set_int(concept, s, minimum=1, note=note)
+
+    return read
+
+
+def tokenizer(b: PlanBuilder, s: Setting, index: Index) -> None:
+    """`tokenizer.max_seq_len` bounds the sequence; null: the longest sample in a batch decides."""
+    t = getter(index)("tokenizer", "max_seq_len")
+    if t is None:
+        return
+    if t.value is None:
+        b.remember(t, value="null")
+        b.issue(
+            IssueKind.ASSUMED,
+            "`tokenizer.max_seq_len: null`: samples are not truncated, so the sequence length is that of "
+            "the longest sample in a batch — vramlens assumes a length; set `max_seq_len` to bound memory",
+            t,
+            severity=Severity.INFO,
+        )
+    else:
+        b.set_int("seq_len", t, minimum=1)
+
+
+def dataset(b: PlanBuilder, s: Setting, index: Index) -> None:
+    """Without a sequence length from the tokenizer (unless it says null): the dataset's; then `packed`."""
+    get = getter(index)
+    t = get("tokenizer", "max_seq_len")
+    if b.plan.seq_len is None and (t is None or t.value is not None):
         _dataset_seq_len(b, get)
-    s = get("dataset", "packed")
-    if s is not None:
-        b.set_bool("packing", s)
-    for key, concept in (
-        ("enable_activation_checkpointing", "grad_checkpointing"),
-        ("enable_activation_offloading", "activation_offload"),
-        ("optimizer_in_bwd", "optimizer_in_bwd"),
-    ):
-        s = get(key)
-        if s is not None:
-            b.set_bool(concept, s)
-    s = get("compile")
-    if s is not None:
-        if isinstance(s.value, dict):
-            b.set("compile", True, s, note="`compile` options given")
+    t = get("dataset", "packed")
+    if t is not None:
+        b.set_bool("packing", t)
+
+
+def compile_(b: PlanBuilder, s: Setting) -> None:
+    if isinstance(s.value, dict):
+        b.set("compile", True, s, note="`compile` options given")
+    else:
+        b.set_bool("compile", s)
+
+
+def dtype(b: PlanBuilder, s: Setting) -> None:
+    if s.value is None:
+        return
+    d = DTYPES.get(str(s.value).strip().lower())
+    if d is None:
+        b.unknown(s, "dtype", ("bf16", "fp32"))
+    else:
+        b.set("weight_dtype", d, s, note="torchtune trains in this dtype (no autocast)")
+        b.set("amp_dtype", "none", s, note="torchtune does not autocast: weights, grads and states in `dtype`")
+
+
+def optimizer(b: PlanBuilder, s: Setting, index: Index) -> None:
+    _optimizer(b, getter(index))
+
+
+def loss(b: PlanBuilder, s: Setting, index: Index) -> None:
+    t = getter(index)("loss", "_component_")
+    if t is not None and isinstance(t.value, str):
+        if t.value in CHUNKED_LOSSES:
+            b.set("loss_impl", "chunked", t)
+        elif t.value in FUSED_LOSSES:
+            b.set("loss_impl", "fused", t, note="linear + cross-entropy computed in chunks: no full logits tensor")
         else:
-            b.set_bool("compile", s)
-    s = get("dtype")
-    if s is not None and s.value is not None:
-        d = DTYPES.get(str(s.value).strip().lower())
-        if d is None:
-            b.unknown(s, "dtype", ("bf16", "fp32"))
-        else:
-            b.set("weight_dtype", d, s, note="torchtune trains in this dtype (no autocast)")
-            b.set("amp_dtype", "none", s, note="torchtune does not autocast: weights, grads and states in `dtype`")
-    _optimizer(b, get)
-    s = get("loss", "_component_")
-    if s is not None and isinstance(s.value, str):
-        if s.value in CHUNKED_LOSSES:
-            b.set("loss_impl", "chunked", s)
-        elif s.value in FUSED_LOSSES:
-            b.set("loss_impl", "fused", s, note="linear + cross-entropy computed in chunks: no full logits tensor")
-        else:
-            b.remember(s)
-    for key, concept in (("tensor_parallel_dim", "tensor_parallel"), ("context_parallel_dim", "context_parallel")):
-        s = get(key)
-        if s is not None:
-            b.set_int(concept, s, minimum=1)
-    s = get("fsdp_cpu_offload")
-    if s is not None and to_bool(s.value):
+            b.remember(t)
+
+
+def fsdp_cpu_offload(b: PlanBuilder, s: Setting) -> None:
+    if to_bool(s.value):
         b.set("offload_params", True, s)
         b.set("offload_optimizer", True, s, note="FSDP CPU offload runs the optimizer step on the CPU")
-    for key in (
-        "ac_mode",
-        "ac_option",
-        "custom_sharded_layers",
-        "data_parallel_shard_dim",
-        "data_parallel_replicate_dim",
-        "fsdp_reshard_after_forward",
-        "memory_efficient_fsdp_wrap",
-    ):
-        s = get(key)
-        if s is not None:
-            b.remember(s)
-    _recipe_from_header(b, ctx, get)
-    from vramlens.formats import objective
 
-    objective.apply_torchtune(b, data, get)
+
+def launch(b: PlanBuilder, ctx: Any, index: Index) -> None:
+    """The launch the header comment describes (not a key: `dialect.apply` runs it after the table)."""
+    _recipe_from_header(b, ctx, getter(index))
 
 
 def torchtune_version(get) -> tuple[str, str] | None:
@@ -340,11 +349,12 @@ def _component_shape(b: PlanBuilder, comp: Setting, get, model_key: str) -> bool
     m = _BUILDER.match(comp.value.strip())
     if m is None or m.group("name") != m.group("family"):
         return False
-    sizes = {}
+    sizes: dict[str, tuple[Setting, int]] = {}
     for arg, name in COMPONENT_SIZES.items():
         s = get(model_key, arg)
-        if s is not None and to_int(s.value) is not None and not isinstance(s.value, bool):
-            sizes[name] = (s, to_int(s.value))
+        n = to_int(s.value) if s is not None and not isinstance(s.value, bool) else None
+        if s is not None and n is not None:
+            sizes[name] = (s, n)
     if not all(k in sizes for k in ("num_layers", "hidden_size", "num_attention_heads")):
         return False
     for name, (s, v) in sizes.items():
