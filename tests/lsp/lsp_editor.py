@@ -12,6 +12,7 @@ from typing import Any
 from lsprotocol import types
 from pytest_lsp import LanguageClient, client_capabilities
 from pytest_lsp.client import make_test_lsp_client
+from shared_data import CORPUS as CORPUS  # ../shared beside the repository (absent in a plain clone)
 from vramlens.text import LineIndex, apply_lsp_edits
 
 REPO = Path(__file__).resolve().parents[2]
