@@ -88,6 +88,18 @@ _OPENRLHF_NOT_TRAINING = {
 }
 
 
+# ms-swift 1.x/2.x's example entry points that do not train, run as `python llm_infer.py --ckpt_dir …` by the
+# infer.sh beside each training script (v2.4.0 examples/pytorch/llm/llm_infer.py: `from swift.llm import infer_main;
+# infer_main()`; rome_infer.py, app.py: the web UI; examples/pytorch/animatediff/animatediff_infer.py)
+_SWIFT_NOT_TRAINING_SCRIPT = re.compile(r"(?:^|/)(llm_infer|rome_infer|animatediff_infer)\.py$")
+
+
+def script_not_training(script: str) -> str | None:
+    """What a known non-training example script of a program read here does, or None."""
+    m = _SWIFT_NOT_TRAINING_SCRIPT.search(script)
+    return f"ms-swift's `{m.group(1)}.py` (inference)" if m else None
+
+
 def not_training(tool: str, subcommand: str | None) -> str | None:
     """What a recognised program does when it is not training, or None."""
     return _OPENRLHF_NOT_TRAINING.get(subcommand or "") if tool == "openrlhf" else None

@@ -74,6 +74,9 @@ _COMMANDS: dict[str, frozenset[str] | None] = {
         }
     ),
     "swift": frozenset({"infer", "export", "eval", "deploy", "merge-lora", "app", "web-ui", "sample"}),
+    # Megatron-SWIFT's checkpoint conversion (ms-swift v4.0.0 swift/cli/_megatron/export.py; `megatron sft|pt|rlhf`
+    # train: formats.megatron)
+    "megatron": frozenset({"export"}),
     "trl": frozenset({"chat", "env", "vllm-serve", "vllm_serve"}),
     "vllm": None,
     "lm_eval": None,

@@ -1633,7 +1633,7 @@ def analyze(
             _PYTHON.fullmatch(prog) and (_may_train(text, rest) or _names_script(text, rest, trains))
         ):
             # `python llm_infer.py --ckpt_dir …` (ms-swift 2.x examples/pytorch/llm/scripts/*/infer.sh): no training
-            # flag, and the script's name says what it does instead
+            # flag, and the script is one a framework runs for something other than training
             if other is None and _PYTHON.fullmatch(prog) and (what := _python_purpose(text, rest)) is not None:
                 other = (what, idx.span(cmd.start, cmd.end))
             continue  # not a launch: its words need no expansion
@@ -1763,13 +1763,13 @@ def _may_train(text: str, words: list[Word]) -> bool:
 
 
 def _python_purpose(text: str, words: list[Word]) -> str | None:
-    """What a `python [options] script.py …` command does when the script's name says it does not train."""
+    """What a `python [options] script.py …` command does when the script is a known non-training entry point."""
     for w in words[1:]:
         t = text[w.start : w.end].strip("'\"")
         if t in ("-m", "-c"):
             return None
         if not t.startswith("-"):
-            return purpose.script_purpose(t) if t.endswith(".py") else None
+            return launchers.script_not_training(t) if t.endswith(".py") else None
     return None
 
 
