@@ -274,6 +274,23 @@ GRID_MODES["torchtune"] = {
     "DoRA all": dict(TORCHTUNE_LORA, peft="dora"),
     "QLoRA all": dict(TORCHTUNE_LORA, peft="qlora", quant_bits=4, quant_double=True),
 }
+# "hybrids": architectures that are not attention + MLP throughout, each a tiny config.json of its model_type
+# (tests/trace/tiny_configs.py: transformers' own config classes, shrunk, layer patterns kept) read as a user's
+# config.json is (`arch_from_hf_config`), and built by the real backend with transformers' config class:
+# Mamba-2, Falcon-H1 and Jamba (Mamba mixers beside attention), LFM2 (short convolutions), Qwen3-Next (gated
+# DeltaNet, fused MoE), gpt-oss (fused MoE with biases, sinks), DeepSeek-V3 (MLA + MoE), Gemma-3n (per-layer
+# embeddings, AltUp, LAuReL), Llama-4 (interleaved MoE, chunked attention). Full, LoRA and QLoRA on the attention
+# and MLP linears (q, k, v, o, gate, up, down: peft's all-linear would take Mamba-2's out_proj, which peft 0.21.2
+# then refuses)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "trace"))
+from tiny_configs import TINY_CONFIGS  # noqa: E402
+
+TINY = "tiny:"  # a grid model named TINY + model_type is that tiny config
+GRIDS["hybrids"] = [TINY + t for t in TINY_CONFIGS]
+GRID_MODES["hybrids"] = {"full bf16": {}, "LoRA": LORA, "QLoRA": QLORA}
+GRID_SHAPES["hybrids"] = (256, 2)
+# decimals of the GiB columns where the peaks are a few MiB (the tiny configs): enough for --reuse to keep 0.1 %
+GRID_DECIMALS = {"hybrids": 6}
 # the backend a grid traces on (default: transformers)
 GRID_BACKENDS = {"torchtune": "torchtune"}
 
@@ -381,9 +398,10 @@ def real_main(args) -> int:
         q = syn["peak_bytes"] / real["peak_bytes"]
         ratios.append((r, label, model))
         synth.append(q)
+        d = GRID_DECIMALS.get(args.grid, 2)
         say(
-            f"{i:>3} {label:<16} {model.split('/')[-1]:<30} {real['peak_bytes'] / GIB:>8.2f} {real['phase']:<16} "
-            f"{syn['peak_bytes'] / GIB:>8.2f} {est.allocated_bytes / GIB:>9.2f} {r:>8.3f} {q:>8.3f} "
+            f"{i:>3} {label:<16} {model.split('/')[-1]:<30} {real['peak_bytes'] / GIB:>8.{d}f} {real['phase']:<16} "
+            f"{syn['peak_bytes'] / GIB:>8.{d}f} {est.allocated_bytes / GIB:>9.{d}f} {r:>8.3f} {q:>8.3f} "
             f"{real['seconds']:>6.1f}{'' if abs(r - 1) <= 0.03 else '  ← est. off by >3 %'}"
         )
     say()
@@ -411,7 +429,7 @@ def summary() -> list[str]:
     architecture families they cover, per table and over all of them."""
     import re
 
-    family = {m.split("/")[-1]: model_kb.lookup_model(m).family for models in GRIDS.values() for m in models}
+    family = {m.split("/")[-1]: lookup(m).family for models in GRIDS.values() for m in models}
     ratio = re.compile(r"\s*\d+ .{16} (\S+)\s.*\s([\d.]+)\s+[\d.]+\s+[\d.]+(?:\s|$)")
     lines, every, models = [], [], set()
     for path in sorted((ROOT / "benchmarks" / "results").glob("trace_real_*vs_estimate*.txt")):
@@ -465,12 +483,19 @@ def versions_stated(line: str) -> dict[str, str]:
     return dict(part.strip().split(" ", 1) for part in listed.split(",") if " " in part.strip())
 
 
+def lookup(model: str):
+    """The architecture of a grid model: a catalog id, or TINY + a model_type of tests/trace/tiny_configs.py."""
+    if model.startswith(TINY):
+        return model_kb.arch_from_hf_config(TINY_CONFIGS[model[len(TINY) :]], model)
+    return model_kb.lookup_model(model)
+
+
 def make_plan(
     model: str, seq: int, batch: int, settings: dict, traced_with: dict[str, str] | None = None
 ) -> ResolvedPlan:
     """The plan of one row. `traced_with` (package → version) names the libraries the row's real trace ran on;
     without it, the versions a run of this interpreter would use."""
-    arch = model_kb.lookup_model(model)
+    arch = lookup(model)
     if arch is None:
         raise SystemExit(f"{model} is not in the catalog")
     settings = dict(settings)

@@ -14,7 +14,8 @@ from functools import lru_cache
 from vramlens.knowledge.schema import ModelArch
 
 # Families whose attention has per-head RMSNorms on q and k (Qwen3, Gemma-3, OLMo-2).
-QK_NORM_FAMILIES = {"qwen3", "qwen3_moe", "qwen3_vl_text", "gemma3", "gemma3_text", "olmo2", "olmo3"}
+# (LFM2: `Lfm2Attention.q_layernorm` / `k_layernorm`, transformers 5.24 models/lfm2/modeling_lfm2.py)
+QK_NORM_FAMILIES = {"qwen3", "qwen3_moe", "qwen3_vl_text", "gemma3", "gemma3_text", "olmo2", "olmo3", "lfm2"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,13 @@ def shapes(arch: ModelArch) -> Shapes:
 
     if is_mamba(arch):
         linears.extend(mamba_linears(arch))
+    elif short_conv_layers(arch):
+        # LFM2: attention's q, k, v, o in the attention layers only; each short-convolution layer has in_proj
+        # h → 3h and out_proj h → h instead (transformers 5.24 models/lfm2/modeling_lfm2.py `Lfm2ShortConv`)
+        n_conv = short_conv_layers(arch)
+        attention(L - n_conv)
+        linears.extend([Linear("in_proj", h, 3 * h, n_conv), Linear("out_proj", h, h, n_conv)])
+        mlp(L, arch.intermediate)
     elif arch.block == "encoder-decoder":
         enc = arch.encoder_layers or L
         attention(enc + 2 * L)  # encoder self, decoder self + cross
@@ -114,6 +122,16 @@ def shapes(arch: ModelArch) -> Shapes:
     if is_mamba(arch):
         layer = (linear_params + other) // max(L, 1)
     return Shapes(tuple(linears), embed, lm_head, other, layer)
+
+
+# Families whose short-convolution layers are modelled as such (`short_conv_layers`)
+SHORT_CONV_FAMILIES = {"lfm2"}
+
+
+def short_conv_layers(arch: ModelArch) -> int:
+    """How many layers of the stack are short convolutions (the layer kinds transformers builds from the config), in
+    a family whose convolution layers are modelled: LFM2."""
+    return dict(arch.layer_kinds).get("short conv", 0) if arch.family in SHORT_CONV_FAMILIES else 0
 
 
 def is_mamba(arch: ModelArch) -> bool:

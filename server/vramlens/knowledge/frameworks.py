@@ -415,7 +415,8 @@ BEHAVIOUR: dict[str, dict] = {
     # unsloth's own prepare_model_for_kbit_training (unsloth/models/_utils.py) casts only the LoRA weights to fp32 and
     # leaves the embedding, norms and LM head in the 16-bit load dtype; its attention runs causal kernels without a
     # materialised 4-D mask (unsloth/models/llama.py `LlamaAttention_fast_forward`); its LoRA kernels
-    # (unsloth/kernels/fast_lora.py `LoRA_MLP`, `LoRA_QKV`, `LoRA_W`) keep only the 16-bit inputs and the gate/up outputs
+    # (unsloth/kernels/fast_lora.py `LoRA_MLP`, `LoRA_QKV`, `LoRA_W`) keep only the 16-bit inputs and the gate/up
+    # outputs
     "unsloth": {
         "adapter_fp32": True,
         "kbit_upcast": False,
@@ -656,7 +657,8 @@ def torchtune_rope_caches(builder_package: str | None, family: str, peft: str, l
 
 # ms-swift 1.x/2.x name a model by `--model_type` (`qwen-7b-chat`): the registry in swift/llm/utils/model.py, dumped
 # with its ModelScope id, the `hf_model_id` 2.x adds and the default LoRA targets (`--lora_target_modules DEFAULT`)
-# by scripts/dump_swift_model_types.py (ms-swift v1.7.3 bbcd13a9 and v2.6.1 ab38bff0) into data/ms_swift_model_types.json
+# by scripts/dump_swift_model_types.py (ms-swift v1.7.3 bbcd13a9 and v2.6.1 ab38bff0) into
+# data/ms_swift_model_types.json
 _SWIFT_MODEL_TYPES: dict | None = None
 
 

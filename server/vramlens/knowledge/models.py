@@ -338,7 +338,46 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
     transformers' own classes build from it (`knowledge.inventory`: exact counts by kind, layers by kind), or why
     the count is approximate."""
     arch = _arch_from_sizes(config, model_id, source)
-    return None if arch is None else _by_construction(arch, config)
+    if arch is None:
+        return None
+    arch = _by_construction(arch, config)
+    if arch.kv_lora_rank and "MLA" not in arch.approximate:
+        # the estimate's attention is multi-head attention over v_head_dim-sized heads (`_arch_from_sizes`), not
+        # transformers' MLA (models/deepseek_v3/modeling_deepseek_v3.py `DeepseekV3Attention`: q_a/q_b, kv_a/kv_b
+        # low-rank projections, decoupled RoPE heads)
+        note = "MLA attention sized as multi-head attention over v_head_dim-sized heads"
+        arch = arch.model_copy(update={"approximate": "; ".join(filter(None, (arch.approximate, note)))})
+    note = NOT_MODELLED_LAYERS.get(arch.family, "")
+    if note and note not in arch.approximate:
+        arch = arch.model_copy(update={"approximate": "; ".join(filter(None, (arch.approximate, note)))})
+    if str(config.get("model_type") or "").lower() in BUILT_AS_WRITTEN:
+        arch = arch.model_copy(update={"hf_config_json": json.dumps(dict(config), sort_keys=True, default=str)})
+    return arch
+
+
+# parts of a block the estimate does not model, by family (their activations sized as the family's attention + MLP
+# block): Gemma-3n (transformers 5.24 models/gemma3n/modeling_gemma3n.py `Gemma3nTextDecoderLayer`: AltUp's
+# altup_num_inputs copies of the stream, LAuReL, the per-layer embeddings and their gates, KV shared across the last
+# num_kv_shared_layers)
+NOT_MODELLED_LAYERS = {
+    "gemma3n_text": "AltUp, LAuReL, per-layer embeddings and shared KV sized as a Gemma-3 block's activations",
+    # models/llama4/modeling_llama4.py: the dense layers between MoE layers, the shared expert beside every expert
+    "llama4_text": "activations of the dense layers between MoE layers sized as the MoE layers'",
+    # models/gpt_oss/modeling_gpt_oss.py: sinks and clamped SwiGLU are modelled, not the adapters' checkpointed
+    # backward peak (the real-library trace is 6-14 % above the estimate there)
+    "gpt_oss": "backward of a checkpointed MoE block under adapters not modelled",
+}
+
+# layer kinds (knowledge.inventory.NOT_ATTENTION) the estimate models as themselves in these model_types: LFM2's
+# short convolutions (estimate/components/mixers.py; LoRA's q/k/v/o only in its attention layers, estimate/shapes.py)
+MODELLED_MIXERS = {"short conv": frozenset({"lfm2"})}
+
+# model_types whose layer pattern and mixer sizes no ModelArch field holds (hybrids, state-space and linear-attention
+# mixers, MLA, per-layer embeddings, Llama-4's interleaved MoE): the plan keeps their config.json
+# (`ModelArch.hf_config_json`), so that the real-library trace builds the model transformers builds from it
+BUILT_AS_WRITTEN = frozenset(
+    {"mamba2", "falcon_h1", "jamba", "lfm2", "qwen3_next", "gpt_oss", "deepseek_v3", "gemma3n_text", "llama4_text"}
+)
 
 
 def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
@@ -356,15 +395,16 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
             reason = "remote code: not built"
             return arch.model_copy(update={"approximate": "; ".join(filter(None, (reason, arch.approximate)))})
         return arch
-    if arch.block == "encoder":
-        return arch
     built = inventory.build(config, model_type)
     if built is None or built.total <= 0:
         return arch
-    if model_type in _DEDICATED and (built.approximate or abs(built.total / param_count(arch) - 1) > 0.05):
-        # a family the formulas above know (tested against published sizes), and a config the inventory does not
-        # scale exactly, or reads otherwise than they do (an older spelling it does not know): the formulas
-        return arch
+    if arch.block == "encoder" or (
+        model_type in _DEDICATED and (built.approximate or abs(built.total / param_count(arch) - 1) > 0.05)
+    ):
+        # encoders keep the family formula (their head depends on the task); so does a family the formulas above
+        # know (tested against published sizes), for a config the inventory does not scale exactly, or reads
+        # otherwise than they do (an older spelling it does not know). The layers are still those of the build.
+        return arch.model_copy(update={"layer_kinds": built.layer_kinds})
     notes = [f"parameters approximate: {built.approximate}"] if built.approximate else []
     mixers = _mamba_mixer(config) if model_type == "mamba" else {}
     if mixers:
@@ -372,7 +412,9 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
     other = [
         (kind, n)
         for kind, n in built.layer_kinds
-        if kind in inventory.NOT_ATTENTION and not (mixers and kind == "state space")
+        if kind in inventory.NOT_ATTENTION
+        and not (mixers and kind == "state space")
+        and model_type not in MODELLED_MIXERS.get(kind, ())
     ]
     if other:
         layers = ", ".join(f"{n} {kind}" for kind, n in other)
@@ -520,6 +562,12 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
     if model_type.startswith("llama4") and num_experts:
         # transformers modeling_llama4.py `Llama4TextMoe`: every MoE layer has one shared expert of the experts' width
         shared_experts, shared_intermediate = 1, intermediate
+    moe_intermediate = config.get("moe_intermediate_size") or (intermediate if num_experts else None)
+    if model_type.startswith("llama4") and num_experts and _dim(config.get("intermediate_size_mlp")):
+        # the dense layers between MoE layers are `intermediate_size_mlp` wide, the experts `intermediate_size`
+        # (transformers 5.24 models/llama4/modeling_llama4.py `Llama4TextDecoderLayer`: Llama4TextMLP(config,
+        # intermediate_size=config.intermediate_size_mlp) when the layer is not a MoE layer)
+        intermediate = config["intermediate_size_mlp"]
     tied = config.get("tie_word_embeddings")
     shapes = (
         intermediate,
@@ -559,7 +607,7 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
             mlp_bias=bool(config.get("mlp_bias") or biased),
             num_experts=num_experts,
             experts_per_token=_first(config, "num_experts_per_tok", "experts_per_token", "moe_topk") or 0,
-            moe_intermediate=config.get("moe_intermediate_size") or (intermediate if num_experts else None),
+            moe_intermediate=moe_intermediate,
             shared_experts=shared_experts,
             shared_expert_intermediate=shared_intermediate,
             dense_layers=_dense_layers(config, layers, num_experts),
@@ -658,9 +706,8 @@ def _generic_notes(config: Mapping[str, Any], model_type: str) -> str:
     """ "" for a model_type with a dedicated mapping; else what the generic reading assumed."""
     if model_type in _DEDICATED or model_type in REMOTE_CODE_WRITTEN:
         return ""
-    notes = [
-        f"every layer sized as attention + {'an MoE' if _first(config, 'num_local_experts', 'n_routed_experts', 'num_experts') else 'a gated'} MLP"
-    ]
+    moe = _first(config, "num_local_experts", "n_routed_experts", "num_experts")
+    notes = [f"every layer sized as attention + {'an MoE' if moe else 'a gated'} MLP"]
     if any(config.get(k) is not None for k in _STATE_KEYS):
         notes.append("state-space / recurrent layers counted as attention layers of the same width")
     return "; ".join(notes)

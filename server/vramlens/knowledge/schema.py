@@ -63,6 +63,10 @@ class ModelArch(BaseModel):
     vision_patch: int = 0  # patch side, pixels
     vision_gated: bool = False  # gated (SwiGLU) vision MLP: Qwen2.5-VL
     image_tokens: int = 0  # positions one image takes in the language model's sequence
+    # The config.json the shapes were read from (JSON, keys sorted), for the architectures the real-library trace
+    # builds with transformers' own config class rather than from the fields above (`knowledge.models.BUILT_AS_WRITTEN`:
+    # layer patterns and mixer sizes no field holds). Not serialised.
+    hf_config_json: str = Field("", exclude=True, repr=False)
 
     @property
     def n_kv_heads(self) -> int:

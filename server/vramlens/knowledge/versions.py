@@ -97,6 +97,9 @@ CKPT_IN_LAYER_EARLY_FAMILIES = {
 }
 # families whose modelling code writes attention out (no attention interface), whatever is asked
 OWN_EAGER_ATTENTION = {"bloom", "deberta-v2", "deberta"}
+# Families whose model class has no SDPA path (`_supports_sdpa = False`): transformers runs eager attention instead.
+# gpt-oss's attention sinks (transformers 5.24 models/gpt_oss/modeling_gpt_oss.py `GptOssPreTrainedModel`)
+NO_SDPA = {"gpt_oss"}
 FUSED_EXPERTS_FROM = (5, 0, 0)  # transformers keeps routed experts as 3-D parameters from this
 PEFT_EXPERT_PARAMETERS_FROM = (0, 19, 0)  # peft adapts those parameters for the v4 expert targets from this
 PEFT_EXPERT_FACTORS_FROM = (0, 21, 0)  # peft folds the expert delta from its factors (baddbmm) from this
@@ -172,6 +175,8 @@ def attention_as_run(family: str, requested: str, transformers: str | None) -> s
     DeBERTa-v2's disentangled attention is its own code in every version (models/deberta_v2/modeling_deberta_v2.py:
     no attention interface, `_supports_sdpa` left False)."""
     if family in OWN_EAGER_ATTENTION:
+        return "eager"
+    if family in NO_SDPA and requested == "sdpa":
         return "eager"
     if family == "gemma2" and requested == "sdpa" and at_least(transformers, GEMMA2_EAGER_FROM):
         return "eager"

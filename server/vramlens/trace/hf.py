@@ -112,8 +112,23 @@ ENCODER_LINEAR = {
 # Encoder-decoder families built as transformers' sequence-to-sequence LM (`AutoModelForSeq2SeqLM`): T5 and Flan-T5
 # (transformers 5.24 models/t5/modeling_t5.py T5ForConditionalGeneration)
 SEQ2SEQ_FAMILIES = {"t5"}
-# MoE families whose transformers 5 experts run with grouped_mm (the eager per-expert loop is data-dependent)
-MOE_FAMILIES = {"mixtral", "qwen3_moe"}
+# MoE families whose transformers 5 experts run with grouped_mm (the eager per-expert loop is data-dependent);
+# Llama-4's `Llama4TextExperts` (transformers 5.24 models/llama4/modeling_llama4.py) runs every expert on every token
+# with bmm, which is not data-dependent either
+MOE_FAMILIES = {"mixtral", "qwen3_moe", "jamba", "qwen3_next", "gpt_oss", "deepseek_v3", "llama4_text"}
+# Families built from the config.json the plan keeps (`ModelArch.hf_config_json`, knowledge/models.py
+# `BUILT_AS_WRITTEN`) with transformers' own config class: their layer patterns and mixer sizes are in no other field
+AS_WRITTEN_FAMILIES = {
+    "mamba2",
+    "falcon_h1",
+    "jamba",
+    "lfm2",
+    "qwen3_next",
+    "gpt_oss",
+    "deepseek_v3",
+    "gemma3n_text",
+    "llama4_text",
+}
 HF_LINEAR = {
     "q": "q_proj",
     "k": "k_proj",
@@ -207,6 +222,19 @@ FAMILY_LINEAR = {
         "lm_head": "lm_head",
         "embed": "word_embeddings",
     },
+    # models/lfm2 (transformers 5.24 modeling_lfm2.py): Lfm2Attention q_proj, k_proj, v_proj, out_proj; Lfm2MLP
+    # w2(silu(w1(x)) * w3(x)); the short convolutions' in_proj / out_proj are no canonical target
+    "lfm2": {
+        "q": "q_proj",
+        "k": "k_proj",
+        "v": "v_proj",
+        "o": "self_attn.out_proj",
+        "gate": "w1",
+        "up": "w3",
+        "down": "w2",
+        "lm_head": "lm_head",
+        "embed": "embed_tokens",
+    },
     # models/gpt_bigcode: nn.Linear c_attn = q|k|v (one K/V head under multi-query), c_proj twice, c_fc
     "gpt_bigcode": {
         "q": "c_attn",
@@ -247,7 +275,9 @@ def unsupported(cfg: StepConfig) -> str | None:
             else "8-bit base weights (LLM.int8 outlier handling is data-dependent)"
         )
     if not (
-        cfg.arch.family in DECODER_FAMILIES
+        cfg.arch.family in AS_WRITTEN_FAMILIES
+        and bool(cfg.arch.hf_config_json)
+        or cfg.arch.family in DECODER_FAMILIES
         and cfg.arch.block == "decoder"
         or cfg.arch.family in ENCODER_FAMILIES
         and cfg.arch.block == "encoder"
@@ -290,6 +320,12 @@ def hf_config(cfg: StepConfig):
         return encoder_config(cfg)
     if is_seq2seq(cfg):
         return t5_config(cfg)
+    if a.family in AS_WRITTEN_FAMILIES and a.hf_config_json:
+        import json
+
+        written = {k: v for k, v in json.loads(a.hf_config_json).items() if k != "model_type"}
+        written.update(use_cache=False)
+        return AutoConfig.for_model(a.family, **written)
     kw = dict(
         vocab_size=a.vocab,
         hidden_size=a.hidden,

@@ -148,6 +148,7 @@ from vramlens.estimate.components.megatron import (
     megatron_state_bytes,
     megatron_step,
 )
+from vramlens.estimate.components.mixers import short_conv_per_token
 from vramlens.estimate.components.mlp import GELU_TANH_FAMILIES, mlp_per_token
 from vramlens.estimate.components.norms import (
     FP32_NORM_WEIGHT_FAMILIES,
@@ -347,6 +348,7 @@ __all__ = [
     "low_rank_state",
     "low_rank_svd_transient",
     "mamba_backward_per_token",
+    "short_conv_per_token",
     "mamba_layer_bytes",
     "mamba_layer_per_token",
     "math_attention_block_per_token",

@@ -7,8 +7,15 @@ from vramlens.estimate.components.adapters import dora_per_token
 from vramlens.estimate.components.attention import attention_per_token, cross_attention_per_token
 from vramlens.estimate.components.common import MLP_LINEARS, amp_fp32_stream
 from vramlens.estimate.components.linears import linear_inputs_per_token
+from vramlens.estimate.components.mixers import first_layer_is_short_conv, short_conv_layers, short_conv_per_token
 from vramlens.estimate.components.mlp import mlp_per_token
-from vramlens.estimate.components.norms import SHARED_NORM_INPUT, first_block_input_frozen, norms_per_token
+from vramlens.estimate.components.norms import (
+    SHARED_NORM_INPUT,
+    first_block_input_frozen,
+    input_needs_no_grad,
+    norms_per_token,
+    qk_norms_per_token,
+)
 from vramlens.estimate.components.ssm import mamba_layer_per_token
 from vramlens.estimate.components.t5 import hf_t5, t5_block_extras, t5_cross_attention_per_token
 from vramlens.estimate.shapes import is_mamba
@@ -75,6 +82,15 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         enc = arch.encoder_layers or arch.layers
         cross = cross_attention_per_token(rp)
         total_layers = enc * per_layer + arch.layers * (per_layer + cross)
+    elif short_conv_layers(rp):
+        # LFM2: the short-convolution layers keep their mixer's activations in place of the attention's
+        n_conv = short_conv_layers(rp)
+        attention_part = attn + lin.qkv + lin.o + qk_norms_per_token(rp)
+        conv_layer = per_layer - attention_part + short_conv_per_token(rp)
+        total_layers = (arch.layers - n_conv) * per_layer + n_conv * conv_layer
+        if first_layer_is_short_conv(rp) and input_needs_no_grad(rp):
+            # nothing before the MLP's adapters needs a gradient in layer 0: its norms and conv keep nothing
+            total_layers -= short_conv_per_token(rp) + norm_keep - qk_norms_per_token(rp)
     else:
         total_layers = arch.layers * per_layer
         if first_block_input_frozen(rp) and amp:

@@ -18,6 +18,8 @@ DIRECT_SDPA_FAMILIES = {"falcon"}
 # models/bert/modeling_bert.py `eager_attention_forward`: `nn.functional.softmax(attn_weights, dim=-1)`; roberta the
 # same; models/deberta_v2/modeling_deberta_v2.py DisentangledSelfAttention.forward).
 SOFTMAX_IN_INPUT_DTYPE = {"bert", "roberta", "deberta-v2"}
+# Families whose eager attention adds a learned sink logit per head to the softmax (gpt-oss `GptOssAttention.sinks`)
+SINK_SOFTMAX = {"gpt_oss"}
 
 
 # BertConfig and RobertaConfig also drop attention probabilities by default (hidden_dropout_prob and
@@ -64,7 +66,16 @@ def attention_per_token(rp: ResolvedPlan) -> float:
         # BERT/RoBERTa/DeBERTa-v2 take the softmax in the scores' own dtype and drop the probabilities: the softmax
         # output (c; fp32 under autocast, where softmax is an fp32 op) and the dropped copy the matmul keeps (c)
         upcast = arch.family not in SOFTMAX_IN_INPUT_DTYPE or amp
-        attn += ((4 if upcast else c) + c) * heads * s
+        if arch.family in SINK_SOFTMAX and rp.framework in HF_MODEL_FRAMEWORKS:
+            # gpt-oss: one sink logit per head beside the s scores, the max subtracted and the softmax taken in the
+            # scores' dtype (transformers 5.24 models/gpt_oss/modeling_gpt_oss.py `eager_attention_forward`):
+            # softmax keeps its (s + 1)-wide output, which the probability-times-V matmul reads as a view, and
+            # `max` its int64 indices. In a k-bit model the sinks are fp32 (prepare_model_for_kbit_training): the
+            # concatenation and the softmax are fp32, and autocast's matmul with V keeps a 16-bit cast of the scores
+            kbit = qkv_fp32 and not amp
+            attn += (4 if amp or kbit else c) * heads * (s + 1) + 8 * heads + (c * heads * s if kbit else 0)
+        else:
+            attn += ((4 if upcast else c) + c) * heads * s
         if arch.family == "gemma2":
             # attention soft-capping before the softmax: tanh keeps its 16-bit output (transformers 5.24
             # models/gemma2/modeling_gemma2.py eager_attention_forward: `/ softcap`, `tanh`, `* softcap`)

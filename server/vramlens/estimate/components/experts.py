@@ -164,3 +164,18 @@ def expert_weight_grad(rp: ResolvedPlan) -> int:
     stacks = {e.name: e.weight_params * wb for e in expert_parameters(rp) if e.name != "router"}
     gu, down = stacks.get("gate_up", 0), stacks.get("down", 0)
     return max(down, gu - down)
+
+
+# MoE families whose experts run every expert on every token, each token's input scaled by its routing score (0 for
+# the experts it was not routed to): transformers 5.24 models/llama4/modeling_llama4.py `Llama4TextMoe.forward`
+# (`hidden_states.repeat(num_experts, 1) * router_scores`, then `Llama4TextExperts.forward`'s bmm over all experts)
+DENSE_ROUTED_FAMILIES = {"llama4_text", "llama4"}
+
+
+def expert_passes(rp: ResolvedPlan) -> int:
+    """How many expert MLPs each token runs through in a MoE layer: the chosen experts_per_token, or every expert
+    where the family's modelling code runs them all (`DENSE_ROUTED_FAMILIES`)."""
+    arch = rp.arch
+    if arch.family in DENSE_ROUTED_FAMILIES:
+        return max(arch.num_experts, 1)
+    return max(arch.experts_per_token, 1)

@@ -15,7 +15,7 @@ from vramlens.estimate.components.common import (
     has_linear,
     unsloth_kernels,
 )
-from vramlens.estimate.components.experts import expert_bytes, expert_parameters, experts_adaptable
+from vramlens.estimate.components.experts import expert_bytes, expert_parameters, expert_passes, experts_adaptable
 from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
 from vramlens.resolved import ResolvedPlan
 
@@ -103,7 +103,7 @@ def linear_inputs_per_token(rp: ResolvedPlan) -> LinearInputs:
     hf_one_qkv = rp.arch.family in HF_ONE_QKV_LINEAR and rp.framework in HF_MODEL_FRAMEWORKS
     expert_down_in = 0.0
     if arch.is_moe:
-        k = max(arch.experts_per_token, 1)
+        k = expert_passes(rp)
         inter = arch.moe_intermediate or arch.intermediate
         # an adapted expert stack's grouped_mm keeps its input, the act(gate)·up product for down (`mlp_per_token`)
         if "down" in {e.name for e in expert_parameters(rp)}:

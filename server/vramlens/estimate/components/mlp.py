@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vramlens.estimate.components.common import compiled_block, mlp_bytes, unsloth_kernels
-from vramlens.estimate.components.experts import expert_bytes, expert_parameters, experts_adaptable
+from vramlens.estimate.components.experts import expert_bytes, expert_parameters, expert_passes, experts_adaptable
 from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
 from vramlens.resolved import ResolvedPlan
 
@@ -11,6 +11,8 @@ from vramlens.resolved import ResolvedPlan
 # (x + 0.044715 · x³)))` in separate torch ops, transformers 5.24 activations.py; GPT2Config.activation_function and
 # PhiConfig.hidden_act default to it).
 GELU_TANH_FAMILIES = {"gpt2", "phi"}
+# MoE families whose experts' gate is a clamped SwiGLU with a sigmoid and an (up + 1) factor (gpt-oss)
+CLAMPED_SWIGLU = {"gpt_oss"}
 
 
 def mlp_per_token(rp: ResolvedPlan) -> float:
@@ -26,7 +28,7 @@ def mlp_per_token(rp: ResolvedPlan) -> float:
     m = mlp_bytes(rp)
     compiled = compiled_block(rp)
     if arch.is_moe:
-        k = max(arch.experts_per_token, 1)
+        k = expert_passes(rp)
         inter = arch.moe_intermediate or arch.intermediate
         # each expert's gate, up and act(gate) (an ungated one's act input) in the MLP's dtype (`mlp_bytes`: fp32
         # out of 4-bit linears fed fp32), and h-sized pieces around it
@@ -37,6 +39,12 @@ def mlp_per_token(rp: ResolvedPlan) -> float:
             # by the routing weights), not their gathered inputs (transformers 5.24 integrations/moe.py), in the
             # experts' dtype (`expert_bytes`)
             mlp_internal = k * (((3 if gated else 2) * inter + h) * eb) + 4 * arch.num_experts
+        if arch.family in CLAMPED_SWIGLU and rp.framework in HF_MODEL_FRAMEWORKS:
+            # gpt-oss's gate: clamp(gate), clamp(up) (both keep their input: gate|up, counted above),
+            # gate · sigmoid(α·gate) (the clamped gate and the sigmoid), (up + 1) · glu (both): three I-wide tensors
+            # per chosen expert beyond a SwiGLU's act(gate) (transformers 5.24 models/gpt_oss/modeling_gpt_oss.py
+            # `GptOssExperts._apply_gate`)
+            mlp_internal += 3 * k * inter * (m if full or experts_adaptable(rp) else eb)
         adapted = {e.name for e in expert_parameters(rp)}
         # an adapted expert parameter's W' needs a gradient, so its grouped_mm also keeps its input: the gathered
         # tokens for gate|up, the act(gate)·up product for down (torch derivatives.yaml `_grouped_mm`)

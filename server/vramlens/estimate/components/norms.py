@@ -55,16 +55,13 @@ def norms_per_token(rp: ResolvedPlan) -> float:
     (`compiled_block`), the partitioner keeps each norm's 16-bit input and its fp32 1/rms (LayerNorm: mean and 1/std)
     and recomputes the upcast and the normalised value in backward."""
     arch = rp.arch
-    h, q, heads = arch.hidden, arch.q_dim, arch.heads
+    h = arch.hidden
     c = 2 if rp.compute_dtype != "fp32" else 4
     full = rp.peft == "none"
     compiled = compiled_block(rp)
     amp = amp_fp32_stream(rp)
     fp32_norm_weight = fp32_norm_weights(rp)
     norm_trains = (4 if amp or fp32_norm_weight else c) if full else 0
-    # q/k norms read the 16-bit q and k projections even under AMP: their normalised value is 16-bit unless the
-    # family multiplies by the weight in fp32
-    qk_norm_trains = (4 if fp32_norm_weight else c) if full else 0
     if compiled:
         stats = 4 if arch.norm == "rmsnorm" else 8
         norm_keep = norms_per_layer(arch) * (c * h + stats)
@@ -81,12 +78,21 @@ def norms_per_token(rp: ResolvedPlan) -> float:
             norm_keep = (1 if arch.family in SHARED_NORM_INPUT else norms_per_layer(arch)) * 4 * h
         else:
             norm_keep = norms_per_layer(arch) * c * h
-    if arch.family in QK_NORM_FAMILIES:
-        if compiled:
-            norm_keep += c * (q + arch.kv_dim) + 4 * (heads + arch.n_kv_heads)
-        else:
-            norm_keep += (4 + qk_norm_trains) * (q + arch.kv_dim)
-    return norm_keep
+    return norm_keep + qk_norms_per_token(rp)
+
+
+def qk_norms_per_token(rp: ResolvedPlan) -> float:
+    """What the q/k norms of one attention layer keep per token (part of `norms_per_token`): their fp32 inputs and,
+    when they train, the normalised q and k; compiled, the 16-bit inputs and the fp32 1/rms per head."""
+    arch = rp.arch
+    if arch.family not in QK_NORM_FAMILIES:
+        return 0.0
+    q, heads = arch.q_dim, arch.heads
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    if compiled_block(rp):
+        return c * (q + arch.kv_dim) + 4 * (heads + arch.n_kv_heads)
+    qk_norm_trains = (4 if fp32_norm_weights(rp) else c) if rp.peft == "none" else 0
+    return (4 + qk_norm_trains) * (q + arch.kv_dim)
 
 
 def final_norm_per_token(rp: ResolvedPlan) -> float:
@@ -105,6 +111,15 @@ def parallel_block(arch) -> bool:
     """Attention and MLP read the same normalised input (one shared norm: phi, falcon-7b; or two norms of the same
     input: `SHARED_NORM_INPUT`)."""
     return norms_per_layer(arch) == 1 or arch.family in SHARED_NORM_INPUT
+
+
+def input_needs_no_grad(rp: ResolvedPlan) -> bool:
+    """Whether the first block's input needs no gradient: adapters with frozen embeddings, not checkpointed
+    (`first_block_input_frozen` says when, and what autograd then saves)."""
+    if rp.peft == "none" or rp.grad_checkpointing:
+        return False
+    trained = set(rp.modules_to_save) | set(rp.lora_targets) | set(rp.trained_extra)
+    return "embed" not in trained and rp.arch.block == "decoder"
 
 
 def first_block_input_frozen(rp: ResolvedPlan) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from vramlens.estimate.components.activations import activations_per_token
 from vramlens.estimate.components.attention import DISENTANGLED_ATTENTION, sdpa_math, sdpa_math_backward_per_token
 from vramlens.estimate.components.common import MLP_LINEARS, compiled_block, fp32_residual, mlp_bytes, unsloth_kernels
-from vramlens.estimate.components.experts import expert_bytes, expert_loop, fused_experts
+from vramlens.estimate.components.experts import expert_bytes, expert_loop, expert_passes, fused_experts
 from vramlens.estimate.components.norms import final_norm_per_token
 from vramlens.estimate.components.ssm import mamba_backward_per_token
 from vramlens.estimate.shapes import is_mamba, shapes
@@ -101,7 +101,7 @@ def backward_block_per_token(rp: ResolvedPlan) -> float:
     if is_mamba(arch):
         return one_layer + mamba_backward_per_token(rp)
     tp = max(rp.tensor_parallel, 1)
-    inter = (arch.moe_intermediate or arch.intermediate) * (max(arch.experts_per_token, 1) if arch.is_moe else 1)
+    inter = (arch.moe_intermediate or arch.intermediate) * (expert_passes(rp) if arch.is_moe else 1)
     gated = arch.mlp in ("swiglu", "geglu")
     m = mlp_bytes(rp)
     # routed experts run one after another (`expert_loop`): the MLP's backward temporaries are one expert's, for its
@@ -113,7 +113,7 @@ def backward_block_per_token(rp: ResolvedPlan) -> float:
         # dtype): the per-token sum's gradient expanded into a copy, and the un-permute's backward (`index`'s
         # backward: zeros, then index_put), before any expert's backward runs (transformers 5.24 integrations/moe.py
         # `grouped_mm_experts_forward`: `weighted_out[inv_perm]`, `.view(num_tokens, num_top_k, hidden_dim).sum(1)`)
-        temps = max(temps, 3 * max(arch.experts_per_token, 1) * arch.hidden * expert_bytes(rp))
+        temps = max(temps, 3 * expert_passes(rp) * arch.hidden * expert_bytes(rp))
     if unsloth_kernels(rp):
         # unsloth/kernels/fast_lora.py LoRA_MLP.backward: DW = dY·Wᵀ is the one new MLP-wide tensor; the SwiGLU
         # backward kernel (kernels/swiglu.py `swiglu_DWf_DW_dfg_kernel`) writes h, df and de over DW, e and g
