@@ -14,6 +14,7 @@ whose framework has dumped argument schemas (`frameworks/schemas/`), at the vers
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Iterable
 
@@ -119,17 +120,25 @@ def _any_version_defines(framework: str, name: str, workspace: Path | None) -> b
     return any(name in names_at(framework, v, workspace) for v in schemas.versions(framework))
 
 
-def names_at(framework: str, version: str, workspace: Path | None = None) -> set[str]:
-    """Every argument name and alias the framework defines at that version, its base classes' included."""
+@functools.lru_cache(maxsize=None)
+def _own_names(framework: str, version: str, aliases: bool = True) -> frozenset[str]:
+    """The argument names (and aliases) of one dumped schema: the dumps do not change while the server runs."""
     dump = schemas.schema(framework, version)
-    out = {
+    return frozenset(
         n
         for a in (dump["arguments"] if dump is not None else ())
-        for n in (schemas.argument_name(a["name"]), *(schemas.argument_name(x) for x in a.get("aliases") or ()))
-    }
-    for v in _extends(framework, version, workspace):
-        base = schemas.schema("transformers", v)
-        out |= {schemas.argument_name(a["name"]) for a in (base["arguments"] if base is not None else ())}
+        for n in (
+            schemas.argument_name(a["name"]),
+            *(schemas.argument_name(x) for x in (a.get("aliases") or () if aliases else ())),
+        )
+    )
+
+
+def names_at(framework: str, version: str, workspace: Path | None = None) -> set[str]:
+    """Every argument name and alias the framework defines at that version, its base classes' included."""
+    out = set(_own_names(framework, version))
+    for v in _extends(framework, version, workspace):  # the workspace's pins decide: not cached
+        out |= _own_names("transformers", v, aliases=False)
     return out
 
 
@@ -194,6 +203,7 @@ def apply(b: PlanBuilder, settings: Iterable[Setting], workspace: Path | None, *
         if framework == "axolotl":
             strict = any(s.path == ("strict",) and to_bool(s.value) for s in settings)
     names = names_at(framework, version, workspace)
+    hints: dict[str, str | None] = {}
     consumed = {v.key for v in plan.settings().values() if v.key} | {u.key for u in plan.unmodelled}
     title = f"{TITLES[framework]} {version}"
     for s in settings:
@@ -230,7 +240,9 @@ def apply(b: PlanBuilder, settings: Iterable[Setting], workspace: Path | None, *
             )
         elif strict and (pinned or not _any_version_defines(framework, name, workspace)):
             # unpinned, the newest release is only an assumption: an argument an older release defines is not flagged
-            hint = closest(name, names)
+            if name not in hints:  # a flag repeated many times is compared with every name once
+                hints[name] = closest(name, names)
+            hint = hints[name]
             b.issue(
                 IssueKind.UNKNOWN_VALUE,
                 f"`{s.key}` is not an argument of {title}, which stops on arguments it "
