@@ -12,7 +12,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from vramlens.knowledge import inventory
+from vramlens.knowledge import inventory, models
 from vramlens.knowledge.models import arch_from_hf_config, param_count
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,13 +187,15 @@ def test_real_configs_without_transformers(name):
     assert param_count(arch) == total
     assert {k: v for k, v in arch.layer_kinds} == kinds
     modelled = {"state space"} if arch.ssm_inner else set()  # Mamba mixers: sized as mamba_ssm's kernels
+    modelled |= {k for k, families in models.MODELLED_MIXERS.items() if arch.family in families}  # LFM2's convs
     other = [k for k in kinds if k in inventory.NOT_ATTENTION and k not in modelled]
     for kind in other:
         assert f"{kinds[kind]} {kind}" in arch.approximate
-    if modelled:
+    if arch.ssm_inner:
         assert "mamba_ssm" in arch.approximate and "sized as attention" not in arch.approximate
-    if not other and not modelled:
-        assert arch.approximate == ""
+    family_note = models.NOT_MODELLED_LAYERS.get(arch.family, "")  # what a family's layers keep that is not modelled
+    if not other and not arch.ssm_inner:
+        assert arch.approximate == family_note
 
 
 def test_config_json_that_leaves_derived_sizes_out():
@@ -309,11 +311,14 @@ def test_cli_counts_a_state_space_model_as_built_and_says_what_is_approximate(na
     data = json.loads(out.stdout)
     total, kinds = EXPECTED[name]
     assert data["params_trainable"] == total
+    kind = next(k for k in kinds if k in inventory.NOT_ATTENTION)
+    if kind in models.MODELLED_MIXERS:  # LFM2's short convolutions are modelled as transformers runs them
+        assert not any("sized as attention" in r for r in data["approximate_reasons"])
+        return
     assert data["approximate"]
     if name.startswith("state-spaces--mamba"):
         # the Mamba mixers are modelled, as the CUDA kernels keep them: that assumption is the reason given
         assert any("mamba_ssm" in r for r in data["approximate_reasons"])
         assert not any("sized as attention" in r for r in data["approximate_reasons"])
         return
-    kind = next(k for k in kinds if k in inventory.NOT_ATTENTION)
     assert any(f"{kinds[kind]} {kind} layers sized as attention" in r for r in data["approximate_reasons"])

@@ -347,6 +347,8 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
         # low-rank projections, decoupled RoPE heads)
         note = "MLA attention sized as multi-head attention over v_head_dim-sized heads"
         arch = arch.model_copy(update={"approximate": "; ".join(filter(None, (arch.approximate, note)))})
+    if arch.family == "lfm2":
+        arch = arch.model_copy(update={"intermediate": lfm2_mlp_width(config, arch.intermediate)})
     note = NOT_MODELLED_LAYERS.get(arch.family, "")
     if note and note not in arch.approximate:
         arch = arch.model_copy(update={"approximate": "; ".join(filter(None, (arch.approximate, note)))})
@@ -359,6 +361,20 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
 # block): Gemma-3n (transformers 5.24 models/gemma3n/modeling_gemma3n.py `Gemma3nTextDecoderLayer`: AltUp's
 # altup_num_inputs copies of the stream, LAuReL, the per-layer embeddings and their gates, KV shared across the last
 # num_kv_shared_layers)
+def lfm2_mlp_width(config: Mapping[str, Any], width: int) -> int:
+    """The width LFM2's MLP builds from `intermediate_size` (transformers 5.24 models/lfm2/modeling_lfm2.py
+    `Lfm2MLP.__init__`; defaults from `Lfm2Config`: auto-adjust on, multiplier 1.0, multiple of 256)."""
+    if not config.get("block_auto_adjust_ff_dim", True):
+        return width
+    width = int(2 * width / 3)
+    multiplier = config.get("block_ffn_dim_multiplier", 1.0)
+    if multiplier is not None:
+        multiple = int(config.get("block_multiple_of", 256))
+        width = int(multiplier * width)
+        width = multiple * ((width + multiple - 1) // multiple)
+    return width
+
+
 NOT_MODELLED_LAYERS = {
     "gemma3n_text": "AltUp, LAuReL, per-layer embeddings and shared KV sized as a Gemma-3 block's activations",
     # models/llama4/modeling_llama4.py: the dense layers between MoE layers, the shared expert beside every expert
