@@ -255,6 +255,9 @@ def cross_check(fw: Framework, path: Path, plan) -> list[str]:
 # --- the run ---------------------------------------------------------------------------------------------------
 
 
+UNKNOWN_MODELS: collections.Counter = collections.Counter()  # model id -> files naming it, not in the catalog
+
+
 def run_source(fw: Framework, src: Source, tmp: Path) -> tuple[collections.Counter, collections.Counter, list[str]]:
     row: collections.Counter = collections.Counter()
     why: collections.Counter = collections.Counter()
@@ -277,6 +280,7 @@ def run_source(fw: Framework, src: Source, tmp: Path) -> tuple[collections.Count
             cause = reason(a.error)
             if cause == "unknown model":  # read right; with the Hub on, the model's config.json would be fetched
                 row["not in catalog"] += 1
+                UNKNOWN_MODELS[str(a.plan.model_id.value) if a.plan is not None and a.plan.model_id else "?"] += 1
             else:
                 why[cause] += 1
                 notes.append(f"  {cause:<17} {rel}: {(a.error or '')[:140]}")
@@ -325,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
         f"read and estimated or estimable); with no unmodelled setting: "
         f"{total['no unmodelled']}; disagreements with the file's own values: {total['misreads']}"
     )
+    if args.list and UNKNOWN_MODELS:
+        detail.append("models named but not in the catalog (files):")
+        detail.extend(f"  {n:>5}  {m}" for m, n in UNKNOWN_MODELS.most_common())
     report = "\n".join(lines + ([""] + detail if args.list else [])) + "\n"
     print(report, end="")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

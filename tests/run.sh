@@ -22,4 +22,16 @@ bash scripts/install-editor-tools.sh
 "$PY" -m ruff format --check .
 "$PY" -m mypy
 
-exec "$PY" -m pytest "$@"
+# With arguments, pytest runs just those. Without, the whole suite in two passes: everything but the real
+# editors on one worker per core (pytest-xdist, a test file per worker so its fixtures stay with it), then the
+# editor tier alone, which starts code-server, Chromium and Neovim and would compete with the other worker.
+if [ "$#" -gt 0 ]; then
+    exec "$PY" -m pytest "$@"
+fi
+# at most 4 workers: each holds its own torch and traced models in memory
+CORES=$(nproc 2>/dev/null || echo 2)
+WORKERS=${VRAMLENS_TEST_WORKERS:-$((CORES < 4 ? CORES : 4))}
+status=0
+"$PY" -m pytest -n "$WORKERS" --dist loadfile --ignore=tests/editors tests || status=$?
+"$PY" -m pytest tests/editors || status=$((status ? status : $?))
+exit "$status"
