@@ -52,3 +52,36 @@ def test_partial_trace_is_not_called_exact():
     assert any("not traced: deepspeed" in a for a in out["assumptions"])
     assert result_json(plan(), RAW)["exact"] is True
     assert out["timeline"][0]["after_gib"] == 40.0
+
+
+def _replays(capped: bool = False) -> dict:
+    def one(reserved_gib: float) -> dict:
+        return {
+            "peak_reserved": int(reserved_gib * GIB),
+            "peak_allocated": 60 * GIB,
+            "fragmentation": int((reserved_gib - 60) * GIB),
+            "peak_segments": 40,
+            "end_reserved": int(reserved_gib * GIB),
+        }
+
+    return {"events": 9000, "capped": capped, "default": one(66.5), "expandable_segments": one(60.25)}
+
+
+def test_reserved_level_is_the_replay_of_the_traced_sequence_when_the_trace_recorded_one():
+    raw = dict(RAW, allocator_replay=_replays())
+    plain = to_estimate(plan(), raw)
+    assert plain.reserved_bytes == 60 * GIB + int(6.5 * GIB)
+    assert plain.device_bytes == plain.reserved_bytes + allocator.context_bytes(plan())
+    assert sum(plain.components.values()) == plain.device_bytes
+    assert any("replayed through the caching allocator's rules (default)" in a for a in plain.assumptions)
+    assert not any("allocator model applied" in a for a in plain.assumptions)
+    expandable = to_estimate(plan(expandable_segments=True), raw)
+    assert expandable.reserved_bytes == 60 * GIB + int(0.25 * GIB)
+    assert any("(expandable_segments:True)" in a for a in expandable.assumptions)
+
+
+def test_a_capped_replay_falls_back_to_the_allocator_model_and_says_so():
+    raw = dict(RAW, allocator_replay=_replays(capped=True))
+    est = to_estimate(plan(), raw)
+    assert est.reserved_bytes == allocator.reserved_bytes(plan(), 60 * GIB, RAW["components"])
+    assert any("allocator model applied" in a for a in est.assumptions)

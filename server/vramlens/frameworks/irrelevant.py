@@ -192,6 +192,9 @@ IRRELEVANT: dict[str, str] = {
         "sampling or sequence bookkeeping of online RL that the completion length and generations count bound",
         "prompt_length",
     ),
+    # LLaMA-Factory v0.9.5 src/llamafactory/hparams/finetuning_args.py `badam_verbose` ("0 for no print, 1 for print
+    # the block prefix, 2 for print trainable parameters"), passed to BAdam's BlockOptimizer as `verbose`
+    "badam_verbose": "BAdam's logging level (what it prints about the active block), not what it trains",
 }
 
 # name -> (what it is, what the estimate does instead)
@@ -208,7 +211,7 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
         "galore_scale galore_update_interval galore_update_proj_gap galore_with_embedding  "
         "qgalore_proj_quant apollo_layerwise apollo_proj apollo_proj_type apollo_scale apollo_scale_front "
         "apollo_scale_type apollo_update_interval badam_mask_mode badam_start_block badam_switch_interval "
-        "badam_switch_mode badam_update_ratio badam_verbose lisa_layers_attribute lisa_step_interval "
+        "badam_switch_mode badam_update_ratio lisa_layers_attribute lisa_step_interval "
         "llamapro_num_groups",
     ),
     **_names(
@@ -272,7 +275,26 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
         "transformer_engine_fp8 transformer_engine_fp8_amax_compute_algo transformer_engine_fp8_amax_history_len "
         "transformer_engine_fp8_recipe enable_fsdp_float8_all_gather fp8_enable_fsdp_float8_all_gather "
         "precompute_float8_dynamic_scale_for_fsdp fake_quant_after_n_steps quantize_base quantize_embedding "
-        "quantize_moe_experts should_quantize gptq hqq_axis",
+        "should_quantize gptq hqq_axis",
+    ),
+    # axolotl 067b021c src/axolotl/utils/quantization.py `prepare_model_for_qat`: torchao `quantize_(model,
+    # QATConfig(...))` swaps the linears (and with `quantize_embedding` the embedding) for fake-quantized ones; the
+    # weights stay in full precision and train as usual (utils/schemas/quantization.py `QATConfig`)
+    **_names(
+        (
+            "quantization-aware training (torchao fake-quantizes the linears' weights, and their inputs when "
+            "`activation_dtype` is set, to the low-bit grid in every forward)",
+            "estimated as 16-bit training: the fake-quantized copies each linear makes are not counted",
+        ),
+        "qat qat.activation_dtype qat.weight_dtype qat.group_size qat.fake_quant_after_n_steps qat.quantize_embedding",
+    ),
+    # axolotl 067b021c src/axolotl/utils/schemas/config.py `quantize_moe_experts` ("Quantize MoE expert weights on load
+    # to reduce VRAM", LoRA/QLoRA with load_in_4bit/8bit only), monkeypatch/moe_quant.py: bitsandbytes 4/8-bit
+    # parametrizations of the experts' fused 3-D weights, which transformers' bitsandbytes loading leaves unquantized
+    "quantize_moe_experts": (
+        "the MoE experts' fused 3-D weights quantized to 4/8 bits with bitsandbytes on load",
+        "estimated with the routed experts as transformers' bitsandbytes loading leaves them: quantized when they "
+        "are nn.Linear modules (transformers 4), in the weight dtype when they are 3-D parameters (transformers 5)",
     ),
     **_names(
         (

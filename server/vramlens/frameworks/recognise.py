@@ -205,6 +205,7 @@ def apply(b: PlanBuilder, settings: Iterable[Setting], workspace: Path | None, *
     names = names_at(framework, version, workspace)
     hints: dict[str, str | None] = {}
     consumed = {v.key for v in plan.settings().values() if v.key} | {u.key for u in plan.unmodelled}
+    sections = {u.key for u in plan.unmodelled}  # a section named as not modelled as a whole covers its entries
     title = f"{TITLES[framework]} {version}"
     for s in settings:
         name = (
@@ -212,6 +213,8 @@ def apply(b: PlanBuilder, settings: Iterable[Setting], workspace: Path | None, *
             if len(s.path) == 1
             else ".".join(schemas.argument_name(str(p)) for p in s.path)
         )
+        if len(s.path) > 1 and str(s.path[0]) in sections:
+            continue
         if name in names:
             definition = _defined(framework, name, version, workspace)
             entry = irrelevant.lookup(irrelevant.NOT_MODELLED, name)

@@ -1,8 +1,11 @@
 """A traced step → the estimator's `Estimate` and the CLI's JSON contract. Pure Python (no torch).
 
-The trace measures the allocated level (what `torch.cuda.max_memory_allocated` reports). The reserved and
-device levels come from the estimator's allocator model (`vramlens.estimate.allocator`) applied to the traced
-peak and its breakdown, exactly as the estimator applies it to its own allocated figure.
+The trace measures the allocated level (what `torch.cuda.max_memory_allocated` reports). The reserved level is
+the traced allocation sequence replayed through the caching allocator's rules (`trace.allocator_replay`, recorded
+by the worker for the default settings and for `expandable_segments:True`): what the replay holds cached above its
+own allocated peak is added to the traced peak. A trace made before the replay was recorded, or one whose sequence
+was capped, falls back to the estimator's allocator model (`vramlens.estimate.allocator`) applied to the traced
+peak and its breakdown, and says so. The device level adds the CUDA context to the reserved level.
 
 A trace is exact only when the whole step ran on the real libraries (`REAL_BACKENDS`) at the versions the plan
 assumes: `not_traced` lists everything else — the synthetic stand-in and why, another objective than the config's
@@ -22,6 +25,10 @@ from vramlens.resolved import ResolvedPlan
 ALLOCATOR_NOTE = (
     "reserved and device levels: the estimator's allocator model applied to the traced allocated peak and breakdown"
 )
+REPLAY_NOTE = (
+    "reserved level: the traced allocations and frees replayed through the caching allocator's rules "
+    "({settings}); device level: that plus the CUDA context"
+)
 
 
 def _g(n: int | float) -> float:
@@ -31,7 +38,12 @@ def _g(n: int | float) -> float:
 def to_estimate(rp: ResolvedPlan, raw: dict) -> Estimate:
     allocated = int(raw["peak_bytes"])
     parts = {k: int(raw["components"].get(k, 0)) for k in COMPONENTS if k not in ("allocator", "cuda_context")}
-    reserved = allocator.reserved_bytes(rp, allocated, parts)
+    replay = allocator_replay(raw, rp)
+    if replay is not None and not replay["capped"]:
+        cached = max(int(replay["reserved_bytes"]) - int(replay["allocated_bytes"]), 0)
+        reserved, level_note = allocated + cached, REPLAY_NOTE.format(settings=replay["settings"])
+    else:
+        reserved, level_note = allocator.reserved_bytes(rp, allocated, parts), ALLOCATOR_NOTE
     context = allocator.context_bytes(rp)
     device = reserved + context
     parts["allocator"] = reserved - allocated
@@ -39,7 +51,7 @@ def to_estimate(rp: ResolvedPlan, raw: dict) -> Estimate:
     usable = usable_bytes(rp.gpu)
     low, high = allocator.device_range(rp, allocated, device)
     acts = parts.get("activations", 0) + parts.get("logits", 0)
-    assumptions = list(raw.get("assumptions", [])) + allocator.assumptions(rp) + [ALLOCATOR_NOTE]
+    assumptions = list(raw.get("assumptions", [])) + allocator.assumptions(rp) + [level_note]
     assumptions += [f"not traced: {x}" for x in raw.get("not_traced", [])]
     return Estimate(
         objective=rp.objective,

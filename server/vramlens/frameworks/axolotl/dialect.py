@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from vramlens.formats import hf
-from vramlens.formats.settings import PlanBuilder, Setting, to_bool
+from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
 from vramlens.frameworks import keys as key_table
 from vramlens.frameworks.axolotl import readers
 from vramlens.frameworks.axolotl.keys import KEYS
-from vramlens.plan import IssueKind, Severity
+from vramlens.plan import IssueKind, Origin, Severity
 
 DISPATCH = key_table.by_name(KEYS)
 
@@ -101,6 +101,7 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
         top = [s for s in top if s.key != "base_model_config"]
     key_table.read(DISPATCH, b, top, hf.nested_index(settings))
     legacy_attention(b, top)
+    data_parallel(b, data, top)
     if b.plan.peft_method is None and b.plan.quant_bits is not None:
         # load_in_4bit without `adapter` — axolotl refuses to train quantized weights in full
         b.issue(
@@ -121,6 +122,62 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
             span=b.plan.peft_method.value_span,
             severity=Severity.INFO,
             suggestion="qlora",
+        )
+
+
+def data_parallel(b: PlanBuilder, data: Any, top: list[Setting]) -> None:
+    """`dp_shard_size` / `dp_replicate_size` with the tensor, context and expert parallel sizes, as axolotl 067b021c
+    src/axolotl/utils/distributed.py `_get_parallel_config_kwargs` builds accelerate's ParallelismConfig: tensor,
+    context and expert parallel take their share of the GPUs, `dp_replicate_size` replicas each hold one copy of
+    the model, and FSDP shards it over `dp_shard_size` ranks (with the context-parallel ranks folded in: accelerate
+    `fsdp_dim_names` → `dp_shard_cp`). `dp_shard_size` needs FSDP ("dp_shard_size was configured without a
+    corresponding fsdp_config!"); the sizes multiply to the GPU count (monkeypatch/accelerate/parallelism_config.py
+    `_patched_total_size`)."""
+    by_key = {s.key: s for s in top}
+    shard_s, rep_s = by_key.get("dp_shard_size"), by_key.get("dp_replicate_size")
+    shard = to_int(shard_s.value) if shard_s is not None else None
+    rep = to_int(rep_s.value) if rep_s is not None else None
+    if not (shard and shard > 1) and not (rep and rep > 1):
+        return
+    plan = b.plan
+    fsdp = plan.dist_strategy is not None and plan.dist_strategy.value == "fsdp"
+    if shard and shard > 1 and not fsdp:
+        b.issue(
+            IssueKind.CONFLICTING_SETTINGS,
+            f'`dp_shard_size: {shard}` without FSDP: axolotl stops ("dp_shard_size was configured without a '
+            'corresponding fsdp_config"); set `fsdp_version` and `fsdp_config`',
+            shard_s,
+            severity=Severity.ERROR,
+        )
+        return
+    others = 1
+    parts = []
+    for name, value in (
+        ("tensor_parallel", plan.tensor_parallel.value if plan.tensor_parallel is not None else None),
+        ("context_parallel", plan.context_parallel.value if plan.context_parallel is not None else None),
+        ("expert_parallel", to_int(data.get("expert_parallel_size")) if isinstance(data, dict) else None),
+    ):
+        if isinstance(value, int) and value > 1:
+            others *= value
+            parts.append(f"{name.replace('_', ' ')} {value}")
+    world = (shard or 1) * (rep or 1) * others
+    where = shard_s if shard and shard > 1 else rep_s
+    if plan.world_size is None:
+        note = " × ".join(
+            [f"dp_shard_size {shard}"] * bool(shard and shard > 1)
+            + [f"dp_replicate_size {rep}"] * bool(rep and rep > 1)
+            + parts
+        )
+        b.set("world_size", world, where, origin=Origin.DERIVED, note=f"axolotl's parallel sizes: {note}")
+    elif shard_s is not None:
+        b.remember(shard_s)
+    replicas = (rep or 1) if plan.world_size is None else max(1, plan.world_size.value // max(1, (shard or 1) * others))
+    if fsdp and replicas > 1:
+        b.unmodelled(
+            rep_s or shard_s,
+            f"HSDP: parameters sharded within groups of {shard or 1} ranks (`dp_shard_size`) and replicated "
+            f"across {replicas} groups",
+            "estimated as sharded over every data-parallel GPU (less memory than the run)",
         )
 
 

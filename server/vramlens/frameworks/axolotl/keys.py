@@ -301,6 +301,14 @@ KEYS: Table = (
         type=bool,
         description="torchao float8 training: fp8 matrix multiplications.",
     ),
+    Key(
+        ("qat",),
+        None,
+        r.qat,
+        type=dict,
+        description="Quantization-aware training: torchao fake-quantizes the linears' weights (and activations) in "
+        "the forward; the weights train in full precision.",
+    ),
     Key(("bfloat16",), "weight_dtype", r.dtype_flag("bf16"), type=bool, description="Load the model in bf16."),
     Key(("float16",), "weight_dtype", r.dtype_flag("fp16"), type=bool, description="Load the model in fp16."),
     Key(
@@ -465,7 +473,8 @@ KEYS: Table = (
         description="GPUs that split each layer: weights and activations divide by it.",
         schema=GE1,
     ),
-    Key(("dp_shard_size",), type=int, description="GPUs each FSDP shard group spans."),
+    # read together with the other parallel sizes by `dialect.data_parallel`
+    Key(("dp_shard_size",), type=int, description="GPUs each FSDP shard group spans (the FSDP shard degree)."),
     Key(("dp_replicate_size",), type=int, description="Replicas of the sharded model (HSDP)."),
     Key(
         ("experimental_skip_move_to_device",),

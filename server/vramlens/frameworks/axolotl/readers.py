@@ -9,6 +9,7 @@ from __future__ import annotations
 from vramlens.formats import hf
 from vramlens.formats.settings import PlanBuilder, Setting, is_auto, to_bool
 from vramlens.formats.vocab import AXOLOTL_ATTENTION, check_optimizer
+from vramlens.frameworks import irrelevant
 
 # legacy boolean attention flags, in axolotl's priority order (xformers > sage > flex > flash > sdp > eager)
 LEGACY_ATTENTION = (
@@ -183,6 +184,22 @@ def global_batch(b: PlanBuilder, s: Setting) -> None:
 def fp8(b: PlanBuilder, s: Setting) -> None:
     if to_bool(s.value):
         b.set("amp_dtype", "fp8", s, note="torchao float8 training")
+
+
+def qat(b: PlanBuilder, s: Setting) -> None:
+    """`qat:` (axolotl 067b021c utils/schemas/quantization.py `QATConfig`; utils/quantization.py
+    `prepare_model_for_qat`: torchao `quantize_` with a QATConfig swaps the linears for fake-quantized ones): named as
+    not modelled with the layouts it fake-quantizes to."""
+    b.remember(s)
+    if not isinstance(s.value, dict) or not s.value:
+        return
+    entry = irrelevant.NOT_MODELLED["qat"]
+    layouts = ", ".join(
+        f"{what} {s.value[k]}"
+        for k, what in (("weight_dtype", "weights"), ("activation_dtype", "activations"))
+        if s.value.get(k) is not None
+    )
+    b.unmodelled(s, entry[0] + (f": {layouts}" if layouts else ""), entry[1])
 
 
 def liger_kernel(b: PlanBuilder, s: Setting) -> None:

@@ -77,7 +77,14 @@ SIGNATURE_V1 = frozenset(
 )
 
 
+# v1 keys the classic hparams never had: a config with `model:` and two of them is a v1 config even where it keeps
+# keys both layouts share (`template`, `cutoff_len`, `flash_attn` in examples/v1/ at v0.9.5)
+V1_ONLY = SIGNATURE_V1 - SIGNATURE - {"micro_batch_size"}
+
+
 def detect(data: Any, keys: set[str]) -> float:
+    if isinstance(data.get("model"), str) and len(keys & V1_ONLY) >= 2:
+        return 0.0
     hits = len(keys & SIGNATURE)
     if hits >= 2 and ("stage" in keys or "finetuning_type" in keys or "cutoff_len" in keys):
         return 1.0 if hits >= 3 else 0.95  # ahead of the HF dialect, whose keys it shares
