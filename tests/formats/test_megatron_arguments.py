@@ -172,7 +172,6 @@ def test_required_arguments_and_flags_megatron_refuses_are_named(tmp_path):
         ("--tp-comm-overlap", "tp-comm-overlap"),
         ("--recompute-modules core_attn mlp", "recompute-modules"),
         ("--use-torch-fsdp2", "use-torch-fsdp2"),
-        ("--kv-channels 128", "kv-channels"),
     ],
 )
 def test_settings_not_modelled_are_named(tmp_path, flag, key):

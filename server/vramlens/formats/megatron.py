@@ -16,6 +16,7 @@ and Megatron-SWIFT's for `megatron sft|pt|rlhf` (knowledge/frameworks.py "megatr
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from vramlens.formats import hf
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
@@ -223,6 +224,9 @@ HANDLERS = {
     "fp16": _precision("fp16"),
     "model": hf._model,  # Megatron-SWIFT: a hub id
     "train_type": _train_type,
+    # ms-swift 4.0 renamed it (swift/megatron/arguments/megatron_args.py v4.0.0: `tuner_type: Literal['lora',
+    # 'full'] = 'full'`, `train_type` deprecated to it)
+    "tuner_type": _train_type,
     "lora_rank": lambda b, s: b.set_int("lora_r", s, minimum=1),
     "num_layers": _shape("num_layers"),
     "hidden_size": _shape("hidden_size"),
@@ -236,7 +240,12 @@ HANDLERS = {
     "grad_reduce_in_bf16": _not_modelled("gradients reduced in bf16", "gradient buffers counted in fp32"),
     "fp8_format": _not_modelled("FP8 training (Transformer Engine)", "estimated with 16-bit activations"),
     "cpu_offloading": _not_modelled("activation/weight CPU offloading", "estimated as kept on the GPU"),
-    "num_experts": _not_modelled("routed experts given by size", "estimated as a dense model"),
+    # routed experts (megatron/training/arguments.py `_add_moe_args`): the MoE model `resolve.arch_from_sizes` builds
+    "num_experts": _shape("num_experts"),
+    "moe_ffn_hidden_size": _shape("moe_intermediate_size"),
+    "moe_router_topk": _shape("experts_per_token"),
+    "moe_shared_expert_intermediate_size": _shape("shared_expert_intermediate_size"),
+    "moe_layer_freq": _remember,
     "recompute_activations": _recompute_activations,
     "recompute_modules": _recompute_modules,
     "optimizer": _optimizer,
@@ -407,8 +416,15 @@ def finish(b: PlanBuilder, settings: list[Setting], launch) -> None:
     without."""
     by = {s.path[0]: s for s in settings if s.path and not s.unresolved}
     if is_swift(launch):
+        _swift_checkpoint_model(b, by)
         return _swift_finish(b, launch.subcommand)
     script = launch.script.text.rsplit("/", 1)[-1] if launch.script else "pretrain_gpt.py"
+    if launch.launcher == FRAGMENT:
+        names = ", ".join(f"`{raw_name(launch, w)}`" for w in launch.command.words)
+        b.plan.read_notes.append(
+            f"the file runs no command: it sets Megatron-LM flags in {names} for a launch script to `source`; "
+            "read as the flags of a Megatron-LM training run (`pretrain_gpt.py`)"
+        )
     b.set(
         "objective",
         "pretrain",
@@ -429,6 +445,7 @@ def finish(b: PlanBuilder, settings: list[Setting], launch) -> None:
         _query_groups(b, by)
         _vocabulary_padded(b, by)
         _head_size(b, by)
+        _experts(b, by)
     amp = b.plan.amp_dtype.value if b.plan.amp_dtype is not None else None
     fp32_grads = by.get("accumulate_allreduce_grads_in_fp32")
     if amp == "fp16" and (fp32_grads is None or to_bool(fp32_grads.value) is False):
@@ -439,6 +456,22 @@ def finish(b: PlanBuilder, settings: list[Setting], launch) -> None:
             "fp16 gradient buffers, without `--accumulate-allreduce-grads-in-fp32`",
             "gradient buffers counted in fp32",
             key="fp16" if "fp16" not in by else None,
+        )
+
+
+def _swift_checkpoint_model(b: PlanBuilder, by: dict[str, Setting]) -> None:
+    """Megatron-SWIFT without `--model`: the model is the checkpoint `--mcore_model` or `--load` names (ms-swift
+    v3.5.0 swift/llm/argument/base_args/base_args.py `_init_ckpt_dir`: `model = self.model or mcore_model or load`,
+    whose args.json gives the model; the folder `swift export --to_mcore true` writes)."""
+    if b.plan.model_id is not None:
+        return
+    s = by.get("mcore_model") or by.get("load")
+    if s is not None and isinstance(s.value, str) and s.value.strip():
+        b.set(
+            "model_id",
+            s.value.strip(),
+            s,
+            note=f"Megatron-SWIFT reads the model from the checkpoint `--{s.path[0]}` names (its args.json)",
         )
 
 
@@ -532,11 +565,156 @@ def _vocabulary_padded(b: PlanBuilder, by: dict[str, Setting]) -> None:
 
 
 def _head_size(b: PlanBuilder, by: dict[str, Setting]) -> None:
-    """`--kv-channels` other than hidden ÷ heads (arguments.py default) is not modelled."""
+    """`--kv-channels`: the size of an attention head, hidden ÷ heads when not given (arguments.py core_v0.15.0
+    `validate_args`: `if args.kv_channels is None: args.kv_channels = args.hidden_size // args.num_attention_heads`);
+    Q is heads × kv_channels wide and K, V query groups × kv_channels (megatron/core/transformer/attention.py
+    `query_projection_size`, `kv_projection_size`)."""
     s = by.get("kv_channels")
-    hidden, heads = b.plan.extra.get("arch.hidden_size"), b.plan.extra.get("arch.num_attention_heads")
-    if s is None or hidden is None or heads is None:
+    if s is None:
         return
-    size, h, n = to_int(s.value), to_int(hidden.value), to_int(heads.value)
-    if size is not None and h is not None and n and size != h // n:
-        b.unmodelled(s, "an attention head size other than hidden ÷ heads", "estimated with hidden ÷ heads")
+    size = to_int(s.value)
+    if size is None or size <= 0:
+        return b.unknown(s, "head size", hint="a whole number")
+    s.value = size
+    b.shape("head_dim", s)
+
+
+# Megatron's default number of experts each token is routed to (arguments.py core_v0.15.0 `--moe-router-topk`,
+# default 2)
+DEFAULT_TOPK = 2
+MAX_PATTERN = 100_000  # layers in a `--moe-layer-freq` pattern; Megatron's models have at most a few hundred
+
+
+def _experts(b: PlanBuilder, by: dict[str, Setting]) -> None:
+    """A MoE model given by its sizes: `--num-experts` routed experts of `--moe-ffn-hidden-size` (default
+    `--ffn-hidden-size`: arguments.py core_v0.15.0 `validate_args`), `--moe-router-topk` of them per token (default
+    2), shared experts of `--moe-shared-expert-intermediate-size` in all, in the layers `--moe-layer-freq` makes MoE
+    layers (megatron/core/models/gpt/gpt_layer_specs.py `get_gpt_decoder_block_spec`: an int N makes layer i a MoE
+    layer when i % N == 0; a list pattern marks them with 1); the other layers keep a dense MLP of
+    `--ffn-hidden-size`."""
+    from vramlens.plan import Sourced
+
+    extra = b.plan.extra
+    if extra.get("arch.num_experts") is None:
+        return
+    if extra.get("arch.experts_per_token") is None:
+        extra["arch.experts_per_token"] = Sourced(
+            value=DEFAULT_TOPK, origin=Origin.DEFAULT, framework="Megatron-LM", note="`--moe-router-topk` default"
+        )
+    freq = by.get("moe_layer_freq")
+    layers = extra.get("arch.num_layers")
+    if freq is None or layers is None or to_int(layers.value) is None:
+        return
+    n = int(to_int(layers.value) or 0)
+    pattern = moe_layer_pattern(freq.value, n)
+    if pattern is None:
+        return b.unknown(freq, "MoE layer frequency", hint="a whole number or a list pattern such as ([0]+[1]*23)")
+    if len(pattern) != n:
+        b.issue(
+            IssueKind.INVALID_VALUE,
+            f"`{freq.key}` gives a pattern of {len(pattern)} layers for {n} layers: Megatron-LM stops on it "
+            "(gpt_layer_specs.py asserts the lengths match)",
+            freq,
+        )
+        return
+    extra["arch.dense_layers"] = Sourced(
+        value=pattern.count(0),
+        key=freq.key,
+        span=freq.span,
+        value_span=freq.value_span,
+        note=f"{pattern.count(1)} MoE layers, {pattern.count(0)} dense",
+    )
+
+
+def moe_layer_pattern(value, layers: int) -> list[int] | None:
+    """Megatron's `--moe-layer-freq` as a per-layer pattern (1: MoE layer): an int N, or a Python list expression of
+    0/1 lists, `+` and `* int` (arguments.py `moe_freq_type` evaluates it; here it is read with `ast`, never run)."""
+    import ast
+
+    text = str(value).strip()
+    if "[" not in text:
+        n = to_int(text)
+        return [1 if i % n == 0 else 0 for i in range(layers)] if n and n > 0 else None
+
+    def ev(node: ast.AST) -> list[int] | int | None:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.List):
+            items = [ev(e) for e in node.elts]
+            return [int(i) for i in items if isinstance(i, int)] if all(i in (0, 1) for i in items) else None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+            left, right = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Add) and isinstance(left, list) and isinstance(right, list):
+                out = left + right
+            elif isinstance(node.op, ast.Add) and isinstance(left, int) and isinstance(right, int):
+                return left + right
+            elif isinstance(node.op, ast.Mult) and isinstance(left, int) and isinstance(right, int):
+                return left * right if abs(left * right) <= MAX_PATTERN else None
+            elif isinstance(node.op, ast.Mult) and isinstance(left, list) and isinstance(right, int):
+                out = left * right if 0 <= right and len(left) * right <= MAX_PATTERN else []
+            elif isinstance(node.op, ast.Mult) and isinstance(left, int) and isinstance(right, list):
+                out = right * left if 0 <= left and len(right) * left <= MAX_PATTERN else []
+            else:
+                return None
+            return out if 0 < len(out) <= MAX_PATTERN else None
+        return None
+
+    try:
+        found = ev(ast.parse(text, mode="eval").body)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    return found if isinstance(found, list) else None
+
+
+# --- a file of Megatron flags in variables, for a launch script to `source` ---------------------------------------
+
+FRAGMENT = "variables"  # Launch.launcher of a file that only sets Megatron flags in variables
+_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def raw_name(launch, word) -> str:
+    """The variable name a fragment launch's assignment word sets."""
+    return word.plain_prefix().split("=", 1)[0].removesuffix("+")
+
+
+def fragment_launch(text: str, env: dict, ex):
+    """A script with no command of its own that keeps Megatron-LM's flags in variables for a launch script to
+    `source` (Megatron-LM examples/rl/model_configs/*.sh `MODEL_OPTIONS="--num-layers 48 …"`,
+    examples/post_training/modelopt/conf/<org>/<model>.sh `MODEL_ARGS=" … "`, read by `torchrun … train_rl.py
+    $MODEL_OPTIONS` or `finetune.py ${MODEL_ARGS}`): read as the flags of a Megatron-LM training run when, all
+    variables together, they give the model's shape and its batch as a launch does (`is_program`). Each variable's
+    words keep their ranges in the file; a variable another one names (`ALL="$A $B"`) is read once."""
+    from vramlens.formats import shell
+
+    found: list[tuple[str, Any, list]] = []
+    for name, var in env.items():
+        if var.elements is not None:
+            args = [
+                shell.Arg(a.word, piece)
+                for a in var.elements
+                for piece in (a.value.split() if a.value is not None else [None])
+            ]
+        elif var.words_range is not None:
+            words = shell._spliced_words(text, var.words_range, ex)
+            args = shell._args(text, words, env, ex, 1) if words is not None else []
+        else:
+            continue
+        known = [a.text for a in args if a.value]  # a list of flags, not a command (`CMD="python x.py …"`)
+        megatron = any(w.startswith("--") and handler(shell._flag_name(w)) for w in known)
+        if known and known[0].startswith("--") and megatron and (var.stmt_range or var.value_range):
+            found.append((name, var, args))
+    named = {
+        m.group(1)
+        for _, var, _ in found
+        if var.words_range is not None
+        for m in _REF.finditer(text[var.words_range[0] : var.words_range[1]])
+    }
+    found = [f for f in found if f[0] not in named]
+    args = [a for _, _, found_args in found for a in found_args]
+    if not found or not is_program("", "", "variables.py", [a.text for a in args if a.text]):
+        return None
+    first, last = found[0][1], found[-1][1]
+    start = (first.stmt_range or first.value_range)[0]
+    end = (last.stmt_range or last.value_range)[1]
+    command = shell.Command([v.word for _, v, _ in found if v.word is not None], start, end)
+    return shell.Launch("megatron", command, args, {}, launcher=FRAGMENT)

@@ -88,6 +88,8 @@ _TOKEN = re.compile(
 _BORING = re.compile(
     r"(?![ \t]*(?:[A-Za-z_][A-Za-z0-9_]*\+?=|\S*(?:torchrun|accelerate|deepspeed|llamafactory-cli|lmf|tune|axolotl|"
     r"trl|swift|ray|srun|bash|sh|zsh|dash|python[0-9.]*|uv|poetry|pipenv|pdm|hatch|env|nohup|time|exec|command|builtin|if|then|else|elif|do|"
+    r"docker|pip3?|"  # environment set-up, which says the script does not train (formats/purpose.py)
+    r"megatron|"  # Megatron-SWIFT's `megatron sft|pt|rlhf` at the start of a line
     r"while|until|for|select|case|fi|done|esac|export|declare|typeset|local|readonly|unset|[{}!])(?:[ \t]|$)))"
     r"[ \t]*(?=[^\s#$-])(?:(?=([^\n;&|()'\"\\`<]+))\1|'[^'\n]*'|\"[^\"\n\\`]*\")*\n",
     re.M,
@@ -874,6 +876,8 @@ def _parse_launcher(args: list[Arg], i: int, bare: frozenset, valued: frozenset 
     while i < len(args):
         a = args[i]
         t = a.text
+        if a.value is None and a.word.parts and a.word.parts[0][0] == LIT and "=" in a.word.parts[0][1]:
+            t = a.word.parts[0][1]  # `--nproc_per_node=$1`: a flag whose value is only known when the script runs
         if not t.startswith("-") or t == "-" or t == "--":
             break
         name = _norm(_flag_name(t))
@@ -950,7 +954,9 @@ def classify(args: list[Arg], env_prefix: dict[str, Var], cmd: Command) -> Launc
         "prm",
     ):
         return Launch("trl", cmd, args, env_prefix, subcommand=sub, script_args_start=2)
-    if prog == "swift" and sub in ("sft", "pt", "rlhf"):
+    # ms-swift 2.x also trains through `swift dpo|orpo|simpo` (v2.2.0–v2.6.1 swift/cli/main.py `ROUTE_MAPPING`: each
+    # runs swift/cli/rlhf.py with `--rlhf_type <subcommand>` put first; v2.0.x had its own swift/cli/dpo.py)
+    if prog == "swift" and sub in ("sft", "pt", "rlhf", "dpo", "orpo", "simpo"):
         return Launch("swift", cmd, args, env_prefix, subcommand=sub, script_args_start=2)
     if megatron.is_program(prog, sub, None):
         return Launch("megatron", cmd, args, env_prefix, subcommand=sub, script_args_start=2)
@@ -1034,6 +1040,9 @@ def _retarget_script(launch: Launch) -> Launch:
         launch.launcher, launch.tool = launch.tool, "megatron"
         return launch
     name = PurePosixPath(launch.script.text).name if launch.script else ""
+    if verl.is_trainer_script(name):
+        launch.launcher, launch.tool = launch.tool, "verl"
+        return launch
     if name in ("train_bash.py",) or "llamafactory" in launch.script.text:
         launch.tool = "llamafactory" if launch.tool == "python" else launch.tool
     return launch
@@ -1538,6 +1547,8 @@ def analyze(
     weak: tuple[Launch, dict] | None = None  # a plain `python script.py --flags`: used when there is no launcher
     candidates: set[int] = set()
     other: tuple[str, Span] | None = None  # the first command that runs something other than training
+    setup: tuple[str, Span] | None = None  # the first environment set-up command (`pip install`, `docker build`)
+    runs = False  # a command runs python or a launcher
     prev: Command | None = None
     flow = _Flow(text)
     pending = commands[::-1]  # a `bash -c "…"` command's own commands are read after it
@@ -1624,6 +1635,11 @@ def analyze(
                 )
             continue
         prog = (head or "").rsplit("/", 1)[-1]
+        if prog in purpose.SETUP_HEADS:  # `pip install`, `docker build`: counted only when nothing else runs
+            if setup is None and (what := purpose.setup_purpose([raw_text(text, w) for w in rest])) is not None:
+                setup = (what, idx.span(cmd.start, cmd.end))
+            continue
+        runs = runs or bool(_PYTHON.fullmatch(prog)) or (prog in _HEADS and prog not in _RESERVED)
         if other is None and prog in purpose.COMMAND_HEADS:
             what = purpose.command_purpose([ex.parts(w.parts, env, (w.start, w.end)) or "" for w in rest[:8]])
             if what is not None:
@@ -1659,6 +1675,10 @@ def analyze(
             weak = (found, merged)
     if launch is None and weak is not None:
         launch, env = weak
+    if launch is None and other is None:  # Megatron flags kept in variables for a launch script to `source`
+        launch = megatron.fragment_launch(text, env, ex)
+    if other is None and setup is not None and not runs:
+        other = setup
     if ex.capped:
         start, end = ex.capped[0]
         issues.append(
@@ -1749,16 +1769,31 @@ def _heredoc_parts(text: str, a: int, b: int) -> list:
     return [(LIT, text[a:b].replace("\\\n", " "), a, True)]
 
 
+def _value_of_unknown_flag(prev: str | None) -> bool:
+    """Whether a word is the value of a `--flag` no training program defines (`python prep.py --out data.json`): a
+    file it names is the script's own input or output, not a training config."""
+    if prev is None or not prev.startswith("--") or "=" in prev:
+        return False
+    n = _norm(_flag_name(prev.strip("'\"")))
+    if "config" in n or "cfg" in n or "yaml" in n:  # `--config cfg.yaml`, `--config_file`, `--cfg`: a config file
+        return False
+    return not is_known_key(n[3:] if n.startswith("no_") else n)
+
+
 def _may_train(text: str, words: list[Word]) -> bool:
     """A quick look at a `python …` command's raw words: any training flag or config file at all?"""
+    prev = None
     for w in words[1:]:
         t = text[w.start : w.end]
         if t.startswith("--"):
             n = _norm(_flag_name(t.strip("'\"")))
             if is_known_key(n[3:] if n.startswith("no_") else n):
                 return True
-        elif t.strip("'\"").lower().endswith(CONFIG_SUFFIXES) or t.startswith(("-m", "$")):
+        elif (t.strip("'\"").lower().endswith(CONFIG_SUFFIXES) and not _value_of_unknown_flag(prev)) or t.startswith(
+            ("-m", "$")
+        ):
             return True
+        prev = t
     return False
 
 
@@ -1792,7 +1827,9 @@ def _known_trainer(launch: Launch, trains: Callable[[str], bool] | None) -> bool
 
 
 def _trains(launch: Launch) -> bool:
-    """A plain `python script.py` counts when it passes training arguments or a config file."""
+    """A plain `python script.py` counts when it passes training arguments or a config file (not as the value of a
+    flag no training program defines)."""
+    prev = None
     for a in launch.args[launch.script_args_start :]:
         t = a.text
         if t.startswith("--"):
@@ -1800,8 +1837,9 @@ def _trains(launch: Launch) -> bool:
             n = n[3:] if n.startswith("no_") else n
             if is_known_key(n) and n not in hf.MODEL_KEYS:
                 return True
-        elif t.lower().endswith(CONFIG_SUFFIXES):
+        elif t.lower().endswith(CONFIG_SUFFIXES) and not _value_of_unknown_flag(prev):
             return True
+        prev = t
     return False
 
 
@@ -2385,9 +2423,13 @@ def _follow_config(b: PlanBuilder, r: _Reader, kind: str, arg: Arg, target: str,
 
 
 def merge_under(plan: TrainingPlan, sub: TrainingPlan, take_framework: bool = True) -> None:
-    """Copy `sub`'s values into `plan` where `plan` has none (`plan` wins, as the command line does)."""
+    """Copy `sub`'s values into `plan` where `plan` has none (`plan` wins, as the command line does) or only a
+    default its reader filled in (`swift rlhf` → dpo, Megatron-SWIFT's global batch 16), which gives way to a value
+    the config states: the config's keys are arguments too (ms-swift swift/utils/utils.py `parse_args`, v3.5.0 …
+    v4.5.2)."""
     for name, value in sub.settings().items():
-        if getattr(plan, name) is None:
+        mine = getattr(plan, name)
+        if mine is None or (mine.origin == Origin.DEFAULT and value.origin == Origin.FILE):
             setattr(plan, name, value)
     if plan.model_span_hint is None:
         plan.model_span_hint = sub.model_span_hint

@@ -20,7 +20,9 @@ class ModelPart:
 def resolve_model(ctx: Context) -> ModelPart:
     plan, assumptions = ctx.plan, ctx.assumptions
     if plan.model_id is None:
-        arch = arch_from_sizes(plan)
+        from vramlens.formats.model_kind import built_arch
+
+        arch = built_arch(plan) or arch_from_sizes(plan)
         if arch is None:
             raise ResolveError(no_model_message(plan), "model_id")
         vocab_note = (
@@ -28,8 +30,20 @@ def resolve_model(ctx: Context) -> ModelPart:
             if _size(plan, "vocab_size", "padded_vocab_size")
             else f"; vocabulary assumed {arch.vocab:,} (GPT-2's, padded as GPT-NeoX pads it)"
         )
-        note = f"model given by its sizes: {arch.layers} layers, hidden {arch.hidden}, {arch.heads} heads{vocab_note}"
+        experts = (
+            f", {arch.num_experts} routed experts ({arch.experts_per_token} per token) in "
+            f"{arch.layers - arch.dense_layers} layers"
+            + (f", {arch.shared_experts} shared" if arch.shared_experts else "")
+            if arch.num_experts
+            else ""
+        )
+        note = (
+            f"model given by its sizes: {arch.layers} layers, hidden {arch.hidden}, {arch.heads} heads"
+            f"{experts}{vocab_note}"
+        )
         assumptions.append(Approximate(note) if vocab_note else note)
+        if arch.approximate == UNGATED_EXPERTS:
+            assumptions.append(Approximate(f"approximate: {arch.approximate}"))
     else:
         arch = _model(plan.model_id.value, ctx.settings, assumptions)
     if plan.model_id is not None:
@@ -80,8 +94,10 @@ def _model(name: str, settings: Settings, assumptions: list[str]) -> ModelArch:
     """The named model's architecture (`models.find_model`), or a ResolveError saying why there is none."""
     from vramlens.knowledge import models
 
-    found = models.find_model(name, settings.workspace, hub_lookup(settings), settings.any_model_folder)
+    found = models.find_model(name, settings.workspace, hub_lookup(settings), settings.any_model_folder, by_name=True)
     if found.arch is not None:
+        if found.assumed:  # a fine-tune named after its base: the base's shapes
+            assumptions.append(Approximate(found.assumed))
         if found.where in ("local folder", "hub cache", "hub"):
             assumptions.append(f"model shapes from `{name}`'s config.json ({found.where})")
         elif found.where.startswith("the base model"):
@@ -136,6 +152,8 @@ def _missing_path(name: str, settings: Settings) -> str | None:
     return None if path.exists() else f"`{path}`"
 
 
+# the sizes a model given by its sizes needs (`arch_from_sizes`), as configs spell them
+_SIZE_KEYS = frozenset({"num_layers", "hidden_size", "num_attention_heads", "n_layer", "n_embd", "n_head"})
 _QUOTED_KEY = re.compile(r"`([^`]+)`")
 NO_MODEL = "the config does not name a model"  # and gives no value for one: a partial config (DeepSpeed JSON)
 
@@ -143,10 +161,18 @@ NO_MODEL = "the config does not name a model"  # and gives no value for one: a p
 def no_model_message(plan: TrainingPlan) -> str:
     """Why a plan has no model, naming the value the file gave for one when it gave one that could not be used
     (a `$MODEL` only known when the script runs, a value of the wrong type): the reader's own words for it."""
+    from vramlens.formats.model_kind import other_kind
+
+    if (kind := other_kind(plan)) is not None:  # the run trains another kind of model: the reader says which
+        return kind
     for issue in plan.issues:
         m = _QUOTED_KEY.match(issue.message)
         key = m.group(1).lower().lstrip("-") if m else ""
-        names_model = "model" in key.replace("model_max_length", "") or key.endswith("from_pretrained")
+        names_model = (
+            "model" in key.replace("model_max_length", "").replace("model_parallel", "").replace("model-parallel", "")
+            or key.endswith("from_pretrained")
+            or key.replace("-", "_") in _SIZE_KEYS
+        )
         if names_model and not key.startswith(("ref", "reward", "teacher")):
             line = f" (line {issue.span.start_line + 1})" if issue.span is not None else ""
             why = issue.message.split("; it is not read")[0]
@@ -180,18 +206,65 @@ def arch_from_sizes(plan: TrainingPlan) -> ModelArch | None:
     if gated and inter > 4 * hidden:
         inter = inter // 3  # GPT-NeoX's SwiGLU intermediate_size is not the per-branch width
     untied = plan.extra.get("arch.no_weight_tying")
+    head_dim = _size(plan, "head_dim")
+    sizes = {
+        "mlp": "swiglu" if gated else "gelu",
+        "norm": "rmsnorm" if "rms" in text("norm") else "layernorm",
+        "kv_heads": _size(plan, "num_kv_heads"),
+        "head_dim": head_dim if head_dim and head_dim != hidden // heads else None,
+        "vocab": _size(plan, "vocab_size", "padded_vocab_size") or 50304,
+        "tied_embeddings": not (untied is not None and bool(untied.value)),
+        "max_position": _size(plan, "max_position_embeddings", "block_size"),
+        "source": "sizes read from the config file",
+    }
+    if _size(plan, "num_experts"):
+        return _moe_arch(plan, layers, hidden, heads, inter, sizes)
     return ModelArch(
         id=f"custom-{layers}L-{hidden}h",
         family="gpt_neox" if plan.extra.get("arch.num_layers") else "gpt2",
-        mlp="swiglu" if gated else "gelu",
-        norm="rmsnorm" if "rms" in text("norm") else "layernorm",
         hidden=hidden,
         layers=layers,
         heads=heads,
-        kv_heads=_size(plan, "num_kv_heads"),
         intermediate=inter,
-        vocab=_size(plan, "vocab_size", "padded_vocab_size") or 50304,
-        tied_embeddings=not (untied is not None and bool(untied.value)),
-        max_position=_size(plan, "max_position_embeddings", "block_size"),
-        source="sizes read from the config file",
+        **sizes,
     )
+
+
+UNGATED_EXPERTS = "experts counted as gated (SwiGLU) MLPs; these are not"
+
+
+def _moe_arch(plan: TrainingPlan, layers: int, hidden: int, heads: int, inter: int, sizes: dict) -> ModelArch | None:
+    """A model with routed experts given by its sizes (Megatron-LM's `--num-experts`, `--moe-ffn-hidden-size`, …,
+    kept as `arch.*` shapes by formats.megatron), built by the construction the catalog uses for a Hugging Face
+    config with experts (`knowledge.models._arch_from_sizes`, under Mixtral's keys: a decoder of attention blocks and
+    MoE MLPs, shared experts and leading dense layers as Qwen2-MoE / DeepSeek name them); what the flags say of the
+    norm, activation and embeddings is kept as they say it."""
+    from vramlens.knowledge.models import _arch_from_sizes
+
+    experts = _size(plan, "num_experts")
+    config = {
+        "model_type": "mixtral",
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": sizes["kv_heads"] or heads,
+        "head_dim": sizes["head_dim"] or hidden // heads,
+        "intermediate_size": inter,
+        "vocab_size": sizes["vocab"],
+        "max_position_embeddings": sizes["max_position"],
+        "tie_word_embeddings": sizes["tied_embeddings"],
+        "num_local_experts": experts,
+        "moe_intermediate_size": _size(plan, "moe_intermediate_size") or inter,
+        "num_experts_per_tok": _size(plan, "experts_per_token"),
+        "shared_expert_intermediate_size": _size(plan, "shared_expert_intermediate_size"),
+        "first_k_dense_replace": _size(plan, "dense_layers"),
+    }
+    arch = _arch_from_sizes(
+        {k: v for k, v in config.items() if v is not None}, f"custom-{layers}L-{hidden}h-{experts}e"
+    )
+    if arch is None:
+        return None
+    update: dict = {"norm": sizes["norm"], "mlp": sizes["mlp"], "source": sizes["source"]}
+    if sizes["mlp"] != "swiglu":
+        update["approximate"] = UNGATED_EXPERTS
+    return arch.model_copy(update=update)
