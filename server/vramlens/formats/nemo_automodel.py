@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from vramlens.formats import model_kind
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
 from vramlens.plan import IssueKind, Origin
 
@@ -60,6 +61,66 @@ LOSSES = {
     "FusedLinearCrossEntropy": "fused",
     "ChunkedCrossEntropy": "chunked",
 }
+# The recipe classes a YAML's `recipe:` names (nemo_automodel/recipes/ at main 36044ad3): the language-model ones
+# are read as such; the others train another kind of model, (the kind, what it trains) — said when no model is read.
+_SPECULATIVE = (
+    "a speculative-decoding draft model",
+    "a small draft network against the frozen target model `{target}`, which runs beside it "
+    "(nemo_automodel/recipes/llm/train_{module}.py)",
+)
+RECIPES: dict[str, tuple[str, str] | None] = {
+    "TrainFinetuneRecipeForNextTokenPrediction": None,
+    "BenchmarkingRecipeForNextTokenPrediction": None,
+    "KnowledgeDistillationRecipeForNextTokenPrediction": None,
+    "TrainFinetuneRecipeForSequenceClassification": None,
+    "FinetuneRecipeForVLM": None,
+    "KnowledgeDistillationRecipeForVLM": None,
+    "DiffusionLMSFTRecipe": None,
+    "DiffusionGemmaSFTRecipe": None,
+    "TrainDiffusionRecipe": ("a diffusion model", "`{target}` by flow matching (nemo_automodel/recipes/diffusion)"),
+    "TrainEagle1Recipe": _SPECULATIVE,
+    "TrainEagle2Recipe": _SPECULATIVE,
+    "TrainEagle3Recipe": _SPECULATIVE,
+    "TrainDFlashRecipe": _SPECULATIVE,
+    "TrainDFlash2Recipe": _SPECULATIVE,
+    "TrainDominoRecipe": _SPECULATIVE,
+    "TrainDSparkRecipe": _SPECULATIVE,
+    "TrainJetSpecRecipe": _SPECULATIVE,
+    "TrainVispecRecipe": _SPECULATIVE,
+    "TrainVispecStage1Recipe": _SPECULATIVE,
+    "PretrainRecipeForMultimodal": (
+        "a unified multimodal model",
+        "a language model `{target}` joined with a vision encoder and an image autoencoder in one network "
+        "(nemo_automodel/recipes/multimodal)",
+    ),
+    "FinetuneRecipeForMultimodal": (
+        "a unified multimodal model",
+        "a language model `{target}` joined with a vision encoder and an image autoencoder in one network "
+        "(nemo_automodel/recipes/multimodal)",
+    ),
+    "TrainBiEncoderRecipe": ("an embedding retriever", "a bi-encoder on `{target}` (nemo_automodel/recipes/retrieval)"),
+    "TrainCrossEncoderRecipe": (
+        "an embedding retriever",
+        "a cross-encoder reranker on `{target}` (nemo_automodel/recipes/retrieval)",
+    ),
+    "EmbeddingDistillRecipe": (
+        "an embedding retriever",
+        "an embedding model distilled from `{target}` (nemo_automodel/recipes/retrieval)",
+    ),
+}
+# recipe class → the module under nemo_automodel/recipes/llm/ that defines it (for the message)
+_RECIPE_MODULES = {
+    "TrainEagle1Recipe": "eagle1",
+    "TrainEagle2Recipe": "eagle2",
+    "TrainEagle3Recipe": "eagle3",
+    "TrainDFlashRecipe": "dflash",
+    "TrainDFlash2Recipe": "dflash2",
+    "TrainDominoRecipe": "domino",
+    "TrainDSparkRecipe": "dspark",
+    "TrainJetSpecRecipe": "jetspec",
+    "TrainVispecRecipe": "vispec",
+    "TrainVispecStage1Recipe": "vispec",
+}
 # the run's header comment: "automodel examples/…/x.yaml --nproc-per-node 8"
 _RUN_LINE = re.compile(r"^#.*\bautomodel\b.*--nproc[-_]per[-_]node[ =](\d+)", re.MULTILINE)
 
@@ -71,9 +132,28 @@ def _target(value: Any) -> str:
 def detect(data: Any, keys: set[str]) -> float:
     if "nemo_automodel" in _target(data.get("model")) or "nemo_automodel" in _target(data.get("distributed")):
         return 1.0
+    if str(data.get("recipe") or "").strip() in RECIPES:
+        return 1.0
+    if "flow_matching" in keys and "step_scheduler" in keys and isinstance(data.get("model"), dict):
+        return 1.0  # TrainDiffusionRecipe's sections (nemo_automodel/recipes/diffusion/train.py at 36044ad3)
     if {"step_scheduler", "distributed"} <= keys and len(keys & SECTIONS) >= 4:
         return 0.9
     return 0.0
+
+
+def config_purpose(keys: set[str], data: dict) -> str | None:
+    """What a NeMo AutoModel YAML that trains nothing is for (no `optimizer` section, which every training recipe
+    builds), or None: the diffusion generation configs (examples/diffusion/generate/configs at 36044ad3, read by
+    examples/diffusion/generate/generate.py: `inference.num_inference_steps`) and the retrieval hard-negative mining
+    config (examples/retrieval/data_utils/mining_config.yaml: `mining:`)."""
+    if "optimizer" in keys:
+        return None
+    inference = data.get("inference")
+    if isinstance(inference, dict) and "num_inference_steps" in inference:
+        return "a NeMo AutoModel diffusion generation config (samples images or videos from a trained model)"
+    if isinstance(data.get("mining"), dict) and "hard_negatives_to_mine" in data["mining"]:
+        return "a NeMo AutoModel hard-negative mining config (retrieval data preparation with an embedding model)"
+    return None
 
 
 def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
@@ -83,7 +163,9 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
         s = by.get(path)
         return s if s is not None and s.value is not None else None
 
-    _model(b, get)
+    _model(b, data, get)
+    if b.plan.model_id is None and model_kind.built_arch(b.plan) is None:
+        _other_kind(b, data, get)
     if (s := get("step_scheduler", "local_batch_size")) is not None:
         b.set_int("micro_batch", s, minimum=1)
     if (s := get("step_scheduler", "global_batch_size")) is not None:
@@ -110,15 +192,17 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
         )
 
 
-def _model(b: PlanBuilder, get) -> None:
+def _model(b: PlanBuilder, data: Any, get) -> None:
     s = get("model", "pretrained_model_name_or_path")
     if s is None:
         # `NeMoAutoModelForCausalLM.from_config` with `config: {_target_: transformers.AutoConfig.from_pretrained,
         # pretrained_model_name_or_path: …}`: that model's architecture, initialised afresh (the llm_benchmark and
         # llm_pretrain examples, e.g. examples/llm_benchmark/deepseek/deepseek_v3_te_deepep.yaml at 36044ad3)
         s = get("model", "config", "pretrained_model_name_or_path")
-    if s is not None and isinstance(s.value, str) and s.value.strip():
+    if s is not None and isinstance(s.value, str) and s.value.strip() and not _other_recipe(data):
         b.set("model_id", s.value.strip(), s)
+    elif s is None and isinstance(model := data.get("model"), dict):
+        _model_by_fields(b, model, get)
     s = get("model", "torch_dtype")
     if s is not None:
         dtype = DTYPES.get(str(s.value).strip().lower())
@@ -136,6 +220,88 @@ def _model(b: PlanBuilder, get) -> None:
         )
     if (s := get("model", "attn_implementation")) is not None and isinstance(s.value, str):
         b.set("attn_impl", s.value.strip(), s)
+
+
+# `config: {_target_: transformers.models.<model_type>.configuration_<model_type>.<Name>Config, …}` or NeMo AutoModel's
+# own `nemo_automodel.components.models.<model_type>.config.<Name>Config`
+_CONFIG_CLASS = re.compile(r"(?:^|\.)models\.(\w+)\.(?:configuration_\w+|config)\.(\w+Config)$")
+# nanoGPT-style builders' size keywords (nemo_automodel/components/models/gpt2.py `build_gpt2_model` at v0.2.0):
+# GPT-2 blocks, LayerNorm and a GELU MLP of 4 × n_embd, the LM head tied
+_GPT2_SIZES = {"n_layer": "n_layer", "n_embd": "n_embd", "n_head": "n_head", "vocab_size": "vocab_size"}
+
+
+def _model_by_fields(b: PlanBuilder, model: dict, get) -> None:
+    """A model the file builds from its own fields instead of naming a checkpoint:
+    `NeMoAutoModelForCausalLM.from_config` with an inline `config:` (its config class's fields, as config.json
+    holds them: the llm_finetune proxies and llm_benchmark recipes at main 36044ad3), or a builder called with the
+    model's sizes (`build_gpt2_model(n_layer=…, n_embd=…, n_head=…)`, examples/llm_pretrain/nanogpt_pretrain.yaml)."""
+    config = model.get("config")
+    if isinstance(config, dict) and isinstance(config.get("_target_"), str):
+        from vramlens.knowledge.models import arch_from_hf_config
+
+        target = config["_target_"].strip()
+        where = get("model", "config", "_target_")
+        m = _CONFIG_CLASS.search(target)
+        fields = {k: v for k, v in config.items() if k != "_target_"}
+        if m is not None:
+            fields.setdefault("model_type", m[1])
+        name = target.rsplit(".", 1)[-1]
+        arch = arch_from_hf_config(fields, f"{name} (inline config)", source="the config's inline `model.config`")
+        if arch is None:
+            b.issue(
+                IssueKind.UNKNOWN_VALUE,
+                f"`model.config` builds `{name}` from fields the file leaves partly to the class's own defaults "
+                "(no hidden size, layer count or head count written), which vramlens does not know",
+                where,
+            )
+            return
+        model_kind.set_built_arch(
+            b,
+            arch,
+            where,
+            f"`model.config`: `{name}` built afresh from the file's fields ({arch.layers} layers, hidden "
+            f"{arch.hidden}" + (f", {arch.num_experts} experts" if arch.num_experts else "") + ")",
+        )
+        return
+    if all(k in model for k in ("n_layer", "n_embd", "n_head")):
+        for key, shape in _GPT2_SIZES.items():
+            if (s := get("model", key)) is not None:
+                b.shape(shape, s)
+        if (s := get("model", "n_positions")) is not None:
+            b.shape("block_size", s)
+
+
+def _other_recipe(data: Any) -> tuple[str, str] | None:
+    """(the kind, what it trains) when the recipe trains something other than a language model."""
+    recipe = str(data.get("recipe") or "").strip()
+    if recipe in RECIPES:
+        return RECIPES[recipe]
+    if "flow_matching" in data:
+        return RECIPES["TrainDiffusionRecipe"]
+    return None
+
+
+def _other_kind(b: PlanBuilder, data: Any, get) -> None:
+    """A run that trains another kind of model: one message naming the kind and the model it names."""
+    found = _other_recipe(data)
+    if found is None:
+        return
+    kind, what = found
+    recipe = str(data.get("recipe") or "").strip()
+    where = None
+    for path in (
+        ("recipe_args", "target_model_name_or_path"),
+        ("model", "pretrained_model_name_or_path"),
+        ("model", "llm_path"),
+        ("model", "config", "pretrained_model_name_or_path"),
+        ("recipe",),
+    ):
+        if (where := get(*path)) is not None:
+            break
+    target = where.value if where is not None and path != ("recipe",) else "?"
+    detail = what.format(target=target, module=_RECIPE_MODULES.get(recipe, "*"))
+    said = f"`recipe: {recipe}`" if recipe else "`flow_matching:` (the diffusion recipe's section)"
+    model_kind.set_other_kind(b, where, kind, f"{said} trains {detail}")
 
 
 def _sequence(b: PlanBuilder, get) -> None:

@@ -25,6 +25,12 @@ from pathlib import PurePosixPath
 
 def config_purpose(dialect: str | None, keys: set[str], data: dict) -> str | None:
     """What a config that is not a training run is for ("a LLaMA-Factory merge/export config"), or None."""
+    from vramlens.formats import nemo_automodel, verl
+
+    if (what := verl.config_purpose(keys, data)) is not None:
+        return what
+    if (what := nemo_automodel.config_purpose(keys, data)) is not None:
+        return what
     if "merge_method" in keys and ({"models", "slices", "base_model"} & keys):
         return "a mergekit merge config"
     if dialect == "torchtune" and not ({"optimizer", "loss", "optimizer_in_bwd"} & keys):
@@ -94,7 +100,10 @@ _MODULES = re.compile(
     r"^(?:vllm\.|sglang\.|lm_eval|mergekit|axolotl\.cli\.(?:inference|merge|quantize|evaluate|"
     r"preprocess)|swift\.cli\.(?:infer|export|eval|deploy|merge)|llamafactory\.(?:chat|eval|api)|"
     # verl's generation and evaluation entry points (verl/trainer/main_generation.py, main_eval.py)
-    r"verl\.trainer\.main_(?:generation|eval))"
+    r"verl\.trainer\.main_(?:generation|eval)|"
+    # DeepSpeed's checkpoint conversion (deepspeed/checkpoint/ds_to_universal.py; OpenRLHF v0.8.0+
+    # examples/scripts/ckpt_ds_zero_to_universal.sh)
+    r"deepspeed\.checkpoint\.)"
 )
 # a script whose file name says it does not train (and nothing in it says train / finetune / sft)
 _SCRIPT = re.compile(
@@ -123,6 +132,30 @@ def command_purpose(words: list[str]) -> str | None:
                 return f"`tune run {recipe}`"
         return None
     return None
+
+
+# Environment set-up: package installs and container management (OpenRLHF examples/scripts/build_openrlhf.sh
+# `pip install`, docker_run.sh `docker build` / `docker image rm`, nvidia_docker_install.sh, v0.3.0 to main). They
+# say a script does not train only when nothing else in it runs python or a launcher (shell.analyze); `docker run`
+# is left out: it may start a training command inside the container.
+_SETUP: dict[str, frozenset[str] | None] = {
+    "pip": None,
+    "pip3": None,
+    "docker": frozenset({"build", "image", "images", "pull", "push", "rm", "rmi", "ps", "login", "tag", "stop"}),
+}
+SETUP_HEADS = frozenset(_SETUP)
+
+
+def setup_purpose(words: list[str]) -> str | None:
+    """`pip install …` / `docker build …` → "`pip install` (environment set-up)"; None for other commands. A
+    `docker run … <image> bash` ends in an interactive shell (OpenRLHF v0.6.0+ docker_run.sh): set-up too."""
+    prog = words[0].rsplit("/", 1)[-1] if words else ""
+    sub = words[1] if len(words) > 1 else ""
+    if prog == "docker" and sub == "run" and len(words) > 3 and words[-1].rsplit("/", 1)[-1] in ("bash", "sh", "zsh"):
+        return "`docker run … bash` (an interactive container)"
+    if prog not in _SETUP or (_SETUP[prog] is not None and sub not in _SETUP[prog]):  # type: ignore[operator]
+        return None
+    return f"`{prog}{' ' + sub if sub and not sub.startswith('-') else ''}` (environment set-up)"
 
 
 def module_purpose(module: str) -> str | None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vramlens import toml_reading
+from vramlens.formats.model_kind import set_built_arch, set_other_kind
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_float, to_int
 from vramlens.plan import IssueKind, Origin, Severity, Span, TrainingPlan
 from vramlens.text import LineIndex
@@ -71,10 +72,6 @@ SAME_SHAPES = {
 MOE_MODELS = frozenset({"deepseek_v3", "gpt_oss", "llama4", "kimi_k2_7"})
 # Flavors whose layers vramlens' model shapes cannot hold, with the reason (kept out of the estimate)
 NOT_ESTIMATED = {
-    # torchtitan/models/llama4/model/args.py and model/moe.py at v0.2.2: MoE on every `interleave_moe_layer_step`-th
-    # layer only, and with `auto_scale_hidden_dim` the expert width is rescaled from dim, multiple_of and top_k
-    "llama4": "its MoE layers interleave with dense ones (`interleave_moe_layer_step`), which vramlens' model shapes "
-    "cannot hold",
     # torchtitan/models/qwen3_5/__init__.py at main: Gated DeltaNet linear-attention layers between the full ones
     "qwen3_5": "its linear-attention (Gated DeltaNet) layers are not in the flavor's fields",
     # torchtitan/models/kimi_k2_7/__init__.py at main: a vision encoder beside the DeepSeek-V3-style decoder
@@ -82,6 +79,21 @@ NOT_ESTIMATED = {
     # torchtitan/models/muse_glimmer/__init__.py at main: the FFN width is computed in its layer builder
     # (`int(_FFN_DIM_MULTIPLIER * dim)`), not a field of the flavor
     "muse_glimmer": "its FFN width is computed in its layer builder, not a field of the flavor",
+}
+# Model packages that train something other than a language model: (the kind, what the package builds)
+OTHER_KINDS = {
+    # torchtitan/experiments/flux/__init__.py at v0.2.0, torchtitan/models/flux/__init__.py at v0.2.2 and main
+    "flux": (
+        "a diffusion model",
+        "torchtitan's FLUX.1 flow-matching text-to-image transformer (with its T5 and CLIP text encoders and VAE); "
+        "vramlens models language-model blocks only",
+    ),
+    # torchtitan/experiments/vlm/__init__.py at v0.2.0: `Llama3Siglip2Transformer`
+    "vlm": (
+        "a vision-language model",
+        "torchtitan's experimental Llama 3 decoder with a SigLIP2 vision encoder, whose encoder shapes are not in "
+        "torchtitan's model flavor tables",
+    ),
 }
 # The shape fields a flavor and a catalog model must share to be estimated as that model
 TWIN_FIELDS = (
@@ -347,6 +359,10 @@ def _model(b: PlanBuilder, v: _Values) -> None:
         else:
             _default(b, "model_id", mid, f"{label} (JobConfig's default model): the shapes of {mid}")
         return
+    if name in OTHER_KINDS:
+        kind, what = OTHER_KINDS[name]
+        set_other_kind(b, where, kind, f"{label} is {what}")
+        return
     found = flavor_args(name, flavor)
     if found is None:
         known = sorted(
@@ -369,14 +385,23 @@ def _model(b: PlanBuilder, v: _Values) -> None:
     moe = args["moe_enabled"] if "moe_enabled" in args else name in MOE_MODELS or bool(args.get("num_experts"))
     if moe:
         arch = flavor_arch(name, args)
-        twin = catalog_twin(arch) if arch is not None else None
-        if twin is None:
-            why = (
-                "its expert fields are not in the dumped flavor tables"
-                if arch is None
-                else "no published checkpoint has its shapes, and a model given by its sizes is estimated dense"
-            )
+        if arch is None:
+            why = "its expert fields are not in the dumped flavor tables"
             b.issue(IssueKind.UNKNOWN_VALUE, f"{label} is a mixture-of-experts flavor: {why}; no estimate", where)
+            return
+        # llama4's checkpoints are multimodal and run every expert on every token in transformers (DENSE_ROUTED
+        # there); torchtitan trains the text decoder with routed grouped GEMMs: never a catalog twin
+        twin = catalog_twin(arch) if name != "llama4" else None
+        if twin is None:  # no published checkpoint has its shapes: the model torchtitan builds from the flavor
+            set_built_arch(
+                b,
+                arch.model_copy(update={"id": f"torchtitan/{name}/{flavor}"}),
+                where,
+                f"{label}: the model torchtitan builds from the flavor's fields ({arch.layers} layers, hidden "
+                f"{arch.hidden}, {arch.num_experts} experts of {arch.moe_intermediate}, top-{arch.experts_per_token}, "
+                f"{arch.shared_experts} shared, {arch.layers - arch.dense_layers} MoE layers; torchtitan {version} "
+                f"torchtitan/models/{name}/__init__.py)",
+            )
             return
         note = (
             f"{label}: the shapes of {twin.id} ({arch.num_experts} experts of {arch.moe_intermediate}, "
@@ -428,11 +453,16 @@ def flavor_arch(name: str, args: dict) -> ModelArch | None:
     - qwen3 MoE flavors (torchtitan/models/qwen3/model/args.py at v0.2.2): every layer MoE when `moe_enabled`,
       `num_experts` experts of `moe_inter_dim`, no shared expert; GQA heads of `head_dim`.
     - gpt_oss (torchtitan/models/gpt_oss/model/args.py at v0.2.2): every layer MoE, experts of `moe_inter_dim`
-      with biases, attention projections with biases, heads of `head_dim`."""
+      with biases, attention projections with biases, heads of `head_dim`.
+    - llama4 (torchtitan/models/llama4/model/args.py and model/model.py `TransformerBlock.__init__` at v0.2.0 and
+      v0.2.2): MoE on every `interleave_moe_layer_step`-th layer, experts of `llama4_expert_hidden`, the other
+      layers llama3's FeedForward of 4 × dim; GQA; the output untied."""
     from vramlens.knowledge.schema import ModelArch
 
     dim, layers, heads, vocab = (_int(args, k) for k in ("dim", "n_layers", "n_heads", "vocab_size"))
     experts, top_k, expert_dim = (_int(args, k) for k in ("num_experts", "top_k", "moe_inter_dim"))
+    if name == "llama4" and dim and experts and top_k:
+        expert_dim = llama4_expert_hidden(args)
     if not (dim and layers and heads and vocab and experts and top_k and expert_dim):
         return None
     common = dict(
@@ -461,6 +491,17 @@ def flavor_arch(name: str, args: dict) -> ModelArch | None:
             **common,
         )
     head = _int(args, "head_dim") or dim // heads
+    if name == "llama4":
+        # every `interleave_moe_layer_step`-th layer MoE (`(layer_id + 1) % step == 0`), the others a SwiGLU FFN of
+        # llama3's width; one shared expert FFN of `hidden_dim * num_shared_experts`, counted as that many experts
+        step = int(args.get("interleave_moe_layer_step") or 1)
+        return ModelArch(
+            family="llama",
+            kv_heads=_int(args, "n_kv_heads"),
+            intermediate=ffn_hidden(args),
+            dense_layers=layers - layers // step,
+            **common,
+        )
     if name == "gpt_oss":
         return ModelArch(
             family="gpt_oss",
@@ -480,6 +521,19 @@ def flavor_arch(name: str, args: dict) -> ModelArch | None:
             **common,
         )
     return None
+
+
+def llama4_expert_hidden(args: dict) -> int:
+    """The width of llama4's experts (torchtitan/models/llama4/model/model.py `TransformerBlock.__init__` at v0.2.0
+    and v0.2.2): 4 × dim, × 2/3, × ffn_dim_multiplier, divided by top_k + num_shared_experts when
+    `auto_scale_hidden_dim` (its default: True), rounded up to a multiple of `multiple_of`."""
+    hidden = int(2 * (4 * args["dim"]) / 3)
+    if args.get("ffn_dim_multiplier") is not None:
+        hidden = int(args["ffn_dim_multiplier"] * hidden)
+    if args.get("auto_scale_hidden_dim", True):
+        hidden = int(hidden / (int(args["top_k"]) + int(args.get("num_shared_experts") or 0)))
+    multiple = int(args.get("multiple_of") or 256)
+    return hidden + (-hidden % multiple)
 
 
 def catalog_twin(arch: ModelArch) -> ModelArch | None:
