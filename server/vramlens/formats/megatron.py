@@ -15,12 +15,14 @@ and Megatron-SWIFT's for `megatron sft|pt|rlhf` (knowledge/frameworks.py "megatr
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
 from vramlens.formats import hf
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
 from vramlens.plan import IssueKind, Origin, Severity
+from vramlens.settings import MAX_GPU_COUNT
 
 ARGUMENTS = "Megatron-LM megatron/training/arguments.py"
 FRAMEWORK = "megatron"  # knowledge/frameworks.py: Megatron-LM's own defaults
@@ -237,6 +239,8 @@ HANDLERS = {
     "swiglu": _swiglu,
     "normalization": lambda b, s: b.shape("norm", s),
     "untie_embeddings_and_output_weights": lambda b, s: b.shape("no_weight_tying", s),
+    "disable_bias_linear": lambda b, s: b.shape("disable_bias_linear", s),  # kept for resolve.arch_from_sizes
+    "add_qkv_bias": lambda b, s: b.shape("add_qkv_bias", s),
     "grad_reduce_in_bf16": _not_modelled("gradients reduced in bf16", "gradient buffers counted in fp32"),
     "fp8_format": _not_modelled("FP8 training (Transformer Engine)", "estimated with 16-bit activations"),
     "cpu_offloading": _not_modelled("activation/weight CPU offloading", "estimated as kept on the GPU"),
@@ -457,6 +461,59 @@ def finish(b: PlanBuilder, settings: list[Setting], launch) -> None:
             "gradient buffers counted in fp32",
             key="fp16" if "fp16" not in by else None,
         )
+
+
+def implied_world_size(b: PlanBuilder, settings: list[Setting]) -> None:
+    """A launch that states no GPU count runs on at least the GPUs its parallel layout needs: megatron-core
+    `parallel_state.initialize_model_parallel` requires the world size to be a multiple of TP × PP × CP and (of the
+    expert layers) of ETP × EP × PP, ETP defaulting to TP (core_v0.13.0 megatron/core/parallel_state.py; core_r0.8.0
+    asks that EP divide the data-parallel size, the same product when CP is 1). The least such world size is taken,
+    with a note; a launcher's count (`--nproc_per_node`, `NPROC_PER_NODE`) is never replaced."""
+    plan = b.plan
+    if plan.gpu_count is not None or plan.world_size is not None or is_swift_plan(plan):
+        return
+    by = {s.path[0]: s for s in settings if s.path and not s.unresolved}
+
+    def size(concept: str, flag: str) -> int:
+        sourced = getattr(plan, concept, None)
+        if sourced is not None and isinstance(sourced.value, int) and sourced.value >= 1:
+            return sourced.value
+        n = to_int(by[flag].value) if flag in by else None
+        return n if n and n >= 1 else 1
+
+    tp = size("tensor_parallel", "tensor_model_parallel_size")
+    pp = size("pipeline_parallel", "pipeline_model_parallel_size")
+    cp = size("context_parallel", "context_parallel_size")
+    ep = size("expert_parallel", "expert_model_parallel_size")
+    etp = to_int(by["expert_tensor_parallel_size"].value) if "expert_tensor_parallel_size" in by else None
+    etp = etp if etp and etp >= 1 else tp
+    world = math.lcm(tp * pp * cp, etp * ep * pp)
+    if world <= 1 or world > MAX_GPU_COUNT:
+        return
+    parts = [f"TP {tp}", f"PP {pp}"] + ([f"CP {cp}"] if cp > 1 else []) + ([f"EP {ep}"] if ep > 1 else [])
+    src = next(
+        (
+            by[f]
+            for f in (
+                "tensor_model_parallel_size",
+                "pipeline_model_parallel_size",
+                "context_parallel_size",
+                "expert_model_parallel_size",
+            )
+            if f in by
+        ),
+        None,
+    )
+    note = (
+        f"no launcher states the GPU count: the least world size megatron-core accepts for {' × '.join(parts)} "
+        "(a multiple of TP × PP × CP and of expert TP × EP × PP), one data-parallel replica"
+    )
+    b.set("gpu_count", world, src, note=note, origin=Origin.DERIVED)
+    b.set("world_size", world, src, note=note, origin=Origin.DERIVED)
+
+
+def is_swift_plan(plan) -> bool:
+    return plan.framework == SWIFT_FRAMEWORK
 
 
 def _swift_checkpoint_model(b: PlanBuilder, by: dict[str, Setting]) -> None:
