@@ -43,6 +43,18 @@ def torchtitan_stated(path: Path, plan: Any) -> dict[str, Any]:
     return out
 
 
+def verl_stated(path: Path, plan: Any) -> dict[str, Any]:
+    """A verl file's own values (the generic reading), without `ppo_micro_batch_size_per_gpu` when the file turns
+    `actor_rollout_ref.actor.use_dynamic_bsz` on: verl then splits each mini-batch by
+    `ppo_max_token_len_per_gpu` tokens and never reads the per-GPU micro-batch size (verl
+    verl/workers/actor/dp_actor.py `update_policy`: `prepare_dynamic_batch(mini_batch, max_token_len=...)` if
+    `use_dynamic_bsz` else `mini_batch.split(ppo_micro_batch_size_per_gpu)`; megatron_actor.py the same)."""
+    values = stated(path)
+    if str(values.get("actor_rollout_ref.actor.use_dynamic_bsz", "")).strip().lower() in ("true", "1"):
+        values.pop("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", None)
+    return values
+
+
 MEGATRON_CHECKS = [
     Check(("micro-batch-size", "micro_batch_size"), "micro_batch"),
     Check(("seq-length", "max_length", "seq_length"), "seq_len"),
@@ -53,6 +65,40 @@ MEGATRON_CHECKS = [
     Check(("use-distributed-optimizer", "use_distributed_optimizer"), "distributed_optimizer", "bool"),
     Check(("sequence-parallel", "sequence_parallel"), "sequence_parallel", "bool"),
 ]
+
+# ms-swift's commands that do not train (swift/cli/main.py `ROUTE_MAPPING` at v2.4.0 … v4.5.2; `megatron export`
+# converts checkpoints) and 1.x/2.x's example inference entry point: a script often trains, then runs one of these on
+# the checkpoint it wrote (`swift infer --model output/…/checkpoint-xxx`), whose flags are not the run's
+_SWIFT_NOT_TRAINING = re.compile(
+    r"\b(?:swift\s+(?:infer|export|eval|deploy|merge[-_]lora|app|app[-_]ui|web[-_]ui|sample|rollout)"
+    r"|megatron\s+export)\b|\bllm_infer\.py\b"
+)
+_SWIFT_REGISTRY = Path(__file__).resolve().parents[1] / "server/vramlens/knowledge/data/ms_swift_model_types.json"
+
+
+def swift_stated(path: Path, plan: Any) -> dict[str, Any]:
+    """An ms-swift script's values from its training commands only (a non-training command's lines are left out),
+    and a ModelScope model id as the Hugging Face id ms-swift's own registry pairs it with (swift/llm/utils/model.py
+    v1.7.3/v2.6.1 `register_model(…, 'modelscope/Llama-2-13b-chat-ms', …, hf_model_id='meta-llama/…')`: the same
+    weights under their Hub name)."""
+    import json
+    import tempfile
+
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix != ".sh":
+        return stated(path)
+    kept = [ln for ln in re.sub(r"\\\n", " ", text).splitlines() if not _SWIFT_NOT_TRAINING.search(ln)]
+    with tempfile.TemporaryDirectory() as tmp:
+        filtered = Path(tmp) / path.name
+        filtered.write_text("\n".join(kept) + "\n", encoding="utf-8")
+        values = stated(filtered)
+    types = json.loads(_SWIFT_REGISTRY.read_text(encoding="utf-8"))["types"].values()
+    hub = {t["model_id"]: t["hf_model_id"] for t in types if t.get("model_id") and t.get("hf_model_id")}
+    for key in ("model", "model_id_or_path"):
+        if isinstance(values.get(key), str) and values[key] in hub:
+            values[key] = hub[values[key]]
+    return values
+
 
 FRAMEWORKS: list[Framework] = [
     Framework(
@@ -85,10 +131,13 @@ FRAMEWORKS: list[Framework] = [
             Check(("actor_rollout_ref.model.path",), "model_id", "model"),
             Check(("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",), "micro_batch"),
             Check(("actor_rollout_ref.model.enable_gradient_checkpointing",), "grad_checkpointing", "bool"),
-            Check(("actor_rollout_ref.model.lora_rank",), "lora_r"),
+            Check(("actor_rollout_ref.model.lora_rank", "actor_rollout_ref.model.lora.rank"), "lora_r"),
             Check(("actor_rollout_ref.rollout.gpu_memory_utilization",), "vllm_memory_share", "float"),
             Check(("actor_rollout_ref.rollout.n",), "num_generations"),
+            Check(("model.partial_pretrain",), "model_id", "model"),
+            Check(("data.micro_batch_size_per_gpu",), "micro_batch"),
         ],
+        verl_stated,
     ),
     Framework(
         "torchtitan",
@@ -141,5 +190,6 @@ FRAMEWORKS: list[Framework] = [
             Check(("pipeline_model_parallel_size",), "pipeline_parallel"),
             Check(("expert_model_parallel_size",), "expert_parallel"),
         ],
+        swift_stated,
     ),
 ]

@@ -90,6 +90,7 @@ _BORING = re.compile(
     r"trl|swift|ray|srun|bash|sh|zsh|dash|python[0-9.]*|uv|poetry|pipenv|pdm|hatch|env|nohup|time|exec|command|builtin|if|then|else|elif|do|"
     r"docker|pip3?|"  # environment set-up, which says the script does not train (formats/purpose.py)
     r"megatron|"  # Megatron-SWIFT's `megatron sft|pt|rlhf` at the start of a line
+    r"source|\.|sbatch|"  # a file read in or a script run (formats/shell_source.py)
     r"while|until|for|select|case|fi|done|esac|export|declare|typeset|local|readonly|unset|[{}!])(?:[ \t]|$)))"
     r"[ \t]*(?=[^\s#$-])(?:(?=([^\n;&|()'\"\\`<]+))\1|'[^'\n]*'|\"[^\"\n\\`]*\")*\n",
     re.M,
@@ -969,7 +970,7 @@ def _script_launch(tool, args, i, bare, env_prefix, cmd) -> Launch | None:
     module = any(n in ("m", "module") for n, _, _ in flags)
     if j >= len(args):
         return launch if tool != "python" else None
-    launch.script = args[j]
+    launch.script = _named(args[j])
     launch.script_args_start = j + 1
     return _retarget_module(launch, args[j].text) if module else _retarget_script(launch)
 
@@ -996,9 +997,20 @@ def _python_launch(args: list[Arg], env_prefix, cmd) -> Launch | None:
         if t.startswith("-"):
             i += 1
             continue
-        launch = Launch("python", cmd, args, env_prefix, script=args[i], script_args_start=i + 1)
+        launch = Launch("python", cmd, args, env_prefix, script=_named(args[i]), script_args_start=i + 1)
         return _retarget_script(launch)
     return None
+
+
+def _named(a: Arg) -> Arg:
+    """A script word whose folder only is unknown (`${MEGATRON_CODE_DIR}/pretrain_gpt.py`, the folder a placeholder
+    such as `<megatron source code directory>`): its name is known, `…/pretrain_gpt.py`."""
+    if a.value is not None or not a.word.parts:
+        return a
+    last = a.word.parts[-1]
+    if last[0] == LIT and last[1].startswith("/") and last[1].endswith(".py") and "$" not in last[1]:
+        return Arg(a.word, "…" + last[1])
+    return a
 
 
 def _retarget_module(launch: Launch, module: str) -> Launch:
@@ -1528,17 +1540,22 @@ def _cvd_count(value: str | None) -> int | None:
 
 
 def analyze(
-    text: str, path: str, first_line: int = 0, trains: Callable[[str], bool] | None = None
+    text: str,
+    path: str,
+    first_line: int = 0,
+    trains: Callable[[str], bool] | None = None,
+    sourcing: Any = None,
 ) -> tuple[ShellScript, list[ParseIssue]]:
     """Tokenize a script, run its variable assignments in order and find the training launch. `trains`: whether a
     Python script a `python` command runs is known to train (its imports or argument definitions say so, or it
-    is the script whose usage examples these are); such a command is a launch whatever flags it passes."""
+    is the script whose usage examples these are); such a command is a launch whatever flags it passes.
+    `sourcing` (a formats.shell_source.Sourcing): the workspace files it sources or runs are read where they stand."""
     if "\r" in text:
         # A lone \r ends a line for the editor and for LSP positions (vramlens.text), so it ends one here too,
         # as \r\n does: bash reads neither as a line break, but a script saved with either is read as it is
         # shown. One character for one: every offset and span stays the same.
         text = _LONE_CR.sub("\n", text)
-    idx = LineIndex(text, path, first_line)
+    idx = LineIndex(text, path, first_line) if sourcing is None else sourcing.make_index(text, first_line)
     commands, _comments = tokenize(text)
     env: dict[str, Var] = {}
     ex = Expander()
@@ -1573,6 +1590,9 @@ def analyze(
         prev = cmd
         if launch is not None:
             continue
+        if sourcing is not None and (saved := sourcing.restore(cmd)) is not None:
+            env = saved  # a script run as a child returned: its variables go with it
+            continue
         words = cmd.words[flow.enter(cmd) :]
         inner = _inline_commands(text, cmd, words)
         if inner:
@@ -1595,6 +1615,15 @@ def analyze(
                     env[name] = var
             continue
         head = ex.parts(rest[0].parts, env, (rest[0].start, rest[0].end))
+        if head is None or head.rsplit("/", 1)[-1] not in _HEADS:
+            from vramlens.formats import shell_source
+
+            head, rest = shell_source.command_words(text, rest, head, env, ex)
+        if sourcing is not None and (read_in := sourcing.enter(text, cmd, head, rest, env, prefix, ex)):
+            text, more = read_in  # `source F`, `bash F`: F's commands are read next, with these variables
+            flow.text = text
+            pending.extend(more[::-1])
+            continue
         if head in ("export", "declare", "typeset", "local", "readonly") and k == 0:
             exporting = head == "export"
             for w in rest[1:]:
@@ -1852,7 +1881,10 @@ def parse_script(text: str, ctx, fmt: str = "shell", path: str | None = None) ->
     if len(text) > MAX_SHELL_CHARS:
         return None
     path = path or ctx.path
-    script, issues = analyze(text, path, trains=_workspace_trainer(ctx))
+    from vramlens.formats import shell_source
+
+    sourcing = shell_source.for_context(ctx, path)
+    script, issues = analyze(text, path, trains=_workspace_trainer(ctx), sourcing=sourcing)
     from vramlens.formats import torchtitan
 
     if (titan := torchtitan.from_script(script, ctx, path)) is not None:  # a torchtitan launch: its TOML job config
@@ -1867,6 +1899,8 @@ def parse_script(text: str, ctx, fmt: str = "shell", path: str | None = None) ->
         return None
     b = PlanBuilder(path, fmt, None)
     b.plan.issues.extend(issues)
+    if sourcing is not None:
+        b.plan.read_notes.extend(sourcing.notes)
     build_plan(b, script, ctx)
     b.plan.format = fmt
     return b.plan
@@ -2002,6 +2036,8 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
     b.plan.framework = framework
 
     _gpu_count(r, launch, script.env)
+    if tool == "megatron":
+        megatron.implied_world_size(b, settings)
     _env_settings(r, launch, script.env)
     if oi_kind is not None:
         openinstruct.apply_launch(b, oi_kind, settings)

@@ -22,6 +22,11 @@ What the run does, as read from verl's workers (verl/workers/fsdp_workers.py at 
 - the reference policy is loaded in bf16 (fp32 from 0.6, whose FSDPEngineConfig sets `model_dtype`) and kept on the
   CPU by FSDP's CPU offload (`_reference`); the actor's FSDP MixedPrecision gathers bf16 parameters unit by unit, so
   autocast caches no weight copies (`fsdp_mixed_precision`).
+
+Also read: a launch's own hydra config (`--config-path`/`--config-name` of a YAML that builds on verl's trainer
+config), a config fragment by the launch script that composes it, verl's SFT trainer
+(`-m verl.trainer.fsdp_sft_trainer`), the split-placement example trainer, a SkyPilot task's `run:` script, and the
+files beside a run that configure none (multi-turn tool/interaction configs, a Ray runtime environment).
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ WORKERS = "verl/workers/fsdp_workers.py"
 
 # `python -m` modules that run verl's PPO trainer: verl's own, and the recipes built on it (verl's recipe/dapo/
 # main_dapo.py, recipe/prime/main_prime.py, ... take the same config tree)
-_TRAINER_MODULE = re.compile(r"^(?:verl\.trainer\.main_ppo|recipe\.\w+\.main_\w+)$")
+_TRAINER_MODULE = re.compile(r"^(?:verl\.trainer\.main_ppo|recipe\.\w+\.main_\w+|verl\.trainer\.fsdp_sft_trainer)$")
+_SFT_MODULE = re.compile(r"^verl\.trainer\.fsdp_sft_trainer$")
 _INTERPOLATION = re.compile(r"^\$\{(?:oc\.select:)?([^,}]+)(?:,([^}]*))?\}$")
 _MAX_INTERPOLATION_DEPTH = 8
 
@@ -53,6 +59,15 @@ DTYPES = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16",
 
 def is_trainer_module(module: str) -> bool:
     return bool(_TRAINER_MODULE.match(module or ""))
+
+
+# verl's split-placement example trainer (examples/split_placement/main_ppo_split.py): main_ppo's config tree, its
+# own `@hydra.main(config_path="config", config_name="ppo_trainer_split")`
+SPLIT_SCRIPT = "main_ppo_split.py"
+
+
+def is_trainer_script(name: str) -> bool:
+    return name == SPLIT_SCRIPT
 
 
 def _version_key(version: str) -> tuple:
@@ -95,6 +110,7 @@ class Config:
         self.config = config
         self.label = f"verl {version} ({config}.yaml)"
         self.defaults = defaults(version, config)
+        self.unknown: set[str] = set()  # keys set from values only known when the script runs
 
     def known(self, key: str) -> bool:
         return key in self.given or key in self.defaults
@@ -183,10 +199,19 @@ class _Reader:
         return str(s.value).strip(), s
 
 
-def read(b: PlanBuilder, given: dict[str, Setting], *, version: str | None = None, config: str | None = None) -> None:
-    """Fill the plan from verl settings (`given`: dotted key → Setting as written) over verl's defaults."""
+def read(
+    b: PlanBuilder,
+    given: dict[str, Setting],
+    *,
+    version: str | None = None,
+    config: str | None = None,
+    unknown: set[str] | None = None,
+) -> None:
+    """Fill the plan from verl settings (`given`: dotted key → Setting as written) over verl's defaults; `unknown`:
+    the keys the launch sets from values only known when it runs (already reported)."""
     config = config if config in CONFIG_NAMES else "ppo_trainer"
     cfg = Config(given, version or pick_version(None), config)
+    cfg.unknown = unknown or set()
     r = _Reader(b, cfg)
     b.plan.framework = FRAMEWORK
     megatron = config == "ppo_megatron_trainer" or cfg.value("actor_rollout_ref.actor.strategy") == "megatron"
@@ -208,7 +233,14 @@ def _model(r: _Reader, megatron: bool) -> None:
     path, s = r.text(A + "model.path")
     if path and not cfg.is_default(s):
         b.set("model_id", path, s)
-    elif path:
+    elif s is not None and not cfg.is_default(s):  # `model.path=$HF_MODEL_PATH` after `HF_MODEL_PATH=""`
+        b.issue(
+            IssueKind.ASSUMED,
+            f"`{A}model.path` is empty: the script leaves the model to be filled in",
+            s,
+            severity=Severity.INFO,
+        )
+    elif path and A + "model.path" not in cfg.unknown:
         b.issue(
             IssueKind.ASSUMED,
             f"`{A}model.path` is not set: verl's default `{path}` is a placeholder, so the model is unknown",
@@ -282,6 +314,9 @@ def _model(r: _Reader, megatron: bool) -> None:
             "FlashAttention's varlen kernel, as packed sequences do",
         )
     rank, s = r.int(A + "model.lora_rank")
+    if not rank and megatron:
+        _megatron_lora(r)
+        return
     if rank:
         r.put("peft_method", "lora", s, note=f"lora_rank {rank} > 0: PEFT LoRA on the actor")
         r.put("lora_r", rank, s)
@@ -297,6 +332,47 @@ def _model(r: _Reader, megatron: bool) -> None:
                 else [p.strip() for p in str(value).strip("[]").split(",") if p.strip()]
             )
             r.put("lora_targets", names, targets)
+
+
+# Megatron-Core's LoRA module names and the Hugging Face projections they hold (megatron/core/transformer:
+# `linear_qkv` is q/k/v fused, `linear_proj` the attention output, `linear_fc1` the gate and up projections fused,
+# `linear_fc2` the down projection)
+MCORE_LORA_MODULES = {
+    "linear_qkv": ("q_proj", "k_proj", "v_proj"),
+    "linear_proj": ("o_proj",),
+    "linear_fc1": ("gate_proj", "up_proj"),
+    "linear_fc2": ("down_proj",),
+}
+
+
+def _megatron_lora(r: _Reader) -> None:
+    """The Megatron workers' LoRA: `actor_rollout_ref.model.lora.rank` > 0 (verl 0.7.0 hf_model.yaml `lora:`
+    section, applied through Megatron-Bridge's PEFT by verl/workers/megatron_workers.py; `target_modules` in
+    Megatron-Core's module names, default all four of them)."""
+    rank, s = r.int(A + "model.lora.rank")
+    if not rank:
+        return
+    kind, ks = r.text(A + "model.lora.type")
+    if kind and kind.lower() not in ("lora",):
+        r.b.unmodelled(ks, f"Megatron-Bridge PEFT `{kind}`", "estimated as LoRA", key=A + "model.lora.type")
+    r.put("peft_method", "lora", s, note=f"lora.rank {rank} > 0: Megatron-Bridge LoRA on the actor")
+    r.put("lora_r", rank, s)
+    alpha = r.cfg.get(A + "model.lora.alpha")
+    if alpha is not None and to_float(alpha.value) is not None:
+        r.put("lora_alpha", to_float(alpha.value), alpha)
+    targets = r.cfg.get(A + "model.lora.target_modules")
+    value = targets.value if targets is not None else None
+    names = (
+        [str(x) for x in value]
+        if isinstance(value, list)
+        else [p.strip() for p in str(value or "").strip("[]").split(",") if p.strip()]
+    )
+    names = [n.strip("'\" ") for n in names]
+    if names and set(MCORE_LORA_MODULES) <= set(names):
+        r.put("lora_targets", ["all-linear"], targets, note="every Megatron-Core linear layer of the blocks")
+    elif names:
+        hf = [h for n in names for h in MCORE_LORA_MODULES.get(n, (n,))]
+        r.put("lora_targets", hf, targets, note="Megatron-Core module names as the Hugging Face projections they hold")
 
 
 def _gpus(r: _Reader) -> int:
@@ -448,7 +524,7 @@ def _distribution(r: _Reader, megatron: bool) -> None:
         r.put("zero_stage", 3, s, derived=True, note="FSDP FULL_SHARD over every GPU of the run")
         r.put("fsdp_version", 2 if (strategy or "").lower() == "fsdp2" else 1, s, derived=True)
         section = A + "actor.fsdp_config."
-        size, fs = r.int(section + "fsdp_size")
+        size, fs = r.int(section + "fsdp_size", -1)  # -1: every GPU of the run
         if size and size > 0:
             b.unmodelled(
                 fs,
@@ -462,6 +538,25 @@ def _distribution(r: _Reader, megatron: bool) -> None:
     on, s = r.bool(section + "optimizer_offload")
     if on is not None:
         r.put("offload_optimizer", on, s)
+    if not megatron and (strategy or "").lower() == "fsdp2":
+        # FSDP2's CPUOffloadPolicy for the actor: parameters and gradients live in host memory and AdamW steps
+        # there (verl v0.5.0 to main verl/workers/fsdp_workers.py `_build_model_optimizer`: `if role == "actor"
+        # and fsdp_config.offload_policy: cpu_offload = CPUOffloadPolicy(pin_memory=True)`)
+        on, s = r.bool(section + "offload_policy")
+        if on and not r.cfg.is_default(s):
+            note = "offload_policy: FSDP2 CPUOffloadPolicy keeps the actor's shards and AdamW's states on the CPU"
+            r.put("offload_params", True, s, note=note)
+            r.put("offload_optimizer", True, s, note=note)
+    if megatron:
+        # verl's Megatron workers move the gradient buffers and the reference's weights to the CPU between uses
+        # (verl main verl/workers/megatron_workers.py `_is_offload_grad`, `_ref_is_offload_param`)
+        for key, what in (
+            (section + "grad_offload", "the actor's gradient buffers offloaded to the CPU between updates"),
+            (A + "ref.megatron.param_offload", "the reference policy's weights offloaded to the CPU between uses"),
+        ):
+            on, s = r.bool(key)
+            if on and not r.cfg.is_default(s):
+                b.unmodelled(s, what, "estimated on the GPU", key=key)
 
 
 def _rollout(r: _Reader) -> None:
@@ -490,6 +585,23 @@ def _rollout(r: _Reader) -> None:
                 IssueKind.INVALID_VALUE,
                 f"`{share.key}` should be a fraction of the GPU between 0 and 1, got {shown(share.value)}",
                 share,
+            )
+        _release(r)
+    elif name == "trtllm":
+        # verl's TensorRT-LLM rollout runs colocated with the actor and sleeps like vLLM (`enable_sleep`, `release`
+        # when free_cache_engine); its KV cache takes `free_gpu_memory_fraction=gpu_memory_utilization` of the
+        # memory free when it starts (verl main verl/workers/rollout/trtllm_rollout/trtllm_async_server.py
+        # `launch_server`, `sleep`)
+        r.put("generation", "vllm-colocate", s, note="TensorRT-LLM colocated with the actor, holding its share")
+        share = r.cfg.get(A + "rollout.gpu_memory_utilization")
+        v = to_float(share.value) if share is not None else None
+        if v is not None and 0 < v <= 1:
+            r.put("vllm_memory_share", v, share)
+            b.unmodelled(
+                share,
+                "TensorRT-LLM's KV cache as a fraction of the memory free when it starts (free_gpu_memory_fraction)",
+                "estimated as that share of the whole GPU, as vLLM's gpu_memory_utilization",
+                key=A + "rollout.gpu_memory_utilization",
             )
         _release(r)
     elif name in ("hf", "naive"):
@@ -599,6 +711,196 @@ def _not_modelled(r: _Reader) -> None:
                 )
 
 
+# --- the SFT trainer ------------------------------------------------------------------------------------------
+
+# verl/trainer/config/sft_trainer.yaml, the keys that change memory; the same from v0.2.0.post2 to main (2026-01)
+# except where SFT_DEFAULTS_BEFORE_0_4 says (v0.4.1 turned gradient checkpointing on and moved to FSDP2)
+SFT_DEFAULTS: dict[str, Any] = {
+    "data.train_batch_size": 256,
+    "data.micro_batch_size_per_gpu": 4,
+    "data.max_length": 1024,
+    "model.partial_pretrain": "~/models/gemma-1.1-7b-it",
+    "model.fsdp_config.model_dtype": "fp32",
+    "model.fsdp_config.cpu_offload": False,
+    "model.fsdp_config.offload_params": False,
+    "model.enable_gradient_checkpointing": True,
+    "model.lora_rank": 0,
+    "model.lora_alpha": 16,
+    "model.target_modules": "all-linear",
+    "model.use_liger": False,
+    "model.strategy": "fsdp2",
+    "ulysses_sequence_parallel_size": 1,
+    "use_remove_padding": False,
+}
+SFT_DEFAULTS_BEFORE_0_4: dict[str, Any] = {"model.enable_gradient_checkpointing": False, "model.strategy": "fsdp"}
+SFT_TRAINER = "verl/trainer/fsdp_sft_trainer.py"
+
+
+def read_sft(
+    b: PlanBuilder, given: dict[str, Setting], *, version: str | None = None, gpus=None, unknown: set[str] = frozenset()
+) -> None:
+    """`verl.trainer.fsdp_sft_trainer` (verl/trainer/fsdp_sft_trainer.py, v0.3.0.post1 and v0.5.0): the model
+    `model.partial_pretrain` loaded in `fsdp_config.model_dtype` (fp32; fp32 always before 0.4) with
+    FlashAttention-2, optional PEFT LoRA (`lora_rank` > 0, `lora_alpha`, `target_modules`), non-reentrant
+    checkpointing, FSDP FULL_SHARD over every rank with MixedPrecision(param_dtype=bf16, reduce fp32),
+    `CPUOffload(offload_params=offload_params)` when `cpu_offload`, `optim.AdamW`. Each rank runs micro-batches
+    of `data.micro_batch_size_per_gpu` samples padded to `data.max_length` (SFTDataset), `train_batch_size ÷ dp`
+    samples a step; `data.micro_batch_size` is declared but never read."""
+    version = version or pick_version(None)
+    cfg = Config(given, version, "sft_trainer")
+    old = _version_key(version) < _version_key("0.4")
+    cfg.defaults = {**SFT_DEFAULTS, **(SFT_DEFAULTS_BEFORE_0_4 if old else {})}
+    r = _Reader(b, cfg)
+    b.plan.framework = FRAMEWORK
+    note = {"origin": Origin.DEFAULT, "framework": cfg.label}
+    set_objective_sft(b)
+    path, s = r.text("model.partial_pretrain")
+    if path and not cfg.is_default(s):
+        b.set("model_id", path, s)
+    elif path and "model.partial_pretrain" not in unknown:
+        b.issue(
+            IssueKind.ASSUMED,
+            f"`model.partial_pretrain` is not set: verl's default `{path}` is a placeholder, so the model is unknown",
+            severity=Severity.INFO,
+        )
+    dtype, s = r.text("model.fsdp_config.model_dtype")
+    if not old and dtype is not None and dtype.lower() in DTYPES:
+        r.put("weight_dtype", DTYPES[dtype.lower()], s)
+    else:
+        b.set("weight_dtype", "fp32", note=f"verl {version} loads the model in fp32 ({SFT_TRAINER})", **note)
+    b.set("amp_dtype", "bf16", note=f"FSDP MixedPrecision param_dtype bf16 ({SFT_TRAINER})", **note)
+    b.set(
+        "fsdp_mixed_precision", True, note=f"FSDP MixedPrecision(param_dtype=bf16, reduce fp32) ({SFT_TRAINER})", **note
+    )
+    b.set("attn_impl", "flash_attention_2", note=f"attn_implementation=flash_attention_2 ({SFT_TRAINER})", **note)
+    b.set("optimizer", "torch.optim.AdamW", note=f"optim.AdamW ({SFT_TRAINER})", **note)
+    on, s = r.bool("model.enable_gradient_checkpointing")
+    if on is not None:
+        r.put("grad_checkpointing", on, s)
+    b.set("ckpt_reentrant", False, note=f"gradient_checkpointing_kwargs use_reentrant=False ({SFT_TRAINER})", **note)
+    on, s = r.bool("use_remove_padding")
+    if on:
+        r.put(
+            "packing", True, s, note="padding removed: the samples run unpadded through FlashAttention's varlen kernel"
+        )
+    length, s = r.int("data.max_length", 1)
+    if length:
+        r.put("seq_len", length, s, note=None if on else "SFTDataset pads every sample to max_length")
+    rank, s = r.int("model.lora_rank")
+    if rank:
+        r.put("peft_method", "lora", s, note=f"lora_rank {rank} > 0: PEFT LoRA")
+        r.put("lora_r", rank, s)
+        alpha = cfg.get("model.lora_alpha")
+        if alpha is not None and to_float(alpha.value) is not None:
+            r.put("lora_alpha", to_float(alpha.value), alpha)
+        targets = cfg.get("model.target_modules")
+        if targets is not None and targets.value is not None:
+            value = targets.value
+            names = (
+                [str(x) for x in value]
+                if isinstance(value, list)
+                else [p.strip() for p in str(value).strip("[]").split(",") if p.strip()]
+            )
+            r.put("lora_targets", names, targets)
+    strategy, s = r.text("model.strategy")
+    r.put("dist_strategy", "fsdp", s)
+    r.put("zero_stage", 3, s, derived=True, note=f"FSDP FULL_SHARD over every rank ({SFT_TRAINER})")
+    r.put("fsdp_version", 2 if (strategy or "").lower() == "fsdp2" else 1, s, derived=True)
+    cpu, cs = r.bool("model.fsdp_config.cpu_offload")
+    params, ps = r.bool("model.fsdp_config.offload_params")
+    offload = bool(cpu) and bool(params)
+    why = ps if params else cs
+    for concept in ("offload_params", "offload_optimizer"):
+        r.put(
+            concept,
+            offload,
+            why,
+            derived=True,
+            note="cpu_offload with offload_params: FSDP CPUOffload keeps parameters, gradients and AdamW's states "
+            "in host memory"
+            if offload
+            else None,
+        )
+    if "data.micro_batch_size" in given and "data.micro_batch_size_per_gpu" not in given:
+        b.issue(
+            IssueKind.ASSUMED,
+            "`data.micro_batch_size` is not read by verl's SFT trainer (deprecated): each GPU runs "
+            "`data.micro_batch_size_per_gpu` samples, default 4",
+            given["data.micro_batch_size"],
+            severity=Severity.INFO,
+        )
+    micro, s = r.int("data.micro_batch_size_per_gpu", 1)
+    if micro:
+        r.put("micro_batch", micro, s)
+    if gpus is not None:
+        gpus()
+    sp, ss = r.int("ulysses_sequence_parallel_size", 1)
+    world = b.plan.world_size.value if b.plan.world_size is not None else None
+    world = world or (b.plan.gpu_count.value if b.plan.gpu_count is not None else None)
+    batch, bs = r.int("data.train_batch_size", 1)
+    if world and batch and micro:
+        dp = max(1, int(world) // (sp or 1))
+        b.set(
+            "grad_accum",
+            max(1, batch // dp // micro),
+            bs,
+            origin=Origin.DERIVED,
+            note=f"train_batch_size {batch} ÷ {dp} data-parallel ranks, in micro-batches of {micro}",
+        )
+    if sp and sp > 1:
+        b.unmodelled(
+            ss,
+            f"Ulysses sequence parallelism over {sp} GPUs",
+            "each GPU is estimated with whole sequences (an upper bound on activations)",
+            key="ulysses_sequence_parallel_size",
+        )
+    on, s = r.bool("model.use_liger")
+    if on:
+        b.unmodelled(s, "Liger kernels", "estimated without them", key="model.use_liger")
+
+
+def set_objective_sft(b: PlanBuilder) -> None:
+    from vramlens.formats.objective import set_objective
+
+    set_objective(b, "sft", None, note="verl's SFT trainer (fsdp_sft_trainer)", origin=Origin.DEFAULT)
+
+
+def _launcher_gpus(reader, launch, script) -> None:
+    """The GPUs of a torchrun launch (`--nproc_per_node`, `--nnodes`), as formats.shell reads them."""
+    from vramlens.formats import shell
+
+    shell._gpu_count(reader, launch, script.env)
+
+
+# --- files beside a run that are not one -----------------------------------------------------------------------
+
+_RAY_RUNTIME_ENV = {"working_dir", "env_vars", "excludes", "pip", "py_modules", "conda", "uv", "py_executable"}
+
+
+def config_purpose(keys: set[str], data: Any) -> str | None:
+    """What a YAML file of a verl workspace that configures no run is: the multi-turn rollout's tool and interaction
+    configs (`tools:` / `interaction:` lists of `class_name: verl.tools.…` / `verl.interactions.…` entries, named by
+    `actor_rollout_ref.rollout.multi_turn.tool_config_path` / `interaction_config_path`: verl
+    verl/tools/utils/tool_registry.py `initialize_tools_from_config`, verl/interactions/utils/
+    interaction_registry.py), and a Ray runtime environment (`ray job submit --runtime-env`: `working_dir`,
+    `env_vars`, `pip`, ... — Ray's RuntimeEnv fields), or None."""
+    for key, what in (
+        ("tools", "a verl multi-turn tool config (rollout.multi_turn.tool_config_path)"),
+        ("interaction", "a verl multi-turn interaction config (rollout.multi_turn.interaction_config_path)"),
+    ):
+        entries = data.get(key) if isinstance(data, dict) else None
+        if (
+            isinstance(entries, list)
+            and entries
+            and all(isinstance(e, dict) and "class_name" in e for e in entries)
+            and len(keys) <= 2
+        ):
+            return what
+    if keys and keys <= _RAY_RUNTIME_ENV and {"working_dir", "env_vars"} & keys:
+        return "a Ray runtime environment (`ray job submit --runtime-env`)"
+    return None
+
+
 # --- the two ways in ------------------------------------------------------------------------------------------
 
 
@@ -607,11 +909,31 @@ def detect(data: Any, keys: set[str]) -> float:
     it)."""
     if "actor_rollout_ref" in keys and isinstance(data.get("actor_rollout_ref"), dict):
         return 1.0
+    if _skypilot_run(data, keys) is not None:
+        return 1.0
     return 0.0
 
 
+_LAUNCH_IN_TEXT = re.compile(
+    r"-m\s+(?:verl\.trainer\.main_ppo|verl\.trainer\.fsdp_sft_trainer|recipe\.\w+\.main_\w+)\b"
+)
+
+
+def _skypilot_run(data: Any, keys: set[str]) -> str | None:
+    """The `run:` script of a SkyPilot task (`resources`, `num_nodes`, `setup`, `run`: SkyPilot's task YAML) that
+    launches verl (verl examples/skypilot/verl-ppo.yaml), or None."""
+    run = data.get("run") if isinstance(data, dict) else None
+    if isinstance(run, str) and "resources" in keys and _LAUNCH_IN_TEXT.search(run):
+        return run
+    return None
+
+
 def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
-    """The YAML dialect: every leaf entry of the file is an override of verl's defaults."""
+    """The YAML dialect: every leaf entry of the file is an override of verl's defaults; a SkyPilot task: the verl
+    launch of its `run:` script."""
+    run = _skypilot_run(data, {str(k) for k in data})
+    if run is not None:
+        return _apply_skypilot(b, data, run, ctx)
     given = {}
     for s in settings:
         if isinstance(s.value, dict) or not all(isinstance(p, str) for p in s.path):
@@ -620,7 +942,112 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
         s.key = key
         given[key] = s
     config = "ppo_megatron_trainer" if _names_megatron(data.get("defaults")) else "ppo_trainer"
+    if A + "model.path" not in given and isinstance(data.get("defaults"), list):
+        _from_composing_launch(b, given, ctx)
     read(b, given, version=_pinned(ctx), config=config)
+
+
+def _apply_skypilot(b: PlanBuilder, data: dict, run: str, ctx) -> None:
+    """SkyPilot runs the `run:` script on every node with SKYPILOT_NUM_NODES (`num_nodes`) and
+    SKYPILOT_NUM_GPUS_PER_NODE (the count of `resources.accelerators: H100:8`) set (SkyPilot docs, "Environment
+    variables"); they are set here before the script is read."""
+    from vramlens.formats import shell
+    from vramlens.formats.settings import PlanBuilder as Builder
+
+    known = []
+    nodes = to_int(data.get("num_nodes"))
+    if nodes:
+        known.append(f"SKYPILOT_NUM_NODES={nodes}")
+    resources = data.get("resources")
+    accel = resources.get("accelerators") if isinstance(resources, dict) else None
+    m = re.fullmatch(r"\s*[\w.-]+:(\d+)\s*", accel) if isinstance(accel, str) else None
+    if m:
+        known.append(f"SKYPILOT_NUM_GPUS_PER_NODE={m.group(1)}")
+    script, _ = shell.analyze("".join(f"{k}\n" for k in known) + run, ctx.path)
+    launch = script.launch
+    b.plan.framework = FRAMEWORK
+    if launch is None or launch.tool != "verl":
+        b.issue(
+            IssueKind.NOT_READ,
+            "the SkyPilot task's `run:` script names verl's trainer, but its launch line could not be read",
+            severity=Severity.WARNING,
+        )
+        return
+    scratch = Builder(ctx.path, "shell", None)
+    given, config, _, unknown = _overrides(scratch, shell._Reader(script, scratch), script)
+    # the block's own positions are not the file's: its values are kept without them
+    given = {k: Setting(key=k, path=tuple(k.split(".")), value=s.value) for k, s in given.items()}
+    for issue in scratch.plan.issues:
+        issue.span = None
+        b.plan.issues.append(issue)
+    b.plan.read_notes.append("a SkyPilot task: the verl launch line of its `run:` script is read")
+    if _SFT_MODULE.match(launch.script.text if launch.script else ""):
+        return read_sft(b, given, version=_pinned(ctx), unknown=unknown)
+    read(b, given, version=_pinned(ctx), config=config if config in CONFIG_NAMES else "ppo_trainer", unknown=unknown)
+
+
+MAX_LAUNCH_SCRIPTS = 200  # shell scripts looked at for the launch that composes a config fragment
+MAX_LAUNCH_CHARS = 100_000
+
+
+def _from_composing_launch(b: PlanBuilder, given: dict[str, Setting], ctx) -> None:
+    """A hydra config fragment (a `defaults:` list over verl's trainer config, no model: verl's
+    examples/sglang_multiturn/config/*.yaml) is only run by a launch that names it (`--config-name <stem>`) and
+    sets the rest on its command line: the nearest such script of the workspace (the fragment's folder, then the
+    folders above it) is read, and its overrides join the fragment's values (the launch's win, as in hydra)."""
+    from vramlens import file_access
+    from vramlens.formats import references, shell
+    from vramlens.formats.settings import PlanBuilder as Builder
+
+    workspace = getattr(ctx, "workspace", None)
+    if workspace is None or not getattr(ctx, "path", None):
+        return
+    here = Path(ctx.path).resolve().parent
+    root = Path(workspace).resolve()
+    if here != root and root not in here.parents:
+        return
+    stem = Path(ctx.path).stem
+    names = re.compile(
+        r"(?:--config-name|--config_name|-cn)[= ]['\"]?" + re.escape(stem) + r"(?:\.yaml)?['\"]?(?=\s|\\|$)"
+    )
+    seen = 0
+    folders = [here, *[p for p in here.parents if p == root or root in p.parents]][:4]
+    looked: set[Path] = set()
+    for folder in folders:
+        for script_path in sorted(folder.rglob("*.sh"), key=lambda p: (len(p.parts), str(p))):
+            if script_path in looked:
+                continue
+            looked.add(script_path)
+            seen += 1
+            if seen > MAX_LAUNCH_SCRIPTS:
+                return
+            if file_access.resolved_inside(script_path, file_access.allowed_roots(workspace, ctx.path)) is None:
+                continue
+            text = references._read(script_path, ctx)
+            if not text or len(text) > MAX_LAUNCH_CHARS or not names.search(text):
+                continue
+            script, _ = shell.analyze(text, str(script_path))
+            launch = script.launch
+            if launch is None or launch.tool != "verl":
+                continue
+            scratch = Builder(str(script_path), "shell", None)
+            launched, name, _, _ = _overrides(scratch, shell._Reader(script, scratch), script)
+            if name != stem or A + "model.path" not in launched:
+                continue
+            for key, s in launched.items():
+                given[key] = Setting(key=key, path=tuple(key.split(".")), value=s.value)
+            rel = script_path.relative_to(root) if root in script_path.parents else script_path.name
+            b.plan.read_notes.append(
+                f"a hydra config fragment: read as `{rel}` launches it (--config-name {stem}), with that command "
+                "line's overrides"
+            )
+            b.issue(
+                IssueKind.ASSUMED,
+                f"this config names no model: it is estimated as `{rel}` launches it, with "
+                f"`{A}model.path={shown(launched[A + 'model.path'].value)}` and that command line's other overrides",
+                severity=Severity.INFO,
+            )
+            return
 
 
 def _names_megatron(defaults_list: Any) -> bool:
@@ -639,36 +1066,94 @@ def _pinned(ctx) -> str | None:
 
 def apply_launch(b: PlanBuilder, reader, script, ctx) -> None:
     """`python3 -m verl.trainer.main_ppo key=value …` (`formats.shell` hands the recognised launch here): hydra's
-    `key=value`, `+key=value` and `++key=value` overrides, `--config-name` (hydra's `-cn`)."""
+    `key=value`, `+key=value` and `++key=value` overrides, `--config-name` (hydra's `-cn`) and `--config-path`
+    (`-cp`); `torchrun … -m verl.trainer.fsdp_sft_trainer key=value …` is verl's SFT trainer."""
+    launch = script.launch
+    given, config, config_path, unknown = _overrides(b, reader, script)
+    module = launch.script.text if launch.script else ""
+    if _SFT_MODULE.match(module):
+        gpus = lambda: _launcher_gpus(reader, launch, script)  # noqa: E731
+        return read_sft(b, given, version=_pinned(ctx), gpus=gpus, unknown=unknown)
+    split = is_trainer_script(Path(module).name)
+    if split and config == "ppo_trainer" and not any(_is_config_name(a.text) for a in launch.args):
+        config = "ppo_trainer_split"
+    if config not in CONFIG_NAMES:
+        config = _composed_config(b, given, config, config_path, script, ctx)
+    read(b, given, version=_pinned(ctx), config=config, unknown=unknown)
+    if split:
+        # main_ppo_split.py `main_task`: two resource pools of n_gpus_per_node // 2 GPUs (or nnodes // 2 nodes),
+        # the actor, rollout and reference on one, the critic and reward model on the other
+        b.unmodelled(
+            None,
+            "split placement: the actor (with its rollout and reference) and the critic on separate halves of the GPUs",
+            "estimated as verl's colocated placement, every role on every GPU (an upper bound per GPU)",
+            key="split_placement",
+        )
+
+
+def _is_config_name(text: str) -> bool:
+    return text.split("=", 1)[0] in ("--config-name", "--config_name", "-cn")
+
+
+def _overrides(b: PlanBuilder, reader, script) -> tuple[dict[str, Setting], str, str | None, set[str]]:
+    """The launch line's hydra overrides {dotted key: Setting}, its config name, its config path as written
+    (the raw text when it names a variable the script leaves unknown) and the keys set from values only known
+    when the script runs."""
     from vramlens.formats import shell
 
     launch = script.launch
     given: dict[str, Setting] = {}
+    unknown: set[str] = set()
     config = "ppo_trainer"
+    config_path: str | None = None
     args = launch.args[launch.script_args_start : launch.script_args_end]
+    skip = False
     for i, a in enumerate(args[: shell.MAX_ARGS]):
-        t = a.text
-        if t.startswith(("--config-name", "--config_name", "-cn")):
-            value = t.split("=", 1)[1] if "=" in t else (args[i + 1].text if i + 1 < len(args) else "")
-            config = Path(value.strip("'\"")).stem or config
+        if skip:
+            skip = False
             continue
+        t = a.text
+        raw = shell.raw_text(script.text, a.word)
+        flag = (t or raw).split("=", 1)[0]
+        if flag in ("--config-name", "--config_name", "-cn", "--config-path", "--config_path", "-cp"):
+            if "=" in (t or raw):
+                value = t.split("=", 1)[1] if t else _raw_value(script, raw.split("=", 1)[1])
+            else:
+                nxt = args[i + 1] if i + 1 < len(args) else None
+                skip = nxt is not None
+                value = (nxt.text or _raw_value(script, shell.raw_text(script.text, nxt.word))) if nxt else ""
+            value = value.strip().strip("'\"").rstrip("\\").strip("'\"")
+            if flag in ("--config-name", "--config_name", "-cn"):
+                config = Path(value).name.removesuffix(".yaml").removesuffix(".yml") or config
+            else:
+                config_path = value or None
+            continue
+        if a.value is None:
+            t = raw.strip("'\"")  # `actor_rollout_ref.model.path=$HF_MODEL_PATH` with HF_MODEL_PATH unknown
         if t.startswith("-") or "=" not in t:
             continue
         key = t.split("=", 1)[0].lstrip("+")
         if not key or key.startswith("~") or not re.fullmatch(r"[\w.]+", key):
             continue
-        eq = shell.raw_text(script.text, a.word).find("=")
+        eq = raw.find("=")
         s = shell._override_setting(reader, key, a, eq)
         if s is None:
             continue
         s.key = key
         if s.unresolved:
+            if not _matters(key):
+                continue
+            written = raw.split("=", 1)[1].strip()
+            source = _raw_value(script, written)
+            shown_as = f"`{written}`" + (f" (`{source}`)" if source and source != written.strip("'\"") else "")
             b.issue(
                 IssueKind.NOT_READ,
-                f"`{key}` is set from a value only known when the script runs; verl's default is shown",
+                f"`{key}` is set from {shown_as}, only known when the script runs; it is not read, so verl's "
+                "default is shown",
                 s,
                 severity=Severity.INFO,
             )
+            unknown.add(key)
             continue
         given[key] = s
     if len(args) > shell.MAX_ARGS:
@@ -678,4 +1163,90 @@ def apply_launch(b: PlanBuilder, reader, script, ctx) -> None:
             f"first {shell.MAX_ARGS:,} are read",
             severity=Severity.INFO,
         )
-    read(b, given, version=_pinned(ctx), config=config)
+    return given, config, config_path, unknown
+
+
+def _matters(key: str) -> bool:
+    """Whether an override's value changes what is estimated: a model path, or a name that may change memory or
+    speed (frameworks/irrelevant.py `judged`); data files, names and folders do not."""
+    from vramlens.frameworks import irrelevant
+
+    return key.endswith(("model.path", "partial_pretrain")) or irrelevant.judged(key)
+
+
+_VAR_REF = re.compile(r"\$(?:\{(\w+)[^}]*\}|(\w+))")
+
+
+def _raw_value(script, raw: str) -> str:
+    """A word the script only knows when it runs, as text: `"$CONFIG_PATH"` becomes the text of CONFIG_PATH's
+    assignment (`$PROJECT_DIR/examples/sglang_multiturn/config`), one level deep; its variables stay as written."""
+    raw = raw.strip().strip("'\"")
+    m = _VAR_REF.fullmatch(raw)
+    if m:
+        var = script.env.get(m.group(1) or m.group(2))
+        if var is not None and var.value is not None:
+            return var.value
+        if var is not None and var.value_range is not None:
+            return script.text[var.value_range[0] : var.value_range[1]].strip().strip("'\"")
+    return raw
+
+
+def _composed_config(b: PlanBuilder, given: dict[str, Setting], name: str, config_path: str | None, script, ctx) -> str:
+    """A launch's own hydra config (`--config-path=$PROJECT_DIR/examples/sglang_multiturn/config
+    --config-name=gsm8k_multiturn_grpo`): the YAML is composed over verl's trainer config named in its `defaults`
+    list and under the launch line's overrides (hydra's order: defaults, the primary config, the command line).
+    Its values join `given` (the launch's win); returns the verl trainer config it builds on."""
+    from vramlens.formats import references
+    from vramlens.formats.yaml_doc import YamlError, load_yaml
+
+    found = None
+    for target in _config_candidates(name, config_path):
+        found, _ = references.find(target, ctx.path, getattr(ctx, "workspace", None))
+        if found is not None:
+            break
+    text = references._read(found, ctx) if found is not None else None
+    where = f"{config_path}/{name}.yaml" if config_path else f"{name}.yaml"
+    if text is None:
+        b.issue(
+            IssueKind.NOT_READ,
+            f"hydra config `{where}` (--config-name) was not found in the workspace: only the launch line's "
+            "overrides over verl's ppo_trainer.yaml are read",
+            severity=Severity.WARNING,
+        )
+        return "ppo_trainer"
+    try:
+        data, settings = load_yaml(text, str(found))
+    except YamlError as exc:
+        b.issue(IssueKind.NOT_READ, f"hydra config `{where}` could not be read: {exc}", severity=Severity.WARNING)
+        return "ppo_trainer"
+    if not isinstance(data, dict):
+        return "ppo_trainer"
+    for s in settings:
+        if isinstance(s.value, dict) or not all(isinstance(p, str) for p in s.path) or s.path[0] in _HYDRA_KEYS:
+            continue
+        key = ".".join(s.path)
+        if key not in given:
+            given[key] = Setting(key=key, path=tuple(s.path), value=s.value)
+    b.plan.read_notes.append(
+        f"hydra config `{found.name}` (--config-name {name}) read under the launch line's overrides"
+    )
+    return "ppo_megatron_trainer" if _names_megatron(data.get("defaults")) else "ppo_trainer"
+
+
+_HYDRA_KEYS = ("hydra", "defaults")
+
+
+def _config_candidates(name: str, config_path: str | None) -> list[str]:
+    """Where a launch's `--config-name` YAML may lie: its --config-path (as written, or the literal tail after the
+    last variable, taken from the workspace root), else a `config/` folder beside the script."""
+    file = name if name.endswith((".yaml", ".yml")) else name + ".yaml"
+    out = []
+    if config_path:
+        if "$" not in config_path:
+            out.append(f"{config_path.rstrip('/')}/{file}")
+        tail = _VAR_REF.split(config_path)[-1].strip("/")
+        tail = re.sub(r"^[^/]*\)/?", "", tail)  # after `$(pwd)`
+        if tail:
+            out.append(f"{tail}/{file}")
+    out += [f"config/{file}", file]
+    return list(dict.fromkeys(out))

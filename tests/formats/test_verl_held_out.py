@@ -1,0 +1,155 @@
+"""verl's own example runs at main and v0.5.0 (tests/fixtures/verl/<version>/, SOURCE beside them): dynamic
+micro-batches, Megatron LoRA, the TensorRT-LLM rollout, a launch's own hydra config, the SFT trainer, the
+split-placement trainer, and the files beside a run that configure none."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from vramlens.analysis import analyze
+from vramlens.formats import parse_document
+from vramlens.settings import Settings
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "verl"
+MAIN = FIXTURES / "main-2026-01-29"
+V050 = FIXTURES / "v0.5.0"
+
+
+def plan_of(path: Path):
+    return parse_document(path.read_text(encoding="utf-8"), str(path)).plan
+
+
+def analysed(path: Path):
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    return analyze(path.read_text(encoding="utf-8"), str(path), Settings(workspace=path.parent, model_lookup=False))
+
+
+def value(plan, concept: str):
+    s = getattr(plan, concept)
+    return None if s is None else s.value
+
+
+def unmodelled(plan) -> dict[str, str]:
+    return {u.key: u.what for u in plan.unmodelled}
+
+
+def test_dynamic_batch_size_splits_by_tokens_and_the_benchmark_does_not_hold_the_micro_batch_against_it():
+    # use_dynamic_bsz=True with ppo_micro_batch_size_per_gpu=2: verl packs micro-batches up to
+    # ppo_max_token_len_per_gpu (default 16384) tokens of at most 512 + 1024 each, never reading the per-GPU size
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import held_out_cli
+
+    path = MAIN / "run_seed_oss_36b.sh"
+    plan = plan_of(path)
+    assert value(plan, "model_id") == "ByteDance-Seed/Seed-OSS-36B-Base"
+    assert value(plan, "micro_batch") == 16384 // 1536 and "ppo_max_token_len_per_gpu" in plan.micro_batch.note
+    stated = held_out_cli.verl_stated(path, plan)
+    assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu" not in stated
+    assert stated["actor_rollout_ref.rollout.gpu_memory_utilization"] == "0.6"
+
+
+def test_megatron_lora_section_is_read():
+    # actor_rollout_ref.model.lora.rank=256, alpha=512 under the Megatron workers (target_modules default: every
+    # Megatron-Core linear layer)
+    plan = plan_of(MAIN / "run_qwen2-7b_math_megatron_lora.sh")
+    assert value(plan, "dist_strategy") == "megatron" and value(plan, "tensor_parallel") == 4
+    assert value(plan, "peft_method") == "lora" and value(plan, "lora_r") == 256 and value(plan, "lora_alpha") == 512
+    assert value(plan, "lora_targets") == ["all-linear"]
+
+
+def test_tensorrt_llm_rollout_holds_its_share_and_says_how_it_is_approximated():
+    a = analysed(MAIN / "run_qwen2-7b_math_trtllm.sh")
+    assert a.estimate is not None
+    assert value(a.plan, "generation") == "vllm-colocate" and value(a.plan, "vllm_memory_share") == 0.6
+    assert "actor_rollout_ref.rollout.gpu_memory_utilization" in unmodelled(a.plan)
+    assert "actor_rollout_ref.rollout.name" not in unmodelled(a.plan)
+
+
+def test_a_launch_reads_its_own_hydra_config_under_its_overrides():
+    # --config-path="$CONFIG_PATH" (from $(pwd)) --config-name='gsm8k_multiturn_megatron_grpo': that YAML builds on
+    # ppo_megatron_trainer, so the run is Megatron's, with the launch line's parallel sizes
+    plan = plan_of(MAIN / "sglang_multiturn" / "run_qwen2.5-3b_megatron_gsm8k_multiturn.sh")
+    assert value(plan, "dist_strategy") == "megatron"
+    assert value(plan, "tensor_parallel") == 2 and value(plan, "pipeline_parallel") == 2
+    assert (value(plan, "prompt_len"), value(plan, "completion_len")) == (1024, 1024)
+    assert any("gsm8k_multiturn_megatron_grpo.yaml" in n for n in plan.read_notes)
+
+
+def test_a_launch_whose_hydra_config_is_missing_says_so(tmp_path):
+    script = MAIN / "sglang_multiturn" / "run_qwen2.5-3b_megatron_gsm8k_multiturn.sh"
+    copy = tmp_path / script.name
+    copy.write_text(script.read_text(encoding="utf-8"), encoding="utf-8")
+    plan = plan_of(copy)
+    assert any("gsm8k_multiturn_megatron_grpo" in i.message and "not found" in i.message for i in plan.issues)
+
+
+def test_sft_trainer_lora_example_is_estimated():
+    # torchrun --nproc_per_node=$nproc_per_node -m verl.trainer.fsdp_sft_trainer … model.lora_rank=32
+    a = analysed(V050 / "sft" / "run_qwen_05_peft.sh")
+    assert a.plan.framework == "verl" and value(a.plan, "objective") == "sft"
+    assert value(a.plan, "model_id") == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert value(a.plan, "micro_batch") == 4 and value(a.plan, "seq_len") == 1024
+    assert value(a.plan, "peft_method") == "lora" and value(a.plan, "lora_r") == 32
+    assert value(a.plan, "lora_targets") == ["all-linear"] and value(a.plan, "grad_checkpointing") is True
+    assert a.estimate is not None
+    # the GPU count is the script's first argument: said, not guessed silently
+    assert any("nproc_per_node" in i.message for i in a.plan.issues)
+
+
+def test_sft_trainer_ignores_the_deprecated_global_micro_batch_and_names_sequence_parallelism():
+    plan = plan_of(V050 / "sft" / "run_qwen_05_sp2.sh")
+    assert value(plan, "micro_batch") == 4 and value(plan, "packing") is True
+    assert any("data.micro_batch_size" in i.message and "not read" in i.message for i in plan.issues)
+    assert "ulysses_sequence_parallel_size" in unmodelled(plan)
+
+
+def test_split_placement_trainer_is_read_with_its_config_and_says_what_is_not_modelled():
+    a = analysed(MAIN / "split_placement" / "run_deepseek7b_llm.sh")
+    assert a.plan.framework == "verl" and value(a.plan, "objective") == "ppo"
+    assert value(a.plan, "model_id") == "deepseek-ai/deepseek-llm-7b-chat" and value(a.plan, "micro_batch") == 8
+    assert "split_placement" in unmodelled(a.plan) and a.estimate is not None
+    assert not any("fsdp_size" in i.message for i in a.plan.issues)  # fsdp_size: -1 is every GPU
+
+
+def test_files_beside_a_run_are_not_training():
+    for path in (
+        MAIN / "not_training" / "gsm8k_tool_config.yaml",
+        MAIN / "not_training" / "runtime_env.yaml",
+    ):
+        a = analysed(path)
+        assert a.estimate is None and any(f.rule_id == "VL018" for f in a.findings), path.name
+
+
+def test_a_model_path_from_an_unset_variable_names_the_value():
+    # HF_MODEL_PATH=${HF_MODEL_PATH:-"${RAY_DATA_HOME}/models/Qwen3-VL-8B-Instruct"}, RAY_DATA_HOME never set
+    a = analysed(MAIN / "run_qwen3_vl-8b-megatron.sh")
+    assert a.estimate is None
+    assert "$HF_MODEL_PATH" in a.error and "Qwen3-VL-8B-Instruct" in a.error
+    assert "is not set" not in a.error
+
+
+def test_a_config_fragment_is_read_as_the_launch_that_composes_it():
+    # gsm8k_multiturn_megatron_grpo.yaml names no model: run_qwen2.5-3b_megatron_gsm8k_multiturn.sh launches it with
+    # --config-name and sets the model, the parallel sizes and the batch on its command line
+    path = MAIN / "sglang_multiturn" / "config" / "gsm8k_multiturn_megatron_grpo.yaml"
+    plan = analyze(path.read_text(encoding="utf-8"), str(path), Settings(workspace=MAIN, model_lookup=False)).plan
+    assert value(plan, "model_id") == "/user/longxiang1/models/Qwen/Qwen2.5-3B-Instruct"
+    assert value(plan, "dist_strategy") == "megatron" and value(plan, "tensor_parallel") == 2
+    assert value(plan, "micro_batch") == 16 and value(plan, "completion_len") == 1024
+    assert any("run_qwen2.5-3b_megatron_gsm8k_multiturn.sh" in i.message for i in plan.issues)
+    # without the launch in the workspace, it still says that no model is named
+    alone = plan_of(path)
+    assert value(alone, "model_id") is None
+
+
+def test_a_skypilot_task_is_read_by_the_verl_launch_of_its_run_script():
+    # resources.accelerators H100:1, num_nodes 2; the run script passes $SKYPILOT_NUM_GPUS_PER_NODE and
+    # $SKYPILOT_NUM_NODES to trainer.n_gpus_per_node / trainer.nnodes
+    a = analysed(MAIN / "skypilot" / "verl-grpo.yaml")
+    assert a.plan.framework == "verl" and value(a.plan, "objective") == "grpo"
+    assert value(a.plan, "model_id") == "Qwen/Qwen2.5-7B-Instruct"
+    assert value(a.plan, "gpu_count") == 1 and value(a.plan, "world_size") == 2
+    assert a.estimate is not None
