@@ -50,6 +50,6 @@ def test_diffusion_training_says_so():
 
 
 def test_generation_config_is_not_training():
-    a = run("generate_flux.yaml")
+    a = run("not_training/generate_flux.yaml")
     assert a.plan is None and any(f.rule_id == "VL018" for f in a.findings)
     assert "generation" in next(f.message for f in a.findings if f.rule_id == "VL018")
