@@ -5,11 +5,15 @@ ms-swift 1.x and 2.x name a model by `--model_type qwen-7b-chat`; `swift/llm/uti
 (ModelScope id first; `hf_model_id` from 2.x). `--lora_target_modules DEFAULT` means the type's registered targets.
 The file is read with `ast` (never imported), from a git checkout of modelscope/ms-swift at each tag:
 
-    python scripts/dump_swift_model_types.py /path/to/ms-swift.git v1.7.3 v2.6.1 \
-        > server/vramlens/knowledge/data/ms_swift_model_types.json
+    python scripts/dump_swift_model_types.py /path/to/ms-swift.git v1.7.3 v2.6.1 --also v1.3.0 v1.4.0 v1.5.0 \
+        v1.6.0 v2.0.0 v2.1.0 v2.2.0 v2.3.0 v2.4.0 v2.5.0 > server/vramlens/knowledge/data/ms_swift_model_types.json
 
 Output: {"tags": {tag: commit}, "types": {model_type: {"model_id", "hf_model_id", "lora_targets", "tag"}}}; a type
-takes the oldest tag's model id and targets (the 1.x reading) and the newest tag's `hf_model_id`.
+takes the oldest tag's model id and targets (the 1.x reading) and the newest tag's `hf_model_id`. The tags after
+`--also` only add the types the main tags do not register (names renamed or dropped since: v1.5.0's `cogagent-chat`
+became v1.7.3's `cogagent-18b-chat`). At every tag the example entry points' own registry is read too:
+examples/pytorch/llm/llm_sft.py does `import custom`, whose examples/pytorch/llm/custom.py registers more types
+(`CustomModelType.tigerbot_7b`, with swift's `LoRATM` targets) for the example scripts beside it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import subprocess
 import sys
 
 MODEL_PY = "swift/llm/utils/model.py"
+CUSTOM_PY = "examples/pytorch/llm/custom.py"
 
 
 def _class_constants(tree: ast.Module, name: str) -> dict[str, object]:
@@ -40,10 +45,12 @@ def _class_constants(tree: ast.Module, name: str) -> dict[str, object]:
     return out
 
 
-def read_registry(source: str) -> dict[str, dict]:
+def read_registry(source: str, lora_tm: dict[str, object] | None = None) -> dict[str, dict]:
+    """The `register_model` calls of a module: its own `ModelType`/`CustomModelType` names, and `LoRATM` from the
+    module itself or (custom.py, which imports swift's) from `lora_tm`."""
     tree = ast.parse(source)
-    types = _class_constants(tree, "ModelType")
-    targets = _class_constants(tree, "LoRATM")
+    types = {**_class_constants(tree, "ModelType"), **_class_constants(tree, "CustomModelType")}
+    targets = lora_tm if lora_tm is not None else _class_constants(tree, "LoRATM")
 
     def resolve(node: ast.AST | None, table: dict):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
@@ -72,25 +79,45 @@ def read_registry(source: str) -> dict[str, dict]:
     return out
 
 
-def main(git_dir: str, tags: list[str]) -> dict:
-    result: dict = {"source": f"modelscope/ms-swift {MODEL_PY}", "tags": {}, "types": {}}
-    for tag in tags:
+def _show(git_dir: str, commit: str, path: str) -> str | None:
+    done = subprocess.run(["git", "--git-dir", git_dir, "show", f"{commit}:{path}"], capture_output=True, text=True)
+    return done.stdout if done.returncode == 0 else None
+
+
+def main(git_dir: str, tags: list[str], also: list[str] = ()) -> dict:  # type: ignore[assignment]
+    result: dict = {"source": f"modelscope/ms-swift {MODEL_PY}, {CUSTOM_PY}", "tags": {}, "types": {}}
+    for tag in [*tags, *also]:
+        extra = tag in also
         commit = subprocess.run(
             ["git", "--git-dir", git_dir, "rev-parse", tag], check=True, capture_output=True, text=True
         ).stdout.strip()
-        source = subprocess.run(
-            ["git", "--git-dir", git_dir, "show", f"{commit}:{MODEL_PY}"], check=True, capture_output=True, text=True
-        ).stdout
+        source = _show(git_dir, commit, MODEL_PY)
+        if source is None:
+            raise SystemExit(f"{tag}: no {MODEL_PY}")
         result["tags"][tag] = commit
-        for model_type, entry in read_registry(source).items():
+        registry = read_registry(source)
+        custom = _show(git_dir, commit, CUSTOM_PY)
+        if custom is not None:
+            lora_tm = _class_constants(ast.parse(source), "LoRATM")
+            for model_type, entry in read_registry(custom, lora_tm).items():
+                registry.setdefault(model_type, {**entry, "file": CUSTOM_PY})
+        for model_type, entry in registry.items():
             have = result["types"].get(model_type)
             if have is None:
                 result["types"][model_type] = {**entry, "tag": tag}
-            elif entry["hf_model_id"]:
+            elif entry["hf_model_id"] and not extra:
                 have["hf_model_id"] = entry["hf_model_id"]
+    # a type only an older tag registers takes the Hub id a main tag pairs with the same ModelScope id (v1.5.0's
+    # `cogagent-chat` → 'ZhipuAI/cogagent-chat', which v2.6.1's `cogagent-18b-chat` pairs with 'THUDM/cogagent-chat-hf')
+    hub = {e["model_id"]: e["hf_model_id"] for e in result["types"].values() if e["model_id"] and e["hf_model_id"]}
+    for entry in result["types"].values():
+        if entry["hf_model_id"] is None and entry["model_id"] in hub and entry["tag"] in also:
+            entry["hf_model_id"] = hub[entry["model_id"]]
     return result
 
 
 if __name__ == "__main__":
-    json.dump(main(sys.argv[1], sys.argv[2:]), sys.stdout, indent=0, sort_keys=True)
+    args = sys.argv[2:]
+    cut = args.index("--also") if "--also" in args else len(args)
+    json.dump(main(sys.argv[1], args[:cut], args[cut + 1 :]), sys.stdout, indent=0, sort_keys=True)
     sys.stdout.write("\n")

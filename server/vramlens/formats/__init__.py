@@ -33,6 +33,7 @@ from vramlens.formats.yaml_doc import YamlError, load_yaml
 from vramlens.frameworks import recognise
 from vramlens.frameworks.axolotl import dialect as axolotl
 from vramlens.frameworks.llamafactory import dialect as llamafactory
+from vramlens.frameworks.ms_swift import dialect as ms_swift
 from vramlens.frameworks.torchtune import dialect as torchtune
 from vramlens.plan import IssueKind, ParseIssue, Severity, Span, TrainingPlan
 
@@ -87,6 +88,7 @@ YAML_DIALECTS: list[YamlDialect] = [
     YamlDialect("gpt-neox", "custom", neox.detect, neox.apply),
     YamlDialect("nemo-automodel", "transformers", nemo_automodel.detect, nemo_automodel.apply),
     YamlDialect("accelerate", "transformers", accelerate.detect, accelerate.apply),
+    YamlDialect("ms-swift", "ms-swift", ms_swift.detect, ms_swift.apply),
     YamlDialect("llamafactory", "llamafactory", llamafactory.detect, llamafactory.apply),
     YamlDialect("llamafactory-v1", "llamafactory", llamafactory.detect_v1, llamafactory.apply_v1),
     YamlDialect("axolotl", "axolotl", axolotl.detect, axolotl.apply),

@@ -94,6 +94,22 @@ _OPENRLHF_NOT_TRAINING = {
 _SWIFT_NOT_TRAINING_SCRIPT = re.compile(r"(?:^|/)(llm_infer|rome_infer|animatediff_infer)\.py$")
 
 
+# ms-swift 1.x/2.x's diffusion example entry points (v1.5.0–v2.6.1 examples/pytorch/animatediff/animatediff_sft.py:
+# `from swift.aigc import animatediff_sft`, an AnimateDiff motion module on a Stable Diffusion UNet;
+# examples/pytorch/stable_diffusion/finetune_stable_diffusion.py: modelscope's Stable Diffusion LoRA trainer)
+_SWIFT_DIFFUSION_SCRIPT = re.compile(r"(?:^|/)(animatediff_sft|finetune_stable_diffusion\w*)\.py$")
+
+
+def swift_diffusion_script(script: str) -> str | None:
+    """What an ms-swift diffusion example entry point trains ("an AnimateDiff video diffusion model"), or None."""
+    m = _SWIFT_DIFFUSION_SCRIPT.search(script)
+    if m is None:
+        return None
+    if m.group(1) == "animatediff_sft":
+        return "an AnimateDiff video diffusion model (ms-swift's `animatediff_sft.py`)"
+    return f"a Stable Diffusion model (ms-swift's `{m.group(1)}.py`)"
+
+
 def script_not_training(script: str) -> str | None:
     """What a known non-training example script of a program read here does, or None."""
     m = _SWIFT_NOT_TRAINING_SCRIPT.search(script)
@@ -488,7 +504,13 @@ def swift_model_type(b: PlanBuilder, s: Setting) -> None:
     model = entry and (entry["hf_model_id"] or entry["model_id"])
     if not model:
         return b.remember(s)
-    b.set("model_id", model, s, note=f"ms-swift model_type `{s.value}` is `{model}` ({SWIFT_REGISTRY})")
+    b.set("model_id", model, s, note=f"ms-swift model_type `{s.value}` is `{model}` ({swift_registered_in(entry)})")
+
+
+def swift_registered_in(entry: dict) -> str:
+    """Where ms-swift registers a model type: swift/llm/utils/model.py, or the example entry points' own
+    examples/pytorch/llm/custom.py, at the release the registry was read from (scripts/dump_swift_model_types.py)."""
+    return f"{entry.get('file') or 'swift/llm/utils/model.py'}, ms-swift {entry.get('tag') or 'v1.7.3'}"
 
 
 def swift_model_path(b: PlanBuilder, s: Setting) -> None:
@@ -586,7 +608,7 @@ def swift_finish(b: PlanBuilder, settings: list[Setting]) -> None:
         elif "DEFAULT" in upper or "AUTO" in upper:
             if entry is not None and entry["lora_targets"]:
                 names = list(dict.fromkeys(entry["lora_targets"] + names))
-                note = f"`DEFAULT`: the model type's registered targets ({SWIFT_REGISTRY})"
+                note = f"`DEFAULT`: the model type's registered targets ({swift_registered_in(entry)})"
             elif not names:
                 names = ["all-linear"] if not legacy else []
         if names:

@@ -430,7 +430,18 @@ def apply_swift(b: PlanBuilder, by_key: dict[str, Setting], subcommand: str | No
         set_objective(b, word(s.value), s)
     elif subcommand == "rlhf":
         # ms-swift swift/llm/argument/rlhf_args.py RLHFArguments: `rlhf_type ... = 'dpo'`
-        set_objective(b, "dpo", note="ms-swift's default rlhf_type for `swift rlhf`", origin=Origin.DEFAULT)
+        b.set(
+            "objective",
+            "dpo",
+            note="ms-swift's default rlhf_type for `swift rlhf`",
+            origin=Origin.DEFAULT,
+            framework="ms-swift",
+        )
+    elif subcommand in ("dpo", "orpo", "simpo"):
+        # ms-swift 2.x swift/cli/main.py (v2.2.0–v2.6.1) `cli_main`: `swift dpo|orpo|simpo …` runs swift/cli/rlhf.py
+        # with `--rlhf_type <subcommand>` (v2.0.x: swift/cli/dpo.py)
+        note = f"`swift {subcommand}` is `swift rlhf --rlhf_type {subcommand}` (ms-swift 2.x)"
+        set_objective(b, subcommand, note=note)
 
 
 def apply_openrlhf(b: PlanBuilder, by_key: dict[str, Setting]) -> None:

@@ -1,0 +1,72 @@
+"""ms-swift's YAML/JSON configs: `swift sft examples/yaml/deepspeed/sft.yaml`, `swift sft --config sft.yaml`,
+`megatron rlhf --config ray_grpo_colocate.yaml` (ms-swift v3.x/v4.x examples/yaml/, examples/ray/). Their keys are
+the command line's arguments (swift/utils/utils.py `parse_args`, v3.5.0 … v4.5.2: a lone `.yaml`/`.json` argument or
+`--config` is loaded and its keys become the arguments), so they are read through the command line's handlers —
+`model: Qwen/Qwen2.5-7B-Instruct` is the model, while `model_name: swift-bot` / `model_author: swift` are the
+self-cognition names the run teaches (swift/llm/argument/base_args/model_args.py, data_args.py), not a model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vramlens.formats.settings import PlanBuilder, Setting
+
+# Arguments only ms-swift defines (swift/llm/argument/: `tuner_type` 4.x, `train_type` 3.x, `sft_type` 1.x/2.x,
+# `model_author`/`split_dataset_ratio` data args, `rlhf_type`, `attn_impl`, `quant_bits`), with a model argument
+MS_SWIFT_KEYS = frozenset(
+    {
+        "tuner_type",
+        "train_type",
+        "sft_type",
+        "model_author",
+        "split_dataset_ratio",
+        "rlhf_type",
+        "attn_impl",
+        "quant_bits",
+    }
+)
+MODEL_KEYS = frozenset({"model", "model_type", "model_id_or_path"})
+
+
+# Megatron-SWIFT's own arguments (swift/megatron/argument/megatron_args.py, v3.5.0 … v4.5.2): a config with them is
+# one `megatron sft|pt|rlhf --config` loads, whose keys take Megatron's handlers (formats/megatron.py)
+MEGATRON_KEYS = frozenset(
+    {
+        "micro_batch_size",
+        "global_batch_size",
+        "tensor_model_parallel_size",
+        "pipeline_model_parallel_size",
+        "expert_model_parallel_size",
+        "context_parallel_size",
+        "recompute_granularity",
+        "train_iters",
+        "lr_warmup_fraction",
+        "lr_warmup_iters",
+        "attention_backend",
+        "cross_entropy_loss_fusion",
+    }
+)
+
+
+def detect(data: Any, keys: set[str]) -> float:
+    """1.0 for a mapping with an argument only ms-swift defines beside a model argument; 0.0 otherwise."""
+    return 1.0 if isinstance(data, dict) and keys & MS_SWIFT_KEYS and keys & MODEL_KEYS else 0.0
+
+
+def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx: Any) -> None:
+    from vramlens.formats import launchers, megatron, objective, shell
+
+    top = [s for s in settings if len(s.path) == 1]
+    keys = {str(s.path[0]) for s in top}
+    if keys & MEGATRON_KEYS:
+        b.plan.framework = megatron.SWIFT_FRAMEWORK
+        for s in top:
+            if megatron.handler(str(s.path[0])) is not None:
+                shell._apply_flag(b, "megatron", s)
+            else:
+                shell._apply_flag(b, "swift", s)
+    else:
+        for s in top:
+            shell._apply_flag(b, "swift", s)
+        launchers.swift_finish(b, top)
+    objective.apply_swift(b, {s.path[0]: s for s in top if not s.unresolved})

@@ -1,0 +1,141 @@
+"""ms-swift's example scripts at the releases users run (tests/fixtures/ms-swift/<version>/, each with its SOURCE):
+the 1.x/2.x model registry with the types later releases renamed and the example entry points' own types, 2.x's
+`swift dpo`, and scripts that train and then run inference on the checkpoint they wrote."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from vramlens.formats import parse_document
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "ms-swift"
+
+
+def plan_of(path: Path):
+    return parse_document(path.read_text(encoding="utf-8"), str(path)).plan
+
+
+def value(plan, concept: str):
+    s = getattr(plan, concept)
+    return None if s is None else s.value
+
+
+def test_a_1_5_model_type_renamed_later_is_read_from_that_release_registry():
+    # v1.5.0 registers `cogagent-chat` ('ZhipuAI/cogagent-chat'); v1.7.3 renamed it `cogagent-18b-chat`
+    plan = plan_of(FIXTURES / "v1.5.0" / "cogagent_chat_lora_sft.sh")
+    assert value(plan, "model_id") == "THUDM/cogagent-chat-hf"
+    assert "ms-swift v1.5.0" in plan.model_id.note
+    assert value(plan, "micro_batch") == 1 and value(plan, "seq_len") == 1024 and value(plan, "gpu_count") == 2
+    # `--lora_target_modules` left at DEFAULT: the type's registered targets (LoRATM.cogagent)
+    assert "language_expert_query_key_value" in value(plan, "lora_targets")
+
+
+def test_the_example_entry_points_own_model_types_are_registered():
+    # llm_sft.py does `import custom`; examples/pytorch/llm/custom.py registers `tigerbot-7b` with LoRATM.llama2
+    plan = plan_of(FIXTURES / "v2.4.0" / "custom" / "tigerbot_7b_lora_ddp_ds_sft.sh")
+    assert value(plan, "model_id") == "TigerResearch/tigerbot-7b-base-v3"
+    assert "custom.py" in plan.model_id.note
+    assert value(plan, "lora_targets") == ["q_proj", "k_proj", "v_proj"]
+    assert value(plan, "zero_stage") == 2 and value(plan, "world_size") == 2
+    assert not any("not a model type" in i.message for i in plan.issues)
+
+
+def test_swift_dpo_of_2_x_is_a_dpo_run():
+    # ms-swift 2.x swift/cli/main.py: `swift dpo …` runs swift/cli/rlhf.py with `--rlhf_type dpo`
+    plan = plan_of(FIXTURES / "v2.4.0" / "dpo" / "lora_dpo.sh")
+    assert plan is not None and plan.framework == "ms-swift"
+    assert value(plan, "objective") == "dpo" and "swift dpo" in plan.objective.note
+    assert value(plan, "model_id") == "01-ai/Yi-6B-Chat" and value(plan, "peft_method") == "lora"
+    assert value(plan, "seq_len") == 1024 and value(plan, "prompt_len") == 512
+
+
+def test_a_script_that_trains_then_infers_is_read_from_its_training_command():
+    plan = plan_of(FIXTURES / "v4.0.0" / "train_then_infer" / "cached_dataset_vlm.sh")
+    assert value(plan, "model_id") == "Qwen/Qwen2.5-Omni-7B" and value(plan, "gpu_count") == 4
+
+
+def _held_out_cli():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import held_out_cli
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return held_out_cli
+
+
+def test_the_held_out_check_takes_the_training_command_values_and_hub_names():
+    cli = _held_out_cli()
+    # `megatron sft --model LLM-Research/…` then `swift infer --model megatron_output/…/checkpoint-xxx`
+    values = cli.swift_stated(FIXTURES / "v4.0.0" / "train_then_infer" / "llama4_mcore.sh", None)
+    assert values["model"] == "LLM-Research/Llama-4-Scout-17B-16E-Instruct" and values["micro_batch_size"] == "4"
+    assert "stream" not in values  # a `swift infer` flag
+    # ms-swift's registry pairs 'modelscope/Llama-2-70b-chat-ms' with the Hub's 'meta-llama/Llama-2-70b-chat-hf'
+    values = cli.swift_stated(FIXTURES / "v1.5.0" / "llama2_70b_chat_qlora_mp_sft.sh", None)
+    assert values["model_id_or_path"] == "meta-llama/Llama-2-70b-chat-hf"
+
+
+def test_megatron_swift_3_5_names_its_model_by_the_checkpoint_it_loads():
+    # `megatron sft --load Qwen2.5-7B-Instruct-mcore` (the folder `swift export --to_mcore true` wrote): v3.5.0
+    # BaseArguments `_init_ckpt_dir` takes the model from that checkpoint's args.json
+    plan = plan_of(FIXTURES / "v3.5.0" / "megatron_sft.sh")
+    assert value(plan, "model_id") == "Qwen2.5-7B-Instruct-mcore" and plan.model_id.key == "load"
+    assert value(plan, "tensor_parallel") == 2 and value(plan, "micro_batch") == 4
+
+
+def test_an_ms_swift_yaml_config_is_read_as_its_command_line_arguments():
+    # `model_name: swift-bot` / `model_author: swift` name the self-cognition identity, not the model
+    plan = plan_of(FIXTURES / "v4.0.0" / "yaml" / "sft.yaml")
+    assert plan.framework == "ms-swift"
+    assert value(plan, "model_id") == "Qwen/Qwen2.5-7B-Instruct" and value(plan, "peft_method") == "lora"
+    assert value(plan, "zero_stage") == 3 and value(plan, "micro_batch") == 1
+    # the script that runs it (`swift sft --config sft.yaml`) reads it the same way
+    plan = plan_of(FIXTURES / "v4.0.0" / "yaml" / "sft.sh")
+    assert value(plan, "model_id") == "Qwen/Qwen2.5-7B-Instruct" and value(plan, "peft_method") == "lora"
+
+
+MAIN = FIXTURES / "main-3602360a"
+
+
+def test_a_megatron_swift_config_is_read_with_megatron_arguments():
+    plan = plan_of(MAIN / "ray_grpo_colocate.yaml")
+    assert plan.framework == "megatron-swift" and value(plan, "objective") == "grpo"
+    assert value(plan, "model_id") == "Qwen/Qwen2.5-VL-3B-Instruct"
+    assert value(plan, "micro_batch") == 2 and value(plan, "global_batch") == 16 and value(plan, "seq_len") == 4096
+
+
+def test_the_config_a_command_loads_overrides_the_commands_own_defaults(tmp_path: Path):
+    # `megatron rlhf` alone defaults to DPO; `rlhf_type: grpo` in the config it loads is the run's
+    (tmp_path / "ray_grpo_colocate.yaml").write_text((MAIN / "ray_grpo_colocate.yaml").read_text(encoding="utf-8"))
+    script = tmp_path / "run.sh"
+    script.write_text("megatron rlhf --use_ray true --config ray_grpo_colocate.yaml\n", encoding="utf-8")
+    plan = plan_of(script)
+    assert value(plan, "objective") == "grpo" and value(plan, "micro_batch") == 2
+    assert plan.objective.key == "rlhf_type"
+
+
+def test_megatron_at_the_start_of_a_line_is_a_launch():
+    # run_colocate.sh: `megatron rlhf --use_ray true --config "$SCRIPT_DIR/…"` with no prefix on its line
+    plan = plan_of(MAIN / "run_colocate.sh")
+    assert plan is not None and plan.framework == "megatron-swift" and value(plan, "gpu_count") == 4
+
+
+@pytest.mark.parametrize(
+    ("name", "model"),
+    [
+        ("animatediff_lora_sft.sh", "wyj123456/Realistic_Vision_V5.1_noVAE"),
+        ("run_train_lora.sh", "AI-ModelScope/stable-diffusion-v2-1"),
+    ],
+)
+def test_the_diffusion_examples_say_they_train_a_diffusion_model(name: str, model: str):
+    from vramlens.analysis import analyze
+    from vramlens.settings import Settings
+
+    path = FIXTURES / "v2.4.0" / "diffusion" / name
+    a = analyze(path.read_text(encoding="utf-8"), str(path), Settings(workspace=path.parent, gpu="A100-80GB"))
+    assert a.estimate is None
+    messages = " ".join(f.message for f in a.findings) + " " + " ".join(i.message for i in a.plan.issues)
+    assert "a diffusion model" in messages and model in messages
+    assert "does not name a model" not in messages
