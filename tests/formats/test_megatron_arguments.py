@@ -147,7 +147,9 @@ def test_query_groups_count_only_with_group_query_attention(tmp_path):
     mqa = estimate(launch(tmp_path, *SHAPES, "--group-query-attention", name="mqa.sh"))
 
     def kv(groups: int) -> int:
-        return 4 * 2 * 1024 * 64 * groups  # 4 layers × (K and V) × hidden × head size × groups
+        # 4 layers × (K and V) × (hidden + the bias Megatron's linear layers carry unless `--disable-bias-linear`)
+        # × head size × groups
+        return 4 * 2 * (1024 + 1) * 64 * groups
 
     assert mha["model"]["params"] - gqa["model"]["params"] == kv(16) - kv(4)
     assert gqa["model"]["params"] - mqa["model"]["params"] == kv(4) - kv(1)

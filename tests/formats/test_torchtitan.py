@@ -69,12 +69,12 @@ def test_llama3_70b_tensor_parallel(version):
 
 
 def test_405b_float8_compile_and_minimum_gpus():
-    """v0.1.0 llama3_405b.toml: float8 converters (not modelled, named), compile on, TP 8: without a GPU count the
-    run has at least the 8 GPUs its tensor-parallel degree needs."""
+    """v0.1.0 llama3_405b.toml: float8 converters (not modelled, named), compile on, TP 8: no GPU count set, but its
+    header says "a preset for 128 H100 GPUs", a multiple of the 8 its tensor-parallel degree needs."""
     d = estimate(FIXTURES / "v0.1.0" / "llama3_405b.toml")
     assert d["model"]["id"] == "meta-llama/Llama-3.1-405B"
     assert source(d, "compile") is True and source(d, "tensor_parallel") == 8
-    assert source(d, "world_size") == 8
+    assert source(d, "world_size") == 128
     assert "model.converters" in unmodelled(d)
 
 

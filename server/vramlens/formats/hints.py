@@ -42,6 +42,12 @@ _GPU_PHRASE = re.compile(
 _MEASURED = re.compile(
     r"GPU\s+memory\s*[:=]\s*(?P<n>\d{1,4})\s*[x×*]\s*(?P<mem>\d+(?:\.\d+)?)\s*G(?:i)?B", re.IGNORECASE
 )
+# "a preset for 64 H100 GPUs" (torchtitan v0.2.0 torchtitan/models/llama4/train_configs/llama4_17bx16e.toml), "8 GPUs",
+# "16 x A100 GPUs": a count of GPUs stated in the config's leading comment block, the GPU named or not
+_COUNT_PHRASE = re.compile(
+    r"(?<![\w./\\-])(?P<n>\d{1,5})\s*(?:[x×*]\s*)?(?:(?P<gpu>" + _GPU_MODEL + _GPU_TAIL + r")\s*)?GPUs?\b",
+    re.IGNORECASE,
+)
 _NPROC = re.compile(r"--nproc[-_]per[-_]node[=\s]+(?P<n>\d{1,4})")
 _NNODES = re.compile(r"--nnodes[=\s]+(?P<n>\d{1,4})")
 _NUM_GPUS = re.compile(r"--num[-_]gpus[=\s]+(?P<n>\d{1,4})|--num_processes[=\s]+(?P<m>\d{1,4})")
@@ -149,9 +155,59 @@ def apply_directive(b: PlanBuilder, text: str) -> bool:
     return found
 
 
+def header_comments(text: str):
+    """(line, column, comment) of the comment lines a file opens with (blank lines and a `#!` line among them),
+    up to its first line of anything else."""
+    for i, line in enumerate(text_lines(text)):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if not stripped.startswith(("#", "//")):
+            return
+        yield i, len(line) - len(line.lstrip()), stripped
+
+
+def apply_header_count(b: PlanBuilder, text: str) -> None:
+    """A GPU count the file's leading comments state ("a preset for 64 H100 GPUs"): the GPU count and the run's
+    world size, and the GPU when named, where the config does not state them (a world size the reader only
+    derived as the least the parallel layout needs gives way to it when it divides it)."""
+    plan = b.plan
+    if plan.gpu_count is not None and plan.gpu_count.origin != Origin.DERIVED:
+        return
+    file = plan.source_file
+    for line, col, comment in header_comments(text):
+        if _DIRECTIVE.match(comment):
+            continue
+        for m in _COUNT_PHRASE.finditer(comment):
+            n = int(m.group("n"))
+            if not 1 <= n <= MAX_GPU_COUNT:
+                continue
+            gpu = m.group("gpu")
+            hit = _lookup(gpu) if gpu else None
+            if gpu and hit is None:
+                continue
+            sp = _span(file, line, col + m.start(), col + m.end())
+            note = f"from the comment `{m.group(0).strip()}` at the top of the file" + (
+                f"; {hit[2]}" if hit and hit[2] else ""
+            )
+            world = plan.world_size
+            if world is not None and world.origin != Origin.DERIVED:
+                return
+            if world is not None and isinstance(world.value, int) and world.value > 0 and n % world.value:
+                return  # not a world size the layout allows
+            if hit is not None and plan.gpu_name is None:
+                plan.gpu_name = Sourced(
+                    value=hit[0], origin=Origin.ASSUMED, key="comment", span=sp, value_span=sp, note=note
+                )
+            plan.gpu_count = Sourced(value=n, origin=Origin.ASSUMED, key="comment", span=sp, value_span=sp, note=note)
+            plan.world_size = Sourced(value=n, origin=Origin.ASSUMED, key="comment", span=sp, value_span=sp, note=note)
+            return
+
+
 def apply_comment_hints(b: PlanBuilder, text: str) -> None:
     """Fill gpu_name / gpu_count from what comments say, when the config itself does not say."""
     plan = b.plan
+    apply_header_count(b, text)
     if plan.gpu_name is not None and plan.gpu_count is not None:
         return
     file = plan.source_file

@@ -1072,15 +1072,21 @@ def _peft_method(b: PlanBuilder, s: Setting) -> None:
         "full": "none",
         "freeze": "freeze",
         "longlora": "lora",
-        "adalora": "other",
+        "adalora": "adalora",
         "galore": "galore",
-        "oft": "other",
-        "boft": "other",
-        "adapter": "other",
-        "llamapro": "other",
+        "oft": "oft",
+        "boft": "boft",
+        "adapter": "adapter",
+        "llamapro": "llamapro",
         "vera": "vera",
         "ia3": "ia3",
-        "lisa": "other",
+        "lisa": "lisa",
+        # ms-swift 3.x/4.x swift/llm/argument/base_args/base_args.py `get_supported_tuners`
+        "fourierft": "fourierft",
+        "reft": "reft",
+        "bone": "bone",
+        "loha": "loha",
+        "lokr": "lokr",
     }.get(v)
     if method is None:
         return b.issue(IssueKind.UNKNOWN_VALUE, f"unknown tuner type {s.value!r} for `{s.key}`", s)
@@ -1664,6 +1670,8 @@ def analyze(
                 )
             continue
         prog = (head or "").rsplit("/", 1)[-1]
+        if sourcing is not None and not sourcing.own(cmd) and prog not in _HEADS and not _PYTHON.fullmatch(prog):
+            continue  # what a file read in does besides training (`pip install`, `echo`) is not this script's purpose
         if prog in purpose.SETUP_HEADS:  # `pip install`, `docker build`: counted only when nothing else runs
             if setup is None and (what := purpose.setup_purpose([raw_text(text, w) for w in rest])) is not None:
                 setup = (what, idx.span(cmd.start, cmd.end))
@@ -2026,6 +2034,12 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
         launch.script.text if launch.script else None,
         [s for s in settings if not s.unresolved],
     )
+    if launch.script is not None and (kind := launchers.swift_diffusion_script(launch.script.text)) is not None:
+        from vramlens.formats import model_kind
+
+        named = next((s for s in settings if s.path and s.path[0] in ("model", "model_id_or_path")), None)
+        said = f"`--{named.path[0]} {named.value}`" if named is not None else f"`{launch.script.text}`"
+        model_kind.set_other_kind(b, named, "a diffusion model", f"{said} trains {kind}")
 
     if framework is None:
         keys = {s.path[0] for s in settings}
