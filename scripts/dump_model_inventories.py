@@ -103,6 +103,34 @@ OVERRIDES = {
     # Falcon-H1: the Mamba width from mamba_expand · hidden_size and the head size from it ("auto"), so that each
     # can be varied alone (knowledge/inventory.py `_falcon_h1` reads a written mamba_d_ssm as that product)
     "falcon_h1": {"head_dim": 16, "mamba_d_ssm": None, "mamba_d_head": "auto", "mamba_n_heads": 8},
+    # Bamba, Granite-4 hybrids: the Mamba head size from mamba_expand · hidden_size / mamba_n_heads ("auto",
+    # transformers 5.24 models/bamba/configuration_bamba.py and
+    # models/granitemoehybrid/configuration_granitemoehybrid.py `__post_init__`), eight heads that divide the tiny
+    # width, so that each size can be varied alone
+    "bamba": {"mamba_d_head": "auto", "mamba_n_heads": 8},
+    "granitemoehybrid": {"mamba_d_head": "auto", "mamba_n_heads": 8},
+    # Gemma-3n: one MLP width for every layer (the config class repeats it per layer, configuration_gemma3n.py
+    # `__post_init__`; knowledge/inventory.py `_gemma3n` reads a written list), and a layer pattern whose unshared
+    # layers hold both kinds of attention (`kv_sharing_modes`: the last num_kv_shared_layers layers reuse the KV of
+    # the last unshared layer of their kind, and build no k/v projections, modeling_gemma3n.py `Gemma3nTextAttention`)
+    # (two AltUp inputs: its altup_num_inputs - 1 projections stay a shorter list than the layers when scaled, so the
+    # layer stack is still the one measured)
+    "gemma3n_text": {
+        "altup_num_inputs": 2,
+        "intermediate_size": TINY["intermediate_size"],
+        "num_kv_shared_layers": 2,
+        "layer_types": ["sliding_attention", "full_attention"] * 4,
+        "activation_sparsity_pattern": [0.0] * 8,
+    },
+}
+# Sizes a config class requires to agree (its `validate_architecture`), by model_type: varying a field scales its
+# partners by (new / old) ** exponent so that the config stays valid; a partner sizes no parameter and is neither
+# varied nor recorded as fixed.
+COUPLED = {
+    # transformers 5.24 models/mamba2/configuration_mamba2.py `validate_architecture`: hidden_size · expand ==
+    # num_heads · head_dim; modeling_mamba2.py `Mamba2Mixer.__init__` sizes its parameters by hidden_size,
+    # int(expand · hidden_size), num_heads, n_groups, state_size and conv_kernel, and reads head_dim only to reshape
+    "mamba2": {"hidden_size": {"head_dim": 1}, "expand": {"head_dim": 1}, "num_heads": {"head_dim": -1}},
 }
 _SIZE_NAME = re.compile(r"hidden|heads|dim|size|expand|experts|state|groups|vocab|layers|embd|d_model|rank")
 _PERTURBED = re.compile(
@@ -200,6 +228,20 @@ def _set(d: dict, path: str, value) -> dict:
             if isinstance(v, list) and len(v) == old and old:
                 node[k] = (v * (value // old + 1))[:value]
     return d
+
+
+def vary(model_type: str, d: dict, path: str, value) -> dict:
+    """`_set`, with the sizes the config class requires to agree with `path` scaled along (`COUPLED`)."""
+    old = _get(d, path)
+    out = _set(d, path, value)
+    for partner, exponent in COUPLED.get(model_type, {}).get(path, {}).items():
+        scaled = _get(out, partner) * (value / old) ** exponent
+        out = _set(out, partner, int(scaled) if float(scaled).is_integer() else scaled)
+    return out
+
+
+def partners(model_type: str) -> set[str]:
+    return {p for coupled in COUPLED.get(model_type, {}).values() for p in coupled}
 
 
 def tiny(d: dict, widths: bool = True) -> dict:
@@ -352,7 +394,7 @@ def inventory(model_type: str) -> dict:
     else:
         raise error
     q0, info = measure(model0, cfg0)
-    fields = _fields(d0)
+    fields = {f: v for f, v in _fields(d0).items() if f not in partners(model_type)}
     sizes = {int(v) for k, v in q0.items() if k[0] in ("d", "n", "k") and v}
     # a field that sizes something divides (or is a multiple of) some size of the base build; the others are not
     # varied (the check build below would show one that was missed)
@@ -366,7 +408,7 @@ def inventory(model_type: str) -> dict:
     fixed = []
     for f, v in fields.items():
         try:
-            cfg_f, model_f = build(config_cls, _set(d0, f, v * 2))
+            cfg_f, model_f = build(config_cls, vary(model_type, d0, f, v * 2))
             builds[f] = measure(model_f, cfg_f)[0]
             configs[f] = cfg_f.to_dict()
         except Exception:  # an inconsistent config: the field is taken as fixed
@@ -384,7 +426,7 @@ def inventory(model_type: str) -> dict:
         m = 2 if n % 2 else 4
         # an odd layer count: periods and layer lists must hold beyond the base build's 8 layers
         layer_field = f.rsplit(".", 1)[-1] in LAYER_FIELDS
-        d_try = _set(d_check, f, fields[f] + 3 if layer_field else fields[f] * m)
+        d_try = vary(model_type, d_check, f, fields[f] + 3 if layer_field else fields[f] * m)
         try:
             config_cls.from_dict(d_try)
         except Exception:
@@ -408,10 +450,10 @@ def inventory(model_type: str) -> dict:
         if layer_field or n % 2 == 0:
             value = fields[f] + 3 if layer_field else fields[f] * 2
             try:
-                config_cls.from_dict(_set(d_alt, f, value))
+                config_cls.from_dict(vary(model_type, d_alt, f, value))
             except Exception:
                 continue
-            d_alt, alt[f] = _set(d_alt, f, value), value
+            d_alt, alt[f] = vary(model_type, d_alt, f, value), value
     try:
         cfg_a, model_a = build(config_cls, d_alt)
         qa = measure(model_a, cfg_a)[0]

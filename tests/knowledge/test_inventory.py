@@ -67,10 +67,11 @@ def _variant(dump, model_type: str) -> list[dict]:
                 continue
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 continue
+            # sizes the config class requires to agree are scaled along (dump.COUPLED: Mamba-2's head_dim)
             if field.rsplit(".", 1)[-1] in dump.LAYER_FIELDS:
-                varied = dump._set(varied, field, int(value) + 3)
+                varied = dump.vary(model_type, varied, field, int(value) + 3)
             elif n % 2 == 0:
-                varied = dump._set(varied, field, value * 2)
+                varied = dump.vary(model_type, varied, field, value * 2)
         out += [varied, base]
     return out
 
@@ -88,6 +89,7 @@ ALWAYS = (
     "gpt_oss",
     "gemma2",
     "gemma3_text",
+    "gemma3n_text",
     "deepseek_v3",
     "mamba",
     "mamba2",
@@ -165,6 +167,44 @@ def test_real_configs_count_as_transformers_builds_them(dump, path):
     assert param_count(arch) == expected
     assert dict(arch.layer_kinds) == kinds
     assert "not scaled exactly" not in arch.approximate
+
+
+def _tiny_configs() -> dict[str, dict]:
+    spec = importlib.util.spec_from_file_location("tiny_configs", ROOT / "tests" / "trace" / "tiny_configs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.TINY_CONFIGS
+
+
+TINY = _tiny_configs()
+# beside the real-library grid's tiny configs: a Mamba-2 of 7 B (Mamba2Config's default sizes, written out), and
+# Gemma-3n's MLP widths written per layer as its published config.json writes them
+BESIDE = {
+    "mamba2 7B": {
+        "model_type": "mamba2",
+        **dict(hidden_size=4096, num_heads=128, head_dim=64, n_groups=8, state_size=128, expand=2, conv_kernel=4),
+        **dict(num_hidden_layers=64, vocab_size=32768, tie_word_embeddings=False),
+    },
+    "gemma3n_text widths per layer": {**TINY["gemma3n_text"], "intermediate_size": [256, 256, 384, 384]},
+}
+
+
+@pytest.mark.parametrize("name", sorted({**TINY, **BESIDE}))
+def test_new_architectures_count_as_transformers_builds_them(dump, name):
+    """The real-library grid's architectures (Mamba-2, Falcon-H1, Jamba, LFM2, Qwen3-Next, gpt-oss, DeepSeek-V3,
+    Gemma-3n, Llama-4), read as a user's config.json: the count vramlens gives is what transformers builds from it,
+    and nothing says the count is approximate. Mamba-2 (whose sizes must agree: hidden_size · expand = num_heads ·
+    head_dim) and Gemma-3n (per-layer MLP widths, KV shared across the last layers) were counted from constants."""
+    config = {**TINY, **BESIDE}[name]
+    model_type = config["model_type"]
+    from transformers import AutoConfig
+
+    with dump.quiet_and_quick():
+        cfg = AutoConfig.for_model(model_type, **{k: v for k, v in config.items() if k != "model_type"})
+        _, expected, kinds = _meta_build(dump, model_type, cfg.to_dict())
+    arch = arch_from_hf_config(config, f"org/{model_type}")
+    assert param_count(arch) == expected
+    assert "parameters approximate" not in arch.approximate
 
 
 EXPECTED = {  # parameters, layer kinds: transformers 5.24 meta builds of tests/knowledge/configs

@@ -106,6 +106,21 @@ def _falcon_h1(config: Mapping[str, Any]) -> dict:
     return config
 
 
+def _gemma3n(config: Mapping[str, Any]) -> dict:
+    """Gemma-3n's MLP width, one per layer (transformers 5.24 models/gemma3n/configuration_gemma3n.py
+    `intermediate_size: int | list[int] = 16_384`, repeated per layer by `__post_init__`; modeling_gemma3n.py
+    `Gemma3nTextMLP` builds layer i with `intermediate_size[i]`). The inventory is measured with one width for every
+    layer: a list is read as its mean (the MLP's matrices are linear in it, so the sum over layers is exact when the
+    mean is a whole number)."""
+    config = dict(config)
+    width = config.get("intermediate_size", 16_384)
+    if isinstance(width, list) and width and all(_number(w) for w in width):
+        width = sum(width) / len(width)
+    if _number(width):
+        config["intermediate_size"] = int(width) if float(width).is_integer() else width
+    return config
+
+
 # Canonical field -> the older spellings transformers' config classes read as it (their `attribute_map`: GPT-2,
 # BLOOM, GPT-BigCode, GPT-J, T5 configs in transformers 5.24)
 _ALIASES = {
@@ -118,7 +133,7 @@ _ALIASES = {
 
 
 # model_type -> how its config class reads a config.json where that is not a size formula
-_CONFIG_READERS = {"lfm2": _lfm2, "falcon_h1": _falcon_h1}
+_CONFIG_READERS = {"lfm2": _lfm2, "falcon_h1": _falcon_h1, "gemma3n_text": _gemma3n}
 
 
 def build(config: Mapping[str, Any], model_type: str) -> Built | None:
