@@ -159,6 +159,10 @@ METHOD_NAMES = {
 
 def method_text(rp) -> str:
     """How the weights train: full fine-tune or the adapter method (VeRA with its rank)."""
+    if rp.adapter_method:  # a method beyond these (knowledge/peft_methods.OTHER_METHODS)
+        from vramlens.knowledge.peft_methods import method_name
+
+        return method_name(rp.adapter_method) + (" (4-bit base)" if rp.quant_bits == 4 else "")
     name = METHOD_NAMES.get(rp.peft, rp.peft)
     return f"{name} r={rp.lora_r}" if rp.peft == "vera" else name
 

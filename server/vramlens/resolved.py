@@ -103,6 +103,11 @@ class ResolvedPlan(BaseModel):
     lora_targets: tuple[str, ...] = ()  # canonical names from LINEAR_NAMES (the adapted linears of any method)
     feedforward_targets: tuple[str, ...] = ()  # IA3: the targets whose input is scaled (peft `feedforward_modules`);
     # the other IA3 targets scale their output
+    # a PEFT method beyond these (knowledge/peft_methods.OTHER_METHODS: AdaLoRA, LoHa, LoKr, OFT, BOFT, FourierFT,
+    # Bone, adapters, ReFT): `peft` is then "lora" (a frozen base under trained adapters on `lora_targets`) and
+    # the method's own parameters and kept tensors are counted from its hyperparameters
+    adapter_method: str = ""
+    adapter_shape: tuple[tuple[str, int], ...] = ()
     modules_to_save: tuple[str, ...] = ()  # canonical names ("lm_head", "embed")
     adapter_fp32: bool = True  # PEFT autocast_adapter_dtype=True keeps adapters in fp32
     kbit_upcast: bool = True  # prepare_model_for_kbit_training upcasts non-quantized params to fp32

@@ -29,7 +29,9 @@ from vramlens.text import text_lines
 MAX_SCRIPT_CHARS = 500_000
 MAX_DEFAULTS = 2_000  # arguments of one script looked at; real ones define a few dozen to a few hundred
 LAUNCHERS = frozenset({"python", "torchrun", "deepspeed", "accelerate"})
-ADAPTER_METHODS = frozenset({"lora", "qlora", "dora", "vera", "ia3", "other"})
+ADAPTER_METHODS = frozenset(
+    {"lora", "qlora", "dora", "vera", "ia3", "other", "adalora", "loha", "lokr", "oft", "boft", "fourierft", "bone"}
+)
 ADAPTER_CONCEPTS = frozenset(
     {"lora_r", "lora_alpha", "lora_dropout", "lora_targets", "modules_to_save", "feedforward_targets"}
 )

@@ -9,6 +9,8 @@ peft/tuners/ia3/model.py and vera/model.py); a family missing from the mapping m
 
 from __future__ import annotations
 
+import re
+
 # (targets, feedforward targets) of IA3 — the feedforward ones scale the linear's input, the others its output
 IA3_DEFAULTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "llama": (("k", "v", "down"), ("down",)),
@@ -43,3 +45,102 @@ def default_targets(method: str, family: str) -> tuple[tuple[str, ...], tuple[st
         t = VERA_DEFAULTS.get(family)
         return (t, ()) if t else None
     return None
+
+
+# Adapter methods beyond LoRA/DoRA/IA3/VeRA, each with the hyperparameters that size it and their defaults. The
+# base stays frozen in every one; what each adds and keeps is counted in estimate/components/adapters.py.
+#   adalora   peft 0.21.2 tuners/adalora/config.py `init_r` 12 (ms-swift 4.0 tuner_args.py `adalora_init_r` 12)
+#   loha      peft 0.21.2 tuners/loha/config.py `r` 8
+#   lokr      peft 0.21.2 tuners/lokr/config.py `r` 8, `decompose_factor` -1 (w1 full, w2 = w2_a @ w2_b)
+#   oft       peft 0.21.2 tuners/oft/config.py `oft_block_size` 32 (`r` 0: in_features / block size blocks)
+#   boft      peft 0.21.2 tuners/boft/config.py; ms-swift 4.0 tuner_args.py `boft_block_size` 4,
+#             `boft_n_butterfly_factor` 1 (peft subtracts one: a single butterfly factor)
+#   fourierft peft 0.21.2 tuners/fourierft/config.py `n_frequency` 1000 (ms-swift 4.0 `fourier_n_frequency` 2000)
+#   bone      peft 0.21.2 tuners/miss (Bone renamed MiSS) `r` 64; ms-swift 4.0 tuner.py passes `r=reft_rank` (4)
+#   adapter   ms-swift 4.0 swift/tuners/adapter.py `AdapterModule`: Linear(hidden, adapter_length) → act →
+#             Linear(adapter_length, hidden) on each block's MLP output; tuner_args.py `adapter_length` 128
+#   reft      ms-swift 4.0 swift/tuners/reft.py over pyreft's LoreftIntervention: a rotation (hidden × r) and a
+#             learned source Linear(hidden, r) per intervened block; tuner_args.py `reft_rank` 4
+OTHER_METHODS: dict[str, tuple[str, dict[str, int]]] = {
+    "adalora": ("AdaLoRA", {"r": 12}),
+    "loha": ("LoHa", {"r": 8}),
+    "lokr": ("LoKr", {"r": 8}),
+    "oft": ("OFT", {"block": 32}),
+    "boft": ("BOFT", {"block": 4, "factors": 1}),
+    "fourierft": ("FourierFT", {"frequencies": 1000}),
+    "bone": ("Bone", {"r": 64}),
+    "adapter": ("Houlsby adapter", {"r": 128}),
+    "reft": ("ReFT", {"r": 4}),
+}
+# ms-swift 4.0 passes FourierFT 2000 frequencies and Bone r 4 (tuner_args.py, tuner.py) where peft's defaults are 1000
+# and 64: either way a few hundred thousand parameters on a 7B model, so peft's are taken
+# the settings that size each method, by the names the frameworks write them (ms-swift 4.0 tuner_args.py, peft)
+METHOD_SETTINGS: dict[str, dict[str, tuple[str, ...]]] = {
+    "adalora": {"r": ("adalora_init_r", "init_r")},
+    "loha": {"r": ("lora_rank", "r")},
+    "lokr": {"r": ("lora_rank", "r")},
+    "oft": {"block": ("oft_block_size",)},
+    "boft": {"block": ("boft_block_size",), "factors": ("boft_n_butterfly_factor",)},
+    "fourierft": {"frequencies": ("fourier_n_frequency", "n_frequency")},
+    "bone": {"r": ("reft_rank",)},
+    "adapter": {"r": ("adapter_length",)},
+    "reft": {"r": ("reft_rank",)},
+}
+# methods whose forward builds a weight-sized tensor per adapted linear (the delta weight, or BOFT's in × in rotation)
+WEIGHT_SIZED_FORWARD = frozenset({"loha", "lokr", "boft", "fourierft"})
+# methods that adapt each block once (its MLP output or hidden state), not each targeted linear
+PER_BLOCK_METHODS = frozenset({"adapter", "reft"})
+
+
+def method_name(method: str) -> str:
+    return OTHER_METHODS[method][0] if method in OTHER_METHODS else method
+
+
+def lokr_factors(dimension: int) -> tuple[int, int]:
+    """peft 0.21.2 tuners/lokr/layer.py `factorization(dimension, factor=-1)`: the two factors nearest √dimension,
+    smaller first."""
+    m, n = 1, dimension
+    length = m + n
+    while m < n:
+        new_m = m + 1
+        while dimension % new_m != 0:
+            new_m += 1
+        new_n = dimension // new_m
+        if new_m + new_n > length or new_m > new_n:
+            break
+        m, n, length = new_m, new_n, new_m + new_n
+    return (m, n) if m <= n else (n, m)
+
+
+# A checkpoint quantized by its publisher, from its name: AWQ and GPTQ (`-Int4`/`-Int8`, 4-bit unless the name says
+# 8), bitsandbytes (`-bnb-4bit`, unsloth's naming), FP8 (`-FP8`, transformers' fine-grained FP8 quantizer).
+_PREQUANT_WORD = re.compile(
+    r"(?i)(?:^|[-_./])(awq|gptq(?:[-_]int[48])?|int4|int8|bnb[-_]4bit|bnb[-_]nf4|bnb[-_]8bit|fp8)(?:$|[-_.])"
+)
+_BITS_WORD = re.compile(r"(?i)(?:^|[-_./])int([48])(?:$|[-_.])")
+
+
+def prequantized(model_id: str, stored_dtype: str = "") -> tuple[int, str, str] | None:
+    """(bits, method, where it was read) of a checkpoint stored quantized: its config.json's `quantization_config`
+    (`ModelArch.stored_dtype`, knowledge/models.py `_dtype`) or its name; None for a 16-bit checkpoint."""
+    by_config = {"int4": (4, "gptq"), "int8": (8, "gptq"), "nf4": (4, "nf4"), "fp4": (4, "fp4"), "fp8": (8, "fp8")}
+    if stored_dtype in by_config:
+        bits, method = by_config[stored_dtype]
+        return bits, method, "the checkpoint's config.json (quantization_config)"
+    name = (model_id or "").rstrip("/").rsplit("/", 1)[-1]
+    words = [m.group(1).lower().replace("-", "_") for m in _PREQUANT_WORD.finditer(name)]
+    if not words:
+        return None
+    size = _BITS_WORD.search(name)
+    bits = int(size.group(1)) if size else 4
+    if any(w == "awq" for w in words):
+        return 4, "awq", "the checkpoint's name"
+    if any(w.startswith("gptq") for w in words):
+        return bits, "gptq", "the checkpoint's name"
+    if any(w.startswith("bnb") for w in words):
+        return (
+            (8, "int8", "the checkpoint's name") if "8bit" in " ".join(words) else (4, "nf4", "the checkpoint's name")
+        )
+    if "fp8" in words:
+        return 8, "fp8", "the checkpoint's name"
+    return None  # a bare `-Int4`/`-Int8` names no method: not read as one

@@ -126,7 +126,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     versions = resolve_versions(ctx, model.arch, adapters, dist, weights, sequence)
 
     rp = build_plan(ctx, model, gpu, adapters, optimizer, dist, weights, sequence, versions)
-    rp = rp.with_changes(**vision_fields(ctx, model.arch, adapters.peft, versions))
+    rp = rp.with_changes(**vision_fields(ctx, model.arch, adapters.peft, versions), **adapters.plan_fields)
     if adapters.quant_bits and rp.quant_type in PREQUANTIZED_NOTES:
         ctx.assumptions.append(Approximate(PREQUANTIZED_NOTES[rp.quant_type]))
     rp = rp.with_changes(**objective_fields(plan, rp, ctx.hooks, settings, ctx.sources, ctx.assumptions))

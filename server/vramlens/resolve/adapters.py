@@ -3,12 +3,12 @@ LLaMA-Pro, LISA) or full — with the modules each trains, in canonical names.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vramlens.knowledge import peft_methods
 from vramlens.knowledge.schema import ModelArch
-from vramlens.plan import TrainingPlan
+from vramlens.plan import TrainingPlan, Unmodelled, derived
 from vramlens.resolve.common import Approximate, Context
 
 
@@ -21,27 +21,44 @@ class AdapterPart:
     feedforward: tuple[str, ...]
     modules_to_save: tuple[str, ...]
     head: str  # "causal-lm" or a scalar head
+    plan_fields: dict = field(default_factory=dict)  # ResolvedPlan fields this stage sets beyond the above
+
+
+# methods that train part of the full weights (partial fine-tuning, `_partial_training`), not adapters
+PARTIAL_METHODS = ("freeze", "llamapro", "lisa")
 
 
 def resolve_adapters(ctx: Context, arch: ModelArch) -> AdapterPart:
     plan, val, sources, assumptions = ctx.plan, ctx.val, ctx.sources, ctx.assumptions
+    fields: dict[str, Any] = {}
     quant_bits = val("quant_bits")
-    peft = val("peft_method") or "none"
-    if quant_bits and peft in ("none", "freeze", "other"):
+    if not quant_bits:
+        quant_bits = _prequantized(plan, arch, fields, sources, assumptions)
+    peft = str(val("peft_method") or "none")
+    method = peft if peft in peft_methods.OTHER_METHODS else ""
+    if quant_bits and peft in ("none", "other", *PARTIAL_METHODS):
         peft = "lora"
         assumptions.append(Approximate("quantized base weights train only through adapters: assumed LoRA"))
     if quant_bits == 4 and peft == "lora":
         peft = "qlora"
     partial = _partial_training(plan, peft, val, sources, assumptions)
-    if peft == "freeze":
+    if peft in PARTIAL_METHODS:
         peft = "none"
+    if method:
+        peft = _other_method(ctx, method, fields, quant_bits)
     if peft not in ("none", "lora", "qlora", "dora", "ia3", "vera"):
-        assumptions.append(Approximate(f"PEFT method `{peft}` estimated as full fine-tuning"))
-        peft = "none"
+        # a method named but not known (`other`): its base is frozen whatever it trains, so LoRA on the targets is
+        # the nearest modelled method (full fine-tuning would count gradients and states for every weight)
+        assumptions.append(
+            Approximate(f"PEFT method `{peft}` is not modelled: estimated as LoRA on its targets (the base frozen)")
+        )
+        peft = "qlora" if quant_bits == 4 else "lora"
     targets: tuple[str, ...] = ()
     feedforward: tuple[str, ...] = ()
     if peft in ("ia3", "vera"):
         targets, feedforward = _vector_adapter_targets(plan, peft, arch, assumptions)
+    elif method in peft_methods.PER_BLOCK_METHODS:
+        targets = ("o",)  # sized as one hidden × hidden linear per block (estimate/components/adapters.py)
     elif peft != "none":
         raw = val("lora_targets") or ["q", "v"]
         targets, unknown = normalize_targets(list(raw), arch)
@@ -54,7 +71,66 @@ def resolve_adapters(ctx: Context, arch: ModelArch) -> AdapterPart:
     head = str(val("task_head") or "causal-lm")
     if head != "causal-lm":
         assumptions.append(f"{head} head: no LM head and no vocabulary logits (a hidden × labels output layer)")
-    return AdapterPart(quant_bits, peft, partial, targets, feedforward, modules_to_save, head)
+    return AdapterPart(quant_bits, peft, partial, targets, feedforward, modules_to_save, head, fields)
+
+
+def _prequantized(plan: TrainingPlan, arch: ModelArch, fields: dict, sources: dict, assumptions: list) -> Any:
+    """The bits of a checkpoint its publisher quantized (AWQ, GPTQ, bitsandbytes, FP8), read from its config.json
+    or its name when no setting quantizes it: such weights load at that width whatever the config says."""
+    if plan.model_id is None:
+        return None
+    found = peft_methods.prequantized(str(plan.model_id.value), arch.stored_dtype)
+    if found is None:
+        return None
+    bits, method, where = found
+    fields.update(quant_type=method, quant_double=False)
+    what = {"awq": "AWQ", "gptq": "GPTQ", "nf4": "bitsandbytes NF4", "fp4": "bitsandbytes FP4", "fp8": "FP8"}
+    note = f"{bits}-bit {what.get(method, method)} weights: {where}"
+    sources["quant_bits"] = derived(bits, note)
+    assumptions.append(note)
+    return bits
+
+
+def _other_method(ctx: Context, method: str, fields: dict, quant_bits: Any) -> str:
+    """A PEFT method beyond LoRA/DoRA/IA3/VeRA (knowledge/peft_methods.OTHER_METHODS): resolved as "lora" (a
+    frozen base under trained adapters) with the method and its hyperparameters for the estimate to size it."""
+    name, defaults = peft_methods.OTHER_METHODS[method]
+    shape = dict(defaults)
+    written = []
+    for param, keys in peft_methods.METHOD_SETTINGS.get(method, {}).items():
+        for key in keys:
+            v = ctx.extra(key)
+            if key == "lora_rank" and ctx.plan.lora_r is not None:
+                v = ctx.plan.lora_r.value
+            if v is not None and str(v).strip().lstrip("-").isdigit() and int(str(v).strip()) > 0:
+                shape[param] = int(str(v).strip())
+                written.append(key)
+                break
+    # the rank-wide product LoRA keeps per token: AdaLoRA's and the adapters' bottleneck; the methods that build a
+    # delta weight or a rotation keep no rank-wide product
+    rank = shape.get("r", 0) if method in ("adalora", *peft_methods.PER_BLOCK_METHODS) else 0
+    fields.update(adapter_method=method, adapter_shape=tuple(sorted(shape.items())), lora_r=rank)
+    sizes = ", ".join(f"{k} {v}" for k, v in sorted(shape.items()))
+    reason = "what its forward keeps per token is counted as LoRA's (the adapted linears' inputs)" + (
+        ", and its weight-sized tensors per adapted linear" if method in peft_methods.WEIGHT_SIZED_FORWARD else ""
+    )
+    told_sizes = sizes + ("" if written else ", peft's defaults")
+    ctx.assumptions.append(
+        Approximate(f"{name} ({told_sizes}): its parameters and optimizer state counted as defined; {reason}")
+    )
+    told = ctx.plan.peft_method
+    key = (told.key if told is not None else None) or "peft_method"
+    if not any(u.key == key for u in ctx.plan.unmodelled):
+        ctx.plan.unmodelled.append(
+            Unmodelled(
+                key=key,
+                value=method,
+                what=f"{name} activations (what its forward keeps for backward)",
+                consequence="its parameters counted as defined; its kept tensors estimated as LoRA's",
+                span=told.span if told is not None else None,
+            )
+        )
+    return "qlora" if quant_bits == 4 else "lora"
 
 
 LORA_NAME_MAP = {

@@ -13,7 +13,7 @@ from vramlens.estimate.components.common import (
 )
 from vramlens.estimate.components.experts import experts_adaptable
 from vramlens.estimate.shapes import targeted
-from vramlens.knowledge import versions
+from vramlens.knowledge import peft_methods, versions
 from vramlens.resolved import ResolvedPlan
 
 # Adapter methods that train vectors, not low-rank matrices (peft IA3, VeRA).
@@ -142,10 +142,11 @@ def dora_weight_copies(rp: ResolvedPlan) -> int:
     """Bytes per block that DoRA keeps for backward whatever the tokens: with dropout (and with any peft before
     0.14, `dora_recomputes_base`), F.linear(dropout(x), weight.to(x.dtype)) keeps the weight it multiplies by, a
     fresh copy when the base weight is quantized (`dequantize_module_weight`), cast to another dtype, or cast by
-    autocast (peft 0.21.2 `dora.py`; the same line in peft 0.13.2)."""
+    autocast (peft 0.21.2 `dora.py`; the same line in peft 0.13.2). The other methods' weight-sized tensors kept
+    per block (`method_weight_copies`) count here too."""
     names = dora_targets(rp)
     if not names or not dora_recomputes_base(rp):
-        return 0
+        return method_weight_copies(rp)
     c, a, autocast = _dora_dtypes(rp)
     wb = DTYPE_BYTES[rp.weight_dtype]
     fresh = autocast or bool(rp.quant_bits) or a != wb
@@ -176,3 +177,86 @@ def dora_weight_norm_transient(rp: ResolvedPlan) -> int:
         + linear_in_features(arch, n) * linear_out_features(arch, n) * (aw + copies * a)
         for n in names
     )
+
+
+def _method_linears(rp: ResolvedPlan):
+    return [l for l in targeted(rp.arch, rp.lora_targets, experts_adaptable(rp)) if l.name not in ("lm_head", "embed")]
+
+
+def method_adapter_params(rp: ResolvedPlan) -> int:
+    """Trainable parameters of a PEFT method beyond LoRA/DoRA/IA3/VeRA (knowledge/peft_methods.OTHER_METHODS), per
+    adapted linear of in × out features (peft 0.21.2 `tuners/<method>/layer.py` `update_layer`):
+    AdaLoRA lora_A (r × in), lora_B (out × r), lora_E (r); LoHa hada_w1_a/w2_a (out × r) and hada_w1_b/w2_b
+    (r × in); LoKr lokr_w1 (out₁ × in₁) and lokr_w2_a (out₂ × r), lokr_w2_b (r × in₂) over `factorization` of each
+    side (a full out₂ × in₂ lokr_w2 when r ≥ max(out₂, in₂)/2); OFT in/block blocks of block(block−1)/2 (the packed
+    skew-symmetric entries); BOFT boft_R (factors × in/block × block × block) and boft_s (out); FourierFT
+    n_frequency spectrum entries; Bone/MiSS miss_block (r × out). Per block: ms-swift's adapter (swift/tuners/
+    adapter.py: Linear(hidden, L) and Linear(L, hidden) with biases) and LoReFT (pyreft: a hidden × r rotation and
+    a Linear(hidden, r))."""
+    method, shape = rp.adapter_method, dict(rp.adapter_shape)
+    if not method:
+        return 0
+    h = rp.arch.hidden
+    if method == "adapter":
+        return rp.arch.layers * (2 * h * shape["r"] + shape["r"] + h)
+    if method == "reft":
+        return rp.arch.layers * (2 * h * shape["r"] + shape["r"])
+    out = 0
+    for lin in _method_linears(rp):
+        i, o = lin.in_features, lin.out_features
+        if method == "adalora":
+            n = shape["r"] * (i + o + 1)
+        elif method == "loha":
+            n = 2 * shape["r"] * (i + o)
+        elif method == "lokr":
+            (o1, o2), (i1, i2) = peft_methods.lokr_factors(o), peft_methods.lokr_factors(i)
+            r = shape["r"]
+            n = o1 * i1 + (o2 * i2 if r >= max(o2, i2) / 2 else r * (o2 + i2))
+        elif method == "oft":
+            b = shape["block"]
+            n = (i // max(b, 1)) * b * (b - 1) // 2
+        elif method == "boft":
+            n = shape["factors"] * i * shape["block"] + o
+        elif method == "fourierft":
+            n = shape["frequencies"]
+        else:  # bone
+            n = shape["r"] * o
+        out += lin.count * n
+    return out
+
+
+def method_frozen_bytes(rp: ResolvedPlan) -> int:
+    """Bytes a method holds beside its trainable parameters for the whole run: BOFT's permutation matrices, an
+    fp32 buffer of factors × in × in per adapted linear (peft 0.21.2 `tuners/boft/layer.py` `boft_P`, moved to the
+    GPU with the model); AdaLoRA's rank allocator, three fp32 tensors the size of every adapter parameter
+    (`ipt`, `exp_avg_ipt`, `exp_avg_unc`, peft 0.21.2 `tuners/adalora/layer.py` `RankAllocator.update_ipt`, run
+    each step by ms-swift's AdaloraCallback)."""
+    method, shape = rp.adapter_method, dict(rp.adapter_shape)
+    if method == "boft":
+        return sum(lin.count * shape["factors"] * lin.in_features**2 * 4 for lin in _method_linears(rp))
+    if method == "adalora":
+        return 3 * 4 * method_adapter_params(rp)
+    return 0
+
+
+def method_weight_copies(rp: ResolvedPlan) -> int:
+    """Bytes per block of the weight-sized tensors a method's forward keeps for backward. LoHa, LoKr and FourierFT
+    build each adapted linear's delta weight (out × in) and run F.linear(x, delta) (peft 0.21.2
+    `tuners/lycoris_utils.py` `LycorisLayer` / `tuners/loha/layer.py` `_get_delta_activations`, `tuners/fourierft/
+    layer.py` `get_delta_weight`): the delta, in the activations' dtype, stays for x's gradient. BOFT (peft 0.21.2
+    `tuners/boft/layer.py` Linear.forward) rotates the input, `x @ boft_rotation`, keeping the in × in rotation,
+    and its butterfly product keeps the permutation matrices cast to that dtype (`boft_P.to(x)`, saved by bmm)."""
+    method = rp.adapter_method
+    if method not in peft_methods.WEIGHT_SIZED_FORWARD:
+        return 0
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    layers = max(rp.arch.layers, 1)
+    shape = dict(rp.adapter_shape)
+    out = 0.0
+    for lin in _method_linears(rp):
+        per = lin.count / layers
+        if method == "boft":
+            out += per * (1 + shape["factors"]) * lin.in_features**2 * c
+        else:
+            out += per * lin.in_features * lin.out_features * c
+    return int(out)

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vramlens.estimate.components.adapters import VECTOR_METHODS, vector_adapter_params, vera_projection_params
+from vramlens.estimate.components.adapters import (
+    VECTOR_METHODS,
+    method_adapter_params,
+    method_frozen_bytes,
+    vector_adapter_params,
+    vera_projection_params,
+)
 from vramlens.estimate.components.common import DTYPE_BYTES, hf_fused_groups
 from vramlens.estimate.components.experts import expert_parameters, experts_adaptable, fused_experts
 from vramlens.estimate.components.optimizer import QGALORE_GROUP, low_rank_int8_params
@@ -42,8 +48,13 @@ def quantized_bytes_per_param(rp: ResolvedPlan) -> tuple[float, float]:
     awq/modules/linear/gemm.py `WQLinear_GEMM` (qweight, qzeros, scales), AutoGPTQ 0.7
     auto_gptq/nn_modules/qlinear/qlinear_cuda.py `QuantLinear` (the same, plus an int32 `g_idx` per input row,
     4 / out_features bytes per parameter: left out)."""
-    if rp.quant_bits == 4 and rp.quant_type in ("gptq", "awq"):
-        return 0.5, (2 + 0.5) / GPTQ_GROUP
+    if rp.quant_type in ("gptq", "awq") and rp.quant_bits in (4, 8):
+        # an 8-bit GPTQ checkpoint (`-GPTQ-Int8`) packs bytes the same way, with an 8-bit zero point per group
+        return rp.quant_bits / 8, (2 + rp.quant_bits / 8) / GPTQ_GROUP
+    if rp.quant_type == "fp8" and rp.quant_bits == 8:
+        # transformers' fine-grained FP8 checkpoints (quantizers/quantizer_finegrained_fp8.py): a byte per weight
+        # and an fp32 scale per 128 × 128 block
+        return 1.0, 4 / (128 * 128)
     if rp.quant_bits == 4:
         consts = (1 / 64 + 4 / (64 * 256)) if rp.quant_double else 4 / 64
         return 0.5, consts
@@ -66,6 +77,8 @@ def params(rp: ResolvedPlan) -> Params:
     adapter = 0
     if rp.peft in VECTOR_METHODS:
         adapter = vector_adapter_params(rp)
+    elif rp.adapter_method:
+        adapter = method_adapter_params(rp)  # AdaLoRA, LoHa, LoKr, OFT, BOFT, FourierFT, Bone, adapters, ReFT
     elif not full:
         # LoRA: r·(in + out) per targeted linear (DoRA adds a magnitude vector of `out`); where the modelling code
         # computes q|k|v (Phi-3: also gate|up) with one linear, the targets among them are one adapter over it
@@ -162,6 +175,10 @@ def params(rp: ResolvedPlan) -> Params:
             # VeRA's shared random projections: frozen buffers in the adapters' dtype (peft's cast_adapter_dtype
             # upcasts BufferDict entries with the adapter weights)
             frozen_bytes += vera_projection_params(rp) * adapter_b
+        if rp.adapter_method:
+            adapted = max(len(targeted(arch, rp.lora_targets, experts_adaptable(rp))), 1)
+            largest = max(saved_bytes, adapter * adapter_b // (adapted * max(arch.layers, 1)))
+            frozen_bytes += method_frozen_bytes(rp)  # BOFT's permutations, AdaLoRA's rank allocator
     if arch.vision_params:  # a VLM's vision tower + projector, beside the language model
         total += arch.vision_params
         grads = vision_gets_gradients(rp)
