@@ -449,6 +449,7 @@ def finish(b: PlanBuilder, settings: list[Setting], launch) -> None:
         _query_groups(b, by)
         _vocabulary_padded(b, by)
         _head_size(b, by)
+        _linear_defaults(b, by)
         _experts(b, by)
     amp = b.plan.amp_dtype.value if b.plan.amp_dtype is not None else None
     fp32_grads = by.get("accumulate_allreduce_grads_in_fp32")
@@ -554,6 +555,18 @@ def _swift_finish(b: PlanBuilder, subcommand: str) -> None:
         )
     if b.plan.global_batch is None:
         b.set("global_batch", 16, origin=Origin.DEFAULT, framework=SWIFT_LABEL)
+    tp = b.plan.tensor_parallel.value if b.plan.tensor_parallel is not None else 1
+    if b.plan.expert_tensor_parallel is None and isinstance(tp, int) and tp > 1:
+        # megatron_args.py `expert_tensor_parallel_size: int = 1` (ms-swift v3.10.0 onwards, v4.0.0
+        # swift/megatron/arguments/megatron_args.py): experts are not split over the tensor-parallel ranks, unlike
+        # Megatron-LM's own default (arguments.py: None → tensor_model_parallel_size)
+        b.set(
+            "expert_tensor_parallel",
+            1,
+            note="Megatron-SWIFT keeps each expert whole on a tensor-parallel rank",
+            origin=Origin.DEFAULT,
+            framework=SWIFT_LABEL,
+        )
 
 
 def _query_groups(b: PlanBuilder, by: dict[str, Setting]) -> None:
@@ -634,6 +647,44 @@ def _head_size(b: PlanBuilder, by: dict[str, Setting]) -> None:
         return b.unknown(s, "head size", hint="a whole number")
     s.value = size
     b.shape("head_dim", s)
+
+
+def _linear_defaults(b: PlanBuilder, by: dict[str, Setting]) -> None:
+    """What Megatron-LM builds where the flags are silent (megatron/training/arguments.py core_v0.13.0):
+    - the MLP width: `validate_args` sets `ffn_hidden_size` to 4h, or with `--swiglu` to int((4h · 2/3) / 64) · 64;
+    - biases: every linear layer has one unless `--disable-bias-linear` (which stores False into `add_bias_linear`,
+      default True); `--add-qkv-bias` adds them to the QKV projection alone, and `validate_args` turns it on when
+      `add_bias_linear` is."""
+    from vramlens.plan import Sourced
+
+    extra = b.plan.extra
+    hidden = extra.get("arch.hidden_size")
+    gated = "glu" in str(getattr(extra.get("arch.activation"), "value", "")).lower()
+    h = to_int(hidden.value) if hidden is not None else None
+    if extra.get("arch.intermediate_size") is None and h and gated:
+        width = int((4 * h * 2 / 3) / 64) * 64
+        extra["arch.intermediate_size"] = Sourced(
+            value=width,
+            origin=Origin.DEFAULT,
+            framework="Megatron-LM",
+            note="`--ffn-hidden-size` default with `--swiglu`: int((4h · 2/3) / 64) · 64",
+        )
+    off = by.get("disable_bias_linear")
+    linear = off is None or to_bool(off.value) is False
+    qkv = by.get("add_qkv_bias")
+    extra["arch.linear_bias"] = Sourced(
+        value=linear,
+        key=off.key if off is not None else None,
+        span=off.span if off is not None else None,
+        origin=Origin.FILE if off is not None else Origin.DEFAULT,
+        framework=None if off is not None else "Megatron-LM",
+        note="biases on every linear layer unless `--disable-bias-linear`",
+    )
+    extra["arch.qkv_bias"] = Sourced(
+        value=linear or (qkv is not None and to_bool(qkv.value) is not False),
+        origin=Origin.DERIVED,
+        note="`--add-qkv-bias`, on with the linear layers' biases",
+    )
 
 
 # Megatron's default number of experts each token is routed to (arguments.py core_v0.15.0 `--moe-router-topk`,

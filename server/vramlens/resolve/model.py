@@ -202,12 +202,7 @@ def arch_from_sizes(plan: TrainingPlan) -> ModelArch | None:
         return str(s.value).lower() if s is not None else ""
 
     gated = "glu" in text("activation")
-    megatron = plan.framework == "megatron"
-    if megatron and gated:  # megatron/training/arguments.py (core_v0.13.0) `validate_args`, `--swiglu` without a width
-        default_inter = int((4 * hidden * 2 / 3) / 64) * 64
-    else:
-        default_inter = int(8 * hidden / 3) if gated else 4 * hidden
-    inter = _size(plan, "intermediate_size") or default_inter
+    inter = _size(plan, "intermediate_size") or (int(8 * hidden / 3) if gated else 4 * hidden)
     if gated and inter > 4 * hidden:
         inter = inter // 3  # GPT-NeoX's SwiGLU intermediate_size is not the per-branch width
     untied = plan.extra.get("arch.no_weight_tying")
@@ -224,13 +219,9 @@ def arch_from_sizes(plan: TrainingPlan) -> ModelArch | None:
     }
     if _size(plan, "num_experts"):
         return _moe_arch(plan, layers, hidden, heads, inter, sizes)
-    if megatron:
-        # Megatron-LM's linear layers carry biases unless `--disable-bias-linear`; `--add-qkv-bias` adds them to
-        # the QKV projection alone (arguments.py core_v0.13.0: `--disable-bias-linear` stores False into
-        # `add_bias_linear`, default True, and `validate_args` sets `add_qkv_bias` when `add_bias_linear`)
-        linear = not text("disable_bias_linear") or text("disable_bias_linear") in ("false", "0")
-        qkv = text("add_qkv_bias") not in ("", "false", "0")
-        sizes.update(attn_bias=linear or qkv, mlp_bias=linear)
+    linear, qkv = plan.extra.get("arch.linear_bias"), plan.extra.get("arch.qkv_bias")
+    if linear is not None:  # biases as the reader states them (formats.megatron `_linear_defaults`)
+        sizes.update(attn_bias=bool(linear.value) or bool(qkv is not None and qkv.value), mlp_bias=bool(linear.value))
     return ModelArch(
         id=f"custom-{layers}L-{hidden}h",
         family="gpt_neox" if plan.extra.get("arch.num_layers") else "gpt2",
