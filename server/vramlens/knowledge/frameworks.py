@@ -409,7 +409,9 @@ BEHAVIOUR: dict[str, dict] = {
         "fused_qkv": True,
         "logits_fp32": True,
     },
-    "ms-swift": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": False},
+    # ms-swift never calls peft's prepare_model_for_kbit_training (no call under swift/ at v1.5.0, v2.4.0, v3.5.0,
+    # v4.0.0 or main 3602360a); a 4-bit load keeps the embedding, norms and LM head in the load dtype
+    "ms-swift": {"adapter_fp32": True, "kbit_upcast": False, "keep_logits": False},
     # OpenRLHF never calls prepare_model_for_kbit_training; under 4-bit it casts the LoRA layers to bf16 (actor.py)
     "openrlhf": {"adapter_fp32": True, "kbit_upcast": False, "keep_logits": False},
     # unsloth's own prepare_model_for_kbit_training (unsloth/models/_utils.py) casts only the LoRA weights to fp32 and

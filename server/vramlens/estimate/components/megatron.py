@@ -59,6 +59,20 @@ def megatron_state_bytes(rp: ResolvedPlan, st: Stage) -> tuple[int, int, int]:
     return int(weights), int(grads), int(dense * per_state / dp + experts * per_state / edp)
 
 
+def megatron_reference_bytes(rp: ResolvedPlan, st: Stage) -> int:
+    """A frozen reference copy (DPO/KTO of full weights): Megatron-SWIFT builds a second Megatron-core model with the
+    policy's layout and dtype and loads the same checkpoint into it (ms-swift v4.0.0
+    swift/megatron/trainers/rlhf_mixin.py `prepare_model`: `self.ref_models = get_mcore_model(args, ...)` when
+    `tuner_type == 'full'` and `rlhf_type` is not rm/gkd; v3.12.6 the same file, `setup_model_and_optimizer`), so a
+    rank holds its stage's share of it: dense weights over TP, experts over expert TP × EP. LoRA runs use the policy
+    with its adapters off and hold no copy."""
+    if rp.reference != "copy" or rp.reference_offloaded:
+        return 0
+    dense = st.dense_params / max(rp.tensor_parallel, 1)
+    experts = st.expert_params / (expert_tp(rp) * max(rp.expert_parallel, 1))
+    return int((dense + experts) * DTYPE_BYTES[rp.reference_dtype or rp.weight_dtype])
+
+
 def megatron_core_attention_per_token(rp: ResolvedPlan, recomputed: bool = False) -> float:
     """Bytes per token one layer's core attention keeps beyond Q, K, V and its output (split over the tensor-parallel
     ranks): with an unfused kernel (Megatron's own DotProductAttention, `--attention-backend local`/`unfused`), the
@@ -101,9 +115,16 @@ def megatron_layer_per_token(rp: ResolvedPlan, moe: bool) -> tuple[float, float]
         return attention + inner(arch.intermediate), replicated
     f = arch.moe_intermediate or arch.intermediate
     k = max(arch.experts_per_token, 1)
-    per_expert = k * (2 * h + inner(f) / expert_tp(rp) * max(rp.tensor_parallel, 1) + 2 * h)
+    # Routed tokens start from the rank's sequence-parallel shard: the all-to-all dispatcher sends them over EP and
+    # gathers them over the expert-TP group before the grouped experts (megatron-core core_r0.13.0
+    # megatron/core/transformer/moe/token_dispatcher.py `MoEAlltoAllTokenDispatcher.token_dispatch`:
+    # `gather_from_sequence_parallel_region(..., group=self.tp_group)` of the expert-TP group), so a rank's experts
+    # see ETP × its shard's rows: their fc1 input (2h, kept by the grouped linear for its weight gradient) at that
+    # count, their first projection and activation split over ETP, and the unpermuted output (2h, kept by the
+    # probability weighting) at the shard's count. Counted in the "divided by SP" part.
+    routed = k * (2 * h * expert_tp(rp) + inner(f) + 2 * h)
     shared = arch.shared_experts * inner(arch.shared_expert_intermediate or f)
-    return attention + shared + per_expert, replicated + 4 * arch.num_experts
+    return attention + shared, replicated + 4 * arch.num_experts + routed
 
 
 def megatron_activations(rp: ResolvedPlan, st: Stage) -> tuple[int, int]:
@@ -167,7 +188,16 @@ def megatron_step(rp: ResolvedPlan) -> dict[str, dict[str, int]]:
         acts, a2a = megatron_activations(rp, st)
         tokens = rp.micro_batch * rp.sequences_per_example * (rp.seq_len // max(rp.context_parallel, 1))
         logits = int(tokens * megatron_head_per_token(rp)) if st.head else 0
-        fb = {"weights": w, "gradients": g, "optimizer": o, "activations": acts, "logits": logits, "temporaries": a2a}
+        ref = megatron_reference_bytes(rp, st)
+        fb = {
+            "weights": w,
+            "gradients": g,
+            "optimizer": o,
+            "reference": ref,
+            "activations": acts,
+            "logits": logits,
+            "temporaries": a2a,
+        }
         if best is None or sum(fb.values()) > sum(best["forward-backward"].values()):
             best = {
                 "forward-backward": fb,
@@ -175,6 +205,7 @@ def megatron_step(rp: ResolvedPlan) -> dict[str, dict[str, int]]:
                     "weights": w,
                     "gradients": g,
                     "optimizer": o,
+                    "reference": ref,
                     "activations": 0,
                     "logits": 0,
                     "temporaries": 0,
