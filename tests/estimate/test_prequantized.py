@@ -34,3 +34,12 @@ def test_gptq_int8_and_fp8_names_are_8bit():
         text = f"swift sft --model {name} --tuner_type lora --torch_dtype bfloat16\n"
         res, _ = _run(parse_document(text, "train.sh").plan)
         assert res.resolved.quant_bits == 8 and res.resolved.quant_type == method
+
+
+def test_an_fp8_checkpoint_trained_in_full_is_not_turned_into_lora():
+    text = "swift sft --model Qwen/Qwen2.5-7B-Instruct-FP8 --tuner_type full --torch_dtype bfloat16\n"
+    res, est = _run(parse_document(text, "train.sh").plan)
+    assert not res.resolved.quant_bits and res.resolved.peft == "none"
+    assert est.params_trainable == est.params_total
+    assert any("FP8 checkpoint" in a and "trained in full" in a for a in res.assumptions)
+    assert not any("assumed LoRA" in str(a) for a in res.assumptions)

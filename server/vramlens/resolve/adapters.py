@@ -32,9 +32,9 @@ def resolve_adapters(ctx: Context, arch: ModelArch) -> AdapterPart:
     plan, val, sources, assumptions = ctx.plan, ctx.val, ctx.sources, ctx.assumptions
     fields: dict[str, Any] = {}
     quant_bits = val("quant_bits")
-    if not quant_bits:
-        quant_bits = _prequantized(plan, arch, fields, sources, assumptions)
     peft = str(val("peft_method") or "none")
+    if not quant_bits:
+        quant_bits = _prequantized(plan, arch, peft, fields, sources, assumptions)
     method = peft if peft in peft_methods.OTHER_METHODS else ""
     if quant_bits and peft in ("none", "other", *PARTIAL_METHODS):
         peft = "lora"
@@ -74,15 +74,23 @@ def resolve_adapters(ctx: Context, arch: ModelArch) -> AdapterPart:
     return AdapterPart(quant_bits, peft, partial, targets, feedforward, modules_to_save, head, fields)
 
 
-def _prequantized(plan: TrainingPlan, arch: ModelArch, fields: dict, sources: dict, assumptions: list) -> Any:
+def _prequantized(
+    plan: TrainingPlan, arch: ModelArch, peft: str, fields: dict, sources: dict, assumptions: list
+) -> Any:
     """The bits of a checkpoint its publisher quantized (AWQ, GPTQ, bitsandbytes, FP8), read from its config.json
-    or its name when no setting quantizes it: such weights load at that width whatever the config says."""
+    or its name when no setting quantizes it: such weights load at that width whatever the config says. An FP8
+    checkpoint trained in full is the exception: the frameworks that train FP8 checkpoints' full weights convert
+    them to the training precision on load (Megatron-Bridge / mcore-bridge; transformers' FP8 linears hold no
+    trainable weight), so its width is the run's."""
     if plan.model_id is None:
         return None
     found = peft_methods.prequantized(str(plan.model_id.value), arch.stored_dtype)
     if found is None:
         return None
     bits, method, where = found
+    if method == "fp8" and peft in ("none", *PARTIAL_METHODS):
+        assumptions.append(f"FP8 checkpoint ({where}) trained in full: its weights taken at the training precision")
+        return None
     fields.update(quant_type=method, quant_double=False)
     what = {"awq": "AWQ", "gptq": "GPTQ", "nf4": "bitsandbytes NF4", "fp4": "bitsandbytes FP4", "fp8": "FP8"}
     note = f"{bits}-bit {what.get(method, method)} weights: {where}"

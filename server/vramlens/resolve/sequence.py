@@ -46,6 +46,12 @@ def resolve_sequence(ctx: Context, arch: ModelArch, dp: int) -> SequencePart:
             taken = f"the model's max_position_embeddings, {seq} tokens"
         sources["seq_len"] = Sourced(value=seq, origin=Origin.ASSUMED, note=f"{why}; {taken}")
         ctx.assumptions.append(Approximate(f"{why}: assumed {taken}"))
+    assumed = getattr(sources.get("seq_len"), "origin", None) == Origin.ASSUMED  # already said, as approximate
+    if seq is not None and not assumed and not val("packing") and objective not in ROLLOUT_OBJECTIVES:
+        ctx.assumptions.append(
+            f"every batch taken as {int(seq):,} tokens long (the sequence length): without packing a batch is padded "
+            "only to its longest sample, so data shorter than that peaks lower"
+        )
     alloc = val("alloc_conf") or ""
     attn = val("attn_impl") or "sdpa"
     micro = int(val("micro_batch") or 1)
