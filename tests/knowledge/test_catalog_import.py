@@ -258,3 +258,11 @@ def test_the_estimate_says_the_shapes_are_assumed_and_the_hub_config_wins(tmp_pa
         hub.close()
     assert abs(online["model"]["params"] - 7.24e9) < 0.01e9
     assert not any("assumed from the name" in a for a in online["assumptions"])
+
+
+def test_a_misspelt_catalog_id_is_not_taken_for_a_fine_tune_of_it():
+    from vramlens.knowledge.models import catalog_by_name, suggest_model
+
+    assert catalog_by_name("Qwen/Qwen2.5-0.5B-Instrukt") is None
+    assert suggest_model("Qwen/Qwen2.5-0.5B-Instrukt")[0].startswith("Qwen/Qwen2.5-0.5B")
+    assert catalog_by_name("OpenRLHF/Llama-3-8b-sft-mixture") is not None

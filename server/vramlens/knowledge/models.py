@@ -223,7 +223,17 @@ def catalog_by_name(name: str) -> ModelArch | None:
     candidates = _by_series_size().get(key, ())
     if not candidates or len({_shapes(m) for m in candidates}) != 1:
         return None
+    if _misspelt(name):
+        return None  # `Qwen/Qwen2.5-0.5B-Instrukt`: a catalog id misspelt, answered with "did you mean", not shapes
     return candidates[0]  # models.yaml's hand entries come first
+
+
+TYPO_SIMILARITY = 0.92  # difflib ratio above which a name not in the catalog reads as a catalog id misspelt
+
+
+def _misspelt(name: str) -> bool:
+    _, exact, _ = _catalog()
+    return bool(difflib.get_close_matches(name.strip().lower(), list(exact), n=1, cutoff=TYPO_SIMILARITY))
 
 
 def all_models() -> tuple[ModelArch, ...]:
