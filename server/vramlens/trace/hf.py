@@ -23,6 +23,9 @@ Shims (each checked fake == real on CPU tensors in tests/trace/test_hf_shims.py)
   choice can differ from CUDA's (dropout sends the CPU to math, CUDA's fused kernels drop inside);
   `sdpa_as_cuda_kernel` runs the kernel CUDA's dispatcher would pick (`cuda_sdpa_backend`). Falcon-7B's call
   (multi-query K/V without `enable_gqa`, an explicit mask) takes math on both.
+- value heads of another size than the query heads (MLA: DeepSeek-V2/V3), through `AttentionInterface` or not: the
+  CPU runs math (the s×s probabilities per head), CUDA its memory-efficient kernel; `efficient_attention_as_cuda`
+  runs that kernel's own aten op, given a CPU kernel (`install_efficient_attention_on_cpu`).
 - grouped_mm in fp32/fp16 (a MoE model's experts under AMP, whose weights stay fp32: grouped_mm is no autocast op,
   and transformers casts the input to the weight's dtype, 5.24 integrations/moe.py `_grouped_mm`): CUDA runs it
   (torch aten/src/ATen/native/cuda/GroupedBlas.cpp `_grouped_mm_cuda`: the CUTLASS kernel for bf16, else
@@ -771,7 +774,8 @@ class BiasGradAsCuda(torch.overrides.TorchFunctionMode):
     CUDA's flash kernel takes no mask and the memory-efficient one, which takes a bias and returns its gradient
     (torch 2.13 aten/src/ATen/native/transformers/cuda/sdp_utils.cpp `can_use_mem_efficient_attention`), runs it.
     Under autocast the arguments are cast as autocast casts SDPA's (a lower-precision op). Dropout is applied inside
-    CUDA's kernel (`sdpa_as_cuda` passes 0)."""
+    CUDA's kernel (`sdpa_as_cuda` passes 0). Calls whose value heads differ in size from the query heads (MLA) take
+    CUDA's memory-efficient kernel too (`efficient_attention_as_cuda`)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -791,7 +795,127 @@ class BiasGradAsCuda(torch.overrides.TorchFunctionMode):
                 return EfficientAttentionWithBias.apply(
                     q, k, v, mask.to(q.dtype), kwargs.get("scale"), bool(kwargs.get("is_causal", False))
                 )
+            out = efficient_attention_as_cuda(*args, **kwargs)
+            if out is not None:
+                return out
         return func(*args, **kwargs)
+
+
+def _attention_probs(query, key, value, attn_bias, is_causal: bool, scale: float | None):
+    """Scaled scores and softmax in fp32, torch's own math (`_scaled_dot_product_attention_math`: causal is the
+    top-left lower triangle). Only called inside the CPU kernels below, whose temporaries the trace never sees."""
+    s = (query.float() @ key.float().transpose(-2, -1)) * (query.shape[-1] ** -0.5 if scale is None else scale)
+    if attn_bias is not None:
+        s = s + attn_bias.float()
+    if is_causal:
+        keep = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
+        s = s.masked_fill(~keep, float("-inf"))
+    return s, torch.softmax(s, dim=-1)
+
+
+def efficient_attention_cpu(
+    query, key, value, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, scale=None
+):
+    """CPU kernel of `aten::_scaled_dot_product_efficient_attention` (CUDA only in torch): returns what the CUDA
+    kernel returns, in its shapes and layout (torch 2.13 torch/_meta_registrations.py
+    `meta__scaled_dot_product_efficient_attention`, the fake mode's kernel): the output allocated as (B, M, H, Kv)
+    and transposed, an fp32 logsumexp of (B, H, ceil(M/32)·32) when `compute_log_sumexp` (none otherwise), a seed
+    and an offset. Its temporaries (scores, probabilities) run below the trace's dispatch mode, as the CUDA kernel
+    keeps them on chip. Dropout is not applied (values only; the saved tensors are the same)."""
+    b, h, m, _ = query.shape
+    out = torch.empty(b, m, h, value.shape[-1], dtype=query.dtype, device=query.device).transpose(1, 2)
+    lse = torch.empty(b, h, math.ceil(m / 32) * 32 if compute_log_sumexp else 0, dtype=torch.float, device=query.device)
+    s, p = _attention_probs(query, key, value, attn_bias, is_causal, scale)
+    out.copy_(p @ value.float())
+    if compute_log_sumexp:
+        lse[..., :m].copy_(torch.logsumexp(s, dim=-1))
+    seed = torch.empty((), dtype=torch.long, device=query.device)
+    offset = torch.empty((), dtype=torch.long, device=query.device)
+    return out, lse, seed, offset
+
+
+def efficient_attention_backward_cpu(
+    grad_out,
+    query,
+    key,
+    value,
+    attn_bias,
+    out,
+    logsumexp,
+    philox_seed,
+    philox_offset,
+    dropout_p,
+    grad_input_mask,
+    is_causal=False,
+    scale=None,
+):
+    """CPU kernel of `aten::_scaled_dot_product_efficient_attention_backward`: q, k, v (and bias) gradients in
+    the layouts CUDA's kernel allocates (`meta__scaled_dot_product_efficient_backward`: (B, M, H, D) storage,
+    permuted; the bias gradient's last dim padded to 16), from torch's math derivative."""
+    b, h, m, d = query.shape
+    n, dv = key.shape[-2], value.shape[-1]
+    sc = d**-0.5 if scale is None else scale
+
+    def grad(shape, like):
+        return torch.empty_permuted(shape, (0, 2, 1, 3), dtype=like.dtype, device=like.device)
+
+    gq, gk, gv = grad((b, h, m, d), query), grad((b, h, n, d), key), grad((b, h, n, dv), value)
+    _, p = _attention_probs(query, key, value, attn_bias, is_causal, scale)
+    g = grad_out.float()
+    gv.copy_(p.transpose(-2, -1) @ g)
+    dp = g @ value.float().transpose(-2, -1)
+    ds = p * (dp - (dp * p).sum(-1, keepdim=True))
+    gq.copy_(ds @ key.float() * sc)
+    gk.copy_(ds.transpose(-2, -1) @ query.float() * sc)
+    gb = None
+    if attn_bias is not None and grad_input_mask[3]:
+        last = attn_bias.shape[-1]
+        gb = torch.empty((*attn_bias.shape[:-1], -(-last // 16) * 16), dtype=attn_bias.dtype, device=attn_bias.device)[
+            ..., :last
+        ]
+        gb.copy_(ds.sum_to_size(attn_bias.shape))
+    return gq, gk, gv, gb
+
+
+@once_per_process
+def install_efficient_attention_on_cpu() -> torch.library.Library:
+    """Register `efficient_attention_cpu` and its backward as the CPU kernels of CUDA's memory-efficient attention
+    ops, so a CPU trace can call the op CUDA's SDPA calls (torch 2.13 aten/src/ATen/native/transformers/
+    attention.cpp `scaled_dot_product_attention`, `case SDPBackend::efficient_attention`) and autograd saves what
+    its derivative saves (tools/autograd/derivatives.yaml `_scaled_dot_product_efficient_attention`: query, key,
+    value, attn_bias, output, log_sumexp, philox_seed, philox_offset). Fake tensors take torch's meta kernels."""
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("_scaled_dot_product_efficient_attention", efficient_attention_cpu, "CPU")
+    lib.impl("_scaled_dot_product_efficient_attention_backward", efficient_attention_backward_cpu, "CPU")
+    return lib
+
+
+def efficient_attention_as_cuda(
+    query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
+) -> torch.Tensor | None:
+    """SDPA with value heads of another size than query/key heads (MLA: DeepSeek-V2/V3 `v_head_dim` ≠
+    `qk_nope_head_dim + qk_rope_head_dim`), as CUDA runs it, or None for every other call. CUDA's flash kernel
+    wants equal head sizes, the memory-efficient kernel only equal q/k head sizes, each a multiple of 8 in
+    16-bit, of 4 in fp32 (torch 2.13 aten/src/ATen/native/transformers/cuda/sdp_utils.cpp
+    `check_head_dim_size_flash`, `check_head_dim_size_mem_efficient`), so CUDA takes the memory-efficient kernel,
+    which saves its output and an fp32 logsumexp for backward. The CPU, whose flash kernel also wants equal head
+    sizes (`check_head_dim_size_cpp`), takes math and keeps the s×s probabilities per head instead. Here the call
+    runs `aten::_scaled_dot_product_efficient_attention` itself (`install_efficient_attention_on_cpu`), with the
+    logsumexp computed when autograd needs it (attention.cpp `should_compute_logsumexp`). Only calls without a mask
+    (causal or not) are taken: with a mask CUDA first converts and pads it (attention.cpp `preprocess_mask`).
+    Under autocast q, k, v are cast as autocast casts SDPA's; dropout is applied inside CUDA's kernel (not here)."""
+    if attn_mask is not None or query.shape[-1] == value.shape[-1]:
+        return None
+    if torch.is_autocast_enabled(query.device.type):
+        dt = torch.get_autocast_dtype(query.device.type)
+        query, key, value = (t.to(dt) for t in (query, key, value))
+    if cuda_sdpa_backend(query, key, value, None, dropout_p, is_causal, enable_gqa) != "efficient":
+        return None
+    install_efficient_attention_on_cpu()
+    grads = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+    return torch.ops.aten._scaled_dot_product_efficient_attention(
+        query, key, value, None, grads, 0.0, bool(is_causal), scale=scale
+    )[0]
 
 
 def cuda_sdpa_backend(
@@ -863,8 +987,9 @@ def sdpa_as_cuda_kernel(original):
     CUDA takes the math kernel (`cuda_sdpa_backend`), the call runs under `sdpa_kernel(MATH)`, the same composite
     kernel on CPU; where CUDA takes a fused kernel, it runs with dropout 0 so that the CPU takes its flash kernel
     (which keeps q, k, v, the output and the logsumexp, as CUDA's flash and memory-efficient kernels do, less
-    their RNG seed and offset) instead of falling back to math for the dropout. Where the CPU and CUDA agree the
-    call is unchanged."""
+    their RNG seed and offset) instead of falling back to math for the dropout; value heads of another size than
+    the query heads take the memory-efficient kernel (`efficient_attention_as_cuda`). Where the CPU and CUDA agree
+    the call is unchanged."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -874,6 +999,9 @@ def sdpa_as_cuda_kernel(original):
         if cuda_sdpa_backend(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa) == "math":
             with sdpa_kernel([SDPBackend.MATH]):
                 return original(query, key, value, dropout_p=dropout_p, **kw)
+        out = efficient_attention_as_cuda(query, key, value, dropout_p=dropout_p, **kw)
+        if out is not None:
+            return out
         return original(query, key, value, dropout_p=0.0, **kw)
 
     sdpa.original = original
