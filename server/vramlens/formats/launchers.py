@@ -688,3 +688,38 @@ def swift_finish(b: PlanBuilder, settings: list[Setting]) -> None:
             override=True,
             note=f"LLaMA-Pro copies {count} decoder block(s) into the model",
         )
+
+    scale = by_key.get("loss_scale")
+    if (
+        scale is not None
+        and plan.loss_impl is not None
+        and plan.loss_impl.value == "fused"
+        and weighted_loss_scale(scale)
+    ):
+        # A weighted `--loss_scale` puts a per-token `loss_scale` in every batch, and ms-swift's Seq2SeqTrainer then
+        # pops `labels` before the forward and computes the loss itself from the logits (v3.5.0
+        # swift/trainers/trainers.py `compute_loss`; v4.0.0 swift/trainers/seq2seq_trainer.py, which warns "The
+        # cross_entropy loss function defined in Liger Kernel will not take effect, potentially leading to increased
+        # GPU memory consumption"): without labels Liger's forward writes the full logits
+        b.set(
+            "loss_impl",
+            "standard",
+            scale,
+            override=True,
+            note=f"`--loss_scale {scale.value}` weights tokens: ms-swift computes the loss from the full logits, "
+            "so Liger's fused linear cross-entropy does not run",
+        )
+
+
+# ms-swift's loss scales whose weights are not all 0 or 1 (v3.5.0 swift/plugin/loss_scale/config/*.json,
+# `keep_loss_scale`; v4.0.0 swift/loss_scale/agent.py and config/*.json, `is_loss_scale_binary`): agentflan (3.0),
+# alpha_umi, hermes, qwen and react (2.0). `default`, `last_round`, `all` and `ignore_empty_think` are 0/1 weights,
+# which the template drops (`loss_scale = None`), so the model's own loss runs.
+SWIFT_WEIGHTED_LOSS_SCALES = frozenset({"agentflan", "alpha_umi", "hermes", "qwen", "react"})
+
+
+def weighted_loss_scale(s: Setting) -> bool:
+    """`--loss_scale hermes` or `last_round+react` (4.x: a strategy, `+`, a loss scale type)."""
+    if not isinstance(s.value, str):
+        return False
+    return s.value.strip().lower().split("+", 1)[-1] in SWIFT_WEIGHTED_LOSS_SCALES
