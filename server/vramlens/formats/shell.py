@@ -1231,8 +1231,10 @@ def _swift_attn(b: PlanBuilder, s: Setting) -> None:
 
 
 # ms-swift's image budget and tower freezing (swift/llm/argument/base_args/template_args.py `max_pixels`,
-# tuner_args.py `freeze_vit`): kept for the resolver, which sizes and freezes a VLM's vision tower from them
-SWIFT_REMEMBERED = ("max_pixels", "freeze_vit")
+# tuner_args.py `freeze_vit`): kept for the resolver, which sizes and freezes a VLM's vision tower from them; its
+# validation set (base_args/data_args.py `val_dataset`, `split_dataset_ratio`; 1.x/2.x `dataset_test_ratio`): kept for
+# whether the run evaluates (resolve/evaluation.py)
+SWIFT_REMEMBERED = ("max_pixels", "freeze_vit", "val_dataset", "split_dataset_ratio", "dataset_test_ratio")
 
 
 def _swift_quant_bit(b: PlanBuilder, s: Setting) -> None:
@@ -1330,6 +1332,7 @@ class ShellScript:
     flag_args: list[tuple[str, Arg, list[Arg]]] = field(default_factory=list)  # the script's own flags
     # variables whose default the caller may override (an option-parsing loop's `MODEL=$1`) → what was assumed
     defaults: dict[str, tuple] = field(default_factory=dict)
+    branch_notes: dict[str, str] = field(default_factory=dict)  # variables an `if` of unknown outcome sets → assumed
 
 
 class _Reader:
@@ -1404,6 +1407,144 @@ _CASE_ARM = re.compile(r"(?:\bin\s|;;&?|;&)\s*\(?([^()\n;]*?)\)")
 _ARM_WINDOW = 2_000  # characters before an assignment searched for its arm (real arms: a few lines)
 
 
+# --- conditions --------------------------------------------------------------------------------------------------
+
+_THEN = re.compile(r"[;\n]\s*then\b")
+_JOIN = re.compile(r"\s(&&|\|\|)\s")
+_COMPARE = re.compile(r"<=|>=|==|!=|<|>")
+_INT_TESTS = {
+    "-eq": lambda a, b: a == b,
+    "-ne": lambda a, b: a != b,
+    "-lt": lambda a, b: a < b,
+    "-gt": lambda a, b: a > b,
+    "-le": lambda a, b: a <= b,
+    "-ge": lambda a, b: a >= b,
+}
+MAX_CONDITION_CHARS = 500  # a longer `if` condition is not worked out (real ones: a test of a word or two)
+
+
+def condition_text(text: str, at: int) -> str | None:
+    """The condition of the `if`/`elif` whose keyword ends at `at`: the text up to its `; then` / `⏎ then`."""
+    m = _THEN.search(text, at, at + MAX_CONDITION_CHARS)
+    return text[at : m.start()].strip() if m else None
+
+
+def decide(cond: str, env: dict[str, Var]) -> bool | None:
+    """Whether an `if` condition holds, where the script's known values decide it: `[ … ]`, `[[ … ]]` and `test`
+    comparing words (`=`, `==`, `!=`, `-z`, `-n`, `-eq` …; bash 5.2 manual, "Bash Conditional Expressions") and
+    `(( … ))` comparing integers ("Shell Arithmetic"), joined by `&&`, `||` and `!`. None when anything it reads
+    is not known without running the script (a file test, a command's status, a variable the caller sets)."""
+    whole = cond.startswith("[[") and cond.endswith("]]") and cond.count("[[") == 1 and cond.count("]]") == 1
+    pieces = _JOIN.split(cond[2:-2] if whole else cond)
+    value = _decide_one(pieces[0], env, whole)
+    for k in range(1, len(pieces) - 1, 2):
+        right = _decide_one(pieces[k + 1], env, whole)
+        if pieces[k] == "&&":
+            value = False if value is False or right is False else None if value is None or right is None else True
+        else:
+            value = True if value is True or right is True else None if value is None or right is None else False
+    return value
+
+
+def _decide_one(piece: str, env: dict[str, Var], inside_double: bool) -> bool | None:
+    piece = piece.strip()
+    negate = False
+    while piece.startswith("! "):
+        negate, piece = not negate, piece[2:].strip()
+    value: bool | None
+    if inside_double:
+        value = _decide_test(piece, env, True)
+    elif piece.startswith("((") and piece.endswith("))"):
+        value = _decide_arith(piece[2:-2], env)
+    elif piece.startswith("[[") and piece.endswith("]]"):
+        value = _decide_test(piece[2:-2], env, True)
+    elif piece.startswith("[") and piece.endswith("]"):
+        value = _decide_test(piece[1:-1], env, False)
+    elif piece.startswith("test "):
+        value = _decide_test(piece[5:], env, False)
+    else:
+        return None  # a command: its status is not known
+    return None if value is None else value != negate
+
+
+def _decide_arith(expr: str, env: dict[str, Var]) -> bool | None:
+    m = _COMPARE.search(expr)
+    if m is None:
+        v = arithmetic(expr, env)
+        return None if v is None else v != "0"
+    if _COMPARE.search(expr, m.end()) is not None:
+        return None
+    a, b = arithmetic(expr[: m.start()], env), arithmetic(expr[m.end() :], env)
+    if a is None or b is None:
+        return None
+    x, y = int(a), int(b)
+    return {"<=": x <= y, ">=": x >= y, "==": x == y, "!=": x != y, "<": x < y, ">": x > y}[m.group()]
+
+
+def _decide_test(inner: str, env: dict[str, Var], double: bool) -> bool | None:
+    words = words_in(inner, 0, len(inner))
+    ops: list[str] = []
+    for w in words:
+        raw = inner[w.start : w.end]
+        v = expand_parts(w.parts, env)
+        if v is None:
+            return None
+        if v == "" and raw[:1] not in "'\"" and not double:
+            continue  # an unquoted empty expansion is no word at all in `[ … ]`
+        if double and w is words[-1] and len(words) == 3 and raw[:1] not in "'\"" and any(c in v for c in "*?["):
+            return None  # a `[[ x == pattern ]]` match
+        ops.append(v)
+    if len(ops) == 1:
+        return ops[0] != ""
+    if len(ops) == 2:
+        if ops[0] == "-z":
+            return ops[1] == ""
+        if ops[0] == "-n":
+            return ops[1] != ""
+        if ops[0] == "!":
+            return ops[1] == ""
+        return None  # a file test (`-f`, `-d`), `-v` …
+    if len(ops) == 3:
+        a, op, b = ops
+        if op in ("=", "=="):
+            return a == b
+        if op == "!=":
+            return a != b
+        if op in _INT_TESTS and re.fullmatch(r"-?\d{1,18}", a) and re.fullmatch(r"-?\d{1,18}", b):
+            return _INT_TESTS[op](int(a), int(b))
+    return None
+
+
+@dataclass
+class _Branch:
+    """An open `if`: which of its branches runs. `state`: "run" (its condition holds), "skip" (it does not, or an
+    earlier branch ran) or "maybe" (not known: the first such branch is the one read)."""
+
+    cond: str
+    state: str
+    chosen: bool  # a branch was taken: the later ones are skipped
+    by_choice: bool = False  # it was taken without knowing its condition
+    assigned: dict[str, str | None] = field(default_factory=dict)  # set in the branch taken by choice → value
+    kept: dict[str, str] = field(default_factory=dict)  # set there, but its value before the `if` stays → that value
+    others: dict[str, list[str]] = field(default_factory=dict)  # what the branches not taken would set
+
+
+def branch_note(name: str, cond: str, value: str | None, others: list[str], kept: bool) -> str:
+    """What was assumed for a variable an `if` of unknown outcome sets."""
+    cond = cond if len(cond) <= 60 else cond[:59] + "…"
+    alts = ", ".join(f"`{o if len(o) <= 60 else o[:59] + '…'}`" for o in dict.fromkeys(others[:4]))
+    shown = value if value is not None and len(value) <= 80 else (value or "")[:79] + "…"
+    if kept:
+        return (
+            f"{name}={shown}, its value before `if {cond}`; whether that branch runs is not known before the script "
+            f"runs (it would set {alts})"
+        )
+    return (
+        f"{name}={shown}, from the first branch of `if {cond}`; which branch runs is not known before the script "
+        f"runs" + (f" (the others set {alts})" if alts else "")
+    )
+
+
 class _Flow:
     """What the script's control flow means for its assignments. A script run without arguments never enters its
     option-parsing loop (`while [[ "$1" != "" ]]; do case $1 in -m) shift; MODEL=$1 ;; … esac; shift; done`,
@@ -1417,9 +1558,14 @@ class _Flow:
         self.defaults: dict[str, tuple[str, int, int | None]] = {}  # name → (default, where, its `case`)
         self.prev_end = 0
         self.conditional = False  # the command being read may not run
+        self.frames: list[_Branch | None] = []  # one for each of `blocks`: an `if`'s branches, else None
+        self.branch_notes: dict[str, str] = {}  # a variable an `if` of unknown outcome sets → what was assumed
 
-    def enter(self, cmd: Command) -> int:
-        """Open and close blocks at `cmd`'s leading keywords; the index of its first word after `then`, `do` …"""
+    def enter(self, cmd: Command, env: dict[str, Var] | None = None) -> int:
+        """Open and close blocks at `cmd`'s leading keywords; the index of its first word after `then`, `do` …
+        An `if` whose condition `env` decides runs that branch only (bash 5.2 manual, "Conditional Constructs");
+        one it does not decide is read as the first launch sees it: its first branch, with the values set before
+        it kept (see `branch_keeps`)."""
         words, text = cmd.words, self.text
         self.conditional = bool(self.blocks) or text[self.prev_end : cmd.start].rstrip(" \t\\\n").endswith(("&&", "||"))
         self.prev_end = max(self.prev_end, cmd.end)
@@ -1428,11 +1574,17 @@ class _Flow:
             t = raw_text(text, words[j])
             if t in _OPENS:
                 self.blocks.append((t, cmd.start))
+                self.frames.append(self._branch(words[j], env, None) if t == "if" else None)
                 if t == "for" and j + 1 < len(words):
                     self._for(words[j + 1 :])
                 break
             if t in _CLOSES and self.blocks:
                 self.blocks.pop()
+                frame = self.frames.pop() if self.frames else None
+                if frame is not None:
+                    self._close(frame)
+            elif t in ("elif", "else") and self.frames and self.frames[-1] is not None:
+                self.frames[-1] = self._branch(words[j], env, self.frames[-1]) if t == "elif" else self._else()
             elif t not in _LEADING and t not in _CLOSES:
                 break
             j += 1
@@ -1448,6 +1600,80 @@ class _Flow:
             and all(t.strip('"') in ("$@", "${@}", "$*", "${*}") for t in texts[2:])
         ):
             self.arg_names.add(texts[0])
+
+    def _branch(self, kw: Word, env: dict[str, Var] | None, prev: "_Branch | None") -> "_Branch":
+        """The `if`/`elif` branch whose keyword is `kw`."""
+        cond = condition_text(self.text, kw.end) or ""
+        if prev is not None and prev.chosen or prev is None and self.mode() == "skip":
+            return _Branch(cond, "skip", True)  # an earlier branch ran, or the whole `if` does not
+        value = decide(cond, env) if cond and env is not None else None
+        if value is None:
+            return _Branch(cond, "maybe", True, by_choice=True)
+        return _Branch(cond, "run" if value else "skip", value)
+
+    def _else(self) -> "_Branch":
+        frame = self.frames[-1]
+        assert frame is not None
+        if frame.chosen:
+            frame.state = "skip"
+            return frame
+        return _Branch(frame.cond, "run", True)
+
+    def mode(self) -> str:
+        """Whether the command being read runs: "run", "skip" (a branch not taken) or "maybe" (the branch read of
+        an `if` whose outcome is not known)."""
+        states = {f.state for f in self.frames if f is not None}
+        return "skip" if "skip" in states else "maybe" if "maybe" in states else "run"
+
+    def skipped(self, words: list[Word]) -> None:
+        """A command of a branch not read: what its assignments would set, for the note on the branch read."""
+        frame = next((f for f in reversed(self.frames) if f is not None and f.state == "skip"), None)
+        if frame is None or not frame.by_choice:
+            return
+        for w in words[:8]:
+            m = _ASSIGN.match(w.plain_prefix())
+            if m is None:
+                if raw_text(self.text, w) in ("export", "declare", "local", "readonly"):
+                    continue
+                break
+            frame.others.setdefault(m.group(1), []).append(self.text[w.start + m.end() : w.end])
+
+    def branch_keeps(self, name: str, var: Var, old: Var | None) -> bool:
+        """`name=…` in the branch read of an `if` of unknown outcome: True when `name` had a known value before the
+        `if` (that value is what a run that skips the branch sees, and it stays); else the branch's value is taken."""
+        if self.mode() != "maybe":
+            self.branch_notes.pop(name, None)
+            return False
+        frames = [f for f in self.frames if f is not None and f.state == "maybe"]
+        owner = next((f for f in frames if name in f.assigned), None)
+        if owner is not None:  # set earlier in the branch read: this follows it
+            owner.assigned[name] = var.value
+            return False
+        raw = self.text[var.value_range[0] : var.value_range[1]] if var.value_range else var.value or ""
+        owner = next((f for f in frames if name in f.kept), None)
+        if owner is None and old is not None and old.value is not None:
+            owner = frames[-1]
+            owner.kept[name] = old.value
+        if owner is not None:
+            owner.others.setdefault(name, []).append(raw)
+            return True
+        frames[-1].assigned[name] = var.value
+        return False
+
+    def _close(self, frame: "_Branch") -> None:
+        if not frame.by_choice:
+            return
+        for name, value in frame.assigned.items():
+            if name in frame.others:
+                self.branch_notes[name] = branch_note(name, frame.cond, value, frame.others[name], False)
+        for name, value in frame.kept.items():
+            self.branch_notes[name] = branch_note(name, frame.cond, value, frame.others.get(name, []), True)
+
+    def finish(self) -> dict[str, str]:
+        for frame in self.frames:
+            if frame is not None:
+                self._close(frame)
+        return self.branch_notes
 
     def from_args(self, w: Word) -> bool:
         for p in w.parts:
@@ -1599,7 +1825,10 @@ def analyze(
         if sourcing is not None and (saved := sourcing.restore(cmd)) is not None:
             env = saved  # a script run as a child returned: its variables go with it
             continue
-        words = cmd.words[flow.enter(cmd) :]
+        words = cmd.words[flow.enter(cmd, env) :]
+        if flow.mode() == "skip":  # a branch that does not run, or not the one read
+            flow.skipped(words)
+            continue
         inner = _inline_commands(text, cmd, words)
         if inner:
             pending.extend(inner[::-1])
@@ -1617,7 +1846,7 @@ def analyze(
             for name, var in prefix.items():
                 old = env.get(name)
                 var.exported = bool(old and old.exported)
-                if not flow.keeps_default(name, var, old, cmd):
+                if not flow.keeps_default(name, var, old, cmd) and not flow.branch_keeps(name, var, old):
                     env[name] = var
             continue
         head = ex.parts(rest[0].parts, env, (rest[0].start, rest[0].end))
@@ -1639,7 +1868,8 @@ def analyze(
                     continue
                 a = _assign(text, w, env, ex, (cmd.start, w.end), exporting)
                 if a is not None:
-                    if not flow.keeps_default(a[0], a[1], env.get(a[0]), cmd):
+                    old = env.get(a[0])
+                    if not flow.keeps_default(a[0], a[1], old, cmd) and not flow.branch_keeps(a[0], a[1], old):
                         env[a[0]] = a[1]
                 elif _NAME.fullmatch(t):
                     if t in env:
@@ -1660,7 +1890,7 @@ def analyze(
             ]
             if names and _NAME.fullmatch(names[-1]):
                 a, b_ = cmd.heredocs[0]
-                env[names[-1]] = Var(
+                read_into = Var(
                     ex.parts(_heredoc_parts(text, a, b_), env, (a, b_)),
                     rest[-1],
                     (a, b_),
@@ -1668,6 +1898,8 @@ def analyze(
                     False,
                     words_range=(a, b_),
                 )
+                if not flow.branch_keeps(names[-1], read_into, env.get(names[-1])):
+                    env[names[-1]] = read_into
             continue
         prog = (head or "").rsplit("/", 1)[-1]
         if sourcing is not None and not sourcing.own(cmd) and prog not in _HEADS and not _PYTHON.fullmatch(prog):
@@ -1729,7 +1961,14 @@ def analyze(
             )
         )
     script = ShellScript(
-        text, idx, commands, launch, env, purpose=other if launch is None else None, defaults=flow.defaults
+        text,
+        idx,
+        commands,
+        launch,
+        env,
+        purpose=other if launch is None else None,
+        defaults=flow.defaults,
+        branch_notes=flow.finish(),
     )
     return script, issues
 
@@ -1956,6 +2195,9 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
         b.plan.read_notes.extend(
             default_note(script.text, name, kept) for name, kept in script.defaults.items() if name in used
         )
+    if script.branch_notes:  # the values the launch line uses that an `if` of unknown outcome sets
+        used = {p[1] for a in launch.args for p in a.word.parts if p[0] == VAR}
+        b.plan.read_notes.extend(note for name, note in script.branch_notes.items() if name in used)
     if tool == "verl":  # hydra `key=value` overrides (formats.verl)
         return verl.apply_launch(b, r, script, ctx)
     framework = {

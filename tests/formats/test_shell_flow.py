@@ -1,0 +1,86 @@
+"""`if`/`elif`/`else` read as bash runs them: a condition the script's own values decide runs that branch only; one
+that is not known before the script runs is read as the first launch sees it (the value set before the `if` stays;
+a value only a branch sets comes from the first branch, with a note naming the others)."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+from vramlens.analysis import analyze
+from vramlens.formats.shell import Var, decide
+from vramlens.settings import Settings
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+OPENRLHF = FIXTURES / "openrlhf" / "v0.9.0"
+SC21 = FIXTURES / "megatron" / "Megatron-LM-core_v0.13.0"
+
+
+def run(path: Path, workspace: Path):
+    return analyze(path.read_text(), str(path), Settings(workspace=workspace, model_lookup=False))
+
+
+def value(plan, concept):
+    s = getattr(plan, concept)
+    return None if s is None else s.value
+
+
+@pytest.mark.parametrize("name", ["train_rejection_sampling_llama.sh", "train_iterative_dpo_llama.sh"])
+def test_openrlhf_iteration_loop_trains_the_first_model(name, tmp_path):
+    """`iter=0; if [ -f $ITER_LOG_PATH ]; then iter=$(cat …); fi; while …; do if ((iter > 0)); then
+    POLICY_MODEL_PATH=$MODEL_OUTPUT_PATH; fi; … --pretrain $POLICY_MODEL_PATH`: the first iteration trains the SFT
+    model, not the checkpoint a later iteration writes."""
+    path = tmp_path / name
+    shutil.copy(OPENRLHF / name, path)
+    plan = run(path, tmp_path).plan
+    assert plan is not None and plan.framework == "openrlhf"
+    assert value(plan, "model_id") == "OpenRLHF/Llama-3-8b-sft-mixture"
+    assert not any("checkpoint/llama-3-8b" in i.message for i in plan.issues)
+
+
+def test_megatron_sc21_table_runs_the_chosen_model_size(tmp_path):
+    """run_table_1.sh sets MODEL_SIZE=1.7B, then `if [ ${MODEL_SIZE} == "1.7B" ]; then TP=1 … MBS=16 … elif … 1T
+    … TP=8, PP=64, MBS=1`: the 1.7B branch is the one that runs."""
+    folder = tmp_path / "sc21"
+    shutil.copytree(SC21 / "sc21", folder)
+    shutil.copy(SC21 / "sc21_table_1" / "run_table_1.sh", folder / "run_table_1.sh")
+    plan = run(folder / "run_table_1.sh", tmp_path).plan
+    assert plan is not None and plan.framework == "megatron"
+    assert value(plan, "tensor_parallel") == 1
+    assert value(plan, "pipeline_parallel") == 1
+    assert value(plan, "micro_batch") == 16
+
+
+def test_unknown_condition_takes_the_first_branch_and_says_so(tmp_path):
+    path = tmp_path / "train.sh"
+    path.write_text(
+        'if [ "$SIZE" = big ]; then\n  MODEL=Qwen/Qwen2.5-7B\nelse\n  MODEL=Qwen/Qwen2.5-0.5B\nfi\n'
+        "BS=4\nif [ -f resume.flag ]; then BS=1; fi\n"
+        "torchrun --nproc_per_node 2 train.py --model_name_or_path $MODEL --per_device_train_batch_size $BS "
+        "--bf16 True\n"
+    )
+    plan = run(path, tmp_path).plan
+    assert value(plan, "model_id") == "Qwen/Qwen2.5-7B"
+    assert value(plan, "micro_batch") == 4
+    notes = " ".join(plan.read_notes)
+    assert "MODEL=Qwen/Qwen2.5-7B" in notes and "Qwen/Qwen2.5-0.5B" in notes
+    assert "BS=4, its value before" in notes
+
+
+@pytest.mark.parametrize(
+    "cond, env, expected",
+    [
+        ('[ -z "$X" ]', {"X": ""}, True),
+        ('[ -z "$X" ]', {"X": "a"}, False),
+        ('[ -z "$X" ]', {}, None),
+        ('[[ "$X" == "1.7B" ]]', {"X": "1.7B"}, True),
+        ("[ $N -gt 2 ] && [ $N -lt 4 ]", {"N": "3"}, True),
+        ("((N > 0))", {"N": "0"}, False),
+        ("(( N * 2 >= 4 ))", {"N": "2"}, True),
+        ("! [ -n $X ]", {"X": "a"}, False),
+        ("[ -f $X ]", {"X": "a"}, None),
+        ("grep -q x file", {}, None),
+        ("[[ $X == *B ]]", {"X": "1B"}, None),
+    ],
+)
+def test_decide(cond, env, expected):
+    assert decide(cond, {k: Var(v) for k, v in env.items()}) is expected
