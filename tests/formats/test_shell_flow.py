@@ -84,3 +84,78 @@ def test_unknown_condition_takes_the_first_branch_and_says_so(tmp_path):
 )
 def test_decide(cond, env, expected):
     assert decide(cond, {k: Var(v) for k, v in env.items()}) is expected
+
+
+VERL_MAIN = FIXTURES / "verl" / "main-2026-01-29"
+
+
+def test_verl_sapo_joined_config_lists_are_split_into_overrides(tmp_path):
+    """run_qwen30b_sapo.sh builds `ACTOR_CONFIG="$ACTOR_CONFIG $ACTOR_FSDP_CONFIG"` and passes `$ACTOR_CONFIG`
+    unquoted: bash splits the joined value into its `key=value` words, so the model path it names is read."""
+    path = tmp_path / "run_qwen30b_sapo.sh"
+    shutil.copy(VERL_MAIN / "sapo_trainer" / "run_qwen30b_sapo.sh", path)
+    plan = run(path, tmp_path).plan
+    assert plan is not None and plan.framework == "verl"
+    assert value(plan, "model_id") == "Qwen/Qwen3-30B-A3B-Base"
+    assert not any("actor_rollout_ref.model.path` is not set" in i.message for i in plan.issues)
+
+
+def test_verl_gspo_unknown_part_stays_in_its_own_word(tmp_path):
+    """run_qwen30b_gspo.sh: `actor_model_path=$HDFS_ROOT/model/…` with HDFS_ROOT unset, inside the joined
+    `ACTOR_CONFIG`: only that word is unknown (and the message names it); the other words, the Megatron
+    parallel sizes the `megatron` branch adds, are read."""
+    path = tmp_path / "run_qwen30b_gspo.sh"
+    shutil.copy(VERL_MAIN / "gspo_trainer" / "run_qwen30b_gspo.sh", path)
+    plan = run(path, tmp_path).plan
+    assert plan is not None and plan.framework == "verl"
+    assert value(plan, "tensor_parallel") == 2
+    messages = " ".join(i.message for i in plan.issues)
+    assert "`actor_rollout_ref.model.path` is set from `$actor_model_path`" in messages
+    assert "$HDFS_ROOT/model/Qwen3-30B-A3B-Base" in messages
+
+
+def test_case_on_a_known_value_runs_its_arm_only():
+    """Megatron-LM examples/mamba/train.sh: `MODEL_SCALE="800M"; case "${MODEL_SCALE}" in "800M") … ;; "8B") … ;;
+    *) … esac`: the 800M arm's sizes are the ones the launch line uses, not the last arm's."""
+    from vramlens.formats.shell import analyze as read_shell
+
+    path = FIXTURES / "megatron" / "Megatron-LM-d98e8a64" / "mamba" / "train.sh"
+    script, _ = read_shell(path.read_text(), str(path))
+    assert script.launch is not None
+    args = [a.value for a in script.launch.args]
+    at = args.index("--tensor-model-parallel-size")
+    assert args[at + 1] == "1"
+    assert args[args.index("--hidden-size") + 1] == "1024"
+    assert args[args.index("--global-batch-size") + 1] == "32"
+
+
+def test_case_of_unknown_value_takes_the_first_arm_and_says_so(tmp_path):
+    path = tmp_path / "train.sh"
+    path.write_text(
+        'case "$SIZE" in\n  small|s) MODEL=Qwen/Qwen2.5-0.5B ;;\n  big)\n    MODEL=Qwen/Qwen2.5-7B\n    ;;\nesac\n'
+        "BS=4\ncase $MODE in\n  fast) BS=8 ;;\n  *) BS=1 ;;\nesac\n"
+        "torchrun --nproc_per_node 2 train.py --model_name_or_path $MODEL --per_device_train_batch_size $BS "
+        "--bf16 True\n"
+    )
+    plan = run(path, tmp_path).plan
+    assert value(plan, "model_id") == "Qwen/Qwen2.5-0.5B"
+    assert value(plan, "micro_batch") == 4
+    notes = " ".join(plan.read_notes)
+    assert 'MODEL=Qwen/Qwen2.5-0.5B, from the first arm of `case "$SIZE" in`' in notes and "Qwen/Qwen2.5-7B" in notes
+    assert "BS=4, its value before `case $MODE in`" in notes
+
+
+@pytest.mark.parametrize(
+    "size, model", [("big", "Qwen/Qwen2.5-7B"), ("s", "Qwen/Qwen2.5-0.5B"), ("x", "Qwen/Qwen3-8B")]
+)
+def test_case_on_a_known_value_matches_patterns_in_order(size, model, tmp_path):
+    path = tmp_path / "train.sh"
+    path.write_text(
+        f"SIZE={size}\n"
+        'case "$SIZE" in\n  small|s) MODEL=Qwen/Qwen2.5-0.5B ;;\n  b*) MODEL=Qwen/Qwen2.5-7B ;;\n'
+        "  *) MODEL=Qwen/Qwen3-8B ;;\nesac\n"
+        "torchrun --nproc_per_node 2 train.py --model_name_or_path $MODEL --bf16 True\n"
+    )
+    plan = run(path, tmp_path).plan
+    assert value(plan, "model_id") == model
+    assert not any("case" in n for n in plan.read_notes)

@@ -460,6 +460,7 @@ class Var:
     words_range: tuple[int, int] | None = None  # text whose words `$X` stands for (a heredoc read into X)
     elements: list | None = None  # a bash array's elements (Args, expanded when it was assigned)
     refs: dict | None = None  # for a quoted list value: the variables its words named, as they were then
+    fields: list | None = None  # the words (Args) an unquoted `$X` splits into, worked out when it was assigned
 
 
 class Expander:
@@ -1232,9 +1233,16 @@ def _swift_attn(b: PlanBuilder, s: Setting) -> None:
 
 # ms-swift's image budget and tower freezing (swift/llm/argument/base_args/template_args.py `max_pixels`,
 # tuner_args.py `freeze_vit`): kept for the resolver, which sizes and freezes a VLM's vision tower from them; its
-# validation set (base_args/data_args.py `val_dataset`, `split_dataset_ratio`; 1.x/2.x `dataset_test_ratio`): kept for
-# whether the run evaluates (resolve/evaluation.py)
-SWIFT_REMEMBERED = ("max_pixels", "freeze_vit", "val_dataset", "split_dataset_ratio", "dataset_test_ratio")
+# validation set (base_args/data_args.py `val_dataset`, `split_dataset_ratio`; 1.x/2.x `dataset_test_ratio`) and
+# `predict_with_generate`: kept for whether and how the run evaluates (resolve/evaluation.py)
+SWIFT_REMEMBERED = (
+    "max_pixels",
+    "freeze_vit",
+    "val_dataset",
+    "split_dataset_ratio",
+    "dataset_test_ratio",
+    "predict_with_generate",
+)
 
 
 def _swift_quant_bit(b: PlanBuilder, s: Setting) -> None:
@@ -1375,6 +1383,8 @@ def _assign(
     var = Var(value, w, vr, stmt, exported, words_range=_list_value(text, name, *vr))
     if var.words_range is not None:
         var.refs = {p[1]: env.get(p[1]) for p in w.parts if p[0] == VAR}
+    else:
+        var.fields = _fields(text, w, [(LIT, first[1][cut:], first[2] + cut, False)] + w.parts[1:], env, ex)
     return name, var
 
 
@@ -1394,6 +1404,100 @@ def _list_value(text: str, name: str, start: int, end: int) -> tuple[int, int] |
     ):
         return start + 1, end - 1
     return None
+
+
+def _fields(text: str, w: Word, parts: list, env: dict[str, Var], ex: Expander) -> list[Arg] | None:
+    """The words an unquoted `$X` splits into when `X` was assigned `parts` (the value after `X=`), for a value that
+    joins list values or holds blanks but is not one quoted list `_list_value` reads: verl's
+    examples/gspo_trainer/run_qwen30b_gspo.sh `ACTOR_CONFIG="$ACTOR_CONFIG $ACTOR_MEGATRON_CONFIG"` … `$ACTOR_CONFIG`.
+    bash expands the value once, as it assigns it, and splits its result at blanks where it is used unquoted
+    (bash 5.2 manual, "Shell Parameters", "Word Splitting"). A part not known without running the script (`$DATA_HOME`
+    unset) stays inside its word as a placeholder: that word's value is unknown, the others are read. None when
+    no word splitting can happen (one word, nothing named that splits) or for a value not worked out here."""
+    chunks: list[tuple[list[tuple[str | None, tuple[int, int] | None, Word | None]], bool, bool]] = []
+    cursor = w.start
+    splits = False
+    for p in parts:
+        kind = p[0]
+        if kind == LIT:
+            lit = p[1]
+            base = p[2] + (
+                1 if p[3] and text[p[2] : p[2] + 1] in ("'", '"') and text[p[2] : p[2] + len(lit)] != lit else 0
+            )
+            pieces = []
+            for m in re.finditer(r"[^ \t\n]+", lit):
+                a = base + m.start()
+                pieces.append(
+                    (m.group(), (a, a + len(m.group())) if text[a : a + len(m.group())] == m.group() else None, None)
+                )
+            if pieces and (len(pieces) > 1 or lit[:1].isspace() or lit[-1:].isspace()) or not pieces and lit:
+                splits = True
+            chunks.append((pieces, lit[:1].isspace(), lit[-1:].isspace()))
+            continue
+        if kind == ARR:
+            return None
+        raw = p[4] if kind == VAR else p[1]
+        at = text.find(raw, cursor, w.end)
+        where = (at, at + len(raw)) if at >= 0 else None
+        cursor = where[1] if where is not None else cursor
+        var = env.get(p[1]) if kind == VAR and not p[2] else None
+        listed = _list_fields(text, var, env, ex) if var is not None else None
+        if listed is not None:
+            splits = True
+            chunks.append(([(a.value, None, a.word) for a in listed], True, True))
+            continue
+        v = ex.parts([p], env) if kind == VAR or p[1].startswith("$((") else None
+        if v is None:
+            chunks.append(([(None, where, None)], False, False))
+            continue
+        pieces = [(m.group(), where, None) for m in re.finditer(r"[^ \t\n]+", v)]
+        splits = splits or len(pieces) > 1 or v[:1].isspace() or v[-1:].isspace()
+        chunks.append((pieces, v[:1].isspace(), v[-1:].isspace()))
+    if not splits:
+        return None
+    out: list[Arg] = []
+    cur: list | None = None  # the word being built: [value, range, word]
+
+    def close() -> None:
+        nonlocal cur
+        if cur is not None and len(out) <= MAX_WORDS:
+            value, where, word = cur
+            if word is None:
+                a, b = where if where is not None else (w.start, w.end)
+                word = Word(a, b, [(LIT, text[a:b], a, True)])
+            out.append(Arg(word, value))
+        cur = None
+
+    for pieces, lead, trail in chunks:
+        if lead:
+            close()
+        for k, (value, where, word) in enumerate(pieces):
+            if k > 0:
+                close()
+            if cur is None:
+                cur = [value, where, word]
+                continue
+            joined = (
+                (cur[1][0], where[1]) if cur[1] is not None and where is not None and cur[1][1] == where[0] else None
+            )
+            cur = [None if cur[0] is None or value is None else cur[0] + value, joined, None if joined else w]
+        if trail:
+            close()
+    close()
+    return out
+
+
+def _list_fields(text: str, var: Var, env: dict[str, Var], ex: Expander) -> list[Arg] | None:
+    """The words `$X` splits into where X holds a list (a quoted list of words, or a value `_fields` split)."""
+    if var.fields is not None:
+        if ex.spliced + len(var.fields) > MAX_SPLICED_WORDS:
+            return None
+        ex.spliced += len(var.fields)
+        return var.fields
+    if var.words_range is None or var.refs and any(env.get(n) is not v for n, v in var.refs.items()):
+        return None
+    words = _spliced_words(text, var.words_range, ex)
+    return None if words is None else _args(text, words, env, ex, 1)
 
 
 # --- control flow --------------------------------------------------------------------------------
@@ -1527,10 +1631,29 @@ class _Branch:
     assigned: dict[str, str | None] = field(default_factory=dict)  # set in the branch taken by choice → value
     kept: dict[str, str] = field(default_factory=dict)  # set there, but its value before the `if` stays → that value
     others: dict[str, list[str]] = field(default_factory=dict)  # what the branches not taken would set
+    # a `case`: its subject's value (None: not known), and whether the next command is an arm's pattern
+    case: bool = False
+    subject: str | None = None
+    expect: bool = False
+    in_patterns: bool = False  # after an arm's first pattern, before its `)`
+    decided: bool = False  # the arm being read is decided (a pattern of it matched, or an earlier arm was taken)
 
 
 def branch_note(name: str, cond: str, value: str | None, others: list[str], kept: bool) -> str:
-    """What was assumed for a variable an `if` of unknown outcome sets."""
+    """What was assumed for a variable an `if` (or `case`: `cond` "case WORD in") of unknown outcome sets."""
+    if cond.startswith("case ") and cond.endswith(" in"):
+        shown_case = cond if len(cond) <= 60 else cond[:59] + "…"
+        alts = ", ".join(f"`{o if len(o) <= 60 else o[:59] + '…'}`" for o in dict.fromkeys(others[:4]))
+        shown = value if value is not None and len(value) <= 80 else (value or "")[:79] + "…"
+        if kept:
+            return (
+                f"{name}={shown}, its value before `{shown_case}`; which arm runs is not known before the script runs "
+                f"(it would set {alts})"
+            )
+        return (
+            f"{name}={shown}, from the first arm of `{shown_case}`; which arm runs is not known before the script runs"
+            + (f" (the others set {alts})" if alts else "")
+        )
     cond = cond if len(cond) <= 60 else cond[:59] + "…"
     alts = ", ".join(f"`{o if len(o) <= 60 else o[:59] + '…'}`" for o in dict.fromkeys(others[:4]))
     shown = value if value is not None and len(value) <= 80 else (value or "")[:79] + "…"
@@ -1567,16 +1690,31 @@ class _Flow:
         one it does not decide is read as the first launch sees it: its first branch, with the values set before
         it kept (see `branch_keeps`)."""
         words, text = cmd.words, self.text
-        self.conditional = bool(self.blocks) or text[self.prev_end : cmd.start].rstrip(" \t\\\n").endswith(("&&", "||"))
+        gap = text[self.prev_end : cmd.start]
+        self.conditional = bool(self.blocks) or gap.rstrip(" \t\\\n").endswith(("&&", "||"))
         self.prev_end = max(self.prev_end, cmd.end)
+        top = self.frames[-1] if self.frames else None
+        if top is not None and top.case:
+            if ";;" in gap or ";&" in gap:
+                top.expect = True
+            if top.expect and words and raw_text(text, words[0]) not in _CLOSES and self._pattern(top, cmd, words, env):
+                return len(words)
         j = 0
         while j < len(words):
             t = raw_text(text, words[j])
             if t in _OPENS:
                 self.blocks.append((t, cmd.start))
-                self.frames.append(self._branch(words[j], env, None) if t == "if" else None)
+                frame = self._branch(words[j], env, None) if t == "if" else None
+                if t == "case":
+                    frame = self._case(words[j + 1 :], env)
+                self.frames.append(frame)
                 if t == "for" and j + 1 < len(words):
                     self._for(words[j + 1 :])
+                if t == "while" and len(words) > j + 3 and raw_text(text, words[j + 1]) == "getopts":
+                    self.arg_names.add(raw_text(text, words[j + 3]))  # `while getopts m:b: opt`: `opt` too
+                if frame is not None and frame.case and len(words) > j + 3:  # `case $X in a) …` on one line
+                    if self._pattern(frame, cmd, words[j + 3 :], env):
+                        return len(words)
                 break
             if t in _CLOSES and self.blocks:
                 self.blocks.pop()
@@ -1610,6 +1748,37 @@ class _Flow:
         if value is None:
             return _Branch(cond, "maybe", True, by_choice=True)
         return _Branch(cond, "run" if value else "skip", value)
+
+    def _case(self, words: list[Word], env: dict[str, Var] | None) -> "_Branch | None":
+        """`case WORD in`: its arms are branches (bash 5.2 manual, "Conditional Constructs": the first arm whose
+        pattern matches WORD runs, the others do not). A `case` on the caller's arguments (`case $1 in`, an
+        option-parsing loop's) stays as it was: a script run without arguments enters none of its arms, which
+        `keeps_default` reads."""
+        if len(words) < 2 or raw_text(self.text, words[1]) != "in" or self.from_args(words[0]):
+            return None
+        cond = f"case {raw_text(self.text, words[0])} in"
+        if self.mode() == "skip":
+            return _Branch(cond, "skip", True, case=True)
+        subject = expand_parts(words[0].parts, env) if env is not None else None
+        return _Branch(cond, "skip", False, case=True, subject=subject, expect=True)
+
+    def _pattern(self, frame: "_Branch", cmd: Command, words: list[Word], env: dict[str, Var] | None) -> bool:
+        """Whether `words` (of `cmd`) are a pattern of the `case` arm that starts here; an arm's last pattern,
+        followed by `)`, decides whether the arm runs."""
+        after = self.text[cmd.end : cmd.end + 64].lstrip(" \t")[:1]
+        if after not in (")", "|"):
+            return False
+        if not frame.in_patterns:  # the arm's first pattern
+            frame.state, frame.decided = "skip", frame.chosen  # an earlier arm ran, or was the one read
+        frame.in_patterns = frame.expect = after == "|"
+        if frame.decided:
+            return True
+        match = _case_match(self.text, words, frame.subject, env) if frame.subject is not None else None
+        if match is True:
+            frame.state, frame.chosen, frame.decided = "run", True, True
+        elif match is None:
+            frame.state, frame.chosen, frame.by_choice, frame.decided = "maybe", True, True, True
+        return True
 
     def _else(self) -> "_Branch":
         frame = self.frames[-1]
@@ -1698,6 +1867,25 @@ class _Flow:
         case = next((start for kw, start in reversed(self.blocks) if kw == "case"), None)
         self.defaults[name] = (old.value, var.word.start, case)
         return True
+
+
+def _case_match(text: str, words: list[Word], subject: str, env: dict[str, Var] | None) -> bool | None:
+    """Whether a `case` pattern matches `subject` (bash 5.2 manual, "Pattern Matching": `*`, `?` and `[…]` outside
+    quotes; quoted text matches itself); None when the pattern is not known or not read here."""
+    rx = []
+    for w in words:
+        for p in w.parts:
+            if p[0] == LIT and p[3]:
+                rx.append(re.escape(p[1]))
+            elif p[0] == LIT:
+                if "[" in p[1] or "\\" in p[1]:
+                    return None
+                rx.append(re.escape(p[1]).replace(r"\*", ".*").replace(r"\?", "."))
+            elif p[0] == VAR and env is not None and (v := expand_parts([p], env)) is not None:
+                rx.append(re.escape(v))
+            else:
+                return None
+    return None if not rx else bool(re.fullmatch("".join(rx), subject, re.S)) or False
 
 
 def default_note(text: str, name: str, kept: tuple[str, int, int | None]) -> str:
@@ -2013,6 +2201,12 @@ def _splice(text: str, w: Word, env: dict[str, Var], ex: "Expander", depth: int 
         return [
             Arg(a.word, piece) for a in var.elements for piece in (a.value.split() if a.value is not None else [None])
         ]
+    if not op and len(parts) == 1 and var.fields is not None:
+        if ex.spliced + len(var.fields) > MAX_SPLICED_WORDS:
+            ex.capped.append((w.start, w.end))
+            return [Arg(w, None)]
+        ex.spliced += len(var.fields)
+        return list(var.fields)
     if op or len(parts) != 1 or var.words_range is None or depth >= MAX_SPLICE_DEPTH:
         return None
     if var.refs and any(env.get(n) is not v for n, v in var.refs.items()):
