@@ -1641,30 +1641,20 @@ class _Branch:
 
 def branch_note(name: str, cond: str, value: str | None, others: list[str], kept: bool) -> str:
     """What was assumed for a variable an `if` (or `case`: `cond` "case WORD in") of unknown outcome sets."""
-    if cond.startswith("case ") and cond.endswith(" in"):
-        shown_case = cond if len(cond) <= 60 else cond[:59] + "…"
-        alts = ", ".join(f"`{o if len(o) <= 60 else o[:59] + '…'}`" for o in dict.fromkeys(others[:4]))
-        shown = value if value is not None and len(value) <= 80 else (value or "")[:79] + "…"
-        if kept:
-            return (
-                f"{name}={shown}, its value before `{shown_case}`; which arm runs is not known before the script runs "
-                f"(it would set {alts})"
-            )
-        return (
-            f"{name}={shown}, from the first arm of `{shown_case}`; which arm runs is not known before the script runs"
-            + (f" (the others set {alts})" if alts else "")
-        )
-    cond = cond if len(cond) <= 60 else cond[:59] + "…"
+    is_case = cond.startswith("case ") and cond.endswith(" in")
+    shown_cond = cond if len(cond) <= 60 else cond[:59] + "…"
+    construct = shown_cond if is_case else f"if {shown_cond}"
+    part, which = ("arm", "which arm runs") if is_case else ("branch", "which branch runs")
     alts = ", ".join(f"`{o if len(o) <= 60 else o[:59] + '…'}`" for o in dict.fromkeys(others[:4]))
     shown = value if value is not None and len(value) <= 80 else (value or "")[:79] + "…"
     if kept:
+        unknown = which if is_case else "whether that branch runs"
         return (
-            f"{name}={shown}, its value before `if {cond}`; whether that branch runs is not known before the script "
-            f"runs (it would set {alts})"
+            f"{name}={shown}, its value before `{construct}`; {unknown} is not known before the script runs "
+            f"(it would set {alts})"
         )
-    return (
-        f"{name}={shown}, from the first branch of `if {cond}`; which branch runs is not known before the script "
-        f"runs" + (f" (the others set {alts})" if alts else "")
+    return f"{name}={shown}, from the first {part} of `{construct}`; {which} is not known before the script runs" + (
+        f" (the others set {alts})" if alts else ""
     )
 
 

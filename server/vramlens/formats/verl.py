@@ -323,15 +323,7 @@ def _model(r: _Reader, megatron: bool) -> None:
         alpha = r.cfg.get(A + "model.lora_alpha")
         if alpha is not None and to_float(alpha.value) is not None:
             r.put("lora_alpha", to_float(alpha.value), alpha)
-        targets = r.cfg.get(A + "model.target_modules")
-        if targets is not None and targets.value is not None:
-            value = targets.value
-            names = (
-                [str(x) for x in value]
-                if isinstance(value, list)
-                else [p.strip() for p in str(value).strip("[]").split(",") if p.strip()]
-            )
-            r.put("lora_targets", names, targets)
+        _put_targets(r, r.cfg.get(A + "model.target_modules"))
 
 
 # Megatron-Core's LoRA module names and the Hugging Face projections they hold (megatron/core/transformer:
@@ -793,15 +785,7 @@ def read_sft(
         alpha = cfg.get("model.lora_alpha")
         if alpha is not None and to_float(alpha.value) is not None:
             r.put("lora_alpha", to_float(alpha.value), alpha)
-        targets = cfg.get("model.target_modules")
-        if targets is not None and targets.value is not None:
-            value = targets.value
-            names = (
-                [str(x) for x in value]
-                if isinstance(value, list)
-                else [p.strip() for p in str(value).strip("[]").split(",") if p.strip()]
-            )
-            r.put("lora_targets", names, targets)
+        _put_targets(r, cfg.get("model.target_modules"))
     strategy, s = r.text("model.strategy")
     r.put("dist_strategy", "fsdp", s)
     r.put("zero_stage", 3, s, derived=True, note=f"FSDP FULL_SHARD over every rank ({SFT_TRAINER})")
@@ -1250,3 +1234,16 @@ def _config_candidates(name: str, config_path: str | None) -> list[str]:
             out.append(f"{tail}/{file}")
     out += [f"config/{file}", file]
     return list(dict.fromkeys(out))
+
+
+def _put_targets(r: _Reader, targets) -> None:
+    """`target_modules`: a list, or a string such as `all-linear` or `[q_proj, v_proj]`."""
+    if targets is None or targets.value is None:
+        return
+    value = targets.value
+    names = (
+        [str(x) for x in value]
+        if isinstance(value, list)
+        else [p.strip() for p in str(value).strip("[]").split(",") if p.strip()]
+    )
+    r.put("lora_targets", names, targets)
