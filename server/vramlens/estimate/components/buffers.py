@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from vramlens.estimate.components.common import DTYPE_BYTES
 from vramlens.estimate.components.parameters import Params, params, quantized_bytes_per_param
-from vramlens.estimate.components.sharding import fsdp_gather_bytes, fsdp_sharded
+from vramlens.estimate.components.sharding import fsdp_gather_bytes, fsdp_sharded, shard_factor
 from vramlens.estimate.components.trained import counted_layers
 from vramlens.estimate.shapes import shapes
 from vramlens.knowledge.models import norms_per_layer
@@ -109,3 +109,38 @@ def zero_buffers(rp: ResolvedPlan, p: Params) -> int:
     if rp.strategy in ("ddp", "none") and rp.world_size > 1:
         return 25 * 2**20 * 2
     return 0
+
+
+# DeepSpeed's default `zero_optimization.sub_group_size` (deepspeed v0.16.4 deepspeed/runtime/zero/config.py
+# `sub_group_size: int = Field(pp_int(1e9))`; ms-swift's swift/config/zero3.json writes the same 1e9)
+ZERO3_SUB_GROUP_SIZE = 10**9
+
+
+def zero3_persistent_gradients(rp: ResolvedPlan) -> bool:
+    """ZeRO-3 keeps every rank's gradient partition in one flat buffer made when the optimizer is set up and never
+    freed: `grad_partitions_flat_buffer = torch.zeros(sum(p.partition_numel() ...))` in `_setup_for_real_optimizer`;
+    `zero_grad(set_to_none=True)` only drops the parameters' `.grad` views (deepspeed v0.16.4
+    deepspeed/runtime/zero/stage3.py). The gradients are resident through every phase, the rollout included.
+    ZeRO-1/2 free theirs after each step (stage_1_and_2.py `_release_ipg_buffers`: `grads_in_partition = None`)."""
+    return rp.strategy == "deepspeed" and rp.zero_stage >= 3 and rp.world_size > 1 and not rp.offload_optimizer
+
+
+def zero_step_grad_copy(rp: ResolvedPlan, p: Params, extra_trainable: int = 0) -> int:
+    """The fp32 gradient ZeRO hands its optimizer at the step, beside the 16-bit gradient partition.
+
+    ZeRO-1/2 flatten the rank's whole partition of a parameter group and cast it to the master weights' dtype
+    (deepspeed v0.16.4 deepspeed/runtime/zero/stage_1_and_2.py `step`: `self.flatten(self.averaged_gradients[i])
+    .to(self.single_partition_of_fp32_groups[i].dtype)`), ZeRO-3 one sub-group of at most `sub_group_size`
+    elements at a time (stage3.py `_prepare_fp32_grad_for_sub_group`, `_create_fp16_sub_groups`). The 16-bit
+    flattened copy and the fp32 one are alive together for a moment; the fp32 one through the optimizer's update
+    (`_release_sub_group` / `single_partition_of_fp32_groups[i].grad = None`). `extra_trainable`: parameters
+    trained by the same engine besides the policy's (PPO's value model in TRL's `PolicyAndValueWrapper`)."""
+    if rp.strategy != "deepspeed" or rp.zero_stage < 1 or rp.offload_optimizer or not rp.master_weights:
+        return 0
+    if rp.optimizer_in_bwd or rp.optimizer.layerwise:
+        return 0
+    elements = (p.trainable + extra_trainable) * shard_factor(rp, "optimizer")
+    if rp.zero_stage >= 3:
+        elements = min(elements, ZERO3_SUB_GROUP_SIZE)
+    grad_b = p.trainable_dtype_bytes
+    return int(elements * (4 + (grad_b if grad_b != 4 else 0)))

@@ -66,6 +66,13 @@ def value_model_paged_state(rp: ResolvedPlan) -> int:
 
 
 def _value_state(rp: ResolvedPlan, n: int) -> int:
+    """The value model's optimizer state, as the policy's (`optimizer_state`): TRL trains both through one engine
+    (trl v0.18.0 trainer/ppo_trainer.py `PolicyAndValueWrapper`), so under DeepSpeed's mixed precision its
+    parameters too get fp32 master weights and fp32 states (deepspeed v0.16.4 deepspeed/runtime/zero/stage3.py
+    `_create_fp32_partitions`, stage_1_and_2.py `single_partition_of_fp32_groups`)."""
     opt = rp.optimizer
     state_b = opt.state_bytes if opt.state_bytes is not None else DTYPE_BYTES[rp.weight_dtype]
-    return int(n * opt.states * state_b * shard_factor(rp, "optimizer"))
+    per_param = opt.states * state_b
+    if rp.master_weights:
+        per_param = 4 + opt.states * (opt.state_bytes if opt.state_bytes is not None else 4)
+    return int(n * per_param * shard_factor(rp, "optimizer"))
