@@ -66,6 +66,9 @@ def shapes(arch: ModelArch) -> Shapes:
     linears: list[Linear] = []
 
     def attention(count: int) -> None:
+        if arch.kv_lora_rank:
+            linears.extend(mla_linears(arch, count))
+            return
         linears.extend(
             [Linear("q", h, q, count), Linear("k", h, kv, count), Linear("v", h, kv, count), Linear("o", q, h, count)]
         )
@@ -118,7 +121,12 @@ def shapes(arch: ModelArch) -> Shapes:
         * (arch.moe_intermediate or arch.intermediate)
         * max(arch.num_experts + arch.shared_experts, 1)
     )
-    layer = 2 * h * q + 2 * h * kv + per_layer_mlp + norms_per_layer(arch) * h
+    attention_weights = (
+        sum(l.in_features * l.out_features for l in mla_linears(arch, 1))
+        if arch.kv_lora_rank
+        else 2 * h * q + 2 * h * kv
+    )
+    layer = attention_weights + per_layer_mlp + norms_per_layer(arch) * h
     if is_mamba(arch):
         layer = (linear_params + other) // max(L, 1)
     return Shapes(tuple(linears), embed, lm_head, other, layer)
@@ -132,6 +140,27 @@ def short_conv_layers(arch: ModelArch) -> int:
     """How many layers of the stack are short convolutions (the layer kinds transformers builds from the config), in
     a family whose convolution layers are modelled: LFM2."""
     return dict(arch.layer_kinds).get("short conv", 0) if arch.family in SHORT_CONV_FAMILIES else 0
+
+
+def mla_linears(arch: ModelArch, count: int) -> list[Linear]:
+    """The nn.Linear modules of DeepSeek's multi-head latent attention (transformers 5.24
+    models/deepseek_v3/modeling_deepseek_v3.py `DeepseekV3Attention.__init__`), by canonical name: q_a (q_a_proj,
+    h → q_lora_rank) and q_b (q_b_proj, → heads·(nope + rope)), or one full-rank q (q_proj) when q_lora_rank is
+    null; kv_a (kv_a_proj_with_mqa, h → kv_lora_rank + rope), kv_b (kv_b_proj, kv_lora_rank → heads·(nope + v));
+    o (o_proj, heads·v → h). q_a, kv_a and o carry a bias with `attention_bias`. No k or v linear exists."""
+    h, heads, rank, qr = arch.hidden, arch.heads, arch.kv_lora_rank or 0, arch.q_lora_rank
+    nope, rope, v = arch.mla_head_dims
+    bias = arch.attn_bias
+    if qr:
+        q = [Linear("q_a", h, qr, count, bias=bias), Linear("q_b", qr, heads * (nope + rope), count)]
+    else:
+        q = [Linear("q", h, heads * (nope + rope), count)]
+    return [
+        *q,
+        Linear("kv_a", h, rank + rope, count, bias=bias),
+        Linear("kv_b", rank, heads * (nope + v), count),
+        Linear("o", heads * v, h, count, bias=bias),
+    ]
 
 
 def is_mamba(arch: ModelArch) -> bool:

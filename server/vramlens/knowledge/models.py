@@ -37,8 +37,10 @@ from vramlens.knowledge.schema import ModelArch
 
 MAX_DIM = 2**31 - 1  # no real shape comes near; bounds every product of shapes well inside a float
 
-# DeepSeek MLA: qk_rope_head_dim is 64 in every DeepSeek-V2/V2-Lite/V3 config (transformers DeepseekV3Config).
-_MLA_ROPE_DIM = 64
+MLA_DENSE_NOTE = "activations of the dense layers before the MoE layers sized as the MoE layers'"
+# DeepSeek MLA's sizes besides kv_lora_rank, as DeepseekV2Config/DeepseekV3Config name them (`ModelArch` fields of the
+# same names; without them, `ModelArch.mla_head_dims`: RoPE width 64 as in every DeepSeek-V2/V2-Lite/V3 config)
+MLA_SIZES = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim")
 # T5 relative attention: 32 buckets per head, in the first layer of the encoder and of the decoder.
 _T5_RELATIVE_BUCKETS = 32
 
@@ -439,12 +441,10 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
     if arch is None:
         return None
     arch = _by_construction(arch, config)
-    if arch.kv_lora_rank and "MLA" not in arch.approximate:
-        # the estimate's attention is multi-head attention over v_head_dim-sized heads (`_arch_from_sizes`), not
-        # transformers' MLA (models/deepseek_v3/modeling_deepseek_v3.py `DeepseekV3Attention`: q_a/q_b, kv_a/kv_b
-        # low-rank projections, decoupled RoPE heads)
-        note = "MLA attention sized as multi-head attention over v_head_dim-sized heads"
-        arch = arch.model_copy(update={"approximate": "; ".join(filter(None, (arch.approximate, note)))})
+    if arch.kv_lora_rank and arch.is_moe and arch.dense_layers and MLA_DENSE_NOTE not in arch.approximate:
+        # MLA itself is modelled (estimate/components/attention.py `mla_per_token`, linears.py `mla_groups`); the
+        # dense MLP layers before the first MoE layer (first_k_dense_replace) are sized as MoE layers
+        arch = arch.model_copy(update={"approximate": "; ".join(filter(None, (arch.approximate, MLA_DENSE_NOTE)))})
     if arch.family == "lfm2":
         arch = arch.model_copy(update={"intermediate": lfm2_mlp_width(config, arch.intermediate)})
     note = NOT_MODELLED_LAYERS.get(arch.family, "")
@@ -695,7 +695,7 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
     kv_lora_rank = config.get("kv_lora_rank")
     head_dim = _first(config, "head_dim", "d_kv", "head_size")
     kv_heads = _first(config, "num_key_value_heads", "num_kv_heads", "n_kv_heads")
-    if kv_lora_rank:  # DeepSeek MLA, approximated as MHA over v_head_dim-sized heads
+    if kv_lora_rank:  # DeepSeek MLA: head_dim is the value heads' width (`ModelArch.mla_head_dims`)
         head_dim = _first(config, "v_head_dim", "qk_nope_head_dim") or head_dim
         kv_heads = heads
     if model_type == "falcon" and config.get("multi_query") and not kv_heads:
@@ -727,6 +727,7 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
         shared_intermediate,
         shared_experts,
         kv_lora_rank,
+        *(config.get(k) for k in MLA_SIZES),
         encoder_layers,
         config.get("moe_intermediate_size"),
         config.get("first_k_dense_replace"),
@@ -762,6 +763,7 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
             shared_expert_intermediate=shared_intermediate,
             dense_layers=_dense_layers(config, layers, num_experts),
             kv_lora_rank=kv_lora_rank,
+            **({k: config.get(k) for k in MLA_SIZES} if kv_lora_rank else {}),
             max_position=_first(config, "max_position_embeddings", "n_positions", "n_ctx", "max_seq_len"),
             stored_dtype=_dtype(config),
             source=source,
@@ -962,13 +964,15 @@ def _linear_mlp(hidden: int, intermediate: int, gated: bool, bias: bool) -> int:
 
 def _attention(arch: ModelArch) -> int:
     """One self-attention block: q, k, v, o (+ biases), or DeepSeek MLA's low-rank projections."""
-    h, heads, d = arch.hidden, arch.heads, arch.d_head
+    h, heads = arch.hidden, arch.heads
     if arch.kv_lora_rank:
-        rank = arch.kv_lora_rank
-        q = h * heads * (d + _MLA_ROPE_DIM)  # full-rank q (q_lora_rank is not in the schema)
-        kv_down = h * (rank + _MLA_ROPE_DIM) + rank  # kv_a_proj_with_mqa + kv_a_layernorm
-        kv_up = rank * heads * (d + d)  # kv_b_proj: k_nope and v per head
-        return q + kv_down + kv_up + heads * d * h
+        # transformers 5.24 models/deepseek_v3/modeling_deepseek_v3.py `DeepseekV3Attention.__init__`
+        rank, (nope, rope, v) = arch.kv_lora_rank, arch.mla_head_dims
+        qr = arch.q_lora_rank
+        q = h * qr + qr + qr * heads * (nope + rope) if qr else h * heads * (nope + rope)  # q_a + q_a_layernorm + q_b
+        kv_down = h * (rank + rope) + rank  # kv_a_proj_with_mqa + kv_a_layernorm
+        kv_up = rank * heads * (nope + v)  # kv_b_proj: k_nope and v per head
+        return q + kv_down + kv_up + heads * v * h
     weights = 2 * h * arch.q_dim + 2 * h * arch.kv_dim
     if not arch.attn_bias:
         return weights

@@ -35,7 +35,13 @@ class ModelArch(BaseModel):
     shared_experts: int = 0  # always-on experts (DeepSeek, Qwen2-MoE)
     shared_expert_intermediate: int | None = None
     dense_layers: int = 0  # leading layers with a dense MLP (DeepSeek first_k_dense_replace)
-    kv_lora_rank: int | None = None  # DeepSeek MLA (approximated as GQA in the estimator)
+    # DeepSeek multi-head latent attention (MLA; transformers DeepseekV3Config): the latent ranks of K/V and of q (None:
+    # q is one full-rank q_proj), the per-head q/k widths without and with RoPE (None: head_dim and 64); the value
+    # heads are head_dim wide (v_head_dim)
+    kv_lora_rank: int | None = None
+    q_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
     max_position: int | None = None
     stored_dtype: str = "bf16"  # dtype of the published checkpoint (transformers v5 "auto")
     params_b: float | None = None  # published total parameter count, billions (cross-check)
@@ -87,6 +93,12 @@ class ModelArch(BaseModel):
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def mla_head_dims(self) -> tuple[int, int, int]:
+        """MLA's per-head widths (q/k without RoPE, q/k with RoPE, v); qk_rope_head_dim is 64 in every DeepSeek-V2/V3
+        config (transformers DeepseekV3Config)."""
+        return (self.qk_nope_head_dim or self.d_head, self.qk_rope_head_dim or 64, self.d_head)
 
 
 class GpuSpec(BaseModel):

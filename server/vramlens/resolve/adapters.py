@@ -146,6 +146,12 @@ LORA_NAME_MAP = {
     "k_proj": ("k",),
     "v_proj": ("v",),
     "o_proj": ("o",),
+    # DeepSeek-V2/V3 multi-head latent attention (transformers 5.24 models/deepseek_v3/modeling_deepseek_v3.py
+    # `DeepseekV3Attention`; q_proj where q_lora_rank is null)
+    "q_a_proj": ("q_a",),
+    "q_b_proj": ("q_b",),
+    "kv_a_proj_with_mqa": ("kv_a",),
+    "kv_b_proj": ("kv_b",),
     "out_proj": ("o",),
     "output_proj": ("o",),
     "dense": ("o",),

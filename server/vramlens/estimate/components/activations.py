@@ -4,7 +4,11 @@ per layer, and the layers of the stack."""
 from __future__ import annotations
 
 from vramlens.estimate.components.adapters import dora_per_token
-from vramlens.estimate.components.attention import attention_per_token, cross_attention_per_token
+from vramlens.estimate.components.attention import (
+    attention_per_token,
+    cross_attention_per_token,
+    first_attention_keeps_nothing,
+)
 from vramlens.estimate.components.common import MLP_LINEARS, amp_fp32_stream
 from vramlens.estimate.components.linears import linear_inputs_per_token
 from vramlens.estimate.components.mixers import first_layer_is_short_conv, short_conv_layers, short_conv_per_token
@@ -93,7 +97,10 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
             total_layers -= short_conv_per_token(rp) + norm_keep - qk_norms_per_token(rp)
     else:
         total_layers = arch.layers * per_layer
-        if first_block_input_frozen(rp) and amp:
+        if first_attention_keeps_nothing(rp):
+            # MLA with no adapter before o: the first block keeps nothing up to o's input (its first norm included)
+            total_layers -= attn + lin.qkv + norm_keep / max(norms_per_layer(arch), 1)
+        elif first_block_input_frozen(rp) and amp:
             # the first block's norm reads the frozen embeddings' output: it keeps no fp32 input
             total_layers -= (2 if arch.family in SHARED_NORM_INPUT else 1) * 4 * h
     tp = max(rp.tensor_parallel, 1)

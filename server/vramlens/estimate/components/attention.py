@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from vramlens.estimate.components.common import HF_FUSED_FAMILIES, amp_fp32_stream, mlp_bytes
 from vramlens.estimate.components.linears import o_keeps_attention_output
+from vramlens.estimate.components.norms import input_needs_no_grad
 from vramlens.estimate.components.vision import image_block_mask
+from vramlens.estimate.shapes import targeted
 from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
 from vramlens.resolved import ResolvedPlan
 
@@ -59,7 +61,9 @@ def attention_per_token(rp: ResolvedPlan) -> float:
     # a k-bit model's linears return fp32 (their input's dtype, `mlp_bytes`): autocast then hands SDPA 16-bit copies
     # of q, k and v (scaled_dot_product_attention is an autocast op), and no view of the fused output reaches it
     qkv_fp32 = mlp_bytes(rp) == 4 and c == 2
-    if (rp.fused_qkv or hf_fused) and mha and not qkv_fp32:
+    if arch.kv_lora_rank:
+        attn = mla_per_token(rp, c, qkv_fp32)
+    elif (rp.fused_qkv or hf_fused) and mha and not qkv_fp32:
         attn += c * (q + arch.kv_dim)  # V is a view of the fused q|k|v output, which SDPA keeps whole
     if rp.attn_impl == "eager":
         # fp32 softmax output + 16-bit probabilities (`eager_attention_forward`, transformers modeling_llama.py).
@@ -100,6 +104,45 @@ def attention_per_token(rp: ResolvedPlan) -> float:
     if arch.family in DISENTANGLED_ATTENTION and rp.framework in HF_MODEL_FRAMEWORKS:
         attn += disentangled_per_token(rp, c, amp)
     return attn
+
+
+def mla_per_token(rp: ResolvedPlan, c: int, qkv_fp32: bool) -> float:
+    """What DeepSeek's multi-head latent attention keeps per token besides its linears' inputs
+    (`linear_inputs_per_token`) and the block's two norms (transformers 5.24 models/deepseek_v3/modeling_deepseek_v3.py
+    `DeepseekV3Attention.forward`, RoPE interleaved or not):
+      - q_a_layernorm and kv_a_layernorm (RMSNorms over the q and K/V latents): each its fp32 input and fp32 1/rms,
+        and the normalised 16-bit value when its weight trains, as the block's norms (`norms_per_token`);
+      - the RoPE halves: `q_rot · cos` and `k_rot · cos` keep only cos and sin (one pair per step, not per layer), and
+        `torch.cat` nothing; the kv_a output itself is not kept;
+      - the attention call's q (nope | rope per head, `torch.cat`) and K (`expand_kv`'s `new_empty`: k_nope and the
+        broadcast k_rot per head), c · heads · (nope + rope) each; V is a view of kv_b's output, whose whole
+        storage (k_nope and v per head) the kernel's saved V holds, or under autocast over a k-bit model's fp32
+        linears the 16-bit copy of V alone that autocast hands SDPA;
+      - the kernel's output (c · heads · v, also o_proj's input) and fp32 logsumexp (4 · heads): with value heads of
+        another width than q/k heads CUDA's flash kernel declines and the memory-efficient one runs (torch 2.13
+        aten/src/ATen/native/transformers/cuda/sdp_utils.cpp `check_head_dim_size_flash`; its derivative saves q,
+        K, V, output and logsumexp, tools/autograd/derivatives.yaml `_scaled_dot_product_efficient_attention`)."""
+    arch = rp.arch
+    heads, rank, qr = arch.heads, arch.kv_lora_rank or 0, arch.q_lora_rank or 0
+    nope, rope, v = arch.mla_head_dims
+    amp = amp_fp32_stream(rp)
+    trains = (4 if amp else c) if rp.peft == "none" else 0
+    latent_norms = sum((4 + trains) * width + 4 for width in (qr, rank) if width)
+    value = c * heads * (v if qkv_fp32 else nope + v)
+    return latent_norms + 2 * c * heads * (nope + rope) + value + c * heads * v + 4 * heads
+
+
+def first_attention_keeps_nothing(rp: ResolvedPlan) -> bool:
+    """Whether the first block's multi-head latent attention keeps nothing for backward: its input needs no gradient
+    (`input_needs_no_grad`: frozen embeddings, adapters, no checkpointing) and no adapter sits on a linear before o
+    (MLA has no k_proj or v_proj, so LoRA on q, k, v, o reaches only o there; q_proj only without q_lora_rank).
+    Autograd saves nothing for an op none of whose inputs needs a gradient (torch 2.13 torch/csrc/autograd: no
+    grad_fn is recorded): the block's first norm, the latent norms, the attention kernel and the linears' inputs
+    up to o; o's adapter keeps its own input (`o_input_per_token`)."""
+    if not rp.arch.kv_lora_rank or not input_needs_no_grad(rp):
+        return False
+    before_o = {"q", "q_a", "q_b", "kv_a", "kv_b"}
+    return not any(l.name in before_o for l in targeted(rp.arch, rp.lora_targets))
 
 
 def cross_attention_per_token(rp: ResolvedPlan) -> float:

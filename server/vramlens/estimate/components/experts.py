@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vramlens.estimate.components.common import DTYPE_BYTES, mlp_bytes
+from vramlens.estimate.shapes import targeted
 from vramlens.knowledge import versions
 from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
 from vramlens.resolved import ResolvedPlan
@@ -103,6 +104,31 @@ def expert_parameters(rp: ResolvedPlan) -> list[ExpertParam]:
     if all_lin:
         out.append(ExpertParam("router", 1, h, E, r, moe_layers))
     return out
+
+
+def lora_linears(rp: ResolvedPlan) -> list:
+    """The nn.Linear modules LoRA adapts (`estimate.shapes.targeted`). Where peft rewrites a MoE model's targets for
+    its fused experts (`expert_parameters`), the gate/up/down names leave `target_modules` for `target_parameters`
+    (peft 0.21.2 utils/transformers_weight_conversion.py `_convert_peft_config_moe`: only `remaining_target_modules`
+    stay, and "all-linear" is first resolved to leaf names, gate_proj/up_proj/down_proj among them), so the dense
+    layers' MLPs and the shared experts, nn.Linear modules of those names, get no adapter."""
+    linears = targeted(rp.arch, rp.lora_targets, experts_adaptable(rp))
+    if _moves_mlp_targets(rp):
+        linears = [l for l in linears if l.name not in ("gate", "up", "down")]
+    return linears
+
+
+def _moves_mlp_targets(rp: ResolvedPlan) -> bool:
+    """Whether peft moves the gate/up/down target names to the fused experts' parameters (`lora_linears`): LoRA and
+    DoRA (peft's conversion is for `PeftType.LORA` only) on a family peft converts by those names."""
+    arch = rp.arch
+    return (
+        rp.peft in ("lora", "qlora", "dora")
+        and not rp.adapter_method
+        and arch.is_moe
+        and _expert_lora(rp) == "parameters"
+        and versions.MOE_CONVERSION_PATTERN.get(arch.family) == "qwen2_moe"
+    )
 
 
 def expert_adapter_notes(rp: ResolvedPlan) -> list[str]:

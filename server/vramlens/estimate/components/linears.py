@@ -16,6 +16,7 @@ from vramlens.estimate.components.common import (
     unsloth_kernels,
 )
 from vramlens.estimate.components.experts import expert_bytes, expert_parameters, expert_passes, experts_adaptable
+from vramlens.estimate.shapes import mla_linears
 from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
 from vramlens.resolved import ResolvedPlan
 
@@ -70,6 +71,23 @@ def o_keeps_attention_output(rp: ResolvedPlan) -> bool:
     return ("all-linear" in targets or "o" in targets) and o_input_per_token(rp) == 0 or keeps_quant_input
 
 
+# canonical names of the attention linears of multi-head latent attention (`estimate.shapes.mla_linears`)
+MLA_NAMES = frozenset({"q", "k", "v", "q_a", "q_b", "kv_a", "kv_b"})
+
+
+def mla_groups(rp: ResolvedPlan, c: int) -> list[tuple[float, tuple[str, ...]]]:
+    """The input groups of DeepSeek's multi-head latent attention (transformers 5.24
+    models/deepseek_v3/modeling_deepseek_v3.py `DeepseekV3Attention.forward`): q_a (or the full-rank q_proj) and
+    kv_a_proj_with_mqa both read the attention norm's output, one tensor; q_b reads q_a_layernorm's output and kv_b
+    kv_a_layernorm's, each its own (o's input is the attention output: `o_input_per_token`)."""
+    arch = rp.arch
+    groups: list[tuple[float, tuple[str, ...]]] = [(c * arch.hidden, ("q", "q_a", "kv_a"))]
+    if arch.q_lora_rank:
+        groups.append((c * arch.q_lora_rank, ("q_b",)))
+    groups.append((c * (arch.kv_lora_rank or 0), ("kv_b",)))
+    return groups
+
+
 class LinearInputs(NamedTuple):
     """What one block's linears keep of their inputs per token, in bytes."""
 
@@ -113,10 +131,11 @@ def linear_inputs_per_token(rp: ResolvedPlan) -> LinearInputs:
         down_in = c * arch.intermediate
     # linear-input groups: (input width, member linears)
     groups = [
-        (c * h, ("q", "k", "v")),
+        *(mla_groups(rp, c) if arch.kv_lora_rank else [(c * h, ("q", "k", "v"))]),
         (c * h, ("gate", "up", "fc1")),
         (down_in, ("down", "fc2")),
     ]
+    mla = {l.name for l in mla_linears(arch, 1)} if arch.kv_lora_rank else set()
     adapter_fp32, a = adapter_input(rp)  # a: bytes per element of the adapter's kept input
     dropout = not full and rp.lora_dropout > 0
     keeps_quant_input = rp.quant_bits == 4 and rp.quant_keeps_input
@@ -132,7 +151,7 @@ def linear_inputs_per_token(rp: ResolvedPlan) -> LinearInputs:
         mlp_group = members[0] != "q"
         if members[0] == "gate":
             qkv_in = before  # what the q/k/v group keeps (the groups run in order)
-        present = [m for m in members if has_linear(arch, m)]
+        present = [m for m in members if (m in mla if mla and m in MLA_NAMES else has_linear(arch, m))]
         if expert_mlp and members[0] != "q":
             present = []  # no adapter reaches the routed experts
         if full:

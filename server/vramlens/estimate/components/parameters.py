@@ -13,7 +13,7 @@ from vramlens.estimate.components.adapters import (
     vera_projection_params,
 )
 from vramlens.estimate.components.common import DTYPE_BYTES, hf_fused_groups
-from vramlens.estimate.components.experts import expert_parameters, experts_adaptable, fused_experts
+from vramlens.estimate.components.experts import expert_parameters, experts_adaptable, fused_experts, lora_linears
 from vramlens.estimate.components.optimizer import QGALORE_GROUP, low_rank_int8_params
 from vramlens.estimate.components.t5 import keep_in_fp32_params
 from vramlens.estimate.components.trained import trained_params
@@ -84,7 +84,7 @@ def params(rp: ResolvedPlan) -> Params:
         # computes q|k|v (Phi-3: also gate|up) with one linear, the targets among them are one adapter over it
         fused = hf_fused_groups(rp)
         done: set[tuple[str, ...]] = set()
-        for lin in targeted(arch, rp.lora_targets, experts_adaptable(rp)):
+        for lin in lora_linears(rp):
             group = next((g for g in fused if lin.name in g), None)
             if group is not None:
                 if group in done:
@@ -153,7 +153,7 @@ def params(rp: ResolvedPlan) -> Params:
         largest = max(
             saved_bytes,
             max(
-                (l.in_features * rp.lora_r * adapter_b for l in targeted(arch, rp.lora_targets, experts_adaptable(rp))),
+                (l.in_features * rp.lora_r * adapter_b for l in lora_linears(rp)),
                 default=0,
             ),
             max(
