@@ -60,6 +60,10 @@ class ResolvedPlan(BaseModel):
     seq_len: int = 2048
     packing: bool = False
     eval_batch: int = 1
+    evaluation: bool = False  # the trainer evaluates during training (resolve/evaluation.py): one no-grad
+    # forward at eval_batch beside the training state
+    eval_loss_impl: Literal["standard", "chunked", "fused"] | None = None  # the loss the evaluation forward
+    # runs (None: loss_impl; Liger's fused loss computes full logits there)
     # activations
     grad_checkpointing: bool = False
     checkpoint_every: int = 1  # with grad_checkpointing: every n-th block is checkpointed, the others

@@ -10,6 +10,8 @@ Peak = persistent memory + the largest of the step's transient phases, never a s
                     and every gradient with one checkpoint)
   end-of-backward   W + O + G + a second embedding gradient (tied embeddings accumulate out of place)
   optimizer-step    W + G + O + step temporaries (foreach)
+  evaluation        W + O [+ G when gradients persist] + one block of a no-grad forward of the evaluation batch
+                    + its logits and loss (only when the trainer evaluates during training)
 Then the allocator (reserved) and the CUDA context (device) on top.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from vramlens.estimate import allocator
 from vramlens.estimate import components as C
+from vramlens.estimate.components import evaluation as E
 from vramlens.estimate.result import COMPONENTS, GIB, Estimate
 from vramlens.estimate.throughput import throughput
 from vramlens.knowledge.gpus import usable_bytes
@@ -26,7 +29,7 @@ __all__ = ["estimate", "allocated_peak", "Estimate", "GIB", "COMPONENTS", "REVIS
 
 # Bumped whenever a formula changes what an estimate comes to: local calibration records (trace/probe ratios to
 # the estimate of their day) made against another revision are ignored (vramlens.calibration).
-REVISION = 10
+REVISION = 12
 
 
 def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]], C.Params, float]:
@@ -66,7 +69,9 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         logits = int(logit_tok * C.loss_parallel_per_token(rp))
     amp_cache = C.autocast_weight_cache(rp, p)
     mask, mask_per_layer = C.attention_mask_bytes(rp.with_changes(micro_batch=seqs) if seqs != rp.micro_batch else rp)
-    g_resident = G if (rp.grad_accum > 1 or not rp.set_to_none) else 0
+    # ZeRO-3's flat gradient partition outlives zero_grad (components.zero3_persistent_gradients)
+    g_persistent = G if C.zero3_persistent_gradients(rp) else 0
+    g_resident = G if (rp.grad_accum > 1 or not rp.set_to_none or g_persistent) else 0
 
     # frozen layers below the lowest trained one are outside the autograd graph: they save nothing (and, under
     # checkpointing, keep no block input) — components.backward_layers
@@ -167,7 +172,13 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         if rp.generation == "generate" and C.zero_shard_factor(rp, "weights") < 1.0:
             # trl 1.16.0 grpo_config.py `ds3_gather_for_generation=True`: ZeRO-3 gathers the whole policy to generate
             kv += int(p.total * C.DTYPE_BYTES[rp.weight_dtype] * (1.0 - C.zero_shard_factor(rp, "weights")))
-        g_step = 0 if rp.set_to_none else G
+        if rp.value_model and C.zero_shard_factor(rp, "weights") < 1.0 and rp.strategy == "deepspeed":
+            # trl v0.18.0 ppo_trainer.py: `unwrap_model_for_generation(self.model, ...)` gathers every parameter of
+            # the `PolicyAndValueWrapper` (trl/models/utils.py: `deepspeed.zero.GatheredParameters(model.
+            # parameters())`), the value model's with the policy's, for the whole rollout
+            n_value = C.shapes(rp.arch).total
+            kv += int(n_value * C.DTYPE_BYTES[rp.weight_dtype] * (1.0 - C.zero_shard_factor(rp, "weights")))
+        g_step = G if (g_persistent or not rp.set_to_none) else 0
         phases["generation"] = {
             **base,
             "optimizer": O,
@@ -219,7 +230,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         if in_attention > recompute + dora_norm:  # the block peaks in its math-kernel attention's backward
             recompute, block_temps = in_attention, 0
         # every block's checkpoints while the highest recomputed block is recomputed (C.saved_per_token)
-        grads = max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0)
+        grads = G if g_persistent else max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0)
         held_ckpt = 0 if rp.activation_offload else int(tok * ckpt_top * held)
         lowest = 0 if rp.activation_offload else int(tok * ckpt_bottom * held)
         # gradients freed by zero_grad(set_to_none=True) come back block by block while the checkpoints go: the last
@@ -294,6 +305,21 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             "activations": 0,
             "logits": 0,
         }
+    if rp.evaluation:
+        # the evaluation pass between optimizer steps: the training state at the step boundary (gradients set to None
+        # by zero_grad are gone), one no-grad forward of the evaluation batch (components.evaluation)
+        phases["evaluation"] = {
+            **base,
+            "buffers": B + root,
+            "optimizer": O,
+            "gradients": G if (g_persistent or not rp.set_to_none) else 0,
+            "activations": E.eval_forward_activations(rp),
+            "logits": E.eval_head_loss(rp),
+            "temporaries": 0,
+        }
+    # DeepSpeed's fp32 copy of the gradient partition it steps on (components.zero_step_grad_copy)
+    value_trained = C.shapes(rp.arch).total if rp.value_model and rp.peft == "none" else 0
+    T += C.zero_step_grad_copy(rp, p, value_trained)
     phases["optimizer-step"] = {**base, "optimizer": O, "gradients": G, "temporaries": T, "activations": 0, "logits": 0}
     if rp.correction != 1.0:
         # a local calibration (trace or probe of this architecture) scales what torch allocates

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -126,6 +127,14 @@ class FrameworkHooks:
     def seq_len_default(self, objective: str) -> SeqDefault | None:
         """A sequence length the objective's config defaults to where the framework's defaults hold none."""
         return None
+
+    def evaluates(self, extra: Callable[[str], Any], version: str | None) -> bool:
+        """Whether the run evaluates between training steps, from the settings kept by name (`extra`) and the
+        framework's version (None: unknown). transformers' Trainer and its subclasses: `eval_strategy`
+        (frameworks/evaluation.py); another loop is not known to evaluate."""
+        from vramlens.frameworks.evaluation import trainer_evaluates
+
+        return self.hf_trainer and trainer_evaluates(extra)
 
     def kbit_preparation(
         self, env: dict, *, quant_bits: int | None, peft: str, objective: str, compute: str, sharded: bool

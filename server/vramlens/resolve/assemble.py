@@ -3,6 +3,7 @@ file's value, the framework's default or what a stage decided."""
 
 from __future__ import annotations
 
+from vramlens.resolve import evaluation
 from vramlens.resolve.adapters import AdapterPart, _adapter_rank
 from vramlens.resolve.common import FUSED_KERNELS, Context
 from vramlens.resolve.distribution import DistributionPart, _megatron_layout
@@ -42,6 +43,8 @@ def build_plan(
         seq_len=int(s.seq or 2048),
         packing=bool(val("packing")),
         eval_batch=int(val("eval_batch") or s.micro),
+        evaluation=(evaluates := evaluation.evaluates(ctx)),
+        eval_loss_impl=evaluation.eval_loss_impl(ctx, val("loss_impl") or "standard") if evaluates else None,
         grad_checkpointing=bool(val("grad_checkpointing")),
         activation_offload=bool(val("activation_offload")),
         attn_impl=attn

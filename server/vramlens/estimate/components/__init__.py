@@ -71,7 +71,9 @@ from vramlens.estimate.components.buffers import (
     fsdp_root_unsharded,
     fsdp_unit_bytes,
     gathered_layer_bytes,
+    zero3_persistent_gradients,
     zero_buffers,
+    zero_step_grad_copy,
 )
 from vramlens.estimate.components.checkpointing import (
     block_input_per_token,
@@ -408,6 +410,8 @@ __all__ = [
     "vision_linears",
     "weight_grad_share",
     "weights",
+    "zero3_persistent_gradients",
     "zero_buffers",
+    "zero_step_grad_copy",
     "zero_shard_factor",
 ]

@@ -1,0 +1,34 @@
+"""Whether the run evaluates during training, and which loss its evaluation forward runs.
+
+An evaluation pass is one more forward of the model, under `torch.no_grad()` with labels, at the evaluation batch,
+while the training state stays allocated (transformers 5.24 trainer.py `evaluation_loop` → `prediction_step`).
+Only a run known to evaluate gets the phase: a setting that says so, or a framework whose defaults turn it on
+(`FrameworkHooks.evaluates`).
+"""
+
+from __future__ import annotations
+
+from vramlens.knowledge import frameworks
+from vramlens.resolve.common import Context
+
+
+def evaluates(ctx: Context) -> bool:
+    """Whether evaluation runs during training, by the framework's rule at the version the run uses. A sequence split
+    over context/sequence-parallel ranks is not counted: the frameworks replace the loss there with their own
+    sequence-parallel one (ms-swift's `sequence_parallel_size`, whose loss is not modelled in evaluation)."""
+    if int(ctx.val("context_parallel") or 1) > 1:
+        return False
+    return ctx.hooks.evaluates(ctx.extra, frameworks.run_version(ctx.fw_key, ctx.settings))
+
+
+def eval_loss_impl(ctx: Context, loss_impl: str) -> str:
+    """The loss the evaluation forward computes. Liger's fused linear cross-entropy runs only in training: its model
+    forwards fuse when `self.training and labels is not None` and otherwise compute `logits = self.lm_head(...)` and
+    the model's own loss (linkedin/Liger-Kernel ead96b6 src/liger_kernel/transformers/model/qwen2.py and llama.py:
+    `skip_logits`), which is transformers' `ForCausalLMLoss` over the full logits. Other fused or chunked losses are
+    counted as they run in training."""
+    said = ctx.plan.loss_impl
+    if loss_impl != "fused" or said is None:
+        return loss_impl
+    text = f"{said.key or ''} {said.note or ''}".lower()
+    return "standard" if "liger" in text else loss_impl
