@@ -1798,8 +1798,9 @@ class _Flow:
             frame.others.setdefault(m.group(1), []).append(self.text[w.start + m.end() : w.end])
 
     def branch_keeps(self, name: str, var: Var, old: Var | None) -> bool:
-        """`name=…` in the branch read of an `if` of unknown outcome: True when `name` had a known value before the
-        `if` (that value is what a run that skips the branch sees, and it stays); else the branch's value is taken."""
+        """`name=…` in the branch read of an `if` of unknown outcome: True when `name` had a known, non-empty value
+        before the `if` (that value is what a run that skips the branch sees, and it stays); else the branch's value
+        is taken (a list emptied before the `if` and filled in each branch takes the first branch's)."""
         if self.mode() != "maybe":
             self.branch_notes.pop(name, None)
             return False
@@ -1810,7 +1811,7 @@ class _Flow:
             return False
         raw = self.text[var.value_range[0] : var.value_range[1]] if var.value_range else var.value or ""
         owner = next((f for f in frames if name in f.kept), None)
-        if owner is None and old is not None and old.value is not None:
+        if owner is None and old is not None and (old.value or old.elements):  # an empty `X=()`/`X=""` is no value
             owner = frames[-1]
             owner.kept[name] = old.value
         if owner is not None:
@@ -2165,6 +2166,20 @@ def _args(text: str, words: list[Word], env: dict[str, Var], ex: "Expander", dep
     return out
 
 
+def _element_words(text: str, a: Arg) -> list[str | None]:
+    """An array element's words when an unquoted `${A[@]}` splits it: its value's words; for an element holding a
+    value not known before the run (`"--data-cache-path ${PWD}/cache"`), its written words, each one that expands a
+    variable unknown (None), so the flags beside it are still read."""
+    if a.value is not None:
+        return list(a.value.split())
+    if a.word is None:
+        return [None]
+    raw = text[a.word.start : a.word.end].strip()
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "\"'":
+        raw = raw[1:-1]
+    return [None if "$" in piece or "`" in piece else piece for piece in raw.split()] or [None]
+
+
 def _splice(text: str, w: Word, env: dict[str, Var], ex: "Expander", depth: int = 0) -> list[Arg] | None:
     """The words that `w` stands for when it is a list: `"${ARGS[@]}"` or an unquoted `${ARGS[*]}` (the array's
     elements, as OpenRLHF's `deepspeed --module openrlhf.cli.train_sft "${ARGS[@]}"`), or an unquoted `$X` holding
@@ -2188,9 +2203,7 @@ def _splice(text: str, w: Word, env: dict[str, Var], ex: "Expander", depth: int 
             return list(var.elements)
         # unquoted, each element is split at blanks (bash 5.2 manual, "Word Splitting"): Megatron-LM's
         # examples/llama/train_llama3_8b_h100_fp8.sh `ARGS+=("--vocab-size 128256")` … `${ARGS[@]}`
-        return [
-            Arg(a.word, piece) for a in var.elements for piece in (a.value.split() if a.value is not None else [None])
-        ]
+        return [Arg(a.word, piece) for a in var.elements for piece in _element_words(text, a)]
     if not op and len(parts) == 1 and var.fields is not None:
         if ex.spliced + len(var.fields) > MAX_SPLICED_WORDS:
             ex.capped.append((w.start, w.end))
