@@ -18,7 +18,8 @@ from vramlens.knowledge import models
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "import_catalog.py"
 DATA = ROOT / "server" / "vramlens" / "knowledge" / "data" / "models_imported.json"
-LITGPT_MIRROR = Path("/work/.mirror/Lightning-AI+litgpt/repo")
+# a bare clone of Lightning-AI/litgpt (the mirrors folder benchmarks/held_out.py reads); skipped without one
+LITGPT_MIRROR = Path(os.environ.get("VRAMLENS_MIRRORS", "/work/.mirror")) / "Lightning-AI+litgpt" / "repo"
 
 
 @functools.cache
