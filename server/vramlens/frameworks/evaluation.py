@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from vramlens.formats.settings import to_float
+
 Extra = Callable[[str], Any]  # a setting the plan kept by name (`TrainingPlan.extra`), or None
 
 
@@ -20,10 +22,8 @@ def is_off(value: Any) -> bool:
 
 
 def as_ratio(value: Any) -> float | None:
-    try:
-        return float(str(value).strip().strip("'\""))
-    except ValueError:
-        return None
+    """A ratio as written, quoted or not (`formats.settings.to_float`: finite numbers only)."""
+    return to_float(str(value).strip().strip("'\""))
 
 
 def eval_strategy(extra: Extra) -> Any:
