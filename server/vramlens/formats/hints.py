@@ -51,6 +51,23 @@ _COUNT_PHRASE = re.compile(
 _NPROC = re.compile(r"--nproc[-_]per[-_]node[=\s]+(?P<n>\d{1,4})")
 _NNODES = re.compile(r"--nnodes[=\s]+(?P<n>\d{1,4})")
 _NUM_GPUS = re.compile(r"--num[-_]gpus[=\s]+(?P<n>\d{1,4})|--num_processes[=\s]+(?P<m>\d{1,4})")
+# Slurm batch directives (https://slurm.schedmd.com/sbatch.html): `#SBATCH` lines before the first command;
+# `--gres=gpu[:type]:N` and `--gpus-per-node=[type:]N` are per node, `--gpus=[type:]N` (`-G`) for the job,
+# `--gpus-per-task=N` for each of `--ntasks=N` (`-n`), `--nodes=N` (`-N N`); `--ntasks-per-node=N` counts ranks
+# when the script starts them with `srun`.
+_SBATCH = re.compile(r"^#SBATCH\s+(?P<body>.*)$")
+_SBATCH_OPTIONS = {
+    "--gres": "gres",
+    "--gpus-per-node": "per_node",
+    "--gpus": "gpus",
+    "-G": "gpus",
+    "--nodes": "nodes",
+    "-N": "nodes",
+    "--ntasks-per-node": "tasks",
+    "--gpus-per-task": "per_task",
+    "--ntasks": "ntasks",
+    "-n": "ntasks",
+}
 
 
 def _lookup(text: str):
@@ -204,9 +221,95 @@ def apply_header_count(b: PlanBuilder, text: str) -> None:
             return
 
 
+def _sbatch_options(text: str) -> dict[str, tuple[str, int]]:
+    """The GPU-related `#SBATCH` options of a batch script: option kind -> (value, line). Slurm reads them up to
+    the first line that is not a comment or blank."""
+    found: dict[str, tuple[str, int]] = {}
+    for line, _col, comment in header_comments(text):
+        m = _SBATCH.match(comment)
+        if not m:
+            continue
+        try:
+            words = shlex.split(m.group("body"), comments=True)
+        except ValueError:
+            continue
+        for i, word in enumerate(words):
+            name, sep, value = word.partition("=")
+            if not sep and i + 1 < len(words):
+                value = words[i + 1]
+            kind = _SBATCH_OPTIONS.get(name)
+            if kind and value:
+                found.setdefault(kind, (value, line))
+    return found
+
+
+def _gpu_spec(value: str) -> tuple[str | None, int | None]:
+    """`gpu[:type][:N]` (a `--gres` value; `--gpus` values are given the `gpu:` prefix) -> (type, N); another
+    resource than `gpu` gives (None, None)."""
+    parts = value.split(",")[0].split("(")[0].split(":")
+    if parts[0] != "gpu":
+        return None, None
+    if len(parts) == 1:
+        return None, 1
+    return (parts[1] if len(parts) > 2 else None), to_int(parts[-1])
+
+
+def apply_sbatch(b: PlanBuilder, text: str) -> None:
+    """The GPUs a Slurm batch script asks for (`#SBATCH`), where the run itself does not state its GPU count."""
+    plan = b.plan
+    if "#SBATCH" not in text or (plan.gpu_count is not None and plan.gpu_count.origin != Origin.DERIVED):
+        return
+    options = _sbatch_options(text)
+    nodes = to_int(options["nodes"][0].split("-")[0]) if "nodes" in options else None
+    nodes = nodes if nodes and nodes > 0 else 1
+    total = gpu_type = None
+    key = line = None
+    if "gpus" in options:
+        value, line = options["gpus"]
+        gpu_type, total = _gpu_spec("gpu:" + value)
+        key = "--gpus"
+    elif "per_task" in options:
+        value, line = options["per_task"]
+        gpu_type, per_task = _gpu_spec("gpu:" + value)
+        tasks = to_int(options["ntasks"][0]) if "ntasks" in options else None
+        if tasks is None and "tasks" in options:
+            tasks = (to_int(options["tasks"][0]) or 0) * nodes
+        total = per_task * (tasks or 1) if per_task else None
+        key = "--gpus-per-task" + (" × --ntasks" if tasks else "")
+    else:
+        for kind, name in (("per_node", "--gpus-per-node"), ("gres", "--gres")):
+            if kind in options:
+                value, line = options[kind]
+                gpu_type, per_node = _gpu_spec(value if kind == "gres" else "gpu:" + value)
+                total = per_node * nodes if per_node else None
+                key = name
+                break
+        if total is None and "tasks" in options and re.search(r"(?m)^\s*srun\b", text):
+            value, line = options["tasks"]
+            per_node = to_int(value)
+            total = per_node * nodes if per_node else None
+            key = "--ntasks-per-node (one rank per task under srun)"
+    if not total or not 1 <= total <= MAX_GPU_COUNT or line is None:
+        return
+    world = plan.world_size
+    if world is not None and world.origin != Origin.DERIVED:
+        world = None  # the launcher's own world size stands
+    elif world is not None and isinstance(world.value, int) and world.value > 0 and total % world.value:
+        return  # not a world size the parallel layout allows
+    sp = _span(plan.source_file, line, 0, len(text_lines(text)[line]))
+    note = f"from the Slurm directive `#SBATCH {key}`" + (f" on {nodes} nodes" if nodes > 1 else "")
+    plan.gpu_count = Sourced(value=total, origin=Origin.FILE, key="#SBATCH", span=sp, value_span=sp, note=note)
+    if plan.world_size is None or world is not None:
+        plan.world_size = Sourced(value=total, origin=Origin.FILE, key="#SBATCH", span=sp, value_span=sp, note=note)
+    hit = _lookup(gpu_type) if gpu_type else None
+    if hit is not None and plan.gpu_name is None:
+        plan.gpu_name = Sourced(value=hit[0], origin=Origin.FILE, key="#SBATCH", span=sp, value_span=sp, note=note)
+
+
 def apply_comment_hints(b: PlanBuilder, text: str) -> None:
     """Fill gpu_name / gpu_count from what comments say, when the config itself does not say."""
     plan = b.plan
+    apply_sbatch(b, text)
     apply_header_count(b, text)
     if plan.gpu_name is not None and plan.gpu_count is not None:
         return
