@@ -66,6 +66,33 @@ def test_unknown_condition_takes_the_first_branch_and_says_so(tmp_path):
     assert "BS=4, its value before" in notes
 
 
+def test_elif_chain_of_unknown_outcome_names_every_other_branch(tmp_path):
+    """`if … elif … else`: the first branch is read, and the note names what the `elif` and `else` would set."""
+    path = tmp_path / "train.sh"
+    path.write_text(
+        'if [ "$SIZE" = big ]; then\n  MODEL=Qwen/Qwen2.5-7B\nelif [ "$SIZE" = mid ]; then\n  MODEL=Qwen/Qwen2.5-3B\n'
+        "else\n  MODEL=Qwen/Qwen2.5-0.5B\nfi\n"
+        "torchrun --nproc_per_node 2 train.py --model_name_or_path $MODEL --bf16 True\n"
+    )
+    plan = run(path, tmp_path).plan
+    assert value(plan, "model_id") == "Qwen/Qwen2.5-7B"
+    notes = " ".join(plan.read_notes)
+    assert "MODEL=Qwen/Qwen2.5-7B, from the first branch" in notes
+    assert "Qwen/Qwen2.5-3B" in notes and "Qwen/Qwen2.5-0.5B" in notes
+
+
+def test_elif_after_a_known_false_condition_is_decided_by_its_own(tmp_path):
+    path = tmp_path / "train.sh"
+    path.write_text(
+        'SIZE=mid\nif [ "$SIZE" = big ]; then\n  MODEL=Qwen/Qwen2.5-7B\nelif [ "$SIZE" = mid ]; then\n'
+        "  MODEL=Qwen/Qwen2.5-3B\nelse\n  MODEL=Qwen/Qwen2.5-0.5B\nfi\n"
+        "torchrun --nproc_per_node 2 train.py --model_name_or_path $MODEL --bf16 True\n"
+    )
+    plan = run(path, tmp_path).plan
+    assert value(plan, "model_id") == "Qwen/Qwen2.5-3B"
+    assert not any("MODEL=" in n for n in plan.read_notes)
+
+
 @pytest.mark.parametrize(
     "cond, env, expected",
     [

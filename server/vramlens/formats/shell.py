@@ -1732,8 +1732,11 @@ class _Flow:
     def _branch(self, kw: Word, env: dict[str, Var] | None, prev: "_Branch | None") -> "_Branch":
         """The `if`/`elif` branch whose keyword is `kw`."""
         cond = condition_text(self.text, kw.end) or ""
-        if prev is not None and prev.chosen or prev is None and self.mode() == "skip":
-            return _Branch(cond, "skip", True)  # an earlier branch ran, or the whole `if` does not
+        if prev is not None and prev.chosen:
+            prev.state = "skip"  # an earlier branch ran, or was the one read: it keeps what it assigned
+            return prev
+        if prev is None and self.mode() == "skip":
+            return _Branch(cond, "skip", True)  # the whole `if` does not run
         value = decide(cond, env) if cond and env is not None else None
         if value is None:
             return _Branch(cond, "maybe", True, by_choice=True)
@@ -2125,6 +2128,8 @@ def analyze(
         launch, env = weak
     if launch is None and other is None:  # Megatron flags kept in variables for a launch script to `source`
         launch = megatron.fragment_launch(text, env, ex)
+        if launch is None and (definition := megatron.fragment_purpose(text, env, ex)) is not None:
+            other = (definition[0], idx.span(*definition[1]))
     if other is None and setup is not None and not runs:
         other = setup
     if ex.capped:
@@ -2347,6 +2352,19 @@ def parse_script(text: str, ctx, fmt: str = "shell", path: str | None = None) ->
         b.plan.read_notes.extend(sourcing.notes)
     build_plan(b, script, ctx)
     b.plan.format = fmt
+    if b.plan.model_id is None and sourcing is not None and sourcing.unread:
+        # the model's flags may be in a file the script sources by a name only known when it runs (Megatron-LM
+        # examples/post_training/modelopt/conf/arguments.sh `source "${SCRIPT_DIR}/conf/${MLM_MODEL_CFG}.sh"`)
+        line, where, why = sourcing.unread[0]
+        b.plan.issues.insert(
+            0,
+            ParseIssue(
+                kind=IssueKind.NOT_READ,
+                message=f"`model` is only known when the script runs: {line} is not read ({why}); it is not read",
+                span=where,
+                severity=Severity.INFO,
+            ),
+        )
     return b.plan
 
 
