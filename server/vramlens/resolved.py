@@ -85,6 +85,7 @@ class ResolvedPlan(BaseModel):
     rope_caches: int = 1  # torchtune: RoPE modules, each with an fp32 cos/sin cache of every
     # position (1: one shared by every layer; components.model_buffers)
     loss_impl: Literal["standard", "chunked", "fused"] = "standard"
+    liger_loss: bool = False  # the fused loss is Liger's fused linear cross-entropy (its gradients computed in forward)
     fused_kernels: tuple[str, ...] = ()  # Triton kernels swapped in for speed (Liger, unsloth, fms-acceleration
     # foak): "rms_norm", "rope", "swiglu", "cross_entropy"
     float8_linears: bool = False  # torchao Float8Linear: the blocks' linears run at the fp8 rate

@@ -27,7 +27,8 @@ def test_weighted_loss_scale_runs_the_loss_on_full_logits_despite_liger():
     plain = _analyze(path, path.read_text(encoding="utf-8").replace("--loss_scale hermes", "--loss_scale default"))
     assert plain.plan.loss_impl is not None and plain.plan.loss_impl.value == "fused"
     assert plain.estimate is not None
-    assert plain.estimate.components["logits"] < weighted.estimate.components["logits"] / 10
+    # no full logits: Liger's gradient buffers only (the head's weight gradient: `modules_to_save lm_head` trains it)
+    assert plain.estimate.components["logits"] < weighted.estimate.components["logits"] / 5
     assert plain.estimate.device_bytes < weighted.estimate.device_bytes
 
 

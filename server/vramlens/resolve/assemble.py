@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from vramlens.resolve import evaluation
 from vramlens.resolve.adapters import AdapterPart, _adapter_rank
-from vramlens.resolve.common import FUSED_KERNELS, Context
+from vramlens.resolve.common import FUSED_KERNELS, Context, liger_loss
 from vramlens.resolve.distribution import DistributionPart, _megatron_layout
 from vramlens.resolve.gpu import GpuPart
 from vramlens.resolve.model import ModelPart
@@ -57,6 +57,7 @@ def build_plan(
         compile=bool(val("compile")),
         rope_caches=hooks.rope_caches(ctx.extra("torchtune_builder"), arch.family, peft, arch.layers),
         loss_impl=val("loss_impl") or "standard",
+        liger_loss=liger_loss(plan),
         keep_logits=hooks.behaviour["keep_logits"],
         fused_kernels=tuple(k for k in val("fused_kernels") or () if k in FUSED_KERNELS),
         float8_linears=bool(val("float8_linears")),

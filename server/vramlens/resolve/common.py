@@ -171,3 +171,12 @@ class Context:
 
     def extra(self, key: str) -> Any:
         return _extra_value(self.plan, key)
+
+
+def liger_loss(plan: TrainingPlan) -> bool:
+    """Whether the plan's fused loss is Liger's fused linear cross-entropy (the setting that asked for it names
+    Liger: `use_liger_kernel`, `enable_liger_kernel`, axolotl's `liger_fused_linear_cross_entropy`, …)."""
+    said = plan.loss_impl
+    if said is None or said.value != "fused":
+        return False
+    return "liger" in f"{said.key or ''} {said.note or ''}".lower()

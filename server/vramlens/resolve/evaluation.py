@@ -9,7 +9,7 @@ Only a run known to evaluate gets the phase: a setting that says so, or a framew
 from __future__ import annotations
 
 from vramlens.knowledge import frameworks
-from vramlens.resolve.common import Context
+from vramlens.resolve.common import Context, liger_loss
 
 
 def evaluates(ctx: Context) -> bool:
@@ -27,8 +27,4 @@ def eval_loss_impl(ctx: Context, loss_impl: str) -> str:
     the model's own loss (linkedin/Liger-Kernel ead96b6 src/liger_kernel/transformers/model/qwen2.py and llama.py:
     `skip_logits`), which is transformers' `ForCausalLMLoss` over the full logits. Other fused or chunked losses are
     counted as they run in training."""
-    said = ctx.plan.loss_impl
-    if loss_impl != "fused" or said is None:
-        return loss_impl
-    text = f"{said.key or ''} {said.note or ''}".lower()
-    return "standard" if "liger" in text else loss_impl
+    return "standard" if loss_impl == "fused" and liger_loss(ctx.plan) else loss_impl

@@ -16,7 +16,7 @@ def logits_per_token(rp: ResolvedPlan) -> float:
     (`ForCausalLMLoss`, src/transformers/loss/loss_utils.py; traced, docs/memory-model.md).
     Chunked CE (torchtune, TRL chunked_nll): 16-bit logits + one fp32 chunk ≈ 4; litgpt (128-token chunks, the
     chunk list held through backward, Fabric casting it to fp32): fp32 logits + their log-softmax = 8. Fused linear-CE
-    (Liger, Cut-Cross-Entropy): no full logits ≈ 0 (a few MiB of chunk buffers).
+    (Liger, Cut-Cross-Entropy): no full logits ≈ 0 (Liger's gradient buffers: `liger_head_bytes`).
     """
     V = rp.arch.vocab
     if rp.arch.block == "encoder":
@@ -137,6 +137,8 @@ def head_loss_bytes(rp: ResolvedPlan, tokens: int, backward: bool = True) -> int
     per-token statistics, no gradient accumulators."""
     if eager_chunked_ce(rp):
         return max(int(tokens * logits_per_token(rp)), chunked_head_backward_bytes(rp, tokens))
+    if rp.loss_impl == "fused" and rp.liger_loss and rp.arch.block != "encoder":
+        return liger_head_bytes(rp, tokens, backward)
     if not trl_fused_head(rp):
         return int(tokens * logits_per_token(rp))
     arch = rp.arch
@@ -155,6 +157,29 @@ def head_loss_bytes(rp: ResolvedPlan, tokens: int, backward: bool = True) -> int
     out += tokens * (hb * h + 4 * h + (hb * h if hb != 4 else 0) + 3 * 4)
     if head_trains(rp):
         out += V * h * (4 + (hw if hw != 4 else 0))
+    return int(out)
+
+
+def liger_head_bytes(rp: ResolvedPlan, tokens: int, backward: bool = True) -> int:
+    """What Liger's fused linear cross-entropy holds for `tokens` scored positions (linkedin/Liger-Kernel ead96b6
+    src/liger_kernel/ops/fused_linear_cross_entropy.py `fused_linear_cross_entropy_forward`). Its forward computes
+    the gradients too and saves them for backward: `grad_input = zeros_like(_input)` (the hidden states' dtype),
+    `grad_weight = zeros_like(weight)` when the head trains (the weight's dtype), an fp32 `loss_1d` per token. The
+    tokens run in chunks of `next_power_of_2(cdiv(BT, cdiv(V, H)))` (about BT·H ÷ V tokens), each chunk's logits
+    computed in the compute dtype and turned into their gradient in place, then `grad_logits_chunk @ weight` into
+    `grad_input`: while a chunk runs (`backward` False) its logits and that product are alive besides."""
+    arch = rp.arch
+    h, V = arch.hidden, arch.vocab
+    c = DTYPE_BYTES[rp.compute_dtype]
+    hb = 4 if (fp32_residual(rp) or c == 4) else c  # the hidden states' dtype
+    hw = 4 if (rp.amp or rp.weight_dtype == "fp32") else DTYPE_BYTES[rp.weight_dtype]  # the head weight's dtype
+    out = tokens * (hb * h + 4)
+    if head_trains(rp):
+        out += V * h * hw
+    if not backward:
+        inc = -(-V // h)
+        chunk = min(tokens, 1 << max(0, (-(-tokens // inc) - 1).bit_length()))
+        out += chunk * (V + h) * c
     return int(out)
 
 
