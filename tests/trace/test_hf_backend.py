@@ -547,3 +547,24 @@ def test_catalog_vision_language_totals_equal_the_model_class(entry):
     arch = models.lookup_model(entry["id"])
     qk = arch.layers * 2 * arch.d_head if arch.family in QK_NORM_FAMILIES and not arch.params_total else 0
     assert models.param_count(arch) + arch.vision_params + qk == built
+
+
+def test_modules_to_save_on_tied_embeddings_copies_both_and_matches_the_estimate():
+    """peft deep-copies the tied head and the embeddings (two trained copies in the weights' dtype, the originals
+    kept tied): the real library runs the step (fake == real), and the estimate of the allocated peak follows it."""
+    from trace_plans import ARCHS
+    from vramlens.estimate import estimate
+
+    rp = plan(arch=ARCHS["qwen3"], attn_mask=False, modules_to_save=("embed", "lm_head"), **LORA)
+    cfg = step_config(rp)
+    step = hf.materialize(hf.build_meta(cfg), "cpu", real=True)
+    base = step.model.get_base_model()
+    copies = [m for m in step.modules() if type(m).__name__ == "ModulesToSaveWrapper"]
+    assert len(copies) == 2
+    assert base.lm_head.original_module.weight is base.model.embed_tokens.original_module.weight
+    trained = {n: p.dtype for n, p in step.model.named_parameters() if p.requires_grad and "modules_to_save" in n}
+    assert len(trained) == 2 and set(trained.values()) == {torch.bfloat16}
+    fake = engine.run(cfg, backend="transformers")
+    real = engine.run(cfg, backend="transformers", real=True)
+    assert fake["backend"] == "transformers" and fake["peak_bytes"] == real["peak_bytes"]
+    assert estimate(rp, limits=False).allocated_bytes / fake["peak_bytes"] == pytest.approx(1.0, abs=0.03)

@@ -1365,14 +1365,32 @@ def build_meta(cfg: StepConfig) -> HFStep:
     return HFStep(cfg, cfg.attn_impl)
 
 
+def _shared_parameters(model) -> list[list[tuple[object, str]]]:
+    """The parameters held by more than one module (tied weights): for each, every (module, attribute) holding it."""
+    holders: dict[int, list[tuple[object, str]]] = {}
+    for module in model.modules():
+        for name, p in module._parameters.items():
+            if p is not None:
+                holders.setdefault(id(p), []).append((module, name))
+    return [h for h in holders.values() if len(h) > 1]
+
+
 def materialize(step: HFStep, device, real: bool) -> HFStep:
     """Allocate every parameter on `device` (fake or real), re-tie the embeddings, quantize 4-bit linears,
     make dropout keep a CUDA-sized mask. Real tensors get small random values."""
     # rotary inverse frequencies are computed at construction; keep them across to_empty()
     bufs = {n: b.detach().clone() for n, b in step.named_buffers() if b is not None and b.device.type != "meta"}
+    copied = [m for m in step.modules() if type(m).__name__ == "ModulesToSaveWrapper"]
+    ties = _shared_parameters(step) if copied else []
     step = step.to_empty(device=device)
     inner = step.model.get_base_model() if hasattr(step.model, "get_base_model") else step.model
-    if is_seq2seq(step.cfg):
+    if copied:
+        # peft's modules_to_save wrap the tied head and embeddings: `tie_weights()` cannot set `lm_head.weight` on
+        # the wrapper, so the ties the built model had (the originals', not the trained copies') are restored
+        for (first, first_name), *rest in ties:
+            for module, name in rest:
+                module._parameters[name] = first._parameters[first_name]
+    elif is_seq2seq(step.cfg):
         inner.tie_weights(recompute_mapping=False)  # the ties the built model keeps (`untie_t5_head`)
     elif step.cfg.arch.tied_embeddings:
         inner.tie_weights()

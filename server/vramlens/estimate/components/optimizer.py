@@ -28,6 +28,9 @@ def optimizer_state(rp: ResolvedPlan, p: Params) -> int:
         pass  # same size; lives in CUDA unified memory outside the allocator
     if opt.low_rank and rp.peft == "none":
         return int(low_rank_state(rp, p, per_param, state_b) * shard_factor(rp, "optimizer"))
+    if opt.state_bytes is None and not rp.master_weights:
+        # states in each parameter's own dtype: fp32 adapters beside 16-bit modules_to_save copies
+        return int(opt.states * p.trainable_bytes * shard_factor(rp, "optimizer"))
     return int(p.trainable * per_param * shard_factor(rp, "optimizer"))
 
 

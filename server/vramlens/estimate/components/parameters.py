@@ -130,10 +130,17 @@ def params(rp: ResolvedPlan) -> Params:
     saved = 0
     saved_bytes = 0
     if not full:
-        for name in rp.modules_to_save:  # fully trained copies (PEFT keeps the original too)
-            n = s.lm_head_params if name == "lm_head" else s.embed_params if name == "embed" else 0
+        # modules_to_save: PEFT deep-copies each named module and trains the copy, the original kept beside it
+        # (peft 0.21.2 src/peft/utils/other.py `ModulesToSaveWrapper.update` → `copy.deepcopy(self.original_module)`).
+        # The copy has the original's dtype when it is wrapped (`autocast_adapter_dtype` upcasts adapter layers
+        # only): the weight dtype, or fp32 after prepare_model_for_kbit_training's upcast, which TRL casts back to
+        # 16-bit for embeddings and heads (`kbit_embeddings_16bit`). A head tied to the embeddings is copied too: the
+        # copy of `lm_head` holds its own vocabulary × hidden weight, no longer tied.
+        copy_b = 4 if rp.quant_bits and rp.kbit_upcast and not rp.kbit_embeddings_16bit else wb
+        for name in rp.modules_to_save:
+            n = (s.lm_head_params or s.embed_params) if name == "lm_head" else s.embed_params if name == "embed" else 0
             saved += n
-            saved_bytes += n * (4 if rp.adapter_fp32 else wb)
+            saved_bytes += n * copy_b
 
     if full:
         trainable, largest_params = trained_params(rp)
