@@ -21,6 +21,10 @@ mirror at that revision, analyses it with the Hub lookup off, and compares the e
 - A script that runs under TorchAcc (`USE_TORCHACC=1`, ms-swift 2.x `examples/pytorch/llm/scripts/torchacc/`) is listed
   and not compared: PyTorch/XLA's allocator, not CUDA's caching allocator, holds the memory, and those scripts'
   "80GB GPU memory" is the A100's size under "Experimental environment: 2 * A100".
+- A figure that states the card, not a measurement, is listed and not compared (`CARD_STATEMENTS`, each with its
+  reason).
+- Each revision's scripts are estimated with that revision's framework version (`frameworkVersions`: ms-swift's
+  `swift/version.py` at the tag), so version-dependent defaults (ms-swift's evaluation split before 3.6) apply.
 - A file that states several different figures (variants: "lora: …" / "full: …", "gc true, vgc false: …") is
   listed as ambiguous and not compared; several lines stating the same figure count once.
 - A comment whose text is a sentence about hardware ("you'll need 64 × 80 GiB", "8 GPUs of 80GB each") is not a
@@ -178,6 +182,42 @@ def readme_level(text: str) -> str:
     return "reserved" if re.search(r"mem_reserved|\breserved\b", text, re.I) else "device"
 
 
+# Figures that state the card the run used rather than what it measured: (path pattern, the stated line, reason).
+# Listed under "states the card", never compared.
+CARD_STATEMENTS: tuple[tuple[re.Pattern[str], re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"(?:^|/)torchacc/"),
+        re.compile(r"^#\s*80GB GPU memory$"),
+        "ms-swift 2.x TorchAcc examples: every script, 7B to 72B, with or without `USE_TORCH_XLA=0`, writes "
+        "'80GB GPU memory' under 'Experimental environment: N * A100' — the A100's size",
+    ),
+    (
+        re.compile(r"(?:^|/)examples/train/multi-gpu/fsdp_qlora/train\.sh$"),
+        re.compile(r"^#\s*80GiB \* 2\b"),
+        "ms-swift commit ce2403719 (#4591) changed only this comment of the script, '# 14GiB * 2' → '# 80GiB * 2', "
+        "with no change to its arguments: the A100-80GiB card, not a measurement",
+    ),
+)
+
+
+def card_statement(path: str, line: str) -> str | None:
+    """Why a script's figure (its stated line) states the card, not a measurement; None when it is a measurement."""
+    return next((why for where, said, why in CARD_STATEMENTS if where.search(path) and said.search(line)), None)
+
+
+def framework_version(ms: MemorySource) -> dict[str, str]:
+    """The framework version a revision's scripts run with, for the `frameworkVersions` setting: ms-swift's
+    `swift/version.py` `__version__` at that revision ("4.6.0.dev0" at HEAD reads as 4.6.0)."""
+    if ms.name != "ms-swift":
+        return {}
+    try:
+        text = git(ms.source.mirror, "show", f"{ms.source.revision}:swift/version.py").decode()
+    except Exception:  # noqa: BLE001 — a revision without the file: the newest release's defaults
+        return {}
+    m = re.search(r"__version__\s*=\s*['\"]([0-9][0-9.]*[0-9])", text)
+    return {"ms-swift": m.group(1)} if m else {}
+
+
 # --- sources ---------------------------------------------------------------------------------------------------
 
 
@@ -211,7 +251,8 @@ class Row:
     path: str
     figure: Figure
     level: str = "device"
-    status: str = ""  # "compared", "not in catalog", "not estimated", "not training", "ascend", "xla", "ambiguous"
+    status: str = ""  # "compared", "not in catalog", "not estimated", "not training", "ascend", "xla", "card",
+    # "ambiguous"
     why: str = ""
     estimate: int | None = None
     traits: str = ""
@@ -241,7 +282,7 @@ def traits(plan: Any) -> str:
     method = _value(plan, "peft_method") or "full"
     quant = _value(plan, "quant_bits")
     if quant:
-        method = f"q{method}{quant}" if method != "full" else f"full-int{quant}"
+        method = f"q{method.removeprefix('q')}{quant}" if method != "full" else f"full-int{quant}"
     parts = [str(plan.framework or plan.format), str(objective), str(method)]
     dist = _value(plan, "dist_strategy")
     zero = _value(plan, "zero_stage")
@@ -266,7 +307,7 @@ def _plan_gpus(plan: Any) -> int | None:
     return None
 
 
-def measure(row: Row, path: Path, into: Path) -> None:
+def measure(row: Row, path: Path, into: Path, versions: dict[str, str] | None = None) -> None:
     if row.figure.ascend:
         row.status = "ascend"
         return
@@ -274,7 +315,12 @@ def measure(row: Row, path: Path, into: Path) -> None:
     if re.search(r"^\s*(?:export\s+)?USE_TORCHACC=1", text, re.M):
         row.status = "xla"
         return
-    a = analyze(text, str(path), Settings(workspace=into, model_lookup=False))
+    card = card_statement(row.path, row.figure.text)
+    if card is not None:
+        row.status, row.why = "card", card
+        return
+    settings = Settings(workspace=into, model_lookup=False, framework_versions=dict(versions or {}))
+    a = analyze(text, str(path), settings)
     if any(f.rule_id == "VL018" for f in a.findings):
         row.status, row.why = "not training", next(f.message for f in a.findings if f.rule_id == "VL018")[:100]
         return
@@ -297,6 +343,7 @@ def rows_of(ms: MemorySource, tmp: Path) -> list[Row]:
     into = tmp / ms.name / ms.source.revision.replace("/", "_")
     version = ms.source.revision.removeprefix("refs/tags/")
     rows: list[Row] = []
+    pinned = framework_version(ms)
     if ms.kind == "script-comments":
         # only the scripts stating a figure are extracted with their folder's neighbours: list first
         names = git(ms.source.mirror, "ls-tree", "-r", "--name-only", ms.source.revision).decode().splitlines()
@@ -313,7 +360,7 @@ def rows_of(ms: MemorySource, tmp: Path) -> list[Row]:
             if len(distinct) > 1 and not all(f.ascend for f in figs):
                 row.status, row.why = "ambiguous", "; ".join(f.text.lstrip("# ") for f in figs)[:140]
             else:
-                measure(row, path, into)
+                measure(row, path, into, pinned)
             rows.append(row)
     elif ms.kind == "axolotl-readme":
         files = extract(ms.source, into)
@@ -327,7 +374,7 @@ def rows_of(ms: MemorySource, tmp: Path) -> list[Row]:
                 if not target.exists():
                     row.status, row.why = "not estimated", f"{config} not in the repository at {version}"
                 else:
-                    measure(row, target, into)
+                    measure(row, target, into, pinned)
                 rows.append(row)
     return rows
 
@@ -353,6 +400,7 @@ def report(rows: list[Row]) -> str:
             "not train",
             "ascend",
             "xla",
+            "card",
             "ambig",
         )
     )
@@ -378,6 +426,7 @@ def report(rows: list[Row]) -> str:
                     counts["not training"],
                     counts["ascend"],
                     counts["xla"],
+                    counts["card"],
                     counts["ambiguous"],
                 )
             )
@@ -421,6 +470,7 @@ def report(rows: list[Row]) -> str:
         ("not training", "not a training run (VL018): the figure is an inference/export command's"),
         ("ascend", "measured on Ascend NPUs: not compared"),
         ("xla", "TorchAcc (PyTorch/XLA) runs: not compared"),
+        ("card", "the figure states the card, not a measurement (why): not compared"),
         ("ambiguous", "several different figures stated (variants of one script): not compared"),
     ):
         sel = [r for r in rows if r.status == status]

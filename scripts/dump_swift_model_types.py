@@ -8,7 +8,8 @@ The file is read with `ast` (never imported), from a git checkout of modelscope/
     python scripts/dump_swift_model_types.py /path/to/ms-swift.git v1.7.3 v2.6.1 --also v1.3.0 v1.4.0 v1.5.0 \
         v1.6.0 v2.0.0 v2.1.0 v2.2.0 v2.3.0 v2.4.0 v2.5.0 > server/vramlens/knowledge/data/ms_swift_model_types.json
 
-Output: {"tags": {tag: commit}, "types": {model_type: {"model_id", "hf_model_id", "lora_targets", "tag"}}}; a type
+Output: {"tags": {tag: commit}, "types": {model_type: {"model_id", "hf_model_id", "lora_targets", "tag"[, "quant"]}}}
+("quant": [method, bits] of a checkpoint stored quantized, `stored_quant`); a type
 takes the oldest tag's model id and targets (the 1.x reading) and the newest tag's `hf_model_id`. The tags after
 `--also` only add the types the main tags do not register (names renamed or dropped since: v1.5.0's `cogagent-chat`
 became v1.7.3's `cogagent-18b-chat`). At every tag the example entry points' own registry is read too:
@@ -71,12 +72,39 @@ def read_registry(source: str, lora_tm: dict[str, object] | None = None) -> dict
         model_id = resolve(node.args[1] if len(node.args) > 1 else kw.get("model_id_or_path"), {})
         lora = resolve(node.args[2] if len(node.args) > 2 else kw.get("lora_target_modules"), targets)
         hf_id = resolve(kw.get("hf_model_id"), {})
-        out[model_type] = {
+        entry = {
             "model_id": model_id if isinstance(model_id, str) else None,
             "hf_model_id": hf_id if isinstance(hf_id, str) else None,
             "lora_targets": list(lora) if isinstance(lora, (list, tuple)) else None,
         }
+        quant = stored_quant(resolve(kw.get("requires"), {}), resolve(kw.get("function_kwargs"), {}), model_type)
+        if quant is not None:
+            entry["quant"] = quant
+        out[model_type] = entry
     return out
+
+
+# the quantization library a registered checkpoint requires: its weights are stored quantized by it
+# (`requires=['auto_gptq>=0.5']` with `function_kwargs={'gptq_bits': 4}`, `requires=['autoawq']`,
+# `requires=['bitsandbytes<0.41.2', …]` for Baichuan2's `-4bits` checkpoints)
+_QUANT_LIBRARIES = (("auto_gptq", "gptq"), ("autoawq", "awq"), ("bitsandbytes", "nf4"))
+
+
+def stored_quant(requires: object, function_kwargs: object, model_type: str) -> list | None:
+    """[method, bits] of a type whose registered checkpoint is stored quantized, else None: the method from the
+    library it requires; the bits from `gptq_bits` when literal, else 8 for an `-int8`/`8bit` type, else 4."""
+    if not isinstance(requires, (list, tuple)):
+        return None
+    names = [str(r).split("<")[0].split(">")[0].split("=")[0].strip().lower() for r in requires]
+    method = next((m for lib, m in _QUANT_LIBRARIES if lib in names), None)
+    if method is None:
+        return None
+    bits = function_kwargs.get("gptq_bits") if isinstance(function_kwargs, dict) else None
+    if not isinstance(bits, int):
+        bits = 8 if ("int8" in model_type or "8bit" in model_type) else 4
+    if method == "nf4" and bits == 8:
+        method = "int8"
+    return [method, bits]
 
 
 def _show(git_dir: str, commit: str, path: str) -> str | None:
@@ -105,8 +133,11 @@ def main(git_dir: str, tags: list[str], also: list[str] = ()) -> dict:  # type: 
             have = result["types"].get(model_type)
             if have is None:
                 result["types"][model_type] = {**entry, "tag": tag}
-            elif entry["hf_model_id"] and not extra:
-                have["hf_model_id"] = entry["hf_model_id"]
+            else:
+                if entry["hf_model_id"] and not extra:
+                    have["hf_model_id"] = entry["hf_model_id"]
+                if "quant" in entry and "quant" not in have:
+                    have["quant"] = entry["quant"]
     # a type only an older tag registers takes the Hub id a main tag pairs with the same ModelScope id (v1.5.0's
     # `cogagent-chat` → 'ZhipuAI/cogagent-chat', which v2.6.1's `cogagent-18b-chat` pairs with 'THUDM/cogagent-chat-hf')
     hub = {e["model_id"]: e["hf_model_id"] for e in result["types"].values() if e["model_id"] and e["hf_model_id"]}

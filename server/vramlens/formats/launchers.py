@@ -549,6 +549,15 @@ def _swift_count(b: PlanBuilder, s: Setting) -> None:
     b.remember(s)
 
 
+SWIFT_METHOD_SIZES = (
+    "boft_block_size",
+    "boft_n_butterfly_factor",
+    "adalora_init_r",
+    "fourier_n_frequency",
+    "reft_rank",
+    "adapter_length",
+)
+
 SWIFT_METHOD_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     "model_id_or_path": swift_model_path,
     "model_type": swift_model_type,
@@ -558,6 +567,11 @@ SWIFT_METHOD_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     "galore_rank": lambda b, s: b.set_int("optimizer_rank", s, minimum=1),
     "galore_target_modules": hf._targets_handler("optimizer_targets"),
     "llamapro_num_new_blocks": _swift_count,
+    # the sizes of the PEFT methods beyond LoRA (swift/llm/argument/tuner_args.py at v3.5.0 and
+    # swift/arguments/tuner_args.py at v4.0.0: `boft_block_size: int = 4`, `boft_n_butterfly_factor: int = 1`,
+    # `adalora_init_r: int = 12`, `fourier_n_frequency: int = 2000`, `reft_rank: int = 4`, `adapter_length: int =
+    # 128`), kept for the adapters stage (knowledge/peft_methods.METHOD_SETTINGS)
+    **{k: _swift_count for k in SWIFT_METHOD_SIZES},
     **{
         k: PlanBuilder.remember
         for k in (

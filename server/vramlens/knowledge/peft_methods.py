@@ -120,6 +120,24 @@ _PREQUANT_WORD = re.compile(
 _BITS_WORD = re.compile(r"(?i)(?:^|[-_./])int([48])(?:$|[-_.])")
 
 
+def _swift_registered(model_id: str) -> tuple[int, str, str] | None:
+    """(bits, method, where) of a checkpoint ms-swift 1.x/2.x registers as stored quantized: its `register_model`
+    requires the library that loads it (`requires=['auto_gptq>=0.5']`, `function_kwargs={'gptq_bits': 8}` for
+    'qwen/Qwen-7B-Chat-Int8'; `requires=['bitsandbytes<0.41.2', …]` for 'baichuan-inc/Baichuan2-7B-Chat-4bits'),
+    read by scripts/dump_swift_model_types.py into knowledge/data/ms_swift_model_types.json."""
+    from vramlens.knowledge.frameworks import swift_model_entry
+
+    entry = swift_model_entry(model_id) if model_id else None
+    if entry is None:
+        return None
+    quant = entry.get("quant")
+    if not (isinstance(quant, list) and len(quant) == 2):
+        return None
+    method, bits = str(quant[0]), int(quant[1])
+    where = f"ms-swift's model registry (swift/llm/utils/model.py {entry.get('tag') or 'v1.7.3'}: requires {method})"
+    return bits, method, where
+
+
 def prequantized(model_id: str, stored_dtype: str = "") -> tuple[int, str, str] | None:
     """(bits, method, where it was read) of a checkpoint stored quantized: its config.json's `quantization_config`
     (`ModelArch.stored_dtype`, knowledge/models.py `_dtype`) or its name; None for a 16-bit checkpoint."""
@@ -127,6 +145,9 @@ def prequantized(model_id: str, stored_dtype: str = "") -> tuple[int, str, str] 
     if stored_dtype in by_config:
         bits, method = by_config[stored_dtype]
         return bits, method, "the checkpoint's config.json (quantization_config)"
+    registered = _swift_registered(model_id)
+    if registered is not None:
+        return registered
     name = (model_id or "").rstrip("/").rsplit("/", 1)[-1]
     words = [m.group(1).lower().replace("-", "_") for m in _PREQUANT_WORD.finditer(name)]
     if not words:

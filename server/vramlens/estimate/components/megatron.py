@@ -41,7 +41,12 @@ def megatron_state_bytes(rp: ResolvedPlan, st: Stage) -> tuple[int, int, int]:
     buffers of megatron/core/distributed/param_and_grad_buffer.py stay allocated through the step) and an fp32 main
     copy + Adam's two fp32 states in the optimizer: 18 bytes per parameter, or 6 + 12/DP with the distributed
     optimizer (theoretical_memory_usage `num_bytes_per_parameter`). fp32 training keeps no main copy. Adapters
-    (LoRA through Megatron-SWIFT) train alone over frozen 16-bit weights."""
+    (LoRA through Megatron-SWIFT) train alone over frozen 16-bit weights. With the optimizer offloaded to the CPU
+    (`--optimizer-cpu-offload`, which arguments.py requires with `--use-precision-aware-optimizer`: no fp32 main
+    copy on the GPU), Megatron-LM d98e8a64dd megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py
+    `_get_sub_optimizer_param_groups` moves `--optimizer-offload-fraction` (default 1.0, arguments.py) of the rank's
+    optimizer parameters to pinned CPU copies that its CPU Adam updates with their states: at that default the GPU
+    keeps no optimizer state, only the 16-bit weights and the gradient buffers."""
     tp = max(rp.tensor_parallel, 1)
     dense = st.dense_params / tp
     experts = st.expert_params / (expert_tp(rp) * max(rp.expert_parallel, 1))
@@ -49,6 +54,8 @@ def megatron_state_bytes(rp: ResolvedPlan, st: Stage) -> tuple[int, int, int]:
     weights = (dense + experts) * wb
     opt = rp.optimizer
     per_state = 4 * opt.states + (4 if wb < 4 else 0)  # fp32 states (+ the fp32 main weights)
+    if rp.offload_optimizer:
+        per_state = 0  # the hybrid optimizer's CPU copies (offload fraction 1.0)
     dp, edp = megatron_dp(rp) if rp.distributed_optimizer else (1, 1)
     if rp.peft != "none":
         share = (dense + experts) / max(shapes(rp.arch).total, 1)

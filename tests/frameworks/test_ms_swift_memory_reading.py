@@ -1,0 +1,114 @@
+"""What ms-swift example scripts run, read from ms-swift's own code (tests/fixtures/ms-swift/<tag>/, each with its
+SOURCE): the 2.x model types whose registered checkpoints are stored quantized (GPTQ, bitsandbytes), the sizes of
+the PEFT methods beyond LoRA (`--boft_block_size`, `--adalora_init_r`, ...), and the memory benchmark's handling of
+figures that state the card rather than a measurement."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from vramlens.analysis import analyze
+from vramlens.estimate.shapes import shapes
+from vramlens.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "ms-swift"
+
+
+def analysed(path: Path, text: str | None = None, **settings):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    text = path.read_text(encoding="utf-8") if text is None else text
+    a = analyze(text, str(path), Settings(model_lookup=False, **settings))
+    assert a.estimate is not None and a.resolution is not None, a.error
+    return a
+
+
+@pytest.mark.parametrize(
+    "name, bits, method",
+    [
+        # swift/llm/utils/model.py at v2.4.0: `register_model(ModelType.qwen_7b_chat_int4, 'qwen/Qwen-7B-Chat-Int4',
+        # …, requires=['auto_gptq>=0.5'], function_kwargs={'gptq_bits': 4})`
+        ("qwen_7b_chat_int4_qlora_sft.sh", 4, "gptq"),
+        # `ModelType.baichuan2_7b_chat_int4, 'baichuan-inc/Baichuan2-7B-Chat-4bits', …,
+        # requires=['bitsandbytes<0.41.2', 'accelerate<0.26']`
+        ("baichuan2_7b_chat_int4_qlora_ddp_ds_sft.sh", 4, "nf4"),
+    ],
+)
+def test_a_registered_quantized_checkpoint_loads_its_stored_weights(name, bits, method):
+    a = analysed(FIXTURES / "v2.4.0" / "prequantized" / name, framework_versions={"ms-swift": "2.4.0"})
+    rp = a.resolution.resolved
+    assert (rp.quant_bits, rp.quant_type) == (bits, method)
+    # the frozen base is held packed: well under half its 16-bit size
+    assert a.estimate.components["weights"] < 0.4 * shapes(rp.arch).total * 2
+    assert any("ms-swift's model registry" in str(x) for x in a.resolution.assumptions)
+
+
+BOFT = FIXTURES / "v3.5.0" / "tuners" / "boft_train.sh"
+
+
+def test_boft_sizes_written_on_the_command_line_size_its_adapters():
+    plain = analysed(BOFT)
+    assert dict(plain.resolution.resolved.adapter_shape) == {"block": 4, "factors": 1}  # tuner_args.py defaults
+    text = BOFT.read_text(encoding="utf-8").replace(
+        "--train_type boft \\", "--train_type boft \\\n    --boft_block_size 8 \\\n    --boft_n_butterfly_factor 2 \\"
+    )
+    told = analysed(BOFT, text)
+    assert dict(told.resolution.resolved.adapter_shape) == {"block": 8, "factors": 2}
+    # peft's boft_R is factors × in/block × block × block per adapted linear: twice the factors, twice the block
+    assert told.estimate.components["adapters"] > 3 * plain.estimate.components["adapters"]
+
+
+def test_adalora_initial_rank_on_the_command_line_sizes_its_adapters():
+    text = BOFT.read_text(encoding="utf-8").replace("--train_type boft", "--train_type adalora --adalora_init_r 48")
+    a = analysed(BOFT, text)
+    assert dict(a.resolution.resolved.adapter_shape) == {"r": 48}
+
+
+@pytest.fixture(scope="module")
+def memory():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import held_out_memory
+
+        yield held_out_memory
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def test_figures_that_state_the_card_are_set_apart_with_their_reason(memory):
+    torchacc = "examples/pytorch/llm/scripts/torchacc/qwen2_72b_chat/swift_lora_ds.sh"
+    text = (FIXTURES / "v2.4.0" / "card" / "torchacc_qwen2_72b_chat_swift_lora_ds.sh").read_text(encoding="utf-8")
+    assert "USE_TORCH_XLA=0" in text  # runs on CUDA, yet its figure is the A100's size
+    (figure,) = memory.script_figures(text, torchacc)
+    assert "A100" in memory.card_statement(torchacc, figure.text)
+
+    fsdp = "examples/train/multi-gpu/fsdp_qlora/train.sh"
+    (figure,) = memory.script_figures((FIXTURES / "v4.0.0" / "card" / "fsdp_qlora_train.sh").read_text(), fsdp)
+    assert "ce2403719" in memory.card_statement(fsdp, figure.text)
+    # the same script before that commit states what it measured, and is compared
+    (before,) = memory.script_figures("# 14GiB * 2\nnproc_per_node=2\n", fsdp)
+    assert memory.card_statement(fsdp, before.text) is None
+
+
+def test_each_release_is_estimated_with_its_own_version(memory):
+    if not (memory.MIRRORS / "modelscope+ms-swift").exists():
+        pytest.skip("no ms-swift mirror")
+    by_rev = {ms.source.revision: memory.framework_version(ms) for ms in memory.SOURCES if ms.name == "ms-swift"}
+    assert by_rev["v3.5.0"] == {"ms-swift": "3.5.0"} and by_rev["v2.4.0"] == {"ms-swift": "2.4.0"}
+
+
+def test_megatron_optimizer_offloaded_to_the_cpu_keeps_no_optimizer_state_on_the_gpu():
+    # examples/megatron/dense/72b_offload.sh (v4.0.0): `--optimizer_cpu_offload true --use_precision_aware_optimizer
+    # true`; megatron-core's HybridDeviceOptimizer moves (offload fraction 1.0) the optimizer's parameters and states
+    # to the CPU, the weights and the gradient buffers stay
+    from vramlens.estimate import components as C
+
+    rp = analysed(FIXTURES / "v4.0.0" / "megatron_offload" / "72b_offload.sh").resolution.resolved
+    assert rp.tensor_parallel == 8 and rp.distributed_optimizer
+    on_gpu = C.megatron_step(rp)["forward-backward"]
+    offloaded = C.megatron_step(rp.model_copy(update={"offload_optimizer": True}))["forward-backward"]
+    assert on_gpu["optimizer"] > 0 and offloaded["optimizer"] == 0
+    assert (offloaded["weights"], offloaded["gradients"]) == (on_gpu["weights"], on_gpu["gradients"])
