@@ -4,10 +4,11 @@ Rows are runs whose settings a table states, each built as the plan the estimato
 per second per GPU beside the predicted one:
 
   MosaicML llm-foundry, scripts/train/benchmarking/README.md (commit 061f2c7): MPT models 125M–70B pre-trained
-    with Composer + FSDP FULL_SHARD, bf16 compute, Triton/Flash attention, on 8–128 H100-80GB, A100-80GB and
+    with Composer + FSDP FULL_SHARD, bf16 compute, on 8–128 H100-80GB, A100-80GB and
     A100-40GB, with and without activation checkpointing; "Throughput (T/s/GPU)". MPT shapes from
     scripts/train/yamls/pretrain/mpt-*.yaml (d_model, n_heads, n_layers, expansion_ratio 4, vocab 50368, tied
-    embeddings, no biases, LayerNorm, GELU MLP).
+    embeddings, no biases, LayerNorm, GELU MLP, `attn_impl: triton`: llmfoundry/models/layers/flash_attn_triton.py,
+    flash-attn's Triton FlashAttention kernel; submit_benchmarks.py `--attn_impl` default 'triton').
   torchtune README.md (commit 0031bfb), "Memory and training speed": Llama 3.1 8B on one RTX 4090, batch 2,
     packed to 2048 tokens, torch.compile on, the single-device recipes' configs (full: bf16 weights, bitsandbytes
     PagedAdamW8bit in the backward, activation checkpointing; LoRA/QLoRA: rank 8 on q, v, output and the MLP,
@@ -216,7 +217,7 @@ def foundry_plan(row) -> ResolvedPlan:
         grad_accum=accum,
         seq_len=seq,
         grad_checkpointing=ckpt,
-        attn_impl="flash_attention_2",
+        attn_impl="flash_attention_triton",  # the yamls' `attn_config: attn_impl: triton`
         optimizer=lookup_optimizer("adamw_torch"),
         strategy="fsdp",
         zero_stage=3,

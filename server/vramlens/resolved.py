@@ -75,7 +75,15 @@ class ResolvedPlan(BaseModel):
     loss_parallel: bool = False  # with tensor_parallel: logits and loss sharded over the vocabulary
     activation_offload: bool = False
     attn_impl: Literal[
-        "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention", "xformers", "other"
+        "eager",
+        "sdpa",
+        "flash_attention_2",
+        "flash_attention_3",
+        "flex_attention",
+        "xformers",
+        "flash_attention_triton",  # the Triton FlashAttention kernel (flash-attn flash_attn_triton.py; llm-foundry
+        # `attn_impl: triton`)
+        "other",
     ] = "sdpa"
     repeat_kv: bool = True  # SDPA/eager with a mask materialise full-head K/V for GQA
     attn_mask: bool = True  # a 4-D padding mask reaches attention (padded batches, no packing)

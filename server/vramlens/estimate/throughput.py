@@ -39,11 +39,11 @@ Efficiencies (shares of the datasheet peak):
   MATMUL_EFFICIENCY 0.70  large bf16/fp16 GEMMs through cuBLAS reach 70–80 % of the dense peak (NVIDIA, "Matrix
                           Multiplication Background User's Guide", docs.nvidia.com/deeplearning/performance);
                           the lower end, as a training step's GEMMs are not all large and square.
-  attention         (`attention_efficiency`, by kernel) FlashAttention-2 (SDPA's flash backend and flash_attention_2)
-                    reaches 50–73 % of the peak on Ampere
-                    and Ada forward, less backward (Dao, "FlashAttention-2", arXiv:2307.08691, §4.1), but only about
-                    35 % on Hopper, whose tensor cores it does not program (Shah et al., "FlashAttention-3",
-                    arXiv:2407.08608, §1): 0.50 before Hopper, 0.35 from Hopper on, 0.60 with FlashAttention-3.
+  attention         (`attention_efficiency`) by kernel, GPU generation, causal mask, head dim and sequence length,
+                    from FlashAttention-2's published forward + backward benchmark (Dao, arXiv:2307.08691, Fig. 4
+                    and 6): FlashAttention-2 28–61 % of the peak on A100, 14–33 % on H100 (it does not program
+                    Hopper's wgmma tensor cores: Shah et al., "FlashAttention-3", arXiv:2407.08608, §1), lowest at
+                    short sequences; 0.60 with FlashAttention-3 on Hopper.
   MEMORY_EFFICIENCY 0.80  streaming kernels reach ~80 % of the memory bandwidth.
   LINK_EFFICIENCY   0.70  NCCL bus bandwidth reaches ~70 % of the per-direction link rate.
 Between nodes each GPU has one network port: 400 Gb/s on Hopper-class nodes (DGX H100 datasheet: 8× ConnectX-7),
@@ -54,6 +54,7 @@ model gives are checked against published tokens/s tables by benchmarks/throughp
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from vramlens.estimate import components as C
@@ -163,12 +164,6 @@ def _hopper_or_newer(rp: ResolvedPlan) -> bool:
         return False
 
 
-# SDPA's memory-efficient backend is xformers' CUTLASS kernel (torch/nn/functional.py `scaled_dot_product_attention`
-# docs; aten/src/ATen/native/transformers/cuda/mem_eff_attention): FlashAttention-2 runs 1.3–1.5× faster than it
-# forward and about 2× backward (Dao, arXiv:2307.08691, §4.1 and Fig. 4–5): its share of the peak, ÷ 1.7.
-MEM_EFFICIENT_SLOWDOWN = 1.7
-
-
 def sdpa_backend(rp: ResolvedPlan) -> str:
     """The kernel SDPA dispatches to (torch 2.2+ aten/src/ATen/native/transformers/cuda/sdp_utils.cpp
     `select_sdp_backend`: flash, then memory-efficient, then math): FlashAttention-2 needs no explicit mask and a
@@ -184,21 +179,99 @@ def sdpa_backend(rp: ResolvedPlan) -> str:
     return "efficient" if rp.compute_dtype in ("bf16", "fp16", "fp32") else "math"
 
 
+# Attention forward + backward speed, TFLOPs/s, by sequence length 512, 1k, 2k, 4k, 8k, 16k (batch × seq = 16k
+# tokens), FLOPs counted as flash-attn's benchmarks/benchmark_flash_attention.py counts them (causal: half the
+# s×s products; backward 2.5 forwards), the same convention as `Matmul.executed` here. Dao, "FlashAttention-2"
+# (arXiv:2307.08691), Fig. 4 (A100 80GB SXM4) and Fig. 6 (H100 80GB SXM5), reproduced as
+# assets/flash2_a100_fwd_bwd_benchmark.png and assets/flash2_h100_fwd_bwd_benchmark.png in Dao-AILab/flash-attention
+# (commit 0251105). Keys: (kernel, causal, head dim). The two FlashAttention-2 non-causal d=128 bars at 512 and 1k
+# on A100 sit under the legend (≥ 148 by their height; 151, 173 as the paper's text labels read).
+FA_SEQ_POINTS = (512, 1024, 2048, 4096, 8192, 16384)
+FA_A100 = {  # of 312 dense bf16 TFLOPS
+    ("fa2", True, 64): (88, 119, 140, 156, 165, 171),
+    ("fa2", True, 128): (99, 133, 155, 173, 182, 189),
+    ("fa2", False, 64): (132, 153, 162, 171, 175, 176),
+    ("fa2", False, 128): (151, 173, 187, 196, 201, 203),
+    ("xformers", True, 64): (51, 60, 66, 68, 69, 67),
+    ("xformers", True, 128): (58, 72, 82, 87, 91, 92),
+    ("xformers", False, 64): (68, 73, 76, 77, 75, 75),
+    ("xformers", False, 128): (83, 91, 95, 96, 97, 98),
+    ("triton", True, 64): (59, 75, 79, 76, 79, 80),
+    ("triton", True, 128): (50, 61, 68, 74, 78, 80),
+    ("triton", False, 64): (90, 102, 98, 98, 100, 100),
+    ("triton", False, 128): (78, 85, 90, 93, 95, 95),
+    ("fa1", True, 64): (58, 70, 77, 87, 92, 97),
+    ("fa1", True, 128): (55, 62, 69, 76, 80, 83),
+    ("fa1", False, 64): (91, 92, 104, 108, 110, 110),
+    ("fa1", False, 128): (76, 72, 76, 80, 82, 83),
+}
+FA_H100 = {  # of 989 dense bf16 TFLOPS; FlashAttention-2 and FlashAttention (1) only
+    ("fa2", True, 64): (141, 192, 232, 257, 273, 284),
+    ("fa2", True, 128): (163, 221, 265, 294, 308, 328),
+    ("fa2", False, 64): (215, 254, 274, 288, 294, 296),
+    ("fa2", False, 128): (248, 294, 320, 326, 335, 338),
+    ("fa1", True, 64): (104, 123, 136, 138, 149, 156),
+    ("fa1", True, 128): (98, 109, 108, 126, 135, 137),
+    ("fa1", False, 64): (157, 159, 161, 161, 166, 168),
+    ("fa1", False, 128): (127, 127, 128, 131, 137, 139),
+}
+FA_PEAK = {"A100": 312.0, "H100": 989.0}
+
+
+def _fa_share(table: dict, peak: float, kernel: str, causal: bool, d_head: int, seq: int) -> float:
+    """The share of the peak a kernel reaches at this head dim and sequence length: interpolated in log2 of the
+    sequence between the measured points (held at the ends) and linearly in the head dim between 64 and 128."""
+    x = min(max(math.log2(max(seq, 1)), 9.0), 14.0) - 9.0
+    i = min(int(x), 4)
+    f = x - i
+    d = min(max(d_head, 64), 128)
+    w = (d - 64) / 64
+
+    def at(hd: int) -> float:
+        row = table[(kernel, causal, hd)]
+        return row[i] + (row[i + 1] - row[i]) * f
+
+    return ((1 - w) * at(64) + w * at(128)) / peak
+
+
 def attention_efficiency(rp: ResolvedPlan) -> float:
-    """Share of the tensor-core peak the attention kernels reach (module docstring): FlashAttention-2 (SDPA's flash
-    backend is FlashAttention-2 since torch 2.2) 0.50 before Hopper and 0.35 from Hopper on; FlashAttention-3 0.60
-    on Hopper (elsewhere it does not run: FlashAttention-2's); SDPA's memory-efficient kernel `MEM_EFFICIENT_SLOWDOWN`
-    below FlashAttention-2; eager and SDPA's math path are batched cuBLAS GEMMs (the s×s scores' traffic is in
-    their bytes)."""
-    fa2 = 0.35 if _hopper_or_newer(rp) else 0.50
+    """Share of the tensor-core peak the attention kernels reach, forward and backward together, by kernel, GPU
+    generation, causal mask, head dim and sequence length (`FA_A100`, `FA_H100`: FlashAttention-2's published
+    benchmark). FlashAttention-2 (flash_attention_2, SDPA's flash backend since torch 2.2; flex_attention and
+    xformers taken at its rate) reaches 28–61 % of the A100's peak but 14–33 % of the H100's, whose wgmma tensor
+    cores it does not program (Shah et al., "FlashAttention-3", arXiv:2407.08608, §1);
+    GPUs before Hopper take the A100's shares, Hopper and later the H100's. SDPA's memory-efficient kernel is
+    xformers' CUTLASS kernel (torch/nn/functional.py `scaled_dot_product_attention` docs): the A100's xformers
+    bars, and on Hopper the H100's FlashAttention-2 share scaled by their A100 ratio; the Triton FlashAttention
+    kernel likewise from its A100 bars and, on Hopper, FlashAttention (1)'s H100 share scaled by their A100 ratio.
+    FlashAttention-3 0.60 on Hopper (Shah et al., abstract: 1.5–2.0× FlashAttention-2, up to 75 % of the peak;
+    elsewhere it does not run: FlashAttention-2's). Eager and SDPA's math path are batched cuBLAS GEMMs (the s×s
+    scores' traffic is in their bytes)."""
     impl = rp.attn_impl
-    if impl == "flash_attention_3":
-        return 0.60 if _hopper_or_newer(rp) else fa2
+    hopper = _hopper_or_newer(rp)
+    if impl == "flash_attention_3" and hopper:
+        return 0.60
     if impl == "eager" or (impl == "sdpa" and sdpa_backend(rp) == "math"):
         return MATMUL_EFFICIENCY
+    causal = causal_skipping(rp)
+    seq = max(rp.seq_len // max(rp.context_parallel, 1), 1)
+    d = rp.arch.d_head
+
+    def share(kernel: str) -> float:
+        a100 = _fa_share(FA_A100, FA_PEAK["A100"], kernel, causal, d, seq)
+        if not hopper:
+            return a100
+        if kernel == "fa2":
+            return _fa_share(FA_H100, FA_PEAK["H100"], "fa2", causal, d, seq)
+        base = "fa1" if kernel == "triton" else "fa2"
+        h100 = _fa_share(FA_H100, FA_PEAK["H100"], base, causal, d, seq)
+        return h100 * a100 / _fa_share(FA_A100, FA_PEAK["A100"], base, causal, d, seq)
+
     if impl == "sdpa" and sdpa_backend(rp) == "efficient":
-        return fa2 / MEM_EFFICIENT_SLOWDOWN
-    return fa2
+        return share("xformers")
+    if impl == "flash_attention_triton":
+        return share("triton")
+    return share("fa2")
 
 
 def network_gbs(rp: ResolvedPlan) -> float:
@@ -236,13 +309,21 @@ def _linears(rp: ResolvedPlan) -> list[tuple[str, int, int, float, float, float]
 POST_NORM_FAMILIES = ("gemma2", "gemma3", "gemma3_text", "olmo2", "olmo3")
 BLOCK_INPUT_LINEARS = ("q", "k", "v", "qkv")  # the linears that read a block's (normalised) input
 BLOCK_OUTPUT_LINEARS = ("down", "fc2")  # the MLP's last linear, before the residual add
-FUSED_ATTENTION = ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention", "xformers")
+FUSED_ATTENTION = (
+    "sdpa",
+    "flash_attention_2",
+    "flash_attention_3",
+    "flex_attention",
+    "xformers",
+    "flash_attention_triton",
+)
 # kernels that skip the score blocks above the diagonal of a causal mask (flash-attn csrc/flash_attn/src
 # flash_fwd_kernel.h: `n_block_max` bounded by the diagonal when `Is_causal`; FlexAttention's block mask;
-# xformers' causal bias): about half the products of the whole s×s matrix, the convention of flash-attn's
+# xformers' causal bias; the Triton kernel, flash_attn_triton.py `end_n` bounded by `(start_m + 1) * BLOCK_M` when
+# `IS_CAUSAL`): about half the products of the whole s×s matrix, the convention of flash-attn's
 # benchmarks/benchmark_flash_attention.py `flops(..., causal)`. SDPA skips them only when called with `is_causal`
 # and no mask (its flash kernel); with a padding mask it runs the memory-efficient kernel over every block.
-CAUSAL_SKIPPING = ("flash_attention_2", "flash_attention_3", "flex_attention", "xformers")
+CAUSAL_SKIPPING = ("flash_attention_2", "flash_attention_3", "flex_attention", "xformers", "flash_attention_triton")
 
 
 @dataclass(frozen=True)
