@@ -8,6 +8,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
+from tiny_configs import TINY_CONFIGS
 from trace_plans import LORA, need, plan
 from vramlens.estimate import components as C
 from vramlens.estimate import estimate
@@ -136,16 +137,185 @@ def test_mamba_estimate_follows_the_kernels_and_says_so():
     assert estimate(rp, limits=False).allocated_bytes > 0
 
 
-def test_hybrids_not_modelled_still_say_sized_as_attention():
-    falcon_h1 = dict(
-        model_type="falcon_h1",
-        hidden_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=256,
-        vocab_size=500,
-        mamba_d_state=16,
+@pytest.mark.parametrize(
+    "model_type,kernels",
+    [("mamba2", "mamba_ssm"), ("falcon_h1", "mamba_ssm"), ("jamba", "mamba_ssm"), ("qwen3_next", "flash-linear")],
+)
+def test_modelled_mixers_say_which_path_they_assume(model_type, kernels):
+    """The Mamba mixers of Mamba-2, Falcon-H1 and Jamba and Qwen3-Next's gated DeltaNet are no longer sized as
+    attention layers: the estimate says it sizes them as transformers' torch path, without the kernels."""
+    arch = arch_from_hf_config(TINY_CONFIGS[model_type], f"tiny-{model_type}")
+    assert "sized as attention" not in arch.approximate
+    assert "torch path" in arch.approximate and kernels in arch.approximate
+
+
+# Mamba-2 mixers (transformers 5.24 `Mamba2Mixer`, `FalconH1Mixer`) at shapes that pad the last chunk, fill it, or
+# fit in one chunk; n_groups below and equal to the heads; Falcon-H1 with and without its gated RMSNorm
+MAMBA2_MIXERS = [
+    ("mamba2", {}),
+    ("mamba2", dict(n_groups=8, chunk_size=16, state_size=8)),
+    ("falcon_h1", {}),
+    ("falcon_h1", dict(mamba_rms_norm=True, mamba_n_groups=2, mamba_chunk_size=32)),
+]
+
+
+def real_mixer(model_type: str, config: dict):
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    keys = {k: v for k, v in config.items() if k != "model_type"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **keys)).to(torch.bfloat16)
+    model.train()
+    layer = model.model.layers[0] if model_type == "falcon_h1" else model.backbone.layers[0]
+    return (layer.mamba if model_type == "falcon_h1" else layer.mixer), model
+
+
+@pytest.mark.parametrize("model_type,sizes", MAMBA2_MIXERS, ids=["mamba2", "mamba2-groups", "falcon-h1", "gated"])
+@pytest.mark.parametrize("method", ["full", "frozen"])
+def test_mamba2_mixer_keeps_what_the_estimate_says(model_type, sizes, method):
+    """A Mamba-2 mixer on transformers' torch path (`causal_conv1d_fn`, `mamba2_chunk_scan`) keeps, for backward,
+    the bytes `mamba2_mixer_bytes` counts, with every parameter training and with none (an adapter run whose
+    targets are outside the mixer)."""
+    config = dict(TINY_CONFIGS[model_type], **sizes)
+    arch = arch_from_hf_config(config, f"tiny-{model_type}")
+    mixer, model = real_mixer(model_type, config)
+    for p in model.parameters():
+        p.requires_grad_(method == "full")
+    changes = LORA if method == "frozen" else {}
+    for batch, positions in [(2, 128), (1, 100), (3, 37)]:
+        x = torch.randn(batch, positions, config["hidden_size"], dtype=torch.bfloat16, requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            real = saved_bytes(lambda: mixer(x), model)
+        rp = plan(arch=arch, seq_len=positions, micro_batch=batch, **changes)
+        assert C.mamba2_mixer_per_token(rp) * batch * positions == pytest.approx(real, rel=1e-9), (batch, positions)
+
+
+def test_ssd_chunk_scan_by_hand():
+    """`mamba2_chunk_scan` at batch 2, 100 positions, chunk 64 (two chunks, the last padded to 128), heads H = 8 of
+    P = 32, state N = 16, fully trained, written out tensor by tensor from the modeling code's shapes."""
+    arch = arch_from_hf_config(TINY_CONFIGS["mamba2"], "tiny-mamba2")
+    z = C.mamba2_sizes(plan(arch=arch))
+    assert z == (256, 8, 32, 2, 16, 4, 64, True)
+    b, L, Lp, c, H, P, N, Q = 2, 100, 128, 2, 8, 32, 16, 64
+    I = H * P
+    f = 4  # fp32
+    expected = b * (
+        2 * c * L * H  # softplus and clamp inputs
+        + 2 * f * L * H  # Δ in fp32 for x·Δ and for A·Δ
+        + f * L * I  # x in fp32
+        + f * Lp * I  # its padded copy, D's operand
+        + 2 * f * Lp * I  # discretised x for the L·x and the chunk-state einsums
+        + 3 * f * Lp * H * Q  # L, G, M
+        + 5 * f * Lp * H * N  # C and B for G, B, B·decay, C for the output
+        + 2 * f * Lp * H  # the decays in and out
+        + f * Lp * I  # C·states
+        + f * I * N * (3 + 2)  # chunk states: C + 1 for the inter-chunk einsum, C for the output einsum
+        + f * H * 3 * 3  # chunk-to-chunk decay
     )
-    arch = arch_from_hf_config(falcon_h1, "tiny-falcon-h1")
-    assert "sized as attention" in arch.approximate
+    _, per_seq, per_layer = C.ssd_chunk_scan_bytes(plan(arch=arch, seq_len=L, micro_batch=b), z)
+    assert b * per_seq == expected
+    assert per_layer == 2 * f * H + 2 * Q * Q + 2 * 3 * 3  # A and exp(A_log), the four segsum masks
+
+
+# rows of the hybrids grid (benchmarks/trace_vs_estimate.py --grid hybrids) the estimate follows within ±3 % on the
+# real libraries: Falcon-H1 full, full checkpointed and LoRA (its Mamba-2 mixers sized as attention: 0.46-0.66)
+FALCON_ROWS = [("full", False), ("full", True), ("lora", False)]
+
+
+@pytest.mark.parametrize("mode,ckpt", FALCON_ROWS, ids=["full", "full-ckpt", "lora"])
+def test_falcon_h1_estimate_follows_the_real_library_trace(mode, ckpt):
+    from test_new_architectures import row_plan
+    from vramlens.trace import engine
+    from vramlens.trace.config import step_config
+
+    rp = row_plan("falcon_h1", mode, ckpt)
+    traced = engine.run(step_config(rp), backend="transformers")
+    assert estimate(rp, limits=False).allocated_bytes / traced["peak_bytes"] == pytest.approx(1.0, abs=0.03)
+
+
+@pytest.mark.parametrize("sizes", [{}, dict(mamba_d_state=16, mamba_dt_rank=4, mamba_d_conv=3)], ids=["tiny", "wide"])
+@pytest.mark.parametrize("method", ["full", "frozen"])
+def test_jamba_mixer_keeps_what_the_estimate_says(sizes, method):
+    """Jamba's Mamba mixer on transformers' torch path (the recurrent `mamba_selective_scan`, RMSNorms on Δ, B, C)
+    keeps, for backward, the bytes `jamba_mixer_bytes` counts."""
+    config = dict(TINY_CONFIGS["jamba"], **sizes)
+    arch = arch_from_hf_config(config, "tiny-jamba")
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    keys = {k: v for k, v in config.items() if k != "model_type"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model("jamba", **keys)).to(torch.bfloat16)
+    mixer = model.model.layers[0].mamba
+    for p in model.parameters():
+        p.requires_grad_(method == "full")
+    for batch, positions in [(2, 16), (1, 24), (3, 7)]:
+        x = torch.randn(batch, positions, config["hidden_size"], dtype=torch.bfloat16, requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            real = saved_bytes(lambda: mixer(x), model)
+        rp = plan(arch=arch, seq_len=positions, micro_batch=batch, **(LORA if method == "frozen" else {}))
+        assert C.jamba_mixer_per_token(rp) * batch * positions == pytest.approx(real, rel=1e-9), (batch, positions)
+
+
+@pytest.mark.parametrize(
+    "sizes", [{}, dict(linear_num_key_heads=4, linear_value_head_dim=16, linear_conv_kernel_dim=3)]
+)
+@pytest.mark.parametrize("method", ["full", "frozen"])
+def test_gated_deltanet_keeps_what_the_estimate_says(sizes, method):
+    """Qwen3-Next's gated DeltaNet on transformers' torch path (`torch_chunk_gated_delta_rule`, its chunk loop, the
+    gated RMSNorm) keeps, for backward, the bytes `deltanet_bytes` counts, key heads fewer than or as many as the
+    value heads, positions filling, padding and fitting in one chunk."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = dict(TINY_CONFIGS["qwen3_next"], **sizes)
+    arch = arch_from_hf_config(config, "tiny-qwen3-next")
+    keys = {k: v for k, v in config.items() if k != "model_type"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model("qwen3_next", **keys)).to(torch.bfloat16)
+    mixer = model.model.layers[0].linear_attn
+    for p in model.parameters():
+        p.requires_grad_(method == "full")
+    for batch, positions in [(2, 128), (1, 100), (3, 37)]:
+        x = torch.randn(batch, positions, config["hidden_size"], dtype=torch.bfloat16, requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            real = saved_bytes(lambda: mixer(x), model)
+        rp = plan(arch=arch, seq_len=positions, micro_batch=batch, **(LORA if method == "frozen" else {}))
+        assert C.deltanet_per_token(rp) * batch * positions == pytest.approx(real, rel=1e-9), (batch, positions)
+
+
+def test_gated_deltanet_by_hand():
+    """`deltanet_bytes` for the tiny Qwen3-Next (h 128, 2 key heads and 4 value heads of 32, conv kernel 4), fully
+    trained, batch 1 of 100 positions (two chunks of 64, the last padded), written out from the modeling code."""
+    arch = arch_from_hf_config(TINY_CONFIGS["qwen3_next"], "tiny-qwen3-next")
+    rp = plan(arch=arch, seq_len=100, micro_batch=1)
+    h, c, f, H, Hk, dk, dv, Q, L, Lp = 128, 2, 4, 4, 2, 32, 32, 64, 100, 128
+    width = 2 * Hk * dk + H * dv
+    per_token = c * h + c * width + c * H + 2 * f * H + 2 * f * H * (dk + 1)  # in_proj, conv, β, Δ, l2 norms
+    per_token += 3 * f * H * dv + f * H + 2 * c * H * dv + c * H * dv  # gated norm, out_proj's input
+    padded = f * H * (1 + dv + dk) + f * H * dk + 5 * f * H * Q + f * H * dk + 3 * f * H  # β, V, K, kβ, decays
+    padded += f * H * (dv + dk) + 2 * f * H * dk + f * H * dv  # solves, decayed k and q, new values
+    per_seq = c * width * (L + 3) + padded * Lp + 2 * f * H * dk * dv + f * H * 2  # conv output, chunk states
+    assert C.deltanet_bytes(rp, C.deltanet_sizes(rp)) == (per_token, per_seq, 2 * f * H + Q * Q)
+
+
+# rows of the hybrids grid the estimate follows within ±3 % on the real libraries: Qwen3-Next full, full
+# checkpointed, LoRA and LoRA checkpointed (its gated DeltaNet layers sized as attention: 0.56-0.78)
+QWEN3_NEXT_ROWS = [("full", False), ("full", True), ("lora", False), ("lora", True)]
+
+
+@pytest.mark.parametrize("mode,ckpt", QWEN3_NEXT_ROWS, ids=["full", "full-ckpt", "lora", "lora-ckpt"])
+def test_qwen3_next_estimate_follows_the_real_library_trace(mode, ckpt):
+    from test_new_architectures import row_plan
+    from vramlens.trace import engine
+    from vramlens.trace.config import step_config
+
+    rp = row_plan("qwen3_next", mode, ckpt)
+    traced = engine.run(step_config(rp), backend="transformers")
+    assert estimate(rp, limits=False).allocated_bytes / traced["peak_bytes"] == pytest.approx(1.0, abs=0.03)

@@ -498,7 +498,11 @@ NOT_MODELLED_LAYERS = {
 
 # layer kinds (knowledge.inventory.NOT_ATTENTION) the estimate models as themselves in these model_types: LFM2's
 # short convolutions (estimate/components/mixers.py; LoRA's q/k/v/o only in its attention layers, estimate/shapes.py)
-MODELLED_MIXERS = {"short conv": frozenset({"lfm2"})}
+MODELLED_MIXERS = {
+    "short conv": frozenset({"lfm2"}),
+    "state space": frozenset({"mamba2", "falcon_h1", "jamba"}),
+    "linear attention": frozenset({"qwen3_next"}),
+}
 
 # model_types whose layer pattern and mixer sizes no ModelArch field holds (hybrids, state-space and linear-attention
 # mixers, MLA, per-layer embeddings, Llama-4's interleaved MoE): the plan keeps their config.json
@@ -549,6 +553,8 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
         and not (mixers and kind == "state space")
         and model_type not in MODELLED_MIXERS.get(kind, ())
     ]
+    if model_type in MIXER_PATH_NOTES:
+        notes.append(MIXER_PATH_NOTES[model_type])
     if other:
         layers = ", ".join(f"{n} {kind}" for kind, n in other)
         notes.append(
@@ -577,6 +583,26 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
 
 # The activations of a Mamba mixer follow the CUDA kernels transformers calls when mamba_ssm and causal-conv1d are
 # installed (what a GPU run uses); without them transformers runs its torch path, which keeps far more.
+# Mamba mixers of hybrids and Mamba-2 (Mamba-2, Falcon-H1, Jamba): estimate/components/ssm.py `mamba2_mixer_bytes`,
+# `jamba_mixer_bytes`, and why the torch path
+MAMBA2_PATH_NOTE = (
+    "Mamba mixers sized as transformers' torch path keeps them (mamba_ssm kernels not assumed installed; "
+    "with them a mixer keeps less)"
+)
+# Qwen3-Next's gated DeltaNet: estimate/components/mixers.py `deltanet_bytes`. transformers 5.24
+# models/qwen3_next/modeling_qwen3_next.py maps `chunk_gated_delta_rule` to flash-linear-attention's kernel when fla
+# is importable (`use_kernel_func_from_hub_with_fallback(..., "fla")`), to `torch_chunk_gated_delta_rule` otherwise
+DELTANET_PATH_NOTE = (
+    "gated DeltaNet layers sized as transformers' torch path keeps them (flash-linear-attention kernels not "
+    "assumed installed; with them a layer keeps less)"
+)
+# the path each model_type's modelled mixers are sized on, said in its `approximate`
+MIXER_PATH_NOTES = {
+    "mamba2": MAMBA2_PATH_NOTE,
+    "falcon_h1": MAMBA2_PATH_NOTE,
+    "jamba": MAMBA2_PATH_NOTE,
+    "qwen3_next": DELTANET_PATH_NOTE,
+}
 MAMBA_KERNEL_NOTE = (
     "Mamba mixers sized as mamba_ssm's fused kernel keeps them (assumes mamba_ssm and causal-conv1d "
     "are installed; not traced: transformers' torch fallback keeps about 14 bytes per channel and "

@@ -150,7 +150,7 @@ from vramlens.estimate.components.megatron import (
     megatron_state_bytes,
     megatron_step,
 )
-from vramlens.estimate.components.mixers import short_conv_per_token
+from vramlens.estimate.components.mixers import deltanet_bytes, deltanet_per_token, deltanet_sizes, short_conv_per_token
 from vramlens.estimate.components.mlp import GELU_TANH_FAMILIES, mlp_per_token
 from vramlens.estimate.components.norms import (
     FP32_NORM_WEIGHT_FAMILIES,
@@ -206,7 +206,17 @@ from vramlens.estimate.components.sharding import (
     shard_factor,
     zero_shard_factor,
 )
-from vramlens.estimate.components.ssm import mamba_backward_per_token, mamba_layer_bytes, mamba_layer_per_token
+from vramlens.estimate.components.ssm import (
+    jamba_mixer_bytes,
+    jamba_mixer_per_token,
+    mamba2_mixer_bytes,
+    mamba2_mixer_per_token,
+    mamba2_sizes,
+    mamba_backward_per_token,
+    mamba_layer_bytes,
+    mamba_layer_per_token,
+    ssd_chunk_scan_bytes,
+)
 from vramlens.estimate.components.t5 import (
     hf_t5,
     keep_in_fp32_params,
@@ -351,8 +361,17 @@ __all__ = [
     "low_rank_svd_transient",
     "mamba_backward_per_token",
     "short_conv_per_token",
+    "deltanet_bytes",
+    "deltanet_per_token",
+    "deltanet_sizes",
     "mamba_layer_bytes",
     "mamba_layer_per_token",
+    "mamba2_mixer_bytes",
+    "jamba_mixer_bytes",
+    "jamba_mixer_per_token",
+    "mamba2_mixer_per_token",
+    "mamba2_sizes",
+    "ssd_chunk_scan_bytes",
     "math_attention_block_per_token",
     "megatron_activations",
     "megatron_core_attention_per_token",

@@ -11,7 +11,14 @@ from vramlens.estimate.components.attention import (
 )
 from vramlens.estimate.components.common import MLP_LINEARS, amp_fp32_stream
 from vramlens.estimate.components.linears import linear_inputs_per_token
-from vramlens.estimate.components.mixers import first_layer_is_short_conv, short_conv_layers, short_conv_per_token
+from vramlens.estimate.components.mixers import (
+    deltanet_frozen,
+    deltanet_per_token,
+    first_layer_is_deltanet,
+    first_layer_is_short_conv,
+    short_conv_layers,
+    short_conv_per_token,
+)
 from vramlens.estimate.components.mlp import mlp_per_token
 from vramlens.estimate.components.norms import (
     SHARED_NORM_INPUT,
@@ -20,7 +27,15 @@ from vramlens.estimate.components.norms import (
     norms_per_token,
     qk_norms_per_token,
 )
-from vramlens.estimate.components.ssm import mamba_layer_per_token
+from vramlens.estimate.components.ssm import (
+    first_layer_is_mamba,
+    jamba_mixer_per_token,
+    mamba2_block_per_token,
+    mamba2_mixer_frozen,
+    mamba2_mixer_per_token,
+    mamba_layer_per_token,
+    mamba_mixer_frozen,
+)
 from vramlens.estimate.components.t5 import hf_t5, t5_block_extras, t5_cross_attention_per_token
 from vramlens.estimate.shapes import is_mamba
 from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
@@ -62,8 +77,8 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
     `mamba_layer_per_token`.
     """
     arch = rp.arch
-    if is_mamba(arch):
-        one = mamba_layer_per_token(rp)
+    if is_mamba(arch) or (arch.family == "mamba2" and mamba2_mixer_per_token(rp)):
+        one = mamba_layer_per_token(rp) if is_mamba(arch) else mamba2_block_per_token(rp)
         if kept is not None:
             kept.update(down_input=0.0, through_attention=one, down_adapter_copy=0.0, mlp=0.0, after_attention=0.0)
         return arch.layers * one, one
@@ -75,6 +90,8 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
     lin = linear_inputs_per_token(rp)
     per_layer = norm_keep + attn + mlp_internal + lin.total + dora_per_token(rp)
     per_layer += residual_dropouts_per_token(rp)
+    mixer = mamba2_mixer_per_token(rp) if arch.family == "falcon_h1" else 0.0  # beside attention, same norm
+    per_layer += mixer
     if arch.block == "encoder-decoder" and hf_t5(rp):
         enc = arch.encoder_layers or arch.layers
         one_norm = norm_keep / max(norms_per_layer(arch), 1)
@@ -95,8 +112,33 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         if first_layer_is_short_conv(rp) and input_needs_no_grad(rp):
             # nothing before the MLP's adapters needs a gradient in layer 0: its norms and conv keep nothing
             total_layers -= short_conv_per_token(rp) + norm_keep - qk_norms_per_token(rp)
+    elif deltanet_per_token(rp):
+        # Qwen3-Next: its gated DeltaNet layers keep their mixer's activations in place of the attention's
+        n_linear = dict(arch.layer_kinds).get("linear attention", 0)
+        attention_part = attn + lin.qkv + lin.o + qk_norms_per_token(rp)
+        delta = deltanet_per_token(rp)
+        total_layers = arch.layers * per_layer + n_linear * (delta - attention_part)
+        if first_layer_is_deltanet(rp) and input_needs_no_grad(rp) and deltanet_frozen(rp):
+            # layer 0's norm and mixer read the frozen embeddings' output and train nothing: they keep nothing
+            total_layers -= delta + norm_keep / max(norms_per_layer(arch), 1)
+        if n_linear:
+            per_layer = max(per_layer, per_layer - attention_part + delta)  # a checkpointed step recomputes the larger
+    elif jamba_mixer_per_token(rp):
+        # Jamba: its Mamba layers keep their mixer's activations in place of the attention's
+        n_ssm = dict(arch.layer_kinds).get("state space", 0)
+        attention_part = attn + lin.qkv + lin.o + qk_norms_per_token(rp)
+        jamba = jamba_mixer_per_token(rp)
+        total_layers = arch.layers * per_layer + n_ssm * (jamba - attention_part)
+        if first_layer_is_mamba(rp) and input_needs_no_grad(rp) and mamba_mixer_frozen(rp):
+            # layer 0's norm and mixer read the frozen embeddings' output and train nothing: they keep nothing
+            total_layers -= jamba + norm_keep / max(norms_per_layer(arch), 1)
+        if n_ssm:
+            per_layer = max(per_layer, per_layer - attention_part + jamba)  # a checkpointed step recomputes the larger
     else:
         total_layers = arch.layers * per_layer
+        if mixer and input_needs_no_grad(rp) and mamba2_mixer_frozen(rp):
+            # layer 0's mixer reads the frozen embeddings' output and trains nothing: autograd saves nothing in it
+            total_layers -= mixer
         if first_attention_keeps_nothing(rp):
             # MLA with no adapter before o: the first block keeps nothing up to o's input (its first norm included)
             total_layers -= attn + lin.qkv + norm_keep / max(norms_per_layer(arch), 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from vramlens.estimate.shapes import targeted
 from vramlens.resolved import ResolvedPlan
@@ -80,3 +81,218 @@ def mamba_backward_per_token(rp: ResolvedPlan) -> float:
     arch = rp.arch
     c = 2 if rp.compute_dtype != "fp32" else 4
     return c * (8 * arch.ssm_inner + arch.ssm_dt_rank + 2 * arch.ssm_state)
+
+
+# Mamba-2 (SSD) mixers: transformers 5.24 models/mamba2/modeling_mamba2.py `Mamba2Mixer` and the same mixer inside
+# Falcon-H1 (models/falcon_h1/modeling_falcon_h1.py `FalconH1Mixer`), read from the model's config.json. The config
+# keys of each model_type: (heads, head_dim, groups, state, conv kernel, chunk, expand) and their defaults
+# (Mamba2Config, FalconH1Config; Falcon-H1's head_dim "auto" is intermediate / heads, `mamba_d_ssm` overrides
+# expand · hidden).
+_MAMBA2_KEYS = {
+    "mamba2": ("num_heads", "head_dim", "n_groups", "state_size", "conv_kernel", "chunk_size", "expand"),
+    "falcon_h1": (
+        "mamba_n_heads",
+        "mamba_d_head",
+        "mamba_n_groups",
+        "mamba_d_state",
+        "mamba_d_conv",
+        "mamba_chunk_size",
+        "mamba_expand",
+    ),
+}
+_MAMBA2_DEFAULTS = {"mamba2": (128, 64, 8, 128, 4, 256, 2), "falcon_h1": (128, None, 1, 256, 4, 256, 2)}
+
+# Which path a Mamba-2 mixer's training forward takes. `Mamba2Mixer.forward` calls
+# `mamba2_split_conv1d_scan_combined`, which `use_kernel_func_from_hub_with_fallback` maps to mamba_ssm's fused
+# kernel when mamba_ssm is importable on CUDA (or a Hub kernel is loaded), and to a stub that returns None otherwise:
+# the mixer then runs the torch path (`causal_conv1d_fn`, `mamba2_chunk_scan`). The estimate assumes the torch path
+# and says so (knowledge/models.py `MAMBA2_PATH_NOTE`): it is what a plain `pip install transformers` trains with,
+# and the path the real-library trace checks. The fused kernel's own saved tensors (mamba_ssm
+# `MambaSplitConv1dScanCombinedFn`) are not modelled.
+
+
+class Mamba2Sizes(NamedTuple):
+    inner: int  # I = heads · head_dim
+    heads: int  # H
+    head_dim: int  # P
+    groups: int  # G
+    state: int  # N
+    conv: int  # K
+    chunk: int  # Q
+    gated_norm: bool  # the scan output goes through `MambaRMSNormGated` (Mamba-2; Falcon-H1 with mamba_rms_norm)
+
+
+def mamba2_sizes(rp: ResolvedPlan) -> Mamba2Sizes | None:
+    """The Mamba-2 mixer's sizes from the model's config.json (`ModelArch.hf_config_json`), or None when the model
+    has no Mamba-2 mixer this module reads."""
+    import json
+
+    family = rp.arch.family
+    if family not in _MAMBA2_KEYS or not rp.arch.hf_config_json:
+        return None
+    config = json.loads(rp.arch.hf_config_json)
+    values = [config.get(k, d) for k, d in zip(_MAMBA2_KEYS[family], _MAMBA2_DEFAULTS[family])]
+    heads, head_dim, groups, state, conv, chunk, expand = values
+    inner = config.get("mamba_d_ssm") if family == "falcon_h1" else None
+    inner = inner or int(expand * rp.arch.hidden)
+    if not isinstance(head_dim, int):  # Falcon-H1's "auto"
+        head_dim = inner // max(heads, 1)
+    gated = family == "mamba2" or bool(config.get("mamba_rms_norm", False))
+    return Mamba2Sizes(heads * head_dim, heads, head_dim, groups, state, conv, chunk, gated)
+
+
+def ssd_chunk_scan_bytes(rp: ResolvedPlan, z: Mamba2Sizes) -> tuple[float, float, float]:
+    """What transformers' torch chunk scan keeps for backward (transformers 5.24 models/mamba2/modeling_mamba2.py
+    `mamba2_chunk_scan`, autograd's saved tensors at each op; measured with saved-tensor hooks,
+    tests/trace/test_hybrid_layers.py): (bytes per position, per sequence, per layer). With L positions padded to
+    Lp (a multiple of the chunk Q), per sequence:
+    - Δ: softplus's and clamp's 16-bit inputs (2·c·H·L), fp32 copies of Δ for x·Δ and, when A_log trains, for A·Δ
+      (4·H·L each);
+    - x: its fp32 copy (4·I·L), padded for the D residual when D trains (4·I·Lp), discretised x as the L·x einsum
+      and, with more than one chunk, the chunk-state einsum lay it out (4·I·Lp each: with one chunk both einsums
+      read the same layout);
+    - the intra-chunk decay L = exp(segsum(A)) and G = C·Bᵀ, each (H, Q) per position, fp32, and the masked
+      M = G·L laid out for its einsum (3 · 4·H·Q·Lp);
+    - B and C repeated to H heads, in fp32: C and B for G, B for B·decay and B·decay for the states, C for the
+      state output (5 · 4·H·N·Lp); the decays exp(A_cumsum) in and out (2 · 4·H·Lp); C·states (4·I·Lp);
+    - the chunk states: (C + 1) states (P, N) per head for the inter-chunk einsum and C for the output one
+      (4·I·N·(2C + 1); with one chunk the output einsum reads a view of the C + 1), and the chunk-to-chunk decay
+      4·H·(C + 1)².
+    Per layer: A = −exp(A_log) (4H, and exp's output when A_log trains) and the four segsum masks (2Q² + 2(C+1)²
+    bytes)."""
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    i, h, n, q = z.inner, z.heads, z.state, z.chunk
+    s = max(rp.seq_len, 1)
+    chunks = math.ceil(s / q)
+    sp = chunks * q
+    full = rp.peft == "none"
+    per_seq = (
+        (2 * c * h + (8 if full else 4) * h + 4 * i) * s
+        + (4 * i if full else 0) * sp  # D's operand
+        + (4 * i if chunks > 1 else 0) * sp  # discretised x as the chunk-state einsum lays it out
+        + (4 * i + 12 * h * q + 20 * h * n + 8 * h + 4 * i) * sp
+        + 4 * i * n * (chunks + 1 + (chunks if chunks > 1 else 2))
+        + 4 * h * (chunks + 1) ** 2
+    )
+    per_layer = 4 * h + (4 * h if full else 0) + 2 * q * q + 2 * (chunks + 1) ** 2
+    return 0.0, per_seq, per_layer
+
+
+def mamba2_mixer_bytes(rp: ResolvedPlan, z: Mamba2Sizes) -> tuple[float, float, float]:
+    """What one Mamba-2 mixer keeps for backward on transformers' torch path (`MAMBA2_PATH_NOTE`): (bytes per token,
+    per sequence, per layer), its input norm apart. transformers 5.24 `Mamba2Mixer.forward` / `FalconH1Mixer.forward`:
+    in_proj's input (c·h, when in_proj trains; an adapter's copy otherwise), in_proj's output z|xBC|Δ (its storage
+    is the depthwise conv's input: c·(2I + 2GN + H); Falcon-H1 scales it by `mup_vector` first, which keeps the
+    product instead), the conv output before the slice to the sequence (c·(I + 2GN) · (L + K − 1) per sequence,
+    SiLU's input), the chunk scan (`ssd_chunk_scan_bytes`), then the gate:
+    - `MambaRMSNormGated` (Mamba-2): z in fp32 (SiLU's input), the fp32 scan output and silu(z), their product
+      (pow's input), 1/rms per group (4G) and the normalised value when its weight trains (4I);
+    - Falcon-H1 without mamba_rms_norm, `scan_output * silu(gate)`: the fp32 scan output and the 16-bit silu(z);
+    the scan output is a view of the chunk scan's padded output: 4·I·Lp per sequence;
+    and out_proj's 16-bit input (c·I, when out_proj trains)."""
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    h = rp.arch.hidden
+    i, g, n, k = z.inner, z.groups, z.state, z.conv
+    full = rp.peft == "none"
+    conv_dim = i + 2 * g * n
+    per_token: float = c * (i + conv_dim + z.heads)
+    per_token += c * h if full else _mamba_adapter_keeps(rp, "in_proj", h)
+    if z.gated_norm:
+        per_token += 4 * i * 3 + 4 * g + (4 * i if full else 0)
+    else:
+        per_token += c * i
+    per_token += c * i if full else _mamba_adapter_keeps(rp, "out_proj", i)
+    _, scan_seq, scan_layer = ssd_chunk_scan_bytes(rp, z)
+    s = max(rp.seq_len, 1)
+    per_seq = c * conv_dim * (s + k - 1) + scan_seq + 4 * i * math.ceil(s / z.chunk) * z.chunk  # the scan output
+    per_layer = scan_layer + (c * (i + conv_dim + z.heads) if rp.arch.family == "falcon_h1" else 0)  # mup_vector
+    return per_token, per_seq, per_layer
+
+
+def mamba2_mixer_per_token(rp: ResolvedPlan) -> float:
+    """`mamba2_mixer_bytes` spread over the micro-batch's tokens (0 for a model without a Mamba-2 mixer)."""
+    z = mamba2_sizes(rp)
+    if z is None:
+        return 0.0
+    per_token, per_seq, per_layer = mamba2_mixer_bytes(rp, z)
+    s = max(rp.seq_len, 1)
+    return per_token + per_seq / s + per_layer / (s * max(rp.micro_batch, 1))
+
+
+def mamba2_block_per_token(rp: ResolvedPlan) -> float:
+    """One Mamba-2 block (transformers 5.24 `Mamba2Block`: RMSNorm, then the mixer) per token: the norm's fp32 input
+    and 1/rms, the normalised 16-bit value when its weight trains, and `mamba2_mixer_per_token`."""
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    h = rp.arch.hidden
+    return 4 * h + 4 + (c * h if rp.peft == "none" else 0) + mamba2_mixer_per_token(rp)
+
+
+def mamba2_mixer_frozen(rp: ResolvedPlan) -> bool:
+    """Whether nothing in a Mamba-2 mixer trains (an adapter run that adapts none of its linears): in a block whose
+    input needs no gradient, autograd then saves nothing in it."""
+    return rp.peft != "none" and not any(
+        _mamba_adapter_keeps(rp, name, rp.arch.hidden) for name in ("in_proj", "out_proj")
+    )
+
+
+def jamba_mixer_bytes(rp: ResolvedPlan) -> tuple[float, float, float] | None:
+    """What one Jamba Mamba mixer keeps for backward on transformers' torch path (transformers 5.24
+    models/jamba/modeling_jamba.py `JambaMambaMixer.forward`, `mamba_selective_scan`'s recurrent loop): (bytes per
+    token, per sequence, per layer), or None for a model without one; measured with saved-tensor hooks,
+    tests/trace/test_hybrid_layers.py. It is Mamba's mixer (`mamba_layer_bytes`, torch path, its block norm apart:
+    Jamba's decoder layer has its own) with RMSNorms on Δ, B and C, each keeping its fp32 input and 1/rms, and the
+    normalised 16-bit value when its weight trains. The torch path is assumed as for Mamba-2 (knowledge/models.py
+    `MAMBA2_PATH_NOTE`): `mamba_inner_fn` is the kernel's when mamba_ssm is importable on CUDA, `use_mamba_kernels`
+    no longer chooses (deprecated, "has no effect" in 5.24)."""
+    import json
+
+    arch = rp.arch
+    if arch.family != "jamba" or not arch.hf_config_json:
+        return None
+    config = json.loads(arch.hf_config_json)
+    h = arch.hidden
+    rank = config.get("mamba_dt_rank", "auto")
+    r = math.ceil(h / 16) if rank == "auto" else int(rank)
+    n = int(config.get("mamba_d_state", 16))
+    sizes = dict(
+        ssm_inner=int(config.get("mamba_expand", 2) * h), ssm_state=n, ssm_conv=int(config.get("mamba_d_conv", 4))
+    )
+    mamba = rp.model_copy(update={"arch": arch.model_copy(update=dict(sizes, family="mamba", ssm_dt_rank=r))})
+    per_token, per_seq, per_layer = mamba_layer_bytes(mamba, kernels=False)
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    full = rp.peft == "none"
+    per_token -= 4 * h + 4 + (c * h if full else 0)  # the block norm: the decoder layer's own
+    width = r + 2 * n
+    per_token += 4 * width + 3 * 4 + (c * width if full else 0)
+    # x_proj's output is not kept (Mamba keeps it through C, a view of it): the output matmul keeps the normalised C,
+    # and `dt_proj.weight @ time_step` the normalised Δ when dt_proj trains; B is kept as its fp32 copy alone
+    per_token -= c * width - c * n - (c * r if full else 0)
+    return per_token, per_seq, per_layer
+
+
+def jamba_mixer_per_token(rp: ResolvedPlan) -> float:
+    """`jamba_mixer_bytes` spread over the micro-batch's tokens (0 for a model without a Jamba mixer)."""
+    parts = jamba_mixer_bytes(rp)
+    if parts is None:
+        return 0.0
+    per_token, per_seq, per_layer = parts
+    s = max(rp.seq_len, 1)
+    return per_token + per_seq / s + per_layer / (s * max(rp.micro_batch, 1))
+
+
+def mamba_mixer_frozen(rp: ResolvedPlan) -> bool:
+    """Whether nothing in a Jamba Mamba mixer trains (an adapter run that adapts none of its linears)."""
+    return rp.peft != "none" and not any(
+        _mamba_adapter_keeps(rp, name, rp.arch.hidden) for name in ("in_proj", "x_proj", "dt_proj", "out_proj")
+    )
+
+
+def first_layer_is_mamba(rp: ResolvedPlan) -> bool:
+    """Whether Jamba's layer 0 is a Mamba layer: every layer but those at `attn_layer_offset` modulo
+    `attn_layer_period` (JambaConfig defaults 4 and 8: transformers 5.24 models/jamba/configuration_jamba.py)."""
+    import json
+
+    if rp.arch.family != "jamba" or not rp.arch.hf_config_json:
+        return False
+    config = json.loads(rp.arch.hf_config_json)
+    return int(config.get("attn_layer_offset", 4)) % max(int(config.get("attn_layer_period", 8)), 1) != 0
