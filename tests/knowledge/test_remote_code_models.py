@@ -47,14 +47,16 @@ def test_qwen1_other_sizes_scale_the_same_way():
 
 
 def test_other_remote_code_models_are_approximate_and_say_why():
-    chatglm = {
-        "auto_map": {"AutoModel": "modeling_chatglm.ChatGLMForConditionalGeneration"},
-        "model_type": "chatglm",
+    # internlm/internlm2_5-7b-chat config.json (Hugging Face Hub), the sizing keys: InternLM2's own modeling file
+    internlm2 = {
+        "auto_map": {"AutoModelForCausalLM": "modeling_internlm2.InternLM2ForCausalLM"},
+        "model_type": "internlm2",
         "hidden_size": 4096,
-        "num_layers": 28,
+        "num_hidden_layers": 32,
         "num_attention_heads": 32,
-        "ffn_hidden_size": 13696,
-        "padded_vocab_size": 65024,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 92544,
     }
-    arch = arch_from_hf_config(chatglm, "THUDM/chatglm3-6b")
+    arch = arch_from_hf_config(internlm2, "internlm/internlm2_5-7b-chat")
     assert "remote code: not built" in arch.approximate

@@ -84,7 +84,8 @@ _UNGATED_GELU = frozenset(
 _RELU = frozenset({"opt"})
 _LAYERNORM = _UNGATED_GELU | _RELU | frozenset({"olmo", "stablelm", "cohere"})
 _BIASED = _UNGATED_GELU | _RELU
-_QKV_BIAS_ONLY = frozenset({"qwen", "qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"})  # q/k/v biases, no o_proj bias
+# q/k/v biases, no o_proj bias (ChatGLM: add_qkv_bias on query_key_value, add_bias_linear off)
+_QKV_BIAS_ONLY = frozenset({"qwen", "qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "chatglm"})
 # family -> token-type rows next to the learned positions (GPT-BigCode keeps GPT-2's `wpe`: transformers 5.24
 # models/gpt_bigcode/modeling_gpt_bigcode.py GPTBigCodeModel)
 LEARNED_POSITIONS = {"gpt2": 0, "gpt_bigcode": 0, "bert": 2, "roberta": 1}
@@ -106,6 +107,8 @@ def _arch(entry: Mapping[str, Any]) -> ModelArch:
         if arch is None:
             raise ValueError(f"models.yaml: the config of {entry['id']} does not map to an architecture")
         extra = {k: v for k, v in entry.items() if k not in ("config", "id")}
+        if extra.get("approximate"):  # the entry's own reason beside what the mapping found approximate
+            extra["approximate"] = "; ".join(filter(None, (arch.approximate, extra["approximate"])))
         return arch.model_copy(update={**extra, "aliases": tuple(entry.get("aliases", ()))})
     return ModelArch(**{**entry, "aliases": tuple(entry.get("aliases", ()))})
 
@@ -125,19 +128,22 @@ def _imported_files() -> list[str]:
 def _imported(taken: set[str]) -> list[ModelArch]:
     """The generated entries (`_imported_files`): shapes imported from public model tables, each citing its source.
     A hand entry wins, then an earlier file: an imported model whose id is a spelling already taken is left out, and
-    so is an alias spelled there. An entry holding `config` (a config.json) is read as a local config.json is."""
+    so is an alias spelled there. An entry holding `config` (a config.json) is read as a local config.json is. An
+    entry that says it is `approximate` yields to an exact one of a later file for the same spelling."""
     out = []
+    entries = []
     for name in _imported_files():
         text = resources.files("vramlens.knowledge.data").joinpath(name).read_text(encoding="utf-8")
-        for entry in json.loads(text)["models"]:
-            if entry["id"].lower() in taken:
-                continue
-            aliases = tuple(a for a in entry.get("aliases", ()) if a.lower() not in taken)
-            taken.update(s.lower() for s in (entry["id"], *aliases))
-            if "config" in entry:
-                out.append(_arch({**entry, "aliases": aliases}))
-            else:
-                out.append(ModelArch(**{**entry, "aliases": aliases}))
+        entries.extend(json.loads(text)["models"])
+    for entry in sorted(entries, key=lambda e: bool(e.get("approximate"))):  # stable: file order otherwise
+        if entry["id"].lower() in taken:
+            continue
+        aliases = tuple(a for a in entry.get("aliases", ()) if a.lower() not in taken)
+        taken.update(s.lower() for s in (entry["id"], *aliases))
+        if "config" in entry:
+            out.append(_arch({**entry, "aliases": aliases}))
+        else:
+            out.append(ModelArch(**{**entry, "aliases": aliases}))
     return out
 
 
@@ -740,6 +746,8 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
         kv_heads = heads
     if model_type == "falcon" and config.get("multi_query") and not kv_heads:
         kv_heads = 1
+    if model_type == "chatglm" and config.get("multi_query_attention") and not kv_heads:
+        kv_heads = config.get("multi_query_group_num")  # modeling_chatglm.py `SelfAttention` (REMOTE_CODE_WRITTEN)
     if model_type == "gpt_bigcode" and config.get("multi_query", True) and not kv_heads:
         # GPT-BigCode (StarCoder, SantaCoder) is multi-query unless told otherwise: one K/V head, c_attn is
         # h × (h + 2·head_dim) (transformers 5.24 models/gpt_bigcode/configuration_gpt_bigcode.py `multi_query =
@@ -793,7 +801,9 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
             vocab=vocab,
             tied_embeddings=True if tied is None else bool(tied),  # transformers' PretrainedConfig default
             attn_bias=bool(
-                _first(config, "attention_bias", "qkv_bias", "use_bias") or model_type in _QKV_BIAS_ONLY or biased
+                _first(config, "attention_bias", "qkv_bias", "use_bias", "add_qkv_bias")
+                or (model_type in _QKV_BIAS_ONLY and model_type != "chatglm")
+                or biased
             ),
             mlp_bias=bool(config.get("mlp_bias") or biased),
             num_experts=num_experts,
@@ -891,6 +901,15 @@ REMOTE_CODE_WRITTEN = {
     # c_proj without (`no_bias`); `QWenMLP` `ff_dim_in = config.intermediate_size // 2`, w1 and w2 hidden → ff_dim_in,
     # c_proj ff_dim_in → hidden, SwiGLU; RMSNorm ln_1, ln_2, ln_f; wte and lm_head untied
     "qwen": "Qwen-1's modeling_qwen.py (QWenAttention, QWenMLP with intermediate_size / 2)",
+    # baichuan-inc/Baichuan2-7B-Base modeling_baichuan.py (Hugging Face Hub): `Attention` W_pack hidden → 3·hidden and
+    # o_proj, both without bias; `MLP` gate/up/down of intermediate_size, SwiGLU, no biases; RMSNorm; `NormHead`
+    # lm_head vocab × hidden, untied (13B: the same layers, ALiBi in place of RoPE)
+    "baichuan": "Baichuan's modeling_baichuan.py (W_pack, o_proj, gated MLP, NormHead)",
+    # THUDM/chatglm3-6b modeling_chatglm.py (Hugging Face Hub): `SelfAttention` query_key_value hidden →
+    # heads·kv_channels + 2·multi_query_group_num·kv_channels with a bias (add_qkv_bias), dense without
+    # (add_bias_linear false); `MLP` dense_h_to_4h hidden → 2·ffn_hidden_size (SwiGLU), dense_4h_to_h back; RMSNorm;
+    # output_layer untied
+    "chatglm": "ChatGLM's modeling_chatglm.py (grouped query_key_value, SwiGLU dense_h_to_4h of 2 × ffn_hidden_size)",
 }
 
 

@@ -194,8 +194,9 @@ def arch_from_sizes(plan: TrainingPlan) -> ModelArch | None:
     layers = _size(plan, "num_layers", "n_layer")
     hidden = _size(plan, "hidden_size", "n_embd")
     heads = _size(plan, "num_attention_heads", "n_head")
-    if not (layers and hidden and heads) or hidden % heads or max(layers, hidden, heads) > 1_000_000:
-        return None
+    head_dim = _size(plan, "head_dim")
+    if not (layers and hidden and heads) or (hidden % heads and not head_dim) or max(layers, hidden, heads) > 1_000_000:
+        return None  # heads that do not divide the width need their size given (Megatron `--kv-channels`)
 
     def text(key: str) -> str:
         s = plan.extra.get(f"arch.{key}")
@@ -203,10 +204,13 @@ def arch_from_sizes(plan: TrainingPlan) -> ModelArch | None:
 
     gated = "glu" in text("activation")
     inter = _size(plan, "intermediate_size") or (int(8 * hidden / 3) if gated else 4 * hidden)
-    if gated and inter > 4 * hidden:
+    megatron = plan.dist_strategy is not None and plan.dist_strategy.value == "megatron"
+    if gated and inter > 4 * hidden and not megatron:
         inter = inter // 3  # GPT-NeoX's SwiGLU intermediate_size is not the per-branch width
+    # Megatron's `--ffn-hidden-size` is the width of each gated branch: linear_fc1 is 2 × ffn_hidden_size wide when
+    # gated (megatron/core/transformer/mlp.py core_v0.13.0 `MLP.__init__`: `if self.config.gated_linear_unit:
+    # ffn_hidden_size *= 2`), linear_fc2 ffn_hidden_size → hidden
     untied = plan.extra.get("arch.no_weight_tying")
-    head_dim = _size(plan, "head_dim")
     sizes = {
         "mlp": "swiglu" if gated else "gelu",
         "norm": "rmsnorm" if "rms" in text("norm") else "layernorm",

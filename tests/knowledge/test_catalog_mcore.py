@@ -1,0 +1,149 @@
+"""Catalog entries from frameworks' per-model Megatron argument files (scripts/import_catalog_mcore.py, THUDM/slime
+scripts/models/*.sh read by vramlens' own shell + Megatron reader) and remote-code models written from their published
+config.json and modeling file (models_imported_remote.json)."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from vramlens.analysis import analyze
+from vramlens.formats import parse_document
+from vramlens.knowledge import models
+from vramlens.knowledge.models import arch_from_hf_config, param_count
+from vramlens.resolve.model import arch_from_sizes
+from vramlens.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "import_catalog_mcore.py"
+DATA = ROOT / "server" / "vramlens" / "knowledge" / "data"
+FIXTURES = ROOT / "tests" / "fixtures"
+SLIME = FIXTURES / "slime" / "624b824a"
+SLIME_MIRROR = Path(os.environ.get("VRAMLENS_MIRRORS", "/work/.mirror")) / "THUDM+slime" / "repo"
+
+
+@functools.cache
+def _script():
+    spec = importlib.util.spec_from_file_location("import_catalog_mcore", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _data(name: str) -> dict:
+    return json.loads((DATA / name).read_text(encoding="utf-8"))
+
+
+def _slime_arch(name: str):
+    """The model vramlens' Megatron reader builds from a slime model file, sourced by a launch as slime's run scripts
+    source it."""
+    text = (SLIME / name).read_text(encoding="utf-8") + _script().LAUNCH
+    plan = parse_document(text, str(SLIME / name)).plan
+    assert plan is not None
+    return arch_from_sizes(plan)
+
+
+# ------------------------------------------------------------------------------------------- the Megatron reader
+
+
+def test_megatron_ffn_hidden_size_is_the_width_of_each_gated_branch():
+    """Megatron's `--ffn-hidden-size` with `--swiglu`: linear_fc1 is 2 × ffn wide (megatron/core/transformer/mlp.py),
+    so Qwen2.5-7B's 18944 is the branch width, not a GPT-NeoX total to divide by 3 (which gave 3.8 B)."""
+    arch = _slime_arch("qwen2.5-7B.sh")
+    assert arch.intermediate == 18944
+    qwen = models.find_model("Qwen/Qwen2.5-7B", None, None).arch
+    assert abs(param_count(arch) / param_count(qwen) - 1) < 0.001
+
+
+def test_megatron_heads_that_do_not_divide_the_width_take_the_head_size_given():
+    """GLM-4.5-Air: 96 heads of `--kv-channels 128` on a 4096-wide model (a model the reader used to drop)."""
+    arch = _slime_arch("glm4.5-106B-A12B.sh")
+    assert arch is not None and arch.heads == 96 and arch.head_dim == 128
+    assert arch.num_experts == 128 and arch.dense_layers == 1 and arch.shared_experts == 1
+
+
+# ----------------------------------------------------------------------------------------------- the data files
+
+
+def test_every_entry_maps_to_an_architecture_in_the_catalog():
+    for name in ("models_imported_mcore.json", "models_imported_remote.json"):
+        data = _data(name)
+        assert data["generated_by"] == "scripts/import_catalog_mcore.py"
+        for entry in data["models"]:
+            assert entry["source"]
+            for spelling in (entry["id"], *entry.get("aliases", ())):
+                arch = models.find_model(spelling, None, None).arch
+                assert arch is not None, spelling
+            assert round(param_count(arch) / 1e9, 3) == entry["params_b"], entry["id"]
+
+
+def test_flags_the_reader_does_not_model_make_the_entry_approximate():
+    by_id = {e["id"]: e for e in _data("models_imported_mcore.json")["models"]}
+    # gated DeltaNet layers from a custom layer spec, gated attention; MLA; a shell-loop --moe-layer-freq
+    assert "custom layer spec" in by_id["Qwen/Qwen3-Next-80B-A3B-Instruct"]["approximate"]
+    assert "gated attention" in by_id["Qwen/Qwen3.5-35B-A3B"]["approximate"]
+    moonlight = by_id["moonshotai/Moonlight-16B-A3B"]["approximate"]
+    assert "multi-latent attention" in moonlight and "--moe-layer-freq" in moonlight
+    # Megatron's GPT layers only: exact
+    assert "approximate" not in by_id["zai-org/GLM-4.5-Air"]
+    assert "approximate" not in by_id["MiniMaxAI/MiniMax-M2"]
+    for entry in by_id.values():
+        arch = models.find_model(entry["id"], None, None).arch
+        assert arch.approximate == entry.get("approximate", "")
+
+
+def test_cross_checks_against_the_catalog_hold():
+    checked = _data("models_imported_mcore.json")["checked"]
+    exact = [c for c in checked if c["exact"]]
+    assert len(exact) >= 10
+    for c in exact:
+        assert c["same_sizes"] and abs(c["ratio"] - 1) <= _script().AGREE, c
+
+
+@pytest.mark.skipif(not SLIME_MIRROR.exists(), reason="no THUDM/slime mirror under the mirrors folder")
+def test_data_file_is_what_the_source_gives_now():
+    assert _script().main(["--check", "--git-dir", str(SLIME_MIRROR)]) == 0
+
+
+# ----------------------------------------------------------------------------------------------- remote code
+
+
+def test_chatglm_counts_its_grouped_query_key_value_and_gated_mlp():
+    """modeling_chatglm.py: query_key_value is heads·kv_channels + 2·groups·kv_channels wide with a bias, the MLP's
+    dense_h_to_4h 2 × ffn_hidden_size; the count is by construction, not approximate."""
+    arch = models.find_model("THUDM/chatglm3-6b", None, None).arch
+    h, layers, qkv = 4096, 28, 4096 + 2 * 2 * 128
+    per_layer = h * qkv + qkv + 4096 * h + 3 * h * 13696 + 2 * h
+    assert arch.kv_heads == 2 and arch.approximate == ""
+    assert param_count(arch) == layers * per_layer + 2 * 65024 * h + h
+
+
+def test_remote_code_families_in_the_catalog_are_by_construction():
+    assert models.find_model("Qwen/Qwen-7B-Chat", None, None).arch.intermediate == 22016 // 2
+    baichuan = models.find_model("baichuan-inc/Baichuan2-7B-Chat", None, None).arch
+    config = _data("models_imported_remote.json")["models"]
+    cfg = next(e["config"] for e in config if e["id"] == "baichuan-inc/Baichuan2-7B-Base")
+    assert baichuan.approximate == "" and param_count(baichuan) == param_count(arch_from_hf_config(cfg, "b"))
+    # ALiBi (13B) is not modelled: said so
+    assert "ALiBi" in models.find_model("baichuan-inc/Baichuan2-13B-Chat", None, None).arch.approximate
+
+
+# ----------------------------------------------------------------------------------------------- held-out files
+
+
+def test_held_out_verl_moonlight_run_is_estimated_and_says_it_is_approximate():
+    """verl examples/grpo_trainer/run_moonlight16b_math_megatron.sh (tests/fixtures/verl/b178a3cd, SOURCE beside it):
+    moonshotai/Moonlight-16B-A3B, not in the catalog before, estimated with the Hub off."""
+    path = FIXTURES / "verl" / "b178a3cd" / "run_moonlight16b_math_megatron.sh"
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    a = analyze(path.read_text(encoding="utf-8"), str(path), Settings(workspace=path.parent, model_lookup=False))
+    assert a.error is None and a.estimate is not None
+    assert a.resolution is not None and a.resolution.resolved.arch.id == "moonshotai/Moonlight-16B-A3B"
+    assert any("multi-latent attention" in str(x) for x in a.resolution.assumptions)
