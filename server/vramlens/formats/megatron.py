@@ -30,7 +30,8 @@ SWIFT_FRAMEWORK = "megatron-swift"  # … and Megatron-SWIFT's
 SWIFT_LABEL = "ms-swift 3.12–4.5 Megatron-SWIFT"
 GPT2_VOCAB = 50257  # GPT2BPETokenizer (gpt2-vocab.json) of examples/gpt3/*.sh
 # scripts that run Megatron-LM's training loop (`pretrain_gpt.py`, `examples/classes/pretrain_gpt.py`, …)
-_SCRIPT = re.compile(r"(?:^|/)pretrain_(?:gpt|mamba|bert|t5|vlm|mixtral|llama)\w*\.py$")
+# (`pretrain_hybrid.py`: Megatron-LM main's hybrid Mamba/attention entry point, examples/mamba/train.sh)
+_SCRIPT = re.compile(r"(?:^|/)pretrain_(?:gpt|mamba|hybrid|bert|t5|vlm|mixtral|llama)\w*\.py$")
 SWIFT_SUBCOMMANDS = ("sft", "pt", "rlhf")
 
 
@@ -141,6 +142,25 @@ def _not_modelled(what: str, consequence: str, *, unless=None):
             b.unmodelled(s, what, consequence)
 
     return handler
+
+
+def _hybrid_pattern(b: PlanBuilder, s: Setting) -> None:
+    """`--hybrid-layer-pattern M-M-M*-…` (main; `--hybrid-override-pattern` before it): every symbol is one layer,
+    a Mamba (M), attention (*), MLP (-) or MoE (E) layer (megatron/core/models/hybrid/hybrid_layer_allocation.py
+    `Symbols`), and the pattern sets the layer count (megatron/training/arguments.py `validate_args`: "hybrid_layer_
+    pattern always overrides --num-layers"). Megatron's hybrid model is not a stack of transformer blocks, so the run
+    gets no estimate: it names the pattern instead of a misleading figure."""
+    from vramlens.formats.model_kind import set_other_kind
+
+    if s.value in (None, "", True, False) or str(s.value).strip().lower() in ("none", "null"):
+        return
+    flag = "--" + s.key.lstrip("-").replace("_", "-")
+    set_other_kind(
+        b,
+        s,
+        "a hybrid Mamba/attention model",
+        f"`{flag} {s.value}` makes each layer a Mamba, attention, MLP or MoE layer (Megatron-LM's hybrid model)",
+    )
 
 
 def _recompute_activations(b: PlanBuilder, s: Setting) -> None:
@@ -318,7 +338,8 @@ HANDLERS = {
     "decoder_last_pipeline_num_layers": _not_modelled("uneven pipeline stages", "layers split evenly"),
     "moe_extended_tp": _not_modelled("extended tensor parallelism of the experts", "experts split by EP only"),
     "multi_latent_attention": _not_modelled("multi-latent attention (MLA)", "estimated as multi-head attention"),
-    "hybrid_override_pattern": _not_modelled("hybrid Mamba/attention layers", "estimated as transformer layers"),
+    "hybrid_override_pattern": _hybrid_pattern,
+    "hybrid_layer_pattern": _hybrid_pattern,
     "hybrid_attention_ratio": _not_modelled(
         "hybrid Mamba/attention layers", "estimated as transformer layers", unless="0.0"
     ),
@@ -451,6 +472,22 @@ def finish(b: PlanBuilder, settings: list[Setting], launch) -> None:
         _head_size(b, by)
         _linear_defaults(b, by)
         _experts(b, by)
+    from vramlens.formats.model_kind import other_kind, set_other_kind
+
+    if script.startswith("pretrain_t5") and other_kind(b.plan) is None:
+        # pretrain_t5.py builds megatron.core.models.T5.T5Model: an encoder and a decoder with cross-attention
+        # (`--encoder-num-layers`, `--decoder-num-layers`; Megatron-LM examples/t5/train_t5_220m_distributed.sh)
+        sizes = [f"`{f} {by[k].value}`" for f, k in _T5_FLAGS if k in by]
+        set_other_kind(
+            b,
+            by.get("encoder_num_layers") or by.get("num_layers"),
+            "an encoder-decoder (T5) model",
+            f"`{script}` trains Megatron-LM's T5Model" + (f" ({', '.join(sizes)})" if sizes else ""),
+        )
+    if other_kind(b.plan) is not None:  # a hybrid Mamba model (`_hybrid_pattern`): its sizes build no transformer
+        b.plan.model_id = None
+        for key in [k for k in b.plan.extra if k.startswith("arch.")]:
+            del b.plan.extra[key]
     amp = b.plan.amp_dtype.value if b.plan.amp_dtype is not None else None
     fp32_grads = by.get("accumulate_allreduce_grads_in_fp32")
     if amp == "fp16" and (fp32_grads is None or to_bool(fp32_grads.value) is False):
@@ -462,6 +499,9 @@ def finish(b: PlanBuilder, settings: list[Setting], launch) -> None:
             "gradient buffers counted in fp32",
             key="fp16" if "fp16" not in by else None,
         )
+
+
+_T5_FLAGS = (("--encoder-num-layers", "encoder_num_layers"), ("--decoder-num-layers", "decoder_num_layers"))
 
 
 def implied_world_size(b: PlanBuilder, settings: list[Setting]) -> None:
@@ -785,13 +825,9 @@ def raw_name(launch, word) -> str:
     return word.plain_prefix().split("=", 1)[0].removesuffix("+")
 
 
-def fragment_launch(text: str, env: dict, ex):
-    """A script with no command of its own that keeps Megatron-LM's flags in variables for a launch script to
-    `source` (Megatron-LM examples/rl/model_configs/*.sh `MODEL_OPTIONS="--num-layers 48 …"`,
-    examples/post_training/modelopt/conf/<org>/<model>.sh `MODEL_ARGS=" … "`, read by `torchrun … train_rl.py
-    $MODEL_OPTIONS` or `finetune.py ${MODEL_ARGS}`): read as the flags of a Megatron-LM training run when, all
-    variables together, they give the model's shape and its batch as a launch does (`is_program`). Each variable's
-    words keep their ranges in the file; a variable another one names (`ALL="$A $B"`) is read once."""
+def _fragment_vars(text: str, env: dict, ex) -> tuple[list, list]:
+    """The variables of a script that hold lists of Megatron-LM flags, (name, Var, its Args) each, and all their
+    Args together; a variable another one names (`ALL="$A $B"`) is left out (its words are read through it)."""
     from vramlens.formats import shell
 
     found: list[tuple[str, Any, list]] = []
@@ -805,6 +841,11 @@ def fragment_launch(text: str, env: dict, ex):
         elif var.words_range is not None:
             words = shell._spliced_words(text, var.words_range, ex)
             args = shell._args(text, words, env, ex, 1) if words is not None else []
+        elif var.fields is not None:
+            # a value that is not one quoted list: `MODEL_OPTIONS="… --tokenizer-model "unsloth/Qwen2.5-Math-7B" \
+            # --lr …"` (Megatron-LM examples/rl/model_configs/qwen_2p5_math_7b.sh at main) closes and reopens its
+            # quotes; bash splits it into the same words where it is used unquoted
+            args = list(var.fields)
         else:
             continue
         known = [a.text for a in args if a.value]  # a list of flags, not a command (`CMD="python x.py …"`)
@@ -818,11 +859,65 @@ def fragment_launch(text: str, env: dict, ex):
         for m in _REF.finditer(text[var.words_range[0] : var.words_range[1]])
     }
     found = [f for f in found if f[0] not in named]
-    args = [a for _, _, found_args in found for a in found_args]
-    if not found or not is_program("", "", "variables.py", [a.text for a in args if a.text]):
+    return found, [a for _, _, found_args in found for a in found_args]
+
+
+def fragment_launch(text: str, env: dict, ex):
+    """A script with no command of its own that keeps Megatron-LM's flags in variables for a launch script to
+    `source` (Megatron-LM examples/rl/model_configs/*.sh `MODEL_OPTIONS="--num-layers 48 …"`,
+    examples/post_training/modelopt/conf/<org>/<model>.sh `MODEL_ARGS=" … "`, read by `torchrun … train_rl.py
+    $MODEL_OPTIONS` or `finetune.py ${MODEL_ARGS}`): read as the flags of a Megatron-LM training run when, all
+    variables together, they give the model's shape and its batch as a launch does (`is_program`). Each variable's
+    words keep their ranges in the file; a variable another one names (`ALL="$A $B"`) is read once."""
+    from vramlens.formats import shell
+
+    found, args = _fragment_vars(text, env, ex)
+    flags = [a.text for a in args if a.text]
+    if not found or not is_program("", "", "variables.py", flags):
         return None
+    if any(shell_flag(f) in _HYBRID_PATTERN for f in flags):
+        return None  # a hybrid Mamba model's definition (`fragment_purpose`): its layers are not transformer layers
     first, last = found[0][1], found[-1][1]
     start = (first.stmt_range or first.value_range)[0]
     end = (last.stmt_range or last.value_range)[1]
     command = shell.Command([v.word for _, v, _ in found if v.word is not None], start, end)
     return shell.Launch("megatron", command, args, {}, launcher=FRAGMENT)
+
+
+# Megatron-LM's hybrid Mamba/attention layer pattern: `--hybrid-layer-pattern` (main, megatron/training/arguments.py
+# `validate_args`: "hybrid_layer_pattern always overrides --num-layers") and its older spelling
+# `--hybrid-override-pattern` (core_v0.13.0 … core_v0.15.0)
+_HYBRID_PATTERN = ("--hybrid-layer-pattern", "--hybrid-override-pattern")
+
+
+def fragment_purpose(text: str, env: dict, ex) -> tuple[str, tuple[int, int]] | None:
+    """A script with no command of its own whose variables hold a hybrid Mamba model's flags (`--hidden-size`,
+    `--num-attention-heads`, `--hybrid-layer-pattern`; `fragment_launch` does not take it): a model definition that
+    launch scripts `source` (Megatron-LM examples/post_training/modelopt/conf/nvidia/Nemotron-H-8B-Base-8K.sh at
+    main, read by `${LAUNCH_SCRIPT} … ${MODEL_ARGS}` in finetune.sh / train.sh): (what it is, its range), or None."""
+    found, args = _fragment_vars(text, env, ex)
+    names = {shell_flag(a.text) for a in args if a.text and a.text.startswith("--")}
+    if not found or not {"--hidden-size", "--num-attention-heads"} <= names:
+        return None
+    ranges = [v.stmt_range or v.value_range for _, v, _ in found]
+    variables_used = {
+        m.group(1) for m in _REF.finditer(text) if not any(r and r[0] <= m.start() < r[1] for r in ranges)
+    }
+    if any(name in variables_used for name, _, _ in found):
+        return None  # the file itself passes them to a command it runs: a launch not read, not a definition
+    hybrid = next((f for f in _HYBRID_PATTERN if f in names), None)
+    if hybrid is None:
+        return None  # a transformer's flags without a run's: read when a launch script sources it
+    # Mamba (M), attention (*), MLP (-) and MoE (E) layers, each its own layer (megatron/core/models/hybrid/
+    # hybrid_layer_allocation.py `Symbols`), not transformer blocks
+    why = f"its layers are a hybrid Mamba/attention pattern (`{hybrid}`), which vramlens does not estimate"
+    variables = ", ".join(f"`{name}`" for name, _, _ in found)
+    first, last = found[0][1], found[-1][1]
+    start = (first.stmt_range or first.value_range)[0]
+    end = (last.stmt_range or last.value_range)[1]
+    what = f"a Megatron-LM model definition ({variables}) for a launch script to `source`, not a run: {why}"
+    return what, (start, end)
+
+
+def shell_flag(word: str) -> str:
+    return word.split("=", 1)[0]

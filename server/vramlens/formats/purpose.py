@@ -105,11 +105,16 @@ _MODULES = re.compile(
     # examples/scripts/ckpt_ds_zero_to_universal.sh)
     r"deepspeed\.checkpoint\.)"
 )
-# a script whose file name says it does not train (and nothing in it says train / finetune / sft)
+# a script whose file name says it does not train (and nothing in it says train / finetune / sft); Megatron-LM
+# examples/post_training/modelopt (core_v0.13.0, main): mmlu.py (MMLU evaluation), prune.py (ModelOpt pruning),
+# validate.py (speculative-decoding acceptance rate), offline_feature_extract.py (hidden states of a base model);
+# examples/multimodal/combine_state_dicts.py (merges a language and a vision checkpoint), tools/checkpoint/
+# checkpoint_inspector.py (checkpoint format conversion, examples/megatron_fsdp/sbatch_checkpoint_convert.sh)
 _SCRIPT = re.compile(
     r"(?:^|[_\-./])(?:infer|inference|generate|generation|chat|eval|evaluate|evaluation|merge|"
     r"merge_lora|export|convert|quantize|quantization|serve|server|api_demo|cli_demo|web_demo|"
-    r"llama_pro|pissa_init|loftq_init|predict|benchmark_inference|vllm_infer)(?:[_\-.]|$)",
+    r"llama_pro|pissa_init|loftq_init|predict|benchmark_inference|vllm_infer|mmlu|prune|validate|"
+    r"feature_extract|combine_state_dicts|checkpoint_inspector)(?:[_\-.]|$)",
     re.I,
 )
 _TRAINS = re.compile(r"train|finetune|fine_tune|sft|dpo|ppo|grpo|pretrain|rlhf|kto|orpo", re.I)

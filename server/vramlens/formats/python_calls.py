@@ -687,6 +687,8 @@ def parse_python(text: str, ctx) -> TrainingPlan | None:
             from vramlens.formats import script_arguments
 
             script_arguments.apply_own_defaults(plan, text, ctx.path)
+        if plan.model_id is None:
+            usage.name_command_line_model(plan, text, ctx.path)
     return plan
 
 
@@ -764,6 +766,7 @@ def read_tree(tree: ast.Module, text: str, ctx) -> TrainingPlan | None:
     if not r.signals:
         return None
     b = r.b
+    _diffusion_trainer(r, col.calls)
     if r.swift is not None:
         _swift(r, ctx)
     elif "unsloth" in r.signals:
@@ -782,6 +785,29 @@ def read_tree(tree: ast.Module, text: str, ctx) -> TrainingPlan | None:
 
     follow_references(b, ctx)
     return b.plan
+
+
+# TRL's trainers of a Stable Diffusion pipeline (trl/trainer/ddpo_trainer.py, alignprop_trainer.py, v0.12 to v0.19;
+# examples/scripts/ddpo.py and alignprop.py train `DefaultDDPOStableDiffusionPipeline(script_args.pretrained_model)`;
+# the CLIP model those scripts load is the aesthetic scorer that rewards the images, not the model trained)
+DIFFUSION_TRAINERS = {"DDPOTrainer": "ddpo_trainer.py", "AlignPropTrainer": "alignprop_trainer.py"}
+
+
+def _diffusion_trainer(r: _Reader, calls: list) -> None:
+    from vramlens.formats.model_kind import set_other_kind
+
+    for call, _ in calls:
+        func = call.func
+        name = func.id if type(func) is ast.Name else func.attr if type(func) is ast.Attribute else ""
+        if name in DIFFUSION_TRAINERS:
+            set_other_kind(
+                r.b,
+                r.node_setting(name, func, name),
+                "a diffusion model",
+                f"`{name}` fine-tunes a Stable Diffusion pipeline (TRL trl/trainer/{DIFFUSION_TRAINERS[name]})",
+            )
+            r.b.plan.model_id = None
+            return
 
 
 def _call(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope) -> None:
@@ -1055,7 +1081,19 @@ def _hf_kwargs(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name: 
     hf.apply(r.b, [s for s, _ in _kwargs(r, ev, call, scope, name)])
 
 
+_MODEL_FIELD = re.compile(r"(?:model_)?(?:name_or_path|model_name|model_id|model_path)$")
+
+
 def _trainer(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name: str) -> None:
+    kw = _kw(call, "model")
+    named = kw is not None and type(kw.value) is ast.Attribute and _MODEL_FIELD.match(kw.value.attr)
+    if kw is not None and named and "model" not in r.seen:
+        # `GRPOTrainer(model=model_args.model_name_or_path, …)` (TRL main trl/scripts/grpo.py, reward.py, rloo.py):
+        # a model id the trainer loads, from a parsed argument only known when the script runs
+        v = ev.value(kw.value, scope)
+        if _is_unknown(v):
+            r.seen.add("model")
+            r.unknown(r.kw_setting(kw, v), _Unknown(r.cols.source(kw.value)))
     for s, target in _kwargs(r, ev, call, scope, name):
         if target == "model":
             if isinstance(s.value, str):

@@ -758,6 +758,16 @@ def _strip_wrappers(args: list[Arg]) -> list[Arg]:
             i += 1
         elif t in ("uv", "poetry", "pipenv", "pdm", "hatch") and i + 1 < len(args) and args[i + 1].text == "run":
             i += 2
+            if i < len(args) and args[i].text.startswith("-"):
+                # `uv run --extra ssm python -m torch.distributed.run …` (Megatron-LM main examples/mimo/scripts):
+                # the run's own options, then the program (the first word that names one, as for srun)
+                k = next(
+                    (k for k in range(i, len(args)) if _SRUN_PROGRAM.fullmatch(args[k].text.rsplit("/", 1)[-1])),
+                    None,
+                )
+                if k is None:
+                    break
+                i = k
         elif t == "env":
             i += 1
         elif (
@@ -1030,6 +1040,11 @@ def _retarget_module(launch: Launch, module: str) -> Launch:
         launch.tool = "swift"
     elif verl.is_trainer_module(module):
         launch.tool = "verl"
+    elif megatron.is_program(
+        "", "", module.replace(".", "/") + ".py", [a.text for a in launch.args[launch.script_args_start :] if a.text]
+    ):
+        # `python -m torch.distributed.run … -m examples.mimo.pretrain_mimo --num-layers …` (Megatron-LM main)
+        launch.launcher, launch.tool = launch.tool, "megatron"
     else:
         launch.subcommand = launch.subcommand or launch.tool
     return launch
@@ -2365,7 +2380,44 @@ def parse_script(text: str, ctx, fmt: str = "shell", path: str | None = None) ->
                 severity=Severity.INFO,
             ),
         )
+    elif (
+        b.plan.model_id is None
+        and not any(f"arch.{k}" in b.plan.extra for k in ("num_layers", "n_layer", "hidden_size", "n_embd"))
+        and (spliced := _unset_splices(script))
+    ):
+        # the launch line's flags come in a variable the script never sets (Megatron-LM sc21/SRUN.sh `python -u
+        # pretrain_gpt.py ${MEGATRON_PARAMS}`, exported by SBATCH.sh, built in CONFIG.sh)
+        names = ", ".join(f"`${{{n}}}`" for n, _ in spliced)
+        b.plan.issues.insert(
+            0,
+            ParseIssue(
+                kind=IssueKind.NOT_READ,
+                message=f"`model` is only known when the script runs: the launch line takes its flags from {names}, "
+                "which this script does not set (the script that runs it or the environment does); it is not read",
+                span=spliced[0][1],
+                severity=Severity.INFO,
+            ),
+        )
     return b.plan
+
+
+def _unset_splices(script: ShellScript) -> list[tuple[str, Span]]:
+    """The variables a launch line splices in as whole words after its script (`… pretrain_gpt.py ${PARAMS}`)
+    that the script never sets: (name, where) each."""
+    launch = script.launch
+    if launch is None:
+        return []
+    out: list[tuple[str, Span]] = []
+    args = launch.args[launch.script_args_start :] if launch.script is not None else []
+    for k, a in enumerate(args):
+        parts = a.word.parts if a.word is not None and a.value is None else []
+        if len(parts) != 1 or parts[0][0] != VAR or parts[0][2] or parts[0][1] in script.env:
+            continue
+        if k and args[k - 1].text.startswith("-") and "=" not in args[k - 1].text:
+            continue  # the value of a flag (`--data-path ${DATA}`), not flags of its own
+        if a.word is not None:
+            out.append((parts[0][1], script.index.span(a.word.start, a.word.end)))
+    return out
 
 
 # A Python script that trains: it imports a trainer or training arguments (transformers `Trainer`,
@@ -2811,14 +2863,50 @@ def _gpu_count(r: _Reader, launch: Launch, env: dict[str, Var]) -> None:
     if nproc is None:
         return
     n, s = nproc
+    if launch.tool == "swift" and _swift_device_map(r, launch, env, n, s, nnodes):
+        return
     b.set("gpu_count", n, s)
     if s.key == "CUDA_VISIBLE_DEVICES":
-        if launch.tool == "swift" and launch.launcher is None and n > 1:
+        if launch.tool == "swift" and launch.launcher in (None, "python") and n > 1:
             b.set("world_size", 1, s, note="ms-swift without NPROC_PER_NODE runs one process over the visible GPUs")
     elif nnodes and nnodes > 1:
         b.set("world_size", n * nnodes, s, note=f"{n} GPUs per node × {nnodes} nodes", origin=Origin.DERIVED)
     else:
         b.set("world_size", n, s)  # the command line's process count wins over a config file's
+
+
+def _swift_device_map(r: _Reader, launch: Launch, env: dict[str, Var], n: int, s: Setting, nnodes: int | None) -> bool:
+    """ms-swift with more visible GPUs than processes per node loads the model with `device_map='auto'` over each
+    process's GPUs (naive model parallelism; with several processes, "MP + DDP"): `is_mp()` is
+    `device_count // local_world_size >= 2` (swift/utils/torch_utils.py at v2.4.0, swift/utils/env.py at v3.5.0 and
+    v4.0.0), and `get_default_device_map` then returns 'auto' (v2.4.0 swift/llm/sft.py, v3.5.0
+    swift/llm/model/register.py, v4.0.0 swift/model/utils.py). Sets the GPU count (all visible GPUs), the processes and
+    the GPUs per process; False when each process has one GPU."""
+    var = env.get("CUDA_VISIBLE_DEVICES")
+    if var is None or var.value is None or not (var.exported or "CUDA_VISIBLE_DEVICES" in launch.env_prefix):
+        return False
+    visible = _cvd_count(var.value) or 0
+    if s.key == "CUDA_VISIBLE_DEVICES":
+        if launch.launcher not in (None, "python"):
+            return False
+        procs = 1  # `swift sft` / `python llm_sft.py` without NPROC_PER_NODE: one process
+    else:
+        procs = n
+    if procs < 1 or visible % procs or visible // procs < 2:
+        return False
+    b, cvd, per = r.b, _var_setting(r, "CUDA_VISIBLE_DEVICES", var), visible // procs
+    b.set("gpu_count", visible, cvd)
+    nodes = nnodes if nnodes and nnodes > 1 else 1
+    runs = "one process" if procs == 1 else f"{procs} processes (NPROC_PER_NODE)"
+    b.set("world_size", procs * nodes, s, note=f"ms-swift runs {runs} per node over the visible GPUs")
+    b.set(
+        "devices_per_process",
+        per,
+        cvd,
+        note=f"CUDA_VISIBLE_DEVICES={var.value} with {runs}: ms-swift spreads the model over {per} GPUs per process "
+        "(device_map)",
+    )
+    return True
 
 
 def _var_setting(r: _Reader, name: str, var: Var) -> Setting:

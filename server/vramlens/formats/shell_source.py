@@ -87,6 +87,8 @@ class Sourcing:
     seen: set[Path] = field(default_factory=set)
     chars: int = 0
     _restore: dict[int, dict] = field(default_factory=dict)  # id(marker command) → the caller's variables
+    # `source` lines whose file is named by a value only known when the script runs: (the line's words, where, why)
+    unread: list[tuple[str, Span, str]] = field(default_factory=list)
 
     def make_index(self, text: str, first_line: int) -> SourcedIndex:
         self.index = SourcedIndex(text, self.path, first_line)
@@ -159,6 +161,11 @@ class Sourcing:
         top, zero, here = self._dirs(cmd.start)
         name = self._target(text, target, {**env, **prefix}, ex, top, zero, here, 0)
         if not name:
+            known = {**env, **prefix}
+            if not child and (why := self._unknown(text, target, known, ex, (top, zero, here))):
+                parent = self._file_at(cmd.start)
+                where = f"`{head} {shell.raw_text(text, target)}` in `{self._name(parent.path) if parent else 'it'}`"
+                self.unread.append((where, self.index.span(cmd.start, cmd.end), why))
             return None
         found = self._find(name, top, here)
         if found is None:
@@ -195,6 +202,32 @@ class Sourcing:
             commands.append(marker)
             env.update(prefix)
         return text, commands
+
+    def _unknown(self, text: str, w: shell.Word, env: dict, ex: shell.Expander, dirs: tuple[Path, Path, Path]) -> str:
+        """Which variables of a `source` word are only known when the script runs, and where each was set
+        (`MLM_MODEL_CFG=${1}`: the script's first argument); "" when none is."""
+        said: list[str] = []
+        for p in w.parts:
+            if p[0] != shell.VAR or p[1] in ("PWD", "0") or any(p[1] in s for s in said):
+                continue
+            var = env.get(p[1])
+            top, zero, here = dirs
+            if (
+                var is not None
+                and var.value is not None
+                or self._target(text, _Parts([p]), env, ex, top, zero, here, 0)
+            ):
+                continue
+            if var is None or var.word is None:
+                said.append(f"`{p[1]}` is not set in the script")
+                continue
+            assigned = shell.raw_text(text, var.word)
+            where = self.index.span(var.word.start, var.word.end) if self.index is not None else None
+            at = f", line {where.start_line + 1} of `{Path(where.file).name}`" if where is not None else ""
+            value = assigned.split("=", 1)[-1].strip("\"'{}$")
+            arg = f" (the script's command-line argument `${value}`)" if value.isdigit() else ""
+            said.append(f"`{p[1]}` is set by `{assigned}`{at}{arg}")
+        return "; ".join(said)
 
     def _name(self, p: Path) -> str:
         for root in self._roots():
@@ -318,6 +351,10 @@ def command_words(
     if len(parts) != 1 or parts[0][0] != shell.VAR or parts[0][2] or text[rest[0].start] == '"':
         return head, rest
     var = env.get(parts[0][1])
+    if var is not None and var.words_range is None and var.fields and var.fields[0].value:
+        # a value worked out as it was assigned (`LAUNCH_SCRIPT="torchrun --nproc_per_node=$((ETP * EP * PP))"`,
+        # Megatron-LM examples/post_training/modelopt/conf/arguments.sh): `$X` splits into its fields where used
+        return var.fields[0].value, rest
     if var is None or var.words_range is None:
         return head, rest
     if var.refs and any(env.get(n) is not v for n, v in var.refs.items()):

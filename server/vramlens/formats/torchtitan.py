@@ -352,6 +352,9 @@ def _model(b: PlanBuilder, v: _Values) -> None:
     name, flavor = str(v.value("name")), str(v.value("flavor"))
     where = flavor_s or name_s
     label = f"torchtitan {name} `{flavor}`"
+    # a flavor read but not estimated says why in the one message every view gives instead of an estimate
+    # (resolve.model.no_model_message takes a note that starts with the model's key)
+    said = f"`model` {label}"
     if (name, flavor) in SAME_SHAPES:
         mid = SAME_SHAPES[(name, flavor)]
         if where is not None:
@@ -372,14 +375,14 @@ def _model(b: PlanBuilder, v: _Values) -> None:
         hint = f" (known: {', '.join(known)})" if known else ""
         b.issue(
             IssueKind.UNKNOWN_VALUE,
-            f"unknown {what}{hint}: its shapes are not known, so no estimate",
+            f"`model`: unknown {what}{hint}: its shapes are not known, so no estimate",
             where,
             suggestion=None,
         )
         return
     args, version = found
     if name in NOT_ESTIMATED:
-        b.issue(IssueKind.UNKNOWN_VALUE, f"{label}: {NOT_ESTIMATED[name]}; no estimate", where)
+        b.issue(IssueKind.UNKNOWN_VALUE, f"{said}: {NOT_ESTIMATED[name]}; no estimate", where)
         return
     # qwen3 at the releases states `moe_enabled`; a flavor at main has expert fields only where it has experts
     moe = args["moe_enabled"] if "moe_enabled" in args else name in MOE_MODELS or bool(args.get("num_experts"))
@@ -387,7 +390,7 @@ def _model(b: PlanBuilder, v: _Values) -> None:
         arch = flavor_arch(name, args)
         if arch is None:
             why = "its expert fields are not in the dumped flavor tables"
-            b.issue(IssueKind.UNKNOWN_VALUE, f"{label} is a mixture-of-experts flavor: {why}; no estimate", where)
+            b.issue(IssueKind.UNKNOWN_VALUE, f"{said} is a mixture-of-experts flavor: {why}; no estimate", where)
             return
         # llama4's checkpoints are multimodal and run every expert on every token in transformers (DENSE_ROUTED
         # there); torchtitan trains the text decoder with routed grouped GEMMs: never a catalog twin
@@ -414,7 +417,7 @@ def _model(b: PlanBuilder, v: _Values) -> None:
         return
     dim, layers, heads = args.get("dim"), args.get("n_layers"), args.get("n_heads")
     if not all(isinstance(x, int) and x > 0 for x in (dim, layers, heads)):
-        b.issue(IssueKind.UNKNOWN_VALUE, f"{label} has no dense decoder shapes vramlens can use; no estimate", where)
+        b.issue(IssueKind.UNKNOWN_VALUE, f"{said} has no dense decoder shapes vramlens can use; no estimate", where)
         return
     vocab = args.get("vocab_size")
     if not isinstance(vocab, int) or vocab <= 0:

@@ -121,17 +121,35 @@ class _Read:
     context: Setting | None = None
     not_read: list[tuple[str, Span | None]] = field(default_factory=list)
     chain: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # where values came from (another registry of the checkout)
 
 
 class _Reader:
-    def __init__(self, tree: ast.Module, text: str, path: str):
+    def __init__(self, tree: ast.Module, text: str, path: str, ctx=None, seen: set[str] | None = None):
         self.functions = {st.name: st for st in tree.body if type(st) is ast.FunctionDef}
+        self.path, self.ctx = path, ctx
+        self.seen = seen if seen is not None else {path}  # registries read so far (each at most once: no cycles)
+        # config functions imported from another registry of the checkout (torchtitan main torchtitan/experiments/
+        # graph_trainer/llama3/config_registry.py `from torchtitan.models.llama3.config_registry import llama3_8b`)
+        self.imported: dict[str, tuple[str, str]] = {
+            (a.asname or a.name): (st.module or "", a.name)
+            for st in tree.body
+            if type(st) is ast.ImportFrom and st.level == 0 and (st.module or "").endswith(".config_registry")
+            for a in st.names
+        }
         self.constants: dict[str, ast.expr] = {}
         for st in tree.body:
             if type(st) is ast.Assign and len(st.targets) == 1 and type(st.targets[0]) is ast.Name:
                 self.constants[st.targets[0].id] = st.value
         self.idx = LineIndex(text, path)
         self.model = _model_name(tree, path)
+        # the file's own subclasses of Trainer.Config (torchtitan main torchtitan/models/kimi_k2_7/config_registry.py
+        # `class _KimiTrainerConfig(Trainer.Config)`, whose `__post_init__` only checks and re-lays the optimizer)
+        self.config_classes = {
+            st.name
+            for st in tree.body
+            if type(st) is ast.ClassDef and any(ast.unparse(base).endswith("Trainer.Config") for base in st.bases)
+        }
 
     # --- spans and values
 
@@ -202,6 +220,8 @@ class _Reader:
                     return r
                 if self._trainer_config(st.value, local, r):
                     return r
+                if type(st.value) is ast.Call and self._imported(st.value, depth, r, st):
+                    return r
                 if (
                     type(st.value) is ast.Call
                     and type(st.value.func) is ast.Name
@@ -221,6 +241,9 @@ class _Reader:
                 target = targets[0]
                 if type(target) is ast.Name:
                     call = value if type(value) is ast.Call else None
+                    if config_var is None and call is not None and self._imported(call, depth, r, st):
+                        config_var = target.id
+                        continue
                     if call is not None and type(call.func) is ast.Name and call.func.id in self.functions:
                         if config_var is None and _is_config_function(self.functions[call.func.id]):
                             config_var = target.id
@@ -242,6 +265,55 @@ class _Reader:
                 self.not_read(r, f"`{ast.unparse(st).splitlines()[0][:80]}`", st)
         return r
 
+    def _imported(self, call: ast.Call, depth: int, r: _Read, st: ast.AST) -> bool:
+        """`config = llama3_8b()` of a config function imported from another registry of the checkout, or
+        `config = to_graph_trainer_config(llama3_8b(), model_registry)`: that function's values, read from its file
+        (found from the module's dotted path, above this file or in the workspace root; read as referenced files
+        are, `references._read`). False when the call is neither or the file cannot be read."""
+        wrapper = ast.unparse(call.func).split(".")[-1]
+        inner = call.args[0] if wrapper in GRAPH_WRAPPERS and call.args else call
+        if type(inner) is not ast.Call or type(inner.func) is not ast.Name or inner.func.id not in self.imported:
+            return False
+        module, name = self.imported[inner.func.id]
+        other = self._registry(module)
+        if other is None or name not in other.functions or depth + 1 > MAX_DEPTH:
+            return False
+        if inner.args or inner.keywords:
+            self._helper_arguments(inner, r)
+        other.read(name, depth + 1, r)
+        line = getattr(st, "lineno", 0)
+        r.notes.append(f"`{name}()` (line {line}) read from {module.replace('.', '/')}.py, which this file imports")
+        if inner is not call:
+            _to_graph_trainer(self, r, call)
+            r.notes.append(
+                f"`{wrapper}` (line {line}): torchtitan's graph trainer keeps that config's values but not its "
+                "`compile`, and turns any activation checkpointing into its selective (op-level) policy"
+            )
+        return True
+
+    def _registry(self, module: str) -> _Reader | None:
+        from vramlens import file_access
+        from vramlens.formats import references
+
+        if self.ctx is None:
+            return None
+        rel = Path(*module.split(".")).with_suffix(".py")
+        allowed = [Path(a).resolve() for a in file_access.allowed_roots(self.ctx.workspace, self.path)]
+        here = Path(self.path).resolve().parent
+        roots = [d for d in (here, *here.parents) if any(d.is_relative_to(a) for a in allowed)]
+        found = next((root / rel for root in roots if (root / rel).is_file()), None)
+        if found is None or str(found) in self.seen:
+            return None
+        text = references._read(found, self.ctx)
+        if text is None or len(text) > MAX_CHARS:
+            return None
+        try:
+            tree = ast.parse(text, filename=str(found))
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+        self.seen.add(str(found))
+        return _Reader(tree, text, str(found), self.ctx, self.seen)
+
     def _helper_arguments(self, call: ast.Call, r: _Read) -> None:
         for kw in call.keywords:
             if kw.arg not in MODEL_KEYWORDS_KEPT:
@@ -250,7 +322,10 @@ class _Reader:
             self.not_read(r, f"the argument `{ast.unparse(arg)[:60]}` of `{ast.unparse(call.func)}`", arg)
 
     def _trainer_config(self, node: ast.expr, local: dict[str, ast.expr], r: _Read) -> bool:
-        if type(node) is not ast.Call or not ast.unparse(node.func).endswith("Trainer.Config"):
+        if type(node) is not ast.Call or not (
+            ast.unparse(node.func).endswith("Trainer.Config")
+            or (type(node.func) is ast.Name and node.func.id in self.config_classes)
+        ):
             return False
         r.settings.clear()
         r.tokens = r.context = None
@@ -422,6 +497,21 @@ _OPS = {
 }
 
 
+# torchtitan main torchtitan/experiments/graph_trainer/configs.py `to_graph_trainer_config(base, model_registry)`:
+# the base config's fields, the same model flavor from the graph trainer's registry, `compile` dropped (back to
+# GraphTrainer.Config's default) and any activation checkpointing policy replaced by `SelectiveAC.Config()`
+GRAPH_WRAPPERS = frozenset({"to_graph_trainer_config"})
+
+
+def _to_graph_trainer(reader: _Reader, r: _Read, call: ast.Call) -> None:
+    for path in [p for p in r.settings if p[0] == "compile"]:
+        del r.settings[path]
+    mode = r.settings.get(("activation_checkpoint", "mode"))
+    if mode is not None and mode.value != "none":
+        for key, value in (("mode", "selective"), ("selective_ac_option", "op")):
+            r.settings[("activation_checkpoint", key)] = reader.setting(("activation_checkpoint", key), value, call)
+
+
 def _dotted(node: ast.expr) -> list[str] | None:
     parts = []
     while type(node) is ast.Attribute:
@@ -462,11 +552,11 @@ def _rows(reader: _Reader, r: _Read) -> None:
 
 
 def settings_of(
-    tree: ast.Module, text: str, path: str, name: str, overrides: list[Setting] | None = None
+    tree: ast.Module, text: str, path: str, name: str, overrides: list[Setting] | None = None, ctx=None
 ) -> tuple[list[Setting], _Read] | None:
     """The Settings (job-config paths) of the config function `name`, and what was not read; None when the file has
     no such function. Command-line overrides of the token-form micro batch are applied before it becomes rows."""
-    reader = _Reader(tree, text, path)
+    reader = _Reader(tree, text, path, ctx)
     if name not in reader.functions:
         return None
     r = reader.read(name)
@@ -486,6 +576,7 @@ def build(b: PlanBuilder, settings: list[Setting], r: _Read, overrides, world, w
             setattr(b.plan, concept, value.model_copy(update={"framework": FRAMEWORK_LABEL}))
     if (s := next((x for x in settings if x.path == ("model", "attn_backend")), None)) is not None:
         b.remember(s)
+    b.plan.read_notes.extend(r.notes)
     for what, span in r.not_read:
         b.issue(
             IssueKind.NOT_READ,
@@ -507,7 +598,7 @@ def parse_python(text: str, ctx) -> TrainingPlan | None:
     if not is_registry(tree):
         return None
     names = [n for n in config_functions(tree) if not n.startswith("_")]
-    got = settings_of(tree, text, ctx.path, names[0])
+    got = settings_of(tree, text, ctx.path, names[0], ctx=ctx)
     if got is None:
         return None
     settings, r = got
@@ -561,7 +652,7 @@ def from_launch(
             tree = ast.parse(text, filename=str(found)) if len(text) <= MAX_CHARS else None
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             tree = None
-        got = settings_of(tree, text, str(found), config[0], overrides) if tree is not None else None
+        got = settings_of(tree, text, str(found), config[0], overrides, ctx) if tree is not None else None
     if got is None:
         why = (
             f"has no config function `{config[0]}`"

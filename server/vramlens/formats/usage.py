@@ -45,6 +45,11 @@ def command_view(lines: list[str], first: int, last: int) -> str:
             if m and not cont:
                 prompt = line[: m.end()]
                 line = " " * len(prompt) + line[m.end() :]
+            nxt = lines[i + 1] if i + 1 < min(last, len(lines)) else ""
+            if not line.rstrip().endswith("\\") and nxt[:1] in (" ", "\t") and nxt.lstrip().startswith("--"):
+                # a usage example whose first line lacks its `\\` (TRL v0.19.1 examples/scripts/sft_vlm.py:
+                # `accelerate launch` then indented `--config_file=… \\` lines): read as the one command it shows
+                line = line.rstrip() + " \\"
             out[i] = line
             cont = line.rstrip().endswith("\\")
     return "\n".join(out)
@@ -187,6 +192,32 @@ def _answered(message: str, flags: set[str]) -> bool:
     """An "only known at run time" note about a value the command line gives (`model_args.model_name_or_path`)."""
     m = _UNKNOWN.match(message)
     return m is not None and (m.group(1) in flags or m.group(2) in flags)
+
+
+# TRL's model arguments: `ModelConfig.model_name_or_path` (trl/trainer/model_config.py, v0.12 to main), parsed by
+# `TrlParser((ScriptArguments, <Method>Config, ModelConfig))` in trl/scripts/*.py and examples/scripts/*.py
+_TRL_MODEL_CONFIG = re.compile(r"\bModelConfig\b")
+
+
+def name_command_line_model(plan: TrainingPlan, text: str, path: str) -> None:
+    """A script that parses its command line and loads its model from a parsed field (`model_args.
+    model_name_or_path`) but shows no usage example to read: its "only known when the script runs" note about the
+    model says which command-line argument names the model (`--model_name_or_path`, TRL's `ModelConfig`)."""
+    if not _PARSER_CALL.search(text):
+        return
+    for issue in plan.issues:
+        m = _UNKNOWN.match(issue.message)
+        if m is None or m.group(1) not in ("model", "from_pretrained", "model_name_or_path"):
+            continue
+        field = m.group(2)
+        if not re.search(rf"\b\w+\.{re.escape(field)}\b", text):
+            return
+        owner = ", TRL's `ModelConfig`" if field == "model_name_or_path" and _TRL_MODEL_CONFIG.search(text) else ""
+        issue.message = (
+            f"`model` is a command-line argument of this script (`--{field}`{owner}), only known when it runs; "
+            f"no usage example of it is read; it is not read"
+        )
+        return
 
 
 def _parser_span(text: str, path: str) -> Span:
