@@ -106,9 +106,23 @@ def test_megatron_optimizer_offloaded_to_the_cpu_keeps_no_optimizer_state_on_the
     # to the CPU, the weights and the gradient buffers stay
     from vramlens.estimate import components as C
 
-    rp = analysed(FIXTURES / "v4.0.0" / "megatron_offload" / "72b_offload.sh").resolution.resolved
-    assert rp.tensor_parallel == 8 and rp.distributed_optimizer
-    on_gpu = C.megatron_step(rp)["forward-backward"]
-    offloaded = C.megatron_step(rp.model_copy(update={"offload_optimizer": True}))["forward-backward"]
+    a = analysed(FIXTURES / "v4.0.0" / "megatron_offload" / "72b_offload.sh")
+    rp = a.resolution.resolved
+    assert rp.tensor_parallel == 8 and rp.distributed_optimizer and rp.offload_optimizer
+    assert a.plan.offload_optimizer is not None and a.plan.offload_optimizer.key == "optimizer_cpu_offload"
+    assert not any(u.key == "optimizer_cpu_offload" for u in a.estimate.unmodelled)
+    offloaded = C.megatron_step(rp)["forward-backward"]
+    on_gpu = C.megatron_step(rp.model_copy(update={"offload_optimizer": False}))["forward-backward"]
     assert on_gpu["optimizer"] > 0 and offloaded["optimizer"] == 0
     assert (offloaded["weights"], offloaded["gradients"]) == (on_gpu["weights"], on_gpu["gradients"])
+
+
+def test_megatron_optimizer_partly_offloaded_is_named_not_modelled(tmp_path):
+    text = (FIXTURES / "v4.0.0" / "megatron_offload" / "72b_offload.sh").read_text()
+    path = tmp_path / "72b_offload.sh"
+    path.write_text(
+        text.replace("--optimizer_cpu_offload true", "--optimizer_cpu_offload true --optimizer_offload_fraction 0.5")
+    )
+    a = analysed(path)
+    assert a.resolution.resolved.offload_optimizer
+    assert any("0.5 of the optimizer offloaded" in u.what for u in a.estimate.unmodelled)

@@ -144,6 +144,18 @@ def _not_modelled(what: str, consequence: str, *, unless=None):
     return handler
 
 
+def _offload_fraction(b: PlanBuilder, s: Setting) -> None:
+    """`--optimizer-offload-fraction` (default 1.0, megatron/training/arguments.py): the share of each rank's optimizer
+    parameters the hybrid optimizer keeps on the CPU; a part kept on the GPU is not modelled."""
+    try:
+        fraction = float(str(s.value))
+    except ValueError:
+        b.unknown(s, "offload fraction", ("a number from 0 to 1",))
+        return
+    if fraction < 1.0:
+        b.unmodelled(s, f"{fraction:g} of the optimizer offloaded to the CPU", "estimated with all of it on the CPU")
+
+
 def _hybrid_pattern(b: PlanBuilder, s: Setting) -> None:
     """`--hybrid-layer-pattern M-M-M*-…` (main; `--hybrid-override-pattern` before it): every symbol is one layer,
     a Mamba (M), attention (*), MLP (-) or MoE (E) layer (megatron/core/models/hybrid/hybrid_layer_allocation.py
@@ -325,7 +337,13 @@ HANDLERS = {
     "tp_comm_overlap": _not_modelled(
         "tensor-parallel communication overlapped with GEMMs (userbuffers)", "its communication buffers are not counted"
     ),
-    "optimizer_cpu_offload": _not_modelled("optimizer states offloaded to the CPU", "estimated on the GPU"),
+    "optimizer_cpu_offload": lambda b, s: b.set_bool(
+        "offload_optimizer",
+        s,
+        note="the optimizer's fp32 copies and states on the CPU (Megatron's hybrid optimizer, offload fraction 1.0 "
+        "by default: megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py)",
+    ),
+    "optimizer_offload_fraction": _offload_fraction,
     # other sharding and layouts
     "use_megatron_fsdp": _not_modelled(
         "Megatron FSDP (weights and gradients sharded)", "estimated with whole weights and gradients on each rank"
@@ -397,8 +415,8 @@ _GROUPS = {
     "wgrad accumulated straight into the fp32 main gradients, which are counted either way": (
         "gradient_accumulation_fusion"
     ),
-    "CPU-offload details (`--optimizer-cpu-offload` is recorded as not modelled)": (
-        "optimizer_offload_fraction use_torch_optimizer_for_cpu_offload overlap_cpu_optimizer_d2h_h2d"
+    "CPU-offload details: which optimizer runs the offloaded part and how its copies overlap, not how much is kept": (
+        "use_torch_optimizer_for_cpu_offload overlap_cpu_optimizer_d2h_h2d"
     ),
     "FSDP details (`--use-megatron-fsdp` / `--use-torch-fsdp2` are recorded as not modelled)": (
         "data_parallel_sharding_strategy fsdp_double_buffer torch_fsdp2_reshard_after_forward "
