@@ -913,12 +913,15 @@ REMOTE_CODE_WRITTEN = {
 }
 
 
+GENERIC_NOTE = "every layer sized as attention"  # how the generic reading's notes begin (`_generic_notes`)
+
+
 def _generic_notes(config: Mapping[str, Any], model_type: str) -> str:
     """ "" for a model_type with a dedicated mapping; else what the generic reading assumed."""
     if model_type in _DEDICATED or model_type in REMOTE_CODE_WRITTEN:
         return ""
     moe = _first(config, "num_local_experts", "n_routed_experts", "num_experts")
-    notes = [f"every layer sized as attention + {'an MoE' if moe else 'a gated'} MLP"]
+    notes = [f"{GENERIC_NOTE} + {'an MoE' if moe else 'a gated'} MLP"]
     if any(config.get(k) is not None for k in _STATE_KEYS):
         notes.append("state-space / recurrent layers counted as attention layers of the same width")
     return "; ".join(notes)

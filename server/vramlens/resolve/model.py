@@ -102,7 +102,8 @@ def _model(name: str, settings: Settings, assumptions: list[str]) -> ModelArch:
             assumptions.append(f"model shapes from `{name}`'s config.json ({found.where})")
         elif found.where.startswith("the base model"):
             assumptions.append(f"model shapes of `{found.arch.id}`, {found.where}")
-        if found.arch.approximate and found.arch.params_total:  # built by construction, partly generic
+        generic = found.arch.approximate.startswith(models.GENERIC_NOTE)
+        if found.arch.approximate and (found.arch.params_total or not generic):  # by construction or a catalog note
             assumptions.append(Approximate(f"approximate: `{found.arch.family}`: {found.arch.approximate}"))
         elif found.arch.approximate:
             assumptions.append(
