@@ -12,10 +12,10 @@ def _catalog_models():
 
     picked, seen = [], set()
     for arch in all_models():
-        if (
-            arch.kv_lora_rank or arch.block == "encoder-decoder"
-        ):  # MLA is traced as GQA; T5's position bias is not built
+        if arch.kv_lora_rank or arch.block == "encoder-decoder":  # MLA is traced as GQA; T5's position bias not built
             continue
+        if arch.approximate:
+            continue  # a generic reading of an architecture the catalog has no exact model of
         key = (arch.family, arch.block, arch.is_moe)
         if key in seen:
             continue

@@ -85,7 +85,7 @@ _RELU = frozenset({"opt"})
 _LAYERNORM = _UNGATED_GELU | _RELU | frozenset({"olmo", "stablelm", "cohere"})
 _BIASED = _UNGATED_GELU | _RELU
 # q/k/v biases, no o_proj bias (ChatGLM: add_qkv_bias on query_key_value, add_bias_linear off)
-_QKV_BIAS_ONLY = frozenset({"qwen", "qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "chatglm"})
+QKV_BIAS_ONLY = frozenset({"qwen", "qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "chatglm"})
 # family -> token-type rows next to the learned positions (GPT-BigCode keeps GPT-2's `wpe`: transformers 5.24
 # models/gpt_bigcode/modeling_gpt_bigcode.py GPTBigCodeModel)
 LEARNED_POSITIONS = {"gpt2": 0, "gpt_bigcode": 0, "bert": 2, "roberta": 1}
@@ -802,7 +802,7 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
             tied_embeddings=True if tied is None else bool(tied),  # transformers' PretrainedConfig default
             attn_bias=bool(
                 _first(config, "attention_bias", "qkv_bias", "use_bias", "add_qkv_bias")
-                or (model_type in _QKV_BIAS_ONLY and model_type != "chatglm")
+                or (model_type in QKV_BIAS_ONLY and model_type != "chatglm")
                 or biased
             ),
             mlp_bias=bool(config.get("mlp_bias") or biased),
@@ -844,7 +844,7 @@ _DEDICATED = (
     | _UNGATED_GELU
     | _RELU
     | _LAYERNORM
-    | _QKV_BIAS_ONLY
+    | QKV_BIAS_ONLY
     | frozenset(
         {
             "llama",
@@ -1038,7 +1038,7 @@ def _attention(arch: ModelArch) -> int:
     weights = 2 * h * arch.q_dim + 2 * h * arch.kv_dim
     if not arch.attn_bias:
         return weights
-    out_bias = 0 if arch.family in _QKV_BIAS_ONLY else h
+    out_bias = 0 if arch.family in QKV_BIAS_ONLY else h
     return weights + arch.q_dim + 2 * arch.kv_dim + out_bias
 
 

@@ -23,8 +23,6 @@ LOGIT_SOFTCAP = {"gemma2": 30.0}
 # Attention-logit soft-capping (Gemma-2: attn_logit_softcapping = 50.0). litgpt then leaves SDPA for its eager
 # path (litgpt/model.py `CausalSelfAttention.scaled_dot_product_attention`).
 ATTN_SOFTCAP = {"gemma2": 50.0}
-# Families whose o_proj has no bias although q/k/v have one.
-QKV_BIAS_ONLY = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
 
 
 @dataclass(frozen=True)

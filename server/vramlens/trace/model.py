@@ -29,9 +29,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from vramlens.knowledge.models import EMBEDDING_NORM
+from vramlens.knowledge.models import EMBEDDING_NORM, QKV_BIAS_ONLY  # families whose o_proj has no bias
 from vramlens.trace import losses
-from vramlens.trace.config import QKV_BIAS_ONLY, StepConfig
+from vramlens.trace.config import StepConfig
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 Mark = Callable[[str], None]
