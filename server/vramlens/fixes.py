@@ -146,10 +146,13 @@ def with_changes(plan: TrainingPlan, changes: dict[str, Any]) -> TrainingPlan:
     update: dict[str, Any] = {}
     for concept, value in changes.items():
         old = getattr(plan, concept, None)
+        note = "proposed fix"
+        if concept == "loss_impl" and value == "fused" and (plan.framework or "transformers") in LIGER_FRAMEWORKS:
+            note += ": Liger's fused linear cross-entropy"  # what the fused-loss fix writes there (its buffers count)
         update[concept] = Sourced(
             value=value,
             origin=Origin.SETTING,
-            note="proposed fix",
+            note=note,
             key=old.key if old else None,
             span=old.span if old else None,
             value_span=old.value_span if old else None,
