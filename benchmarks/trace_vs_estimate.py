@@ -279,7 +279,8 @@ GRID_MODES["torchtune"] = {
 # config.json is (`arch_from_hf_config`), and built by the real backend with transformers' config class:
 # Mamba-2, Falcon-H1 and Jamba (Mamba mixers beside attention), LFM2 (short convolutions), Qwen3-Next (gated
 # DeltaNet, fused MoE), gpt-oss (fused MoE with biases, sinks), DeepSeek-V3 (MLA + MoE), Gemma-3n (per-layer
-# embeddings, AltUp, LAuReL), Llama-4 (interleaved MoE, chunked attention). Full, LoRA and QLoRA on the attention
+# embeddings, AltUp, LAuReL), Llama-4 (interleaved MoE, chunked attention), Bamba, Nemotron-H and Granite-4 hybrids
+# (Mamba-2's mixer among attention layers; Nemotron-H one mixer per block). Full, LoRA and QLoRA on the attention
 # and MLP linears (q, k, v, o, gate, up, down: peft's all-linear would take Mamba-2's out_proj, which peft 0.21.2
 # then refuses)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "trace"))

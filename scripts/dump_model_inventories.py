@@ -106,9 +106,14 @@ OVERRIDES = {
     # Bamba, Granite-4 hybrids: the Mamba head size from mamba_expand · hidden_size / mamba_n_heads ("auto",
     # transformers 5.24 models/bamba/configuration_bamba.py and
     # models/granitemoehybrid/configuration_granitemoehybrid.py `__post_init__`), eight heads that divide the tiny
-    # width, so that each size can be varied alone
-    "bamba": {"mamba_d_head": "auto", "mamba_n_heads": 8},
-    "granitemoehybrid": {"mamba_d_head": "auto", "mamba_n_heads": 8},
+    # width, so that each size can be varied alone; attention layers among the Mamba layers (Bamba's
+    # `attn_layer_indices`, Granite's `layer_types`), so that the inventory holds both kinds and which layers are which
+    "bamba": {"mamba_d_head": "auto", "mamba_n_heads": 8, "attn_layer_indices": [2, 5]},
+    "granitemoehybrid": {
+        "mamba_d_head": "auto",
+        "mamba_n_heads": 8,
+        "layer_types": ["linear_attention", "linear_attention", "full_attention"] * 2 + ["linear_attention"] * 2,
+    },
     # Gemma-3n: one MLP width for every layer (the config class repeats it per layer, configuration_gemma3n.py
     # `__post_init__`; knowledge/inventory.py `_gemma3n` reads a written list), and a layer pattern whose unshared
     # layers hold both kinds of attention (`kv_sharing_modes`: the last num_kv_shared_layers layers reuse the KV of

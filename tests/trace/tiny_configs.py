@@ -1,9 +1,9 @@
 """Tiny but faithful config.json dicts of architectures that are not attention + MLP blocks throughout: each is the
 model_type's own transformers 5.24 config class (`Mamba2Config`, `FalconH1Config`, `JambaConfig`, `Lfm2Config`,
-`Qwen3NextConfig`, `GptOssConfig`, `DeepseekV3Config`, `Gemma3nTextConfig`, `Llama4TextConfig`) with its sizes shrunk
-and its layer pattern kept (state-space / linear-attention / short-conv layers beside attention ones, MoE beside
-dense MLPs, MLA, per-layer embeddings). Shared by the real-library grid (benchmarks/trace_vs_estimate.py
---grid hybrids) and tests/trace/test_new_architectures.py."""
+`Qwen3NextConfig`, `GptOssConfig`, `DeepseekV3Config`, `Gemma3nTextConfig`, `Llama4TextConfig`, `BambaConfig`,
+`NemotronHConfig`, `GraniteMoeHybridConfig`) with its sizes shrunk and its layer pattern kept (state-space /
+linear-attention / short-conv layers beside attention ones, MoE beside dense MLPs, MLA, per-layer embeddings). Shared
+by the real-library grid (benchmarks/trace_vs_estimate.py --grid hybrids) and tests/trace/test_new_architectures.py."""
 
 from __future__ import annotations
 
@@ -172,6 +172,66 @@ TINY_CONFIGS: dict[str, dict] = {
         num_experts_per_tok=1,
         interleave_moe_layer_step=2,
         attention_chunk_size=128,
+        tie_word_embeddings=False,
+    ),
+    # Bamba: Mamba-2 mixers (transformers' `BambaMixer`, Mamba-2's mixer under Bamba's config names) with attention
+    # at `attn_layer_indices`, a gated MLP after either
+    "bamba": dict(
+        model_type="bamba",
+        hidden_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=256,
+        vocab_size=1000,
+        attn_layer_indices=[2],
+        mamba_n_heads=8,
+        mamba_d_head=32,
+        mamba_n_groups=1,
+        mamba_d_state=16,
+        mamba_d_conv=4,
+        mamba_expand=2,
+        mamba_chunk_size=64,
+        tie_word_embeddings=False,
+    ),
+    # Nemotron-H: one mixer per block (Mamba-2, attention or a squared-ReLU MLP), its pattern in `layers_block_type`
+    "nemotron_h": dict(
+        model_type="nemotron_h",
+        hidden_size=128,
+        layers_block_type=["linear_attention", "mlp", "full_attention", "mlp", "linear_attention", "mlp"],
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        intermediate_size=256,
+        vocab_size=1000,
+        mamba_num_heads=8,
+        mamba_head_dim=32,
+        n_groups=2,
+        ssm_state_size=16,
+        conv_kernel=4,
+        chunk_size=64,
+        tie_word_embeddings=False,
+    ),
+    # Granite-4 hybrid without routed experts (num_local_experts 0): Mamba-2 mixers and attention layers, each followed
+    # by the shared MLP
+    "granitemoehybrid": dict(
+        model_type="granitemoehybrid",
+        hidden_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=256,
+        shared_intermediate_size=256,
+        vocab_size=1000,
+        num_local_experts=0,
+        layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention"],
+        mamba_n_heads=8,
+        mamba_d_head=32,
+        mamba_n_groups=1,
+        mamba_d_state=16,
+        mamba_d_conv=4,
+        mamba_expand=2,
+        mamba_chunk_size=64,
         tie_word_embeddings=False,
     ),
 }

@@ -98,6 +98,13 @@ def shapes(arch: ModelArch) -> Shapes:
         attention(L - n_conv)
         linears.extend([Linear("in_proj", h, 3 * h, n_conv), Linear("out_proj", h, h, n_conv)])
         mlp(L, arch.intermediate)
+    elif mamba2_hybrid_linears(arch)[0]:
+        # Bamba, Granite-4 hybrids: q, k, v, o in the attention layers only; each Mamba-2 layer has its mixer's
+        # in_proj and out_proj instead (`mamba2_hybrid_linears`); a dense MLP in every layer
+        n_ssm, in_width, inner = mamba2_hybrid_linears(arch)
+        attention(L - n_ssm)
+        linears.extend([Linear("in_proj", h, in_width, n_ssm), Linear("out_proj", inner, h, n_ssm)])
+        mlp(L, arch.intermediate)
     elif arch.block == "encoder-decoder":
         enc = arch.encoder_layers or L
         attention(enc + 2 * L)  # encoder self, decoder self + cross
@@ -134,6 +141,23 @@ def shapes(arch: ModelArch) -> Shapes:
 
 # Families whose short-convolution layers are modelled as such (`short_conv_layers`)
 SHORT_CONV_FAMILIES = {"lfm2"}
+
+
+def mamba2_hybrid_linears(arch: ModelArch) -> tuple[int, int, int]:
+    """(Mamba-2 layers, in_proj's width, out_proj's input width) of a Bamba or Granite-4 hybrid stack whose layer
+    kinds were counted (`ModelArch.layer_kinds` "state space"); (0, 0, 0) for any other model. transformers 5.24
+    models/bamba/modeling_bamba.py `BambaMixer` (and `GraniteMoeHybridMambaLayer`, the same mixer): in_proj h →
+    I + (I + 2·G·N) + H (the gate, x|B|C, Δ), out_proj I → h, I = mamba_expand · h (BambaConfig and
+    GraniteMoeHybridConfig: mamba_n_heads 128, mamba_n_groups 1, mamba_d_state 256, mamba_expand 2 by default)."""
+    import json
+
+    n_ssm = dict(arch.layer_kinds).get("state space", 0)
+    if arch.family not in ("bamba", "granitemoehybrid") or not n_ssm or not arch.hf_config_json:
+        return 0, 0, 0
+    config = json.loads(arch.hf_config_json)
+    inner = int(config.get("mamba_expand", 2) * arch.hidden)
+    groups, state = int(config.get("mamba_n_groups", 1)), int(config.get("mamba_d_state", 256))
+    return n_ssm, 2 * inner + 2 * groups * state + int(config.get("mamba_n_heads", 128)), inner
 
 
 def short_conv_layers(arch: ModelArch) -> int:

@@ -22,7 +22,9 @@ from typing import Any
 
 DATA = "inventories.json.gz"  # gzip-compressed JSON
 _LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_decoder_layers", "decoder_layers")
-# Layer kinds whose activations the estimator does not model yet (it sizes them as attention layers).
+# Layer kinds that are not attention. The estimator models them as themselves in the model_types
+# knowledge/models.py `MODELLED_MIXERS` lists (Mamba / Mamba-2 mixers, gated DeltaNet, short convolutions); in any
+# other model_type it sizes them as attention layers, and says so.
 NOT_ATTENTION = ("state space", "linear attention", "short conv")
 
 

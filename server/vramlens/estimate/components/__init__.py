@@ -151,7 +151,7 @@ from vramlens.estimate.components.megatron import (
     megatron_step,
 )
 from vramlens.estimate.components.mixers import deltanet_bytes, deltanet_per_token, deltanet_sizes, short_conv_per_token
-from vramlens.estimate.components.mlp import GELU_TANH_FAMILIES, mlp_per_token
+from vramlens.estimate.components.mlp import GELU_TANH_FAMILIES, dense_layer_plan, mlp_keeps_per_token, mlp_per_token
 from vramlens.estimate.components.norms import (
     FP32_NORM_WEIGHT_FAMILIES,
     SHARED_NORM_INPUT,
@@ -194,6 +194,9 @@ from vramlens.estimate.components.peaks import (
 )
 from vramlens.estimate.components.pipeline import (
     Stage,
+    device_map_devices,
+    device_map_note,
+    device_map_phases,
     in_flight_microbatches,
     pipeline_stage_share,
     stage_layers,
@@ -209,6 +212,7 @@ from vramlens.estimate.components.sharding import (
 from vramlens.estimate.components.ssm import (
     jamba_mixer_bytes,
     jamba_mixer_per_token,
+    mamba2_layer_flags,
     mamba2_mixer_bytes,
     mamba2_mixer_per_token,
     mamba2_sizes,
@@ -283,6 +287,9 @@ __all__ = [
     "LinearInputs",
     "Params",
     "Stage",
+    "device_map_devices",
+    "device_map_note",
+    "device_map_phases",
     "activations_per_token",
     "adapter_input",
     "amp_fp32_stream",
@@ -369,6 +376,9 @@ __all__ = [
     "mamba2_mixer_bytes",
     "jamba_mixer_bytes",
     "jamba_mixer_per_token",
+    "mamba2_layer_flags",
+    "dense_layer_plan",
+    "mlp_keeps_per_token",
     "mamba2_mixer_per_token",
     "mamba2_sizes",
     "ssd_chunk_scan_bytes",

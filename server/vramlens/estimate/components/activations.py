@@ -19,7 +19,7 @@ from vramlens.estimate.components.mixers import (
     short_conv_layers,
     short_conv_per_token,
 )
-from vramlens.estimate.components.mlp import mlp_per_token
+from vramlens.estimate.components.mlp import dense_layer_plan, mlp_keeps_per_token, mlp_per_token
 from vramlens.estimate.components.norms import (
     SHARED_NORM_INPUT,
     first_block_input_frozen,
@@ -31,6 +31,7 @@ from vramlens.estimate.components.ssm import (
     first_layer_is_mamba,
     jamba_mixer_per_token,
     mamba2_block_per_token,
+    mamba2_layer_flags,
     mamba2_mixer_frozen,
     mamba2_mixer_per_token,
     mamba_layer_per_token,
@@ -92,6 +93,13 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
     per_layer += residual_dropouts_per_token(rp)
     mixer = mamba2_mixer_per_token(rp) if arch.family == "falcon_h1" else 0.0  # beside attention, same norm
     per_layer += mixer
+    dense = dense_layer_plan(rp)
+    # a MoE model's dense layers keep a dense MLP's activations in place of the MoE block's (`dense_layer_plan`)
+    dense_delta = (
+        mlp_keeps_per_token(dense) - (mlp_internal + lin.mlp + dora_per_token(rp, MLP_LINEARS))
+        if dense is not None
+        else 0.0
+    )
     if arch.block == "encoder-decoder" and hf_t5(rp):
         enc = arch.encoder_layers or arch.layers
         one_norm = norm_keep / max(norms_per_layer(arch), 1)
@@ -134,6 +142,18 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
             total_layers -= jamba + norm_keep / max(norms_per_layer(arch), 1)
         if n_ssm:
             per_layer = max(per_layer, per_layer - attention_part + jamba)  # a checkpointed step recomputes the larger
+    elif mamba2_layer_flags(rp):
+        # Bamba, Granite-4 hybrids: their Mamba-2 layers keep the mixer's activations in place of the attention's
+        flags = mamba2_layer_flags(rp)
+        n_ssm = sum(flags)
+        attention_part = attn + lin.qkv + lin.o + qk_norms_per_token(rp)
+        ssd = mamba2_mixer_per_token(rp)
+        total_layers = arch.layers * per_layer + n_ssm * (ssd - attention_part)
+        if flags[0] and input_needs_no_grad(rp) and mamba2_mixer_frozen(rp):
+            # layer 0's norm and mixer read the frozen embeddings' output and train nothing: they keep nothing
+            total_layers -= ssd + norm_keep / max(norms_per_layer(arch), 1)
+        if n_ssm:
+            per_layer = max(per_layer, per_layer - attention_part + ssd)  # a checkpointed step recomputes the larger
     else:
         total_layers = arch.layers * per_layer
         if mixer and input_needs_no_grad(rp) and mamba2_mixer_frozen(rp):
@@ -145,6 +165,9 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         elif first_block_input_frozen(rp) and amp:
             # the first block's norm reads the frozen embeddings' output: it keeps no fp32 input
             total_layers -= (2 if arch.family in SHARED_NORM_INPUT else 1) * 4 * h
+    if dense_delta:
+        total_layers += arch.dense_layers * dense_delta
+        per_layer = max(per_layer, per_layer + dense_delta)  # a checkpointed step recomputes the larger
     tp = max(rp.tensor_parallel, 1)
     if kept is not None:
         kept["down_input"] = lin.down / tp

@@ -50,6 +50,9 @@ def linear_in_features(arch, name: str) -> int:
 # their outputs): a LoRA target among q, k, v (or gate, up) adapts the whole fused linear, and V is a view of the
 # q|k|v output, so what attention keeps holds all of it.
 HF_FUSED_FAMILIES = {"phi3"}
+# Families whose MLP computes gate|up with one linear, q, k and v apart: transformers 5.24
+# models/granitemoehybrid/modeling_granitemoehybrid.py `GraniteMoeHybridMLP` (input_linear, chunked in two)
+HF_FUSED_GATE_UP = {"granitemoehybrid"}
 
 
 # Families whose q|k|v come from one `c_attn` linear with no rotary embedding (transformers 5.24 models/gpt2 Conv1D
@@ -74,7 +77,7 @@ def hf_fused_groups(rp: ResolvedPlan) -> tuple[tuple[str, ...], ...]:
     out: tuple[tuple[str, ...], ...] = ()
     if family in HF_C_ATTN_FAMILIES | HF_ONE_QKV_LINEAR | HF_FUSED_FAMILIES:
         out += (("q", "k", "v"),)
-    if family in HF_FUSED_FAMILIES:
+    if family in HF_FUSED_FAMILIES | HF_FUSED_GATE_UP:
         out += (("gate", "up"),)
     return out
 

@@ -58,6 +58,12 @@ def _expert_lora(rp: ResolvedPlan) -> str | None:
     return versions.moe_expert_lora(rp.arch.family, tv[0] if tv else None, pv[0] if pv else None)
 
 
+def expert_lora(rp: ResolvedPlan) -> str | None:
+    """How LoRA target names reach this MoE model's routed experts (`versions.moe_expert_lora`): "modules",
+    "parameters" (peft moves the MLP names to the fused expert parameters) or None."""
+    return _expert_lora(rp)
+
+
 @dataclass(frozen=True, slots=True)
 class ExpertParam:
     """A routed-expert parameter peft adapts with a `lora.ParamWrapper`: `experts` stacked in × out matrices, rank

@@ -8,6 +8,7 @@ from vramlens.estimate.components.adapters import VECTOR_METHODS, vector_adapter
 from vramlens.estimate.components.common import (
     HF_C_ATTN_FAMILIES,
     HF_FUSED_FAMILIES,
+    HF_FUSED_GATE_UP,
     HF_ONE_QKV_LINEAR,
     amp_fp32_stream,
     compiled_block,
@@ -33,7 +34,7 @@ def amp_input_casts(rp: ResolvedPlan, group: str, present: list[str]) -> int:
         rp.framework in HF_MODEL_FRAMEWORKS
         and rp.arch.family in HF_FUSED_FAMILIES | HF_C_ATTN_FAMILIES | HF_ONE_QKV_LINEAR
     )
-    if group == "q" and fused or group == "gate" and rp.arch.family in HF_FUSED_FAMILIES:
+    if group == "q" and fused or group == "gate" and rp.arch.family in HF_FUSED_FAMILIES | HF_FUSED_GATE_UP:
         return 1
     return max(len(present), 1)
 
@@ -117,6 +118,7 @@ def linear_inputs_per_token(rp: ResolvedPlan) -> LinearInputs:
     compiled = compiled_block(rp)
     amp = amp_fp32_stream(rp)
     hf_fused = rp.arch.family in HF_FUSED_FAMILIES and rp.framework in HF_MODEL_FRAMEWORKS
+    hf_gate_up = rp.arch.family in HF_FUSED_GATE_UP and rp.framework in HF_MODEL_FRAMEWORKS
     hf_c_attn = rp.arch.family in HF_C_ATTN_FAMILIES and rp.framework in HF_MODEL_FRAMEWORKS
     hf_one_qkv = rp.arch.family in HF_ONE_QKV_LINEAR and rp.framework in HF_MODEL_FRAMEWORKS
     expert_down_in = 0.0
@@ -148,7 +150,7 @@ def linear_inputs_per_token(rp: ResolvedPlan) -> LinearInputs:
     group_inputs: dict[str, float] = {}
     for size, members in groups:
         before = linear_inputs
-        mlp_group = members[0] != "q"
+        mlp_group = members[0] in ("gate", "down")  # not MLA's q_b and kv_b groups
         if members[0] == "gate":
             qkv_in = before  # what the q/k/v group keeps (the groups run in order)
         present = [m for m in members if (m in mla if mla and m in MLA_NAMES else has_linear(arch, m))]
@@ -165,8 +167,8 @@ def linear_inputs_per_token(rp: ResolvedPlan) -> LinearInputs:
         width = size / c
         if (rp.fused_qkv or hf_fused or hf_c_attn or hf_one_qkv) and members[0] == "q" and hit:
             hit = ["qkv"]  # one adapter (one dropout) on the fused linear
-        if hf_fused and members[0] == "gate" and hit:
-            hit = ["gate_up"]  # Phi-3's gate_up_proj: one adapter for gate and up
+        if (hf_fused or hf_gate_up) and members[0] == "gate" and hit:
+            hit = ["gate_up"]  # Phi-3's gate_up_proj, Granite-4's input_linear: one adapter for gate and up
         if dropout:
             # each adapter keeps its own dropped copy of the input + a 1-byte mask (CUDA native_dropout);
             # the input itself (and a cast copy of it) is not kept by the adapter

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from vramlens.estimate.components.common import compiled_block, mlp_bytes, unsloth_kernels
-from vramlens.estimate.components.experts import expert_bytes, expert_parameters, expert_passes, experts_adaptable
+from vramlens.estimate.components.experts import (
+    expert_bytes,
+    expert_lora,
+    expert_parameters,
+    expert_passes,
+    experts_adaptable,
+)
 from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
 from vramlens.resolved import ResolvedPlan
 
@@ -66,3 +72,41 @@ def mlp_per_token(rp: ResolvedPlan) -> float:
         # unsloth/kernels/fast_lora.py LoRA_MLP saves e = X·G and g = X·U (h = f(e)·g is recomputed in backward)
         mlp_internal = 2 * c * inter
     return mlp_internal
+
+
+def dense_layer_plan(rp: ResolvedPlan) -> ResolvedPlan | None:
+    """The plan of a MoE model's dense layers, as one of them runs (None when every layer is a MoE layer): an MLP
+    `intermediate` wide whose gate/up/down are nn.Linear modules that LoRA's targets reach, with no router, routed
+    or shared experts. DeepSeek-V2/V3's first `first_k_dense_replace` layers (transformers 5.24
+    models/deepseek_v3/modeling_deepseek_v3.py `DeepseekV3DecoderLayer`: `DeepseekV3MLP(config)` where `layer_idx <
+    config.first_k_dense_replace`), Llama-4's layers outside `moe_layers` (models/llama4/modeling_llama4.py
+    `Llama4TextDecoderLayer`: `Llama4TextMLP(config, intermediate_size=config.intermediate_size_mlp)`; the config's
+    default `moe_layers` is every `interleave_moe_layer_step`-th layer), Qwen2-MoE's outside `decoder_sparse_step`
+    (models/qwen2_moe/modeling_qwen2_moe.py `Qwen2MoeDecoderLayer`). `ModelArch.dense_layers` counts them and
+    `ModelArch.intermediate` is their width (`knowledge.models._dense_layers`)."""
+    arch = rp.arch
+    if not arch.is_moe or not 0 < arch.dense_layers < arch.layers:
+        return None
+    dense = arch.model_copy(update={"num_experts": 0, "shared_experts": 0, "dense_layers": 0})
+    update: dict = {"arch": dense}
+    if rp.peft != "none" and expert_lora(rp) == "parameters":
+        # peft rewrites the MLP names of such a family's targets to its fused expert parameters (peft 0.21.2
+        # utils/transformers_weight_conversion.py `_convert_peft_config_moe`: gate_proj/up_proj/down_proj leave
+        # target_modules for target_parameters, "all-linear" resolved first): no dense MLP linear is adapted
+        mlp = {"gate", "up", "down", "fc1", "fc2"}
+        targets = rp.lora_targets
+        if "all-linear" in targets:
+            targets = ("q", "k", "v", "o", "q_a", "q_b", "kv_a", "kv_b")
+        update["lora_targets"] = tuple(t for t in targets if t not in mlp)
+    return rp.model_copy(update=update)
+
+
+def mlp_keeps_per_token(rp: ResolvedPlan) -> float:
+    """What one block's MLP keeps per token in all: its hidden activations (`mlp_per_token`) and its linears' and
+    adapters' inputs (`linear_inputs_per_token`), DoRA's products on them; for a MoE model's dense layers, pass
+    `dense_layer_plan(rp)`."""
+    from vramlens.estimate.components.adapters import dora_per_token
+    from vramlens.estimate.components.common import MLP_LINEARS
+    from vramlens.estimate.components.linears import linear_inputs_per_token
+
+    return mlp_per_token(rp) + linear_inputs_per_token(rp).mlp + dora_per_token(rp, MLP_LINEARS)

@@ -84,10 +84,15 @@ def mamba_backward_per_token(rp: ResolvedPlan) -> float:
 
 
 # Mamba-2 (SSD) mixers: transformers 5.24 models/mamba2/modeling_mamba2.py `Mamba2Mixer` and the same mixer inside
-# Falcon-H1 (models/falcon_h1/modeling_falcon_h1.py `FalconH1Mixer`), read from the model's config.json. The config
-# keys of each model_type: (heads, head_dim, groups, state, conv kernel, chunk, expand) and their defaults
-# (Mamba2Config, FalconH1Config; Falcon-H1's head_dim "auto" is intermediate / heads, `mamba_d_ssm` overrides
-# expand · hidden).
+# Falcon-H1 (models/falcon_h1/modeling_falcon_h1.py `FalconH1Mixer`), Bamba (models/bamba/modeling_bamba.py
+# `BambaMixer`), Granite-4's hybrids (models/granitemoehybrid/modeling_granitemoehybrid.py
+# `GraniteMoeHybridMambaLayer`) and Nemotron-H (models/nemotron_h/modeling_nemotron_h.py `NemotronHMamba2Mixer`):
+# the last three are `Mamba2Mixer.forward` line for line, with the same `mamba2_chunk_scan`, `causal_conv1d_fn` and
+# gated RMSNorm, under their own config names. Read from the model's config.json. The config keys of each
+# model_type: (heads, head_dim, groups, state, conv kernel, chunk, expand) and their defaults (Mamba2Config,
+# FalconH1Config, BambaConfig, GraniteMoeHybridConfig, NemotronHConfig; head_dim "auto" is intermediate / heads,
+# Falcon-H1's `mamba_d_ssm` overrides expand · hidden; Nemotron-H's mixer is heads · head_dim wide, whatever
+# `expand` says).
 _MAMBA2_KEYS = {
     "mamba2": ("num_heads", "head_dim", "n_groups", "state_size", "conv_kernel", "chunk_size", "expand"),
     "falcon_h1": (
@@ -100,7 +105,37 @@ _MAMBA2_KEYS = {
         "mamba_expand",
     ),
 }
-_MAMBA2_DEFAULTS = {"mamba2": (128, 64, 8, 128, 4, 256, 2), "falcon_h1": (128, None, 1, 256, 4, 256, 2)}
+_BAMBA_KEYS = (
+    "mamba_n_heads",
+    "mamba_d_head",
+    "mamba_n_groups",
+    "mamba_d_state",
+    "mamba_d_conv",
+    "mamba_chunk_size",
+    "mamba_expand",
+)
+_MAMBA2_KEYS["bamba"] = _MAMBA2_KEYS["granitemoehybrid"] = _BAMBA_KEYS
+_MAMBA2_KEYS["nemotron_h"] = (
+    "mamba_num_heads",
+    "mamba_head_dim",
+    "n_groups",
+    "ssm_state_size",
+    "conv_kernel",
+    "chunk_size",
+    "expand",
+)
+_MAMBA2_DEFAULTS = {
+    "mamba2": (128, 64, 8, 128, 4, 256, 2),
+    "falcon_h1": (128, None, 1, 256, 4, 256, 2),
+    "bamba": (128, None, 1, 256, 4, 256, 2),
+    "granitemoehybrid": (128, None, 1, 256, 4, 256, 2),
+    "nemotron_h": (128, 64, 8, 128, 4, 128, 2),
+}
+# Hybrids whose decoder layer holds a Mamba-2 mixer in place of attention (its own input norm, then the MLP):
+# `BambaDecoderLayer`, `GraniteMoeHybridDecoderLayer`. Which layers are Mamba layers: `layer_types`
+# ("linear_attention" for a Mamba layer in 5.24; "mamba" in older configs, which the config classes remap), or
+# Bamba's `attn_layer_indices` (every other layer); every layer when the config says neither.
+MAMBA2_IN_PLACE_OF_ATTENTION = frozenset({"bamba", "granitemoehybrid"})
 
 # Which path a Mamba-2 mixer's training forward takes. `Mamba2Mixer.forward` calls
 # `mamba2_split_conv1d_scan_combined`, which `use_kernel_func_from_hub_with_fallback` maps to mamba_ssm's fused
@@ -137,7 +172,7 @@ def mamba2_sizes(rp: ResolvedPlan) -> Mamba2Sizes | None:
     inner = inner or int(expand * rp.arch.hidden)
     if not isinstance(head_dim, int):  # Falcon-H1's "auto"
         head_dim = inner // max(heads, 1)
-    gated = family == "mamba2" or bool(config.get("mamba_rms_norm", False))
+    gated = family != "falcon_h1" or bool(config.get("mamba_rms_norm", False))
     return Mamba2Sizes(heads * head_dim, heads, head_dim, groups, state, conv, chunk, gated)
 
 
@@ -233,6 +268,23 @@ def mamba2_mixer_frozen(rp: ResolvedPlan) -> bool:
     return rp.peft != "none" and not any(
         _mamba_adapter_keeps(rp, name, rp.arch.hidden) for name in ("in_proj", "out_proj")
     )
+
+
+def mamba2_layer_flags(rp: ResolvedPlan) -> list[bool]:
+    """Which layers of a Bamba or Granite-4 hybrid stack are Mamba-2 layers (`MAMBA2_IN_PLACE_OF_ATTENTION`), in
+    order; empty for any other model."""
+    import json
+
+    arch = rp.arch
+    if arch.family not in MAMBA2_IN_PLACE_OF_ATTENTION or not arch.hf_config_json:
+        return []
+    config = json.loads(arch.hf_config_json)
+    types = config.get("layer_types") or config.get("layers_block_type")
+    if isinstance(types, list) and len(types) == arch.layers:
+        return [t in ("linear_attention", "mamba") for t in types]
+    attention = config.get("attn_layer_indices") if arch.family == "bamba" else None
+    attention = set(attention) if isinstance(attention, list) else set()
+    return [i not in attention for i in range(arch.layers)]
 
 
 def jamba_mixer_bytes(rp: ResolvedPlan) -> tuple[float, float, float] | None:
