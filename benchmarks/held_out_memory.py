@@ -300,10 +300,11 @@ def traits(plan: Any) -> str:
 
 
 def _plan_gpus(plan: Any) -> int | None:
+    per = _value(plan, "devices_per_process")  # a device map: each process uses several GPUs
     for name in ("world_size", "gpu_count"):
         v = _value(plan, name)
         if isinstance(v, int):
-            return v
+            return v * per if name == "world_size" and isinstance(per, int) and per > 1 else v
     return None
 
 

@@ -239,6 +239,7 @@ class TrainingPlan(BaseModel):
     tensor_parallel: Sourced[int] | None = None
     context_parallel: Sourced[int] | None = None
     pipeline_parallel: Sourced[int] | None = None
+    devices_per_process: Sourced[int] | None = None  # GPUs one process spreads the model over (device_map)
     virtual_pipeline: Sourced[int] | None = None  # model chunks per pipeline stage (interleaved schedule)
     expert_parallel: Sourced[int] | None = None
     expert_tensor_parallel: Sourced[int] | None = None

@@ -51,6 +51,7 @@ CONCEPT_TITLES = {
     "tensor_parallel": "tensor parallel",
     "context_parallel": "context parallel",
     "pipeline_parallel": "pipeline parallel",
+    "devices_per_process": "GPUs per process (device_map)",
     "fsdp_state_dict_type": "FSDP state-dict type",
     "alloc_conf": "PYTORCH_CUDA_ALLOC_CONF",
     "gpu_name": "GPU",

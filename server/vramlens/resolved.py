@@ -97,6 +97,8 @@ class ResolvedPlan(BaseModel):
     fused_kernels: tuple[str, ...] = ()  # Triton kernels swapped in for speed (Liger, unsloth, fms-acceleration
     # foak): "rms_norm", "rope", "swiglu", "cross_entropy"
     float8_linears: bool = False  # torchao Float8Linear: the blocks' linears run at the fp8 rate
+    float8_all_gather: bool = False  # with float8_linears under FSDP2: their weights all-gathered in fp8 (torchao
+    # `enable_fsdp_float8_all_gather`)
     keep_logits: bool = False  # the loop keeps `out.logits` referenced through backward
     logits_fp32: bool = False  # the loop receives the logits in fp32 (Lightning Fabric casts module
     # outputs to the default dtype) and computes the loss on them
@@ -166,6 +168,8 @@ class ResolvedPlan(BaseModel):
     context_parallel: int = 1
     # Megatron-core layouts (components.megatron_step); pipeline_parallel also splits the weights of other engines
     pipeline_parallel: int = 1  # pipeline stages, each holding its share of the layers
+    devices_per_process: int = 1  # GPUs one process spreads the model's layers over (accelerate's device_map,
+    # naive model parallelism: one device at a time); gpu_count counts them all, world_size the processes
     virtual_pipeline: int = 1  # model chunks per stage (interleaved 1F1B when > 1)
     expert_parallel: int = 1  # ranks the routed experts are divided over
     expert_tensor_parallel: int | None = None  # tensor parallelism inside each expert (None: tensor_parallel)

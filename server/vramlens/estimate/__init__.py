@@ -34,6 +34,8 @@ REVISION = 13
 
 def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]], C.Params, float]:
     """Allocated bytes of each candidate phase, with the breakdown of each."""
+    if rp.devices_per_process > 1 and rp.strategy != "megatron":
+        return _device_map_phases(rp)[:4]
     rp = C.as_loaded(rp)
     p = C.params(rp)
     if rp.strategy == "megatron":
@@ -332,6 +334,26 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     return totals, phases, p, per_sample
 
 
+def _device_map_phases(rp: ResolvedPlan):
+    """One process's model spread over several GPUs (device_map): the busiest GPU's phases, from the whole model's
+    on one GPU (components.device_map_phases), and that GPU."""
+    one = rp.with_changes(devices_per_process=1)
+    _, whole, p, _ = _phases(one)
+    # what one block adds to each phase's activations (the saved activations grow with the blocks, a block's
+    # transients do not): the whole model against one block fewer
+    n = rp.arch.layers
+    less = _phases(one.with_changes(arch=rp.arch.model_copy(update={"layers": n - 1})))[1] if n > 1 else {}
+    block = {k: whole[k].get("activations", 0) - less.get(k, {}).get("activations", 0) for k in whole}
+    loaded = C.as_loaded(rp)
+    s = C.shapes(loaded.arch)
+    wb = C.DTYPE_BYTES[loaded.weight_dtype]
+    phases, gpu = C.device_map_phases(loaded, whole, block, s.embed_params * wb, s.lm_head_params * wb)
+    totals = {name: sum(parts.values()) - parts.get("optimizer_paged", 0) for name, parts in phases.items()}
+    fb = phases["forward-backward"]
+    per_sample = int((fb.get("activations", 0) + fb.get("logits", 0)) / max(rp.micro_batch, 1))
+    return totals, phases, p, per_sample, gpu
+
+
 def _megatron_phases(rp: ResolvedPlan, p: C.Params):
     """Megatron-core runs its own model, schedule and optimizer: the busiest pipeline rank by its formulas
     (components.megatron_step)."""
@@ -441,6 +463,8 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
             f"paged optimizer states: {paged_out / GIB:.1f} GiB of them do not fit beside the rest and "
             f"page out to host memory, moving over PCIe every step (slow, not an out-of-memory error)"
         )
+    if rp.devices_per_process > 1 and rp.strategy != "megatron":
+        assumptions.append(C.device_map_note(rp, _device_map_phases(rp)[4]))
     assumptions += C.expert_adapter_notes(rp)
     assumptions += C.dora_version_notes(rp)
     if C.compiled_block(rp):

@@ -47,7 +47,8 @@ Efficiencies (shares of the datasheet peak):
   MEMORY_EFFICIENCY 0.80  streaming kernels reach ~80 % of the memory bandwidth.
   LINK_EFFICIENCY   0.70  NCCL bus bandwidth reaches ~70 % of the per-direction link rate.
 Between nodes each GPU has one network port: 400 Gb/s on Hopper-class nodes (DGX H100 datasheet: 8× ConnectX-7),
-200 Gb/s before (DGX A100 datasheet: 8× ConnectX-6).
+200 Gb/s before (DGX A100 datasheet: 8× ConnectX-6); a collective over several nodes runs one NCCL ring per port, so
+the ranks of a node together reach their ports' sum (capped by NVLink).
 These are general properties of the hardware and libraries, not fitted to any measured run; the figures this
 model gives are checked against published tokens/s tables by benchmarks/throughput.py.
 """
@@ -575,6 +576,16 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
             # each use reads the packed weight and its constants and writes the dequantised copy
             clock.op("dequantize", 0, quant_params * (packed + consts + cb), times=forwards + 1)
 
+    if fp32_activations(rp):
+        # every 4-bit linear fed the fp32 stream casts its input to the compute dtype and its output back (bnb
+        # Linear4bit.forward: `x.to(self.compute_dtype)` … `out.to(inp_dtype)`), and the attention kernel casts
+        # q, k, v down (transformers `_flash_attention_forward`: fp32 inputs `.to(target_dtype)`); autograd casts
+        # their gradients the same way in backward. The attention output projection reads the 16-bit attention
+        # output and writes 16-bit.
+        casts = sum(lin.count * (lin.in_features + lin.out_features) for lin in shapes(arch).linears if lin.name != "o")
+        casts += layers_total * (arch.q_dim + 2 * arch.kv_dim)
+        clock.op("elementwise", 0, T * casts * (4 + cb), times=forwards + back)
+
     # -- elementwise and the loss ----------------------------------------------------------------------------
     fwd_b, bwd_b = elementwise_bytes(rp)
     recomputed = forwards - 1 if ckpt else (1.0 if rp.selective_recompute == "op" else 0.0)
@@ -626,10 +637,14 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
         parts["communication (exposed)"] = exposed
 
     step_s = compute_s + opt_s + parts.get("gradient accumulation", 0.0) + exposed
-    tokens = T * accum
-    per_gpu = tokens / step_s
+    tokens = T * accum  # of one tensor-parallel group: its ranks share every token's work
+    tp = max(rp.tensor_parallel, 1)
+    # a device map's GPUs run one after another (the forward passes the activations from one to the next): the step
+    # takes the whole model's time and its tokens are shared by the process's GPUs, no data-parallel speed-up
+    gpus = max(rp.devices_per_process, 1) if rp.strategy != "megatron" else 1
+    per_gpu = tokens / step_s / tp / gpus
     dp = max(rp.world_size, 1) if rp.strategy != "none" else 1
-    mfu = model_flops * accum / (step_s * peak)
+    mfu = model_flops * accum / (step_s * peak * gpus)
     candidates = {
         "compute": clock.compute_bound * accum,
         "memory": clock.memory_bound * accum + opt_s,
@@ -642,7 +657,32 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
         candidates["memory"] -= opt_s
     bound = max(candidates, key=candidates.get)
     return Throughput(
-        tokens_per_s=per_gpu, run_tokens_per_s=per_gpu * dp, step_s=step_s, mfu=mfu, bound=bound, parts_s=parts
+        tokens_per_s=per_gpu,
+        run_tokens_per_s=per_gpu * tp * dp * gpus,
+        step_s=step_s,
+        mfu=mfu,
+        bound=bound,
+        parts_s=parts,
+    )
+
+
+def fp32_activations(rp: ResolvedPlan) -> bool:
+    """A k-bit model prepared by peft's `prepare_model_for_kbit_training` (peft utils/other.py: every non-quantized
+    fp16/bf16 parameter cast to fp32; TRL's `peft_module_casting_to_bf16` keeps the norms in fp32) runs its
+    activations in fp32: transformers' RMSNorm returns `self.weight * hidden_states.to(input_dtype)` (models/llama
+    modeling_llama.py `LlamaRMSNorm.forward`; Mistral, Qwen2 and Mixtral copy it), an fp32 weight times a 16-bit
+    tensor, so every normed input is fp32, the 4-bit linears hand back their input's dtype, and from the first
+    block's MLP on the residual stream is fp32 too. Gemma's RMSNorm casts its output back to the input dtype
+    (models/gemma modeling_gemma.py `GemmaRMSNorm.forward`: `output.type_as(x)`); LayerNorm runs in fp32 under
+    autocast whatever its weight. fms-acceleration's accelerated-peft plugin prepares the model without the upcast
+    for this reason (plugins/accelerated-peft framework_plugin_bnb.py `_prepare_model_for_kbit_training`)."""
+    return (
+        rp.peft == "qlora"
+        and bool(rp.quant_bits)
+        and rp.kbit_upcast
+        and rp.compute_dtype in ("bf16", "fp16")
+        and rp.arch.norm == "rmsnorm"
+        and not rp.arch.family.startswith("gemma")
     )
 
 
@@ -652,7 +692,7 @@ def elementwise_bytes(rp: ResolvedPlan) -> tuple[float, float]:
     fused under torch.compile (Inductor fuses pointwise ops and reductions into one kernel) or when Triton kernels
     replace them (`fused_kernels`: Liger's `apply_liger_kernel_to_*` or unsloth's patches)."""
     arch = rp.arch
-    cb = C.DTYPE_BYTES[rp.compute_dtype]
+    cb = 4 if fp32_activations(rp) else C.DTYPE_BYTES[rp.compute_dtype]
     k = set(rp.fused_kernels)
     tp = max(rp.tensor_parallel, 1)
     if arch.norm == "layernorm":
@@ -834,18 +874,34 @@ def _communication_seconds(rp: ResolvedPlan, p: C.Params) -> tuple[float, float]
         return 0.0, 0.0
     link = rp.gpu.link_gbs or 32.0
     per_direction = link / 2
-    if world > max(rp.gpu_count, 1):
-        per_direction = min(per_direction, network_gbs(rp))
+    # the data-parallel group crosses nodes once the run (its tensor- and context-parallel ranks inside each
+    # data-parallel rank) needs more GPUs than a node has. NCCL then builds one ring per network port, each crossing
+    # between nodes through its own port, and splits the collective over them through NVLink (NCCL's maintainer in
+    # NVIDIA/nccl#601: "creates 4 rings, each using a different NIC"; "we can use NVLink to split the operations in
+    # N parts then balance the traffic onto the N NICs"): the group's ranks in a node move data over as many ports
+    # at once, so a rank's share is the ports its group uses in the node, capped by its own NVLink
+    inner = max(rp.tensor_parallel, 1) * max(rp.context_parallel, 1)
+    node = max(rp.gpu_count, 1)
+    if world * inner > node:
+        ranks_per_node = max(min(node // inner, world), 1)
+        per_direction = min(per_direction, network_gbs(rp) * ranks_per_node)
     bw = per_direction * 1e9 * LINK_EFFICIENCY
     ring = (world - 1) / world
     accum = max(rp.grad_accum, 1)
-    grads = p.trainable * (4 if rp.master_weights else p.trainable_dtype_bytes)
+    # a tensor-parallel rank holds, reduces and gathers only its slice of the weights (`C.shard_factor`)
+    tp = max(rp.tensor_parallel, 1)
+    grads = p.trainable * (4 if rp.master_weights else p.trainable_dtype_bytes) / tp
     if rp.strategy == "ddp" or (rp.strategy == "deepspeed" and rp.zero_stage == 0):
         moved = 2 * ring * grads  # all-reduce once per optimizer step
     elif rp.strategy == "deepspeed" and rp.zero_stage in (1, 2):
-        moved = ring * grads * accum + ring * p.trainable * p.trainable_dtype_bytes  # reduce-scatter, all-gather
+        moved = ring * grads * accum + ring * p.trainable * p.trainable_dtype_bytes / tp  # reduce-scatter, all-gather
     else:  # ZeRO-3 / FSDP full shard: parameters gathered
-        weights = p.total * C.DTYPE_BYTES[rp.compute_dtype]  # forward and backward, gradients reduce-scattered
+        weights = p.total * C.DTYPE_BYTES[rp.compute_dtype] / tp  # forward and backward, gradients reduce-scattered
+        if rp.float8_linears and rp.float8_all_gather:
+            # torchao float8/fsdp_utils.py `WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather`: each Float8Linear
+            # weight cast to fp8 on its shard and gathered at 1 byte (the embedding and LM head stay 16-bit)
+            fp8_params = sum(lin.params for lin in shapes(rp.arch).linears) / tp
+            weights -= fp8_params * (C.DTYPE_BYTES[rp.compute_dtype] - 1)
         moved = accum * (2 * ring * weights + ring * grads)
     total = moved / bw
     layers = max(rp.arch.layers, 1)

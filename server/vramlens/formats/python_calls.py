@@ -1148,6 +1148,14 @@ def _from_pretrained(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, 
             r.unknown(s, v)
         elif isinstance(v, str):
             apply_hf_key(r.b, "model_name_or_path", s)
+    dm = _kw(call, "device_map")
+    if dm is not None and ev.value(dm.value, scope) in ("auto", "balanced"):
+        # accelerate's balanced placement over every GPU the process sees (transformers modeling_utils
+        # `_get_device_map`: get_balanced_memory + infer_auto_device_map); the Trainer then runs the model where it
+        # lies, no data parallelism (transformers 5.24 trainer.py: `hf_device_map` on more than one GPU →
+        # is_model_parallel). 0: "every visible GPU", resolved against the GPU count (one GPU: as before)
+        v = ev.value(dm.value, scope)
+        r.b.set("devices_per_process", 0, r.node_setting("device_map", dm, v, dm.value), note=f'device_map="{v}"')
     for s, target in _kwargs(r, ev, call, scope, "from_pretrained", keys=MODEL_LOAD_KEYS):
         if target in ("torch_dtype", "dtype") and s.value is None:
             continue  # unsloth dtype=None: detect (auto)

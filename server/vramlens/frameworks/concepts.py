@@ -1034,6 +1034,8 @@ def match(arg_name: str, type_hint: str | None = None) -> Concept | None:
 # TrainingPlan fields that are not settings of a config: what the file is for, and the reader's bookkeeping
 NOT_SETTINGS: dict[str, str] = {
     "purpose": "what a file launches other than training (formats.purpose); no argument sets it",
+    "devices_per_process": "the GPUs one process spreads the model over (device_map), derived from the visible GPUs "
+    'per process (ms-swift `is_mp`) or `device_map="auto"`; no argument of its own sets it',
 }
 
 assert set(CONCEPTS) <= set(PLAN_CONCEPTS), set(CONCEPTS) - set(PLAN_CONCEPTS)

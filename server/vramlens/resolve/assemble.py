@@ -101,6 +101,7 @@ def build_plan(
         tensor_parallel=int(d.tp),
         context_parallel=int(d.cp),
         pipeline_parallel=int(d.pp),
+        devices_per_process=d.devices,
         **_megatron_layout(val),
         **_partial_checkpointing(val),
         fsdp_full_state_dict=str(val("fsdp_state_dict_type") or "").upper().startswith("FULL"),

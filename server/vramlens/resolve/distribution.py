@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vramlens.plan import Origin, Sourced
 from vramlens.resolve.common import Context
 from vramlens.resolve.gpu import GpuPart, _world
 
@@ -21,6 +22,7 @@ class DistributionPart:
     pp: Any
     dp: int
     shard_ranks: int  # the ranks ZeRO/FSDP shard over
+    devices: int = 1  # GPUs each process spreads the model over (device_map); count = world × devices per node
 
 
 def resolve_distribution(ctx: Context, gpu: GpuPart) -> DistributionPart:
@@ -29,6 +31,7 @@ def resolve_distribution(ctx: Context, gpu: GpuPart) -> DistributionPart:
     strategy = val("dist_strategy") or "none"
     zero = val("zero_stage") or 0
     world, count = _world(plan, settings, count, count_given, sources)
+    devices, world = _devices_per_process(ctx, strategy, world, count, count_given)
     tp = val("tensor_parallel") or 1
     cp = val("context_parallel") or 1
     pp = val("pipeline_parallel") or 1
@@ -48,7 +51,47 @@ def resolve_distribution(ctx: Context, gpu: GpuPart) -> DistributionPart:
             f"{'ZeRO' if strategy == 'deepspeed' else 'FSDP'} sharding with one GPU shards nothing: "
             "set the GPU count (launcher flag, `# vramlens: gpu=... count=N`, or --num-gpus)"
         )
-    return DistributionPart(strategy, zero, world, count, tp, cp, pp, dp, shard_ranks)
+    return DistributionPart(strategy, zero, world, count, tp, cp, pp, dp, shard_ranks, devices)
+
+
+def _devices_per_process(
+    ctx: Context, strategy: str, world: int, count: int, count_given: str | None
+) -> tuple[int, int]:
+    """(GPUs per process, processes) of a model spread over several GPUs by `device_map` (naive model parallelism).
+    The plan gives the GPUs per process (ms-swift: visible GPUs // processes per node), or 0 for "every GPU the
+    process sees" (`from_pretrained(..., device_map="auto")`), resolved here against the GPU count. ZeRO-3/FSDP shard
+    instead (ms-swift passes no device_map then and refuses DeepSpeed/FSDP with one: v3.5.0
+    swift/llm/argument/train_args.py `_init_deepspeed`: "DeepSpeed is not compatible with `device_map`")."""
+    src = ctx.plan.devices_per_process
+    if src is None or src.value is None:
+        return 1, world
+    given = int(src.value)
+    if strategy in ("deepspeed", "fsdp", "megatron"):
+        if given != 1:
+            ctx.assumptions.append(
+                f"device_map over several GPUs is ignored under {strategy}: the engine places the model itself"
+            )
+        return 1, world
+    if given == 0:  # every visible GPU: one process unless a launcher starts several
+        procs = int(ctx.plan.world_size.value) if ctx.plan.world_size is not None and ctx.plan.world_size.value else 1
+        per = max(1, count // max(procs, 1))
+        if per < 2:
+            return 1, world
+        world = procs
+    else:
+        per = given
+        if count_given == "setting":  # the settings' GPU count: all GPUs, spread `per` to a process
+            world = max(1, count // per)
+    if per != given:
+        ctx.sources["devices_per_process"] = src.model_copy(
+            update={"value": per, "note": f"device_map over the {count} visible GPUs of one process"}
+        )
+    before = ctx.sources.get("world_size")
+    if before is None or before.value != world:
+        ctx.sources["world_size"] = Sourced(
+            value=world, origin=Origin.DERIVED, note=f"{count} GPUs, {per} per process (device_map)"
+        )
+    return per, world
 
 
 def _megatron_layout(val) -> dict:

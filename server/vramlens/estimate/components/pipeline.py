@@ -92,3 +92,127 @@ def pipeline_stage_share(rp: ResolvedPlan) -> float:
         return 1.0
     total = max(shapes(rp.arch).total, 1)
     return min(max(st.dense_params + st.expert_params for st in stages(rp)) / total, 1.0)
+
+
+# --- device_map: one process, its model's layers spread over several GPUs (naive model parallelism) ---------------
+# accelerate 1.15.0 src/accelerate/utils/modeling.py, as transformers' `from_pretrained(device_map="auto")` runs it
+# (modeling_utils `_get_device_map`: `get_balanced_memory`, then `infer_auto_device_map`; ms-swift's MP + DDP patch
+# calls the same two over each process's GPUs: v4.0.0 swift/model/patcher.py `_infer_auto_device_map_patch`).
+
+
+def device_map_devices(rp: ResolvedPlan) -> list[Stage]:
+    """What each of a process's `devices_per_process` GPUs holds under accelerate's balanced device map, by
+    construction. `get_balanced_memory`: every GPU but the last may take `model size // n` plus a buffer of 1.25 ×
+    the larger of one no-split block and the mean leaf module (`buffer = int(1.25 * max(buffer, mean_leaves))`); the
+    last GPU keeps its whole memory. `infer_auto_device_map` then fills the GPUs in module order (embeddings, the
+    blocks, the final norm, the LM head), never splitting a block, and keeps the largest remaining layer's size free
+    on the first GPU (`main_devices = [gpus[0], "cpu"]`: `current_max_size - max_layer_size`). A head tied to the
+    embeddings is placed with them (`get_module_size_with_ties`), so it runs — with the logits and the loss — on the
+    first GPU. Sizes are counted at one dtype, as accelerate counts them (quantized models at the target dtype)."""
+    s = shapes(rp.arch)
+    n = max(rp.devices_per_process, 1)
+    layers = max(rp.arch.layers, 1)
+    tied = rp.arch.tied_embeddings or s.lm_head_params == 0
+    embed, head = s.embed_params, 0 if tied else s.lm_head_params
+    block = max((s.total - embed - head) / layers, 1.0)
+    per_gpu = s.total // n + int(1.25 * block)
+    modules: list[tuple[str, float]] = [("embed", embed)] + [("block", block)] * layers + [("head", head)]
+    used = [0.0] * n
+    held = [[0, False, False] for _ in range(n)]  # layers, embedding, head
+    device = 0
+    for i, (kind, size) in enumerate(modules):
+        while device < n - 1:
+            # the largest layer still to place (a tied head counts nothing: its weight is the embedding's, and
+            # `compute_module_sizes` counts a shared tensor once)
+            reserve = max((sz for _, sz in modules[i + 1 :]), default=0.0) if device == 0 else 0.0
+            if used[device] + size <= per_gpu - reserve:
+                break
+            device += 1
+        used[device] += size
+        if kind == "block":
+            held[device][0] += 1
+        elif kind == "embed":
+            held[device][1] = True
+            held[device][2] = held[device][2] or tied
+        else:
+            held[device][2] = held[device][2] or not tied
+    out = []
+    for d, (k, emb, hd) in enumerate(held):
+        out.append(Stage(f"GPU {d}", int(used[d]), 0, int(k), 1.0, bool(emb), bool(hd)))
+    return out
+
+
+# the phases' components and what each scales with on one GPU of the map
+_WEIGHT_PARTS = ("weights", "quant_constants", "reference", "reward_model", "value_model", "teacher")
+_TRAINED_PARTS = ("adapters", "gradients", "optimizer", "optimizer_paged")
+_HEAD_PARTS = ("logits", "teacher_logits")
+
+
+def device_map_phases(
+    rp: ResolvedPlan,
+    phases: dict[str, dict[str, int]],
+    block_activations: dict[str, int],
+    embed_bytes: int,
+    head_bytes: int,
+) -> tuple[dict[str, dict[str, int]], Stage]:
+    """The phases of the busiest GPU of a device map, from the phases of the whole model on one GPU. The forward runs
+    the GPUs one after another and the backward back, so each GPU holds its own blocks' weights, gradients and
+    optimizer states and every saved activation of its blocks for the whole step; the logits and the loss live on the
+    GPU with the LM head. `block_activations`: what one more block adds to each phase's activations (the rest — one
+    block's recompute or attention transients, the final norm — stays whole on every GPU). `embed_bytes`/`head_bytes`:
+    the embedding's and the untied head's weights as held (16-bit beside quantized blocks)."""
+    devs = device_map_devices(rp)
+    layers = max(rp.arch.layers, 1)
+    total_params = max(sum(st.dense_params for st in devs), 1)
+    peft = rp.peft != "none"
+    best: tuple[int, dict[str, dict[str, int]], Stage] | None = None
+    for st in devs:
+        act = st.layers / layers
+        trained = act if peft else st.dense_params / total_params
+        out: dict[str, dict[str, int]] = {}
+        for name, parts in phases.items():
+            new = {}
+            for k, v in parts.items():
+                if k in ("weights", "quant_constants"):
+                    v = _weight_share(
+                        v, st, layers, embed_bytes if k == "weights" else 0, head_bytes if k == "weights" else 0
+                    )
+                elif k in _WEIGHT_PARTS:
+                    v = int(v * st.dense_params / total_params)
+                elif k in _TRAINED_PARTS:
+                    v = int(v * trained)
+                elif k in _HEAD_PARTS:
+                    v = v if st.head else 0
+                elif k == "activations":
+                    v = max(int(v - block_activations.get(name, 0) * (layers - st.layers)), 0)
+                elif k == "temporaries" and name == "optimizer-step":
+                    v = int(v * trained)
+                elif k == "temporaries" and name == "end-of-backward":
+                    v = v if st.embedding else 0  # the embedding's second gradient
+                new[k] = v
+            out[name] = new
+        peak = max(sum(p.values()) - p.get("optimizer_paged", 0) for p in out.values())
+        if best is None or peak > best[0]:
+            best = (peak, out, st)
+    assert best is not None
+    return best[1], best[2]
+
+
+def _weight_share(total: int, st: Stage, layers: int, embed_bytes: int, head_bytes: int) -> int:
+    """A GPU's weights: its blocks' share of the blocks' bytes, plus the embedding and the head where they are."""
+    blocks = max(total - embed_bytes - head_bytes, 0)
+    return int(blocks * st.layers / layers + (embed_bytes if st.embedding else 0) + (head_bytes if st.head else 0))
+
+
+def device_map_note(rp: ResolvedPlan, peak: Stage) -> str:
+    """The estimate's assumption: how the layers are spread and which GPU is the peak."""
+    devs = device_map_devices(rp)
+    spread = ", ".join(
+        f"{st.name}: {st.layers} blocks" + (" + embeddings" if st.embedding else "") + (" + LM head" if st.head else "")
+        for st in devs
+    )
+    return (
+        f"device_map over {len(devs)} GPUs per process (accelerate's balanced placement; {spread}); the figure is "
+        f"{peak.name}'s, the busiest: its blocks' weights, gradients, optimizer states and saved activations"
+        + (", and the logits and loss" if peak.head else "")
+    )
