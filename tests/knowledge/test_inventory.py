@@ -273,11 +273,11 @@ def test_config_json_that_leaves_derived_sizes_out():
     assert param_count(arch_from_hf_config(wider, "x")) > 2 * 2_768_345_600 * 0.9
 
 
-@pytest.mark.parametrize("model_type", ["chatglm", "baichuan", "internlm", "mpt_custom"])
+@pytest.mark.parametrize("model_type", ["internlm", "mpt_custom"])
 def test_remote_code_is_never_built_and_says_so(model_type):
     """`auto_map` (trust_remote_code) models that transformers does not ship: sized from the config, approximate,
-    with the reason (Qwen-1, whose layers are written from its modeling file: tests/knowledge/
-    test_remote_code_models.py)."""
+    with the reason (Qwen-1, ChatGLM and Baichuan, whose layers are written from their modeling files:
+    tests/knowledge/test_remote_code_models.py, test_catalog_mcore.py)."""
     config = {
         "model_type": model_type,
         "auto_map": {"AutoModelForCausalLM": "modeling_x.XForCausalLM"},

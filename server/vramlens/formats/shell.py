@@ -2413,6 +2413,8 @@ def _unset_splices(script: ShellScript) -> list[tuple[str, Span]]:
         parts = a.word.parts if a.word is not None and a.value is None else []
         if len(parts) != 1 or parts[0][0] != VAR or parts[0][2] or parts[0][1] in script.env:
             continue
+        if parts[0][1] in set("123456789@*"):
+            continue  # the caller's own arguments (`"$@"`): extra flags, read as a run without them
         if k and args[k - 1].text.startswith("-") and "=" not in args[k - 1].text:
             continue  # the value of a flag (`--data-path ${DATA}`), not flags of its own
         if a.word is not None:

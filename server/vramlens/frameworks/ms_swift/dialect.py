@@ -56,7 +56,7 @@ def detect(data: Any, keys: set[str]) -> float:
 def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx: Any) -> None:
     from vramlens.formats import launchers, megatron, objective, shell
 
-    top = [s for s in settings if len(s.path) == 1]
+    top = [s for s in settings if len(s.path) == 1 and isinstance(s.path[0], str)]  # a YAML key may be a number
     keys = {str(s.path[0]) for s in top}
     if keys & MEGATRON_KEYS:
         b.plan.framework = megatron.SWIFT_FRAMEWORK
