@@ -228,8 +228,11 @@ def _metadata_version(text: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=8)
 def installed(python: str | None) -> dict[str, Found]:
-    """Versions installed in the trace interpreter's environment (this interpreter's when None)."""
+    """Versions installed in the trace interpreter's environment (this interpreter's when None). Read once per
+    interpreter and process: reading distribution metadata costs milliseconds, and every fix re-resolves the plan.
+    Callers only read the mapping."""
     out: dict[str, Found] = {}
     if python is None:
         for name in PACKAGES:
