@@ -51,6 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vramlens.knowledge.models import BUILT_AS_WRITTEN
 from vramlens.trace.config import StepConfig
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -119,22 +120,9 @@ SEQ2SEQ_FAMILIES = {"t5"}
 # Llama-4's `Llama4TextExperts` (transformers 5.24 models/llama4/modeling_llama4.py) runs every expert on every token
 # with bmm, which is not data-dependent either
 MOE_FAMILIES = {"mixtral", "qwen3_moe", "jamba", "qwen3_next", "gpt_oss", "deepseek_v3", "llama4_text"}
-# Families built from the config.json the plan keeps (`ModelArch.hf_config_json`, knowledge/models.py
-# `BUILT_AS_WRITTEN`) with transformers' own config class: their layer patterns and mixer sizes are in no other field
-AS_WRITTEN_FAMILIES = {
-    "mamba2",
-    "falcon_h1",
-    "jamba",
-    "bamba",
-    "nemotron_h",
-    "granitemoehybrid",
-    "lfm2",
-    "qwen3_next",
-    "gpt_oss",
-    "deepseek_v3",
-    "gemma3n_text",
-    "llama4_text",
-}
+# Families built from the config.json the plan keeps (`ModelArch.hf_config_json`) with transformers' own config class:
+# their layer patterns and mixer sizes are in no other field (knowledge/models.py `BUILT_AS_WRITTEN`)
+AS_WRITTEN_FAMILIES = BUILT_AS_WRITTEN
 HF_LINEAR = {
     "q": "q_proj",
     "k": "k_proj",
