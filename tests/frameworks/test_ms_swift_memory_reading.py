@@ -126,3 +126,29 @@ def test_megatron_optimizer_partly_offloaded_is_named_not_modelled(tmp_path):
     a = analysed(path)
     assert a.resolution.resolved.offload_optimizer
     assert any("0.5 of the optimizer offloaded" in u.what for u in a.estimate.unmodelled)
+
+
+ATTENTION = FIXTURES / "v2.4.0" / "attention"
+
+
+def test_use_flash_attn_false_in_2_x_loads_eager_attention():
+    # swift/llm/utils/model.py at v2.4.0, `get_model_tokenizer_with_flash_attn`: `elif use_flash_attn is False:
+    # model_config._attn_implementation = 'eager'`; absent, transformers' default (SDPA) stays
+    script = ATTENTION / "phi3_4b_4k_instruct_lora_sft.sh"
+    told = analysed(script)
+    assert told.resolution.resolved.attn_impl == "eager"
+    absent = analysed(script, script.read_text(encoding="utf-8").replace("--use_flash_attn false", ""))
+    assert absent.resolution.resolved.attn_impl == "sdpa"
+    # eager attention holds the scores and their softmax: the same run peaks higher
+    assert told.estimate.allocated_bytes > absent.estimate.allocated_bytes
+
+
+def test_qwen_1_remote_code_runs_torch_sdpa_when_flash_attention_is_off():
+    # Qwen-1's own modeling_qwen.py: `if not self.use_cache_quantization and SUPPORT_TORCH2:` calls
+    # F.scaled_dot_product_attention; ms-swift 2.x passes `use_flash_attn` into its config, not attn_implementation
+    a = analysed(ATTENTION / "qwen_7b_chat_lora_sft.sh")
+    assert a.plan.attn_impl.value == "eager"  # what the script asks
+    assert a.resolution.resolved.attn_impl == "sdpa"  # what Qwen-1's code runs
+    said = " ".join(str(x) for x in a.resolution.assumptions)
+    assert "scaled_dot_product_attention" in said
+    assert not any("Gemma-2" in str(x) for x in a.resolution.assumptions)

@@ -1158,6 +1158,17 @@ def _flash_attn(b: PlanBuilder, s: Setting) -> None:
         hf._attn(b, s)
 
 
+def _use_flash_attn(b: PlanBuilder, s: Setting) -> None:
+    """`--use_flash_attn true|false`: FlashAttention-2, or eager attention when it is false. ms-swift 2.x sets
+    `_attn_implementation = 'eager'` on false and leaves transformers' default when the flag is absent
+    (modelscope/ms-swift v2.4.0 swift/llm/utils/model.py `get_model_tokenizer_with_flash_attn`); open-instruct and
+    peft's example scripts load eager attention unless the flag is set."""
+    flag = to_bool(s.value)
+    if flag is None:
+        return _flash_attn(b, s)
+    b.set("attn_impl", "flash_attention_2" if flag else "eager", s)
+
+
 def _disable_gc(b: PlanBuilder, s: Setting) -> None:
     b.set_bool("grad_checkpointing", s, invert=True)
 
@@ -1218,7 +1229,7 @@ EXTRA_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     "cutoff_len": _via("max_seq_length"),
     "attn_impl": _via("attn_implementation"),
     "flash_attn": _flash_attn,
-    "use_flash_attn": _via("use_flash_attention_2"),
+    "use_flash_attn": _use_flash_attn,
     "quant_bits": _quant_bits,
     "quantization_bit": _quant_bits,
     "bits": _quant_bits,

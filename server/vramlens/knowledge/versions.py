@@ -97,6 +97,13 @@ CKPT_IN_LAYER_EARLY_FAMILIES = {
 }
 # families whose modelling code writes attention out (no attention interface), whatever is asked
 OWN_EAGER_ATTENTION = {"bloom", "deberta-v2", "deberta"}
+# Remote-code families whose modelling code picks its attention itself: with FlashAttention off it calls
+# `F.scaled_dot_product_attention` under torch 2, never the written-out product (Qwen/Qwen-7B on the Hub,
+# modeling_qwen.py `QWenAttention.forward`: `if not self.use_cache_quantization and SUPPORT_TORCH2:`)
+OWN_SDPA_ATTENTION = {
+    "qwen": "Qwen-1's modeling_qwen.py runs torch's scaled_dot_product_attention when FlashAttention is off "
+    "(SUPPORT_TORCH2), not eager attention",
+}
 # Families whose model class has no SDPA path (`_supports_sdpa = False`): transformers runs eager attention instead.
 # gpt-oss's attention sinks (transformers 5.24 models/gpt_oss/modeling_gpt_oss.py `GptOssPreTrainedModel`)
 NO_SDPA = {"gpt_oss"}
@@ -180,7 +187,23 @@ def attention_as_run(family: str, requested: str, transformers: str | None) -> s
         return "eager"
     if family == "gemma2" and requested == "sdpa" and at_least(transformers, GEMMA2_EAGER_FROM):
         return "eager"
+    if family in OWN_SDPA_ATTENTION and requested == "eager":
+        return "sdpa"
     return requested
+
+
+def attention_reason(family: str) -> str:
+    """Why `attention_as_run` runs another attention than the one asked for `family`."""
+    if family in OWN_EAGER_ATTENTION:
+        return (
+            f"{family} writes its attention out in its modelling code: "
+            "eager attention whatever attn_implementation says"
+        )
+    if family in OWN_SDPA_ATTENTION:
+        return OWN_SDPA_ATTENTION[family]
+    if family in NO_SDPA:
+        return f"{family} has no SDPA path (`_supports_sdpa = False`): eager attention"
+    return "Gemma-2 has no SDPA path (`_supports_sdpa = False`): eager attention"
 
 
 class AttentionAndLoss(NamedTuple):

@@ -77,13 +77,8 @@ def resolve_versions(
     run = versions.as_run(arch.family, attn, tv, hf_model=hf_model, masked=masked, loss_impl=loss_impl)
     if hf_model:
         t_label = f"transformers {env['transformers'].version} ({env['transformers'].source})"
-        if run.attention != attn and arch.family in versions.OWN_EAGER_ATTENTION:
-            assumptions.append(
-                f"{t_label}: {arch.family} writes its attention out in its modelling code: "
-                f"eager attention whatever attn_implementation says"
-            )
-        elif run.attention != attn:
-            assumptions.append(f"{t_label}: Gemma-2 has no SDPA path (`_supports_sdpa = False`): eager attention")
+        if run.attention != attn:
+            assumptions.append(f"{t_label}: {versions.attention_reason(arch.family)}")
         if run.attention == "sdpa" and not versions.sdpa_repeats_kv(tv, masked):
             assumptions.append(f"{t_label}: SDPA reads grouped K/V natively without a mask (no repeat_kv)")
         if run.loss_shifted_copy:
