@@ -198,6 +198,7 @@ class TrainingPlan(BaseModel):
     fused_kernels: Sourced[list[str]] | None = None  # Triton kernels swapped in (Liger, unsloth): "rms_norm", "rope",
     # "swiglu", "cross_entropy"
     float8_linears: Sourced[bool] | None = None  # torchao Float8Linear: the blocks' linears run in float8
+    float8_all_gather: Sourced[bool] | None = None  # FSDP2 gathers the float8 linears' weights in fp8 (torchao)
     # optimizer
     optimizer: Sourced[str] | None = None  # as written (normalized by knowledge.optimizers)
     optimizer_impl: Sourced[str] | None = None  # OptimizerImpl

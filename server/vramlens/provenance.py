@@ -28,6 +28,7 @@ CONCEPT_TITLES = {
     "loss_impl": "loss implementation",
     "fused_kernels": "fused kernels",
     "float8_linears": "float8 linears",
+    "float8_all_gather": "float8 all-gather",
     "optimizer": "optimizer",
     "optimizer_impl": "optimizer implementation",
     "optimizer_in_bwd": "optimizer in backward",

@@ -394,3 +394,14 @@ def test_loss_left_out_of_compile_runs_eagerly(tmp_path):
     assert source(both, "compile") is True and source(model_only, "compile") is True
     assert source(model_only, "compile_loss") is False
     assert model_only["components_gib"]["logits"] > both["components_gib"]["logits"]
+
+
+@pytest.mark.parametrize("version", ["v0.1.0", "v0.2.2"])
+def test_float8_all_gather_is_read_where_each_release_writes_it(version):
+    """v0.1.0 `[float8] enable_fsdp_float8_all_gather`, v0.2.2 `[quantize.linear.float8]`: the 405B preset turns it
+    on (its weights cross FSDP2's all-gather in fp8, half the bytes), the 8B preset leaves it off."""
+    big = parse_document((FIXTURES / version / "llama3_405b.toml").read_text(encoding="utf-8"), "llama3_405b.toml").plan
+    assert big.float8_linears is not None and big.float8_linears.value is True
+    assert big.float8_all_gather is not None and big.float8_all_gather.value is True
+    small = parse_document((FIXTURES / version / "llama3_8b.toml").read_text(encoding="utf-8"), "llama3_8b.toml").plan
+    assert small.float8_all_gather is None

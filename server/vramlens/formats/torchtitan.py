@@ -224,6 +224,12 @@ WHERE = {
     "ac_option": (("activation_checkpoint", "selective_ac_option"),),
     "loss_parallel_off": (("parallelism", "disable_loss_parallel"), ("training", "disable_loss_parallel")),
     "float8_old": (("float8", "enable_float8_linear"),),
+    # torchtitan v0.2.2 config/job_config.py `Float8Linear.enable_fsdp_float8_all_gather` (default False); v0.1.0
+    # config_manager.py `[float8]`
+    "float8_all_gather": (
+        ("quantize", "linear", "float8", "enable_fsdp_float8_all_gather"),
+        ("float8", "enable_fsdp_float8_all_gather"),
+    ),
     "optimizer": (("optimizer", "name"),),
     "optimizer_impl": (("optimizer", "implementation"),),
 }
@@ -855,6 +861,7 @@ def _float8(b: PlanBuilder, v: _Values) -> None:
         # the speed model runs the blocks' linears at the fp8 rate with torchao's casts (estimate/throughput.py
         # `float8_peak`); the memory model keeps them bf16
         b.set("float8_linears", True, converters, note=f"{', '.join(linears)}: the blocks' linears run in fp8")
+        _float8_all_gather(b, v)
         b.unmodelled(
             converters,
             f"the memory of low-precision linears ({', '.join(on)}: torchao's fp8 casts of "
@@ -871,11 +878,20 @@ def _float8(b: PlanBuilder, v: _Values) -> None:
         )
     elif old is not None and to_bool(old.value):
         b.set("float8_linears", True, old, note="torchao Float8Linear: the blocks' linears run in fp8")
+        _float8_all_gather(b, v)
         b.unmodelled(
             old,
             "the memory of float8 linears (torchao Float8Linear's fp8 casts of inputs and weights)",
             "estimated with bf16 linears' memory (their run time is modelled)",
         )
+
+
+def _float8_all_gather(b: PlanBuilder, v: _Values) -> None:
+    """With float8 linears, FSDP2 may all-gather their weights in fp8 (torchao `enable_fsdp_float8_all_gather`): the
+    speed model halves that all-gather's volume; the memory model keeps bf16 weights."""
+    gather = v.get("float8_all_gather")
+    if gather is not None and to_bool(gather.value):
+        b.set("float8_all_gather", True, gather, note="FSDP2 all-gathers the float8 linears' weights in fp8")
 
 
 # ------------------------------------------------------------------------------------------------ launch lines

@@ -279,6 +279,14 @@ _ALL: tuple[Concept, ...] = (
         ("liger_rms_norm", "liger_rope", "liger_glu_activation", "liger_swiglu", "liger_layer_norm"),
     ),
     _C("float8_linears", "list", "float8 linears (torchao Float8Linear)", True, True, ("model.converters",)),
+    _C(
+        "float8_all_gather",
+        "bool",
+        "float8 all-gather of FSDP2 weights (torchao)",
+        False,
+        True,
+        ("enable_fsdp_float8_all_gather", "quantize.linear.float8.enable_fsdp_float8_all_gather"),
+    ),
     # optimizer
     _C(
         "optimizer",

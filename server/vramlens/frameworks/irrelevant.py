@@ -273,7 +273,7 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
     **_names(
         ("FP8 training (Transformer Engine, torchao float8)", "estimated in the 16-bit compute dtype"),
         "transformer_engine_fp8 transformer_engine_fp8_amax_compute_algo transformer_engine_fp8_amax_history_len "
-        "transformer_engine_fp8_recipe enable_fsdp_float8_all_gather fp8_enable_fsdp_float8_all_gather "
+        "transformer_engine_fp8_recipe fp8_enable_fsdp_float8_all_gather "
         "precompute_float8_dynamic_scale_for_fsdp fake_quant_after_n_steps quantize_base quantize_embedding "
         "should_quantize gptq hqq_axis",
     ),

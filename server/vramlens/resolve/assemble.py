@@ -61,6 +61,7 @@ def build_plan(
         keep_logits=hooks.behaviour["keep_logits"],
         fused_kernels=tuple(k for k in val("fused_kernels") or () if k in FUSED_KERNELS),
         float8_linears=bool(val("float8_linears")),
+        float8_all_gather=bool(val("float8_linears")) and bool(val("float8_all_gather")),
         optimizer=o.opt,
         optimizer_impl=o.impl if o.impl in ("foreach", "fused", "forloop") else "fused",
         optimizer_in_bwd=bool(val("optimizer_in_bwd")),
