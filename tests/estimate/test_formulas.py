@@ -294,3 +294,16 @@ def test_every_catalog_family_estimates_degenerate_shapes():
             )
             est = estimate(rp)
             assert 0 < est.allocated_bytes < 2**50, (arch.id, seq, ckpt)
+
+
+def test_fsdp_working_set_under_tensor_parallelism_is_the_ranks_slice():
+    """FSDP2 over TP: the root's gathered embeddings and output, a block's unsharded gradients and their
+    reduce-scatter input are the rank's tensor-parallel slice (torchtitan `apply_tp` shards tok_embeddings and
+    output too), so 8-way TP holds an eighth of each; before, only the gathered blocks were divided."""
+    from vramlens.estimate import components as C
+
+    one = plan(strategy="fsdp", zero_stage=3, world_size=16, gpu_count=16)
+    tp = plan(tensor_parallel=8, strategy="fsdp", zero_stage=3, world_size=16, gpu_count=128)
+    assert C.fsdp_root_unsharded(tp) == pytest.approx(C.fsdp_root_unsharded(one) / 8, rel=1e-6)
+    p1, p8 = C.params(one), C.params(tp)
+    assert C.fsdp_backward_working_set(tp, p8) == pytest.approx(C.fsdp_backward_working_set(one, p1) / 8, rel=1e-6)

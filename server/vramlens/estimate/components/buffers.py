@@ -50,6 +50,10 @@ def fsdp_root_unsharded(rp: ResolvedPlan) -> int:
     out = (s.embed_params + head) * pg
     if rp.peft == "none" and rp.trained_layers is None:
         out += (head or s.embed_params) * pg  # the LM head's (or the tied embedding's) gradient
+    # tensor parallelism shards the embeddings and the output projection before FSDP does (`shard_factor`;
+    # torchtitan v0.2.2 torchtitan/models/llama3/infra/parallelize.py `apply_tp`: "tok_embeddings" RowwiseParallel,
+    # "output" ColwiseParallel): what FSDP gathers of them on a rank is that rank's slice
+    out /= max(rp.tensor_parallel, 1)
     blocks = counted_layers(rp) if rp.zero_stage < 3 else 1
     return int(out + blocks * fsdp_unit_bytes(rp))
 
@@ -78,7 +82,8 @@ def fsdp_backward_working_set(rp: ResolvedPlan, p: Params) -> int:
     rb = 4 if rp.fsdp_mixed_precision else pg
     unit = fsdp_unit_bytes(rp)
     full = rp.peft == "none" and rp.trained_layers is None
-    grads = (s.layer_params if full else p.trainable / max(counted_layers(rp), 1)) * pg
+    # a block's unsharded gradients are those of the rank's tensor-parallel slice, as its gathered parameters are
+    grads = (s.layer_params / max(rp.tensor_parallel, 1) if full else p.trainable / max(counted_layers(rp), 1)) * pg
     reduce_in = grads / pg * rb * (1 + 1 / rp.world_size)
     if rp.zero_stage >= 3:
         return int(max(unit + grads, grads + reduce_in))
