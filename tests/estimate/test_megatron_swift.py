@@ -135,3 +135,13 @@ def test_routed_tokens_come_from_the_sequence_parallel_shard():
     split = per_rank(moe_plan(tensor_parallel=4, sequence_parallel=True, expert_tensor_parallel=4))
     # the gathered fc1 input (2h per chosen expert) is not divided by TP
     assert split - whole == pytest.approx(8 * 2 * 2048 * (1 - 1 / 4), rel=1e-6)
+
+
+def test_lora_on_experts_under_megatron_gets_no_peft_fused_expert_notes(tmp_path):
+    """Megatron-SWIFT wraps megatron-core's grouped expert linears in its own LoRA (ms-swift v3.10.0
+    swift/megatron/tuners/lora.py `LoraParallelLinear`: LoRA A/B as TEGroupedLinear, dropout allowed), not peft's
+    lora.ParamWrapper over transformers' fused expert parameters: nothing here stops at get_peft_model."""
+    extra = "\\\n    --tuner_type lora \\\n    --target_modules all-linear \\\n    --lora_dropout 0.05"
+    d = estimate_script(tmp_path, "moe_lora.sh", MOE_SFT.format(extra=extra))
+    said = " ".join(d["assumptions"])
+    assert "ParamWrapper" not in said and "get_peft_model" not in said

@@ -465,7 +465,10 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
         )
     if rp.devices_per_process > 1 and rp.strategy != "megatron":
         assumptions.append(C.device_map_note(rp, _device_map_phases(rp)[4]))
-    assumptions += C.expert_adapter_notes(rp)
+    if (
+        rp.strategy != "megatron"
+    ):  # ms-swift v3.10.0 swift/megatron/tuners/lora.py `LoraParallelLinear` over TEGroupedLinear
+        assumptions += C.expert_adapter_notes(rp)
     assumptions += C.dora_version_notes(rp)
     if C.compiled_block(rp):
         assumptions.append(
