@@ -465,9 +465,9 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
         )
     if rp.devices_per_process > 1 and rp.strategy != "megatron":
         assumptions.append(C.device_map_note(rp, _device_map_phases(rp)[4]))
-    if (
-        rp.strategy != "megatron"
-    ):  # ms-swift v3.10.0 swift/megatron/tuners/lora.py `LoraParallelLinear` over TEGroupedLinear
+    # Megatron-SWIFT adapts mcore's grouped experts with its own LoRA, not peft's (ms-swift v3.10.0
+    # swift/megatron/tuners/lora.py `LoraParallelLinear` over TEGroupedLinear)
+    if rp.strategy != "megatron":
         assumptions += C.expert_adapter_notes(rp)
     assumptions += C.dora_version_notes(rp)
     if C.compiled_block(rp):
