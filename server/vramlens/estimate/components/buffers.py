@@ -47,7 +47,7 @@ def fsdp_root_unsharded(rp: ResolvedPlan) -> int:
     s = shapes(rp.arch)
     pg = fsdp_gather_bytes(rp)
     head = 0 if rp.scalar_head else s.lm_head_params
-    out = (s.embed_params + head) * pg
+    out = float((s.embed_params + head) * pg)
     if rp.peft == "none" and rp.trained_layers is None:
         out += (head or s.embed_params) * pg  # the LM head's (or the tied embedding's) gradient
     # tensor parallelism shards the embeddings and the output projection before FSDP does (`shard_factor`;
