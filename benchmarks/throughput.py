@@ -32,7 +32,8 @@ per second per GPU beside the predicted one:
         parallel; its H100s are the 96 GB, 2.4 TB/s, 500 W part: the catalog's H100-96GB) and
         benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md;
       QwenLM/Qwen README "Profiling of Memory and Speed": Qwen-1.8B and 7B LoRA and Q-LoRA on one A100 at 256–8192
-        tokens (s/it at batch 1 × accumulation 8).
+        tokens (s/it at batch 1 × accumulation 8; Q-LoRA on the GPTQ Int4 chat checkpoints in fp16 under DeepSpeed,
+        as the README's finetuning section and finetune_qlora_single_gpu.sh run it).
 
 Prints every row, the absolute error (median |predicted/measured − 1|), and the relative speed of pairs of rows
 of the same model on the same table (consecutive sequence lengths, checkpointing on/off, method): the share whose
@@ -501,6 +502,8 @@ def row_plan(row: dict) -> ResolvedPlan:
         compile=bool(row.get("compile")),
         context_parallel=int(row.get("context_parallel") or 1),
         selective_recompute=row.get("selective_recompute", "none"),
+        master_weights=bool(row.get("master_weights", rp.master_weights)),
+        fused_qkv=bool(row.get("fused_qkv", rp.fused_qkv)),
         world_size=world if rp.strategy != "none" else 1,
         gpu_count=min(int(row.get("n_gpus") or 1), 8),
     )

@@ -13,7 +13,8 @@ well-formed kernels reach:
                 tokens and are bandwidth-bound: this is where a larger micro-batch gains speed. MoE: each routed
                 expert sees its share (top-k / experts) of the tokens.
   LoRA          the adapters' own small GEMMs, their dropout, and (QLoRA) dequantising each 4-bit weight to the
-                compute dtype every time it is used (forward, input gradient, recompute).
+                compute dtype every time it is used (bitsandbytes: forward, input gradient, recompute; a GPTQ
+                checkpoint through auto-gptq's torch path: once per forward pass, `gptq_dequant_bytes`).
   attention     QKᵀ and AV: 4·T·s·d FLOPs per layer forward, halved for causal masks by kernels that skip masked
                 blocks (FlashAttention/SDPA); backward ≈ 2.5× forward (FlashAttention recomputes the scores).
                 Eager attention also writes and reads the s×s score matrices.
@@ -32,8 +33,10 @@ well-formed kernels reach:
   collectives   data parallelism moves gradients (DDP all-reduce, ZeRO/FSDP reduce-scatter) and, when sharded,
                 parameters (all-gather) over the GPU link; they overlap with compute, so a step takes the longer of
                 the two plus the last bucket that cannot overlap.
-  overhead      eager PyTorch launches one kernel per operation from Python: a step cannot be shorter than its
-                launches (small models at small batches are launch-bound).
+  overhead      eager PyTorch dispatches every operation from Python, one kernel launch each for those that
+                compute: a step cannot be shorter than its dispatches (`launch_ops`: the ops of a block, of each
+                LoRA adapter and of GPTQ's dequantisation, counted as the dispatcher runs them), so small models at
+                small batches are launch-bound.
 
 Efficiencies (shares of the datasheet peak):
   MATMUL_EFFICIENCY 0.70  large bf16/fp16 GEMMs through cuBLAS reach 70–80 % of the dense peak (NVIDIA, "Matrix
@@ -110,8 +113,22 @@ def _rope_bytes(cb: int, fused: bool) -> tuple[float, float]:
 
 # families without rotary embeddings (ALiBi or learned positions)
 NO_ROPE_FAMILIES = ("mpt", "gpt2", "gpt_bigcode", "bloom", "opt")
-OPS_PER_LAYER = 40  # eager ops per block forward (norms, projections, rotary, attention, MLP, adds)
-OPS_PER_ADAPTER = 5  # dropout, A, B, scale, add
+# Eager ops the dispatcher runs for one block, forward and backward: each op a Python call's dispatch and autograd
+# bookkeeping, a kernel launch where it computes (views launch nothing but cost their dispatch and autograd's view
+# record). Counted with a `TorchDispatchMode` over transformers 5.24 models/llama/modeling_llama.py
+# `LlamaDecoderLayer` (eager RMSNorm and rotary embedding, SDPA; 47 kernels and 31 views forward, 75 and 74
+# backward) and peft 0.21 tuners/lora/layer.py `Linear.forward` (fp32 adapters: the input cast, A, B, the scale,
+# the cast back and the add; `lora_dropout` > 0 adds bernoulli_, div_ and mul forward and a mul backward);
+# tests/estimate/test_throughput_ops.py counts them again. Qwen-1's remote block (modeling_qwen.py: eager RMSNorm,
+# eager rotary in fp32, flash_attn_varlen_func) dispatches about the same number per layer.
+OPS_FORWARD_PER_LAYER = 78
+OPS_BACKWARD_PER_LAYER = 149
+OPS_FORWARD_PER_ADAPTER = 12
+OPS_BACKWARD_PER_ADAPTER = 17
+OPS_DROPOUT = (4, 1)  # (forward, backward) of the adapter's dropout
+# auto-gptq's torch dequantisation (`gptq_dequant_bytes`): shift, cast and mask of the zeros (v0.4.2: and +1) and of the
+# weight, the subtraction and the scaling — 9 kernels — and 9 views (unsqueeze, expand, reshape) per linear per pass
+OPS_GPTQ_DEQUANT = 18
 
 
 class _Clock:
@@ -497,6 +514,62 @@ def flop_count(rp: ResolvedPlan) -> dict:
     }
 
 
+def launch_ops(rp: ResolvedPlan) -> int:
+    """Eager ops one micro-step dispatches from Python: every block's forward, its recompute under gradient
+    checkpointing and its backward (backward and recompute down to the lowest layer that trains), each adapted
+    linear's LoRA ops in the same passes, and the GPTQ dequantisation of each quantized linear per forward pass
+    (`OPS_FORWARD_PER_LAYER` and after)."""
+    arch = rp.arch
+    layers = arch.layers + (arch.encoder_layers or 0)
+    back = min(C.backward_layers(rp) / C.counted_layers(rp), 1.0)
+    recompute = 1.0 if rp.grad_checkpointing else 0.0
+    forwards = 1 + back * recompute
+    n = layers * (OPS_FORWARD_PER_LAYER * forwards + OPS_BACKWARD_PER_LAYER * back)
+    if rp.peft != "none":
+        fwd, bwd = OPS_FORWARD_PER_ADAPTER, OPS_BACKWARD_PER_ADAPTER
+        if rp.lora_dropout > 0:
+            fwd, bwd = fwd + OPS_DROPOUT[0], bwd + OPS_DROPOUT[1]
+        n += adapter_modules(rp) * (fwd * (1 + recompute) + bwd)
+        if rp.quant_bits and gptq_torch_dequant(rp):
+            n += sum(lin.count for lin in shapes(arch).linears) * OPS_GPTQ_DEQUANT * (1 + recompute)
+    return int(n)
+
+
+def adapter_modules(rp: ResolvedPlan) -> int:
+    """LoRA adapter modules, each one peft `Linear` with its own forward: one per targeted linear, but one for q, k
+    and v together where the model computes them with one linear (`fused_qkv`: litgpt's `qkv`, Qwen-1's `c_attn`;
+    transformers' fused families, `C.hf_fused_groups`) and one for gate and up where those are one."""
+    names = [lin.name for lin in targeted(rp.arch, rp.lora_targets)]
+    count = {lin.name: lin.count for lin in targeted(rp.arch, rp.lora_targets)}
+    groups = list(C.hf_fused_groups(rp))
+    if rp.fused_qkv and ("q", "k", "v") not in groups:
+        groups.append(("q", "k", "v"))
+    n = sum(count.values())
+    for group in groups:
+        hit = [name for name in names if name in group]
+        n -= sum(count[name] for name in hit[1:])  # the group's first target stands for the fused linear
+    return n
+
+
+def gptq_torch_dequant(rp: ResolvedPlan) -> bool:
+    """A GPTQ checkpoint fine-tuned through auto-gptq's `QuantLinear` with the exllama kernels off (QwenLM/Qwen
+    finetune.py `GPTQConfig(bits=4, disable_exllama=True)`; auto_gptq/utils/import_utils.py
+    `dynamically_import_QuantLinear` then picks nn_modules/qlinear/qlinear_cuda_old.py, qlinear_cuda.py with
+    act-order): from `kernel_switch_threshold` (128) tokens on, its forward dequantises the whole weight with torch
+    ops and multiplies with `torch.matmul`, which autograd differentiates."""
+    return rp.quant_type == "gptq" and rp.quant_bits in (2, 4, 8)
+
+
+def gptq_dequant_bytes(bits: int) -> float:
+    """Bytes moved per weight element by auto-gptq's torch dequantisation (auto_gptq/nn_modules/qlinear/
+    qlinear_cuda_old.py `QuantLinear.forward`, the same ops from v0.4.2 to v0.7.1): `bitwise_right_shift` of the
+    packed int32 words expanded to one int32 per element (reads bits/8, writes 4); `.to(int8)` (int16 at 8 bits)
+    reads 4 and writes i; `bitwise_and` reads and writes i; `weight - zeros` reads and writes i; `scales * (...)`
+    reads i and writes the fp16 weight. The group zeros and scales are 1/128 of that and left out."""
+    i = 2 if bits == 8 else 1
+    return bits / 8 + 4 + (4 + i) + 2 * i + 2 * i + (i + 2)
+
+
 def throughput(rp: ResolvedPlan) -> Throughput | None:
     """Time of one optimizer step of this plan on its GPU; None when the GPU's speed is not in the catalog."""
     peak = _peak(rp)
@@ -545,7 +618,6 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
                 clock.op("matmuls", w.flops * rate, w.bytes, times=0.5 * w.forward * back)
     if fp8:
         clock.op("float8 casts", 0, _float8_cast_bytes(rp, work, cb))
-    n_ops = int(layers_total * OPS_PER_LAYER * (1 + back * (forwards + 1)))
 
     # -- LoRA dropout and DoRA, 4-bit dequantisation -------------------------------------------------------
     if rp.peft != "none":
@@ -569,12 +641,15 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
                     ab * T * (lin.in_features + lin.out_features) + cb * lin.in_features * lin.out_features,
                     times=lin.count * (forwards + back),
                 )
-            n_ops += lin.count * OPS_PER_ADAPTER * (forwards + 2)
         if rp.quant_bits:
-            packed, consts = C.quantized_bytes_per_param(rp)
             quant_params = sum(lin.params for lin in shapes(arch).linears)
-            # each use reads the packed weight and its constants and writes the dequantised copy
-            clock.op("dequantize", 0, quant_params * (packed + consts + cb), times=forwards + 1)
+            if gptq_torch_dequant(rp):
+                # the dequantised weight is what autograd saves for the input gradient: once per forward pass
+                clock.op("dequantize", 0, quant_params * gptq_dequant_bytes(rp.quant_bits or 4), times=forwards)
+            else:
+                # each use reads the packed weight and its constants and writes the dequantised copy
+                packed, consts = C.quantized_bytes_per_param(rp)
+                clock.op("dequantize", 0, quant_params * (packed + consts + cb), times=forwards + 1)
 
     if fp32_activations(rp):
         # every 4-bit linear fed the fp32 stream casts its input to the compute dtype and its output back (bnb
@@ -604,7 +679,7 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
             "activation offload (exposed)", max(moved / (PCIE_OFFLOAD_GBS * 1e9) - sum(clock.parts.values()), 0.0)
         )
     micro_s = sum(clock.parts.values())
-    launch_s = n_ops * CPU_OP_SECONDS * (0.25 if rp.compile else 1.0)
+    launch_s = launch_ops(rp) * CPU_OP_SECONDS * (0.25 if rp.compile else 1.0)
     overhead = max(launch_s - micro_s, 0.0)  # the GPU waits for Python only when it is faster
     compute_s = (micro_s + overhead) * accum
     parts = {k: v * accum for k, v in clock.parts.items()}
@@ -666,6 +741,10 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
     )
 
 
+# quantization methods whose models prepare_model_for_kbit_training leaves in their dtype (`fp32_activations`)
+KBIT_KEEPS_DTYPE = ("gptq", "aqlm", "eetq", "hqq", "torchao")
+
+
 def fp32_activations(rp: ResolvedPlan) -> bool:
     """A k-bit model prepared by peft's `prepare_model_for_kbit_training` (peft utils/other.py: every non-quantized
     fp16/bf16 parameter cast to fp32; TRL's `peft_module_casting_to_bf16` keeps the norms in fp32) runs its
@@ -675,11 +754,14 @@ def fp32_activations(rp: ResolvedPlan) -> bool:
     block's MLP on the residual stream is fp32 too. Gemma's RMSNorm casts its output back to the input dtype
     (models/gemma modeling_gemma.py `GemmaRMSNorm.forward`: `output.type_as(x)`); LayerNorm runs in fp32 under
     autocast whatever its weight. fms-acceleration's accelerated-peft plugin prepares the model without the upcast
-    for this reason (plugins/accelerated-peft framework_plugin_bnb.py `_prepare_model_for_kbit_training`)."""
+    for this reason (plugins/accelerated-peft framework_plugin_bnb.py `_prepare_model_for_kbit_training`), and peft
+    itself casts nothing for GPTQ, AQLM, EETQ, HQQ and torchao models (peft 0.21 utils/other.py: the upcast runs only
+    `if not is_gptq_quantized and not is_aqlm_quantized ...`; since peft 0.5 for GPTQ)."""
     return (
         rp.peft == "qlora"
         and bool(rp.quant_bits)
         and rp.kbit_upcast
+        and rp.quant_type not in KBIT_KEEPS_DTYPE
         and rp.compute_dtype in ("bf16", "fp16")
         and rp.arch.norm == "rmsnorm"
         and not rp.arch.family.startswith("gemma")
