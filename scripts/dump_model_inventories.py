@@ -475,6 +475,19 @@ def inventory(model_type: str) -> dict:
             and (qa is None or qa.get(key) is not None and abs(evaluate(terms, alt) - qa[key]) < 0.5)
         )
 
+    # a quantity that moves with several fields and does not follow the terms one doubling at a time gives: refit
+    # as a multilinear sum over the subsets of those fields, each subset doubled at once (a product of sizes beside
+    # terms of its factors alone: Nemotron-H's Mamba in_proj, 2·H·P + 2·G·N + H with H heads of P channels,
+    # transformers 5.24 models/nemotron_h/modeling_nemotron_h.py `NemotronHMamba2Mixer.__init__`)
+    subsets: dict[frozenset, dict | None] = {}
+    for key, terms in list(formulas.items()):
+        if key[0] in ("rank", "k") or terms is None or follows(key, terms):
+            continue
+        moved = sorted(f for f, b in builds.items() if b.get(key) is not None and b.get(key) != q0.get(key))
+        if 2 <= len(moved) <= 4:
+            refit = _multilinear(model_type, config_cls, d0, key, q0[key], moved, fields, subsets)
+            if refit is not None and follows(key, refit):
+                formulas[key] = refit
     for key, terms in formulas.items():
         if key[0] == "k":
             rule = _where(info["where"][key], cfg0, info["layers"], defaults=defaults)
@@ -484,6 +497,8 @@ def inventory(model_type: str) -> dict:
         count = formulas[("n", pattern)]
         dims = [formulas.get(("d", pattern, a)) for a in range(rank or 0)]
         rule = _where(info["where"].get(pattern, set()), cfg0, info["layers"], q0[("n", pattern)], defaults)
+        if not rule and count is not None and all(not e for _, e in count):
+            rule = _every_listed_layer(info["where"].get(pattern, set()), cfg0, info["layers"], q0[("n", pattern)])
         # a layer rule counts exactly where the config says which layers; the dims must follow their formulas
         if rule:  # fields that move the layers a rule selects in a way the rule does not say (Qwen-MoE's
             # decoder_sparse_step beside mlp_only_layers): a config.json that changes them is approximate
@@ -523,6 +538,56 @@ def inventory(model_type: str) -> dict:
         "dtype": str(defaults.get("dtype") or defaults.get("torch_dtype") or ""),
         "total0": sum(p.numel() for p in model0.parameters()),
     }
+
+
+def _multilinear(
+    model_type: str, config_cls, d0: dict, key, q0, moved: list[str], fields: dict, cache: dict
+) -> list | None:
+    """A quantity as a sum of products of distinct fields of `moved` (each to the power one), from builds with every
+    subset of them doubled at once: with y_f = 1 or 2 the quantity is Σ_S c_S Π_{f∈S} y_f, and the c_S follow by
+    Möbius inversion over the subsets. None when a build fails."""
+    import itertools
+
+    values: dict[frozenset, Fraction] = {}
+    for n in range(len(moved) + 1):
+        for combo in itertools.combinations(moved, n):
+            s = frozenset(combo)
+            if s not in cache:
+                d = d0
+                for f in combo:
+                    d = vary(model_type, d, f, fields[f] * 2)
+                try:
+                    cfg_s, model_s = build(config_cls, d)
+                    cache[s] = measure(model_s, cfg_s)[0]
+                except Exception:
+                    cache[s] = None
+            got = q0 if not combo else (cache[s] or {}).get(key)
+            if got is None:
+                return None
+            values[s] = Fraction(got)
+    subsets = list(values)
+    # h(T) = Σ_{U⊆T} (−1)^{|T|−|U|} g(U): the coefficient of Π_{f∈T} (y_f − 1)
+    h = {t: sum((-1) ** (len(t) - len(u)) * values[u] for u in subsets if u <= t) for t in subsets}
+    terms = []
+    for s in sorted(subsets, key=lambda x: (len(x), sorted(x))):
+        c = sum((-1) ** (len(t) - len(s)) * h[t] for t in subsets if s <= t)
+        for f in s:
+            c /= Fraction(fields[f]).limit_denominator(1000)
+        if c:
+            terms.append([_num(c), {f: 1 for f in sorted(s)}])
+    return terms or [[0, {}]]
+
+
+def _every_listed_layer(indices: set, cfg, layers: int, n: int) -> dict:
+    """A pattern in every layer of a model whose layer count is the length of a list of layer kinds (Nemotron-H's
+    `layers_block_type`, transformers 5.24 models/nemotron_h/configuration_nemotron_h.py: `num_hidden_layers` is a
+    property that returns its length): counted as the layers of every kind the list holds."""
+    if not indices or not layers or len(indices) != layers:
+        return {}
+    for field, values in vars(cfg).items():
+        if isinstance(values, list) and len(values) == layers and all(isinstance(v, str) for v in values):
+            return {"where": [field, sorted(set(values))], "per": n // layers}
+    return {}
 
 
 def _rule_count(rule: dict, config: dict) -> int | None:

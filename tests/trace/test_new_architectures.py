@@ -161,13 +161,13 @@ def test_estimate_follows_the_real_library_trace(model_type, mode, ckpt):
 NOT_MODELLED = {
     "mamba2": "torch path",  # modelled as transformers' torch path, and labelled with that assumption
     "falcon_h1": "torch path",
-    "jamba": "checkpointed Mamba layer",
+    "jamba": "torch path",
     "qwen3_next": "torch path",
     "bamba": "torch path",
     "granitemoehybrid": "torch path",
-    "nemotron_h": "sized as attention",  # its one-mixer blocks are not modelled
-    "gemma3n_text": "per-layer embeddings",
-    "llama4_text": "interleaved MoE",
+    "nemotron_h": "torch path",
+    "gemma3n_text": "checkpointed Gemma-3n block",
+    "llama4_text": "checkpointed Llama-4 MoE block",
     "gpt_oss": "checkpointed",
 }
 

@@ -210,6 +210,17 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             "activations": acts_fb - C.attention_backward_freed(rp, tok),
             "temporaries": int(attn_back * tok),
         }
+    jamba_back = None if C.recomputes(rp) else C.jamba_backward_change(rp, tok)
+    if jamba_back is not None:
+        # Jamba on transformers' torch path: its highest Mamba layer's recurrent scan backward, after the loss, the
+        # head and the layers above it have freed what they kept (C.jamba_backward_change)
+        change, made = jamba_back
+        phases["mixer-backward"] = {
+            **phases["forward-backward"],
+            "logits": 0,
+            "activations": acts_fb + change,
+            "gradients": max(g_resident, made),
+        }
     dora_norm = C.dora_weight_norm_transient(rp)
     if dora_norm:
         # the last adapted linear's weight-norm temporaries at the end of the forward, every activation saved

@@ -91,6 +91,10 @@ def shapes(arch: ModelArch) -> Shapes:
 
     if is_mamba(arch):
         linears.extend(mamba_linears(arch))
+    elif nemotron_h_linears(arch):
+        linears.extend(nemotron_h_linears(arch))
+    elif mamba2_linears(arch):
+        linears.extend(mamba2_linears(arch))
     elif short_conv_layers(arch):
         # LFM2: attention's q, k, v, o in the attention layers only; each short-convolution layer has in_proj
         # h → 3h and out_proj h → h instead (transformers 5.24 models/lfm2/modeling_lfm2.py `Lfm2ShortConv`)
@@ -105,6 +109,16 @@ def shapes(arch: ModelArch) -> Shapes:
         attention(L - n_ssm)
         linears.extend([Linear("in_proj", h, in_width, n_ssm), Linear("out_proj", inner, h, n_ssm)])
         mlp(L, arch.intermediate)
+    elif jamba_mixer_linears(arch):
+        # Jamba: q, k, v, o in the attention layers only; each Mamba layer has its mixer's linears instead
+        # (`jamba_mixer_linears`); a dense MLP or a MoE block by `expert_layer_period`
+        mixer = jamba_mixer_linears(arch)
+        attention(L - mixer[0].count)
+        linears.extend(mixer)
+        dense = arch.dense_layers if arch.is_moe else L
+        mlp(dense, arch.intermediate)
+        if arch.is_moe:
+            mlp((L - dense) * arch.num_experts, arch.moe_intermediate or arch.intermediate, expert=True)
     elif arch.block == "encoder-decoder":
         enc = arch.encoder_layers or L
         attention(enc + 2 * L)  # encoder self, decoder self + cross
@@ -134,7 +148,7 @@ def shapes(arch: ModelArch) -> Shapes:
         else 2 * h * q + 2 * h * kv
     )
     layer = attention_weights + per_layer_mlp + norms_per_layer(arch) * h
-    if is_mamba(arch):
+    if is_mamba(arch) or nemotron_h_linears(arch) or mamba2_linears(arch):
         layer = (linear_params + other) // max(L, 1)
     return Shapes(tuple(linears), embed, lm_head, other, layer)
 
@@ -158,6 +172,103 @@ def mamba2_hybrid_linears(arch: ModelArch) -> tuple[int, int, int]:
     inner = int(config.get("mamba_expand", 2) * arch.hidden)
     groups, state = int(config.get("mamba_n_groups", 1)), int(config.get("mamba_d_state", 256))
     return n_ssm, 2 * inner + 2 * groups * state + int(config.get("mamba_n_heads", 128)), inner
+
+
+def jamba_mixer_linears(arch: ModelArch) -> list[Linear]:
+    """The nn.Linear modules of Jamba's Mamba layers ([] for any other model, or before its layer kinds were
+    counted): transformers 5.24 models/jamba/modeling_jamba.py `JambaMambaMixer.__init__`, in_proj h → 2·I (x and
+    the gate z), x_proj I → R + 2·N (Δ, B, C), dt_proj R → I with a bias, out_proj I → h, in_proj and out_proj with
+    `mamba_proj_bias`; I = mamba_expand · h, R = `mamba_dt_rank` ("auto": ⌈h / 16⌉), N = `mamba_d_state`
+    (JambaConfig defaults 2, "auto", 16, False: models/jamba/configuration_jamba.py)."""
+    import json
+    import math
+
+    n_ssm = dict(arch.layer_kinds).get("state space", 0)
+    if arch.family != "jamba" or not n_ssm or not arch.hf_config_json:
+        return []
+    config = json.loads(arch.hf_config_json)
+    h = arch.hidden
+    inner = int(config.get("mamba_expand", 2) * h)
+    rank = config.get("mamba_dt_rank", "auto")
+    r = math.ceil(h / 16) if rank == "auto" else int(rank)
+    n = int(config.get("mamba_d_state", 16))
+    bias = bool(config.get("mamba_proj_bias", False))
+    return [
+        Linear("in_proj", h, 2 * inner, n_ssm, bias),
+        Linear("x_proj", inner, r + 2 * n, n_ssm),
+        Linear("dt_proj", r, inner, n_ssm, True),
+        Linear("out_proj", inner, h, n_ssm, bias),
+    ]
+
+
+def mamba2_linears(arch: ModelArch) -> list[Linear]:
+    """The nn.Linear modules of a Mamba-2 model, in every layer ([] for any other model): transformers 5.24
+    models/mamba2/modeling_mamba2.py `Mamba2Mixer.__init__`, in_proj h → 2·I + 2·G·N + H (the gate, x|B|C, Δ;
+    I = int(expand · h)) and out_proj I → h, both with `use_bias`; no attention, no MLP."""
+    import json
+
+    if arch.family != "mamba2" or not arch.hf_config_json:
+        return []
+    config = json.loads(arch.hf_config_json)
+    inner = int(config.get("expand", 2) * arch.hidden)
+    heads, groups, state = (
+        int(config.get(k, d)) for k, d in (("num_heads", 128), ("n_groups", 8), ("state_size", 128))
+    )
+    bias = bool(config.get("use_bias", False))
+    width = 2 * inner + 2 * groups * state + heads
+    return [
+        Linear("in_proj", arch.hidden, width, arch.layers, bias),
+        Linear("out_proj", inner, arch.hidden, arch.layers, bias),
+    ]
+
+
+def nemotron_h_linears(arch: ModelArch) -> list[Linear]:
+    """The nn.Linear modules of a Nemotron-H stack, by the kind of each layer (`ModelArch.layer_kinds`, counted
+    from its layer list); [] for any other model. transformers 5.24 models/nemotron_h/modeling_nemotron_h.py:
+    `NemotronHAttention` q, k, v, o_proj (no bias); `NemotronHMamba2Mixer` in_proj h → 2·I + 2·G·N + H (the gate,
+    x|B|C, Δ; I = mamba_num_heads · mamba_head_dim) and out_proj I → h (`use_bias`); `NemotronHMLP` up_proj and
+    down_proj (`mlp_bias`, no gate); `NemotronHMoE`: its routed experts are 3-D parameters (`NemotronHExperts`,
+    up I_e × h and down h × I_e), its shared expert a `NemotronHMLP` of moe_shared_expert_intermediate_size, and
+    with `moe_latent_size` the fc1/fc2 latent projections (the experts then read the latent width)."""
+    import json
+
+    if arch.family != "nemotron_h" or not arch.hf_config_json:
+        return []
+    kinds = dict(arch.layer_kinds)
+    n_attn, n_ssm = kinds.get("attention", 0), kinds.get("state space", 0)
+    n_mlp, n_moe = kinds.get("dense mlp", 0), kinds.get("moe fused", 0)
+    if not n_attn + n_ssm + n_mlp + n_moe:
+        return []
+    config = json.loads(arch.hf_config_json)
+    h, q, kv = arch.hidden, arch.q_dim, arch.kv_dim
+    heads = int(config.get("mamba_num_heads", 128))
+    inner = heads * int(config.get("mamba_head_dim", 64))
+    groups = int(config.get("n_groups", config.get("mamba_n_groups", 8)))
+    state = int(config.get("ssm_state_size", 128))
+    bias, mlp_bias = bool(config.get("use_bias", False)), bool(config.get("mlp_bias", False))
+    out: list[Linear] = []
+    if n_attn:
+        out += [Linear("q", h, q, n_attn), Linear("k", h, kv, n_attn), Linear("v", h, kv, n_attn)]
+        out.append(Linear("o", q, h, n_attn))
+    if n_ssm:
+        out.append(Linear("in_proj", h, 2 * inner + 2 * groups * state + heads, n_ssm, bias=bias))
+        out.append(Linear("out_proj", inner, h, n_ssm, bias=bias))
+    if n_mlp:
+        out += [
+            Linear("up", h, arch.intermediate, n_mlp, mlp_bias),
+            Linear("down", arch.intermediate, h, n_mlp, mlp_bias),
+        ]
+    if n_moe:
+        width = int(config.get("moe_intermediate_size", arch.moe_intermediate or arch.intermediate))
+        shared = int(config.get("moe_shared_expert_intermediate_size", width))
+        latent = config.get("moe_latent_size")
+        into = int(latent) if latent else h
+        experts = n_moe * max(arch.num_experts, 1)
+        out += [Linear("up", into, width, experts, expert=True), Linear("down", width, into, experts, expert=True)]
+        out += [Linear("up", h, shared, n_moe, mlp_bias), Linear("down", shared, h, n_moe, mlp_bias)]
+        if latent:
+            out += [Linear("fc1", h, into, n_moe, mlp_bias), Linear("fc2", into, h, n_moe, mlp_bias)]
+    return out
 
 
 def short_conv_layers(arch: ModelArch) -> int:
@@ -213,7 +324,7 @@ def targeted(arch: ModelArch, targets: tuple[str, ...], experts: bool = True) ->
     them as 3-D parameters run with grouped_mm) and no target name reaches them."""
     s = shapes(arch)
     linears = [l for l in s.linears if experts or not l.expert]
-    if is_mamba(arch):
+    if is_mamba(arch) or arch.family in ("mamba2", "nemotron_h"):
         # peft refuses LoRA on a Mamba mixer's out_proj (and conv1d): `_check_lora_target_modules_mamba` in peft
         # 0.21.2 src/peft/tuners/tuners_utils.py raises for them, "all-linear" included
         linears = [l for l in linears if l.name != "out_proj"]

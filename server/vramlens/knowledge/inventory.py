@@ -123,6 +123,47 @@ def _gemma3n(config: Mapping[str, Any]) -> dict:
     return config
 
 
+# transformers 5.24 models/nemotron_h/configuration_nemotron_h.py `NemotronHConfig.__post_init__`: the older names of
+# the Mamba fields, and `hybrid_override_pattern` (M Mamba-2, * attention, - MLP, E MoE) read as `layers_block_type`
+_NEMOTRON_H_LEGACY = {
+    "mamba_n_groups": "n_groups",
+    "mamba_d_conv": "conv_kernel",
+    "mamba_expand": "expand",
+    "mamba_conv_bias": "use_conv_bias",
+    "mamba_chunk_size": "chunk_size",
+}
+NEMOTRON_H_PATTERN = {"M": "linear_attention", "E": "moe", "*": "full_attention", "-": "mlp"}
+NEMOTRON_H_DEFAULT_LAYERS = ("linear_attention", "moe", "full_attention", "mlp")
+
+
+def nemotron_h_layers(config: Mapping[str, Any]) -> list[str] | None:
+    """Nemotron-H's layer kinds, one per layer, as `NemotronHConfig` reads them: `layers_block_type` (or its alias
+    `layer_types`), else `hybrid_override_pattern` one character per layer, else the class's default list; None for
+    a pattern with a character the class does not know (it raises)."""
+    listed = config.get("layers_block_type", config.get("layer_types"))
+    if isinstance(listed, list) and all(isinstance(v, str) for v in listed):
+        return list(listed)
+    pattern = config.get("hybrid_override_pattern")
+    if isinstance(pattern, str):
+        if not all(ch in NEMOTRON_H_PATTERN for ch in pattern):
+            return None
+        return [NEMOTRON_H_PATTERN[ch] for ch in pattern]
+    return list(NEMOTRON_H_DEFAULT_LAYERS)
+
+
+def _nemotron_h(config: Mapping[str, Any]) -> dict:
+    """Nemotron-H's older spellings (`_NEMOTRON_H_LEGACY`) and its layer list (`nemotron_h_layers`): every layer is
+    one block of one kind, and the list's length is the layer count (`num_hidden_layers` is ignored)."""
+    config = dict(config)
+    for old, new in _NEMOTRON_H_LEGACY.items():
+        if old in config:
+            config[new] = config.pop(old)
+    layers = nemotron_h_layers(config)
+    if layers is not None:
+        config["layers_block_type"] = layers
+    return config
+
+
 # Canonical field -> the older spellings transformers' config classes read as it (their `attribute_map`: GPT-2,
 # BLOOM, GPT-BigCode, GPT-J, T5 configs in transformers 5.24)
 _ALIASES = {
@@ -131,11 +172,14 @@ _ALIASES = {
     "num_attention_heads": ("n_head", "num_heads"),
     "max_position_embeddings": ("n_positions",),
     "intermediate_size": ("n_inner",),
+    # Qwen3-MoE, Qwen3-VL-MoE, Mixtral, MiniMax, gpt-oss configs in transformers 5.24: `attribute_map = {"num_experts":
+    # "num_local_experts"}` (a published Qwen3-VL-MoE config.json writes `num_experts`)
+    "num_local_experts": ("num_experts",),
 }
 
 
 # model_type -> how its config class reads a config.json where that is not a size formula
-_CONFIG_READERS = {"lfm2": _lfm2, "falcon_h1": _falcon_h1, "gemma3n_text": _gemma3n}
+_CONFIG_READERS = {"lfm2": _lfm2, "falcon_h1": _falcon_h1, "gemma3n_text": _gemma3n, "nemotron_h": _nemotron_h}
 
 
 def build(config: Mapping[str, Any], model_type: str) -> Built | None:

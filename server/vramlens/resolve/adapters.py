@@ -66,6 +66,15 @@ def resolve_adapters(ctx: Context, arch: ModelArch) -> AdapterPart:
             assumptions.append(Approximate(f"LoRA targets not recognised and ignored: {', '.join(unknown)}"))
         if not targets:
             targets = ("q", "v")
+        if arch.family in MAMBA_LORA_TARGETS and not set(targets) & {"all-linear", *MAMBA_LORA_TARGETS[arch.family]}:
+            # no attention and no MLP in a Mamba model: the targets named select nothing peft could adapt
+            assumptions.append(
+                Approximate(
+                    f"LoRA targets {', '.join(targets)} are not in a `{arch.family}` model: assumed "
+                    f"{', '.join(MAMBA_LORA_TARGETS[arch.family])}, what peft can adapt in it"
+                )
+            )
+            targets = MAMBA_LORA_TARGETS[arch.family]
     modules_to_save, _ = normalize_targets(list(val("modules_to_save") or []), arch)
 
     head = str(val("task_head") or "causal-lm")
@@ -141,6 +150,12 @@ def _other_method(ctx: Context, method: str, fields: dict, quant_bits: Any) -> s
     return "qlora" if quant_bits == 4 else "lora"
 
 
+# Mamba models hold no attention and no MLP: transformers 5.24 models/mamba/modeling_mamba.py `MambaMixer` (in_proj,
+# x_proj, dt_proj, out_proj) and models/mamba2/modeling_mamba2.py `Mamba2Mixer` (in_proj, out_proj). peft 0.21.2 has
+# no default LoRA targets for them (utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING) and
+# refuses out_proj and conv1d (tuners/tuners_utils.py `_check_lora_target_modules_mamba`): what it can adapt
+MAMBA_LORA_TARGETS = {"mamba": ("in_proj", "x_proj", "dt_proj"), "mamba2": ("in_proj",)}
+
 LORA_NAME_MAP = {
     "q_proj": ("q",),
     "k_proj": ("k",),
@@ -153,6 +168,9 @@ LORA_NAME_MAP = {
     "kv_a_proj_with_mqa": ("kv_a",),
     "kv_b_proj": ("kv_b",),
     "out_proj": ("o",),
+    "in_proj": ("in_proj",),
+    "x_proj": ("x_proj",),
+    "dt_proj": ("dt_proj",),
     "output_proj": ("o",),
     "dense": ("o",),
     "query": ("q",),

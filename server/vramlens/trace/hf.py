@@ -216,6 +216,9 @@ FAMILY_LINEAR = {
         "lm_head": "lm_head",
         "embed": "word_embeddings",
     },
+    # models/mamba2 (transformers 5.24 modeling_mamba2.py `Mamba2Mixer`): in_proj, out_proj and nothing else; peft
+    # 0.21.2 refuses LoRA on out_proj (src/peft/tuners/tuners_utils.py `_check_lora_target_modules_mamba`)
+    "mamba2": {"in_proj": "in_proj", "lm_head": "lm_head", "embed": "embeddings"},
     # models/lfm2 (transformers 5.24 modeling_lfm2.py): Lfm2Attention q_proj, k_proj, v_proj, out_proj; Lfm2MLP
     # w2(silu(w1(x)) * w3(x)); the short convolutions' in_proj / out_proj are no canonical target
     "lfm2": {

@@ -190,6 +190,7 @@ from vramlens.estimate.components.peaks import (
     backward_block_per_token,
     disentangled_attention_peak,
     disentangled_forward_per_token,
+    jamba_backward_change,
     math_attention_block_per_token,
 )
 from vramlens.estimate.components.pipeline import (
@@ -210,7 +211,11 @@ from vramlens.estimate.components.sharding import (
     zero_shard_factor,
 )
 from vramlens.estimate.components.ssm import (
+    jamba_layer_pattern,
+    jamba_mixer_backward_bytes,
+    jamba_mixer_backward_per_token,
     jamba_mixer_bytes,
+    jamba_mixer_grads,
     jamba_mixer_per_token,
     mamba2_layer_flags,
     mamba2_mixer_bytes,
@@ -219,6 +224,10 @@ from vramlens.estimate.components.ssm import (
     mamba_backward_per_token,
     mamba_layer_bytes,
     mamba_layer_per_token,
+    nemotron_h_backward_per_token,
+    nemotron_h_block_bytes,
+    nemotron_h_layers,
+    nemotron_h_per_token,
     ssd_chunk_scan_bytes,
 )
 from vramlens.estimate.components.t5 import (
@@ -376,11 +385,20 @@ __all__ = [
     "mamba2_mixer_bytes",
     "jamba_mixer_bytes",
     "jamba_mixer_per_token",
+    "jamba_mixer_backward_bytes",
+    "jamba_mixer_backward_per_token",
+    "jamba_backward_change",
+    "jamba_layer_pattern",
+    "jamba_mixer_grads",
     "mamba2_layer_flags",
     "dense_layer_plan",
     "mlp_keeps_per_token",
     "mamba2_mixer_per_token",
     "mamba2_sizes",
+    "nemotron_h_backward_per_token",
+    "nemotron_h_block_bytes",
+    "nemotron_h_layers",
+    "nemotron_h_per_token",
     "ssd_chunk_scan_bytes",
     "math_attention_block_per_token",
     "megatron_activations",

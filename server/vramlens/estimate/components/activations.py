@@ -10,7 +10,13 @@ from vramlens.estimate.components.attention import (
     first_attention_keeps_nothing,
 )
 from vramlens.estimate.components.common import MLP_LINEARS, amp_fp32_stream
+from vramlens.estimate.components.gemma3n import gemma3n
+from vramlens.estimate.components.gemma3n import kv_adapters_per_token as gemma3n_kv_adapters
+from vramlens.estimate.components.gemma3n import layer_per_token as gemma3n_layer
 from vramlens.estimate.components.linears import linear_inputs_per_token
+from vramlens.estimate.components.llama4 import attention_extra_per_token as llama4_attention_extra
+from vramlens.estimate.components.llama4 import llama4
+from vramlens.estimate.components.llama4 import moe_per_token as llama4_moe
 from vramlens.estimate.components.mixers import (
     deltanet_frozen,
     deltanet_per_token,
@@ -36,6 +42,7 @@ from vramlens.estimate.components.ssm import (
     mamba2_mixer_per_token,
     mamba_layer_per_token,
     mamba_mixer_frozen,
+    nemotron_h_per_token,
 )
 from vramlens.estimate.components.t5 import hf_t5, t5_block_extras, t5_cross_attention_per_token
 from vramlens.estimate.shapes import is_mamba
@@ -83,6 +90,12 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         if kept is not None:
             kept.update(down_input=0.0, through_attention=one, down_adapter_copy=0.0, mlp=0.0, after_attention=0.0)
         return arch.layers * one, one
+    if arch.family == "nemotron_h" and nemotron_h_per_token(rp)[0]:
+        # Nemotron-H: each layer one block of one kind (estimate/components/ssm.py `nemotron_h_block_bytes`)
+        total, one = nemotron_h_per_token(rp)
+        if kept is not None:
+            kept.update(down_input=0.0, through_attention=one, down_adapter_copy=0.0, mlp=0.0, after_attention=0.0)
+        return total, one
     h = arch.hidden
     amp = amp_fp32_stream(rp)
     norm_keep = norms_per_token(rp)
@@ -136,6 +149,8 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         n_ssm = dict(arch.layer_kinds).get("state space", 0)
         attention_part = attn + lin.qkv + lin.o + qk_norms_per_token(rp)
         jamba = jamba_mixer_per_token(rp)
+        if kept is not None:
+            kept["attention_layer"] = per_layer  # an attention layer with a MoE block (`jamba_backward_change`)
         total_layers = arch.layers * per_layer + n_ssm * (jamba - attention_part)
         if first_layer_is_mamba(rp) and input_needs_no_grad(rp) and mamba_mixer_frozen(rp):
             # layer 0's norm and mixer read the frozen embeddings' output and train nothing: they keep nothing
@@ -154,6 +169,18 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
             total_layers -= ssd + norm_keep / max(norms_per_layer(arch), 1)
         if n_ssm:
             per_layer = max(per_layer, per_layer - attention_part + ssd)  # a checkpointed step recomputes the larger
+    elif gemma3n(rp):
+        # Gemma-3n: AltUp, LAuReL, the per-layer-input gate, q/k/v norms and shared K/V around each block's attention
+        # and MLP (`gemma3n.layer_per_token`; what the model keeps outside its blocks: `final_norm_per_token`)
+        kv_adapters = gemma3n_kv_adapters(rp, lin)
+        mlp_keeps = mlp_internal + lin.mlp + dora_per_token(rp, MLP_LINEARS)
+        attn_linears = lin.total - lin.mlp - lin.o
+        dora_attn = dora_per_token(rp) - dora_per_token(rp, MLP_LINEARS)
+        frozen_first = input_needs_no_grad(rp)
+        parts = dict(qkv=attn_linears, o=lin.o + dora_attn, mlp=mlp_keeps, kv_adapters=kv_adapters)
+        total_layers = sum(gemma3n_layer(rp, i, grad_in=i > 0 or not frozen_first, **parts) for i in range(arch.layers))
+        # a checkpointed step recomputes the largest block, its input needing a gradient
+        per_layer = max(gemma3n_layer(rp, i, grad_in=True, **parts) for i in range(arch.layers))
     else:
         total_layers = arch.layers * per_layer
         if mixer and input_needs_no_grad(rp) and mamba2_mixer_frozen(rp):
@@ -165,9 +192,21 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         elif first_block_input_frozen(rp) and amp:
             # the first block's norm reads the frozen embeddings' output: it keeps no fp32 input
             total_layers -= (2 if arch.family in SHARED_NORM_INPUT else 1) * 4 * h
+    if llama4(rp) and arch.is_moe:
+        # Llama-4's MoE blocks (`llama4.moe_per_token`) in place of the generic MoE count, in every layer; the dense
+        # layers' delta is then taken from that
+        moe_delta = llama4_moe(rp, lin.mlp) - (mlp_internal + lin.mlp + dora_per_token(rp, MLP_LINEARS))
+        total_layers += arch.layers * moe_delta
+        per_layer += moe_delta
+        dense_delta -= moe_delta if dense is not None else 0.0
     if dense_delta:
         total_layers += arch.dense_layers * dense_delta
         per_layer = max(per_layer, per_layer + dense_delta)  # a checkpointed step recomputes the larger
+    if llama4(rp):
+        # Llama-4's q/k L2 norms and chunked attention (`llama4.attention_extra_per_token`), layer by layer
+        extras = [llama4_attention_extra(rp, i) for i in range(arch.layers)]
+        total_layers += sum(extras)
+        per_layer += max(extras, default=0.0)
     tp = max(rp.tensor_parallel, 1)
     if kept is not None:
         kept["down_input"] = lin.down / tp

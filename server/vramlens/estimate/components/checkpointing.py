@@ -10,6 +10,8 @@ from vramlens.estimate.components.common import (
     HF_ONE_QKV_LINEAR,
     fp32_residual,
 )
+from vramlens.estimate.components.gemma3n import block_input_per_token as gemma3n_block_input
+from vramlens.estimate.components.gemma3n import gemma3n
 from vramlens.estimate.components.trained import counted_layers
 from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
 from vramlens.resolved import ResolvedPlan
@@ -22,6 +24,8 @@ def block_input_per_token(rp: ResolvedPlan) -> float:
     `cast_forward_inputs`), divided over the tensor-parallel ranks under sequence parallelism (the block's input is
     sharded along the sequence: torchtitan v0.2.2 torchtitan/models/llama3/infra/parallelize.py `apply_tp`,
     `SequenceParallel()` on the norms and `output_layouts=Shard(1)` on wo and w2; Korthikanti et al. 2022 §4.2.2)."""
+    if gemma3n(rp):
+        return gemma3n_block_input(rp)  # the AltUp copies of the hidden state
     fp32 = rp.compute_dtype == "fp32" or (fp32_residual(rp) and not rp.fsdp_mixed_precision)
     sp = max(rp.tensor_parallel, 1) if rp.sequence_parallel else 1
     return (4 if fp32 else 2) * rp.arch.hidden / sp

@@ -7,6 +7,11 @@ from vramlens.estimate.components.common import DTYPE_BYTES, compiled_block, fp3
 from vramlens.estimate.components.t5 import hf_t5, t5_loss_per_token
 from vramlens.resolved import ResolvedPlan
 
+# Families whose causal LM soft-caps its logits by default (`final_logit_softcapping`: transformers 5.24
+# models/gemma2/configuration_gemma2.py 30.0, models/gemma3n/configuration_gemma3n.py `Gemma3nTextConfig` 30.0;
+# `Gemma3nForCausalLM.forward` divides, takes tanh and multiplies as Gemma-2 does)
+LOGIT_SOFTCAP_FAMILIES = {"gemma2", "gemma3n_text"}
+
 
 def logits_per_token(rp: ResolvedPlan) -> float:
     """Bytes per token held by the LM head and the loss at the start of backward.
@@ -29,7 +34,7 @@ def logits_per_token(rp: ResolvedPlan) -> float:
         # the held logits and their log-softmax (or gradients): 2 × 2 bytes, 2 × 4 when the loop gets fp32 logits;
         # + Gemma-2's soft-capping, applied per chunk in 16-bit: tanh keeps its output
         held = 8.0 if rp.logits_fp32 else 4.0
-        return (held + (2.0 if rp.arch.family == "gemma2" else 0.0)) * V
+        return (held + (2.0 if rp.arch.family in LOGIT_SOFTCAP_FAMILIES else 0.0)) * V
     if hf_t5(rp) and rp.loss_impl == "standard" and not compiled_block(rp):
         return t5_loss_per_token(rp, backward=True)
     if compiled_block(rp) and rp.compile_loss:
@@ -46,7 +51,7 @@ def logits_per_token(rp: ResolvedPlan) -> float:
         # transformers < 4.49 ForCausalLMLoss: while the loss runs, the 16-bit logits, their fp32 upcast, the shifted
         # contiguous fp32 copy and the fp32 log-softmax are all alive (loss/loss_utils.py of 4.48.3)
         per = max(per, (4.0 if rp.compute_dtype == "fp32" else 6.0) + 8.0)
-    if rp.arch.family == "gemma2":
+    if rp.arch.family in LOGIT_SOFTCAP_FAMILIES:
         per += 2.0  # final_logit_softcapping: tanh(logits / cap) keeps its 16-bit output
     return per * V
 

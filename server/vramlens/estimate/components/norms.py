@@ -4,6 +4,8 @@ MLP read one normalised input."""
 from __future__ import annotations
 
 from vramlens.estimate.components.common import amp_fp32_stream, compiled_block, fp32_residual
+from vramlens.estimate.components.gemma3n import gemma3n
+from vramlens.estimate.components.gemma3n import outside_per_token as gemma3n_outside_per_token
 from vramlens.estimate.components.t5 import hf_t5, t5_global_per_token
 from vramlens.estimate.shapes import QK_NORM_FAMILIES
 from vramlens.knowledge.models import norms_per_layer
@@ -104,6 +106,9 @@ def final_norm_per_token(rp: ResolvedPlan) -> float:
         return t5_global_per_token(rp)
     if compiled_block(rp):
         return (2 if rp.compute_dtype != "fp32" else 4) * rp.arch.hidden + 4
+    if gemma3n(rp):
+        # Gemma-3n keeps more around its blocks: the AltUp copies, the per-layer inputs (`gemma3n.outside_per_token`)
+        return 8 * rp.arch.hidden + gemma3n_outside_per_token(rp)
     return 8 * rp.arch.hidden
 
 

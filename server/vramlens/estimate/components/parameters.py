@@ -15,6 +15,7 @@ from vramlens.estimate.components.adapters import (
 from vramlens.estimate.components.common import DTYPE_BYTES, hf_fused_groups
 from vramlens.estimate.components.experts import expert_parameters, experts_adaptable, fused_experts, lora_linears
 from vramlens.estimate.components.optimizer import QGALORE_GROUP, low_rank_int8_params
+from vramlens.estimate.components.quant import mixer_linear_params
 from vramlens.estimate.components.t5 import keep_in_fp32_params
 from vramlens.estimate.components.trained import trained_params
 from vramlens.estimate.components.vision import vision_adapter_params, vision_gets_gradients, vision_linear_params
@@ -109,6 +110,8 @@ def params(rp: ResolvedPlan) -> Params:
         # `replace_with_bnb_linear`, quantizers/quantizer_bnb_4bit.py `param_needs_quantization`): the 3-D routed
         # experts stay in the weight dtype, and prepare_model_for_kbit_training upcasts them to fp32 with the rest
         linear_params -= sum(l.params for l in s.linears if l.expert)
+    if rp.quant_bits:
+        linear_params += mixer_linear_params(rp)  # mixers' nn.Linear modules the block shapes do not list
     non_linear = total - linear_params  # embeddings, lm_head (unless quantized), norms, routers
     quantized = quant_consts = 0
     if rp.quant_bits:

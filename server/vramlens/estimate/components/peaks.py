@@ -7,10 +7,20 @@ from vramlens.estimate.components.activations import activations_per_token
 from vramlens.estimate.components.attention import DISENTANGLED_ATTENTION, sdpa_math, sdpa_math_backward_per_token
 from vramlens.estimate.components.common import MLP_LINEARS, compiled_block, fp32_residual, mlp_bytes, unsloth_kernels
 from vramlens.estimate.components.experts import expert_bytes, expert_loop, expert_passes, fused_experts
-from vramlens.estimate.components.norms import final_norm_per_token
-from vramlens.estimate.components.ssm import mamba_backward_per_token
+from vramlens.estimate.components.mlp import dense_layer_plan, mlp_keeps_per_token
+from vramlens.estimate.components.norms import final_norm_per_token, norms_per_token
+from vramlens.estimate.components.ssm import (
+    jamba_layer_pattern,
+    jamba_mixer_backward_per_token,
+    jamba_mixer_grads,
+    jamba_mixer_per_token,
+    mamba2_norm_backward_per_token,
+    mamba_backward_per_token,
+    nemotron_h_backward_per_token,
+)
 from vramlens.estimate.shapes import is_mamba, shapes
 from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
+from vramlens.knowledge.models import norms_per_layer
 from vramlens.resolved import ResolvedPlan
 
 
@@ -100,6 +110,58 @@ def backward_block_per_token(rp: ResolvedPlan) -> float:
     _, one_layer = activations_per_token(rp, kept)
     if is_mamba(arch):
         return one_layer + mamba_backward_per_token(rp)
+    if nemotron_h_backward_per_token(rp):
+        return nemotron_h_backward_per_token(rp) / max(rp.tensor_parallel, 1)
+    if arch.family == "mamba2" and mamba2_norm_backward_per_token(rp):
+        # a recomputed Mamba-2 block peaks in its gated norm's backward (no MLP in it)
+        return (one_layer + mamba2_norm_backward_per_token(rp)) / max(rp.tensor_parallel, 1)
+    tp = max(rp.tensor_parallel, 1)
+    jamba = jamba_mixer_backward_per_token(rp)
+    if jamba:
+        # a recomputed Jamba Mamba layer peaks in its mixer's backward, its MLP's backward done: its input norm, the
+        # mixer's saved tensors and the scan's backward (`jamba_mixer_backward_bytes`), or in the MLP's backward
+        mixer = norms_per_token(rp) / max(norms_per_layer(arch), 1) + jamba_mixer_per_token(rp) + jamba
+        return max(_mlp_backward_block_per_token(rp, kept, one_layer), mixer / tp)
+    return _mlp_backward_block_per_token(rp, kept, one_layer)
+
+
+def jamba_backward_change(rp: ResolvedPlan, tokens: int) -> tuple[int, int] | None:
+    """Jamba without recompute: the step peaks in the backward of its highest Mamba layer's mixer
+    (`jamba_mixer_backward_bytes`). Returns how the activations differ there from the end of the forward, and the
+    gradients made by then in a run that trains the base weights; None for any other model. Freed by then: the loss
+    and logits, the final norm, every layer above (attention layers), and that layer's pre-MLP norm and MLP or MoE
+    block (transformers 5.24 models/jamba/modeling_jamba.py `JambaMambaDecoderLayer.forward`: the mixer runs before
+    them, so its backward runs after theirs). Made by then: the LM head's, the final norm's, the layers above's, that
+    layer's MLP's and norm's, out_proj's and D's gradients (`jamba_mixer_grads`)."""
+    pattern = jamba_layer_pattern(rp)
+    if not pattern or not any(m for m, _ in pattern) or not jamba_mixer_backward_per_token(rp):
+        return None
+    arch = rp.arch
+    kept: dict = {}
+    activations_per_token(rp, kept)
+    top = max(i for i, (mamba, _) in enumerate(pattern) if mamba)
+    dense = dense_layer_plan(rp)
+    dense_mlp = mlp_keeps_per_token(dense) if dense is not None else kept["mlp"]
+    one_norm = norms_per_token(rp) / max(norms_per_layer(arch), 1)
+    above = sum(
+        kept.get("attention_layer", 0.0) + (0.0 if moe else dense_mlp - kept["mlp"]) for _, moe in pattern[top + 1 :]
+    )
+    ffn = kept["mlp"] if pattern[top][1] else dense_mlp
+    change = (jamba_mixer_backward_per_token(rp) - final_norm_per_token(rp) - above - ffn - one_norm) * tokens
+    if rp.peft != "none":
+        return int(change), jamba_mixer_grads(rp)
+    h = arch.hidden
+    s = shapes(arch)
+    w = 4 if rp.weight_dtype == "fp32" else 2
+    moe_ffn = arch.num_experts * 3 * h * (arch.moe_intermediate or arch.intermediate) + h * arch.num_experts
+    made = (s.lm_head_params or s.embed_params) + h + (len(pattern) - 1 - top) * s.layer_params
+    made += (moe_ffn if pattern[top][1] else 3 * h * arch.intermediate) + h
+    return int(change), int(made * w + jamba_mixer_grads(rp))
+
+
+def _mlp_backward_block_per_token(rp: ResolvedPlan, kept: dict, one_layer: float) -> float:
+    """`backward_block_per_token` of a block that peaks in its MLP's backward."""
+    arch = rp.arch
     tp = max(rp.tensor_parallel, 1)
     inter = (arch.moe_intermediate or arch.intermediate) * (expert_passes(rp) if arch.is_moe else 1)
     gated = arch.mlp in ("swiglu", "geglu")

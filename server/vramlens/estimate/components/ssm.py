@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from vramlens.estimate.components.quant import kbit_autocast, kbit_mamba2_mixer_bytes
 from vramlens.estimate.shapes import targeted
 from vramlens.resolved import ResolvedPlan
 
@@ -227,6 +228,10 @@ def mamba2_mixer_bytes(rp: ResolvedPlan, z: Mamba2Sizes) -> tuple[float, float, 
     and out_proj's 16-bit input (c·I, when out_proj trains)."""
     c = 2 if rp.compute_dtype != "fp32" else 4
     h = rp.arch.hidden
+    if kbit_autocast(rp):  # a 4-bit model's fp32 stream under autocast (estimate/components/quant.py)
+        return kbit_mamba2_mixer_bytes(
+            rp, z, _mamba_adapter_keeps(rp, "in_proj", h), _mamba_adapter_keeps(rp, "out_proj", z.inner)
+        )
     i, g, n, k = z.inner, z.groups, z.state, z.conv
     full = rp.peft == "none"
     conv_dim = i + 2 * g * n
@@ -319,7 +324,94 @@ def jamba_mixer_bytes(rp: ResolvedPlan) -> tuple[float, float, float] | None:
     # x_proj's output is not kept (Mamba keeps it through C, a view of it): the output matmul keeps the normalised C,
     # and `dt_proj.weight @ time_step` the normalised Δ when dt_proj trains; B is kept as its fp32 copy alone
     per_token -= c * width - c * n - (c * r if full else 0)
+    # out_proj's input is the 16-bit cast of the fp32 scan output, a tensor of its own: an adapter on out_proj keeps
+    # it (or its own cast), which Mamba's 16-bit scan output shares
+    per_token += 0 if full else _mamba_adapter_keeps(rp, "out_proj", mamba.arch.ssm_inner)
     return per_token, per_seq, per_layer
+
+
+def jamba_mixer_sizes(rp: ResolvedPlan) -> tuple[int, int] | None:
+    """A Jamba Mamba mixer's width I (`mamba_expand` · hidden) and state size N (`mamba_d_state`), JambaConfig's
+    defaults 2 and 16 (transformers 5.24 models/jamba/configuration_jamba.py); None for a model without one."""
+    import json
+
+    if rp.arch.family != "jamba" or not rp.arch.hf_config_json:
+        return None
+    config = json.loads(rp.arch.hf_config_json)
+    return int(config.get("mamba_expand", 2) * rp.arch.hidden), int(config.get("mamba_d_state", 16))
+
+
+def jamba_mixer_backward_bytes(rp: ResolvedPlan) -> tuple[float, float, float] | None:
+    """What one Jamba Mamba mixer's backward holds at its peak beyond what the mixer keeps (`jamba_mixer_bytes`), its
+    weights' gradients apart: (bytes per token, per sequence, per layer, each may be negative), or None for a model
+    without one. Measured on the real mixer (tests/trace/test_mamba1_mixer.py). transformers 5.24
+    models/jamba/modeling_jamba.py `mamba_selective_scan`'s recurrent loop reads `discrete_A[:, :, index]` and
+    `deltaB_u[:, :, index]` at every step: each step's backward turns the gradient of that slice into a zero tensor
+    of the whole (B, I, L, N) fp32 shape (aten `select_backward`), and autograd sums them into the gradient of
+    discrete_A and of deltaB_u. The peak is at the second step from the end, when deltaB_u's first two slice
+    gradients are summed out of place: both, their sum and discrete_A's first slice gradient, four fp32 (B, I, L, N)
+    tensors (16·I·N per token). The gradients made before it are live: the stacked scan output's, the conv output's
+    from the D term and the gate z's (c·I each per token), the state's (4·I·N per sequence) and C's summed slice
+    gradients (c·N per token). Freed by then (their nodes have run): the fp32 scan output (4I) and silu(z) (c·I)
+    the gate's product kept, out_proj's input (c·I, when out_proj trains; its adapter's copy when adapted), the SiLU
+    output D's product kept (c·I, when D trains and the micro-batch has more than one sequence: with one, x_proj's
+    input is a view of it and still holds it), D's fp32 copy (4I per layer) and the last two steps' states (4·I·N in
+    fp32, 2·c·I·N in 16-bit, per sequence)."""
+    sizes = jamba_mixer_sizes(rp)
+    if sizes is None:
+        return None
+    i, n = sizes
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    full = rp.peft == "none"
+    per_token: float = 16 * i * n + 3 * c * i + c * n - 4 * i - c * i
+    if full:
+        per_token -= c * i + (c * i if rp.micro_batch != 1 else 0)
+    else:
+        per_token -= _mamba_adapter_keeps(rp, "out_proj", i)
+    return per_token, 4 * i * n - (4 * i * n + 2 * c * i * n), -4 * i
+
+
+def jamba_mixer_backward_per_token(rp: ResolvedPlan) -> float:
+    """`jamba_mixer_backward_bytes` spread over the micro-batch's tokens (0 for a model without a Jamba mixer)."""
+    parts = jamba_mixer_backward_bytes(rp)
+    if parts is None:
+        return 0.0
+    per_token, per_seq, per_layer = parts
+    s = max(rp.seq_len, 1)
+    return per_token + per_seq / s + per_layer / (s * max(rp.micro_batch, 1))
+
+
+def jamba_mixer_grads(rp: ResolvedPlan) -> int:
+    """The gradients one Jamba Mamba mixer's backward has made at its peak (`jamba_mixer_backward_bytes`): when its
+    weights train, out_proj's weight (its backward ran first) and D's, still the fp32 sum of its product's gradient
+    (4I); in an adapter run, out_proj's adapter's (r·(I + h) in the adapter's dtype, when out_proj is adapted)."""
+    sizes = jamba_mixer_sizes(rp)
+    if sizes is None:
+        return 0
+    i, h = sizes[0], rp.arch.hidden
+    if rp.peft == "none":
+        w = 4 if rp.weight_dtype == "fp32" else 2
+        return w * i * h + 4 * i
+    if not any(l.name == "out_proj" for l in targeted(rp.arch, rp.lora_targets)):
+        return 0
+    a = 4 if rp.adapter_fp32 or rp.compute_dtype == "fp32" else 2
+    return a * rp.lora_r * (i + h)
+
+
+def jamba_layer_pattern(rp: ResolvedPlan) -> list[tuple[bool, bool]]:
+    """Jamba's layers in order as (Mamba layer, MoE layer): attention where i % `attn_layer_period` ==
+    `attn_layer_offset`, experts where i % `expert_layer_period` == `expert_layer_offset` (JambaConfig
+    `layers_block_type` and `layers_num_experts`, defaults 8, 4, 2, 1: transformers 5.24
+    models/jamba/configuration_jamba.py); empty for any other model."""
+    import json
+
+    if rp.arch.family != "jamba" or not rp.arch.hf_config_json:
+        return []
+    config = json.loads(rp.arch.hf_config_json)
+    ap, ao = max(int(config.get("attn_layer_period", 8)), 1), int(config.get("attn_layer_offset", 4))
+    ep, eo = max(int(config.get("expert_layer_period", 2)), 1), int(config.get("expert_layer_offset", 1))
+    moe = int(config.get("num_experts", 16)) > 1
+    return [(i % ap != ao, moe and i % ep == eo) for i in range(rp.arch.layers)]
 
 
 def jamba_mixer_per_token(rp: ResolvedPlan) -> float:
@@ -348,3 +440,163 @@ def first_layer_is_mamba(rp: ResolvedPlan) -> bool:
         return False
     config = json.loads(rp.arch.hf_config_json)
     return int(config.get("attn_layer_offset", 4)) % max(int(config.get("attn_layer_period", 8)), 1) != 0
+
+
+# Nemotron-H: every decoder layer is ONE block of one kind (transformers 5.24 models/nemotron_h/modeling_nemotron_h.py
+# `NemotronHBlock`: `NemotronHRMSNorm`, then `MIXER_TYPES[config.layers_block_type[i]]` — a Mamba-2 mixer
+# ("linear_attention"), attention without rotary embeddings ("full_attention"), a relu² MLP ("mlp", `NemotronHMLP`:
+# down_proj(relu(up_proj(x))²), no gate) or a MoE ("moe", `NemotronHMoE`) — then the residual add). Which layers are
+# which: knowledge/inventory.py `nemotron_h_layers` (the list, or `hybrid_override_pattern`).
+NEMOTRON_H_KINDS = ("linear_attention", "full_attention", "mlp", "moe")
+
+
+def nemotron_h_layers(rp: ResolvedPlan) -> list[str]:
+    """The kind of each layer of a Nemotron-H stack, in order; empty for any other model."""
+    import json
+
+    from vramlens.knowledge.inventory import nemotron_h_layers as listed
+
+    arch = rp.arch
+    if arch.family != "nemotron_h" or not arch.hf_config_json:
+        return []
+    kinds = listed(json.loads(arch.hf_config_json)) or []
+    return kinds if len(kinds) == arch.layers and all(k in NEMOTRON_H_KINDS for k in kinds) else []
+
+
+def nemotron_h_norm_per_token(rp: ResolvedPlan, trains: bool) -> float:
+    """What a block's `NemotronHRMSNorm` keeps per token: its fp32 input (pow's and the product's operand), 1/rms
+    (4), and, when its weight trains, the normalised fp32 value (the weight is multiplied in fp32: `self.weight.to(
+    torch.float32) * hidden_states`); the fp32 copy of the weight that product keeps is per layer
+    (`nemotron_h_block_bytes`). `trains`: whether anything in the block needs its output's gradient."""
+    if not trains:
+        return 0.0
+    h = rp.arch.hidden
+    return 4 * h + 4 + (4 * h if rp.peft == "none" else 0)
+
+
+def _nemotron_h_mlp(rp: ResolvedPlan, width: int) -> float:
+    """`NemotronHMLP` per token: relu's output, which square reads (c·I: relu and square keep one storage), down's
+    input (c·I when its weight trains; an adapter's copy otherwise) and up's input (c·h, or an adapter's copy)."""
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    h = rp.arch.hidden
+    if rp.peft == "none":
+        return c * width + c * width + c * h
+    return c * width + _mamba_adapter_keeps(rp, "down", width) + _mamba_adapter_keeps(rp, "up", h)
+
+
+def _nemotron_h_moe(rp: ResolvedPlan) -> float:
+    """`NemotronHMoE` per token, as its torch loop runs (`NemotronHExperts.forward`): the router's fp32 input and
+    sigmoid scores (4h + 8E), each routed copy's gathered input (c·h), relu output and down's input (2·c·I_e) and
+    output weighted by its score (c·h), per chosen expert; the shared expert as a `NemotronHMLP` of its width."""
+    import json
+
+    arch = rp.arch
+    config = json.loads(arch.hf_config_json) if arch.hf_config_json else {}
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    h = arch.hidden
+    k = max(arch.experts_per_token, 1)
+    width = int(config.get("moe_intermediate_size", arch.moe_intermediate or arch.intermediate))
+    shared = int(config.get("moe_shared_expert_intermediate_size", width))
+    experts = max(arch.num_experts, 1)
+    routed = k * (2 * c * h + 2 * c * width) if rp.peft == "none" else k * c * width
+    return 4 * h + 8 * experts + routed + _nemotron_h_mlp(rp, shared)
+
+
+def _adapters_reading(rp: ResolvedPlan, names: tuple[str, ...], width: int) -> float:
+    """What the adapters of several linears reading one input keep (`_mamba_adapter_keeps` each): peft casts the
+    input to an fp32 adapter's dtype once per adapter, a copy each; a 16-bit adapter without dropout reads the
+    input itself, one storage for all."""
+    kept = [_mamba_adapter_keeps(rp, name, width) for name in names]
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    shared = not rp.adapter_fp32 and rp.lora_dropout <= 0
+    readers = sum(1 for k in kept if k)
+    return sum(kept) - (c * width * (readers - 1) if shared and readers > 1 else 0)
+
+
+def nemotron_h_block_bytes(rp: ResolvedPlan, kind: str, first: bool = False) -> tuple[float, float]:
+    """What one Nemotron-H block of `kind` keeps for backward: (bytes per token, per layer). `first`: layer 0, whose
+    input (the embeddings' output) needs no gradient in an adapter run with frozen embeddings: a block none of
+    whose parameters train then keeps nothing. Measured with saved-tensor hooks, tests/trace/test_nemotron_h.py."""
+    from vramlens.estimate.components.attention import attention_per_token
+    from vramlens.estimate.components.linears import linear_inputs_per_token
+    from vramlens.estimate.components.norms import input_needs_no_grad
+
+    arch = rp.arch
+    full = rp.peft == "none"
+    adapted = {l.name for l in targeted(arch, rp.lora_targets) if not l.expert} if not full else set()
+    if kind == "linear_attention":
+        trains = full or not mamba2_mixer_frozen(rp)
+        mixer = mamba2_mixer_per_token(rp)
+    elif kind == "full_attention":
+        # no rotary embedding: q, K and V reach SDPA as views of their projections' outputs; o's input is the
+        # kernel's output, which `attention_per_token` counts
+        trains = full or bool(adapted & {"q", "k", "v", "o"})
+        if full:
+            mixer = attention_per_token(rp) + linear_inputs_per_token(rp).qkv
+        else:
+            mixer = attention_per_token(rp) + _adapters_reading(rp, ("q", "k", "v"), arch.hidden)
+            mixer += _mamba_adapter_keeps(rp, "o", arch.q_dim)
+    elif kind == "mlp":
+        trains = full or bool(adapted & {"up", "down"})
+        mixer = _nemotron_h_mlp(rp, arch.intermediate)
+    else:
+        trains = True
+        mixer = _nemotron_h_moe(rp)
+    if first and input_needs_no_grad(rp):
+        # the block's input needs no gradient: its norm keeps nothing, and a block that trains nothing keeps nothing
+        return (mixer if trains else 0.0), 0.0
+    return nemotron_h_norm_per_token(rp, True) + mixer, 4 * arch.hidden
+
+
+def nemotron_h_per_token(rp: ResolvedPlan) -> tuple[float, float]:
+    """(all layers, the largest one) of a Nemotron-H stack per token: `nemotron_h_block_bytes` of each layer's
+    kind; (0, 0) for any other model."""
+    kinds = nemotron_h_layers(rp)
+    if not kinds:
+        return 0.0, 0.0
+    spread = max(rp.seq_len, 1) * max(rp.micro_batch, 1)
+    total, largest = 0.0, 0.0
+    for i, kind in enumerate(kinds):
+        per_token, per_layer = nemotron_h_block_bytes(rp, kind, first=i == 0)
+        total += per_token + per_layer / spread
+        if i:
+            largest = max(largest, per_token + per_layer / spread)
+    return total, max(largest, total if len(kinds) == 1 else 0.0)
+
+
+def mamba2_norm_backward_per_token(rp: ResolvedPlan) -> float:
+    """What a Mamba-2 mixer's backward makes beside its saved tensors at its peak, per token (0 for a model without
+    a gated Mamba-2 mixer): the peak is in the gated RMSNorm's backward (transformers 5.24
+    models/mamba2/modeling_mamba2.py `MambaRMSNormGated.forward`, and Nemotron-H's `NemotronHRMSNormGated`, fp32
+    over the mixer's I channels; measured with the trace's live-storage tracker, tests/trace/test_nemotron_h.py):
+    with its weights training, out_proj's 16-bit input gradient and three fp32 I-wide gradients ((c + 12)·I); with
+    them frozen, five fp32 I-wide gradients (20·I)."""
+    z = mamba2_sizes(rp)
+    if z is None or not z.gated_norm:
+        return 0.0
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    return (c + 12) * z.inner if rp.peft == "none" else 20 * z.inner
+
+
+def nemotron_h_backward_per_token(rp: ResolvedPlan) -> float:
+    """Bytes per token of one checkpointed Nemotron-H block at its backward peak, the largest over the kinds its
+    stack holds (0 for any other model): the recomputed block (`nemotron_h_block_bytes`) and what its backward makes
+    beside it. A Mamba-2 block peaks in its gated RMSNorm's backward (`mamba2_norm_backward_per_token`); an MLP
+    block: relu²'s gradients (2·c·I); attention: SDPA's q, K and V gradients."""
+    kinds = nemotron_h_layers(rp)
+    if not kinds:
+        return 0.0
+    arch = rp.arch
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    spread = max(rp.seq_len, 1) * max(rp.micro_batch, 1)
+    peak = 0.0
+    for kind in set(kinds):
+        per_token, per_layer = nemotron_h_block_bytes(rp, kind)
+        if kind == "linear_attention":
+            extra = mamba2_norm_backward_per_token(rp)
+        elif kind == "full_attention":
+            extra = c * (arch.q_dim + 2 * arch.kv_dim)
+        else:
+            extra = 2 * c * arch.intermediate
+        peak = max(peak, per_token + per_layer / spread + extra)
+    return peak
