@@ -256,3 +256,25 @@ def test_no_resolve_stage_tests_a_framework_name():
 def test_the_name_scan_finds_the_tests_it_forbids():
     source = 'if fw_key == "trl": pass\nif plan.framework in ("axolotl",): pass\nif strategy == "fsdp": pass\n'
     assert len(_framework_name_tests(source)) == 2
+
+
+TRL_GPTQ = """# trl sft --config sft.yaml
+model_name_or_path: Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4
+use_peft: true
+lora_r: 16
+per_device_train_batch_size: 1
+max_length: 512
+fp16: true
+output_dir: out
+"""
+
+
+def test_a_gptq_checkpoint_keeps_its_16_bit_parameters_through_kbit_preparation(tmp_path):
+    """peft's prepare_model_for_kbit_training skips the fp32 cast for GPTQ models (`is_gptq_quantized`); TRL 0.20
+    runs it, so a bitsandbytes model is upcast there and a GPTQ one is not."""
+    gptq = resolved(tmp_path, TRL_GPTQ, "a.yaml", framework_versions={"trl": "0.20.0"})
+    assert gptq.resolved.quant_type == "gptq" and gptq.resolved.quant_bits == 4
+    assert not gptq.resolved.kbit_upcast
+    assert any("without casting its 16-bit parameters" in a for a in gptq.assumptions)
+    bnb = resolved(tmp_path, TRL_QLORA, "b.yaml", framework_versions={"trl": "0.20.0"})
+    assert bnb.resolved.kbit_upcast

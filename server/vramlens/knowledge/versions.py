@@ -237,6 +237,12 @@ class KbitPreparation(NamedTuple):
     adapter_fp32: bool  # the adapters train in fp32
 
 
+# quantization methods whose models peft's `prepare_model_for_kbit_training` leaves in 16 bits (peft 0.21.2
+# utils/other.py: `if not is_gptq_quantized and not is_aqlm_quantized and not is_eetq_quantized and not
+# is_hqq_quantized and not is_torchao_quantized:` guards the cast to fp32)
+KBIT_NOT_UPCAST = frozenset({"gptq", "aqlm", "eetq", "hqq", "torchao"})
+
+
 def trl_sft_kbit(trl: str | None, *, bf16: bool, sharded: bool) -> KbitPreparation:
     """TRL SFTTrainer's preparation of a 4-/8-bit model under `trl` (None: the newest known); `sharded`: FSDP or
     ZeRO-3 hold the k-bit weights."""

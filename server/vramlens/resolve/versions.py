@@ -109,6 +109,14 @@ def resolve_versions(
             prep.adapter_fp32,
         )
         assumptions.append(prep.note)
+    quant_type = adapters.plan_fields.get("quant_type") or qval("quant_type")
+    if kbit_upcast and quant_type in versions.KBIT_NOT_UPCAST:
+        # peft 0.21.2 utils/other.py `prepare_model_for_kbit_training`: the fp32 cast of the 16-bit parameters is
+        # skipped for GPTQ (and AQLM, EETQ, HQQ, torchao) models
+        kbit_upcast, kbit_embeddings_16bit = False, False
+        assumptions.append(
+            f"peft prepares a {str(quant_type).upper()} model without casting its 16-bit parameters to fp32"
+        )
     return VersionsPart(
         env,
         tv,
