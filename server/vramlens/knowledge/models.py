@@ -547,7 +547,8 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
     run: its estimate is approximate, and says so."""
     model_type = str(config.get("model_type") or "").lower()
     text = config.get("text_config") or config.get("llm_config")
-    if isinstance(config.get("vision_config"), dict) and isinstance(text, dict):
+    vlm = isinstance(config.get("vision_config"), dict) and isinstance(text, dict)
+    if vlm:
         config, model_type = text, str(text.get("model_type") or "").lower()
     if not inventory.known(model_type):
         if config.get("auto_map") and model_type not in REMOTE_CODE_WRITTEN:
@@ -557,6 +558,15 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
     built = inventory.build(config, model_type)
     if built is None or built.total <= 0:
         return arch
+    kinds = dict(built.by_kind)
+    if vlm and "lm-head" not in kinds and "embedding" in kinds and not arch.tied_embeddings:
+        # a VLM's text inventory is its base text model (`Qwen3VLMoeTextModel`); the untied head is the outer
+        # model's (transformers 5.24 models/qwen3_vl_moe/modeling_qwen3_vl_moe.py `Qwen3VLMoeForConditionalGeneration`:
+        # `self.lm_head = nn.Linear(text_config.hidden_size, text_config.vocab_size, bias=False)`)
+        head = arch.vocab * arch.hidden
+        built = inventory.Built(
+            built.total + head, (*built.by_kind, ("lm-head", head)), built.layer_kinds, built.approximate, built.source
+        )
     if arch.block == "encoder" or (
         model_type in _DEDICATED
         and (
@@ -853,7 +863,15 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
 def _dense_layers(config: Mapping[str, Any], layers: int, num_experts: int) -> int:
     """Layers with a dense MLP in an MoE model: DeepSeek's leading `first_k_dense_replace`, or every layer but
     one in `period` (Jamba `expert_layer_period`, Llama-4 `interleave_moe_layer_step`, Qwen2-MoE
-    `decoder_sparse_step`) — only their number matters for the weights."""
+    `decoder_sparse_step`) — only their number matters for the weights. Qwen2-MoE / Qwen3-MoE and the families
+    built on them also name dense layers in `mlp_only_layers` (transformers 5.24 models/qwen2_moe/
+    modeling_qwen2_moe.py, models/qwen3_moe/modeling_qwen3_moe.py `…DecoderLayer`: a layer is MoE when
+    `layer_idx not in config.mlp_only_layers` and `(layer_idx + 1) % config.decoder_sparse_step == 0`)."""
+    only = config.get("mlp_only_layers")
+    step = config.get("decoder_sparse_step")
+    if num_experts and isinstance(only, list) and all(_dim(i) for i in only) and (step is None or _dim(step)):
+        step = step or 1
+        return sum(1 for i in range(layers) if i in only or (i + 1) % step != 0)
     first = config.get("first_k_dense_replace") or 0
     period = _first(config, "expert_layer_period", "interleave_moe_layer_step", "decoder_sparse_step")
     if num_experts and _dim(period) and period > 1:
