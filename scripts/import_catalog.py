@@ -553,21 +553,34 @@ def render(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--git-dir", type=Path, default=DEFAULT_GIT_DIR, help="bare git mirror of Lightning-AI/litgpt")
-    parser.add_argument("--commit", default="HEAD")
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if the data file is stale")
-    args = parser.parse_args(argv)
+    args = importer_args(__doc__.splitlines()[0], DEFAULT_GIT_DIR).parse_args(argv)
     source, sha = read_source(args.git_dir, args.commit)
     data, report = build(source, sha)
     print("\n".join(report))
-    text = render(data)
-    if args.check:
-        current = OUT.read_text(encoding="utf-8") if OUT.exists() else ""
-        print("up to date" if current == text else f"{OUT} differs from the source")
-        return 0 if current == text else 1
-    OUT.write_text(text, encoding="utf-8")
-    print(f"wrote {OUT.relative_to(ROOT)}")
+    return write_or_check({OUT: render(data)}, "import_catalog.py", args.check, f"{len(data['models'])} models")
+
+
+def importer_args(description: str, git_dir: Path) -> argparse.ArgumentParser:
+    """The command line every catalog importer takes: the mirror, the commit, and `--check`."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--git-dir", type=Path, default=git_dir, help="bare git mirror of the source repository")
+    parser.add_argument("--commit", default="HEAD")
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a data file is out of date")
+    return parser
+
+
+def write_or_check(outputs: dict[Path, str], script: str, check: bool, summary: str) -> int:
+    """Write each data file, or with `check` compare it with what the source gives now: 1 when one is stale."""
+    if check:
+        stale = [path for path, text in outputs.items() if (path.read_text("utf-8") if path.exists() else "") != text]
+        for path in stale:
+            print(f"{path.relative_to(ROOT)} is out of date: rerun scripts/{script}", file=sys.stderr)
+        if not stale:
+            print(f"{', '.join(p.name for p in outputs)} up to date ({summary})")
+        return 1 if stale else 0
+    for path, text in outputs.items():
+        path.write_text(text, encoding="utf-8")
+    print(f"wrote {summary}")
     return 0
 
 

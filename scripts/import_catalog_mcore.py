@@ -26,7 +26,6 @@ exact ones agree).
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -34,6 +33,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import import_catalog  # noqa: E402
+from import_catalog import importer_args, write_or_check  # noqa: E402
+
 OUT = ROOT / "server" / "vramlens" / "knowledge" / "data" / "models_imported_mcore.json"
 DEFAULT_GIT_DIR = Path("/work/.mirror/THUDM+slime/repo")
 REPO = "THUDM/slime"
@@ -133,7 +136,11 @@ UNMODELLED_SHAPES = {
 }
 # values the reader could not follow (a shell loop): what the default it keeps means
 NOT_READ = {"moe-layer-freq": "`--moe-layer-freq` built by a shell loop, not read: every layer counted as an MoE layer"}
-# ModelArch fields written out (the rest keep their defaults)
+# ModelArch fields written out (the rest keep their defaults): the litgpt importer's, less the stored dtype (the
+# flags do not state it), with the shared experts' width, which the flags do
+_BASE = tuple(f for f in import_catalog.FIELDS if f != "stored_dtype")
+_AT = _BASE.index("shared_experts") + 1
+FIELDS = (*_BASE[:_AT], "shared_expert_intermediate", *_BASE[_AT:])
 FIELDS = (
     "family",
     "mlp",
@@ -392,32 +399,14 @@ def _elsewhere(hf_id: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--git-dir", type=Path, default=DEFAULT_GIT_DIR)
-    p.add_argument("--commit", default="HEAD")
-    p.add_argument("--check", action="store_true", help="write nothing; exit 1 when the data file is out of date")
-    args = p.parse_args(argv)
+    args = importer_args(__doc__.split("\n\n")[0], DEFAULT_GIT_DIR).parse_args(argv)
     data = build(args.git_dir, args.commit)
-    text = json.dumps(data, indent=1) + "\n"
-    remote = json.dumps(remote_data(), indent=1) + "\n"
     for c in data["checked"]:
         flag = "" if not c["exact"] or abs(c["ratio"] - 1) <= AGREE else "  DISAGREES"
         print(f"checked {c['id']}: {c['params_b']} B vs catalog {c['catalog_params_b']} B{flag}", file=sys.stderr)
-    if args.check:
-        stale = [
-            path.relative_to(ROOT)
-            for path, want in ((OUT, text), (REMOTE_OUT, remote))
-            if (path.read_text(encoding="utf-8") if path.exists() else "") != want
-        ]
-        for path in stale:
-            print(f"{path} is out of date: rerun scripts/import_catalog_mcore.py", file=sys.stderr)
-        if not stale:
-            print(f"{OUT.relative_to(ROOT)} and {REMOTE_OUT.name} are up to date ({len(data['models'])} models)")
-        return 1 if stale else 0
-    OUT.write_text(text, encoding="utf-8")
-    REMOTE_OUT.write_text(remote, encoding="utf-8")
-    print(f"wrote {len(data['models'])} models, {len(data['checked'])} checked, {len(data['left_out'])} left out")
-    return 0
+    outputs = {OUT: json.dumps(data, indent=1) + "\n", REMOTE_OUT: json.dumps(remote_data(), indent=1) + "\n"}
+    summary = f"{len(data['models'])} models, {len(data['checked'])} checked, {len(data['left_out'])} left out"
+    return write_or_check(outputs, "import_catalog_mcore.py", args.check, summary)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ docstring names NVIDIA-Nemotron-3-Nano-30B-A3B-BF16). A file whose layers the ca
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shlex
@@ -45,7 +44,7 @@ SIZE_TOLERANCE = 0.15  # parameters against the size the name states
 
 sys.path.insert(0, str(ROOT / "server"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from import_catalog import stated_size  # noqa: E402
+from import_catalog import importer_args, stated_size, write_or_check  # noqa: E402
 from import_catalog_transformers import _catalog_without, _checked, _mapped, _total_b  # noqa: E402
 
 _MARK = "NVIDIA/Megatron-LM"
@@ -185,24 +184,11 @@ def build(git_dir: Path, commit: str) -> tuple[dict[str, Any], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--git-dir", type=Path, default=DEFAULT_GIT_DIR)
-    p.add_argument("--commit", default="HEAD")
-    p.add_argument("--check", action="store_true", help="write nothing; exit 1 when the data file is out of date")
-    args = p.parse_args(argv)
+    args = importer_args(__doc__.splitlines()[0], DEFAULT_GIT_DIR).parse_args(argv)
     data, report = build(args.git_dir, args.commit)
     print("\n".join(report), file=sys.stderr)
-    text = json.dumps(data, indent=1) + "\n"
-    if args.check:
-        current = OUT.read_text(encoding="utf-8") if OUT.exists() else ""
-        if current != text:
-            print(f"{OUT.relative_to(ROOT)} is out of date: rerun scripts/import_catalog_megatron.py", file=sys.stderr)
-            return 1
-        print(f"{OUT.relative_to(ROOT)} is up to date ({len(data['models'])} models)")
-        return 0
-    OUT.write_text(text, encoding="utf-8")
-    print(f"wrote {len(data['models'])} models, {len(data['checked'])} checked, {len(data['left_out'])} left out")
-    return 0
+    summary = f"{len(data['models'])} models, {len(data['checked'])} checked, {len(data['left_out'])} left out"
+    return write_or_check({OUT: json.dumps(data, indent=1) + "\n"}, "import_catalog_megatron.py", args.check, summary)
 
 
 if __name__ == "__main__":
