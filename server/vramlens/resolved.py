@@ -94,6 +94,9 @@ class ResolvedPlan(BaseModel):
     # position (1: one shared by every layer; components.model_buffers)
     loss_impl: Literal["standard", "chunked", "fused"] = "standard"
     liger_loss: bool = False  # the fused loss is Liger's fused linear cross-entropy (its gradients computed in forward)
+    loss_16bit: bool = False  # the cross-entropy runs on the compute-dtype logits, no fp32 upcast (ms-swift's
+    # sequence-parallel loss); with loss_chunk_tokens, chunk by chunk, its gradient written over the saved logits
+    loss_chunk_tokens: int = 0
     fused_kernels: tuple[str, ...] = ()  # Triton kernels swapped in for speed (Liger, unsloth, fms-acceleration
     # foak): "rms_norm", "rope", "swiglu", "cross_entropy"
     float8_linears: bool = False  # torchao Float8Linear: the blocks' linears run at the fp8 rate

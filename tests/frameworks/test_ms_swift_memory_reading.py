@@ -152,3 +152,38 @@ def test_qwen_1_remote_code_runs_torch_sdpa_when_flash_attention_is_off():
     said = " ".join(str(x) for x in a.resolution.assumptions)
     assert "scaled_dot_product_attention" in said
     assert not any("Gemma-2" in str(x) for x in a.resolution.assumptions)
+
+
+SEQUENCE_PARALLEL = FIXTURES / "v4.0.0" / "sequence_parallel"
+
+
+def test_zero3_shards_over_the_sequence_parallel_ranks_too():
+    """`--sequence_parallel_size 4` on 4 GPUs under `--deepspeed zero3`: DeepSpeed's ZeRO partitions over the data-
+    and sequence-parallel ranks together (deepspeed/utils/groups.py `_get_sequence_data_parallel_group`), so each GPU
+    keeps a quarter of the weights, gradients and optimizer state, not all of them."""
+    path = SEQUENCE_PARALLEL / "sequence_parallel_dpo.sh"
+    sp = analysed(path)
+    rp = sp.resolution.resolved
+    assert rp.context_parallel == 4 and rp.world_size == 4
+    # the same 4 GPUs without sequence parallelism: 4 data-parallel ranks, the same quarter on each
+    no_sp = analysed(path, path.read_text(encoding="utf-8").replace("--sequence_parallel_size 4", ""))
+    for part in ("weights", "optimizer"):
+        assert sp.estimate.components[part] == pytest.approx(no_sp.estimate.components[part], rel=0.02)
+
+
+def test_the_sequence_parallel_loss_runs_on_16_bit_logits_in_chunks():
+    """ms-swift's SFT loss under sequence parallelism is its own cross-entropy on the bf16 logits
+    (swift/trainers/utils.py `per_token_loss_func_sp`), chunked by `CELOSS_PARALLEL_SIZE=2048` with each chunk's
+    gradient written over the saved logits (`ChunkedCrossEntropyLoss`): about one bf16 copy of the rank's logits,
+    not the fp32 log-softmax and gradients of transformers' loss."""
+    path = SEQUENCE_PARALLEL / "sequence_parallel.sh"
+    a = analysed(path)
+    rp = a.resolution.resolved
+    assert rp.context_parallel == 8 and rp.loss_16bit and rp.loss_chunk_tokens == 2048
+    tokens = rp.micro_batch * rp.seq_len // 8
+    one_copy = tokens * rp.arch.vocab * 2
+    logits = a.estimate.components["logits"]
+    assert one_copy <= logits < 1.25 * one_copy
+    unchunked = analysed(path, path.read_text(encoding="utf-8").replace("CELOSS_PARALLEL_SIZE=2048 \\\n", ""))
+    assert unchunked.resolution.resolved.loss_chunk_tokens == 0
+    assert unchunked.estimate.components["logits"] >= 3 * one_copy > logits

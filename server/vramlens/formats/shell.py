@@ -2943,8 +2943,9 @@ ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLO
 # ms-swift reads its image budget from the environment too (swift/utils/env.py `get_env_args`: the upper-cased argument
 # name; `MAX_PIXELS=1003520 swift sft …` in its README): `MAX_PIXELS`, and `IMAGE_MAX_TOKEN_NUM` (image tokens after the
 # 2 × 2 merge) for the processors of qwen-vl-utils ≥ 0.0.14. Kept under these names; the resolver takes the
-# tightest cap.
-SWIFT_ENV_VARS = ("MAX_PIXELS", "IMAGE_MAX_TOKEN_NUM")
+# tightest cap. `CELOSS_PARALLEL_SIZE`: the chunk of its sequence-parallel cross-entropy (v4.0.0
+# swift/trainers/utils.py `per_token_loss_func_sp`).
+SWIFT_ENV_VARS = ("MAX_PIXELS", "IMAGE_MAX_TOKEN_NUM", "CELOSS_PARALLEL_SIZE")
 
 
 def _env_settings(r: _Reader, launch: Launch, env: dict[str, Var]) -> None:

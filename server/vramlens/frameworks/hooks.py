@@ -78,6 +78,10 @@ class FrameworkHooks:
     completion_len_source: str = ""
     # objective: the per-device batch holds completions, not prompts (TRL GRPOTrainer's generation_batch_size)
     batch_counts_completions: bool = False
+    # loss: under sequence parallelism the SFT loss is the framework's own cross-entropy on the 16-bit logits (no
+    # fp32 upcast), chunked when the environment variable named here sets a chunk size
+    sp_loss_16bit: bool = False
+    sp_loss_chunk_env: str = ""
 
     # --- the shared framework sets of knowledge/frameworks.py -------------------------------------------------
     @property

@@ -58,6 +58,7 @@ def build_plan(
         rope_caches=hooks.rope_caches(ctx.extra("torchtune_builder"), arch.family, peft, arch.layers),
         loss_impl=val("loss_impl") or "standard",
         liger_loss=liger_loss(plan),
+        **_sp_loss(ctx, d, val("loss_impl") or "standard"),
         keep_logits=hooks.behaviour["keep_logits"],
         fused_kernels=tuple(k for k in val("fused_kernels") or () if k in FUSED_KERNELS),
         float8_linears=bool(val("float8_linears")),
@@ -113,6 +114,23 @@ def build_plan(
         expandable_segments="expandable_segments:true" in s.alloc.replace(" ", "").lower(),
         headroom=ctx.settings.headroom,
     )
+
+
+def _sp_loss(ctx: Context, d: DistributionPart, loss_impl: str) -> dict:
+    """The framework's own sequence-parallel loss (`FrameworkHooks.sp_loss_16bit`), as ResolvedPlan fields: with
+    context parallelism and the standard loss, the cross-entropy on the 16-bit logits, chunked by the chunk size the
+    environment sets (`sp_loss_chunk_env`; 0 or unset: one call over every token)."""
+    hooks = ctx.hooks
+    if not hooks.sp_loss_16bit or int(d.cp or 1) <= 1 or loss_impl != "standard" or d.strategy == "megatron":
+        return {}
+    chunk = 0
+    said = ctx.plan.extra.get(hooks.sp_loss_chunk_env) if hooks.sp_loss_chunk_env else None
+    if said is not None and said.value is not None:
+        try:
+            chunk = max(int(str(said.value).strip()), 0)
+        except ValueError:
+            chunk = 0
+    return {"loss_16bit": True, "loss_chunk_tokens": chunk}
 
 
 def _partial_checkpointing(val) -> dict:

@@ -43,9 +43,12 @@ def resolve_distribution(ctx: Context, gpu: GpuPart) -> DistributionPart:
     # torchtitan/distributed/parallel_dims.py `build_mesh`: "fsdp: ... This includes dp_shard and cp", used by
     # models/llama3/infra/parallelize.py `apply_fsdp`; NeMo AutoModel v0.5.0 components/distributed/mesh_utils.py
     # `get_fsdp_dp_mesh` → the `dp_shard_cp` mesh; accelerate 1.15 parallelism_config.py `fsdp_dim_names` →
-    # `dp_shard_cp`). Megatron's distributed optimizer folds them in itself (components.megatron_dp); DeepSpeed's
-    # ZeRO shards over its data-parallel group.
-    shard_ranks = dp * int(cp) if strategy == "fsdp" else dp
+    # `dp_shard_cp`). Megatron's distributed optimizer folds them in itself (components.megatron_dp). DeepSpeed's
+    # ZeRO shards over the sequence-data-parallel group, the data- and sequence-parallel ranks together (DeepSpeed
+    # v0.19.5 deepspeed/utils/groups.py `_get_sequence_data_parallel_group`: "the process group for zero sharding
+    # and gradient allreduce must be across both dimensions of data and sequence parallelism"; with no `mpu` that
+    # is the whole world, as under ms-swift's and axolotl's Ulysses/ring attention, which pass none).
+    shard_ranks = dp * int(cp) if strategy in ("fsdp", "deepspeed") else dp
     if strategy in ("deepspeed", "fsdp") and int(zero or 0) > 0 and shard_ranks == 1:
         ctx.assumptions.append(
             f"{'ZeRO' if strategy == 'deepspeed' else 'FSDP'} sharding with one GPU shards nothing: "

@@ -44,6 +44,15 @@ def logits_per_token(rp: ResolvedPlan) -> float:
         if rp.compute_dtype == "fp32":
             return 8.0 * V
         return (6.0 + (2.0 if rp.keep_logits else 0.0)) * V
+    if sp_loss_16bit(rp):
+        # ms-swift's sequence-parallel loss (v3.5.0 swift/trainers/sequence_parallel/ulysses.py
+        # `loss_scale_sp_func`, v4.0.0 swift/trainers/utils.py `per_token_loss_func_sp`): `CrossEntropyLoss` on the
+        # model's 16-bit logits, no upcast. Backward holds the log-softmax output, the NLL gradient and the logits'
+        # gradient, c bytes each. With `CELOSS_PARALLEL_SIZE` its `ChunkedCrossEntropyLoss` saves only the logits and
+        # writes each chunk's gradient over them (`logits[l_start:l_end] = grad_chunk`): c per logit, the chunk's
+        # own tensors counted in `head_loss_bytes`.
+        c = DTYPE_BYTES[rp.compute_dtype]
+        return (float(c) if rp.loss_chunk_tokens else 3.0 * c + (c if rp.keep_logits else 0.0)) * V
     per = 12.0 + (2.0 if rp.keep_logits else 0.0)
     if rp.compute_dtype == "fp32":
         per = 12.0
@@ -54,6 +63,13 @@ def logits_per_token(rp: ResolvedPlan) -> float:
     if rp.arch.family in LOGIT_SOFTCAP_FAMILIES:
         per += 2.0  # final_logit_softcapping: tanh(logits / cap) keeps its 16-bit output
     return per * V
+
+
+def sp_loss_16bit(rp: ResolvedPlan) -> bool:
+    """ms-swift's own SFT loss under sequence parallelism (`ResolvedPlan.loss_16bit`): its Seq2SeqTrainer pops the
+    labels when `sequence_parallel_size > 1` and computes the loss itself (v4.0.0 swift/trainers/seq2seq_trainer.py
+    `compute_loss`); its preference and RL trainers compute their own."""
+    return rp.loss_16bit and rp.objective in ("sft", "pretrain") and not rp.scalar_head and rp.arch.block != "encoder"
 
 
 def loss_parallel_per_token(rp: ResolvedPlan) -> float:
@@ -144,6 +160,10 @@ def head_loss_bytes(rp: ResolvedPlan, tokens: int, backward: bool = True) -> int
         return max(int(tokens * logits_per_token(rp)), chunked_head_backward_bytes(rp, tokens))
     if rp.loss_impl == "fused" and rp.liger_loss and rp.arch.block != "encoder":
         return liger_head_bytes(rp, tokens, backward)
+    if sp_loss_16bit(rp) and rp.loss_chunk_tokens:
+        # the chunk in flight in backward: its log-softmax output, NLL gradient and logits' gradient (c bytes each)
+        chunk = min(tokens, rp.loss_chunk_tokens) * rp.arch.vocab * 3 * DTYPE_BYTES[rp.compute_dtype]
+        return int(tokens * logits_per_token(rp)) + chunk
     if not trl_fused_head(rp):
         return int(tokens * logits_per_token(rp))
     arch = rp.arch

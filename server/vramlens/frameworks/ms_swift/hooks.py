@@ -63,4 +63,8 @@ HOOKS = MsSwiftHooks(
     completion_len_default=512,
     completion_len_source="trl 1.16",  # ms-swift's GRPO trainer subclasses TRL's GRPOTrainer
     batch_counts_completions=True,
+    # v3.5.0 swift/trainers/sequence_parallel/ulysses.py `loss_scale_sp_func`, v4.0.0 swift/trainers/utils.py
+    # `per_token_loss_func_sp`: `CELOSS_PARALLEL_SIZE` chunks the cross-entropy
+    sp_loss_16bit=True,
+    sp_loss_chunk_env="CELOSS_PARALLEL_SIZE",
 )
