@@ -203,7 +203,10 @@ def sdpa_backend(rp: ResolvedPlan) -> str:
 # (arXiv:2307.08691), Fig. 4 (A100 80GB SXM4) and Fig. 6 (H100 80GB SXM5), reproduced as
 # assets/flash2_a100_fwd_bwd_benchmark.png and assets/flash2_h100_fwd_bwd_benchmark.png in Dao-AILab/flash-attention
 # (commit 0251105). Keys: (kernel, causal, head dim). The two FlashAttention-2 non-causal d=128 bars at 512 and 1k
-# on A100 sit under the legend (≥ 148 by their height; 151, 173 as the paper's text labels read).
+# on A100 sit under the legend (≥ 148 by their height; 151, 173 as the paper's text labels read). The figures'
+# "Triton" bars are OpenAI's kernel (flash-attn benchmarks/benchmark_flash_attention.py:
+# `from triton.ops.flash_attention import attention as attention_triton`), not flash-attn's own Triton kernel, and
+# are left out: no attention implementation here runs OpenAI's.
 FA_SEQ_POINTS = (512, 1024, 2048, 4096, 8192, 16384)
 FA_A100 = {  # of 312 dense bf16 TFLOPS
     ("fa2", True, 64): (88, 119, 140, 156, 165, 171),
@@ -214,10 +217,6 @@ FA_A100 = {  # of 312 dense bf16 TFLOPS
     ("xformers", True, 128): (58, 72, 82, 87, 91, 92),
     ("xformers", False, 64): (68, 73, 76, 77, 75, 75),
     ("xformers", False, 128): (83, 91, 95, 96, 97, 98),
-    ("triton", True, 64): (59, 75, 79, 76, 79, 80),
-    ("triton", True, 128): (50, 61, 68, 74, 78, 80),
-    ("triton", False, 64): (90, 102, 98, 98, 100, 100),
-    ("triton", False, 128): (78, 85, 90, 93, 95, 95),
     ("fa1", True, 64): (58, 70, 77, 87, 92, 97),
     ("fa1", True, 128): (55, 62, 69, 76, 80, 83),
     ("fa1", False, 64): (91, 92, 104, 108, 110, 110),
@@ -260,8 +259,12 @@ def attention_efficiency(rp: ResolvedPlan) -> float:
     cores it does not program (Shah et al., "FlashAttention-3", arXiv:2407.08608, §1);
     GPUs before Hopper take the A100's shares, Hopper and later the H100's. SDPA's memory-efficient kernel is
     xformers' CUTLASS kernel (torch/nn/functional.py `scaled_dot_product_attention` docs): the A100's xformers
-    bars, and on Hopper the H100's FlashAttention-2 share scaled by their A100 ratio; the Triton FlashAttention
-    kernel likewise from its A100 bars and, on Hopper, FlashAttention (1)'s H100 share scaled by their A100 ratio.
+    bars, and on Hopper the H100's FlashAttention-2 share scaled by their A100 ratio. flash-attn's Triton
+    FlashAttention (flash_attn/flash_attn_triton.py at eff9fe6, which llm-foundry copies as llmfoundry/models/layers/
+    flash_attn_triton.py for `attn_impl: triton`) at FlashAttention (1)'s shares: its docstring measures it against
+    the CUDA FlashAttention of its day ("Triton forward is generally faster than CUDA forward, while Triton backward
+    is generally slower ... Overall Triton forward + backward is slightly slower"), and the benchmark's "Triton"
+    bars are another kernel (`FA_A100`).
     FlashAttention-3 0.60 on Hopper (Shah et al., abstract: 1.5–2.0× FlashAttention-2, up to 75 % of the peak;
     elsewhere it does not run: FlashAttention-2's). Eager and SDPA's math path are batched cuBLAS GEMMs (the s×s
     scores' traffic is in their bytes)."""
@@ -279,16 +282,15 @@ def attention_efficiency(rp: ResolvedPlan) -> float:
         a100 = _fa_share(FA_A100, FA_PEAK["A100"], kernel, causal, d, seq)
         if not hopper:
             return a100
-        if kernel == "fa2":
-            return _fa_share(FA_H100, FA_PEAK["H100"], "fa2", causal, d, seq)
-        base = "fa1" if kernel == "triton" else "fa2"
-        h100 = _fa_share(FA_H100, FA_PEAK["H100"], base, causal, d, seq)
-        return h100 * a100 / _fa_share(FA_A100, FA_PEAK["A100"], base, causal, d, seq)
+        if (kernel, causal, 64) in FA_H100:
+            return _fa_share(FA_H100, FA_PEAK["H100"], kernel, causal, d, seq)
+        h100 = _fa_share(FA_H100, FA_PEAK["H100"], "fa2", causal, d, seq)
+        return h100 * a100 / _fa_share(FA_A100, FA_PEAK["A100"], "fa2", causal, d, seq)
 
     if impl == "sdpa" and sdpa_backend(rp) == "efficient":
         return share("xformers")
     if impl == "flash_attention_triton":
-        return share("triton")
+        return share("fa1")
     return share("fa2")
 
 
