@@ -231,6 +231,10 @@ class TrainingPlan(BaseModel):
     quant_double: Sourced[bool] | None = None
     quant_storage_dtype: Sourced[str] | None = None
     quant_compute_dtype: Sourced[str] | None = None
+    # a MoE model's fused 3-D expert weights quantized on load with the base (axolotl `quantize_moe_experts`)
+    experts_quantized: Sourced[bool] | None = None
+    # a MoE model's fused expert parameters LoRA adapts by name: "gate_up", "down", "router" (peft target_parameters)
+    expert_targets: Sourced[list[str]] | None = None
     # distribution
     dist_strategy: Sourced[str] | None = None  # DistStrategy
     zero_stage: Sourced[int] | None = None  # 0–3 (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2, NO_SHARD = 0)

@@ -129,6 +129,10 @@ class ResolvedPlan(BaseModel):
     modules_to_save: tuple[str, ...] = ()  # canonical names ("lm_head", "embed")
     adapter_fp32: bool = True  # PEFT autocast_adapter_dtype=True keeps adapters in fp32
     kbit_upcast: bool = True  # prepare_model_for_kbit_training upcasts non-quantized params to fp32
+    # a k-bit MoE model's fused 3-D expert weights quantized on load too (axolotl `quantize_moe_experts`)
+    experts_kbit: bool = False
+    # fused expert parameters LoRA adapts as named (peft `target_parameters`): "gate_up", "down", "router"
+    expert_targets: tuple[str, ...] = ()
     kbit_embeddings_16bit: bool = False  # after that upcast, TRL's SFTTrainer (bf16, before 1.0) casts the embeddings
     # and LM head back to bf16 (trl/trainer/utils.py `peft_module_casting_to_bf16`);
     # the norms stay fp32, so the residual stream stays fp32
@@ -196,6 +200,7 @@ class ResolvedPlan(BaseModel):
     # the GPU one unit at a time for its forward
     vision_frozen: bool = True  # a VLM's vision tower gets no gradients (adapters only, or the
     # framework freezes it by default)
+    vision_full: bool = False  # under LoRA, the tower and its projector train in full beside the adapters
     images_per_sequence: int = 0  # images through a VLM's vision tower per sequence (0: text-only batches)
     scalar_head: bool = False  # reward/value model: a 1-wide score head instead of vocabulary logits
     logits_tokens: int | None = None  # tokens per sequence whose logits are computed (None: all);

@@ -65,8 +65,61 @@ def test_qat_is_named_as_quantization_aware_training_not_a_precision_detail():
     assert not any("precision detail" in u.what for u in plan.unmodelled)
 
 
-def test_quantize_moe_experts_is_not_called_fp8_training():
+def test_quantize_moe_experts_is_read_as_quantized_experts():
     plan = _plan("glm-45-air-qlora.yaml")
-    entry = _unmodelled(plan)["quantize_moe_experts"]
-    assert "FP8" not in entry.what
-    assert "experts" in entry.what and "bitsandbytes" in entry.what
+    assert plan.experts_quantized is not None and plan.experts_quantized.value is True
+    assert "quantize_moe_experts" not in _unmodelled(plan)
+
+
+def _analysis_of(name: str, text: str):
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    return analyze(text, str(FIXTURES / name), Settings(workspace=FIXTURES, model_lookup=False))
+
+
+def test_quantize_moe_experts_sizes_the_experts_in_4_bit():
+    """GLM-4.5-Air QLoRA (axolotl's example): with `quantize_moe_experts` its routed experts, nearly all of its
+    parameters, are NF4 and nothing is upcast to fp32 (axolotl skips prepare_model_for_kbit_training), so the whole
+    step takes under a byte per parameter; without it transformers 5 leaves them 16-bit and peft's k-bit preparation
+    upcasts them to fp32."""
+    text = (FIXTURES / "glm-45-air-qlora.yaml").read_text()
+    assert "quantize_moe_experts: true" in text
+    quantized = _analysis_of("glm-45-air-qlora.yaml", text)
+    on = quantized.estimate
+    off = _analysis_of(
+        "glm-45-air-qlora.yaml", text.replace("quantize_moe_experts: true", "quantize_moe_experts: false")
+    ).estimate
+    assert on is not None and off is not None
+    assert on.params_total == off.params_total
+    assert on.allocated_bytes < on.params_total
+    assert off.allocated_bytes > 2 * off.params_total
+    assert quantized.resolution is not None
+    assert any("prepare_model_for_kbit_training is skipped" in a for a in quantized.resolution.assumptions)
+
+
+def test_lora_target_parameters_put_adapters_on_the_expert_stacks():
+    """The example's commented `lora_target_parameters` ("Uncomment to also target MoE expert weights"): once on,
+    every expert of gate_up_proj and down_proj trains, which the trainable count and the estimate show."""
+    text = (FIXTURES / "glm-45-air-qlora.yaml").read_text()
+    on_text = text.replace("# lora_target_parameters:", "lora_target_parameters:").replace(
+        "#   - mlp.experts.", "  - mlp.experts."
+    )
+    assert on_text != text
+    plan = parse_document(on_text, str(FIXTURES / "glm-45-air-qlora.yaml"), workspace=FIXTURES).plan
+    assert plan.expert_targets is not None and plan.expert_targets.value == ["gate_up", "down"]
+    assert "lora_target_parameters" not in _unmodelled(plan)
+    on = _analysis_of("glm-45-air-qlora.yaml", on_text).estimate
+    off = _analysis_of("glm-45-air-qlora.yaml", text).estimate
+    assert on is not None and off is not None
+    assert on.params_trainable > 10 * off.params_trainable
+    assert on.allocated_bytes > off.allocated_bytes
+
+
+def test_lora_target_parameters_off_the_experts_are_named_as_not_modelled():
+    text = (
+        "base_model: zai-org/GLM-4.5-Air\nadapter: qlora\nload_in_4bit: true\nquantize_moe_experts: true\n"
+        "lora_r: 16\nlora_target_modules: [q_proj]\nlora_target_parameters: [self_attn.sinks]\n"
+        "micro_batch_size: 1\nsequence_len: 1024\nnum_epochs: 1\n"
+    )
+    plan = parse_document(text, "/nonexistent/cfg.yaml").plan
+    assert plan.expert_targets is None
+    assert "self_attn.sinks" in _unmodelled(plan)["lora_target_parameters"].what

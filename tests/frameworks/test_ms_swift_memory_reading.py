@@ -187,3 +187,101 @@ def test_the_sequence_parallel_loss_runs_on_16_bit_logits_in_chunks():
     unchunked = analysed(path, path.read_text(encoding="utf-8").replace("CELOSS_PARALLEL_SIZE=2048 \\\n", ""))
     assert unchunked.resolution.resolved.loss_chunk_tokens == 0
     assert unchunked.estimate.components["logits"] >= 3 * one_copy > logits
+
+
+LORA_LLM = FIXTURES / "v4.0.0" / "lora_llm_full_vit" / "sft.sh"
+
+
+def test_lora_llm_trains_lora_on_the_language_model_and_the_vision_tower_in_full():
+    """ms-swift 4.x `--tuner_type lora_llm` (swift/tuner_plugin/lora_llm.py at v4.0.0): LoRA on the language model's
+    linears, the vision tower and aligner `requires_grad_(True)` — not a full fine-tune of the language model."""
+    a = analysed(LORA_LLM, framework_versions={"ms-swift": "4.0.0"})
+    rp, est = a.resolution.resolved, a.estimate
+    assert rp.peft == "lora" and rp.lora_r == 16
+    assert rp.vision_full and not rp.vision_frozen
+    assert not any("lora_llm" in f.message for f in a.findings)  # a known tuner, not an unknown value
+    arch = rp.arch
+    lm = shapes(arch).total
+    # what trains: the whole tower beside adapters that are a small fraction of the language model
+    assert arch.vision_params < est.params_trainable < arch.vision_params + 0.02 * lm
+    # the tower gets gradients and AdamW states (fp32 master + 2 states under DeepSpeed's bf16 ZeRO-2, 4 ranks)
+    assert est.components["optimizer"] >= 12 * arch.vision_params / 4
+    # the same run with the tower frozen (plain LoRA) keeps less for backward in the tower
+    plain = analysed(LORA_LLM, LORA_LLM.read_text(encoding="utf-8").replace("lora_llm", "lora"))
+    assert not plain.resolution.resolved.vision_full
+    assert est.components["activations"] > plain.estimate.components["activations"]
+    assert est.components["optimizer"] > 5 * plain.estimate.components["optimizer"]
+
+
+DPO_FULL = FIXTURES / "v3.5.0" / "dpo_full" / "full.sh"
+
+
+def _swift_dpo_head(logits_fn, labels, is_ref):
+    """ms-swift's DPO scoring (v4.0.0 swift/rlhf_trainers/dpo_trainer.py `concatenated_forward`, rlhf_mixin.py
+    `get_per_token_logps`) with TRL's `selective_log_softmax` for 16-bit logits (trl 0.15–0.28 trainer/utils.py)."""
+    import torch
+    import torch.nn.functional as F
+
+    logits = logits_fn()
+    loss_mask = labels != -100
+    labels = labels.clone()
+    labels[~loss_mask] = 0
+    reduce_logits = logits.mean(-1)
+    rows = [F.log_softmax(r, dim=-1).gather(dim=-1, index=i.unsqueeze(-1)).squeeze(-1) for r, i in zip(logits, labels)]
+    logps = torch.stack(rows)
+    logps[~loss_mask] = 0
+    reduce_logits[~loss_mask] = 0
+    n = max(labels.shape[0] // 2, 1)
+    nll = None if is_ref else -logps[:n][loss_mask[:n]].mean()
+    return logps.sum(-1), nll
+
+
+@pytest.mark.parametrize("rows", [1, 2, 4])
+def test_swift_dpo_head_bytes_match_a_live_trace_of_its_code(rows):
+    import torch
+    from vramlens.estimate.components.logits import swift_dpo_per_logit, swift_dpo_rows
+    from vramlens.trace.tracker import LiveBytes
+
+    rp = analysed(DPO_FULL).resolution.resolved
+    rp = rp.with_changes(micro_batch=max(rows // 2, 1), packing=rows == 1)
+    assert swift_dpo_rows(rp) == rows
+    torch.manual_seed(0)
+    T, d, V = 256, 4, 32768  # a 4-wide hidden state: the head's weight is negligible beside the logits
+    h = torch.randn(rows, T, d, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(V, d, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, V, (rows, T))
+    n = rows * T * V
+    tr = LiveBytes()
+    with tr:
+        logps, nll = _swift_dpo_head(lambda: h @ w.t(), labels, False)
+        held = tr.cur
+        tr.reset_peak()
+        with torch.no_grad():
+            ref, _ = _swift_dpo_head(lambda: h.detach() @ w.detach().t(), labels, True)
+        reference = tr.peak - held
+        del ref
+        tr.reset_peak()
+        k = max(rows // 2, 1)
+        ((logps[:k] - logps[rows - k :]).sum() + 0.1 * nll).backward()
+        backward = tr.peak
+    for phase, traced in (("held", held), ("reference", reference), ("backward", backward)):
+        assert swift_dpo_per_logit(rp, phase) == pytest.approx(traced / n, rel=0.03), phase
+
+
+def test_full_dpo_keeps_16_bit_logits_not_the_sft_losss_fp32_copies():
+    """ms-swift's full-parameter DPO under ZeRO-3 (examples/train/rlhf/dpo/full.sh): the policy's head holds 16-bit
+    log-softmax rows while the ZeRO-3-sharded reference runs, not transformers' fp32 loss temporaries."""
+    from vramlens.estimate import _phases
+    from vramlens.estimate import components as C
+
+    a = analysed(DPO_FULL, framework_versions={"ms-swift": "3.5.0"})
+    rp = a.resolution.resolved
+    assert rp.objective == "dpo" and rp.reference == "copy" and rp.zero_stage == 3
+    logits = 2 * rp.seq_len * rp.arch.vocab  # chosen + rejected, one of each
+    _, phases, _, _ = _phases(rp)
+    ref = phases["reference-forward"]
+    assert ref["logits"] <= 2.05 * logits  # every row's bf16 log-softmax, no fp32 copy
+    _, one_block = C.activations_per_token(rp)
+    # the reference's bf16 logits and one row's log-softmax, beside one block's no-grad working set
+    assert ref["temporaries"] <= one_block * 2 * rp.seq_len + 3.05 * logits
+    assert a.estimate.components["logits"] <= 4.05 * logits  # backward: log-softmax + the logits' gradient

@@ -20,6 +20,7 @@ from __future__ import annotations
 from vramlens.estimate import allocator
 from vramlens.estimate import components as C
 from vramlens.estimate.components import evaluation as E
+from vramlens.estimate.components.logits import swift_dpo_per_logit, swift_dpo_rows
 from vramlens.estimate.result import COMPONENTS, GIB, Estimate
 from vramlens.estimate.throughput import throughput
 from vramlens.knowledge.gpus import usable_bytes
@@ -156,6 +157,9 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # trl 1.16.0 dpo_trainer.py `_compute_loss`: the reference runs under no_grad after the policy's forward,
         # while the policy's saved activations and log-probs are held
         phases["reference-forward"] = {**phases["forward-backward"], "temporaries": C.no_grad_forward(rp, logit_tok)}
+        if swift_dpo_rows(rp):
+            # the policy's head holds only its saved log-softmax while the reference runs (logits.swift_dpo_per_logit)
+            phases["reference-forward"]["logits"] = int(logit_tok * rp.arch.vocab * swift_dpo_per_logit(rp, "held"))
     if rp.teacher is not None:
         phases["teacher-forward"] = {
             **base,

@@ -119,6 +119,8 @@ def shapes(arch: ModelArch) -> Shapes:
         mlp(dense, arch.intermediate)
         if arch.is_moe:
             mlp((L - dense) * arch.num_experts, arch.moe_intermediate or arch.intermediate, expert=True)
+    elif qwen3_next_linears(arch):
+        linears.extend(qwen3_next_linears(arch))
     elif arch.block == "encoder-decoder":
         enc = arch.encoder_layers or L
         attention(enc + 2 * L)  # encoder self, decoder self + cross
@@ -172,6 +174,55 @@ def mamba2_hybrid_linears(arch: ModelArch) -> tuple[int, int, int]:
     inner = int(config.get("mamba_expand", 2) * arch.hidden)
     groups, state = int(config.get("mamba_n_groups", 1)), int(config.get("mamba_d_state", 256))
     return n_ssm, 2 * inner + 2 * groups * state + int(config.get("mamba_n_heads", 128)), inner
+
+
+def qwen3_next_linears(arch: ModelArch) -> list[Linear]:
+    """The nn.Linear modules of a Qwen3-Next stack by the kind of each layer (`ModelArch.layer_kinds`, counted from
+    its `layer_types`); [] for any other model, or before its layer kinds were counted. transformers 5.24
+    models/qwen3_next/modeling_qwen3_next.py: `Qwen3NextAttention` q_proj h → 2 · heads · head_dim (the query and its
+    output gate), k_proj, v_proj, o_proj (`attention_bias`), in the full-attention layers only;
+    `Qwen3NextGatedDeltaNet` in_proj_qkvz h → 2·Hk·dk + 2·H·dv, in_proj_ba h → 2·H, out_proj H·dv → h (no bias), in
+    the linear-attention layers; `Qwen3NextSparseMoeBlock` its routed experts (3-D parameters in transformers 5,
+    nn.Linear modules in 4.x: `expert`), its shared expert `Qwen3NextMLP` (gate, up, down_proj of
+    shared_expert_intermediate_size) and `shared_expert_gate` h → 1; a dense `Qwen3NextMLP` in `mlp_only_layers`.
+    Qwen3NextConfig defaults (models/qwen3_next/configuration_qwen3_next.py): linear_num_key_heads 16,
+    linear_num_value_heads 32, linear_key_head_dim and linear_value_head_dim 128."""
+    import json
+
+    n_lin = dict(arch.layer_kinds).get("linear attention", 0)
+    if arch.family != "qwen3_next" or not n_lin or not arch.hf_config_json:
+        return []
+    config = json.loads(arch.hf_config_json)
+    h, L, q, kv = arch.hidden, arch.layers, arch.q_dim, arch.kv_dim
+    hk, hv = int(config.get("linear_num_key_heads", 16)), int(config.get("linear_num_value_heads", 32))
+    dk, dv = int(config.get("linear_key_head_dim", 128)), int(config.get("linear_value_head_dim", 128))
+    bias = bool(config.get("attention_bias", False))
+    n_attn = L - n_lin
+    out = [
+        Linear("q", h, 2 * q, n_attn, bias),
+        Linear("k", h, kv, n_attn, bias),
+        Linear("v", h, kv, n_attn, bias),
+        Linear("o", q, h, n_attn, bias),
+        Linear("in_proj_qkvz", h, 2 * hk * dk + 2 * hv * dv, n_lin),
+        Linear("in_proj_ba", h, 2 * hv, n_lin),
+        Linear("out_proj", hv * dv, h, n_lin),
+    ]
+    dense = arch.dense_layers if arch.is_moe else L
+    inter_e = arch.moe_intermediate or arch.intermediate
+    for count, width, expert in (
+        (dense, arch.intermediate, False),
+        ((L - dense) * arch.num_experts, inter_e, True),
+        ((L - dense) * arch.shared_experts, arch.shared_expert_intermediate or inter_e, False),
+    ):
+        if count > 0:
+            out += [
+                Linear("gate", h, width, count, expert=expert),
+                Linear("up", h, width, count, expert=expert),
+                Linear("down", width, h, count, expert=expert),
+            ]
+    if arch.is_moe and arch.shared_experts and L - dense > 0:
+        out.append(Linear("shared_expert_gate", h, 1, L - dense))
+    return out
 
 
 def jamba_mixer_linears(arch: ModelArch) -> list[Linear]:

@@ -1271,6 +1271,28 @@ SWIFT_REMEMBERED = (
 )
 
 
+# ms-swift 4.x `--tuner_type lora_llm` (swift/tuner_plugin/lora_llm.py `LoRALLMTuner.prepare_model`, v4.0.0 to
+# v4.5.2): LoRA (`lora_rank`, `lora_alpha`) on the language model's linear layers only — `get_multimodal_target_regex`
+# (swift/utils/transformers_utils.py) with its defaults freeze_vit=True, freeze_aligner=True, whatever
+# `--target_modules` says — and the vision tower and aligner (projector/merger) set `requires_grad_(True)`: trained
+# in full beside the adapters (examples/train/multimodal/lora_llm_full_vit/sft.sh)
+SWIFT_LORA_LLM = "swift/tuner_plugin/lora_llm.py (ms-swift v4.0.0, 5e853413)"
+
+
+def _swift_tuner(b: PlanBuilder, s: Setting) -> None:
+    if str(s.value).strip().lower() != "lora_llm":
+        return _peft_method(b, s)
+    b.set("peft_method", "lora", s, note=f"`lora_llm`: LoRA on the language model ({SWIFT_LORA_LLM})")
+    b.set(
+        "lora_targets",
+        ["all-linear"],
+        s,
+        override=True,
+        note=f"`lora_llm` targets every linear layer of the language model, not the vision tower ({SWIFT_LORA_LLM})",
+    )
+    b.remember(s)  # the vision stage trains the tower and aligner in full (resolve/vision.py)
+
+
 def _swift_quant_bit(b: PlanBuilder, s: Setting) -> None:
     # ms-swift 1.x/2.x `quantization_bit: Literal[0, 4, 8] = 0` (swift/llm/utils/argument.py v1.7.3): 0 = none
     if to_int(s.value) != 0:
@@ -1285,6 +1307,8 @@ SWIFT_HANDLERS = {
     "quant_bits": _swift_quant_bit,
     **launchers.SWIFT_METHOD_HANDLERS,
     **{k: PlanBuilder.remember for k in SWIFT_REMEMBERED},
+    "tuner_type": _swift_tuner,
+    "train_type": _swift_tuner,
 }
 TRL_CLI_HANDLERS = {"model": _model_flag}
 

@@ -520,6 +520,22 @@ _ALL: tuple[Concept, ...] = (
         True,
         ("bnb_4bit_compute_dtype", "compute_dtype", "bnb_4bit_comp_dtype"),
     ),
+    _C(
+        "experts_quantized",
+        "bool",
+        "MoE experts' fused weights quantized on load",
+        True,
+        True,
+        ("quantize_moe_experts",),
+    ),
+    _C(
+        "expert_targets",
+        "list",
+        "LoRA on MoE expert parameters",
+        True,
+        True,
+        ("lora_target_parameters",),
+    ),
     # distribution
     _C(
         "dist_strategy",

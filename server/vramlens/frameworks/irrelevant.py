@@ -220,7 +220,7 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
             "estimated as plain LoRA on the named targets",
         ),
         "lora_bias lora_bias_trainable lora_dtype lora_layers_pattern lora_layers_to_transform "
-        "lora_rank_pattern lora_target_parameters lora_target_regex lora_on_cpu peft_layers_pattern "
+        "lora_rank_pattern lora_target_regex lora_on_cpu peft_layers_pattern "
         "peft_layers_to_transform peft_layer_replication peft_trainable_token_indices "
         "peft_autocast_adapter_dtype kt_lora_expert_intermediate_size kt_lora_expert_num kt_use_lora_experts "
         "exclude_modules trainable_parameters_regex "
@@ -287,14 +287,6 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
             "estimated as 16-bit training: the fake-quantized copies each linear makes are not counted",
         ),
         "qat qat.activation_dtype qat.weight_dtype qat.group_size qat.fake_quant_after_n_steps qat.quantize_embedding",
-    ),
-    # axolotl 067b021c src/axolotl/utils/schemas/config.py `quantize_moe_experts` ("Quantize MoE expert weights on load
-    # to reduce VRAM", LoRA/QLoRA with load_in_4bit/8bit only), monkeypatch/moe_quant.py: bitsandbytes 4/8-bit
-    # parametrizations of the experts' fused 3-D weights, which transformers' bitsandbytes loading leaves unquantized
-    "quantize_moe_experts": (
-        "the MoE experts' fused 3-D weights quantized to 4/8 bits with bitsandbytes on load",
-        "estimated with the routed experts as transformers' bitsandbytes loading leaves them: quantized when they "
-        "are nn.Linear modules (transformers 4), in the weight dtype when they are 3-D parameters (transformers 5)",
     ),
     **_names(
         (

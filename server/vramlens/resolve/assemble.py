@@ -83,6 +83,8 @@ def build_plan(
         modules_to_save=a.modules_to_save,
         adapter_fp32=v.adapter_fp32,
         kbit_upcast=v.kbit_upcast,
+        experts_kbit=bool(qval("experts_quantized")),
+        expert_targets=tuple(val("expert_targets") or ()) if peft in ("lora", "qlora") else (),
         kbit_embeddings_16bit=v.kbit_embeddings_16bit,
         trainable_fp32=w.trainable_fp32,
         low_rank=o.low_rank,

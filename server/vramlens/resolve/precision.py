@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from vramlens.knowledge.schema import GpuSpec, ModelArch
 from vramlens.plan import Origin, Sourced
 from vramlens.resolve.common import Context, no_bf16_note
+from vramlens.resolve.vision import tower_trains_in_full
 
 if TYPE_CHECKING:
     from vramlens.resolve.adapters import AdapterPart
@@ -101,7 +102,12 @@ def resolve_trained_precision(
             f"{', bf16 autocast' if amp_dtype == 'bf16' else ''}"
         )
     master = strategy == "deepspeed" and amp_dtype in ("bf16", "fp16") and peft == "none"
-    if master:
+    if strategy == "deepspeed" and amp_dtype in ("bf16", "fp16") and tower_trains_in_full(ctx.plan, peft):
+        # a vision tower trained in full beside LoRA: DeepSpeed's 16-bit ZeRO optimizer keeps an fp32 master
+        # partition of every trainable parameter (deepspeed v0.16.4 runtime/zero/stage_1_and_2.py
+        # `single_partition_of_fp32_groups`); the loaded weights and the adapters' precision stay as they are
+        master = True
+    elif master:
         weight_dtype, compute, amp = (
             ("fp16" if amp_dtype == "fp16" else "bf16"),
             ("fp16" if amp_dtype == "fp16" else "bf16"),

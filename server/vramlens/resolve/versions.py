@@ -109,6 +109,15 @@ def resolve_versions(
             prep.adapter_fp32,
         )
         assumptions.append(prep.note)
+    if kbit_upcast and qval("experts_quantized") and arch.is_moe and versions.at_least(tv, versions.FUSED_EXPERTS_FROM):
+        # axolotl 067b021c src/axolotl/loaders/model.py `_prepare_model_for_quantization`: once its load-time patch
+        # has quantized the fused experts (`_moe_experts_quantized`), prepare_model_for_kbit_training is skipped
+        # ("Parametrized expert tensors dequantize on access — would OOM"): nothing is upcast to fp32
+        kbit_upcast, kbit_embeddings_16bit = False, False
+        assumptions.append(
+            "quantize_moe_experts: the experts are quantized on load and prepare_model_for_kbit_training is "
+            "skipped, so the unquantized parameters stay in the weight dtype"
+        )
     quant_type = adapters.plan_fields.get("quant_type") or qval("quant_type")
     if kbit_upcast and quant_type in versions.KBIT_NOT_UPCAST:
         # peft 0.21.2 utils/other.py `prepare_model_for_kbit_training`: the fp32 cast of the 16-bit parameters is

@@ -25,6 +25,11 @@ def vision_fields(ctx: Context, arch: ModelArch, peft: str, v: VersionsPart) -> 
     if told is not None and peft == "none" and str(told.value).strip().lower() in ("false", "0", "no"):
         frozen = False
         sources["vision_frozen"] = told
+    full_beside = tower_trains_in_full(plan, peft)
+    if full_beside is not None:
+        frozen = False
+        out["vision_full"] = True
+        sources["vision_frozen"] = full_beside
     images, why, said = images_per_sequence(plan, arch)
     if said is not None:
         sources["images_per_sequence"] = said
@@ -50,10 +55,20 @@ def vision_fields(ctx: Context, arch: ModelArch, peft: str, v: VersionsPart) -> 
         )
     ctx.assumptions.append(
         f"vision tower: {arch.vision_params / 1e9:.2f} B parameters, "
-        + ("frozen" if frozen else "trained")
+        + ("frozen" if frozen else "trained in full beside the LoRA adapters" if full_beside else "trained")
         + f"; {batches}"
     )
     return out
+
+
+def tower_trains_in_full(plan: TrainingPlan, peft: str) -> Any:
+    """The setting that trains a VLM's vision tower and aligner in full beside LoRA on the language model (ms-swift
+    `--tuner_type lora_llm`: swift/tuner_plugin/lora_llm.py `LoRALLMTuner.prepare_model`, v4.0.0, sets
+    `requires_grad_(True)` on `model_arch.vision_tower + model_arch.aligner`), or None."""
+    tuner = plan.extra.get("tuner_type") or plan.extra.get("train_type")
+    if tuner is not None and peft == "lora" and str(tuner.value).strip().lower() == "lora_llm":
+        return tuner
+    return None
 
 
 # Vision-language families whose model is also what a text fine-tune loads: transformers 5.24

@@ -16,6 +16,8 @@ from vramlens.estimate.components.logits import (
     logits_per_token,
     loss_forward_per_token,
     loss_parallel_per_token,
+    swift_dpo_per_logit,
+    swift_dpo_rows,
     trl_fused_head,
 )
 from vramlens.resolved import ResolvedPlan
@@ -53,4 +55,7 @@ def eval_head_loss(rp: ResolvedPlan) -> int:
         return head_loss_bytes(e, logit_tokens, backward=False)
     if impl == "chunked":
         return int(logit_tokens * logits_per_token(e))
+    if swift_dpo_rows(e):  # ms-swift's DPO scores the evaluation batch as its reference forward does
+        e = e.with_changes(micro_batch=rp.eval_batch)
+        return int(logit_tokens * swift_dpo_per_logit(e, "reference") * e.arch.vocab)
     return int(logit_tokens * loss_forward_per_token(e))

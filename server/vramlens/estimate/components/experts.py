@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vramlens.estimate.components.common import DTYPE_BYTES, mlp_bytes
-from vramlens.estimate.shapes import targeted
+from vramlens.estimate.shapes import shapes, targeted
 from vramlens.knowledge import versions
 from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
 from vramlens.resolved import ResolvedPlan
@@ -39,15 +39,35 @@ def expert_loop(rp: ResolvedPlan) -> bool:
     return rp.arch.is_moe and not fused_experts(rp) and rp.framework != "torchtune"
 
 
+def kbit_experts(rp: ResolvedPlan) -> bool:
+    """Fused routed experts quantized on load with the rest of a k-bit model (axolotl `quantize_moe_experts`: axolotl
+    067b021c src/axolotl/monkeypatch/moe_quant.py `patch_moe_quantization_on_load` turns each 3-D expert parameter into
+    bitsandbytes 0.50.2 nn/parametrize.py `replace_parameter_4bit` packed NF4 data with its quant state, or with
+    `load_in_8bit` row-wise int8 with fp32 row statistics, dequantized by a parametrization whenever it is read)."""
+    return bool(rp.experts_kbit and rp.quant_bits in (4, 8) and fused_experts(rp))
+
+
+def routed_block_params(rp: ResolvedPlan) -> int:
+    """Parameters of one MoE block's routed expert stacks (gate|up and down of every expert)."""
+    moe_layers = max(rp.arch.layers - rp.arch.dense_layers, 1)
+    return sum(l.params for l in shapes(rp.arch).linears if l.expert) // moe_layers
+
+
 def expert_bytes(rp: ResolvedPlan) -> int:
     """Bytes per element of fused routed experts' weights and of what they compute. grouped_mm is no autocast op, and
     transformers casts its input to the weight's dtype (5.24 integrations/moe.py `_grouped_mm`), so the experts
     compute in their weights' dtype: fp32 under AMP, and in a k-bit model, whose experts bitsandbytes leaves
     unquantized, fp32 once prepare_model_for_kbit_training has upcast them (peft 0.21.2 utils/other.py: every
     16-bit parameter that is not `Params4bit`). Experts built of nn.Linear modules (`expert_loop`) return what any
-    MLP linear returns (`mlp_bytes`: fp32 out of a 4-bit linear fed the fp32 residual)."""
+    MLP linear returns (`mlp_bytes`: fp32 out of a 4-bit linear fed the fp32 residual). Experts quantized on load
+    (`kbit_experts`) compute in what their parametrization returns: 4-bit ones in the dtype they were loaded in
+    (bitsandbytes 0.50.2 `Bnb4bitParametrization.forward` → `dequantize_4bit` to `quant_state.dtype`), 8-bit ones in
+    fp32 (axolotl's `Bnb8bitParametrization` → bitsandbytes `int8_vectorwise_dequant`, "Dequantizes a tensor with
+    dtype torch.int8 to torch.float32"); axolotl skips prepare_model_for_kbit_training for them, so nothing upcasts."""
     if not fused_experts(rp):
         return mlp_bytes(rp)
+    if kbit_experts(rp):
+        return 4 if rp.quant_bits == 8 else DTYPE_BYTES[rp.weight_dtype]
     if rp.weight_dtype == "fp32" or rp.quant_bits and rp.kbit_upcast:
         return 4
     return DTYPE_BYTES[rp.weight_dtype]
@@ -94,8 +114,9 @@ def expert_parameters(rp: ResolvedPlan) -> list[ExpertParam]:
     to w1/w3/w2, which the canonical names do not tell apart from gate_proj/up_proj/down_proj: only "all-linear"
     reaches them here."""
     arch = rp.arch
+    named = _named_expert_parameters(rp)
     if rp.peft == "none" or not arch.is_moe or _expert_lora(rp) != "parameters" or arch.mlp not in ("swiglu", "geglu"):
-        return []
+        return named
     targets = set(rp.lora_targets)
     all_lin = "all-linear" in targets
     by_name = versions.MOE_CONVERSION_PATTERN[arch.family] == "qwen2_moe"
@@ -109,7 +130,21 @@ def expert_parameters(rp: ResolvedPlan) -> list[ExpertParam]:
         out.append(ExpertParam("down", E, inter, h, r, moe_layers))
     if all_lin:
         out.append(ExpertParam("router", 1, h, E, r, moe_layers))
-    return out
+    return out + [e for e in named if e.name not in {o.name for o in out}]
+
+
+def _named_expert_parameters(rp: ResolvedPlan) -> list[ExpertParam]:
+    """The expert parameters a config names itself (peft `target_parameters`, `expert_targets`): rank r per expert on
+    each named stack, gate_up included (peft 0.21.2 tuners/lora/layer.py `ParamWrapper.update_layer`: lora_A
+    r·E × in, lora_B out × r·E; no doubling, which only peft's conversion of target_modules names applies)."""
+    arch = rp.arch
+    if not rp.expert_targets or rp.peft == "none" or not fused_experts(rp) or arch.mlp not in ("swiglu", "geglu"):
+        return []
+    h, E, r = arch.hidden, arch.num_experts, rp.lora_r
+    inter = arch.moe_intermediate or arch.intermediate
+    moe_layers = arch.layers - arch.dense_layers
+    sizes = {"gate_up": (E, h, 2 * inter), "down": (E, inter, h), "router": (1, h, E)}
+    return [ExpertParam(n, *sizes[n], r, moe_layers) for n in ("gate_up", "down", "router") if n in rp.expert_targets]
 
 
 def lora_linears(rp: ResolvedPlan) -> list:
@@ -151,7 +186,7 @@ def expert_adapter_notes(rp: ResolvedPlan) -> list[str]:
         f"{tv[0] if tv else versions.NEWEST['transformers']}"
     )
     names = " and ".join(f"{e.name}_proj" for e in params)
-    gate_up = ", gate_up at " + str(2 * rp.lora_r) if any(e.name == "gate_up" for e in params) else ""
+    gate_up = next((f", gate_up at {e.rank}" for e in params if e.name == "gate_up" and e.rank != rp.lora_r), "")
     out = [
         f"LoRA on the routed experts: {with_versions} adapts the fused {names} parameters of every expert "
         f"(rank {rp.lora_r} per expert{gate_up}), "
@@ -173,17 +208,23 @@ def expert_weight_copies(rp: ResolvedPlan) -> int:
     stack in the weight's dtype, and grouped_mm saves it for the input's gradient (transformers 5.24
     integrations/moe.py `grouped_mm_experts_forward`). From peft 0.21 W' comes from one `baddbmm(W, lhs, rhs)` over
     the factors cast to the weight's dtype, which baddbmm saves for their gradients; 0.19–0.20 compute the delta
-    from the fp32 factors themselves (`get_delta_weight`). The router's adapted weight is h × E: left out."""
+    from the fp32 factors themselves (`get_delta_weight`). The router's adapted weight is h × E: left out.
+    Experts quantized on load (`kbit_experts`) are a new tensor on every read too: each stack the block does not
+    adapt is dequantized (once per forward: bitsandbytes 0.50.2 nn/parametrize.py `_register_parametrization_hooks`
+    caches it for the module's forward) and saved by grouped_mm for the input's gradient."""
     wb = expert_bytes(rp)
     pv = rp.version_of("peft")
     factors = versions.peft_folds_expert_factors(pv[0] if pv else None)
-    out = 0
+    out = adapted = 0
     for e in expert_parameters(rp):
         if e.name == "router":
             continue
         out += e.weight_params * wb
+        adapted += e.weight_params
         if factors:
             out += e.experts * e.rank * (e.in_features + e.out_features) * wb
+    if kbit_experts(rp):
+        out += max(routed_block_params(rp) - adapted, 0) * wb
     return out
 
 

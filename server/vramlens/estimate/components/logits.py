@@ -13,6 +13,40 @@ from vramlens.resolved import ResolvedPlan
 LOGIT_SOFTCAP_FAMILIES = {"gemma2", "gemma3n_text"}
 
 
+def swift_dpo_rows(rp: ResolvedPlan) -> int:
+    """Rows of ms-swift's DPO log-prob loop, or 0 where it does not run. ms-swift scores DPO outside the model (v4.0.0
+    swift/rlhf_trainers/dpo_trainer.py `concatenated_forward` → rlhf_mixin.py `get_per_token_logps`; v3.5.0
+    swift/trainers/rlhf_trainer/dpo_trainer.py): the model returns the 16-bit logits (no labels, no upcast), and TRL's
+    `selective_log_softmax` (trl 0.15–0.28 trainer/utils.py, the pins of those releases: `trl>=0.15,<0.29`) takes
+    `log_softmax` one row (sequence) at a time for 16-bit logits; its `nll_loss` is the chosen rows' log-probs (v3.6
+    on; v3.5 runs a separate cross-entropy on the chosen half). Chosen and rejected are 2 × micro-batch rows, or one
+    packed row under `padding_free` / `packing`. Sequence parallelism takes another path (`sequence_parallel_size`)."""
+    if rp.framework != "ms-swift" or rp.objective != "dpo" or rp.scalar_head or rp.arch.block == "encoder":
+        return 0
+    if DTYPE_BYTES[rp.compute_dtype] == 4 or rp.loss_impl in ("fused", "chunked") or rp.context_parallel > 1:
+        return 0
+    return 1 if rp.packing else max(rp.micro_batch * rp.sequences_per_example, 1)
+
+
+def swift_dpo_per_logit(rp: ResolvedPlan, phase: str) -> float:
+    """Bytes per logit of ms-swift's DPO head (`swift_dpo_rows`), c the compute dtype's size, r the rows — traced with
+    LiveBytes over that code on 16-bit CPU tensors: "held" after the policy's forward, every row's 16-bit log-softmax
+    output (c; the logits themselves are freed when `concatenated_forward` returns, `mean(-1)` and `gather` save
+    none); "forward" the end of the policy's forward (2c); "reference" a forward under no_grad (the reference's, or
+    the evaluation's), its logits and one row's log-softmax (c + c/r);
+    "backward" the peak of the policy's backward: the saved log-softmax and the logits' gradient, and for a single
+    packed row its gather's gradient beside them (2c, + c for one row)."""
+    rows = swift_dpo_rows(rp)
+    c = float(DTYPE_BYTES[rp.compute_dtype])
+    if phase == "held":
+        return c
+    if phase == "forward":  # the end of the policy's forward: its logits beside every row's log-softmax
+        return 2 * c
+    if phase == "reference":
+        return c + c / rows
+    return 2 * c + (c if rows == 1 else 0.0)
+
+
 def logits_per_token(rp: ResolvedPlan) -> float:
     """Bytes per token held by the LM head and the loss at the start of backward.
 
@@ -28,6 +62,8 @@ def logits_per_token(rp: ResolvedPlan) -> float:
         return 0.0
     if rp.loss_impl == "fused":
         return 0.0
+    if swift_dpo_rows(rp):
+        return swift_dpo_per_logit(rp, "backward") * V
     if eager_chunked_ce(rp):
         return chunked_ce_per_logit(rp) * V
     if rp.loss_impl == "chunked":
@@ -228,6 +264,8 @@ def loss_forward_per_token(rp: ResolvedPlan) -> float:
     soft-capping output. Other losses: what they hold at the start of backward (`logits_per_token`)."""
     if rp.arch.block == "encoder" or rp.loss_impl != "standard" or compiled_block(rp):
         return logits_per_token(rp)  # (TRL's fused head: `head_loss_bytes`, at the phase's call)
+    if swift_dpo_rows(rp):
+        return swift_dpo_per_logit(rp, "forward") * rp.arch.vocab
     if hf_t5(rp):
         return t5_loss_per_token(rp, backward=False)
     c = DTYPE_BYTES[rp.compute_dtype]

@@ -10,6 +10,7 @@ from typing import NamedTuple
 from vramlens.estimate import shapes
 from vramlens.estimate.components.common import mlp_bytes
 from vramlens.estimate.components.linears import adapter_input
+from vramlens.estimate.components.quant import kbit_autocast, kbit_deltanet_bytes
 from vramlens.resolved import ResolvedPlan
 
 
@@ -111,7 +112,9 @@ def deltanet_bytes(rp: ResolvedPlan, z: DeltaNetSizes) -> tuple[float, float, fl
       (4·H·dk), exp(cum_decay) for kβ, q and k (3 · 4H), the triangular solves' outputs (4·H·(dv + dk)), the
       decayed k, and q (with more than one chunk), the new values (4·H·(dk + dv) + 4·H·dk); the chunk-by-chunk
       states (C · 4·H·dk·dv) and decays (4·H·C);
-    - per layer: A (4H, and exp's output when A_log trains) and the Q² mask."""
+    - per layer: A (4H, and exp's output when A_log trains) and the Q² mask.
+    In a k-bit model under autocast the mixer reads an fp32 stream and keeps 16-bit casts instead
+    (`quant.kbit_deltanet_bytes`)."""
     h = rp.arch.hidden
     c = 2 if rp.compute_dtype != "fp32" else 4
     full = rp.peft == "none"
@@ -143,6 +146,8 @@ def deltanet_bytes(rp: ResolvedPlan, z: DeltaNetSizes) -> tuple[float, float, fl
     )
     per_seq = c * conv_width * (s + z.conv - 1) + padded * sp + chunks * 4 * hv * dk * dv + 4 * hv * chunks
     per_layer = 4 * hv + (4 * hv if full else 0) + q * q
+    if kbit_autocast(rp):  # a 4-bit model's fp32 stream under autocast (estimate/components/quant.py)
+        return kbit_deltanet_bytes(rp, z, (per_token, per_seq, per_layer))
     return per_token, per_seq, per_layer
 
 

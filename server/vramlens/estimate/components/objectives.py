@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from vramlens.estimate.components.activations import activations_per_token
 from vramlens.estimate.components.common import DTYPE_BYTES
+from vramlens.estimate.components.logits import swift_dpo_per_logit, swift_dpo_rows
 from vramlens.estimate.components.parameters import Params
 from vramlens.estimate.components.sharding import shard_factor
 from vramlens.estimate.shapes import shapes
@@ -29,6 +30,8 @@ def no_grad_forward(rp: ResolvedPlan, tokens: int, arch=None) -> int:
         activations_per_token(rp.with_changes(arch=arch)) if arch is not rp.arch else activations_per_token(rp)
     )
     head = {"fused": 0.0, "chunked": 2.0}.get(rp.loss_impl, 6.0) * arch.vocab
+    if arch is rp.arch and swift_dpo_rows(rp):
+        head = swift_dpo_per_logit(rp, "reference") * arch.vocab  # 16-bit logits, one row's log-softmax at a time
     return int(tokens * (one_layer + head))
 
 

@@ -13,7 +13,13 @@ from vramlens.estimate.components.adapters import (
     vera_projection_params,
 )
 from vramlens.estimate.components.common import DTYPE_BYTES, hf_fused_groups
-from vramlens.estimate.components.experts import expert_parameters, experts_adaptable, fused_experts, lora_linears
+from vramlens.estimate.components.experts import (
+    expert_parameters,
+    experts_adaptable,
+    fused_experts,
+    kbit_experts,
+    lora_linears,
+)
 from vramlens.estimate.components.optimizer import QGALORE_GROUP, low_rank_int8_params
 from vramlens.estimate.components.quant import mixer_linear_params
 from vramlens.estimate.components.t5 import keep_in_fp32_params
@@ -105,10 +111,11 @@ def params(rp: ResolvedPlan) -> Params:
     adapter_b = 4 if (rp.adapter_fp32 or rp.weight_dtype == "fp32") else DTYPE_BYTES[rp.compute_dtype]
 
     linear_params = s.linear_params + (s.lm_head_params if head_quantized(rp) else 0) - keep_in_fp32_params(rp)
-    if rp.quant_bits and fused_experts(rp):
+    if rp.quant_bits and fused_experts(rp) and not kbit_experts(rp):
         # transformers 5 quantizes nn.Linear modules only (5.24 integrations/bitsandbytes.py
         # `replace_with_bnb_linear`, quantizers/quantizer_bnb_4bit.py `param_needs_quantization`): the 3-D routed
         # experts stay in the weight dtype, and prepare_model_for_kbit_training upcasts them to fp32 with the rest
+        # (unless they are quantized on load: `kbit_experts`, packed and with constants as a 4/8-bit linear's)
         linear_params -= sum(l.params for l in s.linears if l.expert)
     if rp.quant_bits:
         linear_params += mixer_linear_params(rp)  # mixers' nn.Linear modules the block shapes do not list
@@ -192,9 +199,11 @@ def params(rp: ResolvedPlan) -> Params:
     if arch.vision_params:  # a VLM's vision tower + projector, beside the language model
         total += arch.vision_params
         grads = vision_gets_gradients(rp)
-        if full and not rp.vision_frozen and grads:
+        if (full or rp.vision_full) and not rp.vision_frozen and grads:
+            # beside LoRA (ms-swift `lora_llm`) the tower keeps the loaded weight dtype: only adapter layers are
+            # upcast (peft 0.21.2 `autocast_adapter_dtype`)
             trainable += arch.vision_params
-            trainable_bytes += arch.vision_params * tb
+            trainable_bytes += arch.vision_params * (tb if full else wb)
         elif rp.quant_bits:
             # transformers' bitsandbytes quantizer converts every nn.Linear but the LM head (5.24 quantizers/base.py
             # `get_keys_to_not_convert`): the tower's linears are 4-bit too; the rest follows the k-bit upcast

@@ -1,12 +1,22 @@
-"""Peaks inside one block beyond what it keeps: a checkpointed block's backward, attention backward on SDPA's math
-kernel, what the last block's backward has freed, DeBERTa-v2's attention scores in the forward."""
+"""Peaks inside one block beyond what it keeps: a checkpointed block's backward or its recomputed forward, attention
+backward on SDPA's math kernel, what the last block's backward has freed, DeBERTa-v2's attention scores in the
+forward."""
 
 from __future__ import annotations
 
 from vramlens.estimate.components.activations import activations_per_token
 from vramlens.estimate.components.attention import DISENTANGLED_ATTENTION, sdpa_math, sdpa_math_backward_per_token
-from vramlens.estimate.components.common import MLP_LINEARS, compiled_block, fp32_residual, mlp_bytes, unsloth_kernels
+from vramlens.estimate.components.common import (
+    HF_FUSED_FAMILIES,
+    HF_FUSED_GATE_UP,
+    MLP_LINEARS,
+    compiled_block,
+    fp32_residual,
+    mlp_bytes,
+    unsloth_kernels,
+)
 from vramlens.estimate.components.experts import expert_bytes, expert_loop, expert_passes, fused_experts
+from vramlens.estimate.components.linears import linear_inputs_per_token
 from vramlens.estimate.components.mlp import dense_layer_plan, mlp_keeps_per_token
 from vramlens.estimate.components.norms import final_norm_per_token, norms_per_token
 from vramlens.estimate.components.ssm import (
@@ -104,7 +114,8 @@ def backward_block_per_token(rp: ResolvedPlan) -> float:
     projection's backward instead: its input copy is still held while the product's gradient is made in the copy's
     dtype, cast back and added to the base layer's (traced at small shapes, tests/trace/
     test_real_library_estimate.py). Under DoRA the block peaks earlier, while the down projection's weight norm is
-    recomputed (its `eye`-sized temporaries, `dora_weight_norm_transient`) with the product still alive."""
+    recomputed (its `eye`-sized temporaries, `dora_weight_norm_transient`) with the product still alive. An adapter
+    block whose code holds more while it is recomputed peaks in that forward (`recomputed_forward_per_token`)."""
     arch = rp.arch
     kept: dict = {}
     _, one_layer = activations_per_token(rp, kept)
@@ -122,7 +133,81 @@ def backward_block_per_token(rp: ResolvedPlan) -> float:
         # mixer's saved tensors and the scan's backward (`jamba_mixer_backward_bytes`), or in the MLP's backward
         mixer = norms_per_token(rp) / max(norms_per_layer(arch), 1) + jamba_mixer_per_token(rp) + jamba
         return max(_mlp_backward_block_per_token(rp, kept, one_layer), mixer / tp)
-    return _mlp_backward_block_per_token(rp, kept, one_layer)
+    return max(_mlp_backward_block_per_token(rp, kept, one_layer), recomputed_forward_per_token(rp))
+
+
+# Families whose model scales the embedding output out of place, the embedding's own output staying alive beside the
+# scaled one (the first block's checkpointed input) through the backward (traced with the real libraries), and whose
+# MLP or block output is scaled before the residual add, so that its gradient is a tensor of its own: transformers
+# 5.24 models/falcon_h1/modeling_falcon_h1.py (`FalconH1Model.forward`: `embed_tokens(input_ids) *
+# embedding_multiplier`; `FalconH1MLP.forward`: `down_proj(y) * down_multiplier`) and models/granitemoehybrid/
+# modeling_granitemoehybrid.py (`GraniteMoeHybridModel.forward`: `inputs_embeds * embedding_multiplier`;
+# `GraniteMoeHybridDecoderLayer.forward`: `residual + hidden_states * residual_multiplier`).
+SCALED_EMBEDDING = frozenset({"falcon_h1", "granitemoehybrid"})
+SCALED_BLOCK_OUTPUT = frozenset({"falcon_h1", "granitemoehybrid"})
+
+
+def recomputed_forward_per_token(rp: ResolvedPlan) -> float:
+    """Bytes per token of the top checkpointed block's recomputed forward at its peak, inside its MLP's down projection
+    or its first linear, in an adapter model on transformers (0 elsewhere). transformers 5.24 checkpoints with
+    `use_reentrant=False` (modeling_utils.py `gradient_checkpointing_enable`), and torch's non-reentrant checkpoint
+    recomputes a block only when the first backward node that needs one of its saved tensors runs (torch 2.13
+    torch/utils/checkpoint.py `_checkpoint_hook`, its `unpack_hook`). Alive then, beside the block's saved tensors
+    made so far:
+      - the gradients of the nodes that save nothing, already run: the block output's (the residual stream's dtype),
+        the base layer's share when it is a tensor of its own (a multiplier on the MLP or block output,
+        `SCALED_BLOCK_OUTPUT`, or a cast to the output's dtype), and the adapter branch's scaled gradient in the
+        adapter's dtype (peft 0.21.2 tuners/lora/layer.py `Linear.forward`: `lora_B(lora_A(dropout(x))) * scaling`);
+      - what the decoder layer's code holds in its locals: the 16-bit residual (its norm keeps an fp32 copy, not it),
+        and on Falcon-H1 the scaled mixer and attention outputs (`mamba_hidden_states * ssm_out_multiplier`,
+        `attention_hidden_states * attn_out_multiplier`, held until the layer returns);
+      - the MLP's product, when the adapter keeps a copy of it in its own dtype and nothing keeps the product itself;
+      - the down projection's forward transients: under 4-bit, bitsandbytes 0.50.2 nn/modules.py
+        `Linear4bit.forward` casts the input to the compute dtype, runs the gemm and casts the output back to the
+        input's dtype (the adapter's copy of the input not made yet); otherwise the base layer's output, the
+        adapter's copy made (peft 0.21.2 tuners/lora/bnb.py `Linear4bit.forward`, tuners/lora/layer.py);
+      - the embedding's output where the model scales it out of place (`SCALED_EMBEDDING`)."""
+    arch = rp.arch
+    if (
+        rp.peft not in ("lora", "qlora")
+        or not rp.grad_checkpointing
+        or rp.framework not in HF_MODEL_FRAMEWORKS
+        or unsloth_kernels(rp)
+        or arch.is_moe
+        or arch.block != "decoder"
+    ):
+        return 0.0
+    kept: dict = {}
+    _, one_layer = activations_per_token(rp, kept)
+    if not kept["down_input"]:
+        return 0.0
+    h, inter = arch.hidden, arch.intermediate
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    m = mlp_bytes(rp)
+    r = 4 if fp32_residual(rp) or c == 4 else 2
+    copy = kept["down_adapter_copy"]
+    a = copy / inter if copy else m  # the adapter's dtype: that of its copy of the down projection's input
+    scaled = arch.family in SCALED_BLOCK_OUTPUT
+    waiting = r * h + (m * h if scaled or m != r else 0) + a * h
+    locals_ = (2 * h if r == 2 else 0) + ((r + c) * h if arch.family == "falcon_h1" else 0)
+    product = m * inter if copy else 0
+    if rp.quant_bits == 4:
+        at_down = one_layer - copy + product + (c * inter if m != c else 0) + c * h + (m * h if m != c else 0)
+    else:
+        at_down = one_layer + product + m * h
+    # inside the MLP's first linear (one gate|up linear where the family fuses them, else up or gate), before the
+    # rest of the MLP is made: its output, the adapter's output scaled and their sum (peft 0.21.2 tuners/lora/
+    # layer.py `Linear.forward`: `result + lora_B(lora_A(dropout(x))) * scaling`); a 4-bit layer's output is
+    # cloned and the adapter's output cast to its dtype before the add (tuners/lora/bnb.py `Linear4bit.forward`:
+    # `result.clone()`, `output.to(expected_dtype)`, `result + output`): three outputs in the layer's dtype
+    fused = arch.family in HF_FUSED_FAMILIES | HF_FUSED_GATE_UP
+    width = inter * (2 if fused else 1)
+    lin = linear_inputs_per_token(rp)
+    first_copy = (lin.mlp - lin.down) / (1 if fused else 2)
+    out = 3 * m * width if rp.quant_bits == 4 else (m + a + max(a, m)) * width
+    in_first = one_layer - kept["mlp"] + first_copy + out
+    embedding = r * h if arch.family in SCALED_EMBEDDING else 0
+    return (max(at_down, in_first) + waiting + locals_ + embedding) / max(rp.tensor_parallel, 1)
 
 
 def jamba_backward_change(rp: ResolvedPlan, tokens: int) -> tuple[int, int] | None:

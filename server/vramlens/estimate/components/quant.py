@@ -19,6 +19,7 @@ from vramlens.estimate.shapes import shapes
 from vramlens.resolved import ResolvedPlan
 
 if TYPE_CHECKING:
+    from vramlens.estimate.components.mixers import DeltaNetSizes
     from vramlens.estimate.components.ssm import Mamba2Sizes
 
 
@@ -96,4 +97,61 @@ def kbit_mamba2_mixer_bytes(
     per_layer = 4 * heads + 2 * q * q + 2 * (chunks + 1) ** 2 + c * conv_dim * k
     if rp.arch.family == "falcon_h1":
         per_layer += c * (i + conv_dim + heads)  # the mup_vector the product keeps, as `mamba2_mixer_bytes` counts
+    return per_token, per_seq, per_layer
+
+
+def kbit_deltanet_bytes(
+    rp: ResolvedPlan, z: DeltaNetSizes, bytes16: tuple[float, float, float]
+) -> tuple[float, float, float]:
+    """What one Qwen3-Next gated DeltaNet mixer keeps for backward in a k-bit model under autocast (`kbit_autocast`),
+    from what it keeps in a 16-bit step (`bytes16`, `mixers.deltanet_bytes`): (bytes per token, per sequence, per
+    layer). transformers 5.24 models/qwen3_next/modeling_qwen3_next.py `Qwen3NextGatedDeltaNet.forward`,
+    `causal_conv1d_fn`, `torch_chunk_gated_delta_rule`, `Qwen3NextRMSNormGated`; in_proj_qkvz and in_proj_ba return
+    fp32 (bitsandbytes 0.50.2 nn/modules.py `Linear4bit.forward`), so the mixer's stream is fp32, and autocast casts
+    the operands of the conv and of every matmul to 16 bits (c) and returns 16 bits. Against the 16-bit step:
+    - per token: β = sigmoid(b) is fp32 (4H, not cH), and so is the gated norm's weighted value, read by the product
+      with silu(z) (4·H·dv, not c·H·dv);
+    - per padded position: the two chunk products K·kβᵀ and Q·Kᵀ come out of their matmuls in 16 bits, and the
+      masked product with the pairwise decay keeps those (2·c·H·Q, not 2·4·H·Q), with the matmuls' casts of kβ, q
+      and Kᵀ twice (4·c·H·dk); the chunk loop's matmuls keep 16-bit casts of each chunk's slice where a 16-bit step
+      keeps views of the whole fp32 tensors: the intra-chunk attention (c·H·Q, not 4·H·Q), each chunk's v_new twice
+      (2·c·H·dv, not its fp32 4·H·dv), the decayed keys (c·H·dk, not 4·H·dk), and past the first chunk (whose state
+      is zeros, needing no gradient) the decayed queries and k_cumdecay (2·c·H·dk, where a 16-bit step keeps the
+      fp32 q, 4·H·dk, k_cumdecay being the solve's saved output in both);
+    - with as many key heads as value heads (no `repeat_interleave`), the l2 norms read q and k as views of the
+      conv's fp32 output (4·(2·Hk·dk + H·dv), not 2·4·H·dk) and silu reads z as a view of in_proj_qkvz's fp32 output
+      (4·(2·Hk·dk + 2·H·dv), not its fp32 copy 4·H·dv);
+    - per sequence: the recurrent state cast twice a chunk (2·C·c·H·dk·dv); the last chunk's state update, whose
+      new state the forward discards (`output_final_state` False), frees what it saved with that branch of the graph:
+      its casts of the decayed keys and of v_new (c·H·Q·(dk + dv)), and the fp32 state it decays (4·H·dk·dv), which
+      a 16-bit step keeps for the last chunk's matmuls;
+    - per layer: the conv weight's cast (c·conv width·K).
+    Measured with saved-tensor hooks on the real mixer with bitsandbytes 4-bit linears
+    (tests/trace/test_qwen3_next_kbit.py)."""
+    c = 2
+    per_token16, per_seq16, per_layer16 = bytes16
+    hv, dk, dv, q = z.value_heads, z.key_dim, z.value_dim, z.chunk
+    s = max(rp.seq_len, 1)
+    chunks = math.ceil(s / q)
+    sp = chunks * q
+    per_token = per_token16 + (4 - c) * hv + (4 - c) * hv * dv
+    width = 2 * z.key_heads * dk + hv * dv
+    if z.key_heads == hv:
+        # no repeat to the value heads: the l2 norms read views of the conv's fp32 output, and silu reads z as a view
+        # of in_proj_qkvz's fp32 output, where a 16-bit step keeps fp32 copies of q, k and z
+        per_token += 4 * width - 2 * 4 * hv * dk + 4 * (2 * z.key_heads * dk + 2 * hv * dv) - 4 * hv * dv
+    padded = (
+        -2 * (4 - c) * hv * q  # the two 16-bit chunk products
+        + 4 * c * hv * dk  # their matmuls' casts
+        - (4 - c) * hv * q  # the intra-chunk attention, per chunk in 16 bits
+        + 2 * c * hv * dv
+        - 4 * hv * dv  # v_new, cast twice
+        + c * hv * dk
+        - 4 * hv * dk  # the decayed keys
+    )
+    later = (chunks - 1) * q * 2 * c * hv * dk - (4 * hv * dk * sp if chunks > 1 else 0)
+    per_seq = per_seq16 + padded * sp + later + 2 * chunks * c * hv * dk * dv
+    # the last chunk's state update, whose state is discarded: freed with its branch of the graph
+    per_seq -= c * hv * q * (dk + dv) + 4 * hv * dk * dv
+    per_layer = per_layer16 + c * width * z.conv
     return per_token, per_seq, per_layer

@@ -46,7 +46,7 @@ def vision_adapted(rp: ResolvedPlan) -> list[tuple[str, int, int]]:
     arch = rp.arch
     if not arch.vision_params or rp.peft not in ("lora", "qlora", "dora") or not arch.vision_hidden:
         return []
-    if rp.vision_frozen and rp.framework in FREEZES_VISION:
+    if (rp.vision_frozen and rp.framework in FREEZES_VISION) or rp.vision_full:
         return []
     every = "all-linear" in rp.lora_targets
     return [lin for lin in vision_linears(arch) if every or lin[0] in rp.lora_targets]
@@ -99,7 +99,7 @@ def vision_activations(rp: ResolvedPlan, seqs: int) -> int:
     d, inter, heads = arch.vision_hidden, arch.vision_intermediate, max(arch.vision_heads, 1)
     side = math.isqrt(arch.image_patches) * (arch.vision_patch or 14)
     pixels = images * 3 * side * side * 4
-    trained = rp.peft == "none" and not rp.vision_frozen and vision_gets_gradients(rp)
+    trained = (rp.peft == "none" or rp.vision_full) and not rp.vision_frozen and vision_gets_gradients(rp)
     adapted = vision_adapted(rp)
     if not trained and not adapted:
         return pixels

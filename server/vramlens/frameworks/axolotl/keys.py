@@ -246,6 +246,14 @@ KEYS: Table = (
         description="Layers that get adapters (list or regular expression).",
     ),
     Key(
+        ("lora_target_parameters",),
+        "expert_targets",
+        r.lora_target_parameters,
+        type=list,
+        description="Parameters (not modules) that get adapters: a MoE model's fused expert weights "
+        "(`mlp.experts.gate_up_proj`, `mlp.experts.down_proj`), every expert at rank r.",
+    ),
+    Key(
         ("lora_modules_to_save",),
         "modules_to_save",
         hf._targets_handler("modules_to_save"),
@@ -281,6 +289,14 @@ KEYS: Table = (
         r.load_in_8bit,
         type=bool,
         description="8-bit base weights (~1 byte per parameter).",
+    ),
+    Key(
+        ("quantize_moe_experts",),
+        "experts_quantized",
+        r.quantize_moe_experts,
+        type=bool,
+        description="Quantize a MoE model's fused 3-D expert weights on load (4-bit NF4 with `load_in_4bit`, row-wise "
+        "int8 with `load_in_8bit`); without it transformers 5 leaves them in bf16.",
     ),
     Key(("gptq",), "quant_bits", r.gptq, type=bool, description="GPTQ pre-quantized 4-bit base weights."),
     Key(("model_quantization_config",), type=str, description="Quantization config class of the base model."),

@@ -129,6 +129,54 @@ def gptq(b: PlanBuilder, s: Setting) -> None:
         b.set("quant_type", "gptq", s, override=True)
 
 
+def quantize_moe_experts(b: PlanBuilder, s: Setting) -> None:
+    """axolotl 067b021c src/axolotl/monkeypatch/moe_quant.py `patch_moe_quantization_on_load`: every 3-D parameter
+    with "expert" in its name is quantized as it loads (bitsandbytes `replace_parameter_4bit` with `load_in_4bit`,
+    row-wise int8 with `load_in_8bit`) and dequantized by a parametrization on access. utils/schemas/config.py
+    `check_quantize_moe_experts` requires load_in_4bit or load_in_8bit; without either the setting changes nothing."""
+    b.set_bool("experts_quantized", s)
+
+
+# axolotl 067b021c src/axolotl/monkeypatch/moe_quant.py `patch_peft_target_parameters_matching`: a target names a
+# parameter by its path suffix; gate_proj/up_proj stand for the fused gate_up_proj (`_UNFUSED_TO_FUSED`)
+_EXPERT_PARAMETERS = {
+    "gate_up_proj": "gate_up",
+    "gate_proj": "gate_up",
+    "up_proj": "gate_up",
+    "down_proj": "down",
+    "w1": "gate_up",
+    "w3": "gate_up",
+    "w2": "down",
+}
+
+
+def lora_target_parameters(b: PlanBuilder, s: Setting) -> None:
+    """peft `LoraConfig.target_parameters` (axolotl src/axolotl/loaders/adapter.py passes the list): each routed-expert
+    stack named gets a `lora.ParamWrapper`, rank r per expert; `mlp.gate.weight` is the router. Others (a parameter
+    that is no expert stack) are named as not modelled."""
+    v = s.value
+    if v is None or v == "" or v == []:
+        return
+    names = [v] if isinstance(v, str) else list(v) if isinstance(v, list) else []
+    found: list[str] = []
+    other: list[str] = []
+    for name in names:
+        path, _, last = str(name).strip().rpartition(".")
+        kind = _EXPERT_PARAMETERS.get(last) if "expert" in path else "router" if path.endswith("gate") else None
+        if kind is None:
+            other.append(str(name))
+        elif kind not in found:
+            found.append(kind)
+    if found:
+        b.set("expert_targets", found, s)
+    if other:
+        b.unmodelled(
+            s,
+            f"LoRA on parameters that are no MoE expert stack ({', '.join(other)[:120]})",
+            "estimated without adapters on them",
+        )
+
+
 def compile_(b: PlanBuilder, s: Setting) -> None:
     if is_auto(s.value):
         return b.remember(s)
