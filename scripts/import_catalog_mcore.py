@@ -83,12 +83,17 @@ FILES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "kimi-k2-thinking.sh": ("moonshotai/Kimi-K2-Thinking", (), "deepseek_v3"),
     # huggingface.co/zai-org/GLM-4.5: "GLM-4.5 … 355 billion total parameters and 32 billion active …, GLM-4.5-Air
     # … 106 billion total parameters and 12 billion active"
-    "glm4.5-355B-A32B.sh": ("zai-org/GLM-4.5", ("zai-org/GLM-4.5-Base",), "glm4_moe"),
+    # GLM-4.7 is built from the same file: slime scripts/run-glm4.7-355B-A32B.sh sources models/glm4.5-355B-A32B.sh
+    # for the checkpoint docs/en/examples/glm4.7-355B-A32B.md downloads (`hf download zai-org/GLM-4.7`)
+    "glm4.5-355B-A32B.sh": ("zai-org/GLM-4.5", ("zai-org/GLM-4.5-Base", "zai-org/GLM-4.7"), "glm4_moe"),
     "glm4.5-106B-A12B.sh": ("zai-org/GLM-4.5-Air", ("zai-org/GLM-4.5-Air-Base", "ZhipuAI/GLM-4.5-Air"), "glm4_moe"),
     # huggingface.co/zai-org/GLM-4.7-Flash: "GLM-4.7-Flash is a 30B-A3B MoE model"
-    "glm4.7-30B-A3B.sh": ("zai-org/GLM-4.7-Flash", (), "glm4_moe_lite"),
+    # (slime docs/en/examples/glm4.7-30B-A3B.md downloads it as `THUDM/GLM-4.7-Flash`, the organisation's former name)
+    "glm4.7-30B-A3B.sh": ("zai-org/GLM-4.7-Flash", ("THUDM/GLM-4.7-Flash",), "glm4_moe_lite"),
     # huggingface.co/zai-org/GLM-5: "744B parameters (40B active)"
     "glm5-744B-A40B.sh": ("zai-org/GLM-5", (), "glm_moe_dsa"),
+    # slime docs/en/examples/glm5.2-744B-A40B.md: "GLM-5.2 744B-A40B", trained from "BF16: `zai-org/GLM-5.2`"
+    "glm5.2-744B-A40B.sh": ("zai-org/GLM-5.2", (), "glm_moe_dsa"),
     "minimax-m2.sh": ("MiniMaxAI/MiniMax-M2", (), "minimax_m2"),
     "mimo-7B-rl.sh": ("XiaomiMiMo/MiMo-7B-RL", (), "mimo"),
 }
@@ -96,7 +101,6 @@ FILES: dict[str, tuple[str, tuple[str, ...], str]] = {
 LEFT_OUT = {
     "glm4-9B.sh": "GLM-4-9B is published as glm-4-9b(-chat, -hf) and GLM-4-9B-0414, with different shapes",
     "glm4-32B.sh": "GLM-4-32B is published as GLM-4-32B-0414 and GLM-4-32B-Base-0414; the name says neither",
-    "glm5.2-744B-A40B.sh": "no GLM-5.2 model card found to state the size against",
     "llama3.2-3B-Instruct-amd.sh": "the same model as llama3.2-3B-Instruct.sh, set for AMD GPUs",
     "qwen3-4B-Instruct-2507.sh": "sources qwen3-4B.sh with another rotary base: no shapes of its own",
     "deepseek-v3-5layer.sh": "a 5-layer cut of DeepSeek-V3 for testing, no published checkpoint",

@@ -13,8 +13,11 @@ holds a `config` dict that is mapped by `arch_from_hf_config` exactly as a local
       checkpoint's config.json is the outer one: text_config + vision_config), and a checkpoint two unrelated classes
       name is taken from the one whose model_type its name spells, else left out;
     * the parameter count (language model + vision tower) must be within `SIZE_TOLERANCE` of the size the name
-      states ("35B", "1.5B"), else the entry is left out; so is a checkpoint whose name states no size (defaults
-      that name bigscience/bloom build 16 M parameters, DbrxConfig's 2.5 B for dbrx-instruct);
+      states ("35B", "1.5B"), else the entry is left out; a mixture of experts whose name states only the
+      parameters used per token ("Qwen1.5-MoE-A2.7B"), or states its size before its number of experts (Meta's
+      "Llama-4-Scout-17B-16E": 17B activated, 109B total), is held to that, counting its layers'
+      `experts_per_token` routed experts alone; a checkpoint whose name states no size is left out (defaults that name
+      bigscience/bloom build 16 M parameters, DbrxConfig's 2.5 B for dbrx-instruct);
     * every id that is also in the catalog already (models.yaml, litgpt's import, the config.json copies below) is
       not written (the catalog entry wins) but compared, shape field by shape field as the estimate reads them, and
       recorded under "checked" with the fields that differ (and the dtype: defaults state none, bf16 is assumed).
@@ -63,6 +66,12 @@ _NAMES = re.compile(
     re.S,
 )
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+# the parameters a mixture of experts uses per token, as its name states them: "A2.7B" in Qwen1.5-MoE-A2.7B,
+# "A3B" in Qwen3-30B-A3B
+_ACTIVE = re.compile(r"(?<![A-Za-z0-9.])A(\d+(?:\.\d+)?)B(?![A-Za-z0-9])")
+# a size followed by the number of experts, "17B-16E": the parameters per token (meta-llama/llama-models
+# models/llama4/MODEL_CARD.md: "Llama 4 Scout (17Bx16E) … 17B (Activated) 109B (Total)")
+_SIZE_THEN_EXPERTS = re.compile(r"(?<![A-Za-z0-9.])(\d+(?:\.\d+)?)B-\d+E(?![A-Za-z0-9])")
 
 
 # sources of the entries these imports write (left out of the catalog they are compared with, so that a rerun
@@ -100,6 +109,37 @@ def _total_b(arch: Any) -> float:
     from vramlens.knowledge.models import param_count
 
     return (param_count(arch) + arch.vision_params) / 1e9
+
+
+def stated_active(name: str) -> float | None:
+    """The parameters per token (billions) a mixture-of-experts name states ("Qwen1.5-MoE-A2.7B": 2.7,
+    "Llama-4-Scout-17B-16E": 17), or None."""
+    name = name.replace("_", "-")
+    m = _SIZE_THEN_EXPERTS.search(name) or _ACTIVE.search(name)
+    return float(m.group(1)) if m else None
+
+
+def _active_b(arch: Any) -> float:
+    """Parameters one token goes through (billions): the language model less, in every MoE layer, the routed experts
+    beyond `experts_per_token` (shared experts and router always run)."""
+    from vramlens.knowledge.models import _linear_mlp, param_count
+
+    moe_layers = arch.layers - arch.dense_layers if arch.is_moe else 0
+    expert = _linear_mlp(arch.hidden, arch.moe_intermediate or arch.intermediate, True, arch.mlp_bias)
+    idle = moe_layers * max(0, arch.num_experts - arch.experts_per_token) * expert
+    return (param_count(arch) - idle) / 1e9
+
+
+def sized(model_id: str, arch: Any) -> tuple[float, float | None, str]:
+    """(billions of parameters `arch` builds, the size the checkpoint's name states or None, " per token" where the
+    name states the parameters per token of a mixture of experts whose tokens leave some experts idle; then the
+    first is that count too)."""
+    name = model_id.rsplit("/", 1)[-1]
+    stated = stated_size(name)
+    sparse = arch.is_moe and arch.num_experts > arch.experts_per_token
+    if sparse and (_SIZE_THEN_EXPERTS.search(name) or not stated) and (active := stated_active(name)):
+        return _active_b(arch), active, " per token"
+    return _total_b(arch), stated, ""
 
 
 def _fields(arch: Any) -> dict[str, Any]:
@@ -203,14 +243,13 @@ def build_transformers() -> tuple[dict[str, Any], list[str]]:
         if (known := catalog.get(model_id.lower())) is not None:
             checked.append(_checked(model_id, arch, known, **{"class": cls.__name__}))
             continue
-        stated = stated_size(model_id.rsplit("/", 1)[-1])
-        total = _total_b(arch)
+        total, stated, what = sized(model_id, arch)
         if not stated:
             unsized.append(model_id)
             continue
         if abs(total / stated - 1) > SIZE_TOLERANCE:
             report.append(
-                f"  left out {model_id}: {cls.__name__} defaults build {total:.3g}B, the name states {stated:g}B"
+                f"  left out {model_id}: {cls.__name__} defaults build {total:.3g}B{what}, the name states {stated:g}B"
             )
             continue
         candidates.append({"id": model_id, "source": source, "config": config, "_class": cls.__name__})

@@ -147,3 +147,26 @@ def test_held_out_verl_moonlight_run_is_estimated_and_says_it_is_approximate():
     assert a.error is None and a.estimate is not None
     assert a.resolution is not None and a.resolution.resolved.arch.id == "moonshotai/Moonlight-16B-A3B"
     assert any("multi-latent attention" in str(x) for x in a.resolution.assumptions)
+
+
+def test_checkpoints_slime_trains_from_another_models_file_resolve_to_its_shapes():
+    """slime's run script for GLM-4.7 sources the GLM-4.5 355B file; its GLM-4.7-Flash page downloads the checkpoint
+    under the organisation's former name; its GLM-5.2 744B-A40B page names the checkpoint its file builds."""
+    glm45, glm47 = models.lookup_model("zai-org/GLM-4.5"), models.lookup_model("zai-org/GLM-4.7")
+    assert glm45 is not None and glm47 is glm45
+    flash = models.lookup_model("THUDM/GLM-4.7-Flash")
+    assert flash is not None and flash.id == "zai-org/GLM-4.7-Flash"
+    glm52 = models.lookup_model("zai-org/GLM-5.2")
+    assert glm52 is not None and glm52.source.startswith("THUDM/slime scripts/models/glm5.2-744B-A40B.sh")
+    assert abs(param_count(glm52) / 744e9 - 1) < 0.05 and glm52.approximate
+    if SLIME_MIRROR.is_dir():
+        import subprocess
+
+        def show(path: str) -> str:
+            git = ["git", f"--git-dir={SLIME_MIRROR}", "show", f"624b824a898ab0ec1fcb4d373004c7f3852bf515:{path}"]
+            return subprocess.run(git, check=True, capture_output=True, text=True).stdout
+
+        assert 'source "${SCRIPT_DIR}/models/glm4.5-355B-A32B.sh"' in show("scripts/run-glm4.7-355B-A32B.sh")
+        assert "hf download zai-org/GLM-4.7 " in show("docs/en/examples/glm4.7-355B-A32B.md")
+        assert "hf download THUDM/GLM-4.7-Flash " in show("docs/en/examples/glm4.7-30B-A3B.md")
+        assert "hf download zai-org/GLM-5.2 " in show("docs/en/examples/glm5.2-744B-A40B.md")

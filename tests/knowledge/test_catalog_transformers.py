@@ -63,9 +63,8 @@ def test_every_transformers_entry_maps_cites_its_class_and_says_it_is_approximat
         # the reason the entry states, beside whatever the mapping itself found approximate
         assert entry["approximate"] in arch.approximate and "defaults" in arch.approximate
         # defaults that build a size other than the one the name states are left out
-        stated = script.stated_size(entry["id"].rsplit("/", 1)[-1])
-        total = (models.param_count(arch) + arch.vision_params) / 1e9
-        assert stated and abs(total / stated - 1) <= script.SIZE_TOLERANCE, (entry["id"], total, stated)
+        built, stated, _ = script.sized(entry["id"], arch)
+        assert stated and abs(built / stated - 1) <= script.SIZE_TOLERANCE, (entry["id"], built, stated)
 
 
 def test_every_mlc_entry_maps_and_cites_the_preset_and_commit():
@@ -167,3 +166,46 @@ def test_mlc_data_file_is_what_the_script_makes_from_the_recorded_commit():
         timeout=300,
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+def test_an_omni_config_json_is_read_as_its_thinker(tmp_path):
+    """Qwen2.5-Omni / Qwen3-Omni write `thinker_config` (text_config + vision/audio towers) beside the talker's:
+    the model trained is the thinker, and a local config.json of either is read as it."""
+    transformers = pytest.importorskip("transformers")
+    for cls in (transformers.Qwen2_5OmniConfig, transformers.Qwen3OmniMoeConfig):
+        config = json.loads(json.dumps(cls().to_dict(), default=str))
+        text = config["thinker_config"]["text_config"]
+        folder = tmp_path / cls.__name__
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        arch = models.lookup_model(str(folder), workspace=tmp_path)
+        thinker = models.arch_from_hf_config(config["thinker_config"], "thinker")
+        assert arch is not None and thinker is not None, cls.__name__
+        assert (arch.hidden, arch.layers, arch.vocab) == (
+            text["hidden_size"],
+            text["num_hidden_layers"],
+            text["vocab_size"],
+        )
+        assert arch.num_experts == text.get("num_experts", 0)
+        assert models.param_count(arch) == models.param_count(thinker) and arch.vision_params > 0
+
+
+def test_a_mixture_of_experts_name_stating_its_parameters_per_token_is_sized_by_them():
+    script = _script()
+    assert script.stated_active("Qwen1.5-MoE-A2.7B") == 2.7
+    assert script.stated_active("Qwen3-30B-A3B") == 3
+    assert script.stated_active("Llama-4-Scout-17B-16E") == 17
+    assert script.stated_active("Meta-Llama-3-8B") is None and script.stated_active("MAGA-7B") is None
+    moe = models.lookup_model("Qwen/Qwen1.5-MoE-A2.7B")
+    assert moe is not None and moe.source.startswith("transformers ") and moe.approximate
+    built, stated, what = script.sized(moe.id, moe)
+    assert what == " per token" and stated == 2.7 and abs(built / stated - 1) <= script.SIZE_TOLERANCE
+    assert models.param_count(moe) / 1e9 > 4 * built  # 60 experts, 4 per token: the weights held are the total
+    scout = models.lookup_model("meta-llama/Llama-4-Scout-17B-16E")
+    assert scout is not None and scout.is_moe
+    assert script.sized(scout.id, scout)[1:] == (17, " per token")
+    # a name's total wins where it states one and no experts count; a model with no idle experts is not sized
+    # per token ("A13B" over defaults that build one expert: left out, its name states no total)
+    one_expert = moe.model_copy(update={"id": "x/Foo-A13B", "num_experts": 1, "experts_per_token": 1})
+    assert script.sized(one_expert.id, one_expert)[1:] == (None, "")
+    assert script.sized("Qwen/Qwen3-30B-A3B", moe)[1:] == (30, "")

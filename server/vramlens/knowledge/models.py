@@ -455,7 +455,15 @@ def _dim(v: Any) -> bool:
 def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = "config.json") -> ModelArch | None:
     """Map a transformers `config.json` dict to a ModelArch: its sizes (`_arch_from_sizes`), and the parameters
     transformers' own classes build from it (`knowledge.inventory`: exact counts by kind, layers by kind), or why
-    the count is approximate."""
+    the count is approximate. An omni model's config.json (Qwen2.5-Omni, Qwen3-Omni: `thinker_config`, `talker_config`
+    and the speech decoder's config, no shapes of its own) is read as its thinker, the decoder that is trained:
+    transformers 5.24 models/qwen2_5_omni/modeling_qwen2_5_omni.py `Qwen2_5OmniForConditionalGeneration.__init__`
+    builds `self.thinker` from `config.thinker_config` and the talker only when `enable_audio_output`
+    (models/qwen3_omni_moe/modeling_qwen3_omni_moe.py likewise), and LLaMA-Factory (ff6d4d1
+    src/llamafactory/model/loader.py) trains `getattr(model, "thinker")` of both."""
+    thinker = config.get("thinker_config")
+    if isinstance(thinker, Mapping) and _first(config, "hidden_size", "text_config", "llm_config") is None:
+        config = thinker
     arch = _arch_from_sizes(config, model_id, source)
     if arch is None:
         return None
