@@ -99,6 +99,9 @@ class StepConfig:
     fsdp_version: int = 0  # 0: not FSDP; 1: FullyShardedDataParallel; 2: fully_shard
     reshard_after_forward: bool = True  # FULL_SHARD; False: SHARD_GRAD_OP
     fsdp_mixed_precision: bool = False  # units gathered in the compute dtype, gradients reduced in fp32
+    tensor_parallel: int = 1  # tensor-parallel ranks under FSDP2 (a dp × tp mesh: trace.sharded)
+    sequence_parallel: bool = False  # with tensor_parallel: norms and residual split along the sequence
+    loss_parallel: bool = False  # with tensor_parallel: logits and loss sharded over the vocabulary
 
     @property
     def full_finetune(self) -> bool:
@@ -266,7 +269,7 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
     if rp.world_size > 1:
         not_traced.append(replica_note(rp.strategy, rp.world_size))
     if rp.tensor_parallel > 1 or rp.context_parallel > 1:
-        not_traced.append("tensor/context parallelism")
+        not_traced.append(PARALLELISM_NOTE)
     if (gap := objective_not_traced(rp)) is not None:
         not_traced.append(gap)
     if rp.offload_optimizer or rp.offload_params:
@@ -342,7 +345,14 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         fsdp_version=fsdp_version(rp),
         reshard_after_forward=rp.zero_stage >= 3,
         fsdp_mixed_precision=rp.fsdp_mixed_precision,
+        # context parallelism is not traced: with it the ranks run FSDP over one replica as before
+        tensor_parallel=max(rp.tensor_parallel, 1) if rp.context_parallel <= 1 else 1,
+        sequence_parallel=rp.sequence_parallel,
+        loss_parallel=rp.loss_parallel,
     )
+
+
+PARALLELISM_NOTE = "tensor/context parallelism"  # the sharded backend traces FSDP2 + tensor parallelism
 
 
 def replica_note(strategy: str, world_size: int) -> str:

@@ -20,6 +20,12 @@ Wrapping, one unit per decoder block and the root over the rest (embeddings, fin
   TRANSFORMER_BASED_WRAP builds from `_no_split_modules`), `use_orig_params=True` (needed by frozen and trainable
   parameters in one unit), FULL_SHARD or SHARD_GRAD_OP, `MixedPrecision(param_dtype, reduce_dtype=float32)`.
 
+FSDP2 with tensor parallelism (`tensor_parallel` > 1): a 2-D device mesh (dp_shard × tp) over the fake process
+group of dp × tp ranks, the model's linears and embeddings made DTensors by `parallelize_module` with the plan
+torchtitan's `apply_tp` writes for a Llama block (`TP_BLOCK`, `TP_ENDS`), then `fully_shard` over the dp mesh as
+its `apply_fsdp` does (torchtitan v0.2.2 torchtitan/models/llama3/infra/parallelize.py). Sequence parallelism and
+loss parallelism are not traced (the norms, the residual stream and the logits are replicated on every tp rank).
+
 FSDP frees and re-allocates its unsharded parameters by resizing their storage in place, which no op dispatch
 sees: `install_resize_tracking` reports each `UntypedStorage.resize_` to the active tracker (`LiveBytes.resized`).
 """
@@ -42,6 +48,8 @@ def unsupported(cfg: StepConfig) -> str | None:
         return "not an FSDP plan across several ranks"
     if cfg.quant_bits is not None:
         return "4-bit weights under FSDP (bitsandbytes' quantized storage) are not traced sharded"
+    if cfg.tensor_parallel > 1 and (why := tp_unsupported(cfg)) is not None:
+        return why
     if cfg.fsdp_version == 1 and cfg.peft != "none" and cfg.adapter_fp32 and cfg.param_dtype != "fp32":
         # torch 2.13 distributed/fsdp/_flat_param.py `_validate_tensors_to_flatten`: "Must flatten tensors with
         # uniform dtype"
@@ -52,6 +60,46 @@ def unsupported(cfg: StepConfig) -> str | None:
     if not torch.distributed.is_available():
         return "this torch build has no torch.distributed"
     return hf.unsupported(cfg)
+
+
+# torchtitan's tensor-parallel plan for a Llama block and the model's ends (torchtitan v0.2.2
+# torchtitan/models/llama3/infra/parallelize.py `apply_tp`: attention wq/wk/wv ColwiseParallel, wo RowwiseParallel,
+# feed_forward w1/w3 ColwiseParallel, w2 RowwiseParallel, tok_embeddings RowwiseParallel(input_layouts=Replicate()),
+# output ColwiseParallel), by the names transformers gives the same modules (models/llama/modeling_llama.py), less
+# torchtitan's sequence parallelism: the layouts it sets to Shard(1) (the embeddings' output, the norms'
+# SequenceParallel, the blocks' PrepareModuleInput, wo's and w2's outputs) stay Replicate, the plain tensor-parallel
+# plan of torch's tutorial (docs.pytorch.org/tutorials/intermediate/TP_tutorial.html), and the LM head's output is
+# gathered (no loss parallelism)
+TP_BLOCK = {
+    "self_attn.q_proj": "colwise",
+    "self_attn.k_proj": "colwise",
+    "self_attn.v_proj": "colwise",
+    "self_attn.o_proj": "rowwise",
+    "mlp.gate_proj": "colwise",
+    "mlp.up_proj": "colwise",
+    "mlp.down_proj": "rowwise",
+}
+TP_ENDS = {"model.embed_tokens": "rowwise", "lm_head": "colwise"}
+
+
+def tp_unsupported(cfg: StepConfig) -> str | None:
+    """Why the dp × tp step cannot be traced, or None."""
+    a, tp = cfg.arch, cfg.tensor_parallel
+    if cfg.fsdp_version != 2:
+        return "tensor parallelism is traced with FSDP2 (`fully_shard` over the data-parallel mesh) only"
+    if cfg.sequence_parallel or cfg.loss_parallel:
+        return "sequence and loss parallelism are not traced (the traced plan replicates the norms and the logits)"
+    if cfg.peft != "none":
+        return "adapters under tensor parallelism are not traced (the plan's linears are the base model's)"
+    if a.is_moe or a.mlp not in ("swiglu", "geglu") or a.block != "decoder" or a.kv_lora_rank:
+        return "the tensor-parallel plan is a Llama block's (q/k/v/o projections, a gated MLP)"
+    if a.tied_embeddings:
+        return "tied embeddings under tensor parallelism are not traced (the plan shards them as two modules)"
+    dims = {"heads": a.heads, "K/V heads": a.n_kv_heads, "intermediate": a.intermediate, "vocab": a.vocab}
+    uneven = [f"{n} {v}" for n, v in dims.items() if v % tp]
+    if uneven:
+        return f"{', '.join(uneven)} not divisible by the {tp} tensor-parallel ranks"
+    return None
 
 
 def description(cfg: StepConfig) -> list[str]:
@@ -66,12 +114,42 @@ def description(cfg: StepConfig) -> list[str]:
         if cfg.fsdp_mixed_precision
         else ""
     )
+    tp = (
+        [
+            f"tensor parallelism over {cfg.tensor_parallel} ranks traced on a {cfg.world_size} × "
+            f"{cfg.tensor_parallel} (dp_shard × tp) mesh with torchtitan's Llama plan (q/k/v, gate/up column-parallel, "
+            "o, down row-parallel, embeddings row-parallel, LM head column-parallel), without sequence or loss "
+            "parallelism"
+        ]
+        if cfg.tensor_parallel > 1
+        else []
+    )
     return [
         f"FSDP{cfg.fsdp_version} {mode} traced as rank 0 of {cfg.world_size} under torch's fake process group "
         f"({how}{mp}); collectives send nothing but their buffers are allocated",
+        *tp,
         "the plan does not record which FSDP runs: FSDP2 is traced unless the plan keeps FSDP1's per-block "
         "gradients (trace.config `fsdp_version`)",
     ] + hf.description(cfg)
+
+
+@once_per_process
+def install_mesh_outside_fake() -> None:
+    """Build device meshes with the dispatch modes off. A mesh computes its rank's coordinates from its rank map with
+    tensor ops (torch 2.13 distributed/device_mesh.py `_compute_coordinates_from_mesh`: `(mesh_tensor == rank)
+    .nonzero()`), whose output shape a fake tensor cannot know; FSDP2 makes a dp × tp mesh for every DTensor
+    parameter when it shards it (distributed/fsdp/_fully_shard/_fsdp_param.py `_init_sharding_spec_tp` →
+    `DeviceMesh._concatenate`), inside the trace. The rank map is host bookkeeping, no device memory."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    original = DeviceMesh._concatenate
+
+    def concatenate(device_mesh_list):
+        with _disable_current_modes():
+            return original(device_mesh_list)
+
+    DeviceMesh._concatenate = staticmethod(concatenate)  # type: ignore[method-assign]
 
 
 def fake_process_group(world_size: int) -> None:
@@ -129,15 +207,47 @@ def install_fake_data_ptr_check() -> None:
 def build_meta(cfg: StepConfig) -> hf.HFStep:
     """The real-library model on `meta`, with the process group and (FSDP2) the device mesh made here, outside the
     fake mode: the mesh reads its rank map with `tolist()`, which a fake tensor cannot answer."""
-    fake_process_group(cfg.world_size)
+    tp = cfg.tensor_parallel
+    fake_process_group(cfg.world_size * tp)
     install_resize_tracking()
     install_fake_data_ptr_check()
     step = hf.build_meta(cfg)
     if cfg.fsdp_version == 2:
         from torch.distributed.device_mesh import init_device_mesh
 
-        step.mesh = init_device_mesh("cpu", (cfg.world_size,))
+        if tp > 1:
+            install_mesh_outside_fake()
+            # torchtitan v0.2.2 torchtitan/distributed/parallel_dims.py `build_mesh`: ("dp_shard", "tp"), tp innermost
+            step.mesh = init_device_mesh("cpu", (cfg.world_size, tp), mesh_dim_names=("dp_shard", "tp"))
+        else:
+            step.mesh = init_device_mesh("cpu", (cfg.world_size,))
     return step
+
+
+def parallelize(model, tp_mesh) -> None:
+    """`TP_BLOCK` and `TP_ENDS` applied with torch's `parallelize_module`: each named linear's weight becomes a
+    DTensor sharded over the tp mesh (ColwiseParallel: Shard(0) of the weight, a Replicate input, a local output of
+    the rank's heads or intermediate columns; RowwiseParallel: Shard(1), its Partial output all-reduced to
+    Replicate; torch 2.13 torch/distributed/tensor/parallel/style.py)."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    def style(kind: str, end: bool):
+        if kind == "colwise":
+            return ColwiseParallel(output_layouts=Replicate()) if end else ColwiseParallel()
+        return RowwiseParallel(input_layouts=Replicate()) if end else RowwiseParallel()
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    blocks = [m for m in base.modules() if type(m) in hf.block_classes(model)]
+    names = {n for n, _ in base.named_modules()}
+    missing = [n for n in TP_ENDS if n not in names] + [
+        n for n in TP_BLOCK if blocks and n not in {k for k, _ in blocks[0].named_modules()}
+    ]
+    if missing or not blocks:
+        raise RuntimeError(f"the model has no {', '.join(missing) or 'decoder blocks'} for the tensor-parallel plan")
+    parallelize_module(base, tp_mesh, {n: style(k, True) for n, k in TP_ENDS.items()})
+    for block in blocks:
+        parallelize_module(block, tp_mesh, {n: style(k, False) for n, k in TP_BLOCK.items()})
 
 
 def materialize(step: hf.HFStep, device, real: bool) -> hf.HFStep:
@@ -153,8 +263,12 @@ def materialize(step: hf.HFStep, device, real: bool) -> hf.HFStep:
     if cfg.fsdp_version == 2:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+        mesh = step.mesh
+        if cfg.tensor_parallel > 1:
+            parallelize(step.model, mesh["tp"])
+            mesh = mesh["dp_shard"]  # torchtitan `apply_fsdp`: fully_shard over the data-parallel mesh
         kw: dict[str, Any] = dict(
-            mesh=step.mesh,
+            mesh=mesh,
             reshard_after_forward=cfg.reshard_after_forward,
             mp_policy=MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype),
         )

@@ -175,7 +175,7 @@ def run_backends(cfg, msg: dict, progress, stop: threading.Event) -> dict:
     reason in `not_traced` (the report is then `exact: false`, forced or not). `backend` names one backend to use
     without falling back ("transformers", "torchtune", "synthetic"); "auto" tries them in order."""
     from vramlens.trace import engine, hf, report
-    from vramlens.trace.config import replica_note
+    from vramlens.trace.config import PARALLELISM_NOTE, replica_note
     from vramlens.trace.tracker import TraceCancelled
 
     backend = msg.get("backend") or "auto"
@@ -196,9 +196,11 @@ def run_backends(cfg, msg: dict, progress, stop: threading.Event) -> dict:
                     for a in raw["assumptions"]
                     if not a.startswith(("chunked cross-entropy traced as torchtune", "attention `"))
                 ]
-                if name == "fsdp":  # the ranks were traced, not one replica
-                    note = replica_note("fsdp", cfg.world_size)
-                    raw["not_traced"] = [n for n in raw["not_traced"] if n != note]
+                if name == "fsdp":  # the ranks were traced, not one replica (on a dp × tp mesh: trace.sharded)
+                    notes = {replica_note("fsdp", cfg.world_size)}
+                    if cfg.tensor_parallel > 1:
+                        notes.add(PARALLELISM_NOTE)
+                    raw["not_traced"] = [n for n in raw["not_traced"] if n not in notes]
                 break
             except TraceCancelled:
                 raise

@@ -208,12 +208,28 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         total_layers += sum(extras)
         per_layer += max(extras, default=0.0)
     tp = max(rp.tensor_parallel, 1)
+    # Tensor parallelism splits what lies between a column-parallel linear and its row-parallel partner (attention
+    # heads, the MLP's intermediate width); without sequence parallelism the rest is replicated on every rank: the
+    # norms, the residual stream and the column-parallel linears' input (torch 2.13 torch/distributed/tensor/
+    # parallel/style.py `ColwiseParallel._prepare_input_fn` makes its input a Replicate DTensor, `RowwiseParallel`
+    # all-reduces its Partial output to Replicate; the tensor-parallel plan of torch's tutorial, docs.pytorch.org/
+    # tutorials/intermediate/TP_tutorial.html, before it adds SequenceParallel). Measured against the sharded trace
+    # (trace/sharded.py; tests/trace/test_sharded_tp_trace.py).
+    one_norm = norm_keep / max(norms_per_layer(arch), 1)
+    col_inputs = lin.qkv + (lin.mlp - lin.down)
+    rep = norm_keep + col_inputs + residual_dropouts_per_token(rp) if tp > 1 and not rp.sequence_parallel else 0.0
+
+    def split(x: float, replicated: float = 0.0) -> float:
+        replicated = min(replicated, x) if rep else 0.0
+        return replicated + (x - replicated) / tp
+
     if kept is not None:
         kept["down_input"] = lin.down / tp
-        kept["through_attention"] = (lin.qkv + attn) / tp  # what a block keeps up to its attention's output
+        # what a block keeps up to its attention's output
+        kept["through_attention"] = split(lin.qkv + attn, lin.qkv)
         kept["down_adapter_copy"] = lin.down_copy / tp
-        kept["mlp"] = (mlp_internal + lin.mlp + dora_per_token(rp, MLP_LINEARS)) / tp
+        kept["mlp"] = split(mlp_internal + lin.mlp + dora_per_token(rp, MLP_LINEARS), lin.mlp - lin.down)
         # what a block keeps past its attention's output (o's adapter input, the MLP, a second norm): freed by the
         # block's backward before its attention's own backward runs
-        kept["after_attention"] = max(per_layer - lin.qkv - attn - norm_keep / max(norms_per_layer(arch), 1), 0) / tp
-    return total_layers / tp, per_layer / tp
+        kept["after_attention"] = split(max(per_layer - lin.qkv - attn - one_norm, 0), rep - lin.qkv - one_norm)
+    return split(total_layers, arch.layers * rep), split(per_layer, rep)

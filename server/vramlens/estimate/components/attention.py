@@ -38,9 +38,12 @@ DISENTANGLED_ATTENTION = {"deberta-v2": 256}
 
 def kept_kv_width(rp: ResolvedPlan) -> int:
     """Width of the K and V that attention keeps: the query width when HF's `repeat_kv` expands grouped K/V for SDPA
-    or eager attention, else kv_dim."""
+    or eager attention, else kv_dim. A tensor-parallel rank with one K/V head of its own gets a view from `repeat_kv`
+    (`expand` then `reshape` over a size-1 head dim: transformers 5.24 integrations/sdpa_attention.py `repeat_kv`), so
+    attention keeps its K and V unrepeated."""
     arch = rp.arch
-    return arch.q_dim if (rp.repeat_kv and rp.attn_impl in ("sdpa", "eager")) else arch.kv_dim
+    one_local_kv_head = rp.tensor_parallel > 1 and arch.n_kv_heads // rp.tensor_parallel == 1
+    return arch.q_dim if (rp.repeat_kv and rp.attn_impl in ("sdpa", "eager") and not one_local_kv_head) else arch.kv_dim
 
 
 def attention_per_token(rp: ResolvedPlan) -> float:
