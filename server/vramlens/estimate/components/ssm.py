@@ -371,14 +371,18 @@ def jamba_mixer_backward_bytes(rp: ResolvedPlan) -> tuple[float, float, float] |
     return per_token, 4 * i * n - (4 * i * n + 2 * c * i * n), -4 * i
 
 
-def jamba_mixer_backward_per_token(rp: ResolvedPlan) -> float:
-    """`jamba_mixer_backward_bytes` spread over the micro-batch's tokens (0 for a model without a Jamba mixer)."""
-    parts = jamba_mixer_backward_bytes(rp)
+def _spread(rp: ResolvedPlan, parts: tuple[float, float, float] | None) -> float:
+    """(bytes per token, per sequence, per layer) spread over the micro-batch's tokens; 0 for no parts."""
     if parts is None:
         return 0.0
     per_token, per_seq, per_layer = parts
     s = max(rp.seq_len, 1)
     return per_token + per_seq / s + per_layer / (s * max(rp.micro_batch, 1))
+
+
+def jamba_mixer_backward_per_token(rp: ResolvedPlan) -> float:
+    """`jamba_mixer_backward_bytes` spread over the micro-batch's tokens (0 for a model without a Jamba mixer)."""
+    return _spread(rp, jamba_mixer_backward_bytes(rp))
 
 
 def jamba_mixer_grads(rp: ResolvedPlan) -> int:
@@ -416,12 +420,7 @@ def jamba_layer_pattern(rp: ResolvedPlan) -> list[tuple[bool, bool]]:
 
 def jamba_mixer_per_token(rp: ResolvedPlan) -> float:
     """`jamba_mixer_bytes` spread over the micro-batch's tokens (0 for a model without a Jamba mixer)."""
-    parts = jamba_mixer_bytes(rp)
-    if parts is None:
-        return 0.0
-    per_token, per_seq, per_layer = parts
-    s = max(rp.seq_len, 1)
-    return per_token + per_seq / s + per_layer / (s * max(rp.micro_batch, 1))
+    return _spread(rp, jamba_mixer_bytes(rp))
 
 
 def mamba_mixer_frozen(rp: ResolvedPlan) -> bool:
