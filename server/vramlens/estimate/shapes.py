@@ -15,7 +15,10 @@ from vramlens.knowledge.schema import ModelArch
 
 # Families whose attention has per-head RMSNorms on q and k (Qwen3, Gemma-3, OLMo-2).
 # (LFM2: `Lfm2Attention.q_layernorm` / `k_layernorm`, transformers 5.24 models/lfm2/modeling_lfm2.py)
-QK_NORM_FAMILIES = {"qwen3", "qwen3_moe", "qwen3_vl_text", "gemma3", "gemma3_text", "olmo2", "olmo3", "lfm2"}
+QK_NORM_FAMILIES = {
+    *("qwen3", "qwen3_moe", "qwen3_vl_text", "qwen3_vl_moe_text"),
+    *("gemma3", "gemma3_text", "olmo2", "olmo3", "lfm2"),
+}
 
 
 @dataclass(frozen=True, slots=True)
