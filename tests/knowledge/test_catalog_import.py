@@ -3,8 +3,6 @@ estimated with the shapes of the base their name states."""
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from fake_hub import ZEPHYR_7B, FakeHub
+from scripts_module import load_script
 from vramlens.knowledge import models
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,14 +21,8 @@ DATA = ROOT / "server" / "vramlens" / "knowledge" / "data" / "models_imported.js
 LITGPT_MIRROR = Path(os.environ.get("VRAMLENS_MIRRORS", "/work/.mirror")) / "Lightning-AI+litgpt" / "repo"
 
 
-@functools.cache
 def _script():
-    spec = importlib.util.spec_from_file_location("import_catalog", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script("import_catalog")
 
 
 # Excerpt of Lightning-AI/litgpt litgpt/config.py (commit 26857050fe3f): the Config dataclass fields the import reads,

@@ -4,14 +4,12 @@ config.json and modeling file (models_imported_remote.json)."""
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
+from scripts_module import load_script
 from vramlens.analysis import analyze
 from vramlens.formats import parse_document
 from vramlens.knowledge import models
@@ -20,21 +18,14 @@ from vramlens.resolve.model import arch_from_sizes
 from vramlens.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "import_catalog_mcore.py"
 DATA = ROOT / "server" / "vramlens" / "knowledge" / "data"
 FIXTURES = ROOT / "tests" / "fixtures"
 SLIME = FIXTURES / "slime" / "624b824a"
 SLIME_MIRROR = Path(os.environ.get("VRAMLENS_MIRRORS", "/work/.mirror")) / "THUDM+slime" / "repo"
 
 
-@functools.cache
 def _script():
-    spec = importlib.util.spec_from_file_location("import_catalog_mcore", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("import_catalog_mcore")
 
 
 def _data(name: str) -> dict:

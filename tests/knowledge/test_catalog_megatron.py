@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from scripts_module import load_script
 from vramlens.knowledge import models
 from vramlens.knowledge.models import param_count
 
@@ -20,15 +19,8 @@ DATA = ROOT / "server" / "vramlens" / "knowledge" / "data" / "models_imported_me
 MIRROR = Path(os.environ.get("VRAMLENS_MIRRORS", "/work/.mirror")) / "NVIDIA+Megatron-LM" / "repo"
 
 
-@functools.cache
 def _script():
-    sys.path.insert(0, str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("import_catalog_megatron", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("import_catalog_megatron")
 
 
 def _data() -> dict:

@@ -3,8 +3,6 @@ and from mlc-llm's published config.json copies (scripts/import_catalog_transfor
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from scripts_module import load_script
 from vramlens.knowledge import models
 from vramlens.knowledge.schema import ModelArch
 
@@ -23,15 +22,8 @@ MLC_DATA = DATA / "models_imported_mlc.json"
 MLC_MIRROR = Path(os.environ.get("VRAMLENS_MIRRORS", "/work/.mirror")) / "mlc-ai+mlc-llm" / "repo"
 
 
-@functools.cache
 def _script():
-    sys.path.insert(0, str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("import_catalog_transformers", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("import_catalog_transformers")
 
 
 def _data(path: Path) -> dict:

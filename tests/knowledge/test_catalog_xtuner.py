@@ -5,8 +5,6 @@ expert count, and a VLM's untied output head."""
 from __future__ import annotations
 
 import copy
-import functools
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from scripts_module import load_script
 from vramlens.knowledge import models
 from vramlens.knowledge.models import arch_from_hf_config, param_count
 
@@ -23,15 +22,8 @@ DATA = ROOT / "server" / "vramlens" / "knowledge" / "data" / "models_imported_xt
 MIRROR = Path(os.environ.get("VRAMLENS_MIRRORS", "/work/.mirror")) / "InternLM+xtuner" / "repo"
 
 
-@functools.cache
 def _script():
-    sys.path.insert(0, str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("import_catalog_xtuner", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("import_catalog_xtuner")
 
 
 def _data() -> dict:
