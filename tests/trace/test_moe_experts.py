@@ -7,10 +7,9 @@ the trace extra)."""
 from __future__ import annotations
 
 import pytest
-from trace_plans import LORA, need, plan
+from trace_plans import LORA, QWEN3_MOE_BLOCK, need, plan
 from vramlens.estimate import components as C
 from vramlens.estimate import estimate
-from vramlens.knowledge.schema import ModelArch
 
 pytest.importorskip("torch", reason="torch not installed (the trace extra)")
 need("transformers")
@@ -18,21 +17,7 @@ need("transformers")
 from vramlens.trace import engine, hf  # noqa: E402
 from vramlens.trace.config import step_config  # noqa: E402
 
-# Qwen3-30B-A3B's block, narrowed: 32 experts of width 128, 4 per token
-MOE = ModelArch(
-    id="mid-qwen3-moe",
-    family="qwen3_moe",
-    hidden=256,
-    layers=2,
-    heads=4,
-    kv_heads=2,
-    head_dim=64,
-    intermediate=512,
-    moe_intermediate=128,
-    num_experts=32,
-    experts_per_token=4,
-    vocab=1000,
-)
+MOE = QWEN3_MOE_BLOCK
 AMP = dict(amp=True, weight_dtype="fp32")
 QLORA = dict(LORA, peft="qlora", quant_bits=4, quant_double=True)
 

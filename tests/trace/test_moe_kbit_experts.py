@@ -10,10 +10,9 @@ are missing (CI installs the trace extra)."""
 from __future__ import annotations
 
 import pytest
-from trace_plans import need, plan
+from trace_plans import QWEN3_MOE_BLOCK, need, plan
 from vramlens.estimate import components as C
 from vramlens.estimate.components.experts import expert_bytes, kbit_experts
-from vramlens.knowledge.schema import ModelArch
 
 pytest.importorskip("torch", reason="torch not installed (the trace extra)")
 need("transformers")
@@ -22,20 +21,7 @@ need("bitsandbytes")
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-MOE = ModelArch(
-    id="tiny-qwen3-moe",
-    family="qwen3_moe",
-    hidden=256,
-    layers=2,
-    heads=4,
-    kv_heads=2,
-    head_dim=64,
-    intermediate=512,
-    moe_intermediate=128,
-    num_experts=32,
-    experts_per_token=4,
-    vocab=1000,
-)
+MOE = QWEN3_MOE_BLOCK
 # axolotl's GLM QLoRA examples: attention-only LoRA, experts quantized on load, no k-bit upcast (axolotl skips
 # prepare_model_for_kbit_training once the experts are quantized: src/axolotl/loaders/model.py)
 QLORA_EXPERTS = dict(

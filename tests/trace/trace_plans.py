@@ -21,6 +21,21 @@ ADAFACTOR = OptimizerSpec(name="adafactor", family="adafactor", states=1, state_
 TINY_LLAMA = ModelArch(
     id="tiny-llama", family="llama", hidden=256, layers=2, heads=8, kv_heads=2, intermediate=512, vocab=1000
 )
+# Qwen3-30B-A3B's block, narrowed: 32 fused experts of width 128, 4 per token (transformers 5's grouped_mm experts)
+QWEN3_MOE_BLOCK = ModelArch(
+    id="mid-qwen3-moe",
+    family="qwen3_moe",
+    hidden=256,
+    layers=2,
+    heads=4,
+    kv_heads=2,
+    head_dim=64,
+    intermediate=512,
+    moe_intermediate=128,
+    num_experts=32,
+    experts_per_token=4,
+    vocab=1000,
+)
 ARCHS = {
     "llama": TINY_LLAMA,
     "mixtral": ModelArch(
