@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from vramlens.resolve import evaluation
 from vramlens.resolve.adapters import AdapterPart, _adapter_rank
-from vramlens.resolve.common import FUSED_KERNELS, Context, liger_loss
+from vramlens.resolve.common import FUSED_KERNELS, Approximate, Context, liger_loss
 from vramlens.resolve.distribution import DistributionPart, _megatron_layout
 from vramlens.resolve.gpu import GpuPart
 from vramlens.resolve.model import ModelPart
@@ -132,6 +132,13 @@ def _sp_loss(ctx: Context, d: DistributionPart, loss_impl: str) -> dict:
             chunk = max(int(str(said.value).strip()), 0)
         except ValueError:
             chunk = 0
+    chunked = f", in chunks of {chunk:,} tokens ({hooks.sp_loss_chunk_env})" if chunk else ""
+    ctx.assumptions.append(
+        Approximate(
+            f"{ctx.fw_label}'s sequence-parallel loss: cross-entropy on this rank's 16-bit logits{chunked}, as its "
+            "trainer's code reads; not checked against a trace, and the figures its chunked examples state are higher"
+        )
+    )
     return {"loss_16bit": True, "loss_chunk_tokens": chunk}
 
 
