@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from vramlens.analysis import analyze
 from vramlens.formats import parse_document
 from vramlens.settings import Settings
@@ -123,3 +124,15 @@ def test_lora_target_parameters_off_the_experts_are_named_as_not_modelled():
     plan = parse_document(text, "/nonexistent/cfg.yaml").plan
     assert plan.expert_targets is None
     assert "self_attn.sinks" in _unmodelled(plan)["lora_target_parameters"].what
+
+
+def test_a_trace_of_quantized_experts_says_they_were_traced_unquantized():
+    """The trace builds fused experts as transformers loads them; axolotl's on-load quantization is not run there,
+    so its report names that instead of passing the step off as the quantized run."""
+    pytest.importorskip("torch")
+    from vramlens.trace.config import step_config
+
+    text = (FIXTURES / "glm-45-air-qlora.yaml").read_text()
+    rp = _analysis_of("glm-45-air-qlora.yaml", text).resolution.resolved
+    assert rp.experts_kbit
+    assert any("quantized on load to 4 bits" in n for n in step_config(rp).not_traced)

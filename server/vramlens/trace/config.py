@@ -260,6 +260,9 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         )
     if rp.peft != "none" and "embed" in rp.lora_targets:
         not_traced.append("LoRA on the embedding layer")
+    if rp.experts_kbit:
+        # the trace builds fused experts as transformers loads them; axolotl's on-load quantization is its own patch
+        not_traced.append(f"MoE experts quantized on load to {rp.quant_bits} bits (traced unquantized)")
 
     if rp.grad_accum > 2:
         assumptions.append(
