@@ -299,8 +299,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--framework", action="append", help="only these frameworks (repeatable)")
     ap.add_argument("--list", action="store_true", help="list every failing file and every disagreement")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "held_out.txt"))
+    ap.add_argument(
+        "--out", help="write the report here (default: benchmarks/results/held_out.txt, only for a run over everything)"
+    )
     args = ap.parse_args(argv)
+    if args.out is None and not args.framework:
+        args.out = str(ROOT / "benchmarks" / "results" / "held_out.txt")
     cols = ("files", "recognised", "not training", "estimated", "not in catalog", "no unmodelled", "misreads")
     lines = [f"{'framework':<16}{'version':<22}" + "".join(f"{c:>15}" for c in cols) + "   why no estimate"]
     detail: list[str] = []
@@ -334,8 +338,9 @@ def main(argv: list[str] | None = None) -> int:
         detail.extend(f"  {n:>5}  {m}" for m, n in UNKNOWN_MODELS.most_common())
     report = "\n".join(lines + ([""] + detail if args.list else [])) + "\n"
     print(report, end="")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(report, encoding="utf-8")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(report, encoding="utf-8")
     return 0
 
 

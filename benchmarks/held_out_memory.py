@@ -490,8 +490,13 @@ def report(rows: list[Row]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", action="append", help="only these sources (ms-swift, axolotl; repeatable)")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "held_out_memory.txt"))
+    ap.add_argument(
+        "--out",
+        help="write the report here (default: benchmarks/results/held_out_memory.txt, for a run over every source)",
+    )
     args = ap.parse_args(argv)
+    if args.out is None and not args.source:
+        args.out = str(ROOT / "benchmarks" / "results" / "held_out_memory.txt")
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp:
         for ms in SOURCES:
@@ -503,8 +508,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.extend(rows_of(ms, Path(tmp)))
     text = report(rows)
     print(text, end="")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text, encoding="utf-8")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text, encoding="utf-8")
     return 0
 
 
