@@ -25,6 +25,7 @@ from vramlens.estimate.components.ssm import (
     jamba_mixer_grads,
     jamba_mixer_per_token,
     mamba2_norm_backward_per_token,
+    mamba2_recompute_peak_per_token,
     mamba_backward_per_token,
     nemotron_h_backward_per_token,
 )
@@ -125,7 +126,9 @@ def backward_block_per_token(rp: ResolvedPlan) -> float:
         return nemotron_h_backward_per_token(rp) / max(rp.tensor_parallel, 1)
     if arch.family == "mamba2" and mamba2_norm_backward_per_token(rp):
         # a recomputed Mamba-2 block peaks in its gated norm's backward (no MLP in it)
-        return (one_layer + mamba2_norm_backward_per_token(rp)) / max(rp.tensor_parallel, 1)
+        # (a k-bit model's earlier, at the end of its recomputed chunk scan: `mamba2_recompute_peak_per_token`)
+        peak = max(one_layer + mamba2_norm_backward_per_token(rp), mamba2_recompute_peak_per_token(rp))
+        return peak / max(rp.tensor_parallel, 1)
     tp = max(rp.tensor_parallel, 1)
     jamba = jamba_mixer_backward_per_token(rp)
     if jamba:

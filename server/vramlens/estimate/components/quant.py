@@ -155,3 +155,33 @@ def kbit_deltanet_bytes(
     per_seq -= c * hv * q * (dk + dv) + 4 * hv * dk * dv
     per_layer = per_layer16 + c * width * z.conv
     return per_token, per_seq, per_layer
+
+
+def kbit_mamba2_recompute_bytes(
+    rp: ResolvedPlan, z: Mamba2Sizes, in_adapter: float, out_adapter: float
+) -> tuple[float, float, float]:
+    """What one gated Mamba-2 mixer of a checkpointed k-bit block holds at the peak of its recomputed forward, which
+    is its backward's peak: (bytes per token, per sequence, per layer), its input norm apart. torch's non-reentrant
+    checkpoint recomputes the block when the first node needing its saved tensors runs (torch 2.13
+    torch/utils/checkpoint.py `_checkpoint_hook`): out_proj's 4-bit matmul has run its backward by then (bitsandbytes
+    0.50.2 autograd/_functions.py `MatMul4Bit` keeps its weight on ctx, not as a saved tensor), and the gated norm's
+    product is the first node to unpack one. The recomputed forward peaks at the end of `mamba2_chunk_scan`
+    (transformers 5.24 models/mamba2/modeling_mamba2.py; Nemotron-H's copy is the same), whose locals are alive
+    beside what the mixer keeps up to there (`kbit_mamba2_mixer_bytes` less the gate's silu(z), product and 1/rms):
+    - per padded position: `D_residual` and the padded discretised x (2 · 4·I), the padded A·Δ and its cumsum
+      (2 · 4·H), C repeated to H heads and padded (4·H·N), M = G·L in fp32 (4·H·Q: its einsum keeps a 16-bit cast),
+      Y_diag in 16 bits (c·I), B·decay in fp32 (4·H·N), Y_off and Y_diag + Y_off in fp32 (2 · 4·I; the contiguous
+      copy is the scan output the mixer keeps);
+    - per sequence: the zero initial state (c·I·N) and the inter-chunk einsum's output (c·I·N·(C + 1)), of which
+      the chunk states are views;
+    - out_proj's input gradient, cast back to the fp32 input's dtype (4·I per token).
+    Traced with the real libraries at small shapes (tests/estimate/test_kbit_mamba2_recompute.py)."""
+    c = 2
+    i, h, n, q, g = z.inner, z.heads, z.state, z.chunk, z.groups
+    per_token, per_seq, per_layer = kbit_mamba2_mixer_bytes(rp, z, in_adapter, out_adapter)
+    per_token -= 2 * 4 * i + 4 * g  # the gate's tensors: made after the scan
+    per_token += 4 * i  # out_proj's input gradient
+    chunks = math.ceil(max(rp.seq_len, 1) / q)
+    sp = chunks * q
+    per_seq += (16 * i + c * i + 8 * h + 8 * h * n + 4 * h * q) * sp + c * i * n * (chunks + 2)
+    return per_token, per_seq, per_layer

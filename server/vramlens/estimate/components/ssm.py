@@ -5,7 +5,13 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from vramlens.estimate.components.quant import kbit_autocast, kbit_mamba2_mixer_bytes
+from vramlens.estimate.components.common import mlp_bytes
+from vramlens.estimate.components.linears import adapter_input
+from vramlens.estimate.components.quant import (
+    kbit_autocast,
+    kbit_mamba2_mixer_bytes,
+    kbit_mamba2_recompute_bytes,
+)
 from vramlens.estimate.shapes import targeted
 from vramlens.resolved import ResolvedPlan
 
@@ -13,11 +19,12 @@ from vramlens.resolved import ResolvedPlan
 def _mamba_adapter_keeps(rp: ResolvedPlan, name: str, width: int) -> float:
     """What a LoRA adapter on a Mamba mixer's linear keeps per token: its input (in the adapter's dtype: PEFT casts
     it, `_cast_input_dtype` in peft src/peft/tuners/lora/layer.py; a dropped copy and a 1-byte mask under
-    lora_dropout) and lora_A's output, which lora_B keeps. 0 when the linear is not adapted."""
+    lora_dropout) and lora_A's output, which lora_B keeps. 0 when the linear is not adapted. Under autocast (AMP, or
+    a k-bit model's fp32 stream: `linears.adapter_input`) lora_A runs in 16 bits: it keeps its own 16-bit cast of the
+    input, and its output, which lora_B keeps, is 16-bit."""
     if rp.peft == "none" or not any(l.name == name for l in targeted(rp.arch, rp.lora_targets)):
         return 0.0
-    c = 2 if rp.compute_dtype != "fp32" else 4
-    a = 4 if rp.adapter_fp32 else c
+    _, a = adapter_input(rp)
     return (a + 1 if rp.lora_dropout > 0 else a) * width + a * rp.lora_r
 
 
@@ -474,13 +481,14 @@ def nemotron_h_norm_per_token(rp: ResolvedPlan, trains: bool) -> float:
 
 
 def _nemotron_h_mlp(rp: ResolvedPlan, width: int) -> float:
-    """`NemotronHMLP` per token: relu's output, which square reads (c·I: relu and square keep one storage), down's
-    input (c·I when its weight trains; an adapter's copy otherwise) and up's input (c·h, or an adapter's copy)."""
+    """`NemotronHMLP` per token: relu's output, which square reads (c·I: relu and square keep one storage; fp32 in a
+    k-bit model, whose 4-bit up_proj returns its fp32 input's dtype: `common.mlp_bytes`), down's input (c·I when its
+    weight trains; an adapter's copy otherwise) and up's input (c·h, or an adapter's copy)."""
     c = 2 if rp.compute_dtype != "fp32" else 4
     h = rp.arch.hidden
     if rp.peft == "none":
         return c * width + c * width + c * h
-    return c * width + _mamba_adapter_keeps(rp, "down", width) + _mamba_adapter_keeps(rp, "up", h)
+    return mlp_bytes(rp) * width + _mamba_adapter_keeps(rp, "down", width) + _mamba_adapter_keeps(rp, "up", h)
 
 
 def _nemotron_h_moe(rp: ResolvedPlan) -> float:
@@ -577,6 +585,23 @@ def mamba2_norm_backward_per_token(rp: ResolvedPlan) -> float:
     return (c + 12) * z.inner if rp.peft == "none" else 20 * z.inner
 
 
+def mamba2_recompute_peak_per_token(rp: ResolvedPlan) -> float:
+    """Bytes per token of one checkpointed Mamba-2 block (Mamba-2's `Mamba2Block`, Nemotron-H's Mamba-2
+    `NemotronHBlock`) of a k-bit model (`quant.kbit_autocast`) at the end of its recomputed chunk scan
+    (`quant.kbit_mamba2_recompute_bytes`), which is where its backward peaks; 0 elsewhere. Beside the mixer: the
+    block norm's fp32 output (in_proj's input, held by the block's forward until the mixer returns) and 1/rms
+    (4h + 4), and the gradient of the block's output in the fp32 residual stream (4h), waiting for the mixer's
+    backward."""
+    z = mamba2_sizes(rp)
+    if z is None or not z.gated_norm or not kbit_autocast(rp) or not rp.grad_checkpointing:
+        return 0.0
+    h = rp.arch.hidden
+    mixer = kbit_mamba2_recompute_bytes(
+        rp, z, _mamba_adapter_keeps(rp, "in_proj", h), _mamba_adapter_keeps(rp, "out_proj", z.inner)
+    )
+    return 4 * h + 4 + _spread(rp, mixer) + 4 * h
+
+
 def nemotron_h_backward_per_token(rp: ResolvedPlan) -> float:
     """Bytes per token of one checkpointed Nemotron-H block at its backward peak, the largest over the kinds its
     stack holds (0 for any other model): the recomputed block (`nemotron_h_block_bytes`) and what its backward makes
@@ -593,6 +618,8 @@ def nemotron_h_backward_per_token(rp: ResolvedPlan) -> float:
         per_token, per_layer = nemotron_h_block_bytes(rp, kind)
         if kind == "linear_attention":
             extra = mamba2_norm_backward_per_token(rp)
+            # a k-bit model's block peaks earlier, at the end of its recomputed chunk scan
+            extra = max(extra, mamba2_recompute_peak_per_token(rp) - per_token - per_layer / spread)
         elif kind == "full_attention":
             extra = c * (arch.q_dim + 2 * arch.kv_dim)
         else:
