@@ -20,6 +20,8 @@ from __future__ import annotations
 from vramlens.estimate import allocator
 from vramlens.estimate import components as C
 from vramlens.estimate.components import evaluation as E
+from vramlens.estimate.components import gemma3n
+from vramlens.estimate.components.liger import final_norm_per_token as liger_final_norm
 from vramlens.estimate.components.logits import swift_dpo_per_logit, swift_dpo_rows
 from vramlens.estimate.result import COMPONENTS, GIB, Estimate
 from vramlens.estimate.throughput import throughput
@@ -67,7 +69,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     # loss parallel keeps the logits sharded over the vocabulary (`output`: ColwiseParallel(output_layouts=Shard(-1))
     # under `loss_parallel`; torchtitan v0.2.2 torchtitan/models/llama3/infra/parallelize.py): C.loss_parallel_per_token
     tp = max(rp.tensor_parallel, 1)
-    final = C.final_norm_per_token(rp) * tok / (tp if rp.sequence_parallel else 1)
+    final = liger_final_norm(rp, C.final_norm_per_token(rp)) * tok / (tp if rp.sequence_parallel else 1)
     if rp.loss_parallel and not rp.scalar_head:
         logits = int(logit_tok * C.loss_parallel_per_token(rp))
     amp_cache = C.autocast_weight_cache(rp, p)

@@ -1181,7 +1181,7 @@ def _liger_patch(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name
     """Liger's patches (`apply_liger_kernel_to_llama(...)`, `AutoLigerKernelForCausalLM.from_pretrained`): by default
     fused linear cross-entropy, RMSNorm, RoPE and SwiGLU kernels (liger-kernel 0.5 liger_kernel/transformers/
     monkey_patch.py: `rope=True, cross_entropy=False, fused_linear_cross_entropy=True, rms_norm=True, swiglu=True`).
-    The fused loss is modelled; the other kernels' speed is, their memory is named as not modelled."""
+    The fused loss, the other kernels' speed and what they save (estimate/components/liger.py) are modelled."""
 
     def on(key: str) -> bool:
         kw = _kw(call, key)
@@ -1195,12 +1195,6 @@ def _liger_patch(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name
         kernels = [k for k, _ in found]
         names = " and ".join([", ".join(kernels[:-1]), kernels[-1]] if len(kernels) > 1 else kernels)
         r.b.set("fused_kernels", [key for _, key in found], s, note=f"Liger's {names} kernels")
-        r.b.unmodelled(
-            s,
-            f"the memory of Liger's {names} kernel{'s' if len(kernels) > 1 else ''} (what "
-            f"{'they save' if len(kernels) > 1 else 'it saves'} for backward)",
-            "estimated with transformers' own layers' memory (their run time is modelled)",
-        )
 
 
 def _is_unsloth(full: str) -> bool:

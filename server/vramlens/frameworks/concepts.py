@@ -273,7 +273,7 @@ _ALL: tuple[Concept, ...] = (
     _C(
         "fused_kernels",
         "list",
-        "fused Triton kernels (RMSNorm, RoPE, SwiGLU)",
+        "fused Triton kernels (RMSNorm, RoPE, SwiGLU; Liger's keep each norm's input and 1/rms, the MLP's gate and up)",
         True,
         True,
         ("liger_rms_norm", "liger_rope", "liger_glu_activation", "liger_swiglu", "liger_layer_norm"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from vramlens.resolve import evaluation
 from vramlens.resolve.adapters import AdapterPart, _adapter_rank
-from vramlens.resolve.common import FUSED_KERNELS, Approximate, Context, liger_loss
+from vramlens.resolve.common import FUSED_KERNELS, Approximate, Context, liger_kernels, liger_kernels_note, liger_loss
 from vramlens.resolve.distribution import DistributionPart, _megatron_layout
 from vramlens.resolve.gpu import GpuPart
 from vramlens.resolve.model import ModelPart
@@ -61,6 +61,7 @@ def build_plan(
         **_sp_loss(ctx, d, val("loss_impl") or "standard"),
         keep_logits=hooks.behaviour["keep_logits"],
         fused_kernels=tuple(k for k in val("fused_kernels") or () if k in FUSED_KERNELS),
+        liger_kernels=_liger_kernels(ctx, arch),
         float8_linears=bool(val("float8_linears")),
         float8_all_gather=bool(val("float8_linears")) and bool(val("float8_all_gather")),
         optimizer=o.opt,
@@ -116,6 +117,14 @@ def build_plan(
         expandable_segments="expandable_segments:true" in s.alloc.replace(" ", "").lower(),
         headroom=ctx.settings.headroom,
     )
+
+
+def _liger_kernels(ctx: Context, arch) -> bool:
+    """Whether the fused kernels are Liger's; their estimate's note (`liger_kernels_note`) joins the assumptions."""
+    note = liger_kernels_note(ctx.plan, arch.family, arch.norm, arch.mlp, arch.is_moe)
+    if note is not None:
+        ctx.assumptions.append(note)
+    return liger_kernels(ctx.plan)
 
 
 def _sp_loss(ctx: Context, d: DistributionPart, loss_impl: str) -> dict:

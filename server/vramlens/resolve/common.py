@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vramlens.frameworks.hooks import FrameworkHooks
+from vramlens.knowledge.liger import LIGER_VERSION, liger_glu, liger_rms_norm
 from vramlens.plan import Origin, Sourced, TrainingPlan
 from vramlens.resolved import ResolvedPlan, unmodelled_text
 from vramlens.settings import Settings
@@ -180,3 +181,34 @@ def liger_loss(plan: TrainingPlan) -> bool:
     if said is None or said.value != "fused":
         return False
     return "liger" in f"{said.key or ''} {said.note or ''}".lower()
+
+
+def liger_kernels(plan: TrainingPlan) -> bool:
+    """Whether the plan's fused RMSNorm/RoPE/SwiGLU kernels are Liger's (the setting that switched them on names
+    Liger: `use_liger_kernel`, axolotl's `liger_rms_norm`, a script's `apply_liger_kernel_to_*`), whatever its loss."""
+    said = plan.fused_kernels
+    if said is None or not said.value:
+        return False
+    return "liger" in f"{said.key or ''} {said.note or ''}".lower()
+
+
+def liger_kernels_note(plan: TrainingPlan, family: str, norm: str, mlp: str, moe: bool) -> Approximate | None:
+    """What makes an estimate with Liger's kernels approximate: their saved tensors are read from Liger-Kernel's
+    source, not traced (estimate/components/liger.py; its RoPE saves cos and sin, as transformers' does); a model type
+    Liger swaps no norm or MLP of runs transformers' layers (`knowledge.liger`)."""
+    if not liger_kernels(plan):
+        return None
+    kernels = set(plan.fused_kernels.value or ()) if plan.fused_kernels is not None else set()
+    parts = []
+    if "rms_norm" in kernels and norm == "rmsnorm" and liger_rms_norm(family):
+        parts.append("RMSNorm: its input and fp32 1/rms")
+    if "swiglu" in kernels and mlp in ("swiglu", "geglu") and not moe and liger_glu(family):
+        parts.append(f"{'GeGLU' if mlp == 'geglu' else 'SwiGLU'}: gate and up, no act(gate)")
+    if not parts:
+        return Approximate(
+            f"Liger kernels: liger_kernel {LIGER_VERSION} swaps no norm or MLP of `{family}` here; counted as "
+            "transformers' layers"
+        )
+    return Approximate(
+        f"Liger kernels' saved tensors read from liger_kernel {LIGER_VERSION} source, not traced ({'; '.join(parts)})"
+    )

@@ -3,6 +3,7 @@ per layer, and the layers of the stack."""
 
 from __future__ import annotations
 
+from vramlens.estimate.components import liger
 from vramlens.estimate.components.adapters import dora_per_token
 from vramlens.estimate.components.attention import (
     attention_per_token,
@@ -98,9 +99,10 @@ def activations_per_token(rp: ResolvedPlan, kept: dict | None = None) -> tuple[f
         return total, one
     h = arch.hidden
     amp = amp_fp32_stream(rp)
-    norm_keep = norms_per_token(rp)
+    # Liger's RMSNorm and SwiGLU/GeGLU kernels save other tensors than transformers' layers (`liger`)
+    norm_keep = liger.norms_per_token(rp, norms_per_token(rp), qk_norms_per_token(rp))
     attn = attention_per_token(rp)
-    mlp_internal = mlp_per_token(rp)
+    mlp_internal = liger.mlp_per_token(rp, mlp_per_token(rp))
     lin = linear_inputs_per_token(rp)
     per_layer = norm_keep + attn + mlp_internal + lin.total + dora_per_token(rp)
     per_layer += residual_dropouts_per_token(rp)

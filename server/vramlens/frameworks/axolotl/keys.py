@@ -415,26 +415,26 @@ KEYS: Table = (
         type=bool,
         description="Cross-entropy over chunks of the sequence: the fp32 logits are never all upcast at once.",
     ),
-    _not_modelled(
-        "liger_rms_norm",
-        "the memory of Liger's RMSNorm kernel",
-        "estimated as transformers' RMSNorm's (its run time is modelled)",
-        "Liger plugin: Liger's RMSNorm kernel.",
+    Key(
+        ("liger_rms_norm",),
+        None,
         r.liger_kernel,
+        type=bool,
+        description="Liger plugin: Liger's RMSNorm kernel; it saves its input and the fp32 1/rms, no fp32 copy.",
     ),
-    _not_modelled(
-        "liger_glu_activation",
-        "the memory of Liger's SwiGLU kernel",
-        "estimated as transformers' MLP's (its run time is modelled)",
-        "Liger plugin: Liger's SwiGLU kernel.",
+    Key(
+        ("liger_glu_activation",),
+        None,
         r.liger_kernel,
+        type=bool,
+        description="Liger plugin: Liger's SwiGLU/GeGLU kernel; it saves the gate's and up's outputs, no act(gate).",
     ),
-    _not_modelled(
-        "liger_rope",
-        "the memory of Liger's RoPE kernel",
-        "estimated as transformers' rotary embedding's (its run time is modelled)",
-        "Liger plugin: Liger's RoPE kernel.",
+    Key(
+        ("liger_rope",),
+        None,
         r.liger_kernel,
+        type=bool,
+        description="Liger plugin: Liger's RoPE kernel, in place; it saves cos and sin, as transformers' RoPE does.",
     ),
     _not_modelled(
         "liger_layer_norm",

@@ -177,8 +177,12 @@ def optimizer_switch(name: str):
 
 
 def liger(b: PlanBuilder, s: Setting) -> None:
+    """`enable_liger_kernel` (hiyouga/LLaMA-Factory ff6d4d12 src/llamafactory/model/model_utils/liger_kernel.py
+    `apply_liger_kernel`): the model type's `apply_liger_kernel_to_<model>()` with Liger's defaults, its RMSNorm, RoPE
+    and SwiGLU kernels besides the fused loss (what they save: estimate/components/liger.py)."""
     if to_bool(s.value):
         b.set("loss_impl", "fused", s, note="Liger kernels incl. fused linear cross-entropy")
+        b.set("fused_kernels", ["rms_norm", "rope", "swiglu"], s, note="Liger's RMSNorm, RoPE and SwiGLU kernels")
 
 
 def megatron(concept: str, kind: str):

@@ -140,7 +140,8 @@ def _training_arguments(trl: bool) -> Table:
             write=w.loss(trl),
             type=bool,
             description="Liger kernels incl. fused linear cross-entropy: no full "
-            "[tokens × vocabulary] logits tensor — often the largest activation.",
+            "[tokens × vocabulary] logits tensor — often the largest activation; Liger's RMSNorm saves its input "
+            "and 1/rms (no fp32 copy), its SwiGLU the gate's and up's outputs (no act(gate)).",
         ),
         Key(
             ("deepspeed",),

@@ -388,14 +388,8 @@ def _liger(b: PlanBuilder, s: Setting) -> None:
         b.set("loss_impl", "fused", s, note="Liger fused linear cross-entropy")
         # transformers trainer.py (`use_liger_kernel`): `_apply_liger_kernel_to_instance` also swaps RMSNorm, RoPE
         # and SwiGLU for Liger's kernels (liger_kernel/transformers/monkey_patch.py), which save other activations:
-        # their speed is modelled (estimate/throughput.py `elementwise_bytes`), their memory is not
+        # their speed (estimate/throughput.py `elementwise_bytes`) and what they save (estimate/components/liger.py)
         b.set("fused_kernels", ["rms_norm", "rope", "swiglu"], s, note="Liger's RMSNorm, RoPE and SwiGLU kernels")
-        b.unmodelled(
-            s,
-            "the memory of Liger's RMSNorm, RoPE and SwiGLU kernels (what they save for backward)",
-            "estimated with transformers' layers' memory (their run time and the fused linear cross-entropy "
-            "are modelled)",
-        )
 
 
 def _loss_type(b: PlanBuilder, s: Setting) -> None:
