@@ -250,6 +250,9 @@ class TrainingPlan(BaseModel):
     expert_tensor_parallel: Sourced[int] | None = None
     sequence_parallel: Sourced[bool] | None = None  # Megatron sequence parallelism (with tensor parallelism)
     distributed_optimizer: Sourced[bool] | None = None  # Megatron's distributed optimizer
+    optimizer_offload_fraction: Sourced[float] | None = None  # Megatron's hybrid optimizer: share on the CPU
+    first_stage_layers: Sourced[int] | None = None  # Megatron uneven pipeline: layers on the first stage
+    last_stage_layers: Sourced[int] | None = None  # Megatron uneven pipeline: layers on the last stage
     recompute_method: Sourced[str] | None = None  # Megatron full recompute: "uniform" or "block"
     recompute_layers: Sourced[int] | None = None  # Megatron `--recompute-num-layers`
     checkpoint_every: Sourced[int] | None = None  # with grad_checkpointing: every n-th block checkpointed (absent: 1)

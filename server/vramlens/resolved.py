@@ -92,7 +92,9 @@ class ResolvedPlan(BaseModel):
     # compile.components without "loss" leaves it eager)
     rope_caches: int = 1  # torchtune: RoPE modules, each with an fp32 cos/sin cache of every
     # position (1: one shared by every layer; components.model_buffers)
-    loss_impl: Literal["standard", "chunked", "fused"] = "standard"
+    loss_impl: Literal["standard", "chunked", "fused", "xentropy"] = "standard"  # xentropy: a softmax
+    # cross-entropy CUDA kernel over the compute-dtype logits (flash-attn's CrossEntropyLoss; llm-foundry's
+    # `loss_fn: fused_crossentropy`)
     liger_loss: bool = False  # the fused loss is Liger's fused linear cross-entropy (its gradients computed in forward)
     loss_16bit: bool = False  # the cross-entropy runs on the compute-dtype logits, no fp32 upcast (ms-swift's
     # sequence-parallel loss); with loss_chunk_tokens, chunk by chunk, its gradient written over the saved logits
@@ -183,6 +185,9 @@ class ResolvedPlan(BaseModel):
     expert_tensor_parallel: int | None = None  # tensor parallelism inside each expert (None: tensor_parallel)
     sequence_parallel: bool = False  # norm/dropout activations split over the tensor-parallel ranks
     distributed_optimizer: bool = False  # fp32 main weights and optimizer states sharded over data parallel
+    optimizer_offload_fraction: float = 1.0  # with offload_optimizer under Megatron: the share on the CPU
+    first_stage_layers: int | None = None  # uneven pipeline stages (None: an even split)
+    last_stage_layers: int | None = None
     recompute_method: Literal["uniform", "block"] = "uniform"  # Megatron full recompute (grad_checkpointing)
     recompute_layers: int = 1  # uniform: layers per checkpointed group; block: layers recomputed
     fsdp_full_state_dict: bool = False

@@ -146,8 +146,10 @@ def test_first_stage_matches_megatron_theoretical_memory(arch, tp, pp, dp, mbs, 
     args = megatron_args(arch, tp, pp, dp, mbs, seq, sp, dist_opt, vpp)
     assert w + g + o == pytest.approx(megatron_weight_and_optimizer(args), rel=1e-4)
     acts, _ = C.megatron_activations(rp, first)
-    if pp == 1:  # the formula counts the output layer on the only stage
+    if pp == 1:  # the formula counts the output layer on the only stage, with its fp32 logits but not the
+        # 16-bit logits the loss holds beside them (components.megatron_head_per_token)
         acts += seq * mbs * C.megatron_head_per_token(rp)
+        acts -= seq * mbs * C.MEGATRON_LOGITS_16BIT_BYTES * arch.vocab / tp
     expected = megatron_activation(args, m)
     if not sp:
         expected /= 1.05  # the formula's allowance for misc temporaries, not an activation
@@ -160,6 +162,7 @@ def test_single_stage_estimate_is_the_formula_total(arch, tp, pp, dp, mbs, seq, 
     args = megatron_args(arch, tp, pp, dp, mbs, seq, sp, dist_opt, vpp)
     est = estimate(plan(arch, tp, pp, dp, mbs, seq, sp, dist_opt, vpp or 1, m), limits=False)
     expected = megatron_weight_and_optimizer(args) + megatron_activation(args, m)
+    expected += seq * mbs * C.MEGATRON_LOGITS_16BIT_BYTES * arch.vocab / tp  # 16-bit logits beside the fp32 ones
     assert est.allocated_bytes == pytest.approx(expected, rel=1e-3)
 
 

@@ -117,15 +117,22 @@ def test_megatron_optimizer_offloaded_to_the_cpu_keeps_no_optimizer_state_on_the
     assert (offloaded["weights"], offloaded["gradients"]) == (on_gpu["weights"], on_gpu["gradients"])
 
 
-def test_megatron_optimizer_partly_offloaded_is_named_not_modelled(tmp_path):
+def test_megatron_optimizer_partly_offloaded_keeps_the_rest_on_the_gpu(tmp_path):
+    # megatron-core's HybridDeviceOptimizer (`_get_sub_optimizer_param_groups`) moves `--optimizer_offload_fraction`
+    # of the optimizer's parameters to the CPU; the others keep fp32 copies and Adam states on the GPU
+    from vramlens.estimate import components as C
+
     text = (FIXTURES / "v4.0.0" / "megatron_offload" / "72b_offload.sh").read_text()
     path = tmp_path / "72b_offload.sh"
     path.write_text(
         text.replace("--optimizer_cpu_offload true", "--optimizer_cpu_offload true --optimizer_offload_fraction 0.5")
     )
     a = analysed(path)
-    assert a.resolution.resolved.offload_optimizer
-    assert any("0.5 of the optimizer offloaded" in u.what for u in a.estimate.unmodelled)
+    rp = a.resolution.resolved
+    assert rp.offload_optimizer and rp.optimizer_offload_fraction == 0.5
+    assert not any("optimizer_offload_fraction" in u.key for u in a.estimate.unmodelled)
+    on_gpu = C.megatron_step(rp.model_copy(update={"offload_optimizer": False}))["forward-backward"]["optimizer"]
+    assert C.megatron_step(rp)["forward-backward"]["optimizer"] == pytest.approx(on_gpu / 2, rel=0.01)
 
 
 ATTENTION = FIXTURES / "v2.4.0" / "attention"

@@ -146,14 +146,18 @@ def _not_modelled(what: str, consequence: str, *, unless=None):
 
 def _offload_fraction(b: PlanBuilder, s: Setting) -> None:
     """`--optimizer-offload-fraction` (default 1.0, megatron/training/arguments.py): the share of each rank's optimizer
-    parameters the hybrid optimizer keeps on the CPU; a part kept on the GPU is not modelled."""
+    parameters the hybrid optimizer keeps on the CPU (with `--optimizer-cpu-offload`); the rest stays on the GPU
+    (components.megatron_state_bytes)."""
     try:
         fraction = float(str(s.value))
     except ValueError:
         b.unknown(s, "offload fraction", ("a number from 0 to 1",))
         return
-    if fraction < 1.0:
-        b.unmodelled(s, f"{fraction:g} of the optimizer offloaded to the CPU", "estimated with all of it on the CPU")
+    if not 0.0 <= fraction <= 1.0:
+        b.unknown(s, "offload fraction", ("a number from 0 to 1",))
+        return
+    s.value = fraction
+    b.set("optimizer_offload_fraction", fraction, s, note=f"{fraction:g} of the optimizer on the CPU")
 
 
 def _hybrid_pattern(b: PlanBuilder, s: Setting) -> None:
@@ -352,8 +356,9 @@ HANDLERS = {
         "torch FSDP2 (weights and gradients sharded)", "estimated with whole weights and gradients on each rank"
     ),
     "pipeline_model_parallel_layout": _not_modelled("a custom pipeline layer layout", "layers split evenly"),
-    "decoder_first_pipeline_num_layers": _not_modelled("uneven pipeline stages", "layers split evenly"),
-    "decoder_last_pipeline_num_layers": _not_modelled("uneven pipeline stages", "layers split evenly"),
+    # uneven pipeline stages (megatron/core/transformer/transformer_block.py `get_num_layers_to_build`)
+    "decoder_first_pipeline_num_layers": lambda b, s: b.set_int("first_stage_layers", s, minimum=0),
+    "decoder_last_pipeline_num_layers": lambda b, s: b.set_int("last_stage_layers", s, minimum=0),
     "moe_extended_tp": _not_modelled("extended tensor parallelism of the experts", "experts split by EP only"),
     "multi_latent_attention": _not_modelled("multi-latent attention (MLA)", "estimated as multi-head attention"),
     "hybrid_override_pattern": _hybrid_pattern,

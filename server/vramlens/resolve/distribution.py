@@ -99,7 +99,7 @@ def _devices_per_process(
 
 def _megatron_layout(val) -> dict:
     """The Megatron-core layout settings of the plan, as ResolvedPlan fields (their defaults when unset)."""
-    out = {
+    out: dict[str, object] = {
         "virtual_pipeline": int(val("virtual_pipeline") or 1),
         "expert_parallel": int(val("expert_parallel") or 1),
         "sequence_parallel": bool(val("sequence_parallel")),
@@ -110,4 +110,9 @@ def _megatron_layout(val) -> dict:
         out["expert_tensor_parallel"] = int(val("expert_tensor_parallel"))
     if val("recompute_method") in ("uniform", "block"):
         out["recompute_method"] = val("recompute_method")
+    if val("optimizer_offload_fraction") is not None:
+        out["optimizer_offload_fraction"] = float(val("optimizer_offload_fraction"))
+    for name in ("first_stage_layers", "last_stage_layers"):
+        if val(name) is not None:
+            out[name] = int(val(name))
     return out

@@ -141,8 +141,10 @@ from vramlens.estimate.components.logits import (
 )
 from vramlens.estimate.components.megatron import (
     MEGATRON_EMBED_INPUT_BYTES,
+    MEGATRON_LOGITS_16BIT_BYTES,
     expert_tp,
     megatron_activations,
+    megatron_adapter_params,
     megatron_core_attention_per_token,
     megatron_dp,
     megatron_head_per_token,
@@ -200,6 +202,7 @@ from vramlens.estimate.components.pipeline import (
     device_map_phases,
     in_flight_microbatches,
     pipeline_stage_share,
+    stage_layer_counts,
     stage_layers,
     stages,
 )
@@ -279,6 +282,7 @@ __all__ = [
     "HF_FUSED_FAMILIES",
     "HF_ONE_QKV_LINEAR",
     "MEGATRON_EMBED_INPUT_BYTES",
+    "MEGATRON_LOGITS_16BIT_BYTES",
     "MLP_LINEARS",
     "NF4_DEQUANT_PEAK_BYTES",
     "OWN_LINEAR_FAMILIES",
@@ -402,6 +406,7 @@ __all__ = [
     "ssd_chunk_scan_bytes",
     "math_attention_block_per_token",
     "megatron_activations",
+    "megatron_adapter_params",
     "megatron_core_attention_per_token",
     "megatron_dp",
     "megatron_head_per_token",
@@ -433,6 +438,7 @@ __all__ = [
     "sdpa_math_backward_per_token",
     "shapes",
     "shard_factor",
+    "stage_layer_counts",
     "stage_layers",
     "stages",
     "t5_bias_bytes",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from vramlens.estimate.components.common import DTYPE_BYTES
+from vramlens.estimate.components.experts import expert_parameters, lora_linears
 from vramlens.estimate.components.parameters import params
 from vramlens.estimate.components.pipeline import Stage, stages
 from vramlens.estimate.shapes import shapes
@@ -46,7 +47,11 @@ def megatron_state_bytes(rp: ResolvedPlan, st: Stage) -> tuple[int, int, int]:
     copy on the GPU), Megatron-LM d98e8a64dd megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py
     `_get_sub_optimizer_param_groups` moves `--optimizer-offload-fraction` (default 1.0, arguments.py) of the rank's
     optimizer parameters to pinned CPU copies that its CPU Adam updates with their states: at that default the GPU
-    keeps no optimizer state, only the 16-bit weights and the gradient buffers."""
+    keeps no optimizer state, only the 16-bit weights and the gradient buffers. Below it, the parameters past the
+    offloaded share stay on the GPU (`offload_params_numel < offload_threshold and param.is_cuda`, the threshold
+    being that fraction of the optimizer's parameter count), each with an fp32 copy (`param_update_in_fp32=True`,
+    megatron/core/optimizer/__init__.py) and the GPU Adam's two fp32 states (torch.optim.AdamW): that share of the
+    optimizer's bytes on the GPU."""
     tp = max(rp.tensor_parallel, 1)
     dense = st.dense_params / tp
     experts = st.expert_params / (expert_tp(rp) * max(rp.expert_parallel, 1))
@@ -55,15 +60,51 @@ def megatron_state_bytes(rp: ResolvedPlan, st: Stage) -> tuple[int, int, int]:
     opt = rp.optimizer
     per_state = 4 * opt.states + (4 if wb < 4 else 0)  # fp32 states (+ the fp32 main weights)
     if rp.offload_optimizer:
-        per_state = 0  # the hybrid optimizer's CPU copies (offload fraction 1.0)
+        # the hybrid optimizer's CPU copies: its offload fraction of the rank's optimizer parameters
+        per_state *= 1.0 - min(max(rp.optimizer_offload_fraction, 0.0), 1.0)
     dp, edp = megatron_dp(rp) if rp.distributed_optimizer else (1, 1)
     if rp.peft != "none":
-        share = (dense + experts) / max(shapes(rp.arch).total, 1)
-        trained = params(rp).trainable * share
+        s = shapes(rp.arch)
+        expert_total = sum(l.params for l in s.linears if l.expert)
+        dense_adapters, expert_adapters = megatron_adapter_params(rp)
+        # each kind of adapter in the share of its kind of weights this rank holds
+        trained_dense = dense_adapters * dense / max(s.total - expert_total, 1)
+        trained_experts = expert_adapters * experts / max(expert_total, 1)
+        trained = trained_dense + trained_experts
         weights += trained * (4 if rp.adapter_fp32 else wb)
-        return int(weights), int(trained * 4), int(trained * per_state / dp)
+        return int(weights), int(trained * 4), int(trained_dense * per_state / dp + trained_experts * per_state / edp)
     grads = (dense + experts) * 4
     return int(weights), int(grads), int(dense * per_state / dp + experts * per_state / edp)
+
+
+def megatron_adapter_params(rp: ResolvedPlan) -> tuple[int, int]:
+    """(adapters on the dense weights, adapters on the routed experts) of a Megatron-SWIFT LoRA run, whole model.
+
+    The experts' adapters are Megatron-SWIFT's own: on a grouped-expert linear (TEGroupedLinear, `linear_fc1` with
+    gate and up fused, `linear_fc2`), `LoraParallelLinear.update_layer` builds lora_A and lora_B as grouped linears
+    with the base layer's `num_gemms`, one r × in and out × r pair per local expert (ms-swift v4.0.0
+    swift/megatron/tuners/lora.py; v3.10.0 the same). "all-linear" (`find_all_linears`, swift/megatron/utils/utils.py)
+    takes every TE linear and grouped linear but the output layer, not the router. They live in the expert
+    gradient buffers and the distributed optimizer shards them over the expert data-parallel group
+    (`megatron_dp`), the dense adapters over the data-parallel group. The dense part is what `params` counts
+    besides the experts (attention and dense-MLP adapters, `modules_to_save`)."""
+    arch = rp.arch
+    p = params(rp).trainable
+    if not arch.num_experts:
+        return p, 0
+    peft_experts = sum(e.adapter_params for e in expert_parameters(rp)) + sum(
+        l.count * rp.lora_r * (l.in_features + l.out_features) for l in lora_linears(rp) if l.expert
+    )
+    targets = set(rp.lora_targets)
+    f = arch.moe_intermediate or arch.intermediate
+    fc1_out = 2 * f if arch.mlp in ("swiglu", "geglu") else f
+    per_expert = 0
+    if targets & {"all-linear", "gate", "up"}:
+        per_expert += rp.lora_r * (arch.hidden + fc1_out)
+    if targets & {"all-linear", "down"}:
+        per_expert += rp.lora_r * (f + arch.hidden)
+    experts = per_expert * arch.num_experts * max(arch.layers - arch.dense_layers, 0)
+    return max(p - peft_experts, 0), experts
 
 
 def megatron_reference_bytes(rp: ResolvedPlan, st: Stage) -> int:
@@ -170,19 +211,34 @@ def megatron_activations(rp: ResolvedPlan, st: Stage) -> tuple[int, int]:
     a2a = 0
     if moe_layers:
         # the token dispatcher's all-to-all: a micro-batch's chosen-expert tokens sent and received for one layer
-        # (megatron/core/transformer/moe/token_dispatcher.py `MoEAlltoAllTokenDispatcher`)
+        # (megatron/core/transformer/moe/token_dispatcher.py `MoEAlltoAllTokenDispatcher`), from the rank's
+        # sequence-parallel shard: MoE training with TP > 1 requires sequence parallelism (Megatron-LM d98e8a64
+        # megatron/core/transformer/moe/moe_layer.py `forward` raises without it)
         a2a = int(2 * max(rp.arch.experts_per_token, 1) * 2 * h * tokens / tp)
     return int(tokens * (per_mb * st.in_flight + working)), a2a
 
 
+# the 16-bit logits beside their fp32 copy in the vocab-parallel cross entropy (`megatron_head_per_token`)
+MEGATRON_LOGITS_16BIT_BYTES = 2
+
+
 def megatron_head_per_token(rp: ResolvedPlan) -> float:
-    """The output layer and the loss on the last rank: the final norm's and the output projection's inputs and the
-    fp32 logits, 4sbh/t·(1 + V/h) (Korthikanti et al. §4.4; theoretical_memory_usage with PP = 1)."""
+    """The output layer and the loss on the last rank at the step's peak: the final norm's and the output
+    projection's inputs and the fp32 logits, 4sbh/t·(1 + V/h) (Korthikanti et al. §4.4; theoretical_memory_usage with
+    PP = 1), and beside the fp32 logits a 16-bit tensor of the same shape. The vocab-parallel cross entropy
+    casts the output layer's 16-bit logits to fp32 (megatron/core/tensor_parallel/cross_entropy.py at Megatron-LM
+    4a47b160 `calculate_logits_max`: `vocab_parallel_logits.float()`) and saves the fp32 softmax for backward, while
+    the GPT model's forward still holds the 16-bit logits it passed in (megatron/core/models/gpt/gpt_model.py
+    `_postprocess`: `logits, _ = self.output_layer(...)`, then `compute_language_model_loss(labels, logits)`); in
+    backward the gradient is made in place in the fp32 softmax and cast to 16 bits for the output layer while the
+    softmax is alive (megatron/core/fusions/fused_cross_entropy.py `calculate_gradients`:
+    `grad_input.to(torch.bfloat16)` with `--cross-entropy-loss-fusion`; without it autograd casts the fp32
+    gradient to the logits' dtype). So 6 bytes per logit at the loss, in forward and in backward."""
     if rp.scalar_head:
         return 0.0
     tp = max(rp.tensor_parallel, 1)
     sp = tp if rp.sequence_parallel else 1
-    return 4 * rp.arch.hidden / sp + 4 * rp.arch.vocab / tp
+    return 4 * rp.arch.hidden / sp + (4 + MEGATRON_LOGITS_16BIT_BYTES) * rp.arch.vocab / tp
 
 
 def megatron_step(rp: ResolvedPlan) -> dict[str, dict[str, int]]:

@@ -29,6 +29,27 @@ def stage_layers(rp: ResolvedPlan) -> int:
     return math.ceil(rp.arch.layers / max(rp.pipeline_parallel, 1))
 
 
+def stage_layer_counts(rp: ResolvedPlan) -> tuple[int, int, int]:
+    """Decoder layers on the (first, middle, last) pipeline ranks. With `--decoder-first-pipeline-num-layers` /
+    `--decoder-last-pipeline-num-layers` those stages hold the given counts and the other stages split the rest
+    evenly (Megatron-LM 7cdba422 megatron/core/transformer/transformer_block.py `get_num_layers_to_build`:
+    `layers_to_distribute // pipeline_stages_left`, 0 when no stage is left); otherwise every stage holds
+    `stage_layers`."""
+    pp = max(rp.pipeline_parallel, 1)
+    first, last = rp.first_stage_layers, rp.last_stage_layers
+    if pp == 1 or (first is None and last is None):
+        n = stage_layers(rp)
+        return n, n, n
+    rest = rp.arch.layers - (first or 0) - (last or 0)
+    left = pp - (first is not None) - (last is not None)
+    middle = math.ceil(max(rest, 0) / left) if left > 0 else 0
+    return (
+        middle if first is None else min(max(first, 0), rp.arch.layers),
+        middle,
+        middle if last is None else min(max(last, 0), rp.arch.layers),
+    )
+
+
 def in_flight_microbatches(rp: ResolvedPlan, rank: int) -> float:
     """Micro-batches whose activations pipeline rank `rank` holds at its peak. 1F1B (megatron/core/pipeline_parallel/
     schedules.py `forward_backward_pipelining_without_interleaving`: `num_warmup_microbatches = pp - rank - 1`, then one
@@ -48,26 +69,30 @@ def in_flight_microbatches(rp: ResolvedPlan, rank: int) -> float:
 
 
 def stages(rp: ResolvedPlan) -> list[Stage]:
-    """The first and the last pipeline rank (the middle ones hold less than the first: the same layers, fewer
-    micro-batches in flight, no embedding). The first holds the word embeddings, the last the output layer and the
-    final norm; with tied embeddings the last keeps its own copy of the embedding for the output layer
-    (megatron/core/models/common/language_module/language_module.py `setup_embeddings_and_output_layer`)."""
+    """The first and the last pipeline rank, and the second when more than two stages hold more layers than the
+    first (uneven stages, `stage_layer_counts`; with an even split the middle ones hold less than the first: the
+    same layers, fewer micro-batches in flight, no embedding). The first holds the word embeddings, the last the
+    output layer and the final norm; with tied embeddings the last keeps its own copy of the embedding for the output
+    layer (megatron/core/models/common/language_module/language_module.py `setup_embeddings_and_output_layer`)."""
     s = shapes(rp.arch)
     arch = rp.arch
     expert_total = sum(l.params for l in s.linears if l.expert)
     per_layer_dense = (s.total - s.embed_params - s.lm_head_params - expert_total) / max(arch.layers, 1)
     per_layer_expert = expert_total / max(arch.layers - arch.dense_layers, 1) if expert_total else 0
     pp = max(rp.pipeline_parallel, 1)
-    n = stage_layers(rp)
+    n_first, n_middle, n_last = stage_layer_counts(rp)
     scalar = rp.scalar_head
     head = 0 if scalar else s.embed_params if arch.tied_embeddings else s.lm_head_params
-    moe_first = min(max(n - arch.dense_layers, 0), n) if expert_total else 0
-    moe_last = min(n, arch.layers - arch.dense_layers) if expert_total else 0
+
+    def moe_layers(start: int, n: int) -> int:
+        """MoE layers among the stage's `n` layers from layer `start` (the leading dense layers come first)."""
+        return max(min(start + n, arch.layers) - max(start, arch.dense_layers), 0) if expert_total else 0
+
     first = Stage(
         "only" if pp == 1 else "first",
-        int(n * per_layer_dense + s.embed_params + (s.lm_head_params if pp == 1 and not scalar else 0)),
-        int(moe_first * per_layer_expert),
-        n,
+        int(n_first * per_layer_dense + s.embed_params + (s.lm_head_params if pp == 1 and not scalar else 0)),
+        int(moe_layers(0, n_first) * per_layer_expert),
+        n_first,
         in_flight_microbatches(rp, 0),
         True,
         pp == 1,
@@ -76,14 +101,28 @@ def stages(rp: ResolvedPlan) -> list[Stage]:
         return [first]
     last = Stage(
         "last",
-        int(n * per_layer_dense + head),
-        int(moe_last * per_layer_expert),
-        n,
+        int(n_last * per_layer_dense + head),
+        int(moe_layers(arch.layers - n_last, n_last) * per_layer_expert),
+        n_last,
         in_flight_microbatches(rp, pp - 1),
         False,
         True,
     )
-    return [first, last]
+    out = [first, last]
+    if pp > 2 and n_middle > n_first:
+        out.insert(
+            1,
+            Stage(
+                "middle",
+                int(n_middle * per_layer_dense),
+                int(moe_layers(n_first, n_middle) * per_layer_expert),
+                n_middle,
+                in_flight_microbatches(rp, 1),
+                False,
+                False,
+            ),
+        )
+    return out
 
 
 def pipeline_stage_share(rp: ResolvedPlan) -> float:
