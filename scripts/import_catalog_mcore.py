@@ -13,11 +13,12 @@ Nothing from the file is run.
 A file is mapped to the Hugging Face id it describes only where its name states it (`FILES` below, each with the
 model card that gives the size); a file whose name fits several published checkpoints of different shapes is left
 out (`LEFT_OUT`, with the reason). Flags that change the model's weights and that the reader does not model
-(`UNMODELLED_SHAPES`: a custom layer spec, gated / linear attention, multi-latent attention; a `--moe-layer-freq`
-pattern built by a shell loop the reader cannot follow) make the entry `approximate`, with the reason. An id the
-catalog already has (hand entries, litgpt's import, an earlier imported file) is not written; its count and sizes
-are compared with the catalog's and recorded under `"checked"` (tests/knowledge/test_catalog_mcore.py holds that the
-exact ones agree).
+(`UNMODELLED_SHAPES`: a custom layer spec, gated / linear attention; a `--moe-layer-freq` pattern built by a shell
+loop the reader cannot follow) make the entry `approximate`, with the reason. Multi-latent attention is read from the
+file's own MLA flags (`mla_sizes`) and the entry written under the family the catalog sizes MLA with (`MLA_FAMILY`).
+An id the catalog already has (hand entries, litgpt's import, an earlier imported file) is not written; its count
+and sizes are compared with the catalog's and recorded under `"checked"` (tests/knowledge/test_catalog_mcore.py holds
+that the exact ones agree).
 
     python scripts/import_catalog_mcore.py [--git-dir /work/.mirror/THUDM+slime/repo] [--commit HEAD] [--check]
 
@@ -114,6 +115,12 @@ LEFT_OUT = {
 # MiniMax's q/k norms left out); their layers
 # are a decoder of attention and routed (+ shared) experts as the Mixtral-style entry holds them
 EXACT_TYPES = {
+    # multi-latent attention (MLA) + routed and shared experts, built as DeepSeek-V3's layers: transformers 5.24
+    # models/glm4_moe_lite/modular_glm4_moe_lite.py `Glm4MoeLiteAttention(DeepseekV3Attention)` over GLM-4.5's MoE
+    # (`Glm4MoeLiteMoE(Glm4MoeMoE)`: routed experts, one shared expert, a sigmoid router with a score-correction bias,
+    # as `DeepseekV3MoE`); the catalog sizes MLA under the deepseek_v3 family (`MLA_FAMILY`)
+    "deepseek_v3": "deepseek_v3",
+    "glm4_moe_lite": "deepseek_v3",
     "qwen2": "qwen2",
     "qwen3": "qwen3",
     "qwen3_moe": "qwen3_moe",
@@ -138,34 +145,43 @@ UNMODELLED_SHAPES = {
     "experimental_attention_variant": "an experimental attention variant counted as multi-head attention",
     "linear_attention_freq": "linear-attention layers counted as attention layers",
 }
+# the family whose entries the catalog sizes MLA with (models.yaml deepseek-ai/DeepSeek-V3: `kv_lora_rank` and the
+# head widths; estimate/shapes.py `mla_linears`): every file with `--multi-latent-attention` is written under it, so
+# that an MLA model is never read as multi-head attention
+MLA_FAMILY = "deepseek_v3"
+# Megatron-LM megatron/training/arguments.py (d98e8a64) `_add_mla_args`: --q-lora-rank None (a full-rank query
+# projection), --kv-lora-rank 32, --qk-head-dim 128, --qk-pos-emb-head-dim 64, --v-head-dim 128 when not given;
+# flag -> (ModelArch field, default)
+MLA_FLAGS = {
+    "q-lora-rank": ("q_lora_rank", None),
+    "kv-lora-rank": ("kv_lora_rank", 32),
+    "qk-head-dim": ("qk_nope_head_dim", 128),
+    "qk-pos-emb-head-dim": ("qk_rope_head_dim", 64),
+    "v-head-dim": ("head_dim", 128),
+}
+# the reasons `UNMODELLED_SHAPES` gives for MLA, which the MLA sizes read from the file replace
+_MLA_REASONS = frozenset(UNMODELLED_SHAPES[k] for k in ("multi_latent_attention", "q_lora_rank", "kv_lora_rank"))
 # values the reader could not follow (a shell loop): what the default it keeps means
 NOT_READ = {"moe-layer-freq": "`--moe-layer-freq` built by a shell loop, not read: every layer counted as an MoE layer"}
 # ModelArch fields written out (the rest keep their defaults): the litgpt importer's, less the stored dtype (the
-# flags do not state it), with the shared experts' width, which the flags do
+# flags do not state it), with the shared experts' width and MLA's sizes, which the flags do
 _BASE = tuple(f for f in import_catalog.FIELDS if f != "stored_dtype")
 _AT = _BASE.index("shared_experts") + 1
-FIELDS = (*_BASE[:_AT], "shared_expert_intermediate", *_BASE[_AT:])
-FIELDS = (
-    "family",
-    "mlp",
-    "norm",
-    "hidden",
-    "layers",
-    "heads",
-    "kv_heads",
-    "head_dim",
-    "intermediate",
-    "vocab",
-    "tied_embeddings",
-    "attn_bias",
-    "mlp_bias",
-    "num_experts",
-    "experts_per_token",
-    "moe_intermediate",
-    "shared_experts",
-    "shared_expert_intermediate",
-    "dense_layers",
-)
+FIELDS = (*_BASE[:_AT], "shared_expert_intermediate", *_BASE[_AT:], "kv_lora_rank", "q_lora_rank")
+FIELDS += ("qk_nope_head_dim", "qk_rope_head_dim")  # MLA's sizes (`mla_sizes`)
+
+
+def mla_sizes(args: list[str]) -> dict[str, Any]:
+    """The MLA sizes (`ModelArch` fields) a launch's `--multi-latent-attention` flags state, Megatron's defaults for
+    those it leaves out; {} without MLA. The value heads are `--v-head-dim` wide (`head_dim`, as
+    `arch_from_hf_config` reads DeepSeek's `v_head_dim`), one key/value head per query head."""
+    if "--multi-latent-attention" not in args:
+        return {}
+    sizes: dict[str, Any] = {"kv_heads": None}
+    for flag, (field, default) in MLA_FLAGS.items():
+        at = args.index(f"--{flag}") if f"--{flag}" in args else -1
+        sizes[field] = int(args[at + 1]) if 0 <= at < len(args) - 1 else default
+    return sizes
 
 
 # Remote-code models (`auto_map`, never run): their published config.json, read as a local config.json is; the layers
@@ -317,6 +333,10 @@ def read_file(name: str, text: str) -> tuple[Any, list[str]]:
             reason = reason.format(value=value)
         if reason not in why:
             why.append(reason)
+    mla = mla_sizes(args)
+    if mla and arch is not None:
+        arch = arch.model_copy(update=mla)
+        why = [w for w in why if w not in _MLA_REASONS]
     for issue in plan.issues:
         if issue.kind == IssueKind.NOT_READ:
             key = issue.message.split("`")[1] if "`" in issue.message else ""
@@ -341,6 +361,8 @@ def build(git_dir: Path, commit: str) -> dict:
             continue
         exact = model_type in EXACT_TYPES and not why
         family = EXACT_TYPES[model_type] if exact else ("mixtral" if arch.num_experts else "llama")
+        if arch.kv_lora_rank:
+            family = MLA_FAMILY
         source = f"{REPO} {FOLDER}/{name} at {rev[:12]} (Megatron flags, read by vramlens' Megatron reader)"
         entry: dict[str, Any] = {"id": hf_id}
         if aliases:
@@ -351,7 +373,8 @@ def build(git_dir: Path, commit: str) -> dict:
         entry["stored_dtype"] = "bf16"
         entry["source"] = source
         if not exact:
-            why = why or [f"`{model_type}` layers read as a {'Mixtral' if arch.num_experts else 'Llama'}-style decoder"]
+            style = "DeepSeek-V3" if arch.kv_lora_rank else ("Mixtral" if arch.num_experts else "Llama")
+            why = why or [f"`{model_type}` layers read as a {style}-style decoder"]
             entry["approximate"] = "; ".join(why)
         built = type(arch)(**{k: v for k, v in entry.items() if k != "aliases"})
         entry["params_b"] = round(param_count(built) / 1e9, 3)

@@ -60,6 +60,39 @@ def test_megatron_heads_that_do_not_divide_the_width_take_the_head_size_given():
     assert arch.num_experts == 128 and arch.dense_layers == 1 and arch.shared_experts == 1
 
 
+def test_multi_latent_attention_files_are_read_with_their_mla_sizes():
+    """slime scripts/models/glm4.7-30B-A3B.sh (GLM-4.7-Flash): `--multi-latent-attention --q-lora-rank 768
+    --kv-lora-rank 512 --qk-head-dim 192 --qk-pos-emb-head-dim 64 --v-head-dim 256` over 64 routed experts and one
+    shared: the low-rank projections are read, and MLA is no reason to call the count approximate."""
+    name = "glm4.7-30B-A3B.sh"
+    arch, why = _script().read_file(name, (SLIME / name).read_text(encoding="utf-8"))
+    assert (arch.kv_lora_rank, arch.q_lora_rank, arch.mla_head_dims) == (512, 768, (192, 64, 256))
+    assert arch.kv_heads is None and why == []
+
+
+def test_glm47_flash_is_mla_and_moe_as_transformers_builds_it():
+    """GLM-4.7-Flash is transformers 5.24's glm4_moe_lite: `Glm4MoeLiteAttention(DeepseekV3Attention)` (MLA) over
+    GLM-4.5's routed + shared experts. Its catalog entry is written under the family the estimate sizes MLA with
+    (as deepseek-ai/DeepSeek-V3 is), not as a Mixtral with multi-head attention, and counts what transformers builds
+    from the same sizes."""
+    from transformers import Glm4MoeLiteConfig
+
+    arch = models.lookup_model("zai-org/GLM-4.7-Flash")
+    assert arch is not None and arch.family == models.lookup_model("deepseek-ai/DeepSeek-V3").family
+    assert arch.kv_lora_rank == 512 and arch.q_lora_rank == 768 and arch.mla_head_dims == (192, 64, 256)
+    assert not arch.approximate
+    sizes = {"hidden_size": arch.hidden, "num_hidden_layers": arch.layers, "num_attention_heads": arch.heads}
+    sizes |= {"num_key_value_heads": arch.heads, "intermediate_size": arch.intermediate, "vocab_size": arch.vocab}
+    sizes |= {"moe_intermediate_size": arch.moe_intermediate, "n_routed_experts": arch.num_experts}
+    sizes |= {"n_shared_experts": arch.shared_experts, "num_experts_per_tok": arch.experts_per_token}
+    sizes |= {"kv_lora_rank": 512, "q_lora_rank": 768, "qk_nope_head_dim": 192, "qk_rope_head_dim": 64}
+    sizes |= {"v_head_dim": 256, "tie_word_embeddings": False}
+    sizes["mlp_layer_types"] = ["dense"] * arch.dense_layers + ["sparse"] * (arch.layers - arch.dense_layers)
+    built = arch_from_hf_config(Glm4MoeLiteConfig(**sizes).to_dict(), "glm4_moe_lite")
+    assert built is not None and built.params_total
+    assert abs(param_count(arch) / built.params_total - 1) < 0.001
+
+
 # ----------------------------------------------------------------------------------------------- the data files
 
 
@@ -81,7 +114,7 @@ def test_flags_the_reader_does_not_model_make_the_entry_approximate():
     assert "custom layer spec" in by_id["Qwen/Qwen3-Next-80B-A3B-Instruct"]["approximate"]
     assert "gated attention" in by_id["Qwen/Qwen3.5-35B-A3B"]["approximate"]
     moonlight = by_id["moonshotai/Moonlight-16B-A3B"]["approximate"]
-    assert "multi-latent attention" in moonlight and "--moe-layer-freq" in moonlight
+    assert "--moe-layer-freq" in moonlight
     # Megatron's GPT layers only: exact
     assert "approximate" not in by_id["zai-org/GLM-4.5-Air"]
     assert "approximate" not in by_id["MiniMaxAI/MiniMax-M2"]
@@ -137,7 +170,8 @@ def test_held_out_verl_moonlight_run_is_estimated_and_says_it_is_approximate():
     a = analyze(path.read_text(encoding="utf-8"), str(path), Settings(workspace=path.parent, model_lookup=False))
     assert a.error is None and a.estimate is not None
     assert a.resolution is not None and a.resolution.resolved.arch.id == "moonshotai/Moonlight-16B-A3B"
-    assert any("multi-latent attention" in str(x) for x in a.resolution.assumptions)
+    assert any("--moe-layer-freq" in str(x) for x in a.resolution.assumptions)
+    assert a.resolution.resolved.arch.kv_lora_rank == 512  # MLA sized as MLA, not as multi-head attention
 
 
 def test_checkpoints_slime_trains_from_another_models_file_resolve_to_its_shapes():
