@@ -166,7 +166,7 @@ NOT_MODELLED = {
     "bamba": "torch path",
     "granitemoehybrid": "torch path",
     "nemotron_h": "torch path",
-    "gemma3n_text": "checkpointed Gemma-3n block",
+    "gemma3n_text": "Gemma-3n blocks over 4-bit weights",
     "llama4_text": "checkpointed Llama-4 MoE block",
     "gpt_oss": "checkpointed",
 }

@@ -250,6 +250,9 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             recompute, block_temps = in_attention, 0
         # every block's checkpoints while the highest recomputed block is recomputed (C.saved_per_token)
         grads = G if g_persistent else max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0)
+        if gemma3n.gemma3n(rp) and not g_persistent:
+            # not made yet: the lowest block's, the per-layer embeddings' (gemma3n.grads_not_made_at_lowest_recompute)
+            grads = max(grads - int(gemma3n.grads_not_made_at_lowest_recompute(rp) * p.trainable_dtype_bytes), 0)
         held_ckpt = 0 if rp.activation_offload else int(tok * ckpt_top * held)
         lowest = 0 if rp.activation_offload else int(tok * ckpt_bottom * held)
         # gradients freed by zero_grad(set_to_none=True) come back block by block while the checkpoints go: the last

@@ -500,10 +500,10 @@ def lfm2_mlp_width(config: Mapping[str, Any], width: int) -> int:
 
 
 NOT_MODELLED_LAYERS = {
-    # models/gemma3n/modeling_gemma3n.py: AltUp, LAuReL, the per-layer inputs and shared K/V are modelled
-    # (estimate/components/gemma3n.py), not the gradients AltUp's correct and predict steps make in the backward of a
-    # checkpointed block (the real-library trace is 16-21 % above the estimate there)
-    "gemma3n_text": "backward of a checkpointed Gemma-3n block (AltUp's gradients) not modelled",
+    # models/gemma3n/modeling_gemma3n.py: AltUp, LAuReL, the per-layer inputs, shared K/V and the checkpointed
+    # recompute are modelled in a 16-bit step (estimate/components/gemma3n.py), not over 4-bit weights, where
+    # prepare_model_for_kbit_training makes the stream fp32 (the real-library trace is 22-31 % above the estimate)
+    "gemma3n_text": "Gemma-3n blocks over 4-bit weights (QLoRA) not modelled",
     # Bamba, Granite-4 hybrids: with 4-bit base weights (bitsandbytes quantizes the mixers' in_proj / out_proj,
     # peft's prepare_model_for_kbit_training upcasts A_log, D, dt_bias, conv1d and the norms to fp32) the
     # real-library trace is 7-13 % below the estimate, which sizes the mixers as in a 16-bit run

@@ -225,6 +225,12 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
             "kernel allocates (gradients computed in the forward, logits one chunk at a time)"
         )
 
+    if rp.quant_bits == 4 and arch.family == "gemma3n_text":
+        # trace/hf.py `KBIT_UNQUANTIZABLE`: the model code clamps these weights, which 4-bit storage cannot serve
+        assumptions.append(
+            "Gemma-3n's AltUp correction_coefs and prediction_coefs left unquantized "
+            "(llm_int8_skip_modules): its code clamps their weights in training, which a 4-bit weight cannot serve"
+        )
     if arch.is_moe:
         assumptions.append("MoE routing assumed perfectly balanced (tokens × top-k spread evenly over experts)")
     if arch.kv_lora_rank:

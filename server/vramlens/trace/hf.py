@@ -1284,9 +1284,21 @@ def embeddings_back_to_16bit(model, dtype) -> None:
 # -- bitsandbytes 4-bit ---------------------------------------------------------------------------------
 
 
+# Linears whose model code reads their weight directly, which a packed 4-bit weight cannot serve: Gemma-3n's AltUp
+# clamps its coefficient weights in training (transformers 5.24 models/gemma3n/modeling_gemma3n.py
+# `Gemma3nTextAltUp.predict`: `self.prediction_coefs.weight.data.clamp_(...)`; `correct`:
+# `self.correction_coefs.weight.clamp(...)` into `F.linear`; `altup_coef_clip` defaults to 120.0), which fails on
+# the uint8 storage. A user leaves them unquantized with `BitsAndBytesConfig(llm_int8_skip_modules=[...])`
+# (transformers 5.24 utils/quantization_config.py: "the modules that we do not want to convert"); the trace does
+# the same and says so (trace/config.py `step_config`).
+KBIT_UNQUANTIZABLE: dict[str | None, tuple[str, ...]] = {
+    "gemma3n_text": ("correction_coefs", "prediction_coefs"),
+}
+
+
 def replace_4bit(model, cfg: StepConfig):
     """transformers' own `replace_with_bnb_linear` on the meta model: its `Linear4bit` modules."""
-    from transformers import BitsAndBytesConfig
+    from transformers import BitsAndBytesConfig, PreTrainedModel
     from transformers.integrations.bitsandbytes import replace_with_bnb_linear
 
     qc = BitsAndBytesConfig(
@@ -1300,7 +1312,14 @@ def replace_4bit(model, cfg: StepConfig):
     # quantizers/quantizer_bnb_4bit.py `_process_model_before_weight_loading` → base.py `get_modules_to_not_convert`):
     # T5's `wo` (models/t5/modeling_t5.py T5PreTrainedModel)
     skip = ["lm_head"] + sorted(getattr(model, "_keep_in_fp32_modules", None) or [])
+    skip += sorted(KBIT_UNQUANTIZABLE.get(getattr(model.config, "model_type", None), ()))
     model = replace_with_bnb_linear(model, modules_to_not_convert=skip, quantization_config=qc)
+    # what the quantizer sets after loading (quantizers/base.py `postprocess_model` → `_assign_is_quantized`), which
+    # model code reads: Jamba's mixer then calls dt_proj as a module, not its weight (models/jamba/modeling_jamba.py
+    # `JambaMambaMixer.forward`: `if hasattr(self.config, "_is_quantized")`)
+    for module in model.modules():
+        if isinstance(module, PreTrainedModel):
+            module.config._is_quantized = True
     model.is_loaded_in_4bit = True
     model.hf_quantizer = None
     return model

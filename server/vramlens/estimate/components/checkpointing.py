@@ -12,6 +12,7 @@ from vramlens.estimate.components.common import (
 )
 from vramlens.estimate.components.gemma3n import block_input_per_token as gemma3n_block_input
 from vramlens.estimate.components.gemma3n import gemma3n
+from vramlens.estimate.components.gemma3n import held_while_recomputing as gemma3n_held
 from vramlens.estimate.components.trained import counted_layers
 from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
 from vramlens.resolved import ResolvedPlan
@@ -128,6 +129,9 @@ def saved_per_token(rp: ResolvedPlan) -> tuple[float, float, float]:
     k = checkpointed_blocks(rp)
     if k == layers:
         total = layers * inp
+        if gemma3n(rp):
+            # what the model holds outside the blocks while they are recomputed (`gemma3n.held_while_recomputing`)
+            return total, total + gemma3n_held(rp, lowest=False), inp + gemma3n_held(rp, lowest=True)
         return total, total, inp
     _, one_layer = activations_per_token(rp)
     n = max(rp.checkpoint_every, 1)

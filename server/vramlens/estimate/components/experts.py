@@ -3,9 +3,10 @@ parameters with grouped_mm), the expert parameters peft adapts, and the weight c
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
-from vramlens.estimate.components.common import DTYPE_BYTES, mlp_bytes
+from vramlens.estimate.components.common import DTYPE_BYTES, fp32_residual, mlp_bytes, unsloth_kernels
 from vramlens.estimate.shapes import shapes, targeted
 from vramlens.knowledge import versions
 from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
@@ -252,3 +253,83 @@ def expert_passes(rp: ResolvedPlan) -> int:
     if arch.family in DENSE_ROUTED_FAMILIES:
         return max(arch.num_experts, 1)
     return max(arch.experts_per_token, 1)
+
+
+# MoE families whose fused experts carry biases and gpt-oss's clamped SwiGLU, run by transformers' grouped_mm path
+# (transformers 5.24 models/gpt_oss/modeling_gpt_oss.py `GptOssExperts`: `use_experts_implementation(has_bias=True)`)
+BIASED_CLAMPED_EXPERTS = {"gpt_oss"}
+
+
+def _attention_mask_kinds(rp: ResolvedPlan) -> int:
+    """How many distinct 4-D masks gpt-oss's layers read: transformers 5.24 `GptOssModel.forward` builds a full and a
+    sliding-window causal mask (`causal_mask_mapping`) and hands each layer the one of its `layer_types` (default:
+    sliding and full alternating, `GptOssConfig.__post_init__`)."""
+    config = json.loads(rp.arch.hf_config_json) if rp.arch.hf_config_json else {}
+    kinds = config.get("layer_types")
+    if not isinstance(kinds, list) or len(kinds) != rp.arch.layers:
+        kinds = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(rp.arch.layers)]
+    return len(set(kinds))
+
+
+def recomputed_experts_forward_per_token(rp: ResolvedPlan, one_layer: float) -> float:
+    """Bytes per token of the top checkpointed gpt-oss block at its recomputed forward's peak, in an adapter model
+    whose experts are frozen (0 elsewhere). transformers 5.24 checkpoints without reentrancy, and torch 2.13
+    torch/utils/checkpoint.py recomputes the block when the first backward node needing its saved tensors runs:
+    here the un-permute's backward (`weighted_out[inv_perm]` keeps `inv_perm`), after the nodes that save nothing
+    have made their gradients: the block output's and the per-token sum's, expanded over the chosen experts and made
+    contiguous by the view's backward (k·h, the experts' dtype). Every block's mask is held by its checkpoint: each
+    distinct eager mask (`_attention_mask_kinds`), b·s² in the residual stream's dtype. The recomputed forward peaks
+    at one of two points:
+    In the attention, where the sink logits less their max are made (transformers 5.24 models/gpt_oss/
+    modeling_gpt_oss.py `eager_attention_forward`): three score-sized tensors, the masked scores, the scores with a
+    sink column (`torch.cat`) and that less its max, in the mask's dtype (the residual stream's: fp32 in a k-bit or
+    AMP run), and before them the input norm's fp32 upcast, the adapters' casts of their input, the norm's output
+    (a local of the decoder layer), q and k after RoPE and v (locals of `GptOssAttention.forward`), K and V repeated
+    to every head (`repeat_kv`, locals), and where q and k are fp32 under autocast the matmul's 16-bit casts of them.
+    In the experts' gate, at `(up + 1) * glu` (transformers 5.24 integrations/moe.py `grouped_mm_experts_forward`,
+    `GptOssExperts._apply_gate`), the block's saved tensors (`one_layer`) less the down projection's output not made
+    yet, and:
+      - the gate's output, down's input, which a frozen grouped_mm does not keep, and the clamped `up`, a local of
+        `_apply_gate` that `up + 1` does not keep;
+      - the locals of `grouped_mm_experts_forward`: the gathered tokens (`selected_hidden_states_g`, which a frozen
+        grouped_mm does not keep) and the gate|up biases gathered per token-expert pair (`selected_biases`);
+      - the decoder layer's locals: the residual (kept by the norm itself when the stream is fp32, which the norm
+        does not upcast) and the MLP's input, the norm's output, which the frozen router does not keep.
+    After the gate returns, `up`, the gate|up biases and the gate's output go as the down projection's bias, output,
+    weighted output and its un-permuted copy come: a later peak only where h exceeds the intermediate width."""
+    from vramlens.estimate.components.linears import linear_inputs_per_token
+
+    arch = rp.arch
+    if (
+        arch.family not in BIASED_CLAMPED_EXPERTS
+        or rp.peft not in ("lora", "qlora")
+        or not rp.grad_checkpointing
+        or rp.framework not in HF_MODEL_FRAMEWORKS
+        or unsloth_kernels(rp)
+        or not fused_experts(rp)
+        or kbit_experts(rp)
+        or expert_parameters(rp)
+    ):
+        return 0.0
+    h, inter, k = arch.hidden, arch.moe_intermediate or arch.intermediate, expert_passes(rp)
+    eb = expert_bytes(rp)
+    r = 4 if fp32_residual(rp) or rp.compute_dtype == "fp32" else 2
+    # at the gate's output: + gated output, clamped up, gathered tokens, gathered gate|up biases; − down's output
+    at_gate = k * eb * (inter + inter + h + 2 * inter - h)
+    # at the un-permuted copy: − up, gate|up biases, gate output; + down's biases, output, weighted output, its copy
+    at_unpermute = at_gate + k * eb * (4 * h - 4 * inter)
+    locals_ = (r * h if r == 2 else 0) + r * h
+    in_experts = one_layer + (max(at_gate, at_unpermute) + locals_) / max(rp.tensor_parallel, 1)
+    s = rp.seq_len
+    q, kv, heads = arch.q_dim, arch.kv_dim, arch.heads
+    qkv = 4 if mlp_bytes(rp) == 4 or rp.compute_dtype == "fp32" else 2  # q, k, v out of their linears
+    casts = 2 * 2 * q if qkv == 4 and rp.compute_dtype != "fp32" else 0
+    norm = (4 * h if r == 2 else 0) + 4 + r * h  # the fp32 upcast, the inverse root, the output
+    scores = r * heads * (3 * s + 2) + 8 * heads  # masked, with the sink column, less its max; max's indices
+    states = qkv * (q + 2 * kv + 2 * q) + casts
+    in_attention = (norm + linear_inputs_per_token(rp).qkv + states + scores) / max(rp.tensor_parallel, 1)
+    if rp.attn_impl != "eager":  # a fused attention kernel makes no score-sized tensor
+        in_attention = 0.0
+    waiting = r * h + k * h * eb
+    masks = _attention_mask_kinds(rp) * r * s - (2 * s if rp.attn_mask else 0) if rp.attn_impl == "eager" else 0
+    return max(in_experts, in_attention) + (waiting + max(masks, 0)) / max(rp.tensor_parallel, 1)

@@ -154,22 +154,165 @@ def layer_per_token(
 
 
 def outside_per_token(rp: ResolvedPlan) -> float:
-    """What `Gemma3nTextModel.forward` keeps per token outside its blocks, beyond a Llama model's final norm: the
-    embeddings (per_layer_model_projection's input), the per-layer projection's norm (L·p wide), the per-layer inputs
-    every block's gate multiplies by, the A - 1 projected AltUp copies before the first block (the projection and its
-    rescaled value each) and after the last (the same, and the last block's A outputs they read), and the final
-    norm's fp32 normalised value."""
+    """What `Gemma3nTextModel.forward` keeps per token outside its blocks, beyond a Llama model's final norm: what it
+    keeps before the first block (`before_blocks_per_token`), the A - 1 projected AltUp copies after the last (the
+    projection and its rescaled value each, and the last block's A outputs they read), and the final norm's fp32
+    normalised value."""
+    a = rp.arch
+    g = shape(rp)
+    c, h, A = 2, a.hidden, g.altup
+    full = rp.peft == "none"
+    out = before_blocks_per_token(rp) + c * A * h + (A - 1) * 2 * c * h + 8
+    if full:
+        out += 2 * h + 8  # the final norm's fp32 normalised value (its weight trains) and lm_head's 16-bit input
+    return out
+
+
+def before_blocks_per_token(rp: ResolvedPlan) -> float:
+    """What `Gemma3nTextModel.forward` keeps per token before its first block, held until the backward reaches the
+    embeddings: the per-layer inputs every block's gate multiplies by; and when the embeddings' output needs a
+    gradient (full fine-tuning, or transformers' `enable_input_require_grads` under checkpointing) the embeddings
+    (read by `hidden_states_0**2` for the AltUp target magnitude, and by the projections when they train), the
+    per-layer projection's norm (L·p wide), and the A - 1 projected AltUp copies (the projection, read by its own
+    magnitude's `pow(2)` and by the product with the target magnitude, and that product, read by the division)."""
     a = rp.arch
     g = shape(rp)
     c, h, L, A, p = 2, a.hidden, a.layers, g.altup, g.per_layer
     full = rp.peft == "none"
-    embeds_grad = full or rp.grad_checkpointing  # transformers' enable_input_require_grads under checkpointing
-    out = c * L * p  # the per-layer inputs, kept by each block's product
-    if embeds_grad:
-        out += (c * h if full else 0) + _norm(p, L, full) + (A - 1) * 2 * c * h + 8
-    out += c * A * h + (A - 1) * 2 * c * h + 8
+    out: float = c * L * p  # the per-layer inputs, kept by each block's product
+    if full or rp.grad_checkpointing:
+        out += c * h + _norm(p, L, full) + (A - 1) * 2 * c * h + 8
+    if any(masked(rp, i) for i in range(len(g.layer_types))):
+        # the sliding-window boolean mask, one (1, 1, s, s) for the batch (transformers 5.24 masking_utils.py
+        # `create_sliding_window_causal_mask`), held by every sliding layer's checkpoint or SDPA call
+        out += rp.seq_len / max(rp.micro_batch, 1)
+    return out
+
+
+def store_layers(rp: ResolvedPlan) -> list[int]:
+    """The layers that store their K/V for the KV-sharing layers: the last layer of each type before the first
+    sharing one (transformers 5.24 models/gemma3n/configuration_gemma3n.py `Gemma3nTextConfig.kv_sharing_modes`:
+    "store"); none without sharing."""
+    g = shape(rp)
+    n = len(g.layer_types)
+    if g.kv_shared <= 0 or g.kv_shared >= n:
+        return []
+    first = n - g.kv_shared
+    return sorted({max(i for i in range(first) if g.layer_types[i] == t) for t in set(g.layer_types[:first])})
+
+
+def kv_path_per_token(rp: ResolvedPlan) -> float:
+    """What a recomputed K/V-storing layer leaves alive per token once checkpointing has recomputed it: its forward
+    writes the recomputed K and V into the model's `KVSharingDict` (transformers 5.24 models/gemma3n/
+    modeling_gemma3n.py `Gemma3nTextAttention.forward`: `shared_kv_states[self.layer_type] = key_states,
+    value_states`), the dict every layer's checkpoint holds through its arguments until the backward ends, and
+    with them the recomputed graph that made them and what it saved: AltUp's predict (the block's input among it),
+    the input norm, k_proj's and v_proj's inputs (their adapters' copies and lora_A outputs under LoRA), k_norm,
+    v_norm, and K and V themselves. Traced: the tiny config's storing layer 1 holds this while layer 0 is
+    recomputed."""
+    from vramlens.estimate.components.linears import adapter_input, linear_inputs_per_token
+
+    a = rp.arch
+    g = shape(rp)
+    c, h, A = 2, a.hidden, g.altup
+    full = rp.peft == "none"
+    nk = _norm(h, 1, full)
+    out: float = nk + 4 * A + c * A * A + c * A * h + ((c * h + c * A) if full else 0)  # AltUp predict
+    out += nk  # input_layernorm
     if full:
-        out += 2 * h + 8  # the final norm's fp32 normalised value (its weight trains) and lm_head's 16-bit input
+        out += c * h  # k_proj's and v_proj's input (the input norm's output)
+    else:
+        targets = set(rp.lora_targets)
+        kv = [m for m in ("k", "v") if "all-linear" in targets or m in targets]
+        if kv:
+            copies = kv_adapters_per_token(rp, linear_inputs_per_token(rp))
+            out += copies if copies else c * h  # own casts (or dropped copies), else the shared input itself
+            fp32, b = adapter_input(rp)
+            out += len(kv) * (4 if fp32 else b) * rp.lora_r  # lora_A's outputs, kept by lora_B
+    out += _norm(a.d_head, a.n_kv_heads, full) + _norm(a.d_head, a.n_kv_heads, full, scaled=False)  # k/v norms
+    return out + 2 * c * a.kv_dim  # K and V
+
+
+def held_while_recomputing(rp: ResolvedPlan, lowest: bool) -> float:
+    """Bytes per token Gemma-3n holds outside the block being recomputed when every block is checkpointed, beyond the
+    blocks' inputs: what the model keeps before its first block (`before_blocks_per_token`); while the lowest block
+    is recomputed also every storing layer's recomputed K/V path above it (`kv_path_per_token`), the gradient of the
+    per-layer inputs summed over the blocks (L·p wide), and, when that block stores K/V for sharing layers, its
+    recomputed K and V and the gradients of them that those layers' backward made."""
+    out = before_blocks_per_token(rp)
+    if lowest:
+        g = shape(rp)
+        stores = store_layers(rp)
+        out += sum(kv_path_per_token(rp) for i in stores if i > 0)
+        out += 2 * rp.arch.layers * g.per_layer
+        if 0 in stores:
+            # its K and V (in the dict again once recomputed) and their gradients from the sharing layers' backward
+            out += 2 * 2 * 2 * rp.arch.kv_dim
+    return out
+
+
+def grads_not_made_at_lowest_recompute(rp: ResolvedPlan) -> int:
+    """Parameters (a count) of a full fine-tune whose gradients do not exist yet while the lowest checkpointed block
+    is recomputed, beyond the embedding's: that block's own (its backward has not run) and those of the modules
+    `Gemma3nTextModel.forward` runs before the first block (their backward runs after every block's): the per-layer
+    embeddings, per_layer_model_projection and its norm, and the A - 1 AltUp projections (transformers 5.24
+    models/gemma3n/modeling_gemma3n.py `Gemma3nTextModel.__init__`). With the embeddings tied to the LM head, the
+    head's gradient of the shared weight is alive already, waiting for the embedding's to be summed with it: less
+    one embedding. Traced at small shapes: three blocks' gradients and the head's are alive at that peak."""
+    if rp.peft != "none" or rp.trained_layers is not None:
+        return 0
+    a = rp.arch
+    g = shape(rp)
+    config = json.loads(a.hf_config_json) if a.hf_config_json else {}
+    v = config.get("vocab_size_per_layer_input")
+    vocab = v if isinstance(v, int) and v > 0 else a.vocab
+    h, L, A, p, q, kv, d = a.hidden, a.layers, g.altup, g.per_layer, a.q_dim, a.kv_dim, a.d_head
+    width = g.widths[0] if g.widths else a.intermediate
+    block = (
+        2 * h * q
+        + 2 * h * kv
+        + 2 * d  # q, k, v, o and the q/k norms
+        + 3 * h * width  # the MLP
+        + 4 * h  # input, post-attention, pre- and post-feedforward norms
+        + h
+        + A * A
+        + A**3
+        + A * h
+        + h  # AltUp: correct_output_scale, the coefficients, the router and its norm
+        + 2 * h * g.laurel_rank
+        + h  # LAuReL and its norm
+        + 2 * h * p
+        + h  # the per-layer-input gate, projection and norm
+    )
+    before = vocab * L * p + h * L * p + p + (A - 1) * h * h
+    tied = a.vocab * h if a.tied_embeddings else 0
+    return max(block + before - tied, 0)
+
+
+def recompute_peak_per_token(rp: ResolvedPlan, one_layer: float) -> float:
+    """Bytes per token of a checkpointed Gemma-3n block at the peak of its recomputed forward, which torch's
+    non-reentrant checkpoint runs when its backward starts (the last norm's weight product needs a saved tensor),
+    up to the last tensor it saves (torch 2.13 torch/utils/checkpoint.py `_StopRecomputationError`): what it keeps
+    (`one_layer`); the decoder layer's locals still alive then (`Gemma3nTextDecoderLayer.forward`): the corrected
+    AltUp copies it will return, attn, attn_gated, attn_laurel, laurel_output, attn_ffw, attn_ffw_norm,
+    attn_ffw_laurel_gated and per_layer_projection's output (16-bit, h wide each), and the input norm's and the
+    pre-feedforward norm's outputs where no linear keeps them (adapters that keep their own cast or dropped copy,
+    `linears.adapter_input`), the last norm's fp32 normalised value where its weight is frozen (the product with
+    the weight reads it); and the gradients its backward started with: the incoming gradient of its A outputs and
+    the fp32 gradient of its last norm's output (`Gemma3nRMSNorm.forward`'s `type_as` run backward). Traced: the
+    lowest block's recompute is the step's peak."""
+    from vramlens.estimate.components.linears import adapter_input
+
+    c, h, A = 2, rp.arch.hidden, shape(rp).altup
+    out = one_layer + c * A * h + 8 * c * h + c * A * h + 4 * h
+    if rp.peft != "none":
+        out += 4 * h  # the last norm's normalised value, which its frozen weight's product reads
+        targets = set(rp.lora_targets)
+        copies = adapter_input(rp)[0] or rp.lora_dropout > 0
+        for group in (("q", "k", "v"), ("gate", "up")):
+            hit = "all-linear" in targets or any(m in targets for m in group)
+            if copies or not hit:
+                out += c * h  # the norm output feeding the group: no linear keeps it
     return out
 
 

@@ -124,3 +124,54 @@ def moe_per_token(rp: ResolvedPlan, lin_mlp: float) -> float:
             c * shared if any(n == "down" for n, _ in hit) else 0
         )
     return out
+
+
+def recomputed_moe_forward_per_token(rp: ResolvedPlan, one_layer: float) -> float:
+    """Bytes per token of the top checkpointed block, a `Llama4TextMoe` one, at its recomputed forward's peak under
+    LoRA on 16-bit weights with the routed experts frozen (0 elsewhere). transformers 5.24 checkpoints without
+    reentrancy; torch 2.13 torch/utils/checkpoint.py recomputes the block when the first backward node needing its
+    saved tensors runs, the nodes that save nothing having made their gradients: the block output's, and the routed
+    output's, which the sum over experts' backward expands and the reshape's backward makes contiguous (E·h). The
+    forward then peaks in the shared expert's down projection, the block's last linear (`Llama4TextMoe.forward`:
+    `out = self.shared_expert(hidden_states)` after the routed experts). Alive then, beside the block's saved
+    tensors (`one_layer`):
+      - `Llama4TextDecoderLayer.forward`'s locals: the attention output (`attention_states`, kept by no node), the
+        residual (its norm keeps its fp32 upcast) and the MLP's input, the norm's output (the frozen router and
+        the adapters' casts do not keep it);
+      - `Llama4TextMoe.forward`'s locals: the scaled repeated input (`routed_in`, which the frozen experts' bmm
+        does not keep) and the experts' output (`routed_out`), E·h each;
+      - the shared expert's product, down's input, which the frozen base layer does not keep (the adapter keeps its
+        own cast), and down's forward transients: the base layer's output, the adapter's scaled output in the
+        adapter's dtype and its cast to the output's (peft 0.21.2 tuners/lora/layer.py `Linear.forward`);
+      - the chunked attention's boolean mask, an input of every checkpointed block (masking_utils.py
+        `create_chunked_causal_mask`, once for all chunked layers), s bytes a token."""
+    from vramlens.estimate.components.common import fp32_residual, unsloth_kernels
+    from vramlens.estimate.components.experts import expert_bytes, expert_parameters
+    from vramlens.estimate.components.linears import adapter_input
+
+    a = rp.arch
+    g = shape(rp)
+    if (
+        not llama4(rp)
+        or rp.peft != "lora"
+        or rp.quant_bits
+        or fp32_residual(rp)
+        or not rp.grad_checkpointing
+        or not (g.moe and g.moe[-1])
+        or unsloth_kernels(rp)
+        or expert_parameters(rp)
+    ):
+        return 0.0
+    c = 2
+    E, h = max(a.num_experts, 1), a.hidden
+    shared = (a.shared_expert_intermediate or a.moe_intermediate or a.intermediate) * max(a.shared_experts, 1)
+    eb = expert_bytes(rp)
+    targets = set(rp.lora_targets)
+    fp32, per = adapter_input(rp)
+    ad = per if fp32 else c
+    down = c * h + ((ad * h + (c * h if ad != c else 0)) if "all-linear" in targets or "down" in targets else 0)
+    locals_ = 3 * c * h + 2 * E * h * eb + c * shared + down
+    waiting = c * h + E * h * eb
+    chunked = any(r and g.chunk is not None and rp.seq_len >= g.chunk for r in g.rope)
+    mask = rp.seq_len if chunked and not rp.attn_mask else 0
+    return one_layer + (locals_ + waiting + mask) / max(rp.tensor_parallel, 1)

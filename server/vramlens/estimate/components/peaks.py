@@ -15,8 +15,17 @@ from vramlens.estimate.components.common import (
     mlp_bytes,
     unsloth_kernels,
 )
-from vramlens.estimate.components.experts import expert_bytes, expert_loop, expert_passes, fused_experts
+from vramlens.estimate.components.experts import (
+    expert_bytes,
+    expert_loop,
+    expert_passes,
+    fused_experts,
+    recomputed_experts_forward_per_token,
+)
+from vramlens.estimate.components.gemma3n import gemma3n
+from vramlens.estimate.components.gemma3n import recompute_peak_per_token as gemma3n_recompute_peak
 from vramlens.estimate.components.linears import linear_inputs_per_token
+from vramlens.estimate.components.llama4 import recomputed_moe_forward_per_token as llama4_recomputed_moe_forward
 from vramlens.estimate.components.mlp import dense_layer_plan, mlp_keeps_per_token
 from vramlens.estimate.components.norms import final_norm_per_token, norms_per_token
 from vramlens.estimate.components.ssm import (
@@ -136,7 +145,16 @@ def backward_block_per_token(rp: ResolvedPlan) -> float:
         # mixer's saved tensors and the scan's backward (`jamba_mixer_backward_bytes`), or in the MLP's backward
         mixer = norms_per_token(rp) / max(norms_per_layer(arch), 1) + jamba_mixer_per_token(rp) + jamba
         return max(_mlp_backward_block_per_token(rp, kept, one_layer), mixer / tp)
-    return max(_mlp_backward_block_per_token(rp, kept, one_layer), recomputed_forward_per_token(rp))
+    if gemma3n(rp):
+        # a recomputed Gemma-3n block peaks at the end of its recomputed forward (`gemma3n.recompute_peak_per_token`)
+        return max(_mlp_backward_block_per_token(rp, kept, one_layer), gemma3n_recompute_peak(rp, one_layer))
+    # a MoE block whose recomputed forward holds more than its backward (gpt-oss's experts, Llama-4's MoE block)
+    return max(
+        _mlp_backward_block_per_token(rp, kept, one_layer),
+        recomputed_forward_per_token(rp),
+        recomputed_experts_forward_per_token(rp, one_layer),
+        llama4_recomputed_moe_forward(rp, one_layer),
+    )
 
 
 # Families whose model scales the embedding output out of place, the embedding's own output staying alive beside the
