@@ -441,7 +441,8 @@ def summary() -> list[str]:
     import re
 
     family = {m.split("/")[-1]: lookup(m).family for models in GRIDS.values() for m in models}
-    ratio = re.compile(r"\s*\d+ .{16} (\S+)\s.*\s([\d.]+)\s+[\d.]+\s+[\d.]+(?:\s|$)")
+    # est÷real, then syn÷real ("—" where no synthetic trace was made) and the trace's seconds
+    ratio = re.compile(r"\s*\d+ .{16} (\S+)\s.*\s([\d.]+)\s+(?:[\d.]+|—)\s+[\d.]+(?:\s|$)")
     lines, every, models = [], [], set()
     for path in sorted((ROOT / "benchmarks" / "results").glob("trace_real_*vs_estimate*.txt")):
         rs = []
