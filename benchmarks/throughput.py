@@ -268,13 +268,31 @@ def mpt(name: str) -> ModelArch:
 
 
 def foundry_plan(row) -> ResolvedPlan:
+    """The plan of an llm-foundry row. Every table's runs gather bf16 parameters under autocast bf16: Composer
+    (llm-foundry 061f2c7 setup.py `mosaicml>=0.16.3,<0.17`) maps `fsdp_config.mixed_precision` DEFAULT to
+    param_dtype = buffer_dtype = bf16 with reduce_dtype unset, and PURE to all three bf16 (composer v0.16.3
+    composer/trainer/mosaic_fsdp_utils.py `get_mixed_precision`); an unset reduce_dtype reduces in param_dtype
+    (torch distributed/fsdp/api.py `MixedPrecision`: "this takes on the param_dtype value"). The sharded flat
+    parameters, their gradient shard (cast back after the reduce-scatter: torch 2.0 _runtime_utils.py
+    `_cast_grad_to_param_dtype`) and AdamW's states stay fp32. "bf16" in the A100 tables' Precision column is
+    Composer's older name for autocast bf16 (composer v0.11.1 composer/core/precision.py `Precision.BF16`).
+    submit_benchmarks.py sets `model.norm_type: low_precision_layernorm` (llmfoundry/models/layers/norm.py
+    `LPLayerNorm`: layer_norm in the autocast dtype with autocast off), so on the gathered bf16 weights every op of
+    a block runs in bf16 and autocast casts nothing: the step is a bf16 model's with an fp32 master, which is how
+    the plan states it (bf16 weights, gradients and reduce-scatter; fp32 master weights and AdamW states, all
+    sharded over the ranks). The bf16 weight shard it counts (2 bytes per parameter over the ranks) stands for the
+    fp32 gradient shard's other half: exact when gradients are resident (accumulation over micro-batches), 2 bytes
+    per parameter over the ranks high at the loss's backward of a single micro-batch step. The loss: modeling_mpt.py
+    `loss_fn` defaults to 'fused_crossentropy', flash-attn's CrossEntropyLoss (setup.py's `gpu` extra installs
+    `xentropy-cuda-lib`; submit_benchmarks.py installs `-e .[gpu]`)."""
     gpu, model, seq, n, mb, accum, ckpt, _ = row
     return ResolvedPlan(
         arch=mpt(model),
         framework="custom",
-        weight_dtype="fp32",
+        weight_dtype="bf16",
         compute_dtype="bf16",
-        amp=True,
+        master_weights=True,
+        loss_impl="xentropy",
         micro_batch=mb,
         grad_accum=accum,
         seq_len=seq,

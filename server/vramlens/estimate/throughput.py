@@ -806,8 +806,8 @@ def loss_bytes_per_logit(rp: ResolvedPlan) -> float:
     cb = C.DTYPE_BYTES[rp.compute_dtype]
     if rp.loss_impl == "fused":
         return 4
-    if "cross_entropy" in rp.fused_kernels or (rp.compile and rp.compile_loss):
-        return 3 * cb
+    if "cross_entropy" in rp.fused_kernels or rp.loss_impl == "xentropy" or (rp.compile and rp.compile_loss):
+        return 3 * cb  # flash-attn's xentropy kernel too: reads the 16-bit logits, writes their 16-bit gradient
     return 2 * cb + 3 * 4
 
 

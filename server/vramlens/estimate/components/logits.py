@@ -62,6 +62,8 @@ def logits_per_token(rp: ResolvedPlan) -> float:
         return 0.0
     if rp.loss_impl == "fused":
         return 0.0
+    if rp.loss_impl == "xentropy":
+        return xentropy_per_token(rp, backward=True)
     if swift_dpo_rows(rp):
         return swift_dpo_per_logit(rp, "backward") * V
     if eager_chunked_ce(rp):
@@ -99,6 +101,17 @@ def logits_per_token(rp: ResolvedPlan) -> float:
     if rp.arch.family in LOGIT_SOFTCAP_FAMILIES:
         per += 2.0  # final_logit_softcapping: tanh(logits / cap) keeps its 16-bit output
     return per * V
+
+
+def xentropy_per_token(rp: ResolvedPlan, backward: bool) -> float:
+    """Bytes per token of flash-attn's softmax cross-entropy kernel (`loss_impl` "xentropy"; flash-attn v1.0.9
+    flash_attn/losses/cross_entropy.py `SoftmaxCrossEntropyLossFn`, the `xentropy_cuda_lib` extension that
+    llm-foundry 061f2c7 setup.py installs for `loss_fn: fused_crossentropy`, modeling_mpt.py's default). The forward
+    reads the logits in their own dtype (no upcast) and returns fp32 losses and log-sum-exp per row;
+    `ctx.save_for_backward(logits, lse, labels)` keeps the logits. Its backward, `inplace_backward=False` by
+    default, writes the logits' gradient into a new tensor of their dtype beside them."""
+    c = DTYPE_BYTES[rp.compute_dtype]
+    return (2.0 if backward else 1.0) * c * rp.arch.vocab + 8.0
 
 
 def sp_loss_16bit(rp: ResolvedPlan) -> bool:
@@ -262,6 +275,8 @@ def loss_forward_per_token(rp: ResolvedPlan) -> float:
     their fp32 upcast and the fp32 log-softmax (transformers 5.24 loss/loss_utils.py ForCausalLMLoss:
     `logits = logits.float()`, then `cross_entropy`), + the shifted fp32 copy before 4.49 and Gemma-2's
     soft-capping output. Other losses: what they hold at the start of backward (`logits_per_token`)."""
+    if rp.loss_impl == "xentropy" and rp.arch.block != "encoder":
+        return xentropy_per_token(rp, backward=False)
     if rp.arch.block == "encoder" or rp.loss_impl != "standard" or compiled_block(rp):
         return logits_per_token(rp)  # (TRL's fused head: `head_loss_bytes`, at the phase's call)
     if swift_dpo_rows(rp):
