@@ -52,11 +52,12 @@ def _shape(config_json: str, layers: int, dense_layers: int, is_moe: bool) -> Ll
             moe_layers = list(range(step - 1, layers, step))
         else:  # the dense layers first, as `ModelArch.dense_layers` counts them
             moe_layers = list(range(dense_layers, layers)) if is_moe else []
+    moe_set = {i for i in moe_layers if isinstance(i, int)}
     return Llama4Shape(
         rope=tuple(bool(r) for r in rope),
         qk_norm=config.get("use_qk_norm", True) is not False,
         chunk=chunk if isinstance(chunk, int) and chunk > 0 else None,
-        moe=tuple(i in moe_layers for i in range(layers)),
+        moe=tuple(i in moe_set for i in range(layers)),
     )
 
 
@@ -150,10 +151,11 @@ def recomputed_moe_forward_per_token(rp: ResolvedPlan, one_layer: float) -> floa
     from vramlens.estimate.components.linears import adapter_input
 
     a = rp.arch
+    if not llama4(rp):
+        return 0.0
     g = shape(rp)
     if (
-        not llama4(rp)
-        or rp.peft != "lora"
+        rp.peft != "lora"
         or rp.quant_bits
         or fp32_residual(rp)
         or not rp.grad_checkpointing
