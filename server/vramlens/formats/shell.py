@@ -27,6 +27,11 @@ from vramlens.plan import IssueKind, Origin, ParseIssue, Reference, Severity, So
 from vramlens.text import LineIndex
 
 MAX_SHELL_CHARS = 2_000_000
+# `x \  # note` ends a command at the comment (bash 5.2 manual, "Comments"); the next line's words are a new command
+COMMENT_CUT = "a `#` comment ends the command above"
+# a hydra override (`algorithm.pf_ppo.weight_pow=2.0`) as a command's first word: not an assignment to bash (a name
+# has no dots), so a line of them after a cut command runs as a command of its own, not as the launch's arguments
+_DOTTED_OVERRIDE = re.compile(r"[+~]?[A-Za-z_]\w*(?:\.\w+)+=")
 MAX_ARGS = 2_000  # arguments of the training command read; real launch lines have well under 100
 MAX_WORDS = 2 * MAX_ARGS + 100
 # Variable expansion: `V1="$V0 $V0"`, `V2="$V1 $V1"`, … doubles a value per line, so 60 lines of a script
@@ -1391,6 +1396,7 @@ class ShellScript:
     # variables whose default the caller may override (an option-parsing loop's `MODEL=$1`) → what was assumed
     defaults: dict[str, tuple] = field(default_factory=dict)
     branch_notes: dict[str, str] = field(default_factory=dict)  # variables an `if` of unknown outcome sets → assumed
+    sourcing: Any = None  # the formats.shell_source.Sourcing it was read with (the script's folder, files read in)
 
 
 class _Reader:
@@ -2040,12 +2046,12 @@ def analyze(
             and prev.ended_by_comment
             and id(prev) in candidates
             and cmd.words
-            and raw_text(text, cmd.words[0]).startswith("-")
+            and (raw_text(text, cmd.words[0]).startswith("-") or _DOTTED_OVERRIDE.match(raw_text(text, cmd.words[0])))
         ):
             issues.append(
                 ParseIssue(
                     kind=IssueKind.NOT_READ,
-                    message="a `#` comment ends the command above: bash runs these flags as a separate command "
+                    message=f"{COMMENT_CUT}: bash runs these flags as a separate command "
                     "and the training run never sees them",
                     span=idx.span(cmd.start, cmd.end),
                     severity=Severity.WARNING,
@@ -2203,6 +2209,7 @@ def analyze(
         purpose=other if launch is None else None,
         defaults=flow.defaults,
         branch_notes=flow.finish(),
+        sourcing=sourcing,
     )
     return script, issues
 
@@ -2542,6 +2549,13 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
         n = _norm(name)
         if tool == "openrlhf":  # OpenRLHF's dotted flags → the flags they replaced
             s.path = (launchers.openrlhf_flag(n),)
+        if n in ("config", "config_file", "config_path") and s.unresolved and len(vals) == 1 and vals[0] is not flag:
+            # `--config "$SCRIPT_DIR/x.yaml"` after `SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"`
+            # (ms-swift examples/ray/grpo/run_colocate.sh): the script's own folder, as `source` lines find it
+            if script.sourcing is not None and (
+                found := script.sourcing.path_word(script.text, vals[0].word, script.env)
+            ):
+                s.value, s.unresolved = found, False
         if n in ("config", "config_file", "config_path") and isinstance(s.value, str):
             if tool == "torchtune":
                 config_refs.append(("torchtune-config", vals[0] if vals else flag, s.value))
@@ -2658,6 +2672,13 @@ def collect_args(script: ShellScript) -> ScriptArgs:
             out.overrides.append((t.split("=", 1)[0], a, raw_text(script.text, a.word).find("=")))
         elif a.value is not None and t.lower().endswith(CONFIG_SUFFIXES) and not t.startswith("-"):
             out.positional_configs.append(a)
+        elif (
+            a.value is None
+            and script.sourcing is not None
+            and raw_text(script.text, a.word).strip("'\"").lower().endswith(CONFIG_SUFFIXES)
+            and (found := script.sourcing.path_word(script.text, a.word, script.env))
+        ):
+            out.positional_configs.append(Arg(a.word, found))  # `swift sft "$SCRIPT_DIR/sft.yaml"`
         i += 1
     return out
 

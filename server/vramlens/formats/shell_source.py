@@ -13,8 +13,9 @@ The target is found as bash finds it when the script is run from its own folder:
 `\\`pwd\\``/`$(pwd)`/`$PWD` (the script's folder), `$(dirname $0)`, `$(dirname "${BASH_SOURCE[0]}")`,
 `$(cd "$(dirname "$0")" && pwd)`, `$(dirname "$(readlink -f "$0")")` (the folder of `$0`: the script being run, which a
 sourced file shares; of `BASH_SOURCE`: the file the line is in). A relative path is looked for in the script's
-folder, the folder of the file the line is in, then the workspace root. Depth-limited (MAX_DEPTH), each file at
-most once (cycle-safe), MAX_FILES files and MAX_CHARS characters in all, only inside the workspace
+folder, the folder of the file the line is in, then the workspace root. The same idioms name the config file a
+launch passes (`--config "$SCRIPT_DIR/ray_grpo_colocate.yaml"`, `Sourcing.path_word`). Depth-limited (MAX_DEPTH),
+each file at most once (cycle-safe), MAX_FILES files and MAX_CHARS characters in all, only inside the workspace
 (`file_access.base_folder`).
 """
 
@@ -228,6 +229,22 @@ class Sourcing:
             arg = f" (the script's command-line argument `${value}`)" if value.isdigit() else ""
             said.append(f"`{p[1]}` is set by `{assigned}`{at}{arg}")
         return "; ".join(said)
+
+    def path_word(self, text: str, w: shell.Word, env: dict) -> str | None:
+        """The file a command's word names with the folder idioms above (`"$SCRIPT_DIR/x.yaml"` after
+        `SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"`): relative to the script's folder when it lies
+        there, absolute otherwise; None when a part of it is only known when the script runs."""
+        top, zero, here = self._dirs(w.start)
+        name = self._target(text, w, env, shell.Expander(), top, zero, here, 0)
+        if not name:
+            return None
+        path = Path(name)
+        if not path.is_absolute():
+            return name
+        try:
+            return str(path.relative_to(top)) if path.is_relative_to(top) else name
+        except ValueError:
+            return name
 
     def _name(self, p: Path) -> str:
         for root in self._roots():

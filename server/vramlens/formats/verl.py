@@ -229,6 +229,8 @@ A = "actor_rollout_ref."
 
 
 def _model(r: _Reader, megatron: bool) -> None:
+    from vramlens.formats import shell
+
     b, cfg = r.b, r.cfg
     path, s = r.text(A + "model.path")
     if path and not cfg.is_default(s):
@@ -240,11 +242,26 @@ def _model(r: _Reader, megatron: bool) -> None:
             s,
             severity=Severity.INFO,
         )
-    elif path and A + "model.path" not in cfg.unknown:
+    elif (
+        path
+        and A + "model.path" not in cfg.unknown
+        and any(i.message.startswith(shell.COMMENT_CUT) for i in b.plan.issues)
+    ):
         b.issue(
             IssueKind.ASSUMED,
-            f"`{A}model.path` is not set: verl's default `{path}` is a placeholder, so the model is unknown",
+            f"`{A}model.path` is not set where the launch command ends (a `#` comment cuts it): the run's model is "
+            f"in flags verl never sees, and verl's default `{path}` is not the one meant, so the model is unknown",
             severity=Severity.INFO,
+        )
+    elif path and A + "model.path" not in cfg.unknown:
+        # verl loads its default folder (verl/trainer/config/ppo_trainer.yaml `actor_rollout_ref.model.path:
+        # ~/models/deepseek-llm-7b-chat`), outside the workspace: the model is looked up by the folder's name
+        b.set(
+            "model_id",
+            path,
+            note=f"`{A}model.path` is not set: verl's default `{path}`",
+            origin=Origin.DEFAULT,
+            framework=cfg.label,
         )
     on, s = r.bool(A + "model.enable_gradient_checkpointing")
     if on is not None:
@@ -1130,6 +1147,19 @@ def _overrides(b: PlanBuilder, reader, script) -> tuple[dict[str, Setting], str,
             written = raw.split("=", 1)[1].strip()
             source = _raw_value(script, written)
             shown_as = f"`{written}`" + (f" (`{source}`)" if source and source != written.strip("'\"") else "")
+            if key == A + "model.path" and (folder := _FOLDER_TAIL.search(source or "")):
+                # `$HDFS_ROOT/model/Qwen3-30B-A3B-Base`: a folder under a variable only known when the script runs,
+                # named after its model; the model is looked up by that name (knowledge/models.py `find_model`)
+                s.value, s.unresolved = folder.group(1) + folder.group(2), False
+                b.issue(
+                    IssueKind.ASSUMED,
+                    f"`{key}` is set from {shown_as}, whose folder is only known when the script runs; the model is "
+                    f"taken from the folder's name `{folder.group(2).rsplit('/', 1)[-1]}`",
+                    s,
+                    severity=Severity.INFO,
+                )
+                given[key] = s
+                continue
             b.issue(
                 IssueKind.NOT_READ,
                 f"`{key}` is set from {shown_as}, only known when the script runs; it is not read, so verl's "
@@ -1159,6 +1189,8 @@ def _matters(key: str) -> bool:
 
 
 _VAR_REF = re.compile(r"\$(?:\{(\w+)[^}]*\}|(\w+))")
+# a path after its last variable (`${RAY_DATA_HOME}/models/Qwen3-VL-8B-Instruct`): (the variable, the folders)
+_FOLDER_TAIL = re.compile(r"(\$\{?\w+\}?)((?:/[\w.+-]+)+)/?[\"'}]*$")
 
 
 def _raw_value(script, raw: str) -> str:

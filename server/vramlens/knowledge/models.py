@@ -334,6 +334,10 @@ def find_model(
         if (arch := arch_from_config_file(answer.config, name, file_access.cache_roots())) is not None:
             return ModelFound(arch, "hub")
         answer = HubAnswer(problem=f"`{name}`'s config.json on the Hub is not a model config vramlens can use")
+    if by_name and (not_read := _folder_not_read(name, workspace, any_folder)) and (named := _by_folder_name(name)):
+        model, tail = named  # a folder vramlens does not read, named after a catalog model
+        assumed = f"shapes of {model.id} assumed from the name `{tail}` of the model folder, which was not read: "
+        return ModelFound(model, "catalog (by folder name)", assumed=assumed + not_read)
     if model := _catalog_loose(name):
         return ModelFound(model, "catalog (close name)")
     if by_name and not (answer is not None and answer.pending) and (model := catalog_by_name(name)):
@@ -343,6 +347,39 @@ def find_model(
     if answer is None:
         return ModelFound()
     return ModelFound(problem=answer.problem, pending=answer.pending)
+
+
+def _folder_not_read(name: str, workspace: Path | None, any_folder: bool) -> str | None:
+    """Why the model folder a path names was not read, when the path leads outside the workspace (or to a folder
+    that is not there) or starts with a variable only known when the script runs (`$HDFS_ROOT/model/Qwen3-8B`);
+    None for any other name (a Hub id, a folder inside the workspace)."""
+    n = name.strip()
+    if n.startswith("$"):
+        head = re.split(r"[\\/]", n, maxsplit=1)[0]
+        return f"`{n}` starts with `{head}`, only known when the script runs"
+    if not n.startswith(("/", "~", ".")) and ".." not in Path(n).parts:
+        return None
+    if (problem := local_config_problem(n, workspace, any_folder)) is not None:
+        return problem if problem.startswith("model folder `") else None
+    path = file_access.expand_user(n)
+    if path.is_absolute() and not file_access.inside(path, file_access.allowed_roots(workspace)):
+        try:
+            return None if path.exists() else f"model folder `{n}` does not exist here"
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def _by_folder_name(name: str) -> tuple[ModelArch, str] | None:
+    """The catalog model a folder's path ends with (`/data/models/Qwen/Qwen2-7B`, `~/models/deepseek-llm-7b-chat`):
+    its last two parts as a Hub id, then its last part as a model's name; None when neither is one."""
+    parts = [p for p in re.split(r"[\\/]", name.strip().strip("\"'")) if p and p not in (".", "..", "~")]
+    parts = [p for p in parts if not p.startswith("$")]
+    if len(parts) >= 2 and (model := _catalog_exact(pair := "/".join(parts[-2:])) or catalog_by_name(pair)):
+        return model, pair
+    if parts and (model := _catalog_exact(parts[-1]) or _catalog_loose(parts[-1])):
+        return model, parts[-1]
+    return None
 
 
 def _local_candidates(name: str, workspace: Path | None) -> list[Path]:

@@ -57,6 +57,7 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx: Any) -> None:
     from vramlens.formats import launchers, megatron, objective, shell
 
     top = [s for s in settings if len(s.path) == 1 and isinstance(s.path[0], str)]  # a YAML key may be a number
+    top = _with_train_group(data, top, settings)
     keys = {str(s.path[0]) for s in top}
     if keys & MEGATRON_KEYS:
         b.plan.framework = megatron.SWIFT_FRAMEWORK
@@ -70,3 +71,20 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx: Any) -> None:
             shell._apply_flag(b, "swift", s)
         launchers.swift_finish(b, top)
     objective.apply_swift(b, {s.path[0]: s for s in top if not s.unresolved})
+
+
+def _with_train_group(data: Any, top: list[Setting], settings: list[Setting]) -> list[Setting]:
+    """A Ray config's `train:` group (`megatron rlhf --use_ray true --config ray_grpo_colocate.yaml`): its keys are
+    the trainer's arguments over the shared ones; `gpus` (a Ray-only key: the group's GPU count) is not an argument
+    (ms-swift swift/ray/megatron/driver_utils.py `parse_ray_yaml` pops the `train`/`rollout`/`teacher` groups and
+    `_RAY_ONLY_KEYS`; pipeline.py `merge_group_dict(shared_config, group)`, commit 3602360a)."""
+    group = data.get("train") if isinstance(data, dict) else None
+    if not isinstance(group, dict) or "gpus" not in group:
+        return top
+    own = [
+        Setting(s.key, (s.path[1],), s.value, s.span, s.value_span, s.key_span, s.unresolved)
+        for s in settings
+        if len(s.path) == 2 and s.path[0] == "train" and isinstance(s.path[1], str) and s.path[1] != "gpus"
+    ]
+    names = {s.path[0] for s in own}
+    return [s for s in top if s.path[0] not in names and s.path[0] != "train"] + own
