@@ -282,10 +282,11 @@ def test_cli_trace_shows_the_replayed_reserved_level(tmp_path):
 
 
 # --- the estimator's reserved level against the replay ----------------------------------------------------------
-@pytest.fixture(scope="module", params=["full", "lora"])
+@pytest.fixture(scope="module", params=["full", "lora", "lora-ckpt"])
 def traced_moderate(request):
     """A four-block Llama at 4 × 1024 tokens with a 32k vocabulary: logits of 500 MiB in fp32, large-pool tensors
-    as in a real run, traced in seconds."""
+    as in a real run, traced in seconds. Checkpointed, each block's forward still makes its intermediates: their
+    blocks are cached before the logits are made, and the logits need segments of their own."""
     from trace_plans import TINY_LLAMA, need, plan
 
     need("torch")
@@ -293,8 +294,9 @@ def traced_moderate(request):
     from vramlens.trace.config import step_config
 
     arch = TINY_LLAMA.model_copy(update={"hidden": 512, "intermediate": 1536, "vocab": 32000, "layers": 4})
-    adapters = dict(peft="lora", lora_r=8, lora_alpha=16.0, lora_targets=("q", "v")) if request.param == "lora" else {}
-    rp = plan(arch=arch, seq_len=1024, micro_batch=4, **adapters)
+    lora = request.param.startswith("lora")
+    adapters = dict(peft="lora", lora_r=8, lora_alpha=16.0, lora_targets=("q", "v")) if lora else {}
+    rp = plan(arch=arch, seq_len=1024, micro_batch=4, grad_checkpointing=request.param.endswith("ckpt"), **adapters)
     return rp, engine.run(step_config(rp))["allocator_replay"]
 
 

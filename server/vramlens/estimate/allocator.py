@@ -11,8 +11,9 @@
   need segments of their own (what `torch.cuda.max_memory_reserved` shows after step 1). What the replay holds
   above its own allocated peak is added to the estimator's allocated peak. Plans the sequence does not describe
   (sharded, pipelined, encoder-decoder, scalar heads) keep a slack on the transient bytes.
-  The replay costs 0.3–1.5 s per new plan in pure Python, too slow for diagnostics on every keystroke and for
-  searches over micro-batch sizes, so it is used only when `VRAMLENS_RESERVED_MODEL=replay` is set
+  The replay costs 0.1–0.5 s per new plan of 80 blocks in pure Python (7–15 thousand events;
+  `benchmarks/reserved_model_speed.py`), too slow for diagnostics on every keystroke and for searches over
+  micro-batch sizes, so it is used only when `VRAMLENS_RESERVED_MODEL=replay` is set
   (`benchmarks/reserved_vs_replay.py` compares both); otherwise the slack model below gives the reserved level.
 - device: + CUDA context and library workspaces, outside torch's counters: ~0.3–1.0 GB with the lazy module
   loading torch uses from 1.13 (pytorch/pytorch PR #86509: 287 MB lazy against 667 MB eager for one small tensor;
@@ -96,7 +97,9 @@ def step_sequence(rp: ResolvedPlan, parts: dict[str, int]) -> list[tuple] | None
       embedding (and an untied LM head), together `weights` + `quant_constants`; the adapters likewise.
     - forward: each block's saved activations as tensors of its real sizes (tokens × intermediate and tokens ×
       hidden in the compute dtype), the block's share of `activations`; under checkpointing each block keeps its
-      input and backward recomputes one block at a time.
+      input, its forward makes the recomputed block's tensors in turn with at most the MLP's intermediates live
+      together (transformers' LlamaMLP: `down_proj(act_fn(gate_proj(x)) * up_proj(x))`), and backward recomputes
+      one block at a time.
     - loss (transformers' `ForCausalLMLoss`, loss/loss_utils.py: `logits.float()` then `cross_entropy`): the
       16-bit logits, their fp32 upcast and the fp32 log-softmax; its backward two fp32 gradients, then the 16-bit
       one. Other losses hold `logits` as fp32 logit-sized tensors.
@@ -171,7 +174,21 @@ def step_sequence(rp: ResolvedPlan, parts: dict[str, int]) -> list[tuple] | None
     standard = rp.loss_impl == "standard" and c != 4 and not C.compiled_block(rp) and per_logit >= 12
     state_keys: list[int] = []
     for step in range(2):
-        kept = [[alloc(x) for x in block_tensors] for _ in range(layers)]
+        kept = []
+        for _ in range(layers):
+            # a checkpointed block's forward still makes its intermediates and keeps only its output
+            # (torch/utils/checkpoint.py: the reentrant forward runs the block under `no_grad`, the non-reentrant one
+            # drops what it saves), each freed once used: at most the MLP's `mlp` intermediates live together
+            # (transformers 5.24 models/llama/modeling_llama.py `LlamaMLP.forward`). Their blocks are cached before
+            # the loss asks for the logits' blocks, which therefore need segments of their own.
+            window: list[int] = []
+            for x in recomputed:
+                window.append(alloc(x))
+                if len(window) > mlp:
+                    free(window.pop(0))
+            kept.append([alloc(x) for x in block_tensors])
+            for transient in window:
+                free(transient)
         if standard:
             lg = alloc(logit16)
             up = alloc(logit32) if c != 4 else None

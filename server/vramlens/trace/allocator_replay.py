@@ -183,36 +183,46 @@ class _Block:
         self.next = after
 
 
+# A cached block's place in its pool, (stream, size, address) in that order, packed into one integer (stream above
+# bit 128, size above bit 64, address below): the order of the tuple, compared as one int (sizes and addresses stay
+# below 2**64). An unmapped range's place, (stream, address), likewise with the stream above bit 64.
+_STREAM, _SIZE = 128, 64
+
+
+def _stream_of(key: int) -> int:
+    return key >> _STREAM
+
+
 class _Pool:
     """A `BlockPool`: the cached free blocks in (stream, size, address) order and, for expandable segments, the
     unmapped ranges in (stream, address) order."""
 
     def __init__(self, small: bool):
         self.small = small
-        self.keys: list[tuple[int, int, int]] = []
-        self.blocks: dict[tuple[int, int, int], _Block] = {}
-        self.unmapped_keys: list[tuple[int, int]] = []
-        self.unmapped: dict[tuple[int, int], _Block] = {}
+        self.keys: list[int] = []
+        self.blocks: dict[int, _Block] = {}
+        self.unmapped_keys: list[int] = []
+        self.unmapped: dict[int, _Block] = {}
         self.free_calls = 0  # get_free_blocks_call_count
 
     def insert(self, b: _Block) -> None:  # insert_into_blocks
         b.gc_base = self.free_calls
-        key = (b.stream, b.size, b.ptr)
+        key = (b.stream << _STREAM) | (b.size << _SIZE) | b.ptr
         insort(self.keys, key)
         self.blocks[key] = b
 
     def erase(self, b: _Block) -> None:
-        key = (b.stream, b.size, b.ptr)
+        key = (b.stream << _STREAM) | (b.size << _SIZE) | b.ptr
         del self.blocks[key]
         del self.keys[bisect_left(self.keys, key)]
 
     def insert_unmapped(self, b: _Block) -> None:
-        key = (b.stream, b.ptr)
+        key = (b.stream << _SIZE) | b.ptr
         insort(self.unmapped_keys, key)
         self.unmapped[key] = b
 
     def erase_unmapped(self, b: _Block) -> None:
-        key = (b.stream, b.ptr)
+        key = (b.stream << _SIZE) | b.ptr
         del self.unmapped[key]
         del self.unmapped_keys[bisect_left(self.unmapped_keys, key)]
 
@@ -255,14 +265,21 @@ class CachingAllocator:
         self.segments = 0
         self.retries = 0
         self._next_address = 1 << 32  # cudaMalloc / cuMemAddressReserve hand out fresh ranges
+        # no `roundup_power2_divisions` above 1: round_size is the 512 B rounding alone
+        self._plain = all(d <= 1 for d in self.s.roundup_power2_divisions)
 
     # ------------------------------------------------------------------------------------------- public
     def malloc(self, orig_size: int, stream: int = 0) -> _Block:
-        size = round_size(orig_size, self.s)
+        if not self._plain:
+            size = round_size(orig_size, self.s)
+        elif orig_size < K_MIN_BLOCK_SIZE:
+            size = K_MIN_BLOCK_SIZE
+        else:
+            size = -(-orig_size // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
         pool = self.small if size <= K_SMALL_SIZE else self.large
-        alloc_size = allocation_size(size)
         block = self._get_free_block(pool, size, stream)
         if block is None:
+            alloc_size = allocation_size(size)
             if self.limit is not None and self.s.garbage_collection_threshold > 0:
                 self._garbage_collect()
             block = (
@@ -273,8 +290,8 @@ class CachingAllocator:
                 )
                 or (self._release_cached_blocks() and self._alloc_block(pool, size, alloc_size, stream, retry=True))
             )
-        if not block:
-            raise OutOfMemory(alloc_size)
+            if not block:
+                raise OutOfMemory(alloc_size)
         return self._alloc_found_block(block, size, stream, self._should_split(block, size))
 
     def free(self, block: _Block) -> None:
@@ -289,10 +306,11 @@ class CachingAllocator:
     def _get_free_block(self, pool: _Pool, size: int, stream: int) -> _Block | None:
         if self.limit is not None and self.s.garbage_collection_threshold > 0:
             pool.free_calls += 1
-        i = bisect_left(pool.keys, (stream, size, -1))
-        if i == len(pool.keys) or pool.keys[i][0] != stream:
+        keys = pool.keys
+        i = bisect_left(keys, (stream << _STREAM) | (size << _SIZE))
+        if i == len(keys) or keys[i] >> _STREAM != stream:
             return None
-        b = pool.blocks[pool.keys[i]]
+        b = pool.blocks[keys[i]]
         if b.seg is not None:
             # an expandable block counts as the size it can grow to (itself and the unmapped range after it)
             def grows_to(x: _Block) -> int:
@@ -300,9 +318,9 @@ class CachingAllocator:
 
             while (
                 b.seg is not None
-                and i + 1 < len(pool.keys)
-                and pool.keys[i + 1][0] == stream
-                and grows_to(pool.blocks[pool.keys[i + 1]]) < grows_to(b)
+                and i + 1 < len(keys)
+                and _stream_of(keys[i + 1]) == stream
+                and grows_to(pool.blocks[keys[i + 1]]) < grows_to(b)
             ):
                 i += 1
                 b = pool.blocks[pool.keys[i]]
@@ -383,8 +401,8 @@ class CachingAllocator:
         if s.max_split_size == NO_LIMIT or s.expandable_segments:
             return False
         want = max(size, s.max_split_size)
-        i = bisect_left(pool.keys, (stream, want, -1))
-        if i < len(pool.keys) and pool.keys[i][0] == stream:
+        i = bisect_left(pool.keys, (stream << _STREAM) | (want << _SIZE))
+        if i < len(pool.keys) and _stream_of(pool.keys[i]) == stream:
             self._release_block(pool.blocks[pool.keys[i]])
             return True
         # no single block is large enough: free oversize blocks, the largest first
@@ -453,8 +471,8 @@ class CachingAllocator:
                 b = b.next
             return total >= size
 
-        i = bisect_left(pool.unmapped_keys, (stream, -1))
-        while i < len(pool.unmapped_keys) and pool.unmapped_keys[i][0] == stream:
+        i = bisect_left(pool.unmapped_keys, stream << _SIZE)
+        while i < len(pool.unmapped_keys) and pool.unmapped_keys[i] >> _SIZE == stream:
             c = pool.unmapped[pool.unmapped_keys[i]]
             if free(c.prev):
                 c = c.prev
@@ -539,28 +557,37 @@ def replay(
     a = CachingAllocator(settings, limit)
     out = ReplayResult()
     live: dict = {}
+    malloc, free, pop = a.malloc, a.free, live.pop
+    # only a request can raise the allocated, reserved or segment count (a free releases no segment), so the peaks
+    # are read after requests alone
+    peak_allocated = peak_reserved = peak_segments = fragmentation = done = 0
     for n, ev in enumerate(events):
-        op, key = ev[0], ev[1]
+        op = ev[0]
         if op == "alloc":
-            if ev[2] <= 0:
+            size = ev[2]
+            if size <= 0:
                 continue
             try:
-                live[key] = a.malloc(int(ev[2]), int(ev[3]) if len(ev) > 3 and ev[3] is not None else 0)
+                live[ev[1]] = malloc(int(size), int(ev[3]) if len(ev) > 3 and ev[3] is not None else 0)
             except OutOfMemory:
-                out.oom, out.oom_event, out.oom_request = True, n, int(ev[2])
+                out.oom, out.oom_event, out.oom_request = True, n, int(size)
                 break
+            if a.allocated > peak_allocated:
+                peak_allocated = a.allocated
+            if a.segments > peak_segments:
+                peak_segments = a.segments
+            if a.reserved > peak_reserved:
+                peak_reserved = a.reserved
+                fragmentation = a.reserved - a.allocated
         elif op == "free":
-            block = live.pop(key, None)
+            block = pop(ev[1], None)
             if block is not None:
-                a.free(block)
+                free(block)
         else:
             raise ValueError(f"unknown allocator event {op!r} (expected 'alloc' or 'free')")
-        out.events = n + 1
-        out.peak_allocated = max(out.peak_allocated, a.allocated)
-        out.peak_segments = max(out.peak_segments, a.segments)
-        if a.reserved > out.peak_reserved:
-            out.peak_reserved = a.reserved
-            out.fragmentation = a.reserved - a.allocated
+        done = n + 1
+    out.events, out.peak_allocated, out.peak_reserved = done, peak_allocated, peak_reserved
+    out.peak_segments, out.fragmentation = peak_segments, fragmentation
     out.end_reserved, out.end_allocated, out.end_segments = a.reserved, a.allocated, a.segments
     out.alloc_retries = a.retries
     return out
