@@ -166,15 +166,39 @@ NOT_MODELLED = {
     "bamba": "torch path",
     "granitemoehybrid": "torch path",
     "nemotron_h": "torch path",
+    "gpt_oss": "sliding-window masks",
+}
+# what the estimate does not model over 4-bit base weights: said by a QLoRA plan of the family, not by its LoRA plan
+NOT_MODELLED_KBIT = {
     "gemma3n_text": "Gemma-3n blocks over 4-bit weights",
-    "llama4_text": "checkpointed Llama-4 MoE block",
-    "gpt_oss": "checkpointed",
+    "llama4_text": "Llama-4 MoE blocks over 4-bit weights",
+    "jamba": "Mamba mixers over 4-bit weights",
 }
 
 
 @pytest.mark.parametrize("model_type", sorted(NOT_MODELLED))
 def test_layers_the_estimate_does_not_model_are_labelled_approximate(model_type):
     assert NOT_MODELLED[model_type] in arch(model_type).approximate
+
+
+@pytest.mark.parametrize("model_type", sorted(NOT_MODELLED_KBIT))
+def test_what_is_not_modelled_over_4bit_weights_is_said_by_qlora_plans_only(model_type, tmp_path):
+    from vramlens.analysis import analyze
+    from vramlens.settings import Settings
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps(TINY_CONFIGS[model_type]))
+    said = {}
+    for adapter, kbit in (("lora", "false"), ("qlora", "true")):
+        text = f"base_model: ./model\nadapter: {adapter}\nload_in_4bit: {kbit}\nlora_r: 8\nlora_target_linear: true\n"
+        text += "micro_batch_size: 1\nsequence_len: 256\nbf16: true\n"
+        path = tmp_path / f"{adapter}.yaml"
+        path.write_text(text)
+        result = analyze(text, path, Settings(workspace=tmp_path, model_lookup=False))
+        assert result.estimate is not None, result.error
+        said[adapter] = " ".join(result.estimate.approximate)
+    assert NOT_MODELLED_KBIT[model_type] in said["qlora"]
+    assert NOT_MODELLED_KBIT[model_type] not in said["lora"]
 
 
 def test_modelled_short_convolutions_are_not_labelled_approximate():

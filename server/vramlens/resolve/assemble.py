@@ -92,7 +92,7 @@ def build_plan(
         low_rank_targets=o.low_rank_targets,
         low_rank_proj_quant=isinstance(o.proj_bits, int) and o.proj_bits < 16,
         **a.partial,
-        quant_bits=quant_bits,
+        quant_bits=_kbit_layers_noted(ctx, arch.family, quant_bits),
         quant_type=str(qval("quant_type") or "nf4"),
         quant_double=bool(qval("quant_double")),
         quant_storage=v.storage if v.storage in ("bf16", "fp16", "fp32") else "uint8",
@@ -117,6 +117,16 @@ def build_plan(
         expandable_segments="expandable_segments:true" in s.alloc.replace(" ", "").lower(),
         headroom=ctx.settings.headroom,
     )
+
+
+def _kbit_layers_noted(ctx: Context, family: str, quant_bits: int | None) -> int | None:
+    """The plan's k-bit width; with 4-bit base weights, what the estimate does not model for the family over them
+    (`models.NOT_MODELLED_KBIT`) joins the assumptions."""
+    from vramlens.knowledge.models import NOT_MODELLED_KBIT
+
+    if quant_bits and (note := NOT_MODELLED_KBIT.get(family)):
+        ctx.assumptions.append(Approximate(f"approximate: `{family}`: {note}"))
+    return quant_bits
 
 
 def _liger_kernels(ctx: Context, arch) -> bool:
