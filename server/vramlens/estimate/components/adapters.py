@@ -1,10 +1,14 @@
 """Adapter methods beyond plain LoRA: IA3 and VeRA (trained vectors) and DoRA (a magnitude per output): their
-parameters and what they keep."""
+parameters and what they keep. What they keep is sized from the dtypes the step computes with
+(`compute_weight_dtype`, `adapter_computes_fp32`): under FSDP's mixed precision the adapters are gathered in
+16-bit with the rest of their unit, whatever dtype they are stored in."""
 
 from __future__ import annotations
 
 from vramlens.estimate.components.common import (
     DTYPE_BYTES,
+    adapter_computes_fp32,
+    compute_weight_dtype,
     fp32_residual,
     has_linear,
     linear_in_features,
@@ -64,7 +68,7 @@ def vector_adapter_per_token(rp: ResolvedPlan) -> tuple[float, float, float]:
     x feed only frozen matmuls and are not kept. Dropout keeps its 1-byte mask."""
     arch = rp.arch
     c = 2 if rp.compute_dtype != "fp32" else 4
-    av = 4 if (rp.adapter_fp32 or rp.weight_dtype == "fp32" or c == 4) else c
+    av = 4 if (adapter_computes_fp32(rp) or compute_weight_dtype(rp) == "fp32" or c == 4) else c
     layers = max(arch.layers, 1)
     total = down = 0.0
     for lin in _vector_targets(rp):
@@ -94,7 +98,7 @@ def dora_targets(rp: ResolvedPlan) -> list[str]:
 def _dora_dtypes(rp: ResolvedPlan) -> tuple[int, int, bool]:
     c = 2 if rp.compute_dtype != "fp32" else 4
     autocast = fp32_residual(rp)
-    a = c if autocast else (4 if (rp.adapter_fp32 and c == 2) else c)
+    a = c if autocast else (4 if (adapter_computes_fp32(rp) and c == 2) else c)
     return c, a, autocast
 
 
@@ -148,7 +152,7 @@ def dora_weight_copies(rp: ResolvedPlan) -> int:
     if not names or not dora_recomputes_base(rp):
         return method_weight_copies(rp)
     c, a, autocast = _dora_dtypes(rp)
-    wb = DTYPE_BYTES[rp.weight_dtype]
+    wb = DTYPE_BYTES[compute_weight_dtype(rp)]
     fresh = autocast or bool(rp.quant_bits) or a != wb
     if not fresh:
         return 0
@@ -169,8 +173,8 @@ def dora_weight_norm_transient(rp: ResolvedPlan) -> int:
     if not names:
         return 0
     c, a, autocast = _dora_dtypes(rp)
-    aw = 4 if (rp.adapter_fp32 or rp.weight_dtype == "fp32") else c
-    copies = 3 if (rp.quant_bits or a != DTYPE_BYTES[rp.weight_dtype]) else 2
+    aw = 4 if (adapter_computes_fp32(rp) or compute_weight_dtype(rp) == "fp32") else c
+    copies = 3 if (rp.quant_bits or a != DTYPE_BYTES[compute_weight_dtype(rp)]) else 2
     arch = rp.arch
     return max(
         linear_in_features(arch, n) ** 2 * aw

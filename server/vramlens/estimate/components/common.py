@@ -82,10 +82,37 @@ def hf_fused_groups(rp: ResolvedPlan) -> tuple[tuple[str, ...], ...]:
     return out
 
 
+def fsdp_16bit_compute(rp: ResolvedPlan) -> bool:
+    """FSDP's mixed precision computes the step with 16-bit parameters: each unit's fp32 shard is cast to
+    `param_dtype` and all-gathered, and the module's parameters *are* those 16-bit unsharded tensors while it runs
+    (torch 2.13 torch/distributed/fsdp/_fully_shard/_fsdp_param.py `init_dtype_attrs` / `all_gather_inputs`:
+    the shard `.to(param_dtype)`, `to_unsharded` sets the module's parameter to the unsharded 16-bit tensor;
+    FSDP1 torch/distributed/fsdp/_flat_param.py `_use_unsharded_flat_param` views the 16-bit `_full_param_padded`).
+    Every parameter of the unit is gathered so, LoRA adapters included: the embedding returns 16-bit, the norms
+    return `weight * x.to(input_dtype)` in 16-bit, and the residual stream is 16-bit, as in a 16-bit step. Autocast,
+    when it runs too (accelerate 1.15 accelerator.py `prepare_model` wraps the forward in autocast whenever
+    mixed_precision is set, FSDP or not; verl's dp_actor.py), meets 16-bit weights and casts nothing."""
+    return rp.fsdp_mixed_precision and rp.compute_dtype != "fp32"
+
+
+def compute_weight_dtype(rp: ResolvedPlan) -> str:
+    """The dtype the parameters have while the step computes with them: the 16-bit `param_dtype` under FSDP's
+    mixed precision (`fsdp_16bit_compute`), else the parameters' own dtype."""
+    return rp.compute_dtype if fsdp_16bit_compute(rp) else rp.weight_dtype
+
+
+def adapter_computes_fp32(rp: ResolvedPlan) -> bool:
+    """Whether the adapters compute with fp32 weights (peft's `autocast_adapter_dtype`): not under FSDP's mixed
+    precision, which gathers them in 16-bit with the rest of the unit (`fsdp_16bit_compute`), so peft's
+    `_cast_input_dtype(x, lora_A.weight.dtype)` (peft 0.21.2 src/peft/tuners/lora/layer.py) casts nothing."""
+    return rp.adapter_fp32 and not fsdp_16bit_compute(rp)
+
+
 def fp32_residual(rp: ResolvedPlan) -> bool:
     """Whether the residual stream between blocks is fp32 while the matmuls run in 16-bit: AMP over fp32
-    weights, or a k-bit model whose embeddings and norms prepare_model_for_kbit_training upcast to fp32."""
-    if rp.compute_dtype == "fp32":
+    weights, or a k-bit model whose embeddings and norms prepare_model_for_kbit_training upcast to fp32. Not under
+    FSDP's mixed precision, whose blocks compute with 16-bit parameters (`fsdp_16bit_compute`)."""
+    if rp.compute_dtype == "fp32" or fsdp_16bit_compute(rp):
         return False
     return rp.amp or bool(rp.quant_bits and rp.kbit_upcast)
 
@@ -126,8 +153,9 @@ def compiled_block(rp: ResolvedPlan) -> bool:
 
 def amp_fp32_stream(rp: ResolvedPlan) -> bool:
     """AMP over fp32 weights (autocast, not compiled): the residual stream, the norms and their weights are fp32; only
-    the autocast ops (matmuls, SDPA) run in 16-bit, each casting its own fp32 input (`amp_input_casts`)."""
-    return rp.amp and rp.compute_dtype != "fp32" and not compiled_block(rp)
+    the autocast ops (matmuls, SDPA) run in 16-bit, each casting its own fp32 input (`amp_input_casts`). Not under
+    FSDP's mixed precision, whose blocks compute with 16-bit parameters (`fsdp_16bit_compute`)."""
+    return rp.amp and rp.compute_dtype != "fp32" and not compiled_block(rp) and not fsdp_16bit_compute(rp)
 
 
 # Families whose linears are an `nn.Linear` subclass of their own (transformers 5.24 models/falcon/modeling_falcon.py

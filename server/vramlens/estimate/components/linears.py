@@ -10,6 +10,7 @@ from vramlens.estimate.components.common import (
     HF_FUSED_FAMILIES,
     HF_FUSED_GATE_UP,
     HF_ONE_QKV_LINEAR,
+    adapter_computes_fp32,
     amp_fp32_stream,
     compiled_block,
     fp32_residual,
@@ -46,7 +47,7 @@ def adapter_input(rp: ResolvedPlan) -> tuple[bool, int]:
     are not in autocast's cache), so the bytes kept per element are c, not 4."""
     c = 2 if rp.compute_dtype != "fp32" else 4
     autocast = fp32_residual(rp)
-    adapter_fp32 = (rp.adapter_fp32 and c == 2) or autocast
+    adapter_fp32 = (adapter_computes_fp32(rp) and c == 2) or autocast
     return adapter_fp32, c if autocast else (4 if adapter_fp32 else c)
 
 
