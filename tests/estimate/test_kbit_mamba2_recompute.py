@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
-from trace_plans import need  # noqa: E402
+from trace_plans import assert_estimate_matches_trace, need  # noqa: E402
 
 torch = pytest.importorskip("torch", reason="torch not installed (the trace extra)")
 need("transformers")
@@ -22,9 +22,6 @@ need("peft")
 need("bitsandbytes")
 
 from test_new_architectures import row_plan  # noqa: E402
-from vramlens.estimate import estimate  # noqa: E402
-from vramlens.trace import engine  # noqa: E402
-from vramlens.trace.config import step_config  # noqa: E402
 
 # (model_type, checkpointing, sequence length, micro batch): the hybrids grid's shape (256 × 2: four chunks of 64),
 # a padded last chunk (100 × 1) and one chunk (64 × 2)
@@ -50,6 +47,4 @@ def kbit_plan(model_type: str, ckpt: bool, seq_len: int, micro_batch: int):
     ids=[f"{t}-{'ckpt-' if c else ''}{s}x{b}" for t, c, s, b in ROWS],
 )
 def test_kbit_mamba2_estimate_follows_the_real_library_trace(model_type, ckpt, seq_len, micro_batch):
-    rp = kbit_plan(model_type, ckpt, seq_len, micro_batch)
-    traced = engine.run(step_config(rp), backend="transformers")
-    assert estimate(rp, limits=False).allocated_bytes / traced["peak_bytes"] == pytest.approx(1.0, abs=0.03)
+    assert_estimate_matches_trace(kbit_plan(model_type, ckpt, seq_len, micro_batch))

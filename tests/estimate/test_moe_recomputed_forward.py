@@ -17,16 +17,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
-from trace_plans import need  # noqa: E402
+from trace_plans import assert_estimate_matches_trace, need, trace_step  # noqa: E402
 
 torch = pytest.importorskip("torch", reason="torch not installed (the trace extra)")
 need("transformers")
 need("peft")
 
 from test_new_architectures import row_plan  # noqa: E402
-from vramlens.estimate import estimate  # noqa: E402
-from vramlens.trace import engine  # noqa: E402
-from vramlens.trace.config import step_config  # noqa: E402
 
 # (model_type, mode, sequence length, micro batch): the hybrids grid's shape (256 × 2) and others where the recompute
 # is the step's peak: gpt-oss at 512 × 2, where it peaks in the attention's sink softmax (three score-sized tensors,
@@ -49,18 +46,15 @@ ROWS = [
 def test_checkpointed_moe_adapter_estimate_follows_the_real_library_trace(model_type, mode, seq_len, micro_batch):
     if mode == "qlora":
         need("bitsandbytes")
-    rp = row_plan(model_type, mode, True, seq_len=seq_len, micro_batch=micro_batch)
-    traced = engine.run(step_config(rp), backend="transformers")
-    est = estimate(rp, limits=False)
-    assert est.phase == "recompute"
-    assert est.allocated_bytes / traced["peak_bytes"] == pytest.approx(1.0, abs=0.03)
+    assert_estimate_matches_trace(
+        row_plan(model_type, mode, True, seq_len=seq_len, micro_batch=micro_batch), phase="recompute"
+    )
 
 
 def test_the_fake_trace_of_a_checkpointed_gpt_oss_step_equals_its_execution():
     """The real-library trace runs on fake tensors; executed on real CPU tensors the same step peaks at the same
     bytes, so the figures above are what the libraries allocate."""
     rp = row_plan("gpt_oss", "lora", True, seq_len=64, micro_batch=1)
-    cfg = step_config(rp)
-    fake = engine.run(cfg, backend="transformers")
-    real = engine.run(cfg, backend="transformers", real=True)
+    fake = trace_step(rp)
+    real = trace_step(rp, real=True)
     assert fake["peak_bytes"] == real["peak_bytes"]

@@ -11,18 +11,14 @@ import warnings
 import pytest
 from test_new_architectures import row_plan
 from tiny_configs import TINY_CONFIGS
-from trace_plans import LORA, need, plan
+from trace_plans import LORA, assert_estimate_matches_trace, need, plan
 from vramlens.estimate import components as C
-from vramlens.estimate import estimate
 from vramlens.estimate.components import gemma3n
 from vramlens.knowledge.models import arch_from_hf_config
 
 torch = pytest.importorskip("torch", reason="torch not installed (the trace extra)")
 need("transformers")
 need("peft")
-
-from vramlens.trace import engine  # noqa: E402
-from vramlens.trace.config import step_config  # noqa: E402
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -181,6 +177,4 @@ def test_estimate_follows_the_real_library_trace(model_type, mode, ckpt):
     """The whole step on the real transformers/peft libraries: the estimate within ±3 % of the traced peak (before:
     Gemma-3n 0.44 in full and 0.65 under LoRA, its logits' soft-capping, AltUp and the per-layer inputs unmodelled;
     Llama-4 0.94 in full and 0.88 under LoRA)."""
-    rp = row_plan(model_type, mode, ckpt)
-    traced = engine.run(step_config(rp), backend="transformers")
-    assert estimate(rp, limits=False).allocated_bytes / traced["peak_bytes"] == pytest.approx(1.0, abs=0.03)
+    assert_estimate_matches_trace(row_plan(model_type, mode, ckpt))

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 from tiny_configs import TINY_CONFIGS
-from trace_plans import LORA, need, plan
+from trace_plans import LORA, assert_estimate_matches_trace, need, plan, trace_step
 from vramlens.estimate import components as C
 from vramlens.estimate import estimate
 from vramlens.estimate.shapes import shapes, targeted
@@ -299,12 +299,8 @@ FALCON_ROWS = [("full", False), ("full", True), ("lora", False)]
 @pytest.mark.parametrize("mode,ckpt", FALCON_ROWS, ids=["full", "full-ckpt", "lora"])
 def test_falcon_h1_estimate_follows_the_real_library_trace(mode, ckpt):
     from test_new_architectures import row_plan
-    from vramlens.trace import engine
-    from vramlens.trace.config import step_config
 
-    rp = row_plan("falcon_h1", mode, ckpt)
-    traced = engine.run(step_config(rp), backend="transformers")
-    assert estimate(rp, limits=False).allocated_bytes / traced["peak_bytes"] == pytest.approx(1.0, abs=0.03)
+    assert_estimate_matches_trace(row_plan("falcon_h1", mode, ckpt))
 
 
 @pytest.mark.parametrize("sizes", [{}, dict(mamba_d_state=16, mamba_dt_rank=4, mamba_d_conv=3)], ids=["tiny", "wide"])
@@ -383,12 +379,8 @@ QWEN3_NEXT_ROWS = [("full", False), ("full", True), ("lora", False), ("lora", Tr
 @pytest.mark.parametrize("mode,ckpt", QWEN3_NEXT_ROWS, ids=["full", "full-ckpt", "lora", "lora-ckpt"])
 def test_qwen3_next_estimate_follows_the_real_library_trace(mode, ckpt):
     from test_new_architectures import row_plan
-    from vramlens.trace import engine
-    from vramlens.trace.config import step_config
 
-    rp = row_plan("qwen3_next", mode, ckpt)
-    traced = engine.run(step_config(rp), backend="transformers")
-    assert estimate(rp, limits=False).allocated_bytes / traced["peak_bytes"] == pytest.approx(1.0, abs=0.03)
+    assert_estimate_matches_trace(row_plan("qwen3_next", mode, ckpt))
 
 
 def test_granite_hybrid_lora_trains_the_adapters_peft_makes():
@@ -396,11 +388,9 @@ def test_granite_hybrid_lora_trains_the_adapters_peft_makes():
     input_linear (gate|up: one adapter) and output_linear; none of the Mamba-2 mixers' linears. The estimate counts
     the adapters peft creates."""
     from test_new_architectures import row_plan
-    from vramlens.trace import engine
-    from vramlens.trace.config import step_config
 
     rp = row_plan("granitemoehybrid", "lora", False, seq_len=64, micro_batch=1)
-    traced = engine.run(step_config(rp), backend="transformers")
+    traced = trace_step(rp)
     assert C.params(rp).adapter_params == traced["params_trainable"]
 
 
@@ -424,9 +414,5 @@ BAMBA_ROWS = [
 )
 def test_mamba2_hybrid_estimate_follows_the_real_library_trace(model_type, mode, ckpt):
     from test_new_architectures import row_plan
-    from vramlens.trace import engine
-    from vramlens.trace.config import step_config
 
-    rp = row_plan(model_type, mode, ckpt)
-    traced = engine.run(step_config(rp), backend="transformers")
-    assert estimate(rp, limits=False).allocated_bytes / traced["peak_bytes"] == pytest.approx(1.0, abs=0.03)
+    assert_estimate_matches_trace(row_plan(model_type, mode, ckpt))

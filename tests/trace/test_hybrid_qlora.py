@@ -6,7 +6,7 @@ a reason where torch, transformers, peft or bitsandbytes are not installed."""
 from __future__ import annotations
 
 import pytest
-from trace_plans import need
+from trace_plans import assert_estimate_matches_trace, need, trace_step
 
 torch = pytest.importorskip("torch", reason="torch not installed (the trace extra)")
 need("transformers")
@@ -15,9 +15,6 @@ need("bitsandbytes")
 
 from test_new_architectures import row_plan  # noqa: E402
 from vramlens.estimate import components as C  # noqa: E402
-from vramlens.estimate import estimate  # noqa: E402
-from vramlens.trace import engine  # noqa: E402
-from vramlens.trace.config import step_config  # noqa: E402
 
 # QLoRA rows of the hybrids grid (benchmarks/trace_vs_estimate.py --grid hybrids), and shorter sequences: one chunk of
 # the scan (64 positions) and a padded last chunk (100). Before the k-bit mixer was modelled: 1.06-1.13
@@ -32,16 +29,14 @@ ROWS = [
 
 @pytest.mark.parametrize("model_type,seq_len,micro_batch", ROWS, ids=[f"{t}-{s}x{b}" for t, s, b in ROWS])
 def test_mamba2_hybrid_qlora_estimate_follows_the_real_library_trace(model_type, seq_len, micro_batch):
-    rp = row_plan(model_type, "qlora", False, seq_len=seq_len, micro_batch=micro_batch)
-    traced = engine.run(step_config(rp), backend="transformers")
-    assert estimate(rp, limits=False).allocated_bytes / traced["peak_bytes"] == pytest.approx(1.0, abs=0.03)
+    assert_estimate_matches_trace(row_plan(model_type, "qlora", False, seq_len=seq_len, micro_batch=micro_batch))
 
 
 def test_falcon_h1_mixer_linears_are_4bit():
     """Falcon-H1's mixer in_proj and out_proj are nn.Linear modules, quantized as the attention and MLP linears are:
     the estimate's 4-bit weights are the trace's (packed bytes, 4 bits a weight), not fp32 weights."""
     rp = row_plan("falcon_h1", "qlora", False, seq_len=16, micro_batch=1)
-    traced = engine.run(step_config(rp), backend="transformers")
+    traced = trace_step(rp)
     p = C.params(rp)
     # the real model's weights: packed 4-bit linears and fp32 embeddings, head, norms, conv1d, A_log, D, dt_bias
     assert p.quantized_bytes + p.frozen_bytes == pytest.approx(traced["persistent"]["weights"], rel=0.02)

@@ -8,27 +8,22 @@ from __future__ import annotations
 
 import pytest
 from test_new_architectures import row_plan
-from trace_plans import need
+from trace_plans import need, trace_step
 
 torch = pytest.importorskip("torch", reason="torch not installed (the trace extra)")
 need("transformers")
 need("peft")
 need("bitsandbytes")
 
-from vramlens.trace import engine  # noqa: E402
-from vramlens.trace.config import step_config  # noqa: E402
-
 
 def test_gemma3n_qlora_traces_with_the_altup_coefficients_unquantized():
     rp = row_plan("gemma3n_text", "qlora", False, seq_len=32, micro_batch=1)
-    cfg = step_config(rp)
-    traced = engine.run(cfg, backend="transformers")
+    traced = trace_step(rp)
     assert traced["peak_bytes"] > 0
     assert any("correction_coefs and prediction_coefs left unquantized" in a for a in traced["assumptions"])
 
 
 def test_jamba_qlora_traces_its_mixer_on_the_quantized_path():
-    rp = row_plan("jamba", "qlora", False, seq_len=16, micro_batch=1)
-    traced = engine.run(step_config(rp), backend="transformers")
+    traced = trace_step(row_plan("jamba", "qlora", False, seq_len=16, micro_batch=1))
     assert traced["peak_bytes"] > 0
     assert not any("unquantized" in a for a in traced["assumptions"])

@@ -12,9 +12,8 @@ import weakref
 
 import pytest
 from tiny_configs import TINY_CONFIGS
-from trace_plans import LORA, need, plan
+from trace_plans import LORA, assert_estimate_matches_trace, need, plan
 from vramlens.estimate import components as C
-from vramlens.estimate import estimate
 from vramlens.knowledge.models import arch_from_hf_config
 
 torch = pytest.importorskip("torch", reason="torch not installed (the trace extra)")
@@ -173,9 +172,5 @@ JAMBA_ROWS = [("full", False), ("full", True), ("lora", False), ("lora", True)]
 @pytest.mark.parametrize("mode,ckpt", JAMBA_ROWS, ids=["full", "full-ckpt", "lora", "lora-ckpt"])
 def test_jamba_estimate_follows_the_real_library_trace(mode, ckpt):
     from test_new_architectures import row_plan
-    from vramlens.trace import engine
-    from vramlens.trace.config import step_config
 
-    rp = row_plan("jamba", mode, ckpt, seq_len=32)
-    traced = engine.run(step_config(rp), backend="transformers")
-    assert estimate(rp, limits=False).allocated_bytes / traced["peak_bytes"] == pytest.approx(1.0, abs=0.03)
+    assert_estimate_matches_trace(row_plan("jamba", mode, ckpt, seq_len=32))

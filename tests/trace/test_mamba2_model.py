@@ -10,10 +10,9 @@ import warnings
 
 import pytest
 from tiny_configs import TINY_CONFIGS
-from trace_plans import need
+from trace_plans import assert_estimate_matches_trace, need
 from vramlens.analysis import analyze
 from vramlens.estimate import components as C
-from vramlens.estimate import estimate
 from vramlens.estimate.shapes import shapes, targeted
 from vramlens.knowledge.models import arch_from_hf_config
 from vramlens.settings import Settings
@@ -77,14 +76,11 @@ ROWS = [("full", True), ("lora", True)]
 @pytest.mark.parametrize("mode,ckpt", ROWS, ids=["full-ckpt", "lora-ckpt"])
 def test_estimate_follows_the_real_library_trace(mode, ckpt):
     from test_new_architectures import row_plan
-    from vramlens.trace import engine
-    from vramlens.trace.config import step_config
 
     rp = row_plan("mamba2", mode, ckpt)
     if mode == "lora":
         rp = rp.model_copy(update={"lora_targets": ("in_proj",)})
-    traced = engine.run(step_config(rp), backend="transformers")
-    assert estimate(rp, limits=False).allocated_bytes / traced["peak_bytes"] == pytest.approx(1.0, abs=0.03)
+    traced = assert_estimate_matches_trace(rp)
     assert C.params(rp).total == traced["params_total"]
     if mode == "lora":
         assert C.params(rp).adapter_params == traced["params_trainable"]

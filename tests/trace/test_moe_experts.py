@@ -7,9 +7,8 @@ the trace extra)."""
 from __future__ import annotations
 
 import pytest
-from trace_plans import LORA, QWEN3_MOE_BLOCK, need, plan
+from trace_plans import LORA, QWEN3_MOE_BLOCK, assert_estimate_matches_trace, need, plan, trace_step
 from vramlens.estimate import components as C
-from vramlens.estimate import estimate
 
 pytest.importorskip("torch", reason="torch not installed (the trace extra)")
 need("transformers")
@@ -46,7 +45,7 @@ def test_lora_on_gate_up_down_trains_every_expert():
     down_proj, 2r on gate_up_proj. The estimate counts the parameters peft creates."""
     need("peft")
     rp = moe_plan(**LORA)
-    traced = engine.run(step_config(rp), backend="transformers")
+    traced = trace_step(rp)
     assert C.params(rp).adapter_params == traced["params_trainable"]
     attention_only = C.params(rp.with_changes(lora_targets=("q", "k", "v", "o"))).adapter_params
     assert traced["params_trainable"] > 10 * attention_only
@@ -57,11 +56,7 @@ def test_moe_lora_estimate_follows_the_real_step(changes):
     """Each MoE block keeps its adapted expert stacks W + BA and grouped_mm's inputs; a checkpointed block's backward
     starts with token-expert-pair-sized gradients. Leaving the experts frozen put these rows 24–29 % low."""
     need("peft")
-    rp = moe_plan(seq_len=1024, **changes)
-    ratio = (
-        estimate(rp, limits=False).allocated_bytes / engine.run(step_config(rp), backend="transformers")["peak_bytes"]
-    )
-    assert ratio == pytest.approx(1.0, abs=0.03)
+    assert_estimate_matches_trace(moe_plan(seq_len=1024, **changes))
 
 
 def test_kbit_moe_keeps_its_experts_unquantized_in_fp32():
@@ -70,8 +65,6 @@ def test_kbit_moe_keeps_its_experts_unquantized_in_fp32():
     need("peft")
     need("bitsandbytes")
     rp = moe_plan(**QLORA)
-    traced = engine.run(step_config(rp), backend="transformers")
-    est = estimate(rp, limits=False)
-    assert est.allocated_bytes / traced["peak_bytes"] == pytest.approx(1.0, abs=0.04)
+    assert_estimate_matches_trace(rp, tol=0.04)
     experts = sum(lin.params for lin in C.shapes(MOE).linears if lin.expert)
     assert C.params(rp).frozen_bytes >= experts * 4

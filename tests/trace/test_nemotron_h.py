@@ -13,9 +13,8 @@ import warnings
 import pytest
 from test_hybrid_layers import saved_bytes
 from tiny_configs import TINY_CONFIGS
-from trace_plans import LORA, need, plan
+from trace_plans import LORA, assert_estimate_matches_trace, need, plan
 from vramlens.estimate import components as C
-from vramlens.estimate import estimate
 from vramlens.knowledge.models import arch_from_hf_config
 
 torch = pytest.importorskip("torch", reason="torch not installed (the trace extra)")
@@ -120,12 +119,9 @@ ROWS = [("full", False), ("full", True), ("lora", False), ("lora", True)]
 @pytest.mark.parametrize("mode,ckpt", ROWS, ids=["full", "full-ckpt", "lora", "lora-ckpt"])
 def test_estimate_follows_the_real_library_trace(mode, ckpt):
     from test_new_architectures import row_plan
-    from vramlens.trace import engine
-    from vramlens.trace.config import step_config
 
     rp = row_plan("nemotron_h", mode, ckpt)
-    traced = engine.run(step_config(rp), backend="transformers")
-    assert estimate(rp, limits=False).allocated_bytes / traced["peak_bytes"] == pytest.approx(1.0, abs=0.03)
+    traced = assert_estimate_matches_trace(rp)
     if mode == "lora":
         # the adapters peft makes: q, k, v, o in the attention layer, up and down in the MLP layers, none in a mixer
         assert C.params(rp).adapter_params == traced["params_trainable"]

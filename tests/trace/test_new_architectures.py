@@ -11,16 +11,15 @@ import warnings
 
 import pytest
 from tiny_configs import TINY_CONFIGS
-from trace_plans import LORA, need, plan
+from trace_plans import LORA, assert_estimate_matches_trace, need, plan, trace_step
 from vramlens.estimate import components as C
-from vramlens.estimate import estimate
 from vramlens.knowledge import versions
 from vramlens.knowledge.models import arch_from_hf_config
 
 torch = pytest.importorskip("torch", reason="torch not installed (the trace extra)")
 need("transformers")
 
-from vramlens.trace import engine, hf  # noqa: E402
+from vramlens.trace import hf  # noqa: E402
 from vramlens.trace.config import step_config  # noqa: E402
 
 QLORA = dict(LORA, peft="qlora", quant_bits=4, quant_double=True)
@@ -119,7 +118,7 @@ def test_lfm2_lora_trains_the_adapters_peft_makes():
     (its MLP's names), none of the short convolutions' linears: the estimate counts the adapters peft creates."""
     need("peft")
     rp = row_plan("lfm2", "lora", False, seq_len=64, micro_batch=1)
-    traced = engine.run(step_config(rp), backend="transformers")
+    traced = trace_step(rp)
     assert C.params(rp).adapter_params == traced["params_trainable"]
 
 
@@ -152,9 +151,7 @@ def test_estimate_follows_the_real_library_trace(model_type, mode, ckpt):
         need("peft")
     if mode == "qlora":
         need("bitsandbytes")
-    rp = row_plan(model_type, mode, ckpt)
-    traced = engine.run(step_config(rp), backend="transformers")
-    assert estimate(rp, limits=False).allocated_bytes / traced["peak_bytes"] == pytest.approx(1.0, abs=0.03)
+    assert_estimate_matches_trace(row_plan(model_type, mode, ckpt))
 
 
 # layer kinds the estimate sizes as something else: the estimate says it is approximate, and why

@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 from tiny_configs import TINY_CONFIGS
-from trace_plans import need, plan
+from trace_plans import assert_estimate_matches_trace, need, plan
 
 torch = pytest.importorskip("torch", reason="torch not installed (the trace extra)")
 need("transformers")
@@ -19,7 +19,6 @@ need("bitsandbytes")
 
 from test_new_architectures import MODES, row_plan  # noqa: E402
 from vramlens.estimate import components as C  # noqa: E402
-from vramlens.estimate import estimate  # noqa: E402
 from vramlens.knowledge.models import arch_from_hf_config  # noqa: E402
 
 DELTANET_LINEARS = ("in_proj_qkvz", "in_proj_ba", "out_proj")
@@ -133,9 +132,4 @@ def test_qwen3_next_qlora_quantizes_and_adapts_what_the_libraries_do():
 # DeltaNet's linears, adapters and k-bit mixer were sized as the libraries make them
 @pytest.mark.parametrize("ckpt", [False, True], ids=["qlora", "qlora-ckpt"])
 def test_qwen3_next_qlora_estimate_follows_the_real_library_trace(ckpt):
-    from vramlens.trace import engine
-    from vramlens.trace.config import step_config
-
-    rp = row_plan("qwen3_next", "qlora", ckpt)
-    traced = engine.run(step_config(rp), backend="transformers")
-    assert estimate(rp, limits=False).allocated_bytes / traced["peak_bytes"] == pytest.approx(1.0, abs=0.03)
+    assert_estimate_matches_trace(row_plan("qwen3_next", "qlora", ckpt))

@@ -9,16 +9,13 @@ are alive (estimate/components/peaks.py `recomputed_forward_per_token`). Before 
 from __future__ import annotations
 
 import pytest
-from trace_plans import need
+from trace_plans import assert_estimate_matches_trace, need
 
 torch = pytest.importorskip("torch", reason="torch not installed (the trace extra)")
 need("transformers")
 need("peft")
 
 from test_new_architectures import row_plan  # noqa: E402
-from vramlens.estimate import estimate  # noqa: E402
-from vramlens.trace import engine  # noqa: E402
-from vramlens.trace.config import step_config  # noqa: E402
 
 # (model_type, mode, sequence length, micro batch): the hybrids grid's rows (256 × 2) and other shapes
 ROWS = [
@@ -35,8 +32,6 @@ ROWS = [
 def test_checkpointed_adapter_estimate_follows_the_real_library_trace(model_type, mode, seq_len, micro_batch):
     if mode == "qlora":
         need("bitsandbytes")
-    rp = row_plan(model_type, mode, True, seq_len=seq_len, micro_batch=micro_batch)
-    traced = engine.run(step_config(rp), backend="transformers")
-    est = estimate(rp, limits=False)
-    assert est.phase == "recompute"
-    assert est.allocated_bytes / traced["peak_bytes"] == pytest.approx(1.0, abs=0.03)
+    assert_estimate_matches_trace(
+        row_plan(model_type, mode, True, seq_len=seq_len, micro_batch=micro_batch), phase="recompute"
+    )

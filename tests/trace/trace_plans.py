@@ -171,3 +171,28 @@ def tiny_config(tmp_path: Path) -> Path:
         "bf16: true\noptim: adamw_torch_fused\ngradient_checkpointing: true\n"
     )
     return cfg
+
+
+def trace_step(rp: ResolvedPlan, *, real: bool = False) -> dict:
+    """The plan's training step traced on the real libraries (transformers, peft, bitsandbytes): fake tensors, or
+    executed on CPU with real=True."""
+    from vramlens.trace import engine
+    from vramlens.trace.config import step_config
+
+    return engine.run(step_config(rp), backend="transformers", real=real)
+
+
+def assert_estimate_matches_trace(rp: ResolvedPlan, tol: float = 0.03, phase: str | None = None) -> dict:
+    """Trace the step on the real libraries and assert the estimate's allocated bytes within ±tol of the traced peak
+    (and, given phase, that the estimate peaks in that phase); returns the trace for further checks."""
+    from vramlens.estimate import estimate
+
+    traced = trace_step(rp)
+    est = estimate(rp, limits=False)
+    if phase is not None:
+        assert est.phase == phase, f"the estimate peaks in {est.phase!r}, not {phase!r}"
+    ratio = est.allocated_bytes / traced["peak_bytes"]
+    assert ratio == pytest.approx(1.0, abs=tol), (
+        f"estimate {est.allocated_bytes} B ÷ traced peak {traced['peak_bytes']} B = {ratio:.4f}, not within ±{tol}"
+    )
+    return traced
