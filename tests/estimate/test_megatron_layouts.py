@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from test_megatron_swift import MOE as MOE_30B_A3B
 from vramlens.estimate import GIB, estimate
 from vramlens.estimate import components as C
 from vramlens.knowledge.schema import GpuSpec, ModelArch, OptimizerSpec
@@ -182,20 +183,7 @@ def test_pipeline_stages_divide_weights_and_keep_micro_batches_in_flight():
 
 
 def test_expert_parallelism_divides_the_experts_and_their_states():
-    moe = ModelArch(
-        id="moe",
-        family="qwen3_moe",
-        hidden=2048,
-        layers=48,
-        heads=32,
-        kv_heads=4,
-        head_dim=128,
-        intermediate=6144,
-        moe_intermediate=768,
-        num_experts=128,
-        experts_per_token=8,
-        vocab=151936,
-    )
+    moe = MOE_30B_A3B
     states = {}
     for ep in (1, 2, 8):  # world 64: PP 4 × DP 16
         rp = plan(moe, pp=4, dp=16, dist_opt=True, m=8, expert_parallel=ep)

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from test_megatron_swift import MOE as MOE_30B_A3B
 from vramlens.analysis import analyze
 from vramlens.estimate import components as C
 from vramlens.knowledge.schema import GpuSpec, ModelArch, OptimizerSpec
@@ -27,21 +28,7 @@ def analysed(path: Path, text: str | None = None):
 
 
 def moe_arch(layers: int = 48) -> ModelArch:
-    return ModelArch(
-        id="moe",
-        family="qwen3_moe",
-        hidden=2048,
-        layers=layers,
-        heads=32,
-        kv_heads=4,
-        head_dim=128,
-        intermediate=6144,
-        moe_intermediate=768,
-        num_experts=128,
-        experts_per_token=8,
-        vocab=151936,
-        mlp="swiglu",
-    )
+    return MOE_30B_A3B.model_copy(update={"layers": layers})
 
 
 def plan(arch: ModelArch, **kw) -> ResolvedPlan:
