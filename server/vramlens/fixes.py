@@ -64,6 +64,11 @@ log = logging.getLogger(__name__)
 
 # Frameworks whose configs can switch on Liger's fused linear cross-entropy.
 LIGER_FRAMEWORKS = ("transformers", "trl", "axolotl", "llamafactory")
+# Frameworks where the key that fix writes (`use_liger_kernel`, `enable_liger_kernel`) also swaps in Liger's RMSNorm,
+# RoPE and SwiGLU kernels, as their readers record it (frameworks/transformers/readers.py `_liger`,
+# frameworks/llamafactory/readers.py `liger`): the fix's preview counts them too
+LIGER_KERNEL_FRAMEWORKS = ("transformers", "trl", "llamafactory")
+LIGER_KERNELS = ("rms_norm", "rope", "swiglu")
 # Frameworks with an optimizer *name* for fused AdamW (others set `fused: True` on the optimizer).
 NAMED_OPTIMIZER_FRAMEWORKS = ("transformers", "trl", "axolotl", "llamafactory")
 
@@ -156,6 +161,15 @@ def with_changes(plan: TrainingPlan, changes: dict[str, Any]) -> TrainingPlan:
             key=old.key if old else None,
             span=old.span if old else None,
             value_span=old.value_span if old else None,
+        )
+    fw = plan.framework or "transformers"
+    if changes.get("loss_impl") == "fused" and fw in LIGER_KERNEL_FRAMEWORKS and "fused_kernels" not in changes:
+        old = plan.fused_kernels
+        kept = list(old.value or ()) if old is not None else []
+        update["fused_kernels"] = Sourced(
+            value=kept + [k for k in LIGER_KERNELS if k not in kept],
+            origin=Origin.SETTING,
+            note="proposed fix: Liger's RMSNorm, RoPE and SwiGLU kernels",
         )
     return plan.model_copy(update=update)
 

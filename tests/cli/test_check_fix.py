@@ -212,10 +212,13 @@ def test_safe_and_unsafe_fixes_on_the_qlora_mistral_config(tmp_path):
     }
     # every VL005 finding offers the one fix that switches all of the file's bf16 settings (weights and AMP) to fp16
     assert levels["Use fp16 throughout: fp16 mixed precision, fp16 weights"] == "unsafe", levels
-    # Liger's fused loss would lower this peak by nothing (it is at the same 11.4 GiB with or without it), so "make
-    # it fit" is the trade alone, a safe fix, and not Liger (another package) first
-    assert any(t.startswith("Make it fit: lower the micro-batch") and a == "safe" for t, a in levels.items()), levels
-    assert not any("Liger" in t for t in levels if t.startswith("Make it fit")), levels
+    # the micro-batch trade alone makes it fit, a safe fix; a plan that also takes Liger (another package: unsafe) is
+    # offered beside it, never instead of it
+    assert any(
+        t.startswith("Make it fit") and "Liger" not in t and "lower the micro-batch" in t and a == "safe"
+        for t, a in levels.items()
+    ), levels
+    assert all(a == "unsafe" for t, a in levels.items() if t.startswith("Make it fit") and "Liger" in t), levels
 
     safe = check("qlora.yaml", "--gpu", "T4", "--fix", cwd=tmp_path)
     assert safe.returncode == 1 and "fixed: Make it fit" in safe.stdout
