@@ -91,12 +91,13 @@ def test_every_change_of_make_it_fit_lowers_its_peak(name, text, gpu):
 
 
 def test_the_qwen_example_fits_without_liger():
-    """The reported case: "Make it fit: use Liger's fused linear cross-entropy + use 8-bit AdamW" at the same peak
-    as 8-bit AdamW alone."""
+    """The reported case: "Make it fit: use Liger's fused linear cross-entropy + use 8-bit AdamW" as the only fit. A
+    fit that takes Liger (another package) is unsafe and is offered beside a fit without it."""
     for name, text in (("train.py", SFT_PY), ("sft.yaml", SFT_YAML)):
         analysis = analyze(text, f"/ws/{name}", Settings(gpu="A100-80GB"))
-        titles = [x.title for f in analysis.findings for x in f.fixes if x.id.startswith("make-it-fit")]
-        assert titles and not any("Liger" in t for t in titles), titles
+        fits = [x for f in analysis.findings for x in f.fixes if x.id.startswith("make-it-fit")]
+        assert any("Liger" not in x.title for x in fits), [x.title for x in fits]
+        assert all(not x.safe for x in fits if "Liger" in x.title), [x.title for x in fits]
 
 
 def test_a_fastest_plan_with_an_unsafe_change_that_saves_memory_keeps_its_safe_alternative():

@@ -59,10 +59,11 @@ async def test_one_action_per_distinct_change_with_a_title_that_says_it(editor: 
     titles = [a.title for a in actions]
     assert len(set(map(_change, enabled))) == len(enabled), titles
     assert len(set(titles)) == len(titles), titles
-    # the fastest plan is the micro-batch trade alone, a safe fix: Liger's fused loss (another package) would lower
-    # this peak by nothing, so it is not part of it
+    # the micro-batch trade alone makes it fit, a safe fix; a fastest plan that also takes Liger's kernels (another
+    # package) is offered beside it as an unsafe fix, never instead of it
     fits = [a for a in actions if "Make it fit" in a.title]
-    assert [a.data["applicability"] for a in fits] == ["safe"] and "Liger" not in fits[0].title, titles
+    assert [a.title for a in fits if a.data["applicability"] == "safe" and "Liger" not in a.title], titles
+    assert all(a.data["applicability"] == "unsafe" for a in fits if "Liger" in a.title), titles
     assert sum("PYTORCH_CUDA_ALLOC_CONF" in t for t in titles) == 1, titles
     assert not any(t.startswith("Halve") for t in titles), titles
 
@@ -88,7 +89,8 @@ async def test_each_action_says_whether_it_is_a_safe_or_an_unsafe_fix(editor: Ed
     # one fix switches every bf16 setting of the file (weights and AMP) to fp16
     assert by_title["Use fp16 throughout: fp16 mixed precision, fp16 weights"].data["applicability"] == "unsafe"
     fits = [a for a in actions if "Make it fit" in a.title]
-    assert [a.data["applicability"] for a in fits] == ["safe"], [a.title for a in fits]  # the trade alone
+    assert [a.data["applicability"] for a in fits if "Liger" not in a.title] == ["safe"], [a.title for a in fits]
+    assert all(a.data["applicability"] == "unsafe" for a in fits if "Liger" in a.title), [a.title for a in fits]
     # only a safe "make it fit" is a fix-all source action (which editors may apply on save)
     unsafe_fix_all = [a for a in actions if a.kind == "source.fixAll.vramlens" and a.data["applicability"] != "safe"]
     assert not unsafe_fix_all
