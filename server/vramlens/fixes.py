@@ -52,6 +52,8 @@ from vramlens.calibration import calibrate
 from vramlens.estimate import GIB, Estimate, estimate
 from vramlens.formats.render import TextEdit, render_change
 from vramlens.knowledge import optimizers
+from vramlens.knowledge.liger import DEFAULT_KERNELS as LIGER_KERNELS
+from vramlens.knowledge.liger import DEFAULT_KERNELS_NOTE as LIGER_KERNELS_NOTE
 from vramlens.plan import Origin, Sourced, Span, TrainingPlan
 from vramlens.report import speed_change
 from vramlens.resolve import resolve
@@ -68,7 +70,6 @@ LIGER_FRAMEWORKS = ("transformers", "trl", "axolotl", "llamafactory")
 # RoPE and SwiGLU kernels, as their readers record it (frameworks/transformers/readers.py `_liger`,
 # frameworks/llamafactory/readers.py `liger`): the fix's preview counts them too
 LIGER_KERNEL_FRAMEWORKS = ("transformers", "trl", "llamafactory")
-LIGER_KERNELS = ("rms_norm", "rope", "swiglu")
 # Frameworks with an optimizer *name* for fused AdamW (others set `fused: True` on the optimizer).
 NAMED_OPTIMIZER_FRAMEWORKS = ("transformers", "trl", "axolotl", "llamafactory")
 
@@ -169,7 +170,7 @@ def with_changes(plan: TrainingPlan, changes: dict[str, Any]) -> TrainingPlan:
         update["fused_kernels"] = Sourced(
             value=kept + [k for k in LIGER_KERNELS if k not in kept],
             origin=Origin.SETTING,
-            note="proposed fix: Liger's RMSNorm, RoPE and SwiGLU kernels",
+            note=f"proposed fix: {LIGER_KERNELS_NOTE}",
         )
     return plan.model_copy(update=update)
 

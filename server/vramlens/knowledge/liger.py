@@ -12,6 +12,11 @@ from __future__ import annotations
 LIGER_VERSION = "0.8.2"
 LIGER_SOURCE = "linkedin/Liger-Kernel ead96b6 (liger-kernel 0.8.2)"
 
+# The kernels an `apply_liger_kernel_to_<model>()` with its defaults swaps in besides the fused loss (`rope=True,
+# rms_norm=True, swiglu=True`): what `use_liger_kernel` / `enable_liger_kernel` switch on, as the plan names them
+DEFAULT_KERNELS = ("rms_norm", "rope", "swiglu")
+DEFAULT_KERNELS_NOTE = "Liger's RMSNorm, RoPE and SwiGLU kernels"
+
 # Model types whose `apply_liger_kernel_to_<model>` swaps the decoder layers' RMSNorms for `LigerRMSNorm`
 # (`rms_norm=True` by default in every one of them; `_patch_rms_norm_module` on `input_layernorm`,
 # `post_attention_layernorm` — and Gemma-2/3's and GLM-4's extra ones — and on the final `norm`).

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from vramlens.formats import hf
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
+from vramlens.knowledge.liger import DEFAULT_KERNELS as LIGER_KERNELS
+from vramlens.knowledge.liger import DEFAULT_KERNELS_NOTE as LIGER_KERNELS_NOTE
 
 FINETUNING = {"lora": "lora", "oft": "other", "freeze": "freeze", "full": "none"}
 FLASH_ATTN = {
@@ -182,7 +184,7 @@ def liger(b: PlanBuilder, s: Setting) -> None:
     and SwiGLU kernels besides the fused loss (what they save: estimate/components/liger.py)."""
     if to_bool(s.value):
         b.set("loss_impl", "fused", s, note="Liger kernels incl. fused linear cross-entropy")
-        b.set("fused_kernels", ["rms_norm", "rope", "swiglu"], s, note="Liger's RMSNorm, RoPE and SwiGLU kernels")
+        b.set("fused_kernels", list(LIGER_KERNELS), s, note=LIGER_KERNELS_NOTE)
 
 
 def megatron(concept: str, kind: str):

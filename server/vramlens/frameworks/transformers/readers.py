@@ -13,6 +13,8 @@ from typing import Callable
 
 from vramlens.formats.settings import PlanBuilder, Setting, is_auto, to_bool, to_int
 from vramlens.formats.vocab import HF_ATTENTION, check_optimizer
+from vramlens.knowledge.liger import DEFAULT_KERNELS as LIGER_KERNELS
+from vramlens.knowledge.liger import DEFAULT_KERNELS_NOTE as LIGER_KERNELS_NOTE
 from vramlens.plan import IssueKind, Origin, Severity
 
 DTYPE_WORDS = {
@@ -389,7 +391,7 @@ def _liger(b: PlanBuilder, s: Setting) -> None:
         # transformers trainer.py (`use_liger_kernel`): `_apply_liger_kernel_to_instance` also swaps RMSNorm, RoPE
         # and SwiGLU for Liger's kernels (liger_kernel/transformers/monkey_patch.py), which save other activations:
         # their speed (estimate/throughput.py `elementwise_bytes`) and what they save (estimate/components/liger.py)
-        b.set("fused_kernels", ["rms_norm", "rope", "swiglu"], s, note="Liger's RMSNorm, RoPE and SwiGLU kernels")
+        b.set("fused_kernels", list(LIGER_KERNELS), s, note=LIGER_KERNELS_NOTE)
 
 
 def _loss_type(b: PlanBuilder, s: Setting) -> None:
