@@ -514,7 +514,7 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
         activation_bytes_per_sample=per_sample,
         headroom_fraction=rp.headroom,
         objective=rp.objective,
-        throughput=throughput(rp),
+        throughput=throughput(rp, paged_out_bytes=max(paged_out, 0)),
         calibration=rp.calibration if rp.correction != 1.0 else None,
         assumptions=tuple(assumptions),
         unmodelled=rp.unmodelled,

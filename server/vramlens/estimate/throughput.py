@@ -29,7 +29,8 @@ well-formed kernels reach:
                 half the linears; context parallelism runs attention over the whole sequence (× cp).
   optimizer     once per optimizer step: every trainable parameter's weight, gradient and state read and written
                 (memory-bound); on the CPU over PCIe when offloaded. GaLore/APOLLO: states on the rank-r side only, plus
-                the projections (and GaLore's periodic SVD) of every targeted matrix (`_low_rank_seconds`).
+                the projections (and GaLore's periodic SVD) of every targeted matrix (`_low_rank_seconds`). Paged
+                states that do not fit on the GPU cross PCIe in and out every step (`paging_seconds`).
   collectives   data parallelism moves gradients (DDP all-reduce, ZeRO/FSDP reduce-scatter) and, when sharded,
                 parameters (all-gather) over the GPU link; they overlap with compute, so a step takes the longer of
                 the two plus the last bucket that cannot overlap.
@@ -572,8 +573,10 @@ def gptq_dequant_bytes(bits: int) -> float:
     return bits / 8 + 4 + (4 + i) + 2 * i + 2 * i + (i + 2)
 
 
-def throughput(rp: ResolvedPlan) -> Throughput | None:
-    """Time of one optimizer step of this plan on its GPU; None when the GPU's speed is not in the catalog."""
+def throughput(rp: ResolvedPlan, paged_out_bytes: float = 0.0) -> Throughput | None:
+    """Time of one optimizer step of this plan on its GPU; None when the GPU's speed is not in the catalog.
+    `paged_out_bytes`: paged optimizer states that do not fit on the GPU beside the rest (the memory estimate's),
+    moved over PCIe every step (`paging_seconds`)."""
     peak = _peak(rp)
     if peak is None or not rp.gpu.memory_gbs:
         return None
@@ -702,6 +705,9 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
     if projection_s:
         parts["low-rank projection"] = projection_s
         opt_s += projection_s
+    paging_s = paging_seconds(paged_out_bytes)
+    if paging_s:
+        parts["optimizer paging"] = paging_s
     if rp.grad_accum > 1:  # gradients accumulated: read + written per extra micro-step
         parts["gradient accumulation"] = (
             (accum - 1) * 2 * p.trainable_bytes * C.shard_factor(rp, "gradients") / (clock.bw * MEMORY_EFFICIENCY)
@@ -713,7 +719,7 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
     if comm_s:
         parts["communication (exposed)"] = exposed
 
-    step_s = compute_s + opt_s + parts.get("gradient accumulation", 0.0) + exposed
+    step_s = compute_s + opt_s + paging_s + parts.get("gradient accumulation", 0.0) + exposed
     tokens = T * accum  # of one tensor-parallel group: its ranks share every token's work
     tp = max(rp.tensor_parallel, 1)
     # a device map's GPUs run one after another (the forward passes the activations from one to the next): the step
@@ -732,6 +738,8 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
     if where == "cpu":
         candidates["offload"] = opt_s
         candidates["memory"] -= opt_s
+    if paging_s:
+        candidates["offload"] = candidates.get("offload", 0.0) + paging_s
     bound = max(candidates, key=candidates.get)
     return Throughput(
         tokens_per_s=per_gpu,
@@ -741,6 +749,17 @@ def throughput(rp: ResolvedPlan) -> Throughput | None:
         bound=bound,
         parts_s=parts,
     )
+
+
+def paging_seconds(paged_out_bytes: float) -> float:
+    """Seconds per optimizer step that paged optimizer states beyond the GPU's free memory spend crossing PCIe.
+    bitsandbytes keeps them in unified memory and, for every parameter it updates, prefetches its states to the GPU
+    and waits (bitsandbytes 0.44 optim/optimizer.py `Optimizer8bit.step`: `prefetch_state(p)`, `update_step`,
+    `torch.cuda.synchronize()`; csrc/pythonInterface.cpp `cprefetch`: `cudaMemPrefetchAsync`). The states do not
+    all fit, so each step at least the part that does not fit comes in, and as much goes out to make room (updated
+    the step before, so written back): twice that over the link, one migration after the other, nothing to
+    overlap with."""
+    return 2 * paged_out_bytes / (PCIE_OFFLOAD_GBS * 1e9)
 
 
 # quantization methods whose models prepare_model_for_kbit_training leaves in their dtype (`fp32_activations`)
