@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import dataclasses
 import gzip
 import json
 import math
@@ -27,7 +28,8 @@ from fractions import Fraction
 from pathlib import Path
 
 from vramlens.trace.inventory import INDEX as _INDEX
-from vramlens.trace.inventory import measure, model_class
+from vramlens.trace.inventory import _kind, model_class
+from vramlens.trace.inventory import measure as _measure
 
 # gzip-compressed JSON (knowledge/inventory.py reads it on first use): a few MB of JSON, a tenth of it compressed
 OUT = Path(__file__).resolve().parents[1] / "server" / "vramlens" / "knowledge" / "data" / "inventories.json.gz"
@@ -81,8 +83,11 @@ TINY = {
 # Fields whose default hides a kind of layer the model can have: one leading dense layer (DeepSeek), one MLP-only
 # layer (Qwen-MoE), so that the reference build holds both kinds.
 STRUCTURE = {"first_k_dense_replace": 1, "mlp_only_layers": [0]}
-# Switches that may add or remove parameters (biases, norms, gates, shared experts)
-_SWITCH = re.compile(r"bias|norm|gate|shared|proj|conv|qk|parallel|expert|mlp|attn|attention|pooler|head")
+# Switches that may add or remove parameters (biases, norms, gates, shared experts) or reshape them (Falcon's
+# `multi_query` and `new_decoder_architecture`: transformers 5.24 models/falcon/modeling_falcon.py `FalconAttention`)
+_SWITCH = re.compile(
+    r"bias|norm|gate|shared|proj|conv|qk|parallel|expert|mlp|attn|attention|pooler|head|query|architecture"
+)
 # Fields that never size a tensor: token ids, probabilities, scales, seeds.
 _NOT_SIZES = re.compile(
     r"(token_id|_id$|_ids$|eps|epsilon|theta|dropout|initializer|_range|scale|seed|"
@@ -91,8 +96,17 @@ _NOT_SIZES = re.compile(
     re.IGNORECASE,
 )
 _FLOAT_SIZES = re.compile(r"(^|_)(expand|mlp_ratio|ratio)$")
+DROP = object()  # an override that leaves the field out, for the config class to compute
+_GEMMA4 = {
+    "per_layer_config": DROP,
+    "global_head_dim": 32,
+    "layer_types": (["sliding_attention"] * 3 + ["full_attention"]) * 2,
+}
 # Per model_type: values that make the tiny build consistent or show every kind of layer the model has.
 OVERRIDES = {
+    # ELECTRA: an embedding width that no doubling of the tiny hidden size reaches, so that the projection between
+    # them (built only where they differ: `_unless_equal`) is in every build that scales them
+    "electra": {"embedding_size": 48},
     # LFM2's MLP width rounding is applied by knowledge/inventory.py `_lfm2`: the inventory reads the plain width
     "lfm2": {
         "layer_types": ["conv", "conv", "full_attention"] * 2 + ["conv", "full_attention"],
@@ -100,6 +114,17 @@ OVERRIDES = {
     },
     "lfm2_moe": {"layer_types": ["conv", "conv", "full_attention"] * 2 + ["conv", "full_attention"]},
     "mamba2": {"num_heads": 8},
+    # GLM-5-Next's text model requires as many key/value heads as query heads (`COUPLED`) and no RoPE slice in its
+    # DSA layers (transformers 5.24 models/glm5_next/configuration_glm5_next.py `validate_architecture`)
+    "glm5_next_text": {"num_key_value_heads": TINY["num_attention_heads"], "qk_rope_head_dim": 0},
+    # Llama-4: MoE layers every second layer, from `interleave_moe_layer_step` (`moe_layers` left to the config class,
+    # transformers 5.24 models/llama4/configuration_llama4.py `__post_init__`), so that the reference build holds
+    # the dense layers between them, `intermediate_size_mlp` wide (modeling_llama4.py `Llama4TextDecoderLayer`)
+    "llama4_text": {"moe_layers": None, "interleave_moe_layer_step": 2, "intermediate_size_mlp": 96},
+    # ERNIE-4.5-MoE: a last MoE layer before the last layer, so that the reference build shows that it counts
+    # (models/ernie4_5_moe/modeling_ernie4_5_moe.py `Ernie4_5_MoeDecoderLayer`: MoE from moe_layer_start_index to
+    # moe_layer_end_index, every moe_layer_interval-th layer)
+    "ernie4_5_moe": {"moe_layer_end_index": 6},
     # Falcon-H1: the Mamba width from mamba_expand · hidden_size and the head size from it ("auto"), so that each
     # can be varied alone (knowledge/inventory.py `_falcon_h1` reads a written mamba_d_ssm as that product)
     "falcon_h1": {"head_dim": 16, "mamba_d_ssm": None, "mamba_d_head": "auto", "mamba_n_heads": 8},
@@ -127,6 +152,19 @@ OVERRIDES = {
         "layer_types": ["sliding_attention", "full_attention"] * 4,
         "activation_sparsity_pattern": [0.0] * 8,
     },
+    # Gemma-4: the full-attention layers' head size from `global_head_dim` (transformers 5.24
+    # models/gemma4/configuration_gemma4.py `Gemma4TextConfig.__post_init__` writes it into `per_layer_config` for
+    # the "full_attention" layers where config.json has no `per_layer_config`: knowledge/inventory.py `_gemma4` reads a
+    # written one back), so that it can be varied; a layer pattern whose last layer is full attention, as the class
+    # requires
+    **dict.fromkeys(("gemma4_text", "gemma4_unified_text"), _GEMMA4),
+    **dict.fromkeys(("gemma4", "gemma4_unified"), {f"text_config.{k}": v for k, v in _GEMMA4.items()}),
+    # Gemma-4's assistant: every layer reuses the key/value states of the model it assists (num_kv_shared_layers =
+    # num_hidden_layers, configuration_gemma4.py `kv_sharing_modes`; `COUPLED` keeps them equal)
+    "gemma4_unified_assistant": {
+        **{f"text_config.{k}": v for k, v in _GEMMA4.items()},
+        "text_config.num_kv_shared_layers": 8,  # the tiny layer count (`MAX_LAYERS`)
+    },
 }
 # Sizes a config class requires to agree (its `validate_architecture`), by model_type: varying a field scales its
 # partners by (new / old) ** exponent so that the config stays valid; a partner sizes no parameter and is neither
@@ -136,6 +174,12 @@ COUPLED = {
     # num_heads · head_dim; modeling_mamba2.py `Mamba2Mixer.__init__` sizes its parameters by hidden_size,
     # int(expand · hidden_size), num_heads, n_groups, state_size and conv_kernel, and reads head_dim only to reshape
     "mamba2": {"hidden_size": {"head_dim": 1}, "expand": {"head_dim": 1}, "num_heads": {"head_dim": -1}},
+    # transformers 5.24 models/glm5_next/configuration_glm5_next.py `Glm5NextTextConfig.validate_architecture`:
+    # num_attention_heads == num_key_value_heads (the tiny build starts them equal: `OVERRIDES`)
+    "glm5_next_text": {"num_attention_heads": {"num_key_value_heads": 1}},
+    # transformers 5.24 models/gemma4/configuration_gemma4.py `kv_sharing_modes`: the assistant's layers all reuse
+    # the assisted model's key/value states, num_kv_shared_layers == num_hidden_layers
+    "gemma4_unified_assistant": {"text_config.num_hidden_layers": {"text_config.num_kv_shared_layers": 1}},
 }
 _SIZE_NAME = re.compile(r"hidden|heads|dim|size|expand|experts|state|groups|vocab|layers|embd|d_model|rank")
 _PERTURBED = re.compile(
@@ -319,9 +363,12 @@ def build(config_cls, d: dict):
         return cfg, cls._from_config(cfg)
 
 
-def infer(q0, qs: dict[str, float | None], base: dict[str, float]) -> list | None:
+def infer(q0, qs: dict[str, float | None], base: dict[str, float], inverse: bool = False) -> list | None:
     """A quantity as a sum of terms [coefficient, {field: exponent}] from its base value and its value with each
-    field doubled (None: that build failed or the quantity vanished)."""
+    field doubled (None: that build failed or the quantity vanished). `inverse`: a field whose doubling lowers a
+    sum divides its term (exponent -1: the term halves) rather than subtracting a multiple of it (Falcon's
+    multi-query query_key_value, hidden_size + 2 · hidden_size / num_attention_heads rows: transformers 5.24
+    models/falcon/modeling_falcon.py `FalconAttention.__init__`)."""
     if q0 is None:
         return None
     changed = {f: v for f, v in qs.items() if v is not None and v != q0}
@@ -340,17 +387,21 @@ def infer(q0, qs: dict[str, float | None], base: dict[str, float]) -> list | Non
     factor = Fraction(1)
     for f in common:
         factor *= Fraction(base[f]).limit_denominator(1000)
-    groups: dict[float, list[str]] = collections.defaultdict(list)
+    # (grouped by the term's base value: doubling a factor adds it, doubling a divisor takes half of it away, so that
+    # DBRX's Wqkv rows d_model + 2 · kv_n_heads · d_model / n_heads hold kv_n_heads and n_heads in one term)
+    groups: dict[Fraction, dict[str, int]] = collections.defaultdict(dict)
     for f, v in changed.items():
         if f not in common:
-            groups[v - q0].append(f)
+            delta = Fraction(v) - Fraction(q0)
+            exponent = -1 if inverse and delta < 0 else 1
+            groups[-2 * delta if exponent < 0 else delta][f] = exponent
     terms, rest = [], Fraction(q0)
-    for delta, fs in groups.items():
-        coef = Fraction(delta) / factor
-        for f in fs:
-            coef /= Fraction(base[f]).limit_denominator(1000)
-        terms.append([_num(coef), {f: 1 for f in (*common, *fs)}])
-        rest -= Fraction(delta)
+    for value, exps in groups.items():
+        coef = value / factor
+        for f, e in exps.items():
+            coef /= Fraction(base[f]).limit_denominator(1000) ** e
+        terms.append([_num(coef), {**{f: 1 for f in common}, **exps}])
+        rest -= value
     if rest:
         terms.append([_num(rest / factor), {f: 1 for f in common}])
     return terms
@@ -373,13 +424,29 @@ def evaluate(terms: list, fields: dict) -> float:
 def candidates(model_type: str, defaults: dict) -> list[dict]:
     """The configs a model_type's reference build is tried with, in order; the first that builds is measured."""
     override = OVERRIDES.get(model_type, {})
-    return [
-        {**tiny(defaults), **override},
-        {**repair(tiny(defaults)), **override},
-        {**tiny(defaults, widths=False), **override},
-        {**repair(tiny(defaults, widths=False)), **override},
-        {**json.loads(json.dumps(defaults, default=str)), **override},
+    bases = [
+        tiny(defaults),
+        repair(tiny(defaults)),
+        tiny(defaults, widths=False),
+        repair(tiny(defaults, widths=False)),
+        json.loads(json.dumps(defaults, default=str)),
     ]
+    return [_overridden(d, override) for d in bases]
+
+
+def _overridden(d: dict, override: dict) -> dict:
+    """`d` with the values of `override` (a dotted key: in that sub-config; `DROP`: left out)."""
+    d = json.loads(json.dumps(d))
+    for path, v in override.items():
+        *parents, key = path.split(".")
+        node = d
+        for part in parents:
+            node = node[part]
+        if v is DROP:
+            node.pop(key, None)
+        else:
+            node[key] = v
+    return d
 
 
 def inventory(model_type: str) -> dict:
@@ -398,7 +465,11 @@ def inventory(model_type: str) -> dict:
             error = e
     else:
         raise error
+    _split.clear()
     q0, info = measure(model0, cfg0)
+    _split.update(_split_patterns(model0, cfg0, q0, info))
+    if _split:
+        q0, info = measure(model0, cfg0)
     fields = {f: v for f, v in _fields(d0).items() if f not in partners(model_type)}
     sizes = {int(v) for k, v in q0.items() if k[0] in ("d", "n", "k") and v}
     # a field that sizes something divides (or is a multiple of) some size of the base build; the others are not
@@ -410,15 +481,26 @@ def inventory(model_type: str) -> dict:
     }
     builds: dict[str, dict] = {}
     configs: dict[str, dict] = {}
+    varied: dict[str, tuple] = {}  # field -> the build with it doubled (config, model)
     fixed = []
     for f, v in fields.items():
         try:
             cfg_f, model_f = build(config_cls, vary(model_type, d0, f, v * 2))
             builds[f] = measure(model_f, cfg_f)[0]
+            varied[f] = cfg_f, model_f
             configs[f] = cfg_f.to_dict()
         except Exception:  # an inconsistent config: the field is taken as fixed
             if _SIZE_NAME.search(f):
                 fixed.append(f)
+    # fields whose doubling builds parameters the base build has none of (XLM's `lang_embeddings`, built only where
+    # n_langs > 1: transformers 5.24 models/xlm/modeling_xlm.py `XLMModel.__init__`), with their base value: a
+    # config.json with another value is approximate (knowledge/inventory.py)
+    base_names = {_INDEX.sub(".{i}", k[1]) for k in q0 if k[0] == "n"}
+    adds = {
+        f: fields[f]
+        for f, b in builds.items()
+        if any(k[0] == "n" and _INDEX.sub(".{i}", k[1]) not in base_names for k in b)
+    }
     formulas = {}
     for key, v0 in q0.items():
         if key[0] == "rank":
@@ -438,9 +520,10 @@ def inventory(model_type: str) -> dict:
             continue
         d_check, scaled[f] = d_try, fields[f] + 3 if layer_field else fields[f] * m
     checked = True
+    check = None
     try:
-        cfg_c, model_c = build(config_cls, d_check)
-        qc, _ = measure(model_c, cfg_c)
+        check = build(config_cls, d_check)
+        qc, _ = measure(check[1], check[0])
     except Exception:
         qc, checked = {}, False
     derived = _derived(config_cls, d0, used, fields, defaults)
@@ -459,9 +542,10 @@ def inventory(model_type: str) -> dict:
             except Exception:
                 continue
             d_alt, alt[f] = vary(model_type, d_alt, f, value), value
+    alternate = None
     try:
-        cfg_a, model_a = build(config_cls, d_alt)
-        qa = measure(model_a, cfg_a)[0]
+        alternate = build(config_cls, d_alt)
+        qa = measure(alternate[1], alternate[0])[0]
     except Exception:
         qa = None
 
@@ -475,8 +559,10 @@ def inventory(model_type: str) -> dict:
             and (qa is None or qa.get(key) is not None and abs(evaluate(terms, alt) - qa[key]) < 0.5)
         )
 
-    # a quantity that moves with several fields and does not follow the terms one doubling at a time gives: refit
-    # as a multilinear sum over the subsets of those fields, each subset doubled at once (a product of sizes beside
+    # a quantity that does not follow the terms one doubling at a time gives: refit as one product of powers of
+    # fields plus a constant (`_product_plus_constant`) or as a sum whose terms a field may divide (`infer`'s
+    # `inverse`), else, where it moves with several fields, as a multilinear
+    # sum over the subsets of those fields, each subset doubled at once (a product of sizes beside
     # terms of its factors alone: Nemotron-H's Mamba in_proj, 2·H·P + 2·G·N + H with H heads of P channels,
     # transformers 5.24 models/nemotron_h/modeling_nemotron_h.py `NemotronHMamba2Mixer.__init__`)
     subsets: dict[frozenset, dict | None] = {}
@@ -484,13 +570,37 @@ def inventory(model_type: str) -> dict:
         if key[0] in ("rank", "k") or terms is None or follows(key, terms):
             continue
         moved = sorted(f for f, b in builds.items() if b.get(key) is not None and b.get(key) != q0.get(key))
-        if 2 <= len(moved) <= 4:
+        doubled = {f: b.get(key) for f, b in builds.items()}
+        refits = [*_product_plus_constant(q0[key], doubled, fields), infer(q0[key], doubled, fields, inverse=True)]
+        refit = next((t for t in refits if t is not None and follows(key, t)), None)
+        if refit is None and 2 <= len(moved) <= 4:
             refit = _multilinear(model_type, config_cls, d0, key, q0[key], moved, fields, subsets)
-            if refit is not None and follows(key, refit):
-                formulas[key] = refit
+        if refit is not None and follows(key, refit):
+            formulas[key] = refit
+    layouts: list = []  # (fields, layer count, layers of each pattern and kind) of every build, when first needed
+
+    def selected(key, rule: dict, follows_formula: bool) -> dict:
+        """`rule`, or where it (or the count's formula, without one) misses a build with one field doubled, which
+        layers the conditions on single fields select (`_conditions`)."""
+        misses = [f for f, b in builds.items() if rule and b.get(key, 0) != _rule_count(rule, configs[f])]
+        where = info["where"].get(key[1] if key[0] == "n" else key, set())
+        # a list the config class computes when config.json leaves it out (Llama-4's `moe_layers`, default None)
+        listed = getattr(config_cls, "__dataclass_fields__", {}).get(rule.get("where_in") or rule.get("where_not_in"))
+        computed = listed is not None and listed.default is None
+        if rule and not misses and not computed or not rule and follows_formula and len(where) in (0, info["layers"]):
+            return rule  # a formula for a part of some layers may hold only for the builds' fixed fields
+        if not layouts:
+            runs = [(cfg0, model0), *varied.values(), check, alternate]
+            layouts.extend(_layout(*run) for run in runs if run is not None)
+        found = _conditions(key[1] if key[0] == "n" else key, layouts, config_cls, q0[key] // max(len(where), 1))
+        if found and not any(b.get(key, 0) != _rule_count(found, configs[f]) for f, b in builds.items()):
+            return found
+        return rule
+
     for key, terms in formulas.items():
         if key[0] == "k":
             rule = _where(info["where"][key], cfg0, info["layers"], defaults=defaults)
+            rule = selected(key, rule, follows(key, terms))
             kinds[key[1]] = {"n": terms if follows(key, terms) or rule else None, **rule}
     for pattern in {k[1] for k in q0 if k[0] == "n"}:
         rank = q0[("rank", pattern)]
@@ -499,6 +609,7 @@ def inventory(model_type: str) -> dict:
         rule = _where(info["where"].get(pattern, set()), cfg0, info["layers"], q0[("n", pattern)], defaults)
         if not rule and count is not None and all(not e for _, e in count):
             rule = _every_listed_layer(info["where"].get(pattern, set()), cfg0, info["layers"], q0[("n", pattern)])
+        rule = selected(("n", pattern), rule, follows(("n", pattern), count))
         # a layer rule counts exactly where the config says which layers; the dims must follow their formulas
         if rule:  # fields that move the layers a rule selects in a way the rule does not say (Qwen-MoE's
             # decoder_sparse_step beside mlp_only_layers): a config.json that changes them is approximate
@@ -513,17 +624,35 @@ def inventory(model_type: str) -> dict:
         )
         numel0 = q0[("n", pattern)] * math.prod(q0.get(("d", pattern, a)) or 0 for a in range(rank or 0))
         entry = {"p": pattern, "kind": info["kinds"][pattern], "n": count, "shape": dims, "numel0": numel0}
+        if not ok and not rule and follows(("t", pattern), formulas.get(("t", pattern))):
+            # occurrences of different shapes (transformers 5.24 models/wav2vec2/modeling_wav2vec2.py
+            # `Wav2Vec2FeatureEncoder`: a first convolution of one input channel, then conv_dim[i - 1] → conv_dim[i]):
+            # their total follows its formula
+            entry["total"], ok = formulas[("t", pattern)], True
         if not ok:
             entry["exact"] = False
         entry.update(rule)
         params.append(entry)
+    _unless_equal(model_type, config_cls, d0, fields, params)
+    apart = _built_where_apart(q0, builds, fields)
+    rule_fields.update(f for pair in apart for f in pair)
+    adds = {f: v for f, v in adds.items() if not any(f in pair for pair in apart)}  # said by the pair instead
     params.sort(key=lambda e: e["p"])
+    stacks = _stacks((cfg0, model0), varied, check, alternate, fields, scaled, alt, defaults)
     return {
         "class": type(model0).__name__,
         "config_class": config_cls.__name__,
         "fields": {
             f: [fields[f], _default(defaults, f)]
-            for f in sorted({*used, *fixed, *rule_fields, *(g for t in derived.values() for _, e in t for g in e)})
+            for f in sorted(
+                {
+                    *used,
+                    *fixed,
+                    *rule_fields,
+                    *(g for t in derived.values() for _, e in t for g in e),
+                    *_stack_fields(stacks),
+                }
+            )
         },
         "fixed": fixed,
         "derived": derived,
@@ -534,10 +663,77 @@ def inventory(model_type: str) -> dict:
         "layers": info["layers"],
         "stack": info["stack"],
         "tied": tied,
+        "same_params": same_parameters(model_type, cfg0, model0),
+        **({"adds": adds} if adds else {}),
+        **({"stacks": stacks} if stacks else {}),
         "tie_default": bool(_tie(defaults)),
         "dtype": str(defaults.get("dtype") or defaults.get("torch_dtype") or ""),
         "total0": sum(p.numel() for p in model0.parameters()),
+        # the model_type of each sub-config (EncoderDecoderConfig's `encoder` and `decoder`: any two models, bert's
+        # by default, transformers 5.24 models/encoder_decoder/configuration_encoder_decoder.py): the formulas are
+        # those of these models
+        **({"parts": parts} if (parts := _parts(d0)) else {}),
+        **({"built_where_apart": apart} if apart else {}),
     }
+
+
+def _parts(d: dict) -> dict[str, str]:
+    """The model_type of every sub-config of a config dict that names one."""
+    return {k: v["model_type"] for k, v in d.items() if isinstance(v, dict) and isinstance(v.get("model_type"), str)}
+
+
+def _built_where_apart(q0: dict, builds: dict, fields: dict) -> list[list[str]]:
+    """Pairs of fields of one name, equal in the base build, where setting one apart builds parameters the base
+    build has not (transformers 5.24 models/encoder_decoder/modeling_encoder_decoder.py `EncoderDecoderModel`:
+    `enc_to_dec_proj` only where encoder.hidden_size != decoder.hidden_size): the inventory does not count them, and
+    knowledge/inventory.py says so for a config whose two values differ."""
+    base = {k[1] for k in q0 if k[0] == "n"}
+    pairs: list[list[str]] = []
+    for f, q in builds.items():
+        if {k[1] for k in q if k[0] == "n"} - base:
+            name = f.rsplit(".", 1)[-1]
+            pairs += [
+                [f, g]
+                for g, v in fields.items()
+                if g != f and v == fields[f] and g.rsplit(".", 1)[-1] == name and [g, f] not in pairs
+            ]
+    return pairs
+
+
+def _unless_equal(model_type: str, config_cls, d0: dict, fields: dict, params: list[dict]) -> None:
+    """Parameters built only where two sizes differ (transformers 5.24 models/electra/modeling_electra.py
+    `ElectraModel.__init__`: `if config.embedding_size != config.hidden_size: self.embeddings_project =
+    nn.Linear(config.embedding_size, config.hidden_size)`): for each matrix outside the layer stack shaped by two
+    fields, a build with the one set to the other's value; the parameters not built there get `unless_equal`
+    (knowledge/inventory.py counts them only where the config's two values differ)."""
+    gone: dict[tuple, set | None] = {}
+    for entry in params:
+        dims = entry["shape"]
+        single = [d[0][1] for d in dims if d and len(d) == 1 and d[0][0] == 1 and len(d[0][1]) == 1]
+        if entry.get("exact") is False or entry["n"] != [[1, {}]] or len(dims) != 2 or len(single) != 2:
+            continue
+        (a, ea), (b, eb) = (next(iter(x.items())) for x in single)
+        if a == b or ea != 1 or eb != 1 or a not in fields or b not in fields:
+            continue
+        if (a, b) not in gone:
+            try:
+                cfg, model = build(config_cls, vary(model_type, d0, b, fields[a]))
+                built = {k[1] for k in measure(model, cfg)[0] if k[0] == "n"}
+                gone[(a, b)] = {
+                    e["p"]
+                    for e in params
+                    if e["n"] == [[1, {}]]
+                    and {a, b} & {f for d in e["shape"] if d for _, exps in d for f in exps}
+                    # not built, under its own name nor merged with a part of the same shape (`measure`)
+                    and e["p"] not in built
+                    and _INDEX.sub(".{i}", e["p"]) not in built
+                }
+            except Exception:  # a config that does not build: no rule
+                gone[(a, b)] = None
+    for (a, b), patterns in gone.items():  # the matrices and their biases
+        for entry in params:
+            if entry["p"] in (patterns or ()):
+                entry["unless_equal"] = [a, b]
 
 
 def _multilinear(
@@ -578,6 +774,76 @@ def _multilinear(
     return terms or [[0, {}]]
 
 
+def _product_plus_constant(q0, qs: dict, base: dict) -> list[list]:
+    """A quantity as one product of fields, each to a power from -2 to 2, plus a constant: c·Π f^e + r (a ViT's
+    position embeddings, (image_size / patch_size)² + 1 with its class token: transformers 5.24
+    models/vit/modeling_vit.py `ViTEmbeddings`). Doubling f alone adds p·(2^e − 1), p the product's base value;
+    every p that gives each field's change a power is a candidate (the check builds choose)."""
+    changed = {f: Fraction(v) - Fraction(q0) for f, v in qs.items() if v is not None and v != q0}
+    powers = (-2, -1, 1, 2)
+    candidates = []
+    for e0 in powers if changed else ():
+        p = next(iter(changed.values())) / (Fraction(2) ** e0 - 1)
+        exps = {f: next((e for e in powers if p * (Fraction(2) ** e - 1) == d), None) for f, d in changed.items()}
+        if None in exps.values() or not p:
+            continue
+        coef = p
+        for f, e in exps.items():
+            coef /= Fraction(base[f]).limit_denominator(1000) ** e
+        rest = Fraction(q0) - p
+        candidates.append([[_num(coef), exps], *([[_num(rest), {}]] if rest else [])])
+    return candidates
+
+
+def _stack_fields(stacks: list) -> set[str]:
+    """The fields the formulas of `_stacks` read."""
+    formulas = [t for s in stacks for t in (s["layers"], *(k["n"] for k in s["kinds"].values())) if t]
+    return {f for terms in formulas for _, exps in terms for f in exps}
+
+
+def _stacks(base: tuple, varied: dict, check, alternate, fields: dict, scaled: dict, alt: dict, defaults: dict) -> list:
+    """Where another ModuleList is the largest stack of blocks in another build (an audio tower beside the language
+    model's layers, each as deep as its own config says; trace/inventory.py `measure` counts the layers of the
+    longest): each such stack's depth and layer kinds as formulas, in the order the model holds them, for
+    knowledge/inventory.py to count the layers of the one a config makes the longest. [] where every build's largest
+    stack is the same ModuleList. `base`, `check`, `alternate` and the `varied` values are (config, model) builds;
+    the check builds are those of `scaled` and `alt` sizes."""
+    runs = [base, *varied.values(), check, alternate]
+    chosen = {measure(model, cfg)[1]["stack"] for cfg, model in filter(None, runs)}
+    names = [name for name, _ in base[1].named_modules() if name in chosen]
+    if len(names) < 2:
+        return []
+    out = []
+    for name in names:
+
+        def quantities(run, name=name):
+            if run is None:
+                return None, None
+            q, info = measure(run[1], run[0], name)
+            return {**{k: v for k, v in q.items() if k[0] == "k"}, ("layers",): info["layers"]}, info
+
+        q0, info0 = quantities(base)
+        qs = {f: quantities(run)[0] for f, run in varied.items()}
+        qc, qa = quantities(check)[0], quantities(alternate)[0]
+        depth, kinds = None, {}
+        for key, v0 in q0.items():
+            terms = infer(v0, {f: q.get(key) for f, q in qs.items()}, fields)
+            ok = (
+                terms is not None
+                and qc is not None
+                and qc.get(key) is not None
+                and abs(evaluate(terms, scaled) - qc[key]) < 0.5
+                and (qa is None or qa.get(key) is not None and abs(evaluate(terms, alt) - qa[key]) < 0.5)
+            )
+            if key == ("layers",):
+                depth = terms if ok else None
+                continue
+            rule = _where(info0["where"][key], base[0], info0["layers"], defaults=defaults)
+            kinds[key[1]] = {"n": terms if ok or rule else None, **rule}
+        out.append({"stack": name, "layers": depth, "kinds": kinds})
+    return out
+
+
 def _every_listed_layer(indices: set, cfg, layers: int, n: int) -> dict:
     """A pattern in every layer of a model whose layer count is the length of a list of layer kinds (Nemotron-H's
     `layers_block_type`, transformers 5.24 models/nemotron_h/configuration_nemotron_h.py: `num_hidden_layers` is a
@@ -614,21 +880,116 @@ def _rule_count(rule: dict, config: dict) -> int | None:
     return dict(built.by_kind).get("x", 0) if built else None
 
 
-def _switches(config_cls, d0: dict, q0: dict, used: list[str]) -> tuple[dict, list[str]]:
-    """Top-level booleans whose other value changes which parameters exist (attention_bias, a shared expert), and
-    used sizes that may be null (DeepSeek's q_lora_rank: None → one q_proj): a config.json with the other value is
-    not what the inventory measured."""
+# Patterns of the layer stack whose shape differs between layers of different types, by the list of layer types
+# that separates them (Kimi-Linear's `self_attn.q_proj`: an MLA projection in its "full_attention" layers, a
+# delta-rule one in the others, transformers 5.24 models/kimi_linear/modeling_kimi_linear.py
+# `KimiLinearDecoderLayer`); chosen from the base build of the model_type being measured (`_split_patterns`), so
+# that every build of it names the same patterns
+_split: dict[str, str] = {}
 
-    def patterns(d):
+
+def _layer_type_lists(cfg, layers: int) -> dict[str, list]:
+    """The config's lists of layer types (`_per_layer`), by dotted field (`text_config.` for a composite)."""
+    out = {}
+    for owner, prefix in ((cfg, ""), (getattr(cfg, "text_config", None), "text_config.")):
+        for field, values in vars(owner).items() if owner is not None else ():
+            if _per_layer(values, layers):
+                out[prefix + field] = values
+    return out
+
+
+def _per_layer(values, layers: int) -> bool:
+    """Whether `values` is a list of layer types: a string per layer, or a 0/1 flag per layer (Mistral-Large-4's
+    `no_rope_layers`, whose NoPE layers size kv_a_proj_with_mqa and kv_b_proj without the RoPE slice: transformers
+    5.24 models/mistral_large4/modeling_mistral_large4.py `MistralLarge4TextAttention.__init__`)."""
+    return (
+        isinstance(values, list)
+        and len(values) == layers
+        and (
+            all(isinstance(v, str) for v in values)
+            or all(isinstance(v, int) and not isinstance(v, bool) and v in (0, 1) for v in values)
+        )
+    )
+
+
+def _occurrences(model, info: dict):
+    """(pattern, layer index, name, parameter) of every parameter of the layer stack `info` names."""
+    if not info["stack"]:
+        return
+    prefix = info["stack"] + "."
+    for name, p in model.named_parameters():
+        if name.startswith(prefix):
+            yield _INDEX.sub(".{i}", name), int(name[len(prefix) :].split(".")[0]), name, p
+
+
+def _split_patterns(model, cfg, q: dict, info: dict) -> dict[str, str]:
+    """Patterns whose shape differs between layers and is one shape in the layers of each type of a list of layer
+    types: pattern -> that list's field."""
+    shapes: dict[str, list] = collections.defaultdict(list)
+    for pattern, i, _, p in _occurrences(model, info):
+        if any(q.get(("d", pattern, a), 0) is None for a in range(p.dim())):
+            shapes[pattern].append((i, tuple(p.shape)))
+    lists = _layer_type_lists(cfg, info["layers"])
+    out = {}
+    for pattern, seen in shapes.items():
+        for field, types in lists.items():
+            if all(len({s for i, s in seen if types[i] == t}) == 1 for t in {types[i] for i, _ in seen}):
+                out[pattern] = field
+                break
+    return out
+
+
+def measure(model, cfg, stack_name: str | None = None) -> tuple[dict, dict]:
+    """trace/inventory.py `measure`, with each pattern of `_split` counted apart in the layers of each type, as
+    `pattern [type]`."""
+    q, info = _measure(model, cfg, stack_name)
+    lists = _layer_type_lists(cfg, info["layers"]) if _split else {}
+    split = {p: lists[f] for p, f in _split.items() if f in lists and ("n", p) in q}
+    if not split:
+        return q, info
+    modules = dict(model.named_modules())
+    for pattern in split:
+        for key in [k for k in q if k[0] in ("n", "d", "rank") and k[1] == pattern]:
+            del q[key]
+        info["where"].pop(pattern, None)
+        info["kinds"].pop(pattern, None)
+    for pattern, i, name, p in _occurrences(model, info):
+        if pattern not in split:
+            continue
+        sub = f"{pattern} [{split[pattern][i]}]"
+        q[("n", sub)] = q.get(("n", sub), 0) + 1
+        for axis, size in enumerate(p.shape):
+            if q.setdefault(("d", sub, axis), size) != size:
+                q[("d", sub, axis)] = None
+        q[("rank", sub)] = p.dim() if q.get(("rank", sub), p.dim()) == p.dim() else None
+        info["where"][sub].add(i)
+        info["kinds"].setdefault(sub, _kind(name, modules))
+    return q, info
+
+
+def _switches(config_cls, d0: dict, q0: dict, used: list[str]) -> tuple[dict, list[str]]:
+    """Booleans (top-level, and a sub-config's) whose other value changes which parameters exist (attention_bias, a
+    shared expert, a decoder's cross-attention), and used sizes that may be null (DeepSeek's q_lora_rank: None → one
+    q_proj): a config.json with the other value is not what the inventory measured."""
+
+    def patterns(d):  # as `base` names them: a pattern whose shape differs between occurrences has None there
         cfg, model = build(config_cls, d)
-        return {(_INDEX.sub(".{i}", n), tuple(p.shape)) for n, p in model.named_parameters()}
+        q = measure(model, cfg)[0]
+        return {(k[1], tuple(q.get(("d", k[1], a)) for a in range(q[("rank", k[1])] or 0))) for k in q if k[0] == "n"}
 
     base = {(k[1], tuple(q0.get(("d", k[1], a)) for a in range(q0[("rank", k[1])] or 0))) for k in q0 if k[0] == "n"}
     switches, nullable = {}, []
-    for k, v in d0.items():
-        if isinstance(v, bool) and _SWITCH.search(k) and not k.startswith(("use_cache", "output_", "return_")):
+    # and a sub-config's (EncoderDecoderConfig's `decoder.add_cross_attention`, transformers 5.24
+    # models/bert/modeling_bert.py `BertLayer`: a cross-attention block only with it)
+    flags = {k: v for k, v in d0.items() if isinstance(v, bool)}
+    flags.update(
+        {f"{k}.{g}": w for k, v in d0.items() if isinstance(v, dict) for g, w in v.items() if isinstance(w, bool)}
+    )
+    for k, v in flags.items():
+        name = k.rsplit(".", 1)[-1]
+        if _SWITCH.search(name) and not name.startswith(("use_cache", "output_", "return_")):
             try:
-                if patterns({**d0, k: not v}) != base:
+                if patterns(_set(d0, k, not v)) != base:
                     switches[k] = v
             except Exception:
                 continue
@@ -692,6 +1053,36 @@ def _tie(d: dict):
     return None
 
 
+def same_parameters(model_type: str, cfg, model) -> list[str]:
+    """The other classes transformers maps the model_type to (its auto `MODEL_*_MAPPING_NAMES`: the base model and
+    every task head) that build, from the same config, the parameters `model` has, name for name and shape for
+    shape (transformers 5.24 models/bert/modeling_bert.py: `BertForMaskedLM` and `BertLMHeadModel` are both
+    `BertModel(config, add_pooling_layer=False)` under `bert` and `BertOnlyMLMHead` under `cls`): a config.json
+    whose `architectures` names one of them builds what the inventory counts."""
+    import torch
+    import transformers
+    from transformers.models.auto import modeling_auto as ma
+
+    shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    names: set[str] = set()
+    for mapping in (getattr(ma, n) for n in sorted(dir(ma)) if n.startswith("MODEL_") and n.endswith("_MAPPING_NAMES")):
+        found = mapping.get(model_type)
+        names.update([found] if isinstance(found, str) else found or ())
+    same = []
+    for name in sorted(names - {type(model).__name__}):
+        cls = getattr(transformers, name, None)
+        if getattr(cls, "config_class", None) is not type(cfg):
+            continue
+        try:
+            with torch.device("meta"):
+                other = cls._from_config(cfg)
+        except Exception:  # a head this config does not build
+            continue
+        if {n: tuple(p.shape) for n, p in other.named_parameters()} == shapes:
+            same.append(name)
+    return same
+
+
 def _tied(model) -> dict | None:
     """The output embedding's and input embedding's patterns, and whether the build ties them."""
     try:
@@ -733,7 +1124,7 @@ def _where(indices: set, cfg, layers: int, n: int | None = None, defaults: dict 
         # the most specific rule first: a list of layer types, a list of indices, a period, the first k layers
         # (only a field named for it: any other 1 would also "select" layer 0)
         for field, values in attrs.items():
-            if isinstance(values, list) and len(values) == layers and all(isinstance(v, str) for v in values):
+            if _per_layer(values, layers):
                 chosen = {values[i] for i in indices}
                 if {i for i, v in enumerate(values) if v in chosen} == indices:
                     return {"where": [prefix + field, sorted(chosen)], "per": per}
@@ -758,7 +1149,86 @@ def _where(indices: set, cfg, layers: int, n: int | None = None, defaults: dict 
                     return {"where_below": prefix + field, "per": per, "default": default(field)}
                 if set(range(values, layers)) == indices:
                     return {"where_from": prefix + field, "per": per, "default": default(field)}
+        # a shorter list of layer kinds repeated over the layers (RecurrentGemma's `block_types`, layer i of kind
+        # block_types[i % len(block_types)]: transformers 5.24 models/recurrent_gemma/configuration_recurrent_gemma.py
+        # `layers_block_type`)
+        for field, values in attrs.items():
+            if isinstance(values, list) and 1 < len(values) < layers and all(isinstance(v, str) for v in values):
+                chosen = {values[i % len(values)] for i in indices}
+                if {i for i in every if values[i % len(values)] in chosen} == indices:
+                    return {"where_cycle": [prefix + field, sorted(chosen)], "per": per, "default": default(field)}
     return {}
+
+
+# Fields that may say which layers hold a part beside a list of layer kinds (`_where`): a list of layer indices, a
+# step, the first or last layer of a range (Qwen-MoE's `mlp_only_layers` and `decoder_sparse_step`, ERNIE-4.5's
+# `moe_layer_start_index`, `moe_layer_end_index` and `moe_layer_interval`, Llama-4's `moe_layers` and
+# `interleave_moe_layer_step`)
+_SELECTOR = re.compile(r"layer|step|interval|freq|sparse|dense|replace|start|end|period|offset")
+
+
+def _layout(cfg, model) -> tuple[dict, int, dict]:
+    """(fields that may select layers, by dotted path; the layer count; the layers of every pattern and kind) of a
+    build."""
+    info = measure(model, cfg)[1]
+    fields = {}
+    for owner, prefix in ((cfg, ""), (getattr(cfg, "text_config", None), "text_config.")):
+        for k, v in (vars(owner) if owner is not None else {}).items():
+            if _SELECTOR.search(k) and k not in LAYER_FIELDS and (_number(v) or isinstance(v, list)):
+                fields[prefix + k] = v
+    return fields, info["layers"], info["where"]
+
+
+def _conditions(where_key, layouts: list, config_cls, per: int) -> dict:
+    """Which layers hold a pattern (or a kind) as conditions on single fields that must all hold
+    (knowledge/inventory.py `layer_meets`: a list of indices a layer is in or not in, a step, a first or last layer),
+    where no one field says it: Qwen-MoE's `layer_idx not in config.mlp_only_layers and (layer_idx + 1) %
+    config.decoder_sparse_step == 0` (transformers 5.24 models/qwen2_moe/modeling_qwen2_moe.py
+    `Qwen2MoeDecoderLayer`), ERNIE-4.5's interval between a first and a last MoE layer
+    (models/ernie4_5_moe/modeling_ernie4_5_moe.py `Ernie4_5_MoeDecoderLayer`). The conditions are every one that
+    holds in every build (`layouts`: the base build, one field doubled, the check builds) for the layers that hold
+    the part, or (`negated`) for those that do not (the dense MLP of the layers that are not MoE), and selects fewer
+    than all layers in one, of the two the one on more fields; {} unless together they select exactly those layers in
+    every build."""
+    from vramlens.knowledge.inventory import layer_meets
+
+    base_fields = layouts[0][0]
+    candidates = [
+        (condition, f)
+        for f, v in base_fields.items()
+        for condition in (("in", "not_in") if isinstance(v, list) else ("step", "from", "upto", "below"))
+    ]
+    dataclass_defaults = getattr(config_cls, "__dataclass_fields__", {})
+    found = []
+    for negated in (False, True):
+        truths = [
+            set(range(n)) - set(where.get(where_key, ())) if negated else set(where.get(where_key, ()))
+            for _, n, where in layouts
+        ]
+        chosen, selections = [], []
+        for condition, f in candidates:
+            met = []
+            for (fields, n, _), truth in zip(layouts, truths):
+                on = [layer_meets(condition, fields.get(f), i, n) for i in range(n)]
+                if any(m is None for m in on):
+                    break
+                met.append(({i for i in range(n) if on[i]}, truth, n))
+            else:
+                if all(truth <= on for on, truth, _ in met) and any(len(on) < n for on, _, n in met):
+                    chosen.append([condition, f])
+                    selections.append([on for on, _, _ in met])
+        if chosen and all(set.intersection(*(s[r] for s in selections)) == truths[r] for r in range(len(truths))):
+            defaults = {}
+            for _, f in chosen:
+                field = dataclass_defaults.get(f) if "." not in f else None
+                default = getattr(field, "default", None)
+                if not isinstance(getattr(field, "default_factory", dataclasses.MISSING), type(dataclasses.MISSING)):
+                    default = field.default_factory()  # a list field's default (`mlp_only_layers = []`)
+                defaults[f] = default if _number(default) or isinstance(default, list) else None
+            found.append({"where_all": chosen, "negated": negated, "per": per, "default": defaults})
+    # the rule on more fields (Llama-4's dense layers: not every `interleave_moe_layer_step`-th one, besides not in
+    # `moe_layers`, which a config.json may leave out)
+    return max(found, key=lambda rule: len(rule["where_all"]), default={})
 
 
 def main() -> int:

@@ -5,8 +5,8 @@
 `scripts/dump_model_inventories.py` from tiny meta-device builds of every model_type of one transformers version
 (recorded in the file). Each parameter pattern carries its shape and
 its number of occurrences as formulas of config fields (sums of products), or the rule that says which layers hold
-it (a `layer_types` list, a list of layer indices, a period and offset, the first k layers). Nothing here imports
-torch or transformers; the data is plain JSON.
+it (a `layer_types` list, a list of layer indices, a period and offset, the first k layers), and the two sizes that
+must differ for it to be built (`unless_equal`). Nothing here imports torch or transformers; the data is plain JSON.
 """
 
 from __future__ import annotations
@@ -51,6 +51,14 @@ def version() -> str:
 
 def known(model_type: str) -> bool:
     return model_type in _data()["models"]
+
+
+def classes(model_type: str) -> tuple[str, ...]:
+    """The transformers classes whose build the model_type's inventory counts: the one it was measured on, then
+    those that build the same parameters from the same config (scripts/dump_model_inventories.py
+    `same_parameters`); () when the model_type has no inventory."""
+    inv = _data()["models"].get(model_type)
+    return () if inv is None else (inv["class"], *inv.get("same_params", ()))
 
 
 def _lookup(config: Mapping[str, Any], path: str) -> Any:
@@ -178,8 +186,141 @@ _ALIASES = {
 }
 
 
+def _layer_lists(config: Mapping[str, Any], layers: int, full, dense: int) -> dict:
+    """`config` with the layer lists a config class computes where config.json leaves them out: `layer_types` (a
+    layer is full attention where `full(i)`, else linear attention) and `mlp_layer_types` (the first `dense` layers
+    dense, the others sparse), `layers` long unless `num_hidden_layers` says otherwise."""
+    config = dict(config)
+    n = config.get("num_hidden_layers", layers)
+    if not (isinstance(n, int) and 0 < n <= 4096):
+        return config
+    if not isinstance(config.get("layer_types"), list):
+        config["layer_types"] = ["full_attention" if full(i) else "linear_attention" for i in range(n)]
+    if not isinstance(config.get("mlp_layer_types"), list):
+        config["mlp_layer_types"] = ["dense" if i < dense else "sparse" for i in range(n)]
+    return config
+
+
+def _kimi_linear(config: Mapping[str, Any]) -> dict:
+    """Kimi-Linear as transformers 5.24 models/kimi_linear/configuration_kimi_linear.py `KimiLinearConfig.__post_init__`
+    reads it: the checkpoint's `linear_attn_config` gives the delta-attention sizes (head_dim, num_heads,
+    short_conv_kernel_size) and its layers (1-indexed `full_attn_layers`, `kda_layers`); without a `layer_types`
+    list every fourth layer from index 4 is full attention; the first `first_k_dense_replace` (1) layers are dense;
+    27 layers by default."""
+    config = dict(config)
+    linear = config.get("linear_attn_config")
+    linear = linear if isinstance(linear, Mapping) else {}
+    for key, field in (
+        ("head_dim", "linear_head_dim"),
+        ("num_heads", "linear_num_heads"),
+        ("short_conv_kernel_size", "linear_conv_kernel_dim"),
+    ):
+        if _number(linear.get(key)):
+            config[field] = linear[key]
+    full = linear.get("full_attn_layers")
+    listed = isinstance(full, list) and isinstance(linear.get("kda_layers"), list)
+    dense = config.get("first_k_dense_replace", 1)
+    return _layer_lists(
+        config,
+        27,
+        (lambda i: i + 1 in full) if listed else (lambda i: i > 0 and i % 4 == 0),
+        dense if isinstance(dense, int) else 1,
+    )
+
+
+def _bailing_hybrid(config: Mapping[str, Any]) -> dict:
+    """Bailing-hybrid's layer lists as transformers 5.24 models/bailing_hybrid/configuration_bailing_hybrid.py
+    `BailingHybridConfig.__post_init__` computes them: every `layer_group_size`-th layer (6) full attention, the
+    first `first_k_dense_replace` (2) layers dense; 42 layers by default."""
+    group, dense = config.get("layer_group_size", 6), config.get("first_k_dense_replace", 2)
+    if not (isinstance(group, int) and group > 0 and isinstance(dense, int)):
+        return dict(config)
+    return _layer_lists(config, 42, lambda i: (i + 1) % group == 0, dense)
+
+
+def _inkling(layers: int):
+    """The Inkling text models' `layer_types` (transformers 5.24 models/inkling/configuration_inkling.py,
+    models/inkling2/configuration_inkling2.py, models/inkling2_loop/configuration_inkling2_loop.py `__post_init__`):
+    sliding-window ("hybrid_sliding") in the layers `local_layer_ids` lists (Inkling) or, without it, in every layer
+    but each sixth, which is "hybrid"; `layers` layers by default."""
+
+    def read(config: Mapping[str, Any]) -> dict:
+        config = dict(config)
+        n = config.get("num_hidden_layers", layers)
+        if isinstance(config.get("layer_types"), list) or not (isinstance(n, int) and 0 < n <= 4096):
+            return config
+        local = config.get("local_layer_ids")
+        sliding = set(local) if isinstance(local, list) else {i for i in range(n) if (i + 1) % 6}
+        config["layer_types"] = ["hybrid_sliding" if i in sliding else "hybrid" for i in range(n)]
+        return config
+
+    return read
+
+
+NOT_READ = "vramlens:not read"  # a reader's list of the fields of a config.json it cannot read (a note of `build`)
+
+
+def _gemma4(config: Mapping[str, Any]) -> dict:
+    """Gemma-4's layers as transformers 5.24 models/gemma4/configuration_gemma4.py `Gemma4TextConfig.__post_init__`
+    reads them: without `layer_types`, every sixth layer and the last are "full_attention" (30 layers by default);
+    a config.json without `per_layer_config` gives each "full_attention" layer the head size `global_head_dim` (512)
+    and, with `attention_k_eq_v`, `num_global_key_value_heads` key/value
+    heads; one with it (what `save_pretrained` writes: those values by layer index) sets them per layer. The
+    inventory is measured with `global_head_dim`: a written per_layer_config that gives every full-attention layer,
+    and only those, the same values (or none) is read as it; another is noted as not read."""
+    config = dict(config)
+    config.setdefault("global_head_dim", 512)
+    n = config.get("num_hidden_layers", 30)
+    if not isinstance(config.get("layer_types"), list) and isinstance(n, int) and 0 < n <= 4096:
+        # the class's pattern: every sixth layer full attention, and the last
+        config["layer_types"] = [
+            "full_attention" if (i + 1) % 6 == 0 or i == n - 1 else "sliding_attention" for i in range(n)
+        ]
+    per_layer = config.pop("per_layer_config", None)
+    types = config.get("layer_types")
+    if not isinstance(per_layer, Mapping) or not isinstance(types, list):
+        return config
+    if not per_layer and _number(config.get("head_dim")):  # no layer overridden: every layer of head_dim
+        config["global_head_dim"] = config["head_dim"]
+        return config
+    full = {i for i, t in enumerate(types) if t == "full_attention"}
+    overrides = {str(v) for k, v in per_layer.items()}
+    if {int(k) for k in per_layer if str(k).isdigit()} != full or len(overrides) != 1:
+        config[NOT_READ] = ["per_layer_config"]  # not the class's own pattern
+        return config
+    override = next(iter(per_layer.values()))
+    if isinstance(override, Mapping):
+        if _number(override.get("head_dim")):
+            config["global_head_dim"] = override["head_dim"]
+        if _number(override.get("num_key_value_heads")):
+            config["num_global_key_value_heads"] = override["num_key_value_heads"]
+    return config
+
+
+def _gemma4_composite(config: Mapping[str, Any]) -> dict:
+    """A Gemma-4 composite's config.json, counted whole: its text_config read by `_gemma4`."""
+    text = _gemma4(config.get("text_config") or {})
+    return {**config, "text_config": text, NOT_READ: text.pop(NOT_READ, [])}
+
+
 # model_type -> how its config class reads a config.json where that is not a size formula
-_CONFIG_READERS = {"lfm2": _lfm2, "falcon_h1": _falcon_h1, "gemma3n_text": _gemma3n, "nemotron_h": _nemotron_h}
+_CONFIG_READERS = {
+    "lfm2": _lfm2,
+    "falcon_h1": _falcon_h1,
+    "gemma3n_text": _gemma3n,
+    "nemotron_h": _nemotron_h,
+    "kimi_linear": _kimi_linear,
+    "bailing_hybrid": _bailing_hybrid,
+    "inkling_text": _inkling(66),
+    "inkling2_text": _inkling(48),
+    "inkling2_loop_text": _inkling(24),
+    "gemma4_text": _gemma4,
+    "gemma4_unified_text": _gemma4,
+    # composites whose config.json (no vision_config) is counted whole: their text_config read as above
+    "gemma4": _gemma4_composite,
+    "gemma4_unified": _gemma4_composite,
+    "gemma4_unified_assistant": _gemma4_composite,
+}
 
 
 def build(config: Mapping[str, Any], model_type: str) -> Built | None:
@@ -190,7 +331,7 @@ def build(config: Mapping[str, Any], model_type: str) -> Built | None:
         return None
     if model_type in _CONFIG_READERS:
         config = _CONFIG_READERS[model_type](config)
-    notes: list[str] = []
+    notes: list[str] = [f"{field} not read" for field in config.get(NOT_READ, ())]
     values: dict[str, float] = {}
     missing = []
     for field, (tiny, default) in inv["fields"].items():
@@ -210,9 +351,19 @@ def build(config: Mapping[str, Any], model_type: str) -> Built | None:
         v = _lookup(config, field)
         if isinstance(v, bool) and v != measured:
             notes.append(f"{field}={str(v).lower()} (the reference build has {str(measured).lower()})")
+    for a, b in inv.get("built_where_apart", ()):  # parameters built only where the two differ
+        if values.get(a) != values.get(b):
+            notes.append(f"{a} differs from {b} (the reference build has them equal)")
+    for part, measured in inv.get("parts", {}).items():  # a sub-config of another model than the one measured
+        written = _lookup(config, f"{part}.model_type")
+        if isinstance(written, str) and written != measured:
+            notes.append(f"{part} is {written} (the reference build's is {measured})")
     for field in inv.get("nullable", ()):
         if field in config and config[field] is None:
             notes.append(f"{field}=null (the reference build sets it)")
+    added = [f for f, base in inv.get("adds", {}).items() if _number(_lookup(config, f)) and _lookup(config, f) != base]
+    if added:  # XLM's n_langs > 1 builds lang_embeddings (scripts/dump_model_inventories.py `adds`)
+        notes.append(f"{', '.join(added)} builds parameters the reference build does not have")
     fixed = [f for f in inv.get("fixed", ()) if values.get(f) != inv["fields"][f][0]]
     if fixed:
         notes.append(f"{', '.join(fixed)} could not be varied in the reference build")
@@ -244,13 +395,29 @@ def build(config: Mapping[str, Any], model_type: str) -> Built | None:
         rule = next(
             (
                 k
-                for k in ("where_in", "where_not_in", "where_every", "where_every_not", "where_below", "where_from")
+                for k in (
+                    "where_in",
+                    "where_not_in",
+                    "where_every",
+                    "where_every_not",
+                    "where_below",
+                    "where_from",
+                    "where_all",
+                    "where_cycle",
+                )
                 if k in entry
             ),
             None,
         )
-        if rule:
-            field = entry[rule][0] if rule.startswith("where_every") else entry[rule]
+        if rule == "where_all":  # the conditions' first field's stack: [[condition, field], ...]
+            field = entry[rule][0][1]
+            n = layers_for(field)
+            got = None if n is None else _all_conditions(entry, config, n)
+            if got is not None:
+                return per * got
+            notes.append(f"{field} not read: the layers it selects are estimated")
+        elif rule:
+            field = entry[rule][0] if rule.startswith(("where_every", "where_cycle")) else entry[rule]
             n = layers_for(field)
             if n is not None:
                 got = _rule_layers(rule, entry[rule], config, values, n, entry.get("default"))
@@ -262,18 +429,34 @@ def build(config: Mapping[str, Any], model_type: str) -> Built | None:
     by_kind: dict[str, int] = {}
     shapes: dict[str, int] = {}
     for entry in inv["params"]:
-        n = count(entry)
-        dims = [None if d is None else _eval(d, values) for d in entry["shape"]]
-        if n is None or any(d is None for d in dims) or entry.get("exact") is False:
-            notes.append(f"{entry['p']} not scaled exactly")
-        if n is None or any(d is None for d in dims):
-            continue
-        numel = round(n) * math.prod(round(d) for d in dims)
+        pair = entry.get("unless_equal")
+        if pair and values.get(pair[0]) == values.get(pair[1]):
+            continue  # built only where the two sizes differ (ELECTRA's embeddings_project)
+        if "total" in entry:  # occurrences of different shapes: their total
+            numel = round(_eval(entry["total"], values))
+        else:
+            n = count(entry)
+            dims = [None if d is None else _eval(d, values) for d in entry["shape"]]
+            if n is None or any(d is None for d in dims) or entry.get("exact") is False:
+                notes.append(f"{entry['p']} not scaled exactly")
+            if n is None or any(d is None for d in dims):
+                continue
+            numel = round(n) * math.prod(round(d) for d in dims)
         shapes[entry["p"]] = numel
         by_kind[entry["kind"]] = by_kind.get(entry["kind"], 0) + numel
     tied = inv.get("tied")
-    if tied:
-        tie = _lookup(config, "tie_word_embeddings")
+    # the reference build has the config class's default tie; a class that builds otherwise does not follow the
+    # config's tie_word_embeddings (transformers 5.24 models/cpmant/modeling_cpmant.py `CpmAntForCausalLM`:
+    # `_tied_weights_keys = {}`, its lm_head is never the input embedding)
+    if tied and tied["is_tied"] == bool(inv["tie_default"]):
+        # both tied weights in the module of one sub-config: that sub-config's tie decides (transformers 5.24
+        # models/vision_encoder_decoder/modeling_vision_encoder_decoder.py sets the outer config's
+        # tie_word_embeddings to False; the decoder, built from `config.decoder`, ties its own head)
+        owners = {tied["in"].split(".", 1)[0], tied["out"].split(".", 1)[0]}
+        part = owners.pop() if len(owners) == 1 else ""
+        tie = _lookup(config, f"{part}.tie_word_embeddings") if isinstance(config.get(part), Mapping) else None
+        if not isinstance(tie, bool):
+            tie = _lookup(config, "tie_word_embeddings")
         if not isinstance(tie, bool):
             tie = _lookup(config, "text_config.tie_word_embeddings")
         tie = inv["tie_default"] if not isinstance(tie, bool) else tie
@@ -282,7 +465,9 @@ def build(config: Mapping[str, Any], model_type: str) -> Built | None:
         elif not tie and tied["is_tied"] and tied["in"] in shapes:
             by_kind["lm-head"] = by_kind.get("lm-head", 0) + shapes[tied["in"]]
     layer_kinds = {}
-    for kind, entry in inv["layer_kinds"].items():
+    for kind, entry in _stack_kinds(inv, values, notes).items():
+        if kind == "other":  # blocks of none of the kinds (convolutions): trace/inventory.py `exact` leaves them out
+            continue
         n = count(entry)
         if n is None:
             notes.append(f"{kind} layers not counted exactly")
@@ -295,6 +480,62 @@ def build(config: Mapping[str, Any], model_type: str) -> Built | None:
         approximate="; ".join(dict.fromkeys(notes)),
         source=f"transformers {version()} {inv['class']} (meta build, scaled)",
     )
+
+
+def _stack_kinds(inv: Mapping[str, Any], values: Mapping[str, float], notes: list[str]) -> dict:
+    """The layer kinds of the stack of blocks whose layers are counted: the inventory's own, or, where another
+    ModuleList can be the longest (`stacks`: an audio tower beside the language model's layers), those of the one
+    the config's sizes make the longest, as trace/inventory.py `_layers_of` picks it (of equal depths, the shortest
+    name, then the first)."""
+    best = None
+    for stack in inv.get("stacks", ()):
+        if stack["layers"] is None:
+            notes.append(f"the depth of {stack['stack']} not scaled exactly")
+            return inv["layer_kinds"]
+        depth = round(_eval(stack["layers"], values))
+        if best is None or depth > best[0] or (depth == best[0] and len(stack["stack"]) < len(best[1]["stack"])):
+            best = depth, stack
+    return inv["layer_kinds"] if best is None else best[1]["kinds"]
+
+
+def layer_meets(condition: str, value: Any, i: int, n: int) -> bool | None:
+    """Whether layer i of n meets one condition on a config field's value (None: the value does not fit it): `in` /
+    `not_in` a list of layer indices, `step` ((i + 1) % value == 0), `from` / `upto` / `below` (i >= value,
+    i <= value, i < value; a negative value counts from the end: ERNIE-4.5's `moe_layer_end_index = -1` is the last
+    layer, transformers 5.24 models/ernie4_5_moe/configuration_ernie4_5_moe.py `__post_init__`)."""
+    if condition in ("in", "not_in"):
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return None
+        return (i in value) == (condition == "in")
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    if condition == "step":
+        return (i + 1) % value == 0 if value > 0 else None
+    bound = value + n if value < 0 else value
+    return {"from": i >= bound, "upto": i <= bound, "below": i < bound}.get(condition)
+
+
+def _all_conditions(entry: Mapping[str, Any], config: Mapping[str, Any], n: int) -> int | None:
+    """How many of the n layers meet every condition of a `where_all` rule (or, `negated`, not all of them): each
+    field from the config, else the config class's default; a list the config class computes when it is left out
+    (default None: Llama-4's `moe_layers` from `interleave_moe_layer_step`, transformers 5.24
+    models/llama4/configuration_llama4.py `__post_init__`) is not read then, the other conditions saying the same
+    layers."""
+    defaults = entry.get("default") or {}
+    conditions = []
+    for condition, field in entry["where_all"]:
+        value = _lookup(config, field)
+        value = defaults.get(field) if value is None else value
+        if value is None and condition in ("in", "not_in") and len(entry["where_all"]) > 1:
+            continue
+        conditions.append((condition, value))
+    selected = 0
+    for i in range(n):
+        met = [layer_meets(condition, value, i, n) for condition, value in conditions]
+        if any(m is None for m in met):
+            return None
+        selected += all(met) != bool(entry.get("negated"))
+    return selected
 
 
 def _rule_layers(
@@ -320,6 +561,12 @@ def _rule_layers(
             return None
         on = sum(1 for i in range(n) if i % period == offset)
         return on if rule == "where_every" else n - on
+    if rule == "where_cycle":  # [field, kinds]: layer i is of kind field[i % len(field)]
+        cycle = _lookup(config, arg[0])
+        cycle = cycle if isinstance(cycle, list) and cycle else default
+        if not (isinstance(cycle, list) and cycle):
+            return None
+        return sum(1 for i in range(n) if cycle[i % len(cycle)] in arg[1])
     k = field(arg)
     if not isinstance(k, int):
         return None

@@ -503,7 +503,7 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
         config = thinker
     arch = _arch_from_sizes(config, model_id, source)
     if arch is None:
-        return None
+        return _without_vocabulary(config, model_id, source)
     arch = _by_construction(arch, config)
     if arch.family == "lfm2":
         arch = arch.model_copy(update={"intermediate": lfm2_mlp_width(config, arch.intermediate)})
@@ -516,6 +516,59 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
     if str(config.get("model_type") or "").lower() in BUILT_AS_WRITTEN:
         arch = arch.model_copy(update={"hf_config_json": json.dumps(dict(config), sort_keys=True, default=str)})
     return arch
+
+
+def _vocabulary(config: Mapping[str, Any]) -> bool:
+    """Whether the config (or one of its sub-configs) writes a vocabulary size."""
+    return any(
+        "vocab" in str(k) or (isinstance(v, Mapping) and any("vocab" in str(k2) for k2 in v)) for k, v in config.items()
+    )
+
+
+def _without_vocabulary(config: Mapping[str, Any], model_id: str, source: str) -> ModelArch | None:
+    """A model_type transformers ships that has no vocabulary, so is no language model (an audio or vision encoder, a
+    codec, a keypoint or object detector: transformers 5.24 models/audio_spectrogram_transformer `ASTModel`,
+    models/dac `DacModel`, models/superpoint `SuperPointForKeypointDetection`): the parameters its bundled inventory
+    counts, layers by kind as built; the block the estimate sizes activations with is a transformer encoder of
+    the config's width, heads and depth (1 where it writes none), which the arch's `approximate` says. None where
+    the inventory has no such model_type, or the config writes a vocabulary (a language model whose sizes were not
+    read)."""
+    model_type = str(config.get("model_type") or "").lower()
+    if _vocabulary(config) or not inventory.known(model_type):
+        return None
+    built = inventory.build(config, model_type)
+    if built is None or built.total <= 0:
+        return None
+    hidden = _first(config, "hidden_size", "d_model", "embed_dim", "dim")
+    heads = _first(config, "num_attention_heads", "num_heads", "encoder_attention_heads", "decoder_attention_heads")
+    layers = max((n for _, n in built.layer_kinds), default=0)
+    hidden, heads = (v if _dim(v) and v else 1 for v in (hidden, heads))
+    if hidden % heads:
+        heads = 1
+    intermediate = _first(config, "intermediate_size", "encoder_ffn_dim", "decoder_ffn_dim")
+    notes = [f"parameters approximate: {built.approximate}"] if built.approximate else []
+    notes.append(
+        f"{inventory.classes(model_type)[0]} is not a language model: parameters counted from transformers' build, "
+        f"activations not modelled (sized as a transformer encoder of {max(layers, 1)} layers {hidden} wide)"
+    )
+    return ModelArch(
+        id=model_id,
+        family=model_type,
+        block="encoder",
+        mlp="gelu",
+        norm="layernorm",
+        hidden=hidden,
+        layers=max(layers, 1),
+        heads=heads,
+        intermediate=intermediate if _dim(intermediate) and intermediate else 4 * hidden,
+        vocab=0,
+        params_total=built.total,
+        params_by_kind=built.by_kind,
+        layer_kinds=tuple((kind, n) for kind, n in built.layer_kinds if kind != "other"),  # blocks of no known kind
+        stored_dtype=_dtype(config),
+        source="; ".join(filter(None, (source, built.source))),
+        approximate="; ".join(notes),
+    )
 
 
 # parts of a block the estimate does not model, by family (their activations sized as the family's attention + MLP
@@ -541,6 +594,19 @@ NOT_MODELLED_LAYERS = {
     # modelled (estimate/components/experts.py); its eager attention builds a full and a sliding-window mask (b·s²
     # each) even without padding, counted only in the checkpointed recompute's peak
     "gpt_oss": "eager attention's full and sliding-window masks counted only in a checkpointed recompute",
+    # composite encoder-decoders read from their decoder's sizes (`_arch_from_sizes`): models/encoder_decoder
+    # `EncoderDecoderModel`, models/vision_encoder_decoder `VisionEncoderDecoderModel` (an image encoder: ViT, Swin,
+    # ...), models/t5gemma2 `T5Gemma2Encoder` (a SigLIP vision tower beside its text layers), models/musicgen
+    # `MusicgenForConditionalGeneration` (a T5 text encoder, an EnCodec audio codec, one head per codebook)
+    "encoder-decoder": "encoder layers sized as the decoder's",
+    "vision-encoder-decoder": "the image encoder's layers sized as the text decoder's, over the text tokens",
+    "t5gemma2": "encoder layers sized as the decoder's; its vision tower's activations not modelled",
+    **dict.fromkeys(
+        ("musicgen", "musicgen_melody"),
+        "text encoder layers sized as the decoder's; the audio codec and the codebook heads' logits not modelled",
+    ),
+    # models/blt/modeling_blt.py `BltModel`: local encoder, global transformer over patches, local decoder, patcher
+    "blt": "the byte-level local encoder, local decoder and entropy patcher sized as global transformer layers",
 }
 
 # what the estimate does not model when the base weights are 4-bit (QLoRA), by family: added to a k-bit plan's
@@ -591,14 +657,27 @@ BUILT_AS_WRITTEN = frozenset(
 def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
     """`arch` with the parameter count transformers builds from `config`, where a bundled inventory has its
     model_type. A VLM's language model is counted from `text_config` (its vision tower stays in `vision_params`);
-    encoders keep the family formula (their head depends on the task). A model_type transformers does not ship,
+    an encoder's task head is the inventory's, and said so where config.json names another (`_task_head`). A
+    model_type transformers does not ship,
     written for `trust_remote_code` (`auto_map`: Qwen-1, ChatGLM, Baichuan, InternLM, MPT, older Phi), is never
     run: its estimate is approximate, and says so."""
     model_type = str(config.get("model_type") or "").lower()
     text = config.get("text_config") or config.get("llm_config")
     vlm = isinstance(config.get("vision_config"), dict) and isinstance(text, dict)
-    if vlm:
-        config, model_type = text, str(text.get("model_type") or "").lower()
+    text_type = str(text.get("model_type") or "").lower() if vlm else ""
+    # a composite whose text_config builds no language model of its own (no class of transformers 5.24 takes it
+    # alone: the contrastive dual encoders `Aimv2Model`, `AlignModel`, `AltCLIPModel`; BLIP's and Pix2Struct's text
+    # decoders, `BlipTextLMHeadModel`, `Pix2StructTextModel`, built only inside their composites) is counted whole,
+    # its vision tower in the count rather than in `vision_params`. An omni model's thinker (an audio tower beside
+    # the vision tower, `Qwen2_5OmniThinkerForConditionalGeneration`) keeps its language model counted apart.
+    whole = (
+        vlm
+        and not isinstance(config.get("audio_config"), dict)
+        and not inventory.known(text_type)
+        and inventory.known(model_type)
+    )
+    if vlm and not whole:
+        config, model_type = text, text_type
     if not inventory.known(model_type):
         if config.get("auto_map") and model_type not in REMOTE_CODE_WRITTEN:
             reason = "remote code: not built"
@@ -608,7 +687,7 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
     if built is None or built.total <= 0:
         return arch
     kinds = dict(built.by_kind)
-    if vlm and "lm-head" not in kinds and "embedding" in kinds and not arch.tied_embeddings:
+    if vlm and not whole and "lm-head" not in kinds and "embedding" in kinds and not arch.tied_embeddings:
         # a VLM's text inventory is its base text model (`Qwen3VLMoeTextModel`); the untied head is the outer
         # model's (transformers 5.24 models/qwen3_vl_moe/modeling_qwen3_vl_moe.py `Qwen3VLMoeForConditionalGeneration`:
         # `self.lm_head = nn.Linear(text_config.hidden_size, text_config.vocab_size, bias=False)`)
@@ -616,19 +695,28 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
         built = inventory.Built(
             built.total + head, (*built.by_kind, ("lm-head", head)), built.layer_kinds, built.approximate, built.source
         )
-    if arch.block == "encoder" or (
+    encoder = arch.block == "encoder"
+    # layers that are not attention (RecurrentGemma's recurrent blocks, lru_width wide: transformers 5.24
+    # models/recurrent_gemma/modeling_recurrent_gemma.py `RecurrentGemmaRecurrentBlock`) are outside what the family
+    # formulas size: the build's count stands
+    mixers_built = any(kind in inventory.NOT_ATTENTION for kind, _ in built.layer_kinds)
+    if (
         model_type in _DEDICATED
+        and not mixers_built
         and (
             built.approximate
-            # the family formulas size MLA as multi-head attention (`_attention`): an MLA model's exact build wins
-            or (not arch.kv_lora_rank and abs(built.total / param_count(arch) - 1) > 0.05)
+            # the family formulas size MLA as multi-head attention (`_attention`): an MLA model's exact build wins;
+            # the encoders' formulas leave out their task heads (and ELECTRA's embedding projection)
+            or (not encoder and not arch.kv_lora_rank and abs(built.total / param_count(arch) - 1) > 0.05)
         )
     ):
-        # encoders keep the family formula (their head depends on the task); so does a family the formulas above
-        # know (tested against published sizes), for a config the inventory does not scale exactly, or reads
-        # otherwise than they do (an older spelling it does not know). The layers are still those of the build.
+        # a family the formulas above know (tested against published sizes) keeps its formula for a config the
+        # inventory does not scale exactly, or reads otherwise than they do (an older spelling it does not know).
+        # The layers are still those of the build.
         return arch.model_copy(update={"layer_kinds": built.layer_kinds})
     notes = [f"parameters approximate: {built.approximate}"] if built.approximate else []
+    if encoder:
+        notes += filter(None, [_task_head(config, model_type)])
     mixers = _mamba_mixer(config) if model_type == "mamba" else {}
     if mixers:
         notes.append(MAMBA_KERNEL_NOTE)
@@ -655,6 +743,9 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
         "source": "; ".join(filter(None, (arch.source, built.source))),
         **mixers,
     }
+    if whole:
+        notes.append(WHOLE_COMPOSITE_NOTE)
+        update.update(approximate="; ".join(notes), vision_params=0)
     by_kind = dict(built.by_kind)
     per_layer = (built.total - by_kind.get("embedding", 0) - by_kind.get("lm-head", 0)) / max(arch.layers, 1)
     matrices = 3 if arch.mlp in ("swiglu", "geglu") else 2
@@ -665,6 +756,27 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
         # `estimate.shapes` lists add up to the count
         update["intermediate"] = max(1, int((per_layer - attention) / (matrices * arch.hidden)))
     return arch.model_copy(update=update)
+
+
+def _task_head(config: Mapping[str, Any], model_type: str) -> str:
+    """What an encoder's count leaves open: its task head. transformers builds the class a config.json's
+    `architectures` names (`BertForMaskedLM`, `RobertaForSequenceClassification`, ...); the inventory counts the
+    class it was measured on and those that build the same parameters (`inventory.classes`). "" when the named class
+    is one of them."""
+    named = config.get("architectures")
+    head = named[0] if isinstance(named, list) and named and isinstance(named[0], str) else None
+    counted = inventory.classes(model_type)
+    if head in counted:
+        return ""
+    if head is None:
+        return f"task head not named (no `architectures` in config.json): counted as transformers' {counted[0]}'s"
+    return f"task head of {head} counted as transformers' {counted[0]}'s"
+
+
+# what the estimate of a composite counted whole (`_by_construction`) does not model
+WHOLE_COMPOSITE_NOTE = (
+    "vision tower counted in the parameters, its activations not modelled (the layers are sized from text_config)"
+)
 
 
 # The activations of a Mamba mixer follow the CUDA kernels transformers calls when mamba_ssm and causal-conv1d are
@@ -736,9 +848,29 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
     text = config.get("text_config") or config.get("llm_config")
     if isinstance(text, dict) and _first(config, "hidden_size", "n_embd", "n_embed", "d_model") is None:
         config = {**config, **text}  # multimodal (Gemma-3, Llava, Qwen3-VL, Mllama, InternVL): the LM's shapes
+    # a composite encoder-decoder, of no sizes of its own (transformers 5.24 models/encoder_decoder/
+    # configuration_encoder_decoder.py `EncoderDecoderConfig`, models/vision_encoder_decoder `…Config`,
+    # models/t5gemma2 `T5Gemma2Config`: `encoder` and `decoder` sub-configs; models/musicgen `MusicgenConfig`:
+    # `text_encoder`, `audio_encoder`, `decoder`): the decoder's sizes, the encoder's depth (T5Gemma2's encoder
+    # holds a text_config)
+    encoder = _first(config, "encoder", "text_encoder")
+    composite = isinstance(encoder, dict) and isinstance(config.get("decoder"), dict)
+    if composite and _first(config, "hidden_size", "n_embd", "n_embed", "d_model") is None:
+        encoder = encoder["text_config"] if isinstance(encoder.get("text_config"), dict) else encoder
+        config = {**config, **config["decoder"], "model_type": outer_type}
+    else:
+        composite = False
+    if isinstance(config.get("global_config"), dict) and _first(config, "hidden_size", "d_model") is None:
+        # BLT (transformers 5.24 models/blt/configuration_blt.py `BltConfig`: byte-level local encoder and decoder
+        # around a global transformer over patches, and an entropy patcher): the global transformer's sizes
+        config = {**config, **config["global_config"], "model_type": outer_type}
     model_type = str(config.get("model_type") or outer_type).lower()
 
-    hidden = _first(config, "hidden_size", "n_embd", "n_embed", "d_model", "dim", "d_embed")
+    # XLM writes its width as `emb_dim` (transformers 5.24 models/xlm/configuration_xlm.py `attribute_map`);
+    # Kosmos-2's and Kosmos-2.5's text decoders as `embed_dim`, their depth as `layers` and their heads as
+    # `attention_heads` (models/kosmos2/configuration_kosmos2.py `Kosmos2TextConfig`,
+    # models/kosmos2_5/configuration_kosmos2_5.py `Kosmos2_5TextConfig`)
+    hidden = _first(config, "hidden_size", "n_embd", "n_embed", "d_model", "dim", "d_embed", "emb_dim", "embed_dim")
     heads = _first(
         config,
         "num_attention_heads",
@@ -747,6 +879,8 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
         "encoder_attention_heads",
         "n_heads",
         "num_encoder_attention_heads",
+        "decoder_attention_heads",  # a decoder alone (TrOCR, models/trocr/configuration_trocr.py)
+        "attention_heads",
     )
     # FSMT writes its vocabularies as src_vocab_size / tgt_vocab_size (models/fsmt/configuration_fsmt.py)
     vocab = _first(config, "vocab_size", "padded_vocab_size", "tgt_vocab_size")
@@ -764,6 +898,10 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
         block = "encoder-decoder"
         encoder_layers = _first(config, "num_layers", "encoder_layers")
         layers = _first(config, "num_decoder_layers", "decoder_layers", "num_layers")
+    elif composite:
+        block = "encoder-decoder"
+        encoder_layers = _first(encoder, "num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "n_layers")
+        layers = _first(config, "num_hidden_layers", "n_layer", "num_layers", "decoder_layers", "n_layers")
     elif (
         model_type not in _ENCODERS
         and all(_dim(v) and v > 0 for v in stacks)
@@ -774,7 +912,7 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
     else:
         block = "encoder" if model_type in _ENCODERS else "decoder"
         encoder_layers = 0
-        layers = _first(config, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
+        layers = _first(config, "num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers", "layers")
         pattern = inventory.nemotron_h_layers(config) if model_type == "nemotron_h" else None
         if pattern:
             # Nemotron-H writes its layers as a list of kinds, one per layer, or as `hybrid_override_pattern`, one
@@ -784,7 +922,15 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
     if not all(_dim(v) and v > 0 for v in (hidden, heads, vocab, layers)):
         return None
     intermediate = _first(
-        config, "intermediate_size", "n_inner", "d_ff", "ffn_dim", "encoder_ffn_dim", "ffn_hidden_size", "block_ff_dim"
+        config,
+        "intermediate_size",
+        "n_inner",
+        "d_ff",
+        "ffn_dim",
+        "encoder_ffn_dim",
+        "ffn_hidden_size",
+        "block_ff_dim",
+        "decoder_ffn_dim",
     )
     if isinstance(intermediate, list) and intermediate and all(_dim(w) for w in intermediate):
         # one MLP width per layer (Gemma-3n, transformers 5.24 models/gemma3n/modeling_gemma3n.py `Gemma3nTextMLP`:
@@ -822,6 +968,10 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
         mlp = "swiglu"
     norm = "layernorm" if model_type in _LAYERNORM or model_type in _ENCODERS else "rmsnorm"
     biased = model_type in _BIASED or model_type in _ENCODERS
+    if model_type == "falcon":
+        # Falcon's linears are biased only where `bias` says (default false: transformers 5.24
+        # models/falcon/configuration_falcon.py; modeling_falcon.py `FalconAttention`, `FalconMLP`: bias=config.bias)
+        biased = bool(config.get("bias"))
 
     kv_lora_rank = config.get("kv_lora_rank")
     head_dim = _first(config, "head_dim", "d_kv", "head_size")
@@ -829,8 +979,11 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
     if kv_lora_rank:  # DeepSeek MLA: head_dim is the value heads' width (`ModelArch.mla_head_dims`)
         head_dim = _first(config, "v_head_dim", "qk_nope_head_dim") or head_dim
         kv_heads = heads
-    if model_type == "falcon" and config.get("multi_query") and not kv_heads:
-        kv_heads = 1
+    if model_type == "falcon" and not config.get("new_decoder_architecture"):
+        # Falcon's num_kv_heads is read only by the new (Falcon-40B) decoder architecture; otherwise one K/V head
+        # when multi_query (the default), one per query head when not (transformers 5.24
+        # models/falcon/modeling_falcon.py `FalconAttention.__init__`: qkv_out_dim hidden + 2·head_dim or 3·hidden)
+        kv_heads = 1 if config.get("multi_query", True) else heads
     if model_type == "chatglm" and config.get("multi_query_attention") and not kv_heads:
         kv_heads = config.get("multi_query_group_num")  # modeling_chatglm.py `SelfAttention` (REMOTE_CODE_WRITTEN)
     if model_type == "gpt_bigcode" and config.get("multi_query", True) and not kv_heads:
@@ -912,7 +1065,8 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
 def _dense_layers(config: Mapping[str, Any], layers: int, num_experts: int) -> int:
     """Layers with a dense MLP in an MoE model: DeepSeek's leading `first_k_dense_replace`, or every layer but
     one in `period` (Jamba `expert_layer_period`, Llama-4 `interleave_moe_layer_step`, Qwen2-MoE
-    `decoder_sparse_step`) — only their number matters for the weights. Qwen2-MoE / Qwen3-MoE and the families
+    `decoder_sparse_step`), or those Llama-4's `moe_layers` leaves out — only their number matters for the weights.
+    Qwen2-MoE / Qwen3-MoE and the families
     built on them also name dense layers in `mlp_only_layers` (transformers 5.24 models/qwen2_moe/
     modeling_qwen2_moe.py, models/qwen3_moe/modeling_qwen3_moe.py `…DecoderLayer`: a layer is MoE when
     `layer_idx not in config.mlp_only_layers` and `(layer_idx + 1) % config.decoder_sparse_step == 0`)."""
@@ -921,6 +1075,12 @@ def _dense_layers(config: Mapping[str, Any], layers: int, num_experts: int) -> i
     if num_experts and isinstance(only, list) and all(_dim(i) for i in only) and (step is None or _dim(step)):
         step = step or 1
         return sum(1 for i in range(layers) if i in only or (i + 1) % step != 0)
+    listed = config.get("moe_layers")
+    if num_experts and isinstance(listed, list) and all(_dim(i) for i in listed):
+        # Llama-4's MoE layers where config.json lists them: a layer is MoE when `layer_idx in config.moe_layers`,
+        # which overrides `interleave_moe_layer_step` (transformers 5.24 models/llama4/modeling_llama4.py
+        # `Llama4TextDecoderLayer`, configuration_llama4.py `__post_init__`)
+        return layers - len(set(listed) & set(range(layers)))
     first = config.get("first_k_dense_replace") or 0
     period = _first(config, "expert_layer_period", "interleave_moe_layer_step", "decoder_sparse_step")
     if num_experts and _dim(period) and period > 1:

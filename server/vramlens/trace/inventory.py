@@ -37,10 +37,14 @@ _KINDS = (  # module class name -> parameter kind, first match from the paramete
 )
 
 
-def _layers_of(model):
-    """(prefix, ModuleList) of the largest stack of blocks."""
+def _layers_of(model, only: str | None = None):
+    """(prefix, ModuleList) of the largest stack of blocks (of equal lengths, the shortest name, then the first);
+    `only`: that ModuleList whatever its length (None where the model has none of that name)."""
     import torch
 
+    if only is not None:
+        mod = dict(model.named_modules()).get(only)
+        return (only, mod) if isinstance(mod, torch.nn.ModuleList) and len(mod) else None
     best = None
     for name, mod in model.named_modules():
         if isinstance(mod, torch.nn.ModuleList) and len(mod) and not re.search(r"expert", name, re.IGNORECASE):
@@ -49,19 +53,24 @@ def _layers_of(model):
     return best
 
 
-def measure(model, cfg) -> tuple[dict, dict]:
-    """(quantities, index sets): dims and occurrence counts of every pattern, layers of every kind."""
+def measure(model, cfg, stack_name: str | None = None) -> tuple[dict, dict]:
+    """(quantities, index sets): dims and occurrence counts of every pattern, layers of every kind (those of the
+    largest stack of blocks, or of the ModuleList `stack_name`)."""
     modules = dict(model.named_modules())
     q: dict = {}
     where: dict = collections.defaultdict(set)
     kinds_of: dict[str, str] = {}
-    stack = _layers_of(model)
+    stack = _layers_of(model, stack_name)
     prefix = stack[0] + "." if stack else None
     layer_kinds: dict[int, set] = collections.defaultdict(set)
+    shapes = collections.defaultdict(set)
     for name, p in model.named_parameters():
-        pattern = INDEX.sub(".{i}", name)
+        shapes[INDEX.sub(".{i}", name)].add(tuple(p.shape))
+    for name, p in model.named_parameters():
+        pattern = _pattern(name, modules, len(shapes[INDEX.sub(".{i}", name)]) > 1)
         key = ("n", pattern)
         q[key] = q.get(key, 0) + 1
+        q[("t", pattern)] = q.get(("t", pattern), 0) + p.numel()  # the total, where occurrences differ in shape
         for axis, size in enumerate(p.shape):
             dk = ("d", pattern, axis)
             if q.setdefault(dk, size) != size:
@@ -91,6 +100,28 @@ def measure(model, cfg) -> tuple[dict, dict]:
         "layers": len(stack[1]) if stack else 0,
         "stack": stack[0] if stack else None,
     }
+
+
+def _pattern(name: str, modules: dict, mixed: bool) -> str:
+    """The parameter's name with its indices as {i}. Where that pattern would merge parameters of different shapes
+    (`mixed`), the positions in a fixed recipe of plain torch layers stay as they are: transformers 5.24
+    models/ctrl/modeling_ctrl.py `point_wise_feed_forward_network` is Sequential(Linear(d, dff), ReLU(),
+    Linear(dff, d)), whose `ffn.0` and `ffn.2` are two parameters, not two occurrences of one."""
+    import torch
+
+    pattern = INDEX.sub(".{i}", name)
+    if not mixed:
+        return pattern
+    parts = name.split(".")
+    out = list(parts)
+    for n in range(1, len(parts) - 1):
+        owner = modules.get(".".join(parts[:n]))
+        if parts[n].isdigit() and not (
+            isinstance(owner, torch.nn.Sequential)
+            and all(type(c).__module__.startswith("torch.") for c in owner.children())
+        ):
+            out[n] = "{i}"
+    return ".".join(out)
 
 
 def _kind(name: str, modules: dict) -> str:
@@ -152,16 +183,20 @@ def exact(config: dict) -> dict[str, Any]:
 
 
 def model_class(model_type: str, config_cls: type | None = None) -> Any:
-    """The class transformers builds a `model_type` config as: from its auto mappings (causal LM, seq2seq LM,
+    """The class transformers builds a `model_type` config as: from its auto mappings (seq2seq LM, causal LM,
     image-text-to-text, base model, then every other task), the first whose `config_class` is the config's own
     class; a composite config (Llama-4, Qwen3.5, Musicgen) is never handed to the class of its text or decoder
-    part. Where no class takes the config's class (EXAONE, InternLM3: Llama's classes), the first mapped one."""
+    part. Where no class takes the config's class (EXAONE, InternLM3: Llama's classes), the first mapped one.
+    The seq2seq class comes first: a model_type mapped to both is an encoder-decoder whose causal-LM class is its
+    decoder alone (transformers 5.24 models/bart/modeling_bart.py `BartForCausalLM`: `BartDecoderWrapper` and
+    `lm_head`, "BART decoder with a language modeling head on top"; `BartForConditionalGeneration`: encoder and
+    decoder), and its config.json is the whole model's."""
     import transformers
     from transformers.models.auto import modeling_auto as ma
 
     preferred = (
-        ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
         ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+        ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
         ma.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
         ma.MODEL_MAPPING_NAMES,
     )
@@ -177,7 +212,31 @@ def model_class(model_type: str, config_cls: type | None = None) -> Any:
                 return cls
             if first is None and any(mapping is p for p in preferred):
                 first = cls
-    return first
+    return first or _causal_lm_of_sub_config(model_type, config_cls)
+
+
+def _causal_lm_of_sub_config(model_type: str, config_cls: type | None) -> Any:
+    """The causal LM of a language model's sub-config that no auto mapping names under its own model_type
+    (`mllama_text_model`, `emu3_text_model`): the class the causal-LM mapping names under the composite's model_type
+    whose `config_class` is that sub-config's class (transformers 5.24 models/auto/modeling_auto.py
+    MODEL_FOR_CAUSAL_LM_MAPPING_NAMES `"mllama": "MllamaForCausalLM"`, whose config_class is `MllamaTextConfig`;
+    `"emu3": "Emu3ForCausalLM"`, `Emu3TextConfig`); None where there is none."""
+    import importlib
+
+    from transformers.models.auto import modeling_auto as ma
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    try:
+        config_cls = config_cls or CONFIG_MAPPING[model_type]
+        module = importlib.import_module(config_cls.__module__.replace(".configuration_", ".modeling_"))
+    except (KeyError, ImportError):
+        return None
+    for names in ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values():
+        for name in [names] if isinstance(names, str) else names:
+            cls = getattr(module, name, None)
+            if cls is not None and getattr(cls, "config_class", None) is config_cls:
+                return cls
+    return None
 
 
 def _build(config: dict) -> dict[str, Any]:
