@@ -100,7 +100,88 @@ KNOWN = {
     **dict.fromkeys(
         ("musicgen", "musicgen_melody"), "its EnCodec audio codec's convolutions: not a formula of the fields"
     ),
-    # count differs (an interplay of fields the reference builds do not separate)
+    # config.json not read as save_pretrained writes it (VRAMLENS_ALL_MODEL_TYPES=1)
+    **dict.fromkeys(
+        (
+            "bark",
+            "bridgetower",
+            "canary",
+            "canine",
+            "clap",
+            "colmodernvbert",
+            "colpali",
+            "colqwen2",
+            "dia",
+            "jev",
+            "ovis2",
+            "paligemma",
+            "parakeet_tdt",
+            "pi0",
+            "pp_doclayout_v2",
+            "zoedepth",
+        ),
+        "config.json not read",
+    ),
+    # counted from the inventory, labelled approximate (VRAMLENS_ALL_MODEL_TYPES=1): convolution stacks, per-stage
+    # lists or position embeddings that are no sum of products of size fields
+    **dict.fromkeys(
+        (
+            "bit",
+            "chinese_clip",
+            "chmv2",
+            "clipseg",
+            "clvp",
+            "cohere_asr",
+            "convbert",
+            "convnext",
+            "convnextv2",
+            "cvt",
+            "d_fine",
+            "data2vec-audio",
+            "depth_anything",
+            "depth_pro",
+            "embedding_gemma2_text",
+            "mimi_decoder",
+            "mimi_encoder",
+            "paddleocr_vl",
+            "pocket_tts_audio_tokenizer_decoder",
+            "pocket_tts_audio_tokenizer_encoder",
+            "pop2piano",
+            "pp_formulanet",
+            "pp_lcnet",
+            "pp_lcnet_v3",
+            "pp_lcnet_v4",
+            "pp_ocrv5_mobile_det",
+            "prompt_depth_anything",
+            "rt_detr_resnet",
+            "slanet",
+            "slanext",
+            "superglue",
+            "tipsv2_dpt",
+            "unlimited_ocr",
+            "upernet",
+            "uvdoc_backbone",
+            "vibevoice_acoustic_tokenizer_decoder",
+            "vibevoice_acoustic_tokenizer_encoder",
+            "vitmatte",
+            "vitpose",
+            "vitpose_backbone",
+            "wavtokenizer_encoder",
+        ),
+        "labelled approximate: a quantity of the inventory does not follow its formula",
+    ),
+    # Qwen-Omni thinkers, whose text model has no class of its own (VRAMLENS_ALL_MODEL_TYPES=1)
+    **dict.fromkeys(
+        (
+            "qwen2_5_omni",
+            "qwen2_5_omni_thinker",
+            "qwen3_omni_moe_thinker",
+        ),
+        "its text model has no inventory: sized as attention layers",
+    ),
+    # transformers 5.24 ties the head by the outer config's tie_word_embeddings (modeling_utils.py
+    # `get_expanded_tied_weights_keys` reads `self.config`); the text config's own flag is what is read
+    "qwen3_vl_moe": "the head's tie is read from text_config, transformers 5.24 ties by the outer config",
 }
 
 
