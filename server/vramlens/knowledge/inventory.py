@@ -11,6 +11,7 @@ must differ for it to be built (`unless_equal`). Nothing here imports torch or t
 
 from __future__ import annotations
 
+import copy
 import functools
 import gzip
 import json
@@ -59,6 +60,14 @@ def classes(model_type: str) -> tuple[str, ...]:
     `same_parameters`); () when the model_type has no inventory."""
     inv = _data()["models"].get(model_type)
     return () if inv is None else (inv["class"], *inv.get("same_params", ()))
+
+
+def tie_default(model_type: str) -> bool | None:
+    """The tie_word_embeddings of the model_type's config class where a config.json does not write it (the
+    reference build's); None when the model_type has no inventory or its build has no head that may be tied to an
+    input embedding (CLIP's dual encoder)."""
+    inv = _data()["models"].get(model_type)
+    return None if inv is None or not inv.get("tied") else bool(inv["tie_default"])
 
 
 def _lookup(config: Mapping[str, Any], path: str) -> Any:
@@ -321,6 +330,29 @@ _CONFIG_READERS = {
     "gemma4_unified": _gemma4_composite,
     "gemma4_unified_assistant": _gemma4_composite,
 }
+
+
+def with_defaults(config: Mapping[str, Any], model_type: str) -> dict:
+    """`config` with each size field the model_type's inventory records and the config.json leaves out (also inside a
+    sub-config: `text_config.hidden_size`) set to the config class's default, as transformers reads it:
+    `save_pretrained` writes only the values that differ from the defaults (transformers 5.24
+    configuration_utils.py `PreTrainedConfig.to_json_string(use_diff=True)`, `to_diff_dict`). A field written
+    under an older spelling (`_ALIASES`) is not filled."""
+    filled = copy.deepcopy(dict(config))
+    inv = _data()["models"].get(model_type)
+    for field, (_, default) in (inv or {}).get("fields", {}).items():
+        *parents, name = field.split(".")
+        node = filled
+        for part in parents:
+            if node.get(part) is None:
+                node[part] = {}
+            node = node[part]
+            if not isinstance(node, dict):
+                break
+        else:
+            if _number(default) and all(node.get(key) is None for key in (name, *_ALIASES.get(name, ()))):
+                node[name] = default
+    return filled
 
 
 def build(config: Mapping[str, Any], model_type: str) -> Built | None:

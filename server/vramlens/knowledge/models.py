@@ -503,8 +503,26 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
         config = thinker
     arch = _arch_from_sizes(config, model_id, source)
     if arch is None:
+        # sizes left out of the config.json because they equal the config class's defaults (`save_pretrained`
+        # writes only what differs from them): read as transformers reads them, from those defaults
+        config = inventory.with_defaults(config, str(config.get("model_type") or "").lower())
+        arch = _arch_from_sizes(config, model_id, source)
+    vlm = config.get("vlm_config")
+    outer = str(config.get("model_type") or "").lower()
+    if arch is None and isinstance(vlm, Mapping):
+        # a model built around a VLM (transformers 5.24 models/colpali/modeling_colpali.py `ColPaliForRetrieval`:
+        # `self.vlm` from `config.vlm_config` and an `embedding_proj_layer` to `embedding_dim`; ColQwen2,
+        # ColModernVBert likewise; models/pi0 `PI0Model`: a vlm_config beside its action expert's dit_config): read
+        # and counted as that VLM. Its own inventory cannot stand in: it was measured at one set of the VLM's sizes
+        # (scripts/dump_model_inventories.py varies one level of sub-configs, not vlm_config.text_config)
+        config = inventory.with_defaults(vlm, str(vlm.get("model_type") or "").lower())
+        arch = _arch_from_sizes(config, model_id, source)
+    if arch is None:
         return _without_vocabulary(config, model_id, source)
     arch = _by_construction(arch, config)
+    if isinstance(vlm, Mapping) and config.get("model_type") != outer:
+        note = f"counted as its {config.get('model_type')} vlm_config: the parameters {outer} adds to it are not"
+        arch = arch.model_copy(update={"approximate": "; ".join(filter(None, (arch.approximate, note)))})
     if arch.family == "lfm2":
         arch = arch.model_copy(update={"intermediate": lfm2_mlp_width(config, arch.intermediate)})
     note = NOT_MODELLED_LAYERS.get(arch.family, "")
@@ -519,10 +537,14 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
 
 
 def _vocabulary(config: Mapping[str, Any]) -> bool:
-    """Whether the config (or one of its sub-configs) writes a vocabulary size."""
-    return any(
-        "vocab" in str(k) or (isinstance(v, Mapping) and any("vocab" in str(k2) for k2 in v)) for k, v in config.items()
-    )
+    """Whether the config (or one of its sub-configs) writes a vocabulary size. A vocabulary of token types
+    (`type_vocab_size`, BERT's segment embeddings) is none: CANINE writes only that one, its characters hashed into
+    `num_hash_buckets` (transformers 5.24 models/canine/configuration_canine.py `CanineConfig`)."""
+
+    def vocabulary(key: Any) -> bool:
+        return "vocab" in str(key) and str(key) != "type_vocab_size"
+
+    return any(vocabulary(k) or (isinstance(v, Mapping) and any(vocabulary(k2) for k2 in v)) for k, v in config.items())
 
 
 def _without_vocabulary(config: Mapping[str, Any], model_id: str, source: str) -> ModelArch | None:
@@ -676,6 +698,7 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
         and not inventory.known(text_type)
         and inventory.known(model_type)
     )
+    outer, outer_type = config, model_type
     if vlm and not whole:
         config, model_type = text, text_type
     if not inventory.known(model_type):
@@ -687,6 +710,8 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
     if built is None or built.total <= 0:
         return arch
     kinds = dict(built.by_kind)
+    if vlm and not whole and "lm-head" not in kinds and "embedding" in kinds:
+        arch = arch.model_copy(update={"tied_embeddings": _composite_tie(outer, outer_type, arch.tied_embeddings)})
     if vlm and not whole and "lm-head" not in kinds and "embedding" in kinds and not arch.tied_embeddings:
         # a VLM's text inventory is its base text model (`Qwen3VLMoeTextModel`); the untied head is the outer
         # model's (transformers 5.24 models/qwen3_vl_moe/modeling_qwen3_vl_moe.py `Qwen3VLMoeForConditionalGeneration`:
@@ -715,6 +740,8 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
         # The layers are still those of the build.
         return arch.model_copy(update={"layer_kinds": built.layer_kinds})
     notes = [f"parameters approximate: {built.approximate}"] if built.approximate else []
+    if vlm and not whole and isinstance(outer.get("audio_config"), dict):
+        notes.append(AUDIO_TOWER_NOTE)
     if encoder:
         notes += filter(None, [_task_head(config, model_type)])
     mixers = _mamba_mixer(config) if model_type == "mamba" else {}
@@ -758,6 +785,21 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
     return arch.model_copy(update=update)
 
 
+def _composite_tie(config: Mapping[str, Any], model_type: str, text_tie: bool) -> bool:
+    """Whether a composite's head is its language model's input embedding. transformers 5.24 ties by the
+    composite's own config (modeling_utils.py `get_expanded_tied_weights_keys`: `getattr(self.config,
+    "tie_word_embeddings", False)`, `self` the outer `…ForConditionalGeneration`), the config class's default where
+    config.json does not write it (models/qwen3_vl_moe/configuration_qwen3_vl_moe.py `Qwen3VLMoeConfig`: False, its
+    `Qwen3VLMoeTextConfig`: True); 4.x tied by text_config's (modeling_utils.py `tie_weights`:
+    `self.config.get_text_config(decoder=True)`), read here where the composite's build has no head that may be tied
+    (no inventory, or none holding such a head: CLIP's dual encoder)."""
+    default = inventory.tie_default(model_type)
+    if default is None:
+        return text_tie
+    tie = config.get("tie_word_embeddings")
+    return tie if isinstance(tie, bool) else default
+
+
 def _task_head(config: Mapping[str, Any], model_type: str) -> str:
     """What an encoder's count leaves open: its task head. transformers builds the class a config.json's
     `architectures` names (`BertForMaskedLM`, `RobertaForSequenceClassification`, ...); the inventory counts the
@@ -771,6 +813,12 @@ def _task_head(config: Mapping[str, Any], model_type: str) -> str:
     if head is None:
         return f"task head not named (no `architectures` in config.json): counted as transformers' {counted[0]}'s"
     return f"task head of {head} counted as transformers' {counted[0]}'s"
+
+
+# what the estimate of an omni thinker (`_by_construction`: its language model from text_config, its vision tower in
+# `vision_params`) leaves out: its audio encoder (transformers 5.24 models/qwen2_5_omni/modeling_qwen2_5_omni.py
+# `Qwen2_5OmniThinkerModel.__init__`: `self.audio_tower = Qwen2_5OmniAudioEncoder._from_config(config.audio_config)`)
+AUDIO_TOWER_NOTE = "audio tower not counted (its parameters and activations not modelled)"
 
 
 # what the estimate of a composite counted whole (`_by_construction`) does not model
@@ -846,7 +894,13 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
     outer_type = str(config.get("model_type", "")).lower()
     vision = config.get("vision_config")
     text = config.get("text_config") or config.get("llm_config")
-    if isinstance(text, dict) and _first(config, "hidden_size", "n_embd", "n_embed", "d_model") is None:
+    if isinstance(text, dict) and (
+        _first(config, "hidden_size", "n_embd", "n_embed", "d_model") is None
+        # PaliGemma's outer `hidden_size` is the projector's width, not its language model's (transformers 5.24
+        # models/paligemma/configuration_paligemma.py `PaliGemmaConfig`): the outer config writes no depth or no heads
+        or _first(config, "num_hidden_layers", "n_layer", "num_layers", "n_layers") is None
+        or _first(config, "num_attention_heads", "n_head", "num_heads", "n_heads") is None
+    ):
         config = {**config, **text}  # multimodal (Gemma-3, Llava, Qwen3-VL, Mllama, InternVL): the LM's shapes
     # a composite encoder-decoder, of no sizes of its own (transformers 5.24 models/encoder_decoder/
     # configuration_encoder_decoder.py `EncoderDecoderConfig`, models/vision_encoder_decoder `…Config`,

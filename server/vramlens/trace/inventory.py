@@ -220,7 +220,12 @@ def _causal_lm_of_sub_config(model_type: str, config_cls: type | None) -> Any:
     (`mllama_text_model`, `emu3_text_model`): the class the causal-LM mapping names under the composite's model_type
     whose `config_class` is that sub-config's class (transformers 5.24 models/auto/modeling_auto.py
     MODEL_FOR_CAUSAL_LM_MAPPING_NAMES `"mllama": "MllamaForCausalLM"`, whose config_class is `MllamaTextConfig`;
-    `"emu3": "Emu3ForCausalLM"`, `Emu3TextConfig`); None where there is none."""
+    `"emu3": "Emu3ForCausalLM"`, `Emu3TextConfig`). An omni thinker's language model (the `text_config` of a
+    composite with an audio and a vision tower, which no auto mapping names) has no causal LM of its own: the base
+    text model its modeling module exports for that config class, as the thinker builds it (transformers 5.24
+    models/qwen2_5_omni/modeling_qwen2_5_omni.py `Qwen2_5OmniThinkerModel.__init__`: `self.language_model =
+    Qwen2_5OmniThinkerTextModel._from_config(config.text_config)`; models/qwen3_omni_moe/modeling_qwen3_omni_moe.py
+    `Qwen3OmniMoeThinkerTextModel`). None where there is none."""
     import importlib
 
     from transformers.models.auto import modeling_auto as ma
@@ -235,6 +240,13 @@ def _causal_lm_of_sub_config(model_type: str, config_cls: type | None) -> Any:
         for name in [names] if isinstance(names, str) else names:
             cls = getattr(module, name, None)
             if cls is not None and getattr(cls, "config_class", None) is config_cls:
+                return cls
+    composites = importlib.import_module(config_cls.__module__).__dict__.values()
+    sub_configs = [getattr(c, "sub_configs", None) or {} for c in composites if isinstance(c, type)]
+    if any(s.get("text_config") is config_cls and {"audio_config", "vision_config"} <= set(s) for s in sub_configs):
+        for name in getattr(module, "__all__", ()):
+            cls = getattr(module, name, None)
+            if getattr(cls, "config_class", None) is config_cls and not name.endswith("PreTrainedModel"):
                 return cls
     return None
 
