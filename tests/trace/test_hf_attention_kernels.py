@@ -48,7 +48,10 @@ def test_cuda_choice_falcon_7b_multi_query_with_a_mask_is_math():
     mask = torch.ones(2, 1, 64, 64, dtype=torch.bool).tril()
     assert hf.cuda_sdpa_backend(q, k, v, mask) == "math"
     assert hf.cuda_sdpa_backend(q, k, v, None, is_causal=True) == "math"  # without a mask too
-    assert torch._fused_sdp_choice(q, k, v, mask, 0.0, False, scale=None, enable_gqa=False) == 0  # CPU: MATH
+    if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 14):
+        # the CPU dispatcher ran the same check up to torch 2.13; torch 2.14's CPU flash kernel takes this case, so
+        # it no longer cross-checks the CUDA choice
+        assert torch._fused_sdp_choice(q, k, v, mask, 0.0, False, scale=None, enable_gqa=False) == 0  # CPU: MATH
 
 
 def test_cuda_choice_fused_cases():

@@ -801,8 +801,8 @@ def _strip_wrappers(args: list[Arg]) -> list[Arg]:
     return args[i:]
 
 
-# torchrun's own flags (torch 2.13 torch/distributed/run.py `get_args_parser`): the `check_env` ones take no value,
-# every `env` one and the plain typed ones take one (`-r/--redirects` and `-t/--tee` too: `--tee 3`)
+# torchrun's own flags (torch 2.13 and 2.14 torch/distributed/run.py `get_args_parser`): the `check_env` ones take no
+# value, every `env` one and the plain typed ones take one (`-r/--redirects` and `-t/--tee` too: `--tee 3`)
 _SRUN_PROGRAM = re.compile(r"torchrun|accelerate|deepspeed|llamafactory-cli|tune|axolotl|trl|swift|python[0-9.]*")
 _TORCHRUN_BARE = frozenset({"standalone", "module", "m", "no_python", "run_path", "virtual_local_rank"})
 _TORCHRUN_VALUED = frozenset(
@@ -834,6 +834,9 @@ _TORCHRUN_VALUED = frozenset(
         "numa_binding",
         "signals_to_handle",
         "shutdown_timeout",
+        # torch 2.14 torch/distributed/run.py: `--log-line-prefix-template` and `--print-completion` (a value each)
+        "log_line_prefix_template",
+        "print_completion",
     }
 )
 _ACCELERATE_BARE = frozenset(
