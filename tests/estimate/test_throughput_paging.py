@@ -5,34 +5,30 @@ PagedAdamW8bit in the backward) is such a run; the same run on an 80 GB GPU keep
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 from vramlens.estimate import estimate
 from vramlens.estimate.throughput import PCIE_OFFLOAD_GBS
 from vramlens.knowledge.gpus import gpu_by_name
-from vramlens.knowledge.models import lookup_model
 from vramlens.knowledge.optimizers import lookup_optimizer
 from vramlens.resolved import ResolvedPlan
 
 GIB = 2**30
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def _plan(gpu: str, optimizer: str = "paged_adamw_8bit") -> ResolvedPlan:
-    # torchtune recipes/configs/llama3_1/8B_full_single_device.yaml: batch 2, PagedAdamW8bit in the backward,
-    # activation checkpointing; packed to 2048 tokens with torch.compile as its README's speed table runs it
-    return ResolvedPlan(
-        arch=lookup_model("meta-llama/Llama-3.1-8B"),
-        framework="torchtune",
-        weight_dtype="bf16",
-        compute_dtype="bf16",
-        micro_batch=2,
-        seq_len=2048,
-        packing=True,
-        grad_checkpointing=True,
-        compile=True,
-        loss_impl="chunked",
-        optimizer=lookup_optimizer(optimizer),
-        optimizer_in_bwd=True,
-        gpu=gpu_by_name(gpu),
+    """The torchtune full fine-tune of the published throughput table (benchmarks/throughput.py
+    `torchtune_plan("full")`: PagedAdamW8bit in the backward), on `gpu` and with `optimizer`."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import throughput as bench
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return bench.torchtune_plan("full").model_copy(
+        update={"gpu": gpu_by_name(gpu), "optimizer": lookup_optimizer(optimizer)}
     )
 
 
