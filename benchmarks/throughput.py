@@ -38,13 +38,15 @@ per second per GPU beside the predicted one:
 
 Prints every row, the absolute error (median |predicted/measured − 1|), and the relative speed of pairs of rows
 of the same model on the same table (consecutive sequence lengths, checkpointing on/off, method): the share whose
-predicted ratio is within ±15 % of the measured ratio. Writes the table to benchmarks/results/throughput.txt.
+predicted ratio is within ±15 % of the measured ratio. Writes the table to benchmarks/results/throughput.txt, or to
+the file `--out` names.
 
-    python benchmarks/throughput.py
+    python benchmarks/throughput.py [--out PATH]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -474,9 +476,11 @@ def ms_swift_plan(stage: int) -> ResolvedPlan:
 # MBS 1, seq 8192, CP 2 (so 4 data-parallel ranks, GA 32), 13812 tokens/s/GPU; the settings of the script it
 # documents, examples/llama/train_llama3_8b_h100_fp8.sh: Transformer Engine fp8 (hybrid) linears, `--attention-backend
 # fused` (cuDNN; FlashAttention-3's Hopper rate), `--cross-entropy-loss-fusion`, RMSNorm through TE, bf16 with
-# `--use-distributed-optimizer` (fp32 master weights and Adam states sharded over the data-parallel ranks,
-# gradients reduce-scattered and parameters all-gathered: ZeRO-1's traffic), no activation recompute; RoPE and
-# SwiGLU fused by default (megatron/training/arguments.py `--no-rope-fusion`, `--no-bias-swiglu-fusion` turn them off).
+# `--use-distributed-optimizer` (fp32 master weights and Adam states sharded over the data- and context-parallel
+# ranks, all 8: megatron/core/distributed/param_and_grad_buffer.py `get_data_and_context_parallel_group(
+# with_context_parallel=True)`; gradients reduce-scattered and parameters all-gathered: ZeRO-1's traffic), no
+# activation recompute; RoPE and SwiGLU fused by default (megatron/training/arguments.py `--no-rope-fusion`,
+# `--no-bias-swiglu-fusion` turn them off).
 MEGATRON_LLAMA3_8B = 13812
 
 
@@ -497,7 +501,7 @@ def megatron_plan() -> ResolvedPlan:
         master_weights=True,
         strategy="deepspeed",
         zero_stage=1,
-        world_size=4,
+        world_size=8,  # the ranks the optimizer shards over: data-parallel × context-parallel
         context_parallel=2,
         gpu=gpu_by_name("H100-SXM"),
         gpu_count=8,
@@ -535,6 +539,11 @@ def throughput(rp: ResolvedPlan):
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--out", default=str(REPO / "benchmarks" / "results" / "throughput.txt"), help="where to write the table"
+    )
+    args = parser.parse_args()
     rows = []  # (group, label, measured, predicted, mfu, bound)
     for row in FOUNDRY + FOUNDRY_NODES:
         t = throughput(foundry_plan(row))
@@ -627,8 +636,8 @@ def main() -> None:
     lines += [f"  {pr / mr:5.2f}  {la} → {lb}" for la, lb, mr, pr in pairs if abs(pr / mr - 1) > 0.15]
     text = "\n".join(lines)
     print(text)
-    out = REPO / "benchmarks" / "results" / "throughput.txt"
-    out.parent.mkdir(exist_ok=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text + "\n")
 
 

@@ -8,6 +8,7 @@ import collections
 import pytest
 from vramlens.estimate.shapes import shapes
 from vramlens.estimate.throughput import (
+    OPS_GPTQ_DEQUANT,
     gptq_dequant_bytes,
     launch_ops,
     throughput,
@@ -178,3 +179,30 @@ def test_gptq_qlora_pays_its_dequantisation_once_per_forward_pass_and_keeps_16_b
     assert gptq.parts_s["dequantize"] == pytest.approx(2 * quant * gptq_dequant_bytes(4) / bw, rel=0.01)
     # peft's prepare_model_for_kbit_training casts nothing on a GPTQ model: its norms and activations stay 16-bit
     assert gptq.parts_s["elementwise"] == pytest.approx(lora.parts_s["elementwise"], rel=0.01)
+
+
+def _qwen1_plan(method: str) -> ResolvedPlan:
+    """Qwen-1 7B (QwenLM/Qwen finetune.py LoRA targets c_attn, c_proj, w1, w2) as the plan sees it: q, k and v one
+    linear (`fused_qkv`)."""
+    arch = ModelArch(
+        id="Qwen/Qwen-7B",
+        family="qwen",
+        mlp="swiglu",
+        norm="rmsnorm",
+        hidden=4096,
+        layers=32,
+        heads=32,
+        intermediate=11008,
+        vocab=151936,
+        tied_embeddings=False,
+        source="Qwen/Qwen-7B config.json",
+    )
+    return _qwen_plan(method, 512).model_copy(update={"arch": arch, "fused_qkv": True})
+
+
+def test_gptq_unpacks_each_quantized_module_once_per_pass_a_fused_qkv_one_module():
+    """A Qwen-1 block has five GPTQ QuantLinear modules (modeling_qwen.py `QWenAttention.c_attn`, `c_proj`;
+    `QWenMLP.w1`, `w2`, `c_proj`), not seven: the dequantisation's ops run five times per block and pass (forward and
+    the checkpointed recompute)."""
+    lora, gptq = _qwen1_plan("lora"), _qwen1_plan("gptq")
+    assert launch_ops(gptq) - launch_ops(lora) == 32 * 5 * OPS_GPTQ_DEQUANT * 2

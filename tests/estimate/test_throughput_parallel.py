@@ -123,3 +123,14 @@ def test_fsdp_across_nodes_scales_nearly_flat_when_every_gpu_has_its_own_network
     one_node = throughput(_plan(**plan, world_size=8)).tokens_per_s
     for world in (16, 64):
         assert throughput(_plan(**plan, world_size=world)).tokens_per_s > 0.85 * one_node
+
+
+def test_fsdp_with_context_parallel_ranks_in_its_group_stays_inside_one_node():
+    """torchtitan shards FSDP over the data- and context-parallel ranks together (parallelisms/parallel_dims.py
+    `dp_shard_cp`), and the plan's world_size counts them both: FSDP 4 × CP 2 is one group of 8 GPUs, one node, its
+    collectives over NVLink like FSDP 8 × CP 1's. The per-rank volume is the same, so is the time (long sequences:
+    both overlap with the compute but for the last unit's share)."""
+    plan = {"micro_batch": 1, "seq_len": 16384, "world_size": 8}
+    cp1 = throughput(_titan(**plan))
+    cp2 = throughput(_titan(**plan, context_parallel=2))
+    assert cp2.parts_s["communication (exposed)"] == pytest.approx(cp1.parts_s["communication (exposed)"], rel=0.01)

@@ -60,11 +60,12 @@ model gives are checked against published tokens/s tables by benchmarks/throughp
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from vramlens.estimate import components as C
 from vramlens.estimate.result import Throughput
-from vramlens.estimate.shapes import shapes, targeted
+from vramlens.estimate.shapes import Linear, shapes, targeted
 from vramlens.resolved import ResolvedPlan
 
 MATMUL_EFFICIENCY = 0.70
@@ -534,16 +535,25 @@ def launch_ops(rp: ResolvedPlan) -> int:
             fwd, bwd = fwd + OPS_DROPOUT[0], bwd + OPS_DROPOUT[1]
         n += adapter_modules(rp) * (fwd * (1 + recompute) + bwd)
         if rp.quant_bits and gptq_torch_dequant(rp):
-            n += sum(lin.count for lin in shapes(arch).linears) * OPS_GPTQ_DEQUANT * (1 + recompute)
+            n += linear_modules(rp, shapes(arch).linears) * OPS_GPTQ_DEQUANT * (1 + recompute)
     return int(n)
 
 
 def adapter_modules(rp: ResolvedPlan) -> int:
-    """LoRA adapter modules, each one peft `Linear` with its own forward: one per targeted linear, but one for q, k
-    and v together where the model computes them with one linear (`fused_qkv`: litgpt's `qkv`, Qwen-1's `c_attn`;
-    transformers' fused families, `C.hf_fused_groups`) and one for gate and up where those are one."""
-    names = [lin.name for lin in targeted(rp.arch, rp.lora_targets)]
-    count = {lin.name: lin.count for lin in targeted(rp.arch, rp.lora_targets)}
+    """LoRA adapter modules, each one peft `Linear` with its own forward: one per targeted linear module
+    (`linear_modules`)."""
+    return linear_modules(rp, targeted(rp.arch, rp.lora_targets))
+
+
+def linear_modules(rp: ResolvedPlan, linears: Iterable[Linear]) -> int:
+    """The nn.Linear modules (or their quantized replacements) these canonical linears are: one per linear, but one
+    for q, k and v together where the model computes them with one linear (`fused_qkv`: litgpt's `qkv`, Qwen-1's
+    `c_attn`; transformers' fused families, `C.hf_fused_groups`) and one for gate and up where those are one. A
+    Qwen-1 block is five (Qwen/Qwen-7B modeling_qwen.py on the Hugging Face Hub: `QWenAttention.c_attn`, `c_proj`;
+    `QWenMLP.w1`, `w2`, `c_proj`)."""
+    linears = list(linears)
+    names = [lin.name for lin in linears]
+    count = {lin.name: lin.count for lin in linears}
     groups = list(C.hf_fused_groups(rp))
     if rp.fused_qkv and ("q", "k", "v") not in groups:
         groups.append(("q", "k", "v"))
@@ -982,8 +992,11 @@ def _communication_seconds(rp: ResolvedPlan, p: C.Params) -> tuple[float, float]
     # between nodes through its own port, and splits the collective over them through NVLink (NCCL's maintainer in
     # NVIDIA/nccl#601: "creates 4 rings, each using a different NIC"; "we can use NVLink to split the operations in
     # N parts then balance the traffic onto the N NICs"): the group's ranks in a node move data over as many ports
-    # at once, so a rank's share is the ports its group uses in the node, capped by its own NVLink
-    inner = max(rp.tensor_parallel, 1) * max(rp.context_parallel, 1)
+    # at once, so a rank's share is the ports its group uses in the node, capped by its own NVLink. ZeRO and FSDP
+    # shard over the data- and context-parallel ranks together, which `world_size` already counts
+    # (vramlens.resolve.distribution `shard_ranks`; torchtitan parallelisms/parallel_dims.py `dp_shard_cp`)
+    sharded = rp.strategy in ("deepspeed", "fsdp")
+    inner = max(rp.tensor_parallel, 1) * (1 if sharded else max(rp.context_parallel, 1))
     node = max(rp.gpu_count, 1)
     if world * inner > node:
         ranks_per_node = max(min(node // inner, world), 1)
