@@ -77,12 +77,14 @@ def test_rl_model_options_whose_quotes_close_and_reopen_are_read():
     assert a.plan.micro_batch.value == 2 and a.plan.seq_len.value == 4096
 
 
-def test_a_hybrid_layer_pattern_run_is_named_not_estimated_as_transformer_layers():
-    # examples/mamba/train.sh: `torchrun … pretrain_hybrid.py` with `--hybrid-layer-pattern`, no `--num-layers`
+def test_a_hybrid_layer_pattern_run_is_estimated_as_its_layers_not_as_transformer_layers():
+    # examples/mamba/train.sh: `torchrun … pretrain_hybrid.py` with `--hybrid-layer-pattern`, no `--num-layers`: the
+    # pattern's Mamba, attention and MLP layers, each its own layer (tests/formats/test_megatron_hybrid.py)
     a = _analyze(ROOT / "mamba" / "train.sh")
-    assert a.estimate is None
-    assert a.error.startswith("training of a hybrid Mamba/attention model")
-    assert "--hybrid-layer-pattern M-M-M--M-*M" in a.error
+    assert a.estimate is not None, a.error
+    arch = a.resolution.resolved.arch
+    assert arch.family == "nemotron_h" and arch.layers == 48
+    assert dict(arch.layer_kinds)["attention"] == 4
 
 
 def test_a_launch_whose_flags_come_from_its_caller_names_that_variable():

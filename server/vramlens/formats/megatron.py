@@ -20,6 +20,7 @@ import re
 from typing import Any
 
 from vramlens.formats import hf
+from vramlens.formats import megatron_hybrid as mh
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
 from vramlens.plan import IssueKind, Origin, Severity
 from vramlens.settings import MAX_GPU_COUNT
@@ -164,19 +165,10 @@ def _hybrid_pattern(b: PlanBuilder, s: Setting) -> None:
     """`--hybrid-layer-pattern M-M-M*-…` (main; `--hybrid-override-pattern` before it): every symbol is one layer,
     a Mamba (M), attention (*), MLP (-) or MoE (E) layer (megatron/core/models/hybrid/hybrid_layer_allocation.py
     `Symbols`), and the pattern sets the layer count (megatron/training/arguments.py `validate_args`: "hybrid_layer_
-    pattern always overrides --num-layers"). Megatron's hybrid model is not a stack of transformer blocks, so the run
-    gets no estimate: it names the pattern instead of a misleading figure."""
-    from vramlens.formats.model_kind import set_other_kind
-
+    pattern always overrides --num-layers"). `finish` builds the model from it (`_hybrid_model`)."""
     if s.value in (None, "", True, False) or str(s.value).strip().lower() in ("none", "null"):
         return
-    flag = "--" + s.key.lstrip("-").replace("_", "-")
-    set_other_kind(
-        b,
-        s,
-        "a hybrid Mamba/attention model",
-        f"`{flag} {s.value}` makes each layer a Mamba, attention, MLP or MoE layer (Megatron-LM's hybrid model)",
-    )
+    b.remember(s)
 
 
 def _recompute_activations(b: PlanBuilder, s: Setting) -> None:
@@ -363,9 +355,9 @@ HANDLERS = {
     "multi_latent_attention": _not_modelled("multi-latent attention (MLA)", "estimated as multi-head attention"),
     "hybrid_override_pattern": _hybrid_pattern,
     "hybrid_layer_pattern": _hybrid_pattern,
-    "hybrid_attention_ratio": _not_modelled(
-        "hybrid Mamba/attention layers", "estimated as transformer layers", unless="0.0"
-    ),
+    # the pattern's older spelling as ratios (`megatron_hybrid.pattern_from_ratios`), read by `_hybrid_model`
+    "hybrid_attention_ratio": _remember,
+    "hybrid_mlp_ratio": _remember,
     "perform_rl_step": _not_modelled(
         "Megatron-RL (generation and GRPO inside the run)", "estimated as a training step without generation"
     ),
@@ -495,6 +487,7 @@ def finish(b: PlanBuilder, settings: list[Setting], launch) -> None:
         _head_size(b, by)
         _linear_defaults(b, by)
         _experts(b, by)
+        _hybrid_model(b, by, script)
     from vramlens.formats.model_kind import other_kind, set_other_kind
 
     if script.startswith("pretrain_t5") and other_kind(b.plan) is None:
@@ -525,6 +518,154 @@ def finish(b: PlanBuilder, settings: list[Setting], launch) -> None:
 
 
 _T5_FLAGS = (("--encoder-num-layers", "encoder_num_layers"), ("--decoder-num-layers", "decoder_num_layers"))
+
+
+# the entry points that build Megatron-LM's hybrid model from the flags alone: pretrain_hybrid.py (d98e8a64,
+# hybrid_builders.py `hybrid_builder` → `HybridModel`) and pretrain_mamba.py (core_v0.13.0 … core_v0.15.0 →
+# `MambaModel`; at d98e8a64 a wrapper that runs pretrain_hybrid.py)
+_HYBRID_SCRIPTS = ("pretrain_hybrid", "pretrain_mamba")
+_HYBRID_KIND = "a hybrid Mamba/attention model"
+# the Mamba mixer's flags (megatron/core/transformer/transformer_config.py `TransformerConfig` fields)
+_MAMBA_FLAGS = ("mamba_state_dim", "mamba_head_dim", "mamba_num_groups", "mamba_num_heads")
+
+
+def _hybrid_model(b: PlanBuilder, by: dict[str, Setting], script: str) -> None:
+    """A hybrid Mamba/attention run: the layer pattern (`--hybrid-layer-pattern`, `--hybrid-override-pattern`, or
+    for pretrain_mamba.py / pretrain_hybrid.py without one, `--num-layers` with the ratios
+    `--hybrid-attention-ratio` and `--hybrid-mlp-ratio`: all Mamba layers by default) read as the Nemotron-H model
+    of the same layers (formats/megatron_hybrid.py), whose parameters are counted by construction. A run whose
+    layers or builder that model does not have keeps the message that it is not estimated, with why."""
+    from vramlens.formats.model_kind import set_built_arch, set_other_kind
+    from vramlens.knowledge.models import arch_from_hf_config
+    from vramlens.resolve import Approximate
+
+    given = by.get("hybrid_layer_pattern") or by.get("hybrid_override_pattern")
+    if given is not None and (given.value in (None, "", True, False) or str(given.value).lower() in ("none", "null")):
+        given = None
+    ratios = {k: _ratio(by.get(f"hybrid_{k}_ratio")) for k in ("attention", "mlp")}
+    if not script.startswith(_HYBRID_SCRIPTS):
+        if given is not None:
+            flag = "--" + given.key.lstrip("-").replace("_", "-")
+            set_other_kind(
+                b,
+                given,
+                _HYBRID_KIND,
+                f"`{flag} {given.value}` makes each layer a Mamba, attention, MLP or MoE layer, and `{script}` builds "
+                "its own model around them (vramlens reads the hybrid model pretrain_hybrid.py and pretrain_mamba.py "
+                "build)",
+            )
+        elif ratios["attention"]:
+            b.unmodelled(
+                by["hybrid_attention_ratio"], "hybrid Mamba/attention layers", "estimated as transformer layers"
+            )
+        return
+    extra = b.plan.extra
+    layers = extra.get("arch.num_layers")
+    where: Setting | None
+    if given is not None:
+        pattern, where = str(given.value).strip(), given
+        how = f"`--{given.key.lstrip('-').replace('_', '-')} {pattern}`"
+    elif layers is not None and to_int(layers.value):
+        n = int(to_int(layers.value) or 0)
+        pattern = mh.pattern_from_ratios(n, ratios["attention"], ratios["mlp"])
+        where = by.get("hybrid_attention_ratio") or by.get("num_layers")
+        how = (
+            f"{n} layers allocated by the attention ratio {ratios['attention']:g} and MLP ratio "
+            f"{ratios['mlp']:g}: `{pattern}`"
+        )
+    else:
+        return
+    main = pattern.split(mh.MTP, 1)[0]
+
+    def refuse(why: str) -> None:
+        set_other_kind(b, where, _HYBRID_KIND, f"{how}: {why}")
+
+    spec = by.get("spec")
+    spec_words = [] if spec is None else spec.value if isinstance(spec.value, list) else str(spec.value).split()
+    if spec_words and str(spec_words[-1]) not in mh.SPECS:
+        return refuse(f"the layer spec `{' '.join(map(str, spec_words))}` is not Megatron's hybrid stack spec")
+    if (why := mh.not_built(pattern)) is not None:
+        return refuse(why)
+    activation = str(getattr(extra.get("arch.activation"), "value", "")).lower()
+    if "glu" in activation and any(ch in main for ch in "-E"):
+        return refuse("gated (SwiGLU) MLPs, which the Nemotron-H layers it is read as do not have")
+    if "moe_latent_size" in by:
+        return refuse("a latent MoE (`--moe-latent-size`)")
+
+    def size(key: str) -> int | None:
+        s = extra.get(f"arch.{key}")
+        return to_int(s.value) if s is not None else None
+
+    hidden, heads = size("hidden_size"), size("num_attention_heads")
+    if not hidden or not heads:
+        return refuse("no `--hidden-size` or `--num-attention-heads`")
+    mamba_flags = {k: to_int(by[k].value) if k in by else None for k in _MAMBA_FLAGS}
+    mamba = mh.mamba_sizes(hidden, mamba_flags)
+    if not mamba_flags["mamba_num_heads"] and (mh.MAMBA_EXPAND * hidden) % mamba[1]:
+        return refuse(f"d_inner {mh.MAMBA_EXPAND * hidden} is not a multiple of the Mamba head width {mamba[1]}")
+    untied = extra.get("arch.no_weight_tying")
+    sizes = {
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": size("num_kv_heads") or heads,
+        "head_dim": size("head_dim") or hidden // heads,
+        # arguments.py `validate_args`: `ffn_hidden_size` 4h when not given (not gated)
+        "ffn": size("intermediate_size") or 4 * hidden,
+        "vocab": size("vocab_size") or GPT2_VOCAB,
+        "tied": not (untied is not None and to_bool(untied.value) is not False),
+        "squared_relu": "squared_relu" in by and to_bool(by["squared_relu"].value) is not False,
+        "experts": size("num_experts"),
+        "topk": size("experts_per_token") or DEFAULT_TOPK,
+        "moe_ffn": size("moe_intermediate_size") or size("intermediate_size") or 4 * hidden,
+        "shared": size("shared_expert_intermediate_size") or 0,
+    }
+    if "E" in main and not sizes["experts"]:
+        return refuse("MoE layers (`E`) without `--num-experts`")
+    config = mh.nemotron_h_config(pattern, sizes, mamba)
+    arch = arch_from_hf_config(config, f"megatron-hybrid-{config['num_hidden_layers']}L-{hidden}h", source=how)
+    if arch is None or not arch.params_total:
+        return refuse("its layers could not be built")
+    counts = ", ".join(f"{main.count(ch)} {name}" for ch, name in mh.BUILT.items() if ch in main)
+    set_built_arch(
+        b,
+        arch,
+        where,
+        f"Megatron-LM hybrid model ({how}): {counts} layers, read as the Nemotron-H model of the same layers "
+        f"(transformers nemotron_h), {arch.params_total:,} parameters",
+    )
+    notes = [mh.ACTIVATIONS_NOTE] + _hybrid_parameter_notes(b, by, main)
+    b.plan.read_notes.extend(Approximate(n) for n in notes)
+
+
+def _ratio(s: Setting | None) -> float:
+    try:
+        return float(str(s.value)) if s is not None else 0.0
+    except ValueError:
+        return 0.0
+
+
+def _hybrid_parameter_notes(b: PlanBuilder, by: dict[str, Setting], main: str) -> list[str]:
+    """What a hybrid run's flags add to the layers the Nemotron-H model counts (megatron-core d98e8a64)."""
+    notes = []
+    norm = str(getattr(b.plan.extra.get("arch.norm"), "value", "LayerNorm"))
+    if "rms" not in norm.lower():
+        # arguments.py `--normalization` default LayerNorm: each layer's norm and the final norm have a bias
+        notes.append(f"Megatron hybrid: {norm}'s biases (hidden size per norm) not counted (counted as RMSNorm)")
+    linear = b.plan.extra.get("arch.linear_bias")
+    if linear is not None and linear.value and any(ch in main for ch in "*-E"):
+        # `add_bias_linear` (on without `--disable-bias-linear`): the attention, MLP, router and expert linears
+        # (the Mamba mixer has none: `assert not bias`)
+        notes.append("Megatron hybrid: the linear layers' biases (no `--disable-bias-linear`) not counted")
+    position = by.get("position_embedding_type")
+    if position is None or str(position.value).strip().lower() == "learned_absolute":
+        # arguments.py `--position-embedding-type` default learned_absolute: `LanguageModelEmbedding` adds
+        # max_position_embeddings × h learned positions (hybrid_builders.py passes the flag on)
+        notes.append("Megatron hybrid: learned absolute position embeddings not counted")
+    if mh.PIPE in main:
+        notes.append("Megatron hybrid: pipeline stages split evenly, not at the pattern's `|` boundaries")
+    if "moe_shared_expert_gate" in by and to_bool(by["moe_shared_expert_gate"].value) is not False:
+        notes.append("Megatron hybrid: the shared experts' gate (hidden size per MoE layer) not counted")
+    return notes
 
 
 def implied_world_size(b: PlanBuilder, settings: list[Setting]) -> None:

@@ -11,6 +11,7 @@ trains a kind of model vramlens does not estimate.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from vramlens.formats.settings import PlanBuilder, Setting
@@ -25,8 +26,10 @@ OTHER_KIND = "model.other_kind"  # plan.extra: the message for a run that trains
 
 def set_built_arch(b: PlanBuilder, arch: ModelArch, where: Setting | None, note: str) -> None:
     """The run's model is `arch`, built from the file's own fields (`where` names them)."""
+    # with the config.json the arch keeps for the layers no field holds (`ModelArch.hf_config_json`, which a plain
+    # dump leaves out): a Nemotron-H's layer pattern and mixer sizes
     b.plan.extra[BUILT_ARCH] = Sourced(
-        value=arch.model_dump_json(),
+        value=json.dumps({**arch.model_dump(mode="json"), "hf_config_json": arch.hf_config_json}),
         origin=Origin.FILE if where is not None else Origin.DEFAULT,
         key=where.key if where is not None else None,
         span=where.span if where is not None else None,

@@ -1,0 +1,166 @@
+"""Megatron-LM's hybrid Mamba/attention model (`pretrain_hybrid.py`, `pretrain_mamba.py` before it) as the
+transformers Nemotron-H model that has the same layers.
+
+Megatron-LM builds `HybridModel` (megatron/core/models/hybrid/hybrid_model.py at d98e8a64; `MambaModel`,
+megatron/core/models/mamba/mamba_model.py, at core_v0.13.0 … core_v0.15.0) from a layer pattern, one symbol per layer
+(megatron/core/models/hybrid/hybrid_layer_allocation.py `Symbols`; megatron/core/ssm/mamba_hybrid_layer_allocation.py
+at core_v0.15.0): `M` a Mamba-2 layer, `*` self-attention, `-` an MLP, `E` a MoE layer. transformers 5.24
+models/nemotron_h (`NemotronHForCausalLM`) builds the same four kinds of layer from `hybrid_override_pattern`, with
+the same symbols, and the same parameters in each, layer by layer (megatron-core d98e8a64, the same at core_v0.15.0):
+
+- `M`, `MambaLayer` → `MambaMixer` (megatron/core/ssm/mamba_mixer.py `MambaMixer.__init__`): the norm fused into
+  in_proj (TELayerNormColumnParallelLinear, h), in_proj h → 2·I + 2·G·N + H (z, x, B, C, dt; no bias: `assert not
+  bias`), the depthwise conv1d over x|B|C ((I + 2·G·N)·K weights and a bias: `assert conv_bias`), dt_bias, A_log and
+  D (H each, `D_has_hdim=False`), the gated RMSNorm (I) and out_proj I → h; with d_state N = `mamba_state_dim`
+  (128), headdim P = `mamba_head_dim` (64), ngroups G = `mamba_num_groups` (8) (megatron/core/transformer/
+  transformer_config.py `TransformerConfig`), `d_conv` K = 4 and `expand` 2 (`MambaMixer.__init__` defaults, which
+  the layer specs keep), H = `mamba_num_heads`, or d_inner // P with d_inner = expand · h, and I = H · P;
+  `NemotronHMamba2Mixer` + the block's norm: the same tensors (`use_bias` false, `use_conv_bias` true).
+- `*`, `TransformerLayer` with `SelfAttention` (megatron/core/models/hybrid/hybrid_layer_specs.py
+  `hybrid_stack_spec`): the norm fused into linear_qkv (h), linear_qkv h → (heads + 2 · query groups) · kv_channels,
+  linear_proj back to h, no q/k norms in the spec; `NemotronHAttention` + the block's norm (no biases).
+- `-`, `MLPLayer`: the norm fused into linear_fc1 (h), linear_fc1 h → ffn, linear_fc2 ffn → h; `NemotronHMLP`
+  (up_proj, down_proj, not gated).
+- `E`, `MoETransformerLayer`: pre_mlp_layernorm (h), the router (experts × h, megatron/core/transformer/moe/router.py
+  `TopKRouter`; its expert bias a buffer), the routed experts (h → moe ffn → h each) and the shared expert of
+  `--moe-shared-expert-intermediate-size`; `NemotronHMoE` (`NemotronHTopkRouter`, `NemotronHExperts`, its shared
+  `NemotronHMLP`; a width of 0 for a run without shared experts).
+- the word embedding, the final norm and the output layer (untied with `--untie-embeddings-and-output-weights`).
+
+So the model is read as that Nemotron-H config.json (`nemotron_h_config`), whose parameters the catalog counts by
+construction. What the config cannot say is named (`approximate`) or the run is not read (`not_built`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# megatron/core/models/hybrid/hybrid_layer_allocation.py `Symbols` (d98e8a64): the layers Nemotron-H also builds …
+BUILT = {"M": "Mamba-2", "*": "attention", "-": "MLP", "E": "MoE"}
+# … and those it has no layer for
+NOT_BUILT = {"G": "gated DeltaNet", "D": "DeepSeek sparse attention", "+": "multi-latent attention"}
+PIPE = "|"  # pipeline stage boundaries in the pattern (`Symbols.PIPE`)
+MTP = "/"  # multi-token prediction layers after the main pattern (`Symbols.MTP_SEPARATOR`)
+# megatron/core/transformer/transformer_config.py `TransformerConfig` (d98e8a64; core_v0.15.0 the same):
+# mamba_state_dim, mamba_head_dim, mamba_num_groups
+MAMBA_STATE = 128
+MAMBA_HEAD_DIM = 64
+MAMBA_GROUPS = 8
+# megatron/core/ssm/mamba_mixer.py `MambaMixer.__init__(…, d_conv=4, expand=2, …)`
+MAMBA_CONV = 4
+MAMBA_EXPAND = 2
+# the layer specs whose layers are the ones above (`--spec <module> <name>`)
+SPECS = ("hybrid_stack_spec", "mamba_stack_spec")
+
+# What the activation estimate assumes of a hybrid Megatron run. The Megatron step (estimate/components/megatron.py
+# `megatron_layer_per_token`) sizes each layer as a transformer layer, attention and an MLP (with routed experts
+# when the model has them), not by its kind; and Megatron-core runs its Mamba mixers with mamba_ssm's fused kernels
+# (megatron/core/ssm/mamba_mixer.py: `mamba_split_conv1d_scan_combined` on its memory-efficient path, else
+# causal_conv1d's `causal_conv1d_fn` and `mamba_chunk_scan_combined`), whose saved tensors are not modelled
+ACTIVATIONS_NOTE = (
+    "Megatron hybrid: activations of every layer sized as a Megatron transformer layer of the model's width "
+    "(attention and an MLP, with routed experts where the model has them), whatever its kind; the Mamba mixers run "
+    "mamba_ssm's and causal-conv1d's kernels in Megatron-core, whose saved tensors are not modelled"
+)
+
+
+def pattern_from_ratios(layers: int, attention: float, mlp: float) -> str:
+    """The pattern Megatron allocates from `--num-layers` and the ratios `--hybrid-attention-ratio` and
+    `--hybrid-mlp-ratio` (megatron/core/ssm/mamba_hybrid_layer_allocation.py `_allocate_auto` at core_v0.15.0;
+    megatron/core/models/hybrid/hybrid_layer_allocation.py `pattern_from_ratios` at d98e8a64): attention layers
+    evenly spaced, starting and ending with Mamba, then MLP layers spread over the remaining Mamba layers. Both
+    ratios 0 (their defaults): every layer a Mamba layer."""
+    attention_count = round(layers * attention)
+    mamba_count = layers - attention_count
+    section = mamba_count / (attention_count + 1)
+    kinds = ["M"] * layers
+    x = section
+    for i in range(layers):
+        if x < 0.5:
+            kinds[i] = "*"
+            x += section
+        else:
+            x -= 1
+    mlp_count = round(layers * mlp)
+    if mlp_count > 0:
+        ratio = (mamba_count - mlp_count) / mlp_count
+        x = ratio
+        for i in range(layers):
+            if kinds[i] == "M":
+                if x < 0.5:
+                    kinds[i] = "-"
+                    x += ratio
+                else:
+                    x -= 1
+    return "".join(kinds)
+
+
+def not_built(pattern: str) -> str | None:
+    """Why a pattern's layers are not the ones Nemotron-H builds, or None."""
+    if MTP in pattern:
+        return f"multi-token prediction layers (`{MTP}{pattern.split(MTP, 1)[1]}`) after the main pattern"
+    other = sorted({ch for ch in pattern if ch not in BUILT and ch != PIPE})
+    if other:
+        named = ", ".join(f"`{ch}` ({NOT_BUILT.get(ch, 'not a layer symbol')})" for ch in other)
+        return f"layers of kinds vramlens does not build: {named}"
+    if not pattern.replace(PIPE, ""):
+        return "an empty layer pattern"
+    return None
+
+
+def mamba_sizes(hidden: int, flags: Mapping[str, int | None]) -> tuple[int, int, int, int]:
+    """(heads H, head width P, groups G, state N) of the Mamba mixers: `--mamba-num-heads`, `--mamba-head-dim`,
+    `--mamba-num-groups`, `--mamba-state-dim`, else `TransformerConfig`'s defaults; without a head count,
+    H = (expand · h) // P (`MambaMixer.__init__`)."""
+    head_dim = flags.get("mamba_head_dim") or MAMBA_HEAD_DIM
+    heads = flags.get("mamba_num_heads") or (MAMBA_EXPAND * hidden) // head_dim
+    return heads, head_dim, flags.get("mamba_num_groups") or MAMBA_GROUPS, flags.get("mamba_state_dim") or MAMBA_STATE
+
+
+def nemotron_h_config(
+    pattern: str,
+    sizes: Mapping[str, Any],
+    mamba: tuple[int, int, int, int],
+) -> dict[str, Any]:
+    """The transformers 5.24 `nemotron_h` config.json of the layers Megatron builds (module docstring). `sizes`: the
+    run's hidden, heads, kv_heads, head_dim, ffn, vocab, tied, squared_relu and, with experts, experts, topk,
+    moe_ffn and shared (0: none)."""
+    layers = pattern.replace(PIPE, "")
+    heads, head_dim, groups, state = mamba
+    config: dict[str, Any] = {
+        "architectures": ["NemotronHForCausalLM"],
+        "model_type": "nemotron_h",
+        "hybrid_override_pattern": layers,
+        "num_hidden_layers": len(layers),
+        "hidden_size": sizes["hidden"],
+        "num_attention_heads": sizes["heads"],
+        "num_key_value_heads": sizes["kv_heads"],
+        "head_dim": sizes["head_dim"],
+        "intermediate_size": sizes["ffn"],
+        "mamba_num_heads": heads,
+        "mamba_head_dim": head_dim,
+        "ssm_state_size": state,
+        "n_groups": groups,
+        "conv_kernel": MAMBA_CONV,
+        "use_conv_bias": True,
+        # Megatron's MLPs: squared ReLU with `--squared-relu`, else GELU (arguments.py `activation_func`); the
+        # parameters are the same
+        "mlp_hidden_act": "relu2" if sizes.get("squared_relu") else "gelu",
+        "use_bias": False,
+        "mlp_bias": False,
+        "attention_bias": False,
+        "tie_word_embeddings": bool(sizes["tied"]),
+        "vocab_size": sizes["vocab"],
+        "dtype": "bfloat16",
+    }
+    if "E" in layers:
+        shared = int(sizes.get("shared") or 0)
+        config |= {
+            "n_routed_experts": sizes["experts"],
+            "num_experts_per_tok": sizes["topk"],
+            "moe_intermediate_size": sizes["moe_ffn"],
+            "n_shared_experts": 1 if shared else 0,
+            "moe_shared_expert_intermediate_size": shared,
+        }
+    return config
