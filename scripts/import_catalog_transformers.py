@@ -11,9 +11,11 @@ holds a `config` dict that is mapped by `arch_from_hf_config` exactly as a local
   gemma2-7b over the 2B's sizes) and "similar" is not "equal", so:
     * a class that is a sub-config (`sub_configs`) of another class naming the same checkpoint is left out (the
       checkpoint's config.json is the outer one: text_config + vision_config), and a checkpoint two unrelated classes
-      name is taken from the one whose model_type its name spells, else left out;
+      name is taken from the one whose model_type its name spells, else the one its whole id (the org) spells, else
+      left out;
     * the parameter count (language model + vision tower) must be within `SIZE_TOLERANCE` of the size the name
-      states ("35B", "1.5B"), else the entry is left out; a mixture of experts whose name states only the
+      states ("35B", "1.5B"), or that of the language model alone where the name states that (Qwen2.5-Omni-7B),
+      else the entry is left out; a mixture of experts whose name states only the
       parameters used per token ("Qwen1.5-MoE-A2.7B"), or states its size before its number of experts (Meta's
       "Llama-4-Scout-17B-16E": 17B activated, 109B total), is held to that, counting its layers'
       `experts_per_token` routed experts alone; a checkpoint whose name states no size is left out (defaults that name
@@ -105,10 +107,16 @@ def _mapped(config: dict[str, Any], model_id: str) -> Any:
     return arch_from_hf_config(config, model_id, source="")
 
 
-def _total_b(arch: Any) -> float:
+def _language_b(arch: Any) -> float:
+    """Parameters of the language model alone (billions)."""
     from vramlens.knowledge.models import param_count
 
-    return (param_count(arch) + arch.vision_params) / 1e9
+    return param_count(arch) / 1e9
+
+
+def _total_b(arch: Any) -> float:
+    """Parameters of the language model and the towers beside it (billions)."""
+    return _language_b(arch) + arch.vision_params / 1e9
 
 
 def stated_active(name: str) -> float | None:
@@ -132,14 +140,23 @@ def _active_b(arch: Any) -> float:
 
 def sized(model_id: str, arch: Any) -> tuple[float, float | None, str]:
     """(billions of parameters `arch` builds, the size the checkpoint's name states or None, " per token" where the
-    name states the parameters per token of a mixture of experts whose tokens leave some experts idle; then the
-    first is that count too)."""
+    name states the parameters per token of a mixture of experts whose tokens leave some experts idle, or " in the
+    language model" where a multimodal name states the size of its language model alone; then the first is that
+    count too)."""
     name = model_id.rsplit("/", 1)[-1]
     stated = stated_size(name)
     sparse = arch.is_moe and arch.num_experts > arch.experts_per_token
     if sparse and (_SIZE_THEN_EXPERTS.search(name) or not stated) and (active := stated_active(name)):
         return _active_b(arch), active, " per token"
-    return _total_b(arch), stated, ""
+    total = _total_b(arch)
+    if stated and arch.vision_params and abs(total / stated - 1) > SIZE_TOLERANCE:
+        # a multimodal name may state its language model's size alone: Qwen/Qwen2.5-Omni-7B's thinker is a
+        # Qwen2.5-7B (7.6B; transformers 5.24 Qwen2_5OmniThinkerConfig text_config), beside vision and audio towers,
+        # a talker and a vocoder (3.1B more)
+        language = _language_b(arch)
+        if abs(language / stated - 1) <= SIZE_TOLERANCE:
+            return language, stated, " in the language model"
+    return total, stated, ""
 
 
 def _fields(arch: Any) -> dict[str, Any]:
@@ -204,7 +221,11 @@ def transformers_classes() -> tuple[list[tuple[str, str, type]], list[str]]:
         inner = {sub for _, cls in classes for sub in _sub_configs(cls)}
         outer = [(t, c) for t, c in classes if c not in inner]
         if len(outer) > 1:
-            spelled = [(t, c) for t, c in outer if _spells(t, model_id)]
+            # the name's spelling, else the whole id's: the org may be the family (CohereForAI/c4ai-command-r-v01,
+            # named by CohereConfig and by Cohere2Config, whose command-r7b checkpoints the docstring does not name)
+            spelled = [(t, c) for t, c in outer if _spells(t, model_id)] or [
+                (t, c) for t, c in outer if _spells(t, model_id.replace("/", "-"))
+            ]
             if len(spelled) > 1:  # the longest spelling: qwen3_5_moe over qwen3_5 for Qwen3.5-35B-A3B
                 longest = max(len(t) for t, _ in spelled)
                 spelled = [(t, c) for t, c in spelled if len(t) == longest]

@@ -201,3 +201,28 @@ def test_a_mixture_of_experts_name_stating_its_parameters_per_token_is_sized_by_
     one_expert = moe.model_copy(update={"id": "x/Foo-A13B", "num_experts": 1, "experts_per_token": 1})
     assert script.sized(one_expert.id, one_expert)[1:] == (None, "")
     assert script.sized("Qwen/Qwen3-30B-A3B", moe)[1:] == (30, "")
+
+
+def test_a_multimodal_name_stating_its_language_model_size_is_sized_by_it():
+    """Qwen/Qwen2.5-Omni-7B names its thinker's Qwen2.5-7B language model; its towers, talker and vocoder make 10.7B
+    in all. Defaults that fit neither count are still left out."""
+    pytest.importorskip("transformers")
+    script = _script()
+    omni = models.lookup_model("Qwen/Qwen2.5-Omni-7B")
+    assert omni is not None and omni.source.startswith("transformers ") and omni.vision_params > 0
+    built, stated, what = script.sized(omni.id, omni)
+    assert what == " in the language model" and stated == 7 and abs(built / stated - 1) <= script.SIZE_TOLERANCE
+    assert (models.param_count(omni) + omni.vision_params) / 1e9 > stated * (1 + script.SIZE_TOLERANCE)
+    # the same shapes under a name that states 2.2B: neither the language model nor the whole fits it
+    built, stated, what = script.sized("HuggingFaceTB/SmolVLM2-2.2B-Instruct", omni)
+    assert what == "" and abs(built / stated - 1) > script.SIZE_TOLERANCE
+
+
+def test_a_checkpoint_named_by_unrelated_classes_is_taken_from_the_one_its_org_spells():
+    """CohereConfig and Cohere2Config both name CohereForAI/c4ai-command-r-v01, whose name spells neither model_type:
+    the org does (`cohere`, not `cohere2`). GLM-4.5, named by glm4_moe and glm4_moe_lite, stays left out."""
+    pytest.importorskip("transformers")
+    classes, report = _script().transformers_classes()
+    chosen = {model_id: cls.__name__ for model_id, _, cls in classes}
+    assert chosen["CohereForAI/c4ai-command-r-v01"] == "CohereConfig"
+    assert "zai-org/GLM-4.5" not in chosen and any("left out zai-org/GLM-4.5:" in line for line in report)
