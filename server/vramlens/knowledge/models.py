@@ -19,7 +19,7 @@ import functools
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -198,6 +198,8 @@ _NOT_SHAPES = frozenset({"id", "aliases", "source", "params_b", "max_position", 
 _FOLDER_ORGS = frozenset(
     {"models", "model", "checkpoints", "checkpoint", "ckpt", "ckpts", "saves", "output", "outputs"}
 )
+# `stablelm-2-1_6b`, `Qwen-1_8B`: an underscore between digits standing for a decimal point
+_DECIMAL_UNDERSCORE = re.compile(r"(?<=\d)_(?=\d)")
 # a name saying its weights are quantized: the base's stored dtype would not be the checkpoint's
 _QUANTIZED_WORD = re.compile(
     r"(?<![a-z0-9])(aqlm|nvfp4|mxfp4|fp8|fp4|gptq|awq|bnb|nf4|int4|int8|[248]bit|gguf|exl2|hqq)(?![a-z0-9])", re.I
@@ -205,8 +207,11 @@ _QUANTIZED_WORD = re.compile(
 
 
 def _series_size(name: str) -> tuple[str, float] | None:
-    """(series, size in millions) a model name states, or None (no size word, or nothing before it)."""
-    words = [w for w in re.split(r"[-_\s]+", name.rstrip("/").rsplit("/", 1)[-1].lower()) if w]
+    """(series, size in millions) a model name states, or None (no size word, or nothing before it). An underscore
+    between digits is a decimal point, as Hub ids spell one (`stabilityai/stablelm-2-1_6b`, `Qwen/Qwen-1_8B`,
+    `OpenGVLab/InternVL3_5-8B`)."""
+    base = _DECIMAL_UNDERSCORE.sub(".", name.rstrip("/").rsplit("/", 1)[-1].lower())
+    words = [w for w in re.split(r"[-_\s]+", base) if w]
     for i, word in enumerate(words):
         if m := _SIZE_WORD.match(word):
             series = words[:i][1:] if words[:1] == ["meta"] else words[:i]
@@ -228,8 +233,18 @@ def _by_series_size() -> dict[tuple[str, float], tuple[ModelArch, ...]]:
     return {k: tuple(v.values()) for k, v in index.items()}
 
 
-def _shapes(model: ModelArch) -> str:
-    return json.dumps(model.model_dump(exclude=set(_NOT_SHAPES)), sort_keys=True, default=str)
+# what transformers builds from the shapes (`_by_construction`): an entry of a table that gives shapes alone has none
+_BUILT = ("params_total", "params_by_kind", "layer_kinds")
+
+
+def _same_shapes(candidates: Sequence[ModelArch]) -> bool:
+    """Whether catalog models have the same shapes: every field but `_NOT_SHAPES` equal, and the counts built from
+    them (`_BUILT`) equal where both carry them (`meta-llama/Meta-Llama-3-70B` from litgpt's table and
+    `meta-llama/Llama-3-70B-Instruct` built from its config.json)."""
+    dumps = [m.model_dump(exclude=set(_NOT_SHAPES)) for m in candidates]
+    built = [{k: d.pop(k) for k in _BUILT} for d in dumps]
+    same = len({json.dumps(d, sort_keys=True, default=str) for d in dumps}) == 1
+    return same and all(len({json.dumps(b[k], default=str) for b in built if b[k]}) <= 1 for k in _BUILT)
 
 
 def catalog_by_name(name: str) -> ModelArch | None:
@@ -242,19 +257,161 @@ def catalog_by_name(name: str) -> ModelArch | None:
     if name.split("/", 1)[0].lower() in _FOLDER_ORGS or _QUANTIZED_WORD.search(name):
         return None  # a local folder's path; or weights stored otherwise than the base's (2-bit AQLM, NVFP4, …)
     candidates = _by_series_size().get(key, ())
-    if not candidates or len({_shapes(m) for m in candidates}) != 1:
+    if not candidates or not _same_shapes(candidates):
         return None
+    if _MIXTURE_WORD.search(name) and not candidates[0].is_moe:
+        return None  # `acme/Qwen3-14B-16E-upcycled`: a mixture of experts named after a dense model
     if _misspelt(name):
         return None  # `Qwen/Qwen2.5-0.5B-Instrukt`: a catalog id misspelt, answered with "did you mean", not shapes
     return candidates[0]  # models.yaml's hand entries come first
+
+
+# A model of a catalog series at a size the catalog does not hold (`Qwen/Qwen-14B-Chat` beside Qwen-7B and Qwen-72B):
+# its architecture from the series' dense members (family, norm, MLP, head width, query heads per K/V head, MLP
+# width per hidden width, vocabulary, tie, dtype, vision tower: those of the member nearest in size), its scale from
+# the size its name states. Depth and the ratio of the real parameter count to the stated size are interpolated
+# between the members in log-size (the nearest two beyond their range; the ratio held there); the hidden width is
+# then the one whose parameter count (`param_count`) is that size times that ratio.
+# words naming a mixture of experts (`-A3B`, `-A2.7B` active parameters, `-16E` experts, `MoE`, `8x7B`): its
+# experts' number and width are not in its name
+_MIXTURE_WORD = re.compile(r"(?<![a-z0-9])(a\d+(\.\d+)?b|\d+e|moe|\d+x\d+(\.\d+)?[bm])(?![a-z0-9])", re.I)
+# how far beyond its members' sizes a series is extrapolated (a factor on the size)
+SERIES_REACH = 4.0
+NOT_HUB_ID = "not a Hub id"
+
+
+@dataclass(frozen=True)
+class BySeries:
+    """`series_by_name`'s answer: the estimated architecture and what it assumed, or why there is none."""
+
+    arch: ModelArch | None = None
+    assumed: str = ""
+    refused: str = ""
+
+
+@functools.cache
+def _series_members() -> dict[str, tuple[tuple[float, ModelArch], ...]]:
+    """Catalog models by series: (stated size, model) in size order, one model a size (none where the catalog
+    holds two different shapes at that size)."""
+    out: dict[str, list[tuple[float, ModelArch]]] = {}
+    for (series, size), candidates in _by_series_size().items():
+        if _same_shapes(candidates):
+            out.setdefault(series, []).append((size, candidates[0]))
+    return {k: tuple(sorted(v, key=lambda e: e[0])) for k, v in out.items()}
+
+
+def _interpolate(x: float, xs: list[float], ys: list[float], hold: bool) -> float:
+    """y at x, linear between the two points around x; beyond them the nearest two's line, or (`hold`) the nearest
+    point's y."""
+    if x <= xs[0] or x >= xs[-1]:
+        i = 0 if x <= xs[0] else len(xs) - 2
+        if hold:
+            return ys[0] if x <= xs[0] else ys[-1]
+    else:
+        i = max(j for j in range(len(xs) - 1) if xs[j] <= x)
+    return ys[i] + (ys[i + 1] - ys[i]) * (x - xs[i]) / (xs[i + 1] - xs[i])
+
+
+def _scaled(template: ModelArch, hidden: int, layers: int) -> ModelArch:
+    """`template` at another hidden width and depth: head width, query heads per K/V head and MLP width per hidden
+    width kept; layers by kind (sliding / full attention) in the template's proportions."""
+    heads = max(1, round(hidden / template.d_head))
+    kv = max(1, round(heads * template.n_kv_heads / template.heads))
+    while heads % kv:
+        kv -= 1
+    update: dict[str, Any] = {
+        "hidden": hidden,
+        "layers": layers,
+        "heads": heads,
+        "kv_heads": kv if template.kv_heads is not None else None,
+        "head_dim": template.d_head,
+        "intermediate": max(1, round(template.intermediate * hidden / template.hidden)),
+        "layer_kinds": tuple((kind, round(n * layers / template.layers)) for kind, n in template.layer_kinds),
+        "params_total": 0,
+        "params_by_kind": (),
+        "params_b": None,
+        "hf_config_json": "",
+    }
+    return template.model_copy(update=update)
+
+
+def name_refusal(name: str) -> str:
+    """Why a name alone cannot give a model's shapes by its series: not a Hub id, quantized weights, a mixture of
+    experts, no size; "" when it can."""
+    if not hub_is_repo_id(name) or name.split("/", 1)[0].lower() in _FOLDER_ORGS:
+        return NOT_HUB_ID
+    if _QUANTIZED_WORD.search(name):
+        return "its name says its weights are quantized, which a series' members do not say how"
+    if _MIXTURE_WORD.search(name):
+        return "a mixture of experts: the number and width of its experts are not in its name"
+    if _series_size(name) is None:
+        return "its name states no size (such as 7B or 350M)"
+    return ""
+
+
+def series_by_name(name: str) -> BySeries:
+    """The architecture a Hub id names by a catalog series and a size the catalog does not hold, estimated from the
+    series' members (the rule above), or why there is none: no size in the name, a mixture of experts, a series
+    the catalog does not hold or holds only one dense size of, members of different architectures, a layer
+    pattern only a config.json gives, or a size too far beyond the members'."""
+    if refused := name_refusal(name):
+        return BySeries(refused=refused)
+    key = _series_size(name)
+    assert key is not None  # name_refusal: the name states a size
+    series, size = key
+    if _by_series_size().get(key):
+        return BySeries(
+            refused=f"the catalog's {series} models of that size differ in shapes, or the name is one's misspelt"
+        )
+    return from_series(name, series, size, _series_members().get(series, ()))
+
+
+def from_series(name: str, series: str, size: float, every: Sequence[tuple[float, ModelArch]]) -> BySeries:
+    """A `size` (millions) model of `series` estimated from `every` (stated size, model) of its members (the rule
+    above), or why there is none."""
+    members = [(s, m) for s, m in every if not m.is_moe and m.block == "decoder"]
+    if not members:
+        return BySeries(refused=f"no dense catalog model of a series `{series}`")
+    if len({m.family for _, m in members}) > 1:
+        families = ", ".join(sorted({m.family for _, m in members}))
+        return BySeries(refused=f"the {series} series' catalog models are of different architectures ({families})")
+    if len(members) < 2:
+        return BySeries(refused=f"one dense catalog model of the {series} series ({members[0][1].id}): no scale")
+    template = min(members, key=lambda e: abs(math.log(e[0] / size)))[1]
+    if template.family in BUILT_AS_WRITTEN or template.kv_lora_rank or template.hf_config_json:
+        return BySeries(refused=f"{template.family}'s layer pattern is read from a config.json, not from a size")
+    if any(kind in inventory.NOT_ATTENTION for kind, _ in template.layer_kinds):
+        return BySeries(refused=f"{template.family}'s layers that are not attention are read from a config.json")
+    if not members[0][0] / SERIES_REACH <= size <= members[-1][0] * SERIES_REACH:
+        return BySeries(refused=f"{size:g}M is too far beyond the {series} series' catalog sizes")
+    xs = [math.log(s) for s, _ in members]
+    ratio = _interpolate(math.log(size), xs, [math.log(param_count(m) / (s * 1e6)) for s, m in members], hold=True)
+    target = size * 1e6 * math.exp(ratio)
+    layers = max(1, round(math.exp(_interpolate(math.log(size), xs, [math.log(m.layers) for _, m in members], False))))
+    low, high = 8, 8 * max(m.hidden for _, m in members)
+    while high - low > 8:  # the parameter count grows with the hidden width
+        mid = (low + high) // 16 * 8
+        low, high = (mid, high) if param_count(_scaled(template, mid, layers)) < target else (low, mid)
+    hidden = min((low, high), key=lambda h: abs(param_count(_scaled(template, h, layers)) - target))
+    arch = _scaled(template, hidden, layers).model_copy(update={"id": name, "aliases": ()})
+    sizes = ", ".join(m.id for _, m in members)
+    stated = f"{size / 1000:g}B" if size >= 1000 else f"{size:g}M"
+    arch = arch.model_copy(update={"source": f"estimated from the {series} series ({sizes}) at {stated}"})
+    assumed = f"shapes of `{name}` estimated from the {series} series ({sizes}) at the {stated} its name states"
+    return BySeries(arch, assumed)
 
 
 TYPO_SIMILARITY = 0.92  # difflib ratio above which a name not in the catalog reads as a catalog id misspelt
 
 
 def _misspelt(name: str) -> bool:
+    """Whether the catalog spelling closest to `name` is close enough to read as misspelt, and is not the name's
+    own start followed by a separator (`allenai/Olmo-3-7B-Instruct-SFT`, `openlm-research/open_llama_3b_v2`: a
+    model derived from or named after that one, not a typo of it)."""
     _, exact, _ = _catalog()
-    return bool(difflib.get_close_matches(name.strip().lower(), list(exact), n=1, cutoff=TYPO_SIMILARITY))
+    key = name.strip().lower()
+    close = difflib.get_close_matches(key, list(exact), n=1, cutoff=TYPO_SIMILARITY)
+    return bool(close) and not (key.startswith(close[0]) and key[len(close[0]) : len(close[0]) + 1] in ("-", "_", "."))
 
 
 def all_models() -> tuple[ModelArch, ...]:
@@ -284,11 +441,14 @@ class ModelFound:
 
     arch: ModelArch | None = None
     where: str = "catalog"
-    """catalog | local folder | hub cache | hub | catalog (close name) | catalog (by name)"""
+    """catalog | local folder | hub cache | hub | catalog (close name) | catalog (by name) | catalog (by series)"""
     problem: str | None = None
     pending: bool = False
     assumed: str = ""
-    """catalog (by name): the shapes taken from a base the name states, and why (an approximation)"""
+    """catalog (by name): the shapes taken from a base the name states, and why (an approximation); catalog (by
+    series): the shapes estimated from the series and size the name states (`series_by_name`)"""
+    not_by_name: str = ""
+    """why the name gave no shapes by its series and size (`series_by_name`), when asked (`by_name`)"""
 
 
 def find_model(
@@ -302,8 +462,9 @@ def find_model(
     """The model's architecture from, in order: the catalog (exact id, alias or torchtune builder), a local
     folder, the local Hugging Face cache, the Hub (`hub`: a lookup that may answer PENDING; None: not asked),
     then a close catalog name, then (`by_name`) the catalog model whose series and size the name states
-    (`catalog_by_name`: an approximation, said in `assumed`). `any_folder` lets an absolute folder outside the
-    workspace be read (the command line and trusted workspaces)."""
+    (`catalog_by_name`: an approximation, said in `assumed`), else one estimated from the catalog models of its
+    series at the size it states (`series_by_name`: said in `assumed`; why not in `not_by_name`). `any_folder` lets
+    an absolute folder outside the workspace be read (the command line and trusted workspaces)."""
     if not name_or_path or not name_or_path.strip():
         return ModelFound()
     name = name_or_path.strip()
@@ -340,13 +501,19 @@ def find_model(
         return ModelFound(model, "catalog (by folder name)", assumed=assumed + not_read)
     if model := _catalog_loose(name):
         return ModelFound(model, "catalog (close name)")
-    if by_name and not (answer is not None and answer.pending) and (model := catalog_by_name(name)):
-        hub_text = "the Hub is off" if answer is None else (answer.problem or "the Hub gave no config.json")
-        assumed = f"shapes of {model.id} assumed from the name `{name}`; {hub_text}"
-        return ModelFound(model, "catalog (by name)", assumed=assumed)
+    hub_text = "the Hub is off" if answer is None else (answer.problem or "the Hub gave no config.json")
+    by_series = BySeries()
+    if by_name and not (answer is not None and answer.pending):
+        if model := catalog_by_name(name):
+            assumed = f"shapes of {model.id} assumed from the name `{name}`; {hub_text}"
+            return ModelFound(model, "catalog (by name)", assumed=assumed)
+        by_series = series_by_name(name)
+        if by_series.arch is not None:
+            return ModelFound(by_series.arch, "catalog (by series)", assumed=f"{by_series.assumed}; {hub_text}")
+    not_by_name = "" if by_series.refused == NOT_HUB_ID else by_series.refused
     if answer is None:
-        return ModelFound()
-    return ModelFound(problem=answer.problem, pending=answer.pending)
+        return ModelFound(not_by_name=not_by_name)
+    return ModelFound(problem=answer.problem, pending=answer.pending, not_by_name=not_by_name)
 
 
 def _folder_not_read(name: str, workspace: Path | None, any_folder: bool) -> str | None:

@@ -130,6 +130,8 @@ def _model(name: str, settings: Settings, assumptions: list[str]) -> ModelArch:
         hub_text = found.problem
     else:
         hub_text = "not a Hugging Face Hub id"
+    if found.not_by_name:
+        hub_text += f"; not estimated from its name: {found.not_by_name}"
     raise ResolveError(
         f"unknown model `{name}`: not in the catalog, not a local folder with config.json, not in "
         f"the local Hugging Face cache; {hub_text}" + (f" — did you mean `{hint}`?" if hint else ""),
