@@ -645,7 +645,8 @@ def _ratio(s: Setting | None) -> float:
 
 
 def _hybrid_parameter_notes(b: PlanBuilder, by: dict[str, Setting], main: str) -> list[str]:
-    """What a hybrid run's flags add to the layers the Nemotron-H model counts (megatron-core d98e8a64)."""
+    """What a hybrid run's flags add to the layers the Nemotron-H model counts (megatron-core d98e8a64), and a Mamba
+    training path the activations are not sized for."""
     notes = []
     norm = str(getattr(b.plan.extra.get("arch.norm"), "value", "LayerNorm"))
     if "rms" not in norm.lower():
@@ -665,6 +666,9 @@ def _hybrid_parameter_notes(b: PlanBuilder, by: dict[str, Setting], main: str) -
         notes.append("Megatron hybrid: pipeline stages split evenly, not at the pattern's `|` boundaries")
     if "moe_shared_expert_gate" in by and to_bool(by["moe_shared_expert_gate"].value) is not False:
         notes.append("Megatron hybrid: the shared experts' gate (hidden size per MoE layer) not counted")
+    unfused = by.get("disable_mamba_mem_eff_path")
+    if unfused is not None and to_bool(unfused.value) is not False and "M" in main:
+        notes.append(mh.UNFUSED_MAMBA_NOTE)
     return notes
 
 

@@ -54,14 +54,21 @@ MAMBA_EXPAND = 2
 SPECS = ("hybrid_stack_spec", "mamba_stack_spec")
 
 # What the activation estimate assumes of a hybrid Megatron run. The Megatron step (estimate/components/megatron.py
-# `megatron_layer_per_token`) sizes each layer as a transformer layer, attention and an MLP (with routed experts
-# when the model has them), not by its kind; and Megatron-core runs its Mamba mixers with mamba_ssm's fused kernels
-# (megatron/core/ssm/mamba_mixer.py: `mamba_split_conv1d_scan_combined` on its memory-efficient path, else
-# causal_conv1d's `causal_conv1d_fn` and `mamba_chunk_scan_combined`), whose saved tensors are not modelled
+# `megatron_hybrid_layer_per_token`) sizes each layer by its kind; its Mamba layers by what megatron-core's
+# memory-efficient training path keeps (megatron/core/ssm/mamba_mixer.py: mamba_ssm's
+# `mamba_split_conv1d_scan_combined`, then its gated RMSNorm and out_proj), read from their source and not traced
+# on a GPU; with `--disable-mamba-mem-eff-path` the mixer runs causal_conv1d and `mamba_chunk_scan_combined`
+# instead (`_hybrid_parameter_notes` names it)
 ACTIVATIONS_NOTE = (
-    "Megatron hybrid: activations of every layer sized as a Megatron transformer layer of the model's width "
-    "(attention and an MLP, with routed experts where the model has them), whatever its kind; the Mamba mixers run "
-    "mamba_ssm's and causal-conv1d's kernels in Megatron-core, whose saved tensors are not modelled"
+    "Megatron hybrid: activations sized by layer kind, the Mamba layers as megatron-core's memory-efficient path "
+    "keeps them (mamba_ssm's `mamba_split_conv1d_scan_combined` kernel and gated RMSNorm, read from their source, "
+    "not measured)"
+)
+# `--disable-mamba-mem-eff-path` (megatron/training/arguments.py; `use_mamba_mem_eff_path` False): the mixer's
+# unfused training path, which keeps more than the fused kernel and is sized as it
+UNFUSED_MAMBA_NOTE = (
+    "Megatron hybrid: `--disable-mamba-mem-eff-path` runs the Mamba mixers through causal_conv1d and "
+    "`mamba_chunk_scan_combined`, which keep more than the fused kernel they are sized as"
 )
 
 

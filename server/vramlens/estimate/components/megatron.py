@@ -9,13 +9,16 @@ two agree on the layouts it covers."""
 
 from __future__ import annotations
 
+import json
 import math
 
 from vramlens.estimate.components.common import DTYPE_BYTES
 from vramlens.estimate.components.experts import expert_parameters, lora_linears
 from vramlens.estimate.components.parameters import params
-from vramlens.estimate.components.pipeline import Stage, stages
+from vramlens.estimate.components.pipeline import Stage, stage_layer_counts, stages
+from vramlens.estimate.components.ssm import mamba2_sizes
 from vramlens.estimate.shapes import shapes
+from vramlens.knowledge.inventory import nemotron_h_layers
 from vramlens.resolved import ResolvedPlan
 
 MEGATRON_EMBED_INPUT_BYTES = 8  # int64 token ids of a micro-batch held by the first stage (theoretical_memory_usage)
@@ -147,20 +150,40 @@ def megatron_layer_per_token(rp: ResolvedPlan, moe: bool) -> tuple[float, float]
     `18 + 4 * ffn / h` with SP). Grouped K/V and a gated MLP (twice as wide a first projection) are counted at their
     widths; attention scores are not stored (Megatron-core's fused/flash attention keeps only its output and
     softmax statistics). A routed-expert layer keeps, per token and chosen expert, the permuted input and the
-    unpermuted output (2h each) with the experts' first projection and activation, and the router's fp32 logits."""
+    unpermuted output (2h each) with the experts' first projection and activation, and the router's fp32 logits.
+    The layer is its attention half and its MLP half (`_attention_part`, `_mlp_part`)."""
+    gated = rp.arch.mlp in ("swiglu", "geglu")
+    split_a, repl_a = _attention_part(rp)
+    split_m, repl_m = _mlp_part(rp, moe, gated)
+    return split_a + split_m, repl_a + repl_m
+
+
+def _attention_part(rp: ResolvedPlan) -> tuple[float, float]:
+    """The self-attention half of a layer, (split, replicated) bytes per token: Q, K, V and the attention output
+    (with unfused core attention, its scores) split; the norm's input, linear_qkv's input and the 1-byte dropout
+    mask of the bias-dropout-add replicated (5h)."""
     arch = rp.arch
     h = arch.hidden
-    replicated = 4 * h + 2 * h + 2 * h + 2 * h
     attention = (
         2 * arch.q_dim + 2 * arch.kv_dim + 2 * arch.kv_dim + 2 * arch.q_dim + megatron_core_attention_per_token(rp)
     )
-    gated = arch.mlp in ("swiglu", "geglu")
+    return attention, 2 * h + 2 * h + h
+
+
+def _mlp_part(rp: ResolvedPlan, moe: bool, gated: bool, shared_width: int | None = None) -> tuple[float, float]:
+    """The MLP half of a layer, (split, replicated) bytes per token: the first projection's output and its activation
+    split; the norm's input, linear_fc1's input and the dropout mask replicated (5h). A MoE half keeps its shared
+    experts split (the model's, or one `shared_width` wide) and, replicated, the router's fp32 logits and the routed
+    tokens."""
+    arch = rp.arch
+    h = arch.hidden
+    replicated = 2 * h + 2 * h + h
 
     def inner(width: int) -> float:
         return (6 if gated else 4) * width
 
     if not moe:
-        return attention + inner(arch.intermediate), replicated
+        return inner(arch.intermediate), replicated
     f = arch.moe_intermediate or arch.intermediate
     k = max(arch.experts_per_token, 1)
     # Routed tokens start from the rank's sequence-parallel shard: the all-to-all dispatcher sends them over EP and
@@ -171,26 +194,111 @@ def megatron_layer_per_token(rp: ResolvedPlan, moe: bool) -> tuple[float, float]
     # count, their first projection and activation split over ETP, and the unpermuted output (2h, kept by the
     # probability weighting) at the shard's count. Counted in the "divided by SP" part.
     routed = k * (2 * h * expert_tp(rp) + inner(f) + 2 * h)
-    shared = arch.shared_experts * inner(arch.shared_expert_intermediate or f)
-    return attention + shared, replicated + 4 * arch.num_experts + routed
+    if shared_width is None:
+        shared = arch.shared_experts * inner(arch.shared_expert_intermediate or f)
+    else:
+        shared = inner(shared_width)
+    return shared, replicated + 4 * arch.num_experts + routed
+
+
+# Megatron-LM's hybrid Mamba/attention model (megatron/core/models/hybrid/hybrid_model.py at d98e8a64; MambaModel,
+# megatron/core/models/mamba/mamba_model.py at core_v0.15.0) builds one layer of one kind per pattern symbol: a
+# Mamba layer, an attention-only TransformerLayer, an MLP-only MLPLayer or a MoE-only layer (hybrid_layer_specs.py
+# `hybrid_stack_spec`; mamba_layer_specs.py `mamba_stack_spec`). Its model is read as transformers' Nemotron-H, whose
+# layer list (`knowledge.inventory.nemotron_h_layers`) names the same kinds.
+HYBRID_MAMBA, HYBRID_ATTENTION, HYBRID_MLP, HYBRID_MOE = "linear_attention", "full_attention", "mlp", "moe"
+
+
+def megatron_hybrid_layers(rp: ResolvedPlan) -> list[str] | None:
+    """The kind of each layer of a hybrid Mamba/attention model (Nemotron-H's layer list, in order), or None for a
+    model of transformer layers."""
+    if rp.arch.family != "nemotron_h" or not rp.arch.hf_config_json:
+        return None
+    layers = nemotron_h_layers(json.loads(rp.arch.hf_config_json))
+    kinds = (HYBRID_MAMBA, HYBRID_ATTENTION, HYBRID_MLP, HYBRID_MOE)
+    if layers is None or len(layers) != rp.arch.layers or any(k not in kinds for k in layers):
+        return None
+    return layers
+
+
+def megatron_mamba_per_token(rp: ResolvedPlan) -> tuple[float, float]:
+    """What a Mamba layer saves per token, (split over the tensor-parallel ranks, replicated over them unless sequence
+    parallelism splits it too), on Megatron-core's training path. megatron/core/ssm/mamba_layer.py `MambaLayer` with
+    megatron/core/ssm/mamba_mixer.py `MambaMixer` (core_v0.15.0 `ssm_training`; d98e8a64 `_ssm_training`, the
+    same): the norm fused into in_proj (TELayerNormColumnParallelLinear keeps the norm's input and its own, 2h each)
+    and the bias-dropout-add's 1-byte mask (h), replicated as a transformer layer's; then, with the mixer's d_inner
+    I, heads H and groups G split over TP (`d_inner_local_tp`, `nheads_local_tp`, `ngroups_local_tp`) and state N:
+    - in_proj's output z|x|B|C|dt made contiguous (2·(2I + 2GN + H)), which mamba_ssm's
+      `mamba_split_conv1d_scan_combined` keeps (the memory-efficient path, `use_mamba_mem_eff_path` True by default:
+      transformer_config.py). Its autograd Function (mamba_ssm v2.2.2 … v2.3.1
+      mamba_ssm/ops/triton/ssd_combined.py `MambaSplitConv1dScanCombinedFn.forward`, called without rmsnorm_weight
+      or outproj_weight) saves `zxbcdt`, the scan's output before the z gate `out_x` (2I), the conv weights and
+      A, D, dt_bias; the conv output, Δ and the chunk states are recomputed in its backward;
+    - the gated RMSNorm (`ExtendedRMSNorm`, mamba_ssm ops/triton/layernorm_gated.py `RMSNorm` → `LayerNormFn`,
+      called without z: the kernel gated the output already) saves its input (2I) and 1/rms per group in fp32 (4G);
+    - out_proj (TERowParallelLinear) keeps its input (2I).
+    Not counted: the per-layer fp32 A = −exp(A_log) and dt_bias copy (12·H bytes per micro-batch)."""
+    z = mamba2_sizes(rp)
+    assert z is not None  # a Nemotron-H model (`megatron_hybrid_layers`)
+    h = rp.arch.hidden
+    zxbcdt = 2 * (2 * z.inner + 2 * z.groups * z.state + z.heads)
+    split = zxbcdt + 2 * z.inner + (2 * z.inner + 4 * z.groups) + 2 * z.inner
+    return split, 2 * h + 2 * h + h
+
+
+def megatron_hybrid_layer_per_token(rp: ResolvedPlan, kind: str) -> tuple[float, float]:
+    """Bytes one layer of a hybrid model saves per token, by its kind, as (split, replicated): a Mamba layer
+    (`megatron_mamba_per_token`), an attention-only layer (a transformer layer's attention half, `_attention_part`),
+    an MLP-only or MoE-only layer (its MLP half, `_mlp_part`). Nemotron-H's MLPs and experts are not gated, and its
+    MoE layer has one shared MLP `moe_shared_expert_intermediate_size` wide (transformers 5.24
+    models/nemotron_h/modeling_nemotron_h.py `NemotronHMLP`: up_proj, activation, down_proj; `NemotronHMoE`:
+    `self.shared_experts = NemotronHMLP(config, intermediate_size=config.moe_shared_expert_intermediate_size)`,
+    configuration_nemotron_h.py default 7688; 0 for a Megatron run without `--moe-shared-expert-intermediate-size`)."""
+    if kind == HYBRID_MAMBA:
+        return megatron_mamba_per_token(rp)
+    if kind == HYBRID_ATTENTION:
+        return _attention_part(rp)
+    if kind == HYBRID_MOE:
+        shared = json.loads(rp.arch.hf_config_json).get("moe_shared_expert_intermediate_size", 7688)
+        return _mlp_part(rp, True, gated=False, shared_width=int(shared or 0))
+    return _mlp_part(rp, False, gated=False)
+
+
+def _stage_layer_bytes(rp: ResolvedPlan, st: Stage, tp: int, sp: int) -> tuple[list[tuple[int, float]], int]:
+    """((layers, bytes per token on a rank) for each kind of layer on the stage, MoE layers on it). A hybrid model's
+    stage holds its slice of the layer list (megatron/core/ssm/mamba_block.py `_select_layers_for_pipeline_parallel`
+    at core_v0.15.0: consecutive layers, `stage_layer_counts` of them)."""
+    kinds = megatron_hybrid_layers(rp)
+    if kinds is None:
+        moe_layers = min(st.layers, max(rp.arch.layers - rp.arch.dense_layers, 0)) if rp.arch.num_experts else 0
+        split_d, repl_d = megatron_layer_per_token(rp, moe=False)
+        split_m, repl_m = megatron_layer_per_token(rp, moe=True) if moe_layers else (0.0, 0.0)
+        return [
+            (st.layers - moe_layers, split_d / tp + repl_d / sp),
+            (moe_layers, split_m / tp + repl_m / sp),
+        ], moe_layers
+    n_first, _, n_last = stage_layer_counts(rp)
+    start = {"middle": n_first, "last": len(kinds) - n_last}.get(st.name, 0)
+    held = kinds[start : start + st.layers]
+    out = []
+    for kind in dict.fromkeys(held):
+        split, repl = megatron_hybrid_layer_per_token(rp, kind)
+        out.append((held.count(kind), split / tp + repl / sp))
+    return out, held.count(HYBRID_MOE)
 
 
 def megatron_activations(rp: ResolvedPlan, st: Stage) -> tuple[int, int]:
     """(activations held, MoE all-to-all buffers) on a pipeline rank at its peak: every micro-batch in flight keeps
     the saved activations of the rank's layers (full recompute: their checkpointed inputs, plus one group recomputed
     in the backward), the first rank also its embedding's input ids and dropout mask. Tokens per micro-batch are
-    divided by context parallelism."""
+    divided by context parallelism. A hybrid Mamba/attention model's layers are sized by kind (`_stage_layer_bytes`)."""
     tp = max(rp.tensor_parallel, 1)
     sp = tp if rp.sequence_parallel else 1
     h = rp.arch.hidden
     tokens = rp.micro_batch * rp.sequences_per_example * (rp.seq_len // max(rp.context_parallel, 1))
-    moe_layers = min(st.layers, max(rp.arch.layers - rp.arch.dense_layers, 0)) if rp.arch.num_experts else 0
-    split_d, repl_d = megatron_layer_per_token(rp, moe=False)
-    split_m, repl_m = megatron_layer_per_token(rp, moe=True) if moe_layers else (0.0, 0.0)
-    dense_layer = split_d / tp + repl_d / sp
-    moe_layer = split_m / tp + repl_m / sp
-    full = (st.layers - moe_layers) * dense_layer + moe_layers * moe_layer
-    biggest = max(dense_layer, moe_layer)
+    by_kind, moe_layers = _stage_layer_bytes(rp, st, tp, sp)
+    full = sum(n * per_token for n, per_token in by_kind)
+    biggest = max(per_token for _, per_token in by_kind)
     if rp.grad_checkpointing:
         ckpt = 2 * h / sp  # a recomputed layer keeps only its input (Korthikanti: 2sbh)
         n = max(min(rp.recompute_layers, st.layers), 1)
