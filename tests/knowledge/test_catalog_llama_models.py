@@ -7,11 +7,10 @@ from __future__ import annotations
 import ast
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from importer_check import assert_reproduced
 from scripts_module import load_script
 from vramlens.knowledge import models
 from vramlens.knowledge.schema import ModelArch
@@ -106,13 +105,4 @@ def test_cross_checks_hold_and_what_the_catalog_contradicts_is_not_written():
 @pytest.mark.skipif(not MIRROR.is_dir(), reason="no llama-models mirror")
 def test_data_file_is_what_the_script_makes_from_the_recorded_commit():
     sha = _data()["source"].rsplit(" ", 1)[-1]
-    has = subprocess.run(["git", f"--git-dir={MIRROR}", "cat-file", "-e", f"{sha}^{{commit}}"], check=False)
-    if has.returncode != 0:
-        pytest.skip(f"the llama-models mirror does not hold {sha}")
-    out = subprocess.run(
-        [sys.executable, str(SCRIPT), "--git-dir", str(MIRROR), "--commit", sha, "--check"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert_reproduced(SCRIPT, MIRROR, sha)

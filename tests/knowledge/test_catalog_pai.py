@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from importer_check import assert_reproduced
 from scripts_module import load_script
 from vramlens.knowledge import models
 
@@ -112,13 +111,4 @@ def test_the_sizes_the_catalog_has_agree_exactly_and_the_others_are_written():
 @pytest.mark.skipif(not MIRROR.is_dir(), reason="no Pai-Megatron-Patch mirror")
 def test_data_file_is_what_the_script_makes_from_the_recorded_commit():
     sha = _data()["source"].rsplit(" ", 1)[-1]
-    has = subprocess.run(["git", f"--git-dir={MIRROR}", "cat-file", "-e", f"{sha}^{{commit}}"], check=False)
-    if has.returncode != 0:
-        pytest.skip(f"the Pai-Megatron-Patch mirror does not hold {sha}")
-    out = subprocess.run(
-        [sys.executable, str(SCRIPT), "--git-dir", str(MIRROR), "--commit", sha, "--check"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert_reproduced(SCRIPT, MIRROR, sha)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from importer_check import assert_reproduced
 from scripts_module import load_script
 from vramlens.knowledge import models
 from vramlens.knowledge.schema import ModelArch
@@ -148,16 +149,7 @@ def test_transformers_data_file_is_what_the_script_makes_now():
 @pytest.mark.skipif(not MLC_MIRROR.is_dir(), reason="no mlc-llm mirror")
 def test_mlc_data_file_is_what_the_script_makes_from_the_recorded_commit():
     sha = _data(MLC_DATA)["source"].rsplit(" ", 1)[-1]
-    has = subprocess.run(["git", f"--git-dir={MLC_MIRROR}", "cat-file", "-e", f"{sha}^{{commit}}"], check=False)
-    if has.returncode != 0:
-        pytest.skip(f"the mlc-llm mirror does not hold {sha}")
-    out = subprocess.run(
-        [sys.executable, str(SCRIPT), "--only", "mlc", "--git-dir", str(MLC_MIRROR), "--commit", sha, "--check"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert_reproduced(SCRIPT, MLC_MIRROR, sha, "--only", "mlc")
 
 
 def test_an_omni_config_json_is_read_as_its_thinker(tmp_path):
