@@ -179,6 +179,129 @@ KNOWN = {
     # builds the talker and the token2wav vocoder beside it (`enable_talker()` when `enable_audio_output`, True by
     # default), which the reference build counts
     "qwen2_5_omni": "read as its thinker; transformers builds the talker and token2wav beside it",
+    # Swin-style hierarchical stages: stage i is int(embed_dim * 2**i) wide and len(depths) stages deep (transformers
+    # 5.24 models/swin/modeling_swin.py `SwinEncoder`, `SwinPatchMerging`), each attention with a relative position
+    # table of (2 * window_size - 1)**2 rows (`SwinRelativePositionBias`): one pattern for every stage has no one
+    # shape. DonutSwin, MaskFormer's Swin (models/donut/modeling_donut_swin.py, models/maskformer/
+    # modeling_maskformer_swin.py) likewise; MaskFormer, Mask2Former and (MM-)Grounding-DINO build such a backbone
+    **dict.fromkeys(
+        ("swin", "donut-swin", "maskformer-swin", "maskformer", "mask2former", "grounding-dino", "mm-grounding-dino"),
+        "Swin stages int(embed_dim * 2**i) wide and (2 * window_size - 1)**2 position-bias rows: not one shape",
+    ),
+    # backbones whose stages are sized by per-stage lists, or whose blocks differ from stage to stage
+    "segformer": "its stages are as wide as the list hidden_sizes says, and build a sequence-reduction conv only where"
+    " sr_ratios[i] > 1 (transformers 5.24 models/segformer/modeling_segformer.py `SegformerEfficientSelfAttention`)",
+    "glpn": "its stages are as wide as the list hidden_sizes says, and build a sequence-reduction conv only where"
+    " sr_ratios[i] > 1 (transformers 5.24 models/glpn/modeling_glpn.py `GLPNEfficientSelfAttention`)",
+    "mobilevitv2": "its stage widths are make_divisible(base_width * width_multiplier) per stage (transformers 5.24"
+    " models/mobilevitv2/modeling_mobilevitv2.py `MobileViTV2Encoder`): roundings, no product of fields",
+    "focalnet": "its stages are int(embed_dim * 2**i) wide (transformers 5.24 models/focalnet/modeling_focalnet.py"
+    " `FocalNetEncoder`, `FocalNetModulation.projection_in`): one pattern for every stage has no one shape",
+    "levit": "its attention biases have len(attention_offsets) rows, the distinct offsets between the resolution**2"
+    " positions of each stage (transformers 5.24 models/levit/modeling_levit.py `LevitAttention`,"
+    " `LevitAttentionSubsample`): a count of distinct offsets, no product of fields",
+    "sapiens2": "its key/value projections are sized per layer by the list num_key_value_heads_per_layer"
+    " (transformers 5.24 models/sapiens2/modeling_sapiens2.py `Sapiens2Attention`): a list is no size field",
+    **dict.fromkeys(
+        ("resnet", "tvp"),
+        "ResNet stages as wide as the list hidden_sizes says, with a shortcut projection only where a block changes"
+        " width or stride (transformers 5.24 models/resnet/modeling_resnet.py `ResNetShortCut`; TVP's vision backbone)",
+    ),
+    # detection heads: an MLP whose last layer differs from the others (`…MLPPredictionHead`: hidden_dim wide, then
+    # 4 box coordinates), input projections per feature level from a list of channels, and the backbones above
+    **dict.fromkeys(
+        ("rt_detr", "rt_detr_v2"),
+        "RTDetrResNet backbone stages by list (models/rt_detr/modeling_rt_detr_resnet.py `RTDetrResNetShortCut`),"
+        " an input projection per encoder_in_channels entry and `RTDetrMLPPredictionHead` layers of different shapes",
+    ),
+    **dict.fromkeys(
+        ("pp_doclayout_v3", "pp_doclayout_v4"),
+        "an input projection per entry of a list of channels (`PPDocLayoutV3Model.decoder_input_proj`, transformers"
+        " 5.24 models/pp_doclayout_v3/modeling_pp_doclayout_v3.py; V4 likewise) and MLP heads of different shapes",
+    ),
+    "rf_detr": "its DINOv2 backbone's position embeddings are (image_size // patch_size)**2 + 1 rows and"
+    " `RfDetrMLPPredictionHead`'s last layer is 4 wide (transformers 5.24 models/rf_detr/modeling_rf_detr.py)",
+    # the total of occurrences of different shapes fitted as a formula that does not hold at other sizes
+    "lw_detr": "enc_out_bbox_embed is group_detr copies of a 3-layer `LwDetrMLPPredictionHead(d_model, d_model, 4)`"
+    " (transformers 5.24 models/lw_detr/modeling_lw_detr.py `LwDetrModel.__init__`): layers of different shapes whose"
+    " total the inventory fits linearly in d_model, and group_detr is not varied",
+    # audio: convolution stacks whose channels double per downsampling ratio, kernels from lists
+    **dict.fromkeys(
+        ("encodec", "mimi"),
+        "SEANet convolutions num_filters * 2**i wide, kernel 2 * ratio, one per entry of upsampling_ratios"
+        " (transformers 5.24 models/encodec/modeling_encodec.py `EncodecEncoder`, models/mimi/modeling_mimi.py"
+        " `MimiEncoder`): one pattern for every convolution has no one shape",
+    ),
+    "muse_spark_audio": "its layers are as wide as the list hidden_sizes says and depths[i] conv blocks deep"
+    " (transformers 5.24 models/muse_spark/modeling_muse_spark.py `MuseSparkAudioLayer`,"
+    " `MuseSparkAudioPatchEmbedding`): lists are no size fields",
+    "parakeet_encoder": "its subsampling stack's output linear is subsampling_conv_channels * (num_mel_bins //"
+    " 2**k) wide (transformers 5.24 models/parakeet/modeling_parakeet.py `ParakeetEncoderSubsamplingConv2D`): a"
+    " floor division, no product of fields",
+    "fastspeech2_conformer": "its variance predictors' first convolution reads hidden_size, the others the"
+    " predictor's channels (transformers 5.24 models/fastspeech2_conformer/modeling_fastspeech2_conformer.py"
+    " `FastSpeech2ConformerVariancePredictor`), and their kernel sizes could not be varied",
+    # position tables whose rows are floor divisions of sizes
+    "patchtst": "its position table has (max(context_length, patch_length) - patch_length) // patch_stride + 1 rows"
+    " (transformers 5.24 models/patchtst/modeling_patchtst.py `PatchTSTPositionalEncoding`): a floor division",
+    "xclip": "its vision position embeddings are (image_size // patch_size)**2 + 1 rows (transformers 5.24"
+    " models/x_clip/modeling_x_clip.py `XCLIPVisionEmbeddings`): a floor division",
+    **dict.fromkeys(
+        ("sam", "sam_vision_model", "sam_hq", "sam_hq_vision_model"),
+        "relative position tables of 2 * (image_size // patch_size) - 1 rows in its global-attention layers and"
+        " 2 * window_size - 1 in the others (transformers 5.24 models/sam/modeling_sam.py `SamVisionAttention`,"
+        " models/sam_hq): a floor division, per layer by global_attn_indexes",
+    ),
+    # SAM-2 mask decoders: the two-way transformer's MLP has num_hidden_layers - 2 hidden layers (transformers 5.24
+    # models/sam2/modeling_sam2.py `Sam2TwoWayAttentionBlock`: `Sam2FeedForward(..., num_layers=
+    # config.num_hidden_layers)`), none in the reference build's 2 layers, so the inventory has no pattern for them
+    **dict.fromkeys(
+        ("sam2", "sam2_video", "sam3_tracker", "sam3_tracker_video", "edgetam_video"),
+        "its mask decoder's MLPs hold num_hidden_layers - 2 hidden layers, none in the reference build",
+    ),
+    # encoder-decoder MoE: per-expert ModuleDicts (`expert_{i}`, one pattern each: num_experts scales no count) in
+    # every sparse_step-th layer of each stack; transformers 5.24
+    # models/switch_transformers/modeling_switch_transformers.py `SwitchTransformersStack` (layer i sparse where
+    # i % sparse_step == 1, sparse_step = num_layers // num_sparse_encoder_layers), models/nllb_moe/modeling_nllb_moe.py
+    # `NllbMoeEncoder`, `NllbMoeDecoder` (layer i sparse where (i + 1) % sparse_step == 0)
+    **dict.fromkeys(
+        ("switch_transformers", "nllb-moe"),
+        "expert_{i} modules in every sparse_step-th layer of the encoder and of the decoder: no layer rule read",
+    ),
+    # config.json not read: it writes a vocabulary, and its sizes under names or in sub-configs `_arch_from_sizes`
+    # does not read
+    **dict.fromkeys(
+        (
+            "granite_speech5_ctc",
+            "lasr_ctc",
+            "nemotron3_5_asr",
+            "nemotron_asr_streaming",
+            "parakeet_ctc",
+            "parakeet_rnnt",
+        ),
+        "config.json not read: a CTC / RNN-T head's vocab_size beside the encoder's sizes in encoder_config",
+    ),
+    "omniasr_ctc": "config.json not read: a CTC head's vocab_size beside the encoder's sizes in audio_config",
+    "funnel": "config.json not read: its depth is the list block_sizes (transformers 5.24"
+    " models/funnel/configuration_funnel.py `FunnelConfig.num_hidden_layers` is sum(block_sizes))",
+    "moonshine": "config.json not read: heads and depth as encoder_/decoder_num_attention_heads and"
+    " encoder_/decoder_num_hidden_layers (transformers 5.24 models/moonshine/configuration_moonshine.py)",
+    "gemma3n_audio": "config.json not read: heads and depth as conf_num_attention_heads and conf_num_hidden_layers"
+    " (transformers 5.24 models/gemma3n/configuration_gemma3n.py `Gemma3nAudioConfig`)",
+    "perceiver": "config.json not read: heads as num_self_attention_heads / num_cross_attention_heads, depth as"
+    " num_blocks * num_self_attends_per_block (transformers 5.24 models/perceiver/configuration_perceiver.py)",
+    "lxmert": "config.json not read: depth as l_layers, x_layers and r_layers, three encoders (transformers 5.24"
+    " models/lxmert/configuration_lxmert.py `LxmertConfig`: num_hidden_layers is a dict of them)",
+    "oneformer": "config.json not read: text_encoder_vocab_size (its task-token text encoder) beside sizes under"
+    " hidden_dim and backbone_config (transformers 5.24 models/oneformer/configuration_oneformer.py)",
+    "fastspeech2_conformer_with_hifigan": "config.json not read: its sizes are in model_config and vocoder_config"
+    " (transformers 5.24 models/fastspeech2_conformer/configuration_fastspeech2_conformer.py)",
+    "xcodec": "config.json not read: its sizes are in acoustic_model_config and semantic_model_config, the latter"
+    " writing a vocab_size (transformers 5.24 models/xcodec/configuration_xcodec.py `XcodecConfig`)",
+    # a VLM whose language model is an encoder: transformers 5.24 models/modernvbert/modeling_modernvbert.py
+    # `ModernVBertForMaskedLM` builds a projection_head and an lm_head with a bias (decoder_bias), untied by its
+    # tie_word_embeddings (False); vramlens counts ModernBertModel without a head, the reference adds a plain one
+    "modernvbert": "its masked-LM head (projection_head, lm_head with a bias) is neither counted nor the reference's",
 }
 
 
@@ -260,3 +383,17 @@ def test_config_json_counts_as_transformers_builds_it(dump, model_type):  # noqa
     assert arch is not None, f"{model_type}: config.json not read"
     assert "every layer sized as attention" not in arch.approximate
     assert (param_count(arch), dict(arch.layer_kinds)) == (expected, kinds)
+
+
+@pytest.mark.parametrize("model_type", ["wav2vec2-bert", "wav2vec2-conformer"])
+def test_a_null_vocabulary_is_no_vocabulary(dump, model_type):  # noqa: F811
+    """A config.json whose vocab_size is null (transformers 5.24 models/wav2vec2_bert/configuration_wav2vec2_bert.py
+    `vocab_size: int | None = None`, the size of a CTC head the base model does not build) is a model without a
+    vocabulary: counted from its inventory as transformers builds it, not left unread."""
+    from transformers import AutoConfig
+
+    with dump.quiet_and_quick():
+        _, expected, _ = _meta_build(dump, model_type, AutoConfig.for_model(model_type).to_dict())
+    arch = arch_from_hf_config({"model_type": model_type, "vocab_size": None}, f"org/{model_type}")
+    assert arch is not None, f"{model_type}: config.json not read"
+    assert param_count(arch) == expected

@@ -706,12 +706,18 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
 def _vocabulary(config: Mapping[str, Any]) -> bool:
     """Whether the config (or one of its sub-configs) writes a vocabulary size. A vocabulary of token types
     (`type_vocab_size`, BERT's segment embeddings) is none: CANINE writes only that one, its characters hashed into
-    `num_hash_buckets` (transformers 5.24 models/canine/configuration_canine.py `CanineConfig`)."""
+    `num_hash_buckets` (transformers 5.24 models/canine/configuration_canine.py `CanineConfig`). Nor is one left
+    null: the size of a CTC head the base model does not build (models/wav2vec2_bert/configuration_wav2vec2_bert.py
+    `Wav2Vec2BertConfig.vocab_size: int | None = None`; Wav2Vec2-Conformer's, and the semantic encoders of X-Codec-2
+    and NeuCodec, likewise)."""
 
-    def vocabulary(key: Any) -> bool:
-        return "vocab" in str(key) and str(key) != "type_vocab_size"
+    def vocabulary(key: Any, value: Any) -> bool:
+        return "vocab" in str(key) and str(key) != "type_vocab_size" and value is not None
 
-    return any(vocabulary(k) or (isinstance(v, Mapping) and any(vocabulary(k2) for k2 in v)) for k, v in config.items())
+    return any(
+        vocabulary(k, v) or (isinstance(v, Mapping) and any(vocabulary(k2, v2) for k2, v2 in v.items()))
+        for k, v in config.items()
+    )
 
 
 def _without_vocabulary(config: Mapping[str, Any], model_id: str, source: str) -> ModelArch | None:

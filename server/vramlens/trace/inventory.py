@@ -13,6 +13,7 @@ bundled inventories (knowledge/inventory.py), so the two agree on what a kind is
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import json
 import re
@@ -23,18 +24,24 @@ from typing import Any
 from vramlens import file_access
 
 INDEX = re.compile(r"\.(\d+)(?=\.)")
-_KINDS = (  # module class name -> parameter kind, first match from the parameter's own module upwards
+# module class name, less its model's prefix (`_own_name`) -> parameter kind, first match from the parameter's own
+# module upwards
+_KINDS = (
     (re.compile(r"Mamba2|Mamba|SSM|Ssm|S4"), "state-space"),
-    (re.compile(r"DeltaNet|LinearAttention|Linear_?Attn|Rwkv|RWKV|Recurrent|Lightning"), "linear-attention"),
+    (re.compile(r"DeltaNet|DeltaAttention|LinearAttention|Linear_?Attn|Recurrent|Lightning"), "linear-attention"),
     (re.compile(r"ShortConv"), "short-conv"),
-    (re.compile(r"Experts"), "moe-experts"),
-    (re.compile(r"Router|Gate$|TopK"), "moe-router"),
+    # not the forget gate of a linear attention's decay (transformers 5.24 models/kimi_linear/modeling_kimi_linear.py
+    # `KimiLinearForgetGate`, held by `KimiLinearDeltaAttention`): its owner says what it is for
+    (re.compile(r"Router|(?<!Forget)Gate$|TopK"), "moe-router"),
     (re.compile(r"Attention|Attn"), "attention"),
     (re.compile(r"MoE|Moe|Sparse"), "moe-experts"),
     (re.compile(r"MLP|FeedForward|FFN|Mlp|Ffn|DenseActDense|DenseGatedActDense|Intermediate|Output$"), "mlp"),
     (re.compile(r"Embedding"), "embedding"),
     (re.compile(r"Norm"), "norm"),
 )
+# a model's routed experts: every module inside them is one of them, whatever its own class (transformers 5.24
+# models/nllb_moe/modeling_nllb_moe.py `NllbMoeExperts`, a ModuleDict of `NllbMoeDenseActDense`)
+_EXPERTS = re.compile(r"Experts")
 
 
 def _layers_of(model, only: str | None = None):
@@ -78,8 +85,10 @@ def measure(model, cfg, stack_name: str | None = None) -> tuple[dict, dict]:
         q.setdefault(("rank", pattern), p.dim())
         if q[("rank", pattern)] != p.dim():
             q[("rank", pattern)] = None
-        kind = kinds_of.get(pattern) or _kind(name, modules)
-        kinds_of[pattern] = kind
+        # a layer's kind is its own parameters' (one pattern may name attention in one layer and a linear attention
+        # in another: transformers 5.24 models/kimi_linear/modeling_kimi_linear.py `KimiLinearDecoderLayer.self_attn`)
+        kind = _kind(name, modules)
+        kinds_of.setdefault(pattern, kind)
         if prefix and name.startswith(prefix):
             i = int(name[len(prefix) :].split(".")[0])
             where[pattern].add(i)
@@ -126,23 +135,64 @@ def _pattern(name: str, modules: dict, mixed: bool) -> str:
 
 def _kind(name: str, modules: dict) -> str:
     parts = name.split(".")[:-1]
-    own = type(modules[".".join(parts)]).__name__
+    own = _own_name(type(modules[".".join(parts)]))
     if parts and parts[-1] in ("lm_head", "embed_out", "output_projection"):
         return "lm-head"
     if own.endswith(("Embedding", "Embeddings")):
         return "embedding"
     if "Norm" in own:
         return "norm"
-    for n in range(len(parts), -1, -1):
-        mod = modules.get(".".join(parts[:n]))
-        if mod is None or type(mod).__module__.startswith("torch."):
-            continue  # a plain torch layer: its owner says what it is for
+    # the parameter's own module and its owners, nearest first; a plain torch layer is left out: its owner says what
+    # it is for
+    owners = [
+        mod
+        for n in range(len(parts), -1, -1)
+        if (mod := modules.get(".".join(parts[:n]))) is not None and not type(mod).__module__.startswith("torch.")
+    ]
+    if any(_EXPERTS.search(_own_name(type(mod))) for mod in owners):
+        return "moe-experts"
+    for mod in owners:
+        if "time_decay" in mod._parameters:
+            # RWKV's time mixing, named attention (transformers 5.24 models/rwkv/modeling_rwkv.py `RwkvSelfAttention`):
+            # a sum over past tokens decayed per channel (`time_decay`, `time_first`), linear attention
+            return "linear-attention"
+        own_name = _own_name(type(mod))
         for pattern, kind in _KINDS:
-            if pattern.search(type(mod).__name__):
+            if pattern.search(own_name):
                 return kind
-        if "A_log" in mod._parameters:  # a selective-scan mixer under another name (Falcon-H1's FalconH1Mixer)
-            return "state-space"
+    # a selective-scan mixer under another name (Mamba's `MambaMixer`, Falcon-H1's `FalconH1Mixer`); after the
+    # names, as a gated delta rule's decay is an `A_log` too (models/qwen3_next/modeling_qwen3_next.py
+    # `Qwen3NextGatedDeltaNet`, models/kimi_linear/modeling_kimi_linear.py `KimiLinearForgetGate` in
+    # `KimiLinearDeltaAttention`)
+    if any("A_log" in mod._parameters for mod in owners):
+        return "state-space"
     return "other"
+
+
+def _own_name(cls: type) -> str:
+    """A transformers class's name less the class-name prefix of its model (the longest of its package's config
+    classes' names less "Config"): the rest names what the module is, the prefix only whose it is. The model's own
+    name may read as a kind that its modules are not: models/qwen2_moe/modeling_qwen2_moe.py `Qwen2MoeMLP` is the
+    dense MLP of its `mlp_only_layers` and its shared expert, models/recurrent_gemma/modeling_recurrent_gemma.py
+    `RecurrentGemmaAttention` is attention, models/kimi_linear/modeling_kimi_linear.py `KimiLinearAttention` is
+    its MLA attention and `KimiLinearDeltaAttention` its linear attention (transformers 5.24)."""
+    name = cls.__name__
+    prefixes = _config_prefixes().get(cls.__module__.rpartition(".")[0], ())
+    prefix = max((p for p in prefixes if name.startswith(p) and name != p), key=len, default="")
+    return name[len(prefix) :]
+
+
+@functools.cache
+def _config_prefixes() -> dict[str, tuple[str, ...]]:
+    """Package of a transformers model (`transformers.models.qwen2_moe`) -> the names of its config classes less
+    "Config" (`Qwen2Moe`), from transformers' own model_type -> config class and model_type -> package tables."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES, model_type_to_module_name
+
+    out: dict[str, tuple[str, ...]] = {}
+    for model_type, config_name in CONFIG_MAPPING_NAMES.items():
+        package = f"transformers.models.{model_type_to_module_name(model_type)}"
+        out[package] = (*out.get(package, ()), config_name.removesuffix("Config"))
+    return out
 
 
 def _layer_kind(kind: str, p, i: int, cfg) -> str:
