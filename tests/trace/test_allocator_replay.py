@@ -282,11 +282,14 @@ def test_cli_trace_shows_the_replayed_reserved_level(tmp_path):
 
 
 # --- the estimator's reserved level against the replay ----------------------------------------------------------
-@pytest.fixture(scope="module", params=["full", "lora", "lora-ckpt"])
+@pytest.fixture(scope="module", params=["full", "full-ckpt", "lora", "lora-ckpt"])
 def traced_moderate(request):
     """A four-block Llama at 4 × 1024 tokens with a 32k vocabulary: logits of 500 MiB in fp32, large-pool tensors
     as in a real run, traced in seconds. Checkpointed, each block's forward still makes its intermediates: their
-    blocks are cached before the logits are made, and the logits need segments of their own."""
+    blocks are cached before the logits are made, and the logits need segments of their own. Checkpointed full
+    fine-tuning recomputes each block in backward beside its weights' gradients: whether the recomputed tensors
+    fit the blocks the gradients and optimizer states leave depends on their real sizes (the fp32 norm inputs,
+    K and V at the key-value width)."""
     from trace_plans import TINY_LLAMA, need, plan
 
     need("torch")
@@ -310,6 +313,33 @@ def test_estimated_reserved_level_follows_the_replay(traced_moderate, expandable
     est = estimate(rp.with_changes(expandable_segments=expandable), limits=False)
     replayed = replays["expandable_segments" if expandable else "default"]["peak_reserved"]
     assert est.reserved_bytes == pytest.approx(replayed, rel=0.03)
+
+
+def test_step_sequence_saves_each_block_tensors_at_their_real_sizes():
+    """The forward of a full fine-tuning step saves, per Llama block, each RMSNorm's fp32 input (tokens × hidden ×
+    4 B, followed by its fp32 `pow(2)`, freed at once), K and V at the key-value width and the MLP's four
+    intermediates (transformers 5.24 models/llama/modeling_llama.py `LlamaRMSNorm`, `LlamaAttention`, `LlamaMLP`)."""
+    from trace_plans import TINY_LLAMA, plan
+    from vramlens.estimate import _phases, allocator
+    from vramlens.estimate import components as C
+
+    arch = TINY_LLAMA.model_copy(update={"hidden": 512, "intermediate": 1536, "vocab": 32000, "layers": 4})
+    rp = C.as_loaded(plan(arch=arch, seq_len=1024, micro_batch=4))
+    totals, phases, _, _ = _phases(rp)
+    events = allocator.step_sequence(rp, phases[max(totals, key=totals.get)])
+    tok, kv = 4 * 1024, 2 * 64  # kv_heads × head_dim
+    sizes = [e[2] for e in events if e[0] == "alloc"]
+    start = sizes.index(tok * 512 * 4)  # the first norm's fp32 input opens the first block's forward
+    first_block = sizes[start : start + 16]
+    assert first_block.count(tok * 512 * 4) == 4  # two norms: the fp32 input, then its square
+    assert first_block.count(tok * kv * 2) == 2  # K and V
+    assert first_block.count(tok * 1536 * 2) == 4  # gate, up, act(gate), their product
+    # the weights come first, each at its exact size (bf16: 2 B per element)
+    assert sizes[:4] == [512 * 512 * 2, 512 * kv * 2, 512 * kv * 2, 512 * 512 * 2]
+    # the fp32 squares are freed as soon as they are made
+    made = {e[1]: e[2] for e in events if e[0] == "alloc"}
+    first_free = next(i for i, e in enumerate(events) if e[0] == "free")
+    assert made[events[first_free][1]] == tok * 512 * 4
 
 
 def test_expandable_segments_move_the_estimate_as_they_move_the_replay(traced_moderate, monkeypatch):

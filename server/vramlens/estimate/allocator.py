@@ -72,9 +72,17 @@ def _slack_reserved(rp: ResolvedPlan, allocated: int, parts: dict[str, int]) -> 
 
 
 def _scaled(shapes: list[int], total: int) -> list[int]:
-    """`shapes` (element counts) scaled to `total` bytes: each tensor's share of it."""
+    """`shapes` (element counts) as tensors of `total` bytes: at a whole number of bytes per element each tensor
+    has its exact size and what is left over (norm weights, biases) is one tensor more; below one byte per element
+    (k-bit weights) each tensor takes its share of the total."""
     n = sum(shapes)
-    return [int(total * x / n) for x in shapes] if n and total > 0 else []
+    if not n or total <= 0:
+        return []
+    width = total // n
+    if width == 0:
+        return [int(total * x / n) for x in shapes]
+    rest = total - width * n
+    return [x * width for x in shapes] + ([rest] if rest else [])
 
 
 def _chunks(total: int, sizes: list[int]) -> list[int]:
@@ -94,16 +102,19 @@ def step_sequence(rp: ResolvedPlan, parts: dict[str, int]) -> list[tuple] | None
     tensors at their real sizes (None where the plan is sharded, pipelined or not a decoder with an LM head).
 
     - build: the weights, one tensor per linear of every block (q, k, v, o and the MLP's two or three) and the
-      embedding (and an untied LM head), together `weights` + `quant_constants`; the adapters likewise.
-    - forward: each block's saved activations as tensors of its real sizes (tokens × intermediate and tokens ×
-      hidden in the compute dtype), the block's share of `activations`; under checkpointing each block keeps its
-      input, its forward makes the recomputed block's tensors in turn with at most the MLP's intermediates live
-      together (transformers' LlamaMLP: `down_proj(act_fn(gate_proj(x)) * up_proj(x))`), and backward recomputes
-      one block at a time.
+      embedding (and an untied LM head), together `weights` + `quant_constants`; the adapters likewise; weights,
+      gradients and optimizer states each at its exact size (`_scaled`).
+    - forward: each block's saved activations as the block's own tensors in the order it makes them
+      (`_block_pattern`), the block's share of `activations`, then the final norm's; under checkpointing each
+      block keeps its input, its forward makes the recomputed block's tensors in turn with at most the MLP's
+      intermediates live together (transformers' LlamaMLP: `down_proj(act_fn(gate_proj(x)) * up_proj(x))`), and
+      backward recomputes one block at a time.
     - loss (transformers' `ForCausalLMLoss`, loss/loss_utils.py: `logits.float()` then `cross_entropy`): the
       16-bit logits, their fp32 upcast and the fp32 log-softmax; its backward two fp32 gradients, then the 16-bit
       one. Other losses hold `logits` as fp32 logit-sized tensors.
-    - backward: block by block from the top, the weights' gradients (full fine-tuning) and the saved tensors freed.
+    - backward: the final norm's tensors freed after the head's backward, then block by block from the top, each
+      linear's weight gradient (full fine-tuning) made before the input it saved is freed; with tied embeddings
+      the embedding's gradient and the sum that becomes `.grad` at the end.
     - optimizer: at the first step its states, one per state and trainable tensor (torch/optim/adamw.py
       `_init_group`: `zeros_like(param)`, lazily at step 0); then the gradients are freed (`zero_grad(set_to_none)`).
     """
@@ -142,7 +153,6 @@ def step_sequence(rp: ResolvedPlan, parts: dict[str, int]) -> list[tuple] | None
     adapters = _scaled(_adapter_shapes(rp) * layers, parts.get("adapters", 0)) if not full else []
     other = sum(parts.get(k, 0) for k in ("reference", "reward_model", "value_model", "teacher", "buffers"))
 
-    hidden_t, inter_t = tok * h * c, tok * inter * c
     if not parts.get("activations") and not parts.get("logits"):
         # an optimizer-step peak: the step's saved tensors are those of its forward-backward phase
         from vramlens.estimate import _phases
@@ -151,9 +161,12 @@ def step_sequence(rp: ResolvedPlan, parts: dict[str, int]) -> list[tuple] | None
     saved = parts.get("activations", 0)
     recompute = C.recomputes(rp)
     all_layers, one_layer = C.activations_per_token(rp)
-    per_block = saved // layers
-    block_tensors = _chunks(per_block, [inter_t] * mlp + [hidden_t] * 4)
-    recomputed = _chunks(int(tok * one_layer), [inter_t] * mlp + [hidden_t] * 4) if recompute else []
+    pattern, made_after = _block_pattern(rp, tok, c, q, kv)
+    # the model's final RMSNorm keeps what a block's norm keeps (its fp32 input, normalised and weighted outputs)
+    final_norm = pattern[:3] if made_after[0] and saved > sum(pattern[:3]) * (layers + 1) else []
+    per_block = (saved - sum(final_norm)) // layers
+    block_tensors = _chunks(per_block, pattern)
+    recomputed = _chunks(int(tok * one_layer), pattern) if recompute else []
 
     ev: list[tuple] = []
     ids = iter(range(1 << 62))
@@ -186,9 +199,17 @@ def step_sequence(rp: ResolvedPlan, parts: dict[str, int]) -> list[tuple] | None
                 window.append(alloc(x))
                 if len(window) > mlp:
                     free(window.pop(0))
-            kept.append([alloc(x) for x in block_tensors])
+            made = []
+            for j, x in enumerate(block_tensors):
+                made.append(alloc(x))
+                if not recompute and made_after[j % len(pattern)]:
+                    free(alloc(made_after[j % len(pattern)]))
+            kept.append(made)
             for transient in window:
                 free(transient)
+        norm_keys = [alloc(x) for x in final_norm]
+        if final_norm:
+            free(alloc(made_after[0]))
         if standard:
             lg = alloc(logit16)
             up = alloc(logit32) if c != 4 else None
@@ -205,24 +226,74 @@ def step_sequence(rp: ResolvedPlan, parts: dict[str, int]) -> list[tuple] | None
         else:
             loss = [alloc(x) for x in _chunks(int(tok * per_logit * V), [logit32])]
         # the LM head's weight gradient comes first in backward (with tied embeddings the embedding's)
-        g_keys = [alloc(grads[-1])] if grads else []
+        head = len(shapes) - 1  # the last of `shapes`; past it, what `_scaled` left over
+        g_keys = [alloc(grads[head])] if grads else []
+        for key in norm_keys:  # the final norm's backward runs next and releases what it saved
+            free(key)
         for i in reversed(range(layers)):
-            extra = [alloc(x) for x in recomputed]
-            if grads:
-                g_keys += [alloc(x) for x in grads[i * len(block) : (i + 1) * len(block)]]
-            for key in extra + kept[i]:
+            extra = []
+            for j, x in enumerate(recomputed):  # the block's forward again, its transients with it
+                extra.append(alloc(x))
+                if made_after[j % len(pattern)]:
+                    free(alloc(made_after[j % len(pattern)]))
+            # each linear's weight gradient is made before the input it saved is freed, from the block's last
+            # linear back (autograd releases a node's saved tensors once the node has run)
+            held = extra + kept[i]
+            block_grads = grads[i * len(block) : (i + 1) * len(block)][::-1]
+            for n, size in enumerate(block_grads, 1):
+                g_keys.append(alloc(size))
+                while len(held) > (len(extra) + len(kept[i])) * (len(block_grads) - n) // len(block_grads):
+                    free(held.pop())
+            for key in held:
                 free(key)
             if i == layers - 1:
                 for key in loss:
                     free(key)
         if grads:
-            g_keys += [alloc(x) for x in grads[layers * len(block) : -1]]
+            g_keys += [alloc(x) for x in grads[layers * len(block) : head] + grads[head + 1 :]]
+            if arch.tied_embeddings:
+                # the embedding's own gradient (`embedding_dense_backward`) meets the head's, which already holds
+                # `.grad`: the traced step (torch 2.14.1) makes their sum as a new tensor, which becomes `.grad`,
+                # then frees the head's gradient and the embedding's
+                first, own = g_keys[0], alloc(grads[head])
+                g_keys[0] = alloc(grads[head])
+                free(first)
+                free(own)
         if step == 0:
             state_keys = [alloc(x) for x in states]
         for key in g_keys:
             free(key)
     del state_keys
     return ev
+
+
+def _block_pattern(rp: ResolvedPlan, tok: int, c: int, q: int, kv: int) -> tuple[list[int], list[int]]:
+    """The tensors one decoder block saves for backward, in bytes and in the order its forward makes them, and
+    beside each the bytes of a tensor made right after it and freed at once (0: none)
+    (transformers 5.24 models/llama/modeling_llama.py `LlamaDecoderLayer`, SDPA): per norm its fp32 input
+    (`LlamaRMSNorm`: `hidden_states.to(torch.float32)`, in a 16-bit model; then its square, `pow(2)`, freed once
+    its mean is taken) and its normalised and weighted outputs;
+    K and V, then q and K after RoPE, the attention's output; the MLP's gate, up, act(gate) and their product
+    (`LlamaMLP`), or fc1's output and its activation in a two-linear MLP. Under AMP over fp32 weights the stream
+    and the norms are fp32 and autocast keeps 16-bit copies of the weights beside the inputs: that block is taken
+    as its MLP intermediates and hidden-sized tensors at the compute width."""
+    from vramlens.estimate.components.common import amp_fp32_stream
+
+    arch = rp.arch
+    h = tok * arch.hidden * c
+    inter = tok * arch.intermediate * c
+    if amp_fp32_stream(rp):
+        amp = [inter] * (3 if arch.mlp in ("swiglu", "geglu") else 2) + [h] * 4
+        return amp, [0] * len(amp)
+    rms = arch.norm == "rmsnorm" and c == 2
+    norm_in = tok * arch.hidden * 4 if rms else h
+    gated = arch.mlp in ("swiglu", "geglu")
+    attn = [norm_in, h, h, tok * kv * c, tok * q * c, tok * kv * c, tok * q * c]
+    saved = attn + [norm_in, h, h] + [inter] * (4 if gated else 2)
+    after = [0] * len(saved)
+    if rms:
+        after[0] = after[len(attn)] = norm_in
+    return saved, after
 
 
 def _adapter_shapes(rp: ResolvedPlan) -> list[int]:
