@@ -194,6 +194,7 @@ class ResolvedPlan(BaseModel):
     fsdp_keeps_block_grads: bool = False  # FSDP1 keeps every block's checkpointed input and its gradient to the end
     # of backward (frozen layer units under a reentrant checkpoint around
     # the unit: knowledge/versions.py `fsdp1_keeps_block_grads`)
+    fsdp_version: int = 0  # the FSDP the config names: 1 (FlatParameter units), 2 (`fully_shard`), 0 unstated
     # objective: preference losses, online RL, distillation
     objective: Literal[
         "sft", "dpo", "kto", "orpo", "simpo", "cpo", "rm", "ppo", "grpo", "rloo", "online-dpo", "gkd", "kd", "pretrain"

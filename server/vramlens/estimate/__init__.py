@@ -32,7 +32,7 @@ __all__ = ["estimate", "allocated_peak", "Estimate", "GIB", "COMPONENTS", "REVIS
 
 # Bumped whenever a formula changes what an estimate comes to: local calibration records (trace/probe ratios to
 # the estimate of their day) made against another revision are ignored (vramlens.calibration).
-REVISION = 15
+REVISION = 16
 
 
 def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]], C.Params, float]:
@@ -277,8 +277,17 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
                 # PEFT: the last block's adapters' gradients only (traced, Mistral-7B QLoRA: 1 MiB of 156 at the peak)
                 top_grads = G // n_layers
         kept = C.fsdp_kept_block_grads(rp, saved)
+        held_buffers = root + C.fsdp_backward_working_set(rp, p)
+        # FSDP: gathered units, reduce-scatters and gradient shards block by block (C.fsdp_recompute_block)
+        fsdp_block = (
+            C.fsdp_recompute_block(rp, p, recompute=recompute, ckpt_all=held_ckpt, ckpt_one=lowest, grad_shards=G)
+            if G and not g_resident and not kept
+            else None
+        )
         if kept:
             pass  # the first block's backward is the peak: every checkpoint and every gradient
+        elif fsdp_block is not None:
+            held_buffers, grads, held_ckpt = fsdp_block
         elif top_grads is not None:
             if top_grads + held_ckpt >= grads + lowest:
                 grads = top_grads
@@ -288,7 +297,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # block being recomputed holds its own weights' 16-bit copies (components.recompute_weight_copies)
         phases["recompute"] = {
             **base,
-            "buffers": B + root + C.fsdp_backward_working_set(rp, p),
+            "buffers": B + held_buffers,
             "optimizer": O,
             "gradients": grads,
             "activations": held_ckpt

@@ -111,6 +111,7 @@ def build_plan(
         **_partial_checkpointing(val),
         fsdp_full_state_dict=str(val("fsdp_state_dict_type") or "").upper().startswith("FULL"),
         fsdp_keeps_block_grads=v.keeps_block_grads,
+        fsdp_version=int(val("fsdp_version") or 0) if strategy == "fsdp" else 0,
         scalar_head=a.head != "causal-lm",
         gpu=g.gpu,
         gpu_count=d.count,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vramlens.estimate.components.sharding import fsdp_version as planned_fsdp_version
 from vramlens.estimate.shapes import QK_NORM_FAMILIES
 from vramlens.knowledge.models import LEARNED_POSITIONS, norms_per_layer
 from vramlens.knowledge.schema import ModelArch
@@ -370,8 +371,6 @@ def replica_note(strategy: str, world_size: int) -> str:
 
 
 def fsdp_version(rp: ResolvedPlan) -> int:
-    """The FSDP the sharded backend runs: FSDP1 where the plan keeps FSDP1's per-block gradients
-    (`fsdp_keeps_block_grads`), else FSDP2; 0 when the plan does not shard with FSDP (ZeRO-2/3-like stages only)."""
-    if rp.strategy != "fsdp" or rp.world_size <= 1 or rp.zero_stage < 2:
-        return 0
-    return 1 if rp.fsdp_keeps_block_grads else 2
+    """The FSDP the sharded backend runs: the one the estimate takes the plan to run (estimate/components/sharding.py
+    `fsdp_version`); 0 when the plan does not shard with FSDP (ZeRO-2/3-like stages only)."""
+    return planned_fsdp_version(rp)

@@ -17,8 +17,9 @@ Wrapping, one unit per decoder block and the root over the rest (embeddings, fin
   is not followed here); `reshard_after_forward` False for SHARD_GRAD_OP; `MixedPrecisionPolicy(param_dtype=
   compute dtype, reduce_dtype=float32)` when the plan gathers 16-bit weights (`fsdp_mixed_precision`).
 - FSDP1: `FullyShardedDataParallel` with `ModuleWrapPolicy` over the same classes (what accelerate's
-  TRANSFORMER_BASED_WRAP builds from `_no_split_modules`), `use_orig_params=True` (needed by frozen and trainable
-  parameters in one unit), FULL_SHARD or SHARD_GRAD_OP, `MixedPrecision(param_dtype, reduce_dtype=float32)`.
+  TRANSFORMER_BASED_WRAP builds from `_no_split_modules`), with adapters peft's `fsdp_auto_wrap_policy` (each
+  trainable leaf linear a unit of its own besides, as the HF Trainer sets it), `use_orig_params=True`, FULL_SHARD
+  or SHARD_GRAD_OP, `MixedPrecision(param_dtype, reduce_dtype=float32)`.
 
 FSDP2 with tensor parallelism (`tensor_parallel` > 1): a 2-D device mesh (dp_shard × tp) over the fake process
 group of dp × tp ranks, the model's linears and embeddings made DTensors by `parallelize_module` with the plan
@@ -50,13 +51,6 @@ def unsupported(cfg: StepConfig) -> str | None:
         return "4-bit weights under FSDP (bitsandbytes' quantized storage) are not traced sharded"
     if cfg.tensor_parallel > 1 and (why := tp_unsupported(cfg)) is not None:
         return why
-    if cfg.fsdp_version == 1 and cfg.peft != "none" and cfg.adapter_fp32 and cfg.param_dtype != "fp32":
-        # torch 2.13 distributed/fsdp/_flat_param.py `_validate_tensors_to_flatten`: "Must flatten tensors with
-        # uniform dtype"
-        return (
-            f"FSDP1 flattens each unit's parameters into one tensor of one dtype: peft's fp32 adapters beside "
-            f"{cfg.param_dtype} weights cannot be flattened (FSDP1 raises the same on a GPU)"
-        )
     if not torch.distributed.is_available():
         return "this torch build has no torch.distributed"
     return hf.unsupported(cfg)
@@ -128,8 +122,8 @@ def description(cfg: StepConfig) -> list[str]:
         f"FSDP{cfg.fsdp_version} {mode} traced as rank 0 of {cfg.world_size} under torch's fake process group "
         f"({how}{mp}); collectives send nothing but their buffers are allocated",
         *tp,
-        "the plan does not record which FSDP runs: FSDP2 is traced unless the plan keeps FSDP1's per-block "
-        "gradients (trace.config `fsdp_version`)",
+        "the FSDP the config names (`fsdp_version`); where it names none, FSDP2 unless the plan keeps FSDP1's "
+        "per-block gradients (estimate/components/sharding.py `fsdp_version`)",
     ] + hf.description(cfg)
 
 
@@ -279,9 +273,17 @@ def materialize(step: hf.HFStep, device, real: bool) -> hf.HFStep:
         from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision, ShardingStrategy
         from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
+        policy: Any = ModuleWrapPolicy(classes)
+        if cfg.peft != "none":
+            # the HF Trainer wraps every trainable leaf linear (peft's lora_A, lora_B) in a unit of its own beside the
+            # blocks (transformers 5.24 distributed/fsdp.py `update_fsdp_plugin_peft` sets peft 0.21.2
+            # utils/other.py `fsdp_auto_wrap_policy`): the blocks' flat parameters are frozen
+            from peft.utils.other import fsdp_auto_wrap_policy
+
+            policy = fsdp_auto_wrap_policy(step.model)
         step.model = FullyShardedDataParallel(
             step.model,
-            auto_wrap_policy=ModuleWrapPolicy(classes),
+            auto_wrap_policy=policy,
             use_orig_params=True,
             device_id=torch.device(device),
             sharding_strategy=ShardingStrategy.FULL_SHARD

@@ -68,7 +68,9 @@ from vramlens.estimate.components.attention import (
 )
 from vramlens.estimate.components.buffers import (
     fsdp_backward_working_set,
+    fsdp_recompute_block,
     fsdp_root_unsharded,
+    fsdp_unit_adapters,
     fsdp_unit_bytes,
     gathered_layer_bytes,
     zero3_persistent_gradients,
@@ -210,6 +212,7 @@ from vramlens.estimate.components.sharding import (
     fsdp_gather_bytes,
     fsdp_gathers_16bit,
     fsdp_sharded,
+    fsdp_version,
     shard_factor,
     zero_shard_factor,
 )
@@ -347,12 +350,15 @@ __all__ = [
     "fp32_norm_weights",
     "fp32_residual",
     "fsdp_backward_working_set",
+    "fsdp_recompute_block",
     "fsdp_gather_bytes",
     "fsdp_gathers_16bit",
     "fsdp_kept_block_grads",
     "fsdp_root_unsharded",
     "fsdp_sharded",
     "fsdp_unit_bytes",
+    "fsdp_unit_adapters",
+    "fsdp_version",
     "fused_experts",
     "gathered_layer_bytes",
     "gradients",

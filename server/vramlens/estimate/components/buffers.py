@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from vramlens.estimate.components.common import DTYPE_BYTES
 from vramlens.estimate.components.parameters import Params, params, quantized_bytes_per_param
-from vramlens.estimate.components.sharding import fsdp_gather_bytes, fsdp_sharded, shard_factor
+from vramlens.estimate.components.sharding import (
+    fsdp_gather_bytes,
+    fsdp_gathers_16bit,
+    fsdp_sharded,
+    fsdp_version,
+    shard_factor,
+)
 from vramlens.estimate.components.trained import counted_layers
 from vramlens.estimate.shapes import shapes
 from vramlens.knowledge.models import norms_per_layer
@@ -63,7 +69,22 @@ def fsdp_unit_bytes(rp: ResolvedPlan) -> float:
     storage (`gathered_layer_bytes`)."""
     if rp.quant_bits:
         return gathered_layer_bytes(rp, params(rp))
-    return shapes(rp.arch).layer_params * fsdp_gather_bytes(rp) / max(rp.tensor_parallel, 1)
+    return shapes(rp.arch).layer_params * fsdp_gather_bytes(rp) / max(rp.tensor_parallel, 1) + fsdp_unit_adapters(rp)
+
+
+def fsdp_unit_adapters(rp: ResolvedPlan) -> float:
+    """A block's adapters as FSDP2 gathers them with the block: `fully_shard` on a decoder block takes every
+    parameter under it not already in a unit, peft's lora_A and lora_B with the base weights (torch 2.14
+    distributed/fsdp/_fully_shard/_fully_shard.py `fully_shard` → _fsdp_init.py `_get_managed_states`), each
+    all-gathered in the mixed-precision `param_dtype`, else in its own dtype (fp32 adapters beside 16-bit weights:
+    4 bytes; _fsdp_param.py `init_dtype_attrs`). FSDP1 under the HF Trainer gathers them in units of their own, one
+    linear at a time (transformers 5.24 distributed/fsdp.py `update_fsdp_plugin_peft`: peft's
+    `fsdp_auto_wrap_policy`): not counted with the block."""
+    if rp.peft == "none" or fsdp_version(rp) != 2:
+        return 0.0
+    p = params(rp)
+    adapter_bytes = DTYPE_BYTES[rp.compute_dtype] if fsdp_gathers_16bit(rp) else p.trainable_dtype_bytes
+    return p.trainable / max(counted_layers(rp), 1) * adapter_bytes / max(rp.tensor_parallel, 1)
 
 
 def fsdp_backward_working_set(rp: ResolvedPlan, p: Params) -> int:
@@ -88,6 +109,60 @@ def fsdp_backward_working_set(rp: ResolvedPlan, p: Params) -> int:
     if rp.zero_stage >= 3:
         return int(max(unit + grads, grads + reduce_in))
     return int(max(grads, grads + reduce_in - unit))
+
+
+def fsdp_recompute_block(
+    rp: ResolvedPlan, p: Params, *, recompute: int, ckpt_all: int, ckpt_one: int, grad_shards: int
+) -> tuple[int, int, int] | None:
+    """FSDP's checkpointed backward, block by block: (buffers, gradients, checkpoints) where block k's backward
+    holds the most; None when the plan is not FSDP-sharded over several blocks.
+
+    While block k (of L, the top one first) is recomputed and runs its backward, rank 0 holds, beside the root unit
+    (`fsdp_root_unsharded` without its blocks) and `recompute`, the block's activations at their peak:
+      - the sharded gradients of the L − 1 − k blocks above, made by their reduce-scatters (`grad_shards` is every
+        block's; the root's trained weights reduce-scatter after the embedding's backward, at the end, their
+        unsharded gradient being in the root until then: FSDP2 `FSDPParamGroup.post_backward` from the root's
+        `RegisterPostBackwardFunction`; FSDP1 `_post_backward_hook` on the root's flat parameter);
+      - the checkpoints of blocks 0..k (each freed when its block's backward ends);
+      - FULL_SHARD: block k − 1 prefetched (none below block 0: the root is gathered already; torch 2.14
+        distributed/fsdp/_fully_shard/_fsdp_param_group.py `_backward_prefetch`); SHARD_GRAD_OP: blocks 0..k − 1
+        still gathered from the forward (each resharded after its own backward);
+      - FSDP2: block k + 1's reduce-scatter input, kept until this block's reduce-scatter starts
+        (`post_backward`: `reduce_scatter_states`, at most `reduce_scatter_max_input_buffers` = 1 in flight);
+      - the block itself at the larger of two moments: its gathered parameters, its unsharded gradients and its
+        recomputed activations at their peak; or, once it is resharded and its activations freed, its unsharded
+        gradients with the reduce-scatter's input and output (`fsdp_backward_working_set`).
+    The live set is linear in k between its ends and the blocks next to them, so those four are compared."""
+    layers = counted_layers(rp)
+    if not fsdp_sharded(rp) or layers < 2 or rp.arch.block not in ("decoder", "encoder"):
+        return None
+    s = shapes(rp.arch)
+    tp = max(rp.tensor_parallel, 1)
+    pg = fsdp_gather_bytes(rp)
+    rb = 4 if rp.fsdp_mixed_precision else pg
+    unit = fsdp_unit_bytes(rp)
+    full = rp.peft == "none" and rp.trained_layers is None
+    unsharded = (s.layer_params / tp if full else p.trainable / layers) * pg
+    reduce_in = unsharded / pg * rb
+    shard = grad_shards / layers
+    if full:  # the root's trained weights' shares are not made until the end of the backward
+        shard = s.layer_params * grad_shards / max(p.trainable, 1)
+    root = fsdp_root_unsharded(rp) - (layers if rp.zero_stage < 3 else 1) * unit
+    stage3 = rp.zero_stage >= 3
+    held_rs = reduce_in if fsdp_version(rp) == 2 else 0.0
+
+    def live(k: int) -> tuple[float, float, float]:
+        gathered = (unit if k >= 1 else 0.0) if stage3 else k * unit
+        own = max(
+            unit + unsharded + recompute + (held_rs if k < layers - 1 else 0.0),
+            unsharded + reduce_in * (1 + 1 / rp.world_size),
+        )
+        ckpts = ckpt_one + k * (ckpt_all - ckpt_one) / (layers - 1)
+        return root + gathered + own - recompute, (layers - 1 - k) * shard, ckpts
+
+    candidates = [live(k) for k in sorted({0, 1, layers - 2, layers - 1})]
+    buffers, grads, ckpts = max(candidates, key=sum)
+    return int(buffers), int(grads), int(ckpts)
 
 
 def zero_buffers(rp: ResolvedPlan, p: Params) -> int:

@@ -55,3 +55,14 @@ def fsdp_sharded(rp: ResolvedPlan) -> bool:
     """FULL_SHARD (stage 3) or SHARD_GRAD_OP (stage 2) across ranks: parameters, gradients and optimizer state all
     sharded at rest (`zero_shard_factor`)."""
     return rp.strategy == "fsdp" and rp.world_size > 1 and rp.zero_stage >= 2 and not rp.offload_params
+
+
+def fsdp_version(rp: ResolvedPlan) -> int:
+    """The FSDP a sharded plan runs: the one its config names (accelerate's and axolotl's `fsdp_version`, verl's
+    `strategy: fsdp2`, torchtitan's and NeMo AutoModel's FSDP2), else FSDP1 where the plan keeps FSDP1's per-block
+    gradients (`fsdp_keeps_block_grads`), else FSDP2; 0 when the plan does not shard with FSDP across ranks."""
+    if rp.strategy != "fsdp" or rp.world_size <= 1 or rp.zero_stage < 2:
+        return 0
+    if rp.fsdp_version in (1, 2):
+        return rp.fsdp_version
+    return 1 if rp.fsdp_keeps_block_grads else 2
