@@ -18,6 +18,7 @@ from vramlens.estimate.components.common import (
     unsloth_kernels,
 )
 from vramlens.estimate.components.experts import expert_bytes, expert_parameters, expert_passes, experts_adaptable
+from vramlens.estimate.components.sharding import fsdp1_adapter_input_upcast
 from vramlens.estimate.shapes import mla_linears
 from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
 from vramlens.resolved import ResolvedPlan
@@ -44,9 +45,10 @@ def adapter_input(rp: ResolvedPlan) -> tuple[bool, int]:
     """(whether each LoRA adapter keeps its own cast of its input, bytes per element of that cast). PEFT casts each
     adapter's input to the adapter dtype in every module (`_cast_input_dtype` in peft src/peft/tuners/lora/layer.py);
     under autocast lora_A then runs in 16-bit and keeps its own 16-bit cast of that input (one per module, activations
-    are not in autocast's cache), so the bytes kept per element are c, not 4."""
+    are not in autocast's cache), so the bytes kept per element are c, not 4. FSDP1's mixed precision over fp32
+    adapters in units of their own casts the same way (`fsdp1_adapter_input_upcast`)."""
     c = 2 if rp.compute_dtype != "fp32" else 4
-    autocast = fp32_residual(rp)
+    autocast = fp32_residual(rp) or fsdp1_adapter_input_upcast(rp)
     adapter_fp32 = (adapter_computes_fp32(rp) and c == 2) or autocast
     return adapter_fp32, c if autocast else (4 if adapter_fp32 else c)
 

@@ -66,3 +66,33 @@ def fsdp_version(rp: ResolvedPlan) -> int:
     if rp.fsdp_version in (1, 2):
         return rp.fsdp_version
     return 1 if rp.fsdp_keeps_block_grads else 2
+
+
+def fsdp1_adapter_input_upcast(rp: ResolvedPlan) -> bool:
+    """Whether each LoRA adapter casts its 16-bit input to fp32 under FSDP1's mixed precision, autocast casting it
+    back to 16 bits inside lora_A (a 16-bit copy per adapter, as over fp32 weights: `linears.adapter_input`).
+
+    The HF Trainer gives every adapter linear an FSDP1 unit of its own (transformers 5.24 distributed/fsdp.py
+    `update_fsdp_plugin_peft` sets peft 0.21.2 utils/other.py `fsdp_auto_wrap_policy`) with `use_orig_params`
+    (transformers 5.24 training_args.py: `fsdp_config.get("use_orig_params", "true")`). peft's LoRA `Linear.forward`
+    reads the adapter's dtype before calling it, `x = self._cast_input_dtype(x, lora_A.weight.dtype)` (peft 0.21.2
+    tuners/lora/layer.py; bnb.py likewise), outside that unit's forward, where lora_A's weight is a view of the
+    unit's fp32 sharded flat parameter (torch 2.14 distributed/fsdp/_flat_param.py `_use_sharded_views`: only
+    between the unit's pre-forward unshard and its post-forward reshard is it the 16-bit gathered view,
+    `_use_unsharded_views`). So the adapter's input goes up to fp32; lora_A then computes with its gathered 16-bit
+    weight, autocast casting that fp32 input to 16 bits again (FSDP1 casts no non-root unit's inputs:
+    _runtime_utils.py `_pre_forward`, `MixedPrecision.cast_forward_inputs` False by default), and the linear keeps
+    that cast for lora_A's weight gradient: one per adapter, where the adapters reading one tensor would share it.
+    Counted for the blocks' forward without checkpointing. With checkpointing the forward's copies are not kept;
+    SHARD_GRAD_OP leaves the gathered views in place after a unit's forward (`_use_sharded_flat_param`,
+    `skip_use_sharded_views`), so the recomputation reads 16 bits and casts nothing, while FULL_SHARD's
+    recomputation reads the sharded view again and casts: that block's copies are not counted."""
+    return (
+        not rp.grad_checkpointing
+        and fsdp_version(rp) == 1
+        and rp.peft in ("lora", "qlora", "dora")
+        and fsdp_gathers_16bit(rp)
+        and rp.compute_dtype != "fp32"
+        and (rp.adapter_fp32 or rp.weight_dtype == "fp32")
+        and rp.amp
+    )
