@@ -421,6 +421,21 @@ def evaluate(terms: list, fields: dict) -> float:
     return total
 
 
+def _countable(terms: list, fields: dict) -> bool:
+    """Whether a fitted total can be a number of parameters: a whole constant, and no value below zero at the base
+    sizes nor with any one of its fields halved (a smaller model of the same kind). A sum over occurrences of
+    different shapes can be quadratic in a field, which two builds and checks that move the field only by doubling
+    fit as a line with a negative constant: transformers 5.24 models/lw_detr/modeling_lw_detr.py
+    `LwDetrModel.__init__` builds group_detr `LwDetrMLPPredictionHead(d_model, d_model, 4, num_layers=3)`, weights
+    group_detr · (2 · d_model² + 4 · d_model), fitted as 20020 · d_model − 3407872."""
+    constant = sum(Fraction(*c) if isinstance(c, list) else Fraction(c) for c, exps in terms if not exps)
+    if constant.denominator != 1:
+        return False
+    used = {f for _, exps in terms for f in exps}
+    smaller = [fields, *({**fields, f: fields[f] / 2} for f in used)]
+    return all(evaluate(terms, values) >= 0 for values in smaller)
+
+
 def candidates(model_type: str, defaults: dict) -> list[dict]:
     """The configs a model_type's reference build is tried with, in order; the first that builds is measured."""
     override = OVERRIDES.get(model_type, {})
@@ -627,8 +642,9 @@ def inventory(model_type: str) -> dict:
         if not ok and not rule and follows(("t", pattern), formulas.get(("t", pattern))):
             # occurrences of different shapes (transformers 5.24 models/wav2vec2/modeling_wav2vec2.py
             # `Wav2Vec2FeatureEncoder`: a first convolution of one input channel, then conv_dim[i - 1] → conv_dim[i]):
-            # their total follows its formula
-            entry["total"], ok = formulas[("t", pattern)], True
+            # their total follows its formula, where that formula can be a count at all (`_countable`)
+            entry["total"] = formulas[("t", pattern)]
+            ok = _countable(entry["total"], fields)
         if not ok:
             entry["exact"] = False
         entry.update(rule)

@@ -465,7 +465,9 @@ def build(config: Mapping[str, Any], model_type: str) -> Built | None:
         if pair and values.get(pair[0]) == values.get(pair[1]):
             continue  # built only where the two sizes differ (ELECTRA's embeddings_project)
         if "total" in entry:  # occurrences of different shapes: their total
-            numel = round(_eval(entry["total"], values))
+            if entry.get("exact") is False:  # a fit through the reference builds that is no count at other sizes
+                notes.append(f"{entry['p']} not scaled exactly")
+            numel = max(0, round(_eval(entry["total"], values)))
         else:
             n = count(entry)
             dims = [None if d is None else _eval(d, values) for d in entry["shape"]]
