@@ -47,17 +47,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from import_catalog import importer_args, stated_size, write_or_check  # noqa: E402
 from import_catalog_transformers import _catalog_without, _checked, _mapped, _total_b  # noqa: E402
 
+# megatron-core's Mamba mixer sizes and defaults (TransformerConfig, MambaMixer.__init__), as the run reader takes them
+from vramlens.formats.megatron_hybrid import MAMBA_CONV, mamba_sizes  # noqa: E402
+
 _MARK = "NVIDIA/Megatron-LM"
-# megatron/core/transformer/transformer_config.py `TransformerConfig`: mamba_state_dim = 128, mamba_num_groups = 8
-MAMBA_STATE_DEFAULT = 128
-MAMBA_GROUPS_DEFAULT = 8
-MAMBA_HEAD_DIM_DEFAULT = 64  # `TransformerConfig.mamba_head_dim`
-# megatron/core/ssm/mamba_mixer.py `MambaMixer.__init__(..., d_conv=4, expand=2, ...)`: without
-# `mamba_num_heads`, nheads = expand · hidden_size // mamba_head_dim
-MAMBA_CONV = 4
-MAMBA_EXPAND = 2
 # transformers 5.24 NemotronHConfig's default vocabulary (the checkpoint its docstring names)
 NEMOTRON_H_VOCAB = 131072
+MAMBA_FLAGS = ("mamba_num_heads", "mamba_head_dim", "mamba_num_groups", "mamba_state_dim")
 _ARGS = re.compile(r'^MODEL_ARGS="(.*?)"', re.S | re.M)
 _CKPT = re.compile(r"^\s*HF_MODEL_CKPT=(\S+)", re.M)
 
@@ -82,7 +78,10 @@ def nemotron_h_config(f: dict[str, str | bool]) -> tuple[dict[str, Any], list[st
     pattern = str(f.get("hybrid-layer-pattern") or f.get("hybrid-override-pattern"))
     heads = int(f["num-attention-heads"])
     moe = "num-experts" in f
-    head_dim = int(f.get("mamba-head-dim") or MAMBA_HEAD_DIM_DEFAULT)
+    stated = {name: f.get(name.replace("_", "-")) for name in MAMBA_FLAGS}  # `--mamba-head-dim 64` → mamba_head_dim
+    mamba_heads, head_dim, groups, state = mamba_sizes(
+        int(f["hidden-size"]), {name: int(str(v)) if v else None for name, v in stated.items()}
+    )
     assumed = []
     config: dict[str, Any] = {
         "architectures": ["NemotronHForCausalLM"],
@@ -95,10 +94,10 @@ def nemotron_h_config(f: dict[str, str | bool]) -> tuple[dict[str, Any], list[st
         # megatron/training/arguments.py: without --kv-channels, hidden_size // num_attention_heads
         "head_dim": int(f.get("kv-channels") or int(f["hidden-size"]) // heads),
         "intermediate_size": int(f["ffn-hidden-size"]),
-        "mamba_num_heads": int(f.get("mamba-num-heads") or MAMBA_EXPAND * int(f["hidden-size"]) // head_dim),
+        "mamba_num_heads": mamba_heads,
         "mamba_head_dim": head_dim,
-        "ssm_state_size": int(f.get("mamba-state-dim") or MAMBA_STATE_DEFAULT),
-        "n_groups": int(f.get("mamba-num-groups") or MAMBA_GROUPS_DEFAULT),
+        "ssm_state_size": state,
+        "n_groups": groups,
         "conv_kernel": MAMBA_CONV,
         "mlp_hidden_act": "relu2" if f.get("squared-relu") else "silu",
         "use_bias": not f.get("disable-bias-linear"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vramlens.estimate.components.sharding import fsdp_version as planned_fsdp_version
+from vramlens.estimate.components.sharding import fsdp_version
 from vramlens.estimate.shapes import QK_NORM_FAMILIES
 from vramlens.knowledge.models import LEARNED_POSITIONS, norms_per_layer
 from vramlens.knowledge.schema import ModelArch
@@ -352,7 +352,7 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         framework=rp.framework or "",
         rope_caches=rp.rope_caches,
         world_size=rp.world_size,
-        fsdp_version=fsdp_version(rp),
+        fsdp_version=fsdp_version(rp),  # the FSDP the estimate takes the plan to run
         reshard_after_forward=rp.zero_stage >= 3,
         fsdp_mixed_precision=rp.fsdp_mixed_precision,
         # context parallelism is not traced: with it the ranks run FSDP over one replica as before
@@ -368,9 +368,3 @@ PARALLELISM_NOTE = "tensor/context parallelism"  # the sharded backend traces FS
 def replica_note(strategy: str, world_size: int) -> str:
     """What a single-replica trace leaves out of a plan across ranks (the sharded backend traces it for FSDP)."""
     return f"{strategy} across {world_size} ranks (one unsharded replica traced)"
-
-
-def fsdp_version(rp: ResolvedPlan) -> int:
-    """The FSDP the sharded backend runs: the one the estimate takes the plan to run (estimate/components/sharding.py
-    `fsdp_version`); 0 when the plan does not shard with FSDP (ZeRO-2/3-like stages only)."""
-    return planned_fsdp_version(rp)

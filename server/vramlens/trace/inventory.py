@@ -149,14 +149,14 @@ def _kind(name: str, modules: dict) -> str:
         for n in range(len(parts), -1, -1)
         if (mod := modules.get(".".join(parts[:n]))) is not None and not type(mod).__module__.startswith("torch.")
     ]
-    if any(_EXPERTS.search(_own_name(type(mod))) for mod in owners):
+    names = [_own_name(type(mod)) for mod in owners]
+    if any(_EXPERTS.search(own_name) for own_name in names):
         return "moe-experts"
-    for mod in owners:
+    for mod, own_name in zip(owners, names):
         if "time_decay" in mod._parameters:
             # RWKV's time mixing, named attention (transformers 5.24 models/rwkv/modeling_rwkv.py `RwkvSelfAttention`):
             # a sum over past tokens decayed per channel (`time_decay`, `time_first`), linear attention
             return "linear-attention"
-        own_name = _own_name(type(mod))
         for pattern, kind in _KINDS:
             if pattern.search(own_name):
                 return kind
