@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from vramlens import file_access
-from vramlens.knowledge import inventory
+from vramlens.knowledge import inventory, ssm_configs
 from vramlens.knowledge.data import index_spellings, load
 from vramlens.knowledge.hf_cache import cached_config_path
 from vramlens.knowledge.hub import MAX_CONFIG_BYTES, HubAnswer, HubLookup, adapter_base
@@ -668,6 +668,10 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
     thinker = config.get("thinker_config")
     if isinstance(thinker, Mapping) and _first(config, "hidden_size", "text_config", "llm_config") is None:
         config = thinker
+    foreign = ""
+    if ssm_configs.is_mamba_ssm(config):
+        config, foreign = ssm_configs.from_mamba_ssm(config)
+        source = ", ".join(filter(None, (source, "mamba_ssm's format read as transformers converts it")))
     arch = _arch_from_sizes(config, model_id, source)
     if arch is None:
         # sizes left out of the config.json because they equal the config class's defaults (`save_pretrained`
@@ -698,6 +702,8 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
         note = "Nemotron-H MoE layers' activations estimated from the modeling code, not checked against a trace"
     if note and note not in arch.approximate:
         arch = arch.model_copy(update={"approximate": "; ".join(filter(None, (arch.approximate, note)))})
+    if foreign:
+        arch = arch.model_copy(update={"approximate": "; ".join(filter(None, (arch.approximate, foreign)))})
     if str(config.get("model_type") or "").lower() in BUILT_AS_WRITTEN:
         arch = arch.model_copy(update={"hf_config_json": json.dumps(dict(config), sort_keys=True, default=str)})
     return arch
