@@ -55,7 +55,8 @@ def _padded(vocab: int, multiple: int) -> int:
 def from_mamba_ssm(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     """The transformers config.json of a mamba_ssm config (as transformers' conversion scripts write it), and what of
     the mamba_ssm model it leaves out ("" when nothing)."""
-    ssm = config.get("ssm_cfg") if isinstance(config.get("ssm_cfg"), Mapping) else {}
+    raw = config.get("ssm_cfg")
+    ssm: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     d_model, layers = int(config["d_model"]), int(config["n_layer"])
     vocab = _padded(int(config.get("vocab_size", 50277)), int(config.get("pad_vocab_size_multiple", 8)))
     tied = bool(config.get("tie_embeddings", True))
