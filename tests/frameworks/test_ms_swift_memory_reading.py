@@ -1,11 +1,12 @@
 """What ms-swift example scripts run, read from ms-swift's own code (tests/fixtures/ms-swift/<tag>/, each with its
 SOURCE): the 2.x model types whose registered checkpoints are stored quantized (GPTQ, bitsandbytes), the sizes of
-the PEFT methods beyond LoRA (`--boft_block_size`, `--adalora_init_r`, ...), and the memory benchmark's handling of
-figures that state the card rather than a measurement."""
+the PEFT methods beyond LoRA (`--boft_block_size`, `--adalora_init_r`, ...), the checkpointing an `accelerate launch`
+config applies, and the memory benchmark's handling of figures that state the card rather than a measurement."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -294,3 +295,58 @@ def test_full_dpo_keeps_16_bit_logits_not_the_sft_losss_fp32_copies():
     # the reference's bf16 logits and one row's log-softmax, beside one block's no-grad working set
     assert ref["temporaries"] <= one_block * 2 * rp.seq_len + 3.05 * logits
     assert a.estimate.components["logits"] <= 4.05 * logits  # backward: log-softmax + the logits' gradient
+
+
+FSDP2_LORA = FIXTURES / "v4.0.0" / "fsdp2_lora"
+FSDP2_LORA_SCRIPT = Path("examples") / "train" / "multi-gpu" / "fsdp2_lora" / "train.sh"
+
+
+def test_accelerate_fsdp_activation_checkpointing_holds_over_gradient_checkpointing_false(tmp_path):
+    """examples/train/multi-gpu/fsdp2_lora/train.sh (v4.0.0): `accelerate launch --config_file fsdp2.json` with
+    `"fsdp_activation_checkpointing": true`, and `--gradient_checkpointing false` on the command line. accelerate
+    wraps the layers itself (accelerate 1.15 accelerator.py `_prepare_fsdp2` → `fsdp2_apply_ac`), whatever the
+    trainer's `gradient_checkpointing` says; ms-swift's own FSDP2 config asks for exactly that (v4.0.0
+    swift/config/fsdp2.json: "do NOT use --gradient_checkpointing, use activation_checkpointing in fsdp_config")."""
+    script = FSDP2_LORA / FSDP2_LORA_SCRIPT
+    assert "--gradient_checkpointing false" in script.read_text(encoding="utf-8")
+    a = analysed(script, workspace=FSDP2_LORA, framework_versions={"ms-swift": "4.0.0"})
+    rp = a.resolution.resolved
+    assert rp.strategy == "fsdp" and rp.fsdp_version == 2 and rp.world_size == 2
+    assert rp.grad_checkpointing and a.plan.ckpt_reentrant.value is False
+    assert a.plan.grad_checkpointing.key == "fsdp_activation_checkpointing"
+    # the same run under a config without activation checkpointing: the command line's false holds, and every
+    # layer keeps its activations
+    shutil.copytree(FSDP2_LORA / "examples", tmp_path / "examples")
+    config = tmp_path / FSDP2_LORA_SCRIPT.parent / "fsdp2.json"
+    config.write_text(config.read_text(encoding="utf-8").replace('"fsdp_activation_checkpointing": true', '"x": 0'))
+    off = analysed(tmp_path / FSDP2_LORA_SCRIPT, workspace=tmp_path, framework_versions={"ms-swift": "4.0.0"})
+    assert not off.resolution.resolved.grad_checkpointing
+    assert a.estimate.components["activations"] < 0.1 * off.estimate.components["activations"]
+
+
+def test_swift_fsdp2_preset_shards_with_fsdp2_and_checkpoints_the_layers(tmp_path):
+    """The same run as its script's NOTE offers it for ms-swift 3.12+: `swift sft ... --fsdp fsdp2` in place of
+    `accelerate launch --config_file fsdp2.json`. The name is ms-swift's preset (v3.12.0 swift/llm/argument/
+    train_args.py `_init_fsdp`, swift/llm/fsdp_config/fsdp2.json): FSDP2, full shard, sharded state dict and
+    accelerate's activation checkpointing, which holds over `--gradient_checkpointing false`."""
+    text = (FSDP2_LORA / FSDP2_LORA_SCRIPT).read_text(encoding="utf-8")
+    assert "# NOTE: for swift>=3.12, you can use --fsdp fsdp2 instead of accelerate launch" in text
+    launch = (
+        'accelerate launch --config_file "./examples/train/multi-gpu/fsdp2_lora/fsdp2.json" \\\n    swift/cli/sft.py'
+    )
+    assert launch in text
+    script = tmp_path / "train.sh"
+    script.write_text(
+        text.replace(launch, "NPROC_PER_NODE=$nproc_per_node \\\nswift sft").replace(
+            "--gradient_checkpointing false", "--gradient_checkpointing false \\\n    --fsdp fsdp2"
+        )
+    )
+    a = analysed(script, framework_versions={"ms-swift": "4.0.0"})
+    rp = a.resolution.resolved
+    assert rp.strategy == "fsdp" and rp.zero_stage == 3 and rp.fsdp_version == 2 and rp.world_size == 2
+    assert rp.grad_checkpointing and a.plan.ckpt_reentrant.value is False
+    assert a.plan.fsdp_state_dict_type.value == "SHARDED_STATE_DICT"
+    assert not any("fsdp2" in i.message for i in a.plan.issues)  # a preset, not an unknown FSDP option
+    # the accelerate-launched original reads the same
+    launched = analysed(FSDP2_LORA / FSDP2_LORA_SCRIPT, workspace=FSDP2_LORA, framework_versions={"ms-swift": "4.0.0"})
+    assert a.estimate.components["activations"] == launched.estimate.components["activations"]

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from vramlens.formats import hf
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
 from vramlens.frameworks.keys import Key
-from vramlens.plan import IssueKind, Severity
+from vramlens.plan import IssueKind, Severity, TrainingPlan
 
 ACCELERATE_KEYS = frozenset(
     {
@@ -223,6 +223,20 @@ def _megatron_entry(b: PlanBuilder, e: Setting) -> None:
         b.set_int("pipeline_parallel", e, minimum=1)
     elif k == "megatron_lm_recompute_activations" and to_bool(e.value):
         b.set("grad_checkpointing", True, e)
+
+
+def take_checkpointing(plan: TrainingPlan, config: TrainingPlan) -> None:
+    """Checkpointing the accelerate config turns on holds whatever the training script's `gradient_checkpointing`
+    says: accelerate wraps the layers itself (accelerate 1.15 accelerator.py `_prepare_fsdp2`: `if
+    self.state.fsdp_plugin.activation_checkpointing: model = fsdp2_apply_ac(...)`; `prepare_model` (FSDP1): `if
+    fsdp_plugin.activation_checkpointing: apply_activation_checkpointing(...)`, the plugin read from the config's
+    `fsdp_activation_checkpointing`), beside the trainer's own `gradient_checkpointing_enable`."""
+    on = config.grad_checkpointing
+    if on is None or not on.value:
+        return
+    plan.grad_checkpointing = on
+    if config.ckpt_reentrant is not None:
+        plan.ckpt_reentrant = config.ckpt_reentrant
 
 
 def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Callable
 
-from vramlens.formats import hf, launchers, megatron, purpose, verl
+from vramlens.formats import accelerate, hf, launchers, megatron, purpose, verl
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
 from vramlens.plan import IssueKind, Origin, ParseIssue, Reference, Severity, Sourced, Span, TrainingPlan
 from vramlens.text import LineIndex
@@ -1226,6 +1226,26 @@ def _swift_deepspeed(b: PlanBuilder, s: Setting) -> None:
     apply_hf_key(b, "deepspeed", s)
 
 
+# ms-swift 3.12+ `--fsdp fsdp2` names its preset fsdp2.json (`_init_fsdp`: v3.12.0 swift/llm/argument/train_args.py
+# with swift/llm/fsdp_config/fsdp2.json; 4.x 3602360a swift/arguments/sft_args.py with swift/config/fsdp2.json):
+# `"fsdp": "full_shard auto_wrap"` and fsdp_config `fsdp_version: 2`, `reshard_after_forward: true`, `state_dict_type:
+# SHARDED_STATE_DICT`, `activation_checkpointing: true` — checkpointing accelerate applies to the layers whatever
+# `--gradient_checkpointing` says (the preset's own note: "do NOT use --gradient_checkpointing")
+SWIFT_FSDP2 = "ms-swift FSDP preset `fsdp2` (fsdp2.json, ms-swift 3.12.0 to 4.x)"
+
+
+def _swift_fsdp(b: PlanBuilder, s: Setting) -> None:
+    if not (isinstance(s.value, str) and s.value.strip().lower() == "fsdp2"):
+        return apply_hf_key(b, "fsdp", s)
+    b.set("dist_strategy", "fsdp", s, note=SWIFT_FSDP2)
+    b.set("zero_stage", 3, s, note=f"{SWIFT_FSDP2}: full_shard")
+    b.set("fsdp_version", 2, s, note=SWIFT_FSDP2)
+    b.set("fsdp_state_dict_type", "SHARDED_STATE_DICT", s, note=SWIFT_FSDP2)
+    note = f"{SWIFT_FSDP2}: FSDP's activation checkpointing (non-reentrant)"
+    b.set("grad_checkpointing", True, s, note=note, override=True)
+    b.set("ckpt_reentrant", False, s, note=note, override=True)
+
+
 # Flag names beyond the HF/TRL table: ms-swift (`swift/arguments/`), LLaMA-Factory (`src/llamafactory/hparams/`),
 # FastChat/LLaVA (`fastchat/train/train.py`), qlora.py (artidoro/qlora); commits in docs/config-sources.md.
 EXTRA_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
@@ -1310,6 +1330,7 @@ def _swift_quant_bit(b: PlanBuilder, s: Setting) -> None:
 SWIFT_HANDLERS = {
     "model": launchers.swift_model_path,
     "deepspeed": _swift_deepspeed,
+    "fsdp": _swift_fsdp,
     "attn_impl": _swift_attn,
     "quantization_bit": _swift_quant_bit,
     "quant_bits": _swift_quant_bit,
@@ -3077,6 +3098,8 @@ def _follow_config(b: PlanBuilder, r: _Reader, kind: str, arg: Arg, target: str,
             )
         return
     merge_under(b.plan, sub, take_framework=kind in ("config", "torchtune-config"))
+    if kind == "accelerate":
+        accelerate.take_checkpointing(b.plan, sub)
 
 
 def merge_under(plan: TrainingPlan, sub: TrainingPlan, take_framework: bool = True) -> None:
