@@ -11,14 +11,18 @@ query heads, key/value groups (`--num-query-groups`), head width (`--kv-channels
 (`--ffn-hidden-size`, `--moe-ffn-hidden-size`, `--moe-shared-expert-intermediate-size`), experts and top-k, Mamba
 heads and head width, state size and groups (Megatron's `TransformerConfig` defaults `mamba_head_dim` 64,
 `mamba_state_dim` 128, `mamba_num_groups` 8 when the file states none, and `MambaMixer`'s `d_conv=4` and `expand=2`:
-2 · hidden_size // head width Mamba heads), squared-ReLU MLPs (`--squared-relu`: `mlp_hidden_act` relu2), no biases
-(`--disable-bias-linear`), untied head, bf16. The files are read from the bare git mirror (`git show
-<commit>:<path>`); the flags are split with `shlex` and nothing is run.
+2 · hidden_size // head width Mamba heads), squared-ReLU MLPs (`--squared-relu`: `mlp_hidden_act` relu2), the MLP
+biases (none with `--disable-bias-linear`), untied head (`--untie-embeddings-and-output-weights`), the parameter dtype
+(`--bf16`). The config is the one the run reader builds from the same flags (formats/megatron_hybrid.py
+`nemotron_h_config`, megatron-core's defaults where the flags are silent). The files are read from the bare git mirror
+(`git show <commit>:<path>`); the flags are split with `shlex` and nothing is run.
 
 A file whose flags leave a shape out is written `approximate` with the reason: a vocabulary that comes from the
 Hugging Face tokenizer (no `--padded-vocab-size`) takes transformers' `NemotronHConfig` default (131072; that class's
 docstring names NVIDIA-Nemotron-3-Nano-30B-A3B-BF16). A file whose layers the catalog cannot build (a latent MoE,
-`--moe-latent-size`) is left out with the reason; so is an id the catalog already holds (compared under "checked").
+`--moe-latent-size`; SwiGLU MLPs; biases megatron-core builds that the config cannot hold: attention, expert and
+LayerNorm biases, `megatron_hybrid.uncounted_biases`) is left out with the reason; so is an id the catalog already
+holds (compared under "checked").
 
     python scripts/import_catalog_megatron.py [--git-dir /work/.mirror/NVIDIA+Megatron-LM/repo] [--commit HEAD]
         [--check]
@@ -47,8 +51,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from import_catalog import importer_args, stated_size, write_or_check  # noqa: E402
 from import_catalog_transformers import _catalog_without, _checked, _mapped, _total_b  # noqa: E402
 
-# megatron-core's Mamba mixer sizes and defaults (TransformerConfig, MambaMixer.__init__), as the run reader takes them
-from vramlens.formats.megatron_hybrid import MAMBA_CONV, mamba_sizes  # noqa: E402
+# the run reader's config of a hybrid (megatron-core's defaults where the flags are silent)
+from vramlens.formats.megatron_hybrid import mamba_sizes, not_buildable, uncounted_biases  # noqa: E402
+from vramlens.formats.megatron_hybrid import nemotron_h_config as hybrid_config  # noqa: E402
 
 _MARK = "NVIDIA/Megatron-LM"
 # transformers 5.24 NemotronHConfig's default vocabulary (the checkpoint its docstring names)
@@ -73,56 +78,51 @@ def flags(text: str) -> dict[str, str | bool] | None:
     return out
 
 
-def nemotron_h_config(f: dict[str, str | bool]) -> tuple[dict[str, Any], list[str]]:
-    """The nemotron_h config.json of a hybrid's flags, and what it had to assume."""
-    pattern = str(f.get("hybrid-layer-pattern") or f.get("hybrid-override-pattern"))
-    heads = int(f["num-attention-heads"])
-    moe = "num-experts" in f
-    stated = {name: f.get(name.replace("_", "-")) for name in MAMBA_FLAGS}  # `--mamba-head-dim 64` → mamba_head_dim
-    mamba_heads, head_dim, groups, state = mamba_sizes(
-        int(f["hidden-size"]), {name: int(str(v)) if v else None for name, v in stated.items()}
-    )
-    assumed = []
-    config: dict[str, Any] = {
-        "architectures": ["NemotronHForCausalLM"],
-        "model_type": "nemotron_h",
-        "hybrid_override_pattern": pattern,
-        "num_hidden_layers": len(pattern),
-        "hidden_size": int(f["hidden-size"]),
-        "num_attention_heads": heads,
-        "num_key_value_heads": int(f["num-query-groups"]) if f.get("group-query-attention") else heads,
-        # megatron/training/arguments.py: without --kv-channels, hidden_size // num_attention_heads
-        "head_dim": int(f.get("kv-channels") or int(f["hidden-size"]) // heads),
-        "intermediate_size": int(f["ffn-hidden-size"]),
-        "mamba_num_heads": mamba_heads,
-        "mamba_head_dim": head_dim,
-        "ssm_state_size": state,
-        "n_groups": groups,
-        "conv_kernel": MAMBA_CONV,
-        "mlp_hidden_act": "relu2" if f.get("squared-relu") else "silu",
-        "use_bias": not f.get("disable-bias-linear"),
-        "attention_bias": not f.get("disable-bias-linear"),
-        "tie_word_embeddings": not f.get("untie-embeddings-and-output-weights"),
-        "dtype": "bfloat16" if f.get("bf16") else "float32",
+def sizes_of(f: dict[str, str | bool]) -> dict[str, Any]:
+    """The sizes `megatron_hybrid.nemotron_h_config` takes, from a conf file's flags (megatron/training/arguments.py:
+    without --kv-channels, hidden_size // num_attention_heads; without --ffn-hidden-size, 4 · hidden_size)."""
+    hidden, heads = int(f["hidden-size"]), int(f["num-attention-heads"])
+    moe_ffn = f.get("moe-ffn-hidden-size") or f.get("ffn-hidden-size")
+    return {
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": int(f["num-query-groups"]) if f.get("group-query-attention") else heads,
+        "head_dim": int(f.get("kv-channels") or hidden // heads),
+        "ffn": int(f.get("ffn-hidden-size") or 4 * hidden),
+        "vocab": int(f["padded-vocab-size"]) if f.get("padded-vocab-size") else NEMOTRON_H_VOCAB,
+        "tied": not f.get("untie-embeddings-and-output-weights"),
+        "squared_relu": bool(f.get("squared-relu")),
+        "linear_bias": not f.get("disable-bias-linear"),
+        "qkv_bias": bool(f.get("add-qkv-bias")),
+        "layernorm": "rms" not in str(f.get("normalization") or "LayerNorm").lower(),
+        "dtype": "bf16" if f.get("bf16") else "fp16" if f.get("fp16") else None,
+        "experts": int(str(f["num-experts"])) if f.get("num-experts") else None,
+        "topk": int(str(f["moe-router-topk"])) if f.get("moe-router-topk") else None,
+        "moe_ffn": int(str(moe_ffn or 4 * hidden)),
+        "shared": int(str(f.get("moe-shared-expert-intermediate-size") or 0)),
     }
-    if moe:
-        config |= {
-            "n_routed_experts": int(f["num-experts"]),
-            "num_experts_per_tok": int(f["moe-router-topk"]),
-            "moe_intermediate_size": int(f.get("moe-ffn-hidden-size") or f["ffn-hidden-size"]),
-        }
-        shared = int(f.get("moe-shared-expert-intermediate-size") or 0)
-        if shared:  # one shared expert of that width (Megatron's `SharedExpertMLP`)
-            config |= {"n_shared_experts": 1, "moe_shared_expert_intermediate_size": shared}
-    if f.get("padded-vocab-size"):
-        config["vocab_size"] = int(f["padded-vocab-size"])
-    else:
-        config["vocab_size"] = NEMOTRON_H_VOCAB
+
+
+def nemotron_h_config(f: dict[str, str | bool]) -> tuple[dict[str, Any] | None, list[str], str | None]:
+    """The nemotron_h config.json of a hybrid's flags (the run reader's, `megatron_hybrid.nemotron_h_config`), what
+    it had to assume, and why a file is left out (None when it is not)."""
+    pattern = str(f.get("hybrid-layer-pattern") or f.get("hybrid-override-pattern"))
+    sizes = sizes_of(f)
+    if f.get("swiglu"):
+        return None, [], "gated (SwiGLU) MLPs, which Nemotron-H's layers do not have"
+    if (why := not_buildable(pattern, sizes)) is not None:
+        return None, [], why
+    if uncounted_biases(pattern, sizes):
+        return None, [], "biases (linear or LayerNorm) that a nemotron_h config.json cannot hold"
+    stated = {name: f.get(name.replace("_", "-")) for name in MAMBA_FLAGS}  # `--mamba-head-dim 64` → mamba_head_dim
+    mamba = mamba_sizes(sizes["hidden"], {name: int(str(v)) if v else None for name, v in stated.items()})
+    assumed = []
+    if not f.get("padded-vocab-size"):
         assumed.append(
             f"vocabulary not in the Megatron arguments (the Hugging Face tokenizer's): {NEMOTRON_H_VOCAB}, "
             "transformers 5.24 NemotronHConfig's default"
         )
-    return config, assumed
+    return hybrid_config(pattern, sizes, mamba), assumed, None
 
 
 def git(git_dir: Path, *args: str) -> str:
@@ -146,9 +146,12 @@ def build(git_dir: Path, commit: str) -> tuple[dict[str, Any], list[str]]:
             left_out.append(where | {"id": model_id, "why": "latent MoE (--moe-latent-size): not built here"})
             continue
         try:
-            config, assumed = nemotron_h_config(f)
+            config, assumed, why = nemotron_h_config(f)
         except KeyError as missing:
             left_out.append(where | {"id": model_id, "why": f"--{missing.args[0]} not stated"})
+            continue
+        if config is None:
+            left_out.append(where | {"id": model_id, "why": why})
             continue
         arch = _mapped(config, model_id)
         if arch is None:

@@ -35,9 +35,12 @@ def megatron_core_params(
     experts: int = 0,
     moe_ffn: int = 0,
     shared: int = 0,
+    linear_bias: bool = False,
+    layernorm: bool = False,
 ) -> int:
-    """What megatron-core (d98e8a64; core_v0.15.0 the same) builds for a hybrid pattern, RMSNorm, no linear biases,
-    no learned positions, ungated MLPs. mamba: (heads H, head width P, groups G, state N)."""
+    """What megatron-core (d98e8a64; core_v0.15.0 the same) builds for a hybrid pattern, no learned positions,
+    ungated MLPs; with `linear_bias` (`add_bias_linear`) the attention, MLP, router and routed experts' biases, with
+    `layernorm` a bias in every norm. mamba: (heads H, head width P, groups G, state N)."""
     nh, p, g, n = mamba
     i = nh * p
     conv = i + 2 * g * n
@@ -53,9 +56,18 @@ def megatron_core_params(
         # `SharedExpertMLP`
         "E": h + experts * h + experts * 2 * h * moe_ffn + 2 * h * shared,
     }
+    if linear_bias:
+        # linear_qkv and linear_proj (attention.py `bias=self.config.add_bias_linear`), fc1 and fc2 (mlp.py), the
+        # router's bias (moe/router.py `Router.__init__`), each grouped expert's fc1 and fc2 (moe/experts.py); the
+        # Mamba mixer has none (`assert not bias`)
+        per_kind["*"] += (heads + 2 * groups) * kv_channels + h
+        per_kind["-"] += ffn + h
+        per_kind["E"] += experts + experts * (moe_ffn + h)
+    if layernorm:  # one norm per layer (fused into its first linear, or pre_mlp_layernorm) and the final norm
+        per_kind = {k: v + h for k, v in per_kind.items()}
     layers = sum(per_kind[ch] for ch in pattern)
     # `LanguageModelEmbedding` word embeddings, the final norm, the output layer
-    return layers + vocab * h + h + (vocab * h if untied else 0)
+    return layers + vocab * h + h + (h if layernorm else 0) + (vocab * h if untied else 0)
 
 
 def _analyze(path: Path):
@@ -207,13 +219,19 @@ def test_tied_embeddings_are_counted_once(tmp_path: Path):
     assert a.resolution.resolved.arch.params_total == expected
 
 
-def test_defaults_the_nemotron_h_model_does_not_have_are_named(tmp_path: Path):
-    # Megatron's defaults: LayerNorm (biases in every norm), linear biases, learned absolute positions
-    a = _written(tmp_path, "--hybrid-layer-pattern M*M- --hidden-size 256 --num-attention-heads 4")
+def test_megatron_defaults_count_the_biases_megatron_core_builds(tmp_path: Path):
+    # Megatron's defaults: LayerNorm (biases in every norm), linear biases (`add_bias_linear` True without
+    # `--disable-bias-linear`: megatron/core/transformer/transformer_config.py), learned absolute positions (named,
+    # not counted). Before, the biases were named "not counted" and the total was the bias-free model's.
+    flags = "--hybrid-layer-pattern M*ME- --hidden-size 256 --num-attention-heads 4 --num-experts 4"
+    a = _written(tmp_path, f"{flags} --padded-vocab-size 1024")
     assert a.estimate is not None, a.error
+    sizes = dict(h=256, heads=4, groups=4, kv_channels=64, ffn=1024, vocab=1024, untied=False, experts=4, moe_ffn=1024)
+    expected = megatron_core_params("M*ME-", mamba=(8, 64, 8, 128), linear_bias=True, layernorm=True, **sizes)
+    assert a.resolution.resolved.arch.params_total == expected == a.estimate.params_total
+    assert _config(a)["num_experts_per_tok"] == 2  # `moe_router_topk` default
     reasons = " ".join(a.estimate.approximate)
-    assert "LayerNorm's biases" in reasons
-    assert "linear layers' biases" in reasons
+    assert "biases" not in reasons
     assert "learned absolute position embeddings not counted" in reasons
 
 
@@ -229,6 +247,12 @@ def test_defaults_the_nemotron_h_model_does_not_have_are_named(tmp_path: Path):
             "is not Megatron's hybrid stack spec",
         ),
         ("--hybrid-layer-pattern MEM*", "without `--num-experts`"),
+        # megatron/core/transformer/moe/shared_experts.py `SharedExpertMLP.__init__`: `assert
+        # config.add_bias_linear == False`, "bias is not supported in the shared experts"
+        (
+            "--hybrid-layer-pattern M*E --num-experts 4 --moe-shared-expert-intermediate-size 128",
+            "shared experts with linear biases",
+        ),
     ],
 )
 def test_hybrids_whose_layers_are_not_built_keep_the_refusal_with_the_reason(tmp_path: Path, flags: str, why: str):

@@ -64,12 +64,43 @@ def test_nemotron_h_config_takes_megatrons_defaults_for_what_the_flags_leave_out
     --mamba-num-groups, TransformerConfig's 128 and 8."""
     flags = {"hybrid-layer-pattern": "M*M-", "hidden-size": "1024", "num-attention-heads": "8"}
     flags |= {"ffn-hidden-size": "4096", "padded-vocab-size": "32000", "untie-embeddings-and-output-weights": True}
-    config, assumed = _script().nemotron_h_config(flags)
-    assert assumed == []
+    flags |= {"disable-bias-linear": True, "normalization": "RMSNorm"}  # as every ModelOpt hybrid file states
+    config, assumed, left_out = _script().nemotron_h_config(flags)
+    assert assumed == [] and left_out is None
     assert (config["mamba_num_heads"], config["mamba_head_dim"]) == (2 * 1024 // 64, 64)
     assert config["head_dim"] == 1024 // 8 and config["num_key_value_heads"] == 8
     assert (config["ssm_state_size"], config["n_groups"], config["conv_kernel"]) == (128, 8, 4)
     assert config["num_hidden_layers"] == 4 and config["tie_word_embeddings"] is False
+
+
+def test_the_importer_writes_the_config_the_run_reader_builds():
+    """One builder (formats/megatron_hybrid.py `nemotron_h_config`) with megatron-core's defaults (d98e8a64): GELU
+    MLPs without --squared-relu (`TransformerConfig.activation_func` F.gelu), top-2 routing without
+    --moe-router-topk (`moe_router_topk` 2), float32 parameters without --bf16 (model_parallel_config.py
+    `params_dtype`). Before, the importer wrote silu and needed --moe-router-topk."""
+    from vramlens.formats import megatron_hybrid as mh
+
+    flags = {"hybrid-layer-pattern": "M-ME", "hidden-size": "1024", "num-attention-heads": "8", "num-experts": "4"}
+    flags |= {"ffn-hidden-size": "4096", "padded-vocab-size": "32000", "normalization": "RMSNorm"}
+    config, _, left_out = _script().nemotron_h_config(flags | {"disable-bias-linear": True})
+    assert left_out is None
+    sizes = _script().sizes_of(flags | {"disable-bias-linear": True})
+    assert config == mh.nemotron_h_config("M-ME", sizes, mh.mamba_sizes(1024, {}))
+    assert config["mlp_hidden_act"] == "gelu" and config["num_experts_per_tok"] == 2
+    assert config["dtype"] == "float32" and not config["use_bias"] and not config["mlp_bias"]
+
+
+def test_a_file_whose_biases_the_config_cannot_hold_is_left_out():
+    """Linear biases (megatron-core builds them without --disable-bias-linear; transformers' NemotronHAttention has
+    none, and the Nemotron-H count is measured without MLP biases) and LayerNorm biases (the default
+    `--normalization`): such a file is left out with the reason rather than written short of them."""
+    flags = {"hybrid-layer-pattern": "M*M-", "hidden-size": "1024", "num-attention-heads": "8"}
+    config, _, left_out = _script().nemotron_h_config(flags | {"normalization": "RMSNorm"})
+    assert config is None and "biases" in left_out
+    config, _, left_out = _script().nemotron_h_config(flags | {"disable-bias-linear": True})
+    assert config is None and "biases" in left_out
+    config, _, left_out = _script().nemotron_h_config(flags | {"disable-bias-linear": True, "normalization": "RMSNorm"})
+    assert config is not None and left_out is None
 
 
 @pytest.mark.skipif(not MIRROR.exists(), reason="no NVIDIA/Megatron-LM mirror")

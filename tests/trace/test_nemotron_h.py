@@ -16,12 +16,13 @@ from tiny_configs import TINY_CONFIGS
 from trace_plans import LORA, assert_estimate_matches_trace, need, plan
 from vramlens.estimate import components as C
 from vramlens.knowledge.models import arch_from_hf_config
+from vramlens.resolve.adapters import normalize_targets
 
 torch = pytest.importorskip("torch", reason="torch not installed (the trace extra)")
 need("transformers")
 need("peft")
 
-# the grid's LoRA targets as peft module names: q, k, v, o reach attention, up and down the relu² MLP
+# LoRA targets as peft module names: q, k, v, o reach attention, up_proj and down_proj the relu² MLP
 ADAPTED = ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"]
 SIZES = [{}, dict(mamba_num_heads=4, mamba_head_dim=16, ssm_state_size=32, intermediate_size=192, chunk_size=32)]
 
@@ -54,7 +55,8 @@ def test_each_block_keeps_what_the_estimate_says(sizes, method):
     config = dict(TINY_CONFIGS["nemotron_h"], **sizes)
     arch = arch_from_hf_config(config, "tiny-nemotron-h")
     model, layers = real_model(config, method == "lora")
-    changes = dict(LORA, lora_targets=("q", "k", "v", "o", "up", "down")) if method == "lora" else {}
+    # the plan's targets as the resolver reads peft's names: up_proj and down_proj are the ungated MLP's fc1 and fc2
+    changes = dict(LORA, lora_targets=normalize_targets(ADAPTED, arch)[0]) if method == "lora" else {}
     for batch, positions in [(2, 128), (1, 100)]:
         rp = plan(arch=arch, seq_len=positions, micro_batch=batch, attn_mask=False, repeat_kv=False, **changes)
         seen = set()
@@ -123,6 +125,25 @@ def test_estimate_follows_the_real_library_trace(mode, ckpt):
     rp = row_plan("nemotron_h", mode, ckpt)
     traced = assert_estimate_matches_trace(rp)
     if mode == "lora":
-        # the adapters peft makes: q, k, v, o in the attention layer, up and down in the MLP layers, none in a mixer
+        # the adapters peft makes: q, k, v, o in the attention layer, none in a mixer; the grid's gate, up and down
+        # are a gated MLP's, which the relu² MLP is not (as in GPT-2's rows)
         assert C.params(rp).adapter_params == traced["params_trainable"]
     assert math.isclose(C.params(rp).total, traced["params_total"]) or mode == "lora"
+
+
+def test_llama_target_names_adapt_what_peft_adapts():
+    """The target list written for Llama-style models on Nemotron-H: q/k/v/o_proj reach attention, up_proj and
+    down_proj the ungated MLP (its canonical fc1 and fc2), gate_proj nothing; the estimate's adapters are the ones
+    peft makes. Before, the MLP was read as gated (SwiGLU) and gate_proj as its gate."""
+    config = dict(TINY_CONFIGS["nemotron_h"])
+    arch = arch_from_hf_config(config, "tiny-nemotron-h")
+    assert arch.mlp == "relu"
+    names = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    targets = normalize_targets(names, arch)[0]
+    assert targets == ("q", "k", "v", "o", "fc1", "fc2")
+    from peft import LoraConfig, get_peft_model
+
+    model, _ = real_model(config, False)
+    model = get_peft_model(model, LoraConfig(r=LORA["lora_r"], lora_alpha=16, target_modules=names))
+    made = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert C.params(plan(arch=arch, **dict(LORA, lora_targets=targets))).adapter_params == made

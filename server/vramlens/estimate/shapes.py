@@ -281,9 +281,10 @@ def nemotron_h_linears(arch: ModelArch) -> list[Linear]:
     from its layer list); [] for any other model. transformers 5.24 models/nemotron_h/modeling_nemotron_h.py:
     `NemotronHAttention` q, k, v, o_proj (no bias); `NemotronHMamba2Mixer` in_proj h → 2·I + 2·G·N + H (the gate,
     x|B|C, Δ; I = mamba_num_heads · mamba_head_dim) and out_proj I → h (`use_bias`); `NemotronHMLP` up_proj and
-    down_proj (`mlp_bias`, no gate); `NemotronHMoE`: its routed experts are 3-D parameters (`NemotronHExperts`,
-    up I_e × h and down h × I_e), its shared expert a `NemotronHMLP` of moe_shared_expert_intermediate_size, and
-    with `moe_latent_size` the fc1/fc2 latent projections (the experts then read the latent width)."""
+    down_proj (`mlp_bias`, no gate: the ungated MLP's canonical fc1 and fc2); `NemotronHMoE`: its routed experts are
+    3-D parameters (`NemotronHExperts`, up I_e × h and down h × I_e), its shared expert a `NemotronHMLP` of
+    moe_shared_expert_intermediate_size, and with `moe_latent_size` the latent projections fc1_latent_proj and
+    fc2_latent_proj (the experts then read the latent width)."""
     import json
 
     if arch.family != "nemotron_h" or not arch.hf_config_json:
@@ -309,8 +310,8 @@ def nemotron_h_linears(arch: ModelArch) -> list[Linear]:
         out.append(Linear("out_proj", inner, h, n_ssm, bias=bias))
     if n_mlp:
         out += [
-            Linear("up", h, arch.intermediate, n_mlp, mlp_bias),
-            Linear("down", arch.intermediate, h, n_mlp, mlp_bias),
+            Linear("fc1", h, arch.intermediate, n_mlp, mlp_bias),
+            Linear("fc2", arch.intermediate, h, n_mlp, mlp_bias),
         ]
     if n_moe:
         width = int(config.get("moe_intermediate_size", arch.moe_intermediate or arch.intermediate))
@@ -318,10 +319,10 @@ def nemotron_h_linears(arch: ModelArch) -> list[Linear]:
         latent = config.get("moe_latent_size")
         into = int(latent) if latent else h
         experts = n_moe * max(arch.num_experts, 1)
-        out += [Linear("up", into, width, experts, expert=True), Linear("down", width, into, experts, expert=True)]
-        out += [Linear("up", h, shared, n_moe, mlp_bias), Linear("down", shared, h, n_moe, mlp_bias)]
+        out += [Linear("fc1", into, width, experts, expert=True), Linear("fc2", width, into, experts, expert=True)]
+        out += [Linear("fc1", h, shared, n_moe, mlp_bias), Linear("fc2", shared, h, n_moe, mlp_bias)]
         if latent:
-            out += [Linear("fc1", h, into, n_moe, mlp_bias), Linear("fc2", into, h, n_moe, mlp_bias)]
+            out += [Linear("fc1_latent", h, into, n_moe, mlp_bias), Linear("fc2_latent", into, h, n_moe, mlp_bias)]
     return out
 
 

@@ -614,17 +614,26 @@ def _hybrid_model(b: PlanBuilder, by: dict[str, Setting], script: str) -> None:
         "vocab": size("vocab_size") or GPT2_VOCAB,
         "tied": not (untied is not None and to_bool(untied.value) is not False),
         "squared_relu": "squared_relu" in by and to_bool(by["squared_relu"].value) is not False,
+        "linear_bias": bool(getattr(extra.get("arch.linear_bias"), "value", True)),
+        "qkv_bias": bool(getattr(extra.get("arch.qkv_bias"), "value", False)),
+        # arguments.py `--normalization` default LayerNorm
+        "layernorm": "rms" not in str(getattr(extra.get("arch.norm"), "value", "LayerNorm")).lower(),
+        "dtype": next((d for d in ("bf16", "fp16") if d in by and to_bool(by[d].value) is not False), None),
         "experts": size("num_experts"),
-        "topk": size("experts_per_token") or DEFAULT_TOPK,
+        "topk": size("experts_per_token"),
         "moe_ffn": size("moe_intermediate_size") or size("intermediate_size") or 4 * hidden,
         "shared": size("shared_expert_intermediate_size") or 0,
     }
     if "E" in main and not sizes["experts"]:
         return refuse("MoE layers (`E`) without `--num-experts`")
+    if (why := mh.not_buildable(main, sizes)) is not None:
+        return refuse(why)
     config = mh.nemotron_h_config(pattern, sizes, mamba)
     arch = arch_from_hf_config(config, f"megatron-hybrid-{config['num_hidden_layers']}L-{hidden}h", source=how)
     if arch is None or not arch.params_total:
         return refuse("its layers could not be built")
+    # the biases megatron-core builds beyond the Nemotron-H model's (`uncounted_biases`)
+    arch = arch.model_copy(update={"params_total": arch.params_total + mh.uncounted_biases(main, sizes)})
     counts = ", ".join(f"{main.count(ch)} {name}" for ch, name in mh.BUILT.items() if ch in main)
     set_built_arch(
         b,
@@ -648,15 +657,6 @@ def _hybrid_parameter_notes(b: PlanBuilder, by: dict[str, Setting], main: str) -
     """What a hybrid run's flags add to the layers the Nemotron-H model counts (megatron-core d98e8a64), and a Mamba
     training path the activations are not sized for."""
     notes = []
-    norm = str(getattr(b.plan.extra.get("arch.norm"), "value", "LayerNorm"))
-    if "rms" not in norm.lower():
-        # arguments.py `--normalization` default LayerNorm: each layer's norm and the final norm have a bias
-        notes.append(f"Megatron hybrid: {norm}'s biases (hidden size per norm) not counted (counted as RMSNorm)")
-    linear = b.plan.extra.get("arch.linear_bias")
-    if linear is not None and linear.value and any(ch in main for ch in "*-E"):
-        # `add_bias_linear` (on without `--disable-bias-linear`): the attention, MLP, router and expert linears
-        # (the Mamba mixer has none: `assert not bias`)
-        notes.append("Megatron hybrid: the linear layers' biases (no `--disable-bias-linear`) not counted")
     position = by.get("position_embedding_type")
     if position is None or str(position.value).strip().lower() == "learned_absolute":
         # arguments.py `--position-embedding-type` default learned_absolute: `LanguageModelEmbedding` adds

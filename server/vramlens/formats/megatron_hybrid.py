@@ -28,7 +28,8 @@ the same symbols, and the same parameters in each, layer by layer (megatron-core
 - the word embedding, the final norm and the output layer (untied with `--untie-embeddings-and-output-weights`).
 
 So the model is read as that Nemotron-H config.json (`nemotron_h_config`), whose parameters the catalog counts by
-construction. What the config cannot say is named (`approximate`) or the run is not read (`not_built`).
+construction, with the linear and LayerNorm biases megatron-core builds beside them (`uncounted_biases`). What the
+config cannot say is named (`approximate`) or the run is not read (`not_built`, `not_buildable`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ MAMBA_GROUPS = 8
 # megatron/core/ssm/mamba_mixer.py `MambaMixer.__init__(…, d_conv=4, expand=2, …)`
 MAMBA_CONV = 4
 MAMBA_EXPAND = 2
+# megatron/core/transformer/transformer_config.py `TransformerConfig` (d98e8a64): `moe_router_topk: int = 2`
+MOE_TOPK = 2
 # the layer specs whose layers are the ones above (`--spec <module> <name>`)
 SPECS = ("hybrid_stack_spec", "mamba_stack_spec")
 
@@ -130,9 +133,11 @@ def nemotron_h_config(
     sizes: Mapping[str, Any],
     mamba: tuple[int, int, int, int],
 ) -> dict[str, Any]:
-    """The transformers 5.24 `nemotron_h` config.json of the layers Megatron builds (module docstring). `sizes`: the
-    run's hidden, heads, kv_heads, head_dim, ffn, vocab, tied, squared_relu and, with experts, experts, topk,
-    moe_ffn and shared (0: none)."""
+    """The transformers 5.24 `nemotron_h` config.json of the layers Megatron builds (module docstring), with
+    megatron-core's defaults where the run states nothing (d98e8a64). `sizes`: the run's hidden, heads, kv_heads,
+    head_dim, ffn, vocab, tied; squared_relu (`--squared-relu`), linear_bias (False with `--disable-bias-linear`),
+    dtype ("bf16", "fp16" or None); with experts, experts, topk (None: the default), moe_ffn and shared (0: none).
+    Linear biases are not written (`uncounted_biases`)."""
     layers = pattern.replace(PIPE, "")
     heads, head_dim, groups, state = mamba
     config: dict[str, Any] = {
@@ -151,23 +156,65 @@ def nemotron_h_config(
         "n_groups": groups,
         "conv_kernel": MAMBA_CONV,
         "use_conv_bias": True,
-        # Megatron's MLPs: squared ReLU with `--squared-relu`, else GELU (arguments.py `activation_func`); the
-        # parameters are the same
+        # `TransformerConfig.activation_func` F.gelu, squared ReLU with `--squared-relu` (megatron/training/
+        # argument_utils.py `core_transformer_config_from_args`); the parameters are the same
         "mlp_hidden_act": "relu2" if sizes.get("squared_relu") else "gelu",
+        # no biases: the Mamba mixer has none (`MambaMixer.__init__`: `assert not bias`); those the other layers
+        # have with `add_bias_linear` are counted apart (`uncounted_biases`)
         "use_bias": False,
         "mlp_bias": False,
         "attention_bias": False,
         "tie_word_embeddings": bool(sizes["tied"]),
         "vocab_size": sizes["vocab"],
-        "dtype": "bfloat16",
+        # megatron/core/model_parallel_config.py `params_dtype` float32; megatron/training/arguments.py
+        # `validate_args`: torch.half with --fp16, torch.bfloat16 with --bf16
+        "dtype": {"bf16": "bfloat16", "fp16": "float16"}.get(sizes.get("dtype") or "", "float32"),
     }
     if "E" in layers:
         shared = int(sizes.get("shared") or 0)
         config |= {
             "n_routed_experts": sizes["experts"],
-            "num_experts_per_tok": sizes["topk"],
+            "num_experts_per_tok": sizes.get("topk") or MOE_TOPK,
             "moe_intermediate_size": sizes["moe_ffn"],
             "n_shared_experts": 1 if shared else 0,
             "moe_shared_expert_intermediate_size": shared,
         }
     return config
+
+
+def not_buildable(pattern: str, sizes: Mapping[str, Any]) -> str | None:
+    """Why megatron-core refuses to build a run's layers, or None: shared experts with linear biases
+    (megatron/core/transformer/moe/shared_experts.py `SharedExpertMLP.__init__`: `assert config.add_bias_linear ==
+    False`, "bias is not supported in the shared experts")."""
+    if "E" in pattern and sizes.get("shared") and sizes.get("linear_bias"):
+        return "shared experts with linear biases (no `--disable-bias-linear`), which megatron-core does not build"
+    return None
+
+
+def uncounted_biases(pattern: str, sizes: Mapping[str, Any]) -> int:
+    """The biases megatron-core builds that the Nemotron-H count lacks (megatron-core d98e8a64). transformers 5.24
+    `NemotronHAttention` builds no bias whatever `attention_bias` says, `NemotronHExperts` and `NemotronHTopkRouter`
+    none, its RMSNorms hold weights only, and the bundled Nemotron-H inventory is measured with `mlp_bias` false (a
+    config.json with it true is counted approximately), so all of them are counted here:
+    - each attention layer's linear_qkv bias ((heads + 2 · query groups) · kv_channels) with `add_bias_linear`
+      (`TransformerConfig`, True unless `--disable-bias-linear`) or `add_qkv_bias` (megatron/core/transformer/
+      attention.py `SelfAttention`: `bias=self.config.add_bias_linear or self.config.add_qkv_bias`);
+    - with `add_bias_linear`: each attention layer's linear_proj bias (h, `bias=self.config.add_bias_linear`), each
+      MLP layer's linear_fc1 and linear_fc2 biases (ffn + h: megatron/core/transformer/mlp.py `MLP.__init__`,
+      `bias=self.config.add_bias_linear`), and each MoE layer's router bias (one per expert: megatron/core/
+      transformer/moe/router.py `Router.__init__`) and its routed experts' linear_fc1 and linear_fc2 biases (moe ffn
+      + h per expert: megatron/core/transformer/moe/experts.py `TEGroupedMLP`, `bias=self.config.add_bias_linear`);
+    - with LayerNorm (`--normalization` default LayerNorm, megatron/training/arguments.py): the bias of every layer's
+      norm (fused into in_proj, linear_qkv or linear_fc1, or the MoE layer's pre_mlp_layernorm) and of the final
+      norm, h each (Nemotron-H's RMSNorms hold their weights only).
+    `sizes` as `nemotron_h_config`'s, with qkv_bias (`--add-qkv-bias`) and layernorm (whether the norms are
+    LayerNorms)."""
+    layers = pattern.replace(PIPE, "")
+    h = int(sizes["hidden"])
+    total = (len(layers) + 1) * h if sizes.get("layernorm") else 0
+    if sizes.get("linear_bias") or sizes.get("qkv_bias"):
+        total += layers.count("*") * (int(sizes["heads"]) + 2 * int(sizes["kv_heads"])) * int(sizes["head_dim"])
+    if sizes.get("linear_bias"):
+        total += layers.count("*") * h + layers.count("-") * (int(sizes["ffn"]) + h)
+        total += layers.count("E") * int(sizes.get("experts") or 0) * (1 + int(sizes["moe_ffn"]) + h)
+    return total

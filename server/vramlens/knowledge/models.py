@@ -81,7 +81,14 @@ _UNGATED_GELU = frozenset(
     }
 )
 _RELU = frozenset({"opt"})
-_LAYERNORM = _UNGATED_GELU | _RELU | frozenset({"olmo", "stablelm", "cohere"})
+# Ungated MLPs whose two linears are named up_proj and down_proj, with relu² between them (no gate_proj): transformers
+# 5.24 models/nemotron/modeling_nemotron.py `NemotronMLP` and models/nemotron_h/modeling_nemotron_h.py `NemotronHMLP`
+# (`down_proj(act_fn(up_proj(x)))`, `hidden_act` / `mlp_hidden_act` "relu2"). Their canonical linears are fc1 and fc2,
+# which the target names up_proj and down_proj reach (resolve/adapters.py `normalize_targets`), gate_proj none.
+UNGATED_UP_DOWN = frozenset({"nemotron", "nemotron_h"})
+# (Nemotron: `NemotronLayerNorm1P`, a LayerNorm with a bias whose weight is stored less one, transformers 5.24
+# models/nemotron/modeling_nemotron.py)
+_LAYERNORM = _UNGATED_GELU | _RELU | frozenset({"olmo", "stablelm", "cohere", "nemotron"})
 _BIASED = _UNGATED_GELU | _RELU
 # q/k/v biases, no o_proj bias (ChatGLM: add_qkv_bias on query_key_value, add_bias_linear off)
 QKV_BIAS_ONLY = frozenset({"qwen", "qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "chatglm"})
@@ -1195,7 +1202,7 @@ def _arch_from_sizes(config: Mapping[str, Any], model_id: str, source: str = "co
         mlp = "geglu"
     elif model_type in _UNGATED_GELU or model_type in _ENCODERS:
         mlp = "gelu"
-    elif model_type in _RELU:
+    elif model_type in _RELU or model_type in UNGATED_UP_DOWN:
         mlp = "relu"
     else:
         mlp = "swiglu"

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vramlens.knowledge import peft_methods
+from vramlens.knowledge.models import UNGATED_UP_DOWN
 from vramlens.knowledge.schema import ModelArch
 from vramlens.plan import TrainingPlan, Unmodelled, derived
 from vramlens.resolve.common import Approximate, Context
@@ -199,6 +200,10 @@ LORA_NAME_MAP = {
     "fc_out": ("fc2",),
     "dense_h_to_4h": ("fc1",),
     "dense_4h_to_h": ("fc2",),
+    # a Nemotron-H latent MoE's projections into and out of the experts' width (transformers 5.24
+    # models/nemotron_h/modeling_nemotron_h.py `NemotronHMoE`)
+    "fc1_latent_proj": ("fc1_latent",),
+    "fc2_latent_proj": ("fc2_latent",),
     "wi": ("fc1",),
     "wo": ("down",),
     "wi_0": ("gate",),
@@ -281,6 +286,8 @@ def normalize_targets(names: list[str], arch: ModelArch) -> tuple[tuple[str, ...
             continue
         gated = arch.mlp in ("swiglu", "geglu")
         for m in mapped:
+            if m == "gate" and arch.family in UNGATED_UP_DOWN:
+                continue  # its MLP is up_proj and down_proj alone: a gate name matches no module
             if m in ("gate", "up", "down") and not gated:
                 m = {"gate": "fc1", "up": "fc1", "down": "fc2"}[m]
             elif m in ("fc1", "fc2") and gated and key in ("mlp",):

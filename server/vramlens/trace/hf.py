@@ -257,6 +257,34 @@ FAMILY_LINEAR = {
         "lm_head": "lm_head",
         "embed": "wte",
     },
+    # models/nemotron_h (transformers 5.24 modeling_nemotron_h.py): NemotronHAttention q_proj, k_proj, v_proj, o_proj;
+    # the ungated NemotronHMLP (and a MoE's shared expert) up_proj → relu² → down_proj; the Mamba-2 mixers' in_proj
+    # (peft refuses out_proj); a latent MoE's fc1_latent_proj / fc2_latent_proj; the embedding `embeddings`
+    "nemotron_h": {
+        "q": "q_proj",
+        "k": "k_proj",
+        "v": "v_proj",
+        "o": "o_proj",
+        "fc1": "up_proj",
+        "fc2": "down_proj",
+        "in_proj": "in_proj",
+        "fc1_latent": "fc1_latent_proj",
+        "fc2_latent": "fc2_latent_proj",
+        "lm_head": "lm_head",
+        "embed": "embeddings",
+    },
+    # models/nemotron (modeling_nemotron.py): q_proj, k_proj, v_proj, o_proj; the ungated NemotronMLP up_proj → relu²
+    # → down_proj
+    "nemotron": {
+        "q": "q_proj",
+        "k": "k_proj",
+        "v": "v_proj",
+        "o": "o_proj",
+        "fc1": "up_proj",
+        "fc2": "down_proj",
+        "lm_head": "lm_head",
+        "embed": "embed_tokens",
+    },
 }
 DISTRIBUTIONS = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "trl", "torchtune")
 

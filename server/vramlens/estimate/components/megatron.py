@@ -102,9 +102,9 @@ def megatron_adapter_params(rp: ResolvedPlan) -> tuple[int, int]:
     f = arch.moe_intermediate or arch.intermediate
     fc1_out = 2 * f if arch.mlp in ("swiglu", "geglu") else f
     per_expert = 0
-    if targets & {"all-linear", "gate", "up"}:
+    if targets & {"all-linear", "gate", "up", "fc1"}:
         per_expert += rp.lora_r * (arch.hidden + fc1_out)
-    if targets & {"all-linear", "down"}:
+    if targets & {"all-linear", "down", "fc2"}:
         per_expert += rp.lora_r * (f + arch.hidden)
     experts = per_expert * arch.num_experts * max(arch.layers - arch.dense_layers, 0)
     return max(p - peft_experts, 0), experts

@@ -488,7 +488,7 @@ def _nemotron_h_mlp(rp: ResolvedPlan, width: int) -> float:
     h = rp.arch.hidden
     if rp.peft == "none":
         return c * width + c * width + c * h
-    return mlp_bytes(rp) * width + _mamba_adapter_keeps(rp, "down", width) + _mamba_adapter_keeps(rp, "up", h)
+    return mlp_bytes(rp) * width + _mamba_adapter_keeps(rp, "fc2", width) + _mamba_adapter_keeps(rp, "fc1", h)
 
 
 def _nemotron_h_moe(rp: ResolvedPlan) -> float:
@@ -520,34 +520,46 @@ def _adapters_reading(rp: ResolvedPlan, names: tuple[str, ...], width: int) -> f
     return sum(kept) - (c * width * (readers - 1) if shared and readers > 1 else 0)
 
 
+def nemotron_h_block_trains(rp: ResolvedPlan, kind: str) -> bool:
+    """Whether anything in a Nemotron-H block of `kind` trains: its weights, or an adapter on one of its linears (a
+    MoE block's router and experts always count as training)."""
+    if rp.peft == "none":
+        return True
+    adapted = {l.name for l in targeted(rp.arch, rp.lora_targets) if not l.expert}
+    if kind == "linear_attention":
+        return not mamba2_mixer_frozen(rp)
+    if kind == "full_attention":
+        return bool(adapted & {"q", "k", "v", "o"})
+    if kind == "mlp":
+        return bool(adapted & {"fc1", "fc2"})
+    return True
+
+
 def nemotron_h_block_bytes(rp: ResolvedPlan, kind: str, first: bool = False) -> tuple[float, float]:
-    """What one Nemotron-H block of `kind` keeps for backward: (bytes per token, per layer). `first`: layer 0, whose
-    input (the embeddings' output) needs no gradient in an adapter run with frozen embeddings: a block none of
-    whose parameters train then keeps nothing. Measured with saved-tensor hooks, tests/trace/test_nemotron_h.py."""
+    """What one Nemotron-H block of `kind` keeps for backward: (bytes per token, per layer). `first`: a block whose
+    input needs no gradient in an adapter run with frozen embeddings (layer 0, whose input is the embeddings' output,
+    and each later one while the blocks before it train nothing, `nemotron_h_block_trains`): a block none of whose
+    parameters train then keeps nothing. Measured with saved-tensor hooks, tests/trace/test_nemotron_h.py."""
     from vramlens.estimate.components.attention import attention_per_token
     from vramlens.estimate.components.linears import linear_inputs_per_token
     from vramlens.estimate.components.norms import input_needs_no_grad
 
     arch = rp.arch
     full = rp.peft == "none"
-    adapted = {l.name for l in targeted(arch, rp.lora_targets) if not l.expert} if not full else set()
+    trains = nemotron_h_block_trains(rp, kind)
     if kind == "linear_attention":
-        trains = full or not mamba2_mixer_frozen(rp)
         mixer = mamba2_mixer_per_token(rp)
     elif kind == "full_attention":
         # no rotary embedding: q, K and V reach SDPA as views of their projections' outputs; o's input is the
         # kernel's output, which `attention_per_token` counts
-        trains = full or bool(adapted & {"q", "k", "v", "o"})
         if full:
             mixer = attention_per_token(rp) + linear_inputs_per_token(rp).qkv
         else:
             mixer = attention_per_token(rp) + _adapters_reading(rp, ("q", "k", "v"), arch.hidden)
             mixer += _mamba_adapter_keeps(rp, "o", arch.q_dim)
     elif kind == "mlp":
-        trains = full or bool(adapted & {"up", "down"})
         mixer = _nemotron_h_mlp(rp, arch.intermediate)
     else:
-        trains = True
         mixer = _nemotron_h_moe(rp)
     if first and input_needs_no_grad(rp):
         # the block's input needs no gradient: its norm keeps nothing, and a block that trains nothing keeps nothing
@@ -563,8 +575,10 @@ def nemotron_h_per_token(rp: ResolvedPlan) -> tuple[float, float]:
         return 0.0, 0.0
     spread = max(rp.seq_len, 1) * max(rp.micro_batch, 1)
     total, largest = 0.0, 0.0
+    no_grad_in = True  # no gradient reaches this block's input: nothing before it trains
     for i, kind in enumerate(kinds):
-        per_token, per_layer = nemotron_h_block_bytes(rp, kind, first=i == 0)
+        per_token, per_layer = nemotron_h_block_bytes(rp, kind, first=no_grad_in)
+        no_grad_in = no_grad_in and not nemotron_h_block_trains(rp, kind)
         total += per_token + per_layer / spread
         if i:
             largest = max(largest, per_token + per_layer / spread)
