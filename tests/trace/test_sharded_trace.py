@@ -133,6 +133,27 @@ def test_fsdp1_adapters_cast_their_input_from_the_fp32_shard():
     assert abs(r["raw_error"]) <= TOLERANCE, r
 
 
+# FSDP1 LoRA, checkpointed: FULL_SHARD in bf16 (the units gathered block by block alone), SHARD_GRAD_OP, and
+# FULL_SHARD under mixed precision (the recomputed adapters' casts too)
+FSDP1_LORA_CHECKPOINTED = [(2, "lora", True, 1, 3, BF16), (2, "lora", True, 1, 2, BF16), (2, "lora", True, 1, 3, MP)]
+
+
+@pytest.mark.parametrize(
+    "world,peft,ckpt,version,stage,precision",
+    FSDP1_LORA_CHECKPOINTED,
+    ids=["full-shard-bf16", "shard-grad-op-bf16", "full-shard-mixed-precision"],
+)
+def test_fsdp1_adapter_units_in_the_checkpointed_backward(world, peft, ckpt, version, stage, precision):
+    """With every adapter a unit of its own, a block's pre-backward under FULL_SHARD prefetches the unit whose
+    forward ended just before the block's, its last adapter, not the block below, which is gathered at the block's
+    first adapter's backward, its recomputed activations freed: one block gathered at the recomputation's peak, not
+    two. The recomputation under mixed precision casts every adapter's input from its fp32 shard again. SHARD_GRAD_OP
+    keeps every adapter unit gathered from its forward to its backward (estimate/components/buffers.py
+    `fsdp_recompute_block`, `fsdp_unit_adapters`; sharding.py `fsdp1_adapter_input_upcast`)."""
+    r = row(world, peft, ckpt, version, stage, precision)
+    assert abs(r["error"]) <= TOLERANCE, r
+
+
 @pytest.mark.parametrize("world,peft,ckpt,version,stage", [*FAST, (2, "lora", False, 2, 3)], ids=lambda v: str(v))
 def test_mixed_precision_blocks_compute_in_16bit(world, peft, ckpt, version, stage):
     """FSDP's MixedPrecision gathers every parameter of a unit in bf16, peft's fp32 adapters too: the blocks keep a

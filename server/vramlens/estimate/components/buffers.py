@@ -5,6 +5,7 @@ from __future__ import annotations
 from vramlens.estimate.components.common import DTYPE_BYTES
 from vramlens.estimate.components.parameters import Params, params, quantized_bytes_per_param
 from vramlens.estimate.components.sharding import (
+    fsdp1_adapter_units,
     fsdp_gather_bytes,
     fsdp_gathers_16bit,
     fsdp_sharded,
@@ -77,10 +78,13 @@ def fsdp_unit_adapters(rp: ResolvedPlan) -> float:
     parameter under it not already in a unit, peft's lora_A and lora_B with the base weights (torch 2.14
     distributed/fsdp/_fully_shard/_fully_shard.py `fully_shard` → _fsdp_init.py `_get_managed_states`), each
     all-gathered in the mixed-precision `param_dtype`, else in its own dtype (fp32 adapters beside 16-bit weights:
-    4 bytes; _fsdp_param.py `init_dtype_attrs`). FSDP1 under the HF Trainer gathers them in units of their own, one
-    linear at a time (transformers 5.24 distributed/fsdp.py `update_fsdp_plugin_peft`: peft's
-    `fsdp_auto_wrap_policy`): not counted with the block."""
-    if rp.peft == "none" or fsdp_version(rp) != 2:
+    4 bytes; _fsdp_param.py `init_dtype_attrs`). FSDP1 under the HF Trainer gathers them in units of their own
+    (`fsdp1_adapter_units`), in the same dtype: FULL_SHARD one linear at a time, resharded after its forward and
+    again after its backward (not counted with the block); SHARD_GRAD_OP frees no unit after its forward (torch 2.14
+    distributed/fsdp/_runtime_utils.py `_post_forward_reshard`: only FULL_SHARD and HYBRID_SHARD free the unsharded
+    flat parameter), so a block's adapter units stay gathered from their forward to their backward, as the block
+    does."""
+    if rp.peft == "none" or fsdp_version(rp) == 0 or fsdp1_adapter_units(rp) and rp.zero_stage >= 3:
         return 0.0
     p = params(rp)
     adapter_bytes = DTYPE_BYTES[rp.compute_dtype] if fsdp_gathers_16bit(rp) else p.trainable_dtype_bytes
@@ -126,12 +130,20 @@ def fsdp_recompute_block(
       - the checkpoints of blocks 0..k (each freed when its block's backward ends);
       - FULL_SHARD: block k − 1 prefetched (none below block 0: the root is gathered already; torch 2.14
         distributed/fsdp/_fully_shard/_fsdp_param_group.py `_backward_prefetch`); SHARD_GRAD_OP: blocks 0..k − 1
-        still gathered from the forward (each resharded after its own backward);
+        still gathered from the forward (each resharded after its own backward). FSDP1 with the adapters in units
+        of their own (`fsdp1_adapter_units`) under FULL_SHARD prefetches block k − 1 later: a unit's pre-backward
+        prefetches the unit whose forward ended just before its own (torch 2.14 distributed/fsdp/_runtime_utils.py
+        `_get_handle_to_prefetch` → _exec_order_utils.py `get_handle_to_backward_prefetch`, the post-forward
+        order), and block k's forward ends after its adapters', so block k's pre-backward prefetches its last
+        adapter (r × its width) and block k − 1 is gathered only at the pre-backward of block k's first adapter
+        (q's lora_A), whose backward is among the block's last: the recomputed activations are freed by then,
+        and that moment holds the two blocks and the block's unsharded gradients;
       - FSDP2: block k + 1's reduce-scatter input, kept until this block's reduce-scatter starts
         (`post_backward`: `reduce_scatter_states`, at most `reduce_scatter_max_input_buffers` = 1 in flight);
-      - the block itself at the larger of two moments: its gathered parameters, its unsharded gradients and its
+      - the block itself at the largest of its moments: its gathered parameters, its unsharded gradients and its
         recomputed activations at their peak; or, once it is resharded and its activations freed, its unsharded
-        gradients with the reduce-scatter's input and output (`fsdp_backward_working_set`).
+        gradients with the reduce-scatter's input and output (`fsdp_backward_working_set`); or FSDP1's late
+        prefetch of block k − 1 above.
     The live set is linear in k between its ends and the blocks next to them, so those four are compared."""
     layers = counted_layers(rp)
     if not fsdp_sharded(rp) or layers < 2 or rp.arch.block not in ("decoder", "encoder"):
@@ -150,12 +162,15 @@ def fsdp_recompute_block(
     root = fsdp_root_unsharded(rp) - (layers if rp.zero_stage < 3 else 1) * unit
     stage3 = rp.zero_stage >= 3
     held_rs = reduce_in if fsdp_version(rp) == 2 else 0.0
+    late_prefetch = stage3 and fsdp1_adapter_units(rp)
 
     def live(k: int) -> tuple[float, float, float]:
-        gathered = (unit if k >= 1 else 0.0) if stage3 else k * unit
+        below = unit if k >= 1 else 0.0  # FULL_SHARD's prefetched block k − 1
+        gathered = (0.0 if late_prefetch else below) if stage3 else k * unit
         own = max(
             unit + unsharded + recompute + (held_rs if k < layers - 1 else 0.0),
             unsharded + reduce_in * (1 + 1 / rp.world_size),
+            unit + unsharded + (below if late_prefetch else 0.0),
         )
         ckpts = ckpt_one + k * (ckpt_all - ckpt_one) / (layers - 1)
         return root + gathered + own - recompute, (layers - 1 - k) * shard, ckpts

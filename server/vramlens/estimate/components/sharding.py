@@ -68,12 +68,19 @@ def fsdp_version(rp: ResolvedPlan) -> int:
     return 1 if rp.fsdp_keeps_block_grads else 2
 
 
+def fsdp1_adapter_units(rp: ResolvedPlan) -> bool:
+    """Whether FSDP1 holds the adapters in units of their own: the HF Trainer wraps every trainable leaf linear
+    (peft's lora_A, lora_B) in an FSDP1 unit beside the decoder blocks (transformers 5.24 distributed/fsdp.py
+    `update_fsdp_plugin_peft` sets peft 0.21.2 utils/other.py `fsdp_auto_wrap_policy`), so a block's unit holds its
+    frozen base weights only. FSDP2's `fully_shard` on a block takes its adapters with it (`fsdp_unit_adapters`)."""
+    return fsdp_version(rp) == 1 and rp.peft != "none"
+
+
 def fsdp1_adapter_input_upcast(rp: ResolvedPlan) -> bool:
     """Whether each LoRA adapter casts its 16-bit input to fp32 under FSDP1's mixed precision, autocast casting it
     back to 16 bits inside lora_A (a 16-bit copy per adapter, as over fp32 weights: `linears.adapter_input`).
 
-    The HF Trainer gives every adapter linear an FSDP1 unit of its own (transformers 5.24 distributed/fsdp.py
-    `update_fsdp_plugin_peft` sets peft 0.21.2 utils/other.py `fsdp_auto_wrap_policy`) with `use_orig_params`
+    Every adapter linear is an FSDP1 unit of its own (`fsdp1_adapter_units`) with `use_orig_params`
     (transformers 5.24 training_args.py: `fsdp_config.get("use_orig_params", "true")`). peft's LoRA `Linear.forward`
     reads the adapter's dtype before calling it, `x = self._cast_input_dtype(x, lora_A.weight.dtype)` (peft 0.21.2
     tuners/lora/layer.py; bnb.py likewise), outside that unit's forward, where lora_A's weight is a view of the
@@ -83,13 +90,17 @@ def fsdp1_adapter_input_upcast(rp: ResolvedPlan) -> bool:
     weight, autocast casting that fp32 input to 16 bits again (FSDP1 casts no non-root unit's inputs:
     _runtime_utils.py `_pre_forward`, `MixedPrecision.cast_forward_inputs` False by default), and the linear keeps
     that cast for lora_A's weight gradient: one per adapter, where the adapters reading one tensor would share it.
-    Counted for the blocks' forward without checkpointing. With checkpointing the forward's copies are not kept;
-    SHARD_GRAD_OP leaves the gathered views in place after a unit's forward (`_use_sharded_flat_param`,
-    `skip_use_sharded_views`), so the recomputation reads 16 bits and casts nothing, while FULL_SHARD's
-    recomputation reads the sharded view again and casts: that block's copies are not counted."""
+    With checkpointing the forward's copies are not kept, and the recomputed block's are what counts: SHARD_GRAD_OP
+    leaves the gathered views in place after a unit's forward (`_use_sharded_flat_param`, `skip_use_sharded_views`),
+    so the recomputation reads 16 bits and casts nothing; FULL_SHARD resharded each adapter after its forward
+    (_runtime_utils.py `_post_forward_reshard`), and the recomputation runs each adapter unit's pre- and post-forward
+    again (`_pre_forward` skips them only for a handle already in BACKWARD_PRE, which a lora_A reaches at its own
+    pre-backward, after the recomputation has run), so peft reads lora_A's fp32 sharded view again and every
+    adapter casts: the recomputed block keeps one 16-bit copy per adapter, as the forward does without
+    checkpointing."""
     return (
-        not rp.grad_checkpointing
-        and fsdp_version(rp) == 1
+        (not rp.grad_checkpointing or rp.zero_stage >= 3)
+        and fsdp1_adapter_units(rp)
         and rp.peft in ("lora", "qlora", "dora")
         and fsdp_gathers_16bit(rp)
         and rp.compute_dtype != "fp32"
