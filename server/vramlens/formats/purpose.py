@@ -8,8 +8,10 @@ Recognised from the frameworks' own vocabularies:
   quantization.yaml (v0.6);
 - LLaMA-Factory: `export_dir` (examples/merge_lora/*.yaml, `llamafactory-cli export`, incl.
   `export_quantization_bit`), `infer_backend` (examples/inference/*.yaml), `task` + `n_shot` (`llamafactory-cli
-  eval`), `do_predict` without `do_train`; the helper scripts `scripts/llama_pro.py`, `scripts/pissa_init.py`,
-  `scripts/loftq_init.py` (examples/extras/llama_pro/expand.sh, examples/extras/pissa/init.sh);
+  eval`), `do_predict` without `do_train`, a model and a `template` with no `stage` or `dataset`, a v1
+  `peft_config.export_dir` (`llamafactory-cli merge`); the helper scripts `scripts/llama_pro.py`,
+  `scripts/pissa_init.py`, `scripts/loftq_init.py` (examples/extras/llama_pro/expand.sh, examples/extras/pissa/
+  init.sh);
 - mergekit configs (`merge_method`), and command lines of `llamafactory-cli export|chat|eval|webchat|webui|api`,
   `tune run generate|eleuther_eval|quantize`, `axolotl inference|merge-lora|quantize|evaluate`, `swift infer|
   export|eval|deploy|merge-lora|app`, `trl chat`, `vllm serve`, `lm_eval`, `mergekit-yaml`.
@@ -40,6 +42,12 @@ def config_purpose(dialect: str | None, keys: set[str], data: dict) -> str | Non
             return "a torchtune evaluation config (eleuther_eval)"
         if "quantizer" in keys:
             return "a torchtune quantization config"
+    peft = data.get("peft_config")
+    if "model" in keys and isinstance(peft, dict) and "export_dir" in peft and "train_dataset" not in keys:
+        # LLaMA-Factory v1: `peft_config.export_dir` is read only by `llamafactory-cli merge` (src/llamafactory/v1/
+        # launcher.py → plugins/model_plugins/peft.py `merge_and_export_model`, v0.9.5 to main;
+        # examples/v1/train_lora/export_lora.yaml), and a v1 run trains on its `train_dataset`
+        return "a LLaMA-Factory v1 merge/export config (`peft_config.export_dir`, no `train_dataset`)"
     if (dialect in ("llamafactory", "llamafactory-v1", "hf") or "template" in keys) and not _true(data.get("do_train")):
         if "export_dir" in keys:
             what = "quantization export" if "export_quantization_bit" in keys else "merge/export"
@@ -50,6 +58,10 @@ def config_purpose(dialect: str | None, keys: set[str], data: dict) -> str | Non
             return "a LLaMA-Factory evaluation config (`llamafactory-cli eval`)"
         if _true(data.get("do_predict")) and "stage" in keys:
             return "a LLaMA-Factory prediction config (do_predict without do_train)"
+        if {"model_name_or_path", "template"} <= keys and not keys & {"stage", "dataset", "output_dir"}:
+            # a model and its chat template, nothing to train on: LLaMA-Factory v0.8.3 examples/inference/
+            # llama3.yaml and llava1_5.yaml, run by `llamafactory-cli chat` (examples/README.md at v0.8.3)
+            return "a LLaMA-Factory inference config (a model and its chat `template`, no `stage` or `dataset`)"
     return None
 
 
@@ -109,12 +121,15 @@ _MODULES = re.compile(
 # examples/post_training/modelopt (core_v0.13.0, main): mmlu.py (MMLU evaluation), prune.py (ModelOpt pruning),
 # validate.py (speculative-decoding acceptance rate), offline_feature_extract.py (hidden states of a base model);
 # examples/multimodal/combine_state_dicts.py (merges a language and a vision checkpoint), tools/checkpoint/
-# checkpoint_inspector.py (checkpoint format conversion, examples/megatron_fsdp/sbatch_checkpoint_convert.sh)
+# checkpoint_inspector.py (checkpoint format conversion, examples/megatron_fsdp/sbatch_checkpoint_convert.sh);
+# data preparation: tools/preprocess_data.py (tokenizes a corpus into Megatron's indexed dataset;
+# examples/academic_paper_scripts/detxoify_lm/annotations/preprocess.sh) and tasks/msdp/preprocessing.py
+# (examples/academic_paper_scripts/msdp/data_processing.sh, prep_resp_gen.sh), core_r0.8.0 to main
 _SCRIPT = re.compile(
     r"(?:^|[_\-./])(?:infer|inference|generate|generation|chat|eval|evaluate|evaluation|merge|"
     r"merge_lora|export|convert|quantize|quantization|serve|server|api_demo|cli_demo|web_demo|"
     r"llama_pro|pissa_init|loftq_init|predict|benchmark_inference|vllm_infer|mmlu|prune|validate|"
-    r"feature_extract|combine_state_dicts|checkpoint_inspector)(?:[_\-.]|$)",
+    r"feature_extract|combine_state_dicts|checkpoint_inspector|preprocess|preprocessing)(?:[_\-.]|$)",
     re.I,
 )
 _TRAINS = re.compile(r"train|finetune|fine_tune|sft|dpo|ppo|grpo|pretrain|rlhf|kto|orpo", re.I)

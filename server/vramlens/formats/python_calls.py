@@ -672,23 +672,48 @@ def _kw(call: ast.Call, name: str) -> ast.keyword | None:
 
 def parse_python(text: str, ctx) -> TrainingPlan | None:
     """`formats.TEXT_PARSERS` entry for .py files."""
-    if len(text) > MAX_PYTHON_CHARS or text.count("{") > MAX_PYTHON_BRACES or not _TRIGGER.search(text):
+    if len(text) > MAX_PYTHON_CHARS or text.count("{") > MAX_PYTHON_BRACES:
         return None
+    if not _TRIGGER.search(text):
+        return _named_for_something_else(text, ctx.path)
     try:
         tree = ast.parse(text, filename=ctx.path)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     plan = read_tree(tree, text, ctx)
-    if plan is not None:
-        from vramlens.formats import usage
+    if plan is None:
+        return _named_for_something_else(text, ctx.path)
+    from vramlens.formats import usage
 
-        plan = usage.from_docstring(plan, text, tree, ctx) or plan
-        if plan.model_id is None and usage.wants_command_line(plan, text):
-            from vramlens.formats import script_arguments
+    plan = usage.from_docstring(plan, text, tree, ctx) or plan
+    if plan.model_id is None and usage.wants_command_line(plan, text):
+        from vramlens.formats import script_arguments
 
-            script_arguments.apply_own_defaults(plan, text, ctx.path)
-        if plan.model_id is None:
-            usage.name_command_line_model(plan, text, ctx.path)
+        script_arguments.apply_own_defaults(plan, text, ctx.path)
+    if plan.model_id is None:
+        usage.name_command_line_model(plan, text, ctx.path)
+    return plan
+
+
+def _named_for_something_else(text: str, path: str) -> TrainingPlan | None:
+    """A script with no training call whose file name says what it does instead (`formats.purpose.script_purpose`:
+    TRL v0.19.1 trl/scripts/vllm_serve.py, the `trl vllm-serve` server; v0.12.2 examples/scripts/chat.py; main
+    examples/scripts/ssd_eval.py): a plan that only carries that purpose (VL018). Code that does not parse is no
+    script of any kind, and an empty file says nothing."""
+    from vramlens.formats import purpose
+    from vramlens.plan import Sourced
+
+    if not text.strip():
+        return None
+    what = purpose.script_purpose(path.replace("\\", "/"))
+    if what is None:
+        return None
+    try:
+        ast.parse(text, filename=path)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    plan = TrainingPlan(source_file=path, format="python")
+    plan.purpose = Sourced(value=f"{what}, which calls no trainer", origin=Origin.FILE)
     return plan
 
 

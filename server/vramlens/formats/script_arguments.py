@@ -22,7 +22,7 @@ from typing import Any
 
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool
 from vramlens.frameworks import argdefs, concepts
-from vramlens.plan import Span
+from vramlens.plan import IssueKind, Severity, Span
 from vramlens.text import text_lines
 
 # As `formats.python_calls` (MAX_PYTHON_CHARS): larger files are not training scripts.
@@ -93,6 +93,60 @@ def apply(b: PlanBuilder, launch, settings: list[Setting], ctx) -> None:
             note=None,
         )
     _apply_defaults(b, [a for a in args if a.name not in given], path, text_lines(source), label)
+
+
+# a model given by its sizes on the command line (Megatron-LM megatron/training/arguments.py
+# `_add_network_size_args`; nanoGPT-style `--n_layer`/`--n_embd`)
+_SIZE_FLAG = re.compile(r"(?<![\w-])--(?:num[-_]layers|hidden[-_]size|n_layer|n_embd)\b")
+
+
+def explain_no_model(b: PlanBuilder, launch, span: Span, ctx) -> None:
+    """A launch of a Python script that names no model: a note saying where the model would come from, which the
+    estimate's "does not name a model" message then quotes — the script is not in the workspace to read (a docs
+    page's `accelerate launch train.py`: TRL v0.19.1 docs/source/speeding_up_training.md), or the model is the
+    script's command-line argument and the line does not give it (`--model_name_or_path`, in the script's own
+    definitions or TRL's `ModelConfig`, which TRL's example scripts parse: trl/trainer/model_config.py, v0.12 to
+    main). Nothing for a run whose model is named, given by its sizes (read or not: Megatron-LM's `--num-layers`
+    `--hidden-size`), or of another kind."""
+    from vramlens.formats import model_kind
+
+    plan = b.plan
+    if (
+        plan.model_id is not None
+        or launch.tool not in LAUNCHERS
+        or launch.script is None
+        or not launch.script.text.endswith(".py")
+        or any(k.startswith("arch.") for k in plan.extra)
+        or any(_SIZE_FLAG.search(a.text) for a in launch.args)
+        or model_kind.built_arch(plan) is not None
+        or model_kind.other_kind(plan) is not None
+    ):
+        return
+    flags = {concepts.normalize(a.text.split("=", 1)[0].lstrip("-")) for a in launch.args if a.text.startswith("--")}
+    if any(f == "model_name_or_path" or getattr(concepts.match(f, None), "name", None) == "model_id" for f in flags):
+        return  # the line gives the model, with a value not known before the run: the reader's own note says so
+    name = PurePosixPath(launch.script.text).name
+    found = _read_module(launch.script.text, ctx)
+    if found is None:
+        message = (
+            f"`model` is not on this command line, and `{name}`, the script it runs, is not in the workspace: "
+            f"the model that script loads is not read"
+        )
+    else:
+        path, source, module = found
+        args = [
+            a
+            for a in _arguments(module)
+            if getattr(concepts.match(a.name, _type_hint(a)), "name", None) == "model_id" and a.default is None
+        ]
+        if args:
+            flag = f"`--{args[0].name}`"
+        elif re.search(r"\bModelConfig\b", source):
+            flag = "`--model_name_or_path`, TRL's `ModelConfig`"
+        else:
+            return
+        message = f"`model` is a command-line argument of `{name}` ({flag}), and this command line does not give it"
+    b.issue(IssueKind.NOT_READ, message, span=span, severity=Severity.INFO)
 
 
 def apply_own_defaults(plan, text: str, path: str) -> None:

@@ -175,6 +175,10 @@ class _Scanner:
                 self._end(words, m.start(1), False)
                 words = []
                 i = m.end()
+                # a redirection's target is on its own line: `DIR=<path to data>` (a placeholder in Megatron-LM
+                # core_r0.8.0 examples/multimodal/combine_mistral_clip.sh) ends with a `>` that has none, and the
+                # next line's first word is a command (bash stops there with a syntax error)
+                skip_next_word = False
                 if heredocs:
                     body = i
                     i = self._skip_heredocs(i, heredocs)
@@ -2060,6 +2064,8 @@ def analyze(
     other: tuple[str, Span] | None = None  # the first command that runs something other than training
     setup: tuple[str, Span] | None = None  # the first environment set-up command (`pip install`, `docker build`)
     runs = False  # a command runs python or a launcher
+    programs = False  # a command of the script's own runs a program (not only sets, exports or prints variables)
+    assigned: dict[str, tuple[int, int]] = {}  # variables the script's own lines set -> their statement's range
     prev: Command | None = None
     flow = _Flow(text)
     pending = commands[::-1]  # a `bash -c "…"` command's own commands are read after it
@@ -2104,7 +2110,10 @@ def analyze(
             prefix[a[0]] = a[1]
             k += 1
         rest = words[k:]
+        own = sourcing is None or sourcing.own(cmd)
         if not rest:
+            if own:
+                assigned.update(dict.fromkeys(prefix, (cmd.start, cmd.end)))
             for name, var in prefix.items():
                 old = env.get(name)
                 var.exported = bool(old and old.exported)
@@ -2129,6 +2138,8 @@ def analyze(
                     exporting = exporting or "x" in t
                     continue
                 a = _assign(text, w, env, ex, (cmd.start, w.end), exporting)
+                if a is not None and own:
+                    assigned[a[0]] = (cmd.start, cmd.end)
                 if a is not None:
                     old = env.get(a[0])
                     if not flow.keeps_default(a[0], a[1], old, cmd) and not flow.branch_keeps(a[0], a[1], old):
@@ -2164,6 +2175,7 @@ def analyze(
                     env[names[-1]] = read_into
             continue
         prog = (head or "").rsplit("/", 1)[-1]
+        programs = programs or (own and _runs_program(text, rest))
         if sourcing is not None and not sourcing.own(cmd) and prog not in _HEADS and not _PYTHON.fullmatch(prog):
             continue  # what a file read in does besides training (`pip install`, `echo`) is not this script's purpose
         if prog in purpose.SETUP_HEADS:  # `pip install`, `docker build`: counted only when nothing else runs
@@ -2212,6 +2224,8 @@ def analyze(
             other = (definition[0], idx.span(*definition[1]))
     if other is None and setup is not None and not runs:
         other = setup
+    if launch is None and other is None and assigned and not programs:
+        other = _settings_file(text, assigned, idx)
     if ex.capped:
         start, end = ex.capped[0]
         issues.append(
@@ -2236,6 +2250,40 @@ def analyze(
         sourcing=sourcing,
     )
     return script, issues
+
+
+# builtins that set, test or print variables, or leave the script: a script whose own commands are only these (and
+# assignments) runs no program; the words of a compound command in front of its first command
+_QUIET = frozenset({"echo", "printf", "[", "[[", "test", "set", "shopt", ":", "true", "false", "exit", "return"})
+_COMPOUND = frozenset({"if", "then", "else", "elif", "fi", "while", "until", "do", "done", "esac", "!", "{", "}"})
+
+
+def _runs_program(text: str, words: list[Word]) -> bool:
+    """Whether a command runs a program: its first word after `if`/`then`/… is not one of the `_QUIET` builtins."""
+    for w in words:
+        t = raw_text(text, w)
+        if t not in _COMPOUND:
+            return t.rsplit("/", 1)[-1] not in _QUIET
+    return False
+
+
+_FLAG_WORD = re.compile(r"(?<![^\s\"'(])--[A-Za-z]")
+
+
+def _settings_file(text: str, assigned: dict[str, tuple[int, int]], idx: LineIndex) -> tuple[str, Span] | None:
+    """A script that only sets variables and runs no program (Megatron-LM main examples/post_training/modelopt/conf/
+    moonshotai/kimi_k2_instruct.sh: `HF_MODEL_CKPT=…`, `TP=8`, `EP=64`, which conf/arguments.sh `source`s as
+    conf/${MLM_MODEL_CFG}.sh): settings for a launch script to `source`, not a run of its own. None when a variable
+    holds a command line's flags (a Megatron `MODEL_ARGS`): part of a launch, which the flags' reader judges
+    (`megatron.fragment_launch`, `megatron.fragment_purpose`)."""
+    if any(_FLAG_WORD.search(text, a, b) for a, b in assigned.values()):
+        return None
+    names = list(assigned)
+    shown = ", ".join(f"`{n}`" for n in names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    what = f"a file of settings ({shown}) for a launch script to `source`; it runs no command"
+    start = min(a for a, _ in assigned.values())
+    end = max(b for _, b in assigned.values())
+    return what, idx.span(start, end)
 
 
 def _args(text: str, words: list[Word], env: dict[str, Var], ex: "Expander", depth: int = 0) -> list[Arg]:
@@ -2650,6 +2698,10 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
     from vramlens.frameworks import recognise
 
     recognise.apply(b, settings, getattr(ctx, "workspace", None), tool=tool)
+    if launch.script is not None and b.plan.model_id is None:
+        from vramlens.formats import script_arguments
+
+        script_arguments.explain_no_model(b, launch, r.wsp(launch.script.word), ctx)
 
 
 @dataclass
