@@ -223,6 +223,12 @@ class ResolvedPlan(BaseModel):
     reward_model: bool = False  # a frozen reward model of the policy's size is resident
     value_model: bool = False  # PPO's trained value model (a policy-sized copy with a scalar head)
     teacher: ModelArch | None = None  # the distillation teacher
+    # the distillation loss when it is a framework's own over the full logits (`FrameworkHooks.distill_loss`):
+    # "" (the student's loss counted as cross-entropy, the teacher's logits beside it), or ms-swift's chunked JSD
+    # as its code stands from ms-swift 3.12.0 ("swift-jsd-3.12") or 4.3.0 ("swift-jsd-4.3")
+    distill_loss: str = ""
+    distill_beta: float = 0.5  # its interpolation: 0 forward KL, 1 reverse KL, between them the JSD mixture
+    distill_sft: bool = False  # the student's cross-entropy is added to it (ms-swift `sft_alpha` > 0)
     # hardware and allocator
     gpu: GpuSpec
     gpu_count: int = 1

@@ -22,7 +22,7 @@ from vramlens.estimate import components as C
 from vramlens.estimate.components import evaluation as E
 from vramlens.estimate.components import gemma3n
 from vramlens.estimate.components.liger import final_norm_per_token as liger_final_norm
-from vramlens.estimate.components.logits import swift_dpo_per_logit, swift_dpo_rows
+from vramlens.estimate.components.logits import swift_dpo_per_logit, swift_dpo_rows, swift_gkd_bytes
 from vramlens.estimate.result import COMPONENTS, GIB, Estimate
 from vramlens.estimate.throughput import throughput
 from vramlens.knowledge.gpus import usable_bytes
@@ -32,7 +32,7 @@ __all__ = ["estimate", "allocated_peak", "Estimate", "GIB", "COMPONENTS", "REVIS
 
 # Bumped whenever a formula changes what an estimate comes to: local calibration records (trace/probe ratios to
 # the estimate of their day) made against another revision are ignored (vramlens.calibration).
-REVISION = 16
+REVISION = 17
 
 
 def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]], C.Params, float]:
@@ -124,6 +124,9 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # (torchtune knowledge_distillation_single_device.py; TRL GKD): 16-bit logits, + their fp32 log-softmax
         # inside an unchunked loss
         teacher_logits = int(tok * rp.teacher.vocab * (2 + (0 if rp.loss_impl in ("chunked", "fused") else 4)))
+        gkd = swift_gkd_bytes(rp, logit_tok)
+        if gkd is not None:  # ms-swift's own GKD loss: its forward's peak (logits.swift_gkd_bytes)
+            logits, teacher_logits = gkd
     phases: dict[str, dict[str, int]] = {}
     # FSDP keeps the root unit (embeddings, final norm, LM head) gathered from the forward through the backward
     root = C.fsdp_root_unsharded(rp)

@@ -292,6 +292,12 @@ HANDLERS = {
     "use_flash_attn": lambda b, s: b.set("attn_impl", "sdpa", s, note="FlashAttention") if to_bool(s.value) else None,
     "sft": _sft,
     "rlhf_type": _rlhf_type,  # Megatron-SWIFT `megatron rlhf`
+    "freeze_vit": _remember,  # Megatron-SWIFT: whether a VLM's vision tower trains (resolve/vision.py)
+    # Megatron-SWIFT `--task_type seq_cls --num_labels N`: its GPTModel replaces the output layer with a
+    # hidden × num_labels linear (ms-swift v4.0.0 swift/megatron/model/gpt_model.py `OutputLayerLinear(...,
+    # self.args.num_labels, ...)`): a classification head, not the vocabulary's
+    "task_type": hf._task_type,
+    "num_labels": hf._num_labels,
     "checkpoint_activations": lambda b, s: b.issue(
         IssueKind.UNKNOWN_VALUE,
         "`--checkpoint-activations` is no longer valid: Megatron-LM exits on it; write "

@@ -428,6 +428,11 @@ def apply_swift(b: PlanBuilder, by_key: dict[str, Setting], subcommand: str | No
     s = by_key.get("rlhf_type")
     if s is not None and isinstance(s.value, str):
         set_objective(b, word(s.value), s)
+        if word(s.value) == "gkd":
+            # what ms-swift's GKD loss is (frameworks/ms_swift/hooks.py `distill_loss`)
+            for key in ("beta", "sft_alpha", "gkd_logits_topk", "teacher_model_server"):
+                if key in by_key:
+                    b.remember(by_key[key])
     elif subcommand == "rlhf":
         # ms-swift swift/llm/argument/rlhf_args.py RLHFArguments: `rlhf_type ... = 'dpo'`
         b.set(

@@ -53,6 +53,16 @@ class KbitPrep:
 
 
 @dataclass(frozen=True)
+class DistillLoss:
+    """A framework's own distillation loss (the `ResolvedPlan.distill_*` fields) and what every view says about it."""
+
+    form: str  # ResolvedPlan.distill_loss
+    beta: float
+    sft: bool
+    note: str
+
+
+@dataclass(frozen=True)
 class FrameworkHooks:
     """A framework's quirks, each defaulting to the generic behaviour (a plain PyTorch loop)."""
 
@@ -139,6 +149,11 @@ class FrameworkHooks:
         from vramlens.frameworks.evaluation import trainer_evaluates
 
         return self.hf_trainer and trainer_evaluates(extra)
+
+    def distill_loss(self, extra: Callable[[str], Any], version: str | None) -> DistillLoss | None:
+        """The distillation loss when it is the framework's own, from the settings kept by name and the framework's
+        version (None: the student's cross-entropy with the teacher's logits beside it)."""
+        return None
 
     def kbit_preparation(
         self, env: dict, *, quant_bits: int | None, peft: str, objective: str, compute: str, sharded: bool

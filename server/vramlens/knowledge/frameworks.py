@@ -603,9 +603,10 @@ HF_TRAINER_FRAMEWORKS = frozenset({"transformers", "trl", "axolotl", "llamafacto
 
 # Frameworks that freeze a vision-language model's vision tower unless told otherwise: LLaMA-Factory
 # (hparams/model_args.py `freeze_vision_tower: bool = True`), ms-swift (`freeze_vit: bool = True`, swift/llm/
-# argument/tuner_args.py), torchtune (llama3_2_vision configs `encoder_trainable: False`). transformers / TRL /
-# axolotl train every parameter in a full fine-tune.
-FREEZES_VISION = frozenset({"llamafactory", "ms-swift", "torchtune"})
+# argument/tuner_args.py; Megatron-SWIFT the same, v4.0.0 swift/megatron/arguments/megatron_args.py), torchtune
+# (llama3_2_vision configs `encoder_trainable: False`). transformers / TRL / axolotl train every parameter in a full
+# fine-tune.
+FREEZES_VISION = frozenset({"llamafactory", "ms-swift", "megatron-swift", "torchtune"})
 
 
 # Plan fields (ResolvedPlan booleans of the same names) that say how a framework's step allocates.

@@ -44,7 +44,7 @@ from vramlens.resolve.model import (
     no_model_message,
     resolve_model,
 )
-from vramlens.resolve.objective import ONLINE, PAIRED, objective_fields
+from vramlens.resolve.objective import ONLINE, PAIRED, distill_fields, objective_fields
 from vramlens.resolve.optimizer import OptimizerPart, resolve_optimizer
 from vramlens.resolve.precision import (
     PrecisionPart,
@@ -130,5 +130,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     if adapters.quant_bits and rp.quant_type in PREQUANTIZED_NOTES:
         ctx.assumptions.append(Approximate(PREQUANTIZED_NOTES[rp.quant_type]))
     rp = rp.with_changes(**objective_fields(plan, rp, ctx.hooks, settings, ctx.sources, ctx.assumptions))
+    if rp.teacher is not None:
+        rp = rp.with_changes(**distill_fields(ctx))
     rp = rp.with_changes(unmodelled=tuple(plan.unmodelled), approximate=approximate_reasons(plan, ctx.assumptions))
     return Resolution(rp, ctx.sources, ctx.assumptions)  # uncalibrated: `calibration.calibrate` is the next stage

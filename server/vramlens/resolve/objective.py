@@ -4,8 +4,9 @@ reference, reward, value and teacher models, and a rollout's generation."""
 from __future__ import annotations
 
 from vramlens.frameworks.hooks import FrameworkHooks
+from vramlens.knowledge import frameworks
 from vramlens.plan import Origin, Sourced, TrainingPlan
-from vramlens.resolve.common import Approximate
+from vramlens.resolve.common import Approximate, Context
 from vramlens.resolve.model import hub_lookup
 from vramlens.resolved import ResolvedPlan
 from vramlens.settings import Settings
@@ -149,3 +150,13 @@ def objective_fields(
             )
         out["teacher"] = teacher
     return out
+
+
+def distill_fields(ctx: Context) -> dict:
+    """The distillation loss when it is the framework's own (`FrameworkHooks.distill_loss`, at the framework's
+    version): the `ResolvedPlan.distill_*` fields, and a note saying which loss is counted."""
+    loss = ctx.hooks.distill_loss(ctx.extra, frameworks.run_version(ctx.fw_key, ctx.settings))
+    if loss is None:
+        return {}
+    ctx.assumptions.append(loss.note)
+    return {"distill_loss": loss.form, "distill_beta": loss.beta, "distill_sft": loss.sft}

@@ -47,6 +47,46 @@ def swift_dpo_per_logit(rp: ResolvedPlan, phase: str) -> float:
     return 2 * c + (c if rows == 1 else 0.0)
 
 
+# ms-swift's GKD loss over the full logits (`ResolvedPlan.distill_loss`), traced with LiveBytes over its code on
+# 16-bit CPU tensors (v4.0.0 swift/rlhf_trainers/gkd_trainer.py `compute_loss` + `generalized_jsd_loss`, the 3.12
+# form; v4.6.0.dev0 swift/rlhf_trainers/gkd_loss.py `gkd_loss` + `jsd_loss`, the 4.3 form), 2,048 and 1,024 scored
+# tokens: at the peak of the loss's forward it holds (a) bytes per logit of every scored token and (b) bytes per
+# logit of one chunk (`SWIFT_GKD_CHUNK` tokens). (a): the student's and the teacher's 16-bit logits, each masked
+# to the scored tokens and divided by the temperature (12), and what every chunk's autograd graph keeps for
+# backward until the loss's backward runs — the student's log-softmax and, by beta, the stacked mixture and its
+# logsumexp, exp(target) and (target − input) of each `kl_div` (JSD: 14; forward KL, beta 0: 4; reverse KL, beta
+# 1: 6). (b): the chunk's unsaved temporaries. `distill_sft`: the model's own cross-entropy on the student's
+# logits (transformers' `ForCausalLMLoss`: the fp32 upcast's log-softmax saved, 4).
+SWIFT_GKD_CHUNK = 512  # `chunk_size=512`
+SWIFT_GKD_PER_LOGIT = {
+    # (form, beta kind): (a, b)
+    ("swift-jsd-3.12", "jsd"): (26.0, 12.0),
+    ("swift-jsd-3.12", "forward-kl"): (16.0, 6.0),
+    ("swift-jsd-3.12", "reverse-kl"): (18.0, 4.0),
+    ("swift-jsd-4.3", "jsd"): (26.0, 4.0),
+    ("swift-jsd-4.3", "forward-kl"): (16.0, 6.0),
+    ("swift-jsd-4.3", "reverse-kl"): (18.0, 4.0),
+}
+SWIFT_GKD_SFT_PER_LOGIT = 4.0
+# of (a), the teacher's: its 16-bit logits, their masked selection and their temperature-scaled copy
+SWIFT_GKD_TEACHER_PER_LOGIT = 6.0
+
+
+def swift_gkd_bytes(rp: ResolvedPlan, tokens: int) -> tuple[int, int] | None:
+    """(the student's head and the loss, the teacher's logits) in bytes at the peak of ms-swift's GKD loss for
+    `tokens` scored positions (`SWIFT_GKD_PER_LOGIT`), or None where that loss does not run (another framework's,
+    Liger's fused JSD, a top-k or API teacher)."""
+    if not rp.distill_loss or rp.teacher is None or rp.loss_impl != "standard" or rp.scalar_head:
+        return None
+    kind = "forward-kl" if rp.distill_beta == 0 else "reverse-kl" if rp.distill_beta == 1 else "jsd"
+    per, chunk = SWIFT_GKD_PER_LOGIT[(rp.distill_loss, kind)]
+    per += SWIFT_GKD_SFT_PER_LOGIT if rp.distill_sft else 0.0
+    vocab = max(rp.arch.vocab, rp.teacher.vocab)  # the smaller side is padded to the larger (`_align_vocab`)
+    teacher = int(tokens * vocab * SWIFT_GKD_TEACHER_PER_LOGIT)
+    total = int(tokens * vocab * per + min(tokens, SWIFT_GKD_CHUNK) * vocab * chunk)
+    return total - teacher, teacher
+
+
 def logits_per_token(rp: ResolvedPlan) -> float:
     """Bytes per token held by the LM head and the loss at the start of backward.
 

@@ -66,6 +66,8 @@ def megatron_state_bytes(rp: ResolvedPlan, st: Stage) -> tuple[int, int, int]:
         # the hybrid optimizer's CPU copies: its offload fraction of the rank's optimizer parameters
         per_state *= 1.0 - min(max(rp.optimizer_offload_fraction, 0.0), 1.0)
     dp, edp = megatron_dp(rp) if rp.distributed_optimizer else (1, 1)
+    vision, vision_trained = megatron_vision_params(rp, st)
+    weights += vision * wb
     if rp.peft != "none":
         s = shapes(rp.arch)
         expert_total = sum(l.params for l in s.linears if l.expert)
@@ -76,8 +78,20 @@ def megatron_state_bytes(rp: ResolvedPlan, st: Stage) -> tuple[int, int, int]:
         trained = trained_dense + trained_experts
         weights += trained * (4 if rp.adapter_fp32 else wb)
         return int(weights), int(trained * 4), int(trained_dense * per_state / dp + trained_experts * per_state / edp)
-    grads = (dense + experts) * 4
-    return int(weights), int(grads), int(dense * per_state / dp + experts * per_state / edp)
+    grads = (dense + experts + vision_trained) * 4
+    return int(weights), int(grads), int((dense + vision_trained) * per_state / dp + experts * per_state / edp)
+
+
+def megatron_vision_params(rp: ResolvedPlan, st: Stage) -> tuple[int, int]:
+    """(vision tower and projector parameters a rank holds, those of them trained in full). The stage's whole tower
+    (`Stage.vision_params`: the first stage's, not split over TP), held in the weights' dtype. In full training it
+    trains unless `--freeze_vit` (ms-swift v4.0.0 swift/megatron/arguments/megatron_args.py `freeze_vit: bool =
+    True`; `_init_multimodal_full` puts the tower in `freeze_parameters` only with it), and Megatron's DDP wraps the
+    whole model, so a trained tower gets fp32 gradient buffers and data-parallel-sharded optimizer state as the
+    language model's dense weights do. Under adapters whatever of the tower trains is in `megatron_adapter_params`."""
+    vision = st.vision_params
+    trained = vision if vision and not rp.vision_frozen and rp.peft == "none" else 0
+    return vision, trained
 
 
 def megatron_adapter_params(rp: ResolvedPlan) -> tuple[int, int]:
@@ -119,7 +133,7 @@ def megatron_reference_bytes(rp: ResolvedPlan, st: Stage) -> int:
     with its adapters off and hold no copy."""
     if rp.reference != "copy" or rp.reference_offloaded:
         return 0
-    dense = st.dense_params / max(rp.tensor_parallel, 1)
+    dense = st.dense_params / max(rp.tensor_parallel, 1) + st.vision_params  # the tower whole (`stages`)
     experts = st.expert_params / (expert_tp(rp) * max(rp.expert_parallel, 1))
     return int((dense + experts) * DTYPE_BYTES[rp.reference_dtype or rp.weight_dtype])
 

@@ -21,6 +21,7 @@ class Stage:
     in_flight: float  # micro-batches whose activations it holds at once (1F1B / interleaved)
     embedding: bool
     head: bool
+    vision_params: int = 0  # a VLM's vision tower and projector on this rank, whole (not split by TP or EP)
 
 
 def stage_layers(rp: ResolvedPlan) -> int:
@@ -73,7 +74,12 @@ def stages(rp: ResolvedPlan) -> list[Stage]:
     first (uneven stages, `stage_layer_counts`; with an even split the middle ones hold less than the first: the
     same layers, fewer micro-batches in flight, no embedding). The first holds the word embeddings, the last the
     output layer and the final norm; with tied embeddings the last keeps its own copy of the embedding for the output
-    layer (megatron/core/models/common/language_module/language_module.py `setup_embeddings_and_output_layer`)."""
+    layer (megatron/core/models/common/language_module/language_module.py `setup_embeddings_and_output_layer`). A
+    VLM's vision tower and projector are on the first stage, whole on every tensor-parallel rank: Megatron-SWIFT
+    builds them from the Hugging Face model's modules, not as Megatron parallel layers, and only where `pre_process`
+    holds (ms-swift v4.0.0 swift/megatron/model/mm_gpt_model.py `MultimodalGPTModel.__init__`: `if pre_process and
+    self.megatron_model_meta.visual_cls is not None: self.visual = ...visual_cls(config)`; mm_gpts/utils.py
+    `HuggingFaceModule.__init__` takes the HF model's `visual`)."""
     s = shapes(rp.arch)
     arch = rp.arch
     expert_total = sum(l.params for l in s.linears if l.expert)
@@ -96,6 +102,7 @@ def stages(rp: ResolvedPlan) -> list[Stage]:
         in_flight_microbatches(rp, 0),
         True,
         pp == 1,
+        arch.vision_params,
     )
     if pp == 1:
         return [first]

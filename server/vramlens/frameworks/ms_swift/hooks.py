@@ -15,8 +15,9 @@
 from collections.abc import Callable
 from typing import Any
 
+from vramlens.formats.settings import to_float
 from vramlens.frameworks.evaluation import as_ratio, by_generation, eval_strategy, is_off
-from vramlens.frameworks.hooks import AmpDefault, FrameworkHooks
+from vramlens.frameworks.hooks import AmpDefault, DistillLoss, FrameworkHooks
 from vramlens.knowledge import versions
 
 # ms-swift splits a validation set off the training data by default before 3.6.0 (`split_dataset_ratio: float =
@@ -24,6 +25,13 @@ from vramlens.knowledge import versions
 # swift/llm/utils/argument.py at v1.7.3 and v2.6.1) and none from 3.6.0 (`split_dataset_ratio: float = 0.`,
 # data_args.py at v3.6.0 to v4.6.0)
 SWIFT_NO_SPLIT_FROM = (3, 6, 0)
+
+# ms-swift's own chunked JSD for GKD over the full logits: from 3.12.0 (commit b3d0d794e "Optimize the peak memory
+# usage of the GKD JSD loss": v3.12.0 swift/trainers/rlhf_trainer/gkd_trainer.py `generalized_jsd_loss`, the same in
+# v4.0.0 swift/rlhf_trainers/gkd_trainer.py), from 4.3.0 swift/rlhf_trainers/gkd_loss.py `gkd_loss`/`jsd_loss`
+# (commit f12344c17); before 3.12.0 TRL's GKDTrainer loss
+SWIFT_JSD_FROM = {(3, 12, 0): "swift-jsd-3.12", (4, 3, 0): "swift-jsd-4.3"}
+SWIFT_GKD_BETA = 0.5  # v4.0.0 swift/arguments/rlhf_args.py `_set_default`: `rlhf_type == 'gkd'` → beta 0.5
 
 
 class MsSwiftHooks(FrameworkHooks):
@@ -55,6 +63,26 @@ class MsSwiftHooks(FrameworkHooks):
             return ratio is not None and ratio > 0
         parsed = versions.parse(version)
         return parsed is not None and parsed < SWIFT_NO_SPLIT_FROM  # unknown: the newest release's default, no split
+
+    def distill_loss(self, extra: Callable[[str], Any], version: str | None) -> DistillLoss | None:
+        """ms-swift's GKD loss with a local teacher over the full vocabulary (`SWIFT_JSD_FROM`; unknown version: the
+        newest). Not with `gkd_logits_topk` (the teacher's top-k only) or `teacher_model_server` (an API teacher's
+        top-k log-probs), nor under Liger (`use_liger_kernel`: its fused JSD, the plan's fused loss). `beta`: 0.5
+        unless set (`SWIFT_GKD_BETA`); `sft_alpha` > 0 adds the student's cross-entropy (`outputs_student.loss`, the
+        model's own loss: `model_inputs['labels']` passed to its forward)."""
+        if extra("gkd_logits_topk") not in (None, "", "None") or extra("teacher_model_server") not in (None, ""):
+            return None
+        parsed = versions.parse(version)
+        forms = [f for since, f in sorted(SWIFT_JSD_FROM.items()) if parsed is None or parsed >= since]
+        if not forms:
+            return None
+        beta = to_float(extra("beta"))
+        sft = to_float(extra("sft_alpha"))
+        beta = SWIFT_GKD_BETA if beta is None else beta
+        where = "gkd_loss.py `jsd_loss`, 4.3 on" if forms[-1] == "swift-jsd-4.3" else "`generalized_jsd_loss`, 3.12–4.2"
+        sft_part = ", + the student's cross-entropy (sft_alpha)" if sft else ""
+        note = f"GKD loss: ms-swift's chunked JSD over the full logits (beta {beta:g}{sft_part}; {where})"
+        return DistillLoss(forms[-1], beta, bool(sft and sft > 0), note)
 
 
 HOOKS = MsSwiftHooks(
