@@ -27,8 +27,9 @@ import warnings
 from fractions import Fraction
 from pathlib import Path
 
+from vramlens.knowledge.inventory import STAGE_POWER, stage_values, stages_chosen
 from vramlens.trace.inventory import INDEX as _INDEX
-from vramlens.trace.inventory import _kind, model_class
+from vramlens.trace.inventory import _kind, _pattern, model_class
 from vramlens.trace.inventory import measure as _measure
 
 # gzip-compressed JSON (knowledge/inventory.py reads it on first use): a few MB of JSON, a tenth of it compressed
@@ -581,6 +582,7 @@ def inventory(model_type: str) -> dict:
     # terms of its factors alone: Nemotron-H's Mamba in_proj, 2·H·P + 2·G·N + H with H heads of P channels,
     # transformers 5.24 models/nemotron_h/modeling_nemotron_h.py `NemotronHMamba2Mixer.__init__`)
     subsets: dict[frozenset, dict | None] = {}
+    grid: dict[tuple, dict | None] = {}  # `_polynomial`'s builds
     for key, terms in list(formulas.items()):
         if key[0] in ("rank", "k") or terms is None or follows(key, terms):
             continue
@@ -590,6 +592,8 @@ def inventory(model_type: str) -> dict:
         refit = next((t for t in refits if t is not None and follows(key, t)), None)
         if refit is None and 2 <= len(moved) <= 4:
             refit = _multilinear(model_type, config_cls, d0, key, q0[key], moved, fields, subsets)
+        if (refit is None or not follows(key, refit)) and key[0] == "t":  # a total over layers of two shapes
+            refit = _polynomial(model_type, config_cls, d0, key, q0[key], moved, fields, grid)
         if refit is not None and follows(key, refit):
             formulas[key] = refit
     layouts: list = []  # (fields, layer count, layers of each pattern and kind) of every build, when first needed
@@ -617,10 +621,49 @@ def inventory(model_type: str) -> dict:
             rule = _where(info["where"][key], cfg0, info["layers"], defaults=defaults)
             rule = selected(key, rule, follows(key, terms))
             kinds[key[1]] = {"n": terms if follows(key, terms) or rule else None, **rule}
+    stagers: list[_Stages] = []  # the builds of stage-indexed patterns, made when first needed
+    # the per-stage lists the stage formulas read or that move other parameters: [measured, the config class's]
+    stage_fields: dict[str, list] = {}
+    used_by_stages: set[str] = set()  # the fields the stage formulas read
+
+    def stager() -> _Stages:
+        if not stagers:
+            checks = [run for run in (check, alternate) if run is not None]
+            stagers.append(_Stages(model_type, config_cls, d0, fields, (cfg0, model0), varied, checks))
+        return stagers[0]
+
+    def staged(pattern: str) -> dict | None:
+        """The pattern as a stage entry (`_Stages.fit`), where the config has per-stage lists."""
+        return stager().fit(pattern) if _stage_lists(d0) else None
+
+    def listed(pattern: str) -> list[str]:
+        """The per-stage lists whose entries, doubled, move the pattern's total."""
+        if not _stage_lists(d0):
+            return []
+        runs = stager().runs.items()
+        t = ("t", pattern)
+        return sorted(
+            {name.split()[1] for name, run in runs if name.startswith("list ") and run[3].get(t) != q0.get(t)}
+        )
+
     for pattern in {k[1] for k in q0 if k[0] == "n"}:
         rank = q0[("rank", pattern)]
         count = formulas[("n", pattern)]
         dims = [formulas.get(("d", pattern, a)) for a in range(rank or 0)]
+        # a shape that differs from stage to stage of a hierarchical backbone or follows the first or last stage's
+        # width, or a count or shape that a per-stage list moves
+        stage = None
+        if rank is None or not all(follows(("d", pattern, a), t) for a, t in enumerate(dims)) or listed(pattern):
+            stage = staged(pattern)
+        if stage is not None:
+            entry = {"p": pattern, "kind": info["kinds"][pattern], "n": None, "shape": [], "numel0": q0[("t", pattern)]}
+            params.append({**entry, "stages": stage})
+            parts = [stage, *([stage["first"]] if "first" in stage else [])]
+            read = {f for part in parts for t in (part["n"], *part["shape"]) for _, e in t for f in e}
+            used_by_stages.update(f for f in read if f in fields)
+            for f in [stage["list"], *(f.split("[")[0] for f in read if "[" in f)]:
+                stage_fields[f] = [_get(d0, f), _get(defaults, f)]
+            continue
         rule = _where(info["where"].get(pattern, set()), cfg0, info["layers"], q0[("n", pattern)], defaults)
         if not rule and count is not None and all(not e for _, e in count):
             rule = _every_listed_layer(info["where"].get(pattern, set()), cfg0, info["layers"], q0[("n", pattern)])
@@ -649,6 +692,17 @@ def inventory(model_type: str) -> dict:
             entry["exact"] = False
         entry.update(rule)
         params.append(entry)
+    if _stage_lists(d0):
+        # parameters outside the stage entries whose total a per-stage list moves (FocalNet's focal convolutions,
+        # focal_levels[i] of them per layer with kernels from focal_windows[i]: transformers 5.24
+        # models/focalnet/modeling_focalnet.py `FocalNetModulation`): a config.json with another list is approximate
+        for entry in params:
+            if "stages" in entry or any(k.startswith("where") for k in entry):
+                continue
+            moved = listed(entry["p"])
+            if moved:
+                entry["lists_fixed"] = moved
+                stage_fields.update({f: [_get(d0, f), _get(defaults, f)] for f in moved})
     _unless_equal(model_type, config_cls, d0, fields, params)
     apart = _built_where_apart(q0, builds, fields)
     rule_fields.update(f for pair in apart for f in pair)
@@ -667,9 +721,11 @@ def inventory(model_type: str) -> dict:
                     *rule_fields,
                     *(g for t in derived.values() for _, e in t for g in e),
                     *_stack_fields(stacks),
+                    *used_by_stages,
                 }
             )
         },
+        **({"lists": stage_fields} if stage_fields else {}),
         "fixed": fixed,
         "derived": derived,
         "switches": switches,
@@ -809,6 +865,301 @@ def _product_plus_constant(q0, qs: dict, base: dict) -> list[list]:
         rest = Fraction(q0) - p
         candidates.append([[_num(coef), exps], *([[_num(rest), {}]] if rest else [])])
     return candidates
+
+
+# Hierarchical backbones: stages sized by their index and by per-stage lists (transformers 5.24
+# models/swin/modeling_swin.py `SwinEncoder`: stage i holds depths[i] `SwinLayer`s int(embed_dim * 2**i) wide with
+# num_heads[i] heads, each with a (2 * window_size - 1)**2-row relative position table, and a `SwinPatchMerging`
+# in every stage but the last; `SwinModel.layernorm` is as wide as the last stage; models/segformer/
+# modeling_segformer.py builds a sequence-reduction convolution only in the stages where sr_ratios[i] > 1)
+def _stage_lists(d: dict, prefix: str = "") -> dict[str, list]:
+    """The config's lists of numbers (one entry per stage: `depths`, `hidden_sizes`, `sr_ratios`), by dotted path
+    (one level of sub-configs: MaskFormer's `backbone_config.depths`)."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and not prefix:
+            out.update(_stage_lists(v, f"{k}."))
+        elif isinstance(v, list) and len(v) >= 2 and all(_number(x) for x in v) and not _NOT_SIZES.search(k):
+            out[prefix + k] = v
+    return out
+
+
+def _stage_quantities(model, cfg) -> dict:
+    """(pattern, stage) -> {"n": occurrences, axis: size (None where they differ), "rank", "of": the number of
+    stages} of every parameter inside a ModuleList as long as a per-stage list of the config (`_stage_lists`), its
+    first index being the stage."""
+    import torch
+
+    lengths = {len(v) for v in _stage_lists(cfg.to_dict()).values()}
+    modules = dict(model.named_modules())
+    shapes = collections.defaultdict(set)
+    for name, p in model.named_parameters():
+        shapes[_INDEX.sub(".{i}", name)].add(tuple(p.shape))
+    out: dict = {}
+    for name, p in model.named_parameters():
+        first = _INDEX.search(name)
+        owner = modules.get(name[: first.start()]) if first else None
+        if not isinstance(owner, torch.nn.ModuleList) or len(owner) not in lengths:
+            continue
+        pattern = _pattern(name, modules, len(shapes[_INDEX.sub(".{i}", name)]) > 1)
+        q = out.setdefault((pattern, int(first.group(1))), {"of": len(owner)})
+        q["n"] = q.get("n", 0) + 1
+        q["rank"] = p.dim() if q.get("rank", p.dim()) == p.dim() else None
+        for axis, size in enumerate(p.shape):
+            if q.setdefault(axis, size) != size:
+                q[axis] = None
+    return out
+
+
+def _parabola(points: list[tuple]) -> list[Fraction]:
+    """[c, b, a] of a·x² + b·x + c through three points (x, y)."""
+    (x1, y1), (x2, y2), (x3, y3) = ((Fraction(x).limit_denominator(1000), Fraction(y)) for x, y in points)
+    a = ((y3 - y1) / (x3 - x1) - (y2 - y1) / (x2 - x1)) / (x3 - x2)
+    b = (y2 - y1) / (x2 - x1) - a * (x1 + x2)
+    return [y1 - a * x1 * x1 - b * x1, b, a]
+
+
+def _quadratic(var: str, points: list[tuple]) -> list:
+    """a·x² + b·x + c through three (x, y), as terms of the variable x."""
+    return [[_num(v), {var: e} if e else {}] for e, v in reversed(list(enumerate(_parabola(points)))) if v] or [[0, {}]]
+
+
+def _polynomial(model_type: str, config_cls, d0: dict, key, q0, moved: list[str], fields: dict, cache: dict):
+    """A quantity as a polynomial of degree two at most in each of one or two fields, from builds with each field
+    at one, two and three times its base value: a total over layers of different shapes (transformers 5.24
+    models/mask2former/modeling_mask2former.py `Mask2FormerMLPPredictionHead(hidden_dim, hidden_dim,
+    mask_feature_size, 3)`: 2·hidden_dim² + hidden_dim·mask_feature_size weights), which builds that move each field
+    only by doubling fit as a line. None when a build fails."""
+    import itertools
+
+    if not 1 <= len(moved) <= 2:
+        return None
+    coefs: dict[tuple, Fraction] = {}
+    for levels in itertools.product((1, 2, 3), repeat=len(moved)):
+        at = tuple(zip(moved, levels))
+        if at not in cache:
+            d = d0
+            for f, level in at:
+                d = d if level == 1 else vary(model_type, d, f, fields[f] * level)
+            try:
+                cfg, model = build(config_cls, d)
+                cache[at] = measure(model, cfg)[0]
+            except Exception:
+                cache[at] = None
+        got = q0 if set(levels) == {1} else (cache[at] or {}).get(key)
+        if got is None:
+            return None
+        coefs[levels] = Fraction(got)
+    for axis, f in enumerate(moved):  # field by field: the levels of its axis become exponents
+        solved = {}
+        for rest in {k[:axis] + k[axis + 1 :] for k in coefs}:
+            points = [(level * fields[f], coefs[(*rest[:axis], level, *rest[axis:])]) for level in (1, 2, 3)]
+            for e, c in enumerate(_parabola(points)):
+                solved[(*rest[:axis], e, *rest[axis:])] = c
+        coefs = solved
+    terms = [[_num(c), {f: e for f, e in zip(moved, exps) if e}] for exps, c in sorted(coefs.items()) if c]
+    return terms or [[0, {}]]
+
+
+class _Stages:
+    """The builds a stage-indexed pattern is fitted and checked on: the base build, each field doubled, each
+    per-stage list's even-indexed and odd-indexed entries doubled (so that a stage's own entry and the previous
+    stage's move apart), the check builds, a build with every list's odd-indexed entries doubled, and (on demand)
+    one variable tripled."""
+
+    def __init__(self, model_type: str, config_cls, d0: dict, fields: dict, base, varied: dict, checks: list):
+        self.model_type, self.config_cls, self.d0, self.fields = model_type, config_cls, d0, fields
+        self.lists0 = _stage_lists(d0)
+        self.runs: dict[str, tuple] = {}
+        self._add("base", base)
+        for f, run in varied.items():
+            self._add(f"field {f}", run)
+        for f in self.lists0:
+            for parity in (0, 1):
+                self._add(f"list {f} {parity}", self._scaled(f, parity, 2))
+        for n, run in enumerate(checks):
+            self._add(f"check {n}", run)
+        d_odd = d0
+        for f, v in self.lists0.items():  # unequal changes from stage to stage, every list at once
+            d_try = _set(d_odd, f, [x * 2 if s % 2 else x for s, x in enumerate(v)])
+            if self._add("odd", d_try, keep=False):
+                d_odd = d_try
+        self._add("odd", d_odd)
+
+    def _scaled(self, f: str, parity: int, m: int) -> dict:
+        """d0 with the entries of list f at stages of that parity times m."""
+        return _set(self.d0, f, [x * m if s % 2 == parity else x for s, x in enumerate(self.lists0[f])])
+
+    def _add(self, name: str, run, keep: bool = True) -> str | None:
+        """Measure a build (a (config, model) pair, or a config dict to build); None where it does not build."""
+        try:
+            cfg, model = build(self.config_cls, run) if isinstance(run, dict) else run
+            d = cfg.to_dict()
+            values = {f: _get(d, f) for f in self.fields if _number(_default(d, f))}
+            measured = (values, _stage_lists(d), _stage_quantities(model, cfg), measure(model, cfg)[0])
+        except Exception:
+            return None
+        if keep:
+            self.runs[name] = measured
+        return name
+
+    def _moved(self, var: str, s: int, m: int = 2) -> str | None:
+        """The run with variable `var` of stage s times m (a field, `F[s]` or `F[s-1]`), built on demand for m = 3."""
+        if "[" not in var:
+            name, d = f"field {var}" if m == 2 else f"tripled {var}", None
+        else:
+            f, index = var[:-1].split("[")
+            parity = s % 2 if index == "s" else (s - 1) % 2
+            name = f"list {f} {parity}" if m == 2 else f"tripled {f} {parity}"
+            d = self._scaled(f, parity, m)
+        if name not in self.runs and m != 2:
+            d = d if d is not None else vary(self.model_type, self.d0, var, self.fields[var] * m)
+            return self._add(name, d)
+        return name if name in self.runs else None
+
+    def _of(self, pattern: str, run: tuple, outside: tuple | None) -> dict:
+        """The pattern's quantities in each stage of a run: its own, or (`outside`: (a list, "first" or "last"), a
+        pattern outside the stages as wide as the first or the last) those of the whole model in that stage of as
+        many as the list has entries."""
+        if outside is None:
+            return {s: q for (p, s), q in run[2].items() if p == pattern}
+        q, (listed, end) = run[3], outside
+        if ("n", pattern) not in q or listed not in run[1]:
+            return {}
+        rank = q[("rank", pattern)]
+        dims = {a: q[("d", pattern, a)] for a in range(rank or 0)}
+        return {0 if end == "first" else len(run[1][listed]) - 1: {"n": q[("n", pattern)], "rank": rank, **dims}}
+
+    def fit(self, pattern: str) -> dict | None:
+        """The pattern as a stage entry: {"list": the list that counts the stages, "in": the stages that hold it
+        (knowledge/inventory.py `stages_chosen`), "n": occurrences in a stage, "shape": its shape there, and "first":
+        those of the first stage where it differs (SegFormer's first patch embedding reads num_channels where the
+        others read hidden_sizes[i - 1])}, each a formula of the fields, of the stage's and the previous stage's
+        list entries (`F[s]`, `F[s-1]`) and of 2**s that gives every run's quantities in every stage; None where
+        none does."""
+        base = self.runs["base"]
+        stages = {q["of"] for q in base[2].values()}
+        lengths = sorted((f for f, v in self.lists0.items() if len(v) in stages), key=lambda f: ("depth" not in f, f))
+        if self._of(pattern, base, None):
+            return self._fit(pattern, lengths, None)
+        # outside the stages: as wide as the last one (Swin's final norm) or the first (ConvNeXt's stem), of the
+        # stages some list counts
+        fits = (self._fit(pattern, [f], (f, end)) for end in ("last", "first") for f in lengths)
+        return next(filter(None, fits), None)
+
+    def _fit(self, pattern: str, lengths: list[str], outside: tuple | None) -> dict | None:
+        """`fit` with the stages counted by one of `lengths`, of a pattern in the stages or (`outside`) outside them
+        (`_of`)."""
+        at = {name: self._of(pattern, run, outside) for name, run in self.runs.items()}
+        ranks = {q["rank"] for q in at["base"].values()}
+        of = {q["of"] for q in at["base"].values()} if outside is None else {len(self.lists0[outside[0]])}
+        counted = [f for f in lengths if len(self.lists0[f]) in of]
+        if not at["base"] or len(ranks) != 1 or None in ranks or len(of) != 1 or not counted:
+            return None
+        rules = [[outside[1]]] if outside else [["all"], ["but_last"], *(["above_one", f] for f in sorted(self.lists0))]
+        rule = next(
+            (
+                r
+                for r in rules
+                if all(
+                    set(at[name]) == set(stages_chosen(r, run[1], len(run[1].get(counted[0], ()))))
+                    for name, run in self.runs.items()
+                )
+            ),
+            None,
+        )
+        if rule is None:
+            return None
+        of_run = lambda run: self._of(pattern, run, outside)  # noqa: E731
+        fitted = {x: self._fit_quantity(at, x, of_run) for x in ["n", *range(ranks.pop())]}
+        if any(f is None for f in fitted.values()):
+            return None
+        entry = {
+            "list": counted[0],
+            "in": rule,
+            "n": fitted["n"][0],
+            "shape": [t[0] for x, t in fitted.items() if x != "n"],
+        }
+        if any(t[1] is not None for t in fitted.values()):
+            first = {x: t[1] if t[1] is not None else t[0] for x, t in fitted.items()}
+            entry["first"] = {"n": first["n"], "shape": [t for x, t in first.items() if x != "n"]}
+        return entry
+
+    def _holds(self, terms: list, at: dict, x, stages) -> bool:
+        """Whether `terms` gives quantity x in every stage of `stages` (a predicate) of every run."""
+        for name, by_stage in at.items():
+            for s, q in by_stage.items():
+                if not stages(s):
+                    continue
+                if q.get(x) is None:
+                    return False
+                got = evaluate(terms, stage_values(self.runs[name][0], self.runs[name][1], s))
+                if abs(got - q[x]) >= 0.5:
+                    return False
+        return True
+
+    def _fit_quantity(self, at: dict, x, of) -> tuple | None:
+        """Quantity x as (the formula of every stage, that of the first stage where it differs, else None): fitted
+        in each stage of the base build from the builds with one variable doubled (or, quadratic in one variable,
+        tripled), then each term's coefficient as c · 2**(k·s) (k from the stages; tried from -2 to 2 where the
+        base build has one stage)."""
+        values0, lists0 = self.runs["base"][:2]
+        by_stage = {}
+        for s, q0 in at["base"].items():
+            base_s = stage_values(values0, lists0, s)
+            runs = {v: self._moved(v, s) for v in base_s if v != STAGE_POWER}
+            moved = {v: at[r].get(s, {}).get(x) for v, r in runs.items() if r is not None}
+            terms = infer(q0[x], moved, base_s)
+            changed = [v for v, got in moved.items() if got is not None and got != q0[x]]
+            if len(changed) == 1:  # moved by one variable: a third build tells a line from a parabola
+                third = self._moved(changed[0], s, 3)
+                if third is not None:
+                    at[third] = of(self.runs[third])
+                got = None if third is None else at[third].get(s, {}).get(x)
+                if got is not None and (terms is None or not self._holds(terms, at, x, s.__eq__)):
+                    b = base_s[changed[0]]
+                    terms = _quadratic(changed[0], [(b, q0[x]), (2 * b, moved[changed[0]]), (3 * b, got)])
+            if terms is None or not self._holds(terms, at, x, s.__eq__):
+                return None
+            by_stage[s] = terms
+        merged = self._merge(by_stage, at, x, lambda s: True)
+        if merged is not None:
+            return merged, None
+        if 0 not in by_stage or len(by_stage) < 2:
+            return None
+        rest = self._merge({s: t for s, t in by_stage.items() if s}, at, x, lambda s: s > 0)
+        return None if rest is None else (rest, by_stage[0])
+
+    def _merge(self, by_stage: dict, at: dict, x, stages) -> list | None:
+        """One formula for the stages' formulas (`stages`: the predicate of the stages it is for): terms of the same
+        fields in each stage, each coefficient c · 2**(k·s)."""
+        import itertools
+
+        coefs = {
+            s: {json.dumps(e, sort_keys=True): Fraction(*c) if isinstance(c, list) else Fraction(c) for c, e in t}
+            for s, t in by_stage.items()
+        }
+        keys = set(next(iter(coefs.values())))
+        if any(set(c) != keys for c in coefs.values()):
+            return None
+        choices = []
+        for key in sorted(keys):
+            c = {s: by[key] for s, by in coefs.items()}
+            s0 = min(c)
+            ks: list = [0, 1, -1, 2, -2]
+            if len(c) > 1:
+                s1 = min(s for s in c if s != s0)
+                r = c[s1] / c[s0]
+                ks = [round(math.log2(r) / (s1 - s0))] if r > 0 else []
+            options = [
+                [_num(c[s0] / Fraction(2) ** (k * s0)), {**json.loads(key), **({STAGE_POWER: k} if k else {})}]
+                for k in ks
+                if all(c[s] == c[s0] * Fraction(2) ** (k * (s - s0)) for s in c)
+            ]
+            if not options:
+                return None
+            choices.append(options)
+        return next((list(t) for t in itertools.product(*choices) if self._holds(list(t), at, x, stages)), None)
 
 
 def _stack_fields(stacks: list) -> set[str]:

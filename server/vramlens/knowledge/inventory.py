@@ -464,7 +464,17 @@ def build(config: Mapping[str, Any], model_type: str) -> Built | None:
         pair = entry.get("unless_equal")
         if pair and values.get(pair[0]) == values.get(pair[1]):
             continue  # built only where the two sizes differ (ELECTRA's embeddings_project)
-        if "total" in entry:  # occurrences of different shapes: their total
+        lists = inv.get("lists", {})  # per-stage lists: [measured, the config class's]
+        moved = [f for f in entry.get("lists_fixed", ()) if _listed(config, f, lists[f][1]) != lists[f][0]]
+        if moved:  # a per-stage list that moves parameters no formula reads it in
+            notes.append(f"{', '.join(moved)} not read for {entry['p']}")
+        if "stages" in entry:  # a pattern sized stage by stage (a hierarchical backbone)
+            stage_numel = _stages_numel(entry["stages"], config, values, {f: v[1] for f, v in lists.items()})
+            if stage_numel is None:
+                notes.append(f"{entry['p']} not scaled exactly")
+                continue
+            numel = stage_numel
+        elif "total" in entry:  # occurrences of different shapes: their total
             if entry.get("exact") is False:  # a fit through the reference builds that is no count at other sizes
                 notes.append(f"{entry['p']} not scaled exactly")
             numel = max(0, round(_eval(entry["total"], values)))
@@ -514,6 +524,64 @@ def build(config: Mapping[str, Any], model_type: str) -> Built | None:
         approximate="; ".join(dict.fromkeys(notes)),
         source=f"transformers {version()} {inv['class']} (meta build, scaled)",
     )
+
+
+# the variable of a stage's formulas that doubles from stage to stage (transformers 5.24 models/swin/modeling_swin.py
+# `SwinEncoder`: stage i is int(embed_dim * 2**i) wide)
+STAGE_POWER = "2**s"
+
+
+def stage_values(values: Mapping[str, float], lists: Mapping[str, Any], s: int) -> dict[str, float]:
+    """The variables the formulas of stage s read: the config's fields, each per-stage list's entry of the stage
+    and of the one before it (`hidden_sizes[s]`, `hidden_sizes[s-1]`), and 2**s."""
+    listed = {f: v for f, v in lists.items() if isinstance(v, list)}
+    entries = {f"{f}[s]": v[s] for f, v in listed.items() if s < len(v)}
+    before = {f"{f}[s-1]": v[s - 1] for f, v in listed.items() if 0 < s <= len(v)}
+    return {**values, **entries, **before, STAGE_POWER: 2**s}
+
+
+def stages_chosen(rule: list, lists: Mapping[str, Any], stages: int) -> list[int]:
+    """The stages of `stages` that hold a stage-indexed pattern: "all", all "but_last" (transformers 5.24
+    models/swin/modeling_swin.py `SwinEncoder`: a `SwinPatchMerging` in every stage but the last), the "last" (the
+    final norm of `SwinModel`, as wide as the last stage), the "first" (models/convnext/modeling_convnext.py
+    `ConvNextEmbeddings`, hidden_sizes[0] wide), or those where a per-stage list's entry is "above_one"
+    (models/segformer/modeling_segformer.py `SegformerEfficientSelfAttention`: a sequence-reduction convolution where
+    sr_ratios[i] > 1)."""
+    if rule[0] == "above_one":
+        listed = lists.get(rule[1])
+        return [s for s, v in enumerate(listed[:stages]) if v > 1] if isinstance(listed, list) else []
+    ends = {"first": [0], "last": [stages - 1]}
+    return {"all": list(range(stages)), "but_last": list(range(stages - 1)), **ends}[rule[0]]
+
+
+def _listed(config: Mapping[str, Any], field: str, default: Any) -> Any:
+    """A per-stage list of the config (a list of numbers), else `default`."""
+    v = _lookup(config, field)
+    return v if isinstance(v, list) and v and all(_number(x) for x in v) else default
+
+
+def _stages_numel(
+    stages: Mapping[str, Any], config: Mapping[str, Any], values: Mapping[str, float], defaults: Mapping[str, Any]
+) -> int | None:
+    """The parameters of a pattern sized stage by stage (scripts/dump_model_inventories.py `_Stages`): in each stage
+    its rule selects (`stages_chosen`; as many stages as the list `stages["list"]` has entries), occurrences times
+    shape, formulas of the fields, of the stage's (and the previous stage's) entries of the per-stage lists (the
+    config's, else the config class's `defaults`) and of 2**s, those of `stages["first"]` in the first stage where
+    it has them; None where a list is too short for a stage."""
+    lists = {field: _listed(config, field, default) for field, default in defaults.items()}
+    counted = lists.get(stages["list"])
+    if not isinstance(counted, list):
+        return None
+    total = 0
+    for s in stages_chosen(stages["in"], lists, len(counted)):
+        own = stages["first"] if s == 0 and "first" in stages else stages
+        formulas = [own["n"], *own["shape"]]
+        variables = stage_values(values, lists, s)
+        if any(f not in variables for terms in formulas for _, exps in terms for f in exps):
+            return None
+        n, *dims = (round(_eval(terms, variables)) for terms in formulas)
+        total += n * math.prod(dims)
+    return total
 
 
 def _stack_kinds(inv: Mapping[str, Any], values: Mapping[str, float], notes: list[str]) -> dict:
