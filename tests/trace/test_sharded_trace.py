@@ -170,7 +170,9 @@ def test_mixed_precision_blocks_compute_in_16bit(world, peft, ckpt, version, sta
 )
 @pytest.mark.xfail(
     strict=False,
-    reason="LoRA at SHARD_GRAD_OP reads about 3 % low",
+    reason="mixed precision: FSDP1 LoRA at SHARD_GRAD_OP with checkpointing reads 3-4 % high (the final norm counted "
+    "at 8·h bytes per token, a frozen norm keeps its fp32 input); bf16: FSDP2 LoRA at SHARD_GRAD_OP without "
+    "checkpointing reads about 3 % low (the last forward all-gather held through the loss)",
 )
 @pytest.mark.parametrize("precision", [BF16, MP], ids=["bf16", "mixed-precision"])
 def test_sharded_grid_within_three_percent(precision):
