@@ -56,7 +56,9 @@ def test_full_dpo_reference_copy_holds_the_tower():
     assert megatron_reference_bytes(rp, st) - megatron_reference_bytes(no_tower, st0) == VISION * 2
 
 
-MCORE_FULL = Path(__file__).resolve().parents[1] / "fixtures" / "ms-swift" / "v4.0.0" / "megatron_vlm" / "mcore_full.sh"
+MCORE_FULL = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "ms-swift" / "v4.0.0" / "megatron_step" / "mcore_full.sh"
+)
 
 
 def resolved(text: str, tmp_path: Path):
