@@ -139,7 +139,18 @@ def description(cfg: StepConfig, stage: int) -> list[str]:
 
 def run(cfg: StepConfig, stage: int, *, real: bool = False, steps: int = 2) -> dict:
     """Trace (or, with real=True, execute on CPU) the plan's ZeRO step as rank 0; returns raw byte counts: the last
-    step's peak, its forward-backward and optimizer-step peaks, what stays live after it."""
+    step's peak, its forward-backward and optimizer-step peaks, what stays live after it. ZeRO-3 replaces
+    `torch.nn.functional.linear` with its own for the rest of the process (deepspeed 0.19.8 runtime/zero/
+    partition_parameters.py `_enable_mem_efficient_linear`: "This will persist unless manually reset"): the step is
+    traced with it, and the process gets torch's back afterwards."""
+    linear = torch.nn.functional.linear
+    try:
+        return _run(cfg, stage, real=real, steps=steps)
+    finally:
+        torch.nn.functional.linear = linear
+
+
+def _run(cfg: StepConfig, stage: int, *, real: bool, steps: int) -> dict:
     install_deepspeed_on_cpu()
     import deepspeed
     import torch.distributed as dist
