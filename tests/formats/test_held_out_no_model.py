@@ -144,3 +144,18 @@ def test_a_model_argument_given_a_run_time_value_is_not_called_missing(tmp_path:
     a = _analyze(run, tmp_path)
     assert a.plan.model_id is None
     assert not any("does not give it" in i.message for i in a.plan.issues)
+
+
+def test_a_docstring_usage_example_after_a_lone_carriage_return_is_placed_on_its_own_line(tmp_path: Path):
+    """A lone \\r ends a line for the editor (LSP) and for Python's own tokenizer: the spans of a module docstring's
+    usage example count it, so the note about the command points at the command's line, not the one above it."""
+    text = "\r" + (TRL_MAIN / "examples" / "scripts" / "openenv" / "echo.py").read_text(encoding="utf-8")
+    path = tmp_path / "echo.py"
+    path.write_text(text, encoding="utf-8", newline="")
+    a = analyze(text, str(path), Settings(workspace=tmp_path, model_lookup=False))
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    spans = [i.span for i in a.plan.issues if i.span is not None and i.span.file == str(path)]
+    assert spans
+    for span in spans:
+        assert span.end_col <= len(lines[span.end_line]), (span, lines[span.end_line])
+    assert any("python examples/scripts/openenv/echo.py" in lines[s.start_line] for s in spans)

@@ -16,6 +16,7 @@ import re
 from pathlib import Path, PurePosixPath
 
 from vramlens.plan import IssueKind, Reference, Severity, Span, TrainingPlan
+from vramlens.text import text_lines
 
 _PARSERS = re.compile(
     r"\b(?:HfArgumentParser|TrlParser|ArgumentParser|parse_args|parse_args_into_dataclasses|"
@@ -124,7 +125,7 @@ def from_docstring(plan: TrainingPlan, text: str, tree: ast.Module, ctx) -> Trai
     if not wants_command_line(plan, text):
         return None
     name = Path(ctx.path).name
-    lines = text.split("\n")
+    lines = text_lines(text)  # the lines spans count (a lone \r breaks a line, as in the editor and in ast)
     for where in _string_ranges(tree):
         view = command_view(lines, *where)
         if view.strip():
