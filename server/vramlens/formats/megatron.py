@@ -901,9 +901,6 @@ def _linear_defaults(b: PlanBuilder, by: dict[str, Setting]) -> None:
     )
 
 
-# Megatron's default number of experts each token is routed to (arguments.py core_v0.15.0 `--moe-router-topk`,
-# default 2)
-DEFAULT_TOPK = 2
 MAX_PATTERN = 100_000  # layers in a `--moe-layer-freq` pattern; Megatron's models have at most a few hundred
 
 
@@ -921,7 +918,7 @@ def _experts(b: PlanBuilder, by: dict[str, Setting]) -> None:
         return
     if extra.get("arch.experts_per_token") is None:
         extra["arch.experts_per_token"] = Sourced(
-            value=DEFAULT_TOPK, origin=Origin.DEFAULT, framework="Megatron-LM", note="`--moe-router-topk` default"
+            value=mh.MOE_TOPK, origin=Origin.DEFAULT, framework="Megatron-LM", note="`--moe-router-topk` default"
         )
     freq = by.get("moe_layer_freq")
     layers = extra.get("arch.num_layers")
