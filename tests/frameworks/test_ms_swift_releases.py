@@ -116,6 +116,47 @@ def test_the_config_a_command_loads_overrides_the_commands_own_defaults(tmp_path
     assert plan.objective.key == "rlhf_type"
 
 
+def test_a_ray_config_reads_its_rollout_group_and_the_online_rl_arguments():
+    # ray_grpo_colocate.yaml: `colocate_groups: [[train, rollout]]`, the rollout group's
+    # `vllm_gpu_memory_utilization: 0.4`, `sleep_level: 1`, `max_completion_length: 4096`, `beta: 0`
+    plan = plan_of(MAIN / "ray_grpo_colocate.yaml")
+    assert value(plan, "generation") == "vllm-colocate" and plan.generation.key == "colocate_groups"
+    assert value(plan, "vllm_memory_share") == 0.4 and value(plan, "generation_sleeps") is True
+    assert value(plan, "completion_len") == 4096 and value(plan, "num_generations") == 8
+    assert value(plan, "reference_free") is True
+
+
+def test_megatron_swift_grpo_takes_its_own_rollout_defaults_and_sleep_level():
+    # dense_colocate.sh: `--vllm_mode colocate --vllm_gpu_memory_utilization 0.7 --sleep_level 2`,
+    # `--max_length 8192` (the prompt's bound in GRPO), `--max_completion_length 2048`
+    from vramlens.analysis import analyze
+    from vramlens.settings import Settings
+
+    path = MAIN / "dense_colocate.sh"
+    plan = plan_of(path)
+    assert value(plan, "generation_sleeps") is True and plan.generation_sleeps.key == "sleep_level"
+    a = analyze(path.read_text(encoding="utf-8"), str(path), Settings(workspace=path.parent, gpu="H100-80GB"))
+    rp = a.resolution.resolved
+    assert rp.generation == "vllm-colocate" and rp.generation_sleeps and rp.vllm_memory_share == 0.7
+    assert rp.seq_len == 8192 + 2048  # prompt bounded by max_length, then the completion
+
+
+def test_megatron_swift_grpo_without_a_completion_length_uses_megatron_swifts_default(tmp_path: Path):
+    script = tmp_path / "run.sh"
+    script.write_text(
+        "megatron rlhf --rlhf_type grpo --model Qwen/Qwen2.5-7B-Instruct --micro_batch_size 2 "
+        "--use_vllm true --vllm_mode colocate --max_length 1024\n",
+        encoding="utf-8",
+    )
+    from vramlens.analysis import analyze
+    from vramlens.settings import Settings
+
+    a = analyze(script.read_text(encoding="utf-8"), str(script), Settings(workspace=tmp_path, gpu="H100-80GB"))
+    # swift/megatron/arguments/megatron_args.py: max_completion_length 512; TRL's own default would be 256
+    assert a.resolution.resolved.seq_len == 1024 + 512
+    assert a.resolution.sources["completion_len"].framework.startswith("ms-swift")
+
+
 def test_megatron_at_the_start_of_a_line_is_a_launch():
     # run_colocate.sh: `megatron rlhf --use_ray true --config "$SCRIPT_DIR/…"` with no prefix on its line
     plan = plan_of(MAIN / "run_colocate.sh")

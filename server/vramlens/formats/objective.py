@@ -168,6 +168,15 @@ def _generation(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
     fraction = to_float(share.value) if share is not None else None
     if share is not None and fraction is not None:
         b.set("vllm_memory_share", fraction, share)
+    level = by_key.get("sleep_level")
+    n = to_int(level.value) if level is not None else None
+    if level is not None and n is not None:
+        # ms-swift's `sleep_level` (swift/arguments/rlhf_args.py, swift/megatron/arguments/megatron_args.py, 3602360a:
+        # 0, 1 or 2): a colocated engine made with sleep mode is put to sleep at that level after each rollout
+        # (swift/megatron/trainers/rollout_mixin.py `_init_rollout_engine`: `self.engine.engine.sleep(sleep_level)`)
+        on = n > 0
+        note = f"vLLM sleep level {n}: its weights and KV cache released after each rollout"
+        b.set("generation_sleeps", on, level, note=note if on else None)
     sleep = by_key.get("vllm_enable_sleep_mode")
     if sleep is not None and to_bool(sleep.value) is not None:
         # trl 1.16.0 trl/generation/vllm_generation.py: the colocated LLM sleeps (level 2) after each generation and

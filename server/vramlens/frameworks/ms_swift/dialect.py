@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vramlens.formats.settings import PlanBuilder, Setting
+from vramlens.formats.settings import PlanBuilder, Setting, to_float
+from vramlens.plan import Origin
 
 # Arguments only ms-swift defines (swift/llm/argument/: `tuner_type` 4.x, `train_type` 3.x, `sft_type` 1.x/2.x,
 # `model_author`/`split_dataset_ratio` data args, `rlhf_type`, `attn_impl`, `quant_bits`), with a model argument
@@ -71,6 +72,10 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx: Any) -> None:
             shell._apply_flag(b, "swift", s)
         launchers.swift_finish(b, top)
     objective.apply_swift(b, {s.path[0]: s for s in top if not s.unresolved})
+    # the online-RL arguments (max_completion_length, num_generations, use_vllm, vllm_*, beta, sleep_level) as the
+    # command line's are read (formats/objective.py `apply_launch`)
+    _ray_rollout(b, data, settings)
+    objective.apply_hf_keys(b, [s for s in top if not s.unresolved])
 
 
 def _with_train_group(data: Any, top: list[Setting], settings: list[Setting]) -> list[Setting]:
@@ -88,3 +93,32 @@ def _with_train_group(data: Any, top: list[Setting], settings: list[Setting]) ->
     ]
     names = {s.path[0] for s in own}
     return [s for s in top if s.path[0] not in names and s.path[0] != "train"] + own
+
+
+def _ray_rollout(b: PlanBuilder, data: Any, settings: list[Setting]) -> None:
+    """A Ray config's rollout placement (ms-swift 3602360a swift/ray/megatron/driver_utils.py `parse_ray_yaml`):
+    vLLM runs on the trainer's GPUs when `colocate_groups` puts `train` and `rollout` in one group (they must then
+    hold the same GPUs: `_validate_colocate_groups`), else on GPUs of its own; the `rollout` group's
+    `vllm_gpu_memory_utilization` is that engine's share, and `sleep_level` (`RayConfig`: 1 when the config sets
+    none) puts it to sleep while the policy trains."""
+    if not isinstance(data, dict) or not isinstance(data.get("rollout"), dict):
+        return
+    groups = data.get("colocate_groups")
+    by_path = {tuple(s.path): s for s in settings if not s.unresolved}
+    colocated = isinstance(groups, list) and any(
+        isinstance(g, list) and "train" in g and "rollout" in g for g in groups
+    )
+    where = by_path.get(("colocate_groups",)) or by_path.get(("rollout",))
+    b.set("generation", "vllm-colocate" if colocated else "vllm-server", where)
+    share = by_path.get(("rollout", "vllm_gpu_memory_utilization"))
+    if share is not None and to_float(share.value) is not None:
+        b.set("vllm_memory_share", to_float(share.value), share)
+    if colocated and ("sleep_level",) not in by_path:
+        b.set(
+            "generation_sleeps",
+            True,
+            note="ms-swift's Ray driver puts the colocated engine to sleep (level 1) when the config sets no "
+            "sleep_level",
+            origin=Origin.DEFAULT,
+            framework="ms-swift",
+        )

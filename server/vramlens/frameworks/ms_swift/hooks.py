@@ -90,6 +90,9 @@ HOOKS = MsSwiftHooks(
     image_token_env=("IMAGE_MAX_TOKEN_NUM",),
     completion_len_default=512,
     completion_len_source="trl 1.16",  # ms-swift's GRPO trainer subclasses TRL's GRPOTrainer
+    # "In PPO, GRPO, GKD and inference scenarios, `max_length` refers to `max_prompt_length`" (ms-swift 3602360a
+    # docs/source_en/Instruction/Command-line-parameters.md)
+    rollout_prompt_from_seq_len=True,
     batch_counts_completions=True,
     # v3.5.0 swift/trainers/sequence_parallel/ulysses.py `loss_scale_sp_func`, v4.0.0 swift/trainers/utils.py
     # `per_token_loss_func_sp`: `CELOSS_PARALLEL_SIZE` chunks the cross-entropy
