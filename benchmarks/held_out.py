@@ -56,6 +56,9 @@ class Source:
     revision: str  # a tag or commit present in the mirror
     globs: tuple[str, ...]  # fnmatch patterns on the repository path
     exclude: tuple[str, ...] = ()
+    # files extracted beside the counted ones but not counted themselves: what a counted file reads (the YAML an
+    # ms-swift script passes as `--config x.yaml` or as its lone argument), as in a checkout of the repository
+    context: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -103,14 +106,16 @@ def extract(src: Source, into: Path) -> list[Path]:
     names = git(src.mirror, "ls-tree", "-r", "--name-only", src.revision).decode().splitlines()
     out = []
     for name in names:
-        if not any(fnmatch.fnmatch(name, g) for g in src.globs):
-            continue
-        if any(fnmatch.fnmatch(name, g) for g in src.exclude):
+        counted = any(fnmatch.fnmatch(name, g) for g in src.globs) and not any(
+            fnmatch.fnmatch(name, g) for g in src.exclude
+        )
+        if not counted and not any(fnmatch.fnmatch(name, g) for g in src.context):
             continue
         target = into / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(git(src.mirror, "show", f"{src.revision}:{name}"))
-        out.append(target)
+        if counted:
+            out.append(target)
     return out
 
 

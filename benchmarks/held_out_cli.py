@@ -178,7 +178,7 @@ FRAMEWORKS: list[Framework] = [
     Framework(
         "ms-swift",
         [
-            Source("modelscope+ms-swift", rev, ("examples/*.sh",))
+            Source("modelscope+ms-swift", rev, ("examples/*.sh",), context=("examples/*.yaml", "examples/*.json"))
             for rev in ("v1.5.0", "v2.4.0", "v3.5.0", "v4.0.0", "HEAD")
         ],
         [
