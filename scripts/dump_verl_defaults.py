@@ -15,6 +15,15 @@ Each YAML file is read with vramlens' bounded loader (formats/yaml_doc.py). Ever
 "line"}` (the owner is the config, whose file `configs` names); an OmegaConf interpolation
 (`${data.max_prompt_length}`, `${oc.select:a.b,512}`) is kept as `default_text` with `default` null, and resolved
 by the reader at run time against the launch line's values.
+
+verl's engine-based SFT trainer (`torchrun … -m verl.trainer.sft_trainer`, from 0.6.0; `@hydra.main(config_name=
+"sft_trainer_engine")` in verl/trainer/sft_trainer.py) is composed by hydra from config groups: its
+`sft_trainer_engine.yaml` opens with `defaults: [model@model: hf_model, engine@engine: fsdp, optim@optim: fsdp, …,
+_self_]`, and a launch picks another option of a group with `engine=megatron` / `optim=megatron`. Its own leaves are
+dumped under the owner `sft_trainer_engine`, every option of every group it names (but LEFT_OUT_OPTIONS) under the owner
+`sft_trainer_engine:<group>/<option>` (the option's leaves under the package the defaults list places it at,
+`engine.strategy`), and `composes` keeps the default option of each group, so that a reader composes the tree as
+hydra does: the chosen option of each group, then the file's own values over them (`_self_` last).
 """
 
 from __future__ import annotations
@@ -37,6 +46,10 @@ OUT = ROOT / "server" / "vramlens" / "frameworks" / "schemas" / "verl"
 VERSIONS = ["0.2.0.post2", "0.3.0.post1", "0.4.1", "0.5.0", "0.6.1", "0.7.0"]
 CONFIG_DIR = "verl/trainer/config/"
 CONFIGS = ("ppo_trainer", "ppo_megatron_trainer")
+COMPOSED = ("sft_trainer_engine",)  # configs built from a hydra `defaults:` list of config groups
+# group options left out: VeOmni's engine and optimizer (0.7.0 engine/veomni.yaml, optim/veomni.yaml), which the
+# reader takes as not modelled as a whole (`engine=veomni`), so their keys are not read one by one
+LEFT_OUT_OPTIONS = ("engine/veomni", "optim/veomni")
 
 
 def _wheel(version: str, wheels: Path) -> Path:
@@ -104,6 +117,47 @@ def arguments(text: str, file: str, owner: str) -> list[dict]:
     return out
 
 
+def _group_entries(defaults, file: str) -> list[tuple[str, str, str]]:
+    """A primary config's `defaults:` list as (group, package, option); `_self_` must come last (the file's own
+    values over its groups', as every verl release that has the file writes it)."""
+    entries = []
+    for i, d in enumerate(defaults or ()):
+        if d == "_self_":
+            if i != len(defaults) - 1:
+                raise SystemExit(f"{file}: `_self_` is not last in its defaults list")
+            continue
+        if not isinstance(d, dict) or len(d) != 1:
+            raise SystemExit(f"{file}: defaults entry {d!r} is not `group@package: option`")
+        ((key, option),) = d.items()
+        group, _, package = str(key).partition("@")
+        entries.append((group, package or group, str(option)))
+    return entries
+
+
+def composed(z: zipfile.ZipFile, names: set[str], config: str) -> tuple[list[dict], dict[str, str], dict[str, str]]:
+    """The arguments of a config composed from config groups (see the module's text), the files read by owner,
+    and the default option of each group."""
+    path = f"{CONFIG_DIR}{config}.yaml"
+    text = z.read(path).decode("utf-8")
+    data, _ = load_yaml(text, path)
+    args = arguments(text, path, config)
+    files = {config: path}
+    choices = {}
+    for group, package, option in _group_entries(data.get("defaults"), path):
+        choices[group] = option
+        options = sorted(n for n in names if n.startswith(f"{CONFIG_DIR}{group}/") and n.endswith(".yaml"))
+        for file in options:
+            which = f"{group}/{file.rsplit('/', 1)[1].removesuffix('.yaml')}"
+            if which in LEFT_OUT_OPTIONS:
+                continue
+            owner = f"{config}:{which}"
+            files[owner] = file
+            for a in arguments(z.read(file).decode("utf-8"), file, owner):
+                a["name"] = f"{package}.{a['name']}"
+                args.append(a)
+    return args, files, choices
+
+
 def dump(version: str, wheels: Path) -> Path:
     whl = _wheel(version, wheels)
     digest = hashlib.sha256(whl.read_bytes()).hexdigest()
@@ -120,12 +174,19 @@ def dump(version: str, wheels: Path) -> Path:
                 continue
             files[config] = path
             args += arguments(z.read(path).decode("utf-8"), path, config)
+        composes = {}
+        for config in COMPOSED:
+            if f"{CONFIG_DIR}{config}.yaml" in names:
+                found, read, composes[config] = composed(z, names, config)
+                args += found
+                files.update(read)
     args.sort(key=lambda a: (a["owner"], a["name"]))
     record = {
         "framework": "verl",
         "version": version,
         "source": [{"file": whl.name, "sha256": digest}],
         "configs": files,
+        **({"composes": composes} if composes else {}),
         "arguments": args,
     }
     OUT.mkdir(parents=True, exist_ok=True)

@@ -24,9 +24,10 @@ What the run does, as read from verl's workers (verl/workers/fsdp_workers.py at 
   autocast caches no weight copies (`fsdp_mixed_precision`).
 
 Also read: a launch's own hydra config (`--config-path`/`--config-name` of a YAML that builds on verl's trainer
-config), a config fragment by the launch script that composes it, verl's SFT trainer
-(`-m verl.trainer.fsdp_sft_trainer`), the split-placement example trainer, a SkyPilot task's `run:` script, and the
-files beside a run that configure none (multi-turn tool/interaction configs, a Ray runtime environment).
+config), a config fragment by the launch script that composes it, verl's SFT trainers
+(`-m verl.trainer.fsdp_sft_trainer`, and from 0.6 the engine-based `-m verl.trainer.sft_trainer`), the
+split-placement example trainer, a SkyPilot task's `run:` script, and the files beside a run that configure none
+(multi-turn tool/interaction configs, a Ray runtime environment).
 """
 
 from __future__ import annotations
@@ -46,8 +47,13 @@ WORKERS = "verl/workers/fsdp_workers.py"
 
 # `python -m` modules that run verl's PPO trainer: verl's own, and the recipes built on it (verl's recipe/dapo/
 # main_dapo.py, recipe/prime/main_prime.py, ... take the same config tree)
-_TRAINER_MODULE = re.compile(r"^(?:verl\.trainer\.main_ppo|recipe\.\w+\.main_\w+|verl\.trainer\.fsdp_sft_trainer)$")
+_TRAINER_MODULE = re.compile(
+    r"^(?:verl\.trainer\.main_ppo|recipe\.\w+\.main_\w+|verl\.trainer\.fsdp_sft_trainer|verl\.trainer\.sft_trainer(?:_ray)?)$"
+)
 _SFT_MODULE = re.compile(r"^verl\.trainer\.fsdp_sft_trainer$")
+# verl's engine-based SFT trainer (verl/trainer/sft_trainer.py from 0.6.0; sft_trainer_ray.py its Ray launcher, the
+# same `sft_trainer_engine` config)
+_SFT_ENGINE_MODULE = re.compile(r"^verl\.trainer\.sft_trainer(_ray)?$")
 _INTERPOLATION = re.compile(r"^\$\{(?:oc\.select:)?([^,}]+)(?:,([^}]*))?\}$")
 _MAX_INTERPOLATION_DEPTH = 8
 
@@ -81,11 +87,15 @@ def versions() -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=16)
+def _dump(version: str) -> dict[str, Any]:
+    return json.loads((SCHEMAS / f"{version}.json").read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=32)
 def defaults(version: str, config: str = "ppo_trainer") -> dict[str, Any]:
     """{dotted key: default} of one trainer config at one version (an interpolation as its `${…}` text)."""
-    data = json.loads((SCHEMAS / f"{version}.json").read_text(encoding="utf-8"))
     out = {}
-    for a in data["arguments"]:
+    for a in _dump(version)["arguments"]:
         if a["owner"] == config:
             out[a["name"]] = a["default_text"] if a["default_text"] is not None else a["default"]
     return out
@@ -219,7 +229,7 @@ def read(
     world = _gpus(r)
     _objective(r)
     _batch(r, world)
-    _distribution(r, megatron)
+    _distribution(r, megatron, world)
     _rollout(r)
     _reference(r, megatron)
     _not_modelled(r)
@@ -228,73 +238,73 @@ def read(
 A = "actor_rollout_ref."
 
 
-def _model(r: _Reader, megatron: bool) -> None:
+def _model(
+    r: _Reader, megatron: bool, m: str = A + "model.", fsdp: str = A + "actor.fsdp_config.", source: str = WORKERS
+) -> None:
+    """The model section (`m`: verl's hf_model config, `actor_rollout_ref.model.` in the PPO trainer) and the FSDP
+    dtype keys (`fsdp`: the actor's fsdp_config, the SFT trainer's `engine.`), as `source` builds the model."""
     from vramlens.formats import shell
 
     b, cfg = r.b, r.cfg
-    path, s = r.text(A + "model.path")
+    path, s = r.text(m + "path")
     if path and not cfg.is_default(s):
         b.set("model_id", path, s)
     elif s is not None and not cfg.is_default(s):  # `model.path=$HF_MODEL_PATH` after `HF_MODEL_PATH=""`
         b.issue(
             IssueKind.ASSUMED,
-            f"`{A}model.path` is empty: the script leaves the model to be filled in",
+            f"`{m}path` is empty: the script leaves the model to be filled in",
             s,
             severity=Severity.INFO,
         )
-    elif (
-        path
-        and A + "model.path" not in cfg.unknown
-        and any(i.message.startswith(shell.COMMENT_CUT) for i in b.plan.issues)
-    ):
+    elif path and m + "path" not in cfg.unknown and any(i.message.startswith(shell.COMMENT_CUT) for i in b.plan.issues):
         b.issue(
             IssueKind.ASSUMED,
-            f"`{A}model.path` is not set where the launch command ends (a `#` comment cuts it): the run's model is "
+            f"`{m}path` is not set where the launch command ends (a `#` comment cuts it): the run's model is "
             f"in flags verl never sees, and verl's default `{path}` is not the one meant, so the model is unknown",
             severity=Severity.INFO,
         )
-    elif path and A + "model.path" not in cfg.unknown:
+    elif path and m + "path" not in cfg.unknown:
         # verl loads its default folder (verl/trainer/config/ppo_trainer.yaml `actor_rollout_ref.model.path:
         # ~/models/deepseek-llm-7b-chat`), outside the workspace: the model is looked up by the folder's name
         b.set(
             "model_id",
             path,
-            note=f"`{A}model.path` is not set: verl's default `{path}`",
+            note=f"`{m}path` is not set: verl's default `{path}`",
             origin=Origin.DEFAULT,
             framework=cfg.label,
         )
-    on, s = r.bool(A + "model.enable_gradient_checkpointing")
+    on, s = r.bool(m + "enable_gradient_checkpointing")
     if on is not None:
         r.put("grad_checkpointing", on, s)
     b.set(
         "ckpt_reentrant",
         False,
-        note=f"verl enables checkpointing with use_reentrant=False ({WORKERS})",
+        note=f"verl enables checkpointing with use_reentrant=False ({source})",
         origin=Origin.DEFAULT,
         framework=cfg.label,
     )
-    on, s = r.bool(A + "model.enable_activation_offload")
+    on, s = r.bool(m + "enable_activation_offload")
     if on is not None:
         r.put("activation_offload", on, s)
-    dtype, s = r.text(A + "actor.fsdp_config.model_dtype")
+    dtype, s = r.text(fsdp + "model_dtype")
     if dtype is not None and dtype.lower() in DTYPES:
         r.put("weight_dtype", DTYPES[dtype.lower()], s)
     elif not megatron:
         b.set(
             "weight_dtype",
             "fp32",
-            note=f"verl loads the actor in fp32 ({WORKERS}: `torch.float32 if self._is_actor`)",
+            note=f"verl loads the trained model in fp32 ({source})",
             origin=Origin.DEFAULT,
             framework=cfg.label,
         )
-    param, s = r.text(A + "actor.fsdp_config.mixed_precision.param_dtype")
+    param, s = r.text(fsdp + "mixed_precision.param_dtype")
     if param is not None and param.lower() in DTYPES:
         r.put("amp_dtype", DTYPES[param.lower()], s)
     else:
         b.set(
             "amp_dtype",
             "bf16",
-            note=f"FSDP mixed precision param_dtype bf16 ({WORKERS})",
+            note=f"FSDP mixed precision param_dtype bf16 ({source})",
             origin=Origin.DEFAULT,
             framework=cfg.label,
         )
@@ -303,25 +313,25 @@ def _model(r: _Reader, megatron: bool) -> None:
             "fsdp_mixed_precision",
             True,
             note=f"FSDP MixedPrecision(param_dtype, reduce_dtype fp32): each unit's "
-            f"parameters gathered in param_dtype, no autocast weight copies ({WORKERS})",
+            f"parameters gathered in param_dtype, no autocast weight copies ({source})",
             origin=Origin.DEFAULT,
             framework=cfg.label,
         )
     b.set(
         "attn_impl",
         "flash_attention_2",
-        note=f"verl loads the model with attn_implementation=flash_attention_2 ({WORKERS})",
+        note=f"verl loads the model with attn_implementation=flash_attention_2 ({source})",
         origin=Origin.DEFAULT,
         framework=cfg.label,
     )
     b.set(
         "optimizer",
         "torch.optim.AdamW",
-        note=f"verl builds torch.optim.AdamW ({WORKERS})",
+        note=f"verl builds torch.optim.AdamW ({source})",
         origin=Origin.DEFAULT,
         framework=cfg.label,
     )
-    on, s = r.bool(A + "model.use_remove_padding")
+    on, s = r.bool(m + "use_remove_padding")
     if on:
         r.put(
             "packing",
@@ -330,17 +340,17 @@ def _model(r: _Reader, megatron: bool) -> None:
             note="padding removed: the micro-batch's sequences run unpadded through "
             "FlashAttention's varlen kernel, as packed sequences do",
         )
-    rank, s = r.int(A + "model.lora_rank")
+    rank, s = r.int(m + "lora_rank")
     if not rank and megatron:
-        _megatron_lora(r)
+        _megatron_lora(r, m)
         return
     if rank:
         r.put("peft_method", "lora", s, note=f"lora_rank {rank} > 0: PEFT LoRA on the actor")
         r.put("lora_r", rank, s)
-        alpha = r.cfg.get(A + "model.lora_alpha")
+        alpha = r.cfg.get(m + "lora_alpha")
         if alpha is not None and to_float(alpha.value) is not None:
             r.put("lora_alpha", to_float(alpha.value), alpha)
-        _put_targets(r, r.cfg.get(A + "model.target_modules"))
+        _put_targets(r, r.cfg.get(m + "target_modules"))
 
 
 # Megatron-Core's LoRA module names and the Hugging Face projections they hold (megatron/core/transformer:
@@ -354,22 +364,22 @@ MCORE_LORA_MODULES = {
 }
 
 
-def _megatron_lora(r: _Reader) -> None:
+def _megatron_lora(r: _Reader, m: str = A + "model.") -> None:
     """The Megatron workers' LoRA: `actor_rollout_ref.model.lora.rank` > 0 (verl 0.7.0 hf_model.yaml `lora:`
     section, applied through Megatron-Bridge's PEFT by verl/workers/megatron_workers.py; `target_modules` in
     Megatron-Core's module names, default all four of them)."""
-    rank, s = r.int(A + "model.lora.rank")
+    rank, s = r.int(m + "lora.rank")
     if not rank:
         return
-    kind, ks = r.text(A + "model.lora.type")
+    kind, ks = r.text(m + "lora.type")
     if kind and kind.lower() not in ("lora",):
-        r.b.unmodelled(ks, f"Megatron-Bridge PEFT `{kind}`", "estimated as LoRA", key=A + "model.lora.type")
+        r.b.unmodelled(ks, f"Megatron-Bridge PEFT `{kind}`", "estimated as LoRA", key=m + "lora.type")
     r.put("peft_method", "lora", s, note=f"lora.rank {rank} > 0: Megatron-Bridge LoRA on the actor")
     r.put("lora_r", rank, s)
-    alpha = r.cfg.get(A + "model.lora.alpha")
+    alpha = r.cfg.get(m + "lora.alpha")
     if alpha is not None and to_float(alpha.value) is not None:
         r.put("lora_alpha", to_float(alpha.value), alpha)
-    targets = r.cfg.get(A + "model.lora.target_modules")
+    targets = r.cfg.get(m + "lora.target_modules")
     value = targets.value if targets is not None else None
     names = (
         [str(x) for x in value]
@@ -514,9 +524,13 @@ def _batch(r: _Reader, world: int) -> None:
         )
 
 
-def _distribution(r: _Reader, megatron: bool) -> None:
+def _distribution(
+    r: _Reader, megatron: bool, world: int, section: str | None = None, strategy_key: str = A + "actor.strategy"
+) -> None:
+    """The actor's parallelism and offload: `section` holds the engine's keys (the PPO actor's `megatron.` or
+    `fsdp_config.`, the SFT trainer's `engine.`)."""
     b = r.b
-    strategy, s = r.text(A + "actor.strategy")
+    strategy, s = r.text(strategy_key)
     if megatron:
         r.put("dist_strategy", "megatron", s)
         for key, concept in (
@@ -524,17 +538,19 @@ def _distribution(r: _Reader, megatron: bool) -> None:
             ("pipeline_model_parallel_size", "pipeline_parallel"),
             ("context_parallel_size", "context_parallel"),
         ):
-            v, ps = r.int(A + "actor.megatron." + key, 1)
+            v, ps = r.int((section or A + "actor.megatron.") + key, 1)
             if v:
                 r.put(concept, v, ps)
-        section = A + "actor.megatron."
+        section = section or A + "actor.megatron."
     else:
         r.put("dist_strategy", "fsdp", s)
         r.put("zero_stage", 3, s, derived=True, note="FSDP FULL_SHARD over every GPU of the run")
         r.put("fsdp_version", 2 if (strategy or "").lower() == "fsdp2" else 1, s, derived=True)
-        section = A + "actor.fsdp_config."
-        size, fs = r.int(section + "fsdp_size", -1)  # -1: every GPU of the run
-        if size and size > 0:
+        section = section or A + "actor.fsdp_config."
+        # -1, or a size of the whole run or more: one FSDP group of every GPU (verl main verl/workers/fsdp_workers.py
+        # and verl/workers/engine/fsdp/utils.py `create_device_mesh`: `if fsdp_size < 0 or fsdp_size >= world_size`)
+        size, fs = r.int(section + "fsdp_size", -1)
+        if size and 0 < size < world:
             b.unmodelled(
                 fs,
                 f"hybrid sharding (FSDP groups of {size} GPUs)",
@@ -559,10 +575,11 @@ def _distribution(r: _Reader, megatron: bool) -> None:
     if megatron:
         # verl's Megatron workers move the gradient buffers and the reference's weights to the CPU between uses
         # (verl main verl/workers/megatron_workers.py `_is_offload_grad`, `_ref_is_offload_param`)
-        for key, what in (
-            (section + "grad_offload", "the actor's gradient buffers offloaded to the CPU between updates"),
-            (A + "ref.megatron.param_offload", "the reference policy's weights offloaded to the CPU between uses"),
-        ):
+        offloads = [(section + "grad_offload", "the actor's gradient buffers offloaded to the CPU between updates")]
+        if section.startswith(A):
+            ref = "the reference policy's weights offloaded to the CPU between uses"
+            offloads.append((A + "ref.megatron.param_offload", ref))
+        for key, what in offloads:
             on, s = r.bool(key)
             if on and not r.cfg.is_default(s):
                 b.unmodelled(s, what, "estimated on the GPU", key=key)
@@ -860,10 +877,257 @@ def read_sft(
         b.unmodelled(s, "Liger kernels", "estimated without them", key="model.use_liger")
 
 
-def set_objective_sft(b: PlanBuilder) -> None:
+def set_objective_sft(b: PlanBuilder, trainer: str = "fsdp_sft_trainer") -> None:
     from vramlens.formats.objective import set_objective
 
-    set_objective(b, "sft", None, note="verl's SFT trainer (fsdp_sft_trainer)", origin=Origin.DEFAULT)
+    set_objective(b, "sft", None, note=f"verl's SFT trainer ({trainer})", origin=Origin.DEFAULT)
+
+
+# --- the engine-based SFT trainer -----------------------------------------------------------------------------
+
+SFT_ENGINE_CONFIG = "sft_trainer_engine"
+FSDP_ENGINE = "verl/workers/engine/fsdp/transformer_impl.py"
+MEGATRON_ENGINE = "verl/workers/engine/megatron/transformer_impl.py"
+ENGINE_GROUPS = ("model", "engine", "optim")  # the config groups a launch picks an option of (`engine=megatron`)
+# the Megatron engine's layout keys beyond tensor/pipeline/context parallelism (verl/trainer/config/engine/
+# megatron.yaml), as Megatron-LM's arguments of the same names set them (formats/megatron.py HANDLERS)
+MEGATRON_ENGINE_LAYOUT = (
+    ("virtual_pipeline_model_parallel_size", "virtual_pipeline", "int"),
+    ("expert_model_parallel_size", "expert_parallel", "int"),
+    ("expert_tensor_parallel_size", "expert_tensor_parallel", "int"),
+    ("sequence_parallel", "sequence_parallel", "bool"),
+    ("use_distributed_optimizer", "distributed_optimizer", "bool"),
+)
+
+
+def sft_engine_versions() -> tuple[str, ...]:
+    """The dumped versions that have the engine-based SFT trainer's config, oldest first."""
+    return tuple(v for v in versions() if SFT_ENGINE_CONFIG in _dump(v).get("composes", {}))
+
+
+def sft_engine_defaults(version: str, choices: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """hydra's composition of `sft_trainer_engine.yaml` at one version: the chosen option of each config group of
+    its `defaults:` list (the launch's `engine=…`, else the file's), then the file's own values over them (`_self_`
+    comes last). Returns the defaults and the option of each group; an option the version lacks adds nothing."""
+    data = _dump(version)
+    out: dict[str, Any] = {}
+    chosen = {}
+    for group, option in data["composes"][SFT_ENGINE_CONFIG].items():
+        chosen[group] = choices.get(group) or option
+        out.update(defaults(version, f"{SFT_ENGINE_CONFIG}:{group}/{chosen[group]}"))
+    out.update(defaults(version, SFT_ENGINE_CONFIG))
+    return out, chosen
+
+
+def read_sft_engine(
+    b: PlanBuilder,
+    given: dict[str, Setting],
+    *,
+    version: str | None = None,
+    gpus=None,
+    unknown: set[str] = frozenset(),
+    ray: bool = False,
+) -> None:
+    """`torchrun … -m verl.trainer.sft_trainer key=value …` (verl/trainer/sft_trainer.py, v0.6.1 to main; `python
+    -m verl.trainer.sft_trainer_ray` places the same trainer on `trainer.nnodes × n_gpus_per_node` Ray workers).
+    The config is `sft_trainer_engine.yaml` composed with the chosen `model`, `engine` and `optim` options; the
+    model (`model.path`, hf_model.yaml) is built by the engine: FSDP (verl/workers/engine/fsdp/transformer_impl.py:
+    loaded in `engine.model_dtype`, FSDP or FSDP2 by `engine.strategy` over `engine.fsdp_size` GPUs, Ulysses
+    sequence parallelism, `param_offload` / `optimizer_offload`) or Megatron-Core (megatron/transformer_impl.py:
+    `engine.dtype`, tensor/pipeline/context parallel sizes). Each data-parallel rank takes `data.train_batch_size ÷
+    dp` samples a step, in micro-batches of `data.micro_batch_size_per_gpu`, or with `data.use_dynamic_bsz` of up
+    to `data.max_token_len_per_gpu` tokens (verl/workers/engine/utils.py `prepare_micro_batches`)."""
+    known = sft_engine_versions()
+    below = [v for v in known if not version or _version_key(v) <= _version_key(version)]
+    picked = below[-1] if below else known[0]
+    choices = {
+        g: str(given[g].value).strip()
+        for g in ENGINE_GROUPS
+        if g in given and given[g].value is not None and not isinstance(given[g].value, (dict, list))
+    }
+    cfg = Config(given, picked, SFT_ENGINE_CONFIG)
+    cfg.defaults, chosen = sft_engine_defaults(picked, choices)
+    cfg.unknown = set(unknown)
+    r = _Reader(b, cfg)
+    b.plan.framework = FRAMEWORK
+    if version and not below:
+        b.issue(
+            IssueKind.ASSUMED,
+            f"verl {version} has no `verl.trainer.sft_trainer` (it came in 0.6.0): read with verl {picked}'s defaults",
+            severity=Severity.INFO,
+        )
+    set_objective_sft(b, "sft_trainer")
+    engine = chosen.get("engine", "fsdp")
+    if engine == "veomni":
+        # verl 0.7.0 engine/veomni.yaml: VeOmni's own data-parallel mode, parallel sizes, offload and precision
+        b.unmodelled(
+            given.get("engine"),
+            "verl's VeOmni engine (its own data-parallel mode, parallel sizes, offload and precision)",
+            "estimated as verl's FSDP engine with its defaults",
+            key="engine",
+        )
+        engine = "fsdp"
+        cfg.defaults, _ = sft_engine_defaults(picked, {"model": chosen["model"]})
+    elif f"{SFT_ENGINE_CONFIG}:engine/{engine}" not in _dump(picked)["configs"]:
+        b.issue(
+            IssueKind.ASSUMED,
+            f"`engine={engine}` is not an engine config of verl {picked} (verl/trainer/config/engine/): "
+            "estimated with the FSDP engine",
+            given.get("engine"),
+            severity=Severity.WARNING,
+        )
+        engine = "fsdp"
+        cfg.defaults, _ = sft_engine_defaults(picked, {**choices, "engine": "fsdp"})
+    megatron = engine == "megatron"
+    if gpus is not None and not ray:
+        gpus()
+    world = _gpus(r) if ray else _world(b)
+    if megatron:
+        _megatron_engine(r)
+    _model(r, megatron, "model.", "engine.", MEGATRON_ENGINE if megatron else FSDP_ENGINE)
+    _distribution(r, megatron, world, "engine.", "engine.strategy")
+    _sft_engine_batch(r, world, megatron)
+    _sft_engine_not_modelled(r, megatron)
+
+
+def _world(b: PlanBuilder) -> int:
+    world = b.plan.world_size.value if b.plan.world_size is not None else None
+    world = world or (b.plan.gpu_count.value if b.plan.gpu_count is not None else None)
+    return int(world or 1)
+
+
+def _megatron_engine(r: _Reader) -> None:
+    """The Megatron engine's precision, layout and recompute, before the shared model reading (the first value
+    set stands): Megatron-Core builds the model in `engine.dtype` (megatron/transformer_impl.py `param_dtype`); its
+    recompute is `override_transformer_config.recompute_*` (null granularity: none), not the Hugging Face
+    model's gradient checkpointing."""
+    from vramlens.formats import megatron
+
+    b, cfg = r.b, r.cfg
+    dtype, s = r.text("engine.dtype")
+    if dtype is not None and dtype.lower() in DTYPES:
+        r.put(
+            "amp_dtype", DTYPES[dtype.lower()], s, note=f"Megatron-Core parameters in engine.dtype ({MEGATRON_ENGINE})"
+        )
+    name, ns = r.text("optim.optimizer")
+    if (name or "").lower() == "adam":
+        # verl/workers/config/optimizer.py McoreOptimizerConfig → Megatron-Core's (distributed) Adam, fp32 states
+        r.put("optimizer", "torch.optim.AdamW", ns, note="optim.optimizer adam: Megatron-Core's Adam, fp32 states")
+    for key, concept, kind in MEGATRON_ENGINE_LAYOUT:
+        v, ks = r.int("engine." + key, 1) if kind == "int" else r.bool("engine." + key)
+        if v is not None:
+            r.put(concept, v, ks)
+    section = "engine.override_transformer_config."
+    for key in ("recompute_granularity", "recompute_method", "recompute_num_layers", "attention_backend"):
+        s = cfg.get(section + key)
+        if s is not None and s.value is not None and not cfg.is_default(s):
+            megatron.HANDLERS[key](b, s)
+    granularity = cfg.get(section + "recompute_granularity")
+    if granularity is not None and granularity.value is None:
+        r.put(
+            "grad_checkpointing",
+            False,
+            granularity,
+            note="recompute_granularity null: Megatron-Core recomputes nothing (model.enable_gradient_checkpointing "
+            "applies to Hugging Face models only)",
+        )
+
+
+def _sft_engine_batch(r: _Reader, world: int, megatron: bool) -> None:
+    b, cfg = r.b, r.cfg
+    length, ls = r.int("data.max_length", 1)
+    pad, _ = r.text("data.pad_mode")
+    if length:
+        # verl main verl/utils/dataset/multiturn_sft_dataset.py `__getitem__`: `right` pads each sample to
+        # max_length (data.truncation past it), `no_padding` keeps its own length, cut at max_length
+        note = (
+            "pad_mode right: every sample padded to max_length"
+            if pad == "right"
+            else f"pad_mode {pad}: each sample at its own length, estimated at max_length (the longest one kept)"
+            if pad
+            else None
+        )
+        r.put("seq_len", length, ls, note=note)
+    sp_key = "engine.ulysses_sequence_parallel_size"
+    sp, ss = (None, None) if megatron else r.int(sp_key, 1)
+    sp = sp or 1
+    if megatron:
+        split = 1
+        for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
+            split *= to_int(cfg.value("engine." + key)) or 1
+    else:
+        split = sp
+    dp = max(1, world // split)
+    batch, bs = r.int("data.train_batch_size", 1)
+    per_rank = batch // dp if batch else None
+    dynamic, _ = r.bool("data.use_dynamic_bsz")
+    micro: int | None = None
+    if dynamic:
+        tokens, ts = r.int("data.max_token_len_per_gpu", 1)
+        if tokens and length:
+            micro = max(1, tokens // length)
+            fit = micro
+            micro = min(micro, per_rank) if per_rank else micro
+            cap = f" ({fit} fit, but a rank takes {per_rank} a step)" if micro < fit else ""
+            r.put(
+                "micro_batch",
+                micro,
+                ts,
+                derived=True,
+                note=f"use_dynamic_bsz: micro-batches filled up to max_token_len_per_gpu={tokens:,} tokens "
+                f"(verl/workers/engine/utils.py `prepare_micro_batches`), estimated as {micro} sample(s) of "
+                f"max_length {length:,}{cap}",
+            )
+    if micro is None:
+        micro, s = r.int("data.micro_batch_size_per_gpu", 1)
+        if micro:
+            r.put("micro_batch", micro, s)
+    if batch and micro and not dynamic:
+        b.set(
+            "grad_accum",
+            max(1, batch // dp // micro),
+            bs,
+            origin=Origin.DERIVED,
+            note=f"train_batch_size {batch} ÷ {dp} data-parallel ranks, in micro-batches of {micro}",
+        )
+    if sp > 1:
+        b.unmodelled(
+            ss,
+            f"Ulysses sequence parallelism over {sp} GPUs",
+            "each GPU is estimated with whole sequences (an upper bound on activations); FSDP still shards "
+            "over every GPU",
+            key=sp_key,
+        )
+
+
+def _sft_engine_not_modelled(r: _Reader, megatron: bool) -> None:
+    b, cfg = r.b, r.cfg
+    for key, what in (
+        ("model.use_liger", "Liger kernels"),
+        ("model.use_fused_kernels", "verl's fused log-prob/entropy kernels"),
+        ("model.tiled_mlp.enabled", "TiledMLP (the MLP run in tiles)"),
+    ):
+        on, s = r.bool(key)
+        if on:
+            b.unmodelled(s, what, "estimated without them", key=key)
+    if not megatron:
+        # FSDP1 SHARD_GRAD_OP / FSDP2 `reshard_after_forward=False` (verl/workers/engine/fsdp/transformer_impl.py
+        # `_build_fsdp_module`, engine/fsdp.yaml): each unit's gathered parameters are kept from forward to backward
+        on, s = r.bool("engine.reshard_after_forward")
+        if on is False and not cfg.is_default(s):
+            b.unmodelled(
+                s,
+                "parameters kept gathered from forward to backward (reshard_after_forward false)",
+                "estimated as FULL_SHARD, each unit gathered only while it runs",
+                key="engine.reshard_after_forward",
+            )
+    # the optimizer: verl/workers/config/optimizer.py `build_optimizer` imports `optim.optimizer_impl` and builds
+    # `optim.optimizer` (torch.optim.AdamW by default; Megatron's distributed Adam for the Megatron engine)
+    for key in ("optim.optimizer_impl", "optim.optimizer", "optim.override_optimizer_config"):
+        s = cfg.get(key)
+        if s is None or cfg.is_default(s) or s.value in (None, {}, "") or s.value == cfg.defaults.get(key):
+            continue
+        b.unmodelled(s, f"optimizer setting `{key}={shown(s.value)}`", "estimated with AdamW's states", key=key)
 
 
 def _launcher_gpus(reader, launch, script) -> None:
@@ -916,7 +1180,7 @@ def detect(data: Any, keys: set[str]) -> float:
 
 
 _LAUNCH_IN_TEXT = re.compile(
-    r"-m\s+(?:verl\.trainer\.main_ppo|verl\.trainer\.fsdp_sft_trainer|recipe\.\w+\.main_\w+)\b"
+    r"-m\s+(?:verl\.trainer\.main_ppo|verl\.trainer\.(?:fsdp_)?sft_trainer(?:_ray)?|recipe\.\w+\.main_\w+)\b"
 )
 
 
@@ -982,6 +1246,8 @@ def _apply_skypilot(b: PlanBuilder, data: dict, run: str, ctx) -> None:
         issue.span = None
         b.plan.issues.append(issue)
     b.plan.read_notes.append("a SkyPilot task: the verl launch line of its `run:` script is read")
+    if m := _SFT_ENGINE_MODULE.match(launch.script.text if launch.script else ""):
+        return read_sft_engine(b, given, version=_pinned(ctx), unknown=unknown, ray=bool(m.group(1)))
     if _SFT_MODULE.match(launch.script.text if launch.script else ""):
         return read_sft(b, given, version=_pinned(ctx), unknown=unknown)
     read(b, given, version=_pinned(ctx), config=config if config in CONFIG_NAMES else "ppo_trainer", unknown=unknown)
@@ -1072,6 +1338,9 @@ def apply_launch(b: PlanBuilder, reader, script, ctx) -> None:
     launch = script.launch
     given, config, config_path, unknown = _overrides(b, reader, script)
     module = launch.script.text if launch.script else ""
+    if m := _SFT_ENGINE_MODULE.match(module):
+        gpus = lambda: _launcher_gpus(reader, launch, script)  # noqa: E731
+        return read_sft_engine(b, given, version=_pinned(ctx), gpus=gpus, unknown=unknown, ray=bool(m.group(1)))
     if _SFT_MODULE.match(module):
         gpus = lambda: _launcher_gpus(reader, launch, script)  # noqa: E731
         return read_sft(b, given, version=_pinned(ctx), gpus=gpus, unknown=unknown)
@@ -1147,7 +1416,7 @@ def _overrides(b: PlanBuilder, reader, script) -> tuple[dict[str, Setting], str,
             written = raw.split("=", 1)[1].strip()
             source = _raw_value(script, written)
             shown_as = f"`{written}`" + (f" (`{source}`)" if source and source != written.strip("'\"") else "")
-            if key == A + "model.path" and (folder := _FOLDER_TAIL.search(source or "")):
+            if key in (A + "model.path", "model.path") and (folder := _FOLDER_TAIL.search(source or "")):
                 # `$HDFS_ROOT/model/Qwen3-30B-A3B-Base`: a folder under a variable only known when the script runs,
                 # named after its model; the model is looked up by that name (knowledge/models.py `find_model`)
                 s.value, s.unresolved = folder.group(1) + folder.group(2), False

@@ -111,7 +111,8 @@ IRRELEVANT: dict[str, str] = {
         "val_batch_size val_generations_to_log_to_wandb log_val_generations num_generations_eval fp16_full_eval "
         "log_peak_memory_stats profile_memory profiler_profile_memory skip_memory_metrics enable_memory_snapshot "
         "save_memory_snapshot_folder trace_alloc_max_entries visualize_memory_budget_pareto cuda_memory_usage "
-        "torch_memory.context torch_memory.stacks stacks stack_depth with_memory memory_estimation.enable "
+        "torch_memory.context torch_memory.stacks torch_memory.name stacks stack_depth with_memory "
+        "memory_estimation.enable "
         "memory_estimation.enabled activation_checkpoint.debug determinism_check full_determinism "
         "length_column_name group_by_length",
     ),
@@ -186,7 +187,7 @@ IRRELEVANT: dict[str, str] = {
     **_names(
         "a per-sample batching control whose peak the micro-batch and sequence length bound",
         "auto_find_batch_size use_dynamic_batch use_dynamic_bsz dynamic_batch_enable log_prob_use_dynamic_bsz "
-        "group_size batch_flattening",
+        "group_size batch_flattening max_token_len_per_gpu",
     ),
     **_names(
         "sampling or sequence bookkeeping of online RL that the completion length and generations count bound",
