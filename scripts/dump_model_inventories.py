@@ -632,9 +632,15 @@ def inventory(model_type: str) -> dict:
             stagers.append(_Stages(model_type, config_cls, d0, fields, (cfg0, model0), varied, checks))
         return stagers[0]
 
-    def staged(pattern: str) -> dict | None:
-        """The pattern as a stage entry (`_Stages.fit`), where the config has per-stage lists."""
-        return stager().fit(pattern) if _stage_lists(d0) else None
+    def staged(pattern: str) -> list[tuple[str, dict]] | None:
+        """The pattern as stage entries (`_Stages.fit`), where the config has per-stage lists: one, or (a pattern
+        whose first block in a stage differs from the others, `_Stages.leads`) that of the first block and that of
+        the others."""
+        if not _stage_lists(d0):
+            return None
+        parts = [pattern, *filter(None, [stager().lead(pattern)])]
+        fits = [(p, stager().fit(p)) for p in parts]
+        return None if any(fit is None for _, fit in fits) else fits
 
     def listed(pattern: str) -> list[str]:
         """The per-stage lists whose entries, doubled, move the pattern's total."""
@@ -655,14 +661,18 @@ def inventory(model_type: str) -> dict:
         stage = None
         if rank is None or not all(follows(("d", pattern, a), t) for a, t in enumerate(dims)) or listed(pattern):
             stage = staged(pattern)
-        if stage is not None:
-            entry = {"p": pattern, "kind": info["kinds"][pattern], "n": None, "shape": [], "numel0": q0[("t", pattern)]}
-            params.append({**entry, "stages": stage})
-            parts = [stage, *([stage["first"]] if "first" in stage else [])]
+        for p, fit in stage or ():
+            # (the first blocks' parameters apart, `staged`)
+            lead = sum(stager().numel0(other) for other, _ in stage or () if other != pattern)
+            numel0 = stager().numel0(p) if p != pattern else q0[("t", pattern)] - lead
+            entry = {"p": p, "kind": info["kinds"][pattern], "n": None, "shape": [], "numel0": numel0}
+            params.append({**entry, "stages": fit})
+            parts = [fit, *([fit["first"]] if "first" in fit else [])]
             read = {f for part in parts for t in (part["n"], *part["shape"]) for _, e in t for f in e}
             used_by_stages.update(f for f in read if f in fields)
-            for f in [stage["list"], *(f.split("[")[0] for f in read if "[" in f)]:
+            for f in [fit["list"], *(f.split("[")[0] for f in read if "[" in f)]:
                 stage_fields[f] = [_get(d0, f), _get(defaults, f)]
+        if stage is not None:
             continue
         rule = _where(info["where"].get(pattern, set()), cfg0, info["layers"], q0[("n", pattern)], defaults)
         if not rule and count is not None and all(not e for _, e in count):
@@ -884,10 +894,11 @@ def _stage_lists(d: dict, prefix: str = "") -> dict[str, list]:
     return out
 
 
-def _stage_quantities(model, cfg) -> dict:
+def _stage_quantities(model, cfg, leads: frozenset = frozenset()) -> dict:
     """(pattern, stage) -> {"n": occurrences, axis: size (None where they differ), "rank", "of": the number of
     stages} of every parameter inside a ModuleList as long as a per-stage list of the config (`_stage_lists`), its
-    first index being the stage."""
+    first index being the stage; a pattern of `leads` is counted apart in the first block of each stage
+    (`_lead_pattern`)."""
     import torch
 
     lengths = {len(v) for v in _stage_lists(cfg.to_dict()).values()}
@@ -902,6 +913,8 @@ def _stage_quantities(model, cfg) -> dict:
         if not isinstance(owner, torch.nn.ModuleList) or len(owner) not in lengths:
             continue
         pattern = _pattern(name, modules, len(shapes[_INDEX.sub(".{i}", name)]) > 1)
+        if pattern in leads:
+            pattern = _lead_pattern(name, pattern) or pattern
         q = out.setdefault((pattern, int(first.group(1))), {"of": len(owner)})
         q["n"] = q.get("n", 0) + 1
         q["rank"] = p.dim() if q.get("rank", p.dim()) == p.dim() else None
@@ -909,6 +922,29 @@ def _stage_quantities(model, cfg) -> dict:
             if q.setdefault(axis, size) != size:
                 q[axis] = None
     return out
+
+
+def _lead_pattern(name: str, pattern: str) -> str | None:
+    """The pattern of a parameter of a stage's first block: `pattern` with the block's index (the second index of
+    `name`, after the stage's) kept where it is 0 (transformers 5.24 models/bit/modeling_bit.py `BitStage`: the first
+    layer of each stage reads the previous stage's width, `in_channels`, the others the stage's own, `out_channels`);
+    None for a later block or a parameter of no block of a stage. `name` may be the pattern itself (its first
+    block's pattern)."""
+    parts = name.split(".")
+    indices = [n for n, part in enumerate(parts) if part.isdigit() or part == "{i}"]
+    if len(indices) < 2 or parts[indices[1]] not in ("0", "{i}"):
+        return None
+    out = pattern.split(".")
+    out[indices[1]] = "0"
+    return ".".join(out)
+
+
+def _mixed_in_stage(quantities: dict) -> frozenset:
+    """The patterns of `_stage_quantities` whose occurrences in one stage differ in shape: the first block of a
+    stage of a hierarchical backbone, built from the previous stage's width (`_lead_pattern`)."""
+    return frozenset(
+        p for (p, _), q in quantities.items() if q["rank"] is None or any(q[a] is None for a in range(q["rank"]))
+    )
 
 
 def _parabola(points: list[tuple]) -> list[Fraction]:
@@ -971,6 +1007,8 @@ class _Stages:
         self.model_type, self.config_cls, self.d0, self.fields = model_type, config_cls, d0, fields
         self.lists0 = _stage_lists(d0)
         self.runs: dict[str, tuple] = {}
+        # patterns whose first block in a stage differs from the others: counted apart in every run
+        self.leads = _mixed_in_stage(_stage_quantities(base[1], base[0]))
         self._add("base", base)
         for f, run in varied.items():
             self._add(f"field {f}", run)
@@ -986,6 +1024,17 @@ class _Stages:
                 d_odd = d_try
         self._add("odd", d_odd)
 
+    def lead(self, pattern: str) -> str | None:
+        """The pattern of the first block of each stage, where it is counted apart from `pattern` (`leads`; not
+        where `pattern` names that block already: a position `_pattern` keeps)."""
+        lead = _lead_pattern(pattern, pattern) if pattern in self.leads else None
+        return lead if lead != pattern else None
+
+    def numel0(self, pattern: str) -> int:
+        """The parameters of a pattern in the stages of the base build."""
+        stages = self._of(pattern, self.runs["base"], None).values()
+        return sum(q["n"] * math.prod(q[a] or 0 for a in range(q["rank"] or 0)) for q in stages)
+
     def _scaled(self, f: str, parity: int, m: int) -> dict:
         """d0 with the entries of list f at stages of that parity times m."""
         return _set(self.d0, f, [x * m if s % 2 == parity else x for s, x in enumerate(self.lists0[f])])
@@ -996,7 +1045,7 @@ class _Stages:
             cfg, model = build(self.config_cls, run) if isinstance(run, dict) else run
             d = cfg.to_dict()
             values = {f: _get(d, f) for f in self.fields if _number(_default(d, f))}
-            measured = (values, _stage_lists(d), _stage_quantities(model, cfg), measure(model, cfg)[0])
+            measured = (values, _stage_lists(d), _stage_quantities(model, cfg, self.leads), measure(model, cfg)[0])
         except Exception:
             return None
         if keep:

@@ -126,52 +126,58 @@ KNOWN = {
         ),
         "config.json not read: sub-configs with a vocabulary, an inventory that is not exact",
     ),
-    # counted from the inventory, labelled approximate (VRAMLENS_ALL_MODEL_TYPES=1): convolution stacks, per-stage
-    # lists or position embeddings that are no sum of products of size fields
+    # counted from the inventory, labelled approximate (VRAMLENS_ALL_MODEL_TYPES=1): a quantity of the inventory that
+    # does not follow its formula
+    # position tables whose rows are floor divisions of sizes: (image_size // patch_size)**2 (+ 1) vision position
+    # embeddings (transformers 5.24 models/chinese_clip/modeling_chinese_clip.py `ChineseCLIPVisionEmbeddings`,
+    # models/paddleocr_vl/modeling_paddleocr_vl.py `PaddleOCRVisionEmbeddings`), 2 * (image_size // patch_size) - 1
+    # relative position rows in the global-attention layers of a SAM-style encoder (models/pp_formulanet/
+    # modeling_pp_formulanet.py `PPFormulaNetVisionAttention`, models/slanext/modeling_slanext.py
+    # `SLANeXtVisionAttention`), and DepthPro's two DINOv2 encoders' position embeddings beside a feature projection
+    # per entry of scaled_images_feature_dims + intermediate_feature_dims, the last one an nn.Identity where its
+    # width is fusion_hidden_size (models/depth_pro/modeling_depth_pro.py `DepthProFeatureProjection`)
     **dict.fromkeys(
-        (
-            "bit",
-            "chinese_clip",
-            "chmv2",
-            "clipseg",
-            "clvp",
-            "cohere_asr",
-            "convbert",
-            "cvt",
-            "d_fine",
-            "data2vec-audio",
-            "depth_anything",
-            "depth_pro",
-            "embedding_gemma2_text",
-            "mimi_decoder",
-            "mimi_encoder",
-            "paddleocr_vl",
-            "pocket_tts_audio_tokenizer_decoder",
-            "pocket_tts_audio_tokenizer_encoder",
-            "pop2piano",
-            "pp_formulanet",
-            "pp_lcnet",
-            "pp_lcnet_v3",
-            "pp_lcnet_v4",
-            "pp_ocrv5_mobile_det",
-            "prompt_depth_anything",
-            "rt_detr_resnet",
-            "slanet",
-            "slanext",
-            "superglue",
-            "tipsv2_dpt",
-            "unlimited_ocr",
-            "upernet",
-            "uvdoc_backbone",
-            "vibevoice_acoustic_tokenizer_decoder",
-            "vibevoice_acoustic_tokenizer_encoder",
-            "vitmatte",
-            "vitpose",
-            "vitpose_backbone",
-            "wavtokenizer_encoder",
-        ),
-        "labelled approximate: a quantity of the inventory does not follow its formula",
+        ("chinese_clip", "depth_pro", "paddleocr_vl", "pp_formulanet", "slanext"),
+        "position tables of (image_size // patch_size) rows: a floor division, no product of fields",
     ),
+    # SEANet convolutions as in EnCodec and Mimi above (transformers 5.24 models/mimi/modeling_mimi.py `MimiEncoder`,
+    # `MimiDecoder`; models/pocket_tts_audio_tokenizer/modeling_pocket_tts_audio_tokenizer.py
+    # `PocketTTSAudioTokenizerDecoder`): num_filters * 2**i wide, kernel 2 * ratio, one per entry of
+    # upsampling_ratios, under one pattern
+    **dict.fromkeys(
+        ("mimi_decoder", "mimi_encoder", "pocket_tts_audio_tokenizer_decoder"),
+        "SEANet convolutions num_filters * 2**i wide, kernel 2 * ratio: one pattern for every convolution",
+    ),
+    # transformers 5.24 models/vitpose_backbone/modeling_vitpose_backbone.py `VitPoseBackboneLayer`: the MLP is
+    # `VitPoseBackboneMoeMLP` (fc2 hidden_size - part_features wide, num_experts expert heads) only where
+    # num_experts > 1, else `VitPoseBackboneMLP`, and the reference build has the other one
+    **dict.fromkeys(
+        ("vitpose", "vitpose_backbone"),
+        "its MLP class depends on num_experts > 1 (VitPoseBackboneMoeMLP or VitPoseBackboneMLP)",
+    ),
+    # transformers 5.24 models/embedding_gemma2/modeling_embedding_gemma2.py `EmbeddingGemma2Attention`: head_dim and
+    # num_key_value_heads of each layer from `config.per_layer_config[layer_idx]`, one dict per layer index
+    "embedding_gemma2_text": "k/v projections sized by a per-layer-index per_layer_config dict: no size field",
+    # transformers 5.24 models/chmv2/modeling_chmv2.py `CHMv2UpsampleConvHead`: a ModuleList of three Conv2d of
+    # different shapes (features → features // 2 → head_hidden_size → number_output_channels) under one pattern
+    "chmv2": "its head's convolutions are one ModuleList of three shapes: one pattern has no one shape",
+    # transformers 5.24 models/d_fine/modeling_d_fine.py: `DFineMLP` layers of different shapes under one pattern
+    # (input → hidden → output: `DFineLQE.reg_conf`, `DFineEncoderLayer.mlp`), and `DFineModel.decoder_input_proj`,
+    # an nn.Identity per feature level where hidden_size == decoder_in_channels[-1], else a convolution (1x1 per
+    # backbone output, 3x3 per further level)
+    "d_fine": "DFineMLP layers of different shapes, input projections built only where two sizes differ",
+    # transformers 5.24 models/upernet/modeling_upernet.py builds its backbone from backbone_config (a ResNet by
+    # default): shortcut projections only where a block changes width or stride (models/resnet/modeling_resnet.py
+    # `ResNetShortCut`), as `resnet` above
+    "upernet": "its ResNet backbone's shortcut projections exist only where a block changes width or stride",
+    # transformers 5.24 models/pp_lcnet/modeling_pp_lcnet.py `PPLCNetBlock`: each block's channels are
+    # make_divisible(block_configs[stage][block][1 or 2] * scale, divisor), nested lists and a rounding
+    "pp_lcnet": "its blocks are sized by the nested lists block_configs times scale, rounded: no size field",
+    # its longest stack is the 24-layer CLIP vision encoder (transformers 5.24 models/unlimited_ocr/
+    # modeling_unlimited_ocr.py `UnlimitedOcrEncoder`), whose attention layers are told sliding or full by the
+    # text_config.layer_types entry of their index (trace/inventory.py `_layer_kind`): 24 - num_hidden_layers of
+    # them full, a difference the inventory does not fit
+    "unlimited_ocr": "vision layers typed by the text model's layer_types by index: 24 - num_hidden_layers full",
     # an omni config.json is read as its thinker (`knowledge.models.arch_from_hf_config`: the decoder that is trained);
     # transformers 5.24 models/qwen2_5_omni/modeling_qwen2_5_omni.py `Qwen2_5OmniForConditionalGeneration.__init__`
     # builds the talker and the token2wav vocoder beside it (`enable_talker()` when `enable_audio_output`, True by

@@ -50,6 +50,17 @@ def test_stages_count_as_transformers_builds_them(dump, model_type):  # noqa: F8
     assert (built.total, built.approximate) == (expected, "")
 
 
+def test_the_first_block_of_each_stage_is_counted_apart(dump):  # noqa: F811
+    """BiT's first layer in each stage reads the previous stage's width (in_channels, embedding_size in the first
+    stage) and the others the stage's own (transformers 5.24 models/bit/modeling_bit.py `BitStage`,
+    `BitPreActivationBottleneckLayer`): fitted apart (scripts/dump_model_inventories.py `_lead_pattern`), a
+    ResNetV2-101 (timm `resnetv2_101x1_bitm`: depths [3, 4, 23, 3]) is counted exactly, nothing approximate."""
+    written, expected = _built(dump, "bit", {"depths": [3, 4, 23, 3]})
+    built = inventory.build(written, "bit")
+    assert built is not None
+    assert (built.total, built.approximate) == (expected, "")
+
+
 def test_a_list_no_formula_reads_is_labelled(dump):  # noqa: F811
     """FocalNet's focal convolutions: focal_levels[i] per layer, kernels focal_factor * k + focal_windows[i]
     (transformers 5.24 models/focalnet/modeling_focalnet.py `FocalNetModulation`), counted at the lists measured;
