@@ -58,6 +58,9 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     paged += C.value_model_paged_state(rp)
     T = C.optimizer_temporaries(rp, p)
     B = C.zero_buffers(rp, p)
+    # ZeRO-2's and ZeRO-3's buffers at the loss, the top block's backward and the optimizer step: buckets, ZeRO-3's
+    # gathered parameters (C.zero_step_buffers); B is what the other phases hold
+    zs = C.zero_step_buffers(rp, p) or {}
     quant = p.quant_constants
     adapters = 0
     if rp.peft != "none":
@@ -132,7 +135,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     root = C.fsdp_root_unsharded(rp)
     phases["forward-backward"] = {
         **base,
-        "buffers": B + root,
+        "buffers": zs.get("forward-backward", B) + root,
         "optimizer": O,
         "gradients": g_resident,
         "teacher_logits": teacher_logits,
@@ -252,7 +255,9 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         if in_attention > recompute + dora_norm:  # the block peaks in its math-kernel attention's backward
             recompute, block_temps = in_attention, 0
         # every block's checkpoints while the highest recomputed block is recomputed (C.saved_per_token)
-        grads = G if g_persistent else max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0)
+        # ZeRO-2's gradient partition is made whole at the backward's first reduce (C.zero2_gradients_whole)
+        whole = bool(g_persistent) or C.zero2_gradients_whole(rp)
+        grads = G if whole else max(G - int(embed_grad * C.shard_factor(rp, "gradients")), 0)
         if gemma3n.gemma3n(rp) and not g_persistent:
             # not made yet: the lowest block's, the per-layer embeddings' (gemma3n.grads_not_made_at_lowest_recompute)
             grads = max(grads - int(gemma3n.grads_not_made_at_lowest_recompute(rp) * p.trainable_dtype_bytes), 0)
@@ -266,7 +271,13 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         top_grads = None
         # an encoder-decoder's backward runs the decoder's blocks, then the encoder's: the same two ends
         n_layers = C.counted_layers(rp)
-        if G and not g_resident and rp.arch.block in ("decoder", "encoder", "encoder-decoder") and n_layers > 1:
+        if (
+            G
+            and not g_resident
+            and not whole
+            and rp.arch.block in ("decoder", "encoder", "encoder-decoder")
+            and n_layers > 1
+        ):
             if rp.peft == "none" and rp.trained_layers is None:
                 # full fine-tuning: the LM head's gradient and the last block's (an encoder's classification head
                 # is a pooler and a hidden × labels classifier: no vocabulary-sized gradient above the blocks)
@@ -300,7 +311,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # block being recomputed holds its own weights' 16-bit copies (components.recompute_weight_copies)
         phases["recompute"] = {
             **base,
-            "buffers": B + held_buffers,
+            "buffers": zs.get("recompute", B) + held_buffers,
             "optimizer": O,
             "gradients": grads,
             "activations": held_ckpt
@@ -354,7 +365,15 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     # DeepSpeed's fp32 copy of the gradient partition it steps on (components.zero_step_grad_copy)
     value_trained = C.shapes(rp.arch).total if rp.value_model and rp.peft == "none" else 0
     T += C.zero_step_grad_copy(rp, p, value_trained)
-    phases["optimizer-step"] = {**base, "optimizer": O, "gradients": G, "temporaries": T, "activations": 0, "logits": 0}
+    phases["optimizer-step"] = {
+        **base,
+        "buffers": zs.get("optimizer-step", B),
+        "optimizer": O,
+        "gradients": G,
+        "temporaries": T,
+        "activations": 0,
+        "logits": 0,
+    }
     if rp.correction != 1.0:
         # a local calibration (trace or probe of this architecture) scales what torch allocates
         for parts in phases.values():

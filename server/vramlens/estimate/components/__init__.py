@@ -73,8 +73,10 @@ from vramlens.estimate.components.buffers import (
     fsdp_unit_adapters,
     fsdp_unit_bytes,
     gathered_layer_bytes,
+    zero2_gradients_whole,
     zero3_persistent_gradients,
     zero_buffers,
+    zero_step_buffers,
     zero_step_grad_copy,
 )
 from vramlens.estimate.components.checkpointing import (
@@ -469,8 +471,10 @@ __all__ = [
     "vision_linears",
     "weight_grad_share",
     "weights",
+    "zero2_gradients_whole",
     "zero3_persistent_gradients",
     "zero_buffers",
+    "zero_step_buffers",
     "zero_step_grad_copy",
     "zero_shard_factor",
 ]

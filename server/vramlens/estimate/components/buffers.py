@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections import deque
+from dataclasses import dataclass
+from functools import lru_cache
+
 from vramlens.estimate.components.common import DTYPE_BYTES
+from vramlens.estimate.components.experts import lora_linears
 from vramlens.estimate.components.parameters import Params, params, quantized_bytes_per_param
 from vramlens.estimate.components.sharding import (
     fsdp1_adapter_units,
@@ -197,13 +202,279 @@ def zero_buffers(rp: ResolvedPlan, p: Params) -> int:
     if rp.strategy == "fsdp":
         return 2 * layer_bytes if rp.offload_params else 0
     if rp.strategy == "deepspeed":
-        out = 2 * h2 * 2  # reduce bucket (auto = h²), 16-bit, double-buffered
-        if rp.zero_stage >= 3 or rp.offload_params:
+        if rp.zero_stage >= 3:
+            # the phases outside the training step's own (`zero_step_buffers`): two blocks and the prefetch bucket
+            return zero3_reduce_bucket(rp) + 2 * layer_bytes + zero3_prefetch_bucket(rp) * DTYPE_BYTES[rp.weight_dtype]
+        out = 2 * h2 * 2  # reduce bucket (auto = h²), 16-bit, double-buffered (in the step: `zero_step_buffers`)
+        if rp.offload_params:
             out += 2 * layer_bytes + int(0.9 * h2) * 2
         return out
     if rp.strategy in ("ddp", "none") and rp.world_size > 1:
         return 25 * 2**20 * 2
     return 0
+
+
+# DeepSpeed's ZeRO-3 limits where a configuration states none, as transformers' DeepSpeed docs set them too
+# (deepspeed 0.19.8 runtime/zero/config.py `max_live_parameters`, `max_reuse_distance`: `pp_int(1e9)`)
+ZERO3_MAX_LIVE_PARAMETERS = 10**9
+ZERO3_MAX_REUSE_DISTANCE = 10**9
+
+
+def zero3_prefetch_bucket(rp: ResolvedPlan) -> int:
+    """`stage3_prefetch_bucket_size` as the HF Trainer fills "auto": 0.9·h² elements (transformers 5.24
+    integrations/deepspeed.py `HfTrainerDeepSpeedConfig.trainer_config_finalize`)."""
+    return int(0.9 * rp.arch.hidden**2)
+
+
+def zero3_persistence_threshold(rp: ResolvedPlan) -> int:
+    """`stage3_param_persistence_threshold` as the HF Trainer fills "auto": 10·h elements (`trainer_config_finalize`).
+    A parameter of at most this many elements is never partitioned (deepspeed 0.19.8 runtime/zero/
+    partition_parameters.py `_convert_to_deepspeed_param`: `param.ds_persist = True`)."""
+    return 10 * rp.arch.hidden
+
+
+def zero3_reduce_bucket(rp: ResolvedPlan) -> int:
+    """ZeRO-3's gradient bucket: one `reduce_bucket_size` buffer per communication dtype, made with the optimizer
+    and kept (deepspeed 0.19.8 runtime/zero/stage3.py `_setup_for_real_optimizer`: `bucket.buffer = torch.empty(
+    self.reduce_bucket_size, ...)` under `contiguous_gradients`); the HF Trainer's "auto" size is h²."""
+    return rp.arch.hidden**2 * DTYPE_BYTES[rp.compute_dtype]
+
+
+NO_PARAMS = -1  # a module with no parameters of its own (a block, its attention, its MLP, a wrapper)
+
+
+@dataclass(frozen=True)
+class Zero3Trace:
+    """ZeRO-3's module trace of one training step: one entry per module run (forward, the recomputation of a
+    checkpointed block, backward), each naming the parameter it holds (`NO_PARAMS`: none) with its elements
+    (`numel`), its bytes when gathered (`nbytes`) and whether it stays whole on every rank (`persist`); `loss`: the
+    LM head's forward (the end of the forward); `top`: the entries of the top block's backward, its recomputation
+    included."""
+
+    order: tuple[int, ...]
+    numel: tuple[int, ...]
+    nbytes: tuple[float, ...]
+    persist: tuple[bool, ...]
+    loss: int
+    top: range
+
+
+def zero3_trace(rp: ResolvedPlan, p: Params) -> Zero3Trace:
+    """The modules a ZeRO-3 step runs, in order, with their parameters, as DeepSpeed's hooks see them (every
+    submodule, deepspeed 0.19.8 runtime/zero/parameter_offload.py `_register_deepspeed_module`): the model's wrappers
+    and its embedding; each block, its first norm, its attention with its linears, its second norm, its MLP with its
+    linears and activation (transformers 5.24 models/llama/modeling_llama.py `LlamaDecoderLayer.forward`), a LoRA
+    adapter's wrapper, base linear, dropout, lora_A and lora_B in that order (peft 0.21.2 tuners/lora/layer.py
+    `Linear.forward`), other adapters after their block; the final norm and the LM head (the embedding's own
+    parameter when tied). The backward runs them in reverse, a checkpointed block's forward again first (transformers'
+    gradient checkpointing recomputes the whole block inside its backward); the embedding's backward runs when its
+    output needs a gradient. A block's parameters are the model's averaged over its blocks."""
+    s = shapes(rp.arch)
+    layers = counted_layers(rp)
+    tp = max(rp.tensor_parallel, 1)
+    threshold = zero3_persistence_threshold(rp)
+    wb = DTYPE_BYTES[rp.weight_dtype]
+    lb = sum(quantized_bytes_per_param(rp)) if rp.quant_bits else wb
+    numel: list[int] = []
+    nbytes: list[float] = []
+    persist: list[bool] = []
+
+    def param(n: float, per: float, small: bool | None = None) -> int:
+        numel.append(round(n))
+        nbytes.append(n * per / tp)
+        persist.append(n <= threshold if small is None else small)
+        return len(numel) - 1
+
+    embed = param(s.embed_params, wb)
+    adapted = {l.name for l in lora_linears(rp)} if rp.peft in ("lora", "qlora", "dora") else set()
+    ab = p.trainable_dtype_bytes
+    norms = max(s.layer_params - s.linear_params / layers, 0) / 2
+    mlp_names = ("gate", "up", "down", "fc1", "fc2")
+    blocks: list[list[int]] = []
+    # the embedding's output needs a gradient when it trains, or with checkpointing: transformers'
+    # `gradient_checkpointing_enable` calls `enable_input_require_grads` (transformers 5.24 modeling_utils.py);
+    # otherwise the first block's q, k and v base linears read it only and no gradient reaches them either
+    frozen_input = rp.peft != "none" and not rp.modules_to_save and not rp.grad_checkpointing
+    no_backward: set[int] = set()
+    for k in range(layers):
+        block = [NO_PARAMS, param(norms, wb, True), NO_PARAMS]  # the block, its first norm, its attention
+        mlp_started = False
+        for lin in s.linears:
+            if lin.name in mlp_names and not mlp_started:
+                block += [param(norms, wb, True), NO_PARAMS]  # the second norm, the MLP
+                mlp_started = True
+            base = param(lin.params / layers, lb)
+            if k == 0 and frozen_input and lin.name in ("q", "k", "v"):
+                no_backward.add(base)
+            if lin.name in adapted:
+                share = lin.count / layers
+                block += [NO_PARAMS, base, NO_PARAMS]  # wrapper, base, dropout
+                block.append(param(share * rp.lora_r * lin.in_features, ab, rp.lora_r * lin.in_features <= threshold))
+                block.append(param(share * rp.lora_r * lin.out_features, ab, rp.lora_r * lin.out_features <= threshold))
+            else:
+                block.append(base)
+            if lin.name in ("gate", "fc1"):
+                block.append(NO_PARAMS)  # the activation
+        if rp.peft != "none" and not adapted and p.trainable:
+            block.append(param(p.trainable / layers, ab, False))
+        blocks.append(block)
+    final_norm = param(rp.arch.hidden, wb, True)
+    # the step's and the model's wrappers, the embedding, the rotary embedding
+    forward = [NO_PARAMS, NO_PARAMS, NO_PARAMS, embed, NO_PARAMS]
+    forward += [i for block in blocks for i in block] + [final_norm]
+    tail = [final_norm]
+    if not rp.scalar_head and rp.arch.block != "encoder":
+        head = param(s.lm_head_params, wb) if s.lm_head_params else embed
+        forward.append(head)
+        tail = [head, NO_PARAMS, final_norm]  # the head, the model's wrapper, the final norm
+    order = list(forward) + [NO_PARAMS, NO_PARAMS] + tail
+    top = range(0)
+    for k in reversed(range(layers)):
+        begin = len(order)
+        if rp.grad_checkpointing:
+            order += blocks[k]
+        order += [i for i in reversed(blocks[k]) if i not in no_backward]
+        if k == layers - 1:
+            top = range(begin, len(order))
+    if not frozen_input:
+        order.append(embed)
+    return Zero3Trace(tuple(order), tuple(numel), tuple(nbytes), tuple(persist), len(forward) - 1, top)
+
+
+def zero3_gathered(trace: Zero3Trace, prefetch: int, max_live: int, reuse: int) -> list[float]:
+    """Bytes of gathered (all-gathered, unpartitioned) parameters while each entry of `trace` runs, from the second
+    step on: deepspeed 0.19.8 runtime/zero/partitioned_param_coordinator.py, `PartitionedParameterCoordinator`.
+
+    The first step records the module order (`record_module`; `reset_step` at the next forward completes the trace)
+    and releases each module's parameters after it runs. From the second step on, `fetch_sub_module`, called for
+    every module (parameter-less ones too, `pre_sub_module_forward_function` / `pre_sub_module_backward_function`),
+    gathers the module's parameters and then prefetches from the trace's parameter queue,
+    `max_params_to_prefetch = min(self.__max_n_available_params - self.__n_available_params,
+    self.__prefetch_bucket_sz)`, popping entries `while self.__param_queue and numel_prefetching <
+    max_params_to_prefetch` and gathering those `ds_status == ZeroParamStatus.NOT_AVAILABLE`: at least a bucket
+    (`stage3_prefetch_bucket_size`) of parameters not yet gathered, at most `stage3_max_live_parameters` less those
+    gathered. Every entry it pops, gathered already or not, marks its parameter as fetched for that later use
+    (`__most_recent_step_id_param_fetched_for[param] = max(..., param_in_trace.step_id_last_used_at)`). After the
+    module runs, `release_sub_module` partitions those of its parameters (`__params_to_release`) that are not
+    persistent (`if not p.ds_persist`), not marked for a later use (`if self.__most_recent_step_id_param_fetched_for
+    [param] > step_id: params_to_release.discard(param.ds_id)`), and not met again in the trace before the distance:
+    `for module in self.__submodule_order[step_id:]: if params_traversed >= self.__max_reuse_dist_in_numel: break`,
+    each module's parameters discarded, then `params_traversed += param.ds_numel`. A parameter met before that stays
+    gathered until that use; each is released after its last use in the step.
+
+    Every module prefetches at least a bucket's worth, one parameter at least, and uses one, so the prefetch runs
+    ahead of the modules until the live limit stops it: with the defaults (1e9 elements each) a model under 1e9
+    elements ends up gathered whole, and every parameter stays gathered from its forward to its backward, its next
+    use within the distance; an 8B model (Llama-3-8B: 218M elements a block, 525M the LM head) holds about 1e9
+    elements gathered (the live limit, overshot by the last parameter), the blocks ahead of the forward and the LM
+    head kept from its forward to its backward (the next module), and no block kept from its forward for its
+    backward (between the last block's down_proj in the forward and its backward lie the LM head's forward and
+    backward, 1.05e9 elements)."""
+    n = len(trace.order)
+    prefix = [0]
+    for i in trace.order:
+        prefix.append(prefix[-1] + (trace.numel[i] if i != NO_PARAMS else 0))
+    following = [n] * n
+    seen: dict[int, int] = {}
+    for at in reversed(range(n)):
+        following[at] = seen.get(trace.order[at], n)
+        seen[trace.order[at]] = at
+    queue = deque(at for at, i in enumerate(trace.order) if i != NO_PARAMS)  # each parameter's uses, in order
+    marked: dict[int, int] = {}
+    gathered: set[int] = set()
+    live = 0  # elements gathered (the coordinator's `__n_available_params`)
+    held = 0.0
+    out: list[float] = []
+    for at, i in enumerate(trace.order):
+        if i != NO_PARAMS and marked.get(i, -1) < at:  # not popped by an earlier prefetch: the queue's next entry
+            marked[i] = queue.popleft()
+        if i != NO_PARAMS and i not in gathered and not trace.persist[i]:
+            gathered.add(i)
+            live += trace.numel[i]
+            held += trace.nbytes[i]
+        prefetching = 0
+        budget = min(max_live - live, prefetch)
+        while queue and prefetching < budget:
+            q = queue.popleft()
+            j = trace.order[q]
+            marked[j] = max(marked.get(j, -1), q)
+            if j not in gathered and not trace.persist[j]:
+                gathered.add(j)
+                live += trace.numel[j]
+                held += trace.nbytes[j]
+                prefetching += trace.numel[j]
+        out.append(held)
+        if i == NO_PARAMS or i not in gathered or marked[i] > at + 1:
+            continue
+        if following[at] < n and prefix[following[at]] - prefix[at + 1] < reuse:
+            continue  # used again within the reuse distance
+        gathered.discard(i)
+        live -= trace.numel[i]
+        held -= trace.nbytes[i]
+    return out
+
+
+def zero2_gradient_overhang(rp: ResolvedPlan) -> int:
+    """Bytes of gradient ZeRO-2 keeps on rank 0 beyond its partition: the contiguous gradient buffer holds every
+    parameter of the partition whole, `total_size += param_in_partition.numel()` (deepspeed 0.19.8
+    runtime/zero/stage_1_and_2.py `copy_grads_in_partition`), so the parameter across the partition's end, in the
+    flat group's order (`model.parameters()`: the embedding, each block's attention and MLP linears and its norms,
+    the final norm, the LM head), comes in whole. Full fine-tuning; an adapter's parameters are small."""
+    if rp.peft != "none" or rp.trained_layers is not None or rp.world_size <= 1:
+        return 0
+    s = shapes(rp.arch)
+    layers = counted_layers(rp)
+    block = [lin.params / layers for lin in s.linears]
+    block.append(max(s.layer_params - sum(block), 0))  # the norms
+    end = s.total / rp.world_size  # rank 0's partition
+    reached = s.embed_params + (end - s.embed_params) // max(sum(block), 1) * sum(block) if end > s.embed_params else 0
+    for n in ([] if reached else [s.embed_params]) + block:
+        reached += n
+        if reached >= end:
+            break
+    return int(max(reached - end, 0) * DTYPE_BYTES[rp.weight_dtype])
+
+
+def zero2_gradients_whole(rp: ResolvedPlan) -> bool:
+    """Whether ZeRO-2 holds its whole gradient partition through the backward: with `contiguous_gradients` (the HF
+    Trainer's configurations, DeepSpeed's default) the first reduce makes the rank's flat gradient buffer at its full
+    size, `self.grads_in_partition = torch.empty(int(total_size), ...)` (deepspeed 0.19.8
+    runtime/zero/stage_1_and_2.py `copy_grads_in_partition`), which the block-by-block gradients then fill."""
+    return rp.strategy == "deepspeed" and rp.zero_stage == 2 and rp.world_size > 1 and not rp.offload_optimizer
+
+
+def zero_step_buffers(rp: ResolvedPlan, p: Params) -> dict[str, int] | None:
+    """DeepSpeed ZeRO-2's and ZeRO-3's buffers at the training step's moments, the loss ("forward-backward"), the
+    top block's recomputation and backward ("recompute") and the optimizer step; None for other plans.
+
+    ZeRO-2 makes its two reduce buckets (`overlap_comm`'s double buffer, h² each) at the first gradient of the
+    backward and drops them at its end (deepspeed 0.19.8 runtime/zero/stage_1_and_2.py `setup_buckets` from
+    `process_gradients`; `_release_ipg_buffers` in `independent_gradient_partition_epilogue`): none at the loss or
+    the step. Its gradient partition is made whole at the first reduce, with the parameter across its end
+    (`zero2_gradient_overhang`) until the step frees it.
+    ZeRO-3: its gradient bucket (`zero3_reduce_bucket`) and the parameters gathered (`zero3_gathered`) at the loss,
+    at the most the top block's recomputation and backward hold, and none at the optimizer step (each parameter is
+    released after its last use in the backward)."""
+    if rp.strategy != "deepspeed" or rp.zero_stage < 2 or (rp.world_size <= 1 and not rp.offload_params):
+        return None
+    if rp.zero_stage == 2:
+        if rp.offload_params or rp.offload_optimizer:
+            return None
+        overhang = zero2_gradient_overhang(rp)
+        buckets = 2 * rp.arch.hidden**2 * DTYPE_BYTES[rp.compute_dtype]
+        return {"forward-backward": 0, "recompute": buckets + overhang, "optimizer-step": overhang}
+    bucket = zero3_reduce_bucket(rp)
+    # the module trace is the model's and its adapters', whatever the batch (searches over it reuse the result)
+    at_loss, top = zero3_gathered_moments(rp.with_changes(micro_batch=1, seq_len=1, grad_accum=1))
+    return {"forward-backward": int(bucket + at_loss), "recompute": int(bucket + top), "optimizer-step": bucket}
+
+
+@lru_cache(maxsize=64)
+def zero3_gathered_moments(rp: ResolvedPlan) -> tuple[float, float]:
+    """ZeRO-3's gathered bytes at the loss and at the most of the top block's backward (`zero3_gathered`)."""
+    trace = zero3_trace(rp, params(rp))
+    held = zero3_gathered(trace, zero3_prefetch_bucket(rp), ZERO3_MAX_LIVE_PARAMETERS, ZERO3_MAX_REUSE_DISTANCE)
+    return held[trace.loss], max((held[at] for at in trace.top), default=0.0)
 
 
 # DeepSpeed's default `zero_optimization.sub_group_size` (deepspeed v0.16.4 deepspeed/runtime/zero/config.py
