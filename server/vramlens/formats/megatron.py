@@ -353,6 +353,14 @@ HANDLERS = {
     "use_torch_fsdp2": _not_modelled(
         "torch FSDP2 (weights and gradients sharded)", "estimated with whole weights and gradients on each rank"
     ),
+    # `--torch-fsdp2-no-reshard-after-forward` (store_false, dest torch_fsdp2_reshard_after_forward, default True):
+    # with `--use-torch-fsdp2` the units keep their parameters gathered from forward to backward, "FSDP ZeRO-2"
+    # (megatron/training/arguments.py; megatron/training/training.py `get_megatron_ddp_config` →
+    # TorchFullyShardedDataParallelConfig(reshard_after_forward=...), core_v0.15.0 and main)
+    "torch_fsdp2_no_reshard_after_forward": _not_modelled(
+        "torch FSDP2 without resharding after forward (ZeRO-2-like: parameters gathered from forward to backward)",
+        "estimated with whole weights and gradients on each rank, as for --use-torch-fsdp2",
+    ),
     "pipeline_model_parallel_layout": _not_modelled("a custom pipeline layer layout", "layers split evenly"),
     # uneven pipeline stages (megatron/core/transformer/transformer_block.py `get_num_layers_to_build`)
     "decoder_first_pipeline_num_layers": lambda b, s: b.set_int("first_stage_layers", s, minimum=0),
@@ -422,8 +430,7 @@ _GROUPS = {
         "use_torch_optimizer_for_cpu_offload overlap_cpu_optimizer_d2h_h2d"
     ),
     "FSDP details (`--use-megatron-fsdp` / `--use-torch-fsdp2` are recorded as not modelled)": (
-        "data_parallel_sharding_strategy fsdp_double_buffer torch_fsdp2_reshard_after_forward "
-        "enable_full_sharding_in_hsdp"
+        "data_parallel_sharding_strategy fsdp_double_buffer enable_full_sharding_in_hsdp"
     ),
     "attention masks: a boolean b×s×s mask per micro batch (s² bytes a sample), small next to the activations; "
     "fused attention takes the causal mask as a flag": "reset_attention_mask create_attention_mask_in_dataloader",

@@ -337,19 +337,23 @@ def _distributed(b: PlanBuilder, data: Any, get, ctx) -> None:
     target = _target(section).rsplit(".", 1)[-1]
     strategy = str(section.get("strategy") or "").strip().lower()
     where = get("distributed", "_target_") or get("distributed", "strategy")
+    megatron_fsdp = target == "MegatronFSDPManager" or strategy == "megatron_fsdp"
     if target == "DDPManager" or strategy == "ddp":
         b.set("dist_strategy", "ddp", where)
     else:  # FSDP2Manager / strategy fsdp2 (and MegatronFSDP's sharding)
         b.set("dist_strategy", "fsdp", where, note="NeMo AutoModel shards with FSDP2")
         b.set("zero_stage", 3, where, origin=Origin.DERIVED, note="FSDP2 shards parameters, gradients and states")
         b.set("fsdp_version", 2, where, origin=Origin.DERIVED)
-        if target == "MegatronFSDPManager" or strategy == "megatron_fsdp":
+        if megatron_fsdp:
             b.unmodelled(where, "Megatron-FSDP (its own buffers and bucketing)", "estimated as FSDP2")
     dp, dp_s = _size(b, get, "dp_size")
     tp, tp_s = _size(b, get, "tp_size")
     cp, cp_s = _size(b, get, "cp_size")
     pp, pp_s = _size(b, get, "pp_size")
     rep, rep_s = _size(b, get, "dp_replicate_size")
+    ep, ep_s = _size(b, get, "ep_size")
+    if not (target == "DDPManager" or strategy == "ddp" or megatron_fsdp):
+        _reshard(b, get, pp or 1, pp_s, ep or 1, ep_s)
     if tp and tp > 1:
         b.set("tensor_parallel", tp, tp_s)
     if cp and cp > 1:
@@ -364,7 +368,6 @@ def _distributed(b: PlanBuilder, data: Any, get, ctx) -> None:
             "across dp_replicate_size",
             "estimated as sharded over every data-parallel GPU",
         )
-    ep, ep_s = _size(b, get, "ep_size")
     if ep and ep > 1:
         b.unmodelled(ep_s, "expert parallel", "estimated as if every GPU held every expert")
     if dp:
@@ -386,6 +389,48 @@ def _distributed(b: PlanBuilder, data: Any, get, ctx) -> None:
             b.unmodelled(s, "selective activation checkpointing", "estimated without activation checkpointing")
         else:
             b.set_bool("grad_checkpointing", s)
+
+
+def _reshard(b: PlanBuilder, get, pp: int, pp_s: Setting | None, ep: int, ep_s: Setting | None) -> None:
+    """FSDP2 with each layer's parameters gathered from its forward to its backward
+    (`fully_shard(reshard_after_forward=False)`): ZeRO stage 2 (SHARD_GRAD_OP-like) instead of 3.
+    With ep_size > 1 the MoE parallelizer shards the model with `distributed.moe.reshard_after_forward` (default
+    False: MoEParallelizerConfig, moe/config.py at v0.3.0, distributed/config.py at v0.5.0;
+    _transformers/infrastructure.py `instantiate_infrastructure` at v0.5.0). Otherwise `distributed.
+    reshard_after_forward` (FSDP2Config from v0.5.0, default None) sets every layer; None keeps the layers gathered
+    under pipeline parallelism and reshards all but the last layer without it (distributed/parallelizer.py
+    `apply_fsdp2_sharding_recursively` at v0.4.0 and v0.5.0; the last layer's backward runs first, so the estimate
+    takes it as resharded)."""
+    key = ("distributed", "moe", "reshard_after_forward") if ep > 1 else ("distributed", "reshard_after_forward")
+    name = ".".join(key[1:])
+    s = get(*key)
+    flag = to_bool(s.value) if s is not None else None
+    if ep > 1 and flag is not True:
+        # the gathered layers would hold each rank's own experts only, and expert parallelism is not modelled (every
+        # GPU is taken to hold every expert): counting them all gathered would double the experts' weights
+        b.unmodelled(
+            s or ep_s,
+            f"MoE layers kept gathered from forward to backward (`{name}`, default false)",
+            "estimated as resharded after each forward, as expert parallelism is not modelled",
+            key=name,
+        )
+        return
+    if s is not None and flag is None:
+        b.issue(IssueKind.INVALID_VALUE, f"`{name}` should be true or false, got {s.value!r}", s)
+    elif s is not None:
+        b.set(
+            "zero_stage",
+            3 if flag else 2,
+            s,
+            override=True,
+            note=f"{name} {'true: FSDP2 reshards each layer after its forward' if flag else 'false' + _GATHERED}",
+        )
+    elif pp > 1:
+        note = f"pp_size {pp}: FSDP2 keeps each layer gathered across the microbatches{_GATHERED}"
+        b.set("zero_stage", 2, pp_s, origin=Origin.DERIVED, override=True, note=note)
+
+
+_GATHERED = ": each layer's parameters stay gathered from its forward to its backward (SHARD_GRAD_OP-like)"
 
 
 def _world_from_launch(b: PlanBuilder, get, ctx) -> None:

@@ -220,6 +220,7 @@ WHERE = {
     "pp_schedule": (("parallelism", "pipeline_parallel_schedule"), ("experimental", "pipeline_parallel_schedule")),
     "cp": (("parallelism", "context_parallel_degree"), ("experimental", "context_parallel_degree")),
     "ep": (("parallelism", "expert_parallel_degree"),),
+    "reshard": (("parallelism", "fsdp_reshard_after_forward"),),
     "ac_mode": (("activation_checkpoint", "mode"),),
     "ac_option": (("activation_checkpoint", "selective_ac_option"),),
     "loss_parallel_off": (("parallelism", "disable_loss_parallel"), ("training", "disable_loss_parallel")),
@@ -244,6 +245,7 @@ DEFAULTS = {
     "tp": 1,
     "pp": 1,
     "cp": 1,
+    "reshard": "default",
     "ac_mode": "selective",
     "ac_option": "2",
     "optimizer": "AdamW",
@@ -689,7 +691,7 @@ def _parallel(b: PlanBuilder, v: _Values, world: tuple[int, Setting | None] | No
             where,
             note="torchtitan shards with FSDP2 (`fully_shard`) over data_parallel_shard × context_parallel ranks",
         )
-        b.set("zero_stage", 3, where, origin=Origin.DERIVED, note="FSDP2 shards parameters, gradients and states")
+        _reshard(b, v, where, pp, pp_s)
         b.set("fsdp_version", 2, where, origin=Origin.DERIVED, note="torchtitan uses FSDP2")
         if rep > 1:
             b.unmodelled(
@@ -739,6 +741,45 @@ def _parallel(b: PlanBuilder, v: _Values, world: tuple[int, Setting | None] | No
             b.remember(schedule)
     if (s := v.get("ep")) is not None and (to_int(s.value) or 1) > 1:
         b.unmodelled(s, "expert parallel", "estimated as if every GPU held every expert")
+
+
+def _reshard(b: PlanBuilder, v: _Values, where: Setting | None, pp: int, pp_s: Setting | None) -> None:
+    """The ZeRO stage of torchtitan's FSDP2 from `parallelism.fsdp_reshard_after_forward` (v0.1.0
+    config_manager.py, v0.2.x config/job_config.py, main config/configs.py; default "default"): "always" reshards each
+    block after its forward (FULL_SHARD, stage 3), "never" keeps its parameters gathered until its backward
+    (SHARD_GRAD_OP, stage 2), "default" is "always" unless pipeline parallelism is on (v0.2.0
+    models/llama3/infra/parallelize.py `apply_fsdp`; main distributed/fsdp.py
+    `get_fsdp_reshard_after_forward_policy`). "default" also leaves the last block (v0.1.0) or the final norm and
+    output (v0.2.x) gathered, whose backward runs first: the estimate takes them as resharded."""
+    s = v.get("reshard")
+    policy = str(v.value("reshard")).strip().lower()
+    if policy not in ("default", "always", "never"):
+        if s is not None:
+            b.unknown(s, "FSDP reshard policy", ("default", "always", "never"))
+        s, policy = None, "default"
+    if policy == "default" and pp > 1:
+        b.set(
+            "zero_stage",
+            2,
+            pp_s,
+            origin=Origin.DERIVED,
+            note=f'fsdp_reshard_after_forward "default" with pipeline parallel ({pp} stages): FSDP2 keeps each '
+            "block's parameters gathered from its forward to its backward (SHARD_GRAD_OP-like)",
+        )
+    elif policy == "never":
+        b.set(
+            "zero_stage",
+            2,
+            s,
+            note="fsdp_reshard_after_forward never: FSDP2 keeps each block's parameters gathered from its forward to "
+            "its backward (SHARD_GRAD_OP-like)",
+        )
+    elif policy == "always":
+        b.set("zero_stage", 3, s, note="fsdp_reshard_after_forward always: FSDP2 reshards each block after its forward")
+    else:
+        if s is not None:
+            b.remember(s)
+        b.set("zero_stage", 3, where, origin=Origin.DERIVED, note="FSDP2 shards parameters, gradients and states")
 
 
 def _checkpointing(b: PlanBuilder, v: _Values) -> None:

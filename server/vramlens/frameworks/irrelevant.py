@@ -161,10 +161,17 @@ IRRELEVANT: dict[str, str] = {
         "FSDP wrapping and resharding details: the same sharded states per GPU (the estimate takes whole "
         "decoder layers as units)",
         "auto_wrap_policy fsdp_min_num_params min_num_params fsdp_transformer_layer_cls_to_wrap "
-        "transformer_layer_cls_to_wrap fsdp_num fsdp_size fsdp_reshard_after_forward reshard_after_forward "
+        "transformer_layer_cls_to_wrap fsdp_num fsdp_size "
         "forward_prefetch use_orig_params sync_module_states memory_efficient_fsdp_wrap "
         "cpu_ram_efficient_loading qlora_sharded_model_loading module_fqns_per_model_part "
         "enable_fsdp_optimizations overlap_comm",
+    ),
+    **_names(
+        "whether FSDP reshards each unit after its forward: not a plan concept of its own (no ZeRO stage is spelled "
+        "as a flag); the readers of the frameworks that set it take it as the ZeRO stage, 2 when the parameters "
+        "stay gathered from forward to backward and 3 otherwise (torchtune, torchtitan, NeMo AutoModel, the "
+        "Hugging Face / accelerate / axolotl `fsdp_config`)",
+        "fsdp_reshard_after_forward reshard_after_forward",
     ),
     **_names(
         "which modules of a multi-modal model are frozen: the estimate covers the language model",
