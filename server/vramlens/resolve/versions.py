@@ -109,6 +109,14 @@ def resolve_versions(
             prep.adapter_fp32,
         )
         assumptions.append(prep.note)
+    if weights.deepspeed_casts and quant_bits and (kbit_upcast or adapter_fp32):
+        # deepspeed 0.19.8 runtime/engine.py `_cast_module_mixed_precision`: the engine casts what the preparation
+        # upcast to fp32 back to its 16-bit dtype (not the 4-bit weights, stored as uint8)
+        kbit_upcast, adapter_fp32 = False, False
+        assumptions.append(
+            f"DeepSpeed's {weights.compute} engine casts the fp32 weights of the k-bit preparation back to "
+            f"{weights.compute}"
+        )
     if kbit_upcast and qval("experts_quantized") and arch.is_moe and versions.at_least(tv, versions.FUSED_EXPERTS_FROM):
         # axolotl 067b021c src/axolotl/loaders/model.py `_prepare_model_for_quantization`: once its load-time patch
         # has quantized the fused experts (`_moe_experts_quantized`), prepare_model_for_kbit_training is skipped
