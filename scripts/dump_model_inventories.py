@@ -27,7 +27,7 @@ import warnings
 from fractions import Fraction
 from pathlib import Path
 
-from vramlens.knowledge.inventory import STAGE_POWER, stage_values, stages_chosen
+from vramlens.knowledge.inventory import STAGE_POWER, left_out_where_equal, stage_values, stages_chosen
 from vramlens.trace.inventory import INDEX as _INDEX
 from vramlens.trace.inventory import _kind, _pattern, model_class
 from vramlens.trace.inventory import measure as _measure
@@ -1105,27 +1105,31 @@ class _Stages:
         counted = [f for f in lengths if len(self.lists0[f]) in of]
         if not at["base"] or len(ranks) != 1 or None in ranks or len(of) != 1 or not counted:
             return None
-        rules = [[outside[1]]] if outside else [["all"], ["but_last"], *(["above_one", f] for f in sorted(self.lists0))]
-        rule = next(
-            (
-                r
-                for r in rules
-                if all(
-                    set(at[name]) == set(stages_chosen(r, run[1], len(run[1].get(counted[0], ()))))
-                    for name, run in self.runs.items()
-                )
-            ),
-            None,
-        )
-        if rule is None:
+        rules = [[outside[1]]] if outside else [["all"], ["but_last"], ["but_first"], ["first"]]
+        rules += [] if outside else [["above_one", f] for f in sorted(self.lists0)]
+        rule = next((r for r in rules if self._chosen_everywhere(at, r, counted[0], None)), None)
+        if rule is None and outside is not None:
             return None
         of_run = lambda run: self._of(pattern, run, outside)  # noqa: E731
         fitted = {x: self._fit_quantity(at, x, of_run) for x in ["n", *range(ranks.pop())]}
         if any(f is None for f in fitted.values()):
             return None
+        unless = None
+        if rule is None:  # built only where two of the stage's variables differ (`left_out_where_equal`)
+            read = [f for t in fitted.values() for terms in t if terms for _, e in terms for f in e]
+            found = (
+                (r, u)
+                for u in self._unequal_options(at, read)
+                for r in rules
+                if self._chosen_everywhere(at, r, counted[0], u)
+            )
+            rule, unless = next(found, (None, None))
+            if rule is None:
+                return None
         entry = {
             "list": counted[0],
             "in": rule,
+            **({"unless_equal": unless} if unless else {}),
             "n": fitted["n"][0],
             "shape": [t[0] for x, t in fitted.items() if x != "n"],
         }
@@ -1133,6 +1137,34 @@ class _Stages:
             first = {x: t[1] if t[1] is not None else t[0] for x, t in fitted.items()}
             entry["first"] = {"n": first["n"], "shape": [t for x, t in first.items() if x != "n"]}
         return entry
+
+    def _chosen_everywhere(self, at: dict, rule: list, counted: str, unless: dict | None) -> bool:
+        """Whether, in every run, the stages that hold the pattern are those `rule` chooses of as many as the list
+        `counted` has entries, less those `unless` leaves out (knowledge/inventory.py `left_out_where_equal`)."""
+        for name in at:
+            values, lists = self.runs[name][:2]
+            chosen = stages_chosen(rule, lists, len(lists.get(counted, ())))
+            left = [left_out_where_equal(unless, stage_values(values, lists, s), s) for s in chosen]
+            if None in left or set(at[name]) != {s for s, out in zip(chosen, left) if not out}:
+                return False
+        return True
+
+    def _unequal_options(self, at: dict, read: list[str]):
+        """The conditions `left_out_where_equal` reads that the base build meets in every stage holding the pattern:
+        pairs of stage variables, unequal there, the variables the pattern's formulas read first (a shortcut
+        projection hidden_sizes[s] wide, built in the first stage where embedding_size != hidden_sizes[0]:
+        transformers 5.24 models/resnet/modeling_resnet.py `ResNetEncoder`), in the first stage only or in all."""
+        import itertools
+
+        values0, lists0 = self.runs["base"][:2]
+        variables = {f for s in range(max(at["base"]) + 1) for f in stage_values(values0, lists0, s)}
+        names = sorted(variables, key=lambda f: (f not in read, f))
+        for first_only, (u, v) in itertools.product((True, False), itertools.combinations(names, 2)):
+            unless = {"of": [u, v], "first_only": first_only}
+            if STAGE_POWER not in (u, v) and not any(
+                left_out_where_equal(unless, stage_values(values0, lists0, s), s) is not False for s in at["base"]
+            ):
+                yield unless
 
     def _holds(self, terms: list, at: dict, x, stages) -> bool:
         """Whether `terms` gives quantity x in every stage of `stages` (a predicate) of every run."""

@@ -166,10 +166,6 @@ KNOWN = {
     # an nn.Identity per feature level where hidden_size == decoder_in_channels[-1], else a convolution (1x1 per
     # backbone output, 3x3 per further level)
     "d_fine": "DFineMLP layers of different shapes, input projections built only where two sizes differ",
-    # transformers 5.24 models/upernet/modeling_upernet.py builds its backbone from backbone_config (a ResNet by
-    # default): shortcut projections only where a block changes width or stride (models/resnet/modeling_resnet.py
-    # `ResNetShortCut`), as `resnet` above
-    "upernet": "its ResNet backbone's shortcut projections exist only where a block changes width or stride",
     # transformers 5.24 models/pp_lcnet/modeling_pp_lcnet.py `PPLCNetBlock`: each block's channels are
     # make_divisible(block_configs[stage][block][1 or 2] * scale, divisor), nested lists and a rounding
     "pp_lcnet": "its blocks are sized by the nested lists block_configs times scale, rounded: no size field",
@@ -196,18 +192,8 @@ KNOWN = {
     " `LevitAttentionSubsample`): a count of distinct offsets, no product of fields",
     "sapiens2": "its key/value projections are sized per layer by the list num_key_value_heads_per_layer"
     " (transformers 5.24 models/sapiens2/modeling_sapiens2.py `Sapiens2Attention`): a list is no size field",
-    **dict.fromkeys(
-        ("resnet", "tvp"),
-        "ResNet stages as wide as the list hidden_sizes says, with a shortcut projection only where a block changes"
-        " width or stride (transformers 5.24 models/resnet/modeling_resnet.py `ResNetShortCut`; TVP's vision backbone)",
-    ),
     # detection heads: an MLP whose last layer differs from the others (`…MLPPredictionHead`: hidden_dim wide, then
     # 4 box coordinates), input projections per feature level from a list of channels, and the backbones above
-    **dict.fromkeys(
-        ("rt_detr", "rt_detr_v2"),
-        "RTDetrResNet backbone stages by list (models/rt_detr/modeling_rt_detr_resnet.py `RTDetrResNetShortCut`),"
-        " an input projection per encoder_in_channels entry and `RTDetrMLPPredictionHead` layers of different shapes",
-    ),
     **dict.fromkeys(
         ("pp_doclayout_v3", "pp_doclayout_v4"),
         "an input projection per entry of a list of channels (`PPDocLayoutV3Model.decoder_input_proj`, transformers"

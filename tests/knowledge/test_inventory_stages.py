@@ -61,6 +61,27 @@ def test_the_first_block_of_each_stage_is_counted_apart(dump):  # noqa: F811
     assert (built.total, built.approximate) == (expected, "")
 
 
+@pytest.mark.parametrize("embedding_size", [128, 256])
+def test_a_projection_built_where_the_widths_differ(dump, embedding_size):  # noqa: F811
+    """ResNet's shortcut projection (a 1x1 convolution and a norm) is built in a stage's first block only where it
+    changes width or stride (transformers 5.24 models/resnet/modeling_resnet.py `ResNetBottleNeckLayer`,
+    `ResNetShortCut`): in every stage but the first (stride 2), in the first only where embedding_size !=
+    hidden_sizes[0] (256 by default): fitted as a condition on the two (scripts/dump_model_inventories.py
+    `_Stages._unequal_options`, knowledge/inventory.py `left_out_where_equal`), counted exactly with a stem as wide
+    as the first stage, nothing approximate."""
+    written, expected = _built(dump, "resnet", {"embedding_size": embedding_size})
+    built = inventory.build(written, "resnet")
+    assert built is not None
+    assert (built.total, built.approximate) == (expected, "")
+    unless = {"of": ["embedding_size", "hidden_sizes[s]"], "first_only": True}
+    values = {"embedding_size": 64}
+    assert inventory.left_out_where_equal(unless, inventory.stage_values(values, {"hidden_sizes": [64, 128]}, 0), 0)
+    assert not inventory.left_out_where_equal(unless, inventory.stage_values(values, {"hidden_sizes": [64, 64]}, 1), 1)
+    # RT-DETR's ResNet: an average pool before the shortcut in every stage but the first (transformers 5.24
+    # models/rt_detr/modeling_rt_detr_resnet.py `RTDetrResNetBottleNeckLayer`)
+    assert inventory.stages_chosen(["but_first"], {}, 4) == [1, 2, 3]
+
+
 def test_a_list_no_formula_reads_is_labelled(dump):  # noqa: F811
     """FocalNet's focal convolutions: focal_levels[i] per layer, kernels focal_factor * k + focal_windows[i]
     (transformers 5.24 models/focalnet/modeling_focalnet.py `FocalNetModulation`), counted at the lists measured;

@@ -544,14 +544,29 @@ def stages_chosen(rule: list, lists: Mapping[str, Any], stages: int) -> list[int
     """The stages of `stages` that hold a stage-indexed pattern: "all", all "but_last" (transformers 5.24
     models/swin/modeling_swin.py `SwinEncoder`: a `SwinPatchMerging` in every stage but the last), the "last" (the
     final norm of `SwinModel`, as wide as the last stage), the "first" (models/convnext/modeling_convnext.py
-    `ConvNextEmbeddings`, hidden_sizes[0] wide), or those where a per-stage list's entry is "above_one"
+    `ConvNextEmbeddings`, hidden_sizes[0] wide), all "but_first" (models/rt_detr/modeling_rt_detr_resnet.py
+    `RTDetrResNetBottleNeckLayer`: an average pool before the shortcut projection where a stage's first block has
+    stride 2, every stage but the first), or those where a per-stage list's entry is "above_one"
     (models/segformer/modeling_segformer.py `SegformerEfficientSelfAttention`: a sequence-reduction convolution where
     sr_ratios[i] > 1)."""
     if rule[0] == "above_one":
         listed = lists.get(rule[1])
         return [s for s, v in enumerate(listed[:stages]) if v > 1] if isinstance(listed, list) else []
     ends = {"first": [0], "last": [stages - 1]}
-    return {"all": list(range(stages)), "but_last": list(range(stages - 1)), **ends}[rule[0]]
+    but = {"but_last": list(range(stages - 1)), "but_first": list(range(1, stages))}
+    return {"all": list(range(stages)), **but, **ends}[rule[0]]
+
+
+def left_out_where_equal(unless: Mapping[str, Any] | None, variables: Mapping[str, float], s: int) -> bool | None:
+    """Whether stage s leaves out a pattern built only where two of its variables differ (`unless`: {"of": the two
+    variables, "first_only": whether only the first stage has the condition}; transformers 5.24
+    models/resnet/modeling_resnet.py `ResNetBottleNeckLayer`: a `ResNetShortCut` projection where in_channels !=
+    out_channels or stride != 1, the first stage's stride being 1 and the others' 2, so that the first stage has it
+    only where embedding_size != hidden_sizes[0]); None where a variable is missing."""
+    if not unless or (unless["first_only"] and s):
+        return False
+    u, v = (variables.get(f) for f in unless["of"])
+    return None if u is None or v is None else round(u) == round(v)
 
 
 def _listed(config: Mapping[str, Any], field: str, default: Any) -> Any:
@@ -567,7 +582,8 @@ def _stages_numel(
     its rule selects (`stages_chosen`; as many stages as the list `stages["list"]` has entries), occurrences times
     shape, formulas of the fields, of the stage's (and the previous stage's) entries of the per-stage lists (the
     config's, else the config class's `defaults`) and of 2**s, those of `stages["first"]` in the first stage where
-    it has them; None where a list is too short for a stage."""
+    it has them, not in a stage where two variables are equal that must differ (`left_out_where_equal`); None where a
+    list is too short for a stage."""
     lists = {field: _listed(config, field, default) for field, default in defaults.items()}
     counted = lists.get(stages["list"])
     if not isinstance(counted, list):
@@ -577,8 +593,11 @@ def _stages_numel(
         own = stages["first"] if s == 0 and "first" in stages else stages
         formulas = [own["n"], *own["shape"]]
         variables = stage_values(values, lists, s)
-        if any(f not in variables for terms in formulas for _, exps in terms for f in exps):
+        left_out = left_out_where_equal(stages.get("unless_equal"), variables, s)
+        if left_out is None or any(f not in variables for terms in formulas for _, exps in terms for f in exps):
             return None
+        if left_out:
+            continue
         n, *dims = (round(_eval(terms, variables)) for terms in formulas)
         total += n * math.prod(dims)
     return total
