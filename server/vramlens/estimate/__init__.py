@@ -28,17 +28,19 @@ from vramlens.estimate.throughput import throughput
 from vramlens.knowledge.gpus import usable_bytes
 from vramlens.resolved import ResolvedPlan
 
-__all__ = ["estimate", "allocated_peak", "Estimate", "GIB", "COMPONENTS", "REVISION"]
+__all__ = ["estimate", "allocated_peak", "pipeline_rank_peak", "Estimate", "GIB", "COMPONENTS", "REVISION"]
 
 # Bumped whenever a formula changes what an estimate comes to: local calibration records (trace/probe ratios to
 # the estimate of their day) made against another revision are ignored (vramlens.calibration).
-REVISION = 17
+REVISION = 18
 
 
 def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]], C.Params, float]:
     """Allocated bytes of each candidate phase, with the breakdown of each."""
     if rp.devices_per_process > 1 and rp.strategy != "megatron":
         return _device_map_phases(rp)[:4]
+    if torch_pipeline(rp):
+        return _torch_pipeline_phases(rp)
     rp = C.as_loaded(rp)
     p = C.params(rp)
     if rp.strategy == "megatron":
@@ -383,6 +385,65 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     totals = {name: sum(parts.values()) - paged for name, parts in phases.items()}  # allocated level
     per_sample = int((saved + final + logits + mask + layers_saved * mask_per_layer) / max(rp.micro_batch, 1))
     return totals, phases, p, per_sample
+
+
+def torch_pipeline(rp: ResolvedPlan) -> bool:
+    """Pipeline stages run by torch's own pipelining (torchtitan's `pipeline_parallel_degree`), one stage per rank,
+    without ZeRO/FSDP sharding: `components.torch_pipeline_phases`."""
+    return rp.pipeline_parallel > 1 and rp.strategy in ("none", "ddp") and rp.virtual_pipeline <= 1
+
+
+def _torch_pipeline_stages(rp: ResolvedPlan) -> tuple[list[tuple[C.Stage, dict[str, dict[str, int]]]], C.Params]:
+    """Each pipeline rank's phases (first, the busiest middle one, last), from the whole model's state on one GPU and
+    what one micro-batch keeps (components.torch_pipeline_phases)."""
+    one = rp.with_changes(pipeline_parallel=1, grad_accum=1, first_stage_layers=None, last_stage_layers=None)
+    _, whole, p, _ = _phases(one)
+    step = whole["optimizer-step"]
+    loaded = C.as_loaded(one)
+    state = {
+        k: step.get(k, 0) for k in ("weights", "gradients", "optimizer", "optimizer_paged", "temporaries", "buffers")
+    }
+    state["params"] = C.shapes(loaded.arch).total
+    ckpt = C.recomputes(loaded)
+    layers = max(loaded.arch.layers, 1)
+    per = C.PipelineTokens(
+        layer=C.saved_per_token(loaded)[0] / layers if ckpt else C.activations_per_token(loaded)[1],
+        hidden=C.DTYPE_BYTES[loaded.compute_dtype] * loaded.arch.hidden,
+        input_saved=ckpt,
+        recompute=C.backward_block_per_token(loaded) if ckpt else 0.0,
+        head=liger_final_norm(loaded, C.final_norm_per_token(loaded)) + C.torch_pipeline_loss_per_token(loaded),
+    )
+    zero = dict.fromkeys(step, 0)  # every component the estimate reports, 0 where the stage has none
+    return [
+        (st, {k: {**zero, **v} for k, v in C.torch_pipeline_phases(rp, st, state, per).items()}) for st in C.stages(rp)
+    ], p
+
+
+def _torch_pipeline_phases(rp: ResolvedPlan):
+    """The busiest pipeline rank's phases (`_torch_pipeline_stages`)."""
+    ranks, p = _torch_pipeline_stages(rp)
+    totals, phases = max(
+        (({k: _allocated(v) for k, v in ph.items()}, ph) for _, ph in ranks), key=lambda t: max(t[0].values())
+    )
+    fb = phases["forward-backward"]
+    per_sample = int((fb.get("activations", 0) + fb.get("logits", 0)) / max(rp.micro_batch, 1))
+    return totals, phases, p, per_sample
+
+
+def _allocated(parts: dict[str, int]) -> int:
+    """A phase's allocated bytes: paged optimizer states live outside torch's allocator."""
+    return sum(parts.values()) - parts.get("optimizer_paged", 0)
+
+
+def pipeline_rank_peak(rp: ResolvedPlan, rank: int) -> int:
+    """The allocated peak of pipeline rank `rank` (0 the first, pp − 1 the last) of a torch-pipelining plan."""
+    ranks, _ = _torch_pipeline_stages(rp)
+    pp = max(rp.pipeline_parallel, 1)
+    name = "first" if rank == 0 else "last" if rank == pp - 1 else "middle"
+    for st, ph in ranks:
+        if st.name == name:
+            return max(_allocated(v) for v in ph.values())
+    raise ValueError(f"no {name} stage in the plan's pipeline")
 
 
 def _device_map_phases(rp: ResolvedPlan):

@@ -735,7 +735,8 @@ def _parallel(b: PlanBuilder, v: _Values, world: tuple[int, Setting | None] | No
         b.unmodelled(
             pp_s,
             f"pipeline parallel ({pp} stages, schedule {v.value('pp_schedule') or '1F1B'})",
-            "estimated as if every GPU held every layer",
+            "without FSDP, estimated stage by stage as torch's 1F1B schedule holds its micro-batches (the busiest "
+            "stage shown); with FSDP, each GPU holds its stage's share of the weights and every layer's activations",
         )
         if schedule is not None:
             b.remember(schedule)

@@ -200,6 +200,7 @@ from vramlens.estimate.components.peaks import (
     math_attention_block_per_token,
 )
 from vramlens.estimate.components.pipeline import (
+    PipelineTokens,
     Stage,
     device_map_devices,
     device_map_note,
@@ -209,6 +210,8 @@ from vramlens.estimate.components.pipeline import (
     stage_layer_counts,
     stage_layers,
     stages,
+    torch_pipeline_loss_per_token,
+    torch_pipeline_phases,
 )
 from vramlens.estimate.components.sharding import (
     fsdp_gather_bytes,
@@ -304,6 +307,7 @@ __all__ = [
     "ExpertParam",
     "LinearInputs",
     "Params",
+    "PipelineTokens",
     "Stage",
     "device_map_devices",
     "device_map_note",
@@ -437,6 +441,8 @@ __all__ = [
     "parallel_block",
     "params",
     "pipeline_stage_share",
+    "torch_pipeline_loss_per_token",
+    "torch_pipeline_phases",
     "quantized_bytes_per_param",
     "recompute_weight_copies",
     "recomputes",

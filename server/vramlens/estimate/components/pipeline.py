@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from vramlens.estimate.components.common import DTYPE_BYTES
 from vramlens.estimate.shapes import shapes
 from vramlens.resolved import ResolvedPlan
 
@@ -138,6 +139,96 @@ def pipeline_stage_share(rp: ResolvedPlan) -> float:
         return 1.0
     total = max(shapes(rp.arch).total, 1)
     return min(max(st.dense_params + st.expert_params for st in stages(rp)) / total, 1.0)
+
+
+# --- torch's own pipelining (torch.distributed.pipelining, as torchtitan runs it) ----------------------------------
+# torch 2.14 torch/distributed/pipelining/stage.py and schedules.py; torchtitan b5bcd76
+# torchtitan/distributed/pipeline_parallel.py (`pipeline_llm`, `_build_pipeline_schedule`) and trainer.py
+# (`pp_forward_backward_step`: `return_outputs=False`).
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineTokens:
+    """What one micro-batch keeps, per token, for the stage terms of `torch_pipeline_phases` (bytes)."""
+
+    layer: float  # one decoder layer's saved activations (its checkpointed input under checkpointing)
+    hidden: float  # one hidden state in the compute dtype: a stage's output and the receive buffers
+    input_saved: bool  # a layer keeps its input (checkpointing): a stage's first layer keeps the receive buffer
+    recompute: float  # one layer recomputed and its backward (checkpointing), else 0
+    head: float  # the last stage's final norm and logits/loss at the loss, per token of the micro-batch
+
+
+def torch_pipeline_loss_per_token(rp: ResolvedPlan) -> float:
+    """The last stage's logits and loss at the loss's backward, per token: the stage's output logits in the compute
+    dtype, which the stage holds for its backward (stage.py `forward_one_chunk`: `fwd_cache`), and torchtitan's
+    loss on them (torchtitan b5bcd76 torchtitan/components/loss.py `cross_entropy_loss`: `cross_entropy(pred.float(),
+    labels, reduction="sum")`): the fp32 copy feeds `log_softmax`, which keeps its fp32 output; its backward makes
+    the NLL gradient and the log-softmax gradient, fp32 each, while the output is alive: c + 3 × 4 bytes per logit."""
+    if rp.scalar_head:
+        return 0.0
+    return rp.arch.vocab * (DTYPE_BYTES[rp.compute_dtype] + 3 * 4)
+
+
+def torch_pipeline_phases(
+    rp: ResolvedPlan, st: Stage, state: dict[str, int], per: PipelineTokens
+) -> dict[str, dict[str, int]]:
+    """The phases of one rank of a torch.distributed.pipelining run with one stage per rank (GPipe-free 1F1B), from
+    the whole model's state on one GPU (`state`: weights, gradients, optimizer, optimizer-step temporaries, buffers)
+    and what one micro-batch keeps (`per`). By construction from torch's pipelining:
+    - the rank holds its stage's parameters, their gradients and optimizer state (the share of `st`);
+    - it keeps the activations of `st.in_flight` micro-batches: 1F1B runs `min(M, stages - stage_index)` forwards
+      before its first backward (schedules.py `Schedule1F1B._step_microbatches`: `warmup_chunks`), each keeping its
+      layers' saved tensors and, but on the last stage, its output, which the stage holds for the backward
+      (stage.py `forward_one_chunk`: `self.fwd_cache[fwd_chunk_id] = (output_tuple, flatten_input_tensors)`);
+    - a stage that is not the first keeps one activation receive buffer per micro-batch for the whole step and
+      computes on it in place (`_setup_forward_recv_info`: `buffer=_make_tensor_from_meta(meta, self.device)` for
+      every chunk; `_retrieve_recv_activations`: `info.buffer.requires_grad_(...)`), so its first layer's input is
+      that buffer; a stage that is not the last keeps one gradient receive buffer per micro-batch
+      (`_create_grad_recv_info`);
+    - the gradients exist beside the in-flight micro-batches once a backward has run before a forward, when M >
+      `in_flight`; with M = `in_flight` the first backward begins with every micro-batch in flight and no gradient,
+      the second with one micro-batch fewer and every gradient;
+    - the last stage adds its final norm and the loss of one micro-batch (1F1B runs its backward right after its
+      forward; with `return_outputs=False` the schedule keeps no output chunk: stage.py `if self.is_last and
+      save_forward_output: self.output_chunks.append(output)`).
+    Checkpointing keeps each layer's input per micro-batch and recomputes one layer in the backward."""
+    total = max(state.get("params", 0), 1)
+    share = (st.dense_params + st.expert_params) / total
+    m = max(rp.grad_accum, 1)
+    tok = rp.micro_batch * rp.sequences_per_example * rp.seq_len
+    first, last = st.embedding, st.head
+    held = st.layers * per.layer + (0 if last else per.hidden) - (per.hidden if per.input_saved and not first else 0)
+    recv = ((0 if first else m) + (0 if last else m)) * per.hidden * tok
+    w, g, o = (int(state[k] * share) for k in ("weights", "gradients", "optimizer"))
+    g_held = g if m > st.in_flight else 0
+    base = {
+        "weights": w,
+        "optimizer": o,
+        "optimizer_paged": int(state.get("optimizer_paged", 0) * share),
+        "buffers": state.get("buffers", 0) + int(recv),
+    }
+    acts = int(tok * held * st.in_flight)
+    out = {
+        "forward-backward": {
+            **base,
+            "gradients": g_held,
+            "activations": acts,
+            "logits": int(tok * per.head) if last else 0,
+        },
+        "optimizer-step": {**base, "gradients": g, "temporaries": int(state.get("temporaries", 0) * share)},
+    }
+    if per.recompute:
+        out["recompute"] = {**base, "gradients": g_held, "activations": acts + int(tok * per.recompute)}
+    if m <= st.in_flight and st.in_flight > 1:
+        # every micro-batch was in flight at the first backward: the second one runs with one micro-batch fewer and
+        # every gradient made (checkpointed micro-batches keep less than the gradients weigh)
+        fewer = int(tok * held * (st.in_flight - 1))
+        out["second-backward"] = {
+            **base,
+            "gradients": g,
+            "activations": fewer + int(tok * per.recompute),
+        }
+    return out
 
 
 # --- device_map: one process, its model's layers spread over several GPUs (naive model parallelism) ---------------
