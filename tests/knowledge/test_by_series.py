@@ -67,7 +67,7 @@ def test_a_size_the_catalog_lacks_is_estimated_from_its_series_and_labelled():
         ("Qwen/Qwen3.5-397B-A17B", "a mixture of experts"),
         ("acme/Qwen3-14B-16E-upcycled", "a mixture of experts"),
         ("google/gemma-4-E4B-it", "states no size"),
-        ("Qwen/Qwen1.5-7B-Chat", "one dense catalog model of the qwen1.5 series"),
+        ("acme/xgen-13b-8k-base", "one dense catalog model of the xgen series"),  # Salesforce/xgen-7b-8k-base
         ("acme/Llama-3.2-20B-sft", "of different architectures"),  # Llama-3.2 1B/3B and 11B-Vision
         ("acme/SmolLM2-20B", "too far beyond"),  # SmolLM2 135M to 1.7B
         ("Qwen/Qwen-14B-Chat-Int4", "quantized"),
