@@ -42,6 +42,7 @@ from vramlens.trace import hf
 from vramlens.trace import optim as O
 from vramlens.trace.config import StepConfig
 from vramlens.trace.hf import DTYPES
+from vramlens.trace.sharded import fake_process_group
 from vramlens.trace.tracker import LiveBytes, by_category
 
 SCHEDULES = ("GPipe", "1F1B", "Interleaved1F1B")
@@ -70,19 +71,6 @@ def rank_stages(rank: int, pp: int, schedule: str) -> list[int]:
     rank by default, `_get_pipeline_metadata`)."""
     per_rank = 2 if schedule == "Interleaved1F1B" else 1
     return [rank + s * pp for s in range(per_rank)]
-
-
-def fake_process_group(world_size: int, rank: int) -> None:
-    """torch.distributed initialised as rank `rank` of `world_size` on the fake backend (again if either changed): a
-    stage finds its peers by the group rank it runs as (torch 2.14 pipelining/stage.py `stage_index_to_group_rank`)."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    if dist.is_initialized():
-        if dist.get_backend() == "fake" and (dist.get_world_size(), dist.get_rank()) == (world_size, rank):
-            return
-        dist.destroy_process_group()
-    dist.init_process_group("fake", rank=rank, world_size=world_size, store=FakeStore())
 
 
 class StageModule(nn.Module):

@@ -146,16 +146,17 @@ def install_mesh_outside_fake() -> None:
     DeviceMesh._concatenate = staticmethod(concatenate)  # type: ignore[method-assign]
 
 
-def fake_process_group(world_size: int) -> None:
-    """torch.distributed initialised as rank 0 of `world_size` on the fake backend (again if the size changed)."""
+def fake_process_group(world_size: int, rank: int = 0) -> None:
+    """torch.distributed initialised afresh as rank `rank` of `world_size` on the fake backend. Afresh on every call:
+    a world left by an earlier trace carries the groups and names other libraries made on it (DeepSpeed's data
+    parallel groups, a device mesh's dimension groups), and a later trace that reused it would resolve a group by a
+    name that another library's teardown has since destroyed."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
-        if dist.get_backend() == "fake" and dist.get_world_size() == world_size:
-            return
         dist.destroy_process_group()
-    dist.init_process_group("fake", rank=0, world_size=world_size, store=FakeStore())
+    dist.init_process_group("fake", rank=rank, world_size=world_size, store=FakeStore())
 
 
 @once_per_process

@@ -155,9 +155,9 @@ def _run(cfg: StepConfig, stage: int, *, real: bool, steps: int) -> dict:
     import deepspeed
     import torch.distributed as dist
 
-    if dist.is_initialized() and dist.get_world_size() != cfg.world_size:
-        # a new world: DeepSpeed forgets the groups it made over the old one, as its own teardown of the world does
-        # (deepspeed 0.19.8 utils/groups.py `_release_process_group_references`)
+    if dist.is_initialized():
+        # every trace runs in a new world: DeepSpeed forgets the groups it made over the old one, as its own teardown
+        # of the world does (deepspeed 0.19.8 utils/groups.py `_release_process_group_references`)
         importlib.import_module("deepspeed.utils.groups")._release_process_group_references(None)
     fake_process_group(cfg.world_size)
     t0 = time.perf_counter()
