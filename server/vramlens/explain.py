@@ -231,7 +231,7 @@ def _micro_batch(ctx: Context) -> list[str]:
     ]
     m = ctx.est.max_micro_batch
     if m is None:
-        out.append(f"even 1 sample does not fit on {gpu_label(ctx.rp)} at sequence length {ctx.rp.seq_len}")
+        out.append(f"on {gpu_label(ctx.rp)}, {ctx.est.not_even_one(ctx.rp.seq_len)}")
     else:
         out.append(f"largest that fits on {ctx.rp.gpu.name}: **{m}**")
     ga = ctx.rp.grad_accum
@@ -655,7 +655,7 @@ def budget_markdown(ctx: Context) -> str:
         )
         lines.append("")
     if e.max_micro_batch is None:
-        lines.append(f"even micro batch 1 does not fit at sequence length {rp.seq_len}")
+        lines.append(e.not_even_one(rp.seq_len))
     else:
         lines.append(
             f"largest micro batch that fits: **{e.max_micro_batch}**"

@@ -3,7 +3,8 @@
 JSON contract (`vramlens estimate --format json`, also produced by `vramlens trace`):
   {"file", "format", "model": {"id", "params"}, "gpu": {"name", "count", "memory_gib", "usable_gib"},
    "peak": {"allocated_gib", "reserved_gib", "device_gib"}, "phase", "components_gib": {...}, "fits",
-   "headroom_gib", "max_micro_batch", "max_seq_len", "assumptions": [...], "objective"}
+   "headroom_gib", "max_micro_batch", "max_seq_len", "peak_at_micro_batch_1": {"phase", "allocated_gib"} or null
+   (when not even micro batch 1 fits), "assumptions": [...], "objective"}
 ("objective": "sft" | "dpo" | "kto" | "orpo" | "simpo" | "cpo" | "rm" | "ppo" | "grpo" | "rloo" | "online-dpo" | "gkd" |
  "kd" | "pretrain"; the phases the objective adds: "reference-forward", "generation", "teacher-forward")
 "calibration": {"factor", "source", "recorded", "key"} or null: the local exact trace or probe that scaled the
@@ -66,6 +67,9 @@ def estimate_fields(rp, est: Estimate, model_id: str | None = None) -> dict:
         "headroom_gib": _g(est.headroom_bytes),
         "max_micro_batch": est.max_micro_batch,
         "max_seq_len": est.max_seq_len,
+        "peak_at_micro_batch_1": None
+        if est.peak_at_one is None
+        else {"phase": est.peak_at_one[0], "allocated_gib": _g(est.peak_at_one[1])},
         "params_trainable": est.params_trainable,
         "assumptions": list(est.assumptions),
         "throughput": est.throughput.as_json() if est.throughput is not None else None,
@@ -266,7 +270,7 @@ def render_text(path: str, plan: TrainingPlan, res: Resolution, est: Estimate) -
             + (f" · longest sequence at this batch: {est.max_seq_len}" if est.max_seq_len else "")
         )
     else:
-        lines.append("  even a micro batch of 1 does not fit at this sequence length")
+        lines.append(f"  {est.not_even_one(rp.seq_len)}")
     for source, group in by_source(applied_defaults(res.sources)):  # what the file does not set
         lines.append(f"  {source.replace('default of', 'defaults of', 1)}, applied:")
         lines.extend(f"    - {d.title}: {d.value}" for d in group)

@@ -92,3 +92,21 @@ def test_ms_swift_validation_set_settings():
     # evaluation by generation holds a KV cache, not the batch's logits: no loss-forward phase
     generating = _swift(text.replace(flag, flag + "    --predict_with_generate true \\\n"), version="3.5.0")
     assert "evaluation" not in generating.estimate.phases
+
+
+def test_an_evaluation_batch_that_overflows_at_any_micro_batch_is_named():
+    # the evaluation batch is not the micro batch: when its pass alone overflows, every view says that is why even
+    # micro batch 1 does not fit, instead of blaming the training step
+    text = LIGER_SFT.replace("per_device_eval_batch_size: 1", "per_device_eval_batch_size: 64")
+    a = _analyze(text + "eval_strategy: steps\neval_steps: 100\n")
+    est = a.estimate
+    assert est.max_micro_batch is None and est.phase == "evaluation"
+    phase, allocated = est.peak_at_one
+    assert phase == "evaluation" and allocated > est.usable_bytes
+    text_view = render_text("train.yaml", a.plan, a.resolution, est)
+    assert "at micro batch 1 the evaluation phase peaks" in text_view
+    from vramlens.report import estimate_json
+
+    assert estimate_json("train.yaml", a.plan, a.resolution, est)["peak_at_micro_batch_1"]["phase"] == "evaluation"
+    # a run that fits says nothing of it
+    assert _analyze(LIGER_SFT).estimate.peak_at_one is None

@@ -405,3 +405,36 @@ def test_float8_all_gather_is_read_where_each_release_writes_it(version):
     assert big.float8_all_gather is not None and big.float8_all_gather.value is True
     small = parse_document((FIXTURES / version / "llama3_8b.toml").read_text(encoding="utf-8"), "llama3_8b.toml").plan
     assert small.float8_all_gather is None
+
+
+@pytest.mark.parametrize("size", [None, 2])
+def test_pipeline_micro_batches_split_the_local_batch(tmp_path, size):
+    """Up to v0.2.x a pipeline runs local_batch_size ÷ pipeline_parallel_microbatch_size micro-batches of that size
+    (v0.1.0 torchtitan/distributed/pipeline.py `build_pipeline_schedule`): the estimate's micro batch is one of them
+    and its accumulation their count, which the schedule's in-flight micro-batches follow."""
+    root = _project(tmp_path)
+    script = root / "launch.sh"
+    extra = f" --parallelism.pipeline_parallel_microbatch_size {size}" if size else ""
+    script.write_text(
+        "NGPU=4 CONFIG_FILE=./torchtitan/models/llama3/train_configs/llama3_8b.toml ./run_train.sh "
+        "--parallelism.pipeline_parallel_degree 4 --parallelism.data_parallel_shard_degree 1 "
+        f"--training.local_batch_size 8{extra}\n"
+    )
+    (root / "run_train.sh").write_text((FIXTURES / "v0.2.2" / "run_train.sh").read_text())
+    d = estimate(script)
+    assert source(d, "pipeline_parallel") == 4
+    assert source(d, "micro_batch") == (size or 1) and source(d, "grad_accum") == 8 // (size or 1)
+    assert "local_batch_size 8" in d["sources"]["grad_accum"]["from"]
+
+
+def test_a_local_batch_the_micro_batch_does_not_divide_is_said(tmp_path):
+    root = _project(tmp_path)
+    script = root / "launch.sh"
+    script.write_text(
+        "NGPU=4 CONFIG_FILE=./torchtitan/models/llama3/train_configs/llama3_8b.toml ./run_train.sh "
+        "--parallelism.pipeline_parallel_degree 4 --parallelism.data_parallel_shard_degree 1 "
+        "--training.local_batch_size 6 --parallelism.pipeline_parallel_microbatch_size 4\n"
+    )
+    (root / "run_train.sh").write_text((FIXTURES / "v0.2.2" / "run_train.sh").read_text())
+    plan = parse_document(script.read_text(), str(script), workspace=root).plan
+    assert any("not a multiple of pipeline_parallel_microbatch_size 4" in i.message for i in plan.issues)

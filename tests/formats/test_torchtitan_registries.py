@@ -54,3 +54,17 @@ def test_a_registry_of_its_own_trainer_config_class_is_read_and_says_why_it_is_n
     assert a.estimate is None
     assert "torchtitan kimi_k2_7 `debugmodel`" in a.error and "vision encoder" in a.error
     assert not any("the returned config" in i.message for i in a.plan.issues)
+
+
+def test_main_states_the_pipeline_micro_batch_count(tmp_path):
+    # main's ParallelismConfig `num_pp_microbatches` (default 1) is the schedule's count; each micro-batch is the
+    # token-form micro batch (torchtitan/config/configs.py at b5bcd76c66)
+    script = tmp_path / "launch.sh"
+    base = f"#!/bin/bash\nNGPU=8 MODULE=llama3 CONFIG=llama3_8b {MAIN}/run_train.sh"
+    base += " --parallelism.pipeline_parallel_degree 2"
+    script.write_text(base + " --parallelism.num_pp_microbatches 4\n")
+    p = parse_document(script.read_text(), str(script), workspace=MAIN).plan
+    assert value(p, "pipeline_parallel") == 2 and value(p, "grad_accum") == 4
+    script.write_text(base + "\n")
+    p = parse_document(script.read_text(), str(script), workspace=MAIN).plan
+    assert value(p, "grad_accum") == 1 and p.grad_accum.framework is not None

@@ -180,3 +180,14 @@ def test_the_diffusion_examples_say_they_train_a_diffusion_model(name: str, mode
     messages = " ".join(f.message for f in a.findings) + " " + " ".join(i.message for i in a.plan.issues)
     assert "a diffusion model" in messages and model in messages
     assert "does not name a model" not in messages
+
+
+def test_a_tuner_a_plugin_registers_is_named_not_modelled():
+    # v3.5.0 examples/train/multimodal/lora_llm_full_vit: `--train_type custom` is the CustomTuner its
+    # custom_plugin.py adds to swift.plugin.extra_tuners (LoRA on the LLM, the ViT in full); the plugin is not read
+    plan = plan_of(FIXTURES / "v3.5.0" / "tuners" / "lora_llm_full_vit_sft.sh")
+    assert value(plan, "model_id") == "Qwen/Qwen2.5-VL-7B-Instruct"
+    assert value(plan, "peft_method") == "none"
+    (u,) = [u for u in plan.unmodelled if u.key == "train_type"]
+    assert u.value == "custom" and "extra_tuners" in u.what and "full fine-tune" in u.consequence
+    assert not any("unknown tuner type" in i.message for i in plan.issues)

@@ -559,10 +559,13 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
     usable = usable_bytes(rp.gpu)
     low, high = allocator.device_range(loaded, allocated, device)
     fits = device <= usable
-    max_b = max_s = None
+    max_b = max_s = at_one = None
     if limits:
         max_b = max_micro_batch(rp, usable)
         max_s = max_seq_len(rp, usable)
+        if max_b is None:
+            one = _phases(rp.with_changes(micro_batch=1))[0]
+            at_one = max(one.items(), key=lambda kv: kv[1])
     assumptions = allocator.assumptions(loaded)
     if loaded is not rp:
         assumptions.append(
@@ -601,6 +604,7 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
         headroom_bytes=usable - device,
         max_micro_batch=max_b,
         max_seq_len=max_s,
+        peak_at_one=at_one,
         params_total=p.total,
         params_trainable=p.trainable,
         activation_bytes_per_sample=per_sample,

@@ -108,6 +108,9 @@ class Estimate(BaseModel):
     calibration: Calibration | None = None  # the local trace/probe that scaled this estimate; None: the formulas alone
     unmodelled: tuple[Unmodelled, ...] = ()  # settings read that the estimate does not model (ResolvedPlan.unmodelled)
     approximate: tuple[str, ...] = ()  # why the figure is approximate (ResolvedPlan.approximate and the trace's)
+    # when not even micro batch 1 fits: the phase that peaks then, with its allocated bytes (an evaluation batch or a
+    # generation the micro batch does not bound can be what overflows)
+    peak_at_one: tuple[str, int] | None = None
 
     def gib(self, name: str) -> float:
         return getattr(self, name) / GIB
@@ -115,6 +118,15 @@ class Estimate(BaseModel):
     @property
     def is_approximate(self) -> bool:
         return bool(self.approximate)
+
+    def not_even_one(self, seq_len: int) -> str:
+        """Why not even micro batch 1 fits, for every view: the phase that then peaks, when it is not the step's own
+        forward-backward."""
+        text = f"even micro batch 1 does not fit at sequence length {seq_len:,}"
+        if self.peak_at_one is not None and self.peak_at_one[0] not in ("forward-backward", "recompute"):
+            phase, allocated = self.peak_at_one
+            text += f": at micro batch 1 the {phase} phase peaks, {allocated / GIB:.1f} GiB allocated"
+        return text
 
     @property
     def tight(self) -> bool:

@@ -1093,34 +1093,37 @@ def _retarget_script(launch: Launch) -> Launch:
 
 def _peft_method(b: PlanBuilder, s: Setting) -> None:
     v = str(s.value).strip().lower() if s.value is not None else ""
-    method = {
-        "lora": "lora",
-        "qlora": "qlora",
-        "dora": "dora",
-        "full": "none",
-        "freeze": "freeze",
-        "longlora": "lora",
-        "adalora": "adalora",
-        "galore": "galore",
-        "oft": "oft",
-        "boft": "boft",
-        "adapter": "adapter",
-        "llamapro": "llamapro",
-        "vera": "vera",
-        "ia3": "ia3",
-        "lisa": "lisa",
-        # ms-swift 3.x/4.x swift/llm/argument/base_args/base_args.py `get_supported_tuners`
-        "fourierft": "fourierft",
-        "reft": "reft",
-        "bone": "bone",
-        "loha": "loha",
-        "lokr": "lokr",
-    }.get(v)
+    method = PEFT_METHODS.get(v)
     if method is None:
         return b.issue(IssueKind.UNKNOWN_VALUE, f"unknown tuner type {s.value!r} for `{s.key}`", s)
     b.set("peft_method", method, s)
     if method == "qlora":
         b.set("quant_bits", 4, s)
+
+
+PEFT_METHODS = {
+    "lora": "lora",
+    "qlora": "qlora",
+    "dora": "dora",
+    "full": "none",
+    "freeze": "freeze",
+    "longlora": "lora",
+    "adalora": "adalora",
+    "galore": "galore",
+    "oft": "oft",
+    "boft": "boft",
+    "adapter": "adapter",
+    "llamapro": "llamapro",
+    "vera": "vera",
+    "ia3": "ia3",
+    "lisa": "lisa",
+    # ms-swift 3.x/4.x swift/llm/argument/base_args/base_args.py `get_supported_tuners`
+    "fourierft": "fourierft",
+    "reft": "reft",
+    "bone": "bone",
+    "loha": "loha",
+    "lokr": "lokr",
+}
 
 
 def _quant_bits(b: PlanBuilder, s: Setting) -> None:
@@ -1311,8 +1314,18 @@ SWIFT_REMEMBERED = (
 SWIFT_LORA_LLM = "swift/tuner_plugin/lora_llm.py (ms-swift v4.0.0, 5e853413)"
 
 
+# ms-swift's own tuners (3.x/4.x swift/llm/argument/base_args/base_args.py `get_supported_tuners`, 1.x/2.x
+# `sft_type`); any other `train_type` names an entry a plugin adds to `swift.plugin.extra_tuners` (v3.5.0
+# swift/plugin/tuner.py; swift/llm/train/tuner.py looks `args.train_type` up there)
+SWIFT_PLUGIN_TUNER = "a tuner from `swift.plugin.extra_tuners` (an --external_plugins file registers it; not read)"
+
+
 def _swift_tuner(b: PlanBuilder, s: Setting) -> None:
-    if str(s.value).strip().lower() != "lora_llm":
+    v = str(s.value).strip().lower()
+    if v in ("custom", "dummy") or (v and v not in PEFT_METHODS and v != "lora_llm" and v.isidentifier()):
+        b.set("peft_method", "none", s, note=SWIFT_PLUGIN_TUNER)
+        return b.unmodelled(s, SWIFT_PLUGIN_TUNER, "estimated as a full fine-tune, the most it could train")
+    if v != "lora_llm":
         return _peft_method(b, s)
     b.set("peft_method", "lora", s, note=f"`lora_llm`: LoRA on the language model ({SWIFT_LORA_LLM})")
     b.set(

@@ -218,6 +218,10 @@ WHERE = {
     "tp": (("parallelism", "tensor_parallel_degree"), ("training", "tensor_parallel_degree")),
     "pp": (("parallelism", "pipeline_parallel_degree"), ("experimental", "pipeline_parallel_degree")),
     "pp_schedule": (("parallelism", "pipeline_parallel_schedule"), ("experimental", "pipeline_parallel_schedule")),
+    # v0.1.0 config_manager.py / v0.2.2 config/job_config.py `pipeline_parallel_microbatch_size` (default 1); main
+    # config/configs.py `num_pp_microbatches` (default 1), the count itself
+    "pp_microbatch_size": (("parallelism", "pipeline_parallel_microbatch_size"),),
+    "pp_microbatches": (("parallelism", "num_pp_microbatches"),),
     "cp": (("parallelism", "context_parallel_degree"), ("experimental", "context_parallel_degree")),
     "ep": (("parallelism", "expert_parallel_degree"),),
     "reshard": (("parallelism", "fsdp_reshard_after_forward"),),
@@ -731,6 +735,7 @@ def _parallel(b: PlanBuilder, v: _Values, world: tuple[int, Setting | None] | No
         b.set("context_parallel", cp, cp_s)
     if pp > 1:
         b.set("pipeline_parallel", pp, pp_s)
+        _pipeline_batch(b, v, pp_s)
         schedule = v.get("pp_schedule")
         b.unmodelled(
             pp_s,
@@ -742,6 +747,58 @@ def _parallel(b: PlanBuilder, v: _Values, world: tuple[int, Setting | None] | No
             b.remember(schedule)
     if (s := v.get("ep")) is not None and (to_int(s.value) or 1) > 1:
         b.unmodelled(s, "expert parallel", "estimated as if every GPU held every expert")
+
+
+def _pipeline_batch(b: PlanBuilder, v: _Values, pp_s: Setting | None) -> None:
+    """The pipeline's micro-batches: the estimate's micro batch is one pipeline micro-batch and its accumulation the
+    schedule's count of them (M). Releases up to v0.2.x split the local batch: `n_microbatches = local_batch_size //
+    pipeline_parallel_microbatch_size` (v0.1.0 torchtitan/distributed/pipeline.py `build_pipeline_schedule`); main
+    states the count, `num_pp_microbatches`, each of one micro batch (torchtitan/config/configs.py at b5bcd76c).
+    Gradient accumulation over whole schedules (a global batch above local × data parallel) does not raise the peak
+    and is not counted."""
+    if (count_s := v.get("pp_microbatches")) is not None or "pp_microbatches" in v.defaults:
+        m = to_int(count_s.value) if count_s is not None else v.defaults["pp_microbatches"]
+        if m is not None and m >= 1:
+            b.set(
+                "grad_accum",
+                m,
+                count_s or pp_s,
+                origin=Origin.FILE if count_s is not None else Origin.DEFAULT,
+                framework=None if count_s is not None else FRAMEWORK_LABEL,
+                override=True,
+                note=f"{m} pipeline micro-batch{'es' if m != 1 else ''} per schedule (num_pp_microbatches)",
+            )
+        return
+    local = b.plan.micro_batch.value if b.plan.micro_batch is not None else None
+    size_s = v.get("pp_microbatch_size")
+    size = to_int(size_s.value) if size_s is not None else 1
+    if not isinstance(local, int) or not size or size < 1 or local % size:
+        where = size_s or b.plan.micro_batch
+        return b.issue(
+            IssueKind.INVALID_VALUE,
+            f"local_batch_size {local} is not a multiple of pipeline_parallel_microbatch_size {size}: torchtitan "
+            "refuses the pipeline schedule",
+            span=getattr(where, "span", None),
+        )
+    anchor = size_s or pp_s
+    b.set(
+        "micro_batch",
+        size,
+        anchor,
+        origin=Origin.FILE if size_s is not None else Origin.DEFAULT,
+        framework=None if size_s is not None else FRAMEWORK_LABEL,
+        override=True,
+        note=f"one pipeline micro-batch: pipeline_parallel_microbatch_size {size} of local_batch_size {local}",
+    )
+    b.set(
+        "grad_accum",
+        local // size,
+        anchor,
+        origin=Origin.DERIVED,
+        override=True,
+        note=f"{local // size} pipeline micro-batches per schedule: local_batch_size {local} ÷ "
+        f"pipeline_parallel_microbatch_size {size}",
+    )
 
 
 def _reshard(b: PlanBuilder, v: _Values, where: Setting | None, pp: int, pp_s: Setting | None) -> None:

@@ -32,7 +32,7 @@ MODULE_PREFIXES = ("torchtitan/models", "torchtitan/experiments", "torchtitan/ex
 # Trainer.Config's defaults that differ from JobConfig's (torchtitan/trainer.py at main: `activation_checkpoint`
 # defaults to `SelectiveAC.Config`, which is op-level SAC only; torchtitan/config/configs.py: TrainingConfig's
 # num_tokens_per_microbatch_per_dp_rank 16384 over max_context_length 2048 = 8 rows)
-DEFAULTS = {**torchtitan.DEFAULTS, "ac_option": "op"}
+DEFAULTS = {**torchtitan.DEFAULTS, "ac_option": "op", "pp_microbatches": 1}
 TOKENS_DEFAULT = 16384
 CONTEXT_DEFAULT = 2048
 

@@ -47,11 +47,21 @@ def resolve_sequence(ctx: Context, arch: ModelArch, dp: int) -> SequencePart:
         sources["seq_len"] = Sourced(value=seq, origin=Origin.ASSUMED, note=f"{why}; {taken}")
         ctx.assumptions.append(Approximate(f"{why}: assumed {taken}"))
     assumed = getattr(sources.get("seq_len"), "origin", None) == Origin.ASSUMED  # already said, as approximate
-    if seq is not None and not assumed and not val("packing") and objective not in ROLLOUT_OBJECTIVES:
-        ctx.assumptions.append(
-            f"every batch taken as {int(seq):,} tokens long (the sequence length): without packing a batch is padded "
-            "only to its longest sample, so data shorter than that peaks lower"
-        )
+    packing = plan.packing
+    padding_free = packing is not None and bool(packing.value) and "padding_free" in (packing.key or "")
+    if seq is not None and not assumed and objective not in ROLLOUT_OBJECTIVES:
+        if not val("packing"):
+            ctx.assumptions.append(
+                f"every batch taken as {int(seq):,} tokens long (the sequence length): without packing a batch is "
+                "padded only to its longest sample, so data shorter than that peaks lower"
+            )
+        elif padding_free and packing is not None:
+            # padding-free batches concatenate the samples as they are (TRL's DataCollatorWithFlattening, ms-swift's
+            # padding_free): a row holds the micro batch's own tokens, not a pack filled to the length
+            ctx.assumptions.append(
+                f"`{packing.key}`: every sample taken as {int(seq):,} tokens long (the sequence length), the most a "
+                "padding-free row of the micro batch can hold; data shorter than that peaks lower"
+            )
     alloc = val("alloc_conf") or ""
     attn = val("attn_impl") or "sdpa"
     micro = int(val("micro_batch") or 1)
