@@ -142,3 +142,49 @@ def test_megatron_torch_fsdp2_no_reshard_is_named_as_not_modelled():
     keys = {u.key for u in p.unmodelled}
     assert "use_torch_fsdp2" in {k.replace("-", "_").lstrip("_") for k in keys}
     assert any("reshard" in k for k in keys)
+
+
+# --- verl --------------------------------------------------------------------------------------------------------
+
+VERL_PPO = FIXTURES / "verl" / "main-2026-01-29" / "ppo_trainer" / "run_deepseek7b_llm_pfppo.sh"
+
+
+def verl_plan(tmp_path: Path, *overrides: str, version: str | None = None):
+    """verl's PPO launch with overrides, in a workspace that pins verl at `version` (requirements.txt)."""
+    from vramlens.analysis import analyze
+
+    head = "python3 -m verl.trainer.main_ppo \\\n"
+    # the fixture's own command ends at its `\  # [...]` comment line: the model is given ahead of it
+    overrides = ("actor_rollout_ref.model.path=deepseek-ai/deepseek-llm-7b-chat", *overrides)
+    text = VERL_PPO.read_text(encoding="utf-8").replace(head, head + "".join(f"    {o} \\\n" for o in overrides))
+    if version:
+        (tmp_path / "requirements.txt").write_text(f"verl=={version}\n")
+    script = tmp_path / VERL_PPO.name
+    script.write_text(text)
+    a = analyze(text, str(script), Settings(model_lookup=False, workspace=tmp_path))
+    assert a.plan is not None
+    return a.plan
+
+
+@pytest.mark.parametrize(
+    "strategy, version, stage",
+    [("fsdp2", "0.6.1", 2), ("fsdp2", None, 2), ("fsdp", None, 2), ("fsdp", "0.6.1", 3)],
+)
+def test_verl_actor_reshard_after_forward_false(tmp_path, strategy, version, stage):
+    """`actor_rollout_ref.actor.fsdp_config.reshard_after_forward=False`: FSDP2's fully_shard gets it from v0.4.0;
+    the PPO workers' FSDP1 turns it into SHARD_GRAD_OP from v0.7.0 (verl/workers/fsdp_workers.py
+    `fsdp_enable_zero3`), FULL_SHARD before."""
+    s = f"actor_rollout_ref.actor.strategy={strategy}"
+    off = verl_plan(tmp_path, s, "actor_rollout_ref.actor.fsdp_config.reshard_after_forward=False", version=version)
+    on = verl_plan(tmp_path, s, version=version)
+    assert zero_stage(off) == stage and zero_stage(on) == 3
+    if stage == 2:
+        assert off.zero_stage.key == "actor_rollout_ref.actor.fsdp_config.reshard_after_forward"
+        # the actor's training step holds more (the vLLM engine beside it can still set the device's peak)
+        assert step_bytes(off) > step_bytes(on)
+    assert not any("reshard" in u.key for u in off.unmodelled)
+
+
+def step_bytes(plan, gpus: int = 8) -> int:
+    rp = resolve(plan, Settings(gpu="H100-80GB", gpu_count=gpus)).resolved
+    return estimate(rp, limits=False).phases["forward-backward"]

@@ -543,10 +543,27 @@ def _distribution(
                 r.put(concept, v, ps)
         section = section or A + "actor.megatron."
     else:
-        r.put("dist_strategy", "fsdp", s)
-        r.put("zero_stage", 3, s, derived=True, note="FSDP FULL_SHARD over every GPU of the run")
-        r.put("fsdp_version", 2 if (strategy or "").lower() == "fsdp2" else 1, s, derived=True)
+        fsdp2 = (strategy or "").lower() == "fsdp2"
         section = section or A + "actor.fsdp_config."
+        r.put("dist_strategy", "fsdp", s)
+        reshard, rs = r.bool(section + "reshard_after_forward")
+        # `reshard_after_forward` reaches FSDP2's fully_shard from v0.4.0 (verl/workers/fsdp_workers.py and
+        # engine/fsdp/transformer_impl.py `fsdp_kwargs`); the PPO workers' FSDP1 turns false into SHARD_GRAD_OP from
+        # v0.7.0 (fsdp_workers.py `fsdp_enable_zero3` → fsdp_utils.py `get_sharding_strategy`, #4659), the engine's
+        # FSDP1 stays FULL_SHARD
+        if reshard is False and (fsdp2 or (section != "engine." and _version_key(r.cfg.version) >= (0, 7, 0))):
+            r.put(
+                "zero_stage",
+                2,
+                rs,
+                note="reshard_after_forward false: each FSDP unit keeps its parameters gathered from its forward to "
+                "its backward (SHARD_GRAD_OP-like)",
+            )
+        else:
+            if reshard is False and rs is not None:
+                b.remember(rs)  # FSDP1 where verl does not pass it on: FULL_SHARD either way
+            r.put("zero_stage", 3, s, derived=True, note="FSDP FULL_SHARD over every GPU of the run")
+        r.put("fsdp_version", 2 if fsdp2 else 1, s, derived=True)
         # -1, or a size of the whole run or more: one FSDP group of every GPU (verl main verl/workers/fsdp_workers.py
         # and verl/workers/engine/fsdp/utils.py `create_device_mesh`: `if fsdp_size < 0 or fsdp_size >= world_size`)
         size, fs = r.int(section + "fsdp_size", -1)
@@ -1110,17 +1127,6 @@ def _sft_engine_not_modelled(r: _Reader, megatron: bool) -> None:
         on, s = r.bool(key)
         if on:
             b.unmodelled(s, what, "estimated without them", key=key)
-    if not megatron:
-        # FSDP1 SHARD_GRAD_OP / FSDP2 `reshard_after_forward=False` (verl/workers/engine/fsdp/transformer_impl.py
-        # `_build_fsdp_module`, engine/fsdp.yaml): each unit's gathered parameters are kept from forward to backward
-        on, s = r.bool("engine.reshard_after_forward")
-        if on is False and not cfg.is_default(s):
-            b.unmodelled(
-                s,
-                "parameters kept gathered from forward to backward (reshard_after_forward false)",
-                "estimated as FULL_SHARD, each unit gathered only while it runs",
-                key="engine.reshard_after_forward",
-            )
     # the optimizer: verl/workers/config/optimizer.py `build_optimizer` imports `optim.optimizer_impl` and builds
     # `optim.optimizer` (torch.optim.AdamW by default; Megatron's distributed Adam for the Megatron engine)
     for key in ("optim.optimizer_impl", "optim.optimizer", "optim.override_optimizer_config"):
