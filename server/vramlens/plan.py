@@ -240,6 +240,14 @@ class TrainingPlan(BaseModel):
     zero_stage: Sourced[int] | None = None  # 0–3 (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2, NO_SHARD = 0)
     offload_optimizer: Sourced[bool] | None = None
     offload_params: Sourced[bool] | None = None
+    # ZeRO's buffer sizes in elements as a DeepSpeed config writes them: a number, or "auto" (what fills it decides:
+    # resolve.distribution.zero_sizes)
+    zero_reduce_bucket: Sourced[int | str] | None = None  # reduce_bucket_size
+    zero3_prefetch_bucket: Sourced[int | str] | None = None  # stage3_prefetch_bucket_size
+    zero3_persistence_threshold: Sourced[int | str] | None = None  # stage3_param_persistence_threshold
+    zero3_max_live_params: Sourced[int | str] | None = None  # stage3_max_live_parameters
+    zero3_max_reuse_distance: Sourced[int | str] | None = None  # stage3_max_reuse_distance
+    zero_overlap_comm: Sourced[bool] | None = None  # overlap_comm: ZeRO-1/2's double reduce bucket
     world_size: Sourced[int] | None = None
     tensor_parallel: Sourced[int] | None = None
     context_parallel: Sourced[int] | None = None

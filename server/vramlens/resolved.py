@@ -174,6 +174,17 @@ class ResolvedPlan(BaseModel):
     # parallel ones) or replicate (DDP)
     offload_optimizer: bool = False
     offload_params: bool = False
+    # DeepSpeed ZeRO's sizes in elements (components.buffers); None: as the HF Trainer fills "auto" (reduce bucket h²,
+    # prefetch bucket 0.9·h², persistence threshold 10·h) and DeepSpeed's defaults for the live limit and the reuse
+    # distance (1e9)
+    zero_reduce_bucket: int | None = None
+    zero3_prefetch_bucket: int | None = None
+    zero3_persistence_threshold: int | None = None
+    zero3_max_live_params: int | None = None
+    zero3_max_reuse_distance: int | None = None
+    # `overlap_comm`: ZeRO-1/2 reduce through two buckets instead of one; None: DeepSpeed's default, on for ZeRO-3 only
+    # (deepspeed 0.19.8 runtime/zero/config.py `overlap_comm_valid`)
+    zero_overlap_comm: bool | None = None
     tensor_parallel: int = 1
     context_parallel: int = 1
     # Megatron-core layouts (components.megatron_step); pipeline_parallel also splits the weights of other engines

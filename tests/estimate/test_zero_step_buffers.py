@@ -53,12 +53,14 @@ def plan(arch: ModelArch, **kw) -> ResolvedPlan:
 def test_small_model_stays_gathered_whole_at_the_loss(ckpt):
     """Under 1e9 elements (stage3_max_live_parameters, stage3_max_reuse_distance) every parameter above the
     persistence threshold (10·h: the norms stay whole) is gathered at the loss: prefetched ahead, kept for its
-    backward."""
+    backward. The norms' whole copies are held beside their partitions, in every phase but the optimizer step's
+    update (tests/trace/test_zero_sizes_trace.py: a threshold above every parameter adds the whole model)."""
     rp = plan(SMALL, grad_checkpointing=ckpt)
     s = shapes(SMALL)
     gathered = (s.embed_params + s.lm_head_params + s.linear_params) * 2
+    norms = (2 * SMALL.layers + 1) * SMALL.hidden * 2
     buffers = C.zero_step_buffers(rp, C.params(rp))
-    assert buffers["forward-backward"] == zero3_reduce_bucket(rp) + gathered
+    assert buffers["forward-backward"] == zero3_reduce_bucket(rp) + gathered + norms
     assert buffers["optimizer-step"] == zero3_reduce_bucket(rp)
 
 
@@ -76,10 +78,10 @@ def test_8b_holds_the_live_limit_and_keeps_no_block_for_its_backward():
 
 
 def test_zero2_buckets_live_in_the_backward_only():
-    """ZeRO-2's two reduce buckets exist from the first gradient to the end of the backward; its gradient partition
-    holds the parameter across its end whole: at 4 ranks of the small model, rank 0's partition ends in the first
-    block's down_proj, 3,648 of its 131,072 elements in it."""
-    rp = plan(SMALL, zero_stage=2, world_size=4, grad_checkpointing=True)
+    """ZeRO-2's reduce buckets (two under overlap_comm) exist from the first gradient to the end of the backward; its
+    gradient partition holds the parameter across its end whole: at 4 ranks of the small model, rank 0's partition
+    ends in the first block's down_proj, 3,648 of its 131,072 elements in it."""
+    rp = plan(SMALL, zero_stage=2, world_size=4, grad_checkpointing=True, zero_overlap_comm=True)
     buffers = C.zero_step_buffers(rp, C.params(rp))
     s = shapes(SMALL)
     end = s.total / 4

@@ -118,6 +118,13 @@ def _optimizer_type(b: PlanBuilder, key: "Key", s: Setting, note: str | None) ->
         b.set(key.concept, s.value, s, note=note or "DeepSpeed's own optimizer replaces the trainer's `optim`")
 
 
+def _flag(b: PlanBuilder, key: "Key", s: Setting, note: str | None) -> None:
+    on = None if is_auto(s.value) else to_bool(s.value)
+    if on is None:
+        return b.remember(s)
+    b.set(key.concept, on, s, note=note)
+
+
 def _kept(b: PlanBuilder, key: "Key", s: Setting, note: str | None) -> None:
     b.remember(s)
 
@@ -135,8 +142,22 @@ def _not_modelled(what: str, consequence: str, when=lambda v: to_bool(v) is True
 
 
 def _explicit_size(v) -> bool:
-    """A bucket or parameter count written as a number (not "auto", which transformers sizes from the model)."""
+    """A count written as a number (not "auto")."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+
+
+def _size(b: PlanBuilder, key: "Key", s: Setting, note: str | None) -> None:
+    """A ZeRO size in elements: a whole number (`5e8` and `"500000000"` too; deepspeed 0.19.8 runtime/zero/config.py
+    types each `int`, the reduce bucket above 0 and the rest at least 0), or "auto", kept as written."""
+    if is_auto(s.value):
+        return b.set(key.concept, "auto", s, note=note)
+    n = to_int(s.value)
+    least = 1 if key.concept == "zero_reduce_bucket" else 0
+    if n is None or n < least:
+        return b.issue(
+            IssueKind.INVALID_VALUE, f"`{s.key}` should be a whole number of at least {least}, got {s.value!r}", s
+        )
+    b.set(key.concept, n, s, note=note)
 
 
 @dataclass(frozen=True)
@@ -178,27 +199,21 @@ KEYS: tuple[Key, ...] = (
         for path in (
             ("activation_checkpointing", "partition_activations"),
             ("activation_checkpointing", "cpu_checkpointing"),
-            ("zero_optimization", "overlap_comm"),
             ("zero_optimization", "sub_group_size"),
         )
     ),
-    # explicit sizes of ZeRO's communication buffers: the estimate sizes them as transformers' "auto" does
-    # (components.zero_buffers); DeepSpeed's own default is 5e8 elements (deepspeed/runtime/zero/config.py)
-    *(
-        Key(
-            ("zero_optimization", name),
-            None,
-            _not_modelled(
-                f"ZeRO {what} of an explicit size", "estimated at the size transformers gives `auto`", _explicit_size
-            ),
-        )
-        for name, what in (
-            ("reduce_bucket_size", "reduce bucket"),
-            ("allgather_bucket_size", "all-gather bucket"),
-            ("stage3_prefetch_bucket_size", "stage-3 prefetch bucket"),
-            ("stage3_max_live_parameters", "stage-3 live-parameter limit"),
-        )
-    ),
+    # ZeRO's buffer sizes and ZeRO-3's gathering limits, in elements (components.buffers); "auto" is kept as
+    # written, for the resolver to fill as whatever runs the config fills it (resolve.distribution.zero_sizes)
+    Key(("zero_optimization", "reduce_bucket_size"), "zero_reduce_bucket", _size),
+    Key(("zero_optimization", "overlap_comm"), "zero_overlap_comm", _flag),
+    Key(("zero_optimization", "stage3_prefetch_bucket_size"), "zero3_prefetch_bucket", _size),
+    Key(("zero_optimization", "stage3_param_persistence_threshold"), "zero3_persistence_threshold", _size),
+    Key(("zero_optimization", "stage3_max_live_parameters"), "zero3_max_live_params", _size),
+    Key(("zero_optimization", "stage3_max_reuse_distance"), "zero3_max_reuse_distance", _size),
+    # ZeRO-1/2 all-gather the updated weights into their flat 16-bit groups in place, the bucket size only cutting
+    # that into views when `all_gather_into_tensor` is missing (deepspeed 0.19.8 runtime/utils.py
+    # `all_gather_dp_groups`); ZeRO-3 gathers by `stage3_prefetch_bucket_size`: no buffer of its size is made
+    Key(("zero_optimization", "allgather_bucket_size"), None, _kept),
     # ZeRO++ (https://www.deepspeed.ai/tutorials/zeropp/): quantized weight/gradient communication and a secondary
     # weight partition per node (hpZ), which keeps more of the weights on each GPU
     Key(

@@ -195,6 +195,13 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
             "lora_alpha": 16,
             "lora_dropout": 0.0,
             "lora_targets": ["all-linear"],
+            # the DeepSpeed config it builds writes "auto" for these and hands it to `deepspeed.initialize` as it
+            # is (openrlhf/utils/deepspeed/deepspeed_utils.py `get_train_ds_config`, v0.6.0 and 3c3be623)
+            "zero_reduce_bucket": "auto",
+            "zero3_prefetch_bucket": "auto",
+            "zero3_persistence_threshold": "auto",
+            "zero3_max_live_params": "auto",
+            "zero3_max_reuse_distance": "auto",
         },
     ),
     # unsloth (unslothai/unsloth 0050c73e unsloth/models/loader.py): FastLanguageModel/FastModel.from_pretrained

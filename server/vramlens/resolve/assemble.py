@@ -6,7 +6,7 @@ from __future__ import annotations
 from vramlens.resolve import evaluation
 from vramlens.resolve.adapters import AdapterPart, _adapter_rank
 from vramlens.resolve.common import FUSED_KERNELS, Approximate, Context, liger_kernels, liger_kernels_note, liger_loss
-from vramlens.resolve.distribution import DistributionPart, _megatron_layout
+from vramlens.resolve.distribution import DistributionPart, _megatron_layout, zero_sizes
 from vramlens.resolve.gpu import GpuPart
 from vramlens.resolve.model import ModelPart
 from vramlens.resolve.optimizer import OptimizerPart
@@ -103,6 +103,7 @@ def build_plan(
         world_size=d.shard_ranks,
         offload_optimizer=bool(val("offload_optimizer")),
         offload_params=bool(val("offload_params")),
+        **(zero_sizes(ctx) if strategy == "deepspeed" else {}),
         tensor_parallel=int(d.tp),
         context_parallel=int(d.cp),
         pipeline_parallel=int(d.pp),

@@ -97,6 +97,56 @@ def _devices_per_process(
     return per, world
 
 
+# DeepSpeed's own ZeRO sizes, in elements, where nothing fills a config's "auto": `DeepSpeedConfigModel` drops every
+# "auto" value before validating (deepspeed 0.19.8 runtime/config_utils.py `DeepSpeedConfigModel.__init__`), so the
+# field's default holds (runtime/zero/config.py: reduce_bucket_size 5e8, stage3_prefetch_bucket_size 5e7,
+# stage3_param_persistence_threshold 1e5, stage3_max_live_parameters and stage3_max_reuse_distance 1e9)
+DEEPSPEED_ZERO_SIZES: dict[str, tuple[str, int]] = {  # concept: (the key, DeepSpeed's default)
+    "zero_reduce_bucket": ("reduce_bucket_size", 5 * 10**8),
+    "zero3_prefetch_bucket": ("stage3_prefetch_bucket_size", 5 * 10**7),
+    "zero3_persistence_threshold": ("stage3_param_persistence_threshold", 10**5),
+    "zero3_max_live_params": ("stage3_max_live_parameters", 10**9),
+    "zero3_max_reuse_distance": ("stage3_max_reuse_distance", 10**9),
+}
+# Frameworks whose step fills "auto" from the model's hidden size before DeepSpeed reads the config: transformers'
+# Trainer (5.24 integrations/deepspeed.py `HfTrainerDeepSpeedConfig.trainer_config_finalize`: reduce_bucket_size
+# h², under ZeRO-3 stage3_prefetch_bucket_size 0.9·h² and stage3_param_persistence_threshold 10·h; the live limit
+# and the reuse distance it leaves to DeepSpeed) and those built on it (TRL, axolotl, LLaMA-Factory, ms-swift;
+# unsloth runs TRL's trainers); accelerate's `prepare` fills the same three (accelerate 1.15 accelerator.py
+# `_prepare_deepspeed`). OpenRLHF writes "auto" into the config it hands `deepspeed.initialize` itself
+# (openrlhf/utils/deepspeed/deepspeed_utils.py `get_train_ds_config`, v0.6.0 and 3c3be623): nothing fills it.
+AUTO_FILLED = frozenset({"transformers", "trl", "axolotl", "llamafactory", "ms-swift", "unsloth"})
+AUTO_UNFILLED = frozenset({"openrlhf"})
+
+
+def zero_sizes(ctx: Context) -> dict[str, int | bool | None]:
+    """The ResolvedPlan's ZeRO sizes: each the number the config writes; "auto" as the framework's step fills it
+    (None: the HF Trainer's fill, the estimator's own default) or, where nothing fills it, DeepSpeed's default. A
+    framework not known to do either is taken to fill it as the HF Trainer does, and the assumptions say so."""
+    out: dict[str, int | bool | None] = {}
+    unknown = []
+    for name, (key, deepspeed_default) in DEEPSPEED_ZERO_SIZES.items():
+        v = ctx.val(name)
+        if v is None or isinstance(v, int):
+            out[name] = v
+        elif ctx.fw_key in AUTO_UNFILLED:
+            out[name] = deepspeed_default
+            note = f"`auto`, which nothing fills: DeepSpeed's default {deepspeed_default:,}"
+            ctx.sources[name] = ctx.sources[name].model_copy(update={"value": deepspeed_default, "note": note})
+        else:
+            out[name] = None
+            if ctx.fw_key not in AUTO_FILLED:
+                unknown.append(key)
+    overlap = ctx.val("zero_overlap_comm")
+    out["zero_overlap_comm"] = None if overlap is None else bool(overlap)
+    if unknown:
+        ctx.assumptions.append(
+            f"DeepSpeed `auto` ({', '.join(unknown)}) taken as the HF Trainer and accelerate fill it from the hidden "
+            "size; a config passed to `deepspeed.initialize` as it is gets DeepSpeed's defaults"
+        )
+    return out
+
+
 def _megatron_layout(val) -> dict:
     """The Megatron-core layout settings of the plan, as ResolvedPlan fields (their defaults when unset)."""
     out: dict[str, object] = {

@@ -103,6 +103,13 @@ class StepConfig:
     tensor_parallel: int = 1  # tensor-parallel ranks under FSDP2 (a dp × tp mesh: trace.sharded)
     sequence_parallel: bool = False  # with tensor_parallel: norms and residual split along the sequence
     loss_parallel: bool = False  # with tensor_parallel: logits and loss sharded over the vocabulary
+    # DeepSpeed ZeRO's sizes in elements (trace.zero; None: as the HF Trainer fills "auto", DeepSpeed's defaults)
+    zero_reduce_bucket: int | None = None
+    zero3_prefetch_bucket: int | None = None
+    zero3_persistence_threshold: int | None = None
+    zero3_max_live_params: int | None = None
+    zero3_max_reuse_distance: int | None = None
+    zero_overlap_comm: bool | None = None  # None: DeepSpeed's default (on for ZeRO-3 only)
 
     @property
     def full_finetune(self) -> bool:
@@ -359,6 +366,12 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         tensor_parallel=max(rp.tensor_parallel, 1) if rp.context_parallel <= 1 else 1,
         sequence_parallel=rp.sequence_parallel,
         loss_parallel=rp.loss_parallel,
+        zero_reduce_bucket=rp.zero_reduce_bucket,
+        zero3_prefetch_bucket=rp.zero3_prefetch_bucket,
+        zero3_persistence_threshold=rp.zero3_persistence_threshold,
+        zero3_max_live_params=rp.zero3_max_live_params,
+        zero3_max_reuse_distance=rp.zero3_max_reuse_distance,
+        zero_overlap_comm=rp.zero_overlap_comm,
     )
 
 

@@ -41,21 +41,34 @@ from vramlens.trace.tracker import LiveBytes
 # reduce_bucket_size (h²), stage3_prefetch_bucket_size (0.9·h²), stage3_param_persistence_threshold (10·h); the rest
 # as the ZeRO-2 and ZeRO-3 examples of transformers' docs/source/en/deepspeed.md set them (sub_group_size,
 # stage3_max_live_parameters and stage3_max_reuse_distance 1e9; the 5e8 all-gather bucket is DeepSpeed's default,
-# deepspeed 0.19.8 runtime/zero/config.py)
+# deepspeed 0.19.8 runtime/zero/config.py). The plan's own sizes (`StepConfig.zero_*`) replace them.
+SIZES = (
+    "reduce_bucket_size",
+    "stage3_prefetch_bucket_size",
+    "stage3_param_persistence_threshold",
+    "stage3_max_live_parameters",
+    "stage3_max_reuse_distance",
+)
 MAX_GRAD_NORM = 1.0  # transformers TrainingArguments.max_grad_norm, filled into `gradient_clipping`
 
 
 def ds_config(cfg: StepConfig, stage: int) -> dict:
     """The DeepSpeed configuration the HF Trainer hands `deepspeed.initialize` for the plan."""
     h = cfg.arch.hidden
-    zero: dict = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True, "reduce_bucket_size": h * h}
+
+    def size(given: int | None, auto: int) -> int:
+        return auto if given is None else given
+
+    overlap = cfg.zero_overlap_comm if cfg.zero_overlap_comm is not None else stage >= 3  # DeepSpeed's default
+    zero: dict = {"stage": stage, "overlap_comm": overlap, "contiguous_gradients": True}
+    zero["reduce_bucket_size"] = size(cfg.zero_reduce_bucket, h * h)
     if stage >= 3:
         zero.update(
             sub_group_size=10**9,
-            stage3_prefetch_bucket_size=int(0.9 * h * h),
-            stage3_param_persistence_threshold=10 * h,
-            stage3_max_live_parameters=10**9,
-            stage3_max_reuse_distance=10**9,
+            stage3_prefetch_bucket_size=size(cfg.zero3_prefetch_bucket, int(0.9 * h * h)),
+            stage3_param_persistence_threshold=size(cfg.zero3_persistence_threshold, 10 * h),
+            stage3_max_live_parameters=size(cfg.zero3_max_live_params, 10**9),
+            stage3_max_reuse_distance=size(cfg.zero3_max_reuse_distance, 10**9),
         )
     else:
         zero.update(allgather_partitions=True, allgather_bucket_size=5 * 10**8, reduce_scatter=True)
@@ -129,9 +142,10 @@ class FakeScalars(TorchDispatchMode):
 def description(cfg: StepConfig, stage: int) -> list[str]:
     return [
         f"DeepSpeed ZeRO-{stage} traced as rank 0 of {cfg.world_size} under torch's fake process group (DeepSpeed's "
-        "own engine and ZeRO optimizer on its CPU accelerator, the HF Trainer's configuration: reduce bucket h², "
-        + ("prefetch bucket 0.9·h², persistence threshold 10·h, " if stage >= 3 else "")
-        + "overlap_comm, contiguous gradients, gradient clipping); collectives send nothing but their buffers are "
+        "own engine and ZeRO optimizer on its CPU accelerator, the HF Trainer's configuration with the plan's sizes: "
+        + ", ".join(f"{k} {v:,}" for k, v in ds_config(cfg, stage)["zero_optimization"].items() if k in SIZES)
+        + f", overlap_comm {'on' if ds_config(cfg, stage)['zero_optimization']['overlap_comm'] else 'off'}, "
+        "contiguous gradients, gradient clipping); collectives send nothing but their buffers are "
         "allocated",
         "the second step reported: ZeRO-3 prefetches by the module order it records in the first",
     ] + hf.description(cfg)

@@ -8,6 +8,7 @@ from functools import lru_cache
 
 from vramlens.estimate.components.common import DTYPE_BYTES
 from vramlens.estimate.components.experts import lora_linears
+from vramlens.estimate.components.optimizer import optimizer_temporaries
 from vramlens.estimate.components.parameters import Params, params, quantized_bytes_per_param
 from vramlens.estimate.components.sharding import (
     fsdp1_adapter_units,
@@ -191,23 +192,25 @@ def zero_buffers(rp: ResolvedPlan, p: Params) -> int:
     FSDP keeps no buffer of its own between units: its unsharded parameters and reduce-scatter buffers are made per
     unit (`fsdp_root_unsharded`, `fsdp_backward_working_set`), and NCCL's buffers are outside torch's allocator
     (the device level: estimate/allocator.py). With parameter offload FSDP gathers one block (plus one prefetched).
-    DeepSpeed reduce/all-gather buckets default to 5e8 elements; HF "auto" sets reduce_bucket_size to h²
-    and stage3_prefetch_bucket_size to 0.9·h²
-    (`trainer_config_finalize` in src/transformers/integrations/deepspeed.py). DDP keeps a 25 MiB bucket view of
-    gradients (`bucket_cap_mb`)."""
+    DeepSpeed's reduce bucket is `reduce_bucket_size` elements (`zero_reduce_bucket`), its ZeRO-3 prefetch
+    `stage3_prefetch_bucket_size` (`zero3_prefetch_bucket`). DDP keeps a 25 MiB bucket view of gradients
+    (`bucket_cap_mb`)."""
     if rp.world_size <= 1 and not rp.offload_params:
         return 0
-    h2 = rp.arch.hidden**2
     layer_bytes = gathered_layer_bytes(rp, p)
     if rp.strategy == "fsdp":
         return 2 * layer_bytes if rp.offload_params else 0
     if rp.strategy == "deepspeed":
         if rp.zero_stage >= 3:
-            # the phases outside the training step's own (`zero_step_buffers`): two blocks and the prefetch bucket
-            return zero3_reduce_bucket(rp) + 2 * layer_bytes + zero3_prefetch_bucket(rp) * DTYPE_BYTES[rp.weight_dtype]
-        out = 2 * h2 * 2  # reduce bucket (auto = h²), 16-bit, double-buffered (in the step: `zero_step_buffers`)
+            # the phases outside the training step's own (`zero_step_buffers`): two blocks and the prefetch bucket, of
+            # the model's parameters at most, beside the parameters kept whole
+            prefetch = min(zero3_prefetch_bucket(rp), shapes(rp.arch).total)
+            whole = zero3_gathered_moments(rp.with_changes(micro_batch=1, seq_len=1, grad_accum=1))[2]
+            return int(zero3_reduce_bucket(rp) + 2 * layer_bytes + prefetch * DTYPE_BYTES[rp.weight_dtype] + whole)
+        # the reduce buckets, 16-bit (the step's: `zero_step_buffers`)
+        out = zero2_reduce_buckets(rp) * zero_reduce_bucket(rp) * 2
         if rp.offload_params:
-            out += 2 * layer_bytes + int(0.9 * h2) * 2
+            out += 2 * layer_bytes + zero3_prefetch_bucket(rp) * 2
         return out
     if rp.strategy in ("ddp", "none") and rp.world_size > 1:
         return 25 * 2**20 * 2
@@ -220,24 +223,39 @@ ZERO3_MAX_LIVE_PARAMETERS = 10**9
 ZERO3_MAX_REUSE_DISTANCE = 10**9
 
 
-def zero3_prefetch_bucket(rp: ResolvedPlan) -> int:
-    """`stage3_prefetch_bucket_size` as the HF Trainer fills "auto": 0.9·h² elements (transformers 5.24
+def zero_reduce_bucket(rp: ResolvedPlan) -> int:
+    """`reduce_bucket_size` in elements: the plan's, else as the HF Trainer fills "auto", h² (transformers 5.24
     integrations/deepspeed.py `HfTrainerDeepSpeedConfig.trainer_config_finalize`)."""
-    return int(0.9 * rp.arch.hidden**2)
+    return rp.zero_reduce_bucket if rp.zero_reduce_bucket is not None else rp.arch.hidden**2
+
+
+def zero2_reduce_buckets(rp: ResolvedPlan) -> int:
+    """ZeRO-1/2's reduce buckets: two under `overlap_comm` (its double buffer), else one (deepspeed 0.19.8
+    runtime/zero/stage_1_and_2.py `setup_buckets`); `overlap_comm` is off for them unless the config turns it on
+    (runtime/zero/config.py `overlap_comm_valid`)."""
+    return 2 if rp.zero_overlap_comm else 1
+
+
+def zero3_prefetch_bucket(rp: ResolvedPlan) -> int:
+    """`stage3_prefetch_bucket_size` in elements: the plan's, else as the HF Trainer fills "auto", 0.9·h²
+    (`trainer_config_finalize`)."""
+    return rp.zero3_prefetch_bucket if rp.zero3_prefetch_bucket is not None else int(0.9 * rp.arch.hidden**2)
 
 
 def zero3_persistence_threshold(rp: ResolvedPlan) -> int:
-    """`stage3_param_persistence_threshold` as the HF Trainer fills "auto": 10·h elements (`trainer_config_finalize`).
-    A parameter of at most this many elements is never partitioned (deepspeed 0.19.8 runtime/zero/
-    partition_parameters.py `_convert_to_deepspeed_param`: `param.ds_persist = True`)."""
+    """`stage3_param_persistence_threshold` in elements: the plan's, else as the HF Trainer fills "auto", 10·h
+    (`trainer_config_finalize`). A parameter of at most this many elements is never partitioned (deepspeed 0.19.8
+    runtime/zero/partition_parameters.py `_convert_to_deepspeed_param`: `param.ds_persist = True`)."""
+    if rp.zero3_persistence_threshold is not None:
+        return rp.zero3_persistence_threshold
     return 10 * rp.arch.hidden
 
 
 def zero3_reduce_bucket(rp: ResolvedPlan) -> int:
     """ZeRO-3's gradient bucket: one `reduce_bucket_size` buffer per communication dtype, made with the optimizer
     and kept (deepspeed 0.19.8 runtime/zero/stage3.py `_setup_for_real_optimizer`: `bucket.buffer = torch.empty(
-    self.reduce_bucket_size, ...)` under `contiguous_gradients`); the HF Trainer's "auto" size is h²."""
-    return rp.arch.hidden**2 * DTYPE_BYTES[rp.compute_dtype]
+    self.reduce_bucket_size, ...)` under `contiguous_gradients`)."""
+    return zero_reduce_bucket(rp) * DTYPE_BYTES[rp.compute_dtype]
 
 
 NO_PARAMS = -1  # a module with no parameters of its own (a block, its attention, its MLP, a wrapper)
@@ -289,6 +307,7 @@ def zero3_trace(rp: ResolvedPlan, p: Params) -> Zero3Trace:
     adapted = {l.name for l in lora_linears(rp)} if rp.peft in ("lora", "qlora", "dora") else set()
     ab = p.trainable_dtype_bytes
     norms = max(s.layer_params - s.linear_params / layers, 0) / 2
+    norm_persists = rp.arch.hidden <= threshold  # a norm's weight: h elements
     mlp_names = ("gate", "up", "down", "fc1", "fc2")
     blocks: list[list[int]] = []
     # the embedding's output needs a gradient when it trains, or with checkpointing: transformers'
@@ -297,11 +316,11 @@ def zero3_trace(rp: ResolvedPlan, p: Params) -> Zero3Trace:
     frozen_input = rp.peft != "none" and not rp.modules_to_save and not rp.grad_checkpointing
     no_backward: set[int] = set()
     for k in range(layers):
-        block = [NO_PARAMS, param(norms, wb, True), NO_PARAMS]  # the block, its first norm, its attention
+        block = [NO_PARAMS, param(norms, wb, norm_persists), NO_PARAMS]  # the block, its first norm, its attention
         mlp_started = False
         for lin in s.linears:
             if lin.name in mlp_names and not mlp_started:
-                block += [param(norms, wb, True), NO_PARAMS]  # the second norm, the MLP
+                block += [param(norms, wb, norm_persists), NO_PARAMS]  # the second norm, the MLP
                 mlp_started = True
             base = param(lin.params / layers, lb)
             if k == 0 and frozen_input and lin.name in ("q", "k", "v"):
@@ -318,7 +337,7 @@ def zero3_trace(rp: ResolvedPlan, p: Params) -> Zero3Trace:
         if rp.peft != "none" and not adapted and p.trainable:
             block.append(param(p.trainable / layers, ab, False))
         blocks.append(block)
-    final_norm = param(rp.arch.hidden, wb, True)
+    final_norm = param(rp.arch.hidden, wb, norm_persists)
     # the step's and the model's wrappers, the embedding, the rotary embedding
     forward = [NO_PARAMS, NO_PARAMS, NO_PARAMS, embed, NO_PARAMS]
     forward += [i for block in blocks for i in block] + [final_norm]
@@ -339,6 +358,14 @@ def zero3_trace(rp: ResolvedPlan, p: Params) -> Zero3Trace:
     if not frozen_input:
         order.append(embed)
     return Zero3Trace(tuple(order), tuple(numel), tuple(nbytes), tuple(persist), len(forward) - 1, top)
+
+
+def zero3_persistent_bytes(trace: Zero3Trace) -> float:
+    """Bytes of the parameters ZeRO-3 keeps whole on every rank (`persist`): each keeps its full data beside its
+    partition through the whole run (deepspeed 0.19.8 runtime/zero/partition_parameters.py `_partition_param`: a
+    persistent parameter's `ds_tensor` is made on the local device, its data not freed; `ds_persist` "replicated
+    throughout training"); the partition is in the weights."""
+    return sum(b for b, whole in zip(trace.nbytes, trace.persist) if whole)
 
 
 def zero3_gathered(trace: Zero3Trace, prefetch: int, max_live: int, reuse: int) -> list[float]:
@@ -447,7 +474,8 @@ def zero_step_buffers(rp: ResolvedPlan, p: Params) -> dict[str, int] | None:
     """DeepSpeed ZeRO-2's and ZeRO-3's buffers at the training step's moments, the loss ("forward-backward"), the
     top block's recomputation and backward ("recompute") and the optimizer step; None for other plans.
 
-    ZeRO-2 makes its two reduce buckets (`overlap_comm`'s double buffer, h² each) at the first gradient of the
+    ZeRO-2 makes its reduce buckets (`zero2_reduce_buckets`, `zero_reduce_bucket` each) at the first
+    gradient of the
     backward and drops them at its end (deepspeed 0.19.8 runtime/zero/stage_1_and_2.py `setup_buckets` from
     `process_gradients`; `_release_ipg_buffers` in `independent_gradient_partition_epilogue`): none at the loss or
     the step. Its gradient partition is made whole at the first reduce, with the parameter across its end
@@ -461,20 +489,31 @@ def zero_step_buffers(rp: ResolvedPlan, p: Params) -> dict[str, int] | None:
         if rp.offload_params or rp.offload_optimizer:
             return None
         overhang = zero2_gradient_overhang(rp)
-        buckets = 2 * rp.arch.hidden**2 * DTYPE_BYTES[rp.compute_dtype]
+        buckets = zero2_reduce_buckets(rp) * zero_reduce_bucket(rp) * DTYPE_BYTES[rp.compute_dtype]
         return {"forward-backward": 0, "recompute": buckets + overhang, "optimizer-step": overhang}
-    bucket = zero3_reduce_bucket(rp)
     # the module trace is the model's and its adapters', whatever the batch (searches over it reuse the result)
-    at_loss, top = zero3_gathered_moments(rp.with_changes(micro_batch=1, seq_len=1, grad_accum=1))
-    return {"forward-backward": int(bucket + at_loss), "recompute": int(bucket + top), "optimizer-step": bucket}
+    at_loss, top, whole = zero3_gathered_moments(rp.with_changes(micro_batch=1, seq_len=1, grad_accum=1))
+    bucket = zero3_reduce_bucket(rp)
+    # the step partitions every parameter, the persistent ones too, and gathers those again after the update
+    # (deepspeed 0.19.8 runtime/zero/stage3.py `step` → `_partition_all_parameters`, `_post_step`): they are back
+    # once the step's temporaries are gone
+    regathered = max(0.0, whole - optimizer_temporaries(rp, p) - zero_step_grad_copy(rp, p))
+    return {
+        "forward-backward": int(bucket + whole + at_loss),
+        "recompute": int(bucket + whole + top),
+        "optimizer-step": int(bucket + regathered),
+    }
 
 
 @lru_cache(maxsize=64)
-def zero3_gathered_moments(rp: ResolvedPlan) -> tuple[float, float]:
-    """ZeRO-3's gathered bytes at the loss and at the most of the top block's backward (`zero3_gathered`)."""
+def zero3_gathered_moments(rp: ResolvedPlan) -> tuple[float, float, float]:
+    """ZeRO-3's gathered bytes at the loss and at the most of the top block's backward (`zero3_gathered`), and those
+    of the parameters it keeps whole (`zero3_persistent_bytes`)."""
     trace = zero3_trace(rp, params(rp))
-    held = zero3_gathered(trace, zero3_prefetch_bucket(rp), ZERO3_MAX_LIVE_PARAMETERS, ZERO3_MAX_REUSE_DISTANCE)
-    return held[trace.loss], max((held[at] for at in trace.top), default=0.0)
+    max_live = rp.zero3_max_live_params if rp.zero3_max_live_params is not None else ZERO3_MAX_LIVE_PARAMETERS
+    reuse = rp.zero3_max_reuse_distance if rp.zero3_max_reuse_distance is not None else ZERO3_MAX_REUSE_DISTANCE
+    held = zero3_gathered(trace, zero3_prefetch_bucket(rp), max_live, reuse)
+    return held[trace.loss], max((held[at] for at in trace.top), default=0.0), zero3_persistent_bytes(trace)
 
 
 # DeepSpeed's default `zero_optimization.sub_group_size` (deepspeed v0.16.4 deepspeed/runtime/zero/config.py
