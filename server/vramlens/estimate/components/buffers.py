@@ -505,10 +505,20 @@ def zero_step_buffers(rp: ResolvedPlan, p: Params) -> dict[str, int] | None:
     }
 
 
+# The replay runs over every module of the model, so its cost grows with the depth; a plan deeper than this (no
+# published model comes near: Llama-3.1-405B has 126 layers) is replayed at this depth, its blocks being alike, and
+# its whole-kept parameters scaled to its own depth
+ZERO3_REPLAY_LAYERS = 1024
+
+
 @lru_cache(maxsize=64)
 def zero3_gathered_moments(rp: ResolvedPlan) -> tuple[float, float, float]:
     """ZeRO-3's gathered bytes at the loss and at the most of the top block's backward (`zero3_gathered`), and those
     of the parameters it keeps whole (`zero3_persistent_bytes`)."""
+    if rp.arch.layers > ZERO3_REPLAY_LAYERS:
+        short = rp.with_changes(arch=rp.arch.model_copy(update={"layers": ZERO3_REPLAY_LAYERS}))
+        at_loss, top, whole = zero3_gathered_moments(short)
+        return at_loss, top, whole * rp.arch.layers / ZERO3_REPLAY_LAYERS
     trace = zero3_trace(rp, params(rp))
     max_live = rp.zero3_max_live_params if rp.zero3_max_live_params is not None else ZERO3_MAX_LIVE_PARAMETERS
     reuse = rp.zero3_max_reuse_distance if rp.zero3_max_reuse_distance is not None else ZERO3_MAX_REUSE_DISTANCE
