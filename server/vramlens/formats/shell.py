@@ -1322,7 +1322,7 @@ SWIFT_PLUGIN_TUNER = "a tuner from `swift.plugin.extra_tuners` (an --external_pl
 
 def _swift_tuner(b: PlanBuilder, s: Setting) -> None:
     v = str(s.value).strip().lower()
-    if v in ("custom", "dummy") or (v and v not in PEFT_METHODS and v != "lora_llm" and v.isidentifier()):
+    if v and v not in PEFT_METHODS and v != "lora_llm" and v.isidentifier():  # `custom`, `dummy`, a plugin's name
         b.set("peft_method", "none", s, note=SWIFT_PLUGIN_TUNER)
         return b.unmodelled(s, SWIFT_PLUGIN_TUNER, "estimated as a full fine-tune, the most it could train")
     if v != "lora_llm":
