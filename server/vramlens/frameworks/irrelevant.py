@@ -164,7 +164,7 @@ IRRELEVANT: dict[str, str] = {
         "transformer_layer_cls_to_wrap fsdp_num fsdp_size "
         "forward_prefetch use_orig_params sync_module_states memory_efficient_fsdp_wrap "
         "cpu_ram_efficient_loading qlora_sharded_model_loading module_fqns_per_model_part "
-        "enable_fsdp_optimizations overlap_comm",
+        "enable_fsdp_optimizations",
     ),
     **_names(
         "whether FSDP reshards each unit after its forward: not a plan concept of its own (no ZeRO stage is spelled "
