@@ -21,6 +21,7 @@ EXIT_BY_STATUS = {
     "timeout": EXIT_TIMEOUT,
 }
 GIB = 1 << 30
+ENVIRONMENT_LIBRARIES = ("torch", "transformers", "peft", "bitsandbytes")
 
 
 def add_arguments(p):
@@ -28,26 +29,33 @@ def add_arguments(p):
     p.add_argument("--steps", type=int, default=3, help="training steps to run (default 3; step 0 is warm-up)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before the probe is killed (default 300)")
     p.add_argument("--as-gpu", help='cap memory to emulate a smaller GPU, e.g. "A100-40GB"')
-    p.add_argument("--gpu", help="GPU the estimate is compared for (default: the config's or the --as-gpu one)")
+    p.add_argument(
+        "--gpu",
+        help="GPU the estimate is compared for (default: the config's, else the --as-gpu one, else the one measured)",
+    )
     p.add_argument("--num-gpus", type=int, help="number of GPUs (overrides the config)")
     p.add_argument("--format", choices=["text", "json"], default="text")
-    p.add_argument("--python", help="interpreter with torch and CUDA to run the probe (default: this one)")
+    p.add_argument(
+        "--python",
+        help="interpreter with torch and CUDA to run the probe (default: $VRAMLENS_TRACE_PYTHON, else this one)",
+    )
     p.add_argument("--no-record", action="store_true", help="do not add the result to the calibration file")
 
 
 def run(args) -> int:
+    from vramlens.cli.project import chosen_python
     from vramlens.cli.trace import load_plan
-    from vramlens.estimate import estimate
     from vramlens.knowledge import gpus
-    from vramlens.probe.client import record_calibration, run_probe, summary_line
+    from vramlens.probe.client import record_calibration, run_probe
 
-    cap = None
+    cap, emulated = None, None
     if args.as_gpu:
         found = gpus.lookup_gpu(args.as_gpu)
         if found is None:
             print(f"vramlens: unknown GPU `{args.as_gpu}`", file=sys.stderr)
             return EXIT_CONFIG
-        cap = int(found[0].usable_gib * GIB)
+        emulated = found[0]
+        cap = int(emulated.usable_gib * GIB)
     loaded, error = load_plan(args.path, _with_gpu(args, args.gpu or args.as_gpu))
     if error:
         print(f"vramlens: {error}", file=sys.stderr)
@@ -60,9 +68,29 @@ def run(args) -> int:
             f"(micro batch {rp.micro_batch}, sequence {rp.seq_len}) …",
             file=sys.stderr,
         )
-    result = run_probe(rp, steps=args.steps, timeout=args.timeout, cap_usable_bytes=cap, python=args.python)
+    # the interpreter whose installed versions the plan was resolved with (cli/project.py `settings_for`)
+    result = run_probe(rp, steps=args.steps, timeout=args.timeout, cap_usable_bytes=cap, python=chosen_python(args))
+    compared, out = report(args, plan, res, result, emulated)
     if not args.no_record:
-        record_calibration(rp, result)
+        record_calibration(compared, result)
+    code = EXIT_BY_STATUS.get(out["status"], EXIT_CRASH)
+    if args.format == "json":
+        json.dump(out, sys.stdout, indent=2)
+        print()
+    else:
+        print(render_text(out))
+    return code
+
+
+def report(args, plan, res, result: dict, emulated=None):
+    """(the plan the probe's answer `result` is compared with, the command's JSON): the estimate is for the GPU the
+    probe ran on unless the settings, a flag or the config named one (`compared_plan`). `plan`, `res`: the parsed
+    config and its resolution; `emulated`: the `--as-gpu` card."""
+    from vramlens.estimate import estimate
+    from vramlens.probe.client import compared_plan, summary_line
+
+    comparison = compared_plan(res.resolved, result, named=not res.gpu_assumed, emulated=emulated)
+    rp = comparison.plan
     est = estimate(rp, limits=False)
     status = result.get("status", "crash")
     out = {
@@ -78,19 +106,16 @@ def run(args) -> int:
             "reserved_gib": _g(est.reserved_bytes),
             "device_gib": _g(est.device_bytes),
             "gpu": rp.gpu.name,
+            "gpu_reason": comparison.reason,
+            "gpu_warning": comparison.warning,
+            "versions": {name: version for name, version, _ in rp.versions if name in ENVIRONMENT_LIBRARIES},
         },
         "oom_phase": result.get("phase") if status == "oom" else None,
         "probe": result,
     }
     if status == "ok" and result.get("max_allocated"):
         out["measured_over_estimated"] = round(result["max_allocated"] / est.allocated_bytes, 3)
-    code = EXIT_BY_STATUS.get(status, EXIT_CRASH)
-    if args.format == "json":
-        json.dump(out, sys.stdout, indent=2)
-        print()
-    else:
-        print(render_text(out))
-    return code
+    return rp, out
 
 
 def _with_gpu(args, gpu: str | None):
@@ -113,7 +138,29 @@ def _measured(res: dict) -> dict:
         "context_gib": _g(res.get("used_after_context")),
         "gpu": res.get("gpu"),
         "wall_s": res.get("wall_s"),
+        "environment": {
+            "gpu": res.get("gpu"),
+            "total_gib": _g(res.get("total_bytes")),
+            "compute_capability": res.get("compute_capability"),
+            "driver": res.get("driver"),
+            "cuda": res.get("cuda"),
+            **{name: res.get(name) for name in ENVIRONMENT_LIBRARIES},
+        },
     }
+
+
+def environment_text(env: dict) -> str:
+    """`NVIDIA H200 (139.8 GiB, sm 9.0, driver 570.133.20, CUDA 12.8, torch 2.11.0, transformers 5.17.0)`: what
+    was measured with, the parts the child reported."""
+    parts = [
+        f"{env['total_gib']:.1f} GiB" if env.get("total_gib") else None,
+        f"sm {env['compute_capability']}" if env.get("compute_capability") else None,
+        f"driver {env['driver']}" if env.get("driver") else None,
+        f"CUDA {env['cuda']}" if env.get("cuda") else None,
+        *(f"{name} {env[name]}" for name in ENVIRONMENT_LIBRARIES if env.get(name)),
+    ]
+    shown = ", ".join(p for p in parts if p)
+    return f"{env.get('gpu')}" + (f" ({shown})" if shown else "")
 
 
 def render_text(out: dict) -> str:
@@ -127,13 +174,19 @@ def render_text(out: dict) -> str:
         return "\n".join(lines)
     m, e = out["measured"], out["estimate"]
     if status in ("ok", "oom"):
-        lines.append(f"  GPU       {m['gpu']}" + (f" capped as {out['as_gpu']}" if out["as_gpu"] else ""))
+        lines.append(
+            f"  GPU       {environment_text(m['environment'])}"
+            + (f" capped as {out['as_gpu']}" if out["as_gpu"] else "")
+        )
+        if e.get("gpu_warning"):
+            lines.append(f"  warning   {e['gpu_warning']}")
     if status == "ok":
         lines += [
             f"  measured  allocated {m['max_allocated_gib']:.2f} · reserved {m['max_reserved_gib']:.2f} · "
             f"device {m['device_used_gib']:.2f} GiB · allocator retries {m['alloc_retries']}",
             f"  estimate  allocated {e['allocated_gib']:.2f} · reserved {e['reserved_gib']:.2f} · "
             f"device {e['device_gib']:.2f} GiB  (measured ÷ estimated allocated: {out['measured_over_estimated']})",
+            f"            for {e['gpu']}: {e['gpu_reason']}",
         ]
         for i, s in enumerate(out["probe"].get("steps", [])):
             lines.append(
@@ -142,6 +195,7 @@ def render_text(out: dict) -> str:
             )
     if status == "oom":
         lines.append(
-            f"  out of memory in phase {out['oom_phase']}; the estimate was {e['device_gib']:.2f} GiB on the device"
+            f"  out of memory in phase {out['oom_phase']}; the estimate for {e['gpu']} was {e['device_gib']:.2f} GiB "
+            "on the device"
         )
     return "\n".join(lines)
