@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from vramlens.formats import hf
+from vramlens.formats import deepspeed, hf
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
 from vramlens.frameworks.keys import Key
 from vramlens.plan import IssueKind, Severity, TrainingPlan
@@ -256,8 +256,13 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
                 IssueKind.ASSUMED, "`use_cpu: true`: training runs on the CPU, not the GPU", s, severity=Severity.INFO
             )
         elif k == "deepspeed_config":
-            for e in hf.kids(s, nested, b):
+            entries = hf.kids(s, nested, b)
+            for e in entries:
                 _deepspeed_entry(b, e)
+            if isinstance(s.value, dict) and "deepspeed_config_file" not in s.value:
+                # the config accelerate builds from these keys writes no ZeRO size (accelerate 1.15
+                # utils/dataclasses.py `DeepSpeedPlugin.__post_init__`): DeepSpeed's defaults hold
+                deepspeed.left_to_deepspeed(b, {"stage": s.value.get("zero_stage")}, s, "accelerate's DeepSpeed plugin")
         elif k == "fsdp_config":
             if strategy not in ("", "FSDP"):
                 b.remember(s)

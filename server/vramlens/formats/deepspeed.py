@@ -1,12 +1,13 @@
 """The DeepSpeed JSON dialect (`zero_optimization`, `bf16`/`fp16`, batch keys, `optimizer.type`).
 
-Used for a DeepSpeed JSON document on its own, for a file referenced by `deepspeed: path`, and for
-an inline `deepspeed: {...}` mapping. `"auto"` values defer to the training arguments.
-
-Packaged presets that configs name without shipping the file (ms-swift `--deepspeed zero3_offload`,
-axolotl `deepspeed_configs/zero2.json`, LLaMA-Factory `examples/deepspeed/ds_z3_config.json`) are
-known here by their memory-relevant contents, read from the projects' files (ms-swift zero0–zero3 from
-swift/config/*.json at c2bd8ac5/39e3366d; axolotl and LLaMA-Factory at the commits in docs/config-sources.md).
+Used for a DeepSpeed JSON document on its own, for a file referenced by `deepspeed: path`, for an inline
+`deepspeed: {...}` mapping, and for the files frameworks ship and configs name without the file beside them (ms-swift
+`--deepspeed zero3_offload`, axolotl `deepspeed_configs/zero2.json`, LLaMA-Factory
+`examples/deepspeed/ds_z3_config.json`: `knowledge.deepspeed.preset`, the frameworks' own files). `"auto"` values
+defer to whatever runs the config (resolve.distribution); a ZeRO size the document does not write is DeepSpeed's
+default, which neither the HF Trainer nor accelerate changes (they fill only "auto": transformers 5.24
+integrations/deepspeed.py `HfDeepSpeedConfig.fill_match`, accelerate 1.15 accelerator.py `_prepare_deepspeed`
+`is_auto`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from vramlens.formats.settings import PlanBuilder, Setting, is_auto, to_bool, to_int
-from vramlens.plan import IssueKind
+from vramlens.knowledge.deepspeed import ZERO_SIZE_DEFAULTS
+from vramlens.plan import IssueKind, Origin
 
 DEEPSPEED_KEYS = frozenset(
     {
@@ -56,6 +58,8 @@ def apply(b: PlanBuilder, settings: list[Setting], prefix: tuple = ()) -> None:
             continue
         path = tuple(str(p) for p in s.path[n:])
         _apply_one(b, path, s)
+        if path == ("zero_optimization",):
+            left_to_deepspeed(b, s.value, s)
 
 
 def apply_dict(b: PlanBuilder, config: dict, where: Setting, note: str | None = None) -> None:
@@ -72,6 +76,22 @@ def apply_dict(b: PlanBuilder, config: dict, where: Setting, note: str | None = 
 
     b.set("dist_strategy", "deepspeed", where, note=note)
     walk(config, (), where)
+    left_to_deepspeed(b, config.get("zero_optimization"), where, note)
+
+
+def left_to_deepspeed(b: PlanBuilder, zero, where: Setting, note: str | None = None) -> None:
+    """The ZeRO sizes a config's `zero_optimization` does not write: DeepSpeed's defaults (the stage-3 ones only under
+    ZeRO-3). Nothing fills a missing key: the HF Trainer and accelerate replace only the values written "auto"."""
+    if not isinstance(zero, dict):
+        return
+    stage3 = to_int(zero.get("stage")) == 3
+    for concept, (name, default) in ZERO_SIZE_DEFAULTS.items():
+        key = key_for(concept)
+        written = any(len(p) == 2 and p[1] in zero for p in (key.path, *key.spellings))
+        if written or b.has(concept) or (name.startswith("stage3_") and not stage3):
+            continue
+        why = f"`{name}` not written: DeepSpeed's default {default:,} (deepspeed 0.19.8 runtime/zero/config.py)"
+        b.set(concept, default, where, origin=Origin.DEFAULT, note=f"{note}; {why}" if note else why)
 
 
 def _device_on(v) -> bool | None:
@@ -203,13 +223,36 @@ KEYS: tuple[Key, ...] = (
         )
     ),
     # ZeRO's buffer sizes and ZeRO-3's gathering limits, in elements (components.buffers); "auto" is kept as
-    # written, for the resolver to fill as whatever runs the config fills it (resolve.distribution.zero_sizes)
+    # written, for the resolver to fill as whatever runs the config fills it (resolve.distribution.zero_sizes).
+    # DeepSpeed's config model takes a stage-3 key by its field name too (deepspeed 0.19.8 runtime/zero/config.py:
+    # `prefetch_bucket_size: int = Field(..., alias="stage3_prefetch_bucket_size")`, runtime/config_utils.py
+    # `populate_by_name=True`): axolotl's zero3*.json write `max_live_parameters` / `max_reuse_distance`
     Key(("zero_optimization", "reduce_bucket_size"), "zero_reduce_bucket", _size),
     Key(("zero_optimization", "overlap_comm"), "zero_overlap_comm", _flag),
-    Key(("zero_optimization", "stage3_prefetch_bucket_size"), "zero3_prefetch_bucket", _size),
-    Key(("zero_optimization", "stage3_param_persistence_threshold"), "zero3_persistence_threshold", _size),
-    Key(("zero_optimization", "stage3_max_live_parameters"), "zero3_max_live_params", _size),
-    Key(("zero_optimization", "stage3_max_reuse_distance"), "zero3_max_reuse_distance", _size),
+    Key(
+        ("zero_optimization", "stage3_prefetch_bucket_size"),
+        "zero3_prefetch_bucket",
+        _size,
+        spellings=(("zero_optimization", "prefetch_bucket_size"),),
+    ),
+    Key(
+        ("zero_optimization", "stage3_param_persistence_threshold"),
+        "zero3_persistence_threshold",
+        _size,
+        spellings=(("zero_optimization", "param_persistence_threshold"),),
+    ),
+    Key(
+        ("zero_optimization", "stage3_max_live_parameters"),
+        "zero3_max_live_params",
+        _size,
+        spellings=(("zero_optimization", "max_live_parameters"),),
+    ),
+    Key(
+        ("zero_optimization", "stage3_max_reuse_distance"),
+        "zero3_max_reuse_distance",
+        _size,
+        spellings=(("zero_optimization", "max_reuse_distance"),),
+    ),
     # ZeRO-1/2 all-gather the updated weights into their flat 16-bit groups in place, the bucket size only cutting
     # that into views when `all_gather_into_tensor` is missing (deepspeed 0.19.8 runtime/utils.py
     # `all_gather_dp_groups`); ZeRO-3 gathers by `stage3_prefetch_bucket_size`: no buffer of its size is made
@@ -265,74 +308,3 @@ def _apply_one(b: PlanBuilder, path: tuple, s: Setting, note: str | None = None)
     key = BY_PATH.get(path)
     if key is not None and s.value is not None:
         key.read(b, key, s, note)
-
-
-# name -> (where the contents come from, memory-relevant contents)
-def _preset(stage: int, offload_optimizer: bool = False, offload_param: bool = False, bf16="auto") -> dict:
-    z: dict = {"stage": stage}
-    if offload_optimizer:
-        z["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
-    if offload_param:
-        z["offload_param"] = {"device": "cpu", "pin_memory": True}
-    return {
-        "zero_optimization": z,
-        "bf16": {"enabled": bf16},
-        "train_micro_batch_size_per_gpu": "auto",
-        "gradient_accumulation_steps": "auto",
-    }
-
-
-PRESETS: dict[str, tuple[str, dict]] = {
-    # ms-swift `--deepspeed <name>` (swift/config/<name>.json)
-    "zero0": ("ms-swift preset zero0", _preset(0)),
-    "zero1": ("ms-swift preset zero1", _preset(1)),
-    "zero2": ("ms-swift preset zero2", _preset(2)),
-    "zero3": ("ms-swift preset zero3", _preset(3)),
-    "zero2_offload": ("ms-swift preset zero2_offload", _preset(2, offload_optimizer=True)),
-    "zero3_offload": ("ms-swift preset zero3_offload", _preset(3, offload_optimizer=True, offload_param=True)),
-    # axolotl deepspeed_configs/*.json (fetched with `axolotl fetch deepspeed_configs`)
-    "deepspeed_configs/zero1.json": ("axolotl deepspeed_configs/zero1.json", _preset(1)),
-    "deepspeed_configs/zero2.json": (
-        "axolotl deepspeed_configs/zero2.json (offloads the optimizer to CPU)",
-        _preset(2, offload_optimizer=True),
-    ),
-    "deepspeed_configs/zero3.json": ("axolotl deepspeed_configs/zero3.json", _preset(3)),
-    "deepspeed_configs/zero3_bf16.json": ("axolotl deepspeed_configs/zero3_bf16.json", _preset(3, bf16=True)),
-    "deepspeed_configs/zero3_bf16_cpuoffload_all.json": (
-        "axolotl deepspeed_configs/zero3_bf16_cpuoffload_all.json",
-        _preset(3, offload_optimizer=True, offload_param=True, bf16=True),
-    ),
-    "deepspeed_configs/zero3_bf16_cpuoffload_params.json": (
-        "axolotl deepspeed_configs/zero3_bf16_cpuoffload_params.json",
-        _preset(3, offload_param=True, bf16=True),
-    ),
-    # LLaMA-Factory examples/deepspeed/*.json
-    "examples/deepspeed/ds_z0_config.json": ("LLaMA-Factory examples/deepspeed/ds_z0_config.json", _preset(0)),
-    "examples/deepspeed/ds_z2_config.json": ("LLaMA-Factory examples/deepspeed/ds_z2_config.json", _preset(2)),
-    "examples/deepspeed/ds_z2_offload_config.json": (
-        "LLaMA-Factory examples/deepspeed/ds_z2_offload_config.json",
-        _preset(2, offload_optimizer=True),
-    ),
-    "examples/deepspeed/ds_z3_config.json": ("LLaMA-Factory examples/deepspeed/ds_z3_config.json", _preset(3)),
-    "examples/deepspeed/ds_z3_offload_config.json": (
-        "LLaMA-Factory examples/deepspeed/ds_z3_offload_config.json",
-        _preset(3, offload_optimizer=True, offload_param=True),
-    ),
-    "examples/deepspeed/ds_z3_fp8_config.json": (
-        "LLaMA-Factory examples/deepspeed/ds_z3_fp8_config.json",
-        _preset(3, offload_optimizer=True),
-    ),
-}
-
-
-def preset(target: str) -> tuple[str, dict] | None:
-    """Known contents for a preset name or a well-known packaged path (`./` and `../` ignored)."""
-    t = target.strip().replace("\\", "/")
-    while t.startswith("./"):
-        t = t[2:]
-    if t in PRESETS:
-        return PRESETS[t]
-    for key, value in PRESETS.items():
-        if "/" in key and t.endswith("/" + key):
-            return value
-    return None

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from vramlens import file_access
 from vramlens.formats.settings import PlanBuilder, Setting
+from vramlens.knowledge import deepspeed as deepspeed_presets
 from vramlens.plan import IssueKind, Severity
 
 MAX_DEPTH = 4
@@ -165,7 +166,7 @@ def _follow(builder: PlanBuilder, ctx, ref, seen: set[str]) -> None:
     else:
         found, refused = find(target, where, ctx.workspace)
     if found is None:
-        known = deepspeed.preset(target) if ref.kind == "deepspeed" else None
+        known = deepspeed_presets.preset(target) if ref.kind == "deepspeed" else None
         missing = (
             file_access.refusal(label, target, ctx.workspace)
             if refused

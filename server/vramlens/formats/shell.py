@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Callable
 
-from vramlens.formats import accelerate, hf, launchers, megatron, purpose, verl
+from vramlens.formats import accelerate, deepspeed, hf, launchers, megatron, purpose, verl
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
+from vramlens.knowledge import deepspeed as deepspeed_presets
 from vramlens.plan import IssueKind, Origin, ParseIssue, Reference, Severity, Sourced, Span, TrainingPlan
 from vramlens.text import LineIndex
 
@@ -1204,33 +1205,17 @@ def _mixed_precision(b: PlanBuilder, s: Setting) -> None:
         b.set("amp_dtype", "none", s)
 
 
-# ms-swift 1.x/2.x spell two of them `default-zero2` / `default-zero3` (swift/llm/utils/argument.py v1.7.3: its
-# ds_config/zero2.json and zero3.json)
-_SWIFT_DS = {
-    "zero0": (0, False, False),
-    "zero1": (1, False, False),
-    "zero2": (2, False, False),
-    "zero3": (3, False, False),
-    "zero2_offload": (2, True, False),
-    "zero3_offload": (3, True, True),
-    "default-zero2": (2, False, False),
-    "default-zero3": (3, False, False),
-}
-
-
 def _swift_deepspeed(b: PlanBuilder, s: Setting) -> None:
-    v = str(s.value).strip().lower() if isinstance(s.value, str) else ""
-    if v in _SWIFT_DS:
-        stage, opt, params = _SWIFT_DS[v]
-        note = f"ms-swift DeepSpeed preset `{v}`"
-        b.set("dist_strategy", "deepspeed", s, note=note)
-        b.set("zero_stage", stage, s, note=note)
-        if opt:
-            b.set("offload_optimizer", True, s, note=note)
-        if params:
-            b.set("offload_params", True, s, note=note)
-        return
-    apply_hf_key(b, "deepspeed", s)
+    """`--deepspeed zero2`: a preset name is the file ms-swift ships under that name, read whole
+    (`knowledge.deepspeed.preset`: 3.x/4.x zero0 … zero3_offload from swift/config/; 1.x/2.x default-zero2,
+    default-zero3, zero2-offload, zero3-offload from swift/llm/ds_config/, v2.4.0 swift/llm/utils/argument.py
+    `deepspeed_mapping`); anything else is a path, as the HF flag takes it."""
+    name = s.value.strip() if isinstance(s.value, str) else ""
+    known = None if "/" in name or name.endswith(".json") else deepspeed_presets.preset(name.lower())
+    if known is None:
+        return apply_hf_key(b, "deepspeed", s)
+    source, contents = known
+    deepspeed.apply_dict(b, contents, s, note=f"ms-swift DeepSpeed preset `{name}` ({source})")
 
 
 # ms-swift 3.12+ `--fsdp fsdp2` names its preset fsdp2.json (`_init_fsdp`: v3.12.0 swift/llm/argument/train_args.py
