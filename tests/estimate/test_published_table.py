@@ -158,8 +158,10 @@ def test_bert_keeps_its_dropout_masks_in_eager_attention():
     with_masks = C.activations_per_token(ResolvedPlan(arch=bert, **common))[1]
     without = C.activations_per_token(ResolvedPlan(arch=plain, **common))[1]
     # per token and layer: a 1-byte mask per attention score (heads × seq) and one per hidden unit after the
-    # attention output and after the MLP (CUDA native_dropout keeps bool masks)
-    assert with_masks - without == bert.heads * 512 + 2 * bert.hidden
+    # attention output and after the MLP (CUDA native_dropout keeps bool masks), and the dropped copy of the fp32
+    # probabilities the probability-times-V matmul keeps (without the dropout that matmul keeps the softmax's own
+    # output, which is already fp32: one probability-sized tensor, not two)
+    assert with_masks - without == bert.heads * 512 + 2 * bert.hidden + 4 * bert.heads * 512
     sdpa = dict(common, attn_impl="sdpa")
     assert (
         C.activations_per_token(ResolvedPlan(arch=bert, **sdpa))[1]

@@ -12,6 +12,7 @@ pytest.importorskip("transformers", reason="transformers not installed (the trac
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from vramlens.knowledge import versions  # noqa: E402
 from vramlens.knowledge.schema import ModelArch  # noqa: E402
 from vramlens.trace import engine, hf  # noqa: E402
 from vramlens.trace.config import step_config  # noqa: E402
@@ -62,7 +63,12 @@ def test_cuda_choice_fused_cases():
     assert hf.cuda_sdpa_backend(q, k, v, None, 0.1, True) == "flash"  # dropout: fused on CUDA
     g, gk, gv = qkv(8, 2)
     assert hf.cuda_sdpa_backend(g, gk, gv, None, is_causal=True, enable_gqa=True) == "flash"
-    assert hf.cuda_sdpa_backend(g, gk, gv, mask, enable_gqa=True) == "math"  # grouped K/V: flash only, no mask
+    # grouped K/V under a mask: flash takes no mask, and the memory-efficient kernel reads grouped K/V only from torch
+    # 2.14 (knowledge/versions.py MEM_EFFICIENT_GQA_FROM), judged by the torch the trace runs on
+    reads_gqa = versions.at_least(torch.__version__, versions.MEM_EFFICIENT_GQA_FROM, "torch")
+    assert hf.cuda_sdpa_backend(g, gk, gv, mask, enable_gqa=True) == ("efficient" if reads_gqa else "math")
+    fp32 = [t.detach().float().requires_grad_() for t in (g, gk, gv)]
+    assert hf.cuda_sdpa_backend(*fp32, None, is_causal=True, enable_gqa=True) == ("efficient" if reads_gqa else "math")
     assert hf.cuda_sdpa_backend(*qkv(8, 8, d=512), None, is_causal=True) == "efficient"
 
 

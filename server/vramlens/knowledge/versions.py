@@ -73,6 +73,13 @@ GEMMA2_EAGER_FROM = (5, 0, 0)  # Gemma-2 has no SDPA path from this
 LAZY_CUDA_MODULES_FROM = (1, 13, 0)  # torch loads CUDA kernels lazily from this
 TRL_BF16_KBIT_ADAPTERS_FROM = (0, 26, 0)  # SFTTrainer: no k-bit preparation, bf16 adapters on k-bit models from this
 CKPT_IN_LAYER_FROM = (4, 53, 0)  # every decoder layer checkpoints inside its own __call__ from this
+# torch from which CUDA's memory-efficient SDPA kernel reads grouped K/V (`enable_gqa`): pytorch/pytorch PR #191085
+# ("[SDPA] Add memory-efficient GQA and vmap backward support", in torch 2.14: its `supports_mqa` parameter of
+# `check_batch_size_and_num_heads_dense` is in 2.14.1's include/ATen/native/transformers/sdp_utils_cpp.h). Before it
+# `can_use_mem_efficient_attention` checks `check_batch_size_and_num_heads_dense<false /*supports_gqa*/>` (torch 2.13
+# aten/src/ATen/native/transformers/cuda/sdp_utils.cpp), and the `F.scaled_dot_product_attention` docstring says GQA
+# "works only for Flash_attention and math kernel on CUDA tensor"
+MEM_EFFICIENT_GQA_FROM = (2, 14, 0)
 CKPT_IN_LAYER_EARLY = (4, 52, 0)  # ... these families from this (the 4.52.1 wheel's GradientCheckpointingLayer users)
 CKPT_IN_LAYER_EARLY_FAMILIES = {
     "llama",

@@ -963,8 +963,9 @@ def cuda_sdpa_backend(
     checks that shapes, dtypes, masks and dropout decide are modelled (not the GPU's own limits).
     - every fused kernel: 4-D q, k, v, equal batch sizes, non-empty sequences, last-dim stride 1 (the mask's too on
       the GPU), and equal query and K/V head counts unless `enable_gqa` is set (`check_batch_size_and_num_heads_dense`;
-      with it, only flash reads grouped K/V: the `F.scaled_dot_product_attention` docstring, "GQA ... works only for
-      Flash_attention and math kernel on CUDA tensor");
+      with it, only flash reads grouped K/V up to torch 2.13: the `F.scaled_dot_product_attention` docstring, "GQA ...
+      works only for Flash_attention and math kernel on CUDA tensor"; the memory-efficient kernel too from
+      `MEM_EFFICIENT_GQA_FROM`, judged by the torch this runs on);
     - flash: no mask (`check_for_attn_mask`), fp16/bf16, equal head dims of at most 256 (padded to a multiple of 8
       inside), causal only with equal query and key lengths;
     - memory-efficient: fp16/bf16/fp32, q and k head dims equal and a multiple of 8 (4 in fp32), a mask that
@@ -998,7 +999,7 @@ def cuda_sdpa_backend(
         or (attn_mask.dim() == 4 and attn_mask.shape[0] in (1, q.shape[0]) and attn_mask.shape[1] in (1, hq))
     )
     if (
-        same_heads
+        (same_heads or (gqa and _mem_efficient_reads_gqa()))
         and q.dtype in (torch.float16, torch.bfloat16, torch.float32)
         and d == k.shape[-1]
         and d % align == 0
@@ -1009,11 +1010,18 @@ def cuda_sdpa_backend(
     return "math"
 
 
-# Callers whose SDPA calls pass through `sdpa_as_cuda_kernel` unchanged: transformers' `AttentionInterface` SDPA
-# (integrations/sdpa_attention.py, shimmed by `install_sdpa_dropout_as_cuda`) and this module's flash stand-in. Their
-# one remaining CPU/CUDA difference is left as the real-library tables were traced: fp32 q/k/v with grouped K/V
-# (`enable_gqa`, e.g. QLoRA without autocast) take the CPU's flash kernel, while CUDA's flash takes only 16-bit and
-# its memory-efficient kernel no grouped K/V (torch 2.13), so CUDA would run math.
+def _mem_efficient_reads_gqa() -> bool:
+    """Whether this torch's CUDA memory-efficient kernel takes grouped K/V (`enable_gqa`)."""
+    from vramlens.knowledge import versions
+
+    return versions.at_least(torch.__version__, versions.MEM_EFFICIENT_GQA_FROM, "torch")
+
+
+# Callers whose SDPA calls pass through `sdpa_as_cuda_kernel` to the kernel the CPU picks unless CUDA would run math:
+# transformers' `AttentionInterface` SDPA (integrations/sdpa_attention.py, shimmed by `install_sdpa_dropout_as_cuda`)
+# and this module's flash stand-in. Where CUDA takes a fused kernel the CPU's flash keeps what it keeps; fp32 q/k/v
+# with grouped K/V (`enable_gqa`: a pure fp32 step, QLoRA without autocast) take the CPU's flash kernel, while CUDA's
+# flash takes only 16-bit and its memory-efficient kernel no grouped K/V before torch 2.14, so CUDA runs math there.
 INTERFACE_CALLERS = ("transformers.integrations.", "vramlens.")
 
 
@@ -1030,9 +1038,13 @@ def sdpa_as_cuda_kernel(original):
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         kw = dict(attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+        backend = cuda_sdpa_backend(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
         if sys._getframe(1).f_globals.get("__name__", "").startswith(INTERFACE_CALLERS):
+            if backend == "math" and query.dtype == torch.float32 and enable_gqa:
+                with sdpa_kernel([SDPBackend.MATH]):
+                    return original(query, key, value, dropout_p=dropout_p, **kw)
             return original(query, key, value, dropout_p=dropout_p, **kw)
-        if cuda_sdpa_backend(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa) == "math":
+        if backend == "math":
             with sdpa_kernel([SDPBackend.MATH]):
                 return original(query, key, value, dropout_p=dropout_p, **kw)
         out = efficient_attention_as_cuda(query, key, value, dropout_p=dropout_p, **kw)

@@ -8,7 +8,9 @@ from vramlens.estimate.components.linears import o_keeps_attention_output
 from vramlens.estimate.components.norms import input_needs_no_grad
 from vramlens.estimate.components.vision import image_block_mask
 from vramlens.estimate.shapes import targeted
+from vramlens.knowledge import versions
 from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
+from vramlens.knowledge.versions import MEM_EFFICIENT_GQA_FROM
 from vramlens.resolved import ResolvedPlan
 
 # Families whose transformers modelling code calls SDPA directly with K/V of fewer heads and no `enable_gqa`
@@ -20,6 +22,10 @@ DIRECT_SDPA_FAMILIES = {"falcon"}
 # models/bert/modeling_bert.py `eager_attention_forward`: `nn.functional.softmax(attn_weights, dim=-1)`; roberta the
 # same; models/deberta_v2/modeling_deberta_v2.py DisentangledSelfAttention.forward).
 SOFTMAX_IN_INPUT_DTYPE = {"bert", "roberta", "deberta-v2"}
+# Causal-LM families whose configs drop the attention probabilities by default (`attn_pdrop` 0.1, transformers 5.24
+# models/gpt2/configuration_gpt2.py, models/gpt_bigcode/configuration_gpt_bigcode.py): eager attention's dropout
+# makes its own copy of the probabilities, also in fp32
+PROBABILITY_DROPOUT = {"gpt2", "gpt_bigcode"}
 # Families whose eager attention adds a learned sink logit per head to the softmax (gpt-oss `GptOssAttention.sinks`)
 SINK_SOFTMAX = {"gpt_oss"}
 
@@ -82,7 +88,10 @@ def attention_per_token(rp: ResolvedPlan) -> float:
             kbit = qkv_fp32 and not amp
             attn += (4 if amp or kbit else c) * heads * (s + 1) + 8 * heads + (c * heads * s if kbit else 0)
         else:
-            attn += ((4 if upcast else c) + c) * heads * s
+            # in an fp32 step the softmax output is the probabilities: `.to(query.dtype)` returns it unchanged and
+            # dropout with p = 0 returns its input (torch aten/src/ATen/native/Dropout.cpp `dropout`)
+            cast = 0 if upcast and c == 4 and arch.family not in PROBABILITY_DROPOUT else c
+            attn += ((4 if upcast else c) + cast) * heads * s
         if arch.family == "gemma2":
             # attention soft-capping before the softmax: tanh keeps its 16-bit output (transformers 5.24
             # models/gemma2/modeling_gemma2.py eager_attention_forward: `/ softcap`, `tanh`, `* softcap`)
@@ -93,9 +102,11 @@ def attention_per_token(rp: ResolvedPlan) -> float:
             attn += heads * s
     elif sdpa_math(rp):
         # SDPA's math kernel (no fused kernel takes the call, `sdpa_math`): q, K and V upcast to fp32 (intermediates
-        # in fp32 unless torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp), K and V broadcast over the query
-        # heads by `matmul` (a copy each), the fp32 probabilities, and the 16-bit output, which the kernel itself
-        # does not keep: o's matmul keeps it for its weight's gradient (below: not when o is frozen)
+        # in fp32 unless torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp), q and K scaled (a copy each), K
+        # and V broadcast over the query heads (a copy each: `matmul`'s broadcast of one K/V head, or under
+        # `enable_gqa` `repeat_interleave` in `pre_process_group_query_attention_input`), the fp32 probabilities,
+        # and the output in the inputs' dtype, which the kernel itself does not keep: o's matmul keeps it for its
+        # weight's gradient (below: not when o is frozen)
         # (torch aten/src/ATen/native/transformers/attention.cpp `_scaled_dot_product_attention_math`)
         attn = 4 * q + 2 * 4 * q + 4 * heads * s + c * q
     if sdpa_math(rp) and rp.peft != "none" and not o_keeps_attention_output(rp):
@@ -168,13 +179,39 @@ def sdpa_math(rp: ResolvedPlan) -> bool:
     query and K/V head counts unless `enable_gqa` is set (`check_batch_size_and_num_heads_dense`, torch 2.13
     include/ATen/native/transformers/sdp_utils_cpp.h), so `select_sdp_backend` falls back to math (torch
     aten/src/ATen/native/transformers/cuda/sdp_utils.cpp). The 40B/180B layout broadcasts K/V to every head first
-    and keeps a fused kernel."""
+    and keeps a fused kernel. fp32 attention with grouped K/V takes math too (`fp32_grouped_sdpa`)."""
     a = rp.arch
-    return (
+    direct_mqa = (
         rp.attn_impl == "sdpa"
         and rp.framework in HF_MODEL_FRAMEWORKS
         and a.family in DIRECT_SDPA_FAMILIES
         and a.n_kv_heads == 1 < a.heads
+    )
+    return direct_mqa or fp32_grouped_sdpa(rp)
+
+
+def fp32_grouped_sdpa(rp: ResolvedPlan) -> bool:
+    """Whether transformers' SDPA hands torch fp32 q, K and V with grouped K/V, which CUDA runs on the math kernel.
+    With no mask and head dims of at most 256, transformers passes grouped K/V as they are, with `enable_gqa`
+    (transformers 5.24 integrations/sdpa_attention.py `use_gqa_in_sdpa`; the plan's `repeat_kv` is off). Every fused
+    kernel then declines an fp32 call (torch 2.13 aten/src/ATen/native/transformers/cuda/sdp_utils.cpp,
+    `can_use_flash_attention`, `can_use_cudnn_attention`, `can_use_mem_efficient_attention`): flash and cuDNN take
+    only fp16/bf16, and the memory-efficient kernel, which takes fp32, no grouped K/V before
+    `MEM_EFFICIENT_GQA_FROM`. `select_sdp_backend` falls back to math, which keeps the fp32 probabilities of every
+    head (B·H·S² · 4 bytes a layer). Under AMP autocast hands SDPA 16-bit q, K and V (an autocast op), which flash
+    takes."""
+    a = rp.arch
+    torch = rp.version_of("torch")
+    return (
+        rp.attn_impl == "sdpa"
+        and rp.framework in HF_MODEL_FRAMEWORKS
+        and a.family not in DIRECT_SDPA_FAMILIES
+        and rp.compute_dtype == "fp32"
+        and not rp.repeat_kv
+        and not a.kv_lora_rank
+        and a.n_kv_heads < a.heads
+        and a.d_head <= 256
+        and not versions.at_least(torch[0] if torch else None, MEM_EFFICIENT_GQA_FROM, "torch")
     )
 
 

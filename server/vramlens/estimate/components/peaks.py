@@ -7,6 +7,7 @@ from __future__ import annotations
 from vramlens.estimate.components.activations import activations_per_token
 from vramlens.estimate.components.attention import DISENTANGLED_ATTENTION, sdpa_math, sdpa_math_backward_per_token
 from vramlens.estimate.components.common import (
+    DTYPE_BYTES,
     HF_FUSED_FAMILIES,
     HF_FUSED_GATE_UP,
     MLP_LINEARS,
@@ -45,16 +46,17 @@ from vramlens.resolved import ResolvedPlan
 
 
 def attention_backward_freed(rp: ResolvedPlan, tokens: int) -> int:
-    """Bytes the forward-backward set no longer holds when the last block's math-kernel attention runs its backward
-    in an adapter model. Autograd runs the nodes created last first: the loss, the LM head (its 16-bit copy under
-    autocast), the final norm, then the last block's o projection and MLP (created after the attention in the
-    forward, in a sequential block and in Falcon's parallel one, whose `mlp_output += attention_output` adds the
-    attention output after the MLP ran; transformers 5.24 models/falcon/modeling_falcon.py FalconDecoderLayer), and
-    each node frees what it saved once it ran. Under AMP the frozen o and MLP weights' 16-bit casts, which their
-    matmuls kept for the input gradient, go with them. The base weights are frozen, so this backward creates no
-    weight-sized gradient in their place (full fine-tuning creates the head's and the MLP's gradients there: not
-    counted)."""
-    if rp.peft == "none" or not sdpa_math(rp) or rp.grad_checkpointing:
+    """Bytes the forward-backward set no longer holds when the last block's math-kernel attention runs its backward.
+    Autograd runs the nodes created last first: the loss, the LM head (its 16-bit copy under autocast), the final
+    norm, then the last block's o projection and MLP (created after the attention in the forward, in a sequential
+    block and in Falcon's parallel one, whose `mlp_output += attention_output` adds the attention output after the
+    MLP ran; transformers 5.24 models/falcon/modeling_falcon.py FalconDecoderLayer), and each node frees what it
+    saved once it ran. Under AMP the frozen o and MLP weights' 16-bit casts, which their
+    matmuls kept for the input gradient, go with them. In an adapter model the base weights are frozen, so this
+    backward creates no weight-sized gradient in their place; full fine-tuning has by then made the gradients of the
+    head (the embedding's when tied), the final norm and the last block's o projection, MLP and post-attention norm
+    (each parameter's AccumulateGrad runs once its node has), which are taken off what was freed."""
+    if not sdpa_math(rp) or rp.grad_checkpointing:
         return 0
     kept: dict = {}
     activations_per_token(rp, kept)
@@ -65,6 +67,10 @@ def attention_backward_freed(rp: ResolvedPlan, tokens: int) -> int:
         freed += sum(lin.params for lin in after) * 2 / max(rp.arch.layers, 1)
     if rp.amp or fp32_residual(rp) and not rp.kbit_embeddings_16bit:
         freed += (s.lm_head_params or s.embed_params) * 2  # the head's copy (`autocast_weight_cache`)
+    if rp.peft == "none":
+        block = [lin for lin in s.linears if lin.name in ("o",) + MLP_LINEARS and not lin.expert]
+        made = sum(lin.params for lin in block) / max(rp.arch.layers, 1) + (s.lm_head_params or s.embed_params)
+        freed -= (made + 2 * rp.arch.hidden) * DTYPE_BYTES[rp.weight_dtype]  # + the two norms' weights
     return int(freed)
 
 
