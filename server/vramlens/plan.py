@@ -254,10 +254,12 @@ class TrainingPlan(BaseModel):
     pipeline_parallel: Sourced[int] | None = None
     devices_per_process: Sourced[int] | None = None  # GPUs one process spreads the model over (device_map)
     virtual_pipeline: Sourced[int] | None = None  # model chunks per pipeline stage (interleaved schedule)
+    pipeline_schedule: Sourced[str] | None = None  # torch.distributed.pipelining schedule name (torchtitan)
     expert_parallel: Sourced[int] | None = None
     expert_tensor_parallel: Sourced[int] | None = None
     sequence_parallel: Sourced[bool] | None = None  # Megatron sequence parallelism (with tensor parallelism)
     distributed_optimizer: Sourced[bool] | None = None  # Megatron's distributed optimizer
+    cross_entropy_fusion: Sourced[bool] | None = None  # Megatron's `--cross-entropy-loss-fusion`
     optimizer_offload_fraction: Sourced[float] | None = None  # Megatron's hybrid optimizer: share on the CPU
     first_stage_layers: Sourced[int] | None = None  # Megatron uneven pipeline: layers on the first stage
     last_stage_layers: Sourced[int] | None = None  # Megatron uneven pipeline: layers on the last stage

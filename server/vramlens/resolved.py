@@ -192,10 +192,14 @@ class ResolvedPlan(BaseModel):
     devices_per_process: int = 1  # GPUs one process spreads the model's layers over (accelerate's device_map,
     # naive model parallelism: one device at a time); gpu_count counts them all, world_size the processes
     virtual_pipeline: int = 1  # model chunks per stage (interleaved 1F1B when > 1)
+    # torch.distributed.pipelining's schedule (components.pipeline.TORCH_SCHEDULES); "1F1B" with virtual_pipeline > 1
+    # is Megatron-core's interleaved schedule
+    pipeline_schedule: str = "1F1B"
     expert_parallel: int = 1  # ranks the routed experts are divided over
     expert_tensor_parallel: int | None = None  # tensor parallelism inside each expert (None: tensor_parallel)
     sequence_parallel: bool = False  # norm/dropout activations split over the tensor-parallel ranks
     distributed_optimizer: bool = False  # fp32 main weights and optimizer states sharded over data parallel
+    cross_entropy_fusion: bool = False  # Megatron's fused cross-entropy (components.megatron_head_per_token)
     optimizer_offload_fraction: float = 1.0  # with offload_optimizer under Megatron: the share on the CPU
     first_stage_layers: int | None = None  # uneven pipeline stages (None: an even split)
     last_stage_layers: int | None = None

@@ -74,10 +74,17 @@ def test_tensor_parallel_layout_v050():
     assert source(d, "attn_impl") == "sdpa"
 
 
-def test_pipeline_and_hsdp_named_as_not_modelled():
+def test_pipeline_schedule_read_and_what_is_not_named():
+    """v0.5.0 llama3_1_8b_hellaswag_pp.yaml: `distributed.pipeline.pp_schedule: interleaved1f1b` is torch's
+    Interleaved1F1B, estimated stage by stage; its stages per rank (`layers_per_stage`) and the micro-batch split
+    (`pp_microbatch_size: 4` of the local batch) are named as not modelled."""
     d = estimate(FIXTURES / "v0.5.0" / "llama3_1_8b_hellaswag_pp.yaml")
     assert source(d, "pipeline_parallel") == 2 and d["gpu"]["count"] == 8
-    assert {u["key"] for u in d["unmodelled"]} == {"pp_size"}
+    assert source(d, "pipeline_schedule") == "Interleaved1F1B" and source(d, "virtual_pipeline") == 2
+    assert {u["key"] for u in d["unmodelled"]} == {"pp_schedule", "pp_microbatch_size"}
+
+
+def test_hsdp_named_as_not_modelled():
     d = estimate(FIXTURES / "v0.1.0" / "llama3_2_1b_hellaswag_hsdp.yaml")
     assert {u["key"] for u in d["unmodelled"]} == {"dp_replicate_size"}
 

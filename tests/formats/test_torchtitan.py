@@ -179,7 +179,9 @@ def test_torchrun_module_launch(tmp_path):
     assert d["model"]["id"] == "meta-llama/Llama-3.1-70B"
     assert source(d, "world_size") == 16 and source(d, "micro_batch") == 1
     assert source(d, "tensor_parallel") == 8 and source(d, "pipeline_parallel") == 2
-    assert "pipeline_parallel_degree" in unmodelled(d)
+    # the schedule is read (torch's Interleaved1F1B, two stages per rank by default) and the pipeline modelled
+    assert source(d, "pipeline_schedule") == "Interleaved1F1B" and source(d, "virtual_pipeline") == 2
+    assert "pipeline_parallel_degree" not in unmodelled(d)
 
 
 def test_torchtitan_own_run_script():

@@ -1,11 +1,13 @@
 """Pipeline stages traced as one pipeline rank under torch's fake process group (`vramlens.trace.pipeline`: a small
-transformers Llama cut as torchtitan cuts it, run by torch's own `PipelineStage` and `Schedule1F1B`), and the
-estimator's per-rank figures held to them.
+transformers Llama cut as torchtitan cuts it, run by torch's own `PipelineStage` and `Schedule1F1B`, `ScheduleGPipe`
+or `ScheduleInterleaved1F1B`), and the estimator's per-rank figures held to them.
 
 The grid: 8 layers × pipeline degree 2 and 4 × the first and the last rank × M = 4 and 8 micro-batches ×
-checkpointing off and on, a full fine-tune in bf16 with AdamW. The plan says `pipeline_parallel`, `grad_accum` = M
-and torchtitan's layout (the embeddings and the output modules each weigh a layer: `first_stage_layers` and
-`last_stage_layers` from `pipeline.stage_layers`). `row` gives the raw error (estimate / traced peak of the rank − 1)
+checkpointing off and on, a full fine-tune in bf16 with AdamW, under 1F1B and GPipe, and under Interleaved1F1B (two
+stages per rank) for the first rank. The plan says `pipeline_parallel`, `pipeline_schedule`, `virtual_pipeline`,
+`grad_accum` = M and torchtitan's layout (the embeddings and the output modules each weigh a layer:
+`first_stage_layers` and `last_stage_layers`, the layers of the first and the last rank's stages, from
+`pipeline.stage_layers`). `row` gives the raw error (estimate / traced peak of the rank − 1)
 and the error the pipeline adds: the raw error less the estimate's error on the same model's step on one GPU
 (torchtitan's step without pipeline parallelism, `pipeline.run` with pp = 1), as tests/trace/test_sharded_trace.py
 defines it. Rows within ±3 % pass (`held`).
@@ -41,22 +43,30 @@ TOLERANCE = 0.03
 TORCHTITAN = dict(weight_dtype="bf16", attn_mask=False, repeat_kv=False)
 
 
-def pp_plan(pp: int, m: int, ckpt: bool, **changes):
-    split = pipeline.stage_layers(ARCH.layers, pp)
+def pp_plan(pp: int, m: int, ckpt: bool, schedule: str = "1F1B", **changes):
+    """The plan of a torchtitan pipeline: its schedule, the stages per rank, and the layers of the first and the last
+    rank (the sum of their stages' under a multi-stage schedule)."""
+    v = len(pipeline.rank_stages(0, pp, schedule))
+    split = pipeline.stage_layers(ARCH.layers, pp * v)
+    per_rank = [sum(len(split[i]) for i in pipeline.rank_stages(r, pp, schedule)) for r in (0, pp - 1)]
     return plan(
         arch=ARCH,
         pipeline_parallel=pp,
+        pipeline_schedule=schedule,
+        virtual_pipeline=v,
         grad_accum=m,
         grad_checkpointing=ckpt,
-        first_stage_layers=len(split[0]),
-        last_stage_layers=len(split[-1]),
+        first_stage_layers=per_rank[0],
+        last_stage_layers=per_rank[1],
         **TORCHTITAN,
         **changes,
     )
 
 
 def trace(rp, rank: int, real: bool = False) -> dict:
-    return pipeline.run(step_config(rp), rp.pipeline_parallel, rank, rp.grad_accum, real=real)
+    return pipeline.run(
+        step_config(rp), rp.pipeline_parallel, rank, rp.grad_accum, schedule=rp.pipeline_schedule, real=real
+    )
 
 
 @functools.cache
@@ -67,11 +77,12 @@ def single_gpu(ckpt: bool) -> tuple[int, int]:
     return pipeline.run(step_config(rp), 1, 0, 1)["peak_bytes"], allocated_peak(rp)
 
 
-def row(pp: int, rank: int, m: int, ckpt: bool) -> dict:
-    rp = pp_plan(pp, m, ckpt)
+def row(pp: int, rank: int, m: int, ckpt: bool, schedule: str = "1F1B") -> dict:
+    rp = pp_plan(pp, m, ckpt, schedule)
     traced, est = trace(rp, rank)["peak_bytes"], pipeline_rank_peak(rp, rank)
     t1, e1 = single_gpu(ckpt)
     return {
+        "schedule": schedule,
         "pp": pp,
         "rank": rank,
         "m": m,
@@ -83,8 +94,28 @@ def row(pp: int, rank: int, m: int, ckpt: bool) -> dict:
     }
 
 
-GRID = [(pp, rank, m, ckpt) for pp, m, ckpt in itertools.product((2, 4), (4, 8), (False, True)) for rank in (0, pp - 1)]
-FAST = [(2, 0, 4, False), (4, 3, 4, False), (4, 0, 8, True)]
+GRID = [
+    (pp, rank, m, ckpt, "1F1B")
+    for pp, m, ckpt in itertools.product((2, 4), (4, 8), (False, True))
+    for rank in (0, pp - 1)
+]
+# GPipe: every rank; Interleaved1F1B (two stages per rank): the first rank, the busiest, whose figure the plan shows
+# (`test_interleaved_last_rank_holds_its_unequal_stages`)
+GRID += [
+    (pp, rank, m, ckpt, "GPipe")
+    for pp, m, ckpt in itertools.product((2, 4), (4, 8), (False, True))
+    for rank in (0, pp - 1)
+]
+GRID += [(pp, 0, m, ckpt, "Interleaved1F1B") for pp, m, ckpt in itertools.product((2, 4), (4, 8), (False, True))]
+FAST = [
+    (2, 0, 4, False, "1F1B"),
+    (4, 3, 4, False, "1F1B"),
+    (4, 0, 8, True, "1F1B"),
+    (2, 1, 4, True, "GPipe"),
+    (4, 0, 8, False, "GPipe"),
+    (2, 0, 4, False, "Interleaved1F1B"),
+    (4, 0, 8, True, "Interleaved1F1B"),
+]
 
 
 def held(r: dict) -> float:
@@ -95,17 +126,29 @@ def held(r: dict) -> float:
     return r["raw_error"] if r["ckpt"] else r["error"]
 
 
-@pytest.mark.parametrize("pp,rank,m,ckpt", FAST, ids=lambda v: str(v))
-def test_estimate_holds_to_the_pipeline_trace(pp, rank, m, ckpt):
+@pytest.mark.parametrize("pp,rank,m,ckpt,schedule", FAST, ids=lambda v: str(v))
+def test_estimate_holds_to_the_pipeline_trace(pp, rank, m, ckpt, schedule):
     """A pipeline rank's allocated peak, estimated, within 3 % of the traced step."""
-    r = row(pp, rank, m, ckpt)
+    r = row(pp, rank, m, ckpt, schedule)
     assert abs(held(r)) <= TOLERANCE, r
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pp,rank,m,ckpt", [k for k in GRID if k not in FAST], ids=lambda v: str(v))
-def test_pipeline_grid(pp, rank, m, ckpt):
-    r = row(pp, rank, m, ckpt)
+@pytest.mark.parametrize("pp,rank,m,ckpt,schedule", [k for k in GRID if k not in FAST], ids=lambda v: str(v))
+def test_pipeline_grid(pp, rank, m, ckpt, schedule):
+    r = row(pp, rank, m, ckpt, schedule)
+    assert abs(held(r)) <= TOLERANCE, r
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="the estimate takes a rank's stages as equal shares of its layers; torchtitan weighs the output modules "
+    "as a layer, so the model's last stage holds fewer (none of the 8 layers at pp = 4 × 2 stages) and the last "
+    "rank's in-flight forwards, all but one of its first stage, hold more than the average: -16 %",
+)
+def test_interleaved_last_rank_holds_its_unequal_stages():
+    r = row(4, 3, 8, False, "Interleaved1F1B")
     assert abs(held(r)) <= TOLERANCE, r
 
 
@@ -160,12 +203,14 @@ def test_fake_trace_matches_real_cpu_tensors():
 if __name__ == "__main__":  # the table: python tests/trace/test_pipeline_trace.py [--fast]
     keys = FAST if "--fast" in sys.argv else GRID
     print(
-        f"{'pp':>3} {'rank':>4} {'M':>3} {'ckpt':5} {'traced MiB':>10} {'estimate MiB':>12} {'raw':>7} {'pipeline':>8}"
+        f"{'schedule':15} {'pp':>3} {'rank':>4} {'M':>3} {'ckpt':5} {'traced MiB':>10} {'estimate MiB':>12} "
+        f"{'raw':>7} {'pipeline':>8}"
     )
     for key in keys:
         r = row(*key)
         print(
-            f"{r['pp']:>3} {r['rank']:>4} {r['m']:>3} {str(r['ckpt']):5} {r['traced'] / 2**20:>10.2f} "
+            f"{r['schedule']:15} {r['pp']:>3} {r['rank']:>4} {r['m']:>3} {str(r['ckpt']):5} "
+            f"{r['traced'] / 2**20:>10.2f} "
             f"{r['estimate'] / 2**20:>12.2f} {r['raw_error']:>+7.1%} {r['error']:>+8.1%}",
             flush=True,
         )

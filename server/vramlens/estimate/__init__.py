@@ -26,13 +26,14 @@ from vramlens.estimate.components.logits import swift_dpo_per_logit, swift_dpo_r
 from vramlens.estimate.result import COMPONENTS, GIB, Estimate
 from vramlens.estimate.throughput import throughput
 from vramlens.knowledge.gpus import usable_bytes
+from vramlens.knowledge.pipelining import MULTI_STAGE_SCHEDULES
 from vramlens.resolved import ResolvedPlan
 
 __all__ = ["estimate", "allocated_peak", "pipeline_rank_peak", "Estimate", "GIB", "COMPONENTS", "REVISION"]
 
 # Bumped whenever a formula changes what an estimate comes to: local calibration records (trace/probe ratios to
 # the estimate of their day) made against another revision are ignored (vramlens.calibration).
-REVISION = 19
+REVISION = 20
 
 
 def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]], C.Params, float]:
@@ -153,11 +154,14 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # (components.disentangled_forward_per_token)
         phases["forward"] = {**phases["forward-backward"], "activations": acts_fb + int(forward_extra * tok)}
     fwd_cache = C.autocast_forward_cache(rp)
-    if fwd_cache and not rp.scalar_head:
-        # the end of the forward under AMP with checkpointing: autocast's cache still holds every block's 16-bit
-        # weight copies while the loss runs inside the model's forward (components.autocast_forward_cache)
+    fsdp_fwd = C.fsdp_loss_forward_unsharded(rp)
+    if (fwd_cache or fsdp_fwd is not None) and not rp.scalar_head:
+        # the end of the forward, while the loss runs inside the model's forward: under AMP with checkpointing
+        # autocast's cache still holds every block's 16-bit weight copies (components.autocast_forward_cache); FSDP2
+        # still holds its last all-gather output, no gradient made yet (components.fsdp_loss_forward_unsharded)
         phases["loss-forward"] = {
             **phases["forward-backward"],
+            "buffers": zs.get("forward-backward", B) + (root if fsdp_fwd is None else fsdp_fwd),
             "activations": acts_fb + fwd_cache,
             "logits": C.head_loss_bytes(rp, logit_tok, backward=False)
             if C.trl_fused_head(rp)
@@ -388,9 +392,13 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
 
 
 def torch_pipeline(rp: ResolvedPlan) -> bool:
-    """Pipeline stages run by torch's own pipelining (torchtitan's `pipeline_parallel_degree`), one stage per rank,
-    without ZeRO/FSDP sharding: `components.torch_pipeline_phases`."""
-    return rp.pipeline_parallel > 1 and rp.strategy in ("none", "ddp") and rp.virtual_pipeline <= 1
+    """Pipeline stages run by torch's own pipelining (torchtitan's `pipeline_parallel_degree`), replicated or sharded
+    with FSDP over the data-parallel ranks (each stage's module wrapped by `fully_shard`: torchtitan v0.2.2
+    torchtitan/models/llama3/infra/parallelize.py `parallelize_llama` runs on every model part `pipeline_llm`
+    builds): `components.torch_pipeline_phases`. Megatron-core's interleaved schedule (virtual_pipeline with its
+    own 1F1B) is Megatron's."""
+    interleaved = rp.virtual_pipeline > 1 and rp.pipeline_schedule not in MULTI_STAGE_SCHEDULES
+    return rp.pipeline_parallel > 1 and rp.strategy in ("none", "ddp", "fsdp") and not interleaved
 
 
 def _torch_pipeline_stages(rp: ResolvedPlan) -> tuple[list[tuple[C.Stage, dict[str, dict[str, int]]]], C.Params]:
@@ -404,6 +412,16 @@ def _torch_pipeline_stages(rp: ResolvedPlan) -> tuple[list[tuple[C.Stage, dict[s
         k: step.get(k, 0) for k in ("weights", "gradients", "optimizer", "optimizer_paged", "temporaries", "buffers")
     }
     state["params"] = C.shapes(loaded.arch).total
+    if loaded.strategy == "fsdp":
+        # FSDP2 under torch's schedules keeps each stage's parameters unsharded from their backward and accumulates
+        # their gradients unsharded until the step's last backward (torch 2.14 torch/distributed/pipelining/stage.py
+        # `backward_maybe_with_nosync`: `set_reshard_after_backward(False)`, `set_requires_gradient_sync(False)`;
+        # `perform_reduce_grad` once every micro-batch's backward has run): the whole model's unsharded parameters
+        # and gradients, and what FSDP gathers for one block in the model's sharded step on one GPU
+        gathered = C.DTYPE_BYTES[loaded.compute_dtype if C.fsdp_gathers_16bit(loaded) else loaded.weight_dtype]
+        state["gathered"] = int(state["params"] * gathered / max(loaded.tensor_parallel, 1))
+        state["accumulated"] = int(state["gradients"] / C.zero_shard_factor(loaded, "gradients"))
+        state["gather_transient"] = max(whole["forward-backward"].get("buffers", 0) - state["buffers"], 0)
     ckpt = C.recomputes(loaded)
     layers = max(loaded.arch.layers, 1)
     per = C.PipelineTokens(
@@ -412,6 +430,8 @@ def _torch_pipeline_stages(rp: ResolvedPlan) -> tuple[list[tuple[C.Stage, dict[s
         input_saved=ckpt,
         recompute=C.backward_block_per_token(loaded) if ckpt else 0.0,
         head=liger_final_norm(loaded, C.final_norm_per_token(loaded)) + C.torch_pipeline_loss_per_token(loaded),
+        head_kept=liger_final_norm(loaded, C.final_norm_per_token(loaded))
+        + C.torch_pipeline_loss_kept_per_token(loaded),
     )
     zero = dict.fromkeys(step, 0)  # every component the estimate reports, 0 where the stage has none
     return [

@@ -321,6 +321,13 @@ HANDLERS = {
         "attention softmax in fp32 (unfused attention)", "counted in the training dtype"
     ),
     "fp16_lm_cross_entropy": _not_modelled("cross entropy on 16-bit logits", "logits counted in fp32"),
+    # the vocab-parallel cross-entropy's kernels (components.megatron_head_per_token); `te` takes Transformer
+    # Engine's instead of megatron/core/fusions/fused_cross_entropy.py (core_v0.15.0 language_module.py
+    # `compute_language_model_loss`)
+    "cross_entropy_loss_fusion": lambda b, s: b.set_bool("cross_entropy_fusion", s),
+    "cross_entropy_fusion_impl": _not_modelled(
+        "Transformer Engine's fused cross-entropy", "the native fused cross-entropy counted", unless="native"
+    ),
     "use_precision_aware_optimizer": _not_modelled("precision-aware optimizer", "optimizer state counted in fp32"),
     "main_grads_dtype": _precision_aware("main gradients", "fp32"),
     "main_params_dtype": _precision_aware("main parameters", "fp32"),

@@ -19,6 +19,7 @@ from typing import Any
 
 from vramlens.formats import model_kind
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
+from vramlens.knowledge.pipelining import MULTI_STAGE_SCHEDULES, TORCH_SCHEDULES
 from vramlens.plan import IssueKind, Origin
 
 LABEL = "NeMo AutoModel"
@@ -316,6 +317,35 @@ def _sequence(b: PlanBuilder, get) -> None:
             return
 
 
+def _pipeline(b: PlanBuilder, get, pp_s: Setting | None) -> None:
+    """`distributed.pipeline`: AutoPipeline builds `pp_schedule` (default "1f1b") with torch's `get_schedule_class`
+    (NeMo AutoModel components/distributed/pipelining/autopipeline.py `AutoPipeline.__init__`, functional.py
+    `pipeline_model`), splitting the local batch into micro-batches of `pp_microbatch_size` (default 1). The estimate
+    holds each rank to its stage's layers and the micro-batches the schedule keeps in flight; the micro-batch split
+    and a multi-stage schedule's stage count are not read."""
+    s = get("distributed", "pipeline", "pp_schedule")
+    given = str(s.value).strip() if s is not None else "1f1b"
+    name = {n.lower(): n for n in TORCH_SCHEDULES}.get(given.lower())
+    if name is None:
+        if s is not None:
+            b.unknown(s, "pipeline schedule", TORCH_SCHEDULES)
+        name = "1F1B"
+    elif s is not None:
+        b.set("pipeline_schedule", name, s, note=f"torch.distributed.pipelining's {name} schedule")
+    if name in MULTI_STAGE_SCHEDULES:
+        b.unmodelled(
+            s,
+            f"pipeline stages per rank of the {name} schedule (`layers_per_stage`)",
+            "estimated with two stages per rank",
+        )
+        b.set("virtual_pipeline", 2, s, origin=Origin.ASSUMED, note=f"{name}: taken as two stages per rank")
+    b.unmodelled(
+        get("distributed", "pipeline", "pp_microbatch_size") or pp_s,
+        "pipeline micro-batches (`pp_microbatch_size`)",
+        "estimated with the local batch as one pipeline micro-batch (more activations per micro-batch in flight)",
+    )
+
+
 def _size(b: PlanBuilder, get, key: str) -> tuple[int | None, Setting | None]:
     """A parallel size; `none` (the rest of the GPUs) and absent are None; anything else not ≥ 1 is reported."""
     s = get("distributed", key)
@@ -360,7 +390,7 @@ def _distributed(b: PlanBuilder, data: Any, get, ctx) -> None:
         b.set("context_parallel", cp, cp_s)
     if pp and pp > 1:
         b.set("pipeline_parallel", pp, pp_s)
-        b.unmodelled(pp_s, f"pipeline parallel ({pp} stages)", "estimated as if every GPU held every layer")
+        _pipeline(b, get, pp_s)
     if rep and rep > 1:
         b.unmodelled(
             rep_s,

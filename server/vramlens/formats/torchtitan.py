@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from vramlens import toml_reading
 from vramlens.formats.model_kind import set_built_arch, set_other_kind
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_float, to_int
+from vramlens.knowledge.pipelining import MULTI_STAGE_SCHEDULES, TORCH_SCHEDULES
 from vramlens.plan import IssueKind, Origin, Severity, Span, TrainingPlan
 from vramlens.text import LineIndex
 
@@ -218,6 +219,12 @@ WHERE = {
     "tp": (("parallelism", "tensor_parallel_degree"), ("training", "tensor_parallel_degree")),
     "pp": (("parallelism", "pipeline_parallel_degree"), ("experimental", "pipeline_parallel_degree")),
     "pp_schedule": (("parallelism", "pipeline_parallel_schedule"), ("experimental", "pipeline_parallel_schedule")),
+    "pp_schedule_csv": (("parallelism", "pipeline_parallel_schedule_csv"),),
+    "pp_layers_per_stage": (("parallelism", "pipeline_parallel_layers_per_stage"),),
+    "pp_split_points": (
+        ("parallelism", "pipeline_parallel_split_points"),
+        ("experimental", "pipeline_parallel_split_points"),
+    ),
     # v0.1.0 config_manager.py / v0.2.2 config/job_config.py `pipeline_parallel_microbatch_size` (default 1); main
     # config/configs.py `num_pp_microbatches` (default 1), the count itself
     "pp_microbatch_size": (("parallelism", "pipeline_parallel_microbatch_size"),),
@@ -736,17 +743,65 @@ def _parallel(b: PlanBuilder, v: _Values, world: tuple[int, Setting | None] | No
     if pp > 1:
         b.set("pipeline_parallel", pp, pp_s)
         _pipeline_batch(b, v, pp_s)
-        schedule = v.get("pp_schedule")
-        b.unmodelled(
-            pp_s,
-            f"pipeline parallel ({pp} stages, schedule {v.value('pp_schedule') or '1F1B'})",
-            "without FSDP, estimated stage by stage as torch's 1F1B schedule holds its micro-batches (the busiest "
-            "stage shown); with FSDP, each GPU holds its stage's share of the weights and every layer's activations",
-        )
-        if schedule is not None:
-            b.remember(schedule)
+        _pipeline_schedule(b, v, pp, pp_s)
     if (s := v.get("ep")) is not None and (to_int(s.value) or 1) > 1:
         b.unmodelled(s, "expert parallel", "estimated as if every GPU held every expert")
+
+
+def _pipeline_schedule(b: PlanBuilder, v: _Values, pp: int, pp_s: Setting | None) -> None:
+    """The pipeline schedule and the stages each rank runs. torchtitan builds `pipeline_parallel_schedule` by name
+    with torch's `get_schedule_class` (case-insensitive; torch 2.14 torch/distributed/pipelining/schedules.py), one
+    stage per rank for a single-stage schedule (1F1B, GPipe); a multi-stage one runs
+    `pipeline_parallel_layers_per_stage`'s count of stages, else two per rank (v0.1.0
+    torchtitan/distributed/pipeline.py `generate_split_points`: "by default each pipeline rank has 2 virtual
+    stages"; v0.2.2 distributed/pipeline_parallel.py `pipeline_llm`; main `_get_pipeline_metadata`), or at v0.1.0
+    one stage per `pipeline_parallel_split_points` boundary plus one, split over the ranks (models/llama3/infra/
+    pipeline.py `pipeline_llama_manual_split`). The estimate holds each rank to its stages' layers and the
+    micro-batches the schedule keeps in flight (components.pipeline `torch_schedule_in_flight`)."""
+    s = v.get("pp_schedule")
+    given = str(v.value("pp_schedule") or "1F1B").strip()
+    name = {n.lower(): n for n in TORCH_SCHEDULES}.get(given.lower())
+    if name is None:
+        if s is not None:
+            b.unknown(s, "pipeline schedule", TORCH_SCHEDULES)
+        name = "1F1B"
+    elif s is not None:
+        b.set("pipeline_schedule", name, s, note=f"torch.distributed.pipelining's {name} schedule")
+    if (csv := v.get("pp_schedule_csv")) is not None and csv.value:
+        b.unmodelled(
+            csv,
+            "a pipeline schedule read from a CSV file (`_PipelineScheduleRuntime`)",
+            f"estimated as the {name} schedule holds its micro-batches",
+        )
+    if name not in MULTI_STAGE_SCHEDULES:
+        return
+    splits = v.get("pp_split_points")
+    per_stage = v.get("pp_layers_per_stage")
+    n_splits = len(splits.value) if splits is not None and isinstance(splits.value, list) else 0
+    if n_splits and (n_splits + 1) % pp == 0:
+        b.set(
+            "virtual_pipeline",
+            (n_splits + 1) // pp,
+            splits,
+            origin=Origin.DERIVED,
+            note=f"{n_splits + 1} stages from {n_splits} split points over {pp} pipeline ranks",
+        )
+        return
+    if per_stage is not None and per_stage.value is not None:
+        b.unmodelled(
+            per_stage,
+            "pipeline stages per rank from pipeline_parallel_layers_per_stage (the model's layers ÷ the layers "
+            "per stage)",
+            "estimated with torchtitan's default of two stages per rank",
+        )
+    b.set(
+        "virtual_pipeline",
+        2,
+        s or pp_s,
+        origin=Origin.DEFAULT,
+        framework=FRAMEWORK_LABEL,
+        note=f"{name} runs two pipeline stages per rank (torchtitan's default for a multi-stage schedule)",
+    )
 
 
 def _pipeline_batch(b: PlanBuilder, v: _Values, pp_s: Setting | None) -> None:

@@ -686,6 +686,14 @@ _ALL: tuple[Concept, ...] = (
         ("virtual_pipeline_model_parallel_size",),
     ),
     _C(
+        "pipeline_schedule",
+        "str",
+        "pipeline schedule (torch's pipelining: 1F1B, GPipe, Interleaved1F1B, ZBVZeroBubble, …)",
+        True,
+        True,
+        ("pipeline_parallel_schedule",),
+    ),
+    _C(
         "expert_parallel",
         "int",
         "expert parallel size",
@@ -703,6 +711,14 @@ _ALL: tuple[Concept, ...] = (
     ),
     _C("sequence_parallel", "bool", "Megatron sequence parallelism", True, True, ("sequence_parallel",)),
     _C("distributed_optimizer", "bool", "Megatron distributed optimizer", True, True, ("use_distributed_optimizer",)),
+    _C(
+        "cross_entropy_fusion",
+        "bool",
+        "Megatron fused vocab-parallel cross-entropy",
+        True,
+        True,
+        ("cross_entropy_loss_fusion",),
+    ),
     _C(
         "optimizer_offload_fraction",
         "float",

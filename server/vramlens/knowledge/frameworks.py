@@ -335,13 +335,15 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
             "dist_strategy": "megatron",
             "distributed_optimizer": False,
             "sequence_parallel": False,
+            "cross_entropy_fusion": False,
             "objective": "pretrain",
         },
     ),
     # Megatron-SWIFT's `megatron sft|pt|rlhf` (modelscope/ms-swift v3.12.6 8773ecd0 swift/megatron/argument/
     # megatron_args.py; the same values in v4.5.2 ff512877 swift/megatron/arguments/): micro_batch_size 1,
     # global_batch_size 16 (formats/megatron.py), recompute_granularity "selective" of `core_attn`,
-    # attention_backend "flash", optimizer "adam", use_distributed_optimizer True; bf16/fp16 None → ms-swift's
+    # attention_backend "flash", optimizer "adam", use_distributed_optimizer True, cross_entropy_loss_fusion True
+    # (False before 4.0: SWIFT_CE_FUSION_FROM); bf16/fp16 None → ms-swift's
     # `_init_mixed_precision`: bf16 for a bf16 checkpoint (fp16 for fp16/fp32 ones); LoRA rank 8, alpha 32, dropout
     # 0.05 on all-linear
     "megatron-swift": (
@@ -361,6 +363,7 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
             "dist_strategy": "megatron",
             "distributed_optimizer": True,
             "sequence_parallel": False,
+            "cross_entropy_fusion": True,
             "lora_r": 8,
             "lora_alpha": 32,
             "lora_dropout": 0.05,
@@ -593,7 +596,18 @@ def defaults_for(framework: str | None, objective: str | None = None, settings=N
     if key == "trl":
         version = f"TRL 1.x ({TRL_CONFIG_CLASSES.get(objective or 'sft', 'SFTConfig')}/ModelConfig)"
     dumped, labels = _dumped(key, objective, run_version(key, settings), values, settings)
+    if key == "megatron-swift":
+        swift = parse(run_version("ms-swift", settings))
+        if swift is not None and swift < SWIFT_CE_FUSION_FROM:
+            dumped["cross_entropy_fusion"] = False
+            labels["cross_entropy_fusion"] = f"ms-swift {'.'.join(map(str, swift))} Megatron-SWIFT (megatron_args.py)"
     return key, version, Defaults({**values, **dumped}, labels)
+
+
+# Megatron-SWIFT turns Megatron's fused cross-entropy on by default from 4.0.0 (v4.0.0 … v4.5.2
+# swift/megatron/arguments/megatron_args.py `cross_entropy_loss_fusion: bool = True`; v3.5.0 … v3.12.6
+# swift/megatron/argument/megatron_args.py `= False`)
+SWIFT_CE_FUSION_FROM = (4, 0, 0)
 
 
 # Frameworks whose step runs transformers' own model classes and loss (their version-dependent choices apply:

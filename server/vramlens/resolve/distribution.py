@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vramlens.knowledge.deepspeed import ZERO_SIZE_DEFAULTS
 from vramlens.plan import Origin, Sourced
 from vramlens.resolve.common import Context
 from vramlens.resolve.gpu import GpuPart, _world
@@ -97,17 +98,6 @@ def _devices_per_process(
     return per, world
 
 
-# DeepSpeed's own ZeRO sizes, in elements, where nothing fills a config's "auto": `DeepSpeedConfigModel` drops every
-# "auto" value before validating (deepspeed 0.19.8 runtime/config_utils.py `DeepSpeedConfigModel.__init__`), so the
-# field's default holds (runtime/zero/config.py: reduce_bucket_size 5e8, stage3_prefetch_bucket_size 5e7,
-# stage3_param_persistence_threshold 1e5, stage3_max_live_parameters and stage3_max_reuse_distance 1e9)
-DEEPSPEED_ZERO_SIZES: dict[str, tuple[str, int]] = {  # concept: (the key, DeepSpeed's default)
-    "zero_reduce_bucket": ("reduce_bucket_size", 5 * 10**8),
-    "zero3_prefetch_bucket": ("stage3_prefetch_bucket_size", 5 * 10**7),
-    "zero3_persistence_threshold": ("stage3_param_persistence_threshold", 10**5),
-    "zero3_max_live_params": ("stage3_max_live_parameters", 10**9),
-    "zero3_max_reuse_distance": ("stage3_max_reuse_distance", 10**9),
-}
 # Frameworks whose step fills "auto" from the model's hidden size before DeepSpeed reads the config: transformers'
 # Trainer (5.24 integrations/deepspeed.py `HfTrainerDeepSpeedConfig.trainer_config_finalize`: reduce_bucket_size
 # h², under ZeRO-3 stage3_prefetch_bucket_size 0.9·h² and stage3_param_persistence_threshold 10·h; the live limit
@@ -125,7 +115,7 @@ def zero_sizes(ctx: Context) -> dict[str, int | bool | None]:
     framework not known to do either is taken to fill it as the HF Trainer does, and the assumptions say so."""
     out: dict[str, int | bool | None] = {}
     unknown = []
-    for name, (key, deepspeed_default) in DEEPSPEED_ZERO_SIZES.items():
+    for name, (key, deepspeed_default) in ZERO_SIZE_DEFAULTS.items():
         v = ctx.val(name)
         if v is None or isinstance(v, int):
             out[name] = v
@@ -151,9 +141,11 @@ def _megatron_layout(val) -> dict:
     """The Megatron-core layout settings of the plan, as ResolvedPlan fields (their defaults when unset)."""
     out: dict[str, object] = {
         "virtual_pipeline": int(val("virtual_pipeline") or 1),
+        "pipeline_schedule": str(val("pipeline_schedule") or "1F1B"),
         "expert_parallel": int(val("expert_parallel") or 1),
         "sequence_parallel": bool(val("sequence_parallel")),
         "distributed_optimizer": bool(val("distributed_optimizer")),
+        "cross_entropy_fusion": bool(val("cross_entropy_fusion")),
         "recompute_layers": int(val("recompute_layers") or 1),
     }
     if val("expert_tensor_parallel"):

@@ -68,6 +68,7 @@ from vramlens.estimate.components.attention import (
 )
 from vramlens.estimate.components.buffers import (
     fsdp_backward_working_set,
+    fsdp_loss_forward_unsharded,
     fsdp_recompute_block,
     fsdp_root_unsharded,
     fsdp_unit_adapters,
@@ -210,6 +211,7 @@ from vramlens.estimate.components.pipeline import (
     stage_layer_counts,
     stage_layers,
     stages,
+    torch_pipeline_loss_kept_per_token,
     torch_pipeline_loss_per_token,
     torch_pipeline_phases,
 )
@@ -356,6 +358,7 @@ __all__ = [
     "fp32_norm_weights",
     "fp32_residual",
     "fsdp_backward_working_set",
+    "fsdp_loss_forward_unsharded",
     "fsdp_recompute_block",
     "fsdp_gather_bytes",
     "fsdp_gathers_16bit",
@@ -441,6 +444,7 @@ __all__ = [
     "parallel_block",
     "params",
     "pipeline_stage_share",
+    "torch_pipeline_loss_kept_per_token",
     "torch_pipeline_loss_per_token",
     "torch_pipeline_phases",
     "quantized_bytes_per_param",

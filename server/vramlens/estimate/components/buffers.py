@@ -20,6 +20,7 @@ from vramlens.estimate.components.sharding import (
 )
 from vramlens.estimate.components.trained import counted_layers
 from vramlens.estimate.shapes import shapes
+from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
 from vramlens.knowledge.models import norms_per_layer
 from vramlens.resolved import ResolvedPlan
 
@@ -57,18 +58,49 @@ def fsdp_root_unsharded(rp: ResolvedPlan) -> int:
     Measured against the sharded trace (trace.sharded, tests/trace/test_sharded_trace.py)."""
     if not fsdp_sharded(rp):
         return 0
+    blocks = counted_layers(rp) if rp.zero_stage < 3 else 1
+    return int(fsdp_root_unit(rp, gradient=True) + blocks * fsdp_unit_bytes(rp))
+
+
+def fsdp_root_unit(rp: ResolvedPlan, gradient: bool) -> float:
+    """The root unit's unsharded parameters (the token embeddings and the LM head) and, with `gradient`, a trained
+    LM head's unsharded gradient (`fsdp_root_unsharded`)."""
     s = shapes(rp.arch)
     pg = fsdp_gather_bytes(rp)
     head = 0 if rp.scalar_head else s.lm_head_params
     out = float((s.embed_params + head) * pg)
-    if rp.peft == "none" and rp.trained_layers is None:
+    if gradient and rp.peft == "none" and rp.trained_layers is None:
         out += (head or s.embed_params) * pg  # the LM head's (or the tied embedding's) gradient
     # tensor parallelism shards the embeddings and the output projection before FSDP does (`shard_factor`;
     # torchtitan v0.2.2 torchtitan/models/llama3/infra/parallelize.py `apply_tp`: "tok_embeddings" RowwiseParallel,
     # "output" ColwiseParallel): what FSDP gathers of them on a rank is that rank's slice
-    out /= max(rp.tensor_parallel, 1)
-    blocks = counted_layers(rp) if rp.zero_stage < 3 else 1
-    return int(out + blocks * fsdp_unit_bytes(rp))
+    return out / max(rp.tensor_parallel, 1)
+
+
+def fsdp_loss_forward_unsharded(rp: ResolvedPlan) -> int | None:
+    """FSDP2's unsharded parameters and all-gather output while the LM head and the loss run their forward; None
+    for other plans.
+
+    In the forward each unit's all-gather output (the flat buffer the collective writes, its whole unit in the
+    gather dtype: `fsdp_unit_bytes`) outlives its copy-out into the unsharded parameters, kept for the next unit's
+    all-gather to overlap with ("Defer free to allow for overlap of this copy-out with next all-gather collective",
+    torch 2.14 distributed/fsdp/_fully_shard/_fsdp_param_group.py `wait_for_unshard`: `comm_ctx.all_gather_state`),
+    and is freed at the next unit's `wait_for_unshard`. The last unit gathered in the forward is the last block
+    (the root gathers first); its output is freed only when the root's forward ends ("Free the last all-gather
+    result if needed", _fsdp_state.py `_post_forward` of the root), after the LM head and the loss, which
+    transformers computes inside the model's forward (transformers 5.24 models/llama/modeling_llama.py
+    `LlamaForCausalLM.forward`: `self.loss_function(...)`). At that moment the root is gathered, no gradient is made
+    yet, and SHARD_GRAD_OP still holds every block (`reshard_after_forward` False: `reshard` returns in FORWARD);
+    FULL_SHARD resharded the last block after its forward and prefetches it again only at the loss's backward
+    (`fsdp_root_unsharded`). FSDP1 all-gathers straight into the unit's unsharded flat parameter
+    (_flat_param.py `FlatParamHandle.unshard` → `_all_gather_flat_param`): nothing outlives it. Frameworks with
+    models of their own call the loss on the model's output, after the root's forward has ended and the output is
+    freed (torchtune 0.6.1 recipes/full_finetune_distributed.py: `logits = self._model(**batch)`, then
+    `self._loss_fn(logits, labels)`): None for them."""
+    if fsdp_version(rp) != 2 or not fsdp_sharded(rp) or rp.framework not in HF_MODEL_FRAMEWORKS:
+        return None
+    blocks = counted_layers(rp) if rp.zero_stage < 3 else 0
+    return int(fsdp_root_unit(rp, gradient=False) + (blocks + 1) * fsdp_unit_bytes(rp))
 
 
 def fsdp_unit_bytes(rp: ResolvedPlan) -> float:

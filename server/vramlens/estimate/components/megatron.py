@@ -342,6 +342,8 @@ def megatron_activations(rp: ResolvedPlan, st: Stage) -> tuple[int, int]:
 
 # the 16-bit logits beside their fp32 copy in the vocab-parallel cross entropy (`megatron_head_per_token`)
 MEGATRON_LOGITS_16BIT_BYTES = 2
+# the fp32 copy of the softmax the compiled fused cross-entropy's backward makes (`megatron_head_per_token`)
+MEGATRON_FUSED_CE_GRAD_COPY_BYTES = 4
 
 
 def megatron_head_per_token(rp: ResolvedPlan) -> float:
@@ -353,14 +355,24 @@ def megatron_head_per_token(rp: ResolvedPlan) -> float:
     the GPT model's forward still holds the 16-bit logits it passed in (megatron/core/models/gpt/gpt_model.py
     `_postprocess`: `logits, _ = self.output_layer(...)`, then `compute_language_model_loss(labels, logits)`); in
     backward the gradient is made in place in the fp32 softmax and cast to 16 bits for the output layer while the
-    softmax is alive (megatron/core/fusions/fused_cross_entropy.py `calculate_gradients`:
-    `grad_input.to(torch.bfloat16)` with `--cross-entropy-loss-fusion`; without it autograd casts the fp32
-    gradient to the logits' dtype). So 6 bytes per logit at the loss, in forward and in backward."""
+    softmax is alive (without `--cross-entropy-loss-fusion` autograd casts the fp32 gradient to the logits' dtype).
+    So 6 bytes per logit at the loss, in forward and in backward.
+
+    With `--cross-entropy-loss-fusion` (its native implementation, Megatron-SWIFT's default from 4.0) the backward
+    is `calculate_gradients` of megatron-core core_v0.15.0 megatron/core/fusions/fused_cross_entropy.py, compiled
+    (megatron/core/jit.py: `jit_fuser = torch.compile` from torch 2.2): its `grad_2d[arange_1d, masked_target_1d]
+    -= softmax_update` on the saved softmax is traced as the functional `aten.index_put` (torch 2.14 Inductor's
+    post-grad graph), which Inductor lowers into a new fp32 buffer of the logits' shape, written back into the
+    softmax after `mul_` and `grad_input.to(torch.bfloat16)`: the softmax, that copy and the 16-bit gradient are
+    alive together, 10 bytes per logit in backward."""
     if rp.scalar_head:
         return 0.0
     tp = max(rp.tensor_parallel, 1)
     sp = tp if rp.sequence_parallel else 1
-    return 4 * rp.arch.hidden / sp + (4 + MEGATRON_LOGITS_16BIT_BYTES) * rp.arch.vocab / tp
+    per_logit = 4 + MEGATRON_LOGITS_16BIT_BYTES
+    if rp.cross_entropy_fusion:
+        per_logit += MEGATRON_FUSED_CE_GRAD_COPY_BYTES
+    return 4 * rp.arch.hidden / sp + per_logit * rp.arch.vocab / tp
 
 
 def megatron_step(rp: ResolvedPlan) -> dict[str, dict[str, int]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from vramlens.estimate.components.common import amp_fp32_stream, compiled_block, fp32_residual
 from vramlens.estimate.components.gemma3n import gemma3n
 from vramlens.estimate.components.gemma3n import outside_per_token as gemma3n_outside_per_token
+from vramlens.estimate.components.logits import head_trains
 from vramlens.estimate.components.t5 import hf_t5, t5_global_per_token
 from vramlens.estimate.shapes import QK_NORM_FAMILIES
 from vramlens.knowledge.models import norms_per_layer
@@ -98,18 +99,32 @@ def qk_norms_per_token(rp: ResolvedPlan) -> float:
 
 
 def final_norm_per_token(rp: ResolvedPlan) -> float:
-    """The final norm before the LM head (one RMSNorm: 8sbh; docs/memory-model.md). Compiled, its 16-bit input and
-    fp32 1/rms (`compiled_block`)."""
+    """The final norm before the LM head, per token. An RMSNorm keeps what a block's norm keeps: its fp32 input (4h)
+    and, when its weight trains, the normalised value (c·h; 4h where it stays fp32: AMP's fp32 stream,
+    `FP32_NORM_WEIGHT_FAMILIES`); and the LM head keeps its input, the norm's output in the compute dtype (autocast's
+    16-bit cast of it under AMP), only when the head's weight trains (`head_trains`: `F.linear` saves its input for
+    the weight's gradient, torch 2.14 tools/autograd/derivatives.yaml `mm`; transformers 5.24
+    models/llama/modeling_llama.py `LlamaRMSNorm.forward`: `hidden_states.to(torch.float32)`, then
+    `self.weight * hidden_states.to(input_dtype)`, which saves the normalised value only for the weight's gradient).
+    A frozen norm under a frozen head (adapters) keeps its fp32 input alone; full fine-tuning in 16 bits keeps
+    4h + 2h + 2h (docs/memory-model.md). A LayerNorm's: 8h. Compiled, its 16-bit input and fp32 1/rms
+    (`compiled_block`)."""
     if rp.arch.block == "encoder":
         return 0
     if hf_t5(rp):
         return t5_global_per_token(rp)
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    h = rp.arch.hidden
     if compiled_block(rp):
-        return (2 if rp.compute_dtype != "fp32" else 4) * rp.arch.hidden + 4
+        return c * h + 4
     if gemma3n(rp):
         # Gemma-3n keeps more around its blocks: the AltUp copies, the per-layer inputs (`gemma3n.outside_per_token`)
-        return 8 * rp.arch.hidden + gemma3n_outside_per_token(rp)
-    return 8 * rp.arch.hidden
+        return 8 * h + gemma3n_outside_per_token(rp)
+    if rp.arch.norm != "rmsnorm":
+        return 8 * h
+    normalised = (4 if amp_fp32_stream(rp) or fp32_norm_weights(rp) else c) if rp.peft == "none" else 0
+    head_input = c if head_trains(rp) else 0
+    return (4 + normalised + head_input) * h
 
 
 def parallel_block(arch) -> bool:

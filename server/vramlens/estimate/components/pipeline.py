@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from vramlens.estimate.components.common import DTYPE_BYTES
 from vramlens.estimate.shapes import shapes
+from vramlens.knowledge.pipelining import V_SCHEDULES
 from vramlens.resolved import ResolvedPlan
 
 
@@ -52,22 +53,73 @@ def stage_layer_counts(rp: ResolvedPlan) -> tuple[int, int, int]:
     )
 
 
+def torch_schedule_in_flight(schedule: str, pp: int, v: int, m: int, rank: int) -> int:
+    """Stage forwards (chunks) pipeline rank `rank` holds at once under torch's schedule `schedule`: the peak over the
+    rank's `pipeline_order` (torch 2.14 torch/distributed/pipelining/schedules.py) of forwards run whose activations
+    are still kept — freed by the full backward (B), or by the weight backward (W) where the backward is split:
+    `stage_backward_input` computes the input gradients with `retain_graph=True` (pipelining/_backward.py), so the
+    graph's saved tensors live until `stage_backward_weight`. `pp` ranks, `v` stages per rank, `m` micro-batches.
+    - GPipe: every forward before the first backward: m.
+    - 1F1B (`Schedule1F1B._get_pipeline_order`): pp − 1 − rank warm-up forwards, then one forward, one backward:
+      min(m, pp − rank).
+    - LoopedBFS: every micro-batch of every local stage, then the backwards: v·m.
+    - Interleaved1F1B (`_get_warmup_ops`, multiply_factor 2, then `_get_1f1b_rank_ops`: forward, then backward):
+      warm-up (v − 1)·per_round + 2·(pp − 1 − rank) forwards, then one more, at most v·m; per_round =
+      m // max(1, m // pp) (`microbatches_per_round`).
+    - InterleavedZeroBubble (multiply_factor 1; a rank's weight backwards trail its input backwards by `rank`
+      steps, `num_1f1b_microbatches = rank`): (v − 1)·per_round + pp − 1 − rank warm-up forwards, then rank + 1
+      more before the first weight backward: (v − 1)·per_round + pp, at most v·m.
+    - ZBVZeroBubble (two stages per rank, I and W back to back in its steady state): 2·(pp − rank) − 1 forwards
+      of the first stage, rank pairs of both, then one of the second before its first backward: 2·pp, with fewer
+      micro-batches m + 1 + rank (the absent ones dropped from the order), at most 2·m.
+    - DualPipeV: (pp − rank − 1)·2 + 2·(rank + 1) forwards, then pp − rank − 1 rounds of I, W, F keeping their count,
+      then its overlapped F+B pairs, each a forward before a backward: 2·pp + 1 (it requires m ≥ 2·pp)."""
+    if schedule == "GPipe":
+        return m
+    if schedule == "LoopedBFS":
+        return v * m
+    if schedule == "Interleaved1F1B":
+        per_round = m // max(1, m // pp)
+        return min((v - 1) * per_round + 2 * (pp - 1 - rank) + 1, v * m)
+    if schedule == "InterleavedZeroBubble":
+        per_round = m // max(1, m // pp)
+        return min((v - 1) * per_round + pp, v * m)
+    if schedule == "ZBVZeroBubble":
+        return min(2 * pp, m + 1 + rank, 2 * m)
+    if schedule == "DualPipeV":
+        return 2 * pp + 1
+    return min(m, pp - rank)  # 1F1B
+
+
 def in_flight_microbatches(rp: ResolvedPlan, rank: int) -> float:
-    """Micro-batches whose activations pipeline rank `rank` holds at its peak. 1F1B (megatron/core/pipeline_parallel/
-    schedules.py `forward_backward_pipelining_without_interleaving`: `num_warmup_microbatches = pp - rank - 1`, then one
-    more forward before the first backward): min(M, pp − rank). Interleaved with V chunks per rank
+    """Micro-batches whose activations pipeline rank `rank` holds at its peak, in whole-rank units (one micro-batch
+    through every layer of the rank). M = micro-batches per step (gradient accumulation).
+    torch's own schedules (torchtitan): `torch_schedule_in_flight` stage forwards, each 1/V of the rank's layers.
+    Megatron-core's: 1F1B (megatron/core/pipeline_parallel/schedules.py
+    `forward_backward_pipelining_without_interleaving`: `num_warmup_microbatches = pp - rank - 1`, then one more
+    forward before the first backward): min(M, pp − rank). Interleaved with V chunks per rank
     (`forward_backward_pipelining_with_interleaving`: `(pp - rank - 1) * 2 + (V - 1) * pp` warm-up chunk forwards + 1),
     each chunk 1/V of the rank's layers; for rank 0 that is pp·(1 + (pp − 1)/(pp·V)), theoretical_memory_usage's
-    `interleaved_schedule_memory_penalty`. M = micro-batches per step (gradient accumulation)."""
+    `interleaved_schedule_memory_penalty`."""
     pp = max(rp.pipeline_parallel, 1)
     m = max(rp.grad_accum, 1)
     if pp == 1:
         return 1.0
     v = max(rp.virtual_pipeline, 1)
-    if v == 1:
-        return float(min(m, pp - rank))
-    chunks = min(m * v, (pp - rank - 1) * 2 + (v - 1) * pp + 1)
-    return chunks / v
+    if rp.pipeline_schedule == "1F1B" and v > 1:
+        chunks = min(m * v, (pp - rank - 1) * 2 + (v - 1) * pp + 1)
+        return chunks / v
+    return torch_schedule_in_flight(rp.pipeline_schedule, pp, v, m, rank) / v
+
+
+def head_in_flight(rp: ResolvedPlan) -> int:
+    """Micro-batches whose logits and loss the rank with the output layer holds at once: every one where a
+    schedule runs all forwards before any backward (GPipe, LoopedBFS: the loss is computed in the last stage's
+    forward, stage.py `_maybe_compute_loss`, and kept for its backward), one where it runs its last stage's backward
+    right after that stage's forward (1F1B and the interleaved ones)."""
+    if rp.pipeline_parallel > 1 and rp.pipeline_schedule in ("GPipe", "LoopedBFS"):
+        return max(rp.grad_accum, 1)
+    return 1
 
 
 def stages(rp: ResolvedPlan) -> list[Stage]:
@@ -107,6 +159,30 @@ def stages(rp: ResolvedPlan) -> list[Stage]:
     )
     if pp == 1:
         return [first]
+    if rp.pipeline_schedule in V_SCHEDULES:
+        # the V: the first rank holds the first and the last stage, the embeddings and the output layer; the last
+        # rank the two stages at the turn (torch 2.14 schedules.py `generate_rank_to_stage_mapping(style="v")`)
+        both = Stage(
+            "first",
+            # a tied output layer is the embedding itself, here on the same rank
+            int(n_first * per_layer_dense + s.embed_params + (0 if arch.tied_embeddings else head)),
+            int(moe_layers(0, n_first) * per_layer_expert),
+            n_first,
+            in_flight_microbatches(rp, 0),
+            True,
+            True,
+            arch.vision_params,
+        )
+        turn = Stage(
+            "last",
+            int(n_last * per_layer_dense),
+            int(moe_layers(arch.layers // 2, n_last) * per_layer_expert),
+            n_last,
+            in_flight_microbatches(rp, pp - 1),
+            False,
+            False,
+        )
+        return [both, turn]
     last = Stage(
         "last",
         int(n_last * per_layer_dense + head),
@@ -156,6 +232,7 @@ class PipelineTokens:
     input_saved: bool  # a layer keeps its input (checkpointing): a stage's first layer keeps the receive buffer
     recompute: float  # one layer recomputed and its backward (checkpointing), else 0
     head: float  # the last stage's final norm and logits/loss at the loss, per token of the micro-batch
+    head_kept: float = 0.0  # what a micro-batch whose backward has not run keeps of `head` (GPipe, LoopedBFS)
 
 
 def torch_pipeline_loss_per_token(rp: ResolvedPlan) -> float:
@@ -169,65 +246,110 @@ def torch_pipeline_loss_per_token(rp: ResolvedPlan) -> float:
     return rp.arch.vocab * (DTYPE_BYTES[rp.compute_dtype] + 3 * 4)
 
 
+def torch_pipeline_loss_kept_per_token(rp: ResolvedPlan) -> float:
+    """What the last stage keeps of a micro-batch's logits and loss between its forward and its backward, per token:
+    the output logits in the compute dtype (`fwd_cache`) and `log_softmax`'s fp32 output, which its backward reads
+    (the fp32 copy it was computed from is not kept): c + 4 bytes per logit (`torch_pipeline_loss_per_token`)."""
+    if rp.scalar_head:
+        return 0.0
+    return rp.arch.vocab * (DTYPE_BYTES[rp.compute_dtype] + 4)
+
+
 def torch_pipeline_phases(
     rp: ResolvedPlan, st: Stage, state: dict[str, int], per: PipelineTokens
 ) -> dict[str, dict[str, int]]:
-    """The phases of one rank of a torch.distributed.pipelining run with one stage per rank (GPipe-free 1F1B), from
-    the whole model's state on one GPU (`state`: weights, gradients, optimizer, optimizer-step temporaries, buffers)
-    and what one micro-batch keeps (`per`). By construction from torch's pipelining:
-    - the rank holds its stage's parameters, their gradients and optimizer state (the share of `st`);
-    - it keeps the activations of `st.in_flight` micro-batches: 1F1B runs `min(M, stages - stage_index)` forwards
-      before its first backward (schedules.py `Schedule1F1B._step_microbatches`: `warmup_chunks`), each keeping its
-      layers' saved tensors and, but on the last stage, its output, which the stage holds for the backward
-      (stage.py `forward_one_chunk`: `self.fwd_cache[fwd_chunk_id] = (output_tuple, flatten_input_tensors)`);
-    - a stage that is not the first keeps one activation receive buffer per micro-batch for the whole step and
-      computes on it in place (`_setup_forward_recv_info`: `buffer=_make_tensor_from_meta(meta, self.device)` for
-      every chunk; `_retrieve_recv_activations`: `info.buffer.requires_grad_(...)`), so its first layer's input is
-      that buffer; a stage that is not the last keeps one gradient receive buffer per micro-batch
+    """The phases of one rank of a torch.distributed.pipelining run, from the whole model's state on one GPU
+    (`state`: weights, gradients, optimizer, optimizer-step temporaries, buffers — sharded as the plan's FSDP shards
+    them, if it does) and what one micro-batch keeps (`per`). The rank runs V = `virtual_pipeline` stages (one for
+    GPipe and 1F1B). By construction from torch's pipelining:
+    - the rank holds its stages' parameters, their gradients and optimizer state (the share of `st`);
+    - it keeps the activations of `st.in_flight` micro-batches (`in_flight_microbatches`: whole-rank units of the
+      schedule's stage forwards), each stage forward keeping its layers' saved tensors and, but on the model's last
+      stage, its output, which the stage holds for the backward (stage.py `forward_one_chunk`:
+      `self.fwd_cache[fwd_chunk_id] = (output_tuple, flatten_input_tensors)`);
+    - a stage that is not the model's first keeps one activation receive buffer per micro-batch for the whole step
+      and computes on it in place (`_setup_forward_recv_info`: `buffer=_make_tensor_from_meta(meta, self.device)`
+      for every chunk; `_retrieve_recv_activations`: `info.buffer.requires_grad_(...)`), so its first layer's input
+      is that buffer; a stage that is not the model's last keeps one gradient receive buffer per micro-batch
       (`_create_grad_recv_info`);
     - the gradients exist beside the in-flight micro-batches once a backward has run before a forward, when M >
       `in_flight`; with M = `in_flight` the first backward begins with every micro-batch in flight and no gradient,
-      the second with one micro-batch fewer and every gradient;
-    - the last stage adds its final norm and the loss of one micro-batch (1F1B runs its backward right after its
-      forward; with `return_outputs=False` the schedule keeps no output chunk: stage.py `if self.is_last and
-      save_forward_output: self.output_chunks.append(output)`).
-    Checkpointing keeps each layer's input per micro-batch and recomputes one layer in the backward."""
+      the second with one stage forward fewer and that stage's gradients;
+    - the rank with the last stage adds its final norm and the loss of one micro-batch at its backward, and what
+      the others in flight at the output keep of theirs (`head_in_flight`; with `return_outputs=False` the schedule
+      keeps no output chunk: stage.py `if self.is_last and save_forward_output: self.output_chunks.append(output)`).
+    Checkpointing keeps each layer's input per micro-batch and recomputes one layer in the backward.
+    Under FSDP (`state` has `accumulated`: the whole model's unsharded gradients, `gathered`: its unsharded
+    parameters, `gather_transient`: what FSDP gathers for one block) the schedule runs every backward but the
+    step's last without gradient sync or resharding (torch 2.14 pipelining/stage.py `backward_maybe_with_nosync`:
+    `set_requires_gradient_sync(False)`, `set_reshard_after_backward(False)`; `perform_reduce_grad` at the end): the
+    rank accumulates its stages' gradients unsharded and, unless FSDP reshards after the forward, keeps their
+    parameters unsharded; the sharded gradients exist at the optimizer step only."""
     total = max(state.get("params", 0), 1)
     share = (st.dense_params + st.expert_params) / total
     m = max(rp.grad_accum, 1)
+    v = max(rp.virtual_pipeline, 1) if rp.pipeline_parallel > 1 else 1
     tok = rp.micro_batch * rp.sequences_per_example * rp.seq_len
-    first, last = st.embedding, st.head
-    held = st.layers * per.layer + (0 if last else per.hidden) - (per.hidden if per.input_saved and not first else 0)
-    recv = ((0 if first else m) + (0 if last else m)) * per.hidden * tok
+    first, last = int(st.embedding), int(st.head)
+    # per micro-batch through the rank's V stages: their layers, the outputs of those that are not the model's last,
+    # less the inputs that are receive buffers (checkpointing keeps each layer's input)
+    held = st.layers * per.layer + ((v - last) - ((v - first) if per.input_saved else 0)) * per.hidden
+    recv = ((v - first) + (v - last)) * m * per.hidden * tok
     w, g, o = (int(state[k] * share) for k in ("weights", "gradients", "optimizer"))
-    g_held = g if m > st.in_flight else 0
+    steady = m > st.in_flight  # a backward ran before the peak's forward
+    g_held = g if steady else 0
+    gathered = 0
+    if accumulated := int(state.get("accumulated", 0) * share):
+        # FSDP: the stage's unsharded gradients once a backward has run; its unsharded parameters throughout when
+        # they are not resharded after the forward (`reshard_after_forward=False`), else FSDP's gathers of one
+        # block (`state`): each forward reshards what the backward before it left unsharded
+        g_held = accumulated if steady else 0
+        if rp.zero_stage < 3:
+            gathered = int(state.get("gathered", 0) * share)
+        else:
+            gathered = state.get("gather_transient", 0)
     base = {
         "weights": w,
         "optimizer": o,
         "optimizer_paged": int(state.get("optimizer_paged", 0) * share),
         "buffers": state.get("buffers", 0) + int(recv),
     }
+    fb = {**base, "buffers": base["buffers"] + gathered, "gradients": g_held}
     acts = int(tok * held * st.in_flight)
+    heads = head_in_flight(rp) if st.head else 0
+    logits = int(tok * (per.head + (heads - 1) * per.head_kept)) if st.head else 0
     out = {
-        "forward-backward": {
-            **base,
-            "gradients": g_held,
-            "activations": acts,
-            "logits": int(tok * per.head) if last else 0,
-        },
+        "forward-backward": {**fb, "activations": acts, "logits": logits},
         "optimizer-step": {**base, "gradients": g, "temporaries": int(state.get("temporaries", 0) * share)},
     }
     if per.recompute:
-        out["recompute"] = {**base, "gradients": g_held, "activations": acts + int(tok * per.recompute)}
+        out["recompute"] = {**fb, "activations": acts + int(tok * per.recompute)}
     if m <= st.in_flight and st.in_flight > 1:
-        # every micro-batch was in flight at the first backward: the second one runs with one micro-batch fewer and
-        # every gradient made (checkpointed micro-batches keep less than the gradients weigh)
-        fewer = int(tok * held * (st.in_flight - 1))
-        out["second-backward"] = {
-            **base,
-            "gradients": g,
-            "activations": fewer + int(tok * per.recompute),
-        }
+        # every micro-batch was in flight at the first backward. The second runs with one stage forward fewer and
+        # the gradients of the stage that ran it; with several stages per rank, the backwards of the rank's first
+        # stage run last (the schedules run a rank's later stages' backwards first: `backward_stage_index`,
+        # LoopedBFS `reversed(stage_indices)`): its second one with M − 1 micro-batches in flight beside every
+        # gradient. On the rank with the output layer the loss's backward and a layer's recompute run one after the
+        # other.
+        grads = accumulated or g
+        fsdp = {"buffers": base["buffers"] + (int(state.get("gathered", 0) * share) if accumulated else 0)}
+        kept = int(tok * (heads - 2) * per.head_kept) if heads > 1 else 0
+        loss = int(tok * per.head) if heads > 1 else 0
+        fewer = int(tok * held * (st.in_flight - 1 / v))
+        second = {**base, **fsdp, "gradients": grads // v, "activations": fewer, "logits": kept}
+        out["second-backward"] = max(
+            {**second, "logits": kept + loss},
+            {**second, "activations": fewer + int(tok * per.recompute)},
+            key=lambda ph: sum(ph.values()),
+        )
+        if v > 1:
+            first_stage = int(tok * held * (min(m, st.in_flight * v) - 1) / v)
+            out["last-backward"] = {
+                **base,
+                **fsdp,
+                "gradients": grads,
+                "activations": first_stage + int(tok * per.recompute),
+            }
     return out
 
 

@@ -1,0 +1,114 @@
+"""Megatron-core memory terms, each from the code that allocates it: the fused vocab-parallel cross-entropy's
+backward (`--cross-entropy-loss-fusion`, Megatron-SWIFT's default from ms-swift 4.0), and where a run's setting of it
+comes from (Megatron-LM's flag, Megatron-SWIFT's argument and its default by version)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from vramlens.estimate import components as C
+from vramlens.formats import parse_document
+from vramlens.knowledge.schema import GpuSpec, ModelArch, OptimizerSpec
+from vramlens.resolve import Settings, resolve
+from vramlens.resolved import ResolvedPlan
+
+H100 = GpuSpec(name="H100", memory_gib=79.2, usable_gib=79.2, bf16=True)
+# Qwen3-4B's shapes (its config.json): hidden 2560, 36 layers, 32 heads over 8 K/V heads of 128, vocabulary 151936
+QWEN3_4B = ModelArch(
+    id="qwen3-4b",
+    family="qwen3",
+    hidden=2560,
+    layers=36,
+    heads=32,
+    kv_heads=8,
+    head_dim=128,
+    intermediate=9728,
+    vocab=151936,
+    tied_embeddings=True,
+)
+
+
+def plan(**kw) -> ResolvedPlan:
+    base = dict(
+        arch=QWEN3_4B,
+        optimizer=OptimizerSpec(name="adamw_apex_fused", states=2),
+        gpu=H100,
+        strategy="megatron",
+        weight_dtype="bf16",
+        compute_dtype="bf16",
+        micro_batch=4,
+        seq_len=8192,
+        attn_impl="sdpa",
+        world_size=1,
+    )
+    base.update(kw)
+    return ResolvedPlan(**base)
+
+
+@pytest.mark.parametrize("tp, sp", [(1, False), (4, True), (2, False)])
+def test_fused_cross_entropy_backward_holds_an_fp32_copy_of_the_softmax(tp, sp):
+    # megatron-core core_v0.15.0 fusions/fused_cross_entropy.py `calculate_gradients`, compiled (jit.py
+    # `jit_fuser = torch.compile`): the in-place `grad_2d[arange_1d, masked_target_1d] -= softmax_update` on the
+    # saved fp32 softmax becomes a functional index_put into a new fp32 buffer, alive with the softmax and the
+    # bf16 gradient: 4 + 4 + 2 bytes per logit of the rank's vocabulary share
+    rp = plan(tensor_parallel=tp, sequence_parallel=sp, cross_entropy_fusion=True)
+    tokens = rp.micro_batch * rp.seq_len
+    logits = C.megatron_step(rp)["forward-backward"]["logits"]
+    expected = tokens * (4 * 2560 / (tp if sp else 1) + (4 + 4 + 2) * 151936 / tp)
+    assert logits == pytest.approx(expected, rel=1e-6)
+
+
+def test_unfused_cross_entropy_keeps_six_bytes_per_logit():
+    # tensor_parallel/cross_entropy.py runs eagerly: the gradient is made in place in the softmax, autograd casts it
+    rp = plan(tensor_parallel=4, sequence_parallel=True, cross_entropy_fusion=False)
+    logits = C.megatron_step(rp)["forward-backward"]["logits"]
+    assert logits == pytest.approx(4 * 8192 * (4 * 2560 / 4 + 6 * 151936 / 4), rel=1e-6)
+
+
+def test_fusion_moves_the_step_peak_by_the_softmax_copy():
+    fused = C.megatron_step(plan(tensor_parallel=4, sequence_parallel=True, cross_entropy_fusion=True))
+    plain = C.megatron_step(plan(tensor_parallel=4, sequence_parallel=True, cross_entropy_fusion=False))
+    extra = sum(fused["forward-backward"].values()) - sum(plain["forward-backward"].values())
+    assert extra == pytest.approx(4 * 8192 * 4 * 151936 / 4, abs=2)
+
+
+SWIFT = """NPROC_PER_NODE=4 \\
+megatron sft \\
+    --model Qwen/Qwen3-4B \\
+    --tensor_model_parallel_size 4 \\
+    --sequence_parallel true \\
+    --micro_batch_size 1 \\
+    --max_length 4096 {extra}
+"""
+
+MEGATRON_LM = """torchrun --nproc_per_node 4 pretrain_gpt.py \\
+    --num-layers 36 --hidden-size 2560 --num-attention-heads 32 --seq-length 4096 --max-position-embeddings 4096 \\
+    --micro-batch-size 1 --tensor-model-parallel-size 4 --bf16 {extra}
+"""
+
+
+def fusion(tmp_path: Path, text: str, name: str, **settings) -> bool:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    parsed = parse_document(text, str(path), workspace=tmp_path).plan
+    assert parsed is not None
+    return resolve(parsed, Settings(model_lookup=False, gpu="H100-80GB", **settings)).resolved.cross_entropy_fusion
+
+
+def test_megatron_swift_fuses_the_cross_entropy_by_default_from_4_0(tmp_path):
+    # ms-swift v4.0.0 swift/megatron/arguments/megatron_args.py `cross_entropy_loss_fusion: bool = True`;
+    # v3.12.6 swift/megatron/argument/megatron_args.py `= False`
+    assert fusion(tmp_path, SWIFT.format(extra=""), "a.sh")
+    assert fusion(tmp_path, SWIFT.format(extra=""), "b.sh", framework_versions={"ms-swift": "4.0.0"})
+    assert not fusion(tmp_path, SWIFT.format(extra=""), "c.sh", framework_versions={"ms-swift": "3.12.6"})
+    off = SWIFT.format(extra="\\\n    --cross_entropy_loss_fusion false")
+    assert not fusion(tmp_path, off, "d.sh")
+    on = SWIFT.format(extra="\\\n    --cross_entropy_loss_fusion true")
+    assert fusion(tmp_path, on, "e.sh", framework_versions={"ms-swift": "3.12.6"})
+
+
+def test_megatron_lm_fuses_the_cross_entropy_only_with_the_flag(tmp_path):
+    # core_v0.15.0 megatron/training/arguments.py: `--cross-entropy-loss-fusion`, action='store_true'
+    assert not fusion(tmp_path, MEGATRON_LM.format(extra=""), "a.sh")
+    assert fusion(tmp_path, MEGATRON_LM.format(extra="--cross-entropy-loss-fusion"), "b.sh")
