@@ -19,7 +19,7 @@ from typing import Any
 
 from vramlens.formats import model_kind
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
-from vramlens.knowledge.pipelining import MULTI_STAGE_SCHEDULES, TORCH_SCHEDULES
+from vramlens.knowledge.pipelining import MULTI_STAGE_SCHEDULES, TORCH_SCHEDULES, schedule_named
 from vramlens.plan import IssueKind, Origin
 
 LABEL = "NeMo AutoModel"
@@ -325,7 +325,7 @@ def _pipeline(b: PlanBuilder, get, pp_s: Setting | None) -> None:
     and a multi-stage schedule's stage count are not read."""
     s = get("distributed", "pipeline", "pp_schedule")
     given = str(s.value).strip() if s is not None else "1f1b"
-    name = {n.lower(): n for n in TORCH_SCHEDULES}.get(given.lower())
+    name = schedule_named(given)
     if name is None:
         if s is not None:
             b.unknown(s, "pipeline schedule", TORCH_SCHEDULES)

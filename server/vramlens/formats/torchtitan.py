@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from vramlens import toml_reading
 from vramlens.formats.model_kind import set_built_arch, set_other_kind
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_float, to_int
-from vramlens.knowledge.pipelining import MULTI_STAGE_SCHEDULES, TORCH_SCHEDULES
+from vramlens.knowledge.pipelining import MULTI_STAGE_SCHEDULES, TORCH_SCHEDULES, schedule_named
 from vramlens.plan import IssueKind, Origin, Severity, Span, TrainingPlan
 from vramlens.text import LineIndex
 
@@ -760,7 +760,7 @@ def _pipeline_schedule(b: PlanBuilder, v: _Values, pp: int, pp_s: Setting | None
     micro-batches the schedule keeps in flight (components.pipeline `torch_schedule_in_flight`)."""
     s = v.get("pp_schedule")
     given = str(v.value("pp_schedule") or "1F1B").strip()
-    name = {n.lower(): n for n in TORCH_SCHEDULES}.get(given.lower())
+    name = schedule_named(given)
     if name is None:
         if s is not None:
             b.unknown(s, "pipeline schedule", TORCH_SCHEDULES)

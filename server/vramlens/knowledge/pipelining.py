@@ -8,3 +8,9 @@ SINGLE_STAGE_SCHEDULES = ("1F1B", "GPipe")
 MULTI_STAGE_SCHEDULES = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
 V_SCHEDULES = ("ZBVZeroBubble", "DualPipeV")
 TORCH_SCHEDULES = SINGLE_STAGE_SCHEDULES + MULTI_STAGE_SCHEDULES
+
+
+def schedule_named(name: str) -> str | None:
+    """The schedule `name` spells, matched as `get_schedule_class` matches it (case-insensitively); None if torch has
+    no schedule of that name."""
+    return {n.lower(): n for n in TORCH_SCHEDULES}.get(name.strip().lower())
