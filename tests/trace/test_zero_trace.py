@@ -96,6 +96,17 @@ def test_fake_trace_matches_real_cpu_tensors():
     assert fake["persistent_bytes"] == real["persistent_bytes"]
 
 
+def test_a_world_destroyed_elsewhere_leaves_no_stale_deepspeed_group():
+    """A trace after another one's world was torn down by something else (a test's or a library's teardown): DeepSpeed
+    would broadcast over its cached clone of the dead world group ("Group … is not registered")."""
+    import torch.distributed as dist
+
+    cfg = step_config(zero_plan(2, "full", False, 2))
+    first = zero.run(cfg, 2)
+    dist.destroy_process_group()
+    assert zero.run(cfg, 2)["phases"] == first["phases"]
+
+
 def test_rank_keeps_its_partitions_after_the_step():
     """After the step rank 0 keeps its 16-bit weights (ZeRO-2: all of them; ZeRO-3: its partition, the small
     parameters below the persistence threshold whole), its fp32 master and both AdamW states' partitions (12 B per

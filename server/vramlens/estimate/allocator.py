@@ -71,6 +71,16 @@ def _slack_reserved(rp: ResolvedPlan, allocated: int, parts: dict[str, int]) -> 
     return int(allocated + slack + 64 * MIB)
 
 
+def _prefix(sizes: list[int], total: int) -> list[int]:
+    """The leading `sizes` that fit in `total` bytes (at least the first)."""
+    out: list[int] = []
+    for x in sizes:
+        if out and sum(out) + x > total:
+            break
+        out.append(x)
+    return out
+
+
 def _scaled(shapes: list[int], total: int) -> list[int]:
     """`shapes` (element counts) as tensors of `total` bytes: at a whole number of bytes per element each tensor
     has its exact size and what is left over (norm weights, biases) is one tensor more; below one byte per element
@@ -162,8 +172,10 @@ def step_sequence(rp: ResolvedPlan, parts: dict[str, int]) -> list[tuple] | None
     recompute = C.recomputes(rp)
     all_layers, one_layer = C.activations_per_token(rp)
     pattern, made_after = _block_pattern(rp, tok, c, q, kv)
-    # the model's final RMSNorm keeps what a block's norm keeps (its fp32 input, normalised and weighted outputs)
-    final_norm = pattern[:3] if made_after[0] and saved > sum(pattern[:3]) * (layers + 1) else []
+    # the model's final RMSNorm keeps what `final_norm_per_token` counts: its fp32 input, then the normalised value
+    # and the head's input only where the norm and the head train (a block's norm pattern, cut to that many bytes)
+    final_norm = _prefix(pattern[:3], int(tok * C.final_norm_per_token(rp)))
+    final_norm = final_norm if made_after[0] and saved > sum(pattern[:3]) * (layers + 1) else []
     per_block = (saved - sum(final_norm)) // layers
     block_tensors = _chunks(per_block, pattern)
     recomputed = _chunks(int(tok * one_layer), pattern) if recompute else []

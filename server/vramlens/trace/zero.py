@@ -167,12 +167,11 @@ def run(cfg: StepConfig, stage: int, *, real: bool = False, steps: int = 2) -> d
 def _run(cfg: StepConfig, stage: int, *, real: bool, steps: int) -> dict:
     install_deepspeed_on_cpu()
     import deepspeed
-    import torch.distributed as dist
 
-    if dist.is_initialized():
-        # every trace runs in a new world: DeepSpeed forgets the groups it made over the old one, as its own teardown
-        # of the world does (deepspeed 0.19.8 utils/groups.py `_release_process_group_references`)
-        importlib.import_module("deepspeed.utils.groups")._release_process_group_references(None)
+    # every trace runs in a new world: DeepSpeed forgets the groups it made over the old one, as its own teardown of
+    # the world does (deepspeed 0.19.8 utils/groups.py `_release_process_group_references`), also when something else
+    # destroyed that world first (its cached clone of the world group would outlive it)
+    importlib.import_module("deepspeed.utils.groups")._release_process_group_references(None)
     fake_process_group(cfg.world_size)
     t0 = time.perf_counter()
     torch.manual_seed(0)
