@@ -19,7 +19,8 @@ from typing import Any
 
 from vramlens.formats import model_kind
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
-from vramlens.knowledge.pipelining import MULTI_STAGE_SCHEDULES, TORCH_SCHEDULES, schedule_named
+from vramlens.formats.torchtitan import read_schedule
+from vramlens.knowledge.pipelining import MULTI_STAGE_SCHEDULES
 from vramlens.plan import IssueKind, Origin
 
 LABEL = "NeMo AutoModel"
@@ -324,14 +325,7 @@ def _pipeline(b: PlanBuilder, get, pp_s: Setting | None) -> None:
     holds each rank to its stage's layers and the micro-batches the schedule keeps in flight; the micro-batch split
     and a multi-stage schedule's stage count are not read."""
     s = get("distributed", "pipeline", "pp_schedule")
-    given = str(s.value).strip() if s is not None else "1f1b"
-    name = schedule_named(given)
-    if name is None:
-        if s is not None:
-            b.unknown(s, "pipeline schedule", TORCH_SCHEDULES)
-        name = "1F1B"
-    elif s is not None:
-        b.set("pipeline_schedule", name, s, note=f"torch.distributed.pipelining's {name} schedule")
+    name = read_schedule(b, s)
     if name in MULTI_STAGE_SCHEDULES:
         b.unmodelled(
             s,

@@ -748,6 +748,18 @@ def _parallel(b: PlanBuilder, v: _Values, world: tuple[int, Setting | None] | No
         b.unmodelled(s, "expert parallel", "estimated as if every GPU held every expert")
 
 
+def read_schedule(b: PlanBuilder, s: Setting | None) -> str:
+    """The torch schedule a pipeline setting names (1F1B when none is written), set on the plan; a name torch has no
+    schedule for is reported and taken as 1F1B."""
+    name = schedule_named(str(s.value)) if s is not None else "1F1B"
+    if name is None:
+        b.unknown(s, "pipeline schedule", TORCH_SCHEDULES)
+        return "1F1B"
+    if s is not None:
+        b.set("pipeline_schedule", name, s, note=f"torch.distributed.pipelining's {name} schedule")
+    return name
+
+
 def _pipeline_schedule(b: PlanBuilder, v: _Values, pp: int, pp_s: Setting | None) -> None:
     """The pipeline schedule and the stages each rank runs. torchtitan builds `pipeline_parallel_schedule` by name
     with torch's `get_schedule_class` (case-insensitive; torch 2.14 torch/distributed/pipelining/schedules.py), one
@@ -759,14 +771,7 @@ def _pipeline_schedule(b: PlanBuilder, v: _Values, pp: int, pp_s: Setting | None
     pipeline.py `pipeline_llama_manual_split`). The estimate holds each rank to its stages' layers and the
     micro-batches the schedule keeps in flight (components.pipeline `torch_schedule_in_flight`)."""
     s = v.get("pp_schedule")
-    given = str(v.value("pp_schedule") or "1F1B").strip()
-    name = schedule_named(given)
-    if name is None:
-        if s is not None:
-            b.unknown(s, "pipeline schedule", TORCH_SCHEDULES)
-        name = "1F1B"
-    elif s is not None:
-        b.set("pipeline_schedule", name, s, note=f"torch.distributed.pipelining's {name} schedule")
+    name = read_schedule(b, s)
     if (csv := v.get("pp_schedule_csv")) is not None and csv.value:
         b.unmodelled(
             csv,
