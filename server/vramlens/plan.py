@@ -260,6 +260,7 @@ class TrainingPlan(BaseModel):
     sequence_parallel: Sourced[bool] | None = None  # Megatron sequence parallelism (with tensor parallelism)
     distributed_optimizer: Sourced[bool] | None = None  # Megatron's distributed optimizer
     cross_entropy_fusion: Sourced[bool] | None = None  # Megatron's `--cross-entropy-loss-fusion`
+    grad_buffer_dtype: Sourced[str] | None = None  # Megatron's gradient buffers (fp32 unless told otherwise)
     optimizer_offload_fraction: Sourced[float] | None = None  # Megatron's hybrid optimizer: share on the CPU
     first_stage_layers: Sourced[int] | None = None  # Megatron uneven pipeline: layers on the first stage
     last_stage_layers: Sourced[int] | None = None  # Megatron uneven pipeline: layers on the last stage
@@ -287,6 +288,9 @@ class TrainingPlan(BaseModel):
     prompt_len: Sourced[int] | None = None  # max_prompt_length
     completion_len: Sourced[int] | None = None  # max_completion_length / max_new_tokens
     num_generations: Sourced[int] | None = None  # completions sampled per prompt (GRPO/RLOO group size)
+    # sequences per GPU in a no-grad log-prob forward of online RL (the old policy's and the reference's), when
+    # the framework sizes it apart from the training micro-batch (verl `log_prob_micro_batch_size_per_gpu`)
+    logprob_micro_batch: Sourced[int] | None = None
     generation: Sourced[str] | None = None  # GenerationMode
     vllm_memory_share: Sourced[float] | None = None  # vLLM gpu_memory_utilization when colocated
     generation_sleeps: Sourced[bool] | None = None  # the colocated engine releases its memory while the policy
@@ -307,6 +311,9 @@ class TrainingPlan(BaseModel):
     read_notes: list[str] = Field(default_factory=list)
     # settings read that change memory or speed and are not modelled (`PlanBuilder.unmodelled`)
     unmodelled: list[Unmodelled] = Field(default_factory=list)
+    # keys the reader read into a concept set from another key (the larger of two phases' batch sizes): read, so
+    # never named as not modelled (`frameworks.recognise`)
+    read_alongside: list[str] = Field(default_factory=list)
 
     def settings(self) -> dict[str, Sourced]:
         """The concept fields that are set, by concept name."""
@@ -332,5 +339,6 @@ PLAN_CONCEPTS: tuple[str, ...] = tuple(
         "extra",
         "read_notes",
         "unmodelled",
+        "read_alongside",
     }
 )

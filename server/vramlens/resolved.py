@@ -200,6 +200,9 @@ class ResolvedPlan(BaseModel):
     sequence_parallel: bool = False  # norm/dropout activations split over the tensor-parallel ranks
     distributed_optimizer: bool = False  # fp32 main weights and optimizer states sharded over data parallel
     cross_entropy_fusion: bool = False  # Megatron's fused cross-entropy (components.megatron_head_per_token)
+    # the dtype of Megatron-core's gradient buffers (`DistributedDataParallelConfig.grad_reduce_in_fp32`: fp32, else
+    # the parameters' dtype; components.megatron_state_bytes)
+    grad_buffer_dtype: str = "fp32"
     optimizer_offload_fraction: float = 1.0  # with offload_optimizer under Megatron: the share on the CPU
     first_stage_layers: int | None = None  # uneven pipeline stages (None: an even split)
     last_stage_layers: int | None = None
@@ -231,6 +234,7 @@ class ResolvedPlan(BaseModel):
     generations_per_example: int = 0  # sequences generated at once per micro-batch example on this rank
     # (TRL: steps_per_generation; elsewhere: samples per prompt)
     generation_len: int = 0  # prompt + completion tokens held in the KV cache per sequence
+    logprob_micro_batch: int | None = None  # sequences per no-grad log-prob forward (None: the micro-batch)
     vllm_memory_share: float = 0.0  # vLLM gpu_memory_utilization when colocated
     generation_sleeps: bool = False  # the colocated engine releases its share while the policy trains
     # (vLLM sleep mode, SGLang release_memory_occupation): the share is

@@ -1,6 +1,7 @@
 """Megatron-core memory terms, each from the code that allocates it: the fused vocab-parallel cross-entropy's
 backward (`--cross-entropy-loss-fusion`, Megatron-SWIFT's default from ms-swift 4.0), and where a run's setting of it
-comes from (Megatron-LM's flag, Megatron-SWIFT's argument and its default by version)."""
+comes from (Megatron-LM's flag, Megatron-SWIFT's argument and its default by version); the gradient buffers' dtype
+(fp16 runs keep fp16 buffers unless `--accumulate-allreduce-grads-in-fp32`) and the fp32 copy the optimizer steps on."""
 
 from __future__ import annotations
 
@@ -112,3 +113,60 @@ def test_megatron_lm_fuses_the_cross_entropy_only_with_the_flag(tmp_path):
     # core_v0.15.0 megatron/training/arguments.py: `--cross-entropy-loss-fusion`, action='store_true'
     assert not fusion(tmp_path, MEGATRON_LM.format(extra=""), "a.sh")
     assert fusion(tmp_path, MEGATRON_LM.format(extra="--cross-entropy-loss-fusion"), "b.sh")
+
+
+def resolved(tmp_path: Path, text: str, name: str, **settings) -> ResolvedPlan:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    parsed = parse_document(text, str(path), workspace=tmp_path).plan
+    assert parsed is not None
+    return resolve(parsed, Settings(model_lookup=False, gpu="H100-80GB", **settings)).resolved
+
+
+@pytest.mark.parametrize(
+    "flags, dtype",
+    [
+        # megatron/training/arguments.py `validate_args`: bf16 turns `accumulate_allreduce_grads_in_fp32` on unless
+        # `--grad-reduce-in-bf16` / `--main-grads-dtype bf16`; fp16 never does
+        ("--bf16", "fp32"),
+        ("--bf16 --grad-reduce-in-bf16", "bf16"),
+        ("--bf16 --main-grads-dtype bf16", "bf16"),
+        ("--fp16", "fp16"),
+        ("--fp16 --accumulate-allreduce-grads-in-fp32", "fp32"),
+    ],
+)
+def test_megatron_lm_gradient_buffer_dtype(tmp_path, flags, dtype):
+    text = MEGATRON_LM.replace("--bf16 {extra}", flags)
+    rp = resolved(tmp_path, text, "run.sh")
+    assert rp.grad_buffer_dtype == dtype
+    assert not [u for u in rp.unmodelled if "gradient" in u.what]
+
+
+def test_megatron_swift_fp16_keeps_fp16_gradient_buffers(tmp_path):
+    # ms-swift swift/megatron/arguments/megatron_args.py `_map_dtype`: only bf16 with fp32 main grads turns the
+    # accumulation in fp32 on
+    assert resolved(tmp_path, SWIFT.format(extra="\\\n    --fp16 true"), "a.sh").grad_buffer_dtype == "fp16"
+    assert resolved(tmp_path, SWIFT.format(extra=""), "b.sh").grad_buffer_dtype == "fp32"
+    # `--torch_dtype float16` (or float32) without --fp16/--bf16 trains in fp16 (base_args/model_args.py
+    # `_init_mixed_precision`): fp16 weights and fp16 gradient buffers
+    rp = resolved(tmp_path, SWIFT.format(extra="\\\n    --torch_dtype float16"), "c.sh")
+    assert (rp.weight_dtype, rp.grad_buffer_dtype) == ("fp16", "fp16")
+    rp = resolved(tmp_path, SWIFT.format(extra="\\\n    --torch_dtype float32"), "d.sh")
+    assert (rp.weight_dtype, rp.grad_buffer_dtype) == ("fp16", "fp16")
+    rp = resolved(tmp_path, SWIFT.format(extra="\\\n    --torch_dtype float16 \\\n    --bf16 true"), "e.sh")
+    assert (rp.weight_dtype, rp.grad_buffer_dtype) == ("bf16", "fp32")
+
+
+@pytest.mark.parametrize("distributed, dp", [(True, 4), (False, 4), (True, 1)])
+def test_sixteen_bit_gradient_buffers_halve_the_gradients_and_the_step_copies_them_to_fp32(distributed, dp):
+    # param_and_grad_buffer.py `grad_dtype = torch.float if grad_reduce_in_fp32 else param.dtype`; the optimizer's
+    # `_copy_model_grads_to_main_grads` makes `.float()` copies: the rank's 1/DP shard under the distributed
+    # optimizer, every parameter without it
+    common = dict(weight_dtype="fp16", compute_dtype="fp16", distributed_optimizer=distributed, world_size=dp)
+    wide = C.megatron_step(plan(**common))
+    narrow = C.megatron_step(plan(grad_buffer_dtype="fp16", **common))
+    n = wide["forward-backward"]["gradients"] / 4
+    assert narrow["forward-backward"]["gradients"] == pytest.approx(2 * n, abs=1)
+    assert wide["optimizer-step"]["gradients"] == wide["forward-backward"]["gradients"]
+    copy = narrow["optimizer-step"]["gradients"] - narrow["forward-backward"]["gradients"]
+    assert copy == pytest.approx(4 * n / (dp if distributed else 1), abs=2)

@@ -82,8 +82,10 @@ def test_gpt3_175b_example_takes_megatron_defaults(tmp_path):
     given.write_text(text.replace("--num-layers 96", "--num-layers 96 --padded-vocab-size 10000"))
     assert d["model"]["params"] - estimate(given)["model"]["params"] == (51200 - 10000) * 12288
     assert any("51,200" in a for a in d["approximate_reasons"])
-    # --fp16 without --accumulate-allreduce-grads-in-fp32 keeps fp16 gradient buffers
-    assert "fp16" in unmodelled(d)
+    # --fp16 without --accumulate-allreduce-grads-in-fp32 keeps fp16 gradient buffers (megatron/training/arguments.py
+    # turns the fp32 accumulation on for bf16 only)
+    assert source(d, "grad_buffer_dtype") == "fp16"
+    assert "fp16" not in unmodelled(d)
 
 
 def test_llama3_8b_example_reads_quoted_arguments_and_pads_the_vocabulary():
@@ -93,7 +95,9 @@ def test_llama3_8b_example_reads_quoted_arguments_and_pads_the_vocabulary():
     # end-of-document token: 128,257 padded to 128,384; Llama-3-8B's shapes otherwise
     assert d["model"]["params"] == pytest.approx(8.03e9 + (128384 - 128256) * 4096 * 2, rel=1e-3)
     got = unmodelled(d)
-    assert {"fp8-format", "fp8-param-gather", "empty-unused-memory-level", "grad-reduce-in-bf16"} <= set(got)
+    assert {"fp8-format", "fp8-param-gather", "empty-unused-memory-level"} <= set(got)
+    # --bf16 --grad-reduce-in-bf16: bf16 gradient buffers (arguments.py leaves the fp32 accumulation off)
+    assert source(d, "grad_buffer_dtype") == "bf16" and "grad-reduce-in-bf16" not in got
     assert source(d, "distributed_optimizer") is True and source(d, "sequence_parallel") is True
 
 

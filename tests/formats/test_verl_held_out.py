@@ -99,11 +99,11 @@ def test_sft_trainer_lora_example_is_estimated():
     assert any("nproc_per_node" in i.message for i in a.plan.issues)
 
 
-def test_sft_trainer_ignores_the_deprecated_global_micro_batch_and_names_sequence_parallelism():
+def test_sft_trainer_ignores_the_deprecated_global_micro_batch_and_reads_sequence_parallelism():
     plan = plan_of(V050 / "sft" / "run_qwen_05_sp2.sh")
     assert value(plan, "micro_batch") == 4 and value(plan, "packing") is True
     assert any("data.micro_batch_size" in i.message and "not read" in i.message for i in plan.issues)
-    assert "ulysses_sequence_parallel_size" in unmodelled(plan)
+    assert value(plan, "context_parallel") == 2 and "ulysses_sequence_parallel_size" not in unmodelled(plan)
 
 
 def test_split_placement_trainer_is_read_with_its_config_and_says_what_is_not_modelled():
@@ -155,3 +155,45 @@ def test_a_skypilot_task_is_read_by_the_verl_launch_of_its_run_script():
     assert value(a.plan, "model_id") == "Qwen/Qwen2.5-7B-Instruct"
     assert value(a.plan, "gpu_count") == 1 and value(a.plan, "world_size") == 2
     assert a.estimate is not None
+
+
+def test_ulysses_sequence_parallelism_splits_each_sequence_over_its_gpus():
+    # verl v0.7.0 examples/ppo_trainer/run_deepseek7b_llm_sp2.sh:
+    # actor_rollout_ref.actor.ulysses_sequence_parallel_size=2
+    # (dp_actor.py `ulysses_pad_and_slice_inputs`: each GPU runs the model on half of every sequence's tokens)
+    path = FIXTURES / "v0.7.0" / "run_deepseek7b_llm_sp2.sh"
+    a = analysed(path)
+    assert a.estimate is not None, a.error
+    assert value(a.plan, "context_parallel") == 2 and "ulysses" not in " ".join(unmodelled(a.plan))
+    text = path.read_text(encoding="utf-8").replace(
+        "ulysses_sequence_parallel_size=2", "ulysses_sequence_parallel_size=1"
+    )
+    whole = analyze(text, str(path), Settings(workspace=path.parent, model_lookup=False))
+    assert whole.estimate is not None
+    # the rollout's memory is the peak either way; the actor's update holds half the activations and logits
+    split, one = a.estimate.phases["forward-backward"], whole.estimate.phases["forward-backward"]
+    assert split < one - 8 * 2**30
+
+
+def test_log_prob_forwards_run_in_their_own_micro_batches():
+    # verl workers/fsdp_workers.py `compute_log_prob` / `compute_ref_log_prob`: the old policy's and the reference's
+    # log-probs in micro-batches of `log_prob_micro_batch_size_per_gpu` (64 here), not the actor's 32
+    path = FIXTURES / "v0.7.0" / "run_deepseek7b_llm_sp2.sh"
+    text = path.read_text(encoding="utf-8")
+    a = analysed(path)
+    assert value(a.plan, "logprob_micro_batch") == 64
+    assert not [k for k in unmodelled(a.plan) if "log_prob" in k]
+    smaller = text.replace("log_prob_micro_batch_size_per_gpu=64", "log_prob_micro_batch_size_per_gpu=8")
+    b = analyze(smaller, str(path), Settings(workspace=path.parent, model_lookup=False))
+    assert value(b.plan, "logprob_micro_batch") == 8
+    assert a.estimate.phases["reference-forward"] > b.estimate.phases["reference-forward"]
+    # a reference (KL loss) with a larger size of its own: the larger sizes the phase, the other is read beside it
+    both = text.replace(
+        "log_prob_micro_batch_size_per_gpu=64 \\",
+        "log_prob_micro_batch_size_per_gpu=64 \\\n    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=128 \\\n"
+        "    actor_rollout_ref.actor.use_kl_loss=True \\",
+    )
+    c = analyze(both, str(path), Settings(workspace=path.parent, model_lookup=False))
+    assert value(c.plan, "logprob_micro_batch") == 128
+    assert c.plan.logprob_micro_batch.key == "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"
+    assert not [k for k in unmodelled(c.plan) if "log_prob" in k]

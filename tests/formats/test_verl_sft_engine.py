@@ -50,7 +50,9 @@ def test_lora_launch_with_sequence_parallelism_and_hybrid_sharding_is_read_and_e
     assert value(plan, "micro_batch") == 2048 // 1024 and "max_token_len_per_gpu" in plan.micro_batch.note
     assert value(plan, "grad_checkpointing") is True and value(plan, "weight_dtype") == "fp32"
     gaps = unmodelled(plan)
-    assert "2 GPUs" in gaps["engine.ulysses_sequence_parallel_size"]
+    # Ulysses over 2 GPUs: each holds half of every sequence's tokens, as under context parallelism
+    assert value(plan, "context_parallel") == 2 and "Ulysses" in plan.context_parallel.note
+    assert "engine.ulysses_sequence_parallel_size" not in gaps
     assert "FSDP groups of 2" in gaps["engine.fsdp_size"]
     a = analysed(path)
     assert a.estimate is not None, a.error
@@ -77,7 +79,7 @@ def test_dynamic_batch_is_bounded_by_the_samples_a_rank_takes():
     assert value(plan, "seq_len") == 2048
     assert value(plan, "micro_batch") == 24 and "32 fit" in plan.micro_batch.note
     assert value(plan, "fsdp_version") == 2
-    assert "engine.ulysses_sequence_parallel_size" in unmodelled(plan)
+    assert value(plan, "context_parallel") == 2 and "engine.ulysses_sequence_parallel_size" not in unmodelled(plan)
 
 
 def test_megatron_engine_group_override_reads_its_parallel_sizes():

@@ -208,14 +208,17 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             "logits": 0,
             "generation": _generation_share(rp),
         }
-        if rp.reference != "none" or rp.reward_model or rp.value_model:
+        if rp.reference != "none" or rp.reward_model or rp.value_model or rp.logprob_micro_batch:
+            # the old policy's and the reference's log-probs, in log-prob micro-batches of their own where the
+            # framework sizes them apart (verl `log_prob_micro_batch_size_per_gpu`)
+            lp_tok = logit_tok if not rp.logprob_micro_batch else logit_tok // max(seqs, 1) * rp.logprob_micro_batch
             phases["reference-forward"] = {
                 **base,
                 "optimizer": O,
                 "gradients": g_step,
                 "activations": 0,
                 "logits": 0,
-                "temporaries": C.no_grad_forward(rp, logit_tok),
+                "temporaries": C.no_grad_forward(rp, lp_tok),
             }
     attn_back = C.sdpa_math_backward_per_token(rp)
     if attn_back and not C.recomputes(rp):

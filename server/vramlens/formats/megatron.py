@@ -249,6 +249,7 @@ HANDLERS = {
     "global_batch_size": lambda b, s: b.set_int("global_batch", s, minimum=1),
     "seq_length": lambda b, s: b.set_int("seq_len", s, minimum=1),
     "max_length": lambda b, s: b.set_int("seq_len", s, minimum=1),  # Megatron-SWIFT
+    "torch_dtype": _remember,  # Megatron-SWIFT: `_swift_precision`
     "packing": lambda b, s: b.set_bool("packing", s),
     "bf16": _precision("bf16"),
     "fp16": _precision("fp16"),
@@ -269,7 +270,7 @@ HANDLERS = {
     "untie_embeddings_and_output_weights": lambda b, s: b.shape("no_weight_tying", s),
     "disable_bias_linear": lambda b, s: b.shape("disable_bias_linear", s),  # kept for resolve.arch_from_sizes
     "add_qkv_bias": lambda b, s: b.shape("add_qkv_bias", s),
-    "grad_reduce_in_bf16": _not_modelled("gradients reduced in bf16", "gradient buffers counted in fp32"),
+    "grad_reduce_in_bf16": _remember,  # `_grad_buffers`
     "fp8_format": _not_modelled("FP8 training (Transformer Engine)", "estimated with 16-bit activations"),
     "cpu_offloading": _not_modelled("activation/weight CPU offloading", "estimated as kept on the GPU"),
     # routed experts (megatron/training/arguments.py `_add_moe_args`): the MoE model `resolve.arch_from_sizes` builds
@@ -328,8 +329,11 @@ HANDLERS = {
     "cross_entropy_fusion_impl": _not_modelled(
         "Transformer Engine's fused cross-entropy", "the native fused cross-entropy counted", unless="native"
     ),
-    "use_precision_aware_optimizer": _not_modelled("precision-aware optimizer", "optimizer state counted in fp32"),
-    "main_grads_dtype": _precision_aware("main gradients", "fp32"),
+    "use_precision_aware_optimizer": _not_modelled(
+        "precision-aware optimizer",
+        "optimizer state counted in fp32, and 16-bit gradient buffers copied to fp32 for the step",
+    ),
+    "main_grads_dtype": _remember,  # `_grad_buffers`
     "main_params_dtype": _precision_aware("main parameters", "fp32"),
     "exp_avg_dtype": _precision_aware("Adam first moment", "fp32"),
     "exp_avg_sq_dtype": _precision_aware("Adam second moment", "fp32"),
@@ -476,6 +480,9 @@ def finish(b: PlanBuilder, settings: list[Setting], launch) -> None:
     without."""
     by = {s.path[0]: s for s in settings if s.path and not s.unresolved}
     if is_swift(launch):
+        _swift_precision(b, by)
+    _grad_buffers(b, by)
+    if is_swift(launch):
         _swift_checkpoint_model(b, by)
         return _swift_finish(b, launch.subcommand)
     script = launch.script.text.rsplit("/", 1)[-1] if launch.script else "pretrain_gpt.py"
@@ -524,17 +531,62 @@ def finish(b: PlanBuilder, settings: list[Setting], launch) -> None:
         b.plan.model_id = None
         for key in [k for k in b.plan.extra if k.startswith("arch.")]:
             del b.plan.extra[key]
-    amp = b.plan.amp_dtype.value if b.plan.amp_dtype is not None else None
-    fp32_grads = by.get("accumulate_allreduce_grads_in_fp32")
-    if amp == "fp16" and (fp32_grads is None or to_bool(fp32_grads.value) is False):
-        # arguments.py turns `accumulate_allreduce_grads_in_fp32` on for bf16 only; training.py passes it on as
-        # DistributedDataParallelConfig `grad_reduce_in_fp32`, so fp16 runs keep fp16 gradient buffers
-        b.unmodelled(
-            by.get("fp16"),
-            "fp16 gradient buffers, without `--accumulate-allreduce-grads-in-fp32`",
-            "gradient buffers counted in fp32",
-            key="fp16" if "fp16" not in by else None,
+
+
+_SWIFT_DTYPES = {"float16": "fp16", "fp16": "fp16", "half": "fp16", "float32": "fp16", "fp32": "fp16"}
+_SWIFT_DTYPES |= {"bfloat16": "bf16", "bf16": "bf16"}
+
+
+def _swift_precision(b: PlanBuilder, by: dict[str, Setting]) -> None:
+    """Megatron-SWIFT's precision from `--torch_dtype` when neither `--fp16` nor `--bf16` is given: float16 and
+    float32 train in fp16, bfloat16 in bf16 (ms-swift 3602360a5 swift/arguments/base_args/model_args.py
+    `_init_mixed_precision`, which swift/megatron/arguments/megatron_args.py `_init_mixed_precision` calls; v3.5.0
+    swift/llm/argument/base_args/model_args.py the same). Without it the checkpoint's dtype decides, as resolved."""
+    s = by.get("torch_dtype")
+    if s is None or any(by.get(f) is not None and to_bool(by[f].value) is not None for f in ("fp16", "bf16")):
+        return
+    name = str(s.value).strip().lower().removeprefix("torch.")
+    dtype = _SWIFT_DTYPES.get(name)
+    if dtype is None:
+        b.unknown(s, "torch_dtype", tuple(_SWIFT_DTYPES))
+        return
+    note = f"Megatron-SWIFT trains a torch_dtype {name} model in {dtype} mixed precision"
+    b.set("amp_dtype", dtype, s, note=note)
+    b.set("weight_dtype", dtype, s, note=note)
+
+
+def _grad_buffers(b: PlanBuilder, by: dict[str, Setting]) -> None:
+    """The dtype of the gradient buffers: fp32 when `accumulate_allreduce_grads_in_fp32` holds, else the parameters'
+    (megatron/training/training.py passes the flag on as DistributedDataParallelConfig `grad_reduce_in_fp32`;
+    megatron/core/distributed/param_and_grad_buffer.py: `grad_dtype = torch.float if grad_reduce_in_fp32 else
+    param.dtype`). Megatron-LM d98e8a64dd megatron/training/arguments.py `validate_args` turns the flag on for bf16
+    unless `--grad-reduce-in-bf16` or `--main-grads-dtype bf16`, and never for fp16 (core_r0.8.0: on for every bf16
+    run); Megatron-SWIFT the same for bf16 unless `main_grads_dtype bf16` (ms-swift 3602360a5
+    swift/megatron/arguments/megatron_args.py `_map_dtype`; `accumulate_allreduce_grads_in_fp32: bool = False`)."""
+    given = b.plan.amp_dtype or b.plan.weight_dtype
+    dtype = given.value if given is not None else None
+    if dtype not in ("fp16", "bf16"):
+        return
+    flag = by.get("accumulate_allreduce_grads_in_fp32")
+    if flag is not None and to_bool(flag.value):
+        b.set("grad_buffer_dtype", "fp32", flag, note="gradients accumulated and reduced in fp32")
+        return
+    if dtype == "fp16":
+        b.set(
+            "grad_buffer_dtype",
+            "fp16",
+            by.get("fp16") or flag,
+            origin=Origin.DERIVED,
+            note="fp16 without --accumulate-allreduce-grads-in-fp32: the gradient buffers are fp16, and the optimizer "
+            "copies them to fp32 for its step",
         )
+        return
+    low = by.get("grad_reduce_in_bf16")
+    if low is None or not to_bool(low.value):
+        main = by.get("main_grads_dtype")
+        low = main if main is not None and str(main.value).strip().lower() == "bf16" else None
+    if low is not None:
+        b.set("grad_buffer_dtype", "bf16", low, note="bf16 gradient buffers, copied to fp32 for the optimizer's step")
 
 
 _T5_FLAGS = (("--encoder-num-layers", "encoder_num_layers"), ("--decoder-num-layers", "decoder_num_layers"))

@@ -228,7 +228,8 @@ def read(
     _model(r, megatron)
     world = _gpus(r)
     _objective(r)
-    _batch(r, world)
+    _batch(r, world, megatron)
+    _log_prob_batch(r, world)
     _distribution(r, megatron, world)
     _rollout(r)
     _reference(r, megatron)
@@ -456,7 +457,66 @@ def _objective(r: _Reader) -> None:
         r.put("completion_len", response, s)
 
 
-def _batch(r: _Reader, world: int) -> None:
+def _log_prob_batch(r: _Reader, world: int) -> None:
+    """The sequences of one no-grad log-prob forward: the actor's recomputation of the old policy's log-probs
+    (`rollout.log_prob_*`) and the reference's (`ref.log_prob_*`, when a KL term needs it), each in micro-batches of
+    its own (verl b178a3cd5 verl/workers/fsdp_workers.py `compute_log_prob` / `compute_ref_log_prob`:
+    `log_prob_micro_batch_size_per_gpu`, the deprecated global `log_prob_micro_batch_size` ÷ the data-parallel
+    ranks, or with `log_prob_use_dynamic_bsz` micro-batches filled up to `log_prob_max_token_len_per_gpu` tokens).
+    The larger of the two sizes the estimate's log-prob phase; the other is read alongside it."""
+    b, cfg = r.b, r.cfg
+    sp, _ = r.int(A + "actor.ulysses_sequence_parallel_size", 1)
+    dp = max(1, world // (sp or 1))
+    seq = (to_int(cfg.value("data.max_prompt_length")) or 0) + (to_int(cfg.value("data.max_response_length")) or 0)
+    reference = b.plan.reference_free is None or not b.plan.reference_free.value
+    found: list[tuple[int, Setting, str | None]] = []
+    for role in ("rollout", "ref") if reference else ("rollout",):
+        key = A + role + "."
+        dynamic, _ = r.bool(key + "log_prob_use_dynamic_bsz")
+        if dynamic:
+            tokens, ts = r.int(key + "log_prob_max_token_len_per_gpu", 1)
+            if tokens and seq and ts is not None:
+                n = max(1, tokens // seq)
+                note = (
+                    f"{role}.log_prob_use_dynamic_bsz: micro-batches filled up to {tokens:,} tokens, {n} sequence(s) "
+                    f"of {seq:,} (max prompt + response)"
+                )
+                found.append((n, ts, note))
+            continue
+        per_gpu, ps = r.int(key + "log_prob_micro_batch_size_per_gpu", 1)
+        if per_gpu and ps is not None:
+            found.append((per_gpu, ps, None))
+            continue
+        total, ts = r.int(key + "log_prob_micro_batch_size", 1)
+        if total and ts is not None:
+            n = max(1, total // dp)
+            found.append((n, ts, f"{role}.log_prob_micro_batch_size {total} ÷ {dp} data-parallel ranks"))
+    if not found:
+        return
+    n, s, note = max(found, key=lambda f: f[0])
+    r.put("logprob_micro_batch", n, s, note=note, derived=note is not None)
+    b.plan.read_alongside.extend(other.key for _, other, _ in found if other is not s and other.key)
+
+
+def _ulysses(b: PlanBuilder, sp: int, s: Setting | None) -> None:
+    """Ulysses sequence parallelism (DeepSpeed-Ulysses, arXiv:2309.14509) as verl runs it: each of `sp` GPUs holds
+    1/sp of every sequence's tokens (verl b178a3cd5 verl/workers/actor/dp_actor.py: `ulysses_pad_and_slice_inputs`
+    before the model, the logits of the local slice, `gather_outputs_and_unpad` on the per-token log-probs only),
+    and attention trades it with an all-to-all for every token of 1/sp of the heads
+    (verl/models/transformers/monkey_patch.py `_ulysses_flash_attention_forward`): the saved tensors of a layer are
+    those of seq_len/sp tokens, as under context parallelism. FSDP still shards over every GPU, and the data-parallel
+    ranks are world ÷ sp. Not counted: the K/V heads repeated up to sp when there are fewer (`repeat_kv`), and the
+    all-to-all's send and receive buffers."""
+    b.set(
+        "context_parallel",
+        sp,
+        s,
+        note=f"Ulysses sequence parallelism: each GPU holds 1/{sp} of every sequence's tokens (all-to-all attention "
+        "over 1/sp of the heads); K/V heads repeated up to sp and the all-to-all buffers not counted",
+    )
+
+
+def _batch(r: _Reader, world: int, megatron: bool) -> None:
     b, cfg = r.b, r.cfg
     sp, _ = r.int(A + "actor.ulysses_sequence_parallel_size", 1)
     sp = sp or 1
@@ -513,15 +573,9 @@ def _batch(r: _Reader, world: int) -> None:
             note=f"ppo_mini_batch_size {mini} × rollout.n {n} ÷ {dp} ranks = {per_rank} sequences per update "
             f"on each GPU, in micro-batches of {micro}",
         )
-    if sp > 1:
+    if sp > 1 and not megatron:  # Megatron workers split sequences with their own context parallelism
         _, s = r.int(A + "actor.ulysses_sequence_parallel_size", 1)
-        b.unmodelled(
-            s,
-            f"Ulysses sequence parallelism over {sp} GPUs",
-            "each GPU is estimated with whole sequences (an upper bound on activations); FSDP still shards "
-            "over every GPU",
-            key=A + "actor.ulysses_sequence_parallel_size",
-        )
+        _ulysses(b, sp, s)
 
 
 def _distribution(
@@ -883,12 +937,7 @@ def read_sft(
             note=f"train_batch_size {batch} ÷ {dp} data-parallel ranks, in micro-batches of {micro}",
         )
     if sp and sp > 1:
-        b.unmodelled(
-            ss,
-            f"Ulysses sequence parallelism over {sp} GPUs",
-            "each GPU is estimated with whole sequences (an upper bound on activations)",
-            key="ulysses_sequence_parallel_size",
-        )
+        _ulysses(b, sp, ss)
     on, s = r.bool("model.use_liger")
     if on:
         b.unmodelled(s, "Liger kernels", "estimated without them", key="model.use_liger")
@@ -1108,13 +1157,7 @@ def _sft_engine_batch(r: _Reader, world: int, megatron: bool) -> None:
             note=f"train_batch_size {batch} ÷ {dp} data-parallel ranks, in micro-batches of {micro}",
         )
     if sp > 1:
-        b.unmodelled(
-            ss,
-            f"Ulysses sequence parallelism over {sp} GPUs",
-            "each GPU is estimated with whole sequences (an upper bound on activations); FSDP still shards "
-            "over every GPU",
-            key=sp_key,
-        )
+        _ulysses(b, sp, ss)
 
 
 def _sft_engine_not_modelled(r: _Reader, megatron: bool) -> None:

@@ -720,6 +720,22 @@ _ALL: tuple[Concept, ...] = (
         ("cross_entropy_loss_fusion",),
     ),
     _C(
+        "logprob_micro_batch",
+        "int",
+        "sequences per GPU in an online-RL log-prob forward",
+        True,
+        True,
+        ("log_prob_micro_batch_size_per_gpu",),
+    ),
+    _C(
+        "grad_buffer_dtype",
+        "dtype",
+        "Megatron gradient buffer dtype",
+        True,
+        True,
+        ("main_grads_dtype",),
+    ),
+    _C(
         "optimizer_offload_fraction",
         "float",
         "share of the optimizer offloaded to the CPU (Megatron hybrid optimizer)",

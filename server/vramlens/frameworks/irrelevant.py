@@ -326,7 +326,7 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
             "estimated with the training micro-batch",
         ),
         "forward_batch_size forward_micro_batch_size forward_micro_batch_size_per_gpu forward_only "
-        "forward_max_token_len_per_gpu log_prob_micro_batch_size log_prob_micro_batch_size_per_gpu "
+        "forward_max_token_len_per_gpu log_prob_micro_batch_size "
         "log_prob_max_token_len_per_gpu ppo_batch_size ppo_max_token_len_per_gpu ppo_mini_batch_size "
         "rollout_batch_size micro_rollout_batch_size local_rollout_forward_batch_size generation_batch_size "
         "max_tokens_per_gpu rollout_max_tokens_per_gpu train_max_tokens_per_gpu "

@@ -205,6 +205,7 @@ def apply(b: PlanBuilder, settings: Iterable[Setting], workspace: Path | None, *
     names = names_at(framework, version, workspace)
     hints: dict[str, str | None] = {}
     consumed = {v.key for v in plan.settings().values() if v.key} | {u.key for u in plan.unmodelled}
+    consumed |= set(plan.read_alongside)
     sections = {u.key for u in plan.unmodelled}  # a section named as not modelled as a whole covers its entries
     title = f"{TITLES[framework]} {version}"
     for s in settings:

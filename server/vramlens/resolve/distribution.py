@@ -146,6 +146,7 @@ def _megatron_layout(val) -> dict:
         "sequence_parallel": bool(val("sequence_parallel")),
         "distributed_optimizer": bool(val("distributed_optimizer")),
         "cross_entropy_fusion": bool(val("cross_entropy_fusion")),
+        "grad_buffer_dtype": str(val("grad_buffer_dtype") or "fp32"),
         "recompute_layers": int(val("recompute_layers") or 1),
     }
     if val("expert_tensor_parallel"):

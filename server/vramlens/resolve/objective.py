@@ -125,6 +125,7 @@ def objective_fields(
             generation=gen,
             generations_per_example=int(gen_seqs) // max(rp.micro_batch, 1),
             generation_len=int(prompt) + int(completion),
+            logprob_micro_batch=int(lp) if (lp := src("logprob_micro_batch")) else None,
             vllm_memory_share=float(share or 0.0) if gen == "vllm-colocate" else 0.0,
             generation_sleeps=gen == "vllm-colocate" and bool(src("generation_sleeps")),
         )

@@ -54,7 +54,8 @@ def megatron_state_bytes(rp: ResolvedPlan, st: Stage) -> tuple[int, int, int]:
     offloaded share stay on the GPU (`offload_params_numel < offload_threshold and param.is_cuda`, the threshold
     being that fraction of the optimizer's parameter count), each with an fp32 copy (`param_update_in_fp32=True`,
     megatron/core/optimizer/__init__.py) and the GPU Adam's two fp32 states (torch.optim.AdamW): that share of the
-    optimizer's bytes on the GPU."""
+    optimizer's bytes on the GPU. The gradient buffers are in `grad_buffer_dtype` (fp32 unless an fp16 run or
+    `--grad-reduce-in-bf16` makes them 16-bit: formats.megatron `_grad_buffers`)."""
     tp = max(rp.tensor_parallel, 1)
     dense = st.dense_params / tp
     experts = st.expert_params / (expert_tp(rp) * max(rp.expert_parallel, 1))
@@ -66,20 +67,28 @@ def megatron_state_bytes(rp: ResolvedPlan, st: Stage) -> tuple[int, int, int]:
         # the hybrid optimizer's CPU copies: its offload fraction of the rank's optimizer parameters
         per_state *= 1.0 - min(max(rp.optimizer_offload_fraction, 0.0), 1.0)
     dp, edp = megatron_dp(rp) if rp.distributed_optimizer else (1, 1)
-    vision, vision_trained = megatron_vision_params(rp, st)
-    weights += vision * wb
+    weights += megatron_vision_params(rp, st)[0] * wb
+    trained_dense, trained_experts = megatron_trained_params(rp, st)
+    gb = DTYPE_BYTES[rp.grad_buffer_dtype]
     if rp.peft != "none":
-        s = shapes(rp.arch)
-        expert_total = sum(l.params for l in s.linears if l.expert)
-        dense_adapters, expert_adapters = megatron_adapter_params(rp)
-        # each kind of adapter in the share of its kind of weights this rank holds
-        trained_dense = dense_adapters * dense / max(s.total - expert_total, 1)
-        trained_experts = expert_adapters * experts / max(expert_total, 1)
-        trained = trained_dense + trained_experts
-        weights += trained * (4 if rp.adapter_fp32 else wb)
-        return int(weights), int(trained * 4), int(trained_dense * per_state / dp + trained_experts * per_state / edp)
-    grads = (dense + experts + vision_trained) * 4
-    return int(weights), int(grads), int((dense + vision_trained) * per_state / dp + experts * per_state / edp)
+        weights += (trained_dense + trained_experts) * (4 if rp.adapter_fp32 else wb)
+        gb = 4 if rp.adapter_fp32 else gb
+    grads = (trained_dense + trained_experts) * gb
+    return int(weights), int(grads), int(trained_dense * per_state / dp + trained_experts * per_state / edp)
+
+
+def megatron_trained_params(rp: ResolvedPlan, st: Stage) -> tuple[float, float]:
+    """(dense, expert) parameters a pipeline rank trains, whose gradient buffers and optimizer state it holds: its
+    share of the dense weights over TP (with a trained vision tower) and of the experts over expert TP × EP, or under
+    adapters each kind of adapter in the share of its kind of weights the rank holds."""
+    dense = st.dense_params / max(rp.tensor_parallel, 1)
+    experts = st.expert_params / (expert_tp(rp) * max(rp.expert_parallel, 1))
+    if rp.peft == "none":
+        return dense + megatron_vision_params(rp, st)[1], experts
+    s = shapes(rp.arch)
+    expert_total = sum(l.params for l in s.linears if l.expert)
+    dense_adapters, expert_adapters = megatron_adapter_params(rp)
+    return dense_adapters * dense / max(s.total - expert_total, 1), expert_adapters * experts / max(expert_total, 1)
 
 
 def megatron_vision_params(rp: ResolvedPlan, st: Stage) -> tuple[int, int]:
@@ -375,10 +384,24 @@ def megatron_head_per_token(rp: ResolvedPlan) -> float:
     return 4 * rp.arch.hidden / sp + per_logit * rp.arch.vocab / tp
 
 
+def megatron_grad_copy_bytes(rp: ResolvedPlan, st: Stage) -> int:
+    """The fp32 copy of 16-bit gradient buffers the optimizer steps on: the distributed optimizer gives each
+    main-parameter shard `shard_model_grad.float()`, the rank's 1/DP of the dense gradients and 1/expert-DP of the
+    experts', and the non-distributed one every main parameter `model_param.main_grad.float()` (Megatron-LM
+    d98e8a64dd megatron/core/optimizer/distrib_optimizer.py and optimizer.py `_copy_model_grads_to_main_grads`); both
+    live until the next step's `optimizer.zero_grad()` (megatron/training/training.py `train_step`), so from the
+    optimizer step to the next forward. `.float()` of fp32 buffers is the buffer itself: nothing."""
+    if rp.grad_buffer_dtype == "fp32" or DTYPE_BYTES[rp.weight_dtype] >= 4 or (rp.peft != "none" and rp.adapter_fp32):
+        return 0
+    dense, experts = megatron_trained_params(rp, st)
+    dp, edp = megatron_dp(rp) if rp.distributed_optimizer else (1, 1)
+    return int(4 * (dense / dp + experts / edp))
+
+
 def megatron_step(rp: ResolvedPlan) -> dict[str, dict[str, int]]:
     """The phases of one Megatron-core step on its busiest pipeline rank, by component. Gradient buffers and
     optimizer state are resident through the step, so the forward-backward is the peak; the optimizer step (fused
-    Adam, in place) adds nothing."""
+    Adam, in place) adds the fp32 copy of 16-bit gradient buffers (`megatron_grad_copy_bytes`)."""
     best: dict[str, dict[str, int]] | None = None
     for st in stages(rp):
         w, g, o = megatron_state_bytes(rp, st)
@@ -400,7 +423,7 @@ def megatron_step(rp: ResolvedPlan) -> dict[str, dict[str, int]]:
                 "forward-backward": fb,
                 "optimizer-step": {
                     "weights": w,
-                    "gradients": g,
+                    "gradients": g + megatron_grad_copy_bytes(rp, st),
                     "optimizer": o,
                     "reference": ref,
                     "activations": 0,
