@@ -98,13 +98,14 @@ def test_activation_checkpointing_and_eager_attention():
 
 
 def test_packed_sequence_and_fp8():
-    """v0.5.0 falcon3_7b_instruct_hellaswag_fp8.yaml: packed to 8192 tokens; fp8 linears named as not modelled."""
+    """v0.5.0 falcon3_7b_instruct_hellaswag_fp8.yaml: packed to 8192 tokens; fp8 linears read (counted as the bf16
+    linears whose saved tensors they keep)."""
     path = FIXTURES / "v0.5.0" / "falcon3_7b_instruct_hellaswag_fp8.yaml"
     plan = parse_document(path.read_text(), str(path)).plan
     assert plan.format == "nemo-automodel" and plan.model_id.value == "tiiuae/Falcon3-7B-Instruct"
     assert plan.seq_len.value == 8192 and plan.packing.value is True
     assert plan.weight_dtype.value == "bf16"
-    assert [u.key for u in plan.unmodelled] == ["fp8.enabled"]
+    assert plan.float8_linears.value is True and plan.unmodelled == []
 
 
 @pytest.mark.parametrize(

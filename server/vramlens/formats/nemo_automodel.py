@@ -186,12 +186,6 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
         b.set_bool("compile", s)
     if (s := get("fp8", "enabled")) is not None and to_bool(s.value):
         b.set("float8_linears", True, s, note="torchao Float8: the linears run in fp8")
-        b.unmodelled(
-            s,
-            "the memory of fp8 linears (torchao Float8: inputs and weights cast to fp8 with their scales)",
-            "estimated with bf16 linears' memory (their run time is modelled)",
-            key="fp8.enabled",
-        )
 
 
 def _model(b: PlanBuilder, data: Any, get) -> None:

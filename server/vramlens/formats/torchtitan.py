@@ -1018,16 +1018,23 @@ def _float8(b: PlanBuilder, v: _Values) -> None:
     linears = [n for n in on if "grouped_mm" not in n]
     if linears:
         # the speed model runs the blocks' linears at the fp8 rate with torchao's casts (estimate/throughput.py
-        # `float8_peak`); the memory model keeps them bf16
+        # `float8_peak`); the memory model counts what they keep, a bf16 linear's (resolve.assemble `_float8_linears`)
         b.set("float8_linears", True, converters, note=f"{', '.join(linears)}: the blocks' linears run in fp8")
         _float8_all_gather(b, v)
-        b.unmodelled(
-            converters,
-            f"the memory of low-precision linears ({', '.join(on)}: torchao's fp8 casts of "
-            "inputs and weights with their scales)",
-            "estimated with bf16 linears' memory (their run time is modelled)",
-            key="model.converters",
-        )
+        if any(n.endswith("mx") for n in on):
+            b.unmodelled(
+                converters,
+                f"the memory of MX linears ({', '.join(on)}: torchao's MX casts of inputs and weights)",
+                "estimated as float8 linears, with a bf16 linear's saved tensors",
+                key="model.converters",
+            )
+        elif len(on) > len(linears):
+            b.unmodelled(
+                converters,
+                f"low-precision grouped expert GEMMs ({', '.join(n for n in on if 'grouped_mm' in n)})",
+                "estimated with bf16 expert GEMMs",
+                key="model.converters",
+            )
     elif on:
         b.unmodelled(
             converters,
@@ -1038,11 +1045,6 @@ def _float8(b: PlanBuilder, v: _Values) -> None:
     elif old is not None and to_bool(old.value):
         b.set("float8_linears", True, old, note="torchao Float8Linear: the blocks' linears run in fp8")
         _float8_all_gather(b, v)
-        b.unmodelled(
-            old,
-            "the memory of float8 linears (torchao Float8Linear's fp8 casts of inputs and weights)",
-            "estimated with bf16 linears' memory (their run time is modelled)",
-        )
 
 
 def _float8_all_gather(b: PlanBuilder, v: _Values) -> None:

@@ -62,7 +62,7 @@ def build_plan(
         keep_logits=hooks.behaviour["keep_logits"],
         fused_kernels=tuple(k for k in val("fused_kernels") or () if k in FUSED_KERNELS),
         liger_kernels=_liger_kernels(ctx, arch),
-        float8_linears=bool(val("float8_linears")),
+        float8_linears=_float8_linears(ctx),
         float8_all_gather=bool(val("float8_linears")) and bool(val("float8_all_gather")),
         optimizer=o.opt,
         optimizer_impl=o.impl if o.impl in ("foreach", "fused", "forloop") else "fused",
@@ -129,6 +129,23 @@ def _kbit_layers_noted(ctx: Context, family: str, quant_bits: int | None) -> int
     if quant_bits and (note := NOT_MODELLED_KBIT.get(family)):
         ctx.assumptions.append(Approximate(f"approximate: `{family}`: {note}"))
     return quant_bits
+
+
+def _float8_linears(ctx: Context) -> bool:
+    """torchao's float8 training linears, counted as the bf16 linears they replace: `matmul_with_hp_or_float8_args`
+    saves its high-precision input and weight for the backward and casts them to fp8 again there (torchao 0.17
+    float8/float8_linear.py), so what a step keeps is a bf16 step's (tests/trace/test_float8_linears.py); the fp8
+    copies one linear makes at a time are not counted, which the assumptions say."""
+    on = bool(ctx.val("float8_linears"))
+    if on:
+        gathered = " (and FSDP's fp8 all-gather counted at bf16)" if ctx.val("float8_all_gather") else ""
+        ctx.assumptions.append(
+            Approximate(
+                "float8 linears (torchao) counted as bf16 linears: they keep their bf16 inputs and weights for the "
+                f"backward; the fp8 copies of one linear's input, weight and output gradient not counted{gathered}"
+            )
+        )
+    return on
 
 
 def _liger_kernels(ctx: Context, arch) -> bool:
