@@ -170,3 +170,17 @@ def test_sixteen_bit_gradient_buffers_halve_the_gradients_and_the_step_copies_th
     assert wide["optimizer-step"]["gradients"] == wide["forward-backward"]["gradients"]
     copy = narrow["optimizer-step"]["gradients"] - narrow["forward-backward"]["gradients"]
     assert copy == pytest.approx(4 * n / (dp if distributed else 1), abs=2)
+
+
+@pytest.mark.parametrize(
+    "backend, named", [("", False), ("--attention-backend flash", False), ("--attention-backend unfused", True)]
+)
+def test_softmax_in_fp32_is_named_only_where_the_softmax_is_unfused(tmp_path, backend, named):
+    # fusions/fused_softmax.py `forward_torch_softmax` casts the scores to fp32 in Megatron's unfused attention; a
+    # fused or flash kernel keeps its own softmax whatever the flag says
+    text = MEGATRON_LM.format(extra=f"--attention-softmax-in-fp32 {backend}")
+    path = tmp_path / "run.sh"
+    path.write_text(text, encoding="utf-8")
+    plan = parse_document(text, str(path), workspace=tmp_path).plan
+    assert plan is not None
+    assert any(u.key.endswith("attention-softmax-in-fp32") for u in plan.unmodelled) is named

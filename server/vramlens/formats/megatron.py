@@ -318,9 +318,7 @@ HANDLERS = {
     "fp4_param_gather": _not_modelled("FP4 weights", "16-bit weights counted"),
     # precision
     "fp32_residual_connection": _not_modelled("residual stream in fp32", "residual counted in 16-bit"),
-    "attention_softmax_in_fp32": _not_modelled(
-        "attention softmax in fp32 (unfused attention)", "counted in the training dtype"
-    ),
+    "attention_softmax_in_fp32": _remember,  # `_softmax_in_fp32`
     "fp16_lm_cross_entropy": _not_modelled("cross entropy on 16-bit logits", "logits counted in fp32"),
     # the vocab-parallel cross-entropy's kernels (components.megatron_head_per_token); `te` takes Transformer
     # Engine's instead of megatron/core/fusions/fused_cross_entropy.py (core_v0.15.0 language_module.py
@@ -482,6 +480,7 @@ def finish(b: PlanBuilder, settings: list[Setting], launch) -> None:
     if is_swift(launch):
         _swift_precision(b, by)
     _grad_buffers(b, by)
+    _softmax_in_fp32(b, by)
     if is_swift(launch):
         _swift_checkpoint_model(b, by)
         return _swift_finish(b, launch.subcommand)
@@ -553,6 +552,18 @@ def _swift_precision(b: PlanBuilder, by: dict[str, Setting]) -> None:
     note = f"Megatron-SWIFT trains a torch_dtype {name} model in {dtype} mixed precision"
     b.set("amp_dtype", dtype, s, note=note)
     b.set("weight_dtype", dtype, s, note=note)
+
+
+def _softmax_in_fp32(b: PlanBuilder, by: dict[str, Setting]) -> None:
+    """`--attention-softmax-in-fp32` acts in Megatron's own unfused attention only (megatron/core/transformer/
+    dot_product_attention.py → fusions/fused_softmax.py `FusedScaleMaskSoftmax.forward_torch_softmax`: the scores
+    cast to fp32 before the softmax, which keeps its fp32 output); a fused or flash kernel (the attention backends
+    other than `local`/`unfused`) computes its softmax internally whatever the flag says."""
+    s = by.get("attention_softmax_in_fp32")
+    if s is None or to_bool(s.value) is False:
+        return
+    if b.plan.attn_impl is not None and b.plan.attn_impl.value == "eager":
+        b.unmodelled(s, "attention softmax in fp32 (unfused attention)", "counted in the training dtype")
 
 
 def _grad_buffers(b: PlanBuilder, by: dict[str, Setting]) -> None:
