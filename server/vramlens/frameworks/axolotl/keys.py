@@ -436,11 +436,15 @@ KEYS: Table = (
         type=bool,
         description="Liger plugin: Liger's RoPE kernel, in place; it saves cos and sin, as transformers' RoPE does.",
     ),
-    _not_modelled(
-        "liger_layer_norm",
-        "Liger's LayerNorm kernel",
-        "estimated as PyTorch's LayerNorm",
-        "Liger plugin: Liger's LayerNorm kernel.",
+    Key(
+        ("liger_layer_norm",),
+        None,
+        None,
+        type=bool,
+        # liger_kernel 0.8.2 ops/layer_norm.py `LigerLayerNormFunction.forward`: save_for_backward(X, W, B, Mean, RSTD),
+        # the input and one mean and 1/std per row, as torch's native_layer_norm keeps
+        description="Liger plugin: Liger's LayerNorm kernel (models with LayerNorm); it keeps the input and per-row "
+        "statistics, as PyTorch's LayerNorm does.",
     ),
     _not_modelled(
         "tiled_mlp",
