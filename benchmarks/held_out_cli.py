@@ -55,6 +55,21 @@ def verl_stated(path: Path, plan: Any) -> dict[str, Any]:
     return values
 
 
+def nemo_stated(path: Path, plan: Any) -> dict[str, Any]:
+    """A NeMo AutoModel recipe's own values (the generic reading), with pipeline parallelism the micro-batch the
+    schedule runs in place of the local batch: `pp_microbatch_size` (default 1; NeMo AutoModel
+    components/distributed/pipelining/functional.py `build_pipeline_schedule`: `n_microbatches = local_batch_size //
+    microbatch_size`)."""
+    values = stated(path)
+    try:
+        pp = int(str(values.get("distributed.pp_size", 1)))
+    except ValueError:
+        pp = 1
+    if pp > 1 and "step_scheduler.local_batch_size" in values:
+        values["step_scheduler.local_batch_size"] = values.get("distributed.pipeline.pp_microbatch_size", 1)
+    return values
+
+
 MEGATRON_CHECKS = [
     Check(("micro-batch-size", "micro_batch_size"), "micro_batch"),
     Check(("seq-length", "max_length", "seq_length"), "seq_len"),
@@ -174,6 +189,7 @@ FRAMEWORKS: list[Framework] = [
             Check(("distributed.cp_size",), "context_parallel"),
             Check(("peft.dim",), "lora_r"),
         ],
+        nemo_stated,
     ),
     Framework(
         "ms-swift",
