@@ -257,6 +257,7 @@ class TrainingPlan(BaseModel):
     pipeline_schedule: Sourced[str] | None = None  # torch.distributed.pipelining schedule name (torchtitan)
     expert_parallel: Sourced[int] | None = None
     expert_tensor_parallel: Sourced[int] | None = None
+    ep_dispatch: Sourced[str] | None = None  # expert-parallel token dispatch (ResolvedPlan.ep_dispatch)
     sequence_parallel: Sourced[bool] | None = None  # Megatron sequence parallelism (with tensor parallelism)
     distributed_optimizer: Sourced[bool] | None = None  # Megatron's distributed optimizer
     cross_entropy_fusion: Sourced[bool] | None = None  # Megatron's `--cross-entropy-loss-fusion`
@@ -264,6 +265,13 @@ class TrainingPlan(BaseModel):
     optimizer_offload_fraction: Sourced[float] | None = None  # Megatron's hybrid optimizer: share on the CPU
     first_stage_layers: Sourced[int] | None = None  # Megatron uneven pipeline: layers on the first stage
     last_stage_layers: Sourced[int] | None = None  # Megatron uneven pipeline: layers on the last stage
+    # torch's pipelining, the framework's split of the decoder layers over the stages (knowledge.pipelining
+    # `stage_split`): the layers the first stage's embeddings and the last stage's output modules count as
+    # (torchtitan), the layers per stage (sets the stage count), or the layers of each stage given outright
+    stage_input_weight: Sourced[int] | None = None
+    stage_output_weight: Sourced[int] | None = None
+    layers_per_stage: Sourced[int] | None = None
+    stage_layers: Sourced[list[int]] | None = None
     recompute_method: Sourced[str] | None = None  # Megatron full recompute: "uniform" or "block"
     recompute_layers: Sourced[int] | None = None  # Megatron `--recompute-num-layers`
     checkpoint_every: Sourced[int] | None = None  # with grad_checkpointing: every n-th block checkpointed (absent: 1)

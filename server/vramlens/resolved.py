@@ -197,6 +197,10 @@ class ResolvedPlan(BaseModel):
     pipeline_schedule: str = "1F1B"
     expert_parallel: int = 1  # ranks the routed experts are divided over
     expert_tensor_parallel: int | None = None  # tensor parallelism inside each expert (None: tensor_parallel)
+    # how expert parallelism moves each MoE layer's tokens (components.dispatch): "all_gather" (NeMo AutoModel's torch
+    # dispatcher with grouped GEMMs), "all_gather_loop" (the same with its per-expert loop), "deepep"; "" when not
+    # counted
+    ep_dispatch: str = ""
     sequence_parallel: bool = False  # norm/dropout activations split over the tensor-parallel ranks
     distributed_optimizer: bool = False  # fp32 main weights and optimizer states sharded over data parallel
     cross_entropy_fusion: bool = False  # Megatron's fused cross-entropy (components.megatron_head_per_token)
@@ -206,6 +210,9 @@ class ResolvedPlan(BaseModel):
     optimizer_offload_fraction: float = 1.0  # with offload_optimizer under Megatron: the share on the CPU
     first_stage_layers: int | None = None  # uneven pipeline stages (None: an even split)
     last_stage_layers: int | None = None
+    # torch's pipelining: the decoder layers of every pipeline stage in model order, as the framework cuts the model
+    # (knowledge.pipelining.stage_split; empty: an even split, stage_layer_counts)
+    stage_split: tuple[int, ...] = ()
     recompute_method: Literal["uniform", "block"] = "uniform"  # Megatron full recompute (grad_checkpointing)
     recompute_layers: int = 1  # uniform: layers per checkpointed group; block: layers recomputed
     fsdp_full_state_dict: bool = False

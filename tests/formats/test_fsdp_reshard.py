@@ -117,15 +117,30 @@ def test_automodel_pipeline_keeps_layers_gathered():
     assert per_gpu(default) > per_gpu(forced)
 
 
-@pytest.mark.parametrize("moe, named", [(None, True), (False, True), (True, False)])
-def test_automodel_expert_parallel_reads_the_moe_setting(moe, named):
+@pytest.mark.parametrize("moe, stage", [(None, 2), (False, 2), (True, 3)])
+def test_automodel_expert_parallel_reads_the_moe_setting(moe, stage):
     """ep_size > 1: the MoE parallelizer's MoEParallelizerConfig.reshard_after_forward (default False) decides,
-    not FSDP2Config's; with expert parallelism not modelled, layers kept gathered are named as not modelled rather
-    than counted with every expert gathered."""
+    not FSDP2Config's (moe/parallelizer.py `apply_fsdp`, v0.3.0–v0.5.0: the one flag for every block, its experts
+    and the root); expert parallelism is modelled (each rank gathers its own experts), so the layers kept gathered
+    are counted, not named."""
     extra = {} if moe is None else {"moe": {"reshard_after_forward": moe}}
     p = automodel(ep_size=2, reshard_after_forward=True, **extra)
-    assert zero_stage(p) == 3
-    assert any(u.key == "moe.reshard_after_forward" for u in p.unmodelled) == named
+    assert zero_stage(p) == stage
+    assert p.expert_parallel is not None and p.expert_parallel.value == 2
+    assert not any("reshard" in u.key or u.key == "ep_size" for u in p.unmodelled)
+
+
+def test_automodel_v020_parallelizer_section_sets_the_moe_reshard():
+    """v0.2.0 recipes pass the MoE parallelizer's arguments in a top-level `parallelizer:` section (recipes/llm/
+    train_ft.py at v0.2.0; examples/benchmark/configs/gptoss_120b_te_deepep.yaml: `reshard_after_forward: true`)."""
+    text = AUTOMODEL.read_text(encoding="utf-8").replace(
+        "distributed:\n  _target_: nemo_automodel.components.distributed.fsdp2.FSDP2Manager\n",
+        "parallelizer:\n  _target_: nemo_automodel.components.moe.parallelizer.parallelize_model\n"
+        "  reshard_after_forward: true\n"
+        "distributed:\n  _target_: nemo_automodel.components.distributed.fsdp2.FSDP2Manager\n  ep_size: 2\n",
+    )
+    p = plan_of(text, "/run/recipe.yaml")
+    assert zero_stage(p) == 3 and "parallelizer.reshard_after_forward" in p.zero_stage.note
 
 
 # --- Megatron-LM -----------------------------------------------------------------------------------------------

@@ -74,14 +74,30 @@ def test_tensor_parallel_layout_v050():
     assert source(d, "attn_impl") == "sdpa"
 
 
-def test_pipeline_schedule_read_and_what_is_not_named():
+def test_pipeline_schedule_stages_and_micro_batches_read():
     """v0.5.0 llama3_1_8b_hellaswag_pp.yaml: `distributed.pipeline.pp_schedule: interleaved1f1b` is torch's
-    Interleaved1F1B, estimated stage by stage; its stages per rank (`layers_per_stage`) and the micro-batch split
-    (`pp_microbatch_size: 4` of the local batch) are named as not modelled."""
+    Interleaved1F1B, two stages per rank, estimated stage by stage; the local batch of 32 runs as 8 micro-batches of
+    `pp_microbatch_size: 4` (train_ft.py: `pp_batch_size` = local_batch_size); the 32 layers split evenly, no
+    weight for the embeddings or the head (`generate_hf_model_fqn_per_model_part`). Nothing is left unmodelled."""
     d = estimate(FIXTURES / "v0.5.0" / "llama3_1_8b_hellaswag_pp.yaml")
     assert source(d, "pipeline_parallel") == 2 and d["gpu"]["count"] == 8
     assert source(d, "pipeline_schedule") == "Interleaved1F1B" and source(d, "virtual_pipeline") == 2
-    assert {u["key"] for u in d["unmodelled"]} == {"pp_schedule", "pp_microbatch_size"}
+    assert source(d, "micro_batch") == 4 and source(d, "grad_accum") == 8
+    assert source(d, "stage_input_weight") == source(d, "stage_output_weight") == 0
+    assert d["unmodelled"] == []
+
+
+def test_layers_per_stage_sets_the_stages():
+    """`layers_per_stage: 4` over 32 layers: 8 stages (`calculate_virtual_stages`: ceil(32 / 4)), four on each of the
+    2 pipeline ranks, 4 layers each."""
+    from vramlens.resolve import Settings, resolve
+
+    text = (FIXTURES / "v0.5.0" / "llama3_1_8b_hellaswag_pp.yaml").read_text(encoding="utf-8")
+    text = text.replace("    pp_microbatch_size: 4\n", "    pp_microbatch_size: 4\n    layers_per_stage: 4\n")
+    plan = parse_document(text, "/run/llama3_1_8b_hellaswag_pp.yaml").plan
+    assert plan is not None and plan.layers_per_stage is not None and plan.layers_per_stage.value == 4
+    rp = resolve(plan, Settings(gpu="H100-80GB", gpu_count=8)).resolved
+    assert rp.virtual_pipeline == 4 and rp.stage_split == (4,) * 8
 
 
 def test_hsdp_named_as_not_modelled():
@@ -134,3 +150,102 @@ def test_bad_values_are_reported():
     messages = " ".join(i.message for i in plan.issues)
     assert "local_batch_size" in messages and "bfloat17" in messages and "tp_size" in messages
     assert plan.tensor_parallel is None
+
+
+def test_expert_parallel_recipe_gathers_each_ranks_own_experts():
+    """v0.5.0 examples/llm_benchmark/glm/glm_4.5_air_te_deepep.yaml: GLM-4.5-Air on 64 nodes of 8 (512 GPUs),
+    `ep_size: 64`, `moe.reshard_after_forward: false`. The MoE parallelizer divides each MoE layer's 128 experts
+    over 64 GPUs (2 each) and FSDP-shards them over the other 8 (moe/parallelizer.py `apply_ep`, `apply_fsdp`):
+    expert parallelism is read, the layers kept gathered from forward to backward (ZeRO stage 2), and only the
+    token dispatch's buffers are named as not counted. Each rank's gathered blocks then hold 2 of the 128 experts:
+    below the same run with every expert gathered by at least 63/64 of every MoE layer's experts."""
+    from vramlens.estimate import allocated_peak
+    from vramlens.resolve import Settings, resolve
+
+    path = FIXTURES / "v0.5.0" / "glm_4.5_air_te_deepep.yaml"
+    plan = parse_document(path.read_text(encoding="utf-8"), str(path)).plan
+    assert plan.expert_parallel is not None and plan.expert_parallel.value == 64
+    assert plan.zero_stage.value == 2 and plan.zero_stage.key == "reshard_after_forward"
+    assert [u.key for u in plan.unmodelled] == ["expert_parallel.dispatch"]
+    assert plan.unmodelled[0].what.startswith("HybridEP's communication buffers for the 64-GPU")
+    rp = resolve(plan, Settings(model_lookup=False)).resolved
+    assert (rp.world_size, rp.expert_parallel, rp.zero_stage) == (512, 64, 2)
+    arch = rp.arch
+    experts = (arch.layers - arch.dense_layers) * arch.num_experts * 3 * arch.hidden * arch.moe_intermediate
+    assert allocated_peak(rp.with_changes(expert_parallel=1)) - allocated_peak(rp) >= experts * 63 / 64 * 2
+
+
+def test_torch_dispatcher_counted():
+    """v0.5.0 examples/llm_benchmark/qwen/qwen3_moe_30b_torch.yaml: `ep_size: 8`, `dispatcher: torch`,
+    `experts: torch`. GroupedExperts.forward (components/moe/experts.py) all-gathers the group's hidden states in
+    each MoE layer and its per-expert loop's `x.gather` keeps them for the backward: the dispatch is read into the
+    plan and counted (components.dispatch), not named as not modelled."""
+    from vramlens.estimate import _phases
+    from vramlens.resolve import Settings, resolve
+
+    path = FIXTURES / "v0.5.0" / "qwen3_moe_30b_torch.yaml"
+    plan = parse_document(path.read_text(encoding="utf-8"), str(path)).plan
+    assert plan.ep_dispatch is not None and plan.ep_dispatch.value == "all_gather_loop"
+    assert plan.ep_dispatch.key == "dispatcher"
+    assert "expert_parallel.dispatch" not in [u.key for u in plan.unmodelled]
+    rp = resolve(plan, Settings(model_lookup=False)).resolved
+    assert (rp.expert_parallel, rp.ep_dispatch) == (8, "all_gather_loop")
+    phases = _phases(rp)[1]
+    rows = 8 * 4 * 4096  # ep × local_batch_size × seq_len
+    assert phases["expert-dispatch"]["temporaries"] == 2 * rows * rp.arch.hidden * 4 + rows * (8 * 12 + 1)
+
+
+def test_deepep_dispatcher_counted():
+    """v0.5.0 examples/llm_finetune/gpt_oss/customizer_gpt_oss_full_sft.yaml: `ep_size: 8`, `dispatcher: deepep`
+    within one node: DeepEP's buffer (components/moe/megatron/fused_a2a.py `get_buffer`) is counted at the device
+    level, not named as not modelled."""
+    from vramlens.estimate import estimate
+    from vramlens.resolve import Settings, resolve
+
+    path = FIXTURES / "v0.5.0" / "customizer_gpt_oss_full_sft.yaml"
+    plan = parse_document(path.read_text(encoding="utf-8"), str(path)).plan
+    assert plan.ep_dispatch is not None and plan.ep_dispatch.value == "deepep"
+    assert "expert_parallel.dispatch" not in [u.key for u in plan.unmodelled]
+    rp = resolve(plan, Settings(model_lookup=False)).resolved
+    with_buffer, without = estimate(rp, limits=False), estimate(rp.with_changes(ep_dispatch=""), limits=False)
+    # gpt-oss-20b, hidden 2880 in bf16: tests/estimate/test_ep_dispatch.py `test_deepep_intranode_buffer_by_hand`
+    assert with_buffer.device_bytes - without.device_bytes == 160_073_344 + 160 + (32 << 20)
+
+
+@pytest.mark.parametrize(
+    ("backend", "dispatch", "named"),
+    [
+        ("    dispatcher: torch\n", "all_gather", None),  # v0.4.0+: experts default torch_mm (grouped GEMMs)
+        ("    dispatcher: torch\n    experts: torch\n", "all_gather_loop", None),
+        # v0.2.0/v0.3.0 run the per-expert loop, v0.4.0 grouped GEMMs: the saved all-gather is named
+        ("    enable_deepep: false\n", "all_gather", "kept for the backward"),
+        ("    dispatcher: deepep\n", "deepep", None),
+        ("    dispatcher: deepep\n    dispatcher_num_sms: 32\n", "deepep", "for 32 SMs"),
+        ("    dispatcher: hybridep\n", None, "HybridEP's communication buffers"),
+        ("", None, "BackendConfig's default dispatcher"),
+    ],
+)
+def test_dispatchers_read(backend, dispatch, named):
+    text = (
+        "step_scheduler:\n  local_batch_size: 1\n  global_batch_size: 8\nmodel:\n"
+        "  _target_: nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained\n"
+        "  pretrained_model_name_or_path: Qwen/Qwen3-30B-A3B\n"
+        "  backend:\n    _target_: nemo_automodel.components.models.common.utils.BackendConfig\n"
+        f"{backend}distributed:\n  strategy: fsdp2\n  dp_size: 8\n  ep_size: 8\n"
+    )
+    plan = parse_document(text, "/w/recipe.yaml").plan
+    assert (plan.ep_dispatch.value if plan.ep_dispatch else None) == dispatch
+    whats = [u.what for u in plan.unmodelled]
+    assert any(named in w for w in whats) if named else whats == []
+
+
+def test_deepep_group_size_without_a_config_is_reported():
+    """deep_ep/buffer.py `Buffer.get_dispatch_config` has configurations for 2, 4, 8, 16, 24, 32, 64, 128, 144 and
+    160 ranks only and asserts on any other."""
+    text = (
+        "model:\n  _target_: nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained\n"
+        "  pretrained_model_name_or_path: Qwen/Qwen3-30B-A3B\n  backend:\n    dispatcher: deepep\n"
+        "distributed:\n  strategy: fsdp2\n  dp_size: 12\n  ep_size: 12\n"
+    )
+    plan = parse_document(text, "/w/recipe.yaml").plan
+    assert any("DeepEP has no dispatch configuration" in i.message for i in plan.issues)

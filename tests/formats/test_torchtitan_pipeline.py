@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from vramlens.estimate import estimate
+from vramlens.estimate import allocated_peak, estimate, pipeline_rank_peak
 from vramlens.formats import parse_document
 from vramlens.resolve import Settings, resolve
 
@@ -66,13 +66,74 @@ def test_an_unknown_schedule_is_said():
     assert value(plan, "pipeline_schedule") is None
 
 
-def test_layers_per_stage_is_named_not_modelled():
-    """`pipeline_parallel_layers_per_stage` sizes the stages from the model's layers: estimated with two per rank."""
+def resolved(plan, gpus: int = 8):
+    return resolve(plan, Settings(gpu="H100-80GB", gpu_count=gpus)).resolved
+
+
+def test_default_split_weighs_the_embeddings_and_the_output_as_a_layer():
+    """Llama-3.1-8B's 32 layers over 4 stages, the embeddings and the output modules a layer each (34 weighted, the
+    first two stages one more): torchtitan's `_generate_llm_fqn_per_model_part(4, 32)` cuts 8, 9, 8, 7 layers."""
+    plan = titan(pipeline_parallel_degree=4, pipeline_parallel_schedule="1F1B")
+    assert value(plan, "stage_input_weight") == value(plan, "stage_output_weight") == 1
+    assert resolved(plan).stage_split == (8, 9, 8, 7)
+    interleaved = resolved(titan(pipeline_parallel_degree=4, pipeline_parallel_schedule="Interleaved1F1B"))
+    assert interleaved.stage_split == (4, 5, 4, 4, 4, 4, 4, 3)
+
+
+def test_first_stage_less_layers_moves_the_split():
+    """`pipeline_parallel_first_stage_less_layers = 2`: 35 weighted layers, 9 a stage less the weights:
+    `_generate_llm_fqn_per_model_part(4, 32, 2, 1)` cuts 7, 9, 9, 7."""
     plan = titan(
-        pipeline_parallel_degree=2, pipeline_parallel_schedule="Interleaved1F1B", pipeline_parallel_layers_per_stage=4
+        pipeline_parallel_degree=4, pipeline_parallel_schedule="1F1B", pipeline_parallel_first_stage_less_layers=2
     )
-    assert "pipeline_parallel_layers_per_stage" in unmodelled(plan)
-    assert value(plan, "virtual_pipeline") == 2
+    assert value(plan, "stage_input_weight") == 2
+    assert "pipeline_parallel_first_stage_less_layers" not in unmodelled(plan)
+    assert resolved(plan).stage_split == (7, 9, 9, 7)
+
+
+def test_every_rank_of_an_uneven_split_is_estimated():
+    """At default weights the second rank holds 9 of 1F1B's layers, one more than the first: every rank is
+    estimated with its own stages' layers and the plan's figure is the busiest rank's."""
+    rp = resolved(titan(pipeline_parallel_degree=4, pipeline_parallel_schedule="1F1B"))
+    assert rp.stage_split == (8, 9, 8, 7)
+    ranks = [pipeline_rank_peak(rp, r) for r in range(4)]
+    assert len(set(ranks)) == 4
+    assert allocated_peak(rp) == max(ranks)
+    assert allocated_peak(rp) != allocated_peak(rp.with_changes(stage_split=()))
+
+
+def test_layers_per_stage_sets_the_stages():
+    """`pipeline_parallel_layers_per_stage = 3`: ceil((32 + 1 + 1) / 3) = 12 stages, six on each of 2 ranks
+    (`_get_pipeline_metadata`); a count of stages the ranks do not divide is refused by torchtitan, said, and
+    estimated with two stages per rank."""
+    plan = titan(
+        pipeline_parallel_degree=2, pipeline_parallel_schedule="Interleaved1F1B", pipeline_parallel_layers_per_stage=3
+    )
+    assert "pipeline_parallel_layers_per_stage" not in unmodelled(plan)
+    rp = resolved(plan)
+    assert rp.virtual_pipeline == 6
+    # `_generate_llm_fqn_per_model_part(12, 32)`: 34 weighted layers, 2 a stage and the first 10 stages one more
+    assert rp.stage_split == (2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 2, 1)
+    odd = resolve(
+        titan(
+            pipeline_parallel_degree=2,
+            pipeline_parallel_schedule="Interleaved1F1B",
+            pipeline_parallel_layers_per_stage=4,
+        ),
+        Settings(gpu="H100-80GB", gpu_count=8),
+    )
+    assert odd.resolved.virtual_pipeline == 2
+    assert any("9 pipeline stages" in str(a) for a in odd.assumptions)
+
+
+def test_module_names_per_stage_give_the_split():
+    """`module_fqns_per_model_part` names each stage's modules: its `layers.N` entries are the stage's layers."""
+    parts = [["tok_embeddings"] + [f"layers.{i}" for i in range(10)]]
+    parts += [[f"layers.{i}" for i in range(10, 20)], [f"layers.{i}" for i in range(20, 28)]]
+    parts += [[f"layers.{i}" for i in range(28, 32)] + ["norm", "output"]]
+    plan = titan(pipeline_parallel_degree=4, pipeline_parallel_schedule="1F1B", module_fqns_per_model_part=parts)
+    assert value(plan, "stage_layers") == [10, 10, 8, 4]
+    assert resolved(plan).stage_split == (10, 10, 8, 4)
 
 
 def test_split_points_give_the_stages():

@@ -11,6 +11,7 @@ Skips where torch or torch.distributed are missing (CI installs the trace extra)
 from __future__ import annotations
 
 import logging
+import random
 
 import pytest
 
@@ -26,7 +27,11 @@ from torch.distributed.pipelining.schedules import (  # noqa: E402
     generate_rank_to_stage_mapping,
     get_schedule_class,
 )
-from vramlens.estimate.components.pipeline import torch_schedule_in_flight  # noqa: E402
+from vramlens.estimate.components.pipeline import (  # noqa: E402
+    torch_rank_ops,
+    torch_schedule_held_layers,
+    torch_schedule_in_flight,
+)
 from vramlens.knowledge.pipelining import TORCH_SCHEDULES, V_SCHEDULES  # noqa: E402
 from vramlens.trace.sharded import fake_process_group  # noqa: E402
 
@@ -108,3 +113,85 @@ def test_schedule_names_are_torchs():
         assert get_schedule_class(name).__name__.lower().endswith(name.lower())
     singles = {n for n in TORCH_SCHEDULES if issubclass(get_schedule_class(n), PipelineScheduleSingle)}
     assert singles == {"1F1B", "GPipe"}
+
+
+# the multi-stage schedules whose rank order the estimator writes out (the V ones are counted: `stages_per_rank`)
+ORDERED = ("LoopedBFS", "Interleaved1F1B", "InterleavedZeroBubble")
+KIND = {
+    _ComputationType.FORWARD: "F",
+    _ComputationType.FULL_BACKWARD: "B",
+    _ComputationType.BACKWARD_INPUT: "I",
+    _ComputationType.BACKWARD_WEIGHT: "W",
+}
+
+
+def held_layers(actions: list, rank: int, pp: int, v: int, m: int, layers: tuple[int, ...]) -> tuple[int, int]:
+    """(the most layers of stage forwards a rank holds at once, what it holds when the model's last stage runs its
+    backward) over its actions, each forward weighing its stage's layers (`layers`, local order)."""
+    held = peak = at_loss = 0
+    for a in actions:
+        if a is None or a.microbatch_index is None or a.microbatch_index >= m:
+            continue
+        k = (a.stage_index - rank) // pp
+        if a.computation_type == _ComputationType.FORWARD:
+            held += layers[k]
+            peak = max(peak, held)
+        elif a.stage_index == pp * v - 1 and a.computation_type != _ComputationType.BACKWARD_WEIGHT:
+            at_loss = max(at_loss, held)
+        if a.computation_type in (_ComputationType.FULL_BACKWARD, _ComputationType.BACKWARD_WEIGHT):
+            held -= layers[k]
+    return peak, at_loss
+
+
+@pytest.mark.parametrize("schedule", ORDERED)
+def test_rank_order_is_torchs(schedule):
+    """Every rank's computations, in order, are torch's `pipeline_order` less its idle steps."""
+    checked, wrong = 0, []
+    for v in (2, 3, 4):
+        for pp in PP:
+            for m in MICROBATCHES:
+                try:
+                    order = pipeline_order(schedule, pp, v, m)
+                except ValueError:
+                    continue
+                for rank in range(pp):
+                    theirs = [
+                        (KIND[a.computation_type], (a.stage_index - rank) // pp, a.microbatch_index)
+                        for a in order[rank]
+                        if a is not None
+                    ]
+                    checked += 1
+                    if theirs != torch_rank_ops(schedule, pp, v, m, rank):
+                        wrong.append((pp, v, m, rank))
+    assert checked > 100
+    assert not wrong, f"(pp, stages per rank, M, rank): {wrong[:10]}"
+
+
+@pytest.mark.parametrize("schedule", ORDERED)
+def test_uneven_stages_held_layers_are_torchs(schedule):
+    """With uneven stages (random layers, 0–5, per stage) the layers a rank holds at its peak and at the loss's
+    backward equal the replay of torch's `pipeline_order` weighted by each stage's layers; the count of forwards
+    times the mean stage (the rule for equal stages) misses many, but under LoopedBFS, which holds every forward."""
+    rng = random.Random(0)
+    checked, wrong, count_rule_wrong = 0, [], 0
+    for v in (2, 3, 4):
+        for pp in (2, 3, 4, 6, 8):
+            for m in (1, 2, 3, 4, 6, 8, 12, 16):
+                try:
+                    order = pipeline_order(schedule, pp, v, m)
+                except ValueError:
+                    continue
+                for rank in range(pp):
+                    layers = tuple(rng.randint(0, 5) for _ in range(v))
+                    torch_held = held_layers(order[rank], rank, pp, v, m, layers)
+                    rule = torch_schedule_held_layers(schedule, pp, m, rank, layers)
+                    checked += 1
+                    if rule != (torch_held[0], torch_held[1] if rank == pp - 1 else 0):
+                        wrong.append((pp, v, m, rank, layers, torch_held, rule))
+                    count_rule_wrong += (
+                        torch_schedule_in_flight(schedule, pp, v, m, rank) * sum(layers) / v != (torch_held[0])
+                    )
+    assert checked > 100
+    assert not wrong, f"(pp, stages per rank, M, rank, layers, torch, rule): {wrong[:5]}"
+    if schedule != "LoopedBFS":
+        assert count_rule_wrong > checked // 4, (count_rule_wrong, checked)

@@ -3,12 +3,11 @@ transformers Llama cut as torchtitan cuts it, run by torch's own `PipelineStage`
 or `ScheduleInterleaved1F1B`), and the estimator's per-rank figures held to them.
 
 The grid: 8 layers × pipeline degree 2 and 4 × the first and the last rank × M = 4 and 8 micro-batches ×
-checkpointing off and on, a full fine-tune in bf16 with AdamW, under 1F1B and GPipe, and under Interleaved1F1B (two
-stages per rank) for the first rank. The plan says `pipeline_parallel`, `pipeline_schedule`, `virtual_pipeline`,
-`grad_accum` = M and torchtitan's layout (the embeddings and the output modules each weigh a layer:
-`first_stage_layers` and `last_stage_layers`, the layers of the first and the last rank's stages, from
-`pipeline.stage_layers`). `row` gives the raw error (estimate / traced peak of the rank − 1)
-and the error the pipeline adds: the raw error less the estimate's error on the same model's step on one GPU
+checkpointing off and on, a full fine-tune in bf16 with AdamW, under 1F1B, GPipe and Interleaved1F1B (two stages per
+rank). The plan says `pipeline_parallel`, `pipeline_schedule`, `virtual_pipeline`, `grad_accum` = M and torchtitan's
+layout (the embeddings and the output modules each weigh a layer: `stage_split`, the layers of every stage, from
+`pipeline.stage_layers`). `row` gives the raw error (estimate / traced peak of the rank − 1) and the error the
+pipeline adds: the raw error less the estimate's error on the same model's step on one GPU
 (torchtitan's step without pipeline parallelism, `pipeline.run` with pp = 1), as tests/trace/test_sharded_trace.py
 defines it. Rows within ±3 % pass (`held`).
 The table: `python tests/trace/test_pipeline_trace.py [--fast]`.
@@ -44,11 +43,10 @@ TORCHTITAN = dict(weight_dtype="bf16", attn_mask=False, repeat_kv=False)
 
 
 def pp_plan(pp: int, m: int, ckpt: bool, schedule: str = "1F1B", **changes):
-    """The plan of a torchtitan pipeline: its schedule, the stages per rank, and the layers of the first and the last
-    rank (the sum of their stages' under a multi-stage schedule)."""
+    """The plan of a torchtitan pipeline: its schedule, the stages per rank, and the layers of every stage as the
+    trace cuts them (`stage_split`)."""
     v = len(pipeline.rank_stages(0, pp, schedule))
     split = pipeline.stage_layers(ARCH.layers, pp * v)
-    per_rank = [sum(len(split[i]) for i in pipeline.rank_stages(r, pp, schedule)) for r in (0, pp - 1)]
     return plan(
         arch=ARCH,
         pipeline_parallel=pp,
@@ -56,8 +54,7 @@ def pp_plan(pp: int, m: int, ckpt: bool, schedule: str = "1F1B", **changes):
         virtual_pipeline=v,
         grad_accum=m,
         grad_checkpointing=ckpt,
-        first_stage_layers=per_rank[0],
-        last_stage_layers=per_rank[1],
+        stage_split=tuple(len(s) for s in split),
         **TORCHTITAN,
         **changes,
     )
@@ -99,14 +96,17 @@ GRID = [
     for pp, m, ckpt in itertools.product((2, 4), (4, 8), (False, True))
     for rank in (0, pp - 1)
 ]
-# GPipe: every rank; Interleaved1F1B (two stages per rank): the first rank, the busiest, whose figure the plan shows
-# (`test_interleaved_last_rank_holds_its_unequal_stages`)
+# GPipe and Interleaved1F1B (two stages per rank, unequal: `test_interleaved_last_rank_holds_its_unequal_stages`)
 GRID += [
     (pp, rank, m, ckpt, "GPipe")
     for pp, m, ckpt in itertools.product((2, 4), (4, 8), (False, True))
     for rank in (0, pp - 1)
 ]
-GRID += [(pp, 0, m, ckpt, "Interleaved1F1B") for pp, m, ckpt in itertools.product((2, 4), (4, 8), (False, True))]
+GRID += [
+    (pp, rank, m, ckpt, "Interleaved1F1B")
+    for pp, m, ckpt in itertools.product((2, 4), (4, 8), (False, True))
+    for rank in (0, pp - 1)
+]
 FAST = [
     (2, 0, 4, False, "1F1B"),
     (4, 3, 4, False, "1F1B"),
@@ -133,8 +133,14 @@ def test_estimate_holds_to_the_pipeline_trace(pp, rank, m, ckpt, schedule):
     assert abs(held(r)) <= TOLERANCE, r
 
 
+# the interleaved last rank's loss with every micro-batch in flight (`test_interleaved_last_rank_second_loss`)
+SECOND_LOSS = (4, 3, 4, True, "Interleaved1F1B")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("pp,rank,m,ckpt,schedule", [k for k in GRID if k not in FAST], ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    "pp,rank,m,ckpt,schedule", [k for k in GRID if k not in FAST and k != SECOND_LOSS], ids=lambda v: str(v)
+)
 def test_pipeline_grid(pp, rank, m, ckpt, schedule):
     r = row(pp, rank, m, ckpt, schedule)
     assert abs(held(r)) <= TOLERANCE, r
@@ -143,11 +149,20 @@ def test_pipeline_grid(pp, rank, m, ckpt, schedule):
 @pytest.mark.slow
 @pytest.mark.xfail(
     strict=True,
-    reason="the estimate takes a rank's stages as equal shares of its layers; torchtitan weighs the output modules "
-    "as a layer, so the model's last stage holds fewer (none of the 8 layers at pp = 4 × 2 stages) and the last "
-    "rank's in-flight forwards, all but one of its first stage, hold more than the average: -16 %",
+    reason="M = 4 forwards of the last rank's first stage in flight at every loss: the loss's second backward runs "
+    "beside the output layer's gradients from the first (no steady state), which the second-backward phase counts "
+    "for the rank's forwards but not for its loss under an interleaved schedule: -4 %",
 )
+def test_interleaved_last_rank_second_loss():
+    r = row(*SECOND_LOSS)
+    assert abs(held(r)) <= TOLERANCE, r
+
+
+@pytest.mark.slow
 def test_interleaved_last_rank_holds_its_unequal_stages():
+    """torchtitan weighs the output modules as a layer, so the model's last stage holds fewer layers (none of the 8
+    at pp = 4 × 2 stages) and the last rank's in-flight forwards, all but one of its first stage, hold more than
+    the average of its stages: the estimate counts the layers of the forwards alive in the rank's own order."""
     r = row(4, 3, 8, False, "Interleaved1F1B")
     assert abs(held(r)) <= TOLERANCE, r
 

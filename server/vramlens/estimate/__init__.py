@@ -33,7 +33,7 @@ __all__ = ["estimate", "allocated_peak", "pipeline_rank_peak", "Estimate", "GIB"
 
 # Bumped whenever a formula changes what an estimate comes to: local calibration records (trace/probe ratios to
 # the estimate of their day) made against another revision are ignored (vramlens.calibration).
-REVISION = 20
+REVISION = 21
 
 
 def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]], C.Params, float]:
@@ -111,7 +111,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         + amp_cache
         + mask
         + layers_saved * (mask_per_layer + dora_w)
-        + moe_saved * expert_w
+        + moe_saved * (expert_w + C.ep_gathered_saved(rp, tok))
         + C.vision_activations(rp, seqs)
         + t5_bias
     )
@@ -153,6 +153,17 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # the last block's attention in the forward, every earlier block's activations saved
         # (components.disentangled_forward_per_token)
         phases["forward"] = {**phases["forward-backward"], "activations": acts_fb + int(forward_extra * tok)}
+    dispatch = C.ep_dispatch_transient(rp, tok)
+    if dispatch:
+        # the top MoE layer's expert-parallel all-gather and all-reduce (components.dispatch): in its forward, the
+        # logits not made yet, or its backward, the loss having freed them; under checkpointing that block recomputed
+        recomputed = int(one_layer * tok) + C.ep_gathered_saved(rp, tok) if C.recomputes(rp) else 0
+        phases["expert-dispatch"] = {
+            **phases["forward-backward"],
+            "activations": acts_fb + recomputed,
+            "logits": 0,
+            "temporaries": dispatch,
+        }
     fwd_cache = C.autocast_forward_cache(rp)
     fsdp_fwd = C.fsdp_loss_forward_unsharded(rp)
     if (fwd_cache or fsdp_fwd is not None) and not rp.scalar_head:
@@ -405,9 +416,11 @@ def torch_pipeline(rp: ResolvedPlan) -> bool:
 
 
 def _torch_pipeline_stages(rp: ResolvedPlan) -> tuple[list[tuple[C.Stage, dict[str, dict[str, int]]]], C.Params]:
-    """Each pipeline rank's phases (first, the busiest middle one, last), from the whole model's state on one GPU and
-    what one micro-batch keeps (components.torch_pipeline_phases)."""
-    one = rp.with_changes(pipeline_parallel=1, grad_accum=1, first_stage_layers=None, last_stage_layers=None)
+    """Each pipeline rank's phases (first, the busiest middle one, last; every rank under the framework's own split),
+    from the whole model's state on one GPU and what one micro-batch keeps (components.torch_pipeline_phases)."""
+    one = rp.with_changes(
+        pipeline_parallel=1, grad_accum=1, first_stage_layers=None, last_stage_layers=None, stage_split=()
+    )
     _, whole, p, _ = _phases(one)
     step = whole["optimizer-step"]
     loaded = C.as_loaded(one)
@@ -421,9 +434,13 @@ def _torch_pipeline_stages(rp: ResolvedPlan) -> tuple[list[tuple[C.Stage, dict[s
         # `backward_maybe_with_nosync`: `set_reshard_after_backward(False)`, `set_requires_gradient_sync(False)`;
         # `perform_reduce_grad` once every micro-batch's backward has run): the whole model's unsharded parameters
         # and gradients, and what FSDP gathers for one block in the model's sharded step on one GPU
+        # (of the routed experts, under expert parallelism, the rank's own: components.fsdp_model_params)
         gathered = C.DTYPE_BYTES[loaded.compute_dtype if C.fsdp_gathers_16bit(loaded) else loaded.weight_dtype]
-        state["gathered"] = int(state["params"] * gathered / max(loaded.tensor_parallel, 1))
-        state["accumulated"] = int(state["gradients"] / C.zero_shard_factor(loaded, "gradients"))
+        unsharded = C.fsdp_model_params(loaded)
+        state["gathered"] = int(unsharded * gathered)
+        full = loaded.peft == "none" and loaded.trained_layers is None
+        own = unsharded * max(loaded.tensor_parallel, 1) / max(state["params"], 1) if full else 1.0
+        state["accumulated"] = int(state["gradients"] / C.zero_shard_factor(loaded, "gradients") * own)
         state["gather_transient"] = max(whole["forward-backward"].get("buffers", 0) - state["buffers"], 0)
     ckpt = C.recomputes(loaded)
     layers = max(loaded.arch.layers, 1)
@@ -462,11 +479,12 @@ def pipeline_rank_peak(rp: ResolvedPlan, rank: int) -> int:
     """The allocated peak of pipeline rank `rank` (0 the first, pp − 1 the last) of a torch-pipelining plan."""
     ranks, _ = _torch_pipeline_stages(rp)
     pp = max(rp.pipeline_parallel, 1)
-    name = "first" if rank == 0 else "last" if rank == pp - 1 else "middle"
-    for st, ph in ranks:
-        if st.name == name:
-            return max(_allocated(v) for v in ph.values())
-    raise ValueError(f"no {name} stage in the plan's pipeline")
+    names = ("first",) if rank == 0 else ("last",) if rank == pp - 1 else (f"rank {rank}", "middle")
+    for name in names:
+        for st, ph in ranks:
+            if st.name == name:
+                return max(_allocated(v) for v in ph.values())
+    raise ValueError(f"no stage of rank {rank} in the plan's pipeline")
 
 
 def _device_map_phases(rp: ResolvedPlan):

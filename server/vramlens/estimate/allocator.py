@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
+from vramlens.estimate.components.dispatch import ep_dispatch_buffers
 from vramlens.knowledge import versions
 from vramlens.resolved import ResolvedPlan
 
@@ -332,8 +333,10 @@ def cuda_context_bytes(rp: ResolvedPlan) -> int:
 
 
 def context_bytes(rp: ResolvedPlan) -> int:
-    """Everything outside torch's counters: the CUDA context, plus NCCL's buffers when ranks talk."""
-    return cuda_context_bytes(rp) + (NCCL_BYTES if rp.world_size > 1 or rp.gpu_count > 1 else 0)
+    """Everything outside torch's counters: the CUDA context, plus NCCL's buffers when ranks talk, plus DeepEP's
+    expert-parallel buffers (components.dispatch.ep_dispatch_buffers)."""
+    nccl = NCCL_BYTES if rp.world_size > 1 or rp.gpu_count > 1 else 0
+    return cuda_context_bytes(rp) + nccl + ep_dispatch_buffers(rp)
 
 
 def device_bytes(rp: ResolvedPlan, allocated: int, parts: dict[str, int]) -> int:

@@ -89,7 +89,8 @@ class Estimate(BaseModel):
     components: dict[str, int]  # breakdown at the peak phase, summing to device_bytes
     phase: str  # "forward-backward", "optimizer-step", "recompute", "end-of-backward",
     # "loss-forward", "reference-forward", "generation", "teacher-forward",
-    # "forward" (the last block's attention: DeBERTa-v2), "dora-weight-norm", "mixer-backward" (Jamba's scan)
+    # "forward" (the last block's attention: DeBERTa-v2), "dora-weight-norm", "mixer-backward" (Jamba's scan),
+    # "expert-dispatch" (an expert-parallel all-gather and all-reduce)
     phases: dict[str, int]  # allocated bytes at each candidate phase
     usable_bytes: int  # GPU memory a process can use
     fits: bool

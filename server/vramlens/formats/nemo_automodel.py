@@ -19,7 +19,8 @@ from typing import Any
 
 from vramlens.formats import model_kind
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
-from vramlens.formats.torchtitan import read_schedule
+from vramlens.formats.torchtitan import read_schedule, read_stage_modules, split_local_batch
+from vramlens.knowledge.deepep import DEFAULT_SMS, DISPATCH_CONFIGS, NVL_PEERS
 from vramlens.knowledge.pipelining import MULTI_STAGE_SCHEDULES
 from vramlens.plan import IssueKind, Origin
 
@@ -315,23 +316,45 @@ def _sequence(b: PlanBuilder, get) -> None:
 def _pipeline(b: PlanBuilder, get, pp_s: Setting | None) -> None:
     """`distributed.pipeline`: AutoPipeline builds `pp_schedule` (default "1f1b") with torch's `get_schedule_class`
     (NeMo AutoModel components/distributed/pipelining/autopipeline.py `AutoPipeline.__init__`, functional.py
-    `pipeline_model`), splitting the local batch into micro-batches of `pp_microbatch_size` (default 1). The estimate
-    holds each rank to its stage's layers and the micro-batches the schedule keeps in flight; the micro-batch split
-    and a multi-stage schedule's stage count are not read."""
+    `pipeline_model`) and cuts the model's decoder layers evenly over its stages, the first ones a layer more, the
+    embeddings and the head beside them (functional.py `generate_hf_model_fqn_per_model_part`: torchtitan's split
+    with no weights), two stages per rank for a multi-stage schedule or ceil(layers / `layers_per_stage`)
+    (`calculate_virtual_stages`), or the stages `module_fqns_per_model_part` names. The recipe hands the schedule
+    the local batch in micro-batches of `pp_microbatch_size` (default 1; recipes/llm/train_ft.py: `pp_batch_size`
+    = `step_scheduler.local_batch_size`; functional.py `build_pipeline_schedule`: `n_microbatches = local_batch_size
+    // microbatch_size`)."""
     s = get("distributed", "pipeline", "pp_schedule")
     name = read_schedule(b, s)
-    if name in MULTI_STAGE_SCHEDULES:
-        b.unmodelled(
-            s,
-            f"pipeline stages per rank of the {name} schedule (`layers_per_stage`)",
-            "estimated with two stages per rank",
-        )
-        b.set("virtual_pipeline", 2, s, origin=Origin.ASSUMED, note=f"{name}: taken as two stages per rank")
-    b.unmodelled(
-        get("distributed", "pipeline", "pp_microbatch_size") or pp_s,
-        "pipeline micro-batches (`pp_microbatch_size`)",
-        "estimated with the local batch as one pipeline micro-batch (more activations per micro-batch in flight)",
-    )
+    if not read_stage_modules(b, get("distributed", "pipeline", "module_fqns_per_model_part")):
+        for concept in ("stage_input_weight", "stage_output_weight"):
+            b.set(
+                concept,
+                0,
+                s or pp_s,
+                origin=Origin.DERIVED,
+                note="NeMo AutoModel splits the decoder layers alone (the embeddings and the head weigh nothing)",
+            )
+        lps = get("distributed", "pipeline", "layers_per_stage")
+        if lps is not None:
+            b.set_int("layers_per_stage", lps, minimum=1)
+            if (rounding := get("distributed", "pipeline", "round_virtual_stages_to_pp_multiple")) is not None:
+                b.unmodelled(
+                    rounding,
+                    "stages rounded to a multiple of the pipeline size",
+                    "estimated with the stages layers_per_stage gives, refused where the ranks do not divide them",
+                )
+        elif name in MULTI_STAGE_SCHEDULES:
+            b.set(
+                "virtual_pipeline",
+                2,
+                s,
+                origin=Origin.DEFAULT,
+                framework=LABEL,
+                note=f"{name}: two stages per rank (NeMo AutoModel's default, `calculate_virtual_stages`)",
+            )
+    if b.plan.micro_batch is not None:
+        size = get("distributed", "pipeline", "pp_microbatch_size")
+        split_local_batch(b, size, pp_s, "pp_microbatch_size", LABEL, LABEL)
 
 
 def _size(b: PlanBuilder, get, key: str) -> tuple[int | None, Setting | None]:
@@ -387,7 +410,7 @@ def _distributed(b: PlanBuilder, data: Any, get, ctx) -> None:
             "estimated as sharded over every data-parallel GPU",
         )
     if ep and ep > 1:
-        b.unmodelled(ep_s, "expert parallel", "estimated as if every GPU held every expert")
+        _expert_parallel(b, get, ep, ep_s, dp and dp * (cp or 1) * (tp or 1))
     if dp:
         b.set(
             "world_size",
@@ -413,26 +436,23 @@ def _reshard(b: PlanBuilder, get, pp: int, pp_s: Setting | None, ep: int, ep_s: 
     """FSDP2 with each layer's parameters gathered from its forward to its backward
     (`fully_shard(reshard_after_forward=False)`): ZeRO stage 2 (SHARD_GRAD_OP-like) instead of 3.
     With ep_size > 1 the MoE parallelizer shards the model with `distributed.moe.reshard_after_forward` (default
-    False: MoEParallelizerConfig, moe/config.py at v0.3.0, distributed/config.py at v0.5.0;
-    _transformers/infrastructure.py `instantiate_infrastructure` at v0.5.0). Otherwise `distributed.
-    reshard_after_forward` (FSDP2Config from v0.5.0, default None) sets every layer; None keeps the layers gathered
-    under pipeline parallelism and reshards all but the last layer without it (distributed/parallelizer.py
-    `apply_fsdp2_sharding_recursively` at v0.4.0 and v0.5.0; the last layer's backward runs first, so the estimate
-    takes it as resharded)."""
+    False: MoEParallelizerConfig, moe/config.py at v0.3.0 and v0.4.0, distributed/config.py at v0.5.0;
+    _transformers/infrastructure.py `instantiate_infrastructure` at v0.5.0), the same flag for every block's unit,
+    its experts' unit and the root (moe/parallelizer.py `apply_fsdp` at v0.3.0–v0.5.0): false keeps every block
+    gathered, of its experts the rank's own (num_experts / ep). Otherwise
+    `distributed.reshard_after_forward` (FSDP2Config from v0.5.0, default None) sets every layer; None keeps the
+    layers gathered under pipeline parallelism and reshards all but the last layer without it
+    (distributed/parallelizer.py `apply_fsdp2_sharding_recursively` at v0.4.0 and v0.5.0; the last layer's backward
+    runs first, so the estimate takes it as resharded)."""
     key = ("distributed", "moe", "reshard_after_forward") if ep > 1 else ("distributed", "reshard_after_forward")
-    name = ".".join(key[1:])
     s = get(*key)
+    if ep > 1 and s is None and get("distributed", "moe") is None:
+        # v0.2.0 recipes give the MoE parallelizer its arguments in a `parallelizer:` section (recipes/llm/
+        # train_ft.py at v0.2.0: `self.cfg.get("parallelizer", None)`), which later releases no longer read
+        key = ("parallelizer", "reshard_after_forward")
+        s = get(*key)
+    name = ".".join(key[1:]) if key[0] == "distributed" else ".".join(key)
     flag = to_bool(s.value) if s is not None else None
-    if ep > 1 and flag is not True:
-        # the gathered layers would hold each rank's own experts only, and expert parallelism is not modelled (every
-        # GPU is taken to hold every expert): counting them all gathered would double the experts' weights
-        b.unmodelled(
-            s or ep_s,
-            f"MoE layers kept gathered from forward to backward (`{name}`, default false)",
-            "estimated as resharded after each forward, as expert parallelism is not modelled",
-            key=name,
-        )
-        return
     if s is not None and flag is None:
         b.issue(IssueKind.INVALID_VALUE, f"`{name}` should be true or false, got {s.value!r}", s)
     elif s is not None:
@@ -443,12 +463,108 @@ def _reshard(b: PlanBuilder, get, pp: int, pp_s: Setting | None, ep: int, ep_s: 
             override=True,
             note=f"{name} {'true: FSDP2 reshards each layer after its forward' if flag else 'false' + _GATHERED}",
         )
+    elif ep > 1:
+        note = f"ep_size {ep}: `moe.reshard_after_forward` false by default{_GATHERED}"
+        b.set("zero_stage", 2, ep_s, origin=Origin.DERIVED, override=True, note=note)
     elif pp > 1:
         note = f"pp_size {pp}: FSDP2 keeps each layer gathered across the microbatches{_GATHERED}"
         b.set("zero_stage", 2, pp_s, origin=Origin.DERIVED, override=True, note=note)
 
 
 _GATHERED = ": each layer's parameters stay gathered from its forward to its backward (SHARD_GRAD_OP-like)"
+
+
+# the flex token dispatchers whose buffers the estimate does not size: HybridEP (deep_ep `HybridEPBuffer`,
+# components/moe/megatron/token_dispatcher.py `_HybridEPManager` at v0.5.0) and UCCL-EP (components/moe/uccl_ep
+# `UCCLBuffer`)
+_OTHER_FLEX_DISPATCHERS = {"hybridep": "HybridEP's", "uccl_ep": "UCCL-EP's"}
+
+
+def _expert_parallel(b: PlanBuilder, get, ep: int, ep_s: Setting | None, ranks: int | None) -> None:
+    """`ep_size` > 1: the MoE parallelizer divides each MoE block's routed experts over `ep` of the data- and
+    context-parallel ranks, which must be a multiple of it (components/distributed/mesh_utils.py
+    `_create_fsdp2_device_mesh` at v0.5.0: "non_pp_size must be a multiple of ep_size"; v0.4.0 `create_device_mesh`:
+    `dp_cp_size % ep_size == 0`); it takes none of the GPUs for itself (the world is dp × tp × cp × pp).
+    The token dispatch (`model.backend.dispatcher`; v0.2.0–v0.4.0 also read `enable_deepep`, which v0.5.0
+    ignores) is counted (components.dispatch): `torch` all-gathers the group's hidden states in each MoE layer
+    (components/moe/experts.py `GroupedExperts.forward` at v0.4.0, v0.5.0), saved for the backward only by the
+    per-expert loop (`experts: torch`; grouped GEMMs otherwise: `torch_mm`, the CUDA default, to which `te` and
+    `gmm` fall back, components/models/common/utils.py `BackendConfig.__post_init__` at v0.5.0; v0.2.0 and v0.3.0
+    run only the loop, over DTensor's all-gather and reduce-scatter: named where `enable_deepep: false` leaves the
+    version open); `deepep` allocates one fixed buffer outside torch (components/moe/megatron/fused_a2a.py
+    `get_buffer`) for DeepEP's own group sizes, with its default 20 SMs. Named as not counted: HybridEP's and
+    UCCL-EP's buffers, DeepEP's with another SM count or over several nodes (NVSHMEM's heap), and the dispatcher
+    left to `BackendConfig`'s default (DeepEP where deep_ep is installed, else UCCL-EP where it is, else `torch`).
+    The routed activations each rank keeps are counted per token × top-k, as without expert parallelism (balanced
+    routing)."""
+    if ranks and ranks % ep:
+        b.issue(
+            IssueKind.INVALID_VALUE,
+            f"`ep_size` {ep} should divide the data- and context-parallel GPUs (dp × cp × tp = {ranks})",
+            ep_s,
+        )
+        return
+    b.set("expert_parallel", ep, ep_s, note="each GPU holds num_experts / ep_size of every MoE layer's experts")
+    d = get("model", "backend", "dispatcher")
+    dispatcher = str(d.value).strip().lower() if d is not None else None
+    legacy = False  # `enable_deepep`, which v0.5.0 ignores
+    if dispatcher is None and (e := get("model", "backend", "enable_deepep")) is not None:
+        dispatcher, d, legacy = ("deepep" if to_bool(e.value) else "torch"), e, True
+    group = f"the {ep}-GPU expert-parallel group"
+    if dispatcher == "torch":
+        x = get("model", "backend", "experts")
+        loop = x is not None and str(x.value).strip().lower() == "torch"
+        if x is not None:
+            b.remember(x)
+        note = f"each MoE layer all-gathers {group}'s hidden states" + (
+            ", kept for the backward by the per-expert loop" if loop else " for its grouped GEMMs"
+        )
+        b.set("ep_dispatch", "all_gather_loop" if loop else "all_gather", d, note=note)
+        if x is None and legacy:
+            # v0.2.0 and v0.3.0 spell the torch dispatcher so too, and run only the per-expert loop
+            # (components/moe/experts.py `GroupedExperts.forward` at v0.3.0, moe/layers.py at v0.2.0)
+            b.unmodelled(
+                d,
+                f"{group}'s gathered hidden states kept for the backward in each MoE layer (v0.2.0 and v0.3.0, whose "
+                "per-expert loop saves them; v0.4.0's grouped GEMMs do not)",
+                "counted as v0.4.0 runs it",
+                key="expert_parallel.dispatch",
+            )
+        return
+    if dispatcher == "deepep":
+        sms = get("model", "backend", "dispatcher_num_sms")
+        if ep not in DISPATCH_CONFIGS:
+            b.issue(
+                IssueKind.INVALID_VALUE,
+                f"DeepEP has no dispatch configuration for an expert-parallel group of {ep} GPUs "
+                f"(deep_ep/buffer.py `Buffer.get_dispatch_config`: {', '.join(map(str, DISPATCH_CONFIGS))})",
+                ep_s,
+            )
+            return
+        b.set("ep_dispatch", "deepep", d, note=f"DeepEP's communication buffer for {group}, outside torch")
+        if sms is not None and to_int(sms.value) != DEFAULT_SMS:
+            b.unmodelled(sms, f"DeepEP's buffer for {sms.value} SMs", f"counted for DeepEP's default {DEFAULT_SMS} SMs")
+        elif sms is not None:
+            b.remember(sms)
+        if ep > NVL_PEERS:
+            b.unmodelled(
+                d,
+                f"NVSHMEM's symmetric heap, from which DeepEP's RDMA buffer for {group} over several nodes comes",
+                "only the RDMA buffer counted",
+                key="expert_parallel.dispatch",
+            )
+        return
+    if dispatcher in _OTHER_FLEX_DISPATCHERS:
+        what = f"{_OTHER_FLEX_DISPATCHERS[dispatcher]} communication buffers for {group}, allocated outside torch"
+    elif dispatcher is not None:
+        what = f"the `{dispatcher}` dispatcher's token dispatch buffers for {group}"
+    else:
+        what = (
+            f"expert-parallel token dispatch buffers for {group} (BackendConfig's default dispatcher: DeepEP's "
+            "buffers where deep_ep is installed, else UCCL-EP's where it is, else an all-gather of the group's "
+            "tokens in each MoE layer)"
+        )
+    b.unmodelled(d or ep_s, what, "not counted", key="expert_parallel.dispatch")
 
 
 def _world_from_launch(b: PlanBuilder, get, ctx) -> None:

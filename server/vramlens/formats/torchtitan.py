@@ -221,6 +221,12 @@ WHERE = {
     "pp_schedule": (("parallelism", "pipeline_parallel_schedule"), ("experimental", "pipeline_parallel_schedule")),
     "pp_schedule_csv": (("parallelism", "pipeline_parallel_schedule_csv"),),
     "pp_layers_per_stage": (("parallelism", "pipeline_parallel_layers_per_stage"),),
+    # v0.2.0 … main `pipeline_parallel_first_stage_less_layers` / `..._last_stage_less_layers` (default 1; v0.1.0
+    # distributed/pipeline.py `generate_split_points` weighs both 1, not configurable), v0.2.2 … main
+    # `module_fqns_per_model_part`
+    "pp_first_less": (("parallelism", "pipeline_parallel_first_stage_less_layers"),),
+    "pp_last_less": (("parallelism", "pipeline_parallel_last_stage_less_layers"),),
+    "pp_fqns": (("parallelism", "module_fqns_per_model_part"),),
     "pp_split_points": (
         ("parallelism", "pipeline_parallel_split_points"),
         ("experimental", "pipeline_parallel_split_points"),
@@ -744,8 +750,37 @@ def _parallel(b: PlanBuilder, v: _Values, world: tuple[int, Setting | None] | No
         b.set("pipeline_parallel", pp, pp_s)
         _pipeline_batch(b, v, pp_s)
         _pipeline_schedule(b, v, pp, pp_s)
-    if (s := v.get("ep")) is not None and (to_int(s.value) or 1) > 1:
-        b.unmodelled(s, "expert parallel", "estimated as if every GPU held every expert")
+        _pipeline_split(b, v, pp_s)
+    if (s := v.get("ep")) is not None and (ep := to_int(s.value) or 1) > 1:
+        _expert_parallel(b, s, ep, tp, shard if shard > 0 else None, cp)
+
+
+def _expert_parallel(b: PlanBuilder, s: Setting, ep: int, tp: int, shard: int | None, cp: int) -> None:
+    """`expert_parallel_degree`: torchtitan divides each MoE layer's routed experts over `ep` ranks borrowed from
+    data_parallel_shard × context_parallel (× tensor_parallel with `expert_tensor_parallel_degree` 1) and shards each
+    rank's experts with FSDP over the rest (v0.2.0 torchtitan/distributed/parallel_dims.py `_build_mesh_with_ep`:
+    `dp_shard_mod_ep = dp_shard * cp // ep`; main b5bcd76 `efsdp = fsdp * tp // ep`), with the blocks' reshard
+    policy (models/*/infra/parallelize.py `apply_fsdp`: the experts `fully_shard`ed on that mesh). Without tensor
+    parallelism that is NeMo AutoModel's layout (components.sharding `fsdp_expert_gather_share`); the all-to-all
+    receives each rank's routed tokens, counted as the routed activations of balanced routing. With tensor
+    parallelism the experts are split over TP or not (`expert_tensor_parallel_degree`), which the estimate does not
+    follow."""
+    if tp > 1:
+        b.unmodelled(
+            s,
+            "expert parallel with tensor parallelism (experts split over expert_tensor_parallel_degree)",
+            "estimated as if every GPU held every expert",
+        )
+        return
+    if shard is not None and (shard * cp) % ep:
+        b.issue(
+            IssueKind.INVALID_VALUE,
+            f"expert_parallel_degree {ep} should divide data_parallel_shard_degree × context_parallel_degree "
+            f"({shard * cp}): torchtitan refuses the mesh",
+            s,
+        )
+        return
+    b.set("expert_parallel", ep, s, note=f"each GPU holds 1/{ep} of every MoE layer's routed experts")
 
 
 def read_schedule(b: PlanBuilder, s: Setting | None) -> str:
@@ -792,13 +827,8 @@ def _pipeline_schedule(b: PlanBuilder, v: _Values, pp: int, pp_s: Setting | None
             note=f"{n_splits + 1} stages from {n_splits} split points over {pp} pipeline ranks",
         )
         return
-    if per_stage is not None and per_stage.value is not None:
-        b.unmodelled(
-            per_stage,
-            "pipeline stages per rank from pipeline_parallel_layers_per_stage (the model's layers ÷ the layers "
-            "per stage)",
-            "estimated with torchtitan's default of two stages per rank",
-        )
+    if (per_stage is not None and per_stage.value is not None) or v.get("pp_fqns") is not None:
+        return  # the stages' count follows from the model's layers (`_pipeline_split`)
     b.set(
         "virtual_pipeline",
         2,
@@ -807,6 +837,42 @@ def _pipeline_schedule(b: PlanBuilder, v: _Values, pp: int, pp_s: Setting | None
         framework=FRAMEWORK_LABEL,
         note=f"{name} runs two pipeline stages per rank (torchtitan's default for a multi-stage schedule)",
     )
+
+
+def _pipeline_split(b: PlanBuilder, v: _Values, pp_s: Setting | None) -> None:
+    """How torchtitan cuts the model's layers into stages, for the resolver's split (knowledge.pipelining
+    `stage_split`): `module_fqns_per_model_part` names each stage's modules outright (its `layers.N` entries are
+    the stage's decoder layers), else `_generate_llm_fqn_per_model_part` splits the layers with the embeddings and
+    the output modules weighing `pipeline_parallel_first_stage_less_layers` and `..._last_stage_less_layers` layers
+    (default 1 each), over `pipeline_parallel_layers_per_stage`'s count of stages when given (torchtitan b5bcd76
+    torchtitan/distributed/pipeline_parallel.py `pipeline_llm`, `_get_pipeline_metadata`). Stages cut at v0.1.0's
+    `pipeline_parallel_split_points` are not read: an even split."""
+    if read_stage_modules(b, v.get("pp_fqns")):
+        return
+    splits = v.get("pp_split_points")
+    if splits is not None and isinstance(splits.value, list) and splits.value:
+        return
+    for what, concept, end in (
+        ("pp_first_less", "stage_input_weight", "the first stage's embeddings"),
+        ("pp_last_less", "stage_output_weight", "the last stage's norm and output"),
+    ):
+        if (s := v.get(what)) is not None:
+            b.set_int(concept, s, minimum=0)
+        else:
+            b.set(
+                concept,
+                1,
+                pp_s,
+                origin=Origin.DEFAULT,
+                framework=FRAMEWORK_LABEL,
+                note=f"{end} count as one layer in torchtitan's split of the layers over the stages",
+            )
+    if (per_stage := v.get("pp_layers_per_stage")) is not None and per_stage.value is not None:
+        b.set_int("layers_per_stage", per_stage, minimum=1)
+
+
+# a decoder layer's module name in a stage's list (`layers.3`, `model.layers.3`)
+_LAYER_FQN = re.compile(r"(^|\.)layers\.\d+$")
 
 
 def _pipeline_batch(b: PlanBuilder, v: _Values, pp_s: Setting | None) -> None:
@@ -829,15 +895,26 @@ def _pipeline_batch(b: PlanBuilder, v: _Values, pp_s: Setting | None) -> None:
                 note=f"{m} pipeline micro-batch{'es' if m != 1 else ''} per schedule (num_pp_microbatches)",
             )
         return
+    split_local_batch(
+        b, v.get("pp_microbatch_size"), pp_s, "pipeline_parallel_microbatch_size", "torchtitan", FRAMEWORK_LABEL
+    )
+
+
+def split_local_batch(
+    b: PlanBuilder, size_s: Setting | None, pp_s: Setting | None, name: str, who: str, label: str
+) -> None:
+    """The plan's local batch (`micro_batch`) split into pipeline micro-batches of `size_s` (default 1), the
+    schedule's M (`grad_accum`): `n_microbatches = local_batch_size // microbatch_size`, refused unless it divides
+    (torchtitan v0.1.0 … v0.2.2 `build_pipeline_schedule`; NeMo AutoModel components/distributed/pipelining/
+    functional.py `build_pipeline_schedule`). `name` is the setting's, `who` the framework that refuses, `label`
+    its defaults'."""
     local = b.plan.micro_batch.value if b.plan.micro_batch is not None else None
-    size_s = v.get("pp_microbatch_size")
     size = to_int(size_s.value) if size_s is not None else 1
     if not isinstance(local, int) or not size or size < 1 or local % size:
         where = size_s or b.plan.micro_batch
         return b.issue(
             IssueKind.INVALID_VALUE,
-            f"local_batch_size {local} is not a multiple of pipeline_parallel_microbatch_size {size}: torchtitan "
-            "refuses the pipeline schedule",
+            f"local_batch_size {local} is not a multiple of {name} {size}: {who} refuses the pipeline schedule",
             span=getattr(where, "span", None),
         )
     anchor = size_s or pp_s
@@ -846,9 +923,9 @@ def _pipeline_batch(b: PlanBuilder, v: _Values, pp_s: Setting | None) -> None:
         size,
         anchor,
         origin=Origin.FILE if size_s is not None else Origin.DEFAULT,
-        framework=None if size_s is not None else FRAMEWORK_LABEL,
+        framework=None if size_s is not None else label,
         override=True,
-        note=f"one pipeline micro-batch: pipeline_parallel_microbatch_size {size} of local_batch_size {local}",
+        note=f"one pipeline micro-batch: {name} {size} of local_batch_size {local}",
     )
     b.set(
         "grad_accum",
@@ -856,9 +933,21 @@ def _pipeline_batch(b: PlanBuilder, v: _Values, pp_s: Setting | None) -> None:
         anchor,
         origin=Origin.DERIVED,
         override=True,
-        note=f"{local // size} pipeline micro-batches per schedule: local_batch_size {local} ÷ "
-        f"pipeline_parallel_microbatch_size {size}",
+        note=f"{local // size} pipeline micro-batches per schedule: local_batch_size {local} ÷ {name} {size}",
     )
+
+
+def read_stage_modules(b: PlanBuilder, s: Setting | None) -> bool:
+    """`module_fqns_per_model_part`, each stage's modules named outright (torchtitan, NeMo AutoModel): the decoder
+    layers of each stage (its `layers.N` entries) set as `stage_layers`; whether it was read."""
+    if s is None or not isinstance(s.value, list):
+        return False
+    if not all(isinstance(part, list) for part in s.value):
+        b.issue(IssueKind.INVALID_VALUE, "`module_fqns_per_model_part` should list each stage's modules", s)
+        return False
+    counts = [sum(1 for name in part if _LAYER_FQN.search(str(name))) for part in s.value]
+    b.set("stage_layers", counts, s, note=f"decoder layers of each stage: {counts}")
+    return True
 
 
 def _reshard(b: PlanBuilder, v: _Values, where: Setting | None, pp: int, pp_s: Setting | None) -> None:

@@ -163,7 +163,7 @@ IRRELEVANT: dict[str, str] = {
         "auto_wrap_policy fsdp_min_num_params min_num_params fsdp_transformer_layer_cls_to_wrap "
         "transformer_layer_cls_to_wrap fsdp_num fsdp_size "
         "forward_prefetch use_orig_params sync_module_states memory_efficient_fsdp_wrap "
-        "cpu_ram_efficient_loading qlora_sharded_model_loading module_fqns_per_model_part "
+        "cpu_ram_efficient_loading qlora_sharded_model_loading "
         "enable_fsdp_optimizations",
     ),
     **_names(
@@ -261,8 +261,7 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
         ),
         "recompute_layer_types recompute_modules  "
         "per_op_sac_force_recompute_mm_shapes_by_fqns force_recompute_fp8_weight_in_bwd "
-        "memory_budget pipeline_parallel_expert_parallel_overlap pipeline_parallel_first_stage_less_layers "
-        "pipeline_parallel_last_stage_less_layers pipeline_parallel_layers_per_stage "
+        "memory_budget pipeline_parallel_expert_parallel_overlap "
         "pipeline_parallel_microbatch_size pipeline_parallel_schedule_csv "
         "pipeline_parallel_split_points pp_microbatch_size num_layers_per_virtual_pipeline_stage "
         "early_stop ",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from vramlens.resolve import evaluation
 from vramlens.resolve.adapters import AdapterPart, _adapter_rank
 from vramlens.resolve.common import FUSED_KERNELS, Approximate, Context, liger_kernels, liger_kernels_note, liger_loss
-from vramlens.resolve.distribution import DistributionPart, _megatron_layout, zero_sizes
+from vramlens.resolve.distribution import DistributionPart, _megatron_layout, pipeline_split, zero_sizes
 from vramlens.resolve.gpu import GpuPart
 from vramlens.resolve.model import ModelPart
 from vramlens.resolve.optimizer import OptimizerPart
@@ -108,7 +108,7 @@ def build_plan(
         context_parallel=int(d.cp),
         pipeline_parallel=int(d.pp),
         devices_per_process=d.devices,
-        **_megatron_layout(val),
+        **(_megatron_layout(val) | pipeline_split(ctx, arch.layers, int(d.pp))),
         **_partial_checkpointing(val),
         fsdp_full_state_dict=str(val("fsdp_state_dict_type") or "").upper().startswith("FULL"),
         fsdp_keeps_block_grads=v.keeps_block_grads,

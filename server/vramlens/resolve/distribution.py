@@ -3,10 +3,12 @@ pipeline parallelism, and Megatron-core's layout settings."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from vramlens.knowledge.deepspeed import ZERO_SIZE_DEFAULTS
+from vramlens.knowledge.pipelining import SINGLE_STAGE_SCHEDULES, stage_split
 from vramlens.plan import Origin, Sourced
 from vramlens.resolve.common import Context
 from vramlens.resolve.gpu import GpuPart, _world
@@ -143,6 +145,7 @@ def _megatron_layout(val) -> dict:
         "virtual_pipeline": int(val("virtual_pipeline") or 1),
         "pipeline_schedule": str(val("pipeline_schedule") or "1F1B"),
         "expert_parallel": int(val("expert_parallel") or 1),
+        "ep_dispatch": str(val("ep_dispatch") or ""),
         "sequence_parallel": bool(val("sequence_parallel")),
         "distributed_optimizer": bool(val("distributed_optimizer")),
         "cross_entropy_fusion": bool(val("cross_entropy_fusion")),
@@ -159,3 +162,45 @@ def _megatron_layout(val) -> dict:
         if val(name) is not None:
             out[name] = int(val(name))
     return out
+
+
+def pipeline_split(ctx: Context, layers: int, pp: int) -> dict:
+    """The ResolvedPlan's `stage_split` (and `virtual_pipeline` where the split sets the stage count) for torch's
+    pipelining, where the framework's reader gave its split: the layers of each stage outright (`stage_layers`, their
+    count the stages), else the framework's rule (knowledge.pipelining `stage_split`) with its weights and, given
+    the layers per stage, ceil((layers + weights) / layers per stage) stages (torchtitan b5bcd76
+    torchtitan/distributed/pipeline_parallel.py `_get_pipeline_metadata`; NeMo AutoModel
+    components/distributed/pipelining/functional.py `calculate_virtual_stages`, no weights). A split the framework
+    refuses is reported and the layers taken as evenly split. Empty where the plan gives no split (Megatron-core's
+    layouts: `first_stage_layers`, `last_stage_layers`)."""
+    val = ctx.val
+    given, lps = val("stage_layers"), val("layers_per_stage")
+    weights = val("stage_input_weight"), val("stage_output_weight")
+    if pp <= 1 or (given is None and lps is None and weights == (None, None)):
+        return {}
+    single = (val("pipeline_schedule") or "1F1B") in SINGLE_STAGE_SCHEDULES
+    if given is not None:
+        counts = tuple(int(n) for n in given)
+        if len(counts) % pp or (single and len(counts) != pp) or sum(counts) != layers:
+            ctx.assumptions.append(
+                f"the {len(counts)} pipeline stages given ({sum(counts)} layers) do not fit {pp} ranks of the "
+                f"model's {layers} layers: estimated with an even split"
+            )
+            return {}
+        return {"stage_split": counts, "virtual_pipeline": len(counts) // pp}
+    iw, ow = (int(w or 0) for w in weights)
+    v = 1 if single else int(val("virtual_pipeline") or 2)
+    if lps is not None and int(lps) > 0:
+        n = math.ceil((layers + iw + ow) / int(lps))
+        if n % pp or (single and n != pp) or (not single and n < 2 * pp):
+            ctx.assumptions.append(
+                f"{n} pipeline stages of {lps} layers do not fit {pp} ranks under the schedule (the framework "
+                f"refuses it): estimated with {v} stage{'s' if v > 1 else ''} per rank"
+            )
+        else:
+            v = n // pp
+    try:
+        return {"stage_split": stage_split(layers, pp * v, iw, ow), "virtual_pipeline": v}
+    except ValueError as e:
+        ctx.assumptions.append(f"the framework refuses the pipeline split ({e}): estimated with an even split")
+        return {}

@@ -110,6 +110,12 @@ from vramlens.estimate.components.common import (
     mlp_bytes,
     unsloth_kernels,
 )
+from vramlens.estimate.components.dispatch import (
+    deepep_received_rows,
+    ep_dispatch_buffers,
+    ep_dispatch_transient,
+    ep_gathered_saved,
+)
 from vramlens.estimate.components.experts import (
     ExpertParam,
     expert_adapter_notes,
@@ -216,8 +222,11 @@ from vramlens.estimate.components.pipeline import (
     torch_pipeline_phases,
 )
 from vramlens.estimate.components.sharding import (
+    fsdp_block_params,
+    fsdp_expert_gather_share,
     fsdp_gather_bytes,
     fsdp_gathers_16bit,
+    fsdp_model_params,
     fsdp_sharded,
     fsdp_version,
     shard_factor,
@@ -345,6 +354,10 @@ __all__ = [
     "dora_weight_copies",
     "dora_weight_norm_transient",
     "eager_chunked_ce",
+    "deepep_received_rows",
+    "ep_dispatch_buffers",
+    "ep_dispatch_transient",
+    "ep_gathered_saved",
     "expert_adapter_notes",
     "expert_bytes",
     "expert_loop",
@@ -360,8 +373,11 @@ __all__ = [
     "fsdp_backward_working_set",
     "fsdp_loss_forward_unsharded",
     "fsdp_recompute_block",
+    "fsdp_block_params",
+    "fsdp_expert_gather_share",
     "fsdp_gather_bytes",
     "fsdp_gathers_16bit",
+    "fsdp_model_params",
     "fsdp_kept_block_grads",
     "fsdp_root_unsharded",
     "fsdp_sharded",

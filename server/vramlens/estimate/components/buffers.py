@@ -12,6 +12,7 @@ from vramlens.estimate.components.optimizer import optimizer_temporaries
 from vramlens.estimate.components.parameters import Params, params, quantized_bytes_per_param
 from vramlens.estimate.components.sharding import (
     fsdp1_adapter_units,
+    fsdp_block_params,
     fsdp_gather_bytes,
     fsdp_gathers_16bit,
     fsdp_sharded,
@@ -29,9 +30,10 @@ def gathered_layer_bytes(rp: ResolvedPlan, p: Params) -> int:
     """Bytes of one block's parameters as FSDP / ZeRO-3 gather them. A 4-bit model keeps its quantized weights
     packed in the storage dtype (`bnb_4bit_quant_storage`), and the gather moves that storage as it is: the
     packed payload and its constants, not a 16-bit copy (bitsandbytes docs/source/fsdp_qlora.md, "Quantized data
-    storage"; the weights are dequantized one linear at a time inside `Linear4bit.forward`)."""
+    storage"; the weights are dequantized one linear at a time inside `Linear4bit.forward`). FSDP gathers a rank's
+    tensor-parallel slice of the block, and of its routed experts only the rank's own (`fsdp_block_params`)."""
     if not rp.quant_bits:
-        return int(p.layer_bytes / max(rp.tensor_parallel, 1))
+        return int(fsdp_block_params(rp) * DTYPE_BYTES[rp.compute_dtype])
     s = shapes(rp.arch)
     norms = norms_per_layer(rp.arch) * rp.arch.hidden
     packed, consts = quantized_bytes_per_param(rp)
@@ -108,7 +110,7 @@ def fsdp_unit_bytes(rp: ResolvedPlan) -> float:
     storage (`gathered_layer_bytes`)."""
     if rp.quant_bits:
         return gathered_layer_bytes(rp, params(rp))
-    return shapes(rp.arch).layer_params * fsdp_gather_bytes(rp) / max(rp.tensor_parallel, 1) + fsdp_unit_adapters(rp)
+    return fsdp_block_params(rp) * fsdp_gather_bytes(rp) + fsdp_unit_adapters(rp)
 
 
 def fsdp_unit_adapters(rp: ResolvedPlan) -> float:
@@ -140,13 +142,12 @@ def fsdp_backward_working_set(rp: ResolvedPlan, p: Params) -> int:
     the two moments. The prefetched unit, and SHARD_GRAD_OP's gathered blocks, are in `fsdp_root_unsharded`."""
     if not fsdp_sharded(rp):
         return 0
-    s = shapes(rp.arch)
     pg = fsdp_gather_bytes(rp)
     rb = 4 if rp.fsdp_mixed_precision else pg
     unit = fsdp_unit_bytes(rp)
     full = rp.peft == "none" and rp.trained_layers is None
-    # a block's unsharded gradients are those of the rank's tensor-parallel slice, as its gathered parameters are
-    grads = (s.layer_params / max(rp.tensor_parallel, 1) if full else p.trainable / max(counted_layers(rp), 1)) * pg
+    # a block's unsharded gradients are those of the parameters it gathered (`fsdp_block_params`)
+    grads = (fsdp_block_params(rp) if full else p.trainable / max(counted_layers(rp), 1)) * pg
     reduce_in = grads / pg * rb * (1 + 1 / rp.world_size)
     if rp.zero_stage >= 3:
         return int(max(unit + grads, grads + reduce_in))
@@ -187,12 +188,11 @@ def fsdp_recompute_block(
     if not fsdp_sharded(rp) or layers < 2 or rp.arch.block not in ("decoder", "encoder"):
         return None
     s = shapes(rp.arch)
-    tp = max(rp.tensor_parallel, 1)
     pg = fsdp_gather_bytes(rp)
     rb = 4 if rp.fsdp_mixed_precision else pg
     unit = fsdp_unit_bytes(rp)
     full = rp.peft == "none" and rp.trained_layers is None
-    unsharded = (s.layer_params / tp if full else p.trainable / layers) * pg
+    unsharded = (fsdp_block_params(rp) if full else p.trainable / layers) * pg
     reduce_in = unsharded / pg * rb
     shard = grad_shards / layers
     if full:  # the root's trained weights' shares are not made until the end of the backward

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from vramlens.estimate.components.common import DTYPE_BYTES
 from vramlens.estimate.shapes import shapes
-from vramlens.knowledge.pipelining import V_SCHEDULES
+from vramlens.knowledge.pipelining import V_SCHEDULES, rank_stage_ids
 from vramlens.resolved import ResolvedPlan
 
 
@@ -16,7 +16,7 @@ from vramlens.resolved import ResolvedPlan
 class Stage:
     """One pipeline rank: what it holds of the model and how many micro-batches' activations are in flight."""
 
-    name: str  # "first", "last" or "only"
+    name: str  # "first", "last", "only", "middle" or, under the framework's own split, "rank N"
     dense_params: int  # non-expert parameters on this rank, before tensor parallelism
     expert_params: int  # routed-expert parameters on this rank, before expert parallelism
     layers: int  # decoder layers on this rank
@@ -24,6 +24,8 @@ class Stage:
     embedding: bool
     head: bool
     vision_params: int = 0  # a VLM's vision tower and projector on this rank, whole (not split by TP or EP)
+    loss_in_flight: float | None = None  # micro-batches in flight at the loss's backward, where fewer than in_flight
+    bare_stages: int = 0  # of the rank's stages, those with no decoder layer (the norm and the output alone)
 
 
 def stage_layers(rp: ResolvedPlan) -> int:
@@ -91,6 +93,76 @@ def torch_schedule_in_flight(schedule: str, pp: int, v: int, m: int, rank: int) 
     return min(m, pp - rank)  # 1F1B
 
 
+def torch_rank_ops(schedule: str, pp: int, v: int, m: int, rank: int) -> list[tuple[str, int, int]]:
+    """The computations pipeline rank `rank` runs under torch's multi-stage schedule `schedule` (LoopedBFS,
+    Interleaved1F1B, InterleavedZeroBubble), in order, as (kind, local stage, micro-batch): kind "F" a forward, "B" a
+    full backward, "I" an input backward, "W" a weight backward; local stage k is the rank's stage rank + k·pp. As
+    torch 2.14 torch/distributed/pipelining/schedules.py writes each rank's `pipeline_order`, less its idle steps
+    (the bubbles `ScheduleInterleavedZeroBubble._add_bubbles_to_actions` adds move no action past another):
+    - LoopedBFS (`ScheduleLoopedBFS._calculate_single_rank_operations`): every micro-batch's forward of each local
+      stage in turn, then the backwards, the last stage first, the micro-batches in reverse;
+    - Interleaved1F1B and InterleavedZeroBubble (their `_calculate_single_rank_operations`, `_get_warmup_ops`,
+      `_get_1f1b_rank_ops`): warm-up forwards ((v − 1)·per_round + f·(pp − 1 − rank), f = 2 and 1, at most v·m),
+      then a forward and a backward per step, then the remaining backwards; the forward of step s runs local stage
+      (s // per_round) mod v, the backward local stage v − 1 − ((s − warm-up) // per_round) mod v; per_round =
+      m // max(1, m // pp). The zero-bubble one splits each backward into I and W, the W of the backward
+      `rank` backwards earlier after each I from the (warm-up + rank)-th step on, the rest at the end."""
+    if schedule == "LoopedBFS":
+        fwd = [("F", k, i) for k in range(v) for i in range(m)]
+        return fwd + [("B", k, i) for k in reversed(range(v)) for i in reversed(range(m))]
+    zero_bubble = schedule == "InterleavedZeroBubble"
+    per_round = m // max(1, m // pp)
+    warmup = min((v - 1) * per_round + (1 if zero_bubble else 2) * (pp - 1 - rank), m * v)
+    total = m * v + warmup  # warm-up, one forward and one backward per step, cool-down
+    next_mb = {"F": [0] * v, "B": [0] * v, "W": [0] * v}
+    ops: list[tuple[str, int, int]] = []
+    backwards: list[int] = []  # the local stage of each backward run, for its weight backward
+
+    def run(kind: str, k: int, name: str | None = None) -> None:
+        ops.append((name or kind, k, next_mb[kind][k]))
+        next_mb[kind][k] += 1
+
+    for step in range(total):
+        if step < m * v:  # a forward: warm-up or one forward, one backward
+            run("F", (step // per_round) % v)
+        if step >= warmup:
+            k = v - 1 - ((step - warmup) // per_round) % v
+            run("B", k, "I" if zero_bubble else "B")
+            backwards.append(k)
+            if zero_bubble and step - warmup >= rank:
+                run("W", backwards[sum(next_mb["W"])])
+    while zero_bubble and sum(next_mb["W"]) < len(backwards):
+        run("W", backwards[sum(next_mb["W"])])
+    return ops
+
+
+def torch_schedule_held_layers(
+    schedule: str, pp: int, m: int, rank: int, stage_layers: tuple[int, ...]
+) -> tuple[float, float]:
+    """The most decoder layers' worth of stage forwards pipeline rank `rank` holds at once, and what it holds when
+    the loss's backward runs (the backward of the model's last stage, on the last rank): the peak over the rank's
+    `torch_rank_ops` of the layers of its forwards still kept (freed by their full or weight backward),
+    `stage_layers` the layers of each of the rank's stages (local order). Single-stage schedules hold one stage's
+    forwards, `torch_schedule_in_flight` of them; the V ones (ZBVZeroBubble, DualPipeV) are counted as equal halves
+    of the rank's layers: their rank holds stages r and 2·pp − 1 − r, which torchtitan's split (`stage_split`)
+    makes equal but on the first rank (a layer fewer on each of its two, both light) and for the remainder's
+    one-layer differences. Counted alike, the loss's backward runs at the peak."""
+    v = len(stage_layers)
+    if schedule not in ("LoopedBFS", "Interleaved1F1B", "InterleavedZeroBubble") or v == 1:
+        n = torch_schedule_in_flight(schedule, pp, v, m, rank) * sum(stage_layers) / v
+        return n, n
+    held = peak = at_loss = 0
+    for kind, k, _ in torch_rank_ops(schedule, pp, v, m, rank):
+        if kind == "F":
+            held += stage_layers[k]
+            peak = max(peak, held)
+        elif rank == pp - 1 and k == v - 1 and kind in ("B", "I"):
+            at_loss = max(at_loss, held)
+        if kind in ("B", "W"):
+            held -= stage_layers[k]
+    return float(peak), float(at_loss)
+
+
 def in_flight_microbatches(rp: ResolvedPlan, rank: int) -> float:
     """Micro-batches whose activations pipeline rank `rank` holds at its peak, in whole-rank units (one micro-batch
     through every layer of the rank). M = micro-batches per step (gradient accumulation).
@@ -109,7 +181,30 @@ def in_flight_microbatches(rp: ResolvedPlan, rank: int) -> float:
     if rp.pipeline_schedule == "1F1B" and v > 1:
         chunks = min(m * v, (pp - rank - 1) * 2 + (v - 1) * pp + 1)
         return chunks / v
+    if (own := rank_stage_layers(rp, rank)) and sum(own):
+        return torch_schedule_held_layers(rp.pipeline_schedule, pp, m, rank, own)[0] / sum(own)
     return torch_schedule_in_flight(rp.pipeline_schedule, pp, v, m, rank) / v
+
+
+def loss_in_flight(rp: ResolvedPlan) -> float | None:
+    """Micro-batches (whole-rank units) the last pipeline rank holds when its loss's backward runs, where that is
+    fewer than its peak (`in_flight_microbatches`): a multi-stage schedule of the framework's uneven stages whose
+    peak is a forward of a heavier stage (`torch_schedule_held_layers`). None where the loss runs at the peak."""
+    pp, m = max(rp.pipeline_parallel, 1), max(rp.grad_accum, 1)
+    own = rank_stage_layers(rp, pp - 1)
+    if pp == 1 or not sum(own):
+        return None
+    peak, at_loss = torch_schedule_held_layers(rp.pipeline_schedule, pp, m, pp - 1, own)
+    return at_loss / sum(own) if at_loss < peak else None
+
+
+def rank_stage_layers(rp: ResolvedPlan, rank: int) -> tuple[int, ...]:
+    """The decoder layers of each stage pipeline rank `rank` runs (its local order), from the plan's split of the
+    layers over the stages (`stage_split`: the framework's own cut); empty without one."""
+    pp, v = max(rp.pipeline_parallel, 1), max(rp.virtual_pipeline, 1)
+    if len(rp.stage_split) != pp * v:
+        return ()
+    return tuple(rp.stage_split[i] for i in rank_stage_ids(rp.pipeline_schedule, pp, v, rank))
 
 
 def head_in_flight(rp: ResolvedPlan) -> int:
@@ -125,14 +220,15 @@ def head_in_flight(rp: ResolvedPlan) -> int:
 def stages(rp: ResolvedPlan) -> list[Stage]:
     """The first and the last pipeline rank, and the second when more than two stages hold more layers than the
     first (uneven stages, `stage_layer_counts`; with an even split the middle ones hold less than the first: the
-    same layers, fewer micro-batches in flight, no embedding). The first holds the word embeddings, the last the
-    output layer and the final norm; with tied embeddings the last keeps its own copy of the embedding for the output
-    layer (megatron/core/models/common/language_module/language_module.py `setup_embeddings_and_output_layer`). A
-    VLM's vision tower and projector are on the first stage, whole on every tensor-parallel rank: Megatron-SWIFT
-    builds them from the Hugging Face model's modules, not as Megatron parallel layers, and only where `pre_process`
-    holds (ms-swift v4.0.0 swift/megatron/model/mm_gpt_model.py `MultimodalGPTModel.__init__`: `if pre_process and
-    self.megatron_model_meta.visual_cls is not None: self.visual = ...visual_cls(config)`; mm_gpts/utils.py
-    `HuggingFaceModule.__init__` takes the HF model's `visual`)."""
+    same layers, fewer micro-batches in flight, no embedding); every rank where the plan gives the framework's split
+    of the layers over the stages (`stage_split`: any rank may hold the most). The first holds the word embeddings,
+    the last the output layer and the final norm; with tied embeddings the last keeps its own copy of the embedding
+    for the output layer (megatron/core/models/common/language_module/language_module.py
+    `setup_embeddings_and_output_layer`). A VLM's vision tower and projector are on the first stage, whole on every
+    tensor-parallel rank: Megatron-SWIFT builds them from the Hugging Face model's modules, not as Megatron parallel
+    layers, and only where `pre_process` holds (ms-swift v4.0.0 swift/megatron/model/mm_gpt_model.py
+    `MultimodalGPTModel.__init__`: `if pre_process and self.megatron_model_meta.visual_cls is not None: self.visual =
+    ...visual_cls(config)`; mm_gpts/utils.py `HuggingFaceModule.__init__` takes the HF model's `visual`)."""
     s = shapes(rp.arch)
     arch = rp.arch
     expert_total = sum(l.params for l in s.linears if l.expert)
@@ -159,6 +255,36 @@ def stages(rp: ResolvedPlan) -> list[Stage]:
     )
     if pp == 1:
         return [first]
+    if len(rp.stage_split) == pp * max(rp.virtual_pipeline, 1):
+        # the framework's own cut (torch's pipelining): every rank, its stages' layers from the split, the embeddings
+        # on the rank with the model's first stage, the output layer on the one with its last (on the same rank, a
+        # tied output layer is the embedding itself)
+        v = max(rp.virtual_pipeline, 1)
+        starts = [sum(rp.stage_split[:i]) for i in range(pp * v)]
+        out = []
+        for rank in range(pp):
+            ids = rank_stage_ids(rp.pipeline_schedule, pp, v, rank)
+            n = sum(rp.stage_split[i] for i in ids)
+            emb, out_layer = 0 in ids, pp * v - 1 in ids
+            out.append(
+                Stage(
+                    "first" if rank == 0 else "last" if rank == pp - 1 else f"rank {rank}",
+                    int(
+                        n * per_layer_dense
+                        + (s.embed_params if emb else 0)
+                        + (head if out_layer and not (emb and arch.tied_embeddings) else 0)
+                    ),
+                    int(sum(moe_layers(starts[i], rp.stage_split[i]) for i in ids) * per_layer_expert),
+                    n,
+                    in_flight_microbatches(rp, rank),
+                    emb,
+                    out_layer,
+                    arch.vision_params if emb else 0,
+                    loss_in_flight(rp) if rank == pp - 1 else None,
+                    sum(1 for i in ids if rp.stage_split[i] == 0),
+                )
+            )
+        return out
     if rp.pipeline_schedule in V_SCHEDULES:
         # the V: the first rank holds the first and the last stage, the embeddings and the output layer; the last
         # rank the two stages at the turn (torch 2.14 schedules.py `generate_rank_to_stage_mapping(style="v")`)
@@ -292,8 +418,10 @@ def torch_pipeline_phases(
     tok = rp.micro_batch * rp.sequences_per_example * rp.seq_len
     first, last = int(st.embedding), int(st.head)
     # per micro-batch through the rank's V stages: their layers, the outputs of those that are not the model's last,
-    # less the inputs that are receive buffers (checkpointing keeps each layer's input)
-    held = st.layers * per.layer + ((v - last) - ((v - first) if per.input_saved else 0)) * per.hidden
+    # less the inputs that are receive buffers (checkpointing keeps each layer's input; a stage with no layer keeps
+    # none: its receive buffer feeds the final norm, counted with the head)
+    bufs_saved = v - first - st.bare_stages if per.input_saved else 0
+    held = st.layers * per.layer + ((v - last) - bufs_saved) * per.hidden
     recv = ((v - first) + (v - last)) * m * per.hidden * tok
     w, g, o = (int(state[k] * share) for k in ("weights", "gradients", "optimizer"))
     steady = m > st.in_flight  # a backward ran before the peak's forward
@@ -318,8 +446,17 @@ def torch_pipeline_phases(
     acts = int(tok * held * st.in_flight)
     heads = head_in_flight(rp) if st.head else 0
     logits = int(tok * (per.head + (heads - 1) * per.head_kept)) if st.head else 0
+    forward_backward = {**fb, "activations": acts, "logits": logits}
+    if st.head and st.loss_in_flight is not None:
+        # the rank's peak of activations is a forward with no micro-batch at the loss; the loss's backward runs
+        # with fewer in flight
+        forward_backward = max(
+            {**fb, "activations": acts, "logits": 0},
+            {**fb, "activations": int(tok * held * st.loss_in_flight), "logits": logits},
+            key=lambda ph: sum(ph.values()),
+        )
     out = {
-        "forward-backward": {**fb, "activations": acts, "logits": logits},
+        "forward-backward": forward_backward,
         "optimizer-step": {**base, "gradients": g, "temporaries": int(state.get("temporaries", 0) * share)},
     }
     if per.recompute:

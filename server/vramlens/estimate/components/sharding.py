@@ -4,7 +4,9 @@ ZeRO/FSDP, pipeline stages), and the dtype FSDP gathers parameters in."""
 from __future__ import annotations
 
 from vramlens.estimate.components.common import DTYPE_BYTES
+from vramlens.estimate.components.experts import routed_block_params
 from vramlens.estimate.components.pipeline import pipeline_stage_share
+from vramlens.estimate.shapes import shapes
 from vramlens.resolved import ResolvedPlan
 
 
@@ -29,6 +31,43 @@ def zero_shard_factor(rp: ResolvedPlan, what: str) -> float:
         # (`fsdp_root_unsharded`; torch FSDP docs, ShardingStrategy.SHARD_GRAD_OP)
         needed = 2
     return 1.0 / rp.world_size if stage >= needed else 1.0
+
+
+def fsdp_block_params(rp: ResolvedPlan) -> float:
+    """One block's parameters as FSDP gathers them on a rank, and so the unsharded gradients its backward makes: the
+    rank's tensor-parallel slice of the block, its routed experts only as far as the rank gathers them
+    (`fsdp_expert_gather_share`)."""
+    routed = routed_block_params(rp) if rp.arch.is_moe else 0
+    layer = shapes(rp.arch).layer_params
+    return (layer - routed * (1.0 - fsdp_expert_gather_share(rp))) / max(rp.tensor_parallel, 1)
+
+
+def fsdp_model_params(rp: ResolvedPlan) -> float:
+    """The whole model's parameters as FSDP gathers them on a rank (`fsdp_block_params`, over every block): its
+    tensor-parallel slice, of the routed experts the share `fsdp_expert_gather_share`."""
+    s = shapes(rp.arch)
+    routed = sum(l.params for l in s.linears if l.expert)
+    return (s.total - routed * (1.0 - fsdp_expert_gather_share(rp))) / max(rp.tensor_parallel, 1)
+
+
+def fsdp_expert_gather_share(rp: ResolvedPlan) -> float:
+    """The share of a MoE block's routed experts FSDP gathers on a rank under expert parallelism (1 without it).
+
+    NeMo AutoModel's MoE parallelizer (v0.3.0, v0.4.0, v0.5.0 and main nemo_automodel/components/moe/
+    parallelizer.py `parallelize_model`, `apply_ep`, `apply_fsdp`) folds the FSDP ranks, dp·cp, into an
+    (ep_shard, ep) mesh, ep_shard = dp·cp / ep (v0.5.0 components/distributed/mesh_utils.py
+    `_create_fsdp2_device_mesh`, `_create_moe_mesh`; v0.4.0 `create_device_mesh`: `ep_shard_size = dp_cp_size //
+    ep_size`, 1 when ep covers them all). `apply_ep` distributes each MoE block's expert stacks `Shard(0)` over
+    `ep`, a rank holding num_experts / ep of them; `apply_fsdp` then `fully_shard`s those over `ep_shard` as a unit
+    of their own, left out of the block's unit (`ignored_params`), whose other parameters FSDP shards over dp·cp.
+    At rest a rank keeps 1 / (ep · ep_shard) = 1 / (dp·cp) of the experts, as of every other parameter
+    (`zero_shard_factor`, unchanged), but a block's all-gathers make its dense parameters whole and its experts only
+    the rank's num_experts / ep. With ep = dp·cp (ep_shard 1) the experts are not FSDP-sharded at all
+    (`ep_shard_enabled` false): each rank computes on its own experts in place and gathers none of them."""
+    ep = max(rp.expert_parallel, 1)
+    if ep == 1 or rp.strategy != "fsdp":
+        return 1.0
+    return 1.0 / ep if ep < rp.world_size else 0.0
 
 
 def fsdp_gathers_16bit(rp: ResolvedPlan) -> bool:
