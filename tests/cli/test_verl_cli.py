@@ -89,12 +89,14 @@ def test_ppo_example_trains_a_critic_without_reward_model_or_reference(version):
     assert r["components_gib"]["generation"] == pytest.approx(0.4 * GPU_GIB, abs=0.01)
 
 
-def test_oldest_release_example_and_ulysses_named_as_not_modelled():
+def test_oldest_release_example_and_ulysses_read_as_a_sequence_split():
     r = cli(FIXTURES / "v0.2.0.post2" / "run_gemma.sh")
     assert r["objective"] == "ppo" and r["model"]["id"] == "google/gemma-2-2b-it"
     assert r["gpu"]["count"] == 2 and value(r, "micro_batch") == 4
     sp = cli(FIXTURES / "v0.4.1" / "run_deepseek7b_llm_sp2.sh")
-    assert "actor_rollout_ref.actor.ulysses_sequence_parallel_size" in unmodelled(sp)
+    # Ulysses over 2 GPUs: each holds half of every sequence's tokens (verl dp_actor.py `ulysses_pad_and_slice_inputs`)
+    assert "actor_rollout_ref.actor.ulysses_sequence_parallel_size" not in unmodelled(sp)
+    assert value(sp, "context_parallel") == 2
     # the micro-batch divides by data-parallel ranks (world ÷ sp): 256 × 1 ÷ (8 ÷ 2) = 64 per update, micro 32
     assert value(sp, "micro_batch") == 32 and value(sp, "grad_accum") == 2
 
