@@ -532,8 +532,10 @@ def finish(b: PlanBuilder, settings: list[Setting], launch) -> None:
             del b.plan.extra[key]
 
 
-_SWIFT_DTYPES = {"float16": "fp16", "fp16": "fp16", "half": "fp16", "float32": "fp16", "fp32": "fp16"}
-_SWIFT_DTYPES |= {"bfloat16": "bf16", "bf16": "bf16"}
+_SWIFT_DTYPES = {
+    **dict.fromkeys(("float16", "fp16", "half", "float32", "fp32"), "fp16"),
+    **dict.fromkeys(("bfloat16", "bf16"), "bf16"),
+}
 
 
 def _swift_precision(b: PlanBuilder, by: dict[str, Setting]) -> None:

@@ -229,7 +229,6 @@ def read(
     world = _gpus(r)
     _objective(r)
     _batch(r, world, megatron)
-    _log_prob_batch(r, world)
     _distribution(r, megatron, world)
     _rollout(r)
     _reference(r, megatron)
@@ -457,17 +456,15 @@ def _objective(r: _Reader) -> None:
         r.put("completion_len", response, s)
 
 
-def _log_prob_batch(r: _Reader, world: int) -> None:
+def _log_prob_batch(r: _Reader, dp: int, seq: int) -> None:
     """The sequences of one no-grad log-prob forward: the actor's recomputation of the old policy's log-probs
     (`rollout.log_prob_*`) and the reference's (`ref.log_prob_*`, when a KL term needs it), each in micro-batches of
     its own (verl b178a3cd5 verl/workers/fsdp_workers.py `compute_log_prob` / `compute_ref_log_prob`:
     `log_prob_micro_batch_size_per_gpu`, the deprecated global `log_prob_micro_batch_size` ÷ the data-parallel
     ranks, or with `log_prob_use_dynamic_bsz` micro-batches filled up to `log_prob_max_token_len_per_gpu` tokens).
-    The larger of the two sizes the estimate's log-prob phase; the other is read alongside it."""
-    b, cfg = r.b, r.cfg
-    sp, _ = r.int(A + "actor.ulysses_sequence_parallel_size", 1)
-    dp = max(1, world // (sp or 1))
-    seq = (to_int(cfg.value("data.max_prompt_length")) or 0) + (to_int(cfg.value("data.max_response_length")) or 0)
+    The larger of the two sizes the estimate's log-prob phase; the other is read alongside it. `dp` and `seq`: the
+    data-parallel ranks and the max prompt + response, as `_batch` reads them."""
+    b = r.b
     reference = b.plan.reference_free is None or not b.plan.reference_free.value
     found: list[tuple[int, Setting, str | None]] = []
     for role in ("rollout", "ref") if reference else ("rollout",):
@@ -576,6 +573,7 @@ def _batch(r: _Reader, world: int, megatron: bool) -> None:
     if sp > 1 and not megatron:  # Megatron workers split sequences with their own context parallelism
         _, s = r.int(A + "actor.ulysses_sequence_parallel_size", 1)
         _ulysses(b, sp, s)
+    _log_prob_batch(r, dp, seq)
 
 
 def _distribution(

@@ -56,9 +56,7 @@ def megatron_state_bytes(rp: ResolvedPlan, st: Stage) -> tuple[int, int, int]:
     megatron/core/optimizer/__init__.py) and the GPU Adam's two fp32 states (torch.optim.AdamW): that share of the
     optimizer's bytes on the GPU. The gradient buffers are in `grad_buffer_dtype` (fp32 unless an fp16 run or
     `--grad-reduce-in-bf16` makes them 16-bit: formats.megatron `_grad_buffers`)."""
-    tp = max(rp.tensor_parallel, 1)
-    dense = st.dense_params / tp
-    experts = st.expert_params / (expert_tp(rp) * max(rp.expert_parallel, 1))
+    dense, experts = megatron_rank_params(rp, st)
     wb = DTYPE_BYTES[rp.weight_dtype]
     weights = (dense + experts) * wb
     opt = rp.optimizer
@@ -77,12 +75,17 @@ def megatron_state_bytes(rp: ResolvedPlan, st: Stage) -> tuple[int, int, int]:
     return int(weights), int(grads), int(trained_dense * per_state / dp + trained_experts * per_state / edp)
 
 
+def megatron_rank_params(rp: ResolvedPlan, st: Stage) -> tuple[float, float]:
+    """(dense, expert) parameters a pipeline rank holds: its share of the stage's dense weights over TP and of its
+    routed experts over expert TP × EP (the vision tower apart: `megatron_vision_params`)."""
+    return st.dense_params / max(rp.tensor_parallel, 1), st.expert_params / (expert_tp(rp) * max(rp.expert_parallel, 1))
+
+
 def megatron_trained_params(rp: ResolvedPlan, st: Stage) -> tuple[float, float]:
     """(dense, expert) parameters a pipeline rank trains, whose gradient buffers and optimizer state it holds: its
     share of the dense weights over TP (with a trained vision tower) and of the experts over expert TP × EP, or under
     adapters each kind of adapter in the share of its kind of weights the rank holds."""
-    dense = st.dense_params / max(rp.tensor_parallel, 1)
-    experts = st.expert_params / (expert_tp(rp) * max(rp.expert_parallel, 1))
+    dense, experts = megatron_rank_params(rp, st)
     if rp.peft == "none":
         return dense + megatron_vision_params(rp, st)[1], experts
     s = shapes(rp.arch)
@@ -142,8 +145,8 @@ def megatron_reference_bytes(rp: ResolvedPlan, st: Stage) -> int:
     with its adapters off and hold no copy."""
     if rp.reference != "copy" or rp.reference_offloaded:
         return 0
-    dense = st.dense_params / max(rp.tensor_parallel, 1) + st.vision_params  # the tower whole (`stages`)
-    experts = st.expert_params / (expert_tp(rp) * max(rp.expert_parallel, 1))
+    dense, experts = megatron_rank_params(rp, st)
+    dense += st.vision_params  # the tower whole (`stages`)
     return int((dense + experts) * DTYPE_BYTES[rp.reference_dtype or rp.weight_dtype])
 
 
