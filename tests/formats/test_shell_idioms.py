@@ -209,6 +209,20 @@ def test_array_appends_and_expansions(tmp_path, use):
     assert path.read_text()[micro[0].word.start : micro[0].word.end] == "2"  # placed in the array, for hovers
 
 
+def test_a_flag_whose_values_come_from_two_expansions_is_placed_at_its_own_words(tmp_path):
+    """`"${ARGS[@]}" ${ARGS[*]}`: the array's last flag takes its value and then the next expansion's first word,
+    which is written above it. The setting's span still runs forward, over the words that follow the flag."""
+    text = (
+        "ARGS=( 1024 --pretrain m/x\n --micro_train_batch_size 2\n)\nARGS+=(--max_len 512)\n"
+        'deepspeed --module openrlhf.cli.train_sft "${ARGS[@]}" ${ARGS[*]}\n'
+    )
+    path = script(tmp_path, text)
+    issue = next(i for i in formats.parse_document(text, str(path)).plan.issues if "`max_len`" in i.message)
+    sp = issue.span
+    assert (sp.start_line, sp.end_line) == (3, 3)
+    assert text.splitlines()[3][sp.start_col : sp.end_col] == "512"
+
+
 def test_a_quoted_array_star_is_one_word(tmp_path):
     path = script(
         tmp_path,

@@ -2801,12 +2801,20 @@ def _flag_setting(r: _Reader, name: str, flag: Arg, vals: list[Arg]) -> Setting 
     if not vals:
         return Setting(key=key, path=(_norm(key),), value=True, span=kspan, value_span=None, key_span=kspan)
     value, unknown = _split_values(vals)
+    # the span runs to the last value word that follows the one before it: words of an expanded array are placed
+    # where the array is written, so values spliced from two expansions (`"${ARGS[@]}" ${ARGS[0]}`) may lie before
+    # the flag
+    last = vals[0].word
+    for v in vals[1:]:
+        if v.word.start < last.end:
+            break
+        last = v.word
     return Setting(
         key=key,
         path=(_norm(key),),
         value=value,
-        span=r.sp(w.start, vals[-1].word.end),
-        value_span=r.sp(vals[0].word.start, vals[-1].word.end),
+        span=r.sp(w.start, last.end) if last.end >= w.end else kspan,
+        value_span=r.sp(vals[0].word.start, last.end),
         key_span=kspan,
         unresolved=unknown,
     )
