@@ -109,6 +109,15 @@ def test_dynamic_batch_fills_micro_batches_up_to_the_token_budget():
     assert value(r, "generation") == "vllm-colocate"  # rollout.name=$rollout_name ("sglang") expanded
 
 
+def test_sglang_async_is_v0_4s_spelling_of_the_sglang_rollout():
+    """v0.4's deprecated `rollout.name=sglang_async` builds the SGLang rollout (v0.4.1 fsdp_workers.py
+    `_build_rollout`), so its gpu_memory_utilization is the engine's share of each GPU."""
+    r = cli(FIXTURES / "v0.4.1" / "run_qwen2.5-3b_instruct_search_multiturn.sh")
+    assert value(r, "generation") == "vllm-colocate"
+    assert value(r, "vllm_memory_share") == 0.5
+    assert "actor_rollout_ref.rollout.name" not in unmodelled(r)
+
+
 def test_override_spellings_old_global_micro_batch_nodes_lora_and_offload(tmp_path):
     r = cli(
         script(

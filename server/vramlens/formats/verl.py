@@ -663,6 +663,11 @@ def _rollout(r: _Reader) -> None:
         )
         name = "vllm"
     name = name.lower()
+    if name == "sglang_async":
+        # v0.4's deprecated spelling of the SGLang rollout (v0.4.1 verl/workers/fsdp_workers.py `_build_rollout`:
+        # `elif rollout_name in ["sglang", "sglang_async"]`, "'sglang_async' has been deprecated and merged into
+        # 'sglang'")
+        name = "sglang"
     if name in ("vllm", "sglang"):
         engine = "vLLM" if name == "vllm" else "SGLang (mem_fraction_static)"
         r.put(
