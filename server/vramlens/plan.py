@@ -240,6 +240,10 @@ class TrainingPlan(BaseModel):
     zero_stage: Sourced[int] | None = None  # 0–3 (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2, NO_SHARD = 0)
     offload_optimizer: Sourced[bool] | None = None
     offload_params: Sourced[bool] | None = None
+    # moved to the CPU only between training updates (verl's `param_offload` / `optimizer_offload`): on the GPU while
+    # the policy trains, in host memory while it generates (the optimizer state also while it scores log-probs)
+    offload_params_idle: Sourced[bool] | None = None
+    offload_optimizer_idle: Sourced[bool] | None = None
     # ZeRO's buffer sizes in elements as a DeepSpeed config writes them: a number, or "auto" (what fills it decides:
     # resolve.distribution.zero_sizes)
     zero_reduce_bucket: Sourced[int | str] | None = None  # reduce_bucket_size

@@ -48,6 +48,8 @@ CONCEPT_TITLES = {
     "zero_stage": "ZeRO / FSDP sharding stage",
     "offload_optimizer": "optimizer offload",
     "offload_params": "parameter offload",
+    "offload_params_idle": "parameters offloaded between updates",
+    "offload_optimizer_idle": "optimizer state offloaded between updates",
     "world_size": "data-parallel ranks",
     "tensor_parallel": "tensor parallel",
     "context_parallel": "context parallel",

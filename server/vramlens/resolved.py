@@ -174,6 +174,10 @@ class ResolvedPlan(BaseModel):
     # parallel ones) or replicate (DDP)
     offload_optimizer: bool = False
     offload_params: bool = False
+    # offloaded to the CPU only between updates (plan.offload_params_idle / offload_optimizer_idle): the update phase
+    # holds them on the GPU, the rollout phases do not
+    offload_params_idle: bool = False
+    offload_optimizer_idle: bool = False
     # DeepSpeed ZeRO's sizes in elements (components.buffers); None: as the HF Trainer fills "auto" (reduce bucket h²,
     # prefetch bucket 0.9·h², persistence threshold 10·h) and DeepSpeed's defaults for the live limit and the reuse
     # distance (1e9)

@@ -62,7 +62,7 @@ def test_grpo_example_reads_model_batch_lengths_rollout_share_and_gpus(version):
     assert r["model"]["id"] == "Qwen/Qwen3-8B"
     assert value(r, "micro_batch") == 32
     assert (value(r, "prompt_len"), value(r, "completion_len")) == (512, 1024)
-    assert value(r, "offload_params") is False and value(r, "offload_optimizer") is False
+    assert value(r, "offload_params_idle") is False and value(r, "offload_optimizer_idle") is False
     assert value(r, "num_generations") == 5
     assert r["gpu"]["count"] == 8 and value(r, "world_size") == 8
     # vLLM colocated with the actor holds gpu_memory_utilization=0.6 of each 80 GB GPU while it generates, and
@@ -146,9 +146,12 @@ python3 -m verl.trainer.main_ppo \\
     assert value(r, "world_size") == 8 and r["gpu"]["count"] == 4
     assert value(r, "peft_method") == "lora" and value(r, "lora_r") == 32
     assert value(r, "lora_targets") == ["q_proj", "v_proj"]
-    assert value(r, "offload_params") is True and value(r, "offload_optimizer") is True
+    assert value(r, "offload_params_idle") is True and value(r, "offload_optimizer_idle") is True
     assert r["components_gib"]["reference"] == 0  # no KL term
-    assert r["phases_gib"]["generation"] > 0.3 * GPU_GIB  # SGLang's share, released while the actor trains
+    # SGLang's share, released while the actor trains; the actor's weights and AdamW's states are on the CPU while
+    # it generates, and on the GPU for the update
+    assert r["phases_gib"]["generation"] == pytest.approx(0.3 * GPU_GIB, abs=0.05)
+    assert r["components_gib"]["weights"] > 0 and r["components_gib"]["optimizer"] > 0
     assert (value(r, "prompt_len"), value(r, "completion_len"), value(r, "num_generations")) == (1024, 2048, 8)
 
 
@@ -206,3 +209,61 @@ def test_defaults_are_read_per_release():
     assert new["actor_rollout_ref.model.use_remove_padding"] is True
     assert old["actor_rollout_ref.rollout.name"] == "vllm" and new["actor_rollout_ref.rollout.name"] == "???"
     assert verl.pick_version("0.4.1") == "0.4.1" and verl.pick_version("0.4.2") == "0.4.1"
+
+
+def _offload_run(tmp_path: Path, name: str, offload: str, megatron: bool = False) -> dict:
+    engine = "megatron" if megatron else "fsdp_config"
+    return cli(
+        script(
+            tmp_path,
+            f"""python3 -m verl.trainer.main_ppo {'--config-name=ppo_megatron_trainer ' if megatron else ''}\\
+    algorithm.adv_estimator=grpo data.max_prompt_length=1024 data.max_response_length=1024 \\
+    actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct \\
+    actor_rollout_ref.actor.ppo_mini_batch_size=64 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2 \\
+    actor_rollout_ref.actor.use_kl_loss=True \\
+    actor_rollout_ref.actor.{engine}.param_offload={offload} \\
+    actor_rollout_ref.actor.{engine}.optimizer_offload={offload} \\
+    actor_rollout_ref.ref.{engine}.param_offload={offload} \\
+    actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.gpu_memory_utilization=0.5 \\
+    actor_rollout_ref.rollout.n=4 trainer.n_gpus_per_node=8 $@
+""",
+            name=name,
+        )
+    )
+
+
+def test_actor_offload_moves_state_off_the_gpu_between_updates_not_during_them(tmp_path):
+    """verl never wraps the actor in FSDP's CPUOffload: `param_offload` / `optimizer_offload` load the weights and
+    AdamW's states back before each update and offload them after (v0.4.1 fsdp_workers.py `update_actor`). The update
+    phase is the same with and without them; the rollout holds the engine's share without the actor's state."""
+    kept = _offload_run(tmp_path, "kept.sh", "False")
+    moved = _offload_run(tmp_path, "moved.sh", "True")
+    assert value(moved, "offload_params_idle") is True and value(moved, "offload_optimizer_idle") is True
+    for phase in ("forward-backward", "optimizer-step"):
+        assert moved["phases_gib"][phase] == kept["phases_gib"][phase]
+    assert moved["phases_gib"]["generation"] == pytest.approx(0.5 * GPU_GIB, abs=0.05)
+    assert kept["phases_gib"]["generation"] > moved["phases_gib"]["generation"] + 1
+
+
+def test_megatron_actor_offload_keeps_the_update_and_adds_the_rollout_phase(tmp_path):
+    """The Megatron workers alike (megatron_workers.py `load_megatron_model_to_gpu`, `load_megatron_optimizer`): the
+    optimizer state stays counted in the update; the reference's `param_offload` keeps it off the GPU while the actor
+    trains; the rollout is a phase of its own, the engine's share beside what is not offloaded."""
+    kept = _offload_run(tmp_path, "kept.sh", "False", megatron=True)
+    moved = _offload_run(tmp_path, "moved.sh", "True", megatron=True)
+    assert moved["components_gib"]["optimizer"] == kept["components_gib"]["optimizer"] > 0
+    assert kept["components_gib"]["reference"] > 0 and moved["components_gib"]["reference"] == 0
+    assert moved["phases_gib"]["generation"] == pytest.approx(0.5 * GPU_GIB, abs=0.05)
+    assert kept["phases_gib"]["generation"] > moved["phases_gib"]["generation"] + 1
+    assert not unmodelled(moved)
+
+
+def test_megatron_cpu_optimizer_override_is_read(tmp_path):
+    """`+actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload=True` sets megatron-core's
+    OptimizerConfig field (verl/utils/megatron/optimizer.py `init_megatron_optim_config`): Megatron's hybrid
+    optimizer keeps Adam's states on the CPU through the update."""
+    path = FIXTURES / "main-2026-01-29" / "run_qwen3_vl-8b-megatron.sh"
+    r = cli(path)
+    assert value(r, "offload_optimizer") is True and value(r, "optimizer_offload_fraction") == 1
+    assert r["components_gib"].get("optimizer", 0) == 0
+    assert any(k.endswith("overlap_cpu_optimizer_d2h_h2d") for k in unmodelled(r))

@@ -33,7 +33,7 @@ __all__ = ["estimate", "allocated_peak", "pipeline_rank_peak", "Estimate", "GIB"
 
 # Bumped whenever a formula changes what an estimate comes to: local calibration records (trace/probe ratios to
 # the estimate of their day) made against another revision are ignored (vramlens.calibration).
-REVISION = 21
+REVISION = 22
 
 
 def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]], C.Params, float]:
@@ -210,10 +210,15 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             n_value = C.shapes(rp.arch).total
             kv += int(n_value * C.DTYPE_BYTES[rp.weight_dtype] * (1.0 - C.zero_shard_factor(rp, "weights")))
         g_step = G if (g_persistent or not rp.set_to_none) else 0
+        # offloaded between updates (verl's param_offload / optimizer_offload): the policy's weights and gradients
+        # are on the CPU while the engine generates, its optimizer state also while the log-probs are scored
+        idle_w, idle_o = rp.offload_params_idle, rp.offload_optimizer_idle
         phases["generation"] = {
             **base,
-            "optimizer": O,
-            "gradients": g_step,
+            "weights": 0 if idle_w else W,
+            "adapters": 0 if idle_w else adapters,
+            "optimizer": 0 if idle_o else O,
+            "gradients": 0 if idle_w else g_step,
             "temporaries": kv,
             "activations": 0,
             "logits": 0,
@@ -225,8 +230,8 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             lp_tok = logit_tok if not rp.logprob_micro_batch else logit_tok // max(seqs, 1) * rp.logprob_micro_batch
             phases["reference-forward"] = {
                 **base,
-                "optimizer": O,
-                "gradients": g_step,
+                "optimizer": 0 if idle_o else O,
+                "gradients": 0 if idle_w else g_step,
                 "activations": 0,
                 "logits": 0,
                 "temporaries": C.no_grad_forward(rp, lp_tok),
@@ -514,6 +519,26 @@ def _megatron_phases(rp: ResolvedPlan, p: C.Params):
         name: {"quant_constants": 0, "adapters": 0, "buffers": 0, "optimizer_paged": 0, **parts}
         for name, parts in C.megatron_step(rp).items()
     }
+    if rp.generation == "vllm-colocate":
+        # the rollout, between two updates: the engine's share beside the policy's weights, gradient buffers and
+        # optimizer state, each unless offloaded between updates (verl megatron_workers.py
+        # `offload_megatron_model_to_cpu` frees the weight and gradient buffers, `offload_megatron_optimizer` the
+        # state), and the reference unless offloaded. An engine that does not sleep keeps its share through the
+        # update phases too.
+        share = _generation_share(rp)
+        if not rp.generation_sleeps:
+            for parts in phases.values():
+                parts["generation"] = share
+        fb = phases["forward-backward"]
+        idle_w, idle_o = rp.offload_params_idle, rp.offload_optimizer_idle
+        phases["generation"] = {
+            **{k: 0 for k in fb},
+            "weights": 0 if idle_w else fb["weights"],
+            "gradients": 0 if idle_w else fb["gradients"],
+            "optimizer": 0 if idle_o else fb["optimizer"],
+            "reference": fb["reference"],
+            "generation": share,
+        }
     if rp.correction != 1.0:
         for parts in phases.values():
             for k in parts:

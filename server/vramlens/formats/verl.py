@@ -626,12 +626,22 @@ def _distribution(
                 "sharded over every GPU of the run",
                 key=section + "fsdp_size",
             )
+    # `param_offload` / `optimizer_offload` move the actor's weights, gradients and optimizer state to the CPU between
+    # its updates, and back before each one: the actor is never wrapped in FSDP's CPUOffload ("We force turn off
+    # CPUOffload for actor because it causes incorrect results when using grad accumulation"). v0.4.1
+    # verl/workers/fsdp_workers.py `update_actor` (load_fsdp_model_to_gpu / load_fsdp_optimizer before
+    # `update_policy`, offload after), `compute_log_prob` (the weights loaded, the optimizer left on the CPU);
+    # v0.7.0 verl/workers/engine/base.py `BaseEngineCtx._context_switch` (train mode: model, optimizer and
+    # gradients to the GPU; eval mode: the model only); the Megatron workers alike (megatron_workers.py
+    # `load_megatron_model_to_gpu`, `load_megatron_optimizer`)
     on, s = r.bool(section + "param_offload")
     if on is not None:
-        r.put("offload_params", on, s)
+        note = "on the GPU for each update; on the CPU between updates" if on else None
+        r.put("offload_params_idle", on, s, note=note)
     on, s = r.bool(section + "optimizer_offload")
     if on is not None:
-        r.put("offload_optimizer", on, s)
+        note = "on the GPU for each update; on the CPU while the policy generates and scores log-probs" if on else None
+        r.put("offload_optimizer_idle", on, s, note=note)
     if not megatron and (strategy or "").lower() == "fsdp2":
         # FSDP2's CPUOffloadPolicy for the actor: parameters and gradients live in host memory and AdamW steps
         # there (verl v0.5.0 to main verl/workers/fsdp_workers.py `_build_model_optimizer`: `if role == "actor"
@@ -644,14 +654,83 @@ def _distribution(
     if megatron:
         # verl's Megatron workers move the gradient buffers and the reference's weights to the CPU between uses
         # (verl main verl/workers/megatron_workers.py `_is_offload_grad`, `_ref_is_offload_param`)
-        offloads = [(section + "grad_offload", "the actor's gradient buffers offloaded to the CPU between updates")]
+        _megatron_optimizer(r, A + "actor.optim." if section.startswith(A) else "optim.")
         if section.startswith(A):
-            ref = "the reference policy's weights offloaded to the CPU between uses"
-            offloads.append((A + "ref.megatron.param_offload", ref))
-        for key, what in offloads:
-            on, s = r.bool(key)
-            if on and not r.cfg.is_default(s):
-                b.unmodelled(s, what, "estimated on the GPU", key=key)
+            _megatron_actor_precision(r, section)
+        key = section + "grad_offload"
+        on, s = r.bool(key)
+        if on and not r.cfg.is_default(s) and not (b.plan.offload_params_idle and b.plan.offload_params_idle.value):
+            b.unmodelled(
+                s,
+                "the actor's gradient buffers offloaded to the CPU between updates",
+                "on the GPU for the update, as estimated; the rollout phase counted with them on the GPU too",
+                key=key,
+            )
+        if section.startswith(A):
+            # the reference's weights come to the GPU for its log-prob pass only (megatron_workers.py
+            # `compute_ref_log_prob`: load_megatron_model_to_gpu before, offload_megatron_model_to_cpu after)
+            on, s = r.bool(A + "ref.megatron.param_offload")
+            if on is not None and not r.cfg.is_default(s):
+                note = "on the GPU only for its log-prob pass" if on else None
+                r.put("ref_offload", on, s, note=note)
+
+
+def _megatron_actor_precision(r: _Reader, section: str) -> None:
+    """The PPO Megatron actor's weights in `actor.megatron.dtype` (default bfloat16; up to v0.6.0 built in bf16
+    whatever the key: megatron_workers.py `self.param_dtype = torch.bfloat16`; from v0.6.1 `PrecisionType.to_dtype(
+    self.config.actor.megatron.dtype)`), fp32 master weights and Adam's states in megatron-core's optimizer, sharded
+    over the data-parallel ranks with `use_distributed_optimizer` (default true, ppo_megatron_trainer.yaml)."""
+    dtype, s = r.text(section + "dtype")
+    if dtype is not None and dtype.lower() in DTYPES and _version_key(r.cfg.version) >= _version_key("0.6.1"):
+        r.put("weight_dtype", DTYPES[dtype.lower()], s, note="the Megatron actor's parameter dtype")
+    else:
+        r.b.set(
+            "weight_dtype",
+            "bf16",
+            note="verl's Megatron workers build the actor in bf16, fp32 master weights in the optimizer",
+            origin=Origin.DEFAULT,
+            framework=r.cfg.label,
+        )
+    on, s = r.bool(section + "use_distributed_optimizer")
+    if on is not None:
+        r.put("distributed_optimizer", on, s)
+
+
+# Megatron's OptimizerConfig fields an `override_optimizer_config` entry sets that vramlens reads (the others are
+# named as not modelled)
+_MEGATRON_OPTIMIZER_READ = ("optimizer_cpu_offload", "optimizer_offload_fraction")
+
+
+def _megatron_optimizer(r: _Reader, optim: str) -> None:
+    """`optim.override_optimizer_config.<field>` of a Megatron actor: each entry overrides a field of megatron-core's
+    `OptimizerConfig` (verl main verl/utils/megatron/optimizer.py `init_megatron_optim_config`: `for k, v in
+    override_config.items(): optim_args[k] = v`). `optimizer_cpu_offload` builds Megatron's hybrid CPU optimizer,
+    which keeps `optimizer_offload_fraction` (default 1.0) of Adam's states and fp32 main weights on the CPU through
+    the update (megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py)."""
+    b, prefix = r.b, optim + "override_optimizer_config."
+    cpu, cs = r.bool(prefix + "optimizer_cpu_offload")
+    whole = False  # the whole optimizer on the CPU: the GPU keeps no state, in whatever dtype
+    if cpu:
+        r.put("offload_optimizer", True, cs, note="Megatron's hybrid optimizer: Adam steps on the CPU")
+        fs = r.cfg.get(prefix + "optimizer_offload_fraction")
+        v = to_float(fs.value) if fs is not None else None
+        whole = v is None or v >= 1
+        if v is not None and 0 <= v <= 1:
+            r.put("optimizer_offload_fraction", v, fs, note=f"{v:g} of the optimizer on the CPU")
+        elif fs is not None and not r.cfg.is_default(fs):
+            b.issue(
+                IssueKind.INVALID_VALUE,
+                f"`{fs.key}` should be a fraction between 0 and 1, got {shown(fs.value)}",
+                fs,
+            )
+    for key, s in r.cfg.given.items():
+        field = key[len(prefix) :] if key.startswith(prefix) else None
+        if not field or field in _MEGATRON_OPTIMIZER_READ or s.value in (None, ""):
+            continue
+        if whole and field == "use_precision_aware_optimizer":
+            b.remember(s)  # the dtypes of states that all live on the CPU
+        else:
+            b.unmodelled(s, f"Megatron optimizer setting `{field}={shown(s.value)}`", "estimated without it", key=key)
 
 
 def _rollout(r: _Reader) -> None:
@@ -801,7 +880,7 @@ def _not_modelled(r: _Reader) -> None:
     if b.plan.value_model is not None and b.plan.value_model.value:
         for key in ("critic.model.fsdp_config.param_offload", "critic.model.fsdp_config.optimizer_offload"):
             on, s = r.bool(key)
-            actor = b.plan.offload_params if key.endswith("param_offload") else b.plan.offload_optimizer
+            actor = b.plan.offload_params_idle if key.endswith("param_offload") else b.plan.offload_optimizer_idle
             if on is not None and actor is not None and on != actor.value:
                 b.unmodelled(
                     s,

@@ -590,6 +590,23 @@ _ALL: tuple[Concept, ...] = (
         True,
         ("offload_params", "offload_param", "param_offload", "fsdp_cpu_offload", "fsdp_cpu_ram_efficient_loading"),
     ),
+    # verl's between-update offloads (formats/verl.py `_distribution`): the actor's and the SFT engine's
+    _C(
+        "offload_params_idle",
+        "bool",
+        "parameters offloaded between updates",
+        True,
+        True,
+        ("actor.fsdp_config.param_offload", "actor.megatron.param_offload", "engine.param_offload"),
+    ),
+    _C(
+        "offload_optimizer_idle",
+        "bool",
+        "optimizer state offloaded between updates",
+        True,
+        True,
+        ("actor.fsdp_config.optimizer_offload", "actor.megatron.optimizer_offload", "engine.optimizer_offload"),
+    ),
     # DeepSpeed ZeRO's buffer sizes (https://www.deepspeed.ai/docs/config-json/, `zero_optimization`)
     _C("zero_reduce_bucket", "int", "ZeRO reduce bucket (elements)", True, True, ("reduce_bucket_size",)),
     _C("zero_overlap_comm", "bool", "ZeRO reduction overlapped with the backward", True, True, ("overlap_comm",)),

@@ -103,6 +103,8 @@ def build_plan(
         world_size=d.shard_ranks,
         offload_optimizer=bool(val("offload_optimizer")),
         offload_params=bool(val("offload_params")),
+        offload_params_idle=bool(val("offload_params_idle")),
+        offload_optimizer_idle=bool(val("offload_optimizer_idle")),
         **(zero_sizes(ctx) if strategy == "deepspeed" else {}),
         tensor_parallel=int(d.tp),
         context_parallel=int(d.cp),
