@@ -275,6 +275,7 @@ class TrainingPlan(BaseModel):
     stage_input_weight: Sourced[int] | None = None
     stage_output_weight: Sourced[int] | None = None
     layers_per_stage: Sourced[int] | None = None
+    stage_count_rounding: Sourced[str] | None = None  # "up" / "down": the stage count rounded to a multiple of pp
     stage_layers: Sourced[list[int]] | None = None
     recompute_method: Sourced[str] | None = None  # Megatron full recompute: "uniform" or "block"
     recompute_layers: Sourced[int] | None = None  # Megatron `--recompute-num-layers`

@@ -100,6 +100,28 @@ def test_layers_per_stage_sets_the_stages():
     assert rp.virtual_pipeline == 4 and rp.stage_split == (4,) * 8
 
 
+@pytest.mark.parametrize("rounding, stages", [("up", 12), ("down", 10), (None, None)])
+def test_stage_count_rounded_to_a_multiple_of_the_pipeline_size(rounding, stages):
+    """`layers_per_stage: 3` over 32 layers is 11 stages, which 2 ranks do not divide: NeMo AutoModel raises unless
+    `round_virtual_stages_to_pp_multiple` rounds the count up (12) or down (10); then the layers are split evenly
+    over those stages, the first ones a layer more (functional.py `calculate_virtual_stages`,
+    `generate_hf_model_fqn_per_model_part`)."""
+    from vramlens.resolve import Settings, resolve
+
+    text = (FIXTURES / "v0.5.0" / "llama3_1_8b_hellaswag_pp.yaml").read_text(encoding="utf-8")
+    extra = "    layers_per_stage: 3\n" + (f"    round_virtual_stages_to_pp_multiple: {rounding}\n" if rounding else "")
+    text = text.replace("    pp_microbatch_size: 4\n", "    pp_microbatch_size: 4\n" + extra)
+    plan = parse_document(text, "/run/llama3_1_8b_hellaswag_pp.yaml").plan
+    assert not plan.unmodelled
+    result = resolve(plan, Settings(gpu="H100-80GB", gpu_count=8))
+    rp = result.resolved
+    if stages is None:  # refused upstream: said, and estimated with two stages per rank
+        assert rp.virtual_pipeline == 2 and any("do not fit" in a for a in result.assumptions)
+        return
+    assert len(rp.stage_split) == stages and rp.virtual_pipeline == stages // 2 and sum(rp.stage_split) == 32
+    assert max(rp.stage_split) - min(rp.stage_split) <= 1 and rp.stage_split[0] == max(rp.stage_split)
+
+
 def test_hsdp_named_as_not_modelled():
     d = estimate(FIXTURES / "v0.1.0" / "llama3_2_1b_hellaswag_hsdp.yaml")
     assert {u["key"] for u in d["unmodelled"]} == {"dp_replicate_size"}

@@ -337,11 +337,15 @@ def _pipeline(b: PlanBuilder, get, pp_s: Setting | None) -> None:
         lps = get("distributed", "pipeline", "layers_per_stage")
         if lps is not None:
             b.set_int("layers_per_stage", lps, minimum=1)
-            if (rounding := get("distributed", "pipeline", "round_virtual_stages_to_pp_multiple")) is not None:
-                b.unmodelled(
+            rounding = get("distributed", "pipeline", "round_virtual_stages_to_pp_multiple")
+            if rounding is not None and str(rounding.value).lower() in ("up", "down"):
+                b.set("stage_count_rounding", str(rounding.value).lower(), rounding)
+            elif rounding is not None and rounding.value is not None:
+                b.issue(
+                    IssueKind.INVALID_VALUE,
+                    f"`round_virtual_stages_to_pp_multiple` should be up or down, got {rounding.value!r} "
+                    "(NeMo AutoModel raises ValueError)",
                     rounding,
-                    "stages rounded to a multiple of the pipeline size",
-                    "estimated with the stages layers_per_stage gives, refused where the ranks do not divide them",
                 )
         elif name in MULTI_STAGE_SCHEDULES:
             b.set(

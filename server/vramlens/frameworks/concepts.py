@@ -802,6 +802,14 @@ _ALL: tuple[Concept, ...] = (
         ("pipeline_parallel_layers_per_stage", "layers_per_stage"),
     ),
     _C(
+        "stage_count_rounding",
+        "str",
+        "the stage count layers_per_stage gives, rounded up or down to a multiple of the pipeline size",
+        True,
+        True,
+        ("round_virtual_stages_to_pp_multiple",),
+    ),
+    _C(
         "stage_layers",
         "list",
         "the modules of each pipeline stage, given outright (torch's pipelining)",

@@ -192,6 +192,11 @@ def pipeline_split(ctx: Context, layers: int, pp: int) -> dict:
     v = 1 if single else int(val("virtual_pipeline") or 2)
     if lps is not None and int(lps) > 0:
         n = math.ceil((layers + iw + ow) / int(lps))
+        rounding = val("stage_count_rounding")
+        if n % pp and rounding == "up":  # NeMo AutoModel `calculate_virtual_stages(round_to_pp_multiple=...)`
+            n += pp - n % pp
+        elif n % pp and rounding == "down":
+            n -= n % pp
         if n % pp or (single and n != pp) or (not single and n < 2 * pp):
             ctx.assumptions.append(
                 f"{n} pipeline stages of {lps} layers do not fit {pp} ranks under the schedule (the framework "
