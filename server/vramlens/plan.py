@@ -266,6 +266,12 @@ class TrainingPlan(BaseModel):
     distributed_optimizer: Sourced[bool] | None = None  # Megatron's distributed optimizer
     cross_entropy_fusion: Sourced[bool] | None = None  # Megatron's `--cross-entropy-loss-fusion`
     grad_buffer_dtype: Sourced[str] | None = None  # Megatron's gradient buffers (fp32 unless told otherwise)
+    # Megatron's precision-aware optimizer (Transformer Engine's FusedAdam): the master weights' and Adam's states'
+    # dtypes ("fp32", "fp16", "bf16", "fp8")
+    precision_aware_optimizer: Sourced[bool] | None = None
+    main_params_dtype: Sourced[str] | None = None
+    exp_avg_dtype: Sourced[str] | None = None
+    exp_avg_sq_dtype: Sourced[str] | None = None
     optimizer_offload_fraction: Sourced[float] | None = None  # Megatron's hybrid optimizer: share on the CPU
     first_stage_layers: Sourced[int] | None = None  # Megatron uneven pipeline: layers on the first stage
     last_stage_layers: Sourced[int] | None = None  # Megatron uneven pipeline: layers on the last stage

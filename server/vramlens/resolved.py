@@ -212,6 +212,12 @@ class ResolvedPlan(BaseModel):
     # the parameters' dtype; components.megatron_state_bytes)
     grad_buffer_dtype: str = "fp32"
     optimizer_offload_fraction: float = 1.0  # with offload_optimizer under Megatron: the share on the CPU
+    # Megatron's precision-aware optimizer: Transformer Engine's FusedAdam holds the master weights and Adam's states
+    # in these dtypes (components.megatron `megatron_state_bytes`)
+    precision_aware_optimizer: bool = False
+    main_params_dtype: str = "fp32"
+    exp_avg_dtype: str = "fp32"
+    exp_avg_sq_dtype: str = "fp32"
     first_stage_layers: int | None = None  # uneven pipeline stages (None: an even split)
     last_stage_layers: int | None = None
     # torch's pipelining: the decoder layers of every pipeline stage in model order, as the framework cuts the model

@@ -184,3 +184,37 @@ def test_softmax_in_fp32_is_named_only_where_the_softmax_is_unfused(tmp_path, ba
     plan = parse_document(text, str(path), workspace=tmp_path).plan
     assert plan is not None
     assert any(u.key.endswith("attention-softmax-in-fp32") for u in plan.unmodelled) is named
+
+
+@pytest.mark.parametrize(
+    "flags, per_param",
+    [
+        # Adam's two fp32 states and an fp32 master copy: 12 bytes (theoretical_memory_usage)
+        ("", 12),
+        # Transformer Engine's FusedAdam: fp32 states, the fp32 master weights of bf16 parameters as 16-bit
+        # remainders (store_param_remainders): 10 bytes
+        ("--use-precision-aware-optimizer", 10),
+        ("--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16", 6),
+        ("--use-precision-aware-optimizer --exp-avg-dtype fp8 --exp-avg-sq-dtype bf16", 5),
+        # fp16 master weights: stored whole, no remainders
+        ("--use-precision-aware-optimizer --main-params-dtype fp16 --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16", 6),
+    ],
+)
+def test_precision_aware_optimizer_state_bytes(tmp_path, flags, per_param):
+    """megatron/core/optimizer/__init__.py: `--use-precision-aware-optimizer` builds Transformer Engine's FusedAdam
+    with `master_weight_dtype`, `exp_avg_dtype`, `exp_avg_sq_dtype`; read from the flags, not named as unmodelled."""
+    base = resolved(tmp_path, MEGATRON_LM.replace("{extra}", ""), "base.sh")
+    rp = resolved(tmp_path, MEGATRON_LM.replace("{extra}", flags), "run.sh")
+    assert not rp.unmodelled
+    trained = C.megatron_step(base)["forward-backward"]["optimizer"] / 12
+    assert C.megatron_step(rp)["forward-backward"]["optimizer"] == pytest.approx(per_param * trained, rel=1e-6)
+
+
+def test_precision_aware_optimizer_reads_16_bit_gradients_in_place():
+    # distrib_optimizer.py `_copy_model_grads_to_main_grads`: `shard_main_param.decoupled_grad = shard_model_grad`,
+    # no `.float()` copy of bf16 gradient buffers at the step
+    common = dict(grad_buffer_dtype="bf16", distributed_optimizer=True, world_size=4)
+    copied = C.megatron_step(plan(**common))
+    decoupled = C.megatron_step(plan(precision_aware_optimizer=True, **common))
+    assert copied["optimizer-step"]["gradients"] > copied["forward-backward"]["gradients"]
+    assert decoupled["optimizer-step"]["gradients"] == decoupled["forward-backward"]["gradients"]

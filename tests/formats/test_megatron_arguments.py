@@ -173,8 +173,6 @@ def test_required_arguments_and_flags_megatron_refuses_are_named(tmp_path):
     "flag, key",
     [
         ("--optimizer muon", "optimizer"),
-        ("--main-params-dtype fp16", "main-params-dtype"),
-        ("--exp-avg-dtype bf16", "exp-avg-dtype"),
         ("--tp-comm-overlap", "tp-comm-overlap"),
         ("--recompute-modules core_attn mlp", "recompute-modules"),
         ("--use-torch-fsdp2", "use-torch-fsdp2"),

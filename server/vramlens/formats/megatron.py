@@ -225,11 +225,45 @@ def _rlhf_type(b: PlanBuilder, s: Setting) -> None:
     objective.set_objective(b, objective.word(str(s.value)), s)
 
 
-def _precision_aware(name: str, default: str):
-    """`--main-grads-dtype`, `--main-params-dtype`, `--exp-avg-dtype`, `--exp-avg-sq-dtype` (fp32 by default)."""
-    return _not_modelled(
-        f"{name} in lower precision (precision-aware optimizer)", "optimizer state counted in fp32", unless=default
+# `--main-params-dtype` (fp32, fp16), `--exp-avg-dtype` / `--exp-avg-sq-dtype` (fp32, fp16, bf16, fp8): Megatron-LM
+# d98e8a64dd megatron/training/arguments.py `_add_training_args`
+_STATE_DTYPES = {
+    "fp32": "fp32",
+    "float32": "fp32",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "fp8": "fp8",
+    "uint8": "fp8",
+}
+
+
+def _precision_aware_optimizer(b: PlanBuilder, s: Setting) -> None:
+    """`--use-precision-aware-optimizer`: Transformer Engine's FusedAdam keeps the master weights and Adam's states
+    in the dtypes below, reads the gradient buffers in place (`use_decoupled_grad`: no fp32 copy), and Megatron makes
+    no main parameters of its own (Megatron-LM d98e8a64dd megatron/core/optimizer/__init__.py
+    `_get_megatron_optimizer_based_on_param_groups`, distrib_optimizer.py `_copy_model_grads_to_main_grads`).
+    `store_param_remainders` (OptimizerConfig default True, no flag; applied from Transformer Engine 2.1) keeps fp32
+    master weights of bf16 parameters as their 16-bit remainders."""
+    on = to_bool(s.value)
+    if on is None:
+        return b.issue(IssueKind.INVALID_VALUE, f"`{s.key}` should be true or false, got {s.value!r}", s)
+    note = (
+        "Transformer Engine's FusedAdam: master weights and Adam's states in their own dtypes, fp32 master weights of "
+        "bf16 parameters as 16-bit remainders (store_param_remainders, Transformer Engine 2.1 or newer assumed)"
     )
+    b.set("precision_aware_optimizer", on, s, note=note if on else None)
+
+
+def _state_dtype(concept: str):
+    def handler(b: PlanBuilder, s: Setting) -> None:
+        dtype = _STATE_DTYPES.get(str(s.value).strip().lower())
+        if dtype is None or (concept == "main_params_dtype" and dtype not in ("fp32", "fp16")):
+            return b.issue(IssueKind.INVALID_VALUE, f"`{s.key}` is not a dtype Megatron takes here: {s.value!r}", s)
+        b.set(concept, dtype, s)
+
+    return handler
 
 
 HANDLERS = {
@@ -327,14 +361,11 @@ HANDLERS = {
     "cross_entropy_fusion_impl": _not_modelled(
         "Transformer Engine's fused cross-entropy", "the native fused cross-entropy counted", unless="native"
     ),
-    "use_precision_aware_optimizer": _not_modelled(
-        "precision-aware optimizer",
-        "optimizer state counted in fp32, and 16-bit gradient buffers copied to fp32 for the step",
-    ),
+    "use_precision_aware_optimizer": _precision_aware_optimizer,
     "main_grads_dtype": _remember,  # `_grad_buffers`
-    "main_params_dtype": _precision_aware("main parameters", "fp32"),
-    "exp_avg_dtype": _precision_aware("Adam first moment", "fp32"),
-    "exp_avg_sq_dtype": _precision_aware("Adam second moment", "fp32"),
+    "main_params_dtype": _state_dtype("main_params_dtype"),
+    "exp_avg_dtype": _state_dtype("exp_avg_dtype"),
+    "exp_avg_sq_dtype": _state_dtype("exp_avg_sq_dtype"),
     # recompute and memory management
     "distribute_saved_activations": _not_modelled(
         "recomputed layers' inputs split over the tensor-parallel group", "counted whole on each rank"

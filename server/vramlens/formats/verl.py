@@ -696,9 +696,10 @@ def _megatron_actor_precision(r: _Reader, section: str) -> None:
         r.put("distributed_optimizer", on, s)
 
 
-# Megatron's OptimizerConfig fields an `override_optimizer_config` entry sets that vramlens reads (the others are
-# named as not modelled)
+# Megatron's OptimizerConfig fields an `override_optimizer_config` entry sets that vramlens reads here, and those it
+# reads as Megatron-LM's flags of the same names (formats/megatron.py HANDLERS); the others are named as not modelled
 _MEGATRON_OPTIMIZER_READ = ("optimizer_cpu_offload", "optimizer_offload_fraction")
+_MEGATRON_OPTIMIZER_FLAGS = ("use_precision_aware_optimizer", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
 
 
 def _megatron_optimizer(r: _Reader, optim: str) -> None:
@@ -707,14 +708,14 @@ def _megatron_optimizer(r: _Reader, optim: str) -> None:
     override_config.items(): optim_args[k] = v`). `optimizer_cpu_offload` builds Megatron's hybrid CPU optimizer,
     which keeps `optimizer_offload_fraction` (default 1.0) of Adam's states and fp32 main weights on the CPU through
     the update (megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py)."""
+    from vramlens.formats.megatron import HANDLERS
+
     b, prefix = r.b, optim + "override_optimizer_config."
     cpu, cs = r.bool(prefix + "optimizer_cpu_offload")
-    whole = False  # the whole optimizer on the CPU: the GPU keeps no state, in whatever dtype
     if cpu:
         r.put("offload_optimizer", True, cs, note="Megatron's hybrid optimizer: Adam steps on the CPU")
         fs = r.cfg.get(prefix + "optimizer_offload_fraction")
         v = to_float(fs.value) if fs is not None else None
-        whole = v is None or v >= 1
         if v is not None and 0 <= v <= 1:
             r.put("optimizer_offload_fraction", v, fs, note=f"{v:g} of the optimizer on the CPU")
         elif fs is not None and not r.cfg.is_default(fs):
@@ -727,8 +728,8 @@ def _megatron_optimizer(r: _Reader, optim: str) -> None:
         field = key[len(prefix) :] if key.startswith(prefix) else None
         if not field or field in _MEGATRON_OPTIMIZER_READ or s.value in (None, ""):
             continue
-        if whole and field == "use_precision_aware_optimizer":
-            b.remember(s)  # the dtypes of states that all live on the CPU
+        if field in _MEGATRON_OPTIMIZER_FLAGS:
+            HANDLERS[field](b, s)
         else:
             b.unmodelled(s, f"Megatron optimizer setting `{field}={shown(s.value)}`", "estimated without it", key=key)
 

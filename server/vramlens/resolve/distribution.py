@@ -151,7 +151,11 @@ def _megatron_layout(val) -> dict:
         "cross_entropy_fusion": bool(val("cross_entropy_fusion")),
         "grad_buffer_dtype": str(val("grad_buffer_dtype") or "fp32"),
         "recompute_layers": int(val("recompute_layers") or 1),
+        "precision_aware_optimizer": bool(val("precision_aware_optimizer")),
     }
+    for name in ("main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+        if val(name) in ("fp32", "fp16", "bf16", "fp8"):
+            out[name] = str(val(name))
     if val("expert_tensor_parallel"):
         out["expert_tensor_parallel"] = int(val("expert_tensor_parallel"))
     if val("recompute_method") in ("uniform", "block"):

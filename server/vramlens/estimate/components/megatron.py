@@ -61,6 +61,8 @@ def megatron_state_bytes(rp: ResolvedPlan, st: Stage) -> tuple[int, int, int]:
     weights = (dense + experts) * wb
     opt = rp.optimizer
     per_state = 4 * opt.states + (4 if wb < 4 else 0)  # fp32 states (+ the fp32 main weights)
+    if rp.precision_aware_optimizer:
+        per_state = megatron_precision_aware_state_bytes(rp)
     if rp.offload_optimizer:
         # the hybrid optimizer's CPU copies: its offload fraction of the rank's optimizer parameters
         per_state *= 1.0 - min(max(rp.optimizer_offload_fraction, 0.0), 1.0)
@@ -387,6 +389,22 @@ def megatron_head_per_token(rp: ResolvedPlan) -> float:
     return 4 * rp.arch.hidden / sp + per_logit * rp.arch.vocab / tp
 
 
+def megatron_precision_aware_state_bytes(rp: ResolvedPlan) -> int:
+    """Bytes per trained parameter of Transformer Engine's FusedAdam under `--use-precision-aware-optimizer`: Adam's
+    two states in `--exp-avg-dtype` / `--exp-avg-sq-dtype` and the master weights in `--main-params-dtype`, fp32 ones
+    of bf16 parameters kept as their 16-bit remainders (`store_param_remainders`, Megatron-LM d98e8a64dd
+    megatron/core/optimizer/optimizer_config.py, default True and applied from Transformer Engine 2.1:
+    transformer_engine/pytorch/optimizers/fused_adam.py "store the trailing 16 remainder bits"); no master weights
+    for fp32 parameters."""
+    wb = DTYPE_BYTES[rp.weight_dtype]
+    master = 0
+    if wb < 4:
+        master = DTYPE_BYTES[rp.main_params_dtype]
+        if rp.main_params_dtype == "fp32" and rp.weight_dtype == "bf16":
+            master = 2
+    return DTYPE_BYTES[rp.exp_avg_dtype] + DTYPE_BYTES[rp.exp_avg_sq_dtype] + master
+
+
 def megatron_grad_copy_bytes(rp: ResolvedPlan, st: Stage) -> int:
     """The fp32 copy of 16-bit gradient buffers the optimizer steps on: the distributed optimizer gives each
     main-parameter shard `shard_model_grad.float()`, the rank's 1/DP of the dense gradients and 1/expert-DP of the
@@ -396,6 +414,8 @@ def megatron_grad_copy_bytes(rp: ResolvedPlan, st: Stage) -> int:
     optimizer step to the next forward. `.float()` of fp32 buffers is the buffer itself: nothing."""
     if rp.grad_buffer_dtype == "fp32" or DTYPE_BYTES[rp.weight_dtype] >= 4 or (rp.peft != "none" and rp.adapter_fp32):
         return 0
+    if rp.precision_aware_optimizer:
+        return 0  # `use_decoupled_grad`: the optimizer reads the 16-bit buffer shards in place
     dense, experts = megatron_trained_params(rp, st)
     dp, edp = megatron_dp(rp) if rp.distributed_optimizer else (1, 1)
     return int(4 * (dense / dp + experts / edp))
