@@ -315,3 +315,22 @@ def test_openrlhf_vllm_sleep_is_read_not_listed_as_unmodelled(tmp_path):
 
     sleep, awake = estimate(results["sleep"], limits=False), estimate(results["awake"], limits=False)
     assert awake.phases["optimizer-step"] - sleep.phases["optimizer-step"] == int(0.5 * GPU_GIB * 2**30)
+
+
+def test_openrlhf_deepspeed_sleep_offloads_the_states_between_updates_not_during_them(tmp_path):
+    """OpenRLHF's own colocated example on 8 H100s (`--ds.enable_sleep`): `offload_deepspeed_states` moves each
+    DeepSpeed model's optimizer states and fp32 master weights to the CPU after its update and `reload_states` brings
+    them back before the next (openrlhf/trainer/ppo_trainer.py `ppo_train`). The update phases are the same with and
+    without it; the rollout holds vLLM's share and the 16-bit weights, not the policy's or the critic's states, and no
+    ZeRO-3 gather of the critic (that is TRL's PPO `generate()`, not a vLLM rollout). The example fits."""
+    path = FIXTURES / "openrlhf" / "v0.11.0" / "train_ppo_ray_hybrid_engine.sh"
+    text = path.read_text(encoding="utf-8")
+    (tmp_path / "awake.sh").write_text(text.replace("   --ds.enable_sleep \\\n", ""), encoding="utf-8")
+    sleep, awake = cli(path), cli(tmp_path / "awake.sh")
+    assert value(sleep, "offload_optimizer_idle") is True and value(awake, "offload_optimizer_idle") is None
+    assert "ds.enable_sleep" not in unmodelled(sleep)
+    for phase in ("forward-backward", "optimizer-step"):
+        assert sleep["phases_gib"][phase] == awake["phases_gib"][phase]
+    assert sleep["phases_gib"]["generation"] < awake["phases_gib"]["generation"] - 5
+    assert sleep["components_gib"].get("temporaries", 0) < 1  # no ZeRO-3 gather of the critic for vLLM
+    assert sleep["fits"]

@@ -203,7 +203,12 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         if rp.generation == "generate" and C.zero_shard_factor(rp, "weights") < 1.0:
             # trl 1.16.0 grpo_config.py `ds3_gather_for_generation=True`: ZeRO-3 gathers the whole policy to generate
             kv += int(p.total * C.DTYPE_BYTES[rp.weight_dtype] * (1.0 - C.zero_shard_factor(rp, "weights")))
-        if rp.value_model and C.zero_shard_factor(rp, "weights") < 1.0 and rp.strategy == "deepspeed":
+        if (
+            rp.generation == "generate"
+            and rp.value_model
+            and C.zero_shard_factor(rp, "weights") < 1.0
+            and rp.strategy == "deepspeed"
+        ):
             # trl v0.18.0 ppo_trainer.py: `unwrap_model_for_generation(self.model, ...)` gathers every parameter of
             # the `PolicyAndValueWrapper` (trl/models/utils.py: `deepspeed.zero.GatheredParameters(model.
             # parameters())`), the value model's with the policy's, for the whole rollout
@@ -213,8 +218,13 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # offloaded between updates (verl's param_offload / optimizer_offload): the policy's weights and gradients
         # are on the CPU while the engine generates, its optimizer state also while the log-probs are scored
         idle_w, idle_o = rp.offload_params_idle, rp.offload_optimizer_idle
+        rollout = dict(base)
+        if idle_o and "value_model" in base:
+            # the value model's optimizer state goes to the CPU with the policy's (verl's critic is estimated with the
+            # actor's offload settings; OpenRLHF offloads every DeepSpeed model's states)
+            rollout["value_model"] -= C.value_model_state(rp)
         phases["generation"] = {
-            **base,
+            **rollout,
             "weights": 0 if idle_w else W,
             "adapters": 0 if idle_w else adapters,
             "optimizer": 0 if idle_o else O,
@@ -229,7 +239,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             # framework sizes them apart (verl `log_prob_micro_batch_size_per_gpu`)
             lp_tok = logit_tok if not rp.logprob_micro_batch else logit_tok // max(seqs, 1) * rp.logprob_micro_batch
             phases["reference-forward"] = {
-                **base,
+                **rollout,
                 "optimizer": 0 if idle_o else O,
                 "gradients": 0 if idle_w else g_step,
                 "activations": 0,

@@ -300,6 +300,20 @@ def _not_default(what: str, consequence: str, default=False) -> Callable[[PlanBu
     return handler
 
 
+def _deepspeed_sleep(b: PlanBuilder, s: Setting) -> None:
+    """`--deepspeed_enable_sleep`: between its updates each DeepSpeed model's optimizer states, fp32 master weights and
+    gradient buffers go to the CPU (`offload_states`), and come back before the next update (OpenRLHF v0.9.0
+    openrlhf/utils/deepspeed/deepspeed_utils.py `offload_deepspeed_states`: optim_states, contiguous_grad_buffer,
+    hp_params, and lp_grads from DeepSpeed 0.16.5; the 16-bit weights stay; trainer/ppo_trainer.py `ppo_train`:
+    `reload_states` before `fit`, `offload_states` after). The update phase holds them all; the rollout and the
+    log-prob passes run without the optimizer state."""
+    on = to_bool(s.value)
+    if on is None:
+        return
+    note = "optimizer states and fp32 master weights on the CPU between updates" if on else None
+    b.set("offload_optimizer_idle", on, s, note=note)
+
+
 OPENRLHF_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     "pretrain": _via("model_name_or_path"),
     "micro_train_batch_size": _micro,
@@ -339,6 +353,7 @@ OPENRLHF_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     "vllm_enable_sleep": lambda b, s: (
         b.set("generation_sleeps", bool(to_bool(s.value)), s) if to_bool(s.value) is not None else None
     ),
+    "deepspeed_enable_sleep": _deepspeed_sleep,
 }
 
 

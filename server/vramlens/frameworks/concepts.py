@@ -605,7 +605,12 @@ _ALL: tuple[Concept, ...] = (
         "optimizer state offloaded between updates",
         True,
         True,
-        ("actor.fsdp_config.optimizer_offload", "actor.megatron.optimizer_offload", "engine.optimizer_offload"),
+        (
+            "actor.fsdp_config.optimizer_offload",
+            "actor.megatron.optimizer_offload",
+            "engine.optimizer_offload",
+            "deepspeed_enable_sleep",
+        ),
     ),
     # DeepSpeed ZeRO's buffer sizes (https://www.deepspeed.ai/docs/config-json/, `zero_optimization`)
     _C("zero_reduce_bucket", "int", "ZeRO reduce bucket (elements)", True, True, ("reduce_bucket_size",)),

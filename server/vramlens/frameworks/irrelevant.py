@@ -338,7 +338,7 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
         ),
         "vllm_tensor_parallel_size vllm_pipeline_parallel_size vllm_data_parallel_size "
         "vllm_enable_expert_parallel vllm_max_model_len vllm_max_model_length vllm_maxlen "
-        "vllm_gpu_util deepspeed_enable_sleep  "
+        "vllm_gpu_util "
         "sglang_tp_size enable_chunked_prefill enable_prefix_caching swap_space enforce_eager",
     ),
     "vllm_num_engines": (

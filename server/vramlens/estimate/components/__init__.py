@@ -180,6 +180,7 @@ from vramlens.estimate.components.objectives import (
     no_grad_forward,
     value_model,
     value_model_paged_state,
+    value_model_state,
 )
 from vramlens.estimate.components.optimizer import (
     QGALORE_GROUP,
@@ -486,6 +487,7 @@ __all__ = [
     "unsloth_kernels",
     "value_model",
     "value_model_paged_state",
+    "value_model_state",
     "vector_adapter_params",
     "vector_adapter_per_token",
     "vera_projection_params",

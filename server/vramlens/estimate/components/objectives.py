@@ -61,6 +61,14 @@ def value_model(rp: ResolvedPlan, p: Params) -> int:
     return w + int(n * grads) + (0 if rp.optimizer.paged else _value_state(rp, n))
 
 
+def value_model_state(rp: ResolvedPlan) -> int:
+    """The value model's optimizer state on the GPU, within `value_model` (none of it when paged or under PEFT, whose
+    adapter states `value_model` counts with the adapters)."""
+    if not rp.value_model or rp.peft != "none" or rp.optimizer.paged:
+        return 0
+    return _value_state(rp, shapes(rp.arch).total)
+
+
 def value_model_paged_state(rp: ResolvedPlan) -> int:
     """The value model's optimizer states when the optimizer is a paged one (unified memory, like the policy's)."""
     if not rp.value_model or rp.peft != "none" or not rp.optimizer.paged:
