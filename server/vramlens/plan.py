@@ -272,6 +272,7 @@ class TrainingPlan(BaseModel):
     main_params_dtype: Sourced[str] | None = None
     exp_avg_dtype: Sourced[str] | None = None
     exp_avg_sq_dtype: Sourced[str] | None = None
+    fp8_recipe: Sourced[str] | None = None  # Transformer Engine's FP8 recipe of an FP8 Megatron run (`--fp8-format`)
     optimizer_offload_fraction: Sourced[float] | None = None  # Megatron's hybrid optimizer: share on the CPU
     first_stage_layers: Sourced[int] | None = None  # Megatron uneven pipeline: layers on the first stage
     last_stage_layers: Sourced[int] | None = None  # Megatron uneven pipeline: layers on the last stage

@@ -218,6 +218,7 @@ class ResolvedPlan(BaseModel):
     main_params_dtype: str = "fp32"
     exp_avg_dtype: str = "fp32"
     exp_avg_sq_dtype: str = "fp32"
+    fp8_recipe: str = ""  # an FP8 Megatron run's recipe ("delayed", "tensorwise", "blockwise", "mxfp8"); "" for none
     first_stage_layers: int | None = None  # uneven pipeline stages (None: an even split)
     last_stage_layers: int | None = None
     # torch's pipelining: the decoder layers of every pipeline stage in model order, as the framework cuts the model

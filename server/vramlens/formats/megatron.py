@@ -250,8 +250,8 @@ def _precision_aware_optimizer(b: PlanBuilder, s: Setting) -> None:
     if on is None:
         return b.issue(IssueKind.INVALID_VALUE, f"`{s.key}` should be true or false, got {s.value!r}", s)
     note = (
-        "Transformer Engine's FusedAdam: master weights and Adam's states in their own dtypes, fp32 master weights of "
-        "bf16 parameters as 16-bit remainders (store_param_remainders, Transformer Engine 2.1 or newer assumed)"
+        "Transformer Engine's FusedAdam: Adam's states in their own dtypes; where it holds the master weights, fp32 "
+        "ones of bf16 parameters as 16-bit remainders (store_param_remainders, Transformer Engine 2.1 or newer assumed)"
     )
     b.set("precision_aware_optimizer", on, s, note=note if on else None)
 
@@ -512,6 +512,7 @@ def finish(b: PlanBuilder, settings: list[Setting], launch) -> None:
         _swift_precision(b, by)
     _grad_buffers(b, by)
     _softmax_in_fp32(b, by)
+    _fp8_recipe(b, by)
     if is_swift(launch):
         _swift_checkpoint_model(b, by)
         return _swift_finish(b, launch.subcommand)
@@ -597,6 +598,18 @@ def _softmax_in_fp32(b: PlanBuilder, by: dict[str, Setting]) -> None:
         return
     if b.plan.attn_impl is not None and b.plan.attn_impl.value == "eager":
         b.unmodelled(s, "attention softmax in fp32 (unfused attention)", "counted in the training dtype")
+
+
+def _fp8_recipe(b: PlanBuilder, by: dict[str, Setting]) -> None:
+    """An FP8 run's recipe (`--fp8-recipe`, default "delayed": Megatron-LM d98e8a64dd megatron/training/arguments.py;
+    Megatron-SWIFT the same), which decides who keeps a precision-aware optimizer's master weights
+    (`megatron_precision_aware_state_bytes`). FP8 training itself stays named as not modelled (`fp8_format`)."""
+    fmt = by.get("fp8_format") or by.get("fp8")
+    if fmt is None or to_bool(fmt.value) is False or str(fmt.value).strip().lower() in ("", "none"):
+        return
+    recipe = by.get("fp8_recipe")
+    value = str(recipe.value).strip().lower() if recipe is not None else "delayed"
+    b.set("fp8_recipe", value, recipe or fmt, origin=Origin.FILE if recipe is not None else Origin.DEFAULT)
 
 
 def _grad_buffers(b: PlanBuilder, by: dict[str, Setting]) -> None:

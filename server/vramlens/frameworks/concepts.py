@@ -775,6 +775,7 @@ _ALL: tuple[Concept, ...] = (
         ("main_params_dtype",),
     ),
     _C("exp_avg_dtype", "dtype", "Adam first moment dtype (precision-aware optimizer)", True, True, ("exp_avg_dtype",)),
+    _C("fp8_recipe", "str", "Transformer Engine FP8 recipe (Megatron)", True, True, ("fp8_recipe",)),
     _C(
         "exp_avg_sq_dtype",
         "dtype",

@@ -153,6 +153,8 @@ def _megatron_layout(val) -> dict:
         "recompute_layers": int(val("recompute_layers") or 1),
         "precision_aware_optimizer": bool(val("precision_aware_optimizer")),
     }
+    if val("fp8_recipe"):
+        out["fp8_recipe"] = str(val("fp8_recipe"))
     for name in ("main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
         if val(name) in ("fp32", "fp16", "bf16", "fp8"):
             out[name] = str(val(name))

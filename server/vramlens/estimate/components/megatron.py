@@ -400,9 +400,20 @@ def megatron_precision_aware_state_bytes(rp: ResolvedPlan) -> int:
     master = 0
     if wb < 4:
         master = DTYPE_BYTES[rp.main_params_dtype]
-        if rp.main_params_dtype == "fp32" and rp.weight_dtype == "bf16":
+        if megatron_te_master_weights(rp) and rp.main_params_dtype == "fp32" and rp.weight_dtype == "bf16":
             master = 2
     return DTYPE_BYTES[rp.exp_avg_dtype] + DTYPE_BYTES[rp.exp_avg_sq_dtype] + master
+
+
+def megatron_te_master_weights(rp: ResolvedPlan) -> bool:
+    """Whether Transformer Engine's FusedAdam keeps the master weights and reads the gradients in place: not for an FP8
+    run of a recipe other than delayed scaling with fp32 master weights on the GPU, where Megatron keeps its own fp32
+    main parameters and copies the gradients (optimizer_config.py `use_precision_aware_optimizer_no_fp8_or_ds_fp8`)."""
+    return (
+        rp.main_params_dtype != "fp32"
+        or rp.fp8_recipe in ("", "delayed")
+        or rp.offload_optimizer
+    )
 
 
 def megatron_grad_copy_bytes(rp: ResolvedPlan, st: Stage) -> int:
@@ -414,7 +425,7 @@ def megatron_grad_copy_bytes(rp: ResolvedPlan, st: Stage) -> int:
     optimizer step to the next forward. `.float()` of fp32 buffers is the buffer itself: nothing."""
     if rp.grad_buffer_dtype == "fp32" or DTYPE_BYTES[rp.weight_dtype] >= 4 or (rp.peft != "none" and rp.adapter_fp32):
         return 0
-    if rp.precision_aware_optimizer:
+    if rp.precision_aware_optimizer and megatron_te_master_weights(rp):
         return 0  # `use_decoupled_grad`: the optimizer reads the 16-bit buffer shards in place
     dense, experts = megatron_trained_params(rp, st)
     dp, edp = megatron_dp(rp) if rp.distributed_optimizer else (1, 1)
