@@ -230,3 +230,17 @@ def test_precision_aware_optimizer_reads_16_bit_gradients_in_place():
     decoupled = C.megatron_step(plan(precision_aware_optimizer=True, **common))
     assert copied["optimizer-step"]["gradients"] > copied["forward-backward"]["gradients"]
     assert decoupled["optimizer-step"]["gradients"] == decoupled["forward-backward"]["gradients"]
+
+
+def test_hybrid_cpu_optimizer_keeps_fp32_states_on_the_gpu_whatever_the_precision_aware_dtypes(tmp_path):
+    # `--optimizer-cpu-offload` (which requires the precision-aware flag) builds HybridDeviceOptimizer, whose GPU Adam
+    # gets neither the state dtypes nor Transformer Engine's master weights (`param_update_in_fp32=True`)
+    offload = "--use-distributed-optimizer --optimizer-cpu-offload --optimizer-offload-fraction 0.2"
+    plain = resolved(tmp_path, MEGATRON_LM.replace("{extra}", f"{offload} --use-precision-aware-optimizer"), "a.sh")
+    low = resolved(
+        tmp_path,
+        MEGATRON_LM.replace("{extra}", f"{offload} --use-precision-aware-optimizer --exp-avg-dtype bf16"),
+        "b.sh",
+    )
+    state = C.megatron_step(plain)["forward-backward"]["optimizer"]
+    assert state > 0 and C.megatron_step(low)["forward-backward"]["optimizer"] == state

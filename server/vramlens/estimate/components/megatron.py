@@ -61,7 +61,9 @@ def megatron_state_bytes(rp: ResolvedPlan, st: Stage) -> tuple[int, int, int]:
     weights = (dense + experts) * wb
     opt = rp.optimizer
     per_state = 4 * opt.states + (4 if wb < 4 else 0)  # fp32 states (+ the fp32 main weights)
-    if rp.precision_aware_optimizer:
+    if rp.precision_aware_optimizer and not rp.offload_optimizer:
+        # (the hybrid CPU optimizer builds its GPU Adam without the precision-aware dtypes, `param_update_in_fp32`:
+        # megatron/core/optimizer/__init__.py `HybridDeviceOptimizer(...)`)
         per_state = megatron_precision_aware_state_bytes(rp)
     if rp.offload_optimizer:
         # the hybrid optimizer's CPU copies: its offload fraction of the rank's optimizer parameters
