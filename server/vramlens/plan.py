@@ -284,6 +284,8 @@ class TrainingPlan(BaseModel):
     layers_per_stage: Sourced[int] | None = None
     stage_count_rounding: Sourced[str] | None = None  # "up" / "down": the stage count rounded to a multiple of pp
     stage_layers: Sourced[list[int]] | None = None
+    # the first decoder layer of each stage after the first (torchtitan v0.1.0 `pipeline_parallel_split_points`)
+    stage_boundaries: Sourced[list[int]] | None = None
     recompute_method: Sourced[str] | None = None  # Megatron full recompute: "uniform" or "block"
     recompute_layers: Sourced[int] | None = None  # Megatron `--recompute-num-layers`
     checkpoint_every: Sourced[int] | None = None  # with grad_checkpointing: every n-th block checkpointed (absent: 1)

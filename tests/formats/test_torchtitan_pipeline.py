@@ -137,7 +137,8 @@ def test_module_names_per_stage_give_the_split():
 
 
 def test_split_points_give_the_stages():
-    """v0.1.0: one stage per split point plus one, over the pipeline ranks."""
+    """v0.1.0: one stage per split point plus one, over the pipeline ranks, each stage the layers from its split
+    point up to the next (models/llama3/infra/pipeline.py `pipeline_llama_manual_split`)."""
     plan = titan(
         "v0.1.0",
         pipeline_parallel_degree=2,
@@ -145,6 +146,18 @@ def test_split_points_give_the_stages():
         pipeline_parallel_split_points=["layers.8", "layers.16", "layers.24", "layers.28", "layers.30"],
     )
     assert value(plan, "virtual_pipeline") == 3
+    assert value(plan, "stage_boundaries") == [8, 16, 24, 28, 30]
+    rp = resolved(plan)
+    assert rp.stage_split == (8, 8, 8, 4, 2, 2) and rp.virtual_pipeline == 3
+
+
+@pytest.mark.parametrize("points", [["layers.16", "layers.8"], ["norm"], ["layers.0"]])
+def test_split_points_that_name_no_stage_boundary_are_said(points):
+    plan = titan(
+        "v0.1.0", pipeline_parallel_degree=2, pipeline_parallel_schedule="1F1B", pipeline_parallel_split_points=points
+    )
+    assert value(plan, "stage_boundaries") is None
+    assert any("pipeline_parallel_split_points" in i.message for i in plan.issues)
 
 
 def test_fsdp_ranks_hold_their_stages_activations():

@@ -839,18 +839,40 @@ def _pipeline_schedule(b: PlanBuilder, v: _Values, pp: int, pp_s: Setting | None
     )
 
 
+def _split_layer(point: Any) -> int | None:
+    """The decoder layer a split point names (`layers.4` → 4), None for any other module."""
+    m = re.fullmatch(r"layers\.(\d+)", str(point).strip())
+    return int(m.group(1)) if m else None
+
+
 def _pipeline_split(b: PlanBuilder, v: _Values, pp_s: Setting | None) -> None:
     """How torchtitan cuts the model's layers into stages, for the resolver's split (knowledge.pipelining
     `stage_split`): `module_fqns_per_model_part` names each stage's modules outright (its `layers.N` entries are
     the stage's decoder layers), else `_generate_llm_fqn_per_model_part` splits the layers with the embeddings and
     the output modules weighing `pipeline_parallel_first_stage_less_layers` and `..._last_stage_less_layers` layers
     (default 1 each), over `pipeline_parallel_layers_per_stage`'s count of stages when given (torchtitan b5bcd76
-    torchtitan/distributed/pipeline_parallel.py `pipeline_llm`, `_get_pipeline_metadata`). Stages cut at v0.1.0's
-    `pipeline_parallel_split_points` are not read: an even split."""
+    torchtitan/distributed/pipeline_parallel.py `pipeline_llm`, `_get_pipeline_metadata`). v0.1.0's
+    `pipeline_parallel_split_points` name the first layer of each stage after the first (`layers.N`; models/llama3/
+    infra/pipeline.py `pipeline_llama_manual_split` keeps the layers from one split point up to the next)."""
     if read_stage_modules(b, v.get("pp_fqns")):
         return
     splits = v.get("pp_split_points")
     if splits is not None and isinstance(splits.value, list) and splits.value:
+        firsts = [_split_layer(p) for p in splits.value]
+        if None in firsts or firsts != sorted(set(firsts)) or firsts[0] == 0:
+            b.issue(
+                IssueKind.INVALID_VALUE,
+                "`pipeline_parallel_split_points` should name increasing decoder layers after the first "
+                f"(`layers.N`), got {splits.value!r}: the layers are taken as evenly split",
+                splits,
+            )
+            return
+        b.set(
+            "stage_boundaries",
+            firsts,
+            splits,
+            note=f"{len(firsts) + 1} stages, cut before layers {', '.join(map(str, firsts))}",
+        )
         return
     for what, concept, end in (
         ("pp_first_less", "stage_input_weight", "the first stage's embeddings"),

@@ -841,6 +841,14 @@ _ALL: tuple[Concept, ...] = (
         ("round_virtual_stages_to_pp_multiple",),
     ),
     _C(
+        "stage_boundaries",
+        "list",
+        "the decoder layers where each pipeline stage after the first begins (torchtitan's split points)",
+        True,
+        True,
+        ("pipeline_parallel_split_points",),
+    ),
+    _C(
         "stage_layers",
         "list",
         "the modules of each pipeline stage, given outright (torch's pipelining)",

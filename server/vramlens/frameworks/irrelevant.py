@@ -263,7 +263,7 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
         "per_op_sac_force_recompute_mm_shapes_by_fqns force_recompute_fp8_weight_in_bwd "
         "memory_budget pipeline_parallel_expert_parallel_overlap "
         "pipeline_parallel_microbatch_size pipeline_parallel_schedule_csv "
-        "pipeline_parallel_split_points pp_microbatch_size num_layers_per_virtual_pipeline_stage "
+        "pp_microbatch_size num_layers_per_virtual_pipeline_stage "
         "early_stop ",
     ),
     **_names(

@@ -182,6 +182,15 @@ def pipeline_split(ctx: Context, layers: int, pp: int) -> dict:
     val = ctx.val
     given, lps = val("stage_layers"), val("layers_per_stage")
     weights = val("stage_input_weight"), val("stage_output_weight")
+    if given is None and val("stage_boundaries"):
+        cuts = [0, *(int(n) for n in val("stage_boundaries")), layers]
+        given = [b - a for a, b in zip(cuts, cuts[1:])]
+        if min(given) <= 0:
+            ctx.assumptions.append(
+                f"the pipeline split points ({', '.join(map(str, cuts[1:-1]))}) leave a stage without layers of the "
+                f"model's {layers}: estimated with an even split"
+            )
+            return {}
     if pp <= 1 or (given is None and lps is None and weights == (None, None)):
         return {}
     single = (val("pipeline_schedule") or "1F1B") in SINGLE_STAGE_SCHEDULES

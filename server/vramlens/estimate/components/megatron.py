@@ -411,11 +411,7 @@ def megatron_te_master_weights(rp: ResolvedPlan) -> bool:
     """Whether Transformer Engine's FusedAdam keeps the master weights and reads the gradients in place: not for an FP8
     run of a recipe other than delayed scaling with fp32 master weights on the GPU, where Megatron keeps its own fp32
     main parameters and copies the gradients (optimizer_config.py `use_precision_aware_optimizer_no_fp8_or_ds_fp8`)."""
-    return (
-        rp.main_params_dtype != "fp32"
-        or rp.fp8_recipe in ("", "delayed")
-        or rp.offload_optimizer
-    )
+    return rp.main_params_dtype != "fp32" or rp.fp8_recipe in ("", "delayed") or rp.offload_optimizer
 
 
 def megatron_grad_copy_bytes(rp: ResolvedPlan, st: Stage) -> int:
