@@ -157,6 +157,7 @@ FRAMEWORKS: list[Framework] = [
     Framework(
         "torchtitan",
         [
+            Source("pytorch+torchtitan", "v0.1.0", ("*.toml", "run_train.sh"), ("pyproject.toml", "*/tests/*")),
             Source("pytorch+torchtitan", "v0.2.0", ("*.toml", "run_train.sh"), ("pyproject.toml", "*/tests/*")),
             Source("pytorch+torchtitan", "HEAD", ("*config_registry.py", "run_train.sh"), ("*/tests/*",)),
         ],
