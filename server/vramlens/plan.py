@@ -244,6 +244,9 @@ class TrainingPlan(BaseModel):
     # the policy trains, in host memory while it generates (the optimizer state also while it scores log-probs)
     offload_params_idle: Sourced[bool] | None = None
     offload_optimizer_idle: Sourced[bool] | None = None
+    # "rollout": those offloads last only while the engine generates (ms-swift's offload_model/offload_optimizer, the
+    # reference model with the policy); absent: from one update to the next (verl, OpenRLHF)
+    offload_idle_scope: Sourced[str] | None = None
     # ZeRO's buffer sizes in elements as a DeepSpeed config writes them: a number, or "auto" (what fills it decides:
     # resolve.distribution.zero_sizes)
     zero_reduce_bucket: Sourced[int | str] | None = None  # reduce_bucket_size

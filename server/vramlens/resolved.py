@@ -178,6 +178,7 @@ class ResolvedPlan(BaseModel):
     # holds them on the GPU, the rollout phases do not
     offload_params_idle: bool = False
     offload_optimizer_idle: bool = False
+    offload_idle_scope: str = "update"  # "rollout": the offloads last only while the engine generates
     # DeepSpeed ZeRO's sizes in elements (components.buffers); None: as the HF Trainer fills "auto" (reduce bucket h²,
     # prefetch bucket 0.9·h², persistence threshold 10·h) and DeepSpeed's defaults for the live limit and the reuse
     # distance (1e9)

@@ -334,3 +334,30 @@ def test_openrlhf_deepspeed_sleep_offloads_the_states_between_updates_not_during
     assert sleep["phases_gib"]["generation"] < awake["phases_gib"]["generation"] - 5
     assert sleep["components_gib"].get("temporaries", 0) < 1  # no ZeRO-3 gather of the critic for vLLM
     assert sleep["fits"]
+
+
+SWIFT_GRPO = """CUDA_VISIBLE_DEVICES=0,1,2,3 NPROC_PER_NODE=4 \\
+swift rlhf \\
+    --rlhf_type grpo \\
+    --model Qwen/Qwen2.5-7B-Instruct \\
+    --tuner_type full \\
+    --use_vllm true --vllm_mode colocate --vllm_gpu_memory_utilization 0.4 --sleep_level 1 \\
+    --deepspeed zero3 \\
+    --beta 0.04 \\
+    --per_device_train_batch_size 2 --max_completion_length 1024 --num_generations 8 {offload}
+"""
+
+
+def test_ms_swift_offload_model_and_optimizer_last_only_the_generation(tmp_path):
+    """ms-swift's `--offload_model` / `--offload_optimizer` take the policy (with the reference) and the optimizer
+    states off the GPU around vLLM's generation and load them back after it (swift/rlhf_trainers/grpo_trainer.py
+    `offload_context`): the update and log-prob phases keep them; the generation phase does not."""
+    kept, moved = tmp_path / "kept.sh", tmp_path / "moved.sh"
+    kept.write_text(SWIFT_GRPO.format(offload=""), encoding="utf-8")
+    moved.write_text(SWIFT_GRPO.format(offload="--offload_model true --offload_optimizer true"), encoding="utf-8")
+    a, b = cli(kept), cli(moved)
+    assert value(b, "offload_params_idle") is True and value(b, "offload_optimizer_idle") is True
+    assert value(b, "offload_optimizer") is False  # the DeepSpeed preset's own offload stays off
+    for phase in ("forward-backward", "optimizer-step", "reference-forward"):
+        assert a["phases_gib"][phase] == b["phases_gib"][phase]
+    assert b["phases_gib"]["generation"] < a["phases_gib"]["generation"] - 5

@@ -219,6 +219,8 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # are on the CPU while the engine generates, its optimizer state also while the log-probs are scored
         idle_w, idle_o = rp.offload_params_idle, rp.offload_optimizer_idle
         rollout = dict(base)
+        if idle_w and rp.offload_idle_scope == "rollout" and "reference" in base:
+            rollout["reference"] = 0  # ms-swift's offload_model takes the reference model along
         if idle_o and "value_model" in base:
             # the value model's optimizer state goes to the CPU with the policy's (verl's critic is estimated with the
             # actor's offload settings; OpenRLHF offloads every DeepSpeed model's states)
@@ -238,10 +240,13 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             # the old policy's and the reference's log-probs, in log-prob micro-batches of their own where the
             # framework sizes them apart (verl `log_prob_micro_batch_size_per_gpu`)
             lp_tok = logit_tok if not rp.logprob_micro_batch else logit_tok // max(seqs, 1) * rp.logprob_micro_batch
+            # the log-probs: the optimizer still on the CPU between updates (verl, OpenRLHF); back on the GPU where
+            # the offload lasted only the generation (ms-swift)
+            lp_idle_o = idle_o and rp.offload_idle_scope != "rollout"
             phases["reference-forward"] = {
-                **rollout,
-                "optimizer": 0 if idle_o else O,
-                "gradients": 0 if idle_w else g_step,
+                **(rollout if rp.offload_idle_scope != "rollout" else base),
+                "optimizer": 0 if lp_idle_o else O,
+                "gradients": 0 if idle_w and rp.offload_idle_scope != "rollout" else g_step,
                 "activations": 0,
                 "logits": 0,
                 "temporaries": C.no_grad_forward(rp, lp_tok),

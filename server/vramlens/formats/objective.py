@@ -434,6 +434,7 @@ def from_launch(tool: str, subcommand: str | None, script: str | None) -> str | 
 
 
 def apply_swift(b: PlanBuilder, by_key: dict[str, Setting], subcommand: str | None = None) -> None:
+    _swift_rollout_offload(b, by_key)
     s = by_key.get("rlhf_type")
     if s is not None and isinstance(s.value, str):
         set_objective(b, word(s.value), s)
@@ -456,6 +457,34 @@ def apply_swift(b: PlanBuilder, by_key: dict[str, Setting], subcommand: str | No
         # with `--rlhf_type <subcommand>` (v2.0.x: swift/cli/dpo.py)
         note = f"`swift {subcommand}` is `swift rlhf --rlhf_type {subcommand}` (ms-swift 2.x)"
         set_objective(b, subcommand, note=note)
+
+
+def _swift_rollout_offload(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
+    """ms-swift's `offload_model` / `offload_optimizer` move the policy's weights / optimizer states to the CPU while
+    the colocated vLLM engine generates, and back for the update (ms-swift ff5128777d swift/rlhf_trainers/
+    args_mixin.py: "offload ... when performing inference with vLLM"; grpo_trainer.py and megatron/trainers/
+    rollout_mixin.py `_offload_model_and_optimizer`): offloads between updates, not during them."""
+    for key, concept, what in (
+        ("offload_model", "offload_params_idle", "the policy's weights"),
+        ("offload_optimizer", "offload_optimizer_idle", "the optimizer states"),
+    ):
+        s = by_key.get(key)
+        on = to_bool(s.value) if s is not None else None
+        if on:
+            b.set(
+                "offload_idle_scope",
+                "rollout",
+                s,
+                origin=Origin.DERIVED,
+                note="ms-swift offloads only around the engine's generation (`offload_context`)",
+            )
+        if on is not None:
+            b.set(
+                concept,
+                on,
+                s,
+                note=f"{what} on the CPU while vLLM generates, on the GPU for the update" if on else None,
+            )
 
 
 def apply_openrlhf(b: PlanBuilder, by_key: dict[str, Setting]) -> None:

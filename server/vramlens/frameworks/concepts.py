@@ -1248,6 +1248,8 @@ NOT_SETTINGS: dict[str, str] = {
     "purpose": "what a file launches other than training (formats.purpose); no argument sets it",
     "devices_per_process": "the GPUs one process spreads the model over (device_map), derived from the visible GPUs "
     'per process (ms-swift `is_mp`) or `device_map="auto"`; no argument of its own sets it',
+    "offload_idle_scope": "how long a framework's offloads between updates last (the generation alone, or from one "
+    "update to the next): the framework's, set by its reader",
 }
 
 assert set(CONCEPTS) <= set(PLAN_CONCEPTS), set(CONCEPTS) - set(PLAN_CONCEPTS)

@@ -105,6 +105,7 @@ def build_plan(
         offload_params=bool(val("offload_params")),
         offload_params_idle=bool(val("offload_params_idle")),
         offload_optimizer_idle=bool(val("offload_optimizer_idle")),
+        offload_idle_scope=str(val("offload_idle_scope") or "update"),
         **(zero_sizes(ctx) if strategy == "deepspeed" else {}),
         tensor_parallel=int(d.tp),
         context_parallel=int(d.cp),
