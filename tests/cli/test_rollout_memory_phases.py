@@ -361,3 +361,21 @@ def test_ms_swift_offload_model_and_optimizer_last_only_the_generation(tmp_path)
     for phase in ("forward-backward", "optimizer-step", "reference-forward"):
         assert a["phases_gib"][phase] == b["phases_gib"][phase]
     assert b["phases_gib"]["generation"] < a["phases_gib"]["generation"] - 5
+
+
+def test_megatron_swift_offload_model_and_optimizer_around_the_generation(tmp_path):
+    """Megatron-SWIFT's `megatron rlhf` alike (swift/megatron/trainers/rollout_mixin.py `offload_context`: the
+    weight and gradient buffers, the reference and the optimizer states off the GPU while vLLM generates)."""
+    text = """NPROC_PER_NODE=8 megatron rlhf --rlhf_type grpo --model Qwen/Qwen2.5-7B-Instruct \\
+    --tensor_model_parallel_size 2 --beta 0.04 \\
+    --use_vllm true --vllm_mode colocate --vllm_gpu_memory_utilization 0.5 --sleep_level 1 \\
+    --micro_batch_size 2 --global_batch_size 64 --max_completion_length 1024 --num_generations 8 {offload}
+"""
+    kept, moved = tmp_path / "kept.sh", tmp_path / "moved.sh"
+    kept.write_text(text.format(offload=""), encoding="utf-8")
+    moved.write_text(text.format(offload="--offload_model true --offload_optimizer true"), encoding="utf-8")
+    a, b = cli(kept), cli(moved)
+    for phase in ("forward-backward", "optimizer-step"):
+        assert a["phases_gib"][phase] == b["phases_gib"][phase]
+    assert b["phases_gib"]["generation"] == pytest.approx(0.5 * GPU_GIB, abs=0.05)
+    assert a["phases_gib"]["generation"] > b["phases_gib"]["generation"] + 10

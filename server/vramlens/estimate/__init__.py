@@ -551,7 +551,8 @@ def _megatron_phases(rp: ResolvedPlan, p: C.Params):
             "weights": 0 if idle_w else fb["weights"],
             "gradients": 0 if idle_w else fb["gradients"],
             "optimizer": 0 if idle_o else fb["optimizer"],
-            "reference": fb["reference"],
+            # Megatron-SWIFT's offload_model takes the reference along (rollout_mixin.py `offload_context`)
+            "reference": 0 if idle_w and rp.offload_idle_scope == "rollout" else fb["reference"],
             "generation": share,
         }
     if rp.correction != 1.0:

@@ -529,6 +529,8 @@ def apply_launch(b: PlanBuilder, tool: str, subcommand: str | None, script: str 
         set_objective(b, obj, note=f"the command runs {what}", origin=Origin.DERIVED)
     if tool == "swift":
         apply_swift(b, by_flag, subcommand)
+    elif tool == "megatron":  # Megatron-SWIFT's `megatron rlhf` (swift/megatron/trainers/rollout_mixin.py)
+        _swift_rollout_offload(b, by_flag)
     if script and "openrlhf" in script:
         apply_openrlhf(b, by_flag)
     if tool not in ("axolotl", "llamafactory", "torchtune"):
