@@ -108,7 +108,9 @@ def test_partial_cpu_offload_keeps_the_rest_of_the_optimizer_on_the_gpu(tmp_path
     rp = a.resolution.resolved
     assert rp.offload_optimizer and rp.optimizer_offload_fraction == pytest.approx(0.2)
     assert not any("optimizer_offload_fraction" in u.key for u in a.estimate.unmodelled)
-    on_gpu = C.megatron_step(rp.model_copy(update={"offload_optimizer": False}))["forward-backward"]["optimizer"]
+    # (the hybrid optimizer's GPU share: fp32 states and copies, whatever the precision-aware flag says)
+    whole_gpu = rp.model_copy(update={"offload_optimizer": False, "precision_aware_optimizer": False})
+    on_gpu = C.megatron_step(whole_gpu)["forward-backward"]["optimizer"]
     assert a.estimate.components["optimizer"] == pytest.approx(0.8 * on_gpu, rel=0.01)
     # the default fraction, 1.0, keeps none of it
     whole = tmp_path / "mcore_full.sh"
