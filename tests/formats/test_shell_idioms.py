@@ -16,6 +16,7 @@ import pytest
 from fake_hub import FakeHub
 from vramlens import formats
 from vramlens.formats import shell
+from vramlens.formats.settings import PlanBuilder
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 QWEN = FIXTURES / "qwen" / "2df8e8ac"
@@ -210,17 +211,27 @@ def test_array_appends_and_expansions(tmp_path, use):
 
 
 def test_a_flag_whose_values_come_from_two_expansions_is_placed_at_its_own_words(tmp_path):
-    """`"${ARGS[@]}" ${ARGS[*]}`: the array's last flag takes its value and then the next expansion's first word,
-    which is written above it. The setting's span still runs forward, over the words that follow the flag."""
+    """`"${ARGS[@]}" ${ARGS[*]}`: the first expansion's last flag takes its value and then the next expansion's first
+    word, which is written above it. Its span still runs forward, over the words that follow the flag; the flag given
+    again by the second expansion is the one argparse keeps."""
     text = (
         "ARGS=( 1024 --pretrain m/x\n --micro_train_batch_size 2\n)\nARGS+=(--max_len 512)\n"
         'deepspeed --module openrlhf.cli.train_sft "${ARGS[@]}" ${ARGS[*]}\n'
     )
     path = script(tmp_path, text)
-    issue = next(i for i in formats.parse_document(text, str(path)).plan.issues if "`max_len`" in i.message)
-    sp = issue.span
-    assert (sp.start_line, sp.end_line) == (3, 3)
-    assert text.splitlines()[3][sp.start_col : sp.end_col] == "512"
+    plan = formats.parse_document(text, str(path)).plan
+    assert plan.seq_len.value == 512
+    for sp in [i.span for i in plan.issues if i.span] + [plan.seq_len.span, plan.seq_len.value_span]:
+        assert (sp.start_line, sp.start_col) <= (sp.end_line, sp.end_col)
+    assert any("`--max_len` is given 2 times" in n for n in plan.read_notes)
+    # the first `--max_len`'s value words, spanned forward only
+    script_, _ = shell.analyze(text, str(path))
+    flags = [(flag, vals) for name, flag, vals in shell.collect_args(script_).flags if name == "max_len"]
+    reader = shell._Reader(script_, PlanBuilder(str(path), "shell", None))
+    first = shell._flag_setting(reader, "max_len", *flags[0])
+    assert [w.text for w in flags[0][1]] == ["512", "1024"]
+    assert text.splitlines()[3][first.value_span.start_col : first.value_span.end_col] == "512"
+    assert (first.span.start_line, first.span.end_line) == (3, 3)
 
 
 def test_a_quoted_array_star_is_one_word(tmp_path):
@@ -355,3 +366,35 @@ def test_arithmetic_lengths_of_verl_scripts_are_worked_out(tmp_path):
 def test_arithmetic_expansion_is_exact_or_unknown(expr, expected):
     env = {"A": shell.Var("4"), "B": shell.Var("8"), "X": shell.Var("not a number")}
     assert shell.arithmetic(expr, env) == expected
+
+
+@pytest.mark.parametrize(
+    "line, concept, expected",
+    [
+        (
+            "accelerate launch train.py --model_name_or_path m/x --per_device_train_batch_size 4 "
+            "--max_seq_length 1024 --per_device_train_batch_size 8",
+            "micro_batch",
+            8,
+        ),
+        # OpenRLHF's flat and dotted spellings of one argument: the later one
+        (
+            "deepspeed --module openrlhf.cli.train_sft --pretrain m/x --micro_train_batch_size 4 --max_len 512 "
+            "--micro_train_batch_size 2",
+            "micro_batch",
+            2,
+        ),
+        (
+            "torchrun pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 16 "
+            "--micro-batch-size 1 --seq-length 2048 --seq-length 4096",
+            "seq_len",
+            4096,
+        ),
+    ],
+)
+def test_a_flag_given_twice_keeps_its_last_value(tmp_path, line, concept, expected):
+    """argparse stores each occurrence over the one before, so an override appended to a script's arguments is the
+    value the run uses; the plan says the flag was given twice."""
+    got = values(plan_json(script(tmp_path, line + "\n")))
+    assert got[concept] == expected
+    assert any("is given 2 times: argparse keeps the last" in n for n in notes(tmp_path / "train.sh"))

@@ -22,7 +22,7 @@ from pathlib import PurePosixPath
 from typing import Any, Callable
 
 from vramlens.formats import accelerate, deepspeed, hf, launchers, megatron, purpose, verl
-from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
+from vramlens.formats.settings import PlanBuilder, Setting, shown, to_bool, to_int
 from vramlens.knowledge import deepspeed as deepspeed_presets
 from vramlens.plan import IssueKind, Origin, ParseIssue, Reference, Severity, Sourced, Span, TrainingPlan
 from vramlens.text import LineIndex
@@ -2633,6 +2633,7 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
                 config_refs.append(("config", vals[0] if vals else flag, s.value))
             continue
         settings.append(s)
+    settings = _last_of_each(b, settings)
 
     if tool in ("axolotl", "llamafactory", "torchtune"):
         for s in settings:
@@ -2828,6 +2829,23 @@ def _unknown_issue(b: PlanBuilder, s: Setting, what: str = "") -> None:
         s,
         severity=Severity.INFO,
     )
+
+
+def _last_of_each(b: PlanBuilder, settings: list[Setting]) -> list[Setting]:
+    """One setting per flag, the last one written: argparse stores each occurrence over the one before (its "store"
+    action; HfArgumentParser, Megatron-LM's, OpenRLHF's and ms-swift's parsers are argparse), so a flag repeated
+    later on the line (an override appended to a script's arguments) is the one the run uses."""
+    last: dict[tuple, Setting] = {}
+    for s in settings:
+        last[s.path] = s
+    if len(last) == len(settings):
+        return settings
+    for path, s in last.items():
+        n = sum(1 for o in settings if o.path == path)
+        if n > 1:
+            value = s.value if isinstance(s.value, str) else shown(s.value)
+            b.plan.read_notes.append(f"`--{s.key}` is given {n} times: argparse keeps the last, {value}")
+    return [s for s in settings if last[s.path] is s]
 
 
 def _apply_flag(b: PlanBuilder, tool: str, s: Setting) -> None:
