@@ -216,7 +216,7 @@ def _offload_run(tmp_path: Path, name: str, offload: str, megatron: bool = False
     return cli(
         script(
             tmp_path,
-            f"""python3 -m verl.trainer.main_ppo {'--config-name=ppo_megatron_trainer ' if megatron else ''}\\
+            f"""python3 -m verl.trainer.main_ppo {"--config-name=ppo_megatron_trainer " if megatron else ""}\\
     algorithm.adv_estimator=grpo data.max_prompt_length=1024 data.max_response_length=1024 \\
     actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct \\
     actor_rollout_ref.actor.ppo_mini_batch_size=64 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2 \\

@@ -125,9 +125,7 @@ def test_megatron_optimizer_partly_offloaded_keeps_the_rest_on_the_gpu(tmp_path)
 
     text = (FIXTURES / "v4.0.0" / "megatron_offload" / "72b_offload.sh").read_text()
     path = tmp_path / "72b_offload.sh"
-    path.write_text(
-        text.replace("--optimizer_offload_fraction 1 ", "--optimizer_offload_fraction 0.5 ")
-    )
+    path.write_text(text.replace("--optimizer_offload_fraction 1 ", "--optimizer_offload_fraction 0.5 "))
     a = analysed(path)
     rp = a.resolution.resolved
     assert rp.offload_optimizer and rp.optimizer_offload_fraction == 0.5
