@@ -223,7 +223,7 @@ def test_a_flag_whose_values_come_from_two_expansions_is_placed_at_its_own_words
     assert plan.seq_len.value == 512
     for sp in [i.span for i in plan.issues if i.span] + [plan.seq_len.span, plan.seq_len.value_span]:
         assert (sp.start_line, sp.start_col) <= (sp.end_line, sp.end_col)
-    assert any("`--max_len` is given 2 times" in n for n in plan.read_notes)
+    assert any("`max_len` is given 2 times" in n for n in plan.read_notes)
     # the first `--max_len`'s value words, spanned forward only
     script_, _ = shell.analyze(text, str(path))
     flags = [(flag, vals) for name, flag, vals in shell.collect_args(script_).flags if name == "max_len"]
@@ -398,3 +398,15 @@ def test_a_flag_given_twice_keeps_its_last_value(tmp_path, line, concept, expect
     got = values(plan_json(script(tmp_path, line + "\n")))
     assert got[concept] == expected
     assert any("is given 2 times: argparse keeps the last" in n for n in notes(tmp_path / "train.sh"))
+
+
+def test_an_override_given_twice_keeps_its_last_value(tmp_path):
+    """LLaMA-Factory hands `key=value` words to OmegaConf.from_cli (src/llamafactory/hparams/parser.py `read_args`),
+    which keeps a key's last value."""
+    line = (
+        "llamafactory-cli train per_device_train_batch_size=2 model_name_or_path=meta-llama/Meta-Llama-3-8B "
+        "stage=sft finetuning_type=lora per_device_train_batch_size=4\n"
+    )
+    path = script(tmp_path, line)
+    assert values(plan_json(path))["micro_batch"] == 4
+    assert any("is given 2 times: OmegaConf keeps the last" in n for n in notes(path))

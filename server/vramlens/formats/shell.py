@@ -2638,8 +2638,10 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
     if tool in ("axolotl", "llamafactory", "torchtune"):
         for s in settings:
             s.key = s.path[-1]  # the YAML spelling, which the dialect reads
-        read = (_override_setting(r, k, a, eq) for k, a, eq in overrides)
-        apply_dialect(b, framework, settings + [s for s in read if s is not None], ctx, tool)
+        read = [s for s in (_override_setting(r, k, a, eq) for k, a, eq in overrides) if s is not None]
+        # `key=value` overrides go to OmegaConf (LLaMA-Factory `read_args`: OmegaConf.from_cli; torchtune
+        # `_merge_yaml_and_cli_args`: OmegaConf.from_dotlist), which also keeps a key's last value
+        apply_dialect(b, framework, settings + _last_of_each(b, read, "OmegaConf keeps the last"), ctx, tool)
     else:
         for s in settings:
             if oi_kind is None or not openinstruct.apply_flag(b, s):
@@ -2831,7 +2833,7 @@ def _unknown_issue(b: PlanBuilder, s: Setting, what: str = "") -> None:
     )
 
 
-def _last_of_each(b: PlanBuilder, settings: list[Setting]) -> list[Setting]:
+def _last_of_each(b: PlanBuilder, settings: list[Setting], rule: str = "argparse keeps the last") -> list[Setting]:
     """One setting per flag, the last one written: argparse stores each occurrence over the one before (its "store"
     action; HfArgumentParser, Megatron-LM's, OpenRLHF's and ms-swift's parsers are argparse), so a flag repeated
     later on the line (an override appended to a script's arguments) is the one the run uses."""
@@ -2844,7 +2846,7 @@ def _last_of_each(b: PlanBuilder, settings: list[Setting]) -> list[Setting]:
         n = sum(1 for o in settings if o.path == path)
         if n > 1:
             value = s.value if isinstance(s.value, str) else shown(s.value)
-            b.plan.read_notes.append(f"`--{s.key}` is given {n} times: argparse keeps the last, {value}")
+            b.plan.read_notes.append(f"`{s.key}` is given {n} times: {rule}, {value}")
     return [s for s in settings if last[s.path] is s]
 
 
