@@ -247,6 +247,8 @@ class TrainingPlan(BaseModel):
     # "rollout": those offloads last only while the engine generates (ms-swift's offload_model/offload_optimizer, the
     # reference model with the policy); absent: from one update to the next (verl, OpenRLHF)
     offload_idle_scope: Sourced[str] | None = None
+    # sequences per micro-batch of a critic that trains in a step of its own (verl, OpenRLHF), beside the policy's
+    critic_micro_batch: Sourced[int] | None = None
     # ZeRO's buffer sizes in elements as a DeepSpeed config writes them: a number, or "auto" (what fills it decides:
     # resolve.distribution.zero_sizes)
     zero_reduce_bucket: Sourced[int | str] | None = None  # reduce_bucket_size

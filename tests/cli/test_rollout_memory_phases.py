@@ -334,6 +334,8 @@ def test_openrlhf_deepspeed_sleep_offloads_the_states_between_updates_not_during
     assert sleep["phases_gib"]["generation"] < awake["phases_gib"]["generation"] - 5
     assert sleep["components_gib"].get("temporaries", 0) < 1  # no ZeRO-3 gather of the critic for vLLM
     assert sleep["fits"]
+    # the critic group trains apart from the actor's, at the same micro_train_batch_size
+    assert value(sleep, "critic_micro_batch") == value(sleep, "micro_batch") and "critic-update" in sleep["phases_gib"]
 
 
 SWIFT_GRPO = """CUDA_VISIBLE_DEVICES=0,1,2,3 NPROC_PER_NODE=4 \\

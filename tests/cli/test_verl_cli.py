@@ -267,3 +267,32 @@ def test_megatron_cpu_optimizer_override_is_read(tmp_path):
     assert value(r, "offload_optimizer") is True and value(r, "optimizer_offload_fraction") == 1
     assert r["components_gib"].get("optimizer", 0) == 0
     assert any(k.endswith("overlap_cpu_optimizer_d2h_h2d") for k in unmodelled(r))
+
+
+def test_critic_trains_in_its_own_step_at_its_own_micro_batch(tmp_path):
+    """verl's `update_critic` runs apart from the actor's update (ray_trainer.py `fit`), in
+    `critic.ppo_micro_batch_size_per_gpu` sequences: a critic micro-batch far above the actor's makes its step the
+    peak; its activations scale with it and hold no vocabulary logits (a scalar head)."""
+
+    def run(critic_micro: int) -> dict:
+        return cli(
+            script(
+                tmp_path,
+                f"""python3 -m verl.trainer.main_ppo algorithm.adv_estimator=gae \\
+    data.max_prompt_length=1024 data.max_response_length=1024 \\
+    actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct critic.model.path=Qwen/Qwen2.5-7B-Instruct \\
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2 critic.ppo_micro_batch_size_per_gpu={critic_micro} \\
+    actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.gpu_memory_utilization=0.1 \\
+    trainer.n_gpus_per_node=8
+""",
+                name=f"critic_{critic_micro}.sh",
+            )
+        )
+
+    small, large = run(2), run(32)
+    assert value(small, "critic_micro_batch") == 2 and value(large, "critic_micro_batch") == 32
+    assert small["phases_gib"]["critic-update"] < small["phases_gib"]["forward-backward"]
+    assert large["phases_gib"]["critic-update"] > large["phases_gib"]["forward-backward"]
+    assert large["phase"] == "critic-update"
+    grown = large["phases_gib"]["critic-update"] - small["phases_gib"]["critic-update"]
+    assert grown > 0 and large["phases_gib"]["forward-backward"] == small["phases_gib"]["forward-backward"]

@@ -164,6 +164,21 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             "logits": 0,
             "temporaries": dispatch,
         }
+    if rp.value_model and rp.critic_micro_batch > 0:
+        # a critic trained in a step of its own (verl `update_critic`, OpenRLHF's critic group), before the policy's
+        # update: its activations at its own micro-batch (the policy's scaled by the sequences; a scalar head, no
+        # vocabulary logits) beside the policy's resident state, whose gradients `zero_grad` has freed, and whose
+        # weights and optimizer state are on the CPU where they are offloaded between updates
+        idle_w, idle_o = rp.offload_params_idle, rp.offload_optimizer_idle
+        phases["critic-update"] = {
+            **base,
+            "weights": 0 if idle_w else W,
+            "adapters": 0 if idle_w else adapters,
+            "optimizer": 0 if idle_o else O,
+            "gradients": 0,
+            "activations": int(acts_fb * rp.critic_micro_batch / max(rp.micro_batch, 1)),
+            "logits": 0,
+        }
     fwd_cache = C.autocast_forward_cache(rp)
     fsdp_fwd = C.fsdp_loss_forward_unsharded(rp)
     if (fwd_cache or fsdp_fwd is not None) and not rp.scalar_head:

@@ -518,6 +518,17 @@ def apply_openrlhf(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
     s = by_key.get("critic_pretrain")
     if s is not None:
         b.set("value_model", True, s)
+    # a critic, where the run has one, trains in its own actor group, in `micro_train_batch_size` micro-batches like
+    # the policy (OpenRLHF v0.9.0 openrlhf/trainer/ppo_trainer.py `ppo_train`: the critic group's `fit` before the
+    # actor's); the estimate uses it only with a value model
+    micro, obj = b.plan.micro_batch, b.plan.objective
+    if obj is not None and obj.value == "ppo" and micro is not None and to_int(micro.value):
+        b.set(
+            "critic_micro_batch",
+            to_int(micro.value),
+            origin=Origin.DERIVED,
+            note="the critic's update runs apart from the policy's, at the same micro_train_batch_size",
+        )
 
 
 def apply_launch(b: PlanBuilder, tool: str, subcommand: str | None, script: str | None, flags: list[Setting]) -> None:

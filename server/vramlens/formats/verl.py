@@ -570,10 +570,36 @@ def _batch(r: _Reader, world: int, megatron: bool) -> None:
             note=f"ppo_mini_batch_size {mini} × rollout.n {n} ÷ {dp} ranks = {per_rank} sequences per update "
             f"on each GPU, in micro-batches of {micro}",
         )
+    _critic_batch(r, dp, seq)
     if sp > 1 and not megatron:  # Megatron workers split sequences with their own context parallelism
         _, s = r.int(A + "actor.ulysses_sequence_parallel_size", 1)
         _ulysses(b, sp, s)
     _log_prob_batch(r, dp, seq)
+
+
+def _critic_batch(r: _Reader, dp: int, seq: int) -> None:
+    """The critic trains in `update_critic`, before the actor's update and apart from it (verl v0.4.1/v0.7.0
+    verl/trainer/ppo/ray_trainer.py `fit`; workers/critic/dp_critic.py `update_critic`), in micro-batches of its own:
+    `critic.ppo_micro_batch_size_per_gpu`, the global `critic.ppo_micro_batch_size` ÷ DP, or with `use_dynamic_bsz`
+    (default: the actor's) up to `critic.ppo_max_token_len_per_gpu` tokens (default 32768)."""
+    b = r.b
+    if b.plan.value_model is None or not b.plan.value_model.value:
+        return
+    dynamic, _ = r.bool("critic.use_dynamic_bsz")
+    if dynamic:
+        tokens, ts = r.int("critic.ppo_max_token_len_per_gpu", 1)
+        if tokens and seq:
+            note = f"critic use_dynamic_bsz: up to {tokens:,} tokens, {max(1, tokens // seq)} sequence(s) of {seq:,}"
+            r.put("critic_micro_batch", max(1, tokens // seq), ts, note=note, derived=True)
+        return
+    per_gpu, s = r.int("critic.ppo_micro_batch_size_per_gpu", 1)
+    if per_gpu:
+        r.put("critic_micro_batch", per_gpu, s)
+        return
+    total, s = r.int("critic.ppo_micro_batch_size", 1)
+    if total:
+        note = f"critic.ppo_micro_batch_size {total} ÷ {dp} data-parallel ranks"
+        r.put("critic_micro_batch", max(1, total // dp), s, note=note, derived=True)
 
 
 def _distribution(

@@ -833,6 +833,14 @@ _ALL: tuple[Concept, ...] = (
         ("pipeline_parallel_layers_per_stage", "layers_per_stage"),
     ),
     _C(
+        "critic_micro_batch",
+        "int",
+        "the critic's micro-batch per GPU (a value model trained in its own step)",
+        True,
+        True,
+        ("critic.ppo_micro_batch_size_per_gpu",),
+    ),
+    _C(
         "stage_count_rounding",
         "str",
         "the stage count layers_per_stage gives, rounded up or down to a multiple of the pipeline size",

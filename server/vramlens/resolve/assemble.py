@@ -106,6 +106,7 @@ def build_plan(
         offload_params_idle=bool(val("offload_params_idle")),
         offload_optimizer_idle=bool(val("offload_optimizer_idle")),
         offload_idle_scope=str(val("offload_idle_scope") or "update"),
+        critic_micro_batch=int(val("critic_micro_batch") or 0),
         **(zero_sizes(ctx) if strategy == "deepspeed" else {}),
         tensor_parallel=int(d.tp),
         context_parallel=int(d.cp),
