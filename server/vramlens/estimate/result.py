@@ -90,7 +90,7 @@ class Estimate(BaseModel):
     phase: str  # "forward-backward", "optimizer-step", "recompute", "end-of-backward",
     # "loss-forward", "reference-forward", "generation", "teacher-forward",
     # "forward" (the last block's attention: DeBERTa-v2), "dora-weight-norm", "mixer-backward" (Jamba's scan),
-    # "expert-dispatch" (an expert-parallel all-gather and all-reduce)
+    # "expert-dispatch" (an expert-parallel all-gather and all-reduce), "critic-update" (a critic's own step)
     phases: dict[str, int]  # allocated bytes at each candidate phase
     usable_bytes: int  # GPU memory a process can use
     fits: bool
