@@ -127,6 +127,25 @@ def plans(draw) -> ResolvedPlan:
         gpu_count=draw(st.integers(1, 1024)),
         expandable_segments=draw(st.booleans()),
         headroom=draw(st.floats(0, 0.9)),
+        # online RL: the rollout engine, a critic in a step of its own, offloads between updates
+        reference=draw(st.sampled_from(["none", "copy", "adapters-off"])),
+        generation=draw(st.sampled_from(["none", "generate", "vllm-colocate", "vllm-server"])),
+        generations_per_example=draw(st.integers(0, 16)),
+        generation_len=draw(st.sampled_from([0, 1, 2048, 131072])),
+        vllm_memory_share=draw(st.floats(0, 1)),
+        generation_sleeps=draw(st.booleans()),
+        value_model=draw(st.booleans()),
+        critic_micro_batch=draw(st.one_of(st.just(0), small)),
+        offload_params_idle=draw(st.booleans()),
+        offload_optimizer_idle=draw(st.booleans()),
+        offload_idle_scope=draw(st.sampled_from(["update", "rollout"])),
+        # Megatron's precision-aware optimizer
+        precision_aware_optimizer=draw(st.booleans()),
+        exp_avg_dtype=draw(st.sampled_from(["fp32", "bf16", "fp16", "fp8"])),
+        exp_avg_sq_dtype=draw(st.sampled_from(["fp32", "bf16", "fp16", "fp8"])),
+        main_params_dtype=draw(st.sampled_from(["fp32", "fp16"])),
+        fp8_recipe=draw(st.sampled_from(["", "delayed", "blockwise"])),
+        distributed_optimizer=draw(st.booleans()),
     )
     return ResolvedPlan(**fields)
 
