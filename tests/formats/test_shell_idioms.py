@@ -410,3 +410,21 @@ def test_an_override_given_twice_keeps_its_last_value(tmp_path):
     path = script(tmp_path, line)
     assert values(plan_json(path))["micro_batch"] == 4
     assert any("is given 2 times: OmegaConf keeps the last" in n for n in notes(path))
+
+
+def test_a_one_value_option_takes_one_word_and_the_leftovers_are_said(tmp_path):
+    """argparse gives `--packing` (a bool) and `--per_device_train_batch_size` (an int) their next word; the words
+    after it are not theirs, and HfArgumentParser stops on them. TRL v0.21.0 examples/scripts/sft_gpt_oss.py writes
+    `--packing true packing_strategy wrapped`. A list option (`--lora_target_modules`) keeps all its words."""
+    path = script(
+        tmp_path,
+        "accelerate launch train.py --model_name_or_path m/x --packing true packing_strategy wrapped "
+        "--per_device_train_batch_size 4 8 --use_peft --lora_target_modules q_proj v_proj\n",
+    )
+    got = values(plan_json(path))
+    assert got["packing"] is True and got["micro_batch"] == 4
+    assert got["lora_targets"] == ["q_proj", "v_proj"]
+    plan = formats.parse_document(path.read_text(encoding="utf-8"), str(path)).plan
+    said = [i.message for i in plan.issues]
+    assert any("`--packing` takes one value: `packing_strategy wrapped`" in m for m in said)
+    assert any("`--per_device_train_batch_size` takes one value: `8`" in m for m in said)

@@ -2803,6 +2803,17 @@ def _flag_setting(r: _Reader, name: str, flag: Arg, vals: list[Arg]) -> Setting 
     kspan = r.wsp(w)
     if not vals:
         return Setting(key=key, path=(_norm(key),), value=True, span=kspan, value_span=None, key_span=kspan)
+    if len(vals) > 1 and _takes_one_value(name):
+        # argparse gives a one-value option its next word; the words after it are left over, and the program stops
+        # on them (HfArgumentParser: "Some specified arguments are not used")
+        extra = " ".join(v.text for v in vals[1:])[:80]
+        r.b.issue(
+            IssueKind.INVALID_VALUE,
+            f"`--{name}` takes one value: `{extra}` after it is not its value, and the program stops on words it "
+            "does not take; the first is read",
+            span=r.sp(vals[1].word.start, vals[-1].word.end) if vals[-1].word.end >= vals[1].word.start else kspan,
+        )
+        vals = vals[:1]
     value, unknown = _split_values(vals)
     # the span runs to the last value word that follows the one before it: words of an expanded array are placed
     # where the array is written, so values spliced from two expansions (`"${ARGS[@]}" ${ARGS[0]}`) may lie before
@@ -2831,6 +2842,15 @@ def _unknown_issue(b: PlanBuilder, s: Setting, what: str = "") -> None:
         s,
         severity=Severity.INFO,
     )
+
+
+def _takes_one_value(name: str) -> bool:
+    """Whether the plan concept an option sets is a single value (a number, a switch, a dtype, a model), which
+    argparse gives one word."""
+    from vramlens.frameworks import concepts
+
+    c = concepts.match(_norm(name))
+    return c is not None and c.type in ("int", "float", "bool", "dtype", "model")
 
 
 def _last_of_each(b: PlanBuilder, settings: list[Setting], rule: str = "argparse keeps the last") -> list[Setting]:
