@@ -296,3 +296,19 @@ def test_critic_trains_in_its_own_step_at_its_own_micro_batch(tmp_path):
     assert large["phase"] == "critic-update"
     grown = large["phases_gib"]["critic-update"] - small["phases_gib"]["critic-update"]
     assert grown > 0 and large["phases_gib"]["forward-backward"] == small["phases_gib"]["forward-backward"]
+
+
+def test_critic_checkpointing_or_ulysses_apart_from_the_actor_is_named(tmp_path):
+    """The critic's step is estimated with the actor's checkpointing and sequence split; a critic that sets its own
+    is named, not estimated as if it matched."""
+    text = (FIXTURES / "v0.7.0" / "run_deepseek7b_llm.sh").read_text(encoding="utf-8")
+    assert "critic.model.enable_gradient_checkpointing=True" in text
+    same = cli(FIXTURES / "v0.7.0" / "run_deepseek7b_llm.sh")
+    assert not {k for k in unmodelled(same) if k.startswith("critic.")}
+    apart = script(
+        tmp_path,
+        text.replace(
+            "critic.model.enable_gradient_checkpointing=True", "critic.model.enable_gradient_checkpointing=False"
+        ),
+    )
+    assert "critic.model.enable_gradient_checkpointing" in unmodelled(cli(apart))

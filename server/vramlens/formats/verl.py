@@ -585,6 +585,18 @@ def _critic_batch(r: _Reader, dp: int, seq: int) -> None:
     b = r.b
     if b.plan.value_model is None or not b.plan.value_model.value:
         return
+    for key, actor_key, what in (
+        ("critic.model.enable_gradient_checkpointing", A + "model.enable_gradient_checkpointing", "checkpointing"),
+        ("critic.ulysses_sequence_parallel_size", A + "actor.ulysses_sequence_parallel_size", "Ulysses split"),
+    ):
+        s, theirs = r.cfg.get(key), r.cfg.value(actor_key)
+        if s is not None and not r.cfg.is_default(s) and str(s.value).lower() != str(theirs).lower():
+            b.unmodelled(
+                s,
+                f"the critic's {what} set apart from the actor's",
+                "the critic's activations estimated with the actor's",
+                key=key,
+            )
     dynamic, _ = r.bool("critic.use_dynamic_bsz")
     if dynamic:
         tokens, ts = r.int("critic.ppo_max_token_len_per_gpu", 1)
