@@ -106,3 +106,10 @@ def test_defaults_are_composed_per_version_from_the_dump():
     assert new["engine.tensor_model_parallel_size"] == 1 and "engine.strategy" not in new
     assert new["data.use_dynamic_bsz"] is True and new["data.max_token_len_per_gpu"] == 8192
     assert verl.sft_engine_versions()[0] == "0.6.1"
+
+
+def test_megatron_engine_builds_its_weights_in_engine_dtype():
+    # workers/engine/megatron/transformer_impl.py `param_dtype` = engine.dtype (bfloat16 by default), the same rule as
+    # the PPO Megatron actor's `actor.megatron.dtype`: 16-bit weights, fp32 master weights in the optimizer
+    plan = plan_of(SFT / "run_qwen3_vl_2b.sh", "BACKEND=megatron\n")
+    assert value(plan, "weight_dtype") == "bf16" and value(plan, "amp_dtype") == "bf16"

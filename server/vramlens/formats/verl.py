@@ -693,8 +693,7 @@ def _distribution(
         # verl's Megatron workers move the gradient buffers and the reference's weights to the CPU between uses
         # (verl main verl/workers/megatron_workers.py `_is_offload_grad`, `_ref_is_offload_param`)
         _megatron_optimizer(r, A + "actor.optim." if section.startswith(A) else "optim.")
-        if section.startswith(A):
-            _megatron_actor_precision(r, section)
+        _megatron_precision(r, section)
         key = section + "grad_offload"
         on, s = r.bool(key)
         if on and not r.cfg.is_default(s) and not (b.plan.offload_params_idle and b.plan.offload_params_idle.value):
@@ -713,14 +712,15 @@ def _distribution(
                 r.put("ref_offload", on, s, note=note)
 
 
-def _megatron_actor_precision(r: _Reader, section: str) -> None:
-    """The PPO Megatron actor's weights in `actor.megatron.dtype` (default bfloat16; up to v0.6.0 built in bf16
-    whatever the key: megatron_workers.py `self.param_dtype = torch.bfloat16`; from v0.6.1 `PrecisionType.to_dtype(
-    self.config.actor.megatron.dtype)`), fp32 master weights and Adam's states in megatron-core's optimizer, sharded
-    over the data-parallel ranks with `use_distributed_optimizer` (default true, ppo_megatron_trainer.yaml)."""
+def _megatron_precision(r: _Reader, section: str) -> None:
+    """A Megatron model's weights in `<section>dtype` (default bfloat16): the PPO actor's `actor.megatron.dtype` (up to
+    v0.6.0 built in bf16 whatever the key: megatron_workers.py `self.param_dtype = torch.bfloat16`; from v0.6.1
+    `PrecisionType.to_dtype(self.config.actor.megatron.dtype)`) and the SFT engine's `engine.dtype` (from v0.6.1,
+    workers/engine/megatron/transformer_impl.py `param_dtype`); fp32 master weights and Adam's states in
+    megatron-core's optimizer, sharded over the data-parallel ranks with `use_distributed_optimizer` (default true)."""
     dtype, s = r.text(section + "dtype")
     if dtype is not None and dtype.lower() in DTYPES and _version_key(r.cfg.version) >= _version_key("0.6.1"):
-        r.put("weight_dtype", DTYPES[dtype.lower()], s, note="the Megatron actor's parameter dtype")
+        r.put("weight_dtype", DTYPES[dtype.lower()], s, note="the Megatron model's parameter dtype")
     else:
         r.b.set(
             "weight_dtype",
