@@ -164,17 +164,27 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             "logits": 0,
             "temporaries": dispatch,
         }
+    # offloads between updates (verl's param_offload / optimizer_offload, OpenRLHF's DeepSpeed sleep, ms-swift's
+    # offload_model / offload_optimizer): outside the policy's update its weights and optimizer state are on the CPU;
+    # `lasting`: from one update to the next (verl, OpenRLHF), else only while the engine generates (ms-swift)
+    idle_w, idle_o = rp.offload_params_idle, rp.offload_optimizer_idle
+    lasting = rp.offload_idle_scope != "rollout"
+
+    def policy_held(weights_off: bool, state_off: bool) -> dict[str, int]:
+        """The policy's weights (with its adapters) and optimizer state in a phase outside its update."""
+        return {
+            "weights": 0 if weights_off else W,
+            "adapters": 0 if weights_off else adapters,
+            "optimizer": 0 if state_off else O,
+        }
+
     if rp.value_model and rp.critic_micro_batch > 0:
         # a critic trained in a step of its own (verl `update_critic`, OpenRLHF's critic group), before the policy's
         # update: its activations at its own micro-batch (the policy's scaled by the sequences; a scalar head, no
-        # vocabulary logits) beside the policy's resident state, whose gradients `zero_grad` has freed, and whose
-        # weights and optimizer state are on the CPU where they are offloaded between updates
-        idle_w, idle_o = rp.offload_params_idle, rp.offload_optimizer_idle
+        # vocabulary logits) beside the policy's resident state, whose gradients `zero_grad` has freed
         phases["critic-update"] = {
             **base,
-            "weights": 0 if idle_w else W,
-            "adapters": 0 if idle_w else adapters,
-            "optimizer": 0 if idle_o else O,
+            **policy_held(idle_w, idle_o),
             "gradients": 0,
             "activations": int(acts_fb * rp.critic_micro_batch / max(rp.micro_batch, 1)),
             "logits": 0,
@@ -230,11 +240,10 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             n_value = C.shapes(rp.arch).total
             kv += int(n_value * C.DTYPE_BYTES[rp.weight_dtype] * (1.0 - C.zero_shard_factor(rp, "weights")))
         g_step = G if (g_persistent or not rp.set_to_none) else 0
-        # offloaded between updates (verl's param_offload / optimizer_offload): the policy's weights and gradients
-        # are on the CPU while the engine generates, its optimizer state also while the log-probs are scored
-        idle_w, idle_o = rp.offload_params_idle, rp.offload_optimizer_idle
+        # while the engine generates, the offloaded policy's weights and gradients and its optimizer state are on the
+        # CPU
         rollout = dict(base)
-        if idle_w and rp.offload_idle_scope == "rollout" and "reference" in base:
+        if idle_w and not lasting and "reference" in base:
             rollout["reference"] = 0  # ms-swift's offload_model takes the reference model along
         if idle_o and "value_model" in base:
             # the value model's optimizer state goes to the CPU with the policy's (verl's critic is estimated with the
@@ -242,9 +251,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             rollout["value_model"] -= C.value_model_state(rp)
         phases["generation"] = {
             **rollout,
-            "weights": 0 if idle_w else W,
-            "adapters": 0 if idle_w else adapters,
-            "optimizer": 0 if idle_o else O,
+            **policy_held(idle_w, idle_o),
             "gradients": 0 if idle_w else g_step,
             "temporaries": kv,
             "activations": 0,
@@ -255,13 +262,12 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             # the old policy's and the reference's log-probs, in log-prob micro-batches of their own where the
             # framework sizes them apart (verl `log_prob_micro_batch_size_per_gpu`)
             lp_tok = logit_tok if not rp.logprob_micro_batch else logit_tok // max(seqs, 1) * rp.logprob_micro_batch
-            # the log-probs: the optimizer still on the CPU between updates (verl, OpenRLHF); back on the GPU where
-            # the offload lasted only the generation (ms-swift)
-            lp_idle_o = idle_o and rp.offload_idle_scope != "rollout"
+            # the log-probs, with the weights loaded: the optimizer state still on the CPU where the offload lasts to
+            # the next update (verl, OpenRLHF), back on the GPU where it lasted only the generation (ms-swift)
             phases["reference-forward"] = {
-                **(rollout if rp.offload_idle_scope != "rollout" else base),
-                "optimizer": 0 if lp_idle_o else O,
-                "gradients": 0 if idle_w and rp.offload_idle_scope != "rollout" else g_step,
+                **(rollout if lasting else base),
+                **policy_held(False, idle_o and lasting),
+                "gradients": 0 if idle_w and lasting else g_step,
                 "activations": 0,
                 "logits": 0,
                 "temporaries": C.no_grad_forward(rp, lp_tok),

@@ -16,6 +16,7 @@ under the command line, which wins as it does in the real tools.
 
 from __future__ import annotations
 
+import collections
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -2857,14 +2858,12 @@ def _last_of_each(b: PlanBuilder, settings: list[Setting], rule: str = "argparse
     """One setting per flag, the last one written: argparse stores each occurrence over the one before (its "store"
     action; HfArgumentParser, Megatron-LM's, OpenRLHF's and ms-swift's parsers are argparse), so a flag repeated
     later on the line (an override appended to a script's arguments) is the one the run uses."""
-    last: dict[tuple, Setting] = {}
-    for s in settings:
-        last[s.path] = s
+    last = {s.path: s for s in settings}
     if len(last) == len(settings):
         return settings
+    given = collections.Counter(s.path for s in settings)
     for path, s in last.items():
-        n = sum(1 for o in settings if o.path == path)
-        if n > 1:
+        if (n := given[path]) > 1:
             value = s.value if isinstance(s.value, str) else shown(s.value)
             b.plan.read_notes.append(f"`{s.key}` is given {n} times: {rule}, {value}")
     return [s for s in settings if last[s.path] is s]

@@ -180,10 +180,12 @@ def pipeline_split(ctx: Context, layers: int, pp: int) -> dict:
     refuses is reported and the layers taken as evenly split. Empty where the plan gives no split (Megatron-core's
     layouts: `first_stage_layers`, `last_stage_layers`)."""
     val = ctx.val
-    given, lps = val("stage_layers"), val("layers_per_stage")
+    given, lps, firsts = val("stage_layers"), val("layers_per_stage"), val("stage_boundaries")
     weights = val("stage_input_weight"), val("stage_output_weight")
-    if given is None and val("stage_boundaries"):
-        cuts = [0, *(int(n) for n in val("stage_boundaries")), layers]
+    if pp <= 1 or (given is None and not firsts and lps is None and weights == (None, None)):
+        return {}
+    if given is None and firsts:
+        cuts = [0, *(int(n) for n in firsts), layers]
         given = [b - a for a, b in zip(cuts, cuts[1:])]
         if min(given) <= 0:
             ctx.assumptions.append(
@@ -191,8 +193,6 @@ def pipeline_split(ctx: Context, layers: int, pp: int) -> dict:
                 f"model's {layers}: estimated with an even split"
             )
             return {}
-    if pp <= 1 or (given is None and lps is None and weights == (None, None)):
-        return {}
     single = (val("pipeline_schedule") or "1F1B") in SINGLE_STAGE_SCHEDULES
     if given is not None:
         counts = tuple(int(n) for n in given)
