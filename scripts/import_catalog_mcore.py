@@ -409,19 +409,25 @@ def build(git_dir: Path, commit: str) -> dict:
 
 def _elsewhere(hf_id: str) -> Any:
     """The catalog's model for `hf_id` from any source but this file (models.yaml, litgpt's import, another
-    imported file), or None."""
+    imported file), or None. An entry written only because it agrees with this file's (transformers' defaults:
+    scripts/import_catalog_transformers.py `agrees_with`) is not another source."""
     from vramlens.knowledge import models
 
+    entries = [
+        entry
+        for name in models._imported_files()
+        if (path := OUT.parent / name) != OUT and path.exists()
+        for entry in json.loads(path.read_text(encoding="utf-8"))["models"]
+    ]
+    echoes = {e["id"].lower() for e in entries if str(e.get("agrees_with", "")).startswith(REPO)}
     known = models._catalog_exact(hf_id)
-    if known is not None and not known.source.startswith(REPO):
+    if known is not None and not known.source.startswith(REPO) and known.id.lower() not in echoes:
         return known
-    for name in models._imported_files():
-        path = OUT.parent / name
-        if path == OUT or not path.exists():
+    for entry in entries:
+        if entry["id"].lower() in echoes:
             continue
-        for entry in json.loads(path.read_text(encoding="utf-8"))["models"]:
-            if hf_id.lower() in {s.lower() for s in (entry["id"], *entry.get("aliases", ()))}:
-                return models._arch({**entry, "id": entry["id"]})
+        if hf_id.lower() in {s.lower() for s in (entry["id"], *entry.get("aliases", ()))}:
+            return models._arch({**entry, "id": entry["id"]})
     return None
 
 

@@ -23,6 +23,10 @@ holds a `config` dict that is mapped by `arch_from_hf_config` exactly as a local
     * every id that is also in the catalog already (models.yaml, litgpt's import, the config.json copies below) is
       not written (the catalog entry wins) but compared, shape field by shape field as the estimate reads them, and
       recorded under "checked" with the fields that differ (and the dtype: defaults state none, bf16 is assumed).
+      Where that entry is itself approximate and files the model under another family (slime's Megatron flags for
+      Qwen3-Next, whose custom layer spec the Megatron reader counts as GPT layers) and the defaults agree with it in
+      every field, the defaults are written too, with `agrees_with` naming that source, and the catalog takes them
+      before it (`knowledge/models.py` `_imported`): the same sizes, with the model's own layer kinds.
       Defaults reproduce a published config.json's shapes for under half of those checkpoints (transformers 5.24:
       `Qwen3Config` names Qwen/Qwen3-8B over other sizes, `GptOssConfig` gpt-oss-20b over the 120b's), so every
       written entry is marked approximate, with that count.
@@ -88,7 +92,17 @@ def _catalog_without(*marks: str) -> dict[str, Any]:
 
     models._catalog.cache_clear()  # the data files as they are now (one may just have been written)
     _, exact, _ = models._catalog()
-    return {k: m for k, m in exact.items() if not any(mark in m.source for mark in marks)}
+    kept = {k: m for k, m in exact.items() if not any(mark in m.source for mark in marks)}
+    # a spelling whose entry carried a mark may have another, which that entry was taken before (`agrees_with`)
+    for name in models._imported_files():
+        text = (DATA / name).read_text(encoding="utf-8")
+        for entry in json.loads(text)["models"]:
+            if any(mark in entry.get("source", "") for mark in marks):
+                continue
+            for spelling in (entry["id"], *entry.get("aliases", ())):
+                if spelling.lower() in exact and spelling.lower() not in kept:
+                    kept[spelling.lower()] = models._arch({k: v for k, v in entry.items() if k != "agrees_with"})
+    return kept
 
 
 def _origin(arch: Any) -> str:
@@ -251,6 +265,7 @@ def build_transformers() -> tuple[dict[str, Any], list[str]]:
     candidates: list[dict[str, Any]] = []
     unsized: list[str] = []
     checked: list[dict[str, Any]] = []
+    confirmed: list[tuple[str, str, dict[str, Any], str, Any]] = []
     for model_id, model_type, cls in classes:
         try:
             config = _canonical(cls().to_dict())
@@ -262,7 +277,13 @@ def build_transformers() -> tuple[dict[str, Any], list[str]]:
             continue  # not a model with a language model's shapes (vision, audio, detection, ...)
         source = f"transformers {version} {cls.__name__} defaults (docstring names {model_id})"
         if (known := catalog.get(model_id.lower())) is not None:
-            checked.append(_checked(model_id, arch, known, **{"class": cls.__name__}))
+            record = _checked(model_id, arch, known, **{"class": cls.__name__})
+            checked.append(record)
+            if known.approximate and not record["differs"] and arch.family != known.family:
+                # the catalog's entry is approximate and files the model under another family (slime's Megatron
+                # flags for a custom layer spec, counted as GPT layers): these defaults state the same shapes and
+                # build the model's own layer kinds, so they are written too and taken before it
+                confirmed.append((model_id, source, config, cls.__name__, known))
             continue
         total, stated, what = sized(model_id, arch)
         if not stated:
@@ -284,10 +305,23 @@ def build_transformers() -> tuple[dict[str, Any], list[str]]:
             f"{agree} of {len(checked)} checkpoints checked)"
         )
         models.append({"id": entry["id"], "source": entry["source"], "approximate": note, "config": entry["config"]})
+    for model_id, source, config, class_name, known in confirmed:
+        origin = known.source.split(";")[0]
+        note = (
+            f"shapes from transformers {version} {class_name} defaults, which its docstring calls similar to "
+            f"{model_id}; every shape field the estimate compares agrees with {origin} (sizes that source does not "
+            "state are the defaults')"
+        )
+        # the other entry's spellings of the same checkpoint come along (Qwen3-Next's Thinking variant)
+        aliases = {"aliases": list(known.aliases)} if known.aliases else {}
+        models.append(
+            {"id": model_id, **aliases, "source": source, "approximate": note, "agrees_with": origin, "config": config}
+        )
     report.append(
         f"  left out {len(unsized)} whose name states no size to check the defaults against: {', '.join(unsized)}"
     )
     report.append(f"  {len(models)} written, {len(checked)} already in the catalog: {agree} agree exactly")
+    report += [f"  written beside an approximate entry of another family it agrees with: {c[0]}" for c in confirmed]
     for r in checked:
         if r["differs"]:
             report.append(f"  DIFFERS {r['id']} ({r['class']}, catalog {r['catalog']}): {r['differs']}")

@@ -62,6 +62,24 @@ def classes(model_type: str) -> tuple[str, ...]:
     return () if inv is None else (inv["class"], *inv.get("same_params", ()))
 
 
+# The parameter kinds of a layer that is not attention or an MLP (scripts/dump_model_inventories.py `kind_of`)
+MIXER_KINDS = frozenset({"linear-attention", "state-space", "short-conv"})
+
+
+@functools.cache
+def linear_leaves(model_type: str) -> dict[str, frozenset[str]]:
+    """The model_type's linear weights by module leaf name (what a peft `target_modules` entry ends with), each with
+    the kinds of layer it is found in: `{"out_proj": {"linear-attention"}, "q_proj": {"attention"}, ...}`; empty
+    when the model_type has no inventory."""
+    inv = _data()["models"].get(model_type)
+    out: dict[str, set[str]] = {}
+    for entry in inv["params"] if inv is not None else ():
+        path = entry["p"]
+        if path.endswith(".weight") and len(entry["shape"]) == 2 and path.count(".") >= 2:
+            out.setdefault(path.split(".")[-2], set()).add(entry["kind"])
+    return {leaf: frozenset(kinds) for leaf, kinds in out.items()}
+
+
 def tie_default(model_type: str) -> bool | None:
     """The tie_word_embeddings of the model_type's config class where a config.json does not write it (the
     reference build's); None when the model_type has no inventory or its build has no head that may be tied to an

@@ -135,13 +135,20 @@ def _imported(taken: set[str]) -> list[ModelArch]:
     """The generated entries (`_imported_files`): shapes imported from public model tables, each citing its source.
     A hand entry wins, then an earlier file: an imported model whose id is a spelling already taken is left out, and
     so is an alias spelled there. An entry holding `config` (a config.json) is read as a local config.json is. An
-    entry that says it is `approximate` yields to an exact one of a later file for the same spelling."""
+    entry that says it is `approximate` yields to an exact one of a later file for the same spelling, and to an
+    approximate one that `agrees_with` it (transformers' config defaults that state the same shapes and build the
+    model's own layer kinds: scripts/import_catalog_transformers.py)."""
     out = []
     entries = []
     for name in _imported_files():
         text = resources.files("vramlens.knowledge.data").joinpath(name).read_text(encoding="utf-8")
         entries.extend(json.loads(text)["models"])
-    for entry in sorted(entries, key=lambda e: bool(e.get("approximate"))):  # stable: file order otherwise
+
+    def rank(entry: Mapping[str, Any]) -> int:
+        return 0 if not entry.get("approximate") else 1 if entry.get("agrees_with") else 2
+
+    for entry in sorted(entries, key=rank):  # stable: file order otherwise
+        entry = {k: v for k, v in entry.items() if k != "agrees_with"}
         if entry["id"].lower() in taken:
             continue
         aliases = tuple(a for a in entry.get("aliases", ()) if a.lower() not in taken)

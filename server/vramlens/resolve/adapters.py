@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from vramlens.knowledge import peft_methods
+from vramlens.knowledge import inventory, peft_methods
 from vramlens.knowledge.models import UNGATED_UP_DOWN
 from vramlens.knowledge.schema import ModelArch
 from vramlens.plan import TrainingPlan, Unmodelled, derived
@@ -270,6 +270,19 @@ def _adapter_rank(plan: TrainingPlan, peft: str, val) -> int:
     return int(val("lora_r") or 8)
 
 
+def _own_mixer_linear(arch: ModelArch, key: str) -> tuple[str, ...]:
+    """(key,) where the model's own modules (transformers' build: `knowledge.inventory`) have a linear of that leaf
+    name in a layer that is not attention or an MLP, or one the target map does not know (Qwen3-Next's
+    `shared_expert_gate`); () otherwise. peft selects a module by the end of its name, so `out_proj` in
+    Qwen3-Next is the gated DeltaNet's output projection, not the attention's `o_proj`."""
+    kinds = inventory.linear_leaves(arch.family).get(key)
+    if not kinds:
+        return ()
+    if kinds & inventory.MIXER_KINDS or (key not in LORA_NAME_MAP and kinds <= {"moe-experts"}):
+        return (key,)
+    return ()
+
+
 def normalize_targets(names: list[str], arch: ModelArch) -> tuple[tuple[str, ...], list[str]]:
     """Framework module names → canonical targets; returns (targets, names not understood)."""
     out: list[str] = []
@@ -281,6 +294,12 @@ def normalize_targets(names: list[str], arch: ModelArch) -> tuple[tuple[str, ...
             return ("all-linear",), []
         key = low.split(".")[-1]
         mapped = LORA_NAME_MAP.get(key) or LORA_NAME_MAP.get(low)
+        own = _own_mixer_linear(arch, key)
+        if own:
+            # a linear of the model's own mixers (a gated DeltaNet's in_proj_qkvz, a Mamba mixer's out_proj), which
+            # the estimate names as the model does; the attention linear of that name too where there is one
+            attention = mapped is not None and inventory.linear_leaves(arch.family)[key] - inventory.MIXER_KINDS
+            mapped = (*own, *(mapped if attention else ()))
         if mapped is None:
             unknown.append(n)
             continue
