@@ -298,8 +298,8 @@ def normalize_targets(names: list[str], arch: ModelArch) -> tuple[tuple[str, ...
         if own:
             # a linear of the model's own mixers (a gated DeltaNet's in_proj_qkvz, a Mamba mixer's out_proj), which
             # the estimate names as the model does; the attention linear of that name too where there is one
-            attention = mapped is not None and inventory.linear_leaves(arch.family)[key] - inventory.MIXER_KINDS
-            mapped = (*own, *(mapped if attention else ()))
+            attention = inventory.linear_leaves(arch.family)[key] - inventory.MIXER_KINDS
+            mapped = (*own, *(mapped if mapped is not None and attention else ()))
         if mapped is None:
             unknown.append(n)
             continue
