@@ -26,6 +26,9 @@ CASES = [
         + ["q_proj", "k_proj", "v_proj", "o_proj"],
     ),
     ("qwen3_next", ["out_proj"]),  # the DeltaNet's alone: Qwen3-Next's attention output is o_proj
+    # peft moves every target ending in an MLP name to the fused routed experts, the shared expert's too
+    # (peft 0.21.2 utils/transformers_weight_conversion.py `_convert_peft_config_moe`)
+    ("qwen3_next", ["shared_expert.gate_proj", "shared_expert.up_proj", "shared_expert.down_proj", "q_proj"]),
     ("lfm2", ["in_proj", "out_proj", "q_proj"]),  # out_proj: the short convolutions' and the attention's
     ("bamba", ["in_proj", "out_proj", "q_proj", "o_proj"]),  # out_proj: the Mamba-2 mixer's
     ("granitemoehybrid", ["mamba.out_proj", "q_proj"]),

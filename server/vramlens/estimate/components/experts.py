@@ -188,9 +188,16 @@ def expert_adapter_notes(rp: ResolvedPlan) -> list[str]:
     )
     names = " and ".join(f"{e.name}_proj" for e in params)
     gate_up = next((f", gate_up at {e.rank}" for e in params if e.name == "gate_up" and e.rank != rp.lora_r), "")
+    moved = (
+        " from the MLP names in its targets (peft ≥ 0.19 `_convert_peft_config_moe` moves every target ending in "
+        "gate_proj, up_proj or down_proj, a shared expert's too, to the routed experts; with peft < 0.19 they adapt "
+        "only the dense and shared-expert linears)"
+        if _moves_mlp_targets(rp)
+        else ""
+    )
     out = [
         f"LoRA on the routed experts: {with_versions} adapts the fused {names} parameters of every expert "
-        f"(rank {rp.lora_r} per expert{gate_up}), "
+        f"(rank {rp.lora_r} per expert{gate_up}){moved}, "
         f"and each block keeps its adapted expert weights for backward"
     ]
     refused = [what for what, on in (("use_dora", rp.peft == "dora"), ("lora_dropout", rp.lora_dropout > 0)) if on]
