@@ -246,6 +246,8 @@ class ResolvedPlan(BaseModel):
     vision_frozen: bool = True  # a VLM's vision tower gets no gradients (adapters only, or the
     # framework freezes it by default)
     vision_full: bool = False  # under LoRA, the tower and its projector train in full beside the adapters
+    tower_adapters: bool = True  # LoRA's targets reach the vision tower's linears by name (a regular expression
+    # over the language model's module paths leaves them out)
     images_per_sequence: int = 0  # images through a VLM's vision tower per sequence (0: text-only batches)
     scalar_head: bool = False  # reward/value model: a 1-wide score head instead of vocabulary logits
     logits_tokens: int | None = None  # tokens per sequence whose logits are computed (None: all);

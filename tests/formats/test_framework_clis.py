@@ -286,3 +286,27 @@ def test_torchtune_dataset_length_given_or_by_release():
     # the same config with 0.3+ component paths is not a 0.1 config: no 0.1 dataset default
     current = text.replace("torchtune.utils.", "torchtune.training.")
     assert plan_of(TORCHTUNE01 / "x.yaml", current).seq_len is None
+
+
+def test_ms_swift_target_regex_replaces_the_target_modules():
+    """`--target_regex` (2.x also `--lora_target_regex`) replaces `--target_modules` whatever their order (ms-swift
+    swift/arguments/tuner_args.py: `if self.target_regex: self.target_modules = self.target_regex`), and the estimate
+    adapts what the pattern selects in the model's module paths."""
+    from vramlens.analysis import analyze
+    from vramlens.settings import Settings
+
+    regex = r"^(model\.layers\.[0-9]+\.self_attn\.(q|v)_proj)$"
+    for text in (
+        f"swift sft --model Qwen/Qwen2.5-7B-Instruct --tuner_type lora --target_modules all-linear "
+        f"--target_regex '{regex}' --max_length 1024\n",
+        f"swift sft --model Qwen/Qwen2.5-7B-Instruct --target_regex '{regex}' --tuner_type lora "
+        f"--target_modules all-linear --max_length 1024\n",
+    ):
+        plan = plan_of(SWIFT1 / "x.sh", text)
+        assert value(plan, "lora_targets") == [regex] and "replaces --target_modules" in plan.lora_targets.note
+        resolved = analyze(text, str(SWIFT1 / "x.sh"), Settings(model_lookup=False)).resolution.resolved
+        assert resolved.lora_targets == ("q", "v")
+    text = (
+        "swift sft --model_type qwen-7b-chat --sft_type lora --lora_target_regex 'transformer.h.[0-9]+.attn.c_attn'\n"
+    )
+    assert value(plan_of(SWIFT1 / "x.sh", text), "lora_targets") == ["transformer.h.[0-9]+.attn.c_attn"]

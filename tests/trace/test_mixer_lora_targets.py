@@ -56,3 +56,96 @@ def test_mixer_linear_targets_adapt_what_peft_adapts(model_type, targets):
     assert not unknown, unknown
     rp = plan(**{**LORA, "lora_targets": canonical}, arch=arch)
     assert C.params(rp).adapter_params == _peft_trainable(config, targets), canonical
+
+
+# ----------------------------------------------------------------------------------------- regular expressions
+
+TINY_LLAMA_CONFIG = dict(
+    model_type="llama",
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=256,
+)
+# Gemma-3 as AutoModelForCausalLM builds it (Gemma3ForConditionalGeneration: SigLIP tower + projector)
+TINY_GEMMA3_VLM = {
+    "model_type": "gemma3",
+    "mm_tokens_per_image": 4,
+    "text_config": {
+        "model_type": "gemma3_text",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "vocab_size": 512,
+    },
+    "vision_config": {
+        "model_type": "siglip_vision_model",
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "patch_size": 4,
+        "image_size": 32,
+        "vision_use_head": False,
+    },
+}
+# as axolotl's examples write them (axolotl examples/llama-3-vision/lora-11b.yaml, examples/ebft/*.yaml)
+LANGUAGE_MODEL_ONLY = r"model.language_model.layers.[\d]+.(mlp|self_attn).(up|down|gate|q|k|v|o)_proj"
+SUFFIXES = r".*\.self_attn\.(q|k|v|o)_proj|.*\.mlp\.(gate|up|down)_proj"
+
+
+def _vlm_trainable(config: dict, targets: str) -> int:
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    cfg = AutoConfig.for_model(**config)
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(cfg)
+    model = get_peft_model(model, LoraConfig(r=LORA["lora_r"], target_modules=targets))
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def _resolved_adapters(config: dict, pattern: str, **changes):
+    from vramlens.resolve.adapters import regex_targets
+
+    arch = arch_from_hf_config(config, f"tiny:{config['model_type']}")
+    targets, tower, notes = regex_targets(pattern, arch)
+    rp = plan(**{**LORA, "lora_targets": targets}, arch=arch, tower_adapters=tower, **changes)
+    return rp, notes
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [r"model.layers.[\d]+.(mlp|self_attn).(up|down|gate|q|k|v|o)_proj", SUFFIXES, r".*(q|v)_proj"],
+    ids=["prefixed", "suffixes", "q-and-v"],
+)
+def test_a_regex_target_adapts_what_peft_adapts(pattern):
+    rp, notes = _resolved_adapters(TINY_LLAMA_CONFIG, pattern)
+    assert not notes
+    assert C.params(rp).adapter_params == _peft_trainable(TINY_LLAMA_CONFIG, pattern), rp.lora_targets
+
+
+def test_a_regex_over_some_layers_is_counted_in_every_layer_and_says_so():
+    pattern = r"model\.layers\.(1|3)\.self_attn\.(q|v)_proj"
+    rp, notes = _resolved_adapters(TINY_LLAMA_CONFIG, pattern)
+    assert rp.lora_targets == ("q", "v")
+    assert notes == [f"LoRA target pattern selects {m}_proj in 2 of 4 layers: counted in every layer" for m in "qv"]
+    assert C.params(rp).adapter_params == 2 * _peft_trainable(TINY_LLAMA_CONFIG, pattern)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "tower"), [(LANGUAGE_MODEL_ONLY, False), (SUFFIXES, True)], ids=["language-model", "suffixes"]
+)
+def test_a_regex_over_the_language_model_leaves_the_vision_tower_without_adapters(pattern, tower):
+    from vramlens.estimate.components.vision import vision_adapter_params
+
+    rp, _ = _resolved_adapters(TINY_GEMMA3_VLM, pattern, images_per_sequence=1, vision_frozen=True)
+    assert rp.tower_adapters is tower
+    # the adapters on the tower's q/k/v (SigLIP's, which the suffixes reach) are among the plan's adapter parameters
+    assert C.params(rp).adapter_params == _vlm_trainable(TINY_GEMMA3_VLM, pattern)
+    assert (vision_adapter_params(rp) > 0) is tower

@@ -1330,8 +1330,27 @@ def _swift_quant_bit(b: PlanBuilder, s: Setting) -> None:
         _quant_bits(b, s)
 
 
+# ms-swift's `--target_regex` (and 2.x's `--lora_target_regex`) replaces the LoRA targets, whatever
+# `--target_modules` says: v3/v4 swift/arguments/tuner_args.py `if self.target_regex: self.target_modules =
+# self.target_regex`; v2.6.1 swift/llm/tuner.py `'target_modules': args.target_regex or args.target_modules` (with
+# swift/llm/utils/argument.py taking `lora_target_regex` as `target_regex`). peft matches it against module paths
+# (resolve/adapters.py `regex_targets`).
+SWIFT_TARGET_REGEX = (
+    "`{key}` replaces --target_modules (ms-swift swift/arguments/tuner_args.py, v2.6.1 swift/llm/tuner.py)"
+)
+
+
+def _swift_target_regex(b: PlanBuilder, s: Setting) -> None:
+    if s.value is None or not str(s.value).strip() or str(s.value).strip().lower() == "none":
+        return b.remember(s)
+    note = SWIFT_TARGET_REGEX.format(key=s.key)
+    b.set("lora_targets", [str(s.value).strip()], s, override=True, note=note)
+
+
 SWIFT_HANDLERS = {
     "model": launchers.swift_model_path,
+    "target_regex": _swift_target_regex,
+    "lora_target_regex": _swift_target_regex,
     "deepspeed": _swift_deepspeed,
     "fsdp": _swift_fsdp,
     "attn_impl": _swift_attn,

@@ -228,7 +228,7 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
             "estimated as plain LoRA on the named targets",
         ),
         "lora_bias lora_bias_trainable lora_dtype lora_layers_pattern lora_layers_to_transform "
-        "lora_rank_pattern lora_target_regex lora_on_cpu peft_layers_pattern "
+        "lora_rank_pattern lora_on_cpu peft_layers_pattern "
         "peft_layers_to_transform peft_layer_replication peft_trainable_token_indices "
         "peft_autocast_adapter_dtype kt_lora_expert_intermediate_size kt_lora_expert_num kt_use_lora_experts "
         "exclude_modules trainable_parameters_regex "

@@ -80,6 +80,22 @@ def linear_leaves(model_type: str) -> dict[str, frozenset[str]]:
     return {leaf: frozenset(kinds) for leaf, kinds in out.items()}
 
 
+@functools.cache
+def linear_paths() -> tuple[str, ...]:
+    """Every linear's module path in every inventory, `{i}` standing for the layer index
+    ("model.language_model.layers.{i}.self_attn.q_proj"): the names a regex over module names is matched against."""
+    return tuple(
+        sorted(
+            {
+                entry["p"][: -len(".weight")]
+                for inv in _data()["models"].values()
+                for entry in inv["params"]
+                if entry["p"].endswith(".weight") and len(entry["shape"]) == 2 and "." in entry["p"][:-7]
+            }
+        )
+    )
+
+
 def tie_default(model_type: str) -> bool | None:
     """The tie_word_embeddings of the model_type's config class where a config.json does not write it (the
     reference build's); None when the model_type has no inventory or its build has no head that may be tied to an

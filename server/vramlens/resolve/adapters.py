@@ -3,6 +3,8 @@ LLaMA-Pro, LISA) or full — with the modules each trains, in canonical names.""
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +64,15 @@ def resolve_adapters(ctx: Context, arch: ModelArch) -> AdapterPart:
         targets = ("o",)  # sized as one hidden × hidden linear per block (estimate/components/adapters.py)
     elif peft != "none":
         raw = val("lora_targets") or ["q", "v"]
-        targets, unknown = normalize_targets(list(raw), arch)
+        matched = regex_targets(str(raw[0]), arch) if len(raw) == 1 and _REGEX.search(str(raw[0])) else None
+        if matched is not None:
+            targets, tower, notes = matched
+            unknown = [] if targets else [str(raw[0])]
+            if not tower:
+                fields["tower_adapters"] = False
+            assumptions.extend(Approximate(n) for n in notes)
+        else:
+            targets, unknown = normalize_targets(list(raw), arch)
         if unknown:
             assumptions.append(Approximate(f"LoRA targets not recognised and ignored: {', '.join(unknown)}"))
         if not targets:
@@ -268,6 +278,60 @@ def _adapter_rank(plan: TrainingPlan, peft: str, val) -> int:
     if peft in ("none", "ia3"):
         return 0
     return int(val("lora_r") or 8)
+
+
+# a target written as a regular expression over module paths (peft fullmatches a string `target_modules` against
+# every module's name: peft 0.21.2 tuners/tuners_utils.py `check_target_module_exists`)
+_REGEX = re.compile(r"[\[\]()|*+?\\^$]")
+# words of a module path inside a vision or audio tower or its projector, not the language model
+_TOWER = re.compile(r"vision|visual|audio|image|\bvit\b|siglip|projector|multi_modal", re.IGNORECASE)
+
+
+def regex_targets(pattern: str, arch: ModelArch) -> tuple[tuple[str, ...], bool, list[str]] | None:
+    """A regex target read by construction: matched, as peft matches it, against the module paths of transformers'
+    builds (`inventory.linear_paths`, layer index 0 … L - 1 for `{i}`), keeping the language-model linears the
+    model's own build has (`inventory.linear_leaves`, where its model_type has an inventory). Returns the canonical
+    targets of the language-model linears it selects, whether it reaches a vision/audio tower's linears, and what
+    is approximate (a linear it selects in some layers only is counted in every layer); None when the pattern does
+    not compile."""
+    return _regex_targets(pattern, arch.family, arch.layers, arch)
+
+
+@functools.lru_cache(maxsize=256)
+def _regex_targets(
+    pattern: str, family: str, layers: int, arch: ModelArch
+) -> tuple[tuple[str, ...], bool, list[str]] | None:
+    try:
+        rx = re.compile(pattern)
+    except re.error:
+        return None
+    n = max(layers, 1)
+    probe = sorted({*range(min(n, 8)), n - 1})
+    own = inventory.linear_leaves(family)  # the model's own linears, where its model_type has an inventory
+    hits: dict[str, set[int]] = {}  # language-model leaf -> layer indices it is selected in
+    tower = False
+    for path in inventory.linear_paths():
+        indices = [i for i in probe if rx.fullmatch(path.replace("{i}", str(i)))] if "{i}" in path else []
+        if "{i}" in path and indices:
+            indices = [i for i in range(n) if rx.fullmatch(path.replace("{i}", str(i)))]
+        elif "{i}" not in path and rx.fullmatch(path):
+            indices = list(range(n))
+        if not indices:
+            continue
+        prefix, leaf = path.rsplit(".", 1)
+        if _TOWER.search(prefix):
+            tower = True
+            continue
+        if own and leaf not in own:
+            continue  # another model's module (a fused qkv_proj that `.*v_proj` also matches)
+        hits.setdefault(leaf, set()).update(indices)
+    targets, _ = normalize_targets(sorted(hits), arch)
+    notes = [
+        f"LoRA target pattern selects {leaf} in {len(layer)} of {n} layers: counted in every layer"
+        for leaf, layer in sorted(hits.items())
+        if len(layer) < n and leaf in LORA_NAME_MAP
+    ]
+    return targets, tower, notes
 
 
 def _own_mixer_linear(arch: ModelArch, key: str) -> tuple[str, ...]:

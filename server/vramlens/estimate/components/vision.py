@@ -46,7 +46,7 @@ def vision_adapted(rp: ResolvedPlan) -> list[tuple[str, int, int]]:
     arch = rp.arch
     if not arch.vision_params or rp.peft not in ("lora", "qlora", "dora") or not arch.vision_hidden:
         return []
-    if (rp.vision_frozen and rp.framework in FREEZES_VISION) or rp.vision_full:
+    if (rp.vision_frozen and rp.framework in FREEZES_VISION) or rp.vision_full or not rp.tower_adapters:
         return []
     every = "all-linear" in rp.lora_targets
     return [lin for lin in vision_linears(arch) if every or lin[0] in rp.lora_targets]
