@@ -380,6 +380,8 @@ _ALL: tuple[Concept, ...] = (
             "model.target_modules",
             "lora.target_modules",
             "lora_target_linear",
+            "target_regex",  # ms-swift: replaces target_modules (formats/shell.py `_swift_target_regex`)
+            "lora_target_regex",  # ms-swift 2.x's spelling of it
         ),
     ),
     _C(
