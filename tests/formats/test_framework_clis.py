@@ -310,3 +310,30 @@ def test_ms_swift_target_regex_replaces_the_target_modules():
         "swift sft --model_type qwen-7b-chat --sft_type lora --lora_target_regex 'transformer.h.[0-9]+.attn.c_attn'\n"
     )
     assert value(plan_of(SWIFT1 / "x.sh", text), "lora_targets") == ["transformer.h.[0-9]+.attn.c_attn"]
+
+
+def test_ms_swift_target_parameters_are_lora_on_the_fused_experts():
+    """`--target_parameters` reaches peft's LoraConfig as it is (ms-swift swift/pipelines/train/tuner.py): the fused
+    expert stacks it names get adapters; a name that is no expert stack is said to be not modelled (was dropped)."""
+    from vramlens.analysis import analyze
+    from vramlens.settings import Settings
+
+    text = (
+        "swift sft --model Qwen/Qwen3-30B-A3B --tuner_type lora --target_modules q_proj v_proj "
+        "--target_parameters mlp.experts.gate_up_proj mlp.experts.down_proj --max_length 1024\n"
+    )
+    plan = plan_of(SWIFT1 / "x.sh", text)
+    assert value(plan, "expert_targets") == ["gate_up", "down"]
+    resolved = analyze(text, str(SWIFT1 / "x.sh"), Settings(model_lookup=False)).resolution.resolved
+    assert resolved.expert_targets == ("gate_up", "down")
+    plan = plan_of(SWIFT1 / "x.sh", text.replace("mlp.experts.down_proj", "lm_head.weight"))
+    assert value(plan, "expert_targets") == ["gate_up"]
+    assert any("lm_head.weight" in u.what for u in plan.unmodelled)
+
+
+def test_ms_swift_2x_other_tuners_target_modules_are_their_targets():
+    """ms-swift 1.x/2.x `--ia3_target_modules` / `--vera_target_modules` / `--boft_target_modules` set the tuner's
+    targets (v2.6.1 swift/llm/utils/argument.py: each becomes target_modules)."""
+    for key in ("ia3_target_modules", "vera_target_modules", "boft_target_modules"):
+        plan = plan_of(SWIFT1 / "x.sh", f"swift sft --model_type llama2-7b --sft_type ia3 --{key} k_proj v_proj\n")
+        assert value(plan, "lora_targets") == ["k_proj", "v_proj"], key

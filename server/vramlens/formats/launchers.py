@@ -581,6 +581,11 @@ SWIFT_METHOD_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     "lora_dropout_p": lambda b, s: hf.HANDLERS["lora_dropout"](b, s),
     "galore_rank": lambda b, s: b.set_int("optimizer_rank", s, minimum=1),
     "galore_target_modules": hf._targets_handler("optimizer_targets"),
+    # 1.x/2.x targets of the other tuners, which become target_modules (v2.6.1 swift/llm/utils/argument.py; 1.7.3
+    # swift/llm/tuner.py hands ia3_target_modules to IA3Config)
+    **dict.fromkeys(
+        ("ia3_target_modules", "vera_target_modules", "boft_target_modules"), hf._targets_handler("lora_targets")
+    ),
     "llamapro_num_new_blocks": _swift_count,
     # the sizes of the PEFT methods beyond LoRA (swift/llm/argument/tuner_args.py at v3.5.0 and
     # swift/arguments/tuner_args.py at v4.0.0: `boft_block_size: int = 4`, `boft_n_butterfly_factor: int = 1`,

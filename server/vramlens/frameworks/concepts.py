@@ -382,6 +382,11 @@ _ALL: tuple[Concept, ...] = (
             "lora_target_linear",
             "target_regex",  # ms-swift: replaces target_modules (formats/shell.py `_swift_target_regex`)
             "lora_target_regex",  # ms-swift 2.x's spelling of it
+            # ms-swift 1.x/2.x's targets of its other tuners (v2.6.1 swift/llm/utils/argument.py: each sets
+            # target_modules, lora_target_modules last)
+            "ia3_target_modules",
+            "vera_target_modules",
+            "boft_target_modules",
         ),
     ),
     _C(
@@ -536,7 +541,7 @@ _ALL: tuple[Concept, ...] = (
         "LoRA on MoE expert parameters",
         True,
         True,
-        ("lora_target_parameters",),
+        ("lora_target_parameters", "target_parameters"),
     ),
     # distribution
     _C(

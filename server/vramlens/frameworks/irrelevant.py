@@ -1,8 +1,8 @@
 """Framework arguments that look as if they changed memory or speed, and what vramlens does about them.
 
 `judged(name)` is the rule that decides which dumped arguments must be accounted for: an argument whose name has a
-word of `WORDS` (batch, seq/len, lora, quant, bits, dtype, precision, bf16/fp16, checkpointing, offload, zero, fsdp,
-parallel, optim, galore, lisa, packing, attn, flash, compile, liger, kernel, gradient, accumulation, ...).
+word of `WORDS` (batch, seq/len, lora, target, quant, bits, dtype, precision, bf16/fp16, checkpointing, offload,
+zero, fsdp, parallel, optim, galore, lisa, packing, attn, flash, compile, liger, kernel, gradient, accumulation, ...).
 "checkpoint" alone is not such a word: it names saved files (`resume_from_checkpoint`); the activation kind is
 "checkpointing" or "recompute". Each such
 argument of every dumped schema (`frameworks/schemas/`) either maps to a plan concept (`concepts.match`), or is
@@ -22,7 +22,8 @@ import re
 WORDS = re.compile(
     r"""^(
     batch|micro|mbs|bsz|bs|seq|len|length|cutoff|
-    lora|qlora|dora|peft|adapters?|tuner|freeze|frozen|trainable|unfrozen|galore|apollo|badam|lisa|llamapro|rslora|
+    lora|qlora|dora|peft|adapters?|tuner|target|targets|regex|
+    freeze|frozen|trainable|unfrozen|galore|apollo|badam|lisa|llamapro|rslora|
     quant|quantization|quantize|bits?|\dbit|bnb|gptq|awq|hqq|eetq|
     dtype|precision|bf16|fp16|fp8|fp32|amp|mixed|
     checkpointing|recompute|reentrant|activations?|
@@ -66,6 +67,25 @@ def _names(entry, names: str) -> dict:
 
 # name -> why it does not change training memory or speed as estimated
 IRRELEVANT: dict[str, str] = {
+    **_names(
+        "a target value of the RL loss (the adaptive KL controller's or an entropy bonus's aim), not a module",
+        "kl_target algo.kl.target algorithm.kl_ctrl.target_kl ppo_target entropy_target trl.entropy_target",
+    ),
+    **_names(
+        "AdaLoRA's mean rank after pruning: its matrices are allocated at the initial rank and masked, not shrunk "
+        "(peft 0.21.2 tuners/adalora/layer.py `RankAllocator.mask_to_budget`)",
+        "adalora_target_r",
+    ),
+    **_names("a regular expression vLLM's structured outputs constrain generation with", "structured_outputs_regex"),
+    **_names(
+        "declared but not read: LLaMA-Factory's OFT takes its targets from lora_target (v0.9.5 and 2026 HEAD "
+        "src/llamafactory/model/adapter.py `_setup_lora_tuning`)",
+        "oft_target",
+    ),
+    **_names(
+        "the class a NeMo AutoModel section builds, read as text by formats/nemo_automodel.py (nothing imported)",
+        "model._target_",
+    ),
     **_names(
         "ms-swift builds one GaLore optimizer per parameter and steps them all together at the optimizer step, "
         "as one optimizer would (swift/optimizers/galore/utils.py, v2.0 to v4.5.2): the memory of galore_adamw",

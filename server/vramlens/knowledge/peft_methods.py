@@ -165,3 +165,30 @@ def prequantized(model_id: str, stored_dtype: str = "") -> tuple[int, str, str] 
     if "fp8" in words:
         return 8, "fp8", "the checkpoint's name"
     return None  # a bare `-Int4`/`-Int8` names no method: not read as one
+
+
+# peft `LoraConfig.target_parameters` on a MoE model: a parameter name's last part → the routed-expert stack peft
+# wraps in a `lora.ParamWrapper` (peft 0.21.2 tuners/lora/model.py matches a target parameter by the end of its name;
+# transformers 5 keeps the experts as fused `gate_up_proj` / `down_proj` stacks)
+EXPERT_PARAMETERS = {"gate_up_proj": "gate_up", "down_proj": "down"}
+# axolotl 067b021c src/axolotl/monkeypatch/moe_quant.py `patch_peft_target_parameters_matching`: gate_proj/up_proj
+# (w1/w3) name the fused gate_up_proj too (`_UNFUSED_TO_FUSED`)
+EXPERT_PARAMETERS_UNFUSED = {
+    **EXPERT_PARAMETERS,
+    "gate_proj": "gate_up",
+    "up_proj": "gate_up",
+    "w1": "gate_up",
+    "w3": "gate_up",
+    "w2": "down",
+}
+EXPERT_KINDS = ("gate_up", "down", "router")
+
+
+def expert_parameter(name: str, names: dict[str, str] = EXPERT_PARAMETERS) -> str | None:
+    """The expert stack ("gate_up", "down") or the router ("router": `mlp.gate.weight`) a target parameter names;
+    an already canonical name as it is; None for a parameter that is neither."""
+    name = str(name).strip()
+    if name in EXPERT_KINDS:
+        return name
+    path, _, last = name.rpartition(".")
+    return names.get(last) if "expert" in path else "router" if path.endswith("gate") else None

@@ -3,6 +3,7 @@ file's value, the framework's default or what a stage decided."""
 
 from __future__ import annotations
 
+from vramlens.knowledge import peft_methods
 from vramlens.resolve import evaluation
 from vramlens.resolve.adapters import AdapterPart, _adapter_rank
 from vramlens.resolve.common import FUSED_KERNELS, Approximate, Context, liger_kernels, liger_kernels_note, liger_loss
@@ -85,7 +86,7 @@ def build_plan(
         adapter_fp32=v.adapter_fp32,
         kbit_upcast=v.kbit_upcast,
         experts_kbit=bool(qval("experts_quantized")),
-        expert_targets=tuple(val("expert_targets") or ()) if peft in ("lora", "qlora") else (),
+        expert_targets=_expert_targets(val("expert_targets")) if peft in ("lora", "qlora") else (),
         kbit_embeddings_16bit=v.kbit_embeddings_16bit,
         trainable_fp32=w.trainable_fp32,
         low_rank=o.low_rank,
@@ -195,3 +196,10 @@ def _partial_checkpointing(val) -> dict:
         "loss_parallel": bool(val("loss_parallel")),
         "compile_loss": val("compile_loss") is not False,
     }
+
+
+def _expert_targets(names) -> tuple[str, ...]:
+    """The expert stacks a `target_parameters` list names, canonical ("gate_up", "down", "router"), however a reader
+    passed them (already canonical, or peft's parameter names)."""
+    kinds = [peft_methods.expert_parameter(n) for n in names or ()]
+    return tuple(dict.fromkeys(k for k in kinds if k is not None))

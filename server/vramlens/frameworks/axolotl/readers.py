@@ -7,9 +7,11 @@ the file with `yaml.safe_load`, so YAML 1.1 applies (`2e-5` is a string its sche
 from __future__ import annotations
 
 from vramlens.formats import hf
+from vramlens.formats.expert_targets import read_target_parameters
 from vramlens.formats.settings import PlanBuilder, Setting, is_auto, to_bool
 from vramlens.formats.vocab import AXOLOTL_ATTENTION, check_optimizer
 from vramlens.frameworks import irrelevant
+from vramlens.knowledge.peft_methods import EXPERT_PARAMETERS_UNFUSED
 
 # legacy boolean attention flags, in axolotl's priority order (xformers > sage > flex > flash > sdp > eager)
 LEGACY_ATTENTION = (
@@ -137,44 +139,10 @@ def quantize_moe_experts(b: PlanBuilder, s: Setting) -> None:
     b.set_bool("experts_quantized", s)
 
 
-# axolotl 067b021c src/axolotl/monkeypatch/moe_quant.py `patch_peft_target_parameters_matching`: a target names a
-# parameter by its path suffix; gate_proj/up_proj stand for the fused gate_up_proj (`_UNFUSED_TO_FUSED`)
-_EXPERT_PARAMETERS = {
-    "gate_up_proj": "gate_up",
-    "gate_proj": "gate_up",
-    "up_proj": "gate_up",
-    "down_proj": "down",
-    "w1": "gate_up",
-    "w3": "gate_up",
-    "w2": "down",
-}
-
-
 def lora_target_parameters(b: PlanBuilder, s: Setting) -> None:
-    """peft `LoraConfig.target_parameters` (axolotl src/axolotl/loaders/adapter.py passes the list): each routed-expert
-    stack named gets a `lora.ParamWrapper`, rank r per expert; `mlp.gate.weight` is the router. Others (a parameter
-    that is no expert stack) are named as not modelled."""
-    v = s.value
-    if v is None or v == "" or v == []:
-        return
-    names = [v] if isinstance(v, str) else list(v) if isinstance(v, list) else []
-    found: list[str] = []
-    other: list[str] = []
-    for name in names:
-        path, _, last = str(name).strip().rpartition(".")
-        kind = _EXPERT_PARAMETERS.get(last) if "expert" in path else "router" if path.endswith("gate") else None
-        if kind is None:
-            other.append(str(name))
-        elif kind not in found:
-            found.append(kind)
-    if found:
-        b.set("expert_targets", found, s)
-    if other:
-        b.unmodelled(
-            s,
-            f"LoRA on parameters that are no MoE expert stack ({', '.join(other)[:120]})",
-            "estimated without adapters on them",
-        )
+    """peft `LoraConfig.target_parameters` (axolotl src/axolotl/loaders/adapter.py passes the list), with axolotl's
+    matching patch that lets gate_proj/up_proj name the fused gate_up_proj (`EXPERT_PARAMETERS_UNFUSED`)."""
+    read_target_parameters(b, s, EXPERT_PARAMETERS_UNFUSED)
 
 
 def compile_(b: PlanBuilder, s: Setting) -> None:
