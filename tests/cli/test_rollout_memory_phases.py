@@ -381,3 +381,29 @@ def test_megatron_swift_offload_model_and_optimizer_around_the_generation(tmp_pa
         assert a["phases_gib"][phase] == b["phases_gib"][phase]
     assert b["phases_gib"]["generation"] == pytest.approx(0.5 * GPU_GIB, abs=0.05)
     assert a["phases_gib"]["generation"] > b["phases_gib"]["generation"] + 10
+
+
+@pytest.mark.parametrize(
+    ("changes", "prompt", "completion"),
+    [
+        ({}, 1024, 1024),  # the example leaves the lengths out: --data.max_len's default 2048 total (v0.10+)
+        ({"--data.max_len 2048": "--data.max_len 8192"}, 4096, 4096),
+        ({"--data.max_len 2048": "--data.max_len 8192 --rollout.max_new_tokens 6000"}, 2192, 6000),
+        ({"--data.max_len 2048": "--prompt_max_len 512 --generate_max_len 700"}, 512, 700),  # v0.9's flags
+        ({"--data.max_len 2048": "--prompt_max_len 512"}, 512, 1024),  # v0.9's generate_max_len default
+    ],
+    ids=["defaults", "max-len", "max-new-tokens", "v0.9-flags", "v0.9-default-generate"],
+)
+def test_openrlhf_rollout_lengths_follow_its_max_len(tmp_path, changes, prompt, completion):
+    """OpenRLHF bounds prompt + response by max_len (2048 by default from v0.10; prompt_max_len and
+    generate_max_len, 1024 each, before): the update runs at that length, not at TRL's 512 + 512 the estimate
+    assumed where the command left the lengths out."""
+    text = (FIXTURES / "openrlhf" / "v0.11.0" / "train_ppo_ray_slurm.sh").read_text(encoding="utf-8")
+    assert "--data.max_len 2048" in text
+    for old, new in changes.items():
+        text = text.replace(old, new)
+    path = tmp_path / "run.sh"
+    path.write_text(text, encoding="utf-8")
+    result = cli(path)
+    assert (value(result, "prompt_len"), value(result, "completion_len")) == (prompt, completion)
+    assert not any("prompt length not set" in a for a in result["assumptions"])

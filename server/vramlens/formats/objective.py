@@ -487,6 +487,39 @@ def _swift_rollout_offload(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
             )
 
 
+# OpenRLHF's rollout lengths. Up to v0.9 `--prompt_max_len` and `--generate_max_len` both default to 1024 and the
+# update's length is their sum unless the deprecated `--max_len` says otherwise (v0.9.0 openrlhf/cli/train_ppo_ray.py:
+# `max_len = args.max_len if args.max_len else args.prompt_max_len + args.generate_max_len`); from v0.10
+# `--max_len` (`--data.max_len`) bounds prompt + response, 2048 by default, and `--max_new_tokens`
+# (`--rollout.max_new_tokens`) defaults to what the prompt leaves of it (v0.10.0, 2026 HEAD: "If None, dynamically
+# computed as max_len - prompt_len per sample")
+OPENRLHF_LENGTHS = "OpenRLHF train_ppo_ray.py: prompt_max_len/generate_max_len 1024 to v0.9, max_len 2048 from v0.10"
+OPENRLHF_TOTAL = 2048
+
+
+def _openrlhf_lengths(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
+    """The prompt and completion lengths OpenRLHF runs with where the command leaves them out (OPENRLHF_LENGTHS):
+    prompt + response = max_len where that is given, 1024 each otherwise, and the total never exceeds max_len."""
+    total = b.plan.seq_len.value if b.plan.seq_len is not None else None
+    prompt = b.plan.prompt_len.value if b.plan.prompt_len is not None else None
+    completion = b.plan.completion_len.value if b.plan.completion_len is not None else None
+    if prompt is not None and completion is not None:
+        return
+    if prompt is None and completion is None:
+        whole = int(total) if total else OPENRLHF_TOTAL
+        prompt, completion = whole // 2, whole - whole // 2
+        why = f"half of the {whole} tokens prompt + response may take (`max_len`)" if total else "1024 each"
+    elif prompt is None:
+        prompt = int(total) - int(completion) if total and int(total) > int(completion) else 1024
+        why = "what the response leaves of `max_len`" if total and int(total) > int(completion) else "1024"
+    else:
+        completion = int(total) - int(prompt) if total and int(total) > int(prompt) else 1024
+        why = "what the prompt leaves of `max_len`" if total and int(total) > int(prompt) else "1024"
+    note = f"{why} ({OPENRLHF_LENGTHS})"
+    b.set("prompt_len", prompt, origin=Origin.DEFAULT, framework="openrlhf", note=note)
+    b.set("completion_len", completion, origin=Origin.DEFAULT, framework="openrlhf", note=note)
+
+
 def apply_openrlhf(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
     """OpenRLHF flags: `--max_len`, `--prompt_max_len`, `--generate_max_len`, `--n_samples_per_prompt`,
     `--micro_train_batch_size`, `--vllm_gpu_memory_utilization`, `--ref_offload`, `--critic_pretrain`."""
@@ -507,6 +540,11 @@ def apply_openrlhf(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
     s = by_key.get("prompt_max_len")
     if s is not None and to_int(s.value):
         b.set("prompt_len", to_int(s.value), s)
+    for key in ("generate_max_len", "max_new_tokens"):
+        s = by_key.get(key)
+        if s is not None and to_int(s.value):
+            b.set("completion_len", to_int(s.value), s)
+    _openrlhf_lengths(b, by_key)
     s = by_key.get("vllm_num_engines")
     if s is not None and to_int(s.value):
         colocated = by_key.get("colocate_all_models")
