@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
+from typing import Any
 
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_float, to_int
 from vramlens.plan import OBJECTIVES, Origin
@@ -500,21 +501,23 @@ OPENRLHF_TOTAL = 2048
 def _openrlhf_lengths(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
     """The prompt and completion lengths OpenRLHF runs with where the command leaves them out (OPENRLHF_LENGTHS):
     prompt + response = max_len where that is given, 1024 each otherwise, and the total never exceeds max_len."""
-    total = b.plan.seq_len.value if b.plan.seq_len is not None else None
-    prompt = b.plan.prompt_len.value if b.plan.prompt_len is not None else None
-    completion = b.plan.completion_len.value if b.plan.completion_len is not None else None
+
+    def given(sourced: Any) -> int | None:
+        return to_int(sourced.value) if sourced is not None else None
+
+    total, prompt, completion = given(b.plan.seq_len), given(b.plan.prompt_len), given(b.plan.completion_len)
     if prompt is not None and completion is not None:
         return
     if prompt is None and completion is None:
-        whole = int(total) if total else OPENRLHF_TOTAL
+        whole = total or OPENRLHF_TOTAL
         prompt, completion = whole // 2, whole - whole // 2
         why = f"half of the {whole} tokens prompt + response may take (`max_len`)" if total else "1024 each"
-    elif prompt is None:
-        prompt = int(total) - int(completion) if total and int(total) > int(completion) else 1024
-        why = "what the response leaves of `max_len`" if total and int(total) > int(completion) else "1024"
-    else:
-        completion = int(total) - int(prompt) if total and int(total) > int(prompt) else 1024
-        why = "what the prompt leaves of `max_len`" if total and int(total) > int(prompt) else "1024"
+    elif prompt is None and completion is not None:
+        prompt = total - completion if total and total > completion else 1024
+        why = "what the response leaves of `max_len`" if total and total > completion else "1024"
+    elif prompt is not None:
+        completion = total - prompt if total and total > prompt else 1024
+        why = "what the prompt leaves of `max_len`" if total and total > prompt else "1024"
     note = f"{why} ({OPENRLHF_LENGTHS})"
     b.set("prompt_len", prompt, origin=Origin.DEFAULT, framework="openrlhf", note=note)
     b.set("completion_len", completion, origin=Origin.DEFAULT, framework="openrlhf", note=note)
