@@ -249,6 +249,10 @@ class TrainingPlan(BaseModel):
     offload_idle_scope: Sourced[str] | None = None
     # sequences per micro-batch of a critic that trains in a step of its own (verl, OpenRLHF), beside the policy's
     critic_micro_batch: Sourced[int] | None = None
+    # models on GPUs of their own, not the policy's ("reference", "reward_model", "value_model": OpenRLHF's Ray actor
+    # groups without --colocate_*), and those that share the critic's GPUs ("reward_model")
+    models_apart: Sourced[list[str]] | None = None
+    critic_group: Sourced[list[str]] | None = None
     # ZeRO's buffer sizes in elements as a DeepSpeed config writes them: a number, or "auto" (what fills it decides:
     # resolve.distribution.zero_sizes)
     zero_reduce_bucket: Sourced[int | str] | None = None  # reduce_bucket_size

@@ -180,6 +180,10 @@ class ResolvedPlan(BaseModel):
     offload_optimizer_idle: bool = False
     offload_idle_scope: str = "update"  # "rollout": the offloads last only while the engine generates
     critic_micro_batch: int = 0  # > 0: the value model trains in a step of its own, at this micro-batch
+    # models on GPUs of their own, not the policy's ("reference", "reward_model", "value_model"), and the models that
+    # share the critic's GPUs beside it ("reward_model"): the critic's step is estimated on those GPUs
+    models_apart: tuple[str, ...] = ()
+    critic_group: tuple[str, ...] = ()
     # DeepSpeed ZeRO's sizes in elements (components.buffers); None: as the HF Trainer fills "auto" (reduce bucket h²,
     # prefetch bucket 0.9·h², persistence threshold 10·h) and DeepSpeed's defaults for the live limit and the reuse
     # distance (1e9)

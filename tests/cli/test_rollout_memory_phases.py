@@ -407,3 +407,40 @@ def test_openrlhf_rollout_lengths_follow_its_max_len(tmp_path, changes, prompt, 
     result = cli(path)
     assert (value(result, "prompt_len"), value(result, "completion_len")) == (prompt, completion)
     assert not any("prompt length not set" in a for a in result["assumptions"])
+
+
+@pytest.mark.parametrize(
+    ("changes", "apart", "with_critic"),
+    [
+        ({}, ["value_model", "reward_model"], ["reward_model"]),  # --colocate_actor_ref, --colocate_critic_reward
+        ({"--train.colocate_actor_ref": "--train.max_epochs 1"}, ["value_model", "reward_model", "reference"], None),
+        ({"--train.colocate_critic_reward": "--train.colocate_all"}, None, None),
+    ],
+    ids=["actor-ref-and-critic-reward", "reference-apart", "all-colocated"],
+)
+def test_openrlhf_ray_groups_keep_each_model_on_its_own_gpus(tmp_path, changes, apart, with_critic):
+    """OpenRLHF's Ray trainer gives each model an actor group of its own GPUs unless --colocate_* says otherwise:
+    the actor's GPUs hold the actor (and the reference with --colocate_actor_ref), the critic's the critic (and the
+    reward model with --colocate_critic_reward); the critic's step is estimated on its own GPUs. Before, every model
+    was counted on one GPU. `--ds.adam_offload` takes the critic's optimizer state and gradients off its GPUs as it
+    does the actor's (one DeepSpeed strategy)."""
+    text = (FIXTURES / "openrlhf" / "v0.11.0" / "train_ppo_ray_slurm.sh").read_text(encoding="utf-8")
+    for old, new in changes.items():
+        assert old in text
+        text = text.replace(old, new)
+    if apart is not None and "colocate_critic_reward" not in changes and with_critic is None:
+        text = text.replace("--train.colocate_critic_reward", "--train.max_epochs 1")
+    path = tmp_path / "run.sh"
+    path.write_text(text, encoding="utf-8")
+    result = cli(path)
+    assert value(result, "models_apart") == apart and value(result, "critic_group") == with_critic
+    parts, phases = result["components_gib"], result["phases_gib"]
+    if apart is None:
+        assert parts["value_model"] > 0 and parts["reward_model"] > 0
+        return
+    assert any(a.startswith("on GPUs of their own: the critic") for a in result["assumptions"])
+    critic = phases["critic-update"]
+    weights = parts["weights"]  # the actor's ZeRO-3 shard of its bf16 weights: the critic's is the same size
+    # the critic's GPUs: its weights (no gradients or optimizer state: offloaded), the reward model with it, its step
+    assert critic > 2 * weights if with_critic else critic > weights
+    assert phases["forward-backward"] < 79.1 * 0.5  # the actor's GPUs: no critic, no reward model

@@ -182,13 +182,25 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # a critic trained in a step of its own (verl `update_critic`, OpenRLHF's critic group), before the policy's
         # update: its activations at its own micro-batch (the policy's scaled by the sequences; a scalar head, no
         # vocabulary logits) beside the policy's resident state, whose gradients `zero_grad` has freed
+        critic_acts = int(acts_fb * rp.critic_micro_batch / max(rp.micro_batch, 1))
         phases["critic-update"] = {
             **base,
             **policy_held(idle_w, idle_o),
             "gradients": 0,
-            "activations": int(acts_fb * rp.critic_micro_batch / max(rp.micro_batch, 1)),
+            "activations": critic_acts,
             "logits": 0,
         }
+        if "value_model" in rp.models_apart:
+            # on the critic's own GPUs (OpenRLHF's critic group): the critic's state and step, the models that share
+            # those GPUs (`critic_group`), and the engine's buffers as the policy's; nothing of the policy
+            group = {"reward_model": C.model_weights(rp, rp.arch)} if "reward_model" in rp.critic_group else {}
+            phases["critic-update"] = {
+                **dict.fromkeys(phases["forward-backward"], 0),
+                "buffers": B,
+                "value_model": C.value_model(rp, p),
+                **group,
+                "activations": critic_acts,
+            }
     fwd_cache = C.autocast_forward_cache(rp)
     fsdp_fwd = C.fsdp_loss_forward_unsharded(rp)
     if (fwd_cache or fsdp_fwd is not None) and not rp.scalar_head:
@@ -590,7 +602,7 @@ def _other_models(rp: ResolvedPlan, p: C.Params) -> dict[str, int]:
     """Resident models besides the policy: the reference copy, reward and value models, the teacher, vLLM's pool
     (through the whole step unless the engine sleeps while the policy trains: `_generation_share`)."""
     out = {}
-    if rp.reference == "copy" and not rp.reference_offloaded:
+    if rp.reference == "copy" and not rp.reference_offloaded and "reference" not in rp.models_apart:
         # an FSDP CPU-offloaded reference keeps its shards in host memory and gathers one unit at a time for its
         # forward, within the gather buffers already counted (verl 0.4.1/0.7.0 fsdp_workers.py: "We force reference
         # policy to use CPUOffload", `CPUOffload(offload_params=True)` for role "ref")
@@ -598,9 +610,9 @@ def _other_models(rp: ResolvedPlan, p: C.Params) -> dict[str, int]:
         if rp.reference_dtype is not None:
             ref = ref * C.DTYPE_BYTES[rp.reference_dtype] // C.DTYPE_BYTES[rp.weight_dtype]
         out["reference"] = ref
-    if rp.reward_model:
+    if rp.reward_model and "reward_model" not in rp.models_apart:
         out["reward_model"] = C.model_weights(rp, rp.arch)
-    if rp.value_model:
+    if rp.value_model and "value_model" not in rp.models_apart:
         out["value_model"] = C.value_model(rp, p)
     if rp.teacher is not None:
         out["teacher"] = C.model_weights(rp, rp.teacher)

@@ -523,6 +523,33 @@ def _openrlhf_lengths(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
     b.set("completion_len", completion, origin=Origin.DEFAULT, framework="openrlhf", note=note)
 
 
+# OpenRLHF's Ray trainers place each model in an actor group of its own GPUs (`--ref_num_gpus_per_node`,
+# `--critic_num_gpus_per_node`, ...) unless told to share: `--colocate_actor_ref` puts the reference on the actor's
+# GPUs, `--colocate_critic_reward` the reward model on the critic's, `--colocate_all_models` everything (vLLM too) on
+# one set (v0.5.0 to 2026 HEAD openrlhf/cli/train_ppo_ray.py `train`: one placement group per model unless
+# colocated; HEAD spells them --train.colocate_actor_ref, --train.colocate_critic_reward, --train.colocate_all)
+OPENRLHF_GROUPS = "OpenRLHF train_ppo_ray.py: a Ray actor group per model unless --colocate_*"
+
+
+def _openrlhf_groups(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
+    """Which models a Ray run keeps off the actor's GPUs, and which share the critic's (OPENRLHF_GROUPS)."""
+
+    def on(key: str) -> Setting | None:
+        s = by_key.get(key)
+        return s if s is not None and to_bool(s.value) is not False else None
+
+    if on("colocate_all_models") is not None:
+        return
+    apart = ["value_model", "reward_model"] + ([] if on("colocate_actor_ref") is not None else ["reference"])
+    with_critic = on("colocate_critic_reward")
+    note = f"on GPUs of their own: {', '.join(m.replace('_', ' ') for m in apart)} ({OPENRLHF_GROUPS})" + (
+        "; the reward model shares the critic's" if with_critic is not None else ""
+    )
+    b.set("models_apart", apart, origin=Origin.DERIVED, framework="openrlhf", note=note)
+    if with_critic is not None:
+        b.set("critic_group", ["reward_model"], with_critic, note="--colocate_critic_reward")
+
+
 def apply_openrlhf(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
     """OpenRLHF flags: `--max_len`, `--prompt_max_len`, `--generate_max_len`, `--n_samples_per_prompt`,
     `--micro_train_batch_size`, `--vllm_gpu_memory_utilization`, `--ref_offload`, `--critic_pretrain`."""
@@ -585,6 +612,8 @@ def apply_launch(b: PlanBuilder, tool: str, subcommand: str | None, script: str 
         _swift_rollout_offload(b, by_flag)
     if script and "openrlhf" in script:
         apply_openrlhf(b, by_flag)
+        if "ray" in script:
+            _openrlhf_groups(b, by_flag)
     if tool not in ("axolotl", "llamafactory", "torchtune"):
         kids = []
         for s in flags:

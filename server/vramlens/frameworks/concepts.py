@@ -1263,6 +1263,10 @@ NOT_SETTINGS: dict[str, str] = {
     "purpose": "what a file launches other than training (formats.purpose); no argument sets it",
     "devices_per_process": "the GPUs one process spreads the model over (device_map), derived from the visible GPUs "
     'per process (ms-swift `is_mp`) or `device_map="auto"`; no argument of its own sets it',
+    "models_apart": "the models on GPUs of their own (OpenRLHF's Ray actor groups), derived by the OpenRLHF reader "
+    "from which --colocate_* flags are absent",
+    "critic_group": "the models that share the critic's GPUs (OpenRLHF's --colocate_critic_reward), set by the "
+    "OpenRLHF reader",
     "offload_idle_scope": "how long a framework's offloads between updates last (the generation alone, or from one "
     "update to the next): the framework's, set by its reader",
 }

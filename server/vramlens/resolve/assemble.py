@@ -108,6 +108,8 @@ def build_plan(
         offload_optimizer_idle=bool(val("offload_optimizer_idle")),
         offload_idle_scope=str(val("offload_idle_scope") or "update"),
         critic_micro_batch=int(val("critic_micro_batch") or 0),
+        models_apart=tuple(val("models_apart") or ()),
+        critic_group=tuple(val("critic_group") or ()),
         **(zero_sizes(ctx) if strategy == "deepspeed" else {}),
         tensor_parallel=int(d.tp),
         context_parallel=int(d.cp),

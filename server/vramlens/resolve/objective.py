@@ -135,6 +135,19 @@ def objective_fields(
             out["reward_model"] = not hooks.reward_model_when_named or src("reward_model_id") is not None
         elif src("reward_model_id") is not None:
             out["reward_model"] = True
+        apart = [m for m in src("models_apart") or () if out.get(m) or (m == "reference" and out.get("reference"))]
+        if apart:
+            with_critic = "reward_model" in (src("critic_group") or ()) and out.get("value_model")
+            what = {
+                "value_model": "the critic" + (" with the reward model" if with_critic else ""),
+                "reward_model": "the reward model",
+                "reference": "the reference",
+            }
+            listed = [what[m] for m in apart if not (m == "reward_model" and with_critic)]
+            assumptions.append(
+                f"on GPUs of their own: {', '.join(listed)}: the peak is the actor's GPUs'"
+                + (", or the critic's in its `critic-update` phase" if "value_model" in apart else "")
+            )
     if obj in ("gkd", "kd"):
         tid = src("teacher_model_id")
         teacher = (

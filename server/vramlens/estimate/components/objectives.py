@@ -57,7 +57,10 @@ def value_model(rp: ResolvedPlan, p: Params) -> int:
     if rp.peft != "none":
         return w + int(p.trainable_bytes * 3)  # adapters, their gradients, states in the same order
     n = shapes(rp.arch).total
-    grads = 0.0 if rp.optimizer_in_bwd else DTYPE_BYTES[rp.weight_dtype] * shard_factor(rp, "gradients")
+    # ZeRO-Offload moves its gradients to the CPU as they are reduced, as the policy's (`gradients`): one DeepSpeed
+    # configuration serves both (OpenRLHF's strategy; TRL's one engine)
+    offloaded = rp.strategy == "deepspeed" and rp.offload_optimizer
+    grads = 0.0 if rp.optimizer_in_bwd or offloaded else DTYPE_BYTES[rp.weight_dtype] * shard_factor(rp, "gradients")
     return w + int(n * grads) + (0 if rp.optimizer.paged else _value_state(rp, n))
 
 
@@ -81,6 +84,8 @@ def _value_state(rp: ResolvedPlan, n: int) -> int:
     (trl v0.18.0 trainer/ppo_trainer.py `PolicyAndValueWrapper`), so under DeepSpeed's mixed precision its
     parameters too get fp32 master weights and fp32 states (deepspeed v0.16.4 deepspeed/runtime/zero/stage3.py
     `_create_fp32_partitions`, stage_1_and_2.py `single_partition_of_fp32_groups`)."""
+    if rp.offload_optimizer:
+        return 0  # on the CPU with the policy's (`optimizer_state`)
     opt = rp.optimizer
     state_b = opt.state_bytes if opt.state_bytes is not None else DTYPE_BYTES[rp.weight_dtype]
     per_param = opt.states * state_b
