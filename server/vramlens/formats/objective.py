@@ -545,6 +545,15 @@ def _openrlhf_groups(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
     note = f"on GPUs of their own: {', '.join(m.replace('_', ' ') for m in apart)} ({OPENRLHF_GROUPS})" + (
         "; the reward model shares the critic's" if with_critic is not None else ""
     )
+    critic_gpus = by_key.get("critic_num_gpus_per_node") or by_key.get("critic.num_gpus_per_node")
+    actor_gpus = by_key.get("actor_num_gpus_per_node") or by_key.get("actor.num_gpus_per_node")
+    counts = [to_int(g.value) if g is not None else None for g in (critic_gpus, actor_gpus)]
+    if critic_gpus is not None and counts[0] and counts[1] and counts[0] != counts[1]:
+        b.unmodelled(
+            critic_gpus,
+            f"the critic's own GPU count ({counts[0]} a node beside the actor's {counts[1]})",
+            "its ZeRO shards sized as if its group had the actor's GPUs",
+        )
     b.set("models_apart", apart, origin=Origin.DERIVED, framework="openrlhf", note=note)
     if with_critic is not None:
         b.set("critic_group", ["reward_model"], with_critic, note="--colocate_critic_reward")
