@@ -444,3 +444,14 @@ def test_openrlhf_ray_groups_keep_each_model_on_its_own_gpus(tmp_path, changes, 
     # the critic's GPUs: its weights (no gradients or optimizer state: offloaded), the reward model with it, its step
     assert critic > 2 * weights if with_critic else critic > weights
     assert phases["forward-backward"] < 79.1 * 0.5  # the actor's GPUs: no critic, no reward model
+
+
+@pytest.mark.parametrize(("override", "critic"), [(None, True), ("critic.enable=False", False)], ids=["gae", "off"])
+def test_verl_critic_enable_decides_whether_a_critic_trains(tmp_path, override, critic):
+    """verl's `critic.enable`, where set, decides whether a critic trains whatever the advantage estimator (2026 HEAD
+    verl/trainer/ppo/utils.py `need_critic`); GAE trains one by default."""
+    fixture = VERL / "v0.7.0" / "run_deepseek7b_llm.sh"
+    path = with_overrides(tmp_path, fixture, *([override] if override else []))
+    result = cli(path)
+    assert value(result, "value_model") is critic
+    assert ("critic-update" in result["phases_gib"]) is critic

@@ -416,14 +416,20 @@ def _objective(r: _Reader) -> None:
     obj = ADV_OBJECTIVE.get(adv, "grpo")
     note = None if adv in ADV_OBJECTIVE else f"adv_estimator `{adv}`: group-relative advantages, no critic"
     set_objective(b, obj, s, note=note, origin=Origin.DEFAULT if s is None or cfg.is_default(s) else Origin.FILE)
-    r.put(
-        "value_model",
-        obj == "ppo",
-        s,
-        derived=True,
-        note="GAE trains a critic (value model)" if obj == "ppo" else "no critic without GAE",
-    )
-    if obj == "ppo":
+    enable, es = r.bool("critic.enable")
+    if enable is not None and es is not None and not cfg.is_default(es):
+        # `critic.enable` decides where it is set (verl 2026 HEAD verl/trainer/ppo/utils.py `need_critic`: "if
+        # config.critic.enable is not None: return bool(config.critic.enable)")
+        r.put("value_model", bool(enable), es)
+    else:
+        r.put(
+            "value_model",
+            obj == "ppo",
+            s,
+            derived=True,
+            note="GAE trains a critic (value model)" if obj == "ppo" else "no critic without GAE",
+        )
+    if obj == "ppo" and enable is not False:
         critic, cs = r.text("critic.model.path")
         actor = cfg.value(A + "model.path")
         if critic and not cfg.is_default(cs) and critic != actor:
