@@ -233,6 +233,8 @@ class TrainingPlan(BaseModel):
     quant_compute_dtype: Sourced[str] | None = None
     # a MoE model's fused 3-D expert weights quantized on load with the base (axolotl `quantize_moe_experts`)
     experts_quantized: Sourced[bool] | None = None
+    # the k-bit preparation leaves the embeddings (and LM head) in 16 bits (axolotl `embeddings_skip_upcast`)
+    embeddings_skip_upcast: Sourced[bool] | None = None
     # a MoE model's fused expert parameters LoRA adapts by name: "gate_up", "down", "router" (peft target_parameters)
     expert_targets: Sourced[list[str]] | None = None
     # distribution

@@ -225,3 +225,14 @@ def test_axolotl_reward_model_trains_pairs_with_a_score_head():
     assert result["objective"] == "rm"
     assert parts(result)["logits"] == 0
     assert any("sequence-classification head" in a for a in result["assumptions"])
+
+
+def test_axolotl_embeddings_skip_upcast_keeps_the_embeddings_in_16_bits():
+    """axolotl's `embeddings_skip_upcast` leaves a k-bit model's embeddings and LM head in bf16 where peft's
+    preparation would upcast them to fp32 (axolotl src/axolotl/loaders/model.py `_configure_embedding_dtypes`,
+    patch_manager.py `patch_peft_prep_code`): 2 bytes less per parameter of Llama-3.1-8B's untied embedding and head
+    (128,256 × 4,096 each). The setting was read by no one before."""
+    upcast, kept = cli("axolotl_qlora_upcast.yaml"), cli("axolotl_qlora_embeddings_skip_upcast.yaml")
+    assert parts(upcast)["weights"] - parts(kept)["weights"] == pytest.approx(gib(2 * 128256 * 4096, 2), abs=0.01)
+    assert any(a.startswith("embeddings_skip_upcast") for a in kept["assumptions"])
+    assert kept["peak"]["device_gib"] < upcast["peak"]["device_gib"]

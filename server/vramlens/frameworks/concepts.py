@@ -536,6 +536,14 @@ _ALL: tuple[Concept, ...] = (
         ("quantize_moe_experts",),
     ),
     _C(
+        "embeddings_skip_upcast",
+        "bool",
+        "the k-bit preparation leaves the embeddings and LM head in 16 bits",
+        True,
+        False,
+        ("embeddings_skip_upcast",),
+    ),
+    _C(
         "expert_targets",
         "list",
         "LoRA on MoE expert parameters",

@@ -126,6 +126,11 @@ def resolve_versions(
             "quantize_moe_experts: the experts are quantized on load and prepare_model_for_kbit_training is "
             "skipped, so the unquantized parameters stay in the weight dtype"
         )
+    if kbit_upcast and not kbit_embeddings_16bit and qval("embeddings_skip_upcast"):
+        # axolotl `embeddings_skip_upcast` (readers.embeddings_skip_upcast): the norms go to fp32, the embeddings and
+        # LM head stay in the load dtype
+        kbit_embeddings_16bit = True
+        assumptions.append("embeddings_skip_upcast: the k-bit preparation leaves the embeddings and LM head in 16 bits")
     quant_type = adapters.plan_fields.get("quant_type") or qval("quant_type")
     if kbit_upcast and quant_type in versions.KBIT_NOT_UPCAST:
         # peft 0.21.2 utils/other.py `prepare_model_for_kbit_training`: the fp32 cast of the 16-bit parameters is

@@ -298,6 +298,14 @@ KEYS: Table = (
         description="Quantize a MoE model's fused 3-D expert weights on load (4-bit NF4 with `load_in_4bit`, row-wise "
         "int8 with `load_in_8bit`); without it transformers 5 leaves them in bf16.",
     ),
+    Key(
+        ("embeddings_skip_upcast",),
+        "embeddings_skip_upcast",
+        r.embeddings_skip_upcast,
+        type=bool,
+        description="Keep the embeddings and LM head in 16 bits when a k-bit model is prepared for adapters (peft "
+        "upcasts them to fp32 otherwise): about 2 bytes less per embedding parameter.",
+    ),
     Key(("gptq",), "quant_bits", r.gptq, type=bool, description="GPTQ pre-quantized 4-bit base weights."),
     Key(("model_quantization_config",), type=str, description="Quantization config class of the base model."),
     # precision

@@ -145,6 +145,13 @@ def lora_target_parameters(b: PlanBuilder, s: Setting) -> None:
     read_target_parameters(b, s, EXPERT_PARAMETERS_UNFUSED)
 
 
+def embeddings_skip_upcast(b: PlanBuilder, s: Setting) -> None:
+    """axolotl 067b021c src/axolotl/loaders/model.py `_configure_embedding_dtypes` (no fp32 conversion of the embedding
+    modules under load_in_4bit) and loaders/patch_manager.py `_apply_adapter_patches` (`patch_peft_prep_code`:
+    prepare_model_for_kbit_training without the embeddings' upcast)."""
+    b.set_bool("embeddings_skip_upcast", s)
+
+
 def compile_(b: PlanBuilder, s: Setting) -> None:
     if is_auto(s.value):
         return b.remember(s)
