@@ -5,6 +5,7 @@ bitsandbytes/trl are not installed (CI installs the trace extra)."""
 from __future__ import annotations
 
 import pytest
+from tiny_configs import TINY_GEMMA3_VLM
 from trace_plans import LORA, plan
 from vramlens.knowledge.schema import ModelArch
 
@@ -442,33 +443,6 @@ def test_t5_position_bias_sdpa_keeps_what_cuda_keeps():
     assert out.grad_fn.name().startswith("EfficientAttentionWithBiasBackward")
     out.sum().backward()
     assert bias.grad.shape == bias.shape and q.grad.shape == q.shape
-
-
-# Gemma-3 as AutoModelForCausalLM builds it (Gemma3ForConditionalGeneration: SigLIP tower + projector), at tiny shapes
-TINY_GEMMA3_VLM = {
-    "model_type": "gemma3",
-    "mm_tokens_per_image": 4,
-    "text_config": {
-        "model_type": "gemma3_text",
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
-        "vocab_size": 512,
-    },
-    "vision_config": {
-        "model_type": "siglip_vision_model",
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "patch_size": 4,
-        "image_size": 32,
-        "vision_use_head": False,
-    },
-}
 
 
 @pytest.mark.parametrize(

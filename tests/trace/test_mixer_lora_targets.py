@@ -8,7 +8,7 @@ of the tiny config (meta device, no weights). Skips with a reason where torch, t
 from __future__ import annotations
 
 import pytest
-from tiny_configs import TINY_CONFIGS
+from tiny_configs import TINY_CONFIGS, TINY_GEMMA3_VLM
 from trace_plans import LORA, need, plan
 from vramlens.estimate import components as C
 from vramlens.knowledge.models import arch_from_hf_config
@@ -69,31 +69,6 @@ TINY_LLAMA_CONFIG = dict(
     num_key_value_heads=2,
     vocab_size=256,
 )
-# Gemma-3 as AutoModelForCausalLM builds it (Gemma3ForConditionalGeneration: SigLIP tower + projector)
-TINY_GEMMA3_VLM = {
-    "model_type": "gemma3",
-    "mm_tokens_per_image": 4,
-    "text_config": {
-        "model_type": "gemma3_text",
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
-        "vocab_size": 512,
-    },
-    "vision_config": {
-        "model_type": "siglip_vision_model",
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "patch_size": 4,
-        "image_size": 32,
-        "vision_use_head": False,
-    },
-}
 # as axolotl's examples write them (axolotl examples/llama-3-vision/lora-11b.yaml, examples/ebft/*.yaml)
 LANGUAGE_MODEL_ONLY = r"model.language_model.layers.[\d]+.(mlp|self_attn).(up|down|gate|q|k|v|o)_proj"
 SUFFIXES = r".*\.self_attn\.(q|k|v|o)_proj|.*\.mlp\.(gate|up|down)_proj"

@@ -235,3 +235,30 @@ TINY_CONFIGS: dict[str, dict] = {
         tie_word_embeddings=False,
     ),
 }
+
+
+# Gemma-3 as AutoModelForCausalLM builds it (Gemma3ForConditionalGeneration: SigLIP tower + projector), at tiny shapes
+TINY_GEMMA3_VLM = {
+    "model_type": "gemma3",
+    "mm_tokens_per_image": 4,
+    "text_config": {
+        "model_type": "gemma3_text",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "vocab_size": 512,
+    },
+    "vision_config": {
+        "model_type": "siglip_vision_model",
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "patch_size": 4,
+        "image_size": 32,
+        "vision_use_head": False,
+    },
+}
