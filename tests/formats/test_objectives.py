@@ -203,3 +203,19 @@ def test_zero3_gathers_the_whole_policy_to_generate():
     assert rp.zero_stage == 3 and rp.world_size == 8
     full = est.params_total * 2  # bf16 weights, gathered for generate()
     assert est.phases["generation"] - est.components["weights"] >= full * 7 / 8
+
+
+def test_torchtune_ppo_reward_and_value_model_of_other_sizes_is_named():
+    """The reward-and-value model is estimated at the policy's size; torchtune builds it from its own arguments
+    (recipes/ppo_full_finetune_single_device.py), so one of other sizes is named, compared with the policy's builder
+    (torchtune's mistral/7B_full_ppo_low_memory.yaml, its classifier given 16 layers)."""
+    plan, rp, est = run("torchtune_ppo_smaller_value_model.yaml", gpu="A100-80GB")
+    named = [u.what for u in plan.unmodelled]
+    assert named == ["a reward and value model of other sizes than the policy: num_layers 16 (the policy's 32)"]
+    text = (FIXTURES / "torchtune_ppo_smaller_value_model.yaml").read_text(encoding="utf-8")
+    same = parse_document(text.replace("  num_layers: 16\n", "  num_layers: 32\n"), "ppo.yaml").plan
+    assert not same.unmodelled
+    # the prompt of a rollout is taken at the tokenizer's max_seq_len, the most it can be, and that is said
+    assert rp.generation_len == 512 + 58
+    said = [str(a) for a in resolve(plan, Settings(gpu="A100-80GB")).assumptions]
+    assert any(a.startswith("every prompt taken as 512 tokens long (`max_seq_len`") for a in said)

@@ -390,6 +390,7 @@ def apply_torchtune(b: PlanBuilder, data: dict, get) -> None:
         # (the value model trains, the reward model is frozen)
         b.set("value_model", True, s, origin=Origin.DERIVED)
         b.set("generation", "generate", s, origin=Origin.DERIVED, note="torchtune PPO generates with a KV cache")
+        _torchtune_value_sizes(b, data, get)
         # `compile: True` compiles the four models (torchtune v0.3.0–v0.6.1 and main
         # recipes/ppo_full_finetune_single_device.py `_setup_models`: `training.compile_model(policy_model)` …): read
         # as written
@@ -399,6 +400,42 @@ def apply_torchtune(b: PlanBuilder, data: dict, get) -> None:
             b.set("completion_len", to_int(s.value), s)
     if b.plan.objective is None and "ref_checkpointer" in data:
         set_objective(b, "dpo", get("ref_checkpointer", "_component_"))
+
+
+# the builder arguments that size a torchtune decoder (torchtune 0.6.1 models/llama2/_component_builders.py `llama2`,
+# `llama2_classifier`; models/mistral `mistral_classifier`)
+_TORCHTUNE_SIZES = ("num_layers", "num_heads", "num_kv_heads", "embed_dim", "intermediate_dim")
+
+
+def _torchtune_value_sizes(b: PlanBuilder, data: dict, get) -> None:
+    """The reward-and-value model is estimated as the policy's size; one built to other sizes (or from another base
+    model) is named (torchtune recipes/ppo_full_finetune_single_device.py builds it from `reward_and_value_model`)."""
+    rv, policy = data.get("reward_and_value_model"), data.get("policy_model")
+    if not isinstance(rv, dict) or not isinstance(policy, dict):
+        return
+    if not any(k in policy for k in _TORCHTUNE_SIZES) and isinstance(policy.get("_component_"), str):
+        # a named builder (`mistral_7b`): its sizes from the catalog model it builds
+        from vramlens.frameworks.torchtune.readers import model_id_for_builder
+        from vramlens.knowledge.models import lookup_model
+
+        mid, _ = model_id_for_builder(policy["_component_"])
+        arch = lookup_model(mid) if mid else None
+        if arch is not None:
+            sizes = (arch.layers, arch.heads, arch.n_kv_heads, arch.hidden, arch.intermediate)
+            policy = {**policy, **dict(zip(_TORCHTUNE_SIZES, sizes))}
+    differ = [
+        f"{k} {rv[k]} (the policy's {policy[k]})"
+        for k in _TORCHTUNE_SIZES
+        if k in rv and k in policy and rv[k] != policy[k]
+    ]
+    base, built = rv.get("base_model_path"), policy.get("_component_")
+    if isinstance(base, str) and isinstance(built, str) and base.rsplit(".", 1)[-1] != built.rsplit(".", 1)[-1]:
+        differ.append(f"base model {base.rsplit('.', 1)[-1]} (the policy's {built.rsplit('.', 1)[-1]})")
+    s = get("reward_and_value_model", "_component_")
+    if differ and s is not None:
+        b.unmodelled(
+            s, f"a reward and value model of other sizes than the policy: {'; '.join(differ)}", "sized as the policy"
+        )
 
 
 # --- command lines: trl, swift, OpenRLHF modules --------------------------------------------------------------------

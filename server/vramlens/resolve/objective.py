@@ -84,6 +84,10 @@ def objective_fields(
         if prompt is None and plan.seq_len is not None and hooks.rollout_prompt_from_seq_len:
             # torchtune's tokenizer max_seq_len / LLaMA-Factory's cutoff_len bound the prompt of a rollout
             prompt = int(plan.seq_len.value)
+            assumptions.append(
+                f"every prompt taken as {prompt:,} tokens long (`{plan.seq_len.key or 'the sequence length'}`, the "
+                "most it can be): a rollout batch is padded to its longest prompt, so shorter prompts peak lower"
+            )
         if prompt is None:
             prompt = 512
             assumptions.append(
