@@ -337,3 +337,20 @@ def test_ms_swift_2x_other_tuners_target_modules_are_their_targets():
     for key in ("ia3_target_modules", "vera_target_modules", "boft_target_modules"):
         plan = plan_of(SWIFT1 / "x.sh", f"swift sft --model_type llama2-7b --sft_type ia3 --{key} k_proj v_proj\n")
         assert value(plan, "lora_targets") == ["k_proj", "v_proj"], key
+
+
+@pytest.mark.parametrize(("impl", "named"), [("grouped_mm", False), ("eager", True), ("scattermoe", True)])
+def test_an_experts_implementation_other_than_grouped_mm_is_named(tmp_path, impl, named):
+    """transformers' experts implementation (axolotl `experts_implementation`, ms-swift `--experts_impl`, handed to
+    from_pretrained): the estimate models grouped_mm, transformers 5's fused kernel, and names any other (it was
+    listed as a backend name whose effect the estimate reads, which it did not)."""
+    yaml_text = (
+        "base_model: Qwen/Qwen3-30B-A3B\nadapter: lora\nlora_target_linear: true\nsequence_len: 2048\n"
+        f"micro_batch_size: 1\nexperts_implementation: {impl}\n"
+    )
+    plan = parse_document(yaml_text, str(tmp_path / "axolotl.yaml")).plan
+    assert plan.framework == "axolotl"
+    assert any("implementation of the routed experts" in u.what for u in plan.unmodelled) is named
+    text = f"swift sft --model Qwen/Qwen3-30B-A3B --tuner_type lora --experts_impl {impl}\n"
+    plan = plan_of(SWIFT1 / "x.sh", text)
+    assert any("implementation of the routed experts" in u.what for u in plan.unmodelled) is named

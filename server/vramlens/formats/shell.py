@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Callable
 
-from vramlens.formats import accelerate, deepspeed, expert_targets, hf, launchers, megatron, purpose, verl
+from vramlens.formats import accelerate, deepspeed, hf, launchers, megatron, moe_experts, purpose, verl
 from vramlens.formats.settings import PlanBuilder, Setting, shown, to_bool, to_int
 from vramlens.knowledge import deepspeed as deepspeed_presets
 from vramlens.plan import IssueKind, Origin, ParseIssue, Reference, Severity, Sourced, Span, TrainingPlan
@@ -1350,7 +1350,9 @@ def _swift_target_regex(b: PlanBuilder, s: Setting) -> None:
 SWIFT_HANDLERS = {
     "model": launchers.swift_model_path,
     # ms-swift 3.x/4.x `--target_parameters` goes to peft's LoraConfig as it is (swift/pipelines/train/tuner.py)
-    "target_parameters": expert_targets.read_target_parameters,
+    "target_parameters": moe_experts.read_target_parameters,
+    # swift/arguments/base_args/model_args.py `experts_impl`, handed to from_pretrained as experts_implementation
+    "experts_impl": moe_experts.read_experts_implementation,
     "target_regex": _swift_target_regex,
     "lora_target_regex": _swift_target_regex,
     "deepspeed": _swift_deepspeed,

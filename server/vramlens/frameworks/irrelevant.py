@@ -203,7 +203,7 @@ IRRELEVANT: dict[str, str] = {
     **_names(
         "the choice of a kernel library or backend name; its effect is read from the setting it selects",
         "attention_backend attn backend.attn compile.backend impl_backend fp16_backend half_precision_backend "
-        "fp8_backend fp16_opt_level sdpa_method experts_implementation gemma4_hybrid_attn_impl "
+        "fp8_backend fp16_opt_level sdpa_method gemma4_hybrid_attn_impl "
         "lora_embedding_kernel tuner_backend mxfp8_dim1_cast_kernel_choice lora.type parallel_method "
         "ring_attn_func",
     ),

@@ -254,6 +254,14 @@ KEYS: Table = (
         "(`mlp.experts.gate_up_proj`, `mlp.experts.down_proj`), every expert at rank r.",
     ),
     Key(
+        ("experts_implementation",),
+        None,
+        r.experts_implementation,
+        type=str,
+        description="transformers' implementation of a MoE model's routed experts (`grouped_mm`, `batched_mm`, "
+        "`eager`); the estimate models grouped_mm and names the others.",
+    ),
+    Key(
         ("lora_modules_to_save",),
         "modules_to_save",
         hf._targets_handler("modules_to_save"),

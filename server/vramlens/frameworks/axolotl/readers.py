@@ -7,7 +7,7 @@ the file with `yaml.safe_load`, so YAML 1.1 applies (`2e-5` is a string its sche
 from __future__ import annotations
 
 from vramlens.formats import hf
-from vramlens.formats.expert_targets import read_target_parameters
+from vramlens.formats.moe_experts import read_experts_implementation, read_target_parameters
 from vramlens.formats.settings import PlanBuilder, Setting, is_auto, to_bool
 from vramlens.formats.vocab import AXOLOTL_ATTENTION, check_optimizer
 from vramlens.frameworks import irrelevant
@@ -143,6 +143,9 @@ def lora_target_parameters(b: PlanBuilder, s: Setting) -> None:
     """peft `LoraConfig.target_parameters` (axolotl src/axolotl/loaders/adapter.py passes the list), with axolotl's
     matching patch that lets gate_proj/up_proj name the fused gate_up_proj (`EXPERT_PARAMETERS_UNFUSED`)."""
     read_target_parameters(b, s, EXPERT_PARAMETERS_UNFUSED)
+
+
+experts_implementation = read_experts_implementation  # handed to from_pretrained (loaders/model.py)
 
 
 def embeddings_skip_upcast(b: PlanBuilder, s: Setting) -> None:
