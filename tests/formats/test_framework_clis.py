@@ -354,3 +354,14 @@ def test_an_experts_implementation_other_than_grouped_mm_is_named(tmp_path, impl
     text = f"swift sft --model Qwen/Qwen3-30B-A3B --tuner_type lora --experts_impl {impl}\n"
     plan = plan_of(SWIFT1 / "x.sh", text)
     assert any("implementation of the routed experts" in u.what for u in plan.unmodelled) is named
+
+
+@pytest.mark.parametrize(("impl", "named"), [("grouped_mm", False), ("deepgemm", True)])
+def test_openrlhf_experts_implementation_is_named_unless_grouped_mm(tmp_path, impl, named):
+    text = (
+        "deepspeed --module openrlhf.cli.train_sft --pretrain Qwen/Qwen3-30B-A3B --micro_train_batch_size 1 "
+        f"--max_len 2048 --zero_stage 3 --ds.experts_implementation {impl}\n"
+    )
+    plan = parse_document(text, str(tmp_path / "sft.sh")).plan
+    what = [u.what for u in plan.unmodelled if "experts" in u.what]
+    assert bool(what) is named and len(what) <= 1, what

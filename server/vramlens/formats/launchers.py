@@ -39,7 +39,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Iterable
 
-from vramlens.formats import hf
+from vramlens.formats import hf, moe_experts
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
 from vramlens.plan import IssueKind, Origin, Severity
 
@@ -315,6 +315,8 @@ def _deepspeed_sleep(b: PlanBuilder, s: Setting) -> None:
 
 
 OPENRLHF_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
+    # --ds.experts_implementation (v0.10 on: eager, batched_mm, grouped_mm, deepgemm), handed to from_pretrained
+    **dict.fromkeys(("experts_implementation", "ds.experts_implementation"), moe_experts.read_experts_implementation),
     "pretrain": _via("model_name_or_path"),
     "micro_train_batch_size": _micro,
     "train_batch_size": _global,

@@ -42,7 +42,9 @@ def read_experts_implementation(b: PlanBuilder, s: Setting) -> None:
     """A MoE model's experts implementation: grouped_mm is the one the estimate models; another is named."""
     v = str(s.value or "").strip().lower()
     if v in ("", "none", "null", MODELLED_EXPERTS_IMPLEMENTATION):
-        return b.remember(s)
+        b.remember(s)
+        b.plan.read_alongside.append(s.key)  # read: the modelled kernel (not "not modelled" by its name alone)
+        return
     b.unmodelled(
         s,
         f"the `{v}` implementation of the routed experts (transformers' ExpertsInterface, integrations/moe.py)",

@@ -227,6 +227,12 @@ IRRELEVANT: dict[str, str] = {
 
 # name -> (what it is, what the estimate does instead)
 NOT_MODELLED: dict[str, tuple[str, str]] = {
+    # read by formats/moe_experts.py `read_experts_implementation` where a reader hands it over (axolotl, ms-swift,
+    # OpenRLHF); grouped_mm, transformers 5's fused kernel, is the one modelled
+    **_names(
+        ("an implementation of the routed experts other than grouped_mm", "estimated as grouped_mm"),
+        "experts_implementation",
+    ),
     **_names(
         ("Unsloth kernels and offloaded checkpointing", "estimated as standard Hugging Face training"),
         "use_unsloth unsloth_cross_entropy_loss unsloth_lora_mlp unsloth_lora_o unsloth_lora_qkv "
