@@ -847,6 +847,11 @@ MODELLED_MIXERS = {
     "state space": frozenset({"mamba2", "falcon_h1", "jamba", "bamba", "granitemoehybrid", "nemotron_h"}),
     "linear attention": frozenset({"qwen3_next"}),
 }
+# model_types whose block shapes (estimate/shapes.py) hold their mixers' linears under the model's own module names
+# (in_proj, out_proj, x_proj, dt_proj, in_proj_qkvz, in_proj_ba, shared_expert_gate), so that a LoRA target naming one
+# is counted on it (resolve/adapters.py `_own_mixer_linear`); Falcon-H1's mixer linears are among its other
+# parameters (estimate/components/quant.py `mixer_linear_params`)
+OWN_MIXER_LINEARS = (frozenset().union(*MODELLED_MIXERS.values()) - {"falcon_h1"}) | {"mamba", "falcon_mamba"}
 
 # model_types whose layer pattern and mixer sizes no ModelArch field holds (hybrids, state-space and linear-attention
 # mixers, MLA, per-layer embeddings, Llama-4's interleaved MoE): the plan keeps their config.json

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vramlens.knowledge import inventory, peft_methods
-from vramlens.knowledge.models import UNGATED_UP_DOWN
+from vramlens.knowledge.models import OWN_MIXER_LINEARS, UNGATED_UP_DOWN
 from vramlens.knowledge.schema import ModelArch
 from vramlens.plan import TrainingPlan, Unmodelled, derived
 from vramlens.resolve.common import Approximate, Context
@@ -325,8 +325,11 @@ def _regex_targets(
         if own and leaf not in own:
             continue  # another model's module (a fused qkv_proj that `.*v_proj` also matches)
         hits.setdefault(leaf, set()).update(indices)
-    targets, _ = normalize_targets(sorted(hits), arch)
+    targets, unknown = normalize_targets(sorted(hits), arch)
     notes = [
+        f"LoRA target pattern selects {', '.join(unknown)}, which the estimate does not model: not counted"
+    ] * bool(unknown)
+    notes += [
         f"LoRA target pattern selects {leaf} in {len(layer)} of {n} layers: counted in every layer"
         for leaf, layer in sorted(hits.items())
         if len(layer) < n and leaf in LORA_NAME_MAP
@@ -339,6 +342,8 @@ def _own_mixer_linear(arch: ModelArch, key: str) -> tuple[str, ...]:
     name in a layer that is not attention or an MLP, or one the target map does not know (Qwen3-Next's
     `shared_expert_gate`); () otherwise. peft selects a module by the end of its name, so `out_proj` in
     Qwen3-Next is the gated DeltaNet's output projection, not the attention's `o_proj`."""
+    if arch.family not in OWN_MIXER_LINEARS:
+        return ()  # its block shapes size the mixers as attention layers (knowledge/models.py `OWN_MIXER_LINEARS`)
     kinds = inventory.linear_leaves(arch.family).get(key)
     if not kinds:
         return ()
