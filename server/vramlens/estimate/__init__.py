@@ -183,13 +183,6 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # update: its activations at its own micro-batch (the policy's scaled by the sequences; a scalar head, no
         # vocabulary logits) beside the policy's resident state, whose gradients `zero_grad` has freed
         critic_acts = int(acts_fb * rp.critic_micro_batch / max(rp.micro_batch, 1))
-        phases["critic-update"] = {
-            **base,
-            **policy_held(idle_w, idle_o),
-            "gradients": 0,
-            "activations": critic_acts,
-            "logits": 0,
-        }
         if "value_model" in rp.models_apart:
             # on the critic's own GPUs (OpenRLHF's critic group): the critic's state and step, the models that share
             # those GPUs (`critic_group`), and the engine's buffers as the policy's; nothing of the policy
@@ -200,6 +193,14 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
                 "value_model": C.value_model(rp, p),
                 **group,
                 "activations": critic_acts,
+            }
+        else:
+            phases["critic-update"] = {
+                **base,
+                **policy_held(idle_w, idle_o),
+                "gradients": 0,
+                "activations": critic_acts,
+                "logits": 0,
             }
     fwd_cache = C.autocast_forward_cache(rp)
     fsdp_fwd = C.fsdp_loss_forward_unsharded(rp)

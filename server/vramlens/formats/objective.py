@@ -535,7 +535,7 @@ OPENRLHF_LENGTHS = "OpenRLHF train_ppo_ray.py: prompt_max_len/generate_max_len 1
 OPENRLHF_TOTAL = 2048
 
 
-def _openrlhf_lengths(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
+def _openrlhf_lengths(b: PlanBuilder) -> None:
     """The prompt and completion lengths OpenRLHF runs with where the command leaves them out (OPENRLHF_LENGTHS):
     prompt + response = max_len where that is given, 1024 each otherwise, and the total never exceeds max_len."""
 
@@ -620,7 +620,7 @@ def apply_openrlhf(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
         s = by_key.get(key)
         if s is not None and to_int(s.value):
             b.set("completion_len", to_int(s.value), s)
-    _openrlhf_lengths(b, by_key)
+    _openrlhf_lengths(b)
     s = by_key.get("vllm_num_engines")
     if s is not None and to_int(s.value):
         colocated = by_key.get("colocate_all_models")

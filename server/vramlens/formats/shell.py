@@ -1341,10 +1341,10 @@ SWIFT_TARGET_REGEX = (
 
 
 def _swift_target_regex(b: PlanBuilder, s: Setting) -> None:
-    if s.value is None or not str(s.value).strip() or str(s.value).strip().lower() == "none":
+    pattern = str(s.value).strip() if s.value is not None else ""
+    if not pattern or pattern.lower() == "none":
         return b.remember(s)
-    note = SWIFT_TARGET_REGEX.format(key=s.key)
-    b.set("lora_targets", [str(s.value).strip()], s, override=True, note=note)
+    b.set("lora_targets", [pattern], s, override=True, note=SWIFT_TARGET_REGEX.format(key=s.key))
 
 
 SWIFT_HANDLERS = {

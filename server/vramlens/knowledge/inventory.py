@@ -16,7 +16,7 @@ import functools
 import gzip
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -66,6 +66,15 @@ def classes(model_type: str) -> tuple[str, ...]:
 MIXER_KINDS = frozenset({"linear-attention", "state-space", "short-conv"})
 
 
+def _linears(inv: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """(module path, layer kind) of each linear weight of an inventory: a 2-D `<module>.weight` (`{i}` standing for
+    the layer index in the path)."""
+    for entry in inv["params"]:
+        path = entry["p"]
+        if path.endswith(".weight") and len(entry["shape"]) == 2 and "." in path[: -len(".weight")]:
+            yield path[: -len(".weight")], entry["kind"]
+
+
 @functools.cache
 def linear_leaves(model_type: str) -> dict[str, frozenset[str]]:
     """The model_type's linear weights by module leaf name (what a peft `target_modules` entry ends with), each with
@@ -73,10 +82,8 @@ def linear_leaves(model_type: str) -> dict[str, frozenset[str]]:
     when the model_type has no inventory."""
     inv = _data()["models"].get(model_type)
     out: dict[str, set[str]] = {}
-    for entry in inv["params"] if inv is not None else ():
-        path = entry["p"]
-        if path.endswith(".weight") and len(entry["shape"]) == 2 and path.count(".") >= 2:
-            out.setdefault(path.split(".")[-2], set()).add(entry["kind"])
+    for module, kind in _linears(inv) if inv is not None else ():
+        out.setdefault(module.rsplit(".", 1)[-1], set()).add(kind)
     return {leaf: frozenset(kinds) for leaf, kinds in out.items()}
 
 
@@ -84,16 +91,7 @@ def linear_leaves(model_type: str) -> dict[str, frozenset[str]]:
 def linear_paths() -> tuple[str, ...]:
     """Every linear's module path in every inventory, `{i}` standing for the layer index
     ("model.language_model.layers.{i}.self_attn.q_proj"): the names a regex over module names is matched against."""
-    return tuple(
-        sorted(
-            {
-                entry["p"][: -len(".weight")]
-                for inv in _data()["models"].values()
-                for entry in inv["params"]
-                if entry["p"].endswith(".weight") and len(entry["shape"]) == 2 and "." in entry["p"][:-7]
-            }
-        )
-    )
+    return tuple(sorted({module for inv in _data()["models"].values() for module, _ in _linears(inv)}))
 
 
 def tie_default(model_type: str) -> bool | None:

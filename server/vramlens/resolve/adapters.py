@@ -287,6 +287,7 @@ _REGEX = re.compile(r"[\[\]()|*+?\\^$]")
 _TOWER = re.compile(r"vision|visual|audio|image|\bvit\b|siglip|projector|multi_modal", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=256)
 def regex_targets(pattern: str, arch: ModelArch) -> tuple[tuple[str, ...], bool, list[str]] | None:
     """A regex target read by construction: matched, as peft matches it, against the module paths of transformers'
     builds (`inventory.linear_paths`, layer index 0 … L - 1 for `{i}`), keeping the language-model linears the
@@ -294,29 +295,27 @@ def regex_targets(pattern: str, arch: ModelArch) -> tuple[tuple[str, ...], bool,
     targets of the language-model linears it selects, whether it reaches a vision/audio tower's linears, and what
     is approximate (a linear it selects in some layers only is counted in every layer); None when the pattern does
     not compile."""
-    return _regex_targets(pattern, arch.family, arch.layers, arch)
-
-
-@functools.lru_cache(maxsize=256)
-def _regex_targets(
-    pattern: str, family: str, layers: int, arch: ModelArch
-) -> tuple[tuple[str, ...], bool, list[str]] | None:
     try:
         rx = re.compile(pattern)
     except re.error:
         return None
-    n = max(layers, 1)
-    probe = sorted({*range(min(n, 8)), n - 1})
-    own = inventory.linear_leaves(family)  # the model's own linears, where its model_type has an inventory
+    n = max(arch.layers, 1)
+    probe = sorted({*range(min(n, 8)), n - 1})  # a quick look at a few layers before every one of them
+
+    def selects(path: str, i: int) -> bool:
+        return rx.fullmatch(path.replace("{i}", str(i))) is not None
+
+    own = inventory.linear_leaves(arch.family)  # the model's own linears, where its model_type has an inventory
     hits: dict[str, set[int]] = {}  # language-model leaf -> layer indices it is selected in
     tower = False
     for path in inventory.linear_paths():
-        indices = [i for i in probe if rx.fullmatch(path.replace("{i}", str(i)))] if "{i}" in path else []
-        if "{i}" in path and indices:
-            indices = [i for i in range(n) if rx.fullmatch(path.replace("{i}", str(i)))]
-        elif "{i}" not in path and rx.fullmatch(path):
-            indices = list(range(n))
-        if not indices:
+        if "{i}" not in path:
+            if not selects(path, 0):
+                continue
+            indices = list(range(n))  # a module outside the layer stack
+        elif any(selects(path, i) for i in probe):
+            indices = [i for i in range(n) if selects(path, i)]
+        else:
             continue
         prefix, leaf = path.rsplit(".", 1)
         if _TOWER.search(prefix):
@@ -326,9 +325,10 @@ def _regex_targets(
             continue  # another model's module (a fused qkv_proj that `.*v_proj` also matches)
         hits.setdefault(leaf, set()).update(indices)
     targets, unknown = normalize_targets(sorted(hits), arch)
-    notes = [
-        f"LoRA target pattern selects {', '.join(unknown)}, which the estimate does not model: not counted"
-    ] * bool(unknown)
+    notes = []
+    if unknown:
+        unmodelled = ", ".join(unknown)
+        notes.append(f"LoRA target pattern selects {unmodelled}, which the estimate does not model: not counted")
     notes += [
         f"LoRA target pattern selects {leaf} in {len(layer)} of {n} layers: counted in every layer"
         for leaf, layer in sorted(hits.items())

@@ -139,7 +139,7 @@ def objective_fields(
             out["reward_model"] = not hooks.reward_model_when_named or src("reward_model_id") is not None
         elif src("reward_model_id") is not None:
             out["reward_model"] = True
-        apart = [m for m in src("models_apart") or () if out.get(m) or (m == "reference" and out.get("reference"))]
+        apart = [m for m in src("models_apart") or () if out.get(m)]  # of the models the run has
         if apart:
             with_critic = "reward_model" in (src("critic_group") or ()) and out.get("value_model")
             what = {

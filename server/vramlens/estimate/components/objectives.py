@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from vramlens.estimate.components.activations import activations_per_token
 from vramlens.estimate.components.common import DTYPE_BYTES
+from vramlens.estimate.components.gradients import gradients_offloaded
 from vramlens.estimate.components.logits import swift_dpo_per_logit, swift_dpo_rows
 from vramlens.estimate.components.parameters import Params
 from vramlens.estimate.components.sharding import shard_factor
@@ -57,10 +58,10 @@ def value_model(rp: ResolvedPlan, p: Params) -> int:
     if rp.peft != "none":
         return w + int(p.trainable_bytes * 3)  # adapters, their gradients, states in the same order
     n = shapes(rp.arch).total
-    # ZeRO-Offload moves its gradients to the CPU as they are reduced, as the policy's (`gradients`): one DeepSpeed
-    # configuration serves both (OpenRLHF's strategy; TRL's one engine)
-    offloaded = rp.strategy == "deepspeed" and rp.offload_optimizer
-    grads = 0.0 if rp.optimizer_in_bwd or offloaded else DTYPE_BYTES[rp.weight_dtype] * shard_factor(rp, "gradients")
+    # under ZeRO-Offload its gradients go to the CPU as the policy's: one DeepSpeed configuration serves both
+    # (OpenRLHF's strategy; TRL's one engine)
+    offloaded = rp.optimizer_in_bwd or gradients_offloaded(rp)
+    grads = 0.0 if offloaded else DTYPE_BYTES[rp.weight_dtype] * shard_factor(rp, "gradients")
     return w + int(n * grads) + (0 if rp.optimizer.paged else _value_state(rp, n))
 
 
