@@ -147,6 +147,50 @@ def gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
+# batch sizes that can be read from one written value: verl's log-prob budget defaults to the actor's
+# (`log_prob_max_token_len_per_gpu: ${actor_rollout_ref.actor.ppo_max_token_len_per_gpu}`), OpenRLHF's critic trains
+# at the actor's micro-batch
+_BATCHES = ("micro_batch", "logprob_micro_batch", "critic_micro_batch")
+
+
+def _batches(plan: TrainingPlan, changes: dict[str, Any]) -> dict[str, Sourced]:
+    """The batch sizes a change makes, as the edited file is read again. A batch size read from a token budget
+    (Sourced.per_unit, budget) counts sequences of prompt + completion: capping the completions fits more of them in
+    the same budget. Batch sizes read from one written value (the same key at the same span, or at none: a default a
+    fix would write) change with it: verl's log-prob budget interpolates the actor's, OpenRLHF's critic trains at the
+    actor's micro-batch. A changed count is written back as a budget of the new length (formats.render_code)."""
+    old_len, new_len = plan.completion_len, changes.get("completion_len")
+    longer = (
+        new_len - old_len.value
+        if isinstance(new_len, int) and old_len is not None and isinstance(old_len.value, int)
+        else 0
+    )
+    out: dict[str, Sourced] = {}
+    written: dict[tuple, int] = {}  # (key, span) of a changed value -> the tokens (or count) the fix writes there
+    for concept in _BATCHES:
+        o, value = getattr(plan, concept, None), changes.get(concept)
+        if o is not None and isinstance(value, int):
+            per_unit = max(1, o.per_unit + longer) if o.per_unit else None
+            out[concept] = o.model_copy(update={"value": value, "per_unit": per_unit, "origin": Origin.SETTING})
+            if o.key is not None:
+                written[(o.key, o.span)] = value * per_unit if per_unit else value
+    for concept in _BATCHES:
+        o = getattr(plan, concept, None)
+        if o is None or concept in changes or not (o.per_unit or o.key):
+            continue
+        per_unit = max(1, o.per_unit + longer) if o.per_unit else None
+        tokens = written.get((o.key, o.span), o.budget)
+        if (o.key, o.span) in written:
+            value = max(1, tokens // per_unit) if per_unit else tokens
+            note = f"proposed fix: follows `{o.key}`"
+        elif per_unit and tokens and longer:
+            value, note = max(1, tokens // per_unit), "proposed fix: the same token budget, sequences of another length"
+        else:
+            continue
+        out[concept] = o.model_copy(update={"value": value, "per_unit": per_unit, "budget": tokens, "note": note})
+    return out
+
+
 def with_changes(plan: TrainingPlan, changes: dict[str, Any]) -> TrainingPlan:
     """A copy of the plan with concept values replaced (provenance: proposed by a fix)."""
     update: dict[str, Any] = {}
@@ -163,6 +207,7 @@ def with_changes(plan: TrainingPlan, changes: dict[str, Any]) -> TrainingPlan:
             span=old.span if old else None,
             value_span=old.value_span if old else None,
         )
+    update.update(_batches(plan, changes))
     fw = plan.framework or "transformers"
     if changes.get("loss_impl") == "fused" and fw in LIGER_KERNEL_FRAMEWORKS and "fused_kernels" not in changes:
         old = plan.fused_kernels
@@ -438,16 +483,24 @@ class Fixer:
         change from the current values ("lower the micro-batch from 16 to 2 and raise accumulation from 1 to 8")."""
         mb0, ga0 = self.rp.micro_batch, self.rp.grad_accum
         mb, ga = mb0, ga0
+        budget = self.plan.micro_batch if self.plan.micro_batch is not None and self.plan.micro_batch.per_unit else None
         out = []
         while mb > 1:
             mb, ga = mb // 2, ga * 2
-            out.append(
-                (
-                    {**base_changes, "micro_batch": mb, "grad_accum": ga},
-                    f"lower the micro-batch from {mb0} to {mb} and raise gradient accumulation from {ga0} to {ga}"
-                    f" (same global batch)",
+            if budget is not None and budget.per_unit:
+                # a micro-batch packed up to a token budget: the budget is what changes (Sourced.per_unit)
+                label = (
+                    f"lower `{budget.key}` to {mb * budget.per_unit:,} tokens ({mb} sequence(s) of {budget.per_unit:,}"
+                    f" a micro-batch instead of {mb0}; same global batch)"
                 )
-            )
+            else:
+                label = (
+                    f"lower the micro-batch from {mb0} to {mb} and raise gradient accumulation from {ga0} to {ga}"
+                    f" (same global batch)"
+                )
+            # a budget's micro-batches are as many as the update's sequences need: no accumulation count to raise
+            trade = {"micro_batch": mb} if budget is not None else {"micro_batch": mb, "grad_accum": ga}
+            out.append(({**base_changes, **trade}, label))
         return out
 
     def _fit_with_batch(self, base_changes: dict[str, Any]) -> tuple[dict[str, Any], str, Estimate | None]:

@@ -45,7 +45,8 @@ def candidates(rp: ResolvedPlan, plan: TrainingPlan) -> list[Candidate]:
                 conflicts=("peft-reference",),
             )
         )
-    if rp.reference == "copy" and rp.peft != "none" and plan.ref_model_id is not None:
+    if rp.reference == "copy" and rp.peft != "none" and plan.ref_model_id is not None and plan.ref_model_id.span:
+        # a reference the config names (not one the framework always loads, as OpenRLHF's)
         out.append(
             Candidate(
                 "peft-reference",

@@ -60,6 +60,10 @@ class Sourced(BaseModel, Generic[T]):
     value_span: Span | None = None  # range of just the value text, for edits
     framework: str | None = None  # whose default/derivation, e.g. "transformers 4.57"
     note: str | None = None  # a short human explanation, e.g. "bf16: auto → bf16 on this GPU"
+    # a count read from a token budget (verl `ppo_max_token_len_per_gpu`, OpenRLHF `--train.max_tokens_per_gpu`):
+    # the sequences of `per_unit` tokens the `budget` holds; a fix writes the budget back as value × per_unit
+    per_unit: int | None = None
+    budget: int | None = None
 
 
 def read(
@@ -251,6 +255,7 @@ class TrainingPlan(BaseModel):
     offload_idle_scope: Sourced[str] | None = None
     # sequences per micro-batch of a critic that trains in a step of its own (verl, OpenRLHF), beside the policy's
     critic_micro_batch: Sourced[int] | None = None
+    critic_grad_checkpointing: Sourced[bool] | None = None
     # models on GPUs of their own, not the policy's ("reference", "reward_model", "value_model": OpenRLHF's Ray actor
     # groups without --colocate_*), and those that share the critic's GPUs ("reward_model")
     models_apart: Sourced[list[str]] | None = None

@@ -180,6 +180,7 @@ class ResolvedPlan(BaseModel):
     offload_optimizer_idle: bool = False
     offload_idle_scope: str = "update"  # "rollout": the offloads last only while the engine generates
     critic_micro_batch: int = 0  # > 0: the value model trains in a step of its own, at this micro-batch
+    critic_grad_checkpointing: bool | None = None  # the critic's own checkpointing in that step (None: the actor's)
     # models on GPUs of their own, not the policy's ("reference", "reward_model", "value_model"), and the models that
     # share the critic's GPUs beside it ("reward_model"): the critic's step is estimated on those GPUs
     models_apart: tuple[str, ...] = ()

@@ -455,3 +455,48 @@ def test_verl_critic_enable_decides_whether_a_critic_trains(tmp_path, override, 
     result = cli(path)
     assert value(result, "value_model") is critic
     assert ("critic-update" in result["phases_gib"]) is critic
+
+
+@pytest.mark.parametrize("checkpointing", [True, False])
+def test_verl_critic_checkpointing_is_its_own(tmp_path, checkpointing):
+    """verl's critic checkpoints by its own `critic.model.enable_gradient_checkpointing` (default on; workers/
+    fsdp_workers.py CriticWorker), whatever the actor does: its update keeps every block's activations without it.
+    Before, the critic's step was sized with the actor's setting and the critic's was named as not modelled."""
+    fixture = VERL / "v0.7.0" / "run_deepseek7b_llm.sh"
+    base = cli(with_overrides(tmp_path, fixture, name="base.sh"))
+    path = with_overrides(
+        tmp_path, fixture, f"critic.model.enable_gradient_checkpointing={checkpointing}", name="critic.sh"
+    )
+    result = cli(path)
+    assert value(result, "critic_grad_checkpointing") is checkpointing
+    assert "critic.model.enable_gradient_checkpointing" not in unmodelled(result)
+    assert value(base, "critic_grad_checkpointing") is True  # verl's default, read
+    critic, before = result["phases_gib"]["critic-update"], base["phases_gib"]["critic-update"]
+    if checkpointing:
+        assert critic == before
+    else:
+        # every block's activations at the critic's micro-batch, where checkpointing kept the block inputs
+        assert critic > before + 1.0
+    assert result["phases_gib"]["forward-backward"] == base["phases_gib"]["forward-backward"]
+
+
+@pytest.mark.parametrize("kl", [None, "0"])
+def test_openrlhf_reference_is_a_whole_model_even_with_lora(tmp_path, kl):
+    """OpenRLHF's reference model loads the policy's checkpoint as a model of its own (train_ppo_ray.py
+    ReferenceModelActor), with or without LoRA: on the actor's GPUs under --colocate_actor_ref it is a full copy, not
+    the policy with its adapters off. `--init_kl_coef 0` loads none."""
+    text = (FIXTURES / "openrlhf" / "v0.11.0" / "train_ppo_ray_slurm.sh").read_text(encoding="utf-8")
+    assert "--train.colocate_actor_ref" in text and "--ds.lora.rank" not in text
+    text = text.replace("--train.colocate_actor_ref", "--train.colocate_actor_ref --ds.lora.rank 16")
+    if kl is not None:
+        assert "--algo.kl.init_coef 0.01" in text
+        text = text.replace("--algo.kl.init_coef 0.01", f"--algo.kl.init_coef {kl}")
+    path = tmp_path / "run.sh"
+    path.write_text(text, encoding="utf-8")
+    result = cli(path)
+    assert value(result, "peft_method") == "lora"
+    if kl is None:
+        assert result["components_gib"]["reference"] > 0.9 * result["components_gib"]["weights"]
+    else:
+        assert value(result, "reference_free") is True
+        assert result["components_gib"].get("reference", 0) == 0

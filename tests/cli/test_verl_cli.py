@@ -298,9 +298,9 @@ def test_critic_trains_in_its_own_step_at_its_own_micro_batch(tmp_path):
     assert grown > 0 and large["phases_gib"]["forward-backward"] == small["phases_gib"]["forward-backward"]
 
 
-def test_critic_checkpointing_or_ulysses_apart_from_the_actor_is_named(tmp_path):
-    """The critic's step is estimated with the actor's checkpointing and sequence split; a critic that sets its own
-    is named, not estimated as if it matched."""
+def test_critic_checkpointing_is_read_and_its_ulysses_split_apart_is_named(tmp_path):
+    """The critic's step is estimated with its own checkpointing (tests/cli/test_rollout_memory_phases.py) and with
+    the actor's sequence split: a critic that sets its own split is named, not estimated as if it matched."""
     text = (FIXTURES / "v0.7.0" / "run_deepseek7b_llm.sh").read_text(encoding="utf-8")
     assert "critic.model.enable_gradient_checkpointing=True" in text
     same = cli(FIXTURES / "v0.7.0" / "run_deepseek7b_llm.sh")
@@ -311,4 +311,6 @@ def test_critic_checkpointing_or_ulysses_apart_from_the_actor_is_named(tmp_path)
             "critic.model.enable_gradient_checkpointing=True", "critic.model.enable_gradient_checkpointing=False"
         ),
     )
-    assert "critic.model.enable_gradient_checkpointing" in unmodelled(cli(apart))
+    assert "critic.model.enable_gradient_checkpointing" not in unmodelled(cli(apart))
+    split = script(tmp_path, text.replace("$@", "critic.ulysses_sequence_parallel_size=2"))
+    assert "critic.ulysses_sequence_parallel_size" in unmodelled(cli(split))

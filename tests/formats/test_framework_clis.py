@@ -83,9 +83,12 @@ def test_openrlhf_dotted_lora_dpo_and_ppo_examples():
     assert value(plan, "reward_model_id") == "OpenRLHF/Llama-3-8b-rm-700k"
     assert value(plan, "generation") == "vllm-colocate" and value(plan, "vllm_memory_share") == 0.5
     assert value(plan, "gpu_count") == 8 and value(plan, "zero_stage") == 3
-    # `--train.micro_batch_size` absent: train_ppo_ray.py's own default (1), not train_sft.py's (8)
-    assert value(plan, "micro_batch") == 1 and plan.micro_batch.origin == Origin.DEFAULT
-    assert "train.dynamic_batch_enable" in unmodelled_keys(plan)
+    # `--train.dynamic_batch_enable`: micro-batches packed up to `--train.max_tokens_per_gpu 16384` tokens, 8
+    # sequences of 2,048 (prompt + response), not train_ppo_ray.py's `--train.micro_batch_size` (unused then)
+    assert value(plan, "micro_batch") == 8 and plan.micro_batch.origin == Origin.DERIVED
+    assert plan.micro_batch.key == "train.max_tokens_per_gpu" and plan.micro_batch.per_unit == 2048
+    assert value(plan, "logprob_micro_batch") == 8
+    assert not {"train.dynamic_batch_enable", "train.max_tokens_per_gpu"} & set(unmodelled_keys(plan))
     assert value(plan, "generation_sleeps") is True and plan.generation_sleeps.key == "vllm.enable_sleep"
 
 

@@ -33,7 +33,7 @@ __all__ = ["estimate", "allocated_peak", "pipeline_rank_peak", "Estimate", "GIB"
 
 # Bumped whenever a formula changes what an estimate comes to: local calibration records (trace/probe ratios to
 # the estimate of their day) made against another revision are ignored (vramlens.calibration).
-REVISION = 25
+REVISION = 26
 
 
 def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]], C.Params, float]:
@@ -182,7 +182,13 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # a critic trained in a step of its own (verl `update_critic`, OpenRLHF's critic group), before the policy's
         # update: its activations at its own micro-batch (the policy's scaled by the sequences; a scalar head, no
         # vocabulary logits) beside the policy's resident state, whose gradients `zero_grad` has freed
-        critic_acts = int(acts_fb * rp.critic_micro_batch / max(rp.micro_batch, 1))
+        critic_fb = acts_fb
+        if rp.critic_grad_checkpointing is not None and rp.critic_grad_checkpointing != rp.grad_checkpointing:
+            # the critic checkpoints where the actor does not, or the other way round: its blocks' activations as
+            # the same step keeps them under its own setting
+            own = rp.with_changes(grad_checkpointing=rp.critic_grad_checkpointing, critic_micro_batch=0)
+            critic_fb = _phases(own)[1]["forward-backward"]["activations"]
+        critic_acts = int(critic_fb * rp.critic_micro_batch / max(rp.micro_batch, 1))
         if "value_model" in rp.models_apart:
             # on the critic's own GPUs (OpenRLHF's critic group): the critic's state and step, the models that share
             # those GPUs (`critic_group`), and the engine's buffers as the policy's; nothing of the policy

@@ -256,6 +256,9 @@ OPENRLHF_DOTTED: dict[str, str] = {
     "ref.offload": "ref_offload",
     "train.dynamic_batch_enable": "use_dynamic_batch",
     "train.max_tokens_per_gpu": "train_max_tokens_per_gpu",
+    "rollout.max_tokens_per_gpu": "rollout_max_tokens_per_gpu",
+    "ref.model_name_or_path": "ref_pretrain",
+    "algo.kl.init_coef": "init_kl_coef",
 }
 
 
@@ -346,9 +349,6 @@ OPENRLHF_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
         b.unmodelled(s, "DeepSpeed gradient accumulation dtype", "estimated with the default accumulation dtype")
         if s.value not in (None, True, "")
         else None
-    ),
-    "use_dynamic_batch": _not_default(
-        "dynamic batching by tokens (`max_tokens_per_gpu`)", "estimated at micro-batch × max length"
     ),
     # OpenRLHF v0.11.0 (3c3be623) openrlhf/trainer/ppo_utils/samples_generator.py: the engines wake before each
     # rollout and `sleep` (level 1) after it; train_ppo_ray.py turns the flag off without --train.colocate_all

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, Iterable
 
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_float, to_int
 from vramlens.plan import OBJECTIVES, Origin
@@ -596,9 +596,133 @@ def _openrlhf_groups(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
         b.set("critic_group", ["reward_model"], with_critic, note="--colocate_critic_reward")
 
 
-def apply_openrlhf(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
+# OpenRLHF's experience maker runs the no-grad forwards of a rollout (the actor's old log-probs, the reference's, the
+# critic's values, the reward model's scores) over `--micro_rollout_batch_size` samples at a time (v0.8.0 to 2026 HEAD
+# openrlhf/trainer/ppo_utils/experience_maker.py `split_rollout_samples`; the flag is `--rollout.micro_batch_size`
+# from v0.10.2). With `--use_dynamic_batch` (`--train.dynamic_batch_enable`, v0.9.0 on) the micro-batch flags are not
+# used: the replay buffer packs each update's micro-batches with up to `--train_max_tokens_per_gpu` tokens per GPU
+# (× ring-attention ranks, which split them; trainer/ppo_utils/replay_buffer.py → utils/seqlen_balancing.py
+# `get_minimum_num_micro_batch_size`, first fit), the critic's as the actor's (trainer/ray/ppo_critic.py), and the
+# rollout's forwards with up to `--rollout_max_tokens_per_gpu`, which is the train budget when not given
+# (cli/train_ppo_ray.py: "Set --rollout_max_tokens_per_gpu to --train_max_tokens_per_gpu").
+OPENRLHF_MICRO = "OpenRLHF train_ppo_ray.py, trainer/ppo_utils/experience_maker.py and replay_buffer.py"
+
+
+def _openrlhf_micro_batches(b: PlanBuilder, by_key: dict[str, Setting], written: Iterable[str]) -> None:
+    """The sequences per GPU of the update's micro-batches and of the rollout's no-grad forwards (OPENRLHF_MICRO):
+    under dynamic batching as many sequences of the longest rollout (prompt + response) as the token budget holds, the
+    worst case the budget allows; else `--micro_rollout_batch_size` for the forwards (the release's default where
+    absent: 8 up to v0.9, 1 from v0.10)."""
+    from vramlens.formats import launchers
+    from vramlens.frameworks import schemas
+
+    written = set(written)
+    release = launchers.openrlhf_release(written)
+
+    def budget(flag: str) -> tuple[int | None, Setting | None, str]:
+        """A token budget as written, else its default with the flag as this command line spells it (not in the
+        text: a fix adds it)."""
+        s = by_key.get(flag)
+        if s is not None and to_int(s.value):
+            return to_int(s.value), s, f"`--{s.key}` {to_int(s.value):,}"
+        dotted = any("." in n for n in written)
+        name = next((d for d, f in launchers.OPENRLHF_DOTTED.items() if f == flag), flag) if dotted else flag
+        v = to_int(
+            schemas.default("openrlhf", name, release or schemas.pick_version("openrlhf"), owner="train_ppo_ray")
+        )
+        return (v, Setting(name, (name,), v), f"`--{name}` {v:,} by default") if v else (None, None, "")
+
+    plan = b.plan
+    # the budgets are read whether or not dynamic batching uses them (without it they change nothing)
+    plan.read_alongside.extend(
+        by_key[f].key for f in ("train_max_tokens_per_gpu", "rollout_max_tokens_per_gpu") if f in by_key
+    )
+    dynamic = by_key.get("use_dynamic_batch")
+    prompt, completion = (to_int(x.value) if x is not None else None for x in (plan.prompt_len, plan.completion_len))
+    seq = (prompt or 0) + (completion or 0)
+    if dynamic is not None and to_bool(dynamic.value) and seq:
+        ring = by_key.get("ring_attn_size")
+        ranks = max(1, to_int(ring.value) or 1) if ring is not None else 1
+        train, train_s, train_said = budget("train_max_tokens_per_gpu")
+        if train:
+            per_gpu = max(1, seq // ranks)  # a fix writes the budget back for the sequences it asks for
+
+            def packed(concept: str, tokens: int, s: Setting | None, note: str) -> int:
+                n = max(1, tokens * ranks // seq)
+                b.set(
+                    concept,
+                    n,
+                    s,
+                    origin=Origin.DERIVED,
+                    note=note.format(n=n),
+                    override=True,
+                    per_unit=per_gpu,
+                    budget=tokens,
+                )
+                return n
+
+            split = f" × {ranks} ring-attention ranks" if ranks > 1 else ""
+            packed(
+                "micro_batch",
+                train,
+                train_s,
+                f"dynamic batching: micro-batches packed up to {train_said} tokens{split}, {{n}} sequence(s) of "
+                f"{seq:,} (prompt + response); `micro_train_batch_size` is not used ({OPENRLHF_MICRO})",
+            )
+            rollout, rollout_s, rollout_said = budget("rollout_max_tokens_per_gpu")
+            if not rollout:
+                rollout, rollout_s, rollout_said = train, train_s, f"the train budget, {train_said}"
+            packed(
+                "logprob_micro_batch",
+                rollout,
+                rollout_s,
+                f"dynamic batching: the rollout's forwards packed up to {rollout_said} tokens, {{n}} sequence(s)",
+            )
+            return
+    s = by_key.get("micro_rollout_batch_size")
+    if s is not None:
+        b.set_int("logprob_micro_batch", s, minimum=1)
+        return
+    v = schemas.default("openrlhf", "micro_rollout_batch_size", release, owner="train_ppo_ray") if release else 8
+    if to_int(v):
+        where = f"OpenRLHF {release}" if release else "OpenRLHF v0.8.0"
+        b.set(
+            "logprob_micro_batch",
+            to_int(v),
+            origin=Origin.DEFAULT,
+            framework="openrlhf",
+            note=f"`--micro_rollout_batch_size` {v} ({where} openrlhf/cli/train_ppo_ray.py)",
+        )
+
+
+def _openrlhf_reference(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
+    """OpenRLHF's reference model is a whole model of its own, loaded from `--ref_pretrain` (`--ref.model_name_or_path`)
+    or else `--pretrain`, with or without LoRA: never the policy with its adapters off (v0.9.0 and 2026 HEAD
+    openrlhf/cli/train_dpo.py `ref_model = Actor(args.ref_pretrain, …)`, train_ppo_ray.py `ReferenceModelActor`
+    `init_model_from_pretrained(strategy, args.pretrain)`). A PPO run loads it only while the KL coefficient
+    `--init_kl_coef` (`--algo.kl.init_coef`, default 0.01) is above 0 (train_ppo_ray.py: `ref_model = None`)."""
+    s = by_key.get("init_kl_coef")
+    obj = b.plan.objective.value if b.plan.objective is not None else None
+    coef = to_float(s.value) if s is not None else None
+    if obj in ONLINE and s is not None and coef is not None:
+        off = coef <= 0
+        note = "KL coefficient 0: OpenRLHF loads no reference model" if off else "KL coefficient above 0"
+        b.set("reference_free", off, s, note=note)
+    model = b.plan.model_id
+    if model is not None and b.plan.ref_model_id is None and obj is not None:
+        b.plan.ref_model_id = model.model_copy(
+            update={
+                "origin": Origin.DERIVED,
+                "note": "OpenRLHF loads its reference model from the policy's checkpoint, a whole model with or "
+                "without LoRA (openrlhf/cli/train_dpo.py, train_ppo_ray.py)",
+            }
+        )
+
+
+def apply_openrlhf(b: PlanBuilder, by_key: dict[str, Setting], written: Iterable[str] = ()) -> None:
     """OpenRLHF flags: `--max_len`, `--prompt_max_len`, `--generate_max_len`, `--n_samples_per_prompt`,
-    `--micro_train_batch_size`, `--vllm_gpu_memory_utilization`, `--ref_offload`, `--critic_pretrain`."""
+    `--micro_train_batch_size`, `--vllm_gpu_memory_utilization`, `--ref_offload`, `--critic_pretrain`, and the
+    micro-batches of a PPO run (`_openrlhf_micro_batches`); `written`: the flags as spelled."""
     s = by_key.get("pretrain")
     if s is not None and isinstance(s.value, str) and s.value.strip():
         b.set("model_id", s.value.strip(), s)
@@ -632,16 +756,26 @@ def apply_openrlhf(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
     s = by_key.get("critic_pretrain")
     if s is not None:
         b.set("value_model", True, s)
+    if b.plan.objective is not None and b.plan.objective.value in ONLINE:
+        _openrlhf_micro_batches(b, by_key, written)
     # a critic, where the run has one, trains in its own actor group, in `micro_train_batch_size` micro-batches like
     # the policy (OpenRLHF v0.9.0 openrlhf/trainer/ppo_trainer.py `ppo_train`: the critic group's `fit` before the
     # actor's); the estimate uses it only with a value model
     micro, obj = b.plan.micro_batch, b.plan.objective
-    if obj is not None and obj.value == "ppo" and micro is not None and to_int(micro.value):
-        b.set(
-            "critic_micro_batch",
-            to_int(micro.value),
-            origin=Origin.DERIVED,
-            note="the critic's update runs apart from the policy's, at the same micro_train_batch_size",
+    if (
+        obj is not None
+        and obj.value == "ppo"
+        and micro is not None
+        and to_int(micro.value)
+        and not b.has("critic_micro_batch")
+    ):
+        # read from the policy's micro-batch setting (its key and span: a fix of that setting changes both)
+        b.plan.critic_micro_batch = micro.model_copy(
+            update={
+                "value": to_int(micro.value),
+                "origin": Origin.DERIVED,
+                "note": "the critic's update runs apart from the policy's, in micro-batches of the same size",
+            }
         )
 
 
@@ -657,7 +791,7 @@ def apply_launch(b: PlanBuilder, tool: str, subcommand: str | None, script: str 
     elif tool == "megatron":  # Megatron-SWIFT's `megatron rlhf` (swift/megatron/trainers/rollout_mixin.py)
         _swift_rollout_offload(b, by_flag)
     if script and "openrlhf" in script:
-        apply_openrlhf(b, by_flag)
+        apply_openrlhf(b, by_flag, {str(s.key) for s in flags})
         if "ray" in script:
             _openrlhf_groups(b, by_flag)
     if tool not in ("axolotl", "llamafactory", "torchtune"):
@@ -666,6 +800,8 @@ def apply_launch(b: PlanBuilder, tool: str, subcommand: str | None, script: str 
             c = Setting(str(s.path[0]), (str(s.path[0]),), s.value, s.span, s.value_span)
             kids.append(c)
         apply_hf_keys(b, kids)
+    if script and "openrlhf" in script:
+        _openrlhf_reference(b, by_flag)
     finish(b, script or "")
 
 

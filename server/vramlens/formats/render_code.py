@@ -22,7 +22,7 @@ import re
 import shlex
 from typing import Any, Iterator, cast
 
-from vramlens.formats import markdown, python_calls, shell
+from vramlens.formats import launchers, markdown, python_calls, shell
 from vramlens.formats.render import RenderResult, TextEdit
 from vramlens.knowledge import optimizers
 from vramlens.plan import Sourced, Span, TrainingPlan
@@ -648,6 +648,57 @@ TOOL_FLAGS = {
         "compile": "compile",
     },
 }
+# the programs whose command lines take transformers' TrainingArguments flags (an HF example script, a TRL script or
+# one of the user's own, run by a launcher); other programs define their own flags, and a concept without an entry in
+# TOOL_FLAGS is not written on their command lines
+HF_TOOLS = frozenset({"python", "torchrun", "accelerate", "deepspeed"})
+TOOL_FLAGS.update(
+    {
+        # OpenRLHF's flat flags (up to v0.10.1; openrlhf/cli/train_*.py). There is no accumulation flag (it follows
+        # from --train_batch_size) and no optimizer choice beyond Adam (v0.10.2+: `--optim adam|muon`).
+        "openrlhf": {
+            "micro_batch": "micro_train_batch_size",
+            "grad_checkpointing": "gradient_checkpointing",
+            "seq_len": "max_len",
+            "packing": "packing_samples",
+            "vllm_memory_share": "vllm_gpu_memory_utilization",
+        },
+        # verl's hydra overrides (verl/trainer/config/ppo_trainer.yaml): accumulation follows from ppo_mini_batch_size
+        "verl": {
+            "micro_batch": "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+            "grad_checkpointing": "actor_rollout_ref.model.enable_gradient_checkpointing",
+            "vllm_memory_share": "actor_rollout_ref.rollout.gpu_memory_utilization",
+            "completion_len": "data.max_response_length",
+        },
+        # Megatron-LM's arguments (megatron/training/arguments.py): accumulation follows from --global-batch-size
+        "megatron": {"micro_batch": "micro-batch-size", "seq_len": "seq-length"},
+    }
+)
+
+# verl's LoRA keys (the FSDP workers' actor model: `actor_rollout_ref.model.*`)
+VERL_LORA = {
+    "lora_r": "actor_rollout_ref.model.lora_rank",
+    "lora_alpha": "actor_rollout_ref.model.lora_alpha",
+    "lora_targets": "actor_rollout_ref.model.target_modules",
+}
+# programs that take no accumulation count: they derive it from a global batch (OpenRLHF `--train_batch_size`, verl
+# `ppo_mini_batch_size`, Megatron `--global-batch-size`), which a smaller micro-batch leaves as it is
+ACCUMULATION_FOLLOWS = frozenset({"openrlhf", "verl", "megatron"})
+
+
+def _openrlhf_name(doc: "_ShDoc", name: str) -> str:
+    """An OpenRLHF flag as this command line spells its flags: dotted from v0.10.2 (`_openrlhf_dotted`), else flat."""
+    return _openrlhf_dotted(name, doc.launch.subcommand) if any("." in n for n, _, _ in doc.args.flags) else name
+
+
+def _openrlhf_dotted(name: str, program: str | None) -> str:
+    """The v0.10.2+ dotted spelling of a flat OpenRLHF flag (formats.launchers.OPENRLHF_DOTTED), in the section the
+    program uses where two sections spell it (`--actor.*` in train_ppo_ray, `--model.*` elsewhere)."""
+    names = [d for d, flat in launchers.OPENRLHF_DOTTED.items() if flat == name]
+    section = "actor." if program and "ppo" in program else "model."
+    return next((d for d in names if d.startswith(section)), names[0] if names else name)
+
+
 # concepts whose value is written as it is (no change of key or meaning)
 SH_DIRECT = frozenset(
     {
@@ -661,6 +712,8 @@ SH_DIRECT = frozenset(
         "activation_offload",
         "seq_len",
         "attn_impl",
+        "completion_len",
+        "vllm_memory_share",
     }
 )
 
@@ -688,6 +741,7 @@ class _ShDoc:
         self.args = shell.collect_args(self.script)
         self.edits: list[TextEdit] = []
         self.appended: list[str] = []  # new "--flag value" texts for the command
+        self.longer = 0  # tokens a change of the completion length adds to each sequence of a token budget
 
     def span(self, start: int, end: int | None = None) -> Span:
         return self.idx.span(start, start if end is None else end)
@@ -734,6 +788,8 @@ def render_shell(
     doc = _ShDoc(text, view, plan, console, script, script.launch)
     notes: list[str] = []
     changes = dict(changes)
+    if isinstance(changes.get("completion_len"), int) and plan.completion_len is not None:
+        doc.longer = changes["completion_len"] - int(plan.completion_len.value)
     if changes.get("peft_method") == "qlora" and "quant_bits" not in changes:
         changes["quant_bits"] = 4
     peft_failed = False
@@ -754,7 +810,7 @@ def render_shell(
 
 
 def _flag_text(tool: str, name: str, value_text: str | None) -> str:
-    if tool in ("llamafactory", "torchtune"):
+    if tool in ("llamafactory", "torchtune", "verl"):
         return f"{name}={value_text}"
     return f"--{name}" if value_text is None else f"--{name} {value_text}"
 
@@ -789,6 +845,15 @@ def _sh_change(doc: _ShDoc, concept: str, value: Any) -> None:
         return
     if concept == "alloc_conf":
         return _sh_alloc(doc, value)
+    if concept == "grad_accum" and tool in ACCUMULATION_FOLLOWS:
+        return  # the global batch stays as written, and accumulation follows from it
+    if cur is not None and cur.per_unit and cur.key and isinstance(value, int):
+        # a count read from a token budget: the budget that holds `value` sequences (Sourced.per_unit), edited where
+        # the command writes it, else added
+        budget = str(value * max(1, cur.per_unit + doc.longer))
+        if (local := _local(plan, concept)) is not None and local.value_span is not None:
+            return doc.replace_span(local.value_span, budget)
+        return _put_flag(doc, cur.key.lstrip("-"), budget)
     local = _local(plan, concept)
     if local is not None and local.key and concept in SH_DIRECT:
         return _sh_edit_existing(doc, local, concept, value)
@@ -814,10 +879,17 @@ def _sh_change(doc: _ShDoc, concept: str, value: Any) -> None:
         return _put_flag(doc, "disable_gradient_checkpointing", "false" if value else "true")
     if concept == "optimizer" and tool == "torchtune":
         return _put_flag(doc, "optimizer._component_", optimizers.class_path(value) or value)
-    flags = TOOL_FLAGS.get(tool, HF_FLAGS)
+    flags = TOOL_FLAGS.get(tool, HF_FLAGS if tool in HF_TOOLS else {})
     name = flags.get(concept)
+    if tool == "openrlhf" and name is not None:
+        name = _openrlhf_name(doc, name)
     if name is None:
-        raise _Cannot(f"`{concept}` cannot be set on this {tool} command line: set it in the config file")
+        where = ": set it in the config file" if tool in ("llamafactory", "torchtune", "axolotl", "swift") else ""
+        raise _Cannot(f"`{concept}` cannot be set on this {tool} command line{where}")
+    if tool == "openrlhf" and isinstance(value, bool):  # argparse `store_true` switches
+        if not value:
+            raise _Cannot(f"remove `--{name}` from the command")
+        return _put_flag(doc, name, None)
     _put_flag(doc, name, _sh_value(name, concept, value, tool))
 
 
@@ -879,6 +951,12 @@ def _sh_peft(doc: _ShDoc, concept: str, value: Any) -> None:
     plan, tool = doc.plan, doc.launch.tool
     if concept == "peft_method":
         local = _local(plan, "peft_method")
+        if tool == "openrlhf" and value in ("lora", "qlora"):
+            # LoRA is on with a rank above 0 (openrlhf/cli/train_*.py `--lora_rank`, default 0); QLoRA adds
+            # `--load_in_4bit` (quant_bits)
+            if plan.peft_method is not None and plan.peft_method.value == "lora":
+                return None
+            return _put_flag(doc, _openrlhf_name(doc, "lora_rank"), "16")
         if local is not None and local.value_span is not None:
             return doc.replace_span(local.value_span, _sh_value(local.key or "", concept, value, tool))
         if value not in ("lora", "qlora", "dora"):
@@ -891,6 +969,8 @@ def _sh_peft(doc: _ShDoc, concept: str, value: Any) -> None:
             return _put_flag(doc, "adapter", value if value in ("lora", "qlora") else "lora")
         if tool == "trl" or plan.framework == "trl":
             return _put_flag(doc, "use_peft", None)
+        if tool == "verl" and value == "lora":  # the FSDP actor's PEFT LoRA (ppo_trainer.yaml `model.lora_rank: 0`)
+            return _put_flag(doc, VERL_LORA["lora_r"], "16")
         raise _Cannot("this script's arguments have no LoRA switch: add LoRA in the training script")
     local = _local(plan, concept)
     if local is not None and concept == "quant_bits" and local.key:
@@ -924,6 +1004,26 @@ def _sh_peft(doc: _ShDoc, concept: str, value: Any) -> None:
             "quant_bits": "load-in-4bit",
         },
     }.get(tool)
+    if tool == "verl" and concept in VERL_LORA:
+        doc.appended[:] = [f for f in doc.appended if not f.startswith(VERL_LORA[concept] + "=")]
+        return _put_flag(doc, VERL_LORA[concept], _sh_value(VERL_LORA[concept], concept, value, tool))
+    if tool == "openrlhf":
+        names = {
+            "lora_r": "lora_rank",
+            "lora_alpha": "lora_alpha",
+            "lora_targets": "target_modules",
+            "quant_bits": "load_in_4bit",
+        }
+        if concept == "quant_bits" and value != 4:
+            raise _Cannot("OpenRLHF loads a model in 4 bits only (`--load_in_4bit`)")
+        if concept in names:
+            name = _openrlhf_name(doc, names[concept])
+            if concept == "quant_bits":
+                return _put_flag(doc, name, None)
+            text = _sh_value(name, concept, value, tool)
+            # the rank the LoRA switch above added: one flag, with this value
+            doc.appended[:] = [f for f in doc.appended if not f.startswith(f"--{name} ")]
+            return _put_flag(doc, name, text)
     if names is None and (tool == "trl" or plan.framework == "trl"):
         names = {
             "lora_r": "lora_r",

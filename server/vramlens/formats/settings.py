@@ -221,11 +221,16 @@ class PlanBuilder:
         origin: Origin = Origin.FILE,
         override: bool = False,
         framework: str | None = None,
+        per_unit: int | None = None,
+        budget: int | None = None,
     ) -> None:
+        """`per_unit`, `budget`: the value counts sequences of that many tokens in a token budget (`Sourced`)."""
         if not override and getattr(self.plan, concept) is not None:
             return
         if setting is None:
-            sourced = Sourced(value=value, origin=origin, note=note, framework=framework)
+            sourced = Sourced(
+                value=value, origin=origin, note=note, framework=framework, per_unit=per_unit, budget=budget
+            )
         else:
             sourced = Sourced(
                 value=value,
@@ -235,6 +240,8 @@ class PlanBuilder:
                 value_span=setting.value_span,
                 note=note,
                 framework=framework,
+                per_unit=per_unit,
+                budget=budget,
             )
         setattr(self.plan, concept, sourced)
 

@@ -2603,7 +2603,8 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
     if script.branch_notes:  # the values the launch line uses that an `if` of unknown outcome sets
         used = {p[1] for a in launch.args for p in a.word.parts if p[0] == VAR}
         b.plan.read_notes.extend(note for name, note in script.branch_notes.items() if name in used)
-    if tool == "verl":  # hydra `key=value` overrides (formats.verl)
+    if tool == "verl":  # hydra `key=value` overrides (formats.verl), the allocator from the environment
+        _env_settings(r, launch, script.env)
         return verl.apply_launch(b, r, script, ctx)
     framework = {
         "llamafactory": "llamafactory",

@@ -169,14 +169,27 @@ class _Reader:
         self.cfg = cfg
 
     def put(
-        self, concept: str, value: Any, s: Setting | None, note: str | None = None, *, derived: bool = False
+        self,
+        concept: str,
+        value: Any,
+        s: Setting | None,
+        note: str | None = None,
+        *,
+        derived: bool = False,
+        per_unit: int | None = None,
     ) -> None:
-        """Set a concept from a setting of the file, or from verl's default (its key kept, origin DEFAULT)."""
+        """Set a concept from a setting of the file, or from verl's default (its key kept, origin DEFAULT);
+        `per_unit`: the value is read from the token budget `s` holds, in sequences of that many tokens."""
+        budget = to_int(s.value) if per_unit and s is not None else None
         if s is not None and self.cfg.is_default(s):
             origin = Origin.DERIVED if derived else Origin.DEFAULT
-            self.b.set(concept, value, s, note=note, origin=origin, framework=self.cfg.label)
+            framework = self.cfg.label
+            self.b.set(
+                concept, value, s, note=note, origin=origin, framework=framework, per_unit=per_unit, budget=budget
+            )
         else:
-            self.b.set(concept, value, s, note=note, origin=Origin.DERIVED if derived else Origin.FILE)
+            origin = Origin.DERIVED if derived else Origin.FILE
+            self.b.set(concept, value, s, note=note, origin=origin, per_unit=per_unit, budget=budget)
 
     def int(self, key: str, minimum: int = 0) -> tuple[int | None, Setting | None]:
         s = self.cfg.get(key)
@@ -232,7 +245,27 @@ def read(
     _distribution(r, megatron, world)
     _rollout(r)
     _reference(r, megatron)
+    _allocator(r)
     _not_modelled(r)
+
+
+# verl from v0.6.0 turns the caching allocator's expandable segments on for the training phases and off only around
+# the rollout's weight sync (v0.6.0 and v0.7.0 verl/workers/fsdp_workers.py and megatron_workers.py `rollout_mode`:
+# `set_expandable_segments(False)`, `trainer_mode`: `set_expandable_segments(True)`, through
+# verl/utils/device.py `torch.cuda.memory._set_allocator_settings`)
+EXPANDABLE_FROM = (0, 6, 0)
+
+
+def _allocator(r: _Reader) -> None:
+    """The allocator setting verl's workers apply themselves where the launch sets none (EXPANDABLE_FROM)."""
+    if r.b.plan.alloc_conf is None and _version_key(r.cfg.version) >= EXPANDABLE_FROM:
+        r.b.set(
+            "alloc_conf",
+            "expandable_segments:True",
+            origin=Origin.DEFAULT,
+            framework=f"verl {r.cfg.version}",
+            note="verl's workers turn expandable segments on for the update (workers/fsdp_workers.py `trainer_mode`)",
+        )
 
 
 A = "actor_rollout_ref."
@@ -484,21 +517,21 @@ def _log_prob_batch(r: _Reader, dp: int, seq: int) -> None:
                     f"{role}.log_prob_use_dynamic_bsz: micro-batches filled up to {tokens:,} tokens, {n} sequence(s) "
                     f"of {seq:,} (max prompt + response)"
                 )
-                found.append((n, ts, note))
+                found.append((n, ts, note, seq))
             continue
         per_gpu, ps = r.int(key + "log_prob_micro_batch_size_per_gpu", 1)
         if per_gpu and ps is not None:
-            found.append((per_gpu, ps, None))
+            found.append((per_gpu, ps, None, None))
             continue
         total, ts = r.int(key + "log_prob_micro_batch_size", 1)
         if total and ts is not None:
             n = max(1, total // dp)
-            found.append((n, ts, f"{role}.log_prob_micro_batch_size {total} ÷ {dp} data-parallel ranks"))
+            found.append((n, ts, f"{role}.log_prob_micro_batch_size {total} ÷ {dp} data-parallel ranks", None))
     if not found:
         return
-    n, s, note = max(found, key=lambda f: f[0])
-    r.put("logprob_micro_batch", n, s, note=note, derived=note is not None)
-    b.plan.read_alongside.extend(other.key for _, other, _ in found if other is not s and other.key)
+    n, s, note, per_unit = max(found, key=lambda f: f[0])
+    r.put("logprob_micro_batch", n, s, note=note, derived=note is not None, per_unit=per_unit)
+    b.plan.read_alongside.extend(other.key for _, other, _, _ in found if other is not s and other.key)
 
 
 def _ulysses(b: PlanBuilder, sp: int, s: Setting | None) -> None:
@@ -537,6 +570,7 @@ def _batch(r: _Reader, world: int, megatron: bool) -> None:
                 micro,
                 ts,
                 derived=True,
+                per_unit=seq,
                 note=f"use_dynamic_bsz: micro-batches filled up to ppo_max_token_len_per_gpu={tokens:,} tokens, "
                 f"{micro} sequence(s) of {seq:,} (max prompt + response)",
             )
@@ -576,14 +610,14 @@ def _batch(r: _Reader, world: int, megatron: bool) -> None:
             note=f"ppo_mini_batch_size {mini} × rollout.n {n} ÷ {dp} ranks = {per_rank} sequences per update "
             f"on each GPU, in micro-batches of {micro}",
         )
-    _critic_batch(r, dp, seq)
+    _critic_batch(r, dp, seq, megatron)
     if sp > 1 and not megatron:  # Megatron workers split sequences with their own context parallelism
         _, s = r.int(A + "actor.ulysses_sequence_parallel_size", 1)
         _ulysses(b, sp, s)
     _log_prob_batch(r, dp, seq)
 
 
-def _critic_batch(r: _Reader, dp: int, seq: int) -> None:
+def _critic_batch(r: _Reader, dp: int, seq: int, megatron: bool = False) -> None:
     """The critic trains in `update_critic`, before the actor's update and apart from it (verl v0.4.1/v0.7.0
     verl/trainer/ppo/ray_trainer.py `fit`; workers/critic/dp_critic.py `update_critic`), in micro-batches of its own:
     `critic.ppo_micro_batch_size_per_gpu`, the global `critic.ppo_micro_batch_size` ÷ DP, or with `use_dynamic_bsz`
@@ -591,10 +625,18 @@ def _critic_batch(r: _Reader, dp: int, seq: int) -> None:
     b = r.b
     if b.plan.value_model is None or not b.plan.value_model.value:
         return
-    for key, actor_key, what in (
-        ("critic.model.enable_gradient_checkpointing", A + "model.enable_gradient_checkpointing", "checkpointing"),
-        ("critic.ulysses_sequence_parallel_size", A + "actor.ulysses_sequence_parallel_size", "Ulysses split"),
-    ):
+    # the critic's own checkpointing (workers/fsdp_workers.py CriticWorker `_build_critic_model_optimizer`:
+    # `critic_module.gradient_checkpointing_enable()` under `config.model.enable_gradient_checkpointing`)
+    # (FSDP workers; the Megatron workers' critic step is not estimated apart)
+    gc, gs = r.bool("critic.model.enable_gradient_checkpointing")
+    if gs is not None and gc is not None and not megatron:
+        r.put("critic_grad_checkpointing", gc, gs)  # as written, else verl's default (on)
+    apart = [("critic.ulysses_sequence_parallel_size", A + "actor.ulysses_sequence_parallel_size", "Ulysses split")]
+    if megatron:
+        apart.append(
+            ("critic.model.enable_gradient_checkpointing", A + "model.enable_gradient_checkpointing", "checkpointing")
+        )
+    for key, actor_key, what in apart:
         s, theirs = r.cfg.get(key), r.cfg.value(actor_key)
         if s is not None and not r.cfg.is_default(s) and str(s.value).lower() != str(theirs).lower():
             b.unmodelled(
@@ -608,7 +650,7 @@ def _critic_batch(r: _Reader, dp: int, seq: int) -> None:
         tokens, ts = r.int("critic.ppo_max_token_len_per_gpu", 1)
         if tokens and seq:
             note = f"critic use_dynamic_bsz: up to {tokens:,} tokens, {max(1, tokens // seq)} sequence(s) of {seq:,}"
-            r.put("critic_micro_batch", max(1, tokens // seq), ts, note=note, derived=True)
+            r.put("critic_micro_batch", max(1, tokens // seq), ts, note=note, derived=True, per_unit=seq)
         return
     per_gpu, s = r.int("critic.ppo_micro_batch_size_per_gpu", 1)
     if per_gpu:
@@ -1267,6 +1309,7 @@ def _sft_engine_batch(r: _Reader, world: int, megatron: bool) -> None:
                 micro,
                 ts,
                 derived=True,
+                per_unit=length,
                 note=f"use_dynamic_bsz: micro-batches filled up to max_token_len_per_gpu={tokens:,} tokens "
                 f"(verl/workers/engine/utils.py `prepare_micro_batches`), estimated as {micro} sample(s) of "
                 f"max_length {length:,}{cap}",

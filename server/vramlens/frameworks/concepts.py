@@ -856,6 +856,14 @@ _ALL: tuple[Concept, ...] = (
         ("critic.ppo_micro_batch_size_per_gpu",),
     ),
     _C(
+        "critic_grad_checkpointing",
+        "bool",
+        "the critic's activation checkpointing, set apart from the actor's",
+        True,
+        True,
+        ("critic.model.enable_gradient_checkpointing",),
+    ),
+    _C(
         "stage_count_rounding",
         "str",
         "the stage count layers_per_stage gives, rounded up or down to a multiple of the pipeline size",

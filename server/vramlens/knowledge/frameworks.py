@@ -177,7 +177,7 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
     # model loads in the checkpoint's dtype and DeepSpeed runs in fp32; without `--flash_attn`, eager attention;
     # DeepSpeed's FusedAdam (fp32 states)
     "openrlhf": (
-        "OpenRLHF 0.5–0.8 (train_sft.py)",
+        "OpenRLHF 0.5–0.8 (openrlhf/cli entry points, DeepSpeed strategy)",
         {
             "micro_batch": 8,
             "grad_accum": 1,
@@ -195,6 +195,7 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
             "lora_alpha": 16,
             "lora_dropout": 0.0,
             "lora_targets": ["all-linear"],
+            "quant_double": True,  # `--load_in_4bit`: BitsAndBytesConfig(bnb_4bit_use_double_quant=True), actor.py
             # the DeepSpeed config it builds writes "auto" for these and hands it to `deepspeed.initialize` as it
             # is (openrlhf/utils/deepspeed/deepspeed_utils.py `get_train_ds_config`, v0.6.0 and 3c3be623)
             "zero_reduce_bucket": "auto",

@@ -108,6 +108,7 @@ def build_plan(
         offload_optimizer_idle=bool(val("offload_optimizer_idle")),
         offload_idle_scope=str(val("offload_idle_scope") or "update"),
         critic_micro_batch=int(val("critic_micro_batch") or 0),
+        critic_grad_checkpointing=None if (gc := val("critic_grad_checkpointing")) is None else bool(gc),
         models_apart=tuple(val("models_apart") or ()),
         critic_group=tuple(val("critic_group") or ()),
         **(zero_sizes(ctx) if strategy == "deepspeed" else {}),
