@@ -55,6 +55,21 @@ def verl_stated(path: Path, plan: Any) -> dict[str, Any]:
     return values
 
 
+def openrlhf_stated(path: Path, plan: Any) -> dict[str, Any]:
+    """An OpenRLHF script's own values (the generic reading), without the micro-batch flags when it turns dynamic
+    batching on: the replay buffer then packs micro-batches up to `--train_max_tokens_per_gpu` tokens and never
+    reads `--micro_train_batch_size` (OpenRLHF v0.9.0 and 2026 HEAD openrlhf/trainer/ppo_utils/replay_buffer.py,
+    utils/seqlen_balancing.py `get_minimum_num_micro_batch_size`)."""
+    values = stated(path)
+    if any(
+        str(values.get(k, "")).strip().lower() in ("true", "1")
+        for k in ("use_dynamic_batch", "train.dynamic_batch_enable")
+    ):
+        values.pop("micro_train_batch_size", None)
+        values.pop("train.micro_batch_size", None)
+    return values
+
+
 def nemo_stated(path: Path, plan: Any) -> dict[str, Any]:
     """A NeMo AutoModel recipe's own values (the generic reading), with pipeline parallelism the micro-batch the
     schedule runs in place of the local batch: `pp_microbatch_size` (default 1; NeMo AutoModel
@@ -135,6 +150,7 @@ FRAMEWORKS: list[Framework] = [
             ),
             Check(("packing_samples", "ds.packing_samples", "data.packing_samples"), "packing", "bool"),
         ],
+        openrlhf_stated,
     ),
     Framework(
         "verl",

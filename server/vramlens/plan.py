@@ -305,6 +305,7 @@ class TrainingPlan(BaseModel):
     recompute_method: Sourced[str] | None = None  # Megatron full recompute: "uniform" or "block"
     recompute_layers: Sourced[int] | None = None  # Megatron `--recompute-num-layers`
     checkpoint_every: Sourced[int] | None = None  # with grad_checkpointing: every n-th block checkpointed (absent: 1)
+    recompute_modules: Sourced[list] | None = None  # Megatron's selective recompute modules (`--recompute-modules`)
     selective_recompute: Sourced[str] | None = None  # "op" (torchtitan op-level SAC), "core_attention" (Megatron)
     loss_parallel: Sourced[bool] | None = None  # logits and loss sharded over the tensor-parallel ranks
     compile_loss: Sourced[bool] | None = None  # with compile: whether the loss is compiled too (absent: yes)

@@ -68,6 +68,9 @@ class ResolvedPlan(BaseModel):
     grad_checkpointing: bool = False
     checkpoint_every: int = 1  # with grad_checkpointing: every n-th block is checkpointed, the others
     # keep everything (torchtitan selective_ac_option n)
+    # Megatron's selective recompute (`selective_recompute` "core_attention"): the modules it checkpoints, of those the
+    # estimate models (megatron/core/transformer/transformer_config.py `recompute_modules`, default core_attn)
+    recompute_modules: tuple[str, ...] = ("core_attn",)
     selective_recompute: Literal["none", "op", "core_attention"] = "none"  # without grad_checkpointing: "op", each
     # block keeps only the outputs of the ops in a save list (torchtitan's
     # op-level selective AC); "core_attention", Megatron's selective

@@ -244,3 +244,98 @@ def test_hybrid_cpu_optimizer_keeps_fp32_states_on_the_gpu_whatever_the_precisio
     )
     state = C.megatron_step(plain)["forward-backward"]["optimizer"]
     assert state > 0 and C.megatron_step(low)["forward-backward"]["optimizer"] == state
+
+
+# Qwen3-30B-A3B's shapes (its config.json): 48 layers, 128 experts, top-8, moe_intermediate_size 768
+QWEN3_30B_A3B = ModelArch(
+    id="qwen3-30b-a3b",
+    family="qwen3_moe",
+    hidden=2048,
+    layers=48,
+    heads=32,
+    kv_heads=4,
+    head_dim=128,
+    intermediate=6144,
+    vocab=151936,
+    num_experts=128,
+    experts_per_token=8,
+    moe_intermediate=768,
+)
+
+
+def activations(rp) -> int:
+    return C.megatron_step(rp)["forward-backward"]["activations"]
+
+
+@pytest.mark.parametrize(
+    "modules, arch",
+    [(("core_attn", "moe"), QWEN3_30B_A3B), (("core_attn", "mlp"), QWEN3_4B)],
+    ids=["moe", "mlp"],
+)
+def test_selective_recompute_of_the_mlp_keeps_its_input_and_rebuilds_one_layer(modules, arch):
+    """`--recompute-modules moe` (or `mlp`) checkpoints each layer's MoE layer (dense MLP) whole: every layer keeps
+    the MLP half's replicated 5h and nothing inside it; the backward rebuilds one layer's at a time."""
+    base = plan(arch=arch, selective_recompute="core_attention")
+    recomputed = plan(arch=arch, selective_recompute="core_attention", recompute_modules=modules)
+    moe = arch.num_experts > 0
+    tokens = base.micro_batch * base.seq_len
+    inside, _ = C.megatron._mlp_part(base, moe, True)
+    _, kept_r = C.megatron._mlp_part(recomputed, moe, True)
+    _, full_r = C.megatron._mlp_part(base, moe, True)
+    per_layer = inside + full_r - kept_r
+    assert kept_r == 5 * arch.hidden  # norm input, linear_fc1 input (the checkpoint's), dropout mask
+    saved = activations(base) - activations(recomputed)
+    assert saved == pytest.approx(tokens * per_layer * (arch.layers - 1), rel=0.01)
+
+
+def test_moe_act_recompute_discards_the_experts_activation_output():
+    base = plan(arch=QWEN3_30B_A3B, selective_recompute="core_attention")
+    act = plan(arch=QWEN3_30B_A3B, selective_recompute="core_attention", recompute_modules=("core_attn", "moe_act"))
+    tokens = base.micro_batch * base.seq_len
+    # one 2-byte activation output per token, chosen expert and expert width, in every layer
+    expected = tokens * QWEN3_30B_A3B.layers * 8 * 2 * 768
+    assert activations(base) - activations(act) == pytest.approx(expected, rel=1e-6)
+
+
+MEGATRON_MOE = (
+    "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 48 --hidden-size 2048 --num-attention-heads 32 "
+    "--group-query-attention --num-query-groups 4 --kv-channels 128 --ffn-hidden-size 6144 --swiglu "
+    "--num-experts 128 --moe-router-topk 8 --moe-ffn-hidden-size 768 --moe-grouped-gemm "
+    "--expert-model-parallel-size 8 --micro-batch-size 1 --global-batch-size 64 --seq-length 4096 "
+    "--max-position-embeddings 4096 --vocab-size 151936 --bf16 --use-distributed-optimizer {extra}\n"
+)
+
+
+@pytest.mark.parametrize(
+    "extra, modules",
+    [
+        ("--moe-layer-recompute", ["core_attn", "moe"]),
+        ("--recompute-granularity selective --recompute-modules moe_act shared_experts", ["moe_act", "shared_experts"]),
+        (
+            "--recompute-granularity selective --recompute-modules core_attn moe --moe-layer-recompute",
+            ["core_attn", "moe"],
+        ),
+    ],
+    ids=["moe-layer-recompute", "modules", "both"],
+)
+def test_recompute_module_flags_are_read(tmp_path, extra, modules):
+    """`--moe-layer-recompute` (deprecated, core_v0.13.0) is selective granularity with "moe" added; the modules
+    the estimate models are read, not named as not modelled."""
+    path = tmp_path / "run.sh"
+    path.write_text(MEGATRON_MOE.format(extra=extra), encoding="utf-8")
+    plan_ = parse_document(path.read_text(encoding="utf-8"), str(path)).plan
+    assert plan_.recompute_modules.value == modules
+    assert plan_.selective_recompute.value == "core_attention"
+    assert not {u.key for u in plan_.unmodelled} & {"moe-layer-recompute", "recompute-modules", "moe_layer_recompute"}
+    rp = resolve(plan_, Settings(gpu="H100", model_lookup=False)).resolved
+    assert rp.recompute_modules == tuple(modules)
+
+
+def test_recompute_modules_the_estimate_does_not_model_are_named(tmp_path):
+    path = tmp_path / "run.sh"
+    extra = "--recompute-granularity selective --recompute-modules core_attn layernorm"
+    path.write_text(MEGATRON_MOE.format(extra=extra), encoding="utf-8")
+    plan_ = parse_document(path.read_text(encoding="utf-8"), str(path)).plan
+    assert plan_.recompute_modules.value == ["core_attn"]
+    named = [u for u in plan_.unmodelled if "layernorm" in u.what]
+    assert named and named[0].consequence == "those modules counted as stored"

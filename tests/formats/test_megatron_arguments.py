@@ -174,7 +174,7 @@ def test_required_arguments_and_flags_megatron_refuses_are_named(tmp_path):
     [
         ("--optimizer muon", "optimizer"),
         ("--tp-comm-overlap", "tp-comm-overlap"),
-        ("--recompute-modules core_attn mlp", "recompute-modules"),
+        ("--recompute-modules core_attn layernorm", "recompute-modules"),
         ("--use-torch-fsdp2", "use-torch-fsdp2"),
     ],
 )

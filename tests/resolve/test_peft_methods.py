@@ -63,7 +63,10 @@ def test_method_parameters_match_peft(method, shape, peft_config):
     peft = pytest.importorskip("peft")
     transformers = pytest.importorskip("transformers")
     config, arch = _tiny_arch()
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config))
+    # in bf16, as training loads it: peft moves each new adapter to the base layer's dtype and device (on a GPU,
+    # from the CPU it is made on), which re-wraps AdaLoRA's `ranknum` as a trainable parameter
+    torch = pytest.importorskip("torch")
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config)).to(torch.bfloat16)
     targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     cls, kwargs = peft_config
     wrapped = peft.get_peft_model(model, getattr(peft, cls)(target_modules=targets, **kwargs))

@@ -180,13 +180,30 @@ def _recompute_activations(b: PlanBuilder, s: Setting) -> None:
     _recompute_granularity(b, s)
 
 
+# The selective recompute modules the estimate models (components.megatron): "core_attn" (the core attention), "mlp"
+# and "moe" (a dense MLP or a whole MoE layer checkpointed: it keeps its input), "shared_experts", "moe_act" (the
+# experts' activation output discarded and recomputed); megatron/core/transformer/transformer_config.py
+# `recompute_modules` (core_v0.13.0 to 2026 main). The others ("layernorm", "mla_up_proj", the GatedDeltaNet ones,
+# "mhc") are named as not modelled.
+RECOMPUTE_MODULES = ("core_attn", "mlp", "moe", "shared_experts", "moe_act")
+
+
 def _recompute_modules(b: PlanBuilder, s: Setting) -> None:
-    """`--recompute-modules` (selective recompute; default `core_attn`, megatron/core/transformer/transformer_config.py
-    `recompute_modules`): only the core attention's recompute is modelled."""
+    """`--recompute-modules` (selective recompute; default `core_attn`, RECOMPUTE_MODULES)."""
     words = s.value if isinstance(s.value, list) else str(s.value).replace(",", " ").split()
-    other = [str(w) for w in words if str(w).strip().lower() != "core_attn"]
+    words = [str(w).strip().strip("[]'\"").lower() for w in words if str(w).strip().strip("[]'\"")]
+    b.set("recompute_modules", sorted({w for w in words if w in RECOMPUTE_MODULES}), s)
+    other = [w for w in words if w not in RECOMPUTE_MODULES]
     if other:
-        b.unmodelled(s, f"selective recompute of {', '.join(other)}", "only the core attention's recompute is counted")
+        b.unmodelled(s, f"selective recompute of {', '.join(other)}", "those modules counted as stored")
+
+
+def _moe_layer_recompute(b: PlanBuilder, s: Setting) -> None:
+    """`--moe-layer-recompute` (deprecated): selective granularity with "moe" added to the recompute modules
+    (core_v0.13.0 megatron/core/transformer/transformer_config.py `__post_init__`); merged in `finish`."""
+    if to_bool(s.value) is not False:
+        b.remember(s)
+        b.set("selective_recompute", "core_attention", s, note="--moe-layer-recompute: selective recompute")
 
 
 def _optimizer(b: PlanBuilder, s: Setting) -> None:
@@ -370,7 +387,7 @@ HANDLERS = {
     "distribute_saved_activations": _not_modelled(
         "recomputed layers' inputs split over the tensor-parallel group", "counted whole on each rank"
     ),
-    "moe_layer_recompute": _not_modelled("MoE layers recomputed", "estimated as stored"),
+    "moe_layer_recompute": _moe_layer_recompute,
     "empty_unused_memory_level": _not_modelled(
         "the allocator cache emptied during each step",
         "reserved memory estimated with the caching allocator's slack",
@@ -463,6 +480,15 @@ _GROUPS = {
         "num_distributed_optimizer_instances cp_comm_type hierarchical_context_parallel_sizes use_tp_pp_dp_mapping "
         "overlap_moe_expert_parallel_comm model_parallel_size"
     ),
+    "Megatron's gradient buffers are counted whole (`_grad_buffers`); the bucket size splits them for the reduce": (
+        "ddp_bucket_size"
+    ),
+    "where index files are cached on disk, or what an in-process restart releases": (
+        "data_cache_path object_storage_cache_path inprocess_empty_cuda_cache"
+    ),
+    "inference and RL generation settings (decode-time KV and latent caches, CUDA-graph padding at decode)": (
+        "rl_remove_kv_cache_during_training moe_pad_experts_for_cuda_graph_inference cache_mla_latents"
+    ),
     "wgrad accumulated straight into the fp32 main gradients, which are counted either way": (
         "gradient_accumulation_fusion"
     ),
@@ -504,6 +530,16 @@ def framework(launch) -> str:
     return SWIFT_FRAMEWORK if is_swift(launch) else FRAMEWORK
 
 
+def _moe_recompute_merge(b: PlanBuilder, by: dict) -> None:
+    """`--moe-layer-recompute` adds "moe" to the recompute modules, written or default (`_moe_layer_recompute`)."""
+    s = by.get("moe_layer_recompute")
+    if s is None or to_bool(s.value) is False:
+        return
+    written = b.plan.recompute_modules
+    modules = sorted({*(written.value if written is not None else ["core_attn"]), "moe"})
+    b.set("recompute_modules", modules, s, override=True, note="--moe-layer-recompute: the MoE layers recomputed")
+
+
 def finish(b: PlanBuilder, settings: list[Setting], launch) -> None:
     """After every flag: the objective the command runs, and what Megatron derives from several flags or stops
     without."""
@@ -512,6 +548,7 @@ def finish(b: PlanBuilder, settings: list[Setting], launch) -> None:
         _swift_precision(b, by)
     _grad_buffers(b, by)
     _softmax_in_fp32(b, by)
+    _moe_recompute_merge(b, by)
     _fp8_recipe(b, by)
     if is_swift(launch):
         _swift_checkpoint_model(b, by)

@@ -748,6 +748,14 @@ _ALL: tuple[Concept, ...] = (
     ),
     _C("ep_dispatch", "str", "expert-parallel token dispatcher (all-gather or DeepEP)", True, True, ("dispatcher",)),
     _C("sequence_parallel", "bool", "Megatron sequence parallelism", True, True, ("sequence_parallel",)),
+    _C(
+        "recompute_modules",
+        "list",
+        "Megatron selective recompute modules",
+        True,
+        True,
+        ("recompute_modules",),
+    ),
     _C("distributed_optimizer", "bool", "Megatron distributed optimizer", True, True, ("use_distributed_optimizer",)),
     _C(
         "cross_entropy_fusion",
@@ -1064,7 +1072,16 @@ _ALL: tuple[Concept, ...] = (
             "vllm.enable_sleep",
             "free_cache_engine",
             "rollout.free_cache_engine",
+            "sleep_level",
         ),
+    ),
+    _C(
+        "models_apart",
+        "list",
+        "models on GPUs of their own (OpenRLHF's Ray actor groups, from the --colocate_* flags absent)",
+        True,
+        True,
+        ("colocate_actor_ref", "colocate_critic_reward", "colocate_all_models", "colocate_all"),
     ),
     _C(
         "reward_model_id",
@@ -1250,7 +1267,15 @@ def _candidates(name: str) -> list[str]:
 # Flags that add to a list concept when true, read by their framework's reader: torchtune's LoRA builders add the
 # MLP's and the output projection's adapters to `lora_attn_modules`' targets (torchtune/models/llama3/
 # _component_builders.py `lora_llama3`, read in formats/torchtune.py)
-LIST_SWITCHES: dict[str, str] = {"apply_lora_to_mlp": "lora_targets", "apply_lora_to_output": "lora_targets"}
+LIST_SWITCHES: dict[str, str] = {
+    "apply_lora_to_mlp": "lora_targets",
+    "apply_lora_to_output": "lora_targets",
+    # OpenRLHF's placement switches: the models they leave on GPUs of their own (formats/objective.py
+    # `_openrlhf_groups`)
+    **dict.fromkeys(
+        ("colocate_actor_ref", "colocate_critic_reward", "colocate_all_models", "colocate_all"), "models_apart"
+    ),
+}
 
 
 def switch(arg_name: str) -> tuple[str, Any] | None:
@@ -1279,8 +1304,6 @@ NOT_SETTINGS: dict[str, str] = {
     "purpose": "what a file launches other than training (formats.purpose); no argument sets it",
     "devices_per_process": "the GPUs one process spreads the model over (device_map), derived from the visible GPUs "
     'per process (ms-swift `is_mp`) or `device_map="auto"`; no argument of its own sets it',
-    "models_apart": "the models on GPUs of their own (OpenRLHF's Ray actor groups), derived by the OpenRLHF reader "
-    "from which --colocate_* flags are absent",
     "critic_group": "the models that share the critic's GPUs (OpenRLHF's --colocate_critic_reward), set by the "
     "OpenRLHF reader",
     "offload_idle_scope": "how long a framework's offloads between updates last (the generation alone, or from one "

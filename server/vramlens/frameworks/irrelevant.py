@@ -33,7 +33,8 @@ WORDS = re.compile(
     attn|attention|flash|sdpa|xformers|flex|
     compile|liger|kernel|kernels|fused|fuse|chunked|chunk|tiled|
     gradient|gradients|grad|accumulation|accum|
-    vllm|generations|memory|gpu|gpus|unsloth
+    vllm|generations|memory|gpu|gpus|unsloth|
+    colocate|bucket|cache|experts|wake|sleep|empty|float8|summon
 )$""",
     re.VERBOSE,
 )
@@ -223,6 +224,25 @@ IRRELEVANT: dict[str, str] = {
     # LLaMA-Factory v0.9.5 src/llamafactory/hparams/finetuning_args.py `badam_verbose` ("0 for no print, 1 for print
     # the block prefix, 2 for print trainable parameters"), passed to BAdam's BlockOptimizer as `verbose`
     "badam_verbose": "BAdam's logging level (what it prints about the active block), not what it trains",
+    "ddp_bucket_cap_mb": "DDP's buckets together hold every trainable gradient whatever their size (the cap sets how "
+    "many): counted as the communication buffers",
+    **_names(
+        "where downloads, datasets or logs are kept on disk",
+        "cache_dir model_cache_dir load_from_cache_file overwrite_cache trackio_bucket_id",
+    ),
+    "use_cache": "the K and V a training forward returns are the tensors it keeps for backward anyway (transformers "
+    "turns the cache off under gradient checkpointing)",
+    **_names(
+        "the rollout's KV cache, which the generation phase counts",
+        "enable_kv_cache use_kv_cache",
+    ),
+    **_names(
+        "vLLM's scheduler limits: the engine's memory is its gpu_memory_utilization share, which the estimate counts",
+        "max_num_batched_tokens max_num_seqs",
+    ),
+    "disable_ignore_empty_think": "a chat-template rule for empty reasoning blocks",
+    "torch_empty_cache_steps": "torch.cuda.empty_cache every N steps returns the allocator's cached blocks between "
+    "steps; the peak inside a step is the same",
 }
 
 # name -> (what it is, what the estimate does instead)
@@ -231,7 +251,37 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
     # OpenRLHF); grouped_mm, transformers 5's fused kernel, is the one modelled
     **_names(
         ("an implementation of the routed experts other than grouped_mm", "estimated as grouped_mm"),
-        "experts_implementation",
+        "experts_implementation experts_impl",
+    ),
+    "llama4_linearized_experts": (
+        "Llama-4's routed experts as separate linear layers (axolotl's linearized experts, for adapters on them)",
+        "estimated with the fused experts",
+    ),
+    "cache_implementation": (
+        "the KV cache implementation of transformers' generate (static, offloaded, quantized …)",
+        "estimated with the dynamic cache",
+    ),
+    **_names(
+        (
+            "how the rollout engine's weights are synced (layer by layer, weights before the KV cache, the sync's "
+            "bucket size)",
+            "the weight-sync moment is not a phase of the estimate",
+        ),
+        "layered_summon multi_stage_wake_up update_weights_bucket_megabytes",
+    ),
+    **_names(
+        (
+            "a float8 recipe or emulation setting of torchao",
+            "estimated at the fp8 rate with a bf16 linear's saved tensors",
+        ),
+        "float8.emulate float8.recipe_name linear.float8.emulate linear.float8.recipe_name",
+    ),
+    **_names(
+        (
+            "linears or expert GEMMs picked out by name for float8 (`filter_fqns`, `fqns`)",
+            "estimated as the converters say for every block linear",
+        ),
+        "float8.filter_fqns linear.float8.filter_fqns grouped_mm.float8.fqns",
     ),
     **_names(
         ("Unsloth kernels and offloaded checkpointing", "estimated as standard Hugging Face training"),
@@ -285,7 +335,7 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
             "Megatron/torchtitan recompute or pipeline-schedule detail",
             ("estimated with full activation checkpointing when it is on, and the pipeline size alone"),
         ),
-        "recompute_layer_types recompute_modules  "
+        "recompute_layer_types "
         "per_op_sac_force_recompute_mm_shapes_by_fqns force_recompute_fp8_weight_in_bwd "
         "memory_budget pipeline_parallel_expert_parallel_overlap "
         "pipeline_parallel_microbatch_size pipeline_parallel_schedule_csv "

@@ -72,6 +72,26 @@ OTHER_METHODS: dict[str, tuple[str, dict[str, int]]] = {
     "adapter": ("Houlsby adapter", {"r": 128}),
     "reft": ("ReFT", {"r": 4}),
 }
+# peft's own config class for each method and how its sizes are passed (the real-library trace builds them:
+# trace.hf `apply_peft`); the per-block adapters are ms-swift's and pyreft's, not peft's
+PEFT_CONFIGS: dict[str, tuple[str, dict[str, str]]] = {
+    "adalora": ("AdaLoraConfig", {"r": "init_r"}),
+    "loha": ("LoHaConfig", {"r": "r"}),
+    "lokr": ("LoKrConfig", {"r": "r"}),
+    "oft": ("OFTConfig", {"block": "oft_block_size"}),
+    "boft": ("BOFTConfig", {"block": "boft_block_size", "factors": "boft_n_butterfly_factor"}),
+    "fourierft": ("FourierFTConfig", {"frequencies": "n_frequency"}),
+    "bone": ("MissConfig", {"r": "r"}),
+}
+# What the estimate counts of each method's kept tensors, as every view says it (`resolve.adapters`), from peft's
+# own adapters in the real-library trace (trace.hf `apply_peft`; tests/trace/test_peft_methods_traced.py): AdaLoRA and
+# MiSS are counted from their own forwards; the others as LoRA's, which their forwards are not
+KEPT_TENSORS = {
+    "adalora": "counted from its forward (LoRA's and the scaled out-wide products its division keeps); a checkpointed "
+    "block's recomputed backward is counted as LoRA's",
+    "bone": "counted from its forward (the r-wide sums, no copy of the input) in 16-bit; under autocast as in 16-bit",
+}
+KEPT_AS_LORA = "its kept tensors estimated as LoRA's"
 # ms-swift 4.0 passes FourierFT 2000 frequencies and Bone r 4 (tuner_args.py, tuner.py) where peft's defaults are 1000
 # and 64: either way a few hundred thousand parameters on a 7B model, so peft's are taken
 # the settings that size each method, by the names the frameworks write them (ms-swift 4.0 tuner_args.py, peft)

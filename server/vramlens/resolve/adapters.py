@@ -139,9 +139,11 @@ def _other_method(ctx: Context, method: str, fields: dict, quant_bits: Any) -> s
     rank = shape.get("r", 0) if method in ("adalora", *peft_methods.PER_BLOCK_METHODS) else 0
     fields.update(adapter_method=method, adapter_shape=tuple(sorted(shape.items())), lora_r=rank)
     sizes = ", ".join(f"{k} {v}" for k, v in sorted(shape.items()))
-    reason = "what its forward keeps per token is counted as LoRA's (the adapted linears' inputs)" + (
-        ", and its weight-sized tensors per adapted linear" if method in peft_methods.WEIGHT_SIZED_FORWARD else ""
-    )
+    reason = (
+        "what its forward keeps per token is " + peft_methods.KEPT_TENSORS[method]
+        if method in peft_methods.KEPT_TENSORS
+        else "what its forward keeps per token is counted as LoRA's (the adapted linears' inputs)"
+    ) + (", and its weight-sized tensors per adapted linear" if method in peft_methods.WEIGHT_SIZED_FORWARD else "")
     told_sizes = sizes + ("" if written else ", peft's defaults")
     ctx.assumptions.append(
         Approximate(f"{name} ({told_sizes}): its parameters and optimizer state counted as defined; {reason}")
@@ -154,7 +156,8 @@ def _other_method(ctx: Context, method: str, fields: dict, quant_bits: Any) -> s
                 key=key,
                 value=method,
                 what=f"{name} activations (what its forward keeps for backward)",
-                consequence="its parameters counted as defined; its kept tensors estimated as LoRA's",
+                consequence="its parameters counted as defined; "
+                + peft_methods.KEPT_TENSORS.get(method, peft_methods.KEPT_AS_LORA),
                 span=told.span if told is not None else None,
             )
         )

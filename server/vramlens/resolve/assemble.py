@@ -196,6 +196,7 @@ def _partial_checkpointing(val) -> dict:
     return {
         "checkpoint_every": int(every) if isinstance(every, int) and every >= 1 else 1,
         "selective_recompute": mode if mode in ("op", "core_attention") else "none",
+        "recompute_modules": tuple(val("recompute_modules") or ("core_attn",)),
         "loss_parallel": bool(val("loss_parallel")),
         "compile_loss": val("compile_loss") is not False,
     }

@@ -74,6 +74,10 @@ class StepConfig:
     # notes
     assumptions: tuple[str, ...] = ()
     feedforward_targets: tuple[str, ...] = ()  # IA3: targets whose input is scaled
+    # a PEFT method beyond LoRA/DoRA/IA3/VeRA (knowledge.peft_methods.OTHER_METHODS) and its sizes: the real-library
+    # backend builds peft's own adapters (trace.hf `apply_peft`), the synthetic model LoRA's
+    adapter_method: str = ""
+    adapter_shape: tuple[tuple[str, int], ...] = ()
     not_traced: tuple[str, ...] = ()
     # architecture details derived from the family
     qk_norm: bool = False
@@ -272,6 +276,14 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
             f"{rp.peft.upper() if rp.peft == 'ia3' else 'VeRA'} adapters in the synthetic model (the "
             "real-library backend runs peft's own)"
         )
+    if rp.adapter_method:
+        from vramlens.knowledge.peft_methods import OTHER_METHODS, PEFT_CONFIGS
+
+        name = OTHER_METHODS[rp.adapter_method][0]
+        not_traced.append(
+            f"{name} adapters in the synthetic model (LoRA's there"
+            + ("; the real-library backend runs peft's own)" if rp.adapter_method in PEFT_CONFIGS else ")")
+        )
     if rp.peft != "none" and "embed" in rp.lora_targets:
         not_traced.append("LoRA on the embedding layer")
     if rp.experts_kbit:
@@ -323,6 +335,8 @@ def step_config(rp: ResolvedPlan) -> StepConfig:
         modules_to_save=rp.modules_to_save,
         adapter_fp32=rp.adapter_fp32,
         feedforward_targets=rp.feedforward_targets,
+        adapter_method=rp.adapter_method,
+        adapter_shape=tuple(rp.adapter_shape),
         quant_bits=rp.quant_bits if quantized else None,
         quant_type=rp.quant_type,
         quant_double=rp.quant_double,

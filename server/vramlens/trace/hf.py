@@ -1262,7 +1262,10 @@ def linear_targets(cfg: StepConfig) -> list[str] | str:
 
 
 def apply_peft(model, cfg: StepConfig):
+    import peft
     from peft import IA3Config, LoraConfig, VeraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    from vramlens.knowledge import peft_methods
 
     if cfg.quant_bits == 4:
         model = prepare_model_for_kbit_training(
@@ -1282,6 +1285,23 @@ def apply_peft(model, cfg: StepConfig):
             target_modules=targets, feedforward_modules=names_ff, modules_to_save=save, task_type=peft_task(cfg)
         )
         return get_peft_model(model, ic, autocast_adapter_dtype=cfg.adapter_fp32)
+    if cfg.adapter_method in peft_methods.PEFT_CONFIGS:
+        # peft's own method (knowledge.peft_methods.PEFT_CONFIGS), with the sizes the plan read
+        cls_name, params = peft_methods.PEFT_CONFIGS[cfg.adapter_method]
+        shape = dict(cfg.adapter_shape)
+        sizes = {params[k]: v for k, v in shape.items() if k in params}
+        if cfg.adapter_method == "adalora":
+            sizes["total_step"] = 1_000  # peft requires the schedule's length; the step's memory does not depend on it
+            sizes["lora_dropout"] = cfg.lora_dropout
+        if cfg.adapter_method == "oft":
+            sizes["r"] = 0  # the block size decides (peft: r or oft_block_size, not both)
+        conf = getattr(peft, cls_name)(
+            target_modules=linear_targets(cfg), modules_to_save=save, task_type=peft_task(cfg), **sizes
+        )
+        model = get_peft_model(model, conf, autocast_adapter_dtype=cfg.adapter_fp32)
+        if cfg.adapter_method in ("loha", "lokr"):
+            _lycoris_without_module_dropout(model)
+        return model
     if cfg.peft == "vera":
         # peft 0.21.2 tuners/vera: frozen shared projections vera_A (r × largest in) and vera_B (largest out × r),
         # trainable vectors lambda_d (r) and lambda_b (out) per adapted linear
@@ -1306,6 +1326,19 @@ def apply_peft(model, cfg: StepConfig):
     if cfg.embeddings_16bit:
         embeddings_back_to_16bit(model, DTYPES[cfg.param_dtype])
     return model
+
+
+def _lycoris_without_module_dropout(model) -> None:
+    """peft's LyCORIS layers (LoHa, LoKr) draw `torch.rand(1) > module_dropout` in every training forward (peft
+    0.21.2 tuners/loha/layer.py, lokr/layer.py `forward`), a value fake tensors do not have. With module and rank
+    dropout at 0 (peft's defaults, which the plans use) the layer computes the same in eval mode, so these layers stay
+    in it: their `train` leaves them as they are."""
+    from peft.tuners.lycoris_utils import LycorisLayer
+
+    for module in model.modules():
+        if isinstance(module, LycorisLayer):
+            module.eval()
+            module.train = lambda mode=True, _m=module: _m
 
 
 def embeddings_back_to_16bit(model, dtype) -> None:

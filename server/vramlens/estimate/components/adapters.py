@@ -187,6 +187,59 @@ def _method_linears(rp: ResolvedPlan):
     return [l for l in targeted(rp.arch, rp.lora_targets, experts_adaptable(rp)) if l.name not in ("lm_head", "embed")]
 
 
+def _adapter_product_bytes(rp: ResolvedPlan) -> int:
+    """Bytes per element of what an adapter's matmuls make: the activations' dtype under autocast, else the
+    adapters' (fp32 under peft's `autocast_adapter_dtype`)."""
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    if rp.amp and c == 2:
+        return c
+    return 4 if (adapter_computes_fp32(rp) or compute_weight_dtype(rp) == "fp32" or c == 4) else c
+
+
+def adalora_per_token(rp: ResolvedPlan) -> float:
+    """Bytes per token and layer AdaLoRA keeps beyond LoRA's: peft 0.21.2 tuners/adalora/layer.py SVDLinear.forward
+    computes `(dropout(x) @ (lora_A * lora_E).T @ lora_B.T) * scaling / ranknum`, and `ranknum` is a trainable
+    parameter once peft has moved the adapter to the base layer's device (`method_adapter_params`), so the division
+    keeps its numerator, an out-features-wide product, for each adapted linear (checked against peft's own adapters
+    in the real-library trace: tests/trace/test_peft_methods_traced.py)."""
+    if rp.adapter_method != "adalora":
+        return 0.0
+    layers = max(rp.arch.layers, 1)
+    w = _adapter_product_bytes(rp)
+    return sum(lin.count / layers * w * lin.out_features for lin in _method_linears(rp))
+
+
+def adalora_mlp_backward_per_token(rp: ResolvedPlan) -> float:
+    """Bytes per token AdaLoRA adds to a block's MLP backward: the gradients of the gate and up adapters' kept
+    numerators, one MLP-wide tensor each in the adapters' product dtype, made while the MLP's backward runs (seen in
+    the real-library trace of a checkpointed block: two fp32 `div` outputs the width of the MLP beside the MLP's own
+    gradients)."""
+    if rp.adapter_method != "adalora":
+        return 0.0
+    arch = rp.arch
+    names = {lin.name for lin in _method_linears(rp)}
+    hit = len(names & {"gate", "up", "fc1"})
+    return hit * _adapter_product_bytes(rp) * (arch.moe_intermediate or arch.intermediate) if not arch.is_moe else 0.0
+
+
+def miss_per_token(rp: ResolvedPlan) -> tuple[float, float, float]:
+    """(bytes kept per token and layer, of them the down projection's, the adapter's own copy of its input) under
+    MiSS (Bone): peft 0.21.2 tuners/miss/layer.py Linear.forward casts the input to the block's dtype and sums it
+    over in/r groups of r, `torch.sum(dropout(x).reshape(..., in // r, r), dim=-2) @ miss`: the matmul keeps the
+    r-wide sum for the block's gradient and nothing keeps the input (the base linears are frozen, the sum needs no
+    operand); dropout keeps its 1-byte mask."""
+    r = dict(rp.adapter_shape).get("r", 64)
+    layers = max(rp.arch.layers, 1)
+    w = _adapter_product_bytes(rp)
+    total = down = 0.0
+    for lin in _method_linears(rp):
+        kept = lin.count / layers * (w * min(r, lin.in_features) + (lin.in_features if rp.lora_dropout > 0 else 0))
+        total += kept
+        if lin.name in ("down", "fc2"):
+            down += kept
+    return total, down, 0.0
+
+
 def method_adapter_params(rp: ResolvedPlan) -> int:
     """Trainable parameters of a PEFT method beyond LoRA/DoRA/IA3/VeRA (knowledge/peft_methods.OTHER_METHODS), per
     adapted linear of in × out features (peft 0.21.2 `tuners/<method>/layer.py` `update_layer`):
@@ -209,7 +262,10 @@ def method_adapter_params(rp: ResolvedPlan) -> int:
     for lin in _method_linears(rp):
         i, o = lin.in_features, lin.out_features
         if method == "adalora":
-            n = shape["r"] * (i + o + 1)
+            # lora_A, lora_B, lora_E, and `ranknum`: created on the CPU and moved to the base layer's device, it is
+            # wrapped anew as a trainable parameter (peft 0.21.2 tuners_utils.py `_move_adapter_to_device_of_base_layer`
+            # sets `adapter_layer[name] = item.to(device)` in a ParameterDict), one per adapted linear
+            n = shape["r"] * (i + o + 1) + 1
         elif method == "loha":
             n = 2 * shape["r"] * (i + o)
         elif method == "lokr":

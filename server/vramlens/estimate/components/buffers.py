@@ -225,8 +225,13 @@ def zero_buffers(rp: ResolvedPlan, p: Params) -> int:
     unit (`fsdp_root_unsharded`, `fsdp_backward_working_set`), and NCCL's buffers are outside torch's allocator
     (the device level: estimate/allocator.py). With parameter offload FSDP gathers one block (plus one prefetched).
     DeepSpeed's reduce bucket is `reduce_bucket_size` elements (`zero_reduce_bucket`), its ZeRO-3 prefetch
-    `stage3_prefetch_bucket_size` (`zero3_prefetch_bucket`). DDP keeps a 25 MiB bucket view of gradients
-    (`bucket_cap_mb`)."""
+    `stage3_prefetch_bucket_size` (`zero3_prefetch_bucket`). DDP's reducer allocates its buckets when the model is
+    wrapped, one flat tensor per bucket, together as large as every trainable gradient in its dtype (torch
+    torch/csrc/distributed/c10d/reducer.cpp `Reducer::initialize_buckets`: `bucket.gradients = at::empty(...)` for
+    all its variables), and with `gradient_as_bucket_view=False`, the default of torch, accelerate's
+    DistributedDataParallelKwargs and so the HF Trainer, each `.grad` is a tensor of its own copied into them
+    (`mark_variable_ready_dense`: `bucket_view.copy_(grad)`): a second copy of the gradients for the whole run,
+    whatever `bucket_cap_mb` (which sets how many buckets, not their total)."""
     if rp.world_size <= 1 and not rp.offload_params:
         return 0
     layer_bytes = gathered_layer_bytes(rp, p)
@@ -245,7 +250,7 @@ def zero_buffers(rp: ResolvedPlan, p: Params) -> int:
             out += 2 * layer_bytes + zero3_prefetch_bucket(rp) * 2
         return out
     if rp.strategy in ("ddp", "none") and rp.world_size > 1:
-        return 25 * 2**20 * 2
+        return p.trainable * p.trainable_dtype_bytes
     return 0
 
 

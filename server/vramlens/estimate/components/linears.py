@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from vramlens.estimate.components.adapters import VECTOR_METHODS, vector_adapter_per_token
+from vramlens.estimate.components.adapters import (
+    VECTOR_METHODS,
+    adalora_per_token,
+    miss_per_token,
+    vector_adapter_per_token,
+)
 from vramlens.estimate.components.common import (
     HF_C_ATTN_FAMILIES,
     HF_FUSED_FAMILIES,
@@ -218,6 +223,9 @@ def linear_inputs_per_token(rp: ResolvedPlan) -> LinearInputs:
     if rp.peft in VECTOR_METHODS:
         # IA3 / VeRA: the frozen base linears keep nothing; each adapter keeps what its own products need
         linear_inputs, down_input, down_copy = vector_adapter_per_token(rp)
+    elif rp.adapter_method == "bone":
+        linear_inputs, down_input, down_copy = miss_per_token(rp)
+    linear_inputs += adalora_per_token(rp)
     return LinearInputs(
         total=linear_inputs,
         down=down_input,

@@ -154,6 +154,11 @@ def megatron_reference_bytes(rp: ResolvedPlan, st: Stage) -> int:
     return int((dense + experts) * DTYPE_BYTES[rp.reference_dtype or rp.weight_dtype])
 
 
+def megatron_recomputes(rp: ResolvedPlan, module: str) -> bool:
+    """Whether Megatron's selective recompute checkpoints `module` (ResolvedPlan.recompute_modules)."""
+    return rp.selective_recompute == "core_attention" and module in rp.recompute_modules
+
+
 def megatron_core_attention_per_token(rp: ResolvedPlan, recomputed: bool = False) -> float:
     """Bytes per token one layer's core attention keeps beyond Q, K, V and its output (split over the tensor-parallel
     ranks): with an unfused kernel (Megatron's own DotProductAttention, `--attention-backend local`/`unfused`), the
@@ -166,7 +171,7 @@ def megatron_core_attention_per_token(rp: ResolvedPlan, recomputed: bool = False
     if rp.attn_impl != "eager":
         return 0.0
     scores = 5.0 * rp.arch.heads * (rp.seq_len // max(rp.context_parallel, 1))
-    if rp.selective_recompute == "core_attention":
+    if megatron_recomputes(rp, "core_attn"):
         return scores if recomputed else 0.0
     return 0.0 if recomputed else scores
 
@@ -200,20 +205,29 @@ def _attention_part(rp: ResolvedPlan) -> tuple[float, float]:
     return attention, 2 * h + 2 * h + h
 
 
-def _mlp_part(rp: ResolvedPlan, moe: bool, gated: bool, shared_width: int | None = None) -> tuple[float, float]:
+def _mlp_part(
+    rp: ResolvedPlan, moe: bool, gated: bool, shared_width: int | None = None, stored: bool = True
+) -> tuple[float, float]:
     """The MLP half of a layer, (split, replicated) bytes per token: the first projection's output and its activation
     split; the norm's input, linear_fc1's input and the dropout mask replicated (5h). A MoE half keeps its shared
     experts split (the model's, or one `shared_width` wide) and, replicated, the router's fp32 logits and the routed
-    tokens."""
+    tokens. Selective recompute (`stored`: what stays saved; `megatron_recomputes`) of "mlp" or "moe" checkpoints the
+    whole MLP or MoE layer (megatron/core/transformer/mlp.py, moe/moe_layer.py `tensor_parallel.checkpoint`): it keeps
+    its input (linear_fc1's, counted) and nothing inside; "shared_experts" the shared experts alike; "moe_act"
+    discards the experts' activation output (moe/experts.py, output-discarding checkpoint), keeping fc1's output."""
     arch = rp.arch
     h = arch.hidden
     replicated = 2 * h + 2 * h + h
 
-    def inner(width: int) -> float:
-        return (6 if gated else 4) * width
+    def inner(width: int, act_discarded: bool = False) -> float:
+        return (6 if gated else 4) * width - (2 * width if act_discarded else 0)
 
     if not moe:
+        if stored and megatron_recomputes(rp, "mlp"):
+            return 0.0, replicated
         return inner(arch.intermediate), replicated
+    if stored and megatron_recomputes(rp, "moe"):
+        return 0.0, replicated
     f = arch.moe_intermediate or arch.intermediate
     k = max(arch.experts_per_token, 1)
     # Routed tokens start from the rank's sequence-parallel shard: the all-to-all dispatcher sends them over EP and
@@ -223,8 +237,10 @@ def _mlp_part(rp: ResolvedPlan, moe: bool, gated: bool, shared_width: int | None
     # see ETP × its shard's rows: their fc1 input (2h, kept by the grouped linear for its weight gradient) at that
     # count, their first projection and activation split over ETP, and the unpermuted output (2h, kept by the
     # probability weighting) at the shard's count. Counted in the "divided by SP" part.
-    routed = k * (2 * h * expert_tp(rp) + inner(f) + 2 * h)
-    if shared_width is None:
+    routed = k * (2 * h * expert_tp(rp) + inner(f, stored and megatron_recomputes(rp, "moe_act")) + 2 * h)
+    if stored and megatron_recomputes(rp, "shared_experts"):
+        shared = 0.0
+    elif shared_width is None:
         shared = arch.shared_experts * inner(arch.shared_expert_intermediate or f)
     else:
         shared = inner(shared_width)
@@ -342,8 +358,15 @@ def megatron_activations(rp: ResolvedPlan, st: Stage) -> tuple[int, int]:
             working = n * biggest  # one group of n layers recomputed for one micro-batch
     else:
         per_mb, working = full, 0.0
-    # selective recompute: one layer's core attention rebuilt in backward (megatron_core_attention_per_token)
+    # selective recompute: one layer's core attention rebuilt in backward (megatron_core_attention_per_token), or
+    # one layer's MLP or MoE half (`_mlp_part`)
     working = max(working, megatron_core_attention_per_token(rp, recomputed=True) / tp)
+    gated = rp.arch.mlp in ("swiglu", "geglu")
+    if megatron_hybrid_layers(rp) is None:
+        for moe in [m for m, n in ((True, moe_layers), (False, st.layers - moe_layers)) if n > 0]:
+            if megatron_recomputes(rp, "moe" if moe else "mlp"):
+                (split, repl), (kept_s, kept_r) = _mlp_part(rp, moe, gated, stored=False), _mlp_part(rp, moe, gated)
+                working = max(working, (split - kept_s) / tp + (repl - kept_r) / sp)
     if st.embedding:
         per_mb += (MEGATRON_EMBED_INPUT_BYTES + h) / sp
     a2a = 0

@@ -5,6 +5,7 @@ forward."""
 from __future__ import annotations
 
 from vramlens.estimate.components.activations import activations_per_token
+from vramlens.estimate.components.adapters import adalora_mlp_backward_per_token
 from vramlens.estimate.components.attention import DISENTANGLED_ATTENTION, sdpa_math, sdpa_math_backward_per_token
 from vramlens.estimate.components.common import (
     DTYPE_BYTES,
@@ -281,7 +282,7 @@ def _mlp_backward_block_per_token(rp: ResolvedPlan, kept: dict, one_layer: float
     # routed experts run one after another (`expert_loop`): the MLP's backward temporaries are one expert's, for its
     # share of the token-expert pairs (1/E of them with balanced routing)
     share = 1 / arch.num_experts if expert_loop(rp) else 1.0
-    temps = (3 if gated else 2) * m * inter * share
+    temps = (3 if gated else 2) * m * inter * share + adalora_mlp_backward_per_token(rp)
     if fused_experts(rp):
         # a grouped_mm MoE block's backward starts with token-expert-pair-sized gradients (k·h each, the experts'
         # dtype): the per-token sum's gradient expanded into a copy, and the un-permute's backward (`index`'s
