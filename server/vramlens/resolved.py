@@ -184,6 +184,9 @@ class ResolvedPlan(BaseModel):
     offload_idle_scope: str = "update"  # "rollout": the offloads last only while the engine generates
     critic_micro_batch: int = 0  # > 0: the value model trains in a step of its own, at this micro-batch
     critic_grad_checkpointing: bool | None = None  # the critic's own checkpointing in that step (None: the actor's)
+    # the teacher's own DeepSpeed setup (ms-swift `teacher_deepspeed`): "whole" (ZeRO-0/1/2 keep it unsharded),
+    # "zero3" (sharded like ZeRO-3 weights), "zero3_offload" (on the CPU); None: prepared as the student is
+    teacher_sharding: str | None = None
     # models on GPUs of their own, not the policy's ("reference", "reward_model", "value_model"), and the models that
     # share the critic's GPUs beside it ("reward_model"): the critic's step is estimated on those GPUs
     models_apart: tuple[str, ...] = ()

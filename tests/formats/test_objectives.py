@@ -219,3 +219,35 @@ def test_torchtune_ppo_reward_and_value_model_of_other_sizes_is_named():
     assert rp.generation_len == 512 + 58
     said = [str(a) for a in resolve(plan, Settings(gpu="A100-80GB")).assumptions]
     assert any(a.startswith("every prompt taken as 512 tokens long (`max_seq_len`") for a in said)
+
+
+SWIFT_GRPO_TEACHER = """
+NPROC_PER_NODE=8 swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-7B-Instruct \\
+    --teacher_model Qwen/Qwen2.5-14B-Instruct \\
+    --tuner_type full --torch_dtype bfloat16 --per_device_train_batch_size 1 --num_generations 8 \\
+    --max_completion_length 1024 --max_length 2048 --deepspeed zero2 --use_vllm true --vllm_mode server{extra}
+"""
+
+
+@pytest.mark.parametrize(
+    "extra, share",
+    [("", 1.0), (" --teacher_deepspeed zero3", 1 / 8), (" --teacher_deepspeed zero3_offload", 0.0)],
+    ids=["student-zero2", "teacher-zero3", "teacher-zero3-offload"],
+)
+def test_grpo_with_a_teacher_loads_it_as_its_deepspeed_setup_says(tmp_path, extra, share):
+    """ms-swift's GRPO with `--teacher_model` (on-policy distillation) loads the teacher and runs its per-token
+    log-probs in a no-grad forward: the teacher was dropped from GRPO runs. `--teacher_deepspeed` prepares it apart
+    from the student: ZeRO-3 shards it, its `_offload` preset keeps it on the CPU, another stage builds it whole."""
+    path = tmp_path / "run.sh"
+    path.write_text(SWIFT_GRPO_TEACHER.format(extra=extra), encoding="utf-8")
+    plan = parse_document(path.read_text(encoding="utf-8"), str(path)).plan
+    assert plan.objective.value == "grpo" and plan.teacher_model_id.value == "Qwen/Qwen2.5-14B-Instruct"
+    assert not any(u.key == "teacher_deepspeed" for u in plan.unmodelled)
+    rp = resolve(plan, Settings(gpu="H100-80GB", model_lookup=False)).resolved
+    assert rp.teacher is not None and rp.teacher.id.startswith("Qwen/Qwen2.5-14B")
+    est = estimate(rp, limits=False)
+    whole = 14_770_033_664 * 2  # Qwen2.5-14B's parameters in bf16 (its config.json)
+    assert est.components.get("teacher", 0) == pytest.approx(whole * share, rel=0.01)
+    assert est.components.get("teacher_logits", 0) == 0  # per-token log-probs only, not the teacher's logits
+    if share:
+        assert "teacher-forward" in est.phases

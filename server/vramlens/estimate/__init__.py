@@ -125,7 +125,8 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         **_other_models(rp, p),
     }
     teacher_logits = 0
-    if rp.teacher is not None:
+    if rp.teacher is not None and rp.objective in ("gkd", "kd"):
+        # (an RL objective's teacher hands over per-token log-probs only: resolve.objective `online_teacher`)
         # the teacher's logits for the batch, computed under no_grad before the student's loss and held through it
         # (torchtune knowledge_distillation_single_device.py; TRL GKD): 16-bit logits, + their fp32 log-softmax
         # inside an unchunked loss
@@ -622,7 +623,7 @@ def _other_models(rp: ResolvedPlan, p: C.Params) -> dict[str, int]:
     if rp.value_model and "value_model" not in rp.models_apart:
         out["value_model"] = C.value_model(rp, p)
     if rp.teacher is not None:
-        out["teacher"] = C.model_weights(rp, rp.teacher)
+        out["teacher"] = C.teacher_weights(rp)
     if not rp.generation_sleeps:
         out["generation"] = _generation_share(rp)
     return out

@@ -223,6 +223,7 @@ def apply_hf_keys(b: PlanBuilder, settings: list[Setting]) -> None:
             set_objective(
                 b, "gkd" if b.plan.framework == "trl" else "kd", s, note="a teacher model is named: distillation"
             )
+    _teacher_deepspeed(b, by_key.get("teacher_deepspeed"))
     _generation(b, by_key)
     # open-instruct dpo_tune_cache.py: `dpo_loss_type: dpo|dpo_norm|simpo|wpo`, `dpo_beta`
     s = by_key.get("dpo_loss_type")
@@ -469,6 +470,30 @@ def from_launch(tool: str, subcommand: str | None, script: str | None) -> str | 
             return None
         return from_path(script)
     return None
+
+
+def _teacher_deepspeed(b: PlanBuilder, s: Setting | None) -> None:
+    """ms-swift's `teacher_deepspeed` (swift/arguments/rlhf_args.py `_init_teacher_deepspeed`: one of its presets
+    zero0 … zero3_offload, or a DeepSpeed JSON): the teacher is prepared with it, built whole unless its stage is 3
+    (swift/pipelines/train/rlhf.py: `disable_deepspeed_zero3()` when `zero_optimization.stage` is not 3); a preset's
+    `_offload` keeps the ZeRO-3 parameters on the CPU (swift/config/zero3_offload.json `offload_param`)."""
+    if s is None or not isinstance(s.value, str) or not s.value.strip():
+        return
+    name = s.value.strip().lower()
+    m = re.fullmatch(r"zero([0-3])(_offload)?", name)
+    if m is None:
+        b.unmodelled(
+            s, "a teacher DeepSpeed config given as a file", "the teacher estimated with the student's strategy"
+        )
+        return
+    stage, offload = int(m.group(1)), bool(m.group(2))
+    what = "zero3_offload" if stage == 3 and offload else "zero3" if stage == 3 else "whole"
+    note = {
+        "whole": f"ZeRO-{stage}: the teacher built whole on every GPU",
+        "zero3": "ZeRO-3: the teacher's weights sharded over the GPUs",
+        "zero3_offload": "ZeRO-3 with its parameters on the CPU",
+    }[what]
+    b.set("teacher_sharding", what, s, note=note)
 
 
 def apply_swift(b: PlanBuilder, by_key: dict[str, Setting], subcommand: str | None = None) -> None:

@@ -864,6 +864,14 @@ _ALL: tuple[Concept, ...] = (
         ("critic.ppo_micro_batch_size_per_gpu",),
     ),
     _C(
+        "teacher_sharding",
+        "str",
+        "the distillation teacher's own DeepSpeed setup",
+        True,
+        True,
+        ("teacher_deepspeed",),
+    ),
+    _C(
         "critic_grad_checkpointing",
         "bool",
         "the critic's activation checkpointing, set apart from the actor's",

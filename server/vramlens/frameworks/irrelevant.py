@@ -422,10 +422,6 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
         ("estimated for the training GPUs only"),
     ),
     **_names(
-        ("a teacher model's own DeepSpeed setup in distillation", "estimated with the student's strategy"),
-        "teacher_deepspeed",
-    ),
-    **_names(
         ("DeepSpeed's compiler or compiled autograd", "estimated without compilation"),
         "deepcompile enable_compiled_autograd",
     ),

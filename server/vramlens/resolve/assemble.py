@@ -109,6 +109,7 @@ def build_plan(
         offload_idle_scope=str(val("offload_idle_scope") or "update"),
         critic_micro_batch=int(val("critic_micro_batch") or 0),
         critic_grad_checkpointing=None if (gc := val("critic_grad_checkpointing")) is None else bool(gc),
+        teacher_sharding=str(ts) if (ts := val("teacher_sharding")) in ("whole", "zero3", "zero3_offload") else None,
         models_apart=tuple(val("models_apart") or ()),
         critic_group=tuple(val("critic_group") or ()),
         **(zero_sizes(ctx) if strategy == "deepspeed" else {}),

@@ -152,7 +152,14 @@ def objective_fields(
                 f"on GPUs of their own: {', '.join(listed)}: the peak is the actor's GPUs'"
                 + (", or the critic's in its `critic-update` phase" if "value_model" in apart else "")
             )
-    if obj in ("gkd", "kd"):
+    online_teacher = obj in ONLINE and src("teacher_model_id") is not None
+    if online_teacher:
+        # on-policy distillation inside an RL objective: ms-swift's GRPO with `--teacher_model` (OPD-RL) loads the
+        # teacher and runs its per-token log-probs in a no-grad forward of each batch (ms-swift 2026
+        # swift/rlhf_trainers/grpo_trainer.py `_compute_teacher_logps`; swift/pipelines/train/rlhf.py passes the
+        # teacher to GKD and GRPO alike)
+        assumptions.append("on-policy distillation: the teacher's per-token log-probs in a no-grad forward")
+    if obj in ("gkd", "kd") or online_teacher:
         tid = src("teacher_model_id")
         teacher = (
             models.find_model(tid, settings.workspace, hub_lookup(settings), settings.any_model_folder).arch

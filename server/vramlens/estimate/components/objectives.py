@@ -22,6 +22,18 @@ def model_weights(rp: ResolvedPlan, arch) -> int:
     return int(shapes(arch).total * DTYPE_BYTES[rp.weight_dtype] * shard_factor(rp, "weights"))
 
 
+def teacher_weights(rp: ResolvedPlan) -> int:
+    """The distillation teacher on this rank: as the student's strategy prepares it (`model_weights`), or by its own
+    DeepSpeed setup where the config gives one (ResolvedPlan.teacher_sharding: ms-swift `teacher_deepspeed`)."""
+    assert rp.teacher is not None
+    if rp.teacher_sharding is None:
+        return model_weights(rp, rp.teacher)
+    if rp.teacher_sharding == "zero3_offload":
+        return 0
+    whole = shapes(rp.teacher).total * DTYPE_BYTES[rp.weight_dtype]
+    return int(whole / max(rp.world_size, 1)) if rp.teacher_sharding == "zero3" else int(whole)
+
+
 def no_grad_forward(rp: ResolvedPlan, tokens: int, arch=None) -> int:
     """Transient memory of a forward under torch.no_grad (reference log-probs, teacher logits): nothing is saved for
     backward, so about one block's activations are alive at a time, plus the logits and their fp32 log-softmax
