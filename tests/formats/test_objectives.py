@@ -251,3 +251,21 @@ def test_grpo_with_a_teacher_loads_it_as_its_deepspeed_setup_says(tmp_path, extr
     assert est.components.get("teacher_logits", 0) == 0  # per-token log-probs only, not the teacher's logits
     if share:
         assert "teacher-forward" in est.phases
+
+
+def test_a_served_teacher_is_not_on_the_students_gpus(tmp_path):
+    """ms-swift GKD with `--teacher_model_server` and no `--teacher_model` (examples/train/rlhf/gkd/teacher_server.sh):
+    the teacher runs behind its own server; it was counted as a student-sized model on the student's GPUs."""
+    path = tmp_path / "run.sh"
+    path.write_text(
+        "NPROC_PER_NODE=4 swift rlhf --rlhf_type gkd --model Qwen/Qwen2.5-7B-Instruct "
+        "--teacher_model_server http://localhost:8000 --gkd_logits_topk 64 --per_device_train_batch_size 2 "
+        "--max_length 2048 --torch_dtype bfloat16\n",
+        encoding="utf-8",
+    )
+    plan = parse_document(path.read_text(encoding="utf-8"), str(path)).plan
+    res = resolve(plan, Settings(gpu="H100-80GB", model_lookup=False))
+    assert res.resolved.objective == "gkd" and res.resolved.teacher is None
+    est = estimate(res.resolved, limits=False)
+    assert est.components.get("teacher", 0) == 0 and "teacher-forward" not in est.phases
+    assert any("served apart" in str(a) for a in res.assumptions)

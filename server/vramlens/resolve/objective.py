@@ -6,7 +6,7 @@ from __future__ import annotations
 from vramlens.frameworks.hooks import FrameworkHooks
 from vramlens.knowledge import frameworks
 from vramlens.plan import Origin, Sourced, TrainingPlan
-from vramlens.resolve.common import Approximate, Context
+from vramlens.resolve.common import Approximate, Context, _extra_value
 from vramlens.resolve.model import hub_lookup
 from vramlens.resolved import ResolvedPlan
 from vramlens.settings import Settings
@@ -159,7 +159,12 @@ def objective_fields(
         # swift/rlhf_trainers/grpo_trainer.py `_compute_teacher_logps`; swift/pipelines/train/rlhf.py passes the
         # teacher to GKD and GRPO alike)
         assumptions.append("on-policy distillation: the teacher's per-token log-probs in a no-grad forward")
-    if obj in ("gkd", "kd") or online_teacher:
+    served = _extra_value(plan, "teacher_model_server")
+    if obj in ("gkd", "kd") and src("teacher_model_id") is None and served not in (None, ""):
+        # ms-swift's `teacher_model_server`: the teacher runs behind its own server and sends its top-k log-probs
+        # with each batch (swift/rlhf_trainers/gkd_trainer.py); nothing of it is on these GPUs
+        assumptions.append(f"the teacher is served apart (`teacher_model_server` {served}): none on these GPUs")
+    elif obj in ("gkd", "kd") or online_teacher:
         tid = src("teacher_model_id")
         teacher = (
             models.find_model(tid, settings.workspace, hub_lookup(settings), settings.any_model_folder).arch
