@@ -191,6 +191,9 @@ def _batches(plan: TrainingPlan, changes: dict[str, Any]) -> dict[str, Sourced]:
     return out
 
 
+_PARTIAL_TRAINING = ("trained_layers", "trained_where", "added_layers", "trained_modules", "trained_extra")
+
+
 def with_changes(plan: TrainingPlan, changes: dict[str, Any]) -> TrainingPlan:
     """A copy of the plan with concept values replaced (provenance: proposed by a fix)."""
     update: dict[str, Any] = {}
@@ -208,6 +211,11 @@ def with_changes(plan: TrainingPlan, changes: dict[str, Any]) -> TrainingPlan:
             value_span=old.value_span if old else None,
         )
     update.update(_batches(plan, changes))
+    method = changes.get("peft_method")
+    if method in ("lora", "qlora", "dora") and plan.peft_method is not None and plan.peft_method.value == "freeze":
+        # adapters in place of a partial fine-tune (freeze tuning, LLaMA-Pro, LISA): which layers it trained, and the
+        # blocks LLaMA-Pro adds, go with it (the frameworks read them only for those tuners)
+        update.update(dict.fromkeys(_PARTIAL_TRAINING))
     fw = plan.framework or "transformers"
     if changes.get("loss_impl") == "fused" and fw in LIGER_KERNEL_FRAMEWORKS and "fused_kernels" not in changes:
         old = plan.fused_kernels
@@ -400,9 +408,14 @@ class Fixer:
             if fw in LIGER_FRAMEWORKS:  # unsafe: needs the liger-kernel package
                 out.append(Candidate("fused-loss", "use Liger's fused linear cross-entropy", {"loss_impl": "fused"}, 2))
             elif fw == "torchtune":
-                out.append(
-                    Candidate("fused-loss", "use the linear cross-entropy loss", {"loss_impl": "fused"}, 2, safe=True)
-                )
+                # its `loss` is the recipe's objective: only a cross-entropy recipe's can be the linear one (a DPO
+                # or PPO config's `loss` is the preference or policy loss; rewriting it trains another objective)
+                if rp.objective in ("sft", "pretrain"):
+                    out.append(
+                        Candidate(
+                            "fused-loss", "use the linear cross-entropy loss", {"loss_impl": "fused"}, 2, safe=True
+                        )
+                    )
             elif rp.loss_impl == "standard":
                 out.append(
                     Candidate("fused-loss", "use a chunked cross-entropy loss", {"loss_impl": "chunked"}, 2, safe=True)
@@ -434,6 +447,7 @@ class Fixer:
         eight_bit = optimizers.eight_bit_variant("adamw", opt.paged)
         if (
             opt.family in ("adamw", "adam")
+            and opt.library != "other"  # not BAdam, Adam-mini, schedule-free …: another algorithm, not a cheaper state
             and state_bytes > 1.5
             and not rp.offload_optimizer
             and rp.peft == "none"
@@ -446,7 +460,12 @@ class Fixer:
         if rp.micro_batch > 1:
             out.append(Candidate("smaller-micro-batch", "lower the micro-batch", {}, 6, safe=True))
         full = rp.peft == "none"  # adapters instead of every weight: the learning rate usually changes too
-        if full and not rp.quant_bits:
+        from vramlens.frameworks.hooks import hooks_for
+        from vramlens.resolve.objective import ONLINE
+
+        # the framework's RL recipes may have no adapter variant (FrameworkHooks.rl_full_only)
+        adapters = not (rp.objective in ONLINE and hooks_for(self.plan.framework).rl_full_only)
+        if full and adapters and not rp.quant_bits:
             out.append(
                 Candidate(
                     "lora",
@@ -458,7 +477,7 @@ class Fixer:
                     advice=LORA_LEARNING_RATE,
                 )
             )
-        if not rp.quant_bits and rp.peft in ("none", "lora", "dora"):
+        if adapters and not rp.quant_bits and rp.peft in ("none", "lora", "dora"):
             qlora: dict[str, Any] = {"peft_method": "qlora", "quant_bits": 4}
             if full:
                 qlora.update({"lora_r": 16, "lora_targets": ["all-linear"]})

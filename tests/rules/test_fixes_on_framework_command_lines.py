@@ -208,3 +208,42 @@ def test_every_written_fix_gives_the_peak_its_title_says(run, text, gpu):
             assert round(again.estimate.device_bytes / 2**30, 1) == peak_in_title(fix), fix.title
             checked += 1
     assert checked >= 2
+
+
+FIXTURES = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "megatron/ms-swift-v3.12.6/pretrain.sh",  # `--recompute_granularity selective` → `full`, not `True`
+        "ms-swift/main-3602360a/dense_colocate.sh",
+        "llamafactory/v0.9.5/badam_llama3_full_sft.yaml",  # no 8-bit AdamW in place of BAdam (it switched BAdam off)
+        "ms-swift/v4.5.2/llamapro_train.sh",  # LoRA in place of LLaMA-Pro: its added blocks go too
+        "objectives/torchtune_ppo.yaml",  # no adapters: torchtune's PPO recipe trains the full policy
+        "objectives/torchtune_lora_dpo.yaml",  # the DPO loss is not a cross-entropy to swap
+        "openrlhf/v0.11.0/train_ppo_ray_slurm.sh",  # no `export` inside a `bash -c` string or for a Ray job
+    ],
+)
+def test_fixes_of_real_configs_give_the_peak_their_titles_say(run, name):
+    """Every fix with edits on configs from the frameworks' own repositories, applied and read again: the file still
+    reads as the same kind of run and its estimate is the title's."""
+    original = (FIXTURES / name).read_text(encoding="utf-8")
+    suffix = "." + name.rsplit(".", 1)[-1]
+    a = run(original, name="config" + suffix, gpu="A10G")
+    assert a.estimate is not None, a.error
+    checked = 0
+    for finding in a.findings:
+        if finding.rule_id != "VL001":
+            continue
+        for fix in finding.fixes:
+            if not fix.edits:
+                continue
+            again = run(apply_edits(original, fix.edits), name="fixed" + suffix, gpu="A10G")
+            assert again.estimate is not None, (fix.title, again.error)
+            before = a.plan.objective.value if a.plan.objective else None
+            after = again.plan.objective.value if again.plan.objective else None
+            assert after == before, fix.title
+            assert round(again.estimate.device_bytes / 2**30, 1) == peak_in_title(fix), fix.title
+            checked += 1
+    assert checked >= 1

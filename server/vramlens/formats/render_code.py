@@ -757,6 +757,10 @@ class _ShDoc:
 
 def _sh_value(key: str, concept: str, value: Any, tool: str) -> str:
     n = key.lstrip("-").replace("-", "_")
+    if concept == "grad_checkpointing" and n == "recompute_granularity":
+        # Megatron's checkpointing is a granularity (megatron/training/arguments.py: full, selective; Megatron-SWIFT
+        # also none): on is `full`, off the core attention's selective recompute
+        return "full" if value else "selective"
     if concept == "lora_targets" and list(value) == ["all-linear"]:
         return "all" if n == "lora_target" else "all-linear"
     if concept == "peft_method":
@@ -1043,10 +1047,22 @@ def _sh_peft(doc: _ShDoc, concept: str, value: Any) -> None:
     _put_flag(doc, name, _sh_value(name, concept, value, tool))
 
 
+def _ray_job(launch: shell.Launch) -> bool:
+    """The program runs as a Ray job (`ray job submit … -- python3 …`): its environment is the job's runtime
+    environment, not the submitting shell's."""
+    words = [a.text.rsplit("/", 1)[-1] for a in launch.args[: launch.script_args_start]]
+    return any(words[i : i + 3] == ["ray", "job", "submit"] for i in range(len(words)))
+
+
 def _sh_alloc(doc: _ShDoc, value: str) -> None:
     local = _local(doc.plan, "alloc_conf")
     if local is not None and local.value_span is not None:
         return doc.replace_span(local.value_span, _sh_word(value))
+    if doc.launch.command.depth > 0 or _ray_job(doc.launch):
+        # an `export` line would land inside the `bash -c` string or in a shell whose environment the job does not
+        # get (a Ray job runs in its `--runtime-env-json` env_vars)
+        where = "the Ray job's runtime environment (`env_vars`)" if _ray_job(doc.launch) else "the `bash -c` script"
+        raise _Cannot(f"set PYTORCH_CUDA_ALLOC_CONF={value} in {where}")
     start = doc.launch.command.start
     line, _ = doc.idx.pos(start)
     line_start = doc.idx.line_start(line)

@@ -82,6 +82,8 @@ class FrameworkHooks:
     grpo_reference_free: bool = False
     # objective: a rollout's prompt is bounded by the sequence-length setting (tokenizer max_seq_len, cutoff_len)
     rollout_prompt_from_seq_len: bool = False
+    # objective: its online-RL recipes train every weight (no adapters to switch to: a fix does not offer them)
+    rl_full_only: bool = False
     # objective: the completion length of a rollout when the config sets none
     completion_len_default: int = 256
     # where that default comes from ("trl 1.16"); empty: not a framework's default, an assumption that is named

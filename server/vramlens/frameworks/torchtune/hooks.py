@@ -25,4 +25,6 @@ class TorchtuneHooks(FrameworkHooks):
         return frameworks.torchtune_rope_caches(builder, family, peft, layers)
 
 
-HOOKS = TorchtuneHooks(rollout_prompt_from_seq_len=True)
+# torchtune's PPO and GRPO recipes (recipes/ppo_full_finetune_single_device.py, dev/grpo_full_finetune_distributed.py)
+# train the full policy: there is no adapter variant of them
+HOOKS = TorchtuneHooks(rollout_prompt_from_seq_len=True, rl_full_only=True)
