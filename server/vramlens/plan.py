@@ -256,6 +256,7 @@ class TrainingPlan(BaseModel):
     # sequences per micro-batch of a critic that trains in a step of its own (verl, OpenRLHF), beside the policy's
     critic_micro_batch: Sourced[int] | None = None
     critic_grad_checkpointing: Sourced[bool] | None = None
+    fused_lora: Sourced[bool] | None = None  # fused LoRA autograd kernels on q/k/v, o and the MLP (axolotl's)
     teacher_sharding: Sourced[str] | None = None  # "whole", "zero3" or "zero3_offload": the teacher's own DeepSpeed
     # models on GPUs of their own, not the policy's ("reference", "reward_model", "value_model": OpenRLHF's Ray actor
     # groups without --colocate_*), and those that share the critic's GPUs ("reward_model")

@@ -136,3 +136,50 @@ def test_a_trace_of_quantized_experts_says_they_were_traced_unquantized():
     rp = _analysis_of("glm-45-air-qlora.yaml", text).resolution.resolved
     assert rp.experts_kbit
     assert any("quantized on load to 4 bits" in n for n in step_config(rp).not_traced)
+
+
+# axolotl v0.9.2 examples/llama-3/lora-1b-kernels.yml, without checkpointing (the kernels' effect shows)
+KERNELS = """
+base_model: NousResearch/Llama-3.2-1B
+load_in_8bit: false
+load_in_4bit: false
+adapter: lora
+lora_r: 16
+lora_alpha: 32
+lora_target_linear: true
+{dropout}lora_mlp_kernel: true
+lora_qkv_kernel: true
+lora_o_kernel: {o}
+sequence_len: 2048
+micro_batch_size: 2
+gradient_accumulation_steps: 1
+bf16: auto
+gradient_checkpointing: false
+"""
+
+
+def _kernels(tmp_path, **kw):
+    path = tmp_path / "lora-1b-kernels.yml"
+    path.write_text(KERNELS.format(**{"dropout": "", "o": "true", **kw}), encoding="utf-8")
+    return analyze(path.read_text(), str(path), Settings(workspace=tmp_path, model_lookup=False, gpu="A10G"))
+
+
+def test_axolotl_lora_kernels_keep_what_unsloths_keep(tmp_path):
+    """All three of axolotl's LoRA kernels (src/axolotl/kernels/lora.py: LoRA_QKV, LoRA_O, LoRA_MLP, after unsloth's)
+    save what unsloth's fused LoRA functions save: no fp32 copies of the adapted inputs, the MLP's activation
+    recomputed. They were named as not modelled and estimated as PEFT's LoRA layers."""
+    with_kernels = _kernels(tmp_path)
+    assert with_kernels.plan.fused_lora.value is True and with_kernels.plan.unmodelled == []
+    rp = with_kernels.resolution.resolved
+    assert rp.fused_lora
+    from vramlens.estimate import estimate
+
+    peft_layers = estimate(rp.with_changes(fused_lora=False), limits=False)
+    assert with_kernels.estimate.components["activations"] < 0.7 * peft_layers.components["activations"]
+
+
+@pytest.mark.parametrize("kw", [{"o": "false"}, {"dropout": "lora_dropout: 0.05\n"}], ids=["some", "dropout"])
+def test_axolotl_lora_kernels_on_some_linears_or_with_dropout_are_named(tmp_path, kw):
+    a = _kernels(tmp_path, **kw)
+    assert a.plan.fused_lora is None
+    assert {"lora_mlp_kernel", "lora_qkv_kernel"} <= set(_unmodelled(a.plan))

@@ -864,6 +864,14 @@ _ALL: tuple[Concept, ...] = (
         ("critic.ppo_micro_batch_size_per_gpu",),
     ),
     _C(
+        "fused_lora",
+        "bool",
+        "fused LoRA autograd kernels on the attention and the MLP (unsloth's, axolotl's lora_*_kernel)",
+        True,
+        True,
+        ("lora_qkv_kernel", "lora_o_kernel", "lora_mlp_kernel"),
+    ),
+    _C(
         "teacher_sharding",
         "str",
         "the distillation teacher's own DeepSpeed setup",

@@ -309,8 +309,7 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
         "peft_autocast_adapter_dtype kt_lora_expert_intermediate_size kt_lora_expert_num kt_use_lora_experts "
         "exclude_modules trainable_parameters_regex "
         "freeze_parameters_regex freeze_moe_router adapter_act adapter_length loftq_bits "
-        "adapters ref_adapters ref_model_adapters reward_adapters reward_model_adapters teacher_adapters "
-        "lora_qkv_kernel lora_o_kernel lora_mlp_kernel",
+        "adapters ref_adapters ref_model_adapters reward_adapters reward_model_adapters teacher_adapters",
     ),
     **_names(
         ("fused or chunked kernels (cross-entropy, MLP, QKV, RMSNorm, RoPE)", "estimated with the standard kernels"),

@@ -98,7 +98,7 @@ def build_plan(
         quant_double=bool(qval("quant_double")),
         quant_storage=v.storage if v.storage in ("bf16", "fp16", "fp32") else "uint8",
         quant_keeps_input=v.keeps_input,
-        **hooks.step_flags(),
+        **{**hooks.step_flags(), **({"fused_lora": True} if val("fused_lora") else {})},
         strategy=strategy,
         zero_stage=int(zero) if strategy in ("deepspeed", "fsdp") else 0,
         world_size=d.shard_ranks,

@@ -102,6 +102,7 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
     key_table.read(DISPATCH, b, top, hf.nested_index(settings))
     legacy_attention(b, top)
     data_parallel(b, data, top)
+    readers.lora_kernels(b, top)
     if b.plan.peft_method is None and b.plan.quant_bits is not None:
         # load_in_4bit without `adapter` — axolotl refuses to train quantized weights in full
         b.issue(

@@ -468,23 +468,27 @@ KEYS: Table = (
         "estimated with the whole sequence through the MLP",
         "Run the MLP over tiles of the sequence: its intermediate activations shrink.",
     ),
-    _not_modelled(
-        "lora_mlp_kernel",
-        "axolotl's fused LoRA MLP kernel",
-        "estimated as PEFT's LoRA layers",
-        "axolotl's fused LoRA MLP kernel (saves fewer activations).",
+    # read together (readers.lora_kernels): all three on, without LoRA dropout, are unsloth's fused LoRA step
+    Key(
+        ("lora_mlp_kernel",),
+        None,
+        r.remember,
+        type=bool,
+        description="axolotl's fused LoRA MLP kernel: saves the input and the gate and up outputs, recomputes the rest",
     ),
-    _not_modelled(
-        "lora_qkv_kernel",
-        "axolotl's fused LoRA QKV kernel",
-        "estimated as PEFT's LoRA layers",
-        "axolotl's fused LoRA QKV kernel (saves fewer activations).",
+    Key(
+        ("lora_qkv_kernel",),
+        None,
+        r.remember,
+        type=bool,
+        description="axolotl's fused LoRA QKV kernel: saves the input once for q, k and v.",
     ),
-    _not_modelled(
-        "lora_o_kernel",
-        "axolotl's fused LoRA output kernel",
-        "estimated as PEFT's LoRA layers",
-        "axolotl's fused LoRA output-projection kernel (saves fewer activations).",
+    Key(
+        ("lora_o_kernel",),
+        None,
+        r.remember,
+        type=bool,
+        description="axolotl's fused LoRA output-projection kernel: saves its input.",
     ),
     _not_modelled(
         "use_kernels",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from vramlens.formats import hf
 from vramlens.formats.moe_experts import read_experts_implementation, read_target_parameters
-from vramlens.formats.settings import PlanBuilder, Setting, is_auto, to_bool
+from vramlens.formats.settings import PlanBuilder, Setting, is_auto, to_bool, to_float
 from vramlens.formats.vocab import AXOLOTL_ATTENTION, check_optimizer
 from vramlens.frameworks import irrelevant
 from vramlens.knowledge.peft_methods import EXPERT_PARAMETERS_UNFUSED
@@ -28,6 +28,35 @@ LIGER_PLUGIN = "axolotl.integrations.liger.LigerPlugin"
 # The Liger plugin's switches (axolotl/integrations/liger/args.py) → the kernel each swaps in
 # (ResolvedPlan.fused_kernels)
 LIGER_KERNELS = {"liger_rms_norm": "rms_norm", "liger_glu_activation": "swiglu", "liger_rope": "rope"}
+
+
+def remember(b: PlanBuilder, s: Setting) -> None:
+    b.remember(s)
+
+
+# axolotl's LoRA kernels (src/axolotl/kernels/lora.py, "credit to unsloth"; applied by
+# src/axolotl/monkeypatch/lora_kernels.py): LoRA_QKV saves the input once for q, k and v, LoRA_O its input, LoRA_MLP
+# the input and the gate and up outputs (the activation and the down projection's input recomputed in backward),
+# each casting the fp32 adapters to the activations' dtype inside: what unsloth's fast_lora.py autograd functions
+# keep (ResolvedPlan.fused_lora, components.unsloth_kernels). With dropout they also save the dropped input.
+LORA_KERNELS = ("lora_qkv_kernel", "lora_o_kernel", "lora_mlp_kernel")
+
+
+def lora_kernels(b: PlanBuilder, top: list[Setting]) -> None:
+    """The three kernels on, without LoRA dropout: fused LoRA as unsloth's; some of them, or with dropout: named as
+    not modelled."""
+    on = {s.key: s for s in top if s.key in LORA_KERNELS and to_bool(s.value)}
+    if not on:
+        return
+    dropout = b.plan.lora_dropout is not None and (to_float(b.plan.lora_dropout.value) or 0.0) > 0
+    if len(on) == len(LORA_KERNELS) and not dropout:
+        first = on["lora_qkv_kernel"]
+        b.set("fused_lora", True, first, note="axolotl's LoRA kernels on q/k/v, o and the MLP (what unsloth's keep)")
+        b.plan.read_alongside.extend(s.key for s in on.values() if s is not first)
+        return
+    why = "with LoRA dropout" if dropout else "on some of the linears only"
+    for s in on.values():
+        b.unmodelled(s, f"axolotl's fused LoRA kernel `{s.key}` {why}", "estimated as PEFT's LoRA layers")
 
 
 def gradient_checkpointing(b: PlanBuilder, s: Setting) -> None:
