@@ -183,3 +183,14 @@ def test_axolotl_lora_kernels_on_some_linears_or_with_dropout_are_named(tmp_path
     a = _kernels(tmp_path, **kw)
     assert a.plan.fused_lora is None
     assert {"lora_mlp_kernel", "lora_qkv_kernel"} <= set(_unmodelled(a.plan))
+
+
+def test_axolotl_lora_kernels_on_a_mixture_of_experts_are_named(tmp_path):
+    path = tmp_path / "moe-kernels.yml"
+    path.write_text(
+        KERNELS.format(dropout="", o="true").replace("NousResearch/Llama-3.2-1B", "Qwen/Qwen3-30B-A3B"),
+        encoding="utf-8",
+    )
+    a = analyze(path.read_text(), str(path), Settings(workspace=tmp_path, model_lookup=False, gpu="H100"))
+    assert not a.resolution.resolved.fused_lora
+    assert any("routed experts" in u.what for u in a.plan.unmodelled)

@@ -17,6 +17,29 @@ from vramlens.resolve.versions import VersionsPart
 from vramlens.resolved import ResolvedPlan
 
 
+def _fused_lora_kernels(ctx: Context, arch) -> bool:
+    """Fused LoRA kernels a config switches on (axolotl's `lora_*_kernel`), where the estimate's fused LoRA step
+    holds: a gated MLP and no routed experts (components.unsloth_kernels); elsewhere they are named as not modelled."""
+    said = ctx.plan.fused_lora
+    if said is None or not said.value:
+        return False
+    if arch.is_moe or arch.mlp not in ("swiglu", "geglu"):
+        from vramlens.plan import Unmodelled
+
+        if not any(u.key == said.key for u in ctx.plan.unmodelled):
+            ctx.plan.unmodelled.append(
+                Unmodelled(
+                    key=said.key or "fused_lora",
+                    value="true",
+                    what="fused LoRA kernels on a model with routed experts or an ungated MLP",
+                    consequence="estimated as PEFT's LoRA layers",
+                    span=said.span,
+                )
+            )
+        return False
+    return True
+
+
 def build_plan(
     ctx: Context,
     m: ModelPart,
@@ -98,7 +121,7 @@ def build_plan(
         quant_double=bool(qval("quant_double")),
         quant_storage=v.storage if v.storage in ("bf16", "fp16", "fp32") else "uint8",
         quant_keeps_input=v.keeps_input,
-        **{**hooks.step_flags(), **({"fused_lora": True} if val("fused_lora") else {})},
+        **{**hooks.step_flags(), **({"fused_lora": True} if _fused_lora_kernels(ctx, arch) else {})},
         strategy=strategy,
         zero_stage=int(zero) if strategy in ("deepspeed", "fsdp") else 0,
         world_size=d.shard_ranks,
