@@ -5,6 +5,7 @@ Every written fix is applied to the text and the edited file estimated again: it
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from vramlens.text import apply_edits
@@ -65,6 +66,13 @@ def fix_titled(a, start: str):
     vl001 = [f for f in a.findings if f.rule_id == "VL001"]
     assert vl001, [(f.rule_id, f.message) for f in a.findings]
     return next(f for f in vl001[0].fixes if f.title.startswith(start))
+
+
+def written_fixes(a):
+    """The out-of-memory finding's fixes that edit the file."""
+    for finding in a.findings:
+        if finding.rule_id == "VL001":
+            yield from (fix for fix in finding.fixes if fix.edits)
 
 
 def peak_in_title(fix) -> float:
@@ -198,19 +206,14 @@ def test_every_written_fix_gives_the_peak_its_title_says(run, text, gpu):
     with open(a.path, encoding="utf-8") as f:
         original = f.read()
     checked = 0
-    for finding in a.findings:
-        if finding.rule_id != "VL001":
-            continue
-        for fix in finding.fixes:
-            if not fix.edits:
-                continue
-            _, again = applied(run, a, fix, gpu, original)
-            assert round(again.estimate.device_bytes / 2**30, 1) == peak_in_title(fix), fix.title
-            checked += 1
+    for fix in written_fixes(a):
+        _, again = applied(run, a, fix, gpu, original)
+        assert round(again.estimate.device_bytes / 2**30, 1) == peak_in_title(fix), fix.title
+        checked += 1
     assert checked >= 2
 
 
-FIXTURES = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 @pytest.mark.parametrize(
@@ -233,17 +236,12 @@ def test_fixes_of_real_configs_give_the_peak_their_titles_say(run, name):
     a = run(original, name="config" + suffix, gpu="A10G")
     assert a.estimate is not None, a.error
     checked = 0
-    for finding in a.findings:
-        if finding.rule_id != "VL001":
-            continue
-        for fix in finding.fixes:
-            if not fix.edits:
-                continue
-            again = run(apply_edits(original, fix.edits), name="fixed" + suffix, gpu="A10G")
-            assert again.estimate is not None, (fix.title, again.error)
-            before = a.plan.objective.value if a.plan.objective else None
-            after = again.plan.objective.value if again.plan.objective else None
-            assert after == before, fix.title
-            assert round(again.estimate.device_bytes / 2**30, 1) == peak_in_title(fix), fix.title
-            checked += 1
+    for fix in written_fixes(a):
+        again = run(apply_edits(original, fix.edits), name="fixed" + suffix, gpu="A10G")
+        assert again.estimate is not None, (fix.title, again.error)
+        before = a.plan.objective.value if a.plan.objective else None
+        after = again.plan.objective.value if again.plan.objective else None
+        assert after == before, fix.title
+        assert round(again.estimate.device_bytes / 2**30, 1) == peak_in_title(fix), fix.title
+        checked += 1
     assert checked >= 1
