@@ -861,6 +861,10 @@ def _sh_change(doc: _ShDoc, concept: str, value: Any) -> None:
     local = _local(plan, concept)
     if local is not None and local.key and concept in SH_DIRECT:
         return _sh_edit_existing(doc, local, concept, value)
+    if tool == "verl" and cur is not None and cur.key and "." in cur.key and concept in SH_DIRECT:
+        # a default of the trainer's own config, under its key there (`data.micro_batch_size_per_gpu` in the SFT
+        # trainer, `actor_rollout_ref.actor.…` in the PPO one): an override of that key
+        return _put_flag(doc, cur.key, _sh_value(cur.key, concept, value, tool))
     if concept == "optimizer_impl":
         if tool == "torchtune" and value == "fused":
             return _put_flag(doc, "optimizer.fused", "True")
