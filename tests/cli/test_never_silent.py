@@ -51,7 +51,7 @@ UNMODELLED = [
     (
         "axolotl_kernels.yaml",
         {"tiled_mlp": 10, "lora_qkv_kernel": 12},
-        ("TiledMLP", "LoRA QKV"),
+        ("TiledMLP", "fused LoRA kernel `lora_qkv_kernel` on some of the linears only"),
     ),
     (
         "hf_zero_plus_plus.yaml",
