@@ -262,6 +262,17 @@ OPENRLHF_DOTTED: dict[str, str] = {
 }
 
 
+def openrlhf_spelling(flat: str, dotted: bool, program: str | None = None) -> str:
+    """A flat OpenRLHF flag as a command line of its release spells it: flat, or dotted from v0.10.2
+    (OPENRLHF_DOTTED), in the section the program uses where two sections spell it (`--actor.*` in train_ppo_ray,
+    `--model.*` elsewhere)."""
+    if not dotted:
+        return flat
+    names = [d for d, f in OPENRLHF_DOTTED.items() if f == flat]
+    section = "actor." if program and "ppo" in program else "model."
+    return next((d for d in names if d.startswith(section)), names[0] if names else flat)
+
+
 def openrlhf_flag(name: str) -> str:
     """The flat flag name an OpenRLHF flag stands for (dotted flags of v0.10.2+ → the flags they replaced)."""
     return OPENRLHF_DOTTED.get(name, name)
@@ -386,7 +397,7 @@ def openrlhf_defaults(b: PlanBuilder, written: set[str] = frozenset(), module: s
     owner = module if module in ("train_sft", "train_dpo", "train_rm", "train_ppo_ray") else "train_sft"
 
     def default(concept: str, flat: str, convert=lambda v: v) -> None:
-        name = next((d for d, f in OPENRLHF_DOTTED.items() if f == flat), flat) if dotted else flat
+        name = openrlhf_spelling(flat, dotted, module)
         v = schemas.default("openrlhf", name, release, owner=owner) if release else None
         if v is not None and getattr(plan, concept) is None:
             b.set(

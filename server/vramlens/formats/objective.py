@@ -650,8 +650,7 @@ def _openrlhf_micro_batches(b: PlanBuilder, by_key: dict[str, Setting], written:
         s = by_key.get(flag)
         if s is not None and to_int(s.value):
             return to_int(s.value), s, f"`--{s.key}` {to_int(s.value):,}"
-        dotted = any("." in n for n in written)
-        name = next((d for d, f in launchers.OPENRLHF_DOTTED.items() if f == flag), flag) if dotted else flag
+        name = launchers.openrlhf_spelling(flag, any("." in n for n in written), "train_ppo_ray")
         v = to_int(
             schemas.default("openrlhf", name, release or schemas.pick_version("openrlhf"), owner="train_ppo_ray")
         )

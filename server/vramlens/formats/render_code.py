@@ -675,28 +675,62 @@ TOOL_FLAGS.update(
     }
 )
 
-# verl's LoRA keys (the FSDP workers' actor model: `actor_rollout_ref.model.*`)
-VERL_LORA = {
-    "lora_r": "actor_rollout_ref.model.lora_rank",
-    "lora_alpha": "actor_rollout_ref.model.lora_alpha",
-    "lora_targets": "actor_rollout_ref.model.target_modules",
+# the adapter settings each program's command line takes (a concept without an entry is not written there)
+ADAPTER_FLAGS: dict[str, dict[str, str]] = {
+    "swift": {
+        "lora_r": "lora_rank",
+        "lora_alpha": "lora_alpha",
+        "lora_targets": "target_modules",
+        "quant_bits": "quant_bits",
+    },
+    "llamafactory": {
+        "lora_r": "lora_rank",
+        "lora_alpha": "lora_alpha",
+        "lora_targets": "lora_target",
+        "quant_bits": "quantization_bit",
+    },
+    "axolotl": {
+        "lora_r": "lora-r",
+        "lora_alpha": "lora-alpha",
+        "lora_targets": "lora-target-linear",
+        "quant_bits": "load-in-4bit",
+    },
+    "trl": {
+        "lora_r": "lora_r",
+        "lora_alpha": "lora_alpha",
+        "lora_targets": "lora_target_modules",
+        "quant_bits": "load_in_4bit",
+    },
+    # OpenRLHF's flat flags (openrlhf/cli/train_*.py), spelled dotted on a v0.10.2+ command line (`_tool_name`)
+    "openrlhf": {
+        "lora_r": "lora_rank",
+        "lora_alpha": "lora_alpha",
+        "lora_targets": "target_modules",
+        "quant_bits": "load_in_4bit",
+    },
+    # verl's FSDP actor model (ppo_trainer.yaml `actor_rollout_ref.model.*`; no 4-bit loading)
+    "verl": {
+        "lora_r": "actor_rollout_ref.model.lora_rank",
+        "lora_alpha": "actor_rollout_ref.model.lora_alpha",
+        "lora_targets": "actor_rollout_ref.model.target_modules",
+    },
 }
+# programs whose LoRA is switched on by a rank above 0, not by a method name
+RANK_SWITCHED = frozenset({"openrlhf", "verl"})
+
+
 # programs that take no accumulation count: they derive it from a global batch (OpenRLHF `--train_batch_size`, verl
 # `ppo_mini_batch_size`, Megatron `--global-batch-size`), which a smaller micro-batch leaves as it is
 ACCUMULATION_FOLLOWS = frozenset({"openrlhf", "verl", "megatron"})
 
 
-def _openrlhf_name(doc: "_ShDoc", name: str) -> str:
-    """An OpenRLHF flag as this command line spells its flags: dotted from v0.10.2 (`_openrlhf_dotted`), else flat."""
-    return _openrlhf_dotted(name, doc.launch.subcommand) if any("." in n for n, _, _ in doc.args.flags) else name
-
-
-def _openrlhf_dotted(name: str, program: str | None) -> str:
-    """The v0.10.2+ dotted spelling of a flat OpenRLHF flag (formats.launchers.OPENRLHF_DOTTED), in the section the
-    program uses where two sections spell it (`--actor.*` in train_ppo_ray, `--model.*` elsewhere)."""
-    names = [d for d, flat in launchers.OPENRLHF_DOTTED.items() if flat == name]
-    section = "actor." if program and "ppo" in program else "model."
-    return next((d for d in names if d.startswith(section)), names[0] if names else name)
+def _tool_name(doc: "_ShDoc", name: str) -> str:
+    """A flag as this command line spells it: an OpenRLHF flag dotted on a v0.10.2+ command line
+    (formats.launchers.openrlhf_spelling), any other as it is."""
+    if doc.launch.tool != "openrlhf":
+        return name
+    dotted = any("." in n for n, _, _ in doc.args.flags)
+    return launchers.openrlhf_spelling(name, dotted, doc.launch.subcommand)
 
 
 # concepts whose value is written as it is (no change of key or meaning)
@@ -839,6 +873,10 @@ def _put_flag(doc: _ShDoc, name: str, value_text: str | None) -> None:
         if key.replace("-", "_") == n:
             doc.replace_span(doc.span(a.word.start + eq + 1, a.word.end), value_text or "true")
             return
+    # one flag per name among those the fix adds: a later change of it (the rank after the LoRA switch) replaces it
+    doc.appended[:] = [
+        f for f in doc.appended if re.split(r"[ =]", f.lstrip("-"), maxsplit=1)[0].replace("-", "_") != n
+    ]
     doc.appended.append(_flag_text(doc.launch.tool, name, value_text))
 
 
@@ -889,8 +927,8 @@ def _sh_change(doc: _ShDoc, concept: str, value: Any) -> None:
         return _put_flag(doc, "optimizer._component_", optimizers.class_path(value) or value)
     flags = TOOL_FLAGS.get(tool, HF_FLAGS if tool in HF_TOOLS else {})
     name = flags.get(concept)
-    if tool == "openrlhf" and name is not None:
-        name = _openrlhf_name(doc, name)
+    if name is not None:
+        name = _tool_name(doc, name)
     if name is None:
         where = ": set it in the config file" if tool in ("llamafactory", "torchtune", "axolotl", "swift") else ""
         raise _Cannot(f"`{concept}` cannot be set on this {tool} command line{where}")
@@ -959,12 +997,13 @@ def _sh_peft(doc: _ShDoc, concept: str, value: Any) -> None:
     plan, tool = doc.plan, doc.launch.tool
     if concept == "peft_method":
         local = _local(plan, "peft_method")
-        if tool == "openrlhf" and value in ("lora", "qlora"):
-            # LoRA is on with a rank above 0 (openrlhf/cli/train_*.py `--lora_rank`, default 0); QLoRA adds
-            # `--load_in_4bit` (quant_bits)
+        flags = ADAPTER_FLAGS.get(tool, {})
+        if tool in RANK_SWITCHED and (value == "lora" or value == "qlora" and "quant_bits" in flags):
+            # LoRA is on with a rank above 0 (OpenRLHF `--lora_rank`, verl `model.lora_rank`, both 0 by default);
+            # QLoRA adds the 4-bit loading (quant_bits), where the program has it
             if plan.peft_method is not None and plan.peft_method.value == "lora":
                 return None
-            return _put_flag(doc, _openrlhf_name(doc, "lora_rank"), "16")
+            return _put_flag(doc, _tool_name(doc, flags["lora_r"]), "16")
         if local is not None and local.value_span is not None:
             return doc.replace_span(local.value_span, _sh_value(local.key or "", concept, value, tool))
         if value not in ("lora", "qlora", "dora"):
@@ -977,9 +1016,9 @@ def _sh_peft(doc: _ShDoc, concept: str, value: Any) -> None:
             return _put_flag(doc, "adapter", value if value in ("lora", "qlora") else "lora")
         if tool == "trl" or plan.framework == "trl":
             return _put_flag(doc, "use_peft", None)
-        if tool == "verl" and value == "lora":  # the FSDP actor's PEFT LoRA (ppo_trainer.yaml `model.lora_rank: 0`)
-            return _put_flag(doc, VERL_LORA["lora_r"], "16")
         raise _Cannot("this script's arguments have no LoRA switch: add LoRA in the training script")
+    if tool == "openrlhf" and concept == "quant_bits" and value != 4:
+        raise _Cannot("OpenRLHF loads a model in 4 bits only (`--load_in_4bit`)")
     local = _local(plan, concept)
     if local is not None and concept == "quant_bits" and local.key:
         n = local.key.replace("-", "_")
@@ -992,57 +1031,11 @@ def _sh_peft(doc: _ShDoc, concept: str, value: Any) -> None:
             )
     if local is not None and local.value_span is not None:
         return doc.replace_span(local.value_span, _sh_value(local.key or "", concept, value, tool))
-    names = {
-        "swift": {
-            "lora_r": "lora_rank",
-            "lora_alpha": "lora_alpha",
-            "lora_targets": "target_modules",
-            "quant_bits": "quant_bits",
-        },
-        "llamafactory": {
-            "lora_r": "lora_rank",
-            "lora_alpha": "lora_alpha",
-            "lora_targets": "lora_target",
-            "quant_bits": "quantization_bit",
-        },
-        "axolotl": {
-            "lora_r": "lora-r",
-            "lora_alpha": "lora-alpha",
-            "lora_targets": "lora-target-linear",
-            "quant_bits": "load-in-4bit",
-        },
-    }.get(tool)
-    if tool == "verl" and concept in VERL_LORA:
-        doc.appended[:] = [f for f in doc.appended if not f.startswith(VERL_LORA[concept] + "=")]
-        return _put_flag(doc, VERL_LORA[concept], _sh_value(VERL_LORA[concept], concept, value, tool))
-    if tool == "openrlhf":
-        names = {
-            "lora_r": "lora_rank",
-            "lora_alpha": "lora_alpha",
-            "lora_targets": "target_modules",
-            "quant_bits": "load_in_4bit",
-        }
-        if concept == "quant_bits" and value != 4:
-            raise _Cannot("OpenRLHF loads a model in 4 bits only (`--load_in_4bit`)")
-        if concept in names:
-            name = _openrlhf_name(doc, names[concept])
-            if concept == "quant_bits":
-                return _put_flag(doc, name, None)
-            text = _sh_value(name, concept, value, tool)
-            # the rank the LoRA switch above added: one flag, with this value
-            doc.appended[:] = [f for f in doc.appended if not f.startswith(f"--{name} ")]
-            return _put_flag(doc, name, text)
-    if names is None and (tool == "trl" or plan.framework == "trl"):
-        names = {
-            "lora_r": "lora_r",
-            "lora_alpha": "lora_alpha",
-            "lora_targets": "lora_target_modules",
-            "quant_bits": "load_in_4bit",
-        }
+    names = ADAPTER_FLAGS.get(tool) or (ADAPTER_FLAGS["trl"] if plan.framework == "trl" else None)
     if names is None or concept not in names:
         raise _Cannot(f"this {tool} command cannot set `{concept}`: add it in the training script or config")
-    name = names[concept]
-    if concept == "quant_bits" and name in ("load_in_4bit", "load-in-4bit"):
+    name = _tool_name(doc, names[concept])
+    if concept == "quant_bits" and name.rsplit(".", 1)[-1] in ("load_in_4bit", "load-in-4bit"):
         if value != 4:
             name = name.replace("4", "8")
         return _put_flag(doc, name, "true" if tool == "axolotl" else None)
