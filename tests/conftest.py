@@ -6,7 +6,7 @@
 - No network: `HF_HUB_OFFLINE=1` turns the Hub lookup of unknown models off for every test and every CLI or
   server it starts; the tests of the lookup clear it and point `HF_ENDPOINT` at a Hub on loopback
   (`fake_hub.py`).
-- This folder on `sys.path` (pytest's default import mode), so tests can import `shared_data`.
+- This folder on `sys.path` (pytest's default import mode), so tests can import `shared_data` and `model_shapes`.
 """
 
 from __future__ import annotations

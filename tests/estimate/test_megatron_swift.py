@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from model_shapes import QWEN3_30B_A3B
 from vramlens.estimate import components as C
-from vramlens.knowledge.schema import GpuSpec, ModelArch, OptimizerSpec
+from vramlens.knowledge.schema import GpuSpec, OptimizerSpec
 from vramlens.resolved import ResolvedPlan
 
 MOE_SFT = """# 8 GPUs
@@ -86,25 +87,11 @@ def test_full_dpo_holds_a_reference_copy_with_the_policy_layout(tmp_path):
 
 
 H100 = GpuSpec(name="H100", memory_gib=79.2, usable_gib=79.2, bf16=True)
-MOE = ModelArch(
-    id="moe",
-    family="qwen3_moe",
-    hidden=2048,
-    layers=48,
-    heads=32,
-    kv_heads=4,
-    head_dim=128,
-    intermediate=6144,
-    moe_intermediate=768,
-    num_experts=128,
-    experts_per_token=8,
-    vocab=151936,
-)
 
 
 def moe_plan(**kw) -> ResolvedPlan:
     base = dict(
-        arch=MOE,
+        arch=QWEN3_30B_A3B,
         optimizer=OptimizerSpec(name="adamw_torch", states=2),
         gpu=H100,
         strategy="megatron",

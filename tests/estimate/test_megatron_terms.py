@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from model_shapes import QWEN3_30B_A3B
 from vramlens.estimate import components as C
 from vramlens.formats import parse_document
 from vramlens.knowledge.schema import GpuSpec, ModelArch, OptimizerSpec
@@ -244,23 +245,6 @@ def test_hybrid_cpu_optimizer_keeps_fp32_states_on_the_gpu_whatever_the_precisio
     )
     state = C.megatron_step(plain)["forward-backward"]["optimizer"]
     assert state > 0 and C.megatron_step(low)["forward-backward"]["optimizer"] == state
-
-
-# Qwen3-30B-A3B's shapes (its config.json): 48 layers, 128 experts, top-8, moe_intermediate_size 768
-QWEN3_30B_A3B = ModelArch(
-    id="qwen3-30b-a3b",
-    family="qwen3_moe",
-    hidden=2048,
-    layers=48,
-    heads=32,
-    kv_heads=4,
-    head_dim=128,
-    intermediate=6144,
-    vocab=151936,
-    num_experts=128,
-    experts_per_token=8,
-    moe_intermediate=768,
-)
 
 
 def activations(rp) -> int:
