@@ -11,7 +11,7 @@ from typing import Any
 from vramlens.knowledge import inventory, peft_methods
 from vramlens.knowledge.models import OWN_MIXER_LINEARS, UNGATED_UP_DOWN
 from vramlens.knowledge.schema import ModelArch
-from vramlens.plan import TrainingPlan, Unmodelled, derived
+from vramlens.plan import TrainingPlan, derived
 from vramlens.resolve.common import Approximate, Context
 
 
@@ -148,19 +148,13 @@ def _other_method(ctx: Context, method: str, fields: dict, quant_bits: Any) -> s
     ctx.assumptions.append(
         Approximate(f"{name} ({told_sizes}): its parameters and optimizer state counted as defined; {reason}")
     )
-    told = ctx.plan.peft_method
-    key = (told.key if told is not None else None) or "peft_method"
-    if not any(u.key == key for u in ctx.plan.unmodelled):
-        ctx.plan.unmodelled.append(
-            Unmodelled(
-                key=key,
-                value=method,
-                what=f"{name} activations (what its forward keeps for backward)",
-                consequence="its parameters counted as defined; "
-                + peft_methods.KEPT_TENSORS.get(method, peft_methods.KEPT_AS_LORA),
-                span=told.span if told is not None else None,
-            )
-        )
+    ctx.unmodelled(
+        ctx.plan.peft_method,
+        "peft_method",
+        method,
+        f"{name} activations (what its forward keeps for backward)",
+        "its parameters counted as defined; " + peft_methods.KEPT_TENSORS.get(method, peft_methods.KEPT_AS_LORA),
+    )
     return "qlora" if quant_bits == 4 else "lora"
 
 

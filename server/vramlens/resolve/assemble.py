@@ -24,18 +24,13 @@ def _fused_lora_kernels(ctx: Context, arch) -> bool:
     if said is None or not said.value:
         return False
     if arch.is_moe or arch.mlp not in ("swiglu", "geglu"):
-        from vramlens.plan import Unmodelled
-
-        if not any(u.key == said.key for u in ctx.plan.unmodelled):
-            ctx.plan.unmodelled.append(
-                Unmodelled(
-                    key=said.key or "fused_lora",
-                    value="true",
-                    what="fused LoRA kernels on a model with routed experts or an ungated MLP",
-                    consequence="estimated as PEFT's LoRA layers",
-                    span=said.span,
-                )
-            )
+        ctx.unmodelled(
+            said,
+            "fused_lora",
+            "true",
+            "fused LoRA kernels on a model with routed experts or an ungated MLP",
+            "estimated as PEFT's LoRA layers",
+        )
         return False
     return True
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from vramlens.frameworks.hooks import FrameworkHooks
 from vramlens.knowledge.liger import LIGER_VERSION, liger_glu, liger_rms_norm
-from vramlens.plan import Origin, Sourced, TrainingPlan
+from vramlens.plan import Origin, Sourced, TrainingPlan, Unmodelled
 from vramlens.resolved import ResolvedPlan, unmodelled_text
 from vramlens.settings import Settings
 
@@ -172,6 +172,18 @@ class Context:
 
     def extra(self, key: str) -> Any:
         return _extra_value(self.plan, key)
+
+    def unmodelled(self, said: Sourced | None, key: str, value: str, what: str, consequence: str) -> None:
+        """Name a setting the file states that the estimate does not model (every view shows it), once per key;
+        `key` stands where the setting has none."""
+        name = (said.key if said is not None else None) or key
+        if any(u.key == name for u in self.plan.unmodelled):
+            return
+        self.plan.unmodelled.append(
+            Unmodelled(
+                key=name, value=value, what=what, consequence=consequence, span=said.span if said is not None else None
+            )
+        )
 
 
 def liger_loss(plan: TrainingPlan) -> bool:
