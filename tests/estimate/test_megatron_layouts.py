@@ -12,7 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from test_megatron_swift import MOE as MOE_30B_A3B
+from model_shapes import QWEN3_30B_A3B as MOE_30B_A3B
 from vramlens.estimate import GIB, estimate
 from vramlens.estimate import components as C
 from vramlens.knowledge.schema import GpuSpec, ModelArch, OptimizerSpec

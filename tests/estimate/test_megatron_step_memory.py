@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_megatron_swift import MOE as MOE_30B_A3B
+from model_shapes import QWEN3_30B_A3B as MOE_30B_A3B
 from vramlens.analysis import analyze
 from vramlens.estimate import components as C
 from vramlens.knowledge.schema import GpuSpec, ModelArch, OptimizerSpec
