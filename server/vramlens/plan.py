@@ -339,6 +339,8 @@ class TrainingPlan(BaseModel):
     reward_model_id: Sourced[str] | None = None  # a reward model held during online RL
     value_model: Sourced[bool] | None = None  # PPO's trained value (critic) model
     teacher_model_id: Sourced[str] | None = None  # the distillation teacher
+    # the teacher's weight dtype where its loading sets one apart from the student's ("auto": its stored dtype)
+    teacher_dtype: Sourced[str] | None = None
 
     references: list[Reference] = Field(default_factory=list)
     purpose: Sourced[str] | None = None

@@ -195,7 +195,11 @@ def objective_text(rp) -> str:
     if rp.value_model:
         parts.append("value model")
     if rp.teacher is not None:
-        parts.append(f"teacher {rp.teacher.id}")
+        # a teacher that is not named is sized as the student (resolve.objective): not the student's id as its own
+        named = rp.teacher is not rp.arch and rp.teacher != rp.arch
+        parts.append(f"teacher {rp.teacher.id}" if named else "teacher not named (sized as the student)")
+        if rp.teacher_dtype is not None:
+            parts[-1] += f" in {rp.teacher_dtype}"
     return " · ".join(parts)
 
 

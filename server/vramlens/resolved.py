@@ -275,6 +275,7 @@ class ResolvedPlan(BaseModel):
     reward_model: bool = False  # a frozen reward model of the policy's size is resident
     value_model: bool = False  # PPO's trained value model (a policy-sized copy with a scalar head)
     teacher: ModelArch | None = None  # the distillation teacher
+    teacher_dtype: Literal["fp32", "bf16", "fp16"] | None = None  # its weight dtype (None: the policy's)
     # the distillation loss when it is a framework's own over the full logits (`FrameworkHooks.distill_loss`):
     # "" (the student's loss counted as cross-entropy, the teacher's logits beside it), or ms-swift's chunked JSD
     # as its code stands from ms-swift 3.12.0 ("swift-jsd-3.12") or 4.3.0 ("swift-jsd-4.3")

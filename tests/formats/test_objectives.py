@@ -161,6 +161,86 @@ def test_distillation_adds_the_teacher_and_its_logits():
     assert rp.teacher.id.startswith("Qwen/Qwen2.5-14B") and est.components["teacher"] > est.components["weights"]
 
 
+# TRL's GKD documentation writes the teacher as a model the script loads and hands to the trainer; its scripts pass
+# an id the trainer loads itself (trl docs/source/gkd_trainer.md; trl/scripts/gkd.py)
+GKD_LOADED = """
+import torch
+from transformers import AutoModelForCausalLM
+from trl import GKDConfig, GKDTrainer
+
+teacher_model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-7B-Instruct"{teacher_dtype})
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B-Instruct", torch_dtype=torch.bfloat16)
+args = GKDConfig(output_dir="out", per_device_train_batch_size=4, bf16=True, max_length=1024)
+trainer = GKDTrainer(model=model, teacher_model=teacher_model, args=args)
+"""
+GKD_BY_ID = """
+from trl import GKDConfig, GKDTrainer
+
+args = GKDConfig(output_dir="out", per_device_train_batch_size=4, bf16=True, max_length=1024,
+                 model_init_kwargs={{"torch_dtype": "bfloat16"}}{teacher_kwargs})
+trainer = GKDTrainer(model="Qwen/Qwen2.5-0.5B-Instruct", teacher_model="Qwen/Qwen2.5-7B-Instruct", args=args)
+"""
+
+
+def _gkd(tmp_path, text: str, transformers: str | None = None):
+    tmp_path.mkdir(exist_ok=True)
+    if transformers:
+        (tmp_path / "requirements.txt").write_text(f"transformers=={transformers}\n")
+    plan = parse_document(text, str(tmp_path / "gkd.py")).plan
+    res = resolve(plan, Settings(gpu="A100-80GB", workspace=tmp_path))
+    return plan, res, estimate(res.resolved, limits=False)
+
+
+@pytest.mark.parametrize(
+    "text", [GKD_LOADED.format(teacher_dtype=""), GKD_BY_ID.format(teacher_kwargs="")], ids=["loaded", "by-id"]
+)
+def test_a_trl_teacher_handed_to_the_trainer_is_read_as_the_teacher(tmp_path, text):
+    """`GKDTrainer(teacher_model=…)`, a loaded model or an id: the teacher was "not named" and sized as the student
+    (0.5B instead of 7B), and a teacher loaded before the student would have been read as the model trained."""
+    plan, res, est = _gkd(tmp_path, text)
+    rp = res.resolved
+    assert plan.model_id.value == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert plan.teacher_model_id.value == "Qwen/Qwen2.5-7B-Instruct"
+    assert rp.teacher is not None and rp.teacher.params_b > 7
+    assert est.components["teacher"] > 10 * est.components["weights"]
+    # the teacher's load comes first in GKD_LOADED: its dtype-less load is not the student's dtype
+    assert rp.weight_dtype == "bf16"
+
+
+def test_a_trl_teacher_loads_in_transformers_default_dtype(tmp_path):
+    """TRL loads the teacher with `from_pretrained` and whatever `teacher_model_init_kwargs` give: with no dtype,
+    fp32 under transformers 4 (twice the bytes of the bf16 student's dtype), its stored bf16 under transformers 5."""
+    _, res4, est4 = _gkd(tmp_path / "a", GKD_BY_ID.format(teacher_kwargs=""), transformers="4.46.3")
+    assert res4.resolved.teacher_dtype == "fp32"
+    assert any("loads it in fp32" in str(a) for a in res4.assumptions)
+    _, res5, est5 = _gkd(tmp_path / "b", GKD_BY_ID.format(teacher_kwargs=""), transformers="5.2.0")
+    assert res5.resolved.teacher_dtype is None  # bf16, the student's
+    assert est4.components["teacher"] == pytest.approx(2 * est5.components["teacher"], rel=1e-6)
+    told = GKD_BY_ID.format(teacher_kwargs=', teacher_model_init_kwargs={"torch_dtype": "bfloat16"}')
+    _, res, est = _gkd(tmp_path / "c", told, transformers="4.46.3")
+    assert res.resolved.teacher_dtype is None and est.components["teacher"] == est5.components["teacher"]
+    loaded = GKD_LOADED.format(teacher_dtype=", torch_dtype=torch.float32")
+    plan, res, _ = _gkd(tmp_path / "d", loaded)
+    assert plan.teacher_dtype.value == "fp32" and res.resolved.teacher_dtype == "fp32"
+
+
+def test_a_reference_loaded_before_the_policy_is_not_read_as_the_policy(tmp_path):
+    """`ref_model = AutoModelForCausalLM.from_pretrained(…)` above the policy's load: the first load was taken for
+    the model trained (and its dtype for the policy's)."""
+    text = """
+import torch
+from transformers import AutoModelForCausalLM
+from trl import DPOConfig, DPOTrainer
+ref = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B", torch_dtype=torch.float32)
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B-Instruct", torch_dtype=torch.bfloat16)
+trainer = DPOTrainer(model=model, ref_model=ref, args=DPOConfig(output_dir="out", bf16=True))
+"""
+    plan, res, est = _gkd(tmp_path, text)
+    assert plan.model_id.value == "Qwen/Qwen2.5-0.5B-Instruct" and plan.weight_dtype.value == "bf16"
+    assert plan.ref_model_id.value == "Qwen/Qwen2.5-0.5B" and res.resolved.reference_dtype == "fp32"
+    assert est.components["reference"] == pytest.approx(2 * est.components["weights"], rel=0.01)
+
+
 def _fixes(name: str):
     from vramlens.fixes import Fixer
 

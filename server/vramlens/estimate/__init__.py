@@ -129,8 +129,9 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # (an RL objective's teacher hands over per-token log-probs only: resolve.objective `online_teacher`)
         # the teacher's logits for the batch, computed under no_grad before the student's loss and held through it
         # (torchtune knowledge_distillation_single_device.py; TRL GKD): 16-bit logits, + their fp32 log-softmax
-        # inside an unchunked loss
-        teacher_logits = int(tok * rp.teacher.vocab * (2 + (0 if rp.loss_impl in ("chunked", "fused") else 4)))
+        # inside an unchunked loss; an fp32 teacher outside autocast writes fp32 logits
+        held = 4 if rp.teacher_dtype == "fp32" and not rp.amp else 2
+        teacher_logits = int(tok * rp.teacher.vocab * (held + (0 if rp.loss_impl in ("chunked", "fused") else 4)))
         gkd = swift_gkd_bytes(rp, logit_tok)
         if gkd is not None:  # ms-swift's own GKD loss: its forward's peak (logits.swift_gkd_bytes)
             logits, teacher_logits = gkd

@@ -592,6 +592,9 @@ class _Reader:
         self.seen: set[str] = set()  # kinds of call already read
         self.autocasts: list[Setting] = []
         self.swift: tuple[str, list[Setting]] | None = None  # ms-swift: (subcommand, its arguments' settings)
+        # id(`X.from_pretrained(...)` call) → "teacher" / "reference": a model a trainer takes besides the one it
+        # trains (`_other_model_loads`)
+        self.other_loads: dict[int, str] = {}
 
     def first(self, kind: str) -> bool:
         """True the first time a call of this kind is met."""
@@ -784,6 +787,7 @@ def read_tree(tree: ast.Module, text: str, ctx) -> TrainingPlan | None:
     r = _Reader(text, ctx.path)
     ev = _Evaluator(col, r.cols)
     col.calls.sort(key=lambda cs: (cs[0].lineno, cs[0].col_offset))  # first writer wins: source order
+    r.other_loads = _other_model_loads(col.calls)
     for call, scope in col.calls:
         _call(r, ev, call, scope)
     for st, scope in col.env_assigns:
@@ -886,6 +890,10 @@ def _call(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope) -> None:
             _trainer(r, ev, call, scope, last)
         return
     if last == "from_pretrained":
+        role = r.other_loads.get(id(call))
+        if role is not None:
+            _other_model_load(r, ev, call, scope, role)
+            return
         if "model" not in r.seen:
             _from_pretrained(r, ev, call, scope, full)
             if _is_unsloth(full):
@@ -1123,8 +1131,59 @@ def _trainer(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name: st
         if target == "model":
             if isinstance(s.value, str):
                 apply_hf_key(r.b, "model_name_or_path", s)
+        elif target in OTHER_MODELS and isinstance(s.value, str) and s.value.strip():
+            # `GKDTrainer(teacher_model="Qwen/Qwen2-1.5B-Instruct", …)`, `DPOTrainer(ref_model="…", …)`: an id the
+            # trainer loads itself
+            r.b.set(OTHER_MODELS[target][0], s.value.strip(), s)
         elif target in ("max_seq_length", "max_length", "packing", "dataset_text_field"):
             _apply(r, s)
+
+
+# A trainer's keyword for a model it holds besides the one it trains → (the plan's id concept, its dtype concept):
+# TRL's distillation trainers' `teacher_model` (GKDTrainer, GOLDTrainer, DistillationTrainer), the preference and RL
+# trainers' `ref_model` (DPOTrainer, KTOTrainer, …; trl v1.9.0 trainer/dpo_trainer.py `__init__`)
+OTHER_MODELS = {"teacher_model": ("teacher_model_id", "teacher_dtype"), "ref_model": ("ref_model_id", "ref_dtype")}
+
+
+def _other_model_loads(calls: list[tuple[ast.Call, _Scope]]) -> dict[int, str]:
+    """id(`X.from_pretrained(...)`) → the trainer keyword it is passed to, for each model a `…Trainer(...)` call
+    takes as its teacher or reference through a name bound once to such a load (TRL's GKD documentation:
+    `teacher_model = AutoModelForCausalLM.from_pretrained(…)`, then `GKDTrainer(model=model,
+    teacher_model=teacher_model, …)`). That load is not the trained model's, wherever it stands in the script."""
+    out: dict[int, str] = {}
+    for call, scope in calls:
+        func = call.func
+        last = func.id if type(func) is ast.Name else func.attr if type(func) is ast.Attribute else ""
+        if not last.endswith("Trainer"):
+            continue
+        for kw in call.keywords:
+            if kw.arg not in OTHER_MODELS or type(kw.value) is not ast.Name:
+                continue
+            found = scope.lookup(kw.value.id)
+            if found is not None and len(found[1]) == 1 and _is_load(found[1][0]):
+                out[id(found[1][0])] = kw.arg
+    return out
+
+
+def _other_model_load(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, role: str) -> None:
+    """The load of a trainer's teacher or reference (`_other_model_loads`): its id and dtype are that model's."""
+    id_concept, dtype_concept = OTHER_MODELS[role]
+    node = call.args[0] if call.args else None
+    kw = next((k for k in call.keywords if k.arg in ("pretrained_model_name_or_path", "model_id")), None)
+    node = node if node is not None else (kw.value if kw is not None else None)
+    if node is not None:
+        v = ev.value(node, scope)
+        s = r.node_setting(role, node, v, node)
+        if _is_unknown(v):
+            r.unknown(s, v)
+        elif isinstance(v, str) and v.strip():
+            r.b.set(id_concept, v.strip(), s)
+    for k in call.keywords:
+        if k.arg in ("torch_dtype", "dtype"):
+            v = ev.value(k.value, scope)
+            d = hf.normalize_dtype(v) if isinstance(v, str) else None
+            if d is not None and (d != "auto" or dtype_concept == "teacher_dtype"):
+                r.b.set(dtype_concept, d, r.kw_setting(k, v))
 
 
 _NOT_MODELS = ("Tokenizer", "Processor", "Config", "FeatureExtractor", "PeftModel", "Peft", "Pipeline")

@@ -1122,7 +1122,15 @@ _ALL: tuple[Concept, ...] = (
         "distillation teacher",
         True,
         True,
-        ("teacher_model", "teacher_model_name_or_path", "teacher_model_id_or_path", "teacher_model_init_kwargs"),
+        ("teacher_model", "teacher_model_name_or_path", "teacher_model_id_or_path"),
+    ),
+    _C(
+        "teacher_dtype",
+        "dtype",
+        "distillation teacher weight dtype",
+        True,
+        False,
+        ("teacher_model_init_kwargs",),
     ),
 )
 

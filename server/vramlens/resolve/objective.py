@@ -3,8 +3,9 @@ reference, reward, value and teacher models, and a rollout's generation."""
 
 from __future__ import annotations
 
+from vramlens import environment
 from vramlens.frameworks.hooks import FrameworkHooks
-from vramlens.knowledge import frameworks
+from vramlens.knowledge import frameworks, versions
 from vramlens.plan import Origin, Sourced, TrainingPlan
 from vramlens.resolve.common import Approximate, Context, _extra_value
 from vramlens.resolve.model import hub_lookup
@@ -179,7 +180,50 @@ def objective_fields(
                 )
             )
         out["teacher"] = teacher
+        dtype = _teacher_dtype(plan, rp, hooks, settings, teacher, tid, sources)
+        if dtype is not None and dtype != rp.weight_dtype:
+            out["teacher_dtype"] = dtype
+            assumptions.append(sources["teacher_dtype"].note or f"the teacher's weights in {dtype}")
     return out
+
+
+def _teacher_dtype(
+    plan: TrainingPlan,
+    rp: ResolvedPlan,
+    hooks: FrameworkHooks,
+    settings: Settings,
+    teacher,
+    named: str | None,
+    sources: dict,
+) -> str | None:
+    """The teacher's weight dtype where it is loaded apart from the student (None: the student's).
+
+    TRL's distillation trainers load a teacher named by its id with `AutoModelForCausalLM.from_pretrained(teacher,
+    **teacher_model_init_kwargs)` (trl v0.12.2 to v0.29 trainer/gkd_trainer.py, v1.0.0 to v1.9.0
+    experimental/gkd/gkd_trainer.py; GOLD alike), so without a `dtype` there it takes transformers' default: fp32
+    before transformers 5, the checkpoint's stored dtype (`dtype="auto"`) from 5.0 (modeling_utils.py
+    `from_pretrained`). DeepSpeed's engine casts the prepared teacher to its 16-bit dtype, as it does the student
+    (TRL `prepare_deepspeed`). Other frameworks load the teacher in the student's dtype (ms-swift's
+    `--teacher_model` takes `--torch_dtype`)."""
+    stored = teacher.stored_dtype if teacher.stored_dtype in ("fp32", "bf16", "fp16") else "bf16"
+    told = plan.teacher_dtype
+    if told is not None:
+        sources["teacher_dtype"] = told
+        return stored if told.value == "auto" else told.value
+    if hooks.key != "trl" or not named or rp.strategy == "deepspeed":
+        return None
+    tv = environment.versions(settings)["transformers"]
+    v5 = versions.at_least(tv.version, (5, 0, 0))
+    dtype = stored if v5 else "fp32"
+    sources["teacher_dtype"] = Sourced(
+        value=dtype,
+        origin=Origin.DEFAULT,
+        framework=f"transformers {tv.version}",
+        note=f"TRL loads the teacher `{named}` with from_pretrained and no dtype (none in `teacher_model_init_kwargs`):"
+        f" transformers {tv.version} ({tv.source}) loads "
+        + (f"its stored dtype, {dtype}" if v5 else "it in fp32 (its default before 5.0)"),
+    )
+    return dtype
 
 
 def distill_fields(ctx: Context) -> dict:

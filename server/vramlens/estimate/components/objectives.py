@@ -26,11 +26,12 @@ def teacher_weights(rp: ResolvedPlan) -> int:
     """The distillation teacher on this rank: as the student's strategy prepares it (`model_weights`), or by its own
     DeepSpeed setup where the config gives one (ResolvedPlan.teacher_sharding: ms-swift `teacher_deepspeed`)."""
     assert rp.teacher is not None
+    dtype = rp.teacher_dtype or rp.weight_dtype
     if rp.teacher_sharding is None:
-        return model_weights(rp, rp.teacher)
+        return model_weights(rp, rp.teacher) * DTYPE_BYTES[dtype] // DTYPE_BYTES[rp.weight_dtype]
     if rp.teacher_sharding == "zero3_offload":
         return 0
-    whole = shapes(rp.teacher).total * DTYPE_BYTES[rp.weight_dtype]
+    whole = shapes(rp.teacher).total * DTYPE_BYTES[dtype]
     return int(whole / max(rp.world_size, 1)) if rp.teacher_sharding == "zero3" else int(whole)
 
 

@@ -414,4 +414,5 @@ READ_ONLY: Table = (
     _read("bnb_4bit_compute_dtype", r._quant_compute),
     _read("use_liger", r._liger, "loss_impl"),
     Key(("model_init_kwargs",), section=r._model_init_kwargs),
+    Key(("teacher_model_init_kwargs",), section=r._teacher_init_kwargs),
 )

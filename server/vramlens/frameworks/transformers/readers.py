@@ -411,6 +411,19 @@ def _model_init_kwargs(b: PlanBuilder, s: Setting, nested=None) -> None:
             _load_in(4 if e.key == "load_in_4bit" else 8)(b, e)
 
 
+def _teacher_init_kwargs(b: PlanBuilder, s: Setting, nested=None) -> None:
+    """TRL's `teacher_model_init_kwargs` (GKDConfig, GOLDConfig, DistillationConfig): the keyword arguments of the
+    teacher's `from_pretrained` when the trainer loads it from its id; its `dtype` / `torch_dtype` is the teacher's
+    weight dtype (trl v0.12.2 to v1.9.0 trainer/gkd_trainer.py, experimental/gkd/gkd_trainer.py)."""
+    for e in kids(s, nested, b):
+        if e.key in ("dtype", "torch_dtype") and e.value is not None:
+            d = normalize_dtype(e.value)
+            if d is None:
+                b.unknown(e, "dtype", ("bfloat16", "float16", "float32", "auto"))
+            else:
+                b.set("teacher_dtype", d, e)
+
+
 def _env(b: PlanBuilder, s: Setting, nested=None) -> None:
     for e in kids(s, nested, b):
         if str(e.key) in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF") and e.value is not None:
