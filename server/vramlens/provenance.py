@@ -82,6 +82,7 @@ CONCEPT_TITLES = {
     "fsdp_mixed_precision": "FSDP mixed precision (16-bit gathered parameters)",
     "value_model": "value model",
     "teacher_model_id": "teacher model",
+    "teacher_dtype": "teacher model dtype",
     "trained_layers": "trained layers",
     "trained_modules": "trained modules in those layers",
     "trained_extra": "trained modules outside the layers",

@@ -183,7 +183,10 @@ def objective_fields(
         dtype = _teacher_dtype(plan, rp, hooks, settings, teacher, tid, sources)
         if dtype is not None and dtype != rp.weight_dtype:
             out["teacher_dtype"] = dtype
-            assumptions.append(sources["teacher_dtype"].note or f"the teacher's weights in {dtype}")
+            said = sources["teacher_dtype"]
+            assumptions.append(
+                said.note or f"the teacher's weights in {dtype}" + (f" (`{said.key}`)" if said.key else "")
+            )
     return out
 
 
