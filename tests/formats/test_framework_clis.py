@@ -136,14 +136,45 @@ def test_openrlhf_defaults_follow_the_release_its_flags_belong_to():
     assert value(explicit, "amp_dtype") == "fp16" and value(explicit, "attn_impl") == "sdpa"
 
 
+def test_deepspeed_autotp_shards_the_layers_and_zero_shards_the_rest(tmp_path):
+    """OpenRLHF's `--ds_tensor_parallel_size` and a DeepSpeed config's `tensor_parallel.autotp_size` split every
+    layer's linears over the tensor-parallel GPUs (deepspeed module_inject/auto_tp.py); ZeRO-2 then shards the
+    gradients and optimizer states over the data-parallel rest: the weights per GPU halve, the ZeRO-2 states stay."""
+    from vramlens.analysis import analyze
+    from vramlens.settings import Settings
+
+    def run(name: str, text: str):
+        path = tmp_path / name
+        path.write_text(text)
+        return analyze(text, str(path), Settings(gpu="H100", gpu_count=8, workspace=tmp_path))
+
+    line = (
+        "deepspeed --module openrlhf.cli.train_sft --pretrain meta-llama/Meta-Llama-3-8B --zero_stage 2 --bf16 "
+        "--micro_train_batch_size 2 --max_len 2048 --gradient_checkpointing{}\n"
+    )
+    one, two = run("one.sh", line.format("")), run("two.sh", line.format(" --ds_tensor_parallel_size 2"))
+    c1, c2 = one.estimate.components, two.estimate.components
+    assert c2["weights"] == pytest.approx(c1["weights"] / 2, rel=0.01)
+    assert c2["optimizer"] == pytest.approx(c1["optimizer"], rel=0.01)
+    assert two.estimate.device_bytes < one.estimate.device_bytes
+    ds = run(
+        "ds.json",
+        '{"zero_optimization": {"stage": 2}, "bf16": {"enabled": true}, "tensor_parallel": {"autotp_size": 4}}',
+    )
+    assert ds.plan.tensor_parallel.value == 4
+
+
 def test_openrlhf_settings_it_cannot_model_are_named():
     plan = plan_of(
         OPENRLHF / "x.sh",
         "python3 -m openrlhf.cli.train_sft --model.model_name_or_path m/x "
         "--ds.tensor_parallel_size 2 --ds.deepcompile --ds.zpg 8 --optim muon\n",
     )
-    assert {"ds.tensor_parallel_size", "ds.deepcompile", "ds.zpg"} <= set(unmodelled_keys(plan))
+    assert {"ds.deepcompile", "ds.zpg"} <= set(unmodelled_keys(plan))
     assert value(plan, "optimizer") == "muon"
+    # DeepSpeed AutoTP is read as tensor parallelism, labelled approximate (formats.deepspeed.autotp)
+    assert value(plan, "tensor_parallel") == 2 and "ds.tensor_parallel_size" not in unmodelled_keys(plan)
+    assert any("DeepSpeed AutoTP over 2 GPUs" in str(n) for n in plan.read_notes)
     quiet = plan_of(
         OPENRLHF / "x.sh",
         "python3 -m openrlhf.cli.train_sft --model.model_name_or_path m/x "

@@ -180,6 +180,38 @@ def _size(b: PlanBuilder, key: "Key", s: Setting, note: str | None) -> None:
     b.set(key.concept, n, s, note=note)
 
 
+# DeepSpeed AutoTP (deepspeed 0.16.4+, https://www.deepspeed.ai/tutorials/autotp-training/): `tp_model_init` replaces
+# each decoder layer's linears in place, the ones feeding attention and the MLP column-parallel (`LinearLayer`), the
+# attention output and `down_proj` row-parallel with an all-reduce (`LinearAllreduce`), the LM head row-parallel
+# with its full logits all-reduced (`LmHeadLinearAllreduce`), embeddings split along the hidden size
+# (deepspeedai/DeepSpeed deepspeed/module_inject/auto_tp.py `AutoTP._replace`, `_slice_embedding`,
+# `_replace_last_linear_module`); nothing shards the sequence. ZeRO then shards over the data-parallel ranks.
+AUTOTP_NOTE = (
+    "DeepSpeed AutoTP over {n} GPUs sized as tensor parallelism without sequence parallelism: attention and MLP "
+    "linears split column- then row-wise, norms and the residual stream replicated, full logits on every rank "
+    "(DeepSpeed's auto_tp.py layout; checked against torch's own tensor-parallel trace, not DeepSpeed's)"
+)
+
+
+def autotp(b: PlanBuilder, s: Setting, note: str | None = None) -> None:
+    """`tensor_parallel.autotp_size` of a DeepSpeed config, or a trainer's flag that writes it (OpenRLHF
+    `--ds_tensor_parallel_size` / `--ds.tensor_parallel_size`, openrlhf/utils/deepspeed/deepspeed_utils.py
+    `get_train_ds_config` → `"tensor_parallel": {"autotp_size": …}`, with `deepspeed.tp_model_init` on the model)."""
+    from vramlens.resolve import Approximate
+
+    n = to_int(s.value)
+    if n is None or n < 1:
+        return b.issue(IssueKind.INVALID_VALUE, f"`{s.key}` should be a whole number of at least 1, got {s.value!r}", s)
+    if n == 1:
+        return
+    b.set("tensor_parallel", n, s, note=note or f"DeepSpeed AutoTP over {n} GPUs")
+    b.plan.read_notes.append(Approximate(AUTOTP_NOTE.format(n=n)))
+
+
+def _autotp(b: PlanBuilder, key: "Key", s: Setting, note: str | None) -> None:
+    autotp(b, s, note)
+
+
 @dataclass(frozen=True)
 class Key:
     """One DeepSpeed key: where it is written, the plan concept it carries, how its value is read. The parser
@@ -198,6 +230,7 @@ KEYS: tuple[Key, ...] = (
     Key(("gradient_accumulation_steps",), "grad_accum"),
     Key(("train_batch_size",), "global_batch"),
     Key(("sequence_parallel_size",), "context_parallel"),
+    Key(("tensor_parallel", "autotp_size"), "tensor_parallel", _autotp),
     Key(("zero_optimization", "stage"), "zero_stage", _stage),
     Key(
         ("zero_optimization", "offload_optimizer", "device"),
@@ -294,6 +327,8 @@ SECTIONS: dict[str, str] = {
     "optimizer": "DeepSpeed's own optimizer (`type`), replacing the trainer's.",
     "sequence_parallel_size": "GPUs one sequence is split across (DeepSpeed-Ulysses): activations per GPU shrink "
     "with it.",
+    "tensor_parallel": "`autotp_size`: GPUs each layer's linears are split across (DeepSpeed AutoTP); weights, "
+    "gradients and optimizer states per GPU shrink with it, ZeRO shards over the rest.",
     "activation_checkpointing": "`partition_activations` / `cpu_checkpointing`: where checkpointed activations are "
     "kept (models that use DeepSpeed's checkpointing API).",
 }

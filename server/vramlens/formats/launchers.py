@@ -39,7 +39,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Iterable
 
-from vramlens.formats import hf, moe_experts
+from vramlens.formats import deepspeed, hf, moe_experts
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
 from vramlens.plan import IssueKind, Origin, Severity
 
@@ -293,13 +293,7 @@ def _optim(b: PlanBuilder, s: Setting) -> None:
 
 
 def _ds_tensor_parallel(b: PlanBuilder, s: Setting) -> None:
-    n = to_int(s.value)
-    if n is not None and n > 1:
-        b.unmodelled(
-            s,
-            "DeepSpeed AutoTP tensor parallelism",
-            "estimated without tensor parallelism (each GPU holds whole layers)",
-        )
+    deepspeed.autotp(b, s)
 
 
 def _not_default(what: str, consequence: str, default=False) -> Callable[[PlanBuilder, Setting], None]:
