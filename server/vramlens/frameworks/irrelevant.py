@@ -326,8 +326,15 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
             "estimated with the attention implementation read elsewhere (default: the framework's)",
         ),
         "shift_attn s2_attention sage_attention eager_attention "
-        "flex_attention block_diag_attn sdpa_varlen pretrain_multipack_attn ring_attn_head_stride "
-        "ring_head_stride context_parallel_load_balancer context_parallel_rotate_method",
+        "flex_attention block_diag_attn sdpa_varlen pretrain_multipack_attn",
+    ),
+    **_names(
+        (
+            "how context-parallel ranks exchange keys and values (ring attention's K/V head stride: ring_flash_attn's"
+            " `heads_k_stride`; torchtitan's load balancer and K/V rotation)",
+            "estimated with each rank's share of the sequence; the exchange's own buffers not counted",
+        ),
+        "ring_attn_head_stride ring_head_stride context_parallel_load_balancer context_parallel_rotate_method",
     ),
     **_names(
         (
