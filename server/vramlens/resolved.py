@@ -252,6 +252,7 @@ class ResolvedPlan(BaseModel):
     # rejected in one concatenated forward)
     reference: Literal["none", "copy", "adapters-off"] = "none"  # a frozen second copy, or the PEFT base model
     reference_dtype: Literal["fp32", "bf16", "fp16"] | None = None  # a copy's weight dtype (None: the policy's)
+    reference_arch: ModelArch | None = None  # a named reference's own shapes (None: the policy's)
     reference_offloaded: bool = False  # the copy's weights live on the CPU (FSDP CPU offload), gathered to
     # the GPU one unit at a time for its forward
     vision_frozen: bool = True  # a VLM's vision tower gets no gradients (adapters only, or the
@@ -272,7 +273,8 @@ class ResolvedPlan(BaseModel):
     generation_sleeps: bool = False  # the colocated engine releases its share while the policy trains
     # (vLLM sleep mode, SGLang release_memory_occupation): the share is
     # held in the generation phase only
-    reward_model: bool = False  # a frozen reward model of the policy's size is resident
+    reward_model: bool = False  # a frozen reward model is resident, with a one-wide score head
+    reward_arch: ModelArch | None = None  # a named reward model's own shapes (None: the policy's backbone)
     value_model: bool = False  # PPO's trained value model (a policy-sized copy with a scalar head)
     teacher: ModelArch | None = None  # the distillation teacher
     teacher_dtype: Literal["fp32", "bf16", "fp16"] | None = None  # its weight dtype (None: the policy's)

@@ -234,7 +234,10 @@ def test_ppo_value_model_steps_in_backward_and_pages_its_states_like_the_policy(
         grad_checkpointing=True,
         seq_len=512,
     )
-    weights = 2 * estimate(plan(**kw), limits=False).params_total
+    from vramlens.estimate.components import scalar_head_params
+
+    # the value model: the policy's backbone with a one-wide score head in place of its vocabulary head
+    weights = 2 * scalar_head_params(plan(**kw).arch)
     in_bwd = estimate(plan(optimizer_in_bwd=True, **kw), limits=False)
     after = estimate(plan(**kw), limits=False)
     assert in_bwd.components["value_model"] == pytest.approx(weights, rel=0.01)  # weights only: no gradients

@@ -3,6 +3,7 @@ stage_1_and_2.py) and TRL's PPO under ZeRO-3 (trl v0.18.0 trainer/ppo_trainer.py
 
 import pytest
 from vramlens.estimate import estimate
+from vramlens.estimate.components import scalar_head_params
 from vramlens.estimate.shapes import shapes
 from vramlens.knowledge.schema import GpuSpec, ModelArch, OptimizerSpec
 from vramlens.resolved import ResolvedPlan
@@ -20,6 +21,8 @@ LLAMA3_8B = ModelArch(
 H100 = GpuSpec(name="H100", memory_gib=79.2, usable_gib=79.2, bf16=True)
 ADAMW = OptimizerSpec(name="adamw_torch_fused", states=2)
 N = shapes(LLAMA3_8B).total
+# the value model: the backbone with a one-wide score head in place of the vocabulary head
+N_VALUE = scalar_head_params(LLAMA3_8B)
 
 
 def plan(**kw) -> ResolvedPlan:
@@ -77,15 +80,15 @@ def test_value_model_gets_master_weights():
     """The value model trains in the policy's engine: fp32 master weights and fp32 Adam states (12 B/param)."""
     est = estimate(ppo(), limits=False)
     weights, grads, states = 2, 2, 12
-    assert est.components["value_model"] == pytest.approx(N * (weights + grads + states) / 8, rel=0.01)
+    assert est.components["value_model"] == pytest.approx(N_VALUE * (weights + grads + states) / 8, rel=0.01)
 
 
 def test_ppo_rollout_gathers_the_value_model_too():
     """TRL gathers every parameter of PolicyAndValueWrapper to generate: two models' worth, less this rank's shards."""
     est = estimate(ppo(), limits=False)
-    gathered = 2 * N * 2 * (1 - 1 / 8)
+    gathered = (N + N_VALUE) * 2 * (1 - 1 / 8)
     assert est.components["temporaries"] >= gathered
     without_value = estimate(ppo().with_changes(value_model=False), limits=False)
     assert est.components["temporaries"] - without_value.components["temporaries"] == pytest.approx(
-        N * 2 * (1 - 1 / 8), rel=0.01
+        N_VALUE * 2 * (1 - 1 / 8), rel=0.01
     )

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from vramlens.estimate import GIB, estimate
+from vramlens.estimate.shapes import shapes
 from vramlens.formats import parse_document, parse_file
 from vramlens.plan import Origin
 from vramlens.resolve import Settings, resolve
@@ -137,7 +138,9 @@ def test_ppo_holds_reference_reward_and_a_trained_value_model():
     _, rp, est = run("torchtune_ppo.yaml")
     assert rp.reward_model and rp.value_model and rp.generation_len == 512 + 128
     parts = est.components
-    assert parts["reference"] == parts["reward_model"] > 0
+    # the reward model is the policy's backbone with a one-wide score head in place of the (tied) vocabulary head:
+    # torchtune's classifier builders add `output` = Linear(embed_dim, 1) beside the kept token embeddings
+    assert parts["reward_model"] == parts["reference"] + rp.arch.hidden * 2 > 0
     assert parts["value_model"] > 3 * parts["reward_model"]  # weights + gradients + AdamW states
     assert {"generation", "reference-forward"} <= set(est.phases)
 
@@ -239,6 +242,37 @@ trainer = DPOTrainer(model=model, ref_model=ref, args=DPOConfig(output_dir="out"
     assert plan.model_id.value == "Qwen/Qwen2.5-0.5B-Instruct" and plan.weight_dtype.value == "bf16"
     assert plan.ref_model_id.value == "Qwen/Qwen2.5-0.5B" and res.resolved.reference_dtype == "fp32"
     assert est.components["reference"] == pytest.approx(2 * est.components["weights"], rel=0.01)
+
+
+def test_a_named_reference_or_reward_model_is_sized_as_itself(tmp_path):
+    """A reference or reward model the config names, of other shapes than the policy, was sized as a copy of the
+    policy; a reward model's vocabulary head was counted too (it has a one-wide score head instead)."""
+    from vramlens.estimate.components import scalar_head_params
+    from vramlens.knowledge.models import find_model
+
+    text = """
+from transformers import AutoModelForCausalLM
+from trl import DPOConfig, DPOTrainer
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B-Instruct", dtype="bfloat16")
+ref = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-1.5B-Instruct", dtype="bfloat16")
+trainer = DPOTrainer(model=model, ref_model=ref, args=DPOConfig(output_dir="out", bf16=True))
+"""
+    _, res, est = _gkd(tmp_path / "dpo", text)
+    big = find_model("Qwen/Qwen2.5-1.5B-Instruct").arch
+    assert res.resolved.reference_arch == big
+    assert est.components["reference"] == pytest.approx(2 * shapes(big).total, rel=0.001)
+    line = (
+        "deepspeed --module openrlhf.cli.train_ppo --pretrain Qwen/Qwen2.5-7B-Instruct "
+        "--reward_pretrain Qwen/Qwen2.5-1.5B-Instruct --micro_train_batch_size 2 --bf16 --zero_stage 2\n"
+    )
+    plan = parse_document(line, str(tmp_path / "ppo.sh")).plan
+    res = resolve(plan, Settings(gpu="H100-80GB", workspace=tmp_path))
+    est = estimate(res.resolved, limits=False)
+    assert res.resolved.reward_model and res.resolved.reward_arch == big
+    assert est.components["reward_model"] == pytest.approx(2 * scalar_head_params(big), rel=0.001)
+    assert (
+        scalar_head_params(big) == shapes(big).total + big.hidden
+    )  # a tied head: the embedding stays, plus a score head
 
 
 def _fixes(name: str):

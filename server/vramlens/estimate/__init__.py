@@ -194,7 +194,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         if "value_model" in rp.models_apart:
             # on the critic's own GPUs (OpenRLHF's critic group): the critic's state and step, the models that share
             # those GPUs (`critic_group`), and the engine's buffers as the policy's; nothing of the policy
-            group = {"reward_model": C.model_weights(rp, rp.arch)} if "reward_model" in rp.critic_group else {}
+            group = {"reward_model": C.reward_weights(rp)} if "reward_model" in rp.critic_group else {}
             phases["critic-update"] = {
                 **dict.fromkeys(phases["forward-backward"], 0),
                 "buffers": B,
@@ -227,7 +227,10 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     if rp.reference != "none" and rp.generation == "none":
         # trl 1.16.0 dpo_trainer.py `_compute_loss`: the reference runs under no_grad after the policy's forward,
         # while the policy's saved activations and log-probs are held
-        phases["reference-forward"] = {**phases["forward-backward"], "temporaries": C.no_grad_forward(rp, logit_tok)}
+        phases["reference-forward"] = {
+            **phases["forward-backward"],
+            "temporaries": C.no_grad_forward(rp, logit_tok, rp.reference_arch),
+        }
         if swift_dpo_rows(rp):
             # the policy's head holds only its saved log-softmax while the reference runs (logits.swift_dpo_per_logit)
             phases["reference-forward"]["logits"] = int(logit_tok * rp.arch.vocab * swift_dpo_per_logit(rp, "held"))
@@ -258,7 +261,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             # trl v0.18.0 ppo_trainer.py: `unwrap_model_for_generation(self.model, ...)` gathers every parameter of
             # the `PolicyAndValueWrapper` (trl/models/utils.py: `deepspeed.zero.GatheredParameters(model.
             # parameters())`), the value model's with the policy's, for the whole rollout
-            n_value = C.shapes(rp.arch).total
+            n_value = C.scalar_head_params(rp.arch)
             kv += int(n_value * C.DTYPE_BYTES[rp.weight_dtype] * (1.0 - C.zero_shard_factor(rp, "weights")))
         g_step = G if (g_persistent or not rp.set_to_none) else 0
         # while the engine generates, the offloaded policy's weights and gradients and its optimizer state are on the
@@ -291,7 +294,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
                 "gradients": 0 if idle_w and lasting else g_step,
                 "activations": 0,
                 "logits": 0,
-                "temporaries": C.no_grad_forward(rp, lp_tok),
+                "temporaries": C.no_grad_forward(rp, lp_tok, rp.reference_arch),
             }
     attn_back = C.sdpa_math_backward_per_token(rp)
     if attn_back and not C.recomputes(rp):
@@ -445,7 +448,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             "temporaries": 0,
         }
     # DeepSpeed's fp32 copy of the gradient partition it steps on (components.zero_step_grad_copy)
-    value_trained = C.shapes(rp.arch).total if rp.value_model and rp.peft == "none" else 0
+    value_trained = C.scalar_head_params(rp.arch) if rp.value_model and rp.peft == "none" else 0
     T += C.zero_step_grad_copy(rp, p, value_trained)
     phases["optimizer-step"] = {
         **base,
@@ -615,12 +618,9 @@ def _other_models(rp: ResolvedPlan, p: C.Params) -> dict[str, int]:
         # an FSDP CPU-offloaded reference keeps its shards in host memory and gathers one unit at a time for its
         # forward, within the gather buffers already counted (verl 0.4.1/0.7.0 fsdp_workers.py: "We force reference
         # policy to use CPUOffload", `CPUOffload(offload_params=True)` for role "ref")
-        ref = C.model_weights(rp, rp.arch)
-        if rp.reference_dtype is not None:
-            ref = ref * C.DTYPE_BYTES[rp.reference_dtype] // C.DTYPE_BYTES[rp.weight_dtype]
-        out["reference"] = ref
+        out["reference"] = C.reference_weights(rp)
     if rp.reward_model and "reward_model" not in rp.models_apart:
-        out["reward_model"] = C.model_weights(rp, rp.arch)
+        out["reward_model"] = C.reward_weights(rp)
     if rp.value_model and "value_model" not in rp.models_apart:
         out["value_model"] = C.value_model(rp, p)
     if rp.teacher is not None:

@@ -75,6 +75,8 @@ def objective_fields(
         named = src("ref_model_id")
         out["reference"] = "adapters-off" if rp.peft != "none" and not named else "copy"
         if out["reference"] == "copy":
+            if (arch := _named_model(named, plan, rp, settings, assumptions, "reference model")) is not None:
+                out["reference_arch"] = arch
             dtype = src("ref_dtype")
             if dtype in ("fp32", "bf16", "fp16"):
                 out["reference_dtype"] = dtype
@@ -140,6 +142,10 @@ def objective_fields(
             out["reward_model"] = not hooks.reward_model_when_named or src("reward_model_id") is not None
         elif src("reward_model_id") is not None:
             out["reward_model"] = True
+        if out.get("reward_model"):
+            named_rm = src("reward_model_id")
+            if (arch := _named_model(named_rm, plan, rp, settings, assumptions, "reward model")) is not None:
+                out["reward_arch"] = arch
         apart = [m for m in src("models_apart") or () if out.get(m)]  # of the models the run has
         if apart:
             with_critic = "reward_model" in (src("critic_group") or ()) and out.get("value_model")
@@ -188,6 +194,26 @@ def objective_fields(
                 said.note or f"the teacher's weights in {dtype}" + (f" (`{said.key}`)" if said.key else "")
             )
     return out
+
+
+def _named_model(
+    named: str | None, plan: TrainingPlan, rp: ResolvedPlan, settings: Settings, assumptions: list, what: str
+):
+    """The shapes of a reference or reward model the config names beside the policy, when they are not the
+    policy's: None for the policy's own checkpoint, for the policy's shapes, or for a model that cannot be found
+    (then sized as the policy's, said as an approximation)."""
+    from vramlens.knowledge import models
+
+    if not named or not isinstance(named, str) or (plan.model_id is not None and named == plan.model_id.value):
+        return None
+    found = models.find_model(named, settings.workspace, hub_lookup(settings), settings.any_model_folder, by_name=True)
+    if found.arch is None:
+        why = found.problem or found.not_by_name or "not in the catalog, and not looked up"
+        assumptions.append(Approximate(f"{what} `{named}` not found ({why}): sized as the policy"))
+        return None
+    if found.assumed:
+        assumptions.append(Approximate(f"{what}: {found.assumed}"))
+    return None if found.arch == rp.arch else found.arch
 
 
 def _teacher_dtype(

@@ -13,13 +13,42 @@ from vramlens.estimate.shapes import shapes
 from vramlens.resolved import ResolvedPlan
 
 
-def model_weights(rp: ResolvedPlan, arch) -> int:
+def model_weights(rp: ResolvedPlan, arch, params: int | None = None) -> int:
     """A frozen, non-quantized copy of a model in the weight dtype on this rank: a DPO/KTO reference, a reward model,
-    a distillation teacher. TRL prepares these with DeepSpeed/FSDP in evaluation mode (trl 1.16.0 dpo_trainer.py
-    `prepare_deepspeed`/`prepare_fsdp`), so ZeRO-3/FULL_SHARD shard them like the policy."""
+    a distillation teacher (`params`: its parameter count when not `arch`'s causal LM's). TRL prepares these with
+    DeepSpeed/FSDP in evaluation mode (trl 1.16.0 dpo_trainer.py `prepare_deepspeed`/`prepare_fsdp`), so
+    ZeRO-3/FULL_SHARD shard them like the policy."""
     if rp.offload_params:
         return 0
-    return int(shapes(arch).total * DTYPE_BYTES[rp.weight_dtype] * shard_factor(rp, "weights"))
+    n = shapes(arch).total if params is None else params
+    return int(n * DTYPE_BYTES[rp.weight_dtype] * shard_factor(rp, "weights"))
+
+
+def scalar_head_params(arch) -> int:
+    """A reward or value model's parameters: the causal LM's backbone with a one-wide score head in place of its
+    vocabulary head (transformers 5.24 `…ForSequenceClassification` / `…ForTokenClassification` with num_labels=1:
+    `score = nn.Linear(hidden_size, 1)`, as TRL's reward and value models and verl's critic load them; OpenRLHF
+    openrlhf/models/model.py `_get_reward_model`/`_get_critic_model`: the base model and a `value_head` of
+    hidden_size × 1; torchtune's PPO value model: `output` of embed_dim × 1). A tied head is the embedding, which
+    stays."""
+    s = shapes(arch)
+    return s.total - s.lm_head_params + arch.hidden
+
+
+def reward_weights(rp: ResolvedPlan) -> int:
+    """The frozen reward model on this rank: its own shapes where the config names one the catalog knows
+    (`ResolvedPlan.reward_arch`), else the policy's backbone, with its score head."""
+    arch = rp.reward_arch or rp.arch
+    return model_weights(rp, arch, scalar_head_params(arch))
+
+
+def reference_weights(rp: ResolvedPlan) -> int:
+    """The frozen reference copy on this rank: the named reference's own shapes (`ResolvedPlan.reference_arch`) or
+    the policy's, in its own dtype where it has one."""
+    ref = model_weights(rp, rp.reference_arch or rp.arch)
+    if rp.reference_dtype is not None:
+        ref = ref * DTYPE_BYTES[rp.reference_dtype] // DTYPE_BYTES[rp.weight_dtype]
+    return ref
 
 
 def teacher_weights(rp: ResolvedPlan) -> int:
@@ -67,10 +96,10 @@ def value_model(rp: ResolvedPlan, p: Params) -> int:
     `optimizer_in_bwd`, registers the per-parameter step on both (`_setup_optimizer`, recipes/
     ppo_full_finetune_single_device.py at 010eab0), so no gradient stays resident; paged states are outside the
     allocator (`value_model_paged_state`)."""
-    w = model_weights(rp, rp.arch)
+    n = scalar_head_params(rp.arch)
+    w = model_weights(rp, rp.arch, n)
     if rp.peft != "none":
         return w + int(p.trainable_bytes * 3)  # adapters, their gradients, states in the same order
-    n = shapes(rp.arch).total
     # under ZeRO-Offload its gradients go to the CPU as the policy's: one DeepSpeed configuration serves both
     # (OpenRLHF's strategy; TRL's one engine)
     offloaded = rp.optimizer_in_bwd or gradients_offloaded(rp)
@@ -83,14 +112,14 @@ def value_model_state(rp: ResolvedPlan) -> int:
     adapter states `value_model` counts with the adapters)."""
     if not rp.value_model or rp.peft != "none" or rp.optimizer.paged:
         return 0
-    return _value_state(rp, shapes(rp.arch).total)
+    return _value_state(rp, scalar_head_params(rp.arch))
 
 
 def value_model_paged_state(rp: ResolvedPlan) -> int:
     """The value model's optimizer states when the optimizer is a paged one (unified memory, like the policy's)."""
     if not rp.value_model or rp.peft != "none" or not rp.optimizer.paged:
         return 0
-    return _value_state(rp, shapes(rp.arch).total)
+    return _value_state(rp, scalar_head_params(rp.arch))
 
 
 def _value_state(rp: ResolvedPlan, n: int) -> int:
