@@ -338,6 +338,7 @@ class TrainingPlan(BaseModel):
     # trains (vLLM sleep mode, verl free_cache_engine)
     reward_model_id: Sourced[str] | None = None  # a reward model held during online RL
     value_model: Sourced[bool] | None = None  # PPO's trained value (critic) model
+    critic_model_id: Sourced[str] | None = None  # the critic's checkpoint where the config names one
     teacher_model_id: Sourced[str] | None = None  # the distillation teacher
     # the teacher's weight dtype where its loading sets one apart from the student's ("auto": its stored dtype)
     teacher_dtype: Sourced[str] | None = None

@@ -81,6 +81,7 @@ CONCEPT_TITLES = {
     "ref_offload": "reference model offloaded to the CPU",
     "fsdp_mixed_precision": "FSDP mixed precision (16-bit gathered parameters)",
     "value_model": "value model",
+    "critic_model_id": "critic model",
     "teacher_model_id": "teacher model",
     "teacher_dtype": "teacher model dtype",
     "trained_layers": "trained layers",

@@ -177,7 +177,8 @@ def objective_text(rp) -> str:
     if rp.sequences_per_example == 2:
         parts.append("chosen + rejected in one forward (2× sequences)")
     if rp.reference == "copy":
-        parts.append("reference: a frozen copy" + (" on the CPU (offloaded)" if rp.reference_offloaded else ""))
+        copy = f"reference: {rp.reference_arch.id}" if rp.reference_arch is not None else "reference: a frozen copy"
+        parts.append(copy + (" on the CPU (offloaded)" if rp.reference_offloaded else ""))
     elif rp.reference == "adapters-off":
         parts.append("reference: the PEFT base (adapters disabled)")
     elif rp.objective in ("dpo", "kto", "orpo", "simpo", "cpo", "ppo", "grpo", "rloo", "online-dpo"):
@@ -191,9 +192,9 @@ def objective_text(rp) -> str:
         }[rp.generation]
         parts.append(f"generation: {gen}, {rp.micro_batch * rp.generations_per_example} × {rp.generation_len} tokens")
     if rp.reward_model:
-        parts.append("reward model")
+        parts.append("reward model" + (f" {rp.reward_arch.id}" if rp.reward_arch is not None else ""))
     if rp.value_model:
-        parts.append("value model")
+        parts.append("value model" + (f" {rp.value_arch.id}" if rp.value_arch is not None else ""))
     if rp.teacher is not None:
         # a teacher that is not named is sized as the student (resolve.objective): not the student's id as its own
         named = rp.teacher is not rp.arch and rp.teacher != rp.arch

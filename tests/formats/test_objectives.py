@@ -270,9 +270,23 @@ trainer = DPOTrainer(model=model, ref_model=ref, args=DPOConfig(output_dir="out"
     est = estimate(res.resolved, limits=False)
     assert res.resolved.reward_model and res.resolved.reward_arch == big
     assert est.components["reward_model"] == pytest.approx(2 * scalar_head_params(big), rel=0.001)
-    assert (
-        scalar_head_params(big) == shapes(big).total + big.hidden
-    )  # a tied head: the embedding stays, plus a score head
+    # a tied head: the embedding stays, and a score head is added
+    assert scalar_head_params(big) == shapes(big).total + big.hidden
+    # OpenRLHF's GAE critic starts from the reward model's checkpoint when none is named (train_ppo_ray.py), from the
+    # actor's when the reward is remote, from `--critic_pretrain` when given
+    assert res.resolved.value_arch == big
+    assert plan.critic_model_id.value == "Qwen/Qwen2.5-1.5B-Instruct"
+    for extra in (" --critic_pretrain Qwen/Qwen2.5-7B-Instruct", " --remote_rm_url http://rm"):
+        plan = parse_document(line.replace("\n", extra + "\n"), str(tmp_path / "ppo.sh")).plan
+        assert resolve(plan, Settings(gpu="H100-80GB", workspace=tmp_path)).resolved.value_arch is None, extra
+    # verl's `critic.model.path` (it was named as not modelled, and the critic sized as the actor)
+    verl = (
+        "python3 -m verl.trainer.main_ppo algorithm.adv_estimator=gae actor_rollout_ref.model.path="
+        "Qwen/Qwen2.5-7B-Instruct critic.model.path=Qwen/Qwen2.5-1.5B-Instruct trainer.n_gpus_per_node=8\n"
+    )
+    plan = parse_document(verl, str(tmp_path / "verl.sh")).plan
+    assert not any(u.key == "critic.model.path" for u in plan.unmodelled)
+    assert resolve(plan, Settings(gpu="H100-80GB", workspace=tmp_path)).resolved.value_arch == big
 
 
 def _fixes(name: str):

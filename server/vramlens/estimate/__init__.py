@@ -185,10 +185,13 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         # update: its activations at its own micro-batch (the policy's scaled by the sequences; a scalar head, no
         # vocabulary logits) beside the policy's resident state, whose gradients `zero_grad` has freed
         critic_fb = acts_fb
-        if rp.critic_grad_checkpointing is not None and rp.critic_grad_checkpointing != rp.grad_checkpointing:
-            # the critic checkpoints where the actor does not, or the other way round: its blocks' activations as
-            # the same step keeps them under its own setting
-            own = rp.with_changes(grad_checkpointing=rp.critic_grad_checkpointing, critic_micro_batch=0)
+        ckpt = rp.grad_checkpointing if rp.critic_grad_checkpointing is None else rp.critic_grad_checkpointing
+        if ckpt != rp.grad_checkpointing or rp.value_arch is not None:
+            # the critic checkpoints where the actor does not (or the other way round), or is another model: its
+            # blocks' activations as the same step keeps them under its own setting and shapes
+            own = rp.with_changes(
+                arch=rp.value_arch or rp.arch, grad_checkpointing=ckpt, critic_micro_batch=0, value_arch=None
+            )
             critic_fb = _phases(own)[1]["forward-backward"]["activations"]
         critic_acts = int(critic_fb * rp.critic_micro_batch / max(rp.micro_batch, 1))
         if "value_model" in rp.models_apart:
@@ -261,7 +264,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             # trl v0.18.0 ppo_trainer.py: `unwrap_model_for_generation(self.model, ...)` gathers every parameter of
             # the `PolicyAndValueWrapper` (trl/models/utils.py: `deepspeed.zero.GatheredParameters(model.
             # parameters())`), the value model's with the policy's, for the whole rollout
-            n_value = C.scalar_head_params(rp.arch)
+            n_value = C.scalar_head_params(rp.value_arch or rp.arch)
             kv += int(n_value * C.DTYPE_BYTES[rp.weight_dtype] * (1.0 - C.zero_shard_factor(rp, "weights")))
         g_step = G if (g_persistent or not rp.set_to_none) else 0
         # while the engine generates, the offloaded policy's weights and gradients and its optimizer state are on the
@@ -448,7 +451,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             "temporaries": 0,
         }
     # DeepSpeed's fp32 copy of the gradient partition it steps on (components.zero_step_grad_copy)
-    value_trained = C.scalar_head_params(rp.arch) if rp.value_model and rp.peft == "none" else 0
+    value_trained = C.scalar_head_params(rp.value_arch or rp.arch) if rp.value_model and rp.peft == "none" else 0
     T += C.zero_step_grad_copy(rp, p, value_trained)
     phases["optimizer-step"] = {
         **base,

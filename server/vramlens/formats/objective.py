@@ -743,6 +743,25 @@ def _openrlhf_reference(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
         )
 
 
+def _openrlhf_default_critic(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
+    """With no critic named, OpenRLHF's GAE critic starts from the (first) reward model's checkpoint, or from the
+    actor's when the reward comes from a remote URL (train_ppo_ray.py after `parse_args`, v0.6.0 to v0.11.0:
+    `args.critic_pretrain = args.reward_pretrain.split(",")[0]` / `args.pretrain`)."""
+    rm = by_key.get("reward_pretrain")
+    remote = by_key.get("remote_rm_url") or by_key.get("reward.remote_url")
+    if rm is None or not isinstance(rm.value, str) or not rm.value.strip() or remote is not None:
+        return
+    first = rm.value.split(",")[0].strip()
+    b.set(
+        "critic_model_id",
+        first,
+        rm,
+        origin=Origin.DERIVED,
+        framework="OpenRLHF",
+        note="no --critic_pretrain: OpenRLHF's critic starts from the reward model's checkpoint",
+    )
+
+
 def apply_openrlhf(b: PlanBuilder, by_key: dict[str, Setting], written: Iterable[str] = ()) -> None:
     """OpenRLHF flags: `--max_len`, `--prompt_max_len`, `--generate_max_len`, `--n_samples_per_prompt`,
     `--micro_train_batch_size`, `--vllm_gpu_memory_utilization`, `--ref_offload`, `--critic_pretrain`, and the
@@ -780,6 +799,10 @@ def apply_openrlhf(b: PlanBuilder, by_key: dict[str, Setting], written: Iterable
     s = by_key.get("critic_pretrain")
     if s is not None:
         b.set("value_model", True, s)
+        if isinstance(s.value, str) and s.value.strip():
+            b.set("critic_model_id", s.value.strip(), s)
+    else:
+        _openrlhf_default_critic(b, by_key)
     if b.plan.objective is not None and b.plan.objective.value in ONLINE:
         _openrlhf_micro_batches(b, by_key, written)
     # a critic, where the run has one, trains in its own actor group, in `micro_train_batch_size` micro-batches like

@@ -466,7 +466,7 @@ def _objective(r: _Reader) -> None:
         critic, cs = r.text("critic.model.path")
         actor = cfg.value(A + "model.path")
         if critic and not cfg.is_default(cs) and critic != actor:
-            b.unmodelled(cs, f"a critic of another model (`{critic}`)", "sized as the actor", key="critic.model.path")
+            b.set("critic_model_id", critic, cs)
     kl_loss, ks = r.bool(A + "actor.use_kl_loss")
     kl_reward, rs = r.bool("algorithm.use_kl_in_reward")
     if kl_reward is None:  # before `use_kl_in_reward`, the KL penalty was always in reward

@@ -1332,6 +1332,8 @@ NOT_SETTINGS: dict[str, str] = {
     "OpenRLHF reader",
     "offload_idle_scope": "how long a framework's offloads between updates last (the generation alone, or from one "
     "update to the next): the framework's, set by its reader",
+    "critic_model_id": "the critic's checkpoint, set by the OpenRLHF and verl readers (`--critic_pretrain`, "
+    "`critic.model.path`, whose spelling also says a critic trains: `value_model`)",
 }
 
 assert set(CONCEPTS) <= set(PLAN_CONCEPTS), set(CONCEPTS) - set(PLAN_CONCEPTS)

@@ -139,6 +139,9 @@ def objective_fields(
         if obj == "ppo":
             value = src("value_model")
             out["value_model"] = True if value is None else bool(value)
+            critic = src("critic_model_id") if out["value_model"] else None
+            if (arch := _named_model(critic, plan, rp, settings, assumptions, "critic model")) is not None:
+                out["value_arch"] = arch
             out["reward_model"] = not hooks.reward_model_when_named or src("reward_model_id") is not None
         elif src("reward_model_id") is not None:
             out["reward_model"] = True

@@ -96,8 +96,9 @@ def value_model(rp: ResolvedPlan, p: Params) -> int:
     `optimizer_in_bwd`, registers the per-parameter step on both (`_setup_optimizer`, recipes/
     ppo_full_finetune_single_device.py at 010eab0), so no gradient stays resident; paged states are outside the
     allocator (`value_model_paged_state`)."""
-    n = scalar_head_params(rp.arch)
-    w = model_weights(rp, rp.arch, n)
+    arch = rp.value_arch or rp.arch
+    n = scalar_head_params(arch)
+    w = model_weights(rp, arch, n)
     if rp.peft != "none":
         return w + int(p.trainable_bytes * 3)  # adapters, their gradients, states in the same order
     # under ZeRO-Offload its gradients go to the CPU as the policy's: one DeepSpeed configuration serves both
@@ -112,14 +113,14 @@ def value_model_state(rp: ResolvedPlan) -> int:
     adapter states `value_model` counts with the adapters)."""
     if not rp.value_model or rp.peft != "none" or rp.optimizer.paged:
         return 0
-    return _value_state(rp, scalar_head_params(rp.arch))
+    return _value_state(rp, scalar_head_params(rp.value_arch or rp.arch))
 
 
 def value_model_paged_state(rp: ResolvedPlan) -> int:
     """The value model's optimizer states when the optimizer is a paged one (unified memory, like the policy's)."""
     if not rp.value_model or rp.peft != "none" or not rp.optimizer.paged:
         return 0
-    return _value_state(rp, scalar_head_params(rp.arch))
+    return _value_state(rp, scalar_head_params(rp.value_arch or rp.arch))
 
 
 def _value_state(rp: ResolvedPlan, n: int) -> int:
