@@ -197,3 +197,36 @@ def test_log_prob_forwards_run_in_their_own_micro_batches():
     assert value(c.plan, "logprob_micro_batch") == 128
     assert c.plan.logprob_micro_batch.key == "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"
     assert not [k for k in unmodelled(c.plan) if "log_prob" in k]
+
+
+VERL_GRPO = (
+    "python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo data.max_prompt_length=1024 "
+    "data.max_response_length=2048 actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct "
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 actor_rollout_ref.rollout.name=vllm "
+    "trainer.n_gpus_per_node=8{}\n"
+)
+
+
+def test_fused_kernels_score_the_tokens_by_chunks_without_the_whole_logits(tmp_path):
+    """`actor_rollout_ref.model.use_fused_kernels=True` (FSDP workers, `impl_backend: torch`): verl's
+    FusedLinearForPPO computes the log-probs and entropy 512 tokens at a time (verl/utils/experimental/
+    torch_functional.py); it was named as not modelled and the whole logits counted. The Triton backend and the
+    Megatron workers stay named."""
+
+    def run(extra: str):
+        path = tmp_path / "run.sh"
+        text = VERL_GRPO.format(extra)
+        path.write_text(text)
+        return analyze(text, str(path), Settings(gpu="H100", workspace=tmp_path))
+
+    plain, fused = run(""), run(" actor_rollout_ref.model.use_fused_kernels=True")
+    assert fused.plan.unmodelled == [] and fused.resolution.resolved.verl_fused_head
+    tokens = 4 * 2048  # the scored (response) positions
+    vocab = fused.resolution.resolved.arch.vocab
+    saved = plain.estimate.phases["forward-backward"] - fused.estimate.phases["forward-backward"]
+    assert saved > 0.5 * tokens * vocab * 12  # most of the standard loss's fp32 logits and their gradients
+    triton = run(
+        " actor_rollout_ref.model.use_fused_kernels=True"
+        " actor_rollout_ref.model.fused_kernel_options.impl_backend=triton"
+    )
+    assert [u.key for u in triton.plan.unmodelled] == ["actor_rollout_ref.model.use_fused_kernels"]

@@ -246,7 +246,7 @@ def read(
     _rollout(r)
     _reference(r, megatron)
     _allocator(r)
-    _not_modelled(r)
+    _not_modelled(r, megatron)
 
 
 # verl from v0.6.0 turns the caching allocator's expandable segments on for the training phases and off only around
@@ -953,11 +953,28 @@ def _reference(r: _Reader, megatron: bool) -> None:
     )
 
 
-def _not_modelled(r: _Reader) -> None:
+def _not_modelled(r: _Reader, megatron: bool) -> None:
     b = r.b
+    on, s = r.bool(A + "model.use_fused_kernels")
+    backend, _ = r.text(A + "model.fused_kernel_options.impl_backend")
+    if on and (megatron or (backend or "torch") != "torch"):
+        # the Megatron workers' own path, or verl's Triton `linear_cross_entropy` (impl_backend: triton)
+        b.unmodelled(
+            s, "verl's fused log-prob/entropy kernels", "estimated without them", key=A + "model.use_fused_kernels"
+        )
+    elif on:
+        # the FSDP workers patch the model's forward to return the log-probs and entropy from the backbone output
+        # through FusedLinearForPPO, the default `impl_backend: torch` (verl/models/transformers/dense_common.py,
+        # verl/trainer/config/model/hf_model.yaml)
+        b.set(
+            "loss_impl",
+            "fused",
+            s,
+            note="verl's fused kernels: the log-probs and entropy 512 tokens at a time (FusedLinearForPPO), never "
+            "the whole logits",
+        )
     for key, what in (
         ("model.use_liger", "Liger kernels"),
-        ("model.use_fused_kernels", "verl's fused log-prob/entropy kernels"),
         ("actor.entropy_from_logits_with_chunking", "entropy computed from the logits in chunks"),
         ("actor.entropy_checkpointing", "entropy recomputed in the backward"),
     ):

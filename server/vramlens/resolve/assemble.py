@@ -6,7 +6,15 @@ from __future__ import annotations
 from vramlens.knowledge import peft_methods
 from vramlens.resolve import evaluation
 from vramlens.resolve.adapters import AdapterPart, _adapter_rank
-from vramlens.resolve.common import FUSED_KERNELS, Approximate, Context, liger_kernels, liger_kernels_note, liger_loss
+from vramlens.resolve.common import (
+    FUSED_KERNELS,
+    Approximate,
+    Context,
+    liger_kernels,
+    liger_kernels_note,
+    liger_loss,
+    verl_fused_head,
+)
 from vramlens.resolve.distribution import DistributionPart, _megatron_layout, pipeline_split, zero_sizes
 from vramlens.resolve.gpu import GpuPart
 from vramlens.resolve.model import ModelPart
@@ -77,6 +85,7 @@ def build_plan(
         rope_caches=hooks.rope_caches(ctx.extra("torchtune_builder"), arch.family, peft, arch.layers),
         loss_impl=val("loss_impl") or "standard",
         liger_loss=liger_loss(plan),
+        verl_fused_head=verl_fused_head(plan),
         **_sp_loss(ctx, d, val("loss_impl") or "standard"),
         keep_logits=hooks.behaviour["keep_logits"],
         fused_kernels=tuple(k for k in val("fused_kernels") or () if k in FUSED_KERNELS),

@@ -195,6 +195,12 @@ def liger_loss(plan: TrainingPlan) -> bool:
     return "liger" in f"{said.key or ''} {said.note or ''}".lower()
 
 
+def verl_fused_head(plan: TrainingPlan) -> bool:
+    """Whether the plan's fused loss is verl's `FusedLinearForPPO` (`…model.use_fused_kernels`)."""
+    said = plan.loss_impl
+    return said is not None and said.value == "fused" and "use_fused_kernels" in (said.key or "")
+
+
 def liger_kernels(plan: TrainingPlan) -> bool:
     """Whether the plan's fused RMSNorm/RoPE/SwiGLU kernels are Liger's (the setting that switched them on names
     Liger: `use_liger_kernel`, axolotl's `liger_rms_norm`, a script's `apply_liger_kernel_to_*`), whatever its loss."""

@@ -249,6 +249,8 @@ def head_loss_bytes(rp: ResolvedPlan, tokens: int, backward: bool = True) -> int
         return max(int(tokens * logits_per_token(rp)), chunked_head_backward_bytes(rp, tokens))
     if rp.loss_impl == "fused" and rp.liger_loss and rp.arch.block != "encoder":
         return liger_head_bytes(rp, tokens, backward)
+    if rp.loss_impl == "fused" and rp.verl_fused_head:
+        return verl_fused_head_bytes(rp, tokens, backward)
     if sp_loss_16bit(rp) and rp.loss_chunk_tokens:
         # the chunk in flight in backward: its log-softmax output, NLL gradient and logits' gradient (c bytes each)
         chunk = min(tokens, rp.loss_chunk_tokens) * rp.arch.vocab * 3 * DTYPE_BYTES[rp.compute_dtype]
@@ -271,6 +273,34 @@ def head_loss_bytes(rp: ResolvedPlan, tokens: int, backward: bool = True) -> int
     out += tokens * (hb * h + 4 * h + (hb * h if hb != 4 else 0) + 3 * 4)
     if head_trains(rp):
         out += V * h * (4 + (hw if hw != 4 else 0))
+    return int(out)
+
+
+VERL_PPO_CHUNK = 512  # verl FusedLinearForPPO(chunk_size=512)
+
+
+def verl_fused_head_bytes(rp: ResolvedPlan, tokens: int, backward: bool = True) -> int:
+    """What verl's fused log-prob/entropy head holds for `tokens` positions (`use_fused_kernels`: volcengine/verl
+    verl/utils/experimental/torch_functional.py `FusedLinearForPPOFunction`, the model's forward patched to call it
+    on the backbone output and the LM head's weight). It never makes the whole logits: its forward runs 512 tokens
+    at a time and keeps the per-token log-probs and entropy (the hidden states' dtype); in a chunk the logits are
+    upcast to fp32 and their softmax, log-softmax and the entropy's product are alive (4 fp32 tensors). Its backward
+    allocates the hidden states' gradient (`zeros_like(hidden_states)`) and, when the head trains, the head weight's
+    (`zeros_like(vocab_weights)`, the weight's dtype), and per chunk recomputes the fp32 logits and softmax, builds
+    the one-hot targets, their difference with the softmax, its product with the log-probs' gradient and that
+    gradient (6 fp32 tensors), then the chunk's weight gradient in the compute dtype before it is added."""
+    arch = rp.arch
+    h, V = arch.hidden, arch.vocab
+    c = DTYPE_BYTES[rp.compute_dtype]
+    hb = 4 if (fp32_residual(rp) or c == 4) else c  # the hidden states' dtype
+    hw = 4 if (rp.amp or rp.weight_dtype == "fp32") else DTYPE_BYTES[rp.weight_dtype]  # the head weight's dtype
+    chunk = min(tokens, VERL_PPO_CHUNK)
+    out = tokens * 2 * hb  # log-probs and entropy
+    if not backward:
+        return int(out + chunk * V * 4 * 4)
+    out += tokens * h * hb + chunk * V * 6 * 4
+    if head_trains(rp):
+        out += V * h * (hw + c)
     return int(out)
 
 
