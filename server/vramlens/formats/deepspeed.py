@@ -194,8 +194,10 @@ AUTOTP_NOTE = (
 
 
 def autotp(b: PlanBuilder, s: Setting, note: str | None = None) -> None:
-    """`tensor_parallel.autotp_size` of a DeepSpeed config, or a trainer's flag that writes it (OpenRLHF
-    `--ds_tensor_parallel_size` / `--ds.tensor_parallel_size`, openrlhf/utils/deepspeed/deepspeed_utils.py
+    """`tensor_parallel.autotp_size` of a DeepSpeed config (transformers 5.24 integrations/deepspeed.py
+    `deepspeed_init` calls `deepspeed.tp_model_init` with it before `deepspeed.initialize`, and accelerate 1.15
+    accelerator.py `_prepare_deepspeed` builds the `tp` device mesh for it), or a trainer's flag that writes it
+    (OpenRLHF `--ds_tensor_parallel_size` / `--ds.tensor_parallel_size`, openrlhf/utils/deepspeed/deepspeed_utils.py
     `get_train_ds_config` → `"tensor_parallel": {"autotp_size": …}`, with `deepspeed.tp_model_init` on the model)."""
     from vramlens.resolve import Approximate
 
