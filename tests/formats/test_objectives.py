@@ -244,6 +244,27 @@ trainer = DPOTrainer(model=model, ref_model=ref, args=DPOConfig(output_dir="out"
     assert est.components["reference"] == pytest.approx(2 * est.components["weights"], rel=0.01)
 
 
+def test_ppo_scores_models_loaded_before_the_policy_are_not_the_policy(tmp_path):
+    """TRL's PPO example loads the value and reward models (`AutoModelForSequenceClassification`) before the policy
+    (trl v0.19.1 examples/scripts/ppo/ppo.py): the first load was read as the model trained, its classification head
+    with it, and the policy's vocabulary logits were dropped."""
+    text = """
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+from trl import PPOConfig, PPOTrainer
+value_model = AutoModelForSequenceClassification.from_pretrained("Qwen/Qwen2.5-1.5B-Instruct", num_labels=1)
+reward_model = AutoModelForSequenceClassification.from_pretrained("Qwen/Qwen2.5-1.5B-Instruct", num_labels=1)
+policy = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-7B-Instruct")
+ref_policy = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-7B-Instruct")
+trainer = PPOTrainer(args=PPOConfig(output_dir="out"), model=policy, ref_model=ref_policy,
+                     reward_model=reward_model, value_model=value_model)
+"""
+    plan, res, est = _gkd(tmp_path, text)
+    assert plan.model_id.value == "Qwen/Qwen2.5-7B-Instruct" and plan.task_head is None
+    assert plan.reward_model_id.value == plan.critic_model_id.value == "Qwen/Qwen2.5-1.5B-Instruct"
+    assert res.resolved.reward_arch is not None and res.resolved.value_arch == res.resolved.reward_arch
+    assert not res.resolved.scalar_head  # the policy keeps its vocabulary logits
+
+
 def test_a_named_reference_or_reward_model_is_sized_as_itself(tmp_path):
     """A reference or reward model the config names, of other shapes than the policy, was sized as a copy of the
     policy; a reward model's vocabulary head was counted too (it has a one-wide score head instead)."""

@@ -1141,8 +1141,15 @@ def _trainer(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name: st
 
 # A trainer's keyword for a model it holds besides the one it trains → (the plan's id concept, its dtype concept):
 # TRL's distillation trainers' `teacher_model` (GKDTrainer, GOLDTrainer, DistillationTrainer), the preference and RL
-# trainers' `ref_model` (DPOTrainer, KTOTrainer, …; trl v1.9.0 trainer/dpo_trainer.py `__init__`)
-OTHER_MODELS = {"teacher_model": ("teacher_model_id", "teacher_dtype"), "ref_model": ("ref_model_id", "ref_dtype")}
+# trainers' `ref_model` (DPOTrainer, KTOTrainer, …; trl v1.9.0 trainer/dpo_trainer.py `__init__`), PPO's and RLOO's
+# `reward_model` and PPO's `value_model` (trl v0.19.1 examples/scripts/ppo/ppo.py loads both as
+# `AutoModelForSequenceClassification` before the policy)
+OTHER_MODELS: dict[str, tuple[str, str | None]] = {
+    "teacher_model": ("teacher_model_id", "teacher_dtype"),
+    "ref_model": ("ref_model_id", "ref_dtype"),
+    "reward_model": ("reward_model_id", None),
+    "value_model": ("critic_model_id", None),
+}
 
 
 def _other_model_loads(calls: list[tuple[ast.Call, _Scope]]) -> dict[int, str]:
@@ -1178,7 +1185,7 @@ def _other_model_load(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope,
             r.unknown(s, v)
         elif isinstance(v, str) and v.strip():
             r.b.set(id_concept, v.strip(), s)
-    for k in call.keywords:
+    for k in call.keywords if dtype_concept is not None else ():
         if k.arg in ("torch_dtype", "dtype"):
             v = ev.value(k.value, scope)
             d = hf.normalize_dtype(v) if isinstance(v, str) else None
