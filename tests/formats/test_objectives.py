@@ -265,6 +265,25 @@ trainer = PPOTrainer(args=PPOConfig(output_dir="out"), model=policy, ref_model=r
     assert not res.resolved.scalar_head  # the policy keeps its vocabulary logits
 
 
+def test_a_grpo_reward_model_named_in_reward_funcs_is_held(tmp_path):
+    """A string in GRPO's `reward_funcs` is a reward model TRL loads and keeps beside the policy (TRL's GRPO
+    documentation: `reward_funcs="weqweasdas/RM-Gemma-2B"`); it was not counted. Functions are not models."""
+    base = """
+from trl import GRPOConfig, GRPOTrainer
+def format_reward(completions, **kwargs):
+    return [1.0 for _ in completions]
+trainer = GRPOTrainer(model="Qwen/Qwen2.5-7B-Instruct", reward_funcs={funcs},
+                      args=GRPOConfig(output_dir="out", bf16=True))
+"""
+    plan, res, est = _gkd(tmp_path / "one", base.format(funcs='[format_reward, "Qwen/Qwen2.5-1.5B-Instruct"]'))
+    assert plan.reward_model_id.value == "Qwen/Qwen2.5-1.5B-Instruct" and res.resolved.reward_model
+    assert est.components["reward_model"] > 0
+    plan, res, _ = _gkd(tmp_path / "fn", base.format(funcs="format_reward"))
+    assert plan.reward_model_id is None and not res.resolved.reward_model
+    plan, _, _ = _gkd(tmp_path / "two", base.format(funcs='["Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B"]'))
+    assert any("2 reward models" in str(n) for n in plan.read_notes)
+
+
 def test_a_named_reference_or_reward_model_is_sized_as_itself(tmp_path):
     """A reference or reward model the config names, of other shapes than the policy, was sized as a copy of the
     policy; a reward model's vocabulary head was counted too (it has a one-wide score head instead)."""

@@ -1127,6 +1127,7 @@ def _trainer(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, name: st
         if _is_unknown(v):
             r.seen.add("model")
             r.unknown(r.kw_setting(kw, v), _Unknown(r.cols.source(kw.value)))
+    _reward_funcs(r, ev, call, scope)
     for s, target in _kwargs(r, ev, call, scope, name):
         if target == "model":
             if isinstance(s.value, str):
@@ -1150,6 +1151,27 @@ OTHER_MODELS: dict[str, tuple[str, str | None]] = {
     "reward_model": ("reward_model_id", None),
     "value_model": ("critic_model_id", None),
 }
+
+
+def _reward_funcs(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope) -> None:
+    """GRPO's and RLOO's `reward_funcs`: a string among them is a reward model's id, which the trainer loads as
+    `AutoModelForSequenceClassification.from_pretrained(id, num_labels=1)` and holds beside the policy (trl v1.9.0
+    trainer/grpo_trainer.py `__init__`); functions are not models."""
+    kw = _kw(call, "reward_funcs")
+    if kw is None:
+        return
+    nodes = kw.value.elts if type(kw.value) in (ast.List, ast.Tuple) else [kw.value]
+    ids = [(n, v) for n in nodes if isinstance(v := ev.value(n, scope), str) and v.strip()]
+    if not ids:
+        return
+    node, first = ids[0]
+    r.b.set("reward_model_id", first.strip(), r.node_setting("reward_funcs", node, first, node))
+    if len(ids) > 1:
+        from vramlens.resolve import Approximate
+
+        r.b.plan.read_notes.append(
+            Approximate(f"{len(ids)} reward models in `reward_funcs`: the first, `{first}`, is counted alone")
+        )
 
 
 def _other_model_loads(calls: list[tuple[ast.Call, _Scope]]) -> dict[int, str]:
