@@ -264,7 +264,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             # trl v0.18.0 ppo_trainer.py: `unwrap_model_for_generation(self.model, ...)` gathers every parameter of
             # the `PolicyAndValueWrapper` (trl/models/utils.py: `deepspeed.zero.GatheredParameters(model.
             # parameters())`), the value model's with the policy's, for the whole rollout
-            n_value = C.scalar_head_params(rp.value_arch or rp.arch)
+            n_value = C.value_params(rp)
             kv += int(n_value * C.DTYPE_BYTES[rp.weight_dtype] * (1.0 - C.zero_shard_factor(rp, "weights")))
         g_step = G if (g_persistent or not rp.set_to_none) else 0
         # while the engine generates, the offloaded policy's weights and gradients and its optimizer state are on the
@@ -451,7 +451,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
             "temporaries": 0,
         }
     # DeepSpeed's fp32 copy of the gradient partition it steps on (components.zero_step_grad_copy)
-    value_trained = C.scalar_head_params(rp.value_arch or rp.arch) if rp.value_model and rp.peft == "none" else 0
+    value_trained = C.value_params(rp) if rp.value_model and rp.peft == "none" else 0
     T += C.zero_step_grad_copy(rp, p, value_trained)
     phases["optimizer-step"] = {
         **base,

@@ -217,6 +217,7 @@ OPENRLHF_DOTTED: dict[str, str] = {
     "model.model_name_or_path": "pretrain",
     "actor.model_name_or_path": "pretrain",
     "reward.model_name_or_path": "reward_pretrain",
+    "reward.remote_url": "remote_rm_url",
     "critic.model_name_or_path": "critic_pretrain",
     "train.micro_batch_size": "micro_train_batch_size",
     "train.batch_size": "train_batch_size",
@@ -292,10 +293,6 @@ def _optim(b: PlanBuilder, s: Setting) -> None:
         b.unknown(s, "optimizer", ("adam", "muon"))
 
 
-def _ds_tensor_parallel(b: PlanBuilder, s: Setting) -> None:
-    deepspeed.autotp(b, s)
-
-
 def _not_default(what: str, consequence: str, default=False) -> Callable[[PlanBuilder, Setting], None]:
     """A flag that changes memory or speed in a way the estimate does not model, recorded when it is not at its
     default."""
@@ -347,7 +344,7 @@ OPENRLHF_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     "actor_num_gpus_per_node": _actor_gpus,
     "gradient_checkpointing_use_reentrant": _reentrant_gc,
     "optim": _optim,
-    "ds_tensor_parallel_size": _ds_tensor_parallel,
+    "ds_tensor_parallel_size": deepspeed.autotp,
     "deepcompile": _not_default("DeepSpeed DeepCompile", "estimated as eager DeepSpeed"),
     "zpg": _not_default("ZeRO++ hierarchical partitioning (`zpg`)", "estimated with plain ZeRO partitions", 1),
     "grad_accum_dtype": lambda b, s: (

@@ -748,8 +748,7 @@ def _openrlhf_default_critic(b: PlanBuilder, by_key: dict[str, Setting]) -> None
     actor's when the reward comes from a remote URL (train_ppo_ray.py after `parse_args`, v0.6.0 to v0.11.0:
     `args.critic_pretrain = args.reward_pretrain.split(",")[0]` / `args.pretrain`)."""
     rm = by_key.get("reward_pretrain")
-    remote = by_key.get("remote_rm_url") or by_key.get("reward.remote_url")
-    if rm is None or not isinstance(rm.value, str) or not rm.value.strip() or remote is not None:
+    if rm is None or not isinstance(rm.value, str) or not rm.value.strip() or "remote_rm_url" in by_key:
         return
     first = rm.value.split(",")[0].strip()
     b.set(

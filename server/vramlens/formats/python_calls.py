@@ -592,8 +592,8 @@ class _Reader:
         self.seen: set[str] = set()  # kinds of call already read
         self.autocasts: list[Setting] = []
         self.swift: tuple[str, list[Setting]] | None = None  # ms-swift: (subcommand, its arguments' settings)
-        # id(`X.from_pretrained(...)` call) → "teacher" / "reference": a model a trainer takes besides the one it
-        # trains (`_other_model_loads`)
+        # id(`X.from_pretrained(...)` call) → the trainer keyword (`teacher_model`, `ref_model`, …) it is passed to:
+        # a model a trainer holds besides the one it trains (`_other_model_loads`)
         self.other_loads: dict[int, str] = {}
 
     def first(self, kind: str) -> bool:
@@ -1176,7 +1176,7 @@ def _reward_funcs(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope) -> 
 
 def _other_model_loads(calls: list[tuple[ast.Call, _Scope]]) -> dict[int, str]:
     """id(`X.from_pretrained(...)`) → the trainer keyword it is passed to, for each model a `…Trainer(...)` call
-    takes as its teacher or reference through a name bound once to such a load (TRL's GKD documentation:
+    takes besides the one it trains (`OTHER_MODELS`) through a name bound once to such a load (TRL's GKD documentation:
     `teacher_model = AutoModelForCausalLM.from_pretrained(…)`, then `GKDTrainer(model=model,
     teacher_model=teacher_model, …)`). That load is not the trained model's, wherever it stands in the script."""
     out: dict[int, str] = {}
@@ -1195,7 +1195,8 @@ def _other_model_loads(calls: list[tuple[ast.Call, _Scope]]) -> dict[int, str]:
 
 
 def _other_model_load(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope, role: str) -> None:
-    """The load of a trainer's teacher or reference (`_other_model_loads`): its id and dtype are that model's."""
+    """The load of a model a trainer holds besides the one it trains (`_other_model_loads`): its id, and its dtype
+    where the plan has one for that model, are that model's."""
     id_concept, dtype_concept = OTHER_MODELS[role]
     node = call.args[0] if call.args else None
     kw = next((k for k in call.keywords if k.arg in ("pretrained_model_name_or_path", "model_id")), None)

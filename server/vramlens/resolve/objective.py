@@ -202,7 +202,7 @@ def objective_fields(
 def _named_model(
     named: str | None, plan: TrainingPlan, rp: ResolvedPlan, settings: Settings, assumptions: list, what: str
 ):
-    """The shapes of a reference or reward model the config names beside the policy, when they are not the
+    """The shapes of a reference, reward or critic model the config names beside the policy, when they are not the
     policy's: None for the policy's own checkpoint, for the policy's shapes, or for a model that cannot be found
     (then sized as the policy's, said as an approximation)."""
     from vramlens.knowledge import models

@@ -185,6 +185,7 @@ from vramlens.estimate.components.objectives import (
     value_model,
     value_model_paged_state,
     value_model_state,
+    value_params,
 )
 from vramlens.estimate.components.optimizer import (
     QGALORE_GROUP,
@@ -457,6 +458,7 @@ __all__ = [
     "reward_weights",
     "reference_weights",
     "scalar_head_params",
+    "value_params",
     "nf4_dequant_transient",
     "no_grad_forward",
     "norms_per_token",

@@ -13,15 +13,15 @@ from vramlens.estimate.shapes import shapes
 from vramlens.resolved import ResolvedPlan
 
 
-def model_weights(rp: ResolvedPlan, arch, params: int | None = None) -> int:
-    """A frozen, non-quantized copy of a model in the weight dtype on this rank: a DPO/KTO reference, a reward model,
-    a distillation teacher (`params`: its parameter count when not `arch`'s causal LM's). TRL prepares these with
-    DeepSpeed/FSDP in evaluation mode (trl 1.16.0 dpo_trainer.py `prepare_deepspeed`/`prepare_fsdp`), so
-    ZeRO-3/FULL_SHARD shard them like the policy."""
+def model_weights(rp: ResolvedPlan, arch, params: int | None = None, dtype: str | None = None) -> int:
+    """A frozen, non-quantized copy of a model on this rank, in `dtype` (None: the weight dtype): a DPO/KTO
+    reference, a reward model, a distillation teacher (`params`: its parameter count when not `arch`'s causal LM's).
+    TRL prepares these with DeepSpeed/FSDP in evaluation mode (trl 1.16.0 dpo_trainer.py
+    `prepare_deepspeed`/`prepare_fsdp`), so ZeRO-3/FULL_SHARD shard them like the policy."""
     if rp.offload_params:
         return 0
     n = shapes(arch).total if params is None else params
-    return int(n * DTYPE_BYTES[rp.weight_dtype] * shard_factor(rp, "weights"))
+    return int(n * DTYPE_BYTES[dtype or rp.weight_dtype] * shard_factor(rp, "weights"))
 
 
 def scalar_head_params(arch) -> int:
@@ -35,6 +35,12 @@ def scalar_head_params(arch) -> int:
     return s.total - s.lm_head_params + arch.hidden
 
 
+def value_params(rp: ResolvedPlan) -> int:
+    """The value (critic) model's parameters: the named critic's own shapes (`ResolvedPlan.value_arch`) or the
+    policy's backbone, with its score head."""
+    return scalar_head_params(rp.value_arch or rp.arch)
+
+
 def reward_weights(rp: ResolvedPlan) -> int:
     """The frozen reward model on this rank: its own shapes where the config names one the catalog knows
     (`ResolvedPlan.reward_arch`), else the policy's backbone, with its score head."""
@@ -45,10 +51,7 @@ def reward_weights(rp: ResolvedPlan) -> int:
 def reference_weights(rp: ResolvedPlan) -> int:
     """The frozen reference copy on this rank: the named reference's own shapes (`ResolvedPlan.reference_arch`) or
     the policy's, in its own dtype where it has one."""
-    ref = model_weights(rp, rp.reference_arch or rp.arch)
-    if rp.reference_dtype is not None:
-        ref = ref * DTYPE_BYTES[rp.reference_dtype] // DTYPE_BYTES[rp.weight_dtype]
-    return ref
+    return model_weights(rp, rp.reference_arch or rp.arch, dtype=rp.reference_dtype)
 
 
 def teacher_weights(rp: ResolvedPlan) -> int:
@@ -57,7 +60,7 @@ def teacher_weights(rp: ResolvedPlan) -> int:
     assert rp.teacher is not None
     dtype = rp.teacher_dtype or rp.weight_dtype
     if rp.teacher_sharding is None:
-        return model_weights(rp, rp.teacher) * DTYPE_BYTES[dtype] // DTYPE_BYTES[rp.weight_dtype]
+        return model_weights(rp, rp.teacher, dtype=dtype)
     if rp.teacher_sharding == "zero3_offload":
         return 0
     whole = shapes(rp.teacher).total * DTYPE_BYTES[dtype]
@@ -96,9 +99,8 @@ def value_model(rp: ResolvedPlan, p: Params) -> int:
     `optimizer_in_bwd`, registers the per-parameter step on both (`_setup_optimizer`, recipes/
     ppo_full_finetune_single_device.py at 010eab0), so no gradient stays resident; paged states are outside the
     allocator (`value_model_paged_state`)."""
-    arch = rp.value_arch or rp.arch
-    n = scalar_head_params(arch)
-    w = model_weights(rp, arch, n)
+    n = value_params(rp)
+    w = model_weights(rp, rp.value_arch or rp.arch, n)
     if rp.peft != "none":
         return w + int(p.trainable_bytes * 3)  # adapters, their gradients, states in the same order
     # under ZeRO-Offload its gradients go to the CPU as the policy's: one DeepSpeed configuration serves both
@@ -113,14 +115,14 @@ def value_model_state(rp: ResolvedPlan) -> int:
     adapter states `value_model` counts with the adapters)."""
     if not rp.value_model or rp.peft != "none" or rp.optimizer.paged:
         return 0
-    return _value_state(rp, scalar_head_params(rp.value_arch or rp.arch))
+    return _value_state(rp, value_params(rp))
 
 
 def value_model_paged_state(rp: ResolvedPlan) -> int:
     """The value model's optimizer states when the optimizer is a paged one (unified memory, like the policy's)."""
     if not rp.value_model or rp.peft != "none" or not rp.optimizer.paged:
         return 0
-    return _value_state(rp, scalar_head_params(rp.value_arch or rp.arch))
+    return _value_state(rp, value_params(rp))
 
 
 def _value_state(rp: ResolvedPlan, n: int) -> int:
