@@ -69,7 +69,9 @@ class Target:
 
 
 HF_ROOTS = ("TrainingArguments", "Seq2SeqTrainingArguments")
-TRL_FILES = ("trl/trainer/*_config.py",)
+# the configs, the on-policy base they share up to 0.2x (trl/trainer/utils.py `OnPolicyConfig`: PPO's and RLOO's
+# `response_length`, `local_rollout_forward_batch_size`), and from 0.2x the trainers moved to trl/experimental/
+TRL_FILES = ("trl/trainer/*_config.py", "trl/trainer/utils.py", "trl/experimental/*/*_config.py")
 TRL_ROOTS = (
     "SFTConfig",
     "DPOConfig",
@@ -84,6 +86,10 @@ TRL_ROOTS = (
     "GKDConfig",
     "BCOConfig",
     "DistillationConfig",
+    "GOLDConfig",
+    "XPOConfig",
+    "NashMDConfig",
+    "PRMConfig",
     "ModelConfig",
 )
 LF_ROOTS = (
@@ -130,7 +136,7 @@ TARGETS: tuple[Target, ...] = (
     Target(
         "trl",
         "trl",
-        {v: (Part(TRL_FILES, "classes", TRL_ROOTS),) for v in ("0.12.2", "0.14.0", "1.16.0")},
+        {v: (Part(TRL_FILES, "classes", TRL_ROOTS),) for v in ("0.12.2", "0.14.0", "0.19.1", "0.29.1", "1.16.0")},
         extends=("transformers TrainingArguments",),
     ),
     Target("axolotl", "axolotl", {"0.6.0": AXOLOTL_OLD, "0.19.0": AXOLOTL_NEW}),
@@ -323,12 +329,14 @@ def _type_of(value) -> str | None:
     return None
 
 
-def dump_part(members: dict[str, bytes], part: Part) -> tuple[list[dict], list[str]]:
-    """The argument records of one part, and notes on what could not be read."""
+def dump_part(members: dict[str, bytes], part: Part) -> tuple[list[dict], list[str], dict[str, list[str]]]:
+    """The argument records of one part, notes on what could not be read, and for a "classes" part each owner
+    class's bases among the classes read (`PPOConfig` → `OnPolicyConfig` in trl 0.19: the fields a config
+    inherits keep the owner that defines them, and a reader looks them up through the class's bases)."""
     files = _matching(members, part)
     notes: list[str] = []
     if not files:
-        return [], [f"no file matches {', '.join(part.files)}"]
+        return [], [f"no file matches {', '.join(part.files)}"], {}
     records: list[dict] = []
     if part.how == "yaml":
         for f in files:
@@ -337,8 +345,9 @@ def dump_part(members: dict[str, bytes], part: Part) -> tuple[list[dict], list[s
                 records += _yaml_leaves(members[f].decode("utf-8"), owner, f)
             except (ValueError, UnicodeDecodeError) as e:  # a config the loader refuses is named, the rest dumped
                 notes.append(f"{f}: {type(e).__name__}: {e}")
-        return records, notes
+        return records, notes, {}
     modules: dict[str, argdefs.ModuleArgs] = {}
+    bases: dict[str, list[str]] = {}
     for f in files:
         text = members[f].decode("utf-8")
         for receiver in part.receivers:  # same length, so lines stay where they were
@@ -367,7 +376,12 @@ def dump_part(members: dict[str, bytes], part: Part) -> tuple[list[dict], list[s
             notes.append(f"none of the classes {', '.join(part.roots)} found")
         for r in roots:
             records += [_record(a, where.get(a.owner, "")) for a in argdefs.flatten(classes, r)]
-    return records, notes
+        owners = {r["owner"] for r in records} | set(roots)
+        for name in sorted(owners):
+            known = [b.rsplit(".", 1)[-1] for b in classes[name].bases] if name in classes else []
+            if found := [b for b in known if b in classes and b != name]:
+                bases[name] = found
+    return records, notes, bases
 
 
 def _config_keys(leaves: list[dict], configs: dict[str, dict]) -> list[dict]:
@@ -404,8 +418,10 @@ def dump(target: Target, version: str, wheels: Path) -> tuple[dict, list[str]]:
     records: list[dict] = []
     notes: list[str] = []
     configs: dict[str, dict] = {}
+    bases: dict[str, list[str]] = {}
     for part in target.versions[version]:
-        got, why = dump_part(members, part)
+        got, why, found = dump_part(members, part)
+        bases |= found
         notes += why
         if part.how == "yaml":
             records += _config_keys(got, configs)
@@ -420,6 +436,8 @@ def dump(target: Target, version: str, wheels: Path) -> tuple[dict, list[str]]:
         "extends": list(target.extends),
         "arguments": args,
     }
+    if bases:
+        data["bases"] = dict(sorted(bases.items()))
     if configs:
         data["configs"] = {k: configs[k] for k in sorted(configs)}
     if notes:

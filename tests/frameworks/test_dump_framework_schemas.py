@@ -81,6 +81,7 @@ def test_dump_reads_classes_and_parsers_deterministically(tmp_path, monkeypatch)
     }
     assert by_name["ds.zero_stage"]["choices"] == [0, 1, 2, 3]
     assert all("help" not in a for a in by_name.values())
+    assert by_name["seed"]["owner"] == "BaseArgs" and json.loads(first)["bases"] == {"TrainArgs": ["BaseArgs"]}
     assert data["source"][0]["file"] == "fakepkg-1.2.0-py3-none-any.whl" and len(data["source"][0]["sha256"]) == 64
     dump_script.write(dump_script.dump(target, "1.2.0", tmp_path)[0])
     assert path.read_bytes() == first

@@ -67,6 +67,20 @@ def test_defaults_that_changed_between_versions():
     assert schemas.argument("trl", "max_length", "1.16.0", owner="SFTConfig")["default"] == 1024
 
 
+def test_inherited_arguments_are_found_through_the_class_bases():
+    """An inherited argument is recorded once, under the class that defines it; the dump's `bases` lead a
+    reader from the config class to it (trl 0.19.1: PPOConfig's response_length is OnPolicyConfig's)."""
+    assert schemas.lineage("trl", "PPOConfig", "0.19.1") == ("PPOConfig", "OnPolicyConfig")
+    assert schemas.lineage("trl", "GKDConfig", "1.16.0") == ("GKDConfig", "SFTConfig", "_BaseConfig")
+    assert schemas.lineage("trl", "NoSuchConfig", "1.16.0") == ("NoSuchConfig",)
+    assert schemas.default("trl", "response_length", "0.19.1", owner="OnPolicyConfig") == 53
+    # a class TRL no longer ships is read from the newest release that has it
+    assert schemas.newest_defining("trl", "PPOConfig", "1.16.0") == "0.29.1"
+    assert schemas.newest_defining("trl", "PPOConfig", "0.19.1") == "0.19.1"
+    assert schemas.newest_defining("trl", "GRPOConfig", "0.12.2") == "0.14.0"  # older than every dump that has it
+    assert schemas.newest_defining("trl", "NoSuchConfig") is None
+
+
 def test_openrlhf_dotted_command_line_from_0_10_2():
     assert schemas.argument("openrlhf", "--pretrain", "0.10.1") is not None
     assert schemas.argument("openrlhf", "--model.model_name_or_path", "0.10.1") is None

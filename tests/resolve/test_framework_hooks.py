@@ -177,6 +177,55 @@ def test_trl_grpo_defaults_no_reference_512_completions_and_a_batch_of_completio
     assert plain.reference != "none" and plain.logits_tokens == 256 and plain.generations_per_example == 8
 
 
+def test_trl_grpo_defaults_are_the_release_the_run_uses(tmp_path):
+    """TRL's GRPO defaults come from its own GRPOConfig at the run's version: up to 0.18 a KL coefficient of 0.04
+    (a reference model is loaded) and 256-token completions; 1.x no reference and 512 tokens. Each default says the
+    release and argument it was read from; up to 0.14 the per-device batch holds prompts, not completions."""
+    text = TRL_GRPO.replace("max_prompt_length: 256\n", "")
+    old = resolved(tmp_path, text, "a.yaml", framework_versions={"trl": "0.14.0"})
+    assert old.resolved.reference == "copy"
+    assert old.resolved.logits_tokens == 256 and old.resolved.seq_len == 512 + 256  # max_prompt_length=512 too
+    assert old.sources["completion_len"].framework == "TRL 0.14.0 (GRPOConfig.max_completion_length)"
+    assert old.sources["prompt_len"].framework == "TRL 0.14.0 (GRPOConfig.max_prompt_length)"
+    assert not any("prompt length not set" in str(a) for a in old.assumptions)
+    assert old.resolved.generations_per_example == 8  # 0.14: each of the batch's 8 prompts makes 8 completions
+    new = resolved(tmp_path, text, "b.yaml", framework_versions={"trl": "1.16.0"})
+    assert new.resolved.reference == "none" and new.resolved.logits_tokens == 512
+    assert any("prompt length not set" in str(a) for a in new.assumptions)  # 1.x truncates no prompt: said
+
+
+TRL_PPO_SCRIPT = """from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+from trl.experimental.ppo import PPOConfig, PPOTrainer
+
+reward_path = sys.argv[1]
+value_model = AutoModelForSequenceClassification.from_pretrained(reward_path, num_labels=1)
+reward_model = AutoModelForSequenceClassification.from_pretrained(reward_path, num_labels=1)
+policy = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+ref_policy = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")
+args = PPOConfig(output_dir="out", per_device_train_batch_size=16, bf16=True)
+trainer = PPOTrainer(args=args, model=policy, ref_model=ref_policy, reward_model=reward_model, value_model=value_model)
+"""
+
+
+def test_trl_ppo_is_read_against_the_last_release_that_has_it(tmp_path):
+    """TRL 1.x ships no PPOConfig: a PPO run takes the defaults of 0.29.1, the newest release that has it
+    (response_length=53, from the on-policy base it shares with RLOO up to 0.19), and the label says so. Reward and
+    value models whose ids are only known when the script runs are sized as the policy, and said to be."""
+    res = resolved(tmp_path, TRL_PPO_SCRIPT, "ppo.py", framework_versions={"trl": "1.16.0"})
+    rp = res.resolved
+    assert rp.objective == "ppo" and rp.value_model and rp.reward_model
+    assert rp.logits_tokens == 53
+    assert res.sources["completion_len"].framework == "TRL 0.29.1 (PPOConfig.response_length)"
+    assert frameworks.defaults_for("trl", "ppo", Settings(framework_versions={"trl": "1.16.0"}))[1] == (
+        "TRL 1.x (ModelConfig; PPOConfig of 0.29.1)"
+    )
+    said = [str(a) for a in res.assumptions]
+    for role in ("reward model (`reward_model`)", "value model (`value_model`)"):
+        assert any(f"{role} is only known when the script runs: sized as the policy" in a for a in said)
+    old = resolved(tmp_path, TRL_PPO_SCRIPT, "ppo_old.py", framework_versions={"trl": "0.14.0"})
+    assert old.sources["completion_len"].framework == "TRL 0.14.0 (OnPolicyConfig.response_length)"
+
+
 LLAMAFACTORY_PPO = """model_name_or_path: Qwen/Qwen2.5-0.5B
 reward_model: saves/qwen/lora/reward
 stage: ppo

@@ -1153,6 +1153,14 @@ OTHER_MODELS: dict[str, tuple[str, str | None]] = {
 }
 
 
+OTHER_MODEL_TITLES = {
+    "teacher_model": "teacher model",
+    "ref_model": "reference model",
+    "reward_model": "reward model",
+    "value_model": "value model",
+}
+
+
 def _reward_funcs(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope) -> None:
     """GRPO's and RLOO's `reward_funcs`: a string among them is a reward model's id, which the trainer loads as
     `AutoModelForSequenceClassification.from_pretrained(id, num_labels=1)` and holds beside the policy (trl v1.9.0
@@ -1205,7 +1213,14 @@ def _other_model_load(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope,
         v = ev.value(node, scope)
         s = r.node_setting(role, node, v, node)
         if _is_unknown(v):
+            from vramlens.resolve import Approximate
+
             r.unknown(s, v)
+            r.b.plan.read_notes.append(
+                Approximate(
+                    f"the {OTHER_MODEL_TITLES[role]} (`{role}`) is only known when the script runs: sized as the policy"
+                )
+            )
         elif isinstance(v, str) and v.strip():
             r.b.set(id_concept, v.strip(), s)
     for k in call.keywords if dtype_concept is not None else ():

@@ -152,6 +152,11 @@ class FrameworkHooks:
 
         return self.hf_trainer and trainer_evaluates(extra)
 
+    def batch_of_completions(self, version: str | None) -> bool:
+        """Whether the per-device batch of an online-RL run holds completions rather than prompts
+        (`batch_counts_completions`), at the framework's version (None: unknown, the newest)."""
+        return self.batch_counts_completions
+
     def distill_loss(self, extra: Callable[[str], Any], version: str | None) -> DistillLoss | None:
         """The distillation loss when it is the framework's own, from the settings kept by name and the framework's
         version (None: the student's cross-entropy with the teacher's logits beside it)."""

@@ -79,6 +79,12 @@ IRRELEVANT: dict[str, str] = {
     ),
     **_names("a regular expression vLLM's structured outputs constrain generation with", "structured_outputs_regex"),
     **_names(
+        "computed by TRL's PPO/RLOO trainer from the batch and num_mini_batches, a value set is overwritten (trl "
+        "v0.19.1 trainer/ppo_trainer.py `args.local_mini_batch_size = exact_div(args.local_batch_size, "
+        "args.num_mini_batches, …)`); its micro-batches are per_device_train_batch_size",
+        "local_mini_batch_size",
+    ),
+    **_names(
         "declared but not read: LLaMA-Factory's OFT takes its targets from lora_target (v0.9.5 and 2026 HEAD "
         "src/llamafactory/model/adapter.py `_setup_lora_tuning`)",
         "oft_target",
@@ -158,7 +164,7 @@ IRRELEVANT: dict[str, str] = {
         "inference-server plumbing (vLLM/SGLang addresses, timeouts, sampling, sync): no training memory",
         "vllm.host vllm.port vllm.device vllm_server_base_url vllm_server_group_port vllm_server_host "
         "vllm_server_pass_dataset vllm_server_port vllm_server_timeout vllm_group_port vllm_sync_backend "
-        "vllm_sync_interval vllm_sync_with_ray vllm_lora_sync vllm_guided_decoding_regex "
+        "vllm_sync_interval vllm_sync_frequency vllm_sync_with_ray vllm_lora_sync vllm_guided_decoding_regex "
         "vllm_structured_outputs_regex vllm_reasoning_parser vllm_importance_sampling_cap "
         "vllm_importance_sampling_clip_max vllm_importance_sampling_clip_min vllm_importance_sampling_correction "
         "vllm_importance_sampling_mode vllm_is_correction_type vllm_is_truncated_threshold "
@@ -408,7 +414,7 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
         ),
         "forward_batch_size forward_micro_batch_size forward_micro_batch_size_per_gpu forward_only "
         "forward_max_token_len_per_gpu log_prob_micro_batch_size "
-        "log_prob_max_token_len_per_gpu ppo_batch_size ppo_max_token_len_per_gpu ppo_mini_batch_size "
+        "log_prob_max_token_len_per_gpu ppo_batch_size ppo_max_token_len_per_gpu ppo_mini_batch_size mini_batch_size "
         "rollout_batch_size micro_rollout_batch_size local_rollout_forward_batch_size generation_batch_size "
         "max_tokens_per_gpu rollout_max_tokens_per_gpu train_max_tokens_per_gpu "
         "chord_sft_per_device_train_batch_size generation_max_length",

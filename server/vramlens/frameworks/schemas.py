@@ -107,6 +107,36 @@ def argument(framework: str, name: str, version: str | None = None, owner: str |
     return found[0] if found else None
 
 
+def lineage(framework: str, cls: str, version: str | None = None) -> tuple[str, ...]:
+    """`cls` and the classes it inherits from among those dumped, nearest first, as the dump's `bases` records
+    them (trl 0.19.1: PPOConfig → OnPolicyConfig; trl 1.16.0: GKDConfig → SFTConfig → _BaseConfig). An inherited
+    argument is recorded once, under the class that defines it."""
+    v = pick_version(framework, version)
+    bases = _load(framework, v).get("bases", {}) if v is not None else {}
+    out: list[str] = []
+    todo = [cls]
+    while todo:
+        c = todo.pop(0)
+        if c not in out:
+            out.append(c)
+            todo += bases.get(c, [])
+    return tuple(out)
+
+
+def newest_defining(framework: str, cls: str, version: str | None = None) -> str | None:
+    """The dumped version that describes `version` (`pick_version`) when it defines class `cls`; else the newest
+    dump at or below it that does (trl's PPOConfig is gone from 1.x: a PPO run is read against 0.29.1), else the
+    oldest dump that does; None when no dump defines it."""
+    have = [v for v in versions(framework) if any(a.get("owner") == cls for a in _load(framework, v)["arguments"])]
+    if not have:
+        return None
+    picked = pick_version(framework, version)
+    if picked in have:
+        return picked
+    below = [v for v in have if picked is None or version_key(v) <= version_key(picked)]
+    return below[-1] if below else have[0]
+
+
 def default(framework: str, name: str, version: str | None = None, owner: str | None = None) -> Any:
     """An argument's literal default at that version (None when it has none, or it is not a literal)."""
     a = argument(framework, name, version, owner)

@@ -495,6 +495,12 @@ DUMPED_DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
         "micro_batch": ("per_device_train_batch_size",),
         "eval_batch": ("per_device_eval_batch_size",),
         "grad_accum": ("gradient_accumulation_steps",),
+        # online RL (resolve/objective.py): the rollout's prompt truncation and completion length, the KL
+        # coefficient (0.0: no reference model) and colocated vLLM's share of the GPU
+        "prompt_len": ("max_prompt_length",),
+        "completion_len": ("max_completion_length", "response_length", "max_new_tokens"),
+        "kl_beta": ("beta", "kl_coef"),
+        "vllm_memory_share": ("vllm_gpu_memory_utilization",),
     },
     "llamafactory": {
         "seq_len": ("cutoff_len",),
@@ -554,10 +560,15 @@ def _dumped(
     from vramlens.frameworks import recognise, schemas
 
     dumped = schemas.pick_version(framework, version)
+    owners: tuple[str | None, ...] = (None,)
+    if framework == "trl":
+        # the objective's config class and the classes it inherits from (trl 1.x trainer/base_config.py
+        # `_BaseConfig`; 0.x trainer/utils.py `OnPolicyConfig`), at the newest release that still defines it
+        cls = TRL_CONFIG_CLASSES.get(objective or "sft", "SFTConfig")
+        dumped = schemas.newest_defining(framework, cls, version) or dumped
+        owners = schemas.lineage(framework, cls, dumped)
     if dumped is None:
         return {}, {}
-    # TRL: the objective's config class, then the base class its configs share (trl 1.x trainer/base_config.py)
-    owners = (TRL_CONFIG_CLASSES.get(objective or "sft", "SFTConfig"), "_BaseConfig") if framework == "trl" else (None,)
     # TRL's configs extend transformers' TrainingArguments: what they do not redefine keeps transformers' default
     base = schemas.pick_version("transformers", run_version("transformers", settings)) if framework == "trl" else None
     values, labels = {}, {}
@@ -595,7 +606,13 @@ def defaults_for(framework: str | None, objective: str | None = None, settings=N
     key = framework if framework in DEFAULTS else "transformers"
     version, values = DEFAULTS[key]
     if key == "trl":
-        version = f"TRL 1.x ({TRL_CONFIG_CLASSES.get(objective or 'sft', 'SFTConfig')}/ModelConfig)"
+        from vramlens.frameworks import schemas
+
+        cls = TRL_CONFIG_CLASSES.get(objective or "sft", "SFTConfig")
+        run = schemas.pick_version("trl", run_version("trl", settings))
+        older = schemas.newest_defining("trl", cls, run)
+        # a config class TRL no longer ships (PPOConfig after 0.29) is named with the release that last had it
+        version = f"TRL 1.x ({cls}/ModelConfig)" if older in (None, run) else f"TRL 1.x (ModelConfig; {cls} of {older})"
     dumped, labels = _dumped(key, objective, run_version(key, settings), values, settings)
     if key == "megatron-swift":
         swift = parse(run_version("ms-swift", settings))

@@ -72,6 +72,10 @@ NATIVE_GQA_FROM = (4, 54, 0)  # SDPA without a mask reads grouped K/V natively f
 GEMMA2_EAGER_FROM = (5, 0, 0)  # Gemma-2 has no SDPA path from this
 LAZY_CUDA_MODULES_FROM = (1, 13, 0)  # torch loads CUDA kernels lazily from this
 TRL_BF16_KBIT_ADAPTERS_FROM = (0, 26, 0)  # SFTTrainer: no k-bit preparation, bf16 adapters on k-bit models from this
+# GRPOTrainer's per-device batch holds completions (trl 0.15.0 trainer/grpo_trainer.py: a `RepeatRandomSampler`
+# repeats each prompt num_generations times into the batch) from this; in 0.14.0 each prompt of the batch is
+# generated for num_generations times (`torch.repeat_interleave(prompt_inputs["input_ids"], self.num_generations)`)
+TRL_GRPO_BATCH_OF_COMPLETIONS_FROM = (0, 15, 0)
 CKPT_IN_LAYER_FROM = (4, 53, 0)  # every decoder layer checkpoints inside its own __call__ from this
 # torch from which CUDA's memory-efficient SDPA kernel reads grouped K/V (`enable_gqa`): pytorch/pytorch PR #191085
 # ("[SDPA] Add memory-efficient GQA and vmap backward support", in torch 2.14: its `supports_mqa` parameter of
@@ -256,6 +260,11 @@ def trl_sft_kbit(trl: str | None, *, bf16: bool, sharded: bool) -> KbitPreparati
     if sharded or at_least(trl, TRL_BF16_KBIT_ADAPTERS_FROM, "trl"):
         return KbitPreparation(upcast=False, embeddings_16bit=False, adapter_fp32=False)
     return KbitPreparation(upcast=True, embeddings_16bit=bf16, adapter_fp32=True)
+
+
+def trl_grpo_batch_of_completions(trl: str | None) -> bool:
+    """Whether TRL GRPOTrainer's per-device batch counts completions under `trl` (None: the newest known)."""
+    return at_least(trl, TRL_GRPO_BATCH_OF_COMPLETIONS_FROM, "trl")
 
 
 def moe_expert_lora(family: str, transformers: str | None, peft: str | None) -> str | None:

@@ -129,7 +129,7 @@ def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     rp = rp.with_changes(**vision_fields(ctx, model.arch, adapters.peft, versions), **adapters.plan_fields)
     if adapters.quant_bits and rp.quant_type in PREQUANTIZED_NOTES:
         ctx.assumptions.append(Approximate(PREQUANTIZED_NOTES[rp.quant_type]))
-    rp = rp.with_changes(**objective_fields(plan, rp, ctx.hooks, settings, ctx.sources, ctx.assumptions))
+    rp = rp.with_changes(**objective_fields(plan, rp, ctx.hooks, settings, ctx.sources, ctx.assumptions, ctx.defaults))
     if rp.teacher is not None:
         rp = rp.with_changes(**distill_fields(ctx))
     rp = rp.with_changes(unmodelled=tuple(plan.unmodelled), approximate=approximate_reasons(plan, ctx.assumptions))

@@ -176,7 +176,7 @@ def no_model_message(plan: TrainingPlan) -> str:
             or key.endswith("from_pretrained")
             or key.replace("-", "_") in _SIZE_KEYS
         )
-        if names_model and not key.startswith(("ref", "reward", "teacher")):
+        if names_model and not key.startswith(("ref", "reward", "teacher", "value", "critic")):
             line = f" (line {issue.span.start_line + 1})" if issue.span is not None else ""
             why = issue.message.split("; it is not read")[0]
             return f"the config does not name a model vramlens can use: {why}{line}"

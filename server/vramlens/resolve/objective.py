@@ -23,6 +23,7 @@ def objective_fields(
     settings: Settings,
     sources: dict,
     assumptions: list[str],
+    defaults: dict | None = None,
 ) -> dict:
     """What the objective changes in the step: paired sequences, the reference model, generation,
     reward/value models, the teacher. Semantics from trl 1.16.0 (trainer/dpo_trainer.py `_compute_loss`: chosen
@@ -32,6 +33,18 @@ def objective_fields(
     `generation_batch_size = per_device_train_batch_size × steps_per_generation`, `steps_per_generation` defaulting
     to `gradient_accumulation_steps`; vLLM colocated with `vllm_gpu_memory_utilization=0.3`)."""
     from vramlens.knowledge import models
+
+    # defaults read from the framework's own argument dump at the run's version (knowledge/frameworks.py
+    # DUMPED_DEFAULTS: TRL's GRPOConfig.max_completion_length is 256 up to 0.29 and 512 in 1.x; PPO's
+    # response_length 53), each with where it was read
+    labels = getattr(defaults, "labels", {})
+
+    def dumped(concept: str, note: str):
+        if concept not in labels:
+            return None
+        v = defaults[concept]  # type: ignore[index]
+        sources[concept] = Sourced(value=v, origin=Origin.DEFAULT, framework=labels[concept], note=note.format(v))
+        return v
 
     obj = plan.objective.value if plan.objective is not None else "sft"
     if plan.objective is not None:
@@ -59,6 +72,11 @@ def objective_fields(
     if obj == "rm":
         out["scalar_head"] = True  # AutoModelForSequenceClassification: a 1-wide score head
     ref_free = src("reference_free")
+    if ref_free is None and obj in ("grpo", "rloo") and (beta := dumped("kl_beta", "KL coefficient {}")) is not None:
+        # TRL's KL coefficient at the run's version: GRPO's 0.04 up to 0.18, 0.0 since (no reference model)
+        ref_free = float(beta) == 0.0
+        if ref_free:
+            assumptions.append(f"{obj.upper()} with {labels['kl_beta']} beta=0.0: no reference model is loaded")
     if ref_free is None:
         # TRL GRPO's KL coefficient defaults to 0.0 (no reference); RLOO's to 0.05; other frameworks keep one
         ref_free = obj == "grpo" and hooks.grpo_reference_free
@@ -92,10 +110,14 @@ def objective_fields(
                 "most it can be): a rollout batch is padded to its longest prompt, so shorter prompts peak lower"
             )
         if prompt is None:
+            prompt = dumped("prompt_len", "max_prompt_length={}: longer prompts are truncated")
+        if prompt is None:
             prompt = 512
             assumptions.append(
-                Approximate("prompt length not set: assumed 512 tokens (TRL GRPO does not truncate prompts)")
+                Approximate("prompt length not set, and the trainer does not truncate prompts: assumed 512 tokens")
             )
+        if completion is None:
+            completion = dumped("completion_len", "{} new tokens at most")
         if completion is None:
             completion = hooks.completion_len_default
             if hooks.completion_len_source:
@@ -115,12 +137,14 @@ def objective_fields(
             # (`prompt_ids.repeat(2, 1)`), both through the policy in one forward
             gen_seqs = 2 * rp.micro_batch
             out["sequences_per_example"] = 2
-        elif hooks.batch_counts_completions:
+        elif hooks.batch_of_completions(frameworks.run_version(hooks.key, settings)):
             # completions, not prompts, in the batch of TRL's GRPOTrainer (ms-swift's and axolotl's subclass it)
             gen_seqs = rp.micro_batch * max(rp.grad_accum, 1)  # generation_batch_size per device
         else:
             gen_seqs = rp.micro_batch * int(groups)
         share = src("vllm_memory_share")
+        if gen == "vllm-colocate" and share is None:
+            share = dumped("vllm_memory_share", "vllm_gpu_memory_utilization={}")
         if gen == "vllm-colocate" and share is None:
             share = 0.3
             sources["vllm_memory_share"] = Sourced(

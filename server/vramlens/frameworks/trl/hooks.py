@@ -1,6 +1,8 @@
 """TRL: the GRPO defaults are its own (frameworks/hooks.py `TRL_GRPO`), and
 - preference configs truncate to `max_length=1024` (trl 1.16.0 trl/trainer/dpo_config.py, and the KTO, ORPO, CPO
   and Reward configs);
+- GRPOTrainer's per-device batch holds completions from 0.15 and prompts before (knowledge/versions.py
+  `trl_grpo_batch_of_completions`);
 - SFTTrainer prepares a k-bit model for its adapters as its version does (knowledge/versions.py `trl_sft_kbit`:
   `prepare_model_for_kbit_training` up to 0.25, none from 0.26 or when FSDP / ZeRO-3 hold the weights).
 """
@@ -20,6 +22,9 @@ class TrlHooks(FrameworkHooks):
         if objective in PREFERENCE_OBJECTIVES:
             return SeqDefault(1024, "trl 1.16", "TRL's preference configs truncate to max_length=1024")
         return None
+
+    def batch_of_completions(self, version: str | None) -> bool:
+        return versions.trl_grpo_batch_of_completions(version)
 
     def kbit_preparation(
         self, env: dict, *, quant_bits: int | None, peft: str, objective: str, compute: str, sharded: bool
