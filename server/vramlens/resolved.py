@@ -99,7 +99,9 @@ class ResolvedPlan(BaseModel):
     # cross-entropy CUDA kernel over the compute-dtype logits (flash-attn's CrossEntropyLoss; llm-foundry's
     # `loss_fn: fused_crossentropy`)
     liger_loss: bool = False  # the fused loss is Liger's fused linear cross-entropy (its gradients computed in forward)
-    verl_fused_head: bool = False  # the fused loss is verl's FusedLinearForPPO (log-probs and entropy by chunks)
+    # the fused loss is verl's log-prob/entropy head: "torch" (FusedLinearForPPO, by chunks of tokens) or "triton"
+    # (linear_cross_entropy, by splits of the vocabulary; the Megatron workers' only path); "" when it is not
+    verl_fused_head: str = ""
     loss_16bit: bool = False  # the cross-entropy runs on the compute-dtype logits, no fp32 upcast (ms-swift's
     # sequence-parallel loss); with loss_chunk_tokens, chunk by chunk, its gradient written over the saved logits
     loss_chunk_tokens: int = 0

@@ -210,8 +210,10 @@ VERL_GRPO = (
 def test_fused_kernels_score_the_tokens_by_chunks_without_the_whole_logits(tmp_path):
     """`actor_rollout_ref.model.use_fused_kernels=True` (FSDP workers, `impl_backend: torch`): verl's
     FusedLinearForPPO computes the log-probs and entropy 512 tokens at a time (verl/utils/experimental/
-    torch_functional.py); it was named as not modelled and the whole logits counted. The Triton backend and the
-    Megatron workers stay named."""
+    torch_functional.py); it was named as not modelled and the whole logits counted. The Triton backend
+    (`impl_backend: triton`) and the Megatron workers run verl's `linear_cross_entropy` by splits of the
+    vocabulary (verl/utils/kernel/kernels.py): no whole logits either, under tensor parallelism over the rank's
+    vocabulary shard."""
 
     def run(extra: str):
         path = tmp_path / "run.sh"
@@ -229,4 +231,15 @@ def test_fused_kernels_score_the_tokens_by_chunks_without_the_whole_logits(tmp_p
         " actor_rollout_ref.model.use_fused_kernels=True"
         " actor_rollout_ref.model.fused_kernel_options.impl_backend=triton"
     )
-    assert [u.key for u in triton.plan.unmodelled] == ["actor_rollout_ref.model.use_fused_kernels"]
+    assert triton.plan.unmodelled == [] and triton.resolution.resolved.verl_fused_head == "triton"
+    saved = plain.estimate.phases["forward-backward"] - triton.estimate.phases["forward-backward"]
+    assert saved > 0.5 * tokens * vocab * 12
+    # the Megatron workers (tensor parallel 2): the output layer's logits and the vocab-parallel cross entropy
+    # (6 bytes a logit over the rank's half of the vocabulary) give way to the Triton head
+    megatron = " --config-name=ppo_megatron_trainer actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"
+    mplain, mfused = run(megatron), run(megatron + " actor_rollout_ref.model.use_fused_kernels=True")
+    assert mfused.plan.unmodelled == [] and mfused.resolution.resolved.verl_fused_head == "triton"
+    assert mfused.resolution.resolved.strategy == "megatron"
+    whole = 4 * (1024 + 2048) * vocab / 2 * 6  # the sequence's logits on this rank, 16-bit and fp32
+    saved = mplain.estimate.phases["forward-backward"] - mfused.estimate.phases["forward-backward"]
+    assert 0.6 * whole < saved < whole

@@ -783,7 +783,9 @@ def _megatron_precision(r: _Reader, section: str) -> None:
 
 
 # Megatron's OptimizerConfig fields an `override_optimizer_config` entry sets that vramlens reads here, and those it
-# reads as Megatron-LM's flags of the same names (formats/megatron.py HANDLERS); the others are named as not modelled
+# reads as Megatron-LM's flags of the same names (formats/megatron.py HANDLERS, or IRRELEVANT: e.g.
+# `overlap_cpu_optimizer_d2h_h2d` only moves the hybrid optimizer's copies onto side streams); the others are named as
+# not modelled
 _MEGATRON_OPTIMIZER_READ = ("optimizer_cpu_offload", "optimizer_offload_fraction")
 _MEGATRON_OPTIMIZER_FLAGS = ("use_precision_aware_optimizer", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
 
@@ -795,6 +797,7 @@ def _megatron_optimizer(r: _Reader, optim: str) -> None:
     which keeps `optimizer_offload_fraction` (default 1.0) of Adam's states and fp32 main weights on the CPU through
     the update (megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py)."""
     from vramlens.formats.megatron import HANDLERS
+    from vramlens.formats.megatron import IRRELEVANT as MEGATRON_IRRELEVANT
 
     b, prefix = r.b, optim + "override_optimizer_config."
     cpu, cs = r.bool(prefix + "optimizer_cpu_offload")
@@ -812,8 +815,8 @@ def _megatron_optimizer(r: _Reader, optim: str) -> None:
             )
     for key, s in r.cfg.given.items():
         field = key[len(prefix) :] if key.startswith(prefix) else None
-        if not field or field in _MEGATRON_OPTIMIZER_READ or s.value in (None, ""):
-            continue
+        if not field or field in _MEGATRON_OPTIMIZER_READ or field in MEGATRON_IRRELEVANT or s.value in (None, ""):
+            continue  # a field Megatron-LM's own flag of the same name changes nothing estimated for
         if field in _MEGATRON_OPTIMIZER_FLAGS:
             HANDLERS[field](b, s)
         else:
@@ -958,9 +961,15 @@ def _not_modelled(r: _Reader, megatron: bool) -> None:
     on, s = r.bool(A + "model.use_fused_kernels")
     backend, _ = r.text(A + "model.fused_kernel_options.impl_backend")
     if on and (megatron or (backend or "torch") != "torch"):
-        # the Megatron workers' own path, or verl's Triton `linear_cross_entropy` (impl_backend: triton)
-        b.unmodelled(
-            s, "verl's fused log-prob/entropy kernels", "estimated without them", key=A + "model.use_fused_kernels"
+        # verl's Triton `linear_cross_entropy`: the Megatron workers' fused forward (v0.5.0 and later
+        # verl/models/mcore/model_forward_fused.py `_fused_GPTModel_forward`), and the FSDP workers' with
+        # `impl_backend: triton` (verl/models/transformers/dense_common.py)
+        b.set(
+            "loss_impl",
+            "fused",
+            s,
+            note="verl's fused kernels: the log-probs and entropy by splits of the vocabulary (Triton "
+            "linear_cross_entropy), never the whole logits",
         )
     elif on:
         # the FSDP workers patch the model's forward to return the log-probs and entropy from the backbone output

@@ -195,10 +195,13 @@ def liger_loss(plan: TrainingPlan) -> bool:
     return "liger" in f"{said.key or ''} {said.note or ''}".lower()
 
 
-def verl_fused_head(plan: TrainingPlan) -> bool:
-    """Whether the plan's fused loss is verl's `FusedLinearForPPO` (`…model.use_fused_kernels`)."""
+def verl_fused_head(plan: TrainingPlan) -> str:
+    """Which of verl's fused log-prob heads the plan's fused loss is (`…model.use_fused_kernels`): "triton" for
+    `linear_cross_entropy` (the reader names it in its note), "torch" for `FusedLinearForPPO`; "" for neither."""
     said = plan.loss_impl
-    return said is not None and said.value == "fused" and "use_fused_kernels" in (said.key or "")
+    if said is None or said.value != "fused" or "use_fused_kernels" not in (said.key or ""):
+        return ""
+    return "triton" if "linear_cross_entropy" in (said.note or "") else "torch"
 
 
 def liger_kernels(plan: TrainingPlan) -> bool:

@@ -249,6 +249,8 @@ def head_loss_bytes(rp: ResolvedPlan, tokens: int, backward: bool = True) -> int
         return max(int(tokens * logits_per_token(rp)), chunked_head_backward_bytes(rp, tokens))
     if rp.loss_impl == "fused" and rp.liger_loss and rp.arch.block != "encoder":
         return liger_head_bytes(rp, tokens, backward)
+    if rp.loss_impl == "fused" and rp.verl_fused_head == "triton":
+        return verl_triton_head_bytes(rp, tokens, rp.arch.vocab, backward)
     if rp.loss_impl == "fused" and rp.verl_fused_head:
         return verl_fused_head_bytes(rp, tokens, backward)
     if sp_loss_16bit(rp) and rp.loss_chunk_tokens:
@@ -302,6 +304,30 @@ def verl_fused_head_bytes(rp: ResolvedPlan, tokens: int, backward: bool = True) 
     if head_trains(rp):
         out += V * h * (hw + c)
     return int(out)
+
+
+# verl/utils/kernel/kernels.py (volcengine/verl b178a3cd5; the same since the kernel came in c8908e197):
+# `efficient_entropy_forward` reduces the logits of 1,024 vocabulary entries at a time, `efficient_entropy_backward`
+# (its default `BackwardEnum._Split_Dlogits_N`) makes the logits' gradient 9,504 entries wide at a time
+VERL_TRITON_FORWARD_SPLIT = 1024
+VERL_TRITON_BACKWARD_SPLIT = 9504
+
+
+def verl_triton_head_bytes(rp: ResolvedPlan, tokens: int, vocab: int, backward: bool = True) -> int:
+    """What verl's Triton fused log-prob/entropy head holds for `tokens` positions over a `vocab`-row head weight
+    (the rank's vocabulary shard under Megatron's tensor parallelism): verl/utils/kernel/linear_cross_entropy.py
+    `LinearCrossEntropy` with verl/utils/kernel/kernels.py. Its forward returns fp32 log-probs and entropy and saves
+    fp32 per-token maximum, accumulator and entropy term (5 fp32 a token), and while it runs holds each token's
+    partial maximum, accumulator and entropy term for every 1,024-entry split of the vocabulary (3 fp32 per split).
+    Its backward allocates the hidden states' gradient and the head weight's (`torch.empty_like(weight,
+    dtype=hidden.dtype)`, whether the head trains or not) in the hidden states' dtype, and the logits' gradient for
+    9,504 vocabulary entries at a time in that dtype. The whole logits are never made."""
+    c = DTYPE_BYTES[rp.compute_dtype]
+    h = rp.arch.hidden
+    out = tokens * 5 * 4
+    if not backward:
+        return int(out + tokens * -(-vocab // VERL_TRITON_FORWARD_SPLIT) * 3 * 4)
+    return int(out + tokens * h * c + vocab * h * c + tokens * VERL_TRITON_BACKWARD_SPLIT * c)
 
 
 def liger_head_bytes(rp: ResolvedPlan, tokens: int, backward: bool = True) -> int:

@@ -14,6 +14,7 @@ import math
 
 from vramlens.estimate.components.common import DTYPE_BYTES
 from vramlens.estimate.components.experts import expert_parameters, lora_linears
+from vramlens.estimate.components.logits import verl_triton_head_bytes
 from vramlens.estimate.components.parameters import params
 from vramlens.estimate.components.pipeline import Stage, stage_layer_counts, stages
 from vramlens.estimate.components.ssm import mamba2_sizes
@@ -408,6 +409,11 @@ def megatron_head_per_token(rp: ResolvedPlan) -> float:
         return 0.0
     tp = max(rp.tensor_parallel, 1)
     sp = tp if rp.sequence_parallel else 1
+    if rp.verl_fused_head:
+        # verl's fused forward (v0.5.0 and later verl/models/mcore/model_forward_fused.py): the final norm's input,
+        # then the hidden states gathered from the sequence-parallel region (saved by its Triton head) instead of the
+        # output layer and the cross entropy; what the head itself holds is `logits.verl_triton_head_bytes`
+        return 2 * rp.arch.hidden / sp + 2 * rp.arch.hidden
     per_logit = 4 + MEGATRON_LOGITS_16BIT_BYTES
     if rp.cross_entropy_fusion:
         per_logit += MEGATRON_FUSED_CE_GRAD_COPY_BYTES
@@ -463,6 +469,8 @@ def megatron_step(rp: ResolvedPlan) -> dict[str, dict[str, int]]:
         acts, a2a = megatron_activations(rp, st)
         tokens = rp.micro_batch * rp.sequences_per_example * (rp.seq_len // max(rp.context_parallel, 1))
         logits = int(tokens * megatron_head_per_token(rp)) if st.head else 0
+        if st.head and rp.verl_fused_head:
+            logits += verl_triton_head_bytes(rp, tokens, -(-rp.arch.vocab // max(rp.tensor_parallel, 1)))
         ref = megatron_reference_bytes(rp, st)
         fb = {
             "weights": w,
