@@ -203,6 +203,7 @@ class TrainingPlan(BaseModel):
     # "swiglu", "cross_entropy"
     float8_linears: Sourced[bool] | None = None  # torchao Float8Linear: the blocks' linears run in float8
     float8_all_gather: Sourced[bool] | None = None  # FSDP2 gathers the float8 linears' weights in fp8 (torchao)
+    qat: Sourced[str] | None = None  # torchao fake quantization of the linears: "<layout>:<group>" (knowledge/qat.py)
     # optimizer
     optimizer: Sourced[str] | None = None  # as written (normalized by knowledge.optimizers)
     optimizer_impl: Sourced[str] | None = None  # OptimizerImpl

@@ -29,6 +29,7 @@ CONCEPT_TITLES = {
     "fused_kernels": "fused kernels",
     "float8_linears": "float8 linears",
     "float8_all_gather": "float8 all-gather",
+    "qat": "quantization-aware training",
     "optimizer": "optimizer",
     "optimizer_impl": "optimizer implementation",
     "optimizer_in_bwd": "optimizer in backward",

@@ -108,6 +108,9 @@ class ResolvedPlan(BaseModel):
     fused_kernels: tuple[str, ...] = ()  # Triton kernels swapped in for speed (Liger, unsloth, fms-acceleration
     # foak): "rms_norm", "rope", "swiglu", "cross_entropy"
     liger_kernels: bool = False  # the fused_kernels are Liger's (their saved tensors: estimate/components/liger.py)
+    # torchao fake-quantized linears (knowledge/qat.py SAVED): the layout, and its weight group size (0: none)
+    qat: str = ""
+    qat_group: int = 0
     float8_linears: bool = False  # torchao Float8Linear: the blocks' linears run at the fp8 rate
     float8_all_gather: bool = False  # with float8_linears under FSDP2: their weights all-gathered in fp8 (torchao
     # `enable_fsdp_float8_all_gather`)

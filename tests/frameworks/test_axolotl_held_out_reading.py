@@ -55,15 +55,27 @@ def test_dp_shard_size_without_fsdp_is_an_error():
     assert any("without FSDP" in i.message for i in plan.issues)
 
 
-def test_qat_is_named_as_quantization_aware_training_not_a_precision_detail():
+def test_qat_is_read_as_quantization_aware_training_not_a_precision_detail():
+    """int8 activations with int4 weights: the layout whose saved copies are measured (knowledge/qat.py), read; a
+    layout that is not (fp8 weights) is named as quantization-aware training with its dtypes, its entries covered by
+    the section and never listed as precision details of their own."""
     plan = _plan("3b-qat-fsdp2.yaml")
-    found = _unmodelled(plan)
-    assert "qat" in found
+    assert plan.qat is not None and plan.qat.value == "int8-dynamic-int4:32"
+    assert not _unmodelled(plan)
+    text = (FIXTURES / "3b-qat-fsdp2.yaml").read_text(encoding="utf-8")
+    other = parse_document(
+        text.replace("activation_dtype: int8", "activation_dtype: fp8").replace(
+            "weight_dtype: int4", "weight_dtype: fp8"
+        ),
+        str(FIXTURES / "fp8-qat.yaml"),
+        workspace=FIXTURES,
+    ).plan
+    found = _unmodelled(other)
+    assert "qat" in found and other.qat is None
     assert "quantization-aware training" in found["qat"].what
-    assert "weights int4" in found["qat"].what and "activations int8" in found["qat"].what
-    # its entries are covered by the section, not listed as precision details of their own
+    assert "weights fp8" in found["qat"].what and "activations fp8" in found["qat"].what
     assert "activation_dtype" not in found and "weight_dtype" not in found
-    assert not any("precision detail" in u.what for u in plan.unmodelled)
+    assert not any("precision detail" in u.what for u in other.unmodelled)
 
 
 def test_quantize_moe_experts_is_read_as_quantized_experts():

@@ -98,6 +98,8 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
     layers_saved = C.layers_keeping_everything(rp) if C.recomputes(rp) else round(rp.arch.layers * held)
     # per-block weight-sized tensors kept for backward: DoRA's weight copies, adapted experts' W + BA
     dora_w = C.dora_weight_copies(rp)
+    # torchao's fake-quantized linears: their rounded copies kept per block (components.qat_block_bytes)
+    qat_w = C.qat_block_bytes(rp, tok)
     expert_w = C.expert_weight_copies(rp)
     moe_saved = (
         round((rp.arch.layers - rp.arch.dense_layers) * layers_saved / max(rp.arch.layers, 1))
@@ -110,7 +112,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         + int(final)
         + amp_cache
         + mask
-        + layers_saved * (mask_per_layer + dora_w)
+        + layers_saved * (mask_per_layer + dora_w + qat_w)
         + moe_saved * (expert_w + C.ep_gathered_saved(rp, tok))
         + C.vision_activations(rp, seqs)
         + t5_bias
@@ -336,7 +338,7 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         embed_grad = C.shapes(rp.arch).embed_params * p.trainable_dtype_bytes if rp.peft == "none" else 0
         # backward of the last block: every block's checkpointed input is still held (each is freed when its
         # block's backward ends), the last block is recomputed and its backward temporaries are live
-        recompute = int(C.backward_block_per_token(rp) * tok) + dora_w + expert_w + C.expert_weight_grad(rp)
+        recompute = int(C.backward_block_per_token(rp) * tok) + dora_w + expert_w + C.expert_weight_grad(rp) + qat_w
         block_temps = dora_norm
         # the attention's backward runs after the block's MLP (and its experts) has finished its own
         in_attention = int(C.math_attention_block_per_token(rp) * tok) + dora_w

@@ -279,6 +279,7 @@ _ALL: tuple[Concept, ...] = (
         ("liger_rms_norm", "liger_rope", "liger_glu_activation", "liger_swiglu", "liger_layer_norm"),
     ),
     _C("float8_linears", "list", "float8 linears (torchao Float8Linear)", True, True, ("model.converters",)),
+    _C("qat", "str", "quantization-aware training (torchao fake-quantized linears)", True, True, ("qat",)),
     _C(
         "float8_all_gather",
         "bool",

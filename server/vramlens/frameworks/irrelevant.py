@@ -381,7 +381,7 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
             "`activation_dtype` is set, to the low-bit grid in every forward)",
             "estimated as 16-bit training: the fake-quantized copies each linear makes are not counted",
         ),
-        "qat qat.activation_dtype qat.weight_dtype qat.group_size qat.fake_quant_after_n_steps qat.quantize_embedding",
+        "qat.activation_dtype qat.weight_dtype qat.group_size qat.fake_quant_after_n_steps qat.quantize_embedding",
     ),
     **_names(
         (

@@ -90,6 +90,7 @@ def build_plan(
         keep_logits=hooks.behaviour["keep_logits"],
         fused_kernels=tuple(k for k in val("fused_kernels") or () if k in FUSED_KERNELS),
         liger_kernels=_liger_kernels(ctx, arch),
+        **_qat(ctx),
         float8_linears=_float8_linears(ctx),
         float8_all_gather=bool(val("float8_linears")) and bool(val("float8_all_gather")),
         optimizer=o.opt,
@@ -165,6 +166,25 @@ def _kbit_layers_noted(ctx: Context, family: str, quant_bits: int | None) -> int
     if quant_bits and (note := NOT_MODELLED_KBIT.get(family)):
         ctx.assumptions.append(Approximate(f"approximate: `{family}`: {note}"))
     return quant_bits
+
+
+def _qat(ctx: Context) -> dict:
+    """torchao's fake-quantized linears (`qat`): the layout whose saved tensors knowledge/qat.py measured, and a
+    note that the figures are that torchao release's."""
+    from vramlens.knowledge import qat
+
+    found = qat.layout(ctx.val("qat"))
+    if found is None:
+        return {}
+    name, group = found
+    ctx.assumptions.append(
+        Approximate(
+            f"quantization-aware training, {qat.SAVED[name].title}: each linear's fake-quantized weight "
+            f"{'and input ' if qat.SAVED[name].input else ''}copies kept for the backward, "
+            f"as torchao {qat.TORCHAO_MEASURED} keeps them (measured); other torchao releases may keep others"
+        )
+    )
+    return {"qat": name, "qat_group": group}
 
 
 def _float8_linears(ctx: Context) -> bool:

@@ -227,6 +227,7 @@ from vramlens.estimate.components.pipeline import (
     torch_pipeline_loss_per_token,
     torch_pipeline_phases,
 )
+from vramlens.estimate.components.qat import qat_block_bytes
 from vramlens.estimate.components.sharding import (
     fsdp_block_params,
     fsdp_expert_gather_share,
@@ -460,6 +461,7 @@ __all__ = [
     "scalar_head_params",
     "value_params",
     "nf4_dequant_transient",
+    "qat_block_bytes",
     "no_grad_forward",
     "norms_per_token",
     "o_input_per_token",

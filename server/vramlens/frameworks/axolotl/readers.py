@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from vramlens.formats import hf
 from vramlens.formats.moe_experts import read_experts_implementation, read_target_parameters
-from vramlens.formats.settings import PlanBuilder, Setting, is_auto, to_bool, to_float
+from vramlens.formats.settings import PlanBuilder, Setting, is_auto, to_bool, to_float, to_int
 from vramlens.formats.vocab import AXOLOTL_ATTENTION, check_optimizer
 from vramlens.frameworks import irrelevant
 from vramlens.knowledge.peft_methods import EXPERT_PARAMETERS_UNFUSED
@@ -248,7 +248,20 @@ def qat(b: PlanBuilder, s: Setting) -> None:
     b.remember(s)
     if not isinstance(s.value, dict) or not s.value:
         return
-    entry = irrelevant.NOT_MODELLED["qat"]
+    weight = str(s.value.get("weight_dtype") or "int8").lower()  # QATConfig: weight_dtype int8, group_size 32
+    act = s.value.get("activation_dtype")
+    group = to_int(s.value.get("group_size")) or 32
+    # utils/quantization.py `get_quantization_config`: int4 weights alone → Int4WeightOnlyConfig(group_size,
+    # version=2); with int8 activations → Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, PerGroup)
+    found = {("int4", None): "int4-weight", ("int4", "int8"): "int8-dynamic-int4"}.get(
+        (weight, str(act).lower() if act is not None else None)
+    )
+    if found is not None:
+        b.set("qat", f"{found}:{group}", s, note="torchao fake-quantized linears")
+        # read into the layout (`quantize_embedding`, the embedding's own fake quantization, stays named)
+        b.plan.read_alongside.extend(("weight_dtype", "activation_dtype", "group_size", "fake_quant_after_n_steps"))
+        return
+    entry = irrelevant.NOT_MODELLED["qat.weight_dtype"]  # the section's entry (the layout is not measured)
     layouts = ", ".join(
         f"{what} {s.value[k]}"
         for k, what in (("weight_dtype", "weights"), ("activation_dtype", "activations"))

@@ -150,6 +150,15 @@ KEYS: Table = (
         description="`_component_` loss; LinearCrossEntropyLoss never materialises the full logits.",
     ),
     Key(
+        ("quantizer",),
+        "qat",
+        section=r.quantizer,
+        type=dict,
+        description="`_component_` QAT quantizer (torchao fake quantization, e.g. "
+        "torchtune.training.quantization.Int8DynActInt4WeightQATQuantizer): each linear keeps rounded copies of its "
+        "weight and input for the backward.",
+    ),
+    Key(
         ("tensor_parallel_dim",),
         "tensor_parallel",
         whole("tensor_parallel"),

@@ -1,0 +1,89 @@
+"""Quantization-aware training (torchao fake-quantized linears): what each linear keeps for its backward is
+measured from torchao itself (knowledge/qat.py, scripts/measure_qat_saved.py), read from axolotl's `qat:` and
+torchtune's QAT `quantizer:`, and counted in the block a step holds; the estimate says it is approximate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from scripts_module import load_script
+from vramlens.analysis import analyze
+from vramlens.estimate import components as C
+from vramlens.knowledge import qat
+from vramlens.settings import Settings
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+AXOLOTL = FIXTURES / "axolotl" / "067b021c" / "3b-qat-fsdp2.yaml"
+TORCHTUNE = FIXTURES / "torchtune" / "bd2a0fc7" / "llama2_1B_qat_single_device.yaml"
+
+
+def run(text: str, name: str, tmp_path: Path):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return analyze(text, str(path), Settings(gpu="H100", model_lookup=False, workspace=tmp_path))
+
+
+@pytest.mark.parametrize("layout", sorted(qat.SAVED))
+def test_saved_bytes_are_what_torchao_keeps(layout):
+    """The table's figures are torchao's: a bf16 linear prepared as the framework prepares it keeps exactly these
+    bytes for its backward, trained and frozen, at two group sizes."""
+    torchao = pytest.importorskip("torchao")
+    if torchao.__version__.split("+")[0] != qat.TORCHAO_MEASURED:
+        pytest.skip(f"measured with torchao {qat.TORCHAO_MEASURED}; {torchao.__version__} installed")
+    script = load_script("measure_qat_saved")
+    saved = qat.SAVED[layout]
+    for g in (32, 128):
+        (w, a), (wf, af) = (script.measure(script.layouts()[layout](g), frozen) for frozen in (False, True))
+        assert w == pytest.approx(saved.weight + saved.per_group / g, abs=1e-3)
+        assert wf == pytest.approx(saved.weight_frozen, abs=1e-3)
+        # a layout without input copies keeps the plain input (2 bytes an element; a frozen weight's nothing)
+        assert a == pytest.approx(saved.input or qat.PLAIN_INPUT_BYTES, abs=0.02)
+        assert af == pytest.approx(saved.input_frozen, abs=0.02)
+
+
+def test_axolotl_qat_counts_the_fake_quantized_copies_of_the_recomputed_block(tmp_path):
+    """axolotl's Llama-3.2-3B QAT example (int8 activations, int4 weights in groups of 32, checkpointed): the block
+    being recomputed holds each linear's rounded weight and input copies, 4 bytes per input element of every linear
+    (q, k and v one each) where the plain block kept one 16-bit input per group of linears. It was named as not
+    modelled and counted as 16-bit training."""
+    text = AXOLOTL.read_text(encoding="utf-8")
+    with_qat = run(text, "qat.yaml", tmp_path)
+    plain = run(text.replace("qat:\n", "qat_off:\n"), "plain.yaml", tmp_path)
+    rp = with_qat.resolution.resolved
+    assert (rp.qat, rp.qat_group) == ("int8-dynamic-int4", 32)
+    assert not [u for u in with_qat.plan.unmodelled if u.key in ("qat", "weight_dtype", "activation_dtype")]
+    assert any("torchao 0.17.0" in str(a) for a in with_qat.estimate.approximate)
+    a = rp.arch
+    tokens = rp.micro_batch * rp.seq_len
+    inputs = a.hidden * (3 * 4 - 2) + a.q_dim * (4 - 2) + a.hidden * (2 * 4 - 2) + a.intermediate * (4 - 2)
+    linears = a.hidden * (a.q_dim + 2 * a.kv_dim) + a.q_dim * a.hidden + 3 * a.hidden * a.intermediate
+    assert C.qat_block_bytes(rp, tokens) == int(linears * (4 + 4 / 32) + tokens * inputs)
+    grown = with_qat.estimate.phases["recompute"] - plain.estimate.phases["recompute"]
+    assert grown == pytest.approx(C.qat_block_bytes(rp, tokens), rel=0.01)
+    assert with_qat.estimate.phases["forward-backward"] == plain.estimate.phases["forward-backward"]
+
+
+def test_int4_weight_only_and_lora_bases(tmp_path):
+    """int4 weights alone (torchao Int4WeightOnlyConfig): 18.125 bytes per trained weight element, the inputs as a
+    plain block's; a LoRA base is frozen: only its rounded weight, 2 bytes an element."""
+    text = AXOLOTL.read_text(encoding="utf-8").replace("  activation_dtype: int8\n", "")
+    full = run(text, "w4.yaml", tmp_path).resolution.resolved
+    assert full.qat == "int4-weight"
+    a = full.arch
+    linears = a.hidden * (a.q_dim + 2 * a.kv_dim) + a.q_dim * a.hidden + 3 * a.hidden * a.intermediate
+    assert C.qat_block_bytes(full, 1000) == int(linears * 18.125)
+    lora = run(text + "adapter: lora\nlora_r: 16\nlora_target_linear: true\n", "lora.yaml", tmp_path).resolution
+    assert C.qat_block_bytes(lora.resolved, 1000) == int(linears * 2.0)
+
+
+def test_torchtune_qat_quantizer_is_read_and_another_is_named(tmp_path):
+    """torchtune's QAT recipe config (`quantizer: Int8DynActInt4WeightQATQuantizer`, groupsize 256) was estimated
+    as plain 16-bit training with nothing said; a QAT quantizer whose copies are not measured is named."""
+    text = TORCHTUNE.read_text(encoding="utf-8")
+    a = run(text, "qat.yaml", tmp_path)
+    assert (a.resolution.resolved.qat, a.resolution.resolved.qat_group) == ("8da4w-linear", 256)
+    assert any("Int8DynActInt4WeightQATQuantizer" in str(x) for x in a.estimate.approximate)
+    other = run(text.replace("Int8DynActInt4WeightQATQuantizer", "Int4WeightOnlyQATQuantizer"), "w4.yaml", tmp_path)
+    assert other.resolution.resolved.qat == ""
+    assert [u.key for u in other.plan.unmodelled] == ["quantizer._component_"]
