@@ -20,7 +20,10 @@ from torch import nn
 warnings.filterwarnings("ignore")
 
 
-def measure(prepare, frozen: bool, h: int = 1024, f: int = 4096, tokens: int = 64) -> tuple[float, float]:
+HIDDEN = 1024  # the linear's input width: a figure per input element above a whole number is a per-token one × HIDDEN
+
+
+def measure(prepare, frozen: bool, h: int = HIDDEN, f: int = 4096, tokens: int = 64) -> tuple[float, float]:
     m = prepare(nn.Linear(h, f, bias=False).to(torch.bfloat16))
     for p in m.parameters():
         p.requires_grad_(not frozen)

@@ -28,6 +28,7 @@ class QatSaved(NamedTuple):
     # (0: it keeps that plain input, shared with the linears that read the same tensor)
     input: float
     input_frozen: float  # the same for a frozen weight (whose plain linear keeps nothing of its input)
+    per_token: float  # per token of its input: the activation rounding's scale and zero point
     title: str
 
 
@@ -35,7 +36,7 @@ class QatSaved(NamedTuple):
 SAVED: dict[str, QatSaved] = {
     # axolotl `qat: {weight_dtype: int4}` (src/axolotl/utils/quantization.py `get_quantization_config`:
     # `Int4WeightOnlyConfig(group_size=…, version=2)`)
-    "int4-weight": QatSaved(18.125, 0.0, 2.0, 0.0, 0.0, "int4 weights (torchao Int4WeightOnlyConfig)"),
+    "int4-weight": QatSaved(18.125, 0.0, 2.0, 0.0, 0.0, 0.0, "int4 weights (torchao Int4WeightOnlyConfig)"),
     # axolotl `qat: {weight_dtype: int4, activation_dtype: int8}` (`Int8DynamicActivationIntxWeightConfig(
     # weight_dtype=torch.int4, weight_granularity=PerGroup(group_size))`)
     "int8-dynamic-int4": QatSaved(
@@ -44,12 +45,19 @@ SAVED: dict[str, QatSaved] = {
         2.0,
         4.0,
         2.0,
+        4.0,
         "int8 dynamic activations, int4 weights (torchao Int8DynamicActivationIntxWeightConfig)",
     ),
     # torchtune `quantizer: {_component_: torchtune.training.quantization.Int8DynActInt4WeightQATQuantizer}`
     # (torchao `Int8DynActInt4WeightQATQuantizer`, its `Int8DynActInt4WeightQATLinear`)
     "8da4w-linear": QatSaved(
-        4.0, 4.0, 2.0, 6.0, 4.0, "int8 dynamic activations, int4 weights (torchao Int8DynActInt4WeightQATQuantizer)"
+        4.0,
+        4.0,
+        2.0,
+        6.0,
+        4.0,
+        8.0,
+        "int8 dynamic activations, int4 weights (torchao Int8DynActInt4WeightQATQuantizer)",
     ),
 }
 

@@ -42,5 +42,5 @@ def qat_block_bytes(rp: ResolvedPlan, tokens: int) -> int:
         present = [n for n in group if n in names]
         if present and per_input:
             width = linear_in_features(arch, present[0])
-            inputs += width * (per_input * len(present) - plain)
+            inputs += width * (per_input * len(present) - plain) + saved.per_token * len(present)
     return int(weights + tokens * max(inputs, 0.0))
