@@ -146,3 +146,35 @@ def test_a_whole_model_keeps_what_the_blocks_are_counted_for(tmp_path):
             counted = 4 * C.qat_block_bytes(rp, batch * seq)
             measured = kept(layout, frozen) - kept(None, frozen)
             assert counted == pytest.approx(measured, rel=0.03), (layout, frozen)
+
+
+NEMO_QAT = """# automodel llama3_2_1b_squad_qat.yaml --nproc-per-node 8
+recipe: TrainFinetuneRecipeForNextTokenPrediction
+step_scheduler:
+  global_batch_size: 64
+  local_batch_size: 8
+model:
+  _target_: nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained
+  pretrained_model_name_or_path: meta-llama/Llama-3.2-1B
+qat:
+  fake_quant_after_n_steps: 1
+  enabled: True
+  qat_config:
+    _target_: nemo_automodel.components.quantization.qat.QATConfig
+    quantizer_type: {kind}
+    groupsize: 256
+"""
+
+
+def test_nemo_automodel_qat_is_read(tmp_path):
+    """NeMo AutoModel's `qat:` (nemo_automodel/components/quantization/qat.py: torchao's
+    Int8DynActInt4WeightQATQuantizer for `int8_dynact_int4weight`) was estimated as plain training with nothing
+    said; `int4_weight_only` (torchao's Int4WeightOnlyQATQuantizer, not measured) is named."""
+    a = run(NEMO_QAT.format(kind="int8_dynact_int4weight"), "qat.yaml", tmp_path)
+    assert (a.resolution.resolved.qat, a.resolution.resolved.qat_group) == ("8da4w-linear", 256)
+    off = run(
+        NEMO_QAT.format(kind="int8_dynact_int4weight").replace("enabled: True", "enabled: False"), "o.yaml", tmp_path
+    )
+    assert off.resolution.resolved.qat == "" and a.estimate.device_bytes > off.estimate.device_bytes
+    w4 = run(NEMO_QAT.format(kind="int4_weight_only"), "w4.yaml", tmp_path)
+    assert w4.resolution.resolved.qat == "" and [u.key for u in w4.plan.unmodelled] == ["qat"]

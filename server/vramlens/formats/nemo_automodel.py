@@ -648,3 +648,32 @@ def _quantization(b: PlanBuilder, get) -> None:
     elif (s := get("quantization", "load_in_8bit")) is not None and to_bool(s.value):
         b.set("quant_bits", 8, s)
         b.set("quant_type", "int8", s)
+    _qat(b, get)
+
+
+# NeMo AutoModel's QAT quantizers (nemo_automodel/components/quantization/qat.py `QATConfig.create_quantizer`:
+# torchao's, with bf16 precision and scales) → knowledge/qat.py's layout, with torchao's default group size
+QAT_QUANTIZERS = {"int8_dynact_int4weight": ("8da4w-linear", 256)}
+
+
+def _qat(b: PlanBuilder, get) -> None:
+    """`qat: {enabled, qat_config: {quantizer_type, groupsize}}` (examples/llm_finetune/llama3_2/
+    llama3_2_1b_squad_qat.yaml): the recipe prepares the model with the quantizer before training."""
+    on = get("qat", "enabled")
+    if on is None or not to_bool(on.value):
+        return
+    t = get("qat", "qat_config", "quantizer_type")
+    kind = str(t.value).strip().lower() if t is not None and t.value is not None else "int8_dynact_int4weight"
+    if kind in QAT_QUANTIZERS:
+        name, default_group = QAT_QUANTIZERS[kind]
+        g = get("qat", "qat_config", "groupsize")
+        group = to_int(g.value) if g is not None else None
+        note = f"QAT `{kind}`: fake-quantized linears (torchao)"
+        b.set("qat", f"{name}:{group or default_group}", t or on, note=note)
+    else:
+        b.unmodelled(
+            t or on,
+            f"quantization-aware training (`{kind}`)",
+            "estimated as 16-bit training: the fake-quantized copies each linear keeps are not counted",
+            key="qat",
+        )
