@@ -335,6 +335,8 @@ class TrainingPlan(BaseModel):
     logprob_micro_batch: Sourced[int] | None = None
     generation: Sourced[str] | None = None  # GenerationMode
     vllm_memory_share: Sourced[float] | None = None  # vLLM gpu_memory_utilization when colocated
+    # the colocated engine runs eagerly, capturing no CUDA graphs (vLLM `enforce_eager`)
+    generation_eager: Sourced[bool] | None = None
     generation_sleeps: Sourced[bool] | None = None  # the colocated engine releases its memory while the policy
     # trains (vLLM sleep mode, verl free_cache_engine)
     reward_model_id: Sourced[str] | None = None  # a reward model held during online RL

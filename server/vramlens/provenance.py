@@ -78,6 +78,7 @@ CONCEPT_TITLES = {
     "vllm_memory_share": "vLLM memory share",
     "reward_model_id": "reward model",
     "generation_sleeps": "generation engine released while the policy trains",
+    "generation_eager": "generation engine without CUDA graphs (enforce_eager)",
     "ref_dtype": "reference model dtype",
     "ref_offload": "reference model offloaded to the CPU",
     "fsdp_mixed_precision": "FSDP mixed precision (16-bit gathered parameters)",

@@ -643,7 +643,8 @@ def _generation_share(rp: ResolvedPlan) -> int:
     KV cache from its own pool (tags "weights" and "kv_cache"), and `CuMemAllocator.sleep` unmaps and releases every
     allocation of that pool, level 1 after copying the weights to pinned CPU memory, level 2 without
     (vllm-project/vllm vllm/device_allocator/cumem.py at 010c2112). What stays on the GPU is outside the pool: small
-    input buffers and NCCL buffers, and CUDA graphs, which verl and OpenRLHF's sleep examples turn off (enforce_eager).
+    input buffers and NCCL buffers, and CUDA graphs, which `enforce_eager` turns off and which are not counted
+    (resolve/objective.py says so where the engine captures them).
     """
     if rp.generation != "vllm-colocate":
         return 0

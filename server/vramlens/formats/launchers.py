@@ -250,6 +250,7 @@ OPENRLHF_DOTTED: dict[str, str] = {
     "vllm.num_engines": "vllm_num_engines",
     "vllm.gpu_memory_utilization": "vllm_gpu_memory_utilization",
     "vllm.enable_sleep": "vllm_enable_sleep",
+    "vllm.enforce_eager": "enforce_eager",
     "ds.enable_sleep": "deepspeed_enable_sleep",
     "train.colocate_all": "colocate_all_models",
     "train.colocate_actor_ref": "colocate_actor_ref",
@@ -358,6 +359,10 @@ OPENRLHF_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
         b.set("generation_sleeps", bool(to_bool(s.value)), s) if to_bool(s.value) is not None else None
     ),
     "deepspeed_enable_sleep": _deepspeed_sleep,
+    # vLLM captures no CUDA graphs (openrlhf/trainer/ray/vllm_engine.py `create_vllm_engines(enforce_eager=…)`)
+    "enforce_eager": lambda b, s: (
+        b.set("generation_eager", bool(to_bool(s.value)), s) if to_bool(s.value) is not None else None
+    ),
 }
 
 

@@ -178,6 +178,10 @@ def _generation(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
         on = n > 0
         note = f"vLLM sleep level {n}: its weights and KV cache released after each rollout"
         b.set("generation_sleeps", on, level, note=note if on else None)
+    eager = by_key.get("vllm_enforce_eager")
+    if eager is not None and to_bool(eager.value) is not None:
+        # ms-swift's `vllm_enforce_eager` (swift/arguments/rlhf_args.py → its colocated engine's `enforce_eager`)
+        b.set("generation_eager", bool(to_bool(eager.value)), eager)
     sleep = by_key.get("vllm_enable_sleep_mode")
     if sleep is not None and to_bool(sleep.value) is not None:
         # trl 1.16.0 trl/generation/vllm_generation.py: the colocated LLM sleeps (level 2) after each generation and

@@ -894,6 +894,11 @@ def _release(r: _Reader) -> None:
     `__exit__`, fsdp_sglang.py `release_memory_occupation`). v0.2 (vLLM up to 0.6.3) offloads the weights and
     frees the KV cache only with free_cache_engine (v0.2.0.post2 vllm_rollout.py `free_cache_engine`)."""
     b, cfg = r.b, r.cfg
+    eager, es = r.bool(A + "rollout.enforce_eager")
+    if eager is not None:
+        # vLLM captures CUDA graphs unless `enforce_eager` (verl's default True up to v0.5.0, False from v0.6.1:
+        # verl/trainer/config/rollout/rollout.yaml "Whether to disable CUDA graph")
+        r.put("generation_eager", bool(eager), es)
     free, fs = r.bool(A + "rollout.free_cache_engine")
     version = _version_key(cfg.version)
     always = _version_key("0.3") <= version < _version_key("0.5")

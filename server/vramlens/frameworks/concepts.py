@@ -1093,6 +1093,14 @@ _ALL: tuple[Concept, ...] = (
         ),
     ),
     _C(
+        "generation_eager",
+        "bool",
+        "rollout engine without CUDA graphs (vLLM enforce_eager)",
+        True,
+        True,
+        ("enforce_eager", "vllm_enforce_eager", "vllm.enforce_eager", "rollout.enforce_eager"),
+    ),
+    _C(
         "models_apart",
         "list",
         "models on GPUs of their own (OpenRLHF's Ray actor groups, from the --colocate_* flags absent)",

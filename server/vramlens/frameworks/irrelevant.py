@@ -171,7 +171,7 @@ IRRELEVANT: dict[str, str] = {
         "enable_vllm_is_correction vllm_use_async_engine vllm_model_impl vllm_limit_mm_per_prompt "
         "vllm_mm_processor_cache_gb disable_mm_preprocessor_cache vllm_disable_custom_all_reduce "
         "vllm_disable_cascade_attn vllm_device vllm_generate_batch_size vllm_max_num_seqs vllm_enable_prefix_caching "
-        "vllm_enforce_eager vllm_enable_lora vllm_max_lora_rank vllm_quantization sglang_lora_backend "
+        "vllm_enable_lora vllm_max_lora_rank vllm_quantization sglang_lora_backend "
         "worker_extension_cls sync_backend sync_with_ray serve_module reasoning_parser enable_reasoning",
     ),
     **_names(
@@ -427,7 +427,7 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
         "vllm_tensor_parallel_size vllm_pipeline_parallel_size vllm_data_parallel_size "
         "vllm_enable_expert_parallel vllm_max_model_len vllm_max_model_length vllm_maxlen "
         "vllm_gpu_util "
-        "sglang_tp_size enable_chunked_prefill enable_prefix_caching swap_space enforce_eager",
+        "sglang_tp_size enable_chunked_prefill enable_prefix_caching swap_space",
     ),
     "vllm_num_engines": (
         "vLLM engines of an OpenRLHF run, on GPUs of their own",

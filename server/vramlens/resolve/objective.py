@@ -130,6 +130,16 @@ def objective_fields(
             else:
                 assumptions.append(Approximate(f"completion length not set: assumed {completion} tokens"))
         gen = src("generation") or "generate"
+        if gen == "vllm-colocate" and not src("generation_eager"):
+            # vLLM captures CUDA graphs unless `enforce_eager` (TRL's colocated LLM(...) does not pass it: trl 1.16.0
+            # trl/generation/vllm_generation.py); their pool is torch's, outside the engine's memory share, and
+            # stays through sleep mode (vllm/device_allocator/cumem.py releases only its own pool's allocations)
+            assumptions.append(
+                Approximate(
+                    "the colocated vLLM engine's CUDA graphs (captured unless enforce_eager) are not counted: they "
+                    "hold memory beyond its share, kept while it sleeps"
+                )
+            )
         # samples per prompt: TRL's group size is inside its per-device batch (below); others default to one
         groups = src("num_generations") or 1
         if obj == "online-dpo":
