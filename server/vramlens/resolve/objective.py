@@ -136,7 +136,7 @@ def objective_fields(
             # stays through sleep mode (vllm/device_allocator/cumem.py releases only its own pool's allocations)
             assumptions.append(
                 Approximate(
-                    "the colocated vLLM engine's CUDA graphs (captured unless enforce_eager) are not counted: they "
+                    "the colocated rollout engine's CUDA graphs (captured unless enforce_eager) are not counted: they "
                     "hold memory beyond its share, kept while it sleeps"
                 )
             )
