@@ -327,3 +327,15 @@ def test_a_gptq_checkpoint_keeps_its_16_bit_parameters_through_kbit_preparation(
     assert any("without casting its 16-bit parameters" in a for a in gptq.assumptions)
     bnb = resolved(tmp_path, TRL_QLORA, "b.yaml", framework_versions={"trl": "0.20.0"})
     assert bnb.resolved.kbit_upcast
+
+
+def test_trl_on_policy_debug_samples_are_not_completions_per_prompt(tmp_path):
+    """TRL's `num_sample_generations` (OnPolicyConfig, 0.12–0.29: how many times sample completions are generated
+    to log) was read as completions per prompt; RLOO's `rloo_k` (RLOOConfig up to 0.19) is that count."""
+    text = (
+        "# trl rloo --config rloo.yaml\nmodel_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: 8\n"
+        "rloo_k: 4\nnum_sample_generations: 10\noutput_dir: out\n"
+    )
+    res = resolved(tmp_path, text, "rloo.yaml", framework_versions={"trl": "0.19.1"})
+    assert res.resolved.objective == "rloo"
+    assert res.sources["num_generations"].key == "rloo_k" and res.sources["num_generations"].value == 4

@@ -1056,7 +1056,7 @@ _ALL: tuple[Concept, ...] = (
         (
             "num_generations",
             "n_samples_per_prompt",
-            "num_sample_generations",
+            "rloo_k",
             "rollout.n",
             "rollout.n_samples_per_prompt",
             "num_return_sequences",

@@ -152,8 +152,8 @@ class FrameworkHooks:
 
         return self.hf_trainer and trainer_evaluates(extra)
 
-    def batch_of_completions(self, version: str | None) -> bool:
-        """Whether the per-device batch of an online-RL run holds completions rather than prompts
+    def batch_of_completions(self, version: str | None, objective: str = "grpo") -> bool:
+        """Whether the per-device batch of an online-RL run of `objective` holds completions rather than prompts
         (`batch_counts_completions`), at the framework's version (None: unknown, the newest)."""
         return self.batch_counts_completions
 

@@ -79,6 +79,12 @@ IRRELEVANT: dict[str, str] = {
     ),
     **_names("a regular expression vLLM's structured outputs constrain generation with", "structured_outputs_regex"),
     **_names(
+        "how many times TRL's on-policy trainers generate sample completions to log during training, not samples "
+        "per prompt (trl v0.19.1 trainer/utils.py `OnPolicyConfig.num_sample_generations`: \"Number of debugging "
+        "samples generations\")",
+        "num_sample_generations",
+    ),
+    **_names(
         "computed by TRL's PPO/RLOO trainer from the batch and num_mini_batches, a value set is overwritten (trl "
         "v0.19.1 trainer/ppo_trainer.py `args.local_mini_batch_size = exact_div(args.local_batch_size, "
         "args.num_mini_batches, …)`); its micro-batches are per_device_train_batch_size",

@@ -147,7 +147,7 @@ def objective_fields(
             # (`prompt_ids.repeat(2, 1)`), both through the policy in one forward
             gen_seqs = 2 * rp.micro_batch
             out["sequences_per_example"] = 2
-        elif hooks.batch_of_completions(frameworks.run_version(hooks.key, settings)):
+        elif hooks.batch_of_completions(frameworks.run_version(hooks.key, settings), obj):
             # completions, not prompts, in the batch of TRL's GRPOTrainer (ms-swift's and axolotl's subclass it)
             gen_seqs = rp.micro_batch * max(rp.grad_accum, 1)  # generation_batch_size per device
         else:

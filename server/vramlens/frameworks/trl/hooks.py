@@ -23,8 +23,10 @@ class TrlHooks(FrameworkHooks):
             return SeqDefault(1024, "trl 1.16", "TRL's preference configs truncate to max_length=1024")
         return None
 
-    def batch_of_completions(self, version: str | None) -> bool:
-        return versions.trl_grpo_batch_of_completions(version)
+    def batch_of_completions(self, version: str | None, objective: str = "grpo") -> bool:
+        # RLOOTrainer's batch holds completions at every release (v0.12.2 trainer/rloo_trainer.py
+        # `local_dataloader_batch_size = exact_div(args.local_batch_size, args.rloo_k)`)
+        return objective != "grpo" or versions.trl_grpo_batch_of_completions(version)
 
     def kbit_preparation(
         self, env: dict, *, quant_bits: int | None, peft: str, objective: str, compute: str, sharded: bool
