@@ -80,8 +80,8 @@ IRRELEVANT: dict[str, str] = {
     **_names("a regular expression vLLM's structured outputs constrain generation with", "structured_outputs_regex"),
     **_names(
         "how many times TRL's on-policy trainers generate sample completions to log during training, not samples "
-        "per prompt (trl v0.19.1 trainer/utils.py `OnPolicyConfig.num_sample_generations`: \"Number of debugging "
-        "samples generations\")",
+        'per prompt (trl v0.19.1 trainer/utils.py `OnPolicyConfig.num_sample_generations`: "Number of debugging '
+        'samples generations")',
         "num_sample_generations",
     ),
     **_names(
