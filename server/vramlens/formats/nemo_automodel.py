@@ -651,9 +651,9 @@ def _quantization(b: PlanBuilder, get) -> None:
     _qat(b, get)
 
 
-# NeMo AutoModel's QAT quantizers (nemo_automodel/components/quantization/qat.py `QATConfig.create_quantizer`:
-# torchao's, with bf16 precision and scales) → knowledge/qat.py's layout, with torchao's default group size
-QAT_QUANTIZERS = {"int8_dynact_int4weight": ("8da4w-linear", 256)}
+# NeMo AutoModel's `quantizer_type` → the torchao quantizer class it builds, with bf16 precision and scales
+# (nemo_automodel/components/quantization/qat.py `QATConfig.create_quantizer`); knowledge/qat.py QUANTIZERS
+QAT_QUANTIZER_CLASSES = {"int8_dynact_int4weight": "Int8DynActInt4WeightQATQuantizer"}
 
 
 def _qat(b: PlanBuilder, get) -> None:
@@ -664,8 +664,10 @@ def _qat(b: PlanBuilder, get) -> None:
         return
     t = get("qat", "qat_config", "quantizer_type")
     kind = str(t.value).strip().lower() if t is not None and t.value is not None else "int8_dynact_int4weight"
-    if kind in QAT_QUANTIZERS:
-        name, default_group = QAT_QUANTIZERS[kind]
+    from vramlens.knowledge import qat
+
+    if (cls := QAT_QUANTIZER_CLASSES.get(kind)) in qat.QUANTIZERS:
+        name, default_group = qat.QUANTIZERS[cls]
         g = get("qat", "qat_config", "groupsize")
         group = to_int(g.value) if g is not None else None
         note = f"QAT `{kind}`: fake-quantized linears (torchao)"

@@ -107,6 +107,7 @@ def argument(framework: str, name: str, version: str | None = None, owner: str |
     return found[0] if found else None
 
 
+@lru_cache(maxsize=256)
 def lineage(framework: str, cls: str, version: str | None = None) -> tuple[str, ...]:
     """`cls` and the classes it inherits from among those dumped, nearest first, as the dump's `bases` records
     them (trl 0.19.1: PPOConfig → OnPolicyConfig; trl 1.16.0: GKDConfig → SFTConfig → _BaseConfig). An inherited
@@ -123,6 +124,7 @@ def lineage(framework: str, cls: str, version: str | None = None) -> tuple[str, 
     return tuple(out)
 
 
+@lru_cache(maxsize=256)
 def newest_defining(framework: str, cls: str, version: str | None = None) -> str | None:
     """The dumped version that describes `version` (`pick_version`) when it defines class `cls`; else the newest
     dump at or below it that does (trl's PPOConfig is gone from 1.x: a PPO run is read against 0.29.1), else the

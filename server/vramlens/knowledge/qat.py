@@ -61,6 +61,11 @@ SAVED: dict[str, QatSaved] = {
     ),
 }
 
+# torchao's QAT quantizer classes (torchao.quantization.qat) → (layout, their default group size): torchtune's
+# `quantizer:` names the class, NeMo AutoModel builds it from `quantizer_type`
+# (nemo_automodel/components/quantization/qat.py `QATConfig.create_quantizer`)
+QUANTIZERS: dict[str, tuple[str, int]] = {"Int8DynActInt4WeightQATQuantizer": ("8da4w-linear", 256)}
+
 # the 16-bit input a plain linear keeps for its weight's gradient
 PLAIN_INPUT_BYTES = 2.0
 

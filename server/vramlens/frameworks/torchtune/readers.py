@@ -271,11 +271,6 @@ def loss(b: PlanBuilder, s: Setting, index: Index) -> None:
             b.remember(t)
 
 
-# torchtune's QAT quantizers (torchtune/training/quantization.py re-exports torchao's): the layouts
-# knowledge/qat.py measured, with torchao's default group size
-QAT_QUANTIZERS = {"Int8DynActInt4WeightQATQuantizer": ("8da4w-linear", 256)}
-
-
 def quantizer(b: PlanBuilder, s: Setting, index: Index) -> None:
     """`quantizer:` of a QAT recipe (recipes/qat_distributed.py, qat_single_device.py: `quantizer.prepare(model)`
     swaps the linears for fake-quantized ones before training; recipes/configs/llama2/1B_full_qat_single_device.yaml).
@@ -284,9 +279,11 @@ def quantizer(b: PlanBuilder, s: Setting, index: Index) -> None:
     t = get("quantizer", "_component_")
     if t is None or not isinstance(t.value, str):
         return
-    cls = t.value.rsplit(".", 1)[-1]
-    if cls in QAT_QUANTIZERS:
-        name, default_group = QAT_QUANTIZERS[cls]
+    from vramlens.knowledge import qat
+
+    cls = t.value.rsplit(".", 1)[-1]  # torchtune/training/quantization.py re-exports torchao's quantizers
+    if cls in qat.QUANTIZERS:
+        name, default_group = qat.QUANTIZERS[cls]
         g = get("quantizer", "groupsize")
         group = to_int(g.value) if g is not None else None
         b.set("qat", f"{name}:{group or default_group}", t, note=f"`{cls}`: fake-quantized linears (torchao)")
