@@ -564,6 +564,7 @@ HOVERS: dict[str, Callable[[Context], list[str]]] = {
     "alloc_conf": _alloc_conf,
     "gpu_name": _gpus,
     "gpu_count": _sharding,
+    "node_count": _sharding,
 }
 
 

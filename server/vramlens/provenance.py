@@ -64,6 +64,7 @@ CONCEPT_TITLES = {
     "alloc_conf": "PYTORCH_CUDA_ALLOC_CONF",
     "gpu_name": "GPU",
     "gpu_count": "GPU count",
+    "node_count": "nodes",
     "weight_dtype": "weight dtype",
     "amp_dtype": "mixed precision",
     "model_id": "model",

@@ -271,3 +271,87 @@ def test_deepep_group_size_without_a_config_is_reported():
     )
     plan = parse_document(text, "/w/recipe.yaml").plan
     assert any("DeepEP has no dispatch configuration" in i.message for i in plan.issues)
+
+
+def test_nodes_without_gpus_per_node_take_the_cards_reference_node():
+    """v0.2.0 examples/benchmark/configs/gptoss_120b_te_deepep.yaml states `benchmark.num_nodes: 8` and no
+    `--nproc-per-node`; its GPU is the H100 its `peak_tflops` comment names: 8 nodes × a DGX H100's 8 GPUs = 64, the
+    expert-parallel group of 64 it asks for. The GPUs per node are said as assumed; `--num-gpus` sets them."""
+    path = FIXTURES / "v0.2.0" / "gptoss_120b_te_deepep.yaml"
+    d = estimate(path)
+    assert d["gpu"]["count"] == 8 and source(d, "world_size") == 64 and source(d, "node_count") == 8
+    assert d["sources"]["gpu_count"]["from"].startswith("assumed")
+    assert any("GPUs per node not stated: taken as 8" in a for a in d["assumptions"])
+    assert not any("num_nodes" in (u.get("key") or "") for u in d["unmodelled"])
+    four = estimate(path, "--num-gpus", "4")
+    assert source(four, "world_size") == 32
+    # fewer GPUs shard the weights less
+    assert four["components_gib"]["weights"] > d["components_gib"]["weights"]
+
+
+def test_nodes_of_a_card_without_a_reference_node_are_approximate():
+    text = (
+        "benchmark:\n  num_nodes: 4\nstep_scheduler:\n  local_batch_size: 1\n  global_batch_size: 8\nmodel:\n"
+        "  _target_: nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained\n"
+        "  pretrained_model_name_or_path: meta-llama/Llama-3.2-1B\ndistributed:\n  strategy: fsdp2\n"
+    )
+    path = Path(__file__).parent / "_nodes_l40s.yaml"
+    try:
+        path.write_text(text)
+        d = estimate(path, "--gpu", "L40S")
+    finally:
+        path.unlink()
+    assert source(d, "world_size") == 4
+    assert any("no reference node size" in r for r in d["approximate_reasons"])
+
+
+def test_gb200_recipe_nodes_and_own_attention():
+    """main 36044ad3 deepseek_v3_sdpa_compile_gb200.yaml: 16 nodes, no header; its comment names GB200, whose NVL72
+    compute tray holds 4 GPUs ("16 nodes x 4 GB200 = 64 GPUs", the recipe's own comment): ep 64 over 64 GPUs. Its
+    `backend.attn: sdpa` runs in NeMo's own DeepSeek-V3 class."""
+    d = estimate(FIXTURES / "main-36044ad3" / "deepseek_v3_sdpa_compile_gb200.yaml")
+    assert source(d, "world_size") == 64 and d["gpu"]["count"] == 4
+    assert source(d, "attn_impl") == "sdpa"
+
+
+def test_gpt_oss_attention_is_nemos_backend_not_transformers_eager():
+    """transformers' GptOss class has no SDPA path (eager attention, b·h·s² scores per layer); NeMo AutoModel's own
+    GptOssForCausalLM runs `backend.attn` (flex in the v0.2.0 benchmark recipe), which writes no score matrix."""
+    path = FIXTURES / "v0.2.0" / "gptoss_120b_te_deepep.yaml"
+    d = estimate(path)
+    assert source(d, "attn_impl") == "flex_attention"
+    assert any("NeMo AutoModel runs its own gpt_oss class" in a for a in d["assumptions"])
+    assert not any("eager attention" in r for r in d["approximate_reasons"])
+    text = path.read_text().replace("  backend:\n", "  backend_unused:\n")
+    plain = Path(__file__).parent / "_gptoss_hf.yaml"
+    try:
+        plain.write_text(text.replace("nemo_automodel.components.models.gpt_oss.model.GptOssForCausalLM", "x.y"))
+        hf = estimate(plain)
+    finally:
+        plain.unlink()
+    # transformers' class: eager attention, several times the activations
+    assert hf["components_gib"]["activations"] > 2 * d["components_gib"]["activations"]
+
+
+def test_layout_without_a_gpu_count_runs_on_the_fewest_gpus_it_needs():
+    """No dp_size, header or node count, and `ep_size: 8`: the expert-parallel group needs 8 data-parallel GPUs
+    (components/distributed/mesh_utils.py: "non_pp_size must be a multiple of ep_size"), so the run is estimated on
+    8 of them, said as an assumption, not on one GPU holding every expert unsharded."""
+    text = (
+        "step_scheduler:\n  local_batch_size: 1\n  global_batch_size: 8\nmodel:\n"
+        "  _target_: nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained\n"
+        "  pretrained_model_name_or_path: Qwen/Qwen3-30B-A3B\n  backend:\n    dispatcher: deepep\n"
+        "distributed:\n  strategy: fsdp2\n  ep_size: 8\n"
+    )
+    path = Path(__file__).parent / "_ep_no_count.yaml"
+    try:
+        path.write_text(text)
+        d = estimate(path)
+        given = estimate(path, "--num-gpus", "16")
+    finally:
+        path.unlink()
+    assert source(d, "world_size") == 8 and d["gpu"]["count"] == 8
+    assert any("no GPU count given: taken as 8" in a and "ep 8" in a for a in d["assumptions"])
+    assert given["gpu"]["count"] == 16
+    assert not any("no GPU count given" in a for a in given["assumptions"])
+    assert given["components_gib"]["weights"] < d["components_gib"]["weights"]

@@ -21,8 +21,9 @@ from vramlens.formats import model_kind
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
 from vramlens.formats.torchtitan import read_schedule, read_stage_modules, split_local_batch
 from vramlens.knowledge.deepep import DEFAULT_SMS, DISPATCH_CONFIGS, NVL_PEERS
+from vramlens.knowledge.frameworks import NEMO_OWN_MODEL_ATTENTION
 from vramlens.knowledge.pipelining import MULTI_STAGE_SCHEDULES
-from vramlens.plan import IssueKind, Origin
+from vramlens.plan import IssueKind, Origin, Sourced
 
 LABEL = "NeMo AutoModel"
 SECTIONS = frozenset(
@@ -217,6 +218,49 @@ def _model(b: PlanBuilder, data: Any, get) -> None:
         )
     if (s := get("model", "attn_implementation")) is not None and isinstance(s.value, str):
         b.set("attn_impl", s.value.strip(), s)
+    _own_model_attention(b, data, get)
+
+
+# NeMo AutoModel's own model classes (its registry, nemo_automodel/_transformers/registry.py, and a `_target_` naming
+# nemo_automodel.components.models.<x>.model.<Class>) run attention through `model.backend.attn`
+# (components/attention/utils.py `initialize_attn_module_and_func` at v0.2.0 and 36044ad3: "te", Transformer Engine's
+# DotProductAttention; "sdpa", F.scaled_dot_product_attention with `is_causal` and `enable_gqa`; "flex", torch's
+# FlexAttention; main also "eager"), defaulting to "te" where Transformer Engine is installed, else "sdpa"
+# (components/moe/utils.py `BackendConfig` at v0.2.0, components/models/common/utils.py at v0.4.0 and main): no
+# backend writes out the score matrix, whatever attention transformers' class of the same model has
+OWN_ATTENTION = {"te": "flash_attention_2", "sdpa": "sdpa", "flex": "flex_attention", "eager": "eager"}
+
+
+def _own_model_attention(b: PlanBuilder, data: Any, get) -> None:
+    """Where the model section has a `backend:` or names one of NeMo's own classes, the attention its own class
+    of the model runs (`OWN_ATTENTION`), kept for the resolver (resolve/versions.py), which applies it to the
+    families NeMo implements itself (knowledge/frameworks.py `NEMO_OWN_MODELS`)."""
+    model = data.get("model") if isinstance(data, dict) else None
+    if not isinstance(model, dict):
+        return
+    target = model.get("_target_")
+    own_class = isinstance(target, str) and target.strip().startswith("nemo_automodel.components.models.")
+    if not isinstance(model.get("backend"), dict) and not own_class:
+        return
+    s = get("model", "backend", "attn")
+    said = str(s.value).strip().lower() if s is not None and s.value is not None else None
+    attention = OWN_ATTENTION.get(said or "sdpa")
+    if attention is None:
+        return  # tilelang, cudnn: the model's own sparse kernels (main), left to the family's default
+    where = s or get("model", "backend") or get("model", "_target_")
+    note = (
+        f"`backend.attn: {said}`"
+        if said
+        else "`BackendConfig.attn` default: Transformer Engine's attention where it is installed, else SDPA"
+    )
+    b.plan.extra[NEMO_OWN_MODEL_ATTENTION] = Sourced(
+        value=attention,
+        origin=Origin.FILE if s is not None else Origin.DEFAULT,
+        key=where.key if where is not None else None,
+        span=where.span if where is not None else None,
+        value_span=where.value_span if where is not None else None,
+        note=note,
+    )
 
 
 # `config: {_target_: transformers.models.<model_type>.configuration_<model_type>.<Name>Config, …}` or NeMo AutoModel's
@@ -575,7 +619,9 @@ def _world_from_launch(b: PlanBuilder, get, ctx) -> None:
     """dp_size none: every GPU of the run. The header's `automodel x.yaml --nproc-per-node N` gives the GPUs of one
     node; the benchmark recipes state their node count in `benchmark.num_nodes` (the nodes the published figures
     were measured on, recorded by tests/ci_tests/scripts/collect_benchmark_artifact.py at v0.4.0, e.g.
-    examples/llm_benchmark/deepseek/deepseek_v3_te_deepep.yaml: `num_nodes: 32` under `--nproc-per-node 8`)."""
+    examples/llm_benchmark/deepseek/deepseek_v3_te_deepep.yaml: `num_nodes: 32` under `--nproc-per-node 8`); with
+    no `--nproc-per-node` the node count alone is the plan's (`node_count`; HEAD's GB200 recipes say "16 nodes x 4
+    GB200 = 64 GPUs" only in a comment)."""
     m = _RUN_LINE.search(getattr(ctx, "text", "") or "")
     per_node = int(m[1]) if m is not None and 1 <= int(m[1]) <= 65536 else None
     nodes_s = get("benchmark", "num_nodes")
@@ -589,12 +635,9 @@ def _world_from_launch(b: PlanBuilder, get, ctx) -> None:
         nodes = None
     if nodes is not None and nodes > 1:
         if per_node is None:
-            b.unmodelled(
-                nodes_s,
-                f"{nodes} nodes with no GPUs-per-node count (no `--nproc-per-node` in the header)",
-                "estimated without the run's GPU count",
-                key="benchmark.num_nodes",
-            )
+            # the GPUs per node are the GPU count's (settings, `--num-gpus`), else one node of the card's
+            # reference system (resolve/gpu.py `_nodes_world`)
+            b.set("node_count", nodes, nodes_s, note=f"num_nodes {nodes}, no `--nproc-per-node` in the header")
             return
         b.set(
             "world_size",

@@ -967,6 +967,8 @@ _ALL: tuple[Concept, ...] = (
         True,
         ("gpu_count", "num_gpus", "n_gpus", "num_gpus_per_node", "actor_num_gpus_per_node", "gpus", "n_gpus_per_node"),
     ),
+    # a reader sets it where a run states its nodes and not its GPUs per node (NeMo AutoModel `benchmark.num_nodes`)
+    _C("node_count", "int", "nodes (machines) of the run", True, True, ("num_nodes", "nnodes")),
     # objective
     _C(
         "objective",

@@ -634,6 +634,38 @@ HF_MODEL_FRAMEWORKS = frozenset(
     k for k in BEHAVIOUR if k not in ("torchtune", "litgpt", "torchtitan", "megatron", "megatron-swift")
 )
 
+# The model_types NeMo AutoModel builds with its own classes instead of transformers' (nemo_automodel/_transformers/
+# registry.py at main 36044ad3: the text architectures it maps to nemo_automodel.components.models.<x>.model, each
+# architecture's model_type as transformers 5.24's auto mapping names it); their attention is the run's
+# `model.backend.attn` (formats/nemo_automodel.py `OWN_ATTENTION`), not transformers' choice for that class
+NEMO_OWN_MODEL_ATTENTION = "nemo_automodel.own_model_attention"  # the plan's `extra` key the reader keeps it under
+NEMO_OWN_MODELS = frozenset(
+    {
+        "deepseek_v3",
+        "deepseek_v32",
+        "deepseek_v4",
+        "ernie4_5_moe",
+        "glm4_moe",
+        "glm4_moe_lite",
+        "glm_moe_dsa",
+        "gpt_oss",
+        "hy_v3",
+        "laguna",
+        "llama",
+        "mimo_v2_flash",
+        "minimax_m2",
+        "ministral3",
+        "mistral4",
+        "nemotron_h",
+        "qwen2",
+        "qwen3",
+        "qwen3_moe",
+        "qwen3_next",
+        "qwen3_5",
+        "qwen3_5_moe",
+    }
+)
+
 # Frameworks whose step is transformers' Trainer (or a subclass): under FSDP it wraps a LoRA model's adapter linears
 # in units of their own (transformers trainer.py `_fsdp_qlora_plugin_updates`: peft `fsdp_auto_wrap_policy`) and
 # enables the model's gradient checkpointing itself (`use_reentrant=True` unless the kwargs say otherwise)

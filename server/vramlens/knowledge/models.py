@@ -804,6 +804,10 @@ def lfm2_mlp_width(config: Mapping[str, Any], width: int) -> int:
     return width
 
 
+# the NOT_MODELLED_LAYERS notes about eager attention alone: dropped where the run's attention is another
+# (resolve/versions.py)
+EAGER_ATTENTION_NOTES = frozenset({"gpt_oss"})
+
 NOT_MODELLED_LAYERS = {
     # models/gpt_oss/modeling_gpt_oss.py: sinks, clamped SwiGLU and the checkpointed recompute under adapters are
     # modelled (estimate/components/experts.py); its eager attention builds a full and a sliding-window mask (b·s²

@@ -126,6 +126,10 @@ class GpuSpec(BaseModel):
     link_gbs: float | None = None  # GPU-to-GPU bandwidth, GB/s both directions together (NVLink, or the
     # PCIe slot when the card has no NVLink in common servers)
     speed_source: str = ""
+    # GPUs of one node of the vendor's reference system for the card (DGX H100: 8; a GB200 NVL72 compute tray: 4),
+    # taken for a run that states its node count and not its GPUs per node; None where servers differ (PCIe cards)
+    node_gpus: int | None = None
+    node_source: str = ""
 
 
 class OptimizerSpec(BaseModel):

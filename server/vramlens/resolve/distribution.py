@@ -33,11 +33,13 @@ def resolve_distribution(ctx: Context, gpu: GpuPart) -> DistributionPart:
     count, count_given = gpu.count, gpu.count_given
     strategy = val("dist_strategy") or "none"
     zero = val("zero_stage") or 0
-    world, count = _world(plan, settings, count, count_given, sources)
+    world, count = _world(plan, settings, gpu, sources, ctx.assumptions)
     devices, world = _devices_per_process(ctx, strategy, world, count, count_given)
     tp = val("tensor_parallel") or 1
     cp = val("context_parallel") or 1
     pp = val("pipeline_parallel") or 1
+    if world == 1 and count_given is None and not any(k in sources for k in ("world_size", "gpu_count")):
+        world, count = _fewest_gpus(ctx, int(tp), int(cp), int(pp), world, count)
     dp = max(1, int(world) // max(1, int(tp) * int(cp) * int(pp)))
     if strategy == "none" and dp > 1:
         strategy = "ddp"
@@ -58,6 +60,31 @@ def resolve_distribution(ctx: Context, gpu: GpuPart) -> DistributionPart:
             "set the GPU count (launcher flag, `# vramlens: gpu=... count=N`, or --num-gpus)"
         )
     return DistributionPart(strategy, zero, world, count, tp, cp, pp, dp, shard_ranks, devices)
+
+
+def _fewest_gpus(ctx: Context, tp: int, cp: int, pp: int, world: int, count: int) -> tuple[int, int]:
+    """No GPU count anywhere (file, settings, this machine) and a layout that needs more than one GPU: the fewest it
+    runs on, an assumption every view names. Expert parallelism takes its ranks from the data- and context-parallel
+    ones, which must be a multiple of it (NeMo AutoModel v0.5.0 components/distributed/mesh_utils.py: "non_pp_size
+    must be a multiple of ep_size"; torchtitan parallel_dims.py `_validate`; Megatron-core parallel_state.py
+    `initialize_model_parallel`: the world a multiple of expert TP × EP × PP)."""
+    ep = int(ctx.val("expert_parallel") or 1)
+    etp = int(ctx.val("expert_tensor_parallel") or tp)
+    fewest = tp * cp * pp * (ep // math.gcd(ep, cp))
+    fewest = math.lcm(fewest, etp * ep * pp)
+    if fewest <= max(world, 1):
+        return world, count
+    layout = " × ".join(
+        f"{name} {n}" for name, n in (("tp", tp), ("cp", cp), ("pp", pp), ("ep", ep), ("expert tp", etp)) if n > 1
+    )
+    ctx.sources["world_size"] = Sourced(
+        value=fewest, origin=Origin.ASSUMED, note=f"no GPU count given: the fewest GPUs {layout} runs on"
+    )
+    ctx.assumptions.append(
+        f"no GPU count given: taken as {fewest}, the fewest GPUs the parallel layout ({layout}) runs on — set it "
+        "with a launcher flag, `# vramlens: gpu=... count=N` or --num-gpus"
+    )
+    return fewest, fewest
 
 
 def _devices_per_process(

@@ -77,13 +77,23 @@ def _gpu(
 
 
 def _world(
-    plan: TrainingPlan, settings: Settings, count: int, count_given: str | None, sources: dict
+    plan: TrainingPlan,
+    settings: Settings,
+    gpu: GpuPart,
+    sources: dict,
+    assumptions: list[str],
 ) -> tuple[int, int]:
     """(processes in the run, GPUs per node). The settings' count (`--num-gpus`, `gpu = "8xH100"`) wins over
     what the file's launcher says, keeping its number of machines; a process count from the file (accelerate
     `num_processes`, `torchrun --nproc_per_node`, `deepspeed --num_gpus`, `CUDA_VISIBLE_DEVICES`) with no GPU
-    count of its own is taken as that many GPUs on one machine."""
+    count of its own is taken as that many GPUs on one machine; a node count alone, `_nodes_world`."""
+    count, count_given = gpu.count, gpu.count_given
     world_file = plan.world_size.value if plan.world_size is not None else None
+    nodes = int(plan.node_count.value) if plan.node_count is not None and plan.node_count.value else 1
+    if nodes > 1:
+        sources["node_count"] = plan.node_count
+    if not world_file and nodes > 1:
+        return _nodes_world(plan, gpu.gpu, nodes, count, count_given, sources, assumptions)
     if count_given == "setting":
         nodes = 1
         if world_file and plan.gpu_count is not None and plan.gpu_count.value:
@@ -96,10 +106,57 @@ def _world(
         return world, count
     if world_file:
         sources["world_size"] = plan.world_size
-        if count_given is None:
+        if nodes > 1 and int(world_file) % nodes == 0 and count * nodes != int(world_file):
+            # the processes of the whole run (a `N GPUs` comment counts them all) over the nodes the file states
+            count = int(world_file) // nodes
+            sources["gpu_count"] = Sourced(
+                value=count, origin=Origin.DERIVED, note=f"{world_file} processes over the run's {nodes} nodes"
+            )
+        elif count_given is None:
             count = int(world_file)
             sources["gpu_count"] = Sourced(
                 value=count, origin=Origin.DERIVED, note="the launcher's process count, on one machine"
             )
         return int(world_file), count
     return count, count
+
+
+def _nodes_world(
+    plan: TrainingPlan,
+    gpu: GpuSpec,
+    nodes: int,
+    count: int,
+    count_given: str | None,
+    sources: dict,
+    assumptions: list[str],
+) -> tuple[int, int]:
+    """A run that states its nodes and not its GPUs per node: the GPU count given elsewhere (settings, file, this
+    machine) per node, else the GPUs of one node of the card's reference system (`GpuSpec.node_gpus`: DGX H100's 8,
+    a GB200 NVL72 compute tray's 4), an assumption every view names; a card without one runs one GPU a node, and
+    the estimate says it is approximate."""
+    from vramlens.resolve.common import Approximate
+
+    said = plan.node_count.note if plan.node_count is not None and plan.node_count.note else f"{nodes} nodes"
+    if count_given is not None or "gpu_count" in sources:
+        note = f"{said} × {count} GPUs per node"
+    elif gpu.node_gpus:
+        count = gpu.node_gpus
+        sources["gpu_count"] = Sourced(
+            value=count, origin=Origin.ASSUMED, note=f"GPUs of one {gpu.name} node ({gpu.node_source})"
+        )
+        note = f"{said} × {count} GPUs per node"
+        assumptions.append(
+            f"GPUs per node not stated: taken as {count}, one node of {gpu.name}'s reference system "
+            f"({gpu.node_source}) — {nodes * count} GPUs; set the count per node with `--num-gpus`"
+        )
+    else:
+        count = 1
+        note = f"{said} × 1 GPU per node"
+        assumptions.append(
+            Approximate(
+                f"GPUs per node not stated, and {gpu.name} has no reference node size: estimated with one GPU on "
+                f"each of the {nodes} nodes (set the count per node with `--num-gpus`)"
+            )
+        )
+    sources["world_size"] = Sourced(value=nodes * count, origin=Origin.DERIVED, note=note)
+    return nodes * count, count

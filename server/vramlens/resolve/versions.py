@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vramlens import environment
-from vramlens.knowledge import frameworks, versions
+from vramlens.knowledge import frameworks, models, versions
 from vramlens.knowledge.schema import ModelArch
 from vramlens.plan import TrainingPlan
 from vramlens.resolve.common import Context
@@ -75,11 +75,23 @@ def resolve_versions(
     masked = not bool(val("packing")) and hooks.behaviour.get("attn_mask", True)
     loss_impl = val("loss_impl") or "standard"
     run = versions.as_run(arch.family, attn, tv, hf_model=hf_model, masked=masked, loss_impl=loss_impl)
+    own = plan.extra.get(frameworks.NEMO_OWN_MODEL_ATTENTION)
+    own_class = own is not None and arch.family in frameworks.NEMO_OWN_MODELS
+    if own is not None and own_class:
+        # NeMo AutoModel's own class of the model: its backend's attention, grouped K/V read as they are
+        # (`enable_gqa`, Transformer Engine's `num_gqa_groups`), whatever transformers' class would run
+        run = run._replace(attention=str(own.value), repeat_kv=False)
+        ctx.sources["attn_impl"] = own
+        assumptions.append(f"NeMo AutoModel runs its own {arch.family} class: {own.note}")
+    if run.attention != "eager" and arch.family in models.EAGER_ATTENTION_NOTES:
+        # the model stage's note on eager attention's masks does not apply to the attention the run has
+        said = f"approximate: `{arch.family}`: {models.NOT_MODELLED_LAYERS[arch.family]}"
+        assumptions[:] = [a for a in assumptions if a != said]
     if hf_model:
         t_label = f"transformers {env['transformers'].version} ({env['transformers'].source})"
-        if run.attention != attn:
+        if run.attention != attn and not own_class:
             assumptions.append(f"{t_label}: {versions.attention_reason(arch.family)}")
-        if run.attention == "sdpa" and not versions.sdpa_repeats_kv(tv, masked):
+        if run.attention == "sdpa" and not own_class and not versions.sdpa_repeats_kv(tv, masked):
             assumptions.append(f"{t_label}: SDPA reads grouped K/V natively without a mask (no repeat_kv)")
         if run.loss_shifted_copy:
             assumptions.append(
@@ -87,7 +99,13 @@ def resolve_versions(
             )
         elif loss_impl == "standard":
             assumptions.append(f"{t_label}: the loss shifts the labels, not the logits (no fp32 copy of them)")
-        if run.attention == "sdpa" and masked and versions.sdpa_repeats_kv(tv, False) and arch.n_kv_heads < arch.heads:
+        if (
+            run.attention == "sdpa"
+            and not own_class
+            and masked
+            and versions.sdpa_repeats_kv(tv, False)
+            and arch.n_kv_heads < arch.heads
+        ):
             assumptions.append(f"{t_label}: SDPA repeats grouped K/V to every head (repeat_kv before 4.54)")
     keeps_block_grads = _fsdp_keeps_block_grads(plan, val, arch.family, hooks.hf_trainer, strategy, peft, tv)
     if keeps_block_grads:
