@@ -457,7 +457,13 @@ class Fixer:
             out.append(
                 Candidate("8bit-adam", f"use 8-bit AdamW ({name})", {"optimizer": name}, 5, conflicts=("fused-adamw",))
             )
-        if rp.micro_batch > 1:
+        said = self.plan.micro_batch
+        # a micro-batch computed from other settings (torchtune PPO's ppo_batch_size ÷ gradient_accumulation_steps,
+        # GRPO's batch_size × grpo_samples) has no key of its own to write; torchtune's optimizer-in-backward refuses
+        # gradient accumulation (recipes/full_finetune_single_device.py, ppo_full_finetune_single_device.py: "Please
+        # set gradient_accumulation_steps=1, or optimizer_in_bwd=False")
+        computed = said is not None and said.origin == Origin.DERIVED and not said.per_unit
+        if rp.micro_batch > 1 and not computed and not rp.optimizer_in_bwd:
             out.append(Candidate("smaller-micro-batch", "lower the micro-batch", {}, 6, safe=True))
         full = rp.peft == "none"  # adapters instead of every weight: the learning rate usually changes too
         from vramlens.frameworks.hooks import hooks_for

@@ -334,6 +334,7 @@ class TrainingPlan(BaseModel):
     # sequences per GPU in a no-grad log-prob forward of online RL (the old policy's and the reference's), when
     # the framework sizes it apart from the training micro-batch (verl `log_prob_micro_batch_size_per_gpu`)
     logprob_micro_batch: Sourced[int] | None = None
+    generation_batch: Sourced[int] | None = None  # sequences generated at once per GPU, where sized apart
     generation: Sourced[str] | None = None  # GenerationMode
     vllm_memory_share: Sourced[float] | None = None  # vLLM gpu_memory_utilization when colocated
     # the colocated engine runs eagerly, capturing no CUDA graphs (vLLM `enforce_eager`)

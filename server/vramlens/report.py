@@ -190,7 +190,8 @@ def objective_text(rp) -> str:
             f"of the GPU{', released while the policy trains' if rp.generation_sleeps else ''})",
             "vllm-server": "vLLM on a separate server",
         }[rp.generation]
-        parts.append(f"generation: {gen}, {rp.micro_batch * rp.generations_per_example} × {rp.generation_len} tokens")
+        sequences = rp.generation_batch or rp.micro_batch * rp.generations_per_example
+        parts.append(f"generation: {gen}, {sequences} × {rp.generation_len} tokens")
     if rp.reward_model:
         parts.append("reward model" + (f" {rp.reward_arch.id}" if rp.reward_arch is not None else ""))
     if rp.value_model:

@@ -273,6 +273,8 @@ class ResolvedPlan(BaseModel):
     generation: Literal["none", "generate", "vllm-colocate", "vllm-server"] = "none"
     generations_per_example: int = 0  # sequences generated at once per micro-batch example on this rank
     # (TRL: steps_per_generation; elsewhere: samples per prompt)
+    generation_batch: int = 0  # sequences generated at once on this rank where the framework sizes the rollout
+    # apart from the update (torchtune's `forward_batch_size`); 0: micro_batch × generations_per_example
     generation_len: int = 0  # prompt + completion tokens held in the KV cache per sequence
     logprob_micro_batch: int | None = None  # sequences per no-grad log-prob forward (None: the micro-batch)
     vllm_memory_share: float = 0.0  # vLLM gpu_memory_utilization when colocated

@@ -437,3 +437,51 @@ def test_a_served_teacher_is_not_on_the_students_gpus(tmp_path):
     est = estimate(res.resolved, limits=False)
     assert est.components.get("teacher", 0) == 0 and "teacher-forward" not in est.phases
     assert any("served apart" in str(a) for a in res.assumptions)
+
+
+TORCHTUNE = Path(__file__).resolve().parents[1] / "fixtures" / "torchtune"
+
+
+def test_torchtune_ppo_update_and_rollout_batches():
+    """torchtune v0.3.1 mistral/7B_full_ppo_low_memory.yaml: 64 trajectories a step (`batch_size`), generated and
+    scored 16 prompts at a time (`forward_batch_size`), updated in mini-batches of 32 (`ppo_batch_size`) with no
+    accumulation: each backward pass holds 32 sequences, the KV cache 16 (recipes/ppo_full_finetune_single_device.py
+    `generate_trajectory_batched`, `_ppo_backward_batch_size`). Read as one micro-batch of 64 before, it estimated
+    both phases at twice or four times their batch."""
+    plan = parse_file(TORCHTUNE / "v0.3.1" / "mistral_7B_full_ppo_low_memory.yaml").plan
+    assert plan is not None
+    assert plan.micro_batch.value == 32 and plan.micro_batch.origin == Origin.DERIVED
+    assert plan.generation_batch.value == 16 and plan.logprob_micro_batch.value == 16
+    assert not [u for u in plan.unmodelled if u.key in ("forward_batch_size", "ppo_batch_size")]
+    res = resolve(plan, Settings(gpu="H100-80GB"))
+    rp = res.resolved
+    assert rp.micro_batch == 32 and rp.generation_batch == 16
+    est = estimate(rp, limits=False)
+    wider = resolve(
+        plan.model_copy(update={"generation_batch": plan.generation_batch.model_copy(update={"value": 64})}),
+        Settings(gpu="H100-80GB"),
+    )
+    assert estimate(wider.resolved, limits=False).phases["generation"] > est.phases["generation"]
+
+
+def test_torchtune_grpo_trains_every_completion_at_once():
+    """torchtune main dev/3B_full_grpo.yaml: one prompt (`batch_size: 1`) × 16 completions (`grpo_samples`), and
+    `grpo_step` runs the whole trajectory through one forward and backward (recipes/dev/
+    grpo_full_finetune_distributed.py): 16 sequences a backward pass, not one."""
+    plan = parse_file(TORCHTUNE / "bd2a0fc7" / "dev_3B_full_grpo.yaml").plan
+    assert plan is not None and plan.objective.value == "grpo"
+    assert plan.micro_batch.value == 16 and plan.generation_batch.value == 16
+    rp = resolve(plan, Settings(gpu="H100-80GB")).resolved
+    assert rp.micro_batch == 16 and rp.generation_batch == 16
+
+
+def test_derived_micro_batch_and_optimizer_in_backward_offer_no_accumulation_trade():
+    """The PPO backward batch is ppo_batch_size ÷ gradient_accumulation_steps, which has no key of its own, and the
+    config keeps `optimizer_in_bwd: True`, which torchtune refuses with gradient accumulation: no fix offers to
+    lower the micro-batch by raising accumulation (it wrote `batch_size` before, which the recipe then rejects)."""
+    from vramlens.analysis import analyze
+
+    path = TORCHTUNE / "v0.3.1" / "mistral_7B_full_ppo_low_memory.yaml"
+    a = analyze(path.read_text(encoding="utf-8"), str(path), Settings(gpu="A100-40GB", model_lookup=False))
+    titles = [f.title for finding in a.findings for f in (finding.fixes or ())]
+    assert titles and not any("micro-batch" in t for t in titles)

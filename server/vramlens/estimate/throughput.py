@@ -882,7 +882,7 @@ def _objective_seconds(rp: ResolvedPlan, clock: _Clock, T: int, policy_flops: fl
     if rp.teacher is not None:
         ratio = C.model_weights(rp, rp.teacher) / max(weights, 1)
         forward_of(fwd_flops * ratio, C.model_weights(rp, rp.teacher), "objective: teacher forward")
-    if rp.generation in ("generate", "vllm-colocate") and rp.generations_per_example:
+    if rp.generation in ("generate", "vllm-colocate") and C.rollout_sequences(rp):
         # decoding is bandwidth-bound: every new token reads the weights once for the whole batch, plus the
         # KV cache; vLLM's kernels and scheduling do it at about the roofline, HF generate() far below it
         new_tokens = rp.logits_tokens or rp.generation_len // 2  # the completion

@@ -374,6 +374,7 @@ def apply_torchtune(b: PlanBuilder, data: dict, get) -> None:
         s = get("grpo_samples")
         if s is not None and to_int(s.value):
             b.set("num_generations", to_int(s.value), s)
+        _torchtune_grpo_batches(b, get, to_int(s.value) if s is not None else None)
     kd = get("kd_loss", "_component_")
     teacher = get("teacher_model", "_component_")
     if kd is not None or teacher is not None:
@@ -396,6 +397,7 @@ def apply_torchtune(b: PlanBuilder, data: dict, get) -> None:
         b.set("value_model", True, s, origin=Origin.DERIVED)
         b.set("generation", "generate", s, origin=Origin.DERIVED, note="torchtune PPO generates with a KV cache")
         _torchtune_value_sizes(b, data, get)
+        _torchtune_ppo_batches(b, get)
         # `compile: True` compiles the four models (torchtune v0.3.0–v0.6.1 and main
         # recipes/ppo_full_finetune_single_device.py `_setup_models`: `training.compile_model(policy_model)` …): read
         # as written
@@ -405,6 +407,60 @@ def apply_torchtune(b: PlanBuilder, data: dict, get) -> None:
             b.set("completion_len", to_int(s.value), s)
     if b.plan.objective is None and "ref_checkpointer" in data:
         set_objective(b, "dpo", get("ref_checkpointer", "_component_"))
+
+
+def _torchtune_ppo_batches(b: PlanBuilder, get) -> None:
+    """torchtune's PPO recipe (recipes/ppo_full_finetune_single_device.py at v0.3.1, v0.6.1 and 010eab0) generates
+    `batch_size` trajectories `forward_batch_size` prompts at a time (`generate_trajectory_batched`: generation with
+    a KV cache, then the policy's, reference's, value and reward models' forwards of that chunk), then updates on
+    mini-batches of `ppo_batch_size`, each in backward passes of `ppo_batch_size // gradient_accumulation_steps`
+    (`_ppo_backward_batch_size`)."""
+    ppo, ga_s = get("ppo_batch_size"), get("gradient_accumulation_steps")
+    ga = max(1, to_int(ga_s.value) or 1) if ga_s is not None else 1
+    if ppo is not None and to_int(ppo.value):
+        n = max(1, int(to_int(ppo.value) or 1) // ga)
+        b.set(
+            "micro_batch",
+            n,
+            ppo,
+            origin=Origin.DERIVED,
+            override=True,
+            note=f"ppo_batch_size {ppo.value} ÷ gradient_accumulation_steps {ga}: the sequences of each PPO backward "
+            "pass (`_ppo_backward_batch_size`); `batch_size` counts the trajectories a step generates",
+        )
+    _torchtune_forward_batch(b, get, 1)
+
+
+def _torchtune_grpo_batches(b: PlanBuilder, get, samples: int | None) -> None:
+    """torchtune's GRPO recipe (recipes/dev/grpo_full_finetune_distributed.py at v0.6.1 and 010eab0) generates
+    `grpo_samples` completions of each of `batch_size` prompts, `forward_batch_size` prompts at a time
+    (`generate_trajectory_batched`), and `grpo_step` runs the whole trajectory, batch_size × grpo_samples sequences,
+    through one forward and backward."""
+    groups = max(1, samples or 1)
+    s = get("batch_size")
+    if s is not None and to_int(s.value) and groups > 1:
+        n = int(to_int(s.value) or 1) * groups
+        b.set(
+            "micro_batch",
+            n,
+            s,
+            origin=Origin.DERIVED,
+            override=True,
+            note=f"batch_size {s.value} prompts × grpo_samples {groups}: `grpo_step` trains on every completion of "
+            "the step at once",
+        )
+    _torchtune_forward_batch(b, get, groups)
+
+
+def _torchtune_forward_batch(b: PlanBuilder, get, groups: int) -> None:
+    """`forward_batch_size` prompts (× `groups` completions each) generated and scored at a time."""
+    f = get("forward_batch_size")
+    if f is None or not to_int(f.value):
+        return
+    n = int(to_int(f.value) or 1) * groups
+    each = f" × {groups} completions" if groups > 1 else ""
+    b.set("generation_batch", n, f, note=f"forward_batch_size {f.value} prompts{each} generated at a time")
+    b.set("logprob_micro_batch", n, f, note=f"forward_batch_size {f.value} prompts{each} scored at a time")
 
 
 # the builder arguments that size a torchtune decoder (torchtune 0.6.1 models/llama2/_component_builders.py `llama2`,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from vramlens.plan import Span, TrainingPlan
+from vramlens.plan import Origin, Span, TrainingPlan
 from vramlens.text import apply_edits  # noqa: F401  (edits are applied by vramlens.text; callers find it here too)
 
 
@@ -43,6 +43,10 @@ def render_change(text: str, plan: TrainingPlan, changes: dict[str, Any]) -> Ren
     """Text edits that make `changes` in this document (see the module docstring)."""
     if not changes:
         return RenderResult([])
+    said = plan.micro_batch
+    if "micro_batch" in changes and said is not None and said.origin == Origin.DERIVED and not said.per_unit:
+        # computed from other settings (torchtune PPO: ppo_batch_size ÷ gradient_accumulation_steps): no key holds it
+        return RenderResult([], note=f"the micro-batch is computed from other settings ({said.note}): change those")
     if plan.format in CODE_FORMATS:
         from vramlens.formats.render_code import render_change_code  # imports this module: not at the top
 

@@ -1064,6 +1064,8 @@ _ALL: tuple[Concept, ...] = (
             "num_return_sequences",
         ),
     ),
+    # torchtune's PPO and GRPO recipes generate `forward_batch_size` prompts at a time (formats/objective.py)
+    _C("generation_batch", "int", "sequences generated at once per GPU", True, True, ("forward_batch_size",)),
     _C("generation", "str", "generation backend (vLLM)", True, True, ("vllm_mode", "use_vllm", "rollout.name")),
     _C(
         "vllm_memory_share",

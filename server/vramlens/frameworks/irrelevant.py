@@ -418,7 +418,7 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
             "a separate batch size of one RL phase (log-prob forward, rollout, PPO mini-batch, generation)",
             "estimated with the training micro-batch",
         ),
-        "forward_batch_size forward_micro_batch_size forward_micro_batch_size_per_gpu forward_only "
+        "forward_micro_batch_size forward_micro_batch_size_per_gpu forward_only "
         "forward_max_token_len_per_gpu log_prob_micro_batch_size "
         "log_prob_max_token_len_per_gpu ppo_batch_size ppo_max_token_len_per_gpu ppo_mini_batch_size mini_batch_size "
         "rollout_batch_size micro_rollout_batch_size local_rollout_forward_batch_size generation_batch_size "

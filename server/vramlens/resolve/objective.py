@@ -152,6 +152,10 @@ def objective_fields(
             gen_seqs = rp.micro_batch * max(rp.grad_accum, 1)  # generation_batch_size per device
         else:
             gen_seqs = rp.micro_batch * int(groups)
+        if (apart := src("generation_batch")) and obj != "online-dpo":
+            # the framework's own generation batch (torchtune: `forward_batch_size` prompts at a time)
+            gen_seqs = int(apart)
+            out["generation_batch"] = gen_seqs
         share = src("vllm_memory_share")
         if gen == "vllm-colocate" and share is None:
             share = dumped("vllm_memory_share", "vllm_gpu_memory_utilization={}")

@@ -81,6 +81,12 @@ def no_grad_forward(rp: ResolvedPlan, tokens: int, arch=None) -> int:
     return int(tokens * (one_layer + head))
 
 
+def rollout_sequences(rp: ResolvedPlan) -> int:
+    """The sequences a rollout generates at once on this rank: the framework's own generation batch where it sizes
+    one, else the micro-batch's examples × their generations."""
+    return rp.generation_batch or rp.micro_batch * rp.generations_per_example
+
+
 def kv_cache(rp: ResolvedPlan) -> int:
     """The KV cache of `generate()` for the rollout batch: sequences × (prompt + completion) × layers × K and V ×
     kv_dim in the compute dtype, plus one decoding step's fp32 logits per sequence."""
@@ -88,7 +94,7 @@ def kv_cache(rp: ResolvedPlan) -> int:
     cb = DTYPE_BYTES[rp.compute_dtype]
     per_token = arch.layers * 2 * arch.kv_dim * cb
     tp = max(rp.tensor_parallel, 1)
-    sequences = rp.micro_batch * rp.generations_per_example
+    sequences = rollout_sequences(rp)
     return int(sequences * (rp.generation_len * per_token / tp + 4 * arch.vocab))
 
 
