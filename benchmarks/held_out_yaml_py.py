@@ -32,6 +32,29 @@ def _block(lines: list[str], line: int) -> str:
     return "\n".join(lines[first : last + 1])
 
 
+def torchtune_stated(path: Path, plan: Any) -> dict[str, Any]:
+    """A torchtune config's values, with `batch_size` as the sequences of one backward pass of its recipe: the PPO
+    recipe's `ppo_batch_size // gradient_accumulation_steps` (recipes/ppo_full_finetune_single_device.py
+    `_ppo_backward_batch_size`), the GRPO recipe's `batch_size × grpo_samples` (recipes/dev/
+    grpo_full_finetune_distributed.py `grpo_step` runs the whole trajectory)."""
+    values = stated(path)
+
+    def whole(key: str) -> int | None:
+        try:
+            return int(str(values.get(key)))
+        except ValueError:
+            return None
+
+    ppo, ga, samples, batch = (
+        whole(k) for k in ("ppo_batch_size", "gradient_accumulation_steps", "grpo_samples", "batch_size")
+    )
+    if ppo:
+        values["batch_size"] = ppo // (ga or 1)
+    elif samples and batch:
+        values["batch_size"] = batch * samples
+    return values
+
+
 def block_stated(path: Path, plan: Any) -> dict[str, Any]:
     """YAML and shell files as `held_out.stated`; a Python script or a Markdown page: the `--flag value` words and
     `key=value` keywords of the block where the plan's model is named (none when it names none)."""
@@ -98,6 +121,7 @@ FRAMEWORKS: list[Framework] = [
             Check(("compile",), "compile", "bool"),
             Check(("dtype",), "weight_dtype", "text"),
         ],
+        stated=torchtune_stated,
     ),
     Framework(
         "axolotl",
