@@ -320,6 +320,7 @@ class TrainingPlan(BaseModel):
     alloc_conf: Sourced[str] | None = None  # PYTORCH_CUDA_ALLOC_CONF value
     gpu_name: Sourced[str] | None = None
     gpu_count: Sourced[int] | None = None
+    dp_replicas: Sourced[int] | None = None  # HSDP: FSDP shards within dp ÷ replicas ranks, replicated across them
     node_count: Sourced[int] | None = None  # machines of a run that states them and not its GPUs per node
     # objective: preference optimisation, online RL, distillation (formats.objective reads every spelling)
     objective: Sourced[str] | None = None  # Objective

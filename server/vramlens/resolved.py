@@ -181,6 +181,7 @@ class ResolvedPlan(BaseModel):
     zero_stage: int = 0
     world_size: int = 1  # data-parallel ranks that shard (ZeRO/FSDP; FSDP with the context-
     # parallel ones) or replicate (DDP)
+    shard_group: int = 0  # HSDP: the ranks FSDP shards over, world_size ÷ replicas (0: all world_size ranks)
     offload_optimizer: bool = False
     offload_params: bool = False
     # offloaded to the CPU only between updates (plan.offload_params_idle / offload_optimizer_idle): the update phase

@@ -122,11 +122,6 @@ def test_stage_count_rounded_to_a_multiple_of_the_pipeline_size(rounding, stages
     assert max(rp.stage_split) - min(rp.stage_split) <= 1 and rp.stage_split[0] == max(rp.stage_split)
 
 
-def test_hsdp_named_as_not_modelled():
-    d = estimate(FIXTURES / "v0.1.0" / "llama3_2_1b_hellaswag_hsdp.yaml")
-    assert {u["key"] for u in d["unmodelled"]} == {"dp_replicate_size"}
-
-
 def test_activation_checkpointing_and_eager_attention():
     """v0.5.0 gemma_2_9b_it_squad.yaml: `distributed.activation_checkpointing: true`, `attn_implementation: eager`."""
     d = estimate(FIXTURES / "v0.5.0" / "gemma_2_9b_it_squad.yaml")
@@ -355,3 +350,20 @@ def test_layout_without_a_gpu_count_runs_on_the_fewest_gpus_it_needs():
     assert given["gpu"]["count"] == 16
     assert not any("no GPU count given" in a for a in given["assumptions"])
     assert given["components_gib"]["weights"] < d["components_gib"]["weights"]
+
+
+def test_hsdp_shards_within_each_replica(tmp_path):
+    """v0.1.0 llama3_2_1b_hellaswag_hsdp.yaml: `dp_replicate_size: 2` over the 8 GPUs of its header: FSDP2 on the
+    (dp_replicate, dp_shard) mesh shards within 4 GPUs, so each keeps a quarter of the weights, as a plain FSDP run
+    over 4 GPUs does, not an eighth."""
+    path = FIXTURES / "v0.1.0" / "llama3_2_1b_hellaswag_hsdp.yaml"
+    d = estimate(path)
+    assert source(d, "dp_replicas") == 2 and d["gpu"]["count"] == 8
+    assert any("HSDP: FSDP shards over 4 GPU(s)" in a for a in d["assumptions"])
+    assert not d["unmodelled"]
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(path.read_text().replace("dp_replicate_size: 2", "dp_replicate_size: 1"))
+    four = estimate(plain, "--num-gpus", "4")
+    eight = estimate(plain, "--num-gpus", "8")
+    assert abs(four["components_gib"]["weights"] - d["components_gib"]["weights"]) < 0.02
+    assert eight["components_gib"]["weights"] < d["components_gib"]["weights"]

@@ -170,3 +170,16 @@ def test_fsdp_ranks_hold_their_stages_activations():
     whole = per_gpu(titan(data_parallel_shard_degree=8))
     assert sharded.components["activations"] < 0.5 * whole.components["activations"]
     assert sharded.components["optimizer"] < 0.6 * replicated.components["optimizer"]
+
+
+def test_hsdp_shards_within_each_replica():
+    """data_parallel_shard_degree 4 × data_parallel_replicate_degree 2 over 8 GPUs: `fully_shard` on the
+    (dp_replicate, dp_shard_cp) mesh shards within 4 GPUs (torchtitan parallel_dims.py), so a GPU keeps what plain
+    FSDP over 4 GPUs keeps, twice what FSDP over all 8 does."""
+    hsdp_plan = titan(data_parallel_shard_degree=4, data_parallel_replicate_degree=2)
+    assert value(hsdp_plan, "dp_replicas") == 2 and not [u for u in hsdp_plan.unmodelled if "HSDP" in u.what]
+    hsdp = per_gpu(hsdp_plan)
+    four = per_gpu(titan(data_parallel_shard_degree=4), gpus=4)
+    eight = per_gpu(titan(data_parallel_shard_degree=8))
+    assert hsdp.components["optimizer"] == pytest.approx(four.components["optimizer"], rel=0.01)
+    assert hsdp.components["optimizer"] == pytest.approx(2 * eight.components["optimizer"], rel=0.01)

@@ -106,12 +106,20 @@ def test_sft_trainer_ignores_the_deprecated_global_micro_batch_and_reads_sequenc
     assert value(plan, "context_parallel") == 2 and "ulysses_sequence_parallel_size" not in unmodelled(plan)
 
 
-def test_split_placement_trainer_is_read_with_its_config_and_says_what_is_not_modelled():
+def test_split_placement_trainer_is_read_with_its_config_and_its_two_resource_pools():
+    """main_ppo_split.py: on one node of 8 GPUs the actor (with its rollout) takes 4 and the critic 4; the estimate
+    is the actor's pool, the critic on GPUs of its own, its `critic-update` phase on the critic's pool; no reward
+    model is counted beside it (the run scores with a function)."""
     a = analysed(MAIN / "split_placement" / "run_deepseek7b_llm.sh")
     assert a.plan.framework == "verl" and value(a.plan, "objective") == "ppo"
     assert value(a.plan, "model_id") == "deepseek-ai/deepseek-llm-7b-chat" and value(a.plan, "micro_batch") == 8
-    assert "split_placement" in unmodelled(a.plan) and a.estimate is not None
+    assert "split_placement" not in unmodelled(a.plan) and a.estimate is not None
+    assert value(a.plan, "world_size") == 4 and value(a.plan, "models_apart") == ["value_model", "reward_model"]
     assert not any("fsdp_size" in i.message for i in a.plan.issues)  # fsdp_size: -1 is every GPU
+    assert a.resolution.resolved.world_size == 4 and not a.resolution.resolved.reward_model
+    assert any("on GPUs of their own: the critic" in x for x in a.resolution.assumptions)
+    phases = a.estimate.phases
+    assert "critic-update" in phases and phases["critic-update"] > phases["forward-backward"]
 
 
 def test_files_beside_a_run_are_not_training():

@@ -53,9 +53,12 @@ def test_lora_launch_with_sequence_parallelism_and_hybrid_sharding_is_read_and_e
     # Ulysses over 2 GPUs: each holds half of every sequence's tokens, as under context parallelism
     assert value(plan, "context_parallel") == 2 and "Ulysses" in plan.context_parallel.note
     assert "engine.ulysses_sequence_parallel_size" not in gaps
-    assert "FSDP groups of 2" in gaps["engine.fsdp_size"]
+    # engine.fsdp_size 2 of 4 GPUs: HYBRID_SHARD over a (ddp 2, fsdp 2) mesh (verl/workers/engine/fsdp/utils.py
+    # `create_device_mesh`), FSDP groups of 2
+    assert "engine.fsdp_size" not in gaps and value(plan, "dp_replicas") == 2
     a = analysed(path)
     assert a.estimate is not None, a.error
+    assert a.resolution.resolved.shard_group == 2
 
 
 def test_e2e_launch_reads_fsdp1_defaults_and_a_whole_run_fsdp_size():

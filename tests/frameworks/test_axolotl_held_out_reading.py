@@ -41,12 +41,24 @@ def test_dp_shard_size_is_the_fsdp_shard_degree():
     assert a.estimate is not None
 
 
-def test_dp_replicate_size_is_named_as_hsdp():
-    plan = _plan("llama-3_1-8b-hsdp-tp.yaml")
+def test_dp_replicate_size_is_hsdp():
+    """dp_shard_size 4 × dp_replicate_size 2 × tensor parallel 2: FSDP shards within 4 ranks and replicates across
+    2 groups (accelerate ParallelismConfig's `dp_replicate` mesh dimension), so each GPU keeps a quarter of the
+    weights, not an eighth."""
+    a = _analysis("llama-3_1-8b-hsdp-tp.yaml")
+    plan = a.plan
     assert plan.world_size.value == 4 * 2 * 2
     found = _unmodelled(plan)
-    assert "dp_shard_size" not in found
-    assert "HSDP" in found["dp_replicate_size"].what and "4 ranks" in found["dp_replicate_size"].what
+    assert "dp_shard_size" not in found and "dp_replicate_size" not in found
+    assert plan.dp_replicas.value == 2
+    assert a.resolution.resolved.world_size == 8 and a.resolution.resolved.shard_group == 4
+    assert any("HSDP: FSDP shards over 4 GPU(s)" in x for x in a.resolution.assumptions)
+    # the same 16 GPUs sharded as one group of 8
+    path = FIXTURES / "llama-3_1-8b-hsdp-tp.yaml"
+    text = path.read_text().replace("dp_shard_size: 4", "dp_shard_size: 8").replace("dp_replicate_size: 2\n", "")
+    flat = analyze(text, str(path), Settings(workspace=FIXTURES, model_lookup=False))
+    assert flat.resolution.resolved.shard_group == 0 and flat.resolution.resolved.world_size == 8
+    assert flat.estimate.components["weights"] < a.estimate.components["weights"]
 
 
 def test_dp_shard_size_without_fsdp_is_an_error():

@@ -199,7 +199,9 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         if "value_model" in rp.models_apart:
             # on the critic's own GPUs (OpenRLHF's critic group): the critic's state and step, the models that share
             # those GPUs (`critic_group`), and the engine's buffers as the policy's; nothing of the policy
-            group = {"reward_model": C.reward_weights(rp)} if "reward_model" in rp.critic_group else {}
+            group = (
+                {"reward_model": C.reward_weights(rp)} if rp.reward_model and "reward_model" in rp.critic_group else {}
+            )
             phases["critic-update"] = {
                 **dict.fromkeys(phases["forward-backward"], 0),
                 "buffers": B,

@@ -207,12 +207,10 @@ def _parallelism_entry(b: PlanBuilder, e: Setting) -> None:
             )
     elif k in ("dp_shard_size", "dp_replicate_size", "sp_backend", "sp_attn_implementation"):
         b.remember(e)
-        if k == "dp_shard_size" and (to_int(e.value) or 0) > 1:
-            # accelerate ParallelismConfig: FSDP shards over dp_shard_size ranks and replicates over
-            # dp_replicate_size groups (HSDP), so each rank keeps world ÷ dp_shard_size more than full sharding
-            b.unmodelled(
-                e, "HSDP (sharding within groups of dp_shard_size ranks)", "estimated as sharded over every process"
-            )
+        if k == "dp_replicate_size" and (to_int(e.value) or 0) > 1:
+            # accelerate ParallelismConfig: FSDP shards over the dp_shard_size (× cp) ranks of each of
+            # dp_replicate_size replicas (HSDP, the `dp_replicate` mesh dimension)
+            b.set("dp_replicas", to_int(e.value), e, note="HSDP: FSDP shards within each of dp_replicate_size replicas")
 
 
 def _megatron_entry(b: PlanBuilder, e: Setting) -> None:

@@ -451,12 +451,9 @@ def _distributed(b: PlanBuilder, data: Any, get, ctx) -> None:
         b.set("pipeline_parallel", pp, pp_s)
         _pipeline(b, get, pp_s)
     if rep and rep > 1:
-        b.unmodelled(
-            rep_s,
-            "HSDP: parameters sharded within groups of dp_size ÷ dp_replicate_size and replicated "
-            "across dp_replicate_size",
-            "estimated as sharded over every data-parallel GPU",
-        )
+        # FSDP2 over the (dp_replicate, dp_shard_cp) mesh: sharded within dp·cp ÷ dp_replicate_size GPUs
+        # (components/distributed/mesh_utils.py at v0.5.0)
+        b.set("dp_replicas", rep, rep_s, note="HSDP: FSDP shards within each of dp_replicate_size replicas")
     if ep and ep > 1:
         _expert_parallel(b, get, ep, ep_s, dp and dp * (cp or 1) * (tp or 1))
     if dp:

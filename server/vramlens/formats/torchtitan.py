@@ -711,12 +711,9 @@ def _parallel(b: PlanBuilder, v: _Values, world: tuple[int, Setting | None] | No
         _reshard(b, v, where, pp, pp_s)
         b.set("fsdp_version", 2, where, origin=Origin.DERIVED, note="torchtitan uses FSDP2")
         if rep > 1:
-            b.unmodelled(
-                rep_s,
-                "HSDP: parameters sharded within groups of data_parallel_shard_degree × "
-                "context_parallel_degree and replicated across data_parallel_replicate_degree",
-                "estimated as sharded over every data-parallel GPU (less memory than the run)",
-            )
+            # parallel_dims.py: the `dp_replicate` mesh dimension; `fully_shard` over (dp_replicate, dp_shard_cp)
+            # shards within data_parallel_shard_degree × context_parallel_degree ranks
+            b.set("dp_replicas", rep, rep_s, note="HSDP: FSDP shards within each of data_parallel_replicate_degree")
     elif rep > 1:
         b.set("dist_strategy", "ddp", rep_s, note="data_parallel_replicate_degree > 1 with no sharding: DDP")
     else:

@@ -706,12 +706,19 @@ def _distribution(
         # and verl/workers/engine/fsdp/utils.py `create_device_mesh`: `if fsdp_size < 0 or fsdp_size >= world_size`)
         size, fs = r.int(section + "fsdp_size", -1)
         if size and 0 < size < world:
-            b.unmodelled(
-                fs,
-                f"hybrid sharding (FSDP groups of {size} GPUs)",
-                "sharded over every GPU of the run",
-                key=section + "fsdp_size",
-            )
+            # `init_device_mesh(("ddp", "fsdp"), (world // fsdp_size, fsdp_size))`: HYBRID_SHARD, FSDP groups of
+            # fsdp_size GPUs replicated across the rest
+            if world % size:
+                b.unmodelled(
+                    fs,
+                    f"hybrid sharding (FSDP groups of {size} GPUs, which do not divide the {world})",
+                    "sharded over every GPU of the run",
+                    key=section + "fsdp_size",
+                )
+            else:
+                b.set(
+                    "dp_replicas", world // size, fs, note=f"HSDP: FSDP groups of {size} GPUs, {world // size} replicas"
+                )
     # `param_offload` / `optimizer_offload` move the actor's weights, gradients and optimizer state to the CPU between
     # its updates, and back before each one: the actor is never wrapped in FSDP's CPUOffload ("We force turn off
     # CPUOffload for actor because it causes incorrect results when using grad accumulation"). v0.4.1
@@ -1601,14 +1608,47 @@ def apply_launch(b: PlanBuilder, reader, script, ctx) -> None:
         config = _composed_config(b, given, config, config_path, script, ctx)
     read(b, given, version=_pinned(ctx), config=config, unknown=unknown)
     if split:
-        # main_ppo_split.py `main_task`: two resource pools of n_gpus_per_node // 2 GPUs (or nnodes // 2 nodes),
-        # the actor, rollout and reference on one, the critic and reward model on the other
+        _split_placement(b)
+
+
+def _split_placement(b: PlanBuilder) -> None:
+    """examples/split_placement/main_ppo_split.py `main_task` (v0.3.0.post1 to 2026 HEAD): two resource pools, the
+    actor with its rollout and reference on one, the critic and the reward model on the other; on one node each takes
+    `n_gpus_per_node // 2` GPUs, else each takes `nnodes // 2` whole nodes. The estimate is the actor's pool, with the
+    critic's models on GPUs of their own (as OpenRLHF's Ray groups: `models_apart`), the critic's pool the same size."""
+    plan = b.plan
+    world = int(plan.world_size.value) if plan.world_size is not None and plan.world_size.value else 1
+    per_node = int(plan.gpu_count.value) if plan.gpu_count is not None and plan.gpu_count.value else world
+    nodes = max(1, world // max(per_node, 1))
+    if nodes // 2 == 0 and per_node // 2 > 0:
+        pool, pool_node, how = per_node // 2, per_node // 2, f"n_gpus_per_node {per_node} // 2 on the node"
+    else:
+        pool, pool_node, how = per_node * (nodes // 2), per_node, f"nnodes {nodes} // 2 nodes of {per_node} GPUs"
+    if pool < 1:
         b.unmodelled(
             None,
-            "split placement: the actor (with its rollout and reference) and the critic on separate halves of the GPUs",
-            "estimated as verl's colocated placement, every role on every GPU (an upper bound per GPU)",
+            "split placement over a single GPU (main_ppo_split.py needs two resource pools)",
+            "estimated as verl's colocated placement",
             key="split_placement",
         )
+        return
+    note = f"split placement (main_ppo_split.py): the actor's resource pool, {how}"
+    b.set("world_size", pool, origin=Origin.DERIVED, framework="verl", note=note, override=True)
+    b.set("gpu_count", pool_node, origin=Origin.DERIVED, framework="verl", note=note, override=True)
+    b.set(
+        "models_apart",
+        ["value_model", "reward_model"],
+        origin=Origin.DERIVED,
+        framework="verl",
+        note="split placement: the critic and the reward model on a resource pool of their own",
+    )
+    b.set(
+        "critic_group",
+        ["reward_model"],
+        origin=Origin.DERIVED,
+        framework="verl",
+        note="split placement: the reward model on the critic's pool",
+    )
 
 
 def _is_config_name(text: str) -> bool:

@@ -967,6 +967,14 @@ _ALL: tuple[Concept, ...] = (
         True,
         ("gpu_count", "num_gpus", "n_gpus", "num_gpus_per_node", "actor_num_gpus_per_node", "gpus", "n_gpus_per_node"),
     ),
+    _C(
+        "dp_replicas",
+        "int",
+        "data-parallel replicas of a hybrid-sharded run (HSDP: FSDP shards within each)",
+        True,
+        True,
+        ("dp_replicate_size", "data_parallel_replicate_degree"),
+    ),
     # a reader sets it where a run states its nodes and not its GPUs per node (NeMo AutoModel `benchmark.num_nodes`)
     _C("node_count", "int", "nodes (machines) of the run", True, True, ("num_nodes", "nnodes")),
     # objective

@@ -366,7 +366,6 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
             ("estimated with the parallel sizes read elsewhere; data parallel from the GPU count"),
         ),
         "expert_parallel_comm_backend "
-        "data_parallel_replicate_degree "
         "data_parallel_shard_degree data_parallel_size dp_shard_size zero_hpz_partition_size "
         "enable_async_tensor_parallel tensor_parallel_dim use_hyper_parallel "
         "a2a_experimental",

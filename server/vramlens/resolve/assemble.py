@@ -130,6 +130,7 @@ def build_plan(
         strategy=strategy,
         zero_stage=int(zero) if strategy in ("deepspeed", "fsdp") else 0,
         world_size=d.shard_ranks,
+        shard_group=_shard_group(ctx, d),
         offload_optimizer=bool(val("offload_optimizer")),
         offload_params=bool(val("offload_params")),
         offload_params_idle=bool(val("offload_params_idle")),
@@ -255,3 +256,22 @@ def _expert_targets(names) -> tuple[str, ...]:
     passed them (already canonical, or peft's parameter names)."""
     kinds = [peft_methods.expert_parameter(n) for n in names or ()]
     return tuple(dict.fromkeys(k for k in kinds if k is not None))
+
+
+def _shard_group(ctx: Context, d: DistributionPart) -> int:
+    """HSDP: the ranks FSDP shards over, the data-parallel ranks of one replica (0: every one of them). Replicas
+    that do not divide the sharding ranks are said and left out."""
+    replicas = int(ctx.val("dp_replicas") or 1)
+    if replicas <= 1 or d.strategy != "fsdp":
+        return 0
+    if d.shard_ranks % replicas:
+        ctx.assumptions.append(
+            Approximate(
+                f"{replicas} data-parallel replicas do not divide the {d.shard_ranks} sharding GPUs: estimated as "
+                "sharded over all of them"
+            )
+        )
+        return 0
+    group = d.shard_ranks // replicas
+    ctx.assumptions.append(f"HSDP: FSDP shards over {group} GPU(s) and replicates across {replicas} groups of them")
+    return group

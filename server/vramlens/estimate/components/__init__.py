@@ -238,6 +238,7 @@ from vramlens.estimate.components.sharding import (
     fsdp_sharded,
     fsdp_version,
     shard_factor,
+    shard_ranks,
     zero_shard_factor,
 )
 from vramlens.estimate.components.ssm import (
@@ -487,6 +488,7 @@ __all__ = [
     "sdpa_math_backward_per_token",
     "shapes",
     "shard_factor",
+    "shard_ranks",
     "stage_layer_counts",
     "stage_layers",
     "stages",

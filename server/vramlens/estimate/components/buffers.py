@@ -18,6 +18,7 @@ from vramlens.estimate.components.sharding import (
     fsdp_sharded,
     fsdp_version,
     shard_factor,
+    shard_ranks,
 )
 from vramlens.estimate.components.trained import counted_layers
 from vramlens.estimate.shapes import shapes
@@ -148,7 +149,7 @@ def fsdp_backward_working_set(rp: ResolvedPlan, p: Params) -> int:
     full = rp.peft == "none" and rp.trained_layers is None
     # a block's unsharded gradients are those of the parameters it gathered (`fsdp_block_params`)
     grads = (fsdp_block_params(rp) if full else p.trainable / max(counted_layers(rp), 1)) * pg
-    reduce_in = grads / pg * rb * (1 + 1 / rp.world_size)
+    reduce_in = grads / pg * rb * (1 + 1 / shard_ranks(rp))
     if rp.zero_stage >= 3:
         return int(max(unit + grads, grads + reduce_in))
     return int(max(grads, grads + reduce_in - unit))
@@ -207,7 +208,7 @@ def fsdp_recompute_block(
         gathered = (0.0 if late_prefetch else below) if stage3 else k * unit
         own = max(
             unit + unsharded + recompute + (held_rs if k < layers - 1 else 0.0),
-            unsharded + reduce_in * (1 + 1 / rp.world_size),
+            unsharded + reduce_in * (1 + 1 / shard_ranks(rp)),
             unit + unsharded + (below if late_prefetch else 0.0),
         )
         ckpts = ckpt_one + k * (ckpt_all - ckpt_one) / (layers - 1)

@@ -20,9 +20,16 @@ def shard_factor(rp: ResolvedPlan, what: str) -> float:
     return zero_shard_factor(rp, what) * pipeline_stage_share(rp) / max(rp.tensor_parallel, 1)
 
 
+def shard_ranks(rp: ResolvedPlan) -> int:
+    """The ranks ZeRO/FSDP shards over: every data-parallel rank, or under HSDP (FSDP's HYBRID_SHARD, FSDP2 on a
+    (replicate, shard) mesh) those of one replica, `shard_group` (torch 2.13 distributed/fsdp/_init_utils.py
+    `_init_process_group_state_for_hybrid_shard`; _fully_shard/_fsdp_param.py shards over the mesh's last dim)."""
+    return max(rp.shard_group or rp.world_size, 1)
+
+
 def zero_shard_factor(rp: ResolvedPlan, what: str) -> float:
-    """Fraction of `what` kept on this rank by ZeRO/FSDP over the data-parallel ranks (`world_size`)."""
-    if rp.strategy not in ("deepspeed", "fsdp") or rp.world_size <= 1:
+    """Fraction of `what` kept on this rank by ZeRO/FSDP over the sharding ranks (`shard_ranks`)."""
+    if rp.strategy not in ("deepspeed", "fsdp") or shard_ranks(rp) <= 1:
         return 1.0
     stage = rp.zero_stage
     needed = {"optimizer": 1, "gradients": 2, "weights": 3}[what]
@@ -30,7 +37,7 @@ def zero_shard_factor(rp: ResolvedPlan, what: str) -> float:
         # SHARD_GRAD_OP shards the parameters at rest too, gathering them from a unit's forward to its backward
         # (`fsdp_root_unsharded`; torch FSDP docs, ShardingStrategy.SHARD_GRAD_OP)
         needed = 2
-    return 1.0 / rp.world_size if stage >= needed else 1.0
+    return 1.0 / shard_ranks(rp) if stage >= needed else 1.0
 
 
 def fsdp_block_params(rp: ResolvedPlan) -> float:
@@ -67,7 +74,7 @@ def fsdp_expert_gather_share(rp: ResolvedPlan) -> float:
     ep = max(rp.expert_parallel, 1)
     if ep == 1 or rp.strategy != "fsdp":
         return 1.0
-    return 1.0 / ep if ep < rp.world_size else 0.0
+    return 1.0 / ep if ep < shard_ranks(rp) else 0.0
 
 
 def fsdp_gathers_16bit(rp: ResolvedPlan) -> bool:
@@ -93,7 +100,7 @@ def fsdp_gather_bytes(rp: ResolvedPlan) -> int:
 def fsdp_sharded(rp: ResolvedPlan) -> bool:
     """FULL_SHARD (stage 3) or SHARD_GRAD_OP (stage 2) across ranks: parameters, gradients and optimizer state all
     sharded at rest (`zero_shard_factor`)."""
-    return rp.strategy == "fsdp" and rp.world_size > 1 and rp.zero_stage >= 2 and not rp.offload_params
+    return rp.strategy == "fsdp" and shard_ranks(rp) > 1 and rp.zero_stage >= 2 and not rp.offload_params
 
 
 def fsdp_version(rp: ResolvedPlan) -> int:

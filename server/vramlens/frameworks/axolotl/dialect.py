@@ -174,11 +174,12 @@ def data_parallel(b: PlanBuilder, data: Any, top: list[Setting]) -> None:
         b.remember(shard_s)
     replicas = (rep or 1) if plan.world_size is None else max(1, plan.world_size.value // max(1, (shard or 1) * others))
     if fsdp and replicas > 1:
-        b.unmodelled(
+        b.set(
+            "dp_replicas",
+            replicas,
             rep_s or shard_s,
-            f"HSDP: parameters sharded within groups of {shard or 1} ranks (`dp_shard_size`) and replicated "
-            f"across {replicas} groups",
-            "estimated as sharded over every data-parallel GPU (less memory than the run)",
+            origin=Origin.FILE if rep_s is not None and rep == replicas else Origin.DERIVED,
+            note=f"HSDP: FSDP shards within groups of {shard or 1} ranks (`dp_shard_size`), {replicas} replicas",
         )
 
 
