@@ -7,7 +7,14 @@ from dataclasses import dataclass
 
 from vramlens.knowledge.schema import GpuSpec
 from vramlens.plan import Origin, Sourced, TrainingPlan
-from vramlens.resolve.common import CHOOSE_GPU, DEFAULT_GPU, Context, ResolveError, comment_gpu_phrase
+from vramlens.resolve.common import (
+    CHOOSE_GPU,
+    DEFAULT_GPU,
+    Approximate,
+    Context,
+    ResolveError,
+    comment_gpu_phrase,
+)
 from vramlens.settings import Settings
 
 
@@ -134,8 +141,6 @@ def _nodes_world(
     machine) per node, else the GPUs of one node of the card's reference system (`GpuSpec.node_gpus`: DGX H100's 8,
     a GB200 NVL72 compute tray's 4), an assumption every view names; a card without one runs one GPU a node, and
     the estimate says it is approximate."""
-    from vramlens.resolve.common import Approximate
-
     said = plan.node_count.note if plan.node_count is not None and plan.node_count.note else f"{nodes} nodes"
     if count_given is not None or "gpu_count" in sources:
         note = f"{said} × {count} GPUs per node"
