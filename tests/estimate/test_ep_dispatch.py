@@ -1,14 +1,15 @@
 """Expert-parallel token dispatch (components/dispatch.py) under NeMo AutoModel's dispatchers: the `torch` dispatcher's
 all-gather of the group's hidden states (nemo_automodel/components/moe/experts.py `GroupedExperts.forward` at v0.5.0),
-saved by the per-expert loop and a transient with grouped GEMMs, and DeepEP's buffer outside torch's allocator
-(components/moe/megatron/fused_a2a.py `get_buffer`; DeepEP 42144303 csrc/config.hpp, csrc/deep_ep.cpp)."""
+saved by the per-expert loop and a transient with grouped GEMMs, and DeepEP's and HybridEP's buffers outside torch's
+allocator (components/moe/megatron/fused_a2a.py `get_buffer`, `init_hybrid_ep_buffer`; DeepEP 42144303
+csrc/config.hpp, csrc/deep_ep.cpp, csrc/hybrid_ep/buffer/intranode.cu)."""
 
 from __future__ import annotations
 
 from vramlens.estimate import _phases, estimate
 from vramlens.estimate import components as C
 from vramlens.estimate.components.dispatch import deepep_buffer_sizes
-from vramlens.knowledge import gpus, models, optimizers
+from vramlens.knowledge import gpus, hybridep, models, optimizers
 from vramlens.resolved import ResolvedPlan
 
 MIB = 1 << 20
@@ -110,3 +111,40 @@ def test_deepep_received_rows_by_hand():
     rows = 8 * 2048 * (1 - 20475 / 35960)
     assert abs(C.deepep_received_rows(rp, 2048) - rows) < 1e-6
     assert C.ep_dispatch_transient(rp, 2048) == int(rows * (2880 * 2 + 4 * 12))
+
+
+def test_hybridep_token_capacity():
+    """config.cuh `Configurer`: at least 512 tokens, padded to the 64-token combine chunk."""
+    assert [hybridep.token_capacity(t) for t in (100, 512, 1000, 8192)] == [512, 512, 1024, 8192]
+
+
+def test_hybridep_buffers_by_hand():
+    """DeepSeek-V3 (hidden 7168, 256 experts) over 64 GPUs of one NVLink domain, 8192 tokens a rank (intranode.cu,
+    allgather.cu): 8192 × 64 = 524,288 rows of worst-case capacity. Tokens 524,288 × 7168 × 2 = 7,516,192,768;
+    probabilities 524,288 × (4 local experts × 64 ranks) × 4 = 536,870,912; fp8 scaling factors
+    524,288 × 56 × 4 = 117,440,512; dispatch and combine chunk flags 2 × 128 × 64 × 4 = 65,536; preprocessing
+    scratch 108 × (64 + 4) × 8 = 58,752; the all-gathered routing map 256 × 524,288 = 134,217,728 bytes."""
+    assert hybridep.buffer_bytes(8192, 7168, 256, 64, 72) == 8_304_846_208
+
+
+def test_hybridep_buffer_spans_the_group_not_the_domain():
+    """A group of 16 over two 8-GPU nodes still sizes its NVLink buffers for all 16 ranks' tokens
+    (`NVLCoordinator::init`: capacity × ranks per node × nodes); only the probabilities' width is the domain's."""
+    one_domain = hybridep.buffer_bytes(4096, 2048, 128, 16, 16)
+    two_nodes = hybridep.buffer_bytes(4096, 2048, 128, 16, 8)
+    rows = 4096 * 16
+    assert one_domain - two_nodes == rows * 8 * (16 - 8) * 4 + 108 * (16 - 8) * 8
+
+
+def test_hybridep_buffers_count_at_the_device_level():
+    """Qwen3-30B-A3B (hidden 2048, 128 experts) over an 8-GPU HybridEP group on one H100 node, 4 × 4096 tokens a
+    rank: the buffers are allocated outside torch's allocator — the device level grows by them, torch's peak does
+    not — and every view says what they cost."""
+    rp = plan("Qwen/Qwen3-30B-A3B", ep_dispatch="hybridep")
+    with_buffers, without = estimate(rp, limits=False), estimate(rp.with_changes(ep_dispatch=""), limits=False)
+    assert with_buffers.allocated_bytes == without.allocated_bytes
+    added = hybridep.buffer_bytes(4 * 4096, 2048, 128, 8, 8)
+    assert with_buffers.components["cuda_context"] - without.components["cuda_context"] == added
+    assert any(a.startswith("HybridEP's buffers for the 8-GPU expert-parallel group") for a in with_buffers.assumptions)
+    # its transient: the routing map and fp32 probabilities of the layer's tokens × experts
+    assert C.ep_dispatch_transient(rp, 4096) == 4096 * 128 * 5

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from vramlens.formats import parse_document
+from vramlens.plan import Origin
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nemo_automodel"
 
@@ -173,9 +174,10 @@ def test_expert_parallel_recipe_gathers_each_ranks_own_experts():
     """v0.5.0 examples/llm_benchmark/glm/glm_4.5_air_te_deepep.yaml: GLM-4.5-Air on 64 nodes of 8 (512 GPUs),
     `ep_size: 64`, `moe.reshard_after_forward: false`. The MoE parallelizer divides each MoE layer's 128 experts
     over 64 GPUs (2 each) and FSDP-shards them over the other 8 (moe/parallelizer.py `apply_ep`, `apply_fsdp`):
-    expert parallelism is read, the layers kept gathered from forward to backward (ZeRO stage 2), and only the
-    token dispatch's buffers are named as not counted. Each rank's gathered blocks then hold 2 of the 128 experts:
-    below the same run with every expert gathered by at least 63/64 of every MoE layer's experts."""
+    expert parallelism is read, the layers kept gathered from forward to backward (ZeRO stage 2), HybridEP's NVLink
+    buffers counted and, the group spanning 8 H100 nodes, its inter-node buffers named as not counted. Each rank's
+    gathered blocks then hold 2 of the 128 experts: below the same run with every expert gathered by at least 63/64
+    of every MoE layer's experts."""
     from vramlens.estimate import allocated_peak
     from vramlens.resolve import Settings, resolve
 
@@ -183,9 +185,11 @@ def test_expert_parallel_recipe_gathers_each_ranks_own_experts():
     plan = parse_document(path.read_text(encoding="utf-8"), str(path)).plan
     assert plan.expert_parallel is not None and plan.expert_parallel.value == 64
     assert plan.zero_stage.value == 2 and plan.zero_stage.key == "reshard_after_forward"
-    assert [u.key for u in plan.unmodelled] == ["expert_parallel.dispatch"]
-    assert plan.unmodelled[0].what.startswith("HybridEP's communication buffers for the 64-GPU")
+    assert plan.ep_dispatch is not None and plan.ep_dispatch.value == "hybridep" and plan.unmodelled == []
     rp = resolve(plan, Settings(model_lookup=False)).resolved
+    assert [u.key for u in rp.unmodelled] == ["dispatcher"]
+    assert rp.unmodelled[0].what.startswith("HybridEP's inter-node (RDMA) buffers for the 64-GPU expert-parallel")
+    assert "8 NVLink domains of 8 H100-SXM GPUs" in rp.unmodelled[0].what
     assert (rp.world_size, rp.expert_parallel, rp.zero_stage) == (512, 64, 2)
     arch = rp.arch
     experts = (arch.layers - arch.dense_layers) * arch.num_experts * 3 * arch.hidden * arch.moe_intermediate
@@ -238,8 +242,9 @@ def test_deepep_dispatcher_counted():
         ("    enable_deepep: false\n", "all_gather", "kept for the backward"),
         ("    dispatcher: deepep\n", "deepep", None),
         ("    dispatcher: deepep\n    dispatcher_num_sms: 32\n", "deepep", "for 32 SMs"),
-        ("    dispatcher: hybridep\n", None, "HybridEP's communication buffers"),
-        ("", None, "BackendConfig's default dispatcher"),
+        ("    dispatcher: hybridep\n", "hybridep", None),
+        ("    dispatcher: hybridep\n    dispatcher_num_sms: 32\n", "hybridep", None),
+        ("", "deepep", None),  # BackendConfig's default where deep_ep is installed, said as assumed
     ],
 )
 def test_dispatchers_read(backend, dispatch, named):
@@ -254,6 +259,24 @@ def test_dispatchers_read(backend, dispatch, named):
     assert (plan.ep_dispatch.value if plan.ep_dispatch else None) == dispatch
     whats = [u.what for u in plan.unmodelled]
     assert any(named in w for w in whats) if named else whats == []
+
+
+def test_default_dispatcher_is_assumed_deepep_and_said():
+    """No `model.backend.dispatcher`: BackendConfig takes DeepEP where deep_ep is installed (NeMo AutoModel's `moe`
+    extra and container install it), so DeepEP's buffer is counted, and every view says the dispatcher was assumed;
+    for a group DeepEP has no configuration for, the dispatch stays named as not counted."""
+    text = (
+        "model:\n  _target_: nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained\n"
+        "  pretrained_model_name_or_path: Qwen/Qwen3-30B-A3B\n"
+        "distributed:\n  strategy: fsdp2\n  dp_size: {n}\n  ep_size: {n}\n"
+    )
+    plan = parse_document(text.format(n=8), "/w/recipe.yaml").plan
+    assert plan.ep_dispatch is not None and plan.ep_dispatch.value == "deepep"
+    assert plan.ep_dispatch.origin == Origin.ASSUMED and plan.unmodelled == []
+    assert any("dispatcher` not set: BackendConfig's default taken as DeepEP" in n for n in plan.read_notes)
+    odd = parse_document(text.format(n=12), "/w/recipe.yaml").plan
+    assert odd.ep_dispatch is None and odd.issues == []
+    assert ["DeepEP, which has no configuration for 12 GPUs" in u.what for u in odd.unmodelled] == [True]
 
 
 def test_deepep_group_size_without_a_config_is_reported():
@@ -307,6 +330,13 @@ def test_gb200_recipe_nodes_and_own_attention():
     d = estimate(FIXTURES / "main-36044ad3" / "deepseek_v3_sdpa_compile_gb200.yaml")
     assert source(d, "world_size") == 64 and d["gpu"]["count"] == 4
     assert source(d, "attn_impl") == "sdpa"
+    # `dispatcher: hybridep` over the 64 GPUs, one NVL72 NVLink domain: HybridEP's buffers for 2 × 4096 tokens a
+    # rank (tests/estimate/test_ep_dispatch.py `test_hybridep_buffers_by_hand`), nothing named as not modelled
+    assert any(
+        "HybridEP's buffers for the 64-GPU expert-parallel group (all over NVLink): 7.73 GiB" in a
+        for a in d["assumptions"]
+    )
+    assert d["unmodelled"] == []
 
 
 def test_gpt_oss_attention_is_nemos_backend_not_transformers_eager():

@@ -717,6 +717,8 @@ def estimate(rp: ResolvedPlan, *, limits: bool = True) -> Estimate:
     if rp.strategy != "megatron":
         assumptions += C.expert_adapter_notes(rp)
     assumptions += C.dora_version_notes(rp)
+    if (ep_note := C.ep_dispatch_note(rp)) is not None:
+        assumptions.append(ep_note)
     if C.compiled_block(rp):
         assumptions.append(
             "torch.compile: activations as AOTAutograd's partitioner keeps them (norms, activation "

@@ -519,10 +519,9 @@ def _reshard(b: PlanBuilder, get, pp: int, pp_s: Setting | None, ep: int, ep_s: 
 _GATHERED = ": each layer's parameters stay gathered from its forward to its backward (SHARD_GRAD_OP-like)"
 
 
-# the flex token dispatchers whose buffers the estimate does not size: HybridEP (deep_ep `HybridEPBuffer`,
-# components/moe/megatron/token_dispatcher.py `_HybridEPManager` at v0.5.0) and UCCL-EP (components/moe/uccl_ep
+# the flex token dispatchers whose buffers the estimate does not size: UCCL-EP (components/moe/uccl_ep
 # `UCCLBuffer`)
-_OTHER_FLEX_DISPATCHERS = {"hybridep": "HybridEP's", "uccl_ep": "UCCL-EP's"}
+_OTHER_FLEX_DISPATCHERS = {"uccl_ep": "UCCL-EP's"}
 
 
 def _expert_parallel(b: PlanBuilder, get, ep: int, ep_s: Setting | None, ranks: int | None) -> None:
@@ -537,9 +536,13 @@ def _expert_parallel(b: PlanBuilder, get, ep: int, ep_s: Setting | None, ranks: 
     `gmm` fall back, components/models/common/utils.py `BackendConfig.__post_init__` at v0.5.0; v0.2.0 and v0.3.0
     run only the loop, over DTensor's all-gather and reduce-scatter: named where `enable_deepep: false` leaves the
     version open); `deepep` allocates one fixed buffer outside torch (components/moe/megatron/fused_a2a.py
-    `get_buffer`) for DeepEP's own group sizes, with its default 20 SMs. Named as not counted: HybridEP's and
-    UCCL-EP's buffers, DeepEP's with another SM count or over several nodes (NVSHMEM's heap), and the dispatcher
-    left to `BackendConfig`'s default (DeepEP where deep_ep is installed, else UCCL-EP where it is, else `torch`).
+    `get_buffer`) for DeepEP's own group sizes, with its default 20 SMs; `hybridep` allocates HybridEP's buffers
+    outside torch for the group's tokens (fused_a2a.py `init_hybrid_ep_buffer`; components.dispatch), whatever its
+    SM count. Named as not counted: UCCL-EP's buffers, DeepEP's with another SM count or over several nodes
+    (NVSHMEM's heap) and HybridEP's inter-node buffers (resolve.distribution, which knows the NVLink domain). A
+    dispatcher left to `BackendConfig`'s default (DeepEP where deep_ep is installed, else UCCL-EP where it is, else
+    `torch`) is taken as DeepEP, which NeMo AutoModel's `moe` extra and container install, and said so; named as
+    not counted for a group DeepEP has no configuration for.
     The routed activations each rank keeps are counted per token × top-k, as without expert parallelism (balanced
     routing)."""
     if ranks and ranks % ep:
@@ -556,6 +559,19 @@ def _expert_parallel(b: PlanBuilder, get, ep: int, ep_s: Setting | None, ranks: 
     if dispatcher is None and (e := get("model", "backend", "enable_deepep")) is not None:
         dispatcher, d, legacy = ("deepep" if to_bool(e.value) else "torch"), e, True
     group = f"the {ep}-GPU expert-parallel group"
+    # no dispatcher named: BackendConfig's default, DeepEP where deep_ep is installed (NeMo AutoModel's `moe` extra
+    # and its container install it: pyproject.toml `moe = [..., "deep_ep"]`, docker/Dockerfile DEEPEP_COMMIT at
+    # v0.4.0, v0.5.0 and main), else UCCL-EP where that is (v0.4.0+), else `torch` (components/models/common/utils.py
+    # `BackendConfig.dispatcher` at v0.3.0, v0.4.0, v0.5.0 and main; v0.2.0 components/moe/utils.py
+    # `BackendConfig.enable_deepep = HAVE_DEEP_EP`)
+    default = dispatcher is None and ep in DISPATCH_CONFIGS
+    if default:
+        dispatcher = "deepep"
+        b.plan.read_notes.append(
+            "`model.backend.dispatcher` not set: BackendConfig's default taken as DeepEP, which NeMo AutoModel's "
+            "`moe` extra and container install (without deep_ep it is UCCL-EP where that is installed, else an "
+            "all-gather of the group's tokens in each MoE layer) — set it to be sure"
+        )
     if dispatcher == "torch":
         x = get("model", "backend", "experts")
         loop = x is not None and str(x.value).strip().lower() == "torch"
@@ -586,28 +602,36 @@ def _expert_parallel(b: PlanBuilder, get, ep: int, ep_s: Setting | None, ranks: 
                 ep_s,
             )
             return
-        b.set("ep_dispatch", "deepep", d, note=f"DeepEP's communication buffer for {group}, outside torch")
+        note = f"DeepEP's communication buffer for {group}, outside torch"
+        if default:
+            note += " (BackendConfig's default where deep_ep is installed)"
+        b.set("ep_dispatch", "deepep", d, note=note, origin=Origin.ASSUMED if default else Origin.FILE)
         if sms is not None and to_int(sms.value) != DEFAULT_SMS:
             b.unmodelled(sms, f"DeepEP's buffer for {sms.value} SMs", f"counted for DeepEP's default {DEFAULT_SMS} SMs")
         elif sms is not None:
             b.remember(sms)
         if ep > NVL_PEERS:
             b.unmodelled(
-                d,
+                d or ep_s,
                 f"NVSHMEM's symmetric heap, from which DeepEP's RDMA buffer for {group} over several nodes comes",
                 "only the RDMA buffer counted",
                 key="expert_parallel.dispatch",
             )
         return
+    if dispatcher == "hybridep":
+        b.set("ep_dispatch", "hybridep", d, note=f"HybridEP's communication buffers for {group}, outside torch")
+        if (sms := get("model", "backend", "dispatcher_num_sms")) is not None:
+            b.remember(sms)  # the SMs its kernels run on; the buffers' sizes do not depend on them
+        return
     if dispatcher in _OTHER_FLEX_DISPATCHERS:
         what = f"{_OTHER_FLEX_DISPATCHERS[dispatcher]} communication buffers for {group}, allocated outside torch"
     elif dispatcher is not None:
         what = f"the `{dispatcher}` dispatcher's token dispatch buffers for {group}"
-    else:
+    else:  # DeepEP, the default, has no configuration for the group: it asserts where deep_ep is installed
         what = (
-            f"expert-parallel token dispatch buffers for {group} (BackendConfig's default dispatcher: DeepEP's "
-            "buffers where deep_ep is installed, else UCCL-EP's where it is, else an all-gather of the group's "
-            "tokens in each MoE layer)"
+            f"expert-parallel token dispatch buffers for {group} (BackendConfig's default dispatcher: DeepEP, which "
+            f"has no configuration for {ep} GPUs, where deep_ep is installed, else UCCL-EP's buffers where it is, "
+            "else an all-gather of the group's tokens in each MoE layer)"
         )
     b.unmodelled(d or ep_s, what, "not counted", key="expert_parallel.dispatch")
 

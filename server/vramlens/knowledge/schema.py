@@ -130,6 +130,9 @@ class GpuSpec(BaseModel):
     # taken for a run that states its node count and not its GPUs per node; None where servers differ (PCIe cards)
     node_gpus: int | None = None
     node_source: str = ""
+    # GPUs that reach each other's memory over NVLink across nodes (a multi-node NVLink system: GB200 NVL72's 72);
+    # None: NVLink stops at the node
+    nvlink_domain_gpus: int | None = None
 
 
 class OptimizerSpec(BaseModel):

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from vramlens.knowledge.deepspeed import ZERO_SIZE_DEFAULTS
+from vramlens.knowledge.hybridep import nvlink_ranks
 from vramlens.knowledge.pipelining import SINGLE_STAGE_SCHEDULES, stage_split
+from vramlens.knowledge.schema import GpuSpec
 from vramlens.plan import Origin, Sourced
 from vramlens.resolve.common import Context
 from vramlens.resolve.gpu import GpuPart, _world
@@ -59,7 +61,26 @@ def resolve_distribution(ctx: Context, gpu: GpuPart) -> DistributionPart:
             f"{'ZeRO' if strategy == 'deepspeed' else 'FSDP'} sharding with one GPU shards nothing: "
             "set the GPU count (launcher flag, `# vramlens: gpu=... count=N`, or --num-gpus)"
         )
+    _hybridep_domains(ctx, gpu.gpu, count)
     return DistributionPart(strategy, zero, world, count, tp, cp, pp, dp, shard_ranks, devices)
+
+
+def _hybridep_domains(ctx: Context, gpu: GpuSpec, count: int) -> None:
+    """HybridEP over an expert-parallel group wider than the GPUs that reach each other over NVLink: its inter-node
+    (RDMA) buffers, which the estimate does not size, join the NVLink ones (DeepEP 42144303
+    csrc/hybrid_ep/hybrid_ep.cu: `internode_coordinator.allocate_buffers` when the group spans nodes)."""
+    ep = int(ctx.val("expert_parallel") or 1)
+    domain = nvlink_ranks(gpu, count)
+    if ctx.val("ep_dispatch") != "hybridep" or ep <= domain:
+        return
+    ctx.unmodelled(
+        ctx.plan.ep_dispatch,
+        "dispatcher",
+        "hybridep",
+        f"HybridEP's inter-node (RDMA) buffers for the {ep}-GPU expert-parallel group over {ep // domain} NVLink "
+        f"domains of {domain} {gpu.name} GPUs",
+        "only its NVLink buffers counted",
+    )
 
 
 def _fewest_gpus(ctx: Context, tp: int, cp: int, pp: int, world: int, count: int) -> tuple[int, int]:

@@ -113,6 +113,7 @@ from vramlens.estimate.components.common import (
 from vramlens.estimate.components.dispatch import (
     deepep_received_rows,
     ep_dispatch_buffers,
+    ep_dispatch_note,
     ep_dispatch_transient,
     ep_gathered_saved,
 )
@@ -365,6 +366,7 @@ __all__ = [
     "eager_chunked_ce",
     "deepep_received_rows",
     "ep_dispatch_buffers",
+    "ep_dispatch_note",
     "ep_dispatch_transient",
     "ep_gathered_saved",
     "expert_adapter_notes",

@@ -27,7 +27,18 @@ v1.2.1). They are outside torch's allocator: the device level counts them, with 
 (estimate.allocator.context_bytes). The RDMA buffer of a group over more than one node comes from NVSHMEM's
 symmetric heap, whose own reservation the estimate does not model. The rows each dispatch hands a rank are torch
 tensors alive until they are permuted to the experts (`ep_dispatch_transient`); what the experts then keep is
-counted as the routed activations (tokens × top-k)."""
+counted as the routed activations (tokens × top-k).
+
+`hybridep`: HybridEP's buffers (DeepEP's `hybrid-ep` branch), one set per process (fused_a2a.py
+`init_hybrid_ep_buffer` at v0.4.0, v0.5.0 and main), sized for every token of the group reaching one rank
+(knowledge.hybridep): for DeepSeek-V3 (hidden 7168, 256 experts) over 64 GPUs at 8,192 tokens a rank, 8.3 GB.
+Allocated outside torch's allocator (cudaMalloc, or cuMemCreate with a fabric handle on a multi-node NVLink
+system, rounded to its granularity, which is not counted), counted at the device level. The group's ranks
+reachable over NVLink are those of a node, or of the NVLink domain of a multi-node NVLink system
+(`GpuSpec.nvlink_domain_gpus`); the inter-node (RDMA) buffers of a group over several are not counted (named by
+resolve.distribution). Its dispatch permutes the received rows straight to their experts (`dispatch_with_permute`):
+what it hands them is the routed activations; its transient is the routing map and probabilities it is given
+(token_dispatcher.py `_HybridEPManager.setup_metadata_from_indices`: a bool and an fp32 per token × expert)."""
 
 from __future__ import annotations
 
@@ -43,6 +54,8 @@ from vramlens.knowledge.deepep import (
     SOURCE_META_BYTES,
     WORKSPACE_BYTES,
 )
+from vramlens.knowledge.hybridep import buffer_bytes as hybridep_buffer_bytes
+from vramlens.knowledge.hybridep import nvlink_ranks
 from vramlens.resolved import ResolvedPlan
 
 
@@ -84,12 +97,23 @@ def deepep_buffer_sizes(ranks: int, hidden_bytes: int, sms: int = DEFAULT_SMS) -
     )
 
 
+def rank_tokens(rp: ResolvedPlan) -> int:
+    """Tokens of one micro-batch on a rank: its sequences (chosen and rejected alike) × its context-parallel share."""
+    return rp.micro_batch * rp.sequences_per_example * (rp.seq_len // max(rp.context_parallel, 1))
+
+
 def ep_dispatch_buffers(rp: ResolvedPlan) -> int:
-    """DeepEP's buffers on each rank, outside torch's allocator: the NVLink buffer with its barrier signals and
-    peer pointers (NVL_PEERS ints, pointers and signal pointers), the 32 MiB workspace and, over several nodes, the
-    RDMA buffer (csrc/deep_ep.cpp `Buffer::Buffer`). 0 under any other dispatcher."""
+    """The dispatcher's buffers on each rank, outside torch's allocator. DeepEP: the NVLink buffer with its barrier
+    signals and peer pointers (NVL_PEERS ints, pointers and signal pointers), the 32 MiB workspace and, over
+    several nodes, the RDMA buffer (csrc/deep_ep.cpp `Buffer::Buffer`). HybridEP: knowledge.hybridep. 0 under any
+    other dispatcher."""
     ep = max(rp.expert_parallel, 1)
-    if rp.ep_dispatch != "deepep" or ep == 1 or not rp.arch.is_moe:
+    if ep == 1 or not rp.arch.is_moe:
+        return 0
+    if rp.ep_dispatch == "hybridep":
+        domain = nvlink_ranks(rp.gpu, rp.gpu_count)
+        return hybridep_buffer_bytes(rank_tokens(rp), rp.arch.hidden, rp.arch.num_experts, ep, domain)
+    if rp.ep_dispatch != "deepep":
         return 0
     # `get_hidden_bytes(x)`: the hidden states' row, in their dtype (at least 2 bytes), as each dispatch asks for it
     sizes = deepep_buffer_sizes(ep, rp.arch.hidden * (2 if rp.compute_dtype != "fp32" else 4))
@@ -133,15 +157,40 @@ def ep_dispatch_transient(rp: ResolvedPlan, tok: int) -> int:
     DeepEP: what `Buffer.dispatch` returns (fused_a2a.py `FusedDispatch.forward`: `recv_x`, the received rows in the
     hidden states' dtype, with their int64 top-k indices and fp32 weights), alive until the rows are permuted to
     their experts; the combine's backward dispatches the gradients alike. Its `handle` (per-token rank masks and
-    prefix sums, a few bytes a token) is not counted."""
+    prefix sums, a few bytes a token) is not counted.
+    HybridEP: the routing map and probabilities of the layer's tokens × experts it is handed (the rows it
+    dispatches go straight to the experts, counted as the routed activations)."""
     if rp.expert_parallel <= 1 or not rp.arch.is_moe:
         return 0
     c = 2 if rp.compute_dtype != "fp32" else 4
     k = max(rp.arch.experts_per_token, 1)
     if rp.ep_dispatch == "deepep":
         return int(deepep_received_rows(rp, tok) * (rp.arch.hidden * c + k * (8 + 4)))
+    if rp.ep_dispatch == "hybridep":
+        return tok * max(rp.arch.num_experts, 1) * (1 + 4)
     if rp.ep_dispatch not in ("all_gather", "all_gather_loop"):
         return 0
     n, h = _gathered_rows(rp, tok), rp.arch.hidden
     gathered = 0 if rp.ep_dispatch == "all_gather_loop" else n * h * c
     return gathered + 2 * n * h * 4 + n * (k * (4 + 8) + 1)
+
+
+def ep_dispatch_note(rp: ResolvedPlan) -> str | None:
+    """What the dispatcher's buffers outside torch cost each GPU, said in every view (they are counted with the CUDA
+    context); None without them."""
+    n = ep_dispatch_buffers(rp)
+    if not n:
+        return None
+    ep = max(rp.expert_parallel, 1)
+    if rp.ep_dispatch == "hybridep":
+        domain = min(ep, nvlink_ranks(rp.gpu, rp.gpu_count))
+        reach = f"{domain} of them over NVLink" if domain < ep else "all over NVLink"
+        return (
+            f"HybridEP's buffers for the {ep}-GPU expert-parallel group ({reach}): {n / 2**30:.2f} GiB a GPU outside "
+            f"torch, sized for all {ep} × {rank_tokens(rp):,} tokens reaching one GPU (DeepEP 42144303 "
+            "csrc/hybrid_ep/buffer/intranode.cu), counted with the CUDA context"
+        )
+    return (
+        f"DeepEP's buffers for the {ep}-GPU expert-parallel group: {n / 2**30:.2f} GiB a GPU outside torch "
+        "(DeepEP 42144303 csrc/deep_ep.cpp `Buffer::Buffer`), counted with the CUDA context"
+    )
