@@ -265,6 +265,29 @@ trainer = PPOTrainer(args=PPOConfig(output_dir="out"), model=policy, ref_model=r
     assert not res.resolved.scalar_head  # the policy keeps its vocabulary logits
 
 
+def test_an_rloo_reward_model_of_unknown_id_is_held_as_the_policy(tmp_path):
+    """trl v0.12.2 examples/scripts/rloo/rloo.py loads its reward model from `training_args.reward_model_path`, an
+    argument only known when the script runs, and hands it to RLOOTrainer. RLOO counts a reward model only where the
+    script gives one: it is held, sized as the policy (its id unknown), and said to be; before, it was said to be
+    sized as the policy and not counted at all."""
+    text = """
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, HfArgumentParser
+from trl import RLOOConfig, RLOOTrainer
+parser = HfArgumentParser(RLOOConfig)
+training_args = parser.parse_args_into_dataclasses()[0]
+reward_model = AutoModelForSequenceClassification.from_pretrained(training_args.reward_model_path, num_labels=1)
+policy = AutoModelForCausalLM.from_pretrained("EleutherAI/pythia-1b-deduped")
+ref_policy = AutoModelForCausalLM.from_pretrained("EleutherAI/pythia-1b-deduped")
+trainer = RLOOTrainer(config=training_args, policy=policy, ref_policy=ref_policy, reward_model=reward_model)
+"""
+    plan, res, est = _gkd(tmp_path, text)
+    assert plan.model_id.value == "EleutherAI/pythia-1b-deduped"
+    assert plan.reward_model_id is not None and plan.reward_model_id.value == ""
+    assert res.resolved.objective == "rloo" and res.resolved.reward_model and res.resolved.reward_arch is None
+    assert est.components["reward_model"] > 0
+    assert any("reward model (`reward_model`) is only known when the script runs" in str(a) for a in res.assumptions)
+
+
 def test_a_grpo_reward_model_named_in_reward_funcs_is_held(tmp_path):
     """A string in GRPO's `reward_funcs` is a reward model TRL loads and keeps beside the policy (TRL's GRPO
     documentation: `reward_funcs="weqweasdas/RM-Gemma-2B"`); it was not counted. Functions are not models."""

@@ -1221,6 +1221,10 @@ def _other_model_load(r: _Reader, ev: _Evaluator, call: ast.Call, scope: _Scope,
                     f"the {OTHER_MODEL_TITLES[role]} (`{role}`) is only known when the script runs: sized as the policy"
                 )
             )
+            if role == "reward_model":
+                # the trainer holds one (RLOO counts a reward model only where the script hands it one): of no
+                # known id, so of the policy's shapes (resolve.objective `_named_model`)
+                r.b.set(id_concept, "", s, note="a reward model whose id is only known when the script runs")
         elif isinstance(v, str) and v.strip():
             r.b.set(id_concept, v.strip(), s)
     for k in call.keywords if dtype_concept is not None else ():
