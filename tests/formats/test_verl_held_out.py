@@ -51,6 +51,44 @@ def test_dynamic_batch_size_splits_by_tokens_and_the_benchmark_does_not_hold_the
     assert stated["actor_rollout_ref.rollout.gpu_memory_utilization"] == "0.6"
 
 
+def test_megatron_actor_expert_parallelism_is_read():
+    """verl examples/grpo_trainer/run_qwen3moe-30b_megatron_96gb.sh (tests/fixtures/verl/b178a3cd, SOURCE beside
+    it): Qwen3-30B-A3B on one node of 8 H20s, `actor.megatron.expert_model_parallel_size=${ACTOR_EP}` (8). The PPO
+    actor's expert-parallel sizes were not read: each GPU was given all 128 experts of every layer (weights 56.9
+    GiB, fp32 gradients 113.7 GiB: 186.7 GiB)."""
+    path = FIXTURES / "b178a3cd" / "run_qwen3moe-30b_megatron_96gb.sh"
+    plan = plan_of(path)
+    assert value(plan, "dist_strategy") == "megatron"
+    assert (value(plan, "expert_parallel"), value(plan, "expert_tensor_parallel")) == (8, 1)
+    assert plan.expert_parallel.key == "actor_rollout_ref.actor.megatron.expert_model_parallel_size"
+    a = analysed(path)
+    rp = a.resolution.resolved
+    assert rp.expert_parallel == 8
+    arch = rp.arch
+    experts = (arch.layers - arch.dense_layers) * arch.num_experts * 3 * arch.hidden * arch.moe_intermediate
+    from vramlens.estimate import _phases
+
+    def update_weights(r):
+        return _phases(r)[1]["forward-backward"]["weights"]
+
+    # each GPU holds 16 of the 128 experts of every MoE layer in the update: 7/8 of the experts' bf16 weights fewer
+    assert update_weights(rp.with_changes(expert_parallel=1)) - update_weights(rp) == experts * 7 // 8 * 2
+
+
+def test_megatron_actor_recomputes_only_by_its_transformer_config():
+    """verl's Megatron workers never read `model.enable_gradient_checkpointing` (default true): Megatron-Core
+    recomputes by `actor.megatron.override_transformer_config.recompute_granularity` (default null: nothing).
+    run_qwen3moe-30b_megatron_96gb.sh sets none, so its activations are all stored; run_qwen2-7b_math_megatron_lora.sh
+    sets full recompute of every layer."""
+    none = plan_of(FIXTURES / "b178a3cd" / "run_qwen3moe-30b_megatron_96gb.sh")
+    assert value(none, "grad_checkpointing") is False
+    assert "Megatron-Core recomputes nothing" in none.grad_checkpointing.note
+    full = plan_of(MAIN / "run_qwen2-7b_math_megatron_lora.sh")
+    assert value(full, "grad_checkpointing") is True
+    assert full.grad_checkpointing.key.endswith("override_transformer_config.recompute_granularity")
+    assert (value(full, "recompute_method"), value(full, "recompute_layers")) == ("uniform", 1)
+
+
 def test_megatron_lora_section_is_read():
     # actor_rollout_ref.model.lora.rank=256, alpha=512 under the Megatron workers (target_modules default: every
     # Megatron-Core linear layer)

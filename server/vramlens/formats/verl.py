@@ -238,6 +238,8 @@ def read(
     r = _Reader(b, cfg)
     b.plan.framework = FRAMEWORK
     megatron = config == "ppo_megatron_trainer" or cfg.value("actor_rollout_ref.actor.strategy") == "megatron"
+    if megatron:
+        _megatron_recompute(r, A + "actor.megatron.")
     _model(r, megatron)
     world = _gpus(r)
     _objective(r)
@@ -625,17 +627,19 @@ def _critic_batch(r: _Reader, dp: int, seq: int, megatron: bool = False) -> None
     b = r.b
     if b.plan.value_model is None or not b.plan.value_model.value:
         return
-    # the critic's own checkpointing (workers/fsdp_workers.py CriticWorker `_build_critic_model_optimizer`:
-    # `critic_module.gradient_checkpointing_enable()` under `config.model.enable_gradient_checkpointing`)
-    # (FSDP workers; the Megatron workers' critic step is not estimated apart)
-    gc, gs = r.bool("critic.model.enable_gradient_checkpointing")
-    if gs is not None and gc is not None and not megatron:
-        r.put("critic_grad_checkpointing", gc, gs)  # as written, else verl's default (on)
-    apart = [("critic.ulysses_sequence_parallel_size", A + "actor.ulysses_sequence_parallel_size", "Ulysses split")]
+    # the critic's own checkpointing: the FSDP workers' CriticWorker `_build_critic_model_optimizer`
+    # (`critic_module.gradient_checkpointing_enable()` under `config.model.enable_gradient_checkpointing`); the
+    # Megatron workers' `critic.megatron.override_transformer_config.recompute_granularity` (`_megatron_recompute`)
     if megatron:
-        apart.append(
-            ("critic.model.enable_gradient_checkpointing", A + "model.enable_gradient_checkpointing", "checkpointing")
-        )
+        gs = r.cfg.get("critic.megatron.override_transformer_config.recompute_granularity")
+        gc = gs is not None and gs.value is not None
+        if gs is not None:
+            r.put("critic_grad_checkpointing", gc, gs)
+    else:
+        gc, gs = r.bool("critic.model.enable_gradient_checkpointing")
+        if gs is not None and gc is not None:
+            r.put("critic_grad_checkpointing", gc, gs)  # as written, else verl's default (on)
+    apart = [("critic.ulysses_sequence_parallel_size", A + "actor.ulysses_sequence_parallel_size", "Ulysses split")]
     for key, actor_key, what in apart:
         s, theirs = r.cfg.get(key), r.cfg.value(actor_key)
         if s is not None and not r.cfg.is_default(s) and str(s.value).lower() != str(theirs).lower():
@@ -680,6 +684,10 @@ def _distribution(
             if v:
                 r.put(concept, v, ps)
         section = section or A + "actor.megatron."
+        for key, concept, kind in MEGATRON_LAYOUT:
+            v, ks = r.int(section + key, 1) if kind == "int" else r.bool(section + key)
+            if v is not None:
+                r.put(concept, v, ks)
     else:
         fsdp2 = (strategy or "").lower() == "fsdp2"
         section = section or A + "actor.fsdp_config."
@@ -1162,9 +1170,10 @@ SFT_ENGINE_CONFIG = "sft_trainer_engine"
 FSDP_ENGINE = "verl/workers/engine/fsdp/transformer_impl.py"
 MEGATRON_ENGINE = "verl/workers/engine/megatron/transformer_impl.py"
 ENGINE_GROUPS = ("model", "engine", "optim")  # the config groups a launch picks an option of (`engine=megatron`)
-# the Megatron engine's layout keys beyond tensor/pipeline/context parallelism (verl/trainer/config/engine/
-# megatron.yaml), as Megatron-LM's arguments of the same names set them (formats/megatron.py HANDLERS)
-MEGATRON_ENGINE_LAYOUT = (
+# the Megatron workers' layout keys beyond tensor/pipeline/context parallelism — the PPO actor's `megatron.` section
+# (verl/trainer/config/ppo_megatron_trainer.yaml, from v0.5.0 verl/trainer/config/engine/megatron.yaml) and the
+# SFT engine's `engine.` — as Megatron-LM's arguments of the same names set them (formats/megatron.py HANDLERS)
+MEGATRON_LAYOUT = (
     ("virtual_pipeline_model_parallel_size", "virtual_pipeline", "int"),
     ("expert_model_parallel_size", "expert_parallel", "int"),
     ("expert_tensor_parallel_size", "expert_tensor_parallel", "int"),
@@ -1274,9 +1283,6 @@ def _megatron_engine(r: _Reader) -> None:
     set stands): Megatron-Core builds the model in `engine.dtype` (megatron/transformer_impl.py `param_dtype`); its
     recompute is `override_transformer_config.recompute_*` (null granularity: none), not the Hugging Face
     model's gradient checkpointing."""
-    from vramlens.formats import megatron
-
-    b, cfg = r.b, r.cfg
     dtype, s = r.text("engine.dtype")
     if dtype is not None and dtype.lower() in DTYPES:
         r.put(
@@ -1286,24 +1292,34 @@ def _megatron_engine(r: _Reader) -> None:
     if (name or "").lower() == "adam":
         # verl/workers/config/optimizer.py McoreOptimizerConfig → Megatron-Core's (distributed) Adam, fp32 states
         r.put("optimizer", "torch.optim.AdamW", ns, note="optim.optimizer adam: Megatron-Core's Adam, fp32 states")
-    for key, concept, kind in MEGATRON_ENGINE_LAYOUT:
-        v, ks = r.int("engine." + key, 1) if kind == "int" else r.bool("engine." + key)
-        if v is not None:
-            r.put(concept, v, ks)
-    section = "engine.override_transformer_config."
+    _megatron_recompute(r, "engine.")
+
+
+def _megatron_recompute(r: _Reader, section: str) -> None:
+    """A Megatron model's recompute: `<section>override_transformer_config.recompute_*`, read as Megatron-LM's
+    flags of the same names; with no granularity (verl's default, null, or no such key before v0.5.0) Megatron-Core
+    recomputes nothing. `model.enable_gradient_checkpointing` applies to Hugging Face models only: verl's Megatron
+    workers never read it (verl v0.4.1 to main verl/workers/megatron_workers.py, engine/megatron/transformer_impl.py;
+    the overrides reach `hf_to_mcore_config` / the bridge's `set_extra_args`). Called before the model's own keys
+    are read (the first value set stands)."""
+    from vramlens.formats import megatron
+
+    b, cfg = r.b, r.cfg
+    overrides = section + "override_transformer_config."
     for key in ("recompute_granularity", "recompute_method", "recompute_num_layers", "attention_backend"):
-        s = cfg.get(section + key)
+        s = cfg.get(overrides + key)
         if s is not None and s.value is not None and not cfg.is_default(s):
             megatron.HANDLERS[key](b, s)
-    granularity = cfg.get(section + "recompute_granularity")
-    if granularity is not None and granularity.value is None:
-        r.put(
-            "grad_checkpointing",
-            False,
-            granularity,
-            note="recompute_granularity null: Megatron-Core recomputes nothing (model.enable_gradient_checkpointing "
-            "applies to Hugging Face models only)",
+    granularity = cfg.get(overrides + "recompute_granularity")
+    if granularity is None or granularity.value is None:
+        note = (
+            "no recompute_granularity: Megatron-Core recomputes nothing (model.enable_gradient_checkpointing "
+            "applies to Hugging Face models only)"
         )
+        if granularity is not None:
+            r.put("grad_checkpointing", False, granularity, note=note)
+        else:
+            b.set("grad_checkpointing", False, note=note, origin=Origin.DEFAULT, framework=cfg.label)
 
 
 def _sft_engine_batch(r: _Reader, world: int, megatron: bool) -> None:
