@@ -148,3 +148,16 @@ def test_hybridep_buffers_count_at_the_device_level():
     assert any(a.startswith("HybridEP's buffers for the 8-GPU expert-parallel group") for a in with_buffers.assumptions)
     # its transient: the routing map and fp32 probabilities of the layer's tokens × experts
     assert C.ep_dispatch_transient(rp, 4096) == 4096 * 128 * 5
+
+
+def test_megatron_flex_dispatch_spans_expert_tensor_ranks_and_their_sequence_share():
+    """Megatron-Core's flex dispatcher: tokens cross the expert-TP × EP group, each expert replicated over the
+    expert-TP ranks (`num_experts=tp_size * num_moe_experts`), and a rank dispatches its sequence-parallel share
+    (MoEFlexTokenDispatcher). TP 2 (expert TP defaulting to it) × EP 4: an 8-rank HybridEP group over 256 expert
+    copies, 4 × 4096 / 2 tokens a rank."""
+    rp = plan("Qwen/Qwen3-30B-A3B", strategy="megatron", tensor_parallel=2, expert_parallel=4, ep_dispatch="hybridep")
+    assert C.ep_dispatch_buffers(rp) == hybridep.buffer_bytes(4 * 4096 // 2, 2048, 128 * 2, 8, 8)
+    note = C.ep_dispatch_note(rp)
+    assert note is not None and note.startswith(
+        "HybridEP's buffers for the 8-GPU expert-tensor × expert-parallel group"
+    )

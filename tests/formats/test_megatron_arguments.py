@@ -265,3 +265,42 @@ def test_every_relevant_megatron_argument_is_read_or_listed():
     every = set().union(*names.values())
     stale = [n for n in megatron.IRRELEVANT if n not in every]
     assert stale == []
+
+
+# --- the flex token dispatcher (formats/megatron.py `flex_dispatcher`) -------------------------------------------
+
+MOE = (*SHAPES, "--num-experts 16", "--moe-router-topk 2", "--moe-ffn-hidden-size 512")
+
+
+@pytest.mark.parametrize(
+    ("flags", "dispatch", "named"),
+    [
+        ((), None, None),  # the allgather dispatcher: in torch's allocator
+        (("--moe-token-dispatcher-type alltoall",), None, None),
+        (("--moe-token-dispatcher-type flex",), "deepep", None),  # the backend's default
+        (("--moe-token-dispatcher-type flex", "--moe-enable-deepep"), "deepep", None),
+        (("--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend hybridep"), "hybridep", None),
+        (("--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend ncclep"), None, "`ncclep` flex"),
+        (("--moe-token-dispatcher-type flex", "--moe-deepep-num-sms 32"), "deepep", "for 32 SMs"),
+    ],
+)
+def test_flex_dispatcher_backends_are_read(tmp_path, flags, dispatch, named):
+    from vramlens.formats import parse_document
+
+    path = launch(tmp_path, *MOE, "--expert-model-parallel-size 8", *flags)
+    plan = parse_document(path.read_text(), str(path)).plan
+    assert (plan.ep_dispatch.value if plan.ep_dispatch else None) == dispatch
+    whats = [u.what for u in plan.unmodelled]
+    assert any(named in w for w in whats) if named else not any("dispatch" in w or "DeepEP" in w for w in whats)
+
+
+def test_flex_dispatcher_spans_expert_tensor_and_expert_parallel_ranks(tmp_path):
+    """MoEFlexTokenDispatcher exchanges tokens over the expert-TP × EP group (token_dispatcher.py `tp_ep_group`):
+    EP 8 with expert TP 2 is DeepEP's 16-rank configuration, over two 8-GPU nodes — its NVSHMEM heap named."""
+    from vramlens.formats import parse_document
+
+    flags = (*MOE, "--expert-model-parallel-size 8", "--expert-tensor-parallel-size 2")
+    path = launch(tmp_path, *flags, "--moe-token-dispatcher-type flex", "--moe-enable-deepep")
+    plan = parse_document(path.read_text(), str(path)).plan
+    assert plan.ep_dispatch is not None and plan.ep_dispatch.value == "deepep"
+    assert any("NVSHMEM's symmetric heap" in u.what and "16-GPU" in u.what for u in plan.unmodelled)

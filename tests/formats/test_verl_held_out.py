@@ -61,6 +61,8 @@ def test_megatron_actor_expert_parallelism_is_read():
     assert value(plan, "dist_strategy") == "megatron"
     assert (value(plan, "expert_parallel"), value(plan, "expert_tensor_parallel")) == (8, 1)
     assert plan.expert_parallel.key == "actor_rollout_ref.actor.megatron.expert_model_parallel_size"
+    # `override_transformer_config.moe_token_dispatcher_type="flex"` with `moe_enable_deepep=True`: DeepEP's buffer
+    assert value(plan, "ep_dispatch") == "deepep" and plan.ep_dispatch.key.endswith("moe_enable_deepep")
     a = analysed(path)
     rp = a.resolution.resolved
     assert rp.expert_parallel == 8

@@ -21,6 +21,8 @@ from typing import Any
 
 from vramlens.formats import hf
 from vramlens.formats import megatron_hybrid as mh
+from vramlens.formats.ep_dispatch import KEY as EP_KEY
+from vramlens.formats.ep_dispatch import set_deepep, set_hybridep
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
 from vramlens.plan import IssueKind, Origin, Severity
 from vramlens.settings import MAX_GPU_COUNT
@@ -330,6 +332,12 @@ HANDLERS = {
     "moe_router_topk": _shape("experts_per_token"),
     "moe_shared_expert_intermediate_size": _shape("shared_expert_intermediate_size"),
     "moe_layer_freq": _remember,
+    # the token dispatcher (`_flex_dispatcher`, after every flag)
+    "moe_token_dispatcher_type": _remember,
+    "moe_enable_deepep": _remember,
+    "moe_flex_dispatcher_backend": _remember,
+    "moe_deepep_num_sms": _remember,
+    "moe_hybridep_num_sms": _remember,
     "recompute_activations": _recompute_activations,
     "recompute_modules": _recompute_modules,
     "optimizer": _optimizer,
@@ -530,6 +538,47 @@ def framework(launch) -> str:
     return SWIFT_FRAMEWORK if is_swift(launch) else FRAMEWORK
 
 
+FLEX_DISPATCHER_FLAGS = (
+    "moe_token_dispatcher_type",
+    "moe_enable_deepep",
+    "moe_flex_dispatcher_backend",
+    "moe_deepep_num_sms",
+    "moe_hybridep_num_sms",
+)
+
+
+def flex_dispatcher(b: PlanBuilder, by: dict[str, Setting]) -> None:
+    """`moe_token_dispatcher_type: flex`: Megatron-Core's flex token dispatcher, whose backend allocates its buffers
+    outside torch over the expert-tensor × expert-parallel group (token_dispatcher.py `MoEFlexTokenDispatcher`,
+    fused_a2a.py `get_buffer` / `init_hybrid_ep_buffer`; formats.ep_dispatch): `moe_flex_dispatcher_backend`
+    (deepep by default, hybridep, ncclep: core main transformer_config.py), or DeepEP by the deprecated
+    `moe_enable_deepep` (before the backend flag, the only one; transformer_config.py `__post_init__` refuses it
+    without `flex`). `allgather` (the default) and `alltoall` keep their buffers in torch's allocator, with the
+    routed activations."""
+    kind = by.get("moe_token_dispatcher_type")
+    if kind is None or str(kind.value).strip().lower() != "flex":
+        return
+    ep = to_int(by["expert_model_parallel_size"].value) if "expert_model_parallel_size" in by else None
+    tp = to_int(by["tensor_model_parallel_size"].value) if "tensor_model_parallel_size" in by else None
+    etp = to_int(by["expert_tensor_parallel_size"].value) if "expert_tensor_parallel_size" in by else None
+    group = max(ep or 1, 1) * max(etp or tp or 1, 1)
+    deepep = by.get("moe_enable_deepep")
+    backend = by.get("moe_flex_dispatcher_backend")
+    if deepep is not None and to_bool(deepep.value):
+        name, said = "deepep", deepep
+    elif backend is not None:
+        name, said = str(backend.value).strip().lower(), backend
+    else:
+        name, said = "deepep", kind
+    if group <= 1:
+        return
+    if name == "deepep":
+        return set_deepep(b, group, said, by.get("expert_model_parallel_size"), by.get("moe_deepep_num_sms"))
+    if name == "hybridep":
+        return set_hybridep(b, group, said, by.get("moe_hybridep_num_sms"))
+    b.unmodelled(said, f"the `{name}` flex dispatcher's communication buffers", "not counted", key=EP_KEY)
+
+
 def _moe_recompute_merge(b: PlanBuilder, by: dict) -> None:
     """`--moe-layer-recompute` adds "moe" to the recompute modules, written or default (`_moe_layer_recompute`)."""
     s = by.get("moe_layer_recompute")
@@ -544,6 +593,7 @@ def finish(b: PlanBuilder, settings: list[Setting], launch) -> None:
     """After every flag: the objective the command runs, and what Megatron derives from several flags or stops
     without."""
     by = {s.path[0]: s for s in settings if s.path and not s.unresolved}
+    flex_dispatcher(b, by)
     if is_swift(launch):
         _swift_precision(b, by)
     _grad_buffers(b, by)

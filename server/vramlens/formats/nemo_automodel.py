@@ -18,9 +18,10 @@ import re
 from typing import Any
 
 from vramlens.formats import model_kind
+from vramlens.formats.ep_dispatch import KEY, set_deepep, set_hybridep
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
 from vramlens.formats.torchtitan import read_schedule, read_stage_modules, split_local_batch
-from vramlens.knowledge.deepep import DEFAULT_SMS, DISPATCH_CONFIGS, NVL_PEERS
+from vramlens.knowledge.deepep import DISPATCH_CONFIGS
 from vramlens.knowledge.frameworks import NEMO_OWN_MODEL_ATTENTION
 from vramlens.knowledge.pipelining import MULTI_STAGE_SCHEDULES
 from vramlens.plan import IssueKind, Origin, Sourced
@@ -589,40 +590,15 @@ def _expert_parallel(b: PlanBuilder, get, ep: int, ep_s: Setting | None, ranks: 
                 f"{group}'s gathered hidden states kept for the backward in each MoE layer (v0.2.0 and v0.3.0, whose "
                 "per-expert loop saves them; v0.4.0's grouped GEMMs do not)",
                 "counted as v0.4.0 runs it",
-                key="expert_parallel.dispatch",
+                key=KEY,
             )
         return
+    sms = get("model", "backend", "dispatcher_num_sms")
     if dispatcher == "deepep":
-        sms = get("model", "backend", "dispatcher_num_sms")
-        if ep not in DISPATCH_CONFIGS:
-            b.issue(
-                IssueKind.INVALID_VALUE,
-                f"DeepEP has no dispatch configuration for an expert-parallel group of {ep} GPUs "
-                f"(deep_ep/buffer.py `Buffer.get_dispatch_config`: {', '.join(map(str, DISPATCH_CONFIGS))})",
-                ep_s,
-            )
-            return
-        note = f"DeepEP's communication buffer for {group}, outside torch"
-        if default:
-            note += " (BackendConfig's default where deep_ep is installed)"
-        b.set("ep_dispatch", "deepep", d, note=note, origin=Origin.ASSUMED if default else Origin.FILE)
-        if sms is not None and to_int(sms.value) != DEFAULT_SMS:
-            b.unmodelled(sms, f"DeepEP's buffer for {sms.value} SMs", f"counted for DeepEP's default {DEFAULT_SMS} SMs")
-        elif sms is not None:
-            b.remember(sms)
-        if ep > NVL_PEERS:
-            b.unmodelled(
-                d or ep_s,
-                f"NVSHMEM's symmetric heap, from which DeepEP's RDMA buffer for {group} over several nodes comes",
-                "only the RDMA buffer counted",
-                key="expert_parallel.dispatch",
-            )
-        return
+        why = "BackendConfig's default where deep_ep is installed" if default else ""
+        return set_deepep(b, ep, d, ep_s, sms, assumed=why)
     if dispatcher == "hybridep":
-        b.set("ep_dispatch", "hybridep", d, note=f"HybridEP's communication buffers for {group}, outside torch")
-        if (sms := get("model", "backend", "dispatcher_num_sms")) is not None:
-            b.remember(sms)  # the SMs its kernels run on; the buffers' sizes do not depend on them
-        return
+        return set_hybridep(b, ep, d, sms)
     if dispatcher in _OTHER_FLEX_DISPATCHERS:
         what = f"{_OTHER_FLEX_DISPATCHERS[dispatcher]} communication buffers for {group}, allocated outside torch"
     elif dispatcher is not None:
@@ -633,7 +609,7 @@ def _expert_parallel(b: PlanBuilder, get, ep: int, ep_s: Setting | None, ranks: 
             f"has no configuration for {ep} GPUs, where deep_ep is installed, else UCCL-EP's buffers where it is, "
             "else an all-gather of the group's tokens in each MoE layer)"
         )
-    b.unmodelled(d or ep_s, what, "not counted", key="expert_parallel.dispatch")
+    b.unmodelled(d or ep_s, what, "not counted", key=KEY)
 
 
 def _world_from_launch(b: PlanBuilder, get, ctx) -> None:

@@ -688,6 +688,7 @@ def _distribution(
             v, ks = r.int(section + key, 1) if kind == "int" else r.bool(section + key)
             if v is not None:
                 r.put(concept, v, ks)
+        _megatron_dispatcher(r, section)
     else:
         fsdp2 = (strategy or "").lower() == "fsdp2"
         section = section or A + "actor.fsdp_config."
@@ -1293,6 +1294,20 @@ def _megatron_engine(r: _Reader) -> None:
         # verl/workers/config/optimizer.py McoreOptimizerConfig → Megatron-Core's (distributed) Adam, fp32 states
         r.put("optimizer", "torch.optim.AdamW", ns, note="optim.optimizer adam: Megatron-Core's Adam, fp32 states")
     _megatron_recompute(r, "engine.")
+
+
+def _megatron_dispatcher(r: _Reader, section: str) -> None:
+    """The Megatron model's token dispatcher: `<section>override_transformer_config.moe_token_dispatcher_type` and
+    its backend, as Megatron-LM's flags of the same names (formats/megatron.py `flex_dispatcher`), over the section's
+    expert-parallel layout (verl examples/grpo_trainer/run_qwen3moe-30b_megatron_96gb.sh: `flex` with
+    `moe_enable_deepep=True`)."""
+    from vramlens.formats import megatron
+
+    overrides = section + "override_transformer_config."
+    layout = ("expert_model_parallel_size", "tensor_model_parallel_size", "expert_tensor_parallel_size")
+    keys = [(overrides + k, k) for k in megatron.FLEX_DISPATCHER_FLAGS] + [(section + k, k) for k in layout]
+    by = {k: s for key, k in keys if (s := r.cfg.get(key)) is not None and s.value is not None}
+    megatron.flex_dispatcher(r.b, by)
 
 
 def _megatron_recompute(r: _Reader, section: str) -> None:

@@ -70,6 +70,8 @@ def _hybridep_domains(ctx: Context, gpu: GpuSpec, count: int) -> None:
     (RDMA) buffers, which the estimate does not size, join the NVLink ones (DeepEP 42144303
     csrc/hybrid_ep/hybrid_ep.cu: `internode_coordinator.allocate_buffers` when the group spans nodes)."""
     ep = int(ctx.val("expert_parallel") or 1)
+    if ctx.val("dist_strategy") == "megatron":  # the flex dispatcher's group: expert TP × EP (components.dispatch)
+        ep *= int(ctx.val("expert_tensor_parallel") or ctx.val("tensor_parallel") or 1)
     domain = nvlink_ranks(gpu, count)
     if ctx.val("ep_dispatch") != "hybridep" or ep <= domain:
         return

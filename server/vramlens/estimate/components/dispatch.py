@@ -97,9 +97,25 @@ def deepep_buffer_sizes(ranks: int, hidden_bytes: int, sms: int = DEFAULT_SMS) -
     )
 
 
+def _expert_tp(rp: ResolvedPlan) -> int:
+    """Megatron-Core's flex dispatcher exchanges tokens over the expert-tensor × expert-parallel group, each expert
+    replicated over the expert-tensor ranks (megatron/core/transformer/moe/token_dispatcher.py
+    `MoEFlexTokenDispatcher`: `group=self.tp_ep_group`, `num_experts=self.tp_size * num_moe_experts`); 1 elsewhere."""
+    if rp.strategy != "megatron":
+        return 1
+    return max(rp.expert_tensor_parallel or rp.tensor_parallel, 1)
+
+
+def dispatch_group(rp: ResolvedPlan) -> int:
+    """The ranks one token dispatch spans (`_expert_tp` × the expert-parallel group)."""
+    return max(rp.expert_parallel, 1) * _expert_tp(rp)
+
+
 def rank_tokens(rp: ResolvedPlan) -> int:
-    """Tokens of one micro-batch on a rank: its sequences (chosen and rejected alike) × its context-parallel share."""
-    return rp.micro_batch * rp.sequences_per_example * (rp.seq_len // max(rp.context_parallel, 1))
+    """Tokens of one micro-batch a rank dispatches: its sequences (chosen and rejected alike) × its context-parallel
+    share, and under Megatron-Core with tensor parallelism its sequence-parallel share (MoE under TP requires it)."""
+    tokens = rp.micro_batch * rp.sequences_per_example * (rp.seq_len // max(rp.context_parallel, 1))
+    return tokens // (max(rp.tensor_parallel, 1) if rp.strategy == "megatron" else 1)
 
 
 def ep_dispatch_buffers(rp: ResolvedPlan) -> int:
@@ -107,16 +123,17 @@ def ep_dispatch_buffers(rp: ResolvedPlan) -> int:
     signals and peer pointers (NVL_PEERS ints, pointers and signal pointers), the 32 MiB workspace and, over
     several nodes, the RDMA buffer (csrc/deep_ep.cpp `Buffer::Buffer`). HybridEP: knowledge.hybridep. 0 under any
     other dispatcher."""
-    ep = max(rp.expert_parallel, 1)
-    if ep == 1 or not rp.arch.is_moe:
+    group = dispatch_group(rp)
+    if group == 1 or not rp.arch.is_moe:
         return 0
     if rp.ep_dispatch == "hybridep":
         domain = nvlink_ranks(rp.gpu, rp.gpu_count)
-        return hybridep_buffer_bytes(rank_tokens(rp), rp.arch.hidden, rp.arch.num_experts, ep, domain)
+        experts = rp.arch.num_experts * _expert_tp(rp)
+        return hybridep_buffer_bytes(rank_tokens(rp), rp.arch.hidden, experts, group, domain)
     if rp.ep_dispatch != "deepep":
         return 0
     # `get_hidden_bytes(x)`: the hidden states' row, in their dtype (at least 2 bytes), as each dispatch asks for it
-    sizes = deepep_buffer_sizes(ep, rp.arch.hidden * (2 if rp.compute_dtype != "fp32" else 4))
+    sizes = deepep_buffer_sizes(group, rp.arch.hidden * (2 if rp.compute_dtype != "fp32" else 4))
     if sizes is None:
         return 0
     nvl, rdma = sizes
@@ -181,16 +198,17 @@ def ep_dispatch_note(rp: ResolvedPlan) -> str | None:
     n = ep_dispatch_buffers(rp)
     if not n:
         return None
-    ep = max(rp.expert_parallel, 1)
+    ep = dispatch_group(rp)
+    kind = "expert-parallel" if _expert_tp(rp) == 1 else "expert-tensor × expert-parallel"
     if rp.ep_dispatch == "hybridep":
         domain = min(ep, nvlink_ranks(rp.gpu, rp.gpu_count))
         reach = f"{domain} of them over NVLink" if domain < ep else "all over NVLink"
         return (
-            f"HybridEP's buffers for the {ep}-GPU expert-parallel group ({reach}): {n / 2**30:.2f} GiB a GPU outside "
+            f"HybridEP's buffers for the {ep}-GPU {kind} group ({reach}): {n / 2**30:.2f} GiB a GPU outside "
             f"torch, sized for all {ep} × {rank_tokens(rp):,} tokens reaching one GPU (DeepEP 42144303 "
             "csrc/hybrid_ep/buffer/intranode.cu), counted with the CUDA context"
         )
     return (
-        f"DeepEP's buffers for the {ep}-GPU expert-parallel group: {n / 2**30:.2f} GiB a GPU outside torch "
+        f"DeepEP's buffers for the {ep}-GPU {kind} group: {n / 2**30:.2f} GiB a GPU outside torch "
         "(DeepEP 42144303 csrc/deep_ep.cpp `Buffer::Buffer`), counted with the CUDA context"
     )
