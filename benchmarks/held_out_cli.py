@@ -48,10 +48,15 @@ def verl_stated(path: Path, plan: Any) -> dict[str, Any]:
     `actor_rollout_ref.actor.use_dynamic_bsz` on: verl then splits each mini-batch by
     `ppo_max_token_len_per_gpu` tokens and never reads the per-GPU micro-batch size (verl
     verl/workers/actor/dp_actor.py `update_policy`: `prepare_dynamic_batch(mini_batch, max_token_len=...)` if
-    `use_dynamic_bsz` else `mini_batch.split(ppo_micro_batch_size_per_gpu)`; megatron_actor.py the same)."""
+    `use_dynamic_bsz` else `mini_batch.split(ppo_micro_batch_size_per_gpu)`; megatron_actor.py the same); nor
+    `model.enable_gradient_checkpointing` under the Megatron workers, which never read it (v0.3.0.post1
+    verl/workers/megatron_workers.py `_build_model_optimizer` takes it and leaves it unused; from v0.4.1 Megatron-Core
+    recomputes by `override_transformer_config.recompute_granularity` only)."""
     values = stated(path)
     if str(values.get("actor_rollout_ref.actor.use_dynamic_bsz", "")).strip().lower() in ("true", "1"):
         values.pop("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", None)
+    if plan.dist_strategy is not None and plan.dist_strategy.value == "megatron":
+        values.pop("actor_rollout_ref.model.enable_gradient_checkpointing", None)
     return values
 
 

@@ -291,3 +291,25 @@ def test_fused_kernels_score_the_tokens_by_chunks_without_the_whole_logits(tmp_p
     whole = 4 * (1024 + 2048) * vocab / 2 * 6  # the sequence's logits on this rank, 16-bit and fp32
     saved = mplain.estimate.phases["forward-backward"] - mfused.estimate.phases["forward-backward"]
     assert 0.6 * whole < saved < whole
+
+
+def test_megatron_transformer_overrides_are_read_known_or_named(tmp_path):
+    """Each `override_transformer_config.<field>` of verl's Megatron actor overrides a TransformerConfig field: the
+    pipeline split's layer counts are read as Megatron-LM's flags, fusions verl already applies change nothing, an
+    unfused SwiGLU (it keeps a third tensor) and the pipeline split's embedding stage are named — none is dropped."""
+    o = " +actor_rollout_ref.actor.megatron.override_transformer_config."
+    text = VERL_GRPO.format(
+        " actor_rollout_ref.actor.strategy=megatron actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2"
+        f"{o}num_layers_in_first_pipeline_stage=13{o}apply_rope_fusion=False{o}moe_router_dtype=fp32"
+        f"{o}bias_activation_fusion=False{o}account_for_embedding_in_pipeline_split=True"
+        f"{o}account_for_loss_in_pipeline_split=False"
+    )
+    path = tmp_path / "run.sh"
+    path.write_text(text)
+    plan = plan_of(path)
+    assert value(plan, "first_stage_layers") == 13
+    named = unmodelled(plan)
+    assert sorted(k.rsplit(".", 1)[1] for k in named) == [
+        "account_for_embedding_in_pipeline_split",
+        "bias_activation_fusion",
+    ]

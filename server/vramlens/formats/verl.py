@@ -689,6 +689,7 @@ def _distribution(
             if v is not None:
                 r.put(concept, v, ks)
         _megatron_dispatcher(r, section)
+        _megatron_transformer_overrides(r, section)
     else:
         fsdp2 = (strategy or "").lower() == "fsdp2"
         section = section or A + "actor.fsdp_config."
@@ -1296,6 +1297,68 @@ def _megatron_engine(r: _Reader) -> None:
     _megatron_recompute(r, "engine.")
 
 
+# megatron-core TransformerConfig fields an `override_transformer_config` entry sets, read elsewhere
+# (`_megatron_recompute`, `_megatron_dispatcher`)
+_TRANSFORMER_READ = ("recompute_granularity", "recompute_method", "recompute_num_layers", "attention_backend")
+# fields read as the Megatron-LM flag that sets them (megatron/training/arguments.py `core_transformer_config_from_args`
+# maps `--decoder-first-pipeline-num-layers` to `num_layers_in_first_pipeline_stage`, core_v0.13.0 and main)
+_TRANSFORMER_AS_FLAG = {
+    "num_layers_in_first_pipeline_stage": "decoder_first_pipeline_num_layers",
+    "num_layers_in_last_pipeline_stage": "decoder_last_pipeline_num_layers",
+    "recompute_modules": "recompute_modules",
+    "use_flash_attn": "use_flash_attn",
+}
+# fields that change nothing estimated when true, the value verl's `hf_to_mcore_config` gives them (verl main
+# verl/models/mcore/config_converter.py) and Megatron-LM's own: the fused SwiGLU keeps only its input for the backward
+# (megatron/core/fusions/fused_bias_swiglu.py; unfused, `silu` and the product keep a third tensor), grouped GEMMs, a
+# pipeline's outputs freed once sent; the pipeline split's embedding and loss stages when false (the default)
+_TRANSFORMER_WHEN_TRUE = frozenset({"bias_activation_fusion", "moe_grouped_gemm", "deallocate_pipeline_outputs"})
+_TRANSFORMER_WHEN_FALSE = frozenset({"account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"})
+# fields that change nothing estimated whatever their value: kernel choices whose saved tensors are the same (RoPE,
+# the masked softmax of unfused attention, layer norm, bias-dropout, the weight gradient's accumulation, the MoE
+# permutation), loss coefficients, the router's logits dtype (a few bytes a token × expert), the shared experts' stream
+_TRANSFORMER_IRRELEVANT = frozenset(
+    {
+        "apply_rope_fusion",
+        "masked_softmax_fusion",
+        "persist_layer_norm",
+        "bias_dropout_fusion",
+        "gradient_accumulation_fusion",
+        "moe_permute_fusion",
+        "moe_aux_loss_coeff",
+        "moe_z_loss_coeff",
+        "moe_router_dtype",
+        "moe_shared_expert_overlap",
+    }
+)
+
+
+def _megatron_transformer_overrides(r: _Reader, section: str) -> None:
+    """Every other `<section>override_transformer_config.<field>` the file sets: each overrides a field of
+    megatron-core's TransformerConfig (verl main verl/workers/megatron_workers.py: `hf_to_mcore_config(hf_config, dtype,
+    **override_transformer_config)`, or the bridge's `set_extra_args`). Read, known to change nothing, or named as
+    not modelled — never dropped."""
+    from vramlens.formats import megatron
+
+    prefix = section + "override_transformer_config."
+    for key, s in r.cfg.given.items():
+        field = key[len(prefix) :] if key.startswith(prefix) else None
+        if not field or field in _TRANSFORMER_READ or field in megatron.FLEX_DISPATCHER_FLAGS or s.value in (None, ""):
+            continue
+        if field in _TRANSFORMER_AS_FLAG:
+            megatron.HANDLERS[_TRANSFORMER_AS_FLAG[field]](r.b, s)
+        elif (
+            field in _TRANSFORMER_IRRELEVANT
+            or (field in _TRANSFORMER_WHEN_TRUE and to_bool(s.value) is True)
+            or (field in _TRANSFORMER_WHEN_FALSE and to_bool(s.value) is False)
+        ):
+            r.b.remember(s)
+        else:
+            r.b.unmodelled(
+                s, f"Megatron transformer setting `{field}={shown(s.value)}`", "estimated without it", key=key
+            )
+
+
 def _megatron_dispatcher(r: _Reader, section: str) -> None:
     """The Megatron model's token dispatcher: `<section>override_transformer_config.moe_token_dispatcher_type` and
     its backend, as Megatron-LM's flags of the same names (formats/megatron.py `flex_dispatcher`), over the section's
@@ -1314,7 +1377,8 @@ def _megatron_recompute(r: _Reader, section: str) -> None:
     """A Megatron model's recompute: `<section>override_transformer_config.recompute_*`, read as Megatron-LM's
     flags of the same names; with no granularity (verl's default, null, or no such key before v0.5.0) Megatron-Core
     recomputes nothing. `model.enable_gradient_checkpointing` applies to Hugging Face models only: verl's Megatron
-    workers never read it (verl v0.4.1 to main verl/workers/megatron_workers.py, engine/megatron/transformer_impl.py;
+    workers never read it (v0.3.0.post1 verl/workers/megatron_workers.py `_build_model_optimizer` takes it and leaves it
+    unused; v0.4.1 to main megatron_workers.py, engine/megatron/transformer_impl.py;
     the overrides reach `hf_to_mcore_config` / the bridge's `set_extra_args`). Called before the model's own keys
     are read (the first value set stands)."""
     from vramlens.formats import megatron
