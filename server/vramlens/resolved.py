@@ -286,6 +286,8 @@ class ResolvedPlan(BaseModel):
     reward_arch: ModelArch | None = None  # a named reward model's own shapes (None: the policy's backbone)
     value_model: bool = False  # PPO's trained value model (a policy-sized copy with a scalar head)
     value_arch: ModelArch | None = None  # a named critic's own shapes (None: the policy's backbone)
+    # a Megatron critic's own layout, (TP, PP, CP, EP, expert TP), where it is not the policy's (None: the policy's)
+    critic_layout: tuple[int, int, int, int, int] | None = None
     teacher: ModelArch | None = None  # the distillation teacher
     teacher_dtype: Literal["fp32", "bf16", "fp16"] | None = None  # its weight dtype (None: the policy's)
     # the distillation loss when it is a framework's own over the full logits (`FrameworkHooks.distill_loss`):

@@ -313,3 +313,29 @@ def test_megatron_transformer_overrides_are_read_known_or_named(tmp_path):
         "account_for_embedding_in_pipeline_split",
         "bias_activation_fusion",
     ]
+
+
+def test_megatron_critic_is_held_by_its_own_layout():
+    """verl examples/ppo_trainer/run_qwen2-7b_math_gsm8k_megatron.sh (tests/fixtures/verl/b178a3cd): the actor runs
+    TP 2 × PP 2 over 8 GPUs, the critic (Qwen2-7B-Instruct) sets no layout, so ppo_megatron_trainer.yaml's own
+    (critic/megatron_critic.yaml → engine/megatron.yaml: TP 1, PP 1) builds it whole on each GPU, resident beside
+    the actor (CriticWorker, no offload by default). It was not counted under Megatron at all. By hand: its
+    backbone with a one-wide head in bf16 (2 B), fp32 gradient buffers (4 B) and the distributed optimizer's fp32
+    main weights and two Adam states over its 8 data-parallel ranks (12 B / 8)."""
+    from vramlens.estimate import components as C
+
+    a = analysed(FIXTURES / "b178a3cd" / "run_qwen2-7b_math_gsm8k_megatron.sh")
+    rp = a.resolution.resolved
+    assert (rp.tensor_parallel, rp.pipeline_parallel, rp.world_size) == (2, 2, 2)
+    assert rp.value_model and rp.critic_layout == (1, 1, 1, 1, 0)
+    n = C.value_params(rp)
+    by_hand = n * (2 + 4) + n * 12 / 8
+    assert abs(C.megatron_value_model(rp) / by_hand - 1) < 0.001
+    from vramlens.estimate import _phases
+
+    phases = _phases(rp)[1]
+    assert set(phases) >= {"forward-backward", "generation"}
+    assert all(parts["value_model"] == C.megatron_value_model(rp) for parts in phases.values())
+    assert any("the critic's own Megatron layout: TP 1, PP 1" in str(x) for x in a.resolution.assumptions)
+    # with the actor's layout its busiest stage (half the layers and the embedding, over TP 2) holds under half
+    assert C.megatron_value_model(rp.with_changes(critic_layout=None)) < 0.5 * C.megatron_value_model(rp)

@@ -586,6 +586,15 @@ def _megatron_phases(rp: ResolvedPlan, p: C.Params):
         name: {"quant_constants": 0, "adapters": 0, "buffers": 0, "optimizer_paged": 0, **parts}
         for name, parts in C.megatron_step(rp).items()
     }
+    # the models beside the policy on its GPUs through every phase: a critic (verl's Megatron CriticWorker) and a
+    # reward model (verl's Megatron reward worker by the same layout; Megatron-SWIFT loads a Hugging Face one whole)
+    beside = {}
+    if rp.value_model and "value_model" not in rp.models_apart:
+        beside["value_model"] = C.megatron_value_model(rp)
+    if rp.reward_model and "reward_model" not in rp.models_apart:
+        beside["reward_model"] = C.megatron_reward_weights(rp) if rp.framework == "verl" else C.reward_weights(rp)
+    for parts in phases.values():
+        parts.update(beside)
     if rp.generation == "vllm-colocate":
         # the rollout, between two updates: the engine's share beside the policy's weights, gradient buffers and
         # optimizer state, each unless offloaded between updates (verl megatron_workers.py
@@ -606,6 +615,7 @@ def _megatron_phases(rp: ResolvedPlan, p: C.Params):
             # Megatron-SWIFT's offload_model takes the reference along (rollout_mixin.py `offload_context`)
             "reference": 0 if idle_w and rp.offload_idle_scope == "rollout" else fb["reference"],
             "generation": share,
+            **beside,
         }
     if rp.correction != 1.0:
         for parts in phases.values():

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from vramlens.formats.settings import PlanBuilder, Setting, shown, to_bool, to_float, to_int
-from vramlens.plan import IssueKind, Origin, Severity
+from vramlens.plan import IssueKind, Origin, Severity, Sourced
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "frameworks" / "schemas" / "verl"
 FRAMEWORK = "verl"
@@ -489,6 +489,17 @@ def _objective(r: _Reader) -> None:
         path, ps = r.text("reward_model.model.path")
         if path:
             r.put("reward_model_id", path, ps)
+        loop, ls = r.bool("reward_model.use_reward_loop")
+        if loop and ls is not None and not cfg.is_default(ls):
+            # verl main verl/trainer/ppo/ray_trainer.py: with `use_reward_loop` no reward-model worker is built; the
+            # reward loop serves the model with its own engine (`reward_model.rollout`), on the actor's GPUs unless
+            # `reward_model.enable_resource_pool` gives it GPUs of its own
+            b.unmodelled(
+                ls,
+                "the reward model served by the reward loop's own inference engine (`reward_model.rollout`)",
+                "counted as frozen weights beside the actor",
+                key="reward_model.use_reward_loop",
+            )
     prompt, s = r.int("data.max_prompt_length", 1)
     if prompt:
         r.put("prompt_len", prompt, s)
@@ -619,6 +630,53 @@ def _batch(r: _Reader, world: int, megatron: bool) -> None:
     _log_prob_batch(r, dp, seq)
 
 
+_MEGATRON_LAYOUT_NAMES = (
+    ("tensor_model_parallel_size", "TP"),
+    ("pipeline_model_parallel_size", "PP"),
+    ("context_parallel_size", "CP"),
+    ("expert_model_parallel_size", "EP"),
+)
+
+
+def _megatron_critic(r: _Reader) -> None:
+    """The Megatron workers' critic builds its own Megatron-Core model by `critic.megatron.*` (verl main
+    verl/workers/megatron_workers.py `CriticWorker`; ppo_megatron_trainer.yaml gives it a layout of its own, TP 1,
+    PP 1 by default, not the actor's), resident beside the actor unless offloaded (components.megatron
+    `megatron_value_model`): a layout other than the actor's is kept for it, its offload between its updates named."""
+    from vramlens.knowledge.frameworks import VERL_CRITIC_LAYOUT
+
+    own, actor = [], []
+    said = None
+    for key, _ in _MEGATRON_LAYOUT_NAMES + (("expert_tensor_parallel_size", "expert TP"),):
+        s = r.cfg.get("critic.megatron." + key)
+        mine = to_int(s.value) if s is not None else None
+        theirs = to_int(r.cfg.value(A + "actor.megatron." + key))
+        own.append(mine or 0)
+        actor.append(theirs or 0)
+        if (mine or 0) != (theirs or 0) and said is None:
+            said = s
+    if said is not None:
+        layout = ", ".join(f"{short} {n or 1}" for (_, short), n in zip(_MEGATRON_LAYOUT_NAMES, own))
+        default = r.cfg.is_default(said)
+        r.b.plan.extra[VERL_CRITIC_LAYOUT] = Sourced(
+            value=tuple(own),
+            origin=Origin.DEFAULT if default else Origin.FILE,
+            framework=r.cfg.label if default else None,
+            key=said.key,
+            span=said.span,
+            note=f"the critic's own Megatron layout: {layout}",
+        )
+    for key in ("param_offload", "grad_offload", "optimizer_offload"):
+        on, s = r.bool("critic.megatron." + key)
+        if on and s is not None:
+            r.b.unmodelled(
+                s,
+                f"the critic's {key.split('_')[0]} offloaded to the CPU between its updates",
+                "the critic counted resident on the GPU",
+                key="critic.megatron." + key,
+            )
+
+
 def _critic_batch(r: _Reader, dp: int, seq: int, megatron: bool = False) -> None:
     """The critic trains in `update_critic`, before the actor's update and apart from it (verl v0.4.1/v0.7.0
     verl/trainer/ppo/ray_trainer.py `fit`; workers/critic/dp_critic.py `update_critic`), in micro-batches of its own:
@@ -639,6 +697,8 @@ def _critic_batch(r: _Reader, dp: int, seq: int, megatron: bool = False) -> None
         gc, gs = r.bool("critic.model.enable_gradient_checkpointing")
         if gs is not None and gc is not None:
             r.put("critic_grad_checkpointing", gc, gs)  # as written, else verl's default (on)
+    if megatron:
+        _megatron_critic(r)
     apart = [("critic.ulysses_sequence_parallel_size", A + "actor.ulysses_sequence_parallel_size", "Ulysses split")]
     for key, actor_key, what in apart:
         s, theirs = r.cfg.get(key), r.cfg.value(actor_key)

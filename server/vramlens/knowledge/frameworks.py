@@ -639,6 +639,9 @@ HF_MODEL_FRAMEWORKS = frozenset(
 # architecture's model_type as transformers 5.24's auto mapping names it); their attention is the run's
 # `model.backend.attn` (formats/nemo_automodel.py `OWN_ATTENTION`), not transformers' choice for that class
 NEMO_OWN_MODEL_ATTENTION = "nemo_automodel.own_model_attention"  # the plan's `extra` key the reader keeps it under
+# verl's Megatron critic builds its own Megatron-Core model by `critic.megatron.*` (verl main
+# verl/workers/megatron_workers.py `CriticWorker`): its (TP, PP, CP, EP, expert TP) under this `extra` key
+VERL_CRITIC_LAYOUT = "verl.critic_megatron_layout"
 NEMO_OWN_MODELS = frozenset(
     {
         "deepseek_v3",

@@ -4,6 +4,7 @@ file's value, the framework's default or what a stage decided."""
 from __future__ import annotations
 
 from vramlens.knowledge import peft_methods
+from vramlens.knowledge.frameworks import VERL_CRITIC_LAYOUT
 from vramlens.resolve import evaluation
 from vramlens.resolve.adapters import AdapterPart, _adapter_rank
 from vramlens.resolve.common import (
@@ -131,6 +132,7 @@ def build_plan(
         zero_stage=int(zero) if strategy in ("deepspeed", "fsdp") else 0,
         world_size=d.shard_ranks,
         shard_group=_shard_group(ctx, d),
+        critic_layout=_critic_layout(ctx),
         offload_optimizer=bool(val("offload_optimizer")),
         offload_params=bool(val("offload_params")),
         offload_params_idle=bool(val("offload_params_idle")),
@@ -256,6 +258,26 @@ def _expert_targets(names) -> tuple[str, ...]:
     passed them (already canonical, or peft's parameter names)."""
     kinds = [peft_methods.expert_parameter(n) for n in names or ()]
     return tuple(dict.fromkeys(k for k in kinds if k is not None))
+
+
+def _critic_layout(ctx: Context) -> tuple[int, int, int, int, int] | None:
+    """A Megatron critic's own layout (TP, PP, CP, EP, expert TP; 0 for expert TP: its TP), where the reader found
+    one other than the policy's (knowledge.frameworks.VERL_CRITIC_LAYOUT), said in every view."""
+    if not ctx.val("value_model") or ctx.val("dist_strategy") != "megatron":
+        return None
+    if ctx.val("critic_micro_batch"):
+        ctx.assumptions.append(
+            Approximate(
+                "the critic's own update under Megatron-Core is not estimated apart: its state is counted beside the "
+                "policy's through every phase, its activations as the policy's update holds them"
+            )
+        )
+    said = ctx.plan.extra.get(VERL_CRITIC_LAYOUT)
+    if said is None:
+        return None
+    tp, pp, cp, ep, etp = (max(int(n or 0), 0) for n in said.value)
+    ctx.assumptions.append(f"{said.note}, not the policy's: the critic's weights, gradients and optimizer state by it")
+    return max(tp, 1), max(pp, 1), max(cp, 1), max(ep, 1), etp
 
 
 def _shard_group(ctx: Context, d: DistributionPart) -> int:

@@ -161,8 +161,10 @@ from vramlens.estimate.components.megatron import (
     megatron_dp,
     megatron_head_per_token,
     megatron_layer_per_token,
+    megatron_reward_weights,
     megatron_state_bytes,
     megatron_step,
+    megatron_value_model,
 )
 from vramlens.estimate.components.mixers import deltanet_bytes, deltanet_per_token, deltanet_sizes, short_conv_per_token
 from vramlens.estimate.components.mlp import GELU_TANH_FAMILIES, dense_layer_plan, mlp_keeps_per_token, mlp_per_token
@@ -455,7 +457,9 @@ __all__ = [
     "megatron_head_per_token",
     "megatron_layer_per_token",
     "megatron_state_bytes",
+    "megatron_reward_weights",
     "megatron_step",
+    "megatron_value_model",
     "mlp_bytes",
     "mlp_per_token",
     "model_buffers",

@@ -80,6 +80,40 @@ def megatron_state_bytes(rp: ResolvedPlan, st: Stage) -> tuple[int, int, int]:
     return int(weights), int(grads), int(trained_dense * per_state / dp + trained_experts * per_state / edp)
 
 
+def megatron_value_model(rp: ResolvedPlan) -> int:
+    """A critic trained beside the policy under Megatron-Core (verl's Megatron workers: `CriticWorker` builds its own
+    Megatron-Core model with a one-wide value head, verl/models/mcore `value_model`, and keeps its weights, gradient
+    buffers and optimizer state on the GPU through the actor's phases unless offloaded): the policy's formulas
+    (`megatron_state_bytes`) over the critic's shapes without the vocabulary head, on the busiest stage of the
+    policy's layout, or of its own (`critic_layout`: verl's `critic.megatron.*`) over the same GPUs, its
+    data-parallel ranks what its TP × PP × CP leave of them."""
+    critic = rp.with_changes(arch=rp.value_arch or rp.arch, scalar_head=True, value_arch=None)
+    if rp.critic_layout is not None:
+        tp, pp, cp, ep, etp = rp.critic_layout
+        gpus = max(rp.world_size, 1) * max(rp.tensor_parallel, 1) * max(rp.pipeline_parallel, 1)
+        gpus *= max(rp.context_parallel, 1)
+        critic = critic.with_changes(
+            tensor_parallel=tp,
+            pipeline_parallel=pp,
+            context_parallel=cp,
+            expert_parallel=ep,
+            expert_tensor_parallel=etp or None,
+            world_size=max(gpus // (tp * pp * cp), 1),
+            virtual_pipeline=1,
+            first_stage_layers=None,
+            last_stage_layers=None,
+        )
+    return max(sum(megatron_state_bytes(critic, st)) for st in stages(critic))
+
+
+def megatron_reward_weights(rp: ResolvedPlan) -> int:
+    """A frozen reward model beside the policy under Megatron-Core: its 16-bit weights (a one-wide score head) on
+    the busiest stage of the policy's layout."""
+    rm = rp.with_changes(arch=rp.reward_arch or rp.arch, scalar_head=True, peft="none")
+    wb = DTYPE_BYTES[rp.weight_dtype]
+    return int(max(sum(megatron_rank_params(rm, st)) * wb for st in stages(rm)))
+
+
 def megatron_rank_params(rp: ResolvedPlan, st: Stage) -> tuple[float, float]:
     """(dense, expert) parameters a pipeline rank holds: its share of the stage's dense weights over TP and of its
     routed experts over expert TP × EP (the vision tower apart: `megatron_vision_params`)."""
