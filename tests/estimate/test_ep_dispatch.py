@@ -161,3 +161,13 @@ def test_megatron_flex_dispatch_spans_expert_tensor_ranks_and_their_sequence_sha
     assert note is not None and note.startswith(
         "HybridEP's buffers for the 8-GPU expert-tensor × expert-parallel group"
     )
+
+
+def test_megatron_allgather_dispatch_by_hand():
+    """Megatron-LM's default all-gather dispatcher (MoEAllGatherTokenDispatcher): with TP 2 and EP 4 (expert TP
+    defaulting to TP) each rank gathers its group's 8 × (4 × 4096 / 2) tokens: the routing map and fp32
+    probabilities over 128 experts, the hidden states (2048 wide, bf16) in the global buffer, and at the combine the
+    unpermuted rows in bf16 and their fp32 copy."""
+    rp = plan("Qwen/Qwen3-30B-A3B", strategy="megatron", tensor_parallel=2, expert_parallel=4, ep_dispatch="all_gather")
+    n = 8 * 4 * 4096 // 2
+    assert C.megatron_allgather_dispatch(rp, 4 * 4096) == n * (2 * 2048 + 2 * 2048 + 4 * 2048 + 128 * 5)

@@ -275,7 +275,8 @@ MOE = (*SHAPES, "--num-experts 16", "--moe-router-topk 2", "--moe-ffn-hidden-siz
 @pytest.mark.parametrize(
     ("flags", "dispatch", "named"),
     [
-        ((), None, None),  # the allgather dispatcher: in torch's allocator
+        ((), "all_gather", None),  # Megatron-LM's default dispatcher gathers the group's tokens
+        (("--moe-token-dispatcher-type allgather",), "all_gather", None),
         (("--moe-token-dispatcher-type alltoall",), None, None),
         (("--moe-token-dispatcher-type flex",), "deepep", None),  # the backend's default
         (("--moe-token-dispatcher-type flex", "--moe-enable-deepep"), "deepep", None),

@@ -547,21 +547,32 @@ FLEX_DISPATCHER_FLAGS = (
 )
 
 
-def flex_dispatcher(b: PlanBuilder, by: dict[str, Setting]) -> None:
-    """`moe_token_dispatcher_type: flex`: Megatron-Core's flex token dispatcher, whose backend allocates its buffers
-    outside torch over the expert-tensor × expert-parallel group (token_dispatcher.py `MoEFlexTokenDispatcher`,
-    fused_a2a.py `get_buffer` / `init_hybrid_ep_buffer`; formats.ep_dispatch): `moe_flex_dispatcher_backend`
-    (deepep by default, hybridep, ncclep: core main transformer_config.py), or DeepEP by the deprecated
-    `moe_enable_deepep` (before the backend flag, the only one; transformer_config.py `__post_init__` refuses it
-    without `flex`). `allgather` (the default) and `alltoall` keep their buffers in torch's allocator, with the
-    routed activations."""
-    kind = by.get("moe_token_dispatcher_type")
-    if kind is None or str(kind.value).strip().lower() != "flex":
-        return
+def token_dispatcher(b: PlanBuilder, by: dict[str, Setting], default: str = "alltoall") -> None:
+    """`moe_token_dispatcher_type` (Megatron-LM's default `allgather`, megatron/training/arguments.py core_v0.13.0 and
+    TransformerConfig; Megatron-SWIFT's and verl's `hf_to_mcore_config` give `alltoall`: `default`). `allgather`
+    gathers every token of the expert-tensor × expert-parallel group on each rank (MoEAllGatherTokenDispatcher:
+    components.megatron_activations); `alltoall` sends each token to its experts' ranks (what the estimate's MoE
+    layers assume). `flex` runs a backend that allocates its buffers outside torch over that group (token_dispatcher.py
+    `MoEFlexTokenDispatcher`, fused_a2a.py `get_buffer` / `init_hybrid_ep_buffer`; formats.ep_dispatch):
+    `moe_flex_dispatcher_backend` (deepep by default, hybridep, ncclep: core main transformer_config.py), or DeepEP by
+    the deprecated `moe_enable_deepep` (before the backend flag, the only one; `__post_init__` refuses it without
+    `flex`)."""
+    said = by.get("moe_token_dispatcher_type")
+    kind = str(said.value).strip().lower() if said is not None else default
     ep = to_int(by["expert_model_parallel_size"].value) if "expert_model_parallel_size" in by else None
     tp = to_int(by["tensor_model_parallel_size"].value) if "tensor_model_parallel_size" in by else None
     etp = to_int(by["expert_tensor_parallel_size"].value) if "expert_tensor_parallel_size" in by else None
     group = max(ep or 1, 1) * max(etp or tp or 1, 1)
+    if kind == "allgather":
+        if group > 1 and (said is not None or "num_experts" in by):
+            note = f"each MoE layer gathers the tokens of its {group}-GPU expert-tensor × expert-parallel group"
+            if said is not None:
+                b.set("ep_dispatch", "all_gather", said, note=note)
+            else:
+                b.set("ep_dispatch", "all_gather", note=note, origin=Origin.DEFAULT, framework="Megatron-LM")
+        return
+    if kind != "flex":
+        return
     deepep = by.get("moe_enable_deepep")
     backend = by.get("moe_flex_dispatcher_backend")
     if deepep is not None and to_bool(deepep.value):
@@ -569,7 +580,7 @@ def flex_dispatcher(b: PlanBuilder, by: dict[str, Setting]) -> None:
     elif backend is not None:
         name, said = str(backend.value).strip().lower(), backend
     else:
-        name, said = "deepep", kind
+        name = "deepep"
     if group <= 1:
         return
     if name == "deepep":
@@ -593,7 +604,7 @@ def finish(b: PlanBuilder, settings: list[Setting], launch) -> None:
     """After every flag: the objective the command runs, and what Megatron derives from several flags or stops
     without."""
     by = {s.path[0]: s for s in settings if s.path and not s.unresolved}
-    flex_dispatcher(b, by)
+    token_dispatcher(b, by, "alltoall" if is_swift(launch) else "allgather")
     if is_swift(launch):
         _swift_precision(b, by)
     _grad_buffers(b, by)

@@ -1430,7 +1430,7 @@ def _megatron_dispatcher(r: _Reader, section: str) -> None:
     layout = ("expert_model_parallel_size", "tensor_model_parallel_size", "expert_tensor_parallel_size")
     keys = [(overrides + k, k) for k in megatron.FLEX_DISPATCHER_FLAGS] + [(section + k, k) for k in layout]
     by = {k: s for key, k in keys if (s := r.cfg.get(key)) is not None and s.value is not None}
-    megatron.flex_dispatcher(r.b, by)
+    megatron.token_dispatcher(r.b, by)  # `hf_to_mcore_config` gives alltoall (verl/models/mcore/config_converter.py)
 
 
 def _megatron_recompute(r: _Reader, section: str) -> None:

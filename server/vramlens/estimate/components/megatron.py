@@ -405,13 +405,28 @@ def megatron_activations(rp: ResolvedPlan, st: Stage) -> tuple[int, int]:
     if st.embedding:
         per_mb += (MEGATRON_EMBED_INPUT_BYTES + h) / sp
     a2a = 0
-    if moe_layers:
+    if moe_layers and rp.ep_dispatch == "all_gather":
+        a2a = megatron_allgather_dispatch(rp, tokens)
+    elif moe_layers:
         # the token dispatcher's all-to-all: a micro-batch's chosen-expert tokens sent and received for one layer
         # (megatron/core/transformer/moe/token_dispatcher.py `MoEAlltoAllTokenDispatcher`), from the rank's
         # sequence-parallel shard: MoE training with TP > 1 requires sequence parallelism (Megatron-LM d98e8a64
         # megatron/core/transformer/moe/moe_layer.py `forward` raises without it)
         a2a = int(2 * max(rp.arch.experts_per_token, 1) * 2 * h * tokens / tp)
     return int(tokens * (per_mb * st.in_flight + working)), a2a
+
+
+def megatron_allgather_dispatch(rp: ResolvedPlan, tokens: int) -> int:
+    """The all-gather token dispatcher's memory in one MoE layer (Megatron-LM's default; megatron/core/transformer/
+    moe/token_dispatcher.py `MoEAllGatherTokenDispatcher` at core main): every rank gathers the N = expert TP × EP ×
+    its sequence-parallel shard tokens of its group — their routing map (a byte per token × expert) and fp32
+    probabilities, and their hidden states into the global memory buffer (`use_global_buffer=True`, which stays
+    allocated once used) — then at the combine unpermutes its experts' outputs back to N rows (`restore_shape`) and
+    casts them to fp32 for the reduce-scatter (`hidden_states.to(self.local_probs.dtype)`): 16-bit and fp32 copies of
+    N × hidden alive together. The permuted rows its experts get are the routed activations."""
+    h, e = rp.arch.hidden, max(rp.arch.num_experts, 1)
+    n = max(rp.expert_parallel, 1) * expert_tp(rp) * tokens / max(rp.tensor_parallel, 1)
+    return int(n * (2 * h + 2 * h + 4 * h + e * (1 + 4)))
 
 
 # the 16-bit logits beside their fp32 copy in the vocab-parallel cross entropy (`megatron_head_per_token`)
