@@ -446,8 +446,9 @@ def test_a_local_batch_the_micro_batch_does_not_divide_is_said(tmp_path):
 def test_expert_parallel_gathers_each_ranks_own_experts(tmp_path):
     """v0.2.0 llama4_17bx16e.toml without TP and with `expert_parallel_degree` 8 over 8 GPUs: each GPU holds 1/8 of
     every MoE layer's experts and FSDP gathers none of them (v0.2.0 parallel_dims.py `_build_mesh_with_ep`:
-    dp_shard_mod_ep = 8 / 8), so the step needs less than the same run without EP; with TP the expert split is named
-    as not modelled."""
+    dp_shard_mod_ep = 8 / 8), so the step needs less than the same run without EP. With TP 8 the experts are split
+    over TP (its `expert_tensor_parallel_degree = 8`) or kept whole (1, said as approximate), and a degree other than
+    TP or 1 is refused as torchtitan refuses it (parallel_dims.py `_validate`)."""
     text = (FIXTURES / "v0.2.0" / "llama4_17bx16e.toml").read_text()
     no_tp = text.replace("tensor_parallel_degree = 8", "tensor_parallel_degree = 1").replace(
         "expert_tensor_parallel_degree = 8", "expert_tensor_parallel_degree = 1"
@@ -460,5 +461,38 @@ def test_expert_parallel_gathers_each_ranks_own_experts(tmp_path):
     assert with_["peak"]["allocated_gib"] < without["peak"]["allocated_gib"]
     tp = tmp_path / "tp.toml"
     tp.write_text(text.replace("expert_parallel_degree = 1", "expert_parallel_degree = 8"))
-    named = estimate(tp, "--num-gpus", "64")
-    assert any("tensor parallelism" in u["what"] for u in named["unmodelled"])
+    split = estimate(tp, "--num-gpus", "64")
+    assert (source(split, "expert_parallel"), source(split, "expert_tensor_parallel")) == (8, 8)
+    assert split["unmodelled"] == [] and not any("expert_tensor_parallel" in r for r in split["approximate_reasons"])
+    whole = tmp_path / "etp1.toml"
+    whole.write_text(tp.read_text().replace("expert_tensor_parallel_degree = 8", "expert_tensor_parallel_degree = 1"))
+    kept = estimate(whole, "--num-gpus", "64")
+    assert source(kept, "expert_tensor_parallel") == 1
+    assert any("expert_tensor_parallel_degree 1 under tensor parallelism" in r for r in kept["approximate_reasons"])
+    odd = tmp_path / "etp2.toml"
+    odd.write_text(tp.read_text().replace("expert_tensor_parallel_degree = 8", "expert_tensor_parallel_degree = 2"))
+    plan = parse_document(odd.read_text(), str(odd)).plan
+    assert any("should be the tensor_parallel_degree (8) or 1" in i.message for i in plan.issues)
+
+
+def test_expert_gather_share_under_tensor_parallelism():
+    """torchtitan's sparse mesh (v0.2.2 parallel_dims.py `build_mesh`): efsdp = fsdp × TP ÷ (etp × ep). A block's
+    all-gather makes num_experts / ep experts whole, each split over etp: of the rank's TP slice that is
+    TP / (ep × etp); unsharded (nothing gathered) once ep × etp covers fsdp × TP."""
+    from vramlens.estimate.components import fsdp_expert_gather_share
+    from vramlens.knowledge import gpus, models, optimizers
+    from vramlens.resolved import ResolvedPlan
+
+    rp = ResolvedPlan(
+        arch=models.lookup_model("Qwen/Qwen3-30B-A3B"),
+        optimizer=optimizers.lookup_optimizer("adamw_torch"),
+        gpu=gpus.lookup_gpu("H100-SXM")[0],
+        strategy="fsdp",
+        zero_stage=3,
+        world_size=16,
+        tensor_parallel=4,
+        expert_parallel=8,
+    )
+    assert fsdp_expert_gather_share(rp.with_changes(expert_tensor_parallel=4)) == 4 / 32  # efsdp 16 × 4 / 32 = 2
+    assert fsdp_expert_gather_share(rp.with_changes(expert_tensor_parallel=1)) == 4 / 8  # efsdp 8
+    assert fsdp_expert_gather_share(rp.with_changes(expert_tensor_parallel=4, expert_parallel=16)) == 0.0

@@ -237,6 +237,7 @@ WHERE = {
     "pp_microbatches": (("parallelism", "num_pp_microbatches"),),
     "cp": (("parallelism", "context_parallel_degree"), ("experimental", "context_parallel_degree")),
     "ep": (("parallelism", "expert_parallel_degree"),),
+    "etp": (("parallelism", "expert_tensor_parallel_degree"),),
     "reshard": (("parallelism", "fsdp_reshard_after_forward"),),
     "ac_mode": (("activation_checkpoint", "mode"),),
     "ac_option": (("activation_checkpoint", "selective_ac_option"),),
@@ -749,35 +750,65 @@ def _parallel(b: PlanBuilder, v: _Values, world: tuple[int, Setting | None] | No
         _pipeline_schedule(b, v, pp, pp_s)
         _pipeline_split(b, v, pp_s)
     if (s := v.get("ep")) is not None and (ep := to_int(s.value) or 1) > 1:
-        _expert_parallel(b, s, ep, tp, shard if shard > 0 else None, cp)
+        _expert_parallel(b, s, ep, tp, shard if shard > 0 else None, cp, v.get("etp"))
 
 
-def _expert_parallel(b: PlanBuilder, s: Setting, ep: int, tp: int, shard: int | None, cp: int) -> None:
-    """`expert_parallel_degree`: torchtitan divides each MoE layer's routed experts over `ep` ranks borrowed from
-    data_parallel_shard × context_parallel (× tensor_parallel with `expert_tensor_parallel_degree` 1) and shards each
-    rank's experts with FSDP over the rest (v0.2.0 torchtitan/distributed/parallel_dims.py `_build_mesh_with_ep`:
-    `dp_shard_mod_ep = dp_shard * cp // ep`; main b5bcd76 `efsdp = fsdp * tp // ep`), with the blocks' reshard
+def _expert_parallel(
+    b: PlanBuilder, s: Setting, ep: int, tp: int, shard: int | None, cp: int, etp_s: Setting | None
+) -> None:
+    """`expert_parallel_degree`: torchtitan divides each MoE layer's routed experts over `ep` ranks and shards each
+    rank's experts with FSDP over the rest of its sparse mesh (pp, dp_replicate, efsdp, ep, etp), efsdp =
+    data_parallel_shard × context_parallel × TP ÷ (etp × ep) (v0.2.2 torchtitan/distributed/parallel_dims.py
+    `build_mesh`; v0.2.0 `_build_mesh_with_ep`: `dp_shard_mod_ep = dp_shard * cp // ep`), with the blocks' reshard
     policy (models/*/infra/parallelize.py `apply_fsdp`: the experts `fully_shard`ed on that mesh). Without tensor
     parallelism that is NeMo AutoModel's layout (components.sharding `fsdp_expert_gather_share`); the all-to-all
-    receives each rank's routed tokens, counted as the routed activations of balanced routing. With tensor
-    parallelism the experts are split over TP or not (`expert_tensor_parallel_degree`), which the estimate does not
-    follow."""
-    if tp > 1:
-        b.unmodelled(
-            s,
-            "expert parallel with tensor parallelism (experts split over expert_tensor_parallel_degree)",
-            "estimated as if every GPU held every expert",
-        )
-        return
-    if shard is not None and (shard * cp) % ep:
+    receives each rank's routed tokens, counted as the routed activations of balanced routing.
+    With tensor parallelism `expert_tensor_parallel_degree` (default 1) is TP or 1, nothing else (`_validate`:
+    "Currently we only support ETP=TP or ETP=1"): ETP = TP splits each expert over the TP ranks as TP splits the
+    dense layers, `ep` taken from data_parallel_shard × context_parallel; ETP = 1 keeps each expert whole, `ep`
+    taken from those ranks × TP, each rank routing its own sequence shard's tokens — an expert's activations are
+    then counted as under ETP = TP, said as approximate."""
+    etp = (to_int(etp_s.value) or 1) if etp_s is not None else 1
+    if tp > 1 and etp not in (1, tp):
         b.issue(
             IssueKind.INVALID_VALUE,
-            f"expert_parallel_degree {ep} should divide data_parallel_shard_degree × context_parallel_degree "
-            f"({shard * cp}): torchtitan refuses the mesh",
+            f"expert_tensor_parallel_degree {etp} should be the tensor_parallel_degree ({tp}) or 1: torchtitan "
+            "refuses any other",
+            etp_s,
+        )
+        return
+    borrowed = shard * cp * (tp if etp == 1 else 1) if shard is not None else None
+    if borrowed is not None and borrowed % ep:
+        over = "data_parallel_shard_degree × context_parallel_degree" + (
+            " × tensor_parallel_degree" if tp > 1 and etp == 1 else ""
+        )
+        b.issue(
+            IssueKind.INVALID_VALUE,
+            f"expert_parallel_degree {ep} should divide {over} ({borrowed}): torchtitan refuses the mesh",
             s,
         )
         return
     b.set("expert_parallel", ep, s, note=f"each GPU holds 1/{ep} of every MoE layer's routed experts")
+    if tp > 1:
+        note = (
+            f"each expert split over the {tp} tensor-parallel GPUs"
+            if etp == tp
+            else "each expert whole on its GPU (expert parallelism over the tensor-parallel GPUs too)"
+        )
+        if etp_s is not None:
+            b.set("expert_tensor_parallel", etp, etp_s, note=note)
+        else:
+            b.set("expert_tensor_parallel", 1, s, note=note, origin=Origin.DEFAULT, framework="torchtitan")
+        if etp == 1:
+            from vramlens.resolve import Approximate
+
+            b.plan.read_notes.append(
+                Approximate(
+                    "expert_tensor_parallel_degree 1 under tensor parallelism: each GPU routes its own sequence "
+                    "shard's tokens to whole experts; their activations are counted as with each expert split over "
+                    "the tensor-parallel GPUs"
+                )
+            )
 
 
 def read_schedule(b: PlanBuilder, s: Setting | None) -> str:

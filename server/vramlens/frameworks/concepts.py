@@ -747,7 +747,14 @@ _ALL: tuple[Concept, ...] = (
         True,
         ("expert_tensor_parallel_size", "expert_tensor_parallel_degree"),
     ),
-    _C("ep_dispatch", "str", "expert-parallel token dispatcher (all-gather, DeepEP or HybridEP)", True, True, ("dispatcher",)),
+    _C(
+        "ep_dispatch",
+        "str",
+        "expert-parallel token dispatcher (all-gather, DeepEP or HybridEP)",
+        True,
+        True,
+        ("dispatcher",),
+    ),
     _C("sequence_parallel", "bool", "Megatron sequence parallelism", True, True, ("sequence_parallel",)),
     _C(
         "recompute_modules",

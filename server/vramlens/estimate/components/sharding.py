@@ -70,11 +70,18 @@ def fsdp_expert_gather_share(rp: ResolvedPlan) -> float:
     At rest a rank keeps 1 / (ep · ep_shard) = 1 / (dp·cp) of the experts, as of every other parameter
     (`zero_shard_factor`, unchanged), but a block's all-gathers make its dense parameters whole and its experts only
     the rank's num_experts / ep. With ep = dp·cp (ep_shard 1) the experts are not FSDP-sharded at all
-    (`ep_shard_enabled` false): each rank computes on its own experts in place and gathers none of them."""
+    (`ep_shard_enabled` false): each rank computes on its own experts in place and gathers none of them.
+
+    Under tensor parallelism the share is of the rank's tensor-parallel slice (the callers divide by TP): torchtitan
+    (v0.2.2 parallel_dims.py `build_mesh`, sparse mesh (efsdp, ep, etp), efsdp = fsdp × TP ÷ (etp × ep)) gathers
+    num_experts / ep experts each split over etp, TP × 1 / (ep × etp) of the slice; with expert TP 1 the experts are
+    taken over the TP ranks too, so they are unsharded once ep covers fsdp × TP."""
     ep = max(rp.expert_parallel, 1)
     if ep == 1 or rp.strategy != "fsdp":
         return 1.0
-    return 1.0 / ep if ep < shard_ranks(rp) else 0.0
+    tp = max(rp.tensor_parallel, 1)
+    etp = max(rp.expert_tensor_parallel or tp, 1)
+    return tp / (ep * etp) if ep * etp < shard_ranks(rp) * tp else 0.0
 
 
 def fsdp_gathers_16bit(rp: ResolvedPlan) -> bool:
