@@ -337,5 +337,10 @@ def test_megatron_critic_is_held_by_its_own_layout():
     assert set(phases) >= {"forward-backward", "generation"}
     assert all(parts["value_model"] == C.megatron_value_model(rp) for parts in phases.values())
     assert any("the critic's own Megatron layout: TP 1, PP 1" in str(x) for x in a.resolution.assumptions)
+    # its own update (verl `update_critic`) at its micro-batch of 4, unsplit by TP: more activations than the
+    # actor's TP-2 update holds, beside both models' state
+    update = phases["critic-update"]
+    assert update["activations"] > phases["forward-backward"]["activations"] > 0
+    assert update["weights"] == phases["forward-backward"]["weights"] and update["logits"] == 0
     # with the actor's layout its busiest stage (half the layers and the embedding, over TP 2) holds under half
     assert C.megatron_value_model(rp.with_changes(critic_layout=None)) < 0.5 * C.megatron_value_model(rp)

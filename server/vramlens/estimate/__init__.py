@@ -617,6 +617,23 @@ def _megatron_phases(rp: ResolvedPlan, p: C.Params):
             "generation": share,
             **beside,
         }
+    if "value_model" in beside and rp.critic_micro_batch > 0:
+        # the critic's own update before the policy's (verl `update_critic`): its activations at its micro-batch, by
+        # its layout and recompute, beside the policy's state (Megatron's gradient buffers persist) unless offloaded
+        fb = phases["forward-backward"]
+        own = C.megatron_step(C.megatron_critic_plan(rp))["forward-backward"]
+        idle_w, idle_o = rp.offload_params_idle, rp.offload_optimizer_idle
+        phases["critic-update"] = {
+            **{k: 0 for k in fb},
+            "weights": 0 if idle_w else fb["weights"],
+            "gradients": 0 if idle_w else fb["gradients"],
+            "optimizer": 0 if idle_o else fb["optimizer"],
+            "reference": fb["reference"],
+            "generation": fb.get("generation", 0),
+            **beside,
+            "activations": own["activations"],
+            "temporaries": own["temporaries"],
+        }
     if rp.correction != 1.0:
         for parts in phases.values():
             for k in parts:

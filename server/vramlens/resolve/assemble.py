@@ -265,13 +265,6 @@ def _critic_layout(ctx: Context) -> tuple[int, int, int, int, int] | None:
     one other than the policy's (knowledge.frameworks.VERL_CRITIC_LAYOUT), said in every view."""
     if not ctx.val("value_model") or ctx.val("dist_strategy") != "megatron":
         return None
-    if ctx.val("critic_micro_batch"):
-        ctx.assumptions.append(
-            Approximate(
-                "the critic's own update under Megatron-Core is not estimated apart: its state is counted beside the "
-                "policy's through every phase, its activations as the policy's update holds them"
-            )
-        )
     said = ctx.plan.extra.get(VERL_CRITIC_LAYOUT)
     if said is None:
         return None

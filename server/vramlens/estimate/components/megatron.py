@@ -80,29 +80,47 @@ def megatron_state_bytes(rp: ResolvedPlan, st: Stage) -> tuple[int, int, int]:
     return int(weights), int(grads), int(trained_dense * per_state / dp + trained_experts * per_state / edp)
 
 
+def megatron_critic_plan(rp: ResolvedPlan) -> ResolvedPlan:
+    """The critic trained beside the policy under Megatron-Core, as a plan of its own (verl's Megatron workers:
+    `CriticWorker` builds its own Megatron-Core model with a one-wide value head, verl/models/mcore `value_model`):
+    its shapes without the vocabulary head, at its own micro-batch and recompute, by the policy's layout or its own
+    (`critic_layout`: verl's `critic.megatron.*`) over the same GPUs, its data-parallel ranks what its TP × PP × CP
+    leave of them."""
+    ckpt = rp.grad_checkpointing if rp.critic_grad_checkpointing is None else rp.critic_grad_checkpointing
+    critic = rp.with_changes(
+        arch=rp.value_arch or rp.arch,
+        scalar_head=True,
+        value_arch=None,
+        value_model=False,
+        reward_model=False,
+        reference="none",
+        verl_fused_head=False,
+        micro_batch=rp.critic_micro_batch or rp.micro_batch,
+        critic_micro_batch=0,
+        grad_checkpointing=ckpt,
+    )
+    if rp.critic_layout is None:
+        return critic
+    tp, pp, cp, ep, etp = rp.critic_layout
+    gpus = max(rp.world_size, 1) * max(rp.tensor_parallel, 1) * max(rp.pipeline_parallel, 1)
+    gpus *= max(rp.context_parallel, 1)
+    return critic.with_changes(
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        context_parallel=cp,
+        expert_parallel=ep,
+        expert_tensor_parallel=etp or None,
+        world_size=max(gpus // (tp * pp * cp), 1),
+        virtual_pipeline=1,
+        first_stage_layers=None,
+        last_stage_layers=None,
+    )
+
+
 def megatron_value_model(rp: ResolvedPlan) -> int:
-    """A critic trained beside the policy under Megatron-Core (verl's Megatron workers: `CriticWorker` builds its own
-    Megatron-Core model with a one-wide value head, verl/models/mcore `value_model`, and keeps its weights, gradient
-    buffers and optimizer state on the GPU through the actor's phases unless offloaded): the policy's formulas
-    (`megatron_state_bytes`) over the critic's shapes without the vocabulary head, on the busiest stage of the
-    policy's layout, or of its own (`critic_layout`: verl's `critic.megatron.*`) over the same GPUs, its
-    data-parallel ranks what its TP × PP × CP leave of them."""
-    critic = rp.with_changes(arch=rp.value_arch or rp.arch, scalar_head=True, value_arch=None)
-    if rp.critic_layout is not None:
-        tp, pp, cp, ep, etp = rp.critic_layout
-        gpus = max(rp.world_size, 1) * max(rp.tensor_parallel, 1) * max(rp.pipeline_parallel, 1)
-        gpus *= max(rp.context_parallel, 1)
-        critic = critic.with_changes(
-            tensor_parallel=tp,
-            pipeline_parallel=pp,
-            context_parallel=cp,
-            expert_parallel=ep,
-            expert_tensor_parallel=etp or None,
-            world_size=max(gpus // (tp * pp * cp), 1),
-            virtual_pipeline=1,
-            first_stage_layers=None,
-            last_stage_layers=None,
-        )
+    """The critic's weights, gradient buffers and optimizer state (`megatron_state_bytes` of `megatron_critic_plan`
+    on its busiest stage), resident beside the policy's through the actor's phases unless offloaded."""
+    critic = megatron_critic_plan(rp)
     return max(sum(megatron_state_bytes(critic, st)) for st in stages(critic))
 
 
