@@ -127,13 +127,27 @@ def test_hybridep_buffers_by_hand():
     assert hybridep.buffer_bytes(8192, 7168, 256, 64, 72) == 8_304_846_208
 
 
+def test_hybridep_internode_buffers_by_hand():
+    """DeepSeek-V3 over 64 H100s, 8 NVLink domains of 8, 4096 tokens a rank (internode_doca.cu). Dispatch: the
+    rank's tokens (4096 × 7168 × 2 = 58,720,256), their probabilities over all 256 experts (4,194,304) and scaling
+    factors (4096 × 56 × 4 = 917,504), and per each of the 7 other domains a slot per token for its hidden state,
+    its probabilities over the domain's 32 experts and its scaling factors (4096 × 7 × (14,336 + 128 + 224) =
+    421,134,336). Combine: a reduction and a receive slot per other domain (2 × 4096 × 7 × (14,336 + 128) =
+    829,423,616). Four flag arrays of 64 chunks × 7 + 2 × 7 uint64 (14,784)."""
+    assert hybridep.internode_bytes(4096, 7168, 32, 256, 8) == 1_314_404_800
+    intranode = hybridep.buffer_bytes(4096, 7168, 256, 64, 64)  # the same group all on NVLink
+    spread = hybridep.buffer_bytes(4096, 7168, 256, 64, 8)
+    # the probabilities' width is the domain's experts: 4096 × 64 rows × 4 experts × (64 − 8) ranks × 4 bytes fewer
+    assert spread - intranode == 1_314_404_800 - 4096 * 64 * 4 * 56 * 4 - 108 * 56 * 8
+
+
 def test_hybridep_buffer_spans_the_group_not_the_domain():
     """A group of 16 over two 8-GPU nodes still sizes its NVLink buffers for all 16 ranks' tokens
     (`NVLCoordinator::init`: capacity × ranks per node × nodes); only the probabilities' width is the domain's."""
     one_domain = hybridep.buffer_bytes(4096, 2048, 128, 16, 16)
-    two_nodes = hybridep.buffer_bytes(4096, 2048, 128, 16, 8)
+    nvlink = hybridep.buffer_bytes(4096, 2048, 128, 16, 8) - hybridep.internode_bytes(4096, 2048, 8 * 8, 128, 2)
     rows = 4096 * 16
-    assert one_domain - two_nodes == rows * 8 * (16 - 8) * 4 + 108 * (16 - 8) * 8
+    assert one_domain - nvlink == rows * 8 * (16 - 8) * 4 + 108 * (16 - 8) * 8
 
 
 def test_hybridep_buffers_count_at_the_device_level():

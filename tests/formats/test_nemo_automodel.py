@@ -175,9 +175,9 @@ def test_expert_parallel_recipe_gathers_each_ranks_own_experts():
     `ep_size: 64`, `moe.reshard_after_forward: false`. The MoE parallelizer divides each MoE layer's 128 experts
     over 64 GPUs (2 each) and FSDP-shards them over the other 8 (moe/parallelizer.py `apply_ep`, `apply_fsdp`):
     expert parallelism is read, the layers kept gathered from forward to backward (ZeRO stage 2), HybridEP's NVLink
-    buffers counted and, the group spanning 8 H100 nodes, its inter-node buffers named as not counted. Each rank's
-    gathered blocks then hold 2 of the 128 experts: below the same run with every expert gathered by at least 63/64
-    of every MoE layer's experts."""
+    and RDMA buffers counted and, the group spanning 8 H100 nodes, its inter-node queue pairs named as not counted.
+    Each rank's gathered blocks then hold 2 of the 128 experts: below the same run with every expert gathered by at
+    least 63/64 of every MoE layer's experts."""
     from vramlens.estimate import allocated_peak
     from vramlens.resolve import Settings, resolve
 
@@ -188,7 +188,7 @@ def test_expert_parallel_recipe_gathers_each_ranks_own_experts():
     assert plan.ep_dispatch is not None and plan.ep_dispatch.value == "hybridep" and plan.unmodelled == []
     rp = resolve(plan, Settings(model_lookup=False)).resolved
     assert [u.key for u in rp.unmodelled] == ["dispatcher"]
-    assert rp.unmodelled[0].what.startswith("HybridEP's inter-node (RDMA) buffers for the 64-GPU expert-parallel")
+    assert rp.unmodelled[0].what.startswith("HybridEP's inter-node queue pairs (DOCA GPU verbs) for the 64-GPU")
     assert "8 NVLink domains of 8 H100-SXM GPUs" in rp.unmodelled[0].what
     assert (rp.world_size, rp.expert_parallel, rp.zero_stage) == (512, 64, 2)
     arch = rp.arch

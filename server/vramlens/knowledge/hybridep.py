@@ -43,8 +43,8 @@ def buffer_bytes(tokens: int, hidden: int, experts: int, group: int, domain: int
     (`NVLCoordinator::init`: max_num_of_tokens = capacity × ranks per node × nodes): the token buffer (uint16 × hidden
     per token), the probabilities (fp32 per token × the experts of the NVLink domain), the fp8 scaling factors
     (fp32 × hidden / 128 per token), the dispatch and combine chunk flags and the preprocessing scratch; the custom
-    all-gather's routing map (a byte per token of the group × expert) beside them. The inter-node (RDMA) buffers of
-    a group over several domains are not counted here."""
+    all-gather's routing map (a byte per token of the group × expert) beside them; over several NVLink domains the
+    inter-node buffers too (`internode_bytes`)."""
     per_node = min(group, domain)
     capacity = token_capacity(tokens)
     rows = capacity * group
@@ -56,4 +56,21 @@ def buffer_bytes(tokens: int, hidden: int, experts: int, group: int, domain: int
     out += 2 * chunks * group * 4
     out += PREPROCESSING_BLOCKS * (per_node + local_experts) * TMP_STATE_BYTES
     out += experts * rows
+    if group > per_node:
+        out += internode_bytes(capacity, hidden, local_experts * per_node, experts, group // per_node)
     return out
+
+
+def internode_bytes(capacity: int, hidden: int, domain_experts: int, experts: int, nodes: int) -> int:
+    """The RDMA buffers of a group over `nodes` NVLink domains (csrc/hybrid_ep/buffer/internode_doca.cu
+    `RDMACoordinator::allocate_dispatch_buffers`, `allocate_combine_buffers`; the DOCA GPU-verbs build NeMo
+    AutoModel's docker/Dockerfile makes, HYBRID_EP_MULTINODE=1 without NIXL): the dispatch's own tokens, their
+    probabilities over every expert and scaling factors, and per other domain a token, probability (the domain's
+    experts) and scaling-factor slot for each of the rank's tokens; the combine's reduction and receive slots per
+    other domain; their chunk flags. Its queue pairs are not counted (resolve.distribution names them)."""
+    others = nodes - 1
+    dispatch = capacity * hidden * TOKEN_BYTES + capacity * experts * 4 + capacity * (hidden // SCALE_GROUP) * 4
+    dispatch += capacity * others * (hidden * TOKEN_BYTES + domain_experts * 4 + (hidden // SCALE_GROUP) * 4)
+    combine = 2 * capacity * others * (hidden * TOKEN_BYTES + domain_experts * 4)
+    flags = (-(-capacity // CHUNK_TOKENS) * others + 2 * others) * 8
+    return dispatch + combine + 4 * flags

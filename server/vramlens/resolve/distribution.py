@@ -67,8 +67,10 @@ def resolve_distribution(ctx: Context, gpu: GpuPart) -> DistributionPart:
 
 def _hybridep_domains(ctx: Context, gpu: GpuSpec, count: int) -> None:
     """HybridEP over an expert-parallel group wider than the GPUs that reach each other over NVLink: its inter-node
-    (RDMA) buffers, which the estimate does not size, join the NVLink ones (DeepEP 42144303
-    csrc/hybrid_ep/hybrid_ep.cu: `internode_coordinator.allocate_buffers` when the group spans nodes)."""
+    coordinator joins the NVLink buffers (DeepEP 42144303 csrc/hybrid_ep/hybrid_ep.cu: `internode_coordinator.
+    allocate_buffers` when the group spans nodes); its RDMA buffers are counted (knowledge.hybridep
+    `internode_bytes`), its DOCA GPU-verbs queue pairs (buffer/internode_doca.cu: `doca_gpu_verbs` QPs of depth
+    3 × tokens + 1 per block and peer domain) are named."""
     ep = int(ctx.val("expert_parallel") or 1)
     if ctx.val("dist_strategy") == "megatron":  # the flex dispatcher's group: expert TP × EP (components.dispatch)
         ep *= int(ctx.val("expert_tensor_parallel") or ctx.val("tensor_parallel") or 1)
@@ -79,9 +81,9 @@ def _hybridep_domains(ctx: Context, gpu: GpuSpec, count: int) -> None:
         ctx.plan.ep_dispatch,
         "dispatcher",
         "hybridep",
-        f"HybridEP's inter-node (RDMA) buffers for the {ep}-GPU expert-parallel group over {ep // domain} NVLink "
-        f"domains of {domain} {gpu.name} GPUs",
-        "only its NVLink buffers counted",
+        f"HybridEP's inter-node queue pairs (DOCA GPU verbs) for the {ep}-GPU expert-parallel group over "
+        f"{ep // domain} NVLink domains of {domain} {gpu.name} GPUs",
+        "its NVLink and RDMA buffers counted, the queue pairs not",
     )
 
 
