@@ -77,7 +77,8 @@ TINY = (
     "--num-query-groups 2 --kv-channels 96 --ffn-hidden-size 512 --squared-relu --num-experts 4 --moe-router-topk 2 "
     "--moe-ffn-hidden-size 128 --moe-shared-expert-intermediate-size 96 --mamba-num-heads 8 --mamba-head-dim 32 "
     "--mamba-num-groups 2 --mamba-state-dim 16 --disable-bias-linear --normalization RMSNorm "
-    "--position-embedding-type none --padded-vocab-size 1024 --tensor-model-parallel-size 2 --sequence-parallel"
+    "--position-embedding-type none --padded-vocab-size 1024 --tensor-model-parallel-size 2 --sequence-parallel "
+    "--moe-token-dispatcher-type alltoall"  # (Megatron-LM's default, allgather: test_a_hybrid_stage_holds_its_...)
 )
 TINY_HAND = hand_per_token(
     h=256, q_dim=4 * 96, kv_dim=2 * 96, ffn=512, mamba=(8, 32, 2, 16), experts=4, topk=2, moe_ffn=128, shared=96, etp=2
@@ -105,6 +106,12 @@ def test_a_hybrid_stage_holds_its_layers_by_kind(tmp_path: Path):
     assert acts == int(tokens * per_token)
     # the one MoE layer's all-to-all: each chosen expert's token sent and received, from the rank's SP shard
     assert a2a == 2 * 2 * 2 * 256 * tokens // 2
+    # Megatron-LM's default all-gather dispatcher: the TP × EP group's (2 × 1) tokens gathered on each rank — their
+    # routing map and probabilities over 4 experts, hidden states in the global buffer, and the combine's 16-bit
+    # and fp32 rows (MoEAllGatherTokenDispatcher)
+    gathered = _written(tmp_path, TINY.replace("alltoall", "allgather")).resolution.resolved
+    assert gathered.ep_dispatch == "all_gather"
+    assert megatron.megatron_activations(gathered, only)[1] == 2 * tokens // 2 * (8 * 256 + 4 * 5)
 
 
 def test_pipeline_stages_hold_consecutive_layers_of_the_pattern(tmp_path: Path):
