@@ -595,6 +595,18 @@ def _megatron_phases(rp: ResolvedPlan, p: C.Params):
         beside["reward_model"] = C.megatron_reward_weights(rp) if rp.framework == "verl" else C.reward_weights(rp)
     for parts in phases.values():
         parts.update(beside)
+    idle_w, idle_o = rp.offload_params_idle, rp.offload_optimizer_idle
+
+    def policy_held(fb: dict[str, int]) -> dict[str, int]:
+        """The policy's weights, gradient buffers and optimizer state outside its update, each unless offloaded then
+        (verl megatron_workers.py `offload_megatron_model_to_cpu` frees the weight and gradient buffers,
+        `offload_megatron_optimizer` the state)."""
+        return {
+            "weights": 0 if idle_w else fb["weights"],
+            "gradients": 0 if idle_w else fb["gradients"],
+            "optimizer": 0 if idle_o else fb["optimizer"],
+        }
+
     if rp.generation == "vllm-colocate":
         # the rollout, between two updates: the engine's share beside the policy's weights, gradient buffers and
         # optimizer state, each unless offloaded between updates (verl megatron_workers.py
@@ -606,12 +618,9 @@ def _megatron_phases(rp: ResolvedPlan, p: C.Params):
             for parts in phases.values():
                 parts["generation"] = share
         fb = phases["forward-backward"]
-        idle_w, idle_o = rp.offload_params_idle, rp.offload_optimizer_idle
         phases["generation"] = {
             **{k: 0 for k in fb},
-            "weights": 0 if idle_w else fb["weights"],
-            "gradients": 0 if idle_w else fb["gradients"],
-            "optimizer": 0 if idle_o else fb["optimizer"],
+            **policy_held(fb),
             # Megatron-SWIFT's offload_model takes the reference along (rollout_mixin.py `offload_context`)
             "reference": 0 if idle_w and rp.offload_idle_scope == "rollout" else fb["reference"],
             "generation": share,
@@ -622,12 +631,9 @@ def _megatron_phases(rp: ResolvedPlan, p: C.Params):
         # its layout and recompute, beside the policy's state (Megatron's gradient buffers persist) unless offloaded
         fb = phases["forward-backward"]
         own = C.megatron_step(C.megatron_critic_plan(rp))["forward-backward"]
-        idle_w, idle_o = rp.offload_params_idle, rp.offload_optimizer_idle
         phases["critic-update"] = {
             **{k: 0 for k in fb},
-            "weights": 0 if idle_w else fb["weights"],
-            "gradients": 0 if idle_w else fb["gradients"],
-            "optimizer": 0 if idle_o else fb["optimizer"],
+            **policy_held(fb),
             "reference": fb["reference"],
             "generation": fb.get("generation", 0),
             **beside,

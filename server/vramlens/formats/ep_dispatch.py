@@ -53,8 +53,8 @@ def set_deepep(
 
 def set_hybridep(b: PlanBuilder, ep: int, said: Setting | None, sms: Setting | None) -> None:
     """HybridEP's buffers for an expert-parallel group of `ep` GPUs (their size does not depend on the SMs its
-    kernels run on); a group wider than the GPUs that reach each other over NVLink is named by resolve.distribution,
-    which knows the GPU."""
+    kernels run on); for a group wider than the GPUs that reach each other over NVLink its inter-node queue pairs are
+    named by resolve.distribution, which knows the GPU."""
     note = f"HybridEP's communication buffers for the {ep}-GPU expert-parallel group, outside torch"
     b.set("ep_dispatch", "hybridep", said, note=note)
     if sms is not None:

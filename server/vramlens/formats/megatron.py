@@ -332,7 +332,7 @@ HANDLERS = {
     "moe_router_topk": _shape("experts_per_token"),
     "moe_shared_expert_intermediate_size": _shape("shared_expert_intermediate_size"),
     "moe_layer_freq": _remember,
-    # the token dispatcher (`_flex_dispatcher`, after every flag)
+    # the token dispatcher (`token_dispatcher`, after every flag)
     "moe_token_dispatcher_type": _remember,
     "moe_enable_deepep": _remember,
     "moe_flex_dispatcher_backend": _remember,

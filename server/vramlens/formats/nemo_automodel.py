@@ -540,7 +540,7 @@ def _expert_parallel(b: PlanBuilder, get, ep: int, ep_s: Setting | None, ranks: 
     `get_buffer`) for DeepEP's own group sizes, with its default 20 SMs; `hybridep` allocates HybridEP's buffers
     outside torch for the group's tokens (fused_a2a.py `init_hybrid_ep_buffer`; components.dispatch), whatever its
     SM count. Named as not counted: UCCL-EP's buffers, DeepEP's with another SM count or over several nodes
-    (NVSHMEM's heap) and HybridEP's inter-node buffers (resolve.distribution, which knows the NVLink domain). A
+    (NVSHMEM's heap) and HybridEP's inter-node queue pairs (resolve.distribution, which knows the NVLink domain). A
     dispatcher left to `BackendConfig`'s default (DeepEP where deep_ep is installed, else UCCL-EP where it is, else
     `torch`) is taken as DeepEP, which NeMo AutoModel's `moe` extra and container install, and said so; named as
     not counted for a group DeepEP has no configuration for.

@@ -1421,7 +1421,7 @@ def _megatron_transformer_overrides(r: _Reader, section: str) -> None:
 
 def _megatron_dispatcher(r: _Reader, section: str) -> None:
     """The Megatron model's token dispatcher: `<section>override_transformer_config.moe_token_dispatcher_type` and
-    its backend, as Megatron-LM's flags of the same names (formats/megatron.py `flex_dispatcher`), over the section's
+    its backend, as Megatron-LM's flags of the same names (formats/megatron.py `token_dispatcher`), over the section's
     expert-parallel layout (verl examples/grpo_trainer/run_qwen3moe-30b_megatron_96gb.sh: `flex` with
     `moe_enable_deepep=True`)."""
     from vramlens.formats import megatron
@@ -1445,7 +1445,7 @@ def _megatron_recompute(r: _Reader, section: str) -> None:
 
     b, cfg = r.b, r.cfg
     overrides = section + "override_transformer_config."
-    for key in ("recompute_granularity", "recompute_method", "recompute_num_layers", "attention_backend"):
+    for key in _TRANSFORMER_READ:
         s = cfg.get(overrides + key)
         if s is not None and s.value is not None and not cfg.is_default(s):
             megatron.HANDLERS[key](b, s)

@@ -35,8 +35,8 @@ counted as the routed activations (tokens × top-k).
 Allocated outside torch's allocator (cudaMalloc, or cuMemCreate with a fabric handle on a multi-node NVLink
 system, rounded to its granularity, which is not counted), counted at the device level. The group's ranks
 reachable over NVLink are those of a node, or of the NVLink domain of a multi-node NVLink system
-(`GpuSpec.nvlink_domain_gpus`); the inter-node (RDMA) buffers of a group over several are not counted (named by
-resolve.distribution). Its dispatch permutes the received rows straight to their experts (`dispatch_with_permute`):
+(`GpuSpec.nvlink_domain_gpus`); a group over several has its RDMA buffers counted too, its queue pairs named by
+resolve.distribution. Its dispatch permutes the received rows straight to their experts (`dispatch_with_permute`):
 what it hands them is the routed activations; its transient is the routing map and probabilities it is given
 (token_dispatcher.py `_HybridEPManager.setup_metadata_from_indices`: a bool and an fp32 per token × expert)."""
 
@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from math import comb
 
+from vramlens.estimate.components.megatron import expert_tp
 from vramlens.knowledge.deepep import (
     COMBINE_CONFIGS,
     DEFAULT_SMS,
@@ -101,9 +102,7 @@ def _expert_tp(rp: ResolvedPlan) -> int:
     """Megatron-Core's flex dispatcher exchanges tokens over the expert-tensor × expert-parallel group, each expert
     replicated over the expert-tensor ranks (megatron/core/transformer/moe/token_dispatcher.py
     `MoEFlexTokenDispatcher`: `group=self.tp_ep_group`, `num_experts=self.tp_size * num_moe_experts`); 1 elsewhere."""
-    if rp.strategy != "megatron":
-        return 1
-    return max(rp.expert_tensor_parallel or rp.tensor_parallel, 1)
+    return expert_tp(rp) if rp.strategy == "megatron" else 1
 
 
 def dispatch_group(rp: ResolvedPlan) -> int:
