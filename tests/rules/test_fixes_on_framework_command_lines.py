@@ -169,6 +169,22 @@ def test_verl_budget_fix_edits_the_budget_and_its_followers(run):
     assert round(again.estimate.device_bytes / 2**30, 1) == peak_in_title(fix)
 
 
+def test_verl_megatron_checkpointing_fix_writes_megatrons_full_recompute(run):
+    """verl's Megatron workers recompute by `override_transformer_config`, and Megatron-Core's full recompute needs a
+    method and a layer count beside the granularity (transformer_config.py `__post_init__` refuses `full` without
+    them): the fix writes all three, as verl's own Megatron examples do, and the file reads back checkpointed."""
+    original = (FIXTURES / "verl" / "b178a3cd" / "run_qwen3moe-30b_megatron_96gb.sh").read_text(encoding="utf-8")
+    a = run(original, name="train.sh", gpu="H20")
+    fix = next(f for f in written_fixes(a) if f.title.startswith("Make it fit with safe fixes only"))
+    text, again = applied(run, a, fix, "H20", original)
+    prefix = "actor_rollout_ref.actor.megatron.override_transformer_config."
+    for written in ("recompute_granularity=full", "recompute_method=uniform", "recompute_num_layers=1"):
+        assert prefix + written in text
+    assert "enable_gradient_checkpointing" not in text and "recompute_granularity=True" not in text
+    assert again.plan.grad_checkpointing.value is True
+    assert round(again.estimate.device_bytes / 2**30, 1) == peak_in_title(fix)
+
+
 VERL_PPO_CRITIC = """
 python3 -m verl.trainer.main_ppo \\
     data.train_batch_size=256 \\
@@ -226,6 +242,8 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
         "objectives/torchtune_lora_dpo.yaml",  # the DPO loss is not a cross-entropy to swap
         "openrlhf/v0.11.0/train_ppo_ray_slurm.sh",  # no `export` inside a `bash -c` string or for a Ray job
         "verl/v0.5.0/sft/run_qwen_05_sp2.sh",  # the SFT trainer's micro-batch key, not the PPO actor's
+        # Megatron's full recompute with its method and layer count, not `recompute_granularity=True`
+        "verl/b178a3cd/run_qwen3moe-30b_megatron_96gb.sh",
     ],
 )
 def test_fixes_of_real_configs_give_the_peak_their_titles_say(run, name):

@@ -791,7 +791,7 @@ class _ShDoc:
 
 def _sh_value(key: str, concept: str, value: Any, tool: str) -> str:
     n = key.lstrip("-").replace("-", "_")
-    if concept == "grad_checkpointing" and n == "recompute_granularity":
+    if concept == "grad_checkpointing" and n.rsplit(".", 1)[-1] == "recompute_granularity":
         # Megatron's checkpointing is a granularity (megatron/training/arguments.py: full, selective; Megatron-SWIFT
         # also none): on is `full`, off the core attention's selective recompute
         return "full" if value else "selective"
@@ -899,6 +899,15 @@ def _sh_change(doc: _ShDoc, concept: str, value: Any) -> None:
     local = _local(plan, concept)
     if local is not None and local.key and concept in SH_DIRECT:
         return _sh_edit_existing(doc, local, concept, value)
+    if concept == "grad_checkpointing" and tool == "verl" and cur is not None and cur.key:
+        if cur.key.endswith("override_transformer_config.recompute_granularity") and value:
+            # verl's Megatron workers recompute by Megatron-Core's TransformerConfig, whose full recompute needs a
+            # method and a layer count beside the granularity (megatron/core/transformer/transformer_config.py
+            # `__post_init__`): every layer, one at a time, as verl's own Megatron examples write it
+            prefix = cur.key[: -len("recompute_granularity")]
+            for key, text in (("recompute_granularity", "full"), ("recompute_method", "uniform")):
+                _put_flag(doc, prefix + key, text)
+            return _put_flag(doc, prefix + "recompute_num_layers", "1")
     if tool == "verl" and cur is not None and cur.key and "." in cur.key and concept in SH_DIRECT:
         # a default of the trainer's own config, under its key there (`data.micro_batch_size_per_gpu` in the SFT
         # trainer, `actor_rollout_ref.actor.…` in the PPO one): an override of that key
