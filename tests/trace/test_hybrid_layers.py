@@ -5,6 +5,7 @@ labelled. Skips with a reason where torch, transformers or peft are not installe
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import pytest
@@ -146,6 +147,8 @@ def test_mamba_estimate_follows_the_kernels_and_says_so():
         ("bamba", "mamba_ssm"),
         ("granitemoehybrid", "mamba_ssm"),
         ("qwen3_next", "flash-linear"),
+        ("qwen3_5_text", "flash-linear"),
+        ("qwen3_5_moe_text", "flash-linear"),
     ],
 )
 def test_modelled_mixers_say_which_path_they_assume(model_type, kernels):
@@ -332,18 +335,20 @@ def test_jamba_mixer_keeps_what_the_estimate_says(sizes, method):
     "sizes", [{}, dict(linear_num_key_heads=4, linear_value_head_dim=16, linear_conv_kernel_dim=3)]
 )
 @pytest.mark.parametrize("method", ["full", "frozen"])
-def test_gated_deltanet_keeps_what_the_estimate_says(sizes, method):
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5_text"])
+def test_gated_deltanet_keeps_what_the_estimate_says(model_type, sizes, method):
     """Qwen3-Next's gated DeltaNet on transformers' torch path (`torch_chunk_gated_delta_rule`, its chunk loop, the
     gated RMSNorm) keeps, for backward, the bytes `deltanet_bytes` counts, key heads fewer than or as many as the
-    value heads, positions filling, padding and fitting in one chunk."""
+    value heads, positions filling, padding and fitting in one chunk; Qwen3.5's, its input projections split, the
+    same."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = dict(TINY_CONFIGS["qwen3_next"], **sizes)
-    arch = arch_from_hf_config(config, "tiny-qwen3-next")
+    config = dict(TINY_CONFIGS[model_type], **sizes)
+    arch = arch_from_hf_config(config, f"tiny-{model_type}")
     keys = {k: v for k, v in config.items() if k != "model_type"}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = AutoModelForCausalLM.from_config(AutoConfig.for_model("qwen3_next", **keys)).to(torch.bfloat16)
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **keys)).to(torch.bfloat16)
     mixer = model.model.layers[0].linear_attn
     for p in model.parameters():
         p.requires_grad_(method == "full")
@@ -354,6 +359,25 @@ def test_gated_deltanet_keeps_what_the_estimate_says(sizes, method):
             real = saved_bytes(lambda: mixer(x), model)
         rp = plan(arch=arch, seq_len=positions, micro_batch=batch, **(LORA if method == "frozen" else {}))
         assert C.deltanet_per_token(rp) * batch * positions == pytest.approx(real, rel=1e-9), (batch, positions)
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_5", "qwen3_5_moe"])
+def test_a_qwen3_5_checkpoint_config_keeps_its_language_model_config(model_type):
+    """A Qwen3.5 checkpoint's config.json is the vision-language composite (`Qwen3_5Config`: vision_config beside
+    text_config). Its language model's config, which holds the layer pattern and the DeltaNet's sizes, is what the
+    plan keeps, so that its linear-attention layers are sized as themselves and the trace builds that model."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(model_type).to_dict()
+    arch = arch_from_hf_config(config, f"Qwen/{model_type}")
+    assert json.loads(arch.hf_config_json)["model_type"] == f"{model_type}_text" == arch.family
+    assert "sized as attention" not in arch.approximate
+    rp = plan(arch=arch, seq_len=4096, micro_batch=1)
+    assert C.deltanet_per_token(rp) > 0
+    kinds = dict(arch.layer_kinds)
+    names = {l.name: l.count for l in shapes(arch).linears}
+    assert names["in_proj_qkv"] == names["in_proj_z"] == names["out_proj"] == kinds["linear attention"]
+    assert names["q"] == kinds["attention"]
 
 
 def test_gated_deltanet_by_hand():
@@ -372,15 +396,32 @@ def test_gated_deltanet_by_hand():
 
 
 # rows of the hybrids grid the estimate follows within ±3 % on the real libraries: Qwen3-Next full, full
-# checkpointed, LoRA and LoRA checkpointed (its gated DeltaNet layers sized as attention: 0.56-0.78)
-QWEN3_NEXT_ROWS = [("full", False), ("full", True), ("lora", False), ("lora", True)]
+# checkpointed, LoRA and LoRA checkpointed (its gated DeltaNet layers sized as attention: 0.56-0.78); Qwen3.5 dense
+# and MoE (sized as attention: 0.49-0.76; its attention's output gate and q/k norms, its Gemma-style norms' fp32
+# products and, beside frozen fused experts, the shared expert's adapters and gated output uncounted: 0.90-0.95)
+DELTANET_ROWS = [
+    *((t, m, c) for t in ("qwen3_next", "qwen3_5_text") for m, c in (("full", False), ("full", True), ("lora", False))),
+    ("qwen3_next", "lora", True),
+    ("qwen3_5_text", "lora", True),
+    ("qwen3_5_text", "qlora", True),
+    ("qwen3_5_moe_text", "full", False),
+    ("qwen3_5_moe_text", "full", True),
+    ("qwen3_5_moe_text", "lora", False),
+    ("qwen3_5_moe_text", "qlora", False),
+]
 
 
-@pytest.mark.parametrize("mode,ckpt", QWEN3_NEXT_ROWS, ids=["full", "full-ckpt", "lora", "lora-ckpt"])
-def test_qwen3_next_estimate_follows_the_real_library_trace(mode, ckpt):
+@pytest.mark.parametrize(
+    "model_type,mode,ckpt", DELTANET_ROWS, ids=[f"{t}-{m}{'-ckpt' if c else ''}" for t, m, c in DELTANET_ROWS]
+)
+def test_gated_deltanet_models_follow_the_real_library_trace(model_type, mode, ckpt):
     from test_new_architectures import row_plan
 
-    assert_estimate_matches_trace(row_plan("qwen3_next", mode, ckpt))
+    if mode != "full":
+        need("peft")
+    if mode == "qlora":
+        need("bitsandbytes")
+    assert_estimate_matches_trace(row_plan(model_type, mode, ckpt))
 
 
 def test_granite_hybrid_lora_trains_the_adapters_peft_makes():

@@ -1,4 +1,5 @@
-"""LoRA targets that name a model's own mixer linears — a gated DeltaNet's `in_proj_qkvz`, a Mamba mixer's or a
+"""LoRA targets that name a model's own mixer linears — a gated DeltaNet's `in_proj_qkvz` (Qwen3.5's
+`in_proj_qkv`, `in_proj_z`, ...), a Mamba mixer's or a
 short convolution's `out_proj`, Qwen3-Next's `shared_expert_gate` — are read as peft reads them: a module is adapted
 when its name is the target or ends with "." + the target (peft 0.21.2 tuners/tuners_utils.py
 `check_target_module_exists`), so `out_proj` in Qwen3-Next is the DeltaNet's output projection and not the
@@ -29,6 +30,16 @@ CASES = [
     # peft moves every target ending in an MLP name to the fused routed experts, the shared expert's too
     # (peft 0.21.2 utils/transformers_weight_conversion.py `_convert_peft_config_moe`)
     ("qwen3_next", ["shared_expert.gate_proj", "shared_expert.up_proj", "shared_expert.down_proj", "q_proj"]),
+    # Qwen3.5's DeltaNet spells its input projections apart (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a)
+    (
+        "qwen3_5_text",
+        ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj", "q_proj", "gate_proj", "down_proj"],
+    ),
+    ("qwen3_5_text", ["linear_attn.in_proj_qkv", "linear_attn.in_proj_z"]),
+    # peft converts no target of Qwen3.5-MoE to its fused experts (transformers 5.24 conversion_mapping.py maps
+    # qwen3_5_moe_text to the qwen3_5_text pattern, which peft 0.21.2 `_MOE_TARGET_MODULE_MAPPING` has no entry
+    # for): gate/up/down_proj adapt the shared expert alone
+    ("qwen3_5_moe_text", ["in_proj_qkv", "out_proj", "gate_proj", "up_proj", "down_proj", "shared_expert_gate"]),
     ("lfm2", ["in_proj", "out_proj", "q_proj"]),  # out_proj: the short convolutions' and the attention's
     ("bamba", ["in_proj", "out_proj", "q_proj", "o_proj"]),  # out_proj: the Mamba-2 mixer's
     ("granitemoehybrid", ["mamba.out_proj", "q_proj"]),

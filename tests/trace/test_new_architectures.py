@@ -160,6 +160,8 @@ NOT_MODELLED = {
     "falcon_h1": "torch path",
     "jamba": "torch path",
     "qwen3_next": "torch path",
+    "qwen3_5_text": "torch path",
+    "qwen3_5_moe_text": "torch path",
     "bamba": "torch path",
     "granitemoehybrid": "torch path",
     "nemotron_h": "torch path",

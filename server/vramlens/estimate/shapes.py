@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from vramlens.knowledge.models import DELTANET_FAMILIES, SPLIT_DELTANET_PROJECTIONS
 from vramlens.knowledge.schema import ModelArch
 
 # Families whose attention has per-head RMSNorms on q and k (Qwen3, Gemma-3, OLMo-2).
@@ -18,6 +19,8 @@ from vramlens.knowledge.schema import ModelArch
 QK_NORM_FAMILIES = {
     *("qwen3", "qwen3_moe", "qwen3_vl_text", "qwen3_vl_moe_text"),
     *("gemma3", "gemma3_text", "olmo2", "olmo3", "lfm2"),
+    # transformers 5.24 models/qwen3_next/modeling_qwen3_next.py `Qwen3NextAttention`: q_norm, k_norm (Qwen3.5's alike)
+    *DELTANET_FAMILIES,
 }
 
 
@@ -122,8 +125,8 @@ def shapes(arch: ModelArch) -> Shapes:
         mlp(dense, arch.intermediate)
         if arch.is_moe:
             mlp((L - dense) * arch.num_experts, arch.moe_intermediate or arch.intermediate, expert=True)
-    elif qwen3_next_linears(arch):
-        linears.extend(qwen3_next_linears(arch))
+    elif deltanet_linears(arch):
+        linears.extend(deltanet_linears(arch))
     elif arch.block == "encoder-decoder":
         enc = arch.encoder_layers or L
         attention(enc + 2 * L)  # encoder self, decoder self + cross
@@ -179,35 +182,49 @@ def mamba2_hybrid_linears(arch: ModelArch) -> tuple[int, int, int]:
     return n_ssm, 2 * inner + 2 * groups * state + int(config.get("mamba_n_heads", 128)), inner
 
 
-def qwen3_next_linears(arch: ModelArch) -> list[Linear]:
-    """The nn.Linear modules of a Qwen3-Next stack by the kind of each layer (`ModelArch.layer_kinds`, counted from
-    its `layer_types`); [] for any other model, or before its layer kinds were counted. transformers 5.24
-    models/qwen3_next/modeling_qwen3_next.py: `Qwen3NextAttention` q_proj h → 2 · heads · head_dim (the query and its
-    output gate), k_proj, v_proj, o_proj (`attention_bias`), in the full-attention layers only;
-    `Qwen3NextGatedDeltaNet` in_proj_qkvz h → 2·Hk·dk + 2·H·dv, in_proj_ba h → 2·H, out_proj H·dv → h (no bias), in
-    the linear-attention layers; `Qwen3NextSparseMoeBlock` its routed experts (3-D parameters in transformers 5,
-    nn.Linear modules in 4.x: `expert`), its shared expert `Qwen3NextMLP` (gate, up, down_proj of
-    shared_expert_intermediate_size) and `shared_expert_gate` h → 1; a dense `Qwen3NextMLP` in `mlp_only_layers`.
-    Qwen3NextConfig defaults (models/qwen3_next/configuration_qwen3_next.py): linear_num_key_heads 16,
+def deltanet_linears(arch: ModelArch) -> list[Linear]:
+    """The nn.Linear modules of a Qwen3-Next or Qwen3.5 stack (`knowledge.models.DELTANET_FAMILIES`) by the kind of
+    each layer (`ModelArch.layer_kinds`, counted from its `layer_types`); [] for any other model, or before its layer
+    kinds were counted. transformers 5.24 models/qwen3_next/modeling_qwen3_next.py: `Qwen3NextAttention` q_proj h →
+    2 · heads · head_dim (the query and its output gate), k_proj, v_proj, o_proj (`attention_bias`), in the
+    full-attention layers only; `Qwen3NextGatedDeltaNet` in_proj_qkvz h → 2·Hk·dk + 2·H·dv, in_proj_ba h → 2·H,
+    out_proj H·dv → h (no bias), in the linear-attention layers (Qwen3.5, models/qwen3_5/modeling_qwen3_5.py
+    `Qwen3_5GatedDeltaNet`: the same widths split as in_proj_qkv h → 2·Hk·dk + H·dv, in_proj_z h → H·dv, in_proj_b and
+    in_proj_a h → H); `Qwen3NextSparseMoeBlock` its routed experts (3-D parameters in transformers 5, nn.Linear
+    modules in 4.x: `expert`), its shared expert `Qwen3NextMLP` (gate, up, down_proj of
+    shared_expert_intermediate_size) and `shared_expert_gate` h → 1; a dense `Qwen3NextMLP` in `mlp_only_layers`
+    (Qwen3.5: a dense MLP in every layer, Qwen3.5-MoE a MoE block in every layer). Qwen3NextConfig defaults
+    (models/qwen3_next/configuration_qwen3_next.py, and Qwen3_5TextConfig's): linear_num_key_heads 16,
     linear_num_value_heads 32, linear_key_head_dim and linear_value_head_dim 128."""
     import json
 
     n_lin = dict(arch.layer_kinds).get("linear attention", 0)
-    if arch.family != "qwen3_next" or not n_lin or not arch.hf_config_json:
+    if arch.family not in DELTANET_FAMILIES or not n_lin or not arch.hf_config_json:
         return []
     config = json.loads(arch.hf_config_json)
     h, L, q, kv = arch.hidden, arch.layers, arch.q_dim, arch.kv_dim
     hk, hv = int(config.get("linear_num_key_heads", 16)), int(config.get("linear_num_value_heads", 32))
     dk, dv = int(config.get("linear_key_head_dim", 128)), int(config.get("linear_value_head_dim", 128))
     bias = bool(config.get("attention_bias", False))
+    if arch.family in SPLIT_DELTANET_PROJECTIONS:
+        projections = [
+            Linear("in_proj_qkv", h, 2 * hk * dk + hv * dv, n_lin),
+            Linear("in_proj_z", h, hv * dv, n_lin),
+            Linear("in_proj_b", h, hv, n_lin),
+            Linear("in_proj_a", h, hv, n_lin),
+        ]
+    else:
+        projections = [
+            Linear("in_proj_qkvz", h, 2 * hk * dk + 2 * hv * dv, n_lin),
+            Linear("in_proj_ba", h, 2 * hv, n_lin),
+        ]
     n_attn = L - n_lin
     out = [
         Linear("q", h, 2 * q, n_attn, bias),
         Linear("k", h, kv, n_attn, bias),
         Linear("v", h, kv, n_attn, bias),
         Linear("o", q, h, n_attn, bias),
-        Linear("in_proj_qkvz", h, 2 * hk * dk + 2 * hv * dv, n_lin),
-        Linear("in_proj_ba", h, 2 * hv, n_lin),
+        *projections,
         Linear("out_proj", hv * dv, h, n_lin),
     ]
     dense = arch.dense_layers if arch.is_moe else L

@@ -718,9 +718,23 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
         arch = arch.model_copy(update={"approximate": "; ".join(filter(None, (arch.approximate, note)))})
     if foreign:
         arch = arch.model_copy(update={"approximate": "; ".join(filter(None, (arch.approximate, foreign)))})
-    if str(config.get("model_type") or "").lower() in BUILT_AS_WRITTEN:
-        arch = arch.model_copy(update={"hf_config_json": json.dumps(dict(config), sort_keys=True, default=str)})
+    written = _as_written(config, arch.family)
+    if written is not None:
+        arch = arch.model_copy(update={"hf_config_json": json.dumps(dict(written), sort_keys=True, default=str)})
     return arch
+
+
+def _as_written(config: Mapping[str, Any], family: str) -> Mapping[str, Any] | None:
+    """The config.json (or, for a vision-language composite, its `text_config`) of a `BUILT_AS_WRITTEN` language
+    model, which the plan keeps: a Qwen3.5 checkpoint's config.json is its composite (transformers 5.24
+    models/qwen3_5/configuration_qwen3_5.py `Qwen3_5Config`: `text_config` a `Qwen3_5TextConfig`, which holds the
+    layer pattern and the gated DeltaNet's sizes), as Gemma-3n's and Llama-4's are. None for any other model."""
+    if family not in BUILT_AS_WRITTEN:
+        return None
+    for candidate in (config, config.get("text_config")):
+        if isinstance(candidate, Mapping) and str(candidate.get("model_type") or "").lower() == family:
+            return candidate
+    return None
 
 
 def _vocabulary(config: Mapping[str, Any]) -> bool:
@@ -844,12 +858,22 @@ NOT_MODELLED_KBIT = {
     "jamba": "Jamba's Mamba mixers over 4-bit weights (QLoRA) sized as in a 16-bit run",
 }
 
+# model_types whose linear-attention layers are a gated DeltaNet (estimate/components/mixers.py `deltanet_bytes`):
+# Qwen3-Next with its input projections fused (transformers 5.24 models/qwen3_next/modeling_qwen3_next.py
+# `Qwen3NextGatedDeltaNet`: in_proj_qkvz, in_proj_ba) and the Qwen3.5 language models with them split
+# (models/qwen3_5/modeling_qwen3_5.py `Qwen3_5GatedDeltaNet`: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a;
+# models/qwen3_5_moe the same mixer); the rest of the mixer, its gated norm and the gated attention beside it are the
+# same code
+DELTANET_FAMILIES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
+# the Qwen3.5 spelling of the mixer's input projections (`estimate.shapes.deltanet_linears`)
+SPLIT_DELTANET_PROJECTIONS = frozenset({"qwen3_5_text", "qwen3_5_moe_text"})
+
 # layer kinds (knowledge.inventory.NOT_ATTENTION) the estimate models as themselves in these model_types: LFM2's
 # short convolutions (estimate/components/mixers.py; LoRA's q/k/v/o only in its attention layers, estimate/shapes.py)
 MODELLED_MIXERS = {
     "short conv": frozenset({"lfm2"}),
     "state space": frozenset({"mamba2", "falcon_h1", "jamba", "bamba", "granitemoehybrid", "nemotron_h"}),
-    "linear attention": frozenset({"qwen3_next"}),
+    "linear attention": frozenset(DELTANET_FAMILIES),
 }
 # model_types whose block shapes (estimate/shapes.py) hold their mixers' linears under the model's own module names
 # (in_proj, out_proj, x_proj, dt_proj, in_proj_qkvz, in_proj_ba, shared_expert_gate), so that a LoRA target naming one
@@ -869,7 +893,7 @@ BUILT_AS_WRITTEN = frozenset(
         "nemotron_h",
         "granitemoehybrid",
         "lfm2",
-        "qwen3_next",
+        *DELTANET_FAMILIES,
         "gpt_oss",
         "deepseek_v3",
         "gemma3n_text",
@@ -1053,7 +1077,7 @@ MIXER_PATH_NOTES = {
     "bamba": MAMBA2_PATH_NOTE,
     "granitemoehybrid": MAMBA2_PATH_NOTE,
     "nemotron_h": MAMBA2_PATH_NOTE,
-    "qwen3_next": DELTANET_PATH_NOTE,
+    **dict.fromkeys(DELTANET_FAMILIES, DELTANET_PATH_NOTE),
 }
 MAMBA_KERNEL_NOTE = (
     "Mamba mixers sized as mamba_ssm's fused kernel keeps them (assumes mamba_ssm and causal-conv1d "

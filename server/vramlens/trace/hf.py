@@ -119,7 +119,9 @@ SEQ2SEQ_FAMILIES = {"t5"}
 # MoE families whose transformers 5 experts run with grouped_mm (the eager per-expert loop is data-dependent);
 # Llama-4's `Llama4TextExperts` (transformers 5.24 models/llama4/modeling_llama4.py) runs every expert on every token
 # with bmm, which is not data-dependent either
-MOE_FAMILIES = {"mixtral", "qwen3_moe", "jamba", "qwen3_next", "gpt_oss", "deepseek_v3", "llama4_text"}
+MOE_FAMILIES = {
+    *("mixtral", "qwen3_moe", "jamba", "qwen3_next", "qwen3_5_moe_text", "gpt_oss", "deepseek_v3", "llama4_text"),
+}
 # Families built from the config.json the plan keeps (`ModelArch.hf_config_json`) with transformers' own config class:
 # their layer patterns and mixer sizes are in no other field (knowledge/models.py `BUILT_AS_WRITTEN`)
 AS_WRITTEN_FAMILIES = BUILT_AS_WRITTEN

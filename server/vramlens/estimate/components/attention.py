@@ -10,6 +10,7 @@ from vramlens.estimate.components.vision import image_block_mask
 from vramlens.estimate.shapes import targeted
 from vramlens.knowledge import versions
 from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
+from vramlens.knowledge.models import DELTANET_FAMILIES
 from vramlens.knowledge.versions import MEM_EFFICIENT_GQA_FROM
 from vramlens.resolved import ResolvedPlan
 
@@ -28,6 +29,11 @@ SOFTMAX_IN_INPUT_DTYPE = {"bert", "roberta", "deberta-v2"}
 PROBABILITY_DROPOUT = {"gpt2", "gpt_bigcode"}
 # Families whose eager attention adds a learned sink logit per head to the softmax (gpt-oss `GptOssAttention.sinks`)
 SINK_SOFTMAX = {"gpt_oss"}
+# Families whose attention gates its output by the sigmoid of a second half of q_proj (transformers 5.24
+# models/qwen3_next/modeling_qwen3_next.py `Qwen3NextAttention.forward`, models/qwen3_5 and qwen3_5_moe the same:
+# `query_states, gate = torch.chunk(self.q_proj(...).view(..., head_dim * 2), 2, dim=-1)`, then
+# `attn_output = attn_output * torch.sigmoid(gate)` before o_proj)
+OUTPUT_GATED_ATTENTION = set(DELTANET_FAMILIES)
 
 
 # BertConfig and RobertaConfig also drop attention probabilities by default (hidden_dropout_prob and
@@ -117,6 +123,11 @@ def attention_per_token(rp: ResolvedPlan) -> float:
         attn -= c * q
     if arch.family in DISENTANGLED_ATTENTION and rp.framework in HF_MODEL_FRAMEWORKS:
         attn += disentangled_per_token(rp, c, amp)
+    if arch.family in OUTPUT_GATED_ATTENTION and rp.framework in HF_MODEL_FRAMEWORKS:
+        # the output gate: sigmoid keeps its output, and the product keeps the attention output it multiplies (the
+        # contiguous copy `sdpa_attention_forward` returns, not the kernel's own saved output); a k-bit model's
+        # q_proj returns fp32, so its gate and sigmoid are fp32 (the product, fp32 too, is o_proj's input)
+        attn += (4 if qkv_fp32 else c) * q + c * q
     return attn
 
 

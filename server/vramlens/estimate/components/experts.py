@@ -155,12 +155,12 @@ def lora_linears(rp: ResolvedPlan) -> list:
     stay, and "all-linear" is first resolved to leaf names, gate_proj/up_proj/down_proj among them), so the dense
     layers' MLPs and the shared experts, nn.Linear modules of those names, get no adapter."""
     linears = targeted(rp.arch, rp.lora_targets, experts_adaptable(rp))
-    if _moves_mlp_targets(rp):
+    if moves_mlp_targets(rp):
         linears = [l for l in linears if l.name not in ("gate", "up", "down")]
     return linears
 
 
-def _moves_mlp_targets(rp: ResolvedPlan) -> bool:
+def moves_mlp_targets(rp: ResolvedPlan) -> bool:
     """Whether peft moves the gate/up/down target names to the fused experts' parameters (`lora_linears`): LoRA and
     DoRA (peft's conversion is for `PeftType.LORA` only) on a family peft converts by those names."""
     arch = rp.arch
@@ -192,7 +192,7 @@ def expert_adapter_notes(rp: ResolvedPlan) -> list[str]:
         " from the MLP names in its targets (peft ≥ 0.19 `_convert_peft_config_moe` moves every target ending in "
         "gate_proj, up_proj or down_proj, a shared expert's too, to the routed experts; with peft < 0.19 they adapt "
         "only the dense and shared-expert linears)"
-        if _moves_mlp_targets(rp)
+        if moves_mlp_targets(rp)
         else ""
     )
     out = [

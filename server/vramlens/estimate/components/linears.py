@@ -22,7 +22,13 @@ from vramlens.estimate.components.common import (
     has_linear,
     unsloth_kernels,
 )
-from vramlens.estimate.components.experts import expert_bytes, expert_parameters, expert_passes, experts_adaptable
+from vramlens.estimate.components.experts import (
+    expert_bytes,
+    expert_parameters,
+    expert_passes,
+    experts_adaptable,
+    moves_mlp_targets,
+)
 from vramlens.estimate.components.sharding import fsdp1_adapter_input_upcast
 from vramlens.estimate.shapes import mla_linears
 from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
@@ -153,6 +159,13 @@ def linear_inputs_per_token(rp: ResolvedPlan) -> LinearInputs:
     all_lin = "all-linear" in targets
     linear_inputs = 0.0
     expert_mlp = arch.is_moe and not full and not experts_adaptable(rp)
+    # adapters the routed experts cannot take still reach a shared expert's nn.Linear gate/up/down (transformers 5.24
+    # models/qwen3_5_moe/modeling_qwen3_5_moe.py `Qwen3_5MoeSparseMoeBlock.shared_expert`, a `Qwen3_5MoeMLP`), where
+    # peft leaves the MLP names in target_modules (no conversion of them to the fused experts: `moves_mlp_targets`)
+    shared_mlp = expert_mlp and arch.shared_experts > 0 and not moves_mlp_targets(rp)
+    if shared_mlp:
+        shared = arch.shared_expert_intermediate or arch.moe_intermediate or arch.intermediate
+        groups[-1] = (c * shared * arch.shared_experts, ("down", "fc2"))
     down_input = down_copy = mlp_inputs = 0.0
     qkv_in = 0.0
     group_inputs: dict[str, float] = {}
@@ -162,7 +175,7 @@ def linear_inputs_per_token(rp: ResolvedPlan) -> LinearInputs:
         if members[0] == "gate":
             qkv_in = before  # what the q/k/v group keeps (the groups run in order)
         present = [m for m in members if (m in mla if mla and m in MLA_NAMES else has_linear(arch, m))]
-        if expert_mlp and members[0] != "q":
+        if expert_mlp and members[0] != "q" and not shared_mlp:
             present = []  # no adapter reaches the routed experts
         if full:
             linear_inputs += size * (amp_input_casts(rp, members[0], present) if amp else 1)

@@ -11,6 +11,7 @@ from vramlens.estimate import shapes
 from vramlens.estimate.components.common import mlp_bytes
 from vramlens.estimate.components.linears import adapter_input
 from vramlens.estimate.components.quant import kbit_autocast, kbit_deltanet_bytes
+from vramlens.knowledge.models import DELTANET_FAMILIES
 from vramlens.resolved import ResolvedPlan
 
 
@@ -80,10 +81,11 @@ DELTANET_CHUNK = 64
 
 
 def deltanet_sizes(rp: ResolvedPlan) -> DeltaNetSizes | None:
-    """Qwen3-Next's gated DeltaNet sizes from its config.json (`Qwen3NextConfig` names and defaults), or None."""
+    """The gated DeltaNet sizes of Qwen3-Next or Qwen3.5 from its config.json (`Qwen3NextConfig` names and defaults,
+    which `Qwen3_5TextConfig` and `Qwen3_5MoeTextConfig` share), or None."""
     import json
 
-    if rp.arch.family != "qwen3_next" or not rp.arch.hf_config_json:
+    if rp.arch.family not in DELTANET_FAMILIES or not rp.arch.hf_config_json:
         return None
     config = json.loads(rp.arch.hf_config_json)
     return DeltaNetSizes(
@@ -162,11 +164,12 @@ def deltanet_per_token(rp: ResolvedPlan) -> float:
 
 
 def first_layer_is_deltanet(rp: ResolvedPlan) -> bool:
-    """Whether Qwen3-Next's layer 0 is a gated DeltaNet layer (`layer_types`; Qwen3NextConfig's default pattern
-    puts full attention at every `full_attention_interval`-th layer, 4, so layer 0 is linear attention)."""
+    """Whether layer 0 of a Qwen3-Next or Qwen3.5 stack is a gated DeltaNet layer (`layer_types`; their configs'
+    default pattern puts full attention at every `full_attention_interval`-th layer, 4, so layer 0 is linear
+    attention)."""
     import json
 
-    if rp.arch.family != "qwen3_next" or not rp.arch.hf_config_json:
+    if rp.arch.family not in DELTANET_FAMILIES or not rp.arch.hf_config_json:
         return False
     kinds = json.loads(rp.arch.hf_config_json).get("layer_types") or ["linear_attention"]
     return kinds[0] == "linear_attention"

@@ -21,6 +21,12 @@ GELU_TANH_FAMILIES = {"gpt2", "phi"}
 CLAMPED_SWIGLU = {"gpt_oss"}
 
 
+# MoE families whose shared expert's output is scaled by a sigmoid gate (transformers 5.24
+# models/qwen2_moe/modeling_qwen2_moe.py `Qwen2MoeSparseMoeBlock`: `shared_expert_gate`, h → 1; Qwen3-Next's and
+# Qwen3.5-MoE's blocks the same)
+GATED_SHARED_EXPERT = {"qwen2_moe", "qwen3_next", "qwen3_5_moe_text"}
+
+
 def mlp_per_token(rp: ResolvedPlan) -> float:
     """What one block's MLP keeps of its hidden activations per token, in bytes, its linears' inputs aside
     (`linear_inputs_per_token`): a gated MLP's gate, up and act(gate) (an ungated one's act input), in the MLP's dtype
@@ -61,6 +67,12 @@ def mlp_per_token(rp: ResolvedPlan) -> float:
         if arch.shared_experts:
             si = (arch.shared_expert_intermediate or inter) * arch.shared_experts
             mlp_internal += (6 if gated else 2) * si
+            if arch.family in GATED_SHARED_EXPERT and not full and not experts_adaptable(rp) and not adapted:
+                # the shared expert's output scaled by sigmoid(shared_expert_gate(x)): the product keeps both
+                # (transformers 5.24 models/qwen3_5_moe/modeling_qwen3_5_moe.py `Qwen3_5MoeSparseMoeBlock.forward`),
+                # beside frozen routed experts that no adapter reaches, whose own h-sized pieces the count above
+                # leaves out
+                mlp_internal += c * h + c
     else:
         inter = arch.intermediate
         # gate, up and act(gate); compiled, act(gate) is recomputed from the gate output

@@ -9,13 +9,14 @@ from vramlens.estimate.components.gemma3n import outside_per_token as gemma3n_ou
 from vramlens.estimate.components.logits import head_trains
 from vramlens.estimate.components.t5 import hf_t5, t5_global_per_token
 from vramlens.estimate.shapes import QK_NORM_FAMILIES
-from vramlens.knowledge.models import norms_per_layer
+from vramlens.knowledge.models import DELTANET_FAMILIES, norms_per_layer
 from vramlens.resolved import ResolvedPlan
 
 # Families whose RMSNorm multiplies the normalised value by its weight in fp32 and casts afterwards (transformers
 # 5.24 models/gemma/modeling_gemma.py, gemma2, gemma3 `output * (1.0 + self.weight.float())` then
 # `output.type_as(x)`; models/olmo2/modeling_olmo2.py, olmo3, gpt_oss `(self.weight * hidden_states).to(input_dtype)`;
-# qwen3_next and vaultgemma as Gemma;
+# qwen3_next, qwen3_5 (models/qwen3_5/modeling_qwen3_5.py `Qwen3_5RMSNorm`: `output * (1.0 +
+# self.weight.float())`, then `type_as`; qwen3_5_moe the same) and vaultgemma as Gemma;
 # Llama instead casts first: `self.weight * hidden_states.to(input_dtype)`): a trained norm weight's gradient
 # keeps the fp32 normalised value (4 bytes per element, not the 16-bit 2).
 FP32_NORM_WEIGHT_FAMILIES = {
@@ -26,7 +27,7 @@ FP32_NORM_WEIGHT_FAMILIES = {
     "olmo2",
     "olmo3",
     "gpt_oss",
-    "qwen3_next",
+    *DELTANET_FAMILIES,
     "vaultgemma",
 }
 
