@@ -21,7 +21,11 @@ from test_new_architectures import MODES, row_plan  # noqa: E402
 from vramlens.estimate import components as C  # noqa: E402
 from vramlens.knowledge.models import arch_from_hf_config  # noqa: E402
 
-DELTANET_LINEARS = ("in_proj_qkvz", "in_proj_ba", "out_proj")
+# the gated DeltaNet's linears: Qwen3-Next's fused input projections, Qwen3.5's split ones
+DELTANET_LINEARS = {
+    "qwen3_next": ("in_proj_qkvz", "in_proj_ba", "out_proj"),
+    "qwen3_5_text": ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"),
+}
 
 
 def kept_bytes(fn, module) -> int:
@@ -50,8 +54,8 @@ def kept_bytes(fn, module) -> int:
 
 
 def kbit_mixer(config: dict):
-    """Layer 0's gated DeltaNet of a real Qwen3-Next, prepared as a QLoRA run holds it: its nn.Linear modules
-    bitsandbytes 4-bit (NF4, bf16 compute), every other parameter fp32 (peft's prepare_model_for_kbit_training),
+    """Layer 0's gated DeltaNet of a real Qwen3-Next (or Qwen3.5), prepared as a QLoRA run holds it: its nn.Linear
+    modules bitsandbytes 4-bit (NF4, bf16 compute), every other parameter fp32 (peft's prepare_model_for_kbit_training),
     nothing trained."""
     import bitsandbytes as bnb
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -61,9 +65,9 @@ def kbit_mixer(config: dict):
     keys = {k: v for k, v in config.items() if k != "model_type"}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = AutoModelForCausalLM.from_config(AutoConfig.for_model("qwen3_next", **keys))
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(config["model_type"], **keys))
     mixer = model.model.layers[0].linear_attn
-    for name in DELTANET_LINEARS:
+    for name in DELTANET_LINEARS[config["model_type"]]:
         lin = getattr(mixer, name)
         q = bnb.nn.Linear4bit(
             lin.in_features, lin.out_features, bias=False, compute_dtype=torch.bfloat16, quant_type="nf4"
@@ -80,12 +84,13 @@ def kbit_mixer(config: dict):
 @pytest.mark.parametrize(
     "sizes", [{}, dict(linear_num_key_heads=4, linear_value_head_dim=16, linear_conv_kernel_dim=3)]
 )
-def test_kbit_gated_deltanet_keeps_what_the_estimate_says(sizes):
+@pytest.mark.parametrize("model_type", sorted(DELTANET_LINEARS))
+def test_kbit_gated_deltanet_keeps_what_the_estimate_says(model_type, sizes):
     """Under 16-bit autocast with the fp32 stream of a k-bit model, the gated DeltaNet keeps, for backward, the bytes
     `deltanet_bytes` counts for a QLoRA plan (before, the 16-bit step's figure: 3-7 % more here), positions filling,
-    padding and fitting in one chunk of the scan."""
-    config = dict(TINY_CONFIGS["qwen3_next"], **sizes)
-    rp0 = plan(arch=arch_from_hf_config(config, "tiny-qwen3-next"), **MODES["qlora"])
+    padding and fitting in one chunk of the scan; Qwen3.5's, whose gate z is its own linear's output, the same."""
+    config = dict(TINY_CONFIGS[model_type], **sizes)
+    rp0 = plan(arch=arch_from_hf_config(config, f"tiny-{model_type}"), **MODES["qlora"])
     mixer = kbit_mixer(config)
     for batch, positions in [(2, 256), (2, 128), (1, 100), (3, 37), (2, 64)]:
         x = torch.randn(batch, positions, config["hidden_size"], requires_grad=True)  # the fp32 stream

@@ -16,6 +16,7 @@ import math
 from typing import TYPE_CHECKING
 
 from vramlens.estimate.shapes import shapes
+from vramlens.knowledge.models import SPLIT_DELTANET_PROJECTIONS
 from vramlens.resolved import ResolvedPlan
 
 if TYPE_CHECKING:
@@ -103,12 +104,13 @@ def kbit_mamba2_mixer_bytes(
 def kbit_deltanet_bytes(
     rp: ResolvedPlan, z: DeltaNetSizes, bytes16: tuple[float, float, float]
 ) -> tuple[float, float, float]:
-    """What one Qwen3-Next gated DeltaNet mixer keeps for backward in a k-bit model under autocast (`kbit_autocast`),
-    from what it keeps in a 16-bit step (`bytes16`, `mixers.deltanet_bytes`): (bytes per token, per sequence, per
-    layer). transformers 5.24 models/qwen3_next/modeling_qwen3_next.py `Qwen3NextGatedDeltaNet.forward`,
-    `causal_conv1d_fn`, `torch_chunk_gated_delta_rule`, `Qwen3NextRMSNormGated`; in_proj_qkvz and in_proj_ba return
-    fp32 (bitsandbytes 0.50.2 nn/modules.py `Linear4bit.forward`), so the mixer's stream is fp32, and autocast casts
-    the operands of the conv and of every matmul to 16 bits (c) and returns 16 bits. Against the 16-bit step:
+    """What one Qwen3-Next (or Qwen3.5) gated DeltaNet mixer keeps for backward in a k-bit model under autocast
+    (`kbit_autocast`), from what it keeps in a 16-bit step (`bytes16`, `mixers.deltanet_bytes`): (bytes per token,
+    per sequence, per layer). transformers 5.24 models/qwen3_next/modeling_qwen3_next.py
+    `Qwen3NextGatedDeltaNet.forward`, `causal_conv1d_fn`, `torch_chunk_gated_delta_rule`, `Qwen3NextRMSNormGated`;
+    in_proj_qkvz and in_proj_ba return fp32 (bitsandbytes 0.50.2 nn/modules.py `Linear4bit.forward`), so the mixer's
+    stream is fp32, and autocast casts the operands of the conv and of every matmul to 16 bits (c) and returns 16
+    bits. Against the 16-bit step:
     - per token: β = sigmoid(b) is fp32 (4H, not cH), and so is the gated norm's weighted value, read by the product
       with silu(z) (4·H·dv, not c·H·dv);
     - per padded position: the two chunk products K·kβᵀ and Q·Kᵀ come out of their matmuls in 16 bits, and the
@@ -138,8 +140,11 @@ def kbit_deltanet_bytes(
     width = 2 * z.key_heads * dk + hv * dv
     if z.key_heads == hv:
         # no repeat to the value heads: the l2 norms read views of the conv's fp32 output, and silu reads z as a view
-        # of in_proj_qkvz's fp32 output, where a 16-bit step keeps fp32 copies of q, k and z
-        per_token += 4 * width - 2 * 4 * hv * dk + 4 * (2 * z.key_heads * dk + 2 * hv * dv) - 4 * hv * dv
+        # of in_proj_qkvz's fp32 output, where a 16-bit step keeps fp32 copies of q, k and z (Qwen3.5's z is
+        # in_proj_z's own fp32 output, as large as that copy)
+        per_token += 4 * width - 2 * 4 * hv * dk
+        if rp.arch.family not in SPLIT_DELTANET_PROJECTIONS:
+            per_token += 4 * (2 * z.key_heads * dk + 2 * hv * dv) - 4 * hv * dv
     padded = (
         -2 * (4 - c) * hv * q  # the two 16-bit chunk products
         + 4 * c * hv * dk  # their matmuls' casts
