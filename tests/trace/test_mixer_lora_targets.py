@@ -41,6 +41,8 @@ CASES = [
     # for): gate/up/down_proj adapt the shared expert alone
     ("qwen3_5_moe_text", ["in_proj_qkv", "out_proj", "gate_proj", "up_proj", "down_proj", "shared_expert_gate"]),
     ("lfm2", ["in_proj", "out_proj", "q_proj"]),  # out_proj: the short convolutions' and the attention's
+    # LFM2-MoE: w1/w3/w2 adapt the leading dense layers' MLPs alone (no conversion to its fused experts in peft)
+    ("lfm2_moe", ["in_proj", "out_proj", "q_proj", "w1", "w3", "w2"]),
     ("bamba", ["in_proj", "out_proj", "q_proj", "o_proj"]),  # out_proj: the Mamba-2 mixer's
     ("granitemoehybrid", ["mamba.out_proj", "q_proj"]),
     ("jamba", ["in_proj", "x_proj", "out_proj", "q_proj"]),

@@ -123,7 +123,7 @@ def test_lfm2_lora_trains_the_adapters_peft_makes():
 
 
 # rows whose layer kinds the estimate models: (model_type, mode, checkpointing)
-ROWS = [("lfm2", mode, ckpt) for mode in MODES for ckpt in (False, True)] + [
+ROWS = [(t, mode, ckpt) for t in ("lfm2", "lfm2_moe") for mode in MODES for ckpt in (False, True)] + [
     ("gpt_oss", "full", False),
     ("gpt_oss", "full", True),
     ("gpt_oss", "lora", False),
@@ -145,8 +145,10 @@ ROWS = [("lfm2", mode, ckpt) for mode in MODES for ckpt in (False, True)] + [
 def test_estimate_follows_the_real_library_trace(model_type, mode, ckpt):
     """Full, LoRA and QLoRA, with and without checkpointing, on the real transformers/peft/bitsandbytes step: the
     estimate within ±3 % of the traced peak (LFM2 sized as attention throughout was 0.92 in full and 1.2–1.6 under
-    LoRA, its MLP's w1/w2/w3 untouched by the trace's targets; gpt-oss with SDPA's count was 0.81–0.85: transformers
-    runs it eager, with a sink logit per head, and its experts' clamped SwiGLU keeps three more tensors)."""
+    LoRA, its MLP's w1/w2/w3 untouched by the trace's targets; LFM2-MoE was not traced, its short convolutions sized
+    as attention and its leading dense layer (`num_dense_layers`) as a MoE layer; gpt-oss with SDPA's count was
+    0.81–0.85: transformers runs it eager, with a sink logit per head, and its experts' clamped SwiGLU keeps three
+    more tensors)."""
     if mode != "full":
         need("peft")
     if mode == "qlora":
@@ -200,8 +202,9 @@ def test_what_is_not_modelled_over_4bit_weights_is_said_by_qlora_plans_only(mode
     assert NOT_MODELLED_KBIT[model_type] not in said["lora"]
 
 
-def test_modelled_short_convolutions_are_not_labelled_approximate():
-    assert arch("lfm2").approximate == ""
+@pytest.mark.parametrize("model_type", ["lfm2", "lfm2_moe"])
+def test_modelled_short_convolutions_are_not_labelled_approximate(model_type):
+    assert arch(model_type).approximate == ""
 
 
 def test_mla_with_dense_layers_is_not_labelled_approximate():

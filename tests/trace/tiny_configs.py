@@ -1,6 +1,6 @@
 """Tiny but faithful config.json dicts of architectures that are not attention + MLP blocks throughout: each is the
 model_type's own transformers 5.24 config class (`Mamba2Config`, `FalconH1Config`, `JambaConfig`, `Lfm2Config`,
-`Qwen3NextConfig`, `Qwen3_5TextConfig`, `Qwen3_5MoeTextConfig`, `GptOssConfig`, `DeepseekV3Config`,
+`Lfm2MoeConfig`, `Qwen3NextConfig`, `Qwen3_5TextConfig`, `Qwen3_5MoeTextConfig`, `GptOssConfig`, `DeepseekV3Config`,
 `Gemma3nTextConfig`, `Llama4TextConfig`, `BambaConfig`,
 `NemotronHConfig`, `GraniteMoeHybridConfig`) with its sizes shrunk and its layer pattern kept (state-space /
 linear-attention / short-conv layers beside attention ones, MoE beside dense MLPs, MLA, per-layer embeddings). Shared
@@ -74,6 +74,24 @@ TINY_CONFIGS: dict[str, dict] = {
         num_key_value_heads=2,
         intermediate_size=384,
         block_auto_adjust_ff_dim=False,
+        vocab_size=1000,
+        conv_L_cache=3,
+        layer_types=["conv", "full_attention", "conv", "full_attention"],
+        tie_word_embeddings=True,
+    ),
+    # LFM2-MoE: LFM2's short convolutions and attention layers, dense MLPs in the first `num_dense_layers`, then a
+    # sigmoid-routed MoE block (fused experts, a routing bias)
+    "lfm2_moe": dict(
+        model_type="lfm2_moe",
+        hidden_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=256,
+        moe_intermediate_size=64,
+        num_dense_layers=1,
+        num_experts=8,
+        num_experts_per_tok=2,
         vocab_size=1000,
         conv_L_cache=3,
         layer_types=["conv", "full_attention", "conv", "full_attention"],

@@ -11,14 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from vramlens.knowledge.models import DELTANET_FAMILIES, SPLIT_DELTANET_PROJECTIONS
+from vramlens.knowledge.models import DELTANET_FAMILIES, SHORT_CONV_FAMILIES, SPLIT_DELTANET_PROJECTIONS
 from vramlens.knowledge.schema import ModelArch
 
 # Families whose attention has per-head RMSNorms on q and k (Qwen3, Gemma-3, OLMo-2).
 # (LFM2: `Lfm2Attention.q_layernorm` / `k_layernorm`, transformers 5.24 models/lfm2/modeling_lfm2.py)
 QK_NORM_FAMILIES = {
     *("qwen3", "qwen3_moe", "qwen3_vl_text", "qwen3_vl_moe_text"),
-    *("gemma3", "gemma3_text", "olmo2", "olmo3", "lfm2"),
+    *("gemma3", "gemma3_text", "olmo2", "olmo3", *SHORT_CONV_FAMILIES),
     # transformers 5.24 models/qwen3_next/modeling_qwen3_next.py `Qwen3NextAttention`: q_norm, k_norm (Qwen3.5's alike)
     *DELTANET_FAMILIES,
 }
@@ -103,11 +103,15 @@ def shapes(arch: ModelArch) -> Shapes:
         linears.extend(mamba2_linears(arch))
     elif short_conv_layers(arch):
         # LFM2: attention's q, k, v, o in the attention layers only; each short-convolution layer has in_proj
-        # h → 3h and out_proj h → h instead (transformers 5.24 models/lfm2/modeling_lfm2.py `Lfm2ShortConv`)
+        # h → 3h and out_proj h → h instead (transformers 5.24 models/lfm2/modeling_lfm2.py `Lfm2ShortConv`);
+        # LFM2-MoE's leading dense layers an MLP, the others routed experts (models/lfm2_moe `Lfm2MoeDecoderLayer`)
         n_conv = short_conv_layers(arch)
         attention(L - n_conv)
         linears.extend([Linear("in_proj", h, 3 * h, n_conv), Linear("out_proj", h, h, n_conv)])
-        mlp(L, arch.intermediate)
+        dense = arch.dense_layers if arch.is_moe else L
+        mlp(dense, arch.intermediate)
+        if arch.is_moe:
+            mlp((L - dense) * arch.num_experts, arch.moe_intermediate or arch.intermediate, expert=True)
     elif mamba2_hybrid_linears(arch)[0]:
         # Bamba, Granite-4 hybrids: q, k, v, o in the attention layers only; each Mamba-2 layer has its mixer's
         # in_proj and out_proj instead (`mamba2_hybrid_linears`); a dense MLP in every layer
@@ -159,10 +163,6 @@ def shapes(arch: ModelArch) -> Shapes:
     if is_mamba(arch) or nemotron_h_linears(arch) or mamba2_linears(arch):
         layer = (linear_params + other) // max(L, 1)
     return Shapes(tuple(linears), embed, lm_head, other, layer)
-
-
-# Families whose short-convolution layers are modelled as such (`short_conv_layers`)
-SHORT_CONV_FAMILIES = {"lfm2"}
 
 
 def mamba2_hybrid_linears(arch: ModelArch) -> tuple[int, int, int]:
@@ -345,7 +345,7 @@ def nemotron_h_linears(arch: ModelArch) -> list[Linear]:
 
 def short_conv_layers(arch: ModelArch) -> int:
     """How many layers of the stack are short convolutions (the layer kinds transformers builds from the config), in
-    a family whose convolution layers are modelled: LFM2."""
+    a family whose convolution layers are modelled: LFM2, LFM2-MoE."""
     return dict(arch.layer_kinds).get("short conv", 0) if arch.family in SHORT_CONV_FAMILIES else 0
 
 

@@ -868,10 +868,15 @@ DELTANET_FAMILIES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 # the Qwen3.5 spelling of the mixer's input projections (`estimate.shapes.deltanet_linears`)
 SPLIT_DELTANET_PROJECTIONS = frozenset({"qwen3_5_text", "qwen3_5_moe_text"})
 
+# model_types whose mixers are LFM2's gated short convolutions (estimate/components/mixers.py
+# `short_conv_per_token`): LFM2 and LFM2-MoE (transformers 5.24 models/lfm2_moe/modeling_lfm2_moe.py
+# `Lfm2MoeShortConv`, the same code as models/lfm2 `Lfm2ShortConv`, as are their attention layers)
+SHORT_CONV_FAMILIES = ("lfm2", "lfm2_moe")
+
 # layer kinds (knowledge.inventory.NOT_ATTENTION) the estimate models as themselves in these model_types: LFM2's
 # short convolutions (estimate/components/mixers.py; LoRA's q/k/v/o only in its attention layers, estimate/shapes.py)
 MODELLED_MIXERS = {
-    "short conv": frozenset({"lfm2"}),
+    "short conv": frozenset(SHORT_CONV_FAMILIES),
     "state space": frozenset({"mamba2", "falcon_h1", "jamba", "bamba", "granitemoehybrid", "nemotron_h"}),
     "linear attention": frozenset(DELTANET_FAMILIES),
 }
@@ -892,7 +897,7 @@ BUILT_AS_WRITTEN = frozenset(
         "bamba",
         "nemotron_h",
         "granitemoehybrid",
-        "lfm2",
+        *SHORT_CONV_FAMILIES,
         *DELTANET_FAMILIES,
         "gpt_oss",
         "deepseek_v3",
@@ -1361,7 +1366,10 @@ def _dense_layers(config: Mapping[str, Any], layers: int, num_experts: int) -> i
         # which overrides `interleave_moe_layer_step` (transformers 5.24 models/llama4/modeling_llama4.py
         # `Llama4TextDecoderLayer`, configuration_llama4.py `__post_init__`)
         return layers - len(set(listed) & set(range(layers)))
-    first = config.get("first_k_dense_replace") or 0
+    # the leading dense layers: DeepSeek's `first_k_dense_replace`; LFM2-MoE's and AFMoE's `num_dense_layers`
+    # (transformers 5.24 models/lfm2_moe/modeling_lfm2_moe.py `Lfm2MoeDecoderLayer`: a dense `Lfm2MoeMLP` where
+    # `layer_idx < config.num_dense_layers`; models/afmoe/modeling_afmoe.py: `layer_idx >= config.num_dense_layers`)
+    first = _first(config, "first_k_dense_replace", "num_dense_layers") or 0
     period = _first(config, "expert_layer_period", "interleave_moe_layer_step", "decoder_sparse_step")
     if num_experts and _dim(period) and period > 1:
         return layers - layers // period

@@ -121,6 +121,7 @@ SEQ2SEQ_FAMILIES = {"t5"}
 # with bmm, which is not data-dependent either
 MOE_FAMILIES = {
     *("mixtral", "qwen3_moe", "jamba", "qwen3_next", "qwen3_5_moe_text", "gpt_oss", "deepseek_v3", "llama4_text"),
+    "lfm2_moe",
 }
 # Families built from the config.json the plan keeps (`ModelArch.hf_config_json`) with transformers' own config class:
 # their layer patterns and mixer sizes are in no other field (knowledge/models.py `BUILT_AS_WRITTEN`)
@@ -222,8 +223,20 @@ FAMILY_LINEAR = {
     # 0.21.2 refuses LoRA on out_proj (src/peft/tuners/tuners_utils.py `_check_lora_target_modules_mamba`)
     "mamba2": {"in_proj": "in_proj", "lm_head": "lm_head", "embed": "embeddings"},
     # models/lfm2 (transformers 5.24 modeling_lfm2.py): Lfm2Attention q_proj, k_proj, v_proj, out_proj; Lfm2MLP
-    # w2(silu(w1(x)) * w3(x)); the short convolutions' in_proj / out_proj are no canonical target
+    # w2(silu(w1(x)) * w3(x)); the short convolutions' in_proj / out_proj are no canonical target (LFM2-MoE's dense
+    # `Lfm2MoeMLP` the same names)
     "lfm2": {
+        "q": "q_proj",
+        "k": "k_proj",
+        "v": "v_proj",
+        "o": "self_attn.out_proj",
+        "gate": "w1",
+        "up": "w3",
+        "down": "w2",
+        "lm_head": "lm_head",
+        "embed": "embed_tokens",
+    },
+    "lfm2_moe": {
         "q": "q_proj",
         "k": "k_proj",
         "v": "v_proj",
