@@ -225,28 +225,20 @@ FAMILY_LINEAR = {
     # models/lfm2 (transformers 5.24 modeling_lfm2.py): Lfm2Attention q_proj, k_proj, v_proj, out_proj; Lfm2MLP
     # w2(silu(w1(x)) * w3(x)); the short convolutions' in_proj / out_proj are no canonical target (LFM2-MoE's dense
     # `Lfm2MoeMLP` the same names)
-    "lfm2": {
-        "q": "q_proj",
-        "k": "k_proj",
-        "v": "v_proj",
-        "o": "self_attn.out_proj",
-        "gate": "w1",
-        "up": "w3",
-        "down": "w2",
-        "lm_head": "lm_head",
-        "embed": "embed_tokens",
-    },
-    "lfm2_moe": {
-        "q": "q_proj",
-        "k": "k_proj",
-        "v": "v_proj",
-        "o": "self_attn.out_proj",
-        "gate": "w1",
-        "up": "w3",
-        "down": "w2",
-        "lm_head": "lm_head",
-        "embed": "embed_tokens",
-    },
+    **dict.fromkeys(
+        ("lfm2", "lfm2_moe"),
+        {
+            "q": "q_proj",
+            "k": "k_proj",
+            "v": "v_proj",
+            "o": "self_attn.out_proj",
+            "gate": "w1",
+            "up": "w3",
+            "down": "w2",
+            "lm_head": "lm_head",
+            "embed": "embed_tokens",
+        },
+    ),
     # models/granitemoehybrid (transformers 5.24 modeling_granitemoehybrid.py): GraniteMoeHybridAttention q_proj,
     # k_proj, v_proj, o_proj; the shared MLP `GraniteMoeHybridMLP` input_linear (gate|up, chunked) → output_linear;
     # the Mamba-2 mixers' in_proj / out_proj are no canonical target
