@@ -59,6 +59,24 @@ def test_moe_lora_estimate_follows_the_real_step(changes):
     assert_estimate_matches_trace(moe_plan(seq_len=1024, **changes))
 
 
+ATTENTION_ONLY = dict(LORA, lora_targets=("q", "k", "v", "o"))
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [ATTENTION_ONLY, dict(ATTENTION_ONLY, grad_checkpointing=True), dict(QLORA, lora_targets=("q", "k", "v", "o"))],
+    ids=["lora", "lora-ckpt", "qlora"],
+)
+def test_frozen_experts_estimate_follows_the_real_step(changes):
+    """Adapters on the attention alone leave the fused experts frozen: a checkpointed block is recomputed to its
+    un-permute of the expert outputs, the gathered tokens, the weighted outputs and their un-permuted copy alive
+    beside what it keeps (`experts._recomputed_grouped_mm_forward`)."""
+    need("peft")
+    if changes.get("quant_bits"):
+        need("bitsandbytes")
+    assert_estimate_matches_trace(moe_plan(**changes))
+
+
 def test_kbit_moe_keeps_its_experts_unquantized_in_fp32():
     """bitsandbytes quantizes nn.Linear modules only: the 3-D experts stay, upcast to fp32 by
     prepare_model_for_kbit_training — the weights the estimate counts are the traced ones."""

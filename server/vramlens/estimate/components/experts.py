@@ -265,6 +265,10 @@ def expert_passes(rp: ResolvedPlan) -> int:
 # MoE families whose fused experts carry biases and gpt-oss's clamped SwiGLU, run by transformers' grouped_mm path
 # (transformers 5.24 models/gpt_oss/modeling_gpt_oss.py `GptOssExperts`: `use_experts_implementation(has_bias=True)`)
 BIASED_CLAMPED_EXPERTS = {"gpt_oss"}
+# MoE families whose shared expert's output is scaled by a sigmoid gate (transformers 5.24
+# models/qwen2_moe/modeling_qwen2_moe.py `Qwen2MoeSparseMoeBlock`: `shared_expert_gate`, h → 1; Qwen3-Next's and
+# Qwen3.5-MoE's blocks the same)
+GATED_SHARED_EXPERT = {"qwen2_moe", "qwen3_next", "qwen3_5_moe_text"}
 
 
 def _attention_mask_kinds(rp: ResolvedPlan) -> int:
@@ -278,15 +282,40 @@ def _attention_mask_kinds(rp: ResolvedPlan) -> int:
     return len(set(kinds))
 
 
+def _recomputed_grouped_mm_forward(rp: ResolvedPlan, one_layer: float) -> float:
+    """`recomputed_experts_forward_per_token` of frozen routed experts without biases or a clamped gate (Qwen3.5-MoE,
+    Qwen3-MoE, Mixtral under adapters that do not reach them): the recomputed block peaks where
+    `grouped_mm_experts_forward` un-permutes the weighted expert outputs (transformers 5.24 integrations/moe.py
+    `weighted_out[inv_perm]`), its saved tensors (`one_layer`) made up to there, and alive beside them: the gathered
+    tokens, which a frozen grouped_mm does not keep, the weighted output, which the un-permute does not keep, and its
+    un-permuted copy (k·h each, the experts' dtype); the decoder layer's locals, its residual and the MLP's input
+    (the norm's output, which the frozen router does not keep); and the gradients waiting for the block: its
+    output's, and where the block ends with the routed sum (no gated shared expert after it: its product is the
+    first node that unpacks a saved tensor, so the recompute runs before the sum's gradient is expanded), that sum's
+    gradient expanded over the chosen experts (k·h). Traced on Qwen3.5-MoE (LoRA and QLoRA, checkpointed): the peak
+    is there, in the block the backward recomputes."""
+    arch = rp.arch
+    h, k = arch.hidden, expert_passes(rp)
+    eb = expert_bytes(rp)
+    r = 4 if fp32_residual(rp) or rp.compute_dtype == "fp32" else 2
+    c = 2 if rp.compute_dtype != "fp32" else 4
+    locals_ = (r * h if r == 2 else 0) + r * h
+    gated_shared = arch.family in GATED_SHARED_EXPERT and arch.shared_experts > 0
+    not_made = c * h + c if gated_shared else 0  # the gated shared expert's product and sigmoid (`mlp_per_token`)
+    waiting = r * h + (0 if gated_shared else k * h * eb)
+    return one_layer + (3 * k * h * eb - not_made + locals_ + waiting) / max(rp.tensor_parallel, 1)
+
+
 def recomputed_experts_forward_per_token(rp: ResolvedPlan, one_layer: float) -> float:
     """Bytes per token of the top checkpointed gpt-oss block at its recomputed forward's peak, in an adapter model
-    whose experts are frozen (0 elsewhere). transformers 5.24 checkpoints without reentrancy, and torch 2.13
-    torch/utils/checkpoint.py recomputes the block when the first backward node needing its saved tensors runs:
-    here the un-permute's backward (`weighted_out[inv_perm]` keeps `inv_perm`), after the nodes that save nothing
-    have made their gradients: the block output's and the per-token sum's, expanded over the chosen experts and made
-    contiguous by the view's backward (k·h, the experts' dtype). Every block's mask is held by its checkpoint: each
-    distinct eager mask (`_attention_mask_kinds`), b·s² in the residual stream's dtype. The recomputed forward peaks
-    at one of two points:
+    whose experts are frozen (0 elsewhere; frozen experts of other families: `_recomputed_grouped_mm_forward`).
+    transformers 5.24 checkpoints without reentrancy, and torch 2.13 torch/utils/checkpoint.py recomputes the block
+    when the first backward node needing its saved tensors runs: here the un-permute's backward
+    (`weighted_out[inv_perm]` keeps `inv_perm`), after the nodes that save nothing have made their gradients: the
+    block output's and the per-token sum's, expanded over the chosen experts and made contiguous by the view's
+    backward (k·h, the experts' dtype). Every block's mask is held by its checkpoint: each distinct eager mask
+    (`_attention_mask_kinds`), b·s² in the residual stream's dtype. The recomputed forward peaks at one of two
+    points:
     In the attention, where the sink logits less their max are made (transformers 5.24 models/gpt_oss/
     modeling_gpt_oss.py `eager_attention_forward`): three score-sized tensors, the masked scores, the scores with a
     sink column (`torch.cat`) and that less its max, in the mask's dtype (the residual stream's: fp32 in a k-bit or
@@ -308,7 +337,7 @@ def recomputed_experts_forward_per_token(rp: ResolvedPlan, one_layer: float) -> 
 
     arch = rp.arch
     if (
-        arch.family not in BIASED_CLAMPED_EXPERTS
+        not arch.is_moe
         or rp.peft not in ("lora", "qlora")
         or not rp.grad_checkpointing
         or rp.framework not in HF_MODEL_FRAMEWORKS
@@ -318,6 +347,8 @@ def recomputed_experts_forward_per_token(rp: ResolvedPlan, one_layer: float) -> 
         or expert_parameters(rp)
     ):
         return 0.0
+    if arch.family not in BIASED_CLAMPED_EXPERTS:
+        return _recomputed_grouped_mm_forward(rp, one_layer)
     h, inter, k = arch.hidden, arch.moe_intermediate or arch.intermediate, expert_passes(rp)
     eb = expert_bytes(rp)
     r = 4 if fp32_residual(rp) or rp.compute_dtype == "fp32" else 2

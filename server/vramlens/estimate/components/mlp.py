@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from vramlens.estimate.components.common import compiled_block, mlp_bytes, unsloth_kernels
 from vramlens.estimate.components.experts import (
+    GATED_SHARED_EXPERT,
     expert_bytes,
     expert_lora,
     expert_parameters,
@@ -19,12 +20,6 @@ from vramlens.resolved import ResolvedPlan
 GELU_TANH_FAMILIES = {"gpt2", "phi"}
 # MoE families whose experts' gate is a clamped SwiGLU with a sigmoid and an (up + 1) factor (gpt-oss)
 CLAMPED_SWIGLU = {"gpt_oss"}
-
-
-# MoE families whose shared expert's output is scaled by a sigmoid gate (transformers 5.24
-# models/qwen2_moe/modeling_qwen2_moe.py `Qwen2MoeSparseMoeBlock`: `shared_expert_gate`, h → 1; Qwen3-Next's and
-# Qwen3.5-MoE's blocks the same)
-GATED_SHARED_EXPERT = {"qwen2_moe", "qwen3_next", "qwen3_5_moe_text"}
 
 
 def mlp_per_token(rp: ResolvedPlan) -> float:
