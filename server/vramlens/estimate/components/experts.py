@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 
 from vramlens.estimate.components.common import DTYPE_BYTES, fp32_residual, mlp_bytes, unsloth_kernels
+from vramlens.estimate.components.llama4 import FAMILIES as LLAMA4_FAMILIES
 from vramlens.estimate.shapes import shapes, targeted
 from vramlens.knowledge import versions
 from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
@@ -347,6 +348,8 @@ def recomputed_experts_forward_per_token(rp: ResolvedPlan, one_layer: float) -> 
         or expert_parameters(rp)
     ):
         return 0.0
+    if arch.family in LLAMA4_FAMILIES:
+        return 0.0  # every expert on every token by bmm, no un-permute (`llama4.recomputed_moe_forward_per_token`)
     if arch.family not in BIASED_CLAMPED_EXPERTS:
         return _recomputed_grouped_mm_forward(rp, one_layer)
     h, inter, k = arch.hidden, arch.moe_intermediate or arch.intermediate, expert_passes(rp)
