@@ -95,6 +95,15 @@ def shapes(arch: ModelArch) -> Shapes:
                 [Linear("fc1", h, inter, count, expert=expert), Linear("fc2", inter, h, count, expert=expert)]
             )
 
+    def feed_forward() -> None:
+        """A dense MLP in every layer, or in a MoE model its dense layers' MLPs, routed and shared experts."""
+        dense = arch.dense_layers if arch.is_moe else L
+        mlp(dense, arch.intermediate)
+        if arch.is_moe:
+            inter_e = arch.moe_intermediate or arch.intermediate
+            mlp((L - dense) * arch.num_experts, inter_e, expert=True)
+            mlp((L - dense) * arch.shared_experts, arch.shared_expert_intermediate or inter_e)
+
     if is_mamba(arch):
         linears.extend(mamba_linears(arch))
     elif nemotron_h_linears(arch):
@@ -108,10 +117,7 @@ def shapes(arch: ModelArch) -> Shapes:
         n_conv = short_conv_layers(arch)
         attention(L - n_conv)
         linears.extend([Linear("in_proj", h, 3 * h, n_conv), Linear("out_proj", h, h, n_conv)])
-        dense = arch.dense_layers if arch.is_moe else L
-        mlp(dense, arch.intermediate)
-        if arch.is_moe:
-            mlp((L - dense) * arch.num_experts, arch.moe_intermediate or arch.intermediate, expert=True)
+        feed_forward()
     elif mamba2_hybrid_linears(arch)[0]:
         # Bamba, Granite-4 hybrids: q, k, v, o in the attention layers only; each Mamba-2 layer has its mixer's
         # in_proj and out_proj instead (`mamba2_hybrid_linears`); a dense MLP in every layer
@@ -125,10 +131,7 @@ def shapes(arch: ModelArch) -> Shapes:
         mixer = jamba_mixer_linears(arch)
         attention(L - mixer[0].count)
         linears.extend(mixer)
-        dense = arch.dense_layers if arch.is_moe else L
-        mlp(dense, arch.intermediate)
-        if arch.is_moe:
-            mlp((L - dense) * arch.num_experts, arch.moe_intermediate or arch.intermediate, expert=True)
+        feed_forward()
     elif deltanet_linears(arch):
         linears.extend(deltanet_linears(arch))
     elif arch.block == "encoder-decoder":
@@ -137,12 +140,7 @@ def shapes(arch: ModelArch) -> Shapes:
         mlp(enc + L, arch.intermediate)
     else:
         attention(L)
-        dense = arch.dense_layers if arch.is_moe else L
-        mlp(dense, arch.intermediate)
-        if arch.is_moe:
-            inter_e = arch.moe_intermediate or arch.intermediate
-            mlp((L - dense) * arch.num_experts, inter_e, expert=True)
-            mlp((L - dense) * arch.shared_experts, arch.shared_expert_intermediate or inter_e)
+        feed_forward()
     embed = arch.vocab * h
     lm_head = 0 if (arch.tied_embeddings or arch.block == "encoder") else arch.vocab * h
     total = param_count(arch)

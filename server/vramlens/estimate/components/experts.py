@@ -283,7 +283,7 @@ def _attention_mask_kinds(rp: ResolvedPlan) -> int:
     return len(set(kinds))
 
 
-def _recomputed_grouped_mm_forward(rp: ResolvedPlan, one_layer: float) -> float:
+def _recomputed_grouped_mm_forward(rp: ResolvedPlan, one_layer: float, r: int, locals_: float) -> float:
     """`recomputed_experts_forward_per_token` of frozen routed experts without biases or a clamped gate (Qwen3.5-MoE,
     Qwen3-MoE, Mixtral under adapters that do not reach them): the recomputed block peaks where
     `grouped_mm_experts_forward` un-permutes the weighted expert outputs (transformers 5.24 integrations/moe.py
@@ -294,13 +294,12 @@ def _recomputed_grouped_mm_forward(rp: ResolvedPlan, one_layer: float) -> float:
     output's, and where the block ends with the routed sum (no gated shared expert after it: its product is the
     first node that unpacks a saved tensor, so the recompute runs before the sum's gradient is expanded), that sum's
     gradient expanded over the chosen experts (k·h). Traced on Qwen3.5-MoE (LoRA and QLoRA, checkpointed): the peak
-    is there, in the block the backward recomputes."""
+    is there, in the block the backward recomputes. `r`: the residual stream's bytes per element; `locals_`: the
+    decoder layer's locals, as the caller counts them."""
     arch = rp.arch
     h, k = arch.hidden, expert_passes(rp)
     eb = expert_bytes(rp)
-    r = 4 if fp32_residual(rp) or rp.compute_dtype == "fp32" else 2
     c = 2 if rp.compute_dtype != "fp32" else 4
-    locals_ = (r * h if r == 2 else 0) + r * h
     gated_shared = arch.family in GATED_SHARED_EXPERT and arch.shared_experts > 0
     not_made = c * h + c if gated_shared else 0  # the gated shared expert's product and sigmoid (`mlp_per_token`)
     waiting = r * h + (0 if gated_shared else k * h * eb)
@@ -350,16 +349,16 @@ def recomputed_experts_forward_per_token(rp: ResolvedPlan, one_layer: float) -> 
         return 0.0
     if arch.family in LLAMA4_FAMILIES:
         return 0.0  # every expert on every token by bmm, no un-permute (`llama4.recomputed_moe_forward_per_token`)
-    if arch.family not in BIASED_CLAMPED_EXPERTS:
-        return _recomputed_grouped_mm_forward(rp, one_layer)
     h, inter, k = arch.hidden, arch.moe_intermediate or arch.intermediate, expert_passes(rp)
     eb = expert_bytes(rp)
     r = 4 if fp32_residual(rp) or rp.compute_dtype == "fp32" else 2
+    locals_ = (r * h if r == 2 else 0) + r * h
+    if arch.family not in BIASED_CLAMPED_EXPERTS:
+        return _recomputed_grouped_mm_forward(rp, one_layer, r, locals_)
     # at the gate's output: + gated output, clamped up, gathered tokens, gathered gate|up biases; − down's output
     at_gate = k * eb * (inter + inter + h + 2 * inter - h)
     # at the un-permuted copy: − up, gate|up biases, gate output; + down's biases, output, weighted output, its copy
     at_unpermute = at_gate + k * eb * (4 * h - 4 * inter)
-    locals_ = (r * h if r == 2 else 0) + r * h
     in_experts = one_layer + (max(at_gate, at_unpermute) + locals_) / max(rp.tensor_parallel, 1)
     s = rp.seq_len
     q, kv, heads = arch.q_dim, arch.kv_dim, arch.heads
