@@ -14,7 +14,8 @@ Reports settings in the file that do not reach the estimate, or do not reach the
 computed when a script runs (`--per_device_train_batch_size $BS`, `batch_size=args.bs`), settings passed
 through `**kwargs`, a config named by URL (vramlens never downloads), a config packaged inside an
 installed framework, a key under its old name that current versions ignore, flags after a `#` comment
-that bash never passes to the training command.
+that bash never passes to the training command, an axolotl key that neither axolotl nor a plugin it
+ships defines (its config model drops it), a plugin's key whose plugin `plugins:` does not list.
 
 vramlens opens files without running them, so a value that only exists at run time is unknown to it;
 the estimate uses the framework's default instead and lists it among its assumptions. A key the

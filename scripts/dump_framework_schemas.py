@@ -22,6 +22,7 @@ verl's by `scripts/dump_verl_defaults.py`) and, for a framework that cannot be d
 from __future__ import annotations
 
 import argparse
+import ast
 import fnmatch
 import hashlib
 import json
@@ -50,7 +51,11 @@ class Part:
 
     `how`: "classes" flattens the dataclass/pydantic classes named in `roots` (bases and nested classes resolved
     over every file the part matches); "argparse" takes each file's `add_argument` calls; "reads" takes each file's
-    `cfg.get("key", default)` reads; "yaml" takes every leaf key of each YAML file as a dotted name."""
+    `cfg.get("key", default)` reads; "yaml" takes every leaf key of each YAML file as a dotted name; "plugins" takes
+    axolotl's integrations: each plugin class whose `get_input_args()` returns an argument class's dotted path, that
+    class's fields flattened, each record naming the plugin (`"plugin": "axolotl.integrations.liger.LigerPlugin"`)
+    — axolotl merges them into its config model only for the plugins a config lists (integrations/config.py
+    `merge_input_args`)."""
 
     files: tuple[str, ...]  # fnmatch patterns over the archive's paths (any leading folder is ignored)
     how: str
@@ -121,8 +126,12 @@ TUNE = (
     Part(("recipes/configs/*.yaml", "recipes/configs/*/*.yaml", "recipes/configs/*/*/*.yaml"), "yaml"),
 )
 ORLHF = (Part(("openrlhf/cli/train_*.py",), "argparse"),)
-AXOLOTL_OLD = (Part(("*/axolotl/utils/config/models/input/v0_4_1/__init__.py",), "classes", ("AxolotlInputConfig",)),)
-AXOLOTL_NEW = (Part(("axolotl/utils/schemas/*.py",), "classes", ("AxolotlInputConfig",)),)
+AXOLOTL_PLUGINS = Part(("axolotl/integrations/*/*.py",), "plugins")
+AXOLOTL_OLD = (
+    Part(("*/axolotl/utils/config/models/input/v0_4_1/__init__.py",), "classes", ("AxolotlInputConfig",)),
+    AXOLOTL_PLUGINS,
+)
+AXOLOTL_NEW = (Part(("axolotl/utils/schemas/*.py",), "classes", ("AxolotlInputConfig",)), AXOLOTL_PLUGINS)
 
 TARGETS: tuple[Target, ...] = (
     Target(
@@ -363,6 +372,9 @@ def dump_part(members: dict[str, bytes], part: Part) -> tuple[list[dict], list[s
     elif part.how == "reads":
         for f, m in modules.items():
             records += [_record(a, f, owner=_stem(f)) for a in m.config_reads]
+    elif part.how == "plugins":
+        records, why = _plugin_records(members, modules)
+        notes += why
     else:
         classes: dict[str, argdefs.ClassArgs] = {}
         where: dict[str, str] = {}
@@ -382,6 +394,53 @@ def dump_part(members: dict[str, bytes], part: Part) -> tuple[list[dict], list[s
             if found := [b for b in known if b in classes and b != name]:
                 bases[name] = found
     return records, notes, bases
+
+
+def _registrations(text: str) -> list[tuple[str, str]]:
+    """(plugin class, dotted path of its argument class) for each class of a module whose `get_input_args` returns
+    a string constant (axolotl integrations/base.py `BasePlugin.get_input_args`)."""
+    out = []
+    for node in ast.walk(ast.parse(text)):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for fn in node.body:
+            if isinstance(fn, ast.FunctionDef) and fn.name == "get_input_args":
+                for ret in ast.walk(fn):
+                    if (
+                        isinstance(ret, ast.Return)
+                        and isinstance(ret.value, ast.Constant)
+                        and isinstance(ret.value.value, str)
+                    ):
+                        out.append((node.name, ret.value.value))
+    return out
+
+
+def _plugin_records(members: dict[str, bytes], modules: dict[str, argdefs.ModuleArgs]) -> tuple[list[dict], list[str]]:
+    """The argument records of axolotl's bundled plugins (Part "plugins"): the plugin is named as a config lists it,
+    `axolotl.integrations.<folder>.<PluginClass>` (integrations/base.py `load_plugin` imports the module path and
+    takes the class; each folder's `__init__` exports its plugin)."""
+    records: list[dict] = []
+    notes: list[str] = []
+    folder_of = {f: f.split("integrations/", 1)[1].split("/", 1)[0] for f in modules}
+    for f in sorted(modules):
+        for plugin, path in _registrations(members[f].decode("utf-8")):
+            folder = folder_of[f]
+            pool: dict[str, argdefs.ClassArgs] = {}
+            where: dict[str, str] = {}
+            for g, m in modules.items():
+                if folder_of[g] == folder:
+                    for name, c in m.classes.items():
+                        pool.setdefault(name, c)
+                        where.setdefault(name, g)
+            cls = path.rsplit(".", 1)[-1]
+            if cls not in pool:
+                notes.append(f"{f}: {plugin}'s argument class {path} not found in integrations/{folder}/")
+                continue
+            for a in argdefs.flatten(pool, cls):
+                records.append(
+                    _record(a, where.get(a.owner, f)) | {"plugin": f"axolotl.integrations.{folder}.{plugin}"}
+                )
+    return records, notes
 
 
 def _config_keys(leaves: list[dict], configs: dict[str, dict]) -> list[dict]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from vramlens.formats import parse_document
 from vramlens.frameworks import concepts
-from vramlens.plan import PLAN_CONCEPTS, IssueKind
+from vramlens.plan import PLAN_CONCEPTS, IssueKind, Severity
 from vramlens.resolve import resolve
 from vramlens.settings import Settings
 
@@ -81,11 +81,65 @@ def test_key_of_a_newer_release_is_unknown_at_the_pinned_one(tmp_path):
     assert any("`apollo_rank` is not an argument of LLaMA-Factory 0.8.3" in i.message for i in old.issues)
 
 
-def test_axolotl_unknown_keys_only_in_strict_mode():
+def test_axolotl_unknown_key_is_named_as_dropped_and_an_error_only_in_strict_mode():
     text = "base_model: Qwen/Qwen2.5-0.5B\nadapter: lora\nsequence_len: 1024\nmicro_batch_size: 1\nsequnce_len: 2\n"
-    assert not [i for i in _plan(text, "ax.yaml").issues if "not an argument" in i.message]
+    # axolotl's config model drops a key it does not define: the run goes on without it, and the user is told
+    (dropped,) = [i for i in _plan(text, "ax.yaml").issues if "not an argument" in i.message]
+    assert dropped.kind is IssueKind.NOT_READ and dropped.severity is Severity.INFO
+    assert "axolotl drops keys" in dropped.message and dropped.suggestion == "sequence_len"
     strict = _plan(text + "strict: true\n", "ax.yaml")
-    assert [i.suggestion for i in strict.issues if "not an argument of axolotl" in i.message] == ["sequence_len"]
+    found = [i for i in strict.issues if "not an argument of axolotl" in i.message]
+    assert [(i.kind, i.suggestion) for i in found] == [(IssueKind.UNKNOWN_VALUE, "sequence_len")]
+
+
+AX = "base_model: meta-llama/Llama-3.1-8B\nadapter: lora\nlora_target_linear: true\nmicro_batch_size: 1\nbf16: true\n"
+LIGER = "axolotl.integrations.liger.LigerPlugin"
+
+
+def test_axolotl_plugin_switch_without_its_plugin_is_dropped_and_not_estimated():
+    # integrations/config.py merge_input_args: a plugin's arguments join the config model only when it is listed
+    bare = _plan(AX + "liger_rms_norm: true\nliger_fused_linear_cross_entropy: true\n", "ax.yaml")
+    found = {i.message.split("`")[1]: i for i in _issues(bare, IssueKind.NOT_READ)}
+    assert set(found) == {"liger_rms_norm", "liger_fused_linear_cross_entropy"}
+    assert all(i.suggestion == LIGER for i in found.values())
+    assert bare.loss_impl is None and bare.fused_kernels is None
+    listed = _plan(
+        AX + f"plugins:\n  - {LIGER}\nliger_rms_norm: true\nliger_fused_linear_cross_entropy: true\n", "ax.yaml"
+    )
+    assert not _issues(listed, IssueKind.NOT_READ)
+    assert listed.loss_impl.value == "fused" and "rms_norm" in listed.fused_kernels.value
+
+
+def test_axolotl_plugin_the_estimate_does_not_model_is_named_with_what_it_sets():
+    kernels = "axolotl.integrations.kernels.KernelsPlugin"
+    plan = _plan(AX + f"plugins:\n  - {kernels}\nuse_scattermoe: true\nuse_sonicmoe: false\n", "ax.yaml")
+    assert [(u.key, u.what) for u in plan.unmodelled] == [("use_scattermoe", "an argument of axolotl's KernelsPlugin")]
+    # listed with nothing set: the plugin itself is named
+    plan = _plan(AX + "plugins:\n  - axolotl.integrations.diffusion.DiffusionPlugin\n", "ax.yaml")
+    assert [u.what for u in plan.unmodelled] == ["axolotl's DiffusionPlugin, listed in `plugins`"]
+    # a plugin that does not change the step (a logger) is not named
+    plan = _plan(AX + "plugins:\n  - axolotl.integrations.swanlab.SwanLabPlugin\nswanlab_project: x\n", "ax.yaml")
+    assert not plan.unmodelled and not _issues(plan, IssueKind.NOT_READ)
+
+
+@pytest.mark.parametrize(
+    "pin,extra,fused",
+    [
+        ("axolotl==0.19.0", "", True),  # CutCrossEntropyArgs.cut_cross_entropy defaults to True
+        ("axolotl==0.6.0", "", False),  # ... and to None in 0.6.0: the plugin patches nothing without the switch
+        ("axolotl==0.6.0", "cut_cross_entropy: true\n", True),
+        ("axolotl==0.19.0", "cut_cross_entropy: false\n", False),
+    ],
+)
+def test_axolotl_cut_cross_entropy_plugin_follows_its_switch_at_the_version(tmp_path, pin, extra, fused):
+    cce = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
+    plan = _plan(AX + f"plugins:\n  - {cce}\n" + extra, "ax.yaml", _pin(tmp_path, pin))
+    assert (plan.loss_impl is not None and plan.loss_impl.value == "fused") is fused
+
+
+def test_axolotl_section_of_dotted_arguments_is_an_argument():
+    plan = _plan(AX + "strict: true\nspecial_tokens:\n  pad_token: x\n", "ax.yaml")
+    assert not [i for i in plan.issues if "special_tokens" in i.message]
 
 
 @pytest.mark.parametrize(

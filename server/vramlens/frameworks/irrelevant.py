@@ -253,12 +253,28 @@ IRRELEVANT: dict[str, str] = {
         "max_num_batched_tokens max_num_seqs",
     ),
     "disable_ignore_empty_think": "a chat-template rule for empty reasoning blocks",
+    "liger_use_token_scaling": "weights each token's loss by its detached predicted probability inside Liger's fused "
+    "loss: the same tensors",
+    "lm_eval_batch_size": "axolotl's lm-eval plugin runs the harness after training has ended",
     "torch_empty_cache_steps": "torch.cuda.empty_cache every N steps returns the allocator's cached blocks between "
     "steps; the peak inside a step is the same",
 }
 
 # name -> (what it is, what the estimate does instead)
 NOT_MODELLED: dict[str, tuple[str, str]] = {
+    # axolotl's Liger plugin (integrations/liger/args.py `LigerArgs`, axolotl 0.19.0) beyond the switches read
+    "liger_cross_entropy": (
+        "Liger's cross-entropy kernel (it writes the logits' gradient in place during the forward)",
+        "estimated with the standard cross-entropy over the full logits",
+    ),
+    "liger_rms_norm_gated": (
+        "Liger's fused gated RMSNorm kernel (the linear-attention layers of Qwen3.5 and Qwen3-Next)",
+        "estimated with transformers' gated RMSNorm",
+    ),
+    "liger_kernel_impl": (
+        "another backend for Liger's kernels (cuTile, CuTe DSL)",
+        "estimated with Liger's Triton kernels",
+    ),
     # read by formats/moe_experts.py `read_experts_implementation` where a reader hands it over (axolotl, ms-swift,
     # OpenRLHF); grouped_mm, transformers 5's fused kernel, is the one modelled
     **_names(

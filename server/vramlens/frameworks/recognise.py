@@ -20,6 +20,7 @@ from typing import Iterable
 
 from vramlens.formats.settings import PlanBuilder, Setting, closest, to_bool
 from vramlens.frameworks import irrelevant, schemas
+from vramlens.frameworks.axolotl import plugins as axolotl_plugins
 from vramlens.plan import IssueKind, Severity
 
 # plan.framework -> the dumped framework whose arguments it reads (nemo-automodel plans use transformers' defaults,
@@ -135,8 +136,10 @@ def _own_names(framework: str, version: str, aliases: bool = True) -> frozenset[
 
 
 def names_at(framework: str, version: str, workspace: Path | None = None) -> set[str]:
-    """Every argument name and alias the framework defines at that version, its base classes' included."""
+    """Every argument name and alias the framework defines at that version, its base classes' included, and each
+    section that holds dotted arguments (axolotl's `special_tokens` for `special_tokens.pad_token`)."""
     out = set(_own_names(framework, version))
+    out |= {n.split(".", 1)[0] for n in out if "." in n}
     for v in _extends(framework, version, workspace):  # the workspace's pins decide: not cached
         out |= _own_names("transformers", v, aliases=False)
     return out
@@ -187,7 +190,7 @@ def apply(b: PlanBuilder, settings: Iterable[Setting], workspace: Path | None, *
     `tool`: the command that runs them, for a command line (`trl`, `swift`, `llamafactory`, ...)."""
     plan = b.plan
     framework = DUMPED.get(plan.framework or "")
-    if framework is None or plan.format == "nemo-automodel":
+    if framework is None or plan.format in ("nemo-automodel", "axolotl-cloud"):  # not the framework's own arguments
         return
     version, source = version_for(framework, workspace)
     if version is None:
@@ -208,7 +211,19 @@ def apply(b: PlanBuilder, settings: Iterable[Setting], workspace: Path | None, *
     consumed |= set(plan.read_alongside)
     sections = {u.key for u in plan.unmodelled}  # a section named as not modelled as a whole covers its entries
     title = f"{TITLES[framework]} {version}"
+    handled: set[str] = set()
+    unknown_plugin = False
+    if framework == "axolotl":
+        top = [s for s in settings if len(s.path) == 1]
+        handled = axolotl_plugins.check(b, top, version, title)
+        shipped = {axolotl_plugins.class_name(p) for ps in axolotl_plugins.owners().values() for p in ps}
+        unknown_plugin = any(
+            axolotl_plugins.class_name(p) not in shipped | set(axolotl_plugins.ROLES)
+            for p in axolotl_plugins.listed(top)
+        )
     for s in settings:
+        if s.key in handled and len(s.path) == 1:
+            continue
         name = (
             schemas.argument_name(s.key)
             if len(s.path) == 1
@@ -240,6 +255,26 @@ def apply(b: PlanBuilder, settings: Iterable[Setting], workspace: Path | None, *
                 s,
                 severity=Severity.INFO,
                 suggestion=flag + new,
+                span=s.key_span,
+            )
+        elif (
+            framework == "axolotl"
+            and not strict
+            and not _any_version_defines(framework, name, workspace)
+            and s.key not in consumed
+        ):
+            # axolotl's config model drops the keys it does not define (frameworks/axolotl/plugins.py): the run
+            # never sees this one, and neither does the estimate
+            hint = closest(name, names)
+            b.issue(
+                IssueKind.NOT_READ,
+                f"`{s.key}` is not an argument of {title} or of the plugins it ships: axolotl drops keys its config "
+                f"does not define"
+                + (", unless a plugin `plugins` lists defines it" if unknown_plugin else "")
+                + (f" — did you mean `{hint}`?" if hint else ""),
+                s,
+                severity=Severity.INFO,
+                suggestion=hint,
                 span=s.key_span,
             )
         elif strict and (pinned or not _any_version_defines(framework, name, workspace)):

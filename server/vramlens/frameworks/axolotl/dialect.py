@@ -11,7 +11,7 @@ from typing import Any
 from vramlens.formats import hf
 from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
 from vramlens.frameworks import keys as key_table
-from vramlens.frameworks.axolotl import readers
+from vramlens.frameworks.axolotl import plugins, readers
 from vramlens.frameworks.axolotl.keys import KEYS
 from vramlens.plan import IssueKind, Origin, Severity
 
@@ -79,6 +79,26 @@ CLOUD_KEYS = frozenset(
 )
 
 
+def cut_cross_entropy(b: PlanBuilder, top: list[Setting], ctx) -> None:
+    """The Cut Cross-Entropy plugin patches the loss when its switch is on (integrations/cut_cross_entropy
+    `CutCrossEntropyPlugin.pre_model_load`: `if cfg.cut_cross_entropy`): the value written, else the switch's default
+    at the axolotl version the run uses (None in 0.6.0, True in 0.19.0: listing the plugin is enough)."""
+    from vramlens.frameworks import recognise
+
+    entry = next((s for s in top if s.path == ("plugins",)), None)
+    if entry is None or not any(plugins.class_name(p) == "CutCrossEntropyPlugin" for p in plugins.listed(top)):
+        return
+    written = next((s for s in top if s.path == ("cut_cross_entropy",)), None)
+    version = recognise.version_for("axolotl", getattr(ctx, "workspace", None))[0]
+    if plugins.switch("cut_cross_entropy", written, version):
+        b.set(
+            "loss_impl",
+            "fused",
+            written if written is not None else entry,
+            note="Cut Cross-Entropy plugin: no full logits tensor",
+        )
+
+
 def detect(data: Any, keys: set[str]) -> float:
     hits = len(keys & SIGNATURE)
     if "base_model" in keys and hits >= 3:
@@ -99,7 +119,12 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
     present = {s.key for s in top if s.value is not None}
     if "base_model" in present and "base_model_config" in present:
         top = [s for s in top if s.key != "base_model_config"]
+    # a plugin's arguments reach the run only with the plugin listed (plugins.py): the others are not read, and
+    # recognise.apply says so
+    dropped = {id(s) for s in plugins.dropped(top)}
+    top = [s for s in top if id(s) not in dropped]
     key_table.read(DISPATCH, b, top, hf.nested_index(settings))
+    cut_cross_entropy(b, top, ctx)
     legacy_attention(b, top)
     data_parallel(b, data, top)
     readers.lora_kernels(b, top)

@@ -420,7 +420,7 @@ KEYS: Table = (
     Key(
         ("cut_cross_entropy",),
         "loss_impl",
-        r.liger_flce,
+        r.cce_switch,
         type=bool,
         description="Cut Cross-Entropy plugin switch: no full logits tensor.",
     ),
@@ -444,6 +444,14 @@ KEYS: Table = (
         r.liger_kernel,
         type=bool,
         description="Liger plugin: Liger's SwiGLU/GeGLU kernel; it saves the gate's and up's outputs, no act(gate).",
+    ),
+    Key(
+        ("liger_swiglu",),
+        None,
+        r.liger_kernel,
+        type=bool,
+        # integrations/liger/args.py `check_deprecated_swiglu`: moved to `liger_glu_activation`
+        description="Liger plugin: the older spelling of `liger_glu_activation`.",
     ),
     Key(
         ("liger_rope",),

@@ -23,11 +23,15 @@ LEGACY_ATTENTION = (
     ("eager_attention", "eager"),
 )
 
-CCE_PLUGIN = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
 LIGER_PLUGIN = "axolotl.integrations.liger.LigerPlugin"
 # The Liger plugin's switches (axolotl/integrations/liger/args.py) → the kernel each swaps in
 # (ResolvedPlan.fused_kernels)
-LIGER_KERNELS = {"liger_rms_norm": "rms_norm", "liger_glu_activation": "swiglu", "liger_rope": "rope"}
+LIGER_KERNELS = {
+    "liger_rms_norm": "rms_norm",
+    "liger_glu_activation": "swiglu",
+    "liger_swiglu": "swiglu",
+    "liger_rope": "rope",
+}
 
 
 def remember(b: PlanBuilder, s: Setting) -> None:
@@ -191,10 +195,13 @@ def compile_(b: PlanBuilder, s: Setting) -> None:
 
 
 def plugins(b: PlanBuilder, s: Setting) -> None:
-    listed = s.value if isinstance(s.value, list) else []
-    for p in listed:
-        if str(p).strip() == CCE_PLUGIN:
-            b.set("loss_impl", "fused", s, note="Cut Cross-Entropy plugin: no full logits tensor")
+    """`plugins:` is kept for hovers; what the listed plugins change is read by dialect.cut_cross_entropy (the
+    Cut Cross-Entropy switch), by their own keys (Liger's) and named by plugins.check (the others)."""
+    b.remember(s)
+
+
+def cce_switch(b: PlanBuilder, s: Setting) -> None:
+    """`cut_cross_entropy`: read with the plugin list by dialect.cut_cross_entropy (the switch alone does nothing)."""
     b.remember(s)
 
 
