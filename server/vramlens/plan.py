@@ -361,8 +361,9 @@ class TrainingPlan(BaseModel):
     read_notes: list[str] = Field(default_factory=list)
     # settings read that change memory or speed and are not modelled (`PlanBuilder.unmodelled`)
     unmodelled: list[Unmodelled] = Field(default_factory=list)
-    # keys the reader read into a concept set from another key (the larger of two phases' batch sizes): read, so
-    # never named as not modelled (`frameworks.recognise`)
+    # keys a reader read into a concept (`PlanBuilder.set`, also when an earlier key had set it) or read together
+    # with another key (the larger of two phases' batch sizes): read, so never named as not read or not modelled
+    # (`frameworks.recognise`)
     read_alongside: list[str] = Field(default_factory=list)
 
     def settings(self) -> dict[str, Sourced]:

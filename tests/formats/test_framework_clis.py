@@ -399,3 +399,41 @@ def test_openrlhf_experts_implementation_is_named_unless_grouped_mm(tmp_path, im
     plan = parse_document(text, str(tmp_path / "sft.sh")).plan
     what = [u.what for u in plan.unmodelled if "experts" in u.what]
     assert bool(what) is named and len(what) <= 1, what
+
+
+@pytest.mark.parametrize(
+    "script,optimizer",
+    [("optimizer_muon.sh", "muon"), ("optimizer_muonclip.sh", "muon")],
+)
+def test_ms_swift_optimizer_plugin_is_read(script, optimizer):
+    # `--optimizer` picks from ms-swift's optimizers_map (swift/optimizers/mapping.py): Muon keeps one momentum
+    # buffer for the matrices, not AdamW's two states
+    plan = plan_of(SWIFT4 / script)
+    assert value(plan, "optimizer") == optimizer and plan.optimizer.key == "optimizer"
+    assert unmodelled_keys(plan) == []
+
+
+def test_ms_swift_optimizer_plugin_without_its_own_optimizer_or_unknown():
+    base = "swift sft --model Qwen/Qwen2.5-7B-Instruct --tuner_type lora --optim adamw_torch --optimizer "
+    same = plan_of(SWIFT4 / "x.sh", base + "multimodal --vit_lr 1e-5\n")  # `--optim`'s optimizer, per-group lr
+    assert value(same, "optimizer") == "adamw_torch" and unmodelled_keys(same) == []
+    custom = plan_of(SWIFT4 / "x.sh", base + "my_optimizer\n")
+    assert unmodelled_keys(custom) == ["optimizer"]
+    assert "optimizers_map" in custom.unmodelled[0].what
+
+
+def test_ms_swift_quant_method_hqq_is_read_and_its_layout_named_as_approximate():
+    plan = plan_of(SWIFT4 / "qlora_hqq.sh")
+    assert value(plan, "quant_type") == "hqq" and value(plan, "quant_bits") == 4
+    result = estimate(SWIFT4 / "qlora_hqq.sh")
+    assert result["approximate"] and any("HQQ" in r for r in result["approximate_reasons"])
+
+
+def test_llamafactory_fp8_is_read_by_its_backend(tmp_path):
+    path = LLAMAFACTORY / "llama3_fp8_fsdp_sft.yaml"
+    plan = plan_of(path)  # fp8_backend: torchao — torchao float8 linears (src/llamafactory/train/fp8_utils.py)
+    assert value(plan, "float8_linears") is True and unmodelled_keys(plan) == []
+    te = plan_of(path, path.read_text(encoding="utf-8").replace("fp8_backend: torchao", "fp8_backend: te"))
+    assert value(te, "float8_linears") is None and unmodelled_keys(te) == ["fp8"]
+    result = estimate(path)
+    assert any("float8 linears" in r for r in result["approximate_reasons"])

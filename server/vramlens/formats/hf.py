@@ -58,6 +58,7 @@ from vramlens.frameworks.transformers.readers import fsdp_config_entry as fsdp_c
 from vramlens.frameworks.transformers.readers import kids as kids
 from vramlens.frameworks.transformers.readers import normalize_attn as normalize_attn
 from vramlens.frameworks.transformers.readers import normalize_dtype as normalize_dtype
+from vramlens.frameworks.transformers.readers import quant_method as quant_method
 from vramlens.frameworks.transformers.readers import task_head_of_class as task_head_of_class
 from vramlens.plan import IssueKind, Severity
 

@@ -565,6 +565,38 @@ def _swift_galore(b: PlanBuilder, s: Setting) -> None:
         )
 
 
+# ms-swift 3.x/4.x `--optimizer`, "the optimizer plugin to use (takes priority over `--optim`)"
+# (swift/trainers/arguments.py): a name of `optimizers_map` (swift/plugin/optimizer.py at v3.5.0,
+# swift/optimizers/mapping.py at v4.x) → the optimizer it builds. `multimodal` and `lorap` build `--optim`'s optimizer
+# with per-group learning rates, `default` is `--optim` itself: None. Muon (Moonlight's examples/toy_train.py `Muon`,
+# which `muon` imports; `muonclip`, swift/optimizers/muonclip.py `MuonClip`) keeps one momentum buffer for the
+# matrices and AdamW's two states for the rest.
+SWIFT_OPTIMIZERS: dict[str, str | None] = {
+    "default": None,
+    "multimodal": None,
+    "lorap": None,
+    "galore": "galore_adamw",
+    "muon": "muon",
+    "muonclip": "muon",
+}
+
+
+def _swift_optimizer(b: PlanBuilder, s: Setting) -> None:
+    name = str(s.value or "").strip()
+    if not name:
+        return
+    if name not in SWIFT_OPTIMIZERS:
+        return b.unmodelled(
+            s,
+            f"an optimizer plugin registered in ms-swift's `optimizers_map` (`{name}`)",
+            "estimated with `--optim`'s optimizer",
+        )
+    optimizer = SWIFT_OPTIMIZERS[name]
+    if optimizer is None:
+        return b.remember(s)
+    b.set("optimizer", optimizer, s, override=True, note=f"ms-swift `--optimizer {name}` ({SWIFT_TRAINER_ARGS})")
+
+
 def _swift_count(b: PlanBuilder, s: Setting) -> None:
     """A layer count read after every flag (`swift_finish`): checked here, kept for then."""
     n = to_int(s.value)
@@ -587,6 +619,8 @@ SWIFT_METHOD_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     "model_type": swift_model_type,
     "batch_size": swift_batch_size,
     "use_galore": _swift_galore,
+    "optimizer": _swift_optimizer,
+    "quant_method": hf.quant_method,
     "lora_dropout_p": lambda b, s: hf.HANDLERS["lora_dropout"](b, s),
     "galore_rank": lambda b, s: b.set_int("optimizer_rank", s, minimum=1),
     "galore_target_modules": hf._targets_handler("optimizer_targets"),

@@ -225,6 +225,8 @@ class PlanBuilder:
         budget: int | None = None,
     ) -> None:
         """`per_unit`, `budget`: the value counts sequences of that many tokens in a token budget (`Sourced`)."""
+        if setting is not None and setting.key not in self.plan.read_alongside:
+            self.plan.read_alongside.append(setting.key)  # read, even when an earlier key set the concept
         if not override and getattr(self.plan, concept) is not None:
             return
         if setting is None:

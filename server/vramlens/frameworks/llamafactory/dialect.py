@@ -108,9 +108,33 @@ def apply(b: PlanBuilder, data: Any, settings: list[Setting], ctx) -> None:
     _derive(b, data, keys, top)
 
 
+def _fp8(b: PlanBuilder, by_key: dict[str, Setting]) -> None:
+    """`fp8: true` (hiyouga/LLaMA-Factory ff6d4d12 src/llamafactory/train/fp8_utils.py `create_fp8_kwargs`):
+    accelerate's FP8 with torchao's `Float8LinearConfig.from_recipe_name("rowwise")` on the linears (not the
+    embedding, the LM head or a layer whose sizes are not multiples of 16) for `fp8_backend` auto or torchao;
+    Transformer Engine's `FP8RecipeKwargs(backend="TE", fp8_format="HYBRID")` for te."""
+    fp8 = by_key.get("fp8")
+    if fp8 is None or not to_bool(fp8.value):
+        return
+    chosen = by_key.get("fp8_backend")
+    backend = str(chosen.value if chosen is not None and chosen.value is not None else "auto").strip().lower()
+    if backend == "te":
+        b.unmodelled(
+            fp8,
+            "FP8 training with Transformer Engine (accelerate's FP8RecipeKwargs, HYBRID format)",
+            "estimated with bf16 linears",
+        )
+    else:
+        b.set("float8_linears", True, fp8, note="accelerate FP8: torchao float8 linears (rowwise recipe)")
+    # `fp8_enable_fsdp_float8_all_gather` is only logged there: the rowwise recipe's config leaves torchao's
+    # `enable_fsdp_float8_all_gather` off, so FSDP gathers the weights in bf16 either way
+    b.plan.read_alongside.append("fp8_enable_fsdp_float8_all_gather")
+
+
 def _derive(b: PlanBuilder, data: dict, keys: set[str], top: list[Setting]) -> None:
     plan = b.plan
     by_key = {s.key: s for s in top}
+    _fp8(b, by_key)
     if plan.optimizer is not None and plan.optimizer.value == "galore_adamw" and to_bool(data.get("galore_layerwise")):
         b.set(
             "optimizer",

@@ -163,7 +163,7 @@ KEYS: Table = (
     Key(
         ("quantization_method",),
         "quant_type",
-        r.quant_method,
+        hf.quant_method,
         type=str,
         description="bnb (default), hqq, eetq, gptq, awq, ...",
     ),
@@ -289,6 +289,15 @@ KEYS: Table = (
         description="bf16 mixed precision.",
     ),
     Key(("fp16",), "amp_dtype", read_by=HF, type=bool, description="fp16 mixed precision."),
+    Key(
+        ("fp8",),
+        "float8_linears",
+        type=bool,
+        # read with `fp8_backend` by dialect._fp8
+        description="FP8 training through accelerate: torchao's float8 linears (rowwise), or Transformer Engine's "
+        "with `fp8_backend: te`.",
+    ),
+    Key(("fp8_backend",), type=str, description="`auto`/`torchao`: torchao float8 linears; `te`: Transformer Engine."),
     Key(
         ("torch_compile",),
         "compile",

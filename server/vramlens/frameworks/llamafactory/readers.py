@@ -22,7 +22,6 @@ FLASH_ATTN = {
     "fa2": "flash_attention_2",
     "fa3": "flash_attention_3",
 }
-QUANT_METHODS = ("bnb", "hqq", "eetq", "gptq", "awq", "aqlm", "quanto", "mxfp4", "fp8")
 # LLaMA-Factory optimizer switches → an optimizer name the knowledge base understands
 OPTIMIZER_SWITCHES = {
     "use_galore": "galore_adamw",
@@ -94,18 +93,6 @@ def quant_bit(b: PlanBuilder, s: Setting) -> None:
     if bits not in (2, 3, 4, 8):
         return b.unknown(s, "quantization bit width", suggestion=None, hint="expected 2, 3, 4 or 8")
     b.set("quant_bits", bits, s)
-
-
-def quant_method(b: PlanBuilder, s: Setting) -> None:
-    if s.value is None:
-        return
-    w = str(s.value).strip().lower()
-    if w not in QUANT_METHODS:
-        return b.unknown(s, "quantization method", QUANT_METHODS)
-    if w != "bnb":
-        b.set("quant_type", w, s, override=True)
-    else:
-        b.remember(s)
 
 
 def quant_type(b: PlanBuilder, s: Setting) -> None:

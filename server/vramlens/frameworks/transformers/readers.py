@@ -242,6 +242,25 @@ def _load_in(bits: int) -> Callable[[PlanBuilder, Setting], None]:
     return handler
 
 
+# The quantization backends a framework's `quant_method`/`quantization_method` names (LLaMA-Factory
+# src/llamafactory/extras/constants.py `QuantizationMethod`, ms-swift swift/arguments/base_args/quant_args.py
+# `quant_method`): each is a transformers quantizer config
+QUANT_METHODS = ("bnb", "hqq", "eetq", "gptq", "awq", "aqlm", "quanto", "mxfp4", "fp8")
+
+
+def quant_method(b: PlanBuilder, s: Setting) -> None:
+    """`quant_method: hqq` → the layout the estimate sizes (resolve: bitsandbytes' unless the method has its own)."""
+    if s.value is None:
+        return
+    w = str(s.value).strip().lower()
+    if w not in QUANT_METHODS:
+        return b.unknown(s, "quantization method", QUANT_METHODS)
+    if w != "bnb":
+        b.set("quant_type", w, s, override=True)
+    else:
+        b.remember(s)
+
+
 def _quant_type(b: PlanBuilder, s: Setting) -> None:
     if isinstance(s.value, str) and s.value.strip():
         t = s.value.strip().lower()
