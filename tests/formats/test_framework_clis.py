@@ -437,3 +437,22 @@ def test_llamafactory_fp8_is_read_by_its_backend(tmp_path):
     assert value(te, "float8_linears") is None and unmodelled_keys(te) == ["fp8"]
     result = estimate(path)
     assert any("float8 linears" in r for r in result["approximate_reasons"])
+
+
+def test_transformers_5_activation_checkpointing_spelling_is_read():
+    # transformers 5 training_args.py: `gradient_checkpointing*` are deprecated aliases of `activation_checkpointing*`
+    base = (
+        "python run_clm.py --model_name_or_path Qwen/Qwen2.5-7B-Instruct --do_train "
+        "--per_device_train_batch_size 4 --block_size 2048 --bf16 --output_dir x "
+    )
+    old = plan_of(Path("old.sh"), base + "--gradient_checkpointing true\n")
+    new = plan_of(Path("new.sh"), base + "--activation_checkpointing\n")
+    assert value(old, "grad_checkpointing") is True and value(new, "grad_checkpointing") is True
+    # modeling_utils.py `activation_checkpointing_enable(kwargs, every_n_layers, offload)`
+    kw = plan_of(
+        Path("kw.sh"),
+        base + "--activation_checkpointing --activation_checkpointing_kwargs "
+        '\'{"every_n_layers": 2, "offload": true, "use_reentrant": false}\'\n',
+    )
+    assert value(kw, "checkpoint_every") == 2 and value(kw, "activation_offload") is True
+    assert value(kw, "ckpt_reentrant") is False

@@ -271,6 +271,11 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
         "Liger's fused gated RMSNorm kernel (the linear-attention layers of Qwen3.5 and Qwen3-Next)",
         "estimated with transformers' gated RMSNorm",
     ),
+    # ms-swift swift/arguments/sft_args.py: `deepspeed['tensor_parallel']['autotp_size']`
+    "deepspeed_autotp_size": (
+        "DeepSpeed AutoTP tensor parallelism (each linear's weight split over `autotp_size` GPUs)",
+        "estimated without tensor parallelism",
+    ),
     "liger_kernel_impl": (
         "another backend for Liger's kernels (cuTile, CuTe DSL)",
         "estimated with Liger's Triton kernels",

@@ -278,8 +278,23 @@ KEYS: Table = (
         type=bool,
         description="bf16 weights and optimizer states without autocast: no fp32 copy.",
     ),
-    Key(("upcast_layernorm",), type=bool, description="Layer norms in fp32."),
-    Key(("upcast_lmhead_output",), type=bool, description="The LM head's output in fp32: a full fp32 logits tensor."),
+    # src/llamafactory/model/model_utils/checkpointing.py (ff6d4d12): `upcast_layernorm` casts the norms' weights to
+    # fp32 (`prepare_model_for_training`); `upcast_lmhead_output` hooks the LM head to return `output.to(float32)`
+    Key(
+        ("upcast_layernorm",),
+        type=bool,
+        description="Layer norms in fp32.",
+        unmodelled=("the layer norms' weights cast to fp32 (`upcast_layernorm`)", "estimated with 16-bit norms"),
+    ),
+    Key(
+        ("upcast_lmhead_output",),
+        type=bool,
+        description="The LM head's output in fp32: a full fp32 logits tensor.",
+        unmodelled=(
+            "the LM head's output cast to fp32 (`upcast_lmhead_output`): a full fp32 logits tensor",
+            "estimated with the logits in the compute dtype",
+        ),
+    ),
     Key(
         ("bf16",),
         "amp_dtype",

@@ -77,6 +77,9 @@ def _training_arguments(trl: bool) -> Table:
                 ),
                 after=("gradient_accumulation_steps",),
             ),
+            # transformers 5 names it `activation_checkpointing` (training_args.py: `gradient_checkpointing*` are
+            # deprecated aliases, used when the new name is not set)
+            spellings=(("activation_checkpointing",),),
             type=bool,
             description="Recompute activations in backward (default false): activation memory drops from all layers "
             "to about one.",
@@ -85,8 +88,10 @@ def _training_arguments(trl: bool) -> Table:
             ("gradient_checkpointing_kwargs",),
             "ckpt_reentrant",
             section=r._ckpt_kwargs,
+            spellings=(("activation_checkpointing_kwargs",),),
             type=dict,
-            description="Options of checkpointing, e.g. `{use_reentrant: false}`.",
+            description="Options of checkpointing, e.g. `{use_reentrant: false}`; transformers 5 also takes "
+            "`every_n_layers` (checkpoint every n-th layer) and `offload` (checkpointed inputs in host memory).",
         ),
         Key(
             ("gradient_checkpointing_kwargs", "use_reentrant"),

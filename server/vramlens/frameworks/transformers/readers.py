@@ -399,9 +399,17 @@ def _fsdp_config(b: PlanBuilder, s: Setting, nested=None) -> None:
 
 
 def _ckpt_kwargs(b: PlanBuilder, s: Setting, nested=None) -> None:
+    """`gradient_checkpointing_kwargs` / `activation_checkpointing_kwargs`: `use_reentrant` for torch's checkpoint;
+    in transformers 5 (modeling_utils.py `activation_checkpointing_enable(kwargs, every_n_layers, offload)`)
+    `every_n_layers` checkpoints only every n-th decoder layer and `offload` holds the checkpointed layers' inputs in
+    pinned host memory (`torch.autograd.graph.save_on_cpu` around each checkpoint)."""
     for e in kids(s, nested, b):
         if e.key == "use_reentrant":
             b.set_bool("ckpt_reentrant", e)
+        elif e.key == "every_n_layers":
+            b.set_int("checkpoint_every", e, minimum=1)
+        elif e.key == "offload":
+            b.set_bool("activation_offload", e, note="checkpointed layers' inputs held in pinned host memory")
 
 
 def _liger(b: PlanBuilder, s: Setting) -> None:
