@@ -38,7 +38,8 @@ def test_yaml_1_1_booleans():
 def test_auto_values_defer_to_the_framework():
     p = parse(BASE + "micro_batch_size: 1\nbf16: auto\ntorch_compile: auto\n")
     assert p.amp_dtype.value == "bf16" and "auto" in p.amp_dtype.note
-    assert p.compile is None and "torch_compile" in p.extra
+    # axolotl utils/schemas/config.py `check_torch_compile_auto`: `auto` is True on torch 2.5.1 and newer
+    assert p.compile.value is True and "auto" in p.compile.note
     p = parse(
         '{"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "auto", '
         '"gradient_accumulation_steps": "auto", "bf16": {"enabled": "auto"}}',

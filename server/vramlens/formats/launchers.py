@@ -620,6 +620,9 @@ SWIFT_METHOD_HANDLERS: dict[str, Callable[[PlanBuilder, Setting], None]] = {
     "batch_size": swift_batch_size,
     "use_galore": _swift_galore,
     "optimizer": _swift_optimizer,
+    # swift/arguments/sft_args.py (4.x; 3.x swift/llm/argument/train_args.py): written into the DeepSpeed config as
+    # `tensor_parallel.autotp_size`
+    "deepspeed_autotp_size": deepspeed.autotp,
     "quant_method": hf.quant_method,
     "lora_dropout_p": lambda b, s: hf.HANDLERS["lora_dropout"](b, s),
     "galore_rank": lambda b, s: b.set_int("optimizer_rank", s, minimum=1),

@@ -418,7 +418,6 @@ _ALL: tuple[Concept, ...] = (
             "lisa_activated_layers",
             "lisa_n_layers",
             "lisa_layers",
-            "freeze_parameters_ratio",
         ),
     ),
     _C(

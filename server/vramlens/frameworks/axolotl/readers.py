@@ -190,7 +190,8 @@ def embeddings_skip_upcast(b: PlanBuilder, s: Setting) -> None:
 
 def compile_(b: PlanBuilder, s: Setting) -> None:
     if is_auto(s.value):
-        return b.remember(s)
+        # axolotl utils/schemas/config.py `check_torch_compile_auto`: `auto` compiles on torch 2.5.1 and newer
+        return b.set("compile", True, s, note="`torch_compile: auto`: compiled on torch ≥ 2.5.1")
     b.set_bool("compile", s)
 
 

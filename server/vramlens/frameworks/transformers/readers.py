@@ -273,6 +273,8 @@ def _quant_storage(b: PlanBuilder, s: Setting) -> None:
     d = normalize_dtype(s.value)
     if d:
         b.set("quant_storage_dtype", d, s)
+    elif s.value is not None and str(s.value).strip():
+        b.unknown(s, "dtype", sorted(set(DTYPE_WORDS)))
 
 
 def _quant_compute(b: PlanBuilder, s: Setting) -> None:

@@ -1,0 +1,133 @@
+"""No framework argument that sets something the estimate models is dropped without a word.
+
+For each dumped argument of a framework's newest release that maps to a plan concept (`concepts.match`), a minimal
+config of that framework is read with the argument set to a value other than its default: the reader must read it
+(a concept changes, or it is recorded as read), name it as not modelled, or say something about it. What stays
+silent must be listed in CONTEXTUAL with the reason it changes nothing in that minimal config (it only takes effect
+together with another setting, which the readers then read)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from vramlens.formats import parse_document
+from vramlens.frameworks import concepts, schemas
+
+BASES = {
+    "axolotl": (
+        "ax.yaml",
+        "base_model: meta-llama/Llama-3.1-8B\nadapter: lora\nmicro_batch_size: 1\nsequence_len: 1024\n"
+        "lora_target_linear: true\ndatasets:\n  - path: x\n    type: alpaca\n",
+    ),
+    "llamafactory": (
+        "lf.yaml",
+        "model_name_or_path: meta-llama/Llama-3.1-8B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+        "dataset: identity\ntemplate: llama3\ncutoff_len: 1024\nper_device_train_batch_size: 1\noutput_dir: x\n",
+    ),
+    "ms-swift": (
+        "r.sh",
+        "swift sft --model Qwen/Qwen2.5-7B-Instruct --tuner_type lora --per_device_train_batch_size 1 "
+        "--max_length 1024 \\\n",
+    ),
+    "trl": (
+        "r.sh",
+        "trl sft --model_name_or_path Qwen/Qwen2.5-7B-Instruct --dataset_name x --per_device_train_batch_size 1 "
+        "--max_length 1024 \\\n",
+    ),
+    "openrlhf": (
+        "r.sh",
+        "deepspeed --module openrlhf.cli.train_sft --pretrain Qwen/Qwen2.5-7B-Instruct --micro_train_batch_size 1 "
+        "--max_len 1024 \\\n",
+    ),
+    "transformers": (
+        "r.sh",
+        "python run_clm.py --model_name_or_path Qwen/Qwen2.5-7B-Instruct --do_train "
+        "--per_device_train_batch_size 1 --block_size 1024 --output_dir x \\\n",
+    ),
+}
+
+ONLY_WITH = "only takes effect together with another setting"
+CONTEXTUAL: dict[tuple[str, str], str] = {
+    ("axolotl", "base_model_config"): "the config.json to read when it differs from `base_model`'s",
+    ("axolotl", "max_packed_sequence_len"): "an older release's packing length, superseded by `sequence_len`",
+    ("axolotl", "max_prompt_len"): f"{ONLY_WITH}: an RL objective (`rl:`)",
+    ("axolotl", "optim_args"): f"{ONLY_WITH}: an optimizer that takes arguments (GaLore's rank is read with it)",
+    ("axolotl", "optim_target_modules"): f"{ONLY_WITH}: a GaLore/APOLLO optimizer",
+    ("axolotl", "qgalore_proj_bits"): f"{ONLY_WITH}: Q-GaLore",
+    ("axolotl", "torch_compile_backend"): "which compiler backend, not whether the model is compiled",
+    ("axolotl", "world_size"): "set by axolotl from the launcher's WORLD_SIZE, not a config value",
+    ("llamafactory", "badam_mode"): f"{ONLY_WITH}: `use_badam`",
+    ("llamafactory", "infer_dtype"): "the dtype of inference, not of training",
+    ("llamafactory", "reward_model"): f"{ONLY_WITH}: `stage: ppo`",
+    ("ms-swift", "galore_proj_bits"): f"{ONLY_WITH}: `--use_galore` with `--galore_proj_quant`",
+    ("ms-swift", "llamapro_num_new_blocks"): f"{ONLY_WITH}: `--tuner_type llamapro`",
+    ("ms-swift", "max_model_len"): "the rollout engine's (vLLM's) context length",
+    ("ms-swift", "model_type"): "with `--model` given, the loader's architecture, not the model",
+    ("ms-swift", "packing_length"): f"{ONLY_WITH}: `--packing true`",
+    ("ms-swift", "quant_method"): "bnb, the method the estimate sizes by default, picked as the sample",
+    ("ms-swift", "response_length"): f"{ONLY_WITH}: `swift rlhf --rlhf_type ppo`",
+    ("trl", "lora_task_type"): f"{ONLY_WITH}: `--use_peft`",
+    ("trl", "precompute_ref_batch_size"): f"{ONLY_WITH}: `--precompute_ref_log_probs`",
+    ("trl", "vllm_mode"): f"{ONLY_WITH}: `--use_vllm`",
+    ("transformers", "bf16_full_eval"): "evaluation's precision, not the training step's",
+    ("transformers", "optim_args"): f"{ONLY_WITH}: an optimizer that takes arguments",
+}
+
+
+def _sample(a: dict):
+    """A value other than the argument's default, of its type (None: no such value to try)."""
+    t, d, choices = a.get("type"), a.get("default"), a.get("choices")
+    for c in choices or ():
+        if c != d:
+            return c
+    if t == "bool":
+        return not bool(d)
+    if t == "int":
+        return (d if isinstance(d, int) else 0) * 2 + 3
+    if t == "float":
+        return (d if isinstance(d, (int, float)) else 0.0) * 2 + 0.3
+    if t == "str":
+        return "x1"
+    return None
+
+
+def _with(framework: str, name: str, value) -> str:
+    file, base = BASES[framework]
+    if file.endswith(".sh"):
+        shown = str(value).lower() if isinstance(value, bool) else value
+        return base + f"  --{name} {shown}\n"
+    return base + yaml.safe_dump({name: value})
+
+
+def silent(framework: str) -> list[str]:
+    file, base = BASES[framework]
+    before = parse_document(base, file).plan
+    out = []
+    for a in schemas.schema(framework)["arguments"]:
+        name = a["name"]
+        if "." in name or a.get("plugin") or concepts.match(name, a.get("type")) is None:
+            continue
+        value = _sample(a)
+        if value is None:
+            continue
+        plan = parse_document(_with(framework, name, value), file).plan
+        if plan is None:
+            continue
+        read = name in plan.read_alongside or any(getattr(plan, k) != getattr(before, k) for k in plan.settings())
+        named = any(u.key == name for u in plan.unmodelled) or len(plan.issues) > len(before.issues)
+        if not (read or named):
+            out.append(name)
+    return sorted(set(out))
+
+
+@pytest.mark.parametrize("framework", sorted(BASES))
+def test_no_argument_of_a_modelled_concept_is_dropped_silently(framework):
+    found = silent(framework)
+    unexplained = [n for n in found if (framework, n) not in CONTEXTUAL]
+    assert not unexplained, (
+        f"{framework} {schemas.pick_version(framework)}: arguments that set a modelled concept and that the reader "
+        f"neither reads nor names: {unexplained}"
+    )
+    # the list stays true: an entry whose argument is now read is removed
+    stale = [n for (fw, n) in CONTEXTUAL if fw == framework and n not in found]
+    assert not stale, f"{framework}: read now, remove from CONTEXTUAL: {stale}"
