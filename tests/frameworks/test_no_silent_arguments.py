@@ -39,6 +39,13 @@ BASES = {
         "deepspeed --module openrlhf.cli.train_sft --pretrain Qwen/Qwen2.5-7B-Instruct --micro_train_batch_size 1 "
         "--max_len 1024 \\\n",
     ),
+    "torchtune": (
+        "cfg.yaml",
+        "model:\n  _component_: torchtune.models.llama3_1.lora_llama3_1_8b\n  lora_attn_modules: ['q_proj', 'v_proj']\n"
+        "  lora_rank: 8\n  lora_alpha: 16\ntokenizer:\n  _component_: torchtune.models.llama3.llama3_tokenizer\n"
+        "  path: /tmp/tokenizer.model\n  max_seq_len: 2048\noptimizer:\n  _component_: torch.optim.AdamW\n"
+        "  lr: 3e-4\nbatch_size: 2\nepochs: 1\ndtype: bf16\nenable_activation_checkpointing: True\n",
+    ),
     "transformers": (
         "r.sh",
         "python run_clm.py --model_name_or_path Qwen/Qwen2.5-7B-Instruct --do_train "
@@ -69,6 +76,10 @@ CONTEXTUAL: dict[tuple[str, str], str] = {
     ("trl", "lora_task_type"): f"{ONLY_WITH}: `--use_peft`",
     ("trl", "precompute_ref_batch_size"): f"{ONLY_WITH}: `--precompute_ref_log_probs`",
     ("trl", "vllm_mode"): f"{ONLY_WITH}: `--use_vllm`",
+    ("torchtune", "forward_batch_size"): f"{ONLY_WITH}: a PPO recipe (its rollout batch)",
+    ("torchtune", "max_new_tokens"): f"{ONLY_WITH}: a generation or PPO recipe",
+    ("torchtune", "max_seq_length"): "read by the evaluation and generation recipes, not the fine-tuning ones",
+    ("torchtune", "packed"): "packing is the dataset's `packed` (`dataset.packed`), read there",
     ("transformers", "bf16_full_eval"): "evaluation's precision, not the training step's",
     ("transformers", "optim_args"): f"{ONLY_WITH}: an optimizer that takes arguments",
 }
