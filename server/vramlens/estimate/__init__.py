@@ -33,7 +33,7 @@ __all__ = ["estimate", "allocated_peak", "pipeline_rank_peak", "Estimate", "GIB"
 
 # Bumped whenever a formula changes what an estimate comes to: local calibration records (trace/probe ratios to
 # the estimate of their day) made against another revision are ignored (vramlens.calibration).
-REVISION = 27
+REVISION = 28
 
 
 def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]], C.Params, float]:

@@ -18,7 +18,19 @@ import functools
 import json
 from dataclasses import dataclass
 
+from vramlens.estimate.components.common import fp32_residual
 from vramlens.resolved import ResolvedPlan
+
+
+def _c(rp: ResolvedPlan) -> int:
+    """Bytes per element of the block's own tensors (AltUp's copies and coefficients, LAuReL, the norms, the
+    per-layer-input gate). A k-bit model without AMP runs them in fp32: prepare_model_for_kbit_training upcasts the
+    embeddings, so the stream starts fp32, Gemma3nRMSNorm returns its input's dtype (`type_as`), and bitsandbytes'
+    4-bit linears return theirs (`matmul_4bit(...).to(inp_dtype)`) — as the real-library trace of the QLoRA rows
+    shows (benchmarks/results/trace_real_hybrids_vs_estimate.txt). Under AMP: 2, the autocast outputs' (no trace
+    row checks Gemma-3n under AMP over a k-bit model)."""
+    return 4 if fp32_residual(rp) and not rp.amp else 2
+
 
 FAMILY = "gemma3n_text"
 
@@ -109,7 +121,7 @@ def layer_per_token(
     are frozen: autograd saves nothing for an op none of whose inputs needs one)."""
     a = rp.arch
     g = shape(rp)
-    c = 2
+    c = _c(rp)
     h, q, kv, heads, kv_heads = a.hidden, a.q_dim, a.kv_dim, a.heads, a.n_kv_heads
     A, p = g.altup, g.per_layer
     full = rp.peft == "none"
@@ -160,7 +172,7 @@ def outside_per_token(rp: ResolvedPlan) -> float:
     normalised value."""
     a = rp.arch
     g = shape(rp)
-    c, h, A = 2, a.hidden, g.altup
+    c, h, A = _c(rp), a.hidden, g.altup
     full = rp.peft == "none"
     out = before_blocks_per_token(rp) + c * A * h + (A - 1) * 2 * c * h + 8
     if full:
@@ -177,7 +189,7 @@ def before_blocks_per_token(rp: ResolvedPlan) -> float:
     magnitude's `pow(2)` and by the product with the target magnitude, and that product, read by the division)."""
     a = rp.arch
     g = shape(rp)
-    c, h, L, A, p = 2, a.hidden, a.layers, g.altup, g.per_layer
+    c, h, L, A, p = _c(rp), a.hidden, a.layers, g.altup, g.per_layer
     full = rp.peft == "none"
     out: float = c * L * p  # the per-layer inputs, kept by each block's product
     if full or rp.grad_checkpointing:
@@ -214,7 +226,7 @@ def kv_path_per_token(rp: ResolvedPlan) -> float:
 
     a = rp.arch
     g = shape(rp)
-    c, h, A = 2, a.hidden, g.altup
+    c, h, A = _c(rp), a.hidden, g.altup
     full = rp.peft == "none"
     nk = _norm(h, 1, full)
     out: float = nk + 4 * A + c * A * A + c * A * h + ((c * h + c * A) if full else 0)  # AltUp predict
@@ -303,7 +315,7 @@ def recompute_peak_per_token(rp: ResolvedPlan, one_layer: float) -> float:
     lowest block's recompute is the step's peak."""
     from vramlens.estimate.components.linears import adapter_input
 
-    c, h, A = 2, rp.arch.hidden, shape(rp).altup
+    c, h, A = _c(rp), rp.arch.hidden, shape(rp).altup
     out = one_layer + c * A * h + 8 * c * h + c * A * h + 4 * h
     if rp.peft != "none":
         out += 4 * h  # the last norm's normalised value, which its frozen weight's product reads
