@@ -344,3 +344,22 @@ def test_megatron_critic_is_held_by_its_own_layout():
     assert update["weights"] == phases["forward-backward"]["weights"] and update["logits"] == 0
     # with the actor's layout its busiest stage (half the layers and the embedding, over TP 2) holds under half
     assert C.megatron_value_model(rp.with_changes(critic_layout=None)) < 0.5 * C.megatron_value_model(rp)
+
+
+GRPO_COMMAND = (
+    "python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo data.train_batch_size=64 "
+    "data.max_prompt_length=512 data.max_response_length=1024 actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct "
+    "actor_rollout_ref.actor.ppo_mini_batch_size=32 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2 "
+    "actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.n=4 trainer.n_gpus_per_node=8 trainer.nnodes=1 "
+)
+
+
+def test_verl_engine_ulysses_key_counts_only_under_the_new_worker():
+    # verl main_ppo.py: `use_legacy_worker_impl` auto runs workers/fsdp_workers.py, which splits sequences by
+    # `actor.ulysses_sequence_parallel_size` alone; the fsdp_config key is the new engine worker's
+    key = "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2"
+    legacy = parse_document(GRPO_COMMAND + key + "\n", "r.sh").plan
+    assert legacy.context_parallel is None
+    assert any("new engine worker" in i.message for i in legacy.issues)
+    engine = parse_document(GRPO_COMMAND + key + " trainer.use_legacy_worker_impl=disable\n", "r.sh").plan
+    assert engine.context_parallel.value == 2 and not any("new engine worker" in i.message for i in engine.issues)

@@ -565,10 +565,33 @@ def _ulysses(b: PlanBuilder, sp: int, s: Setting | None) -> None:
     )
 
 
+def _actor_sp(r: _Reader) -> tuple[int, Setting | None]:
+    """The actor's Ulysses size and the setting it comes from. From 0.6 verl also has
+    `actor.fsdp_config.ulysses_sequence_parallel_size` (verl/trainer/config/engine/fsdp.yaml; dp_actor.yaml calls the
+    actor's own key deprecated for it), but only the new engine worker reads it: `trainer.use_legacy_worker_impl`
+    auto (the default) or enable runs verl/workers/fsdp_workers.py, which splits by the actor's own key alone
+    (`self.config.actor.get("ulysses_sequence_parallel_size", 1)`), and `ActorConfig.__post_init__` copies that one
+    into fsdp_config, never back (verl main 2026-07 verl/trainer/main_ppo.py, verl/workers/config/actor.py)."""
+    sp, s = r.int(A + "actor.ulysses_sequence_parallel_size", 1)
+    engine, es = r.int(A + "actor.fsdp_config.ulysses_sequence_parallel_size", 1)
+    if not engine or engine <= 1 or es is None or r.cfg.is_default(es) or (sp or 1) > 1:
+        return sp or 1, s
+    if str(r.cfg.value("trainer.use_legacy_worker_impl") or "auto").strip().lower() == "disable":
+        return engine, es
+    r.b.issue(
+        IssueKind.NOT_READ,
+        f"`{es.key}` is read only by verl's new engine worker (`trainer.use_legacy_worker_impl=disable`); the "
+        "default legacy FSDP worker splits sequences by `actor_rollout_ref.actor.ulysses_sequence_parallel_size`, so "
+        "this run has no sequence parallelism",
+        es,
+        severity=Severity.INFO,
+    )
+    return sp or 1, s
+
+
 def _batch(r: _Reader, world: int, megatron: bool) -> None:
     b, cfg = r.b, r.cfg
-    sp, _ = r.int(A + "actor.ulysses_sequence_parallel_size", 1)
-    sp = sp or 1
+    sp, sp_setting = _actor_sp(r)
     dp = max(1, world // sp)
     n = to_int(cfg.value(A + "rollout.n")) or 1
     seq = (to_int(cfg.value("data.max_prompt_length")) or 0) + (to_int(cfg.value("data.max_response_length")) or 0)
@@ -625,8 +648,7 @@ def _batch(r: _Reader, world: int, megatron: bool) -> None:
         )
     _critic_batch(r, dp, seq, megatron)
     if sp > 1 and not megatron:  # Megatron workers split sequences with their own context parallelism
-        _, s = r.int(A + "actor.ulysses_sequence_parallel_size", 1)
-        _ulysses(b, sp, s)
+        _ulysses(b, sp, sp_setting)
     _log_prob_batch(r, dp, seq)
 
 
