@@ -155,7 +155,8 @@ def _defined(framework: str, name: str, version: str, workspace: Path | None) ->
     return found
 
 
-def _is_default_or_off(s: Setting, definition: dict) -> bool:
+def is_default_or_off(s: Setting, definition: dict) -> bool:
+    """Whether a setting leaves its argument as the framework defines it: unset, the default, empty, or off."""
     v = s.value
     if v is None or v == definition.get("default") or v in ([], {}):
         return True
@@ -216,11 +217,7 @@ def apply(b: PlanBuilder, settings: Iterable[Setting], workspace: Path | None, *
     if framework == "axolotl":
         top = [s for s in settings if len(s.path) == 1]
         handled = axolotl_plugins.check(b, top, version, title)
-        shipped = {axolotl_plugins.class_name(p) for ps in axolotl_plugins.owners().values() for p in ps}
-        unknown_plugin = any(
-            axolotl_plugins.class_name(p) not in shipped | set(axolotl_plugins.ROLES)
-            for p in axolotl_plugins.listed(top)
-        )
+        unknown_plugin = bool(axolotl_plugins.unknown_listed(top))
     for s in settings:
         if s.key in handled and len(s.path) == 1:
             continue
@@ -238,7 +235,7 @@ def apply(b: PlanBuilder, settings: Iterable[Setting], workspace: Path | None, *
                 entry is not None
                 and s.key not in consumed
                 and definition is not None
-                and not _is_default_or_off(s, definition)
+                and not is_default_or_off(s, definition)
             ):
                 b.unmodelled(s, entry[0], entry[1])
             continue

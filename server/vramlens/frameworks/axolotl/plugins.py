@@ -54,6 +54,17 @@ def owners() -> dict[str, frozenset[str]]:
     return {k: frozenset(v) for k, v in out.items() if k not in own}
 
 
+@functools.lru_cache(maxsize=1)
+def shipped() -> frozenset[str]:
+    """The class names of the plugins the dumped axolotl releases ship (and those ROLES describes)."""
+    return frozenset({class_name(p) for ps in owners().values() for p in ps} | set(ROLES))
+
+
+def unknown_listed(top: Iterable[Setting]) -> list[str]:
+    """The plugins `plugins:` lists that no dumped axolotl release ships (a third party's)."""
+    return [p for p in listed(top) if class_name(p) not in shipped()]
+
+
 def class_name(plugin: str) -> str:
     return str(plugin).strip().rsplit(".", 1)[-1]
 
@@ -92,6 +103,8 @@ def switch(name: str, setting: Setting | None, version: str | None) -> bool:
 def check(b: PlanBuilder, top: list[Setting], version: str, title: str) -> set[str]:
     """Issues for the plugin arguments that never reach the run, and the listed plugins the estimate does not model
     named as not modelled (with the arguments each sets); returns the keys accounted for here."""
+    from vramlens.frameworks.recognise import is_default_or_off  # recognise runs this: imported when it does
+
     done: set[str] = set()
     for s in dropped(top):
         plugin = sorted(owners()[s.key])[0]
@@ -110,11 +123,11 @@ def check(b: PlanBuilder, top: list[Setting], version: str, title: str) -> set[s
         cls = class_name(plugin)
         if cls in ROLES:
             continue
-        args = [a for a in (schemas.schema("axolotl", version) or {"arguments": []})["arguments"]]
+        args = (schemas.schema("axolotl", version) or {"arguments": []})["arguments"]
         mine = {a["name"].split(".", 1)[0]: a for a in args if a.get("plugin") and class_name(a["plugin"]) == cls}
-        if not mine and not any(class_name(p) == cls for ps in owners().values() for p in ps):
+        if not mine and cls not in shipped():
             continue  # not a plugin axolotl ships: what it does is unknown here, and named below
-        set_here = [s for s in top if s.key in mine and not _default_or_off(s, mine[s.key])]
+        set_here = [s for s in top if s.key in mine and not is_default_or_off(s, mine[s.key])]
         for s in set_here:
             b.unmodelled(s, f"an argument of axolotl's {cls}", "estimated without it")
             done.add(s.key)
@@ -122,19 +135,12 @@ def check(b: PlanBuilder, top: list[Setting], version: str, title: str) -> set[s
             b.unmodelled(
                 entry, f"axolotl's {cls}, listed in `plugins`", "estimated without the plugin", key=f"plugins.{cls}"
             )
-    shipped = {class_name(p) for ps in owners().values() for p in ps} | set(ROLES)
-    for plugin in plugins:
-        if class_name(plugin) not in shipped:
-            b.issue(
-                IssueKind.NOT_READ,
-                f"`{plugin}` is not a plugin {title} ships: what it changes is not known here, and the keys it "
-                f"defines are read as unknown",
-                entry,
-                severity=Severity.INFO,
-            )
+    for plugin in unknown_listed(top):
+        b.issue(
+            IssueKind.NOT_READ,
+            f"`{plugin}` is not a plugin {title} ships: what it changes is not known here, and the keys it "
+            f"defines are read as unknown",
+            entry,
+            severity=Severity.INFO,
+        )
     return done
-
-
-def _default_or_off(s: Setting, definition: dict) -> bool:
-    v = s.value
-    return v is None or v == definition.get("default") or v in ([], {}) or to_bool(v) is False
