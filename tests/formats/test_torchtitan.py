@@ -496,3 +496,16 @@ def test_expert_gather_share_under_tensor_parallelism():
     assert fsdp_expert_gather_share(rp.with_changes(expert_tensor_parallel=4)) == 4 / 32  # efsdp 16 × 4 / 32 = 2
     assert fsdp_expert_gather_share(rp.with_changes(expert_tensor_parallel=1)) == 4 / 8  # efsdp 8
     assert fsdp_expert_gather_share(rp.with_changes(expert_tensor_parallel=4, expert_parallel=16)) == 0.0
+
+
+def test_early_step_in_backward_is_the_optimizer_in_backward():
+    # torchtitan v0.2.2 components/optimizer.py `OptimizersInBackwardContainer`: per-parameter steps from
+    # post-accumulate-grad hooks, as torchtune's optimizer_in_bwd
+    text = (
+        '[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 1\nseq_len = 2048\n'
+        "[optimizer]\nearly_step_in_backward = true\n"
+    )
+    plan = parse_document(text, "train.toml").plan
+    assert plan.optimizer_in_bwd.value is True and plan.optimizer_in_bwd.key == "early_step_in_backward"
+    off = parse_document(text.replace("= true", "= false"), "train.toml").plan
+    assert off.optimizer_in_bwd.value is False

@@ -251,6 +251,7 @@ WHERE = {
     ),
     "optimizer": (("optimizer", "name"),),
     "optimizer_impl": (("optimizer", "implementation"),),
+    "optimizer_in_bwd": (("optimizer", "early_step_in_backward"),),
 }
 # JobConfig defaults (v0.1.0 config_manager.py = v0.2.2 config/job_config.py for these)
 DEFAULTS = {
@@ -1132,6 +1133,11 @@ def _optimizer(b: PlanBuilder, v: _Values) -> None:
         )
     elif impl_s is not None:
         b.unknown(impl_s, "optimizer implementation", tuple(OPTIMIZER_IMPL))
+    # v0.2.2 components/optimizer.py `OptimizersInBackwardContainer`: each parameter's optimizer steps and zeroes its
+    # gradient from a post-accumulate-grad hook, so no whole set of gradients is held at once
+    in_bwd = v.get("optimizer_in_bwd")
+    if in_bwd is not None:
+        b.set_bool("optimizer_in_bwd", in_bwd, note="`early_step_in_backward`: the optimizer steps in backward")
 
 
 def _float8(b: PlanBuilder, v: _Values) -> None:
