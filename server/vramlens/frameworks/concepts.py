@@ -1321,10 +1321,9 @@ def _candidates(name: str) -> list[str]:
 LIST_SWITCHES: dict[str, str] = {
     "apply_lora_to_mlp": "lora_targets",
     "apply_lora_to_output": "lora_targets",
-    # axolotl's Liger plugin switches (integrations/liger/args.py `LigerArgs`): each adds its kernel
-    **dict.fromkeys(
-        ("liger_rms_norm", "liger_rope", "liger_glu_activation", "liger_swiglu", "liger_layer_norm"), "fused_kernels"
-    ),
+    # axolotl's Liger plugin switches (integrations/liger/args.py `LigerArgs`), the fused-kernel concept's spellings:
+    # each true switch adds its kernel
+    **dict.fromkeys(CONCEPTS["fused_kernels"].spellings, "fused_kernels"),
     # OpenRLHF's placement switches: the models they leave on GPUs of their own (formats/objective.py
     # `_openrlhf_groups`)
     **dict.fromkeys(

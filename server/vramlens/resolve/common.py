@@ -75,12 +75,10 @@ PREQUANTIZED_NOTES = {
     "activations and workspace estimated as bitsandbytes 4-bit's",
     "aqlm": "pre-quantized AQLM checkpoint (2-bit codebooks): its weights estimated at 8 bits per parameter, its "
     "kernels as bitsandbytes'",
-}
-# Quantizers applied while loading whose layout the estimate takes from bitsandbytes' (estimate/components/
-# parameters.py `quantized_bytes_per_param`)
-PREQUANTIZED_NOTES |= {
-    # transformers HqqConfig: group_size 64, a 16-bit scale and zero per group (hqq/core/quantize.py
-    # `BaseQuantizeConfig`) — at 4 bits the 4/64 bytes per weight of bitsandbytes without double quantization
+    # quantizers applied while loading, whose layout the estimate takes from bitsandbytes' (estimate/components/
+    # parameters.py `quantized_bytes_per_param`); transformers HqqConfig: group_size 64, a 16-bit scale and zero per
+    # group (hqq/core/quantize.py `BaseQuantizeConfig`) — at 4 bits bitsandbytes' 4/64 bytes per weight without
+    # double quantization
     "hqq": "HQQ quantization: its packed weights and group constants estimated as bitsandbytes', its kernels too",
     "eetq": "EETQ int8 weight-only quantization: a byte per weight; its kernels estimated as bitsandbytes'",
     "quanto": "optimum-quanto quantization: weights at its bit width with bitsandbytes' constants and kernels",

@@ -117,14 +117,16 @@ def check(b: PlanBuilder, top: list[Setting], version: str, title: str) -> set[s
             span=s.key_span,
         )
         done.add(s.key)
-    plugins = listed(top)
     entry = next((s for s in top if s.path == ("plugins",)), None)
-    for plugin in plugins:
+    by_plugin: dict[str, dict[str, dict]] = {}  # this version's plugin arguments: class name → top-level name → record
+    for a in (schemas.schema("axolotl", version) or {"arguments": []})["arguments"]:
+        if a.get("plugin"):
+            by_plugin.setdefault(class_name(a["plugin"]), {})[a["name"].split(".", 1)[0]] = a
+    for plugin in listed(top):
         cls = class_name(plugin)
         if cls in ROLES:
             continue
-        args = (schemas.schema("axolotl", version) or {"arguments": []})["arguments"]
-        mine = {a["name"].split(".", 1)[0]: a for a in args if a.get("plugin") and class_name(a["plugin"]) == cls}
+        mine = by_plugin.get(cls, {})
         if not mine and cls not in shipped():
             continue  # not a plugin axolotl ships: what it does is unknown here, and named below
         set_here = [s for s in top if s.key in mine and not is_default_or_off(s, mine[s.key])]
