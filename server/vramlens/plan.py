@@ -185,6 +185,8 @@ class TrainingPlan(BaseModel):
     model_span_hint: Span | None = None  # where the model is named, for code lenses when model_id is derived
     weight_dtype: Sourced[str] | None = None  # Dtype: what the non-quantized weights are stored in
     amp_dtype: Sourced[str] | None = None  # AmpDtype: autocast compute dtype, "none" for pure
+    # the model repository's own code (config.json `auto_map`) is built in place of transformers' class
+    trust_remote_code: Sourced[bool] | None = None
     # batch and sequence
     micro_batch: Sourced[int] | None = None
     grad_accum: Sourced[int] | None = None
@@ -222,6 +224,7 @@ class TrainingPlan(BaseModel):
     trained_modules: Sourced[list[str]] | None = None  # inside those layers: "attn", "mlp" (absent: all)
     trained_extra: Sourced[list[str]] | None = None  # outside the layers: "embed", "lm_head" (absent: none)
     trained_where: Sourced[str] | None = None  # which layers: "last", "first", "spread" (LLaMA-Pro), "rotating"
+    frozen_share: Sourced[float] | None = None  # the share of the parameters frozen in the model's order (ms-swift)
     # (LISA, BAdam: a different window in turn); absent: "last"
     trainable_fp32: Sourced[bool] | None = None  # trainable weights upcast to fp32 over 16-bit frozen ones
     optimizer_rank: Sourced[int] | None = None  # GaLore/APOLLO projection rank

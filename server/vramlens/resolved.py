@@ -47,6 +47,10 @@ class ResolvedPlan(BaseModel):
     arch: ModelArch
     framework: str = "transformers"  # whose code runs the step: "transformers", "trl", "axolotl",
     # "llamafactory", "torchtune", "deepspeed", "custom"
+    # the checkpoint's own modeling code (config.json `auto_map`, `arch.remote_code`): "built" when the run trusts it
+    # and transformers builds it, "refused" when transformers ships no class for the model and the run does not trust
+    # it (loading stops), "" otherwise
+    remote_code: Literal["", "built", "refused"] = ""
     # precision
     weight_dtype: Literal["fp32", "bf16", "fp16"] = "bf16"  # dtype of non-quantized weights on the GPU
     compute_dtype: Literal["fp32", "bf16", "fp16"] = "bf16"  # activations' dtype
@@ -62,6 +66,8 @@ class ResolvedPlan(BaseModel):
     eval_batch: int = 1
     evaluation: bool = False  # the trainer evaluates during training (resolve/evaluation.py): one no-grad
     # forward at eval_batch beside the training state
+    # the gradients are still allocated then (FrameworkHooks.evaluates_with_gradients)
+    eval_with_gradients: bool = False
     eval_loss_impl: Literal["standard", "chunked", "fused"] | None = None  # the loss the evaluation forward
     # runs (None: loss_impl; Liger's fused loss computes full logits there)
     # activations

@@ -8,6 +8,9 @@ together with another setting, which the readers then read)."""
 
 from __future__ import annotations
 
+import copy
+import json
+
 import pytest
 import yaml
 from vramlens.formats import parse_document
@@ -142,3 +145,105 @@ def test_no_argument_of_a_modelled_concept_is_dropped_silently(framework):
     # the list stays true: an entry whose argument is now read is removed
     stale = [n for (fw, n) in CONTEXTUAL if fw == framework and n not in found]
     assert not stale, f"{framework}: read now, remove from CONTEXTUAL: {stale}"
+
+
+# verl's arguments are Hydra overrides of one config (`actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2`); its
+# dumps record which config defines each (`owner`), and a launch picks the config with `--config-name`
+VERL_LAUNCH = {
+    "ppo_trainer": "python3 -m verl.trainer.main_ppo \\\n",
+    "ppo_megatron_trainer": (
+        "python3 -m verl.trainer.main_ppo --config-path=config --config-name=ppo_megatron_trainer.yaml \\\n"
+    ),
+}
+VERL_OVERRIDES = (
+    "    algorithm.adv_estimator=grpo \\\n    data.train_batch_size=32 \\\n    data.max_prompt_length=512 \\\n"
+    "    data.max_response_length=512 \\\n    actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct \\\n"
+    "    actor_rollout_ref.actor.ppo_mini_batch_size=16 \\\n"
+    "    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2 \\\n"
+    "    actor_rollout_ref.rollout.name=vllm \\\n    actor_rollout_ref.rollout.n=4 \\\n"
+)
+VERL_END = "    trainer.n_gpus_per_node=8 trainer.nnodes=1\n"
+
+
+@pytest.mark.parametrize("config", sorted(VERL_LAUNCH))
+def test_no_verl_override_of_a_modelled_concept_is_dropped_silently(config):
+    base = VERL_LAUNCH[config] + VERL_OVERRIDES
+    before = parse_document(base + VERL_END, "run.sh").plan
+    silent, probed = [], 0
+    for a in schemas.schema("verl")["arguments"]:
+        name = a["name"]
+        if a.get("owner") != config or concepts.match(name, a.get("type")) is None:
+            continue
+        value = _sample(a)
+        if value is None:
+            continue
+        probed += 1
+        shown = str(value).lower() if isinstance(value, bool) else value
+        plan = parse_document(base + f"    {name}={shown} \\\n" + VERL_END, "run.sh").plan
+        read = name in plan.read_alongside or any(getattr(plan, k) != getattr(before, k) for k in plan.settings())
+        named = any(u.key == name for u in plan.unmodelled) or len(plan.issues) > len(before.issues)
+        if not (read or named):
+            silent.append(name)
+    assert probed > 50  # the dump's arguments of that config that set a modelled concept
+    assert not silent, f"verl {schemas.pick_version('verl')} {config}: overrides neither read nor named: {silent}"
+
+
+# torchtitan's job config is TOML tables (`[parallelism] tensor_parallel_degree = 2`); its dumped arguments are
+# dotted by table
+TORCHTITAN_BASE = {
+    "model": {"name": "llama3", "flavor": "8B", "hf_assets_path": "./assets/hf/Llama-3.1-8B"},
+    "training": {"local_batch_size": 1, "seq_len": 2048, "steps": 100},
+    "parallelism": {"data_parallel_shard_degree": -1},
+}
+TORCHTITAN_CONTEXTUAL = {
+    "model.hf_assets_path": "the tokenizer's and checkpoint's folder: the model is `name` and `flavor`, read",
+    "parallelism.disable_loss_parallel": f"{ONLY_WITH}: tensor parallelism",
+    "parallelism.expert_tensor_parallel_degree": f"{ONLY_WITH}: expert parallelism of a MoE flavor",
+    "parallelism.pipeline_parallel_first_stage_less_layers": f"{ONLY_WITH}: pipeline parallelism",
+    "parallelism.pipeline_parallel_last_stage_less_layers": f"{ONLY_WITH}: pipeline parallelism",
+    "parallelism.pipeline_parallel_layers_per_stage": f"{ONLY_WITH}: pipeline parallelism",
+    "parallelism.pipeline_parallel_schedule": f"{ONLY_WITH}: pipeline parallelism",
+    "quantize.linear.float8.enable_fsdp_float8_all_gather": f"{ONLY_WITH}: float8 linears (`converters`)",
+    "validation.local_batch_size": f"{ONLY_WITH}: `[validation] enable = true`",
+    "validation.seq_len": f"{ONLY_WITH}: `[validation] enable = true`",
+}
+
+
+def _toml(table: dict, prefix: str = "") -> str:
+    """A TOML document of nested tables (values: bool, int, float, str)."""
+
+    def literal(v) -> str:
+        return str(v).lower() if isinstance(v, bool) else json.dumps(v) if isinstance(v, str) else str(v)
+
+    plain = [f"{k} = {literal(v)}" for k, v in table.items() if not isinstance(v, dict)]
+    out = ([f"[{prefix}]"] if prefix and plain else []) + plain
+    for k, v in table.items():
+        if isinstance(v, dict):
+            out.append(_toml(v, f"{prefix}.{k}" if prefix else k))
+    return "\n".join(out) + "\n"
+
+
+def test_no_torchtitan_argument_of_a_modelled_concept_is_dropped_silently():
+    before = parse_document(_toml(TORCHTITAN_BASE), "t.toml").plan
+    found, probed = [], 0
+    for a in schemas.schema("torchtitan")["arguments"]:
+        name = a["name"]
+        if concepts.match(name, a.get("type")) is None or (value := _sample(a)) is None:
+            continue
+        probed += 1
+        config = copy.deepcopy(TORCHTITAN_BASE)
+        *tables, key = name.split(".")
+        where = config
+        for t in tables:
+            where = where.setdefault(t, {})
+        where[key] = value
+        plan = parse_document(_toml(config), "t.toml").plan
+        read = name in plan.read_alongside or any(getattr(plan, k) != getattr(before, k) for k in plan.settings())
+        named = any(u.key in (name, key) for u in plan.unmodelled) or len(plan.issues) > len(before.issues)
+        if not (read or named):
+            found.append(name)
+    assert probed > 20
+    unexplained = [n for n in found if n not in TORCHTITAN_CONTEXTUAL]
+    assert not unexplained, f"torchtitan {schemas.pick_version('torchtitan')}: neither read nor named: {unexplained}"
+    stale = [n for n in TORCHTITAN_CONTEXTUAL if n not in found]
+    assert not stale, f"torchtitan: read now, remove from TORCHTITAN_CONTEXTUAL: {stale}"

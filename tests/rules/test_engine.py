@@ -46,6 +46,7 @@ CONTRACT = {
     "VL022": "information",
     "VL023": "information",
     "VL024": "warning",
+    "VL025": "error",
 }
 
 

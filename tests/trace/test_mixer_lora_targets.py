@@ -137,3 +137,23 @@ def test_a_regex_over_the_language_model_leaves_the_vision_tower_without_adapter
     # the adapters on the tower's q/k/v (SigLIP's, which the suffixes reach) are among the plan's adapter parameters
     assert C.params(rp).adapter_params == _vlm_trainable(TINY_GEMMA3_VLM, pattern)
     assert (vision_adapter_params(rp) > 0) is tower
+
+
+# ----------------------------------------------------------------------------------------- names one family reuses
+
+TINY_GPT2 = dict(model_type="gpt2", n_embd=64, n_layer=3, n_head=4, vocab_size=256, n_positions=128)
+TINY_BIGCODE = dict(model_type="gpt_bigcode", n_embd=64, n_layer=3, n_head=4, vocab_size=256, n_positions=128)
+
+
+@pytest.mark.parametrize("config", [TINY_GPT2, TINY_BIGCODE], ids=["gpt2", "gpt_bigcode"])
+@pytest.mark.parametrize(
+    "targets", [["c_proj"], ["c_attn", "c_proj", "c_fc"], ["attn.c_proj"], ["mlp.c_proj", "c_attn"]]
+)
+def test_a_name_both_the_attention_and_the_mlp_use_adapts_both(config, targets):
+    """GPT-2's and GPT-BigCode's `c_proj` is the attention's output projection and the MLP's: peft adapts both; with
+    its parent's name (`attn.c_proj`) only that one."""
+    arch = arch_from_hf_config(config, f"tiny:{config['model_type']}")
+    canonical, unknown = normalize_targets(targets, arch)
+    assert not unknown, unknown
+    rp = plan(**{**LORA, "lora_targets": canonical}, arch=arch)
+    assert C.params(rp).adapter_params == _peft_trainable(config, targets), canonical

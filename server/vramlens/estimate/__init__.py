@@ -444,12 +444,13 @@ def _phases(rp: ResolvedPlan) -> tuple[dict[str, int], dict[str, dict[str, int]]
         }
     if rp.evaluation:
         # the evaluation pass between optimizer steps: the training state at the step boundary (gradients set to None
-        # by zero_grad are gone), one no-grad forward of the evaluation batch (components.evaluation)
+        # by zero_grad are gone, unless the loop zeroes them only when the next step begins), one no-grad forward
+        # of the evaluation batch (components.evaluation)
         phases["evaluation"] = {
             **base,
             "buffers": B + root,
             "optimizer": O,
-            "gradients": G if (g_persistent or not rp.set_to_none) else 0,
+            "gradients": G if (g_persistent or not rp.set_to_none or rp.eval_with_gradients) else 0,
             "activations": E.eval_forward_activations(rp),
             "logits": E.eval_head_loss(rp),
             "temporaries": 0,

@@ -23,7 +23,7 @@ from vramlens.formats import hf
 from vramlens.formats import megatron_hybrid as mh
 from vramlens.formats.ep_dispatch import KEY as EP_KEY
 from vramlens.formats.ep_dispatch import set_deepep, set_hybridep
-from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_int
+from vramlens.formats.settings import PlanBuilder, Setting, to_bool, to_float, to_int
 from vramlens.plan import IssueKind, Origin, Severity
 from vramlens.settings import MAX_GPU_COUNT
 
@@ -145,6 +145,15 @@ def _not_modelled(what: str, consequence: str, *, unless=None):
             b.unmodelled(s, what, consequence)
 
     return handler
+
+
+def _frozen_share(b: PlanBuilder, s: Setting) -> None:
+    if (to_float(s.value) or 0) > 0:
+        b.unmodelled(
+            s,
+            "parameters frozen by share (the first share of the parameters, in the model's order)",
+            "estimated as a full fine-tune",
+        )
 
 
 def _offload_fraction(b: PlanBuilder, s: Setting) -> None:
@@ -326,6 +335,8 @@ HANDLERS = {
     "grad_reduce_in_bf16": _remember,  # `_grad_buffers`
     "fp8_format": _not_modelled("FP8 training (Transformer Engine)", "estimated with 16-bit activations"),
     "cpu_offloading": _not_modelled("activation/weight CPU offloading", "estimated as kept on the GPU"),
+    # Megatron-SWIFT swift/megatron/utils/utils.py: the first share of the parameters, in the model's order, frozen
+    "freeze_parameters_ratio": _frozen_share,
     # routed experts (megatron/training/arguments.py `_add_moe_args`): the MoE model `resolve.arch_from_sizes` builds
     "num_experts": _shape("num_experts"),
     "moe_ffn_hidden_size": _shape("moe_intermediate_size"),

@@ -135,6 +135,7 @@ MODEL_LOAD_KEYS = (
     "max_seq_length",
     "num_labels",
     "problem_type",
+    "trust_remote_code",
 )
 _TRIGGER = re.compile(
     r"TrainingArguments|(?:Train|Sft|Pretrain|RLHF)Arguments\s*\(|Config\s*\(|Trainer\s*\(|from_pretrained|backward|optim|"

@@ -64,9 +64,9 @@ def apply(b: PlanBuilder, launch, settings: list[Setting], ctx) -> None:
         return
     path, source, module = found
     args = _arguments(module)
-    if not args:
-        return
     label = PurePosixPath(target).name
+    if not args:
+        return _model_load_literals(b, module, path, text_lines(source), label)
     index = _index(args)
     given: set[str] = set()
     from vramlens.formats import shell
@@ -93,6 +93,22 @@ def apply(b: PlanBuilder, launch, settings: list[Setting], ctx) -> None:
             note=None,
         )
     _apply_defaults(b, [a for a in args if a.name not in given], path, text_lines(source), label)
+    _model_load_literals(b, module, path, text_lines(source), label)
+
+
+def _model_load_literals(b: PlanBuilder, module: argdefs.ModuleArgs, path: str, lines: list[str], label: str) -> None:
+    """What the script's own model load writes as a constant (`from_pretrained(..., trust_remote_code=True)` in QwenLM
+    Qwen's finetune.py), where the line and the script's arguments set nothing for it."""
+    for name, (value, line) in module.model_load_literals.items():
+        concept = concepts.match(name, "bool")
+        if concept is None or getattr(b.plan, concept.name) is not None or not isinstance(value, bool):
+            continue
+        at = max(line - 1, 0)
+        span = Span(
+            file=path, start_line=at, start_col=0, end_line=at, end_col=len(lines[at]) if at < len(lines) else 0
+        )
+        setting = Setting(key=name, path=(name,), value=value, span=span, value_span=span, key_span=span)
+        b.set(concept.name, value, setting, note=f"{label} line {line}: from_pretrained({name}={value})")
 
 
 # a model given by its sizes on the command line (Megatron-LM megatron/training/arguments.py

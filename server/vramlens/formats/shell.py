@@ -23,7 +23,7 @@ from pathlib import PurePosixPath
 from typing import Any, Callable
 
 from vramlens.formats import accelerate, deepspeed, hf, launchers, megatron, moe_experts, purpose, verl
-from vramlens.formats.settings import PlanBuilder, Setting, shown, to_bool, to_int
+from vramlens.formats.settings import PlanBuilder, Setting, shown, to_bool, to_float, to_int
 from vramlens.knowledge import deepspeed as deepspeed_presets
 from vramlens.plan import IssueKind, Origin, ParseIssue, Reference, Severity, Sourced, Span, TrainingPlan
 from vramlens.text import LineIndex
@@ -1347,8 +1347,21 @@ def _swift_target_regex(b: PlanBuilder, s: Setting) -> None:
     b.set("lora_targets", [pattern], s, override=True, note=SWIFT_TARGET_REGEX.format(key=s.key))
 
 
+def _swift_frozen_share(b: PlanBuilder, s: Setting) -> None:
+    """ms-swift's `--freeze_parameters_ratio` (0 to 1; a full fine-tune only): the resolver turns the share into the
+    layers that stay trainable (resolve/adapters.py `frozen_share_layers`)."""
+    v = to_float(s.value)
+    if v is None or not 0 <= v <= 1:
+        return b.issue(IssueKind.INVALID_VALUE, f"`{s.key}` should be a number from 0 to 1, got {s.value!r}", s)
+    if v > 0:
+        b.set("frozen_share", v, s)
+    else:
+        b.remember(s)
+
+
 SWIFT_HANDLERS = {
     "model": launchers.swift_model_path,
+    "freeze_parameters_ratio": _swift_frozen_share,
     # ms-swift 3.x/4.x `--target_parameters` goes to peft's LoraConfig as it is (swift/pipelines/train/tuner.py)
     "target_parameters": moe_experts.read_target_parameters,
     # swift/arguments/base_args/model_args.py `experts_impl`, handed to from_pretrained as experts_implementation

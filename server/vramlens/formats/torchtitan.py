@@ -249,6 +249,10 @@ WHERE = {
         ("quantize", "linear", "float8", "enable_fsdp_float8_all_gather"),
         ("float8", "enable_fsdp_float8_all_gather"),
     ),
+    # v0.2.2 config/job_config.py `Validation`: enable (False), local_batch_size (8), seq_len (2048)
+    "validation": (("validation", "enable"),),
+    "validation_batch": (("validation", "local_batch_size"),),
+    "validation_seq_len": (("validation", "seq_len"),),
     "optimizer": (("optimizer", "name"),),
     "optimizer_impl": (("optimizer", "implementation"),),
     "optimizer_in_bwd": (("optimizer", "early_step_in_backward"),),
@@ -271,6 +275,8 @@ DEFAULTS = {
     "optimizer_impl": "fused",
     "name": "llama3",
     "flavor": "debugmodel",
+    "validation_batch": 8,
+    "validation_seq_len": 2048,
 }
 OPTIMIZERS = {"adamw": "torch.optim.AdamW", "adam": "torch.optim.Adam"}
 OPTIMIZER_IMPL = {"fused": "fused", "foreach": "foreach", "for-loop": "forloop"}
@@ -313,6 +319,7 @@ def apply(
     _checkpointing(b, v)
     _optimizer(b, v)
     _float8(b, v)
+    _validation(b, v)
     for what in ("name", "flavor"):
         if (s := v.get(what)) is not None:
             b.remember(s)
@@ -337,6 +344,29 @@ def apply(
         framework=FRAMEWORK_LABEL,
         note="torchtitan pre-trains: next-token loss on every token",
     )
+
+
+def _validation(b: PlanBuilder, v: _Values) -> None:
+    """`[validation]`: when enabled, a no-grad forward of `local_batch_size` sequences between steps, beside the
+    training state (frameworks/torchtitan/hooks.py); a validation length other than the training one is named."""
+    switch = v.get("validation")
+    if switch is None or not to_bool(switch.value):
+        return
+    b.remember(switch)
+    said = v.get("validation_batch")
+    batch = to_int(said.value) if said is not None else v.defaults.get("validation_batch")
+    if said is not None and batch is not None:
+        b.set("eval_batch", batch, said)
+    elif batch is not None:
+        _default(b, "eval_batch", batch, note="torchtitan's validation.local_batch_size")
+    length = v.value("validation_seq_len")
+    if to_int(length) != to_int(v.value("seq_len")):
+        b.unmodelled(
+            v.get("validation_seq_len"),
+            f"validation at {length} tokens a sequence, not the training length",
+            "the validation forward estimated at the training sequence length",
+            key="validation.seq_len",
+        )
 
 
 def _default(b: PlanBuilder, concept: str, value, note: str | None = None) -> None:

@@ -311,6 +311,9 @@ def _model(
     on, s = r.bool(m + "enable_gradient_checkpointing")
     if on is not None:
         r.put("grad_checkpointing", on, s)
+    on, s = r.bool(m + "trust_remote_code")
+    if on is not None:
+        r.put("trust_remote_code", on, s)
     b.set(
         "ckpt_reentrant",
         False,

@@ -26,6 +26,7 @@ and every recursive step (annotations, inheritance, nested dataclasses, literal 
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
@@ -121,6 +122,9 @@ class ModuleArgs:
     config_reads: list[ArgDef]
     enums: dict[str, tuple] = field(default_factory=dict)  # enum class name → member values
     hf_parsers: list[tuple[str, ...]] = field(default_factory=list)  # HfArgumentParser((A, B, C)) class names
+    # literal keyword arguments of the model loads (`AutoModelForCausalLM.from_pretrained(..., trust_remote_code=
+    # True)`): keyword → (value, line) of the first load that writes it as a constant (MODEL_LOAD_LITERALS)
+    model_load_literals: dict[str, tuple[Any, int]] = field(default_factory=dict)
 
 
 # --- source text ---------------------------------------------------------------------------------
@@ -683,6 +687,7 @@ def read_module(source: str, filename: str = "<script>", enums: dict[str, tuple]
     parsers: list[ArgDef] = []
     index: dict[str, int] = {}
     hf_parsers: list[tuple[str, ...]] = []
+    load_literals: dict[str, tuple[Any, int]] = {}
     calls = [n for n in nodes if type(n) is ast.Call]
     calls.sort(key=lambda n: (n.lineno, n.col_offset))
     for call in calls:
@@ -698,13 +703,28 @@ def read_module(source: str, filename: str = "<script>", enums: dict[str, tuple]
             a = call.args[0]
             elts = a.elts if type(a) in (ast.Tuple, ast.List) else [a]
             hf_parsers.append(tuple(filter(None, map(_dotted, elts))))
+        elif (
+            type(func) is ast.Attribute
+            and func.attr == "from_pretrained"
+            and _MODEL_CLASS.search(_last(_dotted(func.value)))
+        ):
+            for kw in call.keywords:
+                if kw.arg in MODEL_LOAD_LITERALS and type(kw.value) is ast.Constant:
+                    load_literals.setdefault(kw.arg, (kw.value.value, call.lineno))
     return ModuleArgs(
         classes=classes,
         parsers=parsers,
         config_reads=_config_reads(tree, nodes, src),
         enums=enums,
         hf_parsers=hf_parsers,
+        model_load_literals=load_literals,
     )
+
+
+# Keyword arguments of a script's model load read where written as constants, and the classes that load a model
+# (not a tokenizer, config or processor): `AutoModelForCausalLM`, `transformers.LlamaForCausalLM`, `AutoModel`, …
+MODEL_LOAD_LITERALS = ("trust_remote_code",)
+_MODEL_CLASS = re.compile(r"Model|For[A-Z]|LM")
 
 
 def _config_reads(tree: ast.Module, nodes: list[ast.AST], src: _Source) -> list[ArgDef]:

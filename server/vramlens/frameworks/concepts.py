@@ -254,6 +254,14 @@ _ALL: tuple[Concept, ...] = (
         ),
     ),
     _C(
+        "trust_remote_code",
+        "bool",
+        "the model repository's own modeling code (config.json `auto_map`) in place of transformers' class",
+        True,
+        True,
+        ("trust_remote_code", "model.trust_remote_code"),
+    ),
+    _C(
         "compile",
         "bool",
         "torch.compile",
@@ -437,6 +445,14 @@ _ALL: tuple[Concept, ...] = (
         ("freeze_extra_modules", "trainable_parameters", "unfrozen_parameters"),
     ),
     _C("trained_where", "str", "which layers train", False, False, ("badam_mode",)),
+    _C(
+        "frozen_share",
+        "float",
+        "share of the parameters frozen, first ones first",
+        True,
+        True,
+        ("freeze_parameters_ratio",),
+    ),
     _C(
         "trainable_fp32",
         "bool",

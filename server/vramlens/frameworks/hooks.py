@@ -94,6 +94,9 @@ class FrameworkHooks:
     # fp32 upcast), chunked when the environment variable named here sets a chunk size
     sp_loss_16bit: bool = False
     sp_loss_chunk_env: str = ""
+    # evaluation: it runs after the optimizer step with the gradients still allocated (they are zeroed when the next
+    # step begins), not after a zero_grad that frees them (transformers' Trainer)
+    evaluates_with_gradients: bool = False
 
     # --- the shared framework sets of knowledge/frameworks.py -------------------------------------------------
     @property

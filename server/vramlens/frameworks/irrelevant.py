@@ -271,13 +271,6 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
         "Liger's fused gated RMSNorm kernel (the linear-attention layers of Qwen3.5 and Qwen3-Next)",
         "estimated with transformers' gated RMSNorm",
     ),
-    # ms-swift swift/utils/transformers_utils.py `freeze_parameters` (a full fine-tune only): the first parameters in
-    # the model's order, up to that share of the parameter count, stop training
-    "freeze_parameters_ratio": (
-        "parameters frozen by share (ms-swift `freeze_parameters_ratio`: the first share of the parameters, in the "
-        "model's order)",
-        "estimated from the trained layers read elsewhere, else as a full fine-tune",
-    ),
     "liger_kernel_impl": (
         "another backend for Liger's kernels (cuTile, CuTe DSL)",
         "estimated with Liger's Triton kernels",

@@ -393,6 +393,25 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
     ),
 }
 
+# Whether a framework asks transformers for the checkpoint's own code (`trust_remote_code`) when the config says
+# nothing; a framework that builds its own model (torchtune, torchtitan, Megatron, LitGPT) never loads it, and one not
+# listed is not assumed either way: a script of its own (a Trainer script, a custom loop) passes what its
+# `from_pretrained` call says (read where the script is), NeMo AutoModel asks its own allowlist.
+REMOTE_CODE_DEFAULTS: dict[str, bool] = {
+    # TRL ModelConfig and LLaMA-Factory BaseModelArguments `False` (their dumped defaults replace these); axolotl 0.18
+    # src/axolotl/loaders/model.py passes `trust_remote_code=self.cfg.trust_remote_code or False`; verl's
+    # `model.trust_remote_code` defaults to false
+    "trl": False,
+    "axolotl": False,
+    "llamafactory": False,
+    "verl": False,
+    # ms-swift v4.4.3 (3602360a) swift/model/register.py: `ModelLoader.default_trust_remote_code = True`, passed to
+    # `from_pretrained` (a few loaders of models transformers ships set it False)
+    "ms-swift": True,
+    # OpenRLHF v0.11.0 (3c3be623) openrlhf/models/actor.py: `model_class.from_pretrained(..., trust_remote_code=True)`
+    "openrlhf": True,
+}
+
 # How each framework runs the step, beyond defaults of keys.
 BEHAVIOUR: dict[str, dict] = {
     "transformers": {"adapter_fp32": True, "kbit_upcast": True, "keep_logits": False},
@@ -489,6 +508,7 @@ DUMPED_DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
         "grad_checkpointing": ("gradient_checkpointing",),
     },
     "trl": {
+        "trust_remote_code": ("trust_remote_code",),
         "seq_len": ("max_length", "max_seq_length"),
         "grad_checkpointing": ("gradient_checkpointing",),
         "packing": ("packing",),
@@ -503,6 +523,7 @@ DUMPED_DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
         "vllm_memory_share": ("vllm_gpu_memory_utilization",),
     },
     "llamafactory": {
+        "trust_remote_code": ("trust_remote_code",),
         "seq_len": ("cutoff_len",),
         "lora_r": ("lora_rank",),
         "lora_dropout": ("lora_dropout",),
@@ -605,6 +626,8 @@ def defaults_for(framework: str | None, objective: str | None = None, settings=N
     hand-written ones, each labelled with that version and argument."""
     key = framework if framework in DEFAULTS else "transformers"
     version, values = DEFAULTS[key]
+    if key in REMOTE_CODE_DEFAULTS:
+        values = {**values, "trust_remote_code": REMOTE_CODE_DEFAULTS[key]}
     if key == "trl":
         from vramlens.frameworks import schemas
 
@@ -614,6 +637,11 @@ def defaults_for(framework: str | None, objective: str | None = None, settings=N
         # a config class TRL no longer ships (PPOConfig after 0.29) is named with the release that last had it
         version = f"TRL 1.x ({cls}/ModelConfig)" if older in (None, run) else f"TRL 1.x (ModelConfig; {cls} of {older})"
     dumped, labels = _dumped(key, objective, run_version(key, settings), values, settings)
+    if key == "llamafactory":
+        release = parse(run_version(key, settings))
+        if release is not None and release < LLAMAFACTORY_TRUST_SETTING_FROM:
+            dumped["trust_remote_code"] = True
+            labels["trust_remote_code"] = f"LLaMA-Factory {'.'.join(map(str, release))} (model/loader.py)"
     if key == "megatron-swift":
         swift = parse(run_version("ms-swift", settings))
         if swift is not None and swift < SWIFT_CE_FUSION_FROM:
@@ -622,6 +650,10 @@ def defaults_for(framework: str | None, objective: str | None = None, settings=N
     return key, version, Defaults({**values, **dumped}, labels)
 
 
+# LLaMA-Factory passes `trust_remote_code=True` to every load before 0.9.2 (v0.8.3 … v0.9.1
+# src/llamafactory/model/loader.py `_get_init_kwargs`: `"trust_remote_code": True`) and its `trust_remote_code`
+# argument (default False, hparams/model_args.py) from 0.9.2
+LLAMAFACTORY_TRUST_SETTING_FROM = (0, 9, 2)
 # Megatron-SWIFT turns Megatron's fused cross-entropy on by default from 4.0.0 (v4.0.0 … v4.5.2
 # swift/megatron/arguments/megatron_args.py `cross_entropy_loss_fusion: bool = True`; v3.5.0 … v3.12.6
 # swift/megatron/argument/megatron_args.py `= False`)

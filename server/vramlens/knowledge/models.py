@@ -679,6 +679,7 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
     builds `self.thinker` from `config.thinker_config` and the talker only when `enable_audio_output`
     (models/qwen3_omni_moe/modeling_qwen3_omni_moe.py likewise), and LLaMA-Factory (ff6d4d1
     src/llamafactory/model/loader.py) trains `getattr(model, "thinker")` of both."""
+    remote_code = remote_model_class(config)
     thinker = config.get("thinker_config")
     if isinstance(thinker, Mapping) and _first(config, "hidden_size", "text_config", "llm_config") is None:
         config = thinker
@@ -721,7 +722,42 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
     written = _as_written(config, arch.family)
     if written is not None:
         arch = arch.model_copy(update={"hf_config_json": json.dumps(dict(written), sort_keys=True, default=str)})
+    if remote_code:
+        arch = arch.model_copy(update={"remote_code": remote_code})
     return arch
+
+
+REMOTE_NOT_BUILT = "remote code: not built"  # how `_by_construction` names a remote-code model it could not build
+
+
+def remote_code_needed(arch: ModelArch) -> bool:
+    """Whether loading the model needs its checkpoint's own code: it has an `auto_map` class and transformers ships no
+    class for its model type (one whose layers are written here from that code, or one the inventory does not know)."""
+    return bool(arch.remote_code) and (arch.family in REMOTE_CODE_WRITTEN or REMOTE_NOT_BUILT in arch.approximate)
+
+
+# The auto classes a training run loads a model through, in the order a config's `auto_map` is asked for one: a
+# causal LM, a vision-language model, the bare model
+REMOTE_AUTO_CLASSES = ("AutoModelForCausalLM", "AutoModelForImageTextToText", "AutoModelForVision2Seq", "AutoModel")
+
+
+def remote_model_class(config: Mapping[str, Any]) -> str:
+    """The model class a checkpoint's own code defines for training (its config.json `auto_map` entry for the first
+    of REMOTE_AUTO_CLASSES; "repo--module.Class" when the code lives in another repository), "" for none. transformers
+    builds it instead of its own class when the run passes `trust_remote_code=True` (transformers 5.x
+    models/auto/auto_factory.py `_BaseAutoModelClass.from_pretrained`: `has_remote_code = hasattr(config,
+    "auto_map") and cls.__name__ in config.auto_map`; `if has_remote_code and trust_remote_code:` the class comes from
+    `get_class_from_dynamic_module`)."""
+    auto_map = config.get("auto_map")
+    if not isinstance(auto_map, Mapping):
+        return ""
+    for name in REMOTE_AUTO_CLASSES:
+        ref = auto_map.get(name)
+        if isinstance(ref, (list, tuple)):
+            ref = next((r for r in ref if isinstance(r, str)), None)
+        if isinstance(ref, str) and ref.strip():
+            return ref.strip()[:200]
+    return ""
 
 
 def _as_written(config: Mapping[str, Any], family: str) -> Mapping[str, Any] | None:
@@ -934,7 +970,7 @@ def _by_construction(arch: ModelArch, config: Mapping[str, Any]) -> ModelArch:
         config, model_type = text, text_type
     if not inventory.known(model_type):
         if config.get("auto_map") and model_type not in REMOTE_CODE_WRITTEN:
-            reason = "remote code: not built"
+            reason = REMOTE_NOT_BUILT
             return arch.model_copy(update={"approximate": "; ".join(filter(None, (reason, arch.approximate)))})
         return arch
     built = inventory.build(config, model_type)

@@ -73,6 +73,9 @@ class ModelArch(BaseModel):
     # builds with transformers' own config class rather than from the fields above (`knowledge.models.BUILT_AS_WRITTEN`:
     # layer patterns and mixer sizes no field holds). Not serialised.
     hf_config_json: str = Field("", exclude=True, repr=False)
+    # The model class the checkpoint's own code defines (config.json `auto_map`, e.g. "modeling_deepseek.
+    # DeepseekV2ForCausalLM"): transformers builds it instead of its own class when a run passes trust_remote_code
+    remote_code: str = ""
 
     @property
     def n_kv_heads(self) -> int:

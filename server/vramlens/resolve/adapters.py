@@ -44,7 +44,7 @@ def resolve_adapters(ctx: Context, arch: ModelArch) -> AdapterPart:
         assumptions.append(Approximate("quantized base weights train only through adapters: assumed LoRA"))
     if quant_bits == 4 and peft == "lora":
         peft = "qlora"
-    partial = _partial_training(plan, peft, val, sources, assumptions)
+    partial = _partial_training(plan, peft, val, sources, assumptions, arch)
     if peft in PARTIAL_METHODS:
         peft = "none"
     if method:
@@ -233,6 +233,45 @@ LORA_NAME_MAP = {
 }
 
 
+# Module names that mean other linears in one family than LORA_NAME_MAP says: GPT-2's and GPT-BigCode's `c_proj` is
+# both the attention's output and the MLP's (transformers 5.24 models/gpt2/modeling_gpt2.py `GPT2Attention.c_proj`,
+# `GPT2MLP.c_proj`; models/gpt_bigcode likewise); Qwen-1's too, and its MLP is `c_proj(w1(x) * silu(w2(x)))` — `w2`
+# the gate, `w1` the up projection (Qwen/Qwen-7B modeling_qwen.py `QWenMLP.forward`), not Mixtral's w1/w2/w3
+# (a target with its parent's name, `attn.c_proj`, is the one linear)
+_GPT2_NAMES = {"c_proj": ("o", "fc2"), "attn.c_proj": ("o",), "mlp.c_proj": ("fc2",)}
+FAMILY_LORA_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
+    "gpt2": _GPT2_NAMES,
+    "gpt_bigcode": _GPT2_NAMES,
+    "qwen": {"c_proj": ("o", "down"), "attn.c_proj": ("o",), "mlp.c_proj": ("down",), "w1": ("up",), "w2": ("gate",)},
+}
+
+
+def _frozen_share(plan: TrainingPlan, val, assumptions: list[str], arch: ModelArch, out: dict) -> dict:
+    """A full fine-tune with its first parameters frozen by share (`frozen_share_layers`)."""
+    share = float(val("frozen_share"))
+    key = plan.frozen_share.key if plan.frozen_share is not None else None
+    said = f"`{key or 'freeze_parameters_ratio'} {share:g}`"
+    layers, head, frozen = frozen_share_layers(arch, share)
+    if layers is None:
+        assumptions.append(f"{said} freezes {frozen} of the language model: a full fine-tune of it")
+        return out
+    out.update(trained_layers=layers, trained_extra=("lm_head",) if head else ())
+    uneven = arch.dense_layers or any(kind in inventory.NOT_ATTENTION for kind, _ in arch.layer_kinds)
+    trains = (
+        f"{layers} layer(s) train"
+        + (" with the LM head" if head else "")
+        + " — the lowest frozen in part, counted whole"
+        if layers
+        else ("only the LM head trains" if head else "no decoder layer and no LM head trains")
+    )
+    uneven_note = "; its layers taken as equal in size" if uneven else ""
+    if arch.vision_params:
+        uneven_note += "; the vision tower counted first, as transformers registers it"
+    note = f"{said}: {frozen} frozen, in the model's order; {trains}{uneven_note}"
+    assumptions.append(Approximate(note) if layers or uneven_note else note)
+    return out
+
+
 def _vector_adapter_targets(
     plan: TrainingPlan, peft: str, arch: ModelArch, assumptions: list[str]
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -359,7 +398,13 @@ def normalize_targets(names: list[str], arch: ModelArch) -> tuple[tuple[str, ...
         if low in ("all-linear", "all_linear", "all", "linear"):
             return ("all-linear",), []
         key = low.split(".")[-1]
-        mapped = LORA_NAME_MAP.get(key) or LORA_NAME_MAP.get(low)
+        family = FAMILY_LORA_NAMES.get(arch.family, {})
+        mapped = (
+            family.get(".".join(low.split(".")[-2:]))
+            or family.get(key)
+            or LORA_NAME_MAP.get(key)
+            or LORA_NAME_MAP.get(low)
+        )
         own = _own_mixer_linear(arch, key)
         if own:
             # a linear of the model's own mixers (a gated DeltaNet's in_proj_qkvz, a Mamba mixer's out_proj), which
@@ -382,10 +427,42 @@ def normalize_targets(names: list[str], arch: ModelArch) -> tuple[tuple[str, ...
     return tuple(out), unknown
 
 
-def _partial_training(plan: TrainingPlan, peft: str, val, sources: dict, assumptions: list[str]) -> dict:
-    """Which weights a partial full fine-tune trains (freeze tuning, LLaMA-Pro, LISA): `trained_layers` of the
-    decoder layers, `trained_modules` inside them and `trained_extra` outside them (components.trained_params)."""
+def frozen_share_layers(arch: ModelArch, share: float) -> tuple[int | None, bool, str]:
+    """(decoder layers that still train, whether an untied LM head trains, what is frozen) when the first `share` of
+    the parameters are frozen in the model's order, as ms-swift freezes them (v4.4.3 swift/utils/transformers_utils.py
+    `freeze_parameters`: `n_freeze = int(sum(numel) * ratio)`, then every parameter tensor whose running total is at
+    most that stops training, `bisect_right` over `np.cumsum`). The order is the one transformers registers: a
+    vision-language model's tower first, then the token embedding, the decoder layers, the final norm and an untied LM
+    head (a tied head is the embedding's tensor, counted once). The layer the boundary falls in is frozen in part: it
+    is counted as trained. None for layers: nothing but parameters before the embedding's end froze (a full
+    fine-tune of the language model)."""
+    from vramlens.knowledge.models import param_count
+
+    text = param_count(arch)
+    embed = arch.vocab * arch.hidden
+    head = 0 if arch.tied_embeddings else arch.vocab * arch.hidden
+    layers = max(arch.layers, 1)
+    per_layer = max(text - embed - head - arch.hidden, 1) / layers
+    frozen = int((text + arch.vision_params) * share) - arch.vision_params
+    if frozen < embed:
+        return None, bool(head), "the vision tower only" if arch.vision_params and frozen >= 0 else "nothing"
+    whole = min(int((frozen - embed) // per_layer), layers)
+    head_trains = bool(head) and frozen < text
+    return layers - whole, head_trains, f"the token embedding and {whole} of {layers} decoder layers"
+
+
+def _partial_training(
+    plan: TrainingPlan, peft: str, val, sources: dict, assumptions: list[str], arch: ModelArch
+) -> dict:
+    """Which weights a partial full fine-tune trains (freeze tuning, LLaMA-Pro, LISA, ms-swift's frozen share):
+    `trained_layers` of the decoder layers, `trained_modules` inside them and `trained_extra` outside them
+    (components.trained_params)."""
     out: dict[str, Any] = {"trained_layers": None, "trained_modules": (), "trained_extra": (), "trained_where": "last"}
+    if plan.frozen_share is not None and plan.trained_layers is None:
+        if peft == "none":
+            return _frozen_share(plan, val, assumptions, arch, out)
+        # ms-swift freezes by share in its full fine-tune branch only (swift/pipelines/train/tuner.py)
+        assumptions.append(f"`{plan.frozen_share.key}` applies to a full fine-tune only: ignored with {peft}")
     if peft != "freeze" and plan.trained_layers is None:
         return out
     layers = val("trained_layers")

@@ -62,6 +62,7 @@ def build_plan(
     return ResolvedPlan(
         arch=arch,
         framework=ctx.fw_key,
+        remote_code=m.remote_code,
         weight_dtype=w.weight_dtype,
         compute_dtype=w.compute,
         amp=w.amp,
@@ -72,6 +73,7 @@ def build_plan(
         packing=bool(val("packing")),
         eval_batch=int(val("eval_batch") or s.micro),
         evaluation=(evaluates := evaluation.evaluates(ctx)),
+        eval_with_gradients=evaluates and hooks.evaluates_with_gradients,
         eval_loss_impl=evaluation.eval_loss_impl(ctx, val("loss_impl") or "standard") if evaluates else None,
         grad_checkpointing=bool(val("grad_checkpointing")),
         activation_offload=bool(val("activation_offload")),

@@ -15,6 +15,7 @@ from vramlens.settings import Settings
 @dataclass(frozen=True)
 class ModelPart:
     arch: ModelArch
+    remote_code: str = ""  # ResolvedPlan.remote_code
 
 
 def resolve_model(ctx: Context) -> ModelPart:
@@ -60,7 +61,47 @@ def resolve_model(ctx: Context) -> ModelPart:
             f"{ctx.fw_label} keeps the LM head apart from the token embedding: {arch.vocab:,} × "
             f"{arch.hidden} more weights than the tied checkpoint"
         )
-    return ModelPart(arch)
+    return ModelPart(arch, remote_code_use(ctx, arch))
+
+
+def remote_code_use(ctx: Context, arch: ModelArch) -> str:
+    """Whether the run builds the checkpoint's own modeling code (`ResolvedPlan.remote_code`), and what every view
+    says about it. transformers builds the `auto_map` class when the run passes `trust_remote_code=True`, even for a
+    model type it ships (models/auto/auto_factory.py `_BaseAutoModelClass.from_pretrained`), and refuses to load a
+    model type it does not ship without it (dynamic_module_utils.py `resolve_trust_remote_code`: "… contains custom
+    code which must be executed to correctly load the model"). A framework that builds its own model never asks."""
+    from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
+    from vramlens.knowledge.models import REMOTE_CODE_WRITTEN, remote_code_needed
+
+    if not arch.remote_code or ctx.fw_key not in HF_MODEL_FRAMEWORKS:
+        return ""
+    trusted, needed = ctx.val("trust_remote_code"), remote_code_needed(arch)
+    if trusted is None and not needed:
+        # a script of its own decides in its `from_pretrained` call, which is not read from here
+        ctx.assumptions.append(
+            Approximate(
+                f"`{arch.remote_code}`: the checkpoint's own code (its config.json's auto_map) is built if the run "
+                f"passes `trust_remote_code=True`, which is not read here; estimated as transformers' `{arch.family}`"
+            )
+        )
+        return ""
+    if trusted is True or (trusted is None and needed):
+        if arch.family in REMOTE_CODE_WRITTEN:
+            sized = f"its weights counted as {REMOTE_CODE_WRITTEN[arch.family]} builds them, its activations as"
+        elif needed:
+            sized = "sized from its config.json's sizes alone, its activations as"
+        else:
+            sized = f"estimated as transformers' `{arch.family}`, its activations as"
+        ctx.assumptions.append(
+            Approximate(
+                f"{'`trust_remote_code`' if trusted else 'loaded only with `trust_remote_code=True`'}: transformers "
+                f"builds the checkpoint's own `{arch.remote_code}` (its config.json's auto_map), {sized} "
+                "transformers' layers — that code's saved tensors and attention kernel are not read (without SDPA "
+                "support it runs eager attention, which keeps the attention probabilities)"
+            )
+        )
+        return "built"
+    return "refused" if needed else ""
 
 
 def expanded_arch(arch: ModelArch, added: int) -> ModelArch:

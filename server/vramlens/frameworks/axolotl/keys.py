@@ -53,6 +53,14 @@ KEYS: Table = (
         description="Where the model's config is read (legacy; `base_model` wins when both are set).",
     ),
     Key(
+        ("trust_remote_code",),
+        "trust_remote_code",
+        flag("trust_remote_code"),
+        type=bool,
+        description="Build the checkpoint's own modeling code (its config.json `auto_map`) instead of transformers' "
+        "class; needed for a model transformers does not ship.",
+    ),
+    Key(
         ("type_of_model",),
         "task_head",
         r.model_class,

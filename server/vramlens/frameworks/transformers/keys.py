@@ -406,6 +406,7 @@ READ_ONLY: Table = (
     _read("block_size", r._block_size, "seq_len"),
     *(_read(k, r._seq, "seq_len") for k in ("model_max_length", "max_seq_len", "seq_length")),
     _read("use_flash_attention_2", r._flash2, "attn_impl"),
+    _read("trust_remote_code", r._bool("trust_remote_code"), "trust_remote_code"),
     _read("torch_compile_mode", r._compile_mode, "compile"),
     _read("torch_compile_backend", r._compile_mode, "compile"),
     _read("use_dora", r._dora, "peft_method"),
