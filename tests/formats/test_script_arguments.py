@@ -82,6 +82,31 @@ def test_qwen_lora_takes_the_script_targets(tmp_path, head):
     assert result["params_trainable"] < result["model"]["params"] / 10
 
 
+def test_a_launch_script_in_a_subfolder_of_a_repository_inside_the_workspace_reads_the_repository_script(tmp_path):
+    """The workspace holds the repository one folder down: `python finetune.py` in `Qwen/finetune/x.sh` is run from
+    the repository root (Qwen's README), which is neither the line's folder nor the workspace root."""
+    repo = tmp_path / "Qwen"
+    repo.mkdir()
+    path = _qwen_launch(repo, "finetune_lora_single_gpu.sh", "python")
+    result = estimate(path, tmp_path)
+    assert result["sources"]["peft_method"]["value"] == "lora"
+    assert result["params_trainable"] < result["model"]["params"] / 10
+    assert any("`finetune.py` is not beside this file: read from Qwen/" in a for a in result["assumptions"])
+
+
+def test_a_script_not_in_the_workspace_names_its_flags_instead_of_dropping_them(tmp_path):
+    """Without finetune.py its own flags mean nothing known: `--use_lora` is named as not taken into account (the
+    estimate is the full fine-tune the known flags describe, and says so), never silently dropped."""
+    path = _qwen_launch(tmp_path, "finetune_lora_single_gpu.sh", "python")
+    (tmp_path / "finetune.py").unlink()
+    result = estimate(path, tmp_path)
+    unmodelled = {u["key"]: u for u in result["unmodelled"]}
+    assert "use_lora" in unmodelled, result["unmodelled"]
+    assert "finetune.py, the script this line runs, is not in the workspace" in unmodelled["use_lora"]["consequence"]
+    assert "lazy_preprocess" not in unmodelled and "data_path" not in unmodelled  # bookkeeping, not memory
+    assert result["approximate"]
+
+
 def test_qwen_qlora_and_the_script_defaults(tmp_path):
     path = _qwen_launch(tmp_path, "finetune_qlora_single_gpu.sh", "python", drop=("--model_max_length",), model=None)
     result = estimate(path, tmp_path)

@@ -157,3 +157,131 @@ def test_a_name_both_the_attention_and_the_mlp_use_adapts_both(config, targets):
     assert not unknown, unknown
     rp = plan(**{**LORA, "lora_targets": canonical}, arch=arch)
     assert C.params(rp).adapter_params == _peft_trainable(config, targets), canonical
+
+
+# ----------------------------------------------------------------------------- remote-code families (never run)
+
+TINY_QWEN1 = dict(
+    model_type="qwen",
+    hidden_size=64,
+    num_attention_heads=4,
+    kv_channels=16,
+    num_hidden_layers=2,
+    intermediate_size=256,
+    vocab_size=256,
+    no_bias=True,
+    tie_word_embeddings=False,
+)
+TINY_CHATGLM = dict(
+    model_type="chatglm",
+    add_bias_linear=False,
+    add_qkv_bias=True,
+    multi_query_attention=True,
+    multi_query_group_num=2,
+    kv_channels=16,
+    hidden_size=64,
+    num_layers=2,
+    num_attention_heads=4,
+    ffn_hidden_size=96,
+    padded_vocab_size=256,
+    tie_word_embeddings=False,
+)
+TINY_BAICHUAN = dict(
+    model_type="baichuan",
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=96,
+    vocab_size=256,
+    tie_word_embeddings=False,
+)
+
+
+def _remote_linears(cfg: dict) -> dict[str, tuple[int, int, bool]]:
+    """One decoder layer's linears (dotted name → in, out, bias) as each family's remote modeling file declares
+    them; peft adapts modules by name and nn.Linear shape, so this is what peft sees (the files are never run):
+    - Qwen/Qwen-7B modeling_qwen.py: `QWenAttention.c_attn` h → 3·h with a bias, `c_proj` h → h; `QWenMLP.w1`/`w2`
+      h → intermediate_size / 2 and its `c_proj` back;
+    - THUDM/chatglm3-6b modeling_chatglm.py: `SelfAttention.query_key_value` h → heads·d + 2·groups·d with a bias,
+      `dense` back; `MLP.dense_h_to_4h` h → 2·ffn_hidden_size (gate|up), `dense_4h_to_h` back;
+    - baichuan-inc/Baichuan2-7B-Base modeling_baichuan.py: `Attention.W_pack` h → 3·h, `o_proj`; gate/up/down_proj."""
+    h = cfg["hidden_size"]
+    if cfg["model_type"] == "qwen":
+        i = cfg["intermediate_size"] // 2
+        return {
+            "attn.c_attn": (h, 3 * h, True),
+            "attn.c_proj": (h, h, False),
+            "mlp.w1": (h, i, False),
+            "mlp.w2": (h, i, False),
+            "mlp.c_proj": (i, h, False),
+        }
+    if cfg["model_type"] == "chatglm":
+        d, f = cfg["kv_channels"], cfg["ffn_hidden_size"]
+        qkv = cfg["num_attention_heads"] * d + 2 * cfg["multi_query_group_num"] * d
+        return {
+            "self_attention.query_key_value": (h, qkv, True),
+            "self_attention.dense": (h, h, False),
+            "mlp.dense_h_to_4h": (h, 2 * f, False),
+            "mlp.dense_4h_to_h": (f, h, False),
+        }
+    i = cfg["intermediate_size"]
+    return {
+        "self_attn.W_pack": (h, 3 * h, False),
+        "self_attn.o_proj": (h, h, False),
+        "mlp.gate_proj": (h, i, False),
+        "mlp.up_proj": (h, i, False),
+        "mlp.down_proj": (i, h, False),
+    }
+
+
+def _remote_modules(cfg: dict):
+    """The decoder layers (`_remote_linears`), nested under their parents' names."""
+
+    def layer():
+        root = torch.nn.Module()
+        for name, (fan_in, fan_out, bias) in _remote_linears(cfg).items():
+            parent, leaf = name.split(".")
+            if not hasattr(root, parent):
+                setattr(root, parent, torch.nn.Module())
+            setattr(getattr(root, parent), leaf, torch.nn.Linear(fan_in, fan_out, bias=bias))
+        return root
+
+    model = torch.nn.Module()
+    model.layers = torch.nn.ModuleList(layer() for _ in range(cfg.get("num_hidden_layers") or cfg["num_layers"]))
+    return model
+
+
+REMOTE_CASES = [
+    # Qwen's own finetune.py defaults to these (QwenLM/Qwen finetune.py `LoraArguments.lora_target_modules`)
+    (TINY_QWEN1, ["c_attn", "c_proj", "w1", "w2"]),
+    (TINY_QWEN1, ["c_attn"]),
+    (TINY_QWEN1, ["attn.c_proj", "w2"]),
+    (TINY_CHATGLM, ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"]),
+    (TINY_CHATGLM, ["query_key_value"]),  # peft's own default for chatglm
+    (TINY_BAICHUAN, ["W_pack", "o_proj", "gate_proj", "up_proj", "down_proj"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("config", "targets"), REMOTE_CASES, ids=[f"{c['model_type']}-{'+'.join(t)}" for c, t in REMOTE_CASES]
+)
+def test_remote_code_fused_linears_are_one_adapter_as_peft_makes_them(config, targets):
+    """Where the remote modelling code computes q|k|v (ChatGLM: also gate|up) with one linear, peft adds one adapter
+    of r·(in + the fused width) over it, not one per q, k and v; ChatGLM's `dense_h_to_4h` is its gated MLP's
+    gate|up, not an ungated fc1."""
+    from peft import LoraConfig, get_peft_model
+
+    arch = arch_from_hf_config(config, f"tiny:{config['model_type']}")
+    canonical, unknown = normalize_targets(targets, arch)
+    assert not unknown, unknown
+    rp = plan(**{**LORA, "lora_targets": canonical}, arch=arch)
+    model = get_peft_model(_remote_modules(config), LoraConfig(r=LORA["lora_r"], target_modules=targets))
+    assert C.params(rp).adapter_params == sum(p.numel() for p in model.parameters() if p.requires_grad), canonical
+
+
+def test_an_ungated_mlp_name_in_a_gated_mlp_is_named_not_dropped():
+    """`dense_h_to_4h` names an ungated MLP's first linear (GPT-NeoX); in Llama's gated MLP nothing has that name,
+    so the target is reported as not recognised instead of vanishing."""
+    arch = arch_from_hf_config(TINY_LLAMA_CONFIG, "tiny:llama")
+    canonical, unknown = normalize_targets(["q_proj", "dense_h_to_4h"], arch)
+    assert canonical == ("q",) and unknown == ["dense_h_to_4h"]

@@ -63,6 +63,33 @@ def find(target: str, doc_path: str, workspace: Path | None) -> tuple[Path | Non
     return None, refused
 
 
+def find_launched(target: str, doc_path: str, workspace: Path | None) -> tuple[Path | None, str | None]:
+    """(the script a launch line runs, the folder it was found from, relative to the workspace root, when that is
+    not the line's own folder or the workspace root). A relative script path is relative to where the line is
+    run, which a launch script in a subfolder does not say: Qwen's `finetune/finetune_lora_single_gpu.sh` runs
+    `python finetune.py` from the repository root, as its README says (QwenLM/Qwen README.md, "Finetuning"). So
+    after `find`'s folders, each folder between the line's and the workspace root is tried, nearest first — never
+    one outside the workspace."""
+    found, _refused = find(target, doc_path, workspace)
+    if found is not None or workspace is None or file_access.expand_user(target).is_absolute():
+        return found, None
+    root = file_access.resolved_inside(Path(workspace), None)
+    folder = file_access.resolved_inside(Path(doc_path).parent, None)
+    if root is None or folder is None or root not in folder.parents:
+        return None, None
+    roots = file_access.allowed_roots(workspace, doc_path)
+    for parent in folder.parents:
+        if parent == root:
+            break
+        real = file_access.resolved_inside(parent / target, roots)
+        try:
+            if real is not None and real.is_file():
+                return real, parent.relative_to(root).as_posix()
+        except (OSError, ValueError):
+            continue
+    return None, None
+
+
 def locate(target: str, doc_path: str, workspace: Path | None) -> Path | None:
     return find(target, doc_path, workspace)[0]
 

@@ -59,12 +59,16 @@ def apply(b: PlanBuilder, launch, settings: list[Setting], ctx) -> None:
     target = launch.script.value
     if not target.endswith(".py"):
         return
+    label = PurePosixPath(target).name
     found = _read_module(target, ctx)
     if found is None:
-        return
-    path, source, module = found
+        return _name_unread_flags(b, settings, label)
+    path, source, module, run_from = found
+    if run_from is not None:
+        b.plan.read_notes.append(
+            f"`{target}` is not beside this file: read from {run_from}/, the line taken as run from there"
+        )
     args = _arguments(module)
-    label = PurePosixPath(target).name
     if not args:
         return _model_load_literals(b, module, path, text_lines(source), label)
     index = _index(args)
@@ -149,7 +153,7 @@ def explain_no_model(b: PlanBuilder, launch, span: Span, ctx) -> None:
             f"the model that script loads is not read"
         )
     else:
-        path, source, module = found
+        path, source, module, _run_from = found
         args = [
             a
             for a in _arguments(module)
@@ -187,19 +191,47 @@ def apply_own_defaults(plan, text: str, path: str) -> None:
         )
 
 
-def _read_module(target: str, ctx) -> tuple[str, str, argdefs.ModuleArgs] | None:
+def _name_unread_flags(b: PlanBuilder, settings: list[Setting], label: str) -> None:
+    """The launched script is not in the workspace (or cannot be read): its own flags are not known, so each one the
+    launch reader does not know and that looks like it changes memory or speed (it maps to a plan concept or a
+    method switch, or its name says so: `--use_lora`, `--q_lora`) is named as not taken into account, instead of
+    the run being estimated without it. transformers' `TrainingArguments` are not among them: the launch reader
+    reads the line as HfArgumentParser does (`formats.shell`), and what it leaves of them it leaves by name
+    (`frameworks.irrelevant`)."""
+    from vramlens.formats import shell
+    from vramlens.frameworks import schemas
+
+    for s in settings:
+        name = s.path[0]
+        if shell.is_known_key(name) or schemas.argument("transformers", name) is not None:
+            continue
+        n = concepts.normalize(name)
+        hint = "bool" if s.value is None or to_bool(s.value) is not None else None
+        mapped = concepts.switch(n) is not None or concepts.match(n, hint) is not None
+        if mapped or _memory_name(n):
+            b.unmodelled(
+                s,
+                f"--{name} ({label} argument)",
+                f"not taken into account: {label}, the script this line runs, is not in the workspace to read",
+                key=name,
+            )
+
+
+def _read_module(target: str, ctx) -> tuple[str, str, argdefs.ModuleArgs, str | None] | None:
+    """(path, text, argument definitions, the folder it was found from when not beside the line or at the workspace
+    root: `references.find_launched`) of the script a launch line runs; None when it is not there to read."""
     from vramlens.formats import references
 
     if not ctx.path:
         return None
-    found, _refused = references.find(target, ctx.path, ctx.workspace)
+    found, run_from = references.find_launched(target, ctx.path, ctx.workspace)
     if found is None:
         return None
     text = references._read(found, ctx)
     if text is None or len(text) > MAX_SCRIPT_CHARS:
         return None
     try:
-        return str(found), text, argdefs.read_module(text, str(found))
+        return str(found), text, argdefs.read_module(text, str(found)), run_from
     except argdefs.SourceRefused:
         return None
 
@@ -303,7 +335,10 @@ def _handled_spelling(concept: str) -> str | None:
 
 
 def _looks_memory_relevant(arg: argdefs.ArgDef) -> bool:
-    n = concepts.normalize(arg.name)
+    return _memory_name(concepts.normalize(arg.name))
+
+
+def _memory_name(n: str) -> bool:
     return bool(_MEMORY_WORDS.search(n)) and not _BOOKKEEPING.search(n)
 
 

@@ -2585,7 +2585,7 @@ MAX_TRAINER_CHARS = 500_000  # as script_arguments.MAX_SCRIPT_CHARS
 
 def _workspace_trainer(ctx) -> Callable[[str], bool] | None:
     """Whether a `.py` file a `python` command runs is, in the workspace, a script that trains (see
-    _TRAINER_IMPORT); the file is looked up as any other reference (`formats.references.find`)."""
+    _TRAINER_IMPORT); the file is looked up as the script a launch runs (`formats.references.find_launched`)."""
     if ctx is None or not getattr(ctx, "path", None):
         return None
     seen: dict[str, bool] = {}
@@ -2596,7 +2596,7 @@ def _workspace_trainer(ctx) -> Callable[[str], bool] | None:
 
             seen[target] = False
             if "$" not in target:
-                found, _refused = references.find(target, ctx.path, ctx.workspace)
+                found, _run_from = references.find_launched(target, ctx.path, ctx.workspace)
                 text = references._read(found, ctx) if found is not None else None
                 seen[target] = bool(text and len(text) <= MAX_TRAINER_CHARS and _TRAINER_IMPORT.search(text))
         return seen[target]

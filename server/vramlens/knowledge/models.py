@@ -1477,7 +1477,7 @@ REMOTE_CODE_WRITTEN = {
     # Qwen/Qwen-7B modeling_qwen.py (Hugging Face Hub, QwenLM): `QWenAttention` c_attn hidden → 3·hidden with a bias,
     # c_proj without (`no_bias`); `QWenMLP` `ff_dim_in = config.intermediate_size // 2`, w1 and w2 hidden → ff_dim_in,
     # c_proj ff_dim_in → hidden, SwiGLU; RMSNorm ln_1, ln_2, ln_f; wte and lm_head untied
-    "qwen": "Qwen-1's modeling_qwen.py (QWenAttention, QWenMLP with intermediate_size / 2)",
+    "qwen": "Qwen-1's modeling_qwen.py (QWenAttention with one q|k|v `c_attn`, QWenMLP with intermediate_size / 2)",
     # baichuan-inc/Baichuan2-7B-Base modeling_baichuan.py (Hugging Face Hub): `Attention` W_pack hidden → 3·hidden and
     # o_proj, both without bias; `MLP` gate/up/down of intermediate_size, SwiGLU, no biases; RMSNorm; `NormHead`
     # lm_head vocab × hidden, untied (13B: the same layers, ALiBi in place of RoPE)

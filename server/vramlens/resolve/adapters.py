@@ -237,12 +237,19 @@ LORA_NAME_MAP = {
 # both the attention's output and the MLP's (transformers 5.24 models/gpt2/modeling_gpt2.py `GPT2Attention.c_proj`,
 # `GPT2MLP.c_proj`; models/gpt_bigcode likewise); Qwen-1's too, and its MLP is `c_proj(w1(x) * silu(w2(x)))` — `w2`
 # the gate, `w1` the up projection (Qwen/Qwen-7B modeling_qwen.py `QWenMLP.forward`), not Mixtral's w1/w2/w3
-# (a target with its parent's name, `attn.c_proj`, is the one linear)
+# (a target with its parent's name, `attn.c_proj`, is the one linear). Names a remote-code family spells its own way
+# follow (knowledge/models.py `REMOTE_CODE_WRITTEN`)
 _GPT2_NAMES = {"c_proj": ("o", "fc2"), "attn.c_proj": ("o",), "mlp.c_proj": ("fc2",)}
 FAMILY_LORA_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     "gpt2": _GPT2_NAMES,
     "gpt_bigcode": _GPT2_NAMES,
     "qwen": {"c_proj": ("o", "down"), "attn.c_proj": ("o",), "mlp.c_proj": ("down",), "w1": ("up",), "w2": ("gate",)},
+    # ChatGLM2/3's MLP is gated: `dense_h_to_4h` computes gate|up (hidden → 2·ffn_hidden_size, `swiglu` chunks it in
+    # two) and `dense_4h_to_h` is down; `dense` is the attention's output (THUDM/chatglm3-6b modeling_chatglm.py `MLP`,
+    # `SelfAttention.dense`)
+    "chatglm": {"dense_h_to_4h": ("gate", "up"), "dense_4h_to_h": ("down",), "dense": ("o",)},
+    # Baichuan's q|k|v linear (baichuan-inc/Baichuan2-7B-Base modeling_baichuan.py `Attention.W_pack`)
+    "baichuan": {"w_pack": ("q", "k", "v")},
 }
 
 
@@ -415,6 +422,11 @@ def normalize_targets(names: list[str], arch: ModelArch) -> tuple[tuple[str, ...
             unknown.append(n)
             continue
         gated = arch.mlp in ("swiglu", "geglu")
+        if gated and set(mapped) <= {"fc1", "fc2"}:
+            # an ungated MLP's name (`dense_h_to_4h`, `fc_in`, `c_fc`) in a gated MLP: the estimate has no linear
+            # of that name, so it says so instead of dropping the target without a word
+            unknown.append(n)
+            continue
         for m in mapped:
             if m == "gate" and arch.family in UNGATED_UP_DOWN:
                 continue  # its MLP is up_proj and down_proj alone: a gate name matches no module

@@ -72,6 +72,7 @@ def remote_code_use(ctx: Context, arch: ModelArch) -> str:
     code which must be executed to correctly load the model"). A framework that builds its own model never asks."""
     from vramlens.knowledge.frameworks import HF_MODEL_FRAMEWORKS
     from vramlens.knowledge.models import REMOTE_CODE_WRITTEN, remote_code_needed
+    from vramlens.knowledge.versions import OWN_SDPA_ATTENTION
 
     if not arch.remote_code or ctx.fw_key not in HF_MODEL_FRAMEWORKS:
         return ""
@@ -92,12 +93,14 @@ def remote_code_use(ctx: Context, arch: ModelArch) -> str:
             sized = "sized from its config.json's sizes alone, its activations as"
         else:
             sized = f"estimated as transformers' `{arch.family}`, its activations as"
+        kernel = OWN_SDPA_ATTENTION.get(
+            arch.family, "without SDPA support it runs eager attention, which keeps the attention probabilities"
+        )
         ctx.assumptions.append(
             Approximate(
                 f"{'`trust_remote_code`' if trusted else 'loaded only with `trust_remote_code=True`'}: transformers "
                 f"builds the checkpoint's own `{arch.remote_code}` (its config.json's auto_map), {sized} "
-                "transformers' layers — that code's saved tensors and attention kernel are not read (without SDPA "
-                "support it runs eager attention, which keeps the attention probabilities)"
+                f"transformers' layers — that code's saved tensors and attention kernel are not read ({kernel})"
             )
         )
         return "built"

@@ -3,7 +3,7 @@ DeBERTa-v2's disentangled attention), a decoder's cross-attention, and the paddi
 
 from __future__ import annotations
 
-from vramlens.estimate.components.common import HF_FUSED_FAMILIES, amp_fp32_stream, mlp_bytes
+from vramlens.estimate.components.common import HF_ROPE_QKV, amp_fp32_stream, mlp_bytes
 from vramlens.estimate.components.linears import o_keeps_attention_output
 from vramlens.estimate.components.norms import input_needs_no_grad
 from vramlens.estimate.components.vision import image_block_mask
@@ -72,7 +72,7 @@ def attention_per_token(rp: ResolvedPlan) -> float:
     amp = amp_fp32_stream(rp)
     attn: float = c * q + 2 * c * kv_eff + c * q + 4 * heads
     mha = arch.kv_dim == q
-    hf_fused = rp.arch.family in HF_FUSED_FAMILIES and rp.framework in HF_MODEL_FRAMEWORKS
+    hf_fused = rp.arch.family in HF_ROPE_QKV and rp.framework in HF_MODEL_FRAMEWORKS
     # a k-bit model's linears return fp32 (their input's dtype, `mlp_bytes`): autocast then hands SDPA 16-bit copies
     # of q, k and v (scaled_dot_product_attention is an autocast op), and no view of the fused output reaches it
     qkv_fp32 = mlp_bytes(rp) == 4 and c == 2

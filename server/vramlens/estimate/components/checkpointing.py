@@ -6,8 +6,8 @@ from vramlens.estimate.components.activations import activations_per_token
 from vramlens.estimate.components.common import (
     DTYPE_BYTES,
     HF_C_ATTN_FAMILIES,
-    HF_FUSED_FAMILIES,
     HF_ONE_QKV_LINEAR,
+    HF_ROPE_QKV,
     fp32_residual,
 )
 from vramlens.estimate.components.gemma3n import block_input_per_token as gemma3n_block_input
@@ -71,8 +71,7 @@ def op_saved_mms(rp: ResolvedPlan) -> list[tuple[str, int, bool]]:
     arch = rp.arch
     q, kv, h = arch.q_dim, arch.kv_dim, arch.hidden
     fused = rp.fused_qkv or (
-        rp.framework in HF_MODEL_FRAMEWORKS
-        and arch.family in (HF_FUSED_FAMILIES | HF_C_ATTN_FAMILIES | HF_ONE_QKV_LINEAR)
+        rp.framework in HF_MODEL_FRAMEWORKS and arch.family in (HF_ROPE_QKV | HF_C_ATTN_FAMILIES | HF_ONE_QKV_LINEAR)
     )
     mms = [("qkv", q + 2 * kv, False)] if fused else [("q", q, False), ("k", kv, False), ("v", kv, False)]
     mms.append(("o", h, True))

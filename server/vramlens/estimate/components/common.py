@@ -45,14 +45,19 @@ def linear_in_features(arch, name: str) -> int:
     return {"o": arch.q_dim, "down": arch.intermediate, "fc2": arch.intermediate}.get(name, arch.hidden)
 
 
-# Families whose transformers modelling code computes q|k|v with one linear and gate|up with another
-# (transformers 5.24 models/phi3/modeling_phi3.py: `qkv_proj`, `gate_up_proj`, q/k/v and gate/up sliced from
-# their outputs): a LoRA target among q, k, v (or gate, up) adapts the whole fused linear, and V is a view of the
-# q|k|v output, so what attention keeps holds all of it.
-HF_FUSED_FAMILIES = {"phi3"}
-# Families whose MLP computes gate|up with one linear, q, k and v apart: transformers 5.24
-# models/granitemoehybrid/modeling_granitemoehybrid.py `GraniteMoeHybridMLP` (input_linear, chunked in two)
-HF_FUSED_GATE_UP = {"granitemoehybrid"}
+# Families whose modelling code computes q|k|v with one linear and applies RoPE to the q and k sliced from its
+# output: transformers 5.24 models/phi3/modeling_phi3.py `qkv_proj`; Qwen-1's remote code (Qwen/Qwen-7B on the Hub,
+# modeling_qwen.py `QWenAttention`: `c_attn`, h → 3·h, `mixed_x_layer.split(self.split_size, dim=2)`), ChatGLM2/3's
+# (THUDM/chatglm3-6b modeling_chatglm.py `SelfAttention.query_key_value`, split into grouped q, k, v) and Baichuan2's
+# (baichuan-inc/Baichuan2-7B-Base modeling_baichuan.py `Attention.W_pack`, h → 3·h; 13B's ALiBi has no RoPE). A LoRA
+# target among q, k, v adapts the whole fused linear, and V is a view of the q|k|v output, so what attention keeps
+# holds all of it.
+HF_ROPE_QKV = {"phi3", "qwen", "chatglm", "baichuan"}
+# Families whose MLP computes gate|up with one linear: transformers 5.24 models/phi3/modeling_phi3.py
+# `gate_up_proj`, models/granitemoehybrid/modeling_granitemoehybrid.py `GraniteMoeHybridMLP` (input_linear, chunked
+# in two), ChatGLM2/3's remote code (THUDM/chatglm3-6b modeling_chatglm.py `MLP.dense_h_to_4h`); a LoRA target among
+# gate and up adapts the whole fused linear
+HF_FUSED_GATE_UP = {"phi3", "granitemoehybrid", "chatglm"}
 
 
 # Families whose q|k|v come from one `c_attn` linear with no rotary embedding (transformers 5.24 models/gpt2 Conv1D
@@ -61,23 +66,23 @@ HF_FUSED_GATE_UP = {"granitemoehybrid"}
 HF_C_ATTN_FAMILIES = {"gpt2", "gpt_bigcode"}
 
 
-# Families whose transformers modelling code computes q|k|v with one linear (besides HF_FUSED_FAMILIES and
+# Families whose transformers modelling code computes q|k|v with one linear (besides HF_ROPE_QKV and
 # HF_C_ATTN_FAMILIES): transformers 5.24 models/falcon/modeling_falcon.py, models/gpt_neox/modeling_gpt_neox.py and
 # models/bloom/modeling_bloom.py `query_key_value`.
 HF_ONE_QKV_LINEAR = {"falcon", "gpt_neox", "bloom"}
 
 
 def hf_fused_groups(rp: ResolvedPlan) -> tuple[tuple[str, ...], ...]:
-    """Canonical linears transformers' modelling code computes with one nn.Linear (or Conv1D) in this family: q|k|v
-    (`HF_C_ATTN_FAMILIES`, `HF_ONE_QKV_LINEAR`, `HF_FUSED_FAMILIES`) and Phi-3's gate|up; a LoRA target among them
-    adapts the whole fused linear (one lora_A of in × r, one lora_B of r × the fused width)."""
+    """Canonical linears the family's modelling code computes with one nn.Linear (or Conv1D): q|k|v
+    (`HF_C_ATTN_FAMILIES`, `HF_ONE_QKV_LINEAR`, `HF_ROPE_QKV`) and gate|up (`HF_FUSED_GATE_UP`); a LoRA target among
+    them adapts the whole fused linear (one lora_A of in × r, one lora_B of r × the fused width)."""
     if rp.framework not in HF_MODEL_FRAMEWORKS:
         return ()
     family = rp.arch.family
     out: tuple[tuple[str, ...], ...] = ()
-    if family in HF_C_ATTN_FAMILIES | HF_ONE_QKV_LINEAR | HF_FUSED_FAMILIES:
+    if family in HF_C_ATTN_FAMILIES | HF_ONE_QKV_LINEAR | HF_ROPE_QKV:
         out += (("q", "k", "v"),)
-    if family in HF_FUSED_FAMILIES | HF_FUSED_GATE_UP:
+    if family in HF_FUSED_GATE_UP:
         out += (("gate", "up"),)
     return out
 

@@ -12,9 +12,9 @@ from vramlens.estimate.components.adapters import (
 )
 from vramlens.estimate.components.common import (
     HF_C_ATTN_FAMILIES,
-    HF_FUSED_FAMILIES,
     HF_FUSED_GATE_UP,
     HF_ONE_QKV_LINEAR,
+    HF_ROPE_QKV,
     adapter_computes_fp32,
     amp_fp32_stream,
     compiled_block,
@@ -44,10 +44,9 @@ def amp_input_casts(rp: ResolvedPlan, group: str, present: list[str]) -> int:
     if group == "down" or rp.arch.is_moe and group != "q":
         return 1
     fused = rp.fused_qkv or (
-        rp.framework in HF_MODEL_FRAMEWORKS
-        and rp.arch.family in HF_FUSED_FAMILIES | HF_C_ATTN_FAMILIES | HF_ONE_QKV_LINEAR
+        rp.framework in HF_MODEL_FRAMEWORKS and rp.arch.family in HF_ROPE_QKV | HF_C_ATTN_FAMILIES | HF_ONE_QKV_LINEAR
     )
-    if group == "q" and fused or group == "gate" and rp.arch.family in HF_FUSED_FAMILIES | HF_FUSED_GATE_UP:
+    if group == "q" and fused or group == "gate" and rp.arch.family in HF_FUSED_GATE_UP:
         return 1
     return max(len(present), 1)
 
@@ -131,7 +130,7 @@ def linear_inputs_per_token(rp: ResolvedPlan) -> LinearInputs:
     full = rp.peft == "none"
     compiled = compiled_block(rp)
     amp = amp_fp32_stream(rp)
-    hf_fused = rp.arch.family in HF_FUSED_FAMILIES and rp.framework in HF_MODEL_FRAMEWORKS
+    hf_fused = rp.arch.family in HF_ROPE_QKV and rp.framework in HF_MODEL_FRAMEWORKS
     hf_gate_up = rp.arch.family in HF_FUSED_GATE_UP and rp.framework in HF_MODEL_FRAMEWORKS
     hf_c_attn = rp.arch.family in HF_C_ATTN_FAMILIES and rp.framework in HF_MODEL_FRAMEWORKS
     hf_one_qkv = rp.arch.family in HF_ONE_QKV_LINEAR and rp.framework in HF_MODEL_FRAMEWORKS
@@ -188,7 +187,7 @@ def linear_inputs_per_token(rp: ResolvedPlan) -> LinearInputs:
         width = size / c
         if (rp.fused_qkv or hf_fused or hf_c_attn or hf_one_qkv) and members[0] == "q" and hit:
             hit = ["qkv"]  # one adapter (one dropout) on the fused linear
-        if (hf_fused or hf_gate_up) and members[0] == "gate" and hit:
+        if hf_gate_up and members[0] == "gate" and hit:
             hit = ["gate_up"]  # Phi-3's gate_up_proj, Granite-4's input_linear: one adapter for gate and up
         if dropout:
             # each adapter keeps its own dropped copy of the input + a 1-byte mask (CUDA native_dropout);

@@ -9,7 +9,6 @@ from vramlens.estimate.components.adapters import adalora_mlp_backward_per_token
 from vramlens.estimate.components.attention import DISENTANGLED_ATTENTION, sdpa_math, sdpa_math_backward_per_token
 from vramlens.estimate.components.common import (
     DTYPE_BYTES,
-    HF_FUSED_FAMILIES,
     HF_FUSED_GATE_UP,
     MLP_LINEARS,
     compiled_block,
@@ -228,7 +227,7 @@ def recomputed_forward_per_token(rp: ResolvedPlan) -> float:
     # layer.py `Linear.forward`: `result + lora_B(lora_A(dropout(x))) * scaling`); a 4-bit layer's output is
     # cloned and the adapter's output cast to its dtype before the add (tuners/lora/bnb.py `Linear4bit.forward`:
     # `result.clone()`, `output.to(expected_dtype)`, `result + output`): three outputs in the layer's dtype
-    fused = arch.family in HF_FUSED_FAMILIES | HF_FUSED_GATE_UP
+    fused = arch.family in HF_FUSED_GATE_UP
     width = inter * (2 if fused else 1)
     lin = linear_inputs_per_token(rp)
     first_copy = (lin.mlp - lin.down) / (1 if fused else 2)
