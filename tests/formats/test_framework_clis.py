@@ -269,6 +269,24 @@ def test_ms_swift_lisa_estimate_is_below_full_fine_tuning(tmp_path):
     assert lisa["peak"]["device_gib"] < whole["peak"]["device_gib"]
 
 
+# --- LLaMA-Factory 0.6's train_bash.py under a launcher ----------------------------------------------------------
+
+
+def test_llamafactory_train_bash_under_accelerate_is_read_as_llamafactory():
+    """LLaMA-Factory ≤ 0.7 ran `accelerate launch --config_file … src/train_bash.py --stage sft …` (its v0.6.3
+    examples): the flags are LLaMA-Factory's (`--stage`, `--quantization_bit`), the accelerate config is the
+    launcher's — FSDP with parameters offloaded to the CPU, over the two processes it names."""
+    root = FIXTURES / "llamafactory" / "v0.6.3"
+    path = root / "examples" / "extras" / "fsdp_qlora" / "sft.sh"
+    plan = parse_document(path.read_text(encoding="utf-8"), str(path), workspace=root).plan
+    assert unmodelled_keys(plan) == []
+    assert value(plan, "peft_method") in ("lora", "qlora") and value(plan, "quant_bits") == 4
+    assert value(plan, "dist_strategy") == "fsdp" and value(plan, "offload_params") is True
+    report = estimate(path, cwd=root)
+    assert report["gpu"]["count"] == 2 and report["unmodelled"] == []
+    assert report["components_gib"].get("weights", 0) < 1  # the 4-bit 70B's weights live on the CPU
+
+
 # --- LLaMA-Factory with unsloth ---------------------------------------------------------------------------------
 
 

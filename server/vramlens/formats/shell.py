@@ -1086,7 +1086,13 @@ def _retarget_script(launch: Launch) -> Launch:
         launch.launcher, launch.tool = launch.tool, "verl"
         return launch
     if name in ("train_bash.py",) or "llamafactory" in launch.script.text:
-        launch.tool = "llamafactory" if launch.tool == "python" else launch.tool
+        # LLaMA-Factory ≤ 0.7's entry script (src/train_bash.py: `run_exp()`, its arguments parsed by
+        # HfArgumentParser into its own dataclasses), run by `python` or under a launcher (its v0.6.3
+        # examples/lora_multi_gpu/single_node.sh: `accelerate launch --config_file … ../../src/train_bash.py`)
+        if launch.tool == "python":
+            launch.tool = "llamafactory"
+        elif launch.tool in ("accelerate", "deepspeed", "torchrun"):
+            launch.launcher, launch.tool = launch.tool, "llamafactory"
     return launch
 
 
