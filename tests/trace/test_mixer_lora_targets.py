@@ -159,6 +159,58 @@ def test_a_name_both_the_attention_and_the_mlp_use_adapts_both(config, targets):
     assert C.params(rp).adapter_params == _peft_trainable(config, targets), canonical
 
 
+# ------------------------------------------------------------------- transformers' own fused q|k|v and ungated MLPs
+
+FUSED_CASES = [
+    (
+        dict(model_type="mpt", d_model=64, n_heads=4, n_layers=2, vocab_size=256, expansion_ratio=4, max_seq_len=128),
+        ["Wqkv", "out_proj", "up_proj", "down_proj"],
+    ),
+    (
+        dict(model_type="codegen", n_embd=64, n_head=4, n_layer=2, vocab_size=256, n_positions=128, rotary_dim=8),
+        ["qkv_proj", "out_proj", "fc_in", "fc_out"],
+    ),
+    (
+        dict(
+            model_type="persimmon",
+            hidden_size=64,
+            num_attention_heads=4,
+            num_hidden_layers=2,
+            intermediate_size=128,
+            vocab_size=256,
+        ),
+        ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"],
+    ),
+    (
+        dict(
+            model_type="gpt_neox_japanese",
+            hidden_size=64,
+            num_attention_heads=4,
+            num_hidden_layers=2,
+            intermediate_multiple_size=4,
+            vocab_size=256,
+        ),
+        ["query_key_value", "dense"],
+    ),
+    (
+        dict(model_type="openai-gpt", n_embd=64, n_head=4, n_layer=2, vocab_size=256, n_positions=128),
+        ["c_attn", "c_proj", "c_fc"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("config", "targets"), FUSED_CASES, ids=[c["model_type"] for c, _ in FUSED_CASES])
+def test_fused_qkv_and_ungated_mlps_adapt_what_peft_adapts(config, targets):
+    """MPT's `Wqkv`, CodeGen's `qkv_proj`, Persimmon's and GPT-NeoX-Japanese's `query_key_value` and GPT-1's `c_attn`
+    are one linear each (one adapter over q|k|v); Persimmon's and GPT-1's MLPs are ungated, so `dense_h_to_4h` and
+    `c_fc` are their first linear."""
+    arch = arch_from_hf_config(config, f"tiny:{config['model_type']}")
+    canonical, unknown = normalize_targets(targets, arch)
+    assert not unknown, unknown
+    rp = plan(**{**LORA, "lora_targets": canonical}, arch=arch)
+    assert C.params(rp).adapter_params == _peft_trainable(config, targets), canonical
+
+
 # ----------------------------------------------------------------------------- remote-code families (never run)
 
 TINY_QWEN1 = dict(

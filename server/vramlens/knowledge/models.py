@@ -78,9 +78,13 @@ _UNGATED_GELU = frozenset(
         "pegasus",
         "marian",
         "codegen",
+        # transformers 5.24 models/openai/modeling_openai.py `MLP` (c_fc, c_proj; gelu), LayerNorm
+        "openai-gpt",
+        "gpt_neox_japanese",  # models/gpt_neox_japanese `GPTNeoXJapaneseMLP` (dense_h_to_4h, dense_4h_to_h)
     }
 )
-_RELU = frozenset({"opt"})
+# models/opt `OPTDecoderLayer` fc1/fc2 (relu); models/persimmon `PersimmonMLP` dense_h_to_4h/dense_4h_to_h (relu²)
+_RELU = frozenset({"opt", "persimmon"})
 # Ungated MLPs whose two linears are named up_proj and down_proj, with relu² between them (no gate_proj): transformers
 # 5.24 models/nemotron/modeling_nemotron.py `NemotronMLP` and models/nemotron_h/modeling_nemotron_h.py `NemotronHMLP`
 # (`down_proj(act_fn(up_proj(x)))`, `hidden_act` / `mlp_hidden_act` "relu2"). Their canonical linears are fc1 and fc2,

@@ -243,6 +243,7 @@ _GPT2_NAMES = {"c_proj": ("o", "fc2"), "attn.c_proj": ("o",), "mlp.c_proj": ("fc
 FAMILY_LORA_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     "gpt2": _GPT2_NAMES,
     "gpt_bigcode": _GPT2_NAMES,
+    "openai-gpt": _GPT2_NAMES,  # transformers 5.24 models/openai/modeling_openai.py `Attention.c_proj`, `MLP.c_proj`
     "qwen": {"c_proj": ("o", "down"), "attn.c_proj": ("o",), "mlp.c_proj": ("down",), "w1": ("up",), "w2": ("gate",)},
     # ChatGLM2/3's MLP is gated: `dense_h_to_4h` computes gate|up (hidden → 2·ffn_hidden_size, `swiglu` chunks it in
     # two) and `dense_4h_to_h` is down; `dense` is the attention's output (THUDM/chatglm3-6b modeling_chatglm.py `MLP`,

@@ -61,15 +61,18 @@ HF_FUSED_GATE_UP = {"phi3", "granitemoehybrid", "chatglm"}
 
 
 # Families whose q|k|v come from one `c_attn` linear with no rotary embedding (transformers 5.24 models/gpt2 Conv1D
-# `c_attn`, models/gpt_bigcode nn.Linear `c_attn`, h → h + 2·kv): one LoRA adapter (one cast or dropout of the
-# input) for q, k and v; q, k and v stay views of its output, which attention keeps anyway.
-HF_C_ATTN_FAMILIES = {"gpt2", "gpt_bigcode"}
+# `c_attn`, models/gpt_bigcode nn.Linear `c_attn`, h → h + 2·kv; models/openai Conv1D `c_attn`, h → 3·h): one LoRA
+# adapter (one cast or dropout of the input) for q, k and v; q, k and v stay views of its output, which attention
+# keeps anyway.
+HF_C_ATTN_FAMILIES = {"gpt2", "gpt_bigcode", "openai-gpt"}
 
 
 # Families whose transformers modelling code computes q|k|v with one linear (besides HF_ROPE_QKV and
 # HF_C_ATTN_FAMILIES): transformers 5.24 models/falcon/modeling_falcon.py, models/gpt_neox/modeling_gpt_neox.py and
-# models/bloom/modeling_bloom.py `query_key_value`.
-HF_ONE_QKV_LINEAR = {"falcon", "gpt_neox", "bloom"}
+# models/bloom/modeling_bloom.py `query_key_value`; models/mpt/modeling_mpt.py `Wqkv`,
+# models/codegen/modeling_codegen.py `qkv_proj`, models/gpt_neox_japanese/modeling_gpt_neox_japanese.py and
+# models/persimmon/modeling_persimmon.py `query_key_value`.
+HF_ONE_QKV_LINEAR = {"falcon", "gpt_neox", "bloom", "mpt", "codegen", "gpt_neox_japanese", "persimmon"}
 
 
 def hf_fused_groups(rp: ResolvedPlan) -> tuple[tuple[str, ...], ...]:
