@@ -238,6 +238,17 @@ TINY_CHATGLM = dict(
     padded_vocab_size=256,
     tie_word_embeddings=False,
 )
+TINY_INTERNLM2 = dict(
+    model_type="internlm2",
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=96,
+    vocab_size=256,
+    bias=False,
+    tie_word_embeddings=False,
+)
 TINY_BAICHUAN = dict(
     model_type="baichuan",
     hidden_size=64,
@@ -256,7 +267,9 @@ def _remote_linears(cfg: dict) -> dict[str, tuple[int, int, bool]]:
       h → intermediate_size / 2 and its `c_proj` back;
     - THUDM/chatglm3-6b modeling_chatglm.py: `SelfAttention.query_key_value` h → heads·d + 2·groups·d with a bias,
       `dense` back; `MLP.dense_h_to_4h` h → 2·ffn_hidden_size (gate|up), `dense_4h_to_h` back;
-    - baichuan-inc/Baichuan2-7B-Base modeling_baichuan.py: `Attention.W_pack` h → 3·h, `o_proj`; gate/up/down_proj."""
+    - baichuan-inc/Baichuan2-7B-Base modeling_baichuan.py: `Attention.W_pack` h → 3·h, `o_proj`; gate/up/down_proj;
+    - internlm/internlm2-chat-7b modeling_internlm2.py: `InternLM2Attention.wqkv` h → (heads + 2·kv_heads)·d and
+      `wo`; `InternLM2MLP` w1, w3 (h → intermediate_size) and w2 back."""
     h = cfg["hidden_size"]
     if cfg["model_type"] == "qwen":
         i = cfg["intermediate_size"] // 2
@@ -277,6 +290,15 @@ def _remote_linears(cfg: dict) -> dict[str, tuple[int, int, bool]]:
             "mlp.dense_4h_to_h": (f, h, False),
         }
     i = cfg["intermediate_size"]
+    if cfg["model_type"] == "internlm2":
+        d = h // cfg["num_attention_heads"]
+        return {
+            "attention.wqkv": (h, (cfg["num_attention_heads"] + 2 * cfg["num_key_value_heads"]) * d, False),
+            "attention.wo": (h, h, False),
+            "feed_forward.w1": (h, i, False),
+            "feed_forward.w3": (h, i, False),
+            "feed_forward.w2": (i, h, False),
+        }
     return {
         "self_attn.W_pack": (h, 3 * h, False),
         "self_attn.o_proj": (h, h, False),
@@ -311,6 +333,7 @@ REMOTE_CASES = [
     (TINY_CHATGLM, ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"]),
     (TINY_CHATGLM, ["query_key_value"]),  # peft's own default for chatglm
     (TINY_BAICHUAN, ["W_pack", "o_proj", "gate_proj", "up_proj", "down_proj"]),
+    (TINY_INTERNLM2, ["wqkv", "wo", "w1", "w2", "w3"]),
 ]
 
 

@@ -251,6 +251,10 @@ FAMILY_LORA_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     "chatglm": {"dense_h_to_4h": ("gate", "up"), "dense_4h_to_h": ("down",), "dense": ("o",)},
     # Baichuan's q|k|v linear (baichuan-inc/Baichuan2-7B-Base modeling_baichuan.py `Attention.W_pack`)
     "baichuan": {"w_pack": ("q", "k", "v")},
+    # InternLM2's attention is `wqkv` (hidden → (heads + 2·kv_heads)·head_dim) and `wo`, its MLP
+    # `w2(act(w1(x)) * w3(x))` (internlm/internlm2-chat-7b modeling_internlm2.py `InternLM2Attention`,
+    # `InternLM2MLP`): `wo` is the attention's output, not a T5 MLP's down projection
+    "internlm2": {"wqkv": ("q", "k", "v"), "wo": ("o",)},
 }
 
 

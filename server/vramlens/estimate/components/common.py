@@ -49,10 +49,11 @@ def linear_in_features(arch, name: str) -> int:
 # output: transformers 5.24 models/phi3/modeling_phi3.py `qkv_proj`; Qwen-1's remote code (Qwen/Qwen-7B on the Hub,
 # modeling_qwen.py `QWenAttention`: `c_attn`, h → 3·h, `mixed_x_layer.split(self.split_size, dim=2)`), ChatGLM2/3's
 # (THUDM/chatglm3-6b modeling_chatglm.py `SelfAttention.query_key_value`, split into grouped q, k, v) and Baichuan2's
-# (baichuan-inc/Baichuan2-7B-Base modeling_baichuan.py `Attention.W_pack`, h → 3·h; 13B's ALiBi has no RoPE). A LoRA
+# (baichuan-inc/Baichuan2-7B-Base modeling_baichuan.py `Attention.W_pack`, h → 3·h; 13B's ALiBi has no RoPE) and
+# InternLM2's (internlm/internlm2-chat-7b modeling_internlm2.py `InternLM2Attention.wqkv`, grouped). A LoRA
 # target among q, k, v adapts the whole fused linear, and V is a view of the q|k|v output, so what attention keeps
 # holds all of it.
-HF_ROPE_QKV = {"phi3", "qwen", "chatglm", "baichuan"}
+HF_ROPE_QKV = {"phi3", "qwen", "chatglm", "baichuan", "internlm2"}
 # Families whose MLP computes gate|up with one linear: transformers 5.24 models/phi3/modeling_phi3.py
 # `gate_up_proj`, models/granitemoehybrid/modeling_granitemoehybrid.py `GraniteMoeHybridMLP` (input_linear, chunked
 # in two), ChatGLM2/3's remote code (THUDM/chatglm3-6b modeling_chatglm.py `MLP.dense_h_to_4h`); a LoRA target among
