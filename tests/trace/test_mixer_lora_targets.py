@@ -61,14 +61,19 @@ def _peft_trainable(config: dict, targets: list[str]) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+def _counted(config: dict, targets: list[str]) -> int:
+    """The adapter parameters vramlens counts for LoRA over `targets` (as a config writes them) on `config`'s model;
+    every target must be understood."""
+    arch = arch_from_hf_config(config, f"tiny:{config['model_type']}")
+    canonical, unknown = normalize_targets(targets, arch)
+    assert not unknown, unknown
+    return C.params(plan(**{**LORA, "lora_targets": canonical}, arch=arch)).adapter_params
+
+
 @pytest.mark.parametrize(("model_type", "targets"), CASES, ids=[f"{t}-{'+'.join(n)[:40]}" for t, n in CASES])
 def test_mixer_linear_targets_adapt_what_peft_adapts(model_type, targets):
     config = TINY_CONFIGS[model_type]
-    arch = arch_from_hf_config(config, f"tiny:{model_type}")
-    canonical, unknown = normalize_targets(targets, arch)
-    assert not unknown, unknown
-    rp = plan(**{**LORA, "lora_targets": canonical}, arch=arch)
-    assert C.params(rp).adapter_params == _peft_trainable(config, targets), canonical
+    assert _counted(config, targets) == _peft_trainable(config, targets)
 
 
 # ----------------------------------------------------------------------------------------- regular expressions
@@ -152,11 +157,7 @@ TINY_BIGCODE = dict(model_type="gpt_bigcode", n_embd=64, n_layer=3, n_head=4, vo
 def test_a_name_both_the_attention_and_the_mlp_use_adapts_both(config, targets):
     """GPT-2's and GPT-BigCode's `c_proj` is the attention's output projection and the MLP's: peft adapts both; with
     its parent's name (`attn.c_proj`) only that one."""
-    arch = arch_from_hf_config(config, f"tiny:{config['model_type']}")
-    canonical, unknown = normalize_targets(targets, arch)
-    assert not unknown, unknown
-    rp = plan(**{**LORA, "lora_targets": canonical}, arch=arch)
-    assert C.params(rp).adapter_params == _peft_trainable(config, targets), canonical
+    assert _counted(config, targets) == _peft_trainable(config, targets)
 
 
 # ------------------------------------------------------------------- transformers' own fused q|k|v and ungated MLPs
@@ -204,11 +205,7 @@ def test_fused_qkv_and_ungated_mlps_adapt_what_peft_adapts(config, targets):
     """MPT's `Wqkv`, CodeGen's `qkv_proj`, Persimmon's and GPT-NeoX-Japanese's `query_key_value` and GPT-1's `c_attn`
     are one linear each (one adapter over q|k|v); Persimmon's and GPT-1's MLPs are ungated, so `dense_h_to_4h` and
     `c_fc` are their first linear."""
-    arch = arch_from_hf_config(config, f"tiny:{config['model_type']}")
-    canonical, unknown = normalize_targets(targets, arch)
-    assert not unknown, unknown
-    rp = plan(**{**LORA, "lora_targets": canonical}, arch=arch)
-    assert C.params(rp).adapter_params == _peft_trainable(config, targets), canonical
+    assert _counted(config, targets) == _peft_trainable(config, targets)
 
 
 # ----------------------------------------------------------------------------- remote-code families (never run)
@@ -346,12 +343,8 @@ def test_remote_code_fused_linears_are_one_adapter_as_peft_makes_them(config, ta
     gate|up, not an ungated fc1."""
     from peft import LoraConfig, get_peft_model
 
-    arch = arch_from_hf_config(config, f"tiny:{config['model_type']}")
-    canonical, unknown = normalize_targets(targets, arch)
-    assert not unknown, unknown
-    rp = plan(**{**LORA, "lora_targets": canonical}, arch=arch)
     model = get_peft_model(_remote_modules(config), LoraConfig(r=LORA["lora_r"], target_modules=targets))
-    assert C.params(rp).adapter_params == sum(p.numel() for p in model.parameters() if p.requires_grad), canonical
+    assert _counted(config, targets) == sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
 def test_an_ungated_mlp_name_in_a_gated_mlp_is_named_not_dropped():
