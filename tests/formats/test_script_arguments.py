@@ -107,6 +107,47 @@ def test_a_script_not_in_the_workspace_names_its_flags_instead_of_dropping_them(
     assert result["approximate"]
 
 
+def test_a_script_that_does_not_parse_says_so_instead_of_not_in_the_workspace(tmp_path):
+    """The script is there but is not Python that parses (a merge conflict left in it): the flags are named as
+    not taken into account, with that reason — not "not in the workspace", which would send the user looking for
+    a file that is right there."""
+    path = _qwen_launch(tmp_path, "finetune_lora_single_gpu.sh", "python")
+    script = tmp_path / "finetune.py"
+    script.write_text("<<<<<<< HEAD\n" + script.read_text(encoding="utf-8"), encoding="utf-8")
+    result = estimate(path, tmp_path)
+    consequence = {u["key"]: u for u in result["unmodelled"]}["use_lora"]["consequence"]
+    assert "finetune.py, the script this line runs, was not read (not Python that parses" in consequence
+    assert "not in the workspace" not in consequence
+
+
+def test_a_script_larger_than_is_read_says_how_large(tmp_path):
+    path = _qwen_launch(tmp_path, "finetune_lora_single_gpu.sh", "python")
+    script = tmp_path / "finetune.py"
+    script.write_text(script.read_text(encoding="utf-8") + "#" * 600_000 + "\n", encoding="utf-8")
+    result = estimate(path, tmp_path)
+    consequence = {u["key"]: u for u in result["unmodelled"]}["use_lora"]["consequence"]
+    assert "is larger than vramlens reads" in consequence and "at most 500,000" in consequence
+
+
+def test_the_launched_script_is_looked_up_and_read_once_per_parse(tmp_path, monkeypatch):
+    """The launch reader, the script's argument reader and the no-model explainer all ask for the script: one
+    lookup and one read per document parse."""
+    from vramlens import formats
+    from vramlens.formats import references
+
+    path = _qwen_launch(tmp_path, "finetune_lora_single_gpu.sh", "python")
+    calls = []
+    real = references._find_launched
+    monkeypatch.setattr(
+        references,
+        "_find_launched",
+        lambda *a: calls.append(a[0]) or real(*a),  # type: ignore[func-returns-value]
+    )
+    plan = formats.parse_document(path.read_text(encoding="utf-8"), str(path), workspace=tmp_path).plan
+    assert plan is not None and plan.peft_method.value == "lora"
+    assert calls == ["finetune.py"]
+
+
 def test_qwen_qlora_and_the_script_defaults(tmp_path):
     path = _qwen_launch(tmp_path, "finetune_qlora_single_gpu.sh", "python", drop=("--model_max_length",), model=None)
     result = estimate(path, tmp_path)

@@ -49,6 +49,8 @@ class ParseContext:
     read_file: Callable[[Path], str | None] | None = None  # how to read referenced files (the LSP passes open buffers)
     depth: int = 0  # reference-following depth
     text: str = ""  # the document's text (dialects read header comments)
+    # the scripts this document's launch lines run, looked up and read once per parse (`references.read_launched`)
+    launched: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

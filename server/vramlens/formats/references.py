@@ -19,6 +19,7 @@ are read (`vramlens.file_access`); a reference that leads elsewhere is a VL014 w
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
 
 from vramlens import file_access
@@ -28,6 +29,9 @@ from vramlens.plan import IssueKind, Severity
 
 MAX_DEPTH = 4
 MAX_REFERENCED_BYTES = 1_000_000
+# A script a launch line runs (`read_launched`), as `formats.python_calls` (MAX_PYTHON_CHARS): larger files are
+# not training scripts.
+MAX_LAUNCHED_CHARS = 500_000
 REMOTE = ("http://", "https://", "s3://", "gs://", "hf://")
 
 
@@ -63,20 +67,64 @@ def find(target: str, doc_path: str, workspace: Path | None) -> tuple[Path | Non
     return None, refused
 
 
-def find_launched(target: str, doc_path: str, workspace: Path | None) -> tuple[Path | None, str | None]:
+@dataclass(frozen=True)
+class LaunchedScript:
+    """The script a launch line runs, as `read_launched` found it: its path and text, the folder it was found
+    from when that is not the line's own folder or the workspace root, or why it could not be read."""
+
+    path: Path | None = None
+    text: str | None = None
+    run_from: str | None = None
+    why_not: str | None = None  # "is not in the workspace", "lies outside the workspace", "is larger than …"
+
+
+def read_launched(target: str, ctx) -> LaunchedScript:
+    """The script a launch line runs (`_find_launched`), read once per parse: the launch reader, the script's
+    argument reader and the no-model explainer all ask for it, and they get the same answer from `ctx.launched`."""
+    cache = getattr(ctx, "launched", None)  # a ParseContext's; a bare context is looked up each time
+    if cache is not None and target in cache:
+        return cache[target]
+    found, run_from, refused = _find_launched(target, ctx.path, ctx.workspace)
+    if found is None:
+        why = "lies outside the workspace, which vramlens does not read" if refused else "is not in the workspace"
+        out = LaunchedScript(why_not=why)
+    else:
+        text = _read(found, ctx)
+        if text is None or len(text) > MAX_LAUNCHED_CHARS:
+            out = LaunchedScript(path=found, run_from=run_from, why_not=_unread_reason(found, text))
+        else:
+            out = LaunchedScript(path=found, text=text, run_from=run_from)
+    if cache is not None:
+        cache[target] = out
+    return out
+
+
+def _unread_reason(path: Path, text: str | None) -> str:
+    if text is not None:
+        return f"is larger than vramlens reads ({len(text):,} characters; at most {MAX_LAUNCHED_CHARS:,})"
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0
+    if size > MAX_REFERENCED_BYTES:
+        return f"is larger than vramlens reads ({size:,} bytes; at most {MAX_REFERENCED_BYTES:,})"
+    return "could not be read (not a regular UTF-8 text file)"
+
+
+def _find_launched(target: str, doc_path: str, workspace: Path | None) -> tuple[Path | None, str | None, bool]:
     """(the script a launch line runs, the folder it was found from, relative to the workspace root, when that is
-    not the line's own folder or the workspace root). A relative script path is relative to where the line is
-    run, which a launch script in a subfolder does not say: Qwen's `finetune/finetune_lora_single_gpu.sh` runs
-    `python finetune.py` from the repository root, as its README says (QwenLM/Qwen README.md, "Finetuning"). So
-    after `find`'s folders, each folder between the line's and the workspace root is tried, nearest first — never
-    one outside the workspace."""
-    found, _refused = find(target, doc_path, workspace)
+    not the line's own folder or the workspace root; whether a candidate was skipped as outside what may be read).
+    A relative script path is relative to where the line is run, which a launch script in a subfolder does not
+    say: Qwen's `finetune/finetune_lora_single_gpu.sh` runs `python finetune.py` from the repository root, as its
+    README says (QwenLM/Qwen README.md, "Finetuning"). So after `find`'s folders, each folder between the line's
+    and the workspace root is tried, nearest first — never one outside the workspace."""
+    found, refused = find(target, doc_path, workspace)
     if found is not None or workspace is None or file_access.expand_user(target).is_absolute():
-        return found, None
+        return found, None, refused
     root = file_access.resolved_inside(Path(workspace), None)
     folder = file_access.resolved_inside(Path(doc_path).parent, None)
     if root is None or folder is None or root not in folder.parents:
-        return None, None
+        return None, None, refused
     roots = file_access.allowed_roots(workspace, doc_path)
     for parent in folder.parents:
         if parent == root:
@@ -84,10 +132,10 @@ def find_launched(target: str, doc_path: str, workspace: Path | None) -> tuple[P
         real = file_access.resolved_inside(parent / target, roots)
         try:
             if real is not None and real.is_file():
-                return real, parent.relative_to(root).as_posix()
+                return real, parent.relative_to(root).as_posix(), refused
         except (OSError, ValueError):
             continue
-    return None, None
+    return None, None, refused
 
 
 def locate(target: str, doc_path: str, workspace: Path | None) -> Path | None:

@@ -16,6 +16,7 @@ other Python file). Then:
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import PurePosixPath
 from typing import Any
@@ -25,8 +26,6 @@ from vramlens.frameworks import argdefs, concepts
 from vramlens.plan import IssueKind, Severity, Span
 from vramlens.text import text_lines
 
-# As `formats.python_calls` (MAX_PYTHON_CHARS): larger files are not training scripts.
-MAX_SCRIPT_CHARS = 500_000
 MAX_DEFAULTS = 2_000  # arguments of one script looked at; real ones define a few dozen to a few hundred
 LAUNCHERS = frozenset({"python", "torchrun", "deepspeed", "accelerate"})
 ADAPTER_METHODS = frozenset(
@@ -62,7 +61,7 @@ def apply(b: PlanBuilder, launch, settings: list[Setting], ctx) -> None:
     label = PurePosixPath(target).name
     found = _read_module(target, ctx)
     if found is None:
-        return _name_unread_flags(b, settings, label)
+        return _name_unread_flags(b, settings, label, _why_unread(target, ctx))
     path, source, module, run_from = found
     if run_from is not None:
         b.plan.read_notes.append(
@@ -149,8 +148,8 @@ def explain_no_model(b: PlanBuilder, launch, span: Span, ctx) -> None:
     found = _read_module(launch.script.text, ctx)
     if found is None:
         message = (
-            f"`model` is not on this command line, and `{name}`, the script it runs, is not in the workspace: "
-            f"the model that script loads is not read"
+            f"`model` is not on this command line, and `{name}`, the script it runs, "
+            f"{_why_unread(launch.script.text, ctx)}: the model that script loads is not read"
         )
     else:
         path, source, module, _run_from = found
@@ -191,7 +190,7 @@ def apply_own_defaults(plan, text: str, path: str) -> None:
         )
 
 
-def _name_unread_flags(b: PlanBuilder, settings: list[Setting], label: str) -> None:
+def _name_unread_flags(b: PlanBuilder, settings: list[Setting], label: str, why: str) -> None:
     """The launched script is not in the workspace (or cannot be read): its own flags are not known, so each one the
     launch reader does not know and that looks like it changes memory or speed (it maps to a plan concept or a
     method switch, or its name says so: `--use_lora`, `--q_lora`) is named as not taken into account, instead of
@@ -212,28 +211,48 @@ def _name_unread_flags(b: PlanBuilder, settings: list[Setting], label: str) -> N
             b.unmodelled(
                 s,
                 f"--{name} ({label} argument)",
-                f"not taken into account: {label}, the script this line runs, is not in the workspace to read",
+                f"not taken into account: {label}, the script this line runs, {why}",
                 key=name,
             )
 
 
 def _read_module(target: str, ctx) -> tuple[str, str, argdefs.ModuleArgs, str | None] | None:
     """(path, text, argument definitions, the folder it was found from when not beside the line or at the workspace
-    root: `references.find_launched`) of the script a launch line runs; None when it is not there to read."""
+    root: `references.read_launched`) of the script a launch line runs; None when it is not there to read (why:
+    `_why_unread`)."""
     from vramlens.formats import references
 
     if not ctx.path:
         return None
-    found, run_from = references.find_launched(target, ctx.path, ctx.workspace)
-    if found is None:
+    script = references.read_launched(target, ctx)
+    if script.text is None or script.path is None:
         return None
-    text = references._read(found, ctx)
-    if text is None or len(text) > MAX_SCRIPT_CHARS:
-        return None
+    module, _refused = _parsed(script.text, str(script.path))
+    return None if module is None else (str(script.path), script.text, module, script.run_from)
+
+
+def _why_unread(target: str, ctx) -> str:
+    """Why `_read_module` found nothing to read for `target`, as the end of "`finetune.py`, the script this line
+    runs, …"."""
+    from vramlens.formats import references
+
+    if not ctx.path:
+        return "is not in the workspace"
+    script = references.read_launched(target, ctx)
+    if script.why_not is not None or script.text is None or script.path is None:
+        return script.why_not or "is not in the workspace"
+    _module, refused = _parsed(script.text, str(script.path))
+    return f"was not read ({refused})" if refused else "is not in the workspace"
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(text: str, path: str) -> tuple[argdefs.ModuleArgs | None, str | None]:
+    """(the script's argument definitions (`argdefs.read_module`), why the source was refused), parsed once for
+    the launch reader and the no-model explainer of every view of one document. Callers only read the result."""
     try:
-        return str(found), text, argdefs.read_module(text, str(found)), run_from
-    except argdefs.SourceRefused:
-        return None
+        return argdefs.read_module(text, path), None
+    except argdefs.SourceRefused as e:
+        return None, str(e).split(": ", 1)[-1]
 
 
 def _arguments(module: argdefs.ModuleArgs) -> list[argdefs.ArgDef]:

@@ -2586,12 +2586,11 @@ _TRAINER_IMPORT = re.compile(
     r"|\.backward\(",
     re.MULTILINE,
 )
-MAX_TRAINER_CHARS = 500_000  # as script_arguments.MAX_SCRIPT_CHARS
 
 
 def _workspace_trainer(ctx) -> Callable[[str], bool] | None:
     """Whether a `.py` file a `python` command runs is, in the workspace, a script that trains (see
-    _TRAINER_IMPORT); the file is looked up as the script a launch runs (`formats.references.find_launched`)."""
+    _TRAINER_IMPORT); the file is looked up as the script a launch runs (`formats.references.read_launched`)."""
     if ctx is None or not getattr(ctx, "path", None):
         return None
     seen: dict[str, bool] = {}
@@ -2602,9 +2601,8 @@ def _workspace_trainer(ctx) -> Callable[[str], bool] | None:
 
             seen[target] = False
             if "$" not in target:
-                found, _run_from = references.find_launched(target, ctx.path, ctx.workspace)
-                text = references._read(found, ctx) if found is not None else None
-                seen[target] = bool(text and len(text) <= MAX_TRAINER_CHARS and _TRAINER_IMPORT.search(text))
+                text = references.read_launched(target, ctx).text
+                seen[target] = bool(text and _TRAINER_IMPORT.search(text))
         return seen[target]
 
     return trains
