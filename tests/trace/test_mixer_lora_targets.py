@@ -197,6 +197,19 @@ FUSED_CASES = [
         dict(model_type="openai-gpt", n_embd=64, n_head=4, n_layer=2, vocab_size=256, n_positions=128),
         ["c_attn", "c_proj", "c_fc"],
     ),
+    (
+        dict(
+            model_type="dbrx",
+            d_model=64,
+            n_heads=4,
+            n_layers=2,
+            vocab_size=256,
+            max_seq_len=128,
+            attn_config={"kv_n_heads": 2, "rope_theta": 10000.0},  # transformers 5.24 reads it there
+            ffn_config={"ffn_hidden_size": 96, "moe_num_experts": 4, "moe_top_k": 2},
+        ),
+        ["Wqkv", "out_proj"],
+    ),
 ]
 
 

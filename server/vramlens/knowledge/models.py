@@ -691,6 +691,7 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
     if ssm_configs.is_mamba_ssm(config):
         config, foreign = ssm_configs.from_mamba_ssm(config)
         source = ", ".join(filter(None, (source, "mamba_ssm's format read as transformers converts it")))
+    config = _flat_sizes(config)
     arch = _arch_from_sizes(config, model_id, source)
     if arch is None:
         # sizes left out of the config.json because they equal the config class's defaults (`save_pretrained`
@@ -729,6 +730,34 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
     if remote_code:
         arch = arch.model_copy(update={"remote_code": remote_code})
     return arch
+
+
+# Sizes a family writes in a sub-config, under its own names: (model_type) -> {(section, key): the flat name the
+# generic reader takes}. DBRX: transformers 5.24 models/dbrx/configuration_dbrx.py `DbrxAttentionConfig.kv_n_heads`,
+# `DbrxFFNConfig.ffn_hidden_size` (each expert's width), `moe_num_experts`, `moe_top_k`; modeling_dbrx.py
+# `DbrxAttention` (Wqkv: hidden → hidden + 2·kv_n_heads·head_dim), `DbrxExpertGLU` (w1, v1, w2 per expert).
+NESTED_SIZES: dict[str, dict[tuple[str, str], str]] = {
+    "dbrx": {
+        ("attn_config", "kv_n_heads"): "num_key_value_heads",
+        ("ffn_config", "ffn_hidden_size"): "intermediate_size",
+        ("ffn_config", "moe_num_experts"): "num_local_experts",
+        ("ffn_config", "moe_top_k"): "num_experts_per_tok",
+    },
+}
+
+
+def _flat_sizes(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`config` with the sizes its family nests in sub-configs (NESTED_SIZES) also at the top, where the generic
+    reader looks; a top-level key of the same name is kept."""
+    nested = NESTED_SIZES.get(str(config.get("model_type") or "").lower())
+    if not nested:
+        return config
+    flat = dict(config)
+    for (section, key), name in nested.items():
+        sub = config.get(section)
+        if isinstance(sub, Mapping) and sub.get(key) is not None and name not in flat:
+            flat[name] = sub[key]
+    return flat
 
 
 REMOTE_NOT_BUILT = "remote code: not built"  # how `_by_construction` names a remote-code model it could not build

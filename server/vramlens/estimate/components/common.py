@@ -72,8 +72,8 @@ HF_C_ATTN_FAMILIES = {"gpt2", "gpt_bigcode", "openai-gpt"}
 # HF_C_ATTN_FAMILIES): transformers 5.24 models/falcon/modeling_falcon.py, models/gpt_neox/modeling_gpt_neox.py and
 # models/bloom/modeling_bloom.py `query_key_value`; models/mpt/modeling_mpt.py `Wqkv`,
 # models/codegen/modeling_codegen.py `qkv_proj`, models/gpt_neox_japanese/modeling_gpt_neox_japanese.py and
-# models/persimmon/modeling_persimmon.py `query_key_value`.
-HF_ONE_QKV_LINEAR = {"falcon", "gpt_neox", "bloom", "mpt", "codegen", "gpt_neox_japanese", "persimmon"}
+# models/persimmon/modeling_persimmon.py `query_key_value`; models/dbrx/modeling_dbrx.py `Wqkv`.
+HF_ONE_QKV_LINEAR = {"falcon", "gpt_neox", "bloom", "mpt", "codegen", "gpt_neox_japanese", "persimmon", "dbrx"}
 
 
 def hf_fused_groups(rp: ResolvedPlan) -> tuple[tuple[str, ...], ...]:
