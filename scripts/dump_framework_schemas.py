@@ -32,7 +32,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,6 +71,8 @@ class Target:
     versions: dict[str, tuple[Part, ...]]
     extends: tuple[str, ...] = ()
     note: str = ""
+    # versions published under another PyPI name (LLaMA-Factory ≤ 0.7 as `llmtuner`): version -> that name
+    published_as: dict[str, str] = field(default_factory=dict)
 
 
 HF_ROOTS = ("TrainingArguments", "Seq2SeqTrainingArguments")
@@ -116,7 +118,13 @@ SWIFT_3 = (
 )
 SWIFT_4 = (
     Part(
-        ("swift/arguments/*.py", "swift/arguments/base_args/*.py", "swift/trainers/arguments.py"),
+        (
+            "swift/arguments/*.py",
+            "swift/arguments/base_args/*.py",
+            "swift/trainers/arguments.py",
+            "swift/rlhf_trainers/args_mixin.py",  # GRPOArgumentsMixin (vLLM rollout, generation)
+            "swift/ray_utils/*.py",  # RayArguments
+        ),
         "classes",
         SWIFT_ROOTS,
     ),
@@ -152,8 +160,12 @@ TARGETS: tuple[Target, ...] = (
     Target(
         "llamafactory",
         "llamafactory",
-        {v: (Part(("llamafactory/hparams/*.py",), "classes", LF_ROOTS),) for v in ("0.8.3", "0.9.5")},
+        {
+            **{v: (Part(("llmtuner/hparams/*.py",), "classes", LF_ROOTS),) for v in ("0.6.3", "0.7.0")},
+            **{v: (Part(("llamafactory/hparams/*.py",), "classes", LF_ROOTS),) for v in ("0.8.3", "0.9.5")},
+        },
         extends=("transformers Seq2SeqTrainingArguments",),
+        published_as={"0.6.3": "llmtuner", "0.7.0": "llmtuner"},
     ),
     Target(
         "ms-swift",
@@ -378,8 +390,15 @@ def dump_part(members: dict[str, bytes], part: Part) -> tuple[list[dict], list[s
     else:
         classes: dict[str, argdefs.ClassArgs] = {}
         where: dict[str, str] = {}
+        # every class the part's files define, fields or not (a mixin of methods holds no argument)
+        trees = {f: ast.parse(members[f]) for f in modules}
+        defined = {n.name for t in trees.values() for n in ast.walk(t) if isinstance(n, ast.ClassDef)}
         for f, m in modules.items():
+            imported = _imported_as(trees[f])
             for name, c in m.classes.items():
+                if name in classes and any(imported.get(b.rsplit(".", 1)[-1]) == name for b in c.bases):
+                    # a re-export over the class itself: trl 0.29 trainer/kto_config.py `KTOConfig(_KTOConfig)`
+                    continue
                 if name not in classes or c.kind != "plain":
                     classes[name] = c
                     where[name] = f
@@ -388,12 +407,60 @@ def dump_part(members: dict[str, bytes], part: Part) -> tuple[list[dict], list[s
             notes.append(f"none of the classes {', '.join(part.roots)} found")
         for r in roots:
             records += [_record(a, where.get(a.owner, "")) for a in argdefs.flatten(classes, r)]
+            notes += _unread_bases(classes, r, part, defined)
         owners = {r["owner"] for r in records} | set(roots)
         for name in sorted(owners):
             known = [b.rsplit(".", 1)[-1] for b in classes[name].bases] if name in classes else []
             if found := [b for b in known if b in classes and b != name]:
                 bases[name] = found
     return records, notes, bases
+
+
+def _imported_as(tree: ast.Module) -> dict[str, str]:
+    """A module's imports under another name: local name -> the imported name (`from ..experimental.kto import
+    KTOConfig as _KTOConfig`)."""
+    return {
+        a.asname: a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom)
+        for a in n.names
+        if a.asname is not None
+    }
+
+
+# Bases that hold no arguments, or whose arguments another package's dump holds (`Target.extends`)
+NO_ARGUMENT_BASES = frozenset(
+    {
+        "object",
+        "ABC",
+        "Generic",
+        "BaseModel",
+        "Enum",
+        "TrainingArguments",
+        "Seq2SeqTrainingArguments",
+        "HfTrainingArguments",  # ms-swift's name for transformers' classes (swift/trainers/arguments.py)
+        "HfSeq2SeqTrainingArguments",
+        "BaseTrainingArguments",  # LLaMA-Factory's name for transformers' Seq2SeqTrainingArguments
+    }
+)
+
+
+def _unread_bases(classes: dict[str, argdefs.ClassArgs], root: str, part: Part, defined: set[str]) -> list[str]:
+    """A note for each class `root` inherits from that no file of the part defines (`defined`): its arguments are
+    missing from the dump (ms-swift 4.x `RLHFArguments` → `GRPOArgumentsMixin`, in swift/rlhf_trainers/
+    args_mixin.py), which must be said rather than dumped as if the class had none."""
+    notes, seen, todo = [], set(), [root]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for base in (b.rsplit(".", 1)[-1] for b in classes[name].bases) if name in classes else ():
+            if base in classes:
+                todo.append(base)
+            elif base not in NO_ARGUMENT_BASES and base not in defined:
+                notes.append(f"{root}: base class {base} of {name} is not in {', '.join(part.files)}: not dumped")
+    return sorted(set(notes))
 
 
 def _registrations(text: str) -> list[tuple[str, str]]:
@@ -472,7 +539,7 @@ def _config_keys(leaves: list[dict], configs: dict[str, dict]) -> list[dict]:
 
 
 def dump(target: Target, version: str, wheels: Path) -> tuple[dict, list[str]]:
-    archive = _archive(target.package, version, wheels)
+    archive = _archive(target.published_as.get(version, target.package), version, wheels)
     members = _members(archive)
     records: list[dict] = []
     notes: list[str] = []

@@ -179,6 +179,9 @@ class TrainingPlan(BaseModel):
     source_file: str = ""
     format: str = "unknown"  # detected format: "hf", "trl", "axolotl", "llamafactory", "torchtune", ...
     framework: str | None = None  # whose defaults apply: "transformers", "trl", "axolotl", ...
+    # the release of `framework` the file's own arguments belong to, where the newest release vramlens has the
+    # arguments of does not define them all and the workspace pins none (`frameworks.recognise.implied_version`)
+    framework_release: str | None = None
 
     # model
     model_id: Sourced[str] | None = None
@@ -387,6 +390,7 @@ PLAN_CONCEPTS: tuple[str, ...] = tuple(
         "source_file",
         "format",
         "framework",
+        "framework_release",
         "model_span_hint",
         "references",
         "issues",

@@ -72,6 +72,7 @@ CONTEXTUAL: dict[tuple[str, str], str] = {
     ("ms-swift", "galore_proj_bits"): f"{ONLY_WITH}: `--use_galore` with `--galore_proj_quant`",
     ("ms-swift", "llamapro_num_new_blocks"): f"{ONLY_WITH}: `--tuner_type llamapro`",
     ("ms-swift", "max_model_len"): "the rollout engine's (vLLM's) context length",
+    ("ms-swift", "vllm_mode"): f"{ONLY_WITH}: `--use_vllm`",
     ("ms-swift", "model_type"): "with `--model` given, the loader's architecture, not the model",
     ("ms-swift", "packing_length"): f"{ONLY_WITH}: `--packing true`",
     ("ms-swift", "quant_method"): "bnb, the method the estimate sizes by default, picked as the sample",

@@ -1096,6 +1096,21 @@ def _retarget_script(launch: Launch) -> Launch:
     return launch
 
 
+# Entry scripts a framework's later releases removed: (tool, script name) -> (the newest release that has it, why).
+# LLaMA-Factory's src/train_bash.py is there up to v0.7.0; v0.7.1 runs src/train.py (and 0.8.0 `llamafactory-cli`).
+REMOVED_ENTRY_SCRIPTS = {
+    ("llamafactory", "train_bash.py"): (
+        "0.7.0",
+        "`train_bash.py` is LLaMA-Factory's entry script up to 0.7.0 (0.7.1 runs src/train.py)",
+    ),
+}
+
+
+def _entry_release(launch: Launch) -> tuple[str, str] | None:
+    name = PurePosixPath(launch.script.text).name if launch.script else ""
+    return REMOVED_ENTRY_SCRIPTS.get((launch.tool, name))
+
+
 # --- flag → plan mapping -------------------------------------------------------------------------
 
 
@@ -2740,7 +2755,7 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
         b.plan.framework = "custom" if tool == "python" and not settings else "transformers"
     from vramlens.frameworks import recognise
 
-    recognise.apply(b, settings, getattr(ctx, "workspace", None), tool=tool)
+    recognise.apply(b, settings, getattr(ctx, "workspace", None), tool=tool, at_most=_entry_release(launch))
     if launch.script is not None and b.plan.model_id is None:
         from vramlens.formats import script_arguments
 

@@ -434,7 +434,7 @@ _ALL: tuple[Concept, ...] = (
         "trained modules inside the trained layers",
         True,
         True,
-        ("freeze_trainable_modules", "trainable_modules"),
+        ("freeze_trainable_modules", "trainable_modules", "name_module_trainable"),
     ),
     _C(
         "trained_extra",
@@ -1223,6 +1223,8 @@ METHOD_SWITCHES: dict[str, tuple[str, Any]] = {
     "disable_gradient_checkpointing": ("grad_checkpointing", False),
     "use_flash_attention_2": ("attn_impl", "flash_attention_2"),
     "use_flash_attn": ("attn_impl", "flash_attention_2"),
+    # LLaMA-Factory ≤ 0.6 `flash_attn: bool` (llmtuner 0.6.3 hparams/model_args.py); a string from 0.7.0
+    "flash_attn": ("attn_impl", "flash_attention_2"),
     "flash_attention": ("attn_impl", "flash_attention_2"),
     "use_flash_attention": ("attn_impl", "flash_attention_2"),
     "ds.flash_attn": ("attn_impl", "flash_attention_2"),

@@ -91,6 +91,11 @@ IRRELEVANT: dict[str, str] = {
         "local_mini_batch_size",
     ),
     **_names(
+        "how LLaMA-Factory ≤ 0.7 splits `cutoff_len` between prompt and response when truncating (tokens kept for "
+        "the label, llmtuner 0.7.0 hparams/data_args.py): the sequence is still at most `cutoff_len` long",
+        "reserved_label_len",
+    ),
+    **_names(
         "declared but not read: LLaMA-Factory's OFT takes its targets from lora_target (v0.9.5 and 2026 HEAD "
         "src/llamafactory/model/adapter.py `_setup_lora_tuning`)",
         "oft_target",
@@ -323,6 +328,7 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
         "galore_scale galore_update_interval galore_update_proj_gap galore_with_embedding  "
         "qgalore_proj_quant apollo_layerwise apollo_proj apollo_proj_type apollo_scale apollo_scale_front "
         "apollo_scale_type apollo_update_interval badam_mask_mode badam_start_block badam_switch_interval "
+        "badam_switch_block_every "
         "badam_switch_mode badam_update_ratio lisa_layers_attribute lisa_step_interval "
         "llamapro_num_groups",
     ),

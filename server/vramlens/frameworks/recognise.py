@@ -103,6 +103,61 @@ def version_for(framework: str, workspace: Path | None) -> tuple[str | None, str
     return schemas.pick_version(framework), UNPINNED
 
 
+def implied_version(
+    framework: str, used: Iterable[str], workspace: Path | None, at_most: str | None = None
+) -> tuple[str, list[str]] | None:
+    """(the release the file's own arguments belong to, the arguments of the file the newest release lacks) when
+    the newest dumped release does not define every argument the file uses that some dumped release defines, or
+    the file runs something only releases up to `at_most` have: of the releases up to `at_most`, the one that
+    defines the most of the file's arguments, the newer of two that define as many. An ms-swift 2.x line
+    (`swift sft --sft_type lora --model_type qwen-7b-chat`: ms-swift v2.4.0 examples/pytorch/llm/scripts/) is read
+    with ms-swift 2.6.1's arguments and defaults, not with 4.x's, which renamed both."""
+    have = schemas.versions(framework)
+    if not have:
+        return None
+    newest = have[-1]
+    if at_most is not None:
+        have = tuple(v for v in have if schemas.version_key(v) <= schemas.version_key(at_most)) or have[:1]
+    by_version = {v: names_at(framework, v, workspace) for v in (*have, newest)}
+    known = {n for n in used if any(n in names for names in by_version.values())}
+    missing = sorted(known - by_version[newest])
+    if not missing and have[-1] == newest:
+        return None
+    best = max(reversed(have), key=lambda v: len(known & by_version[v]))  # max keeps the first, the newest
+    return (best, missing) if best != newest else None
+
+
+def _release_note(
+    framework: str, version: str, missing: list[str], tool: str | None, at_most: tuple[str, str] | None
+) -> str:
+    """What made the file read at an older release than the newest: the arguments the newest lacks, or the entry
+    point it runs."""
+    title, newest = TITLES[framework], schemas.versions(framework)[-1]
+    why = []
+    if at_most is not None:
+        why.append(at_most[1])
+    if missing:
+        flags = ", ".join(f"`{'--' if tool is not None else ''}{n}`" for n in missing[:4])
+        more = f" and {len(missing) - 4} more" if len(missing) > 4 else ""
+        one = len(missing) == 1
+        why.append(
+            f"{flags}{more} {'is not an argument' if one else 'are not arguments'} of {title} {newest}, the newest "
+            f"release vramlens has the arguments of"
+        )
+    return (
+        f"read as {title} {version}, the release the file is written for: {'; '.join(why)} (pin the release in the "
+        f"workspace to read it as another)"
+    )
+
+
+def _installed_decides(framework: str) -> bool:
+    """Whether the framework is one whose installed version the estimate reads (transformers, TRL:
+    `knowledge.frameworks.run_version`): the file's own arguments then do not choose its release."""
+    from vramlens import environment
+
+    return DISTRIBUTIONS.get(framework) in environment.PACKAGES
+
+
 def _extends(framework: str, version: str, workspace: Path | None) -> list[str]:
     """The transformers dumps whose arguments a framework's extend (TRL's configs extend TrainingArguments): the
     pinned transformers, else every dumped one (an unpinned run may use any)."""
@@ -155,6 +210,34 @@ def _defined(framework: str, name: str, version: str, workspace: Path | None) ->
     return found
 
 
+def _rename_issue(
+    b: PlanBuilder, s: Setting, framework: str, name: str, names: set[str], tool: str | None, title: str
+) -> bool:
+    """Point out a key renamed in a later release than the one `names` belong to (`_renamed`); whether it was."""
+    renamed = _renamed(framework, name, names) if tool is None or tool in STRICT_TOOLS else None
+    if renamed is None:
+        return False
+    new, steps = renamed
+    flag = "--" if tool is not None else ""
+    b.issue(
+        IssueKind.NOT_READ,
+        f"`{s.key}` is not an argument of {title}: renamed in {TITLES[framework]} "
+        f"({', then '.join(steps)}); write `{flag}{new}`",
+        s,
+        severity=Severity.INFO,
+        suggestion=flag + new,
+        span=s.key_span,
+    )
+    return True
+
+
+def _name(s: Setting) -> str:
+    """The argument a setting gives, as the dumps spell it (dotted for a nested key)."""
+    if len(s.path) == 1:
+        return schemas.argument_name(s.key)
+    return ".".join(schemas.argument_name(str(p)) for p in s.path)
+
+
 def is_default_or_off(s: Setting, definition: dict) -> bool:
     """Whether a setting leaves its argument as the framework defines it: unset, the default, empty, or off."""
     v = s.value
@@ -186,9 +269,17 @@ def _renamed(framework: str, name: str, names: set[str]) -> tuple[str, list[str]
     return (new, steps) if steps and new in names else None
 
 
-def apply(b: PlanBuilder, settings: Iterable[Setting], workspace: Path | None, *, tool: str | None = None) -> None:
+def apply(
+    b: PlanBuilder,
+    settings: Iterable[Setting],
+    workspace: Path | None,
+    *,
+    tool: str | None = None,
+    at_most: tuple[str, str] | None = None,
+) -> None:
     """Hold the settings a reader saw to the framework's own arguments at the version the run uses (module doc).
-    `tool`: the command that runs them, for a command line (`trl`, `swift`, `llamafactory`, ...)."""
+    `tool`: the command that runs them, for a command line (`trl`, `swift`, `llamafactory`, ...). `at_most`: (the
+    newest release that has what the file runs, why), for a file that runs an entry point a later release removed."""
     plan = b.plan
     framework = DUMPED.get(plan.framework or "")
     if framework is None or plan.format in ("nemo-automodel", "axolotl-cloud"):  # not the framework's own arguments
@@ -198,6 +289,14 @@ def apply(b: PlanBuilder, settings: Iterable[Setting], workspace: Path | None, *
         return
     pinned = source != UNPINNED
     settings = [s for s in settings if not s.unresolved and s.path]
+    if not pinned and not _installed_decides(framework):
+        implied = implied_version(
+            framework, {_name(s) for s in settings}, workspace, at_most[0] if at_most is not None else None
+        )
+        if implied is not None:
+            version, missing = implied
+            plan.framework_release = version
+            plan.read_notes.append(_release_note(framework, version, missing, tool, at_most))
     if tool is not None:
         strict = STRICT_TOOLS.get(tool) == framework
     else:
@@ -207,6 +306,9 @@ def apply(b: PlanBuilder, settings: Iterable[Setting], workspace: Path | None, *
         if framework == "axolotl":
             strict = any(s.path == ("strict",) and to_bool(s.value) for s in settings)
     names = names_at(framework, version, workspace)
+    newest = schemas.versions(framework)[-1]
+    # read at an older release its arguments imply: a renamed one is still pointed out against the newest
+    newest_names = names_at(framework, newest, workspace) if plan.framework_release is not None else names
     hints: dict[str, str | None] = {}
     consumed = {v.key for v in plan.settings().values() if v.key} | {u.key for u in plan.unmodelled}
     consumed |= set(plan.read_alongside)
@@ -221,11 +323,7 @@ def apply(b: PlanBuilder, settings: Iterable[Setting], workspace: Path | None, *
     for s in settings:
         if s.key in handled and len(s.path) == 1:
             continue
-        name = (
-            schemas.argument_name(s.key)
-            if len(s.path) == 1
-            else ".".join(schemas.argument_name(str(p)) for p in s.path)
-        )
+        name = _name(s)
         if len(s.path) > 1 and str(s.path[0]) in sections:
             continue
         if name in names:
@@ -238,23 +336,15 @@ def apply(b: PlanBuilder, settings: Iterable[Setting], workspace: Path | None, *
                 and not is_default_or_off(s, definition)
             ):
                 b.unmodelled(s, entry[0], entry[1])
+            if name not in newest_names and len(s.path) == 1:
+                _rename_issue(b, s, framework, name, newest_names, tool, f"{TITLES[framework]} {newest}")
             continue
         if len(s.path) != 1:
             continue
+        if _rename_issue(b, s, framework, name, names, tool, title):
+            continue
         flag = "--" if tool is not None else ""
-        renamed = _renamed(framework, name, names) if tool is None or tool in STRICT_TOOLS else None
-        if renamed is not None:
-            new, steps = renamed
-            b.issue(
-                IssueKind.NOT_READ,
-                f"`{s.key}` is not an argument of {title}: renamed in {TITLES[framework]} "
-                f"({', then '.join(steps)}); write `{flag}{new}`",
-                s,
-                severity=Severity.INFO,
-                suggestion=flag + new,
-                span=s.key_span,
-            )
-        elif (
+        if (
             framework == "axolotl"
             and not strict
             and not _any_version_defines(framework, name, workspace)

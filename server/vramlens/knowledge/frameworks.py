@@ -527,7 +527,7 @@ DUMPED_DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
         "seq_len": ("cutoff_len",),
         "lora_r": ("lora_rank",),
         "lora_dropout": ("lora_dropout",),
-        "trained_layers": ("freeze_trainable_layers",),
+        "trained_layers": ("freeze_trainable_layers", "num_layer_trainable"),  # the second: ≤ 0.7
     },
     "axolotl": {
         "seq_len": ("sequence_len",),
@@ -536,7 +536,9 @@ DUMPED_DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "ms-swift": {
         "seq_len": ("max_length",),
-        "micro_batch": ("per_device_train_batch_size", "batch_size"),
+        # 1.x/2.x: `batch_size` (their `per_device_train_batch_size` defaults to None and is set from it)
+        "micro_batch": ("batch_size", "per_device_train_batch_size"),
+        "optimizer": ("optim",),  # 1.x/2.x SftArguments define it; 3.x/4.x take transformers' (hand-written)
         "lora_r": ("lora_rank",),
         "lora_alpha": ("lora_alpha",),
         "lora_dropout": ("lora_dropout",),
@@ -552,15 +554,16 @@ class Defaults(dict):
         self.labels = labels or {}
 
 
-def run_version(framework: str, settings=None) -> str | None:
+def run_version(framework: str, settings=None, implied: str | None = None) -> str | None:
     """The version of `framework` a run uses: the frameworkVersions setting, the workspace's pin, the installed
-    distribution (transformers, TRL), else None (the newest dump is then read)."""
+    distribution (transformers, TRL), else the release the file's own arguments belong to (`implied`:
+    `TrainingPlan.framework_release`), else None (the newest dump is then read)."""
     from vramlens import environment
     from vramlens.frameworks import recognise
 
     dist = recognise.DISTRIBUTIONS.get(framework)
     if settings is None or dist is None:
-        return None
+        return implied
     told = {environment.canonical(k): v for k, v in settings.framework_versions.items()}
     if dist in told:
         return told[dist]
@@ -569,8 +572,9 @@ def run_version(framework: str, settings=None) -> str | None:
         return pin.version
     if dist in environment.PACKAGES:
         found = environment.versions(settings).get(dist)
-        return found.version if found is not None else None
-    return None
+        if found is not None:
+            return found.version
+    return implied
 
 
 def _dumped(
@@ -619,12 +623,16 @@ def _same_kind(value, hand) -> bool:
     return type(value) is type(hand)
 
 
-def defaults_for(framework: str | None, objective: str | None = None, settings=None) -> tuple[str, str, Defaults]:
+def defaults_for(
+    framework: str | None, objective: str | None = None, settings=None, implied: str | None = None
+) -> tuple[str, str, Defaults]:
     """(framework key, version label, defaults) — unknown frameworks get the transformers defaults. TRL's label
     names the objective's config class ("TRL 1.x (DPOConfig/ModelConfig)"). With the run's `settings`, the
     defaults its framework's argument dump holds at the version the run uses (`run_version`) replace the
-    hand-written ones, each labelled with that version and argument."""
+    hand-written ones, each labelled with that version and argument. `implied`: the release of `framework` the
+    file's own arguments belong to (`run_version`)."""
     key = framework if framework in DEFAULTS else "transformers"
+    implied = implied if key == framework else None
     version, values = DEFAULTS[key]
     if key in REMOTE_CODE_DEFAULTS:
         values = {**values, "trust_remote_code": REMOTE_CODE_DEFAULTS[key]}
@@ -632,13 +640,17 @@ def defaults_for(framework: str | None, objective: str | None = None, settings=N
         from vramlens.frameworks import schemas
 
         cls = TRL_CONFIG_CLASSES.get(objective or "sft", "SFTConfig")
-        run = schemas.pick_version("trl", run_version("trl", settings))
+        run = schemas.pick_version("trl", run_version("trl", settings, implied))
         older = schemas.newest_defining("trl", cls, run)
         # a config class TRL no longer ships (PPOConfig after 0.29) is named with the release that last had it
         version = f"TRL 1.x ({cls}/ModelConfig)" if older in (None, run) else f"TRL 1.x (ModelConfig; {cls} of {older})"
-    dumped, labels = _dumped(key, objective, run_version(key, settings), values, settings)
+    if implied is not None and run_version(key, settings, implied) == implied:
+        from vramlens.frameworks import recognise
+
+        version = f"{version}, the file read as {recognise.TITLES.get(key, key)} {implied}"
+    dumped, labels = _dumped(key, objective, run_version(key, settings, implied), values, settings)
     if key == "llamafactory":
-        release = parse(run_version(key, settings))
+        release = parse(run_version(key, settings, implied))
         if release is not None and release < LLAMAFACTORY_TRUST_SETTING_FROM:
             dumped["trust_remote_code"] = True
             labels["trust_remote_code"] = f"LLaMA-Factory {'.'.join(map(str, release))} (model/loader.py)"

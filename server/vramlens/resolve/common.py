@@ -180,6 +180,12 @@ class Context:
     def extra(self, key: str) -> Any:
         return _extra_value(self.plan, key)
 
+    @property
+    def release(self) -> str | None:
+        """The release of the framework whose defaults apply that the file's own arguments belong to, if any
+        (`TrainingPlan.framework_release`, for `knowledge.frameworks.run_version`)."""
+        return self.plan.framework_release if self.fw_key == self.plan.framework else None
+
     def unmodelled(self, said: Sourced | None, key: str, value: str, what: str, consequence: str) -> None:
         """Name a setting the file states that the estimate does not model (every view shows it), once per key;
         `key` stands where the setting has none."""

@@ -18,7 +18,7 @@ def evaluates(ctx: Context) -> bool:
     sequence-parallel one (ms-swift's `sequence_parallel_size`, whose loss is not modelled in evaluation)."""
     if int(ctx.val("context_parallel") or 1) > 1:
         return False
-    return ctx.hooks.evaluates(ctx.extra, frameworks.run_version(ctx.fw_key, ctx.settings))
+    return ctx.hooks.evaluates(ctx.extra, frameworks.run_version(ctx.fw_key, ctx.settings, ctx.release))
 
 
 def eval_loss_impl(ctx: Context, loss_impl: str) -> str:

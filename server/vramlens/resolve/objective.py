@@ -147,7 +147,12 @@ def objective_fields(
             # (`prompt_ids.repeat(2, 1)`), both through the policy in one forward
             gen_seqs = 2 * rp.micro_batch
             out["sequences_per_example"] = 2
-        elif hooks.batch_of_completions(frameworks.run_version(hooks.key, settings), obj):
+        elif hooks.batch_of_completions(
+            frameworks.run_version(
+                hooks.key, settings, plan.framework_release if hooks.key == plan.framework else None
+            ),
+            obj,
+        ):
             # completions, not prompts, in the batch of TRL's GRPOTrainer (ms-swift's and axolotl's subclass it)
             gen_seqs = rp.micro_batch * max(rp.grad_accum, 1)  # generation_batch_size per device
         else:
@@ -299,7 +304,7 @@ def _teacher_dtype(
 def distill_fields(ctx: Context) -> dict:
     """The distillation loss when it is the framework's own (`FrameworkHooks.distill_loss`, at the framework's
     version): the `ResolvedPlan.distill_*` fields, and a note saying which loss is counted."""
-    loss = ctx.hooks.distill_loss(ctx.extra, frameworks.run_version(ctx.fw_key, ctx.settings))
+    loss = ctx.hooks.distill_loss(ctx.extra, frameworks.run_version(ctx.fw_key, ctx.settings, ctx.release))
     if loss is None:
         return {}
     ctx.assumptions.append(loss.note)

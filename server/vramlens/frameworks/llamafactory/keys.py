@@ -127,6 +127,7 @@ KEYS: Table = (
         ("freeze_trainable_layers",),
         "trained_layers",
         r.freeze_layers,
+        spellings=(("num_layer_trainable",),),  # LLaMA-Factory ≤ 0.7 (llmtuner 0.7.0 hparams/finetuning_args.py)
         type=int,
         description="Freeze tuning: the last n (negative: first n) layers train.",
     ),
@@ -134,6 +135,7 @@ KEYS: Table = (
         ("freeze_trainable_modules",),
         "trained_modules",
         r.freeze_list("trained_modules"),
+        spellings=(("name_module_trainable",),),  # LLaMA-Factory ≤ 0.7 (llmtuner 0.7.0 hparams/finetuning_args.py)
         type=Union[str, list],
         description="Freeze tuning: the modules of the trained layers that train (`all`).",
     ),
