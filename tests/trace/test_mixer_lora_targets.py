@@ -210,6 +210,34 @@ FUSED_CASES = [
         ),
         ["Wqkv", "out_proj"],
     ),
+    (
+        dict(
+            model_type="glm4",
+            hidden_size=64,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            num_hidden_layers=2,
+            intermediate_size=96,
+            vocab_size=256,
+            head_dim=16,
+            pad_token_id=0,
+        ),
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj"],
+    ),
+    (
+        dict(
+            model_type="glm",
+            hidden_size=64,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            num_hidden_layers=2,
+            intermediate_size=96,
+            vocab_size=256,
+            head_dim=16,
+            pad_token_id=0,
+        ),
+        ["gate_up_proj", "down_proj"],
+    ),
 ]
 
 

@@ -437,3 +437,15 @@ def test_lora_under_amp_first_block_keeps_no_weight_copies():
         update=dict(id="llama-2048", hidden=2048, heads=16, kv_heads=4, intermediate=8192, vocab=32000)
     )
     assert ratio(arch=arch, **AMP, **LORA) == pytest.approx(1.0, abs=0.007)
+
+
+# GLM and GLM-4 (THUDM/glm-4-9b-chat-hf's classes): separate q/k/v/o with biases, Phi-3's fused gate_up_proj; GLM-4
+# adds a norm after the attention and after the MLP. The vocabulary is GLM-4's (its config class pads at 151329).
+GLM_SIZES = dict(hidden=256, layers=2, heads=8, kv_heads=2, head_dim=32, intermediate=1024, vocab=151552)
+
+
+@pytest.mark.parametrize("family", ["glm", "glm4"])
+@pytest.mark.parametrize("changes", [{}, LORA], ids=["full", "lora"])
+def test_glm_fused_gate_up_mlp_is_estimated_as_transformers_runs_it(family, changes):
+    arch = ModelArch(id=f"tiny-{family}", family=family, attn_bias=True, tied_embeddings=False, **GLM_SIZES)
+    assert ratio(arch=arch, **changes) == pytest.approx(1.0, abs=0.01)

@@ -711,6 +711,10 @@ def arch_from_hf_config(config: Mapping[str, Any], model_id: str, source: str = 
     if arch is None:
         return _without_vocabulary(config, model_id, source)
     arch = _by_construction(arch, config)
+    if config.get("tie_word_embeddings") is None and arch.tied_embeddings and dict(arch.params_by_kind).get("lm-head"):
+        # the config.json leaves it to the config class, whose default transformers' build followed: an LM head of
+        # its own (Glm4Config `tie_word_embeddings=False`; PretrainedConfig's True is only the base's default)
+        arch = arch.model_copy(update={"tied_embeddings": False})
     if isinstance(vlm, Mapping) and config.get("model_type") != outer:
         note = f"counted as its {config.get('model_type')} vlm_config: the parameters {outer} adds to it are not"
         arch = arch.model_copy(update={"approximate": "; ".join(filter(None, (arch.approximate, note)))})

@@ -75,6 +75,8 @@ DECODER_FAMILIES = {
     "phi",
     "gpt_bigcode",
     "bloom",
+    "glm",
+    "glm4",
 }
 # Encoder families built as transformers' `AutoModelForSequenceClassification` (the head a `block: encoder` plan
 # estimates: no vocabulary logits, a hidden × labels classifier; `task_head` sequence-classification).
@@ -151,8 +153,13 @@ PHI3_LINEAR = {
 # Module names of the GPT-2/NeoX/Falcon/Phi-2/BLOOM families (peft matches a target against the end of a module's name):
 # transformers 5.24 models/gpt2 (Conv1D c_attn = q|k|v, c_proj twice), gpt_neox and falcon (query_key_value,
 # dense, dense_h_to_4h, dense_4h_to_h), phi (q/k/v_proj, dense, fc1, fc2).
+# GLM and GLM-4 (transformers 5.24 models/glm/modeling_glm.py, models/glm4/modeling_glm4.py): separate q/k/v/o,
+# Phi-3's fused gate_up_proj
+GLM_LINEAR = {**HF_LINEAR, "gate": "gate_up_proj", "up": "gate_up_proj"}
 FAMILY_LINEAR = {
     "phi3": PHI3_LINEAR,
+    "glm": GLM_LINEAR,
+    "glm4": GLM_LINEAR,
     "gpt2": {
         "q": "c_attn",
         "k": "c_attn",

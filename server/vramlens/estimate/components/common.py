@@ -52,13 +52,31 @@ def linear_in_features(arch, name: str) -> int:
 # (baichuan-inc/Baichuan2-7B-Base modeling_baichuan.py `Attention.W_pack`, h → 3·h; 13B's ALiBi has no RoPE) and
 # InternLM2's (internlm/internlm2-chat-7b modeling_internlm2.py `InternLM2Attention.wqkv`, grouped). A LoRA
 # target among q, k, v adapts the whole fused linear, and V is a view of the q|k|v output, so what attention keeps
-# holds all of it.
-HF_ROPE_QKV = {"phi3", "qwen", "chatglm", "baichuan", "internlm2"}
+# holds all of it. Phi-4-multimodal's decoder attention is Phi-3's (models/phi4_multimodal `Phi4MultimodalAttention`).
+HF_ROPE_QKV = {"phi3", "qwen", "chatglm", "baichuan", "internlm2", "phi4_multimodal"}
 # Families whose MLP computes gate|up with one linear: transformers 5.24 models/phi3/modeling_phi3.py
 # `gate_up_proj`, models/granitemoehybrid/modeling_granitemoehybrid.py `GraniteMoeHybridMLP` (input_linear, chunked
-# in two), ChatGLM2/3's remote code (THUDM/chatglm3-6b modeling_chatglm.py `MLP.dense_h_to_4h`); a LoRA target among
-# gate and up adapts the whole fused linear
-HF_FUSED_GATE_UP = {"phi3", "granitemoehybrid", "chatglm"}
+# in two), ChatGLM2/3's remote code (THUDM/chatglm3-6b modeling_chatglm.py `MLP.dense_h_to_4h`), GLM and GLM-4 and
+# the language models of their vision variants (models/glm/modeling_glm.py and models/glm4/modeling_glm4.py
+# `gate_up_proj`, chunked in two as Phi-3's; glm4v, glm46v, glm_image, glm_ocr, glmga build the same MLP), and
+# Phi-4-multimodal's decoder (models/phi4_multimodal); a LoRA target among gate and up adapts the whole fused linear.
+# tests/estimate/test_fused_linears.py holds this list to transformers' own builds (knowledge/data/inventories).
+HF_FUSED_GATE_UP = {
+    "phi3",
+    "granitemoehybrid",
+    "chatglm",
+    "glm",
+    "glm4",
+    "glm4v",
+    "glm4v_text",
+    "glm46v",
+    "glm_image",
+    "glm_image_text",
+    "glm_ocr",
+    "glm_ocr_text",
+    "glmga",
+    "phi4_multimodal",
+}
 
 
 # Families whose q|k|v come from one `c_attn` linear with no rotary embedding (transformers 5.24 models/gpt2 Conv1D
