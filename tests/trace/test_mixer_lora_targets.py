@@ -162,6 +162,17 @@ def test_a_name_both_the_attention_and_the_mlp_use_adapts_both(config, targets):
 
 # ------------------------------------------------------------------- transformers' own fused q|k|v and ungated MLPs
 
+# GLM and GLM-4 (same sizes; GLM-4 adds two norms): separate q/k/v/o, a fused gate_up_proj
+TINY_GLM = dict(
+    hidden_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    num_hidden_layers=2,
+    intermediate_size=96,
+    vocab_size=256,
+    head_dim=16,
+    pad_token_id=0,
+)
 FUSED_CASES = [
     (
         dict(model_type="mpt", d_model=64, n_heads=4, n_layers=2, vocab_size=256, expansion_ratio=4, max_seq_len=128),
@@ -211,31 +222,11 @@ FUSED_CASES = [
         ["Wqkv", "out_proj"],
     ),
     (
-        dict(
-            model_type="glm4",
-            hidden_size=64,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            num_hidden_layers=2,
-            intermediate_size=96,
-            vocab_size=256,
-            head_dim=16,
-            pad_token_id=0,
-        ),
+        dict(TINY_GLM, model_type="glm4"),
         ["q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj"],
     ),
     (
-        dict(
-            model_type="glm",
-            hidden_size=64,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            num_hidden_layers=2,
-            intermediate_size=96,
-            vocab_size=256,
-            head_dim=16,
-            pad_token_id=0,
-        ),
+        dict(TINY_GLM, model_type="glm"),
         ["gate_up_proj", "down_proj"],
     ),
 ]

@@ -239,7 +239,7 @@ def _why_unread(target: str, ctx) -> str:
     if not ctx.path:
         return "is not in the workspace"
     script = references.read_launched(target, ctx)
-    if script.why_not is not None or script.text is None or script.path is None:
+    if script.text is None or script.path is None:
         return script.why_not or "is not in the workspace"
     _module, refused = _parsed(script.text, str(script.path))
     return f"was not read ({refused})" if refused else "is not in the workspace"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from vramlens.formats.settings import PlanBuilder, Setting, closest, to_bool
 from vramlens.frameworks import irrelevant, schemas
@@ -104,21 +104,22 @@ def version_for(framework: str, workspace: Path | None) -> tuple[str | None, str
 
 
 def implied_version(
-    framework: str, used: Iterable[str], workspace: Path | None, at_most: str | None = None
+    framework: str, used: Iterable[str], names_of: Callable[[str], set[str]], at_most: str | None = None
 ) -> tuple[str, list[str]] | None:
     """(the release the file's own arguments belong to, the arguments of the file the newest release lacks) when
     the newest dumped release does not define every argument the file uses that some dumped release defines, or
     the file runs something only releases up to `at_most` have: of the releases up to `at_most`, the one that
     defines the most of the file's arguments, the newer of two that define as many. An ms-swift 2.x line
     (`swift sft --sft_type lora --model_type qwen-7b-chat`: ms-swift v2.4.0 examples/pytorch/llm/scripts/) is read
-    with ms-swift 2.6.1's arguments and defaults, not with 4.x's, which renamed both."""
+    with ms-swift 2.6.1's arguments and defaults, not with 4.x's, which renamed both. `names_of`: a release's
+    argument names (`names_at`)."""
     have = schemas.versions(framework)
     if not have:
         return None
     newest = have[-1]
     if at_most is not None:
         have = tuple(v for v in have if schemas.version_key(v) <= schemas.version_key(at_most)) or have[:1]
-    by_version = {v: names_at(framework, v, workspace) for v in (*have, newest)}
+    by_version = {v: names_of(v) for v in (*have, newest)}
     known = {n for n in used if any(n in names for names in by_version.values())}
     missing = sorted(known - by_version[newest])
     if not missing and have[-1] == newest:
@@ -289,9 +290,16 @@ def apply(
         return
     pinned = source != UNPINNED
     settings = [s for s in settings if not s.unresolved and s.path]
+    seen: dict[str, set[str]] = {}
+
+    def names_of(v: str) -> set[str]:  # names_at, once per release for this file
+        if v not in seen:
+            seen[v] = names_at(framework, v, workspace)
+        return seen[v]
+
     if not pinned and not _installed_decides(framework):
         implied = implied_version(
-            framework, {_name(s) for s in settings}, workspace, at_most[0] if at_most is not None else None
+            framework, {_name(s) for s in settings}, names_of, at_most[0] if at_most is not None else None
         )
         if implied is not None:
             version, missing = implied
@@ -305,10 +313,10 @@ def apply(
             strict = False
         if framework == "axolotl":
             strict = any(s.path == ("strict",) and to_bool(s.value) for s in settings)
-    names = names_at(framework, version, workspace)
+    names = names_of(version)
     newest = schemas.versions(framework)[-1]
     # read at an older release its arguments imply: a renamed one is still pointed out against the newest
-    newest_names = names_at(framework, newest, workspace) if plan.framework_release is not None else names
+    newest_names = names_of(newest) if plan.framework_release is not None else names
     hints: dict[str, str | None] = {}
     consumed = {v.key for v in plan.settings().values() if v.key} | {u.key for u in plan.unmodelled}
     consumed |= set(plan.read_alongside)

@@ -636,21 +636,26 @@ def defaults_for(
     version, values = DEFAULTS[key]
     if key in REMOTE_CODE_DEFAULTS:
         values = {**values, "trust_remote_code": REMOTE_CODE_DEFAULTS[key]}
+    run = run_version(key, settings, implied)
     if key == "trl":
         from vramlens.frameworks import schemas
 
         cls = TRL_CONFIG_CLASSES.get(objective or "sft", "SFTConfig")
-        run = schemas.pick_version("trl", run_version("trl", settings, implied))
-        older = schemas.newest_defining("trl", cls, run)
+        dumped_trl = schemas.pick_version("trl", run)
+        older = schemas.newest_defining("trl", cls, dumped_trl)
         # a config class TRL no longer ships (PPOConfig after 0.29) is named with the release that last had it
-        version = f"TRL 1.x ({cls}/ModelConfig)" if older in (None, run) else f"TRL 1.x (ModelConfig; {cls} of {older})"
-    if implied is not None and run_version(key, settings, implied) == implied:
+        version = (
+            f"TRL 1.x ({cls}/ModelConfig)"
+            if older in (None, dumped_trl)
+            else f"TRL 1.x (ModelConfig; {cls} of {older})"
+        )
+    if implied is not None and run == implied:
         from vramlens.frameworks import recognise
 
         version = f"{version}, the file read as {recognise.TITLES.get(key, key)} {implied}"
-    dumped, labels = _dumped(key, objective, run_version(key, settings, implied), values, settings)
+    dumped, labels = _dumped(key, objective, run, values, settings)
     if key == "llamafactory":
-        release = parse(run_version(key, settings, implied))
+        release = parse(run)
         if release is not None and release < LLAMAFACTORY_TRUST_SETTING_FROM:
             dumped["trust_remote_code"] = True
             labels["trust_remote_code"] = f"LLaMA-Factory {'.'.join(map(str, release))} (model/loader.py)"

@@ -159,6 +159,12 @@ def _whole(value) -> int | None:
     return out if parts and 0 < out < 2**40 else None
 
 
+def file_release(plan: TrainingPlan, fw_key: str) -> str | None:
+    """The release of `fw_key`, the framework whose defaults apply, that the file's own arguments belong to, if any
+    (`TrainingPlan.framework_release`, for `knowledge.frameworks.run_version`)."""
+    return plan.framework_release if fw_key == plan.framework else None
+
+
 @dataclass
 class Context:
     """One resolution in progress: the plan, the settings, the framework's defaults and hooks, and the provenance
@@ -182,9 +188,7 @@ class Context:
 
     @property
     def release(self) -> str | None:
-        """The release of the framework whose defaults apply that the file's own arguments belong to, if any
-        (`TrainingPlan.framework_release`, for `knowledge.frameworks.run_version`)."""
-        return self.plan.framework_release if self.fw_key == self.plan.framework else None
+        return file_release(self.plan, self.fw_key)
 
     def unmodelled(self, said: Sourced | None, key: str, value: str, what: str, consequence: str) -> None:
         """Name a setting the file states that the estimate does not model (every view shows it), once per key;

@@ -7,7 +7,7 @@ from vramlens import environment
 from vramlens.frameworks.hooks import FrameworkHooks
 from vramlens.knowledge import frameworks, versions
 from vramlens.plan import Origin, Sourced, TrainingPlan
-from vramlens.resolve.common import Approximate, Context, _extra_value
+from vramlens.resolve.common import Approximate, Context, _extra_value, file_release
 from vramlens.resolve.model import hub_lookup
 from vramlens.resolved import ResolvedPlan
 from vramlens.settings import Settings
@@ -148,10 +148,7 @@ def objective_fields(
             gen_seqs = 2 * rp.micro_batch
             out["sequences_per_example"] = 2
         elif hooks.batch_of_completions(
-            frameworks.run_version(
-                hooks.key, settings, plan.framework_release if hooks.key == plan.framework else None
-            ),
-            obj,
+            frameworks.run_version(hooks.key, settings, file_release(plan, hooks.key)), obj
         ):
             # completions, not prompts, in the batch of TRL's GRPOTrainer (ms-swift's and axolotl's subclass it)
             gen_seqs = rp.micro_batch * max(rp.grad_accum, 1)  # generation_batch_size per device
