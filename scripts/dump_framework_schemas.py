@@ -9,7 +9,7 @@ configs, with vramlens' bounded YAML loader. The result is written to
 `server/vramlens/frameworks/schemas/<framework>/<version>.json`:
 
     {"framework", "version", "source": [{"file", "sha256"}], "extends": [...], "arguments": [{"name", "aliases",
-     "type", "default", "default_text", "choices", "owner", "file", "line"}, ...]}
+     "type", "default", "default_text", "choices", "owner", "file", "line"[, "default_when"]}, ...]}
 
 sorted by (name, owner), one argument a line, so that a rerun gives the same bytes and a new version diffs cleanly.
 `extends` names argument classes the framework inherits from another package (TRL's configs extend transformers'
@@ -147,7 +147,8 @@ TARGETS: tuple[Target, ...] = (
         "transformers",
         {
             v: (Part(("transformers/training_args.py", "transformers/training_args_seq2seq.py"), "classes", HF_ROOTS),)
-            for v in ("4.46.3", "4.57.6", "5.24.0")
+            # 4.54.0: the first whose default `optim` is adamw_torch_fused (with torch >= 2.8)
+            for v in ("4.46.3", "4.54.0", "4.57.6", "5.24.0")
         },
     ),
     Target(
@@ -306,7 +307,7 @@ def _record(a: argdefs.ArgDef, file: str, owner: str | None = None) -> dict:
     text = a.default_text
     if default is None and a.default is not None and text is None:
         text = repr(a.default)[:200]
-    return {
+    record = {
         "name": a.name,
         "aliases": sorted(a.aliases),
         "type": a.type,
@@ -317,6 +318,9 @@ def _record(a: argdefs.ArgDef, file: str, owner: str | None = None) -> dict:
         "file": file,
         "line": a.line,
     }
+    if a.default_when:
+        record["default_when"] = [[cond[:200], _json_value(value)] for cond, value in a.default_when]
+    return record
 
 
 def _yaml_leaves(text: str, name: str, file: str) -> list[dict]:

@@ -29,7 +29,9 @@ def test_transformers_training_arguments():
     assert (args["gradient_checkpointing"].type, args["gradient_checkpointing"].default) == ("bool", False)
     optim = args["optim"]  # Union[OptimizerNames, str]: the module's enum gives the choices
     assert optim.type == "enum" and "adamw_torch" in optim.choices and "paged_adamw_8bit" in optim.choices
-    assert optim.default is None and optim.default_text == "default_optim"
+    # `optim = field(default=default_optim)`: the class body binds `default_optim = "adamw_torch"` (4.40 has no
+    # condition on it; 4.54 adds `if is_torch_greater_or_equal_than_2_8: default_optim = "adamw_torch_fused"`)
+    assert (optim.default, optim.default_text, optim.default_when) == ("adamw_torch", None, ())
     assert args["fsdp"].type == "str" and args["fsdp"].default == ""  # Union[List[FSDPOption], str] = ""
     assert args["deepspeed"].type == "dict" and args["deepspeed"].default is None
     assert "adamw_torch" in module.enums["OptimizerNames"]

@@ -105,6 +105,10 @@ class ArgDef:
     owner: str = ""  # class name or parser variable
     line: int = 0
     annotation: str | None = None  # source text of a field's annotation (dataclass/pydantic/plain)
+    # a default bound in the class body (`default_optim = "adamw_torch"` then `if is_torch_greater_or_equal_than_2_8:
+    # default_optim = "adamw_torch_fused"` in transformers' TrainingArguments): `default` is the unconditional value,
+    # each (condition source text, value) a later assignment under that condition, in source order
+    default_when: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass
@@ -390,9 +394,38 @@ def _field(
     )
 
 
+def _class_bindings(body: list[ast.stmt], src: _Source) -> dict[str, tuple[Any, tuple[tuple[str, Any], ...]]]:
+    """Names a class body binds to literals before its fields use them: name → (unconditional value, the
+    (condition, value) pairs of later assignments under `if` tests, conditions joined with `and`). A name
+    assigned a non-literal anywhere is left out."""
+    out: dict[str, tuple[Any, list[tuple[str, Any]]]] = {}
+    spoiled: set[str] = set()
+
+    def walk(stmts: list[ast.stmt], tests: tuple[str, ...]) -> None:
+        for st in stmts:
+            if type(st) is ast.If:
+                test = src.segment(st.test) or "?"
+                walk(st.body, (*tests, test))
+                if st.orelse:
+                    walk(st.orelse, (*tests, f"not ({test})"))
+            elif type(st) is ast.Assign and len(st.targets) == 1 and type(st.targets[0]) is ast.Name:
+                name = st.targets[0].id
+                ok, value = _literal(st.value)
+                if not ok:
+                    spoiled.add(name)
+                elif not tests:
+                    out[name] = (value, [])
+                elif name in out:
+                    out[name][1].append((" and ".join(tests), value))
+
+    walk(body, ())
+    return {k: (v, tuple(w)) for k, (v, w) in out.items() if k not in spoiled}
+
+
 def _class_args(cls: ast.ClassDef, kind: str, src: _Source, enums: dict[str, tuple]) -> ClassArgs:
     fields: list[ArgDef] = []
     body = cls.body
+    bindings = _class_bindings(body, src)
     for i, st in enumerate(body):
         if type(st) is ast.AnnAssign and type(st.target) is ast.Name:
             pass
@@ -409,6 +442,11 @@ def _class_args(cls: ast.ClassDef, kind: str, src: _Source, enums: dict[str, tup
         nxt = body[i + 1] if i + 1 < len(body) else None
         help_after = _text(nxt.value) if type(nxt) is ast.Expr and type(nxt.value) is ast.Constant else None
         arg = _field(st, cls.name, kind, help_after, src, enums)
+        if arg is not None and arg.default_text in bindings:
+            value, when = bindings[arg.default_text]
+            arg = replace(arg, default=value, default_text=None, default_when=when)
+            if arg.type is None:
+                arg = replace(arg, type=_type_of_value(value))
         if arg is not None and not arg.name.startswith("__"):
             fields.append(arg)
     return ClassArgs(bases=tuple(filter(None, map(_dotted, cls.bases))), fields=fields, kind=kind, line=cls.lineno)

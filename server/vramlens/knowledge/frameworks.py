@@ -6,7 +6,11 @@ table lists the changes between versions). A value here is what the framework do
 
 from __future__ import annotations
 
-from vramlens.knowledge.versions import parse
+import ast
+import re
+from typing import Any
+
+from vramlens.knowledge.versions import NEWEST, parse
 
 # framework -> (version the defaults were read at, {concept: value})
 DEFAULTS: dict[str, tuple[str, dict]] = {
@@ -506,9 +510,12 @@ DUMPED_DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
         "eval_batch": ("per_device_eval_batch_size",),
         "grad_accum": ("gradient_accumulation_steps",),
         "grad_checkpointing": ("gradient_checkpointing",),
+        # adamw_torch (foreach) up to 4.53; from 4.54 adamw_torch_fused when torch >= 2.8 (its `default_when`)
+        "optimizer": ("optim",),
     },
     "trl": {
         "trust_remote_code": ("trust_remote_code",),
+        "optimizer": ("optim",),  # transformers' TrainingArguments (TRL's configs do not redefine it)
         "seq_len": ("max_length", "max_seq_length"),
         "grad_checkpointing": ("gradient_checkpointing",),
         "packing": ("packing",),
@@ -528,6 +535,7 @@ DUMPED_DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
         "lora_r": ("lora_rank",),
         "lora_dropout": ("lora_dropout",),
         "trained_layers": ("freeze_trainable_layers", "num_layer_trainable"),  # the second: ≤ 0.7
+        "optimizer": ("optim",),  # transformers' Seq2SeqTrainingArguments
     },
     "axolotl": {
         "seq_len": ("sequence_len",),
@@ -538,7 +546,7 @@ DUMPED_DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
         "seq_len": ("max_length",),
         # 1.x/2.x: `batch_size` (their `per_device_train_batch_size` defaults to None and is set from it)
         "micro_batch": ("batch_size", "per_device_train_batch_size"),
-        "optimizer": ("optim",),  # 1.x/2.x SftArguments define it; 3.x/4.x take transformers' (hand-written)
+        "optimizer": ("optim",),  # 1.x/2.x SftArguments define it; 3.x/4.x take transformers' TrainingArguments
         "lora_r": ("lora_rank",),
         "lora_alpha": ("lora_alpha",),
         "lora_dropout": ("lora_dropout",),
@@ -585,6 +593,9 @@ def _dumped(
     from vramlens.frameworks import recognise, schemas
 
     dumped = schemas.pick_version(framework, version)
+    extends_transformers = framework == "trl" or any(
+        e.startswith("transformers ") for e in (schemas.schema(framework, version) or {}).get("extends", ())
+    )
     owners: tuple[str | None, ...] = (None,)
     if framework == "trl":
         # the objective's config class and the classes it inherits from (trl 1.x trainer/base_config.py
@@ -594,8 +605,9 @@ def _dumped(
         owners = schemas.lineage(framework, cls, dumped)
     if dumped is None:
         return {}, {}
-    # TRL's configs extend transformers' TrainingArguments: what they do not redefine keeps transformers' default
-    base = schemas.pick_version("transformers", run_version("transformers", settings)) if framework == "trl" else None
+    # TRL's, LLaMA-Factory's and ms-swift's arguments extend transformers' TrainingArguments: what they do not
+    # redefine keeps transformers' default
+    base = schemas.pick_version("transformers", run_version("transformers", settings)) if extends_transformers else None
     values, labels = {}, {}
     for concept, names in DUMPED_DEFAULTS.get(framework, {}).items():
         where = [(framework, dumped, o) for o in owners]
@@ -605,11 +617,75 @@ def _dumped(
             a = next((a for n in names if (a := schemas.argument(fw, n, v, owner)) is not None), None)
             if a is None:
                 continue
-            if _same_kind(a.get("default"), hand.get(concept)):
-                values[concept] = a["default"]
-                labels[concept] = f"{recognise.TITLES[fw]} {v} ({a.get('owner')}.{a['name']})"
+            value, why = _default_at(a, settings)
+            if _same_kind(value, hand.get(concept)):
+                values[concept] = value
+                labels[concept] = f"{recognise.TITLES[fw]} {v} ({a.get('owner')}.{a['name']}{why})"
             break
     return values, labels
+
+
+def _default_at(argument: dict, settings=None) -> tuple[Any, str]:
+    """A dumped argument's default for the run, and what decided it when the dump records a default that depends on
+    a condition (`default_when`: transformers 4.54+'s `optim` is adamw_torch_fused when torch >= 2.8): each
+    condition is judged against the run's torch (`environment.versions`: settings, pins, installed, else the
+    newest release known); one vramlens cannot judge is named, and the unconditional default kept."""
+    value, why = argument.get("default"), ""
+    for condition, alternative in argument.get("default_when") or ():
+        torch = _torch_version(settings)
+        holds = _holds(condition, parse(torch.version))
+        if holds is None:
+            why += f"; {alternative} instead when `{condition}`, which vramlens does not judge"
+        elif holds:
+            value, why = alternative, f": `{condition}` holds for torch {torch.version} ({torch.source})"
+        elif not why:
+            why = f": `{condition}` does not hold for torch {torch.version} ({torch.source})"
+    return value, why
+
+
+def _torch_version(settings=None):
+    from vramlens import environment
+
+    if settings is not None:
+        return environment.versions(settings)["torch"]
+    return environment.Found(NEWEST["torch"], "the newest release vramlens knows")
+
+
+_TORCH_FLAG = re.compile(r"is_torch_greater_or_equal_than_(\d+)_(\d+)(?:_(\d+))?")
+
+
+def _holds(condition: str, torch: tuple[int, int, int] | None) -> bool | None:
+    """Whether a dumped default's condition (Python source) holds for that torch: `and`, `or`, `not`,
+    `is_torch_available()`, `is_torch_greater_or_equal_than_2_8`, `is_torch_greater_or_equal("2.8")`; None when
+    any other term decides it."""
+    try:
+        tree = ast.parse(condition, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return _judge(tree, torch)
+
+
+def _judge(node: ast.expr, torch: tuple[int, int, int] | None) -> bool | None:
+    if isinstance(node, ast.BoolOp):
+        found = [_judge(v, torch) for v in node.values]
+        if isinstance(node.op, ast.And):
+            return False if False in found else None if None in found else True
+        return True if True in found else None if None in found else False
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        inner = _judge(node.operand, torch)
+        return None if inner is None else not inner
+    floor = None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
+        if node.func.id == "is_torch_available" and not node.args:
+            return True  # a training run has torch
+        arg = node.args[0] if len(node.args) == 1 else None
+        if node.func.id == "is_torch_greater_or_equal" and isinstance(arg, ast.Constant):
+            floor = parse(str(arg.value))
+    elif isinstance(node, ast.Name) and (m := _TORCH_FLAG.fullmatch(node.id)):
+        floor = (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+    if floor is None or torch is None:
+        return None
+    return torch >= floor
 
 
 def _same_kind(value, hand) -> bool:
