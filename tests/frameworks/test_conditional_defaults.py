@@ -6,12 +6,11 @@ optimizer step (foreach AdamW's `_foreach_sqrt(exp_avg_sq)`)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from cli_json import estimate_json
 from vramlens.formats import parse_document
 from vramlens.frameworks import schemas
 from vramlens.frameworks.argdefs import flatten, read_module
@@ -109,16 +108,7 @@ def test_a_workspace_pinned_to_an_older_stack_sees_the_foreach_step(tmp_path):
     (tmp_path / "train.py").write_text(PYTHON_SCRIPT, encoding="utf-8")
 
     def estimate() -> dict:
-        out = subprocess.run(
-            [sys.executable, "-m", "vramlens", "estimate", "--format", "json", "--offline", "train.py"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=tmp_path,
-        )
-        assert out.returncode == 0, out.stderr
-        data = json.loads(out.stdout)
-        return data[0] if isinstance(data, list) else data
+        return estimate_json("train.py", cwd=tmp_path)
 
     (tmp_path / "requirements.txt").write_text("transformers==4.57.6\ntorch==2.8.0\n", encoding="utf-8")
     fused = estimate()

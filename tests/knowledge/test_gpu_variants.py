@@ -1,11 +1,8 @@
 """GPU catalog variants chosen by the memory a name states: "H100 SXM 96GB" is the 96 GB card, not the 80 GB SXM
 default of its family; the cards the frameworks' benchmark pages name are known."""
 
-import json
-import subprocess
-import sys
-
 import pytest
+from cli_json import estimate_json
 from vramlens.knowledge.gpus import all_gpus, lookup_gpu_detail
 
 
@@ -80,15 +77,7 @@ def test_cli_gpu_setting_reads_96gb(tmp_path):
         "gradient_checkpointing: true\n"
     )
     for gpu, usable in (("H100 SXM 96GB", 94.85), ("H100 SXM 80GB", 79.11), ("MI325X", 252.93)):
-        out = subprocess.run(
-            [sys.executable, "-m", "vramlens", "estimate", "--format", "json", "--offline", "--gpu", gpu, str(cfg)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert out.returncode == 0, out.stderr
-        data = json.loads(out.stdout)
-        data = data[0] if isinstance(data, list) else data
+        data = estimate_json(cfg, "--gpu", gpu)
         assert data["gpu"]["usable_gib"] == pytest.approx(usable), gpu
 
 
@@ -102,14 +91,5 @@ def test_file_comment_reads_96gb(tmp_path, comment):
     cfg.write_text(
         f"{comment}\nmodel_name_or_path: meta-llama/Llama-3.2-1B\nper_device_train_batch_size: 1\nbf16: true\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-m", "vramlens", "estimate", "--format", "json", "--offline", cfg.name],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    assert out.returncode == 0, out.stderr
-    data = json.loads(out.stdout)
-    data = data[0] if isinstance(data, list) else data
+    data = estimate_json(cfg.name, cwd=tmp_path)
     assert data["gpu"]["name"] == "H100-96GB" and data["gpu"]["count"] == 8
