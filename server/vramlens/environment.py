@@ -10,8 +10,10 @@ In order (the first that names a package wins):
    gives no pins (a warning says why);
 3. the trace interpreter's installed distributions, read from their `*.dist-info/METADATA` files (the
    `trace.python` setting's environment; without it, this interpreter's, through `importlib.metadata`, which reads
-   the same files);
-4. else the newest release this knowledge was checked against (`knowledge.versions.NEWEST`).
+   the same files — not known to be the run's, so not when the framework's release excludes it);
+4. what the training framework's release requires (`Requirements`: its package metadata's `Requires-Dist`, dumped
+   with its arguments), when that excludes the newest release known: the newest release it allows;
+5. else the newest release this knowledge was checked against (`knowledge.versions.NEWEST`).
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ import logging
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from vramlens import toml_reading
 from vramlens.file_access import read_text_checked
-from vramlens.knowledge.versions import NEWEST
+from vramlens.knowledge.versions import NEWEST, parse
 
 log = logging.getLogger(__name__)
 
@@ -260,8 +263,21 @@ def installed(python: str | None) -> dict[str, Found]:
     return out
 
 
-def versions(settings) -> dict[str, Found]:
-    """Every package of `PACKAGES` with the version a run of these settings uses, and where it was found."""
+@dataclass(frozen=True)
+class Requirements:
+    """What the training framework's release requires of the libraries (its package metadata's `Requires-Dist`,
+    dumped with its arguments): `who` ("ms-swift 2.6.1"), package → specifier ("<4.48,>=4.33"), and the releases
+    of each package vramlens has dumped (to name the newest below an exclusive major bound)."""
+
+    who: str
+    specs: Mapping[str, str]
+    known: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def versions(settings, requires: Requirements | None = None) -> dict[str, Found]:
+    """Every package of `PACKAGES` with the version a run of these settings uses, and where it was found. A package
+    nothing names is the newest release vramlens knows, or, when the framework's release `requires` excludes that,
+    the newest release it allows."""
     told = {canonical(k): v for k, v in settings.framework_versions.items()}
     pins = workspace_pins(settings.workspace)
     have = installed(settings.trace_python)
@@ -271,8 +287,70 @@ def versions(settings) -> dict[str, Found]:
             out[name] = Found(told[name], "the frameworkVersions setting")
         elif name in pins:
             out[name] = pins[name]
-        elif name in have:
+        elif name in have and (settings.trace_python is not None or not _excluded(name, have[name], requires)):
             out[name] = have[name]
+        elif (
+            requires is not None
+            and name in requires.specs
+            and (allowed := newest_allowed(requires.specs[name], NEWEST[name], requires.known.get(name, ())))
+        ):
+            out[name] = Found(allowed, f"the newest {requires.who} allows: {name}{requires.specs[name]}")
         else:
             out[name] = Found(NEWEST[name], "the newest release vramlens knows")
     return out
+
+
+def _excluded(name: str, found: Found, requires: Requirements | None) -> bool:
+    """Whether the version installed beside vramlens (no trace interpreter is set, so not known to be the run's)
+    is one the framework's release does not allow: the release's requirement then says more about the run."""
+    if requires is None or name not in requires.specs:
+        return False
+    return newest_allowed(requires.specs[name], found.version, requires.known.get(name, ())) is not None
+
+
+_CLAUSE = re.compile(r"\s*(===|==|!=|<=|>=|~=|<|>)\s*([^\s,;]+)\s*")
+
+
+def newest_allowed(spec: str, newest: str, known: tuple[str, ...] = ()) -> str | None:
+    """The newest release a requirement specifier allows when it excludes `newest` (None when `newest` satisfies
+    it, or nothing can be named): an exact pin; an inclusive upper bound itself; below an exclusive bound the
+    series before it ("<4.48" → "4.47", "<4.58.1" → "4.58.0"), or below a major bound ("<1.0") the newest of
+    `known` under it. Pre-release and wildcard clauses are read by their numbers."""
+    clauses = [(m.group(1), m.group(2)) for part in spec.split(",") if (m := _CLAUSE.fullmatch(part))]
+    want = parse(newest)
+    if want is None or not clauses:
+        return None
+
+    def allows(v: tuple[int, int, int]) -> bool:
+        for op, text in clauses:
+            bound = parse(text)
+            if bound is None:
+                continue
+            if (
+                (op in ("==", "===") and "*" not in text and v != bound)
+                or (op == "!=" and v == bound)
+                or (op == "<" and not v < bound)
+                or (op == "<=" and not v <= bound)
+                or (op in (">", ">=", "~=") and not v >= bound)
+            ):
+                return False
+        return True
+
+    if allows(want):
+        return None
+    exact = [text for op, text in clauses if op in ("==", "===") and "*" not in text and parse(text)]
+    if exact:
+        return exact[0]
+    uppers = sorted((b, op, text) for op, text in clauses if op in ("<", "<=") and (b := parse(text)) is not None)
+    if not uppers:
+        return None
+    bound, op, text = uppers[0]
+    if op == "<=":
+        return text
+    major, minor, patch = bound
+    if patch:
+        return f"{major}.{minor}.{patch - 1}"
+    if minor:
+        return f"{major}.{minor - 1}"
+    below = [k for k in known if (t := parse(k)) is not None and t < bound and allows(t)]
+    return max(below, key=lambda k: parse(k) or (0, 0, 0)) if below else None

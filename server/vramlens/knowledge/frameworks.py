@@ -585,6 +585,33 @@ def run_version(framework: str, settings=None, implied: str | None = None) -> st
     return implied
 
 
+def release_requires(framework: str | None, settings=None, implied: str | None = None):
+    """What the release of `framework` the run uses requires of the libraries (its dump's `requires`, from the
+    package metadata), as `environment.Requirements`; None for a framework or release not dumped (a release
+    between two dumps is not assumed to require what either does)."""
+    from vramlens import environment
+    from vramlens.frameworks import recognise, schemas
+
+    if framework is None:
+        return None
+    run = run_version(framework, settings, implied)
+    dumped = schemas.pick_version(framework, run)
+    if dumped is None or (run is not None and schemas.version_key(run) != schemas.version_key(dumped)):
+        return None
+    specs = (schemas.schema(framework, dumped) or {}).get("requires") or {}
+    if not specs:
+        return None
+    title = recognise.TITLES.get(framework, framework)
+    return environment.Requirements(f"{title} {dumped}", specs, {p: tuple(schemas.versions(p)) for p in specs})
+
+
+def run_environment(framework: str | None, settings, implied: str | None = None) -> dict:
+    """`environment.versions` of the run: what nothing names is what the framework's release allows."""
+    from vramlens import environment
+
+    return environment.versions(settings, release_requires(framework, settings, implied))
+
+
 def _dumped(
     framework: str, objective: str | None, version: str | None, hand: dict, settings=None
 ) -> tuple[dict, dict[str, str]]:
@@ -607,7 +634,9 @@ def _dumped(
         return {}, {}
     # TRL's, LLaMA-Factory's and ms-swift's arguments extend transformers' TrainingArguments: what they do not
     # redefine keeps transformers' default
-    base = schemas.pick_version("transformers", run_version("transformers", settings)) if extends_transformers else None
+    env = run_environment(framework, settings, version) if settings is not None else None
+    tv = env["transformers"].version if env is not None else None
+    base = schemas.pick_version("transformers", tv) if extends_transformers else None
     values, labels = {}, {}
     for concept, names in DUMPED_DEFAULTS.get(framework, {}).items():
         where = [(framework, dumped, o) for o in owners]
@@ -617,7 +646,7 @@ def _dumped(
             a = next((a for n in names if (a := schemas.argument(fw, n, v, owner)) is not None), None)
             if a is None:
                 continue
-            value, why = _default_at(a, settings)
+            value, why = _default_at(a, env)
             if _same_kind(value, hand.get(concept)):
                 values[concept] = value
                 labels[concept] = f"{recognise.TITLES[fw]} {v} ({a.get('owner')}.{a['name']}{why})"
@@ -625,14 +654,15 @@ def _dumped(
     return values, labels
 
 
-def _default_at(argument: dict, settings=None) -> tuple[Any, str]:
+def _default_at(argument: dict, env: dict | None = None) -> tuple[Any, str]:
     """A dumped argument's default for the run, and what decided it when the dump records a default that depends on
     a condition (`default_when`: transformers 4.54+'s `optim` is adamw_torch_fused when torch >= 2.8): each
-    condition is judged against the run's torch (`environment.versions`: settings, pins, installed, else the
-    newest release known); one vramlens cannot judge is named, and the unconditional default kept."""
+    condition is judged against the run's torch (`run_environment`: settings, pins, installed, what the
+    framework's release allows, else the newest release known); one vramlens cannot judge is named, and the
+    unconditional default kept."""
     value, why = argument.get("default"), ""
     for condition, alternative in argument.get("default_when") or ():
-        torch = _torch_version(settings)
+        torch = _torch_version(env)
         holds = _holds(condition, parse(torch.version))
         if holds is None:
             why += f"; {alternative} instead when `{condition}`, which vramlens does not judge"
@@ -643,11 +673,11 @@ def _default_at(argument: dict, settings=None) -> tuple[Any, str]:
     return value, why
 
 
-def _torch_version(settings=None):
+def _torch_version(env: dict | None):
     from vramlens import environment
 
-    if settings is not None:
-        return environment.versions(settings)["torch"]
+    if env is not None:
+        return env["torch"]
     return environment.Found(NEWEST["torch"], "the newest release vramlens knows")
 
 

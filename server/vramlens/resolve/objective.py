@@ -3,7 +3,6 @@ reference, reward, value and teacher models, and a rollout's generation."""
 
 from __future__ import annotations
 
-from vramlens import environment
 from vramlens.frameworks.hooks import FrameworkHooks
 from vramlens.knowledge import frameworks, versions
 from vramlens.plan import Origin, Sourced, TrainingPlan
@@ -284,7 +283,7 @@ def _teacher_dtype(
         return stored if told.value == "auto" else told.value
     if hooks.key != "trl" or not named or rp.strategy == "deepspeed":
         return None
-    tv = environment.versions(settings)["transformers"]
+    tv = frameworks.run_environment(hooks.key, settings, file_release(plan, hooks.key))["transformers"]
     v5 = versions.at_least(tv.version, (5, 0, 0))
     dtype = stored if v5 else "fp32"
     sources["teacher_dtype"] = Sourced(

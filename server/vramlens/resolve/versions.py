@@ -10,7 +10,7 @@ from vramlens import environment
 from vramlens.knowledge import frameworks, models, versions
 from vramlens.knowledge.schema import ModelArch
 from vramlens.plan import TrainingPlan
-from vramlens.resolve.common import Context
+from vramlens.resolve.common import Context, file_release
 
 if TYPE_CHECKING:
     from vramlens.resolve.adapters import AdapterPart
@@ -69,7 +69,7 @@ def resolve_versions(
             f"bitsandbytes {bnb_version} ({told}): every 4-bit linear keeps its input for backward (fixed in 0.43.2)"
         )
 
-    env = environment.versions(settings)
+    env = frameworks.run_environment(ctx.fw_key, settings, file_release(plan, ctx.fw_key))
     hf_model = hooks.hf_model
     tv = env["transformers"].version if hf_model else None
     masked = not bool(val("packing")) and hooks.behaviour.get("attn_mask", True)
