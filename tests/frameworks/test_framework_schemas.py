@@ -20,15 +20,17 @@ def test_version_order():
         ("1.7.3", "1.7.3"),
         ("1.8.0", "1.7.3"),
         ("2.9", "2.6.1"),
-        ("3.5.0", "2.6.1"),
+        # no 3.x dump at or below 3.5.0: 3.12.6, of the same major (3.0 renamed `--sft_type`, `--model_type`, …),
+        # not 2.6.1
+        ("3.5.0", "3.12.6"),
         ("3.12.6", "3.12.6"),
-        ("4.0.0", "3.12.6"),
+        ("4.0.0", "4.6.0"),  # `--tuner_type` (4.x) is not an argument of 3.12.6
         ("9.0", "4.6.0"),
         (None, "4.6.0"),
         ("0.1", "1.7.3"),
     ],
 )
-def test_newest_dump_at_or_below_the_version(asked, picked):
+def test_the_dump_of_the_same_major_release_nearest_the_version(asked, picked):
     assert schemas.pick_version("ms-swift", asked) == picked
     assert schemas.schema("ms-swift", asked)["version"] == picked
 

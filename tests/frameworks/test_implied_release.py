@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from vramlens.analysis import analyze
 from vramlens.formats import parse_document
 from vramlens.knowledge import frameworks
 from vramlens.plan import IssueKind
@@ -92,3 +93,20 @@ def test_llamafactory_cli_is_read_as_the_newest(tmp_path):
     text = "llamafactory-cli train --model_name_or_path Qwen/Qwen2.5-7B --stage sft --finetuning_type lora\n"
     plan = _plan(text, tmp_path)
     assert plan.framework_release is None
+
+
+def test_a_release_pinned_between_two_dumps_is_held_to_either(tmp_path):
+    """ms-swift 3.5.0 is not dumped: its file is read with 3.12.6's arguments and defaults (the same major), and an
+    argument is flagged only when neither 2.6.1 nor 3.12.6 defines it."""
+    (tmp_path / "requirements.txt").write_text("ms-swift==3.5.0\n", encoding="utf-8")
+    text = (
+        "swift sft --model Qwen/Qwen2.5-0.5B --train_type lora --torch_dtype bfloat16 "
+        "--per_device_train_batch_size 1 --max_length 512 --modle_revision master\n"
+    )
+    path = tmp_path / "train.sh"
+    path.write_text(text, encoding="utf-8")
+    a = analyze(text, str(path), Settings(workspace=tmp_path, model_lookup=False))
+    unknown = [f.message for f in a.findings if f.rule_id == "VL015"]
+    assert len(unknown) == 1
+    assert unknown[0].startswith("`modle_revision` is not an argument of ms-swift 3.12.6 or 2.6.1")
+    assert "pinned 3.5.0" in unknown[0]

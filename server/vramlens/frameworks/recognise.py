@@ -103,6 +103,15 @@ def version_for(framework: str, workspace: Path | None) -> tuple[str | None, str
     return schemas.pick_version(framework), UNPINNED
 
 
+def pinned_release(framework: str, workspace: Path | None) -> str | None:
+    """The release of the framework the workspace pins exactly, as pinned (it may fall between two dumps)."""
+    from vramlens import environment
+
+    dist = DISTRIBUTIONS.get(framework)
+    pin = environment.workspace_pins(workspace).get(dist) if dist and workspace is not None else None
+    return pin.version if pin is not None else None
+
+
 def implied_version(
     framework: str, used: Iterable[str], names_of: Callable[[str], set[str]], at_most: str | None = None
 ) -> tuple[str, list[str]] | None:
@@ -314,6 +323,9 @@ def apply(
         if framework == "axolotl":
             strict = any(s.path == ("strict",) and to_bool(s.value) for s in settings)
     names = names_of(version)
+    # a pinned release between two dumps: an argument either neighbour defines may be one of its own
+    pin = pinned_release(framework, workspace) if pinned else None
+    around = sorted({v for v in schemas.neighbours(framework, pin) if v not in (None, version)}) if pin else []
     newest = schemas.versions(framework)[-1]
     # read at an older release its arguments imply: a renamed one is still pointed out against the newest
     newest_names = names_of(newest) if plan.framework_release is not None else names
@@ -372,14 +384,24 @@ def apply(
                 suggestion=hint,
                 span=s.key_span,
             )
-        elif strict and (pinned or not _any_version_defines(framework, name, workspace)):
+        elif (
+            strict
+            and (pinned or not _any_version_defines(framework, name, workspace))
+            and not any(name in names_of(v) for v in around)
+        ):
             # unpinned, the newest release is only an assumption: an argument an older release defines is not flagged
             if name not in hints:  # a flag repeated many times is compared with every name once
                 hints[name] = closest(name, names)
             hint = hints[name]
+            of = (
+                f"{title} or {' or '.join(around)} (the releases vramlens has the arguments of either side of the "
+                f"pinned {pin})"
+                if around
+                else title
+            )
             b.issue(
                 IssueKind.UNKNOWN_VALUE,
-                f"`{s.key}` is not an argument of {title}, which stops on arguments it "
+                f"`{s.key}` is not an argument of {of}, which stops on arguments it "
                 f"does not define" + (f" — did you mean `{flag}{hint}`?" if hint else ""),
                 s,
                 suggestion=flag + hint if hint else None,

@@ -51,16 +51,32 @@ def versions(framework: str) -> tuple[str, ...]:
 
 
 def pick_version(framework: str, version: str | None = None) -> str | None:
-    """The dumped version that describes `version`: the newest at or below it; the newest of all when `version`
-    is None; the oldest dump when `version` is older than every dump (the nearest description there is)."""
+    """The dumped version that describes `version`: the newest at or below it of the same major release; else the
+    oldest above it of the same major (ms-swift 3.5.0 is described by 3.12.6, not by 2.6.1: 3.0 renamed its
+    arguments); else the newest below it; the newest of all when `version` is None; the oldest dump when `version`
+    is older than every dump (the nearest description there is)."""
     have = versions(framework)
     if not have:
         return None
     if version is None:
         return have[-1]
+    below, above = neighbours(framework, version)
+    want = version_key(version)[:1]
+    if below is not None and version_key(below)[:1] == want:
+        return below
+    if above is not None and version_key(above)[:1] == want:
+        return above
+    return below or have[0]
+
+
+def neighbours(framework: str, version: str) -> tuple[str | None, str | None]:
+    """The dumped versions either side of `version`: (the newest at or below it, the oldest at or above it); both
+    are `version` itself when it is dumped."""
+    have = versions(framework)
     want = version_key(version)
     below = [v for v in have if version_key(v) <= want]
-    return below[-1] if below else have[0]
+    above = [v for v in have if version_key(v) >= want]
+    return (below[-1] if below else None), (above[0] if above else None)
 
 
 @lru_cache(maxsize=64)
