@@ -7,11 +7,10 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_json import estimate_json
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 QWEN = FIXTURES / "qwen" / "2df8e8ac"
@@ -39,17 +38,7 @@ def estimate(path: Path, cwd: Path) -> dict:
         (hub / "snapshots" / "0123abcd").mkdir(parents=True)
         (hub / "snapshots" / "0123abcd" / "config.json").write_text(json.dumps(QWEN_7B), encoding="utf-8")
     env = {**os.environ, "VRAMLENS_CALIBRATION": "off", "HF_HUB_CACHE": str(cwd / "hub"), "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run(
-        [sys.executable, "-m", "vramlens", "estimate", "--offline", str(path), "--format", "json"],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout)
-    return result[0] if isinstance(result, list) else result
+    return estimate_json(path, cwd=cwd, env=env, timeout=300)
 
 
 def _qwen_launch(tmp_path: Path, script: str, head: str, drop=(), model: str | None = "Qwen/Qwen-7B") -> Path:

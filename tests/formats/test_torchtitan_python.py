@@ -2,12 +2,10 @@
 `--module … --config …`), read with `ast` into the model, micro batch, sequence length, parallel layout and
 activation checkpointing, as torchtitan's TOML job configs are."""
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_json import estimate_json
 from vramlens.formats import parse_document
 from vramlens.formats.torchtitan import ffn_hidden, flavor_args
 
@@ -138,16 +136,7 @@ def test_estimate_from_the_command_line(tmp_path):
     """The CLI estimates a main-branch launch (as a user runs it): Llama 3.1 70B over 8 GPUs with TP 8."""
     script = tmp_path / "launch.sh"
     script.write_text(f"NGPU=8 MODULE=llama3 CONFIG=llama3_70b {MAIN}/run_train.sh\n", encoding="utf-8")
-    out = subprocess.run(
-        [sys.executable, "-m", "vramlens", "estimate", "--format", "json", "--offline", str(script)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=MAIN,
-    )
-    assert out.returncode == 0, out.stderr
-    data = json.loads(out.stdout)
-    d = data[0] if isinstance(data, list) else data
+    d = estimate_json(script, cwd=MAIN)
     assert d["model"]["id"] == "meta-llama/Llama-3.1-70B"
     assert d["gpu"]["count"] == 8
     # fp32 parameters and two fp32 AdamW states, split the same way over the TP ranks

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_json import estimate_json
 from fake_hub import ZEPHYR_7B, FakeHub
 from scripts_module import load_script
 from vramlens.knowledge import models
@@ -221,17 +222,7 @@ def test_a_pending_hub_answer_is_waited_for():
 def _estimate(config: Path, env: dict[str, str]) -> dict:
     full = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_TOKEN")}
     full.update(env, VRAMLENS_CALIBRATION="off")
-    out = subprocess.run(
-        [sys.executable, "-m", "vramlens", "estimate", str(config), "--format", "json"],
-        cwd=config.parent,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=full,
-    )
-    assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout)
-    return result[0] if isinstance(result, list) else result
+    return estimate_json(config, cwd=config.parent, env=full, offline=False)
 
 
 def test_the_estimate_says_the_shapes_are_assumed_and_the_hub_config_wins(tmp_path):

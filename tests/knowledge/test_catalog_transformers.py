@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_json import estimate_json
 from importer_check import assert_reproduced
 from scripts_module import load_script
 from vramlens.knowledge import models
@@ -120,17 +121,7 @@ def test_a_config_naming_a_checkpoint_only_transformers_describes_is_estimated_a
     )
     env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN",)}
     env.update(HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path / "cache"), VRAMLENS_CALIBRATION="off")
-    out = subprocess.run(
-        [sys.executable, "-m", "vramlens", "estimate", str(config), "--format", "json"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-    )
-    assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout)
-    result = result[0] if isinstance(result, list) else result
+    result = estimate_json(config, cwd=tmp_path, env=env, offline=False)
     arch = models.lookup_model("meta-llama/Llama-3.2-11B-Vision")
     assert arch is not None and arch.vision_params > 0
     assert result["model"]["params"] == models.param_count(arch) + arch.vision_params  # language model + vision
