@@ -1,7 +1,8 @@
 """Which library versions a training run uses, without importing any of them.
 
 In order (the first that names a package wins):
-1. the `frameworkVersions` setting (`Settings.framework_versions`);
+1. the `frameworkVersions` setting (`Settings.framework_versions`), then what the file itself installs (a launch
+   script's `pip install "transformers==4.51.*"`: `pip_install_pins`);
 2. the workspace's pins, read with bounded reads from its top folder: uv.lock, poetry.lock (exact resolutions),
    requirements*.txt, pyproject.toml (`[project]` and optional dependencies, `[tool.poetry.dependencies]`) and
    environment.yml — only exact pins (`==`, a bare Poetry version) count. A pin file is read only when it is a
@@ -70,6 +71,25 @@ def exact_pin(requirement: str) -> tuple[str, str] | None:
     if m is None or "*" in m.group(2):
         return None
     return canonical(m.group(1)), m.group(2)
+
+
+def pip_install_pins(words: list[str]) -> dict[str, str]:
+    """What a `pip install` (`pip3`, `python -m pip`, `uv pip`) command pins of `PACKAGES`, as its words are
+    written: `"transformers==4.51.*"` → {"transformers": "4.51"} (a series: its newest release), `peft==0.15.2` →
+    "0.15.2"; options, ranges and unpinned names are left out."""
+    try:
+        start = words.index("install") + 1
+    except ValueError:
+        return {}
+    out: dict[str, str] = {}
+    for word in words[start:]:
+        word = word.strip("'\"")
+        if word.startswith("-"):
+            continue
+        m = _REQ.match(word.removesuffix(".*"))
+        if m is not None and canonical(m.group(1)) in PACKAGES:
+            out.setdefault(canonical(m.group(1)), m.group(2))
+    return out
 
 
 def _read(path: Path, roots: list[Path]) -> str | None:
@@ -274,10 +294,13 @@ class Requirements:
     known: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-def versions(settings, requires: Requirements | None = None) -> dict[str, Found]:
-    """Every package of `PACKAGES` with the version a run of these settings uses, and where it was found. A package
-    nothing names is the newest release vramlens knows, or, when the framework's release `requires` excludes that,
-    the newest release it allows."""
+def versions(
+    settings, requires: Requirements | None = None, installs: Mapping[str, tuple[str, str]] | None = None
+) -> dict[str, Found]:
+    """Every package of `PACKAGES` with the version a run of these settings uses, and where it was found. What the
+    file itself installs (`installs`: package → (version, where), its `pip install` commands) comes after the
+    setting. A package nothing names is the newest release vramlens knows, or, when the framework's release
+    `requires` excludes that, the newest release it allows."""
     told = {canonical(k): v for k, v in settings.framework_versions.items()}
     pins = workspace_pins(settings.workspace)
     have = installed(settings.trace_python)
@@ -285,6 +308,8 @@ def versions(settings, requires: Requirements | None = None) -> dict[str, Found]
     for name in PACKAGES:
         if name in told:
             out[name] = Found(told[name], "the frameworkVersions setting")
+        elif installs and name in installs:
+            out[name] = Found(*installs[name])
         elif name in pins:
             out[name] = pins[name]
         elif name in have and (settings.trace_python is not None or not _excluded(name, have[name], requires)):

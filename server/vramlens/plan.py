@@ -182,6 +182,9 @@ class TrainingPlan(BaseModel):
     # the release of `framework` the file's own arguments belong to, where the newest release vramlens has the
     # arguments of does not define them all and the workspace pins none (`frameworks.recognise.implied_version`)
     framework_release: str | None = None
+    # libraries the file itself installs at a version (a launch script's `pip install "transformers==4.51.*"`):
+    # package → (version, where), for `environment.versions`
+    installs: dict[str, tuple[str, str]] = Field(default_factory=dict)
 
     # model
     model_id: Sourced[str] | None = None
@@ -391,6 +394,7 @@ PLAN_CONCEPTS: tuple[str, ...] = tuple(
         "format",
         "framework",
         "framework_release",
+        "installs",
         "model_span_hint",
         "references",
         "issues",

@@ -101,3 +101,33 @@ def test_what_is_installed_beside_vramlens_gives_way_to_the_requirement(monkeypa
     assert frameworks.run_environment("trl", settings, None)["transformers"].source == "installed with vramlens"
     # a release between two dumps is not assumed to require what either does
     assert frameworks.release_requires("ms-swift", settings, "2.4.0") is None
+
+
+@pytest.mark.parametrize(
+    ("words", "pins"),
+    [
+        (["pip", "install", '"transformers==4.51.*"'], {"transformers": "4.51"}),
+        (
+            ["pip", "install", "-U", '"transformers==4.46.3"', "easydict", '"peft==0.15.2"'],
+            {"transformers": "4.46.3", "peft": "0.15.2"},
+        ),
+        (["pip3", "install", "'trl[vllm]==0.19.1'", "--no-deps"], {"trl": "0.19.1"}),
+        (
+            ["pip", "install", "transformers>=4.51", "flash-attn==2.8.3"],
+            {},
+        ),  # a range; not a library of a step's memory
+        (["pip", "uninstall", "transformers==4.46.3"], {}),
+    ],
+)
+def test_what_a_pip_install_command_pins(words, pins):
+    assert environment.pip_install_pins(words) == pins
+
+
+def test_a_script_runs_the_versions_it_installs(tmp_path):
+    """A launch script's own `pip install` decides before the workspace's pins (and the release's requirement)."""
+    text = 'pip install "transformers==4.46.3" easydict\n' + SWIFT_2
+    (tmp_path / "requirements.txt").write_text("transformers==4.57.6\n", encoding="utf-8")
+    plan, res = _resolve(tmp_path, text, "train.sh")
+    assert plan.installs == {"transformers": ("4.46.3", "`pip install` in train.sh line 1")}
+    said = "transformers 4.46.3 (`pip install` in train.sh line 1)"
+    assert any(str(a).startswith(said) and "shifted fp32 copy of the logits" in str(a) for a in res.assumptions)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Callable
 
+from vramlens import environment
 from vramlens.formats import accelerate, deepspeed, hf, launchers, megatron, moe_experts, purpose, verl
 from vramlens.formats.settings import PlanBuilder, Setting, shown, to_bool, to_float, to_int
 from vramlens.knowledge import deepspeed as deepspeed_presets
@@ -1481,6 +1482,8 @@ class ShellScript:
     defaults: dict[str, tuple] = field(default_factory=dict)
     branch_notes: dict[str, str] = field(default_factory=dict)  # variables an `if` of unknown outcome sets → assumed
     sourcing: Any = None  # the formats.shell_source.Sourcing it was read with (the script's folder, files read in)
+    # libraries its own `pip install` commands pin: package → (version, where) (environment.pip_install_pins)
+    installs: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 class _Reader:
@@ -2119,6 +2122,7 @@ def analyze(
     candidates: set[int] = set()
     other: tuple[str, Span] | None = None  # the first command that runs something other than training
     setup: tuple[str, Span] | None = None  # the first environment set-up command (`pip install`, `docker build`)
+    installs: dict[str, tuple[str, str]] = {}  # what its `pip install` commands pin (ShellScript.installs)
     runs = False  # a command runs python or a launcher
     programs = False  # a command of the script's own runs a program (not only sets, exports or prints variables)
     assigned: dict[str, tuple[int, int]] = {}  # variables the script's own lines set -> their statement's range
@@ -2235,8 +2239,12 @@ def analyze(
         if sourcing is not None and not sourcing.own(cmd) and prog not in _HEADS and not _PYTHON.fullmatch(prog):
             continue  # what a file read in does besides training (`pip install`, `echo`) is not this script's purpose
         if prog in purpose.SETUP_HEADS:  # `pip install`, `docker build`: counted only when nothing else runs
-            if setup is None and (what := purpose.setup_purpose([raw_text(text, w) for w in rest])) is not None:
+            words = [raw_text(text, w) for w in rest]
+            if setup is None and (what := purpose.setup_purpose(words)) is not None:
                 setup = (what, idx.span(cmd.start, cmd.end))
+            where = f"`{prog} install` in {PurePosixPath(path).name} line {idx.span(cmd.start, cmd.end).start_line + 1}"
+            for name, version in environment.pip_install_pins(words).items():
+                installs.setdefault(name, (version, where))
             continue
         runs = runs or bool(_PYTHON.fullmatch(prog)) or (prog in _HEADS and prog not in _RESERVED)
         if other is None and prog in purpose.COMMAND_HEADS:
@@ -2304,6 +2312,7 @@ def analyze(
         defaults=flow.defaults,
         branch_notes=flow.finish(),
         sourcing=sourcing,
+        installs=installs,
     )
     return script, issues
 
@@ -2537,6 +2546,7 @@ def parse_script(text: str, ctx, fmt: str = "shell", path: str | None = None) ->
         b.plan.read_notes.extend(sourcing.notes)
     build_plan(b, script, ctx)
     b.plan.format = fmt
+    b.plan.installs = dict(script.installs)
     if b.plan.model_id is None and sourcing is not None and sourcing.unread:
         # the model's flags may be in a file the script sources by a name only known when it runs (Megatron-LM
         # examples/post_training/modelopt/conf/arguments.sh `source "${SCRIPT_DIR}/conf/${MLM_MODEL_CFG}.sh"`)

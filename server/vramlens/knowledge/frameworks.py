@@ -605,15 +605,16 @@ def release_requires(framework: str | None, settings=None, implied: str | None =
     return environment.Requirements(f"{title} {dumped}", specs, {p: tuple(schemas.versions(p)) for p in specs})
 
 
-def run_environment(framework: str | None, settings, implied: str | None = None) -> dict:
-    """`environment.versions` of the run: what nothing names is what the framework's release allows."""
+def run_environment(framework: str | None, settings, implied: str | None = None, installs=None) -> dict:
+    """`environment.versions` of the run: what the file installs (`TrainingPlan.installs`) after the setting, and
+    what nothing names is what the framework's release allows."""
     from vramlens import environment
 
-    return environment.versions(settings, release_requires(framework, settings, implied))
+    return environment.versions(settings, release_requires(framework, settings, implied), installs)
 
 
 def _dumped(
-    framework: str, objective: str | None, version: str | None, hand: dict, settings=None
+    framework: str, objective: str | None, version: str | None, hand: dict, settings=None, installs=None
 ) -> tuple[dict, dict[str, str]]:
     """The literal defaults the framework's dump at `version` holds for DUMPED_DEFAULTS, with their provenance text
     ("TRL 1.16.0 (SFTConfig.max_length)")."""
@@ -634,7 +635,7 @@ def _dumped(
         return {}, {}
     # TRL's, LLaMA-Factory's and ms-swift's arguments extend transformers' TrainingArguments: what they do not
     # redefine keeps transformers' default
-    env = run_environment(framework, settings, version) if settings is not None else None
+    env = run_environment(framework, settings, version, installs) if settings is not None else None
     tv = env["transformers"].version if env is not None else None
     base = schemas.pick_version("transformers", tv) if extends_transformers else None
     values, labels = {}, {}
@@ -730,13 +731,14 @@ def _same_kind(value, hand) -> bool:
 
 
 def defaults_for(
-    framework: str | None, objective: str | None = None, settings=None, implied: str | None = None
+    framework: str | None, objective: str | None = None, settings=None, implied: str | None = None, installs=None
 ) -> tuple[str, str, Defaults]:
     """(framework key, version label, defaults) — unknown frameworks get the transformers defaults. TRL's label
     names the objective's config class ("TRL 1.x (DPOConfig/ModelConfig)"). With the run's `settings`, the
     defaults its framework's argument dump holds at the version the run uses (`run_version`) replace the
     hand-written ones, each labelled with that version and argument. `implied`: the release of `framework` the
-    file's own arguments belong to (`run_version`)."""
+    file's own arguments belong to (`run_version`); `installs`: what the file itself installs
+    (`TrainingPlan.installs`)."""
     key = framework if framework in DEFAULTS else "transformers"
     implied = implied if key == framework else None
     version, values = DEFAULTS[key]
@@ -759,7 +761,7 @@ def defaults_for(
         from vramlens.frameworks import recognise
 
         version = f"{version}, the file read as {recognise.TITLES.get(key, key)} {implied}"
-    dumped, labels = _dumped(key, objective, run, values, settings)
+    dumped, labels = _dumped(key, objective, run, values, settings, installs)
     if key == "llamafactory":
         release = parse(run)
         if release is not None and release < LLAMAFACTORY_TRUST_SETTING_FROM:

@@ -111,7 +111,11 @@ __all__ = [
 def resolve(plan: TrainingPlan, settings: Settings | None = None) -> Resolution:
     settings = settings or Settings()
     fw_key, fw_label, defaults = frameworks.defaults_for(
-        plan.framework, plan.objective.value if plan.objective is not None else None, settings, plan.framework_release
+        plan.framework,
+        plan.objective.value if plan.objective is not None else None,
+        settings,
+        plan.framework_release,
+        plan.installs,
     )
     ctx = Context(plan, settings, fw_key, fw_label, defaults, hooks_for(fw_key), assumptions=list(plan.read_notes))
 

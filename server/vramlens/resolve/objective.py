@@ -283,7 +283,7 @@ def _teacher_dtype(
         return stored if told.value == "auto" else told.value
     if hooks.key != "trl" or not named or rp.strategy == "deepspeed":
         return None
-    tv = frameworks.run_environment(hooks.key, settings, file_release(plan, hooks.key))["transformers"]
+    tv = frameworks.run_environment(hooks.key, settings, file_release(plan, hooks.key), plan.installs)["transformers"]
     v5 = versions.at_least(tv.version, (5, 0, 0))
     dtype = stored if v5 else "fp32"
     sources["teacher_dtype"] = Sourced(

@@ -69,7 +69,7 @@ def resolve_versions(
             f"bitsandbytes {bnb_version} ({told}): every 4-bit linear keeps its input for backward (fixed in 0.43.2)"
         )
 
-    env = frameworks.run_environment(ctx.fw_key, settings, file_release(plan, ctx.fw_key))
+    env = frameworks.run_environment(ctx.fw_key, settings, file_release(plan, ctx.fw_key), plan.installs)
     hf_model = hooks.hf_model
     tv = env["transformers"].version if hf_model else None
     masked = not bool(val("packing")) and hooks.behaviour.get("attn_mask", True)
