@@ -201,3 +201,27 @@ def test_fixes_of_the_allocator_edit_the_value_of_its_env_line():
         assert len(after.split("\n")) == len(before.split("\n"))
         plan = parse_document(after, "x.ipynb").plan
         assert plan.alloc_conf.value == "expandable_segments:True,garbage_collection_threshold:0.6"
+
+
+def test_the_versions_its_pip_installs_pin_are_the_run_s(tmp_path):
+    """`%pip install "transformers==4.46.3"` in a notebook: the run's transformers, named with its cell."""
+    text = notebook(
+        ("markdown", "pip install transformers==4.57.6  (a markdown cell is not run)"),
+        ("code", '%pip install -q "transformers==4.46.3" "peft==0.13.2" datasets\n!pip install "trl==0.12.*"'),
+        (
+            "code",
+            "from transformers import AutoModelForCausalLM, TrainingArguments\n"
+            'model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B")\n'
+            'args = TrainingArguments(output_dir="out", per_device_train_batch_size=1, bf16=True)\n',
+        ),
+    )
+    path = tmp_path / "train.ipynb"
+    path.write_text(text, encoding="utf-8")
+    a = analyze(text, str(path), Settings(workspace=tmp_path, model_lookup=False))
+    assert a.plan is not None and a.plan.installs == {
+        "transformers": ("4.46.3", "`pip install` in cell 2"),
+        "peft": ("0.13.2", "`pip install` in cell 2"),
+        "trl": ("0.12", "`pip install` in cell 2"),
+    }
+    said = "transformers 4.46.3 (`pip install` in cell 2)"
+    assert any(str(x).startswith(said) for x in a.resolution.assumptions), a.resolution.assumptions

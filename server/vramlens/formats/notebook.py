@@ -18,6 +18,8 @@ The cell text is read through two views of the same length, line for line:
 The Python view is read first (`formats.python_calls`: a `SFTTrainer(...)` in a cell); when it holds no
 training call, the shell view (`formats.shell`: `!accelerate launch train.py --flags`).
 IPython's `{var}`/`$var` expansion inside `!` lines is not done: such a value is unknown.
+The `!pip install` / `%pip install` lines (and `pip install` in shell cells) that pin a library step memory depends
+on (`"transformers==4.46.3"`) name the run's version of it (`TrainingPlan.installs`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import shlex
 from dataclasses import dataclass, field
 
 from vramlens.plan import Span, TrainingPlan
@@ -41,6 +44,8 @@ _SHELL_LINE = re.compile(r"([ \t]*)!(?!=)")
 SHELL_LANGUAGES = frozenset({"shellscript", "bash", "sh", "shell"})
 # `%env NAME=value` / `%env NAME value`: IPython sets os.environ, which the kernel's training and every later
 # `!` command see
+# `!pip install …`, `%pip install …`, `!python -m pip install …` (in a shell cell without the `!`)
+_PIP_INSTALL = re.compile(r"[ \t]*[!%]?[ \t]*(?:python3?[ \t]+-m[ \t]+|uv[ \t]+)?(pip3?[ \t]+install\b.*)$")
 _ENV_MAGIC = re.compile(r"([ \t]*)%env[ \t]+([A-Za-z_][A-Za-z0-9_]*)(?:[ \t]*=[ \t]*|[ \t]+)(\S(?:.*\S)?)[ \t]*$")
 _EXPORT = re.compile(r"([ \t]*)export[ \t]+([A-Za-z_][A-Za-z0-9_]*=.*)$")
 
@@ -219,6 +224,7 @@ def parse_notebook(text: str, ctx) -> TrainingPlan | None:
     if plan is None:
         return None
     _env_magics(plan, cells)
+    _installs(plan, cells)
     plan.format = "notebook"
     plan.extra["notebook_view"] = _view_marker(view)
     return plan
@@ -249,6 +255,24 @@ def _env_magics(plan: TrainingPlan, cells: CellText) -> None:
                 n = len([x for x in value.replace(" ", "").split(",") if x])
                 if n:
                     b.set("gpu_count", n, s)
+
+
+def _installs(plan: TrainingPlan, cells: CellText) -> None:
+    """The library versions the notebook's `pip install` lines pin (`TrainingPlan.installs`), the first of each."""
+    from vramlens import environment
+
+    for k, line in enumerate(cells.text.split("\n")):
+        m = _PIP_INSTALL.match(line)
+        if m is None:
+            continue
+        try:
+            words = shlex.split(m.group(1), comments=True)
+        except ValueError:  # an unclosed quote
+            words = m.group(1).split()
+        cell, _ = cells.locate(k)
+        where = f"`pip install` in cell {cells.numbers[cell] if cells.numbers else cell + 1}"
+        for name, version in environment.pip_install_pins(words).items():
+            plan.installs.setdefault(name, (version, where))
 
 
 def _with_command_line(plan: TrainingPlan, cells: CellText, sh: str, ctx) -> TrainingPlan:
