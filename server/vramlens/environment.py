@@ -84,11 +84,9 @@ def pip_install_pins(words: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for word in words[start:]:
         word = word.strip("'\"")
-        if word.startswith("-"):
-            continue
-        m = _REQ.match(word.removesuffix(".*"))
-        if m is not None and canonical(m.group(1)) in PACKAGES:
-            out.setdefault(canonical(m.group(1)), m.group(2))
+        pin = None if word.startswith("-") else exact_pin(word.removesuffix(".*"))
+        if pin is not None and pin[0] in PACKAGES:
+            out.setdefault(*pin)
     return out
 
 

@@ -94,22 +94,19 @@ UNPINNED = "the newest release vramlens has the arguments of"
 def version_for(framework: str, workspace: Path | None) -> tuple[str | None, str]:
     """(the dumped version describing the run, where its version came from): the workspace's exact pin of the
     framework's distribution, else the newest dump."""
-    from vramlens import environment
-
-    dist = DISTRIBUTIONS.get(framework)
-    pin = environment.workspace_pins(workspace).get(dist) if dist and workspace is not None else None
+    pin = pinned_release(framework, workspace)
     if pin is not None:
         return schemas.pick_version(framework, pin.version), pin.source
     return schemas.pick_version(framework), UNPINNED
 
 
-def pinned_release(framework: str, workspace: Path | None) -> str | None:
-    """The release of the framework the workspace pins exactly, as pinned (it may fall between two dumps)."""
+def pinned_release(framework: str, workspace: Path | None):
+    """The workspace's exact pin of the framework's distribution (`environment.Found`: the release as pinned — it
+    may fall between two dumps — and where), or None."""
     from vramlens import environment
 
     dist = DISTRIBUTIONS.get(framework)
-    pin = environment.workspace_pins(workspace).get(dist) if dist and workspace is not None else None
-    return pin.version if pin is not None else None
+    return environment.workspace_pins(workspace).get(dist) if dist and workspace is not None else None
 
 
 def implied_version(
@@ -324,7 +321,8 @@ def apply(
             strict = any(s.path == ("strict",) and to_bool(s.value) for s in settings)
     names = names_of(version)
     # a pinned release between two dumps: an argument either neighbour defines may be one of its own
-    pin = pinned_release(framework, workspace) if pinned else None
+    found = pinned_release(framework, workspace)
+    pin = found.version if found is not None else None
     around = sorted({v for v in schemas.neighbours(framework, pin) if v not in (None, version)}) if pin else []
     newest = schemas.versions(framework)[-1]
     # read at an older release its arguments imply: a renamed one is still pointed out against the newest

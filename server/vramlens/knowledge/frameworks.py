@@ -10,7 +10,7 @@ import ast
 import re
 from typing import Any
 
-from vramlens.knowledge.versions import NEWEST, parse
+from vramlens.knowledge.versions import parse
 
 # framework -> (version the defaults were read at, {concept: value})
 DEFAULTS: dict[str, tuple[str, dict]] = {
@@ -555,11 +555,13 @@ DUMPED_DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
 
 
 class Defaults(dict):
-    """A framework's defaults by concept, with where each came from when not the framework's label."""
+    """A framework's defaults by concept, with where each came from when not the framework's label, and the
+    library versions of the run they were read for (`run_environment`)."""
 
-    def __init__(self, values: dict, labels: dict[str, str] | None = None):
+    def __init__(self, values: dict, labels: dict[str, str], env: dict):
         super().__init__(values)
-        self.labels = labels or {}
+        self.labels = labels
+        self.env = env
 
 
 def run_version(framework: str, settings=None, implied: str | None = None) -> str | None:
@@ -614,10 +616,10 @@ def run_environment(framework: str | None, settings, implied: str | None = None,
 
 
 def _dumped(
-    framework: str, objective: str | None, version: str | None, hand: dict, settings=None, installs=None
+    framework: str, objective: str | None, version: str | None, hand: dict, env: dict
 ) -> tuple[dict, dict[str, str]]:
     """The literal defaults the framework's dump at `version` holds for DUMPED_DEFAULTS, with their provenance text
-    ("TRL 1.16.0 (SFTConfig.max_length)")."""
+    ("TRL 1.16.0 (SFTConfig.max_length)"); `env`: the run's library versions (`run_environment`)."""
     from vramlens.frameworks import recognise, schemas
 
     dumped = schemas.pick_version(framework, version)
@@ -635,9 +637,7 @@ def _dumped(
         return {}, {}
     # TRL's, LLaMA-Factory's and ms-swift's arguments extend transformers' TrainingArguments: what they do not
     # redefine keeps transformers' default
-    env = run_environment(framework, settings, version, installs) if settings is not None else None
-    tv = env["transformers"].version if env is not None else None
-    base = schemas.pick_version("transformers", tv) if extends_transformers else None
+    base = schemas.pick_version("transformers", env["transformers"].version) if extends_transformers else None
     values, labels = {}, {}
     for concept, names in DUMPED_DEFAULTS.get(framework, {}).items():
         where = [(framework, dumped, o) for o in owners]
@@ -655,15 +655,15 @@ def _dumped(
     return values, labels
 
 
-def _default_at(argument: dict, env: dict | None = None) -> tuple[Any, str]:
+def _default_at(argument: dict, env: dict) -> tuple[Any, str]:
     """A dumped argument's default for the run, and what decided it when the dump records a default that depends on
     a condition (`default_when`: transformers 4.54+'s `optim` is adamw_torch_fused when torch >= 2.8): each
     condition is judged against the run's torch (`run_environment`: settings, pins, installed, what the
     framework's release allows, else the newest release known); one vramlens cannot judge is named, and the
     unconditional default kept."""
     value, why = argument.get("default"), ""
+    torch = env["torch"]
     for condition, alternative in argument.get("default_when") or ():
-        torch = _torch_version(env)
         holds = _holds(condition, parse(torch.version))
         if holds is None:
             why += f"; {alternative} instead when `{condition}`, which vramlens does not judge"
@@ -672,14 +672,6 @@ def _default_at(argument: dict, env: dict | None = None) -> tuple[Any, str]:
         elif not why:
             why = f": `{condition}` does not hold for torch {torch.version} ({torch.source})"
     return value, why
-
-
-def _torch_version(env: dict | None):
-    from vramlens import environment
-
-    if env is not None:
-        return env["torch"]
-    return environment.Found(NEWEST["torch"], "the newest release vramlens knows")
 
 
 _TORCH_FLAG = re.compile(r"is_torch_greater_or_equal_than_(\d+)_(\d+)(?:_(\d+))?")
@@ -731,10 +723,11 @@ def _same_kind(value, hand) -> bool:
 
 
 def defaults_for(
-    framework: str | None, objective: str | None = None, settings=None, implied: str | None = None, installs=None
+    framework: str | None, objective: str | None, settings, implied: str | None = None, installs=None
 ) -> tuple[str, str, Defaults]:
     """(framework key, version label, defaults) — unknown frameworks get the transformers defaults. TRL's label
     names the objective's config class ("TRL 1.x (DPOConfig/ModelConfig)"). With the run's `settings`, the
+    library versions of the run are read (`run_environment`, kept as `Defaults.env`) and the
     defaults its framework's argument dump holds at the version the run uses (`run_version`) replace the
     hand-written ones, each labelled with that version and argument. `implied`: the release of `framework` the
     file's own arguments belong to (`run_version`); `installs`: what the file itself installs
@@ -761,7 +754,8 @@ def defaults_for(
         from vramlens.frameworks import recognise
 
         version = f"{version}, the file read as {recognise.TITLES.get(key, key)} {implied}"
-    dumped, labels = _dumped(key, objective, run, values, settings, installs)
+    env = run_environment(key, settings, run, installs)
+    dumped, labels = _dumped(key, objective, run, values, env)
     if key == "llamafactory":
         release = parse(run)
         if release is not None and release < LLAMAFACTORY_TRUST_SETTING_FROM:
@@ -772,7 +766,7 @@ def defaults_for(
         if swift is not None and swift < SWIFT_CE_FUSION_FROM:
             dumped["cross_entropy_fusion"] = False
             labels["cross_entropy_fusion"] = f"ms-swift {'.'.join(map(str, swift))} Megatron-SWIFT (megatron_args.py)"
-    return key, version, Defaults({**values, **dumped}, labels)
+    return key, version, Defaults({**values, **dumped}, labels, env)
 
 
 # LLaMA-Factory passes `trust_remote_code=True` to every load before 0.9.2 (v0.8.3 … v0.9.1

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vramlens.frameworks.hooks import FrameworkHooks
+from vramlens.knowledge.frameworks import Defaults
 from vramlens.knowledge.liger import LIGER_VERSION, liger_glu, liger_rms_norm
 from vramlens.plan import Origin, Sourced, TrainingPlan, Unmodelled
 from vramlens.resolved import ResolvedPlan, unmodelled_text
@@ -174,7 +175,7 @@ class Context:
     settings: Settings
     fw_key: str
     fw_label: str
-    defaults: dict
+    defaults: Defaults  # knowledge.frameworks.defaults_for's, with the run's library versions (`defaults.env`)
     hooks: FrameworkHooks
     sources: dict[str, Sourced] = field(default_factory=dict)
     assumptions: list[str] = field(default_factory=list)

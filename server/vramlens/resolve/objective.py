@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from vramlens.frameworks.hooks import FrameworkHooks
 from vramlens.knowledge import frameworks, versions
+from vramlens.knowledge.frameworks import Defaults
 from vramlens.plan import Origin, Sourced, TrainingPlan
 from vramlens.resolve.common import Approximate, Context, _extra_value, file_release
 from vramlens.resolve.model import hub_lookup
@@ -22,7 +23,7 @@ def objective_fields(
     settings: Settings,
     sources: dict,
     assumptions: list[str],
-    defaults: dict | None = None,
+    defaults: Defaults,
 ) -> dict:
     """What the objective changes in the step: paired sequences, the reference model, generation,
     reward/value models, the teacher. Semantics from trl 1.16.0 (trainer/dpo_trainer.py `_compute_loss`: chosen
@@ -36,12 +37,12 @@ def objective_fields(
     # defaults read from the framework's own argument dump at the run's version (knowledge/frameworks.py
     # DUMPED_DEFAULTS: TRL's GRPOConfig.max_completion_length is 256 up to 0.29 and 512 in 1.x; PPO's
     # response_length 53), each with where it was read
-    labels = getattr(defaults, "labels", {})
+    labels = defaults.labels
 
     def dumped(concept: str, note: str):
         if concept not in labels:
             return None
-        v = defaults[concept]  # type: ignore[index]
+        v = defaults[concept]
         sources[concept] = Sourced(value=v, origin=Origin.DEFAULT, framework=labels[concept], note=note.format(v))
         return v
 
@@ -228,7 +229,7 @@ def objective_fields(
                 )
             )
         out["teacher"] = teacher
-        dtype = _teacher_dtype(plan, rp, hooks, settings, teacher, tid, sources)
+        dtype = _teacher_dtype(plan, rp, hooks, defaults.env, teacher, tid, sources)
         if dtype is not None and dtype != rp.weight_dtype:
             out["teacher_dtype"] = dtype
             said = sources["teacher_dtype"]
@@ -262,7 +263,7 @@ def _teacher_dtype(
     plan: TrainingPlan,
     rp: ResolvedPlan,
     hooks: FrameworkHooks,
-    settings: Settings,
+    env: dict,  # the run's library versions (Defaults.env)
     teacher,
     named: str | None,
     sources: dict,
@@ -283,7 +284,7 @@ def _teacher_dtype(
         return stored if told.value == "auto" else told.value
     if hooks.key != "trl" or not named or rp.strategy == "deepspeed":
         return None
-    tv = frameworks.run_environment(hooks.key, settings, file_release(plan, hooks.key), plan.installs)["transformers"]
+    tv = env["transformers"]
     v5 = versions.at_least(tv.version, (5, 0, 0))
     dtype = stored if v5 else "fp32"
     sources["teacher_dtype"] = Sourced(

@@ -10,7 +10,7 @@ from vramlens import environment
 from vramlens.knowledge import frameworks, models, versions
 from vramlens.knowledge.schema import ModelArch
 from vramlens.plan import TrainingPlan
-from vramlens.resolve.common import Context, file_release
+from vramlens.resolve.common import Context
 
 if TYPE_CHECKING:
     from vramlens.resolve.adapters import AdapterPart
@@ -69,7 +69,8 @@ def resolve_versions(
             f"bitsandbytes {bnb_version} ({told}): every 4-bit linear keeps its input for backward (fixed in 0.43.2)"
         )
 
-    env = frameworks.run_environment(ctx.fw_key, settings, file_release(plan, ctx.fw_key), plan.installs)
+    env = ctx.defaults.env
+    assert env is not None  # read by defaults_for with the settings resolve() always has
     hf_model = hooks.hf_model
     tv = env["transformers"].version if hf_model else None
     masked = not bool(val("packing")) and hooks.behaviour.get("attn_mask", True)
