@@ -328,39 +328,47 @@ def _excluded(name: str, found: Found, requires: Requirements | None) -> bool:
     is one the framework's release does not allow: the release's requirement then says more about the run."""
     if requires is None or name not in requires.specs:
         return False
-    return newest_allowed(requires.specs[name], found.version, requires.known.get(name, ())) is not None
+    return satisfies(requires.specs[name], found.version) is False
 
 
 _CLAUSE = re.compile(r"\s*(===|==|!=|<=|>=|~=|<|>)\s*([^\s,;]+)\s*")
+
+
+def _clauses(spec: str) -> list[tuple[str, str]]:
+    return [(m.group(1), m.group(2)) for part in spec.split(",") if (m := _CLAUSE.fullmatch(part))]
+
+
+def _allows(clauses: list[tuple[str, str]], v: tuple[int, int, int]) -> bool:
+    for op, text in clauses:
+        bound = parse(text)
+        if bound is None:
+            continue
+        if (
+            (op in ("==", "===") and "*" not in text and v != bound)
+            or (op == "!=" and v == bound)
+            or (op == "<" and not v < bound)
+            or (op == "<=" and not v <= bound)
+            or (op in (">", ">=", "~=") and not v >= bound)
+        ):
+            return False
+    return True
+
+
+def satisfies(spec: str, version: str) -> bool | None:
+    """Whether `version` meets a requirement specifier ("<4.48,>=4.33"); None when either does not read as
+    numbers. Pre-release and wildcard clauses are read by their numbers."""
+    clauses, v = _clauses(spec), parse(version)
+    return None if v is None or not clauses else _allows(clauses, v)
 
 
 def newest_allowed(spec: str, newest: str, known: tuple[str, ...] = ()) -> str | None:
     """The newest release a requirement specifier allows when it excludes `newest` (None when `newest` satisfies
     it, or nothing can be named): an exact pin; an inclusive upper bound itself; below an exclusive bound the
     series before it ("<4.48" → "4.47", "<4.58.1" → "4.58.0"), or below a major bound ("<1.0") the newest of
-    `known` under it. Pre-release and wildcard clauses are read by their numbers."""
-    clauses = [(m.group(1), m.group(2)) for part in spec.split(",") if (m := _CLAUSE.fullmatch(part))]
-    want = parse(newest)
-    if want is None or not clauses:
+    `known` under it (`satisfies`)."""
+    if satisfies(spec, newest) is not False:
         return None
-
-    def allows(v: tuple[int, int, int]) -> bool:
-        for op, text in clauses:
-            bound = parse(text)
-            if bound is None:
-                continue
-            if (
-                (op in ("==", "===") and "*" not in text and v != bound)
-                or (op == "!=" and v == bound)
-                or (op == "<" and not v < bound)
-                or (op == "<=" and not v <= bound)
-                or (op in (">", ">=", "~=") and not v >= bound)
-            ):
-                return False
-        return True
-
-    if allows(want):
-        return None
+    clauses = _clauses(spec)
     exact = [text for op, text in clauses if op in ("==", "===") and "*" not in text and parse(text)]
     if exact:
         return exact[0]
@@ -375,5 +383,5 @@ def newest_allowed(spec: str, newest: str, known: tuple[str, ...] = ()) -> str |
         return f"{major}.{minor}.{patch - 1}"
     if minor:
         return f"{major}.{minor - 1}"
-    below = [k for k in known if (t := parse(k)) is not None and t < bound and allows(t)]
+    below = [k for k in known if (t := parse(k)) is not None and t < bound and _allows(clauses, t)]
     return max(below, key=lambda k: parse(k) or (0, 0, 0)) if below else None

@@ -101,6 +101,17 @@ def test_what_is_installed_beside_vramlens_gives_way_to_the_requirement(monkeypa
     assert frameworks.run_environment("trl", settings, None)["transformers"].source == "installed with vramlens"
     # a release between two dumps is not assumed to require what either does
     assert frameworks.release_requires("ms-swift", settings, "2.4.0") is None
+    # below a release's lower bound (LLaMA-Factory 0.7.0: transformers>=4.37.2, no upper one): not the run's either
+    monkeypatch.setattr(
+        environment,
+        "installed",
+        lambda python: {"transformers": environment.Found("4.30.2", "installed with vramlens")},
+    )
+    env = frameworks.run_environment("llamafactory", settings, "0.7.0")
+    assert env["transformers"].source == "the newest release vramlens knows"
+    assert environment.satisfies("<4.48,>=4.33", "4.30.2") is False
+    assert environment.satisfies("<4.48,>=4.33", "4.47.1") is True
+    assert environment.satisfies("", "4.47.1") is None
 
 
 @pytest.mark.parametrize(
