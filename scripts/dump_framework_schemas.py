@@ -11,9 +11,9 @@ configs, with vramlens' bounded YAML loader. The result is written to
     {"framework", "version", "source": [{"file", "sha256"}], "extends": [...], "arguments": [{"name", "aliases",
      "type", "default", "default_text", "choices", "owner", "file", "line"[, "default_when"]}, ...]}
 
-and, when the release's package metadata states them, `"requires"`: what it requires of the libraries whose version
-changes a step's memory (`{"transformers": "<4.48,>=4.33"}`). Arguments are sorted by (name, owner), one a line,
-so that a rerun gives the same bytes and a new version diffs cleanly.
+(What each release requires of the libraries is dumped, for every release, by `scripts/dump_release_requirements.py`.)
+Arguments are sorted by (name, owner), one a line, so that a rerun gives the same bytes and a new version diffs
+cleanly.
 `extends` names argument classes the framework inherits from another package (TRL's configs extend transformers'
 `TrainingArguments`), whose arguments are in that package's schema. Help texts are dropped.
 
@@ -261,52 +261,6 @@ def _members(archive: Path) -> dict[str, bytes]:
     with tarfile.open(archive) as t:
         items = [(m.name, lambda m=m: t.extractfile(m).read()) for m in t.getmembers() if m.isfile()]
         return _normalise(items, out)
-
-
-# the libraries whose version changes what a step allocates (vramlens.environment.PACKAGES and DeepSpeed)
-REQUIRED = ("transformers", "torch", "peft", "trl", "bitsandbytes", "accelerate", "deepspeed")
-
-
-def _requires(archive: Path) -> dict[str, str]:
-    """What the release requires of REQUIRED, as its package metadata states it: a wheel's `*.dist-info/METADATA`
-    or an sdist's `PKG-INFO` `Requires-Dist` lines, else its `*.egg-info/requires.txt` before the first
-    `[extra]` section; requirements that apply only to an extra are left out."""
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
-
-    if archive.suffix == ".whl":
-        with zipfile.ZipFile(archive) as z:
-            files = {n: z.read(n) for n in z.namelist() if n.endswith((".dist-info/METADATA",))}
-    else:
-        with tarfile.open(archive) as t:
-            files = {
-                m.name: t.extractfile(m).read()
-                for m in t.getmembers()
-                if m.isfile() and m.name.endswith(("/PKG-INFO", ".egg-info/requires.txt"))
-            }
-    lines: list[str] = []
-    for name, data in sorted(files.items(), key=lambda kv: kv[0].endswith("requires.txt")):
-        text = data.decode("utf-8", errors="replace")
-        if name.endswith("requires.txt"):
-            if not lines:
-                lines = [ln for ln in text.split("\n[", 1)[0].splitlines() if ln.strip()]
-        else:
-            lines += [ln.split(":", 1)[1] for ln in text.splitlines() if ln.startswith("Requires-Dist:")]
-    out: dict[str, str] = {}
-    for line in lines:
-        try:
-            req = Requirement(line.strip())
-        except InvalidRequirement:
-            continue
-        name = canonicalize_name(req.name)
-        if (
-            name in REQUIRED
-            and name not in out
-            and str(req.specifier)
-            and (req.marker is None or "extra" not in str(req.marker))
-        ):
-            out[name] = str(req.specifier)
-    return dict(sorted(out.items()))
 
 
 def _normalise(items, out: dict[str, bytes]) -> dict[str, bytes]:
@@ -614,9 +568,6 @@ def dump(target: Target, version: str, wheels: Path) -> tuple[dict, list[str]]:
         "extends": list(target.extends),
         "arguments": args,
     }
-    requires = _requires(archive)
-    if requires:
-        data["requires"] = requires
     if bases:
         data["bases"] = dict(sorted(bases.items()))
     if configs:

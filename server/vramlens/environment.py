@@ -74,9 +74,10 @@ def exact_pin(requirement: str) -> tuple[str, str] | None:
 
 
 def pip_install_pins(words: list[str]) -> dict[str, str]:
-    """What a `pip install` (`pip3`, `python -m pip`, `uv pip`) command pins of `PACKAGES`, as its words are
-    written: `"transformers==4.51.*"` → {"transformers": "4.51"} (a series: its newest release), `peft==0.15.2` →
-    "0.15.2"; options, ranges and unpinned names are left out."""
+    """What a `pip install` (`pip3`, `python -m pip`, `uv pip`) command pins of `PACKAGES` and `FRAMEWORK_PACKAGES`,
+    as its words are written: `"transformers==4.51.*"` → {"transformers": "4.51"} (a series: its newest release),
+    `peft==0.15.2` → "0.15.2", `'ms-swift[llm]==2.6.1'` → {"ms-swift": "2.6.1"}; options, ranges and unpinned names
+    are left out."""
     try:
         start = words.index("install") + 1
     except ValueError:
@@ -85,7 +86,7 @@ def pip_install_pins(words: list[str]) -> dict[str, str]:
     for word in words[start:]:
         word = word.strip("'\"")
         pin = None if word.startswith("-") else exact_pin(word.removesuffix(".*"))
-        if pin is not None and pin[0] in PACKAGES:
+        if pin is not None and (pin[0] in PACKAGES or pin[0] in FRAMEWORK_PACKAGES):
             out.setdefault(*pin)
     return out
 

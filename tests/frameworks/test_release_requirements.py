@@ -1,9 +1,11 @@
 """What a framework's release requires of transformers, torch, peft, TRL, bitsandbytes and accelerate — its package
-metadata's `Requires-Dist`, dumped with its arguments — decides the versions nothing else names: ms-swift 2.6.1
-runs transformers < 4.48 (the loss's shifted fp32 logits copy, foreach AdamW), axolotl 0.19.0 exactly 5.16.1."""
+metadata's `Requires-Dist`, dumped for every release on PyPI — decides the versions nothing else names: ms-swift
+2.6.1 runs transformers < 4.48 (the loss's shifted fp32 logits copy, foreach AdamW), axolotl 0.19.0 exactly
+5.16.1, and a release whose arguments are not dumped (ms-swift 3.5.0) what it allowed (< 4.53)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -41,13 +43,23 @@ def test_the_newest_release_a_requirement_allows(spec, newest, known, allowed):
     assert environment.newest_allowed(spec, newest, known) == allowed
 
 
-def test_the_dumps_hold_each_release_s_requirements():
-    """Read from the wheels' METADATA (an sdist's egg-info requires.txt) by scripts/dump_framework_schemas.py."""
-    assert schemas.schema("ms-swift", "2.6.1")["requires"]["transformers"] == "<4.48,>=4.33"
-    assert schemas.schema("axolotl", "0.19.0")["requires"]["transformers"] == "==5.16.1"
-    assert schemas.schema("axolotl", "0.6.0")["requires"]["torch"] == "==2.5.1"  # the sdist's requires.txt
-    assert schemas.schema("openrlhf", "0.11.2")["requires"]["deepspeed"] == "==0.19.6"
-    assert "requires" not in schemas.schema("transformers", "5.24.0")
+def test_every_published_release_s_requirements_are_dumped():
+    """Read from the releases' METADATA (an sdist's PKG-INFO or egg-info requires.txt) by
+    scripts/dump_release_requirements.py, for every release on PyPI, dumped arguments or not."""
+    req = schemas.release_requirements
+    assert req("ms-swift", "2.6.1") == ("2.6.1", req("ms-swift", "2.6.1")[1])
+    assert req("ms-swift", "2.6.1")[1]["transformers"] == "<4.48,>=4.33"
+    assert req("ms-swift", "3.5.0")[1]["transformers"] == "<4.53,>=4.33"  # no argument dump of 3.5.0
+    assert req("axolotl", "0.19.0")[1]["transformers"] == "==5.16.1"
+    assert req("axolotl", "0.6.0")[1]["torch"] == "==2.5.1"  # an sdist
+    assert req("openrlhf", "0.11.2")[1]["deepspeed"] == "==0.19.6"
+    assert req("llamafactory", "0.5.0")[1]["transformers"].startswith(">=")  # published as llmtuner
+    # a series (`==3.5.*`) is its newest release; a release never published is not assumed
+    assert req("ms-swift", "3.5")[0] == max(
+        (v for v in ("3.5.0", "3.5.1", "3.5.2", "3.5.3") if req("ms-swift", v)), key=schemas.version_key
+    )
+    assert req("ms-swift", "3.5.99") is None and req("no-such-framework", "1.0") is None
+    assert not any("requires" in schemas.schema("ms-swift", v) for v in schemas.versions("ms-swift"))
 
 
 def _resolve(tmp_path: Path, text: str, name: str, **settings):
@@ -99,8 +111,9 @@ def test_what_is_installed_beside_vramlens_gives_way_to_the_requirement(monkeypa
     env = frameworks.run_environment("ms-swift", settings, "2.6.1")
     assert env["transformers"].version == "4.47"
     assert frameworks.run_environment("trl", settings, None)["transformers"].source == "installed with vramlens"
-    # a release between two dumps is not assumed to require what either does
-    assert frameworks.release_requires("ms-swift", settings, "2.4.0") is None
+    # a release between two argument dumps requires what its own metadata says
+    assert frameworks.release_requires("ms-swift", "2.4.0").who == "ms-swift 2.4.0"
+    assert frameworks.release_requires("ms-swift", "2.99.0") is None  # never published
     # below a release's lower bound (LLaMA-Factory 0.7.0: transformers>=4.37.2, no upper one): not the run's either
     monkeypatch.setattr(
         environment,
@@ -142,3 +155,53 @@ def test_a_script_runs_the_versions_it_installs(tmp_path):
     assert plan.installs == {"transformers": ("4.46.3", "`pip install` in train.sh line 1")}
     said = "transformers 4.46.3 (`pip install` in train.sh line 1)"
     assert any(str(a).startswith(said) and "shifted fp32 copy of the logits" in str(a) for a in res.assumptions)
+
+
+SWIFT_3 = """CUDA_VISIBLE_DEVICES=0 swift sft \\
+    --model Qwen/Qwen2.5-0.5B-Instruct \\
+    --train_type full \\
+    --per_device_train_batch_size 1 \\
+    --max_length 1024 \\
+    --torch_dtype bfloat16 \\
+    --output_dir output
+"""
+
+
+def test_a_pinned_release_between_two_dumps_runs_what_it_allowed(tmp_path, monkeypatch):
+    """ms-swift 3.5.0 (its arguments read as 3.12.6's) required transformers < 4.53: foreach AdamW, the era's
+    `optim` default, not the fused one of transformers 4.54+ with torch 2.8."""
+    beside = {"transformers": environment.Found("5.24.0", "installed with vramlens")}
+    monkeypatch.setattr(environment, "installed", lambda python: beside)
+    _, newest = _resolve(tmp_path, SWIFT_3, "a.sh")
+    assert newest.resolved.optimizer_impl == "fused"
+    (tmp_path / "requirements.txt").write_text("ms-swift==3.5.0\n", encoding="utf-8")
+    _, pinned = _resolve(tmp_path, SWIFT_3, "b.sh")
+    said = "transformers 4.52 (the newest ms-swift 3.5.0 allows: transformers<4.53,>=4.33)"
+    assert any(str(a).startswith(said) for a in pinned.assumptions), pinned.assumptions
+    assert pinned.resolved.optimizer_impl == "foreach"
+
+
+def test_a_script_runs_the_framework_release_it_installs(tmp_path):
+    """`pip install 'ms-swift[llm]==3.5.0'` in the launch script: its flags are held to that release (before the
+    workspace's pin) and its defaults are that release's."""
+    (tmp_path / "requirements.txt").write_text("ms-swift==4.6.0\n", encoding="utf-8")
+    line = SWIFT_3.replace("--train_type full", "--tuner_type full")  # ms-swift 4.x's name
+    plan, res = _resolve(tmp_path, "pip install 'ms-swift[llm]==3.5.0' -U\n" + line, "train.sh")
+    assert plan.installs["ms-swift"] == ("3.5.0", "`pip install` in train.sh line 1")
+    flagged = [i.message for i in plan.issues if "tuner_type" in i.message]
+    assert flagged and "not an argument of ms-swift 3.12.6 or 2.6.1" in flagged[0], plan.issues
+    assert "the newest ms-swift 3.5.0 allows" in " ".join(map(str, res.assumptions))
+    # without the line, the workspace's pin decides: 4.x defines the flag
+    plan, _ = _resolve(tmp_path, line, "other.sh")
+    assert not [i for i in plan.issues if "tuner_type" in i.message]
+
+
+def test_a_notebook_runs_the_framework_release_it_installs(tmp_path):
+    cells = [
+        {"cell_type": "code", "metadata": {}, "source": ["!pip install ms-swift==3.5.0"], "outputs": []},
+        {"cell_type": "code", "metadata": {}, "source": ["%%bash\n" + SWIFT_3.replace("--train_type", "--tuner_type")]},
+    ]
+    text = json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    plan, _ = _resolve(tmp_path, text, "train.ipynb")
+    assert plan.installs["ms-swift"] == ("3.5.0", "`pip install` in cell 1")
+    assert any("not an argument of ms-swift 3.12.6 or 2.6.1" in i.message for i in plan.issues), plan.issues

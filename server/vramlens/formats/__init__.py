@@ -51,6 +51,8 @@ class ParseContext:
     text: str = ""  # the document's text (dialects read header comments)
     # the scripts this document's launch lines run, looked up and read once per parse (`references.read_launched`)
     launched: dict[str, Any] = field(default_factory=dict)
+    # what the document's own `pip install` lines pin (a notebook's `!pip install` cells), for what it runs
+    installs: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass

@@ -214,6 +214,9 @@ def parse_notebook(text: str, ctx) -> TrainingPlan | None:
         return None
     cells = CellText.parse(text)
     py, sh = views(cells)
+    installs = _installs(cells)
+    if hasattr(ctx, "installs"):
+        ctx.installs = {**installs, **ctx.installs}  # what the notebook's own commands run is read at its pins
     plan = python_calls.parse_python(py, ctx)
     view = "python"
     if plan is not None and plan.model_id is None:
@@ -224,7 +227,7 @@ def parse_notebook(text: str, ctx) -> TrainingPlan | None:
     if plan is None:
         return None
     _env_magics(plan, cells)
-    _installs(plan, cells)
+    plan.installs = {**plan.installs, **installs}  # named by their cells
     plan.format = "notebook"
     plan.extra["notebook_view"] = _view_marker(view)
     return plan
@@ -257,10 +260,12 @@ def _env_magics(plan: TrainingPlan, cells: CellText) -> None:
                     b.set("gpu_count", n, s)
 
 
-def _installs(plan: TrainingPlan, cells: CellText) -> None:
-    """The library versions the notebook's `pip install` lines pin (`TrainingPlan.installs`), the first of each."""
+def _installs(cells: CellText) -> dict[str, tuple[str, str]]:
+    """The library and framework versions the notebook's `pip install` lines pin (`TrainingPlan.installs`), the
+    first of each."""
     from vramlens import environment
 
+    installs: dict[str, tuple[str, str]] = {}
     for k, line in enumerate(cells.text.split("\n")):
         m = _PIP_INSTALL.match(line)
         if m is None:
@@ -272,7 +277,8 @@ def _installs(plan: TrainingPlan, cells: CellText) -> None:
         cell, _ = cells.locate(k)
         where = f"`pip install` in cell {cells.numbers[cell] if cells.numbers else cell + 1}"
         for name, version in environment.pip_install_pins(words).items():
-            plan.installs.setdefault(name, (version, where))
+            installs.setdefault(name, (version, where))
+    return installs
 
 
 def _with_command_line(plan: TrainingPlan, cells: CellText, sh: str, ctx) -> TrainingPlan:

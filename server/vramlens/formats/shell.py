@@ -2544,9 +2544,10 @@ def parse_script(text: str, ctx, fmt: str = "shell", path: str | None = None) ->
     b.plan.issues.extend(issues)
     if sourcing is not None:
         b.plan.read_notes.extend(sourcing.notes)
+    # before the plan is built: a pinned framework release decides which of its releases the flags are read as
+    b.plan.installs = {**getattr(ctx, "installs", {}), **script.installs}
     build_plan(b, script, ctx)
     b.plan.format = fmt
-    b.plan.installs = dict(script.installs)
     if b.plan.model_id is None and sourcing is not None and sourcing.unread:
         # the model's flags may be in a file the script sources by a name only known when it runs (Megatron-LM
         # examples/post_training/modelopt/conf/arguments.sh `source "${SCRIPT_DIR}/conf/${MLM_MODEL_CFG}.sh"`)

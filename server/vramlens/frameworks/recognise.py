@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from vramlens.formats.settings import PlanBuilder, Setting, closest, to_bool
 from vramlens.frameworks import irrelevant, schemas
@@ -89,24 +89,31 @@ MCA_KEYS = {
 
 
 UNPINNED = "the newest release vramlens has the arguments of"
+# what the file itself installs (`TrainingPlan.installs`): distribution → (version, where)
+Installs = Mapping[str, tuple[str, str]] | None
 
 
-def version_for(framework: str, workspace: Path | None) -> tuple[str | None, str]:
-    """(the dumped version describing the run, where its version came from): the workspace's exact pin of the
-    framework's distribution, else the newest dump."""
-    pin = pinned_release(framework, workspace)
+def version_for(framework: str, workspace: Path | None, installs: Installs = None) -> tuple[str | None, str]:
+    """(the dumped version describing the run, where its version came from): the release the file itself installs
+    or the workspace pins (`pinned_release`), else the newest dump."""
+    pin = pinned_release(framework, workspace, installs)
     if pin is not None:
         return schemas.pick_version(framework, pin.version), pin.source
     return schemas.pick_version(framework), UNPINNED
 
 
-def pinned_release(framework: str, workspace: Path | None):
-    """The workspace's exact pin of the framework's distribution (`environment.Found`: the release as pinned — it
-    may fall between two dumps — and where), or None."""
+def pinned_release(framework: str, workspace: Path | None, installs: Installs = None):
+    """The exact pin of the framework's distribution (`environment.Found`: the release as pinned — it may fall
+    between two dumps — and where): the file's own `pip install` (`TrainingPlan.installs`), else the workspace's;
+    None when neither pins it."""
     from vramlens import environment
 
     dist = DISTRIBUTIONS.get(framework)
-    return environment.workspace_pins(workspace).get(dist) if dist and workspace is not None else None
+    if dist is None:
+        return None
+    if installs and dist in installs:
+        return environment.Found(*installs[dist])
+    return environment.workspace_pins(workspace).get(dist) if workspace is not None else None
 
 
 def implied_version(
@@ -291,7 +298,7 @@ def apply(
     framework = DUMPED.get(plan.framework or "")
     if framework is None or plan.format in ("nemo-automodel", "axolotl-cloud"):  # not the framework's own arguments
         return
-    version, source = version_for(framework, workspace)
+    version, source = version_for(framework, workspace, plan.installs)
     if version is None:
         return
     pinned = source != UNPINNED
@@ -321,7 +328,7 @@ def apply(
             strict = any(s.path == ("strict",) and to_bool(s.value) for s in settings)
     names = names_of(version)
     # a pinned release between two dumps: an argument either neighbour defines may be one of its own
-    found = pinned_release(framework, workspace)
+    found = pinned_release(framework, workspace, plan.installs)
     pin = found.version if found is not None else None
     around = sorted({v for v in schemas.neighbours(framework, pin) if v not in (None, version)}) if pin else []
     newest = schemas.versions(framework)[-1]

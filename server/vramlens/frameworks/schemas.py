@@ -168,3 +168,28 @@ def index() -> dict[str, Any]:
     if not path.is_file():
         return {"frameworks": {}, "not_dumped": {}}
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+REQUIREMENTS = Path(__file__).resolve().parent / "release_requirements.json"
+
+
+@cache
+def _requirements() -> dict[str, Any]:
+    try:
+        return json.loads(REQUIREMENTS.read_text(encoding="utf-8"))["frameworks"]
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def release_requirements(framework: str, version: str) -> tuple[str, dict[str, str]] | None:
+    """(the release, what it requires of the libraries whose version changes a step's memory) for a release of
+    `framework` published on PyPI — its package metadata's `Requires-Dist`, dumped for every release by
+    `scripts/dump_release_requirements.py`. A series (`"3.5"`, from a pin `==3.5.*`) is its newest release; None
+    for a release not published (or not read)."""
+    published = _requirements().get(framework, {}).get("releases", {})
+    if version in published:
+        return version, published[version]
+    depth = len(version.strip().lstrip("vV").split("."))
+    want = version_key(version)[:depth] if depth < 3 else version_key(version)
+    same = sorted((v for v in published if version_key(v)[: len(want)] == want), key=version_key)
+    return (same[-1], published[same[-1]]) if same else None

@@ -555,19 +555,22 @@ DUMPED_DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
 
 
 class Defaults(dict):
-    """A framework's defaults by concept, with where each came from when not the framework's label, and the
-    library versions of the run they were read for (`run_environment`)."""
+    """A framework's defaults by concept, with where each came from when not the framework's label, the release
+    of the framework the run uses (`run_version`; None: the newest dumped) and the library versions of the run
+    they were read for (`run_environment`)."""
 
-    def __init__(self, values: dict, labels: dict[str, str], env: dict):
+    def __init__(self, values: dict, labels: dict[str, str], release: str | None, env: dict):
         super().__init__(values)
         self.labels = labels
+        self.release = release
         self.env = env
 
 
-def run_version(framework: str, settings=None, implied: str | None = None) -> str | None:
-    """The version of `framework` a run uses: the frameworkVersions setting, the workspace's pin, the installed
-    distribution (transformers, TRL), else the release the file's own arguments belong to (`implied`:
-    `TrainingPlan.framework_release`), else None (the newest dump is then read)."""
+def run_version(framework: str, settings=None, implied: str | None = None, installs=None) -> str | None:
+    """The version of `framework` a run uses: the frameworkVersions setting, the release the file itself installs
+    (`installs`: `TrainingPlan.installs`), the workspace's pin, the installed distribution (transformers, TRL), else
+    the release the file's own arguments belong to (`implied`: `TrainingPlan.framework_release`), else None (the
+    newest dump is then read)."""
     from vramlens import environment
     from vramlens.frameworks import recognise
 
@@ -577,7 +580,7 @@ def run_version(framework: str, settings=None, implied: str | None = None) -> st
     told = {environment.canonical(k): v for k, v in settings.framework_versions.items()}
     if dist in told:
         return told[dist]
-    pin = environment.workspace_pins(settings.workspace).get(dist)
+    pin = recognise.pinned_release(framework, settings.workspace, installs)
     if pin is not None:
         return pin.version
     if dist in environment.PACKAGES:
@@ -587,32 +590,30 @@ def run_version(framework: str, settings=None, implied: str | None = None) -> st
     return implied
 
 
-def release_requires(framework: str | None, settings=None, implied: str | None = None):
-    """What the release of `framework` the run uses requires of the libraries (its dump's `requires`, from the
-    package metadata), as `environment.Requirements`; None for a framework or release not dumped (a release
-    between two dumps is not assumed to require what either does)."""
+def release_requires(framework: str | None, release: str | None):
+    """What `release` of `framework` (the one the run uses, `run_version`; None: the newest dumped) requires of the
+    libraries, as `environment.Requirements`: its package metadata's `Requires-Dist`, read for every release
+    published on PyPI (`schemas.release_requirements`); None for a framework or release not published there."""
     from vramlens import environment
     from vramlens.frameworks import recognise, schemas
 
     if framework is None:
         return None
-    run = run_version(framework, settings, implied)
-    dumped = schemas.pick_version(framework, run)
-    if dumped is None or (run is not None and schemas.version_key(run) != schemas.version_key(dumped)):
+    run = release or schemas.pick_version(framework)
+    found = schemas.release_requirements(framework, run) if run is not None else None
+    if not found or not found[1]:
         return None
-    specs = (schemas.schema(framework, dumped) or {}).get("requires") or {}
-    if not specs:
-        return None
+    release, specs = found
     title = recognise.TITLES.get(framework, framework)
-    return environment.Requirements(f"{title} {dumped}", specs, {p: tuple(schemas.versions(p)) for p in specs})
+    return environment.Requirements(f"{title} {release}", specs, {p: tuple(schemas.versions(p)) for p in specs})
 
 
-def run_environment(framework: str | None, settings, implied: str | None = None, installs=None) -> dict:
+def run_environment(framework: str | None, settings, release: str | None = None, installs=None) -> dict:
     """`environment.versions` of the run: what the file installs (`TrainingPlan.installs`) after the setting, and
-    what nothing names is what the framework's release allows."""
+    what nothing names is what the framework's `release` (`run_version`) allows."""
     from vramlens import environment
 
-    return environment.versions(settings, release_requires(framework, settings, implied), installs)
+    return environment.versions(settings, release_requires(framework, release), installs)
 
 
 def _dumped(
@@ -737,7 +738,7 @@ def defaults_for(
     version, values = DEFAULTS[key]
     if key in REMOTE_CODE_DEFAULTS:
         values = {**values, "trust_remote_code": REMOTE_CODE_DEFAULTS[key]}
-    run = run_version(key, settings, implied)
+    run = run_version(key, settings, implied, installs)
     if key == "trl":
         from vramlens.frameworks import schemas
 
@@ -766,7 +767,7 @@ def defaults_for(
         if swift is not None and swift < SWIFT_CE_FUSION_FROM:
             dumped["cross_entropy_fusion"] = False
             labels["cross_entropy_fusion"] = f"ms-swift {'.'.join(map(str, swift))} Megatron-SWIFT (megatron_args.py)"
-    return key, version, Defaults({**values, **dumped}, labels, env)
+    return key, version, Defaults({**values, **dumped}, labels, run, env)
 
 
 # LLaMA-Factory passes `trust_remote_code=True` to every load before 0.9.2 (v0.8.3 … v0.9.1

@@ -160,12 +160,6 @@ def _whole(value) -> int | None:
     return out if parts and 0 < out < 2**40 else None
 
 
-def file_release(plan: TrainingPlan, fw_key: str) -> str | None:
-    """The release of `fw_key`, the framework whose defaults apply, that the file's own arguments belong to, if any
-    (`TrainingPlan.framework_release`, for `knowledge.frameworks.run_version`)."""
-    return plan.framework_release if fw_key == plan.framework else None
-
-
 @dataclass
 class Context:
     """One resolution in progress: the plan, the settings, the framework's defaults and hooks, and the provenance
@@ -175,7 +169,7 @@ class Context:
     settings: Settings
     fw_key: str
     fw_label: str
-    defaults: Defaults  # knowledge.frameworks.defaults_for's, with the run's library versions (`defaults.env`)
+    defaults: Defaults  # knowledge.frameworks.defaults_for's, with the run's release and library versions
     hooks: FrameworkHooks
     sources: dict[str, Sourced] = field(default_factory=dict)
     assumptions: list[str] = field(default_factory=list)
@@ -186,10 +180,6 @@ class Context:
 
     def extra(self, key: str) -> Any:
         return _extra_value(self.plan, key)
-
-    @property
-    def release(self) -> str | None:
-        return file_release(self.plan, self.fw_key)
 
     def unmodelled(self, said: Sourced | None, key: str, value: str, what: str, consequence: str) -> None:
         """Name a setting the file states that the estimate does not model (every view shows it), once per key;

@@ -8,7 +8,6 @@ Only a run known to evaluate gets the phase: a setting that says so, or a framew
 
 from __future__ import annotations
 
-from vramlens.knowledge import frameworks
 from vramlens.resolve.common import Context, liger_loss
 
 
@@ -18,7 +17,7 @@ def evaluates(ctx: Context) -> bool:
     sequence-parallel one (ms-swift's `sequence_parallel_size`, whose loss is not modelled in evaluation)."""
     if int(ctx.val("context_parallel") or 1) > 1:
         return False
-    return ctx.hooks.evaluates(ctx.extra, frameworks.run_version(ctx.fw_key, ctx.settings, ctx.release))
+    return ctx.hooks.evaluates(ctx.extra, ctx.defaults.release)
 
 
 def eval_loss_impl(ctx: Context, loss_impl: str) -> str:

@@ -4,10 +4,10 @@ reference, reward, value and teacher models, and a rollout's generation."""
 from __future__ import annotations
 
 from vramlens.frameworks.hooks import FrameworkHooks
-from vramlens.knowledge import frameworks, versions
+from vramlens.knowledge import versions
 from vramlens.knowledge.frameworks import Defaults
 from vramlens.plan import Origin, Sourced, TrainingPlan
-from vramlens.resolve.common import Approximate, Context, _extra_value, file_release
+from vramlens.resolve.common import Approximate, Context, _extra_value
 from vramlens.resolve.model import hub_lookup
 from vramlens.resolved import ResolvedPlan
 from vramlens.settings import Settings
@@ -147,9 +147,7 @@ def objective_fields(
             # (`prompt_ids.repeat(2, 1)`), both through the policy in one forward
             gen_seqs = 2 * rp.micro_batch
             out["sequences_per_example"] = 2
-        elif hooks.batch_of_completions(
-            frameworks.run_version(hooks.key, settings, file_release(plan, hooks.key)), obj
-        ):
+        elif hooks.batch_of_completions(defaults.release, obj):
             # completions, not prompts, in the batch of TRL's GRPOTrainer (ms-swift's and axolotl's subclass it)
             gen_seqs = rp.micro_batch * max(rp.grad_accum, 1)  # generation_batch_size per device
         else:
@@ -301,7 +299,7 @@ def _teacher_dtype(
 def distill_fields(ctx: Context) -> dict:
     """The distillation loss when it is the framework's own (`FrameworkHooks.distill_loss`, at the framework's
     version): the `ResolvedPlan.distill_*` fields, and a note saying which loss is counted."""
-    loss = ctx.hooks.distill_loss(ctx.extra, frameworks.run_version(ctx.fw_key, ctx.settings, ctx.release))
+    loss = ctx.hooks.distill_loss(ctx.extra, ctx.defaults.release)
     if loss is None:
         return {}
     ctx.assumptions.append(loss.note)
