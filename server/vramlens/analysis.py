@@ -80,7 +80,9 @@ def analyze(text: str, path: str | Path, settings: Settings | None = None) -> An
 def _analyze(text: str, path: str, settings: Settings) -> Analysis:
     result = Analysis(path=path)
     t0 = time.perf_counter()
-    parsed = parse_document(text, path, workspace=settings.workspace, read_file=settings.read_file)
+    parsed = parse_document(
+        text, path, workspace=settings.workspace, read_file=settings.read_file, releases=settings.framework_versions
+    )
     t1 = time.perf_counter()
     result.timings_ms["parse"] = (t1 - t0) * 1000
     plan = parsed.plan

@@ -205,3 +205,22 @@ def test_a_notebook_runs_the_framework_release_it_installs(tmp_path):
     plan, _ = _resolve(tmp_path, text, "train.ipynb")
     assert plan.installs["ms-swift"] == ("3.5.0", "`pip install` in cell 1")
     assert any("not an argument of ms-swift 3.12.6 or 2.6.1" in i.message for i in plan.issues), plan.issues
+
+
+def test_the_framework_versions_setting_names_the_release_the_file_is_read_as(tmp_path):
+    """`frameworkVersions = {"ms-swift" = "3.5.0"}`: the flags are held to that release when the file is read, as
+    its defaults are, and no other release is implied from them."""
+    from vramlens.analysis import analyze
+
+    line = SWIFT_3.replace("--train_type full", "--tuner_type full")
+    path = tmp_path / "train.sh"
+    path.write_text(line, encoding="utf-8")
+    told = Settings(model_lookup=False, gpu="H100-80GB", workspace=tmp_path, framework_versions={"ms-swift": "3.5.0"})
+    a = analyze(line, str(path), told)
+    assert any("`tuner_type` is not an argument of ms-swift 3.12.6 or 2.6.1" in f.message for f in a.findings)
+    assert any("the newest ms-swift 3.5.0 allows" in str(x) for x in a.resolution.assumptions)
+    # a 2.x line under a 2.x setting: read as that release, not as the one its flags imply
+    a = analyze(SWIFT_2, str(path), told.model_copy(update={"framework_versions": {"ms-swift": "2.4.0"}}))
+    assert a.plan.framework_release is None
+    assert not any("read as ms-swift" in str(x) for x in a.resolution.assumptions)
+    assert any("the newest ms-swift 2.4.0 allows" in str(x) for x in a.resolution.assumptions)

@@ -53,7 +53,11 @@ def run(args) -> int:
             if split.skipped:
                 print(f"{f}: {split.skipped_message()}", file=sys.stderr)
     for f, label, text in documents:
-        parsed = parse_document(text, str(f), workspace=workspace)
+        try:
+            settings = settings_for(f, args)
+        except SettingsError as exc:
+            return report(exc)
+        parsed = parse_document(text, str(f), workspace=workspace, releases=settings.framework_versions)
         if parsed.plan is None:
             if parsed.issues:
                 print(f"{label}: {parsed.issues[0].message}", file=sys.stderr)
@@ -62,10 +66,6 @@ def run(args) -> int:
                 print(f"{f}: not a training config", file=sys.stderr)  # (after its last document)
                 errors += 1
             continue
-        try:
-            settings = settings_for(f, args)
-        except SettingsError as exc:
-            return report(exc)
         try:
             res = calibrate(resolve(parsed.plan, settings))
         except ResolveError as exc:

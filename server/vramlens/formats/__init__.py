@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from vramlens.formats import (
     accelerate,
@@ -53,6 +53,8 @@ class ParseContext:
     launched: dict[str, Any] = field(default_factory=dict)
     # what the document's own `pip install` lines pin (a notebook's `!pip install` cells), for what it runs
     installs: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # the `frameworkVersions` setting (distribution → version): the releases the run is told it uses
+    releases: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -119,11 +121,16 @@ class ParseResult:
 
 
 def parse_document(
-    text: str, path: str, workspace: Path | None = None, read_file: Callable[[Path], str | None] | None = None
+    text: str,
+    path: str,
+    workspace: Path | None = None,
+    read_file: Callable[[Path], str | None] | None = None,
+    releases: Mapping[str, str] | None = None,
 ) -> ParseResult:
-    """Parse one document. `plan` is None when the text is not a training config (or cannot be read)."""
+    """Parse one document. `plan` is None when the text is not a training config (or cannot be read).
+    `releases`: the `frameworkVersions` setting, the framework releases whose arguments the file is read against."""
     text = _encodable(text)
-    ctx = ParseContext(path=path, workspace=workspace, read_file=read_file, text=text)
+    ctx = ParseContext(path=path, workspace=workspace, read_file=read_file, text=text, releases=dict(releases or {}))
     suffix = Path(path).suffix.lower()
     parser = TEXT_PARSERS.get(suffix)
     if parser is None and (suffix not in YAML_SUFFIXES or text.startswith("#!")):
@@ -214,7 +221,7 @@ def parse_yaml_text(text: str, ctx: ParseContext) -> ParseResult:
     hints.apply_directive(builder, text)
     best.apply(builder, data, settings, ctx)
     _objective(builder, best.name, data, settings, ctx)
-    recognise.apply(builder, settings, ctx.workspace)
+    recognise.apply(builder, settings, ctx.workspace, told=ctx.releases)
     from vramlens.formats.references import follow_references
 
     follow_references(builder, ctx)

@@ -2766,7 +2766,14 @@ def build_plan(b: PlanBuilder, script: ShellScript, ctx) -> None:
         b.plan.framework = "custom" if tool == "python" and not settings else "transformers"
     from vramlens.frameworks import recognise
 
-    recognise.apply(b, settings, getattr(ctx, "workspace", None), tool=tool, at_most=_entry_release(launch))
+    recognise.apply(
+        b,
+        settings,
+        getattr(ctx, "workspace", None),
+        tool=tool,
+        at_most=_entry_release(launch),
+        told=getattr(ctx, "releases", None),
+    )
     if launch.script is not None and b.plan.model_id is None:
         from vramlens.formats import script_arguments
 
@@ -3246,7 +3253,9 @@ def _follow_config(b: PlanBuilder, r: _Reader, kind: str, arg: Arg, target: str,
     text = references._read(found, ctx)
     if text is None:
         return
-    result = formats.parse_document(text, str(found), workspace=ctx.workspace, read_file=ctx.read_file)
+    result = formats.parse_document(
+        text, str(found), workspace=ctx.workspace, read_file=ctx.read_file, releases=getattr(ctx, "releases", None)
+    )
     for issue in result.issues:
         b.plan.issues.append(
             ParseIssue(kind=issue.kind, message=f"in `{target}`: {issue.message}", span=span, severity=issue.severity)

@@ -91,26 +91,33 @@ MCA_KEYS = {
 UNPINNED = "the newest release vramlens has the arguments of"
 # what the file itself installs (`TrainingPlan.installs`): distribution → (version, where)
 Installs = Mapping[str, tuple[str, str]] | None
+# the `frameworkVersions` setting: distribution → version
+Told = Mapping[str, str] | None
 
 
-def version_for(framework: str, workspace: Path | None, installs: Installs = None) -> tuple[str | None, str]:
-    """(the dumped version describing the run, where its version came from): the release the file itself installs
-    or the workspace pins (`pinned_release`), else the newest dump."""
-    pin = pinned_release(framework, workspace, installs)
+def version_for(
+    framework: str, workspace: Path | None, installs: Installs = None, told: Told = None
+) -> tuple[str | None, str]:
+    """(the dumped version describing the run, where its version came from): the release the setting names, the
+    file itself installs or the workspace pins (`pinned_release`), else the newest dump."""
+    pin = pinned_release(framework, workspace, installs, told)
     if pin is not None:
         return schemas.pick_version(framework, pin.version), pin.source
     return schemas.pick_version(framework), UNPINNED
 
 
-def pinned_release(framework: str, workspace: Path | None, installs: Installs = None):
-    """The exact pin of the framework's distribution (`environment.Found`: the release as pinned — it may fall
-    between two dumps — and where): the file's own `pip install` (`TrainingPlan.installs`), else the workspace's;
-    None when neither pins it."""
+def pinned_release(framework: str, workspace: Path | None, installs: Installs = None, told: Told = None):
+    """The release of the framework's distribution the run is pinned to (`environment.Found`: the release as
+    pinned — it may fall between two dumps — and where): the `frameworkVersions` setting (`told`), else the file's
+    own `pip install` (`TrainingPlan.installs`), else the workspace's exact pin; None when nothing pins it."""
     from vramlens import environment
 
     dist = DISTRIBUTIONS.get(framework)
     if dist is None:
         return None
+    named = {environment.canonical(k): v for k, v in (told or {}).items()}
+    if dist in named:
+        return environment.Found(named[dist], "the frameworkVersions setting")
     if installs and dist in installs:
         return environment.Found(*installs[dist])
     return environment.workspace_pins(workspace).get(dist) if workspace is not None else None
@@ -160,7 +167,7 @@ def _release_note(
         )
     return (
         f"read as {title} {version}, the release the file is written for: {'; '.join(why)} (pin the release in the "
-        f"workspace to read it as another)"
+        f"workspace or name it in the frameworkVersions setting to read it as another)"
     )
 
 
@@ -290,15 +297,17 @@ def apply(
     *,
     tool: str | None = None,
     at_most: tuple[str, str] | None = None,
+    told: Told = None,
 ) -> None:
     """Hold the settings a reader saw to the framework's own arguments at the version the run uses (module doc).
     `tool`: the command that runs them, for a command line (`trl`, `swift`, `llamafactory`, ...). `at_most`: (the
-    newest release that has what the file runs, why), for a file that runs an entry point a later release removed."""
+    newest release that has what the file runs, why), for a file that runs an entry point a later release removed.
+    `told`: the `frameworkVersions` setting."""
     plan = b.plan
     framework = DUMPED.get(plan.framework or "")
     if framework is None or plan.format in ("nemo-automodel", "axolotl-cloud"):  # not the framework's own arguments
         return
-    version, source = version_for(framework, workspace, plan.installs)
+    version, source = version_for(framework, workspace, plan.installs, told)
     if version is None:
         return
     pinned = source != UNPINNED
@@ -328,7 +337,7 @@ def apply(
             strict = any(s.path == ("strict",) and to_bool(s.value) for s in settings)
     names = names_of(version)
     # a pinned release between two dumps: an argument either neighbour defines may be one of its own
-    found = pinned_release(framework, workspace, plan.installs)
+    found = pinned_release(framework, workspace, plan.installs, told)
     pin = found.version if found is not None else None
     around = sorted({v for v in schemas.neighbours(framework, pin) if v not in (None, version)}) if pin else []
     newest = schemas.versions(framework)[-1]

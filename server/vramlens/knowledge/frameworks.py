@@ -577,10 +577,7 @@ def run_version(framework: str, settings=None, implied: str | None = None, insta
     dist = recognise.DISTRIBUTIONS.get(framework)
     if settings is None or dist is None:
         return implied
-    told = {environment.canonical(k): v for k, v in settings.framework_versions.items()}
-    if dist in told:
-        return told[dist]
-    pin = recognise.pinned_release(framework, settings.workspace, installs)
+    pin = recognise.pinned_release(framework, settings.workspace, installs, settings.framework_versions)
     if pin is not None:
         return pin.version
     if dist in environment.PACKAGES:

@@ -89,7 +89,7 @@ def cut_cross_entropy(b: PlanBuilder, top: list[Setting], ctx) -> None:
     if entry is None or not any(plugins.class_name(p) == "CutCrossEntropyPlugin" for p in plugins.listed(top)):
         return
     written = next((s for s in top if s.path == ("cut_cross_entropy",)), None)
-    version = recognise.version_for("axolotl", getattr(ctx, "workspace", None))[0]
+    version = recognise.version_for("axolotl", getattr(ctx, "workspace", None), told=getattr(ctx, "releases", None))[0]
     if plugins.switch("cut_cross_entropy", written, version):
         b.set(
             "loss_impl",
