@@ -5,8 +5,9 @@
 For each framework's distribution on PyPI (LLaMA-Factory: `llmtuner` up to 0.7, `llamafactory` after), the releases
 are listed with `pip index versions`, and each release's package metadata is read with `pip install --dry-run
 --no-deps --report` (the wheel's METADATA, which PyPI serves on its own: nothing is installed or run). A release with
-no wheel is downloaded as an sdist (`pip download --no-deps`) and read from its PKG-INFO or egg-info
-`requires.txt`. What it requires of REQUIRED (`Requires-Dist`, the requirements of extras left out) is written to
+no wheel is downloaded as an sdist (`pip download --no-deps`, which prepares its metadata with the sdist's own
+build backend, as the argument dump does) and read from its PKG-INFO or egg-info `requires.txt`. What it requires
+of REQUIRED (`Requires-Dist`, the requirements of extras left out) is written to
 `server/vramlens/frameworks/release_requirements.json`, one release a line:
 
     {"frameworks": {"ms-swift": {"packages": ["ms-swift"], "releases": {"3.5.0": {"transformers": "<4.53,>=4.33",

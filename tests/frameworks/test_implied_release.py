@@ -110,3 +110,16 @@ def test_a_release_pinned_between_two_dumps_is_held_to_either(tmp_path):
     assert len(unknown) == 1
     assert unknown[0].startswith("`modle_revision` is not an argument of ms-swift 3.12.6 or 2.6.1")
     assert "pinned 3.5.0" in unknown[0]
+
+
+def test_a_pin_of_llmtuner_is_a_release_of_llamafactory(tmp_path):
+    """LLaMA-Factory was published as `llmtuner` up to 0.7: a workspace pinning `llmtuner==0.6.3` runs that
+    release (its arguments read as 0.6.3's, its requirements its own), not the one the file implies."""
+    (tmp_path / "requirements.txt").write_text("llmtuner==0.6.3\n", encoding="utf-8")
+    src = FIXTURES / "llamafactory" / "v0.6.3" / "examples" / "extras" / "fsdp_qlora" / "sft.sh"
+    plan = _plan(src.read_text(encoding="utf-8"), tmp_path)
+    assert plan.framework == "llamafactory" and plan.framework_release is None  # pinned: nothing implied
+    r = resolve(plan, Settings(workspace=tmp_path))
+    assert r.sources["lora_r"].framework == "LLaMA-Factory 0.6.3 (LoraArguments.lora_rank)"
+    assert frameworks.run_version("llamafactory", Settings(workspace=tmp_path)) == "0.6.3"
+    assert frameworks.release_requires("llamafactory", "0.6.3").specs["transformers"] == ">=4.37.2"

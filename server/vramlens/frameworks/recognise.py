@@ -50,6 +50,9 @@ DISTRIBUTIONS = {
     "verl": "verl",
 }
 
+# the names a framework's releases were published under before (LLaMA-Factory up to 0.7: `llmtuner`)
+EARLIER_DISTRIBUTIONS = {"llamafactory": ("llmtuner",)}
+
 TITLES = {
     "transformers": "transformers",
     "trl": "TRL",
@@ -115,12 +118,16 @@ def pinned_release(framework: str, workspace: Path | None, installs: Installs = 
     dist = DISTRIBUTIONS.get(framework)
     if dist is None:
         return None
+    names = (dist, *EARLIER_DISTRIBUTIONS.get(framework, ()))
     named = {environment.canonical(k): v for k, v in (told or {}).items()}
-    if dist in named:
-        return environment.Found(named[dist], "the frameworkVersions setting")
-    if installs and dist in installs:
-        return environment.Found(*installs[dist])
-    return environment.workspace_pins(workspace).get(dist) if workspace is not None else None
+    pins = environment.workspace_pins(workspace) if workspace is not None else {}
+    for name in names:
+        if name in named:
+            return environment.Found(named[name], "the frameworkVersions setting")
+    for name in names:
+        if installs and name in installs:
+            return environment.Found(*installs[name])
+    return next((pins[name] for name in names if name in pins), None)
 
 
 def implied_version(
