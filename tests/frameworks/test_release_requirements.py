@@ -224,3 +224,14 @@ def test_the_framework_versions_setting_names_the_release_the_file_is_read_as(tm
     assert a.plan.framework_release is None
     assert not any("read as ms-swift" in str(x) for x in a.resolution.assumptions)
     assert any("the newest ms-swift 2.4.0 allows" in str(x) for x in a.resolution.assumptions)
+
+
+def test_megatron_swift_takes_the_ms_swift_release_a_script_installs(tmp_path):
+    """Megatron-SWIFT's fused cross-entropy is on by default from ms-swift 4.0.0: a script installing 3.12.6 runs
+    it off."""
+    installs = {"ms-swift": ("3.12.6", "`pip install` in train.sh line 1")}
+    settings = Settings(workspace=tmp_path)
+    _, _, pinned = frameworks.defaults_for("megatron-swift", "sft", settings, None, installs)
+    assert pinned["cross_entropy_fusion"] is False and "3.12.6" in pinned.labels["cross_entropy_fusion"]
+    _, _, newest = frameworks.defaults_for("megatron-swift", "sft", settings)
+    assert "cross_entropy_fusion" not in newest.labels

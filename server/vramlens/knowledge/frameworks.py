@@ -760,7 +760,7 @@ def defaults_for(
             dumped["trust_remote_code"] = True
             labels["trust_remote_code"] = f"LLaMA-Factory {'.'.join(map(str, release))} (model/loader.py)"
     if key == "megatron-swift":
-        swift = parse(run_version("ms-swift", settings))
+        swift = parse(run_version("ms-swift", settings, None, installs))
         if swift is not None and swift < SWIFT_CE_FUSION_FROM:
             dumped["cross_entropy_fusion"] = False
             labels["cross_entropy_fusion"] = f"ms-swift {'.'.join(map(str, swift))} Megatron-SWIFT (megatron_args.py)"
