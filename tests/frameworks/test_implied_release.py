@@ -106,10 +106,13 @@ def test_a_release_pinned_between_two_dumps_is_held_to_either(tmp_path):
     path = tmp_path / "train.sh"
     path.write_text(text, encoding="utf-8")
     a = analyze(text, str(path), Settings(workspace=tmp_path, model_lookup=False))
-    unknown = [f.message for f in a.findings if f.rule_id == "VL015"]
+    unknown = [f for f in a.findings if "modle_revision" in f.message]
     assert len(unknown) == 1
-    assert unknown[0].startswith("`modle_revision` is not an argument of ms-swift 3.12.6 or 2.6.1")
-    assert "pinned 3.5.0" in unknown[0]
+    assert unknown[0].message.startswith("`modle_revision` is not an argument of ms-swift 3.12.6 or 2.6.1")
+    # 3.5.0's own arguments are not known: it may be one (3.5.0 defines `--gc_collect_after_offload`, which
+    # neither neighbour does), so it is said as information, not as an error
+    assert "pinned 3.5.0: it may be one of 3.5.0's own" in unknown[0].message
+    assert unknown[0].severity == "information" and "did you mean `--model_revision`?" in unknown[0].message
 
 
 def test_a_pin_of_llmtuner_is_a_release_of_llamafactory(tmp_path):

@@ -414,17 +414,21 @@ def apply(
             if name not in hints:  # a flag repeated many times is compared with every name once
                 hints[name] = closest(name, names)
             hint = hints[name]
-            of = (
-                f"{title} or {' or '.join(around)} (the releases vramlens has the arguments of either side of the "
-                f"pinned {pin})"
-                if around
-                else title
-            )
+            if around:
+                # the pinned release's own arguments are not dumped: one a release between the two added and a
+                # later one removed is not known (ms-swift 3.5.0's `--gc_collect_after_offload`)
+                message = (
+                    f"`{s.key}` is not an argument of {title} or {' or '.join(around)}, the releases vramlens has "
+                    f"the arguments of either side of the pinned {pin}: it may be one of {pin}'s own, which vramlens "
+                    f"does not have; {TITLES[framework]} stops on arguments it does not define"
+                )
+            else:
+                message = f"`{s.key}` is not an argument of {title}, which stops on arguments it does not define"
             b.issue(
-                IssueKind.UNKNOWN_VALUE,
-                f"`{s.key}` is not an argument of {of}, which stops on arguments it "
-                f"does not define" + (f" — did you mean `{flag}{hint}`?" if hint else ""),
+                IssueKind.NOT_READ if around else IssueKind.UNKNOWN_VALUE,  # not known either way: information
+                message + (f" — did you mean `{flag}{hint}`?" if hint else ""),
                 s,
                 suggestion=flag + hint if hint else None,
                 span=s.key_span,
+                **({"severity": Severity.INFO} if around else {}),
             )
