@@ -118,6 +118,9 @@ SWIFT_3 = (
         SWIFT_ROOTS,
     ),
 )
+SWIFT_3_RELEASES = ("3.0.3", "3.1.1.post1", "3.2.2", "3.3.1", "3.4.1.post1", "3.5.3", "3.6.4", "3.7.3", "3.8.3")
+SWIFT_3_RELEASES += ("3.9.3", "3.10.3", "3.11.3", "3.12.6")
+SWIFT_4_RELEASES = ("4.0.4", "4.1.3", "4.2.3", "4.3.2", "4.4.2", "4.5.3", "4.6.0")
 SWIFT_4 = (
     Part(
         (
@@ -125,7 +128,8 @@ SWIFT_4 = (
             "swift/arguments/base_args/*.py",
             "swift/trainers/arguments.py",
             "swift/rlhf_trainers/args_mixin.py",  # GRPOArgumentsMixin (vLLM rollout, generation)
-            "swift/ray_utils/*.py",  # RayArguments
+            "swift/ray_utils/*.py",  # RayArguments (4.3+)
+            "swift/ray/arguments.py",  # RayArguments (4.0-4.2)
         ),
         "classes",
         SWIFT_ROOTS,
@@ -173,7 +177,14 @@ TARGETS: tuple[Target, ...] = (
     Target(
         "ms-swift",
         "ms-swift",
-        {"1.7.3": SWIFT_1, "2.6.1": SWIFT_1, "3.12.6": SWIFT_3, "4.6.0": SWIFT_4},
+        {
+            "1.7.3": SWIFT_1,
+            "2.6.1": SWIFT_1,
+            # the last release of every 3.x and 4.x minor: arguments come and go within a major (3.5's
+            # `--gc_collect_after_offload` is in neither 2.6.1 nor 3.12.6)
+            **{v: SWIFT_3 for v in SWIFT_3_RELEASES},
+            **{v: SWIFT_4 for v in SWIFT_4_RELEASES},
+        },
         extends=("transformers Seq2SeqTrainingArguments",),
     ),
     Target("torchtune", "torchtune", {"0.1.1": TUNE, "0.6.1": TUNE}),

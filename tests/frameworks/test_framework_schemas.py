@@ -20,11 +20,12 @@ def test_version_order():
         ("1.7.3", "1.7.3"),
         ("1.8.0", "1.7.3"),
         ("2.9", "2.6.1"),
-        # no 3.x dump at or below 3.5.0: 3.12.6, of the same major (3.0 renamed `--sft_type`, `--model_type`, …),
-        # not 2.6.1
-        ("3.5.0", "3.12.6"),
+        # the last release of each 3.x/4.x minor is dumped: a release is described by its own minor's
+        ("3.5.0", "3.5.3"),
+        ("3.0.0", "3.0.3"),
         ("3.12.6", "3.12.6"),
-        ("4.0.0", "4.6.0"),  # `--tuner_type` (4.x) is not an argument of 3.12.6
+        ("3.13.0", "3.12.6"),
+        ("4.0.0", "4.0.4"),  # `--tuner_type` is an argument from 4.1 on: `--train_type` until 4.0.4
         ("9.0", "4.6.0"),
         (None, "4.6.0"),
         ("0.1", "1.7.3"),
@@ -33,6 +34,17 @@ def test_version_order():
 def test_the_dump_of_the_same_major_release_nearest_the_version(asked, picked):
     assert schemas.pick_version("ms-swift", asked) == picked
     assert schemas.schema("ms-swift", asked)["version"] == picked
+
+
+def test_with_no_dump_of_its_own_minor_a_release_is_described_by_its_own_major(monkeypatch):
+    # 3.0 renamed `--sft_type`, `--model_type`, …: with only 2.6.1 and 3.12.6 dumped, 3.5.0 is read as 3.12.6
+    monkeypatch.setattr(schemas, "versions", lambda framework: ("1.7.3", "2.6.1", "3.12.6", "4.6.0"))
+    assert schemas.pick_version("ms-swift", "3.5.0") == "3.12.6"
+    assert schemas.pick_version("ms-swift", "4.0.0") == "4.6.0"
+    assert schemas.pick_version("ms-swift", "3.13.1") == "3.12.6"
+    # before 1.0 the second number is the major one: LLaMA-Factory 0.9.1 is not described by 0.9.5
+    monkeypatch.undo()
+    assert schemas.pick_version("llamafactory", "0.9.1") == "0.8.3"
 
 
 def test_ms_swift_batch_size_names_by_version():

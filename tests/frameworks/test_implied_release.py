@@ -96,8 +96,8 @@ def test_llamafactory_cli_is_read_as_the_newest(tmp_path):
 
 
 def test_a_release_pinned_between_two_dumps_is_held_to_either(tmp_path):
-    """ms-swift 3.5.0 is not dumped: its file is read with 3.12.6's arguments and defaults (the same major), and an
-    argument is flagged only when neither 2.6.1 nor 3.12.6 defines it."""
+    """ms-swift 3.5.0 is not dumped: its file is read with 3.5.3's arguments and defaults (the same minor), and an
+    argument is named only when neither 3.4.1.post1 nor 3.5.3 defines it."""
     (tmp_path / "requirements.txt").write_text("ms-swift==3.5.0\n", encoding="utf-8")
     text = (
         "swift sft --model Qwen/Qwen2.5-0.5B --train_type lora --torch_dtype bfloat16 "
@@ -108,7 +108,7 @@ def test_a_release_pinned_between_two_dumps_is_held_to_either(tmp_path):
     a = analyze(text, str(path), Settings(workspace=tmp_path, model_lookup=False))
     unknown = [f for f in a.findings if "modle_revision" in f.message]
     assert len(unknown) == 1
-    assert unknown[0].message.startswith("`modle_revision` is not an argument of ms-swift 3.12.6 or 2.6.1")
+    assert unknown[0].message.startswith("`modle_revision` is not an argument of ms-swift 3.5.3 or 3.4.1.post1")
     # 3.5.0's own arguments are not known: it may be one (3.5.0 defines `--gc_collect_after_offload`, which
     # neither neighbour does), so it is said as information, not as an error
     assert "pinned 3.5.0: it may be one of 3.5.0's own" in unknown[0].message

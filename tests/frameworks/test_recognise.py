@@ -147,10 +147,10 @@ def test_axolotl_section_of_dotted_arguments_is_an_argument():
     [
         (
             "--sft_type",
-            "`sft_type` → `train_type` between 2.6.1 and 3.12.6, then `train_type` → `tuner_type` between "
-            "3.12.6 and 4.6.0",
+            "`sft_type` → `train_type` between 2.6.1 and 3.0.3, then `train_type` → `tuner_type` between "
+            "4.0.4 and 4.1.3",
         ),
-        ("--train_type", "`train_type` → `tuner_type` between 3.12.6 and 4.6.0"),
+        ("--train_type", "`train_type` → `tuner_type` between 4.0.4 and 4.1.3"),
     ],
 )
 def test_swift_renamed_flag_names_the_versions(flag, chain):

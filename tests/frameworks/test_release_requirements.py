@@ -168,7 +168,7 @@ SWIFT_3 = """CUDA_VISIBLE_DEVICES=0 swift sft \\
 
 
 def test_a_pinned_release_between_two_dumps_runs_what_it_allowed(tmp_path, monkeypatch):
-    """ms-swift 3.5.0 (its arguments read as 3.12.6's) required transformers < 4.53: foreach AdamW, the era's
+    """ms-swift 3.5.0 (its arguments read as 3.5.3's) required transformers < 4.53: foreach AdamW, the era's
     `optim` default, not the fused one of transformers 4.54+ with torch 2.8."""
     beside = {"transformers": environment.Found("5.24.0", "installed with vramlens")}
     monkeypatch.setattr(environment, "installed", lambda python: beside)
@@ -189,7 +189,7 @@ def test_a_script_runs_the_framework_release_it_installs(tmp_path):
     plan, res = _resolve(tmp_path, "pip install 'ms-swift[llm]==3.5.0' -U\n" + line, "train.sh")
     assert plan.installs["ms-swift"] == ("3.5.0", "`pip install` in train.sh line 1")
     flagged = [i.message for i in plan.issues if "tuner_type" in i.message]
-    assert flagged and "not an argument of ms-swift 3.12.6 or 2.6.1" in flagged[0], plan.issues
+    assert flagged and "not an argument of ms-swift 3.5.3 or 3.4.1.post1" in flagged[0], plan.issues
     assert "the newest ms-swift 3.5.0 allows" in " ".join(map(str, res.assumptions))
     # without the line, the workspace's pin decides: 4.x defines the flag
     plan, _ = _resolve(tmp_path, line, "other.sh")
@@ -204,7 +204,7 @@ def test_a_notebook_runs_the_framework_release_it_installs(tmp_path):
     text = json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
     plan, _ = _resolve(tmp_path, text, "train.ipynb")
     assert plan.installs["ms-swift"] == ("3.5.0", "`pip install` in cell 1")
-    assert any("not an argument of ms-swift 3.12.6 or 2.6.1" in i.message for i in plan.issues), plan.issues
+    assert any("not an argument of ms-swift 3.5.3 or 3.4.1.post1" in i.message for i in plan.issues), plan.issues
 
 
 def test_the_framework_versions_setting_names_the_release_the_file_is_read_as(tmp_path):
@@ -217,7 +217,7 @@ def test_the_framework_versions_setting_names_the_release_the_file_is_read_as(tm
     path.write_text(line, encoding="utf-8")
     told = Settings(model_lookup=False, gpu="H100-80GB", workspace=tmp_path, framework_versions={"ms-swift": "3.5.0"})
     a = analyze(line, str(path), told)
-    assert any("`tuner_type` is not an argument of ms-swift 3.12.6 or 2.6.1" in f.message for f in a.findings)
+    assert any("`tuner_type` is not an argument of ms-swift 3.5.3 or 3.4.1.post1" in f.message for f in a.findings)
     assert any("the newest ms-swift 3.5.0 allows" in str(x) for x in a.resolution.assumptions)
     # a 2.x line under a 2.x setting: read as that release, not as the one its flags imply
     a = analyze(SWIFT_2, str(path), told.model_copy(update={"framework_versions": {"ms-swift": "2.4.0"}}))

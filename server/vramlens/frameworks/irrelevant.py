@@ -245,8 +245,14 @@ IRRELEVANT: dict[str, str] = {
     "many): counted as the communication buffers",
     **_names(
         "where downloads, datasets or logs are kept on disk",
-        "cache_dir model_cache_dir load_from_cache_file overwrite_cache trackio_bucket_id",
+        # ms-swift 3.0-3.3 `enable_cache` (load the dataset from its cache file), 3.5-3.6 `packing_cache` (the
+        # folder of the packed dataset): swift/llm/argument/base_args/data_args.py, argument/train_args.py
+        "cache_dir model_cache_dir load_from_cache_file overwrite_cache trackio_bucket_id enable_cache packing_cache",
     ),
+    # ms-swift 3.2-3.12 swift/trainers/arguments.py GRPOArgumentsMixin: `gc.collect()` after the rollout offloads the
+    # model and optimizer (grpo_trainer.py `offload_context`)
+    "gc_collect_after_offload": "Python's garbage collection after the rollout offloads the model and optimizer: "
+    "host-side cleanup; what is offloaded is read from the offload settings",
     "use_cache": "the K and V a training forward returns are the tensors it keeps for backward anyway (transformers "
     "turns the cache off under gradient checkpointing)",
     **_names(
@@ -425,6 +431,15 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
         ),
         "ref_reward_offload offload_model offload_teacher_model layer_offloading grad_offload "
         "relora_cpu_offload offload_policy ple_cpu_offload",
+    ),
+    # ms-swift 3.1-3.4 swift/trainers/arguments.py GRPOArgumentsMixin, passed to LMDeploy's engine
+    # (`cache_max_entry_count=args.lmdeploy_cache_max_entry_count`, default 0.8; `session_len`) for `use_lmdeploy`
+    **_names(
+        (
+            "the LMDeploy rollout engine's KV-cache share and session length (ms-swift 3.1-3.4 GRPO `use_lmdeploy`)",
+            "LMDeploy's engine is not counted: the rollout is estimated as the run's other settings describe it",
+        ),
+        "lmdeploy_cache_max_entry_count lmdeploy_session_len",
     ),
     "freeze_parameters": (
         "parameters frozen by name or by share (ms-swift `freeze_parameters`)",

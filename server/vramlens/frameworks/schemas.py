@@ -51,15 +51,26 @@ def versions(framework: str) -> tuple[str, ...]:
 
 
 def pick_version(framework: str, version: str | None = None) -> str | None:
-    """The dumped version that describes `version`: the newest at or below it of the same major release; else the
-    oldest above it of the same major (ms-swift 3.5.0 is described by 3.12.6, not by 2.6.1: 3.0 renamed its
-    arguments); else the newest below it; the newest of all when `version` is None; the oldest dump when `version`
-    is older than every dump (the nearest description there is)."""
+    """The dumped version that describes `version`: the dump of the same minor release from 1.0 on (ms-swift 3.5.0
+    by 3.5.3: a minor's patches keep its arguments); else the newest at or below it of the same major release;
+    else the oldest above it of the same major (ms-swift 3.5.0 with only 2.6.1 and 3.12.6 dumped is described by
+    3.12.6, not by 2.6.1: 3.0 renamed its arguments); else the newest below it; the newest of all when `version` is
+    None; the oldest dump when `version` is older than every dump (the nearest description there is)."""
     have = versions(framework)
     if not have:
         return None
     if version is None:
         return have[-1]
+    minor = version_key(version)[:2]
+    # a 0.x release's second number is its major one (LLaMA-Factory 0.9.1 and 0.9.5 differ in defaults)
+    same = [
+        v
+        for v in have
+        if version_key(v)[:2] == minor and minor[0][0] >= 1 and len(version.lstrip("vV").split(".")) >= 2
+    ]
+    if same:
+        at_or_below = [v for v in same if version_key(v) <= version_key(version)]
+        return at_or_below[-1] if at_or_below else same[0]
     below, above = neighbours(framework, version)
     want = version_key(version)[:1]
     if below is not None and version_key(below)[:1] == want:
@@ -79,7 +90,7 @@ def neighbours(framework: str, version: str) -> tuple[str | None, str | None]:
     return (below[-1] if below else None), (above[0] if above else None)
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=256)
 def _load(framework: str, version: str) -> dict[str, Any]:
     return json.loads((DIR / framework / f"{version}.json").read_text(encoding="utf-8"))
 
@@ -95,7 +106,7 @@ def argument_name(name: str) -> str:
     return name.strip().lstrip("-").replace("-", "_")
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=256)
 def _by_name(framework: str, version: str) -> dict[str, tuple[dict, ...]]:
     """Arguments by name and by alias (dashes read as underscores), in the dump's order."""
     out: dict[str, list[dict]] = {}
