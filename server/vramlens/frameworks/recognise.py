@@ -120,13 +120,13 @@ def pinned_release(framework: str, workspace: Path | None, installs: Installs = 
         return None
     names = (dist, *EARLIER_DISTRIBUTIONS.get(framework, ()))
     named = {environment.canonical(k): v for k, v in (told or {}).items()}
-    pins = environment.workspace_pins(workspace) if workspace is not None else {}
     for name in names:
         if name in named:
             return environment.Found(named[name], "the frameworkVersions setting")
     for name in names:
         if installs and name in installs:
             return environment.Found(*installs[name])
+    pins = environment.workspace_pins(workspace) if workspace is not None else {}  # read only when it decides
     return next((pins[name] for name in names if name in pins), None)
 
 

@@ -63,11 +63,8 @@ def pick_version(framework: str, version: str | None = None) -> str | None:
         return have[-1]
     minor = version_key(version)[:2]
     # a 0.x release's second number is its major one (LLaMA-Factory 0.9.1 and 0.9.5 differ in defaults)
-    same = [
-        v
-        for v in have
-        if version_key(v)[:2] == minor and minor[0][0] >= 1 and len(version.lstrip("vV").split(".")) >= 2
-    ]
+    names_minor = minor[0][0] >= 1 and len(version.lstrip("vV").split(".")) >= 2
+    same = [v for v in have if version_key(v)[:2] == minor] if names_minor else []
     if same:
         at_or_below = [v for v in same if version_key(v) <= version_key(version)]
         return at_or_below[-1] if at_or_below else same[0]
