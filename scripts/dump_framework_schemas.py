@@ -146,6 +146,20 @@ AXOLOTL_OLD = (
     AXOLOTL_PLUGINS,
 )
 AXOLOTL_NEW = (Part(("axolotl/utils/schemas/*.py",), "classes", ("AxolotlInputConfig",)), AXOLOTL_PLUGINS)
+# the last release of every minor (pick_version reads a release at its own minor's dump); axolotl's config model
+# moved from utils/config/models/input/v0_4_1/ to utils/schemas/ in 0.8.0
+AXOLOTL_RELEASES = {"0.5.2": AXOLOTL_OLD, "0.6.0": AXOLOTL_OLD, "0.7.0": AXOLOTL_OLD}
+AXOLOTL_RELEASES |= {
+    v: AXOLOTL_NEW
+    for v in ("0.8.1", "0.9.2", "0.10.0", "0.11.0", "0.12.2", "0.13.2", "0.14.0", "0.15.0", "0.16.1", "0.17.0")
+}
+AXOLOTL_RELEASES |= {v: AXOLOTL_NEW for v in ("0.18.0", "0.19.0")}
+TRL_RELEASES = ("0.8.6", "0.9.6", "0.10.1", "0.11.4", "0.12.2", "0.13.0", "0.14.0", "0.15.2", "0.16.1", "0.17.0")
+TRL_RELEASES += ("0.18.2", "0.19.1", "0.20.0", "0.21.0", "0.22.2", "0.23.1", "0.24.0", "0.25.1", "0.26.2", "0.27.2")
+TRL_RELEASES += ("0.28.0", "0.29.1", "1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.1", "1.6.0", "1.7.1", "1.8.0")
+TRL_RELEASES += ("1.9.2", "1.10.0", "1.11.0", "1.12.0", "1.13.0", "1.14.2", "1.15.0", "1.16.0")
+# every LLaMA-Factory release from 0.8.0: its patches change defaults (0.9.1 and 0.9.5 differ)
+LF_RELEASES = ("0.8.0", "0.8.1", "0.8.2", "0.8.3", "0.9.0", "0.9.1", "0.9.2", "0.9.3", "0.9.4", "0.9.5")
 
 TARGETS: tuple[Target, ...] = (
     Target(
@@ -160,16 +174,16 @@ TARGETS: tuple[Target, ...] = (
     Target(
         "trl",
         "trl",
-        {v: (Part(TRL_FILES, "classes", TRL_ROOTS),) for v in ("0.12.2", "0.14.0", "0.19.1", "0.29.1", "1.16.0")},
+        {v: (Part(TRL_FILES, "classes", TRL_ROOTS),) for v in TRL_RELEASES},
         extends=("transformers TrainingArguments",),
     ),
-    Target("axolotl", "axolotl", {"0.6.0": AXOLOTL_OLD, "0.19.0": AXOLOTL_NEW}),
+    Target("axolotl", "axolotl", AXOLOTL_RELEASES),
     Target(
         "llamafactory",
         "llamafactory",
         {
             **{v: (Part(("llmtuner/hparams/*.py",), "classes", LF_ROOTS),) for v in ("0.6.3", "0.7.0")},
-            **{v: (Part(("llamafactory/hparams/*.py",), "classes", LF_ROOTS),) for v in ("0.8.3", "0.9.5")},
+            **{v: (Part(("llamafactory/hparams/*.py",), "classes", LF_ROOTS),) for v in LF_RELEASES},
         },
         extends=("transformers Seq2SeqTrainingArguments",),
         published_as={"0.6.3": "llmtuner", "0.7.0": "llmtuner"},

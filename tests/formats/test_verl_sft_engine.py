@@ -116,3 +116,30 @@ def test_megatron_engine_builds_its_weights_in_engine_dtype():
     # the PPO Megatron actor's `actor.megatron.dtype`: 16-bit weights, fp32 master weights in the optimizer
     plan = plan_of(SFT / "run_qwen3_vl_2b.sh", "BACKEND=megatron\n")
     assert value(plan, "weight_dtype") == "bf16" and value(plan, "amp_dtype") == "bf16"
+
+
+def test_veomni_engine_is_named_as_not_modelled():
+    # the launch's `engine=veomni` branch (BACKEND=veomni): VeOmni's own layout and precision keys
+    plan = plan_of(SFT / "run_sft_engine.sh", "BACKEND=veomni\n")
+    gaps = unmodelled(plan)
+    assert "VeOmni engine" in gaps.get("engine", ""), gaps
+    assert value(plan, "dist_strategy") == "fsdp"
+
+
+def test_an_engine_verl_0_9_adds_is_named_not_read_as_fsdp_in_silence(tmp_path):
+    # verl 0.8.0-0.9.1 engine/torchtitan.yaml and engine/automodel.yaml: their own data-parallel shard sizes,
+    # activation checkpointing and precision keys, which the FSDP engine's reading does not see
+    for engine, name in (("torchtitan", "torchtitan engine"), ("automodel", "NeMo Automodel engine")):
+        script = tmp_path / f"{engine}.sh"
+        script.write_text(
+            "pip install verl==0.9.1\n"
+            "torchrun --nproc_per_node=8 -m verl.trainer.sft_trainer \\\n"
+            "    model.path=Qwen/Qwen2.5-7B-Instruct data.micro_batch_size_per_gpu=2 \\\n"
+            f"    engine={engine} optim={engine} engine.activation_checkpoint=full\n",
+            encoding="utf-8",
+        )
+        plan = plan_of(script)
+        gaps = unmodelled(plan)
+        assert name in gaps.get("engine", ""), gaps
+        assert "estimated as verl's FSDP engine" in " ".join(u.consequence for u in plan.unmodelled)
+        assert value(plan, "world_size") == 8

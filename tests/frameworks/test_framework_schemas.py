@@ -42,9 +42,12 @@ def test_with_no_dump_of_its_own_minor_a_release_is_described_by_its_own_major(m
     assert schemas.pick_version("ms-swift", "3.5.0") == "3.12.6"
     assert schemas.pick_version("ms-swift", "4.0.0") == "4.6.0"
     assert schemas.pick_version("ms-swift", "3.13.1") == "3.12.6"
-    # before 1.0 the second number is the major one: LLaMA-Factory 0.9.1 is not described by 0.9.5
+    # before 1.0 too a release is read at its own minor's dump (LLaMA-Factory is dumped at every 0.8/0.9 release)
+    monkeypatch.setattr(schemas, "versions", lambda framework: ("0.7.0", "0.8.3", "0.9.5"))
+    assert schemas.pick_version("llamafactory", "0.9.1") == "0.9.5"
+    assert schemas.pick_version("llamafactory", "0.8.0") == "0.8.3"
     monkeypatch.undo()
-    assert schemas.pick_version("llamafactory", "0.9.1") == "0.8.3"
+    assert schemas.pick_version("llamafactory", "0.9.1") == "0.9.1"
 
 
 def test_ms_swift_batch_size_names_by_version():
@@ -67,10 +70,11 @@ def test_ms_swift_batch_size_names_by_version():
 
 
 def test_defaults_that_changed_between_versions():
-    # LLaMA-Factory DataArguments.cutoff_len: 1024 in 0.8.3, 2048 in 0.9.5; 0.9.1 is read with the 0.8.3 dump
+    # LLaMA-Factory DataArguments.cutoff_len: 1024 up to 0.9.0, 2048 from the 0.9.1 patch release on
     assert schemas.default("llamafactory", "cutoff_len", "0.8.3") == 1024
+    assert schemas.default("llamafactory", "cutoff_len", "0.9.0") == 1024
+    assert schemas.default("llamafactory", "cutoff_len", "0.9.1") == 2048
     assert schemas.default("llamafactory", "cutoff_len", "0.9.5") == 2048
-    assert schemas.default("llamafactory", "cutoff_len", "0.9.1") == 1024
     # torchtune's recipes: 0.1.1 reads cfg.enable_activation_checkpointing with no default (the config must set
     # it); 0.6.1 reads cfg.get("enable_activation_checkpointing", False)
     old = schemas.argument("torchtune", "enable_activation_checkpointing", "0.1.1", owner="full_finetune_distributed")
@@ -89,7 +93,7 @@ def test_inherited_arguments_are_found_through_the_class_bases():
     assert schemas.lineage("trl", "NoSuchConfig", "1.16.0") == ("NoSuchConfig",)
     assert schemas.default("trl", "response_length", "0.19.1", owner="OnPolicyConfig") == 53
     # a class TRL no longer ships is read from the newest release that has it
-    assert schemas.newest_defining("trl", "PPOConfig", "1.16.0") == "0.29.1"
+    assert schemas.newest_defining("trl", "PPOConfig", "1.16.0") == "1.12.0"  # trl/experimental/ppo until 1.12
     assert schemas.newest_defining("trl", "PPOConfig", "0.19.1") == "0.19.1"
     assert schemas.newest_defining("trl", "GRPOConfig", "0.12.2") == "0.14.0"  # older than every dump that has it
     assert schemas.newest_defining("trl", "NoSuchConfig") is None

@@ -239,7 +239,7 @@ def test_trl_renamed_key_names_the_versions_between():
         "model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: x\nmax_seq_length: 2048\noutput_dir: o\n", "sft.yaml"
     )
     found = [i for i in plan.issues if "`max_seq_length` is not an argument of TRL 1.16.0" in i.message]
-    assert len(found) == 1 and "between 0.19.1 and 0.29.1" in found[0].message
+    assert len(found) == 1 and "between 0.19.1 and 0.20.0" in found[0].message
 
 
 def test_llamafactory_megatron_config_is_not_held_to_the_dumped_arguments():

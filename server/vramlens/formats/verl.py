@@ -102,13 +102,11 @@ def defaults(version: str, config: str = "ppo_trainer") -> dict[str, Any]:
 
 
 def pick_version(pinned: str | None) -> str:
-    """The newest dump at or below a pinned version; the newest one when nothing is pinned."""
-    known = versions()
-    if pinned:
-        below = [v for v in known if _version_key(v) <= _version_key(pinned)]
-        if below:
-            return below[-1]
-    return known[-1]
+    """The dump that describes a pinned version (frameworks.schemas.pick_version: its own minor's, else the newest
+    at or below it); the newest one when nothing is pinned."""
+    from vramlens.frameworks import schemas
+
+    return schemas.pick_version(FRAMEWORK, pinned) or versions()[-1]
 
 
 class Config:
@@ -1257,6 +1255,14 @@ SFT_ENGINE_CONFIG = "sft_trainer_engine"
 FSDP_ENGINE = "verl/workers/engine/fsdp/transformer_impl.py"
 MEGATRON_ENGINE = "verl/workers/engine/megatron/transformer_impl.py"
 ENGINE_GROUPS = ("model", "engine", "optim")  # the config groups a launch picks an option of (`engine=megatron`)
+# the SFT trainer's engines (and optimizer options) that are not modelled: each brings its own data-parallel
+# layout, parallel sizes, offload and precision keys (verl/trainer/config/engine/<name>.yaml, optim/<name>.yaml)
+UNMODELLED_ENGINES = {
+    "veomni": "verl's VeOmni engine",  # 0.7.0
+    "automodel": "verl's NeMo Automodel engine",  # 0.8.0-0.9.1
+    "torchtitan": "verl's torchtitan engine",  # 0.8.0-0.9.1
+    "mindspeed": "verl's MindSpeed engine (Ascend NPUs)",  # 0.8.0
+}
 # the Megatron workers' layout keys beyond tensor/pipeline/context parallelism — the PPO actor's `megatron.` section
 # (verl/trainer/config/ppo_megatron_trainer.yaml, from v0.5.0 verl/trainer/config/engine/megatron.yaml) and the
 # SFT engine's `engine.` — as Megatron-LM's arguments of the same names set them (formats/megatron.py HANDLERS)
@@ -1327,13 +1333,15 @@ def read_sft_engine(
         )
     set_objective_sft(b, "sft_trainer")
     engine = chosen.get("engine", "fsdp")
-    if engine == "veomni":
-        # verl 0.7.0 engine/veomni.yaml: VeOmni's own data-parallel mode, parallel sizes, offload and precision
+    if engine in UNMODELLED_ENGINES or chosen.get("optim") in UNMODELLED_ENGINES:
+        group = "engine" if engine in UNMODELLED_ENGINES else "optim"
         b.unmodelled(
-            given.get("engine"),
-            "verl's VeOmni engine (its own data-parallel mode, parallel sizes, offload and precision)",
+            given.get(group),
+            f"{UNMODELLED_ENGINES[chosen[group]]}"
+            + (" (its own data-parallel layout, parallel sizes, offload and precision)" if group == "engine" else "")
+            + ("" if group == "engine" else "'s optimizer options"),
             "estimated as verl's FSDP engine with its defaults",
-            key="engine",
+            key=group,
         )
         engine = "fsdp"
         cfg.defaults, _ = sft_engine_defaults(picked, {"model": chosen["model"]})

@@ -70,7 +70,9 @@ def _names(entry, names: str) -> dict:
 IRRELEVANT: dict[str, str] = {
     **_names(
         "a target value of the RL loss (the adaptive KL controller's or an entropy bonus's aim), not a module",
-        "kl_target algo.kl.target algorithm.kl_ctrl.target_kl ppo_target entropy_target trl.entropy_target",
+        "kl_target algo.kl.target algorithm.kl_ctrl.target_kl ppo_target entropy_target trl.entropy_target "
+        # TRL 0.8 PPOConfig `target` / `target_kl` (the adaptive KL controller's target, early stopping)
+        "target target_kl",
     ),
     **_names(
         "AdaLoRA's mean rank after pruning: its matrices are allocated at the initial rank and masked, not shrunk "
@@ -141,7 +143,8 @@ IRRELEVANT: dict[str, str] = {
         "use_dist_checkpointing use_ds_universal_ckpt use_universal_ckpt use_flash_ckpt disable_ds_ckpt "
         "enable_async_checkpointing final_state_dict_type fsdp_final_state_dict_type state_dict_type "
         "max_shard_size num_shards offload_folder value_head_prefix save_sliding_window "
-        "selective_checkpointing.save use_swift_lora",
+        "selective_checkpointing.save use_swift_lora dist_ckpt_optim_fully_reshardable "
+        "distrib_optim_fully_reshardable_mem_efficient enable_hf_state_dict_adapter",
     ),
     **_names(
         "evaluation, validation or logging only: not part of the training step's peak",
@@ -150,7 +153,8 @@ IRRELEVANT: dict[str, str] = {
         "log_peak_memory_stats profile_memory profiler_profile_memory skip_memory_metrics enable_memory_snapshot "
         "save_memory_snapshot_folder trace_alloc_max_entries visualize_memory_budget_pareto cuda_memory_usage "
         "torch_memory.context torch_memory.stacks torch_memory.name stacks stack_depth with_memory "
-        "memory_estimation.enable "
+        "memory_estimation.enable precision_debugger.name precision_debugger.config_path precision_debugger.stages "
+        "precision_debugger.steps precision_debugger.strict memory_snapshot_num_steps "
         "memory_estimation.enabled activation_checkpoint.debug determinism_check full_determinism "
         "length_column_name group_by_length",
     ),
@@ -269,6 +273,44 @@ IRRELEVANT: dict[str, str] = {
     "lm_eval_batch_size": "axolotl's lm-eval plugin runs the harness after training has ended",
     "torch_empty_cache_steps": "torch.cuda.empty_cache every N steps returns the allocator's cached blocks between "
     "steps; the peak inside a step is the same",
+    **_names(
+        "the learning-rate or weight-decay schedule, or how the optimizer numbers its steps: the same states",
+        "decay_type min_lr_factor init_lr_ratio wd_incr_style zero_indexed_step",
+    ),
+    # verl 0.8.0-0.9.1 optim/megatron.yaml: Muon's own settings, read only when `optim.optimizer` names Muon, an
+    # optimizer the reader names as not modelled then
+    **_names(
+        "Muon's own hyperparameters (momentum, Newton-Schulz steps and precision, scaling, QKV and tensor-parallel "
+        "split), read only when the optimizer is Muon, which is named as not modelled",
+        "muon_coefficient_type muon_extra_scale_factor muon_fp32_matmul_prec muon_match_adamw_update_rms "
+        "muon_momentum muon_nesterov muon_num_ns_steps muon_scalar_optimizer muon_scale_mode muon_split_qkv "
+        "muon_tp_mode",
+    ),
+    # verl 0.8.0 ppo_trainer.yaml `data.gen_batch_size` (DAPO's dynamic sampling: prompts generated per round) and
+    # `trainer.v1.colocate_async.num_warmup_batches` (batches before rollout and training overlap)
+    **_names(
+        "how many prompts an RL rollout round generates, or how many batches run before rollout and training "
+        "overlap: the rollout engine's share and the training micro-batch bound the memory",
+        "gen_batch_size num_warmup_batches",
+    ),
+    # verl 0.9.1 verl/workers/engine_workers.py `update_weights`: with `model.lora.merge` the adapter is merged into
+    # the base weights only to send them to the rollout engine
+    # TRL 0.8 PPOConfig: sizes `__post_init__` derives from mini_batch_size and accumulation, a flag it sets itself,
+    # and `optimize_cuda_cache` / `optimize_device_cache` (gc and torch.cuda.empty_cache after each step)
+    **_names(
+        "a value TRL derives itself from the batch settings read elsewhere",
+        "backward_batch_size global_backward_batch_size is_peft_model",
+    ),
+    **_names(
+        "the allocator's cache emptied after each step: the peak inside a step is the same",
+        "optimize_cuda_cache optimize_device_cache",
+    ),
+    # LLaMA-Factory 0.9.4-0.9.5 src/llamafactory/hparams/model_args.py KTransformersArguments
+    **_names(
+        "a KTransformers setting, read only with `use_kt` (named as not modelled then)",
+        "chunk_size cpu_infer kt_force_think kt_maxlen kt_mode kt_optimize_rule kt_use_cuda_graph",
+    ),
+    "lora.merge": "the adapter merged into the base weights to send them to the rollout engine, between steps",
 }
 
 # name -> (what it is, what the estimate does instead)
@@ -356,7 +398,8 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
         "flash_attn_cross_entropy flash_attn_fuse_mlp flash_attn_fuse_qkv flash_attn_rms_norm flash_optimum "
         "fuse_qkv_projections compact_fused_qkv_projections fused_attn_kernel use_fused_kernels use_kernels "
         "use_v1_kernels use_liger_loss dpo_use_liger_kernel chunked_cross_entropy_num_chunks "
-        "entropy_from_logits_with_chunking entropy_checkpointing tiled_mlp tiled_mlp_num_shards "
+        "entropy_from_logits_with_chunking entropy_from_logits_chunk_size entropy_checkpointing tiled_mlp "
+        "tiled_mlp_num_shards "
         "tiled_mlp_use_original_mlp tiled_mlp.enabled use_fp8_dim1_cast_triton_kernel "
         "optimize_hunyuan_flash_varlen_mask flash_attn_d512 large_head_attention",
     ),
@@ -414,7 +457,10 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
             "`activation_dtype` is set, to the low-bit grid in every forward)",
             "estimated as 16-bit training: the fake-quantized copies each linear makes are not counted",
         ),
-        "qat.activation_dtype qat.weight_dtype qat.group_size qat.fake_quant_after_n_steps qat.quantize_embedding",
+        "qat.activation_dtype qat.weight_dtype qat.group_size qat.fake_quant_after_n_steps qat.quantize_embedding "
+        # verl 0.8+ `qat:` of each engine (verl/workers/config/engine.py QATEngineConfig; engine/fsdp/
+        # transformer_impl.py `_apply_qat`)
+        "qat.enable qat.mode qat.activation_observer qat.quantization_config_path qat.ignore_patterns",
     ),
     **_names(
         (
@@ -469,7 +515,8 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
         "vllm_tensor_parallel_size vllm_pipeline_parallel_size vllm_data_parallel_size "
         "vllm_enable_expert_parallel vllm_max_model_len vllm_max_model_length vllm_maxlen "
         "vllm_gpu_util "
-        "sglang_tp_size enable_chunked_prefill enable_prefix_caching swap_space",
+        "sglang_tp_size enable_chunked_prefill enable_prefix_caching swap_space "
+        "disaggregation.decode_tensor_model_parallel_size vllm_dtype",
     ),
     "vllm_num_engines": (
         "vLLM engines of an OpenRLHF run, on GPUs of their own",
@@ -478,5 +525,56 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
     **_names(
         ("DeepSpeed's compiler or compiled autograd", "estimated without compilation"),
         "deepcompile enable_compiled_autograd",
+    ),
+    # verl 0.9.1 verl/workers/config/engine.py FSDPEngineConfig / McoreEngineConfig (`pad_to_length`: "round every
+    # packed micro-batch up to a multiple of pad_to_length_bucket tokens … they still cost a full forward pass")
+    **_names(
+        (
+            "every packed micro-batch padded up to a multiple of a token bucket",
+            "estimated at the micro-batch's own token count",
+        ),
+        "pad_to_length pad_to_length_bucket",
+    ),
+    # verl 0.9.1 FSDPEngineConfig `use_no_sync_for_gradient_accumulation` ("disabling this reduces peak memory by
+    # synchronizing and resharding gradients after every micro-batch"); NeMo Automodel's `defer_fsdp_grad_sync`
+    **_names(
+        (
+            "FSDP's gradient reduction deferred to the last micro-batch (each rank keeps unsharded gradients "
+            "between micro-batches)",
+            "estimated with gradients reduce-scattered after every micro-batch",
+        ),
+        "use_no_sync_for_gradient_accumulation defer_fsdp_grad_sync",
+    ),
+    # verl 0.9.1 fsdp_config.turbo_config, read by engine/fsdp/fsdp_turbo_impl.py (the fsdp_turbo package) when
+    # `fsdp_config.strategy: fsdp_turbo`
+    **_names(
+        (
+            "FSDP-Turbo's own parallel plan (shard, expert-shard and Ulysses sizes, prefetch depth, dtypes)",
+            "estimated as verl's FSDP engine with the sizes read elsewhere",
+        ),
+        "distributed.fully_shard_parallel_size distributed.expert_fully_shard_parallel_size "
+        "distributed.ulysses_parallel_size fsdp_plan.fsdp_implementation fsdp_plan.num_to_backward_prefetch "
+        "fsdp_plan.num_to_forward_prefetch fsdp_plan.output_dtype fsdp_plan.reduce_dtype",
+    ),
+    # verl 0.8.0-0.9.1 engine/megatron.yaml (McoreEngineConfig)
+    **_names(
+        (
+            "Megatron's dynamic context parallelism (a context-parallel size chosen per batch under a per-rank "
+            "sequence cap)",
+            "estimated with the context-parallel size read elsewhere",
+        ),
+        "dynamic_context_parallel max_seqlen_per_dp_cp_rank",
+    ),
+    "use_kt": (
+        "KTransformers (LLaMA-Factory `use_kt`: the MoE experts computed on the CPU by KTransformers' kernels)",
+        "estimated with every expert on the GPU",
+    ),
+    "use_megatron_fsdp": (
+        "Megatron-FSDP (Megatron-Core's parameters, gradients and optimizer states sharded ZeRO-3 style)",
+        "estimated with Megatron's distributed optimizer alone",
+    ),
+    "use_layer_wise_distributed_optimizer": (
+        "Megatron's layer-wise distributed optimizer",
+        "estimated with the distributed optimizer's even split of the states",
     ),
 }

@@ -51,8 +51,9 @@ def versions(framework: str) -> tuple[str, ...]:
 
 
 def pick_version(framework: str, version: str | None = None) -> str | None:
-    """The dumped version that describes `version`: the dump of the same minor release from 1.0 on (ms-swift 3.5.0
-    by 3.5.3: a minor's patches keep its arguments); else the newest at or below it of the same major release;
+    """The dumped version that describes `version`: a dump of the same minor release, the newest at or below it,
+    else that minor's oldest (ms-swift 3.5.0 by 3.5.3: a minor's patches keep its arguments; LLaMA-Factory, whose
+    0.x patches change defaults, is dumped at every release); else the newest at or below it of the same major;
     else the oldest above it of the same major (ms-swift 3.5.0 with only 2.6.1 and 3.12.6 dumped is described by
     3.12.6, not by 2.6.1: 3.0 renamed its arguments); else the newest below it; the newest of all when `version` is
     None; the oldest dump when `version` is older than every dump (the nearest description there is)."""
@@ -62,8 +63,7 @@ def pick_version(framework: str, version: str | None = None) -> str | None:
     if version is None:
         return have[-1]
     minor = version_key(version)[:2]
-    # a 0.x release's second number is its major one (LLaMA-Factory 0.9.1 and 0.9.5 differ in defaults)
-    names_minor = minor[0][0] >= 1 and len(version.lstrip("vV").split(".")) >= 2
+    names_minor = len(version.lstrip("vV").split(".")) >= 2
     same = [v for v in have if version_key(v)[:2] == minor] if names_minor else []
     if same:
         at_or_below = [v for v in same if version_key(v) <= version_key(version)]
