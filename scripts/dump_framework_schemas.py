@@ -29,6 +29,7 @@ import fnmatch
 import hashlib
 import json
 import math
+import re
 import subprocess
 import sys
 import tarfile
@@ -36,6 +37,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "server"))
@@ -569,6 +571,48 @@ def _config_keys(leaves: list[dict], configs: dict[str, dict]) -> list[dict]:
     return out
 
 
+# transformers' enums that frameworks use as defaults (axolotl `optimizer: OptimizerNames.ADAMW_HF.value`,
+# `lr_scheduler: SchedulerType.COSINE`): read from this release's transformers/training_args.py and
+# transformers/trainer_utils.py; their members' values are stable across releases
+TRANSFORMERS_ENUMS = ("transformers", "4.46.3", ("transformers/training_args.py", "transformers/trainer_utils.py"))
+_ENUM_DEFAULT = re.compile(r"([A-Z]\w*)\.([A-Z][A-Z0-9_]*)(?:\.value)?")
+
+
+def _enum_members(sources: dict[str, bytes]) -> dict[str, dict[str, Any]]:
+    """`{enum class: {member: literal value}}` of every Enum subclass (`class X(str, Enum)`, transformers'
+    `ExplicitEnum`) the sources define, read with `ast`."""
+    out: dict[str, dict[str, Any]] = {}
+    for text in sources.values():
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+            if not any(b.endswith("Enum") for b in bases):
+                continue
+            members = {}
+            for stmt in node.body:
+                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                    try:
+                        members[stmt.targets[0].id] = ast.literal_eval(stmt.value)
+                    except ValueError:
+                        continue
+            out.setdefault(node.name, members)
+    return out
+
+
+def _resolve_enum_defaults(records: list[dict], enums: dict[str, dict[str, Any]]) -> None:
+    """A default written as an enum member (`OptimizerNames.ADAMW_HF.value`, `AttentionFunction.AUTO`) becomes the
+    member's value when the enum is one the package or transformers defines; the source text stays beside it."""
+    for r in records:
+        m = _ENUM_DEFAULT.fullmatch(r.get("default_text") or "")
+        if r.get("default") is None and m and m.group(2) in enums.get(m.group(1), {}):
+            r["default"] = enums[m.group(1)][m.group(2)]
+
+
 def dump(target: Target, version: str, wheels: Path) -> tuple[dict, list[str]]:
     archive = _archive(target.published_as.get(version, target.package), version, wheels)
     members = _members(archive)
@@ -584,6 +628,10 @@ def dump(target: Target, version: str, wheels: Path) -> tuple[dict, list[str]]:
             records += _config_keys(got, configs)
         else:
             records += got
+    package, release, files = TRANSFORMERS_ENUMS
+    enums = _enum_members({f: b for f, b in _members(_archive(package, release, wheels)).items() if f in files})
+    enums |= _enum_members({f: b for f, b in members.items() if f.endswith(".py")})
+    _resolve_enum_defaults(records, enums)
     unique = {(r["name"], r["owner"]): r for r in records}
     args = [unique[k] for k in sorted(unique)]
     data = {

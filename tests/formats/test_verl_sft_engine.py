@@ -143,3 +143,25 @@ def test_an_engine_verl_0_9_adds_is_named_not_read_as_fsdp_in_silence(tmp_path):
         assert name in gaps.get("engine", ""), gaps
         assert "estimated as verl's FSDP engine" in " ".join(u.consequence for u in plan.unmodelled)
         assert value(plan, "world_size") == 8
+
+
+def test_ppo_actor_engines_beside_fsdp_and_megatron_are_named(tmp_path):
+    # verl 0.9.1: `actor.strategy=veomni` (engine_workers.py reads `actor.veomni`) and
+    # `actor.fsdp_config.strategy=fsdp_turbo` (engine/fsdp.yaml: "fsdp or fsdp2 or fsdp_turbo")
+    for key, value, name in (
+        ("actor_rollout_ref.actor.strategy", "veomni", "VeOmni engine"),
+        ("actor_rollout_ref.actor.fsdp_config.strategy", "fsdp_turbo", "FSDP-Turbo engine"),
+    ):
+        script = tmp_path / f"{value}.sh"
+        script.write_text(
+            "python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo \\\n"
+            "    actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct actor_rollout_ref.rollout.name=vllm \\\n"
+            f"    trainer.n_gpus_per_node=8 {key}={value}\n",
+            encoding="utf-8",
+        )
+        plan = plan_of(script)
+        gaps = unmodelled(plan)
+        assert name in gaps.get(key, ""), gaps
+    # FSDP and FSDP2 are the engines the reader models
+    script.write_text(script.read_text().replace("fsdp_turbo", "fsdp2"), encoding="utf-8")
+    assert not any("engine" in k for k in unmodelled(plan_of(script)))

@@ -191,3 +191,13 @@ def test_switches_and_registry():
     assert set(concepts.CONCEPTS) <= set(PLAN_CONCEPTS)
     for c in concepts.CONCEPTS.values():
         assert c.type in ("int", "float", "bool", "str", "list", "dtype", "model") and c.title and c.spellings
+
+
+def test_enum_member_defaults_are_resolved_from_the_enum_that_defines_them():
+    # axolotl `optimizer: OptimizerNames.ADAMW_HF.value` (transformers' enum), LLaMA-Factory
+    # `quantization_method: QuantizationMethod.BNB` (its own extras/constants.py), TRL `FDivergenceType.REVERSE_KL`
+    hf = schemas.argument("axolotl", "optimizer", "0.6.0")
+    assert (hf["default"], hf["default_text"]) == ("adamw_hf", "OptimizerNames.ADAMW_HF.value")
+    assert schemas.default("axolotl", "optimizer", "0.8.1") == "adamw_torch_fused"
+    assert schemas.default("llamafactory", "quantization_method", "0.9.5") == "bnb"
+    assert schemas.default("trl", "f_divergence_type", "0.19.1") == "reverse_kl"

@@ -33,3 +33,12 @@ def test_badam_verbose_is_a_logging_level_not_an_unmodelled_setting():
     a = _analysis("badam_llama3_full_sft.yaml")
     assert a.estimate is not None
     assert "badam_verbose" not in {u.key for u in a.plan.unmodelled}
+
+
+def test_ktransformers_training_is_named_as_not_modelled():
+    # `use_kt: true` (LLaMA-Factory 0.9.4+ KTransformersArguments): the MoE experts run on the CPU through
+    # KTransformers' kernels; the estimate keeps them on the GPU and must say so
+    a = _analysis("ktransformers_qwen3moe_lora_sft_kt.yaml")
+    gaps = {u.key: u for u in a.plan.unmodelled}
+    assert "use_kt" in gaps and "KTransformers" in gaps["use_kt"].what
+    assert gaps["use_kt"].consequence == "estimated with every expert on the GPU"

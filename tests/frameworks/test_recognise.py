@@ -261,3 +261,18 @@ def test_torchtune_lora_placement_switches_are_read_not_flagged():
     plan = _plan(text, "lora.yaml")
     assert {"gate_proj", "up_proj", "down_proj", "q_proj", "v_proj"} <= set(plan.lora_targets.value)
     assert [u.key for u in plan.unmodelled] == []
+
+
+def test_axolotl_optimizer_default_by_release(tmp_path):
+    # axolotl's config model defaults `optimizer` to a member of transformers' OptimizerNames, resolved by the dump:
+    # ADAMW_HF (transformers' own loop AdamW) up to 0.7, ADAMW_TORCH_FUSED from 0.8
+    config = "base_model: Qwen/Qwen2.5-0.5B\nadapter: lora\nmicro_batch_size: 2\n"
+
+    def optimizer(pin):
+        (tmp_path / pin).mkdir()
+        ws = _pin(tmp_path / pin, pin)
+        return resolve(_plan(config, "cfg.yaml", ws), Settings(workspace=ws)).sources["optimizer"]
+
+    old, new = optimizer("axolotl==0.6.0"), optimizer("axolotl==0.9.2")
+    assert (old.value, old.framework) == ("adamw_hf", "axolotl 0.6.0 (HyperparametersConfig.optimizer)")
+    assert (new.value, new.framework) == ("adamw_torch_fused", "axolotl 0.9.2 (HyperparametersConfig.optimizer)")

@@ -208,16 +208,17 @@ trainer = PPOTrainer(args=args, model=policy, ref_model=ref_policy, reward_model
 
 
 def test_trl_ppo_is_read_against_the_last_release_that_has_it(tmp_path):
-    """TRL 1.x ships no PPOConfig: a PPO run takes the defaults of 0.29.1, the newest release that has it
-    (response_length=53, from the on-policy base it shares with RLOO up to 0.19), and the label says so. Reward and
+    """TRL 1.13+ ships no PPOConfig (trl/experimental/ppo until 1.12): a PPO run takes the defaults of 1.12.0, the
+    newest release that has it (response_length=53, as in the on-policy base it shared with RLOO up to 0.19), and
+    the label says so. Reward and
     value models whose ids are only known when the script runs are sized as the policy, and said to be."""
     res = resolved(tmp_path, TRL_PPO_SCRIPT, "ppo.py", framework_versions={"trl": "1.16.0"})
     rp = res.resolved
     assert rp.objective == "ppo" and rp.value_model and rp.reward_model
     assert rp.logits_tokens == 53
-    assert res.sources["completion_len"].framework == "TRL 0.29.1 (PPOConfig.response_length)"
+    assert res.sources["completion_len"].framework == "TRL 1.12.0 (PPOConfig.response_length)"
     assert frameworks.defaults_for("trl", "ppo", Settings(framework_versions={"trl": "1.16.0"}))[1] == (
-        "TRL 1.x (ModelConfig; PPOConfig of 0.29.1)"
+        "TRL 1.x (ModelConfig; PPOConfig of 1.12.0)"
     )
     said = [str(a) for a in res.assumptions]
     for role in ("reward model (`reward_model`)", "value model (`value_model`)"):

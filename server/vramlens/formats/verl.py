@@ -775,6 +775,7 @@ def _distribution(
         _megatron_transformer_overrides(r, section)
     else:
         fsdp2 = (strategy or "").lower() == "fsdp2"
+        _other_actor_engine(r, strategy, s, section)
         section = section or A + "actor.fsdp_config."
         r.put("dist_strategy", "fsdp", s)
         reshard, rs = r.bool(section + "reshard_after_forward")
@@ -1365,6 +1366,28 @@ def read_sft_engine(
     _distribution(r, megatron, world, "engine.", "engine.strategy")
     _sft_engine_batch(r, world, megatron)
     _sft_engine_not_modelled(r, megatron)
+
+
+# the PPO actor's engines beside FSDP/FSDP2 and Megatron: `actor.strategy: veomni` (verl 0.7+ engine_workers.py reads
+# `actor.veomni`), and FSDP's `fsdp_config.strategy: fsdp_turbo` (verl 0.9.1 engine/fsdp.yaml "fsdp or fsdp2 or
+# fsdp_turbo"; engine/fsdp/fsdp_turbo_impl.py registers backend "fsdp_turbo", built from `fsdp_config.turbo_config`)
+_ACTOR_ENGINES = {"veomni": "verl's VeOmni engine", "fsdp_turbo": "verl's FSDP-Turbo engine (the fsdp_turbo package)"}
+
+
+def _other_actor_engine(r: _Reader, strategy: str | None, s: Setting | None, section: str | None) -> None:
+    """Name an actor engine the reader does not model (estimated as verl's FSDP engine)."""
+    if section is not None:
+        return  # the SFT trainer's engine is chosen by its `engine` group (read_sft_engine)
+    inner, ins = r.text(A + "actor.fsdp_config.strategy")
+    for name, setting in ((strategy, s), (inner, ins)):
+        engine = _ACTOR_ENGINES.get((name or "").lower())
+        if engine is not None:
+            r.b.unmodelled(
+                setting,
+                f"{engine}: its own sharding plan, parallel sizes and precision",
+                "estimated as verl's FSDP engine",
+            )
+            return
 
 
 def _world(b: PlanBuilder) -> int:

@@ -151,8 +151,8 @@ def lineage(framework: str, cls: str, version: str | None = None) -> tuple[str, 
 @lru_cache(maxsize=256)
 def newest_defining(framework: str, cls: str, version: str | None = None) -> str | None:
     """The dumped version that describes `version` (`pick_version`) when it defines class `cls`; else the newest
-    dump at or below it that does (trl's PPOConfig is gone from 1.x: a PPO run is read against 0.29.1), else the
-    oldest dump that does; None when no dump defines it."""
+    dump at or below it that does (trl's PPOConfig is gone after 1.12: a PPO run on 1.16 is read against 1.12.0),
+    else the oldest dump that does; None when no dump defines it."""
     have = [v for v in versions(framework) if any(a.get("owner") == cls for a in _load(framework, v)["arguments"])]
     if not have:
         return None

@@ -541,6 +541,8 @@ DUMPED_DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
         "seq_len": ("sequence_len",),
         "micro_batch": ("micro_batch_size",),
         "grad_accum": ("gradient_accumulation_steps",),
+        # transformers' OptimizerNames.ADAMW_HF up to 0.7 (transformers' own AdamW), ADAMW_TORCH_FUSED from 0.8
+        "optimizer": ("optimizer",),
     },
     "ms-swift": {
         "seq_len": ("max_length",),
@@ -742,7 +744,7 @@ def defaults_for(
         cls = TRL_CONFIG_CLASSES.get(objective or "sft", "SFTConfig")
         dumped_trl = schemas.pick_version("trl", run)
         older = schemas.newest_defining("trl", cls, dumped_trl)
-        # a config class TRL no longer ships (PPOConfig after 0.29) is named with the release that last had it
+        # a config class TRL no longer ships (PPOConfig after 1.12) is named with the release that last had it
         version = (
             f"TRL 1.x ({cls}/ModelConfig)"
             if older in (None, dumped_trl)
