@@ -60,7 +60,10 @@ def check(ctx):
                 fixes=lambda: [fixer.make("set-value", f"use {better} attention", {"attn_impl": better})],
                 data={"cost_gib": cost / 2**30},
             )
-    elif rp.packing and rp.attn_impl == "sdpa":
+    elif rp.packing and rp.attn_impl == "sdpa" and rp.strategy != "megatron":
+        # Megatron-core packs in its THD layout, the boundaries given to the fused kernels as cumulative sequence
+        # lengths (megatron/core/packed_seq_params.py `PackedSeqParams`; ms-swift v4.6.0 swift/megatron/utils/utils.py
+        # `get_packed_seq_params`): no mask is built
         mask = rp.micro_batch * rp.seq_len**2  # a boolean block-diagonal mask, one byte per element
         if mask >= MIN_COST and better != "sdpa":
             detail = (

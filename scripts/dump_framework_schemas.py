@@ -137,6 +137,35 @@ SWIFT_4 = (
         SWIFT_ROOTS,
     ),
 )
+# Megatron-SWIFT (`megatron sft|pt|rlhf`, ms-swift 3.3+): its argument classes hold Megatron-LM's own flags as
+# fields beside ms-swift's BaseArguments (3.x swift/megatron/argument/train_args.py `MegatronTrainArguments(
+# MegatronArguments, BaseArguments)`; 4.x swift/megatron/arguments/sft_args.py `MegatronSftArguments`)
+MEGATRON_SWIFT_ROOTS = (
+    "MegatronTrainArguments",
+    "MegatronSftArguments",
+    "MegatronPretrainArguments",
+    "MegatronRLHFArguments",
+)
+MEGATRON_SWIFT_3 = (
+    Part(
+        ("swift/megatron/argument/*.py", "swift/llm/argument/base_args/*.py", "swift/llm/argument/*.py"),
+        "classes",
+        MEGATRON_SWIFT_ROOTS,
+    ),
+)
+MEGATRON_SWIFT_4 = (
+    Part(
+        (
+            "swift/megatron/arguments/*.py",
+            "swift/arguments/base_args/*.py",
+            "swift/arguments/*.py",
+            "swift/ray_utils/*.py",
+            "swift/ray/arguments.py",
+        ),
+        "classes",
+        MEGATRON_SWIFT_ROOTS,
+    ),
+)
 TUNE = (
     Part(("recipes/*.py", "recipes/dev/*.py"), "reads"),
     Part(("recipes/configs/*.yaml", "recipes/configs/*/*.yaml", "recipes/configs/*/*/*.yaml"), "yaml"),
@@ -202,6 +231,16 @@ TARGETS: tuple[Target, ...] = (
             **{v: SWIFT_4 for v in SWIFT_4_RELEASES},
         },
         extends=("transformers Seq2SeqTrainingArguments",),
+    ),
+    Target(
+        "megatron-swift",
+        "ms-swift",
+        {
+            **{v: MEGATRON_SWIFT_3 for v in SWIFT_3_RELEASES if version_key(v) >= version_key("3.3")},
+            **{v: MEGATRON_SWIFT_4 for v in SWIFT_4_RELEASES},
+        },
+        note="Megatron-SWIFT's own argument classes (Megatron-LM's flags as dataclass fields, with ms-swift's "
+        "BaseArguments), from the ms-swift wheel",
     ),
     Target("torchtune", "torchtune", {"0.1.1": TUNE, "0.6.1": TUNE}),
     Target(

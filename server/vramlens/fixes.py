@@ -471,6 +471,10 @@ class Fixer:
 
         # the framework's RL recipes may have no adapter variant (FrameworkHooks.rl_full_only)
         adapters = not (rp.objective in ONLINE and hooks_for(self.plan.framework).rl_full_only)
+        # Megatron-core builds its own layers: no bitsandbytes 4-bit base model under them, and adapters only
+        # where Megatron-SWIFT adds them (Megatron-LM's own training scripts have none)
+        megatron = rp.strategy == "megatron"
+        adapters = adapters and not (megatron and self.plan.framework != "megatron-swift")
         if full and adapters and not rp.quant_bits:
             out.append(
                 Candidate(
@@ -483,7 +487,7 @@ class Fixer:
                     advice=LORA_LEARNING_RATE,
                 )
             )
-        if adapters and not rp.quant_bits and rp.peft in ("none", "lora", "dora"):
+        if adapters and not megatron and not rp.quant_bits and rp.peft in ("none", "lora", "dora"):
             qlora: dict[str, Any] = {"peft_method": "qlora", "quant_bits": 4}
             if full:
                 qlora.update({"lora_r": 16, "lora_targets": ["all-linear"]})

@@ -234,4 +234,5 @@ def test_megatron_swift_takes_the_ms_swift_release_a_script_installs(tmp_path):
     _, _, pinned = frameworks.defaults_for("megatron-swift", "sft", settings, None, installs)
     assert pinned["cross_entropy_fusion"] is False and "3.12.6" in pinned.labels["cross_entropy_fusion"]
     _, _, newest = frameworks.defaults_for("megatron-swift", "sft", settings)
-    assert "cross_entropy_fusion" not in newest.labels
+    assert newest["cross_entropy_fusion"] is True
+    assert newest.labels["cross_entropy_fusion"].startswith("Megatron-SWIFT 4.6.0 (MegatronArguments.")

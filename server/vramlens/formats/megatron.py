@@ -523,6 +523,25 @@ _GROUPS = {
 # Megatron-LM arguments that look as if they changed memory or speed and do not, as estimated: name -> why
 IRRELEVANT: dict[str, str] = {name: why for why, names in _GROUPS.items() for name in names.split()}
 
+# Megatron-SWIFT's own spellings of Megatron settings that Megatron-LM's arguments.py does not define (ms-swift v3.12.6
+# swift/megatron/argument/megatron_args.py, v4.6.0 swift/megatron/arguments/megatron_args.py), held to the same rule
+# by tests/frameworks/test_schema_coverage.py over the Megatron-SWIFT dumps
+_SWIFT_GROUPS = {
+    IRRELEVANT["gradient_accumulation_fusion"]: "no_gradient_accumulation_fusion",
+    IRRELEVANT["create_attention_mask_in_dataloader"]: "no_create_attention_mask_in_dataloader",
+    "the fused bias + activation kernel (on by default): the unfused path keeps the same activation input for "
+    "backward": "bias_activation_fusion",
+    "how pipeline stages exchange activations (batched or separate send/receive): the same tensors": "batch_p2p_comm",
+    "how context-parallel ranks split a sequence (zigzag or contiguous chunks): each holds as many tokens either way": (
+        "cp_partition_mode"
+    ),
+    "how the data loader splits samples over the ranks: no GPU memory": "no_data_sharding",
+    "a model size Megatron-SWIFT fills in from the checkpoint's config.json, which the estimate reads": (
+        "linear_conv_kernel_dim"
+    ),
+}
+SWIFT_IRRELEVANT: dict[str, str] = {name: why for why, names in _SWIFT_GROUPS.items() for name in names.split()}
+
 
 def handler(name: str):
     """The handler of a Megatron flag (`-` or `_` spelling), or None for one that does not change memory. Any flag

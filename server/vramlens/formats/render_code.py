@@ -708,6 +708,13 @@ ADAPTER_FLAGS: dict[str, dict[str, str]] = {
         "lora_targets": "target_modules",
         "quant_bits": "load_in_4bit",
     },
+    # Megatron-SWIFT's `MegatronTunerMixin` (ms-swift v4.6.0 swift/megatron/arguments/megatron_args.py; no 4-bit
+    # loading: Megatron-core builds its own layers); Megatron-LM's own scripts have no adapters (fixes.py)
+    "megatron": {
+        "lora_r": "lora_rank",
+        "lora_alpha": "lora_alpha",
+        "lora_targets": "target_modules",
+    },
     # verl's FSDP actor model (ppo_trainer.yaml `actor_rollout_ref.model.*`; no 4-bit loading)
     "verl": {
         "lora_r": "actor_rollout_ref.model.lora_rank",
@@ -1019,6 +1026,10 @@ def _sh_peft(doc: _ShDoc, concept: str, value: Any) -> None:
             raise _Cannot(f"set the tuning method to {value} in the config")
         if tool == "swift":
             return _put_flag(doc, "tuner_type", "lora")
+        if tool == "megatron" and plan.framework == "megatron-swift" and value == "lora":
+            # `train_type` until ms-swift 4.0 renamed it (v3.12.6 swift/megatron/argument/megatron_args.py)
+            release = plan.framework_release or ""
+            return _put_flag(doc, "train_type" if release.startswith(("2.", "3.")) else "tuner_type", "lora")
         if tool == "llamafactory":
             return _put_flag(doc, "finetuning_type", "lora")
         if tool == "axolotl":

@@ -1402,6 +1402,32 @@ SWIFT_HANDLERS = {
 }
 TRL_CLI_HANDLERS = {"model": _model_flag}
 
+
+def _megatron_swift_tuner(b: PlanBuilder, s: Setting) -> None:
+    """`--tuner_type lora_llm` under Megatron-SWIFT: LoRA on the language model, the vision tower and aligner trained
+    in full (ms-swift v4.6.0 swift/megatron/utils/utils.py `prepare_mcore_model` → `_prepare_full_vit`), as the
+    `swift` command's; `full` and `lora` are the Megatron reader's."""
+    if str(s.value).strip().lower() == "lora_llm":
+        return _swift_tuner(b, s)
+    run = megatron.handler(_norm(s.key))
+    if run is not None:
+        run(b, s)
+
+
+# Megatron-SWIFT's tuner arguments (`MegatronTunerMixin`: ms-swift v3.12.6 swift/megatron/argument/megatron_args.py,
+# v4.6.0 swift/megatron/arguments/megatron_args.py) go to ms-swift's own LoraConfig as the `swift` command's do
+# (swift/megatron/utils/utils.py `prepare_adapter`: `target_modules`, `modules_to_save`, `lora_alpha`,
+# `lora_dropout`; `target_regex` replaces `target_modules`); the Megatron reader takes the rest of the command line
+MEGATRON_SWIFT_HANDLERS = {
+    "target_modules": _via("lora_target_modules"),
+    "target_regex": _swift_target_regex,
+    "modules_to_save": _via("lora_modules_to_save"),
+    "lora_alpha": _via("lora_alpha"),
+    "lora_dropout": _via("lora_dropout"),
+    "tuner_type": _megatron_swift_tuner,
+    "train_type": _megatron_swift_tuner,
+}
+
 # Boolean flags (for `--no_X` negation and bare `--X`).
 _BOOL_KEYS = frozenset(
     {
@@ -1453,7 +1479,7 @@ def handler_for(tool: str, name: str):
     if tool == "openrlhf" and n in launchers.OPENRLHF_HANDLERS:
         return launchers.OPENRLHF_HANDLERS[n]
     if tool == "megatron":
-        return megatron.handler(n)
+        return MEGATRON_SWIFT_HANDLERS.get(n) or megatron.handler(n)
     if is_hf_key(n):
         return _via(n)
     return EXTRA_HANDLERS.get(n)

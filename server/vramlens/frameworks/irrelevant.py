@@ -81,6 +81,16 @@ IRRELEVANT: dict[str, str] = {
     ),
     **_names("a regular expression vLLM's structured outputs constrain generation with", "structured_outputs_regex"),
     **_names(
+        "a private field Megatron-SWIFT sets itself (whether the teacher is the policy's base model with its adapters "
+        "off: ms-swift v4.6.0 swift/megatron/arguments/megatron_args.py), not a command-line choice",
+        "_teacher_use_disable_adapter",
+    ),
+    **_names(
+        "a checkpoint of adapter weights to start from (Megatron-SWIFT `adapter_load`, `mcore_adapter`): the "
+        "adapters' size is the LoRA rank's",
+        "adapter_load mcore_adapter",
+    ),
+    **_names(
         "how many times TRL's on-policy trainers generate sample completions to log during training, not samples "
         'per prompt (trl v0.19.1 trainer/utils.py `OnPolicyConfig.num_sample_generations`: "Number of debugging '
         'samples generations")',
@@ -219,7 +229,8 @@ IRRELEVANT: dict[str, str] = {
         "which modules of a multi-modal model are frozen: the estimate covers the language model",
         "freeze_aligner freeze_language_model freeze_llm freeze_mm_modules freeze_multi_modal_projector "
         "freeze_vision_model freeze_vision_projection freeze_vision_tower freeze_visual_encoder freeze_vit "
-        "vit_gradient_checkpointing decoder_trainable encoder_trainable fusion_trainable "
+        "vit_gradient_checkpointing vit_gradient_checkpointing_kwargs vit_attn_impl decoder_trainable "
+        "encoder_trainable fusion_trainable "
         "vae_encode_micro_batch_size limit_images",
     ),
     **_names(
@@ -348,7 +359,9 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
             "bucket size)",
             "the weight-sync moment is not a phase of the estimate",
         ),
-        "layered_summon multi_stage_wake_up update_weights_bucket_megabytes",
+        # Megatron-SWIFT's `offload_bridge`: the exported weights kept in CPU memory during the sync (ms-swift v4.6.0
+        # swift/megatron/trainers/rollout_mixin.py)
+        "layered_summon multi_stage_wake_up update_weights_bucket_megabytes offload_bridge",
     ),
     **_names(
         (
@@ -564,6 +577,32 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
             "estimated with the context-parallel size read elsewhere",
         ),
         "dynamic_context_parallel max_seqlen_per_dp_cp_rank",
+    ),
+    # Megatron-SWIFT (ms-swift v4.6.0 swift/megatron/arguments/megatron_args.py, swift/megatron/utils/utils.py
+    # `prepare_adapter`: `model.add_adapter('ref_adapter', lora_config)`, frozen)
+    **_names(
+        (
+            "a second, frozen set of LoRA adapters the reference model runs with (Megatron-SWIFT `ref_adapter`)",
+            "its weights (the size of the policy's adapters) are not counted",
+        ),
+        "mcore_ref_adapter ref_adapter_load ref_adapters",
+    ),
+    "sequence_packing_scheduler": (
+        "Megatron's dynamic context parallelism or data-parallel balancing of packed sequences (Megatron-SWIFT "
+        "`sequence_packing_scheduler`)",
+        "estimated with the context-parallel size and sequence length read elsewhere",
+    ),
+    "optimizer_cuda_graph": (
+        "the optimizer step captured in a CUDA graph (its static buffers)",
+        "not counted",
+    ),
+    **_names(
+        (
+            "DeepSeek-V3.2/V4 kernels and layers (sparse-attention indexer fusion, manifold-constrained "
+            "hyper-connections and their recompute)",
+            "estimated with the model's layers as vramlens counts them",
+        ),
+        "apply_dsa_kernel_fusion use_fused_mhc mhc_recompute_layer_num",
     ),
     "use_kt": (
         "KTransformers (LLaMA-Factory `use_kt`: the MoE experts computed on the CPU by KTransformers' kernels)",

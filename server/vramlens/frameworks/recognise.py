@@ -31,6 +31,7 @@ DUMPED = {
     "axolotl": "axolotl",
     "llamafactory": "llamafactory",
     "ms-swift": "ms-swift",
+    "megatron-swift": "megatron-swift",
     "torchtune": "torchtune",
     "torchtitan": "torchtitan",
     "openrlhf": "openrlhf",
@@ -44,6 +45,7 @@ DISTRIBUTIONS = {
     "axolotl": "axolotl",
     "llamafactory": "llamafactory",
     "ms-swift": "ms-swift",
+    "megatron-swift": "ms-swift",  # Megatron-SWIFT ships in ms-swift
     "torchtune": "torchtune",
     "torchtitan": "torchtitan",
     "openrlhf": "openrlhf",
@@ -59,6 +61,7 @@ TITLES = {
     "axolotl": "axolotl",
     "llamafactory": "LLaMA-Factory",
     "ms-swift": "ms-swift",
+    "megatron-swift": "Megatron-SWIFT",
     "torchtune": "torchtune",
     "torchtitan": "torchtitan",
     "openrlhf": "OpenRLHF",
@@ -71,15 +74,24 @@ RENAMED = {
     ("trl", "max_seq_length"): "max_length",
     ("ms-swift", "sft_type"): "train_type",
     ("ms-swift", "train_type"): "tuner_type",
+    ("megatron-swift", "train_type"): "tuner_type",
 }
 
 # Entry points that stop on an argument they do not define, by the tool that runs them or the YAML dialect read:
 # - HfArgumentParser (transformers hf_argparser.py `parse_args_into_dataclasses`: "Some specified arguments are not
 #   used by the HfArgumentParser"; `parse_dict(allow_extra_keys=False)`: "Some keys are not used by the
 #   HfArgumentParser"), which TRL's `trl` CLI (TrlParser), LLaMA-Factory (src/llamafactory/hparams/parser.py
-#   `_parse_args`) and ms-swift (swift/utils/utils.py `parse_args`: "remaining_argv") use;
+#   `_parse_args`) and ms-swift (swift/utils/utils.py `parse_args`: "remaining_argv") use, Megatron-SWIFT's
+#   `megatron sft|pt|rlhf` among them (v4.6.0 swift/pipelines/base.py, v3.5.3 swift/llm/base.py: `raise
+#   ValueError(f'remaining_argv: {remaining_argv}')`); Megatron-LM's own scripts (no dumped framework) are not held;
 # - axolotl only with `strict: true` (its config model otherwise keeps unknown keys).
-STRICT_TOOLS = {"trl": "trl", "llamafactory": "llamafactory", "swift": "ms-swift", "axolotl": "axolotl"}
+STRICT_TOOLS = {
+    "trl": "trl",
+    "llamafactory": "llamafactory",
+    "swift": "ms-swift",
+    "axolotl": "axolotl",
+    "megatron": "megatron-swift",
+}
 STRICT_DIALECTS = {"llamafactory": "llamafactory", "axolotl": "axolotl"}
 # LLaMA-Factory under USE_MCA=1 parses with mcore_adapter's Megatron training arguments, which are not dumped
 # (src/llamafactory/hparams/parser.py `_TRAIN_MCA_ARGS`): a config with Megatron parallel keys is not held to them

@@ -348,7 +348,7 @@ DEFAULTS: dict[str, tuple[str, dict]] = {
     # megatron_args.py; the same values in v4.5.2 ff512877 swift/megatron/arguments/): micro_batch_size 1,
     # global_batch_size 16 (formats/megatron.py), recompute_granularity "selective" of `core_attn`,
     # attention_backend "flash", optimizer "adam", use_distributed_optimizer True, cross_entropy_loss_fusion True
-    # (False before 4.0: SWIFT_CE_FUSION_FROM); bf16/fp16 None → ms-swift's
+    # (False before 4.0: the release's own dump, DUMPED_DEFAULTS); bf16/fp16 None → ms-swift's
     # `_init_mixed_precision`: bf16 for a bf16 checkpoint (fp16 for fp16/fp32 ones); LoRA rank 8, alpha 32, dropout
     # 0.05 on all-linear
     "megatron-swift": (
@@ -552,6 +552,18 @@ DUMPED_DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
         "lora_r": ("lora_rank",),
         "lora_alpha": ("lora_alpha",),
         "lora_dropout": ("lora_dropout",),
+    },
+    # Megatron-SWIFT's own argument classes (frameworks/schemas/megatron-swift/): the fused cross-entropy is off
+    # up to 3.12 and on from 4.0 (`cross_entropy_loss_fusion`), LoRA's arguments arrive in 3.7
+    "megatron-swift": {
+        "micro_batch": ("micro_batch_size",),
+        "cross_entropy_fusion": ("cross_entropy_loss_fusion",),
+        "distributed_optimizer": ("use_distributed_optimizer",),
+        "sequence_parallel": ("sequence_parallel",),
+        "lora_r": ("lora_rank",),
+        "lora_alpha": ("lora_alpha",),
+        "lora_dropout": ("lora_dropout",),
+        "lora_targets": ("target_modules",),
     },
 }
 
@@ -761,11 +773,6 @@ def defaults_for(
         if release is not None and release < LLAMAFACTORY_TRUST_SETTING_FROM:
             dumped["trust_remote_code"] = True
             labels["trust_remote_code"] = f"LLaMA-Factory {'.'.join(map(str, release))} (model/loader.py)"
-    if key == "megatron-swift":
-        swift = parse(run_version("ms-swift", settings, None, installs))
-        if swift is not None and swift < SWIFT_CE_FUSION_FROM:
-            dumped["cross_entropy_fusion"] = False
-            labels["cross_entropy_fusion"] = f"ms-swift {'.'.join(map(str, swift))} Megatron-SWIFT (megatron_args.py)"
     return key, version, Defaults({**values, **dumped}, labels, run, env)
 
 
@@ -773,10 +780,6 @@ def defaults_for(
 # src/llamafactory/model/loader.py `_get_init_kwargs`: `"trust_remote_code": True`) and its `trust_remote_code`
 # argument (default False, hparams/model_args.py) from 0.9.2
 LLAMAFACTORY_TRUST_SETTING_FROM = (0, 9, 2)
-# Megatron-SWIFT turns Megatron's fused cross-entropy on by default from 4.0.0 (v4.0.0 … v4.5.2
-# swift/megatron/arguments/megatron_args.py `cross_entropy_loss_fusion: bool = True`; v3.5.0 … v3.12.6
-# swift/megatron/argument/megatron_args.py `= False`)
-SWIFT_CE_FUSION_FROM = (4, 0, 0)
 
 
 # Frameworks whose step runs transformers' own model classes and loss (their version-dependent choices apply:

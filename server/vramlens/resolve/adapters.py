@@ -227,6 +227,17 @@ LORA_NAME_MAP = {
     "output": ("lm_head",),
     "head": ("lm_head",),
     "embed_tokens": ("embed",),
+    # Megatron-core's own module names, which Megatron-SWIFT's `--target_modules` and `--modules_to_save` take
+    # (megatron/core/transformer/attention.py `SelfAttention.linear_qkv`, `linear_proj`; mlp.py `MLP.linear_fc1`, gate
+    # and up in one linear when gated, and `linear_fc2`; models/gpt/gpt_model.py `output_layer`;
+    # common/embeddings/language_model_embedding.py `word_embeddings`): the gated or plain MLP's names alike,
+    # whichever the model has
+    "linear_qkv": ("q", "k", "v"),
+    "linear_proj": ("o",),
+    "linear_fc1": ("gate", "up", "fc1"),
+    "linear_fc2": ("down", "fc2"),
+    "output_layer": ("lm_head",),
+    "word_embeddings": ("embed",),
     "wte": ("embed",),
     "tok_embeddings": ("embed",),
     "embed": ("embed",),
@@ -408,7 +419,10 @@ def normalize_targets(names: list[str], arch: ModelArch) -> tuple[tuple[str, ...
         n = str(raw).strip().strip("'\"")
         low = n.lower()
         if low in ("all-linear", "all_linear", "all", "linear"):
-            return ("all-linear",), []
+            # every block linear; a name beside it that is no block linear (Megatron-SWIFT's `all-router`,
+            # `all-embedding`) is still said to be ignored
+            rest = [r for r in names if str(r).strip().strip("'\"").lower() != low]
+            return ("all-linear",), normalize_targets(rest, arch)[1] if rest else []
         key = low.split(".")[-1]
         family = FAMILY_LORA_NAMES.get(arch.family, {})
         mapped = (
@@ -437,7 +451,7 @@ def normalize_targets(names: list[str], arch: ModelArch) -> tuple[tuple[str, ...
                 continue  # its MLP is up_proj and down_proj alone: a gate name matches no module
             if m in ("gate", "up", "down") and not gated:
                 m = {"gate": "fc1", "up": "fc1", "down": "fc2"}[m]
-            elif m in ("fc1", "fc2") and gated and key in ("mlp",):
+            elif m in ("fc1", "fc2") and gated and key in ("mlp", "linear_fc1", "linear_fc2"):
                 continue
             if m not in out:
                 out.append(m)

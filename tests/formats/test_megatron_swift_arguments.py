@@ -1,0 +1,163 @@
+"""Megatron-SWIFT's `megatron sft|pt|rlhf` held to its own argument classes (dumped from the ms-swift wheels into
+frameworks/schemas/megatron-swift/): its tuner arguments read (Megatron-core module names included), a flag it does
+not define pointed out, the fixes written in its own spelling, and no Megatron run offered a 4-bit base model. The
+launch scripts are ms-swift's own examples (tests/fixtures/ms-swift/main-3602360a/megatron/, see SOURCE)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from vramlens.frameworks import schemas
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ms-swift" / "main-3602360a" / "megatron"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "vramlens", *args], capture_output=True, text=True, timeout=120, env=_offline()
+    )
+
+
+def _offline() -> dict:
+    import os
+
+    return {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+
+def estimate(path: Path) -> dict:
+    out = cli("estimate", "--format", "json", "--offline", str(path))
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    return data[0] if isinstance(data, list) else data
+
+
+def check(path: Path, *flags: str) -> dict:
+    out = cli("check", "--format", "json", "--offline", *flags, str(path))
+    assert out.returncode in (0, 1), out.stderr
+    return json.loads(out.stdout)["files"][0]
+
+
+def source(d: dict, concept: str):
+    s = d["sources"].get(concept)
+    return None if s is None else s["value"] if isinstance(s, dict) else s
+
+
+def findings(d: dict) -> list[dict]:
+    return d["findings"]
+
+
+def launch(tmp_path: Path, *flags: str) -> Path:
+    path = tmp_path / "train.sh"
+    path.write_text(
+        "NPROC_PER_NODE=2 megatron sft \\\n    --model Qwen/Qwen2.5-7B \\\n    " + " \\\n    ".join(flags) + "\n"
+    )
+    return path
+
+
+def test_megatron_swift_is_dumped_at_every_minor_from_3_3():
+    have = schemas.versions("megatron-swift")
+    assert {"3.3.1", "3.12.6", "4.0.4", "4.6.0"} <= set(have)
+    # its LoRA arguments arrive in 3.4 and `train_type` becomes `tuner_type` in 4.0
+    assert schemas.argument("megatron-swift", "target_modules", "3.3.1") is None
+    assert schemas.argument("megatron-swift", "target_modules", "3.12.6")["default"] == ["all-linear"]
+    assert schemas.argument("megatron-swift", "tuner_type", "3.12.6") is None
+    assert schemas.argument("megatron-swift", "tuner_type", "4.6.0")["default"] == "full"
+    assert schemas.argument("megatron-swift", "cross_entropy_loss_fusion", "3.12.6")["default"] is False
+    assert schemas.argument("megatron-swift", "cross_entropy_loss_fusion", "4.6.0")["default"] is True
+
+
+def test_modules_to_save_trains_the_embeddings_and_output_layer_in_full():
+    """ms-swift's examples/megatron/lora/new_special_tokens.sh: `--modules_to_save word_embeddings output_layer` (the
+    new tokens' rows train) — Qwen3-30B-A3B's 151,936 × 2,048 embedding and untied output layer, 0.62 B more
+    trainable parameters than the adapters alone."""
+    path = FIXTURES / "lora_new_special_tokens.sh"
+    d = estimate(path)
+    assert source(d, "modules_to_save") == ["word_embeddings", "output_layer"]
+    assert source(d, "lora_targets") == ["all-linear"]
+    without = path.read_text().replace("    --modules_to_save word_embeddings output_layer \\\n", "")
+    assert without != path.read_text()
+    other = path.with_name("no_save.sh")
+    try:
+        other.write_text(without)
+        adapters_only = estimate(other)["params_trainable"]
+    finally:
+        other.unlink()
+    assert d["params_trainable"] - adapters_only == pytest.approx(2 * 151_936 * 2_048, rel=0.01)
+
+
+def test_megatron_core_module_names_are_lora_targets():
+    """ms-swift's examples/megatron/lora/mtp.sh: `--target_modules linear_qkv linear_proj` adapts the attention only
+    (Megatron-core's fused q|k|v linear and its output projection), fewer adapters than all-linear."""
+    path = FIXTURES / "lora_mtp.sh"
+    d = estimate(path)
+    assert source(d, "lora_targets") == ["linear_qkv", "linear_proj"]
+    assert source(d, "lora_alpha") == 64
+    every = path.with_name("every.sh")
+    try:
+        every.write_text(
+            path.read_text().replace("--target_modules linear_qkv linear_proj", "--target_modules all-linear")
+        )
+        assert d["params_trainable"] < estimate(every)["params_trainable"]
+    finally:
+        every.unlink()
+    assert not any("not recognised" in a for a in d["approximate_reasons"])
+
+
+def test_a_target_beside_all_linear_that_is_no_linear_is_said_to_be_ignored():
+    """ms-swift's examples/megatron/seq_cls/lora/train.sh: `--target_modules all-linear all-router` — the router's
+    adapters are not counted, and the estimate says so instead of dropping the name."""
+    d = estimate(FIXTURES / "seq_cls_lora_train.sh")
+    assert source(d, "lora_targets") == ["all-linear", "all-router"]
+    assert d["approximate"] and any("all-router" in a for a in d["approximate_reasons"])
+
+
+def test_a_flag_megatron_swift_does_not_define_is_pointed_out(tmp_path):
+    """`megatron sft` parses with ms-swift's HfArgumentParser and stops on an argument it does not define: the
+    `swift sft` spelling of the micro batch is one."""
+    path = launch(tmp_path, "--tuner_type lora", "--per_device_train_batch_size 2", "--micro_batch_size 1")
+    d = check(path)
+    messages = [f["message"] for f in findings(d)]
+    assert any("`per_device_train_batch_size` is not an argument of Megatron-SWIFT" in m for m in messages), messages
+    assert not any("micro_batch_size" in m and "not an argument" in m for m in messages)
+
+
+def test_train_type_is_read_and_its_rename_pointed_out_under_a_4x_pin(tmp_path):
+    (tmp_path / "requirements.txt").write_text("ms-swift==4.6.0\n")
+    path = launch(tmp_path, "--train_type lora", "--micro_batch_size 1")
+    d = check(path)
+    assert any("renamed" in f["message"] and "tuner_type" in f["message"] for f in findings(d))
+    assert source(estimate(path), "peft_method") == "lora"
+
+
+def test_lora_llm_trains_the_language_model_s_adapters(tmp_path):
+    path = launch(tmp_path, "--tuner_type lora_llm", "--micro_batch_size 1")
+    assert source(estimate(path), "peft_method") == "lora"
+
+
+def test_the_lora_fix_is_written_with_megatron_swift_s_own_flags_and_no_qlora_is_offered(tmp_path):
+    path = launch(
+        tmp_path,
+        "--micro_batch_size 1",
+        "--max_length 8192",
+        "--recompute_granularity full",
+        "--recompute_method uniform",
+        "--recompute_num_layers 1",
+    )
+    d = check(path, "--gpu", "A100-40GB")
+    titles = [f.get("title", "") for x in findings(d) for f in x.get("fixes", [])]
+    assert any("LoRA" in t for t in titles), titles
+    assert not any("QLoRA" in t for t in titles), titles
+    out = cli("check", "--offline", "--gpu", "A100-40GB", "--fix", "--unsafe-fixes", str(path))
+    assert out.returncode in (0, 1), out.stderr
+    text = path.read_text()
+    assert "--tuner_type lora" in text and "--lora_rank 16" in text and "--target_modules all-linear" in text
+
+
+def test_megatron_packing_is_not_told_to_build_a_mask(tmp_path):
+    """Megatron-core packs by cumulative sequence lengths (THD): no block-diagonal mask warning (VL012)."""
+    path = launch(
+        tmp_path, "--micro_batch_size 1", "--packing true", "--max_length 32768", "--tensor_model_parallel_size 2"
+    )
+    assert not any(f["rule"] == "VL012" or "block-diagonal" in f["message"] for f in findings(check(path)))
