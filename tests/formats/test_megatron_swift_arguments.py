@@ -14,9 +14,16 @@ from vramlens.frameworks import schemas
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ms-swift" / "main-3602360a" / "megatron"
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The CLI as a user runs it from the script's folder (its workspace: a requirements.txt there pins the
+    release)."""
     return subprocess.run(
-        [sys.executable, "-m", "vramlens", *args], capture_output=True, text=True, timeout=120, env=_offline()
+        [sys.executable, "-m", "vramlens", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_offline(),
+        cwd=cwd,
     )
 
 
@@ -27,14 +34,14 @@ def _offline() -> dict:
 
 
 def estimate(path: Path) -> dict:
-    out = cli("estimate", "--format", "json", "--offline", str(path))
+    out = cli("estimate", "--format", "json", "--offline", str(path), cwd=path.parent)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     return data[0] if isinstance(data, list) else data
 
 
 def check(path: Path, *flags: str) -> dict:
-    out = cli("check", "--format", "json", "--offline", *flags, str(path))
+    out = cli("check", "--format", "json", "--offline", *flags, str(path), cwd=path.parent)
     assert out.returncode in (0, 1), out.stderr
     return json.loads(out.stdout)["files"][0]
 
@@ -124,11 +131,14 @@ def test_a_flag_megatron_swift_does_not_define_is_pointed_out(tmp_path):
 
 
 def test_train_type_is_read_and_its_rename_pointed_out_under_a_4x_pin(tmp_path):
-    (tmp_path / "requirements.txt").write_text("ms-swift==4.6.0\n")
+    (tmp_path / "requirements.txt").write_text("ms-swift==4.1.0\n")
     path = launch(tmp_path, "--train_type lora", "--micro_batch_size 1")
     d = check(path)
     assert any("renamed" in f["message"] and "tuner_type" in f["message"] for f in findings(d))
     assert source(estimate(path), "peft_method") == "lora"
+    # under a 3.x pin `train_type` is the release's own argument: nothing to point out
+    (tmp_path / "requirements.txt").write_text("ms-swift==3.12.6\n")
+    assert not any("tuner_type" in f["message"] for f in findings(check(path)))
 
 
 def test_lora_llm_trains_the_language_model_s_adapters(tmp_path):
@@ -161,3 +171,23 @@ def test_megatron_packing_is_not_told_to_build_a_mask(tmp_path):
         tmp_path, "--micro_batch_size 1", "--packing true", "--max_length 32768", "--tensor_model_parallel_size 2"
     )
     assert not any(f["rule"] == "VL012" or "block-diagonal" in f["message"] for f in findings(check(path)))
+
+
+@pytest.mark.parametrize("release,etp,peak_order", [("3.8.3", None, "lower"), ("4.6.0", 1, "higher")])
+def test_experts_split_over_tensor_parallel_ranks_before_3_9_and_whole_after(tmp_path, release, etp, peak_order):
+    """`expert_tensor_parallel_size` is None up to 3.8 (Megatron-LM's own: the TP size, each expert split over
+    the tensor-parallel ranks) and 1 from 3.9 (each expert whole on a rank): the release's own dump decides it,
+    and with TP 2 × EP 4 a whole expert per rank holds more weights."""
+    (tmp_path / "requirements.txt").write_text(f"ms-swift=={release}\n")
+    path = tmp_path / "moe.sh"
+    path.write_text(
+        "NPROC_PER_NODE=8 megatron sft \\\n    --model Qwen/Qwen3-30B-A3B \\\n    --tensor_model_parallel_size 2 \\\n"
+        "    --expert_model_parallel_size 4 \\\n    --micro_batch_size 1 \\\n    --max_length 2048\n"
+    )
+    d = estimate(path)
+    assert source(d, "expert_tensor_parallel") == etp
+    if etp is not None:
+        assert f"Megatron-SWIFT {release}" in d["sources"]["expert_tensor_parallel"]["from"]
+    (tmp_path / "requirements.txt").write_text("ms-swift==4.6.0\n" if release == "3.8.3" else "ms-swift==3.8.3\n")
+    other = estimate(path)
+    assert (d["peak"]["allocated_gib"] < other["peak"]["allocated_gib"]) == (peak_order == "lower")

@@ -30,7 +30,7 @@ from vramlens.settings import MAX_GPU_COUNT
 ARGUMENTS = "Megatron-LM megatron/training/arguments.py"
 FRAMEWORK = "megatron"  # knowledge/frameworks.py: Megatron-LM's own defaults
 SWIFT_FRAMEWORK = "megatron-swift"  # … and Megatron-SWIFT's
-SWIFT_LABEL = "ms-swift 3.12–4.5 Megatron-SWIFT"
+SWIFT_LABEL = "Megatron-SWIFT 3.3–4.6 (megatron_args.py)"
 GPT2_VOCAB = 50257  # GPT2BPETokenizer (gpt2-vocab.json) of examples/gpt3/*.sh
 # scripts that run Megatron-LM's training loop (`pretrain_gpt.py`, `examples/classes/pretrain_gpt.py`, …)
 # (`pretrain_hybrid.py`: Megatron-LM main's hybrid Mamba/attention entry point, examples/mamba/train.sh)
@@ -1020,18 +1020,6 @@ def _swift_finish(b: PlanBuilder, subcommand: str) -> None:
         )
     if b.plan.global_batch is None:
         b.set("global_batch", 16, origin=Origin.DEFAULT, framework=SWIFT_LABEL)
-    tp = b.plan.tensor_parallel.value if b.plan.tensor_parallel is not None else 1
-    if b.plan.expert_tensor_parallel is None and isinstance(tp, int) and tp > 1:
-        # megatron_args.py `expert_tensor_parallel_size: int = 1` (ms-swift v3.10.0 onwards, v4.0.0
-        # swift/megatron/arguments/megatron_args.py): experts are not split over the tensor-parallel ranks, unlike
-        # Megatron-LM's own default (arguments.py: None → tensor_model_parallel_size)
-        b.set(
-            "expert_tensor_parallel",
-            1,
-            note="Megatron-SWIFT keeps each expert whole on a tensor-parallel rank",
-            origin=Origin.DEFAULT,
-            framework=SWIFT_LABEL,
-        )
 
 
 def _query_groups(b: PlanBuilder, by: dict[str, Setting]) -> None:

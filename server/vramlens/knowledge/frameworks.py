@@ -560,6 +560,8 @@ DUMPED_DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
         "cross_entropy_fusion": ("cross_entropy_loss_fusion",),
         "distributed_optimizer": ("use_distributed_optimizer",),
         "sequence_parallel": ("sequence_parallel",),
+        # 1 from 3.9: each expert whole on a tensor-parallel rank; None before, Megatron-LM's own (the TP size)
+        "expert_tensor_parallel": ("expert_tensor_parallel_size",),
         "lora_r": ("lora_rank",),
         "lora_alpha": ("lora_alpha",),
         "lora_dropout": ("lora_dropout",),
