@@ -1,15 +1,18 @@
 """Dump each training framework's argument definitions, at chosen versions, into versioned data files.
 
-    python scripts/dump_framework_schemas.py [--wheels DIR] [FRAMEWORK[==VERSION] ...]
+    python scripts/dump_framework_schemas.py [--wheels DIR] [--git OWNER/NAME=PATH] [FRAMEWORK[==VERSION] ...]
 
 For each (framework, version) of `TARGETS`, the package is fetched with `pip download --no-deps` (a wheel, else the
-sdist) into a temporary folder (or taken from --wheels), read as an archive, and its argument-defining files are read
-with `vramlens.frameworks.argdefs` (Python `ast`; nothing from the package is imported or run) and, for YAML recipe
-configs, with vramlens' bounded YAML loader. The result is written to
+sdist) into a temporary folder (or taken from --wheels) and read as an archive — or, for a framework whose arguments
+are not in its wheel (Megatron-LM's `megatron/training/arguments.py`), the files are read at the release's tag of
+its git repository (a clone given with --git, else a blob-less clone made into a temporary folder) — and its
+argument-defining files are read with `vramlens.frameworks.argdefs` (Python `ast`; nothing from the package is
+imported or run) and, for YAML recipe configs, with vramlens' bounded YAML loader. The result is written to
 `server/vramlens/frameworks/schemas/<framework>/<version>.json`:
 
-    {"framework", "version", "source": [{"file", "sha256"}], "extends": [...], "arguments": [{"name", "aliases",
-     "type", "default", "default_text", "choices", "owner", "file", "line"[, "default_when"]}, ...]}
+    {"framework", "version", "source": [{"file", "sha256" | "commit"}], "extends": [...],
+     "arguments": [{"name", "aliases", "type", "default", "default_text", "choices", "owner", "file", "line"
+                    [, "default_when"]}, ...]}
 
 (What each release requires of the libraries is dumped, for every release, by `scripts/dump_release_requirements.py`.)
 Arguments are sorted by (name, owner), one a line, so that a rerun gives the same bytes and a new version diffs
@@ -35,7 +38,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +62,7 @@ class Part:
     axolotl's integrations: each plugin class whose `get_input_args()` returns an argument class's dotted path, that
     class's fields flattened, each record naming the plugin (`"plugin": "axolotl.integrations.liger.LigerPlugin"`)
     — axolotl merges them into its config model only for the plugins a config lists (integrations/config.py
-    `merge_input_args`)."""
+    `merge_input_args`); "factories" takes the flags Megatron-LM builds from dataclasses (`factory_arguments`)."""
 
     files: tuple[str, ...]  # fnmatch patterns over the archive's paths (any leading folder is ignored)
     how: str
@@ -77,6 +80,9 @@ class Target:
     note: str = ""
     # versions published under another PyPI name (LLaMA-Factory ≤ 0.7 as `llmtuner`): version -> that name
     published_as: dict[str, str] = field(default_factory=dict)
+    # read from a git repository's tags instead of the package: "owner/name", and version -> tag
+    repository: str = ""
+    tags: dict[str, str] = field(default_factory=dict)
 
 
 HF_ROOTS = ("TrainingArguments", "Seq2SeqTrainingArguments")
@@ -166,6 +172,28 @@ MEGATRON_SWIFT_4 = (
         MEGATRON_SWIFT_ROOTS,
     ),
 )
+# Megatron-LM's command line (`pretrain_gpt.py` and its kin parse it with argparse's `parse_args`, which stops on a
+# flag it does not define): megatron/arguments.py up to core 0.5, megatron/training/arguments.py after; from 0.16
+# part of it is built from dataclasses by megatron/training/argument_utils.py `ArgumentGroupFactory`
+# (TransformerConfig with ModelParallelConfig, and the training configs of megatron/training/config/)
+MEGATRON_ARGPARSE = Part(("megatron/arguments.py", "megatron/training/arguments.py"), "argparse")
+MEGATRON_FACTORIES = Part(
+    (
+        "megatron/training/arguments.py",
+        "megatron/core/model_parallel_config.py",
+        "megatron/core/transformer/transformer_config.py",
+        "megatron/core/fault_injector.py",
+        "megatron/training/*_config.py",  # 0.16
+        "megatron/training/config/*.py",  # 0.17 onwards
+    ),
+    "factories",
+)
+# the last release of every megatron-core minor, by its tag (core_v0.4.0 is the first)
+MEGATRON_TAGS = {
+    v: f"core_v{v}"
+    for v in ("0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "0.9.0", "0.10.0", "0.11.0", "0.12.3", "0.13.1")
+}
+MEGATRON_TAGS |= {v: f"core_v{v}" for v in ("0.14.0", "0.15.3", "0.16.1", "0.17.1", "0.18.2", "0.19.0")}
 TUNE = (
     Part(("recipes/*.py", "recipes/dev/*.py"), "reads"),
     Part(("recipes/configs/*.yaml", "recipes/configs/*/*.yaml", "recipes/configs/*/*/*.yaml"), "yaml"),
@@ -242,6 +270,18 @@ TARGETS: tuple[Target, ...] = (
         note="Megatron-SWIFT's own argument classes (Megatron-LM's flags as dataclass fields, with ms-swift's "
         "BaseArguments), from the ms-swift wheel",
     ),
+    Target(
+        "megatron",
+        "megatron-core",
+        {
+            v: (MEGATRON_ARGPARSE,) if version_key(v) < version_key("0.16") else (MEGATRON_ARGPARSE, MEGATRON_FACTORIES)
+            for v in MEGATRON_TAGS
+        },
+        note="Megatron-LM's command line, read at each megatron-core release's tag of NVIDIA/Megatron-LM (the "
+        "megatron-core wheel does not hold megatron/training/)",
+        repository="NVIDIA/Megatron-LM",
+        tags=MEGATRON_TAGS,
+    ),
     Target("torchtune", "torchtune", {"0.1.1": TUNE, "0.6.1": TUNE}),
     Target(
         "torchtitan",
@@ -314,6 +354,38 @@ def _archive(package: str, version: str, wheels: Path) -> Path:
     if not files:
         raise RuntimeError(f"{package} {version}: pip download gave no file")
     return next((f for f in files if f.suffix == ".whl"), files[0])
+
+
+def _git(repo: Path, *args: str) -> bytes:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, timeout=600).stdout
+
+
+def _clone(repository: str, clones: dict[str, Path], tmp: Path) -> Path:
+    """A git repository of `repository` ("owner/name"): the clone --git names, else a blob-less bare clone made in
+    `tmp` (its files are fetched as they are read)."""
+    if repository in clones:
+        return clones[repository]
+    path = tmp / repository.replace("/", "+")
+    if not path.exists():
+        subprocess.run(
+            ["git", "clone", "-q", "--bare", "--filter=blob:none", f"https://github.com/{repository}.git", str(path)],
+            check=True,
+            capture_output=True,
+            timeout=1800,
+        )
+    clones[repository] = path
+    return path
+
+
+def _tag_members(repo: Path, tag: str, parts: tuple[Part, ...]) -> tuple[dict[str, bytes], str]:
+    """The files the parts name at the tag (read with `git show`; nothing is checked out), and the tag's commit."""
+    commit = _git(repo, "rev-parse", f"{tag}^{{commit}}").decode().strip()
+    names = _git(repo, "ls-tree", "-r", "--name-only", commit).decode().splitlines()
+    patterns = [pat for part in parts for pat in part.files]
+    members = {
+        n: _git(repo, "show", f"{commit}:{n}") for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)
+    }
+    return members, commit
 
 
 def _members(archive: Path) -> dict[str, bytes]:
@@ -459,21 +531,13 @@ def dump_part(members: dict[str, bytes], part: Part) -> tuple[list[dict], list[s
     elif part.how == "plugins":
         records, why = _plugin_records(members, modules)
         notes += why
+    elif part.how == "factories":
+        records, why = factory_arguments(members, files)
+        notes += why
     else:
-        classes: dict[str, argdefs.ClassArgs] = {}
-        where: dict[str, str] = {}
+        classes, where, trees = _classes(members, modules)
         # every class the part's files define, fields or not (a mixin of methods holds no argument)
-        trees = {f: ast.parse(members[f]) for f in modules}
         defined = {n.name for t in trees.values() for n in ast.walk(t) if isinstance(n, ast.ClassDef)}
-        for f, m in modules.items():
-            imported = _imported_as(trees[f])
-            for name, c in m.classes.items():
-                if name in classes and any(imported.get(b.rsplit(".", 1)[-1]) == name for b in c.bases):
-                    # a re-export over the class itself: trl 0.29 trainer/kto_config.py `KTOConfig(_KTOConfig)`
-                    continue
-                if name not in classes or c.kind != "plain":
-                    classes[name] = c
-                    where[name] = f
         roots = [r for r in part.roots if r in classes]
         if not roots:
             notes.append(f"none of the classes {', '.join(part.roots)} found")
@@ -486,6 +550,139 @@ def dump_part(members: dict[str, bytes], part: Part) -> tuple[list[dict], list[s
             if found := [b for b in known if b in classes and b != name]:
                 bases[name] = found
     return records, notes, bases
+
+
+def _classes(members: dict[str, bytes], modules: dict[str, argdefs.ModuleArgs]) -> tuple[dict, dict[str, str], dict]:
+    """Every class the modules define (a subclass's re-export over the class itself skipped: trl 0.29
+    trainer/kto_config.py `KTOConfig(_KTOConfig)`), the file defining each, and each file's parsed tree."""
+    classes: dict[str, argdefs.ClassArgs] = {}
+    where: dict[str, str] = {}
+    trees = {f: ast.parse(members[f]) for f in modules}
+    for f, m in modules.items():
+        imported = _imported_as(trees[f])
+        for name, c in m.classes.items():
+            if name in classes and any(imported.get(b.rsplit(".", 1)[-1]) == name for b in c.bases):
+                continue
+            if name not in classes or c.kind != "plain":
+                classes[name] = c
+                where[name] = f
+    return classes, where, trees
+
+
+def _field_options(trees: dict[str, ast.Module]) -> dict[tuple[str, str], dict]:
+    """(class, field) -> what its `field(...)` says beyond the default: `init` when False, and the literal
+    `metadata={"argparse_meta": {...}}` Megatron-LM's ArgumentGroupFactory lets take precedence."""
+    out: dict[tuple[str, str], dict] = {}
+    for tree in trees.values():
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            for item in cls.body:
+                if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
+                    continue
+                call = item.value
+                if not (
+                    isinstance(call, ast.Call) and getattr(call.func, "id", getattr(call.func, "attr", "")) == "field"
+                ):
+                    continue
+                options: dict = {}
+                for kw in call.keywords:
+                    try:
+                        value = ast.literal_eval(kw.value)
+                    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                        continue
+                    if kw.arg == "init" and value is False:
+                        options["init"] = False
+                    elif (
+                        kw.arg == "metadata"
+                        and isinstance(value, dict)
+                        and isinstance(value.get("argparse_meta"), dict)
+                    ):
+                        options["meta"] = value["argparse_meta"]
+                if options:
+                    out[(cls.name, item.target.id)] = options
+    return out
+
+
+def _factory_calls(tree: ast.Module) -> list[tuple[str, frozenset[str], int]]:
+    """Each `ArgumentGroupFactory(Config, exclude=[...])` of a module: the class, the excluded fields (a literal list,
+    or a name a literal list is bound to in the same function) and the line."""
+    out = []
+    for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.Module))):
+        lists: dict[str, list] = {}
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+                try:
+                    value = ast.literal_eval(n.value)
+                except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                    continue
+                if isinstance(value, list):
+                    lists[n.targets[0].id] = value
+        for n in ast.walk(fn):
+            if not (isinstance(n, ast.Call) and getattr(n.func, "id", "") == "ArgumentGroupFactory" and n.args):
+                continue
+            cls = ast.unparse(n.args[0]).rsplit(".", 1)[-1]
+            excluded: list = []
+            for kw in n.keywords:
+                if kw.arg == "exclude":
+                    if isinstance(kw.value, ast.Name):
+                        excluded = lists.get(kw.value.id, [])
+                    else:
+                        try:
+                            excluded = ast.literal_eval(kw.value)
+                        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                            excluded = []
+            out.append((cls, frozenset(excluded), n.lineno))
+    return sorted(set(out), key=lambda c: c[2])
+
+
+def factory_arguments(members: dict[str, bytes], files: list[str]) -> tuple[list[dict], list[str]]:
+    """The flags Megatron-LM's `ArgumentGroupFactory` adds for a dataclass (megatron/training/argument_utils.py
+    core_v0.16.1 `_build_argparse_kwargs_from_field`, `build_group`): one per field (its bases' included) not
+    excluded and not `init=False`, named `--field-name` with `dest` the field; a bool field whose default is True
+    becomes `--no-field-name`/`--disable-field-name` (store_false); a field's `argparse_meta` metadata overrides the
+    names (`arg_names`) and the default. Fields typed by another class are not flags (the factory cannot type
+    them)."""
+    modules: dict[str, argdefs.ModuleArgs] = {}
+    notes: list[str] = []
+    for f in files:
+        try:
+            modules[f] = argdefs.read_module(members[f].decode("utf-8"), f)
+        except argdefs.SourceRefused as e:
+            notes.append(str(e))
+    classes, where, trees = _classes(members, modules)
+    options = _field_options(trees)
+    records: list[dict] = []
+    for f, tree in trees.items():
+        for cls, excluded, _ in _factory_calls(tree):
+            if cls not in classes:
+                notes.append(f"{f}: ArgumentGroupFactory({cls}): the class is not in the files read")
+                continue
+            for a in argdefs.flatten(classes, cls):
+                if "." in a.name or a.name in excluded:
+                    continue
+                owner = next((c for c in _lineage(classes, cls) if (c, a.name) in options), cls)
+                opt = options.get((owner, a.name), {})
+                if opt.get("init") is False:
+                    continue
+                meta = opt.get("meta", {})
+                dashed = a.name.replace("_", "-")
+                names = [f"no-{dashed}", f"disable-{dashed}"] if a.type == "bool" and a.default is True else [dashed]
+                if isinstance(meta.get("arg_names"), list):
+                    names = [str(n).lstrip("-") for n in meta["arg_names"]]
+                default = meta["default"] if "default" in meta else a.default
+                a = replace(a, aliases=tuple(n for n in names if n.replace("-", "_") != a.name), default=default)
+                records.append(_record(a, where.get(a.owner, "")))
+    return records, notes
+
+
+def _lineage(classes: dict[str, argdefs.ClassArgs], name: str) -> list[str]:
+    """The class and its bases among `classes`, nearest first."""
+    out, todo = [], [name]
+    while todo:
+        c = todo.pop(0)
+        if c in classes and c not in out:
+            out.append(c)
+            todo += [b.rsplit(".", 1)[-1] for b in classes[c].bases]
+    return out
 
 
 def _imported_as(tree: ast.Module) -> dict[str, str]:
@@ -652,9 +849,16 @@ def _resolve_enum_defaults(records: list[dict], enums: dict[str, dict[str, Any]]
             r["default"] = enums[m.group(1)][m.group(2)]
 
 
-def dump(target: Target, version: str, wheels: Path) -> tuple[dict, list[str]]:
-    archive = _archive(target.published_as.get(version, target.package), version, wheels)
-    members = _members(archive)
+def dump(target: Target, version: str, wheels: Path, clones: dict[str, Path] | None = None) -> tuple[dict, list[str]]:
+    """One release's dump; `clones`: git repositories by "owner/name" (--git), a clone made in `wheels` otherwise."""
+    if target.repository:
+        repo = _clone(target.repository, clones if clones is not None else {}, wheels)
+        members, commit = _tag_members(repo, target.tags[version], target.versions[version])
+        source = {"file": f"{target.repository}@{target.tags[version]}", "commit": commit}
+    else:
+        archive = _archive(target.published_as.get(version, target.package), version, wheels)
+        members = _members(archive)
+        source = {"file": archive.name, "sha256": hashlib.sha256(archive.read_bytes()).hexdigest()}
     records: list[dict] = []
     notes: list[str] = []
     configs: dict[str, dict] = {}
@@ -676,7 +880,7 @@ def dump(target: Target, version: str, wheels: Path) -> tuple[dict, list[str]]:
     data = {
         "framework": target.framework,
         "version": version,
-        "source": [{"file": archive.name, "sha256": hashlib.sha256(archive.read_bytes()).hexdigest()}],
+        "source": [source],
         "extends": list(target.extends),
         "arguments": args,
     }
@@ -731,8 +935,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("only", nargs="*", help="FRAMEWORK or FRAMEWORK==VERSION (default: all of TARGETS)")
     ap.add_argument("--wheels", type=Path, help="a folder of already downloaded packages (default: a temp dir)")
+    ap.add_argument(
+        "--git",
+        action="append",
+        default=[],
+        metavar="OWNER/NAME=PATH",
+        help="a local clone of a framework's repository (default: a blob-less clone into the temp dir)",
+    )
     args = ap.parse_args(argv)
     wanted = [w.partition("==") for w in args.only]
+    clones = {name: Path(path) for name, _, path in (g.partition("=") for g in args.git)}
     not_dumped: dict[str, str] = {}
     old = OUT / "index.json"
     if old.exists():
@@ -747,7 +959,7 @@ def main(argv: list[str] | None = None) -> int:
                 if wanted and not any(w == target.framework and (not v or v == version) for w, _, v in wanted):
                     continue
                 try:
-                    data, notes = dump(target, version, wheels)
+                    data, notes = dump(target, version, wheels, clones)
                 except (RuntimeError, subprocess.SubprocessError, OSError) as e:
                     print(f"{target.framework} {version}: not dumped: {e}")
                     not_dumped[f"{target.framework} {version}"] = str(e)[:200]

@@ -38,7 +38,17 @@ log = logging.getLogger(__name__)
 
 PACKAGES = tuple(NEWEST)
 # training frameworks whose pins choose the argument schemas their configs are read against (frameworks.recognise)
-FRAMEWORK_PACKAGES = ("axolotl", "llamafactory", "llmtuner", "ms-swift", "torchtune", "torchtitan", "openrlhf", "verl")
+FRAMEWORK_PACKAGES = (
+    "axolotl",
+    "llamafactory",
+    "llmtuner",
+    "ms-swift",
+    "torchtune",
+    "torchtitan",
+    "openrlhf",
+    "verl",
+    "megatron-core",  # Megatron-LM's releases (its core_v<version> tags)
+)
 MAX_PIN_FILE = 4 * 2**20  # a lock file of a large project is ~1–3 MB
 MAX_METADATA = 2**20
 CONDA_NAMES = {"pytorch": "torch"}  # conda-forge / pytorch channel names of the same distributions

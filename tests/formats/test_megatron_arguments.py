@@ -4,13 +4,14 @@ recompute and vocabulary flags in their spellings, and every memory- or speed-re
 arguments.py accounted for."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from vramlens.formats import megatron
-from vramlens.frameworks import argdefs, irrelevant
+from vramlens.frameworks import argdefs, irrelevant, schemas
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "megatron"
 LM = FIXTURES / "Megatron-LM-core_v0.15.0"
@@ -251,7 +252,8 @@ def test_megatron_swift_rlhf_objective(tmp_path):
 
 def test_every_relevant_megatron_argument_is_read_or_listed():
     """megatron/training/arguments.py at core_v0.15.0: each argument `irrelevant.judged` picks (by a name or an
-    alias) is read by formats/megatron.py or listed in its IRRELEVANT table with why."""
+    alias) is read by formats/megatron.py or listed in its IRRELEVANT table with why (every dumped release is held
+    to the same rule by tests/frameworks/test_schema_coverage.py)."""
     module = argdefs.read_module((LM / "arguments.py").read_text(encoding="utf-8"), "arguments.py")
     defined = list(argdefs.iter_arguments(module))
     assert len(defined) > 500
@@ -262,7 +264,16 @@ def test_every_relevant_megatron_argument_is_read_or_listed():
         if irrelevant.judged(n) and not spellings & (set(megatron.HANDLERS) | set(megatron.IRRELEVANT))
     ]
     assert missing == []
-    every = set().union(*names.values())
+
+
+def test_the_megatron_list_names_only_arguments_some_release_defines():
+    """A name in the Megatron reader's IRRELEVANT table that no dumped megatron-core release (0.4 to 0.19) defines
+    would hide nothing and say something false."""
+    every = set()
+    for v in schemas.versions("megatron"):
+        for a in schemas.schema("megatron", v)["arguments"]:
+            every |= {a["name"], *(schemas.argument_name(x) for x in a.get("aliases") or ())}
+    assert {"0.4.0", "0.15.3", "0.19.0"} <= set(schemas.versions("megatron"))
     stale = [n for n in megatron.IRRELEVANT if n not in every]
     assert stale == []
 
@@ -305,3 +316,43 @@ def test_flex_dispatcher_spans_expert_tensor_and_expert_parallel_ranks(tmp_path)
     plan = parse_document(path.read_text(), str(path)).plan
     assert plan.ep_dispatch is not None and plan.ep_dispatch.value == "deepep"
     assert any("NVSHMEM's symmetric heap" in u.what and "16-GPU" in u.what for u in plan.unmodelled)
+
+
+# --- Megatron-LM's flags held to its own releases (frameworks/schemas/megatron/) ----------------------------------
+
+
+def _gpt(tmp_path: Path, *flags: str) -> Path:
+    path = tmp_path / "train.sh"
+    path.write_text("torchrun --nproc_per_node 8 pretrain_gpt.py \\\n    " + " \\\n    ".join((*SHAPES, *flags)) + "\n")
+    return path
+
+
+def _notes(path: Path) -> list[str]:
+    out = subprocess.run(
+        [sys.executable, "-m", "vramlens", "check", "--format", "json", "--offline", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=path.parent,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert out.returncode in (0, 1), out.stderr
+    return [f["message"] for f in json.loads(out.stdout)["files"][0]["findings"]]
+
+
+def test_a_flag_no_megatron_release_defines_is_said_not_read(tmp_path):
+    """Megatron-LM's parse_args stops on a flag it does not define (unless the script adds it): a misspelt flag is
+    named as not read, with the nearest flag in the file's own spelling, instead of being dropped without a word."""
+    messages = _notes(_gpt(tmp_path, "--recompute-granularty full"))
+    said = [m for m in messages if "`recompute-granularty` is not an argument of Megatron-LM" in m]
+    assert said and "extra_args_provider" in said[0] and "`--recompute-granularity`" in said[0], messages
+    assert not any("micro-batch-size" in m and "not an argument" in m for m in messages)
+
+
+def test_a_flag_an_older_release_defines_is_read_as_that_release(tmp_path):
+    """`--retro-add-retriever` is an argument up to megatron-core 0.15 (Retro left in 0.16): unpinned, the file is
+    read as the release it is written for; pinned to 0.19.0 the flag is pointed out."""
+    path = _gpt(tmp_path, "--retro-add-retriever")
+    assert not any("retro-add-retriever" in m and "not an argument" in m for m in _notes(path))
+    (tmp_path / "requirements.txt").write_text("megatron-core==0.19.0\n")
+    assert any("`retro-add-retriever` is not an argument of Megatron-LM 0.19.0:" in m for m in _notes(path))

@@ -13,16 +13,17 @@ DUMPS = [(fw, v) for fw in schemas.frameworks() for v in schemas.versions(fw)]
 
 
 def unaccounted(arguments: list[dict], framework: str = "") -> list[str]:
-    """The judged arguments that no concept maps and no list declares. Megatron-SWIFT's arguments are Megatron-LM's
-    flags as dataclass fields: the Megatron reader's own handlers and list (formats/megatron.py) account for them
-    too."""
+    """The judged arguments that no concept maps and no list declares. Megatron-LM's flags (and Megatron-SWIFT's
+    arguments, the same flags as dataclass fields) are accounted for by the Megatron reader's own handlers and list
+    (formats/megatron.py) too."""
     out = []
     for a in arguments:
         name = a["name"]
-        if framework == "megatron-swift" and (
-            shell.handler_for("megatron", name) is not None
-            or name in megatron.IRRELEVANT
-            or name in megatron.SWIFT_IRRELEVANT
+        # a store_false flag's dest is its name, the flag an alias (`--torch-fsdp2-no-reshard-after-forward`)
+        spellings = [name, *(schemas.argument_name(x) for x in a.get("aliases") or ())]
+        if framework in ("megatron", "megatron-swift") and any(
+            shell.handler_for("megatron", n) is not None or n in megatron.IRRELEVANT or n in megatron.SWIFT_IRRELEVANT
+            for n in spellings
         ):
             continue
         if a.get("plugin") and plugins.ROLES.get(plugins.class_name(a["plugin"]), ("",))[0] != "read":

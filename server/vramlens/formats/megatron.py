@@ -451,6 +451,60 @@ HANDLERS = {
     "perform_rl_step": _not_modelled(
         "Megatron-RL (generation and GRPO inside the run)", "estimated as a training step without generation"
     ),
+    # megatron-core 0.12-0.19 (frameworks/schemas/megatron/): memory features the estimate does not model
+    "use_custom_fsdp": _not_modelled(
+        "Megatron FSDP (weights and gradients sharded; `--use-custom-fsdp` before 0.14)",
+        "estimated with whole weights and gradients on each rank",
+    ),
+    "fine_grained_activation_offloading": _not_modelled(
+        "fine-grained activation offloading to the CPU", "the offloaded activations counted on the GPU"
+    ),
+    "attention_output_gate": _not_modelled(
+        "gated attention (an output gate on each attention layer)", "the gate's weights and activations not counted"
+    ),
+    "experimental_attention_variant": _not_modelled(
+        "an experimental attention variant (gated delta net, DeepSeek sparse attention)",
+        "estimated as the standard attention",
+    ),
+    "linear_attention_freq": _not_modelled(
+        "linear-attention layers interleaved with attention", "every layer counted as an attention layer"
+    ),
+    "hybrid_context_parallel": _not_modelled(
+        "hybrid context parallelism (a context-parallel size per sample)", "estimated with the stated CP size"
+    ),
+    "batch_invariant_mode": _not_modelled("batch-invariant kernels", "speed estimated with the usual kernels"),
+    "ddp_reduce_scatter_with_fp32_accumulation": _not_modelled(
+        "gradients reduce-scattered with fp32 accumulation", "gradient buffers counted in their own dtype only"
+    ),
+    "ddp_param_name_patterns_for_fp32_local_accumulation": _not_modelled(
+        "fp32 local gradient accumulation for the parameters named", "gradient buffers counted in their own dtype only"
+    ),
+    "ep_overlap_early_attn_memory_release": _not_modelled(
+        "attention's memory released early under overlapped expert-parallel communication",
+        "attention's saved tensors counted for the whole step",
+    ),
+    "tensor_parallel_num_weight_shards": _not_modelled(
+        "tensor-parallel weights re-materialised from shards layer by layer", "weights counted whole on each rank"
+    ),
+    "expert_tensor_parallel_num_weight_shards": _not_modelled(
+        "expert weights re-materialised from shards layer by layer", "expert weights counted whole on each rank"
+    ),
+    "freeze_all_layers": _not_modelled("every layer frozen", "estimated with every layer trained"),
+    "use_kitchen_attention": _not_modelled("Kitchen's quantized attention", "estimated as the usual attention"),
+    "mamba_training_ssm_states_dtype": _not_modelled(
+        "the dtype Mamba layers keep their SSM states in while training", "states counted in the activations' dtype"
+    ),
+    "encoder_tensor_model_parallel_size": _not_modelled(
+        "a tensor-parallel size of the encoder's own (T5, a VLM's vision tower)",
+        "estimated with the decoder's layout",
+        unless="0",
+    ),
+    "encoder_pipeline_model_parallel_size": _not_modelled(
+        "pipeline stages of the encoder's own (T5, a VLM's vision tower)",
+        "estimated with the decoder's layout",
+        unless="0",
+    ),
+    "moe_flex_dispatcher_num_sms": _remember,
 }
 
 _GROUPS = {
@@ -519,6 +573,59 @@ _GROUPS = {
     ),
     "attention masks: a boolean b×s×s mask per micro batch (s² bytes a sample), small next to the activations; "
     "fused attention takes the causal mask as a flag": "reset_attention_mask create_attention_mask_in_dataloader",
+    # megatron-core 0.4-0.19 (frameworks/schemas/megatron/)
+    "details of CPU and fine-grained activation offloading (the offloading itself is recorded as not modelled)": (
+        "cpu_offloading_num_layers cpu_offloading_retain_pinned_cpu_buffers activation_offload_fraction "
+        "fine_grained_offloading_max_inflight_offloads delay_offload_until_cuda_graph "
+        "delta_offload_bytes_across_pp_ranks offload_modules"
+    ),
+    "checkpoint files, logging and health checks": (
+        "ckpt_fully_parallel_load_exchange_algo ckpt_fully_parallel_load_process_group "
+        "ckpt_fully_parallel_save_process_group ckpt_load_validate_sharding_integrity fully_parallel_load "
+        "fully_parallel_save save_activations_interval gpu_sniff_test_interval log_batch_size_to_tensorboard "
+        "log_device_memory_used log_max_attention_logit log_memory_interval logits_save_dtype"
+    ),
+    "the data loader's index files and caches, on the host": "dataloader_fast_cache_load s3_cache_path",
+    "collective scheduling (the speed estimate treats collectives as overlapped with compute)": (
+        "delay_grad_reduce overlap_dispatch_backward_with_experts_wgrad moe_ncclep_zero_copy"
+    ),
+    "DeepSeek sparse attention details (the variant itself is recorded as not modelled)": (
+        "dsa_indexer_k_norm_fp32 dsa_indexer_rotate_activation dsa_kernel_backend"
+    ),
+    "evaluation batches: a forward pass without saved activations, after the training step": (
+        "eval_global_batch_size eval_micro_batch_size"
+    ),
+    "FP8 and quantization recipe details (FP8 training itself is recorded as not modelled)": (
+        "fp8_output_proj fp8_quantizer_factory keep_fp8_transpose_cache_when_using_custom_fsdp "
+        "moe_router_padding_for_quantization te_precision_config_file kitchen_attention_backend"
+    ),
+    "which FlashAttention release the fused attention runs: the same saved tensors": "flash_attention_version",
+    "FSDP details (Megatron FSDP itself is recorded as not modelled)": (
+        "fsdp_db_use_persist_buf_on_alloc_fail fsdp_manual_registration megatron_fsdp_enable_fine_grained_param_gather "
+        "megatron_fsdp_grad_comm_dtype megatron_fsdp_main_grads_dtype megatron_fsdp_main_params_dtype "
+        "megatron_fsdp_max_pool_double_buffer outer_dp_sharding_strategy"
+    ),
+    "a fused residual-add + RMSNorm kernel over the same tensors": "fused_residual_rmsnorm",
+    "inference serving settings, not training": (
+        "inference_disable_triton_nvls_kernels inference_dynamic_batching_chunk_size "
+        "inference_dynamic_batching_cuda_graph_mixed_prefill_count inference_dynamic_batching_mamba_memory_ratio "
+        "inference_fuse_tp_communication inference_moe_disable_fused_quant_kernels mamba_inference_conv_states_dtype "
+        "mamba_inference_ssm_states_dtype"
+    ),
+    "numerics of the same tensors: a zero-centred norm weight, the attention's scale": (
+        "layernorm_zero_centered_gamma mup_attn_scale_power"
+    ),
+    "Megatron-RL generation details (`--perform-rl-step` is recorded as not modelled)": (
+        "rl_generation_batch_size rl_inference_expert_model_parallel_size "
+        "rl_inference_expert_tensor_model_parallel_size rl_inference_model_unified_memory_level "
+        "rl_inference_pipeline_model_parallel_size rl_inference_tensor_model_parallel_size rl_kv_cache_management_mode "
+        "rl_num_parallel_generation_batches rl_num_parallel_generations rl_offload_inference_model_weights_when_idle "
+        "rl_parallel_generation_tasks rl_sequence_packing_max_sequences_per_bin"
+    ),
+    "the encoder/decoder split of a T5 pipeline, a model the Megatron reader does not estimate": (
+        "pipeline_model_parallel_split_rank"
+    ),
+    "the global batch over the run (memory follows the micro batch)": "step_batch_size_schedule",
 }
 # Megatron-LM arguments that look as if they changed memory or speed and do not, as estimated: name -> why
 IRRELEVANT: dict[str, str] = {name: why for why, names in _GROUPS.items() for name in names.split()}

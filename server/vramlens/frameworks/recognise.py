@@ -32,6 +32,7 @@ DUMPED = {
     "llamafactory": "llamafactory",
     "ms-swift": "ms-swift",
     "megatron-swift": "megatron-swift",
+    "megatron": "megatron",
     "torchtune": "torchtune",
     "torchtitan": "torchtitan",
     "openrlhf": "openrlhf",
@@ -46,6 +47,7 @@ DISTRIBUTIONS = {
     "llamafactory": "llamafactory",
     "ms-swift": "ms-swift",
     "megatron-swift": "ms-swift",  # Megatron-SWIFT ships in ms-swift
+    "megatron": "megatron-core",  # Megatron-LM's releases are megatron-core's (its core_v<version> tags)
     "torchtune": "torchtune",
     "torchtitan": "torchtitan",
     "openrlhf": "openrlhf",
@@ -62,6 +64,7 @@ TITLES = {
     "llamafactory": "LLaMA-Factory",
     "ms-swift": "ms-swift",
     "megatron-swift": "Megatron-SWIFT",
+    "megatron": "Megatron-LM",
     "torchtune": "torchtune",
     "torchtitan": "torchtitan",
     "openrlhf": "OpenRLHF",
@@ -83,7 +86,7 @@ RENAMED = {
 #   HfArgumentParser"), which TRL's `trl` CLI (TrlParser), LLaMA-Factory (src/llamafactory/hparams/parser.py
 #   `_parse_args`) and ms-swift (swift/utils/utils.py `parse_args`: "remaining_argv") use, Megatron-SWIFT's
 #   `megatron sft|pt|rlhf` among them (v4.6.0 swift/pipelines/base.py, v3.5.3 swift/llm/base.py: `raise
-#   ValueError(f'remaining_argv: {remaining_argv}')`); Megatron-LM's own scripts (no dumped framework) are not held;
+#   ValueError(f'remaining_argv: {remaining_argv}')`);
 # - axolotl only with `strict: true` (its config model otherwise keeps unknown keys).
 STRICT_TOOLS = {
     "trl": "trl",
@@ -93,6 +96,14 @@ STRICT_TOOLS = {
     "megatron": "megatron-swift",
 }
 STRICT_DIALECTS = {"llamafactory": "llamafactory", "axolotl": "axolotl"}
+# Frameworks whose entry point stops on an argument it does not define unless the launched script adds it: a flag
+# no dumped release defines is said as information, with the reason. Megatron-LM's `parse_args` runs argparse's
+# `parse_args()` over its own arguments and the script's `extra_args_provider` (megatron/training/arguments.py
+# core_v0.15.3 `parse_args`; pretrain_vlm.py and the forks' copies of pretrain_gpt.py add their own)
+ADDED_BY_SCRIPT = {
+    "megatron": "Megatron-LM stops on a flag it does not define unless the launched script adds it (its "
+    "`extra_args_provider`)",
+}
 # LLaMA-Factory under USE_MCA=1 parses with mcore_adapter's Megatron training arguments, which are not dumped
 # (src/llamafactory/hparams/parser.py `_TRAIN_MCA_ARGS`): a config with Megatron parallel keys is not held to them
 MCA_KEYS = {
@@ -415,6 +426,23 @@ def apply(
                 s,
                 severity=Severity.INFO,
                 suggestion=hint,
+                span=s.key_span,
+            )
+        elif framework in ADDED_BY_SCRIPT and (pinned or not _any_version_defines(framework, name, workspace)):
+            if s.key in consumed:
+                continue
+            hint = hints[name] = hints.get(name) or closest(name, names)
+            if hint and "-" in s.key:  # in the file's own spelling
+                hint = hint.replace("_", "-")
+            b.issue(
+                IssueKind.NOT_READ,
+                f"`{s.key}` is not an argument of {title}"
+                + ("" if pinned else " or of any release vramlens has the arguments of")
+                + f": {ADDED_BY_SCRIPT[framework]}; not read"
+                + (f" — did you mean `{flag}{hint}`?" if hint else ""),
+                s,
+                severity=Severity.INFO,
+                suggestion=flag + hint if hint else None,
                 span=s.key_span,
             )
         elif (

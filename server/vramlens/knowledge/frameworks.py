@@ -553,6 +553,12 @@ DUMPED_DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
         "lora_alpha": ("lora_alpha",),
         "lora_dropout": ("lora_dropout",),
     },
+    # Megatron-LM's own command line (frameworks/schemas/megatron/, every megatron-core minor from 0.4)
+    "megatron": {
+        "cross_entropy_fusion": ("cross_entropy_loss_fusion",),
+        "distributed_optimizer": ("use_distributed_optimizer",),
+        "sequence_parallel": ("sequence_parallel",),
+    },
     # Megatron-SWIFT's own argument classes (frameworks/schemas/megatron-swift/): the fused cross-entropy is off
     # up to 3.12 and on from 4.0 (`cross_entropy_loss_fusion`), LoRA's arguments arrive in 3.7
     "megatron-swift": {
