@@ -356,3 +356,17 @@ def test_a_flag_an_older_release_defines_is_read_as_that_release(tmp_path):
     assert not any("retro-add-retriever" in m and "not an argument" in m for m in _notes(path))
     (tmp_path / "requirements.txt").write_text("megatron-core==0.19.0\n")
     assert any("`retro-add-retriever` is not an argument of Megatron-LM 0.19.0:" in m for m in _notes(path))
+
+
+def test_layers_per_virtual_stage_set_the_interleaved_schedule(tmp_path):
+    """`--num-layers-per-virtual-pipeline-stage 2` with 16 layers over PP 4: 16 ÷ 4 ÷ 2 = 2 model chunks per stage
+    (arguments.py `validate_args`), as `--num-virtual-stages-per-pipeline-rank 2` says directly; the interleaved
+    schedule keeps more micro-batches in flight on the first stage than plain 1F1B."""
+    base = ("--num-layers 16", "--hidden-size 1024", "--num-attention-heads 16", "--seq-length 2048")
+    base += ("--micro-batch-size 1", "--global-batch-size 64", "--pipeline-model-parallel-size 4")
+    per_chunk = estimate(launch(tmp_path, *base, "--num-layers-per-virtual-pipeline-stage 2", name="a.sh"))
+    stages = estimate(launch(tmp_path, *base, "--num-virtual-stages-per-pipeline-rank 2", name="b.sh"))
+    plain = estimate(launch(tmp_path, *base, name="c.sh"))
+    assert source(per_chunk, "virtual_pipeline") == source(stages, "virtual_pipeline") == 2
+    assert "num-layers-per-virtual-pipeline-stage" not in unmodelled(per_chunk)
+    assert per_chunk["peak"]["allocated_gib"] == stages["peak"]["allocated_gib"] > plain["peak"]["allocated_gib"]

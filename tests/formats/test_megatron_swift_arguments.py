@@ -191,3 +191,11 @@ def test_experts_split_over_tensor_parallel_ranks_before_3_9_and_whole_after(tmp
     (tmp_path / "requirements.txt").write_text("ms-swift==4.6.0\n" if release == "3.8.3" else "ms-swift==3.8.3\n")
     other = estimate(path)
     assert (d["peak"]["allocated_gib"] < other["peak"]["allocated_gib"]) == (peak_order == "lower")
+
+
+def test_lora_on_megatron_s_fused_qkv_is_one_adapter(tmp_path):
+    """Megatron-core computes q|k|v with one `linear_qkv` and Megatron-SWIFT's LoraParallelLinear puts one lora_A
+    and one lora_B over it (ms-swift v4.0.0 swift/megatron/tuners/lora.py): Qwen2.5-7B's 28 layers, hidden 3,584,
+    q 3,584 + k, v 512 each, at rank 8 — 28 × 8 × (3,584 + 4,608) adapter weights, not three A matrices a layer."""
+    path = launch(tmp_path, "--tuner_type lora", "--lora_rank 8", "--target_modules linear_qkv", "--micro_batch_size 1")
+    assert estimate(path)["params_trainable"] == 28 * 8 * (3_584 + 4_608)

@@ -548,13 +548,13 @@ def adapter_modules(rp: ResolvedPlan) -> int:
 def linear_modules(rp: ResolvedPlan, linears: Iterable[Linear]) -> int:
     """The nn.Linear modules (or their quantized replacements) these canonical linears are: one per linear, but one
     for q, k and v together where the model computes them with one linear (`fused_qkv`: litgpt's `qkv`, Qwen-1's
-    `c_attn`; transformers' fused families, `C.hf_fused_groups`) and one for gate and up where those are one. A
+    `c_attn`; transformers' fused families, `C.fused_groups`) and one for gate and up where those are one. A
     Qwen-1 block is five (Qwen/Qwen-7B modeling_qwen.py on the Hugging Face Hub: `QWenAttention.c_attn`, `c_proj`;
     `QWenMLP.w1`, `w2`, `c_proj`)."""
     linears = list(linears)
     names = [lin.name for lin in linears]
     count = {lin.name: lin.count for lin in linears}
-    groups = list(C.hf_fused_groups(rp))
+    groups = list(C.fused_groups(rp))
     if rp.fused_qkv and ("q", "k", "v") not in groups:
         groups.append(("q", "k", "v"))
     n = sum(count.values())

@@ -298,6 +298,9 @@ HANDLERS = {
     "tensor_model_parallel_size": _layout("tensor_parallel"),
     "pipeline_model_parallel_size": _layout("pipeline_parallel"),
     "virtual_pipeline_model_parallel_size": _layout("virtual_pipeline"),
+    # the interleaved schedule's model chunks per stage by another spelling (`_virtual_stages`)
+    "num_virtual_stages_per_pipeline_rank": _layout("virtual_pipeline"),
+    "num_layers_per_virtual_pipeline_stage": _remember,
     "expert_model_parallel_size": _layout("expert_parallel"),
     "expert_tensor_parallel_size": _layout("expert_tensor_parallel"),
     "context_parallel_size": _layout("context_parallel"),
@@ -748,6 +751,7 @@ def finish(b: PlanBuilder, settings: list[Setting], launch) -> None:
     _softmax_in_fp32(b, by)
     _moe_recompute_merge(b, by)
     _fp8_recipe(b, by)
+    _virtual_stages(b, by)
     if is_swift(launch):
         _swift_checkpoint_model(b, by)
         return _swift_finish(b, launch.subcommand)
@@ -1127,6 +1131,30 @@ def _swift_finish(b: PlanBuilder, subcommand: str) -> None:
         )
     if b.plan.global_batch is None:
         b.set("global_batch", 16, origin=Origin.DEFAULT, framework=SWIFT_LABEL)
+
+
+def _virtual_stages(b: PlanBuilder, by: dict[str, Setting]) -> None:
+    """`--num-layers-per-virtual-pipeline-stage N`: the interleaved 1F1B schedule with (layers ÷ PP) ÷ N model chunks
+    per stage (megatron/training/arguments.py core_v0.15.3 `validate_args`: `virtual_pipeline_model_parallel_size =
+    num_layers_per_pipeline_stage // num_layers_per_virtual_pipeline_stage`, no interleaving when that is 1)."""
+    said = by.get("num_layers_per_virtual_pipeline_stage")
+    plan = b.plan
+    if said is None or plan.virtual_pipeline is not None:
+        return
+    per_chunk = to_int(said.value)
+    layers = to_int(by["num_layers"].value) if "num_layers" in by else None
+    pp = plan.pipeline_parallel.value if plan.pipeline_parallel is not None else None
+    if not (per_chunk and layers and isinstance(pp, int) and pp > 1) or per_chunk < 1:
+        return
+    chunks = layers // pp // per_chunk
+    if chunks >= 1:
+        b.set(
+            "virtual_pipeline",
+            chunks,
+            said,
+            note=f"{layers} layers ÷ PP {pp} ÷ {per_chunk} layers a chunk: {chunks} model chunks per stage",
+            origin=Origin.DERIVED,
+        )
 
 
 def _query_groups(b: PlanBuilder, by: dict[str, Setting]) -> None:

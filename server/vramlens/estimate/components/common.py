@@ -94,10 +94,20 @@ HF_C_ATTN_FAMILIES = {"gpt2", "gpt_bigcode", "openai-gpt"}
 HF_ONE_QKV_LINEAR = {"falcon", "gpt_neox", "bloom", "mpt", "codegen", "gpt_neox_japanese", "persimmon", "dbrx"}
 
 
-def hf_fused_groups(rp: ResolvedPlan) -> tuple[tuple[str, ...], ...]:
-    """Canonical linears the family's modelling code computes with one nn.Linear (or Conv1D): q|k|v
-    (`HF_C_ATTN_FAMILIES`, `HF_ONE_QKV_LINEAR`, `HF_ROPE_QKV`) and gate|up (`HF_FUSED_GATE_UP`); a LoRA target among
-    them adapts the whole fused linear (one lora_A of in × r, one lora_B of r × the fused width)."""
+# Megatron-core computes q|k|v with one linear and a gated MLP's gate|up with one (megatron/core/transformer/
+# attention.py core_v0.15.0 `SelfAttention.linear_qkv`, mlp.py `MLP.linear_fc1`: 2 × ffn wide under
+# gated_linear_unit; the experts' too, moe/experts.py): Megatron-SWIFT's LoRA on `linear_qkv` or `linear_fc1` (ms-swift
+# v4.0.0 swift/megatron/tuners/lora.py `LoraParallelLinear` over the fused module) is one adapter over each
+MEGATRON_FUSED_GROUPS = (("q", "k", "v"), ("gate", "up"))
+
+
+def fused_groups(rp: ResolvedPlan) -> tuple[tuple[str, ...], ...]:
+    """Canonical linears the model's code computes with one nn.Linear (or Conv1D): q|k|v (`HF_C_ATTN_FAMILIES`,
+    `HF_ONE_QKV_LINEAR`, `HF_ROPE_QKV`) and gate|up (`HF_FUSED_GATE_UP`) of transformers' families, both in every
+    Megatron-core model (`MEGATRON_FUSED_GROUPS`); a LoRA target among them adapts the whole fused linear (one
+    lora_A of in × r, one lora_B of r × the fused width)."""
+    if rp.strategy == "megatron":
+        return MEGATRON_FUSED_GROUPS
     if rp.framework not in HF_MODEL_FRAMEWORKS:
         return ()
     family = rp.arch.family

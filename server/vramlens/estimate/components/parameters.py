@@ -12,7 +12,7 @@ from vramlens.estimate.components.adapters import (
     vector_adapter_params,
     vera_projection_params,
 )
-from vramlens.estimate.components.common import DTYPE_BYTES, hf_fused_groups
+from vramlens.estimate.components.common import DTYPE_BYTES, fused_groups
 from vramlens.estimate.components.experts import (
     expert_parameters,
     experts_adaptable,
@@ -89,7 +89,7 @@ def params(rp: ResolvedPlan) -> Params:
     elif not full:
         # LoRA: r·(in + out) per targeted linear (DoRA adds a magnitude vector of `out`); where the modelling code
         # computes q|k|v (Phi-3: also gate|up) with one linear, the targets among them are one adapter over it
-        fused = hf_fused_groups(rp)
+        fused = fused_groups(rp)
         done: set[tuple[str, ...]] = set()
         for lin in lora_linears(rp):
             group = next((g for g in fused if lin.name in g), None)
