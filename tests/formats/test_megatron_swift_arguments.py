@@ -199,3 +199,15 @@ def test_lora_on_megatron_s_fused_qkv_is_one_adapter(tmp_path):
     q 3,584 + k, v 512 each, at rank 8 — 28 × 8 × (3,584 + 4,608) adapter weights, not three A matrices a layer."""
     path = launch(tmp_path, "--tuner_type lora", "--lora_rank 8", "--target_modules linear_qkv", "--micro_batch_size 1")
     assert estimate(path)["params_trainable"] == 28 * 8 * (3_584 + 4_608)
+
+
+def test_load_and_save_point_to_their_4x_names(tmp_path):
+    """ms-swift 4.0 loads an mcore checkpoint by `--mcore_model` and saves to `--output_dir`: a 3.x line's `--load`
+    and `--save` are pointed to them under a 4.x pin, and kept without a word under a 3.x one."""
+    (tmp_path / "requirements.txt").write_text("ms-swift==4.1.0\n")
+    path = launch(tmp_path, "--load Qwen2.5-7B-mcore", "--save out", "--micro_batch_size 1")
+    messages = [f["message"] for f in findings(check(path))]
+    assert any("`load` → `mcore_model`" in m for m in messages), messages
+    assert any("`save` → `output_dir`" in m for m in messages), messages
+    (tmp_path / "requirements.txt").write_text("ms-swift==3.12.6\n")
+    assert not any("mcore_model" in f["message"] or "output_dir" in f["message"] for f in findings(check(path)))

@@ -78,6 +78,10 @@ RENAMED = {
     ("ms-swift", "sft_type"): "train_type",
     ("ms-swift", "train_type"): "tuner_type",
     ("megatron-swift", "train_type"): "tuner_type",
+    # ms-swift 4.0's Megatron-SWIFT loads an mcore checkpoint by `--mcore_model` and saves to `--output_dir`
+    # (docs/source_en/Megatron-SWIFT/Command-line-parameters.md at v4.0.0), the flags 3.x took as `--load`, `--save`
+    ("megatron-swift", "load"): "mcore_model",
+    ("megatron-swift", "save"): "output_dir",
 }
 
 # Entry points that stop on an argument they do not define, by the tool that runs them or the YAML dialect read:
