@@ -7,6 +7,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -219,3 +221,91 @@ def test_scripts_outside_the_workspace_or_too_large_are_not_read(tmp_path):
         result = estimate(launch, work)
         assert result["model"]["id"] == "gpt2"
         assert "peft_method" not in result["sources"]  # the script's --peft was not read
+
+
+ARGUMENTS_PY = """
+from dataclasses import dataclass, field
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = "gpt2-xl"
+
+@dataclass
+class TrainArguments:
+    model_max_length: int = 512
+    use_lora: bool = False
+"""
+SIBLING_MAIN = """
+from transformers import HfArgumentParser, TrainingArguments
+from arguments import ModelArguments, TrainArguments
+from tools import unrelated
+
+parser = HfArgumentParser((ModelArguments, TrainArguments, TrainingArguments))
+model_args, train_args, training_args = parser.parse_args_into_dataclasses()
+"""
+TOOLS_PY = """
+import argparse
+
+def unrelated():
+    p = argparse.ArgumentParser()
+    p.add_argument("--per_device_train_batch_size", type=int, default=64)
+    p.add_argument("--model_max_length", type=int, default=99999)
+"""
+
+
+def test_argument_classes_imported_from_a_module_beside_the_script_are_read(tmp_path):
+    """`from arguments import ModelArguments, TrainArguments` beside the script, handed to HfArgumentParser: their
+    fields are the script's flags and defaults; a function imported from another module that builds a parser of
+    its own (a tool's `main`) is not the script's: its defaults are not applied."""
+    (tmp_path / "arguments.py").write_text(ARGUMENTS_PY, encoding="utf-8")
+    (tmp_path / "tools.py").write_text(TOOLS_PY, encoding="utf-8")
+    (tmp_path / "finetune.py").write_text(SIBLING_MAIN, encoding="utf-8")
+    launch = tmp_path / "run.sh"
+    launch.write_text("torchrun --nproc_per_node 2 finetune.py --use_lora --model_max_length 2048\n", encoding="utf-8")
+    result = estimate(launch, tmp_path)
+    src = result["sources"]
+    assert result["model"]["id"] == "gpt2-xl"
+    assert src["peft_method"]["value"] == "lora" and src["seq_len"]["value"] == 2048
+    assert src["micro_batch"]["value"] != 64
+
+
+MULTIMODAL_TRAIN = """
+from megatron.training import pretrain
+from multimodal_args import add_multimodal_extra_args
+
+if __name__ == "__main__":
+    pretrain(None, None, None, extra_args_provider=add_multimodal_extra_args)
+"""
+MULTIMODAL_ARGS = """
+def add_multimodal_extra_args(parser):
+    group = parser.add_argument_group(title="multimodal arguments")
+    group.add_argument("--freeze-ViT", action="store_true", default=False)
+    group.add_argument("--image-tag-type", type=str, default="")
+    return parser
+"""
+
+
+def test_megatron_flags_a_launched_script_adds_are_its_own(tmp_path):
+    """Megatron-LM examples/multimodal/train.py adds its flags by `extra_args_provider` from multimodal_args.py:
+    they are not flagged as flags no Megatron-LM release defines, and the one that may change memory is named as
+    not modelled; a flag neither defines still is."""
+    (tmp_path / "train.py").write_text(MULTIMODAL_TRAIN, encoding="utf-8")
+    (tmp_path / "multimodal_args.py").write_text(MULTIMODAL_ARGS, encoding="utf-8")
+    launch = tmp_path / "run.sh"
+    launch.write_text(
+        "torchrun --nproc_per_node 8 train.py --num-layers 4 --hidden-size 1024 --num-attention-heads 16 "
+        "--seq-length 2048 --micro-batch-size 1 --freeze-ViT --image-tag-type nvlm --frobnicate 1\n",
+        encoding="utf-8",
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "vramlens", "check", "--format", "json", "--offline", str(launch)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    messages = [f["message"] for f in json.loads(out.stdout)["files"][0]["findings"]]
+    not_defined = [m for m in messages if "is not an argument of Megatron-LM" in m]
+    assert len(not_defined) == 1 and "`frobnicate`" in not_defined[0], messages
+    assert any("freeze_ViT" in m and "not modelled" in m for m in messages), messages

@@ -99,6 +99,20 @@ def read_launched(target: str, ctx) -> LaunchedScript:
     return out
 
 
+def read_beside(script: Path, name: str, ctx) -> tuple[Path, str] | None:
+    """(path, text) of the module file `name` in the launched script's own folder (`from multimodal_args import
+    ...` in Megatron-LM's examples/multimodal/train.py), only where the script's references may be read."""
+    roots = file_access.allowed_roots(ctx.workspace, ctx.path)
+    real = file_access.resolved_inside(script.parent / name, roots)
+    try:
+        if real is None or not real.is_file():
+            return None
+    except (OSError, ValueError):
+        return None
+    text = _read(real, ctx)
+    return None if text is None or len(text) > MAX_LAUNCHED_CHARS else (real, text)
+
+
 def _unread_reason(path: Path, text: str | None) -> str:
     if text is not None:
         return f"is larger than vramlens reads ({len(text):,} characters; at most {MAX_LAUNCHED_CHARS:,})"

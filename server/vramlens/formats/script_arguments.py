@@ -2,8 +2,9 @@
 `deepspeed train.py`, `accelerate launch train.py`) is read by that script's own argument definitions.
 
 The script is read with `ast` (`frameworks.argdefs`: its `@dataclass`/`HfArgumentParser` classes and its
-`argparse` arguments), never run, and only inside the workspace (`formats.references.find`, bounded like any
-other Python file). Then:
+`argparse` arguments, with what it imports by name from a module beside it: `_with_imports`), never run, and only
+inside the workspace (`formats.references.find`, bounded like any other Python file). Megatron-LM's own scripts
+(the `megatron` tool) are read for the flags they add to Megatron's (`extra_args_provider`). Then:
 
 - each flag of the line that the launch reader does not know already (`shell.is_known_key`) and that the script
   defines is mapped by name and type to a plan concept (`frameworks.concepts.match`, or a method switch such as
@@ -16,6 +17,7 @@ other Python file). Then:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from pathlib import PurePosixPath
@@ -53,14 +55,16 @@ _BOOKKEEPING = re.compile(
 def apply(b: PlanBuilder, launch, settings: list[Setting], ctx) -> None:
     """Read the launched script's argument definitions into the plan (see the module docstring). Nothing happens
     when the launch does not run a `.py` file of the workspace, or when that file cannot be read or parsed."""
-    if launch.tool not in LAUNCHERS or launch.script is None or launch.script.value is None:
-        return
+    if launch.tool not in LAUNCHERS | {"megatron"} or launch.script is None or launch.script.value is None:
+        return  # Megatron-LM's `pretrain_*.py` (or its own script) runs under the `megatron` tool
     target = launch.script.value
     if not target.endswith(".py"):
         return
     label = PurePosixPath(target).name
     found = _read_module(target, ctx)
     if found is None:
+        if launch.tool == "megatron":
+            return  # Megatron-LM's own flags are read by its reader; recognise names those no release defines
         return _name_unread_flags(b, settings, label, _why_unread(target, ctx))
     path, source, module, run_from = found
     if run_from is not None:
@@ -80,8 +84,10 @@ def apply(b: PlanBuilder, launch, settings: list[Setting], ctx) -> None:
             continue
         arg, negated = hit
         given.add(arg.name)
-        if shell.is_known_key(s.path[0]) or s.unresolved:
+        if shell.is_known_key(s.path[0]) or s.unresolved or (launch.tool == "megatron" and megatron_flag(s.path[0])):
             continue  # read by the launch reader already (or its value is unknown)
+        if s.key not in b.plan.read_alongside:  # the script's own flag, not one its framework must define
+            b.plan.read_alongside.append(s.key)
         value = s.value
         if negated:
             flag = to_bool(value)
@@ -97,6 +103,25 @@ def apply(b: PlanBuilder, launch, settings: list[Setting], ctx) -> None:
         )
     _apply_defaults(b, [a for a in args if a.name not in given], path, text_lines(source), label)
     _model_load_literals(b, module, path, text_lines(source), label)
+
+
+def _builds_parser(fn) -> bool:
+    """Whether a function makes an ArgumentParser of its own (a tool's `main`), rather than adding arguments to the
+    one it is given (`add_multimodal_extra_args(parser)`)."""
+    import ast
+
+    return any(
+        isinstance(n, ast.Call) and (getattr(n.func, "id", None) or getattr(n.func, "attr", "")) == "ArgumentParser"
+        for n in ast.walk(fn)
+    )
+
+
+def megatron_flag(name: str) -> bool:
+    """A flag the Megatron reader reads or lists as irrelevant (formats/megatron.py), which a script of its own
+    redefining it does not take from that reader."""
+    from vramlens.formats import megatron
+
+    return megatron.handler(name) is not None or name.replace("-", "_") in megatron.IRRELEVANT
 
 
 def _model_load_literals(b: PlanBuilder, module: argdefs.ModuleArgs, path: str, lines: list[str], label: str) -> None:
@@ -200,10 +225,13 @@ def _name_unread_flags(b: PlanBuilder, settings: list[Setting], label: str, why:
     from vramlens.formats import shell
     from vramlens.frameworks import schemas
 
+    megatron_run = b.plan.dist_strategy is not None and b.plan.dist_strategy.value == "megatron"
     for s in settings:
         name = s.path[0]
         if shell.is_known_key(name) or schemas.argument("transformers", name) is not None:
             continue
+        if megatron_run and megatron_flag(name):
+            continue  # read by the Megatron reader (the script is Megatron-LM's or a copy of one)
         n = concepts.normalize(name)
         hint = "bool" if s.value is None or to_bool(s.value) is not None else None
         mapped = concepts.switch(n) is not None or concepts.match(n, hint) is not None
@@ -218,8 +246,8 @@ def _name_unread_flags(b: PlanBuilder, settings: list[Setting], label: str, why:
 
 def _read_module(target: str, ctx) -> tuple[str, str, argdefs.ModuleArgs, str | None] | None:
     """(path, text, argument definitions, the folder it was found from when not beside the line or at the workspace
-    root: `references.read_launched`) of the script a launch line runs; None when it is not there to read (why:
-    `_why_unread`)."""
+    root: `references.read_launched`) of the script a launch line runs, with what it imports from the modules
+    beside it (`_with_imports`); None when it is not there to read (why: `_why_unread`)."""
     from vramlens.formats import references
 
     if not ctx.path:
@@ -228,7 +256,57 @@ def _read_module(target: str, ctx) -> tuple[str, str, argdefs.ModuleArgs, str | 
     if script.text is None or script.path is None:
         return None
     module, _refused = _parsed(script.text, str(script.path))
-    return None if module is None else (str(script.path), script.text, module, script.run_from)
+    if module is None:
+        return None
+    return str(script.path), script.text, _with_imports(module, script.text, script.path, ctx), script.run_from
+
+
+MAX_IMPORTED = 8  # modules beside a script read for what it imports from them
+
+
+def _with_imports(module: argdefs.ModuleArgs, text: str, path, ctx) -> argdefs.ModuleArgs:
+    """The script's definitions with what it imports by name from a module in its own folder: the `add_argument`
+    calls of an imported function (Megatron-LM examples/multimodal/train.py `from multimodal_args import
+    add_multimodal_extra_args`, handed to `pretrain` as its `extra_args_provider`: a function adding arguments to
+    the parser it is given) and, where the script's HfArgumentParser names them, the dataclasses (`from arguments
+    import ModelArguments`). Nothing else of those modules is taken: a function that builds a parser of its own is
+    another tool's."""
+    import ast
+    from pathlib import Path
+
+    from vramlens.formats import references
+
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return module
+    wanted: dict[str, set[str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level in (0, 1) and "." not in node.module:
+            wanted.setdefault(node.module, set()).update(a.name for a in node.names)
+    parsers, classes = list(module.parsers), dict(module.classes)
+    for name, imported in list(wanted.items())[:MAX_IMPORTED]:
+        found = references.read_beside(Path(path), f"{name}.py", ctx)
+        if found is None:
+            continue
+        where, source = found
+        try:
+            sub = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for fn in sub.body:
+            if isinstance(fn, ast.FunctionDef) and fn.name in imported and not _builds_parser(fn):
+                segment = ast.get_source_segment(source, fn) or ""
+                got, _ = _parsed(segment, str(where))
+                if got is not None:
+                    parsers += [a for a in got.parsers if a.name not in {p.name for p in parsers}]
+        if module.hf_parsers:
+            got, _ = _parsed(source, str(where))
+            if got is not None:
+                classes = {**got.classes, **classes}
+    if len(parsers) == len(module.parsers) and len(classes) == len(module.classes):
+        return module
+    return dataclasses.replace(module, parsers=parsers, classes=classes)
 
 
 def _why_unread(target: str, ctx) -> str:
