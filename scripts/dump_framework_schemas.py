@@ -659,8 +659,7 @@ def factory_arguments(members: dict[str, bytes], files: list[str]) -> tuple[list
             for a in argdefs.flatten(classes, cls):
                 if "." in a.name or a.name in excluded:
                     continue
-                owner = next((c for c in _lineage(classes, cls) if (c, a.name) in options), cls)
-                opt = options.get((owner, a.name), {})
+                opt = options.get((a.owner, a.name), {})  # the class whose definition of the field stands
                 if opt.get("init") is False:
                     continue
                 meta = opt.get("meta", {})
@@ -672,17 +671,6 @@ def factory_arguments(members: dict[str, bytes], files: list[str]) -> tuple[list
                 a = replace(a, aliases=tuple(n for n in names if n.replace("-", "_") != a.name), default=default)
                 records.append(_record(a, where.get(a.owner, "")))
     return records, notes
-
-
-def _lineage(classes: dict[str, argdefs.ClassArgs], name: str) -> list[str]:
-    """The class and its bases among `classes`, nearest first."""
-    out, todo = [], [name]
-    while todo:
-        c = todo.pop(0)
-        if c in classes and c not in out:
-            out.append(c)
-            todo += [b.rsplit(".", 1)[-1] for b in classes[c].bases]
-    return out
 
 
 def _imported_as(tree: ast.Module) -> dict[str, str]:

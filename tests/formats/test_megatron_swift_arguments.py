@@ -66,7 +66,7 @@ def launch(tmp_path: Path, *flags: str) -> Path:
 def test_megatron_swift_is_dumped_at_every_minor_from_3_3():
     have = schemas.versions("megatron-swift")
     assert {"3.3.1", "3.12.6", "4.0.4", "4.6.0"} <= set(have)
-    # its LoRA arguments arrive in 3.4 and `train_type` becomes `tuner_type` in 4.0
+    # its LoRA arguments arrive in 3.7 and `train_type` becomes `tuner_type` in 4.0
     assert schemas.argument("megatron-swift", "target_modules", "3.3.1") is None
     assert schemas.argument("megatron-swift", "target_modules", "3.12.6")["default"] == ["all-linear"]
     assert schemas.argument("megatron-swift", "tuner_type", "3.12.6") is None

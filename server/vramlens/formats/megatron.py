@@ -668,6 +668,11 @@ def handler(name: str):
     return run
 
 
+def known(name: str) -> bool:
+    """A flag this reader reads or lists as irrelevant (`-` or `_` spelling)."""
+    return name.replace("-", "_") in HANDLERS or name.replace("-", "_") in IRRELEVANT
+
+
 def is_swift(launch) -> bool:
     """Megatron-SWIFT's `megatron sft|pt|rlhf` rather than a Megatron-LM `pretrain_*.py` script."""
     return launch.script is None and launch.subcommand in SWIFT_SUBCOMMANDS

@@ -76,7 +76,7 @@ def apply(b: PlanBuilder, launch, settings: list[Setting], ctx) -> None:
         return _model_load_literals(b, module, path, text_lines(source), label)
     index = _index(args)
     given: set[str] = set()
-    from vramlens.formats import shell
+    from vramlens.formats import megatron, shell
 
     for s in settings:
         hit = index.get(concepts.normalize(s.path[0]))
@@ -84,7 +84,7 @@ def apply(b: PlanBuilder, launch, settings: list[Setting], ctx) -> None:
             continue
         arg, negated = hit
         given.add(arg.name)
-        if shell.is_known_key(s.path[0]) or s.unresolved or (launch.tool == "megatron" and megatron_flag(s.path[0])):
+        if shell.is_known_key(s.path[0]) or s.unresolved or (launch.tool == "megatron" and megatron.known(s.path[0])):
             continue  # read by the launch reader already (or its value is unknown)
         if s.key not in b.plan.read_alongside:  # the script's own flag, not one its framework must define
             b.plan.read_alongside.append(s.key)
@@ -114,14 +114,6 @@ def _builds_parser(fn) -> bool:
         isinstance(n, ast.Call) and (getattr(n.func, "id", None) or getattr(n.func, "attr", "")) == "ArgumentParser"
         for n in ast.walk(fn)
     )
-
-
-def megatron_flag(name: str) -> bool:
-    """A flag the Megatron reader reads or lists as irrelevant (formats/megatron.py), which a script of its own
-    redefining it does not take from that reader."""
-    from vramlens.formats import megatron
-
-    return megatron.handler(name) is not None or name.replace("-", "_") in megatron.IRRELEVANT
 
 
 def _model_load_literals(b: PlanBuilder, module: argdefs.ModuleArgs, path: str, lines: list[str], label: str) -> None:
@@ -225,13 +217,10 @@ def _name_unread_flags(b: PlanBuilder, settings: list[Setting], label: str, why:
     from vramlens.formats import shell
     from vramlens.frameworks import schemas
 
-    megatron_run = b.plan.dist_strategy is not None and b.plan.dist_strategy.value == "megatron"
     for s in settings:
         name = s.path[0]
         if shell.is_known_key(name) or schemas.argument("transformers", name) is not None:
             continue
-        if megatron_run and megatron_flag(name):
-            continue  # read by the Megatron reader (the script is Megatron-LM's or a copy of one)
         n = concepts.normalize(name)
         hint = "bool" if s.value is None or to_bool(s.value) is not None else None
         mapped = concepts.switch(n) is not None or concepts.match(n, hint) is not None
@@ -271,35 +260,18 @@ def _with_imports(module: argdefs.ModuleArgs, text: str, path, ctx) -> argdefs.M
     the parser it is given) and, where the script's HfArgumentParser names them, the dataclasses (`from arguments
     import ModelArguments`). Nothing else of those modules is taken: a function that builds a parser of its own is
     another tool's."""
-    import ast
     from pathlib import Path
 
     from vramlens.formats import references
 
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return module
-    wanted: dict[str, set[str]] = {}
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.module and node.level in (0, 1) and "." not in node.module:
-            wanted.setdefault(node.module, set()).update(a.name for a in node.names)
     parsers, classes = list(module.parsers), dict(module.classes)
-    for name, imported in list(wanted.items())[:MAX_IMPORTED]:
+    for name, imported in _local_imports(text)[:MAX_IMPORTED]:
         found = references.read_beside(Path(path), f"{name}.py", ctx)
         if found is None:
             continue
         where, source = found
-        try:
-            sub = ast.parse(source)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue
-        for fn in sub.body:
-            if isinstance(fn, ast.FunctionDef) and fn.name in imported and not _builds_parser(fn):
-                segment = ast.get_source_segment(source, fn) or ""
-                got, _ = _parsed(segment, str(where))
-                if got is not None:
-                    parsers += [a for a in got.parsers if a.name not in {p.name for p in parsers}]
+        seen = {p.name for p in parsers}
+        parsers += [a for a in _added_arguments(source, str(where), imported) if a.name not in seen]
         if module.hf_parsers:
             got, _ = _parsed(source, str(where))
             if got is not None:
@@ -307,6 +279,42 @@ def _with_imports(module: argdefs.ModuleArgs, text: str, path, ctx) -> argdefs.M
     if len(parsers) == len(module.parsers) and len(classes) == len(module.classes):
         return module
     return dataclasses.replace(module, parsers=parsers, classes=classes)
+
+
+@functools.lru_cache(maxsize=16)
+def _local_imports(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
+    """(module, names) of each `from module import names` at the top of a script whose module is a plain name (or
+    `.name`): the modules that may sit beside it. Parsed once per text, as `_parsed` is."""
+    import ast
+
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ()
+    wanted: dict[str, set[str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level in (0, 1) and "." not in node.module:
+            wanted.setdefault(node.module, set()).update(a.name for a in node.names)
+    return tuple((m, frozenset(names)) for m, names in wanted.items())
+
+
+@functools.lru_cache(maxsize=16)
+def _added_arguments(source: str, path: str, imported: frozenset[str]) -> tuple[argdefs.ArgDef, ...]:
+    """The `add_argument` calls of the functions `imported` from a module's `source` that add arguments to the
+    parser they are given (`_builds_parser` false). Callers only read the result."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ()
+    out: list[argdefs.ArgDef] = []
+    for fn in tree.body:
+        if isinstance(fn, ast.FunctionDef) and fn.name in imported and not _builds_parser(fn):
+            got, _ = _parsed(ast.get_source_segment(source, fn) or "", path)
+            if got is not None:
+                out += [a for a in got.parsers if a.name not in {o.name for o in out}]
+    return tuple(out)
 
 
 def _why_unread(target: str, ctx) -> str:

@@ -378,6 +378,12 @@ def apply(
     # read at an older release its arguments imply: a renamed one is still pointed out against the newest
     newest_names = names_of(newest) if plan.framework_release is not None else names
     hints: dict[str, str | None] = {}
+
+    def hint_for(name: str) -> str | None:  # a flag repeated many times is compared with every name once
+        if name not in hints:
+            hints[name] = closest(name, names)
+        return hints[name]
+
     consumed = {v.key for v in plan.settings().values() if v.key} | {u.key for u in plan.unmodelled}
     consumed |= set(plan.read_alongside)
     sections = {u.key for u in plan.unmodelled}  # a section named as not modelled as a whole covers its entries
@@ -420,7 +426,7 @@ def apply(
         ):
             # axolotl's config model drops the keys it does not define (frameworks/axolotl/plugins.py): the run
             # never sees this one, and neither does the estimate
-            hint = closest(name, names)
+            hint = hint_for(name)
             b.issue(
                 IssueKind.NOT_READ,
                 f"`{s.key}` is not an argument of {title} or of the plugins it ships: axolotl drops keys its config "
@@ -435,7 +441,7 @@ def apply(
         elif framework in ADDED_BY_SCRIPT and (pinned or not _any_version_defines(framework, name, workspace)):
             if s.key in consumed:
                 continue
-            hint = hints[name] = hints.get(name) or closest(name, names)
+            hint = hint_for(name)
             if hint and "-" in s.key:  # in the file's own spelling
                 hint = hint.replace("_", "-")
             b.issue(
@@ -455,9 +461,7 @@ def apply(
             and not any(name in names_of(v) for v in around)
         ):
             # unpinned, the newest release is only an assumption: an argument an older release defines is not flagged
-            if name not in hints:  # a flag repeated many times is compared with every name once
-                hints[name] = closest(name, names)
-            hint = hints[name]
+            hint = hint_for(name)
             if around:
                 # the pinned release's own arguments are not dumped: one a release between the two added and a
                 # later one removed is not known (ms-swift 3.5.0's `--gc_collect_after_offload`)
